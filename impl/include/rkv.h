@@ -1,0 +1,176 @@
+/* rkv: a distributed tensor key-value store for ML training.
+ *
+ * Public API. Every function that can fail returns 0 (or a non-negative
+ * count) on success and a negative -RKV_E* code on failure; the object it was
+ * called on keeps a human-readable message, see rkv_client_errmsg() /
+ * rkv_server_errmsg(). Output arguments end in _p and are set only on success.
+ *
+ * Thread safety: one rkv_client may be used by one application thread at a
+ * time; an rkv_server is driven by the thread that calls rkv_server_run().
+ */
+#ifndef RKV_H
+#define RKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RKV_VERSION_MAJOR 0
+#define RKV_VERSION_MINOR 1
+
+/* Error codes (returned negated). Keep in sync with rkv_strerror(). */
+enum rkv_err {
+    RKV_OK = 0,
+    RKV_EINVAL = 1,     /* invalid argument */
+    RKV_ENOMEM = 2,     /* out of memory */
+    RKV_ETIMEDOUT = 3,  /* request timed out */
+    RKV_EPEERDEAD = 4,  /* peer disconnected or died */
+    RKV_EPROTO = 5,     /* malformed or unexpected wire message */
+    RKV_ENOTENSOR = 6,  /* unknown tensor name or id */
+    RKV_ERANGE = 7,     /* row id out of range */
+    RKV_EDTYPE = 8,     /* dtype or row length mismatch */
+    RKV_EEXIST = 9,     /* tensor already exists with another shape */
+    RKV_EIO = 10,       /* OS-level I/O failure (socket, shm) */
+    RKV_EACCESS = 11,   /* remote access outside a registered region */
+    RKV_ENOHANDLER = 12, /* push op / handler not registered */
+    RKV_ECONFIG = 13,   /* bad configuration or cluster file */
+    RKV_ESHUTDOWN = 14, /* the store is shutting down */
+    RKV_ELIMIT = 15,    /* a configured limit (pool, credits, size) was hit */
+    RKV_ERR_MAX_
+};
+
+/* Returns a static, never-NULL description of an error code (either sign). */
+const char *rkv_strerror(int err);
+
+enum rkv_dtype { RKV_F32 = 1, RKV_F64 = 2, RKV_I32 = 3, RKV_I64 = 4 };
+size_t rkv_dtype_size(enum rkv_dtype dt); /* 0 for an unknown dtype */
+const char *rkv_dtype_name(enum rkv_dtype dt);
+
+/* How global row ids map to machines (the partition book). */
+enum rkv_policy {
+    RKV_PART_RANGE = 1,    /* contiguous, near-equal ranges per machine */
+    RKV_PART_HASH = 2,     /* row % machines (g2l = row / machines) */
+    RKV_PART_EXPLICIT = 3, /* a book: one machine id per row */
+};
+
+enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
+
+/* Push operations. Values >= RKV_OP_CUSTOM name handlers registered with
+ * rkv_server_register_handler() (and rkv_client_register_handler() for the
+ * co-located fast path). */
+enum rkv_push_op {
+    RKV_OP_ASSIGN = 0,
+    RKV_OP_SUM = 1,
+    RKV_OP_SGD = 2,     /* row -= param * grad */
+    RKV_OP_ADAGRAD = 3, /* state += grad^2; row -= param * grad / (sqrt(state) + 1e-10) */
+    RKV_OP_CUSTOM = 16,
+    RKV_OP_MAX = 64,
+};
+
+/* A custom push handler: apply n_elems elements of `in` to `row` (and `state`,
+ * which is NULL unless the tensor was created with optimizer state). It runs
+ * under the row's lock, on a server or in a co-located client. */
+typedef void (*rkv_handler_fn)(enum rkv_dtype dt, void *row, void *state, const void *in,
+                               size_t n_elems, double param, void *user);
+
+#define RKV_NAME_MAX 63
+
+struct rkv_tensor_desc {
+    char name[RKV_NAME_MAX + 1];
+    enum rkv_dtype dtype;
+    uint64_t rows;          /* global row count */
+    uint32_t row_len;       /* elements per row (the row shape, flattened) */
+    enum rkv_policy policy;
+    const uint32_t *book;   /* RKV_PART_EXPLICIT only: rows entries */
+    enum rkv_init init;
+    uint64_t init_seed;     /* RKV_INIT_UNIFORM: values in [-1, 1) from this seed */
+    int with_state;         /* allocate optimizer state (needed by adagrad) */
+};
+
+struct rkv_tensor_meta {
+    char name[RKV_NAME_MAX + 1];
+    uint32_t id;
+    enum rkv_dtype dtype;
+    uint64_t rows;
+    uint32_t row_len;
+    enum rkv_policy policy;
+    int with_state;
+};
+
+/* Cluster description and tunables. Fill with rkv_config_defaults(), then
+ * set what you need (the CLI does this from flags, env vars and files). */
+#define RKV_MAX_MACHINES 1024
+#define RKV_HOST_MAX 63
+
+struct rkv_machine {
+    char host[RKV_HOST_MAX + 1];
+    uint16_t base_port;
+    uint32_t servers; /* servers on this machine (ports base_port..+servers-1) */
+};
+
+struct rkv_config {
+    uint32_t n_machines;
+    struct rkv_machine *machines; /* n_machines entries, owned by the caller */
+    uint32_t n_workers;           /* total clients that will connect */
+    uint32_t machine_id;          /* this process's machine */
+    char backend[16];             /* "tcp" */
+    char shm_prefix[32];          /* namespace of shm segments ("rkv-<cluster>") */
+    uint32_t timeout_ms;          /* per request; also connect */
+    uint32_t connect_retry_ms;    /* keep retrying connect this long */
+    uint32_t rx_depth;            /* posted receive buffers per connection */
+    uint32_t ctrl_buf_bytes;      /* size of each control (SEND) buffer */
+    uint32_t push_slots;          /* rendezvous slots a server grants per client */
+    uint64_t max_slot_bytes;      /* largest single message via rendezvous */
+    uint64_t seed;
+    int log_level;                /* 0 error, 1 warn, 2 info, 3 debug */
+};
+
+void rkv_config_defaults(struct rkv_config *cfg);
+
+/* ---- server ---- */
+struct rkv_server;
+
+/* Creates server `local_id` (0..servers-1) of cfg->machine_id; it listens at
+ * once. Server 0 of machine 0 assigns client ids. */
+int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
+                      struct rkv_server **srv_p, char *err, size_t err_len);
+int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
+/* Serves until a client calls rkv_client_shutdown_servers(). */
+int rkv_server_run(struct rkv_server *srv);
+const char *rkv_server_errmsg(const struct rkv_server *srv);
+void rkv_server_destroy(struct rkv_server *srv);
+
+/* ---- client (worker) ---- */
+struct rkv_client;
+
+/* Connects to every server; blocks until all cfg->n_workers clients joined
+ * and server 0 assigned ids (or cfg->timeout_ms passed). */
+int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                      size_t err_len);
+uint32_t rkv_client_id(const struct rkv_client *cli);
+int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn, void *user);
+/* Creates a tensor on every machine (idempotent for an identical desc). */
+int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
+int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
+/* Applies rows[i] (row_len elements of the tensor's dtype each) to row ids[i].
+ * Returns once every server involved acknowledged (the push is then visible to
+ * this client's pulls and, after a barrier, to everyone's). */
+int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                    const void *rows, int op, double param);
+/* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed). */
+int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                    void *rows_out);
+/* Returns when every client has entered the barrier. */
+int rkv_client_barrier(struct rkv_client *cli);
+/* Asks every server to exit its run loop (any client may call it). */
+int rkv_client_shutdown_servers(struct rkv_client *cli);
+const char *rkv_client_errmsg(const struct rkv_client *cli);
+void rkv_client_destroy(struct rkv_client *cli);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

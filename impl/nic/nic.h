@@ -1,0 +1,126 @@
+/* The NIC seam: a small verbs-shaped vtable. The engine above it is written
+ * once and runs over every backend:
+ *   tcp   impl/nic/nic_tcp.c   sockets + epoll, one-sided writes emulated by the
+ *                              receiver copying into the registered region
+ *   verbs impl/nic/nic_verbs.c libibverbs + librdmacm (RC QPs)
+ *   sim   sim/nic_sim.c        SimGrid comms
+ *
+ * Semantics every backend keeps (they are the verbs ones):
+ *  - One completion queue per NIC; rkv_nic_poll() blocks up to a timeout.
+ *  - Per-QP ordering: operations posted on one QP are executed and arrive in
+ *    order; a WRITE_WITH_IMM completes at the target only after its data landed.
+ *  - An incoming SEND or WRITE_WITH_IMM consumes one posted receive. When none
+ *    is posted the sender is held back (RNR with infinite retry): the engine's
+ *    credits exist so that this never happens in normal operation.
+ *  - A WRITE lands only inside a region the target registered with
+ *    RKV_ACCESS_REMOTE_WRITE, checked by rkey, address and length; anything
+ *    else kills the connection (remote access error) and the target keeps
+ *    serving others.
+ *  - When a connection breaks, the local side sees one RKV_WC_DISCONNECTED
+ *    completion for that QP; posted receives on it are not completed.
+ * Posting functions are thread-safe; poll is called by one task.
+ */
+#ifndef RKV_NIC_H
+#define RKV_NIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rkv_port;
+struct rkv_nic;
+struct rkv_qp;
+
+enum rkv_access { RKV_ACCESS_LOCAL = 0, RKV_ACCESS_REMOTE_WRITE = 1 };
+
+struct rkv_mr {
+    void *addr;
+    size_t len;
+    uint32_t lkey;
+    uint32_t rkey;
+    int access;
+    void *impl;
+};
+
+enum rkv_wc_opcode {
+    RKV_WC_SEND = 1,      /* a signalled post_send finished locally */
+    RKV_WC_WRITE = 2,     /* a signalled post_write finished locally */
+    RKV_WC_RECV = 3,      /* a SEND arrived into a posted receive */
+    RKV_WC_RECV_IMM = 4,  /* a WRITE_WITH_IMM landed; imm is valid */
+    RKV_WC_CONNECTED = 5, /* a passive-side connection is up (wc.qp is new) */
+    RKV_WC_DISCONNECTED = 6,
+};
+
+enum rkv_wc_status {
+    RKV_WC_SUCCESS = 0,
+    RKV_WC_FLUSH_ERR = 1,      /* connection gone before the operation ran */
+    RKV_WC_REM_ACCESS_ERR = 2, /* target rejected a write (key/offset/length) */
+    RKV_WC_LOC_ERR = 3,        /* local failure (buffer not in its mr, I/O) */
+};
+
+struct rkv_wc {
+    uint64_t wr_id;
+    struct rkv_qp *qp;
+    int opcode; /* enum rkv_wc_opcode */
+    int status; /* enum rkv_wc_status */
+    uint32_t byte_len; /* RECV: bytes received; RECV_IMM: bytes written */
+    uint32_t imm;
+};
+
+/* A local buffer: addr..addr+len must lie inside mr. */
+struct rkv_sge {
+    void *addr;
+    uint32_t len;
+    struct rkv_mr *mr;
+};
+
+struct rkv_nic_ops {
+    const char *name;
+    int (*open)(struct rkv_port *port, const char *dev, struct rkv_nic **nic_p);
+    /* Accept connections at host:port; each appears as RKV_WC_CONNECTED. */
+    int (*listen)(struct rkv_nic *nic, const char *host, uint16_t port);
+    /* Blocks until connected, refused (-RKV_EPEERDEAD) or timeout_ms. */
+    int (*connect)(struct rkv_nic *nic, const char *host, uint16_t port, uint32_t timeout_ms,
+                   struct rkv_qp **qp_p);
+    int (*reg_mr)(struct rkv_nic *nic, void *addr, size_t len, int access, struct rkv_mr **mr_p);
+    void (*dereg_mr)(struct rkv_nic *nic, struct rkv_mr *mr);
+    int (*post_send)(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge, int signaled);
+    int (*post_recv)(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge);
+    /* RDMA WRITE of sge to (remote_addr, rkey); with_imm makes it a
+     * WRITE_WITH_IMM that completes a receive at the target with imm. */
+    int (*post_write)(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge,
+                      uint64_t remote_addr, uint32_t rkey, int with_imm, uint32_t imm,
+                      int signaled);
+    /* Returns the number of completions written to wc (0 on timeout). */
+    int (*poll)(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms);
+    /* Breaks the connection (the peer sees RKV_WC_DISCONNECTED) and frees the
+     * QP once no completion can refer to it any more. */
+    void (*qp_close)(struct rkv_qp *qp);
+    void (*close)(struct rkv_nic *nic);
+};
+
+/* Per-QP user context for the engine. Backends store it, never interpret it. */
+struct rkv_qp_base {
+    void *ctx;
+};
+/* Every backend's QP struct starts with a struct rkv_qp_base. */
+static inline void rkv_qp_set_ctx(struct rkv_qp *qp, void *ctx)
+{
+    ((struct rkv_qp_base *)(void *)qp)->ctx = ctx;
+}
+static inline void *rkv_qp_ctx(const struct rkv_qp *qp)
+{
+    return ((const struct rkv_qp_base *)(const void *)qp)->ctx;
+}
+
+/* Every backend's NIC struct starts with this. */
+struct rkv_nic {
+    const struct rkv_nic_ops *ops;
+    struct rkv_port *port;
+};
+
+extern const struct rkv_nic_ops rkv_nic_tcp_ops;
+
+/* Backend by name ("tcp", "verbs", "sim"); NULL if not built in. */
+const struct rkv_nic_ops *rkv_nic_find(const char *name);
+
+#endif

@@ -1,0 +1,90 @@
+/* The port: the only OS surface the store, engine and NIC-independent code
+ * may touch. Backends: POSIX (port_posix.c) and SimGrid (sim/port_sim.c).
+ *
+ * Why a vtable and not plain pthreads: in the twin every node is an actor in
+ * one process, so a pthread mutex held across a simulated wait deadlocks it,
+ * clock_gettime does not see simulated time and sleep() stalls the whole
+ * simulation. Everything here is per node (struct rkv_port); no globals.
+ */
+#ifndef RKV_PORT_H
+#define RKV_PORT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct rkv_port;
+struct rkv_task;  /* opaque, backend-defined */
+struct rkv_mutex; /* opaque, backend-defined */
+struct rkv_cond;  /* opaque, backend-defined */
+
+enum rkv_log_level { RKV_LOG_ERROR = 0, RKV_LOG_WARN = 1, RKV_LOG_INFO = 2, RKV_LOG_DEBUG = 3 };
+
+typedef void (*rkv_task_fn)(void *arg);
+
+struct rkv_port_ops {
+    const char *name;
+    /* Starts fn(arg) concurrently (a thread, or an actor on the node's host). */
+    int (*task_start)(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
+                      struct rkv_task **task_p);
+    /* Waits for the task to return and frees it. */
+    int (*task_join)(struct rkv_port *p, struct rkv_task *t);
+    int (*mutex_create)(struct rkv_port *p, struct rkv_mutex **m_p);
+    void (*mutex_lock)(struct rkv_mutex *m);
+    void (*mutex_unlock)(struct rkv_mutex *m);
+    void (*mutex_destroy)(struct rkv_mutex *m);
+    int (*cond_create)(struct rkv_port *p, struct rkv_cond **c_p);
+    /* Returns 0 when signalled (or spuriously), -RKV_ETIMEDOUT after
+     * timeout_ns. The mutex is held again on return either way. */
+    int (*cond_wait)(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns);
+    void (*cond_signal)(struct rkv_cond *c);
+    void (*cond_broadcast)(struct rkv_cond *c);
+    void (*cond_destroy)(struct rkv_cond *c);
+    uint64_t (*now_ns)(struct rkv_port *p); /* monotonic (simulated in the twin) */
+    void (*sleep_ns)(struct rkv_port *p, uint64_t ns);
+    /* Lets another task run (used by short spin waits on shard row locks). */
+    void (*yield)(struct rkv_port *p);
+    /* Maps `bytes` of memory named `name` shared by every node of one machine.
+     * create=1 makes it (failing if it exists) and zero-fills it; create=0
+     * attaches to an existing one and fails with -RKV_ENOTENSOR if absent. */
+    int (*shm_map)(struct rkv_port *p, const char *name, size_t bytes, int create,
+                   void **addr_p);
+    void (*shm_unmap)(struct rkv_port *p, void *addr, size_t bytes);
+    void (*shm_unlink)(struct rkv_port *p, const char *name);
+    void (*vlog)(struct rkv_port *p, int level, const char *fmt, va_list ap);
+    void (*destroy)(struct rkv_port *p);
+};
+
+/* Per-node PRNG (xoshiro256**), seeded from (seed, node). Plain code, no OS. */
+struct rkv_rng {
+    uint64_t s[4];
+};
+void rkv_rng_seed(struct rkv_rng *r, uint64_t seed, uint64_t stream);
+uint64_t rkv_rng_next(struct rkv_rng *r);
+/* Uniform in [0, bound) without modulo bias; bound > 0. */
+uint64_t rkv_rng_below(struct rkv_rng *r, uint64_t bound);
+/* Uniform double in [0, 1). */
+double rkv_rng_double(struct rkv_rng *r);
+/* Stateless mix, for values derived from coordinates (seed, tensor, row...). */
+uint64_t rkv_mix64(uint64_t x);
+
+struct rkv_port {
+    const struct rkv_port_ops *ops;
+    char node[32]; /* printed in every log line, e.g. "s0.1" or "w3" */
+    int log_level;
+    struct rkv_rng rng;
+    void *impl; /* backend state */
+};
+
+/* POSIX backend: threads, CLOCK_MONOTONIC, shm_open, stderr logging. */
+int rkv_port_posix_create(const char *node, int log_level, uint64_t seed,
+                          struct rkv_port **port_p);
+
+void rkv_port_log(struct rkv_port *p, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define RKV_LOGE(p, ...) rkv_port_log((p), RKV_LOG_ERROR, __VA_ARGS__)
+#define RKV_LOGW(p, ...) rkv_port_log((p), RKV_LOG_WARN, __VA_ARGS__)
+#define RKV_LOGI(p, ...) rkv_port_log((p), RKV_LOG_INFO, __VA_ARGS__)
+#define RKV_LOGD(p, ...) rkv_port_log((p), RKV_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,177 @@
+/* rkv wire format: a fixed 64-byte header followed by a type-specific body.
+ * All integers little-endian. The decoder trusts nothing: every field is
+ * checked against the buffer it arrived in, and every size computation is
+ * overflow-checked, before anything points into the buffer.
+ *
+ * Header layout (offset: field):
+ *   0 u32 magic "RKV1"   4 u8 version   5 u8 type   6 u16 flags (must be 0)
+ *   8 u64 req_id        16 u32 tensor_id           20 u32 sender
+ *  24 u32 count         28 u32 row_bytes           32 i32 status (<= 0)
+ *  36 u16 op            38 u16 credits             40 f64 param
+ *  48 u64 payload_len   56 u64 reserved (must be 0)
+ *
+ * Bodies (payload_len must equal exactly what the type needs):
+ *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce  (16)
+ *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers        (16)
+ *   INIT, META_REPLY  tensor (104) + book (book_len x u32)
+ *        tensor: char name[64] NUL-terminated non-empty, u32 dtype, u32 policy,
+ *                u32 row_len, u32 init, u64 rows, u64 init_seed, u32 with_state,
+ *                u32 book_len (== rows for EXPLICIT, else 0)
+ *   META         char name[64]                                                    (64)
+ *   PUSH         count x u64 ids, then count x row_bytes rows
+ *   PULL         slot desc (24), then count x u64 ids
+ *   PULL_REPLY   count x row_bytes rows
+ *   RNDV_START   u64 bytes (size of the message the sender wants to write)         (8)
+ *   RNDV_REPLY   slot desc (24)
+ *   ERROR        up to RKV_PROTO_TEXT_MAX bytes of text
+ *   others       empty
+ * slot desc: u64 addr, u32 rkey, u32 slot, u64 cap
+ */
+#ifndef RKV_PROTO_H
+#define RKV_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rkv.h"
+
+#define RKV_PROTO_MAGIC 0x31564b52u /* "RKV1" read as little-endian u32 */
+#define RKV_PROTO_VERSION 1
+#define RKV_PROTO_HDR_BYTES 64
+#define RKV_PROTO_TENSOR_BYTES 104
+#define RKV_PROTO_SLOT_BYTES 24
+#define RKV_PROTO_TEXT_MAX 256
+#define RKV_PROTO_MAX_ROW_BYTES (1u << 30)
+#define RKV_PROTO_MAX_ROWS (1ull << 40)
+#define RKV_ID_NONE 0xffffffffu
+
+enum rkv_msg_type {
+    RKV_MSG_HELLO = 1,
+    RKV_MSG_HELLO_REPLY,
+    RKV_MSG_INIT,
+    RKV_MSG_INIT_REPLY,
+    RKV_MSG_META,
+    RKV_MSG_META_REPLY,
+    RKV_MSG_PUSH,
+    RKV_MSG_PUSH_ACK,
+    RKV_MSG_PULL,
+    RKV_MSG_PULL_REPLY,
+    RKV_MSG_BARRIER,
+    RKV_MSG_BARRIER_REPLY,
+    RKV_MSG_SHUTDOWN,
+    RKV_MSG_SHUTDOWN_ACK,
+    RKV_MSG_RNDV_START,
+    RKV_MSG_RNDV_REPLY,
+    RKV_MSG_CREDIT,
+    RKV_MSG_ERROR,
+    RKV_MSG_TYPE_MAX_ /* one past the last */
+};
+
+const char *rkv_msg_type_name(int type);
+
+struct rkv_hdr {
+    uint8_t type;
+    uint16_t flags;
+    uint64_t req_id;
+    uint32_t tensor_id;
+    uint32_t sender;
+    uint32_t count;
+    uint32_t row_bytes;
+    int32_t status;
+    uint16_t op;
+    uint16_t credits;
+    double param;
+    uint64_t payload_len;
+};
+
+struct rkv_slot_desc {
+    uint64_t addr;
+    uint32_t rkey;
+    uint32_t slot;
+    uint64_t cap;
+};
+
+struct rkv_wire_tensor {
+    char name[RKV_NAME_MAX + 1];
+    uint32_t dtype;
+    uint32_t policy;
+    uint32_t row_len;
+    uint32_t init;
+    uint64_t rows;
+    uint64_t init_seed;
+    uint32_t with_state;
+    uint32_t book_len;
+};
+
+/* A decoded message. Pointers point into the buffer given to the decoder
+ * and are valid as long as it is. ids/rows/book are 8-byte aligned when the
+ * buffer is (the layout guarantees it). */
+struct rkv_msg {
+    struct rkv_hdr h;
+    union {
+        struct {
+            uint32_t machine_id, want_id;
+            uint64_t nonce;
+        } hello;
+        struct {
+            uint32_t client_id, n_workers, rx_depth, n_servers;
+        } hello_reply;
+        struct {
+            struct rkv_wire_tensor t;
+            const uint32_t *book; /* t.book_len entries, or NULL */
+        } tensor;                 /* INIT, META_REPLY */
+        char name[RKV_NAME_MAX + 1]; /* META */
+        struct {
+            const uint64_t *ids;
+            const uint8_t *rows;
+        } push;
+        struct {
+            struct rkv_slot_desc reply_to;
+            const uint64_t *ids;
+        } pull;
+        const uint8_t *rows; /* PULL_REPLY */
+        uint64_t rndv_bytes; /* RNDV_START */
+        struct rkv_slot_desc slot; /* RNDV_REPLY */
+        struct {
+            char text[RKV_PROTO_TEXT_MAX + 1];
+        } error;
+    } u;
+};
+
+/* Validates buf[0..len) completely and fills msg. Returns 0, or -RKV_EPROTO
+ * with a message naming the offending field in err. Never reads outside buf. */
+int rkv_proto_decode(const void *buf, size_t len, struct rkv_msg *msg, char *err, size_t err_len);
+
+/* Checks only the header (for stream transports that need the length
+ * before the body has arrived). Same error contract as rkv_proto_decode. */
+int rkv_proto_decode_hdr(const void *buf, size_t len, struct rkv_hdr *h, char *err,
+                         size_t err_len);
+
+/* Size of the body a message needs; 0 on overflow/invalid input. For
+ * fixed-size types the count/row_bytes arguments are ignored. */
+uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint32_t book_len);
+
+/* Encoders write at buf (which must hold HDR_BYTES + body) and return the
+ * total message length. h->payload_len is computed, not taken from h. */
+size_t rkv_proto_put_hdr(void *buf, const struct rkv_hdr *h);
+size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, uint32_t machine_id, uint32_t want_id,
+                           uint64_t nonce);
+size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h, uint32_t client_id,
+                                 uint32_t n_workers, uint32_t rx_depth, uint32_t n_servers);
+size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
+                            const uint32_t *book);
+size_t rkv_proto_enc_meta(void *buf, struct rkv_hdr *h, const char *name);
+/* PUSH: h->count and h->row_bytes must be set; rows may be NULL when the caller
+ * fills them later at buf + HDR_BYTES + count*8. */
+size_t rkv_proto_enc_push(void *buf, struct rkv_hdr *h, const uint64_t *ids, const void *rows);
+size_t rkv_proto_enc_pull(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *reply_to,
+                          const uint64_t *ids);
+/* PULL_REPLY: the caller fills count*row_bytes rows at buf + HDR_BYTES. */
+size_t rkv_proto_enc_pull_reply(void *buf, struct rkv_hdr *h);
+size_t rkv_proto_enc_rndv_start(void *buf, struct rkv_hdr *h, uint64_t bytes);
+size_t rkv_proto_enc_slot(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *s);
+size_t rkv_proto_enc_error(void *buf, struct rkv_hdr *h, const char *text);
+/* Header-only types (ACKs, BARRIER, SHUTDOWN, CREDIT, INIT_REPLY). */
+size_t rkv_proto_enc_empty(void *buf, struct rkv_hdr *h);
+
+#endif

@@ -1,0 +1,70 @@
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "util/util.h"
+
+static const char *const rkv_err_names[RKV_ERR_MAX_] = {
+    [RKV_OK] = "success",
+    [RKV_EINVAL] = "invalid argument",
+    [RKV_ENOMEM] = "out of memory",
+    [RKV_ETIMEDOUT] = "request timed out",
+    [RKV_EPEERDEAD] = "peer disconnected or died",
+    [RKV_EPROTO] = "malformed or unexpected wire message",
+    [RKV_ENOTENSOR] = "unknown tensor",
+    [RKV_ERANGE] = "row id out of range",
+    [RKV_EDTYPE] = "dtype or row length mismatch",
+    [RKV_EEXIST] = "tensor exists with another description",
+    [RKV_EIO] = "I/O error",
+    [RKV_EACCESS] = "remote access outside a registered region",
+    [RKV_ENOHANDLER] = "push handler not registered",
+    [RKV_ECONFIG] = "bad configuration",
+    [RKV_ESHUTDOWN] = "store is shutting down",
+    [RKV_ELIMIT] = "configured limit reached",
+};
+
+const char *rkv_strerror(int err)
+{
+    int e = err < 0 ? -err : err;
+    if (e >= RKV_ERR_MAX_ || !rkv_err_names[e])
+        return "unknown error";
+    return rkv_err_names[e];
+}
+
+int rkv_errf(char *err, size_t err_len, int code, const char *fmt, ...)
+{
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+size_t rkv_dtype_size(enum rkv_dtype dt)
+{
+    switch (dt) {
+    case RKV_F32:
+    case RKV_I32:
+        return 4;
+    case RKV_F64:
+    case RKV_I64:
+        return 8;
+    }
+    return 0;
+}
+
+const char *rkv_dtype_name(enum rkv_dtype dt)
+{
+    switch (dt) {
+    case RKV_F32:
+        return "f32";
+    case RKV_F64:
+        return "f64";
+    case RKV_I32:
+        return "i32";
+    case RKV_I64:
+        return "i64";
+    }
+    return "unknown";
+}
