@@ -8,7 +8,8 @@
  *   8 u64 req_id        16 u32 tensor_id           20 u32 sender
  *  24 u32 count         28 u32 row_bytes           32 i32 status (<= 0)
  *  36 u16 op            38 u16 credits             40 f64 param
- *  48 u64 payload_len   56 u64 reserved (must be 0)
+ *  48 u64 payload_len   56 u32 release (slot id + 1 the sender gives back, 0 = none)
+ *  60 u32 reserved (must be 0)
  *
  * Bodies (payload_len must equal exactly what the type needs):
  *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce  (16)
@@ -82,6 +83,7 @@ struct rkv_hdr {
     uint16_t credits;
     double param;
     uint64_t payload_len;
+    uint32_t release; /* engine flow control: a granted slot returned (id + 1), or 0 */
 };
 
 struct rkv_slot_desc {
@@ -171,6 +173,10 @@ size_t rkv_proto_enc_pull_reply(void *buf, struct rkv_hdr *h);
 size_t rkv_proto_enc_rndv_start(void *buf, struct rkv_hdr *h, uint64_t bytes);
 size_t rkv_proto_enc_slot(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *s);
 size_t rkv_proto_enc_error(void *buf, struct rkv_hdr *h, const char *text);
+/* Rewrites the engine's flow-control fields of an encoded header in place
+ * (credits returned and slot released are only known at post time). */
+void rkv_proto_patch_flow(void *buf, uint16_t credits, uint32_t release);
+
 /* Header-only types (ACKs, BARRIER, SHUTDOWN, CREDIT, INIT_REPLY). */
 size_t rkv_proto_enc_empty(void *buf, struct rkv_hdr *h);
 

@@ -1,0 +1,898 @@
+/* The ps-lite-style protocol over the NIC seam. See engine.h for the model. */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "util/util.h"
+
+#define ENG_WR_RX 1u
+#define ENG_WR_TX 2u
+#define ENG_WR_TAG_MASK 7u
+#define ENG_POLL_BATCH 32
+#define ENG_POLL_MS 50
+#define ENG_MIN_SLOT_BYTES 4096u
+/* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
+#define ENG_TX_CACHE_BYTES (256u << 20)
+
+enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2 };
+enum eng_lslot_state { ENG_SLOT_FREE = 0, ENG_SLOT_GRANTED, ENG_SLOT_OWNED };
+
+struct rkv_tx {
+    struct rkv_tx *next; /* free list, backlog or wait list */
+    struct rkv_tx *all;  /* every tx the engine owns: freed at destroy even if
+                            its completion was dropped with a dead QP */
+    struct rkv_mr *mr;
+    uint8_t *buf;
+    size_t cap;
+    size_t len;
+    int kind;                 /* enum eng_tx_kind, set when queued */
+    struct rkv_slot_desc dst; /* ENG_TX_WRITE target */
+    int reply;                /* sent from on_msg: may carry the pending release */
+};
+
+/* A receive slot this side registered for one peer to write into. */
+struct eng_lslot {
+    struct rkv_mr *mr;
+    uint8_t *buf;
+    uint64_t cap;
+    int state; /* enum eng_lslot_state */
+};
+
+/* A slot the peer granted us, cached per (tensor, type) key. */
+struct eng_rslot {
+    uint32_t key;
+    struct rkv_slot_desc d;
+    int busy;
+};
+
+struct eng_txq {
+    struct rkv_tx *head, *tail;
+    uint32_t n;
+};
+
+struct rkv_peer {
+    struct rkv_engine *eng;
+    struct rkv_peer *next; /* engine's list */
+    struct rkv_qp *qp;     /* NULL once disconnected */
+    void *user;
+    int dead;
+    int touched;          /* saw traffic in this poll batch */
+    uint32_t credits;     /* receives the peer has posted for us */
+    uint32_t owed;        /* receives we reposted but have not announced */
+    uint32_t release_due; /* slot id + 1 to give back with the next reply */
+    uint32_t *releases;   /* slot ids to give back (max_slots ring) */
+    uint32_t n_releases;
+    uint8_t *rx_mem;
+    struct rkv_mr *rx_mr;
+    struct eng_lslot *lslots;
+    struct eng_rslot *rslots;
+    uint32_t n_rslots;
+    uint32_t rndv_inflight;
+    struct eng_txq backlog; /* waiting for credits */
+    struct eng_txq waiting; /* waiting for a rendezvous slot */
+};
+
+struct rkv_engine {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_engine_cfg cfg;
+    rkv_engine_msg_fn on_msg;
+    rkv_engine_peer_fn on_peer;
+    void *user;
+    struct rkv_mutex *mu;
+    struct rkv_task *task;
+    int stopping;
+    struct rkv_peer *peers;
+    struct rkv_tx *all_tx;
+    struct rkv_tx *free_small;
+    struct rkv_tx *free_large;
+    size_t free_large_bytes;
+    struct rkv_engine_stats st;
+};
+
+static void eng_lock(struct rkv_engine *e)
+{
+    e->port->ops->mutex_lock(e->mu);
+}
+static void eng_unlock(struct rkv_engine *e)
+{
+    e->port->ops->mutex_unlock(e->mu);
+}
+
+static uint32_t eng_key_of(const uint8_t *msg)
+{
+    uint32_t tensor;
+    memcpy(&tensor, msg + 16, 4);
+    return (tensor << 8) | msg[5];
+}
+
+static uint64_t eng_req_of(const uint8_t *msg)
+{
+    uint64_t req;
+    memcpy(&req, msg + 8, 8);
+    return req;
+}
+
+static void txq_push(struct eng_txq *q, struct rkv_tx *tx)
+{
+    tx->next = NULL;
+    if (q->tail)
+        q->tail->next = tx;
+    else
+        q->head = tx;
+    q->tail = tx;
+    q->n++;
+}
+
+static struct rkv_tx *txq_pop(struct eng_txq *q)
+{
+    struct rkv_tx *tx = q->head;
+    if (!tx)
+        return NULL;
+    q->head = tx->next;
+    if (!q->head)
+        q->tail = NULL;
+    q->n--;
+    return tx;
+}
+
+/* ---- transmit buffers ---- */
+
+static void tx_destroy(struct rkv_engine *e, struct rkv_tx *tx)
+{
+    for (struct rkv_tx **pp = &e->all_tx; *pp; pp = &(*pp)->all) {
+        if (*pp == tx) {
+            *pp = tx->all;
+            break;
+        }
+    }
+    e->nic->ops->dereg_mr(e->nic, tx->mr);
+    free(tx->buf);
+    free(tx);
+}
+
+static int tx_new(struct rkv_engine *e, size_t cap, struct rkv_tx **tx_p)
+{
+    struct rkv_tx *tx = calloc(1, sizeof(*tx));
+    if (!tx)
+        return -RKV_ENOMEM;
+    if (posix_memalign((void **)&tx->buf, 64, cap) != 0)
+        goto free_tx;
+    int rc = e->nic->ops->reg_mr(e->nic, tx->buf, cap, RKV_ACCESS_LOCAL, &tx->mr);
+    if (rc < 0)
+        goto free_buf;
+    tx->cap = cap;
+    tx->all = e->all_tx;
+    e->all_tx = tx;
+    *tx_p = tx;
+    return 0;
+free_buf:
+    free(tx->buf);
+free_tx:
+    free(tx);
+    return -RKV_ENOMEM;
+}
+
+static size_t eng_round_cap(size_t len)
+{
+    size_t cap = ENG_MIN_SLOT_BYTES;
+    while (cap < len)
+        cap <<= 1;
+    return cap;
+}
+
+/* Called with the lock held. */
+static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
+{
+    if (len <= e->cfg.ctrl_buf_bytes) {
+        if (e->free_small) {
+            *tx_p = e->free_small;
+            e->free_small = (*tx_p)->next;
+            return 0;
+        }
+        return tx_new(e, e->cfg.ctrl_buf_bytes, tx_p);
+    }
+    for (struct rkv_tx **pp = &e->free_large; *pp; pp = &(*pp)->next) {
+        if ((*pp)->cap >= len) {
+            *tx_p = *pp;
+            *pp = (*pp)->next;
+            e->free_large_bytes -= (*tx_p)->cap;
+            return 0;
+        }
+    }
+    return tx_new(e, eng_round_cap(len), tx_p);
+}
+
+/* Called with the lock held. */
+static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
+{
+    tx->kind = 0;
+    tx->reply = 0;
+    if (tx->cap == e->cfg.ctrl_buf_bytes) {
+        tx->next = e->free_small;
+        e->free_small = tx;
+        return;
+    }
+    if (e->free_large_bytes + tx->cap > ENG_TX_CACHE_BYTES) {
+        tx_destroy(e, tx);
+        return;
+    }
+    tx->next = e->free_large;
+    e->free_large = tx;
+    e->free_large_bytes += tx->cap;
+}
+
+int rkv_engine_tx_alloc(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
+{
+    if (len < RKV_PROTO_HDR_BYTES || len > e->cfg.max_slot_bytes)
+        return -RKV_ELIMIT;
+    eng_lock(e);
+    int rc = tx_get(e, len, tx_p);
+    eng_unlock(e);
+    return rc;
+}
+
+void *rkv_engine_tx_buf(struct rkv_tx *tx)
+{
+    return tx->buf;
+}
+
+void rkv_engine_tx_free(struct rkv_engine *e, struct rkv_tx *tx)
+{
+    eng_lock(e);
+    tx_put(e, tx);
+    eng_unlock(e);
+}
+
+/* ---- posting with credits ---- */
+
+static uint32_t peer_next_release(struct rkv_peer *p, int reply)
+{
+    if (reply && p->release_due) {
+        uint32_t r = p->release_due;
+        p->release_due = 0;
+        return r;
+    }
+    if (p->n_releases == 0)
+        return 0;
+    p->n_releases--;
+    return p->releases[p->n_releases] + 1;
+}
+
+/* Posts tx now; the caller checked credits. Lock held. */
+static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    assert(p->credits > 0 && p->qp);
+    uint16_t give = p->owed > UINT16_MAX ? UINT16_MAX : (uint16_t)p->owed;
+    rkv_proto_patch_flow(tx->buf, give, peer_next_release(p, tx->reply));
+    p->owed -= give;
+    p->credits--;
+    struct rkv_sge sge = {.addr = tx->buf, .len = (uint32_t)tx->len, .mr = tx->mr};
+    uint64_t wr_id = (uint64_t)(uintptr_t)tx | ENG_WR_TX;
+    int rc;
+    if (tx->kind == ENG_TX_SEND) {
+        rc = e->nic->ops->post_send(p->qp, wr_id, &sge, 1);
+        e->st.sends++;
+    } else {
+        rc = e->nic->ops->post_write(p->qp, wr_id, &sge, tx->dst.addr, tx->dst.rkey, 1,
+                                     tx->dst.slot, 1);
+        e->st.writes++;
+    }
+    if (rc < 0) {
+        RKV_LOGW(e->port, "engine: post to peer failed: %s", rkv_strerror(rc));
+        tx_put(e, tx);
+        p->dead = 1;
+    }
+    return rc;
+}
+
+/* One credit is held back for CREDIT messages, so returning credits can
+ * never be blocked by a full window. Lock held. */
+static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    if (p->dead || !p->qp) {
+        tx_put(e, tx);
+        return -RKV_EPEERDEAD;
+    }
+    if (p->backlog.head || p->credits <= 1) {
+        txq_push(&p->backlog, tx);
+        e->st.backlogged++;
+        return 0;
+    }
+    return peer_post_now(e, p, tx);
+}
+
+static void peer_flush_backlog(struct rkv_engine *e, struct rkv_peer *p)
+{
+    while (p->backlog.head && p->credits > 1 && !p->dead)
+        peer_post_now(e, p, txq_pop(&p->backlog));
+}
+
+/* Encodes and queues an engine-internal control message. Lock held. */
+static int peer_ctrl(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h,
+                     const struct rkv_slot_desc *slot, uint64_t rndv_bytes)
+{
+    struct rkv_tx *tx;
+    int rc = tx_get(e, e->cfg.ctrl_buf_bytes, &tx);
+    if (rc < 0)
+        return rc;
+    h->sender = e->cfg.node_id;
+    if (h->type == RKV_MSG_RNDV_START)
+        tx->len = rkv_proto_enc_rndv_start(tx->buf, h, rndv_bytes);
+    else if (h->type == RKV_MSG_RNDV_REPLY)
+        tx->len = rkv_proto_enc_slot(tx->buf, h, slot);
+    else
+        tx->len = rkv_proto_enc_empty(tx->buf, h);
+    tx->kind = ENG_TX_SEND;
+    return peer_post(e, p, tx);
+}
+
+/* Gives back credits and slots when no reply will carry them. Lock held. */
+static void peer_maybe_credit(struct rkv_engine *e, struct rkv_peer *p)
+{
+    if (p->dead || !p->qp || p->backlog.head || p->credits < 1)
+        return;
+    if (p->owed < e->cfg.rx_depth / 2 && p->n_releases == 0 && !p->release_due)
+        return;
+    if (p->release_due) {
+        p->releases[p->n_releases++] = p->release_due - 1;
+        p->release_due = 0;
+    }
+    struct rkv_tx *tx;
+    if (tx_get(e, e->cfg.ctrl_buf_bytes, &tx) < 0)
+        return;
+    struct rkv_hdr h = {.type = RKV_MSG_CREDIT, .sender = e->cfg.node_id};
+    tx->len = rkv_proto_enc_empty(tx->buf, &h);
+    tx->kind = ENG_TX_SEND;
+    e->st.credit_msgs++;
+    peer_post_now(e, p, tx);
+}
+
+/* ---- rendezvous, sender side ---- */
+
+static struct eng_rslot *peer_find_rslot(struct rkv_peer *p, uint32_t key, size_t len,
+                                         int want_idle)
+{
+    for (uint32_t i = 0; i < p->n_rslots; i++) {
+        struct eng_rslot *r = &p->rslots[i];
+        if (r->key == key && r->d.cap >= len && (!want_idle || !r->busy))
+            return r;
+    }
+    return NULL;
+}
+
+static void tx_to_slot(struct rkv_tx *tx, struct eng_rslot *r)
+{
+    r->busy = 1;
+    tx->kind = ENG_TX_WRITE;
+    tx->dst = r->d;
+}
+
+/* Fails a request the engine cannot deliver: the owner hears about it as an
+ * ERROR message with the request's id. Called with the lock held; drops it. */
+static void eng_fail_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, int err)
+{
+    struct rkv_msg m = {0};
+    m.h.type = RKV_MSG_ERROR;
+    m.h.req_id = eng_req_of(tx->buf);
+    m.h.status = err;
+    snprintf(m.u.error.text, sizeof(m.u.error.text), "rendezvous failed: %s",
+             rkv_strerror(err));
+    tx_put(e, tx);
+    eng_unlock(e);
+    e->on_msg(e->user, p, &m);
+    eng_lock(e);
+}
+
+/* Starts waiting transmits whose key now has an idle slot. Lock held. */
+static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
+{
+    struct eng_txq keep = {0};
+    struct rkv_tx *tx;
+    while ((tx = txq_pop(&p->waiting)) != NULL) {
+        struct eng_rslot *r = peer_find_rslot(p, eng_key_of(tx->buf), tx->len, 1);
+        if (r) {
+            tx_to_slot(tx, r);
+            peer_post(e, p, tx);
+        } else {
+            txq_push(&keep, tx);
+        }
+    }
+    p->waiting = keep;
+}
+
+static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    uint32_t key = eng_key_of(tx->buf);
+    struct eng_rslot *r = peer_find_rslot(p, key, tx->len, 1);
+    if (r) {
+        e->st.rndv_hits++;
+        tx_to_slot(tx, r);
+        return peer_post(e, p, tx);
+    }
+    txq_push(&p->waiting, tx);
+    /* A busy slot big enough will come back; ask for another only while the
+     * peer's slot budget allows pipelining (half of it, the rest is theirs). */
+    int have_big = peer_find_rslot(p, key, tx->len, 0) != NULL;
+    if (have_big && p->n_rslots + p->rndv_inflight >= e->cfg.max_slots / 2)
+        return 0;
+    if (!have_big && p->rndv_inflight > 0 && p->n_rslots + p->rndv_inflight >= e->cfg.max_slots)
+        return 0;
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START, .req_id = eng_req_of(tx->buf),
+                        .tensor_id = key >> 8, .op = (uint16_t)(key & 0xff)};
+    p->rndv_inflight++;
+    e->st.rndv_starts++;
+    return peer_ctrl(e, p, &h, NULL, tx->len);
+}
+
+int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len)
+{
+    assert(len >= RKV_PROTO_HDR_BYTES && len <= tx->cap);
+    eng_lock(e);
+    tx->len = len;
+    tx->reply = 1;
+    int rc;
+    if (p->dead) {
+        tx_put(e, tx);
+        rc = -RKV_EPEERDEAD;
+    } else if (len <= e->cfg.ctrl_buf_bytes) {
+        tx->kind = ENG_TX_SEND;
+        rc = peer_post(e, p, tx);
+    } else {
+        rc = peer_send_large(e, p, tx);
+    }
+    eng_unlock(e);
+    return rc;
+}
+
+int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,
+                     const struct rkv_slot_desc *dst)
+{
+    assert(len >= RKV_PROTO_HDR_BYTES && len <= tx->cap);
+    if (len > dst->cap) {
+        rkv_engine_tx_free(e, tx);
+        return -RKV_ELIMIT;
+    }
+    eng_lock(e);
+    tx->len = len;
+    tx->kind = ENG_TX_WRITE;
+    tx->dst = *dst;
+    tx->reply = 1;
+    int rc = peer_post(e, p, tx);
+    eng_unlock(e);
+    return rc;
+}
+
+/* ---- receive slots ---- */
+
+static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t bytes, int state,
+                          struct rkv_slot_desc *d)
+{
+    if (bytes > e->cfg.max_slot_bytes)
+        return -RKV_ELIMIT;
+    uint32_t i;
+    for (i = 0; i < e->cfg.max_slots && p->lslots[i].state != ENG_SLOT_FREE; i++)
+        ;
+    if (i == e->cfg.max_slots)
+        return -RKV_ELIMIT;
+    struct eng_lslot *s = &p->lslots[i];
+    uint64_t cap = eng_round_cap(bytes);
+    if (posix_memalign((void **)&s->buf, 64, cap) != 0)
+        return -RKV_ENOMEM;
+    int rc = e->nic->ops->reg_mr(e->nic, s->buf, cap, RKV_ACCESS_REMOTE_WRITE, &s->mr);
+    if (rc < 0) {
+        free(s->buf);
+        s->buf = NULL;
+        return rc;
+    }
+    s->cap = cap;
+    s->state = state;
+    *d = (struct rkv_slot_desc){
+        .addr = (uint64_t)(uintptr_t)s->buf, .rkey = s->mr->rkey, .slot = i, .cap = cap};
+    return 0;
+}
+
+static void peer_lslot_free(struct rkv_engine *e, struct eng_lslot *s)
+{
+    if (s->state == ENG_SLOT_FREE)
+        return;
+    e->nic->ops->dereg_mr(e->nic, s->mr);
+    free(s->buf);
+    memset(s, 0, sizeof(*s));
+}
+
+int rkv_engine_slot_alloc(struct rkv_engine *e, struct rkv_peer *p, uint64_t cap,
+                          struct rkv_slot_desc *desc_p)
+{
+    eng_lock(e);
+    int rc = p->dead ? -RKV_EPEERDEAD : peer_lslot_new(e, p, cap, ENG_SLOT_OWNED, desc_p);
+    eng_unlock(e);
+    return rc;
+}
+
+void rkv_engine_slot_free(struct rkv_engine *e, struct rkv_peer *p, uint32_t slot)
+{
+    eng_lock(e);
+    /* Never free a granted slot here: the peer may still write into it. */
+    if (slot < e->cfg.max_slots && p->lslots[slot].state == ENG_SLOT_OWNED)
+        peer_lslot_free(e, &p->lslots[slot]);
+    eng_unlock(e);
+}
+
+/* ---- peers ---- */
+
+static int peer_post_rx(struct rkv_engine *e, struct rkv_peer *p, uint32_t i)
+{
+    struct rkv_sge sge = {.addr = p->rx_mem + (size_t)i * e->cfg.ctrl_buf_bytes,
+                          .len = e->cfg.ctrl_buf_bytes,
+                          .mr = p->rx_mr};
+    return e->nic->ops->post_recv(p->qp, ((uint64_t)i << 3) | ENG_WR_RX, &sge);
+}
+
+static void peer_free(struct rkv_engine *e, struct rkv_peer *p)
+{
+    struct rkv_tx *tx;
+    while ((tx = txq_pop(&p->backlog)) != NULL)
+        tx_put(e, tx);
+    while ((tx = txq_pop(&p->waiting)) != NULL)
+        tx_put(e, tx);
+    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++)
+        peer_lslot_free(e, &p->lslots[i]);
+    if (p->rx_mr)
+        e->nic->ops->dereg_mr(e->nic, p->rx_mr);
+    free(p->rx_mem);
+    free(p->lslots);
+    free(p->rslots);
+    free(p->releases);
+    free(p);
+}
+
+/* Builds a peer around a connected QP and posts its receives. Lock held. */
+static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **peer_p)
+{
+    const struct rkv_engine_cfg *c = &e->cfg;
+    struct rkv_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -RKV_ENOMEM;
+    p->eng = e;
+    p->credits = c->rx_depth;
+    p->lslots = calloc(c->max_slots, sizeof(*p->lslots));
+    p->rslots = calloc(c->max_slots, sizeof(*p->rslots));
+    p->releases = calloc(c->max_slots, sizeof(*p->releases));
+    size_t rx_bytes = (size_t)c->rx_depth * c->ctrl_buf_bytes;
+    int rc = -RKV_ENOMEM;
+    if (!p->lslots || !p->rslots || !p->releases || posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
+        goto free_peer;
+    rc = e->nic->ops->reg_mr(e->nic, p->rx_mem, rx_bytes, RKV_ACCESS_LOCAL, &p->rx_mr);
+    if (rc < 0)
+        goto free_peer;
+    p->qp = qp;
+    rkv_qp_set_ctx(qp, p);
+    for (uint32_t i = 0; i < c->rx_depth; i++) {
+        rc = peer_post_rx(e, p, i);
+        if (rc < 0)
+            goto unset_qp;
+    }
+    p->next = e->peers;
+    e->peers = p;
+    *peer_p = p;
+    return 0;
+unset_qp:
+    rkv_qp_set_ctx(qp, NULL);
+    p->qp = NULL;
+free_peer:
+    peer_free(e, p);
+    return rc;
+}
+
+int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, uint32_t timeout_ms,
+                       struct rkv_peer **peer_p)
+{
+    struct rkv_qp *qp;
+    int rc = e->nic->ops->connect(e->nic, host, port, timeout_ms, &qp);
+    if (rc < 0)
+        return rc;
+    eng_lock(e);
+    rc = peer_new(e, qp, peer_p);
+    eng_unlock(e);
+    if (rc < 0)
+        e->nic->ops->qp_close(qp);
+    return rc;
+}
+
+int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
+{
+    return e->nic->ops->listen(e->nic, host, port);
+}
+
+/* Lock held. Completions already in the CQ for this QP are dropped by the
+ * NIC once it is closed, so nothing below can see the peer's QP again. */
+static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
+{
+    if (!p->qp)
+        return;
+    p->dead = 1;
+    struct rkv_qp *qp = p->qp;
+    p->qp = NULL;
+    rkv_qp_set_ctx(qp, NULL);
+    e->nic->ops->qp_close(qp);
+    struct rkv_tx *tx;
+    while ((tx = txq_pop(&p->backlog)) != NULL)
+        tx_put(e, tx);
+    while ((tx = txq_pop(&p->waiting)) != NULL)
+        tx_put(e, tx);
+    if (notify && e->on_peer) {
+        eng_unlock(e);
+        e->on_peer(e->user, p, 0);
+        eng_lock(e);
+    }
+}
+
+void rkv_engine_drop_peer(struct rkv_engine *e, struct rkv_peer *p)
+{
+    eng_lock(e);
+    peer_kill(e, p, 0);
+    eng_unlock(e);
+}
+
+void rkv_peer_set_user(struct rkv_peer *p, void *user)
+{
+    p->user = user;
+}
+void *rkv_peer_user(const struct rkv_peer *p)
+{
+    return p->user;
+}
+int rkv_peer_dead(const struct rkv_peer *p)
+{
+    return p->dead;
+}
+
+/* ---- receive path ---- */
+
+static void peer_take_release(struct rkv_peer *p, uint32_t release)
+{
+    if (release == 0)
+        return;
+    for (uint32_t i = 0; i < p->n_rslots; i++) {
+        if (p->rslots[i].d.slot == release - 1) {
+            p->rslots[i].busy = 0;
+            return;
+        }
+    }
+}
+
+static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
+{
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY, .req_id = m->h.req_id,
+                        .tensor_id = m->h.tensor_id, .op = m->h.op};
+    struct rkv_slot_desc d = {0};
+    int rc = peer_lslot_new(e, p, m->u.rndv_bytes, ENG_SLOT_GRANTED, &d);
+    if (rc < 0) {
+        RKV_LOGW(e->port, "engine: refusing a %llu-byte slot: %s",
+                 (unsigned long long)m->u.rndv_bytes, rkv_strerror(rc));
+        h.status = rc;
+        d = (struct rkv_slot_desc){.cap = RKV_PROTO_HDR_BYTES};
+    }
+    peer_ctrl(e, p, &h, &d, 0);
+}
+
+static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
+{
+    uint32_t key = (m->h.tensor_id << 8) | (m->h.op & 0xff);
+    if (p->rndv_inflight > 0)
+        p->rndv_inflight--;
+    if (m->h.status < 0) {
+        for (struct rkv_tx **pp = &p->waiting.head; *pp; pp = &(*pp)->next) {
+            if (eng_key_of((*pp)->buf) != key)
+                continue;
+            struct rkv_tx *tx = *pp;
+            *pp = tx->next;
+            if (p->waiting.tail == tx) {
+                p->waiting.tail = NULL;
+                for (struct rkv_tx *t = p->waiting.head; t; t = t->next)
+                    p->waiting.tail = t;
+            }
+            p->waiting.n--;
+            eng_fail_tx(e, p, tx, m->h.status);
+            return;
+        }
+        return;
+    }
+    if (p->n_rslots >= e->cfg.max_slots) {
+        RKV_LOGW(e->port, "engine: peer granted more slots than max_slots; dropping it");
+        peer_kill(e, p, 1);
+        return;
+    }
+    p->rslots[p->n_rslots++] = (struct eng_rslot){.key = key, .d = m->u.slot, .busy = 0};
+    peer_run_waiting(e, p);
+}
+
+/* Internal types are handled here; the rest go to the owner, unlocked. */
+static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m,
+                         uint32_t granted_slot)
+{
+    p->credits += m->h.credits;
+    peer_take_release(p, m->h.release);
+    if (m->h.credits || m->h.release)
+        peer_run_waiting(e, p);
+    switch (m->h.type) {
+    case RKV_MSG_CREDIT:
+        break;
+    case RKV_MSG_RNDV_START:
+        eng_on_rndv_start(e, p, m);
+        break;
+    case RKV_MSG_RNDV_REPLY:
+        eng_on_rndv_reply(e, p, m);
+        break;
+    default:
+        p->release_due = granted_slot;
+        eng_unlock(e);
+        e->on_msg(e->user, p, m);
+        eng_lock(e);
+        /* Not carried by a reply: give it back explicitly. */
+        if (p->release_due && p->n_releases < e->cfg.max_slots)
+            p->releases[p->n_releases++] = p->release_due - 1;
+        p->release_due = 0;
+        break;
+    }
+    peer_flush_backlog(e, p);
+}
+
+static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why)
+{
+    e->st.rejected++;
+    RKV_LOGW(e->port, "engine: closing connection after malformed message: %s", why);
+    peer_kill(e, p, 1);
+}
+
+static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_wc *wc)
+{
+    uint32_t i = (uint32_t)(wc->wr_id >> 3);
+    char why[160];
+    struct rkv_msg m;
+    if (RKV_NEVER(i >= e->cfg.rx_depth))
+        return eng_reject(e, p, "receive completion for an unknown buffer");
+    const uint8_t *buf = p->rx_mem + (size_t)i * e->cfg.ctrl_buf_bytes;
+    if (wc->opcode == RKV_WC_RECV) {
+        if (rkv_proto_decode(buf, wc->byte_len, &m, why, sizeof(why)) < 0)
+            return eng_reject(e, p, why);
+        eng_dispatch(e, p, &m, 0);
+    } else {
+        /* The receive carried no data: repost it before looking at the slot. */
+        uint32_t s = wc->imm;
+        if (s >= e->cfg.max_slots || p->lslots[s].state == ENG_SLOT_FREE)
+            return eng_reject(e, p, "write-with-immediate names no slot of ours");
+        if (wc->byte_len > p->lslots[s].cap)
+            return eng_reject(e, p, "write-with-immediate longer than its slot");
+        if (rkv_proto_decode(p->lslots[s].buf, wc->byte_len, &m, why, sizeof(why)) < 0)
+            return eng_reject(e, p, why);
+        int granted = p->lslots[s].state == ENG_SLOT_GRANTED;
+        eng_dispatch(e, p, &m, granted ? s + 1 : 0);
+    }
+    if (p->qp && peer_post_rx(e, p, i) == 0)
+        p->owed++;
+}
+
+static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
+{
+    struct rkv_peer *p;
+    int rc = peer_new(e, qp, &p);
+    if (rc < 0) {
+        RKV_LOGW(e->port, "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
+        e->nic->ops->qp_close(qp);
+        return;
+    }
+    if (e->on_peer) {
+        eng_unlock(e);
+        e->on_peer(e->user, p, 1);
+        eng_lock(e);
+    }
+}
+
+static void eng_on_wc(struct rkv_engine *e, const struct rkv_wc *wc)
+{
+    if (wc->opcode == RKV_WC_CONNECTED)
+        return eng_on_connected(e, wc->qp);
+    struct rkv_peer *p = rkv_qp_ctx(wc->qp);
+    if ((wc->wr_id & ENG_WR_TAG_MASK) == ENG_WR_TX) {
+        tx_put(e, (struct rkv_tx *)(uintptr_t)(wc->wr_id & ~(uint64_t)ENG_WR_TAG_MASK));
+        if (wc->status != RKV_WC_SUCCESS && p)
+            peer_kill(e, p, 1);
+        return;
+    }
+    if (!p)
+        return;
+    p->touched = 1;
+    if (wc->opcode == RKV_WC_DISCONNECTED || wc->status != RKV_WC_SUCCESS)
+        return peer_kill(e, p, 1);
+    eng_on_recv(e, p, wc);
+}
+
+static void eng_progress(void *arg)
+{
+    struct rkv_engine *e = arg;
+    struct rkv_wc wc[ENG_POLL_BATCH];
+    for (;;) {
+        int n = e->nic->ops->poll(e->nic, wc, ENG_POLL_BATCH, ENG_POLL_MS);
+        eng_lock(e);
+        if (e->stopping) {
+            eng_unlock(e);
+            return;
+        }
+        for (int i = 0; i < n; i++)
+            eng_on_wc(e, &wc[i]);
+        for (struct rkv_peer *p = e->peers; p; p = p->next) {
+            if (p->touched)
+                peer_maybe_credit(e, p);
+            p->touched = 0;
+        }
+        eng_unlock(e);
+    }
+}
+
+/* ---- life cycle ---- */
+
+int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_engine_cfg *cfg,
+                      rkv_engine_msg_fn on_msg, rkv_engine_peer_fn on_peer, void *user,
+                      struct rkv_engine **eng_p, char *err, size_t err_len)
+{
+    if (cfg->rx_depth < 4 || cfg->ctrl_buf_bytes < 256 || cfg->max_slots < 2 ||
+        cfg->max_slot_bytes < cfg->ctrl_buf_bytes || !on_msg)
+        return rkv_errf(err, err_len, -RKV_EINVAL,
+                        "engine: need rx_depth >= 4, ctrl_buf_bytes >= 256, max_slots >= 2 and "
+                        "max_slot_bytes >= ctrl_buf_bytes");
+    struct rkv_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "engine: out of memory");
+    e->port = port;
+    e->nic = nic;
+    e->cfg = *cfg;
+    e->on_msg = on_msg;
+    e->on_peer = on_peer;
+    e->user = user;
+    int rc = port->ops->mutex_create(port, &e->mu);
+    if (rc < 0) {
+        free(e);
+        return rkv_errf(err, err_len, rc, "engine: cannot create its mutex");
+    }
+    *eng_p = e;
+    return 0;
+}
+
+int rkv_engine_start(struct rkv_engine *e)
+{
+    assert(!e->task);
+    return e->port->ops->task_start(e->port, "engine", eng_progress, e, &e->task);
+}
+
+void rkv_engine_destroy(struct rkv_engine *e)
+{
+    if (!e)
+        return;
+    eng_lock(e);
+    e->stopping = 1;
+    eng_unlock(e);
+    if (e->task)
+        e->port->ops->task_join(e->port, e->task);
+    struct rkv_peer *p;
+    while ((p = e->peers) != NULL) {
+        e->peers = p->next;
+        peer_kill(e, p, 0);
+        peer_free(e, p);
+    }
+    struct rkv_tx *tx;
+    while ((tx = e->all_tx) != NULL)
+        tx_destroy(e, tx);
+    e->port->ops->mutex_destroy(e->mu);
+    free(e);
+}
+
+void rkv_engine_get_stats(struct rkv_engine *e, struct rkv_engine_stats *st_p)
+{
+    eng_lock(e);
+    *st_p = e->st;
+    eng_unlock(e);
+}

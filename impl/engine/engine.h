@@ -1,0 +1,95 @@
+/* The engine: the ps-lite-style RDMA protocol, written once over the NIC seam.
+ *
+ * Per connection (a "peer"):
+ *  - Control messages (<= ctrl_buf_bytes) travel as SENDs into rx_depth
+ *    pre-posted, pre-registered receive buffers.
+ *  - Larger messages use a rendezvous on first contact: RNDV_START(bytes) ->
+ *    the receiver grants a registered slot -> RNDV_REPLY(addr, rkey, slot).
+ *    The sender caches the slot per (tensor, message type), so steady-state
+ *    traffic is one WRITE_WITH_IMM (imm = slot id) and skips the rendezvous.
+ *    A granted slot is busy until the receiver gives it back; it does so in
+ *    the `release` field of the next message it sends to that peer (its reply)
+ *    or in a CREDIT message.
+ *  - A receiver can also hand out a slot it owns in a request (a pull says
+ *    where its reply goes); the replier WRITE_WITH_IMMs straight into it.
+ *  - Credits: every SEND and WRITE_WITH_IMM consumes a posted receive at the
+ *    target, so a sender may have at most rx_depth of them unacknowledged.
+ *    Receivers repost at once and return credits in every header; when they
+ *    have nothing to say and owe half a window, they send a CREDIT message,
+ *    for which one credit is always held back. Messages that find no credit
+ *    wait in a per-peer backlog, so no caller ever blocks inside the engine.
+ *
+ * Threads: one progress task polls the NIC and calls on_msg/on_peer without
+ * the engine lock held. Sends may come from any task, including callbacks.
+ */
+#ifndef RKV_ENGINE_H
+#define RKV_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nic/nic.h"
+#include "port/port.h"
+#include "proto/proto.h"
+
+struct rkv_engine;
+struct rkv_peer;
+struct rkv_tx;
+
+struct rkv_engine_cfg {
+    uint32_t node_id;        /* goes into every header's sender field */
+    uint32_t rx_depth;       /* posted receives per peer (>= 4); same on all nodes */
+    uint32_t ctrl_buf_bytes; /* max SEND size (>= 256) */
+    uint32_t max_slots;      /* receive slots per peer (granted + owned) */
+    uint64_t max_slot_bytes; /* largest message accepted via a slot */
+};
+
+/* msg and anything it points to are valid only during the call. For a
+ * message that arrived in a granted slot, sending anything to the same peer
+ * from inside the callback releases the slot: reply only once done reading.
+ * When a message the engine could not deliver was a request, on_msg receives
+ * a synthesized RKV_MSG_ERROR with that request's req_id and the error. */
+typedef void (*rkv_engine_msg_fn)(void *user, struct rkv_peer *peer, const struct rkv_msg *msg);
+/* up = 1 for a new passive-side connection, 0 when a peer is gone. */
+typedef void (*rkv_engine_peer_fn)(void *user, struct rkv_peer *peer, int up);
+
+int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_engine_cfg *cfg,
+                      rkv_engine_msg_fn on_msg, rkv_engine_peer_fn on_peer, void *user,
+                      struct rkv_engine **eng_p, char *err, size_t err_len);
+int rkv_engine_listen(struct rkv_engine *eng, const char *host, uint16_t port);
+int rkv_engine_connect(struct rkv_engine *eng, const char *host, uint16_t port,
+                       uint32_t timeout_ms, struct rkv_peer **peer_p);
+/* Starts the progress task. */
+int rkv_engine_start(struct rkv_engine *eng);
+/* Stops the progress task, disconnects every peer, frees everything. */
+void rkv_engine_destroy(struct rkv_engine *eng);
+
+/* A registered transmit buffer of at least len bytes; encode the message in
+ * place (rkv_engine_tx_buf), then hand it to send or write, which consume it. */
+int rkv_engine_tx_alloc(struct rkv_engine *eng, size_t len, struct rkv_tx **tx_p);
+void *rkv_engine_tx_buf(struct rkv_tx *tx);
+void rkv_engine_tx_free(struct rkv_engine *eng, struct rkv_tx *tx);
+/* Sends an encoded message: a SEND when small, else via a cached or new
+ * rendezvous slot. Consumes tx even on error. */
+int rkv_engine_send(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len);
+/* WRITE_WITH_IMM of an encoded message into a slot the peer handed out. */
+int rkv_engine_write(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len,
+                     const struct rkv_slot_desc *dst);
+/* A slot this side owns, for a peer to write a reply into. */
+int rkv_engine_slot_alloc(struct rkv_engine *eng, struct rkv_peer *peer, uint64_t cap,
+                          struct rkv_slot_desc *desc_p);
+void rkv_engine_slot_free(struct rkv_engine *eng, struct rkv_peer *peer, uint32_t slot);
+
+void rkv_peer_set_user(struct rkv_peer *peer, void *user);
+void *rkv_peer_user(const struct rkv_peer *peer);
+int rkv_peer_dead(const struct rkv_peer *peer);
+/* Breaks the connection to a misbehaving or finished peer. */
+void rkv_engine_drop_peer(struct rkv_engine *eng, struct rkv_peer *peer);
+
+/* Counters for tests and reports. */
+struct rkv_engine_stats {
+    uint64_t sends, writes, rndv_starts, rndv_hits, backlogged, credit_msgs, rejected;
+};
+void rkv_engine_get_stats(struct rkv_engine *eng, struct rkv_engine_stats *st_p);
+
+#endif

@@ -1,0 +1,924 @@
+/* A client (worker): routes rows by the partition book, touches its own
+ * machine's shard directly and talks to remote servers through the engine.
+ * The application thread builds requests and waits; the engine's progress
+ * task completes them. The two meet under cli->mu. */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nic/nic.h"
+#include "store/server_int.h"
+#include "util/util.h"
+
+#define CLI_CONNECT_POLL_NS 50000000ull
+
+/* One message waiting for its reply. */
+struct cli_req {
+    struct cli_req *next;
+    uint64_t id;
+    struct cli_server *srv;
+    int done;
+    int status;
+    char text[128];
+    uint32_t u32;          /* HELLO: client id; INIT: tensor id */
+    struct rkv_tensor *t;  /* META: filled by the reply */
+    uint8_t *out;          /* PULL: the caller's rows */
+    const uint32_t *pos;   /* PULL: out row index of each requested row */
+    uint32_t count;
+    size_t row_bytes;
+};
+
+struct cli_pslot { /* where a server writes pull replies for one tensor */
+    uint32_t tensor;
+    struct rkv_slot_desc d;
+};
+
+struct cli_server {
+    struct rkv_peer *peer;
+    uint32_t id, machine;
+    int dead;
+    struct cli_pslot *pslots;
+    uint32_t n_pslots;
+};
+
+struct rkv_client {
+    struct rkv_config cfg;
+    struct rkv_machine *machines;
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    int own_port_nic;
+    struct rkv_engine *eng;
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    uint32_t id;
+    uint32_t n_servers;
+    struct cli_server *servers;
+    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
+    struct rkv_handler_table ht;
+    struct cli_req *reqs;
+    uint64_t next_req;
+    char err[256];
+};
+
+static void cli_lock(struct rkv_client *c)
+{
+    c->port->ops->mutex_lock(c->mu);
+}
+static void cli_unlock(struct rkv_client *c)
+{
+    c->port->ops->mutex_unlock(c->mu);
+}
+
+/* ---- requests ---- */
+
+static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv)
+{
+    struct cli_req *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->srv = srv;
+    cli_lock(c);
+    r->id = ++c->next_req;
+    r->next = c->reqs;
+    c->reqs = r;
+    cli_unlock(c);
+    return r;
+}
+
+/* Lock held. */
+static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
+{
+    for (struct cli_req **pp = &c->reqs; *pp; pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            return;
+        }
+    }
+}
+
+static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
+{
+    for (struct cli_req *r = c->reqs; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+/* Lock held. */
+static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, const char *text)
+{
+    r->done = 1;
+    r->status = status;
+    if (text)
+        snprintf(r->text, sizeof(r->text), "%s", text);
+    c->port->ops->cond_broadcast(c->cv);
+}
+
+/* Frees requests (lock not held). Late replies then find nothing. */
+static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
+{
+    cli_lock(c);
+    for (size_t i = 0; i < n; i++) {
+        cli_req_unlink(c, reqs[i]);
+        if (reqs[i]->t) {
+            rkv_tensor_free(reqs[i]->t);
+            free(reqs[i]->t);
+        }
+        free(reqs[i]);
+    }
+    cli_unlock(c);
+}
+
+/* Waits for every request in reqs[0..n) or the deadline. Returns the first
+ * error (described in c->err). The caller reads results, then releases. */
+static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n,
+                         uint64_t timeout_ms, const char *what)
+{
+    uint64_t deadline = c->port->ops->now_ns(c->port) + timeout_ms * 1000000ull;
+    int rc = 0;
+    cli_lock(c);
+    for (size_t i = 0; i < n; i++) {
+        while (!reqs[i]->done) {
+            uint64_t now = c->port->ops->now_ns(c->port);
+            if (now >= deadline)
+                break;
+            c->port->ops->cond_wait(c->cv, c->mu, deadline - now);
+        }
+    }
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct cli_req *r = reqs[i];
+        int st = r->done ? r->status : -RKV_ETIMEDOUT;
+        if (st == 0)
+            continue;
+        rc = st;
+        uint32_t sid = r->srv ? r->srv->id : 0;
+        if (r->done && r->text[0])
+            rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s", what, sid, r->text);
+        else
+            rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s after %llu ms", what, sid,
+                     rkv_strerror(st), (unsigned long long)timeout_ms);
+    }
+    cli_unlock(c);
+    return rc;
+}
+
+static int cli_wait(struct rkv_client *c, struct cli_req **reqs, size_t n, uint64_t timeout_ms,
+                    const char *what)
+{
+    int rc = cli_wait_keep(c, reqs, n, timeout_ms, what);
+    cli_release(c, reqs, n);
+    return rc;
+}
+
+/* ---- engine callbacks (progress task) ---- */
+
+static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct rkv_msg *m)
+{
+    switch (m->h.type) {
+    case RKV_MSG_HELLO_REPLY:
+        r->u32 = m->u.hello_reply.client_id;
+        if (m->u.hello_reply.rx_depth != c->cfg.rx_depth)
+            return cli_req_finish(c, r, -RKV_ECONFIG, "server uses another rx_depth");
+        break;
+    case RKV_MSG_INIT_REPLY:
+        r->u32 = m->h.tensor_id;
+        break;
+    case RKV_MSG_META_REPLY: {
+        struct rkv_tensor *t = calloc(1, sizeof(*t));
+        char why[128];
+        int rc = t ? rkv_tensor_from_wire(&m->u.tensor.t, m->u.tensor.book, c->cfg.n_machines,
+                                          m->h.tensor_id, t, why, sizeof(why))
+                   : -RKV_ENOMEM;
+        if (rc < 0) {
+            free(t);
+            return cli_req_finish(c, r, rc, t ? why : "out of memory");
+        }
+        r->t = t;
+        break;
+    }
+    case RKV_MSG_PULL_REPLY:
+        if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
+            return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
+        for (uint32_t i = 0; i < r->count; i++)
+            memcpy(r->out + (size_t)r->pos[i] * r->row_bytes,
+                   m->u.rows + (size_t)i * r->row_bytes, r->row_bytes);
+        break;
+    case RKV_MSG_ERROR:
+        return cli_req_finish(c, r, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
+                              m->u.error.text);
+    default:
+        break;
+    }
+    cli_req_finish(c, r, 0, NULL);
+}
+
+static void cli_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    struct rkv_client *c = user;
+    (void)peer;
+    cli_lock(c);
+    struct cli_req *r = cli_req_find(c, m->h.req_id);
+    if (r && !r->done)
+        cli_on_reply(c, r, m);
+    else
+        RKV_LOGD(c->port, "dropping a late or unknown %s (req %llu)",
+                 rkv_msg_type_name(m->h.type), (unsigned long long)m->h.req_id);
+    cli_unlock(c);
+}
+
+static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
+{
+    struct rkv_client *c = user;
+    struct cli_server *srv = rkv_peer_user(peer);
+    if (up || !srv)
+        return;
+    cli_lock(c);
+    srv->dead = 1;
+    for (struct cli_req *r = c->reqs; r; r = r->next)
+        if (r->srv == srv && !r->done)
+            cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
+    cli_unlock(c);
+    RKV_LOGW(c->port, "lost the connection to server %u", srv->id);
+}
+
+/* ---- sending ---- */
+
+static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *what)
+{
+    return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what,
+                    srv->id);
+}
+
+/* Sends a header-only or small message built by enc into a fresh request. */
+static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct rkv_hdr *h,
+                           const struct rkv_msg *body, struct cli_req **req_p, const char *what)
+{
+    if (srv->dead)
+        return cli_dead(c, srv, what);
+    struct cli_req *r = cli_req_new(c, srv);
+    struct rkv_tx *tx;
+    if (!r || rkv_engine_tx_alloc(c->eng, c->cfg.ctrl_buf_bytes, &tx) < 0) {
+        free(r);
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "%s: out of memory", what);
+    }
+    h->req_id = r->id;
+    h->sender = RKV_CLIENT_NODE_BASE + c->id;
+    void *buf = rkv_engine_tx_buf(tx);
+    size_t len;
+    if (h->type == RKV_MSG_HELLO)
+        len = rkv_proto_enc_hello(buf, h, body->u.hello.machine_id, body->u.hello.want_id,
+                                  body->u.hello.nonce);
+    else if (h->type == RKV_MSG_META)
+        len = rkv_proto_enc_meta(buf, h, body->u.name);
+    else
+        len = rkv_proto_enc_empty(buf, h);
+    *req_p = r;
+    return rkv_engine_send(c->eng, srv->peer, tx, len);
+}
+
+static int cli_connect(struct rkv_client *c, struct cli_server *srv)
+{
+    const struct rkv_machine *mc = &c->cfg.machines[srv->machine];
+    uint16_t port = (uint16_t)(mc->base_port + (srv->id - rkv_cfg_server_id(&c->cfg, srv->machine, 0)));
+    uint64_t deadline = c->port->ops->now_ns(c->port) + c->cfg.connect_retry_ms * 1000000ull;
+    int rc;
+    /* Servers may start after their clients: retry refused connects. */
+    while ((rc = rkv_engine_connect(c->eng, mc->host, port, c->cfg.timeout_ms, &srv->peer)) < 0) {
+        if (c->port->ops->now_ns(c->port) >= deadline)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "cannot connect to server %u at %s:%u within %u ms: %s", srv->id,
+                            mc->host, port, c->cfg.connect_retry_ms, rkv_strerror(rc));
+        c->port->ops->sleep_ns(c->port, CLI_CONNECT_POLL_NS);
+    }
+    rkv_peer_set_user(srv->peer, srv);
+    return 0;
+}
+
+static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms)
+{
+    int rc = cli_connect(c, srv);
+    if (rc < 0)
+        return rc;
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO};
+    struct rkv_msg body = {.u.hello = {.machine_id = c->cfg.machine_id, .want_id = want,
+                                       .nonce = rkv_rng_next(&c->port->rng)}};
+    struct cli_req *r;
+    if ((rc = cli_send_simple(c, srv, &h, &body, &r, "hello")) < 0)
+        return rc;
+    rc = cli_wait_keep(c, &r, 1, wait_ms, "hello");
+    uint32_t got = r->u32;
+    cli_release(c, &r, 1);
+    if (rc < 0)
+        return rc;
+    if (got == RKV_ID_NONE || (want != RKV_ID_NONE && got != want))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EPROTO, "hello: bad id from server %u",
+                        srv->id);
+    c->id = got;
+    return 0;
+}
+
+/* ---- tensors ---- */
+
+static struct rkv_tensor *cli_find_name(struct rkv_client *c, const char *name)
+{
+    for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++)
+        if (c->tensors[i] && strcmp(c->tensors[i]->meta.name, name) == 0)
+            return c->tensors[i];
+    return NULL;
+}
+
+/* Maps this machine's segment so co-located rows bypass the network. */
+static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
+{
+    char name[96];
+    uint32_t m = c->cfg.machine_id;
+    rkv_shard_name(name, sizeof(name), c->cfg.shm_prefix, m, t->meta.id);
+    int rc = rkv_shard_map(c->port, name, rkv_pbook_local_rows(&t->pb, m), t->row_bytes,
+                           t->meta.with_state, 0, &t->shard, c->err, sizeof(c->err));
+    if (rc == 0)
+        t->mapped = 1;
+    return rc;
+}
+
+static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor **t_p)
+{
+    if (!name || !name[0] || strlen(name) > RKV_NAME_MAX)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "tensor name empty or too long");
+    struct rkv_tensor *t = cli_find_name(c, name);
+    if (t) {
+        *t_p = t;
+        return 0;
+    }
+    struct rkv_hdr h = {.type = RKV_MSG_META};
+    struct rkv_msg body;
+    snprintf(body.u.name, sizeof(body.u.name), "%s", name);
+    struct cli_req *r;
+    int rc = cli_send_simple(c, &c->servers[0], &h, &body, &r, "meta");
+    if (rc < 0)
+        return rc;
+    rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "meta");
+    t = r->t;
+    r->t = NULL;
+    cli_release(c, &r, 1);
+    if (rc < 0)
+        return rc;
+    assert(t && t->meta.id >= 1 && t->meta.id <= RKV_MAX_TENSORS);
+    uint32_t id = t->meta.id;
+    if (c->tensors[id]) { /* looked up twice: keep the first */
+        rkv_tensor_free(t);
+        free(t);
+        *t_p = c->tensors[id];
+        return 0;
+    }
+    if (rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0 && (rc = cli_map_local(c, t)) < 0) {
+        rkv_tensor_free(t);
+        free(t);
+        return rc;
+    }
+    c->tensors[t->meta.id] = t;
+    *t_p = t;
+    return 0;
+}
+
+/* ---- init ---- */
+
+static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t phase,
+                         uint32_t id, const struct rkv_wire_tensor *w, const uint32_t *book,
+                         struct cli_req **req_p)
+{
+    if (srv->dead)
+        return cli_dead(c, srv, "init_data");
+    size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w->book_len * 4;
+    struct cli_req *r = cli_req_new(c, srv);
+    struct rkv_tx *tx;
+    int rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
+    if (rc < 0) {
+        if (r)
+            cli_release(c, &r, 1);
+        return rkv_errf(c->err, sizeof(c->err), rc, "init_data: tensor description of %zu "
+                        "bytes: %s", len, rkv_strerror(rc));
+    }
+    struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = r->id, .tensor_id = id, .op = phase,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id};
+    len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, w, book);
+    *req_p = r;
+    return rkv_engine_send(c->eng, srv->peer, tx, len);
+}
+
+/* Runs one INIT phase on the servers selected by want_first (1: the first
+ * server of each machine other than 0; 0: every other non-first server). */
+static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
+                          const struct rkv_wire_tensor *w, const uint32_t *book)
+{
+    struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
+    if (!reqs)
+        return -RKV_ENOMEM;
+    size_t n = 0;
+    int rc = 0;
+    for (uint32_t i = 1; i < c->n_servers && rc == 0; i++) {
+        struct cli_server *srv = &c->servers[i];
+        int first = srv->id == rkv_cfg_server_id(&c->cfg, srv->machine, 0);
+        if (first != (phase == 1))
+            continue;
+        rc = cli_send_init(c, srv, phase, id, w, book, &reqs[n]);
+        if (reqs[n])
+            n++;
+    }
+    int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "init_data");
+    free(reqs);
+    return rc < 0 ? rc : wrc;
+}
+
+int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+{
+    struct rkv_tensor probe;
+    struct rkv_wire_tensor w;
+    struct rkv_tensor_meta m = {.dtype = d->dtype, .rows = d->rows, .row_len = d->row_len,
+                                .policy = d->policy, .with_state = !!d->with_state};
+    if (!memchr(d->name, 0, sizeof(d->name)) || !d->name[0])
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "init_data: empty or unterminated "
+                        "name");
+    memcpy(m.name, d->name, sizeof(m.name));
+    rkv_tensor_to_wire(&m, d, &w);
+    /* Validate locally first so that a bad description costs no round trip. */
+    int rc = rkv_tensor_from_wire(&w, d->book, c->cfg.n_machines, 1, &probe, c->err,
+                                  sizeof(c->err));
+    if (rc < 0)
+        return rc;
+    rkv_tensor_free(&probe);
+    struct cli_req *r;
+    if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d->book, &r)) < 0)
+        return rc;
+    rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
+    uint32_t id = r->u32;
+    cli_release(c, &r, 1);
+    if (rc < 0)
+        return rc;
+    if ((rc = cli_init_phase(c, 1, id, &w, d->book)) < 0)
+        return rc;
+    if ((rc = cli_init_phase(c, 2, id, &w, d->book)) < 0)
+        return rc;
+    struct rkv_hdr h = {.type = RKV_MSG_INIT};
+    (void)h;
+    if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d->book, &r)) < 0)
+        return rc;
+    return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
+}
+
+int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+{
+    struct rkv_tensor *t;
+    int rc = cli_tensor(c, name, &t);
+    if (rc < 0)
+        return rc;
+    *meta_p = t->meta;
+    return 0;
+}
+
+/* ---- push / pull ---- */
+
+/* Rows of one request grouped by machine: order[] lists request positions
+ * machine by machine, start[m]..start[m+1] is machine m's range. */
+struct cli_groups {
+    uint32_t *order;
+    uint32_t *start; /* n_machines + 1 */
+};
+
+static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uint64_t *ids,
+                     size_t n, struct cli_groups *g)
+{
+    uint32_t M = c->cfg.n_machines;
+    g->order = malloc(n * sizeof(*g->order));
+    g->start = calloc((size_t)M + 1, sizeof(*g->start));
+    uint32_t *mach = malloc(n * sizeof(*mach));
+    if (!g->order || !g->start || !mach) {
+        free(mach);
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] >= t->meta.rows) {
+            free(mach);
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ERANGE,
+                            "tensor '%s': row id %llu at position %zu out of range (rows %llu)",
+                            t->meta.name, (unsigned long long)ids[i], i,
+                            (unsigned long long)t->meta.rows);
+        }
+        mach[i] = rkv_pbook_machine(&t->pb, ids[i]);
+        g->start[mach[i] + 1]++;
+    }
+    for (uint32_t m = 0; m < M; m++)
+        g->start[m + 1] += g->start[m];
+    uint32_t *fill = calloc(M, sizeof(*fill));
+    if (!fill) {
+        free(mach);
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        g->order[g->start[mach[i]] + fill[mach[i]]++] = (uint32_t)i;
+    free(fill);
+    free(mach);
+    return 0;
+}
+
+static void cli_groups_free(struct cli_groups *g)
+{
+    free(g->order);
+    free(g->start);
+}
+
+/* Spreads a machine's load over its servers, as DGL does. */
+static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
+{
+    uint32_t first = rkv_cfg_server_id(&c->cfg, machine, 0);
+    uint32_t k = (uint32_t)rkv_rng_below(&c->port->rng, c->cfg.machines[machine].servers);
+    return &c->servers[first + k];
+}
+
+static int cli_check_size(struct rkv_client *c, const struct rkv_tensor *t, size_t n)
+{
+    if (n == 0 || n > UINT32_MAX)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "need 1..2^32-1 ids, got %zu", n);
+    (void)t;
+    return 0;
+}
+
+static int cli_push_remote(struct rkv_client *c, const struct rkv_tensor *t, struct cli_server *srv,
+                           const uint64_t *ids, const uint8_t *rows, const uint32_t *pos,
+                           uint32_t cnt, int op, double param, struct cli_req **req_p)
+{
+    if (srv->dead)
+        return cli_dead(c, srv, "push");
+    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+    struct cli_req *r = cli_req_new(c, srv);
+    struct rkv_tx *tx;
+    int rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
+    if (rc < 0) {
+        if (r)
+            cli_release(c, &r, 1);
+        return rkv_errf(c->err, sizeof(c->err), rc, "push: %llu-byte message: %s (max_slot_bytes "
+                        "%llu)", (unsigned long long)len, rkv_strerror(rc),
+                        (unsigned long long)c->cfg.max_slot_bytes);
+    }
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH, .req_id = r->id, .tensor_id = t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id, .count = cnt,
+                        .row_bytes = (uint32_t)t->row_bytes, .op = (uint16_t)op, .param = param};
+    rkv_proto_enc_push(buf, &h, NULL, NULL);
+    uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
+    uint8_t *wrows = buf + RKV_PROTO_HDR_BYTES + (size_t)cnt * 8;
+    for (uint32_t i = 0; i < cnt; i++) {
+        wids[i] = ids[pos[i]];
+        memcpy(wrows + (size_t)i * t->row_bytes, rows + (size_t)pos[i] * t->row_bytes,
+               t->row_bytes);
+    }
+    *req_p = r;
+    return rkv_engine_send(c->eng, srv->peer, tx, (size_t)len);
+}
+
+/* Local rows go straight into the shard; remote ones are in flight. */
+static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint64_t *ids,
+                          const uint8_t *rows, const uint32_t *pos, uint32_t cnt, int op,
+                          double param)
+{
+    int rc = rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL);
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s: %s",
+                        t->meta.name, op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+    for (uint32_t i = 0; i < cnt; i++)
+        rkv_shard_push(&t->shard, t, &c->ht, op, param, &ids[pos[i]], 1,
+                       rows + (size_t)pos[i] * t->row_bytes);
+    return 0;
+}
+
+int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                    const void *rows, int op, double param)
+{
+    struct rkv_tensor *t;
+    struct cli_groups g = {0};
+    int rc = cli_tensor(c, name, &t);
+    if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
+        return rc;
+    if (op < 0 || op >= RKV_OP_MAX)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
+    if ((rc = cli_group(c, t, ids, n, &g)) < 0)
+        goto free_groups;
+    struct cli_req *reqs[RKV_MAX_MACHINES];
+    size_t nreq = 0;
+    uint32_t local = c->cfg.machine_id;
+    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
+        uint32_t cnt = g.start[m + 1] - g.start[m];
+        if (cnt == 0 || (m == local && t->mapped))
+            continue;
+        reqs[nreq] = NULL;
+        rc = cli_push_remote(c, t, cli_pick(c, m), ids, rows, g.order + g.start[m], cnt, op, param,
+                             &reqs[nreq]);
+        if (reqs[nreq])
+            nreq++;
+    }
+    uint32_t lcnt = g.start[local + 1] - g.start[local];
+    if (rc == 0 && t->mapped && lcnt > 0)
+        rc = cli_push_local(c, t, ids, rows, g.order + g.start[local], lcnt, op, param);
+    int wrc = cli_wait(c, reqs, nreq, c->cfg.timeout_ms, "push");
+    if (rc == 0)
+        rc = wrc;
+free_groups:
+    cli_groups_free(&g);
+    return rc;
+}
+
+/* The slot a server writes this tensor's pull replies into. It is reused
+ * while requests complete; after a timeout it is abandoned (a late reply
+ * could still land in it) and a fresh one is made. */
+static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint32_t tensor, uint64_t need,
+                     struct cli_pslot **ps_p)
+{
+    struct cli_pslot *ps = NULL;
+    for (uint32_t i = 0; i < srv->n_pslots; i++)
+        if (srv->pslots[i].tensor == tensor)
+            ps = &srv->pslots[i];
+    if (ps && ps->d.cap >= need) {
+        *ps_p = ps;
+        return 0;
+    }
+    if (!ps) {
+        struct cli_pslot *n = realloc(srv->pslots, (srv->n_pslots + 1) * sizeof(*n));
+        if (!n)
+            return -RKV_ENOMEM;
+        srv->pslots = n;
+        ps = &n[srv->n_pslots++];
+        ps->tensor = tensor;
+    } else {
+        rkv_engine_slot_free(c->eng, srv->peer, ps->d.slot);
+    }
+    int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &ps->d);
+    if (rc < 0) {
+        ps->tensor = 0; /* no usable slot: forget the entry */
+        return rkv_errf(c->err, sizeof(c->err), rc, "pull: no %llu-byte reply slot: %s",
+                        (unsigned long long)need, rkv_strerror(rc));
+    }
+    *ps_p = ps;
+    return 0;
+}
+
+static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t,
+                           struct cli_server *srv, const uint64_t *ids, uint8_t *out,
+                           const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
+{
+    if (srv->dead)
+        return cli_dead(c, srv, "pull");
+    struct cli_pslot *ps;
+    uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
+    int rc = cli_pslot(c, srv, t->meta.id, need, &ps);
+    if (rc < 0)
+        return rc;
+    uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
+    struct cli_req *r = cli_req_new(c, srv);
+    struct rkv_tx *tx;
+    rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
+    if (rc < 0) {
+        if (r)
+            cli_release(c, &r, 1);
+        return rkv_errf(c->err, sizeof(c->err), rc, "pull: %s", rkv_strerror(rc));
+    }
+    r->out = out;
+    r->pos = pos;
+    r->count = cnt;
+    r->row_bytes = t->row_bytes;
+    r->u32 = (uint32_t)(ps - srv->pslots);
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PULL, .req_id = r->id, .tensor_id = t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id, .count = cnt,
+                        .row_bytes = (uint32_t)t->row_bytes};
+    rkv_proto_enc_pull(buf, &h, &ps->d, NULL);
+    uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES);
+    for (uint32_t i = 0; i < cnt; i++)
+        wids[i] = ids[pos[i]];
+    *req_p = r;
+    return rkv_engine_send(c->eng, srv->peer, tx, (size_t)len);
+}
+
+/* After a timed-out pull the server may still write into its slot. */
+static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n)
+{
+    cli_lock(c);
+    for (size_t i = 0; i < n; i++)
+        if (!reqs[i]->done && reqs[i]->srv)
+            reqs[i]->srv->pslots[reqs[i]->u32].tensor = 0;
+    cli_unlock(c);
+}
+
+int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                    void *rows_out)
+{
+    struct rkv_tensor *t;
+    struct cli_groups g = {0};
+    int rc = cli_tensor(c, name, &t);
+    if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
+        return rc;
+    if ((rc = cli_group(c, t, ids, n, &g)) < 0)
+        goto free_groups;
+    struct cli_req *reqs[RKV_MAX_MACHINES];
+    size_t nreq = 0;
+    uint32_t local = c->cfg.machine_id;
+    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
+        uint32_t cnt = g.start[m + 1] - g.start[m];
+        if (cnt == 0 || (m == local && t->mapped))
+            continue;
+        reqs[nreq] = NULL;
+        rc = cli_pull_remote(c, t, cli_pick(c, m), ids, rows_out, g.order + g.start[m], cnt,
+                             &reqs[nreq]);
+        if (reqs[nreq])
+            nreq++;
+    }
+    if (rc == 0 && t->mapped) {
+        for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
+            uint32_t p = g.order[i];
+            rkv_shard_pull_row(&t->shard, t, ids[p], (uint8_t *)rows_out + (size_t)p * t->row_bytes);
+        }
+    }
+    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "pull");
+    if (wrc == -RKV_ETIMEDOUT)
+        cli_abandon_slots(c, reqs, nreq);
+    cli_release(c, reqs, nreq);
+    if (rc == 0)
+        rc = wrc;
+free_groups:
+    cli_groups_free(&g);
+    return rc;
+}
+
+/* ---- barrier, shutdown ---- */
+
+int rkv_client_barrier(struct rkv_client *c)
+{
+    struct rkv_hdr h = {.type = RKV_MSG_BARRIER};
+    struct cli_req *r;
+    int rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "barrier");
+    if (rc < 0)
+        return rc;
+    return cli_wait(c, &r, 1, c->cfg.timeout_ms, "barrier");
+}
+
+int rkv_client_shutdown_servers(struct rkv_client *c)
+{
+    struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
+    if (!reqs)
+        return -RKV_ENOMEM;
+    size_t n = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i < c->n_servers; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
+        if (c->servers[i].dead)
+            continue; /* nothing left to stop */
+        int src = cli_send_simple(c, &c->servers[i], &h, NULL, &reqs[n], "shutdown");
+        if (src == 0)
+            n++;
+        else if (rc == 0)
+            rc = src;
+    }
+    int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "shutdown");
+    free(reqs);
+    return rc < 0 ? rc : wrc;
+}
+
+/* ---- life cycle ---- */
+
+static int cli_join(struct rkv_client *c)
+{
+    for (uint32_t m = 0, k = 0; m < c->cfg.n_machines; m++)
+        for (uint32_t l = 0; l < c->cfg.machines[m].servers; l++, k++)
+            c->servers[k] = (struct cli_server){.id = k, .machine = m};
+    /* Server 0 answers once every worker said hello: wait for the slowest. */
+    uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
+    int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
+    for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
+        rc = cli_hello(c, &c->servers[i], c->id, c->cfg.timeout_ms);
+    return rc;
+}
+
+int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         struct rkv_client **cli_p, char *err, size_t err_len)
+{
+    int rc = rkv_cfg_check(cfg, err, err_len);
+    if (rc < 0)
+        return rc;
+    struct rkv_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    c->cfg = *cfg;
+    c->port = port;
+    c->nic = nic;
+    c->n_servers = rkv_cfg_n_servers(cfg);
+    c->machines = calloc(cfg->n_machines, sizeof(*c->machines));
+    c->servers = calloc(c->n_servers, sizeof(*c->servers));
+    rc = -RKV_ENOMEM;
+    if (!c->machines || !c->servers)
+        goto free_client;
+    memcpy(c->machines, cfg->machines, cfg->n_machines * sizeof(*c->machines));
+    c->cfg.machines = c->machines;
+    if ((rc = port->ops->mutex_create(port, &c->mu)) < 0)
+        goto free_client;
+    if ((rc = port->ops->cond_create(port, &c->cv)) < 0)
+        goto destroy_mutex;
+    struct rkv_engine_cfg ec;
+    rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE, &ec);
+    rc = rkv_engine_create(port, nic, &ec, cli_on_msg, cli_on_peer, c, &c->eng, err, err_len);
+    if (rc < 0)
+        goto destroy_cond;
+    if ((rc = rkv_engine_start(c->eng)) < 0)
+        goto destroy_engine;
+    if ((rc = cli_join(c)) < 0) {
+        rkv_errf(err, err_len, rc, "%s", c->err);
+        goto destroy_engine;
+    }
+    RKV_LOGI(port, "client %u joined %u servers", c->id, c->n_servers);
+    *cli_p = c;
+    return 0;
+destroy_engine:
+    rkv_engine_destroy(c->eng);
+destroy_cond:
+    port->ops->cond_destroy(c->cv);
+destroy_mutex:
+    port->ops->mutex_destroy(c->mu);
+free_client:
+    free(c->machines);
+    free(c->servers);
+    free(c);
+    if (rc == -RKV_ENOMEM)
+        rkv_errf(err, err_len, rc, "out of memory");
+    return rc;
+}
+
+int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                      size_t err_len)
+{
+    const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
+    if (!ops)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in",
+                        cfg->backend);
+    struct rkv_port *port;
+    int rc = rkv_port_posix_create("w", cfg->log_level, cfg->seed ^ (uint64_t)(uintptr_t)&rc,
+                                   &port);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "cannot create the OS port");
+    struct rkv_nic *nic;
+    if ((rc = ops->open(port, NULL, &nic)) < 0) {
+        rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
+        goto destroy_port;
+    }
+    if ((rc = rkv_client_create_on(port, nic, cfg, cli_p, err, err_len)) < 0)
+        goto close_nic;
+    (*cli_p)->own_port_nic = 1;
+    snprintf(port->node, sizeof(port->node), "w%u", (*cli_p)->id);
+    return 0;
+close_nic:
+    nic->ops->close(nic);
+destroy_port:
+    port->ops->destroy(port);
+    return rc;
+}
+
+uint32_t rkv_client_id(const struct rkv_client *c)
+{
+    return c->id;
+}
+
+int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
+{
+    return rkv_handler_register(&c->ht, op, fn, user);
+}
+
+const char *rkv_client_errmsg(const struct rkv_client *c)
+{
+    return c->err;
+}
+
+void rkv_client_destroy(struct rkv_client *c)
+{
+    if (!c)
+        return;
+    rkv_engine_destroy(c->eng);
+    for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
+        if (c->tensors[i]) {
+            rkv_tensor_free(c->tensors[i]);
+            free(c->tensors[i]);
+        }
+    }
+    while (c->reqs) {
+        struct cli_req *r = c->reqs;
+        c->reqs = r->next;
+        free(r);
+    }
+    for (uint32_t i = 0; i < c->n_servers; i++)
+        free(c->servers[i].pslots);
+    c->port->ops->cond_destroy(c->cv);
+    c->port->ops->mutex_destroy(c->mu);
+    if (c->own_port_nic) {
+        c->nic->ops->close(c->nic);
+        c->port->ops->destroy(c->port);
+    }
+    free(c->machines);
+    free(c->servers);
+    free(c);
+}

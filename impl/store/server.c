@@ -1,0 +1,518 @@
+/* A server: serves its machine's shard to remote clients. Every callback
+ * runs on the engine's progress task, so server state needs no lock; only
+ * the stop flag is shared with the thread in rkv_server_run(). */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nic/nic.h"
+#include "store/server_int.h"
+#include "util/util.h"
+
+struct srv_hello {
+    struct rkv_peer *peer;
+    uint32_t machine;
+    uint64_t nonce;
+    uint64_t req_id;
+};
+
+struct srv_waiter {
+    struct rkv_peer *peer;
+    uint64_t req_id;
+};
+
+struct rkv_server {
+    struct rkv_config cfg;
+    struct rkv_machine *machines; /* owned copy of cfg.machines */
+    uint32_t local_id, server_id, n_servers;
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    int own_port_nic;
+    struct rkv_engine *eng;
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    int stop;
+    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1]; /* by id, 1-based */
+    uint32_t n_tensors;
+    struct rkv_handler_table ht;
+    struct srv_hello *hellos; /* server 0: clients waiting for an id */
+    uint32_t n_hellos;
+    struct srv_waiter *barrier; /* server 0: clients inside the barrier */
+    uint32_t n_barrier;
+    uint64_t n_msgs;
+    char err[256];
+};
+
+static void srv_reply(struct rkv_server *s, struct rkv_peer *peer, struct rkv_hdr *h,
+                      const char *text)
+{
+    struct rkv_tx *tx;
+    if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
+        return;
+    h->sender = s->server_id;
+    size_t len = text ? rkv_proto_enc_error(rkv_engine_tx_buf(tx), h, text)
+                      : rkv_proto_enc_empty(rkv_engine_tx_buf(tx), h);
+    rkv_engine_send(s->eng, peer, tx, len);
+}
+
+static void srv_status(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m,
+                       int type, int rc, const char *why)
+{
+    struct rkv_hdr h = {.req_id = m->h.req_id, .tensor_id = m->h.tensor_id, .status = rc};
+    if (rc < 0) {
+        h.type = RKV_MSG_ERROR;
+        RKV_LOGD(s->port, "rejecting %s: %s", rkv_msg_type_name(m->h.type), why);
+        srv_reply(s, peer, &h, why ? why : rkv_strerror(rc));
+        return;
+    }
+    h.type = (uint8_t)type;
+    srv_reply(s, peer, &h, NULL);
+}
+
+/* ---- HELLO: server 0 hands out client ids once every worker arrived ---- */
+
+static int srv_hello_cmp(const void *a, const void *b)
+{
+    const struct srv_hello *x = a, *y = b;
+    if (x->machine != y->machine)
+        return x->machine < y->machine ? -1 : 1;
+    return x->nonce < y->nonce ? -1 : x->nonce > y->nonce;
+}
+
+static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_t req,
+                            uint32_t id)
+{
+    struct rkv_tx *tx;
+    if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
+        return;
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO_REPLY, .req_id = req, .sender = s->server_id};
+    size_t len = rkv_proto_enc_hello_reply(rkv_engine_tx_buf(tx), &h, id, s->cfg.n_workers,
+                                           s->cfg.rx_depth, s->n_servers);
+    rkv_engine_send(s->eng, peer, tx, len);
+}
+
+static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    if (m->u.hello.want_id != RKV_ID_NONE) {
+        if (m->u.hello.want_id >= s->cfg.n_workers)
+            return srv_status(s, peer, m, 0, -RKV_EINVAL, "client id out of range");
+        return srv_hello_reply(s, peer, m->h.req_id, m->u.hello.want_id);
+    }
+    if (s->server_id != 0)
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, "only server 0 assigns client ids");
+    if (s->n_hellos >= s->cfg.n_workers)
+        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more clients than n_workers joined");
+    s->hellos[s->n_hellos++] = (struct srv_hello){
+        .peer = peer, .machine = m->u.hello.machine_id, .nonce = m->u.hello.nonce,
+        .req_id = m->h.req_id};
+    if (s->n_hellos < s->cfg.n_workers)
+        return;
+    /* Ids ordered by (machine, nonce) so that co-located clients are adjacent. */
+    qsort(s->hellos, s->n_hellos, sizeof(*s->hellos), srv_hello_cmp);
+    for (uint32_t i = 0; i < s->n_hellos; i++)
+        srv_hello_reply(s, s->hellos[i].peer, s->hellos[i].req_id, i);
+    RKV_LOGI(s->port, "all %u clients joined; ids assigned", s->n_hellos);
+}
+
+/* ---- tensors ---- */
+
+static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
+{
+    for (uint32_t i = 1; i <= s->n_tensors; i++)
+        if (s->tensors[i] && strcmp(s->tensors[i]->meta.name, name) == 0)
+            return s->tensors[i];
+    return NULL;
+}
+
+static int srv_same(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
+                    const uint32_t *book)
+{
+    if (t->meta.dtype != (enum rkv_dtype)w->dtype || t->meta.rows != w->rows ||
+        t->meta.row_len != w->row_len || t->meta.policy != (enum rkv_policy)w->policy ||
+        t->meta.with_state != (int)w->with_state)
+        return 0;
+    if (t->meta.policy == RKV_PART_EXPLICIT)
+        return memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) == 0;
+    return 1;
+}
+
+/* Makes (create=1) or attaches to this machine's segment of tensor t. */
+static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
+{
+    char name[96];
+    uint32_t mach = s->cfg.machine_id;
+    rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, mach, t->meta.id);
+    /* A segment left by a crashed earlier run of this cluster is stale. */
+    if (create)
+        s->port->ops->shm_unlink(s->port, name);
+    int rc = rkv_shard_map(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
+                           t->meta.with_state, create, &t->shard, s->err, sizeof(s->err));
+    if (rc < 0)
+        return rc;
+    t->mapped = 1;
+    if (create)
+        rkv_shard_init_values(&t->shard, t, mach);
+    return 0;
+}
+
+/* INIT phases, driven by the client that calls rkv_client_init_data():
+ * op 0 at server 0 (assign an id; create machine 0's segment), op 1 at the
+ * first server of every other machine (create), op 2 at the rest (attach),
+ * op 3 at server 0 (visible to META from now on). */
+static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32_t *id_p)
+{
+    const struct rkv_wire_tensor *w = &m->u.tensor.t;
+    uint32_t op = m->h.op;
+    struct rkv_tensor *t = srv_find_name(s, w->name);
+    if (op == 3) {
+        if (!t || t->meta.id != m->h.tensor_id)
+            return rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "commit of unknown tensor");
+        t->ready = 1;
+        *id_p = t->meta.id;
+        return 0;
+    }
+    if (t) {
+        if (!srv_same(t, w, m->u.tensor.book))
+            return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
+                            "tensor '%s' exists with another description", w->name);
+        *id_p = t->meta.id;
+        return 0;
+    }
+    uint32_t id = op == 0 ? s->n_tensors + 1 : m->h.tensor_id;
+    if ((op == 0) != (s->server_id == 0) || op > 2 || id == 0 || id > RKV_MAX_TENSORS ||
+        s->tensors[id])
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op,
+                        id);
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return -RKV_ENOMEM;
+    int rc = rkv_tensor_from_wire(w, m->u.tensor.book, s->cfg.n_machines, id, t, s->err,
+                                  sizeof(s->err));
+    if (rc == 0)
+        rc = srv_map(s, t, op != 2);
+    if (rc < 0) {
+        rkv_tensor_free(t);
+        free(t);
+        return rc;
+    }
+    s->tensors[id] = t;
+    if (id > s->n_tensors)
+        s->n_tensors = id;
+    *id_p = id;
+    return 0;
+}
+
+static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    uint32_t id = 0;
+    int rc = srv_init_tensor(s, m, &id);
+    struct rkv_msg r = *m;
+    r.h.tensor_id = id;
+    srv_status(s, peer, &r, RKV_MSG_INIT_REPLY, rc, rc < 0 ? s->err : NULL);
+}
+
+static void srv_on_meta(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    struct rkv_tensor *t = srv_find_name(s, m->u.name);
+    if (!t || (s->server_id == 0 && !t->ready))
+        return srv_status(s, peer, m, 0, -RKV_ENOTENSOR, "no such tensor");
+    struct rkv_wire_tensor w;
+    struct rkv_tensor_desc d = {.init = t->init, .init_seed = t->init_seed};
+    rkv_tensor_to_wire(&t->meta, &d, &w);
+    size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w.book_len * 4;
+    struct rkv_tx *tx;
+    int rc = rkv_engine_tx_alloc(s->eng, len, &tx);
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, "META reply too large for max_slot_bytes");
+    struct rkv_hdr h = {.type = RKV_MSG_META_REPLY, .req_id = m->h.req_id,
+                        .tensor_id = t->meta.id, .sender = s->server_id};
+    len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, &w, t->pb.book);
+    rkv_engine_send(s->eng, peer, tx, len);
+}
+
+/* ---- data path ---- */
+
+static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg *m, int *rc_p)
+{
+    uint32_t id = m->h.tensor_id;
+    struct rkv_tensor *t = id >= 1 && id <= RKV_MAX_TENSORS ? s->tensors[id] : NULL;
+    if (!t) {
+        *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "unknown tensor id %u", id);
+        return NULL;
+    }
+    if (m->h.row_bytes != t->row_bytes) {
+        *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_EDTYPE,
+                         "tensor '%s': rows are %zu bytes (%u x %s), request has %u",
+                         t->meta.name, t->row_bytes, t->meta.row_len,
+                         rkv_dtype_name(t->meta.dtype), m->h.row_bytes);
+        return NULL;
+    }
+    *rc_p = 0;
+    return t;
+}
+
+static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    int rc;
+    struct rkv_tensor *t = srv_tensor(s, m, &rc);
+    if (t)
+        rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.push.ids, m->h.count, s->err,
+                                  sizeof(s->err));
+    if (rc == 0) {
+        rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+                            m->u.push.rows);
+        if (rc < 0)
+            rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s",
+                     t->meta.name, m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+    }
+    srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
+}
+
+static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    int rc;
+    struct rkv_tensor *t = srv_tensor(s, m, &rc);
+    if (t)
+        rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
+                                  sizeof(s->err));
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, s->err);
+    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)m->h.count * t->row_bytes;
+    if (len > m->u.pull.reply_to.cap)
+        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
+    struct rkv_tx *tx;
+    rc = rkv_engine_tx_alloc(s->eng, len, &tx);
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY, .req_id = m->h.req_id,
+                        .tensor_id = t->meta.id, .sender = s->server_id,
+                        .count = m->h.count, .row_bytes = (uint32_t)t->row_bytes};
+    rkv_proto_enc_pull_reply(buf, &h);
+    uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
+    for (uint32_t i = 0; i < m->h.count; i++)
+        rkv_shard_pull_row(&t->shard, t, m->u.pull.ids[i], out + (size_t)i * t->row_bytes);
+    rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
+}
+
+/* The barrier lives on server 0 only: pushes are acknowledged after they are
+ * applied, so once every client entered, everything they pushed is visible. */
+static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    if (s->server_id != 0)
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, "barriers go to server 0");
+    s->barrier[s->n_barrier++] = (struct srv_waiter){.peer = peer, .req_id = m->h.req_id};
+    if (s->n_barrier < s->cfg.n_workers)
+        return;
+    for (uint32_t i = 0; i < s->n_barrier; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_BARRIER_REPLY, .req_id = s->barrier[i].req_id};
+        srv_reply(s, s->barrier[i].peer, &h, NULL);
+    }
+    s->n_barrier = 0;
+}
+
+static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
+    s->port->ops->mutex_lock(s->mu);
+    s->stop = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+}
+
+static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    struct rkv_server *s = user;
+    s->n_msgs++;
+    switch (m->h.type) {
+    case RKV_MSG_HELLO:
+        return srv_on_hello(s, peer, m);
+    case RKV_MSG_INIT:
+        return srv_on_init(s, peer, m);
+    case RKV_MSG_META:
+        return srv_on_meta(s, peer, m);
+    case RKV_MSG_PUSH:
+        return srv_on_push(s, peer, m);
+    case RKV_MSG_PULL:
+        return srv_on_pull(s, peer, m);
+    case RKV_MSG_BARRIER:
+        return srv_on_barrier(s, peer, m);
+    case RKV_MSG_SHUTDOWN:
+        return srv_on_shutdown(s, peer, m);
+    default:
+        /* Replies and errors are never addressed to a server. */
+        RKV_LOGW(s->port, "unexpected %s from a peer; closing it", rkv_msg_type_name(m->h.type));
+        rkv_engine_drop_peer(s->eng, peer);
+    }
+}
+
+static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
+{
+    struct rkv_server *s = user;
+    if (up)
+        return;
+    /* A dead client cannot take part in a barrier any more. */
+    for (uint32_t i = 0; i < s->n_barrier; i++) {
+        if (s->barrier[i].peer == peer) {
+            s->barrier[i] = s->barrier[--s->n_barrier];
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < s->n_hellos; i++) {
+        if (s->hellos[i].peer == peer && s->n_hellos < s->cfg.n_workers) {
+            s->hellos[i] = s->hellos[--s->n_hellos];
+            break;
+        }
+    }
+    RKV_LOGI(s->port, "a peer disconnected");
+}
+
+/* ---- life cycle ---- */
+
+int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
+{
+    int rc = rkv_cfg_check(cfg, err, err_len);
+    if (rc < 0)
+        return rc;
+    const struct rkv_machine *mc = &cfg->machines[cfg->machine_id];
+    if (local_id >= mc->servers)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "server %u: machine %u has %u servers",
+                        local_id, cfg->machine_id, mc->servers);
+    struct rkv_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    s->cfg = *cfg;
+    s->port = port;
+    s->nic = nic;
+    s->local_id = local_id;
+    s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
+    s->n_servers = rkv_cfg_n_servers(cfg);
+    s->machines = calloc(cfg->n_machines, sizeof(*s->machines));
+    s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
+    s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
+    rc = -RKV_ENOMEM;
+    if (!s->machines || !s->hellos || !s->barrier)
+        goto free_server;
+    memcpy(s->machines, cfg->machines, cfg->n_machines * sizeof(*s->machines));
+    s->cfg.machines = s->machines;
+    if ((rc = port->ops->mutex_create(port, &s->mu)) < 0)
+        goto free_server;
+    if ((rc = port->ops->cond_create(port, &s->cv)) < 0)
+        goto destroy_mutex;
+    struct rkv_engine_cfg ec;
+    rkv_cfg_engine(cfg, s->server_id, &ec);
+    rc = rkv_engine_create(port, nic, &ec, srv_on_msg, srv_on_peer, s, &s->eng, err, err_len);
+    if (rc < 0)
+        goto destroy_cond;
+    uint16_t tcp_port = (uint16_t)(mc->base_port + local_id);
+    rc = rkv_engine_listen(s->eng, mc->host, tcp_port);
+    if (rc < 0) {
+        rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); is the port in use?",
+                 s->server_id, mc->host, tcp_port, rkv_strerror(rc));
+        goto destroy_engine;
+    }
+    if ((rc = rkv_engine_start(s->eng)) < 0) {
+        rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
+        goto destroy_engine;
+    }
+    RKV_LOGI(port, "server %u listening on %s:%u", s->server_id, mc->host, tcp_port);
+    *srv_p = s;
+    return 0;
+destroy_engine:
+    rkv_engine_destroy(s->eng);
+destroy_cond:
+    port->ops->cond_destroy(s->cv);
+destroy_mutex:
+    port->ops->mutex_destroy(s->mu);
+free_server:
+    free(s->machines);
+    free(s->hellos);
+    free(s->barrier);
+    free(s);
+    if (rc == -RKV_ENOMEM)
+        rkv_errf(err, err_len, rc, "out of memory");
+    return rc;
+}
+
+int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
+                      char *err, size_t err_len)
+{
+    const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
+    if (!ops)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in",
+                        cfg->backend);
+    char node[32];
+    snprintf(node, sizeof(node), "s%u.%u", cfg->machine_id, local_id);
+    struct rkv_port *port;
+    int rc = rkv_port_posix_create(node, cfg->log_level, cfg->seed, &port);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "cannot create the OS port");
+    struct rkv_nic *nic;
+    rc = ops->open(port, NULL, &nic);
+    if (rc < 0) {
+        rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
+        goto destroy_port;
+    }
+    rc = rkv_server_create_on(port, nic, cfg, local_id, srv_p, err, err_len);
+    if (rc < 0)
+        goto close_nic;
+    (*srv_p)->own_port_nic = 1;
+    return 0;
+close_nic:
+    nic->ops->close(nic);
+destroy_port:
+    port->ops->destroy(port);
+    return rc;
+}
+
+int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
+{
+    return rkv_handler_register(&s->ht, op, fn, user);
+}
+
+int rkv_server_run(struct rkv_server *s)
+{
+    s->port->ops->mutex_lock(s->mu);
+    while (!s->stop)
+        s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);
+    s->port->ops->mutex_unlock(s->mu);
+    RKV_LOGI(s->port, "server %u stopping after %llu messages", s->server_id,
+             (unsigned long long)s->n_msgs);
+    return 0;
+}
+
+const char *rkv_server_errmsg(const struct rkv_server *s)
+{
+    return s->err;
+}
+
+void rkv_server_destroy(struct rkv_server *s)
+{
+    if (!s)
+        return;
+    rkv_engine_destroy(s->eng);
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = s->tensors[i];
+        if (!t)
+            continue;
+        if (s->local_id == 0) {
+            char name[96];
+            rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
+            s->port->ops->shm_unlink(s->port, name);
+        }
+        rkv_tensor_free(t);
+        free(t);
+    }
+    s->port->ops->cond_destroy(s->cv);
+    s->port->ops->mutex_destroy(s->mu);
+    if (s->own_port_nic) {
+        s->nic->ops->close(s->nic);
+        s->port->ops->destroy(s->port);
+    }
+    free(s->machines);
+    free(s->hellos);
+    free(s->barrier);
+    free(s);
+}

@@ -1,0 +1,12 @@
+/* Entry points for backends that bring their own port and NIC (the twin). */
+#ifndef RKV_SERVER_INT_H
+#define RKV_SERVER_INT_H
+
+#include "store/store_int.h"
+
+int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len);
+int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         struct rkv_client **cli_p, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,174 @@
+/* The per-machine shard: one shared-memory segment per tensor, holding that
+ * machine's rows (and optimizer state), read and written by every server and
+ * co-located client of the machine under striped row locks. */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/store_int.h"
+#include "util/util.h"
+
+/* Bounded spinning before yielding: critical sections are one row copy. */
+#define SHARD_SPINS 64
+
+void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine, uint32_t tensor)
+{
+    snprintf(buf, len, "/%s-m%u-t%u", prefix, machine, tensor);
+}
+
+int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, size_t row_bytes,
+                  int with_state, int create, struct rkv_shard *sh, char *err, size_t err_len)
+{
+    uint64_t data_bytes, total;
+    if (!rkv_mul_ok(local_rows, row_bytes, &data_bytes) ||
+        !rkv_mul_ok(data_bytes, with_state ? 2 : 1, &total) ||
+        !rkv_add_ok(total, sizeof(struct rkv_shard_hdr), &total))
+        return rkv_errf(err, err_len, -RKV_ELIMIT, "shard %s: size overflows", name);
+    void *addr;
+    int rc = port->ops->shm_map(port, name, total, create, &addr);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "shard %s: cannot map %llu bytes (%s); check /dev/shm",
+                        name, (unsigned long long)total, rkv_strerror(rc));
+    struct rkv_shard_hdr *h = addr;
+    if (create) {
+        h->local_rows = local_rows;
+        h->row_bytes = row_bytes;
+        h->with_state = !!with_state;
+        atomic_thread_fence(memory_order_release);
+        h->magic = RKV_SHARD_MAGIC;
+    } else if (h->magic != RKV_SHARD_MAGIC || h->local_rows != local_rows ||
+               h->row_bytes != row_bytes || h->with_state != (uint64_t) !!with_state) {
+        port->ops->shm_unmap(port, addr, total);
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "shard %s exists with another shape (stale segment from an earlier run? "
+                        "remove it from /dev/shm)", name);
+    }
+    *sh = (struct rkv_shard){.port = port, .hdr = h, .map_bytes = total,
+                             .data = (uint8_t *)(h + 1), .local_rows = local_rows,
+                             .row_bytes = row_bytes};
+    sh->state = with_state ? sh->data + data_bytes : NULL;
+    return 0;
+}
+
+void rkv_shard_unmap(struct rkv_shard *sh)
+{
+    if (sh->hdr)
+        sh->port->ops->shm_unmap(sh->port, sh->hdr, sh->map_bytes);
+    memset(sh, 0, sizeof(*sh));
+}
+
+static atomic_uint *shard_lock_word(struct rkv_shard *sh, uint64_t local_row)
+{
+    return &sh->hdr->locks[rkv_mix64(local_row) % RKV_SHARD_LOCKS];
+}
+
+void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
+{
+    atomic_uint *w = shard_lock_word(sh, local_row);
+    for (unsigned spins = 0;; spins++) {
+        unsigned expect = 0;
+        if (atomic_compare_exchange_weak_explicit(w, &expect, 1, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return;
+        if (spins >= SHARD_SPINS) {
+            sh->port->ops->yield(sh->port);
+            spins = 0;
+        }
+    }
+}
+
+void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
+{
+    atomic_store_explicit(shard_lock_word(sh, local_row), 0, memory_order_release);
+}
+
+/* Deterministic per (seed, row, element), independent of partitioning. */
+static double shard_uniform(uint64_t seed, uint64_t gid, uint32_t j)
+{
+    uint64_t x = rkv_mix64(seed ^ rkv_mix64(gid * 0x9e3779b97f4a7c15ull + j));
+    return (double)(x >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+}
+
+static void shard_fill_row(uint8_t *row, const struct rkv_tensor *t, uint64_t gid)
+{
+    const struct rkv_tensor_meta *m = &t->meta;
+    for (uint32_t j = 0; j < m->row_len; j++) {
+        double v = shard_uniform(t->init_seed, gid, j);
+        switch (m->dtype) {
+        case RKV_F32:
+            ((float *)row)[j] = (float)v;
+            break;
+        case RKV_F64:
+            ((double *)row)[j] = v;
+            break;
+        case RKV_I32:
+            ((int32_t *)row)[j] = (int32_t)floor(v * 1000.0);
+            break;
+        case RKV_I64:
+            ((int64_t *)row)[j] = (int64_t)floor(v * 1000.0);
+            break;
+        }
+    }
+}
+
+void rkv_shard_init_values(struct rkv_shard *sh, const struct rkv_tensor *t, uint32_t machine)
+{
+    if (t->init != RKV_INIT_UNIFORM)
+        return; /* the segment was zero-filled at creation */
+    for (uint64_t g = 0; g < t->meta.rows; g++) {
+        if (rkv_pbook_machine(&t->pb, g) != machine)
+            continue;
+        uint64_t l = rkv_pbook_g2l(&t->pb, g);
+        assert(l < sh->local_rows);
+        shard_fill_row(sh->data + l * sh->row_bytes, t, g);
+    }
+}
+
+int rkv_tensor_check_ids(const struct rkv_tensor *t, uint32_t machine, const uint64_t *ids,
+                         size_t n, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] >= t->meta.rows)
+            return rkv_errf(err, err_len, -RKV_ERANGE,
+                            "tensor '%s': row id %llu out of range (rows %llu)", t->meta.name,
+                            (unsigned long long)ids[i], (unsigned long long)t->meta.rows);
+        uint32_t m = rkv_pbook_machine(&t->pb, ids[i]);
+        if (m != machine)
+            return rkv_errf(err, err_len, -RKV_ERANGE,
+                            "tensor '%s': row %llu belongs to machine %u, not %u", t->meta.name,
+                            (unsigned long long)ids[i], m, machine);
+    }
+    return 0;
+}
+
+int rkv_shard_push(struct rkv_shard *sh, const struct rkv_tensor *t,
+                   const struct rkv_handler_table *ht, int op, double param, const uint64_t *ids,
+                   size_t n, const uint8_t *rows)
+{
+    int rc = rkv_handler_check(ht, op, t->meta.dtype, sh->state != NULL);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t l = rkv_pbook_g2l(&t->pb, ids[i]);
+        assert(l < sh->local_rows);
+        uint8_t *row = sh->data + l * sh->row_bytes;
+        uint8_t *state = sh->state ? sh->state + l * sh->row_bytes : NULL;
+        rkv_shard_lock(sh, l);
+        rc = rkv_handler_apply(ht, op, t->meta.dtype, row, state, rows + i * sh->row_bytes,
+                               t->meta.row_len, param);
+        rkv_shard_unlock(sh, l);
+        assert(rc == 0); /* checked above */
+    }
+    return 0;
+}
+
+void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64_t gid,
+                        uint8_t *out)
+{
+    uint64_t l = rkv_pbook_g2l(&t->pb, gid);
+    assert(l < sh->local_rows);
+    rkv_shard_lock(sh, l);
+    memcpy(out, sh->data + l * sh->row_bytes, sh->row_bytes);
+    rkv_shard_unlock(sh, l);
+}

@@ -1,0 +1,119 @@
+/* Tensor descriptions on the wire, and the configuration both roles share. */
+#include <string.h>
+
+#include "store/store_int.h"
+#include "util/util.h"
+
+void rkv_tensor_to_wire(const struct rkv_tensor_meta *m, const struct rkv_tensor_desc *d,
+                        struct rkv_wire_tensor *w)
+{
+    memset(w, 0, sizeof(*w));
+    memcpy(w->name, m->name, sizeof(w->name));
+    w->dtype = m->dtype;
+    w->policy = m->policy;
+    w->row_len = m->row_len;
+    w->rows = m->rows;
+    w->with_state = (uint32_t)m->with_state;
+    w->init = d ? d->init : 0;
+    w->init_seed = d ? d->init_seed : 0;
+    w->book_len = m->policy == RKV_PART_EXPLICIT ? (uint32_t)m->rows : 0;
+}
+
+int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, uint32_t machines,
+                         uint32_t id, struct rkv_tensor *t, char *err, size_t err_len)
+{
+    memset(t, 0, sizeof(*t));
+    size_t esz = rkv_dtype_size((enum rkv_dtype)w->dtype);
+    uint64_t row_bytes;
+    if (esz == 0 || !rkv_mul_ok(esz, w->row_len, &row_bytes) ||
+        row_bytes > RKV_PROTO_MAX_ROW_BYTES)
+        return rkv_errf(err, err_len, -RKV_EDTYPE, "tensor '%s': bad dtype or row length",
+                        w->name);
+    memcpy(t->meta.name, w->name, sizeof(t->meta.name));
+    t->meta.name[RKV_NAME_MAX] = 0;
+    t->meta.id = id;
+    t->meta.dtype = (enum rkv_dtype)w->dtype;
+    t->meta.rows = w->rows;
+    t->meta.row_len = w->row_len;
+    t->meta.policy = (enum rkv_policy)w->policy;
+    t->meta.with_state = (int)w->with_state;
+    t->row_bytes = (size_t)row_bytes;
+    t->init = (enum rkv_init)w->init;
+    t->init_seed = w->init_seed;
+    return rkv_pbook_init(&t->pb, t->meta.policy, w->rows, machines, book, err, err_len);
+}
+
+void rkv_tensor_free(struct rkv_tensor *t)
+{
+    if (t->mapped)
+        rkv_shard_unmap(&t->shard);
+    rkv_pbook_free(&t->pb);
+    memset(t, 0, sizeof(*t));
+}
+
+uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg)
+{
+    uint32_t n = 0;
+    for (uint32_t m = 0; m < cfg->n_machines; m++)
+        n += cfg->machines[m].servers;
+    return n;
+}
+
+uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint32_t local)
+{
+    uint32_t n = 0;
+    for (uint32_t m = 0; m < machine; m++)
+        n += cfg->machines[m].servers;
+    return n + local;
+}
+
+void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec)
+{
+    *ec = (struct rkv_engine_cfg){.node_id = node_id,
+                                  .rx_depth = cfg->rx_depth,
+                                  .ctrl_buf_bytes = cfg->ctrl_buf_bytes,
+                                  .max_slots = cfg->push_slots,
+                                  .max_slot_bytes = cfg->max_slot_bytes};
+}
+
+int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
+{
+    if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need 1..%u machines, got %u",
+                        RKV_MAX_MACHINES, cfg->n_machines);
+    for (uint32_t m = 0; m < cfg->n_machines; m++) {
+        const struct rkv_machine *mc = &cfg->machines[m];
+        if (mc->servers == 0 || mc->servers > 256 || (uint32_t)mc->base_port + mc->servers > 65536)
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: machine %u (%s): need 1..256 servers within the port range",
+                            m, mc->host);
+    }
+    if (cfg->n_workers == 0)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
+    if (cfg->machine_id >= cfg->n_machines)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: machine id %u, but only %u machines",
+                        cfg->machine_id, cfg->n_machines);
+    if (cfg->rx_depth < 4 || cfg->ctrl_buf_bytes < 256 || cfg->push_slots < 2 ||
+        cfg->max_slot_bytes < cfg->ctrl_buf_bytes)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: need rx_depth >= 4, ctrl_buf_bytes >= 256, push_slots >= 2, "
+                        "max_slot_bytes >= ctrl_buf_bytes");
+    if (cfg->timeout_ms == 0)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
+    return 0;
+}
+
+void rkv_config_defaults(struct rkv_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    strcpy(cfg->backend, "tcp");
+    strcpy(cfg->shm_prefix, "rkv");
+    cfg->timeout_ms = 30000;
+    cfg->connect_retry_ms = 30000;
+    cfg->rx_depth = 64;
+    cfg->ctrl_buf_bytes = 8192;
+    cfg->push_slots = 64;
+    cfg->max_slot_bytes = 1ull << 30;
+    cfg->seed = 1;
+    cfg->log_level = 1;
+}
