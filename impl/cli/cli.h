@@ -1,0 +1,75 @@
+/* The rkv command line: settings (flags, env vars, ps-lite/DGL aliases,
+ * cluster files), the built-in checked workload, and the local launcher. */
+#ifndef RKV_CLI_H
+#define RKV_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rkv.h"
+
+/* Documented exit codes of the rkv binary. */
+enum rkv_exit {
+    RKV_EXIT_OK = 0,
+    RKV_EXIT_CHECK = 1,  /* a pulled value differed from the reference */
+    RKV_EXIT_USAGE = 2,  /* bad flag, env var, cluster file or setting */
+    RKV_EXIT_STORE = 3,  /* the store failed: timeout, dead peer, I/O... */
+};
+
+enum cli_key {
+    CLI_ROLE, CLI_CLUSTER, CLI_HOST, CLI_BASE_PORT, CLI_MACHINES, CLI_SERVERS_PER_MACHINE,
+    CLI_NUM_SERVERS, CLI_NUM_WORKERS, CLI_MACHINE_ID, CLI_SERVER_ID, CLI_BACKEND, CLI_TIMEOUT_MS,
+    CLI_CONNECT_RETRY_MS, CLI_RX_DEPTH, CLI_CTRL_BUF_BYTES, CLI_SLOTS, CLI_MAX_SLOT_BYTES,
+    CLI_SHM_PREFIX, CLI_SEED, CLI_LOG_LEVEL, CLI_ROWS, CLI_VALUE_BYTES, CLI_ROUNDS,
+    CLI_KEY_COUNT_
+};
+
+struct cli_settings {
+    const char *val[CLI_KEY_COUNT_];
+    const char *src[CLI_KEY_COUNT_]; /* "default", "env NAME", "flag", ... */
+    char srcbuf[CLI_KEY_COUNT_][48];
+};
+
+/* Loads defaults, then env vars (RKV_* and aliases), then flags from argv
+ * (--name=value or --name value). Unknown flags are errors. Returns 0 or -1
+ * with a message in err. */
+int cli_settings_load(struct cli_settings *s, int argc, char **argv, char *err, size_t err_len);
+void cli_settings_dump(const struct cli_settings *s, FILE *out);
+void cli_settings_help(FILE *out);
+int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char *err,
+                size_t err_len);
+
+/* Cluster file: one machine per line, "host base_port [servers]" (DGL's
+ * ip_config.txt); '#' comments. Errors name file:line and what was expected. */
+int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+                      uint32_t *n_p, char *err, size_t err_len);
+
+/* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
+int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
+                     size_t err_len);
+
+struct cli_workload {
+    uint64_t rows;        /* rows per tensor */
+    uint32_t value_bytes; /* bytes per row for the throughput phase */
+    uint32_t rounds;
+};
+
+struct cli_result {
+    uint64_t checks, errors;
+    uint64_t push_bytes, pull_bytes;
+    double push_s, pull_s;
+    double pull_lat_us_p50, pull_lat_us_p99;
+};
+
+/* The built-in workload, run by every worker: assign/sum/sgd pushes, pulls
+ * checked against an independent reference, barriers, a timed phase. */
+int cli_workload_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                     const struct cli_workload *wl, struct cli_result *res, FILE *log);
+
+int cli_cmd_server(int argc, char **argv);
+int cli_cmd_worker(int argc, char **argv);
+int cli_cmd_config(int argc, char **argv);
+int cli_cmd_demo(int argc, char **argv, const char *self);
+
+#endif

@@ -1,0 +1,155 @@
+/* rkv server / worker / config. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static int cmd_load(int argc, char **argv, struct cli_settings *s, struct rkv_config *cfg)
+{
+    char err[512];
+    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
+        cli_build_config(s, cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int cmd_wants_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+    return 0;
+}
+
+int cli_cmd_server(int argc, char **argv)
+{
+    if (cmd_wants_help(argc, argv)) {
+        printf("usage: rkv server [--server-id N | --machine-id M] [settings]\n"
+               "Runs one server until a worker shuts the store down.\n\n");
+        cli_settings_help(stdout);
+        return RKV_EXIT_OK;
+    }
+    struct cli_settings s;
+    struct rkv_config cfg;
+    int rc = cmd_load(argc, argv, &s, &cfg);
+    if (rc)
+        return rc;
+    uint32_t local = 0;
+    if (*s.val[CLI_SERVER_ID]) {
+        uint64_t sid;
+        char err[256];
+        if (cli_get_u64(&s, CLI_SERVER_ID, &sid, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rkv: %s\n", err);
+            free(cfg.machines);
+            return RKV_EXIT_USAGE;
+        }
+        uint32_t m = 0;
+        while (m < cfg.n_machines && sid >= cfg.machines[m].servers)
+            sid -= cfg.machines[m++].servers;
+        if (m == cfg.n_machines) {
+            fprintf(stderr, "rkv: server-id is larger than the cluster\n");
+            free(cfg.machines);
+            return RKV_EXIT_USAGE;
+        }
+        cfg.machine_id = m;
+        local = (uint32_t)sid;
+    }
+    struct rkv_server *srv;
+    char err[512];
+    rc = rkv_server_create(&cfg, local, &srv, err, sizeof(err));
+    free(cfg.machines);
+    if (rc < 0) {
+        fprintf(stderr, "rkv server: %s\n", err);
+        return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
+    }
+    rc = rkv_server_run(srv);
+    rkv_server_destroy(srv);
+    return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
+}
+
+static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
+{
+    uint64_t rows, vb, rounds;
+    char err[256];
+    if (cli_get_u64(s, CLI_ROWS, &rows, err, sizeof(err)) < 0 ||
+        cli_get_u64(s, CLI_VALUE_BYTES, &vb, err, sizeof(err)) < 0 ||
+        cli_get_u64(s, CLI_ROUNDS, &rounds, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
+        rounds > 1000) {
+        fprintf(stderr, "rkv: workload needs rows 1..2^24, value-bytes a multiple of 4 up to "
+                        "64 MiB, rounds 1..1000\n");
+        return RKV_EXIT_USAGE;
+    }
+    *wl = (struct cli_workload){.rows = rows, .value_bytes = (uint32_t)vb,
+                                .rounds = (uint32_t)rounds};
+    return 0;
+}
+
+int cli_cmd_worker(int argc, char **argv)
+{
+    if (cmd_wants_help(argc, argv)) {
+        printf("usage: rkv worker [--machine-id M] [settings]\n"
+               "Joins the store, runs the built-in checked workload, prints one RESULT line;\n"
+               "worker 0 then shuts the servers down.\n\n");
+        cli_settings_help(stdout);
+        return RKV_EXIT_OK;
+    }
+    struct cli_settings s;
+    struct rkv_config cfg;
+    struct cli_workload wl;
+    int rc = cmd_load(argc, argv, &s, &cfg);
+    if (rc)
+        return rc;
+    if ((rc = cmd_workload(&s, &wl)) != 0) {
+        free(cfg.machines);
+        return rc;
+    }
+    struct rkv_client *cli;
+    char err[512];
+    rc = rkv_client_create(&cfg, &cli, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "rkv worker: %s\n", err);
+        free(cfg.machines);
+        return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
+    }
+    struct cli_result res;
+    rc = cli_workload_run(cli, &cfg, &wl, &res, stderr);
+    int exit_code = rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
+    printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
+           "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.1f lat_p99_us=%.1f\n",
+           rkv_client_id(cli), rc, (unsigned long long)res.checks,
+           (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
+           (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
+           res.pull_lat_us_p99);
+    fflush(stdout);
+    if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
+        fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
+        if (exit_code == RKV_EXIT_OK)
+            exit_code = RKV_EXIT_STORE;
+    }
+    rkv_client_destroy(cli);
+    free(cfg.machines);
+    return exit_code;
+}
+
+int cli_cmd_config(int argc, char **argv)
+{
+    if (cmd_wants_help(argc, argv) || argc == 0 || strcmp(argv[0], "--dump") != 0) {
+        printf("usage: rkv config --dump [settings]\n"
+               "Prints every setting, its value, default, env var, aliases and source.\n");
+        return argc == 0 || cmd_wants_help(argc, argv) ? RKV_EXIT_OK : RKV_EXIT_USAGE;
+    }
+    struct cli_settings s;
+    char err[512];
+    if (cli_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    cli_settings_dump(&s, stdout);
+    return RKV_EXIT_OK;
+}

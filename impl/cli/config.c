@@ -1,0 +1,296 @@
+/* Settings: one table says every setting's flag, env var, aliases for
+ * ps-lite/DGL users, default and meaning; `rkv config --dump` prints it
+ * with the source each value came from. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "store/store_int.h"
+#include "util/util.h"
+
+struct cli_opt {
+    const char *name; /* flag --name (dashes), env RKV_NAME (upper, underscores) */
+    const char *env;
+    const char *aliases; /* space-separated env vars accepted too */
+    const char *def;
+    const char *help;
+};
+
+static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
+    [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "", "server or worker (for `rkv node`-style launch)"},
+    [CLI_CLUSTER] = {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "", "cluster file: 'host base_port [servers]' per machine"},
+    [CLI_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1", "host of a one-machine cluster (no cluster file)"},
+    [CLI_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500", "first server port of a one-machine cluster"},
+    [CLI_MACHINES] = {"machines", "RKV_MACHINES", "", "1", "machines simulated on this host by `rkv demo`"},
+    [CLI_SERVERS_PER_MACHINE] = {"servers-per-machine", "RKV_SERVERS_PER_MACHINE", "DGL_NUM_SERVER", "1", "servers sharing each machine's shard"},
+    [CLI_NUM_SERVERS] = {"num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "", "total servers (one-machine cluster: sets servers-per-machine)"},
+    [CLI_NUM_WORKERS] = {"num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1", "workers (clients) that will join"},
+    [CLI_MACHINE_ID] = {"machine-id", "RKV_MACHINE_ID", "", "0", "machine this process runs on (index in the cluster file)"},
+    [CLI_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "", "global server id (sets machine-id and the local index)"},
+    [CLI_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp"},
+    [CLI_TIMEOUT_MS] = {"timeout-ms", "RKV_TIMEOUT_MS", "", "30000", "per-request timeout"},
+    [CLI_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000", "how long clients retry connecting to servers that are not up yet"},
+    [CLI_RX_DEPTH] = {"rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64", "posted receive buffers per connection (same on every node)"},
+    [CLI_CTRL_BUF_BYTES] = {"ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192", "largest message sent inline; larger ones use the rendezvous"},
+    [CLI_SLOTS] = {"slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
+    [CLI_MAX_SLOT_BYTES] = {"max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824", "largest single message"},
+    [CLI_SHM_PREFIX] = {"shm-prefix", "RKV_SHM_PREFIX", "", "", "shared-memory name prefix (default rkv-<base port>)"},
+    [CLI_SEED] = {"seed", "RKV_SEED", "", "1", "seed of every random choice"},
+    [CLI_LOG_LEVEL] = {"log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1", "0 error, 1 warn, 2 info, 3 debug"},
+    [CLI_ROWS] = {"rows", "RKV_ROWS", "", "4096", "workload: rows per tensor"},
+    [CLI_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536", "workload: bytes per row in the timed phase"},
+    [CLI_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
+};
+
+static int cli_find_flag(const char *name, size_t len)
+{
+    for (int k = 0; k < CLI_KEY_COUNT_; k++)
+        if (strlen(cli_opts[k].name) == len && strncmp(cli_opts[k].name, name, len) == 0)
+            return k;
+    return -1;
+}
+
+static void cli_load_env(struct cli_settings *s, int k)
+{
+    char names[128];
+    snprintf(names, sizeof(names), "%s %s", cli_opts[k].env, cli_opts[k].aliases);
+    for (char *save = NULL, *n = strtok_r(names, " ", &save); n; n = strtok_r(NULL, " ", &save)) {
+        const char *v = getenv(n);
+        if (v && *v) {
+            s->val[k] = v;
+            snprintf(s->srcbuf[k], sizeof(s->srcbuf[k]), "env %s", n);
+            s->src[k] = s->srcbuf[k];
+            return;
+        }
+    }
+}
+
+int cli_settings_load(struct cli_settings *s, int argc, char **argv, char *err, size_t err_len)
+{
+    memset(s, 0, sizeof(*s));
+    for (int k = 0; k < CLI_KEY_COUNT_; k++) {
+        s->val[k] = cli_opts[k].def;
+        s->src[k] = "default";
+        cli_load_env(s, k);
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            return rkv_errf(err, err_len, -1, "unexpected argument '%s' (see --help)", a);
+        const char *eq = strchr(a + 2, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        int k = cli_find_flag(a + 2, len);
+        if (k < 0)
+            return rkv_errf(err, err_len, -1, "unknown flag '%s' (see --help)", a);
+        if (eq) {
+            s->val[k] = eq + 1;
+        } else if (i + 1 < argc) {
+            s->val[k] = argv[++i];
+        } else {
+            return rkv_errf(err, err_len, -1, "flag '%s' needs a value", a);
+        }
+        s->src[k] = "flag";
+    }
+    return 0;
+}
+
+int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char *err,
+                size_t err_len)
+{
+    const char *str = s->val[k];
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(str, &end, 0);
+    if (!*str || *end || errno || str[0] == '-')
+        return rkv_errf(err, err_len, -1, "%s: expected a non-negative integer, got \"%s\" (%s)",
+                        cli_opts[k].name, str, s->src[k]);
+    *v = x;
+    return 0;
+}
+
+void cli_settings_dump(const struct cli_settings *s, FILE *out)
+{
+    fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", "setting", "value", "default",
+            "env var", "aliases", "source");
+    for (int k = 0; k < CLI_KEY_COUNT_; k++)
+        fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", cli_opts[k].name,
+                *s->val[k] ? s->val[k] : "-", *cli_opts[k].def ? cli_opts[k].def : "-",
+                cli_opts[k].env, *cli_opts[k].aliases ? cli_opts[k].aliases : "-", s->src[k]);
+}
+
+void cli_settings_help(FILE *out)
+{
+    fprintf(out, "settings (flag --name VALUE, env var, or alias; flags win over env):\n");
+    for (int k = 0; k < CLI_KEY_COUNT_; k++)
+        fprintf(out, "  --%-20s %-24s %s [default: %s]\n", cli_opts[k].name, cli_opts[k].env,
+                cli_opts[k].help, *cli_opts[k].def ? cli_opts[k].def : "none");
+}
+
+/* ---- cluster file ---- */
+
+static int cli_parse_line(const char *path, int ln, char *line, uint32_t default_servers,
+                          struct rkv_machine *m, char *err, size_t err_len)
+{
+    char *save = NULL;
+    char *host = strtok_r(line, " \t", &save);
+    char *port = strtok_r(NULL, " \t", &save);
+    char *servers = strtok_r(NULL, " \t", &save);
+    char *extra = strtok_r(NULL, " \t", &save);
+    char *end;
+    if (!port)
+        return rkv_errf(err, err_len, -1, "%s:%d: expected 'host base_port [servers]', got "
+                        "only \"%s\"", path, ln, host);
+    if (strlen(host) > RKV_HOST_MAX)
+        return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path,
+                        ln, RKV_HOST_MAX);
+    unsigned long p = strtoul(port, &end, 10);
+    if (*end || p == 0 || p > 65535)
+        return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"",
+                        path, ln, port);
+    unsigned long n = default_servers;
+    if (servers) {
+        n = strtoul(servers, &end, 10);
+        if (*end || n == 0 || n > 256)
+            return rkv_errf(err, err_len, -1, "%s:%d: servers: expected 1..256, got \"%s\"",
+                            path, ln, servers);
+    }
+    if (extra)
+        return rkv_errf(err, err_len, -1, "%s:%d: unexpected \"%s\" after the server count",
+                        path, ln, extra);
+    snprintf(m->host, sizeof(m->host), "%s", host);
+    m->base_port = (uint16_t)p;
+    m->servers = (uint32_t)n;
+    return 0;
+}
+
+int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+                      uint32_t *n_p, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return rkv_errf(err, err_len, -1, "%s: cannot open: %s", path, strerror(errno));
+    struct rkv_machine *ms = calloc(RKV_MAX_MACHINES, sizeof(*ms));
+    uint32_t n = 0;
+    char line[512];
+    int ln = 0, rc = ms ? 0 : rkv_errf(err, err_len, -1, "out of memory");
+    while (rc == 0 && fgets(line, sizeof(line), f)) {
+        ln++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            rc = rkv_errf(err, err_len, -1, "%s:%d: line longer than %zu bytes", path, ln,
+                          sizeof(line) - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = 0;
+        line[strcspn(line, "\r\n")] = 0;
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            continue;
+        if (n == RKV_MAX_MACHINES)
+            rc = rkv_errf(err, err_len, -1, "%s:%d: more than %u machines", path, ln,
+                          RKV_MAX_MACHINES);
+        else
+            rc = cli_parse_line(path, ln, p, default_servers, &ms[n++], err, err_len);
+    }
+    fclose(f);
+    if (rc == 0 && n == 0)
+        rc = rkv_errf(err, err_len, -1, "%s: no machines (expected 'host base_port [servers]' "
+                      "lines)", path);
+    if (rc < 0) {
+        free(ms);
+        return rc;
+    }
+    *m_p = ms;
+    *n_p = n;
+    return 0;
+}
+
+static int cli_u32(const struct cli_settings *s, enum cli_key k, uint32_t *v, char *err,
+                   size_t err_len)
+{
+    uint64_t x;
+    if (cli_get_u64(s, k, &x, err, err_len) < 0)
+        return -1;
+    if (x > UINT32_MAX)
+        return rkv_errf(err, err_len, -1, "%s: %llu is too large", cli_opts[k].name,
+                        (unsigned long long)x);
+    *v = (uint32_t)x;
+    return 0;
+}
+
+/* Without a cluster file: `machines` machines on one host, consecutive ports. */
+static int cli_local_machines(const struct cli_settings *s, struct rkv_config *cfg, char *err,
+                              size_t err_len)
+{
+    uint32_t nm, spm, port;
+    if (cli_u32(s, CLI_MACHINES, &nm, err, err_len) || cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len) ||
+        cli_u32(s, CLI_BASE_PORT, &port, err, err_len))
+        return -1;
+    if (*s->val[CLI_NUM_SERVERS] && cli_u32(s, CLI_NUM_SERVERS, &spm, err, err_len))
+        return -1;
+    if (nm == 0 || nm > RKV_MAX_MACHINES || spm == 0 || spm > 256 || port == 0 ||
+        port + (uint64_t)nm * spm > 65536)
+        return rkv_errf(err, err_len, -1, "need 1..%u machines of 1..256 servers within the "
+                        "port range", RKV_MAX_MACHINES);
+    cfg->machines = calloc(nm, sizeof(*cfg->machines));
+    if (!cfg->machines)
+        return rkv_errf(err, err_len, -1, "out of memory");
+    for (uint32_t m = 0; m < nm; m++) {
+        snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CLI_HOST]);
+        cfg->machines[m].base_port = (uint16_t)(port + m * spm);
+        cfg->machines[m].servers = spm;
+    }
+    cfg->n_machines = nm;
+    return 0;
+}
+
+int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
+                     size_t err_len)
+{
+    rkv_config_defaults(cfg);
+    uint32_t spm;
+    uint64_t seed, slot;
+    if (cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len))
+        return -1;
+    int rc = *s->val[CLI_CLUSTER]
+                 ? cli_cluster_parse(s->val[CLI_CLUSTER], spm, &cfg->machines, &cfg->n_machines,
+                                     err, err_len)
+                 : cli_local_machines(s, cfg, err, err_len);
+    if (rc < 0)
+        return -1;
+    uint32_t ll;
+    if (cli_u32(s, CLI_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
+        cli_u32(s, CLI_MACHINE_ID, &cfg->machine_id, err, err_len) ||
+        cli_u32(s, CLI_TIMEOUT_MS, &cfg->timeout_ms, err, err_len) ||
+        cli_u32(s, CLI_CONNECT_RETRY_MS, &cfg->connect_retry_ms, err, err_len) ||
+        cli_u32(s, CLI_RX_DEPTH, &cfg->rx_depth, err, err_len) ||
+        cli_u32(s, CLI_CTRL_BUF_BYTES, &cfg->ctrl_buf_bytes, err, err_len) ||
+        cli_u32(s, CLI_SLOTS, &cfg->push_slots, err, err_len) ||
+        cli_get_u64(s, CLI_MAX_SLOT_BYTES, &slot, err, err_len) ||
+        cli_get_u64(s, CLI_SEED, &seed, err, err_len) || cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len))
+        goto free_machines;
+    cfg->max_slot_bytes = slot;
+    cfg->seed = seed;
+    cfg->log_level = (int)ll;
+    if (strlen(s->val[CLI_BACKEND]) >= sizeof(cfg->backend)) {
+        rkv_errf(err, err_len, -1, "backend: unknown \"%s\"", s->val[CLI_BACKEND]);
+        goto free_machines;
+    }
+    strcpy(cfg->backend, s->val[CLI_BACKEND]);
+    if (*s->val[CLI_SHM_PREFIX])
+        snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "%s", s->val[CLI_SHM_PREFIX]);
+    else
+        snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "rkv-%u", cfg->machines[0].base_port);
+    if (rkv_cfg_check(cfg, err, err_len) < 0)
+        goto free_machines;
+    return 0;
+free_machines:
+    free(cfg->machines);
+    cfg->machines = NULL;
+    return -1;
+}

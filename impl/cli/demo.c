@@ -1,0 +1,312 @@
+/* rkv demo: a whole cluster on this host (one process per server and
+ * worker over loopback), the checked workload, and a verdict. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+#define DEMO_MAX_ARGS 64
+#define DEMO_MAX_PROCS 512
+
+struct demo {
+    const char *self;
+    char *args[DEMO_MAX_ARGS];
+    int nargs;
+    char bufs[CLI_KEY_COUNT_][32];
+    pid_t servers[DEMO_MAX_PROCS], workers[DEMO_MAX_PROCS];
+    int out_fd[DEMO_MAX_PROCS];
+    uint32_t n_servers, n_workers, machines;
+};
+
+/* Finds n consecutive free TCP ports (a race with other programs remains,
+ * but runs of this demo in parallel pick different ranges). */
+static int demo_free_ports(uint32_t n, uint16_t *base_p)
+{
+    for (int attempt = 0; attempt < 50; attempt++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+            getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        close(fd);
+        uint32_t base = ntohs(a.sin_port);
+        uint32_t ok = 0;
+        while (ok < n && base + ok < 65535) {
+            int f = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in b = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + ok)),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            int r = f >= 0 ? bind(f, (struct sockaddr *)&b, sizeof(b)) : -1;
+            if (f >= 0)
+                close(f);
+            if (r < 0)
+                break;
+            ok++;
+        }
+        if (ok == n) {
+            *base_p = (uint16_t)base;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
+                        int *out_fd)
+{
+    int pipefd[2] = {-1, -1};
+    if (out_fd && pipe(pipefd) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char num[16];
+        snprintf(num, sizeof(num), "%u", val);
+        char *argv[DEMO_MAX_ARGS + 6];
+        int n = 0;
+        argv[n++] = (char *)d->self;
+        argv[n++] = (char *)role;
+        for (int i = 0; i < d->nargs; i++)
+            argv[n++] = d->args[i];
+        argv[n++] = (char *)flag;
+        argv[n++] = num;
+        argv[n] = NULL;
+        if (out_fd) {
+            dup2(pipefd[1], STDOUT_FILENO);
+            close(pipefd[0]);
+            close(pipefd[1]);
+        }
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    if (out_fd) {
+        close(pipefd[1]);
+        *out_fd = pipefd[0];
+    }
+    return pid;
+}
+
+static void demo_arg(struct demo *d, const char *name, const char *val)
+{
+    if (d->nargs + 2 <= DEMO_MAX_ARGS) {
+        d->args[d->nargs++] = (char *)name;
+        d->args[d->nargs++] = (char *)val;
+    }
+}
+
+/* Reads a worker's RESULT line (its stdout) into res; 0 if found. */
+static int demo_read_result(int fd, struct cli_result *res, int *status_p)
+{
+    char buf[1024];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    const char *line = strstr(buf, "RESULT ");
+    unsigned w;
+    unsigned long long c, e, pb, lb;
+    if (!line || sscanf(line, "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
+                        "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf",
+                        &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
+                        &res->pull_lat_us_p50, &res->pull_lat_us_p99) != 10)
+        return -1;
+    res->checks = c;
+    res->errors = e;
+    res->push_bytes = pb;
+    res->pull_bytes = lb;
+    return 0;
+}
+
+static int demo_wait_servers(struct demo *d, int timeout_s)
+{
+    int bad = 0;
+    for (int waited = 0; waited <= timeout_s * 10; waited++) {
+        int left = 0;
+        for (uint32_t i = 0; i < d->n_servers; i++) {
+            if (d->servers[i] <= 0)
+                continue;
+            int st;
+            pid_t r = waitpid(d->servers[i], &st, WNOHANG);
+            if (r == d->servers[i]) {
+                if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+                    fprintf(stderr, "rkv demo: server %u exited with status %d\n", i, st);
+                    bad = 1;
+                }
+                d->servers[i] = 0;
+            } else {
+                left++;
+            }
+        }
+        if (!left)
+            return bad;
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    for (uint32_t i = 0; i < d->n_servers; i++) {
+        if (d->servers[i] > 0) {
+            fprintf(stderr, "rkv demo: server %u did not exit; killing it\n", i);
+            kill(d->servers[i], SIGKILL);
+            waitpid(d->servers[i], NULL, 0);
+        }
+    }
+    return 1;
+}
+
+static void demo_report(const struct demo *d, const struct cli_result *res, const int *status,
+                        uint64_t value_bytes, int ok)
+{
+    uint64_t checks = 0, errors = 0, pb = 0, lb = 0;
+    double ps = 0, ls = 0, p50 = 0, p99 = 0;
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        checks += res[i].checks;
+        errors += res[i].errors;
+        pb += res[i].push_bytes;
+        lb += res[i].pull_bytes;
+        ps = res[i].push_s > ps ? res[i].push_s : ps;
+        ls = res[i].pull_s > ls ? res[i].pull_s : ls;
+        p50 += res[i].pull_lat_us_p50 / d->n_workers;
+        p99 = res[i].pull_lat_us_p99 > p99 ? res[i].pull_lat_us_p99 : p99;
+    }
+    printf("\n| workers | machines x servers | value bytes | push GB/s | pull GB/s | "
+           "pull p50 us | pull p99 us | checked values | wrong |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %u | %u x %u | %llu | %.3f | %.3f | %.1f | %.1f | %llu | %llu |\n", d->n_workers,
+           d->machines, d->n_servers / d->machines, (unsigned long long)value_bytes,
+           ps > 0 ? pb / ps / 1e9 : 0.0, ls > 0 ? lb / ls / 1e9 : 0.0, p50, p99,
+           (unsigned long long)checks, (unsigned long long)errors);
+    for (uint32_t i = 0; i < d->n_workers; i++)
+        if (status[i])
+            printf("worker %u: store error %d (%s)\n", i, status[i], rkv_strerror(status[i]));
+    printf("\nverdict: %s\n", ok ? "PASS (every pulled value matched the reference)" : "FAIL");
+}
+
+static void demo_usage(void)
+{
+    printf("usage: rkv demo [--machines M] [--servers-per-machine S] [--num-workers W]\n"
+           "                [--rows N] [--value-bytes B] [--rounds R] [settings]\n"
+           "Starts M x S servers and W workers on this host over loopback TCP (defaults\n"
+           "2 x 2 and 4), runs the checked workload and prints the verdict and throughput.\n\n");
+    cli_settings_help(stdout);
+}
+
+static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **argv)
+{
+    char err[512];
+    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv demo: %s\n", err);
+        return -1;
+    }
+    if (strcmp(s->src[CLI_MACHINES], "default") == 0)
+        s->val[CLI_MACHINES] = "2";
+    if (strcmp(s->src[CLI_SERVERS_PER_MACHINE], "default") == 0)
+        s->val[CLI_SERVERS_PER_MACHINE] = "2";
+    if (strcmp(s->src[CLI_NUM_WORKERS], "default") == 0)
+        s->val[CLI_NUM_WORKERS] = "4";
+    s->val[CLI_CLUSTER] = "";
+    uint64_t m, spm, w;
+    if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
+        cli_get_u64(s, CLI_SERVERS_PER_MACHINE, &spm, err, sizeof(err)) < 0 ||
+        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
+        w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
+        fprintf(stderr, "rkv demo: %s\n", err[0] ? err : "need 1..512 servers and workers");
+        return -1;
+    }
+    d->machines = (uint32_t)m;
+    d->n_servers = (uint32_t)(m * spm);
+    d->n_workers = (uint32_t)w;
+    if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
+        uint16_t base;
+        if (demo_free_ports(d->n_servers, &base) < 0) {
+            fprintf(stderr, "rkv demo: no %u free consecutive ports\n", d->n_servers);
+            return -1;
+        }
+        snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
+        s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
+    }
+    static const struct {
+        enum cli_key k;
+        const char *flag;
+    } pass[] = {{CLI_MACHINES, "--machines"}, {CLI_SERVERS_PER_MACHINE, "--servers-per-machine"},
+                {CLI_NUM_WORKERS, "--num-workers"}, {CLI_BASE_PORT, "--base-port"},
+                {CLI_HOST, "--host"}, {CLI_ROWS, "--rows"}, {CLI_VALUE_BYTES, "--value-bytes"},
+                {CLI_ROUNDS, "--rounds"}, {CLI_SEED, "--seed"}, {CLI_TIMEOUT_MS, "--timeout-ms"},
+                {CLI_CONNECT_RETRY_MS, "--connect-retry-ms"}, {CLI_RX_DEPTH, "--rx-depth"},
+                {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes"}, {CLI_SLOTS, "--slots"},
+                {CLI_MAX_SLOT_BYTES, "--max-slot-bytes"}, {CLI_LOG_LEVEL, "--log-level"},
+                {CLI_BACKEND, "--backend"}};
+    for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
+        demo_arg(d, pass[i].flag, s->val[pass[i].k]);
+    if (*s->val[CLI_SHM_PREFIX])
+        demo_arg(d, "--shm-prefix", s->val[CLI_SHM_PREFIX]);
+    return 0;
+}
+
+int cli_cmd_demo(int argc, char **argv, const char *self)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            demo_usage();
+            return RKV_EXIT_OK;
+        }
+    }
+    static struct demo d; /* large; main thread only, one per process */
+    memset(&d, 0, sizeof(d));
+    d.self = self;
+    struct cli_settings s;
+    if (demo_setup(&d, &s, argc, argv) < 0)
+        return RKV_EXIT_USAGE;
+    uint32_t spm = d.n_servers / d.machines;
+    printf("rkv demo: %u machines x %u servers, %u workers, loopback TCP, base port %s\n",
+           d.machines, spm, d.n_workers, s.val[CLI_BASE_PORT]);
+    fflush(stdout);
+    for (uint32_t i = 0; i < d.n_servers; i++)
+        d.servers[i] = demo_spawn(&d, "server", "--server-id", i, NULL);
+    for (uint32_t i = 0; i < d.n_workers; i++)
+        d.workers[i] = demo_spawn(&d, "worker", "--machine-id", i % d.machines, &d.out_fd[i]);
+    static struct cli_result res[DEMO_MAX_PROCS];
+    static int status[DEMO_MAX_PROCS];
+    int ok = 1;
+    for (uint32_t i = 0; i < d.n_workers; i++) {
+        memset(&res[i], 0, sizeof(res[i]));
+        status[i] = 0;
+        if (d.workers[i] <= 0 || demo_read_result(d.out_fd[i], &res[i], &status[i]) < 0)
+            ok = 0;
+        int st = 0;
+        if (d.workers[i] > 0)
+            waitpid(d.workers[i], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rkv demo: worker process %u exited with status %d\n", i,
+                    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+            ok = 0;
+        }
+    }
+    uint64_t vb = strtoull(s.val[CLI_VALUE_BYTES], NULL, 0);
+    if (demo_wait_servers(&d, 30))
+        ok = 0;
+    for (uint32_t i = 0; i < d.n_workers; i++)
+        if (res[i].errors)
+            ok = 0;
+    demo_report(&d, res, status, vb, ok);
+    if (ok)
+        return RKV_EXIT_OK;
+    for (uint32_t i = 0; i < d.n_workers; i++)
+        if (res[i].errors)
+            return RKV_EXIT_CHECK;
+    return RKV_EXIT_STORE;
+}

@@ -1,0 +1,43 @@
+/* rkv: the command-line entry point. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "rkv %d.%d: distributed tensor key-value store for ML training\n\n"
+            "usage: rkv COMMAND [--help] [settings]\n"
+            "  demo     start servers and workers on this host, run the checked workload,\n"
+            "           print the verdict and throughput\n"
+            "  server   run one server of a cluster\n"
+            "  worker   run one worker: the checked workload, then (worker 0) shutdown\n"
+            "  config   --dump: every setting, its env var, default and source\n\n"
+            "exit codes: 0 ok, 1 a value differed from the reference, 2 usage or\n"
+            "configuration error, 3 store error (timeout, dead peer, I/O)\n",
+            RKV_VERSION_MAJOR, RKV_VERSION_MINOR);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? RKV_EXIT_USAGE : RKV_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("rkv %d.%d\n", RKV_VERSION_MAJOR, RKV_VERSION_MINOR);
+        return RKV_EXIT_OK;
+    }
+    if (strcmp(argv[1], "server") == 0)
+        return cli_cmd_server(argc - 2, argv + 2);
+    if (strcmp(argv[1], "worker") == 0)
+        return cli_cmd_worker(argc - 2, argv + 2);
+    if (strcmp(argv[1], "config") == 0)
+        return cli_cmd_config(argc - 2, argv + 2);
+    if (strcmp(argv[1], "demo") == 0)
+        return cli_cmd_demo(argc - 2, argv + 2, argv[0]);
+    fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return RKV_EXIT_USAGE;
+}
