@@ -1,0 +1,1474 @@
+/* The TCP NIC: the verbs semantics of nic.h over stream sockets.
+ *
+ * Each QP is one TCP connection carrying frames (header + payload, layout
+ * below). One progress task per NIC owns every read: it epoll-waits on the
+ * listening sockets, the connected sockets and an eventfd, and drives a
+ * per-QP receive state machine that reads payloads straight into their final
+ * place (the posted receive buffer, or the registered region a WRITE names),
+ * so emulated one-sided writes cost no extra copy. Sends run on the posting
+ * thread under a per-QP send mutex, with a bounded blocking write.
+ *
+ * Locks, in the only order they are ever nested:
+ *   qp->send_mu  serialises the frames of one QP; guards qp->fd for writers
+ *   nic->mu      CQ, QP list, listeners, and the QP fields marked "mu"
+ *   nic->mr_mu   the MR table (never held with another lock)
+ * qp->fd changes (to -1) only in the progress task, holding send_mu and mu,
+ * so whoever holds either lock may use the descriptor without it being
+ * closed (and its number reused) underneath.
+ *
+ * QP lifetime (reference scheme). A QP is freed once (a) the user closed it,
+ * (b) the progress task reaped it (took it off epoll and the QP list, so no
+ * event can name it any more) and (c) no CQ entry refers to it (cq_refs).
+ * qp_close only marks it and wakes the progress task; poll() drops entries
+ * of closed QPs, and whichever of the reaper and poll() sees the last of
+ * (b) and (c) frees it. No completion is generated for a closed QP, and the
+ * side that closed a QP gets no RKV_WC_DISCONNECTED for it.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "nic/nic.h"
+#include "nic/nic_tcp.h"
+#include "port/port.h"
+#include "util/util.h"
+
+/* Wire frame, little-endian, private to this backend:
+ *   0 u32 magic | 4 u8 kind | 5 u8 pad[3] | 8 u32 len | 12 u32 imm
+ *  16 u64 remote_addr | 24 u32 rkey | 28 u32 pad  -- then len payload bytes */
+#define TCP_MAGIC 0x544b5652u /* "RVKT" read as bytes */
+#define TCP_HDR_BYTES 32
+#define TCP_MAX_FRAME_BYTES (1u << 30)
+
+enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
+
+#define TCP_SEND_TIMEOUT_MS 30000u /* a peer that stops reading fails the sender */
+#define TCP_CQ_MAX (1u << 20)      /* completions waiting for poll() */
+#define TCP_RECV_MAX (1u << 16)    /* posted receives per QP */
+#define TCP_MR_SLOT_BITS 20        /* rkey = (random:12 | slot:20) ^ secret */
+#define TCP_MR_MAX (1u << TCP_MR_SLOT_BITS)
+#define TCP_LISTEN_MAX 16
+#define TCP_LISTEN_BACKLOG 128
+#define TCP_EPOLL_BATCH 64
+#define TCP_ACCEPT_BATCH 32
+/* Bytes read from one socket per readiness event, so one busy peer cannot
+ * starve the others (epoll is level-triggered: the rest comes next round). */
+#define TCP_RX_BUDGET_BYTES (4u << 20)
+
+struct tcp_frame {
+    uint8_t kind;
+    uint32_t len;
+    uint32_t imm;
+    uint64_t remote_addr;
+    uint32_t rkey;
+};
+
+/* A bounded FIFO of fixed-size elements that grows on demand up to max. */
+struct tcp_ring {
+    unsigned char *buf;
+    size_t elem_bytes;
+    size_t cap, head, len, max;
+};
+
+/* What an epoll event points at. */
+enum tcp_src_kind { TCP_SRC_WAKE, TCP_SRC_LISTENER, TCP_SRC_QP };
+struct tcp_src {
+    enum tcp_src_kind kind;
+};
+
+struct tcp_recv {
+    uint64_t wr_id;
+    uint8_t *addr;
+    uint32_t len;
+};
+
+/* Receive state machine; touched by the progress task only. */
+struct tcp_rx {
+    uint8_t hdr[TCP_HDR_BYTES];
+    size_t hdr_got;     /* header bytes buffered */
+    int in_payload;     /* header accepted, payload being read into dst */
+    int stalled;        /* RNR: waiting for a post_recv, EPOLLIN dropped */
+    struct tcp_frame f; /* the accepted header */
+    uint8_t *dst;
+    size_t got;           /* payload bytes landed */
+    struct tcp_recv recv; /* the receive this frame consumes (SEND, WRITE_IMM) */
+};
+
+struct tcp_nic;
+
+struct tcp_qp {
+    struct rkv_qp_base base; /* first: rkv_qp_ctx() casts to it */
+    struct tcp_src src;
+    struct tcp_nic *nic;
+    char peer[64]; /* "host:port", for log lines */
+    struct rkv_mutex *send_mu;
+    int fd;                /* see the lock comment at the top */
+    int send_dead;         /* send_mu: posting fails with -RKV_EPEERDEAD */
+    struct tcp_ring recvs; /* mu: posted receives, FIFO of struct tcp_recv */
+    int rnr;               /* mu: the progress task wants a kick on post_recv */
+    int closed;            /* mu: qp_close was called */
+    int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
+    int reaped;            /* mu: off epoll and off the QP list */
+    uint32_t cq_refs;      /* mu: CQ entries naming this QP */
+    struct tcp_qp *next;   /* mu: nic->qps */
+    struct tcp_rx rx;
+};
+
+struct tcp_listener {
+    struct tcp_src src;
+    int fd;
+    uint16_t port;
+    struct tcp_listener *next;
+};
+
+struct tcp_nic {
+    struct rkv_nic base; /* first: the engine holds a struct rkv_nic * */
+    struct tcp_src wake_src;
+    int epfd;
+    int wakefd; /* eventfd: stop, qp_close and RNR kicks */
+    uint32_t send_timeout_ms;
+    struct rkv_task *task; /* the progress task */
+
+    struct rkv_mutex *mu;
+    struct rkv_cond *cq_nonempty; /* poll() waits on it */
+    struct rkv_cond *cq_space;    /* the progress task waits on it when the CQ is full */
+    struct tcp_ring cq;           /* of struct rkv_wc */
+    size_t cq_reserved;           /* slots promised to posts in flight */
+    int stopping;
+    struct tcp_qp *qps; /* every QP not yet reaped */
+    struct tcp_listener *listeners;
+    unsigned n_listeners;
+
+    struct rkv_mutex *mr_mu;
+    struct rkv_mr **mrs; /* slot -> MR; slot = lkey - 1 */
+    uint32_t mr_cap, mr_hint;
+    uint32_t rkey_secret;
+    struct rkv_rng rng; /* mr_mu: rkey randomness */
+};
+
+static struct tcp_nic *tcp_nic_of(struct rkv_nic *nic)
+{
+    assert(nic && nic->ops == &rkv_nic_tcp_ops);
+    return (struct tcp_nic *)(void *)nic;
+}
+
+static struct tcp_qp *tcp_qp_of(struct rkv_qp *qp)
+{
+    assert(qp);
+    return (struct tcp_qp *)(void *)qp;
+}
+
+static void tcp_lock(struct tcp_nic *n)
+{
+    n->base.port->ops->mutex_lock(n->mu);
+}
+
+static void tcp_unlock(struct tcp_nic *n)
+{
+    n->base.port->ops->mutex_unlock(n->mu);
+}
+
+static uint64_t tcp_now_ns(struct tcp_nic *n)
+{
+    return n->base.port->ops->now_ns(n->base.port);
+}
+
+/* ---- frame encoding ---- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static void frame_encode(const struct tcp_frame *f, uint8_t *h)
+{
+    memset(h, 0, TCP_HDR_BYTES);
+    put32(h, TCP_MAGIC);
+    h[4] = f->kind;
+    put32(h + 8, f->len);
+    put32(h + 12, f->imm);
+    put64(h + 16, f->remote_addr);
+    put32(h + 24, f->rkey);
+}
+
+static int frame_decode(const uint8_t *h, struct tcp_frame *f, char *why, size_t why_len)
+{
+    uint32_t magic = get32(h);
+    if (magic != TCP_MAGIC)
+        return rkv_errf(why, why_len, -RKV_EPROTO, "bad frame magic 0x%08x", magic);
+    *f = (struct tcp_frame){.kind = h[4],
+                            .len = get32(h + 8),
+                            .imm = get32(h + 12),
+                            .remote_addr = get64(h + 16),
+                            .rkey = get32(h + 24)};
+    if (f->kind < TCP_KIND_SEND || f->kind > TCP_KIND_WRITE_IMM)
+        return rkv_errf(why, why_len, -RKV_EPROTO, "unknown frame kind %u", f->kind);
+    if (f->len > TCP_MAX_FRAME_BYTES)
+        return rkv_errf(why, why_len, -RKV_EPROTO, "frame of %u bytes exceeds the %u limit", f->len,
+                        TCP_MAX_FRAME_BYTES);
+    return 0;
+}
+
+/* ---- bounded growable ring ---- */
+
+static void ring_init(struct tcp_ring *r, size_t elem_bytes, size_t max)
+{
+    *r = (struct tcp_ring){.elem_bytes = elem_bytes, .max = max};
+}
+
+static void ring_free(struct tcp_ring *r)
+{
+    free(r->buf);
+    r->buf = NULL;
+    r->cap = r->head = r->len = 0;
+}
+
+static void *ring_at(const struct tcp_ring *r, size_t i)
+{
+    assert(i < r->len);
+    return r->buf + ((r->head + i) % r->cap) * r->elem_bytes;
+}
+
+/* Makes room for n elements in all; -RKV_ELIMIT past max. */
+static int ring_reserve(struct tcp_ring *r, size_t n)
+{
+    if (n > r->max)
+        return -RKV_ELIMIT;
+    if (n <= r->cap)
+        return 0;
+    size_t cap = r->cap ? r->cap : 16;
+    while (cap < n)
+        cap *= 2;
+    if (cap > r->max)
+        cap = r->max;
+    unsigned char *buf = malloc(cap * r->elem_bytes);
+    if (!buf)
+        return -RKV_ENOMEM;
+    /* Unwrap into the new buffer so head restarts at 0. */
+    for (size_t i = 0; i < r->len; i++)
+        memcpy(buf + i * r->elem_bytes, ring_at(r, i), r->elem_bytes);
+    free(r->buf);
+    r->buf = buf;
+    r->cap = cap;
+    r->head = 0;
+    return 0;
+}
+
+static void ring_push(struct tcp_ring *r, const void *e)
+{
+    assert(r->len < r->cap);
+    r->len++;
+    memcpy(ring_at(r, r->len - 1), e, r->elem_bytes);
+}
+
+static void ring_pop(struct tcp_ring *r, void *e)
+{
+    assert(r->len > 0);
+    memcpy(e, ring_at(r, 0), r->elem_bytes);
+    r->head = (r->head + 1) % r->cap;
+    r->len--;
+}
+
+/* ---- completion queue (all under nic->mu) ---- */
+
+/* Promises one CQ slot, so a post that already sent its bytes can always
+ * report them. Only the progress task may wait for room: a posting thread
+ * may be the poller itself. */
+static int cq_reserve(struct tcp_nic *n, int may_wait)
+{
+    while (n->cq.len + n->cq_reserved >= TCP_CQ_MAX) {
+        if (!may_wait || n->stopping)
+            return -RKV_ELIMIT;
+        n->base.port->ops->cond_wait(n->cq_space, n->mu, UINT64_MAX);
+    }
+    int rc = ring_reserve(&n->cq, n->cq.len + n->cq_reserved + 1);
+    if (rc < 0)
+        return rc;
+    n->cq_reserved++;
+    return 0;
+}
+
+static void cq_unreserve(struct tcp_nic *n)
+{
+    assert(n->cq_reserved > 0);
+    n->cq_reserved--;
+}
+
+static void cq_push(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc *wc)
+{
+    assert(n->cq_reserved > 0 && !qp->closed);
+    n->cq_reserved--;
+    wc->qp = (struct rkv_qp *)(void *)qp;
+    ring_push(&n->cq, wc);
+    qp->cq_refs++;
+    n->base.port->ops->cond_signal(n->cq_nonempty);
+}
+
+/* The progress task's way to complete: waits for CQ room if need be. */
+static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
+{
+    tcp_lock(n);
+    if (qp->closed) {
+        tcp_unlock(n); /* nobody may learn about a closed QP any more */
+        return;
+    }
+    int rc = cq_reserve(n, 1);
+    if (rc < 0)
+        RKV_LOGE(n->base.port, "nic tcp: %s: completion %d lost: %s", qp->peer, wc.opcode,
+                 rkv_strerror(rc));
+    else if (qp->closed) /* closed while we waited for room */
+        cq_unreserve(n);
+    else
+        cq_push(n, qp, &wc);
+    tcp_unlock(n);
+}
+
+static void qp_free(struct tcp_nic *n, struct tcp_qp *qp)
+{
+    assert(qp->fd < 0 && qp->cq_refs == 0);
+    ring_free(&qp->recvs);
+    n->base.port->ops->mutex_destroy(qp->send_mu);
+    free(qp);
+}
+
+/* Lock held. Copies out up to max entries, dropping those of closed QPs. */
+static int cq_take(struct tcp_nic *n, struct rkv_wc *wc, int max)
+{
+    int got = 0;
+    size_t popped = 0;
+    while (got < max && n->cq.len > 0) {
+        struct rkv_wc e;
+        ring_pop(&n->cq, &e);
+        popped++;
+        struct tcp_qp *qp = tcp_qp_of(e.qp);
+        assert(qp->cq_refs > 0);
+        qp->cq_refs--;
+        if (!qp->closed) {
+            wc[got++] = e;
+            continue;
+        }
+        if (qp->reaped && qp->cq_refs == 0)
+            qp_free(n, qp);
+    }
+    if (popped)
+        n->base.port->ops->cond_signal(n->cq_space);
+    return got;
+}
+
+/* ---- progress task wake-ups ---- */
+
+static void tcp_wake(struct tcp_nic *n)
+{
+    uint64_t one = 1;
+    /* Fails only when the counter would overflow, and then a wake-up is pending anyway. */
+    ssize_t w = write(n->wakefd, &one, sizeof(one));
+    (void)w;
+}
+
+static int tcp_epoll_set(struct tcp_nic *n, int op, int fd, uint32_t events, struct tcp_src *src)
+{
+    struct epoll_event ev = {.events = events, .data.ptr = src};
+    if (epoll_ctl(n->epfd, op, fd, &ev) == 0)
+        return 0;
+    RKV_LOGE(n->base.port, "nic tcp: epoll_ctl(%d) on fd %d failed: %s", op, fd, strerror(errno));
+    return -RKV_EIO;
+}
+
+/* ---- connection teardown ---- */
+
+/* Progress task only. Shuts the connection, closes the descriptor and, unless
+ * the user closed the QP, queues its one DISCONNECTED. why == NULL: an
+ * orderly end, not worth a warning. */
+static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
+{
+    if (qp->fd < 0)
+        return;
+    struct rkv_port *port = n->base.port;
+    /* shutdown first: it wakes a sender blocked in poll() so send_mu frees up. */
+    shutdown(qp->fd, SHUT_RDWR);
+    epoll_ctl(n->epfd, EPOLL_CTL_DEL, qp->fd, NULL);
+    port->ops->mutex_lock(qp->send_mu);
+    tcp_lock(n);
+    close(qp->fd);
+    qp->fd = -1;
+    qp->send_dead = 1;
+    port->ops->mutex_unlock(qp->send_mu);
+    int report = !qp->closed && !qp->disconnected;
+    qp->disconnected = 1;
+    qp->rnr = 0;
+    qp->recvs.len = 0; /* posted receives are not completed (verbs would flush them) */
+    qp->rx.stalled = 0;
+    tcp_unlock(n);
+    if (!report)
+        RKV_LOGD(port, "nic tcp: %s: closed locally", qp->peer);
+    else if (why)
+        RKV_LOGW(port, "nic tcp: dropping the connection with %s: %s", qp->peer, why);
+    else
+        RKV_LOGI(port, "nic tcp: %s disconnected", qp->peer);
+    if (report)
+        cq_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_DISCONNECTED, .status = RKV_WC_SUCCESS});
+}
+
+/* ---- memory regions ---- */
+
+/* Slots below mr_hint are all in use, so the scan starts there. */
+static int mr_slot_alloc(struct tcp_nic *n, uint32_t *slot_p)
+{
+    for (uint32_t i = n->mr_hint; i < n->mr_cap; i++) {
+        if (!n->mrs[i]) {
+            *slot_p = i;
+            n->mr_hint = i + 1;
+            return 0;
+        }
+    }
+    if (n->mr_cap == TCP_MR_MAX)
+        return -RKV_ELIMIT;
+    uint32_t cap = n->mr_cap ? n->mr_cap * 2 : 64;
+    struct rkv_mr **mrs = realloc(n->mrs, cap * sizeof(*mrs));
+    if (!mrs)
+        return -RKV_ENOMEM;
+    memset(mrs + n->mr_cap, 0, (cap - n->mr_cap) * sizeof(*mrs));
+    *slot_p = n->mr_cap;
+    n->mrs = mrs;
+    n->mr_cap = cap;
+    n->mr_hint = *slot_p + 1;
+    return 0;
+}
+
+/* An rkey names its slot, so lookups are O(1), but random salt bits and the
+ * per-NIC secret keep a peer from guessing a live key from another one. */
+static uint32_t mr_make_rkey(struct tcp_nic *n, uint32_t slot)
+{
+    assert(slot < TCP_MR_MAX);
+    for (;;) {
+        uint32_t salt = (uint32_t)rkv_rng_below(&n->rng, 1u << (32 - TCP_MR_SLOT_BITS));
+        uint32_t key = ((salt << TCP_MR_SLOT_BITS) | slot) ^ n->rkey_secret;
+        if (key != 0) /* one salt in 4096 maps to 0, which stays "no key" */
+            return key;
+    }
+}
+
+/* mr_mu held. */
+static const struct rkv_mr *mr_find(const struct tcp_nic *n, uint32_t rkey)
+{
+    uint32_t slot = (rkey ^ n->rkey_secret) & (TCP_MR_MAX - 1);
+    if (slot >= n->mr_cap || !n->mrs[slot] || n->mrs[slot]->rkey != rkey)
+        return NULL;
+    return n->mrs[slot];
+}
+
+/* Resolves where a WRITE lands, inside a region registered for remote writes.
+ * The pointer is used after mr_mu is dropped: that is safe because the engine
+ * never deregisters (or frees) a region a peer may still write into. */
+static int mr_target(struct tcp_nic *n, const struct tcp_frame *f, uint8_t **dst_p, char *why,
+                     size_t why_len)
+{
+    struct rkv_port *port = n->base.port;
+    int rc = 0;
+    port->ops->mutex_lock(n->mr_mu);
+    const struct rkv_mr *mr = mr_find(n, f->rkey);
+    if (!mr) {
+        rc = rkv_errf(why, why_len, -RKV_EACCESS, "write names unknown rkey 0x%08x", f->rkey);
+    } else if (!(mr->access & RKV_ACCESS_REMOTE_WRITE)) {
+        rc = rkv_errf(why, why_len, -RKV_EACCESS, "rkey 0x%08x does not allow remote writes",
+                      f->rkey);
+    } else {
+        uint64_t base = (uintptr_t)mr->addr;
+        uint64_t a = f->remote_addr;
+        /* Written so that nothing can overflow, whatever the peer sent. */
+        if (f->len > mr->len || a < base || a - base > mr->len - f->len)
+            rc =
+                rkv_errf(why, why_len, -RKV_EACCESS,
+                         "write of %u bytes at 0x%llx falls outside rkey 0x%08x "
+                         "[0x%llx, +%zu)",
+                         f->len, (unsigned long long)a, f->rkey, (unsigned long long)base, mr->len);
+        else
+            *dst_p = (uint8_t *)mr->addr + (a - base);
+    }
+    port->ops->mutex_unlock(n->mr_mu);
+    return rc;
+}
+
+static int tcp_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, struct rkv_mr **mr_p)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    struct rkv_port *port = n->base.port;
+    if ((!addr && len) || (access & ~RKV_ACCESS_REMOTE_WRITE) || !mr_p ||
+        (uintptr_t)addr + len < (uintptr_t)addr)
+        return -RKV_EINVAL;
+    struct rkv_mr *mr = calloc(1, sizeof(*mr));
+    if (!mr)
+        return -RKV_ENOMEM;
+    uint32_t slot;
+    port->ops->mutex_lock(n->mr_mu);
+    int rc = mr_slot_alloc(n, &slot);
+    if (rc == 0) {
+        *mr = (struct rkv_mr){.addr = addr,
+                              .len = len,
+                              .lkey = slot + 1,
+                              .rkey = mr_make_rkey(n, slot),
+                              .access = access,
+                              .impl = n};
+        n->mrs[slot] = mr;
+    }
+    port->ops->mutex_unlock(n->mr_mu);
+    if (rc < 0) {
+        RKV_LOGW(port, "nic tcp: cannot register %zu bytes: %s", len, rkv_strerror(rc));
+        free(mr);
+        return rc;
+    }
+    *mr_p = mr;
+    return 0;
+}
+
+static void tcp_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    if (!mr)
+        return;
+    assert(mr->impl == n);
+    uint32_t slot = mr->lkey - 1;
+    n->base.port->ops->mutex_lock(n->mr_mu);
+    assert(slot < n->mr_cap && n->mrs[slot] == mr);
+    n->mrs[slot] = NULL;
+    if (slot < n->mr_hint)
+        n->mr_hint = slot;
+    n->base.port->ops->mutex_unlock(n->mr_mu);
+    free(mr);
+}
+
+/* ---- receive state machine (progress task) ---- */
+
+enum tcp_rx_status { TCP_RX_OK, TCP_RX_WAIT, TCP_RX_STALL, TCP_RX_DEAD };
+
+/* Consumes the oldest posted receive, or asks post_recv for a kick (RNR). */
+static int rx_take_recv(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_len)
+{
+    const struct tcp_frame *f = &qp->rx.f;
+    int st = TCP_RX_OK;
+    tcp_lock(n);
+    if (qp->recvs.len == 0) {
+        qp->rnr = 1;
+        st = TCP_RX_STALL;
+    } else if (f->kind == TCP_KIND_SEND &&
+               f->len > ((const struct tcp_recv *)ring_at(&qp->recvs, 0))->len) {
+        rkv_errf(why, why_len, 0, "SEND of %u bytes overflows the %u-byte posted receive", f->len,
+                 ((const struct tcp_recv *)ring_at(&qp->recvs, 0))->len);
+        st = TCP_RX_DEAD;
+    } else {
+        ring_pop(&qp->recvs, &qp->rx.recv);
+    }
+    tcp_unlock(n);
+    return st;
+}
+
+/* A whole header is buffered: validate it and find where its payload goes.
+ * Runs again from scratch after an RNR stall, so it changes nothing before
+ * it has a receive. */
+static int rx_begin_frame(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_len)
+{
+    struct tcp_rx *rx = &qp->rx;
+    assert(!rx->in_payload && rx->hdr_got == TCP_HDR_BYTES);
+    if (frame_decode(rx->hdr, &rx->f, why, why_len) < 0)
+        return TCP_RX_DEAD;
+    uint8_t *dst = NULL;
+    if (rx->f.kind != TCP_KIND_SEND && mr_target(n, &rx->f, &dst, why, why_len) < 0)
+        return TCP_RX_DEAD;
+    if (rx->f.kind != TCP_KIND_WRITE) {
+        int st = rx_take_recv(n, qp, why, why_len);
+        if (st != TCP_RX_OK)
+            return st;
+        if (rx->f.kind == TCP_KIND_SEND)
+            dst = rx->recv.addr;
+    }
+    rx->dst = dst;
+    rx->got = 0;
+    rx->hdr_got = 0;
+    rx->in_payload = 1;
+    return TCP_RX_OK;
+}
+
+/* The payload landed: complete the receive it consumed, if any. */
+static void rx_end_frame(struct tcp_nic *n, struct tcp_qp *qp)
+{
+    struct tcp_rx *rx = &qp->rx;
+    assert(rx->in_payload && rx->got == rx->f.len);
+    rx->in_payload = 0;
+    if (rx->f.kind == TCP_KIND_WRITE)
+        return;
+    struct rkv_wc wc = {.wr_id = rx->recv.wr_id, .status = RKV_WC_SUCCESS, .byte_len = rx->f.len};
+    if (rx->f.kind == TCP_KIND_SEND) {
+        wc.opcode = RKV_WC_RECV;
+    } else {
+        wc.opcode = RKV_WC_RECV_IMM;
+        wc.imm = rx->f.imm;
+    }
+    cq_emit(n, qp, wc);
+}
+
+/* Classifies a read's result; leaves why empty for an orderly EOF. */
+static int rx_read_status(ssize_t r, size_t *budget, char *why, size_t why_len)
+{
+    if (r > 0) {
+        *budget -= (size_t)r < *budget ? (size_t)r : *budget;
+        return TCP_RX_OK;
+    }
+    if (r == 0)
+        return TCP_RX_DEAD;
+    /* EINTR too: the level-triggered epoll reports the socket again. */
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return TCP_RX_WAIT;
+    rkv_errf(why, why_len, 0, "read failed: %s", strerror(errno));
+    return TCP_RX_DEAD;
+}
+
+static int rx_read_header(struct tcp_qp *qp, size_t *budget, char *why, size_t why_len)
+{
+    struct tcp_rx *rx = &qp->rx;
+    ssize_t r = recv(qp->fd, rx->hdr + rx->hdr_got, TCP_HDR_BYTES - rx->hdr_got, 0);
+    int st = rx_read_status(r, budget, why, why_len);
+    if (st == TCP_RX_OK)
+        rx->hdr_got += (size_t)r;
+    return st;
+}
+
+/* Reads the payload into its destination and, in the same call, the start
+ * of the next header: one syscall per small frame instead of two. */
+static int rx_read_payload(struct tcp_qp *qp, size_t *budget, char *why, size_t why_len)
+{
+    struct tcp_rx *rx = &qp->rx;
+    assert(rx->hdr_got == 0);
+    size_t want = rx->f.len - rx->got;
+    struct iovec iov[2] = {{.iov_base = rx->dst + rx->got, .iov_len = want},
+                           {.iov_base = rx->hdr, .iov_len = TCP_HDR_BYTES}};
+    int iovcnt = 2;
+    if (want > *budget) {
+        iov[0].iov_len = *budget; /* bytes past it would belong to this payload */
+        iovcnt = 1;
+    }
+    ssize_t r = readv(qp->fd, iov, iovcnt);
+    int st = rx_read_status(r, budget, why, why_len);
+    if (st != TCP_RX_OK)
+        return st;
+    if ((size_t)r <= want) {
+        rx->got += (size_t)r;
+    } else {
+        rx->got = rx->f.len;
+        rx->hdr_got = (size_t)r - want;
+    }
+    return TCP_RX_OK;
+}
+
+/* Reads frames until the socket is drained, the budget is spent, a receive
+ * is missing (RNR) or the connection must go. Each round either consumes
+ * bytes from the budget or finishes a frame, so it terminates. */
+static int rx_drive(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_len)
+{
+    struct tcp_rx *rx = &qp->rx;
+    size_t budget = TCP_RX_BUDGET_BYTES;
+    for (;;) {
+        int st;
+        if (rx->in_payload && rx->got == rx->f.len) {
+            rx_end_frame(n, qp);
+            continue;
+        }
+        if (rx->in_payload)
+            st = budget ? rx_read_payload(qp, &budget, why, why_len) : TCP_RX_WAIT;
+        else if (rx->hdr_got == TCP_HDR_BYTES)
+            st = rx_begin_frame(n, qp, why, why_len);
+        else
+            st = budget ? rx_read_header(qp, &budget, why, why_len) : TCP_RX_WAIT;
+        if (st != TCP_RX_OK)
+            return st;
+    }
+}
+
+static void qp_drive(struct tcp_nic *n, struct tcp_qp *qp)
+{
+    char why[192] = "";
+    int st = rx_drive(n, qp, why, sizeof(why));
+    if (st == TCP_RX_DEAD) {
+        qp_break(n, qp, why[0] ? why : NULL);
+        return;
+    }
+    int stall = st == TCP_RX_STALL;
+    if (stall == qp->rx.stalled)
+        return;
+    /* Level-triggered epoll would report the unread bytes forever while we
+     * wait for a receive, so trade EPOLLIN for EPOLLRDHUP: a peer that goes
+     * away meanwhile is still noticed (ERR and HUP are always reported). */
+    uint32_t events = stall ? EPOLLRDHUP : EPOLLIN;
+    if (tcp_epoll_set(n, EPOLL_CTL_MOD, qp->fd, events, &qp->src) < 0) {
+        qp_break(n, qp, "cannot change its epoll interest");
+        return;
+    }
+    qp->rx.stalled = stall;
+}
+
+static void qp_on_event(struct tcp_nic *n, struct tcp_qp *qp, uint32_t events)
+{
+    if (qp->fd < 0) /* broken earlier in this batch */
+        return;
+    if (!qp->rx.stalled) {
+        qp_drive(n, qp);
+        return;
+    }
+    /* The frame held back by RNR dies with the connection, as in verbs. */
+    if (events & (EPOLLERR | EPOLLHUP | EPOLLRDHUP))
+        qp_break(n, qp, NULL);
+}
+
+/* ---- connections ---- */
+
+#define TCP_CONTAINER(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+static int tcp_ms_until(uint64_t now_ns, uint64_t deadline_ns)
+{
+    assert(deadline_ns > now_ns);
+    uint64_t ms = (deadline_ns - now_ns + 999999) / 1000000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+static void tcp_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len)
+{
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(sa, sl, host, sizeof(host), serv, sizeof(serv),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
+}
+
+/* Takes over fd (nonblocking, connected) on success only. */
+static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_t sl,
+                  struct tcp_qp **qp_p)
+{
+    struct rkv_port *port = n->base.port;
+    struct tcp_qp *qp = calloc(1, sizeof(*qp));
+    if (!qp)
+        return -RKV_ENOMEM;
+    qp->src.kind = TCP_SRC_QP;
+    qp->nic = n;
+    qp->fd = fd;
+    tcp_addr_name(sa, sl, qp->peer, sizeof(qp->peer));
+    ring_init(&qp->recvs, sizeof(struct tcp_recv), TCP_RECV_MAX);
+    int one = 1;
+    /* Frames go out whole; Nagle would only hold back small control messages. */
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+        RKV_LOGW(port, "nic tcp: %s: cannot set TCP_NODELAY: %s", qp->peer, strerror(errno));
+    int rc = port->ops->mutex_create(port, &qp->send_mu);
+    if (rc < 0)
+        goto undo_alloc;
+    rc = tcp_epoll_set(n, EPOLL_CTL_ADD, fd, EPOLLIN, &qp->src);
+    if (rc < 0)
+        goto undo_mutex;
+    tcp_lock(n);
+    qp->next = n->qps;
+    n->qps = qp;
+    tcp_unlock(n);
+    *qp_p = qp;
+    return 0;
+undo_mutex:
+    port->ops->mutex_destroy(qp->send_mu);
+undo_alloc:
+    free(qp);
+    return rc;
+}
+
+static int tcp_resolve(struct tcp_nic *n, const char *host, uint16_t port, int passive,
+                       struct addrinfo **res_p)
+{
+    char serv[8];
+    snprintf(serv, sizeof(serv), "%u", port);
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
+    int rc = getaddrinfo(host, serv, &hints, res_p);
+    if (rc == 0)
+        return 0;
+    RKV_LOGE(n->base.port, "nic tcp: cannot resolve %s:%u: %s", host ? host : "*", port,
+             gai_strerror(rc));
+    return rc == EAI_NONAME ? -RKV_ECONFIG : -RKV_EIO;
+}
+
+/* Waits for a nonblocking connect; returns its errno (0: connected). */
+static int tcp_connect_wait(struct tcp_nic *n, int fd, uint64_t deadline_ns)
+{
+    for (;;) {
+        uint64_t now = tcp_now_ns(n);
+        if (now >= deadline_ns)
+            return ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+        int r = poll(&pfd, 1, tcp_ms_until(now, deadline_ns));
+        if (r < 0 && errno != EINTR)
+            return errno;
+        if (r <= 0)
+            continue;
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            return errno;
+        return err;
+    }
+}
+
+static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_t deadline_ns,
+                           int *fd_p)
+{
+    char name[80];
+    tcp_addr_name(ai->ai_addr, ai->ai_addrlen, name, sizeof(name));
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        RKV_LOGE(n->base.port, "nic tcp: socket for %s failed: %s", name, strerror(errno));
+        return -RKV_EIO;
+    }
+    int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS)
+        err = tcp_connect_wait(n, fd, deadline_ns);
+    if (err == 0) {
+        *fd_p = fd;
+        return 0;
+    }
+    close(fd);
+    /* Refusals are routine while a cluster boots: callers retry, so no warning. */
+    if (err == ECONNREFUSED || err == ECONNRESET) {
+        RKV_LOGD(n->base.port, "nic tcp: %s refused the connection", name);
+        return -RKV_EPEERDEAD;
+    }
+    if (err == ETIMEDOUT) {
+        RKV_LOGI(n->base.port, "nic tcp: connecting to %s timed out", name);
+        return -RKV_ETIMEDOUT;
+    }
+    RKV_LOGW(n->base.port, "nic tcp: cannot connect to %s: %s", name, strerror(err));
+    return -RKV_EIO;
+}
+
+static int tcp_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint32_t timeout_ms,
+                       struct rkv_qp **qp_p)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    assert(host && qp_p);
+    uint64_t deadline_ns = tcp_now_ns(n) + (uint64_t)timeout_ms * 1000000;
+    struct addrinfo *res;
+    int rc = tcp_resolve(n, host, port, 0, &res);
+    if (rc < 0)
+        return rc;
+    const struct addrinfo *ai;
+    int fd = -1;
+    rc = -RKV_EIO;
+    for (ai = res; ai; ai = ai->ai_next) {
+        rc = tcp_connect_one(n, ai, deadline_ns, &fd);
+        if (rc == 0 || rc == -RKV_ETIMEDOUT)
+            break;
+    }
+    struct tcp_qp *qp = NULL;
+    if (rc == 0) {
+        rc = qp_new(n, fd, ai->ai_addr, ai->ai_addrlen, &qp);
+        if (rc < 0)
+            close(fd);
+    }
+    freeaddrinfo(res);
+    if (rc < 0)
+        return rc;
+    RKV_LOGD(n->base.port, "nic tcp: connected to %s", qp->peer);
+    *qp_p = (struct rkv_qp *)(void *)qp;
+    return 0;
+}
+
+static int tcp_listen_one(struct tcp_nic *n, const struct addrinfo *ai, int *fd_p)
+{
+    char name[80];
+    tcp_addr_name(ai->ai_addr, ai->ai_addrlen, name, sizeof(name));
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        RKV_LOGE(n->base.port, "nic tcp: socket for %s failed: %s", name, strerror(errno));
+        return -RKV_EIO;
+    }
+    int one = 1;
+    /* A restarted server must rebind while its old connections sit in TIME_WAIT. */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, TCP_LISTEN_BACKLOG) != 0) {
+        RKV_LOGE(n->base.port, "nic tcp: cannot listen at %s: %s", name, strerror(errno));
+        close(fd);
+        return -RKV_EIO;
+    }
+    *fd_p = fd;
+    return 0;
+}
+
+/* IPv4 first: "localhost" often resolves to ::1 first while peers dial 127.0.0.1. */
+static int tcp_listen_any(struct tcp_nic *n, const struct addrinfo *res, int *fd_p)
+{
+    int rc = -RKV_EIO;
+    for (int pass = 0; pass < 2; pass++) {
+        for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            if ((ai->ai_family == AF_INET) != (pass == 0))
+                continue;
+            rc = tcp_listen_one(n, ai, fd_p);
+            if (rc == 0)
+                return 0;
+        }
+    }
+    return rc;
+}
+
+static int tcp_local_port(struct tcp_nic *n, int fd, uint16_t *port_p)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        RKV_LOGE(n->base.port, "nic tcp: getsockname failed: %s", strerror(errno));
+        return -RKV_EIO;
+    }
+    if (ss.ss_family == AF_INET)
+        *port_p = ntohs(((const struct sockaddr_in *)&ss)->sin_port);
+    else
+        *port_p = ntohs(((const struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}
+
+static int tcp_listen(struct rkv_nic *nic, const char *host, uint16_t port)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    struct tcp_listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -RKV_ENOMEM;
+    l->src.kind = TCP_SRC_LISTENER;
+    int rc = 0;
+    tcp_lock(n);
+    if (n->n_listeners < TCP_LISTEN_MAX)
+        n->n_listeners++;
+    else
+        rc = -RKV_ELIMIT;
+    tcp_unlock(n);
+    if (rc < 0)
+        goto undo_alloc;
+    struct addrinfo *res;
+    rc = tcp_resolve(n, host, port, 1, &res);
+    if (rc < 0)
+        goto undo_count;
+    rc = tcp_listen_any(n, res, &l->fd);
+    freeaddrinfo(res);
+    if (rc < 0)
+        goto undo_count;
+    rc = tcp_local_port(n, l->fd, &l->port);
+    if (rc < 0)
+        goto undo_socket;
+    rc = tcp_epoll_set(n, EPOLL_CTL_ADD, l->fd, EPOLLIN, &l->src);
+    if (rc < 0)
+        goto undo_socket;
+    tcp_lock(n);
+    l->next = n->listeners;
+    n->listeners = l;
+    tcp_unlock(n);
+    RKV_LOGI(n->base.port, "nic tcp: listening at %s:%u", host ? host : "*", l->port);
+    return 0;
+undo_socket:
+    close(l->fd);
+undo_count:
+    tcp_lock(n);
+    n->n_listeners--;
+    tcp_unlock(n);
+undo_alloc:
+    free(l);
+    return rc;
+}
+
+int rkv_nic_tcp_bound_port(struct rkv_nic *nic, uint16_t *port_p)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    int rc = -RKV_EINVAL;
+    uint16_t port = 0;
+    tcp_lock(n);
+    if (n->listeners) {
+        port = n->listeners->port;
+        rc = 0;
+    }
+    tcp_unlock(n);
+    if (rc == 0)
+        *port_p = port;
+    return rc;
+}
+
+static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
+{
+    for (int i = 0; i < TCP_ACCEPT_BATCH; i++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED)
+                return;
+            RKV_LOGW(n->base.port, "nic tcp: accept on port %u failed: %s", l->port, strerror(e));
+            /* Out of descriptors, the pending connection keeps the listener
+             * readable: back off instead of spinning on it. */
+            if (e == EMFILE || e == ENFILE)
+                n->base.port->ops->sleep_ns(n->base.port, 10 * 1000000);
+            return;
+        }
+        struct tcp_qp *qp;
+        if (qp_new(n, fd, (const struct sockaddr *)&ss, sl, &qp) < 0) {
+            close(fd);
+            continue;
+        }
+        RKV_LOGD(n->base.port, "nic tcp: accepted %s on port %u", qp->peer, l->port);
+        cq_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED, .status = RKV_WC_SUCCESS});
+    }
+}
+
+/* ---- posting ---- */
+
+static int sge_check(const struct tcp_nic *n, const struct rkv_sge *sge)
+{
+    if (!sge)
+        return -RKV_EINVAL;
+    if (sge->len > TCP_MAX_FRAME_BYTES)
+        return -RKV_ELIMIT;
+    if (sge->len == 0)
+        return 0;
+    const struct rkv_mr *mr = sge->mr;
+    if (!mr || mr->impl != n || !sge->addr)
+        return -RKV_EINVAL;
+    uintptr_t a = (uintptr_t)sge->addr, base = (uintptr_t)mr->addr;
+    if (a < base || sge->len > mr->len || a - base > mr->len - sge->len)
+        return -RKV_EINVAL;
+    return 0;
+}
+
+static void iov_advance(struct msghdr *mh, size_t bytes)
+{
+    while (bytes > 0) {
+        assert(mh->msg_iovlen > 0);
+        struct iovec *v = mh->msg_iov;
+        size_t k = bytes < v->iov_len ? bytes : v->iov_len;
+        v->iov_base = (uint8_t *)v->iov_base + k;
+        v->iov_len -= k;
+        bytes -= k;
+        if (v->iov_len == 0) {
+            mh->msg_iov++;
+            mh->msg_iovlen--;
+        }
+    }
+}
+
+/* send_mu held. Returns 0 when writable (or broken: the next send says which). */
+static int qp_wait_writable(struct tcp_nic *n, struct tcp_qp *qp, uint64_t deadline_ns)
+{
+    for (;;) {
+        uint64_t now = tcp_now_ns(n);
+        if (now >= deadline_ns)
+            return -RKV_ETIMEDOUT;
+        struct pollfd pfd = {.fd = qp->fd, .events = POLLOUT};
+        int r = poll(&pfd, 1, tcp_ms_until(now, deadline_ns));
+        if (r > 0)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -RKV_EIO;
+    }
+}
+
+/* send_mu held. Writes the whole frame or gives the connection up: a frame
+ * cut short would desynchronise the stream for good. */
+static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_frame *f,
+                         void *payload)
+{
+    uint8_t hdr[TCP_HDR_BYTES];
+    frame_encode(f, hdr);
+    struct iovec iov[2] = {{.iov_base = hdr, .iov_len = sizeof(hdr)},
+                           {.iov_base = payload, .iov_len = f->len}};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = f->len ? 2 : 1};
+    uint64_t deadline_ns = tcp_now_ns(n) + (uint64_t)n->send_timeout_ms * 1000000;
+    char why[96] = "";
+    while (mh.msg_iovlen > 0 && !why[0]) {
+        ssize_t w = sendmsg(qp->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE from a dead peer */
+        if (w >= 0)
+            iov_advance(&mh, (size_t)w);
+        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            snprintf(why, sizeof(why), "%s", strerror(errno));
+        else if (qp_wait_writable(n, qp, deadline_ns) < 0)
+            snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
+    }
+    if (!why[0])
+        return 0;
+    qp->send_dead = 1;
+    /* The progress task sees the shutdown and reports DISCONNECTED. */
+    shutdown(qp->fd, SHUT_RDWR);
+    RKV_LOGW(n->base.port, "nic tcp: sending to %s failed: %s", qp->peer, why);
+    return -RKV_EPEERDEAD;
+}
+
+static int qp_post(struct tcp_qp *qp, uint64_t wr_id, const struct rkv_sge *sge,
+                   struct tcp_frame *f, int opcode, int signaled)
+{
+    struct tcp_nic *n = qp->nic;
+    struct rkv_port *port = n->base.port;
+    int rc = sge_check(n, sge);
+    if (rc < 0)
+        return rc;
+    f->len = sge->len;
+    if (signaled) {
+        tcp_lock(n);
+        rc = cq_reserve(n, 0);
+        tcp_unlock(n);
+        if (rc < 0)
+            return rc;
+    }
+    port->ops->mutex_lock(qp->send_mu);
+    rc = qp->send_dead ? -RKV_EPEERDEAD : qp_send_frame(n, qp, f, sge->addr);
+    if (signaled) {
+        /* Still under send_mu, so completions keep the posting order. */
+        struct rkv_wc wc = {
+            .wr_id = wr_id, .opcode = opcode, .status = RKV_WC_SUCCESS, .byte_len = sge->len};
+        tcp_lock(n);
+        if (rc == 0 && !qp->closed)
+            cq_push(n, qp, &wc);
+        else
+            cq_unreserve(n);
+        tcp_unlock(n);
+    }
+    port->ops->mutex_unlock(qp->send_mu);
+    return rc;
+}
+
+static int tcp_post_send(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge,
+                         int signaled)
+{
+    struct tcp_frame f = {.kind = TCP_KIND_SEND};
+    return qp_post(tcp_qp_of(qpv), wr_id, sge, &f, RKV_WC_SEND, signaled);
+}
+
+/* The remote side of a write is not checked here: only the target can. */
+static int tcp_post_write(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge,
+                          uint64_t remote_addr, uint32_t rkey, int with_imm, uint32_t imm,
+                          int signaled)
+{
+    struct tcp_frame f = {.kind = with_imm ? TCP_KIND_WRITE_IMM : TCP_KIND_WRITE,
+                          .imm = imm,
+                          .remote_addr = remote_addr,
+                          .rkey = rkey};
+    return qp_post(tcp_qp_of(qpv), wr_id, sge, &f, RKV_WC_WRITE, signaled);
+}
+
+static int tcp_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge)
+{
+    struct tcp_qp *qp = tcp_qp_of(qpv);
+    struct tcp_nic *n = qp->nic;
+    int rc = sge_check(n, sge);
+    if (rc < 0)
+        return rc;
+    struct tcp_recv r = {.wr_id = wr_id, .addr = sge->addr, .len = sge->len};
+    int kick = 0;
+    tcp_lock(n);
+    if (qp->closed || qp->disconnected)
+        rc = -RKV_EPEERDEAD;
+    else
+        rc = ring_reserve(&qp->recvs, qp->recvs.len + 1);
+    if (rc == 0) {
+        ring_push(&qp->recvs, &r);
+        kick = qp->rnr;
+        qp->rnr = 0;
+    }
+    tcp_unlock(n);
+    if (kick)
+        tcp_wake(n);
+    return rc;
+}
+
+/* ---- completions ---- */
+
+static int tcp_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    assert(wc && max > 0);
+    uint64_t deadline_ns = tcp_now_ns(n) + (uint64_t)timeout_ms * 1000000;
+    int got;
+    tcp_lock(n);
+    for (;;) {
+        got = cq_take(n, wc, max);
+        if (got > 0 || n->stopping)
+            break;
+        uint64_t now = tcp_now_ns(n);
+        if (now >= deadline_ns)
+            break;
+        n->base.port->ops->cond_wait(n->cq_nonempty, n->mu, deadline_ns - now);
+    }
+    tcp_unlock(n);
+    return got;
+}
+
+static void tcp_qp_close(struct rkv_qp *qpv)
+{
+    struct tcp_qp *qp = tcp_qp_of(qpv);
+    struct tcp_nic *n = qp->nic;
+    tcp_lock(n);
+    assert(!qp->closed);
+    qp->closed = 1;
+    /* The peer sees EOF now; the progress task closes the descriptor when it
+     * reaps the QP (only it may, see the lock comment at the top). */
+    if (qp->fd >= 0)
+        shutdown(qp->fd, SHUT_RDWR);
+    tcp_unlock(n);
+    tcp_wake(n);
+}
+
+/* ---- progress task ---- */
+
+/* Takes closed QPs off epoll and the list; frees those no CQ entry names. */
+static void tcp_reap(struct tcp_nic *n)
+{
+    struct tcp_qp *dead = NULL;
+    tcp_lock(n);
+    for (struct tcp_qp **pp = &n->qps; *pp;) {
+        struct tcp_qp *qp = *pp;
+        if (!qp->closed) {
+            pp = &qp->next;
+            continue;
+        }
+        *pp = qp->next;
+        qp->next = dead;
+        dead = qp;
+    }
+    tcp_unlock(n);
+    while (dead) {
+        struct tcp_qp *qp = dead;
+        dead = qp->next;
+        qp_break(n, qp, NULL);
+        tcp_lock(n);
+        qp->reaped = 1;
+        /* With no entry left, poll() can no longer reach it: free it here. */
+        int idle = qp->cq_refs == 0;
+        tcp_unlock(n);
+        if (idle)
+            qp_free(n, qp);
+    }
+}
+
+static void tcp_resume_stalled(struct tcp_nic *n)
+{
+    tcp_lock(n);
+    struct tcp_qp *qp = n->qps;
+    tcp_unlock(n);
+    /* Only this task unlinks QPs and others only push at the head, so the
+     * chain from this snapshot stays intact without the lock. */
+    for (; qp; qp = qp->next)
+        if (qp->rx.stalled && qp->fd >= 0)
+            qp_drive(n, qp);
+}
+
+static void tcp_on_event(struct tcp_nic *n, const struct epoll_event *ev, int *woken_p)
+{
+    struct tcp_src *src = ev->data.ptr;
+    switch (src->kind) {
+    case TCP_SRC_WAKE: {
+        uint64_t v;
+        ssize_t r = read(n->wakefd, &v, sizeof(v)); /* resets the counter */
+        (void)r;
+        *woken_p = 1;
+        break;
+    }
+    case TCP_SRC_LISTENER:
+        tcp_on_listener(n, TCP_CONTAINER(src, struct tcp_listener, src));
+        break;
+    case TCP_SRC_QP:
+        qp_on_event(n, TCP_CONTAINER(src, struct tcp_qp, src), ev->events);
+        break;
+    }
+}
+
+static void tcp_progress(void *arg)
+{
+    struct tcp_nic *n = arg;
+    struct epoll_event evs[TCP_EPOLL_BATCH];
+    for (;;) {
+        int k = epoll_wait(n->epfd, evs, TCP_EPOLL_BATCH, -1);
+        if (RKV_NEVER(k < 0 && errno != EINTR)) {
+            RKV_LOGE(n->base.port, "nic tcp: epoll_wait failed, the NIC stops: %s",
+                     strerror(errno));
+            return;
+        }
+        int woken = 0;
+        for (int i = 0; i < k; i++)
+            tcp_on_event(n, &evs[i], &woken);
+        if (!woken)
+            continue;
+        tcp_lock(n);
+        int stopping = n->stopping;
+        tcp_unlock(n);
+        if (stopping)
+            return;
+        /* QPs are reaped between batches, so no event still in hand names a freed one. */
+        tcp_reap(n);
+        tcp_resume_stalled(n);
+    }
+}
+
+/* ---- open and close ---- */
+
+static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_p)
+{
+    (void)dev; /* sockets need no device; the address is chosen by listen/connect */
+    assert(port && nic_p);
+    const struct rkv_port_ops *po = port->ops;
+    struct tcp_nic *n = calloc(1, sizeof(*n));
+    if (!n)
+        return -RKV_ENOMEM;
+    n->base = (struct rkv_nic){.ops = &rkv_nic_tcp_ops, .port = port};
+    n->wake_src.kind = TCP_SRC_WAKE;
+    n->send_timeout_ms = TCP_SEND_TIMEOUT_MS;
+    ring_init(&n->cq, sizeof(struct rkv_wc), TCP_CQ_MAX);
+    rkv_rng_seed(&n->rng, rkv_rng_next(&port->rng), TCP_MAGIC);
+    n->rkey_secret = (uint32_t)rkv_rng_next(&n->rng);
+    int rc = po->mutex_create(port, &n->mu);
+    if (rc < 0)
+        goto undo_alloc;
+    rc = po->cond_create(port, &n->cq_nonempty);
+    if (rc < 0)
+        goto undo_mu;
+    rc = po->cond_create(port, &n->cq_space);
+    if (rc < 0)
+        goto undo_cq_nonempty;
+    rc = po->mutex_create(port, &n->mr_mu);
+    if (rc < 0)
+        goto undo_cq_space;
+    rc = -RKV_EIO;
+    n->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (n->epfd < 0) {
+        RKV_LOGE(port, "nic tcp: epoll_create1 failed: %s", strerror(errno));
+        goto undo_mr_mu;
+    }
+    n->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (n->wakefd < 0) {
+        RKV_LOGE(port, "nic tcp: eventfd failed: %s", strerror(errno));
+        goto undo_epoll;
+    }
+    rc = tcp_epoll_set(n, EPOLL_CTL_ADD, n->wakefd, EPOLLIN, &n->wake_src);
+    if (rc < 0)
+        goto undo_eventfd;
+    rc = po->task_start(port, "nic-tcp", tcp_progress, n, &n->task);
+    if (rc < 0)
+        goto undo_eventfd;
+    *nic_p = &n->base;
+    return 0;
+undo_eventfd:
+    close(n->wakefd);
+undo_epoll:
+    close(n->epfd);
+undo_mr_mu:
+    po->mutex_destroy(n->mr_mu);
+undo_cq_space:
+    po->cond_destroy(n->cq_space);
+undo_cq_nonempty:
+    po->cond_destroy(n->cq_nonempty);
+undo_mu:
+    po->mutex_destroy(n->mu);
+undo_alloc:
+    free(n);
+    return rc;
+}
+
+/* After the progress task stopped: nothing else touches the NIC any more. */
+static void tcp_free_all(struct tcp_nic *n)
+{
+    while (n->cq.len > 0) {
+        struct rkv_wc e;
+        ring_pop(&n->cq, &e);
+        struct tcp_qp *qp = tcp_qp_of(e.qp);
+        if (--qp->cq_refs == 0 && qp->reaped)
+            qp_free(n, qp);
+    }
+    while (n->qps) {
+        struct tcp_qp *qp = n->qps;
+        n->qps = qp->next;
+        if (qp->fd >= 0)
+            close(qp->fd);
+        qp->fd = -1;
+        qp_free(n, qp);
+    }
+    while (n->listeners) {
+        struct tcp_listener *l = n->listeners;
+        n->listeners = l->next;
+        close(l->fd);
+        free(l);
+    }
+    /* Regions the user did not deregister die with the NIC; their handles too. */
+    for (uint32_t i = 0; i < n->mr_cap; i++)
+        free(n->mrs[i]);
+    free(n->mrs);
+}
+
+static void tcp_close(struct rkv_nic *nic)
+{
+    if (!nic)
+        return;
+    struct tcp_nic *n = tcp_nic_of(nic);
+    struct rkv_port *port = n->base.port;
+    const struct rkv_port_ops *po = port->ops;
+    tcp_lock(n);
+    n->stopping = 1;
+    po->cond_broadcast(n->cq_space);
+    po->cond_broadcast(n->cq_nonempty);
+    tcp_unlock(n);
+    tcp_wake(n);
+    po->task_join(port, n->task);
+    tcp_free_all(n);
+    ring_free(&n->cq);
+    close(n->wakefd);
+    close(n->epfd);
+    po->mutex_destroy(n->mr_mu);
+    po->cond_destroy(n->cq_space);
+    po->cond_destroy(n->cq_nonempty);
+    po->mutex_destroy(n->mu);
+    free(n);
+}
+
+const struct rkv_nic_ops rkv_nic_tcp_ops = {
+    .name = "tcp",
+    .open = tcp_open,
+    .listen = tcp_listen,
+    .connect = tcp_connect,
+    .reg_mr = tcp_reg_mr,
+    .dereg_mr = tcp_dereg_mr,
+    .post_send = tcp_post_send,
+    .post_recv = tcp_post_recv,
+    .post_write = tcp_post_write,
+    .poll = tcp_poll,
+    .qp_close = tcp_qp_close,
+    .close = tcp_close,
+};

@@ -1,0 +1,410 @@
+/* The POSIX port: pthreads, CLOCK_MONOTONIC, POSIX shared memory and one
+ * stderr line per log call. Everything hangs off struct posix_port; the
+ * backend keeps no globals, so several nodes can live in one process. */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "port/port.h"
+#include "util/util.h"
+
+#define NS_PER_SEC 1000000000ULL
+#define LOG_LINE_MAX 1024 /* longer messages are cut; a log line is not a data channel */
+
+struct posix_port {
+    struct rkv_port base;
+    uint64_t t0_ns; /* creation time, the origin of the log timestamps */
+};
+
+struct rkv_task {
+    pthread_t thread;
+    rkv_task_fn fn;
+    void *arg;
+    char name[16]; /* the kernel keeps 15 characters of a thread name */
+};
+
+struct rkv_mutex {
+    pthread_mutex_t m;
+};
+
+struct rkv_cond {
+    pthread_cond_t c;
+};
+
+static uint64_t posix_clock_ns(void)
+{
+    struct timespec ts;
+    int rc = clock_gettime(CLOCK_MONOTONIC, &ts);
+    assert(rc == 0);
+    (void)rc;
+    return (uint64_t)ts.tv_sec * NS_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static int posix_errno_code(int e)
+{
+    return e == ENOMEM || e == EAGAIN ? -RKV_ENOMEM : -RKV_EIO;
+}
+
+/* ---- tasks ---- */
+
+static void *posix_task_main(void *arg)
+{
+    struct rkv_task *t = arg;
+    t->fn(t->arg);
+    return NULL;
+}
+
+static int posix_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
+                            struct rkv_task **task_p)
+{
+    assert(p && fn && task_p);
+    struct rkv_task *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -RKV_ENOMEM;
+    t->fn = fn;
+    t->arg = arg;
+    snprintf(t->name, sizeof(t->name), "%s", name ? name : "rkv");
+    int rc = pthread_create(&t->thread, NULL, posix_task_main, t);
+    if (rc != 0) {
+        RKV_LOGE(p, "cannot start task %s: %s", t->name, strerror(rc));
+        free(t);
+        return posix_errno_code(rc);
+    }
+    /* Only a debugging aid (names show in top/gdb), so its failure is ignored. */
+    (void)pthread_setname_np(t->thread, t->name);
+    *task_p = t;
+    return 0;
+}
+
+static int posix_task_join(struct rkv_port *p, struct rkv_task *t)
+{
+    assert(t);
+    int rc = pthread_join(t->thread, NULL);
+    if (rc != 0) {
+        RKV_LOGE(p, "cannot join task %s: %s", t->name, strerror(rc));
+        return -RKV_EIO;
+    }
+    free(t);
+    return 0;
+}
+
+/* ---- mutex and condition variable ---- */
+
+static int posix_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
+{
+    (void)p;
+    struct rkv_mutex *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -RKV_ENOMEM;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+#ifndef NDEBUG
+    /* Debug builds turn relocking and foreign unlocks into assertion failures. */
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ERRORCHECK);
+#endif
+    int rc = pthread_mutex_init(&m->m, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (rc != 0) {
+        free(m);
+        return posix_errno_code(rc);
+    }
+    *m_p = m;
+    return 0;
+}
+
+static void posix_mutex_lock(struct rkv_mutex *m)
+{
+    int rc = pthread_mutex_lock(&m->m);
+    assert(rc == 0);
+    (void)rc;
+}
+
+static void posix_mutex_unlock(struct rkv_mutex *m)
+{
+    int rc = pthread_mutex_unlock(&m->m);
+    assert(rc == 0);
+    (void)rc;
+}
+
+static void posix_mutex_destroy(struct rkv_mutex *m)
+{
+    if (!m)
+        return;
+    int rc = pthread_mutex_destroy(&m->m);
+    assert(rc == 0);
+    (void)rc;
+    free(m);
+}
+
+static int posix_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
+{
+    (void)p;
+    struct rkv_cond *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -RKV_ENOMEM;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    /* Timed waits must not jump when the wall clock is stepped (NTP, date -s). */
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&c->c, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc != 0) {
+        free(c);
+        return posix_errno_code(rc);
+    }
+    *c_p = c;
+    return 0;
+}
+
+static int posix_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
+{
+    if (timeout_ns == UINT64_MAX) {
+        int rc = pthread_cond_wait(&c->c, &m->m);
+        assert(rc == 0);
+        (void)rc;
+        return 0;
+    }
+    uint64_t deadline_ns;
+    if (!rkv_add_ok(posix_clock_ns(), timeout_ns, &deadline_ns))
+        deadline_ns = UINT64_MAX;
+    /* A deadline past time_t's range would wrap; a century is forever here. */
+    uint64_t max_s = (uint64_t)100 * 365 * 24 * 3600;
+    uint64_t sec = deadline_ns / NS_PER_SEC;
+    struct timespec ts = {.tv_sec = (time_t)(sec < max_s ? sec : max_s),
+                          .tv_nsec = (long)(deadline_ns % NS_PER_SEC)};
+    int rc = pthread_cond_timedwait(&c->c, &m->m, &ts);
+    assert(rc == 0 || rc == ETIMEDOUT);
+    return rc == ETIMEDOUT ? -RKV_ETIMEDOUT : 0;
+}
+
+static void posix_cond_signal(struct rkv_cond *c)
+{
+    pthread_cond_signal(&c->c);
+}
+
+static void posix_cond_broadcast(struct rkv_cond *c)
+{
+    pthread_cond_broadcast(&c->c);
+}
+
+static void posix_cond_destroy(struct rkv_cond *c)
+{
+    if (!c)
+        return;
+    pthread_cond_destroy(&c->c);
+    free(c);
+}
+
+/* ---- time ---- */
+
+static uint64_t posix_now_ns(struct rkv_port *p)
+{
+    (void)p;
+    return posix_clock_ns();
+}
+
+static void posix_sleep_ns(struct rkv_port *p, uint64_t ns)
+{
+    (void)p;
+    struct timespec ts = {.tv_sec = (time_t)(ns / NS_PER_SEC), .tv_nsec = (long)(ns % NS_PER_SEC)};
+    /* nanosleep leaves the remainder in ts, so a signal does not shorten the sleep. */
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static void posix_yield(struct rkv_port *p)
+{
+    (void)p;
+    sched_yield();
+}
+
+/* ---- shared memory ---- */
+
+static int posix_shm_open(struct rkv_port *p, const char *name, int create, int *fd_p)
+{
+    int flags = create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR;
+    int fd = shm_open(name, flags | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        *fd_p = fd;
+        return 0;
+    }
+    int e = errno;
+    if (create && e == EEXIST) {
+        RKV_LOGW(p, "shm %s: already exists", name);
+        return -RKV_EEXIST;
+    }
+    if (!create && e == ENOENT) {
+        RKV_LOGD(p, "shm %s: does not exist (yet)", name);
+        return -RKV_ENOTENSOR;
+    }
+    RKV_LOGE(p, "shm %s: shm_open failed: %s", name, strerror(e));
+    return -RKV_EIO;
+}
+
+/* Sizes a new segment (ftruncate zero-fills) or checks an existing one is
+ * big enough, so that touching the mapping cannot raise SIGBUS. */
+static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t bytes, int create)
+{
+    if (create) {
+        if (ftruncate(fd, (off_t)bytes) != 0) {
+            RKV_LOGE(p, "shm %s: cannot size it to %zu bytes: %s", name, bytes, strerror(errno));
+            return -RKV_EIO;
+        }
+        return 0;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        RKV_LOGE(p, "shm %s: fstat failed: %s", name, strerror(errno));
+        return -RKV_EIO;
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size < bytes) {
+        RKV_LOGE(p, "shm %s: has %lld bytes, %zu expected", name, (long long)st.st_size, bytes);
+        return -RKV_EIO;
+    }
+    return 0;
+}
+
+static int posix_shm_map(struct rkv_port *p, const char *name, size_t bytes, int create,
+                         void **addr_p)
+{
+    assert(p && name && addr_p);
+    if (bytes == 0 || bytes > (size_t)INT64_MAX)
+        return -RKV_EINVAL;
+    int fd;
+    int rc = posix_shm_open(p, name, create, &fd);
+    if (rc < 0)
+        return rc;
+    rc = posix_shm_size(p, name, fd, bytes, create);
+    if (rc < 0)
+        goto undo_open;
+    void *addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        RKV_LOGE(p, "shm %s: mmap of %zu bytes failed: %s", name, bytes, strerror(errno));
+        rc = -RKV_EIO;
+        goto undo_open;
+    }
+    /* The mapping keeps the segment alive; the descriptor is not needed. */
+    close(fd);
+    *addr_p = addr;
+    return 0;
+undo_open:
+    close(fd);
+    if (create)
+        shm_unlink(name);
+    return rc;
+}
+
+static void posix_shm_unmap(struct rkv_port *p, void *addr, size_t bytes)
+{
+    if (addr && munmap(addr, bytes) != 0)
+        RKV_LOGW(p, "shm: munmap of %zu bytes failed: %s", bytes, strerror(errno));
+}
+
+static void posix_shm_unlink(struct rkv_port *p, const char *name)
+{
+    if (shm_unlink(name) != 0 && errno != ENOENT)
+        RKV_LOGW(p, "shm %s: unlink failed: %s", name, strerror(errno));
+}
+
+/* ---- logging ---- */
+
+static const char *const posix_level_names[] = {
+    [RKV_LOG_ERROR] = "ERROR",
+    [RKV_LOG_WARN] = "WARN",
+    [RKV_LOG_INFO] = "INFO",
+    [RKV_LOG_DEBUG] = "DEBUG",
+};
+
+static void posix_vlog(struct rkv_port *p, int level, const char *fmt, va_list ap)
+{
+    const struct posix_port *pp = p->impl;
+    char line[LOG_LINE_MAX];
+    uint64_t dt_ns = posix_clock_ns() - pp->t0_ns;
+    const char *lvl = level >= 0 && level < (int)RKV_ARRAY_LEN(posix_level_names)
+                          ? posix_level_names[level]
+                          : "LOG";
+    int n = snprintf(line, sizeof(line),
+                     "[%llu.%06llu] %s %s: ", (unsigned long long)(dt_ns / NS_PER_SEC),
+                     (unsigned long long)(dt_ns % NS_PER_SEC / 1000), lvl, p->node);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+    int m = vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+    if (m > 0)
+        len += (size_t)m < sizeof(line) - len ? (size_t)m : sizeof(line) - len - 1;
+    /* Room for the newline: overwrite the last character of a cut message. */
+    if (len >= sizeof(line) - 1)
+        len = sizeof(line) - 2;
+    line[len++] = '\n';
+    /* One write() per line keeps lines of processes sharing stderr whole:
+     * LOG_LINE_MAX < PIPE_BUF, and such pipe writes are atomic. */
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}
+
+/* ---- lifetime ---- */
+
+static void posix_destroy(struct rkv_port *p)
+{
+    if (!p)
+        return;
+    free(p->impl);
+}
+
+static const struct rkv_port_ops posix_ops = {
+    .name = "posix",
+    .task_start = posix_task_start,
+    .task_join = posix_task_join,
+    .mutex_create = posix_mutex_create,
+    .mutex_lock = posix_mutex_lock,
+    .mutex_unlock = posix_mutex_unlock,
+    .mutex_destroy = posix_mutex_destroy,
+    .cond_create = posix_cond_create,
+    .cond_wait = posix_cond_wait,
+    .cond_signal = posix_cond_signal,
+    .cond_broadcast = posix_cond_broadcast,
+    .cond_destroy = posix_cond_destroy,
+    .now_ns = posix_now_ns,
+    .sleep_ns = posix_sleep_ns,
+    .yield = posix_yield,
+    .shm_map = posix_shm_map,
+    .shm_unmap = posix_shm_unmap,
+    .shm_unlink = posix_shm_unlink,
+    .vlog = posix_vlog,
+    .destroy = posix_destroy,
+};
+
+/* FNV-1a: the node name only picks an rng stream, it needs no strength. */
+static uint64_t posix_hash_name(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+int rkv_port_posix_create(const char *node, int log_level, uint64_t seed, struct rkv_port **port_p)
+{
+    assert(node && port_p);
+    struct posix_port *pp = calloc(1, sizeof(*pp));
+    if (!pp)
+        return -RKV_ENOMEM;
+    struct rkv_port *p = &pp->base;
+    p->ops = &posix_ops;
+    snprintf(p->node, sizeof(p->node), "%s", node);
+    p->log_level = log_level;
+    rkv_rng_seed(&p->rng, seed, posix_hash_name(p->node));
+    p->impl = pp;
+    pp->t0_ns = posix_clock_ns();
+    *port_p = p;
+    return 0;
+}

@@ -1,0 +1,259 @@
+/* Unit tests of the POSIX port and the PRNG. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "port/port.h"
+#include "rkv.h"
+
+#define MS 1000000ULL
+
+static struct rkv_port *port_new(const char *node, int level)
+{
+    struct rkv_port *p = NULL;
+    assert_int_equal(rkv_port_posix_create(node, level, 42, &p), 0);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- rng ---- */
+
+static void test_rng_deterministic(void **state)
+{
+    (void)state;
+    struct rkv_rng a, b, c;
+    rkv_rng_seed(&a, 7, 1);
+    rkv_rng_seed(&b, 7, 1);
+    rkv_rng_seed(&c, 7, 2);
+    int differs = 0;
+    for (int i = 0; i < 1000; i++) {
+        uint64_t x = rkv_rng_next(&a);
+        assert_int_equal(x, rkv_rng_next(&b));
+        differs |= x != rkv_rng_next(&c);
+    }
+    assert_true(differs);
+    /* Swapping seed and stream must give another sequence. */
+    rkv_rng_seed(&a, 1, 7);
+    rkv_rng_seed(&b, 7, 1);
+    assert_int_not_equal(rkv_rng_next(&a), rkv_rng_next(&b));
+    assert_int_equal(rkv_mix64(12345), rkv_mix64(12345));
+    assert_int_not_equal(rkv_mix64(1), rkv_mix64(2));
+}
+
+/* Reference outputs of xoshiro256** from the state {1, 2, 3, 4}. */
+static void test_rng_known_answer(void **state)
+{
+    (void)state;
+    struct rkv_rng r = {.s = {1, 2, 3, 4}};
+    static const uint64_t want[] = {11520, 0, 1509978240, 1215971899390074240ULL};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        assert_int_equal(rkv_rng_next(&r), want[i]);
+}
+
+static void test_rng_below_range(void **state)
+{
+    (void)state;
+    struct rkv_rng r;
+    rkv_rng_seed(&r, 99, 0);
+    unsigned seen[7] = {0};
+    for (int i = 0; i < 7000; i++) {
+        uint64_t v = rkv_rng_below(&r, 7);
+        assert_true(v < 7);
+        seen[v]++;
+    }
+    /* Each value expected 1000 times; 700 is > 9 sigma away. */
+    for (int i = 0; i < 7; i++)
+        assert_true(seen[i] > 700 && seen[i] < 1300);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(rkv_rng_below(&r, 1), 0);
+    uint64_t big = (UINT64_MAX / 3) * 2 + 1; /* worst case for rejection */
+    for (int i = 0; i < 1000; i++)
+        assert_true(rkv_rng_below(&r, big) < big);
+    for (int i = 0; i < 1000; i++) {
+        double d = rkv_rng_double(&r);
+        assert_true(d >= 0.0 && d < 1.0);
+    }
+}
+
+static void test_port_rng_from_node(void **state)
+{
+    (void)state;
+    struct rkv_port *a = port_new("s0.0", RKV_LOG_ERROR);
+    struct rkv_port *b = port_new("s0.0", RKV_LOG_ERROR);
+    struct rkv_port *c = port_new("s0.1", RKV_LOG_ERROR);
+    uint64_t x = rkv_rng_next(&a->rng);
+    assert_int_equal(x, rkv_rng_next(&b->rng));
+    assert_int_not_equal(x, rkv_rng_next(&c->rng));
+    a->ops->destroy(a);
+    b->ops->destroy(b);
+    c->ops->destroy(c);
+}
+
+/* ---- tasks, mutex, cond ---- */
+
+struct flag_ctx {
+    struct rkv_port *p;
+    struct rkv_mutex *m;
+    struct rkv_cond *c;
+    int flag;
+};
+
+static void set_flag_task(void *arg)
+{
+    struct flag_ctx *fc = arg;
+    fc->p->ops->sleep_ns(fc->p, 5 * MS);
+    fc->p->ops->mutex_lock(fc->m);
+    fc->flag = 1;
+    fc->p->ops->cond_signal(fc->c);
+    fc->p->ops->mutex_unlock(fc->m);
+}
+
+static void test_task_and_cond_signal(void **state)
+{
+    (void)state;
+    struct rkv_port *p = port_new("t", RKV_LOG_ERROR);
+    struct flag_ctx fc = {.p = p};
+    assert_int_equal(p->ops->mutex_create(p, &fc.m), 0);
+    assert_int_equal(p->ops->cond_create(p, &fc.c), 0);
+    struct rkv_task *t = NULL;
+    assert_int_equal(p->ops->task_start(p, "setter", set_flag_task, &fc, &t), 0);
+    uint64_t deadline = p->ops->now_ns(p) + 2000 * MS;
+    p->ops->mutex_lock(fc.m);
+    while (!fc.flag && p->ops->now_ns(p) < deadline)
+        p->ops->cond_wait(fc.c, fc.m, 100 * MS);
+    int flag = fc.flag;
+    p->ops->mutex_unlock(fc.m);
+    assert_int_equal(p->ops->task_join(p, t), 0);
+    assert_int_equal(flag, 1);
+    p->ops->cond_destroy(fc.c);
+    p->ops->mutex_destroy(fc.m);
+    p->ops->destroy(p);
+}
+
+static void test_cond_timeout(void **state)
+{
+    (void)state;
+    struct rkv_port *p = port_new("t", RKV_LOG_ERROR);
+    struct rkv_mutex *m;
+    struct rkv_cond *c;
+    assert_int_equal(p->ops->mutex_create(p, &m), 0);
+    assert_int_equal(p->ops->cond_create(p, &c), 0);
+    p->ops->mutex_lock(m);
+    uint64_t t0 = p->ops->now_ns(p);
+    int rc;
+    /* Spurious wake-ups return 0; retry within the same overall window. */
+    for (int i = 0; i < 10; i++) {
+        rc = p->ops->cond_wait(c, m, 50 * MS);
+        if (rc != 0)
+            break;
+    }
+    uint64_t dt = p->ops->now_ns(p) - t0;
+    p->ops->mutex_unlock(m);
+    assert_int_equal(rc, -RKV_ETIMEDOUT);
+    assert_true(dt >= 50 * MS);
+    assert_true(dt < 2000 * MS);
+    p->ops->cond_destroy(c);
+    p->ops->mutex_destroy(m);
+    p->ops->destroy(p);
+}
+
+static void test_sleep_and_clock(void **state)
+{
+    (void)state;
+    struct rkv_port *p = port_new("t", RKV_LOG_ERROR);
+    uint64_t t0 = p->ops->now_ns(p);
+    p->ops->sleep_ns(p, 10 * MS);
+    p->ops->yield(p);
+    uint64_t dt = p->ops->now_ns(p) - t0;
+    assert_true(dt >= 10 * MS && dt < 2000 * MS);
+    p->ops->destroy(p);
+}
+
+/* ---- shm ---- */
+
+static void test_shm(void **state)
+{
+    (void)state;
+    struct rkv_port *p = port_new("t", RKV_LOG_ERROR);
+    char name[64];
+    snprintf(name, sizeof(name), "/rkv-test-port-%d", (int)getpid());
+    p->ops->shm_unlink(p, name); /* a leftover of a crashed run */
+    void *a = NULL, *b = NULL;
+    assert_int_equal(p->ops->shm_map(p, name, 0, 0, &a), -RKV_EINVAL);
+    assert_int_equal(p->ops->shm_map(p, name, 4096, 0, &a), -RKV_ENOTENSOR);
+    assert_int_equal(p->ops->shm_map(p, name, 4096, 1, &a), 0);
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(((unsigned char *)a)[i], 0);
+    memcpy(a, "shared", 7);
+    void *dup = NULL;
+    assert_int_equal(p->ops->shm_map(p, name, 4096, 1, &dup), -RKV_EEXIST);
+    assert_int_equal(p->ops->shm_map(p, name, 4096, 0, &b), 0);
+    assert_ptr_not_equal(a, b);
+    assert_string_equal((char *)b, "shared");
+    /* Attaching with a larger size than exists must fail, not SIGBUS later. */
+    void *big = NULL;
+    assert_int_equal(p->ops->shm_map(p, name, 8192, 0, &big), -RKV_EIO);
+    assert_null(big);
+    p->ops->shm_unmap(p, b, 4096);
+    p->ops->shm_unmap(p, a, 4096);
+    p->ops->shm_unlink(p, name);
+    p->ops->shm_unlink(p, name); /* absent: ignored */
+    assert_int_equal(p->ops->shm_map(p, name, 4096, 0, &a), -RKV_ENOTENSOR);
+    p->ops->destroy(p);
+}
+
+/* ---- logging ---- */
+
+static void test_log_line(void **state)
+{
+    (void)state;
+    struct rkv_port *p = port_new("w3", RKV_LOG_WARN);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fds[1], STDERR_FILENO) >= 0);
+    RKV_LOGD(p, "filtered %d", 1);
+    RKV_LOGW(p, "hello %d", 42);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fds[1]);
+    char buf[256] = "";
+    ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+    close(fds[0]);
+    assert_true(n > 0);
+    buf[n] = 0;
+    unsigned long s, us;
+    char tail[64];
+    assert_int_equal(sscanf(buf, "[%lu.%6lu] %63[^\n]", &s, &us, tail), 3);
+    assert_string_equal(tail, "WARN w3: hello 42");
+    assert_non_null(strchr(buf, '\n'));
+    assert_null(strstr(buf, "filtered"));
+    assert_int_equal(strchr(buf, '\n') - buf + 1, n); /* exactly one line */
+    p->ops->destroy(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rng_deterministic),
+        cmocka_unit_test(test_rng_known_answer),
+        cmocka_unit_test(test_rng_below_range),
+        cmocka_unit_test(test_port_rng_from_node),
+        cmocka_unit_test(test_task_and_cond_signal),
+        cmocka_unit_test(test_cond_timeout),
+        cmocka_unit_test(test_sleep_and_clock),
+        cmocka_unit_test(test_shm),
+        cmocka_unit_test(test_log_line),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
