@@ -22,6 +22,8 @@ struct demo {
     char bufs[CLI_KEY_COUNT_][32];
     pid_t servers[DEMO_MAX_PROCS], workers[DEMO_MAX_PROCS];
     int out_fd[DEMO_MAX_PROCS];
+    struct cli_result res[DEMO_MAX_PROCS];
+    int status[DEMO_MAX_PROCS];
     uint32_t n_servers, n_workers, machines;
 };
 
@@ -168,6 +170,74 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
     return 1;
 }
 
+/* The physical limits of this host, measured in the same run: one-stream
+ * loopback TCP (what every remote byte of the tcp backend crosses) and
+ * single-core memcpy (what the shared-memory path costs). */
+static double demo_tcp_gbps(void)
+{
+    const size_t chunk = 1u << 20, total = 512u << 20;
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
+        getsockname(ls, (struct sockaddr *)&a, &len) < 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        char *buf = calloc(1, chunk);
+        if (fd < 0 || !buf || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+            _exit(1);
+        for (size_t sent = 0; sent < total;) {
+            ssize_t w = write(fd, buf, chunk);
+            if (w <= 0)
+                _exit(1);
+            sent += (size_t)w;
+        }
+        _exit(0);
+    }
+    int fd = accept(ls, NULL, NULL);
+    char *buf = malloc(chunk);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    size_t got = 0;
+    ssize_t r;
+    while (fd >= 0 && buf && got < total && (r = read(fd, buf, chunk)) > 0)
+        got += (size_t)r;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    close(ls);
+    waitpid(pid, NULL, 0);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return got == total && dt > 0 ? (double)total / dt / 1e9 : 0;
+}
+
+static double demo_memcpy_gbps(void)
+{
+    const size_t n = 64u << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return 0;
+    }
+    memset(a, 1, n);
+    memset(b, 2, n);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 8; i++)
+        memcpy(i % 2 ? a : b, i % 2 ? b : a, n);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    volatile char sink = a[n / 2] + b[n / 3];
+    (void)sink;
+    free(a);
+    free(b);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return 8.0 * (double)n / dt / 1e9;
+}
+
 static void demo_report(const struct demo *d, const struct cli_result *res, const int *status,
                         uint64_t value_bytes, int ok)
 {
@@ -193,6 +263,11 @@ static void demo_report(const struct demo *d, const struct cli_result *res, cons
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (status[i])
             printf("worker %u: store error %d (%s)\n", i, status[i], rkv_strerror(status[i]));
+    double tcp = demo_tcp_gbps(), mc = demo_memcpy_gbps();
+    printf("\nlimits measured now: loopback TCP 1 stream %.3f GB/s, memcpy 1 core %.3f GB/s\n",
+           tcp, mc);
+    if (tcp > 0 && ps > 0 && ls > 0)
+        printf("ratio push/tcp1 %.2f  pull/tcp1 %.2f\n", pb / ps / 1e9 / tcp, lb / ls / 1e9 / tcp);
     printf("\nverdict: %s\n", ok ? "PASS (every pulled value matched the reference)" : "FAIL");
 }
 
@@ -257,6 +332,8 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
     return 0;
 }
 
+static int demo_run(struct demo *dp, const char *self, int argc, char **argv);
+
 int cli_cmd_demo(int argc, char **argv, const char *self)
 {
     for (int i = 0; i < argc; i++) {
@@ -265,31 +342,39 @@ int cli_cmd_demo(int argc, char **argv, const char *self)
             return RKV_EXIT_OK;
         }
     }
-    static struct demo d; /* large; main thread only, one per process */
-    memset(&d, 0, sizeof(d));
-    d.self = self;
+    struct demo *dp = calloc(1, sizeof(*dp));
+    if (!dp)
+        return RKV_EXIT_STORE;
+    int code = demo_run(dp, self, argc, argv);
+    free(dp);
+    return code;
+}
+
+static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
+{
+    dp->self = self;
     struct cli_settings s;
-    if (demo_setup(&d, &s, argc, argv) < 0)
+    if (demo_setup(dp, &s, argc, argv) < 0)
         return RKV_EXIT_USAGE;
-    uint32_t spm = d.n_servers / d.machines;
+    uint32_t spm = dp->n_servers / dp->machines;
     printf("rkv demo: %u machines x %u servers, %u workers, loopback TCP, base port %s\n",
-           d.machines, spm, d.n_workers, s.val[CLI_BASE_PORT]);
+           dp->machines, spm, dp->n_workers, s.val[CLI_BASE_PORT]);
     fflush(stdout);
-    for (uint32_t i = 0; i < d.n_servers; i++)
-        d.servers[i] = demo_spawn(&d, "server", "--server-id", i, NULL);
-    for (uint32_t i = 0; i < d.n_workers; i++)
-        d.workers[i] = demo_spawn(&d, "worker", "--machine-id", i % d.machines, &d.out_fd[i]);
-    static struct cli_result res[DEMO_MAX_PROCS];
-    static int status[DEMO_MAX_PROCS];
+    for (uint32_t i = 0; i < dp->n_servers; i++)
+        dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL);
+    for (uint32_t i = 0; i < dp->n_workers; i++)
+        dp->workers[i] = demo_spawn(dp, "worker", "--machine-id", i % dp->machines, &dp->out_fd[i]);
+    struct cli_result *res = dp->res;
+    int *status = dp->status;
     int ok = 1;
-    for (uint32_t i = 0; i < d.n_workers; i++) {
+    for (uint32_t i = 0; i < dp->n_workers; i++) {
         memset(&res[i], 0, sizeof(res[i]));
         status[i] = 0;
-        if (d.workers[i] <= 0 || demo_read_result(d.out_fd[i], &res[i], &status[i]) < 0)
+        if (dp->workers[i] <= 0 || demo_read_result(dp->out_fd[i], &res[i], &status[i]) < 0)
             ok = 0;
         int st = 0;
-        if (d.workers[i] > 0)
-            waitpid(d.workers[i], &st, 0);
+        if (dp->workers[i] > 0)
+            waitpid(dp->workers[i], &st, 0);
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             fprintf(stderr, "rkv demo: worker process %u exited with status %d\n", i,
                     WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
@@ -297,15 +382,15 @@ int cli_cmd_demo(int argc, char **argv, const char *self)
         }
     }
     uint64_t vb = strtoull(s.val[CLI_VALUE_BYTES], NULL, 0);
-    if (demo_wait_servers(&d, 30))
+    if (demo_wait_servers(dp, 30))
         ok = 0;
-    for (uint32_t i = 0; i < d.n_workers; i++)
+    for (uint32_t i = 0; i < dp->n_workers; i++)
         if (res[i].errors)
             ok = 0;
-    demo_report(&d, res, status, vb, ok);
+    demo_report(dp, res, status, vb, ok);
     if (ok)
         return RKV_EXIT_OK;
-    for (uint32_t i = 0; i < d.n_workers; i++)
+    for (uint32_t i = 0; i < dp->n_workers; i++)
         if (res[i].errors)
             return RKV_EXIT_CHECK;
     return RKV_EXIT_STORE;

@@ -386,27 +386,28 @@ static void eng_fail_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     eng_lock(e);
 }
 
-/* Starts waiting transmits whose key now has an idle slot. Lock held. */
+/* Starts waiting transmits in order, up to the first large one that still
+ * has no idle slot: messages to one peer are delivered in the order they
+ * were sent, whichever path (SEND or slot) each takes. Lock held. */
 static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
 {
-    struct eng_txq keep = {0};
     struct rkv_tx *tx;
-    while ((tx = txq_pop(&p->waiting)) != NULL) {
-        struct eng_rslot *r = peer_find_rslot(p, eng_key_of(tx->buf), tx->len, 1);
-        if (r) {
+    while ((tx = p->waiting.head) != NULL) {
+        if (tx->len > e->cfg.ctrl_buf_bytes) {
+            struct eng_rslot *r = peer_find_rslot(p, eng_key_of(tx->buf), tx->len, 1);
+            if (!r)
+                return;
             tx_to_slot(tx, r);
-            peer_post(e, p, tx);
-        } else {
-            txq_push(&keep, tx);
         }
+        txq_pop(&p->waiting);
+        peer_post(e, p, tx);
     }
-    p->waiting = keep;
 }
 
 static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     uint32_t key = eng_key_of(tx->buf);
-    struct eng_rslot *r = peer_find_rslot(p, key, tx->len, 1);
+    struct eng_rslot *r = p->waiting.head ? NULL : peer_find_rslot(p, key, tx->len, 1);
     if (r) {
         e->st.rndv_hits++;
         tx_to_slot(tx, r);
@@ -439,7 +440,11 @@ int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
         rc = -RKV_EPEERDEAD;
     } else if (len <= e->cfg.ctrl_buf_bytes) {
         tx->kind = ENG_TX_SEND;
-        rc = peer_post(e, p, tx);
+        rc = 0;
+        if (p->waiting.head) /* keep order behind a rendezvous in progress */
+            txq_push(&p->waiting, tx);
+        else
+            rc = peer_post(e, p, tx);
     } else {
         rc = peer_send_large(e, p, tx);
     }
@@ -656,6 +661,7 @@ static void peer_take_release(struct rkv_peer *p, uint32_t release)
 {
     if (release == 0)
         return;
+    p->eng->st.releases++;
     for (uint32_t i = 0; i < p->n_rslots; i++) {
         if (p->rslots[i].d.slot == release - 1) {
             p->rslots[i].busy = 0;
@@ -697,6 +703,7 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
             }
             p->waiting.n--;
             eng_fail_tx(e, p, tx, m->h.status);
+            peer_run_waiting(e, p);
             return;
         }
         return;

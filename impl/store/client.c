@@ -20,7 +20,7 @@ struct cli_req {
     struct cli_server *srv;
     int done;
     int status;
-    char text[128];
+    char text[RKV_PROTO_TEXT_MAX + 1];
     uint32_t u32;          /* HELLO: client id; INIT: tensor id */
     struct rkv_tensor *t;  /* META: filled by the reply */
     uint8_t *out;          /* PULL: the caller's rows */
@@ -667,7 +667,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t,
 {
     if (srv->dead)
         return cli_dead(c, srv, "pull");
-    struct cli_pslot *ps;
+    struct cli_pslot *ps = NULL;
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
     int rc = cli_pslot(c, srv, t->meta.id, need, &ps);
     if (rc < 0)

@@ -1,0 +1,243 @@
+/* The engine over the real TCP NIC in one process: SEND path, rendezvous on
+ * first contact, the slot cache on later messages, credits and backlog. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "nic/nic_tcp.h"
+
+#define MAX_SEEN 4096
+
+struct side {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_engine *eng;
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    struct rkv_peer *peer; /* the connection to the other side */
+    uint64_t seen[MAX_SEEN];
+    uint32_t seen_bytes[MAX_SEEN];
+    int n_seen;
+    int bad;
+};
+
+static void on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    struct side *s = user;
+    s->port->ops->mutex_lock(s->mu);
+    if (!s->peer)
+        s->peer = peer;
+    if (s->n_seen < MAX_SEEN) {
+        s->seen[s->n_seen] = m->h.req_id;
+        s->seen_bytes[s->n_seen] = (uint32_t)m->h.payload_len;
+        /* Check the payload bytes really arrived (push rows = req_id byte). */
+        if (m->h.type == RKV_MSG_PUSH) {
+            size_t rb = (size_t)m->h.count * m->h.row_bytes;
+            for (size_t i = 0; i < rb; i++)
+                if (m->u.push.rows[i] != (uint8_t)m->h.req_id)
+                    s->bad++;
+        }
+        s->n_seen++;
+    }
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+}
+
+static void on_peer(void *user, struct rkv_peer *peer, int up)
+{
+    struct side *s = user;
+    s->port->ops->mutex_lock(s->mu);
+    if (up)
+        s->peer = peer;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+}
+
+static void side_open(struct side *s, const char *name, uint32_t rx_depth)
+{
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(rkv_port_posix_create(name, 0, 1, &s->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(s->port, NULL, &s->nic), 0);
+    struct rkv_engine_cfg ec = {.node_id = 1, .rx_depth = rx_depth, .ctrl_buf_bytes = 1024,
+                                .max_slots = 8, .max_slot_bytes = 1 << 24};
+    char err[128];
+    assert_int_equal(rkv_engine_create(s->port, s->nic, &ec, on_msg, on_peer, s, &s->eng, err,
+                                       sizeof(err)),
+                     0);
+    assert_int_equal(s->port->ops->mutex_create(s->port, &s->mu), 0);
+    assert_int_equal(s->port->ops->cond_create(s->port, &s->cv), 0);
+    assert_int_equal(rkv_engine_start(s->eng), 0);
+}
+
+static void side_close(struct side *s)
+{
+    rkv_engine_destroy(s->eng);
+    s->nic->ops->close(s->nic);
+    s->port->ops->cond_destroy(s->cv);
+    s->port->ops->mutex_destroy(s->mu);
+    s->port->ops->destroy(s->port);
+}
+
+static void pair_open(struct side *a, struct side *b, uint32_t rx_depth)
+{
+    side_open(a, "a", rx_depth);
+    side_open(b, "b", rx_depth);
+    assert_int_equal(rkv_engine_listen(a->eng, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(a->nic, &port), 0);
+    assert_int_equal(rkv_engine_connect(b->eng, "127.0.0.1", port, 2000, &b->peer), 0);
+}
+
+/* Waits (2 s at most) until the side saw n messages. */
+static void wait_seen(struct side *s, int n)
+{
+    uint64_t deadline = s->port->ops->now_ns(s->port) + 2000000000ull;
+    s->port->ops->mutex_lock(s->mu);
+    while (s->n_seen < n && s->port->ops->now_ns(s->port) < deadline)
+        s->port->ops->cond_wait(s->cv, s->mu, 100000000ull);
+    int got = s->n_seen;
+    s->port->ops->mutex_unlock(s->mu);
+    assert_int_equal(got, n);
+}
+
+static void send_push(struct side *b, uint64_t req, uint32_t tensor, uint32_t rows,
+                      uint32_t row_bytes)
+{
+    size_t len = RKV_PROTO_HDR_BYTES + (size_t)rows * (8 + row_bytes);
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(b->eng, len, &tx), 0);
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH, .req_id = req, .tensor_id = tensor, .count = rows,
+                        .row_bytes = row_bytes};
+    uint64_t *ids = calloc(rows, sizeof(*ids));
+    size_t n = rkv_proto_enc_push(buf, &h, ids, NULL);
+    free(ids);
+    assert_int_equal(n, len);
+    memset(buf + RKV_PROTO_HDR_BYTES + (size_t)rows * 8, (uint8_t)req, (size_t)rows * row_bytes);
+    assert_int_equal(rkv_engine_send(b->eng, b->peer, tx, len), 0);
+}
+
+static void wait_releases(struct side *b, uint64_t n)
+{
+    struct rkv_engine_stats st;
+    for (int i = 0; i < 200; i++) {
+        rkv_engine_get_stats(b->eng, &st);
+        if (st.releases >= n)
+            return;
+        b->port->ops->sleep_ns(b->port, 10000000ull);
+    }
+    fail_msg("slot never released");
+}
+
+static void test_small_is_one_send(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open(&a, &b, 16);
+    send_push(&b, 1, 1, 1, 16);
+    wait_seen(&a, 1);
+    struct rkv_engine_stats st;
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.sends, 1);
+    assert_int_equal(st.rndv_starts, 0);
+    assert_int_equal(a.bad, 0);
+    side_close(&b);
+    side_close(&a);
+}
+
+static void test_rendezvous_then_cache(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open(&a, &b, 16);
+    send_push(&b, 1, 7, 4, 4096); /* > ctrl_buf_bytes: rendezvous */
+    wait_seen(&a, 1);
+    wait_releases(&b, 1);
+    struct rkv_engine_stats st;
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.rndv_starts, 1);
+    assert_int_equal(st.writes, 1);
+    send_push(&b, 2, 7, 2, 4096); /* same key, fits: cached slot, no rendezvous */
+    wait_seen(&a, 2);
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.rndv_starts, 1);
+    assert_int_equal(st.rndv_hits, 1);
+    assert_int_equal(st.writes, 2);
+    send_push(&b, 3, 8, 2, 4096); /* another tensor: its own rendezvous */
+    wait_seen(&a, 3);
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.rndv_starts, 2);
+    wait_releases(&b, 2);
+    send_push(&b, 4, 7, 64, 4096); /* too big for the cached slot: a new one */
+    wait_seen(&a, 4);
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.rndv_starts, 3);
+    assert_int_equal(a.bad, 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(a.seen[i], i + 1);
+    side_close(&b);
+    side_close(&a);
+}
+
+/* Far more messages than receive buffers: credits hold the sender back, the
+ * backlog drains as credits return, nothing is lost or reordered. */
+static void test_credits_and_order(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open(&a, &b, 4);
+    const int n = 400;
+    for (int i = 0; i < n; i++)
+        send_push(&b, (uint64_t)i + 1, 1, 1, (i % 3) ? 16 : 2048);
+    wait_seen(&a, n);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(a.seen[i], i + 1);
+    struct rkv_engine_stats st;
+    rkv_engine_get_stats(b.eng, &st);
+    assert_true(st.backlogged > 0);
+    assert_int_equal(a.bad, 0);
+    side_close(&b);
+    side_close(&a);
+}
+
+/* A reply written straight into a slot the receiver handed out (the pull path). */
+static void test_owned_slot_write(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open(&a, &b, 16);
+    send_push(&b, 1, 1, 1, 16); /* let a learn its peer */
+    wait_seen(&a, 1);
+    struct rkv_slot_desc d;
+    assert_int_equal(rkv_engine_slot_alloc(b.eng, b.peer, 1 << 16, &d), 0);
+    size_t len = RKV_PROTO_HDR_BYTES + 8 * 1000;
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(a.eng, len, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY, .req_id = 9, .count = 1000, .row_bytes = 8};
+    assert_int_equal(rkv_proto_enc_pull_reply(rkv_engine_tx_buf(tx), &h), len);
+    assert_int_equal(rkv_engine_write(a.eng, a.peer, tx, len, &d), 0);
+    wait_seen(&b, 1);
+    assert_int_equal(b.seen[0], 9);
+    /* A reply larger than the slot is refused locally. */
+    assert_int_equal(rkv_engine_tx_alloc(a.eng, (size_t)d.cap + 64, &tx), 0);
+    assert_int_equal(rkv_engine_write(a.eng, a.peer, tx, (size_t)d.cap + 64, &d), -RKV_ELIMIT);
+    side_close(&b);
+    side_close(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_is_one_send),
+        cmocka_unit_test(test_rendezvous_then_cache),
+        cmocka_unit_test(test_credits_and_order),
+        cmocka_unit_test(test_owned_slot_write),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,85 @@
+/* The whole store as separate processes on loopback: 2 machines x 2 servers,
+ * 4 workers, via `rkv demo`. Each worker checks every pulled value against an
+ * independent reference (assign, sum of integer-valued floats, sgd, i64 sum,
+ * contested assigns, read-your-writes, random id sets with duplicates and
+ * co-located ids); the demo exits 0 only if all of them matched and every
+ * process exited 0. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+static int run(const char *args, char *out, size_t out_len)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s %s 2>&1", RKV_BIN, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, out_len - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    printf("%s", out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_demo_2x2_4_workers(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    int rc = run("demo --machines 2 --servers-per-machine 2 --num-workers 4 --rows 3000 "
+                 "--value-bytes 16384 --rounds 2 --timeout-ms 20000",
+                 out, sizeof(out));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "verdict: PASS"));
+    assert_null(strstr(out, "| 0 | 0 |")); /* some values were checked */
+}
+
+static void test_demo_uneven(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    /* 3 machines, 1 server each, 5 workers: machines without co-located
+     * workers and rows that do not divide evenly. */
+    int rc = run("demo --machines 3 --servers-per-machine 1 --num-workers 5 --rows 1001 "
+                 "--value-bytes 4096 --rounds 1",
+                 out, sizeof(out));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "verdict: PASS"));
+}
+
+static void test_cli_errors(void **state)
+{
+    (void)state;
+    static char out[1 << 14];
+    assert_int_equal(run("demo --bogus 1", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "unknown flag '--bogus'"));
+    assert_int_equal(run("worker --num-workers two", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "num-workers: expected a non-negative integer, got \"two\""));
+    assert_int_equal(run("config --dump --rx-depth 9", out, sizeof(out)), 0);
+    assert_non_null(strstr(out, "BYTEPS_RDMA_RX_DEPTH"));
+    assert_non_null(strstr(out, "flag"));
+    FILE *f = fopen("bad_cluster.txt", "w");
+    assert_non_null(f);
+    fprintf(f, "# two machines\n127.0.0.1 30000 2\n127.0.0.1 port 2\n");
+    fclose(f);
+    assert_int_equal(run("server --cluster bad_cluster.txt", out, sizeof(out)), 2);
+    assert_non_null(strstr(out, "bad_cluster.txt:3: base_port: expected 1..65535, got \"port\""));
+    assert_int_equal(run("nonsense", out, sizeof(out)), 2);
+    assert_int_equal(run("--help", out, sizeof(out)), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_errors),
+        cmocka_unit_test(test_demo_2x2_4_workers),
+        cmocka_unit_test(test_demo_uneven),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

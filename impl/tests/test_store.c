@@ -1,0 +1,403 @@
+/* The store in one process over real loopback TCP: named errors for bad
+ * requests (from the client API and from a hostile engine peer), garbage on
+ * raw sockets, and a server that dies or hangs under a waiting worker. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "rkv.h"
+
+struct cluster {
+    struct rkv_machine machines[2];
+    struct rkv_config cfg;
+    struct rkv_server *srv[2];
+    pthread_t thr[2];
+    int in_process[2];
+};
+
+static uint16_t free_base_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static void *server_main(void *arg)
+{
+    rkv_server_run(arg);
+    return NULL;
+}
+
+/* Two machines with one server each, one worker on machine 0; rows of
+ * machine 1 always cross the network. */
+static void cluster_config(struct cluster *c, uint32_t timeout_ms)
+{
+    memset(c, 0, sizeof(*c));
+    uint16_t base = free_base_port();
+    for (int m = 0; m < 2; m++) {
+        snprintf(c->machines[m].host, sizeof(c->machines[m].host), "127.0.0.1");
+        c->machines[m].base_port = (uint16_t)(base + m);
+        c->machines[m].servers = 1;
+    }
+    rkv_config_defaults(&c->cfg);
+    c->cfg.n_machines = 2;
+    c->cfg.machines = c->machines;
+    c->cfg.n_workers = 1;
+    c->cfg.timeout_ms = timeout_ms;
+    c->cfg.connect_retry_ms = 5000;
+    c->cfg.log_level = 0;
+    snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "rkvt-%d-%u", (int)getpid(), base);
+}
+
+static void cluster_start_server(struct cluster *c, uint32_t m)
+{
+    struct rkv_config cfg = c->cfg;
+    cfg.machine_id = m;
+    char err[256];
+    int rc = rkv_server_create(&cfg, 0, &c->srv[m], err, sizeof(err));
+    if (rc < 0)
+        fail_msg("server %u: %s", m, err);
+    assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
+    c->in_process[m] = 1;
+}
+
+static void cluster_stop(struct cluster *c)
+{
+    for (int m = 0; m < 2; m++) {
+        if (!c->in_process[m])
+            continue;
+        pthread_join(c->thr[m], NULL);
+        rkv_server_destroy(c->srv[m]);
+    }
+}
+
+static struct rkv_client *client_join(struct cluster *c)
+{
+    struct rkv_client *cli;
+    char err[256];
+    int rc = rkv_client_create(&c->cfg, &cli, err, sizeof(err));
+    if (rc < 0)
+        fail_msg("client: %s", err);
+    return cli;
+}
+
+static const struct rkv_tensor_desc T_F32 = {
+    .name = "t", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+static const struct rkv_tensor_desc T_I32 = {
+    .name = "ti", .dtype = RKV_I32, .rows = 100, .row_len = 4, .policy = RKV_PART_HASH};
+
+/* Rows 50..99 of T_F32 live on machine 1. */
+static void check_good_roundtrip(struct rkv_client *cli, float base)
+{
+    uint64_t ids[3] = {99, 3, 99};
+    float rows[12], got[12];
+    for (int i = 0; i < 12; i++)
+        rows[i] = base + (float)i;
+    assert_int_equal(rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_ASSIGN, 0), 0);
+    assert_int_equal(rkv_client_pull(cli, "t", ids, 3, got), 0);
+    assert_memory_equal(got, rows, 8 * sizeof(float));
+    assert_memory_equal(got + 8, rows, 4 * sizeof(float));
+}
+
+static void test_api_errors(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0); /* idempotent */
+    assert_int_equal(rkv_client_init_data(cli, &T_I32), 0);
+    struct rkv_tensor_desc other = T_F32;
+    other.row_len = 5;
+    assert_int_equal(rkv_client_init_data(cli, &other), -RKV_EEXIST);
+    float rows[8] = {0};
+    uint64_t bad[2] = {1, 100};
+    assert_int_equal(rkv_client_pull(cli, "nope", bad, 1, rows), -RKV_ENOTENSOR);
+    assert_int_equal(rkv_client_pull(cli, "t", bad, 2, rows), -RKV_ERANGE);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "row id 100"));
+    uint64_t remote[1] = {1}; /* hash: odd rows on machine 1 */
+    assert_int_equal(rkv_client_push(cli, "ti", remote, 1, rows, RKV_OP_SGD, 0.1), -RKV_EDTYPE);
+    uint64_t local[1] = {2};
+    assert_int_equal(rkv_client_push(cli, "ti", local, 1, rows, RKV_OP_SGD, 0.1), -RKV_EDTYPE);
+    assert_int_equal(rkv_client_push(cli, "t", remote, 1, rows, RKV_OP_CUSTOM + 1, 0),
+                     -RKV_ENOHANDLER);
+    assert_int_equal(rkv_client_push(cli, "t", remote, 1, rows, RKV_OP_ADAGRAD, 0.1), -RKV_EINVAL);
+    struct rkv_tensor_meta meta;
+    assert_int_equal(rkv_client_meta(cli, "t", &meta), 0);
+    assert_int_equal(meta.rows, 100);
+    assert_int_equal(meta.row_len, 4);
+    check_good_roundtrip(cli, 1.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* ---- a hostile peer speaking the real protocol through its own engine ---- */
+
+struct hostile {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_engine *eng;
+    struct rkv_peer *peer;
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    int status;
+    int type;
+    int got;
+    int down;
+};
+
+static void h_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    struct hostile *h = user;
+    (void)peer;
+    h->port->ops->mutex_lock(h->mu);
+    h->status = m->h.status;
+    h->type = m->h.type;
+    h->got++;
+    h->port->ops->cond_broadcast(h->cv);
+    h->port->ops->mutex_unlock(h->mu);
+}
+
+static void h_on_peer(void *user, struct rkv_peer *peer, int up)
+{
+    struct hostile *h = user;
+    (void)peer;
+    h->port->ops->mutex_lock(h->mu);
+    if (!up)
+        h->down = 1;
+    h->port->ops->cond_broadcast(h->cv);
+    h->port->ops->mutex_unlock(h->mu);
+}
+
+static void hostile_open(struct hostile *h, const struct rkv_machine *target)
+{
+    memset(h, 0, sizeof(*h));
+    assert_int_equal(rkv_port_posix_create("evil", 0, 3, &h->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(h->port, NULL, &h->nic), 0);
+    struct rkv_engine_cfg ec = {.node_id = 666, .rx_depth = 64, .ctrl_buf_bytes = 8192,
+                                .max_slots = 64, .max_slot_bytes = 1 << 30};
+    char err[128];
+    assert_int_equal(rkv_engine_create(h->port, h->nic, &ec, h_on_msg, h_on_peer, h, &h->eng,
+                                       err, sizeof(err)),
+                     0);
+    assert_int_equal(h->port->ops->mutex_create(h->port, &h->mu), 0);
+    assert_int_equal(h->port->ops->cond_create(h->port, &h->cv), 0);
+    assert_int_equal(rkv_engine_start(h->eng), 0);
+    assert_int_equal(rkv_engine_connect(h->eng, target->host, target->base_port, 2000, &h->peer), 0);
+}
+
+static void hostile_close(struct hostile *h)
+{
+    rkv_engine_destroy(h->eng);
+    h->nic->ops->close(h->nic);
+    h->port->ops->cond_destroy(h->cv);
+    h->port->ops->mutex_destroy(h->mu);
+    h->port->ops->destroy(h->port);
+}
+
+/* Sends a PUSH with the given header fields and returns the reply status. */
+static int hostile_push(struct hostile *h, uint32_t tensor, uint64_t id, uint32_t row_bytes)
+{
+    size_t len = RKV_PROTO_HDR_BYTES + 8 + row_bytes;
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(h->eng, len, &tx), 0);
+    struct rkv_hdr hd = {.type = RKV_MSG_PUSH, .req_id = 77, .tensor_id = tensor, .count = 1,
+                         .row_bytes = row_bytes};
+    int before = h->got;
+    assert_int_equal(rkv_proto_enc_push(rkv_engine_tx_buf(tx), &hd, &id, NULL), len);
+    memset((uint8_t *)rkv_engine_tx_buf(tx) + RKV_PROTO_HDR_BYTES + 8, 0, row_bytes);
+    assert_int_equal(rkv_engine_send(h->eng, h->peer, tx, len), 0);
+    h->port->ops->mutex_lock(h->mu);
+    while (h->got == before && !h->down)
+        assert_int_equal(h->port->ops->cond_wait(h->cv, h->mu, 3000000000ull), 0);
+    int st = h->down ? -RKV_EPEERDEAD : h->status;
+    h->port->ops->mutex_unlock(h->mu);
+    return st;
+}
+
+static void test_hostile_requests(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct hostile h;
+    hostile_open(&h, &c.machines[1]);
+    assert_int_equal(hostile_push(&h, 999, 60, 16), -RKV_ENOTENSOR);
+    assert_int_equal(hostile_push(&h, 1, 60, 12), -RKV_EDTYPE);
+    assert_int_equal(hostile_push(&h, 1, 100, 16), -RKV_ERANGE);
+    assert_int_equal(hostile_push(&h, 1, 10, 16), -RKV_ERANGE); /* lives on machine 0 */
+    assert_int_equal(hostile_push(&h, 1, 60, 16), 0);
+    assert_int_equal(h.type, RKV_MSG_PUSH_ACK);
+    hostile_close(&h);
+    check_good_roundtrip(cli, 5.0f); /* the server kept serving */
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* ---- raw sockets ---- */
+
+static int raw_connect(const struct rkv_machine *m)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(m->base_port)};
+    inet_pton(AF_INET, m->host, &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* Returns 1 if the server closed the connection within 3 s. */
+static int raw_closed_by_peer(int fd)
+{
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char b[64];
+    ssize_t r = recv(fd, b, sizeof(b), 0);
+    close(fd);
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+}
+
+#include "raw_frames.h"
+
+static void test_garbage_sockets(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint8_t junk[1000];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    int fd = raw_connect(&c.machines[1]);
+    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    assert_true(raw_closed_by_peer(fd));
+    /* A frame claiming 4 GiB. */
+    fd = raw_connect(&c.machines[1]);
+    raw_send_frame(fd, RAW_SEND, 0xffffffffu, NULL, 0);
+    assert_true(raw_closed_by_peer(fd));
+    /* A SEND carrying half an rkv header. */
+    fd = raw_connect(&c.machines[1]);
+    uint8_t half[30] = {0x52, 0x4b, 0x56, 0x31, 1, RKV_MSG_PUSH};
+    raw_send_frame(fd, RAW_SEND, sizeof(half), half, sizeof(half));
+    assert_true(raw_closed_by_peer(fd));
+    /* A full rkv header whose payload_len claims 4 GiB. */
+    fd = raw_connect(&c.machines[1]);
+    uint8_t hdr[RKV_PROTO_HDR_BYTES];
+    struct rkv_hdr hd = {.type = RKV_MSG_PUSH, .count = 1, .row_bytes = 16};
+    rkv_proto_put_hdr(hdr, &hd);
+    uint64_t huge = 4ull << 30;
+    memcpy(hdr + 48, &huge, 8);
+    raw_send_frame(fd, RAW_SEND, sizeof(hdr), hdr, sizeof(hdr));
+    assert_true(raw_closed_by_peer(fd));
+    /* A connection that hangs up mid-frame. */
+    fd = raw_connect(&c.machines[1]);
+    raw_send_frame(fd, RAW_SEND, 4096, hdr, 10);
+    close(fd);
+    check_good_roundtrip(cli, 9.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* ---- a server that dies or hangs ---- */
+
+static pid_t fork_server(struct cluster *c, uint32_t m)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rkv_config cfg = c->cfg;
+        cfg.machine_id = m;
+        struct rkv_server *s;
+        char err[256];
+        if (rkv_server_create(&cfg, 0, &s, err, sizeof(err)) < 0)
+            _exit(3);
+        rkv_server_run(s);
+        rkv_server_destroy(s);
+        _exit(0);
+    }
+    return pid;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void test_server_killed_or_hung(void **state)
+{
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        struct cluster c;
+        cluster_config(&c, 1500);
+        cluster_start_server(&c, 0);
+        pid_t child = fork_server(&c, 1);
+        struct rkv_client *cli = client_join(&c);
+        assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+        check_good_roundtrip(cli, 2.0f);
+        kill(child, mode == 0 ? SIGKILL : SIGSTOP);
+        uint64_t ids[2] = {1, 70};
+        float rows[8] = {0};
+        double t0 = now_s();
+        int rc = rkv_client_pull(cli, "t", ids, 2, rows);
+        double dt = now_s() - t0;
+        printf("mode %s: pull returned %s after %.3f s: %s\n", mode ? "hung" : "killed",
+               rkv_strerror(rc), dt, rkv_client_errmsg(cli));
+        assert_int_equal(rc, mode == 0 ? -RKV_EPEERDEAD : -RKV_ETIMEDOUT);
+        assert_true(dt < 10.0);
+        /* Rows of the surviving machine are still served. */
+        uint64_t alive[1] = {3};
+        assert_int_equal(rkv_client_pull(cli, "t", alive, 1, rows), 0);
+        if (mode == 1)
+            kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        rkv_client_shutdown_servers(cli);
+        rkv_client_destroy(cli);
+        cluster_stop(&c);
+    }
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_errors),
+        cmocka_unit_test(test_hostile_requests),
+        cmocka_unit_test(test_garbage_sockets),
+        cmocka_unit_test(test_server_killed_or_hung),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
