@@ -12,16 +12,35 @@
 /* Documented exit codes of the rkv binary. */
 enum rkv_exit {
     RKV_EXIT_OK = 0,
-    RKV_EXIT_CHECK = 1,  /* a pulled value differed from the reference */
-    RKV_EXIT_USAGE = 2,  /* bad flag, env var, cluster file or setting */
-    RKV_EXIT_STORE = 3,  /* the store failed: timeout, dead peer, I/O... */
+    RKV_EXIT_CHECK = 1, /* a pulled value differed from the reference */
+    RKV_EXIT_USAGE = 2, /* bad flag, env var, cluster file or setting */
+    RKV_EXIT_STORE = 3, /* the store failed: timeout, dead peer, I/O... */
 };
 
 enum cli_key {
-    CLI_ROLE, CLI_CLUSTER, CLI_HOST, CLI_BASE_PORT, CLI_MACHINES, CLI_SERVERS_PER_MACHINE,
-    CLI_NUM_SERVERS, CLI_NUM_WORKERS, CLI_MACHINE_ID, CLI_SERVER_ID, CLI_BACKEND, CLI_TIMEOUT_MS,
-    CLI_CONNECT_RETRY_MS, CLI_RX_DEPTH, CLI_CTRL_BUF_BYTES, CLI_SLOTS, CLI_MAX_SLOT_BYTES,
-    CLI_SHM_PREFIX, CLI_SEED, CLI_LOG_LEVEL, CLI_ROWS, CLI_VALUE_BYTES, CLI_ROUNDS,
+    CLI_ROLE,
+    CLI_CLUSTER,
+    CLI_HOST,
+    CLI_BASE_PORT,
+    CLI_MACHINES,
+    CLI_SERVERS_PER_MACHINE,
+    CLI_NUM_SERVERS,
+    CLI_NUM_WORKERS,
+    CLI_MACHINE_ID,
+    CLI_SERVER_ID,
+    CLI_BACKEND,
+    CLI_TIMEOUT_MS,
+    CLI_CONNECT_RETRY_MS,
+    CLI_RX_DEPTH,
+    CLI_CTRL_BUF_BYTES,
+    CLI_SLOTS,
+    CLI_MAX_SLOT_BYTES,
+    CLI_SHM_PREFIX,
+    CLI_SEED,
+    CLI_LOG_LEVEL,
+    CLI_ROWS,
+    CLI_VALUE_BYTES,
+    CLI_ROUNDS,
     CLI_KEY_COUNT_
 };
 

@@ -85,8 +85,8 @@ static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
                         "64 MiB, rounds 1..1000\n");
         return RKV_EXIT_USAGE;
     }
-    *wl = (struct cli_workload){.rows = rows, .value_bytes = (uint32_t)vb,
-                                .rounds = (uint32_t)rounds};
+    *wl = (struct cli_workload){
+        .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
     return 0;
 }
 
@@ -122,10 +122,9 @@ int cli_cmd_worker(int argc, char **argv)
     int exit_code = rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
     printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
            "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.1f lat_p99_us=%.1f\n",
-           rkv_client_id(cli), rc, (unsigned long long)res.checks,
-           (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
-           (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
-           res.pull_lat_us_p99);
+           rkv_client_id(cli), rc, (unsigned long long)res.checks, (unsigned long long)res.errors,
+           (unsigned long long)res.push_bytes, res.push_s, (unsigned long long)res.pull_bytes,
+           res.pull_s, res.pull_lat_us_p50, res.pull_lat_us_p99);
     fflush(stdout);
     if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
         fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));

@@ -19,28 +19,45 @@ struct cli_opt {
 };
 
 static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
-    [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "", "server or worker (for `rkv node`-style launch)"},
-    [CLI_CLUSTER] = {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "", "cluster file: 'host base_port [servers]' per machine"},
-    [CLI_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1", "host of a one-machine cluster (no cluster file)"},
-    [CLI_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500", "first server port of a one-machine cluster"},
-    [CLI_MACHINES] = {"machines", "RKV_MACHINES", "", "1", "machines simulated on this host by `rkv demo`"},
-    [CLI_SERVERS_PER_MACHINE] = {"servers-per-machine", "RKV_SERVERS_PER_MACHINE", "DGL_NUM_SERVER", "1", "servers sharing each machine's shard"},
-    [CLI_NUM_SERVERS] = {"num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "", "total servers (one-machine cluster: sets servers-per-machine)"},
-    [CLI_NUM_WORKERS] = {"num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1", "workers (clients) that will join"},
-    [CLI_MACHINE_ID] = {"machine-id", "RKV_MACHINE_ID", "", "0", "machine this process runs on (index in the cluster file)"},
-    [CLI_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "", "global server id (sets machine-id and the local index)"},
+    [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
+                  "server or worker (for `rkv node`-style launch)"},
+    [CLI_CLUSTER] = {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
+                     "cluster file: 'host base_port [servers]' per machine"},
+    [CLI_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
+                  "host of a one-machine cluster (no cluster file)"},
+    [CLI_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
+                       "first server port of a one-machine cluster"},
+    [CLI_MACHINES] = {"machines", "RKV_MACHINES", "", "1",
+                      "machines simulated on this host by `rkv demo`"},
+    [CLI_SERVERS_PER_MACHINE] = {"servers-per-machine", "RKV_SERVERS_PER_MACHINE", "DGL_NUM_SERVER",
+                                 "1", "servers sharing each machine's shard"},
+    [CLI_NUM_SERVERS] = {"num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
+                         "total servers (one-machine cluster: sets servers-per-machine)"},
+    [CLI_NUM_WORKERS] = {"num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1",
+                         "workers (clients) that will join"},
+    [CLI_MACHINE_ID] = {"machine-id", "RKV_MACHINE_ID", "", "0",
+                        "machine this process runs on (index in the cluster file)"},
+    [CLI_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "",
+                       "global server id (sets machine-id and the local index)"},
     [CLI_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp"},
     [CLI_TIMEOUT_MS] = {"timeout-ms", "RKV_TIMEOUT_MS", "", "30000", "per-request timeout"},
-    [CLI_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000", "how long clients retry connecting to servers that are not up yet"},
-    [CLI_RX_DEPTH] = {"rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64", "posted receive buffers per connection (same on every node)"},
-    [CLI_CTRL_BUF_BYTES] = {"ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192", "largest message sent inline; larger ones use the rendezvous"},
+    [CLI_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000",
+                              "how long clients retry connecting to servers that are not up yet"},
+    [CLI_RX_DEPTH] = {"rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64",
+                      "posted receive buffers per connection (same on every node)"},
+    [CLI_CTRL_BUF_BYTES] = {"ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192",
+                            "largest message sent inline; larger ones use the rendezvous"},
     [CLI_SLOTS] = {"slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
-    [CLI_MAX_SLOT_BYTES] = {"max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824", "largest single message"},
-    [CLI_SHM_PREFIX] = {"shm-prefix", "RKV_SHM_PREFIX", "", "", "shared-memory name prefix (default rkv-<base port>)"},
+    [CLI_MAX_SLOT_BYTES] = {"max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824",
+                            "largest single message"},
+    [CLI_SHM_PREFIX] = {"shm-prefix", "RKV_SHM_PREFIX", "", "",
+                        "shared-memory name prefix (default rkv-<base port>)"},
     [CLI_SEED] = {"seed", "RKV_SEED", "", "1", "seed of every random choice"},
-    [CLI_LOG_LEVEL] = {"log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1", "0 error, 1 warn, 2 info, 3 debug"},
+    [CLI_LOG_LEVEL] = {"log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1",
+                       "0 error, 1 warn, 2 info, 3 debug"},
     [CLI_ROWS] = {"rows", "RKV_ROWS", "", "4096", "workload: rows per tensor"},
-    [CLI_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536", "workload: bytes per row in the timed phase"},
+    [CLI_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536",
+                         "workload: bytes per row in the timed phase"},
     [CLI_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
 };
 
@@ -112,8 +129,8 @@ int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char 
 
 void cli_settings_dump(const struct cli_settings *s, FILE *out)
 {
-    fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", "setting", "value", "default",
-            "env var", "aliases", "source");
+    fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", "setting", "value", "default", "env var",
+            "aliases", "source");
     for (int k = 0; k < CLI_KEY_COUNT_; k++)
         fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", cli_opts[k].name,
                 *s->val[k] ? s->val[k] : "-", *cli_opts[k].def ? cli_opts[k].def : "-",
@@ -140,25 +157,27 @@ static int cli_parse_line(const char *path, int ln, char *line, uint32_t default
     char *extra = strtok_r(NULL, " \t", &save);
     char *end;
     if (!port)
-        return rkv_errf(err, err_len, -1, "%s:%d: expected 'host base_port [servers]', got "
-                        "only \"%s\"", path, ln, host);
+        return rkv_errf(err, err_len, -1,
+                        "%s:%d: expected 'host base_port [servers]', got "
+                        "only \"%s\"",
+                        path, ln, host);
     if (strlen(host) > RKV_HOST_MAX)
-        return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path,
-                        ln, RKV_HOST_MAX);
+        return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
+                        RKV_HOST_MAX);
     unsigned long p = strtoul(port, &end, 10);
     if (*end || p == 0 || p > 65535)
-        return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"",
-                        path, ln, port);
+        return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"", path,
+                        ln, port);
     unsigned long n = default_servers;
     if (servers) {
         n = strtoul(servers, &end, 10);
         if (*end || n == 0 || n > 256)
-            return rkv_errf(err, err_len, -1, "%s:%d: servers: expected 1..256, got \"%s\"",
-                            path, ln, servers);
+            return rkv_errf(err, err_len, -1, "%s:%d: servers: expected 1..256, got \"%s\"", path,
+                            ln, servers);
     }
     if (extra)
-        return rkv_errf(err, err_len, -1, "%s:%d: unexpected \"%s\" after the server count",
-                        path, ln, extra);
+        return rkv_errf(err, err_len, -1, "%s:%d: unexpected \"%s\" after the server count", path,
+                        ln, extra);
     snprintf(m->host, sizeof(m->host), "%s", host);
     m->base_port = (uint16_t)p;
     m->servers = (uint32_t)n;
@@ -199,8 +218,10 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
     }
     fclose(f);
     if (rc == 0 && n == 0)
-        rc = rkv_errf(err, err_len, -1, "%s: no machines (expected 'host base_port [servers]' "
-                      "lines)", path);
+        rc = rkv_errf(err, err_len, -1,
+                      "%s: no machines (expected 'host base_port [servers]' "
+                      "lines)",
+                      path);
     if (rc < 0) {
         free(ms);
         return rc;
@@ -228,15 +249,18 @@ static int cli_local_machines(const struct cli_settings *s, struct rkv_config *c
                               size_t err_len)
 {
     uint32_t nm, spm, port;
-    if (cli_u32(s, CLI_MACHINES, &nm, err, err_len) || cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len) ||
+    if (cli_u32(s, CLI_MACHINES, &nm, err, err_len) ||
+        cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len) ||
         cli_u32(s, CLI_BASE_PORT, &port, err, err_len))
         return -1;
     if (*s->val[CLI_NUM_SERVERS] && cli_u32(s, CLI_NUM_SERVERS, &spm, err, err_len))
         return -1;
     if (nm == 0 || nm > RKV_MAX_MACHINES || spm == 0 || spm > 256 || port == 0 ||
         port + (uint64_t)nm * spm > 65536)
-        return rkv_errf(err, err_len, -1, "need 1..%u machines of 1..256 servers within the "
-                        "port range", RKV_MAX_MACHINES);
+        return rkv_errf(err, err_len, -1,
+                        "need 1..%u machines of 1..256 servers within the "
+                        "port range",
+                        RKV_MAX_MACHINES);
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
@@ -257,10 +281,9 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
     uint64_t seed, slot;
     if (cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
-    int rc = *s->val[CLI_CLUSTER]
-                 ? cli_cluster_parse(s->val[CLI_CLUSTER], spm, &cfg->machines, &cfg->n_machines,
-                                     err, err_len)
-                 : cli_local_machines(s, cfg, err, err_len);
+    int rc = *s->val[CLI_CLUSTER] ? cli_cluster_parse(s->val[CLI_CLUSTER], spm, &cfg->machines,
+                                                      &cfg->n_machines, err, err_len)
+                                  : cli_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
     uint32_t ll;
@@ -272,7 +295,8 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
         cli_u32(s, CLI_CTRL_BUF_BYTES, &cfg->ctrl_buf_bytes, err, err_len) ||
         cli_u32(s, CLI_SLOTS, &cfg->push_slots, err, err_len) ||
         cli_get_u64(s, CLI_MAX_SLOT_BYTES, &slot, err, err_len) ||
-        cli_get_u64(s, CLI_SEED, &seed, err, err_len) || cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len))
+        cli_get_u64(s, CLI_SEED, &seed, err, err_len) ||
+        cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len))
         goto free_machines;
     cfg->max_slot_bytes = slot;
     cfg->seed = seed;

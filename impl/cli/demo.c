@@ -27,34 +27,32 @@ struct demo {
     uint32_t n_servers, n_workers, machines;
 };
 
-/* Finds n consecutive free TCP ports (a race with other programs remains,
- * but runs of this demo in parallel pick different ranges). */
+static int demo_port_free(uint32_t port)
+{
+    int f = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in b = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int r = f >= 0 ? bind(f, (struct sockaddr *)&b, sizeof(b)) : -1;
+    if (f >= 0)
+        close(f);
+    return r == 0;
+}
+
+/* Finds n consecutive free TCP ports below Linux's ephemeral range (32768+),
+ * where outgoing connections of this very run would otherwise take them. A
+ * race with other programs remains; parallel demos pick different ranges. */
 static int demo_free_ports(uint32_t n, uint16_t *base_p)
 {
-    for (int attempt = 0; attempt < 50; attempt++) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        socklen_t len = sizeof(a);
-        if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-            getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
-            if (fd >= 0)
-                close(fd);
-            return -1;
-        }
-        close(fd);
-        uint32_t base = ntohs(a.sin_port);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t x = (uint64_t)getpid() * 2654435761u ^ (uint64_t)ts.tv_nsec;
+    for (int attempt = 0; attempt < 200; attempt++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t base = 20000 + (uint32_t)((x >> 33) % (12000 - n));
         uint32_t ok = 0;
-        while (ok < n && base + ok < 65535) {
-            int f = socket(AF_INET, SOCK_STREAM, 0);
-            struct sockaddr_in b = {.sin_family = AF_INET, .sin_port = htons((uint16_t)(base + ok)),
-                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-            int r = f >= 0 ? bind(f, (struct sockaddr *)&b, sizeof(b)) : -1;
-            if (f >= 0)
-                close(f);
-            if (r < 0)
-                break;
+        while (ok < n && demo_port_free(base + ok))
             ok++;
-        }
         if (ok == n) {
             *base_p = (uint16_t)base;
             return 0;
@@ -123,7 +121,8 @@ static int demo_read_result(int fd, struct cli_result *res, int *status_p)
     const char *line = strstr(buf, "RESULT ");
     unsigned w;
     unsigned long long c, e, pb, lb;
-    if (!line || sscanf(line, "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
+    if (!line || sscanf(line,
+                        "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
                         "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf",
                         &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
                         &res->pull_lat_us_p50, &res->pull_lat_us_p99) != 10)
@@ -264,8 +263,8 @@ static void demo_report(const struct demo *d, const struct cli_result *res, cons
         if (status[i])
             printf("worker %u: store error %d (%s)\n", i, status[i], rkv_strerror(status[i]));
     double tcp = demo_tcp_gbps(), mc = demo_memcpy_gbps();
-    printf("\nlimits measured now: loopback TCP 1 stream %.3f GB/s, memcpy 1 core %.3f GB/s\n",
-           tcp, mc);
+    printf("\nlimits measured now: loopback TCP 1 stream %.3f GB/s, memcpy 1 core %.3f GB/s\n", tcp,
+           mc);
     if (tcp > 0 && ps > 0 && ls > 0)
         printf("ratio push/tcp1 %.2f  pull/tcp1 %.2f\n", pb / ps / 1e9 / tcp, lb / ls / 1e9 / tcp);
     printf("\nverdict: %s\n", ok ? "PASS (every pulled value matched the reference)" : "FAIL");
@@ -297,8 +296,8 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
     uint64_t m, spm, w;
     if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
         cli_get_u64(s, CLI_SERVERS_PER_MACHINE, &spm, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
-        w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
+        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 || w == 0 ||
+        m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
         fprintf(stderr, "rkv demo: %s\n", err[0] ? err : "need 1..512 servers and workers");
         return -1;
     }
@@ -317,13 +316,22 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
     static const struct {
         enum cli_key k;
         const char *flag;
-    } pass[] = {{CLI_MACHINES, "--machines"}, {CLI_SERVERS_PER_MACHINE, "--servers-per-machine"},
-                {CLI_NUM_WORKERS, "--num-workers"}, {CLI_BASE_PORT, "--base-port"},
-                {CLI_HOST, "--host"}, {CLI_ROWS, "--rows"}, {CLI_VALUE_BYTES, "--value-bytes"},
-                {CLI_ROUNDS, "--rounds"}, {CLI_SEED, "--seed"}, {CLI_TIMEOUT_MS, "--timeout-ms"},
-                {CLI_CONNECT_RETRY_MS, "--connect-retry-ms"}, {CLI_RX_DEPTH, "--rx-depth"},
-                {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes"}, {CLI_SLOTS, "--slots"},
-                {CLI_MAX_SLOT_BYTES, "--max-slot-bytes"}, {CLI_LOG_LEVEL, "--log-level"},
+    } pass[] = {{CLI_MACHINES, "--machines"},
+                {CLI_SERVERS_PER_MACHINE, "--servers-per-machine"},
+                {CLI_NUM_WORKERS, "--num-workers"},
+                {CLI_BASE_PORT, "--base-port"},
+                {CLI_HOST, "--host"},
+                {CLI_ROWS, "--rows"},
+                {CLI_VALUE_BYTES, "--value-bytes"},
+                {CLI_ROUNDS, "--rounds"},
+                {CLI_SEED, "--seed"},
+                {CLI_TIMEOUT_MS, "--timeout-ms"},
+                {CLI_CONNECT_RETRY_MS, "--connect-retry-ms"},
+                {CLI_RX_DEPTH, "--rx-depth"},
+                {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes"},
+                {CLI_SLOTS, "--slots"},
+                {CLI_MAX_SLOT_BYTES, "--max-slot-bytes"},
+                {CLI_LOG_LEVEL, "--log-level"},
                 {CLI_BACKEND, "--backend"}};
     for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
         demo_arg(d, pass[i].flag, s->val[pass[i].k]);

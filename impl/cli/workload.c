@@ -71,13 +71,35 @@ static int wl_init(struct wl *x)
     for (uint64_t r = 0; r < R; r++)
         book[r] = (uint32_t)((r * 5 + 1) % M);
     struct rkv_tensor_desc d[] = {
-        {.name = "t_sum", .dtype = RKV_F32, .rows = R, .row_len = WL_ROW_LEN, .policy = RKV_PART_RANGE},
-        {.name = "t_assign", .dtype = RKV_F64, .rows = R, .row_len = WL_ROW_LEN, .policy = RKV_PART_HASH},
-        {.name = "t_contest", .dtype = RKV_F32, .rows = R, .row_len = 16, .policy = RKV_PART_EXPLICIT, .book = book},
-        {.name = "t_sgd", .dtype = RKV_F32, .rows = R, .row_len = WL_ROW_LEN, .policy = RKV_PART_RANGE},
+        {.name = "t_sum",
+         .dtype = RKV_F32,
+         .rows = R,
+         .row_len = WL_ROW_LEN,
+         .policy = RKV_PART_RANGE},
+        {.name = "t_assign",
+         .dtype = RKV_F64,
+         .rows = R,
+         .row_len = WL_ROW_LEN,
+         .policy = RKV_PART_HASH},
+        {.name = "t_contest",
+         .dtype = RKV_F32,
+         .rows = R,
+         .row_len = 16,
+         .policy = RKV_PART_EXPLICIT,
+         .book = book},
+        {.name = "t_sgd",
+         .dtype = RKV_F32,
+         .rows = R,
+         .row_len = WL_ROW_LEN,
+         .policy = RKV_PART_RANGE},
         {.name = "t_isum", .dtype = RKV_I64, .rows = R, .row_len = 4, .policy = RKV_PART_HASH},
-        {.name = "t_bench", .dtype = RKV_F32, .rows = 64, .row_len = x->p->value_bytes / 4,
-         .policy = RKV_PART_RANGE, .init = RKV_INIT_UNIFORM, .init_seed = 7},
+        {.name = "t_bench",
+         .dtype = RKV_F32,
+         .rows = 64,
+         .row_len = x->p->value_bytes / 4,
+         .policy = RKV_PART_RANGE,
+         .init = RKV_INIT_UNIFORM,
+         .init_seed = 7},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof(d) / sizeof(d[0]) && rc == 0; i++)
@@ -166,7 +188,8 @@ static int wl_phase_pushes(struct wl *x, uint32_t k, uint64_t *ids)
     uint64_t n = 0;
     for (uint64_t r = x->w; r < R; r += x->W)
         ids[n++] = r;
-    if ((rc = wl_push_all(x, "t_assign", ids, n, WL_ROW_LEN * 8, RKV_OP_ASSIGN, 0, g_assign, k)) < 0)
+    if ((rc = wl_push_all(x, "t_assign", ids, n, WL_ROW_LEN * 8, RKV_OP_ASSIGN, 0, g_assign, k)) <
+        0)
         return rc;
     uint64_t m = n < WL_BATCH ? n : WL_BATCH;
     double got[WL_BATCH * WL_ROW_LEN];
@@ -177,9 +200,10 @@ static int wl_phase_pushes(struct wl *x, uint32_t k, uint64_t *ids)
             x->res->checks++;
             double want = v_assign(x->w, ids[i], j, k);
             if (got[i * WL_ROW_LEN + j] != want && x->res->errors++ == 0)
-                fprintf(x->log, "worker %u: read-your-writes: t_assign row %llu[%u]: expected "
-                        "%.1f, got %.1f\n", x->w, (unsigned long long)ids[i], j, want,
-                        got[i * WL_ROW_LEN + j]);
+                fprintf(x->log,
+                        "worker %u: read-your-writes: t_assign row %llu[%u]: expected "
+                        "%.1f, got %.1f\n",
+                        x->w, (unsigned long long)ids[i], j, want, got[i * WL_ROW_LEN + j]);
         }
     }
     return 0;
@@ -285,12 +309,23 @@ static int wl_bench(struct wl *x)
         ops = 8;
     uint8_t *rows = malloc(per_op);
     uint64_t ids[64];
-    int rc = rows ? 0 : -RKV_ENOMEM;
+    /* Time the network path: rows of other machines only (t_bench is range-
+     * partitioned, 64 rows), unless everything is on this machine. */
+    uint64_t remote[64], n_remote = 0;
+    uint32_t M = x->cfg->n_machines;
+    for (uint64_t r = 0; r < 64; r++) {
+        uint32_t m = 0;
+        while (m + 1 < M && 64 * (uint64_t)(m + 1) / M <= r)
+            m++;
+        if (m != x->cfg->machine_id || M == 1)
+            remote[n_remote++] = r;
+    }
+    int rc = rows && n_remote ? 0 : -RKV_ENOMEM;
     for (int dir = 0; dir < 2 && rc == 0; dir++) {
         double t0 = wl_now();
         for (uint64_t o = 0; o < ops && rc == 0; o++) {
             for (uint32_t i = 0; i < batch; i++)
-                ids[i] = rkv_rng_below(&x->rng, 64);
+                ids[i] = remote[rkv_rng_below(&x->rng, n_remote)];
             rc = dir == 0 ? rkv_client_push(x->cli, "t_bench", ids, batch, rows, RKV_OP_ASSIGN, 0)
                           : rkv_client_pull(x->cli, "t_bench", ids, batch, rows);
         }
@@ -306,7 +341,7 @@ static int wl_bench(struct wl *x)
     enum { LAT_N = 200 };
     double lat[LAT_N];
     for (int i = 0; i < LAT_N && rc == 0; i++) {
-        ids[0] = rkv_rng_below(&x->rng, 64);
+        ids[0] = remote[rkv_rng_below(&x->rng, n_remote)];
         double t0 = wl_now();
         rc = rkv_client_pull(x->cli, "t_bench", ids, 1, rows);
         lat[i] = (wl_now() - t0) * 1e6;
@@ -323,8 +358,13 @@ static int wl_bench(struct wl *x)
 int cli_workload_run(struct rkv_client *cli, const struct rkv_config *cfg,
                      const struct cli_workload *wl, struct cli_result *res, FILE *log)
 {
-    struct wl x = {.cli = cli, .cfg = cfg, .p = wl, .res = res, .log = log,
-                   .w = rkv_client_id(cli), .W = cfg->n_workers};
+    struct wl x = {.cli = cli,
+                   .cfg = cfg,
+                   .p = wl,
+                   .res = res,
+                   .log = log,
+                   .w = rkv_client_id(cli),
+                   .W = cfg->n_workers};
     memset(res, 0, sizeof(*res));
     rkv_rng_seed(&x.rng, cfg->seed, 1000 + x.w);
     uint64_t *ids = malloc(wl->rows * sizeof(*ids));

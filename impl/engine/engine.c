@@ -85,6 +85,11 @@ struct rkv_engine {
     struct rkv_task *task;
     int stopping;
     struct rkv_peer *peers;
+    /* QPs of killed peers, closed between poll batches: a batch already in
+     * hand may still name them, and the NIC frees a QP soon after close. */
+    struct rkv_qp **closing;
+    uint32_t n_closing, cap_closing;
+    struct rkv_peer *zombies; /* half-built peers, freed at destroy */
     struct rkv_tx *all_tx;
     struct rkv_tx *free_small;
     struct rkv_tx *free_large;
@@ -378,8 +383,7 @@ static void eng_fail_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     m.h.type = RKV_MSG_ERROR;
     m.h.req_id = eng_req_of(tx->buf);
     m.h.status = err;
-    snprintf(m.u.error.text, sizeof(m.u.error.text), "rendezvous failed: %s",
-             rkv_strerror(err));
+    snprintf(m.u.error.text, sizeof(m.u.error.text), "rendezvous failed: %s", rkv_strerror(err));
     tx_put(e, tx);
     eng_unlock(e);
     e->on_msg(e->user, p, &m);
@@ -421,8 +425,10 @@ static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_
         return 0;
     if (!have_big && p->rndv_inflight > 0 && p->n_rslots + p->rndv_inflight >= e->cfg.max_slots)
         return 0;
-    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START, .req_id = eng_req_of(tx->buf),
-                        .tensor_id = key >> 8, .op = (uint16_t)(key & 0xff)};
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
+                        .req_id = eng_req_of(tx->buf),
+                        .tensor_id = key >> 8,
+                        .op = (uint16_t)(key & 0xff)};
     p->rndv_inflight++;
     e->st.rndv_starts++;
     return peer_ctrl(e, p, &h, NULL, tx->len);
@@ -554,6 +560,24 @@ static void peer_free(struct rkv_engine *e, struct rkv_peer *p)
     free(p);
 }
 
+/* Closes qp after the current poll batch, which may still name it. Lock held. */
+static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp)
+{
+    rkv_qp_set_ctx(qp, NULL);
+    if (e->n_closing == e->cap_closing) {
+        uint32_t cap = e->cap_closing ? 2 * e->cap_closing : 16;
+        struct rkv_qp **n = realloc(e->closing, cap * sizeof(*n));
+        if (!n) { /* out of memory: closing now is safe unless a later
+                     completion of this batch names it */
+            e->nic->ops->qp_close(qp);
+            return;
+        }
+        e->closing = n;
+        e->cap_closing = cap;
+    }
+    e->closing[e->n_closing++] = qp;
+}
+
 /* Builds a peer around a connected QP and posts its receives. Lock held. */
 static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **peer_p)
 {
@@ -568,7 +592,8 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
     p->releases = calloc(c->max_slots, sizeof(*p->releases));
     size_t rx_bytes = (size_t)c->rx_depth * c->ctrl_buf_bytes;
     int rc = -RKV_ENOMEM;
-    if (!p->lslots || !p->rslots || !p->releases || posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
+    if (!p->lslots || !p->rslots || !p->releases ||
+        posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
         goto free_peer;
     rc = e->nic->ops->reg_mr(e->nic, p->rx_mem, rx_bytes, RKV_ACCESS_LOCAL, &p->rx_mr);
     if (rc < 0)
@@ -587,6 +612,11 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
 unset_qp:
     rkv_qp_set_ctx(qp, NULL);
     p->qp = NULL;
+    /* Receives already posted: the NIC may write into rx_mem until the QP
+     * is closed, so the caller closes it first and the memory goes after. */
+    p->next = e->zombies;
+    e->zombies = p;
+    return rc;
 free_peer:
     peer_free(e, p);
     return rc;
@@ -601,9 +631,9 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
         return rc;
     eng_lock(e);
     rc = peer_new(e, qp, peer_p);
-    eng_unlock(e);
     if (rc < 0)
-        e->nic->ops->qp_close(qp);
+        eng_defer_close(e, qp);
+    eng_unlock(e);
     return rc;
 }
 
@@ -612,17 +642,22 @@ int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
     return e->nic->ops->listen(e->nic, host, port);
 }
 
-/* Lock held. Completions already in the CQ for this QP are dropped by the
- * NIC once it is closed, so nothing below can see the peer's QP again. */
+static void eng_close_deferred(struct rkv_engine *e)
+{
+    for (uint32_t i = 0; i < e->n_closing; i++)
+        e->nic->ops->qp_close(e->closing[i]);
+    e->n_closing = 0;
+}
+
+/* Lock held. The QP's context is cleared at once, so completions of this
+ * batch that name it find no peer; the QP itself is closed after the batch. */
 static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
 {
     if (!p->qp)
         return;
     p->dead = 1;
-    struct rkv_qp *qp = p->qp;
+    eng_defer_close(e, p->qp);
     p->qp = NULL;
-    rkv_qp_set_ctx(qp, NULL);
-    e->nic->ops->qp_close(qp);
     struct rkv_tx *tx;
     while ((tx = txq_pop(&p->backlog)) != NULL)
         tx_put(e, tx);
@@ -672,8 +707,10 @@ static void peer_take_release(struct rkv_peer *p, uint32_t release)
 
 static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
-    struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY, .req_id = m->h.req_id,
-                        .tensor_id = m->h.tensor_id, .op = m->h.op};
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY,
+                        .req_id = m->h.req_id,
+                        .tensor_id = m->h.tensor_id,
+                        .op = m->h.op};
     struct rkv_slot_desc d = {0};
     int rc = peer_lslot_new(e, p, m->u.rndv_bytes, ENG_SLOT_GRANTED, &d);
     if (rc < 0) {
@@ -789,7 +826,7 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
     int rc = peer_new(e, qp, &p);
     if (rc < 0) {
         RKV_LOGW(e->port, "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
-        e->nic->ops->qp_close(qp);
+        eng_defer_close(e, qp);
         return;
     }
     if (e->on_peer) {
@@ -836,6 +873,7 @@ static void eng_progress(void *arg)
                 peer_maybe_credit(e, p);
             p->touched = 0;
         }
+        eng_close_deferred(e);
         eng_unlock(e);
     }
 }
@@ -884,10 +922,18 @@ void rkv_engine_destroy(struct rkv_engine *e)
     eng_unlock(e);
     if (e->task)
         e->port->ops->task_join(e->port, e->task);
+    /* Close every QP before freeing what the NIC may still write into. */
+    for (struct rkv_peer *p = e->peers; p; p = p->next)
+        peer_kill(e, p, 0);
+    eng_close_deferred(e);
+    free(e->closing);
     struct rkv_peer *p;
     while ((p = e->peers) != NULL) {
         e->peers = p->next;
-        peer_kill(e, p, 0);
+        peer_free(e, p);
+    }
+    while ((p = e->zombies) != NULL) {
+        e->zombies = p->next;
         peer_free(e, p);
     }
     struct rkv_tx *tx;

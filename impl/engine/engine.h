@@ -57,8 +57,8 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
                       rkv_engine_msg_fn on_msg, rkv_engine_peer_fn on_peer, void *user,
                       struct rkv_engine **eng_p, char *err, size_t err_len);
 int rkv_engine_listen(struct rkv_engine *eng, const char *host, uint16_t port);
-int rkv_engine_connect(struct rkv_engine *eng, const char *host, uint16_t port,
-                       uint32_t timeout_ms, struct rkv_peer **peer_p);
+int rkv_engine_connect(struct rkv_engine *eng, const char *host, uint16_t port, uint32_t timeout_ms,
+                       struct rkv_peer **peer_p);
 /* Starts the progress task. */
 int rkv_engine_start(struct rkv_engine *eng);
 /* Stops the progress task, disconnects every peer, frees everything. */

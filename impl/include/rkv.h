@@ -24,21 +24,21 @@ extern "C" {
 /* Error codes (returned negated). Keep in sync with rkv_strerror(). */
 enum rkv_err {
     RKV_OK = 0,
-    RKV_EINVAL = 1,     /* invalid argument */
-    RKV_ENOMEM = 2,     /* out of memory */
-    RKV_ETIMEDOUT = 3,  /* request timed out */
-    RKV_EPEERDEAD = 4,  /* peer disconnected or died */
-    RKV_EPROTO = 5,     /* malformed or unexpected wire message */
-    RKV_ENOTENSOR = 6,  /* unknown tensor name or id */
-    RKV_ERANGE = 7,     /* row id out of range */
-    RKV_EDTYPE = 8,     /* dtype or row length mismatch */
-    RKV_EEXIST = 9,     /* tensor already exists with another shape */
-    RKV_EIO = 10,       /* OS-level I/O failure (socket, shm) */
-    RKV_EACCESS = 11,   /* remote access outside a registered region */
+    RKV_EINVAL = 1,      /* invalid argument */
+    RKV_ENOMEM = 2,      /* out of memory */
+    RKV_ETIMEDOUT = 3,   /* request timed out */
+    RKV_EPEERDEAD = 4,   /* peer disconnected or died */
+    RKV_EPROTO = 5,      /* malformed or unexpected wire message */
+    RKV_ENOTENSOR = 6,   /* unknown tensor name or id */
+    RKV_ERANGE = 7,      /* row id out of range */
+    RKV_EDTYPE = 8,      /* dtype or row length mismatch */
+    RKV_EEXIST = 9,      /* tensor already exists with another shape */
+    RKV_EIO = 10,        /* OS-level I/O failure (socket, shm) */
+    RKV_EACCESS = 11,    /* remote access outside a registered region */
     RKV_ENOHANDLER = 12, /* push op / handler not registered */
-    RKV_ECONFIG = 13,   /* bad configuration or cluster file */
-    RKV_ESHUTDOWN = 14, /* the store is shutting down */
-    RKV_ELIMIT = 15,    /* a configured limit (pool, credits, size) was hit */
+    RKV_ECONFIG = 13,    /* bad configuration or cluster file */
+    RKV_ESHUTDOWN = 14,  /* the store is shutting down */
+    RKV_ELIMIT = 15,     /* a configured limit (pool, credits, size) was hit */
     RKV_ERR_MAX_
 };
 
@@ -81,13 +81,13 @@ typedef void (*rkv_handler_fn)(enum rkv_dtype dt, void *row, void *state, const 
 struct rkv_tensor_desc {
     char name[RKV_NAME_MAX + 1];
     enum rkv_dtype dtype;
-    uint64_t rows;          /* global row count */
-    uint32_t row_len;       /* elements per row (the row shape, flattened) */
+    uint64_t rows;    /* global row count */
+    uint32_t row_len; /* elements per row (the row shape, flattened) */
     enum rkv_policy policy;
-    const uint32_t *book;   /* RKV_PART_EXPLICIT only: rows entries */
+    const uint32_t *book; /* RKV_PART_EXPLICIT only: rows entries */
     enum rkv_init init;
-    uint64_t init_seed;     /* RKV_INIT_UNIFORM: values in [-1, 1) from this seed */
-    int with_state;         /* allocate optimizer state (needed by adagrad) */
+    uint64_t init_seed; /* RKV_INIT_UNIFORM: values in [-1, 1) from this seed */
+    int with_state;     /* allocate optimizer state (needed by adagrad) */
 };
 
 struct rkv_tensor_meta {
@@ -125,7 +125,7 @@ struct rkv_config {
     uint32_t push_slots;          /* rendezvous slots a server grants per client */
     uint64_t max_slot_bytes;      /* largest single message via rendezvous */
     uint64_t seed;
-    int log_level;                /* 0 error, 1 warn, 2 info, 3 debug */
+    int log_level; /* 0 error, 1 warn, 2 info, 3 debug */
 };
 
 void rkv_config_defaults(struct rkv_config *cfg);
@@ -135,8 +135,8 @@ struct rkv_server;
 
 /* Creates server `local_id` (0..servers-1) of cfg->machine_id; it listens at
  * once. Server 0 of machine 0 assigns client ids. */
-int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
-                      struct rkv_server **srv_p, char *err, size_t err_len);
+int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
+                      char *err, size_t err_len);
 int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
 /* Serves until a client calls rkv_client_shutdown_servers(). */
 int rkv_server_run(struct rkv_server *srv);

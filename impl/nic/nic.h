@@ -18,6 +18,12 @@
  *    serving others.
  *  - When a connection breaks, the local side sees one RKV_WC_DISCONNECTED
  *    completion for that QP; posted receives on it are not completed.
+ *  - Once qp_close() returns, the NIC writes no more into buffers posted on
+ *    that QP, and no completion not yet polled will name it (completions of
+ *    signalled sends included: their buffers are the caller's to reclaim).
+ *  - A failed post returns its error and queues no completion.
+ *  - Posts may block (TCP: while the kernel send buffer is full, bounded by
+ *    a send timeout); credits keep that short in normal operation.
  * Posting functions are thread-safe; poll is called by one task.
  */
 #ifndef RKV_NIC_H
@@ -60,8 +66,8 @@ enum rkv_wc_status {
 struct rkv_wc {
     uint64_t wr_id;
     struct rkv_qp *qp;
-    int opcode; /* enum rkv_wc_opcode */
-    int status; /* enum rkv_wc_status */
+    int opcode;        /* enum rkv_wc_opcode */
+    int status;        /* enum rkv_wc_status */
     uint32_t byte_len; /* RECV: bytes received; RECV_IMM: bytes written */
     uint32_t imm;
 };

@@ -149,6 +149,11 @@ struct tcp_nic {
     size_t cq_reserved;           /* slots promised to posts in flight */
     int stopping;
     struct tcp_qp *qps; /* every QP not yet reaped */
+    /* The QP whose socket the progress task is reading into user memory
+     * right now; qp_close waits until it is not the one being closed, so
+     * that once qp_close returns its buffers may be freed (verbs semantics). */
+    struct tcp_qp *rx_active;
+    struct rkv_cond *rx_idle;
     struct tcp_listener *listeners;
     unsigned n_listeners;
 
@@ -722,7 +727,18 @@ static int rx_drive(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_
 static void qp_drive(struct tcp_nic *n, struct tcp_qp *qp)
 {
     char why[192] = "";
+    tcp_lock(n);
+    if (qp->closed) {
+        tcp_unlock(n);
+        return;
+    }
+    n->rx_active = qp;
+    tcp_unlock(n);
     int st = rx_drive(n, qp, why, sizeof(why));
+    tcp_lock(n);
+    n->rx_active = NULL;
+    n->base.port->ops->cond_broadcast(n->rx_idle);
+    tcp_unlock(n);
     if (st == TCP_RX_DEAD) {
         qp_break(n, qp, why[0] ? why : NULL);
         return;
@@ -1244,6 +1260,8 @@ static void tcp_qp_close(struct rkv_qp *qpv)
      * reaps the QP (only it may, see the lock comment at the top). */
     if (qp->fd >= 0)
         shutdown(qp->fd, SHUT_RDWR);
+    while (n->rx_active == qp)
+        n->base.port->ops->cond_wait(n->rx_idle, n->mu, UINT64_MAX);
     tcp_unlock(n);
     tcp_wake(n);
 }
@@ -1364,9 +1382,12 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
     rc = po->cond_create(port, &n->cq_space);
     if (rc < 0)
         goto undo_cq_nonempty;
-    rc = po->mutex_create(port, &n->mr_mu);
+    rc = po->cond_create(port, &n->rx_idle);
     if (rc < 0)
         goto undo_cq_space;
+    rc = po->mutex_create(port, &n->mr_mu);
+    if (rc < 0)
+        goto undo_rx_idle;
     rc = -RKV_EIO;
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (n->epfd < 0) {
@@ -1392,6 +1413,8 @@ undo_epoll:
     close(n->epfd);
 undo_mr_mu:
     po->mutex_destroy(n->mr_mu);
+undo_rx_idle:
+    po->cond_destroy(n->rx_idle);
 undo_cq_space:
     po->cond_destroy(n->cq_space);
 undo_cq_nonempty:
@@ -1452,6 +1475,7 @@ static void tcp_close(struct rkv_nic *nic)
     close(n->wakefd);
     close(n->epfd);
     po->mutex_destroy(n->mr_mu);
+    po->cond_destroy(n->rx_idle);
     po->cond_destroy(n->cq_space);
     po->cond_destroy(n->cq_nonempty);
     po->mutex_destroy(n->mu);

@@ -47,8 +47,7 @@ struct rkv_port_ops {
     /* Maps `bytes` of memory named `name` shared by every node of one machine.
      * create=1 makes it (failing if it exists) and zero-fills it; create=0
      * attaches to an existing one and fails with -RKV_ENOTENSOR if absent. */
-    int (*shm_map)(struct rkv_port *p, const char *name, size_t bytes, int create,
-                   void **addr_p);
+    int (*shm_map)(struct rkv_port *p, const char *name, size_t bytes, int create, void **addr_p);
     void (*shm_unmap)(struct rkv_port *p, void *addr, size_t bytes);
     void (*shm_unlink)(struct rkv_port *p, const char *name);
     void (*vlog)(struct rkv_port *p, int level, const char *fmt, va_list ap);
@@ -77,8 +76,7 @@ struct rkv_port {
 };
 
 /* POSIX backend: threads, CLOCK_MONOTONIC, shm_open, stderr logging. */
-int rkv_port_posix_create(const char *node, int log_level, uint64_t seed,
-                          struct rkv_port **port_p);
+int rkv_port_posix_create(const char *node, int log_level, uint64_t seed, struct rkv_port **port_p);
 
 void rkv_port_log(struct rkv_port *p, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

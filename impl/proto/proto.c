@@ -54,20 +54,20 @@ _Static_assert(SOFF_CAP + 8 == RKV_PROTO_SLOT_BYTES, "slot layout");
  * the body arrives; legal messages need far less (ctrl/slot sizes). */
 static const uint64_t proto_max_payload = (1ull << 30) + (64ull << 10);
 
-/* Body sizes of fixed-size types; VARIABLE for the others. */
-#define VARIABLE UINT32_MAX
+/* Body sizes of fixed-size types; PROTO_BODY_VARIABLE for the others. */
+#define PROTO_BODY_VARIABLE UINT32_MAX
 static const uint32_t proto_fixed_body[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_HELLO] = 16,
     [RKV_MSG_HELLO_REPLY] = 16,
-    [RKV_MSG_INIT] = VARIABLE,
+    [RKV_MSG_INIT] = PROTO_BODY_VARIABLE,
     [RKV_MSG_META] = RKV_NAME_MAX + 1,
-    [RKV_MSG_META_REPLY] = VARIABLE,
-    [RKV_MSG_PUSH] = VARIABLE,
-    [RKV_MSG_PULL] = VARIABLE,
-    [RKV_MSG_PULL_REPLY] = VARIABLE,
+    [RKV_MSG_META_REPLY] = PROTO_BODY_VARIABLE,
+    [RKV_MSG_PUSH] = PROTO_BODY_VARIABLE,
+    [RKV_MSG_PULL] = PROTO_BODY_VARIABLE,
+    [RKV_MSG_PULL_REPLY] = PROTO_BODY_VARIABLE,
     [RKV_MSG_RNDV_START] = 8,
     [RKV_MSG_RNDV_REPLY] = RKV_PROTO_SLOT_BYTES,
-    [RKV_MSG_ERROR] = VARIABLE,
+    [RKV_MSG_ERROR] = PROTO_BODY_VARIABLE,
 };
 
 static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
@@ -180,7 +180,7 @@ uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint
         return rkv_mul_ok(book_len, 4, &book) ? RKV_PROTO_TENSOR_BYTES + book : 0;
     if (type == RKV_MSG_ERROR)
         return RKV_PROTO_TEXT_MAX; /* the most it may need */
-    assert(proto_fixed_body[type] != VARIABLE);
+    assert(proto_fixed_body[type] != PROTO_BODY_VARIABLE);
     return proto_fixed_body[type];
 }
 

@@ -120,8 +120,8 @@ struct rkv_msg {
         } hello_reply;
         struct {
             struct rkv_wire_tensor t;
-            const uint32_t *book; /* t.book_len entries, or NULL */
-        } tensor;                 /* INIT, META_REPLY */
+            const uint32_t *book;    /* t.book_len entries, or NULL */
+        } tensor;                    /* INIT, META_REPLY */
         char name[RKV_NAME_MAX + 1]; /* META */
         struct {
             const uint64_t *ids;
@@ -131,8 +131,8 @@ struct rkv_msg {
             struct rkv_slot_desc reply_to;
             const uint64_t *ids;
         } pull;
-        const uint8_t *rows; /* PULL_REPLY */
-        uint64_t rndv_bytes; /* RNDV_START */
+        const uint8_t *rows;       /* PULL_REPLY */
+        uint64_t rndv_bytes;       /* RNDV_START */
         struct rkv_slot_desc slot; /* RNDV_REPLY */
         struct {
             char text[RKV_PROTO_TEXT_MAX + 1];
@@ -146,8 +146,7 @@ int rkv_proto_decode(const void *buf, size_t len, struct rkv_msg *msg, char *err
 
 /* Checks only the header (for stream transports that need the length
  * before the body has arrived). Same error contract as rkv_proto_decode. */
-int rkv_proto_decode_hdr(const void *buf, size_t len, struct rkv_hdr *h, char *err,
-                         size_t err_len);
+int rkv_proto_decode_hdr(const void *buf, size_t len, struct rkv_hdr *h, char *err, size_t err_len);
 
 /* Size of the body a message needs; 0 on overflow/invalid input. For
  * fixed-size types the count/row_bytes arguments are ignored. */

@@ -21,10 +21,10 @@ struct cli_req {
     int done;
     int status;
     char text[RKV_PROTO_TEXT_MAX + 1];
-    uint32_t u32;          /* HELLO: client id; INIT: tensor id */
-    struct rkv_tensor *t;  /* META: filled by the reply */
-    uint8_t *out;          /* PULL: the caller's rows */
-    const uint32_t *pos;   /* PULL: out row index of each requested row */
+    uint32_t u32;         /* HELLO: client id; INIT: tensor id */
+    struct rkv_tensor *t; /* META: filled by the reply */
+    uint8_t *out;         /* PULL: the caller's rows */
+    const uint32_t *pos;  /* PULL: out row index of each requested row */
     uint32_t count;
     size_t row_bytes;
 };
@@ -132,8 +132,8 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 
 /* Waits for every request in reqs[0..n) or the deadline. Returns the first
  * error (described in c->err). The caller reads results, then releases. */
-static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n,
-                         uint64_t timeout_ms, const char *what)
+static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, uint64_t timeout_ms,
+                         const char *what)
 {
     uint64_t deadline = c->port->ops->now_ns(c->port) + timeout_ms * 1000000ull;
     int rc = 0;
@@ -201,12 +201,11 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
             return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
         for (uint32_t i = 0; i < r->count; i++)
-            memcpy(r->out + (size_t)r->pos[i] * r->row_bytes,
-                   m->u.rows + (size_t)i * r->row_bytes, r->row_bytes);
+            memcpy(r->out + (size_t)r->pos[i] * r->row_bytes, m->u.rows + (size_t)i * r->row_bytes,
+                   r->row_bytes);
         break;
     case RKV_MSG_ERROR:
-        return cli_req_finish(c, r, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
-                              m->u.error.text);
+        return cli_req_finish(c, r, m->h.status < 0 ? m->h.status : -RKV_EPROTO, m->u.error.text);
     default:
         break;
     }
@@ -222,8 +221,8 @@ static void cli_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
     if (r && !r->done)
         cli_on_reply(c, r, m);
     else
-        RKV_LOGD(c->port, "dropping a late or unknown %s (req %llu)",
-                 rkv_msg_type_name(m->h.type), (unsigned long long)m->h.req_id);
+        RKV_LOGD(c->port, "dropping a late or unknown %s (req %llu)", rkv_msg_type_name(m->h.type),
+                 (unsigned long long)m->h.req_id);
     cli_unlock(c);
 }
 
@@ -246,8 +245,7 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
 
 static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *what)
 {
-    return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what,
-                    srv->id);
+    return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what, srv->id);
 }
 
 /* Sends a header-only or small message built by enc into a fresh request. */
@@ -280,7 +278,8 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
 {
     const struct rkv_machine *mc = &c->cfg.machines[srv->machine];
-    uint16_t port = (uint16_t)(mc->base_port + (srv->id - rkv_cfg_server_id(&c->cfg, srv->machine, 0)));
+    uint16_t port =
+        (uint16_t)(mc->base_port + (srv->id - rkv_cfg_server_id(&c->cfg, srv->machine, 0)));
     uint64_t deadline = c->port->ops->now_ns(c->port) + c->cfg.connect_retry_ms * 1000000ull;
     int rc;
     /* Servers may start after their clients: retry refused connects. */
@@ -301,7 +300,8 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     if (rc < 0)
         return rc;
     struct rkv_hdr h = {.type = RKV_MSG_HELLO};
-    struct rkv_msg body = {.u.hello = {.machine_id = c->cfg.machine_id, .want_id = want,
+    struct rkv_msg body = {.u.hello = {.machine_id = c->cfg.machine_id,
+                                       .want_id = want,
                                        .nonce = rkv_rng_next(&c->port->rng)}};
     struct cli_req *r;
     if ((rc = cli_send_simple(c, srv, &h, &body, &r, "hello")) < 0)
@@ -383,8 +383,8 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
 
 /* ---- init ---- */
 
-static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t phase,
-                         uint32_t id, const struct rkv_wire_tensor *w, const uint32_t *book,
+static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
+                         const struct rkv_wire_tensor *w, const uint32_t *book,
                          struct cli_req **req_p)
 {
     if (srv->dead)
@@ -396,10 +396,15 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
     if (rc < 0) {
         if (r)
             cli_release(c, &r, 1);
-        return rkv_errf(c->err, sizeof(c->err), rc, "init_data: tensor description of %zu "
-                        "bytes: %s", len, rkv_strerror(rc));
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "init_data: tensor description of %zu "
+                        "bytes: %s",
+                        len, rkv_strerror(rc));
     }
-    struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = r->id, .tensor_id = id, .op = phase,
+    struct rkv_hdr h = {.type = RKV_MSG_INIT,
+                        .req_id = r->id,
+                        .tensor_id = id,
+                        .op = phase,
                         .sender = RKV_CLIENT_NODE_BASE + c->id};
     len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, w, book);
     *req_p = r;
@@ -434,16 +439,20 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
     struct rkv_wire_tensor w;
-    struct rkv_tensor_meta m = {.dtype = d->dtype, .rows = d->rows, .row_len = d->row_len,
-                                .policy = d->policy, .with_state = !!d->with_state};
+    struct rkv_tensor_meta m = {.dtype = d->dtype,
+                                .rows = d->rows,
+                                .row_len = d->row_len,
+                                .policy = d->policy,
+                                .with_state = !!d->with_state};
     if (!memchr(d->name, 0, sizeof(d->name)) || !d->name[0])
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "init_data: empty or unterminated "
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "init_data: empty or unterminated "
                         "name");
     memcpy(m.name, d->name, sizeof(m.name));
     rkv_tensor_to_wire(&m, d, &w);
     /* Validate locally first so that a bad description costs no round trip. */
-    int rc = rkv_tensor_from_wire(&w, d->book, c->cfg.n_machines, 1, &probe, c->err,
-                                  sizeof(c->err));
+    int rc =
+        rkv_tensor_from_wire(&w, d->book, c->cfg.n_machines, 1, &probe, c->err, sizeof(c->err));
     if (rc < 0)
         return rc;
     rkv_tensor_free(&probe);
@@ -556,14 +565,21 @@ static int cli_push_remote(struct rkv_client *c, const struct rkv_tensor *t, str
     if (rc < 0) {
         if (r)
             cli_release(c, &r, 1);
-        return rkv_errf(c->err, sizeof(c->err), rc, "push: %llu-byte message: %s (max_slot_bytes "
-                        "%llu)", (unsigned long long)len, rkv_strerror(rc),
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "push: %llu-byte message: %s (max_slot_bytes "
+                        "%llu)",
+                        (unsigned long long)len, rkv_strerror(rc),
                         (unsigned long long)c->cfg.max_slot_bytes);
     }
     uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PUSH, .req_id = r->id, .tensor_id = t->meta.id,
-                        .sender = RKV_CLIENT_NODE_BASE + c->id, .count = cnt,
-                        .row_bytes = (uint32_t)t->row_bytes, .op = (uint16_t)op, .param = param};
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = r->id,
+                        .tensor_id = t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id,
+                        .count = cnt,
+                        .row_bytes = (uint32_t)t->row_bytes,
+                        .op = (uint16_t)op,
+                        .param = param};
     rkv_proto_enc_push(buf, &h, NULL, NULL);
     uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
     uint8_t *wrows = buf + RKV_PROTO_HDR_BYTES + (size_t)cnt * 8;
@@ -583,8 +599,8 @@ static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint
 {
     int rc = rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL);
     if (rc < 0)
-        return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s: %s",
-                        t->meta.name, op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+        return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s: %s", t->meta.name,
+                        op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
     for (uint32_t i = 0; i < cnt; i++)
         rkv_shard_push(&t->shard, t, &c->ht, op, param, &ids[pos[i]], 1,
                        rows + (size_t)pos[i] * t->row_bytes);
@@ -661,9 +677,9 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint32_t tens
     return 0;
 }
 
-static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t,
-                           struct cli_server *srv, const uint64_t *ids, uint8_t *out,
-                           const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
+static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t, struct cli_server *srv,
+                           const uint64_t *ids, uint8_t *out, const uint32_t *pos, uint32_t cnt,
+                           struct cli_req **req_p)
 {
     if (srv->dead)
         return cli_dead(c, srv, "pull");
@@ -687,8 +703,11 @@ static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t,
     r->row_bytes = t->row_bytes;
     r->u32 = (uint32_t)(ps - srv->pslots);
     uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PULL, .req_id = r->id, .tensor_id = t->meta.id,
-                        .sender = RKV_CLIENT_NODE_BASE + c->id, .count = cnt,
+    struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                        .req_id = r->id,
+                        .tensor_id = t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id,
+                        .count = cnt,
                         .row_bytes = (uint32_t)t->row_bytes};
     rkv_proto_enc_pull(buf, &h, &ps->d, NULL);
     uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES);
@@ -734,7 +753,8 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     if (rc == 0 && t->mapped) {
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
             uint32_t p = g.order[i];
-            rkv_shard_pull_row(&t->shard, t, ids[p], (uint8_t *)rows_out + (size_t)p * t->row_bytes);
+            rkv_shard_pull_row(&t->shard, t, ids[p],
+                               (uint8_t *)rows_out + (size_t)p * t->row_bytes);
         }
     }
     int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "pull");
@@ -855,11 +875,10 @@ int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, c
 {
     const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
     if (!ops)
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in",
-                        cfg->backend);
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in", cfg->backend);
     struct rkv_port *port;
-    int rc = rkv_port_posix_create("w", cfg->log_level, cfg->seed ^ (uint64_t)(uintptr_t)&rc,
-                                   &port);
+    int rc =
+        rkv_port_posix_create("w", cfg->log_level, cfg->seed ^ (uint64_t)(uintptr_t)&rc, &port);
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "cannot create the OS port");
     struct rkv_nic *nic;

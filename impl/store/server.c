@@ -80,8 +80,7 @@ static int srv_hello_cmp(const void *a, const void *b)
     return x->nonce < y->nonce ? -1 : x->nonce > y->nonce;
 }
 
-static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_t req,
-                            uint32_t id)
+static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_t req, uint32_t id)
 {
     struct rkv_tx *tx;
     if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
@@ -103,9 +102,10 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "only server 0 assigns client ids");
     if (s->n_hellos >= s->cfg.n_workers)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more clients than n_workers joined");
-    s->hellos[s->n_hellos++] = (struct srv_hello){
-        .peer = peer, .machine = m->u.hello.machine_id, .nonce = m->u.hello.nonce,
-        .req_id = m->h.req_id};
+    s->hellos[s->n_hellos++] = (struct srv_hello){.peer = peer,
+                                                  .machine = m->u.hello.machine_id,
+                                                  .nonce = m->u.hello.nonce,
+                                                  .req_id = m->h.req_id};
     if (s->n_hellos < s->cfg.n_workers)
         return;
     /* Ids ordered by (machine, nonce) so that co-located clients are adjacent. */
@@ -182,13 +182,12 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     uint32_t id = op == 0 ? s->n_tensors + 1 : m->h.tensor_id;
     if ((op == 0) != (s->server_id == 0) || op > 2 || id == 0 || id > RKV_MAX_TENSORS ||
         s->tensors[id])
-        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op,
-                        id);
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
     t = calloc(1, sizeof(*t));
     if (!t)
         return -RKV_ENOMEM;
-    int rc = rkv_tensor_from_wire(w, m->u.tensor.book, s->cfg.n_machines, id, t, s->err,
-                                  sizeof(s->err));
+    int rc =
+        rkv_tensor_from_wire(w, m->u.tensor.book, s->cfg.n_machines, id, t, s->err, sizeof(s->err));
     if (rc == 0)
         rc = srv_map(s, t, op != 2);
     if (rc < 0) {
@@ -225,8 +224,10 @@ static void srv_on_meta(struct rkv_server *s, struct rkv_peer *peer, const struc
     int rc = rkv_engine_tx_alloc(s->eng, len, &tx);
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, "META reply too large for max_slot_bytes");
-    struct rkv_hdr h = {.type = RKV_MSG_META_REPLY, .req_id = m->h.req_id,
-                        .tensor_id = t->meta.id, .sender = s->server_id};
+    struct rkv_hdr h = {.type = RKV_MSG_META_REPLY,
+                        .req_id = m->h.req_id,
+                        .tensor_id = t->meta.id,
+                        .sender = s->server_id};
     len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, &w, t->pb.book);
     rkv_engine_send(s->eng, peer, tx, len);
 }
@@ -242,10 +243,10 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
         return NULL;
     }
     if (m->h.row_bytes != t->row_bytes) {
-        *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_EDTYPE,
-                         "tensor '%s': rows are %zu bytes (%u x %s), request has %u",
-                         t->meta.name, t->row_bytes, t->meta.row_len,
-                         rkv_dtype_name(t->meta.dtype), m->h.row_bytes);
+        *rc_p =
+            rkv_errf(s->err, sizeof(s->err), -RKV_EDTYPE,
+                     "tensor '%s': rows are %zu bytes (%u x %s), request has %u", t->meta.name,
+                     t->row_bytes, t->meta.row_len, rkv_dtype_name(t->meta.dtype), m->h.row_bytes);
         return NULL;
     }
     *rc_p = 0;
@@ -263,8 +264,8 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
         rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
                             m->u.push.rows);
         if (rc < 0)
-            rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s",
-                     t->meta.name, m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+            rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
+                     m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
     }
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
@@ -286,9 +287,12 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
     uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY, .req_id = m->h.req_id,
-                        .tensor_id = t->meta.id, .sender = s->server_id,
-                        .count = m->h.count, .row_bytes = (uint32_t)t->row_bytes};
+    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY,
+                        .req_id = m->h.req_id,
+                        .tensor_id = t->meta.id,
+                        .sender = s->server_id,
+                        .count = m->h.count,
+                        .row_bytes = (uint32_t)t->row_bytes};
     rkv_proto_enc_pull_reply(buf, &h);
     uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
     for (uint32_t i = 0; i < m->h.count; i++)
@@ -441,8 +445,7 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
 {
     const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
     if (!ops)
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in",
-                        cfg->backend);
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in", cfg->backend);
     char node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg->machine_id, local_id);
     struct rkv_port *port;

@@ -42,10 +42,14 @@ int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, 
         port->ops->shm_unmap(port, addr, total);
         return rkv_errf(err, err_len, -RKV_EEXIST,
                         "shard %s exists with another shape (stale segment from an earlier run? "
-                        "remove it from /dev/shm)", name);
+                        "remove it from /dev/shm)",
+                        name);
     }
-    *sh = (struct rkv_shard){.port = port, .hdr = h, .map_bytes = total,
-                             .data = (uint8_t *)(h + 1), .local_rows = local_rows,
+    *sh = (struct rkv_shard){.port = port,
+                             .hdr = h,
+                             .map_bytes = total,
+                             .data = (uint8_t *)(h + 1),
+                             .local_rows = local_rows,
                              .row_bytes = row_bytes};
     sh->state = with_state ? sh->data + data_bytes : NULL;
     return 0;

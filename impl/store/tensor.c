@@ -25,10 +25,8 @@ int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, 
     memset(t, 0, sizeof(*t));
     size_t esz = rkv_dtype_size((enum rkv_dtype)w->dtype);
     uint64_t row_bytes;
-    if (esz == 0 || !rkv_mul_ok(esz, w->row_len, &row_bytes) ||
-        row_bytes > RKV_PROTO_MAX_ROW_BYTES)
-        return rkv_errf(err, err_len, -RKV_EDTYPE, "tensor '%s': bad dtype or row length",
-                        w->name);
+    if (esz == 0 || !rkv_mul_ok(esz, w->row_len, &row_bytes) || row_bytes > RKV_PROTO_MAX_ROW_BYTES)
+        return rkv_errf(err, err_len, -RKV_EDTYPE, "tensor '%s': bad dtype or row length", w->name);
     memcpy(t->meta.name, w->name, sizeof(t->meta.name));
     t->meta.name[RKV_NAME_MAX] = 0;
     t->meta.id = id;
@@ -85,8 +83,8 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         const struct rkv_machine *mc = &cfg->machines[m];
         if (mc->servers == 0 || mc->servers > 256 || (uint32_t)mc->base_port + mc->servers > 65536)
             return rkv_errf(err, err_len, -RKV_ECONFIG,
-                            "config: machine %u (%s): need 1..256 servers within the port range",
-                            m, mc->host);
+                            "config: machine %u (%s): need 1..256 servers within the port range", m,
+                            mc->host);
     }
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");

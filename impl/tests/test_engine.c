@@ -64,12 +64,14 @@ static void side_open(struct side *s, const char *name, uint32_t rx_depth)
     memset(s, 0, sizeof(*s));
     assert_int_equal(rkv_port_posix_create(name, 0, 1, &s->port), 0);
     assert_int_equal(rkv_nic_tcp_ops.open(s->port, NULL, &s->nic), 0);
-    struct rkv_engine_cfg ec = {.node_id = 1, .rx_depth = rx_depth, .ctrl_buf_bytes = 1024,
-                                .max_slots = 8, .max_slot_bytes = 1 << 24};
+    struct rkv_engine_cfg ec = {.node_id = 1,
+                                .rx_depth = rx_depth,
+                                .ctrl_buf_bytes = 1024,
+                                .max_slots = 8,
+                                .max_slot_bytes = 1 << 24};
     char err[128];
-    assert_int_equal(rkv_engine_create(s->port, s->nic, &ec, on_msg, on_peer, s, &s->eng, err,
-                                       sizeof(err)),
-                     0);
+    assert_int_equal(
+        rkv_engine_create(s->port, s->nic, &ec, on_msg, on_peer, s, &s->eng, err, sizeof(err)), 0);
     assert_int_equal(s->port->ops->mutex_create(s->port, &s->mu), 0);
     assert_int_equal(s->port->ops->cond_create(s->port, &s->cv), 0);
     assert_int_equal(rkv_engine_start(s->eng), 0);
@@ -113,7 +115,10 @@ static void send_push(struct side *b, uint64_t req, uint32_t tensor, uint32_t ro
     struct rkv_tx *tx;
     assert_int_equal(rkv_engine_tx_alloc(b->eng, len, &tx), 0);
     uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PUSH, .req_id = req, .tensor_id = tensor, .count = rows,
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = req,
+                        .tensor_id = tensor,
+                        .count = rows,
                         .row_bytes = row_bytes};
     uint64_t *ids = calloc(rows, sizeof(*ids));
     size_t n = rkv_proto_enc_push(buf, &h, ids, NULL);

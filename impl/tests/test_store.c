@@ -31,15 +31,27 @@ struct cluster {
     int in_process[2];
 };
 
+/* Two consecutive free ports below the ephemeral range (see rkv demo). */
 static uint16_t free_base_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    static uint32_t x; /* test-only: successive calls pick different ports */
+    x = x * 1103515245u + 12345u + (uint32_t)getpid();
+    for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
+        uint16_t base = (uint16_t)(20000 + (x >> 8) % 12000);
+        int ok = 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET,
+                                    .sin_port = htons((uint16_t)(base + k)),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+            close(fd);
+        }
+        if (ok)
+            return base;
+    }
+    fail_msg("no free ports");
+    return 0;
 }
 
 static void *server_main(void *arg)
@@ -76,7 +88,7 @@ static void cluster_start_server(struct cluster *c, uint32_t m)
     char err[256];
     int rc = rkv_server_create(&cfg, 0, &c->srv[m], err, sizeof(err));
     if (rc < 0)
-        fail_msg("server %u: %s", m, err);
+        fail_msg("%s", err);
     assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
     c->in_process[m] = 1;
 }
@@ -198,16 +210,20 @@ static void hostile_open(struct hostile *h, const struct rkv_machine *target)
     memset(h, 0, sizeof(*h));
     assert_int_equal(rkv_port_posix_create("evil", 0, 3, &h->port), 0);
     assert_int_equal(rkv_nic_tcp_ops.open(h->port, NULL, &h->nic), 0);
-    struct rkv_engine_cfg ec = {.node_id = 666, .rx_depth = 64, .ctrl_buf_bytes = 8192,
-                                .max_slots = 64, .max_slot_bytes = 1 << 30};
+    struct rkv_engine_cfg ec = {.node_id = 666,
+                                .rx_depth = 64,
+                                .ctrl_buf_bytes = 8192,
+                                .max_slots = 64,
+                                .max_slot_bytes = 1 << 30};
     char err[128];
-    assert_int_equal(rkv_engine_create(h->port, h->nic, &ec, h_on_msg, h_on_peer, h, &h->eng,
-                                       err, sizeof(err)),
-                     0);
+    assert_int_equal(
+        rkv_engine_create(h->port, h->nic, &ec, h_on_msg, h_on_peer, h, &h->eng, err, sizeof(err)),
+        0);
     assert_int_equal(h->port->ops->mutex_create(h->port, &h->mu), 0);
     assert_int_equal(h->port->ops->cond_create(h->port, &h->cv), 0);
     assert_int_equal(rkv_engine_start(h->eng), 0);
-    assert_int_equal(rkv_engine_connect(h->eng, target->host, target->base_port, 2000, &h->peer), 0);
+    assert_int_equal(rkv_engine_connect(h->eng, target->host, target->base_port, 2000, &h->peer),
+                     0);
 }
 
 static void hostile_close(struct hostile *h)
@@ -225,7 +241,10 @@ static int hostile_push(struct hostile *h, uint32_t tensor, uint64_t id, uint32_
     size_t len = RKV_PROTO_HDR_BYTES + 8 + row_bytes;
     struct rkv_tx *tx;
     assert_int_equal(rkv_engine_tx_alloc(h->eng, len, &tx), 0);
-    struct rkv_hdr hd = {.type = RKV_MSG_PUSH, .req_id = 77, .tensor_id = tensor, .count = 1,
+    struct rkv_hdr hd = {.type = RKV_MSG_PUSH,
+                         .req_id = 77,
+                         .tensor_id = tensor,
+                         .count = 1,
                          .row_bytes = row_bytes};
     int before = h->got;
     assert_int_equal(rkv_proto_enc_push(rkv_engine_tx_buf(tx), &hd, &id, NULL), len);
@@ -363,8 +382,10 @@ static void test_server_killed_or_hung(void **state)
     for (int mode = 0; mode < 2; mode++) {
         struct cluster c;
         cluster_config(&c, 1500);
-        cluster_start_server(&c, 0);
+        /* Fork while this process has one thread: a child forked from a
+         * threaded parent may inherit a lock (malloc's, ASan's) held forever. */
         pid_t child = fork_server(&c, 1);
+        cluster_start_server(&c, 0);
         struct rkv_client *cli = client_join(&c);
         assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
         check_good_roundtrip(cli, 2.0f);
