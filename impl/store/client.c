@@ -58,6 +58,7 @@ struct rkv_client {
     struct rkv_handler_table ht;
     struct cli_req *reqs;
     uint64_t next_req;
+    int stopping; /* servers were asked to exit: their hang-ups are expected */
     char err[256];
 };
 
@@ -237,8 +238,10 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     for (struct cli_req *r = c->reqs; r; r = r->next)
         if (r->srv == srv && !r->done)
             cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
+    int expected = c->stopping;
     cli_unlock(c);
-    RKV_LOGW(c->port, "lost the connection to server %u", srv->id);
+    if (!expected)
+        RKV_LOGW(c->port, "lost the connection to server %u", srv->id);
 }
 
 /* ---- sending ---- */
@@ -787,6 +790,9 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
         return -RKV_ENOMEM;
     size_t n = 0;
     int rc = 0;
+    cli_lock(c);
+    c->stopping = 1;
+    cli_unlock(c);
     for (uint32_t i = 0; i < c->n_servers; i++) {
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
         if (c->servers[i].dead)

@@ -167,6 +167,69 @@ static void test_api_errors(void **state)
     cluster_stop(&c);
 }
 
+static void h_max(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n, double param,
+                  void *user)
+{
+    (void)dt, (void)st, (void)param;
+    int *calls = user;
+    (*calls)++;
+    float *r = row;
+    const float *g = in;
+    for (size_t j = 0; j < n; j++)
+        r[j] = g[j] > r[j] ? g[j] : r[j];
+}
+
+/* Custom handlers and Adagrad applied on a remote server and in the
+ * co-located shard alike; a seeded uniform init. */
+static void test_handlers_end_to_end(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    int srv_calls = 0, cli_calls = 0;
+    for (int m = 0; m < 2; m++)
+        assert_int_equal(rkv_server_register_handler(c.srv[m], RKV_OP_CUSTOM, h_max, &srv_calls), 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_max, &cli_calls), 0);
+    struct rkv_tensor_desc d = {.name = "opt", .dtype = RKV_F32, .rows = 100, .row_len = 4,
+                                .policy = RKV_PART_RANGE, .with_state = 1};
+    assert_int_equal(rkv_client_init_data(cli, &d), 0);
+    uint64_t ids[2] = {10, 90}; /* machine 0 (local), machine 1 (remote) */
+    float g[8] = {2, 2, 2, 2, 2, 2, 2, 2}, got[8];
+    assert_int_equal(rkv_client_push(cli, "opt", ids, 2, g, RKV_OP_ADAGRAD, 0.5), 0);
+    assert_int_equal(rkv_client_push(cli, "opt", ids, 2, g, RKV_OP_ADAGRAD, 0.5), 0);
+    assert_int_equal(rkv_client_pull(cli, "opt", ids, 2, got), 0);
+    for (int j = 0; j < 8; j++) /* -0.5*2/2 - 0.5*2/sqrt(8) */
+        assert_float_equal(got[j], -0.5f - 0.35355339f, 1e-5);
+    float up[8] = {-3, 5, -3, 5, 7, -9, 7, -9};
+    assert_int_equal(rkv_client_push(cli, "opt", ids, 2, up, RKV_OP_CUSTOM, 0), 0);
+    assert_int_equal(rkv_client_pull(cli, "opt", ids, 2, got), 0);
+    float want[8] = {-0.85355339f, 5, -0.85355339f, 5, 7, -0.85355339f, 7, -0.85355339f};
+    for (int j = 0; j < 8; j++)
+        assert_float_equal(got[j], want[j], 1e-5);
+    assert_int_equal(cli_calls, 1);
+    assert_int_equal(srv_calls, 1);
+    struct rkv_tensor_desc u = {.name = "uni", .dtype = RKV_F64, .rows = 64, .row_len = 3,
+                                .policy = RKV_PART_HASH, .init = RKV_INIT_UNIFORM, .init_seed = 42};
+    assert_int_equal(rkv_client_init_data(cli, &u), 0);
+    uint64_t all[64];
+    double vals[64 * 3];
+    for (int i = 0; i < 64; i++)
+        all[i] = (uint64_t)i;
+    assert_int_equal(rkv_client_pull(cli, "uni", all, 64, vals), 0);
+    int distinct = 0;
+    for (int i = 0; i < 64 * 3; i++) {
+        assert_true(vals[i] >= -1.0 && vals[i] < 1.0);
+        distinct += i > 0 && vals[i] != vals[i - 1];
+    }
+    assert_true(distinct > 150);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* ---- a hostile peer speaking the real protocol through its own engine ---- */
 
 struct hostile {
@@ -416,6 +479,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_errors),
+        cmocka_unit_test(test_handlers_end_to_end),
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_garbage_sockets),
         cmocka_unit_test(test_server_killed_or_hung),
