@@ -89,6 +89,7 @@ int cli_workload_run(struct rkv_client *cli, const struct rkv_config *cfg,
 int cli_cmd_server(int argc, char **argv);
 int cli_cmd_worker(int argc, char **argv);
 int cli_cmd_config(int argc, char **argv);
+int cli_cmd_node(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv, const char *self);
 
 #endif

@@ -152,3 +152,26 @@ int cli_cmd_config(int argc, char **argv)
     cli_settings_dump(&s, stdout);
     return RKV_EXIT_OK;
 }
+
+/* For launchers that set a role variable (ps-lite's DMLC_ROLE, DGL's). */
+int cli_cmd_node(int argc, char **argv)
+{
+    struct cli_settings s;
+    char err[512];
+    if (cmd_wants_help(argc, argv)) {
+        printf("usage: rkv node [--role server|worker] [settings]\n"
+               "Runs `rkv server` or `rkv worker` as the role setting says.\n");
+        return RKV_EXIT_OK;
+    }
+    if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    if (strcmp(s.val[CLI_ROLE], "server") == 0)
+        return cli_cmd_server(argc, argv);
+    if (strcmp(s.val[CLI_ROLE], "worker") == 0)
+        return cli_cmd_worker(argc, argv);
+    fprintf(stderr, "rkv node: role: expected server or worker, got \"%s\" (%s)\n", s.val[CLI_ROLE],
+            s.src[CLI_ROLE]);
+    return RKV_EXIT_USAGE;
+}

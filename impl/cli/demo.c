@@ -252,13 +252,13 @@ static void demo_report(const struct demo *d, const struct cli_result *res, cons
         p50 += res[i].pull_lat_us_p50 / d->n_workers;
         p99 = res[i].pull_lat_us_p99 > p99 ? res[i].pull_lat_us_p99 : p99;
     }
-    printf("\n| workers | machines x servers | value bytes | push GB/s | pull GB/s | "
+    printf("\n| workers | machines / servers | value bytes | push GB/s | pull GB/s | "
            "pull p50 us | pull p99 us | checked values | wrong |\n"
            "|---|---|---|---|---|---|---|---|---|\n");
-    printf("| %u | %u x %u | %llu | %.3f | %.3f | %.1f | %.1f | %llu | %llu |\n", d->n_workers,
-           d->machines, d->n_servers / d->machines, (unsigned long long)value_bytes,
-           ps > 0 ? pb / ps / 1e9 : 0.0, ls > 0 ? lb / ls / 1e9 : 0.0, p50, p99,
-           (unsigned long long)checks, (unsigned long long)errors);
+    printf("| %u | %u / %u | %llu | %.3f | %.3f | %.1f | %.1f | %llu | %llu |\n", d->n_workers,
+           d->machines, d->n_servers, (unsigned long long)value_bytes, ps > 0 ? pb / ps / 1e9 : 0.0,
+           ls > 0 ? lb / ls / 1e9 : 0.0, p50, p99, (unsigned long long)checks,
+           (unsigned long long)errors);
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (status[i])
             printf("worker %u: store error %d (%s)\n", i, status[i], rkv_strerror(status[i]));
@@ -279,6 +279,9 @@ static void demo_usage(void)
     cli_settings_help(stdout);
 }
 
+static void demo_common_args(struct demo *d, const struct cli_settings *s);
+static int demo_setup_cluster(struct demo *d, const struct cli_settings *s, uint32_t spm);
+
 static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **argv)
 {
     char err[512];
@@ -292,18 +295,19 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
         s->val[CLI_SERVERS_PER_MACHINE] = "2";
     if (strcmp(s->src[CLI_NUM_WORKERS], "default") == 0)
         s->val[CLI_NUM_WORKERS] = "4";
-    s->val[CLI_CLUSTER] = "";
     uint64_t m, spm, w;
     if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
         cli_get_u64(s, CLI_SERVERS_PER_MACHINE, &spm, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 || w == 0 ||
-        m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
+        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
+        spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
         fprintf(stderr, "rkv demo: %s\n", err[0] ? err : "need 1..512 servers and workers");
         return -1;
     }
+    d->n_workers = (uint32_t)w;
+    if (*s->val[CLI_CLUSTER]) /* DGL's ip_config.txt: its ports, its servers */
+        return demo_setup_cluster(d, s, (uint32_t)spm);
     d->machines = (uint32_t)m;
     d->n_servers = (uint32_t)(m * spm);
-    d->n_workers = (uint32_t)w;
     if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
         uint16_t base;
         if (demo_free_ports(d->n_servers, &base) < 0) {
@@ -313,6 +317,12 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
         snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
         s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
     }
+    demo_common_args(d, s);
+    return 0;
+}
+
+static void demo_common_args(struct demo *d, const struct cli_settings *s)
+{
     static const struct {
         enum cli_key k;
         const char *flag;
@@ -337,6 +347,29 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
         demo_arg(d, pass[i].flag, s->val[pass[i].k]);
     if (*s->val[CLI_SHM_PREFIX])
         demo_arg(d, "--shm-prefix", s->val[CLI_SHM_PREFIX]);
+}
+
+static int demo_setup_cluster(struct demo *d, const struct cli_settings *s, uint32_t spm)
+{
+    char err[512];
+    struct rkv_machine *ms;
+    uint32_t nm;
+    if (cli_cluster_parse(s->val[CLI_CLUSTER], spm, &ms, &nm, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv demo: %s\n", err);
+        return -1;
+    }
+    uint32_t total = 0;
+    for (uint32_t i = 0; i < nm; i++)
+        total += ms[i].servers;
+    free(ms);
+    if (total > DEMO_MAX_PROCS) {
+        fprintf(stderr, "rkv demo: more than %d servers\n", DEMO_MAX_PROCS);
+        return -1;
+    }
+    d->machines = nm;
+    d->n_servers = total;
+    demo_arg(d, "--cluster", s->val[CLI_CLUSTER]);
+    demo_common_args(d, s);
     return 0;
 }
 
@@ -364,9 +397,8 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
     struct cli_settings s;
     if (demo_setup(dp, &s, argc, argv) < 0)
         return RKV_EXIT_USAGE;
-    uint32_t spm = dp->n_servers / dp->machines;
-    printf("rkv demo: %u machines x %u servers, %u workers, loopback TCP, base port %s\n",
-           dp->machines, spm, dp->n_workers, s.val[CLI_BASE_PORT]);
+    printf("rkv demo: %u machines, %u servers, %u workers, %s over loopback\n", dp->machines,
+           dp->n_servers, dp->n_workers, s.val[CLI_BACKEND]);
     fflush(stdout);
     for (uint32_t i = 0; i < dp->n_servers; i++)
         dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL);

@@ -13,6 +13,7 @@ static void usage(FILE *out)
             "           print the verdict and throughput\n"
             "  server   run one server of a cluster\n"
             "  worker   run one worker: the checked workload, then (worker 0) shutdown\n"
+            "  node     server or worker, as --role / RKV_ROLE / DMLC_ROLE / DGL_ROLE says\n"
             "  config   --dump: every setting, its env var, default and source\n\n"
             "exit codes: 0 ok, 1 a value differed from the reference, 2 usage or\n"
             "configuration error, 3 store error (timeout, dead peer, I/O)\n",
@@ -35,6 +36,8 @@ int main(int argc, char **argv)
         return cli_cmd_worker(argc - 2, argv + 2);
     if (strcmp(argv[1], "config") == 0)
         return cli_cmd_config(argc - 2, argv + 2);
+    if (strcmp(argv[1], "node") == 0)
+        return cli_cmd_node(argc - 2, argv + 2);
     if (strcmp(argv[1], "demo") == 0)
         return cli_cmd_demo(argc - 2, argv + 2, argv[0]);
     fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);

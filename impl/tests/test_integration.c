@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -74,12 +75,43 @@ static void test_cli_errors(void **state)
     assert_int_equal(run("--help", out, sizeof(out)), 0);
 }
 
+/* DGL's ip_config.txt with uneven machines drives the same run. */
+static void test_demo_cluster_file(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    FILE *f = fopen("ip_config.txt", "w");
+    assert_non_null(f);
+    unsigned base = 20000 + (unsigned)(getpid() % 5000) * 2;
+    fprintf(f, "# host base_port servers\n127.0.0.1 %u 2\n127.0.0.1 %u   # default count\n", base,
+            base + 2);
+    fclose(f);
+    int rc = run("demo --cluster ip_config.txt --servers-per-machine 1 --num-workers 3 --rows 700 "
+                 "--value-bytes 8192 --rounds 1",
+                 out, sizeof(out));
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "2 machines, 3 servers, 3 workers"));
+    assert_non_null(strstr(out, "verdict: PASS"));
+}
+
+/* Roles and sizes from ps-lite's environment variables, via `rkv node`. */
+static void test_env_launch(void **state)
+{
+    (void)state;
+    char cmd[512];
+    unsigned base = 22000 + (unsigned)(getpid() % 4000) * 2 + 1;
+    snprintf(cmd, sizeof(cmd), "sh %s/launch_env.sh %s %u", TEST_DIR, RKV_BIN, base);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cli_errors),
-        cmocka_unit_test(test_demo_2x2_4_workers),
-        cmocka_unit_test(test_demo_uneven),
+        cmocka_unit_test(test_cli_errors),  cmocka_unit_test(test_demo_2x2_4_workers),
+        cmocka_unit_test(test_demo_uneven), cmocka_unit_test(test_demo_cluster_file),
+        cmocka_unit_test(test_env_launch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,11 +190,16 @@ static void test_handlers_end_to_end(void **state)
     cluster_start_server(&c, 1);
     int srv_calls = 0, cli_calls = 0;
     for (int m = 0; m < 2; m++)
-        assert_int_equal(rkv_server_register_handler(c.srv[m], RKV_OP_CUSTOM, h_max, &srv_calls), 0);
+        assert_int_equal(rkv_server_register_handler(c.srv[m], RKV_OP_CUSTOM, h_max, &srv_calls),
+                         0);
     struct rkv_client *cli = client_join(&c);
     assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_max, &cli_calls), 0);
-    struct rkv_tensor_desc d = {.name = "opt", .dtype = RKV_F32, .rows = 100, .row_len = 4,
-                                .policy = RKV_PART_RANGE, .with_state = 1};
+    struct rkv_tensor_desc d = {.name = "opt",
+                                .dtype = RKV_F32,
+                                .rows = 100,
+                                .row_len = 4,
+                                .policy = RKV_PART_RANGE,
+                                .with_state = 1};
     assert_int_equal(rkv_client_init_data(cli, &d), 0);
     uint64_t ids[2] = {10, 90}; /* machine 0 (local), machine 1 (remote) */
     float g[8] = {2, 2, 2, 2, 2, 2, 2, 2}, got[8];
@@ -211,8 +216,13 @@ static void test_handlers_end_to_end(void **state)
         assert_float_equal(got[j], want[j], 1e-5);
     assert_int_equal(cli_calls, 1);
     assert_int_equal(srv_calls, 1);
-    struct rkv_tensor_desc u = {.name = "uni", .dtype = RKV_F64, .rows = 64, .row_len = 3,
-                                .policy = RKV_PART_HASH, .init = RKV_INIT_UNIFORM, .init_seed = 42};
+    struct rkv_tensor_desc u = {.name = "uni",
+                                .dtype = RKV_F64,
+                                .rows = 64,
+                                .row_len = 3,
+                                .policy = RKV_PART_HASH,
+                                .init = RKV_INIT_UNIFORM,
+                                .init_seed = 42};
     assert_int_equal(rkv_client_init_data(cli, &u), 0);
     uint64_t all[64];
     double vals[64 * 3];
