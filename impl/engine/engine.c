@@ -16,7 +16,7 @@
 /* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
 #define ENG_TX_CACHE_BYTES (256u << 20)
 
-enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2 };
+enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2, ENG_TX_SLOT = 3 /* needs a slot first */ };
 enum eng_lslot_state { ENG_SLOT_FREE = 0, ENG_SLOT_GRANTED, ENG_SLOT_OWNED };
 
 struct rkv_tx {
@@ -30,6 +30,7 @@ struct rkv_tx {
     int kind;                 /* enum eng_tx_kind, set when queued */
     struct rkv_slot_desc dst; /* ENG_TX_WRITE target */
     int reply;                /* sent from on_msg: may carry the pending release */
+    int rndv_asked;           /* a rendezvous for this tx is in flight */
 };
 
 /* A receive slot this side registered for one peer to write into. */
@@ -74,6 +75,11 @@ struct rkv_peer {
     struct eng_txq waiting; /* waiting for a rendezvous slot */
 };
 
+struct eng_closing {
+    struct rkv_qp *qp;
+    struct rkv_peer *peer; /* whose receive memory goes once qp is closed, or NULL */
+};
+
 struct rkv_engine {
     struct rkv_port *port;
     struct rkv_nic *nic;
@@ -87,7 +93,7 @@ struct rkv_engine {
     struct rkv_peer *peers;
     /* QPs of killed peers, closed between poll batches: a batch already in
      * hand may still name them, and the NIC frees a QP soon after close. */
-    struct rkv_qp **closing;
+    struct eng_closing *closing;
     uint32_t n_closing, cap_closing;
     struct rkv_peer *zombies; /* half-built peers, freed at destroy */
     struct rkv_tx *all_tx;
@@ -215,6 +221,7 @@ static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
 {
     tx->kind = 0;
     tx->reply = 0;
+    tx->rndv_asked = 0;
     if (tx->cap == e->cfg.ctrl_buf_bytes) {
         tx->next = e->free_small;
         e->free_small = tx;
@@ -266,6 +273,8 @@ static uint32_t peer_next_release(struct rkv_peer *p, int reply)
     return p->releases[p->n_releases] + 1;
 }
 
+static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify);
+
 /* Posts tx now; the caller checked credits. Lock held. */
 static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
@@ -288,7 +297,7 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
     if (rc < 0) {
         RKV_LOGW(e->port, "engine: post to peer failed: %s", rkv_strerror(rc));
         tx_put(e, tx);
-        p->dead = 1;
+        peer_kill(e, p, 1);
     }
     return rc;
 }
@@ -337,7 +346,8 @@ static int peer_ctrl(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h
 /* Gives back credits and slots when no reply will carry them. Lock held. */
 static void peer_maybe_credit(struct rkv_engine *e, struct rkv_peer *p)
 {
-    if (p->dead || !p->qp || p->backlog.head || p->credits < 1)
+    /* A backlog means credits <= 1: the held-back one is for exactly this. */
+    if (p->dead || !p->qp || p->credits < 1)
         return;
     if (p->owed < e->cfg.rx_depth / 2 && p->n_releases == 0 && !p->release_due)
         return;
@@ -390,19 +400,63 @@ static void eng_fail_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     eng_lock(e);
 }
 
+/* Gives up an idle cached slot (the granter frees it on RNDV_RETIRE), to
+ * make room in the slot budget. Returns 0 when every slot is busy. */
+static int peer_retire_idle(struct rkv_engine *e, struct rkv_peer *p)
+{
+    for (uint32_t i = 0; i < p->n_rslots; i++) {
+        if (p->rslots[i].busy)
+            continue;
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_RETIRE, .count = p->rslots[i].d.slot};
+        p->rslots[i] = p->rslots[--p->n_rslots];
+        peer_ctrl(e, p, &h, NULL, 0);
+        return 1;
+    }
+    return 0;
+}
+
+/* Gets tx a slot of its key: an idle cached one, or a new one by rendezvous
+ * (retiring idle slots of other keys when this side's half of the peer's
+ * slot budget is used up). Returns 1 when tx may be posted now, 0 when it
+ * waits: for its rendezvous reply, or for a busy slot to be released (every
+ * release runs the waiting queue again). Lock held. */
+static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    uint32_t key = eng_key_of(tx->buf);
+    struct eng_rslot *r = peer_find_rslot(p, key, tx->len, 1);
+    if (r) {
+        if (!tx->rndv_asked)
+            e->st.rndv_hits++;
+        tx_to_slot(tx, r);
+        return 1;
+    }
+    if (tx->rndv_asked)
+        return 0;
+    uint32_t budget = e->cfg.max_slots / 2;
+    while (p->n_rslots + p->rndv_inflight >= budget)
+        if (!peer_retire_idle(e, p))
+            return 0;
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
+                        .req_id = eng_req_of(tx->buf),
+                        .tensor_id = key >> 8,
+                        .op = (uint16_t)(key & 0xff)};
+    tx->rndv_asked = 1;
+    p->rndv_inflight++;
+    e->st.rndv_starts++;
+    peer_ctrl(e, p, &h, NULL, tx->len);
+    return 0;
+}
+
 /* Starts waiting transmits in order, up to the first large one that still
- * has no idle slot: messages to one peer are delivered in the order they
- * were sent, whichever path (SEND or slot) each takes. Lock held. */
+ * has no slot: messages to one peer are delivered in the order they were
+ * sent, whichever path (SEND or slot) each takes. Only the head of the
+ * queue asks for a slot. Lock held. */
 static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
 {
     struct rkv_tx *tx;
-    while ((tx = p->waiting.head) != NULL) {
-        if (tx->len > e->cfg.ctrl_buf_bytes) {
-            struct eng_rslot *r = peer_find_rslot(p, eng_key_of(tx->buf), tx->len, 1);
-            if (!r)
-                return;
-            tx_to_slot(tx, r);
-        }
+    while (!p->dead && (tx = p->waiting.head) != NULL) {
+        if (tx->kind == ENG_TX_SLOT && !peer_acquire(e, p, tx))
+            return;
         txq_pop(&p->waiting);
         peer_post(e, p, tx);
     }
@@ -410,28 +464,11 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
 
 static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
-    uint32_t key = eng_key_of(tx->buf);
-    struct eng_rslot *r = p->waiting.head ? NULL : peer_find_rslot(p, key, tx->len, 1);
-    if (r) {
-        e->st.rndv_hits++;
-        tx_to_slot(tx, r);
+    tx->kind = ENG_TX_SLOT;
+    if (!p->waiting.head && peer_acquire(e, p, tx))
         return peer_post(e, p, tx);
-    }
     txq_push(&p->waiting, tx);
-    /* A busy slot big enough will come back; ask for another only while the
-     * peer's slot budget allows pipelining (half of it, the rest is theirs). */
-    int have_big = peer_find_rslot(p, key, tx->len, 0) != NULL;
-    if (have_big && p->n_rslots + p->rndv_inflight >= e->cfg.max_slots / 2)
-        return 0;
-    if (!have_big && p->rndv_inflight > 0 && p->n_rslots + p->rndv_inflight >= e->cfg.max_slots)
-        return 0;
-    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
-                        .req_id = eng_req_of(tx->buf),
-                        .tensor_id = key >> 8,
-                        .op = (uint16_t)(key & 0xff)};
-    p->rndv_inflight++;
-    e->st.rndv_starts++;
-    return peer_ctrl(e, p, &h, NULL, tx->len);
+    return 0;
 }
 
 int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len)
@@ -471,7 +508,11 @@ int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
     tx->kind = ENG_TX_WRITE;
     tx->dst = *dst;
     tx->reply = 1;
-    int rc = peer_post(e, p, tx);
+    int rc = 0;
+    if (p->waiting.head && !p->dead) /* keep order behind a rendezvous */
+        txq_push(&p->waiting, tx);
+    else
+        rc = peer_post(e, p, tx);
     eng_unlock(e);
     return rc;
 }
@@ -542,6 +583,17 @@ static int peer_post_rx(struct rkv_engine *e, struct rkv_peer *p, uint32_t i)
     return e->nic->ops->post_recv(p->qp, ((uint64_t)i << 3) | ENG_WR_RX, &sge);
 }
 
+static void peer_free_rx(struct rkv_engine *e, struct rkv_peer *p)
+{
+    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++)
+        peer_lslot_free(e, &p->lslots[i]);
+    if (p->rx_mr)
+        e->nic->ops->dereg_mr(e->nic, p->rx_mr);
+    free(p->rx_mem);
+    p->rx_mr = NULL;
+    p->rx_mem = NULL;
+}
+
 static void peer_free(struct rkv_engine *e, struct rkv_peer *p)
 {
     struct rkv_tx *tx;
@@ -549,33 +601,30 @@ static void peer_free(struct rkv_engine *e, struct rkv_peer *p)
         tx_put(e, tx);
     while ((tx = txq_pop(&p->waiting)) != NULL)
         tx_put(e, tx);
-    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++)
-        peer_lslot_free(e, &p->lslots[i]);
-    if (p->rx_mr)
-        e->nic->ops->dereg_mr(e->nic, p->rx_mr);
-    free(p->rx_mem);
+    peer_free_rx(e, p);
     free(p->lslots);
     free(p->rslots);
     free(p->releases);
     free(p);
 }
 
-/* Closes qp after the current poll batch, which may still name it. Lock held. */
-static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp)
+/* Closes qp after the current poll batch, which may still name it; then
+ * frees the receive memory of peer (if any), which the NIC no longer
+ * touches once qp_close returned. Lock held. */
+static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer *peer)
 {
     rkv_qp_set_ctx(qp, NULL);
     if (e->n_closing == e->cap_closing) {
         uint32_t cap = e->cap_closing ? 2 * e->cap_closing : 16;
-        struct rkv_qp **n = realloc(e->closing, cap * sizeof(*n));
-        if (!n) { /* out of memory: closing now is safe unless a later
-                     completion of this batch names it */
+        struct eng_closing *n = realloc(e->closing, cap * sizeof(*n));
+        if (!n) { /* out of memory: close now, keep the memory until destroy */
             e->nic->ops->qp_close(qp);
             return;
         }
         e->closing = n;
         e->cap_closing = cap;
     }
-    e->closing[e->n_closing++] = qp;
+    e->closing[e->n_closing++] = (struct eng_closing){.qp = qp, .peer = peer};
 }
 
 /* Builds a peer around a connected QP and posts its receives. Lock held. */
@@ -632,7 +681,7 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
     eng_lock(e);
     rc = peer_new(e, qp, peer_p);
     if (rc < 0)
-        eng_defer_close(e, qp);
+        eng_defer_close(e, qp, NULL);
     eng_unlock(e);
     return rc;
 }
@@ -644,8 +693,11 @@ int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
 
 static void eng_close_deferred(struct rkv_engine *e)
 {
-    for (uint32_t i = 0; i < e->n_closing; i++)
-        e->nic->ops->qp_close(e->closing[i]);
+    for (uint32_t i = 0; i < e->n_closing; i++) {
+        e->nic->ops->qp_close(e->closing[i].qp);
+        if (e->closing[i].peer)
+            peer_free_rx(e, e->closing[i].peer);
+    }
     e->n_closing = 0;
 }
 
@@ -656,7 +708,7 @@ static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
     if (!p->qp)
         return;
     p->dead = 1;
-    eng_defer_close(e, p->qp);
+    eng_defer_close(e, p->qp, p);
     p->qp = NULL;
     struct rkv_tx *tx;
     while ((tx = txq_pop(&p->backlog)) != NULL)
@@ -727,22 +779,14 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
     uint32_t key = (m->h.tensor_id << 8) | (m->h.op & 0xff);
     if (p->rndv_inflight > 0)
         p->rndv_inflight--;
+    struct rkv_tx *head = p->waiting.head;
     if (m->h.status < 0) {
-        for (struct rkv_tx **pp = &p->waiting.head; *pp; pp = &(*pp)->next) {
-            if (eng_key_of((*pp)->buf) != key)
-                continue;
-            struct rkv_tx *tx = *pp;
-            *pp = tx->next;
-            if (p->waiting.tail == tx) {
-                p->waiting.tail = NULL;
-                for (struct rkv_tx *t = p->waiting.head; t; t = t->next)
-                    p->waiting.tail = t;
-            }
-            p->waiting.n--;
-            eng_fail_tx(e, p, tx, m->h.status);
-            peer_run_waiting(e, p);
-            return;
+        /* Only the head of the queue asks, so the refusal is for it. */
+        if (head && head->rndv_asked && eng_key_of(head->buf) == key) {
+            txq_pop(&p->waiting);
+            eng_fail_tx(e, p, head, m->h.status);
         }
+        peer_run_waiting(e, p);
         return;
     }
     if (p->n_rslots >= e->cfg.max_slots) {
@@ -754,10 +798,24 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
     peer_run_waiting(e, p);
 }
 
+static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
+{
+    uint32_t s = m->h.count;
+    if (s < e->cfg.max_slots && p->lslots[s].state == ENG_SLOT_GRANTED)
+        peer_lslot_free(e, &p->lslots[s]);
+    else
+        RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
+}
+
 /* Internal types are handled here; the rest go to the owner, unlocked. */
+static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
+
 static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m,
                          uint32_t granted_slot)
 {
+    /* A peer cannot return more receives than we ever consumed. */
+    if ((uint64_t)p->credits + m->h.credits > e->cfg.rx_depth)
+        return eng_reject(e, p, "peer returned more credits than it was given");
     p->credits += m->h.credits;
     peer_take_release(p, m->h.release);
     if (m->h.credits || m->h.release)
@@ -770,6 +828,9 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
         break;
     case RKV_MSG_RNDV_REPLY:
         eng_on_rndv_reply(e, p, m);
+        break;
+    case RKV_MSG_RNDV_RETIRE:
+        eng_on_rndv_retire(e, p, m);
         break;
     default:
         p->release_due = granted_slot;
@@ -826,7 +887,7 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
     int rc = peer_new(e, qp, &p);
     if (rc < 0) {
         RKV_LOGW(e->port, "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
-        eng_defer_close(e, qp);
+        eng_defer_close(e, qp, NULL);
         return;
     }
     if (e->on_peer) {

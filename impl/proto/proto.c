@@ -89,6 +89,7 @@ static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_RNDV_REPLY] = "RNDV_REPLY",
     [RKV_MSG_CREDIT] = "CREDIT",
     [RKV_MSG_ERROR] = "ERROR",
+    [RKV_MSG_RNDV_RETIRE] = "RNDV_RETIRE",
 };
 
 const char *rkv_msg_type_name(int type)

@@ -65,7 +65,8 @@ enum rkv_msg_type {
     RKV_MSG_RNDV_REPLY,
     RKV_MSG_CREDIT,
     RKV_MSG_ERROR,
-    RKV_MSG_TYPE_MAX_ /* one past the last */
+    RKV_MSG_RNDV_RETIRE, /* the sender gives up a granted slot (id in count) */
+    RKV_MSG_TYPE_MAX_    /* one past the last */
 };
 
 const char *rkv_msg_type_name(int type);

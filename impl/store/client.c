@@ -18,6 +18,7 @@ struct cli_req {
     struct cli_req *next;
     uint64_t id;
     struct cli_server *srv;
+    int expect; /* reply type */
     int done;
     int status;
     char text[RKV_PROTO_TEXT_MAX + 1];
@@ -29,17 +30,14 @@ struct cli_req {
     size_t row_bytes;
 };
 
-struct cli_pslot { /* where a server writes pull replies for one tensor */
-    uint32_t tensor;
-    struct rkv_slot_desc d;
-};
-
 struct cli_server {
     struct rkv_peer *peer;
     uint32_t id, machine;
     int dead;
-    struct cli_pslot *pslots;
-    uint32_t n_pslots;
+    /* Where this server writes pull replies. A pull sends at most one
+     * request per server, so one slot per server serves every tensor. */
+    struct rkv_slot_desc pslot;
+    int has_pslot;
 };
 
 struct rkv_client {
@@ -73,12 +71,14 @@ static void cli_unlock(struct rkv_client *c)
 
 /* ---- requests ---- */
 
-static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv)
+/* expect: the reply type that completes the request (or an ERROR). */
+static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv, int expect)
 {
     struct cli_req *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
     r->srv = srv;
+    r->expect = expect;
     cli_lock(c);
     r->id = ++c->next_req;
     r->next = c->reqs;
@@ -176,6 +176,8 @@ static int cli_wait(struct rkv_client *c, struct cli_req **reqs, size_t n, uint6
 
 static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct rkv_msg *m)
 {
+    if (m->h.type != r->expect && m->h.type != RKV_MSG_ERROR)
+        return cli_req_finish(c, r, -RKV_EPROTO, "reply of the wrong type");
     switch (m->h.type) {
     case RKV_MSG_HELLO_REPLY:
         r->u32 = m->u.hello_reply.client_id;
@@ -186,6 +188,8 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         r->u32 = m->h.tensor_id;
         break;
     case RKV_MSG_META_REPLY: {
+        if (m->h.tensor_id == 0 || m->h.tensor_id > RKV_MAX_TENSORS)
+            return cli_req_finish(c, r, -RKV_EPROTO, "tensor id out of range");
         struct rkv_tensor *t = calloc(1, sizeof(*t));
         char why[128];
         int rc = t ? rkv_tensor_from_wire(&m->u.tensor.t, m->u.tensor.book, c->cfg.n_machines,
@@ -251,16 +255,35 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
     return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what, srv->id);
 }
 
+/* Hands an encoded request to the engine. On failure the request is gone
+ * (nobody will wait for it) and *req_p stays untouched. */
+static int cli_submit(struct rkv_client *c, struct cli_server *srv, struct cli_req *r,
+                      struct rkv_tx *tx, size_t len, struct cli_req **req_p)
+{
+    int rc = rkv_engine_send(c->eng, srv->peer, tx, len);
+    if (rc < 0) {
+        cli_release(c, &r, 1);
+        return rkv_errf(c->err, sizeof(c->err), rc, "server %u: %s", srv->id, rkv_strerror(rc));
+    }
+    *req_p = r;
+    return 0;
+}
+
 /* Sends a header-only or small message built by enc into a fresh request. */
 static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct rkv_hdr *h,
                            const struct rkv_msg *body, struct cli_req **req_p, const char *what)
 {
     if (srv->dead)
         return cli_dead(c, srv, what);
-    struct cli_req *r = cli_req_new(c, srv);
+    static const int reply_of[RKV_MSG_TYPE_MAX_] = {[RKV_MSG_HELLO] = RKV_MSG_HELLO_REPLY,
+                                                    [RKV_MSG_META] = RKV_MSG_META_REPLY,
+                                                    [RKV_MSG_BARRIER] = RKV_MSG_BARRIER_REPLY,
+                                                    [RKV_MSG_SHUTDOWN] = RKV_MSG_SHUTDOWN_ACK};
+    struct cli_req *r = cli_req_new(c, srv, reply_of[h->type]);
     struct rkv_tx *tx;
     if (!r || rkv_engine_tx_alloc(c->eng, c->cfg.ctrl_buf_bytes, &tx) < 0) {
-        free(r);
+        if (r)
+            cli_release(c, &r, 1);
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "%s: out of memory", what);
     }
     h->req_id = r->id;
@@ -274,8 +297,7 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
         len = rkv_proto_enc_meta(buf, h, body->u.name);
     else
         len = rkv_proto_enc_empty(buf, h);
-    *req_p = r;
-    return rkv_engine_send(c->eng, srv->peer, tx, len);
+    return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
@@ -393,7 +415,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
     if (srv->dead)
         return cli_dead(c, srv, "init_data");
     size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w->book_len * 4;
-    struct cli_req *r = cli_req_new(c, srv);
+    struct cli_req *r = cli_req_new(c, srv, RKV_MSG_INIT_REPLY);
     struct rkv_tx *tx;
     int rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
     if (rc < 0) {
@@ -410,8 +432,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                         .op = phase,
                         .sender = RKV_CLIENT_NODE_BASE + c->id};
     len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, w, book);
-    *req_p = r;
-    return rkv_engine_send(c->eng, srv->peer, tx, len);
+    return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
 /* Runs one INIT phase on the servers selected by want_first (1: the first
@@ -562,7 +583,7 @@ static int cli_push_remote(struct rkv_client *c, const struct rkv_tensor *t, str
     if (srv->dead)
         return cli_dead(c, srv, "push");
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
-    struct cli_req *r = cli_req_new(c, srv);
+    struct cli_req *r = cli_req_new(c, srv, RKV_MSG_PUSH_ACK);
     struct rkv_tx *tx;
     int rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
     if (rc < 0) {
@@ -591,8 +612,7 @@ static int cli_push_remote(struct rkv_client *c, const struct rkv_tensor *t, str
         memcpy(wrows + (size_t)i * t->row_bytes, rows + (size_t)pos[i] * t->row_bytes,
                t->row_bytes);
     }
-    *req_p = r;
-    return rkv_engine_send(c->eng, srv->peer, tx, (size_t)len);
+    return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
 /* Local rows go straight into the shard; remote ones are in flight. */
@@ -646,37 +666,21 @@ free_groups:
     return rc;
 }
 
-/* The slot a server writes this tensor's pull replies into. It is reused
- * while requests complete; after a timeout it is abandoned (a late reply
- * could still land in it) and a fresh one is made. */
-static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint32_t tensor, uint64_t need,
-                     struct cli_pslot **ps_p)
+/* The reply slot of a server, grown when a reply needs more room. After a
+ * timeout it is abandoned (a late reply may still land in it) and the next
+ * pull makes a fresh one; abandoned slots are freed with the client. */
+static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need)
 {
-    struct cli_pslot *ps = NULL;
-    for (uint32_t i = 0; i < srv->n_pslots; i++)
-        if (srv->pslots[i].tensor == tensor)
-            ps = &srv->pslots[i];
-    if (ps && ps->d.cap >= need) {
-        *ps_p = ps;
+    if (srv->has_pslot && srv->pslot.cap >= need)
         return 0;
-    }
-    if (!ps) {
-        struct cli_pslot *n = realloc(srv->pslots, (srv->n_pslots + 1) * sizeof(*n));
-        if (!n)
-            return -RKV_ENOMEM;
-        srv->pslots = n;
-        ps = &n[srv->n_pslots++];
-        ps->tensor = tensor;
-    } else {
-        rkv_engine_slot_free(c->eng, srv->peer, ps->d.slot);
-    }
-    int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &ps->d);
-    if (rc < 0) {
-        ps->tensor = 0; /* no usable slot: forget the entry */
+    if (srv->has_pslot) /* idle: no request of ours is in flight to srv */
+        rkv_engine_slot_free(c->eng, srv->peer, srv->pslot.slot);
+    srv->has_pslot = 0;
+    int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &srv->pslot);
+    if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "pull: no %llu-byte reply slot: %s",
                         (unsigned long long)need, rkv_strerror(rc));
-    }
-    *ps_p = ps;
+    srv->has_pslot = 1;
     return 0;
 }
 
@@ -686,13 +690,12 @@ static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t, str
 {
     if (srv->dead)
         return cli_dead(c, srv, "pull");
-    struct cli_pslot *ps = NULL;
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
-    int rc = cli_pslot(c, srv, t->meta.id, need, &ps);
+    int rc = cli_pslot(c, srv, need);
     if (rc < 0)
         return rc;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
-    struct cli_req *r = cli_req_new(c, srv);
+    struct cli_req *r = cli_req_new(c, srv, RKV_MSG_PULL_REPLY);
     struct rkv_tx *tx;
     rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
     if (rc < 0) {
@@ -704,7 +707,6 @@ static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t, str
     r->pos = pos;
     r->count = cnt;
     r->row_bytes = t->row_bytes;
-    r->u32 = (uint32_t)(ps - srv->pslots);
     uint8_t *buf = rkv_engine_tx_buf(tx);
     struct rkv_hdr h = {.type = RKV_MSG_PULL,
                         .req_id = r->id,
@@ -712,21 +714,20 @@ static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t, str
                         .sender = RKV_CLIENT_NODE_BASE + c->id,
                         .count = cnt,
                         .row_bytes = (uint32_t)t->row_bytes};
-    rkv_proto_enc_pull(buf, &h, &ps->d, NULL);
+    rkv_proto_enc_pull(buf, &h, &srv->pslot, NULL);
     uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES);
     for (uint32_t i = 0; i < cnt; i++)
         wids[i] = ids[pos[i]];
-    *req_p = r;
-    return rkv_engine_send(c->eng, srv->peer, tx, (size_t)len);
+    return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
-/* After a timed-out pull the server may still write into its slot. */
+/* A server that did not answer may still write into its reply slot. */
 static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n)
 {
     cli_lock(c);
     for (size_t i = 0; i < n; i++)
         if (!reqs[i]->done && reqs[i]->srv)
-            reqs[i]->srv->pslots[reqs[i]->u32].tensor = 0;
+            reqs[i]->srv->has_pslot = 0;
     cli_unlock(c);
 }
 
@@ -761,8 +762,7 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
         }
     }
     int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "pull");
-    if (wrc == -RKV_ETIMEDOUT)
-        cli_abandon_slots(c, reqs, nreq);
+    cli_abandon_slots(c, reqs, nreq);
     cli_release(c, reqs, nreq);
     if (rc == 0)
         rc = wrc;
@@ -935,8 +935,6 @@ void rkv_client_destroy(struct rkv_client *c)
         c->reqs = r->next;
         free(r);
     }
-    for (uint32_t i = 0; i < c->n_servers; i++)
-        free(c->servers[i].pslots);
     c->port->ops->cond_destroy(c->cv);
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic) {

@@ -93,6 +93,7 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
 
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
+    rkv_peer_set_user(peer, s); /* a client now: it may take part in barriers */
     if (m->u.hello.want_id != RKV_ID_NONE) {
         if (m->u.hello.want_id >= s->cfg.n_workers)
             return srv_status(s, peer, m, 0, -RKV_EINVAL, "client id out of range");
@@ -180,8 +181,11 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     uint32_t id = op == 0 ? s->n_tensors + 1 : m->h.tensor_id;
-    if ((op == 0) != (s->server_id == 0) || op > 2 || id == 0 || id > RKV_MAX_TENSORS ||
-        s->tensors[id])
+    /* op 1 creates the machine's segment: only its first server may. */
+    int role_ok = op == 0   ? s->server_id == 0
+                  : op == 1 ? s->local_id == 0 && s->server_id != 0
+                            : s->local_id != 0;
+    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || s->tensors[id])
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
     t = calloc(1, sizeof(*t));
     if (!t)
@@ -306,6 +310,15 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
 {
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "barriers go to server 0");
+    if (!rkv_peer_user(peer))
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, "barrier before hello");
+    /* A client that retries after a timeout is still one client. */
+    for (uint32_t i = 0; i < s->n_barrier; i++) {
+        if (s->barrier[i].peer == peer) {
+            s->barrier[i].req_id = m->h.req_id;
+            return;
+        }
+    }
     s->barrier[s->n_barrier++] = (struct srv_waiter){.peer = peer, .req_id = m->h.req_id};
     if (s->n_barrier < s->cfg.n_workers)
         return;
@@ -344,6 +357,13 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
         return srv_on_barrier(s, peer, m);
     case RKV_MSG_SHUTDOWN:
         return srv_on_shutdown(s, peer, m);
+    case RKV_MSG_ERROR:
+        /* The engine could not deliver one of our replies (e.g. the client
+         * refused a rendezvous slot): fail that request with a small one. */
+        RKV_LOGW(s->port, "reply to request %llu failed: %s", (unsigned long long)m->h.req_id,
+                 m->u.error.text);
+        return srv_status(s, peer, m, 0, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
+                          m->u.error.text);
     default:
         /* Replies and errors are never addressed to a server. */
         RKV_LOGW(s->port, "unexpected %s from a peer; closing it", rkv_msg_type_name(m->h.type));

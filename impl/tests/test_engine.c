@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "engine/engine.h"
 #include "nic/nic_tcp.h"
@@ -236,13 +237,88 @@ static void test_owned_slot_write(void **state)
     side_close(&a);
 }
 
+static void side_open_slots(struct side *s, const char *name, uint32_t rx_depth, uint32_t slots)
+{
+    memset(s, 0, sizeof(*s));
+    assert_int_equal(rkv_port_posix_create(name, 0, 1, &s->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(s->port, NULL, &s->nic), 0);
+    struct rkv_engine_cfg ec = {.node_id = 1,
+                                .rx_depth = rx_depth,
+                                .ctrl_buf_bytes = 1024,
+                                .max_slots = slots,
+                                .max_slot_bytes = 1 << 24};
+    char err[128];
+    assert_int_equal(
+        rkv_engine_create(s->port, s->nic, &ec, on_msg, on_peer, s, &s->eng, err, sizeof(err)), 0);
+    assert_int_equal(s->port->ops->mutex_create(s->port, &s->mu), 0);
+    assert_int_equal(s->port->ops->cond_create(s->port, &s->cv), 0);
+    assert_int_equal(rkv_engine_start(s->eng), 0);
+}
+
+/* Regression: with more (tensor, type) keys than slots, idle slots of other
+ * keys are retired instead of the rendezvous being refused or the queue
+ * stalling behind a message that never asked for a slot. */
+static void test_more_keys_than_slots(void **state)
+{
+    (void)state;
+    struct side a, b;
+    side_open_slots(&a, "a", 16, 8);
+    side_open_slots(&b, "b", 16, 8);
+    assert_int_equal(rkv_engine_listen(a.eng, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(a.nic, &port), 0);
+    assert_int_equal(rkv_engine_connect(b.eng, "127.0.0.1", port, 2000, &b.peer), 0);
+    int n = 0;
+    for (int round = 0; round < 2; round++) {
+        for (uint32_t t = 1; t <= 20; t++) {
+            n++;
+            send_push(&b, (uint64_t)n, t, 3, 4096);
+        }
+        send_push(&b, (uint64_t)++n, 99, 1, 16); /* small, queued behind them */
+    }
+    wait_seen(&a, n);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(a.seen[i], i + 1);
+    assert_int_equal(a.bad, 0);
+    side_close(&b);
+    side_close(&a);
+}
+
+static void *blast(void *arg)
+{
+    struct side *s = arg;
+    for (int i = 0; i < 64; i++)
+        send_push(s, (uint64_t)i + 1, 1, 1, 16);
+    return NULL;
+}
+
+/* Regression: both sides streaming at each other at once, nobody replying,
+ * must not deadlock on credits (the held-back credit returns the window). */
+static void test_both_sides_backlogged(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open(&a, &b, 8);
+    for (int i = 0; i < 200 && !a.peer; i++) /* CONNECTED reached a */
+        a.port->ops->sleep_ns(a.port, 5000000ull);
+    assert_non_null(a.peer);
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, blast, &a), 0);
+    assert_int_equal(pthread_create(&tb, NULL, blast, &b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    wait_seen(&a, 64);
+    wait_seen(&b, 64);
+    side_close(&b);
+    side_close(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_is_one_send),
-        cmocka_unit_test(test_rendezvous_then_cache),
-        cmocka_unit_test(test_credits_and_order),
-        cmocka_unit_test(test_owned_slot_write),
+        cmocka_unit_test(test_small_is_one_send),    cmocka_unit_test(test_rendezvous_then_cache),
+        cmocka_unit_test(test_credits_and_order),    cmocka_unit_test(test_owned_slot_write),
+        cmocka_unit_test(test_more_keys_than_slots), cmocka_unit_test(test_both_sides_backlogged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

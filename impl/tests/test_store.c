@@ -240,6 +240,43 @@ static void test_handlers_end_to_end(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: more tensors than slots per connection; every push goes
+ * through a rendezvous slot and every pull through a reply slot. */
+static void test_more_tensors_than_slots(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.push_slots = 8;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    enum { NT = 20, L = 2500 };
+    static float rows[2 * L], got[2 * L];
+    for (int round = 0; round < 2; round++) {
+        for (int t = 0; t < NT; t++) {
+            struct rkv_tensor_desc d = {
+                .dtype = RKV_F32, .rows = 100, .row_len = L, .policy = RKV_PART_RANGE};
+            snprintf(d.name, sizeof(d.name), "many%d", t);
+            if (round == 0)
+                assert_int_equal(rkv_client_init_data(cli, &d), 0);
+            uint64_t ids[2] = {60, 99}; /* both on machine 1: remote */
+            for (int j = 0; j < 2 * L; j++)
+                rows[j] = (float)(t * 1000 + round * 100 + j % 97);
+            int rc = rkv_client_push(cli, d.name, ids, 2, rows, RKV_OP_ASSIGN, 0);
+            if (rc < 0)
+                fail_msg("push %s: %s", d.name, rkv_client_errmsg(cli));
+            rc = rkv_client_pull(cli, d.name, ids, 2, got);
+            if (rc < 0)
+                fail_msg("pull %s: %s", d.name, rkv_client_errmsg(cli));
+            assert_memory_equal(got, rows, sizeof(rows));
+        }
+    }
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* ---- a hostile peer speaking the real protocol through its own engine ---- */
 
 struct hostile {
@@ -490,6 +527,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_errors),
         cmocka_unit_test(test_handlers_end_to_end),
+        cmocka_unit_test(test_more_tensors_than_slots),
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_garbage_sockets),
         cmocka_unit_test(test_server_killed_or_hung),
