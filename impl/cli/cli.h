@@ -41,6 +41,7 @@ enum cli_key {
     CLI_ROWS,
     CLI_VALUE_BYTES,
     CLI_ROUNDS,
+    CLI_SCENARIO,
     CLI_KEY_COUNT_
 };
 
@@ -91,5 +92,6 @@ int cli_cmd_worker(int argc, char **argv);
 int cli_cmd_config(int argc, char **argv);
 int cli_cmd_node(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv, const char *self);
+int cli_cmd_run(int argc, char **argv, const char *self);
 
 #endif

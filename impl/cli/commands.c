@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "harness/oracle.h"
+#include "harness/workload.h"
+#include "store/server_int.h"
 
 static int cmd_load(int argc, char **argv, struct cli_settings *s, struct rkv_config *cfg)
 {
@@ -90,6 +93,44 @@ static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
     return 0;
 }
 
+/* A worker running a scenario's workload: one PHASE line per phase. */
+static int cmd_scenario_worker(const struct cli_settings *s, const struct rkv_config *cfg)
+{
+    char err[512];
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, sizeof(err)) < 0 ||
+        rkv_oracle_check_scenario(sc, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    uint64_t seed;
+    if (strcmp(s->src[CLI_SEED], "default") != 0 && cli_get_u64(s, CLI_SEED, &seed, err, 1) == 0)
+        sc->seed = seed;
+    struct rkv_client *cli;
+    int rc = rkv_client_create(cfg, &cli, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "rkv worker: %s\n", err);
+        rkv_scenario_free(sc);
+        return RKV_EXIT_STORE;
+    }
+    struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
+    rc = st ? rkv_wl_run(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr)
+            : -RKV_ENOMEM;
+    uint64_t errors = 0;
+    for (uint32_t p = 0; st && p < sc->n_phases; p++) {
+        rkv_wl_print(stdout, rkv_client_id(cli), p, &st[p]);
+        errors += st[p].errors;
+    }
+    fflush(stdout);
+    int code = rc < 0 ? RKV_EXIT_STORE : errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
+    if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0 && code == RKV_EXIT_OK)
+        code = RKV_EXIT_STORE;
+    rkv_client_destroy(cli);
+    free(st);
+    rkv_scenario_free(sc);
+    return code;
+}
+
 int cli_cmd_worker(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv)) {
@@ -105,6 +146,11 @@ int cli_cmd_worker(int argc, char **argv)
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
+    if (*s.val[CLI_SCENARIO]) {
+        rc = cmd_scenario_worker(&s, &cfg);
+        free(cfg.machines);
+        return rc;
+    }
     if ((rc = cmd_workload(&s, &wl)) != 0) {
         free(cfg.machines);
         return rc;

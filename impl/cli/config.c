@@ -59,6 +59,8 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536",
                          "workload: bytes per row in the timed phase"},
     [CLI_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
+    [CLI_SCENARIO] = {"scenario", "RKV_SCENARIO", "", "",
+                      "workers run this scenario file's workload"},
 };
 
 static int cli_find_flag(const char *name, size_t len)

@@ -2,6 +2,7 @@
  * worker over loopback), the checked workload, and a verdict. */
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "harness/oracle.h"
+#include "harness/report.h"
 
 #define DEMO_MAX_ARGS 64
 #define DEMO_MAX_PROCS 512
@@ -22,6 +25,7 @@ struct demo {
     char bufs[CLI_KEY_COUNT_][32];
     pid_t servers[DEMO_MAX_PROCS], workers[DEMO_MAX_PROCS];
     int out_fd[DEMO_MAX_PROCS];
+    char *out[DEMO_MAX_PROCS]; /* each worker's stdout */
     struct cli_result res[DEMO_MAX_PROCS];
     int status[DEMO_MAX_PROCS];
     uint32_t n_servers, n_workers, machines;
@@ -103,22 +107,50 @@ static void demo_arg(struct demo *d, const char *name, const char *val)
     }
 }
 
-/* Reads a worker's RESULT line (its stdout) into res; 0 if found. */
-static int demo_read_result(int fd, struct cli_result *res, int *status_p)
+/* Reads every worker's stdout at once until all of them closed it: a worker
+ * blocked on a full pipe would stall the others at the next barrier. */
+static void demo_collect(struct demo *d)
 {
-    char buf[1024];
-    size_t n = 0;
-    ssize_t r;
-    while (n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            break;
-        n += (size_t)r;
+    struct pollfd pf[DEMO_MAX_PROCS];
+    size_t cap[DEMO_MAX_PROCS] = {0}, len[DEMO_MAX_PROCS] = {0};
+    uint32_t open_n = 0;
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        pf[i] = (struct pollfd){.fd = d->workers[i] > 0 ? d->out_fd[i] : -1, .events = POLLIN};
+        open_n += pf[i].fd >= 0;
     }
-    close(fd);
-    buf[n] = 0;
-    const char *line = strstr(buf, "RESULT ");
+    while (open_n > 0) {
+        if (poll(pf, d->n_workers, -1) < 0 && errno != EINTR)
+            break;
+        for (uint32_t i = 0; i < d->n_workers; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            if (len[i] + 4096 + 1 > cap[i]) {
+                size_t ncap = cap[i] ? 2 * cap[i] : 16384;
+                char *nb = realloc(d->out[i], ncap);
+                if (!nb)
+                    break;
+                d->out[i] = nb;
+                cap[i] = ncap;
+            }
+            ssize_t r = read(pf[i].fd, d->out[i] + len[i], 4096);
+            if (r > 0) {
+                len[i] += (size_t)r;
+                d->out[i][len[i]] = 0;
+                continue;
+            }
+            if (r < 0 && errno == EINTR)
+                continue;
+            close(pf[i].fd);
+            pf[i].fd = -1;
+            open_n--;
+        }
+    }
+}
+
+/* Parses a worker's RESULT line (from its stdout) into res; 0 if found. */
+static int demo_parse_result(const char *out, struct cli_result *res, int *status_p)
+{
+    const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
     unsigned long long c, e, pb, lb;
     if (!line || sscanf(line,
@@ -280,6 +312,7 @@ static void demo_usage(void)
 }
 
 static void demo_common_args(struct demo *d, const struct cli_settings *s);
+static int demo_configure(struct demo *d, struct cli_settings *s);
 static int demo_setup_cluster(struct demo *d, const struct cli_settings *s, uint32_t spm);
 
 static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **argv)
@@ -295,6 +328,13 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
         s->val[CLI_SERVERS_PER_MACHINE] = "2";
     if (strcmp(s->src[CLI_NUM_WORKERS], "default") == 0)
         s->val[CLI_NUM_WORKERS] = "4";
+    return demo_configure(d, s);
+}
+
+/* Sizes the run from the settings and builds the flags every child gets. */
+static int demo_configure(struct demo *d, struct cli_settings *s)
+{
+    char err[512] = "";
     uint64_t m, spm, w;
     if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
         cli_get_u64(s, CLI_SERVERS_PER_MACHINE, &spm, err, sizeof(err)) < 0 ||
@@ -334,7 +374,6 @@ static void demo_common_args(struct demo *d, const struct cli_settings *s)
                 {CLI_ROWS, "--rows"},
                 {CLI_VALUE_BYTES, "--value-bytes"},
                 {CLI_ROUNDS, "--rounds"},
-                {CLI_SEED, "--seed"},
                 {CLI_TIMEOUT_MS, "--timeout-ms"},
                 {CLI_CONNECT_RETRY_MS, "--connect-retry-ms"},
                 {CLI_RX_DEPTH, "--rx-depth"},
@@ -347,6 +386,8 @@ static void demo_common_args(struct demo *d, const struct cli_settings *s)
         demo_arg(d, pass[i].flag, s->val[pass[i].k]);
     if (*s->val[CLI_SHM_PREFIX])
         demo_arg(d, "--shm-prefix", s->val[CLI_SHM_PREFIX]);
+    if (strcmp(s->src[CLI_SEED], "default") != 0) /* else each child's default or file */
+        demo_arg(d, "--seed", s->val[CLI_SEED]);
 }
 
 static int demo_setup_cluster(struct demo *d, const struct cli_settings *s, uint32_t spm)
@@ -387,6 +428,8 @@ int cli_cmd_demo(int argc, char **argv, const char *self)
     if (!dp)
         return RKV_EXIT_STORE;
     int code = demo_run(dp, self, argc, argv);
+    for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
+        free(dp->out[i]);
     free(dp);
     return code;
 }
@@ -407,10 +450,11 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
     struct cli_result *res = dp->res;
     int *status = dp->status;
     int ok = 1;
+    demo_collect(dp);
     for (uint32_t i = 0; i < dp->n_workers; i++) {
         memset(&res[i], 0, sizeof(res[i]));
         status[i] = 0;
-        if (dp->workers[i] <= 0 || demo_read_result(dp->out_fd[i], &res[i], &status[i]) < 0)
+        if (dp->workers[i] <= 0 || demo_parse_result(dp->out[i], &res[i], &status[i]) < 0)
             ok = 0;
         int st = 0;
         if (dp->workers[i] > 0)
@@ -434,4 +478,151 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
         if (res[i].errors)
             return RKV_EXIT_CHECK;
     return RKV_EXIT_STORE;
+}
+
+/* ---- rkv run FILE ---- */
+
+static void run_usage(void)
+{
+    printf("usage: rkv run FILE [--backend tcp] [--seed N] [--out DIR] [settings]\n"
+           "Runs the scenario FILE with one process per server and worker on this host, checks\n"
+           "every pulled value with the oracle, prints per-phase ops, throughput, latency and\n"
+           "the verdict; --out DIR also writes report.json and report.md. Exit 0 only if the\n"
+           "oracle passed. The format of FILE: scenarios/README.md.\n");
+}
+
+/* Splits argv into the scenario file, --out DIR, and settings flags. */
+static int run_args(int argc, char **argv, const char **file, const char **out, char **rest,
+                    int *n_rest)
+{
+    *n_rest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            *out = argv[++i];
+        else if (!strncmp(argv[i], "--out=", 6))
+            *out = argv[i] + 6;
+        else if (strncmp(argv[i], "--", 2) && !*file)
+            *file = argv[i];
+        else
+            rest[(*n_rest)++] = argv[i];
+    }
+    return *file ? 0 : -1;
+}
+
+static int run_load(const char *file, struct rkv_scenario **sc)
+{
+    char err[512];
+    if (rkv_scenario_load(file, sc, err, sizeof(err)) < 0 ||
+        rkv_oracle_check_scenario(*sc, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int run_configure(struct demo *d, struct cli_settings *s, const struct rkv_scenario *sc,
+                         const char *file)
+{
+    snprintf(d->bufs[CLI_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
+    snprintf(d->bufs[CLI_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
+    snprintf(d->bufs[CLI_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
+    s->val[CLI_MACHINES] = d->bufs[CLI_MACHINES];
+    s->val[CLI_SERVERS_PER_MACHINE] = d->bufs[CLI_SERVERS_PER_MACHINE];
+    s->val[CLI_NUM_WORKERS] = d->bufs[CLI_NUM_WORKERS];
+    s->val[CLI_CLUSTER] = "";
+    if (sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default")) {
+        snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", sc->tcp_base_port);
+        s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
+        s->src[CLI_BASE_PORT] = "scenario";
+    }
+    if (demo_configure(d, s) < 0)
+        return -1;
+    demo_arg(d, "--scenario", file);
+    return 0;
+}
+
+static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char *backend,
+                       const char *out_dir)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint32_t i = 0; i < d->n_servers; i++)
+        d->servers[i] = demo_spawn(d, "server", "--server-id", i, NULL);
+    for (uint32_t i = 0; i < d->n_workers; i++)
+        d->workers[i] = demo_spawn(d, "worker", "--machine-id", i % d->machines, &d->out_fd[i]);
+    demo_collect(d);
+    int procs_ok = 1;
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        int st = 0;
+        if (d->workers[i] > 0)
+            waitpid(d->workers[i], &st, 0);
+        if (d->workers[i] <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rkv run: worker process %u exited with status %d\n", i,
+                    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+            procs_ok = 0;
+        }
+    }
+    if (demo_wait_servers(d, 30))
+        procs_ok = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    struct rkv_report r;
+    if (rkv_report_collect(&r, sc, d->out, d->n_workers) < 0)
+        return RKV_EXIT_STORE;
+    r.processes_ok = procs_ok;
+    r.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    rkv_report_print(&r, stdout, backend);
+    if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
+        fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
+    int passed = rkv_report_passed(&r);
+    int wrong = 0;
+    for (uint32_t p = 0; p < sc->n_phases; p++)
+        wrong |= r.phase[p].errors > 0;
+    rkv_report_free(&r);
+    return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+}
+
+int cli_cmd_run(int argc, char **argv, const char *self)
+{
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            run_usage();
+            return RKV_EXIT_OK;
+        }
+    }
+    const char *file = NULL, *out_dir = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+    int n_rest;
+    if (!rest || run_args(argc, argv, &file, &out_dir, rest, &n_rest) < 0) {
+        fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
+        free(rest);
+        return RKV_EXIT_USAGE;
+    }
+    struct rkv_scenario *sc = NULL;
+    struct demo *d = calloc(1, sizeof(*d));
+    struct cli_settings s;
+    char err[512];
+    int code = RKV_EXIT_USAGE;
+    if (!d || run_load(file, &sc) < 0)
+        goto out;
+    if (cli_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        goto out;
+    }
+    d->self = self;
+    uint64_t seed;
+    if (strcmp(s.src[CLI_SEED], "default") != 0 && cli_get_u64(&s, CLI_SEED, &seed, err, 1) == 0)
+        sc->seed = seed; /* the workers get the same --seed */
+    if (run_configure(d, &s, sc, file) < 0)
+        goto out;
+    printf("rkv run: %s: %u servers, %u workers over %s (loopback)\n", file, d->n_servers,
+           d->n_workers, s.val[CLI_BACKEND]);
+    fflush(stdout);
+    code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir);
+out:
+    for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
+        free(d->out[i]);
+    free(d);
+    free(rest);
+    rkv_scenario_free(sc);
+    return code;
 }

@@ -9,6 +9,7 @@ static void usage(FILE *out)
     fprintf(out,
             "rkv %d.%d: distributed tensor key-value store for ML training\n\n"
             "usage: rkv COMMAND [--help] [settings]\n"
+            "  run      FILE: run a scenario on this host, check every value, print the verdict\n"
             "  demo     start servers and workers on this host, run the checked workload,\n"
             "           print the verdict and throughput\n"
             "  server   run one server of a cluster\n"
@@ -38,6 +39,8 @@ int main(int argc, char **argv)
         return cli_cmd_config(argc - 2, argv + 2);
     if (strcmp(argv[1], "node") == 0)
         return cli_cmd_node(argc - 2, argv + 2);
+    if (strcmp(argv[1], "run") == 0)
+        return cli_cmd_run(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "demo") == 0)
         return cli_cmd_demo(argc - 2, argv + 2, argv[0]);
     fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);

@@ -904,6 +904,11 @@ destroy_port:
     return rc;
 }
 
+struct rkv_port *rkv_client_port(struct rkv_client *c)
+{
+    return c->port;
+}
+
 uint32_t rkv_client_id(const struct rkv_client *c)
 {
     return c->id;

@@ -9,4 +9,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
 int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                          struct rkv_client **cli_p, char *err, size_t err_len);
 
+/* The node's port, for code that runs beside a client (the workload engine). */
+struct rkv_port *rkv_client_port(struct rkv_client *cli);
+
 #endif

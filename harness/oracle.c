@@ -1,0 +1,542 @@
+/* The oracle (see oracle.h): replays every worker's deterministic request
+ * stream to know, after each barrier, what each row must hold. */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/oracle.h"
+#include "store/pbook.h"
+
+#define OR_NONE 0xffffffffu
+#define OR_MULTI 0xfffffffeu
+#define OR_INIT_PHASE 0xffffffffu
+
+struct or_cand {
+    uint32_t worker, phase, round;
+};
+
+struct or_tensor {
+    const struct rkv_sc_tensor *t;
+    uint64_t rows;
+    uint32_t L;
+    uint32_t *n_cand;         /* rows */
+    struct or_cand *cand;     /* rows x W */
+    double *delta;            /* rows x L */
+    uint32_t *writer;         /* rows: who pushes it this epoch */
+    struct or_cand *own_last; /* rows: this worker's last assign this epoch */
+    double *own_delta;        /* rows x L */
+    int inexact;              /* sums over non-integers: compare with a tolerance */
+    uint32_t *machine_of;     /* rows */
+    uint64_t **local_pool;    /* per machine */
+    uint64_t *n_local;
+    double *zipf_cdf;
+};
+
+struct rkv_oracle {
+    const struct rkv_scenario *sc;
+    uint32_t W;
+    struct or_tensor t[RKV_SC_MAX_TENSORS];
+    uint32_t ep_first, ep_last;
+    struct or_cand *tmp_last; /* scratch: rows of the largest tensor */
+};
+
+static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
+{
+    return w / sc->workers_per_machine;
+}
+
+double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
+                    uint32_t worker, uint32_t round, uint32_t j)
+{
+    uint64_t h = rkv_mix64(sc->seed ^
+                           rkv_mix64(((uint64_t)tensor << 48) ^ ((uint64_t)phase << 32) ^ worker));
+    h = rkv_mix64(h ^ rkv_mix64(row * 0x9e3779b97f4a7c15ull ^ ((uint64_t)round << 20) ^ j));
+    if (sc->phases[phase].push_op == RKV_OP_ASSIGN)
+        return (double)(h & 0xfffff); /* 20 bits: exact in every dtype */
+    return (double)(h % 17) - 8.0;    /* small integers: sums stay exact */
+}
+
+/* The store's documented uniform init (rkv.h), computed here on its own. */
+static double or_init_value(const struct rkv_sc_tensor *t, uint64_t row, uint32_t j)
+{
+    if (t->desc.init != RKV_INIT_UNIFORM)
+        return 0;
+    uint64_t x = rkv_mix64(t->desc.init_seed ^ rkv_mix64(row * 0x9e3779b97f4a7c15ull + j));
+    double v = (double)(x >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+    switch (t->desc.dtype) {
+    case RKV_F32:
+        return (double)(float)v;
+    case RKV_I32:
+    case RKV_I64:
+        return floor(v * 1000.0);
+    default:
+        return v;
+    }
+}
+
+/* ---- request streams ---- */
+
+static const double *or_zipf(struct rkv_oracle *o, uint32_t ti, double s)
+{
+    struct or_tensor *ot = &o->t[ti];
+    if (!ot->zipf_cdf) {
+        ot->zipf_cdf = malloc(ot->rows * sizeof(double));
+        if (!ot->zipf_cdf)
+            return NULL;
+        double acc = 0;
+        for (uint64_t r = 0; r < ot->rows; r++)
+            ot->zipf_cdf[r] = acc += 1.0 / pow((double)(r + 1), s);
+        for (uint64_t r = 0; r < ot->rows; r++)
+            ot->zipf_cdf[r] /= acc;
+    }
+    return ot->zipf_cdf;
+}
+
+static void or_pool(struct rkv_oracle *o, uint32_t ti, uint32_t m, const uint64_t **pool,
+                    uint64_t *n)
+{
+    struct or_tensor *ot = &o->t[ti];
+    *pool = ot->local_pool ? ot->local_pool[m] : NULL;
+    *n = ot->local_pool ? ot->n_local[m] : 0;
+}
+
+void rkv_wl_gen_init(struct rkv_wl_gen *g, struct rkv_oracle *o, uint32_t phase, uint32_t worker)
+{
+    const struct rkv_scenario *sc = o->sc;
+    const struct rkv_sc_phase *p = &sc->phases[phase];
+    memset(g, 0, sizeof(*g));
+    g->sc = sc;
+    g->phase = phase;
+    g->worker = worker;
+    g->machine = or_machine_of_worker(sc, worker);
+    rkv_rng_seed(&g->rng, sc->seed ^ rkv_mix64(0x5eed0000ull + phase), worker);
+    g->ids = malloc(p->ids_per_request * sizeof(*g->ids));
+    if (p->keys == RKV_KEYS_ZIPF)
+        g->zipf_cdf = or_zipf(o, p->tensor, p->zipf_s);
+    if (p->keys == RKV_KEYS_LOCAL_ONLY || p->keys == RKV_KEYS_REMOTE_ONLY)
+        or_pool(o, p->tensor, g->machine, &g->pool, &g->n_pool);
+    g->pool = g->n_pool ? g->pool : NULL;
+    g->machine_of = o->t[p->tensor].machine_of;
+}
+
+static uint64_t gen_zipf(struct rkv_wl_gen *g, uint64_t rows)
+{
+    double u = rkv_rng_double(&g->rng);
+    uint64_t lo = 0, hi = rows - 1;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (g->zipf_cdf[mid] < u)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint64_t rows,
+                       uint32_t k)
+{
+    switch (p->keys) {
+    case RKV_KEYS_ZIPF:
+        if (g->zipf_cdf)
+            return gen_zipf(g, rows);
+        break;
+    case RKV_KEYS_SEQUENTIAL:
+        return ((uint64_t)g->round * p->ids_per_request + k +
+                (uint64_t)g->worker * (rows / (g->sc->machines * g->sc->workers_per_machine))) %
+               rows;
+    case RKV_KEYS_LOCAL_ONLY:
+        if (g->pool)
+            return g->pool[rkv_rng_below(&g->rng, g->n_pool)];
+        break;
+    case RKV_KEYS_REMOTE_ONLY:
+        /* Rejection sampling; a one-machine cluster has no remote rows. */
+        for (int tries = 0; tries < 64 && g->sc->machines > 1; tries++) {
+            uint64_t r = rkv_rng_below(&g->rng, rows);
+            if (g->machine_of[r] != g->machine)
+                return r;
+        }
+        break;
+    default:
+        break;
+    }
+    return rkv_rng_below(&g->rng, rows);
+}
+
+void rkv_wl_gen_next(struct rkv_wl_gen *g, struct rkv_wl_req *req)
+{
+    const struct rkv_sc_phase *p = &g->sc->phases[g->phase];
+    uint64_t rows = g->sc->tensors[p->tensor].desc.rows;
+    req->push = rkv_rng_double(&g->rng) < p->push_fraction;
+    req->n = p->ids_per_request;
+    req->ids = g->ids;
+    for (uint32_t k = 0; k < req->n; k++)
+        g->ids[k] = gen_id(g, p, rows, k);
+    g->round++;
+}
+
+void rkv_wl_gen_free(struct rkv_wl_gen *g)
+{
+    free(g->ids);
+    g->ids = NULL;
+}
+
+/* ---- oracle state ---- */
+
+static int or_tensor_init(struct rkv_oracle *o, uint32_t i)
+{
+    const struct rkv_scenario *sc = o->sc;
+    struct or_tensor *ot = &o->t[i];
+    ot->t = &sc->tensors[i];
+    ot->rows = ot->t->desc.rows;
+    ot->L = ot->t->desc.row_len;
+    ot->n_cand = calloc(ot->rows, sizeof(*ot->n_cand));
+    ot->cand = calloc(ot->rows * o->W, sizeof(*ot->cand));
+    ot->delta = calloc(ot->rows * ot->L, sizeof(*ot->delta));
+    ot->writer = malloc(ot->rows * sizeof(*ot->writer));
+    ot->own_last = malloc(ot->rows * sizeof(*ot->own_last));
+    ot->own_delta = calloc(ot->rows * ot->L, sizeof(*ot->own_delta));
+    ot->machine_of = malloc(ot->rows * sizeof(*ot->machine_of));
+    ot->local_pool = calloc(sc->machines, sizeof(*ot->local_pool));
+    ot->n_local = calloc(sc->machines, sizeof(*ot->n_local));
+    if (!ot->n_cand || !ot->cand || !ot->delta || !ot->writer || !ot->own_last || !ot->own_delta ||
+        !ot->machine_of || !ot->local_pool || !ot->n_local)
+        return -RKV_ENOMEM;
+    for (uint64_t r = 0; r < ot->rows; r++) {
+        ot->n_cand[r] = 1;
+        ot->cand[r * o->W] = (struct or_cand){.phase = OR_INIT_PHASE};
+    }
+    struct rkv_pbook pb;
+    int rc = rkv_pbook_init(&pb, ot->t->desc.policy, ot->rows, sc->machines, ot->t->book, NULL, 0);
+    if (rc < 0)
+        return rc;
+    for (uint64_t r = 0; r < ot->rows; r++)
+        ot->n_local[ot->machine_of[r] = rkv_pbook_machine(&pb, r)]++;
+    rkv_pbook_free(&pb);
+    for (uint32_t m = 0; m < sc->machines; m++) {
+        ot->local_pool[m] = malloc((ot->n_local[m] + 1) * sizeof(uint64_t));
+        if (!ot->local_pool[m])
+            return -RKV_ENOMEM;
+        ot->n_local[m] = 0;
+    }
+    for (uint64_t r = 0; r < ot->rows; r++)
+        ot->local_pool[ot->machine_of[r]][ot->n_local[ot->machine_of[r]]++] = r;
+    ot->inexact = ot->t->desc.init == RKV_INIT_UNIFORM &&
+                  (ot->t->desc.dtype == RKV_F32 || ot->t->desc.dtype == RKV_F64);
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        const struct rkv_sc_phase *ph = &sc->phases[p];
+        double lr2 = log2(ph->lr);
+        if (ph->tensor == i && ph->push_op == RKV_OP_SGD && lr2 != floor(lr2))
+            ot->inexact = 1;
+    }
+    return 0;
+}
+
+static void or_tensor_free(struct rkv_oracle *o, struct or_tensor *ot)
+{
+    free(ot->n_cand);
+    free(ot->cand);
+    free(ot->delta);
+    free(ot->writer);
+    free(ot->own_last);
+    free(ot->own_delta);
+    free(ot->machine_of);
+    for (uint32_t m = 0; ot->local_pool && m < o->sc->machines; m++)
+        free(ot->local_pool[m]);
+    free(ot->local_pool);
+    free(ot->n_local);
+    free(ot->zipf_cdf);
+}
+
+int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p)
+{
+    struct rkv_oracle *o = calloc(1, sizeof(*o));
+    if (!o)
+        return -RKV_ENOMEM;
+    o->sc = sc;
+    o->W = rkv_scenario_workers(sc);
+    uint64_t max_rows = 0;
+    int rc = 0;
+    for (uint32_t i = 0; i < sc->n_tensors && rc == 0; i++) {
+        rc = or_tensor_init(o, i);
+        if (sc->tensors[i].desc.rows > max_rows)
+            max_rows = sc->tensors[i].desc.rows;
+    }
+    o->tmp_last = rc == 0 ? malloc(max_rows * sizeof(*o->tmp_last)) : NULL;
+    if (rc < 0 || !o->tmp_last) {
+        rkv_oracle_destroy(o);
+        return rc < 0 ? rc : -RKV_ENOMEM;
+    }
+    *or_p = o;
+    return 0;
+}
+
+void rkv_oracle_destroy(struct rkv_oracle *o)
+{
+    if (!o)
+        return;
+    for (uint32_t i = 0; i < o->sc->n_tensors; i++)
+        or_tensor_free(o, &o->t[i]);
+    free(o->tmp_last);
+    free(o);
+}
+
+int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t err_len)
+{
+    /* Per tensor, the kind of push seen since the last barrier: 0 none,
+     * 1 assign, 2 sum/sgd. */
+    int kind[RKV_SC_MAX_TENSORS] = {0};
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        const struct rkv_sc_phase *ph = &sc->phases[p];
+        int k = ph->push_fraction == 0 ? 0 : ph->push_op == RKV_OP_ASSIGN ? 1 : 2;
+        if (k && kind[ph->tensor] && kind[ph->tensor] != k) {
+            snprintf(err, err_len,
+                     "%s: phase \"%s\": assign and sum/sgd pushes to tensor \"%s\" "
+                     "without a barrier between them have no defined result; set "
+                     "barrier_after on the phase before",
+                     sc->path, ph->name, sc->tensors[ph->tensor].desc.name);
+            return -RKV_ECONFIG;
+        }
+        if (k)
+            kind[ph->tensor] = k;
+        if (ph->barrier_after)
+            memset(kind, 0, sizeof(kind));
+    }
+    return 0;
+}
+
+/* ---- epochs ---- */
+
+/* Calls fn for every push request of every worker in phases [first, last],
+ * in each worker's program order. */
+typedef void (*or_visit_fn)(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
+                            const struct rkv_wl_req *req, void *arg);
+
+static int or_replay(struct rkv_oracle *o, uint32_t worker, or_visit_fn fn, void *arg)
+{
+    for (uint32_t p = o->ep_first; p <= o->ep_last; p++) {
+        struct rkv_wl_gen g;
+        rkv_wl_gen_init(&g, o, p, worker);
+        if (!g.ids)
+            return -RKV_ENOMEM;
+        struct rkv_wl_req req;
+        for (uint32_t r = 0; r < o->sc->phases[p].rounds; r++) {
+            rkv_wl_gen_next(&g, &req);
+            if (req.push)
+                fn(o, worker, p, r, &req, arg);
+        }
+        rkv_wl_gen_free(&g);
+    }
+    return 0;
+}
+
+static void or_note_writer(struct rkv_oracle *o, uint32_t w, uint32_t phase, uint32_t round,
+                           const struct rkv_wl_req *req, void *arg)
+{
+    (void)round, (void)arg;
+    struct or_tensor *ot = &o->t[o->sc->phases[phase].tensor];
+    for (uint32_t k = 0; k < req->n; k++) {
+        uint32_t *wr = &ot->writer[req->ids[k]];
+        *wr = *wr == OR_NONE || *wr == w ? w : OR_MULTI;
+    }
+}
+
+int rkv_oracle_epoch_begin(struct rkv_oracle *o, uint32_t first, uint32_t last)
+{
+    assert(first <= last && last < o->sc->n_phases);
+    o->ep_first = first;
+    o->ep_last = last;
+    for (uint32_t i = 0; i < o->sc->n_tensors; i++) {
+        struct or_tensor *ot = &o->t[i];
+        memset(ot->writer, 0xff, ot->rows * sizeof(*ot->writer));
+        memset(ot->own_last, 0xff, ot->rows * sizeof(*ot->own_last));
+        memset(ot->own_delta, 0, ot->rows * ot->L * sizeof(*ot->own_delta));
+    }
+    for (uint32_t w = 0; w < o->W; w++) {
+        int rc = or_replay(o, w, or_note_writer, NULL);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static double or_push_term(struct rkv_oracle *o, uint32_t phase, uint32_t w, uint32_t round,
+                           uint64_t row, uint32_t j)
+{
+    const struct rkv_sc_phase *p = &o->sc->phases[phase];
+    double v = rkv_wl_value(o->sc, p->tensor, row, phase, w, round, j);
+    return p->push_op == RKV_OP_SGD ? -p->lr * v : v;
+}
+
+/* Folds one push into the expected state: sums into delta, assigns into
+ * the worker's last write (tmp_last). */
+static void or_fold(struct rkv_oracle *o, uint32_t w, uint32_t phase, uint32_t round,
+                    const struct rkv_wl_req *req, void *arg)
+{
+    (void)arg;
+    const struct rkv_sc_phase *p = &o->sc->phases[phase];
+    struct or_tensor *ot = &o->t[p->tensor];
+    for (uint32_t k = 0; k < req->n; k++) {
+        uint64_t r = req->ids[k];
+        if (p->push_op == RKV_OP_ASSIGN) {
+            o->tmp_last[r] = (struct or_cand){.worker = w, .phase = phase, .round = round};
+            continue;
+        }
+        for (uint32_t j = 0; j < ot->L; j++)
+            ot->delta[r * ot->L + j] += or_push_term(o, phase, w, round, r, j);
+    }
+}
+
+static int or_assigns(const struct rkv_oracle *o, uint32_t ti)
+{
+    for (uint32_t p = o->ep_first; p <= o->ep_last; p++)
+        if (o->sc->phases[p].tensor == ti && o->sc->phases[p].push_op == RKV_OP_ASSIGN &&
+            o->sc->phases[p].push_fraction > 0)
+            return 1;
+    return 0;
+}
+
+void rkv_oracle_epoch_end(struct rkv_oracle *o)
+{
+    /* Rows assigned this epoch lose their old candidates and delta. */
+    for (uint32_t i = 0; i < o->sc->n_tensors; i++) {
+        struct or_tensor *ot = &o->t[i];
+        if (!or_assigns(o, i))
+            continue;
+        for (uint64_t r = 0; r < ot->rows; r++) {
+            if (ot->writer[r] == OR_NONE)
+                continue;
+            ot->n_cand[r] = 0;
+            memset(&ot->delta[r * ot->L], 0, ot->L * sizeof(double));
+        }
+    }
+    for (uint32_t w = 0; w < o->W; w++) {
+        /* tmp_last is shared by tensors: fold one tensor at a time. */
+        for (uint32_t i = 0; i < o->sc->n_tensors; i++) {
+            struct or_tensor *ot = &o->t[i];
+            memset(o->tmp_last, 0xff, ot->rows * sizeof(*o->tmp_last));
+            uint32_t first = o->ep_first, last = o->ep_last;
+            for (uint32_t p = first; p <= last; p++) {
+                if (o->sc->phases[p].tensor != i)
+                    continue;
+                o->ep_first = o->ep_last = p;
+                or_replay(o, w, or_fold, NULL);
+            }
+            o->ep_first = first;
+            o->ep_last = last;
+            for (uint64_t r = 0; r < ot->rows; r++)
+                if (o->tmp_last[r].phase != OR_NONE)
+                    ot->cand[r * o->W + ot->n_cand[r]++] = o->tmp_last[r];
+        }
+    }
+}
+
+void rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
+                         const struct rkv_wl_req *req)
+{
+    const struct rkv_sc_phase *p = &o->sc->phases[phase];
+    struct or_tensor *ot = &o->t[p->tensor];
+    for (uint32_t k = 0; k < req->n; k++) {
+        uint64_t r = req->ids[k];
+        if (p->push_op == RKV_OP_ASSIGN) {
+            ot->own_last[r] = (struct or_cand){.worker = worker, .phase = phase, .round = round};
+            continue;
+        }
+        for (uint32_t j = 0; j < ot->L; j++)
+            ot->own_delta[r * ot->L + j] += or_push_term(o, phase, worker, round, r, j);
+    }
+}
+
+/* ---- checking ---- */
+
+static double or_got(const struct rkv_sc_tensor *t, const void *row, uint32_t j)
+{
+    switch (t->desc.dtype) {
+    case RKV_F32:
+        return ((const float *)row)[j];
+    case RKV_F64:
+        return ((const double *)row)[j];
+    case RKV_I32:
+        return ((const int32_t *)row)[j];
+    default:
+        return (double)((const int64_t *)row)[j];
+    }
+}
+
+static double or_base(struct rkv_oracle *o, const struct or_tensor *ot, uint32_t ti,
+                      const struct or_cand *c, uint64_t row, uint32_t j)
+{
+    if (c->phase == OR_INIT_PHASE)
+        return or_init_value(ot->t, row, j);
+    return rkv_wl_value(o->sc, ti, row, c->phase, c->worker, c->round, j);
+}
+
+/* Does `got` equal candidate c plus the deltas, element by element? */
+static int or_match(struct rkv_oracle *o, uint32_t ti, const struct or_cand *c, uint64_t row,
+                    const double *own, const void *got, uint32_t *bad_j, double *want_p)
+{
+    const struct or_tensor *ot = &o->t[ti];
+    for (uint32_t j = 0; j < ot->L; j++) {
+        double want = or_base(o, ot, ti, c, row, j) + ot->delta[row * ot->L + j];
+        if (own)
+            want += own[j];
+        if (ot->t->desc.dtype == RKV_F32)
+            want = (double)(float)want;
+        double g = or_got(ot->t, got, j), diff = fabs(g - want);
+        double tol = ot->inexact ? 1e-4 * (1.0 + fabs(want)) : 0.0;
+        if (diff > tol || g != g) {
+            *bad_j = j;
+            *want_p = want;
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void or_describe(struct rkv_oracle *o, const struct or_cand *c, char *buf, size_t len)
+{
+    if (c->phase == OR_INIT_PHASE)
+        snprintf(buf, len, "initial value, no assign since");
+    else
+        snprintf(buf, len, "last assigned by worker %u in phase \"%s\" round %u", c->worker,
+                 o->sc->phases[c->phase].name, c->round);
+}
+
+int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32_t worker,
+                         int mid_epoch, const void *got, char *why, size_t why_len)
+{
+    const struct or_tensor *ot = &o->t[ti];
+    assert(row < ot->rows);
+    const double *own = NULL;
+    const struct or_cand *cands = &ot->cand[row * o->W];
+    uint32_t n = ot->n_cand[row];
+    if (mid_epoch) {
+        uint32_t wr = ot->writer[row];
+        if (wr != OR_NONE && wr != worker)
+            return 1; /* others write it concurrently: checked after the barrier */
+        if (wr == worker) {
+            own = &ot->own_delta[row * ot->L];
+            if (ot->own_last[row].phase != OR_NONE) {
+                cands = &ot->own_last[row];
+                n = 1;
+            }
+        }
+    }
+    uint32_t bad_j = 0;
+    double want = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        /* An assign by this worker replaces the base, so no delta applies. */
+        const double *add = own && cands == &ot->own_last[row] ? NULL : own;
+        if (or_match(o, ti, &cands[i], row, add, got, &bad_j, &want))
+            return 0;
+    }
+    char who[160];
+    or_describe(o, &cands[n ? n - 1 : 0], who, sizeof(who));
+    snprintf(why, why_len,
+             "tensor \"%s\" row %llu [%u]: expected %.9g, got %.9g (%s%s; %u candidate%s)",
+             ot->t->desc.name, (unsigned long long)row, bad_j, want, or_got(ot->t, got, bad_j), who,
+             mid_epoch ? ", read-your-writes" : "", n, n == 1 ? "" : "s");
+    return -1;
+}

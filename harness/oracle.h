@@ -1,0 +1,77 @@
+/* The oracle: what every row must hold, computed independently of the store.
+ *
+ * Every pushed value is a function of (seed, tensor, row, phase, worker,
+ * round, element), and every worker's request stream is a function of
+ * (seed, phase, worker), so each worker can replay everybody's pushes and
+ * know the exact state after each barrier:
+ *  - sum and sgd values are small integers (sgd: grad x lr), so float sums
+ *    are exact whatever the order; sgd with an lr that is not a power of two
+ *    is compared with a relative tolerance;
+ *  - concurrent assigns leave one writer's row, never a mix: the expected
+ *    state of a row is a set of candidates (the last write of each worker
+ *    that assigned it since the last barrier) plus a sum delta;
+ *  - between barriers, a row that only this worker writes (or nobody does)
+ *    is still exact, which is how read-your-writes is checked.
+ * Phases between two barriers form an epoch; mixing assign with sum/sgd on
+ * one tensor inside an epoch is rejected when the scenario is checked. */
+#ifndef RKV_ORACLE_H
+#define RKV_ORACLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "harness/scenario.h"
+#include "port/port.h"
+
+/* One request of one worker, regenerated on demand. */
+struct rkv_wl_req {
+    int push;
+    uint32_t n;
+    uint64_t *ids; /* n entries, owned by the generator */
+};
+
+/* Deterministic request stream of (phase, worker). */
+struct rkv_wl_gen {
+    const struct rkv_scenario *sc;
+    uint32_t phase, worker, machine;
+    struct rkv_rng rng;
+    uint32_t round;
+    uint64_t *ids;
+    const double *zipf_cdf; /* rows entries, or NULL */
+    const uint64_t *pool;   /* local-only candidate rows */
+    uint64_t n_pool;
+    const uint32_t *machine_of; /* rows: owner machine (remote-only) */
+};
+
+struct rkv_oracle;
+
+int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p);
+void rkv_oracle_destroy(struct rkv_oracle *o);
+/* Checks the scenario's epochs (see above); -RKV_ECONFIG with a message. */
+int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t err_len);
+
+void rkv_wl_gen_init(struct rkv_wl_gen *g, struct rkv_oracle *o, uint32_t phase, uint32_t worker);
+void rkv_wl_gen_next(struct rkv_wl_gen *g, struct rkv_wl_req *req);
+void rkv_wl_gen_free(struct rkv_wl_gen *g);
+
+/* Value of element j of a push by (worker, phase, round) to row. */
+double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
+                    uint32_t worker, uint32_t round, uint32_t j);
+
+/* Starts an epoch at phase `first` (replays every worker's pushes of the
+ * epoch to learn who writes which row), and ends it at a barrier (folds the
+ * epoch into the expected state). */
+int rkv_oracle_epoch_begin(struct rkv_oracle *o, uint32_t first, uint32_t last);
+void rkv_oracle_epoch_end(struct rkv_oracle *o);
+/* Records this worker's own acknowledged push (for read-your-writes). */
+void rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
+                         const struct rkv_wl_req *req);
+
+/* Checks one pulled row. mid_epoch = 1 checks only rows this worker alone
+ * writes (or nobody writes) in the epoch and returns 1 when it skipped.
+ * Returns 0 on match, -1 on mismatch with a message naming tensor, row,
+ * expected, got and who last wrote it. */
+int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t tensor, uint64_t row, uint32_t worker,
+                         int mid_epoch, const void *got, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,152 @@
+/* The verdict table and report files of `rkv run`. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "harness/report.h"
+
+int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
+                       uint32_t n_workers)
+{
+    memset(r, 0, sizeof(*r));
+    r->sc = sc;
+    r->n_workers = n_workers;
+    r->phase = calloc(sc->n_phases, sizeof(*r->phase));
+    r->reported = calloc(sc->n_phases, sizeof(*r->reported));
+    if (!r->phase || !r->reported)
+        return -RKV_ENOMEM;
+    struct rkv_wl_phase_stats st;
+    for (uint32_t w = 0; w < n_workers; w++) {
+        for (const char *line = outs[w]; line && *line;) {
+            const char *eol = strchr(line, '\n');
+            uint32_t wk, p;
+            if (!strncmp(line, "PHASE ", 6) && rkv_wl_parse(line, &wk, &p, &st) == 0 &&
+                p < sc->n_phases) {
+                struct rkv_wl_phase_stats *m = &r->phase[p];
+                m->pushes += st.pushes;
+                m->pulls += st.pulls;
+                m->bytes += st.bytes;
+                m->checks += st.checks;
+                m->skipped += st.skipped;
+                m->errors += st.errors;
+                m->wall_s = st.wall_s > m->wall_s ? st.wall_s : m->wall_s;
+                m->max_us = st.max_us > m->max_us ? st.max_us : m->max_us;
+                for (uint32_t b = 0; b < RKV_WL_HIST; b++)
+                    m->hist[b] += st.hist[b];
+                r->reported[p]++;
+            } else if (!strncmp(line, "FIRSTERR ", 9) && !r->first_error[0]) {
+                size_t n = (eol ? (size_t)(eol - line) : strlen(line)) - 9;
+                snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
+            }
+            line = eol ? eol + 1 : NULL;
+        }
+    }
+    return 0;
+}
+
+void rkv_report_free(struct rkv_report *r)
+{
+    free(r->phase);
+    free(r->reported);
+    memset(r, 0, sizeof(*r));
+}
+
+int rkv_report_passed(const struct rkv_report *r)
+{
+    if (!r->processes_ok)
+        return 0;
+    for (uint32_t p = 0; p < r->sc->n_phases; p++)
+        if (r->reported[p] != r->n_workers || r->phase[p].errors)
+            return 0;
+    return 1;
+}
+
+static double rep_gbps(const struct rkv_wl_phase_stats *m)
+{
+    return m->wall_s > 0 ? (double)m->bytes / m->wall_s / 1e9 : 0;
+}
+
+static const char *rep_oracle(const struct rkv_report *r, uint32_t p)
+{
+    if (r->reported[p] != r->n_workers)
+        return "INCOMPLETE";
+    return r->phase[p].errors ? "FAIL" : "pass";
+}
+
+void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend)
+{
+    const struct rkv_scenario *sc = r->sc;
+    fprintf(out, "\n%s on %s: %u machines x (%u servers + %u workers), seed %llu\n\n", sc->path,
+            backend, sc->machines, sc->servers_per_machine, sc->workers_per_machine,
+            (unsigned long long)sc->seed);
+    fprintf(out, "| phase | pushes | pulls | MiB | GB/s | p50 us | p99 us | max us | checked | "
+                 "deferred | oracle |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        const struct rkv_wl_phase_stats *m = &r->phase[p];
+        fprintf(out, "| %s | %llu | %llu | %.1f | %.3f | %.1f | %.1f | %.1f | %llu | %llu | %s |\n",
+                sc->phases[p].name, (unsigned long long)m->pushes, (unsigned long long)m->pulls,
+                m->bytes / 1048576.0, rep_gbps(m), rkv_wl_percentile_us(m->hist, 0.5),
+                rkv_wl_percentile_us(m->hist, 0.99), m->max_us, (unsigned long long)m->checks,
+                (unsigned long long)m->skipped, rep_oracle(r, p));
+    }
+    fprintf(out,
+            "\nwall time %.2f s. \"deferred\": pulled mid-phase while others wrote the row; "
+            "every row is checked again after the barrier.\n",
+            r->wall_s);
+    for (uint32_t p = 0; p < sc->n_phases && sc->expect_min_gbps > 0; p++)
+        fprintf(out, "bound %s: throughput %.3f GB/s >= %.3f: %s (reported, not asserted)\n",
+                sc->phases[p].name, rep_gbps(&r->phase[p]), sc->expect_min_gbps,
+                rep_gbps(&r->phase[p]) >= sc->expect_min_gbps ? "pass" : "miss");
+    for (uint32_t p = 0; p < sc->n_phases && sc->expect_max_p99_us > 0; p++) {
+        double p99 = rkv_wl_percentile_us(r->phase[p].hist, 0.99);
+        fprintf(out, "bound %s: p99 %.1f us <= %.1f: %s (reported, not asserted)\n",
+                sc->phases[p].name, p99, sc->expect_max_p99_us,
+                p99 <= sc->expect_max_p99_us ? "pass" : "miss");
+    }
+    if (r->first_error[0])
+        fprintf(out, "\nfirst wrong value: %s\n", r->first_error);
+    fprintf(out, "\nverdict: %s\n",
+            rkv_report_passed(r) ? "PASS (every pulled value matched the oracle)" : "FAIL");
+}
+
+static void rep_json(const struct rkv_report *r, FILE *f, const char *backend)
+{
+    const struct rkv_scenario *sc = r->sc;
+    fprintf(f, "{\n  \"scenario\": \"%s\",\n  \"backend\": \"%s\",\n  \"seed\": %llu,\n", sc->path,
+            backend, (unsigned long long)sc->seed);
+    fprintf(f, "  \"wall_s\": %.6f,\n  \"passed\": %s,\n  \"phases\": [\n", r->wall_s,
+            rkv_report_passed(r) ? "true" : "false");
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        const struct rkv_wl_phase_stats *m = &r->phase[p];
+        fprintf(f,
+                "    {\"name\": \"%s\", \"pushes\": %llu, \"pulls\": %llu, \"bytes\": %llu, "
+                "\"wall_s\": %.6f, \"gbps\": %.6f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
+                "\"max_us\": %.3f, \"checked\": %llu, \"deferred\": %llu, \"errors\": %llu}%s\n",
+                sc->phases[p].name, (unsigned long long)m->pushes, (unsigned long long)m->pulls,
+                (unsigned long long)m->bytes, m->wall_s, rep_gbps(m),
+                rkv_wl_percentile_us(m->hist, 0.5), rkv_wl_percentile_us(m->hist, 0.99), m->max_us,
+                (unsigned long long)m->checks, (unsigned long long)m->skipped,
+                (unsigned long long)m->errors, p + 1 < sc->n_phases ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+}
+
+int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend)
+{
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -RKV_EIO;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/report.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -RKV_EIO;
+    rep_json(r, f, backend);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/report.md", dir);
+    if (!(f = fopen(path, "w")))
+        return -RKV_EIO;
+    rkv_report_print(r, f, backend);
+    fclose(f);
+    return 0;
+}

@@ -1,0 +1,30 @@
+/* Gathers the per-phase lines of every worker into one verdict. */
+#ifndef RKV_REPORT_H
+#define RKV_REPORT_H
+
+#include <stdio.h>
+
+#include "harness/scenario.h"
+#include "harness/workload.h"
+
+struct rkv_report {
+    const struct rkv_scenario *sc;
+    struct rkv_wl_phase_stats *phase; /* merged over workers, n_phases */
+    uint32_t *reported;               /* workers that reported each phase */
+    char first_error[400];
+    uint32_t n_workers;
+    double wall_s;
+    int processes_ok;
+};
+
+/* Parses the stdout of every worker (PHASE and FIRSTERR lines). */
+int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
+                       uint32_t n_workers);
+void rkv_report_free(struct rkv_report *r);
+/* 1 when every worker reported every phase with no oracle error. */
+int rkv_report_passed(const struct rkv_report *r);
+void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend);
+/* Writes report.json and report.md into dir (created if missing). */
+int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend);
+
+#endif

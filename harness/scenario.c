@@ -1,0 +1,718 @@
+/* The scenario loader: libfyaml builds the document, this file walks it
+ * against the schema, so every error can name file:line:col. */
+#include <errno.h>
+#include <libfyaml.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/scenario.h"
+
+struct sc_ctx {
+    const char *path;
+    char *err;
+    size_t err_len;
+    struct rkv_scenario *sc;
+};
+
+/* Position of a node: scalars carry a token; for collections the caller
+ * passes the key that introduced them instead. */
+static void sc_pos(struct fy_node *n, int *line, int *col)
+{
+    *line = *col = 0;
+    struct fy_token *t = n ? fy_node_get_scalar_token(n) : NULL;
+    const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
+    if (m) {
+        *line = m->line + 1;
+        *col = m->column + 1;
+    }
+}
+
+static int sc_fail(struct sc_ctx *c, struct fy_node *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int sc_fail(struct sc_ctx *c, struct fy_node *at, const char *fmt, ...)
+{
+    int line, col;
+    sc_pos(at, &line, &col);
+    int n = snprintf(c->err, c->err_len, "%s:%d:%d: ", c->path, line, col);
+    if (n >= 0 && (size_t)n < c->err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err + n, c->err_len - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -RKV_ECONFIG;
+}
+
+static const char *sc_str(struct fy_node *v)
+{
+    const char *s = v && fy_node_get_type(v) == FYNT_SCALAR ? fy_node_get_scalar0(v) : NULL;
+    return s ? s : "";
+}
+
+static int sc_scalar(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v)
+{
+    if (!v || fy_node_get_type(v) != FYNT_SCALAR)
+        return sc_fail(c, key, "%s: expected a single value, got a %s", name,
+                       v && fy_node_get_type(v) == FYNT_SEQUENCE ? "list" : "mapping");
+    return 0;
+}
+
+static int sc_u64(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                  uint64_t min, uint64_t max, uint64_t *out)
+{
+    int rc = sc_scalar(c, name, key, v);
+    if (rc < 0)
+        return rc;
+    const char *s = sc_str(v);
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(s, &end, 0);
+    if (!*s || *end || errno || s[0] == '-')
+        return sc_fail(c, v, "%s: expected %s integer, got \"%s\"", name,
+                       min > 0 ? "a positive" : "a non-negative", s);
+    if (x < min || x > max)
+        return sc_fail(c, v, "%s: expected %llu..%llu, got %llu", name, (unsigned long long)min,
+                       (unsigned long long)max, x);
+    *out = x;
+    return 0;
+}
+
+static int sc_u32(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                  uint32_t min, uint32_t max, uint32_t *out)
+{
+    uint64_t x;
+    int rc = sc_u64(c, name, key, v, min, max, &x);
+    if (rc == 0)
+        *out = (uint32_t)x;
+    return rc;
+}
+
+static int sc_double(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                     double min, double max, double *out)
+{
+    int rc = sc_scalar(c, name, key, v);
+    if (rc < 0)
+        return rc;
+    const char *s = sc_str(v);
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(x))
+        return sc_fail(c, v, "%s: expected a number, got \"%s\"", name, s);
+    if (x < min || x > max)
+        return sc_fail(c, v, "%s: expected %g..%g, got %g", name, min, max, x);
+    *out = x;
+    return 0;
+}
+
+static int sc_bool(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                   int *out)
+{
+    int rc = sc_scalar(c, name, key, v);
+    if (rc < 0)
+        return rc;
+    const char *s = sc_str(v);
+    if (!strcmp(s, "true") || !strcmp(s, "yes"))
+        *out = 1;
+    else if (!strcmp(s, "false") || !strcmp(s, "no"))
+        *out = 0;
+    else
+        return sc_fail(c, v, "%s: expected true or false, got \"%s\"", name, s);
+    return 0;
+}
+
+/* One of a fixed set of words; returns its index. */
+static int sc_enum(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                   const char *const *words, int n, int *out)
+{
+    int rc = sc_scalar(c, name, key, v);
+    if (rc < 0)
+        return rc;
+    const char *s = sc_str(v);
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(s, words[i])) {
+            *out = i;
+            return 0;
+        }
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", words[i]);
+    }
+    return sc_fail(c, v, "%s: expected one of %s, got \"%s\"", name, list, s);
+}
+
+static int sc_name(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                   char *out, size_t out_len)
+{
+    int rc = sc_scalar(c, name, key, v);
+    if (rc < 0)
+        return rc;
+    const char *s = sc_str(v);
+    if (!*s || strlen(s) >= out_len)
+        return sc_fail(c, v, "%s: expected a name of 1..%zu characters, got \"%s\"", name,
+                       out_len - 1, s);
+    snprintf(out, out_len, "%s", s);
+    return 0;
+}
+
+/* Calls fn for every pair of a mapping after checking each key is known. */
+typedef int (*sc_field_fn)(struct sc_ctx *c, void *obj, int field, struct fy_node *key,
+                           struct fy_node *v);
+
+static int sc_map(struct sc_ctx *c, const char *what, struct fy_node *at, struct fy_node *map,
+                  const char *const *fields, int n_fields, sc_field_fn fn, void *obj)
+{
+    if (!map || fy_node_get_type(map) != FYNT_MAPPING)
+        return sc_fail(c, at, "%s: expected a mapping of %s: ...", what, fields[0]);
+    void *it = NULL;
+    struct fy_node_pair *p;
+    while ((p = fy_node_mapping_iterate(map, &it)) != NULL) {
+        struct fy_node *k = fy_node_pair_key(p), *v = fy_node_pair_value(p);
+        const char *ks = sc_str(k);
+        int f = -1;
+        for (int i = 0; i < n_fields && f < 0; i++)
+            if (!strcmp(ks, fields[i]))
+                f = i;
+        if (f < 0) {
+            char list[512] = "";
+            for (int i = 0; i < n_fields; i++)
+                snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
+                         fields[i]);
+            return sc_fail(c, k, "unknown key \"%s\" in %s (expected one of: %s)", ks, what, list);
+        }
+        int rc = fn(c, obj, f, k, v);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- cluster ---- */
+
+static const char *const sc_cluster_fields[] = {"machines", "servers_per_machine",
+                                                "workers_per_machine"};
+
+static int sc_cluster_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
+                            struct fy_node *v)
+{
+    struct rkv_scenario *sc = obj;
+    uint32_t *dst[] = {&sc->machines, &sc->servers_per_machine, &sc->workers_per_machine};
+    uint32_t max[] = {RKV_MAX_MACHINES, 64, 64};
+    return sc_u32(c, sc_cluster_fields[f], k, v, 1, max[f], dst[f]);
+}
+
+/* ---- tensors ---- */
+
+static const char *const sc_tensor_fields[] = {
+    "name", "dtype", "rows", "shape", "partition", "book", "init", "init_seed", "optimizer_state"};
+enum { TF_NAME, TF_DTYPE, TF_ROWS, TF_SHAPE, TF_PARTITION, TF_BOOK, TF_INIT, TF_SEED, TF_STATE };
+
+struct sc_tensor_build {
+    struct rkv_sc_tensor *t;
+    struct fy_node *book; /* expanded after rows is known */
+    struct fy_node *book_key;
+};
+
+static int sc_shape(struct sc_ctx *c, struct fy_node *k, struct fy_node *v, struct rkv_sc_tensor *t)
+{
+    if (v && fy_node_get_type(v) == FYNT_SCALAR) {
+        t->n_shape = 1;
+        return sc_u32(c, "shape", k, v, 1, 1u << 26, &t->shape[0]);
+    }
+    if (!v || fy_node_get_type(v) != FYNT_SEQUENCE || fy_node_sequence_item_count(v) < 1 ||
+        fy_node_sequence_item_count(v) > RKV_SC_MAX_SHAPE)
+        return sc_fail(c, k, "shape: expected a list of 1..%d positive integers", RKV_SC_MAX_SHAPE);
+    void *it = NULL;
+    struct fy_node *e;
+    uint64_t elems = 1;
+    t->n_shape = 0;
+    while ((e = fy_node_sequence_iterate(v, &it)) != NULL) {
+        int rc = sc_u32(c, "shape", k, e, 1, 1u << 26, &t->shape[t->n_shape++]);
+        if (rc < 0)
+            return rc;
+        elems *= t->shape[t->n_shape - 1];
+        if (elems > (1u << 26))
+            return sc_fail(c, e, "shape: more than 2^26 elements per row");
+    }
+    return 0;
+}
+
+static int sc_tensor_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct sc_tensor_build *b = obj;
+    struct rkv_tensor_desc *d = &b->t->desc;
+    static const char *const dtypes[] = {"f32", "f64", "i32", "i64"};
+    static const char *const parts[] = {"range", "hash", "explicit"};
+    static const char *const inits[] = {"zeros", "uniform"};
+    int i, rc;
+    switch (f) {
+    case TF_NAME:
+        return sc_name(c, "name", k, v, d->name, sizeof(d->name));
+    case TF_DTYPE:
+        rc = sc_enum(c, "dtype", k, v, dtypes, 4, &i);
+        d->dtype = (enum rkv_dtype)(i + 1);
+        return rc;
+    case TF_ROWS:
+        return sc_u64(c, "rows", k, v, 1, 1ull << 32, &d->rows);
+    case TF_SHAPE:
+        return sc_shape(c, k, v, b->t);
+    case TF_PARTITION:
+        rc = sc_enum(c, "partition", k, v, parts, 3, &i);
+        d->policy = (enum rkv_policy)(i + 1);
+        return rc;
+    case TF_BOOK:
+        if (!v || fy_node_get_type(v) != FYNT_SEQUENCE || fy_node_sequence_item_count(v) < 1)
+            return sc_fail(c, k, "book: expected a non-empty list of machine ids");
+        b->book = v;
+        b->book_key = k;
+        return 0;
+    case TF_INIT:
+        rc = sc_enum(c, "init", k, v, inits, 2, &i);
+        d->init = (enum rkv_init)i;
+        return rc;
+    case TF_SEED:
+        return sc_u64(c, "init_seed", k, v, 0, UINT64_MAX, &d->init_seed);
+    default:
+        return sc_bool(c, "optimizer_state", k, v, &d->with_state);
+    }
+}
+
+/* The book repeats cyclically over the rows: [0, 1, 1] is a 1:2 split. */
+static int sc_book(struct sc_ctx *c, struct sc_tensor_build *b, uint32_t machines)
+{
+    struct rkv_sc_tensor *t = b->t;
+    int n = fy_node_sequence_item_count(b->book);
+    uint32_t *pat = calloc((size_t)n, sizeof(*pat));
+    t->book = calloc(t->desc.rows, sizeof(*t->book));
+    if (!pat || !t->book) {
+        free(pat);
+        return sc_fail(c, b->book_key, "book: out of memory");
+    }
+    void *it = NULL;
+    struct fy_node *e;
+    int i = 0, rc = 0;
+    while (rc == 0 && (e = fy_node_sequence_iterate(b->book, &it)) != NULL)
+        rc = sc_u32(c, "book", b->book_key, e, 0, machines - 1, &pat[i++]);
+    for (uint64_t r = 0; rc == 0 && r < t->desc.rows; r++)
+        t->book[r] = pat[r % (uint64_t)n];
+    free(pat);
+    t->desc.book = t->book;
+    return rc;
+}
+
+static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
+{
+    struct rkv_scenario *sc = c->sc;
+    if (sc->n_tensors == RKV_SC_MAX_TENSORS)
+        return sc_fail(c, at, "tensors: at most %d", RKV_SC_MAX_TENSORS);
+    struct rkv_sc_tensor *t = &sc->tensors[sc->n_tensors++];
+    memset(t, 0, sizeof(*t));
+    t->desc.dtype = RKV_F32;
+    t->desc.policy = RKV_PART_RANGE;
+    t->shape[0] = 1;
+    t->n_shape = 1;
+    struct sc_tensor_build b = {.t = t};
+    int rc = sc_map(c, "tensors[]", at, item, sc_tensor_fields, 9, sc_tensor_field, &b);
+    if (rc < 0)
+        return rc;
+    if (!t->desc.name[0] || !t->desc.rows)
+        return sc_fail(c, at, "tensors[]: name and rows are required");
+    for (uint32_t i = 0; i + 1 < sc->n_tensors; i++)
+        if (!strcmp(sc->tensors[i].desc.name, t->desc.name))
+            return sc_fail(c, at, "tensors[]: name \"%s\" used twice", t->desc.name);
+    t->desc.row_len = 1;
+    for (uint32_t i = 0; i < t->n_shape; i++)
+        t->desc.row_len *= t->shape[i];
+    if ((t->desc.policy == RKV_PART_EXPLICIT) != (b.book != NULL))
+        return sc_fail(c, b.book ? b.book_key : at,
+                       "tensors[]: \"%s\": book is needed exactly when partition is explicit",
+                       t->desc.name);
+    return b.book ? sc_book(c, &b, sc->machines ? sc->machines : 1) : 0;
+}
+
+/* ---- workload phases ---- */
+
+static const char *const sc_phase_fields[] = {
+    "name", "tensor", "push",   "pull",          "push_op", "lr", "ids_per_request",
+    "keys", "zipf_s", "rounds", "barrier_after", "think_us"};
+enum {
+    PF_NAME,
+    PF_TENSOR,
+    PF_PUSH,
+    PF_PULL,
+    PF_OP,
+    PF_LR,
+    PF_IDS,
+    PF_KEYS,
+    PF_ZIPF,
+    PF_ROUNDS,
+    PF_BARRIER,
+    PF_THINK
+};
+
+struct sc_phase_build {
+    struct rkv_sc_phase *p;
+    double push, pull;
+    int has_push, has_pull;
+};
+
+static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct sc_phase_build *b = obj;
+    struct rkv_sc_phase *p = b->p;
+    static const char *const ops[] = {"assign", "sum", "sgd"};
+    static const char *const keys[] = {"uniform", "zipf", "sequential", "local-only",
+                                       "remote-only"};
+    int i, rc;
+    switch (f) {
+    case PF_NAME:
+        return sc_name(c, "name", k, v, p->name, sizeof(p->name));
+    case PF_TENSOR: {
+        char name[RKV_NAME_MAX + 1];
+        if ((rc = sc_name(c, "tensor", k, v, name, sizeof(name))) < 0)
+            return rc;
+        for (uint32_t t = 0; t < c->sc->n_tensors; t++) {
+            if (!strcmp(c->sc->tensors[t].desc.name, name)) {
+                p->tensor = t;
+                return 0;
+            }
+        }
+        return sc_fail(c, v,
+                       "tensor: expected the name of a tensor declared in tensors, got "
+                       "\"%s\"",
+                       name);
+    }
+    case PF_PUSH:
+        b->has_push = 1;
+        return sc_double(c, "push", k, v, 0, 1, &b->push);
+    case PF_PULL:
+        b->has_pull = 1;
+        return sc_double(c, "pull", k, v, 0, 1, &b->pull);
+    case PF_OP:
+        rc = sc_enum(c, "push_op", k, v, ops, 3, &i);
+        p->push_op = i == 0 ? RKV_OP_ASSIGN : i == 1 ? RKV_OP_SUM : RKV_OP_SGD;
+        return rc;
+    case PF_LR:
+        return sc_double(c, "lr", k, v, 0, 1e6, &p->lr);
+    case PF_IDS:
+        return sc_u32(c, "ids_per_request", k, v, 1, 1u << 20, &p->ids_per_request);
+    case PF_KEYS:
+        rc = sc_enum(c, "keys", k, v, keys, 5, &i);
+        p->keys = (enum rkv_sc_keys)(i + 1);
+        return rc;
+    case PF_ZIPF:
+        return sc_double(c, "zipf_s", k, v, 0.01, 10, &p->zipf_s);
+    case PF_ROUNDS:
+        return sc_u32(c, "rounds", k, v, 1, 10000000, &p->rounds);
+    case PF_BARRIER:
+        return sc_bool(c, "barrier_after", k, v, &p->barrier_after);
+    default:
+        return sc_u32(c, "think_us", k, v, 0, 10000000, &p->think_us);
+    }
+}
+
+static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
+{
+    struct rkv_scenario *sc = c->sc;
+    if (sc->n_phases == RKV_SC_MAX_PHASES)
+        return sc_fail(c, at, "workload: at most %d phases", RKV_SC_MAX_PHASES);
+    struct rkv_sc_phase *p = &sc->phases[sc->n_phases++];
+    *p = (struct rkv_sc_phase){.push_op = RKV_OP_SUM,
+                               .lr = 0.5,
+                               .ids_per_request = 16,
+                               .keys = RKV_KEYS_UNIFORM,
+                               .zipf_s = 1.1,
+                               .rounds = 10,
+                               .barrier_after = 1};
+    snprintf(p->name, sizeof(p->name), "phase%u", sc->n_phases);
+    struct sc_phase_build b = {.p = p};
+    if (sc->n_tensors == 0)
+        return sc_fail(c, at, "workload: declare tensors before the workload");
+    int rc = sc_map(c, "workload[]", at, item, sc_phase_fields, 12, sc_phase_field, &b);
+    if (rc < 0)
+        return rc;
+    if (!b.has_push && !b.has_pull)
+        b.push = b.pull = 0.5;
+    else if (!b.has_pull)
+        b.pull = 1 - b.push;
+    else if (!b.has_push)
+        b.push = 1 - b.pull;
+    if (fabs(b.push + b.pull - 1.0) > 1e-9)
+        return sc_fail(c, at, "workload[] \"%s\": push + pull must be 1, got %g", p->name,
+                       b.push + b.pull);
+    p->push_fraction = b.push;
+    const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
+    if (p->push_op == RKV_OP_SGD && t->desc.dtype != RKV_F32 && t->desc.dtype != RKV_F64)
+        return sc_fail(c, at, "workload[] \"%s\": sgd needs a f32 or f64 tensor, \"%s\" is %s",
+                       p->name, t->desc.name, rkv_dtype_name(t->desc.dtype));
+    return 0;
+}
+
+/* ---- faults, expect, per-backend blocks ---- */
+
+static const char *const sc_fault_fields[] = {"kind", "target", "at_s", "fraction"};
+
+static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct rkv_sc_fault *fl = obj;
+    static const char *const kinds[] = {"drop", "delay", "crash", "link_down", "slow_cpu"};
+    int i, rc;
+    switch (f) {
+    case 0:
+        if ((rc = sc_enum(c, "kind", k, v, kinds, 5, &i)) == 0)
+            snprintf(fl->kind, sizeof(fl->kind), "%s", kinds[i]);
+        return rc;
+    case 1:
+        return sc_name(c, "target", k, v, fl->target, sizeof(fl->target));
+    case 2:
+        return sc_double(c, "at_s", k, v, 0, 1e9, &fl->at_s);
+    default:
+        return sc_double(c, "fraction", k, v, 0, 1, &fl->fraction);
+    }
+}
+
+static const char *const sc_expect_fields[] = {"oracle", "min_throughput_gbps", "max_p99_us"};
+
+static int sc_expect_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct rkv_scenario *sc = obj;
+    static const char *const modes[] = {"strict"};
+    int i;
+    if (f == 0) {
+        int rc = sc_enum(c, "oracle", k, v, modes, 1, &i);
+        sc->oracle_strict = 1;
+        return rc;
+    }
+    if (f == 1)
+        return sc_double(c, "min_throughput_gbps", k, v, 0, 1e6, &sc->expect_min_gbps);
+    return sc_double(c, "max_p99_us", k, v, 0, 1e12, &sc->expect_max_p99_us);
+}
+
+static const char *const sc_tcp_fields[] = {"base_port"};
+static const char *const sc_sim_fields[] = {"platform", "bandwidth_gbps", "latency_us", "jitter"};
+static const char *const sc_verbs_fields[] = {"device", "port", "gid_index"};
+
+static int sc_tcp_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    (void)f;
+    struct rkv_scenario *sc = obj;
+    return sc_u32(c, "base_port", k, v, 0, 65535, &sc->tcp_base_port);
+}
+
+static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct rkv_scenario *sc = obj;
+    if (f == 0)
+        return sc_name(c, "platform", k, v, sc->sim_platform, sizeof(sc->sim_platform));
+    if (f == 1)
+        return sc_double(c, "bandwidth_gbps", k, v, 1e-6, 1e6, &sc->sim_bandwidth_gbps);
+    if (f == 2)
+        return sc_double(c, "latency_us", k, v, 0, 1e9, &sc->sim_latency_us);
+    return sc_double(c, "jitter", k, v, 0, 1, &sc->sim_jitter);
+}
+
+static int sc_verbs_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct rkv_scenario *sc = obj;
+    if (f == 0)
+        return sc_name(c, "device", k, v, sc->verbs_device, sizeof(sc->verbs_device));
+    if (f == 1)
+        return sc_u32(c, "port", k, v, 1, 255, &sc->verbs_port);
+    return sc_u32(c, "gid_index", k, v, 0, 255, &sc->verbs_gid_index);
+}
+
+/* ---- top level ---- */
+
+static const char *const sc_top_fields[] = {"seed",   "cluster", "tensors", "workload", "faults",
+                                            "expect", "tcp",     "sim",     "verbs"};
+enum {
+    TOP_SEED,
+    TOP_CLUSTER,
+    TOP_TENSORS,
+    TOP_WORKLOAD,
+    TOP_FAULTS,
+    TOP_EXPECT,
+    TOP_TCP,
+    TOP_SIM,
+    TOP_VERBS,
+    TOP_N_
+};
+
+struct sc_top {
+    struct fy_node *key[TOP_N_], *val[TOP_N_];
+};
+
+static int sc_top_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    (void)c;
+    struct sc_top *t = obj;
+    t->key[f] = k;
+    t->val[f] = v;
+    return 0;
+}
+
+typedef int (*sc_item_fn)(struct sc_ctx *c, struct fy_node *at, struct fy_node *item);
+
+static int sc_list(struct sc_ctx *c, const char *what, struct fy_node *k, struct fy_node *v,
+                   sc_item_fn fn)
+{
+    if (!v || fy_node_get_type(v) != FYNT_SEQUENCE)
+        return sc_fail(c, k, "%s: expected a list (lines starting with '- ')", what);
+    void *it = NULL;
+    struct fy_node *item;
+    while ((item = fy_node_sequence_iterate(v, &it)) != NULL) {
+        int rc = fn(c, k, item);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int sc_fault(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
+{
+    struct rkv_scenario *sc = c->sc;
+    if (sc->n_faults == RKV_SC_MAX_FAULTS)
+        return sc_fail(c, at, "faults: at most %d", RKV_SC_MAX_FAULTS);
+    struct rkv_sc_fault *f = &sc->faults[sc->n_faults++];
+    return sc_map(c, "faults[]", at, item, sc_fault_fields, 4, sc_fault_field, f);
+}
+
+static int sc_sections(struct sc_ctx *c, struct fy_node *root)
+{
+    struct rkv_scenario *sc = c->sc;
+    struct sc_top t = {0};
+    int rc = sc_map(c, "the scenario", root, root, sc_top_fields, TOP_N_, sc_top_field, &t);
+    if (rc < 0)
+        return rc;
+    static const int required[] = {TOP_CLUSTER, TOP_TENSORS, TOP_WORKLOAD};
+    for (size_t i = 0; i < 3; i++)
+        if (!t.key[required[i]])
+            return sc_fail(c, NULL,
+                           "missing section \"%s\" (cluster, tensors and workload are "
+                           "required)",
+                           sc_top_fields[required[i]]);
+    if (t.key[TOP_SEED] &&
+        (rc = sc_u64(c, "seed", t.key[TOP_SEED], t.val[TOP_SEED], 0, UINT64_MAX, &sc->seed)) < 0)
+        return rc;
+    if ((rc = sc_map(c, "cluster", t.key[TOP_CLUSTER], t.val[TOP_CLUSTER], sc_cluster_fields, 3,
+                     sc_cluster_field, sc)) < 0 ||
+        (rc = sc_list(c, "tensors", t.key[TOP_TENSORS], t.val[TOP_TENSORS], sc_tensor)) < 0 ||
+        (rc = sc_list(c, "workload", t.key[TOP_WORKLOAD], t.val[TOP_WORKLOAD], sc_phase)) < 0)
+        return rc;
+    if (t.key[TOP_FAULTS] && fy_node_get_type(t.val[TOP_FAULTS]) != FYNT_SCALAR &&
+        (rc = sc_list(c, "faults", t.key[TOP_FAULTS], t.val[TOP_FAULTS], sc_fault)) < 0)
+        return rc;
+    if (t.key[TOP_EXPECT] && (rc = sc_map(c, "expect", t.key[TOP_EXPECT], t.val[TOP_EXPECT],
+                                          sc_expect_fields, 3, sc_expect_field, sc)) < 0)
+        return rc;
+    if (t.key[TOP_TCP] && (rc = sc_map(c, "tcp", t.key[TOP_TCP], t.val[TOP_TCP], sc_tcp_fields, 1,
+                                       sc_tcp_field, sc)) < 0)
+        return rc;
+    if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 4,
+                                       sc_sim_field, sc)) < 0)
+        return rc;
+    if (t.key[TOP_VERBS] && (rc = sc_map(c, "verbs", t.key[TOP_VERBS], t.val[TOP_VERBS],
+                                         sc_verbs_fields, 3, sc_verbs_field, sc)) < 0)
+        return rc;
+    if (!sc->machines || !sc->servers_per_machine || !sc->workers_per_machine)
+        return sc_fail(c, t.key[TOP_CLUSTER],
+                       "cluster: machines, servers_per_machine and "
+                       "workers_per_machine are required");
+    return 0;
+}
+
+/* Explicit books are checked against the machine count once both are known. */
+static int sc_check_books(struct sc_ctx *c)
+{
+    struct rkv_scenario *sc = c->sc;
+    for (uint32_t i = 0; i < sc->n_tensors; i++) {
+        const struct rkv_sc_tensor *t = &sc->tensors[i];
+        for (uint64_t r = 0; t->book && r < t->desc.rows; r++)
+            if (t->book[r] >= sc->machines)
+                return sc_fail(c, NULL,
+                               "tensor \"%s\": book names machine %u, but the cluster "
+                               "has %u",
+                               t->desc.name, t->book[r], sc->machines);
+    }
+    return 0;
+}
+
+static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
+{
+    void *it = NULL;
+    struct fy_diag_error *e = diag ? fy_diag_errors_iterate(diag, &it) : NULL;
+    if (!e)
+        return snprintf(c->err, c->err_len, "%s: cannot read or parse the file", c->path),
+               -RKV_ECONFIG;
+    snprintf(c->err, c->err_len, "%s:%d:%d: YAML syntax: %s", c->path, e->line + 1, e->column + 1,
+             e->msg);
+    return -RKV_ECONFIG;
+}
+
+int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)
+{
+    struct rkv_scenario *sc = calloc(1, sizeof(*sc));
+    if (!sc)
+        return -RKV_ENOMEM;
+    struct sc_ctx c = {.path = path, .err = err, .err_len = err_len, .sc = sc};
+    snprintf(sc->path, sizeof(sc->path), "%s", path);
+    sc->seed = 1;
+    sc->oracle_strict = 1;
+    int rc = -RKV_ECONFIG;
+    FILE *probe = fopen(path, "r");
+    if (!probe) {
+        snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        goto free_sc;
+    }
+    fclose(probe);
+    struct fy_diag_cfg dcfg;
+    fy_diag_cfg_default(&dcfg);
+    dcfg.fp = NULL;
+    dcfg.output_fn = NULL;
+    struct fy_diag *diag = fy_diag_create(&dcfg);
+    if (diag)
+        fy_diag_set_collect_errors(diag, true);
+    struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_DEFAULT_PARSE, .diag = diag};
+    struct fy_document *doc = fy_document_build_from_file(&pcfg, path);
+    if (!doc) {
+        rc = sc_syntax_error(&c, diag);
+        goto destroy_diag;
+    }
+    struct fy_node *root = fy_document_root(doc);
+    if (!root)
+        rc = sc_fail(&c, NULL, "empty scenario (expected cluster, tensors, workload)");
+    else if ((rc = sc_sections(&c, root)) == 0)
+        rc = sc_check_books(&c);
+    fy_document_destroy(doc);
+destroy_diag:
+    if (diag)
+        fy_diag_destroy(diag);
+    if (rc == 0) {
+        *sc_p = sc;
+        return 0;
+    }
+free_sc:
+    rkv_scenario_free(sc);
+    return rc;
+}
+
+void rkv_scenario_free(struct rkv_scenario *sc)
+{
+    if (!sc)
+        return;
+    for (uint32_t i = 0; i < sc->n_tensors; i++)
+        free(sc->tensors[i].book);
+    free(sc);
+}
+
+uint32_t rkv_scenario_workers(const struct rkv_scenario *sc)
+{
+    return sc->machines * sc->workers_per_machine;
+}
+
+uint32_t rkv_scenario_servers(const struct rkv_scenario *sc)
+{
+    return sc->machines * sc->servers_per_machine;
+}

@@ -1,0 +1,81 @@
+/* Scenario files: one YAML file describes a cluster and a multi-node
+ * push/pull/barrier workload that every backend runs with the same oracle.
+ * The format is documented in scenarios/README.md. */
+#ifndef RKV_SCENARIO_H
+#define RKV_SCENARIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rkv.h"
+
+#define RKV_SC_MAX_TENSORS 32
+#define RKV_SC_MAX_PHASES 256
+#define RKV_SC_MAX_SHAPE 4
+#define RKV_SC_MAX_FAULTS 32
+
+enum rkv_sc_keys {
+    RKV_KEYS_UNIFORM = 1,
+    RKV_KEYS_ZIPF,
+    RKV_KEYS_SEQUENTIAL,
+    RKV_KEYS_LOCAL_ONLY,
+    RKV_KEYS_REMOTE_ONLY,
+};
+
+struct rkv_sc_tensor {
+    struct rkv_tensor_desc desc; /* book points into book_pattern expanded by the loader */
+    uint32_t shape[RKV_SC_MAX_SHAPE];
+    uint32_t n_shape;
+    uint32_t *book; /* explicit partition, rows entries (owned) */
+};
+
+struct rkv_sc_phase {
+    char name[64];
+    uint32_t tensor;      /* index into tensors */
+    double push_fraction; /* of requests; the rest are pulls */
+    int push_op;          /* RKV_OP_ASSIGN / SUM / SGD */
+    double lr;            /* sgd */
+    uint32_t ids_per_request;
+    enum rkv_sc_keys keys;
+    double zipf_s;
+    uint32_t rounds; /* requests per worker */
+    int barrier_after;
+    uint32_t think_us;
+};
+
+struct rkv_sc_fault {
+    char kind[32]; /* reserved: parsed and kept, injected by a later release */
+    char target[32];
+    double at_s;
+    double fraction;
+};
+
+struct rkv_scenario {
+    char path[256];
+    uint64_t seed;
+    uint32_t machines, servers_per_machine, workers_per_machine;
+    struct rkv_sc_tensor tensors[RKV_SC_MAX_TENSORS];
+    uint32_t n_tensors;
+    struct rkv_sc_phase phases[RKV_SC_MAX_PHASES];
+    uint32_t n_phases;
+    struct rkv_sc_fault faults[RKV_SC_MAX_FAULTS];
+    uint32_t n_faults;
+    int oracle_strict;
+    double expect_min_gbps; /* 0 = no bound; reported, never asserted */
+    double expect_max_p99_us;
+    uint32_t tcp_base_port; /* 0 = pick free ports */
+    char sim_platform[64];
+    double sim_bandwidth_gbps, sim_latency_us, sim_jitter;
+    char verbs_device[32];
+    uint32_t verbs_port, verbs_gid_index;
+};
+
+/* Loads and validates a scenario. On error returns -RKV_ECONFIG with
+ * "file:line:col: what: expected ..., got ..." in err. */
+int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len);
+void rkv_scenario_free(struct rkv_scenario *sc);
+
+uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
+uint32_t rkv_scenario_servers(const struct rkv_scenario *sc);
+
+#endif

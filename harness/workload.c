@@ -1,0 +1,332 @@
+/* The scenario workload engine (see workload.h and oracle.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness/oracle.h"
+#include "harness/workload.h"
+
+#define WL_VERIFY_BATCH 256
+#define WL_VERIFY_MAX_ROWS 20000 /* per tensor, per worker, per barrier */
+
+struct wl_node {
+    struct rkv_client *cli;
+    struct rkv_port *port;
+    const struct rkv_scenario *sc;
+    struct rkv_oracle *oracle;
+    uint32_t me, W;
+    FILE *log;
+    uint8_t *rows; /* request buffer */
+    uint8_t *got;
+    size_t buf_bytes;
+};
+
+uint32_t rkv_wl_bucket(uint64_t ns)
+{
+    if (ns < 1)
+        return 0;
+    uint32_t b = (uint32_t)(16.0 * log2((double)ns));
+    return b < RKV_WL_HIST ? b : RKV_WL_HIST - 1;
+}
+
+double rkv_wl_bucket_us(uint32_t b)
+{
+    return exp2((b + 1) / 16.0) / 1000.0; /* upper edge: never under-reports */
+}
+
+double rkv_wl_percentile_us(const uint64_t *hist, double q)
+{
+    uint64_t total = 0, acc = 0;
+    for (uint32_t b = 0; b < RKV_WL_HIST; b++)
+        total += hist[b];
+    if (total == 0)
+        return 0;
+    uint64_t want = (uint64_t)ceil(q * (double)total);
+    for (uint32_t b = 0; b < RKV_WL_HIST; b++)
+        if ((acc += hist[b]) >= want && hist[b])
+            return rkv_wl_bucket_us(b);
+    return rkv_wl_bucket_us(RKV_WL_HIST - 1);
+}
+
+static size_t wl_row_bytes(const struct rkv_sc_tensor *t)
+{
+    return rkv_dtype_size(t->desc.dtype) * t->desc.row_len;
+}
+
+static void wl_store(const struct rkv_sc_tensor *t, uint8_t *row, uint32_t j, double v)
+{
+    switch (t->desc.dtype) {
+    case RKV_F32:
+        ((float *)row)[j] = (float)v;
+        break;
+    case RKV_F64:
+        ((double *)row)[j] = v;
+        break;
+    case RKV_I32:
+        ((int32_t *)row)[j] = (int32_t)v;
+        break;
+    case RKV_I64:
+        ((int64_t *)row)[j] = (int64_t)v;
+        break;
+    }
+}
+
+static void wl_error(struct wl_node *n, struct rkv_wl_phase_stats *st, const char *why)
+{
+    if (st->errors++ == 0) {
+        snprintf(st->first_error, sizeof(st->first_error), "%s", why);
+        fprintf(n->log, "rkv: worker %u: %s\n", n->me, why);
+    }
+}
+
+static int wl_push(struct wl_node *n, uint32_t phase, uint32_t round, const struct rkv_wl_req *q,
+                   struct rkv_wl_phase_stats *st)
+{
+    const struct rkv_scenario *sc = n->sc;
+    const struct rkv_sc_phase *p = &sc->phases[phase];
+    const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
+    size_t rb = wl_row_bytes(t);
+    for (uint32_t k = 0; k < q->n; k++)
+        for (uint32_t j = 0; j < t->desc.row_len; j++)
+            wl_store(t, n->rows + k * rb, j,
+                     rkv_wl_value(sc, p->tensor, q->ids[k], phase, n->me, round, j));
+    int rc = rkv_client_push(n->cli, t->desc.name, q->ids, q->n, n->rows, p->push_op, p->lr);
+    if (rc < 0)
+        return rc;
+    rkv_oracle_own_push(n->oracle, n->me, phase, round, q);
+    st->pushes++;
+    st->bytes += (uint64_t)q->n * rb;
+    return 0;
+}
+
+/* Checks rows[0..n) pulled for ids; mid_epoch: see rkv_oracle_check_row. */
+static void wl_check(struct wl_node *n, uint32_t ti, const uint64_t *ids, uint32_t cnt,
+                     int mid_epoch, struct rkv_wl_phase_stats *st)
+{
+    size_t rb = wl_row_bytes(&n->sc->tensors[ti]);
+    char why[320];
+    for (uint32_t k = 0; k < cnt; k++) {
+        int r = rkv_oracle_check_row(n->oracle, ti, ids[k], n->me, mid_epoch, n->got + k * rb, why,
+                                     sizeof(why));
+        if (r == 1)
+            st->skipped++;
+        else if (r == 0)
+            st->checks++;
+        else
+            wl_error(n, st, why);
+    }
+}
+
+static int wl_pull(struct wl_node *n, uint32_t phase, const struct rkv_wl_req *q,
+                   struct rkv_wl_phase_stats *st)
+{
+    const struct rkv_sc_phase *p = &n->sc->phases[phase];
+    const struct rkv_sc_tensor *t = &n->sc->tensors[p->tensor];
+    int rc = rkv_client_pull(n->cli, t->desc.name, q->ids, q->n, n->got);
+    if (rc < 0)
+        return rc;
+    st->pulls++;
+    st->bytes += (uint64_t)q->n * wl_row_bytes(t);
+    wl_check(n, p->tensor, q->ids, q->n, 1, st);
+    return 0;
+}
+
+static int wl_phase(struct wl_node *n, uint32_t phase, struct rkv_wl_phase_stats *st)
+{
+    const struct rkv_sc_phase *p = &n->sc->phases[phase];
+    struct rkv_wl_gen g;
+    rkv_wl_gen_init(&g, n->oracle, phase, n->me);
+    if (!g.ids)
+        return -RKV_ENOMEM;
+    uint64_t t0 = n->port->ops->now_ns(n->port);
+    int rc = 0;
+    for (uint32_t r = 0; r < p->rounds && rc == 0; r++) {
+        struct rkv_wl_req q;
+        rkv_wl_gen_next(&g, &q);
+        uint64_t s = n->port->ops->now_ns(n->port);
+        rc = q.push ? wl_push(n, phase, r, &q, st) : wl_pull(n, phase, &q, st);
+        uint64_t ns = n->port->ops->now_ns(n->port) - s;
+        st->hist[rkv_wl_bucket(ns)]++;
+        if (ns / 1e3 > st->max_us)
+            st->max_us = ns / 1e3;
+        if (p->think_us)
+            n->port->ops->sleep_ns(n->port, (uint64_t)p->think_us * 1000);
+    }
+    st->wall_s = (double)(n->port->ops->now_ns(n->port) - t0) * 1e-9;
+    rkv_wl_gen_free(&g);
+    return rc;
+}
+
+/* After a barrier every row is exact: this worker checks its share
+ * (rows = me mod W) of every tensor the epoch pushed to. */
+static int wl_verify(struct wl_node *n, uint32_t first, uint32_t last,
+                     struct rkv_wl_phase_stats *st)
+{
+    const struct rkv_scenario *sc = n->sc;
+    uint64_t ids[WL_VERIFY_BATCH];
+    for (uint32_t ti = 0; ti < sc->n_tensors; ti++) {
+        int touched = 0;
+        for (uint32_t p = first; p <= last; p++)
+            touched |= sc->phases[p].tensor == ti && sc->phases[p].push_fraction > 0;
+        if (!touched)
+            continue;
+        const struct rkv_sc_tensor *t = &sc->tensors[ti];
+        uint64_t stride = n->W, rows = t->desc.rows;
+        if (rows / stride > WL_VERIFY_MAX_ROWS) /* sample evenly, still disjoint */
+            stride = n->W * (rows / n->W / WL_VERIFY_MAX_ROWS + 1);
+        uint32_t cnt = 0;
+        for (uint64_t r = n->me; r < rows; r += stride) {
+            ids[cnt++] = r;
+            if (cnt < WL_VERIFY_BATCH && r + stride < rows)
+                continue;
+            int rc = rkv_client_pull(n->cli, t->desc.name, ids, cnt, n->got);
+            if (rc < 0)
+                return rc;
+            wl_check(n, ti, ids, cnt, 0, st);
+            cnt = 0;
+        }
+    }
+    return 0;
+}
+
+static int wl_init(struct wl_node *n)
+{
+    if (n->me != 0)
+        return 0;
+    for (uint32_t i = 0; i < n->sc->n_tensors; i++) {
+        int rc = rkv_client_init_data(n->cli, &n->sc->tensors[i].desc);
+        if (rc < 0) {
+            fprintf(n->log, "rkv: init of tensor \"%s\": %s\n", n->sc->tensors[i].desc.name,
+                    rkv_client_errmsg(n->cli));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static int wl_alloc(struct wl_node *n)
+{
+    size_t max = 0;
+    for (uint32_t p = 0; p < n->sc->n_phases; p++) {
+        const struct rkv_sc_phase *ph = &n->sc->phases[p];
+        size_t b = (size_t)ph->ids_per_request * wl_row_bytes(&n->sc->tensors[ph->tensor]);
+        max = b > max ? b : max;
+    }
+    for (uint32_t t = 0; t < n->sc->n_tensors; t++) {
+        size_t b = (size_t)WL_VERIFY_BATCH * wl_row_bytes(&n->sc->tensors[t]);
+        max = b > max ? b : max;
+    }
+    n->rows = malloc(max);
+    n->got = malloc(max);
+    n->buf_bytes = max;
+    return n->rows && n->got ? 0 : -RKV_ENOMEM;
+}
+
+/* Phases up to and including the next one with a barrier (or the last). */
+static uint32_t wl_epoch_last(const struct rkv_scenario *sc, uint32_t first)
+{
+    uint32_t p = first;
+    while (p + 1 < sc->n_phases && !sc->phases[p].barrier_after)
+        p++;
+    return p;
+}
+
+int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+               uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log)
+{
+    struct wl_node n = {.cli = cli,
+                        .port = port,
+                        .sc = sc,
+                        .me = worker,
+                        .W = rkv_scenario_workers(sc),
+                        .log = log};
+    memset(stats, 0, sc->n_phases * sizeof(*stats));
+    int rc = rkv_oracle_create(sc, &n.oracle);
+    if (rc < 0)
+        return rc;
+    if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 || (rc = rkv_client_barrier(cli)) < 0)
+        goto out;
+    for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {
+        uint32_t last = wl_epoch_last(sc, first);
+        if ((rc = rkv_oracle_epoch_begin(n.oracle, first, last)) < 0)
+            break;
+        for (uint32_t p = first; p <= last && rc == 0; p++)
+            rc = wl_phase(&n, p, &stats[p]);
+        /* The run ends with a barrier even if the last phase asks for none. */
+        if (rc == 0 && (rc = rkv_client_barrier(cli)) == 0) {
+            rkv_oracle_epoch_end(n.oracle);
+            rc = wl_verify(&n, first, last, &stats[last]);
+        }
+        /* Nobody pushes the next epoch while another worker still verifies. */
+        if (rc == 0)
+            rc = rkv_client_barrier(cli);
+        if (rc == 0 && worker == 0)
+            fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
+        first = last + 1;
+    }
+out:
+    if (rc < 0)
+        fprintf(log, "rkv: worker %u stopped: %s\n", worker, rkv_client_errmsg(cli));
+    free(n.rows);
+    free(n.got);
+    rkv_oracle_destroy(n.oracle);
+    return rc;
+}
+
+void rkv_wl_print(FILE *out, uint32_t worker, uint32_t phase, const struct rkv_wl_phase_stats *st)
+{
+    fprintf(out,
+            "PHASE w=%u p=%u pushes=%llu pulls=%llu bytes=%llu checks=%llu skipped=%llu "
+            "errors=%llu wall_s=%.9f max_us=%.3f hist=",
+            worker, phase, (unsigned long long)st->pushes, (unsigned long long)st->pulls,
+            (unsigned long long)st->bytes, (unsigned long long)st->checks,
+            (unsigned long long)st->skipped, (unsigned long long)st->errors, st->wall_s,
+            st->max_us);
+    int first = 1;
+    for (uint32_t b = 0; b < RKV_WL_HIST; b++) {
+        if (!st->hist[b])
+            continue;
+        fprintf(out, "%s%u:%llu", first ? "" : ",", b, (unsigned long long)st->hist[b]);
+        first = 0;
+    }
+    fprintf(out, "%s\n", first ? "-" : "");
+    if (st->errors)
+        fprintf(out, "FIRSTERR w=%u p=%u %s\n", worker, phase, st->first_error);
+}
+
+int rkv_wl_parse(const char *line, uint32_t *worker_p, uint32_t *phase_p,
+                 struct rkv_wl_phase_stats *st)
+{
+    unsigned w, p;
+    unsigned long long pu, pl, by, ch, sk, er;
+    int off = 0;
+    memset(st, 0, sizeof(*st));
+    if (sscanf(line,
+               "PHASE w=%u p=%u pushes=%llu pulls=%llu bytes=%llu checks=%llu skipped=%llu "
+               "errors=%llu wall_s=%lf max_us=%lf hist=%n",
+               &w, &p, &pu, &pl, &by, &ch, &sk, &er, &st->wall_s, &st->max_us, &off) != 10 ||
+        off == 0)
+        return -1;
+    *st = (struct rkv_wl_phase_stats){.pushes = pu,
+                                      .pulls = pl,
+                                      .bytes = by,
+                                      .checks = ch,
+                                      .skipped = sk,
+                                      .errors = er,
+                                      .wall_s = st->wall_s,
+                                      .max_us = st->max_us};
+    for (const char *s = line + off; *s && *s != '-' && *s != '\n';) {
+        unsigned b;
+        unsigned long long c;
+        int used = 0;
+        if (sscanf(s, "%u:%llu%n", &b, &c, &used) != 2 || b >= RKV_WL_HIST)
+            return -1;
+        st->hist[b] += c;
+        s += used;
+        if (*s == ',')
+            s++;
+    }
+    *worker_p = w;
+    *phase_p = p;
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* The scenario workload engine: runs inside one worker node (a process on
+ * a real backend, an actor in the twin) and checks every pulled value with
+ * the oracle. Timing and sleeping go through the node's port. */
+#ifndef RKV_WORKLOAD_H
+#define RKV_WORKLOAD_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "harness/scenario.h"
+#include "port/port.h"
+
+#define RKV_WL_HIST 1024 /* latency buckets: index = 16 * log2(ns) */
+
+struct rkv_wl_phase_stats {
+    uint64_t pushes, pulls, bytes;
+    uint64_t checks, skipped, errors;
+    double wall_s;
+    double max_us;
+    uint64_t hist[RKV_WL_HIST];
+    char first_error[320];
+};
+
+/* Runs every phase of sc as worker `worker`; stats has sc->n_phases entries.
+ * Returns 0 (oracle errors are counted, not returned) or a negative store
+ * error that stopped the run. */
+int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+               uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log);
+
+uint32_t rkv_wl_bucket(uint64_t ns);
+double rkv_wl_bucket_us(uint32_t bucket);
+/* Percentile (0..1) of a histogram, in microseconds. */
+double rkv_wl_percentile_us(const uint64_t *hist, double q);
+
+/* One line per phase, parsed back by the launcher. */
+void rkv_wl_print(FILE *out, uint32_t worker, uint32_t phase, const struct rkv_wl_phase_stats *st);
+int rkv_wl_parse(const char *line, uint32_t *worker_p, uint32_t *phase_p,
+                 struct rkv_wl_phase_stats *st);
+
+#endif
