@@ -475,11 +475,15 @@ static double or_base(struct rkv_oracle *o, const struct or_tensor *ot, uint32_t
 
 /* Does `got` equal candidate c plus the deltas, element by element? */
 static int or_match(struct rkv_oracle *o, uint32_t ti, const struct or_cand *c, uint64_t row,
-                    const double *own, const void *got, uint32_t *bad_j, double *want_p)
+                    int own_assign, const double *own, const void *got, uint32_t *bad_j,
+                    double *want_p)
 {
     const struct or_tensor *ot = &o->t[ti];
     for (uint32_t j = 0; j < ot->L; j++) {
-        double want = or_base(o, ot, ti, c, row, j) + ot->delta[row * ot->L + j];
+        /* This worker's own assign replaced the row: no earlier delta applies. */
+        double want = or_base(o, ot, ti, c, row, j);
+        if (!own_assign)
+            want += ot->delta[row * ot->L + j];
         if (own)
             want += own[j];
         if (ot->t->desc.dtype == RKV_F32)
@@ -526,10 +530,11 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     }
     uint32_t bad_j = 0;
     double want = 0;
+    int own_assign = cands == &ot->own_last[row];
     for (uint32_t i = 0; i < n; i++) {
-        /* An assign by this worker replaces the base, so no delta applies. */
-        const double *add = own && cands == &ot->own_last[row] ? NULL : own;
-        if (or_match(o, ti, &cands[i], row, add, got, &bad_j, &want))
+        /* Mixing is rejected per epoch, so an own assign has no own sum. */
+        if (or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,
+                     &want))
             return 0;
     }
     char who[160];

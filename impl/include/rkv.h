@@ -86,8 +86,11 @@ struct rkv_tensor_desc {
     enum rkv_policy policy;
     const uint32_t *book; /* RKV_PART_EXPLICIT only: rows entries */
     enum rkv_init init;
-    uint64_t init_seed; /* RKV_INIT_UNIFORM: values in [-1, 1) from this seed */
-    int with_state;     /* allocate optimizer state (needed by adagrad) */
+    /* RKV_INIT_UNIFORM: element j of row r is u = mix(init_seed ^ mix(r * 0x9e3779b97f4a7c15 + j))
+     * mapped to [-1, 1) as (u >> 11) * 2^-52 - 1, mix being splitmix64's finalizer; f32 rounds it,
+     * integer dtypes hold floor(1000 u). The oracle recomputes it from this text. */
+    uint64_t init_seed;
+    int with_state; /* allocate optimizer state (needed by adagrad) */
 };
 
 struct rkv_tensor_meta {
@@ -126,6 +129,10 @@ struct rkv_config {
     uint64_t max_slot_bytes;      /* largest single message via rendezvous */
     uint64_t seed;
     int log_level; /* 0 error, 1 warn, 2 info, 3 debug */
+    /* Test-only: a server that creates a shard holding this global row adds
+     * 1 to the row's first element of every tensor, so that oracle tests can
+     * prove a wrong value is caught. UINT64_MAX (the default) disables it. */
+    uint64_t test_corrupt_row;
 };
 
 void rkv_config_defaults(struct rkv_config *cfg);

@@ -138,6 +138,26 @@ static int srv_same(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
     return 1;
 }
 
+/* The test-only fault of rkv_config.test_corrupt_row. */
+static void srv_corrupt(struct rkv_tensor *t, uint64_t local)
+{
+    uint8_t *row = t->shard.data + local * t->row_bytes;
+    switch (t->meta.dtype) {
+    case RKV_F32:
+        ((float *)row)[0] += 1;
+        break;
+    case RKV_F64:
+        ((double *)row)[0] += 1;
+        break;
+    case RKV_I32:
+        ((int32_t *)row)[0] += 1;
+        break;
+    case RKV_I64:
+        ((int64_t *)row)[0] += 1;
+        break;
+    }
+}
+
 /* Makes (create=1) or attaches to this machine's segment of tensor t. */
 static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
 {
@@ -154,6 +174,9 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
     t->mapped = 1;
     if (create)
         rkv_shard_init_values(&t->shard, t, mach);
+    uint64_t bad = s->cfg.test_corrupt_row;
+    if (create && bad < t->meta.rows && rkv_pbook_machine(&t->pb, bad) == mach)
+        srv_corrupt(t, rkv_pbook_g2l(&t->pb, bad));
     return 0;
 }
 

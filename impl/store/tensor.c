@@ -114,4 +114,5 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->max_slot_bytes = 1ull << 30;
     cfg->seed = 1;
     cfg->log_level = 1;
+    cfg->test_corrupt_row = UINT64_MAX;
 }

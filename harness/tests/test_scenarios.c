@@ -1,0 +1,141 @@
+/* Every scenario passes the oracle on TCP; every file in scenarios/bad fails
+ * with the message its first line expects; a corrupted server is caught;
+ * the example of scenarios/README.md runs. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+static char out[1 << 20];
+
+static int run(const char *env, const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s %s %s 2>&1", env, RKV_BIN, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int list_yaml(const char *dir, char names[][256], int max)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        size_t len = strlen(e->d_name);
+        if (len > 5 && !strcmp(e->d_name + len - 5, ".yaml"))
+            snprintf(names[n++], 256, "%.120s/%.120s", dir, e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_every_scenario_passes(void **state)
+{
+    (void)state;
+    static char names[64][256];
+    int n = list_yaml(SCEN_DIR, names, 64);
+    assert_true(n >= 9);
+    for (int i = 0; i < n; i++) {
+        char args[1024];
+        snprintf(args, sizeof(args), "run %.255s", names[i]);
+        int rc = run("", args);
+        if (rc != 0 || !strstr(out, "verdict: PASS"))
+            fail_msg("%s: exit %d\n%s", names[i], rc, out);
+        printf("%s: PASS\n", names[i]);
+    }
+}
+
+static void test_bad_scenarios_fail_precisely(void **state)
+{
+    (void)state;
+    static char names[64][256];
+    int n = list_yaml(SCEN_DIR "/bad", names, 64);
+    assert_true(n >= 8);
+    for (int i = 0; i < n; i++) {
+        FILE *f = fopen(names[i], "r");
+        assert_non_null(f);
+        char first[512] = "";
+        assert_non_null(fgets(first, sizeof(first), f));
+        fclose(f);
+        first[strcspn(first, "\n")] = 0;
+        assert_int_equal(strncmp(first, "# expect: ", 10), 0);
+        char args[1024];
+        snprintf(args, sizeof(args), "run %.255s", names[i]);
+        int rc = run("", args);
+        if (rc != 2 || !strstr(out, first + 10))
+            fail_msg("%s: exit %d, expected 2 and \"%s\", got:\n%s", names[i], rc, first + 10, out);
+    }
+}
+
+/* The oracle self-test: a server that flips one value must be caught, with
+ * the right row named. */
+static void test_oracle_catches_a_corrupted_server(void **state)
+{
+    (void)state;
+    int rc = run("RKV_TEST_CORRUPT_ROW=17", "run " SCEN_DIR "/quickstart.yaml");
+    assert_int_equal(rc, 1);
+    assert_non_null(strstr(out, "row 17 [0]: expected 0, got 1"));
+    assert_non_null(strstr(out, "verdict: FAIL"));
+}
+
+static void test_readme_example_and_reports(void **state)
+{
+    (void)state;
+    FILE *f = fopen(SCEN_DIR "/README.md", "r");
+    assert_non_null(f);
+    FILE *y = fopen("readme-example.yaml", "w");
+    assert_non_null(y);
+    char line[1024];
+    int in = 0, lines = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (!strncmp(line, "```", 3)) {
+            if (in)
+                break;
+            in = !strncmp(line, "```yaml", 7);
+            continue;
+        }
+        if (in) {
+            fputs(line, y);
+            lines++;
+        }
+    }
+    fclose(f);
+    fclose(y);
+    assert_true(lines > 20);
+    int rc = run("", "run readme-example.yaml --out report-out");
+    if (rc != 0)
+        fail_msg("%s", out);
+    f = fopen("report-out/report.json", "r");
+    assert_non_null(f);
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    line[n] = 0;
+    fclose(f);
+    assert_non_null(strstr(line, "\"passed\": true"));
+    f = fopen("report-out/report.md", "r");
+    assert_non_null(f);
+    fclose(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_scenarios_fail_precisely),
+        cmocka_unit_test(test_oracle_catches_a_corrupted_server),
+        cmocka_unit_test(test_readme_example_and_reports),
+        cmocka_unit_test(test_every_scenario_passes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
