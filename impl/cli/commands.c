@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "harness/oracle.h"
+#include "harness/scenario.h"
 #include "harness/workload.h"
 #include "store/server_int.h"
 
@@ -199,20 +200,100 @@ int cli_cmd_config(int argc, char **argv)
     return RKV_EXIT_OK;
 }
 
-/* For launchers that set a role variable (ps-lite's DMLC_ROLE, DGL's). */
+/* Rank and size from the launcher that started us (Open MPI, Slurm, PMI). */
+static int node_rank(uint32_t *rank, uint32_t *size)
+{
+    static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                          {"SLURM_PROCID", "SLURM_NTASKS"},
+                                          {"PMI_RANK", "PMI_SIZE"}};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *r = getenv(vars[i][0]), *n = getenv(vars[i][1]);
+        if (r && n && *r && *n) {
+            *rank = (uint32_t)strtoul(r, NULL, 10);
+            *size = (uint32_t)strtoul(n, NULL, 10);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* `rkv node --scenario FILE` under a launcher: ranks 0..S-1 are the servers,
+ * the rest the workers, machine by machine. Every rank derives the same
+ * cluster from the scenario; hosts come from --cluster (one line per
+ * machine) or --host for a one-host run. */
+static int node_from_scenario(int argc, char **argv, const struct cli_settings *s)
+{
+    char err[512];
+    struct rkv_scenario *sc;
+    uint32_t rank, size;
+    if (node_rank(&rank, &size) < 0) {
+        fprintf(stderr, "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or "
+                        "PMI_RANK) and no --role\n");
+        return RKV_EXIT_USAGE;
+    }
+    if (rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv node: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    uint32_t S = rkv_scenario_servers(sc), W = rkv_scenario_workers(sc);
+    char v[5][16], port[16];
+    snprintf(v[0], 16, "%u", sc->machines);
+    snprintf(v[1], 16, "%u", sc->servers_per_machine);
+    snprintf(v[2], 16, "%u", W);
+    snprintf(v[3], 16, "%u", rank < S ? rank : (rank - S) / sc->workers_per_machine);
+    snprintf(port, 16, "%u", sc->tcp_base_port);
+    int use_port = sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default");
+    rkv_scenario_free(sc);
+    if (size != S + W) {
+        fprintf(stderr,
+                "rkv node: the launcher started %u processes; the scenario needs %u "
+                "(%u servers + %u workers)\n",
+                size, S + W, S, W);
+        return RKV_EXIT_USAGE;
+    }
+    snprintf(v[4], 16, "%u", rank);
+    char *args[64 + 16];
+    int n = 0;
+    for (int i = 0; i < argc && n < 64; i++)
+        args[n++] = argv[i];
+    char *extra[] = {"--machines",
+                     v[0],
+                     "--servers-per-machine",
+                     v[1],
+                     "--num-workers",
+                     v[2],
+                     rank < S ? "--server-id" : "--machine-id",
+                     rank < S ? v[4] : v[3]};
+    for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++)
+        args[n++] = extra[i];
+    if (use_port) {
+        args[n++] = "--base-port";
+        args[n++] = port;
+    }
+    args[n] = NULL;
+    return rank < S ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
+}
+
+/* For launchers that set a role variable (ps-lite's DMLC_ROLE, DGL's), or
+ * a rank (mpirun, srun) together with --scenario. */
 int cli_cmd_node(int argc, char **argv)
 {
     struct cli_settings s;
     char err[512];
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv node [--role server|worker] [settings]\n"
-               "Runs `rkv server` or `rkv worker` as the role setting says.\n");
+               "       rkv node --scenario FILE   (under mpirun / srun / a PMI launcher)\n"
+               "Runs `rkv server` or `rkv worker` as the role setting says; with --scenario and\n"
+               "no role, the launcher's rank decides: ranks below the scenario's server count\n"
+               "are servers, the others workers.\n");
         return RKV_EXIT_OK;
     }
     if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    if (!*s.val[CLI_ROLE] && *s.val[CLI_SCENARIO])
+        return node_from_scenario(argc, argv, &s);
     if (strcmp(s.val[CLI_ROLE], "server") == 0)
         return cli_cmd_server(argc, argv);
     if (strcmp(s.val[CLI_ROLE], "worker") == 0)

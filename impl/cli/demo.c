@@ -485,6 +485,7 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
 static void run_usage(void)
 {
     printf("usage: rkv run FILE [--backend tcp] [--seed N] [--out DIR] [settings]\n"
+           "       rkv run FILE --launcher mpirun|srun --dry-run\n"
            "Runs the scenario FILE with one process per server and worker on this host, checks\n"
            "every pulled value with the oracle, prints per-phase ops, throughput, latency and\n"
            "the verdict; --out DIR also writes report.json and report.md. Exit 0 only if the\n"
@@ -492,13 +493,17 @@ static void run_usage(void)
 }
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
-static int run_args(int argc, char **argv, const char **file, const char **out, char **rest,
-                    int *n_rest)
+static int run_args(int argc, char **argv, const char **file, const char **out,
+                    const char **launcher, char **rest, int *n_rest)
 {
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             *out = argv[++i];
+        else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
+            *launcher = argv[++i];
+        else if (!strcmp(argv[i], "--dry-run"))
+            ; /* the only mode --launcher has: rkv starts no remote processes itself */
         else if (!strncmp(argv[i], "--out=", 6))
             *out = argv[i] + 6;
         else if (strncmp(argv[i], "--", 2) && !*file)
@@ -581,6 +586,24 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
 }
 
+/* Beyond one host rkv uses the cluster's launcher: this prints the line. */
+static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc)
+{
+    uint32_t n = rkv_scenario_servers(sc) + rkv_scenario_workers(sc);
+    if (!strcmp(launcher, "mpirun"))
+        printf("mpirun --oversubscribe -np %u rkv node --scenario %s\n", n, file);
+    else if (!strcmp(launcher, "srun"))
+        printf("srun --ntasks %u rkv node --scenario %s\n", n, file);
+    else {
+        fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
+        return RKV_EXIT_USAGE;
+    }
+    printf("# ranks 0..%u are servers, the rest workers; on several hosts add --cluster FILE "
+           "(one 'host base_port servers' line per machine)\n",
+           rkv_scenario_servers(sc) - 1);
+    return RKV_EXIT_OK;
+}
+
 int cli_cmd_run(int argc, char **argv, const char *self)
 {
     for (int i = 0; i < argc; i++) {
@@ -589,10 +612,10 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             return RKV_EXIT_OK;
         }
     }
-    const char *file = NULL, *out_dir = NULL;
+    const char *file = NULL, *out_dir = NULL, *launcher = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     int n_rest;
-    if (!rest || run_args(argc, argv, &file, &out_dir, rest, &n_rest) < 0) {
+    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, rest, &n_rest) < 0) {
         fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
         free(rest);
         return RKV_EXIT_USAGE;
@@ -604,6 +627,10 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     int code = RKV_EXIT_USAGE;
     if (!d || run_load(file, &sc) < 0)
         goto out;
+    if (launcher) {
+        code = run_print_launch(launcher, file, sc);
+        goto out;
+    }
     if (cli_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         goto out;
