@@ -150,3 +150,75 @@ int rkv_report_write(const struct rkv_report *r, const char *dir, const char *ba
     fclose(f);
     return 0;
 }
+
+/* Data files for the plots: one CDF block per phase (gnuplot "index"). */
+static int rep_plot_data(const struct rkv_report *r, const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/latency_cdf.dat", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -RKV_EIO;
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        const struct rkv_wl_phase_stats *m = &r->phase[p];
+        uint64_t total = 0, acc = 0;
+        for (uint32_t b = 0; b < RKV_WL_HIST; b++)
+            total += m->hist[b];
+        fprintf(f, "# %s\n", r->sc->phases[p].name);
+        for (uint32_t b = 0; b < RKV_WL_HIST && total; b++) {
+            if (!m->hist[b])
+                continue;
+            acc += m->hist[b];
+            fprintf(f, "%.3f %.6f\n", rkv_wl_bucket_us(b), (double)acc / (double)total);
+        }
+        fprintf(f, "\n\n");
+    }
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/throughput.dat", dir);
+    if (!(f = fopen(path, "w")))
+        return -RKV_EIO;
+    for (uint32_t p = 0; p < r->sc->n_phases; p++)
+        fprintf(f, "%u \"%s\" %.6f\n", p, r->sc->phases[p].name, rep_gbps(&r->phase[p]));
+    fclose(f);
+    return 0;
+}
+
+int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size_t err_len)
+{
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return snprintf(err, err_len, "cannot create %s: %s", dir, strerror(errno)), -RKV_EIO;
+    if (rep_plot_data(r, dir) < 0)
+        return snprintf(err, err_len, "cannot write the plot data into %s", dir), -RKV_EIO;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/plots.gp", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return snprintf(err, err_len, "cannot write %s", path), -RKV_EIO;
+    fprintf(f,
+            "set terminal png size 900,560\nset grid\n"
+            "set output '%s/latency_cdf.png'\nset title 'request latency CDF'\n"
+            "set logscale x\nset xlabel 'latency (us)'\nset ylabel 'fraction of requests'\n"
+            "set key bottom right\nplot",
+            dir);
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) /* names are [A-Za-z0-9_-] in practice */
+        fprintf(f, "%s '%s/latency_cdf.dat' index %u using 1:2 with steps title \"%s\"",
+                p ? "," : "", dir, p, r->sc->phases[p].name);
+    fprintf(f, "\n");
+    fprintf(
+        f,
+        "unset logscale x\nset output '%s/throughput.png'\n"
+        "set title 'throughput per phase'\nset ylabel 'GB/s'\nset xlabel ''\n"
+        "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30\nset yrange [0:*]\n"
+        "plot '%s/throughput.dat' using 1:3:xtic(2) with boxes notitle\n",
+        dir, dir);
+    fclose(f);
+    char cmd[1100];
+    snprintf(cmd, sizeof(cmd), "gnuplot '%s' 2>&1", path);
+    int st = system(cmd);
+    if (st != 0)
+        return snprintf(err, err_len,
+                        "gnuplot failed (exit %d); install it with: apt-get install gnuplot-nox",
+                        st),
+               -RKV_EIO;
+    return 0;
+}

@@ -27,4 +27,7 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
 /* Writes report.json and report.md into dir (created if missing). */
 int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend);
 
+/* Writes latency_cdf.png and throughput.png into dir with gnuplot. */
+int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size_t err_len);
+
 #endif

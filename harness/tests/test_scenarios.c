@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -115,7 +116,9 @@ static void test_readme_example_and_reports(void **state)
     fclose(f);
     fclose(y);
     assert_true(lines > 20);
-    int rc = run("", "run readme-example.yaml --out report-out");
+    int plot = access("/usr/bin/gnuplot", X_OK) == 0; /* ci/deps installs gnuplot-nox */
+    int rc = run("", plot ? "run readme-example.yaml --out report-out --plot"
+                          : "run readme-example.yaml --out report-out");
     if (rc != 0)
         fail_msg("%s", out);
     f = fopen("report-out/report.json", "r");
@@ -127,6 +130,14 @@ static void test_readme_example_and_reports(void **state)
     f = fopen("report-out/report.md", "r");
     assert_non_null(f);
     fclose(f);
+    for (int i = 0; plot && i < 2; i++) {
+        f = fopen(i ? "report-out/throughput.png" : "report-out/latency_cdf.png", "rb");
+        assert_non_null(f);
+        unsigned char magic[4] = {0};
+        assert_int_equal(fread(magic, 1, 4, f), 4);
+        fclose(f);
+        assert_memory_equal(magic, "\x89PNG", 4);
+    }
 }
 
 int main(void)

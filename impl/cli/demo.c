@@ -43,9 +43,11 @@ static int demo_port_free(uint32_t port)
     return r == 0;
 }
 
-/* Finds n consecutive free TCP ports below Linux's ephemeral range (32768+),
- * where outgoing connections of this very run would otherwise take them. A
- * race with other programs remains; parallel demos pick different ranges. */
+/* Finds n consecutive free TCP ports in 20000..23999: below Linux's
+ * ephemeral range (32768+), where this run's own outgoing connections would
+ * take them, and apart from the ranges the test binaries use. A race with
+ * other programs remains; a client that reaches a foreign server is turned
+ * away by the cluster fingerprint at HELLO. */
 static int demo_free_ports(uint32_t n, uint16_t *base_p)
 {
     struct timespec ts;
@@ -53,7 +55,7 @@ static int demo_free_ports(uint32_t n, uint16_t *base_p)
     uint64_t x = (uint64_t)getpid() * 2654435761u ^ (uint64_t)ts.tv_nsec;
     for (int attempt = 0; attempt < 200; attempt++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
-        uint32_t base = 20000 + (uint32_t)((x >> 33) % (12000 - n));
+        uint32_t base = 20000 + (uint32_t)((x >> 33) % (4000 - n)); /* tests use 24000+ */
         uint32_t ok = 0;
         while (ok < n && demo_port_free(base + ok))
             ok++;
@@ -486,6 +488,7 @@ static void run_usage(void)
 {
     printf("usage: rkv run FILE [--backend tcp] [--seed N] [--out DIR] [settings]\n"
            "       rkv run FILE --launcher mpirun|srun --dry-run\n"
+           "--plot also draws latency_cdf.png and throughput.png (gnuplot) into DIR or .\n"
            "Runs the scenario FILE with one process per server and worker on this host, checks\n"
            "every pulled value with the oracle, prints per-phase ops, throughput, latency and\n"
            "the verdict; --out DIR also writes report.json and report.md. Exit 0 only if the\n"
@@ -494,7 +497,7 @@ static void run_usage(void)
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, char **rest, int *n_rest)
+                    const char **launcher, int *plot, char **rest, int *n_rest)
 {
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
@@ -502,6 +505,8 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             *out = argv[++i];
         else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
             *launcher = argv[++i];
+        else if (!strcmp(argv[i], "--plot"))
+            *plot = 1;
         else if (!strcmp(argv[i], "--dry-run"))
             ; /* the only mode --launcher has: rkv starts no remote processes itself */
         else if (!strncmp(argv[i], "--out=", 6))
@@ -547,7 +552,7 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
 }
 
 static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char *backend,
-                       const char *out_dir)
+                       const char *out_dir, int plot)
 {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -578,6 +583,12 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     rkv_report_print(&r, stdout, backend);
     if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
+    char err[256];
+    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", err, sizeof(err)) < 0)
+        fprintf(stderr, "rkv run: --plot: %s\n", err);
+    else if (plot)
+        printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
+               out_dir ? out_dir : ".");
     int passed = rkv_report_passed(&r);
     int wrong = 0;
     for (uint32_t p = 0; p < sc->n_phases; p++)
@@ -615,7 +626,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     const char *file = NULL, *out_dir = NULL, *launcher = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     int n_rest;
-    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, rest, &n_rest) < 0) {
+    int plot = 0;
+    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, &plot, rest, &n_rest) < 0) {
         fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
         free(rest);
         return RKV_EXIT_USAGE;
@@ -644,7 +656,7 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     printf("rkv run: %s: %u servers, %u workers over %s (loopback)\n", file, d->n_servers,
            d->n_workers, s.val[CLI_BACKEND]);
     fflush(stdout);
-    code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir);
+    code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
 out:
     for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
         free(d->out[i]);

@@ -12,7 +12,8 @@
  *  60 u32 reserved (must be 0)
  *
  * Bodies (payload_len must equal exactly what the type needs):
- *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce  (16)
+ *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce,
+ *                u64 cluster (fingerprint of the cluster the sender belongs to)    (24)
  *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers        (16)
  *   INIT, META_REPLY  tensor (104) + book (book_len x u32)
  *        tensor: char name[64] NUL-terminated non-empty, u32 dtype, u32 policy,
@@ -115,6 +116,7 @@ struct rkv_msg {
         struct {
             uint32_t machine_id, want_id;
             uint64_t nonce;
+            uint64_t cluster;
         } hello;
         struct {
             uint32_t client_id, n_workers, rx_depth, n_servers;
@@ -157,7 +159,7 @@ uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint
  * total message length. h->payload_len is computed, not taken from h. */
 size_t rkv_proto_put_hdr(void *buf, const struct rkv_hdr *h);
 size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, uint32_t machine_id, uint32_t want_id,
-                           uint64_t nonce);
+                           uint64_t nonce, uint64_t cluster);
 size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h, uint32_t client_id,
                                  uint32_t n_workers, uint32_t rx_depth, uint32_t n_servers);
 size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,

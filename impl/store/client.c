@@ -292,7 +292,7 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
     size_t len;
     if (h->type == RKV_MSG_HELLO)
         len = rkv_proto_enc_hello(buf, h, body->u.hello.machine_id, body->u.hello.want_id,
-                                  body->u.hello.nonce);
+                                  body->u.hello.nonce, rkv_cfg_fingerprint(&c->cfg));
     else if (h->type == RKV_MSG_META)
         len = rkv_proto_enc_meta(buf, h, body->u.name);
     else

@@ -93,6 +93,10 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
 
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
+    if (m->u.hello.cluster != rkv_cfg_fingerprint(&s->cfg))
+        return srv_status(s, peer, m, 0, -RKV_ECONFIG,
+                          "this server belongs to another cluster (machines, ports, workers or "
+                          "shm prefix differ)");
     rkv_peer_set_user(peer, s); /* a client now: it may take part in barriers */
     if (m->u.hello.want_id != RKV_ID_NONE) {
         if (m->u.hello.want_id >= s->cfg.n_workers)

@@ -101,6 +101,20 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     return 0;
 }
 
+uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg)
+{
+    uint64_t h = rkv_mix64(cfg->n_machines ^ ((uint64_t)cfg->n_workers << 32));
+    for (uint32_t m = 0; m < cfg->n_machines; m++) {
+        const struct rkv_machine *mc = &cfg->machines[m];
+        h = rkv_mix64(h ^ mc->base_port ^ ((uint64_t)mc->servers << 16));
+        for (const char *c = mc->host; *c; c++)
+            h = rkv_mix64(h ^ (uint8_t)*c);
+    }
+    for (const char *c = cfg->shm_prefix; *c; c++)
+        h = rkv_mix64(h ^ (uint8_t)*c);
+    return h;
+}
+
 void rkv_config_defaults(struct rkv_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));

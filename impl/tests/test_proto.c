@@ -173,7 +173,7 @@ static size_t enc_sample(uint8_t *buf, int type)
     struct rkv_slot_desc d = {.addr = 0x7f0000001000, .rkey = 11, .slot = 2, .cap = 1 << 20};
     switch (type) {
     case RKV_MSG_HELLO:
-        return rkv_proto_enc_hello(buf, &h, 3, RKV_ID_NONE, 0xabcdef);
+        return rkv_proto_enc_hello(buf, &h, 3, RKV_ID_NONE, 0xabcdef, 0x5eed);
     case RKV_MSG_HELLO_REPLY:
         return rkv_proto_enc_hello_reply(buf, &h, 4, 8, 32, 6);
     case RKV_MSG_INIT: {
@@ -217,14 +217,15 @@ static void test_roundtrip_hello(void **state)
     uint8_t *b = buf_new();
     struct rkv_msg m;
     struct rkv_hdr h = hdr_of(RKV_MSG_HELLO);
-    size_t n = rkv_proto_enc_hello(b, &h, 3, RKV_ID_NONE, 0xabcdef);
-    assert_int_equal(n, 64 + 16);
-    assert_int_equal(h.payload_len, 16);
+    size_t n = rkv_proto_enc_hello(b, &h, 3, RKV_ID_NONE, 0xabcdef, 0x5eed);
+    assert_int_equal(n, 64 + 24);
+    assert_int_equal(h.payload_len, 24);
     expect_ok(b, n, &m);
     assert_hdr_equal(&m.h, &h);
     assert_int_equal(m.u.hello.machine_id, 3);
     assert_int_equal(m.u.hello.want_id, RKV_ID_NONE);
     assert_int_equal(m.u.hello.nonce, 0xabcdef);
+    assert_int_equal(m.u.hello.cluster, 0x5eed);
 
     h = hdr_of(RKV_MSG_HELLO_REPLY);
     n = rkv_proto_enc_hello_reply(b, &h, 4, 8, 32, 6);
@@ -455,7 +456,7 @@ static void test_type_names_and_sizes(void **state)
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_INIT, 9, 9, 5), 104 + 20);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_META_REPLY, 0, 0, UINT32_MAX),
                      104 + 4ull * UINT32_MAX);
-    assert_int_equal(rkv_proto_body_bytes(RKV_MSG_HELLO, 5, 5, 5), 16);
+    assert_int_equal(rkv_proto_body_bytes(RKV_MSG_HELLO, 5, 5, 5), 24);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_META, 0, 0, 0), 64);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_RNDV_START, 0, 0, 0), 8);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_RNDV_REPLY, 0, 0, 0), 24);
@@ -563,8 +564,8 @@ static void test_reject_payload_len(void **state)
 
     /* Fixed-size and empty bodies must be exactly their size. */
     n = enc_sample(b, RKV_MSG_HELLO);
-    w64(b, O_PAYLOAD, 15);
-    expect_reject(b, n - 1, "HELLO: payload_len 15");
+    w64(b, O_PAYLOAD, 23);
+    expect_reject(b, n - 1, "HELLO: payload_len 23");
     n = enc_sample(b, RKV_MSG_BARRIER);
     w64(b, O_PAYLOAD, 8);
     expect_reject(b, n + 8, "BARRIER: payload_len 8");

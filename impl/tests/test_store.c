@@ -37,7 +37,7 @@ static uint16_t free_base_port(void)
     static uint32_t x; /* test-only: successive calls pick different ports */
     x = x * 1103515245u + 12345u + (uint32_t)getpid();
     for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
-        uint16_t base = (uint16_t)(20000 + (x >> 8) % 12000);
+        uint16_t base = (uint16_t)(25000 + (x >> 8) % 2998); /* this binary's range */
         int ok = 1;
         for (int k = 0; k < 2 && ok; k++) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -277,6 +277,29 @@ static void test_more_tensors_than_slots(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a client configured for another cluster (here: another shm
+ * prefix) that reaches our ports is turned away at HELLO, instead of
+ * joining and reading someone else's rows. */
+static void test_foreign_cluster_rejected(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 3000);
+    c.cfg.connect_retry_ms = 1000;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_config other = c.cfg;
+    snprintf(other.shm_prefix, sizeof(other.shm_prefix), "someone-else");
+    struct rkv_client *cli;
+    char err[256];
+    assert_int_equal(rkv_client_create(&other, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "another cluster"));
+    cli = client_join(&c); /* the right client still joins */
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* ---- a hostile peer speaking the real protocol through its own engine ---- */
 
 struct hostile {
@@ -461,20 +484,34 @@ static void test_garbage_sockets(void **state)
 
 /* ---- a server that dies or hangs ---- */
 
+/* Forks a server process and waits until it listens (or failed to). */
 static pid_t fork_server(struct cluster *c, uint32_t m)
 {
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        close(ready[0]);
         struct rkv_config cfg = c->cfg;
         cfg.machine_id = m;
         struct rkv_server *s;
         char err[256];
-        if (rkv_server_create(&cfg, 0, &s, err, sizeof(err)) < 0)
+        char ok = rkv_server_create(&cfg, 0, &s, err, sizeof(err)) == 0;
+        if (write(ready[1], &ok, 1) != 1 || !ok)
             _exit(3);
+        close(ready[1]);
         rkv_server_run(s);
         rkv_server_destroy(s);
         _exit(0);
+    }
+    close(ready[1]);
+    char ok = 0;
+    ssize_t r = read(ready[0], &ok, 1);
+    close(ready[0]);
+    if (r != 1 || !ok) {
+        waitpid(pid, NULL, 0);
+        fail_msg("the forked server could not start (port taken?)");
     }
     return pid;
 }
@@ -528,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_api_errors),
         cmocka_unit_test(test_handlers_end_to_end),
         cmocka_unit_test(test_more_tensors_than_slots),
+        cmocka_unit_test(test_foreign_cluster_rejected),
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_garbage_sockets),
         cmocka_unit_test(test_server_killed_or_hung),
