@@ -15,6 +15,8 @@
 #define ENG_MIN_SLOT_BYTES 4096u
 /* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
 #define ENG_TX_CACHE_BYTES (256u << 20)
+/* Messages that may wait for credits per peer before the peer is dropped. */
+#define ENG_MAX_QUEUED 65536u
 
 enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2, ENG_TX_SLOT = 3 /* needs a slot first */ };
 enum eng_lslot_state { ENG_SLOT_FREE = 0, ENG_SLOT_GRANTED, ENG_SLOT_OWNED };
@@ -311,6 +313,14 @@ static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         return -RKV_EPEERDEAD;
     }
     if (p->backlog.head || p->credits <= 1) {
+        if (p->backlog.n >= ENG_MAX_QUEUED) {
+            /* A peer that takes but never returns credits, or a caller that
+             * outruns the network without bound: both are errors. */
+            RKV_LOGW(e->port, "engine: %u messages queued for a peer; dropping it", p->backlog.n);
+            tx_put(e, tx);
+            peer_kill(e, p, 1);
+            return -RKV_ELIMIT;
+        }
         txq_push(&p->backlog, tx);
         e->st.backlogged++;
         return 0;
@@ -471,12 +481,13 @@ static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_
     return 0;
 }
 
-int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len)
+static int eng_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,
+                    int reply)
 {
     assert(len >= RKV_PROTO_HDR_BYTES && len <= tx->cap);
     eng_lock(e);
     tx->len = len;
-    tx->reply = 1;
+    tx->reply = reply;
     int rc;
     if (p->dead) {
         tx_put(e, tx);
@@ -493,6 +504,16 @@ int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
     }
     eng_unlock(e);
     return rc;
+}
+
+int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len)
+{
+    return eng_send(e, p, tx, len, 0);
+}
+
+int rkv_engine_reply(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len)
+{
+    return eng_send(e, p, tx, len, 1);
 }
 
 int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,

@@ -45,8 +45,9 @@ struct rkv_engine_cfg {
 };
 
 /* msg and anything it points to are valid only during the call. For a
- * message that arrived in a granted slot, sending anything to the same peer
- * from inside the callback releases the slot: reply only once done reading.
+ * message that arrived in a granted slot, a reply (rkv_engine_reply or
+ * rkv_engine_write) to the same peer from inside the callback releases the
+ * slot: reply only once done reading; otherwise it is released afterwards.
  * When a message the engine could not deliver was a request, on_msg receives
  * a synthesized RKV_MSG_ERROR with that request's req_id and the error. */
 typedef void (*rkv_engine_msg_fn)(void *user, struct rkv_peer *peer, const struct rkv_msg *msg);
@@ -72,7 +73,12 @@ void rkv_engine_tx_free(struct rkv_engine *eng, struct rkv_tx *tx);
 /* Sends an encoded message: a SEND when small, else via a cached or new
  * rendezvous slot. Consumes tx even on error. */
 int rkv_engine_send(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len);
-/* WRITE_WITH_IMM of an encoded message into a slot the peer handed out. */
+/* The same, for a reply sent from inside on_msg: it also gives back the
+ * granted slot the message being handled came in (so reply only once done
+ * reading it). Only the progress task, inside on_msg, may call it. */
+int rkv_engine_reply(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len);
+/* WRITE_WITH_IMM of an encoded message into a slot the peer handed out
+ * (a reply: same rule as rkv_engine_reply). */
 int rkv_engine_write(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len,
                      const struct rkv_slot_desc *dst);
 /* A slot this side owns, for a peer to write a reply into. */

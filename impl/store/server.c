@@ -53,7 +53,7 @@ static void srv_reply(struct rkv_server *s, struct rkv_peer *peer, struct rkv_hd
     h->sender = s->server_id;
     size_t len = text ? rkv_proto_enc_error(rkv_engine_tx_buf(tx), h, text)
                       : rkv_proto_enc_empty(rkv_engine_tx_buf(tx), h);
-    rkv_engine_send(s->eng, peer, tx, len);
+    rkv_engine_reply(s->eng, peer, tx, len);
 }
 
 static void srv_status(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m,
@@ -88,7 +88,7 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
     struct rkv_hdr h = {.type = RKV_MSG_HELLO_REPLY, .req_id = req, .sender = s->server_id};
     size_t len = rkv_proto_enc_hello_reply(rkv_engine_tx_buf(tx), &h, id, s->cfg.n_workers,
                                            s->cfg.rx_depth, s->n_servers);
-    rkv_engine_send(s->eng, peer, tx, len);
+    rkv_engine_reply(s->eng, peer, tx, len);
 }
 
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -260,7 +260,7 @@ static void srv_on_meta(struct rkv_server *s, struct rkv_peer *peer, const struc
                         .tensor_id = t->meta.id,
                         .sender = s->server_id};
     len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, &w, t->pb.book);
-    rkv_engine_send(s->eng, peer, tx, len);
+    rkv_engine_reply(s->eng, peer, tx, len);
 }
 
 /* ---- data path ---- */
