@@ -255,6 +255,26 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
     return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what, srv->id);
 }
 
+/* A request expecting `expect` back from srv, and a transmit buffer of len
+ * bytes to encode it in. On failure nothing is left behind. */
+static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t len,
+                     const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
+{
+    if (srv->dead)
+        return cli_dead(c, srv, what);
+    struct cli_req *r = cli_req_new(c, srv, expect);
+    int rc = r ? rkv_engine_tx_alloc(c->eng, len, tx_p) : -RKV_ENOMEM;
+    if (rc < 0) {
+        if (r)
+            cli_release(c, &r, 1);
+        return rkv_errf(
+            c->err, sizeof(c->err), rc, "%s: %llu-byte message: %s (max_slot_bytes %llu)", what,
+            (unsigned long long)len, rkv_strerror(rc), (unsigned long long)c->cfg.max_slot_bytes);
+    }
+    *r_p = r;
+    return 0;
+}
+
 /* Hands an encoded request to the engine. On failure the request is gone
  * (nobody will wait for it) and *req_p stays untouched. */
 static int cli_submit(struct rkv_client *c, struct cli_server *srv, struct cli_req *r,
@@ -273,19 +293,15 @@ static int cli_submit(struct rkv_client *c, struct cli_server *srv, struct cli_r
 static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct rkv_hdr *h,
                            const struct rkv_msg *body, struct cli_req **req_p, const char *what)
 {
-    if (srv->dead)
-        return cli_dead(c, srv, what);
     static const int reply_of[RKV_MSG_TYPE_MAX_] = {[RKV_MSG_HELLO] = RKV_MSG_HELLO_REPLY,
                                                     [RKV_MSG_META] = RKV_MSG_META_REPLY,
                                                     [RKV_MSG_BARRIER] = RKV_MSG_BARRIER_REPLY,
                                                     [RKV_MSG_SHUTDOWN] = RKV_MSG_SHUTDOWN_ACK};
-    struct cli_req *r = cli_req_new(c, srv, reply_of[h->type]);
+    struct cli_req *r;
     struct rkv_tx *tx;
-    if (!r || rkv_engine_tx_alloc(c->eng, c->cfg.ctrl_buf_bytes, &tx) < 0) {
-        if (r)
-            cli_release(c, &r, 1);
-        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "%s: out of memory", what);
-    }
+    int rc = cli_begin(c, srv, reply_of[h->type], c->cfg.ctrl_buf_bytes, what, &r, &tx);
+    if (rc < 0)
+        return rc;
     h->req_id = r->id;
     h->sender = RKV_CLIENT_NODE_BASE + c->id;
     void *buf = rkv_engine_tx_buf(tx);
@@ -412,20 +428,12 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                          const struct rkv_wire_tensor *w, const uint32_t *book,
                          struct cli_req **req_p)
 {
-    if (srv->dead)
-        return cli_dead(c, srv, "init_data");
     size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w->book_len * 4;
-    struct cli_req *r = cli_req_new(c, srv, RKV_MSG_INIT_REPLY);
+    struct cli_req *r;
     struct rkv_tx *tx;
-    int rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
-    if (rc < 0) {
-        if (r)
-            cli_release(c, &r, 1);
-        return rkv_errf(c->err, sizeof(c->err), rc,
-                        "init_data: tensor description of %zu "
-                        "bytes: %s",
-                        len, rkv_strerror(rc));
-    }
+    int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, len, "init_data", &r, &tx);
+    if (rc < 0)
+        return rc;
     struct rkv_hdr h = {.type = RKV_MSG_INIT,
                         .req_id = r->id,
                         .tensor_id = id,
@@ -576,25 +584,51 @@ static int cli_check_size(struct rkv_client *c, const struct rkv_tensor *t, size
     return 0;
 }
 
-static int cli_push_remote(struct rkv_client *c, const struct rkv_tensor *t, struct cli_server *srv,
-                           const uint64_t *ids, const uint8_t *rows, const uint32_t *pos,
-                           uint32_t cnt, int op, double param, struct cli_req **req_p)
+/* One push or pull call, as the per-machine senders see it. */
+struct cli_op {
+    const struct rkv_tensor *t;
+    const uint64_t *ids;
+    const uint8_t *rows; /* push */
+    uint8_t *out;        /* pull */
+    int op;
+    double param;
+};
+
+typedef int (*cli_remote_fn)(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
+                             const uint32_t *pos, uint32_t cnt, struct cli_req **req_p);
+
+/* Sends one request per machine that holds some of the rows, except this
+ * machine when its shard is mapped (the caller does those rows itself). */
+static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
+                      cli_remote_fn fn, struct cli_req **reqs, size_t *nreq_p)
 {
-    if (srv->dead)
-        return cli_dead(c, srv, "push");
-    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
-    struct cli_req *r = cli_req_new(c, srv, RKV_MSG_PUSH_ACK);
-    struct rkv_tx *tx;
-    int rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
-    if (rc < 0) {
-        if (r)
-            cli_release(c, &r, 1);
-        return rkv_errf(c->err, sizeof(c->err), rc,
-                        "push: %llu-byte message: %s (max_slot_bytes "
-                        "%llu)",
-                        (unsigned long long)len, rkv_strerror(rc),
-                        (unsigned long long)c->cfg.max_slot_bytes);
+    int rc = 0;
+    size_t nreq = 0;
+    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
+        uint32_t cnt = g->start[m + 1] - g->start[m];
+        if (cnt == 0 || (m == c->cfg.machine_id && o->t->mapped))
+            continue;
+        reqs[nreq] = NULL;
+        rc = fn(c, o, cli_pick(c, m), g->order + g->start[m], cnt, &reqs[nreq]);
+        if (reqs[nreq])
+            nreq++;
     }
+    *nreq_p = nreq;
+    return rc;
+}
+
+static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
+                           const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
+{
+    const struct rkv_tensor *t = o->t;
+    const uint64_t *ids = o->ids;
+    const uint8_t *rows = o->rows;
+    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+    struct cli_req *r;
+    struct rkv_tx *tx;
+    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, len, "push", &r, &tx);
+    if (rc < 0)
+        return rc;
     uint8_t *buf = rkv_engine_tx_buf(tx);
     struct rkv_hdr h = {.type = RKV_MSG_PUSH,
                         .req_id = r->id,
@@ -602,8 +636,8 @@ static int cli_push_remote(struct rkv_client *c, const struct rkv_tensor *t, str
                         .sender = RKV_CLIENT_NODE_BASE + c->id,
                         .count = cnt,
                         .row_bytes = (uint32_t)t->row_bytes,
-                        .op = (uint16_t)op,
-                        .param = param};
+                        .op = (uint16_t)o->op,
+                        .param = o->param};
     rkv_proto_enc_push(buf, &h, NULL, NULL);
     uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
     uint8_t *wrows = buf + RKV_PROTO_HDR_BYTES + (size_t)cnt * 8;
@@ -643,18 +677,10 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         goto free_groups;
     struct cli_req *reqs[RKV_MAX_MACHINES];
-    size_t nreq = 0;
+    size_t nreq;
     uint32_t local = c->cfg.machine_id;
-    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
-        uint32_t cnt = g.start[m + 1] - g.start[m];
-        if (cnt == 0 || (m == local && t->mapped))
-            continue;
-        reqs[nreq] = NULL;
-        rc = cli_push_remote(c, t, cli_pick(c, m), ids, rows, g.order + g.start[m], cnt, op, param,
-                             &reqs[nreq]);
-        if (reqs[nreq])
-            nreq++;
-    }
+    struct cli_op o = {.t = t, .ids = ids, .rows = rows, .op = op, .param = param};
+    rc = cli_fanout(c, &o, &g, cli_push_remote, reqs, &nreq);
     uint32_t lcnt = g.start[local + 1] - g.start[local];
     if (rc == 0 && t->mapped && lcnt > 0)
         rc = cli_push_local(c, t, ids, rows, g.order + g.start[local], lcnt, op, param);
@@ -684,10 +710,11 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need
     return 0;
 }
 
-static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t, struct cli_server *srv,
-                           const uint64_t *ids, uint8_t *out, const uint32_t *pos, uint32_t cnt,
-                           struct cli_req **req_p)
+static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
+                           const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
 {
+    const struct rkv_tensor *t = o->t;
+    const uint64_t *ids = o->ids;
     if (srv->dead)
         return cli_dead(c, srv, "pull");
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
@@ -695,15 +722,11 @@ static int cli_pull_remote(struct rkv_client *c, const struct rkv_tensor *t, str
     if (rc < 0)
         return rc;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
-    struct cli_req *r = cli_req_new(c, srv, RKV_MSG_PULL_REPLY);
+    struct cli_req *r;
     struct rkv_tx *tx;
-    rc = r ? rkv_engine_tx_alloc(c->eng, len, &tx) : -RKV_ENOMEM;
-    if (rc < 0) {
-        if (r)
-            cli_release(c, &r, 1);
-        return rkv_errf(c->err, sizeof(c->err), rc, "pull: %s", rkv_strerror(rc));
-    }
-    r->out = out;
+    if ((rc = cli_begin(c, srv, RKV_MSG_PULL_REPLY, len, "pull", &r, &tx)) < 0)
+        return rc;
+    r->out = o->out;
     r->pos = pos;
     r->count = cnt;
     r->row_bytes = t->row_bytes;
@@ -742,18 +765,10 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         goto free_groups;
     struct cli_req *reqs[RKV_MAX_MACHINES];
-    size_t nreq = 0;
+    size_t nreq;
     uint32_t local = c->cfg.machine_id;
-    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
-        uint32_t cnt = g.start[m + 1] - g.start[m];
-        if (cnt == 0 || (m == local && t->mapped))
-            continue;
-        reqs[nreq] = NULL;
-        rc = cli_pull_remote(c, t, cli_pick(c, m), ids, rows_out, g.order + g.start[m], cnt,
-                             &reqs[nreq]);
-        if (reqs[nreq])
-            nreq++;
-    }
+    struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
+    rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq);
     if (rc == 0 && t->mapped) {
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
             uint32_t p = g.order[i];
@@ -879,29 +894,21 @@ free_client:
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len)
 {
-    const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
-    if (!ops)
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in", cfg->backend);
     struct rkv_port *port;
-    int rc =
-        rkv_port_posix_create("w", cfg->log_level, cfg->seed ^ (uint64_t)(uintptr_t)&rc, &port);
-    if (rc < 0)
-        return rkv_errf(err, err_len, rc, "cannot create the OS port");
     struct rkv_nic *nic;
-    if ((rc = ops->open(port, NULL, &nic)) < 0) {
-        rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
-        goto destroy_port;
+    /* The stack address differs between processes (ASLR), so co-located
+     * clients draw different HELLO nonces even with one configured seed. */
+    uint64_t seed = cfg->seed ^ (uint64_t)(uintptr_t)&port;
+    int rc = rkv_node_open(cfg, "w", seed, &port, &nic, err, err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = rkv_client_create_on(port, nic, cfg, cli_p, err, err_len)) < 0) {
+        rkv_node_close(port, nic);
+        return rc;
     }
-    if ((rc = rkv_client_create_on(port, nic, cfg, cli_p, err, err_len)) < 0)
-        goto close_nic;
     (*cli_p)->own_port_nic = 1;
     snprintf(port->node, sizeof(port->node), "w%u", (*cli_p)->id);
     return 0;
-close_nic:
-    nic->ops->close(nic);
-destroy_port:
-    port->ops->destroy(port);
-    return rc;
 }
 
 struct rkv_port *rkv_client_port(struct rkv_client *c)
@@ -942,10 +949,8 @@ void rkv_client_destroy(struct rkv_client *c)
     }
     c->port->ops->cond_destroy(c->cv);
     c->port->ops->mutex_destroy(c->mu);
-    if (c->own_port_nic) {
-        c->nic->ops->close(c->nic);
-        c->port->ops->destroy(c->port);
-    }
+    if (c->own_port_nic)
+        rkv_node_close(c->port, c->nic);
     free(c->machines);
     free(c->servers);
     free(c);

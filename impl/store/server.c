@@ -490,31 +490,19 @@ free_server:
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len)
 {
-    const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
-    if (!ops)
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in", cfg->backend);
     char node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg->machine_id, local_id);
     struct rkv_port *port;
-    int rc = rkv_port_posix_create(node, cfg->log_level, cfg->seed, &port);
-    if (rc < 0)
-        return rkv_errf(err, err_len, rc, "cannot create the OS port");
     struct rkv_nic *nic;
-    rc = ops->open(port, NULL, &nic);
-    if (rc < 0) {
-        rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
-        goto destroy_port;
-    }
-    rc = rkv_server_create_on(port, nic, cfg, local_id, srv_p, err, err_len);
+    int rc = rkv_node_open(cfg, node, cfg->seed, &port, &nic, err, err_len);
     if (rc < 0)
-        goto close_nic;
+        return rc;
+    if ((rc = rkv_server_create_on(port, nic, cfg, local_id, srv_p, err, err_len)) < 0) {
+        rkv_node_close(port, nic);
+        return rc;
+    }
     (*srv_p)->own_port_nic = 1;
     return 0;
-close_nic:
-    nic->ops->close(nic);
-destroy_port:
-    port->ops->destroy(port);
-    return rc;
 }
 
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
@@ -557,10 +545,8 @@ void rkv_server_destroy(struct rkv_server *s)
     }
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);
-    if (s->own_port_nic) {
-        s->nic->ops->close(s->nic);
-        s->port->ops->destroy(s->port);
-    }
+    if (s->own_port_nic)
+        rkv_node_close(s->port, s->nic);
     free(s->machines);
     free(s->hellos);
     free(s->barrier);
