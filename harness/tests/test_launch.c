@@ -61,12 +61,14 @@ static void test_slurm_variables(void **state)
     char cmd[2048];
     snprintf(cmd, sizeof(cmd),
              "for r in 0 1 2 3 4 5 6 7; do SLURM_PROCID=$r SLURM_NTASKS=8 RKV_BASE_PORT=%u "
-             "%s node --scenario %s/quickstart.yaml & done 2>/dev/null; "
+             "RKV_LOG_LEVEL=2 %s node --scenario %s/quickstart.yaml 2>&1 & done; "
              "rc=0; for j in $(jobs -p); do wait $j || rc=1; done; exit $rc",
              test_port(), RKV_BIN, SCEN_DIR);
     assert_int_equal(sh(cmd), 0);
     assert_int_equal(count("PHASE"), 12); /* 4 workers x 3 phases */
     assert_int_equal(count("errors=0 "), 12);
+    /* Nobody was told where servers 1..3 are: they announced it to server 0. */
+    assert_non_null(strstr(out, "(4 of 4 known)"));
     snprintf(cmd, sizeof(cmd),
              "SLURM_PROCID=0 SLURM_NTASKS=5 %s node --scenario %s/quickstart.yaml 2>&1", RKV_BIN,
              SCEN_DIR);

@@ -42,6 +42,7 @@ enum cli_key {
     CLI_VALUE_BYTES,
     CLI_ROUNDS,
     CLI_SCENARIO,
+    CLI_DISCOVER,
     CLI_KEY_COUNT_
 };
 

@@ -270,6 +270,10 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
         args[n++] = "--base-port";
         args[n++] = port;
     }
+    if (!*s->val[CLI_CLUSTER]) { /* only server 0's address is known to everyone */
+        args[n++] = "--discover";
+        args[n++] = "1";
+    }
     args[n] = NULL;
     return rank < S ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
 }

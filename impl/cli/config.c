@@ -61,7 +61,12 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
     [CLI_SCENARIO] = {"scenario", "RKV_SCENARIO", "", "",
                       "workers run this scenario file's workload"},
+    [CLI_DISCOVER] = {"discover", "RKV_DISCOVER", "", "0",
+                      "1: only machine 0's host is known; the other servers announce their "
+                      "address to server 0"},
 };
+/* Every setting has a row: a missing one would be a NULL name at run time. */
+_Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
 
 static int cli_find_flag(const char *name, size_t len)
 {
@@ -266,8 +271,10 @@ static int cli_local_machines(const struct cli_settings *s, struct rkv_config *c
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
+    int discover = strcmp(s->val[CLI_DISCOVER], "0") != 0;
     for (uint32_t m = 0; m < nm; m++) {
-        snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CLI_HOST]);
+        if (m == 0 || !discover) /* else learned from server 0 at start */
+            snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CLI_HOST]);
         cfg->machines[m].base_port = (uint16_t)(port + m * spm);
         cfg->machines[m].servers = spm;
     }

@@ -101,6 +101,10 @@ struct rkv_nic_ops {
     /* Breaks the connection (the peer sees RKV_WC_DISCONNECTED) and frees the
      * QP once no completion can refer to it any more. */
     void (*qp_close)(struct rkv_qp *qp);
+    /* This node's address as the peer at host:port would reach it (used to
+     * announce a server's address to server 0). */
+    int (*local_addr)(struct rkv_nic *nic, const char *peer_host, uint16_t peer_port, char *buf,
+                      size_t len);
     void (*close)(struct rkv_nic *nic);
 };
 

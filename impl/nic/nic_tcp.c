@@ -24,6 +24,7 @@
  * (b) and (c) frees it. No completion is generated for a closed QP, and the
  * side that closed a QP gets no RKV_WC_DISCONNECTED for it.
  */
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <limits.h>
@@ -1482,7 +1483,39 @@ static void tcp_close(struct rkv_nic *nic)
     free(n);
 }
 
+/* The local address the kernel would use toward peer: a connected UDP
+ * socket sends nothing, but getsockname() then names the route's source. */
+static int tcp_local_addr(struct rkv_nic *nic, const char *peer, uint16_t port, char *buf,
+                          size_t len)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    struct addrinfo *res;
+    int rc = tcp_resolve(n, peer, port, 0, &res);
+    if (rc < 0)
+        return rc;
+    rc = -RKV_EIO;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        const void *a = ss.ss_family == AF_INET6
+                            ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                            : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+        if (inet_ntop(ss.ss_family, a, buf, (socklen_t)len))
+            rc = 0;
+    }
+    if (rc < 0)
+        RKV_LOGE(n->base.port, "nic tcp: no local address toward %s:%u: %s", peer, port,
+                 strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return rc;
+}
+
 const struct rkv_nic_ops rkv_nic_tcp_ops = {
+    .local_addr = tcp_local_addr,
     .name = "tcp",
     .open = tcp_open,
     .listen = tcp_listen,

@@ -68,6 +68,8 @@ static const uint32_t proto_fixed_body[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_RNDV_START] = 8,
     [RKV_MSG_RNDV_REPLY] = RKV_PROTO_SLOT_BYTES,
     [RKV_MSG_ERROR] = PROTO_BODY_VARIABLE,
+    [RKV_MSG_REGISTER] = RKV_PROTO_ADDR_BYTES,
+    [RKV_MSG_TABLE_ENTRY] = RKV_PROTO_ADDR_BYTES,
 };
 
 static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
@@ -90,6 +92,10 @@ static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_CREDIT] = "CREDIT",
     [RKV_MSG_ERROR] = "ERROR",
     [RKV_MSG_RNDV_RETIRE] = "RNDV_RETIRE",
+    [RKV_MSG_REGISTER] = "REGISTER",
+    [RKV_MSG_REGISTER_ACK] = "REGISTER_ACK",
+    [RKV_MSG_TABLE] = "TABLE",
+    [RKV_MSG_TABLE_ENTRY] = "TABLE_ENTRY",
 };
 
 const char *rkv_msg_type_name(int type)
@@ -422,6 +428,22 @@ static int dec_rndv_start(const uint8_t *b, struct rkv_msg *m, char *err, size_t
     return 0;
 }
 
+static int dec_addr(const uint8_t *b, struct rkv_msg *m, char *err, size_t el)
+{
+    struct rkv_wire_addr *a = &m->u.addr;
+    a->cluster = ld64(b);
+    a->server_id = ld32(b + 8);
+    a->port = ld32(b + 12);
+    const char *tn = rkv_msg_type_name(m->h.type);
+    if (a->port == 0 || a->port > 65535)
+        return rkv_errf(err, el, -RKV_EPROTO, "%s: port %u out of 1..65535", tn, a->port);
+    const uint8_t *host = b + 16, *nul = memchr(host, 0, RKV_PROTO_HOST_MAX + 1);
+    if (!nul || nul == host)
+        return rkv_errf(err, el, -RKV_EPROTO, "%s: host empty or not NUL-terminated", tn);
+    memcpy(a->host, host, (size_t)(nul - host) + 1);
+    return 0;
+}
+
 static void dec_hello(const uint8_t *b, struct rkv_msg *m)
 {
     if (m->h.type == RKV_MSG_HELLO) {
@@ -464,6 +486,9 @@ static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, 
         return dec_rndv_start(b, m, err, el);
     case RKV_MSG_RNDV_REPLY:
         return dec_slot_reply(b, m, err, el);
+    case RKV_MSG_REGISTER:
+    case RKV_MSG_TABLE_ENTRY:
+        return dec_addr(b, m, err, el);
     case RKV_MSG_ERROR:
         assert(n <= RKV_PROTO_TEXT_MAX);
         memcpy(m->u.error.text, b, (size_t)n);
@@ -540,6 +565,18 @@ size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, uint32_t machine_id, ui
     st32(b + 4, want_id);
     st64(b + 8, nonce);
     st64(b + 16, cluster);
+    return enc_total(h);
+}
+
+size_t rkv_proto_enc_addr(void *buf, struct rkv_hdr *h, const struct rkv_wire_addr *a)
+{
+    assert(h->type == RKV_MSG_REGISTER || h->type == RKV_MSG_TABLE_ENTRY);
+    uint8_t *b = enc_begin(buf, h, RKV_PROTO_ADDR_BYTES);
+    st64(b, a->cluster);
+    st32(b + 8, a->server_id);
+    st32(b + 12, a->port);
+    memset(b + 16, 0, RKV_PROTO_HOST_MAX + 1);
+    memcpy(b + 16, a->host, strnlen(a->host, RKV_PROTO_HOST_MAX));
     return enc_total(h);
 }
 

@@ -26,6 +26,8 @@
  *   RNDV_START   u64 bytes (size of the message the sender wants to write)         (8)
  *   RNDV_REPLY   slot desc (24)
  *   ERROR        up to RKV_PROTO_TEXT_MAX bytes of text
+ *   REGISTER, TABLE_ENTRY  addr: u64 cluster, u32 server_id, u32 port (1..65535),
+ *                char host[64] NUL-terminated non-empty                             (80)
  *   others       empty
  * slot desc: u64 addr, u32 rkey, u32 slot, u64 cap
  */
@@ -42,6 +44,8 @@
 #define RKV_PROTO_HDR_BYTES 64
 #define RKV_PROTO_TENSOR_BYTES 104
 #define RKV_PROTO_SLOT_BYTES 24
+#define RKV_PROTO_ADDR_BYTES 80
+#define RKV_PROTO_HOST_MAX 63
 #define RKV_PROTO_TEXT_MAX 256
 #define RKV_PROTO_MAX_ROW_BYTES (1u << 30)
 #define RKV_PROTO_MAX_ROWS (1ull << 40)
@@ -67,6 +71,10 @@ enum rkv_msg_type {
     RKV_MSG_CREDIT,
     RKV_MSG_ERROR,
     RKV_MSG_RNDV_RETIRE, /* the sender gives up a granted slot (id in count) */
+    RKV_MSG_REGISTER,    /* server -> server 0: my address (addr body) */
+    RKV_MSG_REGISTER_ACK,
+    RKV_MSG_TABLE,       /* client -> server 0: every server's address, please */
+    RKV_MSG_TABLE_ENTRY, /* one per server, same req_id (addr body) */
     RKV_MSG_TYPE_MAX_    /* one past the last */
 };
 
@@ -137,6 +145,12 @@ struct rkv_msg {
         const uint8_t *rows;       /* PULL_REPLY */
         uint64_t rndv_bytes;       /* RNDV_START */
         struct rkv_slot_desc slot; /* RNDV_REPLY */
+        struct rkv_wire_addr {
+            uint64_t cluster;
+            uint32_t server_id;
+            uint32_t port;
+            char host[RKV_PROTO_HOST_MAX + 1];
+        } addr; /* REGISTER, TABLE_ENTRY */
         struct {
             char text[RKV_PROTO_TEXT_MAX + 1];
         } error;
@@ -175,6 +189,7 @@ size_t rkv_proto_enc_pull_reply(void *buf, struct rkv_hdr *h);
 size_t rkv_proto_enc_rndv_start(void *buf, struct rkv_hdr *h, uint64_t bytes);
 size_t rkv_proto_enc_slot(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *s);
 size_t rkv_proto_enc_error(void *buf, struct rkv_hdr *h, const char *text);
+size_t rkv_proto_enc_addr(void *buf, struct rkv_hdr *h, const struct rkv_wire_addr *a);
 /* Rewrites the engine's flow-control fields of an encoded header in place
  * (credits returned and slot released are only known at post time). */
 void rkv_proto_patch_flow(void *buf, uint16_t credits, uint32_t release);

@@ -33,6 +33,8 @@ struct cli_req {
 struct cli_server {
     struct rkv_peer *peer;
     uint32_t id, machine;
+    char host[RKV_PROTO_HOST_MAX + 1]; /* from the config, or server 0's table */
+    uint16_t port;
     int dead;
     /* Where this server writes pull replies. A pull sends at most one
      * request per server, so one slot per server serves every tensor. */
@@ -202,6 +204,17 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         r->t = t;
         break;
     }
+    case RKV_MSG_TABLE_ENTRY: {
+        const struct rkv_wire_addr *a = &m->u.addr;
+        if (a->server_id >= c->n_servers || a->cluster != rkv_cfg_fingerprint(&c->cfg))
+            return cli_req_finish(c, r, -RKV_EPROTO, "address table entry of another cluster");
+        struct cli_server *srv = &c->servers[a->server_id];
+        snprintf(srv->host, sizeof(srv->host), "%s", a->host);
+        srv->port = (uint16_t)a->port;
+        if (++r->count < c->n_servers)
+            return; /* more entries of this table to come */
+        break;
+    }
     case RKV_MSG_PULL_REPLY:
         if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
             return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
@@ -296,7 +309,8 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
     static const int reply_of[RKV_MSG_TYPE_MAX_] = {[RKV_MSG_HELLO] = RKV_MSG_HELLO_REPLY,
                                                     [RKV_MSG_META] = RKV_MSG_META_REPLY,
                                                     [RKV_MSG_BARRIER] = RKV_MSG_BARRIER_REPLY,
-                                                    [RKV_MSG_SHUTDOWN] = RKV_MSG_SHUTDOWN_ACK};
+                                                    [RKV_MSG_SHUTDOWN] = RKV_MSG_SHUTDOWN_ACK,
+                                                    [RKV_MSG_TABLE] = RKV_MSG_TABLE_ENTRY};
     struct cli_req *r;
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, reply_of[h->type], c->cfg.ctrl_buf_bytes, what, &r, &tx);
@@ -318,17 +332,15 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
 {
-    const struct rkv_machine *mc = &c->cfg.machines[srv->machine];
-    uint16_t port =
-        (uint16_t)(mc->base_port + (srv->id - rkv_cfg_server_id(&c->cfg, srv->machine, 0)));
     uint64_t deadline = c->port->ops->now_ns(c->port) + c->cfg.connect_retry_ms * 1000000ull;
     int rc;
     /* Servers may start after their clients: retry refused connects. */
-    while ((rc = rkv_engine_connect(c->eng, mc->host, port, c->cfg.timeout_ms, &srv->peer)) < 0) {
+    while ((rc = rkv_engine_connect(c->eng, srv->host, srv->port, c->cfg.timeout_ms, &srv->peer)) <
+           0) {
         if (c->port->ops->now_ns(c->port) >= deadline)
             return rkv_errf(c->err, sizeof(c->err), rc,
                             "cannot connect to server %u at %s:%u within %u ms: %s", srv->id,
-                            mc->host, port, c->cfg.connect_retry_ms, rkv_strerror(rc));
+                            srv->host, srv->port, c->cfg.connect_retry_ms, rkv_strerror(rc));
         c->port->ops->sleep_ns(c->port, CLI_CONNECT_POLL_NS);
     }
     rkv_peer_set_user(srv->peer, srv);
@@ -825,14 +837,35 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
 
 /* ---- life cycle ---- */
 
+/* Machines whose host the config leaves empty registered their servers
+ * with server 0: ask it where everybody is. */
+static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
+{
+    struct rkv_hdr h = {.type = RKV_MSG_TABLE};
+    struct cli_req *r;
+    int rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "address table");
+    if (rc < 0)
+        return rc;
+    return cli_wait(c, &r, 1, wait_ms, "address table");
+}
+
 static int cli_join(struct rkv_client *c)
 {
-    for (uint32_t m = 0, k = 0; m < c->cfg.n_machines; m++)
-        for (uint32_t l = 0; l < c->cfg.machines[m].servers; l++, k++)
-            c->servers[k] = (struct cli_server){.id = k, .machine = m};
+    int dynamic = 0;
+    for (uint32_t m = 0, k = 0; m < c->cfg.n_machines; m++) {
+        const struct rkv_machine *mc = &c->cfg.machines[m];
+        dynamic |= !mc->host[0];
+        for (uint32_t l = 0; l < mc->servers; l++, k++) {
+            c->servers[k] =
+                (struct cli_server){.id = k, .machine = m, .port = (uint16_t)(mc->base_port + l)};
+            snprintf(c->servers[k].host, sizeof(c->servers[k].host), "%s", mc->host);
+        }
+    }
     /* Server 0 answers once every worker said hello: wait for the slowest. */
     uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
     int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
+    if (rc == 0 && dynamic)
+        rc = cli_fetch_table(c, wait_ms);
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
         rc = cli_hello(c, &c->servers[i], c->id, c->cfg.timeout_ms);
     return rc;

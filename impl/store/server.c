@@ -41,6 +41,14 @@ struct rkv_server {
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
     uint32_t n_barrier;
     uint64_t n_msgs;
+    /* Address discovery (machines whose host the config leaves empty):
+     * server 0 keeps every server's address as they register; the others
+     * register once at start. */
+    struct rkv_wire_addr *table; /* server 0: n_servers entries */
+    uint32_t n_registered;
+    struct srv_waiter *table_wait; /* server 0: TABLE requests before all registered */
+    uint32_t n_table_wait;
+    int register_acked; /* others: server 0 has our address */
     char err[256];
 };
 
@@ -365,6 +373,151 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
     s->port->ops->mutex_unlock(s->mu);
 }
 
+/* ---- address discovery ---- */
+
+static int srv_dynamic(const struct rkv_config *cfg)
+{
+    for (uint32_t m = 0; m < cfg->n_machines; m++)
+        if (!cfg->machines[m].host[0])
+            return 1;
+    return 0;
+}
+
+static void srv_send_table(struct rkv_server *s, struct rkv_peer *peer, uint64_t req)
+{
+    for (uint32_t i = 0; i < s->n_servers; i++) {
+        struct rkv_tx *tx;
+        if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
+            return;
+        struct rkv_hdr h = {.type = RKV_MSG_TABLE_ENTRY, .req_id = req, .sender = s->server_id};
+        size_t len = rkv_proto_enc_addr(rkv_engine_tx_buf(tx), &h, &s->table[i]);
+        if (rkv_engine_reply(s->eng, peer, tx, len) < 0)
+            return;
+    }
+}
+
+static void srv_on_table(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    if (s->server_id != 0 || !s->table)
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, "only server 0 keeps the address table");
+    if (s->n_registered == s->n_servers)
+        return srv_send_table(s, peer, m->h.req_id);
+    if (s->n_table_wait == s->cfg.n_workers)
+        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more TABLE requests than workers");
+    s->table_wait[s->n_table_wait++] = (struct srv_waiter){.peer = peer, .req_id = m->h.req_id};
+}
+
+/* Servers of one machine share its shard, so they must be on one host. */
+static const char *srv_check_register(struct rkv_server *s, const struct rkv_wire_addr *a)
+{
+    if (a->cluster != rkv_cfg_fingerprint(&s->cfg))
+        return "this server belongs to another cluster";
+    if (a->server_id == 0 || a->server_id >= s->n_servers)
+        return "server id out of range";
+    uint32_t first = 0, m = 0;
+    while (first + s->cfg.machines[m].servers <= a->server_id)
+        first += s->cfg.machines[m++].servers;
+    for (uint32_t i = first; i < first + s->cfg.machines[m].servers; i++)
+        if (s->table[i].port && i != a->server_id && strcmp(s->table[i].host, a->host) != 0)
+            return "servers of one machine registered from different hosts";
+    return NULL;
+}
+
+static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    const struct rkv_wire_addr *a = &m->u.addr;
+    const char *bad =
+        s->server_id != 0 || !s->table ? "not the address keeper" : srv_check_register(s, a);
+    if (bad)
+        return srv_status(s, peer, m, 0, -RKV_ECONFIG, bad);
+    if (!s->table[a->server_id].port)
+        s->n_registered++;
+    s->table[a->server_id] = *a;
+    RKV_LOGI(s->port, "server %u is at %s:%u (%u of %u known)", a->server_id, a->host, a->port,
+             s->n_registered, s->n_servers);
+    srv_status(s, peer, m, RKV_MSG_REGISTER_ACK, 0, NULL);
+    if (s->n_registered < s->n_servers)
+        return;
+    for (uint32_t i = 0; i < s->n_table_wait; i++)
+        srv_send_table(s, s->table_wait[i].peer, s->table_wait[i].req_id);
+    s->n_table_wait = 0;
+}
+
+static void srv_on_register_ack(struct rkv_server *s, const struct rkv_msg *m)
+{
+    (void)m;
+    s->port->ops->mutex_lock(s->mu);
+    s->register_acked = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+}
+
+/* Server 0's table starts with what the config already says. */
+static int srv_table_init(struct rkv_server *s)
+{
+    s->table = calloc(s->n_servers, sizeof(*s->table));
+    s->table_wait = calloc(s->cfg.n_workers, sizeof(*s->table_wait));
+    if (!s->table || !s->table_wait)
+        return -RKV_ENOMEM;
+    uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
+    for (uint32_t m = 0, k = 0; m < s->cfg.n_machines; m++) {
+        const struct rkv_machine *mc = &s->cfg.machines[m];
+        for (uint32_t l = 0; l < mc->servers; l++, k++) {
+            if (!mc->host[0] && k != 0)
+                continue; /* learned when that server registers */
+            s->table[k] =
+                (struct rkv_wire_addr){.cluster = fp, .server_id = k, .port = mc->base_port + l};
+            snprintf(s->table[k].host, sizeof(s->table[k].host), "%s", mc->host);
+            s->n_registered++;
+        }
+    }
+    return 0;
+}
+
+/* A server other than 0 announces where it listens, and waits for the ack. */
+static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_t err_len)
+{
+    const struct rkv_machine *m0 = &s->cfg.machines[0];
+    const struct rkv_machine *me = &s->cfg.machines[s->cfg.machine_id];
+    struct rkv_wire_addr a = {
+        .cluster = rkv_cfg_fingerprint(&s->cfg), .server_id = s->server_id, .port = my_port};
+    int rc = 0;
+    if (me->host[0])
+        snprintf(a.host, sizeof(a.host), "%s", me->host);
+    else
+        rc = s->nic->ops->local_addr(s->nic, m0->host, m0->base_port, a.host, sizeof(a.host));
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "server %u: no local address toward %s", s->server_id,
+                        m0->host);
+    uint64_t deadline = s->port->ops->now_ns(s->port) + s->cfg.connect_retry_ms * 1000000ull;
+    struct rkv_peer *peer;
+    while ((rc = rkv_engine_connect(s->eng, m0->host, m0->base_port, s->cfg.timeout_ms, &peer)) <
+           0) {
+        if (s->port->ops->now_ns(s->port) >= deadline)
+            return rkv_errf(err, err_len, rc, "server %u: server 0 at %s:%u unreachable: %s",
+                            s->server_id, m0->host, m0->base_port, rkv_strerror(rc));
+        s->port->ops->sleep_ns(s->port, 50000000ull);
+    }
+    struct rkv_tx *tx;
+    if ((rc = rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx)) < 0)
+        return rkv_errf(err, err_len, rc, "out of memory");
+    struct rkv_hdr h = {.type = RKV_MSG_REGISTER, .sender = s->server_id};
+    size_t len = rkv_proto_enc_addr(rkv_engine_tx_buf(tx), &h, &a);
+    if ((rc = rkv_engine_send(s->eng, peer, tx, len)) < 0)
+        return rkv_errf(err, err_len, rc, "server %u: cannot register with server 0", s->server_id);
+    deadline = s->port->ops->now_ns(s->port) + s->cfg.timeout_ms * 1000000ull;
+    s->port->ops->mutex_lock(s->mu);
+    while (!s->register_acked && s->port->ops->now_ns(s->port) < deadline)
+        s->port->ops->cond_wait(s->cv, s->mu, 100000000ull);
+    int acked = s->register_acked;
+    s->port->ops->mutex_unlock(s->mu);
+    if (!acked)
+        return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
+                        "server %u: server 0 did not accept our address (%s:%u); see its log",
+                        s->server_id, a.host, my_port);
+    return 0;
+}
+
 static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_server *s = user;
@@ -384,6 +537,12 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
         return srv_on_barrier(s, peer, m);
     case RKV_MSG_SHUTDOWN:
         return srv_on_shutdown(s, peer, m);
+    case RKV_MSG_REGISTER:
+        return srv_on_register(s, peer, m);
+    case RKV_MSG_REGISTER_ACK:
+        return srv_on_register_ack(s, m);
+    case RKV_MSG_TABLE:
+        return srv_on_table(s, peer, m);
     case RKV_MSG_ERROR:
         /* The engine could not deliver one of our replies (e.g. the client
          * refused a rendezvous slot): fail that request with a small one. */
@@ -458,7 +617,10 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     if (rc < 0)
         goto destroy_cond;
     uint16_t tcp_port = (uint16_t)(mc->base_port + local_id);
-    rc = rkv_engine_listen(s->eng, mc->host, tcp_port);
+    if (s->server_id == 0 && (rc = srv_table_init(s)) < 0)
+        goto destroy_engine;
+    /* A machine whose host the config does not name listens everywhere. */
+    rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
     if (rc < 0) {
         rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); is the port in use?",
                  s->server_id, mc->host, tcp_port, rkv_strerror(rc));
@@ -468,6 +630,8 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
         goto destroy_engine;
     }
+    if (s->server_id != 0 && srv_dynamic(cfg) && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
+        goto destroy_engine;
     RKV_LOGI(port, "server %u listening on %s:%u", s->server_id, mc->host, tcp_port);
     *srv_p = s;
     return 0;
@@ -481,6 +645,8 @@ free_server:
     free(s->machines);
     free(s->hellos);
     free(s->barrier);
+    free(s->table);
+    free(s->table_wait);
     free(s);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
@@ -550,5 +716,7 @@ void rkv_server_destroy(struct rkv_server *s)
     free(s->machines);
     free(s->hellos);
     free(s->barrier);
+    free(s->table);
+    free(s->table_wait);
     free(s);
 }

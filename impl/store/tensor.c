@@ -89,6 +89,10 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     }
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
+    /* Other machines may leave their host empty (they register with server 0),
+     * but everybody must know where server 0 is. */
+    if (!cfg->machines[0].host[0])
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: machine 0 needs a host");
     if (cfg->machine_id >= cfg->n_machines)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: machine id %u, but only %u machines",
                         cfg->machine_id, cfg->n_machines);

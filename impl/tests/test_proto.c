@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "proto/proto.h"
@@ -196,6 +197,12 @@ static size_t enc_sample(uint8_t *buf, int type)
         return rkv_proto_enc_slot(buf, &h, &d);
     case RKV_MSG_ERROR:
         return rkv_proto_enc_error(buf, &h, "no such tensor");
+    case RKV_MSG_REGISTER:
+    case RKV_MSG_TABLE_ENTRY: {
+        struct rkv_wire_addr a = {.cluster = 77, .server_id = 3, .port = 29503};
+        snprintf(a.host, sizeof(a.host), "10.1.2.3");
+        return rkv_proto_enc_addr(buf, &h, &a);
+    }
     default:
         return rkv_proto_enc_empty(buf, &h);
     }
@@ -516,6 +523,30 @@ static void test_reject_header_fields(void **state)
     free(b);
 }
 
+static void test_addr_roundtrip_and_bounds(void **state)
+{
+    (void)state;
+    uint8_t *b = buf_new();
+    struct rkv_msg m;
+    size_t n = enc_sample(b, RKV_MSG_REGISTER);
+    assert_int_equal(n, 64 + RKV_PROTO_ADDR_BYTES);
+    expect_ok(b, n, &m);
+    assert_int_equal(m.u.addr.cluster, 77);
+    assert_int_equal(m.u.addr.server_id, 3);
+    assert_int_equal(m.u.addr.port, 29503);
+    assert_string_equal(m.u.addr.host, "10.1.2.3");
+    w32(b, 64 + 12, 0);
+    expect_reject(b, n, "port 0 out of 1..65535");
+    w32(b, 64 + 12, 70000);
+    expect_reject(b, n, "port 70000");
+    n = enc_sample(b, RKV_MSG_TABLE_ENTRY);
+    memset(b + 64 + 16, 'x', 64); /* no NUL within the 64 host bytes */
+    expect_reject(b, n, "host empty or not NUL-terminated");
+    b[64 + 16] = 0; /* empty */
+    expect_reject(b, n, "host empty or not NUL-terminated");
+    free(b);
+}
+
 static void test_reject_truncated(void **state)
 {
     (void)state;
@@ -802,6 +833,7 @@ int main(void)
         cmocka_unit_test(test_type_names_and_sizes),
         cmocka_unit_test(test_reject_header_fields),
         cmocka_unit_test(test_reject_truncated),
+        cmocka_unit_test(test_addr_roundtrip_and_bounds),
         cmocka_unit_test(test_reject_payload_len),
         cmocka_unit_test(test_reject_rows_fields),
         cmocka_unit_test(test_reject_slots),
