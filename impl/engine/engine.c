@@ -15,6 +15,8 @@
 #define ENG_MIN_SLOT_BYTES 4096u
 /* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
 #define ENG_TX_CACHE_BYTES (256u << 20)
+/* Pause between connection attempts to a peer that is not up yet. */
+#define ENG_CONNECT_RETRY_NS 50000000ull
 /* Messages that may wait for credits per peer before the peer is dropped. */
 #define ENG_MAX_QUEUED 65536u
 
@@ -704,6 +706,21 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
     if (rc < 0)
         eng_defer_close(e, qp, NULL);
     eng_unlock(e);
+    return rc;
+}
+
+int rkv_engine_connect_retry(struct rkv_engine *e, const char *host, uint16_t port,
+                             uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p)
+{
+    struct rkv_port *pt = e->port;
+    uint64_t deadline = pt->ops->now_ns(pt) + (uint64_t)retry_ms * 1000000ull;
+    int rc;
+    while ((rc = rkv_engine_connect(e, host, port, timeout_ms, peer_p)) == -RKV_EPEERDEAD ||
+           rc == -RKV_ETIMEDOUT) {
+        if (pt->ops->now_ns(pt) >= deadline)
+            break;
+        pt->ops->sleep_ns(pt, ENG_CONNECT_RETRY_NS);
+    }
     return rc;
 }
 

@@ -60,6 +60,10 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
 int rkv_engine_listen(struct rkv_engine *eng, const char *host, uint16_t port);
 int rkv_engine_connect(struct rkv_engine *eng, const char *host, uint16_t port, uint32_t timeout_ms,
                        struct rkv_peer **peer_p);
+/* Retries a refused or timed-out connect for retry_ms: peers may start
+ * after the nodes that connect to them. */
+int rkv_engine_connect_retry(struct rkv_engine *eng, const char *host, uint16_t port,
+                             uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p);
 /* Starts the progress task. */
 int rkv_engine_start(struct rkv_engine *eng);
 /* Stops the progress task, disconnects every peer, frees everything. */

@@ -11,8 +11,6 @@
 #include "store/server_int.h"
 #include "util/util.h"
 
-#define CLI_CONNECT_POLL_NS 50000000ull
-
 /* One message waiting for its reply. */
 struct cli_req {
     struct cli_req *next;
@@ -332,17 +330,12 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
 {
-    uint64_t deadline = c->port->ops->now_ns(c->port) + c->cfg.connect_retry_ms * 1000000ull;
-    int rc;
-    /* Servers may start after their clients: retry refused connects. */
-    while ((rc = rkv_engine_connect(c->eng, srv->host, srv->port, c->cfg.timeout_ms, &srv->peer)) <
-           0) {
-        if (c->port->ops->now_ns(c->port) >= deadline)
-            return rkv_errf(c->err, sizeof(c->err), rc,
-                            "cannot connect to server %u at %s:%u within %u ms: %s", srv->id,
-                            srv->host, srv->port, c->cfg.connect_retry_ms, rkv_strerror(rc));
-        c->port->ops->sleep_ns(c->port, CLI_CONNECT_POLL_NS);
-    }
+    int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms,
+                                      c->cfg.connect_retry_ms, &srv->peer);
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "cannot connect to server %u at %s:%u within %u ms: %s", srv->id, srv->host,
+                        srv->port, c->cfg.connect_retry_ms, rkv_strerror(rc));
     rkv_peer_set_user(srv->peer, srv);
     return 0;
 }

@@ -489,15 +489,12 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "server %u: no local address toward %s", s->server_id,
                         m0->host);
-    uint64_t deadline = s->port->ops->now_ns(s->port) + s->cfg.connect_retry_ms * 1000000ull;
     struct rkv_peer *peer;
-    while ((rc = rkv_engine_connect(s->eng, m0->host, m0->base_port, s->cfg.timeout_ms, &peer)) <
-           0) {
-        if (s->port->ops->now_ns(s->port) >= deadline)
-            return rkv_errf(err, err_len, rc, "server %u: server 0 at %s:%u unreachable: %s",
-                            s->server_id, m0->host, m0->base_port, rkv_strerror(rc));
-        s->port->ops->sleep_ns(s->port, 50000000ull);
-    }
+    rc = rkv_engine_connect_retry(s->eng, m0->host, m0->base_port, s->cfg.timeout_ms,
+                                  s->cfg.connect_retry_ms, &peer);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "server %u: server 0 at %s:%u unreachable: %s",
+                        s->server_id, m0->host, m0->base_port, rkv_strerror(rc));
     struct rkv_tx *tx;
     if ((rc = rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx)) < 0)
         return rkv_errf(err, err_len, rc, "out of memory");
@@ -505,7 +502,7 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
     size_t len = rkv_proto_enc_addr(rkv_engine_tx_buf(tx), &h, &a);
     if ((rc = rkv_engine_send(s->eng, peer, tx, len)) < 0)
         return rkv_errf(err, err_len, rc, "server %u: cannot register with server 0", s->server_id);
-    deadline = s->port->ops->now_ns(s->port) + s->cfg.timeout_ms * 1000000ull;
+    uint64_t deadline = s->port->ops->now_ns(s->port) + s->cfg.timeout_ms * 1000000ull;
     s->port->ops->mutex_lock(s->mu);
     while (!s->register_acked && s->port->ops->now_ns(s->port) < deadline)
         s->port->ops->cond_wait(s->cv, s->mu, 100000000ull);
