@@ -90,10 +90,10 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 rkv_wl_percentile_us(m->hist, 0.99), m->max_us, (unsigned long long)m->checks,
                 (unsigned long long)m->skipped, rep_oracle(r, p));
     }
-    fprintf(out,
-            "\nwall time %.2f s. \"deferred\": pulled mid-phase while others wrote the row; "
-            "every row is checked again after the barrier.\n",
-            r->wall_s);
+    if (r->wall_s > 0)
+        fprintf(out, "\nwall time %.2f s.", r->wall_s);
+    fprintf(out, "\n\"deferred\": pulled mid-phase while others wrote the row; every row is "
+                 "checked again after the barrier.\n");
     for (uint32_t p = 0; p < sc->n_phases && sc->expect_min_gbps > 0; p++)
         fprintf(out, "bound %s: throughput %.3f GB/s >= %.3f: %s (reported, not asserted)\n",
                 sc->phases[p].name, rep_gbps(&r->phase[p]), sc->expect_min_gbps,

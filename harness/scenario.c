@@ -709,7 +709,7 @@ void rkv_scenario_free(struct rkv_scenario *sc)
 
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc)
 {
-    return sc->machines * sc->workers_per_machine;
+    return sc->workers_total ? sc->workers_total : sc->machines * sc->workers_per_machine;
 }
 
 uint32_t rkv_scenario_servers(const struct rkv_scenario *sc)

@@ -54,6 +54,7 @@ struct rkv_scenario {
     char path[256];
     uint64_t seed;
     uint32_t machines, servers_per_machine, workers_per_machine;
+    uint32_t workers_total; /* 0: machines x workers_per_machine (built-in runs may be uneven) */
     struct rkv_sc_tensor tensors[RKV_SC_MAX_TENSORS];
     uint32_t n_tensors;
     struct rkv_sc_phase phases[RKV_SC_MAX_PHASES];
@@ -76,6 +77,11 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
 void rkv_scenario_free(struct rkv_scenario *sc);
 
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
+/* The workload `rkv demo` and a scenario-less `rkv worker` run, for the
+ * cluster of cfg: sum, sgd, i64 sum, contested and owned assigns over range,
+ * hash and explicit partitions, every value checked by the same oracle. */
+int rkv_scenario_builtin(const struct rkv_config *cfg, uint64_t rows, uint32_t rounds,
+                         struct rkv_scenario **sc_p);
 uint32_t rkv_scenario_servers(const struct rkv_scenario *sc);
 
 #endif

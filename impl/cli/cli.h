@@ -83,10 +83,10 @@ struct cli_result {
     double pull_lat_us_p50, pull_lat_us_p99;
 };
 
-/* The built-in workload, run by every worker: assign/sum/sgd pushes, pulls
- * checked against an independent reference, barriers, a timed phase. */
-int cli_workload_run(struct rkv_client *cli, const struct rkv_config *cfg,
-                     const struct cli_workload *wl, struct cli_result *res, FILE *log);
+/* The timed phase of `rkv demo` (after the built-in scenario): push and
+ * pull throughput and latency on remote rows of value_bytes each. */
+int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                  const struct cli_workload *wl, struct cli_result *res, FILE *log);
 
 int cli_cmd_server(int argc, char **argv);
 int cli_cmd_worker(int argc, char **argv);

@@ -94,65 +94,71 @@ static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
     return 0;
 }
 
-/* A worker running a scenario's workload: one PHASE line per phase. */
-static int cmd_scenario_worker(const struct cli_settings *s, const struct rkv_config *cfg)
+/* The scenario of the --scenario file, or the built-in one. */
+static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *cfg,
+                        const struct cli_workload *wl, struct rkv_scenario **sc_p)
 {
     char err[512];
-    struct rkv_scenario *sc;
-    if (rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, sizeof(err)) < 0 ||
-        rkv_oracle_check_scenario(sc, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv: %s\n", err);
+    int rc = *s->val[CLI_SCENARIO] ? rkv_scenario_load(s->val[CLI_SCENARIO], sc_p, err, sizeof(err))
+                                   : rkv_scenario_builtin(cfg, wl->rows, wl->rounds, sc_p);
+    if (rc == 0 && (rc = rkv_oracle_check_scenario(*sc_p, err, sizeof(err))) < 0)
+        rkv_scenario_free(*sc_p);
+    if (rc < 0) {
+        fprintf(stderr, "rkv: %s\n", rc == -RKV_ENOMEM ? "out of memory" : err);
         return RKV_EXIT_USAGE;
     }
     uint64_t seed;
     if (strcmp(s->src[CLI_SEED], "default") != 0 && cli_get_u64(s, CLI_SEED, &seed, err, 1) == 0)
-        sc->seed = seed;
-    struct rkv_client *cli;
-    int rc = rkv_client_create(cfg, &cli, err, sizeof(err));
-    if (rc < 0) {
-        fprintf(stderr, "rkv worker: %s\n", err);
-        rkv_scenario_free(sc);
-        return RKV_EXIT_STORE;
-    }
+        (*sc_p)->seed = seed;
+    return 0;
+}
+
+/* Runs the scenario (one PHASE line per phase on stdout); without a
+ * scenario file, also the timed phase (one RESULT line). */
+static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
+                          const struct rkv_scenario *sc, const struct cli_workload *wl, int bench)
+{
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
-    rc = st ? rkv_wl_run(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr)
-            : -RKV_ENOMEM;
-    uint64_t errors = 0;
+    int rc = st ? rkv_wl_run(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr)
+                : -RKV_ENOMEM;
+    struct cli_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {
         rkv_wl_print(stdout, rkv_client_id(cli), p, &st[p]);
-        errors += st[p].errors;
+        res.checks += st[p].checks;
+        res.errors += st[p].errors;
     }
-    fflush(stdout);
-    int code = rc < 0 ? RKV_EXIT_STORE : errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
-    if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0 && code == RKV_EXIT_OK)
-        code = RKV_EXIT_STORE;
-    rkv_client_destroy(cli);
     free(st);
-    rkv_scenario_free(sc);
-    return code;
+    if (rc == 0 && bench)
+        rc = cli_bench_run(cli, cfg, wl, &res, stderr);
+    if (bench)
+        printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
+               "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.1f lat_p99_us=%.1f\n",
+               rkv_client_id(cli), rc, (unsigned long long)res.checks,
+               (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
+               (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
+               res.pull_lat_us_p99);
+    fflush(stdout);
+    return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
 }
 
 int cli_cmd_worker(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv)) {
-        printf("usage: rkv worker [--machine-id M] [settings]\n"
-               "Joins the store, runs the built-in checked workload, prints one RESULT line;\n"
-               "worker 0 then shuts the servers down.\n\n");
+        printf("usage: rkv worker [--machine-id M] [--scenario FILE] [settings]\n"
+               "Joins the store and runs the scenario FILE's workload, or the built-in one\n"
+               "(--rows, --rounds) followed by a timed phase (--value-bytes); every pulled\n"
+               "value is checked by the oracle. Worker 0 then shuts the servers down.\n\n");
         cli_settings_help(stdout);
         return RKV_EXIT_OK;
     }
     struct cli_settings s;
     struct rkv_config cfg;
     struct cli_workload wl;
+    struct rkv_scenario *sc;
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
-    if (*s.val[CLI_SCENARIO]) {
-        rc = cmd_scenario_worker(&s, &cfg);
-        free(cfg.machines);
-        return rc;
-    }
-    if ((rc = cmd_workload(&s, &wl)) != 0) {
+    if ((rc = cmd_workload(&s, &wl)) != 0 || (rc = cmd_scenario(&s, &cfg, &wl, &sc)) != 0) {
         free(cfg.machines);
         return rc;
     }
@@ -161,26 +167,20 @@ int cli_cmd_worker(int argc, char **argv)
     rc = rkv_client_create(&cfg, &cli, err, sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "rkv worker: %s\n", err);
+        rkv_scenario_free(sc);
         free(cfg.machines);
         return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
     }
-    struct cli_result res;
-    rc = cli_workload_run(cli, &cfg, &wl, &res, stderr);
-    int exit_code = rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
-    printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
-           "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.1f lat_p99_us=%.1f\n",
-           rkv_client_id(cli), rc, (unsigned long long)res.checks, (unsigned long long)res.errors,
-           (unsigned long long)res.push_bytes, res.push_s, (unsigned long long)res.pull_bytes,
-           res.pull_s, res.pull_lat_us_p50, res.pull_lat_us_p99);
-    fflush(stdout);
+    int code = cmd_run_worker(cli, &cfg, sc, &wl, !*s.val[CLI_SCENARIO]);
     if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
         fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
-        if (exit_code == RKV_EXIT_OK)
-            exit_code = RKV_EXIT_STORE;
+        if (code == RKV_EXIT_OK)
+            code = RKV_EXIT_STORE;
     }
     rkv_client_destroy(cli);
+    rkv_scenario_free(sc);
     free(cfg.machines);
-    return exit_code;
+    return code;
 }
 
 int cli_cmd_config(int argc, char **argv)
