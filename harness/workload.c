@@ -7,7 +7,8 @@
 #include "harness/workload.h"
 
 #define WL_VERIFY_BATCH 256
-#define WL_VERIFY_MAX_ROWS 20000 /* per tensor, per worker, per barrier */
+#define WL_VERIFY_MAX_ROWS 20000     /* per tensor, per worker, per barrier */
+#define WL_PROGRESS_NS 5000000000ull /* a progress line at most this often */
 
 struct wl_node {
     struct rkv_client *cli;
@@ -138,12 +139,16 @@ static int wl_phase(struct wl_node *n, uint32_t phase, struct rkv_wl_phase_stats
     rkv_wl_gen_init(&g, n->oracle, phase, n->me);
     if (!g.ids)
         return -RKV_ENOMEM;
-    uint64_t t0 = n->port->ops->now_ns(n->port);
+    uint64_t t0 = n->port->ops->now_ns(n->port), shown = t0;
     int rc = 0;
     for (uint32_t r = 0; r < p->rounds && rc == 0; r++) {
         struct rkv_wl_req q;
         rkv_wl_gen_next(&g, &q);
         uint64_t s = n->port->ops->now_ns(n->port);
+        if (n->me == 0 && s - shown >= WL_PROGRESS_NS) { /* long phases say how far they are */
+            fprintf(n->log, "rkv: phase \"%s\": %u of %u requests\n", p->name, r, p->rounds);
+            shown = s;
+        }
         rc = q.push ? wl_push(n, phase, r, &q, st) : wl_pull(n, phase, &q, st);
         uint64_t ns = n->port->ops->now_ns(n->port) - s;
         st->hist[rkv_wl_bucket(ns)]++;
