@@ -35,6 +35,7 @@ struct rkv_tx {
     struct rkv_slot_desc dst; /* ENG_TX_WRITE target */
     int reply;                /* sent from on_msg: may carry the pending release */
     int rndv_asked;           /* a rendezvous for this tx is in flight */
+    struct rkv_peer *owner;   /* posted to this peer, completion pending */
 };
 
 /* A receive slot this side registered for one peer to write into. */
@@ -75,8 +76,9 @@ struct rkv_peer {
     struct eng_rslot *rslots;
     uint32_t n_rslots;
     uint32_t rndv_inflight;
-    struct eng_txq backlog; /* waiting for credits */
-    struct eng_txq waiting; /* waiting for a rendezvous slot */
+    struct eng_txq backlog;  /* waiting for credits */
+    struct eng_txq waiting;  /* waiting for a rendezvous slot */
+    struct eng_txq inflight; /* posted, completion not seen yet */
 };
 
 struct eng_closing {
@@ -139,6 +141,24 @@ static void txq_push(struct eng_txq *q, struct rkv_tx *tx)
         q->head = tx;
     q->tail = tx;
     q->n++;
+}
+
+/* Completions come in posting order, so tx is almost always the head. */
+static void txq_remove(struct eng_txq *q, struct rkv_tx *tx)
+{
+    struct rkv_tx *prev = NULL;
+    for (struct rkv_tx *t = q->head; t; prev = t, t = t->next) {
+        if (t != tx)
+            continue;
+        if (prev)
+            prev->next = t->next;
+        else
+            q->head = t->next;
+        if (q->tail == t)
+            q->tail = prev;
+        q->n--;
+        return;
+    }
 }
 
 static struct rkv_tx *txq_pop(struct eng_txq *q)
@@ -226,6 +246,7 @@ static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
     tx->kind = 0;
     tx->reply = 0;
     tx->rndv_asked = 0;
+    tx->owner = NULL;
     if (tx->cap == e->cfg.ctrl_buf_bytes) {
         tx->next = e->free_small;
         e->free_small = tx;
@@ -302,8 +323,12 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
         RKV_LOGW(e->port, "engine: post to peer failed: %s", rkv_strerror(rc));
         tx_put(e, tx);
         peer_kill(e, p, 1);
+        return rc;
     }
-    return rc;
+    tx->owner = p;
+    txq_push(&p->inflight, tx);
+    e->st.tx_inflight++;
+    return 0;
 }
 
 /* One credit is held back for CREDIT messages, so returning credits can
@@ -729,12 +754,21 @@ int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
     return e->nic->ops->listen(e->nic, host, port);
 }
 
+/* Once qp_close returned, no completion will name the QP any more: what
+ * was posted on it and not completed comes back to the pool here. */
 static void eng_close_deferred(struct rkv_engine *e)
 {
     for (uint32_t i = 0; i < e->n_closing; i++) {
+        struct rkv_peer *p = e->closing[i].peer;
         e->nic->ops->qp_close(e->closing[i].qp);
-        if (e->closing[i].peer)
-            peer_free_rx(e, e->closing[i].peer);
+        if (!p)
+            continue;
+        peer_free_rx(e, p);
+        struct rkv_tx *tx;
+        while ((tx = txq_pop(&p->inflight)) != NULL) {
+            e->st.tx_inflight--;
+            tx_put(e, tx);
+        }
     }
     e->n_closing = 0;
 }
@@ -941,7 +975,12 @@ static void eng_on_wc(struct rkv_engine *e, const struct rkv_wc *wc)
         return eng_on_connected(e, wc->qp);
     struct rkv_peer *p = rkv_qp_ctx(wc->qp);
     if ((wc->wr_id & ENG_WR_TAG_MASK) == ENG_WR_TX) {
-        tx_put(e, (struct rkv_tx *)(uintptr_t)(wc->wr_id & ~(uint64_t)ENG_WR_TAG_MASK));
+        struct rkv_tx *tx = (struct rkv_tx *)(uintptr_t)(wc->wr_id & ~(uint64_t)ENG_WR_TAG_MASK);
+        if (tx->owner) {
+            txq_remove(&tx->owner->inflight, tx);
+            e->st.tx_inflight--;
+        }
+        tx_put(e, tx);
         if (wc->status != RKV_WC_SUCCESS && p)
             peer_kill(e, p, 1);
         return;

@@ -99,6 +99,7 @@ void rkv_engine_drop_peer(struct rkv_engine *eng, struct rkv_peer *peer);
 /* Counters for tests and reports. */
 struct rkv_engine_stats {
     uint64_t sends, writes, rndv_starts, rndv_hits, backlogged, credit_msgs, rejected, releases;
+    uint64_t tx_inflight; /* posted, neither completed nor reclaimed */
 };
 void rkv_engine_get_stats(struct rkv_engine *eng, struct rkv_engine_stats *st_p);
 

@@ -26,6 +26,8 @@ struct side {
     uint32_t seen_bytes[MAX_SEEN];
     int n_seen;
     int bad;
+    int hold;    /* on_msg waits while this is set (to stall the progress task) */
+    int holding; /* on_msg is waiting */
 };
 
 static void on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -47,6 +49,11 @@ static void on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
         s->n_seen++;
     }
     s->port->ops->cond_broadcast(s->cv);
+    while (s->hold) {
+        s->holding = 1;
+        s->port->ops->cond_wait(s->cv, s->mu, 100000000ull);
+    }
+    s->holding = 0;
     s->port->ops->mutex_unlock(s->mu);
 }
 
@@ -313,12 +320,53 @@ static void test_both_sides_backlogged(void **state)
     side_close(&a);
 }
 
+/* Regression: sends whose completions were still queued when their peer was
+ * dropped come back to the pool (the NIC drops those completions). */
+static void test_dropped_peer_returns_buffers(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open(&a, &b, 64);
+    for (int i = 0; i < 200 && !a.peer; i++)
+        a.port->ops->sleep_ns(a.port, 5000000ull);
+    assert_non_null(a.peer);
+    b.hold = 1;
+    send_push(&a, 1, 1, 1, 16); /* b's progress task stops inside on_msg */
+    b.port->ops->mutex_lock(b.mu);
+    while (!b.holding)
+        b.port->ops->cond_wait(b.cv, b.mu, 100000000ull);
+    b.port->ops->mutex_unlock(b.mu);
+    for (int i = 0; i < 20; i++)
+        send_push(&b, (uint64_t)i + 1, 1, 1, 16); /* completions pile up, unpolled */
+    struct rkv_engine_stats st;
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.tx_inflight, 20);
+    rkv_engine_drop_peer(b.eng, b.peer);
+    b.port->ops->mutex_lock(b.mu);
+    b.hold = 0;
+    b.port->ops->cond_broadcast(b.cv);
+    b.port->ops->mutex_unlock(b.mu);
+    for (int i = 0; i < 100; i++) {
+        rkv_engine_get_stats(b.eng, &st);
+        if (st.tx_inflight == 0)
+            break;
+        b.port->ops->sleep_ns(b.port, 10000000ull);
+    }
+    assert_int_equal(st.tx_inflight, 0);
+    side_close(&b);
+    side_close(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_is_one_send),    cmocka_unit_test(test_rendezvous_then_cache),
-        cmocka_unit_test(test_credits_and_order),    cmocka_unit_test(test_owned_slot_write),
-        cmocka_unit_test(test_more_keys_than_slots), cmocka_unit_test(test_both_sides_backlogged),
+        cmocka_unit_test(test_small_is_one_send),
+        cmocka_unit_test(test_rendezvous_then_cache),
+        cmocka_unit_test(test_credits_and_order),
+        cmocka_unit_test(test_owned_slot_write),
+        cmocka_unit_test(test_more_keys_than_slots),
+        cmocka_unit_test(test_both_sides_backlogged),
+        cmocka_unit_test(test_dropped_peer_returns_buffers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
