@@ -36,7 +36,9 @@ static int sc_fail(struct sc_ctx *c, struct fy_node *at, const char *fmt, ...)
 {
     int line, col;
     sc_pos(at, &line, &col);
-    int n = snprintf(c->err, c->err_len, "%s:%d:%d: ", c->path, line, col);
+    /* Whole-file problems (a missing section) have no position to give. */
+    int n = line ? snprintf(c->err, c->err_len, "%s:%d:%d: ", c->path, line, col)
+                 : snprintf(c->err, c->err_len, "%s: ", c->path);
     if (n >= 0 && (size_t)n < c->err_len) {
         va_list ap;
         va_start(ap, fmt);
