@@ -53,6 +53,7 @@ struct rkv_client {
     uint32_t n_servers;
     struct cli_server *servers;
     struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
+    uint32_t max_tensor; /* highest id in tensors[]: every push and pull looks up by name */
     struct rkv_handler_table ht;
     struct cli_req *reqs;
     uint64_t next_req;
@@ -368,7 +369,7 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
 
 static struct rkv_tensor *cli_find_name(struct rkv_client *c, const char *name)
 {
-    for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++)
+    for (uint32_t i = 1; i <= c->max_tensor; i++)
         if (c->tensors[i] && strcmp(c->tensors[i]->meta.name, name) == 0)
             return c->tensors[i];
     return NULL;
@@ -423,6 +424,8 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
         return rc;
     }
     c->tensors[t->meta.id] = t;
+    if (t->meta.id > c->max_tensor)
+        c->max_tensor = t->meta.id;
     *t_p = t;
     return 0;
 }
