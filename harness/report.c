@@ -90,7 +90,14 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 rkv_wl_percentile_us(m->hist, 0.99), m->max_us, (unsigned long long)m->checks,
                 (unsigned long long)m->skipped, rep_oracle(r, p));
     }
-    if (r->wall_s > 0)
+    if (r->sim_s > 0)
+        fprintf(out,
+                "\nsimulated time %.6f s, wall time %.2f s, %llu network events (%.0f events/s "
+                "of wall time); event trace hash %016llx.",
+                r->sim_s, r->wall_s, (unsigned long long)r->sim_events,
+                r->wall_s > 0 ? r->sim_events / r->wall_s : 0.0,
+                (unsigned long long)r->sim_hash);
+    else if (r->wall_s > 0)
         fprintf(out, "\nwall time %.2f s.", r->wall_s);
     fprintf(out, "\n\"deferred\": pulled mid-phase while others wrote the row; every row is "
                  "checked again after the barrier.\n");
@@ -115,8 +122,12 @@ static void rep_json(const struct rkv_report *r, FILE *f, const char *backend)
     const struct rkv_scenario *sc = r->sc;
     fprintf(f, "{\n  \"scenario\": \"%s\",\n  \"backend\": \"%s\",\n  \"seed\": %llu,\n", sc->path,
             backend, (unsigned long long)sc->seed);
-    fprintf(f, "  \"wall_s\": %.6f,\n  \"passed\": %s,\n  \"phases\": [\n", r->wall_s,
+    fprintf(f, "  \"wall_s\": %.6f,\n  \"passed\": %s,\n", r->wall_s,
             rkv_report_passed(r) ? "true" : "false");
+    if (r->sim_s > 0)
+        fprintf(f, "  \"sim_s\": %.9f,\n  \"sim_events\": %llu,\n  \"sim_hash\": \"%016llx\",\n",
+                r->sim_s, (unsigned long long)r->sim_events, (unsigned long long)r->sim_hash);
+    fprintf(f, "  \"phases\": [\n");
     for (uint32_t p = 0; p < sc->n_phases; p++) {
         const struct rkv_wl_phase_stats *m = &r->phase[p];
         fprintf(f,

@@ -15,6 +15,10 @@ struct rkv_report {
     uint32_t n_workers;
     double wall_s;
     int processes_ok;
+    /* The twin only (sim_s > 0): simulated time, deliveries, their hash. */
+    double sim_s;
+    uint64_t sim_events;
+    uint64_t sim_hash;
 };
 
 /* Parses the stdout of every worker (PHASE and FIRSTERR lines). */

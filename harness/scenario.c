@@ -493,7 +493,9 @@ static int sc_expect_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
 }
 
 static const char *const sc_tcp_fields[] = {"base_port"};
-static const char *const sc_sim_fields[] = {"platform", "bandwidth_gbps", "latency_us", "jitter"};
+static const char *const sc_sim_fields[] = {
+    "platform", "bandwidth_gbps", "latency_us", "jitter",      "platform_file", "backbone_gbps",
+    "cores",    "payloadless",    "row_cost_ns", "msg_cost_ns", "solver"};
 static const char *const sc_verbs_fields[] = {"device", "port", "gid_index"};
 
 static int sc_tcp_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
@@ -503,16 +505,59 @@ static int sc_tcp_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     return sc_u32(c, "base_port", k, v, 0, 65535, &sc->tcp_base_port);
 }
 
+/* A path in the scenario is relative to the scenario file. */
+static int sc_path(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                   const char *base, char *out, size_t out_len)
+{
+    char tmp[256];
+    int rc = sc_name(c, name, key, v, tmp, sizeof(tmp));
+    if (rc < 0)
+        return rc;
+    const char *slash = strrchr(base, '/');
+    int n = tmp[0] == '/' || !slash ? snprintf(out, out_len, "%s", tmp)
+                                    : snprintf(out, out_len, "%.*s/%s", (int)(slash - base), base,
+                                               tmp);
+    if (n < 0 || (size_t)n >= out_len)
+        return sc_fail(c, v, "%s: path too long", name);
+    return 0;
+}
+
 static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
 {
     struct rkv_scenario *sc = obj;
-    if (f == 0)
-        return sc_name(c, "platform", k, v, sc->sim_platform, sizeof(sc->sim_platform));
-    if (f == 1)
+    static const char *const topologies[] = {"star", "cluster", "fattree"};
+    static const char *const solvers[] = {"maxmin", "fairbottleneck"};
+    int i, rc;
+    switch (f) {
+    case 0:
+        rc = sc_enum(c, "platform", k, v, topologies, 3, &i);
+        if (rc == 0)
+            snprintf(sc->sim_platform, sizeof(sc->sim_platform), "%s", topologies[i]);
+        return rc;
+    case 1:
         return sc_double(c, "bandwidth_gbps", k, v, 1e-6, 1e6, &sc->sim_bandwidth_gbps);
-    if (f == 2)
+    case 2:
         return sc_double(c, "latency_us", k, v, 0, 1e9, &sc->sim_latency_us);
-    return sc_double(c, "jitter", k, v, 0, 1, &sc->sim_jitter);
+    case 3:
+        return sc_double(c, "jitter", k, v, 0, 1, &sc->sim_jitter);
+    case 4:
+        return sc_path(c, "platform_file", k, v, sc->path, sc->sim_platform_file,
+                       sizeof(sc->sim_platform_file));
+    case 5:
+        return sc_double(c, "backbone_gbps", k, v, 1e-6, 1e9, &sc->sim_backbone_gbps);
+    case 6:
+        return sc_u32(c, "cores", k, v, 1, 4096, &sc->sim_cores);
+    case 7:
+        return sc_bool(c, "payloadless", k, v, &sc->sim_payloadless);
+    case 8:
+        return sc_double(c, "row_cost_ns", k, v, 0, 1e9, &sc->sim_row_cost_ns);
+    case 9:
+        return sc_double(c, "msg_cost_ns", k, v, 0, 1e9, &sc->sim_msg_cost_ns);
+    default:
+        rc = sc_enum(c, "solver", k, v, solvers, 2, &i);
+        sc->sim_fairbottleneck = i == 1;
+        return rc;
+    }
 }
 
 static int sc_verbs_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
@@ -612,7 +657,7 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (t.key[TOP_TCP] && (rc = sc_map(c, "tcp", t.key[TOP_TCP], t.val[TOP_TCP], sc_tcp_fields, 1,
                                        sc_tcp_field, sc)) < 0)
         return rc;
-    if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 4,
+    if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 11,
                                        sc_sim_field, sc)) < 0)
         return rc;
     if (t.key[TOP_VERBS] && (rc = sc_map(c, "verbs", t.key[TOP_VERBS], t.val[TOP_VERBS],

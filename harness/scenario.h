@@ -65,8 +65,16 @@ struct rkv_scenario {
     double expect_min_gbps; /* 0 = no bound; reported, never asserted */
     double expect_max_p99_us;
     uint32_t tcp_base_port; /* 0 = pick free ports */
-    char sim_platform[64];
+    /* The twin (sim/README.md): 0 / "" mean the documented defaults. */
+    char sim_platform[64];       /* star, cluster or fattree */
+    char sim_platform_file[256]; /* a SimGrid platform XML instead (relative to the file) */
     double sim_bandwidth_gbps, sim_latency_us, sim_jitter;
+    double sim_backbone_gbps; /* cluster: the shared backbone */
+    uint32_t sim_cores;       /* per machine */
+    int sim_payloadless;      /* thin rows; the network is charged the declared ones */
+    double sim_row_cost_ns;   /* server CPU per row a handler touches */
+    double sim_msg_cost_ns;   /* CPU per message posted or completed */
+    int sim_fairbottleneck;   /* network/solver:fairbottleneck (same times, faster at scale) */
     char verbs_device[32];
     uint32_t verbs_port, verbs_gid_index;
 };

@@ -95,4 +95,9 @@ int cli_cmd_node(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv, const char *self);
 int cli_cmd_run(int argc, char **argv, const char *self);
 
+/* rkv run --backend sim: the scenario in the twin (impl/cli/twin_cmd.c). */
+struct rkv_scenario;
+int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
+                 int plot, const char *trace);
+
 #endif

@@ -514,23 +514,31 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
 
 static void run_usage(void)
 {
-    printf("usage: rkv run FILE [--backend tcp] [--seed N] [--out DIR] [settings]\n"
+    printf("usage: rkv run FILE [--backend sim|tcp|verbs] [--seed N] [--out DIR] [--plot]\n"
+           "                    [--trace FILE.json] [settings]\n"
            "       rkv run FILE --launcher mpirun|srun --dry-run\n"
-           "--plot also draws latency_cdf.png and throughput.png (gnuplot) into DIR or .\n"
-           "Runs the scenario FILE with one process per server and worker on this host, checks\n"
-           "every pulled value with the oracle, prints per-phase ops, throughput, latency and\n"
-           "the verdict; --out DIR also writes report.json and report.md. Exit 0 only if the\n"
-           "oracle passed. The format of FILE: scenarios/README.md.\n");
+           "Runs the scenario FILE, checks every pulled value with the oracle, prints per-phase\n"
+           "ops, throughput, latency and the verdict. Exit 0 only if the oracle passed.\n"
+           "  --backend sim   (the default) the twin: every node a SimGrid actor in this\n"
+           "                  process on the scenario's modelled network; prints simulated\n"
+           "                  time and the event-trace hash (same scenario + seed => same hash)\n"
+           "  --backend tcp   one process per server and worker on this host, loopback TCP\n"
+           "  --out DIR       also write report.json and report.md\n"
+           "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
+           "  --trace FILE    (sim) Chrome trace of every transfer and handler (Perfetto)\n"
+           "The format of FILE: scenarios/README.md.\n");
 }
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, int *plot, char **rest, int *n_rest)
+                    const char **launcher, const char **trace, int *plot, char **rest, int *n_rest)
 {
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             *out = argv[++i];
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
+            *trace = argv[++i];
         else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
             *launcher = argv[++i];
         else if (!strcmp(argv[i], "--plot"))
@@ -651,11 +659,11 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             return RKV_EXIT_OK;
         }
     }
-    const char *file = NULL, *out_dir = NULL, *launcher = NULL;
+    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *trace = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     int n_rest;
     int plot = 0;
-    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, &plot, rest, &n_rest) < 0) {
+    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, &trace, &plot, rest, &n_rest) < 0) {
         fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
         free(rest);
         return RKV_EXIT_USAGE;
@@ -679,6 +687,17 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     uint64_t seed;
     if (strcmp(s.src[CLI_SEED], "default") != 0 && cli_get_u64(&s, CLI_SEED, &seed, err, 1) == 0)
         sc->seed = seed; /* the workers get the same --seed */
+    /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
+    if (RKV_WITH_SIM && !strcmp(s.src[CLI_BACKEND], "default"))
+        s.val[CLI_BACKEND] = "sim";
+    if (!strcmp(s.val[CLI_BACKEND], "sim")) {
+        code = cli_run_twin(sc, &s, out_dir, plot, trace);
+        goto out;
+    }
+    if (trace) {
+        fprintf(stderr, "rkv run: --trace is a twin option (--backend sim)\n");
+        goto out;
+    }
     if (run_configure(d, &s, sc, file) < 0)
         goto out;
     printf("rkv run: %s: %u servers, %u workers over %s (loopback)\n", file, d->n_servers,

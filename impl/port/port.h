@@ -51,6 +51,10 @@ struct rkv_port_ops {
     void (*shm_unmap)(struct rkv_port *p, void *addr, size_t bytes);
     void (*shm_unlink)(struct rkv_port *p, const char *name);
     void (*vlog)(struct rkv_port *p, int level, const char *fmt, va_list ap);
+    /* A handler just applied or read `rows` rows. Real backends leave it
+     * NULL (the work already took its time); the twin turns it into
+     * simulated CPU time from the scenario's per-row cost. */
+    void (*handler_work)(struct rkv_port *p, uint64_t rows);
     void (*destroy)(struct rkv_port *p);
 };
 
@@ -80,6 +84,12 @@ int rkv_port_posix_create(const char *node, int log_level, uint64_t seed, struct
 
 void rkv_port_log(struct rkv_port *p, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static inline void rkv_port_handler_work(struct rkv_port *p, uint64_t rows)
+{
+    if (p->ops->handler_work)
+        p->ops->handler_work(p, rows);
+}
+
 #define RKV_LOGE(p, ...) rkv_port_log((p), RKV_LOG_ERROR, __VA_ARGS__)
 #define RKV_LOGW(p, ...) rkv_port_log((p), RKV_LOG_WARN, __VA_ARGS__)
 #define RKV_LOGI(p, ...) rkv_port_log((p), RKV_LOG_INFO, __VA_ARGS__)

@@ -305,6 +305,7 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
         if (rc < 0)
             rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
                      m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+        rkv_port_handler_work(s->port, m->h.count);
     }
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
@@ -336,6 +337,7 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
     for (uint32_t i = 0; i < m->h.count; i++)
         rkv_shard_pull_row(&t->shard, t, m->u.pull.ids[i], out + (size_t)i * t->row_bytes);
+    rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
 }
 

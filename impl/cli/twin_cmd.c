@@ -1,0 +1,77 @@
+/* rkv run --backend sim: the scenario in the twin, reported like a real run. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "harness/report.h"
+#include "harness/scenario.h"
+
+#if RKV_WITH_SIM
+#include "sim/twin.h"
+
+static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_result *res,
+                       const char *out_dir, int plot)
+{
+    struct rkv_report r;
+    if (rkv_report_collect(&r, sc, res->outs, res->n_workers) < 0)
+        return RKV_EXIT_STORE;
+    r.processes_ok = res->nodes_ok;
+    r.wall_s = res->wall_s;
+    r.sim_s = res->sim_s;
+    r.sim_events = res->events;
+    r.sim_hash = res->hash;
+    rkv_report_print(&r, stdout, "sim");
+    if (!res->nodes_ok)
+        printf("node failure: %s\n", res->error);
+    if (out_dir && rkv_report_write(&r, out_dir, "sim") < 0)
+        fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
+    char err[256];
+    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", err, sizeof(err)) < 0)
+        fprintf(stderr, "rkv run: --plot: %s\n", err);
+    int passed = rkv_report_passed(&r), wrong = 0;
+    for (uint32_t p = 0; p < sc->n_phases; p++)
+        wrong |= r.phase[p].errors > 0;
+    rkv_report_free(&r);
+    return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+}
+
+int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
+                 int plot, const char *trace)
+{
+    uint64_t ll = 1;
+    char err[256];
+    if (cli_get_u64(s, CLI_LOG_LEVEL, &ll, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    printf("rkv run: %s: %u servers, %u workers in the twin (SimGrid, %s%s)\n", sc->path,
+           rkv_scenario_servers(sc), rkv_scenario_workers(sc),
+           sc->sim_platform_file[0] ? sc->sim_platform_file
+           : sc->sim_platform[0]    ? sc->sim_platform
+                                    : "star",
+           sc->sim_payloadless ? ", payload-less" : "");
+    fflush(stdout);
+    struct rkv_twin_opts o = {.trace_path = trace, .log_level = (int)ll};
+    struct rkv_twin_result res;
+    int rc = rkv_twin_run(sc, &o, &res);
+    if (rc < 0) {
+        fprintf(stderr, "rkv run: twin: %s\n", res.error[0] ? res.error : rkv_strerror(rc));
+        rkv_twin_result_free(&res);
+        return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
+    }
+    int code = twin_report(sc, &res, out_dir, plot);
+    if (trace)
+        printf("trace: %s (open in https://ui.perfetto.dev)\n", trace);
+    rkv_twin_result_free(&res);
+    return code;
+}
+#else
+int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
+                 int plot, const char *trace)
+{
+    (void)sc, (void)s, (void)out_dir, (void)plot, (void)trace;
+    fprintf(stderr, "rkv run: this rkv was built without the twin (cmake -DRKV_WITH_SIM=ON, "
+                    "needs libsimgrid-dev)\n");
+    return RKV_EXIT_USAGE;
+}
+#endif

@@ -1,0 +1,887 @@
+/* The simulated NIC: the verbs semantics of nic.h over SimGrid comms.
+ *
+ * Every post is one SimGrid transfer of the message's size from the
+ * poster's host to the target's, into the target NIC's mailbox. A NIC actor
+ * per node is the mailbox's permanent receiver, so bytes move without the
+ * target's CPU (as RDMA does) and concurrent transfers share links as the
+ * network model says, instead of queueing behind one rendezvous.
+ *
+ * Verbs semantics kept here, at the target:
+ *  - per-QP order: every message carries its QP's sequence number; a message
+ *    that the network delivered early (a small one overtaking a large one)
+ *    waits until its predecessors arrived, so a WRITE_WITH_IMM completes
+ *    only after the data posted before it;
+ *  - RNR: a SEND or WRITE_WITH_IMM that finds no posted receive is held,
+ *    with everything behind it on that QP, until post_recv (infinite retry);
+ *  - a WRITE outside a region registered for remote write fails the sender's
+ *    work request with REM_ACCESS_ERR and breaks the connection; the target
+ *    keeps serving its other QPs.
+ * Seeded jitter delays each delivery by a random fraction of the message's
+ * own network time (order per QP kept), so that the deterministic simulator
+ * explores other interleavings under other seeds.
+ *
+ * SimGrid actors are cooperative: code between two simcalls runs alone,
+ * which is what protects the NIC state (no mutex: see sim_cv in sim_int.h). */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/comm.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+#include <simgrid/mailbox.h>
+
+#include "sim/sim.h"
+#include "sim/sim_int.h"
+#include "util/util.h"
+
+#define SN_WIRE_HDR 32 /* bytes of transport header every message pays */
+#define SN_NO_QP UINT32_MAX
+
+enum sn_kind {
+    SN_CONNECT = 1,
+    SN_ACCEPT,
+    SN_REJECT,
+    SN_SEND,
+    SN_WRITE,
+    SN_WRITE_IMM,
+    SN_DISCONNECT,
+    SN_NAK, /* target -> sender: the write with wr_id was rejected */
+};
+
+static const char *const sn_kind_names[] = {
+    "?", "connect", "accept", "reject", "send", "write", "write_imm", "disconnect", "nak",
+};
+
+struct sn_msg {
+    uint8_t kind;
+    uint8_t signaled;
+    uint32_t src_nic, dst_nic, src_qp, dst_qp;
+    uint64_t seq;
+    uint64_t wr_id;
+    uint64_t raddr;
+    uint32_t rkey, imm, len;
+    uint16_t port; /* CONNECT: the listening port */
+    uint64_t wire;
+    double t_post, t_due;
+    uint64_t order; /* heap tie-break: arrival order */
+    struct sn_msg *next;
+    uint8_t data[];
+};
+
+enum sn_state { SN_CONNECTING = 1, SN_UP, SN_REFUSED, SN_DOWN };
+
+struct sn_recv {
+    uint64_t wr_id;
+    uint8_t *addr;
+    uint32_t len;
+};
+
+struct sn_qp {
+    struct rkv_qp_base base; /* first: rkv_qp_ctx() casts to it */
+    struct sim_nic *nic;
+    uint32_t id;
+    uint32_t peer_nic, peer_qp;
+    int state;
+    int closed;
+    uint64_t tx_seq, rx_next;
+    double last_due;
+    struct sn_msg *reorder;          /* arrived early, sorted by seq */
+    struct sn_msg *held, *held_tail; /* in order, waiting for a receive */
+    int draining;                    /* a post_recv is delivering held messages */
+    struct sn_recv *recvs;           /* FIFO ring */
+    uint32_t r_head, r_len, r_cap;
+};
+
+struct sn_cqe {
+    struct rkv_wc wc;
+};
+
+struct sim_nic {
+    struct rkv_nic base;
+    struct sim_world *w;
+    uint32_t id, machine, tid;
+    char node[32];
+    char mbox_name[32];
+    sg_mailbox_t mbox;
+    sg_host_t host;
+    struct sim_cv cq_cv, conn_cv, delay_cv;
+    struct sn_cqe *cq;
+    uint32_t cq_head, cq_len, cq_cap;
+    struct sn_qp **qps;
+    uint32_t n_qps, qp_cap;
+    struct rkv_mr **mrs;
+    uint32_t n_mrs, mr_cap;
+    struct rkv_rng rng;
+    struct sn_msg **heap; /* jitter: messages waiting for their due time */
+    uint32_t heap_len, heap_cap;
+    uint64_t order;
+    int closed;
+};
+
+static struct sim_nic *sn_of(struct rkv_nic *nic)
+{
+    return (struct sim_nic *)nic;
+}
+
+static struct sn_qp *sn_qp_of(struct rkv_qp *qp)
+{
+    return (struct sn_qp *)qp;
+}
+
+static int sn_grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
+{
+    if (need <= *cap)
+        return 0;
+    uint32_t nc = *cap ? *cap * 2 : 16;
+    while (nc < need)
+        nc *= 2;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p)
+        return -RKV_ENOMEM;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
+/* ---- completion queue ---- */
+
+static void sn_cq_push(struct sim_nic *n, struct sn_qp *qp, struct rkv_wc wc)
+{
+    if (n->closed || (qp && qp->closed))
+        return;
+    if (n->cq_len == n->cq_cap) {
+        /* Grow the ring, unrolling it so head is 0 again. */
+        uint32_t nc = n->cq_cap ? n->cq_cap * 2 : 64;
+        struct sn_cqe *q = malloc((size_t)nc * sizeof(*q));
+        if (!q)
+            abort(); /* the twin cannot model a NIC that loses completions */
+        for (uint32_t i = 0; i < n->cq_len; i++)
+            q[i] = n->cq[(n->cq_head + i) % n->cq_cap];
+        free(n->cq);
+        n->cq = q;
+        n->cq_cap = nc;
+        n->cq_head = 0;
+    }
+    wc.qp = qp ? (struct rkv_qp *)qp : wc.qp;
+    n->cq[(n->cq_head + n->cq_len++) % n->cq_cap].wc = wc;
+    sim_cv_broadcast(&n->cq_cv);
+}
+
+/* ---- messages out ---- */
+
+static struct sn_msg *sn_msg_new(uint8_t kind, uint32_t len)
+{
+    struct sn_msg *m = calloc(1, sizeof(*m) + len);
+    if (m) {
+        m->kind = kind;
+        m->len = len;
+    }
+    return m;
+}
+
+/* Hands m to the network; the target NIC owns it from here. */
+static void sn_put(struct sim_nic *n, struct sn_msg *m)
+{
+    struct sim_world *w = n->w;
+    assert(m->dst_nic < w->n_nics);
+    struct sim_nic *dst = w->nics[m->dst_nic];
+    m->src_nic = n->id;
+    m->t_post = simgrid_get_clock();
+    uint64_t body = w->sizer && m->len ? w->sizer(w->sizer_user, m->data, m->len) : m->len;
+    m->wire = SN_WIRE_HDR + body;
+    w->bytes_modelled += m->wire;
+    /* Detached: a comm owned by the posting task would be cancelled when
+     * that task ends (a node's last DISCONNECT would be lost); the network
+     * finishes it on its own, and frees m if it cannot be delivered. */
+    sg_comm_t c = sg_mailbox_put_init(dst->mbox, m, (long)m->wire);
+    sg_comm_detach(c, free);
+}
+
+static void sn_put_ctl(struct sim_nic *n, uint8_t kind, uint32_t dst_nic, uint32_t src_qp,
+                       uint32_t dst_qp, uint64_t seq, uint64_t wr_id)
+{
+    struct sn_msg *m = sn_msg_new(kind, 0);
+    if (!m)
+        return;
+    m->dst_nic = dst_nic;
+    m->src_qp = src_qp;
+    m->dst_qp = dst_qp;
+    m->seq = seq;
+    m->wr_id = wr_id;
+    sn_put(n, m);
+}
+
+/* ---- QPs ---- */
+
+static struct sn_qp *sn_qp_new(struct sim_nic *n)
+{
+    if (sn_grow((void **)&n->qps, &n->qp_cap, sizeof(*n->qps), n->n_qps + 1) < 0)
+        return NULL;
+    struct sn_qp *qp = calloc(1, sizeof(*qp));
+    if (!qp)
+        return NULL;
+    qp->nic = n;
+    qp->id = n->n_qps;
+    n->qps[n->n_qps++] = qp;
+    return qp;
+}
+
+static struct sn_qp *sn_qp_get(struct sim_nic *n, uint32_t id)
+{
+    return id < n->n_qps ? n->qps[id] : NULL;
+}
+
+static void sn_free_list(struct sn_msg *m)
+{
+    while (m) {
+        struct sn_msg *next = m->next;
+        free(m);
+        m = next;
+    }
+}
+
+/* The connection is gone: tell the user once (unless it closed the QP). */
+static void sn_qp_down(struct sim_nic *n, struct sn_qp *qp)
+{
+    if (qp->state == SN_DOWN)
+        return;
+    int was_up = qp->state == SN_UP;
+    qp->state = SN_DOWN;
+    sn_free_list(qp->held);
+    qp->held = qp->held_tail = NULL;
+    if (was_up)
+        sn_cq_push(n, qp, (struct rkv_wc){.opcode = RKV_WC_DISCONNECTED});
+}
+
+/* ---- delivery at the target ---- */
+
+static void sn_sender_done(struct sim_world *w, const struct sn_msg *m, int opcode, int status)
+{
+    struct sim_nic *src = w->nics[m->src_nic];
+    struct sn_qp *sqp = sn_qp_get(src, m->src_qp);
+    if (!sqp || (!m->signaled && status == RKV_WC_SUCCESS))
+        return;
+    sn_cq_push(
+        src, sqp,
+        (struct rkv_wc){.wr_id = m->wr_id, .opcode = opcode, .status = status, .byte_len = m->len});
+}
+
+static int sn_take_recv(struct sn_qp *qp, struct sn_recv *r)
+{
+    if (!qp->r_len)
+        return 0;
+    *r = qp->recvs[qp->r_head];
+    qp->r_head = (qp->r_head + 1) % qp->r_cap;
+    qp->r_len--;
+    return 1;
+}
+
+static const struct rkv_mr *sn_mr_find(const struct sim_nic *n, uint32_t rkey)
+{
+    uint32_t slot = rkey & 0xfffff;
+    if (slot == 0 || slot > n->n_mrs)
+        return NULL;
+    const struct rkv_mr *mr = n->mrs[slot - 1];
+    return mr && mr->rkey == rkey ? mr : NULL;
+}
+
+static uint8_t *sn_write_target(struct sim_nic *n, const struct sn_msg *m)
+{
+    const struct rkv_mr *mr = sn_mr_find(n, m->rkey);
+    if (!mr || !(mr->access & RKV_ACCESS_REMOTE_WRITE))
+        return NULL;
+    uint64_t base = (uint64_t)(uintptr_t)mr->addr;
+    if (m->raddr < base || m->raddr - base > mr->len || mr->len - (m->raddr - base) < m->len)
+        return NULL;
+    return (uint8_t *)mr->addr + (m->raddr - base);
+}
+
+/* A write the target refuses: the sender's request fails and the
+ * connection breaks on both sides (what an RC QP in error state does). */
+static void sn_reject_write(struct sim_nic *n, struct sn_qp *qp, const struct sn_msg *m)
+{
+    rkv_port_log(n->base.port, RKV_LOG_WARN,
+                 "remote access error: write of %u bytes at 0x%llx rkey 0x%x from NIC %u "
+                 "rejected; connection closed",
+                 m->len, (unsigned long long)m->raddr, m->rkey, m->src_nic);
+    sn_put_ctl(n, SN_NAK, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, m->wr_id);
+    sn_qp_down(n, qp);
+}
+
+/* Returns 0 when m must wait for a receive (RNR), 1 when consumed. */
+static int sn_try_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
+{
+    struct sim_world *w = n->w;
+    struct sn_recv r = {0};
+    switch (m->kind) {
+    case SN_ACCEPT:
+        qp->state = qp->state == SN_CONNECTING ? SN_UP : qp->state;
+        sim_cv_broadcast(&n->conn_cv);
+        return 1;
+    case SN_REJECT:
+        qp->state = SN_REFUSED;
+        sim_cv_broadcast(&n->conn_cv);
+        return 1;
+    case SN_DISCONNECT:
+        sn_qp_down(n, qp);
+        return 1;
+    case SN_NAK:
+        sn_cq_push(n, qp,
+                   (struct rkv_wc){
+                       .wr_id = m->wr_id, .opcode = RKV_WC_WRITE, .status = RKV_WC_REM_ACCESS_ERR});
+        sn_qp_down(n, qp);
+        return 1;
+    case SN_SEND:
+        if (!sn_take_recv(qp, &r))
+            return 0;
+        if (r.len < m->len) {
+            rkv_port_log(n->base.port, RKV_LOG_WARN,
+                         "a %u-byte SEND does not fit the %u-byte receive; connection closed",
+                         m->len, r.len);
+            sn_cq_push(
+                n, qp,
+                (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .status = RKV_WC_LOC_ERR});
+            sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
+            sn_qp_down(n, qp);
+            return 1;
+        }
+        memcpy(r.addr, m->data, m->len);
+        sn_cq_push(n, qp,
+                   (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .byte_len = m->len});
+        sn_sender_done(w, m, RKV_WC_SEND, RKV_WC_SUCCESS);
+        return 1;
+    case SN_WRITE:
+    case SN_WRITE_IMM: {
+        uint8_t *dst = sn_write_target(n, m);
+        if (!dst) {
+            sn_reject_write(n, qp, m);
+            return 1;
+        }
+        if (m->kind == SN_WRITE_IMM && !sn_take_recv(qp, &r))
+            return 0;
+        memcpy(dst, m->data, m->len);
+        if (m->kind == SN_WRITE_IMM)
+            sn_cq_push(n, qp,
+                       (struct rkv_wc){.wr_id = r.wr_id,
+                                       .opcode = RKV_WC_RECV_IMM,
+                                       .byte_len = m->len,
+                                       .imm = m->imm});
+        sn_sender_done(w, m, RKV_WC_WRITE, RKV_WC_SUCCESS);
+        return 1;
+    }
+    default:
+        assert(!"unexpected message kind");
+        return 1;
+    }
+}
+
+static void sn_log_event(struct sim_nic *n, const struct sn_msg *m)
+{
+    struct sim_world *w = n->w;
+    double now = simgrid_get_clock();
+    uint64_t ev[6] = {
+        (uint64_t)llround(now * 1e9), m->src_nic, m->dst_nic, m->kind, m->len, m->imm};
+    sim_world_event(w, ev, 6);
+    const struct sim_nic *src = w->nics[m->src_nic];
+    sim_world_trace(w, sn_kind_names[m->kind], "net", src->machine, src->tid, m->t_post, now,
+                    m->wire);
+}
+
+static int sn_consume(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
+{
+    if (!sn_try_deliver(n, qp, m))
+        return 0;
+    sn_log_event(n, m);
+    return 1;
+}
+
+/* In QP order: deliver now, or queue behind a message waiting for a receive. */
+static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
+{
+    if (qp->state == SN_DOWN || qp->closed) {
+        free(m);
+        return;
+    }
+    if (!qp->held && !qp->draining && sn_consume(n, qp, m)) {
+        free(m);
+        return;
+    }
+    m->next = NULL;
+    if (qp->held_tail)
+        qp->held_tail->next = m;
+    else
+        qp->held = m;
+    qp->held_tail = m;
+}
+
+/* Delivery makes simcalls (it wakes pollers), so another task may post a
+ * receive meanwhile: `draining` keeps it from delivering the same head. */
+static void sn_drain_held(struct sim_nic *n, struct sn_qp *qp)
+{
+    if (qp->draining)
+        return;
+    qp->draining = 1;
+    while (qp->held && qp->state != SN_DOWN && !qp->closed) {
+        /* Off the list first: a delivery that breaks the QP frees the list. */
+        struct sn_msg *m = qp->held;
+        qp->held = m->next;
+        if (!qp->held)
+            qp->held_tail = NULL;
+        if (!sn_consume(n, qp, m)) {
+            m->next = qp->held;
+            qp->held = m;
+            if (!qp->held_tail)
+                qp->held_tail = m;
+            break;
+        }
+        free(m);
+    }
+    qp->draining = 0;
+}
+
+/* ---- jitter: a heap of deliveries by due time ---- */
+
+static int sn_heap_less(const struct sn_msg *a, const struct sn_msg *b)
+{
+    return a->t_due < b->t_due || (a->t_due == b->t_due && a->order < b->order);
+}
+
+static void sn_heap_push(struct sim_nic *n, struct sn_msg *m)
+{
+    if (sn_grow((void **)&n->heap, &n->heap_cap, sizeof(*n->heap), n->heap_len + 1) < 0)
+        abort();
+    uint32_t i = n->heap_len++;
+    while (i && sn_heap_less(m, n->heap[(i - 1) / 2])) {
+        n->heap[i] = n->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    n->heap[i] = m;
+}
+
+static struct sn_msg *sn_heap_pop(struct sim_nic *n)
+{
+    struct sn_msg *top = n->heap[0], *last = n->heap[--n->heap_len];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= n->heap_len)
+            break;
+        if (c + 1 < n->heap_len && sn_heap_less(n->heap[c + 1], n->heap[c]))
+            c++;
+        if (!sn_heap_less(n->heap[c], last))
+            break;
+        n->heap[i] = n->heap[c];
+        i = c;
+    }
+    if (n->heap_len)
+        n->heap[i] = last;
+    return top;
+}
+
+static void sn_delay_actor(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    struct sim_nic *n = sg_actor_self_get_data();
+    sg_actor_daemonize(sg_actor_self());
+    for (;;) {
+        double now = simgrid_get_clock();
+        if (!n->heap_len) {
+            sim_cv_wait(&n->delay_cv, NULL, -1);
+        } else if (n->heap[0]->t_due > now) {
+            sim_cv_wait(&n->delay_cv, NULL, n->heap[0]->t_due - now);
+        } else {
+            struct sn_msg *m = sn_heap_pop(n);
+            struct sn_qp *qp = sn_qp_get(n, m->dst_qp);
+            if (qp && !n->closed)
+                sn_deliver(n, qp, m);
+            else
+                free(m);
+        }
+    }
+}
+
+/* In sequence order; with jitter, after a random extra delay. */
+static void sn_schedule(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
+{
+    double now = simgrid_get_clock();
+    if (n->w->jitter <= 0) {
+        sn_deliver(n, qp, m);
+        return;
+    }
+    double extra = rkv_rng_double(&n->rng) * n->w->jitter * (now - m->t_post);
+    m->t_due = now + extra > qp->last_due ? now + extra : qp->last_due;
+    qp->last_due = m->t_due;
+    m->order = n->order++;
+    sn_heap_push(n, m);
+    sim_cv_broadcast(&n->delay_cv);
+}
+
+/* Early arrivals wait in seq order until their predecessors came. */
+static void sn_arrive_seq(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
+{
+    struct sn_msg **pp = &qp->reorder;
+    while (*pp && (*pp)->seq < m->seq)
+        pp = &(*pp)->next;
+    m->next = *pp;
+    *pp = m;
+    while (qp->reorder && qp->reorder->seq == qp->rx_next) {
+        struct sn_msg *h = qp->reorder;
+        qp->reorder = h->next;
+        qp->rx_next++;
+        sn_schedule(n, qp, h);
+    }
+}
+
+static void sn_on_connect(struct sim_nic *n, struct sn_msg *m)
+{
+    if (n->closed || !sim_world_listening(n->w, sg_host_get_name(n->host), n->id, m->port)) {
+        sn_put_ctl(n, SN_REJECT, m->src_nic, SN_NO_QP, m->src_qp, 0, 0);
+        return;
+    }
+    struct sn_qp *qp = sn_qp_new(n);
+    if (!qp) {
+        sn_put_ctl(n, SN_REJECT, m->src_nic, SN_NO_QP, m->src_qp, 0, 0);
+        return;
+    }
+    qp->peer_nic = m->src_nic;
+    qp->peer_qp = m->src_qp;
+    qp->state = SN_UP;
+    qp->rx_next = 1; /* the CONNECT was seq 0 */
+    sn_put_ctl(n, SN_ACCEPT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
+    sn_cq_push(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED});
+}
+
+static void sn_arrive(struct sim_nic *n, struct sn_msg *m)
+{
+    if (m->kind == SN_CONNECT) {
+        sn_log_event(n, m);
+        sn_on_connect(n, m);
+        free(m);
+        return;
+    }
+    struct sn_qp *qp = sn_qp_get(n, m->dst_qp);
+    if (n->closed || !qp || qp->closed || qp->state == SN_DOWN) {
+        /* A late ACCEPT for a connect that gave up: tell the other side. */
+        if (qp && m->kind == SN_ACCEPT)
+            sn_put_ctl(n, SN_DISCONNECT, m->src_nic, qp->id, m->src_qp, 1, 0);
+        free(m);
+        return;
+    }
+    if (m->kind == SN_ACCEPT)
+        qp->peer_qp = m->src_qp;
+    sn_arrive_seq(n, qp, m);
+}
+
+static void sn_actor(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    struct sim_nic *n = sg_actor_self_get_data();
+    sg_actor_daemonize(sg_actor_self());
+    sg_mailbox_set_receiver(n->mbox_name);
+    for (;;) {
+        void *m = NULL;
+        /* A transfer from a node that crashed fails; the message is gone. */
+        if (sg_comm_wait(sg_mailbox_get_async(n->mbox, &m)) == SG_OK && m)
+            sn_arrive(n, m);
+    }
+}
+
+/* ---- the vtable ---- */
+
+static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_p)
+{
+    (void)dev;
+    struct sim_world *w = sim_port_world(port);
+    struct sim_nic *n = calloc(1, sizeof(*n));
+    if (!n)
+        return -RKV_ENOMEM;
+    if (sn_grow((void **)&w->nics, &w->nic_cap, sizeof(*w->nics), w->n_nics + 1) < 0) {
+        free(n);
+        return -RKV_ENOMEM;
+    }
+    n->base.ops = &rkv_nic_sim_ops;
+    n->base.port = port;
+    n->w = w;
+    n->id = w->n_nics;
+    w->nics[w->n_nics++] = n;
+    n->machine = sim_port_machine(port);
+    n->tid = sim_port_tid(port);
+    n->host = sim_port_host(port);
+    snprintf(n->node, sizeof(n->node), "%s", port->node);
+    snprintf(n->mbox_name, sizeof(n->mbox_name), "nic%u", n->id);
+    n->mbox = sg_mailbox_by_name(n->mbox_name);
+    rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
+    char name[64];
+    snprintf(name, sizeof(name), "%s/nic", port->node);
+    sg_actor_t a = sg_actor_init(name, n->host);
+    sg_actor_set_data(a, n);
+    sg_actor_start(a, sn_actor, 0, NULL);
+    if (w->jitter > 0) {
+        snprintf(name, sizeof(name), "%s/nic-delay", port->node);
+        a = sg_actor_init(name, n->host);
+        sg_actor_set_data(a, n);
+        sg_actor_start(a, sn_delay_actor, 0, NULL);
+    }
+    *nic_p = &n->base;
+    return 0;
+}
+
+static int sn_listen(struct rkv_nic *nic, const char *host, uint16_t port)
+{
+    struct sim_nic *n = sn_of(nic);
+    if (strcmp(host, sg_host_get_name(n->host)) != 0 && strcmp(host, "0.0.0.0") != 0) {
+        rkv_port_log(nic->port, RKV_LOG_ERROR, "listen: %s is not this node's host (%s)", host,
+                     sg_host_get_name(n->host));
+        return -RKV_EINVAL;
+    }
+    return sim_world_listen(n->w, sg_host_get_name(n->host), port, n->id);
+}
+
+static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint32_t timeout_ms,
+                      struct rkv_qp **qp_p)
+{
+    struct sim_nic *n = sn_of(nic);
+    uint32_t dst;
+    if (sim_world_lookup(n->w, host, port, &dst) < 0) {
+        /* Nobody listens yet: a refusal costs a round trip on a real network. */
+        sg_actor_sleep_for(2 * sg_host_get_route_latency(n->host, n->host) + 1e-6);
+        return -RKV_EPEERDEAD;
+    }
+    struct sn_qp *qp = sn_qp_new(n);
+    if (!qp)
+        return -RKV_ENOMEM;
+    qp->peer_nic = dst;
+    qp->state = SN_CONNECTING;
+    struct sn_msg *m = sn_msg_new(SN_CONNECT, 0);
+    if (!m)
+        return -RKV_ENOMEM;
+    m->dst_nic = dst;
+    m->src_qp = qp->id;
+    m->dst_qp = SN_NO_QP;
+    m->port = port;
+    m->seq = qp->tx_seq++;
+    sn_put(n, m);
+    double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
+    while (qp->state == SN_CONNECTING && simgrid_get_clock() < deadline)
+        sim_cv_wait(&n->conn_cv, NULL, deadline - simgrid_get_clock());
+    if (qp->state == SN_UP) {
+        *qp_p = (struct rkv_qp *)qp;
+        return 0;
+    }
+    int rc = qp->state == SN_REFUSED ? -RKV_EPEERDEAD : -RKV_ETIMEDOUT;
+    qp->closed = 1;
+    return rc;
+}
+
+static int sn_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, struct rkv_mr **mr_p)
+{
+    struct sim_nic *n = sn_of(nic);
+    if (!addr || !len)
+        return -RKV_EINVAL;
+    uint32_t slot = 0;
+    while (slot < n->n_mrs && n->mrs[slot])
+        slot++;
+    if (slot >= 0xfffff)
+        return -RKV_ENOMEM;
+    if (slot == n->n_mrs &&
+        sn_grow((void **)&n->mrs, &n->mr_cap, sizeof(*n->mrs), n->n_mrs + 1) < 0)
+        return -RKV_ENOMEM;
+    struct rkv_mr *mr = calloc(1, sizeof(*mr));
+    if (!mr)
+        return -RKV_ENOMEM;
+    mr->addr = addr;
+    mr->len = len;
+    mr->access = access;
+    /* Random high bits: a stale or guessed key does not name a live region. */
+    mr->lkey = mr->rkey = (uint32_t)(rkv_rng_next(&n->rng) & 0xfff00000u) | (slot + 1);
+    if (slot == n->n_mrs)
+        n->n_mrs++;
+    n->mrs[slot] = mr;
+    *mr_p = mr;
+    return 0;
+}
+
+static void sn_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
+{
+    struct sim_nic *n = sn_of(nic);
+    if (!mr)
+        return;
+    uint32_t slot = (mr->rkey & 0xfffff) - 1;
+    assert(slot < n->n_mrs && n->mrs[slot] == mr);
+    n->mrs[slot] = NULL;
+    free(mr);
+}
+
+static int sn_sge_ok(const struct rkv_sge *sge)
+{
+    const uint8_t *a = sge->addr, *base = sge->mr ? sge->mr->addr : NULL;
+    return base && a >= base && (size_t)(a - base) <= sge->mr->len &&
+           sge->mr->len - (size_t)(a - base) >= sge->len;
+}
+
+static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struct rkv_sge *sge,
+                   uint64_t raddr, uint32_t rkey, uint32_t imm, int signaled)
+{
+    struct sn_qp *qp = sn_qp_of(qpv);
+    struct sim_nic *n = qp->nic;
+    if (qp->closed || qp->state != SN_UP)
+        return -RKV_EPEERDEAD;
+    if (!sn_sge_ok(sge))
+        return -RKV_EINVAL;
+    struct sn_msg *m = sn_msg_new(kind, sge->len);
+    if (!m)
+        return -RKV_ENOMEM;
+    memcpy(m->data, sge->addr, sge->len);
+    m->dst_nic = qp->peer_nic;
+    m->src_qp = qp->id;
+    m->dst_qp = qp->peer_qp;
+    m->seq = qp->tx_seq++;
+    m->wr_id = wr_id;
+    m->raddr = raddr;
+    m->rkey = rkey;
+    m->imm = imm;
+    m->signaled = (uint8_t) !!signaled;
+    sn_put(n, m);
+    if (n->w->msg_cpu_s > 0)
+        sg_actor_execute(n->w->msg_cpu_s * sg_host_get_speed(n->host));
+    return 0;
+}
+
+static int sn_post_send(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge, int signaled)
+{
+    return sn_post(qp, SN_SEND, wr_id, sge, 0, 0, 0, signaled);
+}
+
+static int sn_post_write(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge,
+                         uint64_t remote_addr, uint32_t rkey, int with_imm, uint32_t imm,
+                         int signaled)
+{
+    return sn_post(qp, with_imm ? SN_WRITE_IMM : SN_WRITE, wr_id, sge, remote_addr, rkey, imm,
+                   signaled);
+}
+
+static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge)
+{
+    struct sn_qp *qp = sn_qp_of(qpv);
+    if (qp->closed)
+        return -RKV_EPEERDEAD;
+    if (!sn_sge_ok(sge))
+        return -RKV_EINVAL;
+    if (qp->r_len == qp->r_cap) {
+        uint32_t nc = qp->r_cap ? qp->r_cap * 2 : 16;
+        struct sn_recv *r = malloc((size_t)nc * sizeof(*r));
+        if (!r)
+            return -RKV_ENOMEM;
+        for (uint32_t i = 0; i < qp->r_len; i++)
+            r[i] = qp->recvs[(qp->r_head + i) % qp->r_cap];
+        free(qp->recvs);
+        qp->recvs = r;
+        qp->r_cap = nc;
+        qp->r_head = 0;
+    }
+    qp->recvs[(qp->r_head + qp->r_len++) % qp->r_cap] =
+        (struct sn_recv){.wr_id = wr_id, .addr = sge->addr, .len = sge->len};
+    sn_drain_held(qp->nic, qp);
+    return 0;
+}
+
+static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
+{
+    struct sim_nic *n = sn_of(nic);
+    double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
+    int got = 0;
+    for (;;) {
+        while (n->cq_len && got < max) {
+            struct rkv_wc e = n->cq[n->cq_head].wc;
+            n->cq_head = (n->cq_head + 1) % n->cq_cap;
+            n->cq_len--;
+            if (e.qp && sn_qp_of(e.qp)->closed)
+                continue; /* nic.h: no completion names a closed QP */
+            wc[got++] = e;
+        }
+        double now = simgrid_get_clock();
+        if (got || now >= deadline)
+            break;
+        sim_cv_wait(&n->cq_cv, NULL, deadline - now);
+    }
+    if (got && n->w->msg_cpu_s > 0)
+        sg_actor_execute(got * n->w->msg_cpu_s * sg_host_get_speed(n->host));
+    return got;
+}
+
+static void sn_qp_close(struct rkv_qp *qpv)
+{
+    struct sn_qp *qp = sn_qp_of(qpv);
+    struct sim_nic *n = qp->nic;
+    if (qp->closed)
+        return;
+    qp->closed = 1;
+    if (qp->state == SN_UP)
+        sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
+    qp->state = SN_DOWN;
+    sn_free_list(qp->held);
+    sn_free_list(qp->reorder);
+    qp->held = qp->held_tail = qp->reorder = NULL;
+}
+
+static int sn_local_addr(struct rkv_nic *nic, const char *peer_host, uint16_t peer_port, char *buf,
+                         size_t len)
+{
+    (void)peer_host;
+    (void)peer_port;
+    int k = snprintf(buf, len, "%s", sg_host_get_name(sn_of(nic)->host));
+    return k > 0 && (size_t)k < len ? 0 : -RKV_EINVAL;
+}
+
+/* The world frees the NIC at its end: messages may still arrive for it. */
+static void sn_close(struct rkv_nic *nic)
+{
+    struct sim_nic *n = sn_of(nic);
+    for (uint32_t i = 0; i < n->n_qps; i++)
+        sn_qp_close((struct rkv_qp *)n->qps[i]);
+    sim_world_unlisten(n->w, n->id);
+    n->closed = 1;
+    n->cq_len = 0;
+}
+
+void sim_nic_free(struct sim_nic *n)
+{
+    for (uint32_t i = 0; i < n->n_qps; i++) {
+        struct sn_qp *qp = n->qps[i];
+        sn_free_list(qp->held);
+        sn_free_list(qp->reorder);
+        free(qp->recvs);
+        free(qp);
+    }
+    for (uint32_t i = 0; i < n->n_mrs; i++)
+        free(n->mrs[i]);
+    while (n->heap_len)
+        free(sn_heap_pop(n));
+    free(n->heap);
+    free(n->qps);
+    free(n->mrs);
+    free(n->cq);
+    free(n);
+}
+
+const struct rkv_nic_ops rkv_nic_sim_ops = {
+    .name = "sim",
+    .open = sn_open,
+    .listen = sn_listen,
+    .connect = sn_connect,
+    .reg_mr = sn_reg_mr,
+    .dereg_mr = sn_dereg_mr,
+    .post_send = sn_post_send,
+    .post_recv = sn_post_recv,
+    .post_write = sn_post_write,
+    .poll = sn_poll,
+    .qp_close = sn_qp_close,
+    .local_addr = sn_local_addr,
+    .close = sn_close,
+};

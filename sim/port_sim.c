@@ -1,0 +1,365 @@
+/* The SimGrid port: tasks are actors on the node's host, locks and
+ * condition variables are SimGrid's, time is the simulated clock, and
+ * "shared memory" is a buffer the world hands to every node of one machine.
+ *
+ * Nothing here may block the process (a POSIX sleep or a pthread mutex would
+ * stall every simulated node at once): every wait is a SimGrid simcall. */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/engine.h>
+#include <simgrid/mutex.h>
+
+#include "sim/sim.h"
+#include "sim/sim_int.h"
+#include "util/util.h"
+
+struct sim_port {
+    struct rkv_port base;
+    struct sim_world *w;
+    sg_host_t host;
+    uint32_t machine, tid;
+};
+
+struct rkv_task {
+    sg_actor_t actor;
+    rkv_task_fn fn;
+    void *arg;
+};
+
+struct rkv_mutex {
+    sg_mutex_t m;
+};
+
+struct rkv_cond {
+    struct sim_cv cv;
+};
+
+/* A named segment: every node of the machine that maps it sees the same
+ * bytes; it lives until unlinked and unmapped by all. */
+struct sim_shm {
+    char name[128];
+    void *addr;
+    size_t bytes;
+    uint32_t maps;
+    int unlinked;
+    struct sim_shm *next;
+};
+
+static struct sim_port *sp_of(struct rkv_port *p)
+{
+    return (struct sim_port *)p->impl;
+}
+
+/* ---- tasks ---- */
+
+static void sp_task_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    struct rkv_task *t = sg_actor_self_get_data();
+    t->fn(t->arg);
+}
+
+static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
+                         struct rkv_task **task_p)
+{
+    struct rkv_task *t = calloc(1, sizeof(*t));
+    if (!t)
+        return -RKV_ENOMEM;
+    char full[64];
+    snprintf(full, sizeof(full), "%s/%s", p->node, name ? name : "task");
+    t->fn = fn;
+    t->arg = arg;
+    t->actor = sg_actor_init(full, sp_of(p)->host);
+    sg_actor_set_data(t->actor, t);
+    /* Joined later: keep the actor object alive past its end. */
+    sg_actor_ref(t->actor);
+    sg_actor_start(t->actor, sp_task_main, 0, NULL);
+    *task_p = t;
+    return 0;
+}
+
+static int sp_task_join(struct rkv_port *p, struct rkv_task *t)
+{
+    (void)p;
+    sg_actor_join(t->actor, -1);
+    sg_actor_unref(t->actor);
+    free(t);
+    return 0;
+}
+
+/* ---- mutex and condition variable ---- */
+
+static int sp_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
+{
+    (void)p;
+    struct rkv_mutex *m = malloc(sizeof(*m));
+    if (!m)
+        return -RKV_ENOMEM;
+    m->m = sg_mutex_init();
+    *m_p = m;
+    return 0;
+}
+
+static void sp_mutex_lock(struct rkv_mutex *m)
+{
+    sg_mutex_lock(m->m);
+}
+
+static void sp_mutex_unlock(struct rkv_mutex *m)
+{
+    sg_mutex_unlock(m->m);
+}
+
+static void sp_mutex_destroy(struct rkv_mutex *m)
+{
+    if (!m)
+        return;
+    sg_mutex_destroy(m->m);
+    free(m);
+}
+
+static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
+{
+    (void)p;
+    struct rkv_cond *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -RKV_ENOMEM;
+    *c_p = c;
+    return 0;
+}
+
+static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
+{
+    double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
+    return sim_cv_wait(&c->cv, m->m, t) ? -RKV_ETIMEDOUT : 0;
+}
+
+static void sp_cond_signal(struct rkv_cond *c)
+{
+    sim_cv_signal(&c->cv);
+}
+
+static void sp_cond_broadcast(struct rkv_cond *c)
+{
+    sim_cv_broadcast(&c->cv);
+}
+
+static void sp_cond_destroy(struct rkv_cond *c)
+{
+    assert(!c || !c->cv.head);
+    free(c);
+}
+
+/* ---- time ---- */
+
+static uint64_t sp_now_ns(struct rkv_port *p)
+{
+    (void)p;
+    return (uint64_t)llround(simgrid_get_clock() * 1e9);
+}
+
+static void sp_sleep_ns(struct rkv_port *p, uint64_t ns)
+{
+    (void)p;
+    sg_actor_sleep_for((double)ns * 1e-9);
+}
+
+static void sp_yield(struct rkv_port *p)
+{
+    (void)p;
+    /* A spin on a row lock must let simulated time pass, or the holder (who
+     * may be waiting for time to advance) never gets to release it. */
+    sg_actor_sleep_for(1e-9);
+}
+
+static void sp_handler_work(struct rkv_port *p, uint64_t rows)
+{
+    struct sim_port *sp = sp_of(p);
+    double ns = (double)rows * sp->w->row_cost_ns;
+    if (ns <= 0)
+        return;
+    double t0 = simgrid_get_clock();
+    /* Work, not a sleep: the nodes of one machine share its cores. */
+    sg_actor_execute(ns * 1e-9 * sg_host_get_speed(sp->host));
+    sim_world_trace(sp->w, "handler", "cpu", sp->machine, sp->tid, t0, simgrid_get_clock(), 0);
+}
+
+/* ---- shared memory ---- */
+
+static struct sim_shm *sp_shm_find(struct sim_world *w, const char *name)
+{
+    for (struct sim_shm *s = w->shms; s; s = s->next)
+        if (!s->unlinked && strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}
+
+static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int create, void **addr_p)
+{
+    struct sim_world *w = sp_of(p)->w;
+    struct sim_shm *s = sp_shm_find(w, name);
+    if (create && s)
+        return -RKV_EEXIST;
+    if (!create) {
+        if (!s)
+            return -RKV_ENOTENSOR;
+        if (s->bytes < bytes) {
+            RKV_LOGE(p, "shm %s: has %zu bytes, %zu expected", name, s->bytes, bytes);
+            return -RKV_EIO;
+        }
+        s->maps++;
+        *addr_p = s->addr;
+        return 0;
+    }
+    if (strlen(name) >= sizeof(s->name) || bytes == 0)
+        return -RKV_EINVAL;
+    s = calloc(1, sizeof(*s));
+    if (!s || !(s->addr = calloc(1, bytes))) {
+        free(s);
+        return -RKV_ENOMEM;
+    }
+    strcpy(s->name, name);
+    s->bytes = bytes;
+    s->maps = 1;
+    s->next = w->shms;
+    w->shms = s;
+    *addr_p = s->addr;
+    return 0;
+}
+
+static void sp_shm_release(struct sim_world *w, struct sim_shm *s)
+{
+    if (!s->unlinked || s->maps)
+        return;
+    for (struct sim_shm **pp = &w->shms; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    free(s->addr);
+    free(s);
+}
+
+static void sp_shm_unmap(struct rkv_port *p, void *addr, size_t bytes)
+{
+    (void)bytes;
+    struct sim_world *w = sp_of(p)->w;
+    for (struct sim_shm *s = w->shms; s; s = s->next) {
+        if (s->addr == addr && s->maps) {
+            s->maps--;
+            sp_shm_release(w, s);
+            return;
+        }
+    }
+}
+
+static void sp_shm_unlink(struct rkv_port *p, const char *name)
+{
+    struct sim_world *w = sp_of(p)->w;
+    struct sim_shm *s = sp_shm_find(w, name);
+    if (s) {
+        s->unlinked = 1;
+        sp_shm_release(w, s);
+    }
+}
+
+void sim_port_shm_free_all(struct sim_world *w)
+{
+    while (w->shms) {
+        struct sim_shm *s = w->shms;
+        w->shms = s->next;
+        free(s->addr);
+        free(s);
+    }
+}
+
+/* ---- logging and lifetime ---- */
+
+static void sp_vlog(struct rkv_port *p, int level, const char *fmt, va_list ap)
+{
+    static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "[sim %.9f] %s %s: ", simgrid_get_clock(),
+                     level >= 0 && level < 4 ? names[level] : "LOG", p->node);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return;
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    fprintf(stderr, "%s\n", line);
+}
+
+static void sp_destroy(struct rkv_port *p)
+{
+    if (p)
+        free(p->impl);
+}
+
+static const struct rkv_port_ops sim_port_ops = {
+    .name = "sim",
+    .task_start = sp_task_start,
+    .task_join = sp_task_join,
+    .mutex_create = sp_mutex_create,
+    .mutex_lock = sp_mutex_lock,
+    .mutex_unlock = sp_mutex_unlock,
+    .mutex_destroy = sp_mutex_destroy,
+    .cond_create = sp_cond_create,
+    .cond_wait = sp_cond_wait,
+    .cond_signal = sp_cond_signal,
+    .cond_broadcast = sp_cond_broadcast,
+    .cond_destroy = sp_cond_destroy,
+    .now_ns = sp_now_ns,
+    .sleep_ns = sp_sleep_ns,
+    .yield = sp_yield,
+    .shm_map = sp_shm_map,
+    .shm_unmap = sp_shm_unmap,
+    .shm_unlink = sp_shm_unlink,
+    .vlog = sp_vlog,
+    .handler_work = sp_handler_work,
+    .destroy = sp_destroy,
+};
+
+int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int log_level,
+                    uint64_t seed, uint32_t machine, uint32_t tid, struct rkv_port **port_p)
+{
+    struct sim_port *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return -RKV_ENOMEM;
+    sp->base.ops = &sim_port_ops;
+    snprintf(sp->base.node, sizeof(sp->base.node), "%s", node);
+    sp->base.log_level = log_level;
+    rkv_rng_seed(&sp->base.rng, seed, tid);
+    sp->base.impl = sp;
+    sp->w = w;
+    sp->host = host;
+    sp->machine = machine;
+    sp->tid = tid;
+    *port_p = &sp->base;
+    return 0;
+}
+
+struct sim_world *sim_port_world(struct rkv_port *p)
+{
+    assert(p->ops == &sim_port_ops);
+    return sp_of(p)->w;
+}
+
+sg_host_t sim_port_host(struct rkv_port *p)
+{
+    return sp_of(p)->host;
+}
+
+uint32_t sim_port_machine(struct rkv_port *p)
+{
+    return sp_of(p)->machine;
+}
+
+uint32_t sim_port_tid(struct rkv_port *p)
+{
+    return sp_of(p)->tid;
+}

@@ -1,0 +1,69 @@
+/* The twin's internals: one simulated world (SimGrid platform + every node
+ * of the cluster as actors in this process), the SimGrid port and NIC
+ * backends, and the event log that makes runs comparable (hash, trace).
+ *
+ * Everything lives in struct sim_world, reached from each node's port or
+ * NIC: SimGrid runs every node in one process, so a global would be shared
+ * by all of them (DESIGN.md, rules for the twin). */
+#ifndef RKV_SIM_H
+#define RKV_SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <simgrid/host.h>
+
+#include "nic/nic.h"
+#include "port/port.h"
+
+struct sim_shm;
+struct sim_listener;
+struct sim_nic;
+
+/* Turns the bytes a message really carries into the bytes the network is
+ * charged for (payload-less runs carry thin rows but model the full ones). */
+typedef uint64_t (*sim_sizer_fn)(void *user, const void *buf, uint32_t len);
+
+struct sim_world {
+    uint64_t seed;
+    double jitter;      /* extra delivery delay, fraction of the message's own network time */
+    double msg_cpu_s;   /* CPU charged per posted and per polled message (0: free) */
+    double row_cost_ns; /* CPU a server handler spends per row */
+    sim_sizer_fn sizer; /* NULL: the network sees the real length */
+    void *sizer_user;
+    /* Registries (looked up by name, never iterated by pointer order). */
+    struct sim_listener **listeners; /* open hash on "host:port" */
+    uint32_t listener_cap;
+    struct sim_shm *shms;
+    struct sim_nic **nics; /* index = NIC id */
+    uint32_t n_nics, nic_cap;
+    /* Event log: every delivery, in simulated order. */
+    uint64_t hash;
+    uint64_t events;
+    uint64_t bytes_modelled;
+    FILE *trace; /* Chrome trace JSON, or NULL */
+    int trace_started;
+};
+
+int sim_world_init(struct sim_world *w, uint64_t seed);
+void sim_world_fini(struct sim_world *w);
+/* Mixes one event into the run's hash (order-sensitive). */
+void sim_world_event(struct sim_world *w, const uint64_t *v, int n);
+/* One complete ("X") event in the Chrome trace; no-op without a trace. */
+void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
+                     uint32_t tid, double t0_s, double t1_s, uint64_t bytes);
+void sim_world_trace_name(struct sim_world *w, uint32_t pid, uint32_t tid, const char *name);
+
+/* ---- port ---- */
+/* A node on `host`; `machine`/`tid` name it in traces. */
+int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int log_level,
+                    uint64_t seed, uint32_t machine, uint32_t tid, struct rkv_port **port_p);
+struct sim_world *sim_port_world(struct rkv_port *p);
+sg_host_t sim_port_host(struct rkv_port *p);
+uint32_t sim_port_machine(struct rkv_port *p);
+uint32_t sim_port_tid(struct rkv_port *p);
+
+/* ---- NIC ---- */
+extern const struct rkv_nic_ops rkv_nic_sim_ops; /* open() takes the port's world and host */
+
+#endif

@@ -1,0 +1,33 @@
+/* World services the simulated NIC uses (sim/world.c). */
+#ifndef RKV_SIM_INT_H
+#define RKV_SIM_INT_H
+
+#include <stdint.h>
+
+#include <simgrid/forward.h>
+
+struct sim_world;
+struct sim_nic;
+
+/* host:port -> NIC id; -RKV_EEXIST when taken. */
+int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint32_t nic);
+int sim_world_lookup(const struct sim_world *w, const char *host, uint16_t port, uint32_t *nic_p);
+int sim_world_listening(const struct sim_world *w, const char *host, uint32_t nic, uint16_t port);
+/* Frees the shm segments still registered (a node that failed early). */
+void sim_port_shm_free_all(struct sim_world *w);
+void sim_world_unlisten(struct sim_world *w, uint32_t nic);
+void sim_nic_free(struct sim_nic *n);
+
+/* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/cv.c).
+ * mu may be NULL: actors are cooperative, so a caller that checks its
+ * condition and waits with no simcall in between cannot miss a signal. */
+struct sim_waiter;
+struct sim_cv {
+    struct sim_waiter *head, *tail;
+};
+/* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled. */
+int sim_cv_wait(struct sim_cv *cv, sg_mutex_t mu, double timeout_s);
+void sim_cv_signal(struct sim_cv *cv);
+void sim_cv_broadcast(struct sim_cv *cv);
+
+#endif

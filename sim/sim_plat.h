@@ -1,0 +1,21 @@
+/* Platform parameters after defaults (sim/README.md says where they come from). */
+#ifndef RKV_SIM_PLAT_H
+#define RKV_SIM_PLAT_H
+
+#include <stdint.h>
+
+#include "harness/scenario.h"
+
+#define SIM_DEFAULT_GBPS 100.0 /* 4x EDR InfiniBand line rate */
+#define SIM_DEFAULT_LAT_US 1.0 /* ib_write_lat, 8 B, one switch hop (EDR/HDR) */
+#define SIM_DEFAULT_CORES 16
+
+struct sim_plat {
+    double gbps, lat_us, backbone_gbps;
+    uint32_t cores;
+    const char *topology;
+};
+
+void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p);
+
+#endif

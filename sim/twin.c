@@ -1,0 +1,371 @@
+/* The twin's driver: deploys a scenario's servers and workers as SimGrid
+ * actors (one host per machine), each with its own simulated port and NIC,
+ * runs the unchanged store and workload engine, and gathers what the real
+ * backends' processes would have printed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+#include <xbt/config.h>
+#include <xbt/log.h>
+
+#include "harness/workload.h"
+#include "proto/proto.h"
+#include "sim/sim.h"
+#include "sim/twin.h"
+#include "store/server_int.h"
+
+#define TWIN_BASE_PORT 7000
+
+struct twin;
+
+struct twin_node {
+    struct twin *t;
+    int is_server;
+    uint32_t machine, local, tid;
+    char name[32];
+    char *out; /* workers: PHASE lines */
+    size_t out_len;
+    int rc;
+    int finished;
+    double end_s; /* simulated time when the node finished */
+    char err[256];
+};
+
+struct twin {
+    const struct rkv_scenario *sc;
+    struct sim_world w;
+    struct rkv_config cfg;
+    struct rkv_machine *machines;
+    struct twin_node *nodes;
+    uint32_t n_nodes, n_servers, n_workers;
+    int log_level;
+    /* Payload-less: the store carries thin rows, the network sees these. */
+    uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
+};
+
+static int twin_open(struct twin_node *nd, struct rkv_port **port, struct rkv_nic **nic)
+{
+    struct twin *t = nd->t;
+    char host[32];
+    snprintf(host, sizeof(host), "m%u", nd->machine);
+    int rc = sim_port_create(&t->w, sg_host_by_name(host), nd->name, t->log_level, t->sc->seed,
+                             nd->machine, nd->tid, port);
+    if (rc < 0)
+        return rc;
+    if ((rc = rkv_nic_sim_ops.open(*port, NULL, nic)) < 0)
+        (*port)->ops->destroy(*port);
+    return rc;
+}
+
+static void twin_close(struct rkv_port *port, struct rkv_nic *nic)
+{
+    nic->ops->close(nic);
+    port->ops->destroy(port);
+}
+
+static void twin_server(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    struct twin_node *nd = sg_actor_self_get_data();
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    if ((nd->rc = twin_open(nd, &port, &nic)) < 0)
+        return;
+    struct rkv_config cfg = nd->t->cfg;
+    cfg.machine_id = nd->machine;
+    struct rkv_server *srv;
+    nd->rc = rkv_server_create_on(port, nic, &cfg, nd->local, &srv, nd->err, sizeof(nd->err));
+    if (nd->rc == 0) {
+        nd->rc = rkv_server_run(srv);
+        if (nd->rc < 0)
+            snprintf(nd->err, sizeof(nd->err), "%s", rkv_server_errmsg(srv));
+        rkv_server_destroy(srv);
+    }
+    twin_close(port, nic);
+    nd->finished = 1;
+    nd->end_s = simgrid_get_clock();
+}
+
+static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
+{
+    const struct rkv_scenario *sc = nd->t->sc;
+    struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
+    FILE *out = open_memstream(&nd->out, &nd->out_len);
+    if (!st || !out) {
+        nd->rc = -RKV_ENOMEM;
+        free(st);
+        if (out)
+            fclose(out);
+        return;
+    }
+    uint32_t id = rkv_client_id(cli);
+    nd->rc = rkv_wl_run(cli, port, sc, id, st, stderr);
+    if (nd->rc < 0)
+        snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
+    for (uint32_t p = 0; p < sc->n_phases; p++)
+        rkv_wl_print(out, id, p, &st[p]);
+    fclose(out);
+    free(st);
+}
+
+static void twin_worker(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    struct twin_node *nd = sg_actor_self_get_data();
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    if ((nd->rc = twin_open(nd, &port, &nic)) < 0)
+        return;
+    struct rkv_config cfg = nd->t->cfg;
+    cfg.machine_id = nd->machine;
+    struct rkv_client *cli;
+    nd->rc = rkv_client_create_on(port, nic, &cfg, &cli, nd->err, sizeof(nd->err));
+    if (nd->rc == 0) {
+        twin_worker_body(nd, cli, port);
+        if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0 && nd->rc == 0) {
+            nd->rc = -RKV_EIO;
+            snprintf(nd->err, sizeof(nd->err), "shutdown: %s", rkv_client_errmsg(cli));
+        }
+        rkv_client_destroy(cli);
+    }
+    twin_close(port, nic);
+    nd->finished = 1;
+    nd->end_s = simgrid_get_clock();
+}
+
+/* ---- payload-less sizing ---- */
+
+/* PUSH and PULL_REPLY carry thin rows; charge the network the declared ones. */
+static uint64_t twin_sizer(void *user, const void *buf, uint32_t len)
+{
+    const struct twin *t = user;
+    struct rkv_hdr h;
+    char why[8];
+    if (len < RKV_PROTO_HDR_BYTES || rkv_proto_decode_hdr(buf, len, &h, why, sizeof(why)) < 0)
+        return len;
+    if ((h.type != RKV_MSG_PUSH && h.type != RKV_MSG_PULL_REPLY) || h.tensor_id == 0 ||
+        h.tensor_id > RKV_SC_MAX_TENSORS || !t->declared_row_bytes[h.tensor_id])
+        return len;
+    uint64_t thin = (uint64_t)h.count * h.row_bytes;
+    uint64_t full = (uint64_t)h.count * t->declared_row_bytes[h.tensor_id];
+    return len - thin + full;
+}
+
+/* ---- set-up ---- */
+
+static int twin_config(struct twin *t)
+{
+    const struct rkv_scenario *sc = t->sc;
+    t->machines = calloc(sc->machines, sizeof(*t->machines));
+    if (!t->machines)
+        return -RKV_ENOMEM;
+    for (uint32_t m = 0; m < sc->machines; m++) {
+        snprintf(t->machines[m].host, sizeof(t->machines[m].host), "m%u", m);
+        t->machines[m].base_port = TWIN_BASE_PORT;
+        t->machines[m].servers = sc->servers_per_machine;
+    }
+    rkv_config_defaults(&t->cfg);
+    t->cfg.machines = t->machines;
+    t->cfg.n_machines = sc->machines;
+    t->cfg.n_workers = rkv_scenario_workers(sc);
+    snprintf(t->cfg.backend, sizeof(t->cfg.backend), "sim");
+    snprintf(t->cfg.shm_prefix, sizeof(t->cfg.shm_prefix), "/rkv-twin");
+    t->cfg.seed = sc->seed;
+    t->cfg.log_level = t->log_level;
+    return 0;
+}
+
+static int twin_nodes(struct twin *t)
+{
+    const struct rkv_scenario *sc = t->sc;
+    t->n_servers = rkv_scenario_servers(sc);
+    t->n_workers = rkv_scenario_workers(sc);
+    t->n_nodes = t->n_servers + t->n_workers;
+    t->nodes = calloc(t->n_nodes, sizeof(*t->nodes));
+    if (!t->nodes)
+        return -RKV_ENOMEM;
+    uint32_t k = 0;
+    for (uint32_t m = 0; m < sc->machines; m++) {
+        for (uint32_t l = 0; l < sc->servers_per_machine; l++, k++) {
+            t->nodes[k] =
+                (struct twin_node){.t = t, .is_server = 1, .machine = m, .local = l, .tid = k};
+            snprintf(t->nodes[k].name, sizeof(t->nodes[k].name), "s%u.%u", m, l);
+        }
+    }
+    for (uint32_t w = 0; w < t->n_workers; w++, k++) {
+        /* Workers fill machines in order, as ids are assigned by machine. */
+        uint32_t m = sc->workers_total ? w % sc->machines : w / sc->workers_per_machine;
+        t->nodes[k] = (struct twin_node){.t = t, .machine = m, .local = w, .tid = k};
+        snprintf(t->nodes[k].name, sizeof(t->nodes[k].name), "w%u", w);
+    }
+    return 0;
+}
+
+static void twin_spawn(struct twin *t)
+{
+    for (uint32_t i = 0; i < t->n_nodes; i++) {
+        struct twin_node *nd = &t->nodes[i];
+        char host[32];
+        snprintf(host, sizeof(host), "m%u", nd->machine);
+        sim_world_trace_name(&t->w, nd->machine, nd->tid, nd->name);
+        sg_actor_t a = sg_actor_init(nd->name, sg_host_by_name(host));
+        sg_actor_set_data(a, nd);
+        sg_actor_start(a, nd->is_server ? twin_server : twin_worker, 0, NULL);
+    }
+}
+
+static int twin_engine(struct twin *t, const char *platform, char *err, size_t err_len)
+{
+    const struct rkv_scenario *sc = t->sc;
+    char *argv[] = {"rkv",
+                    "--cfg=network/model:CM02",
+                    "--cfg=network/crosstraffic:0",
+                    "--cfg=contexts/guard-size:0",
+                    "--log=root.thres:critical",
+                    sc->sim_fairbottleneck ? "--cfg=network/solver:fairbottleneck" : NULL,
+                    NULL};
+    int argc = sc->sim_fairbottleneck ? 6 : 5;
+    simgrid_init(&argc, argv);
+    simgrid_load_platform(platform);
+    for (uint32_t m = 0; m < sc->machines; m++) {
+        char host[32];
+        snprintf(host, sizeof(host), "m%u", m);
+        if (!sg_host_by_name(host)) {
+            snprintf(err, err_len,
+                     "%s: the platform has no host named %s (the twin puts machine k on host mk)",
+                     platform, host);
+            return -RKV_ECONFIG;
+        }
+    }
+    return 0;
+}
+
+static int twin_gather(struct twin *t, struct rkv_twin_result *res)
+{
+    res->outs = calloc(t->n_workers, sizeof(*res->outs));
+    if (!res->outs)
+        return -RKV_ENOMEM;
+    res->n_workers = t->n_workers;
+    res->nodes_ok = 1;
+    for (uint32_t i = 0; i < t->n_nodes; i++) {
+        struct twin_node *nd = &t->nodes[i];
+        if (!nd->is_server && nd->finished)
+            res->outs[nd->local] = nd->out; /* ownership moves to res */
+        res->sim_s = nd->end_s > res->sim_s ? nd->end_s : res->sim_s;
+        if ((nd->rc < 0 || !nd->finished) && res->nodes_ok) {
+            res->nodes_ok = 0;
+            snprintf(res->error, sizeof(res->error), "%s: %s", nd->name,
+                     !nd->finished ? "did not finish (blocked when the simulation ended)"
+                     : nd->err[0]  ? nd->err
+                                   : rkv_strerror(nd->rc));
+        }
+    }
+    return 0;
+}
+
+static double twin_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
+{
+    for (uint32_t i = 0; i < declared->n_tensors; i++) {
+        const struct rkv_tensor_desc *d = &declared->tensors[i].desc;
+        t->declared_row_bytes[i + 1] = (uint64_t)d->row_len * rkv_dtype_size(d->dtype);
+    }
+}
+
+/* Thin rows: one element each; the oracle checks those exactly. */
+static struct rkv_scenario *twin_thin(const struct rkv_scenario *sc)
+{
+    struct rkv_scenario *thin = malloc(sizeof(*thin));
+    if (!thin)
+        return NULL;
+    *thin = *sc;
+    for (uint32_t i = 0; i < thin->n_tensors; i++) {
+        thin->tensors[i].desc.row_len = 1;
+        thin->tensors[i].shape[0] = 1;
+        thin->tensors[i].n_shape = 1;
+    }
+    return thin;
+}
+
+int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
+                 struct rkv_twin_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    struct twin t = {.sc = sc, .log_level = o->log_level};
+    struct rkv_scenario *thin = NULL;
+    char platform[300] = "";
+    int rc = sim_world_init(&t.w, sc->seed);
+    if (rc < 0)
+        return rc;
+    t.w.jitter = sc->sim_jitter;
+    t.w.msg_cpu_s = sc->sim_msg_cost_ns * 1e-9;
+    t.w.row_cost_ns = sc->sim_row_cost_ns;
+    if (sc->sim_payloadless) {
+        rc = -RKV_ENOMEM;
+        if (!(thin = twin_thin(sc)))
+            goto fini_world;
+        twin_sizes(&t, sc);
+        t.sc = thin;
+        t.w.sizer = twin_sizer;
+        t.w.sizer_user = &t;
+    }
+    if (o->trace_path && !(t.w.trace = fopen(o->trace_path, "w"))) {
+        snprintf(res->error, sizeof(res->error), "cannot write the trace %s", o->trace_path);
+        rc = -RKV_EIO;
+        goto fini_world;
+    }
+    if (t.w.trace)
+        fprintf(t.w.trace, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
+    if ((rc = twin_config(&t)) < 0 || (rc = twin_nodes(&t)) < 0)
+        goto free_all;
+    if (sc->sim_platform_file[0]) {
+        snprintf(platform, sizeof(platform), "%s", sc->sim_platform_file);
+    } else {
+        snprintf(platform, sizeof(platform), "/tmp/rkv-twin-%d.xml", (int)getpid());
+        if ((rc = rkv_twin_platform_xml(sc, platform, res->error, sizeof(res->error))) < 0)
+            goto free_all;
+    }
+    rc = twin_engine(&t, platform, res->error, sizeof(res->error));
+    if (!sc->sim_platform_file[0])
+        unlink(platform);
+    if (rc < 0)
+        goto free_all;
+    twin_spawn(&t);
+    double w0 = twin_wall();
+    simgrid_run_until(o->max_sim_s > 0 ? o->max_sim_s : 3600);
+    res->wall_s = twin_wall() - w0;
+    res->events = t.w.events;
+    res->hash = t.w.hash;
+    res->bytes = t.w.bytes_modelled;
+    rc = twin_gather(&t, res);
+free_all:
+    free(t.nodes);
+    free(t.machines);
+fini_world:
+    sim_world_fini(&t.w);
+    free(thin);
+    return rc;
+}
+
+void rkv_twin_result_free(struct rkv_twin_result *res)
+{
+    for (uint32_t i = 0; res->outs && i < res->n_workers; i++)
+        free(res->outs[i]);
+    free(res->outs);
+    memset(res, 0, sizeof(*res));
+}

@@ -1,0 +1,37 @@
+/* The twin: runs a scenario with every server and worker as SimGrid actors
+ * in this process, over a modelled network (sim/README.md). */
+#ifndef RKV_TWIN_H
+#define RKV_TWIN_H
+
+#include <stdint.h>
+
+#include "harness/scenario.h"
+
+struct rkv_twin_opts {
+    const char *trace_path; /* Chrome trace JSON, or NULL */
+    int log_level;
+    double max_sim_s; /* 0: 3600 simulated seconds */
+};
+
+struct rkv_twin_result {
+    char **outs; /* per worker: its PHASE/FIRSTERR lines (rkv_report_collect) */
+    uint32_t n_workers;
+    int nodes_ok;    /* every node ended without a store error */
+    double sim_s;    /* simulated time at the end */
+    double wall_s;   /* of simgrid_run */
+    uint64_t events; /* deliveries */
+    uint64_t hash;   /* of the ordered event log: same scenario + seed => same hash */
+    uint64_t bytes;  /* modelled on the network */
+    char error[512]; /* why nodes_ok is 0 */
+};
+
+/* Runs sc (may be called once per process: SimGrid cannot be re-initialised). */
+int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
+                 struct rkv_twin_result *res);
+void rkv_twin_result_free(struct rkv_twin_result *res);
+
+/* Writes the platform of sc as SimGrid XML into path; exposed for tests. */
+int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char *err,
+                          size_t err_len);
+
+#endif

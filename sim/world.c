@@ -1,0 +1,138 @@
+/* The simulated world's registries and its event log. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rkv.h"
+#include "sim/sim.h"
+#include "sim/sim_int.h"
+
+struct sim_listener {
+    char host[64];
+    uint16_t port;
+    uint32_t nic;
+    struct sim_listener *next;
+};
+
+int sim_world_init(struct sim_world *w, uint64_t seed)
+{
+    memset(w, 0, sizeof(*w));
+    w->seed = seed;
+    w->listener_cap = 4096;
+    w->listeners = calloc(w->listener_cap, sizeof(*w->listeners));
+    w->hash = 0xcbf29ce484222325ull;
+    return w->listeners ? 0 : -RKV_ENOMEM;
+}
+
+void sim_world_fini(struct sim_world *w)
+{
+    for (uint32_t i = 0; i < w->listener_cap; i++) {
+        for (struct sim_listener *l = w->listeners[i], *next; l; l = next) {
+            next = l->next;
+            free(l);
+        }
+    }
+    free(w->listeners);
+    for (uint32_t i = 0; i < w->n_nics; i++)
+        sim_nic_free(w->nics[i]);
+    free(w->nics);
+    sim_port_shm_free_all(w);
+    if (w->trace) {
+        fprintf(w->trace, "\n]}\n");
+        fclose(w->trace);
+    }
+}
+
+static uint32_t sim_bucket(const struct sim_world *w, const char *host, uint16_t port)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ port;
+    for (const char *c = host; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return (uint32_t)(h % w->listener_cap);
+}
+
+int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint32_t nic)
+{
+    uint32_t dummy;
+    if (port == 0 || strlen(host) >= 64)
+        return -RKV_EINVAL;
+    if (sim_world_lookup(w, host, port, &dummy) == 0)
+        return -RKV_EEXIST;
+    struct sim_listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -RKV_ENOMEM;
+    strcpy(l->host, host);
+    l->port = port;
+    l->nic = nic;
+    uint32_t b = sim_bucket(w, host, port);
+    l->next = w->listeners[b];
+    w->listeners[b] = l;
+    return 0;
+}
+
+int sim_world_lookup(const struct sim_world *w, const char *host, uint16_t port, uint32_t *nic_p)
+{
+    for (const struct sim_listener *l = w->listeners[sim_bucket(w, host, port)]; l; l = l->next) {
+        if (l->port == port && strcmp(l->host, host) == 0) {
+            *nic_p = l->nic;
+            return 0;
+        }
+    }
+    return -RKV_ENOTENSOR;
+}
+
+int sim_world_listening(const struct sim_world *w, const char *host, uint32_t nic, uint16_t port)
+{
+    uint32_t owner;
+    return sim_world_lookup(w, host, port, &owner) == 0 && owner == nic;
+}
+
+void sim_world_unlisten(struct sim_world *w, uint32_t nic)
+{
+    for (uint32_t b = 0; b < w->listener_cap; b++) {
+        for (struct sim_listener **pp = &w->listeners[b]; *pp;) {
+            if ((*pp)->nic == nic) {
+                struct sim_listener *l = *pp;
+                *pp = l->next;
+                free(l);
+            } else {
+                pp = &(*pp)->next;
+            }
+        }
+    }
+}
+
+void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint64_t x = v[i];
+        for (int b = 0; b < 8; b++, x >>= 8)
+            w->hash = (w->hash ^ (x & 0xff)) * 0x100000001b3ull;
+    }
+    w->events++;
+}
+
+void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
+                     uint32_t tid, double t0_s, double t1_s, uint64_t bytes)
+{
+    if (!w->trace)
+        return;
+    fprintf(w->trace,
+            "%s\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%u,\"tid\":%u,"
+            "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"bytes\":%llu}}",
+            w->trace_started ? "," : "", name, cat, pid, tid, t0_s * 1e6, (t1_s - t0_s) * 1e6,
+            (unsigned long long)bytes);
+    w->trace_started = 1;
+}
+
+void sim_world_trace_name(struct sim_world *w, uint32_t pid, uint32_t tid, const char *name)
+{
+    if (!w->trace)
+        return;
+    fprintf(w->trace,
+            "%s\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,"
+            "\"args\":{\"name\":\"%s\"}}",
+            w->trace_started ? "," : "", pid, tid, name);
+    w->trace_started = 1;
+}
