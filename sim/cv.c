@@ -11,22 +11,34 @@
 
 #include "sim/sim_int.h"
 
+/* Shared by the waiter and its signaller (refs): whichever of them is last
+ * frees it, since either may resume first after the release. */
 struct sim_waiter {
     sg_sem_t sem;
     int signalled;
+    int refs;
     struct sim_waiter *next;
 };
 
+static void cv_put(struct sim_waiter *w)
+{
+    if (--w->refs == 0) {
+        sg_sem_destroy(w->sem);
+        free(w);
+    }
+}
+
 static void cv_unlink(struct sim_cv *cv, struct sim_waiter *w)
 {
-    for (struct sim_waiter **pp = &cv->head; *pp; pp = &(*pp)->next) {
-        if (*pp == w) {
-            *pp = w->next;
-            if (cv->tail == w) {
-                cv->tail = NULL;
-                for (struct sim_waiter *x = cv->head; x; x = x->next)
-                    cv->tail = x;
-            }
+    struct sim_waiter *prev = NULL;
+    for (struct sim_waiter *x = cv->head; x; prev = x, x = x->next) {
+        if (x == w) {
+            if (prev)
+                prev->next = w->next;
+            else
+                cv->head = w->next;
+            if (cv->tail == w)
+                cv->tail = prev;
             return;
         }
     }
@@ -34,23 +46,42 @@ static void cv_unlink(struct sim_cv *cv, struct sim_waiter *w)
 
 int sim_cv_wait(struct sim_cv *cv, sg_mutex_t mu, double timeout_s)
 {
-    struct sim_waiter w = {.sem = sg_sem_init(0)};
+    struct sim_waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        abort(); /* the twin cannot model a lost wake-up */
+    w->sem = sg_sem_init(0);
+    w->refs = 1;
     /* Queued before the mutex is dropped: a signal from then on is not lost. */
     if (cv->tail)
-        cv->tail->next = &w;
+        cv->tail->next = w;
     else
-        cv->head = &w;
-    cv->tail = &w;
+        cv->head = w;
+    cv->tail = w;
     if (mu)
         sg_mutex_unlock(mu);
-    int timed_out = timeout_s < 0 ? (sg_sem_acquire(w.sem), 0)
-                                  : sg_sem_acquire_timeout(w.sem, timeout_s > 0 ? timeout_s : 0);
+    int timed_out = timeout_s < 0 ? (sg_sem_acquire(w->sem), 0)
+                                  : sg_sem_acquire_timeout(w->sem, timeout_s > 0 ? timeout_s : 0);
     if (mu)
         sg_mutex_lock(mu);
-    if (!w.signalled)
-        cv_unlink(cv, &w);
-    sg_sem_destroy(w.sem);
-    return timed_out && !w.signalled;
+    int signalled = w->signalled;
+    if (!signalled)
+        cv_unlink(cv, w);
+    cv_put(w);
+    return timed_out && !signalled;
+}
+
+/* Marks before releasing: the release is a simcall, after which the waiter
+ * may run and must see that it was woken. */
+static void cv_mark(struct sim_waiter *w)
+{
+    w->signalled = 1;
+    w->refs++;
+}
+
+static void cv_wake(struct sim_waiter *w)
+{
+    sg_sem_release(w->sem);
+    cv_put(w);
 }
 
 void sim_cv_signal(struct sim_cv *cv)
@@ -61,12 +92,20 @@ void sim_cv_signal(struct sim_cv *cv)
     cv->head = w->next;
     if (!cv->head)
         cv->tail = NULL;
-    w->signalled = 1;
-    sg_sem_release(w->sem);
+    cv_mark(w);
+    cv_wake(w);
 }
 
+/* Wakes the waiters queued now, not one that waits again meanwhile. */
 void sim_cv_broadcast(struct sim_cv *cv)
 {
-    while (cv->head)
-        sim_cv_signal(cv);
+    struct sim_waiter *list = cv->head;
+    cv->head = cv->tail = NULL;
+    for (struct sim_waiter *w = list; w; w = w->next)
+        cv_mark(w);
+    while (list) {
+        struct sim_waiter *w = list;
+        list = w->next;
+        cv_wake(w);
+    }
 }

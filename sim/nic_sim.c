@@ -492,7 +492,7 @@ static void sn_delay_actor(int argc, char **argv)
         double now = simgrid_get_clock();
         if (!n->heap_len) {
             sim_cv_wait(&n->delay_cv, NULL, -1);
-        } else if (n->heap[0]->t_due > now) {
+        } else if (n->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
             sim_cv_wait(&n->delay_cv, NULL, n->heap[0]->t_due - now);
         } else {
             struct sn_msg *m = sn_heap_pop(n);

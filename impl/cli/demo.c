@@ -526,12 +526,14 @@ static void run_usage(void)
            "  --out DIR       also write report.json and report.md\n"
            "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
            "  --trace FILE    (sim) Chrome trace of every transfer and handler (Perfetto)\n"
+           "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
            "The format of FILE: scenarios/README.md.\n");
 }
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, const char **trace, int *plot, char **rest, int *n_rest)
+                    const char **launcher, const char **trace, const char **jitter, int *plot,
+                    char **rest, int *n_rest)
 {
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
@@ -539,6 +541,8 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             *out = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
             *trace = argv[++i];
+        else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
+            *jitter = argv[++i];
         else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
             *launcher = argv[++i];
         else if (!strcmp(argv[i], "--plot"))
@@ -659,11 +663,12 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             return RKV_EXIT_OK;
         }
     }
-    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *trace = NULL;
+    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *trace = NULL, *jitter = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     int n_rest;
     int plot = 0;
-    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, &trace, &plot, rest, &n_rest) < 0) {
+    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, &trace, &jitter, &plot, rest,
+                          &n_rest) < 0) {
         fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
         free(rest);
         return RKV_EXIT_USAGE;
@@ -690,6 +695,15 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
     if (RKV_WITH_SIM && !strcmp(s.src[CLI_BACKEND], "default"))
         s.val[CLI_BACKEND] = "sim";
+    if (jitter) {
+        char *end;
+        double j = strtod(jitter, &end);
+        if (*end || !(j >= 0 && j <= 1)) {
+            fprintf(stderr, "rkv run: --jitter: expected 0..1, got \"%s\"\n", jitter);
+            goto out;
+        }
+        sc->sim_jitter = j;
+    }
     if (!strcmp(s.val[CLI_BACKEND], "sim")) {
         code = cli_run_twin(sc, &s, out_dir, plot, trace);
         goto out;
