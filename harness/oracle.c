@@ -21,17 +21,26 @@ struct or_tensor {
     const struct rkv_sc_tensor *t;
     uint64_t rows;
     uint32_t L;
-    uint32_t *n_cand;         /* rows */
-    struct or_cand *cand;     /* rows x W */
-    double *delta;            /* rows x L */
-    uint32_t *writer;         /* rows: who pushes it this epoch */
-    struct or_cand *own_last; /* rows: this worker's last assign this epoch */
-    double *own_delta;        /* rows x L */
-    int inexact;              /* sums over non-integers: compare with a tolerance */
-    uint32_t *machine_of;     /* rows */
-    uint64_t **local_pool;    /* per machine */
+    uint32_t *n_cand;      /* rows */
+    struct or_cand *cand;  /* rows x ccap */
+    uint32_t ccap;         /* W if the tensor is ever assigned (one candidate per writer), else 1 */
+    double *delta;         /* rows x L */
+    uint32_t *writer;      /* rows: who pushes it this epoch */
+    int inexact;           /* sums over non-integers: compare with a tolerance */
+    uint32_t *machine_of;  /* rows */
+    uint64_t **local_pool; /* per machine */
     uint64_t *n_local;
     double *zipf_cdf;
+};
+
+/* A worker's own pushes of this epoch (read-your-writes), kept sparse: one
+ * entry per (worker, tensor, row) it pushed, so that one oracle can serve
+ * thousands of workers (the twin shares it). */
+struct or_own {
+    uint64_t row;
+    uint32_t worker, tensor; /* worker == OR_NONE: empty slot */
+    struct or_cand last;     /* phase == OR_NONE: no assign */
+    uint64_t delta;          /* offset of L doubles in own_pool */
 };
 
 struct rkv_oracle {
@@ -39,7 +48,13 @@ struct rkv_oracle {
     uint32_t W;
     struct or_tensor t[RKV_SC_MAX_TENSORS];
     uint32_t ep_first, ep_last;
+    int ep_state;             /* 0 none, 1 begun, 2 ended: shared oracles move once */
+    uint32_t refs;            /* workers using it */
     struct or_cand *tmp_last; /* scratch: rows of the largest tensor */
+    struct or_own *own;       /* open addressing, own_cap slots */
+    uint64_t own_cap, own_len;
+    double *own_pool;
+    uint64_t pool_len, pool_cap;
 };
 
 static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
@@ -192,21 +207,23 @@ static int or_tensor_init(struct rkv_oracle *o, uint32_t i)
     ot->t = &sc->tensors[i];
     ot->rows = ot->t->desc.rows;
     ot->L = ot->t->desc.row_len;
+    ot->ccap = 1;
+    for (uint32_t p = 0; p < sc->n_phases; p++)
+        if (sc->phases[p].tensor == i && sc->phases[p].push_op == RKV_OP_ASSIGN)
+            ot->ccap = o->W;
     ot->n_cand = calloc(ot->rows, sizeof(*ot->n_cand));
-    ot->cand = calloc(ot->rows * o->W, sizeof(*ot->cand));
+    ot->cand = calloc(ot->rows * ot->ccap, sizeof(*ot->cand));
     ot->delta = calloc(ot->rows * ot->L, sizeof(*ot->delta));
     ot->writer = malloc(ot->rows * sizeof(*ot->writer));
-    ot->own_last = malloc(ot->rows * sizeof(*ot->own_last));
-    ot->own_delta = calloc(ot->rows * ot->L, sizeof(*ot->own_delta));
     ot->machine_of = malloc(ot->rows * sizeof(*ot->machine_of));
     ot->local_pool = calloc(sc->machines, sizeof(*ot->local_pool));
     ot->n_local = calloc(sc->machines, sizeof(*ot->n_local));
-    if (!ot->n_cand || !ot->cand || !ot->delta || !ot->writer || !ot->own_last || !ot->own_delta ||
-        !ot->machine_of || !ot->local_pool || !ot->n_local)
+    if (!ot->n_cand || !ot->cand || !ot->delta || !ot->writer || !ot->machine_of ||
+        !ot->local_pool || !ot->n_local)
         return -RKV_ENOMEM;
     for (uint64_t r = 0; r < ot->rows; r++) {
         ot->n_cand[r] = 1;
-        ot->cand[r * o->W] = (struct or_cand){.phase = OR_INIT_PHASE};
+        ot->cand[r * ot->ccap] = (struct or_cand){.phase = OR_INIT_PHASE};
     }
     struct rkv_pbook pb;
     int rc = rkv_pbook_init(&pb, ot->t->desc.policy, ot->rows, sc->machines, ot->t->book, NULL, 0);
@@ -240,8 +257,6 @@ static void or_tensor_free(struct rkv_oracle *o, struct or_tensor *ot)
     free(ot->cand);
     free(ot->delta);
     free(ot->writer);
-    free(ot->own_last);
-    free(ot->own_delta);
     free(ot->machine_of);
     for (uint32_t m = 0; ot->local_pool && m < o->sc->machines; m++)
         free(ot->local_pool[m]);
@@ -257,6 +272,7 @@ int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p)
         return -RKV_ENOMEM;
     o->sc = sc;
     o->W = rkv_scenario_workers(sc);
+    o->refs = 1;
     uint64_t max_rows = 0;
     int rc = 0;
     for (uint32_t i = 0; i < sc->n_tensors && rc == 0; i++) {
@@ -273,14 +289,105 @@ int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p)
     return 0;
 }
 
+void rkv_oracle_ref(struct rkv_oracle *o)
+{
+    o->refs++;
+}
+
 void rkv_oracle_destroy(struct rkv_oracle *o)
 {
-    if (!o)
+    if (!o || --o->refs > 0)
         return;
     for (uint32_t i = 0; i < o->sc->n_tensors; i++)
         or_tensor_free(o, &o->t[i]);
     free(o->tmp_last);
+    free(o->own);
+    free(o->own_pool);
     free(o);
+}
+
+/* ---- own pushes (sparse) ---- */
+
+static uint64_t or_own_hash(uint32_t worker, uint32_t tensor, uint64_t row)
+{
+    return rkv_mix64(row * 0x9e3779b97f4a7c15ull ^ ((uint64_t)worker << 8) ^ tensor);
+}
+
+static void or_own_clear(struct rkv_oracle *o)
+{
+    for (uint64_t i = 0; i < o->own_cap; i++)
+        o->own[i].worker = OR_NONE;
+    o->own_len = 0;
+    o->pool_len = 0;
+}
+
+static struct or_own *or_own_find(const struct rkv_oracle *o, uint32_t worker, uint32_t tensor,
+                                  uint64_t row)
+{
+    if (!o->own_cap)
+        return NULL;
+    for (uint64_t i = or_own_hash(worker, tensor, row) & (o->own_cap - 1);;
+         i = (i + 1) & (o->own_cap - 1)) {
+        struct or_own *e = &o->own[i];
+        if (e->worker == OR_NONE)
+            return NULL;
+        if (e->worker == worker && e->tensor == tensor && e->row == row)
+            return e;
+    }
+}
+
+static int or_own_grow(struct rkv_oracle *o)
+{
+    uint64_t cap = o->own_cap ? o->own_cap * 2 : 1024;
+    struct or_own *old = o->own, *t = malloc(cap * sizeof(*t));
+    if (!t)
+        return -RKV_ENOMEM;
+    for (uint64_t i = 0; i < cap; i++)
+        t[i].worker = OR_NONE;
+    for (uint64_t i = 0; i < o->own_cap; i++) {
+        if (old[i].worker == OR_NONE)
+            continue;
+        uint64_t j = or_own_hash(old[i].worker, old[i].tensor, old[i].row) & (cap - 1);
+        while (t[j].worker != OR_NONE)
+            j = (j + 1) & (cap - 1);
+        t[j] = old[i];
+    }
+    free(old);
+    o->own = t;
+    o->own_cap = cap;
+    return 0;
+}
+
+/* The entry of (worker, tensor, row), created with no assign and zero sums. */
+static struct or_own *or_own_get(struct rkv_oracle *o, uint32_t worker, uint32_t tensor,
+                                 uint64_t row)
+{
+    struct or_own *e = or_own_find(o, worker, tensor, row);
+    if (e)
+        return e;
+    uint32_t L = o->t[tensor].L;
+    if ((2 * (o->own_len + 1) > o->own_cap && or_own_grow(o) < 0))
+        return NULL;
+    if (o->pool_len + L > o->pool_cap) {
+        uint64_t cap = o->pool_cap ? o->pool_cap * 2 : 4096;
+        while (cap < o->pool_len + L)
+            cap *= 2;
+        double *p = realloc(o->own_pool, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        o->own_pool = p;
+        o->pool_cap = cap;
+    }
+    uint64_t i = or_own_hash(worker, tensor, row) & (o->own_cap - 1);
+    while (o->own[i].worker != OR_NONE)
+        i = (i + 1) & (o->own_cap - 1);
+    e = &o->own[i];
+    *e = (struct or_own){.row = row, .worker = worker, .tensor = tensor, .delta = o->pool_len};
+    e->last.phase = OR_NONE;
+    memset(&o->own_pool[o->pool_len], 0, L * sizeof(double));
+    o->pool_len += L;
+    o->own_len++;
+    return e;
 }
 
 int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t err_len)
@@ -346,13 +453,16 @@ static void or_note_writer(struct rkv_oracle *o, uint32_t w, uint32_t phase, uin
 int rkv_oracle_epoch_begin(struct rkv_oracle *o, uint32_t first, uint32_t last)
 {
     assert(first <= last && last < o->sc->n_phases);
+    /* A shared oracle: the first worker past the barrier moves it. */
+    if (o->ep_state == 1 && o->ep_first == first)
+        return 0;
     o->ep_first = first;
     o->ep_last = last;
+    o->ep_state = 1;
+    or_own_clear(o);
     for (uint32_t i = 0; i < o->sc->n_tensors; i++) {
         struct or_tensor *ot = &o->t[i];
         memset(ot->writer, 0xff, ot->rows * sizeof(*ot->writer));
-        memset(ot->own_last, 0xff, ot->rows * sizeof(*ot->own_last));
-        memset(ot->own_delta, 0, ot->rows * ot->L * sizeof(*ot->own_delta));
     }
     for (uint32_t w = 0; w < o->W; w++) {
         int rc = or_replay(o, w, or_note_writer, NULL);
@@ -400,6 +510,9 @@ static int or_assigns(const struct rkv_oracle *o, uint32_t ti)
 
 void rkv_oracle_epoch_end(struct rkv_oracle *o)
 {
+    if (o->ep_state == 2)
+        return;
+    o->ep_state = 2;
     /* Rows assigned this epoch lose their old candidates and delta. */
     for (uint32_t i = 0; i < o->sc->n_tensors; i++) {
         struct or_tensor *ot = &o->t[i];
@@ -428,25 +541,29 @@ void rkv_oracle_epoch_end(struct rkv_oracle *o)
             o->ep_last = last;
             for (uint64_t r = 0; r < ot->rows; r++)
                 if (o->tmp_last[r].phase != OR_NONE)
-                    ot->cand[r * o->W + ot->n_cand[r]++] = o->tmp_last[r];
+                    ot->cand[r * ot->ccap + ot->n_cand[r]++] = o->tmp_last[r];
         }
     }
 }
 
-void rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
-                         const struct rkv_wl_req *req)
+int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
+                        const struct rkv_wl_req *req)
 {
     const struct rkv_sc_phase *p = &o->sc->phases[phase];
     struct or_tensor *ot = &o->t[p->tensor];
     for (uint32_t k = 0; k < req->n; k++) {
         uint64_t r = req->ids[k];
+        struct or_own *e = or_own_get(o, worker, p->tensor, r);
+        if (!e)
+            return -RKV_ENOMEM;
         if (p->push_op == RKV_OP_ASSIGN) {
-            ot->own_last[r] = (struct or_cand){.worker = worker, .phase = phase, .round = round};
+            e->last = (struct or_cand){.worker = worker, .phase = phase, .round = round};
             continue;
         }
         for (uint32_t j = 0; j < ot->L; j++)
-            ot->own_delta[r * ot->L + j] += or_push_term(o, phase, worker, round, r, j);
+            o->own_pool[e->delta + j] += or_push_term(o, phase, worker, round, r, j);
     }
+    return 0;
 }
 
 /* ---- checking ---- */
@@ -514,23 +631,25 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     const struct or_tensor *ot = &o->t[ti];
     assert(row < ot->rows);
     const double *own = NULL;
-    const struct or_cand *cands = &ot->cand[row * o->W];
+    const struct or_cand *cands = &ot->cand[row * ot->ccap];
     uint32_t n = ot->n_cand[row];
+    int own_assign = 0;
     if (mid_epoch) {
         uint32_t wr = ot->writer[row];
         if (wr != OR_NONE && wr != worker)
             return 1; /* others write it concurrently: checked after the barrier */
-        if (wr == worker) {
-            own = &ot->own_delta[row * ot->L];
-            if (ot->own_last[row].phase != OR_NONE) {
-                cands = &ot->own_last[row];
+        const struct or_own *e = wr == worker ? or_own_find(o, worker, ti, row) : NULL;
+        if (e) {
+            own = &o->own_pool[e->delta];
+            if (e->last.phase != OR_NONE) {
+                cands = &e->last;
                 n = 1;
+                own_assign = 1;
             }
         }
     }
     uint32_t bad_j = 0;
     double want = 0;
-    int own_assign = cands == &ot->own_last[row];
     for (uint32_t i = 0; i < n; i++) {
         /* Mixing is rejected per epoch, so an own assign has no own sum. */
         if (or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,

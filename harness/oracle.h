@@ -46,6 +46,10 @@ struct rkv_wl_gen {
 struct rkv_oracle;
 
 int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p);
+/* One oracle may serve every worker of a process (the twin): each takes a
+ * reference, and destroy drops one. Epoch transitions are idempotent, so
+ * the first worker past a barrier moves a shared oracle for everyone. */
+void rkv_oracle_ref(struct rkv_oracle *o);
 void rkv_oracle_destroy(struct rkv_oracle *o);
 /* Checks the scenario's epochs (see above); -RKV_ECONFIG with a message. */
 int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t err_len);
@@ -64,8 +68,8 @@ double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row
 int rkv_oracle_epoch_begin(struct rkv_oracle *o, uint32_t first, uint32_t last);
 void rkv_oracle_epoch_end(struct rkv_oracle *o);
 /* Records this worker's own acknowledged push (for read-your-writes). */
-void rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
-                         const struct rkv_wl_req *req);
+int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
+                        const struct rkv_wl_req *req);
 
 /* Checks one pulled row. mid_epoch = 1 checks only rows this worker alone
  * writes (or nobody writes) in the epoch and returns 1 when it skipped.

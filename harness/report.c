@@ -95,8 +95,7 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 "\nsimulated time %.6f s, wall time %.2f s, %llu network events (%.0f events/s "
                 "of wall time); event trace hash %016llx.",
                 r->sim_s, r->wall_s, (unsigned long long)r->sim_events,
-                r->wall_s > 0 ? r->sim_events / r->wall_s : 0.0,
-                (unsigned long long)r->sim_hash);
+                r->wall_s > 0 ? r->sim_events / r->wall_s : 0.0, (unsigned long long)r->sim_hash);
     else if (r->wall_s > 0)
         fprintf(out, "\nwall time %.2f s.", r->wall_s);
     fprintf(out, "\n\"deferred\": pulled mid-phase while others wrote the row; every row is "

@@ -494,7 +494,7 @@ static int sc_expect_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
 
 static const char *const sc_tcp_fields[] = {"base_port"};
 static const char *const sc_sim_fields[] = {
-    "platform", "bandwidth_gbps", "latency_us", "jitter",      "platform_file", "backbone_gbps",
+    "platform", "bandwidth_gbps", "latency_us",  "jitter",      "platform_file", "backbone_gbps",
     "cores",    "payloadless",    "row_cost_ns", "msg_cost_ns", "solver"};
 static const char *const sc_verbs_fields[] = {"device", "port", "gid_index"};
 
@@ -514,9 +514,9 @@ static int sc_path(struct sc_ctx *c, const char *name, struct fy_node *key, stru
     if (rc < 0)
         return rc;
     const char *slash = strrchr(base, '/');
-    int n = tmp[0] == '/' || !slash ? snprintf(out, out_len, "%s", tmp)
-                                    : snprintf(out, out_len, "%.*s/%s", (int)(slash - base), base,
-                                               tmp);
+    int n = tmp[0] == '/' || !slash
+                ? snprintf(out, out_len, "%s", tmp)
+                : snprintf(out, out_len, "%.*s/%s", (int)(slash - base), base, tmp);
     if (n < 0 || (size_t)n >= out_len)
         return sc_fail(c, v, "%s: path too long", name);
     return 0;

@@ -94,7 +94,8 @@ static int wl_push(struct wl_node *n, uint32_t phase, uint32_t round, const stru
     int rc = rkv_client_push(n->cli, t->desc.name, q->ids, q->n, n->rows, p->push_op, p->lr);
     if (rc < 0)
         return rc;
-    rkv_oracle_own_push(n->oracle, n->me, phase, round, q);
+    if ((rc = rkv_oracle_own_push(n->oracle, n->me, phase, round, q)) < 0)
+        return rc;
     st->pushes++;
     st->bytes += (uint64_t)q->n * rb;
     return 0;
@@ -239,6 +240,13 @@ static uint32_t wl_epoch_last(const struct rkv_scenario *sc, uint32_t first)
 int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log)
 {
+    return rkv_wl_run_shared(cli, port, sc, worker, stats, log, NULL);
+}
+
+int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
+                      struct rkv_oracle *shared)
+{
     struct wl_node n = {.cli = cli,
                         .port = port,
                         .sc = sc,
@@ -246,9 +254,13 @@ int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_s
                         .W = rkv_scenario_workers(sc),
                         .log = log};
     memset(stats, 0, sc->n_phases * sizeof(*stats));
-    int rc = rkv_oracle_create(sc, &n.oracle);
-    if (rc < 0)
+    int rc = 0;
+    if (shared) {
+        n.oracle = shared;
+        rkv_oracle_ref(shared);
+    } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
         return rc;
+    }
     if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 || (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {

@@ -27,6 +27,13 @@ struct rkv_wl_phase_stats {
 int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log);
 
+/* The same with an oracle shared by all workers of this process (the twin:
+ * one replay of everybody's requests instead of one per worker). */
+struct rkv_oracle;
+int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
+                      struct rkv_oracle *shared);
+
 uint32_t rkv_wl_bucket(uint64_t ns);
 double rkv_wl_bucket_us(uint32_t bucket);
 /* Percentile (0..1) of a histogram, in microseconds. */

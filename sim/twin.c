@@ -15,6 +15,7 @@
 #include <xbt/config.h>
 #include <xbt/log.h>
 
+#include "harness/oracle.h"
 #include "harness/workload.h"
 #include "proto/proto.h"
 #include "sim/sim.h"
@@ -46,6 +47,8 @@ struct twin {
     struct twin_node *nodes;
     uint32_t n_nodes, n_servers, n_workers;
     int log_level;
+    uint64_t test_corrupt_row;
+    struct rkv_oracle *oracle; /* one for all workers: one replay, not one per worker */
     /* Payload-less: the store carries thin rows, the network sees these. */
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
 };
@@ -107,7 +110,7 @@ static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struc
         return;
     }
     uint32_t id = rkv_client_id(cli);
-    nd->rc = rkv_wl_run(cli, port, sc, id, st, stderr);
+    nd->rc = rkv_wl_run_shared(cli, port, sc, id, st, stderr, nd->t->oracle);
     if (nd->rc < 0)
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
     for (uint32_t p = 0; p < sc->n_phases; p++)
@@ -181,6 +184,7 @@ static int twin_config(struct twin *t)
     snprintf(t->cfg.shm_prefix, sizeof(t->cfg.shm_prefix), "/rkv-twin");
     t->cfg.seed = sc->seed;
     t->cfg.log_level = t->log_level;
+    t->cfg.test_corrupt_row = t->test_corrupt_row;
     return 0;
 }
 
@@ -306,7 +310,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                  struct rkv_twin_result *res)
 {
     memset(res, 0, sizeof(*res));
-    struct twin t = {.sc = sc, .log_level = o->log_level};
+    struct twin t = {.sc = sc, .log_level = o->log_level, .test_corrupt_row = o->test_corrupt_row};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";
     int rc = sim_world_init(&t.w, sc->seed);
@@ -331,7 +335,8 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     }
     if (t.w.trace)
         fprintf(t.w.trace, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
-    if ((rc = twin_config(&t)) < 0 || (rc = twin_nodes(&t)) < 0)
+    if ((rc = twin_config(&t)) < 0 || (rc = twin_nodes(&t)) < 0 ||
+        (rc = rkv_oracle_create(t.sc, &t.oracle)) < 0)
         goto free_all;
     if (sc->sim_platform_file[0]) {
         snprintf(platform, sizeof(platform), "%s", sc->sim_platform_file);
@@ -354,6 +359,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->bytes = t.w.bytes_modelled;
     rc = twin_gather(&t, res);
 free_all:
+    rkv_oracle_destroy(t.oracle);
     free(t.nodes);
     free(t.machines);
 fini_world:

@@ -49,13 +49,18 @@ static void test_every_scenario_passes(void **state)
     static char names[64][256];
     int n = list_yaml(SCEN_DIR, names, 64);
     assert_true(n >= 9);
+    static const char *const backends[] = {"tcp", "sim"};
     for (int i = 0; i < n; i++) {
-        char args[1024];
-        snprintf(args, sizeof(args), "run %.255s", names[i]);
-        int rc = run("", args);
-        if (rc != 0 || !strstr(out, "verdict: PASS"))
-            fail_msg("%s: exit %d\n%s", names[i], rc, out);
-        printf("%s: PASS\n", names[i]);
+        /* sim-*.yaml are the twin's scale runs: thousands of nodes. */
+        int twin_only = strstr(names[i], "/sim-") != NULL;
+        for (int b = twin_only; b < 2; b++) {
+            char args[1024];
+            snprintf(args, sizeof(args), "run %.255s --backend %s", names[i], backends[b]);
+            int rc = run("", args);
+            if (rc != 0 || !strstr(out, "verdict: PASS"))
+                fail_msg("%s on %s: exit %d\n%s", names[i], backends[b], rc, out);
+            printf("%s on %s: PASS\n", names[i], backends[b]);
+        }
     }
 }
 
@@ -86,10 +91,14 @@ static void test_bad_scenarios_fail_precisely(void **state)
 static void test_oracle_catches_a_corrupted_server(void **state)
 {
     (void)state;
-    int rc = run("RKV_TEST_CORRUPT_ROW=17", "run " SCEN_DIR "/quickstart.yaml");
-    assert_int_equal(rc, 1);
-    assert_non_null(strstr(out, "row 17 [0]: expected 0, got 1"));
-    assert_non_null(strstr(out, "verdict: FAIL"));
+    static const char *const runs[] = {"run " SCEN_DIR "/quickstart.yaml --backend tcp",
+                                       "run " SCEN_DIR "/quickstart.yaml --backend sim"};
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        int rc = run("RKV_TEST_CORRUPT_ROW=17", runs[i]);
+        assert_int_equal(rc, 1);
+        assert_non_null(strstr(out, "row 17 [0]: expected 0, got 1"));
+        assert_non_null(strstr(out, "verdict: FAIL"));
+    }
 }
 
 static void test_readme_example_and_reports(void **state)
