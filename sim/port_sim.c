@@ -23,10 +23,12 @@ struct sim_port {
     struct sim_world *w;
     sg_host_t host;
     uint32_t machine, tid;
+    struct sim_nic *nic; /* tasks drain their puts on it before they end */
 };
 
 struct rkv_task {
     sg_actor_t actor;
+    struct sim_port *port;
     rkv_task_fn fn;
     void *arg;
 };
@@ -63,6 +65,8 @@ static void sp_task_main(int argc, char **argv)
     (void)argv;
     struct rkv_task *t = sg_actor_self_get_data();
     t->fn(t->arg);
+    if (t->port->nic)
+        sim_nic_drain(t->port->nic);
 }
 
 static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
@@ -75,6 +79,7 @@ static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, v
     snprintf(full, sizeof(full), "%s/%s", p->node, name ? name : "task");
     t->fn = fn;
     t->arg = arg;
+    t->port = sp_of(p);
     t->actor = sg_actor_init(full, sp_of(p)->host);
     sg_actor_set_data(t->actor, t);
     /* Joined later: keep the actor object alive past its end. */
@@ -341,6 +346,16 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
     sp->tid = tid;
     *port_p = &sp->base;
     return 0;
+}
+
+void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n)
+{
+    sp_of(p)->nic = n;
+}
+
+struct sim_nic *sim_port_nic(struct rkv_port *p)
+{
+    return sp_of(p)->nic;
 }
 
 struct sim_world *sim_port_world(struct rkv_port *p)

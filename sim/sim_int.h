@@ -6,6 +6,8 @@
 
 #include <simgrid/forward.h>
 
+struct rkv_port;
+
 struct sim_world;
 struct sim_nic;
 
@@ -17,6 +19,11 @@ int sim_world_listening(const struct sim_world *w, const char *host, uint32_t ni
 void sim_port_shm_free_all(struct sim_world *w);
 void sim_world_unlisten(struct sim_world *w, uint32_t nic);
 void sim_nic_free(struct sim_nic *n);
+/* Waits until every message the calling task posted on n is delivered:
+ * a task must not end with puts in flight (SimGrid cancels them). */
+void sim_nic_drain(struct sim_nic *n);
+void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n);
+struct sim_nic *sim_port_nic(struct rkv_port *p);
 
 /* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/cv.c).
  * mu may be NULL: actors are cooperative, so a caller that checks its

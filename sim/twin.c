@@ -19,6 +19,7 @@
 #include "harness/workload.h"
 #include "proto/proto.h"
 #include "sim/sim.h"
+#include "sim/sim_int.h"
 #include "sim/twin.h"
 #include "store/server_int.h"
 
@@ -70,6 +71,7 @@ static int twin_open(struct twin_node *nd, struct rkv_port **port, struct rkv_ni
 static void twin_close(struct rkv_port *port, struct rkv_nic *nic)
 {
     nic->ops->close(nic);
+    sim_nic_drain(sim_port_nic(port)); /* its last DISCONNECTs must reach the peers */
     port->ops->destroy(port);
 }
 
@@ -185,6 +187,12 @@ static int twin_config(struct twin *t)
     t->cfg.seed = sc->seed;
     t->cfg.log_level = t->log_level;
     t->cfg.test_corrupt_row = t->test_corrupt_row;
+    if (sc->sim_payloadless) {
+        /* Thin rows keep every message small: small receive buffers keep
+         * thousands of nodes' connections in memory (sim/README.md). */
+        t->cfg.rx_depth = 16;
+        t->cfg.ctrl_buf_bytes = 1024;
+    }
     return 0;
 }
 

@@ -64,7 +64,8 @@ struct rkv_peer {
     struct rkv_qp *qp;     /* NULL once disconnected */
     void *user;
     int dead;
-    int touched;          /* saw traffic in this poll batch */
+    int touched; /* saw traffic in this poll batch (on eng->touched) */
+    struct rkv_peer *touched_next;
     uint32_t credits;     /* receives the peer has posted for us */
     uint32_t owed;        /* receives we reposted but have not announced */
     uint32_t release_due; /* slot id + 1 to give back with the next reply */
@@ -97,6 +98,9 @@ struct rkv_engine {
     struct rkv_task *task;
     int stopping;
     struct rkv_peer *peers;
+    /* Peers with traffic in the current poll batch: a server with thousands
+     * of clients must not walk all of them after every batch. */
+    struct rkv_peer *touched;
     /* QPs of killed peers, closed between poll batches: a batch already in
      * hand may still name them, and the NIC frees a QP soon after close. */
     struct eng_closing *closing;
@@ -987,7 +991,11 @@ static void eng_on_wc(struct rkv_engine *e, const struct rkv_wc *wc)
     }
     if (!p)
         return;
-    p->touched = 1;
+    if (!p->touched) {
+        p->touched = 1;
+        p->touched_next = e->touched;
+        e->touched = p;
+    }
     if (wc->opcode == RKV_WC_DISCONNECTED || wc->status != RKV_WC_SUCCESS)
         return peer_kill(e, p, 1);
     eng_on_recv(e, p, wc);
@@ -1006,11 +1014,11 @@ static void eng_progress(void *arg)
         }
         for (int i = 0; i < n; i++)
             eng_on_wc(e, &wc[i]);
-        for (struct rkv_peer *p = e->peers; p; p = p->next) {
-            if (p->touched)
-                peer_maybe_credit(e, p);
+        for (struct rkv_peer *p = e->touched; p; p = p->touched_next) {
+            peer_maybe_credit(e, p);
             p->touched = 0;
         }
+        e->touched = NULL;
         eng_close_deferred(e);
         eng_unlock(e);
     }

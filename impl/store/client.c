@@ -269,13 +269,25 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
 
 /* A request expecting `expect` back from srv, and a transmit buffer of len
  * bytes to encode it in. On failure nothing is left behind. */
+static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms);
+
+/* Servers other than 0 are joined on first use: a worker that talks to a
+ * few of a thousand servers holds a few connections, not a thousand. */
+static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
+{
+    return srv->peer ? 0 : cli_hello(c, srv, c->id, c->cfg.timeout_ms);
+}
+
 static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t len,
                      const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
 {
     if (srv->dead)
         return cli_dead(c, srv, what);
+    int rc = cli_ensure(c, srv);
+    if (rc < 0)
+        return rc;
     struct cli_req *r = cli_req_new(c, srv, expect);
-    int rc = r ? rkv_engine_tx_alloc(c->eng, len, tx_p) : -RKV_ENOMEM;
+    rc = r ? rkv_engine_tx_alloc(c->eng, len, tx_p) : -RKV_ENOMEM;
     if (rc < 0) {
         if (r)
             cli_release(c, &r, 1);
@@ -726,7 +738,9 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     if (srv->dead)
         return cli_dead(c, srv, "pull");
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
-    int rc = cli_pslot(c, srv, need);
+    int rc = cli_ensure(c, srv);
+    if (rc == 0)
+        rc = cli_pslot(c, srv, need);
     if (rc < 0)
         return rc;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
@@ -862,8 +876,6 @@ static int cli_join(struct rkv_client *c)
     int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
     if (rc == 0 && dynamic)
         rc = cli_fetch_table(c, wait_ms);
-    for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
-        rc = cli_hello(c, &c->servers[i], c->id, c->cfg.timeout_ms);
     return rc;
 }
 
@@ -902,7 +914,8 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         rkv_errf(err, err_len, rc, "%s", c->err);
         goto destroy_engine;
     }
-    RKV_LOGI(port, "client %u joined %u servers", c->id, c->n_servers);
+    RKV_LOGI(port, "client %u joined (server 0; the other %u on first use)", c->id,
+             c->n_servers - 1);
     *cli_p = c;
     return 0;
 destroy_engine:
