@@ -1,0 +1,211 @@
+/* The twin end to end, through the rkv binary (each run is its own process:
+ * SimGrid cannot be initialised twice): determinism of the event trace, seeds
+ * and jitter that explore other interleavings, every platform, the Chrome
+ * trace, a payload-less scale run, and clear errors for bad platforms. */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static char out[1 << 20];
+
+static int run(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd), "%s %s 2>&1", RKV_BIN, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void run_pass(const char *args)
+{
+    int rc = run(args);
+    if (rc != 0 || !strstr(out, "verdict: PASS"))
+        fail_msg("rkv %s: exit %d\n%s", args, rc, out);
+}
+
+/* The event-trace hash printed by a twin run. */
+static void hash_of(const char *args, char hash[17])
+{
+    run_pass(args);
+    const char *h = strstr(out, "event trace hash ");
+    assert_non_null(h);
+    memcpy(hash, h + 17, 16);
+    hash[16] = 0;
+}
+
+static void test_same_seed_same_trace(void **state)
+{
+    (void)state;
+    char a[17], b[17], c[17];
+    hash_of("run " SCEN_DIR "/quickstart.yaml", a);
+    hash_of("run " SCEN_DIR "/quickstart.yaml", b);
+    assert_string_equal(a, b);
+    hash_of("run " SCEN_DIR "/quickstart.yaml --jitter 0.5 --seed 3", a);
+    hash_of("run " SCEN_DIR "/quickstart.yaml --jitter 0.5 --seed 3", b);
+    assert_string_equal(a, b);
+    hash_of("run " SCEN_DIR "/quickstart.yaml --jitter 0.5 --seed 4", c);
+    assert_string_not_equal(a, c);
+    printf("# quickstart --jitter 0.5: seed 3 -> %s (twice), seed 4 -> %s\n", a, c);
+}
+
+static void test_other_seed_other_trace(void **state)
+{
+    (void)state;
+    char a[17], b[17];
+    hash_of("run " SCEN_DIR "/quickstart.yaml --seed 1", a);
+    hash_of("run " SCEN_DIR "/quickstart.yaml --seed 2", b);
+    assert_string_not_equal(a, b);
+}
+
+/* Real-payload scenarios under jitter and several seeds: the interleavings a
+ * deterministic simulator would otherwise never show. */
+static void test_scenarios_pass_under_jitter(void **state)
+{
+    (void)state;
+    DIR *d = opendir(SCEN_DIR);
+    assert_non_null(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".yaml") || !strncmp(e->d_name, "sim-", 4))
+            continue;
+        for (int seed = 1; seed <= 3; seed++) {
+            char args[512];
+            snprintf(args, sizeof(args), "run %s/%.200s --jitter 1 --seed %d", SCEN_DIR, e->d_name,
+                     seed);
+            run_pass(args);
+        }
+        n++;
+    }
+    closedir(d);
+    assert_true(n >= 9);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* quickstart.yaml with its sim block replaced by `sim`. */
+static void quickstart_with(const char *path, const char *sim)
+{
+    FILE *in = fopen(SCEN_DIR "/quickstart.yaml", "r");
+    FILE *o = fopen(path, "w");
+    assert_non_null(in);
+    assert_non_null(o);
+    char line[512];
+    while (fgets(line, sizeof(line), in))
+        fputs(line, o);
+    fprintf(o, "%s", sim);
+    fclose(in);
+    fclose(o);
+}
+
+static void test_every_platform(void **state)
+{
+    (void)state;
+    static const char *const sims[] = {
+        "sim: {platform: star, bandwidth_gbps: 25, latency_us: 2}\n",
+        "sim: {platform: cluster, backbone_gbps: 40}\n",
+        "sim: {platform: fattree}\n",
+        "sim: {platform: star, solver: fairbottleneck, row_cost_ns: 100, msg_cost_ns: 50}\n",
+        "sim: {platform_file: twin-platform.xml}\n",
+    };
+    write_file("twin-platform.xml",
+               "<?xml version='1.0'?>\n"
+               "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+               "<platform version=\"4.1\">\n"
+               "  <cluster id=\"c\" prefix=\"m\" suffix=\"\" radical=\"0-1\" speed=\"1Gf\" "
+               "bw=\"10Gbps\" lat=\"5us\"/>\n"
+               "</platform>\n");
+    for (size_t i = 0; i < sizeof(sims) / sizeof(sims[0]); i++) {
+        quickstart_with("twin-platform.yaml", sims[i]);
+        run_pass("run twin-platform.yaml");
+    }
+}
+
+static void test_platform_without_the_hosts_is_an_error(void **state)
+{
+    (void)state;
+    write_file("twin-small.xml",
+               "<?xml version='1.0'?>\n"
+               "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+               "<platform version=\"4.1\">\n"
+               "  <cluster id=\"c\" prefix=\"m\" suffix=\"\" radical=\"0-0\" speed=\"1Gf\" "
+               "bw=\"10Gbps\" lat=\"5us\"/>\n"
+               "</platform>\n");
+    quickstart_with("twin-small.yaml", "sim: {platform_file: twin-small.xml}\n");
+    assert_int_equal(run("run twin-small.yaml"), 2);
+    assert_non_null(strstr(out, "no host named m1"));
+    quickstart_with("twin-bad.yaml", "sim: {platform: ring}\n");
+    assert_int_equal(run("run twin-bad.yaml"), 2);
+    assert_non_null(strstr(out, "twin-bad.yaml:"));
+    assert_non_null(strstr(out, "platform: expected one of star, cluster, fattree"));
+}
+
+static void test_chrome_trace(void **state)
+{
+    (void)state;
+    unlink("twin-trace.json");
+    run_pass("run " SCEN_DIR "/quickstart.yaml --trace twin-trace.json");
+    FILE *f = fopen("twin-trace.json", "r");
+    assert_non_null(f);
+    static char buf[1 << 22];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    assert_true(n > 1000);
+    assert_int_equal(strncmp(buf, "{\"displayTimeUnit\"", 18), 0);
+    assert_non_null(strstr(buf, "\"name\":\"write_imm\""));
+    assert_non_null(strstr(buf, "\"name\":\"thread_name\""));
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+        n--;
+    assert_true(n > 2 && buf[n - 1] == '}' && buf[n - 2] == ']');
+}
+
+/* sim-4096.yaml shrunk to 64 machines (256 nodes): the payload-less path
+ * (thin rows, modelled sizes, handler cost) end to end with the oracle. */
+static void test_payloadless_scale_run(void **state)
+{
+    (void)state;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "sed 's/machines: 1024/machines: 64/; s/rows: 16384$/rows: 1024/' %s/sim-4096.yaml "
+             "> twin-256.yaml",
+             SCEN_DIR);
+    assert_int_equal(system(cmd), 0);
+    run_pass("run twin-256.yaml");
+    assert_non_null(strstr(out, "64 servers, 192 workers"));
+    assert_non_null(strstr(out, "payload-less"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_seed_same_trace),
+        cmocka_unit_test(test_other_seed_other_trace),
+        cmocka_unit_test(test_scenarios_pass_under_jitter),
+        cmocka_unit_test(test_every_platform),
+        cmocka_unit_test(test_platform_without_the_hosts_is_an_error),
+        cmocka_unit_test(test_chrome_trace),
+        cmocka_unit_test(test_payloadless_scale_run),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
