@@ -242,6 +242,16 @@ static void sn_reap(struct sn_out *o)
         o->head = (o->head + 1) % o->cap;
         o->len--;
     }
+    if (o->len < 32)
+        return;
+    /* A long transfer at the head holds finished ones behind it: sweep. */
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < o->len; i++) {
+        sg_comm_t c = o->ring[(o->head + i) % o->cap];
+        if (!sg_comm_test(c))
+            o->ring[(o->head + keep++) % o->cap] = c;
+    }
+    o->len = keep;
 }
 
 /* Waits for every put the calling task posted on this NIC. */

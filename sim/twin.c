@@ -190,8 +190,8 @@ static int twin_config(struct twin *t)
     if (sc->sim_payloadless) {
         /* Thin rows keep every message small: small receive buffers keep
          * thousands of nodes' connections in memory (sim/README.md). */
-        t->cfg.rx_depth = 16;
-        t->cfg.ctrl_buf_bytes = 1024;
+        t->cfg.rx_depth = 8;
+        t->cfg.ctrl_buf_bytes = 512;
     }
     return 0;
 }
