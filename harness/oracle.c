@@ -525,11 +525,21 @@ void rkv_oracle_epoch_end(struct rkv_oracle *o)
             memset(&ot->delta[r * ot->L], 0, ot->L * sizeof(double));
         }
     }
+    int pushed[RKV_SC_MAX_TENSORS] = {0}, assigned[RKV_SC_MAX_TENSORS] = {0};
+    for (uint32_t p = o->ep_first; p <= o->ep_last; p++)
+        pushed[o->sc->phases[p].tensor] |= o->sc->phases[p].push_fraction > 0;
+    for (uint32_t i = 0; i < o->sc->n_tensors; i++)
+        assigned[i] = or_assigns(o, i);
     for (uint32_t w = 0; w < o->W; w++) {
-        /* tmp_last is shared by tensors: fold one tensor at a time. */
+        /* tmp_last is shared by tensors: fold one tensor at a time. Sums
+         * need no per-row pass: at thousands of workers that pass, not the
+         * replay, would dominate. */
         for (uint32_t i = 0; i < o->sc->n_tensors; i++) {
             struct or_tensor *ot = &o->t[i];
-            memset(o->tmp_last, 0xff, ot->rows * sizeof(*o->tmp_last));
+            if (!pushed[i])
+                continue;
+            if (assigned[i])
+                memset(o->tmp_last, 0xff, ot->rows * sizeof(*o->tmp_last));
             uint32_t first = o->ep_first, last = o->ep_last;
             for (uint32_t p = first; p <= last; p++) {
                 if (o->sc->phases[p].tensor != i)
@@ -539,7 +549,7 @@ void rkv_oracle_epoch_end(struct rkv_oracle *o)
             }
             o->ep_first = first;
             o->ep_last = last;
-            for (uint64_t r = 0; r < ot->rows; r++)
+            for (uint64_t r = 0; assigned[i] && r < ot->rows; r++)
                 if (o->tmp_last[r].phase != OR_NONE)
                     ot->cand[r * ot->ccap + ot->n_cand[r]++] = o->tmp_last[r];
         }

@@ -698,8 +698,68 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
     return -RKV_ECONFIG;
 }
 
+#define SC_MAX_FILE_BYTES (16u << 20)
+
+/* Length of the UTF-8 sequence at p (1..4), or 0 if it is not one. */
+static size_t sc_utf8_len(const unsigned char *p, size_t left)
+{
+    size_t n = p[0] < 0x80             ? 1
+               : (p[0] & 0xe0) == 0xc0 ? 2
+               : (p[0] & 0xf0) == 0xe0 ? 3
+               : (p[0] & 0xf8) == 0xf0 ? 4
+                                       : 0;
+    if (n == 0 || n > left || (n == 2 && p[0] < 0xc2))
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* A scenario is text: libfyaml 0.8 loops forever on some directives with
+ * NUL or invalid bytes in them (found by fuzz_scenario), so those never
+ * reach it. */
+static int sc_check_text(const char *path, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+        return -RKV_ECONFIG;
+    }
+    unsigned char *buf = malloc(SC_MAX_FILE_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, SC_MAX_FILE_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf)
+        return -RKV_ENOMEM;
+    int rc = 0;
+    unsigned line = 1, col = 1;
+    if (n > SC_MAX_FILE_BYTES) {
+        snprintf(err, err_len, "%s: expected a scenario of at most %u bytes", path,
+                 SC_MAX_FILE_BYTES);
+        rc = -RKV_ECONFIG;
+    }
+    for (size_t i = 0; i < n && rc == 0;) {
+        unsigned char c = buf[i];
+        size_t k = sc_utf8_len(buf + i, n - i);
+        if (k == 0 || (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+            snprintf(err, err_len, "%s:%u:%u: expected UTF-8 text, got byte 0x%02x", path, line,
+                     col, c);
+            rc = -RKV_ECONFIG;
+            break;
+        }
+        line += c == '\n';
+        col = c == '\n' ? 1 : col + 1;
+        i += k;
+    }
+    free(buf);
+    return rc;
+}
+
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)
 {
+    int crc = sc_check_text(path, err, err_len);
+    if (crc < 0)
+        return crc;
     struct rkv_scenario *sc = calloc(1, sizeof(*sc));
     if (!sc)
         return -RKV_ENOMEM;
