@@ -109,3 +109,16 @@ void sim_cv_broadcast(struct sim_cv *cv)
         cv_wake(w);
     }
 }
+
+/* After the simulation: waiters still queued belong to daemon actors that
+ * SimGrid killed while they waited. */
+void sim_cv_destroy(struct sim_cv *cv)
+{
+    while (cv->head) {
+        struct sim_waiter *w = cv->head;
+        cv->head = w->next;
+        sg_sem_destroy(w->sem);
+        free(w);
+    }
+    cv->tail = NULL;
+}

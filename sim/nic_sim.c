@@ -959,6 +959,9 @@ static void sn_close(struct rkv_nic *nic)
 
 void sim_nic_free(struct sim_nic *n)
 {
+    sim_cv_destroy(&n->cq_cv);
+    sim_cv_destroy(&n->conn_cv);
+    sim_cv_destroy(&n->delay_cv);
     for (uint32_t i = 0; i < n->n_qps; i++) {
         struct sn_qp *qp = n->qps[i];
         sn_free_list(qp->held);

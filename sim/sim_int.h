@@ -36,5 +36,6 @@ struct sim_cv {
 int sim_cv_wait(struct sim_cv *cv, sg_mutex_t mu, double timeout_s);
 void sim_cv_signal(struct sim_cv *cv);
 void sim_cv_broadcast(struct sim_cv *cv);
+void sim_cv_destroy(struct sim_cv *cv);
 
 #endif

@@ -133,6 +133,7 @@ static void demo_collect(struct demo *d)
                     break;
                 d->out[i] = nb;
                 cap[i] = ncap;
+                d->out[i][len[i]] = 0; /* a worker that prints nothing still has "" */
             }
             ssize_t r = read(pf[i].fd, d->out[i] + len[i], 4096);
             if (r > 0) {
