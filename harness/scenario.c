@@ -718,7 +718,8 @@ static size_t sc_utf8_len(const unsigned char *p, size_t left)
 
 /* A scenario is text: libfyaml 0.8 loops forever on some directives with
  * NUL or invalid bytes in them (found by fuzz_scenario), so those never
- * reach it. */
+ * reach it. Read in small chunks: a large one-off allocation would raise
+ * glibc's mmap threshold for the rest of the process. */
 static int sc_check_text(const char *path, char *err, size_t err_len)
 {
     FILE *f = fopen(path, "rb");
@@ -726,32 +727,44 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
         snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         return -RKV_ECONFIG;
     }
-    unsigned char *buf = malloc(SC_MAX_FILE_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, SC_MAX_FILE_BYTES + 1, f) : 0;
-    fclose(f);
-    if (!buf)
-        return -RKV_ENOMEM;
-    int rc = 0;
+    unsigned char buf[4096 + 4];
+    size_t have = 0, total = 0;
     unsigned line = 1, col = 1;
-    if (n > SC_MAX_FILE_BYTES) {
-        snprintf(err, err_len, "%s: expected a scenario of at most %u bytes", path,
-                 SC_MAX_FILE_BYTES);
-        rc = -RKV_ECONFIG;
-    }
-    for (size_t i = 0; i < n && rc == 0;) {
-        unsigned char c = buf[i];
-        size_t k = sc_utf8_len(buf + i, n - i);
-        if (k == 0 || (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
-            snprintf(err, err_len, "%s:%u:%u: expected UTF-8 text, got byte 0x%02x", path, line,
-                     col, c);
+    int rc = 0, eof = 0;
+    while (rc == 0) {
+        if (!eof) {
+            size_t got = fread(buf + have, 1, 4096, f);
+            eof = got < 4096;
+            have += got;
+            total += got;
+        }
+        if (total > SC_MAX_FILE_BYTES) {
+            snprintf(err, err_len, "%s: expected a scenario of at most %u bytes", path,
+                     SC_MAX_FILE_BYTES);
             rc = -RKV_ECONFIG;
             break;
         }
-        line += c == '\n';
-        col = c == '\n' ? 1 : col + 1;
-        i += k;
+        size_t i = 0;
+        /* Keep up to 3 trailing bytes of a sequence the next read completes. */
+        while (i < have && (eof || have - i >= 4)) {
+            unsigned char c = buf[i];
+            size_t k = sc_utf8_len(buf + i, have - i);
+            if (k == 0 || (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+                snprintf(err, err_len, "%s:%u:%u: expected UTF-8 text, got byte 0x%02x", path, line,
+                         col, c);
+                rc = -RKV_ECONFIG;
+                break;
+            }
+            line += c == '\n';
+            col = c == '\n' ? 1 : col + 1;
+            i += k;
+        }
+        memmove(buf, buf + i, have - i);
+        have -= i;
+        if (eof && have == 0)
+            break;
     }
-    free(buf);
+    fclose(f);
     return rc;
 }
 
