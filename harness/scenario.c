@@ -700,19 +700,24 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
 
 #define SC_MAX_FILE_BYTES (16u << 20)
 
-/* Length of the UTF-8 sequence at p (1..4), or 0 if it is not one. */
+/* Length of the well-formed UTF-8 sequence at p (1..4, RFC 3629: no
+ * overlongs, no surrogates, nothing above U+10FFFF), or 0. */
 static size_t sc_utf8_len(const unsigned char *p, size_t left)
 {
-    size_t n = p[0] < 0x80             ? 1
-               : (p[0] & 0xe0) == 0xc0 ? 2
-               : (p[0] & 0xf0) == 0xe0 ? 3
-               : (p[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-    if (n == 0 || n > left || (n == 2 && p[0] < 0xc2))
+    unsigned c = p[0];
+    size_t n = c < 0x80                 ? 1
+               : c >= 0xc2 && c <= 0xdf ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
+    if (n == 0 || n > left)
         return 0;
     for (size_t i = 1; i < n; i++)
         if ((p[i] & 0xc0) != 0x80)
             return 0;
+    if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) || (c == 0xf0 && p[1] < 0x90) ||
+        (c == 0xf4 && p[1] > 0x8f))
+        return 0;
     return n;
 }
 
