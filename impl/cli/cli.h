@@ -94,6 +94,7 @@ int cli_cmd_config(int argc, char **argv);
 int cli_cmd_node(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv, const char *self);
 int cli_cmd_run(int argc, char **argv, const char *self);
+int cli_cmd_doctor(int argc, char **argv);
 
 /* rkv run --backend sim: the scenario in the twin (impl/cli/twin_cmd.c). */
 struct rkv_scenario;

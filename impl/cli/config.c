@@ -39,7 +39,7 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
                         "machine this process runs on (index in the cluster file)"},
     [CLI_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "",
                        "global server id (sets machine-id and the local index)"},
-    [CLI_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp"},
+    [CLI_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp, verbs, sim"},
     [CLI_TIMEOUT_MS] = {"timeout-ms", "RKV_TIMEOUT_MS", "", "30000", "per-request timeout"},
     [CLI_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000",
                               "how long clients retry connecting to servers that are not up yet"},

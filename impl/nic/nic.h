@@ -129,6 +129,7 @@ struct rkv_nic {
 };
 
 extern const struct rkv_nic_ops rkv_nic_tcp_ops;
+extern const struct rkv_nic_ops rkv_nic_verbs_ops; /* built with RKV_WITH_VERBS */
 
 /* Backend by name ("tcp", "verbs", "sim"); NULL if not built in. */
 const struct rkv_nic_ops *rkv_nic_find(const char *name);
