@@ -98,6 +98,7 @@ struct sn_qp {
     struct sn_msg *reorder;          /* arrived early, sorted by seq */
     struct sn_msg *held, *held_tail; /* in order, waiting for a receive */
     int draining;                    /* a post_recv is delivering held messages */
+    int bad_token;                   /* refused for a wrong connection token */
     struct sn_recv *recvs;           /* FIFO ring */
     uint32_t r_head, r_len, r_cap;
 };
@@ -135,6 +136,7 @@ struct sim_nic {
     uint32_t heap_len, heap_cap;
     uint64_t order;
     int closed;
+    uint64_t token; /* RKV_TOKEN, as on tcp and verbs: a CONNECT must carry it */
     /* Puts in flight, reaped by the poster. Not detached: SimGrid 3.32 pays
      * O(detached comms in flight) per completion, which made the per-event
      * cost grow with the cluster. A task waits for its own puts before it
@@ -417,6 +419,7 @@ static int sn_try_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
         return 1;
     case SN_REJECT:
         qp->state = SN_REFUSED;
+        qp->bad_token = m->wr_id == 1;
         sim_cv_broadcast(&n->conn_cv);
         return 1;
     case SN_DISCONNECT:
@@ -650,6 +653,12 @@ static void sn_on_connect(struct sim_nic *n, struct sn_msg *m)
         sn_put_ctl(n, SN_REJECT, m->src_nic, SN_NO_QP, m->src_qp, 0, 0);
         return;
     }
+    if (m->raddr != n->token) { /* wr_id 1: refused for the token, not for the port */
+        rkv_port_log(n->base.port, RKV_LOG_WARN, "refused NIC %u: wrong connection token",
+                     m->src_nic);
+        sn_put_ctl(n, SN_REJECT, m->src_nic, SN_NO_QP, m->src_qp, 0, 1);
+        return;
+    }
     struct sn_qp *qp = sn_qp_new(n);
     if (!qp) {
         sn_put_ctl(n, SN_REJECT, m->src_nic, SN_NO_QP, m->src_qp, 0, 0);
@@ -724,6 +733,8 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     snprintf(n->mbox_name, sizeof(n->mbox_name), "nic%u", n->id);
     n->mbox = sg_mailbox_by_name(n->mbox_name);
     rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
+    const char *tok = getenv("RKV_TOKEN");
+    n->token = tok && *tok ? strtoull(tok, NULL, 0) : 0;
     char name[64];
     snprintf(name, sizeof(name), "%s/nic", port->node);
     sg_actor_t a = sg_actor_init(name, n->host);
@@ -772,6 +783,7 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
     m->src_qp = qp->id;
     m->dst_qp = SN_NO_QP;
     m->port = port;
+    m->raddr = n->token;
     m->seq = qp->tx_seq++;
     sn_put(n, m);
     double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
@@ -781,7 +793,9 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
         *qp_p = (struct rkv_qp *)qp;
         return 0;
     }
-    int rc = qp->state == SN_REFUSED ? -RKV_EPEERDEAD : -RKV_ETIMEDOUT;
+    int rc = qp->state != SN_REFUSED ? -RKV_ETIMEDOUT
+             : qp->bad_token         ? -RKV_ECONFIG
+                                     : -RKV_EPEERDEAD;
     qp->closed = 1;
     return rc;
 }

@@ -56,6 +56,16 @@
 
 enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 
+/* Connection hello, before any frame: the connecting side sends
+ *   0 u32 magic "RVKH" | 4 u32 version | 8 u64 token     (RKV_TOKEN, default 0)
+ * and the accepting side answers with the same layout, magic "RVKA", and
+ * version 0 (welcome) or 1 (wrong token, then it closes). The QP is
+ * announced (RKV_WC_CONNECTED) only after a good hello. */
+#define TCP_HELLO_MAGIC 0x484b5652u /* "RVKH" */
+#define TCP_ACK_MAGIC 0x414b5652u   /* "RVKA" */
+#define TCP_HELLO_BYTES 16
+#define TCP_HELLO_VERSION 1
+
 #define TCP_SEND_TIMEOUT_MS 30000u /* a peer that stops reading fails the sender */
 #define TCP_CQ_MAX (1u << 20)      /* completions waiting for poll() */
 #define TCP_RECV_MAX (1u << 16)    /* posted receives per QP */
@@ -106,6 +116,9 @@ struct tcp_rx {
     uint8_t *dst;
     size_t got;           /* payload bytes landed */
     struct tcp_recv recv; /* the receive this frame consumes (SEND, WRITE_IMM) */
+    int hello_done;       /* the connection hello was checked (accepted side) */
+    uint8_t hello[TCP_HELLO_BYTES];
+    size_t hello_got;
 };
 
 struct tcp_nic;
@@ -123,6 +136,7 @@ struct tcp_qp {
     int closed;            /* mu: qp_close was called */
     int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
     int reaped;            /* mu: off epoll and off the QP list */
+    int announced;         /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
     uint32_t cq_refs;      /* mu: CQ entries naming this QP */
     struct tcp_qp *next;   /* mu: nic->qps */
     struct tcp_rx rx;
@@ -163,6 +177,8 @@ struct tcp_nic {
     uint32_t mr_cap, mr_hint;
     uint32_t rkey_secret;
     struct rkv_rng rng; /* mr_mu: rkey randomness */
+    uint64_t token;     /* connection token (RKV_TOKEN), checked in the hello */
+    uint64_t refused;   /* progress task: connections refused for a wrong token */
 };
 
 static struct tcp_nic *tcp_nic_of(struct rkv_nic *nic)
@@ -435,7 +451,7 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     qp->fd = -1;
     qp->send_dead = 1;
     port->ops->mutex_unlock(qp->send_mu);
-    int report = !qp->closed && !qp->disconnected;
+    int report = qp->announced && !qp->closed && !qp->disconnected;
     qp->disconnected = 1;
     qp->rnr = 0;
     qp->recvs.len = 0; /* posted receives are not completed (verbs would flush them) */
@@ -674,6 +690,49 @@ static int rx_read_header(struct tcp_qp *qp, size_t *budget, char *why, size_t w
     return st;
 }
 
+static void hello_encode(uint8_t *b, uint32_t magic, uint32_t version, uint64_t token)
+{
+    put32(b, magic);
+    put32(b + 4, version);
+    put64(b + 8, token);
+}
+
+/* Accepting side: reads the peer's hello; a good one announces the QP. */
+static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *why, size_t why_len)
+{
+    struct tcp_rx *rx = &qp->rx;
+    ssize_t r = recv(qp->fd, rx->hello + rx->hello_got, TCP_HELLO_BYTES - rx->hello_got, 0);
+    int st = rx_read_status(r, budget, why, why_len);
+    if (st != TCP_RX_OK)
+        return st;
+    if ((rx->hello_got += (size_t)r) < TCP_HELLO_BYTES)
+        return TCP_RX_OK;
+    int good = get32(rx->hello) == TCP_HELLO_MAGIC && get32(rx->hello + 4) == TCP_HELLO_VERSION;
+    int token_ok = good && get64(rx->hello + 8) == n->token;
+    uint8_t ack[TCP_HELLO_BYTES];
+    hello_encode(ack, TCP_ACK_MAGIC, token_ok ? 0 : 1, 0);
+    if (good && send(qp->fd, ack, sizeof(ack), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(ack)) {
+        rkv_errf(why, why_len, 0, "cannot answer its hello: %s", strerror(errno));
+        return TCP_RX_DEAD;
+    }
+    if (!token_ok) {
+        /* Once, then every 1000th: a flood must not flood the log too. */
+        if (n->refused++ % 1000 == 0)
+            RKV_LOGW(n->base.port,
+                     "nic tcp: refused %s: %s (%llu refused so far; peers need the same "
+                     "RKV_TOKEN)",
+                     qp->peer, good ? "wrong connection token" : "not an rkv connection hello",
+                     (unsigned long long)n->refused);
+        return TCP_RX_DEAD;
+    }
+    rx->hello_done = 1;
+    tcp_lock(n);
+    qp->announced = 1;
+    tcp_unlock(n);
+    cq_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED, .status = RKV_WC_SUCCESS});
+    return TCP_RX_OK;
+}
+
 /* Reads the payload into its destination and, in the same call, the start
  * of the next header: one syscall per small frame instead of two. */
 static int rx_read_payload(struct tcp_qp *qp, size_t *budget, char *why, size_t why_len)
@@ -704,12 +763,20 @@ static int rx_read_payload(struct tcp_qp *qp, size_t *budget, char *why, size_t 
 /* Reads frames until the socket is drained, the budget is spent, a receive
  * is missing (RNR) or the connection must go. Each round either consumes
  * bytes from the budget or finishes a frame, so it terminates. */
+static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *why,
+                    size_t why_len);
+
 static int rx_drive(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_len)
 {
     struct tcp_rx *rx = &qp->rx;
     size_t budget = TCP_RX_BUDGET_BYTES;
     for (;;) {
         int st;
+        if (!rx->hello_done) {
+            if ((st = rx_hello(n, qp, &budget, why, why_len)) != TCP_RX_OK)
+                return st;
+            continue;
+        }
         if (rx->in_payload && rx->got == rx->f.len) {
             rx_end_frame(n, qp);
             continue;
@@ -794,7 +861,9 @@ static void tcp_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, si
 }
 
 /* Takes over fd (nonblocking, connected) on success only. */
-static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_t sl,
+/* active: our connect() already exchanged the hello, so the QP is announced
+ * by connect() returning it; set before the progress task can see the fd. */
+static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_t sl, int active,
                   struct tcp_qp **qp_p)
 {
     struct rkv_port *port = n->base.port;
@@ -804,6 +873,8 @@ static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_
     qp->src.kind = TCP_SRC_QP;
     qp->nic = n;
     qp->fd = fd;
+    qp->rx.hello_done = active;
+    qp->announced = active;
     tcp_addr_name(sa, sl, qp->peer, sizeof(qp->peer));
     ring_init(&qp->recvs, sizeof(struct tcp_recv), TCP_RECV_MAX);
     int one = 1;
@@ -896,6 +967,43 @@ static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_
     return -RKV_EIO;
 }
 
+/* Connecting side: sends the hello and waits for the answer, on the bare
+ * socket (the progress task does not know it yet). */
+static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
+                     uint64_t deadline_ns)
+{
+    uint8_t b[TCP_HELLO_BYTES];
+    hello_encode(b, TCP_HELLO_MAGIC, TCP_HELLO_VERSION, n->token);
+    if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != sizeof(b))
+        return -RKV_EPEERDEAD;
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        uint64_t now = tcp_now_ns(n);
+        if (now >= deadline_ns)
+            return -RKV_ETIMEDOUT;
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = poll(&pfd, 1, tcp_ms_until(now, deadline_ns));
+        if (r < 0 && errno != EINTR)
+            return -RKV_EIO;
+        if (r <= 0)
+            continue;
+        ssize_t k = recv(fd, b + got, sizeof(b) - got, 0);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+            return -RKV_EPEERDEAD;
+        got += k > 0 ? (size_t)k : 0;
+    }
+    if (get32(b) != TCP_ACK_MAGIC)
+        return -RKV_EPROTO;
+    if (get32(b + 4) != 0) {
+        RKV_LOGE(n->base.port,
+                 "nic tcp: %s:%u refused the connection: wrong connection token (set the same "
+                 "RKV_TOKEN on every node)",
+                 host, port);
+        return -RKV_ECONFIG;
+    }
+    return 0;
+}
+
 static int tcp_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint32_t timeout_ms,
                        struct rkv_qp **qp_p)
 {
@@ -915,8 +1023,10 @@ static int tcp_connect(struct rkv_nic *nic, const char *host, uint16_t port, uin
             break;
     }
     struct tcp_qp *qp = NULL;
+    if (rc == 0 && (rc = tcp_hello(n, fd, host, port, deadline_ns)) < 0)
+        close(fd);
     if (rc == 0) {
-        rc = qp_new(n, fd, ai->ai_addr, ai->ai_addrlen, &qp);
+        rc = qp_new(n, fd, ai->ai_addr, ai->ai_addrlen, 1, &qp);
         if (rc < 0)
             close(fd);
     }
@@ -1061,12 +1171,12 @@ static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
             return;
         }
         struct tcp_qp *qp;
-        if (qp_new(n, fd, (const struct sockaddr *)&ss, sl, &qp) < 0) {
+        if (qp_new(n, fd, (const struct sockaddr *)&ss, sl, 0, &qp) < 0) {
             close(fd);
             continue;
         }
+        /* Announced once its hello checks out (rx_hello). */
         RKV_LOGD(n->base.port, "nic tcp: accepted %s on port %u", qp->peer, l->port);
-        cq_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED, .status = RKV_WC_SUCCESS});
     }
 }
 
@@ -1374,6 +1484,8 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
     ring_init(&n->cq, sizeof(struct rkv_wc), TCP_CQ_MAX);
     rkv_rng_seed(&n->rng, rkv_rng_next(&port->rng), TCP_MAGIC);
     n->rkey_secret = (uint32_t)rkv_rng_next(&n->rng);
+    const char *tok = getenv("RKV_TOKEN"); /* the same knob as the verbs backend */
+    n->token = tok && *tok ? strtoull(tok, NULL, 0) : 0;
     int rc = po->mutex_create(port, &n->mu);
     if (rc < 0)
         goto undo_alloc;

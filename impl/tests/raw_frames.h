@@ -25,4 +25,27 @@ static inline void raw_send_frame(int fd, int kind, uint32_t len, const void *bo
         return;
 }
 
+/* The connection hello every TCP peer sends first (token 0, the default);
+ * returns 0 when the NIC welcomed it. */
+static inline int raw_hello(int fd, uint64_t token)
+{
+    uint8_t b[16];
+    uint32_t magic = 0x484b5652u, version = 1;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &version, 4);
+    memcpy(b + 8, &token, 8);
+    if (write(fd, b, sizeof(b)) != (ssize_t)sizeof(b))
+        return -1;
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        ssize_t r = read(fd, b + got, sizeof(b) - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    uint32_t status;
+    memcpy(&status, b + 4, 4);
+    return status == 0 ? 0 : -1;
+}
+
 #endif

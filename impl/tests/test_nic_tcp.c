@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "raw_frames.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -375,6 +377,7 @@ static int raw_connect(struct fx *f, struct rkv_qp **qb_p)
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(raw_hello(fd, 0), 0);
     struct rkv_wc wc;
     expect_wc(f->b, NULL, RKV_WC_CONNECTED, &wc);
     *qb_p = wc.qp;
@@ -531,6 +534,59 @@ static void test_listen_by_name(void **state)
     assert_int_equal(f->a->ops->connect(f->a, "no-such-host.invalid", port, WAIT_MS, &bad) < 0, 1);
 }
 
+/* ---- connection token ---- */
+
+/* A NIC opened with another RKV_TOKEN is refused at connect time with a
+ * configuration error; the listener goes on serving the rightful peer. */
+static void test_token_mismatch_refused(void **state)
+{
+    struct fx *f = *state;
+    struct rkv_port *pc;
+    struct rkv_nic *c;
+    assert_int_equal(setenv("RKV_TOKEN", "0x5ec2e7", 1), 0);
+    assert_int_equal(rkv_port_posix_create("c", RKV_LOG_ERROR, 3, &pc), 0);
+    int rc = rkv_nic_tcp_ops.open(pc, NULL, &c);
+    unsetenv("RKV_TOKEN");
+    assert_int_equal(rc, 0);
+    struct rkv_qp *qc = NULL;
+    for (int i = 0; i < 3; i++) /* every attempt is refused, none is announced */
+        assert_int_equal(c->ops->connect(c, "127.0.0.1", f->port, WAIT_MS, &qc), -RKV_ECONFIG);
+    assert_null(qc);
+    expect_quiet(f->b);
+    check_send(f, f->qa, f->qb, 21);
+    c->ops->close(c);
+    pc->ops->destroy(pc);
+}
+
+/* Raw peers: a wrong token and a non-rkv hello are dropped without ever
+ * showing up as connections; one with the right token is welcomed. */
+static void test_token_raw_peers(void **state)
+{
+    struct fx *f = *state;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int k = 0; k < 2; k++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        if (k == 0) {
+            assert_int_equal(raw_hello(fd, 42), -1);
+        } else {
+            raw_send_frame(fd, RAW_SEND, 8, "garbage!", 8); /* a frame instead of a hello */
+            char b;
+            assert_true(read(fd, &b, 1) <= 0); /* closed without an answer */
+        }
+        close(fd);
+    }
+    expect_quiet(f->b);
+    struct rkv_qp *qb;
+    int fd = raw_connect(f, &qb);
+    assert_non_null(qb);
+    close(fd);
+    expect_wc(f->b, qb, RKV_WC_DISCONNECTED, NULL);
+    f->b->ops->qp_close(qb);
+    check_send(f, f->qa, f->qb, 22);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -553,6 +609,8 @@ int main(void)
         T(test_qp_close),
         T(test_peer_nic_close),
         T(test_listen_by_name),
+        T(test_token_mismatch_refused),
+        T(test_token_raw_peers),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

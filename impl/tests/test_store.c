@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "raw_frames.h"
 #include "engine/engine.h"
 #include "rkv.h"
 
@@ -423,6 +424,7 @@ static int raw_connect(const struct rkv_machine *m)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(m->base_port)};
     inet_pton(AF_INET, m->host, &a.sin_addr);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(raw_hello(fd, 0), 0);
     return fd;
 }
 
@@ -436,8 +438,6 @@ static int raw_closed_by_peer(int fd)
     close(fd);
     return r == 0 || (r < 0 && errno == ECONNRESET);
 }
-
-#include "raw_frames.h"
 
 static void test_garbage_sockets(void **state)
 {
