@@ -153,8 +153,10 @@ void rkv_server_destroy(struct rkv_server *srv);
 /* ---- client (worker) ---- */
 struct rkv_client;
 
-/* Connects to every server; blocks until all cfg->n_workers clients joined
- * and server 0 assigned ids (or cfg->timeout_ms passed). */
+/* Joins server 0 and blocks until all cfg->n_workers clients joined and it
+ * assigned ids (or the connect retry time + cfg->timeout_ms passed). Other
+ * servers are joined on first use, so a client holds connections only to
+ * the servers it talks to. */
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len);
 uint32_t rkv_client_id(const struct rkv_client *cli);

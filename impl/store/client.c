@@ -267,8 +267,6 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
     return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what, srv->id);
 }
 
-/* A request expecting `expect` back from srv, and a transmit buffer of len
- * bytes to encode it in. On failure nothing is left behind. */
 static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms);
 
 /* Servers other than 0 are joined on first use: a worker that talks to a
@@ -278,6 +276,8 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
     return srv->peer ? 0 : cli_hello(c, srv, c->id, c->cfg.timeout_ms);
 }
 
+/* A request expecting `expect` back from srv, and a transmit buffer of len
+ * bytes to encode it in. On failure nothing is left behind. */
 static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t len,
                      const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
 {
