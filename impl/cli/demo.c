@@ -729,8 +729,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     }
     if (run_configure(d, &s, sc, file) < 0)
         goto out;
-    printf("rkv run: %s: %u servers, %u workers over %s (loopback)\n", file, d->n_servers,
-           d->n_workers, s.val[CLI_BACKEND]);
+    printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
+           d->n_servers, d->n_workers, s.val[CLI_BACKEND]);
     fflush(stdout);
     code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
 out:
