@@ -452,6 +452,11 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     qp->send_dead = 1;
     port->ops->mutex_unlock(qp->send_mu);
     int report = qp->announced && !qp->closed && !qp->disconnected;
+    /* Nobody holds a QP that was never announced: free it now, or a flood
+     * of connections that never say hello would pile up until close. */
+    int orphan = !qp->announced && !qp->closed;
+    if (orphan)
+        qp->closed = 1;
     qp->disconnected = 1;
     qp->rnr = 0;
     qp->recvs.len = 0; /* posted receives are not completed (verbs would flush them) */
@@ -465,6 +470,8 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
         RKV_LOGI(port, "nic tcp: %s disconnected", qp->peer);
     if (report)
         cq_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_DISCONNECTED, .status = RKV_WC_SUCCESS});
+    if (orphan)
+        tcp_wake(n); /* the progress task reaps closed QPs when woken */
 }
 
 /* ---- memory regions ---- */
@@ -1151,6 +1158,17 @@ int rkv_nic_tcp_bound_port(struct rkv_nic *nic, uint16_t *port_p)
     if (rc == 0)
         *port_p = port;
     return rc;
+}
+
+int rkv_nic_tcp_qp_count(struct rkv_nic *nic)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    int k = 0;
+    tcp_lock(n);
+    for (struct tcp_qp *qp = n->qps; qp; qp = qp->next)
+        k++;
+    tcp_unlock(n);
+    return k;
 }
 
 static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)

@@ -10,4 +10,7 @@
  * on port 0). -RKV_EINVAL if the NIC listens nowhere. */
 int rkv_nic_tcp_bound_port(struct rkv_nic *nic, uint16_t *port_p);
 
+/* QPs the NIC still holds, reaped or not (tests: nothing piles up). */
+int rkv_nic_tcp_qp_count(struct rkv_nic *nic);
+
 #endif

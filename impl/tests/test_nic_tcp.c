@@ -588,6 +588,35 @@ static void test_token_raw_peers(void **state)
     check_send(f, f->qa, f->qb, 22);
 }
 
+/* A flood of connections that never say hello (and some that say a wrong
+ * one): none is announced, and the listener keeps serving its real peer. */
+static void test_connection_flood(void **state)
+{
+    struct fx *f = *state;
+    enum { FLOOD = 300 };
+    static int fds[FLOOD];
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < FLOOD; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+        if (i % 3 == 0) /* a third of them send a hello with the wrong token */
+            assert_int_equal(write(fds[i], "RVKH\1\0\0\0\7\7\7\7\7\7\7\7", 16), 16);
+    }
+    expect_quiet(f->b);
+    check_send(f, f->qa, f->qb, 23);
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    expect_quiet(f->b); /* their going away is not news either */
+    check_send(f, f->qa, f->qb, 24);
+    /* ...and the NIC freed every one of them: only the real QP is left. */
+    int left = 0;
+    for (int i = 0; i < 200 && (left = rkv_nic_tcp_qp_count(f->b)) != 1; i++)
+        usleep(10000);
+    assert_int_equal(left, 1);
+}
+
 int main(void)
 {
     /* Hostile-peer tests write into sockets the NIC has just closed. */
@@ -614,6 +643,7 @@ int main(void)
         T(test_listen_by_name),
         T(test_token_mismatch_refused),
         T(test_token_raw_peers),
+        T(test_connection_flood),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
