@@ -407,11 +407,54 @@ static void sn_reject_write(struct sim_nic *n, struct sn_qp *qp, const struct sn
     sn_qp_down(n, qp);
 }
 
+static int sn_deliver_send(struct sim_nic *n, struct sn_qp *qp, const struct sn_msg *m)
+{
+    struct sn_recv r;
+    if (!sn_take_recv(qp, &r))
+        return 0;
+    if (r.len < m->len) {
+        rkv_port_log(n->base.port, RKV_LOG_WARN,
+                     "a %u-byte SEND does not fit the %u-byte receive; connection closed", m->len,
+                     r.len);
+        sn_cq_push(
+            n, qp,
+            (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .status = RKV_WC_LOC_ERR});
+        sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
+        sn_qp_down(n, qp);
+        return 1;
+    }
+    memcpy(r.addr, m->data, m->len);
+    sn_cq_push(n, qp, (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .byte_len = m->len});
+    sn_sender_done(n->w, m, RKV_WC_SEND, RKV_WC_SUCCESS);
+    return 1;
+}
+
+/* The target region is checked first, so a rejected write never consumes
+ * a receive; a WRITE_WITH_IMM that finds no receive waits whole (RNR)
+ * before any of its bytes land. */
+static int sn_deliver_write(struct sim_nic *n, struct sn_qp *qp, const struct sn_msg *m)
+{
+    struct sn_recv r = {0};
+    uint8_t *dst = sn_write_target(n, m);
+    if (!dst) {
+        sn_reject_write(n, qp, m);
+        return 1;
+    }
+    if (m->kind == SN_WRITE_IMM && !sn_take_recv(qp, &r))
+        return 0;
+    memcpy(dst, m->data, m->len);
+    if (m->kind == SN_WRITE_IMM)
+        sn_cq_push(
+            n, qp,
+            (struct rkv_wc){
+                .wr_id = r.wr_id, .opcode = RKV_WC_RECV_IMM, .byte_len = m->len, .imm = m->imm});
+    sn_sender_done(n->w, m, RKV_WC_WRITE, RKV_WC_SUCCESS);
+    return 1;
+}
+
 /* Returns 0 when m must wait for a receive (RNR), 1 when consumed. */
 static int sn_try_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 {
-    struct sim_world *w = n->w;
-    struct sn_recv r = {0};
     switch (m->kind) {
     case SN_ACCEPT:
         qp->state = qp->state == SN_CONNECTING ? SN_UP : qp->state;
@@ -432,43 +475,10 @@ static int sn_try_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
         sn_qp_down(n, qp);
         return 1;
     case SN_SEND:
-        if (!sn_take_recv(qp, &r))
-            return 0;
-        if (r.len < m->len) {
-            rkv_port_log(n->base.port, RKV_LOG_WARN,
-                         "a %u-byte SEND does not fit the %u-byte receive; connection closed",
-                         m->len, r.len);
-            sn_cq_push(
-                n, qp,
-                (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .status = RKV_WC_LOC_ERR});
-            sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
-            sn_qp_down(n, qp);
-            return 1;
-        }
-        memcpy(r.addr, m->data, m->len);
-        sn_cq_push(n, qp,
-                   (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .byte_len = m->len});
-        sn_sender_done(w, m, RKV_WC_SEND, RKV_WC_SUCCESS);
-        return 1;
+        return sn_deliver_send(n, qp, m);
     case SN_WRITE:
-    case SN_WRITE_IMM: {
-        uint8_t *dst = sn_write_target(n, m);
-        if (!dst) {
-            sn_reject_write(n, qp, m);
-            return 1;
-        }
-        if (m->kind == SN_WRITE_IMM && !sn_take_recv(qp, &r))
-            return 0;
-        memcpy(dst, m->data, m->len);
-        if (m->kind == SN_WRITE_IMM)
-            sn_cq_push(n, qp,
-                       (struct rkv_wc){.wr_id = r.wr_id,
-                                       .opcode = RKV_WC_RECV_IMM,
-                                       .byte_len = m->len,
-                                       .imm = m->imm});
-        sn_sender_done(w, m, RKV_WC_WRITE, RKV_WC_SUCCESS);
-        return 1;
-    }
+    case SN_WRITE_IMM:
+        return sn_deliver_write(n, qp, m);
     default:
         assert(!"unexpected message kind");
         return 1;
