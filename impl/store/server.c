@@ -40,6 +40,9 @@ struct rkv_server {
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
     uint32_t n_barrier;
+    /* server 0: id + 1 of a client that left after ids were handed out; no
+     * barrier can complete from then on, so waiters fail instead of hanging. */
+    uint32_t client_gone;
     uint64_t n_msgs;
     /* Address discovery (machines whose host the config leaves empty):
      * server 0 keeps every server's address as they register; the others
@@ -349,6 +352,12 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "barriers go to server 0");
     if (!rkv_peer_user(peer))
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "barrier before hello");
+    if (s->client_gone) {
+        char why[128];
+        snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", s->client_gone - 1,
+                 s->cfg.n_workers);
+        return srv_status(s, peer, m, 0, -RKV_EPEERDEAD, why);
+    }
     /* A client that retries after a timeout is still one client. */
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         if (s->barrier[i].peer == peer) {
@@ -556,6 +565,30 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
     }
 }
 
+/* Server 0: the id of a client that has its id, or RKV_ID_NONE. */
+static uint32_t srv_client_id(const struct rkv_server *s, const struct rkv_peer *peer)
+{
+    if (s->server_id != 0 || s->n_hellos < s->cfg.n_workers)
+        return RKV_ID_NONE;
+    for (uint32_t i = 0; i < s->n_hellos; i++)
+        if (s->hellos[i].peer == peer)
+            return i;
+    return RKV_ID_NONE;
+}
+
+/* Every client inside the barrier gets the error now. */
+static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", gone, s->cfg.n_workers);
+    for (uint32_t i = 0; i < s->n_barrier; i++) {
+        struct rkv_hdr h = {
+            .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = -RKV_EPEERDEAD};
+        srv_reply(s, s->barrier[i].peer, &h, why);
+    }
+    s->n_barrier = 0;
+}
+
 static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
 {
     struct rkv_server *s = user;
@@ -567,6 +600,14 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
             s->barrier[i] = s->barrier[--s->n_barrier];
             break;
         }
+    }
+    uint32_t id = srv_client_id(s, peer);
+    if (id != RKV_ID_NONE && !s->client_gone) {
+        s->client_gone = id + 1;
+        if (s->n_barrier)
+            RKV_LOGW(s->port, "client %u left while %u others wait in a barrier: failing it", id,
+                     s->n_barrier);
+        srv_fail_barrier(s, id);
     }
     for (uint32_t i = 0; i < s->n_hellos; i++) {
         if (s->hellos[i].peer == peer && s->n_hellos < s->cfg.n_workers) {

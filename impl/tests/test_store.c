@@ -576,6 +576,42 @@ static void test_server_killed_or_hung(void **state)
     }
 }
 
+static void *join_thread(void *arg)
+{
+    struct cluster *c = arg;
+    return client_join(c);
+}
+
+/* A worker that leaves after ids were handed out makes every later barrier
+ * impossible: the others get -RKV_EPEERDEAD at once, not a timeout. */
+static void test_barrier_fails_when_a_worker_leaves(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 8000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, join_thread, &c), 0);
+    struct rkv_client *a = client_join(&c), *b;
+    assert_int_equal(pthread_join(t, (void **)&b), 0);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    rkv_client_destroy(b); /* leaves without a word */
+    double t0 = now_s();
+    int rc = rkv_client_barrier(a);
+    double dt = now_s() - t0;
+    printf("barrier after a worker left: %s after %.3f s: %s\n", rkv_strerror(rc), dt,
+           rkv_client_errmsg(a));
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+    assert_true(dt < 4.0); /* half the request timeout: not a timeout */
+    assert_non_null(strstr(rkv_client_errmsg(a), "left; a barrier needs all 2"));
+    check_good_roundtrip(a, 5.0f); /* the servers still serve their rows */
+    rkv_client_shutdown_servers(a);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -588,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_garbage_sockets),
         cmocka_unit_test(test_server_killed_or_hung),
+        cmocka_unit_test(test_barrier_fails_when_a_worker_leaves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
