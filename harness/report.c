@@ -56,6 +56,12 @@ int rkv_report_passed(const struct rkv_report *r)
 {
     if (!r->processes_ok)
         return 0;
+    if (r->fault_run) {
+        for (uint32_t p = 0; p < r->sc->n_phases; p++)
+            if (r->phase[p].errors)
+                return 0;
+        return r->faults_fired;
+    }
     for (uint32_t p = 0; p < r->sc->n_phases; p++)
         if (r->reported[p] != r->n_workers || r->phase[p].errors)
             return 0;
@@ -112,6 +118,16 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
     }
     if (r->first_error[0])
         fprintf(out, "\nfirst wrong value: %s\n", r->first_error);
+    if (r->fault_run) {
+        fprintf(out, "\nfaults: %s; %u surviving worker(s) ended on a named store error%s%s\n",
+                r->faults[0] ? r->faults : "none fired", r->survivor_errors,
+                r->survivor_error[0] ? ", e.g. " : "", r->survivor_error);
+        fprintf(out, "\nverdict: %s\n",
+                rkv_report_passed(r) ? "PASS (the faults fired, every survivor ended without "
+                                       "hanging, and no pulled value was wrong)"
+                                     : "FAIL");
+        return;
+    }
     fprintf(out, "\nverdict: %s\n",
             rkv_report_passed(r) ? "PASS (every pulled value matched the oracle)" : "FAIL");
 }

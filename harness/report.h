@@ -19,6 +19,13 @@ struct rkv_report {
     double sim_s;
     uint64_t sim_events;
     uint64_t sim_hash;
+    /* Runs with crash faults: the verdict asks that every survivor ended
+     * (named errors allowed), the faults fired and no value was wrong. */
+    int fault_run;
+    int faults_fired;
+    uint32_t survivor_errors;
+    char faults[512];
+    char survivor_error[320];
 };
 
 /* Parses the stdout of every worker (PHASE and FIRSTERR lines). */

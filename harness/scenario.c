@@ -773,6 +773,47 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
     return rc;
 }
 
+/* A node name of the cluster: "s<machine>.<local>" or "w<worker>". */
+static int sc_node_ok(const struct rkv_scenario *sc, const char *name)
+{
+    unsigned m, l, w;
+    char tail;
+    if (sscanf(name, "s%u.%u%c", &m, &l, &tail) == 2)
+        return m < sc->machines && l < sc->servers_per_machine;
+    if (sscanf(name, "w%u%c", &w, &tail) == 1)
+        return w < rkv_scenario_workers(sc);
+    return 0;
+}
+
+/* This release injects crashes, in the twin; the other kinds are parsed
+ * and refused by name rather than silently ignored. */
+static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_len)
+{
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        const struct rkv_sc_fault *f = &sc->faults[i];
+        if (strcmp(f->kind, "crash") != 0) {
+            snprintf(err, err_len,
+                     "%s: faults[%u]: kind %s is not injected by this release (crash is, in the "
+                     "twin)",
+                     sc->path, i, f->kind);
+            return -RKV_ECONFIG;
+        }
+        if (!sc_node_ok(sc, f->target)) {
+            snprintf(err, err_len,
+                     "%s: faults[%u]: target: expected a node of the cluster (s<machine>.<server> "
+                     "or w<worker>), got \"%s\"",
+                     sc->path, i, f->target);
+            return -RKV_ECONFIG;
+        }
+        if (i && f->at_s < sc->faults[i - 1].at_s) {
+            snprintf(err, err_len, "%s: faults[%u]: at_s: expected faults in time order", sc->path,
+                     i);
+            return -RKV_ECONFIG;
+        }
+    }
+    return 0;
+}
+
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)
 {
     int crc = sc_check_text(path, err, err_len);
@@ -808,8 +849,8 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
     struct fy_node *root = fy_document_root(doc);
     if (!root)
         rc = sc_fail(&c, NULL, "empty scenario (expected cluster, tensors, workload)");
-    else if ((rc = sc_sections(&c, root)) == 0)
-        rc = sc_check_books(&c);
+    else if ((rc = sc_sections(&c, root)) == 0 && (rc = sc_check_books(&c)) == 0)
+        rc = sc_check_faults(sc, err, err_len);
     fy_document_destroy(doc);
 destroy_diag:
     if (diag)

@@ -700,6 +700,14 @@ static void sn_arrive(struct sim_nic *n, struct sn_msg *m)
     }
     if (m->kind == SN_ACCEPT)
         qp->peer_qp = m->src_qp;
+    if (m->kind == SN_DISCONNECT && m->wr_id == 2) { /* abortive: no waiting for holes */
+        sn_log_event(n, m);
+        sn_free_list(qp->reorder);
+        qp->reorder = NULL;
+        sn_qp_down(n, qp);
+        free(m);
+        return;
+    }
     sn_arrive_seq(n, qp, m);
 }
 
@@ -749,11 +757,13 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     snprintf(name, sizeof(name), "%s/nic", port->node);
     sg_actor_t a = sg_actor_init(name, n->host);
     sg_actor_set_data(a, n);
+    sim_port_add_actor(port, a);
     sg_actor_start(a, sn_actor, 0, NULL);
     /* Delivers small messages and jittered ones at their due time. */
     snprintf(name, sizeof(name), "%s/nic-timer", port->node);
     a = sg_actor_init(name, n->host);
     sg_actor_set_data(a, n);
+    sim_port_add_actor(port, a);
     sg_actor_start(a, sn_delay_actor, 0, NULL);
     sim_port_set_nic(port, n);
     *nic_p = &n->base;
@@ -979,6 +989,20 @@ static void sn_close(struct rkv_nic *nic)
     sim_world_unlisten(n->w, n->id);
     n->closed = 1;
     n->cq_len = 0;
+}
+
+/* A crashed node's connections are torn down by its OS: the peers hear of
+ * it at once (an abortive DISCONNECT, wr_id 2), even though the node's
+ * unfinished transfers were cancelled and left holes in the QP order. */
+void sim_nic_crash(struct sim_nic *n)
+{
+    for (uint32_t i = 0; i < n->n_qps; i++) {
+        struct sn_qp *qp = n->qps[i];
+        if (!qp->closed && qp->state == SN_UP)
+            sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 2);
+        qp->state = SN_DOWN;
+    }
+    sn_close(&n->base);
 }
 
 void sim_nic_free(struct sim_nic *n)

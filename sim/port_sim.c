@@ -23,7 +23,9 @@ struct sim_port {
     struct sim_world *w;
     sg_host_t host;
     uint32_t machine, tid;
-    struct sim_nic *nic; /* tasks drain their puts on it before they end */
+    struct sim_nic *nic;  /* tasks drain their puts on it before they end */
+    sg_actor_t actors[8]; /* every actor of this node, for a crash */
+    uint32_t n_actors;
 };
 
 struct rkv_task {
@@ -84,6 +86,7 @@ static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, v
     sg_actor_set_data(t->actor, t);
     /* Joined later: keep the actor object alive past its end. */
     sg_actor_ref(t->actor);
+    sim_port_add_actor(p, t->actor);
     sg_actor_start(t->actor, sp_task_main, 0, NULL);
     *task_p = t;
     return 0;
@@ -346,6 +349,27 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
     sp->tid = tid;
     *port_p = &sp->base;
     return 0;
+}
+
+void sim_port_add_actor(struct rkv_port *p, sg_actor_t a)
+{
+    struct sim_port *sp = sp_of(p);
+    if (sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]))
+        sp->actors[sp->n_actors++] = a;
+}
+
+/* The node dies: every actor of it stops where it is (a process killed by
+ * the OS); its memory is abandoned, as a crashed process's would be. */
+void sim_port_crash(struct rkv_port *p)
+{
+    struct sim_port *sp = sp_of(p);
+    if (sp->nic)
+        sim_nic_crash(sp->nic);
+    sg_actor_t self = sg_actor_self();
+    for (uint32_t i = 0; i < sp->n_actors; i++)
+        if (sp->actors[i] != self)
+            sg_actor_kill(sp->actors[i]);
+    sp->n_actors = 0;
 }
 
 void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n)

@@ -23,6 +23,11 @@ void sim_nic_free(struct sim_nic *n);
  * a task must not end with puts in flight (SimGrid cancels them). */
 void sim_nic_drain(struct sim_nic *n);
 void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n);
+void sim_port_add_actor(struct rkv_port *p, sg_actor_t a);
+/* Crash faults: the node's actors are killed; its NIC drops every
+ * connection as the OS of a crashed process would (peers see a disconnect). */
+void sim_port_crash(struct rkv_port *p);
+void sim_nic_crash(struct sim_nic *n);
 struct sim_nic *sim_port_nic(struct rkv_port *p);
 
 /* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/cv.c).

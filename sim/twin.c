@@ -38,6 +38,9 @@ struct twin_node {
     int finished;
     double end_s; /* simulated time when the node finished */
     char err[256];
+    struct rkv_port *port; /* while the node runs: what a crash fault kills */
+    int crashed;           /* by a fault (1), or stopped by the twin after the workers (2) */
+    uint32_t client_id;    /* workers: the id server 0 gave it (names are spawn order) */
 };
 
 struct twin {
@@ -63,13 +66,16 @@ static int twin_open(struct twin_node *nd, struct rkv_port **port, struct rkv_ni
                              nd->machine, nd->tid, port);
     if (rc < 0)
         return rc;
+    sim_port_add_actor(*port, sg_actor_self());
+    nd->port = *port;
     if ((rc = rkv_nic_sim_ops.open(*port, NULL, nic)) < 0)
         (*port)->ops->destroy(*port);
     return rc;
 }
 
-static void twin_close(struct rkv_port *port, struct rkv_nic *nic)
+static void twin_close(struct twin_node *nd, struct rkv_port *port, struct rkv_nic *nic)
 {
+    nd->port = NULL;
     nic->ops->close(nic);
     sim_nic_drain(sim_port_nic(port)); /* its last DISCONNECTs must reach the peers */
     port->ops->destroy(port);
@@ -94,7 +100,7 @@ static void twin_server(int argc, char **argv)
             snprintf(nd->err, sizeof(nd->err), "%s", rkv_server_errmsg(srv));
         rkv_server_destroy(srv);
     }
-    twin_close(port, nic);
+    twin_close(nd, port, nic);
     nd->finished = 1;
     nd->end_s = simgrid_get_clock();
 }
@@ -133,8 +139,10 @@ static void twin_worker(int argc, char **argv)
     struct rkv_config cfg = nd->t->cfg;
     cfg.machine_id = nd->machine;
     struct rkv_client *cli;
+    nd->client_id = RKV_ID_NONE;
     nd->rc = rkv_client_create_on(port, nic, &cfg, &cli, nd->err, sizeof(nd->err));
     if (nd->rc == 0) {
+        nd->client_id = rkv_client_id(cli);
         twin_worker_body(nd, cli, port);
         if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0 && nd->rc == 0) {
             nd->rc = -RKV_EIO;
@@ -142,7 +150,7 @@ static void twin_worker(int argc, char **argv)
         }
         rkv_client_destroy(cli);
     }
-    twin_close(port, nic);
+    twin_close(nd, port, nic);
     nd->finished = 1;
     nd->end_s = simgrid_get_clock();
 }
@@ -222,8 +230,65 @@ static int twin_nodes(struct twin *t)
     return 0;
 }
 
+/* ---- crash faults ---- */
+
+static struct twin_node *twin_node_named(struct twin *t, const char *name)
+{
+    for (uint32_t i = 0; i < t->n_nodes; i++)
+        if (!strcmp(t->nodes[i].name, name))
+            return &t->nodes[i];
+    return NULL;
+}
+
+static int twin_workers_done(const struct twin *t)
+{
+    for (uint32_t i = 0; i < t->n_nodes; i++)
+        if (!t->nodes[i].is_server && !t->nodes[i].finished && !t->nodes[i].crashed)
+            return 0;
+    return 1;
+}
+
+/* Injects the scenario's crash faults at their simulated times, then, since
+ * a crashed worker 0 cannot shut the servers down, stops the servers still
+ * running a second after the last worker ended. */
+static void twin_faults(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct twin *t = sg_actor_self_get_data();
+    const struct rkv_scenario *sc = t->sc;
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        const struct rkv_sc_fault *f = &sc->faults[i];
+        if (f->at_s > simgrid_get_clock())
+            sg_actor_sleep_until(f->at_s);
+        struct twin_node *nd = twin_node_named(t, f->target);
+        if (!nd || nd->finished || nd->crashed || !nd->port)
+            continue; /* already gone: nothing left to crash */
+        nd->crashed = 1;
+        nd->end_s = simgrid_get_clock();
+        sim_port_crash(nd->port);
+        nd->port = NULL;
+        fprintf(stderr, "rkv: fault: %s crashed at %.6f s (simulated)\n", nd->name, nd->end_s);
+    }
+    while (!twin_workers_done(t))
+        sg_actor_sleep_for(1e-3);
+    sg_actor_sleep_for(1.0);
+    for (uint32_t i = 0; i < t->n_nodes; i++) {
+        struct twin_node *nd = &t->nodes[i];
+        if (nd->is_server && !nd->finished && !nd->crashed && nd->port) {
+            nd->crashed = 2;
+            sim_port_crash(nd->port);
+            nd->port = NULL;
+        }
+    }
+}
+
 static void twin_spawn(struct twin *t)
 {
+    if (t->sc->n_faults) {
+        sg_actor_t f = sg_actor_init("faults", sg_host_by_name("m0"));
+        sg_actor_set_data(f, t);
+        sg_actor_start(f, twin_faults, 0, NULL);
+    }
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
         char host[32];
@@ -268,12 +333,29 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
         return -RKV_ENOMEM;
     res->n_workers = t->n_workers;
     res->nodes_ok = 1;
+    size_t fl = 0;
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
         if (!nd->is_server && nd->finished)
             res->outs[nd->local] = nd->out; /* ownership moves to res */
         res->sim_s = nd->end_s > res->sim_s ? nd->end_s : res->sim_s;
-        if ((nd->rc < 0 || !nd->finished) && res->nodes_ok) {
+        if (nd->crashed == 1) {
+            res->crashed++;
+            char who[48] = "";
+            if (!nd->is_server && nd->client_id != RKV_ID_NONE)
+                snprintf(who, sizeof(who), " (client %u)", nd->client_id);
+            fl += (size_t)snprintf(
+                res->faults + fl, fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
+                "%s%s%s crashed at %.6f s", fl ? "; " : "", nd->name, who, nd->end_s);
+            continue;
+        }
+        /* With faults, a survivor may end with a named store error; it must end. */
+        int bad = t->sc->n_faults ? !nd->finished && !nd->crashed : nd->rc < 0 || !nd->finished;
+        if (t->sc->n_faults && nd->finished && nd->rc < 0 && !nd->is_server &&
+            res->survivor_errors++ == 0)
+            snprintf(res->survivor_error, sizeof(res->survivor_error), "%s: %s", nd->name,
+                     nd->err[0] ? nd->err : rkv_strerror(nd->rc));
+        if (bad && res->nodes_ok) {
             res->nodes_ok = 0;
             snprintf(res->error, sizeof(res->error), "%s: %s", nd->name,
                      !nd->finished ? "did not finish (blocked when the simulation ended)"

@@ -10,7 +10,7 @@
 struct rkv_twin_opts {
     const char *trace_path; /* Chrome trace JSON, or NULL */
     int log_level;
-    double max_sim_s; /* 0: 3600 simulated seconds */
+    double max_sim_s;          /* 0: 3600 simulated seconds */
     uint64_t test_corrupt_row; /* rkv_config's oracle self-test hook (UINT64_MAX: off) */
 };
 
@@ -24,6 +24,11 @@ struct rkv_twin_result {
     uint64_t hash;   /* of the ordered event log: same scenario + seed => same hash */
     uint64_t bytes;  /* modelled on the network */
     char error[512]; /* why nodes_ok is 0 */
+    /* Crash faults: what died when; survivors that ended on a store error
+     * (requests to the dead node fail with a named error, not a hang). */
+    uint32_t crashed, survivor_errors;
+    char faults[512];
+    char survivor_error[320]; /* the first survivor's error, as an example */
 };
 
 /* Runs sc (may be called once per process: SimGrid cannot be re-initialised). */

@@ -719,6 +719,13 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         }
         sc->sim_jitter = j;
     }
+    if (sc->n_faults && strcmp(s.val[CLI_BACKEND], "sim") != 0) {
+        fprintf(stderr,
+                "rkv run: %s: crash faults are injected by the twin only in this release "
+                "(--backend sim)\n",
+                file);
+        goto out;
+    }
     if (!strcmp(s.val[CLI_BACKEND], "sim")) {
         code = cli_run_twin(sc, &s, out_dir, plot, trace);
         goto out;

@@ -21,6 +21,13 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     r.sim_s = res->sim_s;
     r.sim_events = res->events;
     r.sim_hash = res->hash;
+    if (sc->n_faults) {
+        r.fault_run = 1;
+        r.faults_fired = res->crashed == sc->n_faults;
+        r.survivor_errors = res->survivor_errors;
+        snprintf(r.faults, sizeof(r.faults), "%s", res->faults);
+        snprintf(r.survivor_error, sizeof(r.survivor_error), "%s", res->survivor_error);
+    }
     rkv_report_print(&r, stdout, "sim");
     if (!res->nodes_ok)
         printf("node failure: %s\n", res->error);
