@@ -454,7 +454,7 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
 
 /* ---- faults, expect, per-backend blocks ---- */
 
-static const char *const sc_fault_fields[] = {"kind", "target", "at_s", "fraction"};
+static const char *const sc_fault_fields[] = {"kind", "target", "at_s", "fraction", "after_phase"};
 
 static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
 {
@@ -470,8 +470,10 @@ static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         return sc_name(c, "target", k, v, fl->target, sizeof(fl->target));
     case 2:
         return sc_double(c, "at_s", k, v, 0, 1e9, &fl->at_s);
-    default:
+    case 3:
         return sc_double(c, "fraction", k, v, 0, 1, &fl->fraction);
+    default:
+        return sc_name(c, "after_phase", k, v, fl->after_phase, sizeof(fl->after_phase));
     }
 }
 
@@ -623,7 +625,7 @@ static int sc_fault(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     if (sc->n_faults == RKV_SC_MAX_FAULTS)
         return sc_fail(c, at, "faults: at most %d", RKV_SC_MAX_FAULTS);
     struct rkv_sc_fault *f = &sc->faults[sc->n_faults++];
-    return sc_map(c, "faults[]", at, item, sc_fault_fields, 4, sc_fault_field, f);
+    return sc_map(c, "faults[]", at, item, sc_fault_fields, 5, sc_fault_field, f);
 }
 
 static int sc_sections(struct sc_ctx *c, struct fy_node *root)
@@ -804,6 +806,17 @@ static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_
                      "or w<worker>), got \"%s\"",
                      sc->path, i, f->target);
             return -RKV_ECONFIG;
+        }
+        if (f->after_phase[0]) {
+            uint32_t p = 0;
+            while (p < sc->n_phases && strcmp(sc->phases[p].name, f->after_phase) != 0)
+                p++;
+            if (p == sc->n_phases) {
+                snprintf(err, err_len, "%s: faults[%u]: after_phase: no phase named \"%s\"",
+                         sc->path, i, f->after_phase);
+                return -RKV_ECONFIG;
+            }
+            ((struct rkv_sc_fault *)f)->after_phase_ix = p;
         }
         if (i && f->at_s < sc->faults[i - 1].at_s) {
             snprintf(err, err_len, "%s: faults[%u]: at_s: expected faults in time order", sc->path,

@@ -44,9 +44,11 @@ struct rkv_sc_phase {
 };
 
 struct rkv_sc_fault {
-    char kind[32]; /* reserved: parsed and kept, injected by a later release */
+    char kind[32]; /* crash (injected); the other kinds are refused at load */
     char target[32];
-    double at_s;
+    double at_s;             /* seconds from the start (simulated in the twin) */
+    char after_phase[64];    /* or: once client 0 finished this phase ("" = use at_s) */
+    uint32_t after_phase_ix; /* its index, resolved at load */
     double fraction;
 };
 

@@ -240,12 +240,12 @@ static uint32_t wl_epoch_last(const struct rkv_scenario *sc, uint32_t first)
 int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log)
 {
-    return rkv_wl_run_shared(cli, port, sc, worker, stats, log, NULL);
+    return rkv_wl_run_shared(cli, port, sc, worker, stats, log, NULL, NULL, NULL);
 }
 
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                      struct rkv_oracle *shared)
+                      struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user)
 {
     struct wl_node n = {.cli = cli,
                         .port = port,
@@ -268,7 +268,8 @@ int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struc
         if ((rc = rkv_oracle_epoch_begin(n.oracle, first, last)) < 0)
             break;
         for (uint32_t p = first; p <= last && rc == 0; p++)
-            rc = wl_phase(&n, p, &stats[p]);
+            if ((rc = wl_phase(&n, p, &stats[p])) == 0 && on_phase)
+                on_phase(user, worker, p);
         /* The run ends with a barrier even if the last phase asks for none. */
         if (rc == 0 && (rc = rkv_client_barrier(cli)) == 0) {
             rkv_oracle_epoch_end(n.oracle);

@@ -30,9 +30,12 @@ int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_s
 /* The same with an oracle shared by all workers of this process (the twin:
  * one replay of everybody's requests instead of one per worker). */
 struct rkv_oracle;
+/* on_phase (may be NULL) hears of every phase this worker finished: the
+ * progress that step-triggered faults (after_phase) wait for. */
+typedef void (*rkv_wl_phase_fn)(void *user, uint32_t worker, uint32_t phase);
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                      struct rkv_oracle *shared);
+                      struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user);
 
 uint32_t rkv_wl_bucket(uint64_t ns);
 double rkv_wl_bucket_us(uint32_t bucket);

@@ -53,6 +53,7 @@ struct twin {
     int log_level;
     uint64_t test_corrupt_row;
     struct rkv_oracle *oracle; /* one for all workers: one replay, not one per worker */
+    int32_t client0_phase;     /* last phase client 0 finished (-1: none): after_phase faults */
     /* Payload-less: the store carries thin rows, the network sees these. */
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
 };
@@ -105,6 +106,13 @@ static void twin_server(int argc, char **argv)
     nd->end_s = simgrid_get_clock();
 }
 
+static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
+{
+    struct twin *t = user;
+    if (worker == 0)
+        t->client0_phase = (int32_t)phase;
+}
+
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
 {
     const struct rkv_scenario *sc = nd->t->sc;
@@ -118,7 +126,7 @@ static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struc
         return;
     }
     uint32_t id = rkv_client_id(cli);
-    nd->rc = rkv_wl_run_shared(cli, port, sc, id, st, stderr, nd->t->oracle);
+    nd->rc = rkv_wl_run_shared(cli, port, sc, id, st, stderr, nd->t->oracle, twin_on_phase, nd->t);
     if (nd->rc < 0)
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
     for (uint32_t p = 0; p < sc->n_phases; p++)
@@ -260,6 +268,10 @@ static void twin_faults(int argc, char **argv)
         const struct rkv_sc_fault *f = &sc->faults[i];
         if (f->at_s > simgrid_get_clock())
             sg_actor_sleep_until(f->at_s);
+        /* A step trigger: the same file means the same moment on every backend. */
+        while (f->after_phase[0] && t->client0_phase < (int32_t)f->after_phase_ix &&
+               !twin_workers_done(t))
+            sg_actor_sleep_for(1e-6);
         struct twin_node *nd = twin_node_named(t, f->target);
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
@@ -400,7 +412,10 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                  struct rkv_twin_result *res)
 {
     memset(res, 0, sizeof(*res));
-    struct twin t = {.sc = sc, .log_level = o->log_level, .test_corrupt_row = o->test_corrupt_row};
+    struct twin t = {.sc = sc,
+                     .log_level = o->log_level,
+                     .test_corrupt_row = o->test_corrupt_row,
+                     .client0_phase = -1};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";
     int rc = sim_world_init(&t.w, sc->seed);

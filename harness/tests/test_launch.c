@@ -65,7 +65,7 @@ static void test_slurm_variables(void **state)
              "rc=0; for j in $(jobs -p); do wait $j || rc=1; done; exit $rc",
              test_port(), RKV_BIN, SCEN_DIR);
     assert_int_equal(sh(cmd), 0);
-    assert_int_equal(count("PHASE"), 12); /* 4 workers x 3 phases */
+    assert_int_equal(count("PHASE w="), 12); /* 4 workers x 3 phases */
     assert_int_equal(count("errors=0 "), 12);
     /* Nobody was told where servers 1..3 are: they announced it to server 0. */
     assert_non_null(strstr(out, "(4 of 4 known)"));

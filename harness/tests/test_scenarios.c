@@ -55,11 +55,12 @@ static void test_every_scenario_passes(void **state)
          * and GiBs): sim/bench-scale runs them, test_twin a shrunk one. */
         if (strstr(names[i], "/sim-"))
             continue;
-        /* faults-*.yaml: crashes are injected by the twin only, so far. */
-        for (int b = strstr(names[i], "/faults-") != NULL; b < 2; b++) {
+        for (int b = 0; b < 2; b++) {
             char args[1024];
             snprintf(args, sizeof(args), "run %.255s --backend %s", names[i], backends[b]);
-            int rc = run("", args);
+            /* A node crashed in the twin abandons its memory, as a killed
+             * process would: LeakSanitizer is not to count it. */
+            int rc = run(strstr(names[i], "/faults-") ? "ASAN_OPTIONS=detect_leaks=0" : "", args);
             if (rc != 0 || !strstr(out, "verdict: PASS"))
                 fail_msg("%s on %s: exit %d\n%s", names[i], backends[b], rc, out);
             printf("%s on %s: PASS\n", names[i], backends[b]);

@@ -113,13 +113,22 @@ static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *c
     return 0;
 }
 
+/* A line per finished phase, read by the launcher as it comes: crash faults
+ * with after_phase wait for it. */
+static void cmd_on_phase(void *user, uint32_t worker, uint32_t phase)
+{
+    fprintf(user, "PHASEDONE w=%u p=%u\n", worker, phase);
+    fflush(user);
+}
+
 /* Runs the scenario (one PHASE line per phase on stdout); without a
  * scenario file, also the timed phase (one RESULT line). */
 static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
                           const struct rkv_scenario *sc, const struct cli_workload *wl, int bench)
 {
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
-    int rc = st ? rkv_wl_run(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr)
+    int rc = st ? rkv_wl_run_shared(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
+                                    NULL, cmd_on_phase, stdout)
                 : -RKV_ENOMEM;
     struct cli_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {

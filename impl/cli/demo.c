@@ -29,7 +29,75 @@ struct demo {
     struct cli_result res[DEMO_MAX_PROCS];
     int status[DEMO_MAX_PROCS];
     uint32_t n_servers, n_workers, machines;
+    /* Crash faults of `rkv run`: whom to SIGKILL, when (seconds after t0, or
+     * once client 0 reported a phase done on its stdout). */
+    struct demo_fault {
+        char name[32];
+        double at_s;
+        int after_phase; /* phase index, or -1 */
+        int is_server;
+        uint32_t idx;
+        int fired;
+    } faults[RKV_SC_MAX_FAULTS];
+    uint32_t n_faults, next_fault;
+    int client0_phase;
+    size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
+    struct timespec t0;
+    char fault_log[512];
 };
+
+static double demo_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Kills the processes whose fault came due, as a crash looks to the OS:
+ * their sockets close and peers see the connections drop. Returns how long
+ * poll() may sleep before the next check (ms), -1 when none is left. */
+static int demo_fire_faults(struct demo *d)
+{
+    while (d->next_fault < d->n_faults) {
+        struct demo_fault *f = &d->faults[d->next_fault];
+        double now = demo_since(&d->t0);
+        if (now < f->at_s)
+            return (int)((f->at_s - now) * 1000) + 1;
+        if (f->after_phase >= 0 && d->client0_phase < f->after_phase)
+            return 50; /* the PHASEDONE line wakes poll() anyway */
+        pid_t *pid = f->is_server ? &d->servers[f->idx] : &d->workers[f->idx];
+        if (*pid > 0) {
+            kill(*pid, SIGKILL);
+            waitpid(*pid, NULL, 0);
+            *pid = 0;
+            f->fired = 1;
+            size_t l = strlen(d->fault_log);
+            snprintf(d->fault_log + l, sizeof(d->fault_log) - l, "%s%s killed at %.3f s",
+                     l ? "; " : "", f->name, now);
+            fprintf(stderr, "rkv: fault: %s killed at %.3f s\n", f->name, now);
+        }
+        d->next_fault++;
+    }
+    return -1;
+}
+
+/* Client 0's progress, from the PHASEDONE lines in worker i's output. */
+static void demo_scan_progress(struct demo *d, uint32_t i, size_t len)
+{
+    const char *base = d->out[i];
+    size_t at = d->scanned[i];
+    while (at < len) {
+        const char *eol = memchr(base + at, '\n', len - at);
+        if (!eol)
+            break;
+        unsigned w, p;
+        if (sscanf(base + at, "PHASEDONE w=%u p=%u", &w, &p) == 2 && w == 0 &&
+            (int)p > d->client0_phase)
+            d->client0_phase = (int)p;
+        at = (size_t)(eol - base) + 1;
+    }
+    d->scanned[i] = at;
+}
 
 static int demo_port_free(uint32_t port)
 {
@@ -129,7 +197,7 @@ static void demo_collect(struct demo *d)
         open_n += pf[i].fd >= 0;
     }
     while (open_n > 0) {
-        if (poll(pf, d->n_workers, -1) < 0 && errno != EINTR)
+        if (poll(pf, d->n_workers, demo_fire_faults(d)) < 0 && errno != EINTR)
             break;
         for (uint32_t i = 0; i < d->n_workers; i++) {
             if (pf[i].fd < 0 || !pf[i].revents)
@@ -147,6 +215,8 @@ static void demo_collect(struct demo *d)
             if (r > 0) {
                 len[i] += (size_t)r;
                 d->out[i][len[i]] = 0;
+                if (d->n_faults)
+                    demo_scan_progress(d, i, len[i]);
                 continue;
             }
             if (r < 0 && errno == EINTR)
@@ -606,28 +676,69 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
     return 0;
 }
 
+/* The crash faults of sc as processes to kill (targets were checked when
+ * the scenario was loaded; workers are named in spawn order). */
+static void run_plan_faults(struct demo *d, const struct rkv_scenario *sc)
+{
+    d->client0_phase = -1;
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        struct demo_fault *f = &d->faults[d->n_faults];
+        unsigned m, l, w;
+        snprintf(f->name, sizeof(f->name), "%s", sc->faults[i].target);
+        f->at_s = sc->faults[i].at_s;
+        f->after_phase = sc->faults[i].after_phase[0] ? (int)sc->faults[i].after_phase_ix : -1;
+        if (sscanf(f->name, "s%u.%u", &m, &l) == 2) {
+            f->is_server = 1;
+            f->idx = m * sc->servers_per_machine + l;
+        } else if (sscanf(f->name, "w%u", &w) == 1) {
+            f->idx = w;
+        } else {
+            continue;
+        }
+        d->n_faults++;
+    }
+}
+
+/* Waits for the workers; with faults, a survivor may end on a named store
+ * error (exit 3), and the crashed ones were reaped when killed. */
+static int run_reap_workers(struct demo *d, uint32_t *survivor_errors)
+{
+    int ok = 1;
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        int st = 0;
+        if (d->workers[i] == 0 && d->n_faults)
+            continue;
+        if (d->workers[i] > 0)
+            waitpid(d->workers[i], &st, 0);
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (d->n_faults && d->workers[i] > 0 && code == RKV_EXIT_STORE) {
+            (*survivor_errors)++;
+            continue;
+        }
+        if (d->workers[i] <= 0 || code != 0) {
+            fprintf(stderr, "rkv run: worker process %u exited with status %d\n", i, code);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
 static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char *backend,
                        const char *out_dir, int plot)
 {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    d->t0 = t0;
+    run_plan_faults(d, sc);
     for (uint32_t i = 0; i < d->n_servers; i++)
         d->servers[i] = demo_spawn(d, "server", "--server-id", i, NULL);
     for (uint32_t i = 0; i < d->n_workers; i++)
         d->workers[i] = demo_spawn(d, "worker", "--machine-id", i % d->machines, &d->out_fd[i]);
     demo_collect(d);
-    int procs_ok = 1;
-    for (uint32_t i = 0; i < d->n_workers; i++) {
-        int st = 0;
-        if (d->workers[i] > 0)
-            waitpid(d->workers[i], &st, 0);
-        if (d->workers[i] <= 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "rkv run: worker process %u exited with status %d\n", i,
-                    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-            procs_ok = 0;
-        }
-    }
-    if (demo_wait_servers(d, 30))
+    uint32_t survivor_errors = 0;
+    int procs_ok = run_reap_workers(d, &survivor_errors);
+    /* A crashed worker 0 cannot shut the servers down: do not wait long. */
+    if (demo_wait_servers(d, d->n_faults ? 3 : 30) && !d->n_faults)
         procs_ok = 0;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     struct rkv_report r;
@@ -635,6 +746,14 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         return RKV_EXIT_STORE;
     r.processes_ok = procs_ok;
     r.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (d->n_faults) {
+        r.fault_run = 1;
+        r.faults_fired = 1;
+        for (uint32_t i = 0; i < d->n_faults; i++)
+            r.faults_fired &= d->faults[i].fired;
+        r.survivor_errors = survivor_errors;
+        snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
+    }
     rkv_report_print(&r, stdout, backend);
     if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
@@ -718,13 +837,6 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             goto out;
         }
         sc->sim_jitter = j;
-    }
-    if (sc->n_faults && strcmp(s.val[CLI_BACKEND], "sim") != 0) {
-        fprintf(stderr,
-                "rkv run: %s: crash faults are injected by the twin only in this release "
-                "(--backend sim)\n",
-                file);
-        goto out;
     }
     if (!strcmp(s.val[CLI_BACKEND], "sim")) {
         code = cli_run_twin(sc, &s, out_dir, plot, trace);

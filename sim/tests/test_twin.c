@@ -218,13 +218,11 @@ static void test_crash_faults(void **state)
             int rc = run_env("ASAN_OPTIONS=detect_leaks=0", args);
             if (rc != 0 || !strstr(out, "verdict: PASS"))
                 fail_msg("rkv %s: exit %d\n%s", args, rc, out);
-            assert_non_null(strstr(out, "crashed at 0.000120 s"));
+            assert_non_null(strstr(out, "crashed at"));
             assert_non_null(strstr(out, "surviving worker(s) ended on a named store error"));
             assert_null(strstr(out, "timed out"));
         }
     }
-    assert_int_equal(run("run " SCEN_DIR "/faults-crash-server.yaml --backend tcp"), 2);
-    assert_non_null(strstr(out, "injected by the twin only"));
 }
 
 int main(void)
