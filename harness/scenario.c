@@ -787,7 +787,7 @@ static int sc_node_ok(const struct rkv_scenario *sc, const char *name)
     return 0;
 }
 
-/* This release injects crashes, in the twin; the other kinds are parsed
+/* This release injects crashes (every backend); the other kinds are parsed
  * and refused by name rather than silently ignored. */
 static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_len)
 {
@@ -795,9 +795,8 @@ static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_
         const struct rkv_sc_fault *f = &sc->faults[i];
         if (strcmp(f->kind, "crash") != 0) {
             snprintf(err, err_len,
-                     "%s: faults[%u]: kind %s is not injected by this release (crash is, in the "
-                     "twin)",
-                     sc->path, i, f->kind);
+                     "%s: faults[%u]: kind %s is not injected by this release (crash is)", sc->path,
+                     i, f->kind);
             return -RKV_ECONFIG;
         }
         if (!sc_node_ok(sc, f->target)) {
