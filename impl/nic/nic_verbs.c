@@ -84,6 +84,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "nic/nic.h"
+#include "nic/nic_inet.h"
 #include "port/port.h"
 #include "util/util.h"
 
@@ -1455,16 +1456,7 @@ static int vb_dial_one(struct vb_nic *n, struct vb_dial *d, const struct addrinf
 static int vb_resolve(struct vb_nic *n, const char *host, uint16_t port, int passive,
                       struct addrinfo **res_p)
 {
-    char serv[8];
-    snprintf(serv, sizeof(serv), "%u", port);
-    struct addrinfo hints = {
-        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
-    int rc = getaddrinfo(host, serv, &hints, res_p);
-    if (rc == 0)
-        return 0;
-    RKV_LOGE(n->base.port, "nic verbs: cannot resolve %s:%u: %s", host ? host : "*", port,
-             gai_strerror(rc));
-    return rc == EAI_NONAME ? -RKV_ECONFIG : -RKV_EIO;
+    return rkv_nic_resolve(n->base.port, "nic verbs", host, port, passive, res_p);
 }
 
 static int vb_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint32_t timeout_ms,
@@ -2255,36 +2247,10 @@ static void vb_close(struct rkv_nic *nic)
     vb_release(n);
 }
 
-/* The local address the kernel would use toward peer: a connected UDP
- * socket sends nothing, but getsockname() then names the route's source,
- * which is the address rdma_cm binds to for that peer too. */
 static int vb_local_addr(struct rkv_nic *nic, const char *peer, uint16_t port, char *buf,
                          size_t len)
 {
-    struct vb_nic *n = vb_nic_of(nic);
-    struct addrinfo *res;
-    int rc = vb_resolve(n, peer, port, 0, &res);
-    if (rc < 0)
-        return rc;
-    rc = -RKV_EIO;
-    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        const void *a = ss.ss_family == AF_INET6
-                            ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                            : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-        if (inet_ntop(ss.ss_family, a, buf, (socklen_t)len))
-            rc = 0;
-    }
-    if (rc < 0)
-        RKV_LOGE(n->base.port, "nic verbs: no local address toward %s:%u: %s", peer, port,
-                 strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    freeaddrinfo(res);
-    return rc;
+    return rkv_nic_route_src(nic->port, "nic verbs", peer, port, buf, len);
 }
 
 const struct rkv_nic_ops rkv_nic_verbs_ops = {
