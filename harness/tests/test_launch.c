@@ -12,17 +12,7 @@
 
 #include <cmocka.h>
 
-static char out[1 << 18];
-
-static int sh(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#include "harness/tests/rkv_run.h"
 
 static unsigned test_port(void)
 {

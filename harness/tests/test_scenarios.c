@@ -14,19 +14,7 @@
 
 #include <cmocka.h>
 
-static char out[1 << 20];
-
-static int run(const char *env, const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "%s %s %s 2>&1", env, RKV_BIN, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#include "harness/tests/rkv_run.h"
 
 static int list_yaml(const char *dir, char names[][256], int max)
 {
@@ -60,7 +48,8 @@ static void test_every_scenario_passes(void **state)
             snprintf(args, sizeof(args), "run %.255s --backend %s", names[i], backends[b]);
             /* A node crashed in the twin abandons its memory, as a killed
              * process would: LeakSanitizer is not to count it. */
-            int rc = run(strstr(names[i], "/faults-") ? "ASAN_OPTIONS=detect_leaks=0" : "", args);
+            int rc =
+                run_rkv(strstr(names[i], "/faults-") ? "ASAN_OPTIONS=detect_leaks=0" : "", args);
             if (rc != 0 || !strstr(out, "verdict: PASS"))
                 fail_msg("%s on %s: exit %d\n%s", names[i], backends[b], rc, out);
             printf("%s on %s: PASS\n", names[i], backends[b]);
@@ -84,7 +73,7 @@ static void test_bad_scenarios_fail_precisely(void **state)
         assert_int_equal(strncmp(first, "# expect: ", 10), 0);
         char args[1024];
         snprintf(args, sizeof(args), "run %.255s", names[i]);
-        int rc = run("", args);
+        int rc = run_rkv("", args);
         if (rc != 2 || !strstr(out, first + 10))
             fail_msg("%s: exit %d, expected 2 and \"%s\", got:\n%s", names[i], rc, first + 10, out);
     }
@@ -98,7 +87,7 @@ static void test_oracle_catches_a_corrupted_server(void **state)
     static const char *const runs[] = {"run " SCEN_DIR "/quickstart.yaml --backend tcp",
                                        "run " SCEN_DIR "/quickstart.yaml --backend sim"};
     for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
-        int rc = run("RKV_TEST_CORRUPT_ROW=17", runs[i]);
+        int rc = run_rkv("RKV_TEST_CORRUPT_ROW=17", runs[i]);
         assert_int_equal(rc, 1);
         assert_non_null(strstr(out, "row 17 [0]: expected 0, got 1"));
         assert_non_null(strstr(out, "verdict: FAIL"));
@@ -130,8 +119,8 @@ static void test_readme_example_and_reports(void **state)
     fclose(y);
     assert_true(lines > 20);
     int plot = access("/usr/bin/gnuplot", X_OK) == 0; /* ci/deps installs gnuplot-nox */
-    int rc = run("", plot ? "run readme-example.yaml --out report-out --plot"
-                          : "run readme-example.yaml --out report-out");
+    int rc = run_rkv("", plot ? "run readme-example.yaml --out report-out --plot"
+                              : "run readme-example.yaml --out report-out");
     if (rc != 0)
         fail_msg("%s", out);
     f = fopen("report-out/report.json", "r");

@@ -15,23 +15,11 @@
 
 #include <cmocka.h>
 
-static char out[1 << 20];
-
-static int run_env(const char *env, const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "%s %s %s 2>&1", env, RKV_BIN, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#include "harness/tests/rkv_run.h"
 
 static int run(const char *args)
 {
-    return run_env("", args);
+    return run_rkv("", args);
 }
 
 static void run_pass(const char *args)
@@ -215,7 +203,7 @@ static void test_crash_faults(void **state)
             char args[512];
             snprintf(args, sizeof(args), "run %s/%s --jitter 1 --seed %d", SCEN_DIR, files[i],
                      seed);
-            int rc = run_env("ASAN_OPTIONS=detect_leaks=0", args);
+            int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
             if (rc != 0 || !strstr(out, "verdict: PASS"))
                 fail_msg("rkv %s: exit %d\n%s", args, rc, out);
             assert_non_null(strstr(out, "crashed at"));
