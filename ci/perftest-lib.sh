@@ -1,4 +1,4 @@
-# Shared by ci/softroce-selftest and harness/bench-verbs (sourced, with rxe0
+# Shared by ci/softroce-selftest (sourced, with rxe0
 # up): the GID index of RKV_HOST on $dev by content, and perftest
 # client/server pairs with a listen check and bounded retries. Needs $dev,
 # $work and a fail() function from the caller.

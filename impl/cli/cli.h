@@ -78,8 +78,8 @@ struct cli_workload {
 
 struct cli_result {
     uint64_t checks, errors;
-    uint64_t push_bytes, pull_bytes;
-    double push_s, pull_s;
+    uint64_t push_bytes, pull_bytes, pushpull_bytes;
+    double push_s, pull_s, pushpull_s;
     double pull_lat_us_p50, pull_lat_us_p99;
 };
 
@@ -88,6 +88,27 @@ struct cli_result {
 int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
                   const struct cli_workload *wl, struct cli_result *res, FILE *log);
 
+/* What one `rkv demo` cluster measured in its timed phase, over all its
+ * workers (impl/cli/demo.c). */
+struct cli_figures {
+    double push_gbs, pull_gbs, pushpull_gbs;
+    double lat_p50_us, lat_p99_us; /* one-row pull */
+    uint64_t checks, errors;
+};
+
+/* Runs one `rkv demo` cluster with demo's flags (argv), quietly: the timed
+ * phase's figures in f_p. Returns an RKV_EXIT_* code. */
+int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures *f_p);
+
+/* The limits of this host, measured now: one-stream loopback TCP through
+ * 1 MiB read/write, and one core copying blocks of block_bytes (GB/s; 0 if
+ * the measurement failed). */
+double cli_limit_tcp_gbps(void);
+double cli_limit_memcpy_gbps(size_t block_bytes);
+
+/* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
+int cli_free_ports(uint32_t n, uint16_t *base_p);
+
 int cli_cmd_server(int argc, char **argv);
 int cli_cmd_worker(int argc, char **argv);
 int cli_cmd_config(int argc, char **argv);
@@ -95,6 +116,7 @@ int cli_cmd_node(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv, const char *self);
 int cli_cmd_run(int argc, char **argv, const char *self);
 int cli_cmd_doctor(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv, const char *self);
 
 /* rkv run --backend sim: the scenario in the twin (impl/cli/twin_cmd.c). */
 struct rkv_scenario;

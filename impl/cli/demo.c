@@ -44,6 +44,9 @@ struct demo {
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
     struct timespec t0;
     char fault_log[512];
+    /* rkv bench: the children's stderr, shown only if the cluster failed
+     * (else their progress lines bury the figures). NULL: inherited. */
+    FILE *child_err;
 };
 
 static double demo_since(const struct timespec *t0)
@@ -116,7 +119,7 @@ static int demo_port_free(uint32_t port)
  * take them, and apart from the ranges the test binaries use. A race with
  * other programs remains; a client that reaches a foreign server is turned
  * away by the cluster fingerprint at HELLO. */
-static int demo_free_ports(uint32_t n, uint16_t *base_p)
+int cli_free_ports(uint32_t n, uint16_t *base_p)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -159,6 +162,8 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
             close(pipefd[0]);
             close(pipefd[1]);
         }
+        if (d->child_err)
+            dup2(fileno(d->child_err), STDERR_FILENO);
         /* The binary by its resolved path: under valgrind /proc/self/exe is
          * the tool, while readlink() of it names the program. */
         char exe[4096];
@@ -233,17 +238,19 @@ static int demo_parse_result(const char *out, struct cli_result *res, int *statu
 {
     const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
-    unsigned long long c, e, pb, lb;
+    unsigned long long c, e, pb, lb, ppb;
     if (!line || sscanf(line,
                         "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
-                        "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf",
+                        "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
+                        "pushpull_bytes=%llu pushpull_s=%lf",
                         &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
-                        &res->pull_lat_us_p50, &res->pull_lat_us_p99) != 10)
+                        &res->pull_lat_us_p50, &res->pull_lat_us_p99, &ppb, &res->pushpull_s) != 12)
         return -1;
     res->checks = c;
     res->errors = e;
     res->push_bytes = pb;
     res->pull_bytes = lb;
+    res->pushpull_bytes = ppb;
     return 0;
 }
 
@@ -285,7 +292,7 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
 /* The physical limits of this host, measured in the same run: one-stream
  * loopback TCP (what every remote byte of the tcp backend crosses) and
  * single-core memcpy (what the shared-memory path costs). */
-static double demo_tcp_gbps(void)
+double cli_limit_tcp_gbps(void)
 {
     const size_t chunk = 1u << 20, total = 512u << 20;
     int ls = socket(AF_INET, SOCK_STREAM, 0);
@@ -329,7 +336,7 @@ static double demo_tcp_gbps(void)
 /* One core copying `block`-byte blocks between two buffers of that size
  * (512 MiB in all): a block that fits in cache is copied at cache speed, so
  * the shared-memory path is compared with memcpy of the same bytes. */
-static double demo_memcpy_gbps(size_t block)
+double cli_limit_memcpy_gbps(size_t block)
 {
     const size_t total = 512u << 20;
     char *a = malloc(block), *b = malloc(block);
@@ -354,39 +361,53 @@ static double demo_memcpy_gbps(size_t block)
     return dt > 0 ? (double)reps * (double)block / dt / 1e9 : 0;
 }
 
-static void demo_report(const struct demo *d, const struct cli_result *res, const int *status,
-                        uint64_t value_bytes, int ok)
+/* The workers ran at once: every worker's bytes over the slowest one's
+ * time; latency is the workers' mean p50 and their worst p99. */
+static void demo_figures(const struct demo *d, struct cli_figures *f)
 {
-    (void)ok;
-    uint64_t checks = 0, errors = 0, pb = 0, lb = 0;
-    double ps = 0, ls = 0, p50 = 0, p99 = 0;
+    uint64_t pb = 0, lb = 0, ppb = 0;
+    double ps = 0, ls = 0, pps = 0;
+    *f = (struct cli_figures){0};
     for (uint32_t i = 0; i < d->n_workers; i++) {
-        checks += res[i].checks;
-        errors += res[i].errors;
-        pb += res[i].push_bytes;
-        lb += res[i].pull_bytes;
-        ps = res[i].push_s > ps ? res[i].push_s : ps;
-        ls = res[i].pull_s > ls ? res[i].pull_s : ls;
-        p50 += res[i].pull_lat_us_p50 / d->n_workers;
-        p99 = res[i].pull_lat_us_p99 > p99 ? res[i].pull_lat_us_p99 : p99;
+        const struct cli_result *r = &d->res[i];
+        f->checks += r->checks;
+        f->errors += r->errors;
+        pb += r->push_bytes;
+        lb += r->pull_bytes;
+        ppb += r->pushpull_bytes;
+        ps = r->push_s > ps ? r->push_s : ps;
+        ls = r->pull_s > ls ? r->pull_s : ls;
+        pps = r->pushpull_s > pps ? r->pushpull_s : pps;
+        f->lat_p50_us += r->pull_lat_us_p50 / d->n_workers;
+        f->lat_p99_us = r->pull_lat_us_p99 > f->lat_p99_us ? r->pull_lat_us_p99 : f->lat_p99_us;
     }
+    f->push_gbs = ps > 0 ? pb / ps / 1e9 : 0;
+    f->pull_gbs = ls > 0 ? lb / ls / 1e9 : 0;
+    f->pushpull_gbs = pps > 0 ? ppb / pps / 1e9 : 0;
+}
+
+static void demo_report(const struct demo *d, uint64_t value_bytes)
+{
+    struct cli_figures f;
+    demo_figures(d, &f);
     printf("\n| workers | machines / servers | value bytes | push GB/s | pull GB/s | "
-           "pull p50 us | pull p99 us | checked values | wrong |\n"
-           "|---|---|---|---|---|---|---|---|---|\n");
-    printf("| %u | %u / %u | %llu | %.3f | %.3f | %.1f | %.1f | %llu | %llu |\n", d->n_workers,
-           d->machines, d->n_servers, (unsigned long long)value_bytes, ps > 0 ? pb / ps / 1e9 : 0.0,
-           ls > 0 ? lb / ls / 1e9 : 0.0, p50, p99, (unsigned long long)checks,
-           (unsigned long long)errors);
+           "push+pull GB/s | pull p50 us | pull p99 us | checked values | wrong |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| %u | %u / %u | %llu | %.3f | %.3f | %.3f | %.1f | %.1f | %llu | %llu |\n",
+           d->n_workers, d->machines, d->n_servers, (unsigned long long)value_bytes, f.push_gbs,
+           f.pull_gbs, f.pushpull_gbs, f.lat_p50_us, f.lat_p99_us, (unsigned long long)f.checks,
+           (unsigned long long)f.errors);
     for (uint32_t i = 0; i < d->n_workers; i++)
-        if (status[i])
-            printf("worker %u: store error %d (%s)\n", i, status[i], rkv_strerror(status[i]));
-    double tcp = demo_tcp_gbps(), mc = demo_memcpy_gbps(64u << 20),
-           mv = demo_memcpy_gbps((size_t)value_bytes);
+        if (d->status[i])
+            printf("worker %u: store error %d (%s)\n", i, d->status[i], rkv_strerror(d->status[i]));
+    double tcp = cli_limit_tcp_gbps(), mc = cli_limit_memcpy_gbps(64u << 20),
+           mv = cli_limit_memcpy_gbps((size_t)value_bytes);
     printf("\nlimits measured now: loopback TCP 1 stream %.3f GB/s, memcpy 1 core %.3f GB/s, "
            "memcpy of %llu-byte blocks %.3f GB/s\n",
            tcp, mc, (unsigned long long)value_bytes, mv);
-    if (tcp > 0 && ps > 0 && ls > 0)
-        printf("ratio push/tcp1 %.2f  pull/tcp1 %.2f\n", pb / ps / 1e9 / tcp, lb / ls / 1e9 / tcp);
+    if (tcp > 0 && f.push_gbs > 0 && f.pull_gbs > 0)
+        printf("ratio push/tcp1 %.2f  pull/tcp1 %.2f (rkv bench tcp|shm measures more)\n",
+               f.push_gbs / tcp, f.pull_gbs / tcp);
 }
 
 /* The oracle's table for the built-in scenario the workers ran. Returns 1
@@ -464,7 +485,7 @@ static int demo_configure(struct demo *d, struct cli_settings *s)
     d->n_servers = (uint32_t)(m * spm);
     if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
         uint16_t base;
-        if (demo_free_ports(d->n_servers, &base) < 0) {
+        if (cli_free_ports(d->n_servers, &base) < 0) {
             fprintf(stderr, "rkv demo: no %u free consecutive ports\n", d->n_servers);
             return -1;
         }
@@ -548,27 +569,20 @@ int cli_cmd_demo(int argc, char **argv, const char *self)
     return code;
 }
 
-static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
+/* Starts the servers and workers, waits for all of them and reads each
+ * worker's RESULT line. Returns 1 when every process ended cleanly. */
+static int demo_cluster(struct demo *dp)
 {
-    dp->self = self;
-    struct cli_settings s;
-    if (demo_setup(dp, &s, argc, argv) < 0)
-        return RKV_EXIT_USAGE;
-    printf("rkv demo: %u machines, %u servers, %u workers, %s over loopback\n", dp->machines,
-           dp->n_servers, dp->n_workers, s.val[CLI_BACKEND]);
-    fflush(stdout);
+    int ok = 1;
     for (uint32_t i = 0; i < dp->n_servers; i++)
         dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL);
     for (uint32_t i = 0; i < dp->n_workers; i++)
         dp->workers[i] = demo_spawn(dp, "worker", "--machine-id", i % dp->machines, &dp->out_fd[i]);
-    struct cli_result *res = dp->res;
-    int *status = dp->status;
-    int ok = 1;
     demo_collect(dp);
     for (uint32_t i = 0; i < dp->n_workers; i++) {
-        memset(&res[i], 0, sizeof(res[i]));
-        status[i] = 0;
-        if (dp->workers[i] <= 0 || demo_parse_result(dp->out[i], &res[i], &status[i]) < 0)
+        memset(&dp->res[i], 0, sizeof(dp->res[i]));
+        dp->status[i] = 0;
+        if (dp->workers[i] <= 0 || demo_parse_result(dp->out[i], &dp->res[i], &dp->status[i]) < 0)
             ok = 0;
         int st = 0;
         if (dp->workers[i] > 0)
@@ -578,21 +592,72 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
                     WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
             ok = 0;
         }
+        if (dp->res[i].errors)
+            ok = 0;
     }
-    uint64_t vb = strtoull(s.val[CLI_VALUE_BYTES], NULL, 0);
     if (demo_wait_servers(dp, 30))
         ok = 0;
-    for (uint32_t i = 0; i < dp->n_workers; i++)
-        if (res[i].errors)
-            ok = 0;
-    demo_report(dp, res, status, vb, ok);
-    ok = demo_verdict(dp, &s, ok);
+    return ok;
+}
+
+static int demo_exit_code(const struct demo *dp, int ok)
+{
     if (ok)
         return RKV_EXIT_OK;
     for (uint32_t i = 0; i < dp->n_workers; i++)
-        if (res[i].errors)
+        if (dp->res[i].errors)
             return RKV_EXIT_CHECK;
     return RKV_EXIT_STORE;
+}
+
+static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
+{
+    dp->self = self;
+    struct cli_settings s;
+    if (demo_setup(dp, &s, argc, argv) < 0)
+        return RKV_EXIT_USAGE;
+    printf("rkv demo: %u machines, %u servers, %u workers, %s over loopback\n", dp->machines,
+           dp->n_servers, dp->n_workers, s.val[CLI_BACKEND]);
+    fflush(stdout);
+    int ok = demo_cluster(dp);
+    demo_report(dp, strtoull(s.val[CLI_VALUE_BYTES], NULL, 0));
+    ok = demo_verdict(dp, &s, ok);
+    return demo_exit_code(dp, ok);
+}
+
+int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures *f_p)
+{
+    struct demo *dp = calloc(1, sizeof(*dp));
+    struct cli_settings s;
+    int code = RKV_EXIT_STORE;
+    if (!dp)
+        return code;
+    dp->self = self;
+    code = RKV_EXIT_USAGE;
+    if (demo_setup(dp, &s, argc, argv) < 0)
+        goto out;
+    /* The servers inherit stdout: nothing of theirs may land between the
+     * figures this process prints. */
+    fflush(stdout);
+    dp->child_err = tmpfile();
+    int ok = demo_cluster(dp);
+    code = demo_exit_code(dp, ok);
+    if (code == RKV_EXIT_OK)
+        demo_figures(dp, f_p);
+    else if (dp->child_err) { /* what the children said about it */
+        char buf[4096];
+        size_t n;
+        rewind(dp->child_err);
+        while ((n = fread(buf, 1, sizeof(buf), dp->child_err)) > 0)
+            fwrite(buf, 1, n, stderr);
+    }
+    if (dp->child_err)
+        fclose(dp->child_err);
+out:
+    for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
+        free(dp->out[i]);
+    free(dp);
+    return code;
 }
 
 /* ---- rkv run FILE ---- */

@@ -16,7 +16,8 @@ static void usage(FILE *out)
             "  worker   run one worker: the checked workload, then (worker 0) shutdown\n"
             "  node     server or worker, as --role / RKV_ROLE / DMLC_ROLE / DGL_ROLE says\n"
             "  config   --dump: every setting, its env var, default and source\n"
-            "  doctor   can a verbs run work on this host? each problem with its fix\n\n"
+            "  doctor   can a verbs run work on this host? each problem with its fix\n"
+            "  bench    tcp|shm|verbs: throughput and latency as ratios to this host's limits\n\n"
             "exit codes: 0 ok, 1 a value differed from the reference, 2 usage or\n"
             "configuration error, 3 store error (timeout, dead peer, I/O)\n",
             RKV_VERSION_MAJOR, RKV_VERSION_MINOR);
@@ -44,6 +45,8 @@ int main(int argc, char **argv)
         return cli_cmd_run(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "demo") == 0)
         return cli_cmd_demo(argc - 2, argv + 2, argv[0]);
+    if (strcmp(argv[1], "bench") == 0)
+        return cli_cmd_bench(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "doctor") == 0)
         return cli_cmd_doctor(argc - 2, argv + 2);
     fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);

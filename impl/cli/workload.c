@@ -64,22 +64,27 @@ static int wl_bench(struct wl *x)
             remote[n_remote++] = r;
     }
     int rc = rows && n_remote ? 0 : -RKV_ENOMEM;
-    for (int dir = 0; dir < 2 && rc == 0; dir++) {
+    /* Three passes: push, pull, then push and pull of the same rows in turn
+     * (a training step's pattern: both directions' bytes count). */
+    for (int pass = 0; pass < 3 && rc == 0; pass++) {
         double t0 = wl_now();
         for (uint64_t o = 0; o < ops && rc == 0; o++) {
             for (uint32_t i = 0; i < batch; i++)
                 ids[i] = remote[rkv_rng_below(&x->rng, n_remote)];
-            rc = dir == 0 ? rkv_client_push(x->cli, "t_bench", ids, batch, rows, RKV_OP_ASSIGN, 0)
-                          : rkv_client_pull(x->cli, "t_bench", ids, batch, rows);
+            if (pass != 1)
+                rc = rkv_client_push(x->cli, "t_bench", ids, batch, rows, RKV_OP_ASSIGN, 0);
+            if (pass != 0 && rc == 0)
+                rc = rkv_client_pull(x->cli, "t_bench", ids, batch, rows);
         }
         double dt = wl_now() - t0;
-        if (dir == 0) {
-            x->res->push_bytes = ops * per_op;
-            x->res->push_s = dt;
-        } else {
-            x->res->pull_bytes = ops * per_op;
-            x->res->pull_s = dt;
-        }
+        uint64_t *bytes = pass == 0   ? &x->res->push_bytes
+                          : pass == 1 ? &x->res->pull_bytes
+                                      : &x->res->pushpull_bytes;
+        double *secs = pass == 0   ? &x->res->push_s
+                       : pass == 1 ? &x->res->pull_s
+                                   : &x->res->pushpull_s;
+        *bytes = (pass == 2 ? 2 : 1) * ops * per_op;
+        *secs = dt;
     }
     enum { LAT_N = 200 };
     double lat[LAT_N];

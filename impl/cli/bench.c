@@ -1,0 +1,781 @@
+/* rkv bench tcp|shm|verbs: rkv's throughput and latency as ratios to the
+ * physical limit of this host measured in the same run (issue 7). Every
+ * point is the median of --reps clusters of `rkv demo` (its timed phase,
+ * impl/cli/workload.c); the limits are taken between them, so a host that
+ * gets busier slows both sides of a ratio alike.
+ *   tcp:   rows of the other machine over loopback TCP, vs iperf3 (or the
+ *          built-in one-stream loopback when iperf3 is missing) and memcpy
+ *   shm:   rows of this machine's shared-memory shard, vs memcpy of blocks
+ *          of the row size, and one 512 B row's pull latency
+ *   verbs: over an RDMA device (ci/softroce), vs perftest's ib_write_bw and
+ *          ib_write_lat on the same device */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+#define BENCH_MAX_SIZES 8
+#define BENCH_MAX_REPS 99
+#define BENCH_MAX_FIGS 256
+#define BENCH_MAX_RATIOS 256
+#define BENCH_MAX_EXTRA 32
+#define BENCH_NAME_LEN 64
+#define BENCH_OUT_BYTES (64u << 10) /* a tool's output we parse: iperf3 -J, perftest */
+
+enum bench_mode { BENCH_TCP, BENCH_SHM, BENCH_VERBS };
+
+/* One measured quantity and its samples, one per repetition. */
+struct bench_fig {
+    char name[BENCH_NAME_LEN];
+    const char *unit;
+    double v[BENCH_MAX_REPS];
+    int n;
+};
+
+/* A ratio of two figures' medians, printed as `ratio NUM/DEN VALUE`. */
+struct bench_ratio {
+    char num[BENCH_NAME_LEN], den[BENCH_NAME_LEN];
+};
+
+/* A cluster shape: servers per machine x workers. */
+struct bench_shape {
+    uint32_t machines, spm, workers;
+};
+
+struct bench {
+    enum bench_mode mode;
+    const char *mode_name;
+    const char *self;                /* this binary, for the demo clusters */
+    int reps;                        /* repetitions per point */
+    uint32_t sizes[BENCH_MAX_SIZES]; /* value bytes */
+    int n_sizes;
+    int json;                     /* print one JSON object instead of lines */
+    int iperf_s;                  /* seconds per iperf3 run */
+    char *extra[BENCH_MAX_EXTRA]; /* settings flags passed to every cluster */
+    int n_extra;
+    const char *limit; /* name of the figure the throughput ratios use */
+    int have_iperf3;
+    const char *dev, *host; /* verbs: the device and its address */
+    int gid_idx;
+    struct bench_fig fig[BENCH_MAX_FIGS];
+    int n_fig;
+    struct bench_ratio ratio[BENCH_MAX_RATIOS];
+    int n_ratio;
+    char notes[4][160];
+    int n_notes;
+};
+
+/* ---- figures and ratios ---- */
+
+static struct bench_fig *bench_fig(struct bench *b, const char *name, const char *unit)
+{
+    for (int i = 0; i < b->n_fig; i++)
+        if (!strcmp(b->fig[i].name, name))
+            return &b->fig[i];
+    if (b->n_fig == BENCH_MAX_FIGS)
+        return NULL;
+    struct bench_fig *f = &b->fig[b->n_fig++];
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    f->unit = unit;
+    return f;
+}
+
+/* Records one sample; values <= 0 mean "not measured" and are dropped, so
+ * a figure nobody measured prints nothing rather than a zero. */
+static void bench_add(struct bench *b, const char *name, const char *unit, double v)
+{
+    struct bench_fig *f = bench_fig(b, name, unit);
+    if (f && v > 0 && f->n < BENCH_MAX_REPS)
+        f->v[f->n++] = v;
+}
+
+static void bench_ratio(struct bench *b, const char *num, const char *den)
+{
+    for (int i = 0; i < b->n_ratio; i++)
+        if (!strcmp(b->ratio[i].num, num) && !strcmp(b->ratio[i].den, den))
+            return;
+    if (b->n_ratio == BENCH_MAX_RATIOS)
+        return;
+    snprintf(b->ratio[b->n_ratio].num, BENCH_NAME_LEN, "%s", num);
+    snprintf(b->ratio[b->n_ratio].den, BENCH_NAME_LEN, "%s", den);
+    b->n_ratio++;
+}
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of the figure's samples, 0 when it has none. */
+static double bench_median(const struct bench *b, const char *name)
+{
+    for (int i = 0; i < b->n_fig; i++) {
+        const struct bench_fig *f = &b->fig[i];
+        if (strcmp(f->name, name) || f->n == 0)
+            continue;
+        double v[BENCH_MAX_REPS];
+        memcpy(v, f->v, (size_t)f->n * sizeof(double));
+        qsort(v, (size_t)f->n, sizeof(double), bench_cmp_double);
+        return f->n % 2 ? v[f->n / 2] : (v[f->n / 2 - 1] + v[f->n / 2]) / 2;
+    }
+    return 0;
+}
+
+static double bench_ratio_value(const struct bench *b, const struct bench_ratio *r)
+{
+    double num = bench_median(b, r->num), den = bench_median(b, r->den);
+    return num > 0 && den > 0 ? num / den : 0;
+}
+
+static void bench_note(struct bench *b, const char *text)
+{
+    if (b->n_notes < 4)
+        snprintf(b->notes[b->n_notes++], sizeof(b->notes[0]), "%s", text);
+    fprintf(stderr, "rkv bench: %s\n", text);
+}
+
+/* "4KiB", "1MiB", "512B": the size as figure names spell it. */
+static void bench_size_name(uint32_t bytes, char *buf, size_t len)
+{
+    if (bytes % (1u << 20) == 0)
+        snprintf(buf, len, "%uMiB", bytes >> 20);
+    else if (bytes % 1024 == 0)
+        snprintf(buf, len, "%uKiB", bytes >> 10);
+    else
+        snprintf(buf, len, "%uB", bytes);
+}
+
+/* ---- running other programs ---- */
+
+static int bench_on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char buf[4096];
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, prog);
+        if (n && access(buf, X_OK) == 0)
+            return 1;
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
+static void bench_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Starts argv in the background, its output discarded (a server). */
+static pid_t bench_spawn_quiet(char *const argv[])
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, STDOUT_FILENO);
+            dup2(null, STDERR_FILENO);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Runs argv to the end with its stdout and stderr in out (NUL-terminated).
+ * Returns its exit status, or -1 when it could not run. */
+static int bench_capture(char *const argv[], char *out, size_t len)
+{
+    int fd[2];
+    if (pipe(fd) < 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(fd[1], STDERR_FILENO);
+        close(fd[0]);
+        close(fd[1]);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    char drain[4096];
+    for (;;) {
+        /* Beyond len, read on and drop: a writer blocked on a full pipe
+         * would never exit. */
+        int full = got == len - 1;
+        r = full ? read(fd[0], drain, sizeof(drain)) : read(fd[0], out + got, len - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        if (!full)
+            got += (size_t)r;
+    }
+    out[got] = 0;
+    close(fd[0]);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0)
+        return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Ends a server that outlived its client (it serves one client, then exits). */
+static void bench_reap(pid_t pid)
+{
+    for (int i = 0; pid > 0 && i < 50; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        bench_sleep_ms(100);
+    }
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+}
+
+/* A client/server pair: the server (argv with PORT) in the background, then
+ * the client, retried while the server is not listening yet. The client's
+ * output is in out. Returns 0 or -1. */
+static int bench_pair(char *const srv[], char *const cli[], char *out, size_t len)
+{
+    pid_t pid = bench_spawn_quiet(srv);
+    int rc = -1;
+    bench_sleep_ms(300);
+    for (int attempt = 0; pid > 0 && attempt < 20 && rc < 0; attempt++) {
+        if (bench_capture(cli, out, len) == 0)
+            rc = 0;
+        else if (waitpid(pid, NULL, WNOHANG) == pid) /* the server is gone */
+            return -1;
+        else
+            bench_sleep_ms(250 * (attempt < 4 ? 1 : 4));
+    }
+    bench_reap(pid);
+    return rc;
+}
+
+/* ---- the limits ---- */
+
+/* iperf3 -J's total goodput at the receiver, in GB/s (0 if not found). */
+static double bench_iperf3_parse(const char *json)
+{
+    const char *at = strstr(json, "\"sum_received\"");
+    at = at ? strstr(at, "\"bits_per_second\"") : NULL;
+    if (!at)
+        return 0;
+    at = strchr(at + strlen("\"bits_per_second\""), ':');
+    return at ? strtod(at + 1, NULL) / 8e9 : 0;
+}
+
+static double bench_iperf3(const struct bench *b, int streams)
+{
+    uint16_t port;
+    if (cli_free_ports(1, &port) < 0)
+        return 0;
+    char p[16], n[16], t[16], *out = malloc(BENCH_OUT_BYTES);
+    snprintf(p, sizeof(p), "%u", port);
+    snprintf(n, sizeof(n), "%d", streams);
+    snprintf(t, sizeof(t), "%d", b->iperf_s);
+    char *srv[] = {"iperf3", "-s", "-1", "-p", p, NULL};
+    char *cli[] = {"iperf3", "-c", "127.0.0.1", "-p", p, "-P", n, "-t", t, "-J", NULL};
+    double gbs =
+        out && bench_pair(srv, cli, out, BENCH_OUT_BYTES) == 0 ? bench_iperf3_parse(out) : 0;
+    free(out);
+    return gbs;
+}
+
+static void bench_limits_tcp(struct bench *b)
+{
+    if (b->have_iperf3) {
+        bench_add(b, "iperf3.1stream", "GB/s", bench_iperf3(b, 1));
+        bench_add(b, "iperf3.2stream", "GB/s", bench_iperf3(b, 2));
+    }
+    bench_add(b, "loopback.builtin.1stream", "GB/s", cli_limit_tcp_gbps());
+    bench_add(b, "memcpy.1core.64MiB", "GB/s", cli_limit_memcpy_gbps(64u << 20));
+}
+
+/* ---- perftest (verbs) ---- */
+
+/* The GID index whose GID is host's IPv4-mapped address: RoCE v2 needs it
+ * (index 0 is the link-local one). -1 if none. */
+static int bench_gid_index(const char *dev, const char *host)
+{
+    unsigned a[4];
+    if (sscanf(host, "%u.%u.%u.%u", &a[0], &a[1], &a[2], &a[3]) != 4)
+        return -1;
+    char want[64], path[256], got[64];
+    snprintf(want, sizeof(want), "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", a[0], a[1],
+             a[2], a[3]);
+    for (int i = 0; i < 256; i++) {
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/gids/%d", dev, i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return -1;
+        int ok = fgets(got, sizeof(got), f) && !strncmp(got, want, strlen(want));
+        fclose(f);
+        if (ok)
+            return i;
+    }
+    return -1;
+}
+
+/* The field'th column of perftest's last result row (a row that starts
+ * with the message size). */
+static double bench_perftest_parse(const char *out, int field)
+{
+    double v = 0;
+    for (const char *line = out; line && *line; line = strchr(line, '\n'), line += !!line) {
+        const char *p = line + strspn(line, " \t");
+        if (*p < '0' || *p > '9')
+            continue;
+        int k = 0;
+        char *end;
+        double x = 0;
+        for (; k <= field; k++) {
+            x = strtod(p, &end);
+            if (end == p)
+                break;
+            p = end;
+        }
+        if (k > field)
+            v = x;
+    }
+    return v;
+}
+
+/* ib_write_bw at `bytes` (GB/s; perftest's MB is 2^20 B) or, bytes == 0,
+ * ib_write_lat's typical one-way latency (us). 0 on failure. */
+static double bench_perftest(const struct bench *b, uint32_t bytes)
+{
+    uint16_t port;
+    if (cli_free_ports(1, &port) < 0)
+        return 0;
+    char p[16], s[16], n[16], g[16], *out = malloc(BENCH_OUT_BYTES);
+    snprintf(p, sizeof(p), "%u", port);
+    snprintf(s, sizeof(s), "%u", bytes);
+    snprintf(n, sizeof(n), "%u", bytes >= (1u << 20) ? 40 : bytes >= 65536 ? 400 : 2000);
+    snprintf(g, sizeof(g), "%d", b->gid_idx);
+    char *bw[] = {"ib_write_bw", "-F", "-d", (char *)b->dev, "-x", g, "-s", s, "-n", n, "-p", p,
+                  NULL,          NULL};
+    char *lat[] = {"ib_write_lat", "-F", "-d", (char *)b->dev, "-R", "-n",
+                   "1000",         "-p", p,    NULL,           NULL};
+    char **srv = bytes ? bw : lat;
+    char *cli[16];
+    int k = 0;
+    for (; srv[k]; k++)
+        cli[k] = srv[k];
+    cli[k++] = (char *)b->host;
+    cli[k] = NULL;
+    double v = 0;
+    if (out && bench_pair(srv, cli, out, BENCH_OUT_BYTES) == 0)
+        v = bytes ? bench_perftest_parse(out, 3) * 1.048576 / 1000 : bench_perftest_parse(out, 4);
+    free(out);
+    return v;
+}
+
+/* ---- rkv clusters ---- */
+
+/* One demo cluster of the shape at `bytes` per row; records its figures as
+ * MODE.WHAT.SIZE.SxW and their ratios to the figure `limit` (none if NULL).
+ * Returns an RKV_EXIT_* code. */
+static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t bytes,
+                         const char *limit)
+{
+    char m[16], spm[16], w[16], vb[16];
+    snprintf(m, sizeof(m), "%u", sh->machines);
+    snprintf(spm, sizeof(spm), "%u", sh->spm);
+    snprintf(w, sizeof(w), "%u", sh->workers);
+    snprintf(vb, sizeof(vb), "%u", bytes);
+    char *argv[16 + BENCH_MAX_EXTRA] = {"--machines",
+                                        m,
+                                        "--servers-per-machine",
+                                        spm,
+                                        "--num-workers",
+                                        w,
+                                        "--value-bytes",
+                                        vb,
+                                        "--rows",
+                                        "64",
+                                        "--rounds",
+                                        "1",
+                                        "--backend",
+                                        b->mode == BENCH_VERBS ? "verbs" : "tcp"};
+    int argc = 14;
+    if (b->mode == BENCH_VERBS) {
+        argv[argc++] = "--host";
+        argv[argc++] = (char *)b->host;
+    }
+    for (int i = 0; i < b->n_extra; i++)
+        argv[argc++] = b->extra[i];
+    struct cli_figures f;
+    int code = cli_demo_measure(b->self, argc, argv, &f);
+    if (code != RKV_EXIT_OK)
+        return code;
+    char sz[16], tag[32], name[BENCH_NAME_LEN];
+    bench_size_name(bytes, sz, sizeof(sz));
+    snprintf(tag, sizeof(tag), "%s.%ux%u", sz, sh->spm, sh->workers);
+    const struct {
+        const char *what, *unit;
+        double v;
+    } out[] = {{"push", "GB/s", f.push_gbs},
+               {"pull", "GB/s", f.pull_gbs},
+               {"pushpull", "GB/s", f.pushpull_gbs},
+               {"pull1.p50", "us", f.lat_p50_us},
+               {"pull1.p99", "us", f.lat_p99_us}};
+    for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++) {
+        snprintf(name, sizeof(name), "%s.%s.%s", b->mode_name, out[i].what, tag);
+        bench_add(b, name, out[i].unit, out[i].v);
+        if (i < 3 && limit) /* throughput: against the limit */
+            bench_ratio(b, name, limit);
+        /* Two connections at once may use what one stream leaves idle. */
+        if (i < 3 && b->mode == BENCH_TCP && b->have_iperf3 && sh->spm * sh->workers > 1)
+            bench_ratio(b, name, "iperf3.2stream");
+    }
+    return RKV_EXIT_OK;
+}
+
+static const struct bench_shape bench_tcp_shapes[] = {{2, 1, 1}, {2, 1, 2}, {2, 2, 1}, {2, 2, 2}};
+static const struct bench_shape bench_shm_shapes[] = {{1, 1, 1}, {1, 2, 2}};
+static const struct bench_shape bench_verbs_shapes[] = {{2, 1, 1}};
+
+/* The limit the throughput at `bytes` is compared with: the TCP limit, or
+ * memcpy of row-sized blocks (shm), or ib_write_bw of one row (verbs). */
+static void bench_limit_name(const struct bench *b, uint32_t bytes, char *buf, size_t len)
+{
+    char sz[16];
+    bench_size_name(bytes, sz, sizeof(sz));
+    if (b->mode == BENCH_TCP)
+        snprintf(buf, len, "%s", b->limit);
+    else
+        snprintf(buf, len, "%s.%s", b->mode == BENCH_SHM ? "memcpy" : "ib_write_bw", sz);
+}
+
+/* Per size: the limits of that size, then every shape. */
+static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape *shapes,
+                      size_t n_shapes)
+{
+    char sz[16], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
+    bench_size_name(bytes, sz, sizeof(sz));
+    snprintf(name, sizeof(name), "memcpy.%s", sz);
+    bench_add(b, name, "GB/s", cli_limit_memcpy_gbps(bytes));
+    if (b->mode == BENCH_VERBS) {
+        snprintf(name, sizeof(name), "ib_write_bw.%s", sz);
+        double gbs = bench_perftest(b, bytes);
+        if (gbs <= 0) {
+            fprintf(stderr, "rkv bench: ib_write_bw -s %u on %s failed\n", bytes, b->dev);
+            return RKV_EXIT_STORE;
+        }
+        bench_add(b, name, "GB/s", gbs);
+    }
+    bench_limit_name(b, bytes, limit, sizeof(limit));
+    int code = RKV_EXIT_OK;
+    for (size_t i = 0; i < n_shapes && code == RKV_EXIT_OK; i++)
+        code = bench_cluster(b, &shapes[i], bytes, limit);
+    return code;
+}
+
+/* One repetition of everything; the limits first, then the clusters. */
+static int bench_rep(struct bench *b)
+{
+    const struct bench_shape *shapes = b->mode == BENCH_TCP   ? bench_tcp_shapes
+                                       : b->mode == BENCH_SHM ? bench_shm_shapes
+                                                              : bench_verbs_shapes;
+    size_t n = b->mode == BENCH_TCP   ? sizeof(bench_tcp_shapes) / sizeof(bench_tcp_shapes[0])
+               : b->mode == BENCH_SHM ? sizeof(bench_shm_shapes) / sizeof(bench_shm_shapes[0])
+                                      : 1;
+    if (b->mode == BENCH_TCP)
+        bench_limits_tcp(b);
+    int code = RKV_EXIT_OK;
+    for (int i = 0; i < b->n_sizes && code == RKV_EXIT_OK; i++)
+        code = bench_size(b, b->sizes[i], shapes, n);
+    if (code == RKV_EXIT_OK && b->mode == BENCH_SHM) /* the small co-located pull */
+        code = bench_cluster(b, &bench_shm_shapes[0], 512, NULL);
+    if (code == RKV_EXIT_OK && b->mode == BENCH_VERBS) {
+        double us = bench_perftest(b, 0);
+        if (us <= 0) {
+            fprintf(stderr, "rkv bench: ib_write_lat on %s failed\n", b->dev);
+            return RKV_EXIT_STORE;
+        }
+        bench_add(b, "ib_write_lat.rtt", "us", 2 * us);
+        char sz[16], name[BENCH_NAME_LEN];
+        bench_size_name(b->sizes[0], sz, sizeof(sz));
+        snprintf(name, sizeof(name), "verbs.pull1.p50.%s.1x1", sz);
+        bench_ratio(b, name, "ib_write_lat.rtt");
+    }
+    return code;
+}
+
+/* ---- output ---- */
+
+static void bench_print_lines(const struct bench *b)
+{
+    for (int i = 0; i < b->n_notes; i++)
+        printf("note %s\n", b->notes[i]);
+    for (int i = 0; i < b->n_fig; i++)
+        if (b->fig[i].n)
+            printf("figure %s %.4g %s\n", b->fig[i].name, bench_median(b, b->fig[i].name),
+                   b->fig[i].unit);
+    for (int i = 0; i < b->n_ratio; i++) {
+        double r = bench_ratio_value(b, &b->ratio[i]);
+        if (r > 0)
+            printf("ratio %s/%s %.3f\n", b->ratio[i].num, b->ratio[i].den, r);
+    }
+}
+
+/* ps-lite's pipelined push+pull goodput (Gbit/s, issue 7) at 1x1 and 2x2. */
+static double bench_pslite_gbit(uint32_t bytes, uint32_t spm, uint32_t workers)
+{
+    static const struct {
+        uint32_t bytes;
+        double g1x1, g2x2;
+    } t[] = {
+        {4096, 1.02, 1.07}, {65536, 2.24, 2.78}, {1u << 20, 3.33, 4.85}, {16u << 20, 8.63, 3.92}};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (t[i].bytes == bytes)
+            return spm == 1 && workers == 1 ? t[i].g1x1 : spm == 2 && workers == 2 ? t[i].g2x2 : 0;
+    return 0;
+}
+
+static void bench_table_row(const struct bench *b, const struct bench_shape *sh, uint32_t bytes)
+{
+    char sz[16], n[5][BENCH_NAME_LEN], lim[BENCH_NAME_LEN];
+    bench_size_name(bytes, sz, sizeof(sz));
+    const char *what[] = {"push", "pull", "pushpull", "pull1.p50", "pull1.p99"};
+    double v[5];
+    for (int i = 0; i < 5; i++) {
+        snprintf(n[i], sizeof(n[i]), "%s.%s.%s.%ux%u", b->mode_name, what[i], sz, sh->spm,
+                 sh->workers);
+        v[i] = bench_median(b, n[i]);
+    }
+    bench_limit_name(b, bytes, lim, sizeof(lim));
+    double l = bench_median(b, lim), ps = bench_pslite_gbit(bytes, sh->spm, sh->workers);
+    printf("| %s | %ux%u | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f %s | %.2f | %.2f |", sz, sh->spm,
+           sh->workers, v[0], v[1], v[2], v[3], v[4], l, lim, l > 0 ? v[0] / l : 0,
+           l > 0 ? v[1] / l : 0);
+    if (b->mode == BENCH_TCP && ps > 0)
+        printf(" %.2f | %.2fx |\n", ps, v[2] * 8 / ps);
+    else if (b->mode == BENCH_TCP)
+        printf(" - | - |\n");
+    else
+        printf("\n");
+}
+
+static void bench_print_table(const struct bench *b)
+{
+    const struct bench_shape *shapes = b->mode == BENCH_TCP   ? bench_tcp_shapes
+                                       : b->mode == BENCH_SHM ? bench_shm_shapes
+                                                              : bench_verbs_shapes;
+    size_t n = b->mode == BENCH_TCP   ? sizeof(bench_tcp_shapes) / sizeof(bench_tcp_shapes[0])
+               : b->mode == BENCH_SHM ? sizeof(bench_shm_shapes) / sizeof(bench_shm_shapes[0])
+                                      : 1;
+    printf("\nrkv bench %s: medians of %d runs; SxW = servers per machine x workers, rows on "
+           "%s; limits measured in the same run\n\n",
+           b->mode_name, b->reps, b->mode == BENCH_SHM ? "this machine" : "the other machine");
+    printf("| size | SxW | push GB/s | pull GB/s | push+pull GB/s | 1-row pull p50 us | "
+           "p99 us | limit GB/s | push/limit | pull/limit |%s\n",
+           b->mode == BENCH_TCP ? " ps-lite push+pull Gbit/s | rkv push+pull vs ps-lite |" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|%s\n", b->mode == BENCH_TCP ? "---|---|" : "");
+    for (int i = 0; i < b->n_sizes; i++)
+        for (size_t k = 0; k < n; k++)
+            bench_table_row(b, &shapes[k], b->sizes[i]);
+    if (b->mode == BENCH_SHM)
+        printf("\n512 B row, co-located pull: p50 %.2f us, p99 %.2f us\n",
+               bench_median(b, "shm.pull1.p50.512B.1x1"),
+               bench_median(b, "shm.pull1.p99.512B.1x1"));
+    if (b->mode == BENCH_VERBS)
+        printf("\nib_write_lat round trip %.2f us\n", bench_median(b, "ib_write_lat.rtt"));
+    if (b->mode == BENCH_TCP)
+        printf("\nlimits: iperf3 1 stream %.3f GB/s, 2 streams %.3f GB/s; built-in loopback "
+               "1 stream %.3f GB/s; memcpy 1 core (64 MiB) %.3f GB/s\n",
+               bench_median(b, "iperf3.1stream"), bench_median(b, "iperf3.2stream"),
+               bench_median(b, "loopback.builtin.1stream"), bench_median(b, "memcpy.1core.64MiB"));
+}
+
+static void bench_print_json(const struct bench *b)
+{
+    printf("{\"mode\": \"%s\", \"reps\": %d, \"limit\": \"%s\", \"notes\": [", b->mode_name,
+           b->reps, b->limit);
+    for (int i = 0; i < b->n_notes; i++)
+        printf("%s\"%s\"", i ? ", " : "", b->notes[i]);
+    printf("],\n \"figures\": {");
+    int first = 1;
+    for (int i = 0; i < b->n_fig; i++) {
+        if (!b->fig[i].n)
+            continue;
+        printf("%s\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\", \"samples\": %d}",
+               first ? "" : ",", b->fig[i].name, bench_median(b, b->fig[i].name), b->fig[i].unit,
+               b->fig[i].n);
+        first = 0;
+    }
+    printf("},\n \"ratios\": {");
+    first = 1;
+    for (int i = 0; i < b->n_ratio; i++) {
+        double r = bench_ratio_value(b, &b->ratio[i]);
+        if (r <= 0)
+            continue;
+        printf("%s\n  \"%s/%s\": %.4f", first ? "" : ",", b->ratio[i].num, b->ratio[i].den, r);
+        first = 0;
+    }
+    printf("}}\n");
+}
+
+/* ---- arguments ---- */
+
+static void bench_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: rkv bench tcp|shm|verbs [--reps N] [--sizes \"B ...\"] [--json]\n"
+        "                 [--iperf-seconds S] [settings]\n"
+        "Measures rkv against this host's limits in the same run; each point is the\n"
+        "median of N (default 5) clusters of `rkv demo`.\n"
+        "  tcp    rows on the other machine over loopback TCP: push, pull, push+pull and\n"
+        "         1-row pull latency, 1 and 2 servers per machine x 1 and 2 workers;\n"
+        "         vs iperf3 (1 and 2 streams; without iperf3, rkv's own loopback test)\n"
+        "  shm    rows in this machine's shared-memory shard vs memcpy of row-sized\n"
+        "         blocks, and a 512 B row's pull latency\n"
+        "  verbs  over an RDMA device (RKV_VERBS_DEV, default rxe0; RKV_HOST, default\n"
+        "         10.77.0.1) vs ib_write_bw / ib_write_lat: ci/softroce rkv bench verbs\n"
+        "  --sizes     value bytes, multiples of 4 (tcp, shm: \"4096 65536 1048576 16777216\";\n"
+        "              verbs: \"4096 65536 1048576\")\n"
+        "  --json      one JSON object instead of lines and a table\n"
+        "Prints `figure NAME VALUE UNIT` and `ratio NAME/LIMIT VALUE` lines, then a\n"
+        "Markdown table. Other flags are settings every cluster gets (rkv config --dump).\n"
+        "Exit 0 ok, 1 a value differed, 2 usage error, 3 store or tool error.\n");
+}
+
+static int bench_parse_sizes(struct bench *b, const char *list)
+{
+    b->n_sizes = 0;
+    while (*list) {
+        char *end;
+        unsigned long long v = strtoull(list, &end, 10);
+        if (end == list || v < 4 || v % 4 || v > (64u << 20) || b->n_sizes == BENCH_MAX_SIZES)
+            return -1;
+        b->sizes[b->n_sizes++] = (uint32_t)v;
+        list = end + strspn(end, " ,");
+    }
+    return b->n_sizes ? 0 : -1;
+}
+
+static int bench_args(struct bench *b, int argc, char **argv)
+{
+    if (argc < 1)
+        return -1;
+    static const char *names[] = {"tcp", "shm", "verbs"};
+    int mode = -1;
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(argv[0], names[i]))
+            mode = i;
+    if (mode < 0)
+        return -1;
+    b->mode = (enum bench_mode)mode;
+    b->mode_name = names[mode];
+    b->reps = 5;
+    b->iperf_s = 3;
+    const char *sizes =
+        b->mode == BENCH_VERBS ? "4096 65536 1048576" : "4096 65536 1048576 16777216";
+    for (int i = 1; i < argc; i++) {
+        char *end = NULL;
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            b->reps = (int)strtol(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--iperf-seconds") && i + 1 < argc)
+            b->iperf_s = (int)strtol(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+            sizes = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            b->json = 1;
+        else if (!strncmp(argv[i], "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
+            b->extra[b->n_extra++] = argv[i]; /* a setting, and its value if it has one */
+            if (!strchr(argv[i], '=') && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+                b->extra[b->n_extra++] = argv[++i];
+        } else
+            return -1;
+        if (end && *end)
+            return -1;
+    }
+    if (b->reps < 1 || b->reps > BENCH_MAX_REPS || b->iperf_s < 1 || b->iperf_s > 60)
+        return -1;
+    return bench_parse_sizes(b, sizes);
+}
+
+/* Which limit the throughput ratios use, and whether it can be measured. */
+static int bench_prepare(struct bench *b)
+{
+    if (b->mode == BENCH_TCP) {
+        b->have_iperf3 = bench_on_path("iperf3");
+        b->limit = b->have_iperf3 ? "iperf3.1stream" : "loopback.builtin.1stream";
+        if (!b->have_iperf3)
+            bench_note(b, "iperf3 is not installed (apt-get install iperf3): the TCP limit is "
+                          "rkv's built-in one-stream loopback test (loopback.builtin.1stream)");
+        return 0;
+    }
+    b->limit = b->mode == BENCH_SHM ? "memcpy.SIZE" : "ib_write_bw.SIZE";
+    if (b->mode == BENCH_SHM)
+        return 0;
+    b->dev = getenv("RKV_VERBS_DEV") && *getenv("RKV_VERBS_DEV") ? getenv("RKV_VERBS_DEV") : "rxe0";
+    b->host = getenv("RKV_HOST") && *getenv("RKV_HOST") ? getenv("RKV_HOST") : "10.77.0.1";
+    b->gid_idx = bench_gid_index(b->dev, b->host);
+    if (b->gid_idx < 0 || !bench_on_path("ib_write_bw") || !bench_on_path("ib_write_lat")) {
+        fprintf(stderr,
+                "rkv bench verbs: needs device %s with a GID for %s and perftest "
+                "(ib_write_bw, ib_write_lat); run it as `ci/softroce rkv bench verbs`\n",
+                b->dev, b->host);
+        return -1;
+    }
+    if (!strncmp(b->dev, "rxe", 3))
+        bench_note(b, "soft-RoCE is an emulator: only the ratios mean something");
+    return 0;
+}
+
+int cli_cmd_bench(int argc, char **argv, const char *self)
+{
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            bench_usage(stdout);
+            return RKV_EXIT_OK;
+        }
+    }
+    struct bench *b = calloc(1, sizeof(*b));
+    if (!b)
+        return RKV_EXIT_STORE;
+    int code = RKV_EXIT_USAGE;
+    b->self = self;
+    if (bench_args(b, argc, argv) < 0) {
+        bench_usage(stderr);
+        goto out;
+    }
+    if (bench_prepare(b) < 0) {
+        code = RKV_EXIT_STORE;
+        goto out;
+    }
+    code = RKV_EXIT_OK;
+    for (int r = 0; r < b->reps && code == RKV_EXIT_OK; r++) {
+        fprintf(stderr, "rkv bench %s: repetition %d of %d\n", b->mode_name, r + 1, b->reps);
+        code = bench_rep(b);
+    }
+    if (code != RKV_EXIT_OK) {
+        fprintf(stderr, "rkv bench %s: a cluster failed (exit %d); no figures printed\n",
+                b->mode_name, code);
+        goto out;
+    }
+    if (b->json) {
+        bench_print_json(b);
+    } else {
+        bench_print_lines(b);
+        bench_print_table(b);
+    }
+out:
+    free(b);
+    return code;
+}
