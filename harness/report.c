@@ -58,9 +58,9 @@ int rkv_report_passed(const struct rkv_report *r)
         return 0;
     if (r->fault_run) {
         for (uint32_t p = 0; p < r->sc->n_phases; p++)
-            if (r->phase[p].errors)
+            if (r->phase[p].errors || (r->must_complete && r->reported[p] != r->n_workers))
                 return 0;
-        return r->faults_fired;
+        return r->faults_fired && (!r->must_complete || r->survivor_errors == 0);
     }
     for (uint32_t p = 0; p < r->sc->n_phases; p++)
         if (r->reported[p] != r->n_workers || r->phase[p].errors)
@@ -123,9 +123,11 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 r->faults[0] ? r->faults : "none fired", r->survivor_errors,
                 r->survivor_error[0] ? ", e.g. " : "", r->survivor_error);
         fprintf(out, "\nverdict: %s\n",
-                rkv_report_passed(r) ? "PASS (the faults fired, every survivor ended without "
-                                       "hanging, and no pulled value was wrong)"
-                                     : "FAIL");
+                !rkv_report_passed(r) ? "FAIL"
+                : r->must_complete    ? "PASS (the faults fired, every worker finished every "
+                                        "phase, and no pulled value was wrong)"
+                                      : "PASS (the faults fired, every survivor ended without "
+                                        "hanging, and no pulled value was wrong)");
         return;
     }
     fprintf(out, "\nverdict: %s\n",

@@ -23,8 +23,9 @@ struct rkv_report {
      * (named errors allowed), the faults fired and no value was wrong. */
     int fault_run;
     int faults_fired;
+    int must_complete; /* no crash, no broken connection: every phase must finish */
     uint32_t survivor_errors;
-    char faults[512];
+    char faults[1024];
     char survivor_error[320];
 };
 

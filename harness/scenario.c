@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "harness/scenario.h"
+#include "nic/nic_fault.h"
 
 struct sc_ctx {
     const char *path;
@@ -454,7 +455,10 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
 
 /* ---- faults, expect, per-backend blocks ---- */
 
-static const char *const sc_fault_fields[] = {"kind", "target", "at_s", "fraction", "after_phase"};
+static const char *const sc_fault_fields[] = {"kind",     "target",        "at_s",
+                                              "fraction", "after_phase",   "duration_s",
+                                              "delay_ms", "retransmit_ms", "factor"};
+#define SC_N_FAULT_FIELDS (sizeof(sc_fault_fields) / sizeof(sc_fault_fields[0]))
 
 static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
 {
@@ -472,8 +476,16 @@ static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         return sc_double(c, "at_s", k, v, 0, 1e9, &fl->at_s);
     case 3:
         return sc_double(c, "fraction", k, v, 0, 1, &fl->fraction);
-    default:
+    case 4:
         return sc_name(c, "after_phase", k, v, fl->after_phase, sizeof(fl->after_phase));
+    case 5:
+        return sc_double(c, "duration_s", k, v, 0, 1e9, &fl->duration_s);
+    case 6:
+        return sc_double(c, "delay_ms", k, v, 0, 1e9, &fl->delay_ms);
+    case 7:
+        return sc_double(c, "retransmit_ms", k, v, 0.001, 1e6, &fl->retransmit_ms);
+    default:
+        return sc_double(c, "factor", k, v, 1, 1e6, &fl->factor);
     }
 }
 
@@ -625,7 +637,9 @@ static int sc_fault(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     if (sc->n_faults == RKV_SC_MAX_FAULTS)
         return sc_fail(c, at, "faults: at most %d", RKV_SC_MAX_FAULTS);
     struct rkv_sc_fault *f = &sc->faults[sc->n_faults++];
-    return sc_map(c, "faults[]", at, item, sc_fault_fields, 5, sc_fault_field, f);
+    f->retransmit_ms = 200; /* Linux TCP's minimum RTO; a common RC ACK timeout too */
+    f->factor = 1;
+    return sc_map(c, "faults[]", at, item, sc_fault_fields, SC_N_FAULT_FIELDS, sc_fault_field, f);
 }
 
 static int sc_sections(struct sc_ctx *c, struct fy_node *root)
@@ -787,43 +801,104 @@ static int sc_node_ok(const struct rkv_scenario *sc, const char *name)
     return 0;
 }
 
-/* This release injects crashes (every backend); the other kinds are parsed
- * and refused by name rather than silently ignored. */
+/* What each kind needs beyond a target; "" when the fault is complete. */
+static const char *sc_fault_incomplete(const struct rkv_sc_fault *f)
+{
+    int crash = !strcmp(f->kind, "crash");
+    if (f->after_phase[0] && !crash)
+        return "after_phase: only crash faults take it; give at_s (and duration_s)";
+    if ((!strcmp(f->kind, "drop") || !strcmp(f->kind, "delay")) && f->fraction <= 0)
+        return "fraction: expected a share of messages above 0";
+    if (!strcmp(f->kind, "delay") && f->delay_ms <= 0)
+        return "delay_ms: expected how long a delayed message waits (> 0)";
+    if (!strcmp(f->kind, "link_down") && f->duration_s <= 0)
+        return "duration_s: expected how long the link is down (> 0)";
+    if (!strcmp(f->kind, "slow_cpu") && f->factor <= 1)
+        return "factor: expected how many times slower the CPU is (> 1)";
+    return "";
+}
+
+static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, size_t err_len)
+{
+    struct rkv_sc_fault *f = (struct rkv_sc_fault *)&sc->faults[i];
+    if (!sc_node_ok(sc, f->target)) {
+        snprintf(err, err_len,
+                 "%s: faults[%u]: target: expected a node of the cluster (s<machine>.<server> "
+                 "or w<worker>), got \"%s\"",
+                 sc->path, i, f->target);
+        return -RKV_ECONFIG;
+    }
+    const char *why = sc_fault_incomplete(f);
+    if (*why) {
+        snprintf(err, err_len, "%s: faults[%u]: %s %s", sc->path, i, f->kind, why);
+        return -RKV_ECONFIG;
+    }
+    if (f->after_phase[0]) {
+        uint32_t p = 0;
+        while (p < sc->n_phases && strcmp(sc->phases[p].name, f->after_phase) != 0)
+            p++;
+        if (p == sc->n_phases) {
+            snprintf(err, err_len, "%s: faults[%u]: after_phase: no phase named \"%s\"", sc->path,
+                     i, f->after_phase);
+            return -RKV_ECONFIG;
+        }
+        f->after_phase_ix = p;
+    }
+    if (i && f->at_s < sc->faults[i - 1].at_s) {
+        snprintf(err, err_len, "%s: faults[%u]: at_s: expected faults in time order", sc->path, i);
+        return -RKV_ECONFIG;
+    }
+    return 0;
+}
+
 static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_len)
 {
     for (uint32_t i = 0; i < sc->n_faults; i++) {
-        const struct rkv_sc_fault *f = &sc->faults[i];
-        if (strcmp(f->kind, "crash") != 0) {
-            snprintf(err, err_len,
-                     "%s: faults[%u]: kind %s is not injected by this release (crash is)", sc->path,
-                     i, f->kind);
-            return -RKV_ECONFIG;
-        }
-        if (!sc_node_ok(sc, f->target)) {
-            snprintf(err, err_len,
-                     "%s: faults[%u]: target: expected a node of the cluster (s<machine>.<server> "
-                     "or w<worker>), got \"%s\"",
-                     sc->path, i, f->target);
-            return -RKV_ECONFIG;
-        }
-        if (f->after_phase[0]) {
-            uint32_t p = 0;
-            while (p < sc->n_phases && strcmp(sc->phases[p].name, f->after_phase) != 0)
-                p++;
-            if (p == sc->n_phases) {
-                snprintf(err, err_len, "%s: faults[%u]: after_phase: no phase named \"%s\"",
-                         sc->path, i, f->after_phase);
-                return -RKV_ECONFIG;
-            }
-            ((struct rkv_sc_fault *)f)->after_phase_ix = p;
-        }
-        if (i && f->at_s < sc->faults[i - 1].at_s) {
-            snprintf(err, err_len, "%s: faults[%u]: at_s: expected faults in time order", sc->path,
-                     i);
-            return -RKV_ECONFIG;
-        }
+        int rc = sc_check_fault(sc, i, err, err_len);
+        if (rc < 0)
+            return rc;
     }
     return 0;
+}
+
+/* A fault's window in ns from the node's start; UINT64_MAX: open-ended. */
+static uint64_t sc_window_end(const struct rkv_sc_fault *f)
+{
+    return f->duration_s > 0 ? (uint64_t)((f->at_s + f->duration_s) * 1e9) : UINT64_MAX;
+}
+
+uint32_t rkv_scenario_nic_faults(const struct rkv_scenario *sc, const char *node,
+                                 struct rkv_nic_fault *out, uint32_t max)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < sc->n_faults && n < max; i++) {
+        const struct rkv_sc_fault *f = &sc->faults[i];
+        int kind = !strcmp(f->kind, "drop")        ? RKV_FAULT_DROP
+                   : !strcmp(f->kind, "delay")     ? RKV_FAULT_DELAY
+                   : !strcmp(f->kind, "link_down") ? RKV_FAULT_LINK_DOWN
+                                                   : 0;
+        if (!kind || strcmp(f->target, node) != 0)
+            continue;
+        double ms = kind == RKV_FAULT_DELAY ? f->delay_ms : f->retransmit_ms;
+        out[n++] = (struct rkv_nic_fault){.kind = kind,
+                                          .fraction = f->fraction,
+                                          .start_ns = (uint64_t)(f->at_s * 1e9),
+                                          .end_ns = sc_window_end(f),
+                                          .delay_ns = (uint64_t)(ms * 1e6)};
+    }
+    return n;
+}
+
+double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, double t_s)
+{
+    double factor = 1;
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        const struct rkv_sc_fault *f = &sc->faults[i];
+        if (!strcmp(f->kind, "slow_cpu") && !strcmp(f->target, node) && t_s >= f->at_s &&
+            (f->duration_s <= 0 || t_s < f->at_s + f->duration_s))
+            factor *= f->factor;
+    }
+    return factor;
 }
 
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)

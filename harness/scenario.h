@@ -44,12 +44,16 @@ struct rkv_sc_phase {
 };
 
 struct rkv_sc_fault {
-    char kind[32]; /* crash (injected); the other kinds are refused at load */
+    char kind[32]; /* crash | drop | delay | link_down | slow_cpu */
     char target[32];
     double at_s;             /* seconds from the start (simulated in the twin) */
-    char after_phase[64];    /* or: once client 0 finished this phase ("" = use at_s) */
+    char after_phase[64];    /* crash: or once client 0 finished this phase ("" = use at_s) */
     uint32_t after_phase_ix; /* its index, resolved at load */
-    double fraction;
+    double fraction;         /* drop, delay: share of messages */
+    double duration_s;       /* drop, delay, slow_cpu: 0 = to the end; link_down: > 0 */
+    double delay_ms;         /* delay: how long a delayed message waits */
+    double retransmit_ms;    /* drop, link_down: the transport's retransmission interval */
+    double factor;           /* slow_cpu: CPU work takes this many times longer */
 };
 
 struct rkv_scenario {
@@ -76,6 +80,7 @@ struct rkv_scenario {
     int sim_payloadless;      /* thin rows; the network is charged the declared ones */
     double sim_row_cost_ns;   /* server CPU per row a handler touches */
     double sim_msg_cost_ns;   /* CPU per message posted or completed */
+    int sim_cpu_measured;     /* charge node code's measured CPU (calibration files, sim/cpu.c) */
     int sim_fairbottleneck;   /* network/solver:fairbottleneck (same times, faster at scale) */
     char verbs_device[32];
     uint32_t verbs_port, verbs_gid_index;
@@ -93,5 +98,13 @@ uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
 int rkv_scenario_builtin(const struct rkv_config *cfg, uint64_t rows, uint32_t rounds,
                          struct rkv_scenario **sc_p);
 uint32_t rkv_scenario_servers(const struct rkv_scenario *sc);
+
+struct rkv_nic_fault;
+/* The drop / delay / link_down faults aimed at node (s<m>.<l> or w<k>), as
+ * the fault NIC takes them (impl/nic/nic_fault.h); returns how many. */
+uint32_t rkv_scenario_nic_faults(const struct rkv_scenario *sc, const char *node,
+                                 struct rkv_nic_fault *out, uint32_t max);
+/* The slow_cpu factor of node at scenario time t_s (1 when none applies). */
+double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, double t_s);
 
 #endif

@@ -26,6 +26,10 @@ struct sim_port {
     struct sim_nic *nic;  /* tasks drain their puts on it before they end */
     sg_actor_t actors[8]; /* every actor of this node, for a crash */
     uint32_t n_actors;
+    /* slow_cpu faults: how many times longer CPU work takes at a time. */
+    double (*cpu_factor)(void *user, double t_s);
+    void *cpu_user;
+    uint64_t slowed_rows; /* rows handled while the factor was above 1 */
 };
 
 struct rkv_task {
@@ -211,6 +215,11 @@ static struct sim_shm *sp_shm_find(struct sim_world *w, const char *name)
 static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int create, void **addr_p)
 {
     struct sim_world *w = sp_of(p)->w;
+    double factor = sp->cpu_factor ? sp->cpu_factor(sp->cpu_user, simgrid_get_clock()) : 1;
+    if (factor > 1) {
+        ns *= factor;
+        sp->slowed_rows += rows;
+    }
     struct sim_shm *s = sp_shm_find(w, name);
     if (create && s)
         return -RKV_EEXIST;
@@ -353,6 +362,18 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
 
 void sim_port_add_actor(struct rkv_port *p, sg_actor_t a)
 {
+void sim_port_set_cpu_factor(struct rkv_port *p, double (*fn)(void *user, double t_s), void *user)
+{
+    struct sim_port *sp = sp_of(p);
+    sp->cpu_factor = fn;
+    sp->cpu_user = user;
+}
+
+uint64_t sim_port_slowed_rows(struct rkv_port *p)
+{
+    return sp_of(p)->slowed_rows;
+}
+
     struct sim_port *sp = sp_of(p);
     if (sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]))
         sp->actors[sp->n_actors++] = a;

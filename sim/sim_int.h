@@ -27,6 +27,9 @@ void sim_port_add_actor(struct rkv_port *p, sg_actor_t a);
 /* Crash faults: the node's actors are killed; its NIC drops every
  * connection as the OS of a crashed process would (peers see a disconnect). */
 void sim_port_crash(struct rkv_port *p);
+/* slow_cpu faults: handler CPU time is multiplied by fn(user, now). */
+void sim_port_set_cpu_factor(struct rkv_port *p, double (*fn)(void *user, double t_s), void *user);
+uint64_t sim_port_slowed_rows(struct rkv_port *p);
 void sim_nic_crash(struct sim_nic *n);
 struct sim_nic *sim_port_nic(struct rkv_port *p);
 

@@ -16,6 +16,7 @@
 #include <xbt/log.h>
 
 #include "harness/oracle.h"
+#include "nic/nic_fault.h"
 #include "harness/workload.h"
 #include "proto/proto.h"
 #include "sim/sim.h"
@@ -38,9 +39,12 @@ struct twin_node {
     int finished;
     double end_s; /* simulated time when the node finished */
     char err[256];
-    struct rkv_port *port; /* while the node runs: what a crash fault kills */
-    int crashed;           /* by a fault (1), or stopped by the twin after the workers (2) */
-    uint32_t client_id;    /* workers: the id server 0 gave it (names are spawn order) */
+    struct rkv_port *port;     /* while the node runs: what a crash fault kills */
+    int crashed;               /* by a fault (1), or stopped by the twin after the workers (2) */
+    uint32_t client_id;        /* workers: the id server 0 gave it (names are spawn order) */
+    struct rkv_nic *fault_nic; /* drop / delay / link_down aimed at it, else NULL */
+    struct rkv_nic_fault_stats fst; /* its counts, taken when the node closes */
+    uint64_t slowed_rows;           /* slow_cpu: rows handled while slowed */
 };
 
 struct twin {
@@ -58,6 +62,30 @@ struct twin {
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
 };
 
+static double twin_cpu_factor(void *user, double t_s)
+{
+    struct twin_node *nd = user;
+    return rkv_scenario_cpu_factor(nd->t->sc, nd->name, t_s);
+}
+
+/* The scenario's faults aimed at this node: its NIC wrapped by the fault
+ * NIC, its handlers slowed. */
+static int twin_faulty(struct twin_node *nd, struct rkv_port *port, struct rkv_nic **nic)
+{
+    struct rkv_nic_fault f[16];
+    uint32_t n = rkv_scenario_nic_faults(nd->t->sc, nd->name, f, 16);
+    for (uint32_t i = 0; i < nd->t->sc->n_faults; i++)
+        if (!strcmp(nd->t->sc->faults[i].kind, "slow_cpu") &&
+            !strcmp(nd->t->sc->faults[i].target, nd->name))
+            sim_port_set_cpu_factor(port, twin_cpu_factor, nd);
+    if (n == 0)
+        return 0;
+    int rc = rkv_nic_fault_wrap(*nic, f, n, nd->t->sc->seed ^ nd->tid, nic);
+    if (rc == 0)
+        nd->fault_nic = *nic;
+    return rc;
+}
+
 static int twin_open(struct twin_node *nd, struct rkv_port **port, struct rkv_nic **nic)
 {
     struct twin *t = nd->t;
@@ -70,13 +98,24 @@ static int twin_open(struct twin_node *nd, struct rkv_port **port, struct rkv_ni
     sim_port_add_actor(*port, sg_actor_self());
     nd->port = *port;
     if ((rc = rkv_nic_sim_ops.open(*port, NULL, nic)) < 0)
-        (*port)->ops->destroy(*port);
+        goto undo_port;
+    if ((rc = twin_faulty(nd, *port, nic)) < 0)
+        goto undo_nic;
+    return 0;
+undo_nic:
+    (*nic)->ops->close(*nic);
+undo_port:
+    (*port)->ops->destroy(*port);
+    nd->port = NULL;
     return rc;
 }
 
 static void twin_close(struct twin_node *nd, struct rkv_port *port, struct rkv_nic *nic)
 {
     nd->port = NULL;
+    if (nd->fault_nic)
+        rkv_nic_fault_stats(nd->fault_nic, &nd->fst);
+    nd->slowed_rows = sim_port_slowed_rows(port);
     nic->ops->close(nic);
     sim_nic_drain(sim_port_nic(port)); /* its last DISCONNECTs must reach the peers */
     port->ops->destroy(port);
@@ -266,6 +305,8 @@ static void twin_faults(int argc, char **argv)
     const struct rkv_scenario *sc = t->sc;
     for (uint32_t i = 0; i < sc->n_faults; i++) {
         const struct rkv_sc_fault *f = &sc->faults[i];
+        if (strcmp(f->kind, "crash") != 0)
+            continue; /* the node's own NIC and port carry the others */
         if (f->at_s > simgrid_get_clock())
             sg_actor_sleep_until(f->at_s);
         /* A step trigger: the same file means the same moment on every backend. */
@@ -338,6 +379,40 @@ static int twin_engine(struct twin *t, const char *platform, char *err, size_t e
     return 0;
 }
 
+/* What the NIC and CPU faults did, appended to the fault text; whether
+ * each of them touched something. */
+static void twin_gather_faults(struct twin *t, struct rkv_twin_result *res)
+{
+    const struct rkv_scenario *sc = t->sc;
+    res->faults_fired = 1;
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        const struct rkv_sc_fault *f = &sc->faults[i];
+        struct twin_node *nd = twin_node_named(t, f->target);
+        size_t fl = strlen(res->faults), room = sizeof(res->faults) - fl;
+        if (!strcmp(f->kind, "crash")) {
+            res->crash_faults++;
+            continue;
+        }
+        if (!strcmp(f->kind, "slow_cpu")) {
+            res->faults_fired &= nd->slowed_rows > 0;
+            snprintf(res->faults + fl, room, "%sslow_cpu %s: %llu rows handled %.3gx slower",
+                     fl ? "; " : "", nd->name, (unsigned long long)nd->slowed_rows, f->factor);
+            continue;
+        }
+        const struct rkv_nic_fault_stats *st = &nd->fst;
+        res->faults_fired &= !strcmp(f->kind, "drop")    ? st->dropped > 0
+                             : !strcmp(f->kind, "delay") ? st->delayed > 0
+                                                         : st->held_down > 0;
+        res->broken += st->broken;
+        snprintf(res->faults + fl, room,
+                 "%s%s %s: %llu messages in its window, %llu transmissions lost, %llu delayed, "
+                 "%llu held by the link, %llu connections broken",
+                 fl ? "; " : "", f->kind, nd->name, (unsigned long long)st->messages,
+                 (unsigned long long)st->dropped, (unsigned long long)st->delayed,
+                 (unsigned long long)st->held_down, (unsigned long long)st->broken);
+    }
+}
+
 static int twin_gather(struct twin *t, struct rkv_twin_result *res)
 {
     res->outs = calloc(t->n_workers, sizeof(*res->outs));
@@ -375,6 +450,8 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
                                    : rkv_strerror(nd->rc));
         }
     }
+    if (t->sc->n_faults)
+        twin_gather_faults(t, res);
     return 0;
 }
 
@@ -412,6 +489,18 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                  struct rkv_twin_result *res)
 {
     memset(res, 0, sizeof(*res));
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        const struct rkv_sc_fault *f = &sc->faults[i];
+        if (strcmp(f->kind, "slow_cpu") != 0)
+            continue;
+        if (f->target[0] != 's' || sc->sim_row_cost_ns <= 0) {
+            snprintf(res->error, sizeof(res->error),
+                     "%s: faults[%u]: slow_cpu slows the CPU work the twin models, a server's "
+                     "handlers: it needs a server target (s<m>.<l>) and sim.row_cost_ns > 0",
+                     sc->path, i);
+            return -RKV_ECONFIG;
+        }
+    }
     struct twin t = {.sc = sc,
                      .log_level = o->log_level,
                      .test_corrupt_row = o->test_corrupt_row,

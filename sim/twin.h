@@ -23,11 +23,16 @@ struct rkv_twin_result {
     uint64_t events; /* deliveries */
     uint64_t hash;   /* of the ordered event log: same scenario + seed => same hash */
     uint64_t bytes;  /* modelled on the network */
+    double cpu_s;    /* measured CPU charged to the nodes (sim: cpu measured) */
     char error[512]; /* why nodes_ok is 0 */
     /* Crash faults: what died when; survivors that ended on a store error
      * (requests to the dead node fail with a named error, not a hang). */
     uint32_t crashed, survivor_errors;
-    char faults[512];
+    /* NIC and CPU faults: each touched something; connections they broke. */
+    int faults_fired;
+    uint32_t crash_faults;
+    uint64_t broken;
+    char faults[1024];
     char survivor_error[320]; /* the first survivor's error, as an example */
 };
 

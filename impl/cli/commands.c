@@ -6,6 +6,7 @@
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
+#include "port/port.h"
 #include "store/server_int.h"
 
 static int cmd_load(int argc, char **argv, struct cli_settings *s, struct rkv_config *cfg)
@@ -60,9 +61,14 @@ int cli_cmd_server(int argc, char **argv)
         cfg.machine_id = m;
         local = (uint32_t)sid;
     }
-    struct rkv_server *srv;
-    char err[512];
-    rc = rkv_server_create(&cfg, local, &srv, err, sizeof(err));
+    struct rkv_server *srv = NULL;
+    struct cli_node nd;
+    char err[512], node[32];
+    snprintf(node, sizeof(node), "s%u.%u", cfg.machine_id, local);
+    rc = cli_node_open(&s, &cfg, node, cfg.seed, &nd, err, sizeof(err));
+    if (rc == 0 &&
+        (rc = rkv_server_create_on(nd.port, nd.nic, &cfg, local, &srv, err, sizeof(err))) < 0)
+        cli_node_close(&nd);
     free(cfg.machines);
     if (rc < 0) {
         fprintf(stderr, "rkv server: %s\n", err);
@@ -70,6 +76,7 @@ int cli_cmd_server(int argc, char **argv)
     }
     rc = rkv_server_run(srv);
     rkv_server_destroy(srv);
+    cli_node_close(&nd);
     return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
 }
 
@@ -172,9 +179,16 @@ int cli_cmd_worker(int argc, char **argv)
         free(cfg.machines);
         return rc;
     }
-    struct rkv_client *cli;
+    struct rkv_client *cli = NULL;
+    struct cli_node nd;
     char err[512];
-    rc = rkv_client_create(&cfg, &cli, err, sizeof(err));
+    /* The stack address differs between processes (ASLR), so co-located
+     * clients draw different HELLO nonces even with one configured seed. */
+    rc = cli_node_open(&s, &cfg, "w", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err, sizeof(err));
+    if (rc == 0 && (rc = rkv_client_create_on(nd.port, nd.nic, &cfg, &cli, err, sizeof(err))) < 0)
+        cli_node_close(&nd);
+    if (rc == 0)
+        snprintf(nd.port->node, sizeof(nd.port->node), "w%u", rkv_client_id(cli));
     if (rc < 0) {
         fprintf(stderr, "rkv worker: %s\n", err);
         rkv_scenario_free(sc);
@@ -188,6 +202,7 @@ int cli_cmd_worker(int argc, char **argv)
             code = RKV_EXIT_STORE;
     }
     rkv_client_destroy(cli);
+    cli_node_close(&nd);
     rkv_scenario_free(sc);
     free(cfg.machines);
     return code;

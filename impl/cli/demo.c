@@ -43,7 +43,11 @@ struct demo {
     int client0_phase;
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
     struct timespec t0;
-    char fault_log[512];
+    char fault_log[1024];
+    /* drop / delay / link_down: the children's fault NICs count what they
+     * did into one file per node in fault_dir. */
+    char fault_dir[64];
+    int nic_faults;
     /* rkv bench: the children's stderr, shown only if the cluster failed
      * (else their progress lines bury the figures). NULL: inherited. */
     FILE *child_err;
@@ -139,7 +143,7 @@ int cli_free_ports(uint32_t n, uint16_t *base_p)
 }
 
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
-                        int *out_fd)
+                        const char *node, int *out_fd)
 {
     int pipefd[2] = {-1, -1};
     if (out_fd && pipe(pipefd) < 0)
@@ -158,6 +162,12 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         argv[n++] = num;
         argv[n] = NULL;
         if (out_fd) {
+        if (node && d->fault_dir[0]) {
+            char stats[128];
+            snprintf(stats, sizeof(stats), "%s/%s", d->fault_dir, node);
+            setenv("RKV_FAULT_NODE", node, 1);
+            setenv("RKV_FAULT_STATS", stats, 1);
+        }
             dup2(pipefd[1], STDOUT_FILENO);
             close(pipefd[0]);
             close(pipefd[1]);
@@ -575,9 +585,10 @@ static int demo_cluster(struct demo *dp)
 {
     int ok = 1;
     for (uint32_t i = 0; i < dp->n_servers; i++)
-        dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL);
+        dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL, NULL);
     for (uint32_t i = 0; i < dp->n_workers; i++)
-        dp->workers[i] = demo_spawn(dp, "worker", "--machine-id", i % dp->machines, &dp->out_fd[i]);
+        dp->workers[i] =
+            demo_spawn(dp, "worker", "--machine-id", i % dp->machines, NULL, &dp->out_fd[i]);
     demo_collect(dp);
     for (uint32_t i = 0; i < dp->n_workers; i++) {
         memset(&dp->res[i], 0, sizeof(dp->res[i]));
@@ -742,16 +753,29 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
 }
 
 /* The crash faults of sc as processes to kill (targets were checked when
- * the scenario was loaded; workers are named in spawn order). */
-static void run_plan_faults(struct demo *d, const struct rkv_scenario *sc)
+ * the scenario was loaded; workers are named in spawn order). The NIC
+ * faults are the children's own business: they only need a place to report. */
+static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const char *backend)
 {
     d->client0_phase = -1;
     for (uint32_t i = 0; i < sc->n_faults; i++) {
         struct demo_fault *f = &d->faults[d->n_faults];
+        const struct rkv_sc_fault *sf = &sc->faults[i];
+        if (!strcmp(sf->kind, "slow_cpu")) {
+            fprintf(stderr,
+                    "rkv run: %s: faults[%u]: slow_cpu is modelled by the twin only (run it "
+                    "with --backend sim); on %s a slow node is a real slow node\n",
+                    sc->path, i, backend);
+            return RKV_EXIT_USAGE;
+        }
+        if (strcmp(sf->kind, "crash") != 0) {
+            d->nic_faults = 1;
+            continue;
+        }
         unsigned m, l, w;
-        snprintf(f->name, sizeof(f->name), "%s", sc->faults[i].target);
-        f->at_s = sc->faults[i].at_s;
-        f->after_phase = sc->faults[i].after_phase[0] ? (int)sc->faults[i].after_phase_ix : -1;
+        snprintf(f->name, sizeof(f->name), "%s", sf->target);
+        f->at_s = sf->at_s;
+        f->after_phase = sf->after_phase[0] ? (int)sf->after_phase_ix : -1;
         if (sscanf(f->name, "s%u.%u", &m, &l) == 2) {
             f->is_server = 1;
             f->idx = m * sc->servers_per_machine + l;
@@ -763,6 +787,50 @@ static void run_plan_faults(struct demo *d, const struct rkv_scenario *sc)
         d->n_faults++;
     }
 }
+    snprintf(d->fault_dir, sizeof(d->fault_dir), "/tmp/rkv-faults.XXXXXX");
+    if (d->nic_faults && !mkdtemp(d->fault_dir)) {
+        fprintf(stderr, "rkv run: cannot make a directory for fault counts: %s\n", strerror(errno));
+        return RKV_EXIT_STORE;
+    }
+    if (!d->nic_faults)
+        d->fault_dir[0] = 0;
+    return 0;
+}
+
+/* Reads back what each faulted node's NIC did; 1 when every NIC fault of
+ * the scenario touched at least one message. Removes the files. */
+static int run_fault_stats(struct demo *d, const struct rkv_scenario *sc, uint64_t *broken_p)
+{
+    int fired = 1;
+    *broken_p = 0;
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        const struct rkv_sc_fault *sf = &sc->faults[i];
+        if (!strcmp(sf->kind, "crash"))
+            continue;
+        char path[128], line[256] = "";
+        snprintf(path, sizeof(path), "%s/%s", d->fault_dir, sf->target);
+        FILE *f = fopen(path, "r");
+        unsigned long long msgs = 0, drop = 0, dly = 0, held = 0, brk = 0;
+        if (f && fgets(line, sizeof(line), f))
+            sscanf(line,
+                   "FAULTSTAT node=%*s messages=%llu dropped=%llu delayed=%llu held=%llu "
+                   "broken=%llu",
+                   &msgs, &drop, &dly, &held, &brk);
+        if (f) {
+            fclose(f);
+            unlink(path);
+        }
+        if (!strcmp(sf->kind, "drop") ? !drop : !strcmp(sf->kind, "delay") ? !dly : !held)
+            fired = 0;
+        *broken_p += brk;
+        size_t l = strlen(d->fault_log);
+        snprintf(d->fault_log + l, sizeof(d->fault_log) - l,
+                 "%s%s %s: %llu messages in its window, %llu transmissions lost, %llu delayed, "
+                 "%llu held by the link, %llu connections broken",
+                 l ? "; " : "", sf->kind, sf->target, msgs, drop, dly, held, brk);
+    }
+    rmdir(d->fault_dir);
+    return fired;
 
 /* Waits for the workers; with faults, a survivor may end on a named store
  * error (exit 3), and the crashed ones were reaped when killed. */
@@ -776,7 +844,7 @@ static int run_reap_workers(struct demo *d, uint32_t *survivor_errors)
         if (d->workers[i] > 0)
             waitpid(d->workers[i], &st, 0);
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (d->n_faults && d->workers[i] > 0 && code == RKV_EXIT_STORE) {
+        if ((d->n_faults || d->nic_faults) && d->workers[i] > 0 && code == RKV_EXIT_STORE) {
             (*survivor_errors)++;
             continue;
         }
@@ -794,11 +862,21 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     d->t0 = t0;
-    run_plan_faults(d, sc);
-    for (uint32_t i = 0; i < d->n_servers; i++)
-        d->servers[i] = demo_spawn(d, "server", "--server-id", i, NULL);
-    for (uint32_t i = 0; i < d->n_workers; i++)
-        d->workers[i] = demo_spawn(d, "worker", "--machine-id", i % d->machines, &d->out_fd[i]);
+    int rc = run_plan_faults(d, sc, backend);
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < d->n_servers; i++) {
+        char node[32];
+        snprintf(node, sizeof(node), "s%u.%u", i / sc->servers_per_machine,
+                 i % sc->servers_per_machine);
+        d->servers[i] = demo_spawn(d, "server", "--server-id", i, node, NULL);
+    }
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        char node[32];
+        snprintf(node, sizeof(node), "w%u", i);
+        d->workers[i] =
+            demo_spawn(d, "worker", "--machine-id", i % d->machines, node, &d->out_fd[i]);
+    }
     demo_collect(d);
     uint32_t survivor_errors = 0;
     int procs_ok = run_reap_workers(d, &survivor_errors);
@@ -811,12 +889,16 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         return RKV_EXIT_STORE;
     r.processes_ok = procs_ok;
     r.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    if (d->n_faults) {
+    if (d->n_faults || d->nic_faults) {
+        uint64_t broken = 0;
         r.fault_run = 1;
-        r.faults_fired = 1;
+        r.faults_fired = d->nic_faults ? run_fault_stats(d, sc, &broken) : 1;
         for (uint32_t i = 0; i < d->n_faults; i++)
             r.faults_fired &= d->faults[i].fired;
         r.survivor_errors = survivor_errors;
+        /* Without a crash or a broken connection nothing may be lost: every
+         * worker must finish every phase. */
+        r.must_complete = !d->n_faults && !broken;
         snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
     }
     rkv_report_print(&r, stdout, backend);

@@ -23,7 +23,8 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     r.sim_hash = res->hash;
     if (sc->n_faults) {
         r.fault_run = 1;
-        r.faults_fired = res->crashed == sc->n_faults;
+        r.faults_fired = res->crashed == res->crash_faults && res->faults_fired;
+        r.must_complete = !res->crash_faults && !res->broken;
         r.survivor_errors = res->survivor_errors;
         snprintf(r.faults, sizeof(r.faults), "%s", res->faults);
         snprintf(r.survivor_error, sizeof(r.survivor_error), "%s", res->survivor_error);

@@ -1,0 +1,81 @@
+/* Opening a server's or worker's port and NIC in `rkv server` / `rkv worker`.
+ * Under `rkv run`, the launcher names each child's node (RKV_FAULT_NODE,
+ * the scenario's s<m>.<l> / w<k>); when the scenario aims drop, delay or
+ * link_down faults at it, the NIC is wrapped by the fault NIC and its counts
+ * go to the file RKV_FAULT_STATS names, for the launcher's report. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "harness/scenario.h"
+#include "nic/nic_fault.h"
+#include "store/server_int.h"
+#include "util/util.h"
+
+#define NODE_MAX_FAULTS 16
+
+static int node_faults(const struct cli_settings *s, struct rkv_nic_fault *f, uint32_t *n_p,
+                       char *err, size_t err_len)
+{
+    const char *name = getenv("RKV_FAULT_NODE");
+    *n_p = 0;
+    if (!name || !*name || !*s->val[CLI_SCENARIO])
+        return 0;
+    struct rkv_scenario *sc;
+    int rc = rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, err_len);
+    if (rc < 0)
+        return rc;
+    *n_p = rkv_scenario_nic_faults(sc, name, f, NODE_MAX_FAULTS);
+    rkv_scenario_free(sc);
+    return 0;
+}
+
+int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, const char *node,
+                  uint64_t seed, struct cli_node *nd, char *err, size_t err_len)
+{
+    struct rkv_nic_fault f[NODE_MAX_FAULTS];
+    uint32_t n_f;
+    memset(nd, 0, sizeof(*nd));
+    int rc = node_faults(s, f, &n_f, err, err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = rkv_node_open(cfg, node, seed, &nd->port, &nd->nic, err, err_len)) < 0)
+        return rc;
+    if (n_f == 0)
+        return 0;
+    struct rkv_nic *wrapped;
+    if ((rc = rkv_nic_fault_wrap(nd->nic, f, n_f, seed, &wrapped)) < 0) {
+        rkv_node_close(nd->port, nd->nic);
+        return rkv_errf(err, err_len, rc, "cannot set up the fault NIC");
+    }
+    nd->nic = wrapped;
+    nd->faulty = 1;
+    return 0;
+}
+
+/* The counts as one line the launcher reads back (run_fault_stats). */
+static void node_write_stats(struct cli_node *nd)
+{
+    const char *path = getenv("RKV_FAULT_STATS"), *name = getenv("RKV_FAULT_NODE");
+    struct rkv_nic_fault_stats st;
+    rkv_nic_fault_stats(nd->nic, &st);
+    FILE *f = path && *path ? fopen(path, "w") : NULL;
+    if (!f)
+        return;
+    fprintf(f, "FAULTSTAT node=%s messages=%llu dropped=%llu delayed=%llu held=%llu broken=%llu\n",
+            name ? name : "?", (unsigned long long)st.messages, (unsigned long long)st.dropped,
+            (unsigned long long)st.delayed, (unsigned long long)st.held_down,
+            (unsigned long long)st.broken);
+    fclose(f);
+}
+
+void cli_node_close(struct cli_node *nd)
+{
+    if (!nd->nic)
+        return;
+    if (nd->faulty)
+        node_write_stats(nd);
+    rkv_node_close(nd->port, nd->nic);
+    nd->nic = NULL;
+}

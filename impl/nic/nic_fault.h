@@ -1,0 +1,59 @@
+/* Fault injection as a NIC decorator: wraps any backend (tcp, verbs, sim)
+ * so that one scenario's drop / delay / link_down faults mean the same on
+ * every one of them.
+ *
+ * The wire under rkv is reliable (RC queue pairs, TCP), so a lost packet is
+ * not a lost message: the transport sends it again after its retransmission
+ * timeout. The decorator models exactly that outcome:
+ *  - drop:      each transmission of a message is lost with probability
+ *               `fraction`; every loss costs one retransmission interval;
+ *               after RKV_FAULT_RETRY_MAX losses in a row the connection
+ *               breaks (RC's retry_cnt = 7 exceeded), as real hardware does.
+ *  - delay:     a `fraction` of messages is held for delay_ns.
+ *  - link_down: inside the window no transmission gets through; a message
+ *               goes out at the first retransmission after the link is back,
+ *               and one that would need more than RKV_FAULT_RETRY_MAX
+ *               retransmissions breaks its connection.
+ * Both directions of the wrapped node are affected: outgoing posts are held
+ * before they reach the inner NIC, incoming receive completions are held
+ * before the engine sees them (the bytes already landed; the delay is what
+ * the receiver observes). Per-QP order is kept in both directions, as a
+ * go-back-N transport keeps it.
+ */
+#ifndef RKV_NIC_FAULT_H
+#define RKV_NIC_FAULT_H
+
+#include <stdint.h>
+
+#include "nic/nic.h"
+
+#define RKV_FAULT_RETRY_MAX 7
+
+enum rkv_fault_kind { RKV_FAULT_DROP = 1, RKV_FAULT_DELAY = 2, RKV_FAULT_LINK_DOWN = 3 };
+
+struct rkv_nic_fault {
+    int kind;          /* enum rkv_fault_kind */
+    double fraction;   /* drop, delay: share of messages (link_down: unused) */
+    uint64_t start_ns; /* window, from the node's first message (sent or received):
+                        * the same moment on every backend, however long the
+                        * processes took to start */
+    uint64_t end_ns;   /* UINT64_MAX: until the end */
+    uint64_t delay_ns; /* delay: how long; drop, link_down: retransmit interval */
+};
+
+struct rkv_nic_fault_stats {
+    uint64_t messages;  /* messages that crossed the wrapped NIC in a window */
+    uint64_t dropped;   /* lost transmissions (each cost one retransmission) */
+    uint64_t delayed;   /* messages held by a delay fault */
+    uint64_t held_down; /* messages held while the link was down */
+    uint64_t broken;    /* connections broken for too many retransmissions */
+};
+
+/* Wraps `inner` (which the wrapper then owns: closing it closes inner). The
+ * faults are copied. The wrapper draws from a PRNG seeded with `seed`. */
+int rkv_nic_fault_wrap(struct rkv_nic *inner, const struct rkv_nic_fault *faults, uint32_t n,
+                       uint64_t seed, struct rkv_nic **nic_p);
+/* Counts so far; nic must come from rkv_nic_fault_wrap. */
+void rkv_nic_fault_stats(struct rkv_nic *nic, struct rkv_nic_fault_stats *st);
+
+#endif
