@@ -260,8 +260,10 @@ static void sn_reap(struct sn_out *o)
 void sim_nic_drain(struct sim_nic *n)
 {
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
+    sim_cpu_settle(n->w);
     while (o && o->len) {
         sg_comm_wait(o->ring[o->head]);
+        sim_cpu_mark(n->w);
         o->head = (o->head + 1) % o->cap;
         o->len--;
     }
@@ -600,8 +602,10 @@ static void sn_delay_actor(int argc, char **argv)
         double now = simgrid_get_clock();
         if (!n->heap_len) {
             sim_cv_wait(&n->delay_cv, NULL, -1);
+            sim_cpu_mark(n->w);
         } else if (n->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
             sim_cv_wait(&n->delay_cv, NULL, n->heap[0]->t_due - now);
+            sim_cpu_mark(n->w);
         } else {
             struct sn_msg *m = sn_heap_pop(n);
             if (m->timed) { /* a small message arrives */
@@ -721,7 +725,9 @@ static void sn_actor(int argc, char **argv)
     for (;;) {
         void *m = NULL;
         /* A transfer from a node that crashed fails; the message is gone. */
-        if (sg_comm_wait(sg_mailbox_get_async(n->mbox, &m)) == SG_OK && m)
+        int ok = sg_comm_wait(sg_mailbox_get_async(n->mbox, &m)) == SG_OK;
+        sim_cpu_mark(n->w); /* a NIC's time is paid by msg_cost_ns and the links */
+        if (ok && m)
             sn_arrive(n, m);
     }
 }
@@ -807,8 +813,10 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
     m->seq = qp->tx_seq++;
     sn_put(n, m);
     double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
-    while (qp->state == SN_CONNECTING && simgrid_get_clock() < deadline)
+    while (qp->state == SN_CONNECTING && simgrid_get_clock() < deadline) {
         sim_cv_wait(&n->conn_cv, NULL, deadline - simgrid_get_clock());
+        sim_cpu_mark(n->w);
+    }
     if (qp->state == SN_UP) {
         *qp_p = (struct rkv_qp *)qp;
         return 0;
@@ -875,10 +883,12 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
         return -RKV_EPEERDEAD;
     if (!sn_sge_ok(sge))
         return -RKV_EINVAL;
+    sim_cpu_settle(n->w);
     struct sn_msg *m = sn_msg_new(kind, sge->len);
     if (!m)
         return -RKV_ENOMEM;
     memcpy(m->data, sge->addr, sge->len);
+    sim_cpu_mark(n->w); /* the copy is the kernel's: the link model pays for it */
     m->dst_nic = qp->peer_nic;
     m->src_qp = qp->id;
     m->dst_qp = qp->peer_qp;
@@ -891,6 +901,7 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
     sn_put(n, m);
     if (n->w->msg_cpu_s > 0)
         sg_actor_execute(n->w->msg_cpu_s * sg_host_get_speed(n->host));
+    sim_cpu_mark(n->w);
     return 0;
 }
 
@@ -928,7 +939,9 @@ static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
     }
     qp->recvs[(qp->r_head + qp->r_len++) % qp->r_cap] =
         (struct sn_recv){.wr_id = wr_id, .addr = sge->addr, .len = sge->len};
+    sim_cpu_settle(qp->nic->w);
     sn_drain_held(qp->nic, qp);
+    sim_cpu_mark(qp->nic->w);
     return 0;
 }
 
@@ -937,6 +950,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
     struct sim_nic *n = sn_of(nic);
     double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
     int got = 0;
+    sim_cpu_settle(n->w);
     for (;;) {
         while (n->cq_len && got < max) {
             struct rkv_wc e = n->cq[n->cq_head].wc;
@@ -950,9 +964,11 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         if (got || now >= deadline)
             break;
         sim_cv_wait(&n->cq_cv, NULL, deadline - now);
+        sim_cpu_mark(n->w);
     }
     if (got && n->w->msg_cpu_s > 0)
         sg_actor_execute(got * n->w->msg_cpu_s * sg_host_get_speed(n->host));
+    sim_cpu_mark(n->w);
     return got;
 }
 

@@ -41,10 +41,12 @@ struct rkv_task {
 
 struct rkv_mutex {
     sg_mutex_t m;
+    struct sim_world *w; /* measured CPU is settled around every lock */
 };
 
 struct rkv_cond {
     struct sim_cv cv;
+    struct sim_world *w;
 };
 
 /* A named segment: every node of the machine that maps it sees the same
@@ -70,6 +72,7 @@ static void sp_task_main(int argc, char **argv)
     (void)argc;
     (void)argv;
     struct rkv_task *t = sg_actor_self_get_data();
+    sim_cpu_mark(t->port->w);
     t->fn(t->arg);
     if (t->port->nic)
         sim_nic_drain(t->port->nic);
@@ -91,15 +94,18 @@ static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, v
     /* Joined later: keep the actor object alive past its end. */
     sg_actor_ref(t->actor);
     sim_port_add_actor(p, t->actor);
+    sim_cpu_settle(t->port->w);
     sg_actor_start(t->actor, sp_task_main, 0, NULL);
+    sim_cpu_mark(t->port->w);
     *task_p = t;
     return 0;
 }
 
 static int sp_task_join(struct rkv_port *p, struct rkv_task *t)
 {
-    (void)p;
+    sim_cpu_settle(sp_of(p)->w);
     sg_actor_join(t->actor, -1);
+    sim_cpu_mark(sp_of(p)->w);
     sg_actor_unref(t->actor);
     free(t);
     return 0;
@@ -109,23 +115,27 @@ static int sp_task_join(struct rkv_port *p, struct rkv_task *t)
 
 static int sp_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
 {
-    (void)p;
     struct rkv_mutex *m = malloc(sizeof(*m));
     if (!m)
         return -RKV_ENOMEM;
     m->m = sg_mutex_init();
+    m->w = sp_of(p)->w;
     *m_p = m;
     return 0;
 }
 
 static void sp_mutex_lock(struct rkv_mutex *m)
 {
+    sim_cpu_settle(m->w);
     sg_mutex_lock(m->m);
+    sim_cpu_mark(m->w);
 }
 
 static void sp_mutex_unlock(struct rkv_mutex *m)
 {
+    sim_cpu_settle(m->w);
     sg_mutex_unlock(m->m);
+    sim_cpu_mark(m->w);
 }
 
 static void sp_mutex_destroy(struct rkv_mutex *m)
@@ -138,10 +148,10 @@ static void sp_mutex_destroy(struct rkv_mutex *m)
 
 static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
 {
-    (void)p;
     struct rkv_cond *c = calloc(1, sizeof(*c));
     if (!c)
         return -RKV_ENOMEM;
+    c->w = sp_of(p)->w;
     *c_p = c;
     return 0;
 }
@@ -149,17 +159,24 @@ static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
 static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
 {
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
-    return sim_cv_wait(&c->cv, m->m, t) ? -RKV_ETIMEDOUT : 0;
+    sim_cpu_settle(c->w);
+    int timed_out = sim_cv_wait(&c->cv, m->m, t);
+    sim_cpu_mark(c->w);
+    return timed_out ? -RKV_ETIMEDOUT : 0;
 }
 
 static void sp_cond_signal(struct rkv_cond *c)
 {
+    sim_cpu_settle(c->w);
     sim_cv_signal(&c->cv);
+    sim_cpu_mark(c->w);
 }
 
 static void sp_cond_broadcast(struct rkv_cond *c)
 {
+    sim_cpu_settle(c->w);
     sim_cv_broadcast(&c->cv);
+    sim_cpu_mark(c->w);
 }
 
 static void sp_cond_destroy(struct rkv_cond *c)
@@ -178,16 +195,18 @@ static uint64_t sp_now_ns(struct rkv_port *p)
 
 static void sp_sleep_ns(struct rkv_port *p, uint64_t ns)
 {
-    (void)p;
+    sim_cpu_settle(sp_of(p)->w);
     sg_actor_sleep_for((double)ns * 1e-9);
+    sim_cpu_mark(sp_of(p)->w);
 }
 
 static void sp_yield(struct rkv_port *p)
 {
-    (void)p;
     /* A spin on a row lock must let simulated time pass, or the holder (who
      * may be waiting for time to advance) never gets to release it. */
+    sim_cpu_settle(sp_of(p)->w);
     sg_actor_sleep_for(1e-9);
+    sim_cpu_mark(sp_of(p)->w);
 }
 
 static void sp_handler_work(struct rkv_port *p, uint64_t rows)
@@ -198,7 +217,9 @@ static void sp_handler_work(struct rkv_port *p, uint64_t rows)
         return;
     double t0 = simgrid_get_clock();
     /* Work, not a sleep: the nodes of one machine share its cores. */
+    sim_cpu_settle(sp->w);
     sg_actor_execute(ns * 1e-9 * sg_host_get_speed(sp->host));
+    sim_cpu_mark(sp->w);
     sim_world_trace(sp->w, "handler", "cpu", sp->machine, sp->tid, t0, simgrid_get_clock(), 0);
 }
 

@@ -29,6 +29,12 @@ struct sim_world {
     double jitter;      /* extra delivery delay, fraction of the message's own network time */
     double msg_cpu_s;   /* CPU charged per posted and per polled message (0: free) */
     double row_cost_ns; /* CPU a server handler spends per row */
+    /* Measured CPU (sim/cpu.c): node code's real time between SimGrid calls
+     * is charged as work on its host. */
+    int cpu_measured;
+    uint64_t cpu_stamp_ns; /* when the running node came back from SimGrid (0: not yet) */
+    double cpu_charged_s;  /* in all, for the report */
+    uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */

@@ -33,6 +33,11 @@ uint64_t sim_port_slowed_rows(struct rkv_port *p);
 void sim_nic_crash(struct sim_nic *n);
 struct sim_nic *sim_port_nic(struct rkv_port *p);
 
+/* Measured CPU (sim/cpu.c): settle before a SimGrid call charges the node
+ * code that ran since the last mark; mark after the call restarts the count. */
+void sim_cpu_settle(struct sim_world *w);
+void sim_cpu_mark(struct sim_world *w);
+
 /* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/cv.c).
  * mu may be NULL: actors are cooperative, so a caller that checks its
  * condition and waits with no simcall in between cannot miss a signal. */

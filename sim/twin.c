@@ -513,6 +513,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.jitter = sc->sim_jitter;
     t.w.msg_cpu_s = sc->sim_msg_cost_ns * 1e-9;
     t.w.row_cost_ns = sc->sim_row_cost_ns;
+    t.w.cpu_measured = sc->sim_cpu_measured;
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
         if (!(thin = twin_thin(sc)))
@@ -551,6 +552,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->events = t.w.events;
     res->hash = t.w.hash;
     res->bytes = t.w.bytes_modelled;
+    res->cpu_s = t.w.cpu_charged_s;
     rc = twin_gather(&t, res);
 free_all:
     rkv_oracle_destroy(t.oracle);

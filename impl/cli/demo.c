@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/calib.h"
 #include "cli/cli.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
@@ -938,6 +939,8 @@ static int run_print_launch(const char *launcher, const char *file, const struct
 
 int cli_cmd_run(int argc, char **argv, const char *self)
 {
+    if (cli_predict_wanted(argc, argv)) /* the twin next to a real run: predict.c */
+        return cli_cmd_predict(argc, argv, self);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             run_usage();

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/calib.h"
 #include "cli/cli.h"
 
 static void usage(FILE *out)
@@ -17,6 +18,7 @@ static void usage(FILE *out)
             "  node     server or worker, as --role / RKV_ROLE / DMLC_ROLE / DGL_ROLE says\n"
             "  config   --dump: every setting, its env var, default and source\n"
             "  doctor   can a verbs run work on this host? each problem with its fix\n"
+            "  calibrate  measure this host's backend for the twin (rkv run --predict)\n"
             "  bench    tcp|shm|verbs: throughput and latency as ratios to this host's limits\n\n"
             "exit codes: 0 ok, 1 a value differed from the reference, 2 usage or\n"
             "configuration error, 3 store error (timeout, dead peer, I/O)\n",
@@ -49,6 +51,8 @@ int main(int argc, char **argv)
         return cli_cmd_bench(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "doctor") == 0)
         return cli_cmd_doctor(argc - 2, argv + 2);
+    if (strcmp(argv[1], "calibrate") == 0)
+        return cli_cmd_calibrate(argc - 2, argv + 2, argv[0]);
     fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return RKV_EXIT_USAGE;

@@ -1,0 +1,159 @@
+/* Calibration files: load, write, apply (see calib.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/calib.h"
+#include "harness/scenario.h"
+#include "rkv.h"
+
+static char *calib_trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = 0;
+    return s;
+}
+
+/* One key = value line into c; -1 with a message when the key or value is bad. */
+static int calib_set(struct cli_calib *c, const char *k, const char *v, char *why, size_t why_len)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        double min, max;
+    } nums[] = {
+        {"latency_us", offsetof(struct cli_calib, latency_us), 0, 1e6},
+        {"bandwidth_gbps", offsetof(struct cli_calib, bandwidth_gbps), 1e-3, 1e6},
+        {"msg_cost_ns", offsetof(struct cli_calib, msg_cost_ns), 0, 1e9},
+        {"row_cost_ns", offsetof(struct cli_calib, row_cost_ns), 0, 1e9},
+    };
+    if (!strncmp(k, "measured_", 9))
+        return 0;
+    if (!strcmp(k, "backend")) {
+        if (strcmp(v, "tcp") && strcmp(v, "verbs")) {
+            snprintf(why, why_len, "backend: expected tcp or verbs, got \"%s\"", v);
+            return -1;
+        }
+        snprintf(c->backend, sizeof(c->backend), "%s", v);
+        return 0;
+    }
+    if (!strcmp(k, "cpu")) {
+        if (strcmp(v, "measured") && strcmp(v, "model")) {
+            snprintf(why, why_len, "cpu: expected measured or model, got \"%s\"", v);
+            return -1;
+        }
+        c->cpu_measured = !strcmp(v, "measured");
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (!strcmp(k, "host_cores")) {
+        if (*end || errno || d < 1 || d > 4096 || d != (uint32_t)d) {
+            snprintf(why, why_len, "host_cores: expected 1..4096, got \"%s\"", v);
+            return -1;
+        }
+        c->host_cores = (uint32_t)d;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (strcmp(k, nums[i].key))
+            continue;
+        if (*end || errno || !(d >= nums[i].min && d <= nums[i].max)) {
+            snprintf(why, why_len, "%s: expected a number in %g..%g, got \"%s\"", k, nums[i].min,
+                     nums[i].max, v);
+            return -1;
+        }
+        *(double *)((char *)c + nums[i].off) = d;
+        return 0;
+    }
+    snprintf(why, why_len, "unknown key \"%s\"", k);
+    return -1;
+}
+
+int cli_calib_load(const char *path, struct cli_calib *c, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, err_len, "%s: cannot open the calibration file (rkv calibrate writes one)",
+                 path);
+        return -RKV_ECONFIG;
+    }
+    *c = (struct cli_calib){.host_cores = 0};
+    char line[512], why[256];
+    int rc = 0;
+    for (unsigned ln = 1; fgets(line, sizeof(line), f); ln++) {
+        char *s = calib_trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        char *hash = strchr(s, '#');
+        if (hash)
+            *hash = 0;
+        if (!eq || (hash && hash < eq)) {
+            snprintf(err, err_len, "%s:%u: expected key = value, got \"%s\"", path, ln, s);
+            rc = -RKV_ECONFIG;
+            break;
+        }
+        *eq = 0;
+        if (calib_set(c, calib_trim(s), calib_trim(eq + 1), why, sizeof(why)) < 0) {
+            snprintf(err, err_len, "%s:%u: %s", path, ln, why);
+            rc = -RKV_ECONFIG;
+            break;
+        }
+    }
+    fclose(f);
+    if (rc == 0 && (!c->backend[0] || !c->host_cores || c->bandwidth_gbps <= 0)) {
+        snprintf(err, err_len, "%s: needs backend, host_cores and bandwidth_gbps", path);
+        rc = -RKV_ECONFIG;
+    }
+    return rc;
+}
+
+int cli_calib_write(const char *path, const struct cli_calib *c, const char *notes, char *err,
+                    size_t err_len)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno));
+        return -RKV_EIO;
+    }
+    fprintf(f,
+            "# rkv calibration for the twin: rkv run FILE --calibration THIS (sim/README.md)\n"
+            "backend = %s\n"
+            "host_cores = %u      # every node of a run on this host shares them\n"
+            "latency_us = %.3f    # one-way, the part of a small message that is not CPU\n"
+            "bandwidth_gbps = %.3f # one connection, beyond the CPU per message\n"
+            "msg_cost_ns = %.0f    # kernel CPU per message posted and per completion polled\n"
+            "row_cost_ns = %.1f    # CPU per row; applied only with cpu = model\n"
+            "cpu = %s        # measured: the twin charges node code's own CPU time\n",
+            c->backend, c->host_cores, c->latency_us, c->bandwidth_gbps, c->msg_cost_ns,
+            c->row_cost_ns, c->cpu_measured ? "measured" : "model");
+    if (notes)
+        fputs(notes, f);
+    if (fclose(f) != 0) {
+        snprintf(err, err_len, "cannot write %s", path);
+        return -RKV_EIO;
+    }
+    return 0;
+}
+
+void cli_calib_apply(const struct cli_calib *c, struct rkv_scenario *sc)
+{
+    /* Every machine of a run shares this host: split its cores. */
+    uint32_t cores = c->host_cores / (sc->machines ? sc->machines : 1);
+    sc->sim_cores = cores ? cores : 1;
+    snprintf(sc->sim_platform, sizeof(sc->sim_platform), "star");
+    sc->sim_platform_file[0] = 0;
+    /* 0 would mean "the default" to the platform writer. */
+    sc->sim_latency_us = c->latency_us > 1e-3 ? c->latency_us : 1e-3;
+    sc->sim_bandwidth_gbps = c->bandwidth_gbps;
+    sc->sim_msg_cost_ns = c->msg_cost_ns;
+    /* Measured CPU already holds what a handler spends per row. */
+    sc->sim_row_cost_ns = c->cpu_measured ? 0 : c->row_cost_ns;
+    sc->sim_cpu_measured = c->cpu_measured;
+}
