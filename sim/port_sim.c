@@ -215,6 +215,11 @@ static void sp_handler_work(struct rkv_port *p, uint64_t rows)
     double ns = (double)rows * sp->w->row_cost_ns;
     if (ns <= 0)
         return;
+    double factor = sp->cpu_factor ? sp->cpu_factor(sp->cpu_user, simgrid_get_clock()) : 1;
+    if (factor > 1) {
+        ns *= factor;
+        sp->slowed_rows += rows;
+    }
     double t0 = simgrid_get_clock();
     /* Work, not a sleep: the nodes of one machine share its cores. */
     sim_cpu_settle(sp->w);
@@ -236,11 +241,6 @@ static struct sim_shm *sp_shm_find(struct sim_world *w, const char *name)
 static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int create, void **addr_p)
 {
     struct sim_world *w = sp_of(p)->w;
-    double factor = sp->cpu_factor ? sp->cpu_factor(sp->cpu_user, simgrid_get_clock()) : 1;
-    if (factor > 1) {
-        ns *= factor;
-        sp->slowed_rows += rows;
-    }
     struct sim_shm *s = sp_shm_find(w, name);
     if (create && s)
         return -RKV_EEXIST;
@@ -362,6 +362,18 @@ static const struct rkv_port_ops sim_port_ops = {
     .destroy = sp_destroy,
 };
 
+void sim_port_set_cpu_factor(struct rkv_port *p, double (*fn)(void *user, double t_s), void *user)
+{
+    struct sim_port *sp = sp_of(p);
+    sp->cpu_factor = fn;
+    sp->cpu_user = user;
+}
+
+uint64_t sim_port_slowed_rows(struct rkv_port *p)
+{
+    return sp_of(p)->slowed_rows;
+}
+
 int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int log_level,
                     uint64_t seed, uint32_t machine, uint32_t tid, struct rkv_port **port_p)
 {
@@ -383,18 +395,6 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
 
 void sim_port_add_actor(struct rkv_port *p, sg_actor_t a)
 {
-void sim_port_set_cpu_factor(struct rkv_port *p, double (*fn)(void *user, double t_s), void *user)
-{
-    struct sim_port *sp = sp_of(p);
-    sp->cpu_factor = fn;
-    sp->cpu_user = user;
-}
-
-uint64_t sim_port_slowed_rows(struct rkv_port *p)
-{
-    return sp_of(p)->slowed_rows;
-}
-
     struct sim_port *sp = sp_of(p);
     if (sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]))
         sp->actors[sp->n_actors++] = a;
