@@ -162,13 +162,13 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         argv[n++] = (char *)flag;
         argv[n++] = num;
         argv[n] = NULL;
-        if (out_fd) {
         if (node && d->fault_dir[0]) {
             char stats[128];
             snprintf(stats, sizeof(stats), "%s/%s", d->fault_dir, node);
             setenv("RKV_FAULT_NODE", node, 1);
             setenv("RKV_FAULT_STATS", stats, 1);
         }
+        if (out_fd) {
             dup2(pipefd[1], STDOUT_FILENO);
             close(pipefd[0]);
             close(pipefd[1]);
@@ -760,7 +760,6 @@ static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const 
 {
     d->client0_phase = -1;
     for (uint32_t i = 0; i < sc->n_faults; i++) {
-        struct demo_fault *f = &d->faults[d->n_faults];
         const struct rkv_sc_fault *sf = &sc->faults[i];
         if (!strcmp(sf->kind, "slow_cpu")) {
             fprintf(stderr,
@@ -773,6 +772,7 @@ static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const 
             d->nic_faults = 1;
             continue;
         }
+        struct demo_fault *f = &d->faults[d->n_faults];
         unsigned m, l, w;
         snprintf(f->name, sizeof(f->name), "%s", sf->target);
         f->at_s = sf->at_s;
@@ -787,7 +787,6 @@ static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const 
         }
         d->n_faults++;
     }
-}
     snprintf(d->fault_dir, sizeof(d->fault_dir), "/tmp/rkv-faults.XXXXXX");
     if (d->nic_faults && !mkdtemp(d->fault_dir)) {
         fprintf(stderr, "rkv run: cannot make a directory for fault counts: %s\n", strerror(errno));
@@ -832,6 +831,7 @@ static int run_fault_stats(struct demo *d, const struct rkv_scenario *sc, uint64
     }
     rmdir(d->fault_dir);
     return fired;
+}
 
 /* Waits for the workers; with faults, a survivor may end on a named store
  * error (exit 3), and the crashed ones were reaped when killed. */
@@ -896,10 +896,10 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         r.faults_fired = d->nic_faults ? run_fault_stats(d, sc, &broken) : 1;
         for (uint32_t i = 0; i < d->n_faults; i++)
             r.faults_fired &= d->faults[i].fired;
-        r.survivor_errors = survivor_errors;
         /* Without a crash or a broken connection nothing may be lost: every
          * worker must finish every phase. */
         r.must_complete = !d->n_faults && !broken;
+        r.survivor_errors = survivor_errors;
         snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
     }
     rkv_report_print(&r, stdout, backend);
