@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,12 +110,41 @@ static void test_env_launch(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* rkv doctor on whatever host runs the tests: a verdict line, exit 0 (a verbs
+ * run can work) or 2 (it cannot, and every problem comes with its fix); a
+ * server port taken by another program is named as a problem. */
+static void test_doctor(void **state)
+{
+    (void)state;
+    static char out[1 << 14];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    char args[128];
+    snprintf(args, sizeof(args), "doctor --base-port %u", ntohs(a.sin_port));
+    int rc = run(args, out, sizeof(out));
+    close(fd);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "verdict: "));
+    assert_non_null(strstr(out, "  FIX   "));
+    char port[16];
+    snprintf(port, sizeof(port), "%u", ntohs(a.sin_port));
+    assert_non_null(strstr(strstr(out, "this run's settings"), port));
+    rc = run("doctor", out, sizeof(out));
+    assert_true(rc == 0 || rc == 2);
+    assert_non_null(strstr(out, rc == 0 ? "verdict: a verbs run can work" : "  FIX   "));
+    assert_int_equal(run("doctor --no-such-setting 1", out, sizeof(out)), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cli_errors),  cmocka_unit_test(test_demo_2x2_4_workers),
         cmocka_unit_test(test_demo_uneven), cmocka_unit_test(test_demo_cluster_file),
-        cmocka_unit_test(test_env_launch),
+        cmocka_unit_test(test_env_launch),  cmocka_unit_test(test_doctor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
