@@ -286,7 +286,10 @@ static int posix_shm_map(struct rkv_port *p, const char *name, size_t bytes, int
     rc = posix_shm_size(p, name, fd, bytes, create);
     if (rc < 0)
         goto undo_open;
-    void *addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* MAP_POPULATE: the page tables are filled now, not by a fault per 4 KiB
+     * page in the first pushes and pulls through the shard (measured: the
+     * faults held a co-located 1 MiB push to a fraction of memcpy). */
+    void *addr = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (addr == MAP_FAILED) {
         RKV_LOGE(p, "shm %s: mmap of %zu bytes failed: %s", name, bytes, strerror(errno));
         rc = -RKV_EIO;
