@@ -962,7 +962,10 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
     struct rkv_peer *p;
     int rc = peer_new(e, qp, &p);
     if (rc < 0) {
-        RKV_LOGW(e->port, "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
+        /* A peer gone before its receives were posted only left: a flood of
+         * such connections must not flood the log. */
+        rkv_port_log(e->port, rc == -RKV_EPEERDEAD ? RKV_LOG_DEBUG : RKV_LOG_WARN,
+                     "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
         eng_defer_close(e, qp, NULL);
         return;
     }

@@ -1,0 +1,1068 @@
+/* Hostile peers against real servers, over the backend RKV_TEST_BACKEND
+ * names (tcp by default; ci/verbs-suite runs it with verbs in the soft-RoCE
+ * VM, and it exits 77 when verbs is asked for and no RDMA device exists).
+ *
+ * The hostile peer is the real NIC driven by hand: it speaks rkv's wire
+ * format with the real encoders, but sends whatever it likes (bad keys, wrong
+ * row sizes, lengths that wrap or lie), writes where it likes once a server
+ * granted it a slot, and plays a server that answers a rendezvous with a slot
+ * pointing at nothing. After each attack the attacked server must still serve
+ * a well-behaved client (values checked), and must have logged the rejection
+ * exactly once: every server and client here runs on a port whose log lines
+ * are captured (a copy of the POSIX port's ops with vlog replaced).
+ *
+ * The address is RKV_HOST, else 127.0.0.1 (tcp) or the first IPv4 address
+ * rdma_cm can bind to an RDMA device (verbs). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#if RKV_WITH_VERBS
+#include <ifaddrs.h>
+#include <infiniband/verbs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#endif
+
+#include "nic/nic.h"
+#include "port/port.h"
+#include "proto/proto.h"
+#include "raw_frames.h"
+#include "rkv.h"
+#include "store/server_int.h"
+
+#define WAIT_MS 10000u   /* every wait for something that must happen (emulated NICs are slow) */
+#define EV_RX 64u        /* receives the hostile peer posts (the servers' rx_depth) */
+#define EV_CTRL 8192u    /* the servers' ctrl_buf_bytes: each receive holds one SEND */
+#define EV_TX 65536u     /* the hostile peer's transmit buffer */
+#define EV_QUEUE 32u     /* messages the hostile peer holds before a test reads them */
+#define FLOOD 200        /* connections of the flood */
+#define BIG_ROW_LEN 4096 /* f32 elements: 16 KiB rows travel through rendezvous slots */
+
+/* What every test needs to know about where it runs (cmocka group state). */
+struct env {
+    char backend[16];
+    char host[64];
+    uint16_t next_port; /* ports are tried upward from a pid-derived base */
+};
+
+/* ---- log capture ---- */
+
+/* A port's log, kept in memory. The port's ops point at `ops`, a copy of the
+ * POSIX ones with vlog replaced, so the capture finds itself from the port. */
+struct logcap {
+    struct rkv_port_ops ops; /* first: logcap_of() casts back from port->ops */
+    const struct rkv_port_ops *orig;
+    pthread_mutex_t mu;
+    char *text; /* lines, each ending in '\n' */
+    size_t len, cap;
+    int echo_level; /* lines at or below it also go to stderr, for the CI log */
+};
+
+static struct logcap *logcap_of(struct rkv_port *p)
+{
+    return (struct logcap *)(void *)(uintptr_t)p->ops;
+}
+
+static void logcap_vlog(struct rkv_port *p, int level, const char *fmt, va_list ap)
+{
+    struct logcap *lc = logcap_of(p);
+    char line[1024];
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = snprintf(line, sizeof(line), "%s L%d ", p->node, level);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap2);
+    va_end(ap2);
+    size_t l = strlen(line);
+    pthread_mutex_lock(&lc->mu);
+    if (lc->len + l + 2 > lc->cap) {
+        size_t cap = (lc->cap + l + 2) * 2;
+        char *t = realloc(lc->text, cap);
+        if (!t)
+            abort(); /* a test without memory cannot say anything useful */
+        lc->text = t;
+        lc->cap = cap;
+    }
+    memcpy(lc->text + lc->len, line, l);
+    lc->len += l;
+    lc->text[lc->len++] = '\n';
+    lc->text[lc->len] = 0;
+    pthread_mutex_unlock(&lc->mu);
+    if (level <= lc->echo_level)
+        lc->orig->vlog(p, level, fmt, ap);
+}
+
+static void logcap_attach(struct logcap *lc, struct rkv_port *p)
+{
+    memset(lc, 0, sizeof(*lc));
+    lc->orig = p->ops;
+    lc->ops = *p->ops;
+    lc->ops.vlog = logcap_vlog;
+    lc->echo_level = RKV_LOG_WARN;
+    pthread_mutex_init(&lc->mu, NULL);
+    p->ops = &lc->ops;
+}
+
+static void logcap_free(struct logcap *lc)
+{
+    pthread_mutex_destroy(&lc->mu);
+    free(lc->text);
+}
+
+/* Lines containing needle since the last reset. */
+static int logcap_count(struct logcap *lc, const char *needle)
+{
+    int n = 0;
+    pthread_mutex_lock(&lc->mu);
+    for (const char *s = lc->text; s && *s;) {
+        const char *eol = strchr(s, '\n');
+        const char *hit = strstr(s, needle);
+        if (hit && hit < eol)
+            n++;
+        s = eol + 1;
+    }
+    pthread_mutex_unlock(&lc->mu);
+    return n;
+}
+
+static void logcap_reset(struct logcap *lc)
+{
+    pthread_mutex_lock(&lc->mu);
+    lc->len = 0;
+    if (lc->text)
+        lc->text[0] = 0;
+    pthread_mutex_unlock(&lc->mu);
+}
+
+static void logcap_dump(struct logcap *lc, const char *title)
+{
+    pthread_mutex_lock(&lc->mu);
+    printf("---- %s ----\n%s----\n", title, lc->text ? lc->text : "");
+    pthread_mutex_unlock(&lc->mu);
+}
+
+/* Every rejection is logged exactly once: one line of its kind, and it says
+ * `needle` (NULL: the kind is all that is checked). */
+static void expect_logged_once(struct logcap *lc, const char *needle, const char *kind)
+{
+    if (!needle)
+        needle = kind;
+    /* The line may come a moment after what the test saw (the peer's hang-up,
+     * a failed request): wait for it, then count. */
+    for (int waited_ms = 0; logcap_count(lc, kind) == 0 && waited_ms < (int)WAIT_MS;
+         waited_ms += 10)
+        usleep(10000);
+    int n = logcap_count(lc, needle), k = logcap_count(lc, kind);
+    if (n != 1 || k != 1) {
+        logcap_dump(lc, "captured log");
+        fail_msg("expected one '%s' line (and one '%s'), got %d (%d)", needle, kind, n, k);
+    }
+}
+
+/* ---- nodes: a port with a captured log, and a NIC of the backend ---- */
+
+struct node {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct logcap log;
+};
+
+static void node_open(struct node *nd, const struct env *env, const char *name)
+{
+    const struct rkv_nic_ops *ops = rkv_nic_find(env->backend);
+    assert_non_null(ops);
+    assert_int_equal(rkv_port_posix_create(name, RKV_LOG_DEBUG, 7, &nd->port), 0);
+    logcap_attach(&nd->log, nd->port);
+    assert_int_equal(ops->open(nd->port, NULL, &nd->nic), 0);
+}
+
+static void node_close(struct node *nd)
+{
+    nd->nic->ops->close(nd->nic);
+    nd->port->ops->destroy(nd->port);
+    logcap_free(&nd->log);
+}
+
+/* ---- a cluster of real servers ---- */
+
+#define MAX_MACHINES 3
+
+struct cluster {
+    struct rkv_machine machines[MAX_MACHINES];
+    struct rkv_config cfg;
+    uint32_t n_real; /* machines 0..n_real-1 run real servers */
+    struct node srv_node[MAX_MACHINES];
+    struct rkv_server *srv[MAX_MACHINES];
+    pthread_t thr[MAX_MACHINES];
+    struct node cli_node;
+    struct rkv_client *cli;
+};
+
+static void *server_main(void *arg)
+{
+    rkv_server_run(arg);
+    return NULL;
+}
+
+static void cluster_config(struct cluster *c, struct env *env, uint32_t n_machines, uint16_t base)
+{
+    memset(c->machines, 0, sizeof(c->machines));
+    for (uint32_t m = 0; m < n_machines; m++) {
+        snprintf(c->machines[m].host, sizeof(c->machines[m].host), "%s", env->host);
+        c->machines[m].base_port = (uint16_t)(base + m);
+        c->machines[m].servers = 1;
+    }
+    rkv_config_defaults(&c->cfg);
+    snprintf(c->cfg.backend, sizeof(c->cfg.backend), "%s", env->backend);
+    c->cfg.n_machines = n_machines;
+    c->cfg.machines = c->machines;
+    c->cfg.n_workers = 1;
+    c->cfg.timeout_ms = WAIT_MS;
+    c->cfg.connect_retry_ms = WAIT_MS;
+    c->cfg.log_level = RKV_LOG_DEBUG;
+    snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "rkvh-%d-%u", (int)getpid(), base);
+}
+
+/* Starts real servers on machines 0..n_real-1 of an n_machines cluster (the
+ * rest is the caller's: a hostile server). Ports are tried until free. */
+static void cluster_start(struct cluster *c, struct env *env, uint32_t n_machines, uint32_t n_real)
+{
+    memset(c, 0, sizeof(*c));
+    c->n_real = n_real;
+    char err[256] = "";
+    for (int attempt = 0; attempt < 50; attempt++) {
+        uint16_t base = env->next_port;
+        env->next_port = (uint16_t)(env->next_port + n_machines);
+        if (env->next_port > 60000)
+            env->next_port = 20000;
+        cluster_config(c, env, n_machines, base);
+        uint32_t m;
+        for (m = 0; m < n_real; m++) {
+            char name[16];
+            snprintf(name, sizeof(name), "s%u", m);
+            struct rkv_config cfg = c->cfg;
+            cfg.machine_id = m;
+            node_open(&c->srv_node[m], env, name);
+            if (rkv_server_create_on(c->srv_node[m].port, c->srv_node[m].nic, &cfg, 0, &c->srv[m],
+                                     err, sizeof(err)) < 0) {
+                node_close(&c->srv_node[m]);
+                break;
+            }
+        }
+        if (m == n_real)
+            break;
+        while (m-- > 0) { /* a port was taken: shut what started, try others */
+            rkv_server_destroy(c->srv[m]);
+            node_close(&c->srv_node[m]);
+            c->srv[m] = NULL;
+        }
+    }
+    if (!c->srv[0])
+        fail_msg("no free ports for the servers: %s", err);
+    for (uint32_t m = 0; m < n_real; m++)
+        assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
+}
+
+/* The well-behaved client, on machine 0 (its rows of other machines cross
+ * the network). Created after any hostile server is up. */
+static void cluster_join(struct cluster *c, struct env *env)
+{
+    char err[256];
+    node_open(&c->cli_node, env, "w");
+    if (rkv_client_create_on(c->cli_node.port, c->cli_node.nic, &c->cfg, &c->cli, err,
+                             sizeof(err)) < 0)
+        fail_msg("client: %s", err);
+}
+
+static void cluster_stop(struct cluster *c)
+{
+    assert_int_equal(rkv_client_shutdown_servers(c->cli), 0);
+    rkv_client_destroy(c->cli);
+    node_close(&c->cli_node);
+    for (uint32_t m = 0; m < c->n_real; m++) {
+        pthread_join(c->thr[m], NULL);
+        rkv_server_destroy(c->srv[m]);
+        node_close(&c->srv_node[m]);
+    }
+}
+
+/* Tensor 1: rows 50..99 live on machine 1 of two (33..65 of three). Tensor 2: the same with 16 KiB
+ * rows, which travel through rendezvous slots. */
+static const struct rkv_tensor_desc T_SMALL = {
+    .name = "small", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+static const struct rkv_tensor_desc T_BIG = {
+    .name = "big", .dtype = RKV_F32, .rows = 100, .row_len = BIG_ROW_LEN, .policy = RKV_PART_RANGE};
+#define SMALL_ID 1u
+#define SMALL_ROW_BYTES 16u
+
+static void cluster_tensors(struct cluster *c)
+{
+    assert_int_equal(rkv_client_init_data(c->cli, &T_SMALL), 0);
+    assert_int_equal(rkv_client_init_data(c->cli, &T_BIG), 0);
+}
+
+/* Push then pull rows of machine 1 (and one of machine 0) of both tensors;
+ * the values must come back. `round` makes every call's values new. */
+static void check_serving(struct cluster *c, int round)
+{
+    static float rows[3 * BIG_ROW_LEN], got[3 * BIG_ROW_LEN];
+    /* Two rows of machine 1 and one of machine 0, for 2 or 3 machines. */
+    uint64_t ids[3] = {c->cfg.n_machines == 2 ? 99 : 40, 3, 60};
+    const struct rkv_tensor_desc *ts[2] = {&T_SMALL, &T_BIG};
+    for (int k = 0; k < 2; k++) {
+        size_t n = 3 * (size_t)ts[k]->row_len;
+        for (size_t j = 0; j < n; j++)
+            rows[j] = (float)(round * 1000 + k * 100) + (float)(j % 89);
+        int rc = rkv_client_push(c->cli, ts[k]->name, ids, 3, rows, RKV_OP_ASSIGN, 0);
+        if (rc < 0)
+            fail_msg("push %s: %s", ts[k]->name, rkv_client_errmsg(c->cli));
+        memset(got, 0, n * sizeof(float));
+        rc = rkv_client_pull(c->cli, ts[k]->name, ids, 3, got);
+        if (rc < 0)
+            fail_msg("pull %s: %s", ts[k]->name, rkv_client_errmsg(c->cli));
+        assert_memory_equal(got, rows, n * sizeof(float));
+    }
+}
+
+/* ---- the hostile peer: the real NIC, driven by hand ---- */
+
+struct rx_msg {
+    uint8_t buf[EV_CTRL] __attribute__((aligned(8)));
+    uint32_t len;
+};
+
+struct evil {
+    struct node nd;
+    struct rkv_qp *qp;
+    int down;      /* the connection broke (DISCONNECTED seen) */
+    int failed_wc; /* a completion of ours carried an error status */
+    int failed_status;
+    uint8_t *rx; /* EV_RX receive buffers of EV_CTRL bytes */
+    struct rkv_mr *rx_mr;
+    uint8_t *tx;
+    struct rkv_mr *tx_mr;
+    struct rx_msg *q; /* received SENDs, oldest first */
+    uint32_t q_head, q_len;
+    uint32_t n_imm; /* WRITE_WITH_IMMs that landed */
+};
+
+static void evil_open(struct evil *e, const struct env *env)
+{
+    memset(e, 0, sizeof(*e));
+    node_open(&e->nd, env, "evil");
+    e->rx = aligned_alloc(64, (size_t)EV_RX * EV_CTRL);
+    e->tx = aligned_alloc(64, EV_TX);
+    e->q = calloc(EV_QUEUE, sizeof(*e->q));
+    assert_true(e->rx && e->tx && e->q);
+    memset(e->tx, 0, EV_TX);
+    struct rkv_nic *n = e->nd.nic;
+    assert_int_equal(n->ops->reg_mr(n, e->rx, (size_t)EV_RX * EV_CTRL, RKV_ACCESS_LOCAL, &e->rx_mr),
+                     0);
+    assert_int_equal(n->ops->reg_mr(n, e->tx, EV_TX, RKV_ACCESS_LOCAL, &e->tx_mr), 0);
+}
+
+static void evil_post_rx(struct evil *e, uint32_t i)
+{
+    struct rkv_sge s = {.addr = e->rx + (size_t)i * EV_CTRL, .len = EV_CTRL, .mr = e->rx_mr};
+    assert_int_equal(e->nd.nic->ops->post_recv(e->qp, i, &s), 0);
+}
+
+static void evil_attach(struct evil *e, struct rkv_qp *qp)
+{
+    e->qp = qp;
+    for (uint32_t i = 0; i < EV_RX; i++)
+        evil_post_rx(e, i);
+}
+
+static void evil_connect(struct evil *e, const struct rkv_machine *m)
+{
+    struct rkv_qp *qp;
+    struct rkv_nic *n = e->nd.nic;
+    assert_int_equal(n->ops->connect(n, m->host, m->base_port, WAIT_MS, &qp), 0);
+    evil_attach(e, qp);
+}
+
+/* Takes completions for up to timeout_ms; returns how many. */
+static int evil_pump(struct evil *e, uint32_t timeout_ms)
+{
+    struct rkv_wc wc[16];
+    int n = e->nd.nic->ops->poll(e->nd.nic, wc, 16, timeout_ms);
+    for (int i = 0; i < n; i++) {
+        if (wc[i].opcode == RKV_WC_CONNECTED) {
+            if (!e->qp)
+                evil_attach(e, wc[i].qp);
+            else
+                e->nd.nic->ops->qp_close(wc[i].qp); /* one connection at a time */
+            continue;
+        }
+        if (wc[i].qp != e->qp)
+            continue;
+        if (wc[i].opcode == RKV_WC_DISCONNECTED) {
+            e->down = 1;
+            continue;
+        }
+        if (wc[i].status != RKV_WC_SUCCESS) {
+            e->failed_wc++;
+            e->failed_status = wc[i].status;
+            continue;
+        }
+        if (wc[i].opcode == RKV_WC_RECV_IMM) {
+            e->n_imm++;
+            evil_post_rx(e, (uint32_t)wc[i].wr_id);
+        } else if (wc[i].opcode == RKV_WC_RECV) {
+            uint32_t i_rx = (uint32_t)wc[i].wr_id;
+            assert_true(e->q_len < EV_QUEUE);
+            struct rx_msg *m = &e->q[(e->q_head + e->q_len++) % EV_QUEUE];
+            m->len = wc[i].byte_len;
+            memcpy(m->buf, e->rx + (size_t)i_rx * EV_CTRL, m->len);
+            evil_post_rx(e, i_rx);
+        }
+    }
+    return n;
+}
+
+/* The next message from the peer, skipping CREDITs; -RKV_EPEERDEAD when the
+ * connection broke first. The caller owns *buf_p until the next call. */
+static int evil_next(struct evil *e, struct rkv_msg *m)
+{
+    for (uint32_t waited = 0; waited < WAIT_MS;) {
+        while (e->q_len) {
+            struct rx_msg *r = &e->q[e->q_head];
+            e->q_head = (e->q_head + 1) % EV_QUEUE;
+            e->q_len--;
+            char why[160];
+            if (rkv_proto_decode(r->buf, r->len, m, why, sizeof(why)) < 0)
+                fail_msg("the server sent a message its own decoder refuses: %s", why);
+            if (m->h.type != RKV_MSG_CREDIT)
+                return 0;
+        }
+        if (e->down)
+            return -RKV_EPEERDEAD;
+        if (evil_pump(e, 100) == 0)
+            waited += 100;
+    }
+    fail_msg("no message and no disconnect within %u ms", WAIT_MS);
+    return -RKV_ETIMEDOUT;
+}
+
+/* Waits until the connection broke. */
+static void evil_expect_dropped(struct evil *e)
+{
+    struct rkv_msg m;
+    int rc;
+    while ((rc = evil_next(e, &m)) == 0)
+        ; /* replies to earlier requests may still come first */
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+}
+
+/* SENDs tx[0..len) as it is (flow-control fields zero: no credits returned). */
+static void evil_send(struct evil *e, size_t len)
+{
+    assert_true(len <= EV_CTRL);
+    struct rkv_sge s = {.addr = e->tx, .len = (uint32_t)len, .mr = e->tx_mr};
+    assert_int_equal(e->nd.nic->ops->post_send(e->qp, 1, &s, 0), 0);
+}
+
+static void evil_write(struct evil *e, uint64_t addr, uint32_t rkey, uint32_t len, int with_imm,
+                       uint32_t imm)
+{
+    assert_true(len <= EV_TX);
+    struct rkv_sge s = {.addr = e->tx, .len = len, .mr = e->tx_mr};
+    /* The writer cannot know: the post itself succeeds. */
+    assert_int_equal(e->nd.nic->ops->post_write(e->qp, 2, &s, addr, rkey, with_imm, imm, 0), 0);
+}
+
+static void evil_close(struct evil *e)
+{
+    struct rkv_nic *n = e->nd.nic;
+    if (e->qp)
+        n->ops->qp_close(e->qp);
+    n->ops->dereg_mr(n, e->rx_mr);
+    n->ops->dereg_mr(n, e->tx_mr);
+    node_close(&e->nd);
+    free(e->rx);
+    free(e->tx);
+    free(e->q);
+}
+
+/* Encodes a PUSH of `count` ids (only the first `real` present) into tx. */
+static size_t enc_push(struct evil *e, uint32_t tensor, uint32_t count, uint32_t row_bytes,
+                       const uint64_t *ids)
+{
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = 0x77,
+                        .tensor_id = tensor,
+                        .sender = 0x666,
+                        .count = count,
+                        .row_bytes = row_bytes};
+    size_t len = rkv_proto_enc_push(e->tx, &h, ids, NULL);
+    memset(e->tx + RKV_PROTO_HDR_BYTES + (size_t)count * 8, 0, (size_t)count * row_bytes);
+    return len;
+}
+
+/* Sends one request and returns its reply's status (0 for an ACK). */
+static int evil_request(struct evil *e, size_t len, int want_type)
+{
+    evil_send(e, len);
+    struct rkv_msg m;
+    int rc = evil_next(e, &m);
+    if (rc < 0)
+        return rc;
+    assert_int_equal(m.h.req_id, 0x77);
+    if (m.h.type == RKV_MSG_ERROR) {
+        assert_true(m.h.status < 0);
+        return m.h.status;
+    }
+    assert_int_equal(m.h.type, want_type);
+    return 0;
+}
+
+/* ---- 1: bad requests, well-formed or not ---- */
+
+struct bad_req {
+    const char *what;
+    uint32_t tensor, row_bytes;
+    uint64_t id;
+    int want;           /* the reply's status */
+    const char *logged; /* the rejection's log line */
+};
+
+static void test_bad_requests(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    struct logcap *log = &c.srv_node[1].log;
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    /* Named errors on a connection that stays up. */
+    const struct bad_req reqs[] = {
+        {"unknown tensor", 999, SMALL_ROW_BYTES, 60, -RKV_ENOTENSOR, "unknown tensor id 999"},
+        {"tensor id 0", 0, SMALL_ROW_BYTES, 60, -RKV_ENOTENSOR, "unknown tensor id 0"},
+        {"tensor id past the table", 0xffffffffu, SMALL_ROW_BYTES, 60, -RKV_ENOTENSOR,
+         "unknown tensor id 4294967295"},
+        {"wrong row size", SMALL_ID, 12, 60, -RKV_EDTYPE, "request has 12"},
+        {"row size of another dtype", SMALL_ID, 32, 60, -RKV_EDTYPE, "request has 32"},
+        {"row id past the rows", SMALL_ID, SMALL_ROW_BYTES, 100, -RKV_ERANGE, "row id 100"},
+        {"row id 2^64-1", SMALL_ID, SMALL_ROW_BYTES, UINT64_MAX, -RKV_ERANGE,
+         "row id 18446744073709551615"},
+        {"row id of machine 0", SMALL_ID, SMALL_ROW_BYTES, 10, -RKV_ERANGE,
+         "row 10 belongs to machine 0"},
+    };
+    for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+        const struct bad_req *r = &reqs[i];
+        printf("bad request: %s\n", r->what);
+        logcap_reset(log);
+        size_t len = enc_push(&e, r->tensor, 1, r->row_bytes, &r->id);
+        assert_int_equal(evil_request(&e, len, RKV_MSG_PUSH_ACK), r->want);
+        expect_logged_once(log, r->logged, "rejecting PUSH");
+        /* The same mistakes in a PULL (its reply slot is never used). */
+        logcap_reset(log);
+        struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                            .req_id = 0x77,
+                            .tensor_id = r->tensor,
+                            .count = 1,
+                            .row_bytes = r->row_bytes};
+        struct rkv_slot_desc nowhere = {.addr = 64, .rkey = 1, .cap = 1 << 20};
+        len = rkv_proto_enc_pull(e.tx, &h, &nowhere, &r->id);
+        assert_int_equal(evil_request(&e, len, RKV_MSG_PULL_REPLY), r->want);
+        expect_logged_once(log, r->logged, "rejecting PULL");
+    }
+    /* A pull whose reply would not fit the slot it offers. */
+    logcap_reset(log);
+    uint64_t ids[64];
+    for (int i = 0; i < 64; i++)
+        ids[i] = 50 + (uint64_t)i % 50;
+    struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                        .req_id = 0x77,
+                        .tensor_id = SMALL_ID,
+                        .count = 64,
+                        .row_bytes = SMALL_ROW_BYTES};
+    struct rkv_slot_desc tiny = {.addr = 64, .rkey = 1, .cap = 128};
+    size_t len = rkv_proto_enc_pull(e.tx, &h, &tiny, ids);
+    assert_int_equal(evil_request(&e, len, RKV_MSG_PULL_REPLY), -RKV_ELIMIT);
+    expect_logged_once(log, "reply larger than the offered slot", "rejecting PULL");
+    /* The good request on the same connection still works. */
+    uint64_t good = 60;
+    len = enc_push(&e, SMALL_ID, 1, SMALL_ROW_BYTES, &good);
+    assert_int_equal(evil_request(&e, len, RKV_MSG_PUSH_ACK), 0);
+    evil_close(&e);
+    check_serving(&c, 2);
+
+    /* Malformed messages: the server's decoder refuses them and closes only
+     * that connection, once each. */
+    const struct malformed {
+        const char *what;
+        uint32_t count, row_bytes; /* header fields */
+        uint64_t payload_len;      /* header field */
+        size_t send_len;           /* bytes actually sent */
+        const char *logged;
+    } mal[] = {
+        /* (2^27 + 1) x (8 + 24) = 2^32 + 32: in 32 bits the body of one id
+         * and one row, which is what payload_len says and what is sent. */
+        {"count whose size wraps 32 bits", (1u << 27) + 1, 24, 32, 96,
+         "count 134217729, row_bytes 24 needs 4294967328"},
+        {"count x row_bytes near 2^62", 0xffffffffu, 1u << 30, 24, 88, "needs 4611686"},
+        {"row_bytes past the limit", 1, 0xffffffffu, 24, 88, "row_bytes 4294967295 outside"},
+        {"payload_len short of count", 2, 16, 24, 88, "count 2, row_bytes 16 needs 48"},
+        {"payload_len past the message", 1, 16, 4096, 88, "payload_len 4096"},
+        {"payload_len 2^64-1", 1, 16, UINT64_MAX, 88, "payload_len 18446744073709551615"},
+        {"bytes after payload_len", 1, 16, 24, 200, "does not match buffer"},
+    };
+    for (size_t i = 0; i < sizeof(mal) / sizeof(mal[0]); i++) {
+        const struct malformed *b = &mal[i];
+        printf("malformed: %s\n", b->what);
+        logcap_reset(log);
+        evil_open(&e, env);
+        evil_connect(&e, &c.machines[1]);
+        enc_push(&e, SMALL_ID, 1, SMALL_ROW_BYTES, &good);
+        memcpy(e.tx + 24, &b->count, 4);
+        memcpy(e.tx + 28, &b->row_bytes, 4);
+        memcpy(e.tx + 48, &b->payload_len, 8);
+        evil_send(&e, b->send_len);
+        evil_expect_dropped(&e);
+        evil_close(&e);
+        expect_logged_once(log, b->logged, "closing connection after malformed message");
+        check_serving(&c, 10 + (int)i);
+    }
+    cluster_stop(&c);
+}
+
+/* ---- 2: writes outside a granted slot ---- */
+
+#define BIG_ID 2u
+#define BIG_PUSH_BYTES (RKV_PROTO_HDR_BYTES + 8 + BIG_ROW_LEN * 4)
+
+/* Asks the server for a slot for one big-row PUSH, as an engine would. */
+static struct rkv_slot_desc evil_rendezvous(struct evil *e)
+{
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
+                        .req_id = 0x77,
+                        .tensor_id = BIG_ID,
+                        .sender = 0x666,
+                        .op = RKV_MSG_PUSH};
+    evil_send(e, rkv_proto_enc_rndv_start(e->tx, &h, BIG_PUSH_BYTES));
+    struct rkv_msg m;
+    assert_int_equal(evil_next(e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_RNDV_REPLY);
+    assert_int_equal(m.h.status, 0);
+    assert_true(m.u.slot.cap >= BIG_PUSH_BYTES);
+    return m.u.slot;
+}
+
+/* Encodes a good big-row PUSH of row 60 into tx. */
+static size_t enc_big_push(struct evil *e)
+{
+    uint64_t id = 60;
+    return enc_push(e, BIG_ID, 1, BIG_ROW_LEN * 4, &id);
+}
+
+enum slot_attack {
+    ATK_PAST_END,  /* starts inside the slot, ends past it */
+    ATK_BEFORE,    /* ends inside the slot, starts before it */
+    ATK_WRAP,      /* addr + len wraps around 2^64 */
+    ATK_RKEY,      /* right address, unknown rkey */
+    ATK_IMM_OTHER, /* good bytes, but the immediate names a slot never granted */
+    ATK_IMM_HUGE,  /* the immediate is 2^32-1 */
+    ATK_GARBAGE,   /* the right slot and immediate, but the bytes are no message */
+};
+
+static void slot_attack(struct evil *e, const struct rkv_slot_desc *d, enum slot_attack a)
+{
+    size_t len = enc_big_push(e);
+    switch (a) {
+    case ATK_PAST_END:
+        return evil_write(e, d->addr + d->cap - 64, d->rkey, 4096, 1, d->slot);
+    case ATK_BEFORE:
+        return evil_write(e, d->addr - 64, d->rkey, 4096, 0, 0);
+    case ATK_WRAP:
+        return evil_write(e, UINT64_MAX - 63, d->rkey, 4096, 1, d->slot);
+    case ATK_RKEY:
+        return evil_write(e, d->addr, d->rkey ^ 0x5a5a0000u, (uint32_t)len, 1, d->slot);
+    case ATK_IMM_OTHER:
+        return evil_write(e, d->addr, d->rkey, (uint32_t)len, 1, d->slot + 1);
+    case ATK_IMM_HUGE:
+        return evil_write(e, d->addr, d->rkey, (uint32_t)len, 1, UINT32_MAX);
+    case ATK_GARBAGE:
+        for (size_t i = 0; i < len; i++)
+            e->tx[i] = (uint8_t)(i * 37 + 11);
+        return evil_write(e, d->addr, d->rkey, (uint32_t)len, 1, d->slot);
+    }
+}
+
+static void test_slot_abuse(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    /* The attack works like an honest engine until it writes: a good write
+     * into the granted slot is applied and acknowledged. */
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    struct rkv_slot_desc d = evil_rendezvous(&e);
+    size_t len = enc_big_push(&e);
+    evil_write(&e, d.addr, d.rkey, (uint32_t)len, 1, d.slot);
+    struct rkv_msg m;
+    assert_int_equal(evil_next(&e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_PUSH_ACK);
+    assert_int_equal(m.h.release, d.slot + 1); /* the ack gives the slot back */
+    evil_close(&e);
+    check_serving(&c, 1);
+    const struct {
+        enum slot_attack a;
+        const char *what, *logged, *kind;
+    } atk[] = {
+        {ATK_PAST_END, "write past the slot", NULL, "dropping the connection with"},
+        {ATK_BEFORE, "write before the slot", NULL, "dropping the connection with"},
+        {ATK_WRAP, "write whose length wraps", NULL, "dropping the connection with"},
+        {ATK_RKEY, "write with an unknown rkey", NULL, "dropping the connection with"},
+        {ATK_IMM_OTHER, "immediate naming a slot not granted", "names no slot of ours",
+         "closing connection after malformed message"},
+        {ATK_IMM_HUGE, "immediate 2^32-1", "names no slot of ours",
+         "closing connection after malformed message"},
+        {ATK_GARBAGE, "garbage in the slot", "magic", "closing connection after malformed message"},
+    };
+    for (size_t i = 0; i < sizeof(atk) / sizeof(atk[0]); i++) {
+        printf("slot attack: %s\n", atk[i].what);
+        evil_open(&e, env);
+        evil_connect(&e, &c.machines[1]);
+        d = evil_rendezvous(&e);
+        logcap_reset(log);
+        slot_attack(&e, &d, atk[i].a);
+        evil_expect_dropped(&e);
+        evil_close(&e);
+        expect_logged_once(log, atk[i].logged, atk[i].kind);
+        check_serving(&c, 10 + (int)i);
+    }
+    cluster_stop(&c);
+}
+
+/* ---- 3: a rendezvous answered with a slot outside any region ---- */
+
+/* A bad slot: an address no region covers and a key nobody issued. */
+static const struct rkv_slot_desc NOWHERE = {.addr = 0x1000, .rkey = 0x0badbeefu, .cap = 1u << 20};
+
+/* The honest side here writes: it must drop only that connection, with the
+ * remote access error named where the backend can know it. */
+static void expect_write_refused_logged(const struct env *env, struct logcap *log,
+                                        const char *tcp_line)
+{
+    if (strcmp(env->backend, "verbs") == 0)
+        expect_logged_once(log, "remote access error", "dropping the connection with");
+    else /* tcp: the writer learns it only as the target closing on it */
+        expect_logged_once(log, NULL, tcp_line);
+}
+
+/* A hostile client hands out a reply slot that points at nothing: the
+ * server's WRITE of the pull reply fails. */
+static void test_pull_reply_to_nowhere(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    for (int k = 0; k < 2; k++) {
+        struct evil e;
+        evil_open(&e, env);
+        evil_connect(&e, &c.machines[1]);
+        logcap_reset(log);
+        uint64_t id = 60;
+        struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                            .req_id = 0x77,
+                            .tensor_id = k == 0 ? SMALL_ID : BIG_ID,
+                            .count = 1,
+                            .row_bytes = k == 0 ? SMALL_ROW_BYTES : BIG_ROW_LEN * 4};
+        evil_send(&e, rkv_proto_enc_pull(e.tx, &h, &NOWHERE, &id));
+        evil_expect_dropped(&e);
+        assert_int_equal(e.n_imm, 0);
+        evil_close(&e);
+        check_serving(&c, 1 + k);
+        expect_write_refused_logged(env, log, "a peer disconnected");
+    }
+    cluster_stop(&c);
+}
+
+/* A hostile server (machine 2 of three) that accepts the client, its INIT,
+ * and answers every rendezvous with a slot pointing at nothing. */
+struct evil_server {
+    struct evil e;
+    pthread_t thr;
+    volatile int stop; /* written once by the test thread, read by the server's */
+    uint32_t n_rndv;
+};
+
+static void evil_reply(struct evil *e, const struct rkv_msg *m)
+{
+    struct rkv_hdr h = {.req_id = m->h.req_id, .tensor_id = m->h.tensor_id, .sender = 2};
+    switch (m->h.type) {
+    case RKV_MSG_HELLO:
+        h.type = RKV_MSG_HELLO_REPLY;
+        return evil_send(e, rkv_proto_enc_hello_reply(e->tx, &h, m->u.hello.want_id, 1, 64, 3));
+    case RKV_MSG_INIT:
+        h.type = RKV_MSG_INIT_REPLY;
+        return evil_send(e, rkv_proto_enc_empty(e->tx, &h));
+    case RKV_MSG_RNDV_START:
+        h.type = RKV_MSG_RNDV_REPLY;
+        h.op = m->h.op;
+        return evil_send(e, rkv_proto_enc_slot(e->tx, &h, &NOWHERE));
+    case RKV_MSG_PUSH:
+        h.type = RKV_MSG_PUSH_ACK;
+        return evil_send(e, rkv_proto_enc_empty(e->tx, &h));
+    default:
+        return;
+    }
+}
+
+static void *evil_server_main(void *arg)
+{
+    struct evil_server *es = arg;
+    struct evil *e = &es->e;
+    while (!es->stop) {
+        evil_pump(e, 50);
+        while (e->q_len) {
+            struct rx_msg *r = &e->q[e->q_head];
+            e->q_head = (e->q_head + 1) % EV_QUEUE;
+            e->q_len--;
+            struct rkv_msg m;
+            char why[160];
+            if (rkv_proto_decode(r->buf, r->len, &m, why, sizeof(why)) < 0)
+                continue;
+            es->n_rndv += m.h.type == RKV_MSG_RNDV_START;
+            if (e->qp && !e->down)
+                evil_reply(e, &m);
+        }
+    }
+    return NULL;
+}
+
+static void test_rendezvous_reply_to_nowhere(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 3, 2);
+    struct evil_server es = {0};
+    evil_open(&es.e, env);
+    struct rkv_nic *n = es.e.nd.nic;
+    if (n->ops->listen(n, c.machines[2].host, c.machines[2].base_port) < 0)
+        fail_msg("the hostile server cannot listen on %s:%u", c.machines[2].host,
+                 c.machines[2].base_port);
+    assert_int_equal(pthread_create(&es.thr, NULL, evil_server_main, &es), 0);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    struct logcap *log = &c.cli_node.log;
+    logcap_reset(log);
+    /* Rows 70 and 80 live on the hostile machine, 40 on machine 1. */
+    static float rows[3 * BIG_ROW_LEN];
+    uint64_t ids[3] = {70, 40, 80};
+    int rc = rkv_client_push(c.cli, "big", ids, 3, rows, RKV_OP_ASSIGN, 0);
+    printf("push through the bad slot: %s: %s\n", rkv_strerror(rc), rkv_client_errmsg(c.cli));
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+    assert_non_null(strstr(rkv_client_errmsg(c.cli), "server 2"));
+    assert_true(es.n_rndv >= 1);
+    expect_write_refused_logged(env, log, "lost the connection to server 2");
+    /* Only that connection went: machines 0 and 1 still serve. */
+    check_serving(&c, 2);
+    es.stop = 1;
+    pthread_join(es.thr, NULL);
+    evil_close(&es.e);
+    cluster_stop(&c);
+}
+
+/* ---- 4: a flood of connections ---- */
+
+static int tcp_dial(const struct rkv_machine *m)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(m->base_port)};
+    assert_int_equal(inet_pton(AF_INET, m->host, &a.sin_addr), 1);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+static uint64_t env_token(void)
+{
+    const char *t = getenv("RKV_TOKEN");
+    return t && *t ? strtoull(t, NULL, 0) : 0;
+}
+
+/* TCP: a quarter hang up at once, a quarter never say hello (and stay
+ * until the end), a quarter offer a wrong token, a quarter say a good hello
+ * and leave without a word. The refusals are logged once (then every 1000th). */
+static void flood_tcp(struct cluster *c, int *silent, int *n_silent)
+{
+    for (int i = 0; i < FLOOD; i++) {
+        int fd = tcp_dial(&c->machines[1]);
+        switch (i % 4) {
+        case 0:
+            close(fd);
+            break;
+        case 1:
+            silent[(*n_silent)++] = fd;
+            break;
+        case 2:
+            assert_int_equal(raw_hello(fd, env_token() + 1), -1);
+            close(fd);
+            break;
+        case 3:
+            assert_int_equal(raw_hello(fd, env_token()), 0);
+            close(fd);
+            break;
+        }
+    }
+}
+
+#if RKV_WITH_VERBS
+static int cm_event(struct rdma_event_channel *ch, int *status_p)
+{
+    struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+    if (poll(&pfd, 1, (int)WAIT_MS) != 1)
+        return -1;
+    struct rdma_cm_event *ev;
+    assert_int_equal(rdma_get_cm_event(ch, &ev), 0);
+    int type = ev->event;
+    if (status_p)
+        *status_p = ev->status;
+    rdma_ack_cm_event(ev);
+    return type;
+}
+
+/* One rdma_cm connection request without rkv's handshake data; waits for
+ * the refusal, or walks away at once (never completing the handshake). */
+static void cm_foreign_request(const struct rkv_machine *m, int wait)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    assert_non_null(ch);
+    struct rdma_cm_id *id;
+    assert_int_equal(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(m->base_port)};
+    assert_int_equal(inet_pton(AF_INET, m->host, &sa.sin_addr), 1);
+    assert_int_equal(rdma_resolve_addr(id, NULL, (struct sockaddr *)&sa, 2000), 0);
+    assert_int_equal(cm_event(ch, NULL), RDMA_CM_EVENT_ADDR_RESOLVED);
+    assert_int_equal(rdma_resolve_route(id, 2000), 0);
+    assert_int_equal(cm_event(ch, NULL), RDMA_CM_EVENT_ROUTE_RESOLVED);
+    struct rdma_conn_param cp = {.retry_count = 7, .rnr_retry_count = 7, .qp_num = 0x1234};
+    assert_int_equal(rdma_connect(id, &cp), 0);
+    if (wait)
+        assert_int_equal(cm_event(ch, NULL), RDMA_CM_EVENT_REJECTED);
+    rdma_destroy_id(id);
+    rdma_destroy_event_channel(ch);
+}
+#endif
+
+/* verbs: half are rkv NICs that connect and close at once, half foreign
+ * rdma_cm requests (the first of them walk away before the answer). */
+static void flood_verbs(struct cluster *c, struct evil *e)
+{
+#if RKV_WITH_VERBS
+    struct rkv_nic *n = e->nd.nic;
+    for (int i = 0; i < FLOOD; i++) {
+        if (i % 2 == 0) {
+            struct rkv_qp *qp;
+            assert_int_equal(
+                n->ops->connect(n, c->machines[1].host, c->machines[1].base_port, WAIT_MS, &qp), 0);
+            n->ops->qp_close(qp);
+        } else {
+            cm_foreign_request(&c->machines[1], i > FLOOD / 2);
+        }
+    }
+#else
+    (void)c, (void)e;
+    fail_msg("verbs is not built in");
+#endif
+}
+
+static void test_connection_flood(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    int silent[FLOOD], n_silent = 0;
+    struct evil e;
+    evil_open(&e, env);
+    if (strcmp(env->backend, "tcp") == 0)
+        flood_tcp(&c, silent, &n_silent);
+    else
+        flood_verbs(&c, &e);
+    /* Served while the silent ones still hang on. */
+    check_serving(&c, 2);
+    if (strcmp(env->backend, "tcp") == 0)
+        expect_logged_once(log, "wrong connection token", "refused");
+    else
+        expect_logged_once(log, "not from an rkv verbs NIC", "refusing");
+    /* Nothing else was worth a warning: peers that leave early only left. */
+    int warnings = logcap_count(log, " L0 ") + logcap_count(log, " L1 ");
+    if (warnings != 1) {
+        logcap_dump(log, "captured log");
+        fail_msg("the flood left %d warnings, expected the one refusal", warnings);
+    }
+    for (int i = 0; i < n_silent; i++)
+        close(silent[i]);
+    evil_close(&e);
+    /* And a hostile peer after the flood is still told what it did wrong. */
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    uint64_t bad = 100;
+    logcap_reset(log);
+    assert_int_equal(
+        evil_request(&e, enc_push(&e, SMALL_ID, 1, SMALL_ROW_BYTES, &bad), RKV_MSG_PUSH_ACK),
+        -RKV_ERANGE);
+    expect_logged_once(log, "row id 100", "rejecting PUSH");
+    evil_close(&e);
+    check_serving(&c, 3);
+    cluster_stop(&c);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    struct env env = {0};
+    const char *b = getenv("RKV_TEST_BACKEND");
+    snprintf(env.backend, sizeof(env.backend), "%s", b && *b ? b : "tcp");
+    if (!rkv_nic_find(env.backend)) {
+        printf("test_hostile: SKIP: backend %s is not built in\n", env.backend);
+        return 77;
+    }
+    const char *h = getenv("RKV_HOST");
+    snprintf(env.host, sizeof(env.host), "%s", h && *h ? h : "127.0.0.1");
+    env.next_port = (uint16_t)(20000 + (getpid() * 7) % 30000);
+    printf("test_hostile: backend %s on %s\n", env.backend, env.host);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate(test_bad_requests, &env),
+        cmocka_unit_test_prestate(test_slot_abuse, &env),
+        cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
+        cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
+        cmocka_unit_test_prestate(test_connection_flood, &env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
