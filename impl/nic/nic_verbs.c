@@ -217,6 +217,7 @@ struct vb_nic {
     uint32_t sq_depth, rq_depth;
     int busy_poll;
     uint64_t token;
+    uint64_t refused; /* CM task: connection requests refused at the handshake check */
     /* state */
     struct rkv_mutex *mu;
     int stopping;                        /* mu */
@@ -828,36 +829,41 @@ static void vb_reject(struct vb_nic *n, struct rdma_cm_id *id, uint32_t reason, 
 }
 
 /* Checks a connection request's private data; returns 0 or the reason to
- * refuse it. mtu_bytes: the active MTU of the port it came in on. */
+ * refuse it. mtu_bytes: the active MTU of the port it came in on. CM task. */
 static uint32_t vb_check_request(struct vb_nic *n, const struct vb_cm_ev *e, const char *peer,
                                  int mtu_bytes)
 {
-    struct rkv_port *port = n->base.port;
     struct vb_pdata pd;
+    char why[192];
+    int level = RKV_LOG_ERROR;
+    uint32_t reason;
     if (vb_pdata_get(e->pdata, e->pdata_len, &pd) < 0 || pd.kind != VB_PD_REQUEST) {
-        RKV_LOGW(port, "nic verbs: refusing %s: its request is not from an rkv verbs NIC", peer);
-        return VB_REJ_PROTO;
+        level = RKV_LOG_WARN;
+        reason = VB_REJ_PROTO;
+        snprintf(why, sizeof(why), "its request is not from an rkv verbs NIC");
+    } else if (pd.version != VB_VERSION) {
+        reason = VB_REJ_PROTO;
+        snprintf(why, sizeof(why), "it speaks handshake version %u, this node %u", pd.version,
+                 VB_VERSION);
+    } else if (pd.mtu_bytes != (uint32_t)mtu_bytes) {
+        reason = VB_REJ_MTU;
+        snprintf(why, sizeof(why),
+                 "MTU mismatch: its port's active MTU is %u, this port's (%s) is %d; give both "
+                 "netdevs the same MTU",
+                 pd.mtu_bytes, n->dev_name, mtu_bytes);
+    } else if (pd.token != n->token) {
+        reason = VB_REJ_TOKEN;
+        snprintf(why, sizeof(why),
+                 "its connection token differs from this node's (set the same "
+                 "RKV_TOKEN on every node)");
+    } else {
+        return 0;
     }
-    if (pd.version != VB_VERSION) {
-        RKV_LOGE(port, "nic verbs: refusing %s: it speaks handshake version %u, this node %u", peer,
-                 pd.version, VB_VERSION);
-        return VB_REJ_PROTO;
-    }
-    if (pd.mtu_bytes != (uint32_t)mtu_bytes) {
-        RKV_LOGE(port,
-                 "nic verbs: refusing %s: MTU mismatch: its port's active MTU is %u, this "
-                 "port's (%s) is %d; give both netdevs the same MTU",
-                 peer, pd.mtu_bytes, n->dev_name, mtu_bytes);
-        return VB_REJ_MTU;
-    }
-    if (pd.token != n->token) {
-        RKV_LOGE(port,
-                 "nic verbs: refusing %s: its connection token differs from this node's "
-                 "(set the same RKV_TOKEN on every node)",
-                 peer);
-        return VB_REJ_TOKEN;
-    }
-    return 0;
+    /* Once, then every 1000th: a flood must not flood the log too (as tcp). */
+    if (n->refused++ % 1000 == 0)
+        rkv_port_log(n->base.port, level, "nic verbs: refusing %s: %s (%llu refused so far)", peer,
+                     why, (unsigned long long)n->refused);
+    return reason;
 }
 
 /* Sets up, and accepts, the QP of an acceptable request. */
