@@ -84,15 +84,24 @@ static void test_demo_cluster_file(void **state)
 {
     (void)state;
     static char out[1 << 16];
-    FILE *f = fopen("ip_config.txt", "w");
+    /* In /tmp, not the working directory: run from the repository's root the
+     * test would overwrite files there. */
+    char path[] = "/tmp/rkv-ip_config.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
     assert_non_null(f);
     unsigned base = 24000 + (unsigned)(getpid() % 160) * 3; /* this binary's range */
     fprintf(f, "# host base_port servers\n127.0.0.1 %u 2\n127.0.0.1 %u   # default count\n", base,
             base + 2);
     fclose(f);
-    int rc = run("demo --cluster ip_config.txt --servers-per-machine 1 --num-workers 3 --rows 700 "
-                 "--value-bytes 8192 --rounds 1",
-                 out, sizeof(out));
+    char args[512];
+    snprintf(args, sizeof(args),
+             "demo --cluster %s --servers-per-machine 1 --num-workers 3 --rows 700 "
+             "--value-bytes 8192 --rounds 1",
+             path);
+    int rc = run(args, out, sizeof(out));
+    unlink(path);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "2 machines, 3 servers, 3 workers"));
     assert_non_null(strstr(out, "verdict: PASS"));
