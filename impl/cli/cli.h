@@ -43,6 +43,8 @@ enum cli_key {
     CLI_ROUNDS,
     CLI_SCENARIO,
     CLI_DISCOVER,
+    CLI_DURABLE_DIR,
+    CLI_RETRY_MS,
     CLI_KEY_COUNT_
 };
 

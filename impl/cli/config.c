@@ -64,6 +64,12 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_DISCOVER] = {"discover", "RKV_DISCOVER", "", "0",
                       "1: only machine 0's host is known; the other servers announce their "
                       "address to server 0"},
+    [CLI_DURABLE_DIR] = {"durable-dir", "RKV_DURABLE_DIR", "", "",
+                         "durable mode: a push is acknowledged once a snapshot holding it is "
+                         "synced here; a restarted server loads its machine's snapshot"},
+    [CLI_RETRY_MS] = {"retry-ms", "RKV_RETRY_MS", "", "0",
+                      "clients retry requests to a dead server this long (it may restart); "
+                      "0: fail at once with a dead-peer error"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
@@ -305,8 +311,15 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
         cli_u32(s, CLI_SLOTS, &cfg->push_slots, err, err_len) ||
         cli_get_u64(s, CLI_MAX_SLOT_BYTES, &slot, err, err_len) ||
         cli_get_u64(s, CLI_SEED, &seed, err, err_len) ||
-        cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len))
+        cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len) ||
+        cli_u32(s, CLI_RETRY_MS, &cfg->retry_ms, err, err_len))
         goto free_machines;
+    if (strlen(s->val[CLI_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
+        rkv_errf(err, err_len, -1, "durable-dir: longer than %zu bytes",
+                 sizeof(cfg->durable_dir) - 1);
+        goto free_machines;
+    }
+    strcpy(cfg->durable_dir, s->val[CLI_DURABLE_DIR]);
     cfg->max_slot_bytes = slot;
     cfg->seed = seed;
     /* Test-only hook (see rkv.h), deliberately not a documented setting. */

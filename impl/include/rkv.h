@@ -129,6 +129,18 @@ struct rkv_config {
     uint64_t max_slot_bytes;      /* largest single message via rendezvous */
     uint64_t seed;
     int log_level; /* 0 error, 1 warn, 2 info, 3 debug */
+    /* Durable mode when not empty: servers acknowledge a push only once a
+     * snapshot of their machine's shard holding it is on disk in this
+     * directory (group commit: pushes acknowledged together share one
+     * fsync), co-located clients push through a server, and a server
+     * created where its machine's snapshot exists restarts from it. Every
+     * node of a cluster must agree on durable or not (HELLO checks it). */
+    char durable_dir[256];
+    /* A client whose request meets a dead server (-RKV_EPEERDEAD) retries it
+     * with backoff for this long, reconnecting to the server's address as
+     * server 0 knows it then (a restarted server re-registers); a retried
+     * push is applied once. 0 (the default): fail at once. */
+    uint32_t retry_ms;
     /* Test-only: a server that creates a shard holding this global row adds
      * 1 to the row's first element of every tensor, so that oracle tests can
      * prove a wrong value is caught. UINT64_MAX (the default) disables it. */
@@ -141,7 +153,13 @@ void rkv_config_defaults(struct rkv_config *cfg);
 struct rkv_server;
 
 /* Creates server `local_id` (0..servers-1) of cfg->machine_id; it listens at
- * once. Server 0 of machine 0 assigns client ids. */
+ * once. Server 0 of machine 0 assigns client ids.
+ * Restart: in durable mode, a server whose machine has a snapshot in
+ * cfg->durable_dir (rkv-m<machine>.snap) serves the shard from it (or from
+ * the machine's shared memory when that is of the same snapshot lineage and
+ * so at least as new), logs which snapshot it loaded, and re-registers its
+ * address with server 0 under the same server id. Start it with the same
+ * config as the first time. Server 0 itself cannot be restarted. */
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len);
 int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);

@@ -56,8 +56,16 @@ struct rkv_client {
     uint32_t max_tensor; /* highest id in tensors[]: every push and pull looks up by name */
     struct rkv_handler_table ht;
     struct cli_req *reqs;
+    /* Request ids: a random tag per client incarnation in the top bits, a
+     * counter below (RKV_SEQ_TAG_SHIFT). A push's id is its sequence, the
+     * key servers deduplicate retries by, so it is unique across restarts
+     * of this client id and increasing within one. */
     uint64_t next_req;
     int stopping; /* servers were asked to exit: their hang-ups are expected */
+    int dynamic;  /* some servers' addresses come from server 0's table */
+    /* While retrying: how long a connect may keep trying (0: the config's
+     * connect_retry_ms). Only the application thread touches it. */
+    uint32_t connect_budget_ms;
     char err[256];
 };
 
@@ -72,8 +80,10 @@ static void cli_unlock(struct rkv_client *c)
 
 /* ---- requests ---- */
 
-/* expect: the reply type that completes the request (or an ERROR). */
-static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv, int expect)
+/* expect: the reply type that completes the request (or an ERROR). id: 0
+ * for a fresh one, or the id (push sequence) of the request this retries. */
+static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv, int expect,
+                                   uint64_t id)
 {
     struct cli_req *r = calloc(1, sizeof(*r));
     if (!r)
@@ -81,7 +91,7 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     r->srv = srv;
     r->expect = expect;
     cli_lock(c);
-    r->id = ++c->next_req;
+    r->id = id ? id : ++c->next_req;
     r->next = c->reqs;
     c->reqs = r;
     cli_unlock(c);
@@ -268,6 +278,8 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
 }
 
 static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms);
+static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms);
+static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n);
 
 /* Servers other than 0 are joined on first use: a worker that talks to a
  * few of a thousand servers holds a few connections, not a thousand. */
@@ -278,15 +290,15 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 
 /* A request expecting `expect` back from srv, and a transmit buffer of len
  * bytes to encode it in. On failure nothing is left behind. */
-static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t len,
-                     const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
+static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t id,
+                     uint64_t len, const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
 {
     if (srv->dead)
         return cli_dead(c, srv, what);
     int rc = cli_ensure(c, srv);
     if (rc < 0)
         return rc;
-    struct cli_req *r = cli_req_new(c, srv, expect);
+    struct cli_req *r = cli_req_new(c, srv, expect, id);
     rc = r ? rkv_engine_tx_alloc(c->eng, len, tx_p) : -RKV_ENOMEM;
     if (rc < 0) {
         if (r)
@@ -324,7 +336,7 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
                                                     [RKV_MSG_TABLE] = RKV_MSG_TABLE_ENTRY};
     struct cli_req *r;
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, reply_of[h->type], c->cfg.ctrl_buf_bytes, what, &r, &tx);
+    int rc = cli_begin(c, srv, reply_of[h->type], 0, c->cfg.ctrl_buf_bytes, what, &r, &tx);
     if (rc < 0)
         return rc;
     h->req_id = r->id;
@@ -343,12 +355,13 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
 {
-    int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms,
-                                      c->cfg.connect_retry_ms, &srv->peer);
+    uint32_t budget_ms = c->connect_budget_ms ? c->connect_budget_ms : c->cfg.connect_retry_ms;
+    int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms, budget_ms,
+                                      &srv->peer);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "cannot connect to server %u at %s:%u within %u ms: %s", srv->id, srv->host,
-                        srv->port, c->cfg.connect_retry_ms, rkv_strerror(rc));
+                        srv->port, budget_ms, rkv_strerror(rc));
     rkv_peer_set_user(srv->peer, srv);
     return 0;
 }
@@ -394,9 +407,12 @@ static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
     uint32_t m = c->cfg.machine_id;
     rkv_shard_name(name, sizeof(name), c->cfg.shm_prefix, m, t->meta.id);
     int rc = rkv_shard_map(c->port, name, rkv_pbook_local_rows(&t->pb, m), t->row_bytes,
-                           t->meta.with_state, 0, &t->shard, c->err, sizeof(c->err));
-    if (rc == 0)
+                           t->meta.with_state, rkv_shard_book_len(&t->meta), 0, &t->shard, c->err,
+                           sizeof(c->err));
+    if (rc == 0) {
         t->mapped = 1;
+        t->shard.owner = RKV_CLIENT_NODE_BASE + c->id; /* never a server's tag */
+    }
     return rc;
 }
 
@@ -451,7 +467,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
     size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w->book_len * 4;
     struct cli_req *r;
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, len, "init_data", &r, &tx);
+    int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, 0, len, "init_data", &r, &tx);
     if (rc < 0)
         return rc;
     struct rkv_hdr h = {.type = RKV_MSG_INIT,
@@ -612,29 +628,145 @@ struct cli_op {
     uint8_t *out;        /* pull */
     int op;
     double param;
+    int via_server; /* push: this machine's rows go through a server too (durable mode) */
+    uint64_t seq;   /* push being retried: its sequence; else 0 */
 };
 
 typedef int (*cli_remote_fn)(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
                              const uint32_t *pos, uint32_t cnt, struct cli_req **req_p);
 
 /* Sends one request per machine that holds some of the rows, except this
- * machine when its shard is mapped (the caller does those rows itself). */
+ * machine when its shard is mapped (the caller does those rows itself).
+ * With retries configured, a machine whose server is known dead goes into
+ * lost[] (as LOST_FRESH) instead of failing the call. */
+#define LOST_FRESH UINT64_MAX
 static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
-                      cli_remote_fn fn, struct cli_req **reqs, size_t *nreq_p)
+                      cli_remote_fn fn, struct cli_req **reqs, size_t *nreq_p, uint64_t *lost)
 {
     int rc = 0;
     size_t nreq = 0;
     for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
         uint32_t cnt = g->start[m + 1] - g->start[m];
-        if (cnt == 0 || (m == c->cfg.machine_id && o->t->mapped))
+        lost[m] = 0;
+        if (cnt == 0 || (m == c->cfg.machine_id && o->t->mapped && !o->via_server))
             continue;
         reqs[nreq] = NULL;
         rc = fn(c, o, cli_pick(c, m), g->order + g->start[m], cnt, &reqs[nreq]);
         if (reqs[nreq])
             nreq++;
+        if (rc == -RKV_EPEERDEAD && c->cfg.retry_ms) {
+            lost[m] = LOST_FRESH;
+            rc = 0;
+        }
     }
     *nreq_p = nreq;
     return rc;
+}
+
+/* A server that died gets a fresh connection: to the address server 0 has
+ * now (a restarted server re-registered), or the configured one. */
+static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms)
+{
+    if (srv->peer && !srv->dead)
+        return 0;
+    cli_lock(c);
+    if (srv->peer) /* a late hang-up of the old connection must not kill the new one */
+        rkv_peer_set_user(srv->peer, NULL);
+    srv->peer = NULL;
+    srv->dead = 0;
+    srv->has_pslot = 0; /* the slot belonged to the old connection */
+    cli_unlock(c);
+    uint64_t wait_ms = remaining_ms < c->cfg.timeout_ms ? remaining_ms : c->cfg.timeout_ms;
+    int rc = c->dynamic ? cli_fetch_table(c, wait_ms ? wait_ms : 1) : 0;
+    if (rc < 0)
+        return rc;
+    c->connect_budget_ms =
+        (uint32_t)(remaining_ms < c->cfg.connect_retry_ms ? (remaining_ms ? remaining_ms : 1)
+                                                          : c->cfg.connect_retry_ms);
+    rc = cli_hello(c, srv, c->id, wait_ms ? wait_ms : 1);
+    c->connect_budget_ms = 0;
+    if (rc < 0 && srv->peer) {
+        rkv_engine_drop_peer(c->eng, srv->peer);
+        srv->dead = 1;
+    }
+    return rc == -RKV_ETIMEDOUT ? -RKV_EPEERDEAD : rc;
+}
+
+/* Retries machine m's part of a call until it succeeds, fails otherwise
+ * than by a dead server, or cfg.retry_ms passed; backoff 10 ms .. 1 s. A
+ * push keeps its sequence, so a server that applied it already only acks. */
+static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
+                     cli_remote_fn fn, uint32_t m, uint64_t seq, const char *what)
+{
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t start = po->now_ns(c->port);
+    uint64_t deadline = start + (uint64_t)c->cfg.retry_ms * 1000000ull;
+    uint64_t backoff_ms = 10;
+    struct cli_op ro = *o;
+    ro.seq = seq == LOST_FRESH ? 0 : seq;
+    for (uint32_t attempt = 1;; attempt++) {
+        uint64_t now = po->now_ns(c->port);
+        struct cli_server *srv = cli_pick(c, m);
+        int rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 0);
+        struct cli_req *r = NULL;
+        if (rc == 0)
+            rc = fn(c, &ro, srv, g->order + g->start[m], g->start[m + 1] - g->start[m], &r);
+        if (rc == 0) {
+            if (!ro.seq && o->rows)
+                ro.seq = r->id; /* sent once: every later attempt is the same push */
+            rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, what);
+            if (o->out)
+                cli_abandon_slots(c, &r, 1);
+            cli_release(c, &r, 1);
+        }
+        if (rc == 0) {
+            RKV_LOGI(c->port, "%s: machine %u answered after %u attempts (%llu ms)", what, m,
+                     attempt, (unsigned long long)((po->now_ns(c->port) - start) / 1000000ull));
+            return 0;
+        }
+        if (rc != -RKV_EPEERDEAD)
+            return rc;
+        now = po->now_ns(c->port);
+        if (now >= deadline)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "%s: machine %u still unreachable after retrying for %u ms (%u "
+                            "attempts): %s",
+                            what, m, c->cfg.retry_ms, attempt, c->err);
+        uint64_t nap_ms =
+            backoff_ms < (deadline - now) / 1000000ull ? backoff_ms : (deadline - now) / 1000000ull;
+        po->sleep_ns(c->port, (nap_ms ? nap_ms : 1) * 1000000ull);
+        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+    }
+}
+
+/* After the first round: every part lost to a dead server (lost[], and the
+ * requests that ended in -RKV_EPEERDEAD) is retried when configured. */
+static int cli_settle(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
+                      cli_remote_fn fn, struct cli_req **reqs, size_t nreq, uint64_t *lost, int wrc,
+                      const char *what)
+{
+    if (!c->cfg.retry_ms)
+        return wrc;
+    int rc = 0, any = 0;
+    cli_lock(c);
+    for (size_t i = 0; i < nreq; i++) {
+        struct cli_req *r = reqs[i];
+        int st = r->done ? r->status : -RKV_ETIMEDOUT;
+        if (st == -RKV_EPEERDEAD)
+            lost[r->srv->machine] = r->id;
+        else if (st < 0 && rc == 0)
+            rc = st;
+    }
+    cli_unlock(c);
+    if (rc < 0) /* failed for another reason too: no retry makes the call succeed */
+        return wrc;
+    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
+        if (!lost[m])
+            continue;
+        any = 1;
+        rc = cli_retry(c, o, g, fn, m, lost[m], what);
+    }
+    return any ? rc : wrc;
 }
 
 static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
@@ -646,7 +778,7 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
     struct cli_req *r;
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, len, "push", &r, &tx);
+    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
     if (rc < 0)
         return rc;
     uint8_t *buf = rkv_engine_tx_buf(tx);
@@ -697,16 +829,25 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         goto free_groups;
     struct cli_req *reqs[RKV_MAX_MACHINES];
+    uint64_t lost[RKV_MAX_MACHINES];
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
-    struct cli_op o = {.t = t, .ids = ids, .rows = rows, .op = op, .param = param};
-    rc = cli_fanout(c, &o, &g, cli_push_remote, reqs, &nreq);
+    /* Durable mode: the ack of a server is the promise, so co-located rows
+     * take the network too. */
+    struct cli_op o = {.t = t,
+                       .ids = ids,
+                       .rows = rows,
+                       .op = op,
+                       .param = param,
+                       .via_server = c->cfg.durable_dir[0] != 0};
+    rc = cli_fanout(c, &o, &g, cli_push_remote, reqs, &nreq, lost);
     uint32_t lcnt = g.start[local + 1] - g.start[local];
-    if (rc == 0 && t->mapped && lcnt > 0)
+    if (rc == 0 && t->mapped && lcnt > 0 && !o.via_server)
         rc = cli_push_local(c, t, ids, rows, g.order + g.start[local], lcnt, op, param);
-    int wrc = cli_wait(c, reqs, nreq, c->cfg.timeout_ms, "push");
+    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "push");
     if (rc == 0)
-        rc = wrc;
+        rc = cli_settle(c, &o, &g, cli_push_remote, reqs, nreq, lost, wrc, "push");
+    cli_release(c, reqs, nreq);
 free_groups:
     cli_groups_free(&g);
     return rc;
@@ -746,7 +887,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
     struct cli_req *r;
     struct rkv_tx *tx;
-    if ((rc = cli_begin(c, srv, RKV_MSG_PULL_REPLY, len, "pull", &r, &tx)) < 0)
+    if ((rc = cli_begin(c, srv, RKV_MSG_PULL_REPLY, 0, len, "pull", &r, &tx)) < 0)
         return rc;
     r->out = o->out;
     r->pos = pos;
@@ -787,10 +928,11 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         goto free_groups;
     struct cli_req *reqs[RKV_MAX_MACHINES];
+    uint64_t lost[RKV_MAX_MACHINES];
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
     struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
-    rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq);
+    rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
     if (rc == 0 && t->mapped) {
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
             uint32_t p = g.order[i];
@@ -800,9 +942,9 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     }
     int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "pull");
     cli_abandon_slots(c, reqs, nreq);
-    cli_release(c, reqs, nreq);
     if (rc == 0)
-        rc = wrc;
+        rc = cli_settle(c, &o, &g, cli_pull_remote, reqs, nreq, lost, wrc, "pull");
+    cli_release(c, reqs, nreq);
 free_groups:
     cli_groups_free(&g);
     return rc;
@@ -861,10 +1003,9 @@ static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
 
 static int cli_join(struct rkv_client *c)
 {
-    int dynamic = 0;
     for (uint32_t m = 0, k = 0; m < c->cfg.n_machines; m++) {
         const struct rkv_machine *mc = &c->cfg.machines[m];
-        dynamic |= !mc->host[0];
+        c->dynamic |= !mc->host[0];
         for (uint32_t l = 0; l < mc->servers; l++, k++) {
             c->servers[k] =
                 (struct cli_server){.id = k, .machine = m, .port = (uint16_t)(mc->base_port + l)};
@@ -874,7 +1015,7 @@ static int cli_join(struct rkv_client *c)
     /* Server 0 answers once every worker said hello: wait for the slowest. */
     uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
     int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
-    if (rc == 0 && dynamic)
+    if (rc == 0 && c->dynamic)
         rc = cli_fetch_table(c, wait_ms);
     return rc;
 }
@@ -910,6 +1051,7 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto destroy_cond;
     if ((rc = rkv_engine_start(c->eng)) < 0)
         goto destroy_engine;
+    c->next_req = ((rkv_rng_next(&port->rng) >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
     if ((rc = cli_join(c)) < 0) {
         rkv_errf(err, err_len, rc, "%s", c->err);
         goto destroy_engine;

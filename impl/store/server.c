@@ -1,14 +1,22 @@
 /* A server: serves its machine's shard to remote clients. Every callback
  * runs on the engine's progress task, so server state needs no lock; only
- * the stop flag is shared with the thread in rkv_server_run(). */
+ * the stop flag and, in durable mode, the acknowledgements waiting for a
+ * snapshot are shared (with rkv_server_run() and the durable task). */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "nic/nic.h"
+#include "port/port_file.h"
 #include "store/server_int.h"
+#include "store/snapshot.h"
 #include "util/util.h"
+
+/* Acknowledgements waiting for a durable snapshot, per server: far more
+ * than clients x in-flight requests; beyond it a push fails rather than
+ * grow without bound. */
+#define SRV_MAX_ACKS (1u << 20)
 
 struct srv_hello {
     struct rkv_peer *peer;
@@ -20,6 +28,12 @@ struct srv_hello {
 struct srv_waiter {
     struct rkv_peer *peer;
     uint64_t req_id;
+};
+
+/* A reply held back until a snapshot holding its request is durable. */
+struct srv_ack {
+    struct rkv_peer *peer; /* peers live as long as the engine, dead or not */
+    struct rkv_hdr h;
 };
 
 struct rkv_server {
@@ -51,7 +65,20 @@ struct rkv_server {
     uint32_t n_registered;
     struct srv_waiter *table_wait; /* server 0: TABLE requests before all registered */
     uint32_t n_table_wait;
-    int register_acked; /* others: server 0 has our address */
+    struct rkv_peer **table_peer; /* server 0: the connection each server registered on */
+    int register_acked;           /* others: server 0 has our address */
+    /* The machine segment: local 0 makes it at create, the others attach at
+     * their first INIT (or at create when restarting). */
+    struct rkv_mach mach;
+    uint64_t n_dups; /* retried pushes acknowledged without applying them again */
+    /* Durable mode. acks..dur_stop are under mu; snapw is the task's. */
+    int durable;
+    struct rkv_snap_writer *snapw;
+    struct rkv_task *dur_task;
+    struct srv_ack *acks;
+    uint32_t n_acks, cap_acks;
+    int dur_stop;
+    uint64_t n_durable_acks;
     char err[256];
 };
 
@@ -106,8 +133,8 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
 {
     if (m->u.hello.cluster != rkv_cfg_fingerprint(&s->cfg))
         return srv_status(s, peer, m, 0, -RKV_ECONFIG,
-                          "this server belongs to another cluster (machines, ports, workers or "
-                          "shm prefix differ)");
+                          "this server belongs to another cluster (machines, ports, workers, "
+                          "shm prefix or durable mode differ)");
     rkv_peer_set_user(peer, s); /* a client now: it may take part in barriers */
     if (m->u.hello.want_id != RKV_ID_NONE) {
         if (m->u.hello.want_id >= s->cfg.n_workers)
@@ -179,19 +206,32 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
     char name[96];
     uint32_t mach = s->cfg.machine_id;
     rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, mach, t->meta.id);
+    int rc;
+    /* The machine's first server made the machine segment before any INIT
+     * phase reached the others. */
+    if (!s->mach.hdr &&
+        (rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
+                              &s->mach, s->err, sizeof(s->err))) < 0)
+        return rc;
     /* A segment left by a crashed earlier run of this cluster is stale. */
     if (create)
         s->port->ops->shm_unlink(s->port, name);
-    int rc = rkv_shard_map(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
-                           t->meta.with_state, create, &t->shard, s->err, sizeof(s->err));
+    rc = rkv_shard_map(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
+                       t->meta.with_state, rkv_shard_book_len(&t->meta), create, &t->shard, s->err,
+                       sizeof(s->err));
     if (rc < 0)
         return rc;
     t->mapped = 1;
-    if (create)
-        rkv_shard_init_values(&t->shard, t, mach);
+    t->shard.owner = s->local_id + 1;
+    if (!create)
+        return 0;
+    rkv_shard_init_values(&t->shard, t, mach);
+    if (t->shard.book)
+        memcpy(t->shard.book, t->pb.book, (size_t)t->shard.book_len * sizeof(uint32_t));
     uint64_t bad = s->cfg.test_corrupt_row;
-    if (create && bad < t->meta.rows && rkv_pbook_machine(&t->pb, bad) == mach)
+    if (bad < t->meta.rows && rkv_pbook_machine(&t->pb, bad) == mach)
         srv_corrupt(t, rkv_pbook_g2l(&t->pb, bad));
+    rkv_mach_publish(&s->mach, t);
     return 0;
 }
 
@@ -244,10 +284,42 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     return 0;
 }
 
+/* Durable mode: the reply waits for the durable task's next snapshot.
+ * Returns 0, or an error for the caller to reply with at once. */
+static int srv_defer(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m, int type,
+                     uint32_t tensor_id)
+{
+    int rc = 0;
+    s->port->ops->mutex_lock(s->mu);
+    if (s->n_acks == s->cap_acks) {
+        uint32_t cap = s->cap_acks ? s->cap_acks * 2 : 64;
+        struct srv_ack *na = cap <= SRV_MAX_ACKS ? realloc(s->acks, cap * sizeof(*na)) : NULL;
+        if (!na) {
+            rc = rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                          "%u acknowledgements already wait for a snapshot", s->n_acks);
+            goto unlock;
+        }
+        s->acks = na;
+        s->cap_acks = cap;
+    }
+    s->acks[s->n_acks++] = (struct srv_ack){
+        .peer = peer, .h = {.type = (uint8_t)type, .req_id = m->h.req_id, .tensor_id = tensor_id}};
+    s->port->ops->cond_broadcast(s->cv);
+unlock:
+    s->port->ops->mutex_unlock(s->mu);
+    return rc;
+}
+
 static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     uint32_t id = 0;
     int rc = srv_init_tensor(s, m, &id);
+    /* A tensor acknowledged in durable mode is in the snapshot, so pushes
+     * to it can be retried after a restart. The commit (op 3) changes
+     * nothing on disk. */
+    if (rc == 0 && s->durable && m->h.op != 3 &&
+        (rc = srv_defer(s, peer, m, RKV_MSG_INIT_REPLY, id)) == 0)
+        return;
     struct rkv_msg r = *m;
     r.h.tensor_id = id;
     srv_status(s, peer, &r, RKV_MSG_INIT_REPLY, rc, rc < 0 ? s->err : NULL);
@@ -295,6 +367,40 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
     return t;
 }
 
+/* Applies a push unless this machine applied its (client, sequence)
+ * already: a client retrying after a lost acknowledgement gets the ack, not
+ * a second application. In durable mode the whole step is inside the
+ * machine's apply lock, so a snapshot holds a push and its sequence, or
+ * neither. */
+static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m)
+{
+    uint32_t client = m->h.sender - RKV_CLIENT_NODE_BASE; /* wraps for non-clients */
+    int tracked = m->h.sender >= RKV_CLIENT_NODE_BASE && client < s->cfg.n_workers;
+    assert(s->mach.hdr); /* every tensor came with an INIT that mapped it */
+    if (s->durable)
+        rkv_mach_apply_begin(&s->mach);
+    int dup = tracked && rkv_mach_seq_begin(&s->mach, client, m->h.req_id);
+    int rc = 0;
+    if (!dup) {
+        rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+                            m->u.push.rows);
+        rkv_port_handler_work(s->port, m->h.count);
+    }
+    if (tracked)
+        rkv_mach_seq_end(&s->mach, client, m->h.req_id, !dup && rc == 0);
+    if (s->durable)
+        rkv_mach_apply_end(&s->mach);
+    if (dup) {
+        s->n_dups++;
+        RKV_LOGI(s->port, "client %u: push %llx was applied before; acknowledging it again", client,
+                 (unsigned long long)m->h.req_id);
+    }
+    if (rc < 0)
+        rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
+                 m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+    return rc;
+}
+
 static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     int rc;
@@ -302,14 +408,10 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (t)
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.push.ids, m->h.count, s->err,
                                   sizeof(s->err));
-    if (rc == 0) {
-        rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
-                            m->u.push.rows);
-        if (rc < 0)
-            rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
-                     m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
-        rkv_port_handler_work(s->port, m->h.count);
-    }
+    if (rc == 0)
+        rc = srv_apply_once(s, t, m);
+    if (rc == 0 && s->durable && (rc = srv_defer(s, peer, m, RKV_MSG_PUSH_ACK, t->meta.id)) == 0)
+        return;
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
 
@@ -441,9 +543,16 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
         s->server_id != 0 || !s->table ? "not the address keeper" : srv_check_register(s, a);
     if (bad)
         return srv_status(s, peer, m, 0, -RKV_ECONFIG, bad);
+    struct rkv_peer *old = s->table_peer[a->server_id];
     if (!s->table[a->server_id].port)
         s->n_registered++;
+    else if (old && old != peer)
+        /* A restarted server: clients that lost it fetch this address again. */
+        RKV_LOGW(s->port, "server %u re-joined from %s:%u (%s)", a->server_id, a->host, a->port,
+                 rkv_peer_dead(old) ? "its previous connection is gone"
+                                    : "replacing a registration whose connection is still open");
     s->table[a->server_id] = *a;
+    s->table_peer[a->server_id] = peer;
     RKV_LOGI(s->port, "server %u is at %s:%u (%u of %u known)", a->server_id, a->host, a->port,
              s->n_registered, s->n_servers);
     srv_status(s, peer, m, RKV_MSG_REGISTER_ACK, 0, NULL);
@@ -467,8 +576,9 @@ static void srv_on_register_ack(struct rkv_server *s, const struct rkv_msg *m)
 static int srv_table_init(struct rkv_server *s)
 {
     s->table = calloc(s->n_servers, sizeof(*s->table));
+    s->table_peer = calloc(s->n_servers, sizeof(*s->table_peer));
     s->table_wait = calloc(s->cfg.n_workers, sizeof(*s->table_wait));
-    if (!s->table || !s->table_wait)
+    if (!s->table || !s->table_peer || !s->table_wait)
         return -RKV_ENOMEM;
     uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
     for (uint32_t m = 0, k = 0; m < s->cfg.n_machines; m++) {
@@ -615,7 +725,294 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
             break;
         }
     }
+    for (uint32_t i = 0; s->table_peer && i < s->n_servers; i++)
+        if (s->table_peer[i] == peer)
+            RKV_LOGW(s->port, "server %u (%s:%u) disconnected; it may re-register after a restart",
+                     i, s->table[i].host, s->table[i].port);
     RKV_LOGI(s->port, "a peer disconnected");
+}
+
+/* ---- durability and restart ---- */
+
+static void srv_send_ack(struct rkv_server *s, const struct srv_ack *a, int rc, const char *why)
+{
+    struct rkv_tx *tx;
+    if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
+        return; /* the client times out, retries, and is deduplicated */
+    struct rkv_hdr h = a->h;
+    h.sender = s->server_id;
+    size_t len;
+    if (rc < 0) {
+        h.type = RKV_MSG_ERROR;
+        h.status = rc;
+        len = rkv_proto_enc_error(rkv_engine_tx_buf(tx), &h, why);
+    } else {
+        len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
+    }
+    rkv_engine_send(s->eng, a->peer, tx, len); /* a dead peer just drops it */
+}
+
+/* Group commit: takes every acknowledgement waiting, makes a snapshot that
+ * began after their requests were applied durable (one fsync pair for all
+ * of them, or none when another server's snapshot already covers them),
+ * then sends them. Requests applied meanwhile wait for the next round. */
+static void srv_durable_main(void *arg)
+{
+    struct rkv_server *s = arg;
+    const struct rkv_port_ops *o = s->port->ops;
+    o->mutex_lock(s->mu);
+    for (;;) {
+        while (!s->n_acks && !s->dur_stop)
+            o->cond_wait(s->cv, s->mu, UINT64_MAX);
+        if (s->dur_stop)
+            break;
+        struct srv_ack *batch = s->acks;
+        uint32_t n = s->n_acks;
+        s->acks = NULL;
+        s->n_acks = s->cap_acks = 0;
+        o->mutex_unlock(s->mu);
+        /* Read after every request of the batch was applied. */
+        uint64_t seen = atomic_load(&s->mach.hdr->snap_started);
+        char why[RKV_PROTO_TEXT_MAX];
+        int rc = rkv_snap_commit(s->snapw, seen, why, sizeof(why));
+        if (rc < 0)
+            RKV_LOGE(s->port, "snapshot failed, %u requests fail with it: %s", n, why);
+        for (uint32_t i = 0; i < n; i++)
+            srv_send_ack(s, &batch[i], rc, why);
+        free(batch);
+        o->mutex_lock(s->mu);
+        if (rc == 0)
+            s->n_durable_acks += n;
+    }
+    o->mutex_unlock(s->mu);
+}
+
+static void srv_free_tensors(struct rkv_server *s)
+{
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        if (!s->tensors[i])
+            continue;
+        rkv_tensor_free(s->tensors[i]);
+        free(s->tensors[i]);
+        s->tensors[i] = NULL;
+    }
+    s->n_tensors = 0;
+}
+
+static int srv_adopt_one(struct rkv_server *s, uint32_t id, const struct rkv_mach_tensor *e,
+                         int reclaim, struct rkv_tensor *t, char *err, size_t err_len)
+{
+    char name[96];
+    uint32_t mach = s->cfg.machine_id;
+    struct rkv_shard sh;
+    rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, mach, id);
+    int rc = rkv_shard_map(s->port, name, e->local_rows, (size_t)e->row_bytes, (int)e->with_state,
+                           e->desc.book_len, 0, &sh, err, err_len);
+    if (rc < 0)
+        return rc;
+    rc = rkv_tensor_from_wire(&e->desc, sh.book, s->cfg.n_machines, id, t, err, err_len);
+    if (rc == 0 &&
+        (rkv_pbook_local_rows(&t->pb, mach) != e->local_rows || t->row_bytes != e->row_bytes)) {
+        rc = rkv_errf(err, err_len, -RKV_ECONFIG,
+                      "tensor '%s': machine %u holds %llu rows, the configured partition gives "
+                      "%llu (another cluster configuration?)",
+                      e->desc.name, mach, (unsigned long long)e->local_rows,
+                      (unsigned long long)rkv_pbook_local_rows(&t->pb, mach));
+        rkv_tensor_free(t);
+    }
+    if (rc < 0) {
+        rkv_shard_unmap(&sh);
+        return rc;
+    }
+    t->shard = sh;
+    t->shard.owner = s->local_id + 1;
+    if (reclaim)
+        rkv_shard_reclaim(&t->shard);
+    t->mapped = 1;
+    t->ready = 1;
+    return 0;
+}
+
+/* Takes every tensor of the machine segment into this server's table;
+ * reclaim: frees the row locks our dead predecessor held. */
+static int srv_adopt(struct rkv_server *s, int reclaim, char *err, size_t err_len)
+{
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+        const struct rkv_mach_tensor *e = &s->mach.hdr->tensors[id];
+        if (!__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
+            continue;
+        struct rkv_tensor *t = calloc(1, sizeof(*t));
+        int rc = t ? srv_adopt_one(s, id, e, reclaim, t, err, err_len)
+                   : rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        if (rc < 0) {
+            free(t);
+            srv_free_tensors(s);
+            return rc;
+        }
+        s->tensors[id] = t;
+        s->n_tensors = id;
+    }
+    return 0;
+}
+
+/* Waits for the machine's first server to restore the snapshot. */
+static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, size_t err_len)
+{
+    const struct rkv_port_ops *o = s->port->ops;
+    uint64_t deadline = o->now_ns(s->port) + (uint64_t)s->cfg.connect_retry_ms * 1000000ull;
+    while (o->now_ns(s->port) < deadline) {
+        if (rkv_mach_attach(s->port, s->cfg.shm_prefix, s->cfg.machine_id, s->cfg.n_workers,
+                            s->local_id + 1, &s->mach, NULL, 0) == 0) {
+            if (s->mach.hdr->lineage == lineage)
+                return 0;
+            rkv_mach_close(&s->mach);
+        }
+        o->sleep_ns(s->port, 10000000ull);
+    }
+    return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
+                    "server %u: the machine's first server did not restore its snapshot within "
+                    "%u ms",
+                    s->server_id, s->cfg.connect_retry_ms);
+}
+
+/* The machine outlived this server (its process died, not the machine):
+ * its memory holds everything the file does and more, and other servers of
+ * the machine may be using it. A push our predecessor was applying when it
+ * died may be there in part; alone on the machine, we roll back to the
+ * snapshot (that push was not acknowledged, its client retries it). */
+static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const char *path,
+                      char *err, size_t err_len)
+{
+    uint32_t mach = s->cfg.machine_id;
+    uint32_t torn = rkv_mach_reclaim(&s->mach);
+    if (torn && s->cfg.machines[mach].servers == 1) {
+        int rc = rkv_snap_rollback(snap, s->port, s->cfg.shm_prefix, &s->mach, err, err_len);
+        if (rc < 0)
+            return rc;
+        RKV_LOGW(s->port,
+                 "server %u restarted while machine %u's memory survived, but it died applying "
+                 "a push: rolled the machine back to snapshot %s (generation %llu), which holds "
+                 "every acknowledged push; unacknowledged ones are retried by their clients",
+                 s->server_id, mach, path, (unsigned long long)snap->generation);
+    } else if (torn) {
+        RKV_LOGE(s->port,
+                 "server %u restarted beside live servers of machine %u, and died applying "
+                 "pushes of %u clients: kept the shared memory; those pushes (never "
+                 "acknowledged) may be there in part",
+                 s->server_id, mach, torn);
+    } else {
+        RKV_LOGW(s->port,
+                 "server %u restarted: machine %u's shared memory survived; serving it (it holds "
+                 "every push acknowledged so far, at least snapshot %s generation %llu)",
+                 s->server_id, mach, path, (unsigned long long)snap->generation);
+    }
+    return srv_adopt(s, 1, err, err_len);
+}
+
+static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const char *path,
+                       char *err, size_t err_len)
+{
+    uint32_t mach = s->cfg.machine_id;
+    int rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
+                             &s->mach, NULL, 0);
+    if (rc == 0 && s->mach.hdr->lineage == snap->lineage)
+        return srv_resume(s, snap, path, err, err_len);
+    if (rc == 0)
+        rkv_mach_close(&s->mach);
+    if (s->local_id != 0)
+        rc = srv_wait_restored(s, snap->lineage, err, err_len);
+    else
+        rc = rkv_snap_restore(snap, s->port, s->cfg.shm_prefix, s->cfg.n_workers, s->local_id + 1,
+                              &s->mach, err, err_len);
+    if (rc < 0)
+        return rc;
+    uint64_t age_ms = (rkv_file_wall_ns() - snap->wall_ns) / 1000000ull;
+    RKV_LOGW(
+        s->port,
+        "server %u restarted from snapshot %s (generation %llu, taken %llu ms ago, %u tensors, "
+        "%zu bytes): every push acknowledged before the crash is in it; pushes applied but "
+        "not yet acknowledged when it crashed may be missing, and their clients retry them",
+        s->server_id, path, (unsigned long long)snap->generation, (unsigned long long)age_ms,
+        snap->n_tensors, snap->file_bytes);
+    return srv_adopt(s, 0, err, err_len);
+}
+
+/* Opens the machine segment: afresh, or in durable mode from the machine's
+ * snapshot when there is one. */
+static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
+{
+    uint32_t mach = s->cfg.machine_id;
+    if (!s->durable)
+        return s->local_id != 0 ? 0 /* attaches at its first INIT */
+                                : rkv_mach_create(s->port, s->cfg.shm_prefix, mach,
+                                                  s->cfg.n_workers, 0, 1, &s->mach, err, err_len);
+    int rc = rkv_file_check_dir(s->cfg.durable_dir, err, err_len);
+    if (rc < 0)
+        return rc;
+    char name[64], path[sizeof(s->cfg.durable_dir) + sizeof(name) + 1];
+    rkv_snap_file_name(name, sizeof(name), mach);
+    snprintf(path, sizeof(path), "%s/%s", s->cfg.durable_dir, name);
+    struct rkv_snap snap;
+    rc = rkv_snap_read(path, mach, &snap, err, err_len);
+    if (rc == -RKV_ENOTENSOR) { /* a new lineage */
+        if (s->local_id != 0)
+            return 0;
+        uint64_t lineage = rkv_mix64(rkv_rng_next(&s->port->rng) ^ rkv_file_wall_ns()) | 1;
+        RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
+                 (unsigned long long)lineage);
+        return rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
+                               &s->mach, err, err_len);
+    }
+    if (rc < 0)
+        return rc; /* a torn or corrupted snapshot is refused, never half-used */
+    if (snap.fingerprint != rkv_cfg_fingerprint(&s->cfg))
+        rc = rkv_errf(err, err_len, -RKV_ECONFIG,
+                      "snapshot %s was written by another cluster configuration (machines, "
+                      "ports, workers or shm prefix differ)",
+                      path);
+    else
+        rc = srv_restart(s, &snap, path, err, err_len);
+    rkv_snap_free(&snap);
+    return rc;
+}
+
+static int srv_durable_start(struct rkv_server *s, char *err, size_t err_len)
+{
+    if (!s->durable)
+        return 0;
+    s->snapw = malloc(sizeof(*s->snapw));
+    if (!s->snapw)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    rkv_snap_writer_init(s->snapw, s->port, &s->mach, &s->cfg, s->server_id);
+    int rc = s->port->ops->task_start(s->port, "durable", srv_durable_main, s, &s->dur_task);
+    if (rc < 0) {
+        free(s->snapw);
+        s->snapw = NULL;
+        return rkv_errf(err, err_len, rc, "server %u: cannot start the durable task", s->server_id);
+    }
+    return 0;
+}
+
+static void srv_durable_stop(struct rkv_server *s)
+{
+    if (!s->dur_task)
+        return;
+    s->port->ops->mutex_lock(s->mu);
+    s->dur_stop = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+    s->port->ops->task_join(s->port, s->dur_task);
+    s->dur_task = NULL;
+    const struct rkv_snap_writer *w = s->snapw;
+    RKV_LOGI(s->port,
+             "server %u durable: %llu acknowledgements waited for snapshots; %llu snapshots "
+             "written (%llu fsyncs, %llu bytes); %llu rounds covered by another server's",
+             s->server_id, (unsigned long long)s->n_durable_acks, (unsigned long long)w->n_written,
+             (unsigned long long)w->n_fsyncs, (unsigned long long)w->bytes_written,
+             (unsigned long long)w->n_shared);
+    rkv_snap_writer_free(s->snapw);
+    free(s->snapw);
+    s->snapw = NULL;
 }
 
 /* ---- life cycle ---- */
@@ -639,6 +1036,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->local_id = local_id;
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);
+    s->durable = cfg->durable_dir[0] != 0;
     s->machines = calloc(cfg->n_machines, sizeof(*s->machines));
     s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
     s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
@@ -659,22 +1057,33 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     uint16_t tcp_port = (uint16_t)(mc->base_port + local_id);
     if (s->server_id == 0 && (rc = srv_table_init(s)) < 0)
         goto destroy_engine;
+    /* The shard is whole (restored, when restarting) before anyone can ask. */
+    if ((rc = srv_mach_open(s, err, err_len)) < 0)
+        goto destroy_engine;
+    if ((rc = srv_durable_start(s, err, err_len)) < 0)
+        goto close_mach;
     /* A machine whose host the config does not name listens everywhere. */
     rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
     if (rc < 0) {
         rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); is the port in use?",
                  s->server_id, mc->host, tcp_port, rkv_strerror(rc));
-        goto destroy_engine;
+        goto stop_durable;
     }
     if ((rc = rkv_engine_start(s->eng)) < 0) {
         rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
-        goto destroy_engine;
+        goto stop_durable;
     }
     if (s->server_id != 0 && srv_dynamic(cfg) && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
-        goto destroy_engine;
-    RKV_LOGI(port, "server %u listening on %s:%u", s->server_id, mc->host, tcp_port);
+        goto stop_durable;
+    RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
+             s->durable ? " (durable)" : "");
     *srv_p = s;
     return 0;
+stop_durable:
+    srv_durable_stop(s);
+close_mach:
+    srv_free_tensors(s);
+    rkv_mach_close(&s->mach);
 destroy_engine:
     rkv_engine_destroy(s->eng);
 destroy_cond:
@@ -686,6 +1095,7 @@ free_server:
     free(s->hellos);
     free(s->barrier);
     free(s->table);
+    free(s->table_peer);
     free(s->table_wait);
     free(s);
     if (rc == -RKV_ENOMEM)
@@ -724,6 +1134,9 @@ int rkv_server_run(struct rkv_server *s)
     s->port->ops->mutex_unlock(s->mu);
     RKV_LOGI(s->port, "server %u stopping after %llu messages", s->server_id,
              (unsigned long long)s->n_msgs);
+    if (s->n_dups)
+        RKV_LOGI(s->port, "server %u: %llu retried pushes were acknowledged without reapplying",
+                 s->server_id, (unsigned long long)s->n_dups);
     return 0;
 }
 
@@ -736,19 +1149,20 @@ void rkv_server_destroy(struct rkv_server *s)
 {
     if (!s)
         return;
+    srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_destroy(s->eng);
-    for (uint32_t i = 1; i <= s->n_tensors; i++) {
-        struct rkv_tensor *t = s->tensors[i];
-        if (!t)
-            continue;
-        if (s->local_id == 0) {
+    for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
+        if (s->tensors[i]) {
             char name[96];
             rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
             s->port->ops->shm_unlink(s->port, name);
         }
-        rkv_tensor_free(t);
-        free(t);
     }
+    srv_free_tensors(s);
+    if (s->mach.hdr && s->local_id == 0)
+        rkv_mach_unlink(s->port, s->cfg.shm_prefix, s->cfg.machine_id);
+    rkv_mach_close(&s->mach);
+    free(s->acks);
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);
     if (s->own_port_nic)
@@ -757,6 +1171,7 @@ void rkv_server_destroy(struct rkv_server *s)
     free(s->hellos);
     free(s->barrier);
     free(s->table);
+    free(s->table_peer);
     free(s->table_wait);
     free(s);
 }

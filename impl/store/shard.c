@@ -17,12 +17,20 @@ void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine,
     snprintf(buf, len, "/%s-m%u-t%u", prefix, machine, tensor);
 }
 
-int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, size_t row_bytes,
-                  int with_state, int create, struct rkv_shard *sh, char *err, size_t err_len)
+uint64_t rkv_shard_book_len(const struct rkv_tensor_meta *m)
 {
-    uint64_t data_bytes, total;
+    return m->policy == RKV_PART_EXPLICIT ? m->rows : 0;
+}
+
+int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, size_t row_bytes,
+                  int with_state, uint64_t book_len, int create, struct rkv_shard *sh, char *err,
+                  size_t err_len)
+{
+    uint64_t data_bytes, book_bytes, total;
     if (!rkv_mul_ok(local_rows, row_bytes, &data_bytes) ||
         !rkv_mul_ok(data_bytes, with_state ? 2 : 1, &total) ||
+        !rkv_mul_ok(book_len, sizeof(uint32_t), &book_bytes) ||
+        !rkv_add_ok(total, book_bytes, &total) ||
         !rkv_add_ok(total, sizeof(struct rkv_shard_hdr), &total))
         return rkv_errf(err, err_len, -RKV_ELIMIT, "shard %s: size overflows", name);
     void *addr;
@@ -50,8 +58,11 @@ int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, 
                              .map_bytes = total,
                              .data = (uint8_t *)(h + 1),
                              .local_rows = local_rows,
-                             .row_bytes = row_bytes};
+                             .row_bytes = row_bytes,
+                             .book_len = book_len};
     sh->state = with_state ? sh->data + data_bytes : NULL;
+    if (book_len)
+        sh->book = (uint32_t *)(void *)(sh->data + data_bytes * (with_state ? 2 : 1));
     return 0;
 }
 
@@ -72,8 +83,8 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
     atomic_uint *w = shard_lock_word(sh, local_row);
     for (unsigned spins = 0;; spins++) {
         unsigned expect = 0;
-        if (atomic_compare_exchange_weak_explicit(w, &expect, 1, memory_order_acquire,
-                                                  memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(w, &expect, sh->owner ? sh->owner : ~0u,
+                                                  memory_order_acquire, memory_order_relaxed))
             return;
         if (spins >= SHARD_SPINS) {
             sh->port->ops->yield(sh->port);
@@ -85,6 +96,16 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
 {
     atomic_store_explicit(shard_lock_word(sh, local_row), 0, memory_order_release);
+}
+
+uint32_t rkv_shard_reclaim(struct rkv_shard *sh)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < RKV_SHARD_LOCKS && sh->owner; i++) {
+        unsigned expect = sh->owner;
+        n += atomic_compare_exchange_strong(&sh->hdr->locks[i], &expect, 0);
+    }
+    return n;
 }
 
 /* Deterministic per (seed, row, element), independent of partitioning. */

@@ -31,14 +31,20 @@ struct rkv_shard_hdr {
     atomic_uint locks[RKV_SHARD_LOCKS];
 };
 
+/* Segment layout: header | data | state (with_state) | book (EXPLICIT: one
+ * machine id per global row, so that a node that never saw the tensor's
+ * INIT, a snapshot writer or a restarted server, can rebuild it). */
 struct rkv_shard {
     struct rkv_port *port;
     struct rkv_shard_hdr *hdr;
     size_t map_bytes;
     uint8_t *data;  /* local_rows x row_bytes */
     uint8_t *state; /* same shape, or NULL */
+    uint32_t *book; /* book_len entries, or NULL */
+    uint32_t owner; /* tag written into row locks it holds (0: an untagged ~0u) */
     uint64_t local_rows;
     size_t row_bytes;
+    uint64_t book_len;
 };
 
 /* One tensor as seen by one node. */
@@ -56,10 +62,15 @@ struct rkv_tensor {
 void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine, uint32_t tensor);
 /* create=1: makes and zero-fills the segment (the machine's first server). */
 int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, size_t row_bytes,
-                  int with_state, int create, struct rkv_shard *sh, char *err, size_t err_len);
+                  int with_state, uint64_t book_len, int create, struct rkv_shard *sh, char *err,
+                  size_t err_len);
+/* The book_len a tensor's segment carries (rows for EXPLICIT, else 0). */
+uint64_t rkv_shard_book_len(const struct rkv_tensor_meta *m);
 void rkv_shard_unmap(struct rkv_shard *sh);
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row);
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row);
+/* Frees the row locks held under sh->owner's tag (a dead predecessor's). */
+uint32_t rkv_shard_reclaim(struct rkv_shard *sh);
 /* Fills every local row with the tensor's initial values (seeded uniform in
  * [-1, 1), the same value for a global row whatever the partitioning). */
 void rkv_shard_init_values(struct rkv_shard *sh, const struct rkv_tensor *t, uint32_t machine);
@@ -73,6 +84,92 @@ int rkv_shard_push(struct rkv_shard *sh, const struct rkv_tensor *t,
                    size_t n, const uint8_t *rows);
 void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64_t gid,
                         uint8_t *out);
+
+/* ---- the machine segment (machine.c) ----
+ * One more shared segment per machine, beside the tensors' shards: what
+ * every server of the machine must agree on whichever of them writes a
+ * snapshot or applies a push, and what a restarted one needs to rebuild
+ * its view: the machine's tensor table, the last push sequence applied per
+ * client, and the snapshot locks and generations. */
+#define RKV_MACH_MAGIC 0x48434d564b52ull /* "RKVMCH" */
+#define RKV_MACH_SERVERS 256u            /* servers per machine (rkv_cfg_check) */
+
+struct rkv_mach_tensor {
+    uint32_t present; /* set last, once the tensor's segment is filled */
+    uint32_t with_state;
+    uint64_t local_rows;
+    uint64_t row_bytes;
+    struct rkv_wire_tensor desc;
+};
+
+/* Exactly-once pushes: a push's (client, sequence) is applied at most once
+ * per machine. The sequence is the push's req_id: bits 40..63 a random tag
+ * per client incarnation, bits 0..39 a counter. */
+#define RKV_SEQ_TAG_SHIFT 40
+struct rkv_mach_client {
+    atomic_uint lock; /* owner tag; held across check, apply and update */
+    uint32_t pad;
+    uint64_t last_seq;
+};
+
+struct rkv_mach_hdr {
+    uint64_t magic;   /* published last */
+    uint64_t lineage; /* id of the chain of snapshots this state belongs to (0: not durable) */
+    uint32_t n_clients;
+    /* Lock words hold the holder's owner tag (its local server id + 1), so
+     * that a server restarting beside live ones frees what its previous
+     * incarnation held when it died (rkv_mach_reclaim). */
+    /* Serializes snapshots of the machine, from the copy to the rename, so
+     * that the last file renamed is the newest copy. Held across an fsync. */
+    atomic_uint snap_lock;
+    atomic_uint table_lock; /* tensors[] */
+    /* The apply lock, readers-writer: readers[i] is 1 while local server i
+     * applies a push, copy_writer the tag of a snapshot copying, so that
+     * every push is wholly in a snapshot or wholly out of it. */
+    atomic_uint copy_writer;
+    uint32_t pad;
+    atomic_uint readers[RKV_MACH_SERVERS];
+    _Atomic uint64_t snap_started; /* generation of the last snapshot whose copy began */
+    _Atomic uint64_t snap_durable; /* generation of the last snapshot renamed and synced */
+    struct rkv_mach_tensor tensors[RKV_MAX_TENSORS + 1]; /* by id */
+    struct rkv_mach_client clients[];                    /* n_clients */
+};
+
+struct rkv_mach {
+    struct rkv_port *port;
+    struct rkv_mach_hdr *hdr; /* NULL until created or attached */
+    size_t map_bytes;
+    uint32_t owner; /* this server's tag in lock words: local id + 1 */
+};
+
+void rkv_mach_name(char *buf, size_t len, const char *prefix, uint32_t machine);
+/* Creates the segment afresh (an older one of that name is removed first). */
+int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
+                    uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
+                    size_t err_len);
+/* -RKV_ENOTENSOR when it does not exist (yet). */
+int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
+                    uint32_t owner, struct rkv_mach *mc, char *err, size_t err_len);
+/* A restarted server beside live ones: frees every lock word tagged with
+ * its owner tag (its dead predecessor's). Returns how many client entries
+ * it held: pushes that may have been applied in part. */
+uint32_t rkv_mach_reclaim(struct rkv_mach *mc);
+void rkv_mach_close(struct rkv_mach *mc);
+void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine);
+/* Spin on a lock word in shared memory, yielding (and, after a while,
+ * sleeping: a snapshot holds its lock across an fsync) between tries. */
+void rkv_spin_lock(struct rkv_port *port, atomic_uint *w, uint32_t owner);
+void rkv_spin_unlock(atomic_uint *w);
+void rkv_mach_apply_begin(struct rkv_mach *mc);
+void rkv_mach_apply_end(struct rkv_mach *mc);
+void rkv_mach_copy_begin(struct rkv_mach *mc);
+void rkv_mach_copy_end(struct rkv_mach *mc);
+/* Locks client's entry and says whether seq was applied already (1) or
+ * not (0). rkv_mach_seq_end records seq if applied and unlocks. */
+int rkv_mach_seq_begin(struct rkv_mach *mc, uint32_t client, uint64_t seq);
+void rkv_mach_seq_end(struct rkv_mach *mc, uint32_t client, uint64_t seq, int applied);
+/* Makes tensor t (whose segment sh is filled) part of the machine's table. */
+void rkv_mach_publish(struct rkv_mach *mc, const struct rkv_tensor *t);
 
 /* Conversions between the public description and the wire. */
 void rkv_tensor_to_wire(const struct rkv_tensor_meta *m, const struct rkv_tensor_desc *d,

@@ -103,6 +103,8 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         "max_slot_bytes >= ctrl_buf_bytes");
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
+    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)))
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: durable_dir is not terminated");
     return 0;
 }
 
@@ -117,6 +119,10 @@ uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg)
     }
     for (const char *c = cfg->shm_prefix; *c; c++)
         h = rkv_mix64(h ^ (uint8_t)*c);
+    /* A non-durable client would write the shard around the snapshots and
+     * take acknowledgements that promise nothing. */
+    if (cfg->durable_dir[0])
+        h = rkv_mix64(h ^ 0x64757261626c65ull);
     return h;
 }
 

@@ -1,0 +1,143 @@
+/* Durable files over POSIX: write-temp, fsync, rename, fsync-directory. */
+#include "port/port_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+static int file_write_all(int fd, const uint8_t *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* The directory entry of a rename is durable only once the directory is. */
+static int file_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, const void *buf,
+                     size_t len, uint32_t *fsyncs_p, char *err, size_t err_len)
+{
+    char path[4096], tmp[4096];
+    uint32_t fsyncs = 0;
+    int saved;
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
+        (size_t)snprintf(tmp, sizeof(tmp), "%s/%s", dir, tmp_name) >= sizeof(tmp))
+        return rkv_errf(err, err_len, -RKV_EINVAL, "durable dir path too long: %s", dir);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    const char *step = "write";
+    if (file_write_all(fd, buf, len) < 0)
+        goto close_file;
+    step = "fsync";
+    fsyncs++;
+    if (fsync(fd) != 0)
+        goto close_file;
+    step = "close";
+    if (close(fd) != 0) {
+        fd = -1;
+        goto unlink_tmp;
+    }
+    fd = -1;
+    step = "rename";
+    if (rename(tmp, path) != 0)
+        goto unlink_tmp;
+    fsyncs++;
+    if (file_sync_dir(dir) != 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "fsync of directory %s failed: %s", dir,
+                        strerror(errno));
+    if (fsyncs_p)
+        *fsyncs_p = fsyncs;
+    return 0;
+close_file:
+    saved = errno;
+    close(fd);
+    errno = saved;
+unlink_tmp:
+    saved = errno;
+    unlink(tmp);
+    return rkv_errf(err, err_len, -RKV_EIO, "%s of %s failed: %s", step, tmp, strerror(saved));
+}
+
+int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return rkv_errf(err, err_len, errno == ENOENT ? -RKV_ENOTENSOR : -RKV_EIO,
+                        "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    uint8_t *buf = NULL;
+    int rc = -RKV_EIO;
+    if (fstat(fd, &st) != 0) {
+        rkv_errf(err, err_len, rc, "cannot stat %s: %s", path, strerror(errno));
+        goto close_file;
+    }
+    size_t len = (size_t)st.st_size;
+    buf = malloc(len ? len : 1);
+    if (!buf) {
+        rc = rkv_errf(err, err_len, -RKV_ENOMEM, "%s: no memory for %zu bytes", path, len);
+        goto close_file;
+    }
+    for (size_t off = 0; off < len;) {
+        ssize_t n = read(fd, buf + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rkv_errf(err, err_len, rc, "read of %s failed at byte %zu: %s", path, off,
+                     n < 0 ? strerror(errno) : "file shrank");
+            goto free_buf;
+        }
+        off += (size_t)n;
+    }
+    close(fd);
+    *buf_p = buf;
+    *len_p = len;
+    return 0;
+free_buf:
+    free(buf);
+close_file:
+    close(fd);
+    return rc;
+}
+
+int rkv_file_check_dir(const char *dir, char *err, size_t err_len)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "durable_dir %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "durable_dir %s: not a directory", dir);
+    return 0;
+}
+
+uint64_t rkv_file_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,28 @@
+/* Durable files: the only file-system surface of the store (snapshots).
+ *
+ * Plain functions, not port ops: file I/O neither blocks a simulated clock
+ * nor deadlocks an actor, so the twin uses the host's files as they are (it
+ * charges no simulated time for an fsync). No globals.
+ */
+#ifndef RKV_PORT_FILE_H
+#define RKV_PORT_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Replaces dir/name with buf[0..len) so that a crash at any moment leaves
+ * either the previous file or the new one, never a mix: writes dir/tmp_name,
+ * fsyncs it, renames it over dir/name and fsyncs dir. *fsyncs_p (if not NULL)
+ * gets the number of fsync calls made. -RKV_EIO with the failing step and
+ * path in err. */
+int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, const void *buf,
+                     size_t len, uint32_t *fsyncs_p, char *err, size_t err_len);
+/* Reads a whole file into a malloc'd buffer (*buf_p, freed by the caller).
+ * -RKV_ENOTENSOR when the file does not exist, -RKV_EIO otherwise. */
+int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len);
+/* 0 when dir is an existing directory, -RKV_ECONFIG naming it otherwise. */
+int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
+/* Wall-clock time (ns since the Unix epoch), for humans reading logs. */
+uint64_t rkv_file_wall_ns(void);
+
+#endif

@@ -1,0 +1,206 @@
+/* The machine segment: the tensor table, per-client push sequences and the
+ * snapshot locks that every server of one machine shares (store_int.h).
+ *
+ * Locks are words in the segment, not pthread or port mutexes: they must
+ * work between processes (servers of a machine are processes) and between
+ * the actors of one process (the twin), where a blocking OS lock held across
+ * a simulated wait would stall every node. */
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "store/store_int.h"
+#include "util/util.h"
+
+/* Tries before yielding, and yields before sleeping: row-sized critical
+ * sections end within a few spins; a snapshot's lock is held across an
+ * fsync (milliseconds), which is worth a sleep rather than a busy core. */
+#define MACH_SPINS 64
+#define MACH_YIELDS 256
+#define MACH_SLEEP_NS 50000ull
+
+void rkv_mach_name(char *buf, size_t len, const char *prefix, uint32_t machine)
+{
+    snprintf(buf, len, "/%s-m%u-meta", prefix, machine);
+}
+
+static size_t mach_bytes(uint32_t n_clients)
+{
+    return sizeof(struct rkv_mach_hdr) + (size_t)n_clients * sizeof(struct rkv_mach_client);
+}
+
+void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine)
+{
+    char name[96];
+    rkv_mach_name(name, sizeof(name), prefix, machine);
+    port->ops->shm_unlink(port, name);
+}
+
+int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
+                    uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
+                    size_t err_len)
+{
+    char name[96];
+    rkv_mach_name(name, sizeof(name), prefix, machine);
+    port->ops->shm_unlink(port, name); /* left by a crashed earlier run */
+    size_t bytes = mach_bytes(n_clients);
+    void *addr;
+    int rc = port->ops->shm_map(port, name, bytes, 1, &addr);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "machine segment %s: cannot create %zu bytes (%s)", name,
+                        bytes, rkv_strerror(rc));
+    struct rkv_mach_hdr *h = addr; /* zero-filled by shm_map */
+    h->lineage = lineage;
+    h->n_clients = n_clients;
+    atomic_thread_fence(memory_order_release);
+    h->magic = RKV_MACH_MAGIC;
+    *mc = (struct rkv_mach){.port = port, .hdr = h, .map_bytes = bytes, .owner = owner};
+    return 0;
+}
+
+int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
+                    uint32_t owner, struct rkv_mach *mc, char *err, size_t err_len)
+{
+    char name[96];
+    rkv_mach_name(name, sizeof(name), prefix, machine);
+    size_t bytes = mach_bytes(n_clients);
+    void *addr;
+    int rc = port->ops->shm_map(port, name, bytes, 0, &addr);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "machine segment %s: cannot attach (%s)", name,
+                        rkv_strerror(rc));
+    struct rkv_mach_hdr *h = addr;
+    if (h->magic != RKV_MACH_MAGIC || h->n_clients != n_clients) {
+        port->ops->shm_unmap(port, addr, bytes);
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "machine segment %s is of another cluster (stale? remove it from /dev/shm)",
+                        name);
+    }
+    atomic_thread_fence(memory_order_acquire);
+    *mc = (struct rkv_mach){.port = port, .hdr = h, .map_bytes = bytes, .owner = owner};
+    return 0;
+}
+
+void rkv_mach_close(struct rkv_mach *mc)
+{
+    if (mc->hdr)
+        mc->port->ops->shm_unmap(mc->port, mc->hdr, mc->map_bytes);
+    memset(mc, 0, sizeof(*mc));
+}
+
+static void mach_backoff(struct rkv_port *port, unsigned *spins)
+{
+    if (++*spins < MACH_SPINS)
+        return;
+    if (*spins < MACH_SPINS + MACH_YIELDS)
+        port->ops->yield(port);
+    else
+        port->ops->sleep_ns(port, MACH_SLEEP_NS);
+}
+
+void rkv_spin_lock(struct rkv_port *port, atomic_uint *w, uint32_t owner)
+{
+    assert(owner != 0);
+    for (unsigned spins = 0;;) {
+        unsigned expect = 0;
+        if (atomic_compare_exchange_weak_explicit(w, &expect, owner, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return;
+        mach_backoff(port, &spins);
+    }
+}
+
+void rkv_spin_unlock(atomic_uint *w)
+{
+    atomic_store_explicit(w, 0, memory_order_release);
+}
+
+/* A reader announces itself, then checks for a writer (and the writer the
+ * other way round); sequentially consistent, so one of them sees the other.
+ * A waiting writer keeps new readers out: pushes cannot starve a snapshot. */
+void rkv_mach_apply_begin(struct rkv_mach *mc)
+{
+    struct rkv_mach_hdr *h = mc->hdr;
+    atomic_uint *mine = &h->readers[mc->owner - 1];
+    for (unsigned spins = 0;;) {
+        atomic_store(mine, 1);
+        if (!atomic_load(&h->copy_writer))
+            return;
+        atomic_store(mine, 0);
+        while (atomic_load_explicit(&h->copy_writer, memory_order_relaxed))
+            mach_backoff(mc->port, &spins);
+    }
+}
+
+void rkv_mach_apply_end(struct rkv_mach *mc)
+{
+    atomic_store_explicit(&mc->hdr->readers[mc->owner - 1], 0, memory_order_release);
+}
+
+/* Only one writer at a time: callers hold snap_lock. */
+void rkv_mach_copy_begin(struct rkv_mach *mc)
+{
+    struct rkv_mach_hdr *h = mc->hdr;
+    assert(atomic_load(&h->copy_writer) == 0);
+    atomic_store(&h->copy_writer, mc->owner);
+    for (uint32_t i = 0; i < RKV_MACH_SERVERS; i++)
+        for (unsigned spins = 0; atomic_load(&h->readers[i]);)
+            mach_backoff(mc->port, &spins);
+}
+
+void rkv_mach_copy_end(struct rkv_mach *mc)
+{
+    atomic_store_explicit(&mc->hdr->copy_writer, 0, memory_order_release);
+}
+
+static uint32_t mach_free_if_mine(atomic_uint *w, uint32_t owner)
+{
+    unsigned expect = owner;
+    return atomic_compare_exchange_strong(w, &expect, 0) ? 1 : 0;
+}
+
+uint32_t rkv_mach_reclaim(struct rkv_mach *mc)
+{
+    struct rkv_mach_hdr *h = mc->hdr;
+    mach_free_if_mine(&h->snap_lock, mc->owner);
+    mach_free_if_mine(&h->table_lock, mc->owner);
+    mach_free_if_mine(&h->copy_writer, mc->owner);
+    atomic_store(&h->readers[mc->owner - 1], 0);
+    uint32_t torn = 0;
+    for (uint32_t c = 0; c < h->n_clients; c++)
+        torn += mach_free_if_mine(&h->clients[c].lock, mc->owner);
+    return torn;
+}
+
+int rkv_mach_seq_begin(struct rkv_mach *mc, uint32_t client, uint64_t seq)
+{
+    assert(client < mc->hdr->n_clients);
+    struct rkv_mach_client *e = &mc->hdr->clients[client];
+    rkv_spin_lock(mc->port, &e->lock, mc->owner);
+    /* Another tag is another incarnation of that client id: a fresh stream. */
+    return (e->last_seq >> RKV_SEQ_TAG_SHIFT) == (seq >> RKV_SEQ_TAG_SHIFT) && seq <= e->last_seq;
+}
+
+void rkv_mach_seq_end(struct rkv_mach *mc, uint32_t client, uint64_t seq, int applied)
+{
+    struct rkv_mach_client *e = &mc->hdr->clients[client];
+    if (applied)
+        e->last_seq = seq;
+    rkv_spin_unlock(&e->lock);
+}
+
+void rkv_mach_publish(struct rkv_mach *mc, const struct rkv_tensor *t)
+{
+    uint32_t id = t->meta.id;
+    assert(id >= 1 && id <= RKV_MAX_TENSORS);
+    struct rkv_mach_tensor *e = &mc->hdr->tensors[id];
+    struct rkv_tensor_desc d = {.init = t->init, .init_seed = t->init_seed};
+    rkv_spin_lock(mc->port, &mc->hdr->table_lock, mc->owner);
+    rkv_tensor_to_wire(&t->meta, &d, &e->desc);
+    e->with_state = (uint32_t)t->meta.with_state;
+    e->local_rows = t->shard.local_rows;
+    e->row_bytes = t->row_bytes;
+    atomic_thread_fence(memory_order_release);
+    e->present = 1;
+    rkv_spin_unlock(&mc->hdr->table_lock);
+}

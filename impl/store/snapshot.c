@@ -1,0 +1,530 @@
+/* Machine snapshots: encoding, validation, the group-committing writer and
+ * the restore of a restarted machine (format in snapshot.h). */
+#include "store/snapshot.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "port/port_file.h"
+#include "util/util.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the snapshot format is little-endian");
+_Static_assert(sizeof(struct rkv_wire_tensor) == 104, "wire tensor layout");
+
+/* ---- CRC-32C ---- */
+
+#define CRC32C_POLY 0x82f63b78u /* reflected Castagnoli */
+
+static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t n)
+{
+    /* Built per call (1 KiB, ~2k steps): a file is checked once or twice,
+     * and a table built here needs no global. */
+    uint32_t table[256];
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        table[i] = c;
+    }
+    while (n--)
+        crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+#if defined(__x86_64__)
+/* SSE4.2 computes the same polynomial at several GB/s: the CRC of a large
+ * shard then costs less than writing it. */
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n)
+{
+    uint64_t c = crc;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--)
+        c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+#endif
+
+uint32_t rkv_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+    crc = ~crc;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2"))
+        return ~crc_hw(crc, buf, len);
+#endif
+    return ~crc_soft(crc, buf, len);
+}
+
+/* ---- encoding ---- */
+
+static uint8_t *put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+    return p + 4;
+}
+static uint8_t *put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    return p + 8;
+}
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static uint8_t *put_desc(uint8_t *p, const struct rkv_wire_tensor *d)
+{
+    memcpy(p, d->name, sizeof(d->name));
+    p += sizeof(d->name);
+    p = put32(p, d->dtype);
+    p = put32(p, d->policy);
+    p = put32(p, d->row_len);
+    p = put32(p, d->init);
+    p = put64(p, d->rows);
+    p = put64(p, d->init_seed);
+    p = put32(p, d->with_state);
+    return put32(p, d->book_len);
+}
+
+static void get_desc(const uint8_t *p, struct rkv_wire_tensor *d)
+{
+    memcpy(d->name, p, sizeof(d->name));
+    d->name[RKV_NAME_MAX] = 0;
+    p += sizeof(d->name);
+    d->dtype = get32(p);
+    d->policy = get32(p + 4);
+    d->row_len = get32(p + 8);
+    d->init = get32(p + 12);
+    d->rows = get64(p + 16);
+    d->init_seed = get64(p + 24);
+    d->with_state = get32(p + 32);
+    d->book_len = get32(p + 36);
+}
+
+/* Bytes of one tensor record after its fixed part; 0 on overflow. */
+static int snap_tensor_bytes(const struct rkv_snap_tensor *t, uint64_t *bytes_p)
+{
+    uint64_t book, data, total;
+    if (!rkv_mul_ok(t->book_len, 4, &book) || !rkv_add_ok(book, 7, &book) ||
+        !rkv_mul_ok(t->local_rows, t->row_bytes, &data) ||
+        !rkv_mul_ok(data, t->with_state ? 2 : 1, &total) ||
+        !rkv_add_ok(total, book & ~7ull, &total) ||
+        !rkv_add_ok(total, RKV_SNAP_TENSOR_BYTES, &total))
+        return 0;
+    *bytes_p = total;
+    return 1;
+}
+
+int rkv_snap_size(const struct rkv_snap *s, uint64_t *bytes_p)
+{
+    uint64_t total = RKV_SNAP_HDR_BYTES + (uint64_t)s->n_clients * 8, one;
+    for (uint32_t i = 0; i < s->n_tensors; i++)
+        if (!snap_tensor_bytes(&s->tensors[i], &one) || !rkv_add_ok(total, one, &total))
+            return -RKV_ELIMIT;
+    *bytes_p = total;
+    return 0;
+}
+
+void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
+{
+    uint8_t *p = out + RKV_SNAP_HDR_BYTES;
+    memcpy(p, s->last_seq, (size_t)s->n_clients * 8);
+    p += (size_t)s->n_clients * 8;
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const struct rkv_snap_tensor *t = &s->tensors[i];
+        p = put32(p, t->id);
+        p = put32(p, t->with_state);
+        p = put64(p, t->local_rows);
+        p = put64(p, t->row_bytes);
+        p = put64(p, t->book_len);
+        p = put_desc(p, &t->desc);
+        size_t book = (size_t)t->book_len * 4, data = (size_t)(t->local_rows * t->row_bytes);
+        if (book)
+            memcpy(p, t->book, book);
+        memset(p + book, 0, ((book + 7) & ~(size_t)7) - book);
+        p += (book + 7) & ~(size_t)7;
+        memcpy(p, t->data, data);
+        p += data;
+        if (t->with_state) {
+            memcpy(p, t->state, data);
+            p += data;
+        }
+    }
+    uint8_t *h = out;
+    h = put64(h, RKV_SNAP_MAGIC);
+    h = put32(h, RKV_SNAP_VERSION);
+    h = put32(h, s->machine);
+    h = put64(h, s->lineage);
+    h = put64(h, s->generation);
+    h = put64(h, s->wall_ns);
+    h = put64(h, s->fingerprint);
+    h = put32(h, s->n_tensors);
+    h = put32(h, s->n_clients);
+    put64(h, (uint64_t)(p - out) - RKV_SNAP_HDR_BYTES);
+}
+
+void rkv_snap_seal(uint8_t *buf, size_t len)
+{
+    assert(len >= RKV_SNAP_HDR_BYTES);
+    put32(buf + 64, rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, len - RKV_SNAP_HDR_BYTES));
+    put32(buf + 68, rkv_crc32c(0, buf, 68));
+}
+
+/* ---- decoding ---- */
+
+void rkv_snap_file_name(char *buf, size_t len, uint32_t machine)
+{
+    snprintf(buf, len, "rkv-m%u.snap", machine);
+}
+
+#define SNAP_BAD(...) rkv_errf(err, err_len, -RKV_EIO, __VA_ARGS__)
+
+static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t *end,
+                               struct rkv_snap *s, char *err, size_t err_len)
+{
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        struct rkv_snap_tensor *t = &s->tensors[i];
+        if ((size_t)(end - p) < RKV_SNAP_TENSOR_BYTES)
+            return SNAP_BAD("snapshot %s: tensor record %u runs past the end", path, i);
+        t->id = get32(p);
+        t->with_state = get32(p + 4);
+        t->local_rows = get64(p + 8);
+        t->row_bytes = get64(p + 16);
+        t->book_len = get64(p + 24);
+        get_desc(p + 32, &t->desc);
+        p += RKV_SNAP_TENSOR_BYTES;
+        uint64_t rest;
+        if (t->id == 0 || t->id > RKV_MAX_TENSORS || t->with_state > 1 ||
+            t->book_len != t->desc.book_len || !snap_tensor_bytes(t, &rest) ||
+            rest - RKV_SNAP_TENSOR_BYTES > (uint64_t)(end - p))
+            return SNAP_BAD("snapshot %s: tensor record %u (id %u, '%s') has impossible sizes",
+                            path, i, t->id, t->desc.name);
+        for (uint32_t j = 0; j < i; j++)
+            if (s->tensors[j].id == t->id)
+                return SNAP_BAD("snapshot %s: tensor id %u appears twice", path, t->id);
+        size_t book = (size_t)t->book_len * 4, data = (size_t)(t->local_rows * t->row_bytes);
+        t->book = book ? (const uint32_t *)(const void *)p : NULL;
+        p += (book + 7) & ~(size_t)7;
+        t->data = p;
+        p += data;
+        t->state = t->with_state ? p : NULL;
+        p += t->with_state ? data : 0;
+    }
+    if (p != end)
+        return SNAP_BAD("snapshot %s: %zu bytes after the last tensor", path, (size_t)(end - p));
+    return 0;
+}
+
+int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t machine,
+                    struct rkv_snap *s, char *err, size_t err_len)
+{
+    memset(s, 0, sizeof(*s));
+    if (len < RKV_SNAP_HDR_BYTES)
+        return SNAP_BAD("snapshot %s: truncated: %zu bytes, shorter than its %u-byte header", path,
+                        len, RKV_SNAP_HDR_BYTES);
+    if (get64(buf) != RKV_SNAP_MAGIC)
+        return SNAP_BAD("snapshot %s: not an rkv snapshot (bad magic)", path);
+    if (get32(buf + 8) != RKV_SNAP_VERSION)
+        return SNAP_BAD("snapshot %s: format version %u, this build reads version %u", path,
+                        get32(buf + 8), RKV_SNAP_VERSION);
+    if (get32(buf + 68) != rkv_crc32c(0, buf, 68))
+        return SNAP_BAD("snapshot %s: header checksum mismatch (corrupted header)", path);
+    uint64_t body = get64(buf + 56);
+    if (body != len - RKV_SNAP_HDR_BYTES)
+        return SNAP_BAD("snapshot %s: %s: %zu bytes, the header says %llu (torn write?)", path,
+                        body > len - RKV_SNAP_HDR_BYTES ? "truncated" : "trailing bytes", len,
+                        (unsigned long long)(body + RKV_SNAP_HDR_BYTES));
+    if (get32(buf + 64) != rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, (size_t)body))
+        return SNAP_BAD("snapshot %s: checksum mismatch over its %llu-byte body (corrupted data)",
+                        path, (unsigned long long)body);
+    s->machine = get32(buf + 12);
+    s->lineage = get64(buf + 16);
+    s->generation = get64(buf + 24);
+    s->wall_ns = get64(buf + 32);
+    s->fingerprint = get64(buf + 40);
+    s->n_tensors = get32(buf + 48);
+    s->n_clients = get32(buf + 52);
+    if (machine != UINT32_MAX && s->machine != machine)
+        return SNAP_BAD("snapshot %s: holds machine %u, not %u", path, s->machine, machine);
+    const uint8_t *p = buf + RKV_SNAP_HDR_BYTES, *end = buf + len;
+    if (s->n_tensors > RKV_MAX_TENSORS || (uint64_t)s->n_clients * 8 > (uint64_t)(end - p))
+        return SNAP_BAD("snapshot %s: %u tensors / %u clients do not fit", path, s->n_tensors,
+                        s->n_clients);
+    s->last_seq = (const uint64_t *)(const void *)p;
+    p += (size_t)s->n_clients * 8;
+    s->tensors = calloc(s->n_tensors ? s->n_tensors : 1, sizeof(*s->tensors));
+    if (!s->tensors)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot %s: out of memory", path);
+    int rc = snap_decode_tensors(path, p, end, s, err, err_len);
+    if (rc < 0) {
+        free(s->tensors);
+        s->tensors = NULL;
+    }
+    return rc;
+}
+
+int rkv_snap_read(const char *path, uint32_t machine, struct rkv_snap *s, char *err, size_t err_len)
+{
+    uint8_t *buf;
+    size_t len;
+    int rc = rkv_file_read(path, &buf, &len, err, err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = rkv_snap_decode(path, buf, len, machine, s, err, err_len)) < 0) {
+        free(buf);
+        return rc;
+    }
+    s->file = buf;
+    s->file_bytes = len;
+    return 0;
+}
+
+void rkv_snap_free(struct rkv_snap *s)
+{
+    free(s->tensors);
+    free(s->file);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- writing ---- */
+
+void rkv_snap_writer_init(struct rkv_snap_writer *w, struct rkv_port *port, struct rkv_mach *mc,
+                          const struct rkv_config *cfg, uint32_t server_id)
+{
+    memset(w, 0, sizeof(*w));
+    w->port = port;
+    w->mc = mc;
+    w->machine = cfg->machine_id;
+    w->fingerprint = rkv_cfg_fingerprint(cfg);
+    snprintf(w->dir, sizeof(w->dir), "%s", cfg->durable_dir);
+    snprintf(w->prefix, sizeof(w->prefix), "%s", cfg->shm_prefix);
+    rkv_snap_file_name(w->name, sizeof(w->name), cfg->machine_id);
+    /* Per server: a server killed mid-write leaves its own temp file, which
+     * its next write truncates. */
+    snprintf(w->tmp, sizeof(w->tmp), "%s.tmp%u", w->name, server_id);
+}
+
+/* Lists the machine's published tensors, mapping segments seen the first time. */
+static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint32_t *n_p,
+                     char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    uint32_t n = 0;
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+        const struct rkv_mach_tensor *e = &h->tensors[id];
+        if (!__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
+            continue;
+        struct rkv_shard *sh = &w->maps[id];
+        if (!sh->hdr) {
+            char name[96];
+            rkv_shard_name(name, sizeof(name), w->prefix, w->machine, id);
+            int rc = rkv_shard_map(w->port, name, e->local_rows, (size_t)e->row_bytes,
+                                   (int)e->with_state, e->desc.book_len, 0, sh, err, err_len);
+            if (rc < 0)
+                return rc;
+        }
+        ts[n++] = (struct rkv_snap_tensor){.id = id,
+                                           .with_state = e->with_state,
+                                           .local_rows = e->local_rows,
+                                           .row_bytes = e->row_bytes,
+                                           .book_len = e->desc.book_len,
+                                           .desc = e->desc,
+                                           .book = sh->book,
+                                           .data = sh->data,
+                                           .state = sh->state};
+    }
+    *n_p = n;
+    return 0;
+}
+
+/* snap_lock held. Copies under the copy lock, checksums and writes outside it. */
+static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_tensor *ts,
+                      uint64_t *seqs, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    struct rkv_snap s = {.machine = w->machine,
+                         .lineage = h->lineage,
+                         .generation = gen,
+                         .fingerprint = w->fingerprint,
+                         .n_clients = h->n_clients,
+                         .last_seq = seqs,
+                         .tensors = ts};
+    uint64_t bytes;
+    int rc = snap_list(w, ts, &s.n_tensors, err, err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = rkv_snap_size(&s, &bytes)) < 0)
+        return rkv_errf(err, err_len, rc, "snapshot of machine %u: size overflows", w->machine);
+    if (bytes > w->cap) {
+        uint8_t *nb = realloc(w->buf, (size_t)bytes);
+        if (!nb)
+            return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: no memory for %llu bytes",
+                            (unsigned long long)bytes);
+        w->buf = nb;
+        w->cap = (size_t)bytes;
+    }
+    rkv_mach_copy_begin(w->mc);
+    s.wall_ns = rkv_file_wall_ns();
+    for (uint32_t c = 0; c < h->n_clients; c++)
+        seqs[c] = h->clients[c].last_seq;
+    rkv_snap_encode(&s, w->buf);
+    rkv_mach_copy_end(w->mc);
+    rkv_snap_seal(w->buf, (size_t)bytes);
+    uint32_t fsyncs = 0;
+    rc = rkv_file_replace(w->dir, w->name, w->tmp, w->buf, (size_t)bytes, &fsyncs, err, err_len);
+    w->n_fsyncs += fsyncs;
+    if (rc == 0) {
+        w->n_written++;
+        w->bytes_written += bytes;
+    }
+    return rc;
+}
+
+int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    struct rkv_snap_tensor *ts = malloc(RKV_MAX_TENSORS * sizeof(*ts));
+    uint64_t *seqs = malloc(((size_t)h->n_clients + 1) * sizeof(*seqs));
+    int rc = 0;
+    if (!ts || !seqs) {
+        rc = rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: out of memory");
+        goto free_lists;
+    }
+    rkv_spin_lock(w->port, &h->snap_lock, w->mc->owner);
+    if (atomic_load(&h->snap_durable) > seen_started) {
+        w->n_shared++; /* another server's snapshot began after our pushes */
+        goto unlock;
+    }
+    uint64_t gen = atomic_load(&h->snap_started) + 1;
+    /* Published before the copy: a server that reads a smaller value knows
+     * its pushes were applied before this copy began. */
+    atomic_store(&h->snap_started, gen);
+    rc = snap_write(w, gen, ts, seqs, err, err_len);
+    if (rc == 0)
+        atomic_store(&h->snap_durable, gen);
+unlock:
+    rkv_spin_unlock(&h->snap_lock);
+free_lists:
+    free(seqs);
+    free(ts);
+    return rc;
+}
+
+void rkv_snap_writer_free(struct rkv_snap_writer *w)
+{
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++)
+        if (w->maps[id].hdr)
+            rkv_shard_unmap(&w->maps[id]);
+    free(w->buf);
+    w->buf = NULL;
+    w->cap = 0;
+}
+
+/* ---- restore ---- */
+
+/* Puts tensor t of the snapshot into shared memory: a fresh segment
+ * (create), or over the live one of the same shape (a rollback). */
+static int snap_restore_tensor(const struct rkv_snap_tensor *t, struct rkv_port *port,
+                               const char *prefix, uint32_t machine, struct rkv_mach *mc,
+                               int create, char *err, size_t err_len)
+{
+    char name[96];
+    rkv_shard_name(name, sizeof(name), prefix, machine, t->id);
+    if (create)
+        port->ops->shm_unlink(port, name);
+    struct rkv_shard sh;
+    int rc = rkv_shard_map(port, name, t->local_rows, (size_t)t->row_bytes, (int)t->with_state,
+                           t->book_len, create, &sh, err, err_len);
+    if (rc < 0)
+        return rc;
+    sh.owner = mc->owner;
+    rkv_shard_reclaim(&sh); /* row locks the dead predecessor held */
+    size_t data = (size_t)(t->local_rows * t->row_bytes);
+    memcpy(sh.data, t->data, data);
+    if (t->with_state)
+        memcpy(sh.state, t->state, data);
+    if (t->book_len)
+        memcpy(sh.book, t->book, (size_t)t->book_len * 4);
+    rkv_shard_unmap(&sh);
+    struct rkv_mach_tensor *e = &mc->hdr->tensors[t->id];
+    e->desc = t->desc;
+    e->with_state = t->with_state;
+    e->local_rows = t->local_rows;
+    e->row_bytes = t->row_bytes;
+    atomic_thread_fence(memory_order_release);
+    e->present = 1;
+    return 0;
+}
+
+int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,
+                     uint32_t n_clients, uint32_t owner, struct rkv_mach *mc, char *err,
+                     size_t err_len)
+{
+    if (s->n_clients != n_clients)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "snapshot of machine %u was taken with %u workers, the config has %u",
+                        s->machine, s->n_clients, n_clients);
+    int rc =
+        rkv_mach_create(port, prefix, s->machine, n_clients, s->lineage, owner, mc, err, err_len);
+    if (rc < 0)
+        return rc;
+    for (uint32_t i = 0; i < s->n_tensors && rc == 0; i++)
+        rc = snap_restore_tensor(&s->tensors[i], port, prefix, s->machine, mc, 1, err, err_len);
+    if (rc < 0) {
+        rkv_mach_close(mc);
+        rkv_mach_unlink(port, prefix, s->machine);
+        return rc;
+    }
+    for (uint32_t c = 0; c < n_clients; c++)
+        mc->hdr->clients[c].last_seq = s->last_seq[c];
+    atomic_store(&mc->hdr->snap_started, s->generation);
+    atomic_store(&mc->hdr->snap_durable, s->generation);
+    return 0;
+}
+
+int rkv_snap_rollback(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,
+                      struct rkv_mach *mc, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = mc->hdr;
+    if (s->n_clients != h->n_clients || s->lineage != h->lineage)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "snapshot of machine %u does not match its shared memory", s->machine);
+    /* Tensors created after the snapshot: their INIT was never acknowledged. */
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+        int kept = 0;
+        for (uint32_t i = 0; i < s->n_tensors; i++)
+            kept |= s->tensors[i].id == id;
+        if (!kept)
+            h->tensors[id].present = 0;
+    }
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const struct rkv_snap_tensor *t = &s->tensors[i];
+        const struct rkv_mach_tensor *e = &h->tensors[t->id];
+        int create = !e->present; /* removed from /dev/shm meanwhile: make it again */
+        if (e->present && (e->local_rows != t->local_rows || e->row_bytes != t->row_bytes ||
+                           e->with_state != t->with_state))
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "snapshot of machine %u: tensor %u has another shape in memory",
+                            s->machine, t->id);
+        int rc = snap_restore_tensor(t, port, prefix, s->machine, mc, create, err, err_len);
+        if (rc < 0)
+            return rc;
+    }
+    for (uint32_t c = 0; c < h->n_clients; c++)
+        h->clients[c].last_seq = s->last_seq[c];
+    return 0;
+}

@@ -1,0 +1,114 @@
+/* Durable snapshots of one machine's shard: every tensor the machine holds
+ * (description, partition book, rows, optimizer state) and the last push
+ * sequence applied per client, in one file replaced atomically.
+ *
+ * File format (little-endian), version 1:
+ *   header (72 bytes)
+ *      0 u64 magic "RKVSNAP\0"     8 u32 version         12 u32 machine
+ *     16 u64 lineage              24 u64 generation     32 u64 wall_ns (copy time, Unix)
+ *     40 u64 cluster fingerprint  48 u32 n_tensors      52 u32 n_clients
+ *     56 u64 body_bytes           64 u32 body CRC-32C   68 u32 CRC-32C of bytes 0..67
+ *   body
+ *     n_clients x u64 last applied push sequence
+ *     n_tensors x { u32 id, u32 with_state, u64 local_rows, u64 row_bytes, u64 book_len,
+ *                   wire tensor (104: name[64], dtype, policy, row_len, init, rows,
+ *                   init_seed, with_state, book_len), book (book_len x u32, padded to 8),
+ *                   rows (local_rows x row_bytes), state (the same again if with_state) }
+ * The lineage names a chain of snapshots (the shared memory of the same
+ * chain may be newer than its file); the generation orders them.
+ */
+#ifndef RKV_SNAPSHOT_H
+#define RKV_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/store_int.h"
+
+#define RKV_SNAP_MAGIC 0x0050414e53564b52ull /* "RKVSNAP\0" */
+#define RKV_SNAP_VERSION 1u
+#define RKV_SNAP_HDR_BYTES 72u
+#define RKV_SNAP_TENSOR_BYTES 136u
+
+/* CRC-32C (Castagnoli); crc is the value of the bytes before (0 to start). */
+uint32_t rkv_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* One tensor of a snapshot. Pointers point into shared memory (writing)
+ * or into the file's buffer (reading). */
+struct rkv_snap_tensor {
+    uint32_t id;
+    uint32_t with_state;
+    uint64_t local_rows;
+    uint64_t row_bytes;
+    uint64_t book_len;
+    struct rkv_wire_tensor desc;
+    const uint32_t *book;
+    const uint8_t *data;
+    const uint8_t *state;
+};
+
+struct rkv_snap {
+    uint32_t machine;
+    uint64_t lineage, generation, wall_ns, fingerprint;
+    uint32_t n_clients;
+    const uint64_t *last_seq; /* n_clients */
+    uint32_t n_tensors;
+    struct rkv_snap_tensor *tensors; /* malloc'd when read */
+    uint8_t *file;                   /* read: the whole file, owned */
+    size_t file_bytes;
+};
+
+/* Encoding: size, then the bytes (no CRCs), then seal (the CRCs), so that
+ * the copy out of shared memory is a memcpy and the CRC runs unlocked. */
+int rkv_snap_size(const struct rkv_snap *s, uint64_t *bytes_p);
+void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out);
+void rkv_snap_seal(uint8_t *buf, size_t len);
+/* Validates buf (magic, version, header CRC, length, body CRC, every size)
+ * and fills s with pointers into it. machine: the one expected, or
+ * UINT32_MAX for any. Errors name `path` and what is wrong (-RKV_EIO). */
+int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t machine,
+                    struct rkv_snap *s, char *err, size_t err_len);
+/* Reads and decodes a file; -RKV_ENOTENSOR when it does not exist. */
+int rkv_snap_read(const char *path, uint32_t machine, struct rkv_snap *s, char *err,
+                  size_t err_len);
+void rkv_snap_free(struct rkv_snap *s);
+void rkv_snap_file_name(char *buf, size_t len, uint32_t machine);
+
+/* Writes a machine's snapshots; used by one task of one server. */
+struct rkv_snap_writer {
+    struct rkv_port *port;
+    struct rkv_mach *mc;
+    char dir[256];
+    char name[64], tmp[80];
+    char prefix[32];
+    uint32_t machine;
+    uint64_t fingerprint;
+    struct rkv_shard maps[RKV_MAX_TENSORS + 1]; /* segments mapped so far, by id */
+    uint8_t *buf;
+    size_t cap;
+    /* For logs and measurements. */
+    uint64_t n_written, n_shared, n_fsyncs, bytes_written;
+};
+
+void rkv_snap_writer_init(struct rkv_snap_writer *w, struct rkv_port *port, struct rkv_mach *mc,
+                          const struct rkv_config *cfg, uint32_t server_id);
+/* Makes sure a snapshot that started after `seen_started` (the machine's
+ * snap_started, read after the caller's pushes were applied) is durable:
+ * either another one already is (shared: group commit across servers), or
+ * this call writes one. */
+int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err, size_t err_len);
+void rkv_snap_writer_free(struct rkv_snap_writer *w);
+
+/* Restart: recreates the machine segment and every tensor segment of s in
+ * shared memory (replacing what is there). */
+int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,
+                     uint32_t n_clients, uint32_t owner, struct rkv_mach *mc, char *err,
+                     size_t err_len);
+/* Restart beside surviving shared memory whose state may hold a push
+ * applied in part: puts the snapshot's rows and sequences back in place
+ * (segments stay mapped by co-located clients). Only when no other server
+ * of the machine is running. */
+int rkv_snap_rollback(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,
+                      struct rkv_mach *mc, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,897 @@
+/* Durable mode: the snapshot file format (round trip, and a torn, corrupted
+ * or foreign file refused with a message that says which and why), pushes
+ * applied once across a retried acknowledgement and a restart, and a
+ * machine lost under a stream of pushes from worker processes over TCP:
+ * with durable mode and retries every acknowledged push is there exactly
+ * once; without, survivors fail fast with -RKV_EPEERDEAD. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/engine.h"
+#include "nic/nic_tcp.h"
+#include "port/port_file.h"
+#include "rkv.h"
+#include "store/snapshot.h"
+
+/* ---- helpers ---- */
+
+/* Processes a test forked and has not reaped yet: a failed assertion
+ * leaves the test early, and teardown must not leave servers running. */
+static pid_t children[16];
+
+static void child_add(pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(children) / sizeof(children[0]); i++) {
+        if (!children[i]) {
+            children[i] = pid;
+            return;
+        }
+    }
+    fail_msg("too many children");
+}
+
+static void child_forget(pid_t pid)
+{
+    for (size_t i = 0; i < sizeof(children) / sizeof(children[0]); i++)
+        if (children[i] == pid)
+            children[i] = 0;
+}
+
+static int reap_children(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(children) / sizeof(children[0]); i++) {
+        if (children[i]) {
+            kill(children[i], SIGKILL);
+            waitpid(children[i], NULL, 0);
+            children[i] = 0;
+        }
+    }
+    return 0;
+}
+
+static uint16_t free_base_port(void)
+{
+    static uint32_t x; /* test-only: successive calls pick different ports */
+    x = x * 1103515245u + 12345u + (uint32_t)getpid();
+    for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
+        uint16_t base = (uint16_t)(21000 + (x >> 8) % 2998); /* this binary's range */
+        int ok = 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            int one = 1;
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+            struct sockaddr_in a = {.sin_family = AF_INET,
+                                    .sin_port = htons((uint16_t)(base + k)),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+            close(fd);
+        }
+        if (ok)
+            return base;
+    }
+    fail_msg("no free ports");
+    return 0;
+}
+
+static void make_tmpdir(char *dir, size_t len)
+{
+    snprintf(dir, len, "/tmp/rkv-durable-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Shows the lines of a server log that tell what durability did. */
+static void print_log_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, "restarted") || strstr(line, "re-joined") || strstr(line, "durable") ||
+            strstr(line, "without reapplying"))
+            printf("%s: %s", strrchr(path, '/') + 1, line);
+    fclose(f);
+}
+
+static int file_contains(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, needle) != NULL;
+}
+
+/* ---- the file format ---- */
+
+static void test_crc32c(void **state)
+{
+    (void)state;
+    static const char v[] = "123456789";
+    assert_int_equal(rkv_crc32c(0, v, 9), 0xe3069283u); /* the standard check value */
+    assert_int_equal(rkv_crc32c(rkv_crc32c(0, v, 4), v + 4, 5), 0xe3069283u);
+    assert_int_equal(rkv_crc32c(0, v, 0), 0);
+}
+
+/* Two tensors (an explicit book; optimizer state) and three clients. */
+struct snap_fixture {
+    char dir[64], path[128];
+    uint64_t seqs[3];
+    uint32_t book[6];
+    float data1[3 * 2];
+    double data2[2 * 3], state2[2 * 3];
+    struct rkv_snap_tensor ts[2];
+    struct rkv_snap s;
+    uint8_t *buf;
+    size_t len;
+};
+
+static void fixture_build(struct snap_fixture *f)
+{
+    memset(f, 0, sizeof(*f));
+    make_tmpdir(f->dir, sizeof(f->dir));
+    snprintf(f->path, sizeof(f->path), "%s/rkv-m1.snap", f->dir);
+    uint64_t seqs[3] = {7, (3ull << RKV_SEQ_TAG_SHIFT) | 99, 0};
+    memcpy(f->seqs, seqs, sizeof(seqs));
+    uint32_t book[6] = {0, 1, 1, 0, 1, 0};
+    memcpy(f->book, book, sizeof(book));
+    for (int i = 0; i < 6; i++) {
+        f->data1[i] = (float)i + 0.5f;
+        f->data2[i] = -(double)i;
+        f->state2[i] = 100.0 + i;
+    }
+    struct rkv_wire_tensor d1 = {.name = "emb",
+                                 .dtype = RKV_F32,
+                                 .policy = RKV_PART_EXPLICIT,
+                                 .row_len = 2,
+                                 .rows = 6,
+                                 .init_seed = 5,
+                                 .book_len = 6};
+    struct rkv_wire_tensor d2 = {.name = "w",
+                                 .dtype = RKV_F64,
+                                 .policy = RKV_PART_RANGE,
+                                 .row_len = 3,
+                                 .rows = 4,
+                                 .with_state = 1,
+                                 .init = 1};
+    f->ts[0] = (struct rkv_snap_tensor){.id = 1,
+                                        .local_rows = 3,
+                                        .row_bytes = 8,
+                                        .book_len = 6,
+                                        .desc = d1,
+                                        .book = f->book,
+                                        .data = (const uint8_t *)f->data1};
+    f->ts[1] = (struct rkv_snap_tensor){.id = 3,
+                                        .with_state = 1,
+                                        .local_rows = 2,
+                                        .row_bytes = 24,
+                                        .desc = d2,
+                                        .data = (const uint8_t *)f->data2,
+                                        .state = (const uint8_t *)f->state2};
+    f->s = (struct rkv_snap){.machine = 1,
+                             .lineage = 0xabcdef,
+                             .generation = 42,
+                             .wall_ns = 1700000000000000000ull,
+                             .fingerprint = 0x1234,
+                             .n_clients = 3,
+                             .last_seq = f->seqs,
+                             .n_tensors = 2,
+                             .tensors = f->ts};
+    uint64_t bytes;
+    assert_int_equal(rkv_snap_size(&f->s, &bytes), 0);
+    f->len = (size_t)bytes;
+    f->buf = malloc(f->len);
+    assert_non_null(f->buf);
+    rkv_snap_encode(&f->s, f->buf);
+    rkv_snap_seal(f->buf, f->len);
+}
+
+static void fixture_write(struct snap_fixture *f, const uint8_t *buf, size_t len)
+{
+    char err[256];
+    uint32_t fsyncs = 0;
+    int rc = rkv_file_replace(f->dir, "rkv-m1.snap", "rkv-m1.snap.tmp", buf, len, &fsyncs, err,
+                              sizeof(err));
+    if (rc < 0)
+        fail_msg("%s", err);
+    assert_int_equal(fsyncs, 2); /* the file, then the directory */
+}
+
+static void fixture_free(struct snap_fixture *f)
+{
+    free(f->buf);
+    remove_tree(f->dir);
+}
+
+static void test_snapshot_roundtrip(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    fixture_write(&f, f.buf, f.len);
+    struct rkv_snap got;
+    char err[256];
+    int rc = rkv_snap_read(f.path, 1, &got, err, sizeof(err));
+    if (rc < 0)
+        fail_msg("%s", err);
+    assert_int_equal(got.machine, 1);
+    assert_int_equal(got.lineage, 0xabcdef);
+    assert_int_equal(got.generation, 42);
+    assert_int_equal(got.wall_ns, 1700000000000000000ull);
+    assert_int_equal(got.fingerprint, 0x1234);
+    assert_int_equal(got.n_clients, 3);
+    assert_memory_equal(got.last_seq, f.seqs, sizeof(f.seqs));
+    assert_int_equal(got.n_tensors, 2);
+    const struct rkv_snap_tensor *a = &got.tensors[0], *b = &got.tensors[1];
+    assert_int_equal(a->id, 1);
+    assert_string_equal(a->desc.name, "emb");
+    assert_int_equal(a->desc.policy, RKV_PART_EXPLICIT);
+    assert_int_equal(a->book_len, 6);
+    assert_memory_equal(a->book, f.book, sizeof(f.book));
+    assert_memory_equal(a->data, f.data1, sizeof(f.data1));
+    assert_null(a->state);
+    assert_int_equal(b->id, 3);
+    assert_string_equal(b->desc.name, "w");
+    assert_int_equal(b->desc.init, 1);
+    assert_int_equal(b->with_state, 1);
+    assert_null(b->book);
+    assert_memory_equal(b->data, f.data2, sizeof(f.data2));
+    assert_memory_equal(b->state, f.state2, sizeof(f.state2));
+    rkv_snap_free(&got);
+    /* Another machine's file is refused. */
+    assert_int_equal(rkv_snap_read(f.path, 0, &got, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "holds machine 1, not 0"));
+    /* No file: a distinct code, so a server knows to start a new lineage. */
+    remove_tree(f.dir);
+    assert_int_equal(rkv_snap_read(f.path, 1, &got, err, sizeof(err)), -RKV_ENOTENSOR);
+    free(f.buf);
+}
+
+static void expect_refused(struct snap_fixture *f, const uint8_t *buf, size_t len, const char *why)
+{
+    fixture_write(f, buf, len);
+    struct rkv_snap got;
+    char err[256] = "";
+    assert_int_equal(rkv_snap_read(f->path, 1, &got, err, sizeof(err)), -RKV_EIO);
+    if (!strstr(err, why) || !strstr(err, f->path))
+        fail_msg("expected '%s' naming %s, got: %s", why, f->path, err);
+}
+
+static void test_snapshot_truncated(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    expect_refused(&f, f.buf, f.len - 1, "truncated");
+    expect_refused(&f, f.buf, f.len / 2, "(torn write?)");
+    expect_refused(&f, f.buf, 10, "shorter than its 72-byte header");
+    expect_refused(&f, f.buf, 0, "truncated");
+    fixture_free(&f);
+}
+
+static void test_snapshot_flipped_byte(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    uint8_t *bad = malloc(f.len);
+    assert_non_null(bad);
+    /* Every byte of the body, one at a time, is caught by the body CRC. */
+    for (size_t i = RKV_SNAP_HDR_BYTES; i < f.len; i += 7) {
+        memcpy(bad, f.buf, f.len);
+        bad[i] ^= 0x10;
+        expect_refused(&f, bad, f.len, "checksum mismatch over its");
+    }
+    /* And a header field by the header's own. */
+    memcpy(bad, f.buf, f.len);
+    bad[20] ^= 1; /* lineage */
+    expect_refused(&f, bad, f.len, "header checksum mismatch");
+    memcpy(bad, f.buf, f.len);
+    bad[0] ^= 1;
+    expect_refused(&f, bad, f.len, "not an rkv snapshot");
+    free(bad);
+    fixture_free(&f);
+}
+
+static void test_snapshot_wrong_version(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    uint32_t v = 2;
+    memcpy(f.buf + 8, &v, 4);
+    rkv_snap_seal(f.buf, f.len); /* a well-formed file of a future version */
+    expect_refused(&f, f.buf, f.len, "format version 2, this build reads version 1");
+    fixture_free(&f);
+}
+
+/* ---- exactly once, across a retry and a restart (servers in this process) ---- */
+
+struct cluster {
+    char dir[64];
+    struct rkv_machine machines[2];
+    struct rkv_config cfg;
+    struct rkv_server *srv[2];
+    pthread_t thr0;
+};
+
+static void *server_main(void *arg)
+{
+    rkv_server_run(arg);
+    return NULL;
+}
+
+static void cluster_config(struct cluster *c, int durable, int dynamic)
+{
+    memset(c, 0, sizeof(*c));
+    uint16_t base = free_base_port();
+    for (int m = 0; m < 2; m++) {
+        snprintf(c->machines[m].host, sizeof(c->machines[m].host), "%s",
+                 m == 1 && dynamic ? "" : "127.0.0.1");
+        c->machines[m].base_port = (uint16_t)(base + m);
+        c->machines[m].servers = 1;
+    }
+    rkv_config_defaults(&c->cfg);
+    c->cfg.n_machines = 2;
+    c->cfg.machines = c->machines;
+    c->cfg.n_workers = 1;
+    c->cfg.timeout_ms = 5000;
+    c->cfg.connect_retry_ms = 5000;
+    c->cfg.log_level = 0;
+    snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "rkvd-%d-%u", (int)getpid(), base);
+    if (durable) {
+        make_tmpdir(c->dir, sizeof(c->dir));
+        snprintf(c->cfg.durable_dir, sizeof(c->cfg.durable_dir), "%s", c->dir);
+    }
+}
+
+/* Server 1 gets no run thread: its engine serves anyway, and destroying it
+ * models the machine's loss (connections drop, its shared memory goes). */
+static struct rkv_server *server_create(struct cluster *c, uint32_t m)
+{
+    struct rkv_config cfg = c->cfg;
+    cfg.machine_id = m;
+    struct rkv_server *srv;
+    char err[256];
+    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("server %u: %s", m, err);
+    return srv;
+}
+
+/* A client speaking the wire protocol itself, to send one push twice. */
+struct rawcli {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_engine *eng;
+    struct rkv_peer *peer;
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    int status, type, got;
+};
+
+static void raw_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    struct rawcli *r = user;
+    (void)peer;
+    r->port->ops->mutex_lock(r->mu);
+    r->status = m->h.status;
+    r->type = m->h.type;
+    r->got++;
+    r->port->ops->cond_broadcast(r->cv);
+    r->port->ops->mutex_unlock(r->mu);
+}
+
+static void raw_open(struct rawcli *r, const struct rkv_machine *target)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(rkv_port_posix_create("raw", 0, 3, &r->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(r->port, NULL, &r->nic), 0);
+    struct rkv_engine_cfg ec = {.node_id = RKV_CLIENT_NODE_BASE,
+                                .rx_depth = 64,
+                                .ctrl_buf_bytes = 8192,
+                                .max_slots = 64,
+                                .max_slot_bytes = 1 << 30};
+    char err[128];
+    assert_int_equal(
+        rkv_engine_create(r->port, r->nic, &ec, raw_on_msg, NULL, r, &r->eng, err, sizeof(err)), 0);
+    assert_int_equal(r->port->ops->mutex_create(r->port, &r->mu), 0);
+    assert_int_equal(r->port->ops->cond_create(r->port, &r->cv), 0);
+    assert_int_equal(rkv_engine_start(r->eng), 0);
+    assert_int_equal(rkv_engine_connect(r->eng, "127.0.0.1", target->base_port, 2000, &r->peer), 0);
+}
+
+static void raw_close(struct rawcli *r)
+{
+    rkv_engine_destroy(r->eng);
+    r->nic->ops->close(r->nic);
+    r->port->ops->cond_destroy(r->cv);
+    r->port->ops->mutex_destroy(r->mu);
+    r->port->ops->destroy(r->port);
+}
+
+/* A SUM of `v` into every element of row `id` of f32 tensor 1, as client 0
+ * with sequence `seq`; returns the reply's status. */
+static int raw_push(struct rawcli *r, uint64_t id, float v, uint64_t seq)
+{
+    float row[4] = {v, v, v, v};
+    size_t len = RKV_PROTO_HDR_BYTES + 8 + sizeof(row);
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, len, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = seq,
+                        .tensor_id = 1,
+                        .sender = RKV_CLIENT_NODE_BASE + 0,
+                        .count = 1,
+                        .row_bytes = sizeof(row),
+                        .op = RKV_OP_SUM};
+    int before = r->got;
+    assert_int_equal(rkv_proto_enc_push(rkv_engine_tx_buf(tx), &h, &id, row), len);
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+    r->port->ops->mutex_lock(r->mu);
+    while (r->got == before)
+        assert_int_equal(r->port->ops->cond_wait(r->cv, r->mu, 5000000000ull), 0);
+    int st = r->type == RKV_MSG_PUSH_ACK ? 0 : r->status;
+    r->port->ops->mutex_unlock(r->mu);
+    return st;
+}
+
+static float pull_row60(struct rkv_client *cli)
+{
+    uint64_t id = 60;
+    float got[4];
+    int rc = rkv_client_pull(cli, "t", &id, 1, got);
+    if (rc < 0)
+        fail_msg("pull: %s", rkv_client_errmsg(cli));
+    return got[0];
+}
+
+static const struct rkv_tensor_desc T_F32 = {
+    .name = "t", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+
+static void test_exactly_once_across_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 5000; /* the checking client rides over server 1's restart */
+    c.srv[0] = server_create(&c, 0);
+    assert_int_equal(pthread_create(&c.thr0, NULL, server_main, c.srv[0]), 0);
+    c.srv[1] = server_create(&c, 1);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+
+    const uint64_t tag = 0x5aull << RKV_SEQ_TAG_SHIFT;
+    struct rawcli r;
+    raw_open(&r, &c.machines[1]);
+    assert_int_equal(raw_push(&r, 60, 1.0f, tag | 5), 0);
+    assert_int_equal(raw_push(&r, 60, 1.0f, tag | 5), 0); /* ack lost, client retried */
+    assert_true(pull_row60(cli) == 1.0f);
+    raw_close(&r);
+
+    /* The machine is lost and comes back from its snapshot. */
+    rkv_server_destroy(c.srv[1]);
+    c.srv[1] = server_create(&c, 1);
+    assert_true(pull_row60(cli) == 1.0f); /* the client reconnects (retry_ms) */
+    raw_open(&r, &c.machines[1]);
+    assert_int_equal(raw_push(&r, 60, 1.0f, tag | 5), 0); /* the sequence survived */
+    assert_true(pull_row60(cli) == 1.0f);
+    assert_int_equal(raw_push(&r, 60, 1.0f, tag | 4), 0); /* older: applied already */
+    assert_true(pull_row60(cli) == 1.0f);
+    assert_int_equal(raw_push(&r, 60, 2.0f, tag | 6), 0);
+    assert_true(pull_row60(cli) == 3.0f);
+    /* Another tag is a new incarnation of client 0: its stream starts over. */
+    assert_int_equal(raw_push(&r, 60, 4.0f, (0x77ull << RKV_SEQ_TAG_SHIFT) | 1), 0);
+    assert_true(pull_row60(cli) == 7.0f);
+    raw_close(&r);
+
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    pthread_join(c.thr0, NULL);
+    rkv_server_destroy(c.srv[0]);
+    rkv_server_destroy(c.srv[1]);
+    remove_tree(c.dir);
+}
+
+/* A corrupted snapshot stops the restart with the reason; nothing half-loaded. */
+static void test_corrupt_snapshot_refused_at_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    char path[128];
+    snprintf(path, sizeof(path), "%s/rkv-m1.snap", c.dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("RKVSNAP but not really", f);
+    fclose(f);
+    struct rkv_config cfg = c.cfg;
+    cfg.machine_id = 1;
+    struct rkv_server *srv;
+    char err[256];
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "shorter than its 72-byte header"));
+    snprintf(cfg.durable_dir, sizeof(cfg.durable_dir), "%s/missing", c.dir);
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "missing: No such file or directory"));
+    remove_tree(c.dir);
+}
+
+/* ---- a machine lost under worker processes pushing over TCP ---- */
+
+#define E2E_ROWS 64u
+#define E2E_HALF (E2E_ROWS / 2) /* rows below live on machine 0 */
+#define E2E_LEN 4u
+#define E2E_ITERS 300u
+#define E2E_KILL_AFTER 120u /* acknowledged push calls, all workers together */
+
+static const struct rkv_tensor_desc T_SUM = {.name = "sum",
+                                             .dtype = RKV_F64,
+                                             .rows = E2E_ROWS,
+                                             .row_len = E2E_LEN,
+                                             .policy = RKV_PART_RANGE};
+static const struct rkv_tensor_desc T_ASG = {
+    .name = "asg", .dtype = RKV_I64, .rows = E2E_ROWS, .row_len = 2, .policy = RKV_PART_RANGE};
+
+/* Iteration i of worker w sums into one row of each machine. */
+static void e2e_sum_rows(uint32_t w, uint32_t i, uint64_t ids[2])
+{
+    ids[0] = i % E2E_HALF;
+    ids[1] = E2E_HALF + (i * 7 + w) % E2E_HALF;
+}
+
+static double e2e_value(uint32_t w, uint32_t i, uint32_t j)
+{
+    return (double)(w * 1000 + i + 1) * (j + 1);
+}
+
+static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, const char *log_path)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid != 0) {
+        child_add(pid);
+        return pid;
+    }
+    if (log_path && !freopen(log_path, "w", stderr))
+        _exit(4);
+    struct rkv_config cfg = *cfg0;
+    cfg.machine_id = m;
+    cfg.log_level = 2;
+    struct rkv_server *srv;
+    char err[256];
+    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "server %u: %s\n", m, err);
+        _exit(3);
+    }
+    rkv_server_run(srv);
+    rkv_server_destroy(srv);
+    exit(0); /* not _exit: LeakSanitizer checks the server too */
+}
+
+static int e2e_fail(struct rkv_client *cli, const char *what)
+{
+    fprintf(stderr, "worker %u: %s: %s\n", rkv_client_id(cli), what, rkv_client_errmsg(cli));
+    return 3;
+}
+
+/* Worker 0 checks every row: each push summed exactly once, the last assign kept. */
+static int e2e_verify(struct rkv_client *cli, uint32_t n_workers)
+{
+    double expect[E2E_ROWS][E2E_LEN] = {{0}}, got[E2E_ROWS][E2E_LEN];
+    for (uint32_t w = 0; w < n_workers; w++) {
+        for (uint32_t i = 0; i < E2E_ITERS; i++) {
+            uint64_t ids[2];
+            e2e_sum_rows(w, i, ids);
+            for (int k = 0; k < 2; k++)
+                for (uint32_t j = 0; j < E2E_LEN; j++)
+                    expect[ids[k]][j] += e2e_value(w, i, j);
+        }
+    }
+    uint64_t all[E2E_ROWS];
+    for (uint32_t r = 0; r < E2E_ROWS; r++)
+        all[r] = r;
+    if (rkv_client_pull(cli, "sum", all, E2E_ROWS, got) < 0)
+        return e2e_fail(cli, "pull sum");
+    int bad = 0;
+    for (uint32_t r = 0; r < E2E_ROWS; r++)
+        for (uint32_t j = 0; j < E2E_LEN; j++)
+            if (got[r][j] != expect[r][j] && bad++ < 5)
+                fprintf(stderr, "sum row %u[%u]: %.1f, expected %.1f\n", r, j, got[r][j],
+                        expect[r][j]);
+    int64_t asg[E2E_ROWS][2];
+    if (rkv_client_pull(cli, "asg", all, E2E_ROWS, asg) < 0)
+        return e2e_fail(cli, "pull asg");
+    for (uint32_t w = 0; w < n_workers; w++) {
+        for (uint32_t k = 0; k < 2; k++) {
+            uint32_t r = w + k * E2E_HALF;
+            if ((asg[r][0] != E2E_ITERS || asg[r][1] != -(int64_t)E2E_ITERS) && bad++ < 10)
+                fprintf(stderr, "asg row %u: %lld %lld, expected %u\n", r, (long long)asg[r][0],
+                        (long long)asg[r][1], E2E_ITERS);
+        }
+    }
+    return bad ? 1 : 0;
+}
+
+static int e2e_worker(const struct rkv_config *cfg, int progress_fd)
+{
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(cfg, &cli, err, sizeof(err)) < 0) {
+        fprintf(stderr, "worker: %s\n", err);
+        return 3;
+    }
+    uint32_t w = rkv_client_id(cli);
+    int code = 0;
+    if (w == 0 && (rkv_client_init_data(cli, &T_SUM) < 0 || rkv_client_init_data(cli, &T_ASG) < 0))
+        code = e2e_fail(cli, "init");
+    if (code == 0 && rkv_client_barrier(cli) < 0)
+        code = e2e_fail(cli, "barrier");
+    for (uint32_t i = 0; i < E2E_ITERS && code == 0; i++) {
+        uint64_t ids[2];
+        double rows[2][E2E_LEN];
+        e2e_sum_rows(w, i, ids);
+        for (int k = 0; k < 2; k++)
+            for (uint32_t j = 0; j < E2E_LEN; j++)
+                rows[k][j] = e2e_value(w, i, j);
+        uint64_t own[2] = {w, E2E_HALF + w};
+        int64_t asg[2][2] = {{i + 1, -(int64_t)(i + 1)}, {i + 1, -(int64_t)(i + 1)}};
+        if (rkv_client_push(cli, "sum", ids, 2, rows, RKV_OP_SUM, 0) < 0)
+            code = e2e_fail(cli, "push sum");
+        else if (rkv_client_push(cli, "asg", own, 2, asg, RKV_OP_ASSIGN, 0) < 0)
+            code = e2e_fail(cli, "push asg");
+        else if (write(progress_fd, "+", 1) != 1)
+            code = 3;
+    }
+    if (code == 0 && rkv_client_barrier(cli) < 0)
+        code = e2e_fail(cli, "barrier after pushes");
+    if (code == 0 && w == 0)
+        code = e2e_verify(cli, cfg->n_workers);
+    /* Everybody checked before anyone stops the servers. */
+    if (rkv_client_barrier(cli) == 0 && w == 0)
+        rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    return code;
+}
+
+static void unlink_machine_shm(const struct rkv_config *cfg, uint32_t m)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "/%s-m%u-meta", cfg->shm_prefix, m);
+    shm_unlink(name);
+    for (uint32_t t = 1; t <= 2; t++) {
+        snprintf(name, sizeof(name), "/%s-m%u-t%u", cfg->shm_prefix, m, t);
+        shm_unlink(name);
+    }
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    child_forget(pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* lose_memory: the machine is lost (its shared memory goes with the
+ * process); otherwise only the server process dies and its restart finds
+ * the machine's memory (resume). */
+static void run_crash_under_pushes(int lose_memory)
+{
+    struct cluster c;
+    cluster_config(&c, 1, 1); /* machine 1 announces itself to server 0 */
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 15000;
+    char log0[128], log1[128], log1b[128];
+    snprintf(log0, sizeof(log0), "%s/s0.log", c.dir);
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, log0);
+    pid_t s1 = spawn_server(&c.cfg, 1, log1);
+    int progress[2];
+    assert_int_equal(pipe(progress), 0);
+    pid_t w[2];
+    for (int k = 0; k < 2; k++) {
+        w[k] = fork();
+        assert_true(w[k] >= 0);
+        if (w[k] > 0)
+            child_add(w[k]);
+        if (w[k] == 0) {
+            close(progress[0]);
+            exit(e2e_worker(&c.cfg, progress[1]));
+        }
+    }
+    close(progress[1]);
+    char b;
+    for (uint32_t n = 0; n < E2E_KILL_AFTER; n++)
+        assert_int_equal(read(progress[0], &b, 1), 1);
+    /* Machine 1 is lost mid-stream: its process and its memory. */
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    if (lose_memory)
+        unlink_machine_shm(&c.cfg, 1);
+    usleep(300 * 1000); /* workers meet the dead server and keep retrying */
+    pid_t s1b = spawn_server(&c.cfg, 1, log1b);
+    while (read(progress[0], &b, 1) == 1)
+        ;
+    close(progress[0]);
+    assert_int_equal(wait_exit(w[0]), 0);
+    assert_int_equal(wait_exit(w[1]), 0);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1b), 0);
+    print_log_lines(log0);
+    print_log_lines(log1);
+    print_log_lines(log1b);
+    if (lose_memory) {
+        assert_true(file_contains(log1b, "restarted from snapshot"));
+        assert_true(file_contains(log1b, "every push acknowledged before the crash is in it"));
+    } else {
+        assert_true(file_contains(log1b, "restarted") && file_contains(log1b, "survived"));
+    }
+    assert_true(file_contains(log0, "server 1 re-joined"));
+    remove_tree(c.dir);
+    if (!lose_memory)
+        unlink_machine_shm(&c.cfg, 1); /* the restarted server unlinked them; make sure */
+}
+
+static void test_machine_lost_under_pushes_durable(void **state)
+{
+    (void)state;
+    run_crash_under_pushes(1);
+}
+
+static void test_server_crash_under_pushes_durable(void **state)
+{
+    (void)state;
+    run_crash_under_pushes(0);
+}
+
+/* The server died in the middle of applying a push (a client entry and a
+ * row are left as it left them): alone on its machine, its restart rolls
+ * the surviving memory back to the snapshot instead of serving a push
+ * that is there in part. */
+static void test_torn_push_rolled_back(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 5000;
+    pid_t s0 = spawn_server(&c.cfg, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    /* What a death mid-apply leaves: client 0's entry locked under server
+     * 1.0's tag (local id 0 + 1), half the row written. */
+    struct rkv_port *port;
+    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
+    struct rkv_mach mc;
+    assert_int_equal(rkv_mach_attach(port, c.cfg.shm_prefix, 1, 1, 9, &mc, err, sizeof(err)), 0);
+    atomic_store(&mc.hdr->clients[0].lock, 1);
+    struct rkv_shard sh;
+    char name[96];
+    rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
+    assert_int_equal(rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)), 0);
+    ((float *)(void *)sh.data)[10 * 4] = 99.0f;                       /* row 60 is local row 10 */
+    atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 1); /* and its row lock */
+    rkv_shard_unmap(&sh);
+    rkv_mach_close(&mc);
+    port->ops->destroy(port);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", c.dir);
+    pid_t s1b = spawn_server(&c.cfg, 1, log1b);
+    float got[4];
+    assert_int_equal(rkv_client_pull(cli, "t", &id, 1, got), 0); /* reconnects */
+    assert_memory_equal(got, one, sizeof(one));
+    assert_true(file_contains(log1b, "rolled the machine back to snapshot"));
+    /* Every stripe answers (the dead server's row lock was freed). */
+    uint64_t all[50];
+    float rows[50 * 4];
+    for (int i = 0; i < 50; i++)
+        all[i] = 50 + (uint64_t)i;
+    assert_int_equal(rkv_client_push(cli, "t", all, 50, rows, RKV_OP_ASSIGN, 0), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1b), 0);
+    remove_tree(c.dir);
+}
+
+/* Without durable mode (and without retries) the same loss is a prompt,
+ * named error, not a hang until the 20 s request timeout. */
+static void test_machine_lost_without_durable_fails_fast(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.cfg.timeout_ms = 20000;
+    pid_t s0 = spawn_server(&c.cfg, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t ids[2] = {10, 60};
+    float rows[8] = {1, 1, 1, 1, 2, 2, 2, 2};
+    assert_int_equal(rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 1);
+    uint64_t t0 = mono_ms();
+    int rc = 0;
+    /* The first push may still be on its way when the connection drops. */
+    for (int i = 0; i < 3 && rc == 0; i++)
+        rc = rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0);
+    uint64_t took = mono_ms() - t0;
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+    assert_true(took < 2000);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "server 1"));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_crc32c, reap_children),
+        cmocka_unit_test_teardown(test_snapshot_roundtrip, reap_children),
+        cmocka_unit_test_teardown(test_snapshot_truncated, reap_children),
+        cmocka_unit_test_teardown(test_snapshot_flipped_byte, reap_children),
+        cmocka_unit_test_teardown(test_snapshot_wrong_version, reap_children),
+        cmocka_unit_test_teardown(test_corrupt_snapshot_refused_at_restart, reap_children),
+        cmocka_unit_test_teardown(test_machine_lost_without_durable_fails_fast, reap_children),
+        cmocka_unit_test_teardown(test_machine_lost_under_pushes_durable, reap_children),
+        cmocka_unit_test_teardown(test_server_crash_under_pushes_durable, reap_children),
+        cmocka_unit_test_teardown(test_torn_push_rolled_back, reap_children),
+        cmocka_unit_test_teardown(test_exactly_once_across_restart, reap_children),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
