@@ -855,7 +855,8 @@ static int srv_adopt(struct rkv_server *s, int reclaim, char *err, size_t err_le
     return 0;
 }
 
-/* Waits for the machine's first server to restore the snapshot. */
+/* Attaches to the machine's memory of this lineage: surviving, or once
+ * the machine's first server restored it from the snapshot. */
 static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, size_t err_len)
 {
     const struct rkv_port_ops *o = s->port->ops;
@@ -863,7 +864,7 @@ static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, 
     while (o->now_ns(s->port) < deadline) {
         if (rkv_mach_attach(s->port, s->cfg.shm_prefix, s->cfg.machine_id, s->cfg.n_workers,
                             s->local_id + 1, &s->mach, NULL, 0) == 0) {
-            if (s->mach.hdr->lineage == lineage)
+            if (__atomic_load_n(&s->mach.hdr->lineage, __ATOMIC_ACQUIRE) == lineage)
                 return 0;
             rkv_mach_close(&s->mach);
         }
@@ -902,8 +903,9 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
                  s->server_id, mach, torn);
     } else {
         RKV_LOGW(s->port,
-                 "server %u restarted: machine %u's shared memory survived; serving it (it holds "
-                 "every push acknowledged so far, at least snapshot %s generation %llu)",
+                 "server %u restarted: serving machine %u's shared memory (it survived, or the "
+                 "machine's first server restored it from %s, generation %llu); it holds every "
+                 "push acknowledged so far",
                  s->server_id, mach, path, (unsigned long long)snap->generation);
     }
     return srv_adopt(s, 1, err, err_len);
@@ -913,17 +915,21 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
                        char *err, size_t err_len)
 {
     uint32_t mach = s->cfg.machine_id;
-    int rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
-                             &s->mach, NULL, 0);
+    int rc;
+    /* Only the machine's first server restores the file; the others serve
+     * what it restored, or what survived. */
+    if (s->local_id != 0) {
+        rc = srv_wait_restored(s, snap->lineage, err, err_len);
+        return rc < 0 ? rc : srv_resume(s, snap, path, err, err_len);
+    }
+    rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
+                         &s->mach, NULL, 0);
     if (rc == 0 && s->mach.hdr->lineage == snap->lineage)
         return srv_resume(s, snap, path, err, err_len);
     if (rc == 0)
         rkv_mach_close(&s->mach);
-    if (s->local_id != 0)
-        rc = srv_wait_restored(s, snap->lineage, err, err_len);
-    else
-        rc = rkv_snap_restore(snap, s->port, s->cfg.shm_prefix, s->cfg.n_workers, s->local_id + 1,
-                              &s->mach, err, err_len);
+    rc = rkv_snap_restore(snap, s->port, s->cfg.shm_prefix, s->cfg.n_workers, s->local_id + 1,
+                          &s->mach, err, err_len);
     if (rc < 0)
         return rc;
     uint64_t age_ms = (rkv_file_wall_ns() - snap->wall_ns) / 1000000ull;

@@ -478,8 +478,9 @@ int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "snapshot of machine %u was taken with %u workers, the config has %u",
                         s->machine, s->n_clients, n_clients);
-    int rc =
-        rkv_mach_create(port, prefix, s->machine, n_clients, s->lineage, owner, mc, err, err_len);
+    /* Lineage 0 until whole: the machine's other servers wait for this one's
+     * lineage before they take the tensor table. */
+    int rc = rkv_mach_create(port, prefix, s->machine, n_clients, 0, owner, mc, err, err_len);
     if (rc < 0)
         return rc;
     for (uint32_t i = 0; i < s->n_tensors && rc == 0; i++)
@@ -493,6 +494,7 @@ int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char
         mc->hdr->clients[c].last_seq = s->last_seq[c];
     atomic_store(&mc->hdr->snap_started, s->generation);
     atomic_store(&mc->hdr->snap_durable, s->generation);
+    __atomic_store_n(&mc->hdr->lineage, s->lineage, __ATOMIC_RELEASE);
     return 0;
 }
 

@@ -576,7 +576,8 @@ static double e2e_value(uint32_t w, uint32_t i, uint32_t j)
     return (double)(w * 1000 + i + 1) * (j + 1);
 }
 
-static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, const char *log_path)
+static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, uint32_t local,
+                          const char *log_path)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -591,8 +592,8 @@ static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, const char 
     cfg.log_level = 2;
     struct rkv_server *srv;
     char err[256];
-    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
-        fprintf(stderr, "server %u: %s\n", m, err);
+    if (rkv_server_create(&cfg, local, &srv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "server %u.%u: %s\n", m, local, err);
         _exit(3);
     }
     rkv_server_run(srv);
@@ -714,18 +715,22 @@ static uint64_t mono_ms(void)
 /* lose_memory: the machine is lost (its shared memory goes with the
  * process); otherwise only the server process dies and its restart finds
  * the machine's memory (resume). */
-static void run_crash_under_pushes(int lose_memory)
+static void run_crash_under_pushes(int lose_memory, uint32_t servers1)
 {
     struct cluster c;
     cluster_config(&c, 1, 1); /* machine 1 announces itself to server 0 */
+    c.machines[1].servers = servers1;
     c.cfg.n_workers = 2;
     c.cfg.retry_ms = 15000;
-    char log0[128], log1[128], log1b[128];
+    char log0[128], log1[2][128], log1b[2][128];
     snprintf(log0, sizeof(log0), "%s/s0.log", c.dir);
-    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
-    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", c.dir);
-    pid_t s0 = spawn_server(&c.cfg, 0, log0);
-    pid_t s1 = spawn_server(&c.cfg, 1, log1);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, log0);
+    pid_t s1[2];
+    for (uint32_t l = 0; l < servers1; l++) {
+        snprintf(log1[l], sizeof(log1[l]), "%s/s1.%u.log", c.dir, l);
+        snprintf(log1b[l], sizeof(log1b[l]), "%s/s1.%u-restarted.log", c.dir, l);
+        s1[l] = spawn_server(&c.cfg, 1, l, log1[l]);
+    }
     int progress[2];
     assert_int_equal(pipe(progress), 0);
     pid_t w[2];
@@ -743,49 +748,65 @@ static void run_crash_under_pushes(int lose_memory)
     char b;
     for (uint32_t n = 0; n < E2E_KILL_AFTER; n++)
         assert_int_equal(read(progress[0], &b, 1), 1);
-    /* Machine 1 is lost mid-stream: its process and its memory. */
-    assert_int_equal(kill(s1, SIGKILL), 0);
-    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    /* Machine 1 is lost mid-stream: its processes (and its memory). */
+    for (uint32_t l = 0; l < servers1; l++)
+        assert_int_equal(kill(s1[l], SIGKILL), 0);
+    for (uint32_t l = 0; l < servers1; l++)
+        assert_int_equal(wait_exit(s1[l]), 128 + SIGKILL);
     if (lose_memory)
         unlink_machine_shm(&c.cfg, 1);
-    usleep(300 * 1000); /* workers meet the dead server and keep retrying */
-    pid_t s1b = spawn_server(&c.cfg, 1, log1b);
+    usleep(300 * 1000); /* workers meet the dead servers and keep retrying */
+    pid_t s1b[2];
+    for (uint32_t l = 0; l < servers1; l++)
+        s1b[l] = spawn_server(&c.cfg, 1, l, log1b[l]);
     while (read(progress[0], &b, 1) == 1)
         ;
     close(progress[0]);
     assert_int_equal(wait_exit(w[0]), 0);
     assert_int_equal(wait_exit(w[1]), 0);
     assert_int_equal(wait_exit(s0), 0);
-    assert_int_equal(wait_exit(s1b), 0);
     print_log_lines(log0);
-    print_log_lines(log1);
-    print_log_lines(log1b);
-    if (lose_memory) {
-        assert_true(file_contains(log1b, "restarted from snapshot"));
-        assert_true(file_contains(log1b, "every push acknowledged before the crash is in it"));
-    } else {
-        assert_true(file_contains(log1b, "restarted") && file_contains(log1b, "survived"));
+    for (uint32_t l = 0; l < servers1; l++) {
+        assert_int_equal(wait_exit(s1b[l]), 0);
+        print_log_lines(log1[l]);
+        print_log_lines(log1b[l]);
+        if (lose_memory && l == 0) {
+            assert_true(file_contains(log1b[l], "restarted from snapshot"));
+            assert_true(
+                file_contains(log1b[l], "every push acknowledged before the crash is in it"));
+        } else {
+            assert_true(file_contains(log1b[l], "restarted: serving machine 1's shared memory"));
+        }
+        char rejoined[64];
+        snprintf(rejoined, sizeof(rejoined), "server %u re-joined", 1 + l);
+        assert_true(file_contains(log0, rejoined));
     }
-    assert_true(file_contains(log0, "server 1 re-joined"));
     /* Machine 0's rows have only co-located writers, and yet every push
      * (2 x 2 x E2E_ITERS) and both INITs waited for server 0's snapshots:
      * durable mode routes them through it instead of the shared memory. */
     assert_true(file_contains(log0, "server 0 durable: 1202 acknowledgements waited"));
     remove_tree(c.dir);
-    if (!lose_memory)
-        unlink_machine_shm(&c.cfg, 1); /* the restarted server unlinked them; make sure */
+    unlink_machine_shm(&c.cfg, 1); /* in case an assertion above left them */
 }
 
 static void test_machine_lost_under_pushes_durable(void **state)
 {
     (void)state;
-    run_crash_under_pushes(1);
+    run_crash_under_pushes(1, 1);
+}
+
+/* Two servers share machine 1: they serialize their snapshots, and after
+ * the loss the first restores the file while the second waits for it. */
+static void test_machine_of_two_servers_lost_durable(void **state)
+{
+    (void)state;
+    run_crash_under_pushes(1, 2);
 }
 
 static void test_server_crash_under_pushes_durable(void **state)
 {
     (void)state;
-    run_crash_under_pushes(0);
+    run_crash_under_pushes(0, 1);
 }
 
 /* The server died in the middle of applying a push (a client entry and a
@@ -798,8 +819,8 @@ static void test_torn_push_rolled_back(void **state)
     struct cluster c;
     cluster_config(&c, 1, 0);
     c.cfg.retry_ms = 5000;
-    pid_t s0 = spawn_server(&c.cfg, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, "/dev/null");
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
     struct rkv_client *cli;
     char err[256];
     if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
@@ -828,7 +849,7 @@ static void test_torn_push_rolled_back(void **state)
     port->ops->destroy(port);
     char log1b[128];
     snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", c.dir);
-    pid_t s1b = spawn_server(&c.cfg, 1, log1b);
+    pid_t s1b = spawn_server(&c.cfg, 1, 0, log1b);
     float got[4];
     assert_int_equal(rkv_client_pull(cli, "t", &id, 1, got), 0); /* reconnects */
     assert_memory_equal(got, one, sizeof(one));
@@ -854,8 +875,8 @@ static void test_machine_lost_without_durable_fails_fast(void **state)
     struct cluster c;
     cluster_config(&c, 0, 0);
     c.cfg.timeout_ms = 20000;
-    pid_t s0 = spawn_server(&c.cfg, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, "/dev/null");
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
     struct rkv_client *cli;
     char err[256];
     if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
@@ -894,6 +915,7 @@ int main(void)
         cmocka_unit_test_teardown(test_machine_lost_without_durable_fails_fast, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server_crash_under_pushes_durable, reap_children),
+        cmocka_unit_test_teardown(test_machine_of_two_servers_lost_durable, reap_children),
         cmocka_unit_test_teardown(test_torn_push_rolled_back, reap_children),
         cmocka_unit_test_teardown(test_exactly_once_across_restart, reap_children),
     };
