@@ -974,7 +974,10 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
     cli_unlock(c);
     for (uint32_t i = 0; i < c->n_servers; i++) {
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
-        if (c->servers[i].dead)
+        /* With retries on, a server seen dying may be back (restarted), and
+         * it has to stop as well; a short try, it is not worth a long wait. */
+        uint32_t budget_ms = c->cfg.retry_ms < 2000 ? c->cfg.retry_ms : 2000;
+        if (c->servers[i].dead && (!budget_ms || cli_revive(c, &c->servers[i], budget_ms) < 0))
             continue; /* nothing left to stop */
         int src = cli_send_simple(c, &c->servers[i], &h, NULL, &reqs[n], "shutdown");
         if (src == 0)
