@@ -725,9 +725,10 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
             break;
         }
     }
+    /* Info, not a warning: every server of a stopping cluster leaves so too. */
     for (uint32_t i = 0; s->table_peer && i < s->n_servers; i++)
         if (s->table_peer[i] == peer)
-            RKV_LOGW(s->port, "server %u (%s:%u) disconnected; it may re-register after a restart",
+            RKV_LOGI(s->port, "server %u (%s:%u) disconnected; it may re-register after a restart",
                      i, s->table[i].host, s->table[i].port);
     RKV_LOGI(s->port, "a peer disconnected");
 }
