@@ -397,13 +397,9 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
 int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
-    struct rkv_snap_tensor *ts = malloc(RKV_MAX_TENSORS * sizeof(*ts));
-    uint64_t *seqs = malloc(((size_t)h->n_clients + 1) * sizeof(*seqs));
     int rc = 0;
-    if (!ts || !seqs) {
-        rc = rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: out of memory");
-        goto free_lists;
-    }
+    if (!w->seqs && !(w->seqs = calloc((size_t)h->n_clients + 1, sizeof(*w->seqs))))
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: out of memory");
     rkv_spin_lock(w->port, &h->snap_lock, w->mc->owner);
     if (atomic_load(&h->snap_durable) > seen_started) {
         w->n_shared++; /* another server's snapshot began after our pushes */
@@ -413,14 +409,11 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
     /* Published before the copy: a server that reads a smaller value knows
      * its pushes were applied before this copy began. */
     atomic_store(&h->snap_started, gen);
-    rc = snap_write(w, gen, ts, seqs, err, err_len);
+    rc = snap_write(w, gen, w->ts, w->seqs, err, err_len);
     if (rc == 0)
         atomic_store(&h->snap_durable, gen);
 unlock:
     rkv_spin_unlock(&h->snap_lock);
-free_lists:
-    free(seqs);
-    free(ts);
     return rc;
 }
 
@@ -429,6 +422,8 @@ void rkv_snap_writer_free(struct rkv_snap_writer *w)
     for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++)
         if (w->maps[id].hdr)
             rkv_shard_unmap(&w->maps[id]);
+    free(w->seqs);
+    w->seqs = NULL;
     free(w->buf);
     w->buf = NULL;
     w->cap = 0;

@@ -84,6 +84,9 @@ struct rkv_snap_writer {
     uint32_t machine;
     uint64_t fingerprint;
     struct rkv_shard maps[RKV_MAX_TENSORS + 1]; /* segments mapped so far, by id */
+    /* Kept between snapshots, so that a commit allocates nothing. */
+    struct rkv_snap_tensor ts[RKV_MAX_TENSORS];
+    uint64_t *seqs; /* the machine's n_clients */
     uint8_t *buf;
     size_t cap;
     /* For logs and measurements. */

@@ -574,6 +574,26 @@ static void test_corrupt_snapshot_refused_at_restart(void **state)
     remove_tree(c.dir);
 }
 
+/* A client without durable mode would write co-located rows around the
+ * snapshots: it is refused at HELLO, saying why. */
+static void test_durable_mismatch_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.connect_retry_ms = 1000;
+    c.cfg.timeout_ms = 1000;
+    struct rkv_server *s0 = server_create(&c, 0);
+    struct rkv_config plain = c.cfg;
+    plain.durable_dir[0] = 0;
+    struct rkv_client *cli;
+    char err[256];
+    assert_int_equal(rkv_client_create(&plain, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "durable mode differ"));
+    rkv_server_destroy(s0);
+    remove_tree(c.dir);
+}
+
 /* ---- a machine lost under worker processes pushing over TCP ---- */
 
 #define E2E_ROWS 64u
@@ -938,6 +958,7 @@ int main(void)
         cmocka_unit_test_teardown(test_snapshot_flipped_byte, reap_children),
         cmocka_unit_test_teardown(test_snapshot_wrong_version, reap_children),
         cmocka_unit_test_teardown(test_corrupt_snapshot_refused_at_restart, reap_children),
+        cmocka_unit_test_teardown(test_durable_mismatch_refused, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_without_durable_fails_fast, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server_crash_under_pushes_durable, reap_children),
