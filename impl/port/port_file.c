@@ -1,6 +1,7 @@
 /* Durable files over POSIX: write-temp, fsync, rename, fsync-directory. */
 #include "port/port_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -135,9 +136,36 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len)
     return 0;
 }
 
+void rkv_file_format_utc(uint64_t wall_ns, char *buf, size_t len)
+{
+    time_t t = (time_t)(wall_ns / 1000000000ull);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, len, "%llu s after the epoch", (unsigned long long)t);
+}
+
 uint64_t rkv_file_wall_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void rkv_file_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char *path = malloc(strlen(dir) + strlen(e->d_name) + 2);
+        if (path) {
+            sprintf(path, "%s/%s", dir, e->d_name);
+            unlink(path);
+            free(path);
+        }
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
 }

@@ -22,7 +22,12 @@ int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, co
 int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len);
 /* 0 when dir is an existing directory, -RKV_ECONFIG naming it otherwise. */
 int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
+/* Removes the files directly in dir, then dir (a run's scratch snapshot
+ * directory); best effort, silent. */
+void rkv_file_remove_dir(const char *dir);
 /* Wall-clock time (ns since the Unix epoch), for humans reading logs. */
 uint64_t rkv_file_wall_ns(void);
+/* wall_ns as "YYYY-MM-DDTHH:MM:SSZ". */
+void rkv_file_format_utc(uint64_t wall_ns, char *buf, size_t len);
 
 #endif

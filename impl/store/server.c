@@ -933,14 +933,17 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
                           &s->mach, err, err_len);
     if (rc < 0)
         return rc;
-    uint64_t age_ms = (rkv_file_wall_ns() - snap->wall_ns) / 1000000ull;
-    RKV_LOGW(
-        s->port,
-        "server %u restarted from snapshot %s (generation %llu, taken %llu ms ago, %u tensors, "
-        "%zu bytes): every push acknowledged before the crash is in it; pushes applied but "
-        "not yet acknowledged when it crashed may be missing, and their clients retry them",
-        s->server_id, path, (unsigned long long)snap->generation, (unsigned long long)age_ms,
-        snap->n_tensors, snap->file_bytes);
+    uint64_t now_ns = rkv_file_wall_ns();
+    uint64_t age_ms = now_ns > snap->wall_ns ? (now_ns - snap->wall_ns) / 1000000ull : 0;
+    char when[48];
+    rkv_file_format_utc(snap->wall_ns, when, sizeof(when));
+    RKV_LOGW(s->port,
+             "server %u restarted from snapshot %s (generation %llu, taken %s, %llu ms ago; %u "
+             "tensors, %zu bytes): every push acknowledged before the crash is in it; pushes "
+             "applied but not yet acknowledged when it crashed may be missing, and their clients "
+             "retry them",
+             s->server_id, path, (unsigned long long)snap->generation, when,
+             (unsigned long long)age_ms, snap->n_tensors, snap->file_bytes);
     return srv_adopt(s, 0, err, err_len);
 }
 
