@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <simgrid/actor.h>
 #include <simgrid/comm.h>
@@ -124,6 +125,7 @@ struct sim_nic {
     char mbox_name[32];
     sg_mailbox_t mbox;
     sg_host_t host;
+    char addr[32]; /* the node's address: its machine's name (sim_port_addr) */
     struct sim_cv cq_cv, conn_cv, delay_cv;
     struct sn_cqe *cq;
     uint32_t cq_head, cq_len, cq_cap;
@@ -271,8 +273,9 @@ void sim_nic_drain(struct sim_nic *n)
 
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m);
 
-/* Hands m to the network; the target NIC owns it from here. */
-static void sn_put(struct sim_nic *n, struct sn_msg *m)
+/* Hands m to the network; the target NIC owns it from here (it may be
+ * gone when this returns). Returns the body bytes the network is charged. */
+static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
 {
     struct sim_world *w = n->w;
     assert(m->dst_nic < w->n_nics);
@@ -288,7 +291,7 @@ static void sn_put(struct sim_nic *n, struct sn_msg *m)
         m->t_due = m->t_post + lat + (bw > 0 ? (double)m->wire / bw : 0);
         m->timed = 1;
         sn_timed_push(dst, m);
-        return;
+        return body;
     }
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
     if (o)
@@ -296,6 +299,7 @@ static void sn_put(struct sim_nic *n, struct sn_msg *m)
     sg_comm_t c = sg_mailbox_put_async(dst->mbox, m, (long)m->wire);
     if (!o || sn_out_push(o, c) < 0)
         sg_comm_wait(c); /* cannot track it: finish it now */
+    return body;
 }
 
 static void sn_put_ctl(struct sim_nic *n, uint8_t kind, uint32_t dst_nic, uint32_t src_qp,
@@ -409,6 +413,27 @@ static void sn_reject_write(struct sim_nic *n, struct sn_qp *qp, const struct sn
     sn_qp_down(n, qp);
 }
 
+/* The bytes land in the receiver's memory. With measured CPU, the time the
+ * copy takes here beyond the calibrated per-byte cost is charged to the
+ * receiving host: the first touch of a receive buffer's pages (page faults
+ * and zeroing), which the real receiver's kernel copy pays the same way and
+ * the calibration's warm stream does not see. */
+static void sn_copy_in(struct sim_nic *n, void *dst, const void *src, uint32_t len)
+{
+    if (!n->w->cpu_measured) {
+        memcpy(dst, src, len);
+        return;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memcpy(dst, src, len);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9 -
+               (double)len * n->w->copy_byte_ns * 1e-9;
+    if (s > 0)
+        sg_actor_execute(s * sg_host_get_speed(n->host));
+}
+
 static int sn_deliver_send(struct sim_nic *n, struct sn_qp *qp, const struct sn_msg *m)
 {
     struct sn_recv r;
@@ -425,7 +450,7 @@ static int sn_deliver_send(struct sim_nic *n, struct sn_qp *qp, const struct sn_
         sn_qp_down(n, qp);
         return 1;
     }
-    memcpy(r.addr, m->data, m->len);
+    sn_copy_in(n, r.addr, m->data, m->len);
     sn_cq_push(n, qp, (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .byte_len = m->len});
     sn_sender_done(n->w, m, RKV_WC_SEND, RKV_WC_SUCCESS);
     return 1;
@@ -444,7 +469,7 @@ static int sn_deliver_write(struct sim_nic *n, struct sn_qp *qp, const struct sn
     }
     if (m->kind == SN_WRITE_IMM && !sn_take_recv(qp, &r))
         return 0;
-    memcpy(dst, m->data, m->len);
+    sn_copy_in(n, dst, m->data, m->len);
     if (m->kind == SN_WRITE_IMM)
         sn_cq_push(
             n, qp,
@@ -592,6 +617,22 @@ static struct sn_msg *sn_heap_pop(struct sim_nic *n)
 
 static void sn_arrive(struct sim_nic *n, struct sn_msg *m);
 
+/* The bytes of m beyond the transport header, as the network sees them. */
+static uint64_t sn_body_bytes(const struct sn_msg *m)
+{
+    return m->wire > SN_WIRE_HDR ? m->wire - SN_WIRE_HDR : 0;
+}
+
+/* The receiver's kernel copy of a message's bytes (recv_byte_ns), done by
+ * its NIC actor as the progress thread of a real node reads them: it
+ * competes for the host's cores and holds up what arrives after it. */
+static void sn_rx_cpu(struct sim_nic *n, const struct sn_msg *m)
+{
+    double cpu_s = sn_body_bytes(m) * n->w->recv_byte_ns * 1e-9;
+    if (cpu_s > 0)
+        sg_actor_execute(cpu_s * sg_host_get_speed(n->host));
+}
+
 static void sn_delay_actor(int argc, char **argv)
 {
     (void)argc;
@@ -610,6 +651,7 @@ static void sn_delay_actor(int argc, char **argv)
             struct sn_msg *m = sn_heap_pop(n);
             if (m->timed) { /* a small message arrives */
                 m->timed = 0;
+                sn_rx_cpu(n, m);
                 sn_arrive(n, m);
                 continue;
             }
@@ -663,7 +705,7 @@ static void sn_arrive_seq(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 
 static void sn_on_connect(struct sim_nic *n, struct sn_msg *m)
 {
-    if (n->closed || !sim_world_listening(n->w, sg_host_get_name(n->host), n->id, m->port)) {
+    if (n->closed || !sim_world_listening(n->w, n->addr, n->id, m->port)) {
         sn_put_ctl(n, SN_REJECT, m->src_nic, SN_NO_QP, m->src_qp, 0, 0);
         return;
     }
@@ -727,8 +769,10 @@ static void sn_actor(int argc, char **argv)
         /* A transfer from a node that crashed fails; the message is gone. */
         int ok = sg_comm_wait(sg_mailbox_get_async(n->mbox, &m)) == SG_OK;
         sim_cpu_mark(n->w); /* a NIC's time is paid by msg_cost_ns and the links */
-        if (ok && m)
+        if (ok && m) {
+            sn_rx_cpu(n, m);
             sn_arrive(n, m);
+        }
     }
 }
 
@@ -753,6 +797,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     n->machine = sim_port_machine(port);
     n->tid = sim_port_tid(port);
     n->host = sim_port_host(port);
+    snprintf(n->addr, sizeof(n->addr), "%s", sim_port_addr(port));
     snprintf(n->node, sizeof(n->node), "%s", port->node);
     snprintf(n->mbox_name, sizeof(n->mbox_name), "nic%u", n->id);
     n->mbox = sg_mailbox_by_name(n->mbox_name);
@@ -779,12 +824,12 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
 static int sn_listen(struct rkv_nic *nic, const char *host, uint16_t port)
 {
     struct sim_nic *n = sn_of(nic);
-    if (strcmp(host, sg_host_get_name(n->host)) != 0 && strcmp(host, "0.0.0.0") != 0) {
+    if (strcmp(host, n->addr) != 0 && strcmp(host, "0.0.0.0") != 0) {
         rkv_port_log(nic->port, RKV_LOG_ERROR, "listen: %s is not this node's host (%s)", host,
-                     sg_host_get_name(n->host));
+                     n->addr);
         return -RKV_EINVAL;
     }
-    return sim_world_listen(n->w, sg_host_get_name(n->host), port, n->id);
+    return sim_world_listen(n->w, n->addr, port, n->id);
 }
 
 static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint32_t timeout_ms,
@@ -898,9 +943,12 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
     m->rkey = rkey;
     m->imm = imm;
     m->signaled = (uint8_t) !!signaled;
-    sn_put(n, m);
-    if (n->w->msg_cpu_s > 0)
-        sg_actor_execute(n->w->msg_cpu_s * sg_host_get_speed(n->host));
+    uint64_t body = sn_put(n, m);
+    /* The sender's kernel: its per-message path and its copy of the bytes,
+     * while they travel (loopback TCP's copies are CPU, calibration). */
+    double cpu_s = n->w->msg_cpu_s + (double)body * n->w->send_byte_ns * 1e-9;
+    if (cpu_s > 0)
+        sg_actor_execute(cpu_s * sg_host_get_speed(n->host));
     sim_cpu_mark(n->w);
     return 0;
 }
@@ -992,7 +1040,7 @@ static int sn_local_addr(struct rkv_nic *nic, const char *peer_host, uint16_t pe
 {
     (void)peer_host;
     (void)peer_port;
-    int k = snprintf(buf, len, "%s", sg_host_get_name(sn_of(nic)->host));
+    int k = snprintf(buf, len, "%s", sn_of(nic)->addr);
     return k > 0 && (size_t)k < len ? 0 : -RKV_EINVAL;
 }
 

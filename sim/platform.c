@@ -1,7 +1,8 @@
 /* Platforms for the twin, written as SimGrid XML from the scenario's `sim`
  * block (SimGrid 3.32 builds platforms programmatically only from C++).
- * Machine k is host "m<k>". Numbers and what each topology leaves out are
- * in sim/README.md. */
+ * Machine k is host "m<k>", except on the loopback platform, where every
+ * machine's nodes share the one host SIM_LOOPBACK_HOST. Numbers and what each topology leaves out
+ * are in sim/README.md. */
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +61,23 @@ static void plat_fattree(FILE *f, const struct rkv_scenario *sc, const struct si
             leaf);
 }
 
+/* Loopback: the machines are processes on one host (a calibrated loopback
+ * run): one host with all the cores, whose every message crosses its
+ * loopback link. FATPIPE: each transfer has the link's bandwidth to itself
+ * (loopback TCP is limited by the CPU of its copies, charged as CPU, not by
+ * a shared wire). */
+static void plat_loopback(FILE *f, const struct sim_plat *p)
+{
+    fprintf(f,
+            "  <zone id=\"rkv\" routing=\"Full\">\n"
+            "    <host id=\"%s\" speed=\"1Gf\" core=\"%u\"/>\n"
+            "    <link id=\"lo\" bandwidth=\"%.6fGbps\" latency=\"%.6fus\" "
+            "sharing_policy=\"FATPIPE\"/>\n"
+            "    <route src=\"%s\" dst=\"%s\" symmetrical=\"NO\"><link_ctn id=\"lo\"/></route>\n"
+            "  </zone>\n",
+            SIM_LOOPBACK_HOST, p->cores, p->gbps, p->lat_us, SIM_LOOPBACK_HOST, SIM_LOOPBACK_HOST);
+}
+
 int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char *err,
                           size_t err_len)
 {
@@ -73,6 +91,8 @@ int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char 
     plat_head(f);
     if (!strcmp(p.topology, "fattree"))
         plat_fattree(f, sc, &p);
+    else if (!strcmp(p.topology, "loopback"))
+        plat_loopback(f, &p);
     else
         plat_cluster(f, sc, &p, !strcmp(p.topology, "cluster"));
     fprintf(f, "</platform>\n");

@@ -22,6 +22,9 @@ struct sim_port {
     struct rkv_port base;
     struct sim_world *w;
     sg_host_t host;
+    /* The name the node listens and is reached under: its machine's ("mk"),
+     * which is the host's name unless machines share one host (loopback). */
+    char addr[32];
     uint32_t machine, tid;
     struct sim_nic *nic;  /* tasks drain their puts on it before they end */
     sg_actor_t actors[8]; /* every actor of this node, for a crash */
@@ -387,6 +390,7 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
     sp->base.impl = sp;
     sp->w = w;
     sp->host = host;
+    snprintf(sp->addr, sizeof(sp->addr), "%s", sg_host_get_name(host));
     sp->machine = machine;
     sp->tid = tid;
     *port_p = &sp->base;
@@ -433,6 +437,16 @@ struct sim_world *sim_port_world(struct rkv_port *p)
 sg_host_t sim_port_host(struct rkv_port *p)
 {
     return sp_of(p)->host;
+}
+
+void sim_port_set_addr(struct rkv_port *p, const char *addr)
+{
+    snprintf(sp_of(p)->addr, sizeof(sp_of(p)->addr), "%s", addr);
+}
+
+const char *sim_port_addr(struct rkv_port *p)
+{
+    return sp_of(p)->addr;
 }
 
 uint32_t sim_port_machine(struct rkv_port *p)

@@ -29,6 +29,10 @@ struct sim_world {
     double jitter;      /* extra delivery delay, fraction of the message's own network time */
     double msg_cpu_s;   /* CPU charged per posted and per polled message (0: free) */
     double row_cost_ns; /* CPU a server handler spends per row */
+    /* CPU per byte of a message: the sender's (charged when posting) and the
+     * receiver's (charged by its NIC actor, the progress thread's read). */
+    double send_byte_ns, recv_byte_ns;
+    double copy_byte_ns; /* what a warm copy costs: the NIC's copies beyond it are CPU */
     /* Measured CPU (sim/cpu.c): node code's real time between SimGrid calls
      * is charged as work on its host. */
     int cpu_measured;
@@ -66,6 +70,10 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
                     uint64_t seed, uint32_t machine, uint32_t tid, struct rkv_port **port_p);
 struct sim_world *sim_port_world(struct rkv_port *p);
 sg_host_t sim_port_host(struct rkv_port *p);
+/* The node's address (host name in listen/connect); by default its host's
+ * name. Nodes of different machines on one shared host set their machine's. */
+void sim_port_set_addr(struct rkv_port *p, const char *addr);
+const char *sim_port_addr(struct rkv_port *p);
 uint32_t sim_port_machine(struct rkv_port *p);
 uint32_t sim_port_tid(struct rkv_port *p);
 

@@ -9,6 +9,7 @@
 #define SIM_DEFAULT_GBPS 100.0 /* 4x EDR InfiniBand line rate */
 #define SIM_DEFAULT_LAT_US 1.0 /* ib_write_lat, 8 B, one switch hop (EDR/HDR) */
 #define SIM_DEFAULT_CORES 16
+#define SIM_LOOPBACK_HOST "loopback" /* the one host of the loopback platform */
 
 struct sim_plat {
     double gbps, lat_us, backbone_gbps;

@@ -21,6 +21,7 @@
 #include "proto/proto.h"
 #include "sim/sim.h"
 #include "sim/sim_int.h"
+#include "sim/sim_plat.h"
 #include "sim/twin.h"
 #include "store/server_int.h"
 
@@ -62,6 +63,20 @@ struct twin {
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
 };
 
+/* The SimGrid host machine m runs on: "m<m>", or the one host every
+ * machine shares on the loopback platform (also in a platform file that has
+ * no host m<m> but one named SIM_LOOPBACK_HOST, as rkv calibrate writes for
+ * a shared host). */
+static sg_host_t twin_host(const struct twin *t, uint32_t m)
+{
+    char host[32];
+    sg_host_t h = NULL;
+    snprintf(host, sizeof(host), "m%u", m);
+    if (strcmp(t->sc->sim_platform, "loopback") != 0 || t->sc->sim_platform_file[0])
+        h = sg_host_by_name(host);
+    return h ? h : sg_host_by_name(SIM_LOOPBACK_HOST);
+}
+
 static double twin_cpu_factor(void *user, double t_s)
 {
     struct twin_node *nd = user;
@@ -89,12 +104,11 @@ static int twin_faulty(struct twin_node *nd, struct rkv_port *port, struct rkv_n
 static int twin_open(struct twin_node *nd, struct rkv_port **port, struct rkv_nic **nic)
 {
     struct twin *t = nd->t;
-    char host[32];
-    snprintf(host, sizeof(host), "m%u", nd->machine);
-    int rc = sim_port_create(&t->w, sg_host_by_name(host), nd->name, t->log_level, t->sc->seed,
+    int rc = sim_port_create(&t->w, twin_host(t, nd->machine), nd->name, t->log_level, t->sc->seed,
                              nd->machine, nd->tid, port);
     if (rc < 0)
         return rc;
+    sim_port_set_addr(*port, t->machines[nd->machine].host); /* "m<k>", as the config names it */
     sim_port_add_actor(*port, sg_actor_self());
     nd->port = *port;
     if ((rc = rkv_nic_sim_ops.open(*port, NULL, nic)) < 0)
@@ -338,16 +352,14 @@ static void twin_faults(int argc, char **argv)
 static void twin_spawn(struct twin *t)
 {
     if (t->sc->n_faults) {
-        sg_actor_t f = sg_actor_init("faults", sg_host_by_name("m0"));
+        sg_actor_t f = sg_actor_init("faults", twin_host(t, 0));
         sg_actor_set_data(f, t);
         sg_actor_start(f, twin_faults, 0, NULL);
     }
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
-        char host[32];
-        snprintf(host, sizeof(host), "m%u", nd->machine);
         sim_world_trace_name(&t->w, nd->machine, nd->tid, nd->name);
-        sg_actor_t a = sg_actor_init(nd->name, sg_host_by_name(host));
+        sg_actor_t a = sg_actor_init(nd->name, twin_host(t, nd->machine));
         sg_actor_set_data(a, nd);
         sg_actor_start(a, nd->is_server ? twin_server : twin_worker, 0, NULL);
     }
@@ -367,12 +379,11 @@ static int twin_engine(struct twin *t, const char *platform, char *err, size_t e
     simgrid_init(&argc, argv);
     simgrid_load_platform(platform);
     for (uint32_t m = 0; m < sc->machines; m++) {
-        char host[32];
-        snprintf(host, sizeof(host), "m%u", m);
-        if (!sg_host_by_name(host)) {
+        if (!twin_host(t, m)) {
             snprintf(err, err_len,
-                     "%s: the platform has no host named %s (the twin puts machine k on host mk)",
-                     platform, host);
+                     "%s: the platform has no host named m%u (the twin puts machine k on host mk, "
+                     "or every machine on one host named " SIM_LOOPBACK_HOST ")",
+                     platform, m);
             return -RKV_ECONFIG;
         }
     }
@@ -513,6 +524,9 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.jitter = sc->sim_jitter;
     t.w.msg_cpu_s = sc->sim_msg_cost_ns * 1e-9;
     t.w.row_cost_ns = sc->sim_row_cost_ns;
+    t.w.send_byte_ns = sc->sim_send_byte_ns;
+    t.w.recv_byte_ns = sc->sim_recv_byte_ns;
+    t.w.copy_byte_ns = sc->sim_copy_byte_ns;
     t.w.cpu_measured = sc->sim_cpu_measured;
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;

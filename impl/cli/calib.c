@@ -30,6 +30,9 @@ static int calib_set(struct cli_calib *c, const char *k, const char *v, char *wh
         {"bandwidth_gbps", offsetof(struct cli_calib, bandwidth_gbps), 1e-3, 1e6},
         {"msg_cost_ns", offsetof(struct cli_calib, msg_cost_ns), 0, 1e9},
         {"row_cost_ns", offsetof(struct cli_calib, row_cost_ns), 0, 1e9},
+        {"send_byte_ns", offsetof(struct cli_calib, send_byte_ns), 0, 1e6},
+        {"recv_byte_ns", offsetof(struct cli_calib, recv_byte_ns), 0, 1e6},
+        {"copy_byte_ns", offsetof(struct cli_calib, copy_byte_ns), 0, 1e6},
     };
     if (!strncmp(k, "measured_", 9))
         return 0;
@@ -52,6 +55,14 @@ static int calib_set(struct cli_calib *c, const char *k, const char *v, char *wh
     char *end;
     errno = 0;
     double d = strtod(v, &end);
+    if (!strcmp(k, "shared_host")) {
+        if (strcmp(v, "0") && strcmp(v, "1")) {
+            snprintf(why, why_len, "shared_host: expected 0 or 1, got \"%s\"", v);
+            return -1;
+        }
+        c->shared_host = !strcmp(v, "1");
+        return 0;
+    }
     if (!strcmp(k, "host_cores")) {
         if (*end || errno || d < 1 || d > 4096 || d != (uint32_t)d) {
             snprintf(why, why_len, "host_cores: expected 1..4096, got \"%s\"", v);
@@ -126,13 +137,18 @@ int cli_calib_write(const char *path, const struct cli_calib *c, const char *not
             "# rkv calibration for the twin: rkv run FILE --calibration THIS (sim/README.md)\n"
             "backend = %s\n"
             "host_cores = %u      # every node of a run on this host shares them\n"
+            "shared_host = %d     # 1: the machines of a run are processes on this host\n"
             "latency_us = %.3f    # one-way, the part of a small message that is not CPU\n"
-            "bandwidth_gbps = %.3f # one connection, beyond the CPU per message\n"
+            "bandwidth_gbps = %.3f # one connection, beyond the CPU of its copies\n"
             "msg_cost_ns = %.0f    # kernel CPU per message posted and per completion polled\n"
+            "send_byte_ns = %.4f  # kernel CPU per byte sent\n"
+            "recv_byte_ns = %.4f  # kernel CPU per byte received\n"
+            "copy_byte_ns = %.4f  # a warm memcpy; the twin's slower copies (first touch) are CPU\n"
             "row_cost_ns = %.1f    # CPU per row; applied only with cpu = model\n"
             "cpu = %s        # measured: the twin charges node code's own CPU time\n",
-            c->backend, c->host_cores, c->latency_us, c->bandwidth_gbps, c->msg_cost_ns,
-            c->row_cost_ns, c->cpu_measured ? "measured" : "model");
+            c->backend, c->host_cores, c->shared_host, c->latency_us, c->bandwidth_gbps,
+            c->msg_cost_ns, c->send_byte_ns, c->recv_byte_ns, c->copy_byte_ns, c->row_cost_ns,
+            c->cpu_measured ? "measured" : "model");
     if (notes)
         fputs(notes, f);
     if (fclose(f) != 0) {
@@ -144,15 +160,24 @@ int cli_calib_write(const char *path, const struct cli_calib *c, const char *not
 
 void cli_calib_apply(const struct cli_calib *c, struct rkv_scenario *sc)
 {
-    /* Every machine of a run shares this host: split its cores. */
-    uint32_t cores = c->host_cores / (sc->machines ? sc->machines : 1);
-    sc->sim_cores = cores ? cores : 1;
-    snprintf(sc->sim_platform, sizeof(sc->sim_platform), "star");
+    if (c->shared_host) {
+        /* The machines are processes on this host: one pool of cores. */
+        sc->sim_cores = c->host_cores;
+        snprintf(sc->sim_platform, sizeof(sc->sim_platform), "loopback");
+    } else {
+        /* Each machine its share of the cores. */
+        uint32_t cores = c->host_cores / (sc->machines ? sc->machines : 1);
+        sc->sim_cores = cores ? cores : 1;
+        snprintf(sc->sim_platform, sizeof(sc->sim_platform), "star");
+    }
     sc->sim_platform_file[0] = 0;
     /* 0 would mean "the default" to the platform writer. */
     sc->sim_latency_us = c->latency_us > 1e-3 ? c->latency_us : 1e-3;
     sc->sim_bandwidth_gbps = c->bandwidth_gbps;
     sc->sim_msg_cost_ns = c->msg_cost_ns;
+    sc->sim_send_byte_ns = c->send_byte_ns;
+    sc->sim_recv_byte_ns = c->recv_byte_ns;
+    sc->sim_copy_byte_ns = c->copy_byte_ns;
     /* Measured CPU already holds what a handler spends per row. */
     sc->sim_row_cost_ns = c->cpu_measured ? 0 : c->row_cost_ns;
     sc->sim_cpu_measured = c->cpu_measured;

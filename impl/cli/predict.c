@@ -238,11 +238,50 @@ static int pred_twin(struct rkv_scenario *sc, double *pred, double *sim_s)
     return rc < 0 ? -1 : 0;
 }
 
+/* pred_twin in a child (SimGrid runs once per process), so it can run
+ * between the real runs: sc on the platform calibration c0 describes. */
+static int pred_twin_child(const struct rkv_scenario *sc0, const struct cli_calib *c0, double *pred)
+{
+    const struct rkv_scenario *sc = sc0;
+    int fd[2];
+    if (pipe(fd) < 0)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        double sim_s, v[RKV_SC_MAX_PHASES];
+        struct rkv_scenario *tsc = malloc(sizeof(*tsc));
+        struct cli_calib c = *c0;
+        if (!tsc)
+            _exit(1);
+        *tsc = *sc0;
+        cli_calib_apply(&c, tsc);
+        int rc = pred_twin(tsc, v, &sim_s);
+        size_t n = sc->n_phases * sizeof(*v);
+        ssize_t w = rc == 0 ? write(fd[1], v, n) : -1;
+        _exit(w == (ssize_t)n ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t n = sc->n_phases * sizeof(*pred), got = 0;
+    ssize_t k = 0;
+    while (pid > 0 && got < n && (k = read(fd[0], (char *)pred + got, n - got)) > 0)
+        got += (size_t)k;
+    close(fd[0]);
+    int st = 0;
+    if (pid > 0)
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+            ;
+    return got == n && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
 static void pred_table(const struct rkv_scenario *sc, const double *meas, const double *pred,
                        const struct pred_args *a)
 {
-    printf("\n%s: measured on %s (median of %u) vs predicted by the twin\n\n", sc->path, a->backend,
-           a->repeat);
+    printf("\n%s: measured on %s vs predicted by the twin (medians of %u runs each, taken in "
+           "turn)\n\n",
+           sc->path, a->backend, a->repeat);
     printf("| phase | measured ms | predicted ms | error %% |\n|---|---|---|---|\n");
     double tm = 0, tp = 0;
     uint32_t within = 0;
@@ -260,15 +299,22 @@ static void pred_table(const struct rkv_scenario *sc, const double *meas, const 
 }
 #endif
 
-static int pred_measure(const char *exe, const struct pred_args *a, const struct rkv_scenario *sc,
-                        double *meas)
+/* The real runs' phase times (median of --repeat) into meas; with c, after
+ * each real run a twin run with it too, medians into pred. Other work on a
+ * shared host (or a VM's stolen time) takes our cores for tens of percent
+ * from one second to the next; the twin measures the CPU of node code by
+ * the clock, so taking its runs in turn with the real ones samples the same
+ * moments. */
+static int pred_measure(const char *exe, const struct pred_args *a, const struct cli_calib *c,
+                        const struct rkv_scenario *sc, double *meas, double *pred)
 {
     char tmp[] = "/tmp/rkv-predict-XXXXXX";
     if (!mkdtemp(tmp)) {
         fprintf(stderr, "rkv run: cannot make a temporary directory\n");
         return -1;
     }
-    double *all = calloc((size_t)a->repeat * sc->n_phases, sizeof(*all));
+    size_t cells = (size_t)a->repeat * sc->n_phases;
+    double *all = calloc(2 * cells, sizeof(*all)), *twin = all ? all + cells : NULL;
     int rc = all ? 0 : -1;
     for (unsigned k = 0; k < a->repeat && rc == 0; k++) {
         char dir[600];
@@ -289,10 +335,19 @@ static int pred_measure(const char *exe, const struct pred_args *a, const struct
         }
         for (uint32_t p = 0; p < sc->n_phases; p++)
             all[p * a->repeat + k] = s[p];
+#if RKV_WITH_SIM
+        if (c && (rc = pred_twin_child(sc, c, s)) < 0)
+            break;
+        for (uint32_t p = 0; c && p < sc->n_phases; p++)
+            twin[p * a->repeat + k] = s[p];
+#endif
     }
     for (uint32_t p = 0; rc == 0 && p < sc->n_phases; p++) {
         qsort(all + p * a->repeat, a->repeat, sizeof(*all), pred_cmp);
         meas[p] = all[p * a->repeat + a->repeat / 2];
+        qsort(twin + p * a->repeat, a->repeat, sizeof(*all), pred_cmp);
+        if (pred)
+            pred[p] = twin[p * a->repeat + a->repeat / 2];
     }
     free(all);
     char cmd[100];
@@ -333,16 +388,14 @@ int cli_cmd_predict(int argc, char **argv, const char *self)
         goto out;
     }
 #if RKV_WITH_SIM
-    printf("calibration: %s, %u cores, latency %.3f us, %.3f Gb/s, msg_cost %.0f ns, row_cost "
-           "%.1f ns, cpu %s\n",
-           c.backend, c.host_cores, c.latency_us, c.bandwidth_gbps, c.msg_cost_ns, c.row_cost_ns,
+    printf("calibration: %s, %u cores%s, latency %.3f us, %.3f Gb/s, msg_cost %.0f ns, bytes "
+           "%.4f + %.4f ns, row_cost %.1f ns, cpu %s\n",
+           c.backend, c.host_cores, c.shared_host ? " shared by every machine" : "", c.latency_us,
+           c.bandwidth_gbps, c.msg_cost_ns, c.send_byte_ns, c.recv_byte_ns, c.row_cost_ns,
            c.cpu_measured ? "measured" : "model");
-    double meas[RKV_SC_MAX_PHASES], pred[RKV_SC_MAX_PHASES], sim_s = 0;
+    double meas[RKV_SC_MAX_PHASES], pred[RKV_SC_MAX_PHASES];
     code = RKV_EXIT_STORE;
-    if (pred_measure(exe, &a, sc, meas) < 0)
-        goto out;
-    cli_calib_apply(&c, sc);
-    if (pred_twin(sc, pred, &sim_s) < 0)
+    if (pred_measure(exe, &a, &c, sc, meas, pred) < 0)
         goto out;
     pred_table(sc, meas, pred, &a);
     code = RKV_EXIT_OK;

@@ -1,7 +1,10 @@
 /* rkv calibrate and rkv run --predict through the rkv binary: the
  * calibration file loads in the twin, bad files are refused with file:line,
- * and a prediction prints its table. The figures depend on the host and on
- * what else runs on it, so no test asserts a time or an error bound. */
+ * and a prediction prints its table; the loopback platform a shared-host
+ * calibration selects puts every machine on one host's cores. The figures
+ * depend on the host and on what else runs on it, so no test asserts a
+ * measured time or an error bound (the loopback tests compare simulated
+ * times of runs without measured CPU, which are the model's own output). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,15 +45,86 @@ static void test_calibrate_file_loads_in_the_twin(void **state)
     size_t n = fread(text, 1, sizeof(text) - 1, f);
     text[n] = 0;
     fclose(f);
-    const char *keys[] = {"backend = tcp",  "host_cores = ",  "latency_us = ", "bandwidth_gbps = ",
-                          "msg_cost_ns = ", "row_cost_ns = ", "cpu = measured"};
+    const char *keys[] = {"backend = tcp",   "host_cores = ",     "shared_host = 1",
+                          "latency_us = ",   "bandwidth_gbps = ", "msg_cost_ns = ",
+                          "send_byte_ns = ", "recv_byte_ns = ",   "copy_byte_ns = ",
+                          "row_cost_ns = ",  "cpu = measured"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (!strstr(text, keys[i]))
             fail_msg("%s: no \"%s\" in\n%s", calib_path, keys[i], text);
     snprintf(args, sizeof(args), "run %s/quickstart.yaml --calibration %s", SCEN_DIR, calib_path);
     rc = run_rkv("", args);
-    if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, "simulated time"))
+    if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, "simulated time") ||
+        !strstr(out, "(SimGrid, loopback)"))
         fail_msg("rkv %s: exit %d\n%s", args, rc, out);
+}
+
+/* shared_host chooses the platform: one host all machines share, or a star
+ * of machines with their share of the cores each. */
+static void test_shared_host_selects_the_loopback_platform(void **state)
+{
+    (void)state;
+    static const char *const base = "backend = tcp\nhost_cores = 2\nlatency_us = 5\n"
+                                    "bandwidth_gbps = 10\nmsg_cost_ns = 2000\n"
+                                    "send_byte_ns = 0.3\nrecv_byte_ns = 0.1\n";
+    static const struct {
+        const char *shared, *platform;
+    } cases[] = {{"shared_host = 1\n", "(SimGrid, loopback)"},
+                 {"shared_host = 0\n", "(SimGrid, star)"}};
+    char path[64], args[512], text[512];
+    snprintf(path, sizeof(path), "/tmp/rkv-test-shared-%d.txt", (int)getpid());
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(text, sizeof(text), "%s%s", base, cases[i].shared);
+        write_file(path, text);
+        snprintf(args, sizeof(args), "run %s/wide-rows.yaml --calibration %s", SCEN_DIR, path);
+        int rc = run_rkv("", args);
+        if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, cases[i].platform))
+            fail_msg("case %zu: rkv %s: exit %d\n%s", i, args, rc, out);
+    }
+    unlink(path);
+}
+
+/* The simulated time of a small push/pull run with `extra` in its sim block
+ * (no measured CPU: the model alone). */
+static double sim_s(const char *extra)
+{
+    char path[64], args[512], text[1024];
+    snprintf(path, sizeof(path), "/tmp/rkv-test-lo-%d.yaml", (int)getpid());
+    snprintf(text, sizeof(text),
+             "seed: 5\n"
+             "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
+             "tensors:\n"
+             "  - {name: t, dtype: f32, rows: 64, shape: [16384], partition: range}\n"
+             "workload:\n"
+             "  - {name: mix, tensor: t, push: 0.5, push_op: sum, ids_per_request: 2, "
+             "keys: remote-only, rounds: 20}\n"
+             "sim: {latency_us: 5, bandwidth_gbps: 100, msg_cost_ns: 20000, %s}\n",
+             extra);
+    write_file(path, text);
+    snprintf(args, sizeof(args), "run %s", path);
+    int rc = run_rkv("", args);
+    unlink(path);
+    const char *at = strstr(out, "simulated time ");
+    double s = 0;
+    if (rc != 0 || !strstr(out, "verdict: PASS") || !at ||
+        sscanf(at, "simulated time %lf s", &s) != 1 || s <= 0)
+        fail_msg("rkv %s (%s): exit %d\n%s", args, extra, rc, out);
+    return s;
+}
+
+/* Every machine's nodes compete for the one host's cores (one core shared
+ * by two machines is slower than a core each), and the bytes' kernel CPU is
+ * charged on top of the per-message cost. */
+static void test_loopback_machines_share_the_cores(void **state)
+{
+    (void)state;
+    double shared = sim_s("platform: loopback, cores: 1"), own = sim_s("platform: star, cores: 1");
+    if (!(shared > own))
+        fail_msg("1 core shared by 2 machines: %.6f s simulated, 1 core each: %.6f s", shared, own);
+    double eight = sim_s("platform: loopback, cores: 8");
+    double bytes = sim_s("platform: loopback, cores: 8, send_byte_ns: 1, recv_byte_ns: 1");
+    if (!(bytes > eight))
+        fail_msg("with 1 ns per byte each side: %.6f s simulated, without: %.6f s", bytes, eight);
 }
 
 static void test_bad_calibration_files(void **state)
@@ -64,6 +138,8 @@ static void test_bad_calibration_files(void **state)
         {"backend = tcp\nhost_cores = two\n", ":2: host_cores: expected 1..4096"},
         {"backend = tcp\nhost_cores = 2\n", "needs backend, host_cores and bandwidth_gbps"},
         {"backend = tcp\nlatency_us\n", ":2: expected key = value"},
+        {"backend = tcp\nshared_host = yes\n", ":2: shared_host: expected 0 or 1"},
+        {"backend = tcp\nsend_byte_ns = -1\n", ":2: send_byte_ns: expected a number"},
     };
     char path[64], args[512];
     snprintf(path, sizeof(path), "/tmp/rkv-test-badcal-%d.txt", (int)getpid());
@@ -125,6 +201,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_calibrate_file_loads_in_the_twin),
         cmocka_unit_test(test_bad_calibration_files),
+        cmocka_unit_test(test_shared_host_selects_the_loopback_platform),
+        cmocka_unit_test(test_loopback_machines_share_the_cores),
         cmocka_unit_test(test_predict_prints_the_table),
         cmocka_unit_test(test_predict_without_a_file_calibrates_first),
     };
