@@ -138,8 +138,8 @@ struct rkv_config {
     char durable_dir[256];
     /* A client whose request meets a dead server (-RKV_EPEERDEAD) retries it
      * with backoff for this long, reconnecting to the server's address as
-     * server 0 knows it then (a restarted server re-registers); a retried
-     * push is applied once. 0 (the default): fail at once. */
+     * server 0 knows it then (a restarted server re-registers); in durable
+     * mode a retried push is applied once. 0 (the default): fail at once. */
     uint32_t retry_ms;
     /* Test-only: a server that creates a shard holding this global row adds
      * 1 to the row's first element of every tensor, so that oracle tests can

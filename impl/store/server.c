@@ -367,29 +367,34 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
     return t;
 }
 
-/* Applies a push unless this machine applied its (client, sequence)
- * already: a client retrying after a lost acknowledgement gets the ack, not
- * a second application. In durable mode the whole step is inside the
+/* Durable mode: applies a push unless this machine applied its (client,
+ * sequence) already, so a client retrying after a lost acknowledgement
+ * gets the ack, not a second application; the whole step is inside the
  * machine's apply lock, so a snapshot holds a push and its sequence, or
  * neither. */
 static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m)
 {
     uint32_t client = m->h.sender - RKV_CLIENT_NODE_BASE; /* wraps for non-clients */
-    int tracked = m->h.sender >= RKV_CLIENT_NODE_BASE && client < s->cfg.n_workers;
+    /* Durable mode only: without it nothing is promised across a crash, and
+     * an entry locked by a server killed mid-apply would stall the
+     * machine's other servers until a restart frees it. */
+    int tracked = s->durable && m->h.sender >= RKV_CLIENT_NODE_BASE && client < s->cfg.n_workers;
     assert(s->mach.hdr); /* every tensor came with an INIT that mapped it */
     if (s->durable)
         rkv_mach_apply_begin(&s->mach);
     int dup = tracked && rkv_mach_seq_begin(&s->mach, client, m->h.req_id);
     int rc = 0;
-    if (!dup) {
+    if (!dup)
         rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
                             m->u.push.rows);
-        rkv_port_handler_work(s->port, m->h.count);
-    }
     if (tracked)
         rkv_mach_seq_end(&s->mach, client, m->h.req_id, !dup && rc == 0);
     if (s->durable)
         rkv_mach_apply_end(&s->mach);
+    /* Outside the locks: in the twin this is simulated time, and a node
+     * crashed in it must not leave the client's entry locked. */
+    if (!dup)
+        rkv_port_handler_work(s->port, m->h.count);
     if (dup) {
         s->n_dups++;
         RKV_LOGI(s->port, "client %u: push %llx was applied before; acknowledging it again", client,

@@ -102,7 +102,7 @@ struct rkv_mach_tensor {
     struct rkv_wire_tensor desc;
 };
 
-/* Exactly-once pushes: a push's (client, sequence) is applied at most once
+/* Exactly-once pushes (durable mode): a push's (client, sequence) is applied at most once
  * per machine. The sequence is the push's req_id: bits 40..63 a random tag
  * per client incarnation, bits 0..39 a counter. */
 #define RKV_SEQ_TAG_SHIFT 40
