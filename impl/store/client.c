@@ -663,6 +663,24 @@ static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct
     return rc;
 }
 
+/* A restarted server of this machine may have made the shard anew (the
+ * machine's memory was lost with it): map the segments again by name, or
+ * direct reads would go on seeing the old ones. */
+static int cli_remap_local(struct rkv_client *c)
+{
+    for (uint32_t i = 1; i <= c->max_tensor; i++) {
+        struct rkv_tensor *t = c->tensors[i];
+        if (!t || !t->mapped)
+            continue;
+        rkv_shard_unmap(&t->shard);
+        t->mapped = 0;
+        int rc = cli_map_local(c, t);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* A server that died gets a fresh connection: to the address server 0 has
  * now (a restarted server re-registered), or the configured one. */
 static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms)
@@ -685,6 +703,8 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
                                                           : c->cfg.connect_retry_ms);
     rc = cli_hello(c, srv, c->id, wait_ms ? wait_ms : 1);
     c->connect_budget_ms = 0;
+    if (rc == 0 && srv->machine == c->cfg.machine_id)
+        rc = cli_remap_local(c);
     if (rc < 0 && srv->peer) {
         rkv_engine_drop_peer(c->eng, srv->peer);
         srv->dead = 1;
@@ -737,6 +757,36 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
         po->sleep_ns(c->port, (nap_ms ? nap_ms : 1) * 1000000ull);
         backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
     }
+}
+
+/* Durable mode with retries: a pull reads this machine's rows from the
+ * shard directly, so first every server of the machine seen dying must be
+ * back (it may have made the shard anew), within retry_ms. */
+static int cli_local_fresh(struct rkv_client *c)
+{
+    if (!c->cfg.durable_dir[0] || !c->cfg.retry_ms)
+        return 0;
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
+    uint32_t first = rkv_cfg_server_id(&c->cfg, c->cfg.machine_id, 0);
+    uint32_t last = first + c->cfg.machines[c->cfg.machine_id].servers;
+    for (uint32_t k = first; k < last; k++) {
+        for (uint64_t backoff_ms = 10; c->servers[k].dead;) {
+            uint64_t now = po->now_ns(c->port);
+            if (now >= deadline)
+                return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
+                                "pull: server %u of this machine still gone after %u ms: %s", k,
+                                c->cfg.retry_ms, c->err);
+            int rc = cli_revive(c, &c->servers[k], (deadline - now) / 1000000ull);
+            if (rc == 0)
+                break;
+            if (rc != -RKV_EPEERDEAD)
+                return rc;
+            po->sleep_ns(c->port, backoff_ms * 1000000ull);
+            backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+        }
+    }
+    return 0;
 }
 
 /* After the first round: every part lost to a dead server (lost[], and the
@@ -932,6 +982,8 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
     struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
+    if (g.start[local + 1] > g.start[local] && t->mapped && (rc = cli_local_fresh(c)) < 0)
+        goto free_groups;
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
     if (rc == 0 && t->mapped) {
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {

@@ -490,9 +490,11 @@ static float pull_row60(struct rkv_client *cli)
 static const struct rkv_tensor_desc T_F32 = {
     .name = "t", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
 
-static void test_exactly_once_across_restart(void **state)
+/* The checking client lives on client_machine: 0, its pulls of row 60 are
+ * remote and retried; 1, they read machine 1's shard directly, which the
+ * restart makes anew. */
+static void run_exactly_once(uint32_t client_machine)
 {
-    (void)state;
     struct cluster c;
     cluster_config(&c, 1, 0);
     c.cfg.retry_ms = 5000; /* the checking client rides over server 1's restart */
@@ -501,7 +503,9 @@ static void test_exactly_once_across_restart(void **state)
     c.srv[1] = server_create(&c, 1);
     struct rkv_client *cli;
     char err[256];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+    struct rkv_config ccfg = c.cfg;
+    ccfg.machine_id = client_machine;
+    if (rkv_client_create(&ccfg, &cli, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
 
@@ -515,6 +519,7 @@ static void test_exactly_once_across_restart(void **state)
 
     /* The machine is lost and comes back from its snapshot. */
     rkv_server_destroy(c.srv[1]);
+    usleep(100 * 1000); /* the client sees the connection go */
     c.srv[1] = server_create(&c, 1);
     assert_true(pull_row60(cli) == 1.0f); /* the client reconnects (retry_ms) */
     raw_open(&r, &c.machines[1]);
@@ -547,6 +552,19 @@ static void test_exactly_once_across_restart(void **state)
     rkv_server_destroy(c.srv[0]);
     rkv_server_destroy(c.srv[1]);
     remove_tree(c.dir);
+}
+
+static void test_exactly_once_across_restart(void **state)
+{
+    (void)state;
+    run_exactly_once(0);
+}
+
+/* A worker on the lost machine reads the restored shard, not the old one. */
+static void test_colocated_client_follows_restart(void **state)
+{
+    (void)state;
+    run_exactly_once(1);
 }
 
 /* A corrupted snapshot stops the restart with the reason; nothing half-loaded. */
@@ -965,6 +983,7 @@ int main(void)
         cmocka_unit_test_teardown(test_machine_of_two_servers_lost_durable, reap_children),
         cmocka_unit_test_teardown(test_torn_push_rolled_back, reap_children),
         cmocka_unit_test_teardown(test_exactly_once_across_restart, reap_children),
+        cmocka_unit_test_teardown(test_colocated_client_follows_restart, reap_children),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
