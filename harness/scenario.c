@@ -195,12 +195,16 @@ static int sc_map(struct sc_ctx *c, const char *what, struct fy_node *at, struct
 /* ---- cluster ---- */
 
 static const char *const sc_cluster_fields[] = {"machines", "servers_per_machine",
-                                                "workers_per_machine"};
+                                                "workers_per_machine", "durable", "retry_ms"};
 
 static int sc_cluster_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
                             struct fy_node *v)
 {
     struct rkv_scenario *sc = obj;
+    if (f == 3)
+        return sc_bool(c, "durable", k, v, &sc->durable);
+    if (f == 4)
+        return sc_u32(c, "retry_ms", k, v, 0, 3600000, &sc->retry_ms);
     uint32_t *dst[] = {&sc->machines, &sc->servers_per_machine, &sc->workers_per_machine};
     uint32_t max[] = {RKV_MAX_MACHINES, 64, 64};
     return sc_u32(c, sc_cluster_fields[f], k, v, 1, max[f], dst[f]);
@@ -455,9 +459,9 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
 
 /* ---- faults, expect, per-backend blocks ---- */
 
-static const char *const sc_fault_fields[] = {"kind",     "target",        "at_s",
-                                              "fraction", "after_phase",   "duration_s",
-                                              "delay_ms", "retransmit_ms", "factor"};
+static const char *const sc_fault_fields[] = {
+    "kind",     "target",        "at_s",   "fraction",        "after_phase", "duration_s",
+    "delay_ms", "retransmit_ms", "factor", "restart_after_s", "machine_lost"};
 #define SC_N_FAULT_FIELDS (sizeof(sc_fault_fields) / sizeof(sc_fault_fields[0]))
 
 static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
@@ -484,8 +488,12 @@ static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         return sc_double(c, "delay_ms", k, v, 0, 1e9, &fl->delay_ms);
     case 7:
         return sc_double(c, "retransmit_ms", k, v, 0.001, 1e6, &fl->retransmit_ms);
-    default:
+    case 8:
         return sc_double(c, "factor", k, v, 1, 1e6, &fl->factor);
+    case 9:
+        return sc_double(c, "restart_after_s", k, v, 0, 1e6, &fl->restart_after_s);
+    default:
+        return sc_bool(c, "machine_lost", k, v, &fl->machine_lost);
     }
 }
 
@@ -666,7 +674,7 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (t.key[TOP_SEED] &&
         (rc = sc_u64(c, "seed", t.key[TOP_SEED], t.val[TOP_SEED], 0, UINT64_MAX, &sc->seed)) < 0)
         return rc;
-    if ((rc = sc_map(c, "cluster", t.key[TOP_CLUSTER], t.val[TOP_CLUSTER], sc_cluster_fields, 3,
+    if ((rc = sc_map(c, "cluster", t.key[TOP_CLUSTER], t.val[TOP_CLUSTER], sc_cluster_fields, 5,
                      sc_cluster_field, sc)) < 0 ||
         (rc = sc_list(c, "tensors", t.key[TOP_TENSORS], t.val[TOP_TENSORS], sc_tensor)) < 0 ||
         (rc = sc_list(c, "workload", t.key[TOP_WORKLOAD], t.val[TOP_WORKLOAD], sc_phase)) < 0)
@@ -822,6 +830,12 @@ static const char *sc_fault_incomplete(const struct rkv_sc_fault *f)
         return "duration_s: expected how long the link is down (> 0)";
     if (!strcmp(f->kind, "slow_cpu") && f->factor <= 1)
         return "factor: expected how many times slower the CPU is (> 1)";
+    if ((f->restart_after_s > 0 || f->machine_lost) && (!crash || f->target[0] != 's'))
+        return "restart_after_s, machine_lost: only a crashed server restarts or loses its "
+               "machine's memory";
+    if (f->restart_after_s > 0 && !strcmp(f->target, "s0.0"))
+        return "restart_after_s: server 0 (s0.0) cannot be restarted: it assigns client ids "
+               "and runs barriers";
     return "";
 }
 
@@ -864,6 +878,13 @@ static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_
         int rc = sc_check_fault(sc, i, err, err_len);
         if (rc < 0)
             return rc;
+        if (sc->faults[i].restart_after_s > 0 && (!sc->durable || !sc->retry_ms)) {
+            snprintf(err, err_len,
+                     "%s: faults[%u]: restart_after_s: a restart needs cluster.durable: true and "
+                     "cluster.retry_ms > 0 (workers wait for the server to come back)",
+                     sc->path, i);
+            return -RKV_ECONFIG;
+        }
     }
     return 0;
 }

@@ -54,6 +54,8 @@ struct rkv_sc_fault {
     double delay_ms;         /* delay: how long a delayed message waits */
     double retransmit_ms;    /* drop, link_down: the transport's retransmission interval */
     double factor;           /* slow_cpu: CPU work takes this many times longer */
+    double restart_after_s;  /* crash of a server: start it again this long after */
+    int machine_lost;        /* crash of a server: its machine's shared memory goes too */
 };
 
 struct rkv_scenario {
@@ -61,6 +63,8 @@ struct rkv_scenario {
     uint64_t seed;
     uint32_t machines, servers_per_machine, workers_per_machine;
     uint32_t workers_total; /* 0: machines x workers_per_machine (built-in runs may be uneven) */
+    int durable;            /* cluster.durable: servers acknowledge pushes once on disk */
+    uint32_t retry_ms;      /* cluster.retry_ms: workers retry requests to a dead server */
     struct rkv_sc_tensor tensors[RKV_SC_MAX_TENSORS];
     uint32_t n_tensors;
     struct rkv_sc_phase phases[RKV_SC_MAX_PHASES];

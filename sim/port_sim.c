@@ -301,14 +301,18 @@ static void sp_shm_unmap(struct rkv_port *p, void *addr, size_t bytes)
     }
 }
 
-static void sp_shm_unlink(struct rkv_port *p, const char *name)
+void sim_world_shm_unlink(struct sim_world *w, const char *name)
 {
-    struct sim_world *w = sp_of(p)->w;
     struct sim_shm *s = sp_shm_find(w, name);
     if (s) {
         s->unlinked = 1;
         sp_shm_release(w, s);
     }
+}
+
+static void sp_shm_unlink(struct rkv_port *p, const char *name)
+{
+    sim_world_shm_unlink(sp_of(p)->w, name);
 }
 
 void sim_port_shm_free_all(struct sim_world *w)

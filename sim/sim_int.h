@@ -17,6 +17,8 @@ int sim_world_lookup(const struct sim_world *w, const char *host, uint16_t port,
 int sim_world_listening(const struct sim_world *w, const char *host, uint32_t nic, uint16_t port);
 /* Frees the shm segments still registered (a node that failed early). */
 void sim_port_shm_free_all(struct sim_world *w);
+/* As shm_unlink: mappings stay, the name is gone (a machine loss). */
+void sim_world_shm_unlink(struct sim_world *w, const char *name);
 void sim_world_unlisten(struct sim_world *w, uint32_t nic);
 void sim_nic_free(struct sim_nic *n);
 /* Waits until every message the calling task posted on n is delivered:

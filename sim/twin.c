@@ -16,6 +16,7 @@
 #include <xbt/log.h>
 
 #include "harness/oracle.h"
+#include "port/port_file.h"
 #include "nic/nic_fault.h"
 #include "harness/workload.h"
 #include "proto/proto.h"
@@ -46,6 +47,10 @@ struct twin_node {
     struct rkv_nic *fault_nic; /* drop / delay / link_down aimed at it, else NULL */
     struct rkv_nic_fault_stats fst; /* its counts, taken when the node closes */
     uint64_t slowed_rows;           /* slow_cpu: rows handled while slowed */
+    /* A crash with restart_after_s: when it died, when it came back. */
+    double crash_s, restart_s;
+    int restarted;
+    const struct rkv_sc_fault *fault; /* the crash fault that killed it */
 };
 
 struct twin {
@@ -256,6 +261,13 @@ static int twin_config(struct twin *t)
     t->cfg.seed = sc->seed;
     t->cfg.log_level = t->log_level;
     t->cfg.test_corrupt_row = t->test_corrupt_row;
+    t->cfg.retry_ms = sc->retry_ms;
+    if (sc->durable) {
+        /* Snapshots are real files; their I/O takes no simulated time. */
+        snprintf(t->cfg.durable_dir, sizeof(t->cfg.durable_dir), "/tmp/rkv-twin-durable.XXXXXX");
+        if (!mkdtemp(t->cfg.durable_dir))
+            return -RKV_EIO;
+    }
     if (sc->sim_payloadless) {
         /* Thin rows keep every message small: small receive buffers keep
          * thousands of nodes' connections in memory (sim/README.md). */
@@ -309,6 +321,53 @@ static int twin_workers_done(const struct twin *t)
     return 1;
 }
 
+static void twin_server(int argc, char **argv);
+
+/* A machine loss takes the machine's shared memory (its segment and every
+ * tensor's shard): a restarted server has only its snapshot. */
+static void twin_lose_machine(struct twin *t, uint32_t machine)
+{
+    char name[128];
+    rkv_mach_name(name, sizeof(name), t->cfg.shm_prefix, machine);
+    sim_world_shm_unlink(&t->w, name);
+    for (uint32_t i = 1; i <= t->sc->n_tensors; i++) {
+        rkv_shard_name(name, sizeof(name), t->cfg.shm_prefix, machine, i);
+        sim_world_shm_unlink(&t->w, name);
+    }
+}
+
+/* The restart actor: waits, then runs the server again on its host with
+ * the same node record (a new process, as the launcher starts on tcp). */
+static void twin_restarter(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct twin_node *nd = sg_actor_self_get_data();
+    sg_actor_sleep_for(nd->fault->restart_after_s);
+    nd->crashed = 0;
+    nd->finished = 0;
+    nd->rc = 0;
+    nd->err[0] = 0;
+    nd->fault_nic = NULL;
+    nd->restarted = 1;
+    nd->restart_s = simgrid_get_clock();
+    fprintf(stderr, "rkv: fault: %s restarted at %.6f s (simulated)\n", nd->name, nd->restart_s);
+    twin_server(0, NULL);
+}
+
+static void twin_plan_restart(struct twin *t, struct twin_node *nd, const struct rkv_sc_fault *f)
+{
+    nd->fault = f;
+    if (f->machine_lost)
+        twin_lose_machine(t, nd->machine);
+    if (f->restart_after_s <= 0)
+        return;
+    char host[32];
+    snprintf(host, sizeof(host), "m%u", nd->machine);
+    sg_actor_t a = sg_actor_init(nd->name, sg_host_by_name(host));
+    sg_actor_set_data(a, nd);
+    sg_actor_start(a, twin_restarter, 0, NULL);
+}
+
 /* Injects the scenario's crash faults at their simulated times, then, since
  * a crashed worker 0 cannot shut the servers down, stops the servers still
  * running a second after the last worker ended. */
@@ -331,10 +390,12 @@ static void twin_faults(int argc, char **argv)
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
         nd->crashed = 1;
-        nd->end_s = simgrid_get_clock();
+        nd->end_s = nd->crash_s = simgrid_get_clock();
         sim_port_crash(nd->port);
         nd->port = NULL;
         fprintf(stderr, "rkv: fault: %s crashed at %.6f s (simulated)\n", nd->name, nd->end_s);
+        if (f->restart_after_s > 0 || f->machine_lost)
+            twin_plan_restart(t, nd, f);
     }
     while (!twin_workers_done(t))
         sg_actor_sleep_for(1e-3);
@@ -437,6 +498,15 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
         if (!nd->is_server && nd->finished)
             res->outs[nd->local] = nd->out; /* ownership moves to res */
         res->sim_s = nd->end_s > res->sim_s ? nd->end_s : res->sim_s;
+        if (nd->restarted) {
+            res->crashed++;
+            res->restarted++;
+            fl += (size_t)snprintf(
+                res->faults + fl, fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
+                "%s%s crashed at %.6f s%s, restarted at %.6f s", fl ? "; " : "", nd->name,
+                nd->crash_s, nd->fault->machine_lost ? " with its machine's memory" : "",
+                nd->restart_s);
+        }
         if (nd->crashed == 1) {
             res->crashed++;
             char who[48] = "";
@@ -464,6 +534,13 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
     if (t->sc->n_faults)
         twin_gather_faults(t, res);
     return 0;
+}
+
+/* The run's snapshots are scratch: the next run must not restart from them. */
+static void twin_remove_durable(struct twin *t)
+{
+    if (t->cfg.durable_dir[0])
+        rkv_file_remove_dir(t->cfg.durable_dir);
 }
 
 static double twin_wall(void)
@@ -569,6 +646,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->cpu_s = t.w.cpu_charged_s;
     rc = twin_gather(&t, res);
 free_all:
+    twin_remove_durable(&t);
     rkv_oracle_destroy(t.oracle);
     free(t.nodes);
     free(t.machines);

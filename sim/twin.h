@@ -30,7 +30,7 @@ struct rkv_twin_result {
     uint32_t crashed, survivor_errors;
     /* NIC and CPU faults: each touched something; connections they broke. */
     int faults_fired;
-    uint32_t crash_faults;
+    uint32_t crash_faults, restarted;
     uint64_t broken;
     char faults[1024];
     char survivor_error[320]; /* the first survivor's error, as an example */

@@ -120,7 +120,6 @@ int cli_cmd_run(int argc, char **argv, const char *self);
 int cli_cmd_doctor(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv, const char *self);
 
-
 /* A server's or worker's port and NIC (impl/cli/node.c): the fault NIC
  * wraps the backend's when the launcher aims a scenario fault at it. */
 struct rkv_port;
@@ -134,6 +133,7 @@ int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, co
                   uint64_t seed, struct cli_node *nd, char *err, size_t err_len);
 /* Writes the fault counts for the launcher, then closes NIC and port. */
 void cli_node_close(struct cli_node *nd);
+
 /* rkv run --backend sim: the scenario in the twin (impl/cli/twin_cmd.c). */
 struct rkv_scenario;
 int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,

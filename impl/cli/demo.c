@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -15,6 +16,8 @@
 #include "cli/cli.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
+#include "port/port_file.h"
+#include "store/store_int.h"
 
 #define DEMO_MAX_ARGS 64
 #define DEMO_MAX_PROCS 512
@@ -39,7 +42,18 @@ struct demo {
         int is_server;
         uint32_t idx;
         int fired;
+        double restart_after_s; /* > 0: start the server again this long after */
+        double restart_at;      /* when that is due (0: not yet killed) */
+        int restarted;
+        int machine_lost; /* unlink the machine's shared memory with the kill */
+        uint32_t machine;
     } faults[RKV_SC_MAX_FAULTS];
+    /* Durable runs: the snapshot directory this run made; its shm prefix
+     * and tensor count name the segments a machine loss takes away. */
+    char durable_dir[64];
+    char shm_prefix[40];
+    uint32_t n_tensors;
+    char retry_buf[16];
     uint32_t n_faults, next_fault;
     int client0_phase;
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
@@ -61,10 +75,59 @@ static double demo_since(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) * 1e-9;
 }
 
+static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
+                        const char *node, int *out_fd);
+static int demo_kill_due(struct demo *d);
+
+/* A machine loss: its shared memory (the machine segment and every
+ * tensor's shard) goes with the server, so a restart has only the snapshot. */
+static void demo_lose_machine(const struct demo *d, uint32_t machine)
+{
+    char name[128];
+    rkv_mach_name(name, sizeof(name), d->shm_prefix, machine);
+    shm_unlink(name);
+    for (uint32_t t = 1; t <= d->n_tensors; t++) {
+        rkv_shard_name(name, sizeof(name), d->shm_prefix, machine, t);
+        shm_unlink(name);
+    }
+}
+
+/* Starts the crashed servers whose restart came due; returns how long
+ * poll() may sleep before the next one (ms), -1 when none is pending. */
+static int demo_restart_servers(struct demo *d)
+{
+    int wait = -1;
+    for (uint32_t i = 0; i < d->n_faults; i++) {
+        struct demo_fault *f = &d->faults[i];
+        if (f->restart_at <= 0 || f->restarted)
+            continue;
+        double now = demo_since(&d->t0);
+        if (now < f->restart_at) {
+            int ms = (int)((f->restart_at - now) * 1000) + 1;
+            wait = wait < 0 || ms < wait ? ms : wait;
+            continue;
+        }
+        d->servers[f->idx] = demo_spawn(d, "server", "--server-id", f->idx, f->name, NULL);
+        f->restarted = d->servers[f->idx] > 0;
+        size_t l = strlen(d->fault_log);
+        snprintf(d->fault_log + l, sizeof(d->fault_log) - l, "; %s restarted at %.3f s", f->name,
+                 now);
+        fprintf(stderr, "rkv: fault: %s restarted at %.3f s\n", f->name, now);
+    }
+    return wait;
+}
+
 /* Kills the processes whose fault came due, as a crash looks to the OS:
  * their sockets close and peers see the connections drop. Returns how long
  * poll() may sleep before the next check (ms), -1 when none is left. */
 static int demo_fire_faults(struct demo *d)
+{
+    int wait = demo_kill_due(d); /* first: a kill may plan a restart */
+    int restart_wait = demo_restart_servers(d);
+    return wait < 0 || (restart_wait >= 0 && restart_wait < wait) ? restart_wait : wait;
+}
+
+static int demo_kill_due(struct demo *d)
 {
     while (d->next_fault < d->n_faults) {
         struct demo_fault *f = &d->faults[d->next_fault];
@@ -79,9 +142,14 @@ static int demo_fire_faults(struct demo *d)
             waitpid(*pid, NULL, 0);
             *pid = 0;
             f->fired = 1;
+            if (f->machine_lost)
+                demo_lose_machine(d, f->machine);
+            if (f->restart_after_s > 0)
+                f->restart_at = now + f->restart_after_s;
             size_t l = strlen(d->fault_log);
-            snprintf(d->fault_log + l, sizeof(d->fault_log) - l, "%s%s killed at %.3f s",
-                     l ? "; " : "", f->name, now);
+            snprintf(d->fault_log + l, sizeof(d->fault_log) - l, "%s%s killed at %.3f s%s",
+                     l ? "; " : "", f->name, now,
+                     f->machine_lost ? " with its machine's memory" : "");
             fprintf(stderr, "rkv: fault: %s killed at %.3f s\n", f->name, now);
         }
         d->next_fault++;
@@ -750,7 +818,34 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
     if (demo_configure(d, s) < 0)
         return -1;
     demo_arg(d, "--scenario", file);
+    /* The children's default prefix (cli_build_config), spelled out so that
+     * a machine loss can name the segments. */
+    snprintf(d->shm_prefix, sizeof(d->shm_prefix), "%s", s->val[CLI_SHM_PREFIX]);
+    if (!d->shm_prefix[0])
+        snprintf(d->shm_prefix, sizeof(d->shm_prefix), "rkv-%s", s->val[CLI_BASE_PORT]);
+    d->n_tensors = sc->n_tensors;
+    if (sc->durable) {
+        snprintf(d->durable_dir, sizeof(d->durable_dir), "/tmp/rkv-durable.XXXXXX");
+        if (!mkdtemp(d->durable_dir)) {
+            fprintf(stderr, "rkv run: cannot make a snapshot directory: %s\n", strerror(errno));
+            d->durable_dir[0] = 0;
+            return -1;
+        }
+        demo_arg(d, "--durable-dir", d->durable_dir);
+    }
+    if (sc->retry_ms) {
+        snprintf(d->retry_buf, sizeof(d->retry_buf), "%u", sc->retry_ms);
+        demo_arg(d, "--retry-ms", d->retry_buf);
+    }
     return 0;
+}
+
+/* The run's snapshots are scratch: a later run must not restart from them. */
+static void run_remove_durable(struct demo *d)
+{
+    if (d->durable_dir[0])
+        rkv_file_remove_dir(d->durable_dir);
+    d->durable_dir[0] = 0;
 }
 
 /* The crash faults of sc as processes to kill (targets were checked when
@@ -777,8 +872,11 @@ static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const 
         snprintf(f->name, sizeof(f->name), "%s", sf->target);
         f->at_s = sf->at_s;
         f->after_phase = sf->after_phase[0] ? (int)sf->after_phase_ix : -1;
+        f->restart_after_s = sf->restart_after_s;
+        f->machine_lost = sf->machine_lost;
         if (sscanf(f->name, "s%u.%u", &m, &l) == 2) {
             f->is_server = 1;
+            f->machine = m;
             f->idx = m * sc->servers_per_machine + l;
         } else if (sscanf(f->name, "w%u", &w) == 1) {
             f->idx = w;
@@ -894,11 +992,15 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         uint64_t broken = 0;
         r.fault_run = 1;
         r.faults_fired = d->nic_faults ? run_fault_stats(d, sc, &broken) : 1;
-        for (uint32_t i = 0; i < d->n_faults; i++)
-            r.faults_fired &= d->faults[i].fired;
-        /* Without a crash or a broken connection nothing may be lost: every
-         * worker must finish every phase. */
-        r.must_complete = !d->n_faults && !broken;
+        uint32_t gone = 0; /* crashed and not restarted */
+        for (uint32_t i = 0; i < d->n_faults; i++) {
+            const struct demo_fault *f = &d->faults[i];
+            r.faults_fired &= f->fired && (f->restart_after_s <= 0 || f->restarted);
+            gone += f->restart_after_s <= 0;
+        }
+        /* Without a node gone for good or a broken connection nothing may be
+         * lost: every worker must finish every phase. */
+        r.must_complete = !gone && !broken;
         r.survivor_errors = survivor_errors;
         snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
     }
@@ -1003,6 +1105,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     fflush(stdout);
     code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
 out:
+    if (d)
+        run_remove_durable(d);
     for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
         free(d->out[i]);
     free(d);
