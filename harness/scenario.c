@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness/scenario.h"
 #include "nic/nic_fault.h"
@@ -564,8 +565,13 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     case 3:
         return sc_double(c, "jitter", k, v, 0, 1, &sc->sim_jitter);
     case 4:
-        return sc_path(c, "platform_file", k, v, sc->path, sc->sim_platform_file,
-                       sizeof(sc->sim_platform_file));
+        rc = sc_path(c, "platform_file", k, v, sc->path, sc->sim_platform_file,
+                     sizeof(sc->sim_platform_file));
+        /* SimGrid aborts the process on a file it cannot open. */
+        if (rc == 0 && access(sc->sim_platform_file, R_OK) != 0)
+            return sc_fail(c, v, "platform_file: cannot read %s: %s", sc->sim_platform_file,
+                           strerror(errno));
+        return rc;
     case 5:
         return sc_double(c, "backbone_gbps", k, v, 1e-6, 1e9, &sc->sim_backbone_gbps);
     case 6:
@@ -721,8 +727,11 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
 {
     void *it = NULL;
     struct fy_diag_error *e = diag ? fy_diag_errors_iterate(diag, &it) : NULL;
+    /* libfyaml builds no document from a stream without one, and says nothing. */
     if (!e)
-        return snprintf(c->err, c->err_len, "%s: cannot read or parse the file", c->path),
+        return snprintf(c->err, c->err_len, "%s: %s", c->path,
+                        diag ? "empty scenario (expected cluster, tensors, workload)"
+                             : "cannot read or parse the file"),
                -RKV_ECONFIG;
     snprintf(c->err, c->err_len, "%s:%d:%d: YAML syntax: %s", c->path, e->line + 1, e->column + 1,
              e->msg);
