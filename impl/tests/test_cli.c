@@ -1,0 +1,407 @@
+/* The mistakes users make on the command line, each answered with exit 2 (or
+ * 3 for a store that cannot start) and a message that names what was wrong:
+ * cluster files (file:line and what was expected), flags and env vars,
+ * settings that make no cluster, and the usage of every command. The
+ * parsers run in this process; the commands through the rkv binary. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cli/cli.h"
+#include "harness/tests/rkv_run.h"
+
+static char path[64];
+
+static void write_cluster(const char *text)
+{
+    snprintf(path, sizeof(path), "/tmp/rkv-cli-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Parses `text` as a cluster file; expects an error containing `want`
+ * (after "PATH", so the file is always named). */
+static void cluster_fails(const char *text, const char *want)
+{
+    write_cluster(text);
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[512] = "", full[256];
+    if (cli_cluster_parse(path, 1, &m, &n, err, sizeof(err)) != -1)
+        fail_msg("%.60s: parsed, expected \"%s\"", text, want);
+    assert_null(m);
+    snprintf(full, sizeof(full), "%s%s", path, want);
+    if (!strstr(err, full))
+        fail_msg("expected \"%s\", got \"%s\"", full, err);
+    unlink(path);
+}
+
+static void test_cluster_file_errors(void **state)
+{
+    (void)state;
+    cluster_fails("# one machine\n10.0.0.1\n",
+                  ":2: expected 'host base_port [servers]', got only \"10.0.0.1\"");
+    char line[200];
+    snprintf(line, sizeof(line), "%064d 9000\n", 7); /* a 64-character host */
+    cluster_fails(line, ":1: host name longer than 63 characters");
+    cluster_fails("10.0.0.1 9000 0\n", ":1: servers: expected 1..256, got \"0\"");
+    cluster_fails("10.0.0.1 9000 257\n", ":1: servers: expected 1..256, got \"257\"");
+    cluster_fails("10.0.0.1 9000 2x\n", ":1: servers: expected 1..256, got \"2x\"");
+    cluster_fails("10.0.0.1 9000 2 extra # comment\n",
+                  ":1: unexpected \"extra\" after the server count");
+    cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
+    cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
+    cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host base_port [servers]'");
+    static char big[1100 * 24];
+    big[0] = 0;
+    for (int i = 0; i < 1025; i++)
+        snprintf(big + strlen(big), sizeof(big) - strlen(big), "10.0.%d.%d 9000\n", i / 250,
+                 i % 250);
+    cluster_fails(big, ":1025: more than 1024 machines");
+    static char longline[2000];
+    memset(longline, 'a', sizeof(longline) - 2);
+    longline[sizeof(longline) - 2] = '\n';
+    cluster_fails(longline, ":1: line longer than");
+    /* A file that is not there. */
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[512];
+    assert_int_equal(cli_cluster_parse("/nonexistent/ip.txt", 1, &m, &n, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "/nonexistent/ip.txt: cannot open: No such file"));
+}
+
+static void test_cluster_file_forms(void **state)
+{
+    (void)state;
+    /* Indentation, tabs, CRLF line ends, comments and the default count. */
+    write_cluster("# host port servers\r\n  10.0.0.1\t9000 3\r\n\n10.0.0.2 9100   # default\r\n");
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[256];
+    assert_int_equal(cli_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 2);
+    assert_string_equal(m[0].host, "10.0.0.1");
+    assert_int_equal(m[0].base_port, 9000);
+    assert_int_equal(m[0].servers, 3);
+    assert_string_equal(m[1].host, "10.0.0.2");
+    assert_int_equal(m[1].base_port, 9100);
+    assert_int_equal(m[1].servers, 2);
+    free(m);
+}
+
+/* ---- settings ---- */
+
+static int load(struct cli_settings *s, char *err, size_t err_len, int argc, ...)
+{
+    static char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    return cli_settings_load(s, argc, argv, err, err_len);
+}
+
+static void test_flags_and_env(void **state)
+{
+    (void)state;
+    struct cli_settings s;
+    char err[256];
+    assert_int_equal(load(&s, err, sizeof(err), 1, "server"), -1);
+    assert_string_equal(err, "unexpected argument 'server' (see --help)");
+    assert_int_equal(load(&s, err, sizeof(err), 1, "--rows"), -1);
+    assert_string_equal(err, "flag '--rows' needs a value");
+    assert_int_equal(load(&s, err, sizeof(err), 1, "--row=5"), -1);
+    assert_string_equal(err, "unknown flag '--row=5' (see --help)");
+    /* --name=value and --name value; a flag beats the env var, the env var
+     * (or an alias of it) beats the default, and each says where it came from. */
+    assert_int_equal(setenv("DMLC_NUM_WORKER", "6", 1), 0);
+    assert_int_equal(setenv("RKV_ROUNDS", "9", 1), 0);
+    assert_int_equal(load(&s, err, sizeof(err), 3, "--rows=5", "--rounds", "2"), 0);
+    unsetenv("DMLC_NUM_WORKER");
+    unsetenv("RKV_ROUNDS");
+    assert_string_equal(s.val[CLI_ROWS], "5");
+    assert_string_equal(s.src[CLI_ROWS], "flag");
+    assert_string_equal(s.val[CLI_ROUNDS], "2");
+    assert_string_equal(s.val[CLI_NUM_WORKERS], "6");
+    assert_string_equal(s.src[CLI_NUM_WORKERS], "env DMLC_NUM_WORKER");
+    assert_string_equal(s.src[CLI_SEED], "default");
+    uint64_t v;
+    assert_int_equal(load(&s, err, sizeof(err), 2, "--seed", "-3"), 0);
+    assert_int_equal(cli_get_u64(&s, CLI_SEED, &v, err, sizeof(err)), -1);
+    assert_string_equal(err, "seed: expected a non-negative integer, got \"-3\" (flag)");
+    assert_int_equal(load(&s, err, sizeof(err), 2, "--seed", "0x10"), 0);
+    assert_int_equal(cli_get_u64(&s, CLI_SEED, &v, err, sizeof(err)), 0);
+    assert_int_equal(v, 16);
+}
+
+/* cli_build_config on these flags must fail with `want` in its message. */
+static void config_fails(const char *want, int argc, ...)
+{
+    static char *argv[32];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    struct cli_settings s;
+    struct rkv_config cfg;
+    char err[512] = "";
+    assert_int_equal(cli_settings_load(&s, argc, argv, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), -1);
+    assert_null(cfg.machines);
+    if (!strstr(err, want))
+        fail_msg("%s %s: expected \"%s\", got \"%s\"", argv[0], argc > 1 ? argv[1] : "", want, err);
+}
+
+static void test_settings_that_make_no_cluster(void **state)
+{
+    (void)state;
+    const char *range = "need 1..1024 machines of 1..256 servers within the port range";
+    config_fails(range, 2, "--machines", "0");
+    config_fails(range, 2, "--machines", "1025");
+    config_fails(range, 2, "--servers-per-machine", "300");
+    config_fails(range, 4, "--base-port", "65535", "--servers-per-machine", "2");
+    config_fails(range, 2, "--base-port", "0");
+    config_fails(range, 2, "--num-servers", "0");
+    config_fails("num-servers: expected a non-negative integer, got \"two\"", 2, "--num-servers",
+                 "two");
+    config_fails("servers-per-machine: 5000000000 is too large", 2, "--servers-per-machine",
+                 "5000000000");
+    config_fails("machines: expected a non-negative integer", 2, "--machines", "");
+    config_fails("config: need at least one worker", 2, "--num-workers", "0");
+    config_fails("config: machine id 3, but only 2 machines", 4, "--machines", "2", "--machine-id",
+                 "3");
+    config_fails("need rx_depth >= 4", 2, "--rx-depth", "2");
+    config_fails("ctrl_buf_bytes >= 256", 2, "--ctrl-buf-bytes", "100");
+    config_fails("push_slots >= 2", 2, "--slots", "1");
+    config_fails("max_slot_bytes >= ctrl_buf_bytes", 2, "--max-slot-bytes", "1000");
+    config_fails("config: timeout_ms must be > 0", 2, "--timeout-ms", "0");
+    config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
+                 "loud");
+    config_fails("retry-ms: expected", 2, "--retry-ms", "soon");
+    static char long_dir[600];
+    memset(long_dir, 'd', sizeof(long_dir) - 1);
+    config_fails("durable-dir: longer than", 2, "--durable-dir", long_dir);
+    config_fails("backend: unknown \"a-backend-name-nobody-ever-built\"", 2, "--backend",
+                 "a-backend-name-nobody-ever-built");
+    write_cluster("10.0.0.1 9000\n10.0.0.2 9000 x\n");
+    config_fails(":2: servers: expected 1..256, got \"x\"", 2, "--cluster", path);
+    unlink(path);
+}
+
+static void test_settings_that_make_a_cluster(void **state)
+{
+    (void)state;
+    static char *argv[] = {"--machines",    "3",        "--num-servers", "2",
+                           "--discover",    "1",        "--shm-prefix",  "mine",
+                           "--host",        "10.1.1.1", "--base-port",   "7000",
+                           "--num-workers", "4"};
+    struct cli_settings s;
+    struct rkv_config cfg;
+    char err[256];
+    assert_int_equal(cli_settings_load(&s, 14, argv, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_machines, 3);
+    assert_string_equal(cfg.machines[0].host, "10.1.1.1");
+    assert_string_equal(cfg.machines[1].host, ""); /* learned from server 0 */
+    assert_int_equal(cfg.machines[2].base_port, 7004);
+    assert_int_equal(cfg.machines[2].servers, 2);
+    assert_string_equal(cfg.shm_prefix, "mine");
+    assert_int_equal(cfg.n_workers, 4);
+    free(cfg.machines);
+    /* From a cluster file, servers-per-machine is the default count. */
+    write_cluster("10.0.0.1 9000\n10.0.0.2 9500 1\n");
+    static char *argv2[] = {"--cluster", path, "--servers-per-machine", "3"};
+    assert_int_equal(cli_settings_load(&s, 4, argv2, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(cfg.n_machines, 2);
+    assert_int_equal(cfg.machines[0].servers, 3);
+    assert_int_equal(cfg.machines[1].servers, 1);
+    assert_string_equal(cfg.shm_prefix, "rkv-9000");
+    free(cfg.machines);
+}
+
+/* ---- the commands, through the binary ---- */
+
+static void expect_run(const char *env, const char *args, int code, const char *want)
+{
+    int rc = run_rkv(env, args);
+    if (rc != code || (want && !strstr(out, want)))
+        fail_msg("rkv %s: exit %d (expected %d), output:\n%s\n(expected \"%s\")", args, rc, code,
+                 out, want ? want : "");
+}
+
+static void test_usage(void **state)
+{
+    (void)state;
+    expect_run("", "server --help", 0, "usage: rkv server [--server-id N");
+    expect_run("", "server --help", 0, "--rx-depth"); /* the settings follow */
+    expect_run("", "worker -h", 0, "usage: rkv worker [--machine-id M]");
+    expect_run("", "node --help", 0, "usage: rkv node [--role server|worker]");
+    expect_run("", "config", 0, "usage: rkv config --dump");
+    expect_run("", "config --list", 2, "usage: rkv config --dump");
+    expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
+    expect_run("", "--version", 0, "rkv 0.");
+    expect_run("", "", 2, NULL);
+}
+
+static void test_server_and_worker_errors(void **state)
+{
+    (void)state;
+    expect_run("", "server --server-id one", 2, "rkv: server-id: expected a non-negative integer");
+    expect_run("", "server --servers-per-machine 2 --server-id 2", 2,
+               "rkv: server-id is larger than the cluster");
+    expect_run("", "server --machines 0", 2, "need 1..1024 machines");
+    expect_run("", "server --backend carrier-pigeon", 2,
+               "rkv server: backend 'carrier-pigeon' is not built in");
+    expect_run("", "worker --backend carrier-pigeon", 2,
+               "rkv worker: backend 'carrier-pigeon' is not built in");
+    expect_run("", "worker --rows 0", 2, "rkv: workload needs rows 1..2^24");
+    expect_run("", "worker --value-bytes 6", 2, "value-bytes a multiple of 4");
+    expect_run("", "worker --rounds 1001", 2, "rounds 1..1000");
+    expect_run("", "worker --rounds many", 2, "rkv: rounds: expected a non-negative integer");
+    expect_run("", "worker --scenario " SCEN_DIR "/bad/bad-dtype.yaml", 2,
+               "bad-dtype.yaml:4:32: dtype: expected one of f32");
+    expect_run("", "worker --scenario " SCEN_DIR "/bad/mixed-without-barrier.yaml", 2,
+               "without a barrier between them");
+}
+
+/* A port another program listens on: the server names it and exits 3; a
+ * worker with no server to join gives up after connect-retry-ms. */
+static void test_server_port_taken(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    char args[256], want[128];
+    unsigned port = ntohs(a.sin_port);
+    snprintf(args, sizeof(args), "server --base-port %u --shm-prefix rkv-cli-%d", port,
+             (int)getpid());
+    snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%u", port);
+    expect_run("", args, 3, want);
+    assert_non_null(strstr(out, "is the port in use?"));
+    close(fd);
+    /* The machine's segment outlives a server that could not start, as it
+     * outlives one that crashed (a restart finds it); not ours to keep. */
+    char shm[128];
+    snprintf(shm, sizeof(shm), "/rkv-cli-%d-m0-meta", (int)getpid());
+    shm_unlink(shm);
+    snprintf(args, sizeof(args),
+             "worker --base-port %u --connect-retry-ms 200 --timeout-ms 500 --shm-prefix "
+             "rkv-cli-%d",
+             port, (int)getpid());
+    expect_run("", args, 3, "rkv worker: ");
+}
+
+static void test_node_errors(void **state)
+{
+    (void)state;
+    const char *no_rank = "env -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u PMI_RANK -u RKV_ROLE "
+                          "-u DMLC_ROLE -u DGL_ROLE";
+    char env[512];
+    expect_run(no_rank, "node", 2, "rkv node: role: expected server or worker, got \"\" (default)");
+    expect_run(no_rank, "node --role scheduler", 2,
+               "rkv node: role: expected server or worker, got \"scheduler\" (flag)");
+    snprintf(env, sizeof(env), "%s DMLC_ROLE=boss", no_rank);
+    expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
+    expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK)");
+    snprintf(env, sizeof(env), "%s PMI_RANK=0 PMI_SIZE=8", no_rank);
+    expect_run(env, "node --scenario /nonexistent/s.yaml", 2,
+               "rkv node: /nonexistent/s.yaml: cannot open");
+    expect_run(no_rank, "node --no-such-flag 1", 2, "rkv: unknown flag '--no-such-flag'");
+}
+
+static void test_bench_verbs_without_a_device(void **state)
+{
+    (void)state;
+    expect_run("RKV_VERBS_DEV=no-such-dev0 RKV_HOST=10.9.9.9", "bench verbs --reps 1", 3,
+               "rkv bench verbs: needs device no-such-dev0 with a GID for 10.9.9.9");
+    expect_run("", "bench tcp --reps 2x", 2, "usage: rkv bench");
+    expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
+}
+
+/* ---- rkv run: reports that cannot be written, bounds, and its settings ---- */
+
+static const char tiny[] =
+    "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+    "tensors:\n"
+    "  - {name: t, rows: 64}\n"
+    "workload:\n"
+    "  - {name: warm, tensor: t, rounds: 2}\n"
+    "expect: {min_throughput_gbps: 0.000001, max_p99_us: 1e9}\n";
+
+static void test_run_reports(void **state)
+{
+    (void)state;
+    char yaml[64], dir[64], args[256];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-%d.yaml", (int)getpid());
+    snprintf(dir, sizeof(dir), "/tmp/rkv-cli-%d.file", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs(tiny, f);
+    fclose(f);
+    f = fopen(dir, "w"); /* a file where the report directory should go */
+    assert_non_null(f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s --out %s/report", yaml, dir);
+    expect_run("", args, 0, "rkv run: cannot write the report into ");
+    assert_non_null(strstr(out, "verdict: PASS"));
+    assert_non_null(strstr(out, "bound warm: throughput")); /* reported, not asserted */
+    assert_non_null(strstr(out, "(reported, not asserted)"));
+    snprintf(args, sizeof(args), "run %s --plot --out %s/report", yaml, dir);
+    expect_run("", args, 0, "rkv run: --plot: cannot create");
+    /* No gnuplot on the PATH: the run still passes and says how to get it. */
+    snprintf(args, sizeof(args), "run %s --plot --out %s.d", yaml, dir);
+    expect_run("PATH=/nonexistent", args, 0, "apt-get install gnuplot-nox");
+    assert_non_null(strstr(out, "verdict: PASS"));
+    char p[128];
+    snprintf(p, sizeof(p), "%s.d/report.json", dir);
+    struct stat st;
+    assert_int_equal(stat(p, &st), 0);
+    snprintf(args, sizeof(args), "rm -rf %s.d", dir);
+    assert_int_equal(system(args), 0);
+    snprintf(args, sizeof(args), "run %s --log-level loud", yaml);
+    expect_run("", args, 2, "rkv run: log-level: expected a non-negative integer");
+    unlink(dir);
+    unlink(yaml);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cluster_file_errors),
+        cmocka_unit_test(test_cluster_file_forms),
+        cmocka_unit_test(test_flags_and_env),
+        cmocka_unit_test(test_settings_that_make_no_cluster),
+        cmocka_unit_test(test_settings_that_make_a_cluster),
+        cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_server_and_worker_errors),
+        cmocka_unit_test(test_server_port_taken),
+        cmocka_unit_test(test_node_errors),
+        cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_run_reports),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

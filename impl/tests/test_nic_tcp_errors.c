@@ -1,0 +1,339 @@
+/* The TCP NIC where things go wrong: addresses it cannot listen on, peers
+ * that are not rkv NICs (a wrong answer to the hello, none, a hang-up), a
+ * peer that vanishes under a sender, a receiver that stops reading in the
+ * middle of a large SEND, bad registrations; and IPv6. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "nic/nic.h"
+#include "nic/nic_tcp.h"
+#include "port/port.h"
+#include "rkv.h"
+
+#define WAIT_MS 5000u
+#define BIG_BYTES (24u << 20) /* more than loopback's socket buffers hold */
+
+struct nicp {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+};
+
+static void nic_open(struct nicp *p, const char *name)
+{
+    assert_int_equal(rkv_port_posix_create(name, RKV_LOG_ERROR, 5, &p->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(p->port, NULL, &p->nic), 0);
+}
+
+static void nic_close(struct nicp *p)
+{
+    p->nic->ops->close(p->nic);
+    p->port->ops->destroy(p->port);
+}
+
+/* A listening socket on 127.0.0.1 (any port); its port in *port_p. */
+static int raw_listener(uint16_t *port_p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    *port_p = ntohs(a.sin_port);
+    return fd;
+}
+
+static void test_listen_errors(void **state)
+{
+    (void)state;
+    struct nicp p;
+    nic_open(&p, "l");
+    struct rkv_nic *n = p.nic;
+    /* An address of no interface here (TEST-NET-1), a port somebody else
+     * listens on, a name that does not resolve: each fails, and none of
+     * them uses up one of the NIC's listeners. */
+    assert_int_equal(n->ops->listen(n, "192.0.2.1", 0), -RKV_EIO);
+    uint16_t taken;
+    int fd = raw_listener(&taken);
+    assert_int_equal(n->ops->listen(n, "127.0.0.1", taken), -RKV_EIO);
+    close(fd);
+    assert_true(n->ops->listen(n, "no-such-host.invalid", 0) < 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(n, &port), -RKV_EINVAL);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(n->ops->listen(n, "127.0.0.1", 0), 0);
+    assert_int_equal(n->ops->listen(n, "127.0.0.1", 0), -RKV_ELIMIT);
+    assert_int_equal(rkv_nic_tcp_bound_port(n, &port), 0);
+    nic_close(&p);
+}
+
+static void test_ipv6(void **state)
+{
+    (void)state;
+    int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    if (probe < 0 || bind(probe, (struct sockaddr *)&a6, sizeof(a6)) != 0) {
+        if (probe >= 0)
+            close(probe);
+        skip(); /* a host without IPv6 loopback */
+    }
+    close(probe);
+    struct nicp a, b;
+    nic_open(&a, "a");
+    nic_open(&b, "b");
+    assert_int_equal(b.nic->ops->listen(b.nic, "::1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
+    assert_int_not_equal(port, 0);
+    struct rkv_qp *qa;
+    assert_int_equal(a.nic->ops->connect(a.nic, "::1", port, WAIT_MS, &qa), 0);
+    struct rkv_wc wc;
+    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_CONNECTED);
+    struct rkv_qp *qb = wc.qp;
+    static char src[64] = "over IPv6", dst[64];
+    struct rkv_mr *smr, *dmr;
+    assert_int_equal(a.nic->ops->reg_mr(a.nic, src, sizeof(src), RKV_ACCESS_LOCAL, &smr), 0);
+    assert_int_equal(b.nic->ops->reg_mr(b.nic, dst, sizeof(dst), RKV_ACCESS_LOCAL, &dmr), 0);
+    struct rkv_sge rs = {.addr = dst, .len = sizeof(dst), .mr = dmr};
+    assert_int_equal(b.nic->ops->post_recv(qb, 3, &rs), 0);
+    struct rkv_sge ss = {.addr = src, .len = sizeof(src), .mr = smr};
+    assert_int_equal(a.nic->ops->post_send(qa, 4, &ss, 0), 0);
+    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_RECV);
+    assert_int_equal(wc.wr_id, 3);
+    assert_string_equal(dst, "over IPv6");
+    a.nic->ops->qp_close(qa);
+    b.nic->ops->qp_close(qb);
+    a.nic->ops->dereg_mr(a.nic, smr);
+    b.nic->ops->dereg_mr(b.nic, dmr);
+    nic_close(&a);
+    nic_close(&b);
+}
+
+static void test_bad_registrations(void **state)
+{
+    (void)state;
+    struct nicp p;
+    nic_open(&p, "r");
+    struct rkv_nic *n = p.nic;
+    static char buf[256];
+    struct rkv_mr *mr = NULL;
+    assert_int_equal(n->ops->reg_mr(n, NULL, 16, RKV_ACCESS_LOCAL, &mr), -RKV_EINVAL);
+    assert_int_equal(n->ops->reg_mr(n, buf, sizeof(buf), 0x80, &mr), -RKV_EINVAL);
+    assert_int_equal(n->ops->reg_mr(n, buf, sizeof(buf), RKV_ACCESS_LOCAL, NULL), -RKV_EINVAL);
+    assert_int_equal(n->ops->reg_mr(n, (void *)(UINTPTR_MAX - 8), 64, RKV_ACCESS_LOCAL, &mr),
+                     -RKV_EINVAL);
+    assert_null(mr);
+    n->ops->dereg_mr(n, NULL); /* like free(NULL) */
+    nic_close(&p);
+    rkv_nic_tcp_ops.close(NULL);
+}
+
+/* ---- peers that are not rkv NICs ---- */
+
+enum fake { FAKE_WRONG_ANSWER, FAKE_HANG_UP, FAKE_SILENT, FAKE_ACK_THEN_RESET };
+
+struct fake_peer {
+    int lfd;
+    enum fake how;
+};
+
+static void *fake_main(void *arg)
+{
+    struct fake_peer *fp = arg;
+    int fd = accept(fp->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    uint8_t hello[16], answer[16] = {0};
+    size_t got = 0;
+    ssize_t r;
+    if (fp->how != FAKE_HANG_UP)
+        while (got < sizeof(hello) && (r = read(fd, hello + got, sizeof(hello) - got)) > 0)
+            got += (size_t)r;
+    switch (fp->how) {
+    case FAKE_WRONG_ANSWER: /* an HTTP server, say */
+        memcpy(answer, "HTTP/1.1 400 Bad", 16);
+        if (write(fd, answer, sizeof(answer)) != sizeof(answer))
+            break;
+        /* fall through: wait for the NIC to hang up */
+    case FAKE_SILENT:
+        while (read(fd, hello, sizeof(hello)) > 0)
+            ;
+        break;
+    case FAKE_ACK_THEN_RESET: {
+        memcpy(answer, "RVKA", 4); /* nic_tcp.c's TCP_ACK_MAGIC, status 0 */
+        if (write(fd, answer, sizeof(answer)) != sizeof(answer))
+            break;
+        usleep(50000);
+        struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* close with a RST */
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        break;
+    }
+    case FAKE_HANG_UP:
+        break;
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Connects to a fake peer behaving as `how`; returns connect's result. */
+static int connect_fake(struct nicp *p, enum fake how, uint32_t timeout_ms, struct rkv_qp **qp_p)
+{
+    struct fake_peer fp = {.how = how};
+    uint16_t port;
+    fp.lfd = raw_listener(&port);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fake_main, &fp), 0);
+    int rc = p->nic->ops->connect(p->nic, "127.0.0.1", port, timeout_ms, qp_p);
+    if (rc < 0 || how != FAKE_ACK_THEN_RESET)
+        shutdown(fp.lfd, SHUT_RDWR); /* nobody else is coming */
+    pthread_join(t, NULL);
+    close(fp.lfd);
+    return rc;
+}
+
+static void test_peers_that_are_not_rkv(void **state)
+{
+    (void)state;
+    struct nicp p;
+    nic_open(&p, "c");
+    struct rkv_qp *qp = NULL;
+    assert_int_equal(connect_fake(&p, FAKE_WRONG_ANSWER, WAIT_MS, &qp), -RKV_EPROTO);
+    assert_int_equal(connect_fake(&p, FAKE_HANG_UP, WAIT_MS, &qp), -RKV_EPEERDEAD);
+    assert_int_equal(connect_fake(&p, FAKE_SILENT, 200, &qp), -RKV_ETIMEDOUT);
+    assert_null(qp);
+    /* None of them left a completion behind. */
+    struct rkv_wc wc;
+    assert_int_equal(p.nic->ops->poll(p.nic, &wc, 1, 100), 0);
+    nic_close(&p);
+}
+
+/* A peer that welcomed us and then reset the connection: posts fail with
+ * EPEERDEAD (whether the send itself or the progress task notices first),
+ * and the QP reports DISCONNECTED once. */
+static void test_peer_resets(void **state)
+{
+    (void)state;
+    struct nicp p;
+    nic_open(&p, "c");
+    struct rkv_qp *qp = NULL;
+    assert_int_equal(connect_fake(&p, FAKE_ACK_THEN_RESET, WAIT_MS, &qp), 0);
+    static char buf[4096];
+    struct rkv_mr *mr;
+    assert_int_equal(p.nic->ops->reg_mr(p.nic, buf, sizeof(buf), RKV_ACCESS_LOCAL, &mr), 0);
+    struct rkv_sge s = {.addr = buf, .len = sizeof(buf), .mr = mr};
+    int rc = 0;
+    for (int i = 0; i < 2000 && rc == 0; i++) {
+        rc = p.nic->ops->post_send(qp, (uint64_t)i, &s, 0);
+        if (rc == 0)
+            usleep(1000);
+    }
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+    assert_int_equal(p.nic->ops->post_send(qp, 1, &s, 1), -RKV_EPEERDEAD);
+    struct rkv_wc wc;
+    int disconnected = 0;
+    while (p.nic->ops->poll(p.nic, &wc, 1, 300) == 1)
+        disconnected += wc.opcode == RKV_WC_DISCONNECTED && wc.qp == qp;
+    assert_int_equal(disconnected, 1);
+    p.nic->ops->qp_close(qp);
+    p.nic->ops->dereg_mr(p.nic, mr);
+    nic_close(&p);
+}
+
+/* ---- a large SEND into a receiver with no receive posted ---- */
+
+struct big_send {
+    struct rkv_nic *nic;
+    struct rkv_qp *qp;
+    struct rkv_sge sge;
+    int rc;
+};
+
+static void *big_send_main(void *arg)
+{
+    struct big_send *bs = arg;
+    bs->rc = bs->nic->ops->post_send(bs->qp, 77, &bs->sge, 1);
+    return NULL;
+}
+
+/* The receiver stops reading at the frame's header until a receive is
+ * posted, so the sender blocks with most of the frame unsent; the frame
+ * arrives whole once the receive is there. */
+static void test_send_waits_for_a_stalled_receiver(void **state)
+{
+    (void)state;
+    struct nicp a, b;
+    nic_open(&a, "a");
+    nic_open(&b, "b");
+    assert_int_equal(b.nic->ops->listen(b.nic, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
+    struct rkv_qp *qa;
+    assert_int_equal(a.nic->ops->connect(a.nic, "127.0.0.1", port, WAIT_MS, &qa), 0);
+    struct rkv_wc wc;
+    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+    struct rkv_qp *qb = wc.qp;
+    uint8_t *src = malloc(BIG_BYTES), *dst = calloc(1, BIG_BYTES);
+    assert_true(src && dst);
+    for (size_t i = 0; i < BIG_BYTES; i++)
+        src[i] = (uint8_t)(i * 31 + (i >> 12));
+    struct rkv_mr *smr, *dmr;
+    assert_int_equal(a.nic->ops->reg_mr(a.nic, src, BIG_BYTES, RKV_ACCESS_LOCAL, &smr), 0);
+    assert_int_equal(b.nic->ops->reg_mr(b.nic, dst, BIG_BYTES, RKV_ACCESS_LOCAL, &dmr), 0);
+    struct big_send bs = {
+        .nic = a.nic, .qp = qa, .sge = {.addr = src, .len = BIG_BYTES, .mr = smr}};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, big_send_main, &bs), 0);
+    /* Nothing can arrive before the receive (how long the sender is blocked
+     * does not matter: the outcome is the same either way). */
+    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, 300), 0);
+    struct rkv_sge rs = {.addr = dst, .len = BIG_BYTES, .mr = dmr};
+    assert_int_equal(b.nic->ops->post_recv(qb, 5, &rs), 0);
+    pthread_join(t, NULL);
+    assert_int_equal(bs.rc, 0);
+    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_RECV);
+    assert_int_equal(wc.status, RKV_WC_SUCCESS);
+    assert_int_equal(wc.byte_len, BIG_BYTES);
+    assert_memory_equal(dst, src, BIG_BYTES);
+    assert_int_equal(a.nic->ops->poll(a.nic, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_SEND);
+    assert_int_equal(wc.wr_id, 77);
+    a.nic->ops->qp_close(qa);
+    b.nic->ops->qp_close(qb);
+    a.nic->ops->dereg_mr(a.nic, smr);
+    b.nic->ops->dereg_mr(b.nic, dmr);
+    nic_close(&a);
+    nic_close(&b);
+    free(src);
+    free(dst);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_listen_errors),
+        cmocka_unit_test(test_ipv6),
+        cmocka_unit_test(test_bad_registrations),
+        cmocka_unit_test(test_peers_that_are_not_rkv),
+        cmocka_unit_test(test_peer_resets),
+        cmocka_unit_test(test_send_waits_for_a_stalled_receiver),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

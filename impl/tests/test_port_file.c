@@ -1,0 +1,148 @@
+/* Durable files where the file system says no: a directory that is not
+ * there or is a file, a path too long, a rename onto a directory, a read of
+ * something that is not a file. Each fails with the step and the path, and
+ * leaves no temp file behind; what works round-trips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "port/port_file.h"
+#include "rkv.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/rkv-port-file-%d", (int)getpid());
+    rkv_file_remove_dir(dir);
+    return mkdir(dir, 0755);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/taken/inside", dir);
+    unlink(sub);
+    snprintf(sub, sizeof(sub), "%s/taken", dir);
+    rmdir(sub);
+    rkv_file_remove_dir(dir);
+    return 0;
+}
+
+static int exists(const char *d, const char *name)
+{
+    char p[256];
+    snprintf(p, sizeof(p), "%s/%s", d, name);
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void test_replace_and_read(void **state)
+{
+    (void)state;
+    uint32_t fsyncs = 0;
+    char err[256];
+    assert_int_equal(rkv_file_replace(dir, "f", "f.tmp", "hello", 5, &fsyncs, err, sizeof(err)), 0);
+    assert_int_equal(fsyncs, 2); /* the file, then the directory */
+    assert_int_equal(rkv_file_replace(dir, "f", "f.tmp", "", 0, NULL, err, sizeof(err)), 0);
+    char p[128];
+    snprintf(p, sizeof(p), "%s/f", dir);
+    uint8_t *buf = NULL;
+    size_t len = 7;
+    assert_int_equal(rkv_file_read(p, &buf, &len, err, sizeof(err)), 0);
+    assert_int_equal(len, 0);
+    free(buf);
+    assert_false(exists(dir, "f.tmp"));
+}
+
+static void test_replace_errors(void **state)
+{
+    (void)state;
+    char err[512], want[256];
+    assert_int_equal(
+        rkv_file_replace("/nonexistent/dir", "f", "f.tmp", "x", 1, NULL, err, sizeof(err)),
+        -RKV_EIO);
+    assert_non_null(strstr(err, "cannot create /nonexistent/dir/f.tmp: No such file"));
+    static char long_dir[4200]; /* past PATH_MAX */
+    memset(long_dir, 'd', sizeof(long_dir) - 1);
+    long_dir[0] = '/';
+    assert_int_equal(rkv_file_replace(long_dir, "f", "f.tmp", "x", 1, NULL, err, sizeof(err)),
+                     -RKV_EINVAL);
+    assert_non_null(strstr(err, "durable dir path too long"));
+    /* A directory where the file should go: the rename fails, the temp file
+     * goes, the directory stays. */
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/taken", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(sub, sizeof(sub), "%s/taken/inside", dir);
+    FILE *f = fopen(sub, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(rkv_file_replace(dir, "taken", "taken.tmp", "x", 1, NULL, err, sizeof(err)),
+                     -RKV_EIO);
+    snprintf(want, sizeof(want), "rename of %s/taken.tmp failed: ", dir);
+    if (!strstr(err, want))
+        fail_msg("expected \"%s\", got \"%s\"", want, err);
+    assert_false(exists(dir, "taken.tmp"));
+    assert_true(exists(dir, "taken/inside"));
+}
+
+static void test_read_errors(void **state)
+{
+    (void)state;
+    char err[512], p[128];
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    snprintf(p, sizeof(p), "%s/missing", dir);
+    assert_int_equal(rkv_file_read(p, &buf, &len, err, sizeof(err)), -RKV_ENOTENSOR);
+    /* A directory opens, but does not read. */
+    assert_int_equal(rkv_file_read(dir, &buf, &len, err, sizeof(err)), -RKV_EIO);
+    char want[160];
+    snprintf(want, sizeof(want), "read of %s failed at byte 0: Is a directory", dir);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    if (st.st_size > 0 && !strstr(err, want))
+        fail_msg("expected \"%s\", got \"%s\"", want, err);
+    assert_null(buf);
+}
+
+static void test_check_dir(void **state)
+{
+    (void)state;
+    char err[256], p[128];
+    assert_int_equal(rkv_file_check_dir(dir, err, sizeof(err)), 0);
+    snprintf(p, sizeof(p), "%s/plain", dir);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(rkv_file_check_dir(p, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "plain: not a directory"));
+    assert_int_equal(rkv_file_check_dir("/nonexistent/d", err, sizeof(err)), -RKV_ECONFIG);
+    assert_string_equal(err, "durable_dir /nonexistent/d: No such file or directory");
+    char utc[64];
+    rkv_file_format_utc(0, utc, sizeof(utc));
+    assert_string_equal(utc, "1970-01-01T00:00:00Z");
+    rkv_file_format_utc(1700000000ull * 1000000000ull, utc, sizeof(utc));
+    assert_string_equal(utc, "2023-11-14T22:13:20Z");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_replace_and_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_replace_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_check_dir, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

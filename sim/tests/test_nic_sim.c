@@ -1,0 +1,335 @@
+/* The twin's NIC keeps the semantics nic.h promises, where they are the
+ * unhappy ones (test_nic_tcp checks the same on TCP): a wrong connection
+ * token is refused as a configuration error, a write outside any region is
+ * refused and breaks the connection on both sides, a SEND larger than the
+ * posted receive fails that receive and breaks the connection, WRITE_IMMs
+ * wait in order for their receives, and closed QPs refuse posts. One
+ * SimGrid run in a child process (SimGrid cannot be initialised twice);
+ * two actors take turns at fixed simulated times, the child reports what
+ * each call returned and the parent checks it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <simgrid/actor.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+
+#include "nic/nic.h"
+#include "sim/sim.h"
+#include "sim/sim_int.h"
+#include "sim/twin.h"
+
+#define PORT 9000
+#define MAX_WC 32
+
+/* What the child saw; every field is checked by the parent. */
+struct seen {
+    int listen_ok, listen_again, listen_port0, listen_other_host, local_addr_ok;
+    int reg_null, connect_bad_token, connect_nobody;
+    /* 1: a write with an unknown rkey */
+    int conn1, write_bad_rkey_post, send_after_nak, recv_after_close;
+    int b_wc1[4], b_wc1_status[4], n_b_wc1;
+    /* 2: a 100-byte SEND into a 16-byte receive */
+    int conn2, send_too_big_post;
+    int b_wc2[4], n_b_wc2;
+    /* 3: two WRITE_IMMs before any receive */
+    int conn3, imm_posts, bad_sge;
+    uint8_t landed[2][8];
+    /* the target's completions, in order */
+    int a_op[MAX_WC], a_status[MAX_WC], a_imm[MAX_WC], a_len[MAX_WC], n_a;
+    int done;
+};
+
+struct run {
+    struct sim_world w;
+    struct seen *seen;
+    uint8_t *region; /* the target's remote-write region */
+    uint32_t rkey;
+};
+
+static struct run R;
+
+/* Simulated times of the acts (seconds). */
+#define T_TOKEN 0.001
+#define T_NAK 0.002
+#define T_BIG 0.003
+#define T_IMM 0.004
+#define T_RECV1 0.005
+#define T_RECV2 0.006
+#define T_END 0.007
+
+static void open_node(const char *host, const char *name, uint32_t m, struct rkv_port **port_p,
+                      struct rkv_nic **nic_p)
+{
+    if (sim_port_create(&R.w, sg_host_by_name(host), name, 0, 1, m, m, port_p) < 0 ||
+        rkv_nic_sim_ops.open(*port_p, NULL, nic_p) < 0)
+        exit(3);
+}
+
+/* ---- the target, on m0 ---- */
+
+static void target_main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct seen *s = R.seen;
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    open_node("m0", "a", 0, &port, &nic);
+    s->listen_ok = nic->ops->listen(nic, "m0", PORT);
+    s->listen_again = nic->ops->listen(nic, "m0", PORT);
+    s->listen_port0 = nic->ops->listen(nic, "m0", 0);
+    s->listen_other_host = nic->ops->listen(nic, "m1", PORT + 1);
+    char addr[64];
+    s->local_addr_ok =
+        nic->ops->local_addr(nic, "m1", 1, addr, sizeof(addr)) == 0 && strcmp(addr, "m0") == 0;
+    static uint8_t small[16], recvs[2][64];
+    R.region = calloc(1, 4096);
+    struct rkv_mr *small_mr, *recv_mr, *region_mr, *none = NULL;
+    s->reg_null = nic->ops->reg_mr(nic, NULL, 16, RKV_ACCESS_LOCAL, &none);
+    if (!R.region || nic->ops->reg_mr(nic, small, sizeof(small), RKV_ACCESS_LOCAL, &small_mr) < 0 ||
+        nic->ops->reg_mr(nic, recvs, sizeof(recvs), RKV_ACCESS_LOCAL, &recv_mr) < 0 ||
+        nic->ops->reg_mr(nic, R.region, 4096, RKV_ACCESS_REMOTE_WRITE, &region_mr) < 0)
+        exit(4);
+    R.rkey = region_mr->rkey;
+    int conns = 0;
+    struct rkv_qp *qp = NULL;
+    int posted1 = 0, posted2 = 0;
+    while (simgrid_get_clock() < T_END) {
+        if (!posted1 && simgrid_get_clock() >= T_RECV1) {
+            struct rkv_sge r = {.addr = recvs[0], .len = 64, .mr = recv_mr};
+            nic->ops->post_recv(qp, 10, &r);
+            posted1 = 1;
+        }
+        if (!posted2 && simgrid_get_clock() >= T_RECV2) {
+            struct rkv_sge r = {.addr = recvs[1], .len = 64, .mr = recv_mr};
+            nic->ops->post_recv(qp, 11, &r);
+            posted2 = 1;
+        }
+        double next = !posted1 ? T_RECV1 : !posted2 ? T_RECV2 : T_END;
+        struct rkv_wc wc;
+        uint32_t ms = (uint32_t)((next - simgrid_get_clock()) * 1000) + 1;
+        if (nic->ops->poll(nic, &wc, 1, ms) != 1)
+            continue;
+        if (wc.opcode == RKV_WC_CONNECTED) {
+            qp = wc.qp;
+            if (++conns == 2) { /* for the SEND that does not fit */
+                struct rkv_sge r = {.addr = small, .len = sizeof(small), .mr = small_mr};
+                nic->ops->post_recv(qp, 1, &r);
+            }
+        }
+        if (s->n_a < MAX_WC) {
+            s->a_op[s->n_a] = wc.opcode;
+            s->a_status[s->n_a] = wc.status;
+            s->a_imm[s->n_a] = (int)wc.imm;
+            s->a_len[s->n_a] = (int)wc.byte_len;
+            s->n_a++;
+        }
+    }
+    memcpy(s->landed[0], R.region, 8);
+    memcpy(s->landed[1], R.region + 64, 8);
+    nic->ops->dereg_mr(nic, NULL);
+    nic->ops->close(nic);
+}
+
+/* ---- the initiator, on m1 ---- */
+
+/* Takes the initiator's completions until T; returns how many, in op/status. */
+static int take(struct rkv_nic *nic, double until, int *op, int *status, int max)
+{
+    int n = 0;
+    while (simgrid_get_clock() < until) {
+        struct rkv_wc wc;
+        uint32_t ms = (uint32_t)((until - simgrid_get_clock()) * 1000) + 1;
+        if (nic->ops->poll(nic, &wc, 1, ms) == 1 && n < max) {
+            op[n] = wc.opcode;
+            if (status)
+                status[n] = wc.status;
+            n++;
+        }
+    }
+    return n;
+}
+
+static void initiator_main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct seen *s = R.seen;
+    sg_actor_sleep_until(T_TOKEN);
+    struct rkv_port *port, *port2;
+    struct rkv_nic *nic, *nic2;
+    setenv("RKV_TOKEN", "0x5ec", 1);
+    open_node("m1", "w-token", 1, &port2, &nic2);
+    unsetenv("RKV_TOKEN");
+    open_node("m1", "w", 1, &port, &nic);
+    struct rkv_qp *qp = NULL;
+    s->connect_bad_token = nic2->ops->connect(nic2, "m0", PORT, 100, &qp);
+    s->connect_nobody = nic->ops->connect(nic, "m0", PORT + 7, 100, &qp);
+    static uint8_t src[128];
+    memset(src, 0xab, sizeof(src));
+    struct rkv_mr *mr;
+    if (nic->ops->reg_mr(nic, src, sizeof(src), RKV_ACCESS_LOCAL, &mr) < 0)
+        exit(5);
+
+    sg_actor_sleep_until(T_NAK);
+    s->conn1 = nic->ops->connect(nic, "m0", PORT, 100, &qp);
+    struct rkv_sge sge = {.addr = src, .len = 16, .mr = mr};
+    s->write_bad_rkey_post = nic->ops->post_write(qp, 42, &sge, (uint64_t)(uintptr_t)R.region,
+                                                  R.rkey ^ 0x80000, 0, 0, 1);
+    s->n_b_wc1 = take(nic, T_NAK + 0.0005, s->b_wc1, s->b_wc1_status, 4);
+    s->send_after_nak = nic->ops->post_send(qp, 43, &sge, 1);
+    nic->ops->qp_close(qp);
+    s->recv_after_close = nic->ops->post_recv(qp, 44, &sge);
+
+    sg_actor_sleep_until(T_BIG);
+    s->conn2 = nic->ops->connect(nic, "m0", PORT, 100, &qp);
+    sge.len = 100;
+    s->send_too_big_post = nic->ops->post_send(qp, 45, &sge, 0);
+    s->n_b_wc2 = take(nic, T_BIG + 0.0005, s->b_wc2, NULL, 4);
+    nic->ops->qp_close(qp);
+
+    sg_actor_sleep_until(T_IMM);
+    s->conn3 = nic->ops->connect(nic, "m0", PORT, 100, &qp);
+    sge.len = 8;
+    for (uint32_t i = 0; i < 2; i++) {
+        src[i * 8] = (uint8_t)(0x10 + i);
+        sge.addr = src + i * 8;
+        s->imm_posts |= nic->ops->post_write(
+            qp, 50 + i, &sge, (uint64_t)(uintptr_t)(R.region + 64 * i), R.rkey, 1, 5 + i, 0);
+    }
+    struct rkv_sge outside = {.addr = src + 120, .len = 16, .mr = mr};
+    s->bad_sge = nic->ops->post_send(qp, 60, &outside, 0);
+    sg_actor_sleep_until(T_END + 0.001);
+    nic->ops->close(nic);
+    nic2->ops->close(nic2);
+    s->done = 1;
+}
+
+static void child_run(struct seen *s)
+{
+    R.seen = s;
+    struct rkv_scenario sc = {.machines = 2, .sim_bandwidth_gbps = 100, .sim_latency_us = 1};
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "star");
+    char xml[64], err[256];
+    snprintf(xml, sizeof(xml), "/tmp/rkv-nicsim-%d.xml", (int)getpid());
+    if (sim_world_init(&R.w, 1) < 0 || rkv_twin_platform_xml(&sc, xml, err, sizeof(err)) < 0)
+        exit(2);
+    int argc = 2;
+    char *argv[] = {"test", "--log=root.thres:critical", NULL};
+    simgrid_init(&argc, argv);
+    simgrid_load_platform(xml);
+    unlink(xml);
+    sg_actor_t a = sg_actor_init("target", sg_host_by_name("m0"));
+    sg_actor_start(a, target_main, 0, NULL);
+    a = sg_actor_init("initiator", sg_host_by_name("m1"));
+    sg_actor_start(a, initiator_main, 0, NULL);
+    simgrid_run_until(1.0);
+}
+
+static void run_child(struct seen *s)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        static struct seen mine;
+        child_run(&mine);
+        ssize_t w = write(fd[1], &mine, sizeof(mine));
+        /* exit, not _exit: coverage builds write their counts at exit. */
+        exit(w == sizeof(mine) ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(*s) && (r = read(fd[0], (char *)s + got, sizeof(*s) - got)) > 0)
+        got += (size_t)r;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(got, sizeof(*s));
+    assert_true(s->done);
+}
+
+/* The index of the target's n-th completion with this opcode, or -1. */
+static int a_find(const struct seen *s, int opcode, int nth)
+{
+    for (int i = 0; i < s->n_a; i++)
+        if (s->a_op[i] == opcode && nth-- == 0)
+            return i;
+    return -1;
+}
+
+static void test_unhappy_semantics(void **state)
+{
+    (void)state;
+    static struct seen s;
+    run_child(&s);
+    /* Setup: one listener per (host, port), on this node's own host. */
+    assert_int_equal(s.listen_ok, 0);
+    assert_int_equal(s.listen_again, -RKV_EEXIST);
+    assert_int_equal(s.listen_port0, -RKV_EINVAL);
+    assert_int_equal(s.listen_other_host, -RKV_EINVAL);
+    assert_true(s.local_addr_ok);
+    assert_int_equal(s.reg_null, -RKV_EINVAL);
+    assert_int_equal(s.connect_bad_token, -RKV_ECONFIG);
+    assert_int_equal(s.connect_nobody, -RKV_EPEERDEAD);
+
+    /* 1: the write with a wrong rkey is posted, then fails remotely, and the
+     * connection is down on both sides. */
+    assert_int_equal(s.conn1, 0);
+    assert_int_equal(s.write_bad_rkey_post, 0);
+    assert_int_equal(s.n_b_wc1, 2);
+    assert_int_equal(s.b_wc1[0], RKV_WC_WRITE);
+    assert_int_equal(s.b_wc1_status[0], RKV_WC_REM_ACCESS_ERR);
+    assert_int_equal(s.b_wc1[1], RKV_WC_DISCONNECTED);
+    assert_int_equal(s.send_after_nak, -RKV_EPEERDEAD);
+    assert_int_equal(s.recv_after_close, -RKV_EPEERDEAD);
+    int c1 = a_find(&s, RKV_WC_CONNECTED, 0);
+    assert_true(c1 >= 0 && c1 + 1 < s.n_a);
+    assert_int_equal(s.a_op[c1 + 1], RKV_WC_DISCONNECTED);
+
+    /* 2: the SEND that does not fit fails the receive and the connection. */
+    assert_int_equal(s.conn2, 0);
+    assert_int_equal(s.send_too_big_post, 0);
+    assert_int_equal(s.n_b_wc2, 1);
+    assert_int_equal(s.b_wc2[0], RKV_WC_DISCONNECTED);
+    int c2 = a_find(&s, RKV_WC_CONNECTED, 1);
+    assert_true(c2 >= 0 && c2 + 2 < s.n_a);
+    assert_int_equal(s.a_op[c2 + 1], RKV_WC_RECV);
+    assert_int_equal(s.a_status[c2 + 1], RKV_WC_LOC_ERR);
+    assert_int_equal(s.a_op[c2 + 2], RKV_WC_DISCONNECTED);
+
+    /* 3: both WRITE_IMMs waited for their receives and completed in order,
+     * each with its data; a SEND from outside its region was refused. */
+    assert_int_equal(s.conn3, 0);
+    assert_int_equal(s.imm_posts, 0);
+    assert_int_equal(s.bad_sge, -RKV_EINVAL);
+    int i0 = a_find(&s, RKV_WC_RECV_IMM, 0), i1 = a_find(&s, RKV_WC_RECV_IMM, 1);
+    assert_true(i0 > c2 && i1 > i0);
+    assert_int_equal(s.a_status[i0], RKV_WC_SUCCESS);
+    assert_int_equal(s.a_imm[i0], 5);
+    assert_int_equal(s.a_imm[i1], 6);
+    assert_int_equal(s.landed[0][0], 0x10);
+    assert_int_equal(s.landed[1][0], 0x11);
+    assert_int_equal(s.landed[0][1], 0xab);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unhappy_semantics),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
