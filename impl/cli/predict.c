@@ -309,6 +309,7 @@ static int pred_measure(const char *exe, const struct pred_args *a, const struct
                         const struct rkv_scenario *sc, double *meas, double *pred)
 {
     char tmp[] = "/tmp/rkv-predict-XXXXXX";
+    (void)c; /* used only when the twin is built in */
     if (!mkdtemp(tmp)) {
         fprintf(stderr, "rkv run: cannot make a temporary directory\n");
         return -1;
