@@ -361,9 +361,7 @@ static void twin_plan_restart(struct twin *t, struct twin_node *nd, const struct
         twin_lose_machine(t, nd->machine);
     if (f->restart_after_s <= 0)
         return;
-    char host[32];
-    snprintf(host, sizeof(host), "m%u", nd->machine);
-    sg_actor_t a = sg_actor_init(nd->name, sg_host_by_name(host));
+    sg_actor_t a = sg_actor_init(nd->name, twin_host(t, nd->machine));
     sg_actor_set_data(a, nd);
     sg_actor_start(a, twin_restarter, 0, NULL);
 }
