@@ -81,6 +81,14 @@ static void test_shared_host_selects_the_loopback_platform(void **state)
         if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, cases[i].platform))
             fail_msg("case %zu: rkv %s: exit %d\n%s", i, args, rc, out);
     }
+    /* A restarted server comes back on the machine's host, the shared one. */
+    snprintf(text, sizeof(text), "%s%s", base, cases[0].shared);
+    write_file(path, text);
+    snprintf(args, sizeof(args), "run %s/faults-restart-durable.yaml --calibration %s", SCEN_DIR,
+             path);
+    int rc = run_rkv("", args);
+    if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, "restarted at"))
+        fail_msg("rkv %s: exit %d\n%s", args, rc, out);
     unlink(path);
 }
 
