@@ -93,6 +93,7 @@ static int pred_parse(int argc, char **argv, struct pred_args *a)
     return 0;
 }
 
+#if RKV_WITH_SIM /* what --predict needs; without the twin it says so */
 /* Every phase's wall_s from DIR/report.json, in order; returns how many. */
 static int pred_report_phases(const char *dir, double *s, uint32_t max)
 {
@@ -131,6 +132,8 @@ static int pred_report_phases(const char *dir, double *s, uint32_t max)
     return got;
 }
 
+#endif
+
 static int pred_self(char *exe, size_t len, const char *self)
 {
     ssize_t k = readlink("/proc/self/exe", exe, len - 1);
@@ -142,6 +145,7 @@ static int pred_self(char *exe, size_t len, const char *self)
     return 0;
 }
 
+#if RKV_WITH_SIM /* what --predict needs; without the twin it says so */
 /* One real run through `rkv run FILE --backend B --out DIR`: its report,
  * with the output in DIR/run.log. Returns its exit code. */
 static int pred_real(const char *exe, const struct pred_args *a, const char *dir)
@@ -184,6 +188,8 @@ static int pred_cmp(const void *x, const void *y)
     double a = *(const double *)x, b = *(const double *)y;
     return a < b ? -1 : a > b;
 }
+
+#endif
 
 /* The scenario and the calibration it is predicted with. */
 static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_scenario **sc_p,
@@ -297,7 +303,6 @@ static void pred_table(const struct rkv_scenario *sc, const double *meas, const 
            "%u of %u phases within 10 %%\n",
            sc->path, tm * 1e3, tp * 1e3, tm > 0 ? (tp - tm) / tm * 100 : 0.0, within, sc->n_phases);
 }
-#endif
 
 /* The real runs' phase times (median of --repeat) into meas; with c, after
  * each real run a twin run with it too, medians into pred. Other work on a
@@ -309,7 +314,6 @@ static int pred_measure(const char *exe, const struct pred_args *a, const struct
                         const struct rkv_scenario *sc, double *meas, double *pred)
 {
     char tmp[] = "/tmp/rkv-predict-XXXXXX";
-    (void)c; /* used only when the twin is built in */
     if (!mkdtemp(tmp)) {
         fprintf(stderr, "rkv run: cannot make a temporary directory\n");
         return -1;
@@ -336,12 +340,10 @@ static int pred_measure(const char *exe, const struct pred_args *a, const struct
         }
         for (uint32_t p = 0; p < sc->n_phases; p++)
             all[p * a->repeat + k] = s[p];
-#if RKV_WITH_SIM
         if (c && (rc = pred_twin_child(sc, c, s)) < 0)
             break;
         for (uint32_t p = 0; c && p < sc->n_phases; p++)
             twin[p * a->repeat + k] = s[p];
-#endif
     }
     for (uint32_t p = 0; rc == 0 && p < sc->n_phases; p++) {
         qsort(all + p * a->repeat, a->repeat, sizeof(*all), pred_cmp);
@@ -357,6 +359,7 @@ static int pred_measure(const char *exe, const struct pred_args *a, const struct
         fprintf(stderr, "rkv run: could not remove %s\n", tmp);
     return rc;
 }
+#endif
 
 /* --calibration without --predict: the twin on the calibrated platform. */
 static int pred_twin_only(const struct pred_args *a, struct rkv_scenario *sc,
