@@ -45,6 +45,7 @@ enum cli_key {
     CLI_DISCOVER,
     CLI_DURABLE_DIR,
     CLI_RETRY_MS,
+    CLI_ZERO_COPY_BYTES,
     CLI_KEY_COUNT_
 };
 

@@ -70,6 +70,10 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_RETRY_MS] = {"retry-ms", "RKV_RETRY_MS", "", "0",
                       "clients retry requests to a dead server this long (it may restart); "
                       "0: fail at once with a dead-peer error"},
+    [CLI_ZERO_COPY_BYTES] = {"zero-copy-bytes", "RKV_ZERO_COPY_BYTES", "", "65536",
+                             "a push or pull part for one remote server of at least this many "
+                             "row bytes moves from/to the caller's buffer without a copy; 0: "
+                             "never"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
@@ -312,7 +316,8 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
         cli_get_u64(s, CLI_MAX_SLOT_BYTES, &slot, err, err_len) ||
         cli_get_u64(s, CLI_SEED, &seed, err, err_len) ||
         cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len) ||
-        cli_u32(s, CLI_RETRY_MS, &cfg->retry_ms, err, err_len))
+        cli_u32(s, CLI_RETRY_MS, &cfg->retry_ms, err, err_len) ||
+        cli_get_u64(s, CLI_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len))
         goto free_machines;
     if (strlen(s->val[CLI_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
         rkv_errf(err, err_len, -1, "durable-dir: longer than %zu bytes",

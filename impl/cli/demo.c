@@ -594,6 +594,7 @@ static void demo_common_args(struct demo *d, const struct cli_settings *s)
                 {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes"},
                 {CLI_SLOTS, "--slots"},
                 {CLI_MAX_SLOT_BYTES, "--max-slot-bytes"},
+                {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes"},
                 {CLI_LOG_LEVEL, "--log-level"},
                 {CLI_BACKEND, "--backend"}};
     for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)

@@ -9,6 +9,7 @@
 
 #define ENG_WR_RX 1u
 #define ENG_WR_TX 2u
+#define ENG_WR_PUT 3u /* an unsignalled plain write: only a failure completes */
 #define ENG_WR_TAG_MASK 7u
 #define ENG_POLL_BATCH 32
 #define ENG_POLL_MS 50
@@ -36,6 +37,11 @@ struct rkv_tx {
     int reply;                /* sent from on_msg: may carry the pending release */
     int rndv_asked;           /* a rendezvous for this tx is in flight */
     struct rkv_peer *owner;   /* posted to this peer, completion pending */
+    /* The message's body beyond buf (rkv_engine_send_ext): written into the
+     * slot before buf's bytes. */
+    struct rkv_engine_ext *ext;
+    uint32_t n_ext;
+    uint64_t ext_bytes;
 };
 
 /* A receive slot this side registered for one peer to write into. */
@@ -65,6 +71,7 @@ struct rkv_peer {
     void *user;
     int dead;
     int touched; /* saw traffic in this poll batch (on eng->touched) */
+    int closed;  /* killed, and its QP closed by the NIC (drop_peer_wait) */
     struct rkv_peer *touched_next;
     uint32_t credits;     /* receives the peer has posted for us */
     uint32_t owed;        /* receives we reposted but have not announced */
@@ -181,6 +188,7 @@ static struct rkv_tx *txq_pop(struct eng_txq *q)
 
 static void tx_destroy(struct rkv_engine *e, struct rkv_tx *tx)
 {
+    free(tx->ext);
     for (struct rkv_tx **pp = &e->all_tx; *pp; pp = &(*pp)->all) {
         if (*pp == tx) {
             *pp = tx->all;
@@ -251,6 +259,10 @@ static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
     tx->reply = 0;
     tx->rndv_asked = 0;
     tx->owner = NULL;
+    free(tx->ext);
+    tx->ext = NULL;
+    tx->n_ext = 0;
+    tx->ext_bytes = 0;
     if (tx->cap == e->cfg.ctrl_buf_bytes) {
         tx->next = e->free_small;
         e->free_small = tx;
@@ -314,11 +326,23 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
     p->credits--;
     struct rkv_sge sge = {.addr = tx->buf, .len = (uint32_t)tx->len, .mr = tx->mr};
     uint64_t wr_id = (uint64_t)(uintptr_t)tx | ENG_WR_TX;
-    int rc;
-    if (tx->kind == ENG_TX_SEND) {
+    int rc = 0;
+    /* The body's pieces first: the header's WRITE_WITH_IMM after them
+     * completes at the target only once they landed. */
+    uint64_t off = tx->len;
+    for (uint32_t i = 0; i < tx->n_ext && rc == 0; i++) {
+        assert(tx->kind == ENG_TX_WRITE);
+        const struct rkv_engine_ext *x = &tx->ext[i];
+        struct rkv_sge xs = {.addr = (void *)(uintptr_t)x->addr, .len = x->len, .mr = x->mr};
+        rc = e->nic->ops->post_write(p->qp, ENG_WR_PUT, &xs, tx->dst.addr + off, tx->dst.rkey, 0, 0,
+                                     0);
+        off += x->len;
+        e->st.puts++;
+    }
+    if (rc == 0 && tx->kind == ENG_TX_SEND) {
         rc = e->nic->ops->post_send(p->qp, wr_id, &sge, 1);
         e->st.sends++;
-    } else {
+    } else if (rc == 0) {
         rc = e->nic->ops->post_write(p->qp, wr_id, &sge, tx->dst.addr, tx->dst.rkey, 1,
                                      tx->dst.slot, 1);
         e->st.writes++;
@@ -464,7 +488,7 @@ static int peer_retire_idle(struct rkv_engine *e, struct rkv_peer *p)
 static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     uint32_t key = eng_key_of(tx->buf);
-    struct eng_rslot *r = peer_find_rslot(p, key, tx->len, 1);
+    struct eng_rslot *r = peer_find_rslot(p, key, tx->len + tx->ext_bytes, 1);
     if (r) {
         if (!tx->rndv_asked)
             e->st.rndv_hits++;
@@ -484,7 +508,7 @@ static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     tx->rndv_asked = 1;
     p->rndv_inflight++;
     e->st.rndv_starts++;
-    peer_ctrl(e, p, &h, NULL, tx->len);
+    peer_ctrl(e, p, &h, NULL, tx->len + tx->ext_bytes);
     return 0;
 }
 
@@ -523,7 +547,7 @@ static int eng_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
     if (p->dead) {
         tx_put(e, tx);
         rc = -RKV_EPEERDEAD;
-    } else if (len <= e->cfg.ctrl_buf_bytes) {
+    } else if (len + tx->ext_bytes <= e->cfg.ctrl_buf_bytes) {
         tx->kind = ENG_TX_SEND;
         rc = 0;
         if (p->waiting.head) /* keep order behind a rendezvous in progress */
@@ -565,6 +589,94 @@ int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         txq_push(&p->waiting, tx);
     else
         rc = peer_post(e, p, tx);
+    eng_unlock(e);
+    return rc;
+}
+
+int rkv_engine_send_ext(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,
+                        const struct rkv_engine_ext *ext, uint32_t n_ext)
+{
+    assert(len >= RKV_PROTO_HDR_BYTES && len <= tx->cap && !tx->ext);
+    uint64_t total = len;
+    for (uint32_t i = 0; i < n_ext; i++)
+        total += ext[i].len;
+    if (total > e->cfg.max_slot_bytes) {
+        rkv_engine_tx_free(e, tx);
+        return -RKV_ELIMIT;
+    }
+    if (total <= e->cfg.ctrl_buf_bytes) {
+        /* A SEND is one piece: small bodies are copied (tx holds ctrl_buf_bytes). */
+        assert(tx->cap >= total);
+        for (uint32_t i = 0; i < n_ext; i++) {
+            memcpy(tx->buf + len, ext[i].addr, ext[i].len);
+            len += ext[i].len;
+        }
+        return eng_send(e, p, tx, len, 0);
+    }
+    if (n_ext > 0) {
+        tx->ext = malloc((size_t)n_ext * sizeof(*tx->ext));
+        if (!tx->ext) {
+            rkv_engine_tx_free(e, tx);
+            return -RKV_ENOMEM;
+        }
+        memcpy(tx->ext, ext, (size_t)n_ext * sizeof(*tx->ext));
+        tx->n_ext = n_ext;
+        tx->ext_bytes = total - len;
+    }
+    return eng_send(e, p, tx, len, 0);
+}
+
+/* Lock held. Posts one unsignalled plain write, or the signalled last one
+ * of a tx (its completion gives tx back). */
+static int peer_put_one(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sge *src,
+                        uint64_t raddr, uint32_t rkey, struct rkv_tx *tx)
+{
+    uint64_t wr_id = tx ? (uint64_t)(uintptr_t)tx | ENG_WR_TX : ENG_WR_PUT;
+    int rc = e->nic->ops->post_write(p->qp, wr_id, src, raddr, rkey, 0, 0, tx != NULL);
+    e->st.puts++;
+    if (rc < 0) {
+        RKV_LOGW(e->port, "engine: plain write to peer failed: %s", rkv_strerror(rc));
+        peer_kill(e, p, 1);
+        return rc;
+    }
+    if (tx) {
+        tx->owner = p;
+        txq_push(&p->inflight, tx);
+        e->st.tx_inflight++;
+    }
+    return 0;
+}
+
+int rkv_engine_put_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
+                      const struct rkv_engine_put *puts, uint32_t n, uint32_t rkey)
+{
+    int rc = 0;
+    eng_lock(e);
+    for (uint32_t i = 0; i < n && rc == 0; i++) {
+        assert((const uint8_t *)puts[i].src >= tx->buf &&
+               (const uint8_t *)puts[i].src + puts[i].len <= tx->buf + tx->cap);
+        if (p->dead || !p->qp) {
+            rc = -RKV_EPEERDEAD;
+            break;
+        }
+        struct rkv_sge sge = {
+            .addr = (void *)(uintptr_t)puts[i].src, .len = puts[i].len, .mr = tx->mr};
+        int last = i + 1 == n;
+        rc = peer_put_one(e, p, &sge, puts[i].raddr, rkey, last ? tx : NULL);
+        if (rc == 0 && last)
+            tx = NULL; /* in flight: its completion returns it */
+    }
+    if (tx)
+        tx_put(e, tx);
+    eng_unlock(e);
+    return rc;
+}
+
+int rkv_engine_put(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sge *src,
+                   uint64_t raddr, uint32_t rkey)
+{
+    eng_lock(e);
+    int rc = p->dead || !p->qp ? -RKV_EPEERDEAD : peer_put_one(e, p, src, raddr, rkey, NULL);
     eng_unlock(e);
     return rc;
 }
@@ -671,6 +783,8 @@ static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_
         struct eng_closing *n = realloc(e->closing, cap * sizeof(*n));
         if (!n) { /* out of memory: close now, keep the memory until destroy */
             e->nic->ops->qp_close(qp);
+            if (peer)
+                peer->closed = 1;
             return;
         }
         e->closing = n;
@@ -767,6 +881,7 @@ static void eng_close_deferred(struct rkv_engine *e)
         e->nic->ops->qp_close(e->closing[i].qp);
         if (!p)
             continue;
+        p->closed = 1;
         peer_free_rx(e, p);
         struct rkv_tx *tx;
         while ((tx = txq_pop(&p->inflight)) != NULL) {
@@ -802,6 +917,20 @@ void rkv_engine_drop_peer(struct rkv_engine *e, struct rkv_peer *p)
 {
     eng_lock(e);
     peer_kill(e, p, 0);
+    eng_unlock(e);
+}
+
+/* The progress task closes a killed peer's QP between poll batches; wait
+ * for it (a short poll: this path follows a timeout, never the fast path). */
+void rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p)
+{
+    eng_lock(e);
+    peer_kill(e, p, 0);
+    while (!p->closed && !e->stopping && e->task) {
+        eng_unlock(e);
+        e->port->ops->sleep_ns(e->port, 1000000ull);
+        eng_lock(e);
+    }
     eng_unlock(e);
 }
 
@@ -948,7 +1077,17 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
             return eng_reject(e, p, "write-with-immediate names no slot of ours");
         if (wc->byte_len > p->lslots[s].cap)
             return eng_reject(e, p, "write-with-immediate longer than its slot");
-        if (rkv_proto_decode(p->lslots[s].buf, wc->byte_len, &m, why, sizeof(why)) < 0)
+        /* A message written in pieces (rkv_engine_send_ext) completes with
+         * its last piece, the header: the header says how long it is. */
+        uint64_t len = wc->byte_len;
+        struct rkv_hdr hh;
+        if (rkv_proto_decode_hdr(p->lslots[s].buf, len, &hh, why, sizeof(why)) < 0)
+            return eng_reject(e, p, why);
+        if (hh.payload_len > p->lslots[s].cap - RKV_PROTO_HDR_BYTES)
+            return eng_reject(e, p, "message longer than its slot");
+        if (RKV_PROTO_HDR_BYTES + hh.payload_len > len)
+            len = RKV_PROTO_HDR_BYTES + hh.payload_len;
+        if (rkv_proto_decode(p->lslots[s].buf, len, &m, why, sizeof(why)) < 0)
             return eng_reject(e, p, why);
         int granted = p->lslots[s].state == ENG_SLOT_GRANTED;
         eng_dispatch(e, p, &m, granted ? s + 1 : 0);
@@ -981,6 +1120,11 @@ static void eng_on_wc(struct rkv_engine *e, const struct rkv_wc *wc)
     if (wc->opcode == RKV_WC_CONNECTED)
         return eng_on_connected(e, wc->qp);
     struct rkv_peer *p = rkv_qp_ctx(wc->qp);
+    if ((wc->wr_id & ENG_WR_TAG_MASK) == ENG_WR_PUT) {
+        if (wc->status != RKV_WC_SUCCESS && p)
+            peer_kill(e, p, 1);
+        return;
+    }
     if ((wc->wr_id & ENG_WR_TAG_MASK) == ENG_WR_TX) {
         struct rkv_tx *tx = (struct rkv_tx *)(uintptr_t)(wc->wr_id & ~(uint64_t)ENG_WR_TAG_MASK);
         if (tx->owner) {

@@ -85,6 +85,49 @@ int rkv_engine_reply(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_t
  * (a reply: same rule as rkv_engine_reply). */
 int rkv_engine_write(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len,
                      const struct rkv_slot_desc *dst);
+/* Zero-copy data movement (the NIC reads or writes the user's memory):
+ *
+ * A push-style message whose body continues outside tx: the first len bytes
+ * are encoded in tx (header first, its payload_len counting every byte), the
+ * rest is ext[0..n_ext), each inside its mr (e.g. the caller's rows,
+ * registered). Large messages go as plain WRITEs of the ext pieces into the
+ * slot, then the WRITE_WITH_IMM of tx's bytes at the slot's start, which the
+ * target completes only after the pieces landed (per-QP order); small ones
+ * are copied into tx and sent. The ext memory is read until the message was
+ * delivered (its reply arrived) or the peer is closed (drop_peer_wait): the
+ * caller keeps it valid, and registered, that long. Consumes tx. */
+struct rkv_engine_ext {
+    const void *addr;
+    uint32_t len;
+    struct rkv_mr *mr;
+};
+int rkv_engine_send_ext(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx,
+                        size_t len, const struct rkv_engine_ext *ext, uint32_t n_ext);
+/* Plain RDMA WRITEs (no receive consumed at the target, no credit) into the
+ * peer's memory at (puts[i].raddr, rkey): puts[i].src lies in tx's buffer.
+ * Posted at once, so they land before anything sent to the peer after this
+ * call (messages queued before it for credits may arrive after them). tx is
+ * consumed: it goes back to the pool once the last write completed. A write
+ * the target refuses breaks the connection (remote access error). */
+struct rkv_engine_put {
+    const void *src;
+    uint32_t len;
+    uint64_t raddr;
+};
+int rkv_engine_put_tx(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx,
+                      const struct rkv_engine_put *puts, uint32_t n, uint32_t rkey);
+/* The same for one write from memory the caller registered (src inside
+ * src->mr) and keeps valid: the NIC may read it after the call returns
+ * unless it copies at post (rkv_nic_ops.copies_at_post). */
+int rkv_engine_put(struct rkv_engine *eng, struct rkv_peer *peer, const struct rkv_sge *src,
+                   uint64_t raddr, uint32_t rkey);
+/* Breaks the connection to peer and returns once the NIC has closed it: no
+ * write into this side's memory and no read of memory posted on it happens
+ * after. For a caller that gives memory back to the user after a request
+ * the peer did not answer (it may still write or be sent). Not from inside
+ * a callback. */
+void rkv_engine_drop_peer_wait(struct rkv_engine *eng, struct rkv_peer *peer);
+
 /* A slot this side owns, for a peer to write a reply into. */
 int rkv_engine_slot_alloc(struct rkv_engine *eng, struct rkv_peer *peer, uint64_t cap,
                           struct rkv_slot_desc *desc_p);
@@ -99,6 +142,7 @@ void rkv_engine_drop_peer(struct rkv_engine *eng, struct rkv_peer *peer);
 /* Counters for tests and reports. */
 struct rkv_engine_stats {
     uint64_t sends, writes, rndv_starts, rndv_hits, backlogged, credit_msgs, rejected, releases;
+    uint64_t puts;        /* plain writes: zero-copy rows and message pieces */
     uint64_t tx_inflight; /* posted, neither completed nor reclaimed */
 };
 void rkv_engine_get_stats(struct rkv_engine *eng, struct rkv_engine_stats *st_p);

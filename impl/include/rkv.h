@@ -141,6 +141,12 @@ struct rkv_config {
      * server 0 knows it then (a restarted server re-registers); in durable
      * mode a retried push is applied once. 0 (the default): fail at once. */
     uint32_t retry_ms;
+    /* Zero copy: a pull's or push's part for one remote server of at least
+     * this many row bytes moves between the NIC and the caller's buffer
+     * directly (registered for the call, or by rkv_client_register); smaller
+     * ones go through the engine's buffers, which is faster for them. 0:
+     * never. */
+    uint64_t zero_copy_bytes;
     /* Test-only: a server that creates a shard holding this global row adds
      * 1 to the row's first element of every tensor, so that oracle tests can
      * prove a wrong value is caught. UINT64_MAX (the default) disables it. */
@@ -187,6 +193,17 @@ int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_
  * this client's pulls and, after a barrier, to everyone's). */
 int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param);
+/* Registers addr..addr+len for zero-copy pushes and pulls (see
+ * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or
+ * rkv_client_destroy: calls whose rows lie inside it skip registering
+ * their buffer, which costs a system call and, with verbs, pinning pages.
+ * The memory must stay mapped until then: deregister before freeing it (a
+ * registration cannot see a buffer freed and allocated again at the same
+ * address). At most 64 regions and 4 GiB; beyond, the least recently used
+ * registration is dropped (calls then register that memory for themselves).
+ * Buffers never registered are registered for the duration of each call. */
+int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
+int rkv_client_deregister(struct rkv_client *cli, void *addr);
 /* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed). */
 int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out);

@@ -106,6 +106,11 @@ struct rkv_nic_ops {
     int (*local_addr)(struct rkv_nic *nic, const char *peer_host, uint16_t peer_port, char *buf,
                       size_t len);
     void (*close)(struct rkv_nic *nic);
+    /* 1 when post_send/post_write have read the local buffer by the time
+     * they return (tcp: the kernel copied it): the caller may change it
+     * right after. 0 (verbs, and decorators that hold posts): the NIC reads
+     * it until the work request completes. */
+    int copies_at_post;
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */

@@ -1613,6 +1613,7 @@ static int tcp_local_addr(struct rkv_nic *nic, const char *peer, uint16_t port, 
 
 const struct rkv_nic_ops rkv_nic_tcp_ops = {
     .local_addr = tcp_local_addr,
+    .copies_at_post = 1, /* qp_send_frame returns once the kernel has the bytes */
     .name = "tcp",
     .open = tcp_open,
     .listen = tcp_listen,

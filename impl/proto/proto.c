@@ -65,6 +65,7 @@ static const uint32_t proto_fixed_body[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_PUSH] = PROTO_BODY_VARIABLE,
     [RKV_MSG_PULL] = PROTO_BODY_VARIABLE,
     [RKV_MSG_PULL_REPLY] = PROTO_BODY_VARIABLE,
+    [RKV_MSG_PULL_ZC] = PROTO_BODY_VARIABLE,
     [RKV_MSG_RNDV_START] = 8,
     [RKV_MSG_RNDV_REPLY] = RKV_PROTO_SLOT_BYTES,
     [RKV_MSG_ERROR] = PROTO_BODY_VARIABLE,
@@ -96,6 +97,8 @@ static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_REGISTER_ACK] = "REGISTER_ACK",
     [RKV_MSG_TABLE] = "TABLE",
     [RKV_MSG_TABLE_ENTRY] = "TABLE_ENTRY",
+    [RKV_MSG_PULL_ZC] = "PULL_ZC",
+    [RKV_MSG_PULL_DONE] = "PULL_DONE",
 };
 
 const char *rkv_msg_type_name(int type)
@@ -152,7 +155,8 @@ static void st64(uint8_t *p, uint64_t v)
 
 static int proto_has_rows(int type)
 {
-    return type == RKV_MSG_PUSH || type == RKV_MSG_PULL || type == RKV_MSG_PULL_REPLY;
+    return type == RKV_MSG_PUSH || type == RKV_MSG_PULL || type == RKV_MSG_PULL_REPLY ||
+           type == RKV_MSG_PULL_ZC;
 }
 
 static int proto_has_tensor(int type)
@@ -160,8 +164,9 @@ static int proto_has_tensor(int type)
     return type == RKV_MSG_INIT || type == RKV_MSG_META_REPLY;
 }
 
-/* count x row_bytes rows, preceded by count ids for PUSH or a slot desc and
- * count ids for PULL (whose row_bytes sizes the reply, not this body). */
+/* count x row_bytes rows, preceded by count ids for PUSH; a slot desc and
+ * count ids for PULL (whose row_bytes sizes the reply, not this body); a
+ * region desc, count ids and count u32 positions for PULL_ZC. */
 static uint64_t proto_rows_body(int type, uint32_t count, uint32_t row_bytes)
 {
     uint64_t ids, rows, sum;
@@ -173,6 +178,8 @@ static uint64_t proto_rows_body(int type, uint32_t count, uint32_t row_bytes)
         return rows;
     if (type == RKV_MSG_PULL)
         return rkv_add_ok(ids, RKV_PROTO_SLOT_BYTES, &sum) ? sum : 0;
+    if (type == RKV_MSG_PULL_ZC) /* count <= 2^32: 12 x count + 24 cannot overflow */
+        return ids + (uint64_t)count * 4 + RKV_PROTO_SLOT_BYTES;
     return rkv_add_ok(ids, rows, &sum) ? sum : 0;
 }
 
@@ -406,6 +413,35 @@ static int dec_pull(const uint8_t *b, struct rkv_msg *m, char *err, size_t el)
     return 0;
 }
 
+/* Every row must land inside the region the caller offered: the server
+ * writes where pos says, so a position past it is refused here, before any
+ * write (the caller's NIC would refuse it too, but only by breaking the
+ * connection). */
+static int dec_pull_zc(const uint8_t *b, struct rkv_msg *m, char *err, size_t el)
+{
+    struct rkv_slot_desc *d = &m->u.pull_zc.dst;
+    dec_slot(b, d);
+    uint32_t rb = m->h.row_bytes, n = m->h.count;
+    if (d->slot != 0)
+        return rkv_errf(err, el, -RKV_EPROTO, "PULL_ZC: region field slot %u must be 0", d->slot);
+    if (d->addr + d->cap < d->addr)
+        return rkv_errf(err, el, -RKV_EPROTO, "PULL_ZC: region 0x%llx + %llu wraps",
+                        (unsigned long long)d->addr, (unsigned long long)d->cap);
+    uint64_t rows = d->cap / rb;
+    const uint8_t *pos = b + RKV_PROTO_SLOT_BYTES + (size_t)n * 8;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = ld32(pos + (size_t)i * 4);
+        if (p >= rows)
+            return rkv_errf(err, el, -RKV_EPROTO,
+                            "PULL_ZC: position %u of row %u outside the %llu-byte region "
+                            "(%llu rows of %u bytes)",
+                            p, i, (unsigned long long)d->cap, (unsigned long long)rows, rb);
+    }
+    m->u.pull_zc.ids = (const void *)(b + RKV_PROTO_SLOT_BYTES);
+    m->u.pull_zc.pos = (const void *)pos;
+    return 0;
+}
+
 static int dec_slot_reply(const uint8_t *b, struct rkv_msg *m, char *err, size_t el)
 {
     dec_slot(b, &m->u.slot);
@@ -482,6 +518,8 @@ static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, 
     case RKV_MSG_PULL_REPLY:
         m->u.rows = b;
         return 0;
+    case RKV_MSG_PULL_ZC:
+        return dec_pull_zc(b, m, err, el);
     case RKV_MSG_RNDV_START:
         return dec_rndv_start(b, m, err, el);
     case RKV_MSG_RNDV_REPLY:
@@ -658,6 +696,22 @@ size_t rkv_proto_enc_pull(void *buf, struct rkv_hdr *h, const struct rkv_slot_de
     enc_slot_desc(b, reply_to);
     if (ids)
         memcpy(b + RKV_PROTO_SLOT_BYTES, ids, (size_t)h->count * 8);
+    return enc_total(h);
+}
+
+size_t rkv_proto_enc_pull_zc(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *dst,
+                             const uint64_t *ids, const uint32_t *pos)
+{
+    assert(h->type == RKV_MSG_PULL_ZC && dst && dst->slot == 0);
+    uint64_t body = rkv_proto_body_bytes(RKV_MSG_PULL_ZC, h->count, h->row_bytes, 0);
+    assert(body > 0);
+    uint8_t *b = enc_begin(buf, h, body);
+    enc_slot_desc(b, dst);
+    size_t ids_len = (size_t)h->count * 8;
+    if (ids)
+        memcpy(b + RKV_PROTO_SLOT_BYTES, ids, ids_len);
+    if (pos)
+        memcpy(b + RKV_PROTO_SLOT_BYTES + ids_len, pos, (size_t)h->count * 4);
     return enc_total(h);
 }
 

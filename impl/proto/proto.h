@@ -23,6 +23,10 @@
  *   PUSH         count x u64 ids, then count x row_bytes rows
  *   PULL         slot desc (24), then count x u64 ids
  *   PULL_REPLY   count x row_bytes rows
+ *   PULL_ZC      dst desc (24: u64 addr, u32 rkey, u32 0, u64 len), count x u64 ids,
+ *                count x u32 pos: row i goes to dst.addr + pos[i] x row_bytes (the
+ *                caller's buffer, registered for remote writes; every row inside len)
+ *   PULL_DONE    empty: every row of the PULL_ZC with this req_id landed
  *   RNDV_START   u64 bytes (size of the message the sender wants to write)         (8)
  *   RNDV_REPLY   slot desc (24)
  *   ERROR        up to RKV_PROTO_TEXT_MAX bytes of text
@@ -75,6 +79,8 @@ enum rkv_msg_type {
     RKV_MSG_REGISTER_ACK,
     RKV_MSG_TABLE,       /* client -> server 0: every server's address, please */
     RKV_MSG_TABLE_ENTRY, /* one per server, same req_id (addr body) */
+    RKV_MSG_PULL_ZC,     /* a pull whose rows the server writes into the caller's buffer */
+    RKV_MSG_PULL_DONE,   /* server -> client: the rows of a PULL_ZC are all written */
     RKV_MSG_TYPE_MAX_    /* one past the last */
 };
 
@@ -142,6 +148,11 @@ struct rkv_msg {
             struct rkv_slot_desc reply_to;
             const uint64_t *ids;
         } pull;
+        struct {
+            struct rkv_slot_desc dst; /* slot is 0; cap is the region's length */
+            const uint64_t *ids;
+            const uint32_t *pos; /* each < dst.cap / row_bytes (checked) */
+        } pull_zc;
         const uint8_t *rows;       /* PULL_REPLY */
         uint64_t rndv_bytes;       /* RNDV_START */
         struct rkv_slot_desc slot; /* RNDV_REPLY */
@@ -184,6 +195,10 @@ size_t rkv_proto_enc_meta(void *buf, struct rkv_hdr *h, const char *name);
 size_t rkv_proto_enc_push(void *buf, struct rkv_hdr *h, const uint64_t *ids, const void *rows);
 size_t rkv_proto_enc_pull(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *reply_to,
                           const uint64_t *ids);
+/* PULL_ZC: ids and pos may be NULL when the caller fills them later (ids at
+ * buf + HDR_BYTES + SLOT_BYTES, pos right after the count ids). */
+size_t rkv_proto_enc_pull_zc(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *dst,
+                             const uint64_t *ids, const uint32_t *pos);
 /* PULL_REPLY: the caller fills count*row_bytes rows at buf + HDR_BYTES. */
 size_t rkv_proto_enc_pull_reply(void *buf, struct rkv_hdr *h);
 size_t rkv_proto_enc_rndv_start(void *buf, struct rkv_hdr *h, uint64_t bytes);

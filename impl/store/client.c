@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/regcache.h"
 #include "nic/nic.h"
 #include "store/server_int.h"
 #include "util/util.h"
@@ -26,7 +27,19 @@ struct cli_req {
     const uint32_t *pos;  /* PULL: out row index of each requested row */
     uint32_t count;
     size_t row_bytes;
+    /* Zero copy: the NIC reads (push) or writes (pull) the caller's rows
+     * until this request is answered or its connection closed. */
+    int zc;
 };
+
+/* User registrations kept (rkv_client_register): bounds of the cache. */
+#define CLI_REG_MAX_ENTRIES 64u
+#define CLI_REG_MAX_BYTES (4ull << 30)
+/* A zero-copy part costs one write per run of consecutive rows in the
+ * caller's buffer: below this average run, copying is cheaper. */
+#define CLI_ZC_MIN_RUN_BYTES 4096u
+/* One write's length is 32 bits at the NIC seam. */
+#define CLI_ZC_MAX_PIECE_BYTES (1u << 30)
 
 struct cli_server {
     struct rkv_peer *peer;
@@ -38,6 +51,10 @@ struct cli_server {
      * request per server, so one slot per server serves every tensor. */
     struct rkv_slot_desc pslot;
     int has_pslot;
+    /* We closed the connection after a zero-copy request went unanswered
+     * (the only way to be sure it no longer touches the caller's memory):
+     * the next request connects again. */
+    int redial;
 };
 
 struct rkv_client {
@@ -66,6 +83,8 @@ struct rkv_client {
     /* While retrying: how long a connect may keep trying (0: the config's
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
+    struct rkv_regcache regs; /* rkv_client_register; the application thread's */
+    struct rkv_client_zc_stats zst;
     char err[256];
 };
 
@@ -224,6 +243,10 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
             return; /* more entries of this table to come */
         break;
     }
+    case RKV_MSG_PULL_DONE:
+        if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
+            return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
+        break; /* the rows are in place already */
     case RKV_MSG_PULL_REPLY:
         if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
             return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
@@ -281,6 +304,21 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
 static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms);
 static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n);
 
+static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms);
+
+/* A server is usable unless it died, or we closed it (then: connect again). */
+static int cli_alive(struct rkv_client *c, struct cli_server *srv, const char *what)
+{
+    if (!srv->dead)
+        return 0;
+    if (!srv->redial)
+        return cli_dead(c, srv, what);
+    int rc = cli_revive(c, srv, c->cfg.timeout_ms);
+    if (rc == 0)
+        srv->redial = 0;
+    return rc;
+}
+
 /* Servers other than 0 are joined on first use: a worker that talks to a
  * few of a thousand servers holds a few connections, not a thousand. */
 static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
@@ -293,9 +331,9 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t id,
                      uint64_t len, const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
 {
-    if (srv->dead)
-        return cli_dead(c, srv, what);
-    int rc = cli_ensure(c, srv);
+    int rc = cli_alive(c, srv, what);
+    if (rc == 0)
+        rc = cli_ensure(c, srv);
     if (rc < 0)
         return rc;
     struct cli_req *r = cli_req_new(c, srv, expect, id);
@@ -313,16 +351,24 @@ static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, u
 
 /* Hands an encoded request to the engine. On failure the request is gone
  * (nobody will wait for it) and *req_p stays untouched. */
-static int cli_submit(struct rkv_client *c, struct cli_server *srv, struct cli_req *r,
-                      struct rkv_tx *tx, size_t len, struct cli_req **req_p)
+static int cli_submit_ext(struct rkv_client *c, struct cli_server *srv, struct cli_req *r,
+                          struct rkv_tx *tx, size_t len, const struct rkv_engine_ext *ext,
+                          uint32_t n_ext, struct cli_req **req_p)
 {
-    int rc = rkv_engine_send(c->eng, srv->peer, tx, len);
+    int rc = ext ? rkv_engine_send_ext(c->eng, srv->peer, tx, len, ext, n_ext)
+                 : rkv_engine_send(c->eng, srv->peer, tx, len);
     if (rc < 0) {
         cli_release(c, &r, 1);
         return rkv_errf(c->err, sizeof(c->err), rc, "server %u: %s", srv->id, rkv_strerror(rc));
     }
     *req_p = r;
     return 0;
+}
+
+static int cli_submit(struct rkv_client *c, struct cli_server *srv, struct cli_req *r,
+                      struct rkv_tx *tx, size_t len, struct cli_req **req_p)
+{
+    return cli_submit_ext(c, srv, r, tx, len, NULL, 0, req_p);
 }
 
 /* Sends a header-only or small message built by enc into a fresh request. */
@@ -630,7 +676,15 @@ struct cli_op {
     double param;
     int via_server; /* push: this machine's rows go through a server too (durable mode) */
     uint64_t seq;   /* push being retried: its sequence; else 0 */
+    /* Zero copy: the caller's rows (n x row_bytes = span bytes) registered,
+     * or NULL when no part of the call is large enough. */
+    struct rkv_mr *mr;
+    uint64_t span;
 };
+
+static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struct cli_op *o,
+                         size_t n, int *call_reg_p);
+static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg);
 
 typedef int (*cli_remote_fn)(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
                              const uint32_t *pos, uint32_t cnt, struct cli_req **req_p);
@@ -735,8 +789,7 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
             if (!ro.seq && o->rows)
                 ro.seq = r->id; /* sent once: every later attempt is the same push */
             rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, what);
-            if (o->out)
-                cli_abandon_slots(c, &r, 1);
+            cli_abandon_slots(c, &r, 1);
             cli_release(c, &r, 1);
         }
         if (rc == 0) {
@@ -819,10 +872,91 @@ static int cli_settle(struct rkv_client *c, const struct cli_op *o, const struct
     return any ? rc : wrc;
 }
 
+/* Runs of consecutive positions: pieces of the caller's buffer that one
+ * write moves (split at CLI_ZC_MAX_PIECE_BYTES). */
+static uint32_t cli_runs(const uint32_t *pos, uint32_t cnt, size_t row_bytes)
+{
+    uint32_t runs = 0;
+    uint64_t run_bytes = 0;
+    for (uint32_t i = 0; i < cnt; i++) {
+        if (i == 0 || pos[i] != pos[i - 1] + 1 || run_bytes + row_bytes > CLI_ZC_MAX_PIECE_BYTES) {
+            runs++;
+            run_bytes = 0;
+        }
+        run_bytes += row_bytes;
+    }
+    return runs;
+}
+
+/* Whether the part of a call for one server goes zero-copy: large enough,
+ * and in runs long enough that a write per run beats one copy. */
+static int cli_zc_part(const struct rkv_client *c, const struct cli_op *o, const uint32_t *pos,
+                       uint32_t cnt)
+{
+    uint64_t bytes = (uint64_t)cnt * o->t->row_bytes;
+    if (!o->mr || bytes < c->cfg.zero_copy_bytes || o->t->row_bytes > CLI_ZC_MAX_PIECE_BYTES)
+        return 0;
+    return bytes / cli_runs(pos, cnt, o->t->row_bytes) >= CLI_ZC_MIN_RUN_BYTES;
+}
+
+/* A push whose rows the NIC reads from the caller's buffer: the header
+ * and ids go from an engine buffer, each run of rows as its own piece. */
+static int cli_push_zc(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
+                       const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
+{
+    const struct rkv_tensor *t = o->t;
+    size_t rb = t->row_bytes;
+    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * 8;
+    uint32_t n_ext = cli_runs(pos, cnt, rb);
+    struct rkv_engine_ext *ext = malloc((size_t)n_ext * sizeof(*ext));
+    if (!ext)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    struct cli_req *r;
+    struct rkv_tx *tx;
+    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
+    if (rc < 0) {
+        free(ext);
+        return rc;
+    }
+    r->zc = 1;
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = r->id,
+                        .tensor_id = t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id,
+                        .count = cnt,
+                        .row_bytes = (uint32_t)rb,
+                        .op = (uint16_t)o->op,
+                        .param = o->param};
+    rkv_proto_enc_push(buf, &h, NULL, NULL); /* payload_len counts the rows too */
+    uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < cnt; i++) {
+        wids[i] = o->ids[pos[i]];
+        const uint8_t *row = o->rows + (size_t)pos[i] * rb;
+        struct rkv_engine_ext *last = k ? &ext[k - 1] : NULL;
+        if (last && (const uint8_t *)last->addr + last->len == row &&
+            last->len + rb <= CLI_ZC_MAX_PIECE_BYTES) {
+            last->len += (uint32_t)rb;
+            continue;
+        }
+        ext[k++] = (struct rkv_engine_ext){.addr = row, .len = (uint32_t)rb, .mr = o->mr};
+    }
+    assert(k == n_ext);
+    rc = cli_submit_ext(c, srv, r, tx, (size_t)len, ext, k, req_p);
+    free(ext);
+    if (rc == 0)
+        c->zst.pushes++;
+    return rc;
+}
+
 static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
                            const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
 {
     const struct rkv_tensor *t = o->t;
+    if (cli_zc_part(c, o, pos, cnt) &&
+        RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes) <= c->cfg.max_slot_bytes)
+        return cli_push_zc(c, o, srv, pos, cnt, req_p);
     const uint64_t *ids = o->ids;
     const uint8_t *rows = o->rows;
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
@@ -890,14 +1024,18 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
                        .op = op,
                        .param = param,
                        .via_server = c->cfg.durable_dir[0] != 0};
+    int call_reg;
+    cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_push_remote, reqs, &nreq, lost);
     uint32_t lcnt = g.start[local + 1] - g.start[local];
     if (rc == 0 && t->mapped && lcnt > 0 && !o.via_server)
         rc = cli_push_local(c, t, ids, rows, g.order + g.start[local], lcnt, op, param);
     int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "push");
+    cli_abandon_slots(c, reqs, nreq);
     if (rc == 0)
         rc = cli_settle(c, &o, &g, cli_push_remote, reqs, nreq, lost, wrc, "push");
     cli_release(c, reqs, nreq);
+    cli_zc_end(c, &o, call_reg);
 free_groups:
     cli_groups_free(&g);
     return rc;
@@ -921,15 +1059,55 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need
     return 0;
 }
 
+/* A pull whose rows the server writes straight into the caller's buffer
+ * (each at its position), then says PULL_DONE. */
+static int cli_pull_zc(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
+                       const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
+{
+    const struct rkv_tensor *t = o->t;
+    uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 12;
+    struct cli_req *r;
+    struct rkv_tx *tx;
+    int rc = cli_begin(c, srv, RKV_MSG_PULL_DONE, 0, len, "pull", &r, &tx);
+    if (rc < 0)
+        return rc;
+    r->zc = 1;
+    r->count = cnt;
+    r->row_bytes = t->row_bytes;
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PULL_ZC,
+                        .req_id = r->id,
+                        .tensor_id = t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id,
+                        .count = cnt,
+                        .row_bytes = (uint32_t)t->row_bytes};
+    struct rkv_slot_desc dst = {
+        .addr = (uint64_t)(uintptr_t)o->out, .rkey = o->mr->rkey, .cap = o->span};
+    rkv_proto_enc_pull_zc(buf, &h, &dst, NULL, NULL);
+    uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES);
+    uint32_t *wpos = (uint32_t *)(void *)(wids + cnt);
+    for (uint32_t i = 0; i < cnt; i++) {
+        wids[i] = o->ids[pos[i]];
+        wpos[i] = pos[i];
+    }
+    rc = cli_submit(c, srv, r, tx, (size_t)len, req_p);
+    if (rc == 0)
+        c->zst.pulls++;
+    return rc;
+}
+
 static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
                            const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
 {
     const struct rkv_tensor *t = o->t;
     const uint64_t *ids = o->ids;
-    if (srv->dead)
-        return cli_dead(c, srv, "pull");
+    int rc = cli_alive(c, srv, "pull");
+    if (rc < 0)
+        return rc;
+    if (cli_zc_part(c, o, pos, cnt))
+        return cli_pull_zc(c, o, srv, pos, cnt, req_p);
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
-    int rc = cli_ensure(c, srv);
+    rc = cli_ensure(c, srv);
     if (rc == 0)
         rc = cli_pslot(c, srv, need);
     if (rc < 0)
@@ -957,14 +1135,96 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
-/* A server that did not answer may still write into its reply slot. */
+/* Closes the connection to srv and waits until the NIC let go of it: a
+ * zero-copy request must not touch the caller's memory once the call
+ * returned. A connection that broke by itself (srv is dead already) is only
+ * waited for. For one we close, requests still waiting time out now and the
+ * next request to srv connects again. */
+static void cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswered)
+{
+    if (unanswered)
+        RKV_LOGW(c->port, "server %u did not answer a zero-copy request in time; reconnecting",
+                 srv->id);
+    rkv_engine_drop_peer_wait(c->eng, srv->peer);
+    if (!unanswered)
+        return;
+    cli_lock(c);
+    srv->dead = 1;
+    srv->redial = 1;
+    srv->has_pslot = 0; /* the slot belonged to the old connection */
+    for (struct cli_req *r = c->reqs; r; r = r->next)
+        if (r->srv == srv && !r->done)
+            cli_req_finish(c, r, -RKV_ETIMEDOUT, "no answer in time; connection closed");
+    c->zst.drops++;
+    cli_unlock(c);
+}
+
+/* After waiting for reqs: a server that did not answer may still write into
+ * its reply slot (abandoned: the next pull makes another), or, for a
+ * zero-copy request, read or write the caller's rows (closed). */
 static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n)
 {
+    struct cli_server *drop[RKV_MAX_MACHINES];
+    int unanswered[RKV_MAX_MACHINES];
+    size_t n_drop = 0;
     cli_lock(c);
-    for (size_t i = 0; i < n; i++)
-        if (!reqs[i]->done && reqs[i]->srv)
-            reqs[i]->srv->has_pslot = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct cli_req *r = reqs[i];
+        if (!r->srv)
+            continue;
+        /* A connection that broke may not be closed yet: wait for that too. */
+        int lost = !r->done || r->status == -RKV_EPEERDEAD;
+        if (r->zc && lost && n_drop < RKV_MAX_MACHINES && r->srv->peer) {
+            unanswered[n_drop] = !r->done;
+            drop[n_drop++] = r->srv;
+        } else if (!r->done && r->expect == RKV_MSG_PULL_REPLY)
+            r->srv->has_pslot = 0;
+    }
     cli_unlock(c);
+    for (size_t i = 0; i < n_drop; i++)
+        cli_drop(c, drop[i], unanswered[i]);
+}
+
+/* Registers the caller's rows when some remote part of the call will go
+ * zero-copy: from the cache (rkv_client_register), else for this call only
+ * (*call_reg_p = 1; cli_zc_end deregisters it). */
+static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struct cli_op *o,
+                         size_t n, int *call_reg_p)
+{
+    *call_reg_p = 0;
+    o->mr = NULL;
+    o->span = (uint64_t)n * o->t->row_bytes;
+    uint64_t best = 0;
+    for (uint32_t m = 0; m < c->cfg.n_machines; m++)
+        if (m != c->cfg.machine_id || !o->t->mapped || o->via_server)
+            best = best > g->start[m + 1] - g->start[m] ? best : g->start[m + 1] - g->start[m];
+    if (!c->cfg.zero_copy_bytes || best * o->t->row_bytes < c->cfg.zero_copy_bytes)
+        return;
+    const void *base = o->out ? (const void *)o->out : (const void *)o->rows;
+    o->mr = rkv_regcache_find(&c->regs, base, o->span);
+    if (o->mr) {
+        c->zst.cache_hits++;
+        return;
+    }
+    /* Remote write access for pulls; pushes only need the NIC to read. */
+    int access = o->out ? RKV_ACCESS_REMOTE_WRITE : RKV_ACCESS_LOCAL;
+    if (c->nic->ops->reg_mr(c->nic, (void *)(uintptr_t)base, o->span, access, &o->mr) < 0) {
+        RKV_LOGD(c->port, "cannot register %llu bytes of rows: copying them instead",
+                 (unsigned long long)o->span);
+        o->mr = NULL;
+        return;
+    }
+    *call_reg_p = 1;
+    c->zst.call_regs++;
+}
+
+/* Every zero-copy request of the call is answered or its connection closed
+ * (cli_abandon_slots): the call's own registration can go. */
+static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
+{
+    if (call_reg)
+        c->nic->ops->dereg_mr(c->nic, o->mr);
+    o->mr = NULL;
 }
 
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -984,6 +1244,8 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
     if (g.start[local + 1] > g.start[local] && t->mapped && (rc = cli_local_fresh(c)) < 0)
         goto free_groups;
+    int call_reg;
+    cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
     if (rc == 0 && t->mapped) {
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
@@ -997,6 +1259,7 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
     if (rc == 0)
         rc = cli_settle(c, &o, &g, cli_pull_remote, reqs, nreq, lost, wrc, "pull");
     cli_release(c, reqs, nreq);
+    cli_zc_end(c, &o, call_reg);
 free_groups:
     cli_groups_free(&g);
     return rc;
@@ -1099,11 +1362,13 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto free_client;
     if ((rc = port->ops->cond_create(port, &c->cv)) < 0)
         goto destroy_mutex;
+    if ((rc = rkv_regcache_init(&c->regs, nic, CLI_REG_MAX_ENTRIES, CLI_REG_MAX_BYTES)) < 0)
+        goto destroy_cond;
     struct rkv_engine_cfg ec;
     rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE, &ec);
     rc = rkv_engine_create(port, nic, &ec, cli_on_msg, cli_on_peer, c, &c->eng, err, err_len);
     if (rc < 0)
-        goto destroy_cond;
+        goto free_regs;
     if ((rc = rkv_engine_start(c->eng)) < 0)
         goto destroy_engine;
     c->next_req = ((rkv_rng_next(&port->rng) >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
@@ -1117,6 +1382,8 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     return 0;
 destroy_engine:
     rkv_engine_destroy(c->eng);
+free_regs:
+    rkv_regcache_fini(&c->regs);
 destroy_cond:
     port->ops->cond_destroy(c->cv);
 destroy_mutex:
@@ -1165,6 +1432,29 @@ int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn,
     return rkv_handler_register(&c->ht, op, fn, user);
 }
 
+int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
+{
+    int rc = rkv_regcache_add(&c->regs, addr, len);
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
+                        rkv_strerror(rc));
+    return 0;
+}
+
+int rkv_client_deregister(struct rkv_client *c, void *addr)
+{
+    int rc = rkv_regcache_remove(&c->regs, addr);
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc, "deregister %p: no registration starts there",
+                        addr);
+    return 0;
+}
+
+void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *st_p)
+{
+    *st_p = c->zst;
+}
+
 const char *rkv_client_errmsg(const struct rkv_client *c)
 {
     return c->err;
@@ -1175,6 +1465,8 @@ void rkv_client_destroy(struct rkv_client *c)
     if (!c)
         return;
     rkv_engine_destroy(c->eng);
+    /* The QPs are closed: no peer can write into registered memory now. */
+    rkv_regcache_fini(&c->regs);
     for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
         if (c->tensors[i]) {
             rkv_tensor_free(c->tensors[i]);

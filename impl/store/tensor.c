@@ -140,6 +140,7 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->seed = 1;
     cfg->log_level = 1;
     cfg->test_corrupt_row = UINT64_MAX;
+    cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
 }
 
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,

@@ -783,8 +783,9 @@ static void expect_write_refused_logged(const struct env *env, struct logcap *lo
         expect_logged_once(log, NULL, tcp_line);
 }
 
-/* A hostile client hands out a reply slot that points at nothing: the
- * server's WRITE of the pull reply fails. */
+/* A hostile client hands out a reply slot, or for a zero-copy pull a
+ * target buffer, that points at nothing: the server's WRITE of the rows
+ * fails (k = 2, 3: small rows staged, big rows sent from the shard). */
 static void test_pull_reply_to_nowhere(void **state)
 {
     struct env *env = *state;
@@ -793,7 +794,7 @@ static void test_pull_reply_to_nowhere(void **state)
     cluster_join(&c, env);
     cluster_tensors(&c);
     struct logcap *log = &c.srv_node[1].log;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
         struct evil e;
         evil_open(&e, env);
         evil_connect(&e, &c.machines[1]);
@@ -801,10 +802,17 @@ static void test_pull_reply_to_nowhere(void **state)
         uint64_t id = 60;
         struct rkv_hdr h = {.type = RKV_MSG_PULL,
                             .req_id = 0x77,
-                            .tensor_id = k == 0 ? SMALL_ID : BIG_ID,
+                            .tensor_id = k % 2 == 0 ? SMALL_ID : BIG_ID,
                             .count = 1,
-                            .row_bytes = k == 0 ? SMALL_ROW_BYTES : BIG_ROW_LEN * 4};
-        evil_send(&e, rkv_proto_enc_pull(e.tx, &h, &NOWHERE, &id));
+                            .row_bytes = k % 2 == 0 ? SMALL_ROW_BYTES : BIG_ROW_LEN * 4};
+        if (k < 2) {
+            evil_send(&e, rkv_proto_enc_pull(e.tx, &h, &NOWHERE, &id));
+        } else {
+            uint32_t pos = 0;
+            struct rkv_slot_desc dst = {.addr = NOWHERE.addr, .rkey = NOWHERE.rkey, .cap = 1 << 20};
+            h.type = RKV_MSG_PULL_ZC;
+            evil_send(&e, rkv_proto_enc_pull_zc(e.tx, &h, &dst, &id, &pos));
+        }
         evil_expect_dropped(&e);
         assert_int_equal(e.n_imm, 0);
         evil_close(&e);

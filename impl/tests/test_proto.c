@@ -162,6 +162,12 @@ static size_t enc_rows_sample(uint8_t *buf, int type)
         struct rkv_slot_desc d = {.addr = 0xdead0000, .rkey = 3, .slot = 1, .cap = 4096};
         return rkv_proto_enc_pull(buf, &h, &d, ids);
     }
+    if (type == RKV_MSG_PULL_ZC) {
+        /* Scattered, one position twice: a caller may pull a row twice. */
+        static const uint32_t pos[3] = {4, 0, 4};
+        struct rkv_slot_desc d = {.addr = 0x7f0000100000, .rkey = 9, .cap = 5 * 16};
+        return rkv_proto_enc_pull_zc(buf, &h, &d, ids, pos);
+    }
     size_t n = rkv_proto_enc_pull_reply(buf, &h);
     memcpy(buf + RKV_PROTO_HDR_BYTES, rows, sizeof(rows));
     return n;
@@ -190,6 +196,7 @@ static size_t enc_sample(uint8_t *buf, int type)
     case RKV_MSG_PUSH:
     case RKV_MSG_PULL:
     case RKV_MSG_PULL_REPLY:
+    case RKV_MSG_PULL_ZC:
         return enc_rows_sample(buf, type);
     case RKV_MSG_RNDV_START:
         return rkv_proto_enc_rndv_start(buf, &h, 1 << 20);
@@ -349,6 +356,41 @@ static void test_roundtrip_pull(void **state)
     expect_ok(b, n, &m);
     assert_ptr_equal(m.u.rows, b + 64);
     assert_int_equal(m.u.rows[5], 16);
+    free(b);
+}
+
+/* A zero-copy pull names where each row goes; a position outside the
+ * offered region (the server would write past the caller's buffer) and a
+ * region that wraps are refused before anything is written. */
+static void test_roundtrip_pull_zc(void **state)
+{
+    (void)state;
+    uint8_t *b = buf_new();
+    struct rkv_msg m;
+    size_t n = enc_sample(b, RKV_MSG_PULL_ZC);
+    assert_int_equal(n, 64 + 24 + 3 * 8 + 3 * 4);
+    expect_ok(b, n, &m);
+    assert_int_equal(m.u.pull_zc.dst.addr, 0x7f0000100000);
+    assert_int_equal(m.u.pull_zc.dst.rkey, 9);
+    assert_int_equal(m.u.pull_zc.dst.cap, 80);
+    assert_int_equal(m.u.pull_zc.ids[2], 1ull << 39);
+    assert_int_equal(m.u.pull_zc.pos[0], 4);
+    assert_int_equal(m.u.pull_zc.pos[2], 4);
+    uint8_t *pos = b + 64 + 24 + 3 * 8;
+    pos[4] = 5; /* row 1 to position 5 of a 5-row region */
+    expect_reject(b, n, "position 5 of row 1 outside the 80-byte region");
+    pos[4] = 0;
+    b[64 + 16] = 79; /* the region is one byte short of 5 rows: position 4 is out */
+    expect_reject(b, n, "position 4 of row 0");
+    b[64 + 16] = 80;
+    b[64 + 12] = 1; /* the slot field of a region */
+    expect_reject(b, n, "slot 1 must be 0");
+    b[64 + 12] = 0;
+    memset(b + 64, 0xff, 8); /* addr + len wraps */
+    expect_reject(b, n, "wraps");
+    enc_sample(b, RKV_MSG_PULL_DONE);
+    expect_ok(b, 64, &m);
+    assert_string_equal(rkv_msg_type_name(RKV_MSG_PULL_DONE), "PULL_DONE");
     free(b);
 }
 
@@ -826,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_meta),
         cmocka_unit_test(test_roundtrip_push),
         cmocka_unit_test(test_roundtrip_pull),
+        cmocka_unit_test(test_roundtrip_pull_zc),
         cmocka_unit_test(test_roundtrip_rndv),
         cmocka_unit_test(test_roundtrip_error),
         cmocka_unit_test(test_roundtrip_empty),

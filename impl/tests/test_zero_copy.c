@@ -1,0 +1,468 @@
+/* Zero-copy pushes and pulls over loopback TCP: the registration cache,
+ * scattered and duplicate ids landing in the caller's buffer (rows sent
+ * from the shard, and staged rows sent in runs), pushes read from the
+ * caller's rows in pieces, buffers freed and allocated again between calls,
+ * and a server that stops answering while it may still write into a buffer
+ * the caller then frees (ASan sees a late write). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "engine/regcache.h"
+#include "nic/nic.h"
+#include "port/port.h"
+#include "rkv.h"
+#include "store/server_int.h"
+
+struct cluster {
+    struct rkv_machine machines[2];
+    struct rkv_config cfg;
+    struct rkv_server *srv[2];
+    pthread_t thr[2];
+    int in_process[2];
+};
+
+static uint16_t free_base_port(void)
+{
+    static uint32_t x; /* test-only: successive calls pick different ports */
+    x = x * 1103515245u + 12345u + (uint32_t)getpid();
+    for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
+        uint16_t base = (uint16_t)(28000 + (x >> 8) % 1998); /* this binary's range */
+        int ok = 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET,
+                                    .sin_port = htons((uint16_t)(base + k)),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+            close(fd);
+        }
+        if (ok)
+            return base;
+    }
+    fail_msg("no free ports");
+    return 0;
+}
+
+static void *server_main(void *arg)
+{
+    rkv_server_run(arg);
+    return NULL;
+}
+
+/* Two machines, one server each, one worker on machine 0; every remote
+ * part of at least 1 byte goes zero-copy (runs permitting). */
+static void cluster_config(struct cluster *c, uint32_t timeout_ms)
+{
+    memset(c, 0, sizeof(*c));
+    uint16_t base = free_base_port();
+    for (int m = 0; m < 2; m++) {
+        snprintf(c->machines[m].host, sizeof(c->machines[m].host), "127.0.0.1");
+        c->machines[m].base_port = (uint16_t)(base + m);
+        c->machines[m].servers = 1;
+    }
+    rkv_config_defaults(&c->cfg);
+    c->cfg.n_machines = 2;
+    c->cfg.machines = c->machines;
+    c->cfg.n_workers = 1;
+    c->cfg.timeout_ms = timeout_ms;
+    c->cfg.connect_retry_ms = 5000;
+    c->cfg.log_level = 0;
+    c->cfg.zero_copy_bytes = 1;
+    snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "rkvz-%d-%u", (int)getpid(), base);
+}
+
+static void cluster_start_server(struct cluster *c, uint32_t m)
+{
+    struct rkv_config cfg = c->cfg;
+    cfg.machine_id = m;
+    char err[256];
+    if (rkv_server_create(&cfg, 0, &c->srv[m], err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
+    c->in_process[m] = 1;
+}
+
+static void cluster_stop(struct cluster *c)
+{
+    for (int m = 0; m < 2; m++) {
+        if (!c->in_process[m])
+            continue;
+        pthread_join(c->thr[m], NULL);
+        rkv_server_destroy(c->srv[m]);
+    }
+}
+
+static struct rkv_client *client_join(struct cluster *c)
+{
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c->cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("client: %s", err);
+    return cli;
+}
+
+/* 4 KiB rows: a TCP server sends them from the shard, one write per row.
+ * 256 B rows: staged, one write per run of consecutive positions. Rows
+ * 50..99 live on machine 1. */
+#define BIG_LEN 1024u
+#define SMALL_LEN 64u
+static const struct rkv_tensor_desc T_BIG = {
+    .name = "big", .dtype = RKV_F32, .rows = 100, .row_len = BIG_LEN, .policy = RKV_PART_RANGE};
+static const struct rkv_tensor_desc T_SMALL = {
+    .name = "small", .dtype = RKV_F32, .rows = 100, .row_len = SMALL_LEN, .policy = RKV_PART_RANGE};
+
+static float val(uint64_t id, uint32_t j, float gen)
+{
+    return gen * 1000.0f + (float)id + (float)j * 0.001f;
+}
+
+static void fill(float *rows, const uint64_t *ids, size_t n, uint32_t len, float gen)
+{
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < len; j++)
+            rows[i * len + j] = val(ids[i], j, gen);
+}
+
+static void check(const float *rows, const uint64_t *ids, size_t n, uint32_t len, float gen)
+{
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < len; j++)
+            if (rows[i * len + j] != val(ids[i], j, gen))
+                fail_msg("row %zu (id %llu) element %u: %g, expected %g", i,
+                         (unsigned long long)ids[i], j, rows[i * len + j], val(ids[i], j, gen));
+}
+
+/* Every row of both tensors assigned with generation gen (row order). */
+static void push_all(struct rkv_client *cli, const char *name, uint32_t len, float gen)
+{
+    uint64_t ids[100];
+    for (uint64_t i = 0; i < 100; i++)
+        ids[i] = i;
+    float *rows = malloc(100 * len * sizeof(float));
+    assert_non_null(rows);
+    fill(rows, ids, 100, len, gen);
+    assert_int_equal(rkv_client_push(cli, name, ids, 100, rows, RKV_OP_ASSIGN, 0), 0);
+    free(rows);
+}
+
+static void test_regcache_bounds(void **state)
+{
+    (void)state;
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    assert_int_equal(rkv_port_posix_create("t", 0, 1, &port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(port, NULL, &nic), 0);
+    size_t mib = 1u << 20;
+    uint8_t *a = malloc(mib), *b = malloc(mib), *d = malloc(3 * mib);
+    assert_true(a && b && d);
+    struct rkv_regcache rc;
+    assert_int_equal(rkv_regcache_init(&rc, nic, 2, 3 * mib), 0);
+    assert_int_equal(rkv_regcache_add(&rc, a, mib), 0);
+    assert_int_equal(rkv_regcache_add(&rc, b, mib), 0);
+    assert_int_equal(rkv_regcache_add(&rc, a + 10, 100), 0); /* inside a: not again */
+    assert_int_equal(rc.n, 2);
+    /* Ranges are found only whole inside one registration. */
+    assert_non_null(rkv_regcache_find(&rc, a + 100, 1000));
+    assert_non_null(rkv_regcache_find(&rc, a, mib));
+    assert_null(rkv_regcache_find(&rc, a + mib - 10, 20));
+    assert_null(rkv_regcache_find(&rc, a, mib + 1));
+    /* a was used last: a third entry evicts b (entry bound). */
+    assert_non_null(rkv_regcache_find(&rc, a, 1));
+    assert_int_equal(rkv_regcache_add(&rc, d, mib), 0);
+    assert_null(rkv_regcache_find(&rc, b, 1));
+    assert_non_null(rkv_regcache_find(&rc, a, 1));
+    assert_int_equal(rc.evictions, 1);
+    /* Byte bound: 3 MiB more evicts everything else. */
+    assert_int_equal(rkv_regcache_add(&rc, d, 3 * mib), 0);
+    assert_int_equal(rc.n, 1);
+    assert_int_equal(rc.bytes, 3 * mib);
+    assert_int_equal(rkv_regcache_add(&rc, b, 4 * mib), -RKV_ELIMIT);
+    assert_int_equal(rkv_regcache_remove(&rc, d), 0);
+    assert_int_equal(rkv_regcache_remove(&rc, d), -RKV_EINVAL);
+    assert_int_equal(rc.n, 0);
+    assert_int_equal(rkv_regcache_add(&rc, a, mib), 0);
+    rkv_regcache_fini(&rc); /* deregisters what is left */
+    free(a);
+    free(b);
+    free(d);
+    nic->ops->close(nic);
+    port->ops->destroy(port);
+}
+
+/* Scattered ids with duplicates, on both machines: remote rows land at
+ * their positions in the caller's buffer, local ones come from the shard. */
+static void test_pull_scattered_duplicates(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 20000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_BIG), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_SMALL), 0);
+    push_all(cli, "big", BIG_LEN, 1);
+    push_all(cli, "small", SMALL_LEN, 1);
+    struct rkv_client_zc_stats st0, st;
+    rkv_client_get_zc_stats(cli, &st0);
+
+    uint64_t ids[] = {62, 99, 62, 3, 60, 99, 61, 3, 50};
+    size_t n = sizeof(ids) / sizeof(ids[0]);
+    float *got = malloc(n * BIG_LEN * sizeof(float));
+    assert_non_null(got);
+    memset(got, 0xee, n * BIG_LEN * sizeof(float));
+    assert_int_equal(rkv_client_pull(cli, "big", ids, n, got), 0);
+    check(got, ids, n, BIG_LEN, 1);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.pulls, st0.pulls + 1);
+
+    /* Small rows: 64 remote ids in one run of positions (repeats included),
+     * so they go zero-copy through the server's staging buffer. */
+    uint64_t sids[64];
+    for (int i = 0; i < 64; i++)
+        sids[i] = 50 + (uint64_t)((i * 7) % 50);
+    float sgot[64 * SMALL_LEN];
+    assert_int_equal(rkv_client_pull(cli, "small", sids, 64, sgot), 0);
+    check(sgot, sids, 64, SMALL_LEN, 1);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.pulls, st0.pulls + 2);
+    /* Interleaved with local rows, each remote row alone: 256-byte runs
+     * are not worth a write each, so this one is copied. */
+    uint64_t mix[] = {51, 2, 52, 3, 53};
+    float mgot[5 * SMALL_LEN];
+    assert_int_equal(rkv_client_pull(cli, "small", mix, 5, mgot), 0);
+    check(mgot, mix, 5, SMALL_LEN, 1);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.pulls, st0.pulls + 2);
+    assert_int_equal(st.cache_hits, 0);
+    free(got);
+    rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* Pushes read the caller's rows in pieces (runs of consecutive remote
+ * positions) and land whole; assign and sum both. */
+static void test_push_pieces(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 20000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_BIG), 0);
+    push_all(cli, "big", BIG_LEN, 1);
+    struct rkv_client_zc_stats st0, st;
+    rkv_client_get_zc_stats(cli, &st0);
+    /* Remote positions 0, 2..4, 6: three pieces. */
+    uint64_t ids[] = {99, 3, 60, 61, 62, 10, 98};
+    size_t n = sizeof(ids) / sizeof(ids[0]);
+    float *rows = malloc(n * BIG_LEN * sizeof(float)), *got = malloc(n * BIG_LEN * sizeof(float));
+    assert_true(rows && got);
+    fill(rows, ids, n, BIG_LEN, 2);
+    assert_int_equal(rkv_client_push(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0), 0);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.pushes, st0.pushes + 1);
+    assert_int_equal(rkv_client_pull(cli, "big", ids, n, got), 0);
+    check(got, ids, n, BIG_LEN, 2);
+    /* Sum: rows + rows = the generation-2 values doubled. */
+    assert_int_equal(rkv_client_push(cli, "big", ids, n, rows, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_pull(cli, "big", ids, n, got), 0);
+    for (size_t i = 0; i < n * BIG_LEN; i++)
+        assert_true(got[i] == 2 * rows[i]);
+    free(rows);
+    free(got);
+    rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* A buffer freed and allocated again (often at the same address) between
+ * calls is registered afresh: per-call registrations never outlive their
+ * call, and only rkv_client_register keeps one, until deregistered. */
+static void test_buffer_freed_between_calls(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 20000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_BIG), 0);
+    push_all(cli, "big", BIG_LEN, 3);
+    uint64_t ids[] = {70, 71, 72, 73};
+    size_t bytes = 4 * BIG_LEN * sizeof(float);
+    struct rkv_client_zc_stats st0, st;
+    rkv_client_get_zc_stats(cli, &st0);
+    for (int round = 0; round < 4; round++) {
+        float *buf = malloc(bytes);
+        assert_non_null(buf);
+        memset(buf, 0, bytes);
+        assert_int_equal(rkv_client_pull(cli, "big", ids, 4, buf), 0);
+        check(buf, ids, 4, BIG_LEN, 3);
+        free(buf);
+    }
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.call_regs, st0.call_regs + 4);
+    assert_int_equal(st.cache_hits, st0.cache_hits);
+    /* Registered: found in the cache, also for a range inside it. */
+    float *reg = malloc(2 * bytes);
+    assert_non_null(reg);
+    assert_int_equal(rkv_client_register(cli, reg, 2 * bytes), 0);
+    assert_int_equal(rkv_client_pull(cli, "big", ids, 4, reg + 4 * BIG_LEN), 0);
+    check(reg + 4 * BIG_LEN, ids, 4, BIG_LEN, 3);
+    fill(reg, ids, 4, BIG_LEN, 4);
+    assert_int_equal(rkv_client_push(cli, "big", ids, 4, reg, RKV_OP_ASSIGN, 0), 0);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.cache_hits, st0.cache_hits + 2);
+    assert_int_equal(rkv_client_deregister(cli, reg), 0);
+    assert_int_equal(rkv_client_deregister(cli, reg), -RKV_EINVAL);
+    free(reg);
+    /* The next buffer, maybe at reg's address, is not a stale hit. */
+    float *again = malloc(2 * bytes);
+    assert_non_null(again);
+    assert_int_equal(rkv_client_pull(cli, "big", ids, 4, again), 0);
+    check(again, ids, 4, BIG_LEN, 4);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.cache_hits, st0.cache_hits + 2);
+    assert_int_equal(st.call_regs, st0.call_regs + 5);
+    /* A registration still held at destroy is dropped with the client. */
+    assert_int_equal(rkv_client_register(cli, again, 2 * bytes), 0);
+    rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    free(again);
+    cluster_stop(&c);
+}
+
+static pid_t stray_child;
+
+static void kill_stray_child(void)
+{
+    if (stray_child > 0)
+        kill(stray_child, SIGKILL);
+}
+
+/* Forks a server process and waits until it listens. */
+static pid_t fork_server(struct cluster *c, uint32_t m)
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        struct rkv_config cfg = c->cfg;
+        cfg.machine_id = m;
+        struct rkv_server *s;
+        char err[256];
+        char ok = rkv_server_create(&cfg, 0, &s, err, sizeof(err)) == 0;
+        if (write(ready[1], &ok, 1) != 1 || !ok)
+            _exit(3);
+        close(ready[1]);
+        rkv_server_run(s);
+        rkv_server_destroy(s);
+        _exit(0);
+    }
+    close(ready[1]);
+    stray_child = pid;
+    char ok = 0;
+    ssize_t r = read(ready[0], &ok, 1);
+    close(ready[0]);
+    if (r != 1 || !ok) {
+        waitpid(pid, NULL, 0);
+        fail_msg("the forked server could not start (port taken?)");
+    }
+    return pid;
+}
+
+/* A server that stops answering a zero-copy pull could still write into
+ * the caller's buffer after the call returned: the client closes the
+ * connection before returning, so the buffer can be freed at once; the
+ * server, continued, writes nowhere (ASan would see it), and the next pull
+ * connects again. Same for a push whose rows it never read. */
+static void test_unanswered_request_closes(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1500);
+    /* Fork while this process has one thread (see test_store). */
+    pid_t child = fork_server(&c, 1);
+    cluster_start_server(&c, 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_BIG), 0);
+    push_all(cli, "big", BIG_LEN, 5);
+    uint64_t ids[] = {80, 81, 80};
+    size_t bytes = 3 * BIG_LEN * sizeof(float);
+    for (int kind = 0; kind < 2; kind++) {
+        int st;
+        kill(child, SIGSTOP);
+        assert_int_equal(waitpid(child, &st, WUNTRACED), child);
+        float *buf = malloc(bytes);
+        assert_non_null(buf);
+        fill(buf, ids, 3, BIG_LEN, 6);
+        int rc = kind == 0 ? rkv_client_pull(cli, "big", ids, 3, buf)
+                           : rkv_client_push(cli, "big", ids, 2, buf, RKV_OP_ASSIGN, 0);
+        printf("%s to a stopped server: %s (%s)\n", kind ? "push" : "pull", rkv_strerror(rc),
+               rkv_client_errmsg(cli));
+        assert_int_equal(rc, -RKV_ETIMEDOUT);
+        free(buf);
+        kill(child, SIGCONT);
+        float *again = malloc(bytes);
+        assert_non_null(again);
+        assert_int_equal(rkv_client_pull(cli, "big", ids, 3, again), 0);
+        /* The timed-out push may or may not have been applied. */
+        for (int i = 0; i < 3; i++) {
+            float g = again[i * BIG_LEN] == val(ids[i], 0, 6) ? 6 : 5;
+            check(again + i * BIG_LEN, ids + i, 1, BIG_LEN, g);
+        }
+        free(again);
+    }
+    struct rkv_client_zc_stats st;
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.drops, 2);
+    /* A server that died is not dialled again (no retry_ms): the call after
+     * the one that saw it go fails at once, naming it gone. */
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    stray_child = 0;
+    float *buf = malloc(bytes);
+    assert_non_null(buf);
+    assert_int_equal(rkv_client_pull(cli, "big", ids, 3, buf), -RKV_EPEERDEAD);
+    assert_int_equal(rkv_client_pull(cli, "big", ids, 3, buf), -RKV_EPEERDEAD);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "server 1 is gone"));
+    free(buf);
+    rkv_client_get_zc_stats(cli, &st);
+    assert_int_equal(st.drops, 2);
+    rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    atexit(kill_stray_child);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_regcache_bounds),
+        cmocka_unit_test(test_unanswered_request_closes), /* forks: first threads-free */
+        cmocka_unit_test(test_pull_scattered_duplicates),
+        cmocka_unit_test(test_push_pieces),
+        cmocka_unit_test(test_buffer_freed_between_calls),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
