@@ -104,7 +104,12 @@ static uint64_t flt_decide(struct flt_nic *n, uint64_t now)
                 extra += f->delay_ns;
             }
         } else {
-            /* The first retransmission at or after the end of the window. */
+            /* The first retransmission at or after the end of the window;
+             * a link down for good breaks the connection. */
+            if (f->end_ns == UINT64_MAX) {
+                n->st.held_down++;
+                return UINT64_MAX;
+            }
             uint64_t rto = f->delay_ns, left = f->end_ns - rel;
             uint64_t tries = (left + rto - 1) / rto;
             n->st.held_down++;

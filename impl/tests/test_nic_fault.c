@@ -203,6 +203,11 @@ static void test_link_down(void **state)
     struct rkv_sge s = {.addr = x.bbuf, .len = 1, .mr = x.bmr};
     assert_int_equal(x.b->ops->post_send(x.qb, 1, &s, 1), -RKV_EPEERDEAD);
     fx_close(&x);
+
+    f.end_ns = UINT64_MAX; /* down for good (the retry count once overflowed) */
+    fx_open(&x, &f, 1);
+    assert_int_equal(x.b->ops->post_send(x.qb, 1, &s, 1), -RKV_EPEERDEAD);
+    fx_close(&x);
 }
 
 /* Closing a QP with posts and completions still held frees them and names
