@@ -27,92 +27,16 @@
 #include "rkv.h"
 #include "store/server_int.h"
 
-struct cluster {
-    struct rkv_machine machines[2];
-    struct rkv_config cfg;
-    struct rkv_server *srv[2];
-    pthread_t thr[2];
-    int in_process[2];
-};
+#define TWO_MACHINES_PORT_LO 28000 /* this binary's range */
+#define TWO_MACHINES_PORT_SPAN 1998
+#define TWO_MACHINES_TAG "rkvz"
+#include "two_machines.h"
 
-static uint16_t free_base_port(void)
+/* Every remote part of at least 1 byte goes zero-copy (runs permitting). */
+static void zc_config(struct cluster *c, uint32_t timeout_ms)
 {
-    static uint32_t x; /* test-only: successive calls pick different ports */
-    x = x * 1103515245u + 12345u + (uint32_t)getpid();
-    for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
-        uint16_t base = (uint16_t)(28000 + (x >> 8) % 1998); /* this binary's range */
-        int ok = 1;
-        for (int k = 0; k < 2 && ok; k++) {
-            int fd = socket(AF_INET, SOCK_STREAM, 0);
-            struct sockaddr_in a = {.sin_family = AF_INET,
-                                    .sin_port = htons((uint16_t)(base + k)),
-                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-            ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-            close(fd);
-        }
-        if (ok)
-            return base;
-    }
-    fail_msg("no free ports");
-    return 0;
-}
-
-static void *server_main(void *arg)
-{
-    rkv_server_run(arg);
-    return NULL;
-}
-
-/* Two machines, one server each, one worker on machine 0; every remote
- * part of at least 1 byte goes zero-copy (runs permitting). */
-static void cluster_config(struct cluster *c, uint32_t timeout_ms)
-{
-    memset(c, 0, sizeof(*c));
-    uint16_t base = free_base_port();
-    for (int m = 0; m < 2; m++) {
-        snprintf(c->machines[m].host, sizeof(c->machines[m].host), "127.0.0.1");
-        c->machines[m].base_port = (uint16_t)(base + m);
-        c->machines[m].servers = 1;
-    }
-    rkv_config_defaults(&c->cfg);
-    c->cfg.n_machines = 2;
-    c->cfg.machines = c->machines;
-    c->cfg.n_workers = 1;
-    c->cfg.timeout_ms = timeout_ms;
-    c->cfg.connect_retry_ms = 5000;
-    c->cfg.log_level = 0;
+    cluster_config(c, timeout_ms);
     c->cfg.zero_copy_bytes = 1;
-    snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "rkvz-%d-%u", (int)getpid(), base);
-}
-
-static void cluster_start_server(struct cluster *c, uint32_t m)
-{
-    struct rkv_config cfg = c->cfg;
-    cfg.machine_id = m;
-    char err[256];
-    if (rkv_server_create(&cfg, 0, &c->srv[m], err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
-    c->in_process[m] = 1;
-}
-
-static void cluster_stop(struct cluster *c)
-{
-    for (int m = 0; m < 2; m++) {
-        if (!c->in_process[m])
-            continue;
-        pthread_join(c->thr[m], NULL);
-        rkv_server_destroy(c->srv[m]);
-    }
-}
-
-static struct rkv_client *client_join(struct cluster *c)
-{
-    struct rkv_client *cli;
-    char err[256];
-    if (rkv_client_create(&c->cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("client: %s", err);
-    return cli;
 }
 
 /* 4 KiB rows: a TCP server sends them from the shard, one write per row.
@@ -209,7 +133,7 @@ static void test_pull_scattered_duplicates(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 20000);
+    zc_config(&c, 20000);
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
     struct rkv_client *cli = client_join(&c);
@@ -261,7 +185,7 @@ static void test_push_pieces(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 20000);
+    zc_config(&c, 20000);
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
     struct rkv_client *cli = client_join(&c);
@@ -299,7 +223,7 @@ static void test_buffer_freed_between_calls(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 20000);
+    zc_config(&c, 20000);
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
     struct rkv_client *cli = client_join(&c);
@@ -399,7 +323,7 @@ static void test_unanswered_request_closes(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 1500);
+    zc_config(&c, 1500);
     /* Fork while this process has one thread (see test_store). */
     pid_t child = fork_server(&c, 1);
     cluster_start_server(&c, 0);

@@ -1,0 +1,110 @@
+/* A two-machine cluster in one test process over loopback TCP: one server
+ * per machine (a thread each), workers joining from the test. Shared by
+ * test_store and test_zero_copy; include after cmocka.h and rkv.h. Each
+ * binary names its own port range and shm tag, so parallel ctest runs do
+ * not collide. */
+#ifndef RKV_TEST_TWO_MACHINES_H
+#define RKV_TEST_TWO_MACHINES_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct cluster {
+    struct rkv_machine machines[2];
+    struct rkv_config cfg;
+    struct rkv_server *srv[2];
+    pthread_t thr[2];
+    int in_process[2];
+};
+
+/* Two consecutive free ports in [lo, lo + span), below the ephemeral range
+ * (see rkv demo). */
+static uint16_t free_base_port(uint16_t lo, uint16_t span)
+{
+    static uint32_t x; /* test-only: successive calls pick different ports */
+    x = x * 1103515245u + 12345u + (uint32_t)getpid();
+    for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
+        uint16_t base = (uint16_t)(lo + (x >> 8) % span);
+        int ok = 1;
+        for (int k = 0; k < 2 && ok; k++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in a = {.sin_family = AF_INET,
+                                    .sin_port = htons((uint16_t)(base + k)),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+            ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+            close(fd);
+        }
+        if (ok)
+            return base;
+    }
+    fail_msg("no free ports");
+    return 0;
+}
+
+static void *server_main(void *arg)
+{
+    rkv_server_run(arg);
+    return NULL;
+}
+
+/* Two machines with one server each, one worker on machine 0; rows of
+ * machine 1 always cross the network. Ports come from the binary's range
+ * (TWO_MACHINES_PORT_LO, _SPAN), segments are named after TWO_MACHINES_TAG. */
+static void cluster_config(struct cluster *c, uint32_t timeout_ms)
+{
+    memset(c, 0, sizeof(*c));
+    uint16_t base = free_base_port(TWO_MACHINES_PORT_LO, TWO_MACHINES_PORT_SPAN);
+    for (int m = 0; m < 2; m++) {
+        snprintf(c->machines[m].host, sizeof(c->machines[m].host), "127.0.0.1");
+        c->machines[m].base_port = (uint16_t)(base + m);
+        c->machines[m].servers = 1;
+    }
+    rkv_config_defaults(&c->cfg);
+    c->cfg.n_machines = 2;
+    c->cfg.machines = c->machines;
+    c->cfg.n_workers = 1;
+    c->cfg.timeout_ms = timeout_ms;
+    c->cfg.connect_retry_ms = 5000;
+    c->cfg.log_level = 0;
+    snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "%s-%d-%u", TWO_MACHINES_TAG,
+             (int)getpid(), base);
+}
+
+static void cluster_start_server(struct cluster *c, uint32_t m)
+{
+    struct rkv_config cfg = c->cfg;
+    cfg.machine_id = m;
+    char err[256];
+    int rc = rkv_server_create(&cfg, 0, &c->srv[m], err, sizeof(err));
+    if (rc < 0)
+        fail_msg("%s", err);
+    assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
+    c->in_process[m] = 1;
+}
+
+static void cluster_stop(struct cluster *c)
+{
+    for (int m = 0; m < 2; m++) {
+        if (!c->in_process[m])
+            continue;
+        pthread_join(c->thr[m], NULL);
+        rkv_server_destroy(c->srv[m]);
+    }
+}
+
+static struct rkv_client *client_join(struct cluster *c)
+{
+    struct rkv_client *cli;
+    char err[256];
+    int rc = rkv_client_create(&c->cfg, &cli, err, sizeof(err));
+    if (rc < 0)
+        fail_msg("client: %s", err);
+    return cli;
+}
+
+#endif
