@@ -427,18 +427,17 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
     const struct {
         const char *what, *unit;
         double v;
-    } out[] = {{"push", "GB/s", f.push_gbs},
-               {"pull", "GB/s", f.pull_gbs},
-               {"pushpull", "GB/s", f.pushpull_gbs},
-               {"pull1.p50", "us", f.lat_p50_us},
-               {"pull1.p99", "us", f.lat_p99_us}};
+    } out[] = {{"push", "GB/s", f.push_gbs},         {"pull", "GB/s", f.pull_gbs},
+               {"pushpull", "GB/s", f.pushpull_gbs}, {"pushpipe", "GB/s", f.pushpipe_gbs},
+               {"pull1.p50", "us", f.lat_p50_us},    {"pull1.p99", "us", f.lat_p99_us}};
     for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++) {
+        int throughput = strcmp(out[i].unit, "GB/s") == 0;
         snprintf(name, sizeof(name), "%s.%s.%s", b->mode_name, out[i].what, tag);
         bench_add(b, name, out[i].unit, out[i].v);
-        if (i < 3 && limit) /* throughput: against the limit */
+        if (throughput && limit)
             bench_ratio(b, name, limit);
         /* Two connections at once may use what one stream leaves idle. */
-        if (i < 3 && b->mode == BENCH_TCP && b->have_iperf3 && sh->spm * sh->workers > 1)
+        if (throughput && b->mode == BENCH_TCP && b->have_iperf3 && sh->spm * sh->workers > 1)
             bench_ratio(b, name, "iperf3.2stream");
     }
     return RKV_EXIT_OK;
@@ -548,20 +547,21 @@ static double bench_pslite_gbit(uint32_t bytes, uint32_t spm, uint32_t workers)
 
 static void bench_table_row(const struct bench *b, const struct bench_shape *sh, uint32_t bytes)
 {
-    char sz[16], n[5][BENCH_NAME_LEN], lim[BENCH_NAME_LEN];
+    char sz[16], n[6][BENCH_NAME_LEN], lim[BENCH_NAME_LEN];
     bench_size_name(bytes, sz, sizeof(sz));
-    const char *what[] = {"push", "pull", "pushpull", "pull1.p50", "pull1.p99"};
-    double v[5];
-    for (int i = 0; i < 5; i++) {
+    const char *what[] = {"push", "pull", "pushpull", "pull1.p50", "pull1.p99", "pushpipe"};
+    double v[6];
+    for (int i = 0; i < 6; i++) {
         snprintf(n[i], sizeof(n[i]), "%s.%s.%s.%ux%u", b->mode_name, what[i], sz, sh->spm,
                  sh->workers);
         v[i] = bench_median(b, n[i]);
     }
     bench_limit_name(b, bytes, lim, sizeof(lim));
     double l = bench_median(b, lim), ps = bench_pslite_gbit(bytes, sh->spm, sh->workers);
-    printf("| %s | %ux%u | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f %s | %.2f | %.2f |", sz, sh->spm,
-           sh->workers, v[0], v[1], v[2], v[3], v[4], l, lim, l > 0 ? v[0] / l : 0,
-           l > 0 ? v[1] / l : 0);
+    printf(
+        "| %s | %ux%u | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f %s | %.2f | %.2f | %.2f |",
+        sz, sh->spm, sh->workers, v[0], v[5], v[1], v[2], v[3], v[4], l, lim, l > 0 ? v[0] / l : 0,
+        l > 0 ? v[5] / l : 0, l > 0 ? v[1] / l : 0);
     if (b->mode == BENCH_TCP && ps > 0)
         printf(" %.2f | %.2fx |\n", ps, v[2] * 8 / ps);
     else if (b->mode == BENCH_TCP)
@@ -581,10 +581,11 @@ static void bench_print_table(const struct bench *b)
     printf("\nrkv bench %s: medians of %d runs; SxW = servers per machine x workers, rows on "
            "%s; limits measured in the same run\n\n",
            b->mode_name, b->reps, b->mode == BENCH_SHM ? "this machine" : "the other machine");
-    printf("| size | SxW | push GB/s | pull GB/s | push+pull GB/s | 1-row pull p50 us | "
-           "p99 us | limit GB/s | push/limit | pull/limit |%s\n",
+    printf("| size | SxW | push GB/s | push pipelined GB/s | pull GB/s | push+pull GB/s | 1-row "
+           "pull p50 us | p99 us | limit GB/s | push/limit | pipelined/limit | pull/limit |%s\n",
            b->mode == BENCH_TCP ? " ps-lite push+pull Gbit/s | rkv push+pull vs ps-lite |" : "");
-    printf("|---|---|---|---|---|---|---|---|---|---|%s\n", b->mode == BENCH_TCP ? "---|---|" : "");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+           b->mode == BENCH_TCP ? "---|---|" : "");
     for (int i = 0; i < b->n_sizes; i++)
         for (size_t k = 0; k < n; k++)
             bench_table_row(b, &shapes[k], b->sizes[i]);

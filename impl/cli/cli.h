@@ -81,8 +81,8 @@ struct cli_workload {
 
 struct cli_result {
     uint64_t checks, errors;
-    uint64_t push_bytes, pull_bytes, pushpull_bytes;
-    double push_s, pull_s, pushpull_s;
+    uint64_t push_bytes, pull_bytes, pushpull_bytes, pushpipe_bytes;
+    double push_s, pull_s, pushpull_s, pushpipe_s; /* pushpipe: pushes pipelined */
     double pull_lat_us_p50, pull_lat_us_p99;
 };
 
@@ -94,7 +94,7 @@ int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
 /* What one `rkv demo` cluster measured in its timed phase, over all its
  * workers (impl/cli/demo.c). */
 struct cli_figures {
-    double push_gbs, pull_gbs, pushpull_gbs;
+    double push_gbs, pull_gbs, pushpull_gbs, pushpipe_gbs;
     double lat_p50_us, lat_p99_us; /* one-row pull */
     uint64_t checks, errors;
 };

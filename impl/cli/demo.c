@@ -317,14 +317,16 @@ static int demo_parse_result(const char *out, struct cli_result *res, int *statu
 {
     const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
-    unsigned long long c, e, pb, lb, ppb;
-    if (!line || sscanf(line,
-                        "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
-                        "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
-                        "pushpull_bytes=%llu pushpull_s=%lf",
-                        &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
-                        &res->pull_lat_us_p50, &res->pull_lat_us_p99, &ppb, &res->pushpull_s) != 12)
+    unsigned long long c, e, pb, lb, ppb, qb;
+    if (!line ||
+        sscanf(line,
+               "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
+               "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
+               "pushpull_bytes=%llu pushpull_s=%lf pushpipe_bytes=%llu pushpipe_s=%lf",
+               &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s, &res->pull_lat_us_p50,
+               &res->pull_lat_us_p99, &ppb, &res->pushpull_s, &qb, &res->pushpipe_s) != 14)
         return -1;
+    res->pushpipe_bytes = qb;
     res->checks = c;
     res->errors = e;
     res->push_bytes = pb;
@@ -444,8 +446,8 @@ double cli_limit_memcpy_gbps(size_t block)
  * time; latency is the workers' mean p50 and their worst p99. */
 static void demo_figures(const struct demo *d, struct cli_figures *f)
 {
-    uint64_t pb = 0, lb = 0, ppb = 0;
-    double ps = 0, ls = 0, pps = 0;
+    uint64_t pb = 0, lb = 0, ppb = 0, qb = 0;
+    double ps = 0, ls = 0, pps = 0, qs = 0;
     *f = (struct cli_figures){0};
     for (uint32_t i = 0; i < d->n_workers; i++) {
         const struct cli_result *r = &d->res[i];
@@ -454,6 +456,8 @@ static void demo_figures(const struct demo *d, struct cli_figures *f)
         pb += r->push_bytes;
         lb += r->pull_bytes;
         ppb += r->pushpull_bytes;
+        qb += r->pushpipe_bytes;
+        qs = r->pushpipe_s > qs ? r->pushpipe_s : qs;
         ps = r->push_s > ps ? r->push_s : ps;
         ls = r->pull_s > ls ? r->pull_s : ls;
         pps = r->pushpull_s > pps ? r->pushpull_s : pps;
@@ -463,6 +467,7 @@ static void demo_figures(const struct demo *d, struct cli_figures *f)
     f->push_gbs = ps > 0 ? pb / ps / 1e9 : 0;
     f->pull_gbs = ls > 0 ? lb / ls / 1e9 : 0;
     f->pushpull_gbs = pps > 0 ? ppb / pps / 1e9 : 0;
+    f->pushpipe_gbs = qs > 0 ? qb / qs / 1e9 : 0;
 }
 
 static void demo_report(const struct demo *d, uint64_t value_bytes)

@@ -46,16 +46,49 @@ struct wl_rows {
     uint32_t batch;
 };
 
+/* Pushes in flight in the pipelined pass: a training step pushes several
+ * gradients before it waits for any (ps-lite's ZPush, DGL's push). */
+#define WL_PIPE_DEPTH 4
+
+static void wl_draw(struct wl *x, const struct wl_rows *r, int sweep, uint64_t *next, uint64_t *ids)
+{
+    for (uint32_t i = 0; i < r->batch; i++)
+        ids[i] = r->remote[sweep ? (*next)++ % r->n_remote : rkv_rng_below(&x->rng, r->n_remote)];
+}
+
+/* `ops` pushes, up to WL_PIPE_DEPTH in flight. */
+static int wl_pass_pipelined(struct wl *x, const struct wl_rows *r, uint64_t ops)
+{
+    uint64_t ids[WL_PIPE_DEPTH][64], next = 0;
+    struct rkv_pending *inflight[WL_PIPE_DEPTH] = {0};
+    int rc = 0;
+    for (uint64_t o = 0; o < ops + WL_PIPE_DEPTH; o++) {
+        uint32_t k = (uint32_t)(o % WL_PIPE_DEPTH);
+        if (inflight[k]) {
+            int wrc = rkv_client_wait(x->cli, inflight[k]);
+            inflight[k] = NULL;
+            rc = rc ? rc : wrc;
+        }
+        if (o >= ops || rc < 0)
+            continue; /* draining */
+        wl_draw(x, r, 0, &next, ids[k]);
+        rc = rkv_client_push_async(x->cli, "t_bench", ids[k], r->batch, r->buf, RKV_OP_ASSIGN, 0,
+                                   &inflight[k]);
+    }
+    return rc;
+}
+
 /* `ops` calls of one kind: 0 push, 1 pull, 2 push then pull of the same
- * rows (a training step's pattern: both directions' bytes count). Random
- * rows when `sweep` is 0, else every row in turn. */
+ * rows (a training step's pattern: both directions' bytes count), 3 push
+ * pipelined. Random rows when `sweep` is 0, else every row in turn. */
 static int wl_pass(struct wl *x, const struct wl_rows *r, int kind, uint64_t ops, int sweep)
 {
-    uint64_t ids[64];
+    if (kind == 3)
+        return wl_pass_pipelined(x, r, ops);
+    uint64_t ids[64], next = 0;
     int rc = 0;
-    for (uint64_t o = 0, next = 0; o < ops && rc == 0; o++) {
-        for (uint32_t i = 0; i < r->batch; i++)
-            ids[i] = r->remote[sweep ? next++ % r->n_remote : rkv_rng_below(&x->rng, r->n_remote)];
+    for (uint64_t o = 0; o < ops && rc == 0; o++) {
+        wl_draw(x, r, sweep, &next, ids);
         if (kind != 1)
             rc = rkv_client_push(x->cli, "t_bench", ids, r->batch, r->buf, RKV_OP_ASSIGN, 0);
         if (kind != 0 && rc == 0)
@@ -99,16 +132,18 @@ static int wl_bench(struct wl *x)
         memset(r.buf, 1, per_op);
         rc = wl_pass(x, &r, 2, (r.n_remote + r.batch - 1) / r.batch, 1);
     }
-    for (int kind = 0; kind < 3 && rc == 0; kind++) {
+    for (int kind = 0; kind < 4 && rc == 0; kind++) {
         double t0 = wl_now();
         rc = wl_pass(x, &r, kind, ops, 0);
         double dt = wl_now() - t0;
         uint64_t *bytes = kind == 0   ? &x->res->push_bytes
                           : kind == 1 ? &x->res->pull_bytes
-                                      : &x->res->pushpull_bytes;
+                          : kind == 2 ? &x->res->pushpull_bytes
+                                      : &x->res->pushpipe_bytes;
         double *secs = kind == 0   ? &x->res->push_s
                        : kind == 1 ? &x->res->pull_s
-                                   : &x->res->pushpull_s;
+                       : kind == 2 ? &x->res->pushpull_s
+                                   : &x->res->pushpipe_s;
         *bytes = (kind == 2 ? 2 : 1) * ops * per_op;
         *secs = dt;
     }

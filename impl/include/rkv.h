@@ -193,6 +193,24 @@ int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_
  * this client's pulls and, after a barrier, to everyone's). */
 int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param);
+/* A push in flight. */
+struct rkv_pending;
+/* The same push, returning once it is sent (rows of this machine's shard
+ * are applied already): several in flight overlap one's transfer with the
+ * servers' work on the others, as ps-lite's ZPush and DGL's push do.
+ * ids and rows are read until rkv_client_wait(*pending_p) returns (the NIC
+ * may send rows in place, and a retry sends them again): keep both valid
+ * and unchanged that long. Pushes to one row apply in issue order, and a
+ * pull sees every push issued before it. Errors found before anything was
+ * sent are returned here (*pending_p is then NULL); the others by the wait,
+ * which every pending push needs exactly once (rkv_client_destroy frees
+ * the ones never waited for). A barrier first waits for this client's
+ * pushes in flight. */
+int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **pending_p);
+/* Waits for the acks of a push (or the timeout) and frees it; returns as
+ * rkv_client_push would have. */
+int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
 /* Registers addr..addr+len for zero-copy pushes and pulls (see
  * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or
  * rkv_client_destroy: calls whose rows lie inside it skip registering

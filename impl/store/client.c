@@ -41,6 +41,11 @@ struct cli_req {
 /* One write's length is 32 bits at the NIC seam. */
 #define CLI_ZC_MAX_PIECE_BYTES (1u << 30)
 
+struct cli_pin {
+    uint32_t srv;
+    uint32_t n;
+};
+
 struct cli_server {
     struct rkv_peer *peer;
     uint32_t id, machine;
@@ -85,6 +90,12 @@ struct rkv_client {
     uint32_t connect_budget_ms;
     struct rkv_regcache regs; /* rkv_client_register; the application thread's */
     struct rkv_client_zc_stats zst;
+    /* Pushes in flight (rkv_client_push_async), and per machine the server they went to and how
+     * many are out: calls to that machine go to the same server while any is, so per-QP order keeps
+     * pushes to one row applied in issue order and visible to later pulls
+     * (servers of one machine do not order each other's work). */
+    struct rkv_pending *pending;
+    struct cli_pin *pins;
     char err[256];
 };
 
@@ -651,11 +662,18 @@ static void cli_groups_free(struct cli_groups *g)
 }
 
 /* Spreads a machine's load over its servers, as DGL does. */
-static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
+static struct cli_server *cli_pick_any(struct rkv_client *c, uint32_t machine)
 {
     uint32_t first = rkv_cfg_server_id(&c->cfg, machine, 0);
     uint32_t k = (uint32_t)rkv_rng_below(&c->port->rng, c->cfg.machines[machine].servers);
     return &c->servers[first + k];
+}
+
+/* The server pushes in flight to the machine went to, else any. */
+static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
+{
+    const struct cli_pin *pin = &c->pins[machine];
+    return pin->n ? &c->servers[pin->srv] : cli_pick_any(c, machine);
 }
 
 static int cli_check_size(struct rkv_client *c, const struct rkv_tensor *t, size_t n)
@@ -780,7 +798,7 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
     ro.seq = seq == LOST_FRESH ? 0 : seq;
     for (uint32_t attempt = 1;; attempt++) {
         uint64_t now = po->now_ns(c->port);
-        struct cli_server *srv = cli_pick(c, m);
+        struct cli_server *srv = cli_pick_any(c, m);
         int rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 0);
         struct cli_req *r = NULL;
         if (rc == 0)
@@ -1000,45 +1018,135 @@ static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint
     return 0;
 }
 
-int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                    const void *rows, int op, double param)
+/* A push in flight: what its wait needs. */
+struct rkv_pending {
+    struct rkv_pending *prev, *next; /* the client's list, oldest first */
+    struct cli_op o;
+    struct cli_groups g;
+    struct cli_req **reqs; /* n_machines */
+    uint64_t *lost;        /* n_machines */
+    size_t nreq;
+    int rc; /* of sending and of the local part */
+    int call_reg;
+};
+
+static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else if (c->pending == p)
+        c->pending = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    cli_groups_free(&p->g);
+    free(p->reqs);
+    free(p->lost);
+    free(p);
+}
+
+static void cli_pin(struct rkv_client *c, const struct rkv_pending *p, int delta)
+{
+    for (size_t i = 0; i < p->nreq; i++) {
+        struct cli_pin *pin = &c->pins[p->reqs[i]->srv->machine];
+        assert(delta > 0 || pin->n > 0);
+        if (delta > 0 && pin->n == 0)
+            pin->srv = p->reqs[i]->srv->id;
+        pin->n = (uint32_t)((int)pin->n + delta);
+    }
+}
+
+/* Sends the remote parts of a push and applies the local one; the wait
+ * (cli_push_finish) collects the acks. On failure nothing is left. */
+static int cli_push_start(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **p_out)
 {
     struct rkv_tensor *t;
-    struct cli_groups g = {0};
     int rc = cli_tensor(c, name, &t);
     if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
-    if ((rc = cli_group(c, t, ids, n, &g)) < 0)
-        goto free_groups;
-    struct cli_req *reqs[RKV_MAX_MACHINES];
-    uint64_t lost[RKV_MAX_MACHINES];
-    size_t nreq;
+    struct rkv_pending *p = calloc(1, sizeof(*p));
+    if (p) {
+        p->reqs = calloc(c->cfg.n_machines, sizeof(*p->reqs));
+        p->lost = calloc(c->cfg.n_machines, sizeof(*p->lost));
+    }
+    if (!p || !p->reqs || !p->lost) {
+        rc = rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "push: out of memory");
+        goto free_pending;
+    }
+    if ((rc = cli_group(c, t, ids, n, &p->g)) < 0)
+        goto free_pending;
     uint32_t local = c->cfg.machine_id;
     /* Durable mode: the ack of a server is the promise, so co-located rows
      * take the network too. */
-    struct cli_op o = {.t = t,
-                       .ids = ids,
-                       .rows = rows,
-                       .op = op,
-                       .param = param,
-                       .via_server = c->cfg.durable_dir[0] != 0};
-    int call_reg;
-    cli_zc_begin(c, &g, &o, n, &call_reg);
-    rc = cli_fanout(c, &o, &g, cli_push_remote, reqs, &nreq, lost);
-    uint32_t lcnt = g.start[local + 1] - g.start[local];
-    if (rc == 0 && t->mapped && lcnt > 0 && !o.via_server)
-        rc = cli_push_local(c, t, ids, rows, g.order + g.start[local], lcnt, op, param);
-    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "push");
-    cli_abandon_slots(c, reqs, nreq);
-    if (rc == 0)
-        rc = cli_settle(c, &o, &g, cli_push_remote, reqs, nreq, lost, wrc, "push");
-    cli_release(c, reqs, nreq);
-    cli_zc_end(c, &o, call_reg);
-free_groups:
-    cli_groups_free(&g);
+    p->o = (struct cli_op){.t = t,
+                           .ids = ids,
+                           .rows = rows,
+                           .op = op,
+                           .param = param,
+                           .via_server = c->cfg.durable_dir[0] != 0};
+    cli_zc_begin(c, &p->g, &p->o, n, &p->call_reg);
+    rc = cli_fanout(c, &p->o, &p->g, cli_push_remote, p->reqs, &p->nreq, p->lost);
+    uint32_t lcnt = p->g.start[local + 1] - p->g.start[local];
+    if (rc == 0 && t->mapped && lcnt > 0 && !p->o.via_server)
+        rc = cli_push_local(c, t, ids, rows, p->g.order + p->g.start[local], lcnt, op, param);
+    p->rc = rc;
+    cli_pin(c, p, 1);
+    p->next = c->pending;
+    if (p->next)
+        p->next->prev = p;
+    c->pending = p;
+    *p_out = p;
+    return 0;
+free_pending:
+    if (p)
+        cli_pending_free(c, p);
     return rc;
+}
+
+static int cli_push_finish(struct rkv_client *c, struct rkv_pending *p)
+{
+    int rc = p->rc;
+    int wrc = cli_wait_keep(c, p->reqs, p->nreq, c->cfg.timeout_ms, "push");
+    cli_abandon_slots(c, p->reqs, p->nreq);
+    if (rc == 0)
+        rc = cli_settle(c, &p->o, &p->g, cli_push_remote, p->reqs, p->nreq, p->lost, wrc, "push");
+    cli_pin(c, p, -1);
+    cli_release(c, p->reqs, p->nreq);
+    cli_zc_end(c, &p->o, p->call_reg);
+    cli_pending_free(c, p);
+    return rc;
+}
+
+int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **pending_p)
+{
+    *pending_p = NULL;
+    return cli_push_start(c, name, ids, n, rows, op, param, pending_p);
+}
+
+int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
+{
+    if (!pending)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
+    return cli_push_finish(c, pending);
+}
+
+int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                    const void *rows, int op, double param)
+{
+    struct rkv_pending *p;
+    int rc = cli_push_start(c, name, ids, n, rows, op, param, &p);
+    return rc < 0 ? rc : cli_push_finish(c, p);
+}
+
+/* Every push in flight answered or timed out (their own waits still report
+ * how): what a barrier promises covers them. */
+static void cli_settle_pending(struct rkv_client *c)
+{
+    for (struct rkv_pending *p = c->pending; p; p = p->next)
+        (void)cli_wait_keep(c, p->reqs, p->nreq, c->cfg.timeout_ms, "push");
 }
 
 /* The reply slot of a server, grown when a reply needs more room. After a
@@ -1271,6 +1379,7 @@ int rkv_client_barrier(struct rkv_client *c)
 {
     struct rkv_hdr h = {.type = RKV_MSG_BARRIER};
     struct cli_req *r;
+    cli_settle_pending(c);
     int rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "barrier");
     if (rc < 0)
         return rc;
@@ -1353,8 +1462,9 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     c->n_servers = rkv_cfg_n_servers(cfg);
     c->machines = calloc(cfg->n_machines, sizeof(*c->machines));
     c->servers = calloc(c->n_servers, sizeof(*c->servers));
+    c->pins = calloc(cfg->n_machines, sizeof(*c->pins));
     rc = -RKV_ENOMEM;
-    if (!c->machines || !c->servers)
+    if (!c->machines || !c->servers || !c->pins)
         goto free_client;
     memcpy(c->machines, cfg->machines, cfg->n_machines * sizeof(*c->machines));
     c->cfg.machines = c->machines;
@@ -1391,6 +1501,7 @@ destroy_mutex:
 free_client:
     free(c->machines);
     free(c->servers);
+    free(c->pins);
     free(c);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
@@ -1465,7 +1576,12 @@ void rkv_client_destroy(struct rkv_client *c)
     if (!c)
         return;
     rkv_engine_destroy(c->eng);
-    /* The QPs are closed: no peer can write into registered memory now. */
+    /* The QPs are closed: no peer can write into registered memory now, nor
+     * read the rows of a push nobody waited for. */
+    while (c->pending) {
+        cli_zc_end(c, &c->pending->o, c->pending->call_reg);
+        cli_pending_free(c, c->pending);
+    }
     rkv_regcache_fini(&c->regs);
     for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
         if (c->tensors[i]) {
@@ -1484,5 +1600,6 @@ void rkv_client_destroy(struct rkv_client *c)
         rkv_node_close(c->port, c->nic);
     free(c->machines);
     free(c->servers);
+    free(c->pins);
     free(c);
 }

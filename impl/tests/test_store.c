@@ -106,7 +106,7 @@ static void test_handlers_end_to_end(void **state)
     cluster_start_server(&c, 1);
     int srv_calls = 0, cli_calls = 0;
     for (int m = 0; m < 2; m++)
-        assert_int_equal(rkv_server_register_handler(c.srv[m], RKV_OP_CUSTOM, h_max, &srv_calls),
+        assert_int_equal(rkv_server_register_handler(c.srv[m][0], RKV_OP_CUSTOM, h_max, &srv_calls),
                          0);
     struct rkv_client *cli = client_join(&c);
     assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_max, &cli_calls), 0);
@@ -527,6 +527,60 @@ static void test_barrier_fails_when_a_worker_leaves(void **state)
     cluster_stop(&c);
 }
 
+/* Pushes in flight, two servers per machine: the ones to a row apply in
+ * issue order and a pull issued after them sees them all (calls to a
+ * machine stay on one server while pushes are out), a barrier covers them,
+ * and a push nobody waited for is freed with the client. */
+static void test_push_async(void **state)
+{
+    (void)state;
+    enum { N = 8 };
+    struct cluster c;
+    cluster_config_spm(&c, 5000, 2);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct rkv_pending *p[N], *none = (struct rkv_pending *)&c;
+    assert_int_equal(rkv_client_push_async(cli, "nope", NULL, 0, NULL, RKV_OP_ASSIGN, 0, &none),
+                     -RKV_ENOTENSOR);
+    assert_null(none);
+    assert_int_equal(rkv_client_wait(cli, NULL), -RKV_EINVAL);
+    for (int round = 0; round < 20; round++) {
+        uint64_t id[1] = {77};
+        float rows[N][4], got[4];
+        for (int k = 0; k < N; k++) {
+            for (int j = 0; j < 4; j++)
+                rows[k][j] = (float)(round * 100 + k * 10 + j);
+            assert_int_equal(
+                rkv_client_push_async(cli, "t", id, 1, rows[k], RKV_OP_ASSIGN, 0, &p[k]), 0);
+        }
+        assert_int_equal(rkv_client_pull(cli, "t", id, 1, got), 0);
+        assert_memory_equal(got, rows[N - 1], sizeof(got));
+        for (int k = 0; k < N; k++)
+            assert_int_equal(rkv_client_wait(cli, p[k]), 0);
+    }
+    /* Sums on both machines, waited for in another order than issued. */
+    uint64_t ids[2] = {3, 60};
+    float zero[8] = {0}, one[8], got[8];
+    for (int j = 0; j < 8; j++)
+        one[j] = 1.0f;
+    assert_int_equal(rkv_client_push(cli, "t", ids, 2, zero, RKV_OP_ASSIGN, 0), 0);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, one, RKV_OP_SUM, 0, &p[k]), 0);
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    for (int k = N - 1; k >= 0; k--)
+        assert_int_equal(rkv_client_wait(cli, p[k]), 0);
+    assert_int_equal(rkv_client_pull(cli, "t", ids, 2, got), 0);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == (float)N);
+    /* One left in flight: rkv_client_destroy frees it (LSan checks). */
+    assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, one, RKV_OP_SUM, 0, &p[0]), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -540,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_garbage_sockets),
         cmocka_unit_test(test_server_killed_or_hung),
         cmocka_unit_test(test_barrier_fails_when_a_worker_leaves),
+        cmocka_unit_test(test_push_async),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
 /* A two-machine cluster in one test process over loopback TCP: one server
- * per machine (a thread each), workers joining from the test. Shared by
+ * per machine (cluster_config_spm: up to 2; a thread each), workers joining
+ * from the test. Shared by
  * test_store and test_zero_copy; include after cmocka.h and rkv.h. Each
  * binary names its own port range and shm tag, so parallel ctest runs do
  * not collide. */
@@ -14,24 +15,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define TM_MAX_SPM 2
+
 struct cluster {
     struct rkv_machine machines[2];
     struct rkv_config cfg;
-    struct rkv_server *srv[2];
-    pthread_t thr[2];
+    uint32_t spm;
+    struct rkv_server *srv[2][TM_MAX_SPM];
+    pthread_t thr[2][TM_MAX_SPM];
     int in_process[2];
 };
 
-/* Two consecutive free ports in [lo, lo + span), below the ephemeral range
+/* n consecutive free ports in [lo, lo + span), below the ephemeral range
  * (see rkv demo). */
-static uint16_t free_base_port(uint16_t lo, uint16_t span)
+static uint16_t free_base_port(uint16_t lo, uint16_t span, int n)
 {
     static uint32_t x; /* test-only: successive calls pick different ports */
     x = x * 1103515245u + 12345u + (uint32_t)getpid();
     for (int attempt = 0; attempt < 200; attempt++, x = x * 1103515245u + 12345u) {
         uint16_t base = (uint16_t)(lo + (x >> 8) % span);
         int ok = 1;
-        for (int k = 0; k < 2 && ok; k++) {
+        for (int k = 0; k < n && ok; k++) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
             struct sockaddr_in a = {.sin_family = AF_INET,
                                     .sin_port = htons((uint16_t)(base + k)),
@@ -52,17 +56,19 @@ static void *server_main(void *arg)
     return NULL;
 }
 
-/* Two machines with one server each, one worker on machine 0; rows of
+/* Two machines with spm servers each, one worker on machine 0; rows of
  * machine 1 always cross the network. Ports come from the binary's range
  * (TWO_MACHINES_PORT_LO, _SPAN), segments are named after TWO_MACHINES_TAG. */
-static void cluster_config(struct cluster *c, uint32_t timeout_ms)
+static void cluster_config_spm(struct cluster *c, uint32_t timeout_ms, uint32_t spm)
 {
+    assert_true(spm >= 1 && spm <= TM_MAX_SPM);
     memset(c, 0, sizeof(*c));
-    uint16_t base = free_base_port(TWO_MACHINES_PORT_LO, TWO_MACHINES_PORT_SPAN);
-    for (int m = 0; m < 2; m++) {
+    c->spm = spm;
+    uint16_t base = free_base_port(TWO_MACHINES_PORT_LO, TWO_MACHINES_PORT_SPAN, 2 * (int)spm);
+    for (uint32_t m = 0; m < 2; m++) {
         snprintf(c->machines[m].host, sizeof(c->machines[m].host), "127.0.0.1");
-        c->machines[m].base_port = (uint16_t)(base + m);
-        c->machines[m].servers = 1;
+        c->machines[m].base_port = (uint16_t)(base + m * spm);
+        c->machines[m].servers = spm;
     }
     rkv_config_defaults(&c->cfg);
     c->cfg.n_machines = 2;
@@ -75,15 +81,23 @@ static void cluster_config(struct cluster *c, uint32_t timeout_ms)
              (int)getpid(), base);
 }
 
+static void cluster_config(struct cluster *c, uint32_t timeout_ms)
+{
+    cluster_config_spm(c, timeout_ms, 1);
+}
+
+/* Every server of machine m. */
 static void cluster_start_server(struct cluster *c, uint32_t m)
 {
     struct rkv_config cfg = c->cfg;
     cfg.machine_id = m;
     char err[256];
-    int rc = rkv_server_create(&cfg, 0, &c->srv[m], err, sizeof(err));
-    if (rc < 0)
-        fail_msg("%s", err);
-    assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
+    for (uint32_t l = 0; l < c->spm; l++) {
+        int rc = rkv_server_create(&cfg, l, &c->srv[m][l], err, sizeof(err));
+        if (rc < 0)
+            fail_msg("%s", err);
+        assert_int_equal(pthread_create(&c->thr[m][l], NULL, server_main, c->srv[m][l]), 0);
+    }
     c->in_process[m] = 1;
 }
 
@@ -92,8 +106,10 @@ static void cluster_stop(struct cluster *c)
     for (int m = 0; m < 2; m++) {
         if (!c->in_process[m])
             continue;
-        pthread_join(c->thr[m], NULL);
-        rkv_server_destroy(c->srv[m]);
+        for (uint32_t l = 0; l < c->spm; l++) {
+            pthread_join(c->thr[m][l], NULL);
+            rkv_server_destroy(c->srv[m][l]);
+        }
     }
 }
 
