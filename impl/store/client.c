@@ -90,10 +90,11 @@ struct rkv_client {
     uint32_t connect_budget_ms;
     struct rkv_regcache regs; /* rkv_client_register; the application thread's */
     struct rkv_client_zc_stats zst;
-    /* Pushes in flight (rkv_client_push_async), and per machine the server they went to and how
-     * many are out: calls to that machine go to the same server while any is, so per-QP order keeps
-     * pushes to one row applied in issue order and visible to later pulls
-     * (servers of one machine do not order each other's work). */
+    /* Pushes in flight (rkv_client_push_async), and per machine the server
+     * they went to and how many are out: calls to that machine go to the
+     * same server while any is, so per-QP order keeps pushes to one row
+     * applied in issue order and visible to later pulls (servers of one
+     * machine do not order each other's work). */
     struct rkv_pending *pending;
     struct cli_pin *pins;
     char err[256];
