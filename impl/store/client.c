@@ -1168,28 +1168,41 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need
     return 0;
 }
 
+/* A pull request of cnt rows to srv (type PULL or PULL_ZC, len bytes),
+ * its header set: the caller encodes it into *buf_p and submits. */
+static int cli_pull_begin(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
+                          uint16_t type, uint32_t cnt, uint64_t len, struct cli_req **r_p,
+                          struct rkv_tx **tx_p, struct rkv_hdr *h)
+{
+    int expect = type == RKV_MSG_PULL_ZC ? RKV_MSG_PULL_DONE : RKV_MSG_PULL_REPLY;
+    int rc = cli_begin(c, srv, expect, 0, len, "pull", r_p, tx_p);
+    if (rc < 0)
+        return rc;
+    (*r_p)->count = cnt;
+    (*r_p)->row_bytes = o->t->row_bytes;
+    *h = (struct rkv_hdr){.type = type,
+                          .req_id = (*r_p)->id,
+                          .tensor_id = o->t->meta.id,
+                          .sender = RKV_CLIENT_NODE_BASE + c->id,
+                          .count = cnt,
+                          .row_bytes = (uint32_t)o->t->row_bytes};
+    return 0;
+}
+
 /* A pull whose rows the server writes straight into the caller's buffer
  * (each at its position), then says PULL_DONE. */
 static int cli_pull_zc(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
                        const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
 {
-    const struct rkv_tensor *t = o->t;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 12;
     struct cli_req *r;
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_PULL_DONE, 0, len, "pull", &r, &tx);
+    struct rkv_hdr h;
+    int rc = cli_pull_begin(c, o, srv, RKV_MSG_PULL_ZC, cnt, len, &r, &tx, &h);
     if (rc < 0)
         return rc;
     r->zc = 1;
-    r->count = cnt;
-    r->row_bytes = t->row_bytes;
     uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PULL_ZC,
-                        .req_id = r->id,
-                        .tensor_id = t->meta.id,
-                        .sender = RKV_CLIENT_NODE_BASE + c->id,
-                        .count = cnt,
-                        .row_bytes = (uint32_t)t->row_bytes};
     struct rkv_slot_desc dst = {
         .addr = (uint64_t)(uintptr_t)o->out, .rkey = o->mr->rkey, .cap = o->span};
     rkv_proto_enc_pull_zc(buf, &h, &dst, NULL, NULL);
@@ -1208,14 +1221,12 @@ static int cli_pull_zc(struct rkv_client *c, const struct cli_op *o, struct cli_
 static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
                            const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
 {
-    const struct rkv_tensor *t = o->t;
-    const uint64_t *ids = o->ids;
     int rc = cli_alive(c, srv, "pull");
     if (rc < 0)
         return rc;
     if (cli_zc_part(c, o, pos, cnt))
         return cli_pull_zc(c, o, srv, pos, cnt, req_p);
-    uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * t->row_bytes;
+    uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * o->t->row_bytes;
     rc = cli_ensure(c, srv);
     if (rc == 0)
         rc = cli_pslot(c, srv, need);
@@ -1224,23 +1235,16 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
     struct cli_req *r;
     struct rkv_tx *tx;
-    if ((rc = cli_begin(c, srv, RKV_MSG_PULL_REPLY, 0, len, "pull", &r, &tx)) < 0)
+    struct rkv_hdr h;
+    if ((rc = cli_pull_begin(c, o, srv, RKV_MSG_PULL, cnt, len, &r, &tx, &h)) < 0)
         return rc;
     r->out = o->out;
     r->pos = pos;
-    r->count = cnt;
-    r->row_bytes = t->row_bytes;
     uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PULL,
-                        .req_id = r->id,
-                        .tensor_id = t->meta.id,
-                        .sender = RKV_CLIENT_NODE_BASE + c->id,
-                        .count = cnt,
-                        .row_bytes = (uint32_t)t->row_bytes};
     rkv_proto_enc_pull(buf, &h, &srv->pslot, NULL);
     uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES);
     for (uint32_t i = 0; i < cnt; i++)
-        wids[i] = ids[pos[i]];
+        wids[i] = o->ids[pos[i]];
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
