@@ -325,15 +325,14 @@ static void twin_server(int argc, char **argv);
 
 /* A machine loss takes the machine's shared memory (its segment and every
  * tensor's shard): a restarted server has only its snapshot. */
+static void twin_shm_unlink(void *user, const char *name)
+{
+    sim_world_shm_unlink(user, name);
+}
+
 static void twin_lose_machine(struct twin *t, uint32_t machine)
 {
-    char name[128];
-    rkv_mach_name(name, sizeof(name), t->cfg.shm_prefix, machine);
-    sim_world_shm_unlink(&t->w, name);
-    for (uint32_t i = 1; i <= t->sc->n_tensors; i++) {
-        rkv_shard_name(name, sizeof(name), t->cfg.shm_prefix, machine, i);
-        sim_world_shm_unlink(&t->w, name);
-    }
+    rkv_mach_each_segment(t->cfg.shm_prefix, machine, t->sc->n_tensors, twin_shm_unlink, &t->w);
 }
 
 /* The restart actor: waits, then runs the server again on its host with

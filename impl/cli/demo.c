@@ -81,15 +81,15 @@ static int demo_kill_due(struct demo *d);
 
 /* A machine loss: its shared memory (the machine segment and every
  * tensor's shard) goes with the server, so a restart has only the snapshot. */
+static void demo_shm_unlink(void *user, const char *name)
+{
+    (void)user;
+    shm_unlink(name);
+}
+
 static void demo_lose_machine(const struct demo *d, uint32_t machine)
 {
-    char name[128];
-    rkv_mach_name(name, sizeof(name), d->shm_prefix, machine);
-    shm_unlink(name);
-    for (uint32_t t = 1; t <= d->n_tensors; t++) {
-        rkv_shard_name(name, sizeof(name), d->shm_prefix, machine, t);
-        shm_unlink(name);
-    }
+    rkv_mach_each_segment(d->shm_prefix, machine, d->n_tensors, demo_shm_unlink, NULL);
 }
 
 /* Starts the crashed servers whose restart came due; returns how long

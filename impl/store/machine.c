@@ -24,6 +24,18 @@ void rkv_mach_name(char *buf, size_t len, const char *prefix, uint32_t machine)
     snprintf(buf, len, "/%s-m%u-meta", prefix, machine);
 }
 
+void rkv_mach_each_segment(const char *prefix, uint32_t machine, uint32_t n_tensors,
+                           void (*fn)(void *user, const char *name), void *user)
+{
+    char name[128];
+    rkv_mach_name(name, sizeof(name), prefix, machine);
+    fn(user, name);
+    for (uint32_t t = 1; t <= n_tensors; t++) {
+        rkv_shard_name(name, sizeof(name), prefix, machine, t);
+        fn(user, name);
+    }
+}
+
 static size_t mach_bytes(uint32_t n_clients)
 {
     return sizeof(struct rkv_mach_hdr) + (size_t)n_clients * sizeof(struct rkv_mach_client);

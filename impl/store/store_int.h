@@ -158,6 +158,11 @@ int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine,
 uint32_t rkv_mach_reclaim(struct rkv_mach *mc);
 void rkv_mach_close(struct rkv_mach *mc);
 void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine);
+/* Calls fn with the name of every shared-memory segment of a machine whose
+ * tensors have ids 1..n_tensors: the machine segment, then each shard. What
+ * a machine loss takes, for the launcher and the twin to remove. */
+void rkv_mach_each_segment(const char *prefix, uint32_t machine, uint32_t n_tensors,
+                           void (*fn)(void *user, const char *name), void *user);
 /* Spin on a lock word in shared memory, yielding (and, after a while,
  * sleeping: a snapshot holds its lock across an fsync) between tries. */
 void rkv_spin_lock(struct rkv_port *port, atomic_uint *w, uint32_t owner);
