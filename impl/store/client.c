@@ -84,6 +84,11 @@ struct rkv_client {
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
     struct rkv_regcache regs; /* rkv_client_register; the application thread's */
+    /* cli_group's arrays, kept from call to call (grown, never shrunk) so a
+     * push or pull allocates nothing; the application thread's. */
+    uint32_t *grp_order, *grp_mach; /* grp_cap entries each */
+    uint32_t *grp_start;            /* n_machines + 1 */
+    size_t grp_cap;
     struct rkv_client_zc_stats zst;
     char err[256];
 };
@@ -602,52 +607,63 @@ int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_me
 /* ---- push / pull ---- */
 
 /* Rows of one request grouped by machine: order[] lists request positions
- * machine by machine, start[m]..start[m+1] is machine m's range. */
+ * machine by machine, start[m]..start[m+1] is machine m's range. Both are
+ * the client's (grp_*), valid until its next push or pull. */
 struct cli_groups {
-    uint32_t *order;
-    uint32_t *start; /* n_machines + 1 */
+    const uint32_t *order;
+    const uint32_t *start; /* n_machines + 1 */
 };
+
+/* Room in the client's grouping arrays for n positions. */
+static int cli_group_room(struct rkv_client *c, size_t n)
+{
+    if (!c->grp_start) {
+        c->grp_start = malloc(((size_t)c->cfg.n_machines + 1) * sizeof(*c->grp_start));
+        if (!c->grp_start)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    }
+    if (n <= c->grp_cap)
+        return 0;
+    uint32_t *order = realloc(c->grp_order, n * sizeof(*order));
+    if (order)
+        c->grp_order = order;
+    uint32_t *mach = order ? realloc(c->grp_mach, n * sizeof(*mach)) : NULL;
+    if (!mach)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    c->grp_mach = mach;
+    c->grp_cap = n;
+    return 0;
+}
 
 static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uint64_t *ids,
                      size_t n, struct cli_groups *g)
 {
     uint32_t M = c->cfg.n_machines;
-    g->order = malloc(n * sizeof(*g->order));
-    g->start = calloc((size_t)M + 1, sizeof(*g->start));
-    uint32_t *mach = malloc(n * sizeof(*mach));
-    if (!g->order || !g->start || !mach) {
-        free(mach);
-        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    }
+    int rc = cli_group_room(c, n);
+    if (rc < 0)
+        return rc;
+    uint32_t *start = c->grp_start, *mach = c->grp_mach, *order = c->grp_order;
+    memset(start, 0, ((size_t)M + 1) * sizeof(*start));
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] >= t->meta.rows) {
-            free(mach);
+        if (ids[i] >= t->meta.rows)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ERANGE,
                             "tensor '%s': row id %llu at position %zu out of range (rows %llu)",
                             t->meta.name, (unsigned long long)ids[i], i,
                             (unsigned long long)t->meta.rows);
-        }
         mach[i] = rkv_pbook_machine(&t->pb, ids[i]);
-        g->start[mach[i] + 1]++;
+        start[mach[i] + 1]++;
     }
     for (uint32_t m = 0; m < M; m++)
-        g->start[m + 1] += g->start[m];
-    uint32_t *fill = calloc(M, sizeof(*fill));
-    if (!fill) {
-        free(mach);
-        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    }
+        start[m + 1] += start[m];
+    /* start[m] serves as machine m's fill cursor, then moves back one slot. */
     for (size_t i = 0; i < n; i++)
-        g->order[g->start[mach[i]] + fill[mach[i]]++] = (uint32_t)i;
-    free(fill);
-    free(mach);
+        order[start[mach[i]]++] = (uint32_t)i;
+    memmove(start + 1, start, (size_t)M * sizeof(*start));
+    start[0] = 0;
+    assert(start[M] == n);
+    g->order = order;
+    g->start = start;
     return 0;
-}
-
-static void cli_groups_free(struct cli_groups *g)
-{
-    free(g->order);
-    free(g->start);
 }
 
 /* Spreads a machine's load over its servers, as DGL does. */
@@ -872,6 +888,29 @@ static int cli_settle(struct rkv_client *c, const struct cli_op *o, const struct
     return any ? rc : wrc;
 }
 
+/* The end of a push or pull whose first round sent reqs[0..nreq) (rc: how
+ * the rest of the call went): waits for them, retries what was lost when
+ * configured, releases them. A call that sent nothing (every row in this
+ * machine's shard, nothing lost) has nothing to wait for or release, and
+ * skips the client's lock. */
+static int cli_finish(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
+                      cli_remote_fn fn, struct cli_req **reqs, size_t nreq, uint64_t *lost, int rc,
+                      const char *what)
+{
+    /* lost[] is whole only when the first round went through (rc == 0). */
+    int any_lost = 0;
+    for (uint32_t m = 0; nreq == 0 && rc == 0 && m < c->cfg.n_machines && !any_lost; m++)
+        any_lost = lost[m] != 0;
+    if (nreq == 0 && !any_lost)
+        return rc;
+    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, what);
+    cli_abandon_slots(c, reqs, nreq);
+    if (rc == 0)
+        rc = cli_settle(c, o, g, fn, reqs, nreq, lost, wrc, what);
+    cli_release(c, reqs, nreq);
+    return rc;
+}
+
 /* Runs of consecutive positions: pieces of the caller's buffer that one
  * write moves (split at CLI_ZC_MAX_PIECE_BYTES). */
 static uint32_t cli_runs(const uint32_t *pos, uint32_t cnt, size_t row_bytes)
@@ -995,8 +1034,8 @@ static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint
         return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s: %s", t->meta.name,
                         op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
     for (uint32_t i = 0; i < cnt; i++)
-        rkv_shard_push(&t->shard, t, &c->ht, op, param, &ids[pos[i]], 1,
-                       rows + (size_t)pos[i] * t->row_bytes);
+        rkv_shard_push_row(&t->shard, t, &c->ht, op, param, ids[pos[i]],
+                           rows + (size_t)pos[i] * t->row_bytes);
     return 0;
 }
 
@@ -1004,14 +1043,14 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
                     const void *rows, int op, double param)
 {
     struct rkv_tensor *t;
-    struct cli_groups g = {0};
+    struct cli_groups g;
     int rc = cli_tensor(c, name, &t);
     if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
-        goto free_groups;
+        return rc;
     struct cli_req *reqs[RKV_MAX_MACHINES];
     uint64_t lost[RKV_MAX_MACHINES];
     size_t nreq;
@@ -1030,14 +1069,8 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
     uint32_t lcnt = g.start[local + 1] - g.start[local];
     if (rc == 0 && t->mapped && lcnt > 0 && !o.via_server)
         rc = cli_push_local(c, t, ids, rows, g.order + g.start[local], lcnt, op, param);
-    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "push");
-    cli_abandon_slots(c, reqs, nreq);
-    if (rc == 0)
-        rc = cli_settle(c, &o, &g, cli_push_remote, reqs, nreq, lost, wrc, "push");
-    cli_release(c, reqs, nreq);
+    rc = cli_finish(c, &o, &g, cli_push_remote, reqs, nreq, lost, rc, "push");
     cli_zc_end(c, &o, call_reg);
-free_groups:
-    cli_groups_free(&g);
     return rc;
 }
 
@@ -1231,19 +1264,19 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
                     void *rows_out)
 {
     struct rkv_tensor *t;
-    struct cli_groups g = {0};
+    struct cli_groups g;
     int rc = cli_tensor(c, name, &t);
     if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
         return rc;
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
-        goto free_groups;
+        return rc;
     struct cli_req *reqs[RKV_MAX_MACHINES];
     uint64_t lost[RKV_MAX_MACHINES];
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
     struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
     if (g.start[local + 1] > g.start[local] && t->mapped && (rc = cli_local_fresh(c)) < 0)
-        goto free_groups;
+        return rc;
     int call_reg;
     cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
@@ -1254,14 +1287,8 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
                                (uint8_t *)rows_out + (size_t)p * t->row_bytes);
         }
     }
-    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "pull");
-    cli_abandon_slots(c, reqs, nreq);
-    if (rc == 0)
-        rc = cli_settle(c, &o, &g, cli_pull_remote, reqs, nreq, lost, wrc, "pull");
-    cli_release(c, reqs, nreq);
+    rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
     cli_zc_end(c, &o, call_reg);
-free_groups:
-    cli_groups_free(&g);
     return rc;
 }
 
@@ -1482,6 +1509,9 @@ void rkv_client_destroy(struct rkv_client *c)
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)
         rkv_node_close(c->port, c->nic);
+    free(c->grp_order);
+    free(c->grp_mach);
+    free(c->grp_start);
     free(c->machines);
     free(c->servers);
     free(c);
