@@ -96,7 +96,7 @@ int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
  * caller's batch to and from row-sized blocks drawn the same way from
  * shared memory of the shard's size. kind as the phase's passes: 0 push
  * (batch -> rows), 1 pull (rows -> batch), 2 push then pull (both counted).
- * GB/s; 0 if it could not be measured. */
+ * GB/s of the fastest of a few passes; 0 if it could not be measured. */
 double cli_limit_shard_gbps(uint32_t value_bytes, int kind);
 
 /* What one `rkv demo` cluster measured in its timed phase, over all its

@@ -190,10 +190,32 @@ static void wl_copy_batch(uint8_t *rows, uint8_t *buf, const uint64_t *ids, uint
     }
 }
 
+/* One timed pass of wl_pass's copies (`ops` calls of `kind`) between buf
+ * and rows, in seconds. */
+static double wl_shard_pass_s(uint8_t *rows, uint8_t *buf, size_t vb, uint64_t ops, int kind,
+                              struct rkv_rng *rng)
+{
+    uint32_t batch = wl_batch(vb);
+    uint64_t ids[WL_ROWS];
+    double t0 = wl_now();
+    for (uint64_t o = 0; o < ops; o++) {
+        for (uint32_t i = 0; i < batch; i++)
+            ids[i] = rkv_rng_below(rng, WL_ROWS);
+        if (kind != 1)
+            wl_copy_batch(rows, buf, ids, batch, vb, 1);
+        if (kind != 0)
+            wl_copy_batch(rows, buf, ids, batch, vb, 0);
+    }
+    return wl_now() - t0;
+}
+
 /* wl_pass's copies without the store: memory of the shard's kind (shared),
  * size and placement (rows start where the shard's header ends), the same
- * batch, calls and row draws. Returns the seconds of the timed pass, or a
+ * batch, calls and row draws, after the same untimed first touch. A limit
+ * is what the host can do, and a busy host only ever slows a pass down:
+ * the fastest of WL_LIMIT_PASSES passes counts. Returns its seconds, or a
  * negative value when the memory could not be had. */
+#define WL_LIMIT_PASSES 3
 static double wl_shard_copy_s(size_t vb, int kind)
 {
     uint32_t batch = wl_batch(vb);
@@ -202,14 +224,14 @@ static double wl_shard_copy_s(size_t vb, int kind)
     uint8_t *buf = malloc(per_op);
     void *map =
         mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    double secs = -1;
+    double best = -1;
     if (!buf || map == MAP_FAILED)
         goto out;
     uint8_t *rows = (uint8_t *)map + hdr;
     memset(rows, 2, WL_ROWS * vb);
     memset(buf, 1, per_op);
     uint64_t ids[WL_ROWS];
-    for (uint64_t o = 0; o < (WL_ROWS + batch - 1) / batch; o++) { /* untimed, as wl_bench */
+    for (uint64_t o = 0; o < (WL_ROWS + batch - 1) / batch; o++) {
         for (uint32_t i = 0; i < batch; i++)
             ids[i] = (o * batch + i) % WL_ROWS;
         wl_copy_batch(rows, buf, ids, batch, vb, 1);
@@ -217,23 +239,17 @@ static double wl_shard_copy_s(size_t vb, int kind)
     }
     struct rkv_rng rng;
     rkv_rng_seed(&rng, 1, 1000);
-    double t0 = wl_now();
-    for (uint64_t o = 0; o < ops; o++) {
-        for (uint32_t i = 0; i < batch; i++)
-            ids[i] = rkv_rng_below(&rng, WL_ROWS);
-        if (kind != 1)
-            wl_copy_batch(rows, buf, ids, batch, vb, 1);
-        if (kind != 0)
-            wl_copy_batch(rows, buf, ids, batch, vb, 0);
+    for (int p = 0; p < WL_LIMIT_PASSES; p++) {
+        double secs = wl_shard_pass_s(rows, buf, vb, ops, kind, &rng);
+        best = best < 0 || secs < best ? secs : best;
     }
-    secs = wl_now() - t0;
     volatile uint8_t sink = buf[per_op / 2] ^ rows[vb / 3]; /* the copies are used */
     (void)sink;
 out:
     if (map != MAP_FAILED)
         munmap(map, len);
     free(buf);
-    return secs;
+    return best;
 }
 
 double cli_limit_shard_gbps(uint32_t value_bytes, int kind)
