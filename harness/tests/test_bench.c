@@ -47,9 +47,10 @@ static void check_tcp(const char *limit)
     check_lines(&figures, &ratios);
     assert_true(figures >= 4 * 5 + 3); /* 4 shapes x 5 figures, and the limits */
     assert_true(ratios >= 4 * 3);
-    const char *want[] = {"figure tcp.push.4KiB.1x1 ",      "figure tcp.pull.4KiB.2x2 ",
-                          "figure tcp.pushpull.4KiB.1x2 ",  "figure tcp.pull1.p50.4KiB.2x1 ",
-                          "figure tcp.pull1.p99.4KiB.1x1 ", "figure memcpy.1core.64MiB "};
+    const char *want[] = {"figure tcp.push.4KiB.1x1 ",         "figure tcp.pull.4KiB.2x2 ",
+                          "figure tcp.pushpull.4KiB.1x2 ",     "figure tcp.pull1.p50.4KiB.2x1 ",
+                          "figure tcp.pull1.p99.4KiB.1x1 ",    "figure memcpy.1core.64MiB ",
+                          "figure memcpy.1core.rowblock.4KiB "};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         assert_non_null(strstr(out, want[i]));
     char ratio[128];
@@ -96,17 +97,25 @@ static void test_shm(void **state)
     assert_int_equal(bench("", "shm --reps 1 --sizes 4096"), 0);
     int figures, ratios;
     check_lines(&figures, &ratios);
-    assert_true(figures >= 2 * 5 + 5 + 1);
+    assert_true(figures >= 2 * 5 + 5 + 4); /* 2 shapes, the 512 B row, 4 limits */
     assert_true(ratios >= 2 * 3);
-    assert_non_null(strstr(out, "ratio shm.push.4KiB.1x1/memcpy.4KiB "));
-    assert_non_null(strstr(out, "ratio shm.pull.4KiB.2x2/memcpy.4KiB "));
+    /* The ratios use memcpy over the shard's working set, one per kind;
+     * the in-cache row block is only shown. */
+    assert_non_null(strstr(out, "ratio shm.push.4KiB.1x1/memcpy.1core.shard.push.4KiB "));
+    assert_non_null(strstr(out, "ratio shm.pull.4KiB.2x2/memcpy.1core.shard.pull.4KiB "));
+    assert_non_null(strstr(out, "ratio shm.pushpull.4KiB.1x1/memcpy.1core.shard.pushpull.4KiB "));
+    assert_non_null(strstr(out, "figure memcpy.1core.rowblock.4KiB "));
+    assert_null(strstr(out, "/memcpy.1core.rowblock."));
+    assert_non_null(strstr(out, "| push limit GB/s | pull limit GB/s |"));
+    assert_non_null(strstr(out, "(memcpy.1core.rowblock.SIZE), the former limit"));
     assert_non_null(strstr(out, "figure shm.pull1.p50.512B.1x1 "));
     assert_non_null(strstr(out, "512 B row, co-located pull: p50 "));
 
     assert_int_equal(bench("", "shm --reps 1 --sizes 4096 --json"), 0);
     assert_int_equal(out[0], '{');
     assert_non_null(strstr(out, "\"figures\": {"));
-    assert_non_null(strstr(out, "\"shm.pull.4KiB.1x1/memcpy.4KiB\": "));
+    assert_non_null(strstr(out, "\"shm.pull.4KiB.1x1/memcpy.1core.shard.pull.4KiB\": "));
+    assert_non_null(strstr(out, "\"memcpy.1core.shard.push.4KiB\": {\"value\": "));
     assert_null(strstr(out, "\nfigure "));
 }
 
@@ -121,6 +130,7 @@ static void test_usage(void **state)
     assert_int_equal(run_rkv("", "bench shm --reps 1 --sizes 4096 --no-such-setting 1"), 2);
     assert_int_equal(run_rkv("", "bench --help"), 0);
     assert_non_null(strstr(out, "usage: rkv bench tcp|shm|verbs"));
+    assert_non_null(strstr(out, "(memcpy.1core.shard.push|pull|pushpull.SIZE; the ratios"));
 }
 
 int main(void)

@@ -5,8 +5,11 @@
  * gets busier slows both sides of a ratio alike.
  *   tcp:   rows of the other machine over loopback TCP, vs iperf3 (or the
  *          built-in one-stream loopback when iperf3 is missing) and memcpy
- *   shm:   rows of this machine's shared-memory shard, vs memcpy of blocks
- *          of the row size, and one 512 B row's pull latency
+ *   shm:   rows of this machine's shared-memory shard, vs memcpy doing the
+ *          same copies over the same working set (the caller's rows to and
+ *          from rows of a shard-sized region); memcpy of one row-sized
+ *          block, which stays in cache, is printed too. And one 512 B
+ *          row's pull latency
  *   verbs: over an RDMA device (ci/softroce), vs perftest's ib_write_bw and
  *          ib_write_lat on the same device */
 #include <errno.h>
@@ -385,11 +388,26 @@ static double bench_perftest(const struct bench *b, uint32_t bytes)
 
 /* ---- rkv clusters ---- */
 
+/* The limit the throughput `what` (push, pull, pushpull) at `bytes` is
+ * compared with: the TCP limit; or, shm, memcpy doing the same copies over
+ * a shard-sized working set; or ib_write_bw of one row (verbs). */
+static void bench_limit_name(const struct bench *b, uint32_t bytes, const char *what, char *buf,
+                             size_t len)
+{
+    char sz[16];
+    bench_size_name(bytes, sz, sizeof(sz));
+    if (b->mode == BENCH_TCP)
+        snprintf(buf, len, "%s", b->limit);
+    else if (b->mode == BENCH_SHM)
+        snprintf(buf, len, "memcpy.1core.shard.%s.%s", what, sz);
+    else
+        snprintf(buf, len, "ib_write_bw.%s", sz);
+}
+
 /* One demo cluster of the shape at `bytes` per row; records its figures as
- * MODE.WHAT.SIZE.SxW and their ratios to the figure `limit` (none if NULL).
- * Returns an RKV_EXIT_* code. */
-static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t bytes,
-                         const char *limit)
+ * MODE.WHAT.SIZE.SxW and, with `ratios`, their throughputs' ratios to the
+ * limits (bench_limit_name). Returns an RKV_EXIT_* code. */
+static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t bytes, int ratios)
 {
     char m[16], spm[16], w[16], vb[16];
     snprintf(m, sizeof(m), "%u", sh->machines);
@@ -421,7 +439,7 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
     int code = cli_demo_measure(b->self, argc, argv, &f);
     if (code != RKV_EXIT_OK)
         return code;
-    char sz[16], tag[32], name[BENCH_NAME_LEN];
+    char sz[16], tag[32], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
     bench_size_name(bytes, sz, sizeof(sz));
     snprintf(tag, sizeof(tag), "%s.%ux%u", sz, sh->spm, sh->workers);
     const struct {
@@ -434,8 +452,12 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
         int throughput = strcmp(out[i].unit, "GB/s") == 0;
         snprintf(name, sizeof(name), "%s.%s.%s", b->mode_name, out[i].what, tag);
         bench_add(b, name, out[i].unit, out[i].v);
-        if (throughput && limit)
+        if (throughput && ratios) { /* against the limit */
+            /* co-located pushes apply in the call: pipelined is a push */
+            const char *dir = strcmp(out[i].what, "pushpipe") == 0 ? "push" : out[i].what;
+            bench_limit_name(b, bytes, dir, limit, sizeof(limit));
             bench_ratio(b, name, limit);
+        }
         /* Two connections at once may use what one stream leaves idle. */
         if (throughput && b->mode == BENCH_TCP && b->have_iperf3 && sh->spm * sh->workers > 1)
             bench_ratio(b, name, "iperf3.2stream");
@@ -447,26 +469,29 @@ static const struct bench_shape bench_tcp_shapes[] = {{2, 1, 1}, {2, 1, 2}, {2, 
 static const struct bench_shape bench_shm_shapes[] = {{1, 1, 1}, {1, 2, 2}};
 static const struct bench_shape bench_verbs_shapes[] = {{2, 1, 1}};
 
-/* The limit the throughput at `bytes` is compared with: the TCP limit, or
- * memcpy of row-sized blocks (shm), or ib_write_bw of one row (verbs). */
-static void bench_limit_name(const struct bench *b, uint32_t bytes, char *buf, size_t len)
+/* shm: memcpy of the phase's copies on a shard-sized region, each kind. */
+static void bench_limits_shard(struct bench *b, uint32_t bytes)
 {
-    char sz[16];
-    bench_size_name(bytes, sz, sizeof(sz));
-    if (b->mode == BENCH_TCP)
-        snprintf(buf, len, "%s", b->limit);
-    else
-        snprintf(buf, len, "%s.%s", b->mode == BENCH_SHM ? "memcpy" : "ib_write_bw", sz);
+    static const char *const what[] = {"push", "pull", "pushpull"};
+    char name[BENCH_NAME_LEN];
+    for (int kind = 0; kind < 3; kind++) {
+        bench_limit_name(b, bytes, what[kind], name, sizeof(name));
+        bench_add(b, name, "GB/s", cli_limit_shard_gbps(bytes, kind));
+    }
 }
 
 /* Per size: the limits of that size, then every shape. */
 static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape *shapes,
                       size_t n_shapes)
 {
-    char sz[16], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
+    char sz[16], name[BENCH_NAME_LEN];
     bench_size_name(bytes, sz, sizeof(sz));
-    snprintf(name, sizeof(name), "memcpy.%s", sz);
+    /* One row-sized block copied back and forth, in cache: the old shm
+     * limit, kept for comparison (and the reference in tcp and verbs). */
+    snprintf(name, sizeof(name), "memcpy.1core.rowblock.%s", sz);
     bench_add(b, name, "GB/s", cli_limit_memcpy_gbps(bytes));
+    if (b->mode == BENCH_SHM)
+        bench_limits_shard(b, bytes);
     if (b->mode == BENCH_VERBS) {
         snprintf(name, sizeof(name), "ib_write_bw.%s", sz);
         double gbs = bench_perftest(b, bytes);
@@ -476,10 +501,9 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
         }
         bench_add(b, name, "GB/s", gbs);
     }
-    bench_limit_name(b, bytes, limit, sizeof(limit));
     int code = RKV_EXIT_OK;
     for (size_t i = 0; i < n_shapes && code == RKV_EXIT_OK; i++)
-        code = bench_cluster(b, &shapes[i], bytes, limit);
+        code = bench_cluster(b, &shapes[i], bytes, 1);
     return code;
 }
 
@@ -498,7 +522,7 @@ static int bench_rep(struct bench *b)
     for (int i = 0; i < b->n_sizes && code == RKV_EXIT_OK; i++)
         code = bench_size(b, b->sizes[i], shapes, n);
     if (code == RKV_EXIT_OK && b->mode == BENCH_SHM) /* the small co-located pull */
-        code = bench_cluster(b, &bench_shm_shapes[0], 512, NULL);
+        code = bench_cluster(b, &bench_shm_shapes[0], 512, 0);
     if (code == RKV_EXIT_OK && b->mode == BENCH_VERBS) {
         double us = bench_perftest(b, 0);
         if (us <= 0) {
@@ -556,12 +580,23 @@ static void bench_table_row(const struct bench *b, const struct bench_shape *sh,
                  sh->workers);
         v[i] = bench_median(b, n[i]);
     }
-    bench_limit_name(b, bytes, lim, sizeof(lim));
+    printf("| %s | %ux%u | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f |", sz, sh->spm, sh->workers,
+           v[0], v[5], v[1], v[2], v[3], v[4]);
+    if (b->mode == BENCH_SHM) { /* a limit per direction, and the row block's */
+        double l[2];
+        for (int i = 0; i < 2; i++) {
+            bench_limit_name(b, bytes, what[i], lim, sizeof(lim));
+            l[i] = bench_median(b, lim);
+        }
+        snprintf(lim, sizeof(lim), "memcpy.1core.rowblock.%s", sz);
+        printf(" %.3f | %.3f | %.2f | %.2f | %.3f |\n", l[0], l[1], l[0] > 0 ? v[0] / l[0] : 0,
+               l[1] > 0 ? v[1] / l[1] : 0, bench_median(b, lim));
+        return;
+    }
+    bench_limit_name(b, bytes, "push", lim, sizeof(lim));
     double l = bench_median(b, lim), ps = bench_pslite_gbit(bytes, sh->spm, sh->workers);
-    printf(
-        "| %s | %ux%u | %.3f | %.3f | %.3f | %.3f | %.1f | %.1f | %.3f %s | %.2f | %.2f | %.2f |",
-        sz, sh->spm, sh->workers, v[0], v[5], v[1], v[2], v[3], v[4], l, lim, l > 0 ? v[0] / l : 0,
-        l > 0 ? v[5] / l : 0, l > 0 ? v[1] / l : 0);
+    printf(" %.3f %s | %.2f | %.2f | %.2f |", l, lim, l > 0 ? v[0] / l : 0, l > 0 ? v[5] / l : 0,
+           l > 0 ? v[1] / l : 0);
     if (b->mode == BENCH_TCP && ps > 0)
         printf(" %.2f | %.2fx |\n", ps, v[2] * 8 / ps);
     else if (b->mode == BENCH_TCP)
@@ -579,13 +614,26 @@ static void bench_print_table(const struct bench *b)
                : b->mode == BENCH_SHM ? sizeof(bench_shm_shapes) / sizeof(bench_shm_shapes[0])
                                       : 1;
     printf("\nrkv bench %s: medians of %d runs; SxW = servers per machine x workers, rows on "
-           "%s; limits measured in the same run\n\n",
+           "%s; limits measured in the same run\n",
            b->mode_name, b->reps, b->mode == BENCH_SHM ? "this machine" : "the other machine");
-    printf("| size | SxW | push GB/s | push pipelined GB/s | pull GB/s | push+pull GB/s | 1-row "
-           "pull p50 us | p99 us | limit GB/s | push/limit | pipelined/limit | pull/limit |%s\n",
-           b->mode == BENCH_TCP ? " ps-lite push+pull Gbit/s | rkv push+pull vs ps-lite |" : "");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
-           b->mode == BENCH_TCP ? "---|---|" : "");
+    if (b->mode == BENCH_SHM)
+        printf("limits: one core's memcpy doing the timed phase's copies (the batch to or from "
+               "rows drawn the same way from a shard-sized shared-memory region, "
+               "memcpy.1core.shard.push|pull.SIZE); the ratios use them. Row block: memcpy of one "
+               "row-sized block that stays in cache (memcpy.1core.rowblock.SIZE), the former "
+               "limit, for comparison only\n");
+    printf("\n| size | SxW | push GB/s | push pipelined GB/s | pull GB/s | push+pull GB/s | 1-row "
+           "pull p50 us | p99 us |");
+    if (b->mode == BENCH_SHM) {
+        printf(" push limit GB/s | pull limit GB/s | push/limit | pull/limit | row block GB/s |\n");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    } else {
+        printf(" limit GB/s | push/limit | pipelined/limit | pull/limit |%s\n",
+               b->mode == BENCH_TCP ? " ps-lite push+pull Gbit/s | rkv push+pull vs ps-lite |"
+                                    : "");
+        printf("|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+               b->mode == BENCH_TCP ? "---|---|" : "");
+    }
     for (int i = 0; i < b->n_sizes; i++)
         for (size_t k = 0; k < n; k++)
             bench_table_row(b, &shapes[k], b->sizes[i]);
@@ -643,8 +691,12 @@ static void bench_usage(FILE *out)
         "  tcp    rows on the other machine over loopback TCP: push, pull, push+pull and\n"
         "         1-row pull latency, 1 and 2 servers per machine x 1 and 2 workers;\n"
         "         vs iperf3 (1 and 2 streams; without iperf3, rkv's own loopback test)\n"
-        "  shm    rows in this machine's shared-memory shard vs memcpy of row-sized\n"
-        "         blocks, and a 512 B row's pull latency\n"
+        "  shm    rows in this machine's shared-memory shard vs one core's memcpy doing\n"
+        "         the same copies over the same working set: the caller's rows to (push)\n"
+        "         and from (pull) row-sized blocks drawn alike from a shard-sized region\n"
+        "         (memcpy.1core.shard.push|pull|pushpull.SIZE; the ratios and the table\n"
+        "         use these); memcpy of one row-sized block that stays in cache is shown\n"
+        "         too (memcpy.1core.rowblock.SIZE). And a 512 B row's pull latency\n"
         "  verbs  over an RDMA device (RKV_VERBS_DEV, default rxe0; RKV_HOST, default\n"
         "         10.77.0.1) vs ib_write_bw / ib_write_lat: ci/softroce rkv bench verbs\n"
         "  --sizes     value bytes, multiples of 4 (tcp, shm: \"4096 65536 1048576 16777216\";\n"
@@ -721,7 +773,7 @@ static int bench_prepare(struct bench *b)
                           "rkv's built-in one-stream loopback test (loopback.builtin.1stream)");
         return 0;
     }
-    b->limit = b->mode == BENCH_SHM ? "memcpy.SIZE" : "ib_write_bw.SIZE";
+    b->limit = b->mode == BENCH_SHM ? "memcpy.1core.shard.KIND.SIZE" : "ib_write_bw.SIZE";
     if (b->mode == BENCH_SHM)
         return 0;
     b->dev = getenv("RKV_VERBS_DEV") && *getenv("RKV_VERBS_DEV") ? getenv("RKV_VERBS_DEV") : "rxe0";

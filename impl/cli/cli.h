@@ -91,6 +91,14 @@ struct cli_result {
 int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
                   const struct cli_workload *wl, struct cli_result *res, FILE *log);
 
+/* The physical limit of cli_bench_run's timed phase on this machine's
+ * shard (rkv bench shm): one core doing the phase's copies with memcpy, the
+ * caller's batch to and from row-sized blocks drawn the same way from
+ * shared memory of the shard's size. kind as the phase's passes: 0 push
+ * (batch -> rows), 1 pull (rows -> batch), 2 push then pull (both counted).
+ * GB/s of the fastest of a few passes; 0 if it could not be measured. */
+double cli_limit_shard_gbps(uint32_t value_bytes, int kind);
+
 /* What one `rkv demo` cluster measured in its timed phase, over all its
  * workers (impl/cli/demo.c). */
 struct cli_figures {

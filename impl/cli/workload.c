@@ -1,12 +1,19 @@
 /* The timed phase of `rkv demo`: push and pull throughput and single-row
  * pull latency on rows of other machines (the network path). Correctness is
- * the oracle's job (harness/); this only measures. */
+ * the oracle's job (harness/); this only measures. Also the phase's copies
+ * without the store, the limit `rkv bench shm` compares it with. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "cli/cli.h"
 #include "port/port.h"
+#include "store/store_int.h"
+
+/* Rows of t_bench, the timed phase's tensor. */
+#define WL_ROWS 64u
 
 struct wl {
     struct rkv_client *cli;
@@ -38,10 +45,24 @@ static int wl_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The rows one timed phase works on (t_bench, 64 rows, range-partitioned). */
+/* Rows per call: 1 MiB of them (at least one row, at most all of t_bench). */
+static uint32_t wl_batch(size_t value_bytes)
+{
+    uint32_t batch = value_bytes >= (1u << 20) ? 1 : (uint32_t)((1u << 20) / value_bytes);
+    return batch > WL_ROWS ? WL_ROWS : batch;
+}
+
+/* Calls per timed pass: 128 MiB of rows, and at least 8 calls. */
+static uint64_t wl_ops(uint64_t per_op)
+{
+    uint64_t ops = (128ull << 20) / per_op;
+    return ops < 8 ? 8 : ops;
+}
+
+/* The rows one timed phase works on (t_bench, WL_ROWS rows, range-partitioned). */
 struct wl_rows {
-    uint8_t *buf;        /* batch rows */
-    uint64_t remote[64]; /* row ids to draw from */
+    uint8_t *buf;             /* batch rows */
+    uint64_t remote[WL_ROWS]; /* row ids to draw from */
     uint64_t n_remote;
     uint32_t batch;
 };
@@ -59,7 +80,7 @@ static void wl_draw(struct wl *x, const struct wl_rows *r, int sweep, uint64_t *
 /* `ops` pushes, up to WL_PIPE_DEPTH in flight. */
 static int wl_pass_pipelined(struct wl *x, const struct wl_rows *r, uint64_t ops)
 {
-    uint64_t ids[WL_PIPE_DEPTH][64], next = 0;
+    uint64_t ids[WL_PIPE_DEPTH][WL_ROWS], next = 0;
     struct rkv_pending *inflight[WL_PIPE_DEPTH] = {0};
     int rc = 0;
     for (uint64_t o = 0; o < ops + WL_PIPE_DEPTH; o++) {
@@ -85,7 +106,7 @@ static int wl_pass(struct wl *x, const struct wl_rows *r, int kind, uint64_t ops
 {
     if (kind == 3)
         return wl_pass_pipelined(x, r, ops);
-    uint64_t ids[64], next = 0;
+    uint64_t ids[WL_ROWS], next = 0;
     int rc = 0;
     for (uint64_t o = 0; o < ops && rc == 0; o++) {
         wl_draw(x, r, sweep, &next, ids);
@@ -102,21 +123,17 @@ static int wl_pass(struct wl *x, const struct wl_rows *r, int kind, uint64_t ops
 static int wl_bench(struct wl *x)
 {
     size_t vb = x->p->value_bytes;
-    struct wl_rows r = {.batch = vb >= (1u << 20) ? 1 : (uint32_t)((1u << 20) / vb)};
-    if (r.batch > 64)
-        r.batch = 64;
+    struct wl_rows r = {.batch = wl_batch(vb)};
     uint64_t per_op = (uint64_t)r.batch * vb;
-    uint64_t ops = (128ull << 20) / per_op;
-    if (ops < 8)
-        ops = 8;
+    uint64_t ops = wl_ops(per_op);
     r.buf = malloc(per_op);
-    uint64_t ids[64];
+    uint64_t ids[1];
     /* Time the network path: rows of other machines only, unless everything
      * is on this machine. */
     uint32_t M = x->cfg->n_machines;
-    for (uint64_t i = 0; i < 64; i++) {
+    for (uint64_t i = 0; i < WL_ROWS; i++) {
         uint32_t m = 0;
-        while (m + 1 < M && 64 * (uint64_t)(m + 1) / M <= i)
+        while (m + 1 < M && WL_ROWS * (uint64_t)(m + 1) / M <= i)
             m++;
         if (m != x->cfg->machine_id || M == 1)
             r.remote[r.n_remote++] = i;
@@ -178,7 +195,7 @@ int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
     if (x.w == 0) {
         struct rkv_tensor_desc d = {.name = "t_bench",
                                     .dtype = RKV_F32,
-                                    .rows = 64,
+                                    .rows = WL_ROWS,
                                     .row_len = wl->value_bytes / 4,
                                     .policy = RKV_PART_RANGE,
                                     .init = RKV_INIT_UNIFORM,
@@ -193,4 +210,90 @@ int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
     if ((rc = rkv_client_barrier(cli)) < 0)
         return wl_fail(&x, "barrier after the timed phase", rc);
     return 0;
+}
+
+/* One call's worth of copies between the caller's batch and the rows ids
+ * name: to the rows (a push) or from them (a pull). */
+static void wl_copy_batch(uint8_t *rows, uint8_t *buf, const uint64_t *ids, uint32_t batch,
+                          size_t vb, int to_rows)
+{
+    for (uint32_t i = 0; i < batch; i++) {
+        if (to_rows)
+            memcpy(rows + ids[i] * vb, buf + (size_t)i * vb, vb);
+        else
+            memcpy(buf + (size_t)i * vb, rows + ids[i] * vb, vb);
+    }
+}
+
+/* One timed pass of wl_pass's copies (`ops` calls of `kind`) between buf
+ * and rows, in seconds. */
+static double wl_shard_pass_s(uint8_t *rows, uint8_t *buf, size_t vb, uint64_t ops, int kind,
+                              struct rkv_rng *rng)
+{
+    uint32_t batch = wl_batch(vb);
+    uint64_t ids[WL_ROWS];
+    double t0 = wl_now();
+    for (uint64_t o = 0; o < ops; o++) {
+        for (uint32_t i = 0; i < batch; i++)
+            ids[i] = rkv_rng_below(rng, WL_ROWS);
+        if (kind != 1)
+            wl_copy_batch(rows, buf, ids, batch, vb, 1);
+        if (kind != 0)
+            wl_copy_batch(rows, buf, ids, batch, vb, 0);
+    }
+    return wl_now() - t0;
+}
+
+/* wl_pass's copies without the store: memory of the shard's kind (shared),
+ * size and placement (rows start where the shard's header ends), the same
+ * batch, calls and row draws, after the same untimed first touch. A limit
+ * is what the host can do, and a busy host only ever slows a pass down:
+ * the fastest of WL_LIMIT_PASSES passes counts. Returns its seconds, or a
+ * negative value when the memory could not be had. */
+#define WL_LIMIT_PASSES 3
+static double wl_shard_copy_s(size_t vb, int kind)
+{
+    uint32_t batch = wl_batch(vb);
+    uint64_t per_op = (uint64_t)batch * vb, ops = wl_ops(per_op);
+    size_t hdr = sizeof(struct rkv_shard_hdr), len = hdr + WL_ROWS * vb;
+    uint8_t *buf = malloc(per_op);
+    void *map =
+        mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    double best = -1;
+    if (!buf || map == MAP_FAILED)
+        goto out;
+    uint8_t *rows = (uint8_t *)map + hdr;
+    memset(rows, 2, WL_ROWS * vb);
+    memset(buf, 1, per_op);
+    uint64_t ids[WL_ROWS];
+    for (uint64_t o = 0; o < (WL_ROWS + batch - 1) / batch; o++) {
+        for (uint32_t i = 0; i < batch; i++)
+            ids[i] = (o * batch + i) % WL_ROWS;
+        wl_copy_batch(rows, buf, ids, batch, vb, 1);
+        wl_copy_batch(rows, buf, ids, batch, vb, 0);
+    }
+    struct rkv_rng rng;
+    rkv_rng_seed(&rng, 1, 1000);
+    for (int p = 0; p < WL_LIMIT_PASSES; p++) {
+        double secs = wl_shard_pass_s(rows, buf, vb, ops, kind, &rng);
+        best = best < 0 || secs < best ? secs : best;
+    }
+    volatile uint8_t sink = buf[per_op / 2] ^ rows[vb / 3]; /* the copies are used */
+    (void)sink;
+out:
+    if (map != MAP_FAILED)
+        munmap(map, len);
+    free(buf);
+    return best;
+}
+
+double cli_limit_shard_gbps(uint32_t value_bytes, int kind)
+{
+    assert(kind >= 0 && kind <= 2);
+    if (value_bytes == 0)
+        return 0;
+    uint64_t per_op = (uint64_t)wl_batch(value_bytes) * value_bytes;
+    double secs = wl_shard_copy_s(value_bytes, kind);
+    return secs > 0 ? (kind == 2 ? 2.0 : 1.0) * (double)wl_ops(per_op) * (double)per_op / secs / 1e9
+                    : 0;
 }

@@ -89,6 +89,11 @@ struct rkv_client {
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
     struct rkv_regcache regs; /* rkv_client_register; the application thread's */
+    /* cli_group's arrays, kept from call to call (grown, never shrunk) so a
+     * push or pull allocates nothing; the application thread's. */
+    uint32_t *grp_order, *grp_mach; /* grp_cap entries each */
+    uint32_t *grp_start;            /* n_machines + 1 */
+    size_t grp_cap;
     struct rkv_client_zc_stats zst;
     /* Pushes in flight (rkv_client_push_async), and per machine the server
      * they went to and how many are out: calls to that machine go to the
@@ -614,52 +619,63 @@ int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_me
 /* ---- push / pull ---- */
 
 /* Rows of one request grouped by machine: order[] lists request positions
- * machine by machine, start[m]..start[m+1] is machine m's range. */
+ * machine by machine, start[m]..start[m+1] is machine m's range. Both are
+ * the client's (grp_*), valid until its next push or pull. */
 struct cli_groups {
-    uint32_t *order;
-    uint32_t *start; /* n_machines + 1 */
+    const uint32_t *order;
+    const uint32_t *start; /* n_machines + 1 */
 };
+
+/* Room in the client's grouping arrays for n positions. */
+static int cli_group_room(struct rkv_client *c, size_t n)
+{
+    if (!c->grp_start) {
+        c->grp_start = malloc(((size_t)c->cfg.n_machines + 1) * sizeof(*c->grp_start));
+        if (!c->grp_start)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    }
+    if (n <= c->grp_cap)
+        return 0;
+    uint32_t *order = realloc(c->grp_order, n * sizeof(*order));
+    if (order)
+        c->grp_order = order;
+    uint32_t *mach = order ? realloc(c->grp_mach, n * sizeof(*mach)) : NULL;
+    if (!mach)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    c->grp_mach = mach;
+    c->grp_cap = n;
+    return 0;
+}
 
 static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uint64_t *ids,
                      size_t n, struct cli_groups *g)
 {
     uint32_t M = c->cfg.n_machines;
-    g->order = malloc(n * sizeof(*g->order));
-    g->start = calloc((size_t)M + 1, sizeof(*g->start));
-    uint32_t *mach = malloc(n * sizeof(*mach));
-    if (!g->order || !g->start || !mach) {
-        free(mach);
-        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    }
+    int rc = cli_group_room(c, n);
+    if (rc < 0)
+        return rc;
+    uint32_t *start = c->grp_start, *mach = c->grp_mach, *order = c->grp_order;
+    memset(start, 0, ((size_t)M + 1) * sizeof(*start));
     for (size_t i = 0; i < n; i++) {
-        if (ids[i] >= t->meta.rows) {
-            free(mach);
+        if (ids[i] >= t->meta.rows)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ERANGE,
                             "tensor '%s': row id %llu at position %zu out of range (rows %llu)",
                             t->meta.name, (unsigned long long)ids[i], i,
                             (unsigned long long)t->meta.rows);
-        }
         mach[i] = rkv_pbook_machine(&t->pb, ids[i]);
-        g->start[mach[i] + 1]++;
+        start[mach[i] + 1]++;
     }
     for (uint32_t m = 0; m < M; m++)
-        g->start[m + 1] += g->start[m];
-    uint32_t *fill = calloc(M, sizeof(*fill));
-    if (!fill) {
-        free(mach);
-        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    }
+        start[m + 1] += start[m];
+    /* start[m] serves as machine m's fill cursor, then moves back one slot. */
     for (size_t i = 0; i < n; i++)
-        g->order[g->start[mach[i]] + fill[mach[i]]++] = (uint32_t)i;
-    free(fill);
-    free(mach);
+        order[start[mach[i]]++] = (uint32_t)i;
+    memmove(start + 1, start, (size_t)M * sizeof(*start));
+    start[0] = 0;
+    assert(start[M] == n);
+    g->order = order;
+    g->start = start;
     return 0;
-}
-
-static void cli_groups_free(struct cli_groups *g)
-{
-    free(g->order);
-    free(g->start);
 }
 
 /* Spreads a machine's load over its servers, as DGL does. */
@@ -891,6 +907,29 @@ static int cli_settle(struct rkv_client *c, const struct cli_op *o, const struct
     return any ? rc : wrc;
 }
 
+/* The end of a push or pull whose first round sent reqs[0..nreq) (rc: how
+ * the rest of the call went): waits for them, retries what was lost when
+ * configured, releases them. A call that sent nothing (every row in this
+ * machine's shard, nothing lost) has nothing to wait for or release, and
+ * skips the client's lock. */
+static int cli_finish(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
+                      cli_remote_fn fn, struct cli_req **reqs, size_t nreq, uint64_t *lost, int rc,
+                      const char *what)
+{
+    /* lost[] is whole only when the first round went through (rc == 0). */
+    int any_lost = 0;
+    for (uint32_t m = 0; nreq == 0 && rc == 0 && m < c->cfg.n_machines && !any_lost; m++)
+        any_lost = lost[m] != 0;
+    if (nreq == 0 && !any_lost)
+        return rc;
+    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, what);
+    cli_abandon_slots(c, reqs, nreq);
+    if (rc == 0)
+        rc = cli_settle(c, o, g, fn, reqs, nreq, lost, wrc, what);
+    cli_release(c, reqs, nreq);
+    return rc;
+}
+
 /* Runs of consecutive positions: pieces of the caller's buffer that one
  * write moves (split at CLI_ZC_MAX_PIECE_BYTES). */
 static uint32_t cli_runs(const uint32_t *pos, uint32_t cnt, size_t row_bytes)
@@ -1014,14 +1053,14 @@ static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint
         return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s: %s", t->meta.name,
                         op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
     for (uint32_t i = 0; i < cnt; i++)
-        rkv_shard_push(&t->shard, t, &c->ht, op, param, &ids[pos[i]], 1,
-                       rows + (size_t)pos[i] * t->row_bytes);
+        rkv_shard_push_row(&t->shard, t, &c->ht, op, param, ids[pos[i]],
+                           rows + (size_t)pos[i] * t->row_bytes);
     return 0;
 }
 
-/* A push in flight: what its wait needs. */
-struct rkv_pending {
-    struct rkv_pending *prev, *next; /* the client's list, oldest first */
+/* One push's requests in flight and what its end needs (a retry reads the
+ * groups and the caller's ids and rows again). */
+struct cli_push {
     struct cli_op o;
     struct cli_groups g;
     struct cli_req **reqs; /* n_machines */
@@ -1029,6 +1068,14 @@ struct rkv_pending {
     size_t nreq;
     int rc; /* of sending and of the local part */
     int call_reg;
+};
+
+/* A push in flight (rkv_client_push_async). Its groups are its own copy:
+ * the client's arrays serve the next call. */
+struct rkv_pending {
+    struct rkv_pending *prev, *next; /* the client's list */
+    struct cli_push cp;
+    uint32_t *order, *start;
 };
 
 static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
@@ -1039,27 +1086,29 @@ static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
         c->pending = p->next;
     if (p->next)
         p->next->prev = p->prev;
-    cli_groups_free(&p->g);
-    free(p->reqs);
-    free(p->lost);
+    free(p->order);
+    free(p->start);
+    free(p->cp.reqs);
+    free(p->cp.lost);
     free(p);
 }
 
-static void cli_pin(struct rkv_client *c, const struct rkv_pending *p, int delta)
+static void cli_pin(struct rkv_client *c, const struct cli_push *cp, int delta)
 {
-    for (size_t i = 0; i < p->nreq; i++) {
-        struct cli_pin *pin = &c->pins[p->reqs[i]->srv->machine];
+    for (size_t i = 0; i < cp->nreq; i++) {
+        struct cli_pin *pin = &c->pins[cp->reqs[i]->srv->machine];
         assert(delta > 0 || pin->n > 0);
         if (delta > 0 && pin->n == 0)
-            pin->srv = p->reqs[i]->srv->id;
+            pin->srv = cp->reqs[i]->srv->id;
         pin->n = (uint32_t)((int)pin->n + delta);
     }
 }
 
-/* Sends the remote parts of a push and applies the local one; the wait
- * (cli_push_finish) collects the acks. On failure nothing is left. */
-static int cli_push_start(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                          const void *rows, int op, double param, struct rkv_pending **p_out)
+/* Sends the remote parts of a push (into cp->reqs, cp->lost) and applies
+ * the local one; cli_push_end collects the acks. A negative return means
+ * nothing was sent; otherwise cp->rc says how sending went. */
+static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                         const void *rows, int op, double param, struct cli_push *cp)
 {
     struct rkv_tensor *t;
     int rc = cli_tensor(c, name, &t);
@@ -1067,56 +1116,33 @@ static int cli_push_start(struct rkv_client *c, const char *name, const uint64_t
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
-    struct rkv_pending *p = calloc(1, sizeof(*p));
-    if (p) {
-        p->reqs = calloc(c->cfg.n_machines, sizeof(*p->reqs));
-        p->lost = calloc(c->cfg.n_machines, sizeof(*p->lost));
-    }
-    if (!p || !p->reqs || !p->lost) {
-        rc = rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "push: out of memory");
-        goto free_pending;
-    }
-    if ((rc = cli_group(c, t, ids, n, &p->g)) < 0)
-        goto free_pending;
+    if ((rc = cli_group(c, t, ids, n, &cp->g)) < 0)
+        return rc;
     uint32_t local = c->cfg.machine_id;
     /* Durable mode: the ack of a server is the promise, so co-located rows
      * take the network too. */
-    p->o = (struct cli_op){.t = t,
-                           .ids = ids,
-                           .rows = rows,
-                           .op = op,
-                           .param = param,
-                           .via_server = c->cfg.durable_dir[0] != 0};
-    cli_zc_begin(c, &p->g, &p->o, n, &p->call_reg);
-    rc = cli_fanout(c, &p->o, &p->g, cli_push_remote, p->reqs, &p->nreq, p->lost);
-    uint32_t lcnt = p->g.start[local + 1] - p->g.start[local];
-    if (rc == 0 && t->mapped && lcnt > 0 && !p->o.via_server)
-        rc = cli_push_local(c, t, ids, rows, p->g.order + p->g.start[local], lcnt, op, param);
-    p->rc = rc;
-    cli_pin(c, p, 1);
-    p->next = c->pending;
-    if (p->next)
-        p->next->prev = p;
-    c->pending = p;
-    *p_out = p;
+    cp->o = (struct cli_op){.t = t,
+                            .ids = ids,
+                            .rows = rows,
+                            .op = op,
+                            .param = param,
+                            .via_server = c->cfg.durable_dir[0] != 0};
+    cli_zc_begin(c, &cp->g, &cp->o, n, &cp->call_reg);
+    rc = cli_fanout(c, &cp->o, &cp->g, cli_push_remote, cp->reqs, &cp->nreq, cp->lost);
+    uint32_t lcnt = cp->g.start[local + 1] - cp->g.start[local];
+    if (rc == 0 && t->mapped && lcnt > 0 && !cp->o.via_server)
+        rc = cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[local], lcnt, op, param);
+    cp->rc = rc;
+    cli_pin(c, cp, 1);
     return 0;
-free_pending:
-    if (p)
-        cli_pending_free(c, p);
-    return rc;
 }
 
-static int cli_push_finish(struct rkv_client *c, struct rkv_pending *p)
+static int cli_push_end(struct rkv_client *c, struct cli_push *cp)
 {
-    int rc = p->rc;
-    int wrc = cli_wait_keep(c, p->reqs, p->nreq, c->cfg.timeout_ms, "push");
-    cli_abandon_slots(c, p->reqs, p->nreq);
-    if (rc == 0)
-        rc = cli_settle(c, &p->o, &p->g, cli_push_remote, p->reqs, p->nreq, p->lost, wrc, "push");
-    cli_pin(c, p, -1);
-    cli_release(c, p->reqs, p->nreq);
-    cli_zc_end(c, &p->o, p->call_reg);
-    cli_pending_free(c, p);
+    cli_pin(c, cp, -1); /* before cli_finish releases the requests */
+    int rc = cli_finish(c, &cp->o, &cp->g, cli_push_remote, cp->reqs, cp->nreq, cp->lost, cp->rc,
+                        "push");
+    cli_zc_end(c, &cp->o, cp->call_reg);
     return rc;
 }
 
@@ -1124,22 +1150,52 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
     *pending_p = NULL;
-    return cli_push_start(c, name, ids, n, rows, op, param, pending_p);
+    uint32_t M = c->cfg.n_machines;
+    struct rkv_pending *p = calloc(1, sizeof(*p));
+    if (p) {
+        p->cp.reqs = calloc(M, sizeof(*p->cp.reqs));
+        p->cp.lost = calloc(M, sizeof(*p->cp.lost));
+        p->order = malloc((n ? n : 1) * sizeof(*p->order));
+        p->start = malloc(((size_t)M + 1) * sizeof(*p->start));
+    }
+    if (!p || !p->cp.reqs || !p->cp.lost || !p->order || !p->start) {
+        if (p)
+            cli_pending_free(c, p);
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "push: out of memory");
+    }
+    int rc = cli_push_send(c, name, ids, n, rows, op, param, &p->cp);
+    if (rc < 0) {
+        cli_pending_free(c, p);
+        return rc;
+    }
+    memcpy(p->order, p->cp.g.order, n * sizeof(*p->order));
+    memcpy(p->start, p->cp.g.start, ((size_t)M + 1) * sizeof(*p->start));
+    p->cp.g = (struct cli_groups){.order = p->order, .start = p->start};
+    p->next = c->pending;
+    if (p->next)
+        p->next->prev = p;
+    c->pending = p;
+    *pending_p = p;
+    return 0;
 }
 
 int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
-    return cli_push_finish(c, pending);
+    int rc = cli_push_end(c, &pending->cp);
+    cli_pending_free(c, pending);
+    return rc;
 }
 
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    struct rkv_pending *p;
-    int rc = cli_push_start(c, name, ids, n, rows, op, param, &p);
-    return rc < 0 ? rc : cli_push_finish(c, p);
+    struct cli_req *reqs[RKV_MAX_MACHINES];
+    uint64_t lost[RKV_MAX_MACHINES];
+    struct cli_push cp = {.reqs = reqs, .lost = lost};
+    int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
+    return rc < 0 ? rc : cli_push_end(c, &cp);
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -1147,7 +1203,7 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
 static void cli_settle_pending(struct rkv_client *c)
 {
     for (struct rkv_pending *p = c->pending; p; p = p->next)
-        (void)cli_wait_keep(c, p->reqs, p->nreq, c->cfg.timeout_ms, "push");
+        (void)cli_wait_keep(c, p->cp.reqs, p->cp.nreq, c->cfg.timeout_ms, "push");
 }
 
 /* The reply slot of a server, grown when a reply needs more room. After a
@@ -1344,19 +1400,19 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
                     void *rows_out)
 {
     struct rkv_tensor *t;
-    struct cli_groups g = {0};
+    struct cli_groups g;
     int rc = cli_tensor(c, name, &t);
     if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
         return rc;
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
-        goto free_groups;
+        return rc;
     struct cli_req *reqs[RKV_MAX_MACHINES];
     uint64_t lost[RKV_MAX_MACHINES];
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
     struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
     if (g.start[local + 1] > g.start[local] && t->mapped && (rc = cli_local_fresh(c)) < 0)
-        goto free_groups;
+        return rc;
     int call_reg;
     cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
@@ -1367,14 +1423,8 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
                                (uint8_t *)rows_out + (size_t)p * t->row_bytes);
         }
     }
-    int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, "pull");
-    cli_abandon_slots(c, reqs, nreq);
-    if (rc == 0)
-        rc = cli_settle(c, &o, &g, cli_pull_remote, reqs, nreq, lost, wrc, "pull");
-    cli_release(c, reqs, nreq);
+    rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
     cli_zc_end(c, &o, call_reg);
-free_groups:
-    cli_groups_free(&g);
     return rc;
 }
 
@@ -1584,7 +1634,7 @@ void rkv_client_destroy(struct rkv_client *c)
     /* The QPs are closed: no peer can write into registered memory now, nor
      * read the rows of a push nobody waited for. */
     while (c->pending) {
-        cli_zc_end(c, &c->pending->o, c->pending->call_reg);
+        cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
         cli_pending_free(c, c->pending);
     }
     rkv_regcache_fini(&c->regs);
@@ -1603,6 +1653,9 @@ void rkv_client_destroy(struct rkv_client *c)
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)
         rkv_node_close(c->port, c->nic);
+    free(c->grp_order);
+    free(c->grp_mach);
+    free(c->grp_start);
     free(c->machines);
     free(c->servers);
     free(c->pins);

@@ -144,31 +144,38 @@ static void apply_adagrad(enum rkv_dtype dt, void *row, void *state, const void 
         adagrad_f64(row, state, in, n, param);
 }
 
-int rkv_handler_apply(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, void *row,
-                      void *state, const void *in, size_t n_elems, double param)
+void rkv_handler_run(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, void *row,
+                     void *state, const void *in, size_t n_elems, double param)
 {
-    int rc = rkv_handler_check(t, op, dt, state != NULL);
-    if (rc < 0)
-        return rc;
+    assert(rkv_handler_check(t, op, dt, state != NULL) == 0);
     if (n_elems == 0)
-        return 0;
+        return;
     assert(row && in);
     switch (op) {
     case RKV_OP_ASSIGN:
         memcpy(row, in, n_elems * rkv_dtype_size(dt));
-        return 0;
+        break;
     case RKV_OP_SUM:
         apply_sum(dt, row, in, n_elems);
-        return 0;
+        break;
     case RKV_OP_SGD:
         apply_sgd(dt, row, in, n_elems, param);
-        return 0;
+        break;
     case RKV_OP_ADAGRAD:
         apply_adagrad(dt, row, state, in, n_elems, param);
-        return 0;
+        break;
     default:
         assert(op >= RKV_OP_CUSTOM && t && t->fn[op]);
         t->fn[op](dt, row, state, in, n_elems, param, t->user[op]);
-        return 0;
+        break;
     }
+}
+
+int rkv_handler_apply(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, void *row,
+                      void *state, const void *in, size_t n_elems, double param)
+{
+    int rc = rkv_handler_check(t, op, dt, state != NULL);
+    if (rc == 0)
+        rkv_handler_run(t, op, dt, row, state, in, n_elems, param);
+    return rc;
 }

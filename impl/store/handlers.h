@@ -26,5 +26,9 @@ int rkv_handler_apply(const struct rkv_handler_table *t, int op, enum rkv_dtype 
 /* Same checks as rkv_handler_apply without touching anything (lets a server
  * reject a whole request before applying any row of it). */
 int rkv_handler_check(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, int has_state);
+/* rkv_handler_apply for an op that rkv_handler_check accepted for dt and
+ * state: a request's rows are checked once, not once each. */
+void rkv_handler_run(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, void *row,
+                     void *state, const void *in, size_t n_elems, double param);
 
 #endif

@@ -29,10 +29,16 @@ static uint32_t range_machine(const struct rkv_pbook *pb, uint64_t g)
     return (uint32_t)m;
 }
 
-static void count_range(struct rkv_pbook *pb)
+static int count_range(struct rkv_pbook *pb, char *err, size_t el)
 {
+    pb->range_first = malloc(((size_t)pb->machines + 1) * sizeof(*pb->range_first));
+    if (!pb->range_first)
+        return rkv_errf(err, el, -RKV_ENOMEM, "pbook: out of memory");
+    for (uint32_t m = 0; m <= pb->machines; m++)
+        pb->range_first[m] = range_start(pb, m);
     for (uint32_t m = 0; m < pb->machines; m++)
-        pb->local_rows[m] = range_start(pb, m + 1) - range_start(pb, m);
+        pb->local_rows[m] = pb->range_first[m + 1] - pb->range_first[m];
+    return 0;
 }
 
 static void count_hash(struct rkv_pbook *pb)
@@ -96,7 +102,7 @@ int rkv_pbook_init(struct rkv_pbook *pb, enum rkv_policy policy, uint64_t rows, 
     if (!b.local_rows)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "pbook: out of memory");
     if (policy == RKV_PART_RANGE)
-        count_range(&b);
+        rc = count_range(&b, err, err_len);
     else if (policy == RKV_PART_HASH)
         count_hash(&b);
     else
@@ -114,6 +120,7 @@ void rkv_pbook_free(struct rkv_pbook *pb)
     free(pb->book);
     free(pb->g2l);
     free(pb->local_rows);
+    free(pb->range_first);
     memset(pb, 0, sizeof(*pb));
 }
 
@@ -137,7 +144,7 @@ uint64_t rkv_pbook_g2l(const struct rkv_pbook *pb, uint64_t gid)
     assert(gid < pb->rows);
     switch (pb->policy) {
     case RKV_PART_RANGE:
-        return gid - range_start(pb, range_machine(pb, gid));
+        return gid - pb->range_first[range_machine(pb, gid)];
     case RKV_PART_HASH:
         return gid / pb->machines;
     case RKV_PART_EXPLICIT:

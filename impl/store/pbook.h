@@ -17,6 +17,9 @@ struct rkv_pbook {
     uint32_t *book;       /* EXPLICIT: machine of each row (owned copy) */
     uint64_t *g2l;        /* EXPLICIT: local index of each row on its machine */
     uint64_t *local_rows; /* rows held by each machine (machines entries) */
+    /* RANGE: start(m) for m in 0..machines, so that g2l, on every row a
+     * push or pull touches in a shard, divides once (the machine), not twice. */
+    uint64_t *range_first;
 };
 
 /* RANGE: machine m holds [rows*m/M, rows*(m+1)/M); g2l = g - start(m).

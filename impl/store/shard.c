@@ -174,18 +174,22 @@ int rkv_shard_push(struct rkv_shard *sh, const struct rkv_tensor *t,
     int rc = rkv_handler_check(ht, op, t->meta.dtype, sh->state != NULL);
     if (rc < 0)
         return rc;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t l = rkv_pbook_g2l(&t->pb, ids[i]);
-        assert(l < sh->local_rows);
-        uint8_t *row = sh->data + l * sh->row_bytes;
-        uint8_t *state = sh->state ? sh->state + l * sh->row_bytes : NULL;
-        rkv_shard_lock(sh, l);
-        rc = rkv_handler_apply(ht, op, t->meta.dtype, row, state, rows + i * sh->row_bytes,
-                               t->meta.row_len, param);
-        rkv_shard_unlock(sh, l);
-        assert(rc == 0); /* checked above */
-    }
+    for (size_t i = 0; i < n; i++)
+        rkv_shard_push_row(sh, t, ht, op, param, ids[i], rows + i * sh->row_bytes);
     return 0;
+}
+
+void rkv_shard_push_row(struct rkv_shard *sh, const struct rkv_tensor *t,
+                        const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
+                        const uint8_t *in)
+{
+    uint64_t l = rkv_pbook_g2l(&t->pb, gid);
+    assert(l < sh->local_rows);
+    uint8_t *row = sh->data + l * sh->row_bytes;
+    uint8_t *state = sh->state ? sh->state + l * sh->row_bytes : NULL;
+    rkv_shard_lock(sh, l);
+    rkv_handler_run(ht, op, t->meta.dtype, row, state, in, t->meta.row_len, param);
+    rkv_shard_unlock(sh, l);
 }
 
 void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64_t gid,

@@ -84,6 +84,10 @@ int rkv_tensor_check_ids(const struct rkv_tensor *t, uint32_t machine, const uin
 int rkv_shard_push(struct rkv_shard *sh, const struct rkv_tensor *t,
                    const struct rkv_handler_table *ht, int op, double param, const uint64_t *ids,
                    size_t n, const uint8_t *rows);
+/* One row of a push whose op rkv_handler_check accepted (under its lock). */
+void rkv_shard_push_row(struct rkv_shard *sh, const struct rkv_tensor *t,
+                        const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
+                        const uint8_t *in);
 void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64_t gid,
                         uint8_t *out);
 

@@ -491,6 +491,71 @@ static void test_server_killed_or_hung(void **state)
     }
 }
 
+/* The value test_grouping_across_calls pushed to row id in round k. */
+static float grouping_value(int k, uint64_t id, int j)
+{
+    return k < 0 ? 0.0f : (float)k * 1000.0f + (float)id + 0.25f * (float)j;
+}
+
+/* The client groups a call's positions by machine in arrays it keeps from
+ * call to call: calls that grow them, shrink back and grow again, with
+ * local (0..49) and remote (50..99) rows interleaved in any order, repeats
+ * in pulls, and calls after rejected ones, each put every row at its own
+ * position. */
+static void test_grouping_across_calls(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    enum { N = 300 };
+    static uint64_t ids[N];
+    static float rows[N * 4], got[N * 4];
+    int last[100]; /* the round that last pushed each row, -1: none (zeros) */
+    for (int i = 0; i < 100; i++)
+        last[i] = -1;
+    const size_t sizes[] = {1, N, 7, 2, N - 1, 100, 64};
+    for (int k = 0; k < (int)(sizeof(sizes) / sizeof(sizes[0])); k++) {
+        size_t n = sizes[k], np = n < 100 ? n : 100; /* pushes: distinct rows */
+        for (size_t i = 0; i < np; i++) {
+            ids[i] = (i * 37 + 11 * (size_t)k) % 100;
+            for (int j = 0; j < 4; j++)
+                rows[i * 4 + j] = grouping_value(k, ids[i], j);
+            last[ids[i]] = k;
+        }
+        assert_int_equal(rkv_client_push(cli, "t", ids, np, rows, RKV_OP_ASSIGN, 0), 0);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (i * 53 + 7 * (size_t)k) % 100;
+        memset(got, 0xee, sizeof(got));
+        assert_int_equal(rkv_client_pull(cli, "t", ids, n, got), 0);
+        for (size_t i = 0; i < n; i++)
+            for (int j = 0; j < 4; j++)
+                assert_float_equal(got[i * 4 + j], grouping_value(last[ids[i]], ids[i], j), 0);
+    }
+    /* Rejected: a bad id in a call larger than any before, and an op nobody
+     * registered on local rows only; neither touches a row. */
+    for (size_t i = 0; i < N; i++)
+        ids[i] = i % 100;
+    ids[N - 2] = 100;
+    assert_int_equal(rkv_client_pull(cli, "t", ids, N, got), -RKV_ERANGE);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "row id 100 at position 298"));
+    uint64_t local[3] = {49, 0, 20};
+    float bad[12] = {0};
+    assert_int_equal(rkv_client_push(cli, "t", local, 3, bad, RKV_OP_CUSTOM + 1, 0),
+                     -RKV_ENOHANDLER);
+    assert_int_equal(rkv_client_pull(cli, "t", local, 3, got), 0);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            assert_float_equal(got[i * 4 + j], grouping_value(last[local[i]], local[i], j), 0);
+    check_good_roundtrip(cli, 9.0f);
+    rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 static void *join_thread(void *arg)
 {
     struct cluster *c = arg;
@@ -588,6 +653,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_errors),
         cmocka_unit_test(test_handlers_end_to_end),
+        cmocka_unit_test(test_grouping_across_calls),
         cmocka_unit_test(test_more_tensors_than_slots),
         cmocka_unit_test(test_foreign_cluster_rejected),
         cmocka_unit_test(test_hostile_requests),
