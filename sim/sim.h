@@ -27,7 +27,7 @@ typedef uint64_t (*sim_sizer_fn)(void *user, const void *buf, uint32_t len);
 struct sim_world {
     uint64_t seed;
     double jitter;      /* extra delivery delay, fraction of the message's own network time */
-    double msg_cpu_s;   /* CPU charged per posted and per polled message (0: free) */
+    double msg_cpu_s;   /* CPU charged per data message posted and per one received (0: free) */
     double row_cost_ns; /* CPU a server handler spends per row */
     /* CPU per byte of a message: the sender's (charged when posting) and the
      * receiver's (charged by its NIC actor, the progress thread's read). */

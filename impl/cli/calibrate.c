@@ -458,7 +458,9 @@ static int cal_copy_bytes(int reps, double *ns)
 /* ---- the parameters ---- */
 
 /* In the twin a one-row pull is 4 message charges (msg_cost_ns: the request
- * posted and polled, the reply posted and polled), the CPU the twin
+ * posted and received, the reply posted and received; sim/nic_sim.c charges
+ * the receiving half on the receiver's NIC actor, not per completion
+ * polled, so the sends' completions cost nothing), the CPU the twin
  * measures of its own code (c), the bytes' CPU, and two one-way latencies.
  * msg_cost_ns is CPU: what the processes' CPU per request (getrusage) has
  * beyond c and the bytes, over 4; in it are the kernel's TCP path, epoll
