@@ -36,8 +36,9 @@ struct sim_world {
     /* Measured CPU (sim/cpu.c): node code's real time between SimGrid calls
      * is charged as work on its host. */
     int cpu_measured;
-    uint64_t cpu_stamp_ns; /* when the running node came back from SimGrid (0: not yet) */
-    double cpu_charged_s;  /* in all, for the report */
+    uint64_t cpu_stamp_ns;        /* when the running node came back from SimGrid (0: not yet) */
+    uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/cpu.c) */
+    double cpu_charged_s;         /* in all, for the report */
     uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
