@@ -190,9 +190,21 @@ static void sp_cond_destroy(struct rkv_cond *c)
 
 /* ---- time ---- */
 
+/* With measured CPU, the node code that ran since the last SimGrid call is
+ * charged first: a real thread that reads the clock sees the time its own
+ * work took. Without it, a phase's closing timestamp missed the phase's
+ * last stretch of node code (all of it in a phase that makes no SimGrid
+ * call, such as pushes and pulls through the shared-memory shard), which
+ * was then charged after the phase had ended. */
 static uint64_t sp_now_ns(struct rkv_port *p)
 {
-    (void)p;
+    struct sim_world *w = sp_of(p)->w;
+    if (w->cpu_measured && sg_actor_self()) {
+        sim_cpu_settle(w);
+        uint64_t t = (uint64_t)llround(simgrid_get_clock() * 1e9);
+        sim_cpu_mark(w);
+        return t;
+    }
     return (uint64_t)llround(simgrid_get_clock() * 1e9);
 }
 

@@ -27,7 +27,7 @@ typedef uint64_t (*sim_sizer_fn)(void *user, const void *buf, uint32_t len);
 struct sim_world {
     uint64_t seed;
     double jitter;      /* extra delivery delay, fraction of the message's own network time */
-    double msg_cpu_s;   /* CPU charged per posted and per polled message (0: free) */
+    double msg_cpu_s;   /* CPU charged per data message posted and per one received (0: free) */
     double row_cost_ns; /* CPU a server handler spends per row */
     /* CPU per byte of a message: the sender's (charged when posting) and the
      * receiver's (charged by its NIC actor, the progress thread's read). */
@@ -36,8 +36,9 @@ struct sim_world {
     /* Measured CPU (sim/cpu.c): node code's real time between SimGrid calls
      * is charged as work on its host. */
     int cpu_measured;
-    uint64_t cpu_stamp_ns; /* when the running node came back from SimGrid (0: not yet) */
-    double cpu_charged_s;  /* in all, for the report */
+    uint64_t cpu_stamp_ns;        /* when the running node came back from SimGrid (0: not yet) */
+    uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/cpu.c) */
+    double cpu_charged_s;         /* in all, for the report */
     uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;

@@ -140,7 +140,7 @@ int cli_calib_write(const char *path, const struct cli_calib *c, const char *not
             "shared_host = %d     # 1: the machines of a run are processes on this host\n"
             "latency_us = %.3f    # one-way, the part of a small message that is not CPU\n"
             "bandwidth_gbps = %.3f # one connection, beyond the CPU of its copies\n"
-            "msg_cost_ns = %.0f    # kernel CPU per message posted and per completion polled\n"
+            "msg_cost_ns = %.0f    # kernel CPU per message posted and per message received\n"
             "send_byte_ns = %.4f  # kernel CPU per byte sent\n"
             "recv_byte_ns = %.4f  # kernel CPU per byte received\n"
             "copy_byte_ns = %.4f  # a warm memcpy; the twin's slower copies (first touch) are CPU\n"

@@ -14,7 +14,7 @@ struct cli_calib {
     int shared_host;       /* the real runs' machines are processes on this one host */
     double latency_us;     /* one-way time of a small message that is not CPU work */
     double bandwidth_gbps; /* of one connection, beyond the CPU the copies cost */
-    double msg_cost_ns;    /* kernel CPU per message posted and per completion polled */
+    double msg_cost_ns;    /* kernel CPU per message posted and per message received */
     double send_byte_ns;   /* kernel CPU per byte sent (the sender's copy and stack) */
     double recv_byte_ns;   /* kernel CPU per byte received (the reader's copy) */
     double copy_byte_ns;   /* a warm memcpy per byte: the twin's copies beyond it are CPU */

@@ -92,12 +92,43 @@ static void test_shared_host_selects_the_loopback_platform(void **state)
     unlink(path);
 }
 
-/* The simulated time of a small push/pull run with `extra` in its sim block
- * (no measured CPU: the model alone). */
+/* The simulated time of the first phase of the scenario `text` (no
+ * measured CPU: the model alone), from its report.json. Not the whole
+ * run's simulated time: that ends when the last engine's progress task sees
+ * it is stopping, up to one poll timeout (50 ms) after the work, depending
+ * on whether a message woke it. */
+static double phase_s(const char *text)
+{
+    char path[64], dir[64], args[512], report[4096];
+    snprintf(path, sizeof(path), "/tmp/rkv-test-lo-%d.yaml", (int)getpid());
+    snprintf(dir, sizeof(dir), "/tmp/rkv-test-lo-%d.out", (int)getpid());
+    write_file(path, text);
+    snprintf(args, sizeof(args), "run %s --out %s", path, dir);
+    int rc = run_rkv("", args);
+    unlink(path);
+    double s = 0;
+    char rpath[96];
+    snprintf(rpath, sizeof(rpath), "%s/report.json", dir);
+    FILE *f = fopen(rpath, "r");
+    size_t n = f ? fread(report, 1, sizeof(report) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    report[n] = 0;
+    const char *ph = strstr(report, "\"phases\"");
+    const char *at = ph ? strstr(ph, "\"wall_s\": ") : NULL;
+    if (rc != 0 || !strstr(out, "verdict: PASS") || !at || sscanf(at, "\"wall_s\": %lf", &s) != 1 ||
+        s <= 0)
+        fail_msg("rkv %s:\n%s\nexit %d\n%s\n%s", args, text, rc, out, report);
+    snprintf(args, sizeof(args), "rm -rf '%s'", dir);
+    if (system(args) != 0)
+        fail_msg("could not remove %s", dir);
+    return s;
+}
+
+/* A small push/pull run with `extra` in its sim block. */
 static double sim_s(const char *extra)
 {
-    char path[64], args[512], text[1024];
-    snprintf(path, sizeof(path), "/tmp/rkv-test-lo-%d.yaml", (int)getpid());
+    char text[1024];
     snprintf(text, sizeof(text),
              "seed: 5\n"
              "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
@@ -108,16 +139,29 @@ static double sim_s(const char *extra)
              "keys: remote-only, rounds: 20}\n"
              "sim: {latency_us: 5, bandwidth_gbps: 100, msg_cost_ns: 20000, %s}\n",
              extra);
-    write_file(path, text);
-    snprintf(args, sizeof(args), "run %s", path);
-    int rc = run_rkv("", args);
-    unlink(path);
-    const char *at = strstr(out, "simulated time ");
-    double s = 0;
-    if (rc != 0 || !strstr(out, "verdict: PASS") || !at ||
-        sscanf(at, "simulated time %lf s", &s) != 1 || s <= 0)
-        fail_msg("rkv %s (%s): exit %d\n%s", args, extra, rc, out);
-    return s;
+    return phase_s(text);
+}
+
+/* rkv calibrate divides the CPU it measures per one-row pull by 4 (the
+ * request and the reply, each posted and received), so the twin must charge
+ * msg_cost_ns exactly 4 times per pull: on one core, where every charge
+ * waits for the others, a pull takes 4 x msg_cost_ns and a little latency.
+ * (It charged every completion polled, the sends' too: 6 times.) */
+static void test_one_row_pull_costs_four_message_charges(void **state)
+{
+    (void)state;
+    double s = phase_s("seed: 5\n"
+                       "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                       "tensors:\n"
+                       "  - {name: t, dtype: f32, rows: 16, shape: [4], partition: range}\n"
+                       "workload:\n"
+                       "  - {name: one, tensor: t, push: 0.0, ids_per_request: 1, "
+                       "keys: remote-only, rounds: 50}\n"
+                       "sim: {platform: loopback, cores: 1, latency_us: 1, msg_cost_ns: 100000}\n");
+    double charges = s / 100 /* pulls: 2 workers x 50 */ / 100e-6;
+    if (!(charges > 3.9 && charges < 4.5))
+        fail_msg("a one-row pull took %.2f x msg_cost_ns on one core, wanted 4 (%.6f s for 100)",
+                 charges, s);
 }
 
 /* Every machine's nodes compete for the one host's cores (one core shared
@@ -211,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_bad_calibration_files),
         cmocka_unit_test(test_shared_host_selects_the_loopback_platform),
         cmocka_unit_test(test_loopback_machines_share_the_cores),
+        cmocka_unit_test(test_one_row_pull_costs_four_message_charges),
         cmocka_unit_test(test_predict_prints_the_table),
         cmocka_unit_test(test_predict_without_a_file_calibrates_first),
     };
