@@ -46,6 +46,7 @@ enum cli_key {
     CLI_DURABLE_DIR,
     CLI_RETRY_MS,
     CLI_ZERO_COPY_BYTES,
+    CLI_BUSY_POLL,
     CLI_KEY_COUNT_
 };
 
