@@ -437,6 +437,11 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
         bench_add(b, name, "us", f.lat_p50_us);
         snprintf(name, sizeof(name), "verbs.pull1.p99.%s.%s", mode, tag);
         bench_add(b, name, "us", f.lat_p99_us);
+        /* Where the time goes: the client's sleeps (wake-ups) per pull. */
+        snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s", mode, tag);
+        bench_add(b, name, "switches", f.lat_vcsw);
+        snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s", mode, tag);
+        bench_add(b, name, "switches", f.lat_ivcsw);
     }
     if (other_poll) { /* its throughput too, as it was measured anyway */
         const double v[3] = {f.push_gbs, f.pull_gbs, f.pushpull_gbs};
@@ -615,8 +620,13 @@ static void bench_print_verbs_lat(const struct bench *b)
         snprintf(name, sizeof(name), "verbs.pull1.p50.%s.%s.1x1", busy ? "busy" : "block", sz);
         double p50 = bench_median(b, name);
         snprintf(name, sizeof(name), "verbs.pull1.p99.%s.%s.1x1", busy ? "busy" : "block", sz);
-        printf("1-row %s pull, busy-poll %d: p50 %.1f us (%.2fx the round trip), p99 %.1f us\n", sz,
-               busy, p50, rtt > 0 ? p50 / rtt : 0, bench_median(b, name));
+        double p99 = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        double vcsw = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        printf("1-row %s pull, busy-poll %d: p50 %.1f us (%.2fx the round trip), p99 %.1f us; "
+               "client process per pull: %.2f sleeps, %.2f preemptions\n",
+               sz, busy, p50, rtt > 0 ? p50 / rtt : 0, p99, vcsw, bench_median(b, name));
     }
 }
 

@@ -85,6 +85,9 @@ struct cli_result {
     uint64_t push_bytes, pull_bytes, pushpull_bytes;
     double push_s, pull_s, pushpull_s;
     double pull_lat_us_p50, pull_lat_us_p99;
+    /* Context switches of the worker process per 1-row pull: voluntary
+     * ones are sleeps (a wake-up each), involuntary ones preemptions. */
+    double pull_lat_vcsw, pull_lat_ivcsw;
 };
 
 /* The timed phase of `rkv demo` (after the built-in scenario): push and
@@ -97,6 +100,7 @@ int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
 struct cli_figures {
     double push_gbs, pull_gbs, pushpull_gbs;
     double lat_p50_us, lat_p99_us; /* one-row pull */
+    double lat_vcsw, lat_ivcsw;    /* its worker's context switches per pull */
     uint64_t checks, errors;
 };
 

@@ -321,9 +321,10 @@ static int demo_parse_result(const char *out, struct cli_result *res, int *statu
     if (!line || sscanf(line,
                         "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
                         "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
-                        "pushpull_bytes=%llu pushpull_s=%lf",
+                        "pushpull_bytes=%llu pushpull_s=%lf lat_vcsw=%lf lat_ivcsw=%lf",
                         &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
-                        &res->pull_lat_us_p50, &res->pull_lat_us_p99, &ppb, &res->pushpull_s) != 12)
+                        &res->pull_lat_us_p50, &res->pull_lat_us_p99, &ppb, &res->pushpull_s,
+                        &res->pull_lat_vcsw, &res->pull_lat_ivcsw) != 14)
         return -1;
     res->checks = c;
     res->errors = e;
@@ -458,6 +459,8 @@ static void demo_figures(const struct demo *d, struct cli_figures *f)
         ls = r->pull_s > ls ? r->pull_s : ls;
         pps = r->pushpull_s > pps ? r->pushpull_s : pps;
         f->lat_p50_us += r->pull_lat_us_p50 / d->n_workers;
+        f->lat_vcsw += r->pull_lat_vcsw / d->n_workers;
+        f->lat_ivcsw += r->pull_lat_ivcsw / d->n_workers;
         f->lat_p99_us = r->pull_lat_us_p99 > f->lat_p99_us ? r->pull_lat_us_p99 : f->lat_p99_us;
     }
     f->push_gbs = ps > 0 ? pb / ps / 1e9 : 0;
@@ -476,6 +479,8 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
            d->n_workers, d->machines, d->n_servers, (unsigned long long)value_bytes, f.push_gbs,
            f.pull_gbs, f.pushpull_gbs, f.lat_p50_us, f.lat_p99_us, (unsigned long long)f.checks,
            (unsigned long long)f.errors);
+    printf("1-row pulls: %.2f sleeps and %.2f preemptions per pull in a worker process\n",
+           f.lat_vcsw, f.lat_ivcsw);
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (d->status[i])
             printf("worker %u: store error %d (%s)\n", i, d->status[i], rkv_strerror(d->status[i]));
