@@ -118,6 +118,10 @@ struct rkv_engine {
      * Taken before mu, never while holding it. */
     struct rkv_mutex *poll_mu;
     atomic_int inline_pollers; /* threads between inline_begin and _end */
+    /* Busy polling: the progress task is in (or about to enter) a batch.
+     * An inline poller waits for it to clear rather than sleep on poll_mu:
+     * a sleep is the wake-up busy polling is there to avoid. */
+    atomic_int task_polling;
     struct rkv_task *task;
     int stopping;
     struct rkv_peer *peers;
@@ -1218,8 +1222,11 @@ static void eng_progress(void *arg)
             continue;
         }
         /* One spinner per side is the point: while a waiting thread polls,
-         * this task only sleeps. */
+         * this task only sleeps. Flag first, then look (the inline poller
+         * counts itself first, then looks): one of the two sees the other. */
+        atomic_store(&e->task_polling, 1);
         if (atomic_load(&e->inline_pollers) > 0) {
+            atomic_store(&e->task_polling, 0);
             if (eng_stopping(e))
                 return;
             po->sleep_ns(e->port, ENG_STAND_ASIDE_NS);
@@ -1227,6 +1234,7 @@ static void eng_progress(void *arg)
         }
         int spin = po->now_ns(e->port) - last_ns < ENG_SPIN_NS;
         int n = eng_poll_batch(e, spin ? 0 : ENG_POLL_MS);
+        atomic_store(&e->task_polling, 0);
         if (n < 0)
             return;
         if (n > 0)
@@ -1239,6 +1247,10 @@ static void eng_progress(void *arg)
 void rkv_engine_inline_begin(struct rkv_engine *e)
 {
     atomic_fetch_add(&e->inline_pollers, 1);
+    /* The progress task finishes its batch and stands aside; a blocking
+     * one (it slept in the NIC) may hold on until its next completion. */
+    while (atomic_load(&e->task_polling))
+        e->port->ops->yield(e->port);
 }
 
 int rkv_engine_poll_inline(struct rkv_engine *e)
@@ -1276,6 +1288,7 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->on_peer = on_peer;
     e->user = user;
     atomic_init(&e->inline_pollers, 0);
+    atomic_init(&e->task_polling, 0);
     int rc = port->ops->mutex_create(port, &e->mu);
     if (rc == 0 && (rc = port->ops->mutex_create(port, &e->poll_mu)) < 0)
         port->ops->mutex_destroy(e->mu);

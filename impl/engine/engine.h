@@ -80,8 +80,9 @@ int rkv_engine_start(struct rkv_engine *eng);
  * does) instead of the progress task waking the waiter. Between
  * rkv_engine_inline_begin and rkv_engine_inline_end, each
  * rkv_engine_poll_inline polls once without blocking and handles what
- * completed; returns how many completions it handled. The caller holds no
- * lock a callback takes. Not from inside a callback. */
+ * completed; returns how many completions it handled. Neither begin nor
+ * poll may be called with a lock a callback takes (begin waits for the
+ * progress task's batch to end). Not from inside a callback. */
 void rkv_engine_inline_begin(struct rkv_engine *eng);
 int rkv_engine_poll_inline(struct rkv_engine *eng);
 void rkv_engine_inline_end(struct rkv_engine *eng);

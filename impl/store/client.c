@@ -175,7 +175,9 @@ static void cli_wait_inline(struct rkv_client *c, struct cli_req **reqs, size_t 
 {
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t last_ns = po->now_ns(c->port);
+    cli_unlock(c); /* begin waits for the progress task's batch, whose callbacks lock */
     rkv_engine_inline_begin(c->eng);
+    cli_lock(c);
     for (size_t i = 0; i < n; i++) {
         while (!reqs[i]->done) {
             uint64_t now = po->now_ns(c->port);
