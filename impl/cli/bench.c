@@ -442,6 +442,8 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
         bench_add(b, name, "switches", f.lat_vcsw);
         snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s", mode, tag);
         bench_add(b, name, "switches", f.lat_ivcsw);
+        snprintf(name, sizeof(name), "verbs.pull1.callvcsw.%s.%s", mode, tag);
+        bench_add(b, name, "switches", f.lat_call_vcsw);
     }
     if (other_poll) { /* its throughput too, as it was measured anyway */
         const double v[3] = {f.push_gbs, f.pull_gbs, f.pushpull_gbs};
@@ -623,10 +625,13 @@ static void bench_print_verbs_lat(const struct bench *b)
         double p99 = bench_median(b, name);
         snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
         double vcsw = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.callvcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        double call = bench_median(b, name);
         snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
         printf("1-row %s pull, busy-poll %d: p50 %.1f us (%.2fx the round trip), p99 %.1f us; "
-               "client process per pull: %.2f sleeps, %.2f preemptions\n",
-               sz, busy, p50, rtt > 0 ? p50 / rtt : 0, p99, vcsw, bench_median(b, name));
+               "per pull: %.2f sleeps of the calling thread, %.2f sleeps and %.2f preemptions "
+               "of the client process\n",
+               sz, busy, p50, rtt > 0 ? p50 / rtt : 0, p99, call, vcsw, bench_median(b, name));
     }
 }
 

@@ -88,6 +88,7 @@ struct cli_result {
     /* Context switches of the worker process per 1-row pull: voluntary
      * ones are sleeps (a wake-up each), involuntary ones preemptions. */
     double pull_lat_vcsw, pull_lat_ivcsw;
+    double pull_lat_call_vcsw; /* sleeps of the calling thread alone per pull */
 };
 
 /* The timed phase of `rkv demo` (after the built-in scenario): push and
@@ -101,6 +102,7 @@ struct cli_figures {
     double push_gbs, pull_gbs, pushpull_gbs;
     double lat_p50_us, lat_p99_us; /* one-row pull */
     double lat_vcsw, lat_ivcsw;    /* its worker's context switches per pull */
+    double lat_call_vcsw;          /* sleeps of the calling thread per pull */
     uint64_t checks, errors;
 };
 
