@@ -195,6 +195,7 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
                  "loud");
     config_fails("retry-ms: expected", 2, "--retry-ms", "soon");
+    config_fails("busy-poll: expected 0 or 1, got 2", 2, "--busy-poll", "2");
     static char long_dir[600];
     memset(long_dir, 'd', sizeof(long_dir) - 1);
     config_fails("durable-dir: longer than", 2, "--durable-dir", long_dir);
@@ -224,7 +225,20 @@ static void test_settings_that_make_a_cluster(void **state)
     assert_int_equal(cfg.machines[2].servers, 2);
     assert_string_equal(cfg.shm_prefix, "mine");
     assert_int_equal(cfg.n_workers, 4);
+    assert_int_equal(cfg.busy_poll, 0);
     free(cfg.machines);
+    /* Busy polling from its env var, a flag winning over it. */
+    static char *argv1[] = {"--busy-poll", "0"};
+    setenv("RKV_BUSY_POLL", "1", 1);
+    assert_int_equal(cli_settings_load(&s, 0, argv1, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.busy_poll, 1);
+    free(cfg.machines);
+    assert_int_equal(cli_settings_load(&s, 2, argv1, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.busy_poll, 0);
+    free(cfg.machines);
+    unsetenv("RKV_BUSY_POLL");
     /* From a cluster file, servers-per-machine is the default count. */
     write_cluster("10.0.0.1 9000\n10.0.0.2 9500 1\n");
     static char *argv2[] = {"--cluster", path, "--servers-per-machine", "3"};
