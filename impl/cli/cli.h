@@ -89,6 +89,7 @@ struct cli_result {
      * ones are sleeps (a wake-up each), involuntary ones preemptions. */
     double pull_lat_vcsw, pull_lat_ivcsw;
     double pull_lat_call_vcsw; /* sleeps of the calling thread alone per pull */
+    int busy_poll;             /* the worker's setting, as it ran */
 };
 
 /* The timed phase of `rkv demo` (after the built-in scenario): push and
@@ -103,6 +104,7 @@ struct cli_figures {
     double lat_p50_us, lat_p99_us; /* one-row pull */
     double lat_vcsw, lat_ivcsw;    /* its worker's context switches per pull */
     double lat_call_vcsw;          /* sleeps of the calling thread per pull */
+    uint32_t busy_workers;         /* workers that ran with busy-poll 1 */
     uint64_t checks, errors;
 };
 

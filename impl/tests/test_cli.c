@@ -356,6 +356,20 @@ static void test_bench_verbs_without_a_device(void **state)
     expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
 }
 
+/* Regression: rkv demo passes busy-poll on to its workers (it did not, so
+ * `rkv bench verbs --busy-poll 1` measured the blocking mode twice); each
+ * worker reports the setting it ran with. */
+static void test_demo_passes_busy_poll(void **state)
+{
+    (void)state;
+    const char *args = "demo --machines 2 --servers-per-machine 1 --num-workers 1 --rows 64 "
+                       "--rounds 1 --value-bytes 4096";
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s --busy-poll 1", args);
+    expect_run("", buf, 0, "1 of 1 workers busy-polled");
+    expect_run("", args, 0, "0 of 1 workers busy-polled");
+}
+
 /* ---- rkv run: reports that cannot be written, bounds, and its settings ---- */
 
 static const char tiny[] =
@@ -415,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_run_reports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
