@@ -11,7 +11,8 @@
  *          block, which stays in cache, is printed too. And one 512 B
  *          row's pull latency
  *   verbs: over an RDMA device (ci/softroce), vs perftest's ib_write_bw and
- *          ib_write_lat on the same device */
+ *          ib_write_lat on the same device; the smallest size once more with
+ *          the other busy-poll setting, for the latency in both modes */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -66,6 +67,7 @@ struct bench {
     int have_iperf3;
     const char *dev, *host; /* verbs: the device and its address */
     int gid_idx;
+    int busy_poll; /* the clusters' busy-poll setting (flags, then env) */
     struct bench_fig fig[BENCH_MAX_FIGS];
     int n_fig;
     struct bench_ratio ratio[BENCH_MAX_RATIOS];
@@ -406,8 +408,10 @@ static void bench_limit_name(const struct bench *b, uint32_t bytes, const char *
 
 /* One demo cluster of the shape at `bytes` per row; records its figures as
  * MODE.WHAT.SIZE.SxW and, with `ratios`, their throughputs' ratios to the
- * limits (bench_limit_name). Returns an RKV_EXIT_* code. */
-static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t bytes, int ratios)
+ * limits (bench_limit_name); other_poll: in the busy-poll mode the run's
+ * setting does not choose. Returns an RKV_EXIT_* code. */
+static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t bytes, int ratios,
+                         int other_poll)
 {
     char m[16], spm[16], w[16], vb[16];
     snprintf(m, sizeof(m), "%u", sh->machines);
@@ -435,6 +439,11 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
     }
     for (int i = 0; i < b->n_extra; i++)
         argv[argc++] = b->extra[i];
+    int busy = other_poll ? !b->busy_poll : b->busy_poll;
+    if (other_poll) { /* the last flag wins */
+        argv[argc++] = "--busy-poll";
+        argv[argc++] = busy ? "1" : "0";
+    }
     struct cli_figures f;
     int code = cli_demo_measure(b->self, argc, argv, &f);
     if (code != RKV_EXIT_OK)
@@ -442,6 +451,33 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
     char sz[16], tag[32], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
     bench_size_name(bytes, sz, sizeof(sz));
     snprintf(tag, sizeof(tag), "%s.%ux%u", sz, sh->spm, sh->workers);
+    if (b->mode == BENCH_VERBS) { /* the latency again, named by its polling mode */
+        const char *mode = busy ? "busy" : "block";
+        snprintf(name, sizeof(name), "verbs.pull1.p50.%s.%s", mode, tag);
+        bench_add(b, name, "us", f.lat_p50_us);
+        snprintf(name, sizeof(name), "verbs.pull1.p99.%s.%s", mode, tag);
+        bench_add(b, name, "us", f.lat_p99_us);
+        /* Where the time goes: the client's sleeps (wake-ups) per pull. */
+        snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s", mode, tag);
+        bench_add(b, name, "switches", f.lat_vcsw);
+        snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s", mode, tag);
+        bench_add(b, name, "switches", f.lat_ivcsw);
+        snprintf(name, sizeof(name), "verbs.pull1.callvcsw.%s.%s", mode, tag);
+        bench_add(b, name, "switches", f.lat_call_vcsw);
+    }
+    if (other_poll) { /* its throughput too, as it was measured anyway */
+        const double v[3] = {f.push_gbs, f.pull_gbs, f.pushpull_gbs};
+        const char *what[3] = {"push", "pull", "pushpull"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof(name), "verbs.%s.%s.%s", what[i], busy ? "busy" : "block", tag);
+            bench_add(b, name, "GB/s", v[i]);
+            if (ratios) {
+                bench_limit_name(b, bytes, what[i], limit, sizeof(limit));
+                bench_ratio(b, name, limit);
+            }
+        }
+        return RKV_EXIT_OK;
+    }
     const struct {
         const char *what, *unit;
         double v;
@@ -503,7 +539,7 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
     }
     int code = RKV_EXIT_OK;
     for (size_t i = 0; i < n_shapes && code == RKV_EXIT_OK; i++)
-        code = bench_cluster(b, &shapes[i], bytes, 1);
+        code = bench_cluster(b, &shapes[i], bytes, 1, 0);
     return code;
 }
 
@@ -522,7 +558,7 @@ static int bench_rep(struct bench *b)
     for (int i = 0; i < b->n_sizes && code == RKV_EXIT_OK; i++)
         code = bench_size(b, b->sizes[i], shapes, n);
     if (code == RKV_EXIT_OK && b->mode == BENCH_SHM) /* the small co-located pull */
-        code = bench_cluster(b, &bench_shm_shapes[0], 512, 0);
+        code = bench_cluster(b, &bench_shm_shapes[0], 512, 0, 0);
     if (code == RKV_EXIT_OK && b->mode == BENCH_VERBS) {
         double us = bench_perftest(b, 0);
         if (us <= 0) {
@@ -530,10 +566,16 @@ static int bench_rep(struct bench *b)
             return RKV_EXIT_STORE;
         }
         bench_add(b, "ib_write_lat.rtt", "us", 2 * us);
+        /* The latency in the other polling mode too: one more cluster. */
         char sz[16], name[BENCH_NAME_LEN];
+        code = bench_cluster(b, &bench_verbs_shapes[0], b->sizes[0], 1, 1);
         bench_size_name(b->sizes[0], sz, sizeof(sz));
         snprintf(name, sizeof(name), "verbs.pull1.p50.%s.1x1", sz);
         bench_ratio(b, name, "ib_write_lat.rtt");
+        for (int busy = 0; busy < 2; busy++) {
+            snprintf(name, sizeof(name), "verbs.pull1.p50.%s.%s.1x1", busy ? "busy" : "block", sz);
+            bench_ratio(b, name, "ib_write_lat.rtt");
+        }
     }
     return code;
 }
@@ -605,6 +647,32 @@ static void bench_table_row(const struct bench *b, const struct bench_shape *sh,
         printf("\n");
 }
 
+/* The 1-row pull latency in both polling modes against ib_write_lat, which
+ * busy-polls both sides. */
+static void bench_print_verbs_lat(const struct bench *b)
+{
+    double rtt = bench_median(b, "ib_write_lat.rtt");
+    char sz[16], name[BENCH_NAME_LEN];
+    bench_size_name(b->sizes[0], sz, sizeof(sz));
+    printf("\nib_write_lat round trip %.2f us; the table's latency is with busy-poll %d\n", rtt,
+           b->busy_poll);
+    for (int busy = 0; busy < 2; busy++) {
+        snprintf(name, sizeof(name), "verbs.pull1.p50.%s.%s.1x1", busy ? "busy" : "block", sz);
+        double p50 = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.p99.%s.%s.1x1", busy ? "busy" : "block", sz);
+        double p99 = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        double vcsw = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.callvcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        double call = bench_median(b, name);
+        snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        printf("1-row %s pull, busy-poll %d: p50 %.1f us (%.2fx the round trip), p99 %.1f us; "
+               "per pull: %.2f sleeps of the calling thread, %.2f sleeps and %.2f preemptions "
+               "of the client process\n",
+               sz, busy, p50, rtt > 0 ? p50 / rtt : 0, p99, call, vcsw, bench_median(b, name));
+    }
+}
+
 static void bench_print_table(const struct bench *b)
 {
     const struct bench_shape *shapes = b->mode == BENCH_TCP   ? bench_tcp_shapes
@@ -642,7 +710,7 @@ static void bench_print_table(const struct bench *b)
                bench_median(b, "shm.pull1.p50.512B.1x1"),
                bench_median(b, "shm.pull1.p99.512B.1x1"));
     if (b->mode == BENCH_VERBS)
-        printf("\nib_write_lat round trip %.2f us\n", bench_median(b, "ib_write_lat.rtt"));
+        bench_print_verbs_lat(b);
     if (b->mode == BENCH_TCP)
         printf("\nlimits: iperf3 1 stream %.3f GB/s, 2 streams %.3f GB/s; built-in loopback "
                "1 stream %.3f GB/s; memcpy 1 core (64 MiB) %.3f GB/s\n",
@@ -698,7 +766,9 @@ static void bench_usage(FILE *out)
         "         use these); memcpy of one row-sized block that stays in cache is shown\n"
         "         too (memcpy.1core.rowblock.SIZE). And a 512 B row's pull latency\n"
         "  verbs  over an RDMA device (RKV_VERBS_DEV, default rxe0; RKV_HOST, default\n"
-        "         10.77.0.1) vs ib_write_bw / ib_write_lat: ci/softroce rkv bench verbs\n"
+        "         10.77.0.1) vs ib_write_bw / ib_write_lat: ci/softroce rkv bench verbs;\n"
+        "         one more cluster per run measures the smallest size with the other\n"
+        "         busy-poll setting, so the 1-row pull latency is given in both modes\n"
         "  --sizes     value bytes, multiples of 4 (tcp, shm: \"4096 65536 1048576 16777216\";\n"
         "              verbs: \"4096 65536 1048576\")\n"
         "  --json      one JSON object instead of lines and a table\n"
@@ -762,6 +832,28 @@ static int bench_args(struct bench *b, int argc, char **argv)
     return bench_parse_sizes(b, sizes);
 }
 
+/* The busy-poll setting the clusters get, as they will read it. */
+static int bench_poll_mode(struct bench *b)
+{
+    struct cli_settings *s = calloc(1, sizeof(*s));
+    char err[256] = "out of memory";
+    uint64_t v = 0;
+    int rc = s ? cli_settings_load(s, b->n_extra, b->extra, err, sizeof(err)) : -1;
+    if (rc == 0)
+        rc = cli_get_u64(s, CLI_BUSY_POLL, &v, err, sizeof(err));
+    if (rc == 0 && v > 1) {
+        snprintf(err, sizeof(err), "busy-poll: expected 0 or 1, got %llu", (unsigned long long)v);
+        rc = -1;
+    }
+    free(s);
+    if (rc < 0) {
+        fprintf(stderr, "rkv bench: %s\n", err);
+        return -1;
+    }
+    b->busy_poll = (int)v;
+    return 0;
+}
+
 /* Which limit the throughput ratios use, and whether it can be measured. */
 static int bench_prepare(struct bench *b)
 {
@@ -788,7 +880,7 @@ static int bench_prepare(struct bench *b)
     }
     if (!strncmp(b->dev, "rxe", 3))
         bench_note(b, "soft-RoCE is an emulator: only the ratios mean something");
-    return 0;
+    return bench_poll_mode(b);
 }
 
 int cli_cmd_bench(int argc, char **argv, const char *self)

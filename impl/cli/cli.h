@@ -46,6 +46,7 @@ enum cli_key {
     CLI_DURABLE_DIR,
     CLI_RETRY_MS,
     CLI_ZERO_COPY_BYTES,
+    CLI_BUSY_POLL,
     CLI_KEY_COUNT_
 };
 
@@ -84,6 +85,11 @@ struct cli_result {
     uint64_t push_bytes, pull_bytes, pushpull_bytes, pushpipe_bytes;
     double push_s, pull_s, pushpull_s, pushpipe_s; /* pushpipe: pushes pipelined */
     double pull_lat_us_p50, pull_lat_us_p99;
+    /* Context switches of the worker process per 1-row pull: voluntary
+     * ones are sleeps (a wake-up each), involuntary ones preemptions. */
+    double pull_lat_vcsw, pull_lat_ivcsw;
+    double pull_lat_call_vcsw; /* sleeps of the calling thread alone per pull */
+    int busy_poll;             /* the worker's setting, as it ran */
 };
 
 /* The timed phase of `rkv demo` (after the built-in scenario): push and
@@ -104,6 +110,9 @@ double cli_limit_shard_gbps(uint32_t value_bytes, int kind);
 struct cli_figures {
     double push_gbs, pull_gbs, pushpull_gbs, pushpipe_gbs;
     double lat_p50_us, lat_p99_us; /* one-row pull */
+    double lat_vcsw, lat_ivcsw;    /* its worker's context switches per pull */
+    double lat_call_vcsw;          /* sleeps of the calling thread per pull */
+    uint32_t busy_workers;         /* workers that ran with busy-poll 1 */
     uint64_t checks, errors;
 };
 

@@ -74,6 +74,10 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
                              "a push or pull part for one remote server of at least this many "
                              "row bytes moves from/to the caller's buffer without a copy; 0: "
                              "never"},
+    [CLI_BUSY_POLL] = {"busy-poll", "RKV_BUSY_POLL", "", "0",
+                       "1: a client call polls the NIC itself while it waits, and a node "
+                       "spins for 20 ms after each completion before it sleeps (lowest "
+                       "latency, a core per spinning thread); 0: threads sleep until woken"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
@@ -305,7 +309,7 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
                                   : cli_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
-    uint32_t ll;
+    uint32_t ll, busy;
     if (cli_u32(s, CLI_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
         cli_u32(s, CLI_MACHINE_ID, &cfg->machine_id, err, err_len) ||
         cli_u32(s, CLI_TIMEOUT_MS, &cfg->timeout_ms, err, err_len) ||
@@ -317,8 +321,14 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
         cli_get_u64(s, CLI_SEED, &seed, err, err_len) ||
         cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len) ||
         cli_u32(s, CLI_RETRY_MS, &cfg->retry_ms, err, err_len) ||
-        cli_get_u64(s, CLI_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len))
+        cli_get_u64(s, CLI_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
+        cli_u32(s, CLI_BUSY_POLL, &busy, err, err_len))
         goto free_machines;
+    if (busy > 1) {
+        rkv_errf(err, err_len, -1, "busy-poll: expected 0 or 1, got %u", busy);
+        goto free_machines;
+    }
+    cfg->busy_poll = (int)busy;
     if (strlen(s->val[CLI_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
         rkv_errf(err, err_len, -1, "durable-dir: longer than %zu bytes",
                  sizeof(cfg->durable_dir) - 1);

@@ -318,13 +318,15 @@ static int demo_parse_result(const char *out, struct cli_result *res, int *statu
     const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
     unsigned long long c, e, pb, lb, ppb, qb;
-    if (!line ||
-        sscanf(line,
-               "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
-               "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
-               "pushpull_bytes=%llu pushpull_s=%lf pushpipe_bytes=%llu pushpipe_s=%lf",
-               &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s, &res->pull_lat_us_p50,
-               &res->pull_lat_us_p99, &ppb, &res->pushpull_s, &qb, &res->pushpipe_s) != 14)
+    if (!line || sscanf(line,
+                        "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
+                        "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
+                        "pushpull_bytes=%llu pushpull_s=%lf pushpipe_bytes=%llu pushpipe_s=%lf "
+                        "lat_vcsw=%lf lat_ivcsw=%lf lat_call_vcsw=%lf busy_poll=%d",
+                        &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
+                        &res->pull_lat_us_p50, &res->pull_lat_us_p99, &ppb, &res->pushpull_s, &qb,
+                        &res->pushpipe_s, &res->pull_lat_vcsw, &res->pull_lat_ivcsw,
+                        &res->pull_lat_call_vcsw, &res->busy_poll) != 18)
         return -1;
     res->pushpipe_bytes = qb;
     res->checks = c;
@@ -462,6 +464,10 @@ static void demo_figures(const struct demo *d, struct cli_figures *f)
         ls = r->pull_s > ls ? r->pull_s : ls;
         pps = r->pushpull_s > pps ? r->pushpull_s : pps;
         f->lat_p50_us += r->pull_lat_us_p50 / d->n_workers;
+        f->lat_vcsw += r->pull_lat_vcsw / d->n_workers;
+        f->lat_ivcsw += r->pull_lat_ivcsw / d->n_workers;
+        f->lat_call_vcsw += r->pull_lat_call_vcsw / d->n_workers;
+        f->busy_workers += r->busy_poll != 0;
         f->lat_p99_us = r->pull_lat_us_p99 > f->lat_p99_us ? r->pull_lat_us_p99 : f->lat_p99_us;
     }
     f->push_gbs = ps > 0 ? pb / ps / 1e9 : 0;
@@ -481,6 +487,9 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
            d->n_workers, d->machines, d->n_servers, (unsigned long long)value_bytes, f.push_gbs,
            f.pull_gbs, f.pushpull_gbs, f.lat_p50_us, f.lat_p99_us, (unsigned long long)f.checks,
            (unsigned long long)f.errors);
+    printf("1-row pulls: %.2f sleeps of the calling thread, %.2f sleeps and %.2f preemptions "
+           "of the worker process per pull; %u of %u workers busy-polled\n",
+           f.lat_call_vcsw, f.lat_vcsw, f.lat_ivcsw, f.busy_workers, d->n_workers);
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (d->status[i])
             printf("worker %u: store error %d (%s)\n", i, d->status[i], rkv_strerror(d->status[i]));
@@ -600,6 +609,7 @@ static void demo_common_args(struct demo *d, const struct cli_settings *s)
                 {CLI_SLOTS, "--slots"},
                 {CLI_MAX_SLOT_BYTES, "--max-slot-bytes"},
                 {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes"},
+                {CLI_BUSY_POLL, "--busy-poll"},
                 {CLI_LOG_LEVEL, "--log-level"},
                 {CLI_BACKEND, "--backend"}};
     for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -166,13 +167,23 @@ static int wl_bench(struct wl *x)
     }
     enum { LAT_N = 200 };
     double lat[LAT_N];
+    /* Sleeps of this process's threads (each is a wake-up later): where a
+     * pull's latency goes when the host, not the wire, is the slow part. */
+    struct rusage ru0, ru1, th0, th1;
+    getrusage(RUSAGE_SELF, &ru0);
+    getrusage(RUSAGE_THREAD, &th0);
     for (int i = 0; i < LAT_N && rc == 0; i++) {
         ids[0] = r.remote[rkv_rng_below(&x->rng, r.n_remote)];
         double t0 = wl_now();
         rc = rkv_client_pull(x->cli, "t_bench", ids, 1, r.buf);
         lat[i] = (wl_now() - t0) * 1e6;
     }
+    getrusage(RUSAGE_THREAD, &th1);
+    getrusage(RUSAGE_SELF, &ru1);
     if (rc == 0) {
+        x->res->pull_lat_call_vcsw = (double)(th1.ru_nvcsw - th0.ru_nvcsw) / LAT_N;
+        x->res->pull_lat_vcsw = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw) / LAT_N;
+        x->res->pull_lat_ivcsw = (double)(ru1.ru_nivcsw - ru0.ru_nivcsw) / LAT_N;
         qsort(lat, LAT_N, sizeof(double), wl_cmp_double);
         x->res->pull_lat_us_p50 = lat[LAT_N / 2];
         x->res->pull_lat_us_p99 = lat[LAT_N * 99 / 100];

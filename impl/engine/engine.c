@@ -1,5 +1,6 @@
 /* The ps-lite-style protocol over the NIC seam. See engine.h for the model. */
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,19 @@
 
 #define ENG_WR_RX 1u
 #define ENG_WR_TX 2u
-#define ENG_WR_PUT 3u /* an unsignalled plain write: only a failure completes */
+#define ENG_WR_PUT 3u /* unsignalled (a plain write, an inline send): only a failure completes */
 #define ENG_WR_TAG_MASK 7u
 #define ENG_POLL_BATCH 32
 #define ENG_POLL_MS 50
+/* Busy polling: how long the progress task sleeps while a waiting thread
+ * polls in its place, before it looks again. Short, so that the NIC is not
+ * left unpolled for long once that thread went back to its own work. */
+#define ENG_STAND_ASIDE_NS 1000000ull
+/* Busy polling: the progress task spins this long after the last
+ * completion, then sleeps in the NIC until the next one. An idle node must
+ * not spin: on a host with fewer cores than spinners, spinners lose a
+ * scheduler tick (4 ms at HZ=250) to each other. */
+#define ENG_SPIN_NS 20000000ull
 #define ENG_MIN_SLOT_BYTES 4096u
 /* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
 #define ENG_TX_CACHE_BYTES (256u << 20)
@@ -102,6 +112,16 @@ struct rkv_engine {
     rkv_engine_peer_fn on_peer;
     void *user;
     struct rkv_mutex *mu;
+    /* The poller's: whoever holds it polls the NIC and runs the callbacks of
+     * what completed (the progress task, or an inline poller). One at a
+     * time, or completions of one connection could be handled out of order.
+     * Taken before mu, never while holding it. */
+    struct rkv_mutex *poll_mu;
+    atomic_int inline_pollers; /* threads between inline_begin and _end */
+    /* Busy polling: the progress task is in (or about to enter) a batch.
+     * An inline poller waits for it to clear rather than sleep on poll_mu:
+     * a sleep is the wake-up busy polling is there to avoid. */
+    atomic_int task_polling;
     struct rkv_task *task;
     int stopping;
     struct rkv_peer *peers;
@@ -339,8 +359,12 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
         off += x->len;
         e->st.puts++;
     }
+    /* A send the NIC copies at post needs no completion: one wake-up less
+     * per message for a blocking poller, and tx is free at once. */
+    int copied = tx->kind == ENG_TX_SEND && e->nic->ops->qp_inline_bytes &&
+                 tx->len <= e->nic->ops->qp_inline_bytes(p->qp);
     if (rc == 0 && tx->kind == ENG_TX_SEND) {
-        rc = e->nic->ops->post_send(p->qp, wr_id, &sge, 1);
+        rc = e->nic->ops->post_send(p->qp, copied ? ENG_WR_PUT : wr_id, &sge, !copied);
         e->st.sends++;
     } else if (rc == 0) {
         rc = e->nic->ops->post_write(p->qp, wr_id, &sge, tx->dst.addr, tx->dst.rkey, 1,
@@ -352,6 +376,10 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
         tx_put(e, tx);
         peer_kill(e, p, 1);
         return rc;
+    }
+    if (copied) {
+        tx_put(e, tx);
+        return 0;
     }
     tx->owner = p;
     txq_push(&p->inflight, tx);
@@ -1148,27 +1176,95 @@ static void eng_on_wc(struct rkv_engine *e, const struct rkv_wc *wc)
     eng_on_recv(e, p, wc);
 }
 
+/* Polls the NIC once (waiting up to timeout_ms) and handles what came.
+ * Returns the completions handled, or -1 once the engine is stopping. */
+static int eng_poll_batch(struct rkv_engine *e, uint32_t timeout_ms)
+{
+    struct rkv_wc wc[ENG_POLL_BATCH];
+    e->port->ops->mutex_lock(e->poll_mu);
+    int n = e->nic->ops->poll(e->nic, wc, ENG_POLL_BATCH, timeout_ms);
+    eng_lock(e);
+    if (e->stopping) {
+        eng_unlock(e);
+        e->port->ops->mutex_unlock(e->poll_mu);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        eng_on_wc(e, &wc[i]);
+    for (struct rkv_peer *p = e->touched; p; p = p->touched_next) {
+        peer_maybe_credit(e, p);
+        p->touched = 0;
+    }
+    e->touched = NULL;
+    eng_close_deferred(e);
+    eng_unlock(e);
+    e->port->ops->mutex_unlock(e->poll_mu);
+    return n;
+}
+
+static int eng_stopping(struct rkv_engine *e)
+{
+    eng_lock(e);
+    int stopping = e->stopping;
+    eng_unlock(e);
+    return stopping;
+}
+
 static void eng_progress(void *arg)
 {
     struct rkv_engine *e = arg;
-    struct rkv_wc wc[ENG_POLL_BATCH];
+    const struct rkv_port_ops *po = e->port->ops;
+    uint64_t last_ns = 0; /* when the last completion was handled */
     for (;;) {
-        int n = e->nic->ops->poll(e->nic, wc, ENG_POLL_BATCH, ENG_POLL_MS);
-        eng_lock(e);
-        if (e->stopping) {
-            eng_unlock(e);
+        if (!e->cfg.busy_poll) {
+            if (eng_poll_batch(e, ENG_POLL_MS) < 0)
+                return;
+            continue;
+        }
+        /* One spinner per side is the point: while a waiting thread polls,
+         * this task only sleeps. Flag first, then look (the inline poller
+         * counts itself first, then looks): one of the two sees the other. */
+        atomic_store(&e->task_polling, 1);
+        if (atomic_load(&e->inline_pollers) > 0) {
+            atomic_store(&e->task_polling, 0);
+            if (eng_stopping(e))
+                return;
+            po->sleep_ns(e->port, ENG_STAND_ASIDE_NS);
+            continue;
+        }
+        int spin = po->now_ns(e->port) - last_ns < ENG_SPIN_NS;
+        int n = eng_poll_batch(e, spin ? 0 : ENG_POLL_MS);
+        atomic_store(&e->task_polling, 0);
+        if (n < 0)
             return;
-        }
-        for (int i = 0; i < n; i++)
-            eng_on_wc(e, &wc[i]);
-        for (struct rkv_peer *p = e->touched; p; p = p->touched_next) {
-            peer_maybe_credit(e, p);
-            p->touched = 0;
-        }
-        e->touched = NULL;
-        eng_close_deferred(e);
-        eng_unlock(e);
+        if (n > 0)
+            last_ns = po->now_ns(e->port);
+        else if (spin)
+            po->yield(e->port);
     }
+}
+
+void rkv_engine_inline_begin(struct rkv_engine *e)
+{
+    atomic_fetch_add(&e->inline_pollers, 1);
+    /* The progress task finishes its batch and stands aside; a blocking
+     * one (it slept in the NIC) may hold on until its next completion. */
+    while (atomic_load(&e->task_polling))
+        e->port->ops->yield(e->port);
+}
+
+int rkv_engine_poll_inline(struct rkv_engine *e)
+{
+    assert(atomic_load(&e->inline_pollers) > 0);
+    int n = eng_poll_batch(e, 0);
+    return n < 0 ? 0 : n;
+}
+
+void rkv_engine_inline_end(struct rkv_engine *e)
+{
+    int before = atomic_fetch_sub(&e->inline_pollers, 1);
+    assert(before > 0);
+    (void)before;
 }
 
 /* ---- life cycle ---- */
@@ -1191,10 +1287,14 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->on_msg = on_msg;
     e->on_peer = on_peer;
     e->user = user;
+    atomic_init(&e->inline_pollers, 0);
+    atomic_init(&e->task_polling, 0);
     int rc = port->ops->mutex_create(port, &e->mu);
+    if (rc == 0 && (rc = port->ops->mutex_create(port, &e->poll_mu)) < 0)
+        port->ops->mutex_destroy(e->mu);
     if (rc < 0) {
         free(e);
-        return rkv_errf(err, err_len, rc, "engine: cannot create its mutex");
+        return rkv_errf(err, err_len, rc, "engine: cannot create its mutexes");
     }
     *eng_p = e;
     return 0;
@@ -1232,6 +1332,7 @@ void rkv_engine_destroy(struct rkv_engine *e)
     struct rkv_tx *tx;
     while ((tx = e->all_tx) != NULL)
         tx_destroy(e, tx);
+    e->port->ops->mutex_destroy(e->poll_mu);
     e->port->ops->mutex_destroy(e->mu);
     free(e);
 }

@@ -21,6 +21,9 @@
  *
  * Threads: one progress task polls the NIC and calls on_msg/on_peer without
  * the engine lock held. Sends may come from any task, including callbacks.
+ * With busy_poll, a thread waiting for a reply may take the progress task's
+ * place (rkv_engine_poll_inline): one poller at a time, so per-connection
+ * order holds whichever thread runs the callbacks.
  */
 #ifndef RKV_ENGINE_H
 #define RKV_ENGINE_H
@@ -42,6 +45,10 @@ struct rkv_engine_cfg {
     uint32_t ctrl_buf_bytes; /* max SEND size (>= 256) */
     uint32_t max_slots;      /* receive slots per peer (granted + owned) */
     uint64_t max_slot_bytes; /* largest message accepted via a slot */
+    /* Busy polling: the progress task polls the NIC without sleeping, and
+     * a thread waiting for a reply may run the progress itself
+     * (rkv_engine_poll_inline). Costs a core per spinning thread. */
+    int busy_poll;
 };
 
 /* msg and anything it points to are valid only during the call. For a
@@ -66,6 +73,19 @@ int rkv_engine_connect_retry(struct rkv_engine *eng, const char *host, uint16_t 
                              uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p);
 /* Starts the progress task. */
 int rkv_engine_start(struct rkv_engine *eng);
+
+/* Busy polling (cfg.busy_poll) without a wake-up per reply: the thread that
+ * waits for a reply polls the NIC and runs the callbacks itself, while the
+ * progress task stands aside, so one thread spins on each side (as perftest
+ * does) instead of the progress task waking the waiter. Between
+ * rkv_engine_inline_begin and rkv_engine_inline_end, each
+ * rkv_engine_poll_inline polls once without blocking and handles what
+ * completed; returns how many completions it handled. Neither begin nor
+ * poll may be called with a lock a callback takes (begin waits for the
+ * progress task's batch to end). Not from inside a callback. */
+void rkv_engine_inline_begin(struct rkv_engine *eng);
+int rkv_engine_poll_inline(struct rkv_engine *eng);
+void rkv_engine_inline_end(struct rkv_engine *eng);
 /* Stops the progress task, disconnects every peer, frees everything. */
 void rkv_engine_destroy(struct rkv_engine *eng);
 
@@ -79,7 +99,7 @@ void rkv_engine_tx_free(struct rkv_engine *eng, struct rkv_tx *tx);
 int rkv_engine_send(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len);
 /* The same, for a reply sent from inside on_msg: it also gives back the
  * granted slot the message being handled came in (so reply only once done
- * reading it). Only the progress task, inside on_msg, may call it. */
+ * reading it). Only the thread running on_msg, inside it, may call it. */
 int rkv_engine_reply(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_tx *tx, size_t len);
 /* WRITE_WITH_IMM of an encoded message into a slot the peer handed out
  * (a reply: same rule as rkv_engine_reply). */

@@ -147,6 +147,13 @@ struct rkv_config {
      * ones go through the engine's buffers, which is faster for them. 0:
      * never. */
     uint64_t zero_copy_bytes;
+    /* Busy polling (1): a client call waiting for replies polls the NIC
+     * itself, and each node's progress task keeps polling for 20 ms after
+     * a completion before it sleeps, so that a reply costs no thread
+     * wake-up. The lowest latency, for a core per spinning thread; on a
+     * host with fewer cores than spinners it is slower. 0 (the default):
+     * threads sleep until woken. */
+    int busy_poll;
     /* Test-only: a server that creates a shard holding this global row adds
      * 1 to the row's first element of every tensor, so that oracle tests can
      * prove a wrong value is caught. UINT64_MAX (the default) disables it. */

@@ -111,6 +111,10 @@ struct rkv_nic_ops {
      * right after. 0 (verbs, and decorators that hold posts): the NIC reads
      * it until the work request completes. */
     int copies_at_post;
+    /* Sends of at most this many bytes on qp are copied at post (inline):
+     * the buffer may change once post_send returned, so such a send needs
+     * no completion. NULL (as for a decorator that holds posts): none. */
+    uint32_t (*qp_inline_bytes)(const struct rkv_qp *qp);
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */

@@ -39,7 +39,9 @@
  * Settings (environment, read at open):
  *   RKV_VERBS_DEV       NAME or NAME:PORT when open() gets none (default: the
  *                       first device with an active port)
- *   RKV_VERBS_POLL=1    busy-poll the CQ in poll() instead of blocking
+ *   RKV_VERBS_POLL=1    busy-poll the CQ in poll() instead of blocking (the
+ *                       engine's busy-poll setting needs no NIC mode: it
+ *                       polls with timeout 0 while it spins)
  *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 256
  *   RKV_VERBS_RX_DEPTH  receive queue per QP (alias BYTEPS_RDMA_RX_DEPTH),
  *                       512; must hold the engine's rx_depth
@@ -1811,6 +1813,12 @@ static int vb_post_write(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sg
     return vb_post(vb_qp_of(qpv), wr_id, sge, &wr, RKV_WC_WRITE, signaled);
 }
 
+/* vb_post inlines what fits: the device copied it when the post returns. */
+static uint32_t vb_qp_inline_bytes(const struct rkv_qp *qpv)
+{
+    return ((const struct vb_qp *)(const void *)qpv)->max_inline;
+}
+
 static int vb_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge)
 {
     struct vb_qp *qp = vb_qp_of(qpv);
@@ -2273,4 +2281,5 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .qp_close = vb_qp_close,
     .local_addr = vb_local_addr,
     .close = vb_close,
+    .qp_inline_bytes = vb_qp_inline_bytes,
 };

@@ -72,7 +72,8 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
                                   .rx_depth = cfg->rx_depth,
                                   .ctrl_buf_bytes = cfg->ctrl_buf_bytes,
                                   .max_slots = cfg->push_slots,
-                                  .max_slot_bytes = cfg->max_slot_bytes};
+                                  .max_slot_bytes = cfg->max_slot_bytes,
+                                  .busy_poll = cfg->busy_poll};
 }
 
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)

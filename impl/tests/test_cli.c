@@ -195,6 +195,7 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
                  "loud");
     config_fails("retry-ms: expected", 2, "--retry-ms", "soon");
+    config_fails("busy-poll: expected 0 or 1, got 2", 2, "--busy-poll", "2");
     static char long_dir[600];
     memset(long_dir, 'd', sizeof(long_dir) - 1);
     config_fails("durable-dir: longer than", 2, "--durable-dir", long_dir);
@@ -224,7 +225,20 @@ static void test_settings_that_make_a_cluster(void **state)
     assert_int_equal(cfg.machines[2].servers, 2);
     assert_string_equal(cfg.shm_prefix, "mine");
     assert_int_equal(cfg.n_workers, 4);
+    assert_int_equal(cfg.busy_poll, 0);
     free(cfg.machines);
+    /* Busy polling from its env var, a flag winning over it. */
+    static char *argv1[] = {"--busy-poll", "0"};
+    setenv("RKV_BUSY_POLL", "1", 1);
+    assert_int_equal(cli_settings_load(&s, 0, argv1, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.busy_poll, 1);
+    free(cfg.machines);
+    assert_int_equal(cli_settings_load(&s, 2, argv1, err, sizeof(err)), 0);
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.busy_poll, 0);
+    free(cfg.machines);
+    unsetenv("RKV_BUSY_POLL");
     /* From a cluster file, servers-per-machine is the default count. */
     write_cluster("10.0.0.1 9000\n10.0.0.2 9500 1\n");
     static char *argv2[] = {"--cluster", path, "--servers-per-machine", "3"};
@@ -342,6 +356,20 @@ static void test_bench_verbs_without_a_device(void **state)
     expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
 }
 
+/* Regression: rkv demo passes busy-poll on to its workers (it did not, so
+ * `rkv bench verbs --busy-poll 1` measured the blocking mode twice); each
+ * worker reports the setting it ran with. */
+static void test_demo_passes_busy_poll(void **state)
+{
+    (void)state;
+    const char *args = "demo --machines 2 --servers-per-machine 1 --num-workers 1 --rows 64 "
+                       "--rounds 1 --value-bytes 4096";
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s --busy-poll 1", args);
+    expect_run("", buf, 0, "1 of 1 workers busy-polled");
+    expect_run("", args, 0, "0 of 1 workers busy-polled");
+}
+
 /* ---- rkv run: reports that cannot be written, bounds, and its settings ---- */
 
 static const char tiny[] =
@@ -401,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_run_reports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,8 +26,11 @@ struct side {
     uint32_t seen_bytes[MAX_SEEN];
     int n_seen;
     int bad;
-    int hold;    /* on_msg waits while this is set (to stall the progress task) */
-    int holding; /* on_msg is waiting */
+    int hold;         /* on_msg waits while this is set (to stall the progress task) */
+    int holding;      /* on_msg is waiting */
+    int inline_check; /* count messages handled off inline_thread */
+    pthread_t inline_thread;
+    int off_thread;
 };
 
 static void on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -36,6 +39,8 @@ static void on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
     s->port->ops->mutex_lock(s->mu);
     if (!s->peer)
         s->peer = peer;
+    if (s->inline_check && !pthread_equal(pthread_self(), s->inline_thread))
+        s->off_thread++;
     if (s->n_seen < MAX_SEEN) {
         s->seen[s->n_seen] = m->h.req_id;
         s->seen_bytes[s->n_seen] = (uint32_t)m->h.payload_len;
@@ -67,7 +72,7 @@ static void on_peer(void *user, struct rkv_peer *peer, int up)
     s->port->ops->mutex_unlock(s->mu);
 }
 
-static void side_open(struct side *s, const char *name, uint32_t rx_depth)
+static void side_open(struct side *s, const char *name, uint32_t rx_depth, int busy_poll)
 {
     memset(s, 0, sizeof(*s));
     assert_int_equal(rkv_port_posix_create(name, 0, 1, &s->port), 0);
@@ -76,7 +81,8 @@ static void side_open(struct side *s, const char *name, uint32_t rx_depth)
                                 .rx_depth = rx_depth,
                                 .ctrl_buf_bytes = 1024,
                                 .max_slots = 8,
-                                .max_slot_bytes = 1 << 24};
+                                .max_slot_bytes = 1 << 24,
+                                .busy_poll = busy_poll};
     char err[128];
     assert_int_equal(
         rkv_engine_create(s->port, s->nic, &ec, on_msg, on_peer, s, &s->eng, err, sizeof(err)), 0);
@@ -94,14 +100,19 @@ static void side_close(struct side *s)
     s->port->ops->destroy(s->port);
 }
 
-static void pair_open(struct side *a, struct side *b, uint32_t rx_depth)
+static void pair_open_poll(struct side *a, struct side *b, uint32_t rx_depth, int busy_poll)
 {
-    side_open(a, "a", rx_depth);
-    side_open(b, "b", rx_depth);
+    side_open(a, "a", rx_depth, busy_poll);
+    side_open(b, "b", rx_depth, busy_poll);
     assert_int_equal(rkv_engine_listen(a->eng, "127.0.0.1", 0), 0);
     uint16_t port;
     assert_int_equal(rkv_nic_tcp_bound_port(a->nic, &port), 0);
     assert_int_equal(rkv_engine_connect(b->eng, "127.0.0.1", port, 2000, &b->peer), 0);
+}
+
+static void pair_open(struct side *a, struct side *b, uint32_t rx_depth)
+{
+    pair_open_poll(a, b, rx_depth, 0);
 }
 
 /* Waits (2 s at most) until the side saw n messages. */
@@ -322,6 +333,49 @@ static void test_both_sides_backlogged(void **state)
 
 /* Regression: sends whose completions were still queued when their peer was
  * dropped come back to the pool (the NIC drops those completions). */
+/* Busy polling: a thread that polls inline takes the progress task's place.
+ * Every message, rendezvous included (its RNDV_START is answered from the
+ * inline poll), is handled on that thread, in order, and none is lost. */
+static void test_inline_poll_takes_over(void **state)
+{
+    (void)state;
+    struct side a, b;
+    pair_open_poll(&a, &b, 4, 1);
+    wait_seen(&a, 0);
+    a.port->ops->mutex_lock(a.mu);
+    a.inline_thread = pthread_self();
+    a.inline_check = 1;
+    a.port->ops->mutex_unlock(a.mu);
+    rkv_engine_inline_begin(a.eng);
+    /* The progress task finishes the batch it may be in (the poller lock
+     * serialises), then stands aside. */
+    rkv_engine_poll_inline(a.eng);
+    const int n = 60;
+    for (int i = 0; i < n; i++)
+        send_push(&b, (uint64_t)i + 1, 1, i % 4 ? 1 : 4, i % 4 ? 16 : 4096);
+    uint64_t deadline = a.port->ops->now_ns(a.port) + 5000000000ull;
+    int seen = 0;
+    while (seen < n && a.port->ops->now_ns(a.port) < deadline) {
+        if (rkv_engine_poll_inline(a.eng) == 0)
+            a.port->ops->yield(a.port);
+        a.port->ops->mutex_lock(a.mu);
+        seen = a.n_seen;
+        a.port->ops->mutex_unlock(a.mu);
+    }
+    rkv_engine_inline_end(a.eng);
+    assert_int_equal(seen, n);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(a.seen[i], i + 1);
+    assert_int_equal(a.off_thread, 0);
+    assert_int_equal(a.bad, 0);
+    /* Once it stood up, the progress task handles messages again. */
+    a.inline_check = 0;
+    send_push(&b, (uint64_t)n + 1, 1, 1, 16);
+    wait_seen(&a, n + 1);
+    side_close(&b);
+    side_close(&a);
+}
+
 static void test_dropped_peer_returns_buffers(void **state)
 {
     (void)state;
@@ -367,6 +421,7 @@ int main(void)
         cmocka_unit_test(test_more_keys_than_slots),
         cmocka_unit_test(test_both_sides_backlogged),
         cmocka_unit_test(test_dropped_peer_returns_buffers),
+        cmocka_unit_test(test_inline_poll_takes_over),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

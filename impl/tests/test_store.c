@@ -193,6 +193,47 @@ static void test_more_tensors_than_slots(void **state)
     cluster_stop(&c);
 }
 
+/* Busy polling: client calls poll the NIC themselves while they wait, the
+ * servers spin then sleep. Small rows (SEND replies into a slot), large
+ * rows (rendezvous, zero copy) and a pause longer than the spin window all
+ * give back what was pushed. */
+static void test_busy_poll_cluster(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.busy_poll = 1;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    enum { L = 32768 }; /* 128 KiB rows: zero copy */
+    static float rows[2 * L], got[2 * L];
+    const uint32_t lens[2] = {4, L};
+    for (int t = 0; t < 2; t++) {
+        struct rkv_tensor_desc d = {
+            .dtype = RKV_F32, .rows = 100, .row_len = lens[t], .policy = RKV_PART_RANGE};
+        snprintf(d.name, sizeof(d.name), "busy%d", t);
+        assert_int_equal(rkv_client_init_data(cli, &d), 0);
+        for (int round = 0; round < 20; round++) {
+            uint64_t ids[2] = {10 + (uint64_t)round, 60 + (uint64_t)round}; /* local, remote */
+            for (uint32_t j = 0; j < 2 * lens[t]; j++)
+                rows[j] = (float)(t * 1000 + round * 100 + j % 97);
+            if (round == 10) /* past the spin window: the servers sleep again */
+                usleep(30000);
+            int rc = rkv_client_push(cli, d.name, ids, 2, rows, RKV_OP_ASSIGN, 0);
+            if (rc < 0)
+                fail_msg("push %s: %s", d.name, rkv_client_errmsg(cli));
+            rc = rkv_client_pull(cli, d.name, ids, 2, got);
+            if (rc < 0)
+                fail_msg("pull %s: %s", d.name, rkv_client_errmsg(cli));
+            assert_memory_equal(got, rows, 2 * lens[t] * sizeof(float));
+        }
+    }
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Regression: a client configured for another cluster (here: another shm
  * prefix) that reaches our ports is turned away at HELLO, instead of
  * joining and reading someone else's rows. */
@@ -655,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_handlers_end_to_end),
         cmocka_unit_test(test_grouping_across_calls),
         cmocka_unit_test(test_more_tensors_than_slots),
+        cmocka_unit_test(test_busy_poll_cluster),
         cmocka_unit_test(test_foreign_cluster_rejected),
         cmocka_unit_test(test_hostile_requests),
         cmocka_unit_test(test_garbage_sockets),
