@@ -156,6 +156,18 @@ static void test_handlers_end_to_end(void **state)
     cluster_stop(&c);
 }
 
+/* Assigns rows to ids of tensor name, pulls them back into got and
+ * compares the first `bytes`. */
+static void assign_and_check(struct rkv_client *cli, const char *name, const uint64_t *ids,
+                             size_t n, const float *rows, float *got, size_t bytes)
+{
+    if (rkv_client_push(cli, name, ids, n, rows, RKV_OP_ASSIGN, 0) < 0)
+        fail_msg("push %s: %s", name, rkv_client_errmsg(cli));
+    if (rkv_client_pull(cli, name, ids, n, got) < 0)
+        fail_msg("pull %s: %s", name, rkv_client_errmsg(cli));
+    assert_memory_equal(got, rows, bytes);
+}
+
 /* Regression: more tensors than slots per connection; every push goes
  * through a rendezvous slot and every pull through a reply slot. */
 static void test_more_tensors_than_slots(void **state)
@@ -179,13 +191,7 @@ static void test_more_tensors_than_slots(void **state)
             uint64_t ids[2] = {60, 99}; /* both on machine 1: remote */
             for (int j = 0; j < 2 * L; j++)
                 rows[j] = (float)(t * 1000 + round * 100 + j % 97);
-            int rc = rkv_client_push(cli, d.name, ids, 2, rows, RKV_OP_ASSIGN, 0);
-            if (rc < 0)
-                fail_msg("push %s: %s", d.name, rkv_client_errmsg(cli));
-            rc = rkv_client_pull(cli, d.name, ids, 2, got);
-            if (rc < 0)
-                fail_msg("pull %s: %s", d.name, rkv_client_errmsg(cli));
-            assert_memory_equal(got, rows, sizeof(rows));
+            assign_and_check(cli, d.name, ids, 2, rows, got, sizeof(rows));
         }
     }
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
@@ -220,13 +226,7 @@ static void test_busy_poll_cluster(void **state)
                 rows[j] = (float)(t * 1000 + round * 100 + j % 97);
             if (round == 10) /* past the spin window: the servers sleep again */
                 usleep(30000);
-            int rc = rkv_client_push(cli, d.name, ids, 2, rows, RKV_OP_ASSIGN, 0);
-            if (rc < 0)
-                fail_msg("push %s: %s", d.name, rkv_client_errmsg(cli));
-            rc = rkv_client_pull(cli, d.name, ids, 2, got);
-            if (rc < 0)
-                fail_msg("pull %s: %s", d.name, rkv_client_errmsg(cli));
-            assert_memory_equal(got, rows, 2 * lens[t] * sizeof(float));
+            assign_and_check(cli, d.name, ids, 2, rows, got, 2 * lens[t] * sizeof(float));
         }
     }
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
