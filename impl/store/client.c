@@ -992,6 +992,24 @@ static int cli_zc_part(const struct rkv_client *c, const struct cli_op *o, const
     return bytes / cli_runs(pos, cnt, o->t->row_bytes) >= CLI_ZC_MIN_RUN_BYTES;
 }
 
+/* Encodes the header of a push of cnt rows (its payload_len counts the
+ * rows, wherever they travel) into tx; returns where its ids go. */
+static uint64_t *cli_push_enc(const struct rkv_client *c, const struct cli_op *o,
+                              const struct cli_req *r, uint32_t cnt, struct rkv_tx *tx)
+{
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = r->id,
+                        .tensor_id = o->t->meta.id,
+                        .sender = RKV_CLIENT_NODE_BASE + c->id,
+                        .count = cnt,
+                        .row_bytes = (uint32_t)o->t->row_bytes,
+                        .op = (uint16_t)o->op,
+                        .param = o->param};
+    rkv_proto_enc_push(buf, &h, NULL, NULL);
+    return (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
+}
+
 /* A push whose rows the NIC reads from the caller's buffer: the header
  * and ids go from an engine buffer, each run of rows as its own piece. */
 static int cli_push_zc(struct rkv_client *c, const struct cli_op *o, struct cli_server *srv,
@@ -1012,17 +1030,7 @@ static int cli_push_zc(struct rkv_client *c, const struct cli_op *o, struct cli_
         return rc;
     }
     r->zc = 1;
-    uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
-                        .req_id = r->id,
-                        .tensor_id = t->meta.id,
-                        .sender = RKV_CLIENT_NODE_BASE + c->id,
-                        .count = cnt,
-                        .row_bytes = (uint32_t)rb,
-                        .op = (uint16_t)o->op,
-                        .param = o->param};
-    rkv_proto_enc_push(buf, &h, NULL, NULL); /* payload_len counts the rows too */
-    uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
+    uint64_t *wids = cli_push_enc(c, o, r, cnt, tx);
     uint32_t k = 0;
     for (uint32_t i = 0; i < cnt; i++) {
         wids[i] = o->ids[pos[i]];
@@ -1058,18 +1066,8 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
     int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
     if (rc < 0)
         return rc;
-    uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
-                        .req_id = r->id,
-                        .tensor_id = t->meta.id,
-                        .sender = RKV_CLIENT_NODE_BASE + c->id,
-                        .count = cnt,
-                        .row_bytes = (uint32_t)t->row_bytes,
-                        .op = (uint16_t)o->op,
-                        .param = o->param};
-    rkv_proto_enc_push(buf, &h, NULL, NULL);
-    uint64_t *wids = (uint64_t *)(void *)(buf + RKV_PROTO_HDR_BYTES);
-    uint8_t *wrows = buf + RKV_PROTO_HDR_BYTES + (size_t)cnt * 8;
+    uint64_t *wids = cli_push_enc(c, o, r, cnt, tx);
+    uint8_t *wrows = (uint8_t *)(wids + cnt);
     for (uint32_t i = 0; i < cnt; i++) {
         wids[i] = ids[pos[i]];
         memcpy(wrows + (size_t)i * t->row_bytes, rows + (size_t)pos[i] * t->row_bytes,
