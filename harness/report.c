@@ -102,6 +102,11 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 "of wall time); event trace hash %016llx.",
                 r->sim_s, r->wall_s, (unsigned long long)r->sim_events,
                 r->wall_s > 0 ? r->sim_events / r->wall_s : 0.0, (unsigned long long)r->sim_hash);
+    if (r->sim_s > 0 && r->sim_cpu_s > 0)
+        fprintf(out,
+                "\nCPU charged in the twin: %.3f core-s, %.3f of it node code, the rest the "
+                "kernel's per message and per byte.",
+                r->sim_cpu_s, r->sim_node_cpu_s);
     else if (r->wall_s > 0)
         fprintf(out, "\nwall time %.2f s.", r->wall_s);
     fprintf(out, "\n\"deferred\": pulled mid-phase while others wrote the row; every row is "

@@ -19,6 +19,8 @@ struct rkv_report {
     double sim_s;
     uint64_t sim_events;
     uint64_t sim_hash;
+    double sim_cpu_s;      /* core-seconds the twin charged (0: none modelled) */
+    double sim_node_cpu_s; /* of which node code, measured */
     /* Runs with crash faults: the verdict asks that every survivor ended
      * (named errors allowed), the faults fired and no value was wrong. */
     int fault_run;

@@ -63,7 +63,15 @@ void sim_cpu_settle(struct sim_world *w)
         double s = (double)ns * 1e-9;
         w->cpu_charged_s += s;
         w->cpu_bursts++;
-        sg_actor_execute(s * sg_host_get_speed(sg_host_self()));
+        sim_cpu_run(w, sg_host_self(), s);
     }
     sim_cpu_mark(w);
+}
+
+void sim_cpu_run(struct sim_world *w, sg_host_t host, double s)
+{
+    if (s <= 0)
+        return;
+    w->cpu_total_s += s;
+    sg_actor_execute(s * sg_host_get_speed(host));
 }

@@ -431,7 +431,7 @@ static void sn_copy_in(struct sim_nic *n, void *dst, const void *src, uint32_t l
     double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9 -
                (double)len * n->w->copy_byte_ns * 1e-9;
     if (s > 0)
-        sg_actor_execute(s * sg_host_get_speed(n->host));
+        sim_cpu_run(n->w, n->host, s);
 }
 
 static int sn_deliver_send(struct sim_nic *n, struct sn_qp *qp, const struct sn_msg *m)
@@ -636,7 +636,7 @@ static void sn_rx_cpu(struct sim_nic *n, const struct sn_msg *m)
     if (m->kind == SN_SEND || m->kind == SN_WRITE || m->kind == SN_WRITE_IMM)
         cpu_s += n->w->msg_cpu_s;
     if (cpu_s > 0)
-        sg_actor_execute(cpu_s * sg_host_get_speed(n->host));
+        sim_cpu_run(n->w, n->host, cpu_s);
 }
 
 static void sn_delay_actor(int argc, char **argv)
@@ -954,7 +954,7 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
      * while they travel (loopback TCP's copies are CPU, calibration). */
     double cpu_s = n->w->msg_cpu_s + (double)body * n->w->send_byte_ns * 1e-9;
     if (cpu_s > 0)
-        sg_actor_execute(cpu_s * sg_host_get_speed(n->host));
+        sim_cpu_run(n->w, n->host, cpu_s);
     sim_cpu_mark(n->w);
     return 0;
 }

@@ -238,7 +238,7 @@ static void sp_handler_work(struct rkv_port *p, uint64_t rows)
     double t0 = simgrid_get_clock();
     /* Work, not a sleep: the nodes of one machine share its cores. */
     sim_cpu_settle(sp->w);
-    sg_actor_execute(ns * 1e-9 * sg_host_get_speed(sp->host));
+    sim_cpu_run(sp->w, sp->host, ns * 1e-9);
     sim_cpu_mark(sp->w);
     sim_world_trace(sp->w, "handler", "cpu", sp->machine, sp->tid, t0, simgrid_get_clock(), 0);
 }

@@ -38,7 +38,8 @@ struct sim_world {
     int cpu_measured;
     uint64_t cpu_stamp_ns;        /* when the running node came back from SimGrid (0: not yet) */
     uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/cpu.c) */
-    double cpu_charged_s;         /* in all, for the report */
+    double cpu_charged_s;         /* node code in all, for the report */
+    double cpu_total_s;           /* every charge: node code, kernel per message and byte */
     uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;

@@ -652,6 +652,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->hash = t.w.hash;
     res->bytes = t.w.bytes_modelled;
     res->cpu_s = t.w.cpu_charged_s;
+    res->cpu_total_s = t.w.cpu_total_s;
     rc = twin_gather(&t, res);
 free_all:
     twin_remove_durable(&t);

@@ -21,6 +21,8 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     r.sim_s = res->sim_s;
     r.sim_events = res->events;
     r.sim_hash = res->hash;
+    r.sim_cpu_s = res->cpu_total_s;
+    r.sim_node_cpu_s = res->cpu_s;
     if (sc->n_faults) {
         r.fault_run = 1;
         r.faults_fired = res->crashed == res->crash_faults && res->faults_fired;

@@ -135,6 +135,29 @@ static void test_every_platform(void **state)
     }
 }
 
+/* The CPU the twin charged is reported, and the cores could have done it:
+ * no more than simulated time x the cores of 2 machines; none without costs. */
+static void test_cpu_charged_is_reported(void **state)
+{
+    (void)state;
+    quickstart_with("twin-cpu.yaml", "sim: {platform: star, cores: 2, msg_cost_ns: 20000}\n");
+    run_pass("run twin-cpu.yaml");
+    const char *c = strstr(out, "CPU charged in the twin: ");
+    const char *t = strstr(out, "simulated time ");
+    assert_non_null(c);
+    assert_non_null(t);
+    double cpu = 0, node = -1, sim = 0;
+    assert_int_equal(sscanf(c, "CPU charged in the twin: %lf core-s, %lf", &cpu, &node), 2);
+    assert_int_equal(sscanf(t, "simulated time %lf", &sim), 1);
+    printf("# msg_cost_ns 20000: %.4f core-s charged (node code %.4f) in %.4f s\n", cpu, node, sim);
+    assert_true(cpu > 0);
+    assert_true(node == 0); /* no measured CPU without a calibration */
+    assert_true(cpu <= sim * 2 * 2 * 1.0001);
+    quickstart_with("twin-cpu.yaml", "sim: {platform: star}\n");
+    run_pass("run twin-cpu.yaml");
+    assert_null(strstr(out, "CPU charged in the twin"));
+}
+
 static void test_platform_without_the_hosts_is_an_error(void **state)
 {
     (void)state;
@@ -274,6 +297,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_trace),
+        cmocka_unit_test(test_cpu_charged_is_reported),
         cmocka_unit_test(test_other_seed_other_trace),
         cmocka_unit_test(test_scenarios_pass_under_jitter),
         cmocka_unit_test(test_every_platform),
