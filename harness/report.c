@@ -96,19 +96,23 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 rkv_wl_percentile_us(m->hist, 0.99), m->max_us, (unsigned long long)m->checks,
                 (unsigned long long)m->skipped, rep_oracle(r, p));
     }
-    if (r->sim_s > 0)
+    if (r->sim_s > 0) {
         fprintf(out,
                 "\nsimulated time %.6f s, wall time %.2f s, %llu network events (%.0f events/s "
                 "of wall time); event trace hash %016llx.",
                 r->sim_s, r->wall_s, (unsigned long long)r->sim_events,
                 r->wall_s > 0 ? r->sim_events / r->wall_s : 0.0, (unsigned long long)r->sim_hash);
-    if (r->sim_s > 0 && r->sim_cpu_s > 0)
-        fprintf(out,
-                "\nCPU charged in the twin: %.3f core-s, %.3f of it node code, the rest the "
-                "kernel's per message and per byte.",
-                r->sim_cpu_s, r->sim_node_cpu_s);
-    else if (r->wall_s > 0)
+        if (r->sim_cpu_s > 0)
+            fprintf(out,
+                    "\nCPU charged in the twin: %.3f core-s, %.3f of it node code, the rest the "
+                    "kernel's per message and per byte.",
+                    r->sim_cpu_s, r->sim_node_cpu_s);
+        if (r->sim_sched_queue)
+            fprintf(out, "\nThe cores were a run queue: %llu bursts found their core idle.",
+                    (unsigned long long)r->sim_sched_wakes);
+    } else if (r->wall_s > 0) {
         fprintf(out, "\nwall time %.2f s.", r->wall_s);
+    }
     fprintf(out, "\n\"deferred\": pulled mid-phase while others wrote the row; every row is "
                  "checked again after the barrier.\n");
     for (uint32_t p = 0; p < sc->n_phases && sc->expect_min_gbps > 0; p++)

@@ -517,9 +517,10 @@ static int sc_expect_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
 
 static const char *const sc_tcp_fields[] = {"base_port"};
 static const char *const sc_sim_fields[] = {
-    "platform",      "bandwidth_gbps", "latency_us",   "jitter",      "platform_file",
-    "backbone_gbps", "cores",          "payloadless",  "row_cost_ns", "msg_cost_ns",
-    "solver",        "send_byte_ns",   "recv_byte_ns", "copy_byte_ns"};
+    "platform",      "bandwidth_gbps", "latency_us", "jitter",
+    "platform_file", "backbone_gbps",  "cores",      "payloadless",
+    "row_cost_ns",   "msg_cost_ns",    "solver",     "send_byte_ns",
+    "recv_byte_ns",  "copy_byte_ns",   "scheduler",  "wake_us"};
 static const char *const sc_verbs_fields[] = {"device", "port", "gid_index"};
 
 static int sc_tcp_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
@@ -551,6 +552,7 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     struct rkv_scenario *sc = obj;
     static const char *const topologies[] = {"star", "cluster", "fattree", "loopback"};
     static const char *const solvers[] = {"maxmin", "fairbottleneck"};
+    static const char *const schedulers[] = {"share", "queue"};
     int i, rc;
     switch (f) {
     case 0:
@@ -588,6 +590,12 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
         return sc_double(c, "recv_byte_ns", k, v, 0, 1e6, &sc->sim_recv_byte_ns);
     case 13:
         return sc_double(c, "copy_byte_ns", k, v, 0, 1e6, &sc->sim_copy_byte_ns);
+    case 14:
+        rc = sc_enum(c, "scheduler", k, v, schedulers, 2, &i);
+        sc->sim_sched_queue = i == 1;
+        return rc;
+    case 15:
+        return sc_double(c, "wake_us", k, v, 0, 1e6, &sc->sim_wake_us);
     default:
         rc = sc_enum(c, "solver", k, v, solvers, 2, &i);
         sc->sim_fairbottleneck = i == 1;
@@ -694,7 +702,7 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (t.key[TOP_TCP] && (rc = sc_map(c, "tcp", t.key[TOP_TCP], t.val[TOP_TCP], sc_tcp_fields, 1,
                                        sc_tcp_field, sc)) < 0)
         return rc;
-    if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 14,
+    if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 16,
                                        sc_sim_field, sc)) < 0)
         return rc;
     if (t.key[TOP_VERBS] && (rc = sc_map(c, "verbs", t.key[TOP_VERBS], t.val[TOP_VERBS],

@@ -19,6 +19,7 @@
 struct sim_shm;
 struct sim_listener;
 struct sim_nic;
+struct sim_sched;
 
 /* Turns the bytes a message really carries into the bytes the network is
  * charged for (payload-less runs carry thin rows but model the full ones). */
@@ -40,6 +41,11 @@ struct sim_world {
     uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/cpu.c) */
     double cpu_charged_s;         /* node code in all, for the report */
     double cpu_total_s;           /* every charge: node code, kernel per message and byte */
+    /* The cores as a run queue (sim/cpu.c; 0: SimGrid shares them). */
+    int sched_queue;
+    double sched_wake_s; /* a core that sat idle takes this to run a thread */
+    uint64_t sched_wakes;
+    struct sim_sched *scheds;
     uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;

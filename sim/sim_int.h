@@ -41,6 +41,7 @@ void sim_cpu_settle(struct sim_world *w);
 void sim_cpu_mark(struct sim_world *w);
 /* Every CPU charge of the twin goes through here: s seconds of one core. */
 void sim_cpu_run(struct sim_world *w, sg_host_t host, double s);
+void sim_cpu_fini(struct sim_world *w);
 
 /* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/cv.c).
  * mu may be NULL: actors are cooperative, so a caller that checks its

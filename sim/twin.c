@@ -244,6 +244,15 @@ static uint64_t twin_sizer(void *user, const void *buf, uint32_t len)
 
 /* ---- set-up ---- */
 
+/* Crash faults kill actors that may hold a core of the run queue. */
+static int twin_has_crash(const struct rkv_scenario *sc)
+{
+    for (uint32_t i = 0; i < sc->n_faults; i++)
+        if (!strcmp(sc->faults[i].kind, "crash"))
+            return 1;
+    return 0;
+}
+
 static int twin_config(struct twin *t)
 {
     const struct rkv_scenario *sc = t->sc;
@@ -605,6 +614,8 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.recv_byte_ns = sc->sim_recv_byte_ns;
     t.w.copy_byte_ns = sc->sim_copy_byte_ns;
     t.w.cpu_measured = sc->sim_cpu_measured;
+    t.w.sched_queue = sc->sim_sched_queue && !twin_has_crash(sc);
+    t.w.sched_wake_s = sc->sim_wake_us * 1e-6;
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
         if (!(thin = twin_thin(sc)))
@@ -653,6 +664,8 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->bytes = t.w.bytes_modelled;
     res->cpu_s = t.w.cpu_charged_s;
     res->cpu_total_s = t.w.cpu_total_s;
+    res->sched_queue = t.w.sched_queue;
+    res->sched_wakes = t.w.sched_wakes;
     rc = twin_gather(&t, res);
 free_all:
     twin_remove_durable(&t);

@@ -17,15 +17,17 @@ struct rkv_twin_opts {
 struct rkv_twin_result {
     char **outs; /* per worker: its PHASE/FIRSTERR lines (rkv_report_collect) */
     uint32_t n_workers;
-    int nodes_ok;       /* every node ended without a store error */
-    double sim_s;       /* simulated time at the end */
-    double wall_s;      /* of simgrid_run */
-    uint64_t events;    /* deliveries */
-    uint64_t hash;      /* of the ordered event log: same scenario + seed => same hash */
-    uint64_t bytes;     /* modelled on the network */
-    double cpu_s;       /* measured CPU charged to the nodes (sim: cpu measured) */
-    double cpu_total_s; /* every CPU charge: node code, kernel per message and byte */
-    char error[512];    /* why nodes_ok is 0 */
+    int nodes_ok;         /* every node ended without a store error */
+    double sim_s;         /* simulated time at the end */
+    double wall_s;        /* of simgrid_run */
+    uint64_t events;      /* deliveries */
+    uint64_t hash;        /* of the ordered event log: same scenario + seed => same hash */
+    uint64_t bytes;       /* modelled on the network */
+    double cpu_s;         /* measured CPU charged to the nodes (sim: cpu measured) */
+    double cpu_total_s;   /* every CPU charge: node code, kernel per message and byte */
+    int sched_queue;      /* the cores were a run queue (sim: scheduler: queue) */
+    uint64_t sched_wakes; /* of it: bursts that found their core idle (wake_us each) */
+    char error[512];      /* why nodes_ok is 0 */
     /* Crash faults: what died when; survivors that ended on a store error
      * (requests to the dead node fail with a named error, not a hang). */
     uint32_t crashed, survivor_errors;

@@ -38,6 +38,7 @@ void sim_world_fini(struct sim_world *w)
         sim_nic_free(w->nics[i]);
     free(w->nics);
     sim_port_shm_free_all(w);
+    sim_cpu_fini(w);
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");
         fclose(w->trace);

@@ -156,6 +156,47 @@ static void test_cpu_charged_is_reported(void **state)
     quickstart_with("twin-cpu.yaml", "sim: {platform: star}\n");
     run_pass("run twin-cpu.yaml");
     assert_null(strstr(out, "CPU charged in the twin"));
+    assert_null(strstr(out, "\nwall time ")); /* a real run's line, once printed here too */
+}
+
+/* One twin run of quickstart with sim: SIM; its simulated time, CPU and
+ * bursts that found their core idle (-1: no run-queue line). */
+static void queue_run(const char *sim, double *t, double *cpu, long *wakes)
+{
+    quickstart_with("twin-queue.yaml", sim);
+    run_pass("run twin-queue.yaml");
+    const char *ts = strstr(out, "simulated time "), *cs = strstr(out, "CPU charged in the twin: ");
+    const char *qs = strstr(out, "The cores were a run queue: ");
+    assert_non_null(ts);
+    assert_non_null(cs);
+    assert_int_equal(sscanf(ts, "simulated time %lf", t), 1);
+    assert_int_equal(sscanf(cs, "CPU charged in the twin: %lf", cpu), 1);
+    *wakes = -1;
+    if (qs)
+        assert_int_equal(sscanf(qs, "The cores were a run queue: %ld", wakes), 1);
+}
+
+/* scheduler: queue runs no more bursts at once than the cores (1 per
+ * machine here), and a core that sat idle costs wake_us before a burst. */
+static void test_run_queue(void **state)
+{
+    (void)state;
+    double t0, c0, t1, c1;
+    long w0, w1;
+    queue_run("sim: {platform: star, cores: 1, msg_cost_ns: 20000}\n", &t0, &c0, &w0);
+    assert_int_equal(w0, -1);
+    queue_run("sim: {platform: star, cores: 1, msg_cost_ns: 20000, scheduler: queue}\n", &t0, &c0,
+              &w0);
+    queue_run(
+        "sim: {platform: star, cores: 1, msg_cost_ns: 20000, scheduler: queue, wake_us: 50}\n", &t1,
+        &c1, &w1);
+    printf("# run queue: %.4f s, %.4f core-s, %ld idle cores taken; wake_us 50: %.4f s, %ld\n", t0,
+           c0, w0, t1, w1);
+    assert_true(c0 <= t0 * 2 * 1.0001);
+    assert_true(c1 <= t1 * 2 * 1.0001);
+    assert_true(w0 > 0);
+    assert_true(w1 > 0);
+    assert_true(t1 > t0 + w1 * 50e-6 / 2 * 0.5); /* wake-ups on the path cost their time */
 }
 
 static void test_platform_without_the_hosts_is_an_error(void **state)
@@ -298,6 +339,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_trace),
         cmocka_unit_test(test_cpu_charged_is_reported),
+        cmocka_unit_test(test_run_queue),
         cmocka_unit_test(test_other_seed_other_trace),
         cmocka_unit_test(test_scenarios_pass_under_jitter),
         cmocka_unit_test(test_every_platform),
