@@ -107,8 +107,8 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                     "\nCPU charged in the twin: %.3f core-s, %.3f of it node code, the rest the "
                     "kernel's per message and per byte.",
                     r->sim_cpu_s, r->sim_node_cpu_s);
-        if (r->sim_sched_queue)
-            fprintf(out, "\nThe cores were a run queue: %llu bursts found their core idle.",
+        if (r->sim_sched_cores)
+            fprintf(out, "\nThe cores were per-core run queues: %llu bursts found their core idle.",
                     (unsigned long long)r->sim_sched_wakes);
     } else if (r->wall_s > 0) {
         fprintf(out, "\nwall time %.2f s.", r->wall_s);

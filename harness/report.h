@@ -21,7 +21,7 @@ struct rkv_report {
     uint64_t sim_hash;
     double sim_cpu_s;      /* core-seconds the twin charged (0: none modelled) */
     double sim_node_cpu_s; /* of which node code, measured */
-    int sim_sched_queue;   /* the cores were a run queue */
+    int sim_sched_cores;   /* the cores were per-core run queues */
     uint64_t sim_sched_wakes;
     /* Runs with crash faults: the verdict asks that every survivor ended
      * (named errors allowed), the faults fired and no value was wrong. */

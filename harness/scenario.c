@@ -552,7 +552,7 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     struct rkv_scenario *sc = obj;
     static const char *const topologies[] = {"star", "cluster", "fattree", "loopback"};
     static const char *const solvers[] = {"maxmin", "fairbottleneck"};
-    static const char *const schedulers[] = {"share", "queue"};
+    static const char *const schedulers[] = {"share", "cores"};
     int i, rc;
     switch (f) {
     case 0:
@@ -592,7 +592,7 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
         return sc_double(c, "copy_byte_ns", k, v, 0, 1e6, &sc->sim_copy_byte_ns);
     case 14:
         rc = sc_enum(c, "scheduler", k, v, schedulers, 2, &i);
-        sc->sim_sched_queue = i == 1;
+        sc->sim_sched_cores = i;
         return rc;
     case 15:
         return sc_double(c, "wake_us", k, v, 0, 1e6, &sc->sim_wake_us);

@@ -72,72 +72,165 @@ void sim_cpu_settle(struct sim_world *w)
     sim_cpu_mark(w);
 }
 
-/* ---- the cores as a run queue (sched_queue) ----
+/* ---- the cores as per-core run queues (scheduler: cores) ----
  *
  * SimGrid shares a host's cores among its executions at every instant: with
- * 5 wanting 2 cores each runs at 2/5 speed and the cores never idle while
- * anything wants them. A real run has a scheduler: a thread woken holds a
- * core for its burst while others queue, and a core that ran out of work
- * and went idle takes time to run the next thread woken onto it (an
- * interprocessor interrupt; in a VM the vCPU's halt exit). So it idles
- * while threads are ready for it, and loopback's request-reply has nothing
- * but such wake-ups where a wire would have latency. Here a burst takes a
- * core of its host (a free one, else a FIFO queue), holds it for its time,
- * and hands it to the next waiting; a core that sat idle costs wake_s before
- * the burst (a crash kills actors that may hold cores: runs with crash
- * faults keep SimGrid's sharing). A burst longer than a slice goes back to the queue's tail when
- * others wait, as a time-sliced thread does. */
+ * 5 wanting 2 cores each runs at 2/5 speed, every one progresses alike, and
+ * the cores never idle while anything wants them. Linux keeps a run queue
+ * per core instead. A woken thread goes to an idle core if there is one,
+ * else it queues on the core it last ran on and holds the core for its
+ * burst once its turn comes. A core whose queue runs dry pulls a waiting
+ * thread from another core only if that thread is cache-cold (it has not
+ * run for sched_migration_cost, 0.5 ms), else it idles while the other
+ * core's queue waits: real runs idle 10 % of the time with threads ready
+ * (sim/README.md, seventh round). A burst longer than a slice goes back to
+ * its queue's tail when others wait there. A core that sat idle can cost
+ * wake_s before the burst that takes it (an interprocessor interrupt, a
+ * vCPU's halt exit). Runs with crash faults keep SimGrid's sharing: a crash
+ * kills actors that may hold a core. */
 
-struct sim_sched {
-    uint32_t free_n;    /* idle cores */
-    double *idle_since; /* of the idle cores, the most recently freed last */
-    uint32_t waiting;
-    struct sim_cv queue;
-    struct sim_sched *next; /* every host's, for sim_cpu_fini */
+#define SIM_SCHED_MIGRATION_S 0.5e-3 /* Linux's sched_migration_cost default */
+
+struct sched_actor {
+    int32_t home;      /* the core it last ran on, -1: none yet */
+    double last_end_s; /* when it last gave a core back */
 };
 
-static struct sim_sched *sched_of(struct sim_world *w, sg_host_t host)
+struct sched_waiter {
+    struct sched_actor *a;
+    int32_t core; /* granted, -1 while waiting */
+    struct sim_cv cv;
+    struct sched_waiter *next;
+};
+
+struct sched_core {
+    int busy;
+    double idle_since;
+    struct sched_waiter *head, *tail;
+};
+
+struct sim_pcq {
+    uint32_t n;
+    struct sched_core *c;
+    struct sim_pcq *next;
+};
+
+static struct sim_pcq *pcq_of(struct sim_world *w, sg_host_t host)
 {
-    struct sim_sched *q = sg_host_get_data(host);
+    struct sim_pcq *q = sg_host_get_data(host);
     if (q)
         return q;
-    int cores = sg_host_core_count(host);
     q = calloc(1, sizeof(*q));
-    if (!q || !(q->idle_since = calloc((size_t)cores, sizeof(*q->idle_since))))
-        abort(); /* the twin cannot model a core it cannot allocate */
-    q->free_n = (uint32_t)cores;
-    q->next = w->scheds;
-    w->scheds = q;
+    if (!q)
+        abort();
+    q->n = (uint32_t)sg_host_core_count(host);
+    if (!(q->c = calloc(q->n, sizeof(*q->c))))
+        abort();
+    q->next = w->pcqs;
+    w->pcqs = q;
     sg_host_set_data(host, q);
     return q;
 }
 
-/* Returns when the caller holds a core; 1 when it was idle before. */
-static int sched_take(struct sim_sched *q)
+static struct sched_actor *pcq_actor(struct sim_world *w)
 {
-    if (q->free_n) {
-        q->free_n--;
-        return q->idle_since[q->free_n] < simgrid_get_clock();
+    uint32_t pid = (uint32_t)sg_actor_self_get_pid();
+    if (pid >= w->sched_actor_cap) {
+        uint32_t cap = w->sched_actor_cap ? w->sched_actor_cap : 256;
+        while (cap <= pid)
+            cap *= 2;
+        struct sched_actor *a = realloc(w->sched_actors, cap * sizeof(*a));
+        if (!a)
+            abort();
+        for (uint32_t i = w->sched_actor_cap; i < cap; i++)
+            a[i] = (struct sched_actor){.home = -1, .last_end_s = -1};
+        w->sched_actors = a;
+        w->sched_actor_cap = cap;
     }
-    q->waiting++;
-    sim_cv_wait(&q->queue, NULL, -1); /* the releaser handed its core over */
-    return 0;
+    return &w->sched_actors[pid];
 }
 
-static void sched_give(struct sim_sched *q)
+static void pcq_grant(struct sched_core *c, uint32_t k, struct sched_waiter *x)
 {
-    if (q->waiting) {
-        q->waiting--;
-        sim_cv_signal(&q->queue);
+    x->core = (int32_t)k;
+    c->busy = 1;
+    sim_cv_signal(&x->cv);
+}
+
+/* Returns the core the caller now holds; *was_idle when it sat idle. */
+static uint32_t pcq_take(struct sim_pcq *q, struct sched_actor *a, int *was_idle)
+{
+    double now = simgrid_get_clock();
+    uint32_t home = a->home >= 0 ? (uint32_t)a->home : 0;
+    *was_idle = 0;
+    for (uint32_t i = 0; i < q->n; i++) {
+        uint32_t k = (home + i) % q->n;
+        if (!q->c[k].busy) {
+            q->c[k].busy = 1;
+            *was_idle = q->c[k].idle_since < now;
+            a->home = (int32_t)k;
+            return k;
+        }
+    }
+    struct sched_waiter *x = calloc(1, sizeof(*x));
+    if (!x)
+        abort();
+    *x = (struct sched_waiter){.a = a, .core = -1};
+    struct sched_core *c = &q->c[home];
+    if (c->tail)
+        c->tail->next = x;
+    else
+        c->head = x;
+    c->tail = x;
+    while (x->core < 0)
+        sim_cv_wait(&x->cv, NULL, -1);
+    uint32_t k = (uint32_t)x->core;
+    free(x);
+    a->home = (int32_t)k;
+    return k;
+}
+
+static struct sched_waiter *pcq_pop(struct sched_core *c, struct sched_waiter *prev)
+{
+    struct sched_waiter *x = prev ? prev->next : c->head;
+    if (prev)
+        prev->next = x->next;
+    else
+        c->head = x->next;
+    if (c->tail == x)
+        c->tail = prev;
+    x->next = NULL;
+    return x;
+}
+
+static void pcq_give(struct sim_pcq *q, struct sched_actor *a, uint32_t k)
+{
+    double now = simgrid_get_clock();
+    a->last_end_s = now;
+    struct sched_core *c = &q->c[k];
+    if (c->head) {
+        pcq_grant(c, k, pcq_pop(c, NULL));
         return;
     }
-    q->idle_since[q->free_n++] = simgrid_get_clock();
+    for (uint32_t i = 1; i < q->n; i++) { /* newly idle: pull a cold waiter */
+        struct sched_core *o = &q->c[(k + i) % q->n];
+        for (struct sched_waiter *x = o->head, *prev = NULL; x; prev = x, x = x->next)
+            if (now - x->a->last_end_s >= SIM_SCHED_MIGRATION_S) {
+                pcq_grant(c, k, pcq_pop(o, prev));
+                return;
+            }
+    }
+    c->busy = 0;
+    c->idle_since = now;
 }
 
-static void sched_run(struct sim_world *w, sg_host_t host, double s)
+static void pcq_run(struct sim_world *w, sg_host_t host, double s)
 {
-    struct sim_sched *q = sched_of(w, host);
-    if (sched_take(q)) {
+    struct sim_pcq *q = pcq_of(w, host);
+    struct sched_actor *a = pcq_actor(w);
+    int was_idle;
+    uint32_t k = pcq_take(q, a, &was_idle);
+    if (was_idle) {
         w->sched_wakes++;
         if (w->sched_wake_s > 0)
             sg_actor_sleep_for(w->sched_wake_s);
@@ -145,13 +238,13 @@ static void sched_run(struct sim_world *w, sg_host_t host, double s)
     while (s > SIM_SCHED_SLICE_S) {
         sg_actor_sleep_for(SIM_SCHED_SLICE_S);
         s -= SIM_SCHED_SLICE_S;
-        if (q->waiting) { /* the slice is over: to the queue's tail */
-            sched_give(q);
-            sched_take(q);
+        if (q->c[k].head) { /* the slice is over: to the queue's tail */
+            pcq_give(q, a, k);
+            k = pcq_take(q, a, &was_idle);
         }
     }
     sg_actor_sleep_for(s);
-    sched_give(q);
+    pcq_give(q, a, k);
 }
 
 void sim_cpu_run(struct sim_world *w, sg_host_t host, double s)
@@ -159,19 +252,25 @@ void sim_cpu_run(struct sim_world *w, sg_host_t host, double s)
     if (s <= 0)
         return;
     w->cpu_total_s += s;
-    if (w->sched_queue)
-        sched_run(w, host, s);
+    if (w->sched_cores)
+        pcq_run(w, host, s);
     else
         sg_actor_execute(s * sg_host_get_speed(host));
 }
 
 void sim_cpu_fini(struct sim_world *w)
 {
-    while (w->scheds) {
-        struct sim_sched *q = w->scheds;
-        w->scheds = q->next;
-        sim_cv_destroy(&q->queue);
-        free(q->idle_since);
+    while (w->pcqs) {
+        struct sim_pcq *q = w->pcqs;
+        w->pcqs = q->next;
+        for (uint32_t k = 0; k < q->n; k++)
+            while (q->c[k].head) { /* daemons killed at the end while they waited */
+                struct sched_waiter *x = pcq_pop(&q->c[k], NULL);
+                sim_cv_destroy(&x->cv);
+                free(x);
+            }
+        free(q->c);
         free(q);
     }
+    free(w->sched_actors);
 }

@@ -19,7 +19,8 @@
 struct sim_shm;
 struct sim_listener;
 struct sim_nic;
-struct sim_sched;
+struct sim_pcq;
+struct sched_actor;
 
 /* Turns the bytes a message really carries into the bytes the network is
  * charged for (payload-less runs carry thin rows but model the full ones). */
@@ -41,11 +42,13 @@ struct sim_world {
     uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/cpu.c) */
     double cpu_charged_s;         /* node code in all, for the report */
     double cpu_total_s;           /* every charge: node code, kernel per message and byte */
-    /* The cores as a run queue (sim/cpu.c; 0: SimGrid shares them). */
-    int sched_queue;
+    /* The cores as per-core run queues (sim/cpu.c; 0: SimGrid shares them). */
+    int sched_cores;
     double sched_wake_s; /* a core that sat idle takes this to run a thread */
     uint64_t sched_wakes;
-    struct sim_sched *scheds;
+    struct sim_pcq *pcqs;
+    struct sched_actor *sched_actors; /* by actor pid */
+    uint32_t sched_actor_cap;
     uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;

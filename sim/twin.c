@@ -614,7 +614,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.recv_byte_ns = sc->sim_recv_byte_ns;
     t.w.copy_byte_ns = sc->sim_copy_byte_ns;
     t.w.cpu_measured = sc->sim_cpu_measured;
-    t.w.sched_queue = sc->sim_sched_queue && !twin_has_crash(sc);
+    t.w.sched_cores = twin_has_crash(sc) ? 0 : sc->sim_sched_cores;
     t.w.sched_wake_s = sc->sim_wake_us * 1e-6;
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
@@ -664,7 +664,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->bytes = t.w.bytes_modelled;
     res->cpu_s = t.w.cpu_charged_s;
     res->cpu_total_s = t.w.cpu_total_s;
-    res->sched_queue = t.w.sched_queue;
+    res->sched_cores = t.w.sched_cores;
     res->sched_wakes = t.w.sched_wakes;
     rc = twin_gather(&t, res);
 free_all:

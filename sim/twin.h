@@ -25,7 +25,7 @@ struct rkv_twin_result {
     uint64_t bytes;       /* modelled on the network */
     double cpu_s;         /* measured CPU charged to the nodes (sim: cpu measured) */
     double cpu_total_s;   /* every CPU charge: node code, kernel per message and byte */
-    int sched_queue;      /* the cores were a run queue (sim: scheduler: queue) */
+    int sched_cores;      /* the cores were per-core run queues (sim: scheduler: cores) */
     uint64_t sched_wakes; /* of it: bursts that found their core idle (wake_us each) */
     char error[512];      /* why nodes_ok is 0 */
     /* Crash faults: what died when; survivors that ended on a store error

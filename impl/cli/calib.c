@@ -44,6 +44,14 @@ static int calib_set(struct cli_calib *c, const char *k, const char *v, char *wh
         snprintf(c->backend, sizeof(c->backend), "%s", v);
         return 0;
     }
+    if (!strcmp(k, "scheduler")) {
+        if (strcmp(v, "share") && strcmp(v, "cores")) {
+            snprintf(why, why_len, "scheduler: expected share or cores, got \"%s\"", v);
+            return -1;
+        }
+        c->sched_cores = !strcmp(v, "cores");
+        return 0;
+    }
     if (!strcmp(k, "cpu")) {
         if (strcmp(v, "measured") && strcmp(v, "model")) {
             snprintf(why, why_len, "cpu: expected measured or model, got \"%s\"", v);
@@ -145,10 +153,11 @@ int cli_calib_write(const char *path, const struct cli_calib *c, const char *not
             "recv_byte_ns = %.4f  # kernel CPU per byte received\n"
             "copy_byte_ns = %.4f  # a warm memcpy; the twin's slower copies (first touch) are CPU\n"
             "row_cost_ns = %.1f    # CPU per row; applied only with cpu = model\n"
-            "cpu = %s        # measured: the twin charges node code's own CPU time\n",
+            "cpu = %s        # measured: the twin charges node code's own CPU time\n"
+            "scheduler = %s     # cores: per-core run queues, as the kernel's (sim/README.md)\n",
             c->backend, c->host_cores, c->shared_host, c->latency_us, c->bandwidth_gbps,
             c->msg_cost_ns, c->send_byte_ns, c->recv_byte_ns, c->copy_byte_ns, c->row_cost_ns,
-            c->cpu_measured ? "measured" : "model");
+            c->cpu_measured ? "measured" : "model", c->sched_cores ? "cores" : "share");
     if (notes)
         fputs(notes, f);
     if (fclose(f) != 0) {
@@ -181,4 +190,5 @@ void cli_calib_apply(const struct cli_calib *c, struct rkv_scenario *sc)
     /* Measured CPU already holds what a handler spends per row. */
     sc->sim_row_cost_ns = c->cpu_measured ? 0 : c->row_cost_ns;
     sc->sim_cpu_measured = c->cpu_measured;
+    sc->sim_sched_cores = c->sched_cores;
 }

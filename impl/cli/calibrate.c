@@ -557,8 +557,10 @@ int cli_calibrate(const char *self, const char *backend, int quick, const char *
     struct cal_result res[4];
     /* Both launchers run every machine of a scenario as processes on this
      * host (tcp over loopback; verbs in one VM): one pool of cores. */
-    *c = (struct cli_calib){
-        .host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN), .shared_host = 1, .cpu_measured = 1};
+    *c = (struct cli_calib){.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
+                            .shared_host = 1,
+                            .cpu_measured = 1,
+                            .sched_cores = 1};
     snprintf(c->backend, sizeof(c->backend), "%s", backend);
     printf("rkv calibrate: %s on this host, %u cores\n", backend, c->host_cores);
     int rc = 0;

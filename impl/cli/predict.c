@@ -393,10 +393,10 @@ int cli_cmd_predict(int argc, char **argv, const char *self)
     }
 #if RKV_WITH_SIM
     printf("calibration: %s, %u cores%s, latency %.3f us, %.3f Gb/s, msg_cost %.0f ns, bytes "
-           "%.4f + %.4f ns, row_cost %.1f ns, cpu %s\n",
+           "%.4f + %.4f ns, row_cost %.1f ns, cpu %s, scheduler %s\n",
            c.backend, c.host_cores, c.shared_host ? " shared by every machine" : "", c.latency_us,
            c.bandwidth_gbps, c.msg_cost_ns, c.send_byte_ns, c.recv_byte_ns, c.row_cost_ns,
-           c.cpu_measured ? "measured" : "model");
+           c.cpu_measured ? "measured" : "model", c.sched_cores ? "cores" : "share");
     double meas[RKV_SC_MAX_PHASES], pred[RKV_SC_MAX_PHASES];
     code = RKV_EXIT_STORE;
     if (pred_measure(exe, &a, &c, sc, meas, pred) < 0)

@@ -23,7 +23,7 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     r.sim_hash = res->hash;
     r.sim_cpu_s = res->cpu_total_s;
     r.sim_node_cpu_s = res->cpu_s;
-    r.sim_sched_queue = res->sched_queue;
+    r.sim_sched_cores = res->sched_cores;
     r.sim_sched_wakes = res->sched_wakes;
     if (sc->n_faults) {
         r.fault_run = 1;

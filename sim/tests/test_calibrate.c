@@ -48,14 +48,14 @@ static void test_calibrate_file_loads_in_the_twin(void **state)
     const char *keys[] = {"backend = tcp",   "host_cores = ",     "shared_host = 1",
                           "latency_us = ",   "bandwidth_gbps = ", "msg_cost_ns = ",
                           "send_byte_ns = ", "recv_byte_ns = ",   "copy_byte_ns = ",
-                          "row_cost_ns = ",  "cpu = measured"};
+                          "row_cost_ns = ",  "cpu = measured",    "scheduler = cores"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (!strstr(text, keys[i]))
             fail_msg("%s: no \"%s\" in\n%s", calib_path, keys[i], text);
     snprintf(args, sizeof(args), "run %s/quickstart.yaml --calibration %s", SCEN_DIR, calib_path);
     rc = run_rkv("", args);
     if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, "simulated time") ||
-        !strstr(out, "(SimGrid, loopback)"))
+        !strstr(out, "(SimGrid, loopback)") || !strstr(out, "were per-core run queues"))
         fail_msg("rkv %s: exit %d\n%s", args, rc, out);
 }
 
@@ -192,6 +192,7 @@ static void test_bad_calibration_files(void **state)
         {"backend = tcp\nlatency_us\n", ":2: expected key = value"},
         {"backend = tcp\nshared_host = yes\n", ":2: shared_host: expected 0 or 1"},
         {"backend = tcp\nsend_byte_ns = -1\n", ":2: send_byte_ns: expected a number"},
+        {"backend = tcp\nscheduler = fifo\n", ":2: scheduler: expected share or cores"},
     };
     char path[64], args[512];
     snprintf(path, sizeof(path), "/tmp/rkv-test-badcal-%d.txt", (int)getpid());

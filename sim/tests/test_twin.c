@@ -166,17 +166,17 @@ static void queue_run(const char *sim, double *t, double *cpu, long *wakes)
     quickstart_with("twin-queue.yaml", sim);
     run_pass("run twin-queue.yaml");
     const char *ts = strstr(out, "simulated time "), *cs = strstr(out, "CPU charged in the twin: ");
-    const char *qs = strstr(out, "The cores were a run queue: ");
+    const char *qs = strstr(out, "The cores were per-core run queues: ");
     assert_non_null(ts);
     assert_non_null(cs);
     assert_int_equal(sscanf(ts, "simulated time %lf", t), 1);
     assert_int_equal(sscanf(cs, "CPU charged in the twin: %lf", cpu), 1);
     *wakes = -1;
     if (qs)
-        assert_int_equal(sscanf(qs, "The cores were a run queue: %ld", wakes), 1);
+        assert_int_equal(sscanf(qs, "The cores were per-core run queues: %ld", wakes), 1);
 }
 
-/* scheduler: queue runs no more bursts at once than the cores (1 per
+/* scheduler: cores runs no more bursts at once than the cores (1 per
  * machine here), and a core that sat idle costs wake_us before a burst. */
 static void test_run_queue(void **state)
 {
@@ -185,13 +185,14 @@ static void test_run_queue(void **state)
     long w0, w1;
     queue_run("sim: {platform: star, cores: 1, msg_cost_ns: 20000}\n", &t0, &c0, &w0);
     assert_int_equal(w0, -1);
-    queue_run("sim: {platform: star, cores: 1, msg_cost_ns: 20000, scheduler: queue}\n", &t0, &c0,
+    queue_run("sim: {platform: star, cores: 1, msg_cost_ns: 20000, scheduler: cores}\n", &t0, &c0,
               &w0);
     queue_run(
-        "sim: {platform: star, cores: 1, msg_cost_ns: 20000, scheduler: queue, wake_us: 50}\n", &t1,
+        "sim: {platform: star, cores: 1, msg_cost_ns: 20000, scheduler: cores, wake_us: 50}\n", &t1,
         &c1, &w1);
-    printf("# run queue: %.4f s, %.4f core-s, %ld idle cores taken; wake_us 50: %.4f s, %ld\n", t0,
-           c0, w0, t1, w1);
+    printf("# per-core run queues: %.4f s, %.4f core-s, %ld idle cores taken; wake_us 50: %.4f s, "
+           "%ld\n",
+           t0, c0, w0, t1, w1);
     assert_true(c0 <= t0 * 2 * 1.0001);
     assert_true(c1 <= t1 * 2 * 1.0001);
     assert_true(w0 > 0);

@@ -1,0 +1,191 @@
+/* The twin's per-core run queues (sim: scheduler: cores, sim/cpu.c) against
+ * times worked out by hand: a waiter that ran recently stays on its core's
+ * queue while the other core idles, a cache-cold one is pulled over, a long
+ * burst yields at the end of its slice, and a core that sat idle costs
+ * wake_us. Each case runs SimGrid in a child (it cannot be initialised
+ * twice). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <simgrid/actor.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+
+#include "sim/sim.h"
+#include "sim/sim_int.h"
+
+#define MAX_BURSTS 4
+#define MAX_ACTORS 4
+
+/* An actor's script: at each start time (s), one burst of CPU (s). */
+struct sc_actor {
+    double at[MAX_BURSTS], cpu[MAX_BURSTS];
+    uint32_t n;
+    double end[MAX_BURSTS]; /* when each burst was done */
+};
+
+struct sc_case {
+    uint32_t cores;
+    double wake_s;
+    struct sc_actor a[MAX_ACTORS];
+    uint32_t n;
+};
+
+struct sc_run {
+    struct sim_world *w;
+    struct sc_actor *a;
+};
+
+static void sc_actor_main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct sc_run *r = sg_actor_self_get_data();
+    for (uint32_t i = 0; i < r->a->n; i++) {
+        sg_actor_sleep_until(r->a->at[i]);
+        sim_cpu_run(r->w, sg_host_self(), r->a->cpu[i]);
+        r->a->end[i] = simgrid_get_clock();
+    }
+}
+
+/* Runs c in this process; its actors' end times are filled in. */
+static int sc_run_case(struct sc_case *c)
+{
+    char xml[64];
+    snprintf(xml, sizeof(xml), "/tmp/rkv-sched-%d.xml", (int)getpid());
+    FILE *f = fopen(xml, "w");
+    if (!f)
+        return -1;
+    fprintf(
+        f,
+        "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+        "<platform version=\"4.1\"><zone id=\"z\" routing=\"Full\">"
+        "<host id=\"h\" speed=\"1Gf\" core=\"%u\"/></zone></platform>\n",
+        c->cores);
+    fclose(f);
+    struct sim_world w;
+    if (sim_world_init(&w, 1) < 0)
+        return -1;
+    w.sched_cores = 1;
+    w.sched_wake_s = c->wake_s;
+    int argc = 2;
+    char *argv[] = {"test", "--log=root.thres:critical", NULL};
+    simgrid_init(&argc, argv);
+    simgrid_load_platform(xml);
+    unlink(xml);
+    struct sc_run runs[MAX_ACTORS];
+    for (uint32_t i = 0; i < c->n; i++) {
+        runs[i] = (struct sc_run){.w = &w, .a = &c->a[i]};
+        sg_actor_t a = sg_actor_init("a", sg_host_by_name("h"));
+        sg_actor_set_data(a, &runs[i]);
+        sg_actor_start(a, sc_actor_main, 0, NULL);
+    }
+    simgrid_run();
+    return 0;
+}
+
+/* Runs c in a child and copies back the end times. */
+static void sc_case_run(struct sc_case *c)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        int rc = sc_run_case(c);
+        ssize_t n = write(fd[1], c, sizeof(*c));
+        _exit(rc == 0 && n == (ssize_t)sizeof(*c) ? 0 : 1); /* SimGrid is never torn down */
+    }
+    close(fd[1]);
+    ssize_t n = read(fd[0], c, sizeof(*c));
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(n == (ssize_t)sizeof(*c) && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void assert_at(double got, double want)
+{
+    if (fabs(got - want) > 1e-9)
+        fail_msg("ended at %.9f s, expected %.9f s", got, want);
+}
+
+/* X takes core 0 for 0.2 ms, Z core 1 for 10 us; Y (1 ms) and then Z again
+ * find both busy. Y queues on core 0 (it never ran: its home is 0) and is
+ * pulled over to core 1 when Z leaves it (never ran = cold). Z queues on
+ * core 1 behind Y. At 0.2 ms core 0 runs dry, but Z ran 0.19 ms ago (hot):
+ * core 0 idles and Z waits for Y, to 1.01 ms; with migration it would have
+ * run at 0.2 ms. */
+static void test_hot_waiter_waits_while_a_core_idles(void **state)
+{
+    (void)state;
+    struct sc_case c = {.cores = 2, .n = 3};
+    c.a[0] = (struct sc_actor){.at = {0}, .cpu = {0.2e-3}, .n = 1};
+    c.a[1] = (struct sc_actor){.at = {0, 0.02e-3}, .cpu = {0.01e-3, 0.01e-3}, .n = 2};
+    c.a[2] = (struct sc_actor){.at = {0.005e-3}, .cpu = {1e-3}, .n = 1};
+    sc_case_run(&c);
+    assert_at(c.a[0].end[0], 0.2e-3);
+    assert_at(c.a[1].end[0], 0.01e-3);
+    assert_at(c.a[2].end[0], 1.01e-3);
+    assert_at(c.a[1].end[1], 1.02e-3);
+}
+
+/* The same with X running 0.6 ms: when core 0 runs dry Z last ran 0.59 ms
+ * ago, past the migration cost, so core 0 pulls it over. */
+static void test_cold_waiter_is_pulled_over(void **state)
+{
+    (void)state;
+    struct sc_case c = {.cores = 2, .n = 3};
+    c.a[0] = (struct sc_actor){.at = {0}, .cpu = {0.6e-3}, .n = 1};
+    c.a[1] = (struct sc_actor){.at = {0, 0.02e-3}, .cpu = {0.01e-3, 0.01e-3}, .n = 2};
+    c.a[2] = (struct sc_actor){.at = {0.005e-3}, .cpu = {1e-3}, .n = 1};
+    sc_case_run(&c);
+    assert_at(c.a[2].end[0], 1.01e-3);
+    assert_at(c.a[1].end[1], 0.61e-3);
+}
+
+/* One core: a 4 ms burst yields at its 1.5 ms slice to a 0.1 ms one that
+ * arrived meanwhile, then finishes. */
+static void test_long_burst_yields_at_its_slice(void **state)
+{
+    (void)state;
+    struct sc_case c = {.cores = 1, .n = 2};
+    c.a[0] = (struct sc_actor){.at = {0}, .cpu = {4e-3}, .n = 1};
+    c.a[1] = (struct sc_actor){.at = {0.1e-3}, .cpu = {0.1e-3}, .n = 1};
+    sc_case_run(&c);
+    assert_at(c.a[1].end[0], 1.6e-3);
+    assert_at(c.a[0].end[0], 4.1e-3);
+}
+
+/* A core idle since 0.1 ms costs 50 us to the burst that takes it at 0.2
+ * ms; the first burst (the core idle for no time yet) pays nothing. */
+static void test_idle_core_costs_wake_us(void **state)
+{
+    (void)state;
+    struct sc_case c = {.cores = 1, .n = 1, .wake_s = 50e-6};
+    c.a[0] = (struct sc_actor){.at = {0, 0.2e-3}, .cpu = {0.1e-3, 0.1e-3}, .n = 2};
+    sc_case_run(&c);
+    assert_at(c.a[0].end[0], 0.1e-3);
+    assert_at(c.a[0].end[1], 0.35e-3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hot_waiter_waits_while_a_core_idles),
+        cmocka_unit_test(test_cold_waiter_is_pulled_over),
+        cmocka_unit_test(test_long_burst_yields_at_its_slice),
+        cmocka_unit_test(test_idle_core_costs_wake_us),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
