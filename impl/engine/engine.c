@@ -675,10 +675,33 @@ static int peer_put_one(struct rkv_engine *e, struct rkv_peer *p, const struct r
     return 0;
 }
 
+/* The writes posted from tx before a failed one are unsignalled: no
+ * completion tells when the NIC has read them, and until then it may (a
+ * real RNIC DMAs after the post returns; a dying QP may still flush), so tx
+ * must not go back to the pool, where the next user overwrites what they
+ * would send. A marker op posted behind them could tell, but every failed
+ * post kills the peer, so there is no usable QP to post it on. tx waits
+ * among the peer's in-flight ones instead: eng_close_deferred gives those
+ * back once qp_close returned (nic.h: the NIC lets go of buffers posted on
+ * the QP), and destroy closes every QP. The kill's on_peer callback ran
+ * unlocked, so the close may have happened already. Lock held. */
+static void peer_hold_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    assert(p->dead && !tx->owner);
+    if (p->closed) {
+        tx_put(e, tx);
+        return;
+    }
+    tx->owner = p;
+    txq_push(&p->inflight, tx);
+    e->st.tx_inflight++;
+}
+
 int rkv_engine_put_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
                       const struct rkv_engine_put *puts, uint32_t n, uint32_t rkey)
 {
     int rc = 0;
+    uint32_t posted = 0;
     eng_lock(e);
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         assert((const uint8_t *)puts[i].src >= tx->buf &&
@@ -691,11 +714,15 @@ int rkv_engine_put_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *t
             .addr = (void *)(uintptr_t)puts[i].src, .len = puts[i].len, .mr = tx->mr};
         int last = i + 1 == n;
         rc = peer_put_one(e, p, &sge, puts[i].raddr, rkey, last ? tx : NULL);
+        if (rc == 0)
+            posted++;
         if (rc == 0 && last)
             tx = NULL; /* in flight: its completion returns it */
     }
-    if (tx)
-        tx_put(e, tx);
+    if (tx && posted > 0)
+        peer_hold_tx(e, p, tx);
+    else if (tx)
+        tx_put(e, tx); /* the NIC never saw it */
     eng_unlock(e);
     return rc;
 }

@@ -127,8 +127,10 @@ int rkv_engine_send_ext(struct rkv_engine *eng, struct rkv_peer *peer, struct rk
  * peer's memory at (puts[i].raddr, rkey): puts[i].src lies in tx's buffer.
  * Posted at once, so they land before anything sent to the peer after this
  * call (messages queued before it for credits may arrive after them). tx is
- * consumed: it goes back to the pool once the last write completed. A write
- * the target refuses breaks the connection (remote access error). */
+ * consumed: it goes back to the pool once the last write completed, or, when
+ * a post fails after earlier ones went out (the connection breaks), once the
+ * connection is closed. A write the target refuses breaks the connection
+ * (remote access error). */
 struct rkv_engine_put {
     const void *src;
     uint32_t len;

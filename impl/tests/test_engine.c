@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "engine/engine.h"
+#include "nic/nic_fault.h"
 #include "nic/nic_tcp.h"
 
 #define MAX_SEEN 4096
@@ -72,11 +73,17 @@ static void on_peer(void *user, struct rkv_peer *peer, int up)
     s->port->ops->mutex_unlock(s->mu);
 }
 
-static void side_open(struct side *s, const char *name, uint32_t rx_depth, int busy_poll)
+/* The side's NIC is the TCP one, wrapped in the fault NIC when n_faults > 0. */
+static void side_open_faulty(struct side *s, const char *name, uint32_t rx_depth, int busy_poll,
+                             const struct rkv_nic_fault *faults, uint32_t n_faults)
 {
     memset(s, 0, sizeof(*s));
     assert_int_equal(rkv_port_posix_create(name, 0, 1, &s->port), 0);
     assert_int_equal(rkv_nic_tcp_ops.open(s->port, NULL, &s->nic), 0);
+    if (n_faults > 0) {
+        struct rkv_nic *tcp = s->nic;
+        assert_int_equal(rkv_nic_fault_wrap(tcp, faults, n_faults, 1, &s->nic), 0);
+    }
     struct rkv_engine_cfg ec = {.node_id = 1,
                                 .rx_depth = rx_depth,
                                 .ctrl_buf_bytes = 1024,
@@ -89,6 +96,11 @@ static void side_open(struct side *s, const char *name, uint32_t rx_depth, int b
     assert_int_equal(s->port->ops->mutex_create(s->port, &s->mu), 0);
     assert_int_equal(s->port->ops->cond_create(s->port, &s->cv), 0);
     assert_int_equal(rkv_engine_start(s->eng), 0);
+}
+
+static void side_open(struct side *s, const char *name, uint32_t rx_depth, int busy_poll)
+{
+    side_open_faulty(s, name, rx_depth, busy_poll, NULL, 0);
 }
 
 static void side_close(struct side *s)
@@ -411,6 +423,58 @@ static void test_dropped_peer_returns_buffers(void **state)
     side_close(&a);
 }
 
+/* Regression: a put_tx whose second write fails to post (the connection
+ * broke) leaves the first one posted, unsignalled, reading from tx: tx
+ * must stay out of the pool, or the next message encoded into it is what
+ * that write sends, until the QP is closed; then it comes back. */
+static void test_put_tx_failed_midway_holds_buffer(void **state)
+{
+    (void)state;
+    /* The link goes down for good 1 ns after b's first message, the first
+     * write: its second one, posted later, finds the connection broken. */
+    struct rkv_nic_fault down = {
+        .kind = RKV_FAULT_LINK_DOWN, .start_ns = 1, .end_ns = UINT64_MAX, .delay_ns = 1000000ull};
+    struct side a, b;
+    side_open(&a, "a", 16, 0);
+    side_open_faulty(&b, "b", 16, 1, &down, 1);
+    assert_int_equal(rkv_engine_listen(a.eng, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(a.nic, &port), 0);
+    assert_int_equal(rkv_engine_connect(b.eng, "127.0.0.1", port, 2000, &b.peer), 0);
+    for (int i = 0; i < 200 && !a.peer; i++)
+        a.port->ops->sleep_ns(a.port, 5000000ull);
+    assert_non_null(a.peer);
+    struct rkv_slot_desc d;
+    assert_int_equal(rkv_engine_slot_alloc(a.eng, a.peer, 4096, &d), 0);
+    /* b polls only here, so nothing closes the broken QP behind our back. */
+    rkv_engine_inline_begin(b.eng);
+    struct rkv_tx *tx, *next;
+    assert_int_equal(rkv_engine_tx_alloc(b.eng, 256, &tx), 0);
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    memset(buf, 0x5a, 256);
+    struct rkv_engine_put puts[2] = {{.src = buf, .len = 128, .raddr = d.addr},
+                                     {.src = buf + 128, .len = 128, .raddr = d.addr + 128}};
+    assert_int_equal(rkv_engine_put_tx(b.eng, b.peer, tx, puts, 2, d.rkey), -RKV_EPEERDEAD);
+    assert_true(rkv_peer_dead(b.peer));
+    assert_int_equal(rkv_engine_tx_alloc(b.eng, 256, &next), 0);
+    assert_ptr_not_equal(next, tx);
+    rkv_engine_tx_free(b.eng, next);
+    struct rkv_engine_stats st;
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.puts, 2);
+    assert_int_equal(st.tx_inflight, 1);
+    /* The batch closes the QP: the NIC lets go of tx, the pool gets it back. */
+    rkv_engine_poll_inline(b.eng);
+    rkv_engine_inline_end(b.eng);
+    rkv_engine_get_stats(b.eng, &st);
+    assert_int_equal(st.tx_inflight, 0);
+    assert_int_equal(rkv_engine_tx_alloc(b.eng, 256, &next), 0);
+    assert_ptr_equal(next, tx);
+    rkv_engine_tx_free(b.eng, next);
+    side_close(&b);
+    side_close(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -422,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_both_sides_backlogged),
         cmocka_unit_test(test_dropped_peer_returns_buffers),
         cmocka_unit_test(test_inline_poll_takes_over),
+        cmocka_unit_test(test_put_tx_failed_midway_holds_buffer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
