@@ -91,27 +91,27 @@ void sim_cpu_settle(struct sim_world *w)
 
 #define SIM_SCHED_MIGRATION_S 0.5e-3 /* Linux's sched_migration_cost default */
 
-struct sched_actor {
+struct sim_pcq_actor {
     int32_t home;      /* the core it last ran on, -1: none yet */
     double last_end_s; /* when it last gave a core back */
 };
 
-struct sched_waiter {
-    struct sched_actor *a;
+struct pcq_waiter {
+    struct sim_pcq_actor *a;
     int32_t core; /* granted, -1 while waiting */
     struct sim_cv cv;
-    struct sched_waiter *next;
+    struct pcq_waiter *next;
 };
 
-struct sched_core {
+struct pcq_core {
     int busy;
     double idle_since;
-    struct sched_waiter *head, *tail;
+    struct pcq_waiter *head, *tail;
 };
 
 struct sim_pcq {
     uint32_t n;
-    struct sched_core *c;
+    struct pcq_core *c;
     struct sim_pcq *next;
 };
 
@@ -132,25 +132,25 @@ static struct sim_pcq *pcq_of(struct sim_world *w, sg_host_t host)
     return q;
 }
 
-static struct sched_actor *pcq_actor(struct sim_world *w)
+static struct sim_pcq_actor *pcq_actor(struct sim_world *w)
 {
     uint32_t pid = (uint32_t)sg_actor_self_get_pid();
     if (pid >= w->sched_actor_cap) {
         uint32_t cap = w->sched_actor_cap ? w->sched_actor_cap : 256;
         while (cap <= pid)
             cap *= 2;
-        struct sched_actor *a = realloc(w->sched_actors, cap * sizeof(*a));
+        struct sim_pcq_actor *a = realloc(w->sched_actors, cap * sizeof(*a));
         if (!a)
             abort();
         for (uint32_t i = w->sched_actor_cap; i < cap; i++)
-            a[i] = (struct sched_actor){.home = -1, .last_end_s = -1};
+            a[i] = (struct sim_pcq_actor){.home = -1, .last_end_s = -1};
         w->sched_actors = a;
         w->sched_actor_cap = cap;
     }
     return &w->sched_actors[pid];
 }
 
-static void pcq_grant(struct sched_core *c, uint32_t k, struct sched_waiter *x)
+static void pcq_grant(struct pcq_core *c, uint32_t k, struct pcq_waiter *x)
 {
     x->core = (int32_t)k;
     c->busy = 1;
@@ -158,7 +158,7 @@ static void pcq_grant(struct sched_core *c, uint32_t k, struct sched_waiter *x)
 }
 
 /* Returns the core the caller now holds; *was_idle when it sat idle. */
-static uint32_t pcq_take(struct sim_pcq *q, struct sched_actor *a, int *was_idle)
+static uint32_t pcq_take(struct sim_pcq *q, struct sim_pcq_actor *a, int *was_idle)
 {
     double now = simgrid_get_clock();
     uint32_t home = a->home >= 0 ? (uint32_t)a->home : 0;
@@ -172,11 +172,11 @@ static uint32_t pcq_take(struct sim_pcq *q, struct sched_actor *a, int *was_idle
             return k;
         }
     }
-    struct sched_waiter *x = calloc(1, sizeof(*x));
+    struct pcq_waiter *x = calloc(1, sizeof(*x));
     if (!x)
         abort();
-    *x = (struct sched_waiter){.a = a, .core = -1};
-    struct sched_core *c = &q->c[home];
+    *x = (struct pcq_waiter){.a = a, .core = -1};
+    struct pcq_core *c = &q->c[home];
     if (c->tail)
         c->tail->next = x;
     else
@@ -190,9 +190,9 @@ static uint32_t pcq_take(struct sim_pcq *q, struct sched_actor *a, int *was_idle
     return k;
 }
 
-static struct sched_waiter *pcq_pop(struct sched_core *c, struct sched_waiter *prev)
+static struct pcq_waiter *pcq_pop(struct pcq_core *c, struct pcq_waiter *prev)
 {
-    struct sched_waiter *x = prev ? prev->next : c->head;
+    struct pcq_waiter *x = prev ? prev->next : c->head;
     if (prev)
         prev->next = x->next;
     else
@@ -203,18 +203,18 @@ static struct sched_waiter *pcq_pop(struct sched_core *c, struct sched_waiter *p
     return x;
 }
 
-static void pcq_give(struct sim_pcq *q, struct sched_actor *a, uint32_t k)
+static void pcq_give(struct sim_pcq *q, struct sim_pcq_actor *a, uint32_t k)
 {
     double now = simgrid_get_clock();
     a->last_end_s = now;
-    struct sched_core *c = &q->c[k];
+    struct pcq_core *c = &q->c[k];
     if (c->head) {
         pcq_grant(c, k, pcq_pop(c, NULL));
         return;
     }
     for (uint32_t i = 1; i < q->n; i++) { /* newly idle: pull a cold waiter */
-        struct sched_core *o = &q->c[(k + i) % q->n];
-        for (struct sched_waiter *x = o->head, *prev = NULL; x; prev = x, x = x->next)
+        struct pcq_core *o = &q->c[(k + i) % q->n];
+        for (struct pcq_waiter *x = o->head, *prev = NULL; x; prev = x, x = x->next)
             if (now - x->a->last_end_s >= SIM_SCHED_MIGRATION_S) {
                 pcq_grant(c, k, pcq_pop(o, prev));
                 return;
@@ -227,7 +227,7 @@ static void pcq_give(struct sim_pcq *q, struct sched_actor *a, uint32_t k)
 static void pcq_run(struct sim_world *w, sg_host_t host, double s)
 {
     struct sim_pcq *q = pcq_of(w, host);
-    struct sched_actor *a = pcq_actor(w);
+    struct sim_pcq_actor *a = pcq_actor(w);
     int was_idle;
     uint32_t k = pcq_take(q, a, &was_idle);
     if (was_idle) {
@@ -265,7 +265,7 @@ void sim_cpu_fini(struct sim_world *w)
         w->pcqs = q->next;
         for (uint32_t k = 0; k < q->n; k++)
             while (q->c[k].head) { /* daemons killed at the end while they waited */
-                struct sched_waiter *x = pcq_pop(&q->c[k], NULL);
+                struct pcq_waiter *x = pcq_pop(&q->c[k], NULL);
                 sim_cv_destroy(&x->cv);
                 free(x);
             }

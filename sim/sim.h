@@ -20,7 +20,7 @@ struct sim_shm;
 struct sim_listener;
 struct sim_nic;
 struct sim_pcq;
-struct sched_actor;
+struct sim_pcq_actor;
 
 /* Turns the bytes a message really carries into the bytes the network is
  * charged for (payload-less runs carry thin rows but model the full ones). */
@@ -47,7 +47,7 @@ struct sim_world {
     double sched_wake_s; /* a core that sat idle takes this to run a thread */
     uint64_t sched_wakes;
     struct sim_pcq *pcqs;
-    struct sched_actor *sched_actors; /* by actor pid */
+    struct sim_pcq_actor *sched_actors; /* by actor pid */
     uint32_t sched_actor_cap;
     uint64_t cpu_bursts;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
