@@ -26,7 +26,7 @@ static void check_lines(int *figures_p, int *ratios_p)
         if (!strncmp(line, "figure ", 7)) {
             assert_int_equal(sscanf(line, "figure %127s %lf %15s", name, &v, unit), 3);
             assert_true(v > 0);
-            assert_true(!strcmp(unit, "GB/s") || !strcmp(unit, "us"));
+            assert_true(!strcmp(unit, "GB/s") || !strcmp(unit, "us") || !strcmp(unit, "switches"));
             figures++;
         } else if (!strncmp(line, "ratio ", 6)) {
             assert_int_equal(sscanf(line, "ratio %127s %lf", name, &v), 2);
@@ -47,10 +47,14 @@ static void check_tcp(const char *limit)
     check_lines(&figures, &ratios);
     assert_true(figures >= 4 * 5 + 3); /* 4 shapes x 5 figures, and the limits */
     assert_true(ratios >= 4 * 3);
-    const char *want[] = {"figure tcp.push.4KiB.1x1 ",         "figure tcp.pull.4KiB.2x2 ",
-                          "figure tcp.pushpull.4KiB.1x2 ",     "figure tcp.pull1.p50.4KiB.2x1 ",
-                          "figure tcp.pull1.p99.4KiB.1x1 ",    "figure memcpy.1core.64MiB ",
-                          "figure memcpy.1core.rowblock.4KiB "};
+    const char *want[] = {
+        "figure tcp.push.4KiB.1x1 ", "figure tcp.pull.4KiB.2x2 ", "figure tcp.pushpull.4KiB.1x2 ",
+        "figure tcp.pull1.p50.4KiB.2x1 ", "figure tcp.pull1.p99.4KiB.1x1 ",
+        "figure memcpy.1core.64MiB ", "figure memcpy.1core.rowblock.4KiB ",
+        /* the other polling mode's latency, and ps-lite's */
+        "figure tcp.pull1.p50.busy.4KiB.1x1 ", "figure tcp.pull1.p50.block.4KiB.1x1 ",
+        "ratio pslite.pull1.4KiB.1x1/tcp.pull1.p50.4KiB.1x1 ",
+        "1-row 4KiB pull, busy-poll 1: p50 "};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         assert_non_null(strstr(out, want[i]));
     char ratio[128];

@@ -451,25 +451,26 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
     char sz[16], tag[32], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
     bench_size_name(bytes, sz, sizeof(sz));
     snprintf(tag, sizeof(tag), "%s.%ux%u", sz, sh->spm, sh->workers);
-    if (b->mode == BENCH_VERBS) { /* the latency again, named by its polling mode */
-        const char *mode = busy ? "busy" : "block";
-        snprintf(name, sizeof(name), "verbs.pull1.p50.%s.%s", mode, tag);
+    if (b->mode != BENCH_SHM) { /* the latency again, named by its polling mode */
+        const char *mode = busy ? "busy" : "block", *mn = b->mode_name;
+        snprintf(name, sizeof(name), "%s.pull1.p50.%s.%s", mn, mode, tag);
         bench_add(b, name, "us", f.lat_p50_us);
-        snprintf(name, sizeof(name), "verbs.pull1.p99.%s.%s", mode, tag);
+        snprintf(name, sizeof(name), "%s.pull1.p99.%s.%s", mn, mode, tag);
         bench_add(b, name, "us", f.lat_p99_us);
         /* Where the time goes: the client's sleeps (wake-ups) per pull. */
-        snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s", mode, tag);
+        snprintf(name, sizeof(name), "%s.pull1.vcsw.%s.%s", mn, mode, tag);
         bench_add(b, name, "switches", f.lat_vcsw);
-        snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s", mode, tag);
+        snprintf(name, sizeof(name), "%s.pull1.ivcsw.%s.%s", mn, mode, tag);
         bench_add(b, name, "switches", f.lat_ivcsw);
-        snprintf(name, sizeof(name), "verbs.pull1.callvcsw.%s.%s", mode, tag);
+        snprintf(name, sizeof(name), "%s.pull1.callvcsw.%s.%s", mn, mode, tag);
         bench_add(b, name, "switches", f.lat_call_vcsw);
     }
     if (other_poll) { /* its throughput too, as it was measured anyway */
         const double v[3] = {f.push_gbs, f.pull_gbs, f.pushpull_gbs};
         const char *what[3] = {"push", "pull", "pushpull"};
         for (int i = 0; i < 3; i++) {
-            snprintf(name, sizeof(name), "verbs.%s.%s.%s", what[i], busy ? "busy" : "block", tag);
+            snprintf(name, sizeof(name), "%s.%s.%s.%s", b->mode_name, what[i],
+                     busy ? "busy" : "block", tag);
             bench_add(b, name, "GB/s", v[i]);
             if (ratios) {
                 bench_limit_name(b, bytes, what[i], limit, sizeof(limit));
@@ -543,6 +544,36 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
     return code;
 }
 
+/* ps-lite's serial 1-row pull latency at 1x1 (us, issue 7), 0 if unknown. */
+static double bench_pslite_lat_us(uint32_t bytes)
+{
+    static const struct {
+        uint32_t bytes;
+        double us;
+    } t[] = {{4096, 189}, {65536, 258}, {1u << 20, 881}, {16u << 20, 33700}};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (t[i].bytes == bytes)
+            return t[i].us;
+    return 0;
+}
+
+/* Recorded as figures so the ratios (ps-lite's latency over rkv's: how many
+ * times faster) come out of the same machinery as the others. */
+static void bench_pslite_lat(struct bench *b)
+{
+    char sz[16], ps[BENCH_NAME_LEN], name[BENCH_NAME_LEN];
+    for (int i = 0; i < b->n_sizes; i++) {
+        double us = bench_pslite_lat_us(b->sizes[i]);
+        if (us <= 0)
+            continue;
+        bench_size_name(b->sizes[i], sz, sizeof(sz));
+        snprintf(ps, sizeof(ps), "pslite.pull1.%s.1x1", sz);
+        bench_add(b, ps, "us", us);
+        snprintf(name, sizeof(name), "tcp.pull1.p50.%s.1x1", sz);
+        bench_ratio(b, ps, name);
+    }
+}
+
 /* One repetition of everything; the limits first, then the clusters. */
 static int bench_rep(struct bench *b)
 {
@@ -559,6 +590,11 @@ static int bench_rep(struct bench *b)
         code = bench_size(b, b->sizes[i], shapes, n);
     if (code == RKV_EXIT_OK && b->mode == BENCH_SHM) /* the small co-located pull */
         code = bench_cluster(b, &bench_shm_shapes[0], 512, 0, 0);
+    if (code == RKV_EXIT_OK && b->mode == BENCH_TCP) {
+        /* The latency in the other polling mode too, and against ps-lite's. */
+        code = bench_cluster(b, &bench_tcp_shapes[0], b->sizes[0], 1, 1);
+        bench_pslite_lat(b);
+    }
     if (code == RKV_EXIT_OK && b->mode == BENCH_VERBS) {
         double us = bench_perftest(b, 0);
         if (us <= 0) {
@@ -673,6 +709,41 @@ static void bench_print_verbs_lat(const struct bench *b)
     }
 }
 
+/* The 1-row pull latency against ps-lite's serial pull at 1x1, and in both
+ * polling modes at the first size (busy-poll spends a core per process). */
+static void bench_print_tcp_lat(const struct bench *b)
+{
+    char sz[16], name[BENCH_NAME_LEN], ps[BENCH_NAME_LEN];
+    printf("\n1-row pull at 1x1 against ps-lite's serial pull (the table's busy-poll %d):\n",
+           b->busy_poll);
+    for (int i = 0; i < b->n_sizes; i++) {
+        bench_size_name(b->sizes[i], sz, sizeof(sz));
+        snprintf(name, sizeof(name), "tcp.pull1.p50.%s.1x1", sz);
+        snprintf(ps, sizeof(ps), "pslite.pull1.%s.1x1", sz);
+        double us = bench_median(b, name), p = bench_median(b, ps);
+        if (us > 0 && p > 0)
+            printf("%s: p50 %.1f us, ps-lite %.0f us: %.2fx faster\n", sz, us, p, p / us);
+    }
+    bench_size_name(b->sizes[0], sz, sizeof(sz));
+    snprintf(ps, sizeof(ps), "pslite.pull1.%s.1x1", sz);
+    double p = bench_median(b, ps);
+    for (int busy = 0; busy < 2; busy++) {
+        const char *mode = busy ? "busy" : "block";
+        snprintf(name, sizeof(name), "tcp.pull1.p50.%s.%s.1x1", mode, sz);
+        double p50 = bench_median(b, name);
+        snprintf(name, sizeof(name), "tcp.pull1.p99.%s.%s.1x1", mode, sz);
+        double p99 = bench_median(b, name);
+        snprintf(name, sizeof(name), "tcp.pull1.callvcsw.%s.%s.1x1", mode, sz);
+        double call = bench_median(b, name);
+        snprintf(name, sizeof(name), "tcp.pull1.vcsw.%s.%s.1x1", mode, sz);
+        printf("1-row %s pull, busy-poll %d: p50 %.1f us, p99 %.1f us; per pull: %.2f sleeps of "
+               "the calling thread, %.2f of the client process\n",
+               sz, busy, p50, p99, call, bench_median(b, name));
+        if (p > 0 && p50 > 0)
+            printf("  ps-lite's %.0f us is %.2fx that\n", p, p / p50);
+    }
+}
+
 static void bench_print_table(const struct bench *b)
 {
     const struct bench_shape *shapes = b->mode == BENCH_TCP   ? bench_tcp_shapes
@@ -711,6 +782,8 @@ static void bench_print_table(const struct bench *b)
                bench_median(b, "shm.pull1.p99.512B.1x1"));
     if (b->mode == BENCH_VERBS)
         bench_print_verbs_lat(b);
+    if (b->mode == BENCH_TCP)
+        bench_print_tcp_lat(b);
     if (b->mode == BENCH_TCP)
         printf("\nlimits: iperf3 1 stream %.3f GB/s, 2 streams %.3f GB/s; built-in loopback "
                "1 stream %.3f GB/s; memcpy 1 core (64 MiB) %.3f GB/s\n",
@@ -757,7 +830,8 @@ static void bench_usage(FILE *out)
         "Measures rkv against this host's limits in the same run; each point is the\n"
         "median of N (default 5) clusters of `rkv demo`.\n"
         "  tcp    rows on the other machine over loopback TCP: push, pull, push+pull and\n"
-        "         1-row pull latency, 1 and 2 servers per machine x 1 and 2 workers;\n"
+        "         1-row pull latency (both busy-poll modes, against ps-lite), 1 and 2\n"
+        "         servers per machine x 1 and 2 workers;\n"
         "         vs iperf3 (1 and 2 streams; without iperf3, rkv's own loopback test)\n"
         "  shm    rows in this machine's shared-memory shard vs one core's memcpy doing\n"
         "         the same copies over the same working set: the caller's rows to (push)\n"
