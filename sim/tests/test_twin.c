@@ -178,7 +178,7 @@ static void queue_run(const char *sim, double *t, double *cpu, long *wakes)
 
 /* scheduler: cores runs no more bursts at once than the cores (1 per
  * machine here), and a core that sat idle costs wake_us before a burst. */
-static void test_run_queue(void **state)
+static void test_per_core_queues(void **state)
 {
     (void)state;
     double t0, c0, t1, c1;
@@ -340,7 +340,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_seed_same_trace),
         cmocka_unit_test(test_cpu_charged_is_reported),
-        cmocka_unit_test(test_run_queue),
+        cmocka_unit_test(test_per_core_queues),
         cmocka_unit_test(test_other_seed_other_trace),
         cmocka_unit_test(test_scenarios_pass_under_jitter),
         cmocka_unit_test(test_every_platform),
