@@ -18,6 +18,18 @@ static char *calib_trim(char *s)
     return s;
 }
 
+/* v must be a or b: *is_b says which; -1 with a message otherwise. */
+static int calib_pick(const char *k, const char *v, const char *a, const char *b, int *is_b,
+                      char *why, size_t why_len)
+{
+    if (strcmp(v, a) && strcmp(v, b)) {
+        snprintf(why, why_len, "%s: expected %s or %s, got \"%s\"", k, a, b, v);
+        return -1;
+    }
+    *is_b = !strcmp(v, b);
+    return 0;
+}
+
 /* One key = value line into c; -1 with a message when the key or value is bad. */
 static int calib_set(struct cli_calib *c, const char *k, const char *v, char *why, size_t why_len)
 {
@@ -36,41 +48,26 @@ static int calib_set(struct cli_calib *c, const char *k, const char *v, char *wh
     };
     if (!strncmp(k, "measured_", 9))
         return 0;
+    int second;
     if (!strcmp(k, "backend")) {
-        if (strcmp(v, "tcp") && strcmp(v, "verbs")) {
-            snprintf(why, why_len, "backend: expected tcp or verbs, got \"%s\"", v);
+        if (calib_pick(k, v, "tcp", "verbs", &second, why, why_len) < 0)
             return -1;
-        }
         snprintf(c->backend, sizeof(c->backend), "%s", v);
         return 0;
     }
-    if (!strcmp(k, "scheduler")) {
-        if (strcmp(v, "share") && strcmp(v, "cores")) {
-            snprintf(why, why_len, "scheduler: expected share or cores, got \"%s\"", v);
-            return -1;
-        }
-        c->sched_cores = !strcmp(v, "cores");
-        return 0;
-    }
+    if (!strcmp(k, "scheduler"))
+        return calib_pick(k, v, "share", "cores", &c->sched_cores, why, why_len);
+    if (!strcmp(k, "shared_host"))
+        return calib_pick(k, v, "0", "1", &c->shared_host, why, why_len);
     if (!strcmp(k, "cpu")) {
-        if (strcmp(v, "measured") && strcmp(v, "model")) {
-            snprintf(why, why_len, "cpu: expected measured or model, got \"%s\"", v);
+        if (calib_pick(k, v, "measured", "model", &second, why, why_len) < 0)
             return -1;
-        }
-        c->cpu_measured = !strcmp(v, "measured");
+        c->cpu_measured = !second;
         return 0;
     }
     char *end;
     errno = 0;
     double d = strtod(v, &end);
-    if (!strcmp(k, "shared_host")) {
-        if (strcmp(v, "0") && strcmp(v, "1")) {
-            snprintf(why, why_len, "shared_host: expected 0 or 1, got \"%s\"", v);
-            return -1;
-        }
-        c->shared_host = !strcmp(v, "1");
-        return 0;
-    }
     if (!strcmp(k, "host_cores")) {
         if (*end || errno || d < 1 || d > 4096 || d != (uint32_t)d) {
             snprintf(why, why_len, "host_cores: expected 1..4096, got \"%s\"", v);
