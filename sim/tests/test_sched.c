@@ -120,37 +120,40 @@ static void assert_at(double got, double want)
         fail_msg("ended at %.9f s, expected %.9f s", got, want);
 }
 
-/* X takes core 0 for 0.2 ms, Z core 1 for 10 us; Y (1 ms) and then Z again
- * find both busy. Y queues on core 0 (it never ran: its home is 0) and is
- * pulled over to core 1 when Z leaves it (never ran = cold). Z queues on
- * core 1 behind Y. At 0.2 ms core 0 runs dry, but Z ran 0.19 ms ago (hot):
- * core 0 idles and Z waits for Y, to 1.01 ms; with migration it would have
- * run at 0.2 ms. */
+/* X takes core 0 for x_s, Z core 1 for 10 us; then Y (1 ms, at 5 us) and Z
+ * again (at 20 us) find both cores busy. Y queues on core 0 (it never ran:
+ * its home is 0) and is pulled over to core 1 when Z leaves it (never ran =
+ * cold); Z queues on core 1 behind Y. */
+static void race_case(double x_s, struct sc_case *c)
+{
+    *c = (struct sc_case){.cores = 2, .n = 3};
+    c->a[0] = (struct sc_actor){.at = {0}, .cpu = {x_s}, .n = 1};
+    c->a[1] = (struct sc_actor){.at = {0, 0.02e-3}, .cpu = {0.01e-3, 0.01e-3}, .n = 2};
+    c->a[2] = (struct sc_actor){.at = {0.005e-3}, .cpu = {1e-3}, .n = 1};
+    sc_case_run(c);
+    assert_at(c->a[0].end[0], x_s);
+    assert_at(c->a[1].end[0], 0.01e-3);
+    assert_at(c->a[2].end[0], 1.01e-3);
+}
+
+/* X ends at 0.2 ms and core 0 runs dry, but Z ran 0.19 ms ago (hot): core
+ * 0 idles and Z waits for Y, to 1.01 ms; with migration it would have run
+ * at 0.2 ms. */
 static void test_hot_waiter_waits_while_a_core_idles(void **state)
 {
     (void)state;
-    struct sc_case c = {.cores = 2, .n = 3};
-    c.a[0] = (struct sc_actor){.at = {0}, .cpu = {0.2e-3}, .n = 1};
-    c.a[1] = (struct sc_actor){.at = {0, 0.02e-3}, .cpu = {0.01e-3, 0.01e-3}, .n = 2};
-    c.a[2] = (struct sc_actor){.at = {0.005e-3}, .cpu = {1e-3}, .n = 1};
-    sc_case_run(&c);
-    assert_at(c.a[0].end[0], 0.2e-3);
-    assert_at(c.a[1].end[0], 0.01e-3);
-    assert_at(c.a[2].end[0], 1.01e-3);
+    struct sc_case c;
+    race_case(0.2e-3, &c);
     assert_at(c.a[1].end[1], 1.02e-3);
 }
 
-/* The same with X running 0.6 ms: when core 0 runs dry Z last ran 0.59 ms
- * ago, past the migration cost, so core 0 pulls it over. */
+/* X ends at 0.6 ms: Z last ran 0.59 ms ago, past the migration cost, so
+ * core 0 pulls it over. */
 static void test_cold_waiter_is_pulled_over(void **state)
 {
     (void)state;
-    struct sc_case c = {.cores = 2, .n = 3};
-    c.a[0] = (struct sc_actor){.at = {0}, .cpu = {0.6e-3}, .n = 1};
-    c.a[1] = (struct sc_actor){.at = {0, 0.02e-3}, .cpu = {0.01e-3, 0.01e-3}, .n = 2};
-    c.a[2] = (struct sc_actor){.at = {0.005e-3}, .cpu = {1e-3}, .n = 1};
-    sc_case_run(&c);
-    assert_at(c.a[2].end[0], 1.01e-3);
+    struct sc_case c;
+    race_case(0.6e-3, &c);
     assert_at(c.a[1].end[1], 0.61e-3);
 }
 
