@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>
@@ -53,11 +55,20 @@ struct rkv_cond {
 };
 
 /* A named segment: every node of the machine that maps it sees the same
- * bytes; it lives until unlinked and unmapped by all. */
+ * bytes; it lives until unlinked and unmapped by all.
+ *
+ * With measured CPU each map is a mapping of its own of one memfd, as in
+ * the real processes: a node's first touch of a page then faults in its own
+ * page table and that CPU is charged to it. One allocation shared by every
+ * node faults once per page for all of them, and a phase's first requests
+ * (servers of one machine touching the shard's pages, each for itself) came
+ * out cheaper than in the real run (sim/README.md, seventh round). */
 struct sim_shm {
     char name[128];
-    void *addr;
+    void *addr; /* the shared allocation; NULL with a memfd */
+    int fd;     /* the memfd, or -1 */
     size_t bytes;
+    void **views; /* the memfd's mappings, one per map */
     uint32_t maps;
     int unlinked;
     struct sim_shm *next;
@@ -253,6 +264,61 @@ static struct sim_shm *sp_shm_find(struct sim_world *w, const char *name)
     return NULL;
 }
 
+/* One more map of s: the shared allocation, or a mapping of its own. */
+static int sp_shm_view(struct sim_shm *s, void **addr_p)
+{
+    if (s->fd < 0) {
+        s->maps++;
+        *addr_p = s->addr;
+        return 0;
+    }
+    void **v = realloc(s->views, (s->maps + 1) * sizeof(*v));
+    if (!v)
+        return -RKV_ENOMEM;
+    s->views = v;
+    void *a = mmap(NULL, s->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (a == MAP_FAILED)
+        return -RKV_ENOMEM;
+    v[s->maps++] = a;
+    *addr_p = a;
+    return 0;
+}
+
+static struct sim_shm *sp_shm_new(struct sim_world *w, const char *name, size_t bytes)
+{
+    struct sim_shm *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->fd = -1;
+    if (!w->cpu_measured) {
+        if (!(s->addr = calloc(1, bytes)))
+            goto free_s;
+    } else if ((s->fd = memfd_create("rkv-twin-shm", MFD_CLOEXEC)) < 0 ||
+               ftruncate(s->fd, (off_t)bytes) < 0) {
+        goto close_fd;
+    }
+    strcpy(s->name, name);
+    s->bytes = bytes;
+    return s;
+close_fd:
+    if (s->fd >= 0)
+        close(s->fd);
+free_s:
+    free(s);
+    return NULL;
+}
+
+static void sp_shm_free(struct sim_shm *s)
+{
+    for (uint32_t i = 0; i < s->maps && s->fd >= 0; i++)
+        munmap(s->views[i], s->bytes);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->views);
+    free(s->addr);
+    free(s);
+}
+
 static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int create, void **addr_p)
 {
     struct sim_world *w = sp_of(p)->w;
@@ -266,23 +332,19 @@ static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int cr
             RKV_LOGE(p, "shm %s: has %zu bytes, %zu expected", name, s->bytes, bytes);
             return -RKV_EIO;
         }
-        s->maps++;
-        *addr_p = s->addr;
-        return 0;
+        return sp_shm_view(s, addr_p);
     }
     if (strlen(name) >= sizeof(s->name) || bytes == 0)
         return -RKV_EINVAL;
-    s = calloc(1, sizeof(*s));
-    if (!s || !(s->addr = calloc(1, bytes))) {
-        free(s);
+    if (!(s = sp_shm_new(w, name, bytes)))
         return -RKV_ENOMEM;
+    int rc = sp_shm_view(s, addr_p);
+    if (rc < 0) {
+        sp_shm_free(s);
+        return rc;
     }
-    strcpy(s->name, name);
-    s->bytes = bytes;
-    s->maps = 1;
     s->next = w->shms;
     w->shms = s;
-    *addr_p = s->addr;
     return 0;
 }
 
@@ -296,8 +358,28 @@ static void sp_shm_release(struct sim_world *w, struct sim_shm *s)
             break;
         }
     }
-    free(s->addr);
-    free(s);
+    sp_shm_free(s);
+}
+
+/* Drops the map at addr from s; 0 when addr is none of s's. */
+static int sp_shm_drop(struct sim_shm *s, void *addr)
+{
+    if (!s->maps)
+        return 0;
+    if (s->fd < 0) {
+        if (s->addr != addr)
+            return 0;
+        s->maps--;
+        return 1;
+    }
+    for (uint32_t i = 0; i < s->maps; i++) {
+        if (s->views[i] == addr) {
+            munmap(addr, s->bytes);
+            s->views[i] = s->views[--s->maps];
+            return 1;
+        }
+    }
+    return 0;
 }
 
 static void sp_shm_unmap(struct rkv_port *p, void *addr, size_t bytes)
@@ -305,8 +387,7 @@ static void sp_shm_unmap(struct rkv_port *p, void *addr, size_t bytes)
     (void)bytes;
     struct sim_world *w = sp_of(p)->w;
     for (struct sim_shm *s = w->shms; s; s = s->next) {
-        if (s->addr == addr && s->maps) {
-            s->maps--;
+        if (sp_shm_drop(s, addr)) {
             sp_shm_release(w, s);
             return;
         }
@@ -332,8 +413,7 @@ void sim_port_shm_free_all(struct sim_world *w)
     while (w->shms) {
         struct sim_shm *s = w->shms;
         w->shms = s->next;
-        free(s->addr);
-        free(s);
+        sp_shm_free(s);
     }
 }
 

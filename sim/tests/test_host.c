@@ -1,9 +1,11 @@
-/* The twin's per-core run queues (sim: scheduler: cores, sim/cpu.c) against
- * times worked out by hand: a waiter that ran recently stays on its core's
- * queue while the other core idles, a cache-cold one is pulled over, a long
- * burst yields at the end of its slice, and a core that sat idle costs
- * wake_us. Each case runs SimGrid in a child (it cannot be initialised
- * twice). */
+/* The twin's model of a host. Its per-core run queues (sim: scheduler:
+ * cores, sim/cpu.c) against times worked out by hand: a waiter that ran
+ * recently stays on its core's queue while the other core idles, a
+ * cache-cold one is pulled over, a long burst yields at the end of its
+ * slice, and a core that sat idle costs wake_us. Its shared memory
+ * (sim/port_sim.c): with measured CPU every node's map is a mapping of its
+ * own, as a process's is. Each case runs SimGrid in a child (it cannot be
+ * initialised twice). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
 
+#include "rkv.h"
 #include "sim/sim.h"
 #include "sim/sim_int.h"
 
@@ -56,11 +59,11 @@ static void sc_actor_main(int argc, char **argv)
     }
 }
 
-/* Runs c in this process; its actors' end times are filled in. */
-static int sc_run_case(struct sc_case *c)
+/* SimGrid on one host "h" of `cores` cores, and the world w. */
+static int sc_start(struct sim_world *w, uint32_t cores)
 {
     char xml[64];
-    snprintf(xml, sizeof(xml), "/tmp/rkv-sched-%d.xml", (int)getpid());
+    snprintf(xml, sizeof(xml), "/tmp/rkv-host-%d.xml", (int)getpid());
     FILE *f = fopen(xml, "w");
     if (!f)
         return -1;
@@ -69,18 +72,27 @@ static int sc_run_case(struct sc_case *c)
         "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
         "<platform version=\"4.1\"><zone id=\"z\" routing=\"Full\">"
         "<host id=\"h\" speed=\"1Gf\" core=\"%u\"/></zone></platform>\n",
-        c->cores);
+        cores);
     fclose(f);
-    struct sim_world w;
-    if (sim_world_init(&w, 1) < 0)
+    if (sim_world_init(w, 1) < 0)
         return -1;
-    w.sched_cores = 1;
-    w.sched_wake_s = c->wake_s;
     int argc = 2;
     char *argv[] = {"test", "--log=root.thres:critical", NULL};
     simgrid_init(&argc, argv);
     simgrid_load_platform(xml);
     unlink(xml);
+    return 0;
+}
+
+/* Runs c in this process; its actors' end times are filled in. */
+static int sc_run_case(void *arg)
+{
+    struct sc_case *c = arg;
+    struct sim_world w;
+    if (sc_start(&w, c->cores) < 0)
+        return -1;
+    w.sched_cores = 1;
+    w.sched_wake_s = c->wake_s;
     struct sc_run runs[MAX_ACTORS];
     for (uint32_t i = 0; i < c->n; i++) {
         runs[i] = (struct sc_run){.w = &w, .a = &c->a[i]};
@@ -92,8 +104,8 @@ static int sc_run_case(struct sc_case *c)
     return 0;
 }
 
-/* Runs c in a child and copies back the end times. */
-static void sc_case_run(struct sc_case *c)
+/* Runs fn(buf) in a child and copies buf's len bytes back from it. */
+static void sc_child(int (*fn)(void *), void *buf, size_t len)
 {
     int fd[2];
     assert_int_equal(pipe(fd), 0);
@@ -102,16 +114,24 @@ static void sc_case_run(struct sc_case *c)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(fd[0]);
-        int rc = sc_run_case(c);
-        ssize_t n = write(fd[1], c, sizeof(*c));
-        _exit(rc == 0 && n == (ssize_t)sizeof(*c) ? 0 : 1); /* SimGrid is never torn down */
+        int rc = fn(buf);
+        ssize_t n = write(fd[1], buf, len);
+        _exit(rc == 0 && n == (ssize_t)len ? 0 : 1); /* SimGrid is never torn down */
     }
     close(fd[1]);
-    ssize_t n = read(fd[0], c, sizeof(*c));
+    size_t got = 0;
+    ssize_t r;
+    while (got < len && (r = read(fd[0], (char *)buf + got, len - got)) > 0)
+        got += (size_t)r;
     close(fd[0]);
     int st;
     waitpid(pid, &st, 0);
-    assert_true(n == (ssize_t)sizeof(*c) && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_true(got == len && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void sc_case_run(struct sc_case *c)
+{
+    sc_child(sc_run_case, c, sizeof(*c));
 }
 
 static void assert_at(double got, double want)
@@ -182,6 +202,77 @@ static void test_idle_core_costs_wake_us(void **state)
     assert_at(c.a[0].end[1], 0.35e-3);
 }
 
+/* ---- shared memory ---- */
+
+struct shm_case {
+    int cpu_measured;
+    int mapped, distinct, shared, gone; /* what the actor saw */
+};
+
+struct shm_run {
+    struct sim_world *w;
+    struct shm_case *c;
+};
+
+static void shm_actor(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct shm_run *r = sg_actor_self_get_data();
+    struct shm_case *c = r->c;
+    struct rkv_port *p0, *p1;
+    void *a = NULL, *b = NULL;
+    if (sim_port_create(r->w, sg_host_self(), "n0", 0, 1, 0, 0, &p0) < 0 ||
+        sim_port_create(r->w, sg_host_self(), "n1", 0, 1, 0, 1, &p1) < 0)
+        return;
+    c->mapped = p0->ops->shm_map(p0, "seg", 8192, 1, &a) == 0 &&
+                p1->ops->shm_map(p1, "seg", 8192, 0, &b) == 0;
+    if (!c->mapped)
+        return;
+    c->distinct = a != b;
+    memcpy((char *)a + 4096, "both", 5); /* the second page: first touched here */
+    c->shared = strcmp((char *)b + 4096, "both") == 0;
+    p0->ops->shm_unlink(p0, "seg");
+    p0->ops->shm_unmap(p0, a, 8192);
+    c->shared = c->shared && strcmp((char *)b + 4096, "both") == 0; /* b outlives a's unmap */
+    p1->ops->shm_unmap(p1, b, 8192);
+    void *again = NULL;
+    c->gone = p1->ops->shm_map(p1, "seg", 8192, 0, &again) == -RKV_ENOTENSOR;
+    p0->ops->destroy(p0);
+    p1->ops->destroy(p1);
+}
+
+static int shm_run(void *arg)
+{
+    struct shm_case *c = arg;
+    struct sim_world w;
+    if (sc_start(&w, 1) < 0)
+        return -1;
+    w.cpu_measured = c->cpu_measured;
+    struct shm_run run = {.w = &w, .c = c};
+    sg_actor_t a = sg_actor_init("a", sg_host_by_name("h"));
+    sg_actor_set_data(a, &run);
+    sg_actor_start(a, shm_actor, 0, NULL);
+    simgrid_run();
+    return 0;
+}
+
+/* With measured CPU two nodes' maps of a segment are two mappings of the
+ * same pages (each faults on its own first touch, as a process does);
+ * without, one allocation. Either way both see the same bytes, and a map
+ * outlives another's unmap and the unlink. */
+static void test_shm_maps_per_node(void **state)
+{
+    (void)state;
+    for (int measured = 0; measured < 2; measured++) {
+        struct shm_case c = {.cpu_measured = measured};
+        sc_child(shm_run, &c, sizeof(c));
+        assert_true(c.mapped);
+        assert_int_equal(c.distinct, measured);
+        assert_true(c.shared);
+        assert_true(c.gone);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -189,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_cold_waiter_is_pulled_over),
         cmocka_unit_test(test_long_burst_yields_at_its_slice),
         cmocka_unit_test(test_idle_core_costs_wake_us),
+        cmocka_unit_test(test_shm_maps_per_node),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
