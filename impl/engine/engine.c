@@ -976,17 +976,28 @@ void rkv_engine_drop_peer(struct rkv_engine *e, struct rkv_peer *p)
 }
 
 /* The progress task closes a killed peer's QP between poll batches; wait
- * for it (a short poll: this path follows a timeout, never the fast path). */
-void rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p)
+ * for it (a short poll: this path follows a timeout or a failed post, never
+ * the fast path). Bounded: a qp_close that blocks (a backend waiting on a
+ * stuck send) or a progress task standing aside for an inline poller would
+ * otherwise hold the caller forever. */
+int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t timeout_ms)
 {
+    const struct rkv_port_ops *po = e->port->ops;
+    uint64_t deadline = po->now_ns(e->port) + (uint64_t)timeout_ms * 1000000ull;
+    int rc = 0;
     eng_lock(e);
     peer_kill(e, p, 0);
     while (!p->closed && !e->stopping && e->task) {
+        if (po->now_ns(e->port) >= deadline) {
+            rc = -RKV_ETIMEDOUT;
+            break;
+        }
         eng_unlock(e);
-        e->port->ops->sleep_ns(e->port, 1000000ull);
+        po->sleep_ns(e->port, 1000000ull);
         eng_lock(e);
     }
     eng_unlock(e);
+    return rc;
 }
 
 void rkv_peer_set_user(struct rkv_peer *p, void *user)

@@ -143,12 +143,15 @@ int rkv_engine_put_tx(struct rkv_engine *eng, struct rkv_peer *peer, struct rkv_
  * unless it copies at post (rkv_nic_ops.copies_at_post). */
 int rkv_engine_put(struct rkv_engine *eng, struct rkv_peer *peer, const struct rkv_sge *src,
                    uint64_t raddr, uint32_t rkey);
-/* Breaks the connection to peer and returns once the NIC has closed it: no
+/* Breaks the connection to peer and returns 0 once the NIC has closed it: no
  * write into this side's memory and no read of memory posted on it happens
  * after. For a caller that gives memory back to the user after a request
- * the peer did not answer (it may still write or be sent). Not from inside
- * a callback. */
-void rkv_engine_drop_peer_wait(struct rkv_engine *eng, struct rkv_peer *peer);
+ * the peer did not answer (it may still write or be sent), or after a post
+ * failed midway. -RKV_ETIMEDOUT when the close did not happen within
+ * timeout_ms (the NIC may still use that memory; the close happens later):
+ * a caller must not hang on a close that never comes. Not from inside a
+ * callback. */
+int rkv_engine_drop_peer_wait(struct rkv_engine *eng, struct rkv_peer *peer, uint32_t timeout_ms);
 
 /* A slot this side owns, for a peer to write a reply into. */
 int rkv_engine_slot_alloc(struct rkv_engine *eng, struct rkv_peer *peer, uint64_t cap,

@@ -39,6 +39,7 @@ enum rkv_err {
     RKV_ECONFIG = 13,    /* bad configuration or cluster file */
     RKV_ESHUTDOWN = 14,  /* the store is shutting down */
     RKV_ELIMIT = 15,     /* a configured limit (pool, credits, size) was hit */
+    RKV_EINUSE = 16,     /* the call failed and the NIC may still use the caller's rows */
     RKV_ERR_MAX_
 };
 
@@ -197,7 +198,10 @@ int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *d
 int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
 /* Applies rows[i] (row_len elements of the tensor's dtype each) to row ids[i].
  * Returns once every server involved acknowledged (the push is then visible to
- * this client's pulls and, after a barrier, to everyone's). */
+ * this client's pulls and, after a barrier, to everyone's). A failed push or
+ * pull returns only once the NIC no longer reads or writes rows, unless its
+ * connection did not close within cfg.timeout_ms: then -RKV_EINUSE, and the
+ * rows must stay valid until rkv_client_destroy. */
 int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param);
 /* A push in flight. */

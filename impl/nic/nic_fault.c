@@ -202,6 +202,7 @@ static void flt_timer(void *arg)
         struct flt_out *o = q->out_head;
         if (!(q->out_head = o->next))
             q->out_tail = NULL;
+        n->st.queued--;
         q->posting++;
         flt_unlock(n);
         int rc = flt_post_inner(q, o);
@@ -255,6 +256,7 @@ static int flt_post(struct flt_qp *q, const struct flt_out *tmpl)
     else
         q->out_head = o;
     q->out_tail = o;
+    n->st.queued++;
     n->base.port->ops->cond_broadcast(n->cv);
     flt_unlock(n);
     return 0;
@@ -451,6 +453,7 @@ static void flt_qp_close(struct rkv_qp *qp)
     for (struct flt_out *o = q->out_head, *nx; o; o = nx) {
         nx = o->next;
         free(o);
+        n->st.queued--;
     }
     q->out_head = q->out_tail = NULL;
     struct flt_in **pp = &n->in_head, *prev = NULL;

@@ -47,6 +47,9 @@ struct rkv_nic_fault_stats {
     uint64_t delayed;   /* messages held by a delay fault */
     uint64_t held_down; /* messages held while the link was down */
     uint64_t broken;    /* connections broken for too many retransmissions */
+    /* Posts held back right now: neither handed to the inner NIC yet nor
+     * dropped by qp_close. Each still reads its local buffer when it goes. */
+    uint64_t queued;
 };
 
 /* Wraps `inner` (which the wrapper then owns: closing it closes inner). The

@@ -354,7 +354,7 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
 
 static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms);
 static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms);
-static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n);
+static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n);
 
 static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms);
 
@@ -401,6 +401,16 @@ static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, u
     return 0;
 }
 
+/* The connection to srv was killed but not closed within the timeout: the
+ * NIC may still read or write the caller's rows, which the caller must keep. */
+static int cli_still_in_use(struct rkv_client *c, const struct cli_server *srv)
+{
+    return rkv_errf(c->err, sizeof(c->err), -RKV_EINUSE,
+                    "server %u: connection not closed within %u ms: the NIC may still use the "
+                    "rows; keep them valid until rkv_client_destroy",
+                    srv->id, c->cfg.timeout_ms);
+}
+
 /* Hands an encoded request to the engine. On failure the request is gone
  * (nobody will wait for it) and *req_p stays untouched. */
 static int cli_submit_ext(struct rkv_client *c, struct cli_server *srv, struct cli_req *r,
@@ -411,6 +421,15 @@ static int cli_submit_ext(struct rkv_client *c, struct cli_server *srv, struct c
                  : rkv_engine_send(c->eng, srv->peer, tx, len);
     if (rc < 0) {
         cli_release(c, &r, 1);
+        /* A post that fails kills the connection, maybe after pieces of the
+         * caller's rows were posted: the NIC may read them (an RNIC DMAs
+         * after the post returned) until the connection is closed, and the
+         * caller may free the rows as soon as we return. A request without
+         * ext pieces needs no wait: a failed post put nothing on the wire,
+         * so a zero-copy pull's address never reached the server. */
+        if (ext && rkv_peer_dead(srv->peer) &&
+            rkv_engine_drop_peer_wait(c->eng, srv->peer, c->cfg.timeout_ms) < 0)
+            return cli_still_in_use(c, srv);
         return rkv_errf(c->err, sizeof(c->err), rc, "server %u: %s", srv->id, rkv_strerror(rc));
     }
     *req_p = r;
@@ -859,8 +878,10 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
             if (!ro.seq && o->rows)
                 ro.seq = r->id; /* sent once: every later attempt is the same push */
             rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, what);
-            cli_abandon_slots(c, &r, 1);
+            int arc = cli_abandon_slots(c, &r, 1);
             cli_release(c, &r, 1);
+            if (arc < 0)
+                return arc; /* the NIC may still use the rows: say so, retry nothing */
         }
         if (rc == 0) {
             RKV_LOGI(c->port, "%s: machine %u answered after %u attempts (%llu ms)", what, m,
@@ -958,8 +979,10 @@ static int cli_finish(struct rkv_client *c, const struct cli_op *o, const struct
     if (nreq == 0 && !any_lost)
         return rc;
     int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, what);
-    cli_abandon_slots(c, reqs, nreq);
-    if (rc == 0)
+    int arc = cli_abandon_slots(c, reqs, nreq);
+    if (arc < 0)
+        rc = arc; /* before any other error: the caller must keep the rows */
+    else if (rc == 0)
         rc = cli_settle(c, o, g, fn, reqs, nreq, lost, wrc, what);
     cli_release(c, reqs, nreq);
     return rc;
@@ -1341,15 +1364,18 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
  * zero-copy request must not touch the caller's memory once the call
  * returned. A connection that broke by itself (srv is dead already) is only
  * waited for. For one we close, requests still waiting time out now and the
- * next request to srv connects again. */
-static void cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswered)
+ * next request to srv connects again. -RKV_EINUSE when the close did not
+ * come within the timeout. */
+static int cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswered)
 {
     if (unanswered)
         RKV_LOGW(c->port, "server %u did not answer a zero-copy request in time; reconnecting",
                  srv->id);
-    rkv_engine_drop_peer_wait(c->eng, srv->peer);
+    int rc = rkv_engine_drop_peer_wait(c->eng, srv->peer, c->cfg.timeout_ms) < 0
+                 ? cli_still_in_use(c, srv)
+                 : 0;
     if (!unanswered)
-        return;
+        return rc;
     cli_lock(c);
     srv->dead = 1;
     srv->redial = 1;
@@ -1359,12 +1385,14 @@ static void cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswere
             cli_req_finish(c, r, -RKV_ETIMEDOUT, "no answer in time; connection closed");
     c->zst.drops++;
     cli_unlock(c);
+    return rc;
 }
 
 /* After waiting for reqs: a server that did not answer may still write into
  * its reply slot (abandoned: the next pull makes another), or, for a
- * zero-copy request, read or write the caller's rows (closed). */
-static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n)
+ * zero-copy request, read or write the caller's rows (closed). Returns
+ * -RKV_EINUSE when a connection did not close in time. */
+static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n)
 {
     struct cli_server *drop[RKV_MAX_MACHINES];
     int unanswered[RKV_MAX_MACHINES];
@@ -1383,8 +1411,13 @@ static void cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_
             r->srv->has_pslot = 0;
     }
     cli_unlock(c);
-    for (size_t i = 0; i < n_drop; i++)
-        cli_drop(c, drop[i], unanswered[i]);
+    int rc = 0;
+    for (size_t i = 0; i < n_drop; i++) {
+        int drc = cli_drop(c, drop[i], unanswered[i]);
+        if (rc == 0)
+            rc = drc;
+    }
+    return rc;
 }
 
 /* Registers the caller's rows when some remote part of the call will go

@@ -475,6 +475,32 @@ static void test_put_tx_failed_midway_holds_buffer(void **state)
     side_close(&a);
 }
 
+/* drop_peer_wait is bounded: a close that does not come (here the progress
+ * task stands aside for an inline poller that does not poll) ends the wait
+ * with -RKV_ETIMEDOUT after timeout_ms instead of holding the caller for
+ * good; once the QP is closed, the wait returns 0 at once. */
+static void test_drop_peer_wait_bounded(void **state)
+{
+    (void)state;
+    struct side a, b;
+    side_open(&a, "a", 16, 0);
+    side_open(&b, "b", 16, 1);
+    assert_int_equal(rkv_engine_listen(a.eng, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(a.nic, &port), 0);
+    assert_int_equal(rkv_engine_connect(b.eng, "127.0.0.1", port, 2000, &b.peer), 0);
+    rkv_engine_inline_begin(b.eng);
+    uint64_t t0 = b.port->ops->now_ns(b.port);
+    assert_int_equal(rkv_engine_drop_peer_wait(b.eng, b.peer, 50), -RKV_ETIMEDOUT);
+    assert_true(b.port->ops->now_ns(b.port) - t0 >= 50000000ull);
+    assert_true(rkv_peer_dead(b.peer));
+    rkv_engine_poll_inline(b.eng); /* the batch's end closes the QP */
+    rkv_engine_inline_end(b.eng);
+    assert_int_equal(rkv_engine_drop_peer_wait(b.eng, b.peer, 50), 0);
+    side_close(&b);
+    side_close(&a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -487,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_dropped_peer_returns_buffers),
         cmocka_unit_test(test_inline_poll_takes_over),
         cmocka_unit_test(test_put_tx_failed_midway_holds_buffer),
+        cmocka_unit_test(test_drop_peer_wait_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

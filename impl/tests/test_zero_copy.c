@@ -2,8 +2,9 @@
  * scattered and duplicate ids landing in the caller's buffer (rows sent
  * from the shard, and staged rows sent in runs), pushes read from the
  * caller's rows in pieces, buffers freed and allocated again between calls,
- * and a server that stops answering while it may still write into a buffer
- * the caller then frees (ASan sees a late write). */
+ * a server that stops answering while it may still write into a buffer
+ * the caller then frees (ASan sees a late write), and a push whose pieces
+ * fail to post midway while the NIC still holds earlier ones. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 
 #include "engine/regcache.h"
 #include "nic/nic.h"
+#include "nic/nic_fault.h"
 #include "port/port.h"
 #include "rkv.h"
 #include "store/server_int.h"
@@ -284,6 +286,13 @@ static void kill_stray_child(void)
 /* Forks a server process and waits until it listens. */
 static pid_t fork_server(struct cluster *c, uint32_t m)
 {
+    /* A test that failed midway left its server running, and holding the
+     * output ctest reads to the end: end it. */
+    if (stray_child > 0) {
+        kill_stray_child();
+        waitpid(stray_child, NULL, 0);
+        stray_child = 0;
+    }
     int ready[2];
     assert_int_equal(pipe(ready), 0);
     pid_t pid = fork();
@@ -377,6 +386,131 @@ static void test_unanswered_request_closes(void **state)
     cluster_stop(&c);
 }
 
+/* The fault NIC draws, for each message in a drop window, one loss after
+ * another until a transmission gets through or RKV_FAULT_RETRY_MAX + 1 were
+ * lost, which breaks the connection (nic_fault.c: flt_decide, on PRNG stream
+ * 0xfa17). A seed whose first message loses 1..RKV_FAULT_RETRY_MAX (that
+ * post is held back as many retransmission intervals, still to read its
+ * buffer) and whose second loses them all (that post fails). The fault
+ * stats checked after the push say whether the draws still go this way. */
+static uint64_t seed_hold_then_break(double fraction, uint32_t *losses_p)
+{
+    for (uint64_t seed = 1; seed < 100000; seed++) {
+        struct rkv_rng r;
+        rkv_rng_seed(&r, seed, 0xfa17u);
+        uint32_t lost[2] = {0, 0};
+        for (int m = 0; m < 2; m++)
+            while (lost[m] <= RKV_FAULT_RETRY_MAX && rkv_rng_double(&r) < fraction)
+                lost[m]++;
+        if (lost[0] >= 1 && lost[0] <= RKV_FAULT_RETRY_MAX && lost[1] > RKV_FAULT_RETRY_MAX) {
+            *losses_p = lost[0];
+            return seed;
+        }
+    }
+    fail_msg("no seed holds the first message and breaks on the second");
+    return 0;
+}
+
+/* Regression: a zero-copy push posts its rows as pieces straight from the
+ * caller's buffer; when a later post fails (the connection breaks), pieces
+ * posted before it may still be read by the NIC until the connection is
+ * closed. The call (push, or push_async's wait) must not return before
+ * that, or the caller frees or rewrites rows the NIC then sends.
+ *
+ * The client's TCP NIC is wrapped in the fault NIC, with a drop window that
+ * opens once the setup is done: the push's first piece is held back (it
+ * reads the caller's rows when it goes, as an RNIC's DMA does after the
+ * post returned), its second one breaks the connection. Server 1 is a
+ * forked process, killed at the end: the client closed its connection, so
+ * no shutdown reaches it. */
+static void push_fails_midway(int async)
+{
+    const uint64_t window_ns = 1500000000ull; /* from the client's first message */
+    const uint64_t resend_ns = 200000000ull;  /* the first piece is held n x this */
+    uint32_t losses;
+    uint64_t seed = seed_hold_then_break(0.9, &losses);
+    struct rkv_nic_fault drop = {.kind = RKV_FAULT_DROP,
+                                 .fraction = 0.9,
+                                 .start_ns = window_ns,
+                                 .end_ns = UINT64_MAX,
+                                 .delay_ns = resend_ns};
+    struct cluster c;
+    zc_config(&c, 20000);
+    /* Fork while this process has one thread (see test_store). */
+    pid_t child = fork_server(&c, 1);
+    cluster_start_server(&c, 0);
+    struct rkv_port *port;
+    struct rkv_nic *tcp, *nic;
+    assert_int_equal(rkv_port_posix_create("w", c.cfg.log_level, 1, &port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(port, NULL, &tcp), 0);
+    assert_int_equal(rkv_nic_fault_wrap(tcp, &drop, 1, seed, &nic), 0);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create_on(port, nic, &c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("client: %s", err);
+    uint64_t joined_ns = port->ops->now_ns(port); /* after the first message */
+    assert_int_equal(rkv_client_init_data(cli, &T_BIG), 0);
+    /* Rows of machine 1 at positions 0, 2 and 3: two pieces, 12 KiB, which
+     * go through a slot (no copy into a SEND). The first push caches the
+     * slot, so the second one posts its pieces at once, inside the call. */
+    uint64_t ids[] = {99, 3, 60, 61};
+    size_t n = sizeof(ids) / sizeof(ids[0]);
+    float *rows = malloc(n * BIG_LEN * sizeof(float));
+    assert_non_null(rows);
+    fill(rows, ids, n, BIG_LEN, 7);
+    assert_int_equal(rkv_client_push(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0), 0);
+    struct rkv_nic_fault_stats st;
+    rkv_nic_fault_stats(nic, &st);
+    if (st.messages != 0)
+        fail_msg("the setup ran into the drop window (%llu messages in it): host too slow?",
+                 (unsigned long long)st.messages);
+    while (port->ops->now_ns(port) < joined_ns + window_ns)
+        port->ops->sleep_ns(port, 10000000ull);
+
+    fill(rows, ids, n, BIG_LEN, 8);
+    int rc;
+    if (async) {
+        struct rkv_pending *p;
+        assert_int_equal(rkv_client_push_async(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0, &p), 0);
+        assert_non_null(p);
+        rc = rkv_client_wait(cli, p);
+    } else {
+        rc = rkv_client_push(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0);
+    }
+    rkv_nic_fault_stats(nic, &st); /* at once: the NIC must have let go already */
+    printf("push%s failing midway: %s (%s)\n", async ? "_async" : "", rkv_strerror(rc),
+           rkv_client_errmsg(cli));
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+    /* The draws went as planned: piece 1 held, piece 2 broke, no header. */
+    assert_int_equal(st.messages, 2);
+    assert_int_equal(st.broken, 1);
+    assert_int_equal(st.dropped, losses + RKV_FAULT_RETRY_MAX + 1);
+    /* No post reading the caller's rows is left: the caller may free them. */
+    assert_int_equal(st.queued, 0);
+    free(rows);
+
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    stray_child = 0;
+    rkv_client_shutdown_servers(cli); /* server 0; server 1 is gone */
+    rkv_client_destroy(cli);
+    nic->ops->close(nic);
+    port->ops->destroy(port);
+    cluster_stop(&c);
+}
+
+static void test_push_fails_midway(void **state)
+{
+    (void)state;
+    push_fails_midway(0);
+}
+
+static void test_push_async_fails_midway(void **state)
+{
+    (void)state;
+    push_fails_midway(1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -384,6 +518,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_regcache_bounds),
         cmocka_unit_test(test_unanswered_request_closes), /* forks: first threads-free */
+        cmocka_unit_test(test_push_fails_midway),         /* forks */
+        cmocka_unit_test(test_push_async_fails_midway),   /* forks */
         cmocka_unit_test(test_pull_scattered_duplicates),
         cmocka_unit_test(test_push_pieces),
         cmocka_unit_test(test_buffer_freed_between_calls),
