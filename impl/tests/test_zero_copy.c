@@ -427,7 +427,7 @@ static void push_fails_midway(int async)
 {
     const uint64_t window_ns = 1500000000ull; /* from the client's first message */
     const uint64_t resend_ns = 200000000ull;  /* the first piece is held n x this */
-    uint32_t losses;
+    uint32_t losses = 0;
     uint64_t seed = seed_hold_then_break(0.9, &losses);
     struct rkv_nic_fault drop = {.kind = RKV_FAULT_DROP,
                                  .fraction = 0.9,
