@@ -544,17 +544,24 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
     return code;
 }
 
-/* ps-lite's serial 1-row pull latency at 1x1 (us, issue 7), 0 if unknown. */
-static double bench_pslite_lat_us(uint32_t bytes)
+/* ps-lite's figures of issue 7 at one size: pipelined push+pull goodput
+ * (Gbit/s) at 1x1 and 2x2, serial 1-row pull latency (us) at 1x1; NULL if
+ * it has none. */
+struct bench_pslite {
+    uint32_t bytes;
+    double g1x1, g2x2, lat_us;
+};
+
+static const struct bench_pslite *bench_pslite(uint32_t bytes)
 {
-    static const struct {
-        uint32_t bytes;
-        double us;
-    } t[] = {{4096, 189}, {65536, 258}, {1u << 20, 881}, {16u << 20, 33700}};
+    static const struct bench_pslite t[] = {{4096, 1.02, 1.07, 189},
+                                            {65536, 2.24, 2.78, 258},
+                                            {1u << 20, 3.33, 4.85, 881},
+                                            {16u << 20, 8.63, 3.92, 33700}};
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
         if (t[i].bytes == bytes)
-            return t[i].us;
-    return 0;
+            return &t[i];
+    return NULL;
 }
 
 /* Recorded as figures so the ratios (ps-lite's latency over rkv's: how many
@@ -563,12 +570,12 @@ static void bench_pslite_lat(struct bench *b)
 {
     char sz[16], ps[BENCH_NAME_LEN], name[BENCH_NAME_LEN];
     for (int i = 0; i < b->n_sizes; i++) {
-        double us = bench_pslite_lat_us(b->sizes[i]);
-        if (us <= 0)
+        const struct bench_pslite *p = bench_pslite(b->sizes[i]);
+        if (!p)
             continue;
         bench_size_name(b->sizes[i], sz, sizeof(sz));
         snprintf(ps, sizeof(ps), "pslite.pull1.%s.1x1", sz);
-        bench_add(b, ps, "us", us);
+        bench_add(b, ps, "us", p->lat_us);
         snprintf(name, sizeof(name), "tcp.pull1.p50.%s.1x1", sz);
         bench_ratio(b, ps, name);
     }
@@ -633,18 +640,12 @@ static void bench_print_lines(const struct bench *b)
     }
 }
 
-/* ps-lite's pipelined push+pull goodput (Gbit/s, issue 7) at 1x1 and 2x2. */
 static double bench_pslite_gbit(uint32_t bytes, uint32_t spm, uint32_t workers)
 {
-    static const struct {
-        uint32_t bytes;
-        double g1x1, g2x2;
-    } t[] = {
-        {4096, 1.02, 1.07}, {65536, 2.24, 2.78}, {1u << 20, 3.33, 4.85}, {16u << 20, 8.63, 3.92}};
-    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
-        if (t[i].bytes == bytes)
-            return spm == 1 && workers == 1 ? t[i].g1x1 : spm == 2 && workers == 2 ? t[i].g2x2 : 0;
-    return 0;
+    const struct bench_pslite *ps = bench_pslite(bytes);
+    if (!ps)
+        return 0;
+    return spm == 1 && workers == 1 ? ps->g1x1 : spm == 2 && workers == 2 ? ps->g2x2 : 0;
 }
 
 static void bench_table_row(const struct bench *b, const struct bench_shape *sh, uint32_t bytes)
@@ -683,29 +684,39 @@ static void bench_table_row(const struct bench *b, const struct bench_shape *sh,
         printf("\n");
 }
 
+/* The 1-row pull latency figures of one polling mode at size sz, 1x1. */
+struct bench_lat {
+    double p50, p99, call, vcsw, ivcsw;
+};
+
+static struct bench_lat bench_lat(const struct bench *b, const char *sz, int busy)
+{
+    static const char *const what[] = {"p50", "p99", "callvcsw", "vcsw", "ivcsw"};
+    double v[5];
+    char name[BENCH_NAME_LEN];
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof(name), "%s.pull1.%s.%s.%s.1x1", b->mode_name, what[i],
+                 busy ? "busy" : "block", sz);
+        v[i] = bench_median(b, name);
+    }
+    return (struct bench_lat){v[0], v[1], v[2], v[3], v[4]};
+}
+
 /* The 1-row pull latency in both polling modes against ib_write_lat, which
  * busy-polls both sides. */
 static void bench_print_verbs_lat(const struct bench *b)
 {
     double rtt = bench_median(b, "ib_write_lat.rtt");
-    char sz[16], name[BENCH_NAME_LEN];
+    char sz[16];
     bench_size_name(b->sizes[0], sz, sizeof(sz));
     printf("\nib_write_lat round trip %.2f us; the table's latency is with busy-poll %d\n", rtt,
            b->busy_poll);
     for (int busy = 0; busy < 2; busy++) {
-        snprintf(name, sizeof(name), "verbs.pull1.p50.%s.%s.1x1", busy ? "busy" : "block", sz);
-        double p50 = bench_median(b, name);
-        snprintf(name, sizeof(name), "verbs.pull1.p99.%s.%s.1x1", busy ? "busy" : "block", sz);
-        double p99 = bench_median(b, name);
-        snprintf(name, sizeof(name), "verbs.pull1.vcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
-        double vcsw = bench_median(b, name);
-        snprintf(name, sizeof(name), "verbs.pull1.callvcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
-        double call = bench_median(b, name);
-        snprintf(name, sizeof(name), "verbs.pull1.ivcsw.%s.%s.1x1", busy ? "busy" : "block", sz);
+        struct bench_lat l = bench_lat(b, sz, busy);
         printf("1-row %s pull, busy-poll %d: p50 %.1f us (%.2fx the round trip), p99 %.1f us; "
                "per pull: %.2f sleeps of the calling thread, %.2f sleeps and %.2f preemptions "
                "of the client process\n",
-               sz, busy, p50, rtt > 0 ? p50 / rtt : 0, p99, call, vcsw, bench_median(b, name));
+               sz, busy, l.p50, rtt > 0 ? l.p50 / rtt : 0, l.p99, l.call, l.vcsw, l.ivcsw);
     }
 }
 
@@ -728,19 +739,12 @@ static void bench_print_tcp_lat(const struct bench *b)
     snprintf(ps, sizeof(ps), "pslite.pull1.%s.1x1", sz);
     double p = bench_median(b, ps);
     for (int busy = 0; busy < 2; busy++) {
-        const char *mode = busy ? "busy" : "block";
-        snprintf(name, sizeof(name), "tcp.pull1.p50.%s.%s.1x1", mode, sz);
-        double p50 = bench_median(b, name);
-        snprintf(name, sizeof(name), "tcp.pull1.p99.%s.%s.1x1", mode, sz);
-        double p99 = bench_median(b, name);
-        snprintf(name, sizeof(name), "tcp.pull1.callvcsw.%s.%s.1x1", mode, sz);
-        double call = bench_median(b, name);
-        snprintf(name, sizeof(name), "tcp.pull1.vcsw.%s.%s.1x1", mode, sz);
+        struct bench_lat l = bench_lat(b, sz, busy);
         printf("1-row %s pull, busy-poll %d: p50 %.1f us, p99 %.1f us; per pull: %.2f sleeps of "
                "the calling thread, %.2f of the client process\n",
-               sz, busy, p50, p99, call, bench_median(b, name));
-        if (p > 0 && p50 > 0)
-            printf("  ps-lite's %.0f us is %.2fx that\n", p, p / p50);
+               sz, busy, l.p50, l.p99, l.call, l.vcsw);
+        if (p > 0 && l.p50 > 0)
+            printf("  ps-lite's %.0f us is %.2fx that\n", p, p / l.p50);
     }
 }
 
@@ -782,13 +786,13 @@ static void bench_print_table(const struct bench *b)
                bench_median(b, "shm.pull1.p99.512B.1x1"));
     if (b->mode == BENCH_VERBS)
         bench_print_verbs_lat(b);
-    if (b->mode == BENCH_TCP)
+    if (b->mode == BENCH_TCP) {
         bench_print_tcp_lat(b);
-    if (b->mode == BENCH_TCP)
         printf("\nlimits: iperf3 1 stream %.3f GB/s, 2 streams %.3f GB/s; built-in loopback "
                "1 stream %.3f GB/s; memcpy 1 core (64 MiB) %.3f GB/s\n",
                bench_median(b, "iperf3.1stream"), bench_median(b, "iperf3.2stream"),
                bench_median(b, "loopback.builtin.1stream"), bench_median(b, "memcpy.1core.64MiB"));
+    }
 }
 
 static void bench_print_json(const struct bench *b)
