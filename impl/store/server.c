@@ -601,14 +601,6 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
 
 /* ---- address discovery ---- */
 
-static int srv_dynamic(const struct rkv_config *cfg)
-{
-    for (uint32_t m = 0; m < cfg->n_machines; m++)
-        if (!cfg->machines[m].host[0])
-            return 1;
-    return 0;
-}
-
 static void srv_send_table(struct rkv_server *s, struct rkv_peer *peer, uint64_t req)
 {
     for (uint32_t i = 0; i < s->n_servers; i++) {
@@ -712,14 +704,11 @@ static int srv_table_init(struct rkv_server *s)
 static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_t err_len)
 {
     const struct rkv_machine *m0 = &s->cfg.machines[0];
-    const struct rkv_machine *me = &s->cfg.machines[s->cfg.machine_id];
     struct rkv_wire_addr a = {
         .cluster = rkv_cfg_fingerprint(&s->cfg), .server_id = s->server_id, .port = my_port};
-    int rc = 0;
-    if (me->host[0])
-        snprintf(a.host, sizeof(a.host), "%s", me->host);
-    else
-        rc = s->nic->ops->local_addr(s->nic, m0->host, m0->base_port, a.host, sizeof(a.host));
+    /* A machine the config names a host for: server 0 knows it already. */
+    assert(!s->cfg.machines[s->cfg.machine_id].host[0]);
+    int rc = s->nic->ops->local_addr(s->nic, m0->host, m0->base_port, a.host, sizeof(a.host));
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "server %u: no local address toward %s", s->server_id,
                         m0->host);
@@ -1201,7 +1190,10 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
         goto stop_durable;
     }
-    if (s->server_id != 0 && srv_dynamic(cfg) && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
+    /* Only a server whose machine the config gives no host announces itself:
+     * the others' addresses server 0 has from the config, and a cluster may
+     * finish and stop server 0 before such a redundant announcement. */
+    if (s->server_id != 0 && !mc->host[0] && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
         goto stop_durable;
     RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
              s->durable ? " (durable)" : "");
