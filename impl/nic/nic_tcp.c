@@ -1,25 +1,37 @@
 /* The TCP NIC: the verbs semantics of nic.h over stream sockets.
  *
  * Each QP is one TCP connection carrying frames (header + payload, layout
- * below). One progress task per NIC owns every read: it epoll-waits on the
- * listening sockets, the connected sockets and an eventfd, and drives a
- * per-QP receive state machine that reads payloads straight into their final
- * place (the posted receive buffer, or the registered region a WRITE names),
- * so emulated one-sided writes cost no extra copy. Sends run on the posting
+ * below). One reader at a time (the rx owner) epoll-waits on the listening
+ * sockets, the connected sockets and an eventfd, and drives a per-QP receive
+ * state machine that reads payloads straight into their final place (the
+ * posted receive buffer, or the registered region a WRITE names), so
+ * emulated one-sided writes cost no extra copy. Sends run on the posting
  * thread under a per-QP send mutex, with a bounded blocking write.
+ *
+ * Who reads. A thread that polls an empty CQ reads the sockets itself
+ * (inline): a reply then wakes the thread that wants it and nobody else,
+ * where a reader task would wake first and hand over, one more wake-up per
+ * message on each side (on a VM an interprocessor interrupt and an exit,
+ * 10-20 us each). The NIC's progress task reads only while nobody polls:
+ * before the first poll, and when the poller has been away TCP_TAKEOVER_NS
+ * (it may be blocked in a send to a peer that is itself blocked sending to
+ * us: without the task neither would ever read again). Handing large
+ * payloads to the task, to read the next while the poller handles the last,
+ * was tried: two more wake-ups per payload, and no gain beyond the spread
+ * between runs at 1 and 16 MiB.
  *
  * Locks, in the only order they are ever nested:
  *   qp->send_mu  serialises the frames of one QP; guards qp->fd for writers
  *   nic->mu      CQ, QP list, listeners, and the QP fields marked "mu"
  *   nic->mr_mu   the MR table (never held with another lock)
- * qp->fd changes (to -1) only in the progress task, holding send_mu and mu,
+ * qp->fd changes (to -1) only in the rx owner, holding send_mu and mu,
  * so whoever holds either lock may use the descriptor without it being
  * closed (and its number reused) underneath.
  *
  * QP lifetime (reference scheme). A QP is freed once (a) the user closed it,
- * (b) the progress task reaped it (took it off epoll and the QP list, so no
+ * (b) the rx owner reaped it (took it off epoll and the QP list, so no
  * event can name it any more) and (c) no CQ entry refers to it (cq_refs).
- * qp_close only marks it and wakes the progress task; poll() drops entries
+ * qp_close only marks it and wakes the rx owner; poll() drops entries
  * of closed QPs, and whichever of the reaper and poll() sees the last of
  * (b) and (c) frees it. No completion is generated for a closed QP, and the
  * side that closed a QP gets no RKV_WC_DISCONNECTED for it.
@@ -79,6 +91,11 @@ enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 /* Bytes read from one socket per readiness event, so one busy peer cannot
  * starve the others (epoll is level-triggered: the rest comes next round). */
 #define TCP_RX_BUDGET_BYTES (4u << 20)
+/* The progress task takes over the reading when the poller has been away
+ * this long; a tick of the parked task, so not much shorter. */
+#define TCP_TAKEOVER_NS 10000000ull
+
+enum tcp_rx_owner { TCP_RX_NOBODY, TCP_RX_TASK, TCP_RX_POLLER };
 
 struct tcp_frame {
     uint8_t kind;
@@ -107,7 +124,7 @@ struct tcp_recv {
     uint32_t len;
 };
 
-/* Receive state machine; touched by the progress task only. */
+/* Receive state machine; touched by the rx owner only. */
 struct tcp_rx {
     uint8_t hdr[TCP_HDR_BYTES];
     size_t hdr_got;     /* header bytes buffered */
@@ -133,7 +150,7 @@ struct tcp_qp {
     int fd;                /* see the lock comment at the top */
     int send_dead;         /* send_mu: posting fails with -RKV_EPEERDEAD */
     struct tcp_ring recvs; /* mu: posted receives, FIFO of struct tcp_recv */
-    int rnr;               /* mu: the progress task wants a kick on post_recv */
+    int rnr;               /* mu: the rx owner wants a kick on post_recv */
     int closed;            /* mu: qp_close was called */
     int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
     int reaped;            /* mu: off epoll and off the QP list */
@@ -165,11 +182,17 @@ struct tcp_nic {
     size_t cq_reserved;           /* slots promised to posts in flight */
     int stopping;
     struct tcp_qp *qps; /* every QP not yet reaped */
-    /* The QP whose socket the progress task is reading into user memory
+    /* The QP whose socket the rx owner is reading into user memory
      * right now; qp_close waits until it is not the one being closed, so
      * that once qp_close returns its buffers may be freed (verbs semantics). */
     struct tcp_qp *rx_active;
     struct rkv_cond *rx_idle;
+    enum tcp_rx_owner rx_owner; /* mu: who may read the sockets now */
+    int pollers;                /* mu: threads inside poll() */
+    int task_asked;             /* mu: a poller kicked the reading task to hand over */
+    uint64_t poller_left_ns;    /* mu: when the last poller left poll() */
+    struct rkv_cond *rx_turn;   /* the parked progress task waits on it */
+    uint64_t rounds[3];         /* mu: read rounds by owner (enum tcp_rx_owner) */
     struct tcp_listener *listeners;
     unsigned n_listeners;
 
@@ -179,7 +202,7 @@ struct tcp_nic {
     uint32_t rkey_secret;
     struct rkv_rng rng; /* mr_mu: rkey randomness */
     uint64_t token;     /* connection token (RKV_TOKEN), checked in the hello */
-    uint64_t refused;   /* progress task: connections refused for a wrong token */
+    uint64_t refused;   /* rx owner: connections refused for a wrong token */
 };
 
 static struct tcp_nic *tcp_nic_of(struct rkv_nic *nic)
@@ -363,7 +386,9 @@ static void cq_push(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc *wc)
     n->base.port->ops->cond_signal(n->cq_nonempty);
 }
 
-/* The progress task's way to complete: waits for CQ room if need be. */
+/* The rx owner's way to complete. The progress task waits for CQ room if
+ * need be; a poller may not (it is the one that drains the CQ), and never
+ * has to: tcp_rx_round stops reading while the CQ is half full. */
 static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
 {
     tcp_lock(n);
@@ -371,7 +396,7 @@ static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
         tcp_unlock(n); /* nobody may learn about a closed QP any more */
         return;
     }
-    int rc = cq_reserve(n, 1);
+    int rc = cq_reserve(n, n->rx_owner == TCP_RX_TASK);
     if (rc < 0)
         RKV_LOGE(n->base.port, "nic tcp: %s: completion %d lost: %s", qp->peer, wc.opcode,
                  rkv_strerror(rc));
@@ -414,7 +439,7 @@ static int cq_take(struct tcp_nic *n, struct rkv_wc *wc, int max)
     return got;
 }
 
-/* ---- progress task wake-ups ---- */
+/* ---- rx owner wake-ups ---- */
 
 static void tcp_wake(struct tcp_nic *n)
 {
@@ -435,7 +460,7 @@ static int tcp_epoll_set(struct tcp_nic *n, int op, int fd, uint32_t events, str
 
 /* ---- connection teardown ---- */
 
-/* Progress task only. Shuts the connection, closes the descriptor and, unless
+/* The rx owner only. Shuts the connection, closes the descriptor and, unless
  * the user closed the QP, queues its one DISCONNECTED. why == NULL: an
  * orderly end, not worth a warning. */
 static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
@@ -472,7 +497,7 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     if (report)
         cq_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_DISCONNECTED, .status = RKV_WC_SUCCESS});
     if (orphan)
-        tcp_wake(n); /* the progress task reaps closed QPs when woken */
+        tcp_wake(n); /* the rx owner reaps closed QPs when woken */
 }
 
 /* ---- memory regions ---- */
@@ -603,7 +628,7 @@ static void tcp_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
     free(mr);
 }
 
-/* ---- receive state machine (progress task) ---- */
+/* ---- receive state machine (rx owner) ---- */
 
 enum tcp_rx_status { TCP_RX_OK, TCP_RX_WAIT, TCP_RX_STALL, TCP_RX_DEAD };
 
@@ -870,7 +895,7 @@ static void tcp_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, si
 
 /* Takes over fd (nonblocking, connected) on success only. */
 /* active: our connect() already exchanged the hello, so the QP is announced
- * by connect() returning it; set before the progress task can see the fd. */
+ * by connect() returning it; set before the rx owner can see the fd. */
 static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_t sl, int active,
                   struct tcp_qp **qp_p)
 {
@@ -967,7 +992,7 @@ static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_
 }
 
 /* Connecting side: sends the hello and waits for the answer, on the bare
- * socket (the progress task does not know it yet). */
+ * socket (the rx owner does not know it yet). */
 static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
                      uint64_t deadline_ns)
 {
@@ -1163,6 +1188,15 @@ int rkv_nic_tcp_qp_count(struct rkv_nic *nic)
     return k;
 }
 
+void rkv_nic_tcp_rounds(struct rkv_nic *nic, uint64_t *task, uint64_t *inline_)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    tcp_lock(n);
+    *task = n->rounds[TCP_RX_TASK];
+    *inline_ = n->rounds[TCP_RX_POLLER];
+    tcp_unlock(n);
+}
+
 static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
 {
     for (int i = 0; i < TCP_ACCEPT_BATCH; i++) {
@@ -1265,7 +1299,7 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
     if (!why[0])
         return 0;
     qp->send_dead = 1;
-    /* The progress task sees the shutdown and reports DISCONNECTED. */
+    /* The rx owner sees the shutdown and reports DISCONNECTED. */
     shutdown(qp->fd, SHUT_RDWR);
     RKV_LOGW(n->base.port, "nic tcp: sending to %s failed: %s", qp->peer, why);
     return -RKV_EPEERDEAD;
@@ -1348,27 +1382,7 @@ static int tcp_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sg
     return rc;
 }
 
-/* ---- completions ---- */
-
-static int tcp_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
-{
-    struct tcp_nic *n = tcp_nic_of(nic);
-    assert(wc && max > 0);
-    uint64_t deadline_ns = tcp_now_ns(n) + (uint64_t)timeout_ms * 1000000;
-    int got;
-    tcp_lock(n);
-    for (;;) {
-        got = cq_take(n, wc, max);
-        if (got > 0 || n->stopping)
-            break;
-        uint64_t now = tcp_now_ns(n);
-        if (now >= deadline_ns)
-            break;
-        n->base.port->ops->cond_wait(n->cq_nonempty, n->mu, deadline_ns - now);
-    }
-    tcp_unlock(n);
-    return got;
-}
+/* ---- closing a QP ---- */
 
 static void tcp_qp_close(struct rkv_qp *qpv)
 {
@@ -1377,7 +1391,7 @@ static void tcp_qp_close(struct rkv_qp *qpv)
     tcp_lock(n);
     assert(!qp->closed);
     qp->closed = 1;
-    /* The peer sees EOF now; the progress task closes the descriptor when it
+    /* The peer sees EOF now; the rx owner closes the descriptor when it
      * reaps the QP (only it may, see the lock comment at the top). */
     if (qp->fd >= 0)
         shutdown(qp->fd, SHUT_RDWR);
@@ -1387,7 +1401,7 @@ static void tcp_qp_close(struct rkv_qp *qpv)
     tcp_wake(n);
 }
 
-/* ---- progress task ---- */
+/* ---- the rx owner: progress task or poller ---- */
 
 /* Takes closed QPs off epoll and the list; frees those no CQ entry names. */
 static void tcp_reap(struct tcp_nic *n)
@@ -1451,31 +1465,144 @@ static void tcp_on_event(struct tcp_nic *n, const struct epoll_event *ev, int *w
     }
 }
 
+/* The CQ has room for whatever one more readiness event can complete
+ * (frames of at least a header each, from one budget), so a poller that
+ * reads need never wait for room. */
+static int tcp_cq_roomy(struct tcp_nic *n)
+{
+    tcp_lock(n);
+    int roomy = n->cq.len + n->cq_reserved <= TCP_CQ_MAX / 2;
+    tcp_unlock(n);
+    static_assert(TCP_RX_BUDGET_BYTES / TCP_HDR_BYTES + 1 < TCP_CQ_MAX / 2, "CQ too small");
+    return roomy;
+}
+
+/* One round of the rx owner: a batch of readiness events, waiting up to
+ * timeout_ms (-1: until one comes). Returns 1 once the NIC is stopping. */
+static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
+{
+    struct epoll_event evs[TCP_EPOLL_BATCH];
+    int k = epoll_wait(n->epfd, evs, TCP_EPOLL_BATCH, timeout_ms);
+    if (RKV_NEVER(k < 0 && errno != EINTR)) {
+        RKV_LOGE(n->base.port, "nic tcp: epoll_wait failed, the NIC stops: %s", strerror(errno));
+        tcp_lock(n);
+        n->stopping = 1;
+        n->base.port->ops->cond_broadcast(n->cq_nonempty);
+        tcp_unlock(n);
+        return 1;
+    }
+    int woken = 0, poller = n->rx_owner == TCP_RX_POLLER; /* ours to read without mu */
+    /* Events left unhandled are reported again: epoll is level-triggered. */
+    for (int i = 0; i < k && (!poller || tcp_cq_roomy(n)); i++)
+        tcp_on_event(n, &evs[i], &woken);
+    if (!woken)
+        return 0;
+    tcp_lock(n);
+    int stopping = n->stopping;
+    tcp_unlock(n);
+    if (stopping)
+        return 1;
+    /* QPs are reaped between batches, so no event still in hand names a freed one. */
+    tcp_reap(n);
+    tcp_resume_stalled(n);
+    return 0;
+}
+
+/* Lock held. The progress task's turn to read: when nobody polls and the
+ * last poller left TCP_TAKEOVER_NS ago. -1 once stopping. */
+static int tcp_task_turn(struct tcp_nic *n)
+{
+    const struct rkv_port_ops *po = n->base.port->ops;
+    for (;;) {
+        if (n->stopping)
+            return -1;
+        uint64_t wait = TCP_TAKEOVER_NS;
+        if (n->rx_owner == TCP_RX_NOBODY && n->pollers == 0) {
+            uint64_t away = tcp_now_ns(n) - n->poller_left_ns;
+            if (away >= TCP_TAKEOVER_NS) {
+                n->rx_owner = TCP_RX_TASK;
+                n->rounds[TCP_RX_TASK]++;
+                return 0;
+            }
+            wait = TCP_TAKEOVER_NS - away;
+        }
+        po->cond_wait(n->rx_turn, n->mu, wait);
+    }
+}
+
 static void tcp_progress(void *arg)
 {
     struct tcp_nic *n = arg;
-    struct epoll_event evs[TCP_EPOLL_BATCH];
-    for (;;) {
-        int k = epoll_wait(n->epfd, evs, TCP_EPOLL_BATCH, -1);
-        if (RKV_NEVER(k < 0 && errno != EINTR)) {
-            RKV_LOGE(n->base.port, "nic tcp: epoll_wait failed, the NIC stops: %s",
-                     strerror(errno));
-            return;
-        }
-        int woken = 0;
-        for (int i = 0; i < k; i++)
-            tcp_on_event(n, &evs[i], &woken);
-        if (!woken)
-            continue;
-        tcp_lock(n);
-        int stopping = n->stopping;
+    tcp_lock(n);
+    while (tcp_task_turn(n) == 0) {
+        n->task_asked = 0;
         tcp_unlock(n);
-        if (stopping)
-            return;
-        /* QPs are reaped between batches, so no event still in hand names a freed one. */
-        tcp_reap(n);
-        tcp_resume_stalled(n);
+        int stop = tcp_rx_round(n, -1);
+        tcp_lock(n);
+        n->rx_owner = TCP_RX_NOBODY;
+        if (n->pollers) /* they wait for the CQ or for their turn to read */
+            n->base.port->ops->cond_broadcast(n->cq_nonempty);
+        if (stop)
+            break;
     }
+    tcp_unlock(n);
+}
+
+/* ---- completions ---- */
+
+/* Lock held, the CQ empty: reads one round inline if nobody else reads, or
+ * waits for a completion (or for the reader to stand aside) until the
+ * deadline. The progress task, reading, is asked once to stand aside. */
+static void tcp_poll_wait(struct tcp_nic *n, uint64_t deadline_ns, int *asked)
+{
+    const struct rkv_port_ops *po = n->base.port->ops;
+    uint64_t now = tcp_now_ns(n);
+    if (n->rx_owner == TCP_RX_NOBODY) {
+        n->rx_owner = TCP_RX_POLLER;
+        n->rounds[TCP_RX_POLLER]++;
+        tcp_unlock(n);
+        uint64_t left_ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
+        tcp_rx_round(n, left_ms > INT_MAX ? INT_MAX : (int)left_ms);
+        tcp_lock(n);
+        n->rx_owner = TCP_RX_NOBODY;
+        if (n->pollers > 1) /* another poller may be waiting for its turn */
+            po->cond_broadcast(n->cq_nonempty);
+        return;
+    }
+    if (n->rx_owner == TCP_RX_TASK && !*asked && !n->task_asked) {
+        *asked = n->task_asked = 1;
+        tcp_wake(n); /* its batch ends, and it stands aside for us */
+    }
+    if (now >= deadline_ns)
+        return;
+    po->cond_wait(n->cq_nonempty, n->mu, deadline_ns - now);
+}
+
+static int tcp_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    assert(wc && max > 0);
+    uint64_t deadline_ns = tcp_now_ns(n) + (uint64_t)timeout_ms * 1000000;
+    int got, asked = 0, rounds = 0;
+    tcp_lock(n);
+    n->pollers++;
+    for (;;) {
+        got = cq_take(n, wc, max);
+        if (got > 0 || n->stopping)
+            break;
+        /* One inline round even with no time to wait: a busy poller reads. */
+        int late = tcp_now_ns(n) >= deadline_ns;
+        if (late && rounds)
+            break;
+        rounds += n->rx_owner == TCP_RX_NOBODY;
+        tcp_poll_wait(n, deadline_ns, &asked);
+        if (late && n->rx_owner != TCP_RX_NOBODY) /* asked it; the next poll reads */
+            break;
+    }
+    n->pollers--;
+    n->poller_left_ns = tcp_now_ns(n);
+    tcp_unlock(n);
+    return got;
 }
 
 /* ---- open and close ---- */
@@ -1508,9 +1635,12 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
     rc = po->cond_create(port, &n->rx_idle);
     if (rc < 0)
         goto undo_cq_space;
-    rc = po->mutex_create(port, &n->mr_mu);
+    rc = po->cond_create(port, &n->rx_turn);
     if (rc < 0)
         goto undo_rx_idle;
+    rc = po->mutex_create(port, &n->mr_mu);
+    if (rc < 0)
+        goto undo_rx_turn;
     rc = -RKV_EIO;
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (n->epfd < 0) {
@@ -1536,6 +1666,8 @@ undo_epoll:
     close(n->epfd);
 undo_mr_mu:
     po->mutex_destroy(n->mr_mu);
+undo_rx_turn:
+    po->cond_destroy(n->rx_turn);
 undo_rx_idle:
     po->cond_destroy(n->rx_idle);
 undo_cq_space:
@@ -1590,6 +1722,7 @@ static void tcp_close(struct rkv_nic *nic)
     n->stopping = 1;
     po->cond_broadcast(n->cq_space);
     po->cond_broadcast(n->cq_nonempty);
+    po->cond_broadcast(n->rx_turn);
     tcp_unlock(n);
     tcp_wake(n);
     po->task_join(port, n->task);
@@ -1598,6 +1731,7 @@ static void tcp_close(struct rkv_nic *nic)
     close(n->wakefd);
     close(n->epfd);
     po->mutex_destroy(n->mr_mu);
+    po->cond_destroy(n->rx_turn);
     po->cond_destroy(n->rx_idle);
     po->cond_destroy(n->cq_space);
     po->cond_destroy(n->cq_nonempty);

@@ -13,4 +13,8 @@ int rkv_nic_tcp_bound_port(struct rkv_nic *nic, uint16_t *port_p);
 /* QPs the NIC still holds, reaped or not (tests: nothing piles up). */
 int rkv_nic_tcp_qp_count(struct rkv_nic *nic);
 
+/* Read rounds so far by the NIC's progress task and by polling threads
+ * inline (tests: who read). */
+void rkv_nic_tcp_rounds(struct rkv_nic *nic, uint64_t *task, uint64_t *inline_);
+
 #endif

@@ -617,6 +617,49 @@ static void test_connection_flood(void **state)
     assert_int_equal(left, 1);
 }
 
+/* ---- who reads ---- */
+
+/* A thread that polls an empty CQ reads the sockets itself: a ping-pong's
+ * replies reach the polling thread with no reader task in between. */
+static void test_poller_reads_inline(void **state)
+{
+    struct fx *f = *state;
+    uint64_t task0, inl0, task1, inl1;
+    rkv_nic_tcp_rounds(f->b, &task0, &inl0);
+    for (uint8_t i = 0; i < 20; i++)
+        check_send(f, f->qa, f->qb, i);
+    rkv_nic_tcp_rounds(f->b, &task1, &inl1);
+    print_message("b read %llu rounds inline, its task %llu\n", (unsigned long long)(inl1 - inl0),
+                  (unsigned long long)(task1 - task0));
+    assert_true(inl1 > inl0);
+}
+
+/* Nobody polls b, yet b reads: its task takes over from a poller that
+ * stays away (one blocked in a send to a peer blocked sending to it would
+ * otherwise never read again). 64 MiB do not fit in the sockets' buffers,
+ * so the post returns only if b reads meanwhile; with nobody reading it
+ * fails after TCP_SEND_TIMEOUT_MS. */
+static void test_reads_without_a_poller(void **state)
+{
+    struct fx *f = *state;
+    const uint32_t len = 64u << 20;
+    uint8_t *src = malloc(len), *dst = calloc(1, len);
+    assert_true(src && dst);
+    fill(src, len, 31);
+    struct rkv_mr *smr, *dmr;
+    assert_int_equal(f->a->ops->reg_mr(f->a, src, len, RKV_ACCESS_LOCAL, &smr), 0);
+    assert_int_equal(f->b->ops->reg_mr(f->b, dst, len, RKV_ACCESS_REMOTE_WRITE, &dmr), 0);
+    check_send(f, f->qa, f->qb, 30); /* b has a poller, which then goes away */
+    struct rkv_sge w = sge_of(src, len, smr);
+    assert_int_equal(f->a->ops->post_write(f->qa, 1, &w, (uintptr_t)dst, dmr->rkey, 0, 0, 0), 0);
+    check_send(f, f->qa, f->qb, 32); /* after the WRITE on the stream: it has landed */
+    assert_memory_equal(dst, src, len);
+    f->b->ops->dereg_mr(f->b, dmr);
+    f->a->ops->dereg_mr(f->a, smr);
+    free(dst);
+    free(src);
+}
+
 int main(void)
 {
     /* Hostile-peer tests write into sockets the NIC has just closed. */
@@ -644,6 +687,8 @@ int main(void)
         T(test_token_mismatch_refused),
         T(test_token_raw_peers),
         T(test_connection_flood),
+        T(test_poller_reads_inline),
+        T(test_reads_without_a_poller),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);
