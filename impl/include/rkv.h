@@ -92,6 +92,17 @@ struct rkv_tensor_desc {
      * integer dtypes hold floor(1000 u). The oracle recomputes it from this text. */
     uint64_t init_seed;
     int with_state; /* allocate optimizer state (needed by adagrad) */
+    /* RKV_PART_EXPLICIT only, optional (DGL's set_global2local): rows entries,
+     * row r lives at local index local_index[r] on machine book[r]; the
+     * machine's shard stores its rows in that order. On each machine m the
+     * indices of m's rows must be a permutation of 0..n_m-1 (n_m: the rows
+     * the book gives m), checked by the client before anything is sent and
+     * by every server: -RKV_EINVAL naming the first bad row otherwise, or
+     * for a local index with another policy. NULL: row r's index is the
+     * number of rows before r on its machine. Not in durable mode
+     * (rkv_config.durable_dir): -RKV_EINVAL. Last, so that code built
+     * against the struct without it stays source compatible. */
+    const uint64_t *local_index;
 };
 
 struct rkv_tensor_meta {
@@ -103,6 +114,22 @@ struct rkv_tensor_meta {
     enum rkv_policy policy;
     int with_state;
 };
+
+/* Pull handlers (DGL's _udf_pull_handler): what a pull returns for each row
+ * is computed from the stored row instead of copied. 0 is the plain pull
+ * (rkv_client_pull); RKV_PULL_WITH_STATE is built in: row_len elements of
+ * the row followed by row_len elements of its optimizer state (tensors
+ * created with_state only). Ids RKV_PULL_CUSTOM..RKV_OP_MAX-1 name handlers
+ * registered on every server and on each client that pulls with them (the
+ * client runs them on its machine's rows, as for custom push ops). */
+enum rkv_pull_op { RKV_PULL_ROWS = 0, RKV_PULL_WITH_STATE = 1, RKV_PULL_CUSTOM = 16 };
+
+/* A custom pull handler: writes one reply row `out` (out_len elements of dt)
+ * from the stored `row` (row_len elements) and its `state` (NULL unless the
+ * tensor has optimizer state), with the caller's param. It runs under the
+ * row's lock, on a server or in a co-located client, and must not block. */
+typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *state, size_t row_len,
+                            void *out, size_t out_len, double param, void *user);
 
 /* Cluster description and tunables. Fill with rkv_config_defaults(), then
  * set what you need (the CLI does this from flags, env vars and files). */
@@ -177,6 +204,14 @@ struct rkv_server;
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len);
 int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
+/* Registers pull handler `id` (RKV_PULL_CUSTOM..RKV_OP_MAX-1): a pulled row
+ * of a tensor with row_len elements gives out_mult * row_len + out_add
+ * elements of the tensor's dtype (at least 1, at most the largest row).
+ * A NULL fn unregisters. Register the same on every server and on the
+ * clients that use it, before they pull. -RKV_EINVAL: id outside that
+ * range, or out_mult and out_add both 0. */
+int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user);
 /* Serves until a client calls rkv_client_shutdown_servers(). */
 int rkv_server_run(struct rkv_server *srv);
 const char *rkv_server_errmsg(const struct rkv_server *srv);
@@ -193,9 +228,20 @@ int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, c
                       size_t err_len);
 uint32_t rkv_client_id(const struct rkv_client *cli);
 int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn, void *user);
+/* The client's side of rkv_server_register_pull_handler (same arguments and
+ * errors): the shape of its replies, and the handler for the rows of this
+ * client's machine. */
+int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user);
 /* Creates a tensor on every machine (idempotent for an identical desc). */
 int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
+/* Every tensor (DGL's get_data_name_list), as server 0 knows them: those
+ * whose rkv_client_init_data finished, by id. Writes the first
+ * min(cap, total) into metas (metas may be NULL when cap is 0) and the total
+ * into *n_p: call again with a larger array when *n_p > cap. Errors: those
+ * of a request to server 0 (-RKV_ETIMEDOUT, -RKV_EPEERDEAD, -RKV_EPROTO). */
+int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p);
 /* Applies rows[i] (row_len elements of the tensor's dtype each) to row ids[i].
  * Returns once every server involved acknowledged (the push is then visible to
  * this client's pulls and, after a barrier, to everyone's). A failed push or
@@ -236,6 +282,20 @@ int rkv_client_deregister(struct rkv_client *cli, void *addr);
 /* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed). */
 int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out);
+/* A pull through pull handler `handler` (enum rkv_pull_op, or a registered
+ * custom id) with parameter param: rows_out[i] gets what the handler writes
+ * for row ids[i], rkv_client_pull_len elements each. Errors, all before
+ * anything is sent: -RKV_ENOHANDLER for a handler this client has not
+ * registered (or out of range); -RKV_EINVAL for RKV_PULL_WITH_STATE on a
+ * tensor without optimizer state; -RKV_ELIMIT for a reply row over the
+ * largest row; then those of rkv_client_pull. A server without the handler
+ * answers -RKV_ENOHANDLER, one whose registration gives another reply row
+ * length -RKV_EPROTO. handler 0 is rkv_client_pull. */
+int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param);
+/* Elements per row that rkv_client_pull_with(name, handler) returns. Same
+ * errors as its checks. */
+int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler, uint32_t *len_p);
 /* Returns when every client has entered the barrier. */
 int rkv_client_barrier(struct rkv_client *cli);
 /* Asks every server to exit its run loop (any client may call it). */

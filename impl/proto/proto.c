@@ -1,5 +1,6 @@
 /* rkv wire format: encoders and the validating decoder (layout in proto.h). */
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "proto/proto.h"
@@ -71,6 +72,7 @@ static const uint32_t proto_fixed_body[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_ERROR] = PROTO_BODY_VARIABLE,
     [RKV_MSG_REGISTER] = RKV_PROTO_ADDR_BYTES,
     [RKV_MSG_TABLE_ENTRY] = RKV_PROTO_ADDR_BYTES,
+    [RKV_MSG_LIST_REPLY] = PROTO_BODY_VARIABLE,
 };
 
 static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
@@ -99,6 +101,8 @@ static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_TABLE_ENTRY] = "TABLE_ENTRY",
     [RKV_MSG_PULL_ZC] = "PULL_ZC",
     [RKV_MSG_PULL_DONE] = "PULL_DONE",
+    [RKV_MSG_LIST] = "LIST",
+    [RKV_MSG_LIST_REPLY] = "LIST_REPLY",
 };
 
 const char *rkv_msg_type_name(int type)
@@ -183,6 +187,15 @@ static uint64_t proto_rows_body(int type, uint32_t count, uint32_t row_bytes)
     return rkv_add_ok(ids, rows, &sum) ? sum : 0;
 }
 
+uint64_t rkv_proto_tensor_body_bytes(uint32_t book_len, int has_local)
+{
+    /* book_len < 2^32: 104 + 4 x book_len + 7 + 8 x book_len fits in 64 bits. */
+    uint64_t book = ((uint64_t)book_len * 4 + 7) & ~7ull;
+    if (!has_local)
+        return RKV_PROTO_TENSOR_BYTES + (uint64_t)book_len * 4;
+    return RKV_PROTO_TENSOR_BYTES + book + (uint64_t)book_len * 8;
+}
+
 uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint32_t book_len)
 {
     uint64_t book;
@@ -194,6 +207,8 @@ uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint
         return rkv_mul_ok(book_len, 4, &book) ? RKV_PROTO_TENSOR_BYTES + book : 0;
     if (type == RKV_MSG_ERROR)
         return RKV_PROTO_TEXT_MAX; /* the most it may need */
+    if (type == RKV_MSG_LIST_REPLY)
+        return (uint64_t)count * RKV_PROTO_LIST_ENTRY_BYTES;
     assert(proto_fixed_body[type] != PROTO_BODY_VARIABLE);
     return proto_fixed_body[type];
 }
@@ -278,6 +293,19 @@ static int hdr_check_body_len(const struct rkv_hdr *h, char *err, size_t el)
                             "%s: payload_len %llu shorter than a %d-byte "
                             "tensor",
                             tn, pl, RKV_PROTO_TENSOR_BYTES);
+        if (h->count > 1)
+            return rkv_errf(err, el, -RKV_EPROTO,
+                            "%s: count %u must be 0 or 1 (a local index follows)", tn, h->count);
+        return 0;
+    }
+    if (h->type == RKV_MSG_LIST_REPLY) {
+        if (h->count > RKV_PROTO_MAX_TENSORS)
+            return rkv_errf(err, el, -RKV_EPROTO, "LIST_REPLY: count %u exceeds the %u tensors",
+                            h->count, RKV_PROTO_MAX_TENSORS);
+        if (h->payload_len != (uint64_t)h->count * RKV_PROTO_LIST_ENTRY_BYTES)
+            return rkv_errf(err, el, -RKV_EPROTO,
+                            "LIST_REPLY: payload_len %llu but count %u needs %llu", pl, h->count,
+                            (unsigned long long)h->count * RKV_PROTO_LIST_ENTRY_BYTES);
         return 0;
     }
     if (h->type == RKV_MSG_ERROR) {
@@ -369,11 +397,10 @@ static int dec_tensor_sizes(const struct rkv_wire_tensor *t, const char *tn, cha
     return 0;
 }
 
-static int dec_tensor(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, size_t el)
+/* The 104 bytes of a tensor description at b, checked (no book). */
+static int dec_tensor_fields(const uint8_t *b, struct rkv_wire_tensor *t, const char *tn, char *err,
+                             size_t el)
 {
-    const char *tn = rkv_msg_type_name(m->h.type);
-    struct rkv_wire_tensor *t = &m->u.tensor.t;
-    assert(n >= RKV_PROTO_TENSOR_BYTES);
     *t = (struct rkv_wire_tensor){
         .dtype = ld32(b + TOFF_DTYPE),
         .policy = ld32(b + TOFF_POLICY),
@@ -389,15 +416,70 @@ static int dec_tensor(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err
         rc = dec_tensor_enums(t, tn, err, el);
     if (rc == 0)
         rc = dec_tensor_sizes(t, tn, err, el);
+    return rc;
+}
+
+/* A local index names a row's place on its machine: at least each is below
+ * the row count (whether they form a permutation per machine needs the
+ * machine count, which the store checks). */
+static int dec_tensor_local(const uint8_t *b, struct rkv_msg *m, const char *tn, char *err,
+                            size_t el)
+{
+    const struct rkv_wire_tensor *t = &m->u.tensor.t;
+    if (t->policy != RKV_PART_EXPLICIT)
+        return rkv_errf(err, el, -RKV_EPROTO, "%s: a local index needs an EXPLICIT book", tn);
+    const uint8_t *local = b + (((uint64_t)t->book_len * 4 + 7) & ~7ull);
+    for (uint32_t r = 0; r < t->book_len; r++) {
+        uint64_t l = ld64(local + (size_t)r * 8);
+        if (l >= t->rows)
+            return rkv_errf(err, el, -RKV_EPROTO,
+                            "%s: local index %llu of row %u not below rows %llu", tn,
+                            (unsigned long long)l, r, (unsigned long long)t->rows);
+    }
+    m->u.tensor.local = (const void *)local;
+    return 0;
+}
+
+static int dec_tensor(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, size_t el)
+{
+    const char *tn = rkv_msg_type_name(m->h.type);
+    struct rkv_wire_tensor *t = &m->u.tensor.t;
+    assert(n >= RKV_PROTO_TENSOR_BYTES);
+    int rc = dec_tensor_fields(b, t, tn, err, el);
     if (rc < 0)
         return rc;
-    uint64_t need = rkv_proto_body_bytes(m->h.type, 0, 0, t->book_len);
-    if (need == 0 || n != need)
+    int has_local = m->h.count == 1;
+    uint64_t need = rkv_proto_tensor_body_bytes(t->book_len, has_local);
+    if (n != need)
         return rkv_errf(err, el, -RKV_EPROTO,
                         "%s: payload_len %llu but a tensor with book_len "
-                        "%u needs %llu",
-                        tn, (unsigned long long)n, t->book_len, (unsigned long long)need);
+                        "%u%s needs %llu",
+                        tn, (unsigned long long)n, t->book_len,
+                        has_local ? " and a local index" : "", (unsigned long long)need);
     m->u.tensor.book = t->book_len ? (const void *)(b + RKV_PROTO_TENSOR_BYTES) : NULL;
+    if (has_local)
+        return dec_tensor_local(b + RKV_PROTO_TENSOR_BYTES, m, tn, err, el);
+    return 0;
+}
+
+static int dec_list(const uint8_t *b, struct rkv_msg *m, char *err, size_t el)
+{
+    for (uint32_t i = 0; i < m->h.count; i++) {
+        const uint8_t *e = b + (size_t)i * RKV_PROTO_LIST_ENTRY_BYTES;
+        struct rkv_wire_tensor t;
+        char tn[32];
+        snprintf(tn, sizeof(tn), "LIST_REPLY entry %u", i);
+        int rc = dec_tensor_fields(e, &t, tn, err, el);
+        if (rc < 0)
+            return rc;
+        uint32_t id = ld32(e + RKV_PROTO_TENSOR_BYTES), reserved = ld32(e + 108);
+        if (id == 0 || id > RKV_PROTO_MAX_TENSORS)
+            return rkv_errf(err, el, -RKV_EPROTO, "%s: tensor id %u outside [1, %u]", tn, id,
+                            RKV_PROTO_MAX_TENSORS);
+        if (reserved != 0)
+            return rkv_errf(err, el, -RKV_EPROTO, "%s: reserved 0x%08x must be 0", tn, reserved);
+    }
+    m->u.list = b;
     return 0;
 }
 
@@ -520,6 +602,8 @@ static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, 
         return 0;
     case RKV_MSG_PULL_ZC:
         return dec_pull_zc(b, m, err, el);
+    case RKV_MSG_LIST_REPLY:
+        return dec_list(b, m, err, el);
     case RKV_MSG_RNDV_START:
         return dec_rndv_start(b, m, err, el);
     case RKV_MSG_RNDV_REPLY:
@@ -637,12 +721,8 @@ static void enc_name(uint8_t *b, const char *name)
     memcpy(b, name, strnlen(name, RKV_NAME_MAX));
 }
 
-size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
-                            const uint32_t *book)
+static void enc_tensor_fields(uint8_t *b, const struct rkv_wire_tensor *t)
 {
-    assert(proto_has_tensor(h->type));
-    assert(t->book_len == 0 || book);
-    uint8_t *b = enc_begin(buf, h, rkv_proto_body_bytes(h->type, 0, 0, t->book_len));
     enc_name(b + TOFF_NAME, t->name);
     st32(b + TOFF_DTYPE, t->dtype);
     st32(b + TOFF_POLICY, t->policy);
@@ -652,9 +732,59 @@ size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_
     st64(b + TOFF_INIT_SEED, t->init_seed);
     st32(b + TOFF_WITH_STATE, t->with_state);
     st32(b + TOFF_BOOK_LEN, t->book_len);
+}
+
+size_t rkv_proto_enc_tensor_local(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
+                                  const uint32_t *book, const uint64_t *local)
+{
+    assert(proto_has_tensor(h->type));
+    assert(t->book_len == 0 || book);
+    assert(!local || (t->book_len > 0 && t->policy == RKV_PART_EXPLICIT));
+    h->count = local ? 1 : 0;
+    uint8_t *b = enc_begin(buf, h, rkv_proto_tensor_body_bytes(t->book_len, local != NULL));
+    enc_tensor_fields(b, t);
+    size_t book_bytes = (size_t)t->book_len * 4, padded = (book_bytes + 7) & ~(size_t)7;
     if (t->book_len)
-        memcpy(b + RKV_PROTO_TENSOR_BYTES, book, (size_t)t->book_len * 4);
+        memcpy(b + RKV_PROTO_TENSOR_BYTES, book, book_bytes);
+    if (local) {
+        memset(b + RKV_PROTO_TENSOR_BYTES + book_bytes, 0, padded - book_bytes);
+        memcpy(b + RKV_PROTO_TENSOR_BYTES + padded, local, (size_t)t->book_len * 8);
+    }
     return enc_total(h);
+}
+
+size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
+                            const uint32_t *book)
+{
+    return rkv_proto_enc_tensor_local(buf, h, t, book, NULL);
+}
+
+size_t rkv_proto_enc_list_reply(void *buf, struct rkv_hdr *h)
+{
+    assert(h->type == RKV_MSG_LIST_REPLY && h->count <= RKV_PROTO_MAX_TENSORS);
+    enc_begin(buf, h, (uint64_t)h->count * RKV_PROTO_LIST_ENTRY_BYTES);
+    return enc_total(h);
+}
+
+void rkv_proto_put_list_entry(void *buf, uint32_t i, const struct rkv_wire_tensor *t, uint32_t id)
+{
+    assert(id >= 1 && id <= RKV_PROTO_MAX_TENSORS);
+    uint8_t *e = (uint8_t *)buf + RKV_PROTO_HDR_BYTES + (size_t)i * RKV_PROTO_LIST_ENTRY_BYTES;
+    enc_tensor_fields(e, t);
+    st32(e + RKV_PROTO_TENSOR_BYTES, id);
+    st32(e + RKV_PROTO_TENSOR_BYTES + 4, 0);
+}
+
+void rkv_proto_list_entry(const struct rkv_msg *m, uint32_t i, struct rkv_wire_tensor *t,
+                          uint32_t *id_p)
+{
+    assert(m->h.type == RKV_MSG_LIST_REPLY && i < m->h.count);
+    const uint8_t *e = m->u.list + (size_t)i * RKV_PROTO_LIST_ENTRY_BYTES;
+    char err[8];
+    int rc = dec_tensor_fields(e, t, "", err, sizeof(err));
+    assert(rc == 0); /* the decoder checked every entry */
+    (void)rc;
+    *id_p = ld32(e + RKV_PROTO_TENSOR_BYTES);
 }
 
 size_t rkv_proto_enc_meta(void *buf, struct rkv_hdr *h, const char *name)

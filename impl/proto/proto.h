@@ -15,14 +15,17 @@
  *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce,
  *                u64 cluster (fingerprint of the cluster the sender belongs to)    (24)
  *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers        (16)
- *   INIT, META_REPLY  tensor (104) + book (book_len x u32)
+ *   INIT, META_REPLY  tensor (104) + book (book_len x u32); header count 0, or 1
+ *                when a local index follows: zero padding to 8 bytes, then
+ *                book_len x u64 (row r's index on machine book[r]; each < rows)
  *        tensor: char name[64] NUL-terminated non-empty, u32 dtype, u32 policy,
  *                u32 row_len, u32 init, u64 rows, u64 init_seed, u32 with_state,
  *                u32 book_len (== rows for EXPLICIT, else 0)
  *   META         char name[64]                                                    (64)
  *   PUSH         count x u64 ids, then count x row_bytes rows
- *   PULL         slot desc (24), then count x u64 ids
- *   PULL_REPLY   count x row_bytes rows
+ *   PULL         slot desc (24), then count x u64 ids; op: the pull handler (0: the rows
+ *                themselves), param its parameter
+ *   PULL_REPLY   count x row_bytes rows (row_bytes: what the pull handler writes per row)
  *   PULL_ZC      dst desc (24: u64 addr, u32 rkey, u32 0, u64 len), count x u64 ids,
  *                count x u32 pos: row i goes to dst.addr + pos[i] x row_bytes (the
  *                caller's buffer, registered for remote writes; every row inside len)
@@ -32,6 +35,8 @@
  *   ERROR        up to RKV_PROTO_TEXT_MAX bytes of text
  *   REGISTER, TABLE_ENTRY  addr: u64 cluster, u32 server_id, u32 port (1..65535),
  *                char host[64] NUL-terminated non-empty                             (80)
+ *   LIST_REPLY   count (0..RKV_PROTO_MAX_TENSORS) x entry (112): tensor (104, book_len as in
+ *                INIT but no book follows), u32 tensor id (>= 1), u32 reserved (0)
  *   others       empty
  * slot desc: u64 addr, u32 rkey, u32 slot, u64 cap
  */
@@ -49,6 +54,8 @@
 #define RKV_PROTO_TENSOR_BYTES 104
 #define RKV_PROTO_SLOT_BYTES 24
 #define RKV_PROTO_ADDR_BYTES 80
+#define RKV_PROTO_LIST_ENTRY_BYTES 112
+#define RKV_PROTO_MAX_TENSORS 1024u /* tensor ids are 1..this (the store's RKV_MAX_TENSORS) */
 #define RKV_PROTO_HOST_MAX 63
 #define RKV_PROTO_TEXT_MAX 256
 #define RKV_PROTO_MAX_ROW_BYTES (1u << 30)
@@ -81,6 +88,8 @@ enum rkv_msg_type {
     RKV_MSG_TABLE_ENTRY, /* one per server, same req_id (addr body) */
     RKV_MSG_PULL_ZC,     /* a pull whose rows the server writes into the caller's buffer */
     RKV_MSG_PULL_DONE,   /* server -> client: the rows of a PULL_ZC are all written */
+    RKV_MSG_LIST,        /* client -> server 0: every tensor's description, please */
+    RKV_MSG_LIST_REPLY,  /* count entries (server 0's ready tensors) */
     RKV_MSG_TYPE_MAX_    /* one past the last */
 };
 
@@ -138,7 +147,9 @@ struct rkv_msg {
         struct {
             struct rkv_wire_tensor t;
             const uint32_t *book;    /* t.book_len entries, or NULL */
+            const uint64_t *local;   /* t.book_len entries (header count 1), or NULL */
         } tensor;                    /* INIT, META_REPLY */
+        const uint8_t *list;         /* LIST_REPLY: count entries, see rkv_proto_list_entry */
         char name[RKV_NAME_MAX + 1]; /* META */
         struct {
             const uint64_t *ids;
@@ -189,6 +200,19 @@ size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h, uint32_t client_i
                                  uint32_t n_workers, uint32_t rx_depth, uint32_t n_servers);
 size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
                             const uint32_t *book);
+/* The same with a local index (book_len entries, or NULL for none): sets
+ * h->count to 1 when there is one, 0 otherwise. */
+size_t rkv_proto_enc_tensor_local(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
+                                  const uint32_t *book, const uint64_t *local);
+/* Body of an INIT / META_REPLY, with (has_local) or without a local index;
+ * 0 on overflow. */
+uint64_t rkv_proto_tensor_body_bytes(uint32_t book_len, int has_local);
+/* LIST_REPLY: the header of h->count entries; then each entry i < count. */
+size_t rkv_proto_enc_list_reply(void *buf, struct rkv_hdr *h);
+void rkv_proto_put_list_entry(void *buf, uint32_t i, const struct rkv_wire_tensor *t, uint32_t id);
+/* Entry i (< count) of a decoded LIST_REPLY, which the decoder validated. */
+void rkv_proto_list_entry(const struct rkv_msg *m, uint32_t i, struct rkv_wire_tensor *t,
+                          uint32_t *id_p);
 size_t rkv_proto_enc_meta(void *buf, struct rkv_hdr *h, const char *name);
 /* PUSH: h->count and h->row_bytes must be set; rows may be NULL when the caller
  * fills them later at buf + HDR_BYTES + count*8. */

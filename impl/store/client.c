@@ -9,6 +9,7 @@
 
 #include "engine/regcache.h"
 #include "nic/nic.h"
+#include "store/pull_handlers.h"
 #include "store/server_int.h"
 #include "util/util.h"
 
@@ -81,6 +82,7 @@ struct rkv_client {
     struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
     uint32_t max_tensor; /* highest id in tensors[]: every push and pull looks up by name */
     struct rkv_handler_table ht;
+    struct rkv_pull_table pt; /* custom pull handlers */
     struct cli_req *reqs;
     /* Request ids: a random tag per client incarnation in the top bits, a
      * counter below (RKV_SEQ_TAG_SHIFT). A push's id is its sequence, the
@@ -106,6 +108,9 @@ struct rkv_client {
      * machine do not order each other's work). */
     struct rkv_pending *pending;
     struct cli_pin *pins;
+    /* The local index of the rkv_client_init_data in progress (or NULL);
+     * the application thread's. */
+    const uint64_t *init_local;
     char err[256];
 };
 
@@ -274,9 +279,10 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
             return cli_req_finish(c, r, -RKV_EPROTO, "tensor id out of range");
         struct rkv_tensor *t = calloc(1, sizeof(*t));
         char why[128];
-        int rc = t ? rkv_tensor_from_wire(&m->u.tensor.t, m->u.tensor.book, c->cfg.n_machines,
-                                          m->h.tensor_id, t, why, sizeof(why))
-                   : -RKV_ENOMEM;
+        int rc =
+            t ? rkv_tensor_from_wire_local(&m->u.tensor.t, m->u.tensor.book, m->u.tensor.local,
+                                           c->cfg.n_machines, m->h.tensor_id, t, why, sizeof(why))
+              : -RKV_ENOMEM;
         if (rc < 0) {
             free(t);
             return cli_req_finish(c, r, rc, t ? why : "out of memory");
@@ -293,6 +299,18 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         srv->port = (uint16_t)a->port;
         if (++r->count < c->n_servers)
             return; /* more entries of this table to come */
+        break;
+    }
+    case RKV_MSG_LIST_REPLY: {
+        /* out: the caller's metas, row_bytes: how many fit; u32: the total. */
+        struct rkv_tensor_meta *metas = (struct rkv_tensor_meta *)(void *)r->out;
+        for (uint32_t i = 0; i < m->h.count && i < r->row_bytes; i++) {
+            struct rkv_wire_tensor w;
+            uint32_t id;
+            rkv_proto_list_entry(m, i, &w, &id);
+            rkv_tensor_meta_from_wire(&w, id, &metas[i]);
+        }
+        r->u32 = m->h.count;
         break;
     }
     case RKV_MSG_PULL_DONE:
@@ -581,7 +599,9 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                          const struct rkv_wire_tensor *w, const uint32_t *book,
                          struct cli_req **req_p)
 {
-    size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w->book_len * 4;
+    /* The local index travels with the book (c->init_local: this init's). */
+    const uint64_t *local = c->init_local;
+    size_t len = RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w->book_len, local != NULL);
     struct cli_req *r;
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, 0, len, "init_data", &r, &tx);
@@ -592,7 +612,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                         .tensor_id = id,
                         .op = phase,
                         .sender = RKV_CLIENT_NODE_BASE + c->id};
-    len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, w, book);
+    len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, w, book, local);
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
@@ -620,7 +640,8 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     return rc < 0 ? rc : wrc;
 }
 
-int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+/* rkv_client_init_data with c->init_local set. */
+static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
     struct rkv_wire_tensor w;
@@ -635,9 +656,14 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
                         "name");
     memcpy(m.name, d->name, sizeof(m.name));
     rkv_tensor_to_wire(&m, d, &w);
+    if (d->local_index && c->cfg.durable_dir[0])
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "init_data '%s': a user-given local index is not supported in durable "
+                        "mode",
+                        m.name);
     /* Validate locally first so that a bad description costs no round trip. */
-    int rc =
-        rkv_tensor_from_wire(&w, d->book, c->cfg.n_machines, 1, &probe, c->err, sizeof(c->err));
+    int rc = rkv_tensor_from_wire_local(&w, d->book, d->local_index, c->cfg.n_machines, 1, &probe,
+                                        c->err, sizeof(c->err));
     if (rc < 0)
         return rc;
     rkv_tensor_free(&probe);
@@ -658,6 +684,14 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d->book, &r)) < 0)
         return rc;
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
+}
+
+int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+{
+    c->init_local = d->local_index;
+    int rc = cli_init_data(c, d);
+    c->init_local = NULL;
+    return rc;
 }
 
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
@@ -761,10 +795,11 @@ struct cli_op {
     const uint64_t *ids;
     const uint8_t *rows; /* push */
     uint8_t *out;        /* pull */
-    int op;
+    int op;              /* push: its op; pull: its pull handler */
     double param;
-    int via_server; /* push: this machine's rows go through a server too (durable mode) */
-    uint64_t seq;   /* push being retried: its sequence; else 0 */
+    size_t out_bytes; /* pull: bytes per reply row (the pull handler's) */
+    int via_server;   /* push: this machine's rows go through a server too (durable mode) */
+    uint64_t seq;     /* push being retried: its sequence; else 0 */
     /* Zero copy: the caller's rows (n x row_bytes = span bytes) registered,
      * or NULL when no part of the call is large enough. */
     struct rkv_mr *mr;
@@ -1291,13 +1326,15 @@ static int cli_pull_begin(struct rkv_client *c, const struct cli_op *o, struct c
     if (rc < 0)
         return rc;
     (*r_p)->count = cnt;
-    (*r_p)->row_bytes = o->t->row_bytes;
+    (*r_p)->row_bytes = o->out_bytes;
     *h = (struct rkv_hdr){.type = type,
                           .req_id = (*r_p)->id,
                           .tensor_id = o->t->meta.id,
                           .sender = RKV_CLIENT_NODE_BASE + c->id,
                           .count = cnt,
-                          .row_bytes = (uint32_t)o->t->row_bytes};
+                          .row_bytes = (uint32_t)o->t->row_bytes,
+                          .op = (uint16_t)o->op,
+                          .param = o->param};
     return 0;
 }
 
@@ -1338,7 +1375,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
         return rc;
     if (cli_zc_part(c, o, pos, cnt))
         return cli_pull_zc(c, o, srv, pos, cnt, req_p);
-    uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * o->t->row_bytes;
+    uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * o->out_bytes;
     rc = cli_ensure(c, srv);
     if (rc == 0)
         rc = cli_pslot(c, srv, need);
@@ -1465,28 +1502,55 @@ static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
+    return rkv_client_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0);
+}
+
+int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
+{
+    struct rkv_tensor *t;
+    int rc = cli_tensor(c, name, &t);
+    if (rc < 0)
+        return rc;
+    return rkv_pull_check(&c->pt, handler, t, len_p, c->err, sizeof(c->err));
+}
+
+int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param)
+{
     struct rkv_tensor *t;
     struct cli_groups g;
+    uint32_t out_len;
     int rc = cli_tensor(c, name, &t);
     if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
         return rc;
+    /* Unknown handlers and tensors they do not apply to fail here, before
+     * anything is sent. */
+    if ((rc = rkv_pull_check(&c->pt, handler, t, &out_len, c->err, sizeof(c->err))) < 0)
+        return rc;
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         return rc;
+    size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
     struct cli_req *reqs[RKV_MAX_MACHINES];
     uint64_t lost[RKV_MAX_MACHINES];
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
-    struct cli_op o = {.t = t, .ids = ids, .out = rows_out};
+    struct cli_op o = {
+        .t = t, .ids = ids, .out = rows_out, .op = handler, .param = param, .out_bytes = out_bytes};
     if (g.start[local + 1] > g.start[local] && t->mapped && (rc = cli_local_fresh(c)) < 0)
         return rc;
-    int call_reg;
-    cli_zc_begin(c, &g, &o, n, &call_reg);
+    int call_reg = 0;
+    /* Zero copy writes rows as stored: a handler's replies are staged. */
+    if (handler == RKV_PULL_ROWS)
+        cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
     if (rc == 0 && t->mapped) {
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
             uint32_t p = g.order[i];
-            rkv_shard_pull_row(&t->shard, t, ids[p],
-                               (uint8_t *)rows_out + (size_t)p * t->row_bytes);
+            uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
+            if (handler == RKV_PULL_ROWS)
+                rkv_shard_pull_row(&t->shard, t, ids[p], out);
+            else
+                rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
         }
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
@@ -1662,6 +1726,40 @@ uint32_t rkv_client_id(const struct rkv_client *c)
 int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
     return rkv_handler_register(&c->ht, op, fn, user);
+}
+
+int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user)
+{
+    return rkv_pull_register(&c->pt, id, fn, out_mult, out_add, user);
+}
+
+int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+{
+    if ((!metas && cap) || !n_p)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
+    struct cli_server *srv = &c->servers[0];
+    struct cli_req *r;
+    struct rkv_tx *tx;
+    int rc = cli_begin(c, srv, RKV_MSG_LIST_REPLY, 0, RKV_PROTO_HDR_BYTES, "list", &r, &tx);
+    if (rc < 0)
+        return rc;
+    /* The reply fills at most cap metas (cli_on_reply); set before the
+     * request can be answered. */
+    r->out = (uint8_t *)(void *)metas;
+    r->row_bytes = cap;
+    struct rkv_hdr h = {
+        .type = RKV_MSG_LIST, .req_id = r->id, .sender = RKV_CLIENT_NODE_BASE + c->id};
+    size_t len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
+    if ((rc = cli_submit(c, srv, r, tx, len, &r)) < 0)
+        return rc;
+    rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "list");
+    uint32_t total = r->u32;
+    cli_release(c, &r, 1);
+    if (rc < 0)
+        return rc;
+    *n_p = total;
+    return 0;
 }
 
 int rkv_client_register(struct rkv_client *c, void *addr, size_t len)

@@ -115,6 +115,74 @@ int rkv_pbook_init(struct rkv_pbook *pb, enum rkv_policy policy, uint64_t rows, 
     return 0;
 }
 
+/* Replaces the derived g2l by the user's, once every index is known to be
+ * in range and used once on its machine. seen[] holds, per machine slot
+ * (first[m] + local index), the row that took it + 1, so that a repeat
+ * names both rows. */
+static int apply_local(struct rkv_pbook *pb, const uint64_t *local, char *err, size_t el)
+{
+    uint64_t *first = malloc(((size_t)pb->machines + 1) * sizeof(*first));
+    uint64_t *seen = calloc((size_t)pb->rows, sizeof(*seen));
+    int rc = 0;
+    if (!first || !seen) {
+        rc = rkv_errf(err, el, -RKV_ENOMEM, "pbook: out of memory checking a %llu-row local index",
+                      (unsigned long long)pb->rows);
+        goto out;
+    }
+    first[0] = 0;
+    for (uint32_t m = 0; m < pb->machines; m++)
+        first[m + 1] = first[m] + pb->local_rows[m];
+    assert(first[pb->machines] == pb->rows);
+    for (uint64_t g = 0; g < pb->rows && rc == 0; g++) {
+        uint32_t m = pb->book[g];
+        uint64_t l = local[g];
+        if (l >= pb->local_rows[m])
+            rc = rkv_errf(err, el, -RKV_EINVAL,
+                          "local index: row %llu has index %llu but machine %u holds %llu rows "
+                          "(indices 0..%llu)",
+                          (unsigned long long)g, (unsigned long long)l, m,
+                          (unsigned long long)pb->local_rows[m],
+                          (unsigned long long)pb->local_rows[m] - 1);
+        else if (seen[first[m] + l])
+            rc = rkv_errf(err, el, -RKV_EINVAL,
+                          "local index: row %llu has index %llu on machine %u, as row %llu has "
+                          "(not a permutation)",
+                          (unsigned long long)g, (unsigned long long)l, m,
+                          (unsigned long long)seen[first[m] + l] - 1);
+        else
+            seen[first[m] + l] = g + 1;
+    }
+    if (rc == 0) {
+        memcpy(pb->g2l, local, (size_t)pb->rows * sizeof(*pb->g2l));
+        pb->user_local = 1;
+    }
+out:
+    free(seen);
+    free(first);
+    return rc;
+}
+
+int rkv_pbook_init_local(struct rkv_pbook *pb, enum rkv_policy policy, uint64_t rows,
+                         uint32_t machines, const uint32_t *book, const uint64_t *local, char *err,
+                         size_t err_len)
+{
+    if (local && policy != RKV_PART_EXPLICIT)
+        return rkv_errf(err, err_len, -RKV_EINVAL,
+                        "pbook: a local index needs the EXPLICIT policy (a book)");
+    struct rkv_pbook b;
+    int rc = rkv_pbook_init(&b, policy, rows, machines, book, err, err_len);
+    if (rc < 0 || !local)
+        goto done;
+    if ((rc = apply_local(&b, local, err, err_len)) < 0) {
+        rkv_pbook_free(&b);
+        return rc;
+    }
+done:
+    if (rc == 0)
+        *pb = b;
+    return rc;
+}
+
 void rkv_pbook_free(struct rkv_pbook *pb)
 {
     free(pb->book);

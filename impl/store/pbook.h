@@ -20,6 +20,7 @@ struct rkv_pbook {
     /* RANGE: start(m) for m in 0..machines, so that g2l, on every row a
      * push or pull touches in a shard, divides once (the machine), not twice. */
     uint64_t *range_first;
+    int user_local; /* EXPLICIT: g2l was given (rkv_pbook_init_local), not derived */
 };
 
 /* RANGE: machine m holds [rows*m/M, rows*(m+1)/M); g2l = g - start(m).
@@ -29,6 +30,14 @@ struct rkv_pbook {
  * limits, machines 0, EXPLICIT without a book or with an entry >= machines. */
 int rkv_pbook_init(struct rkv_pbook *pb, enum rkv_policy policy, uint64_t rows, uint32_t machines,
                    const uint32_t *book, char *err, size_t err_len);
+/* EXPLICIT with a user-given global-to-local map (DGL's set_global2local):
+ * row g lives at local index local[g] on machine book[g]. local may be NULL
+ * (then as rkv_pbook_init). -RKV_EINVAL, naming the first bad row, unless
+ * on each machine m the indices of its rows are a permutation of
+ * 0..local_rows(m)-1 (and -RKV_EINVAL for local with another policy). */
+int rkv_pbook_init_local(struct rkv_pbook *pb, enum rkv_policy policy, uint64_t rows,
+                         uint32_t machines, const uint32_t *book, const uint64_t *local, char *err,
+                         size_t err_len);
 void rkv_pbook_free(struct rkv_pbook *pb);
 /* Preconditions: gid < pb->rows (asserted). */
 uint32_t rkv_pbook_machine(const struct rkv_pbook *pb, uint64_t gid);

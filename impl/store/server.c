@@ -9,6 +9,7 @@
 
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/pull_handlers.h"
 #include "store/server_int.h"
 #include "store/snapshot.h"
 #include "util/util.h"
@@ -53,6 +54,7 @@ struct rkv_server {
     struct rkv_mr *shard_mr[RKV_MAX_TENSORS + 1];
     uint32_t n_tensors;
     struct rkv_handler_table ht;
+    struct rkv_pull_table pt; /* custom pull handlers */
     struct srv_hello *hellos; /* server 0: clients waiting for an id */
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
@@ -183,6 +185,14 @@ static int srv_same(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
     return 1;
 }
 
+/* An INIT repeated for an existing tensor must give the same local index. */
+static int srv_same_local(const struct rkv_tensor *t, const uint64_t *local)
+{
+    if (!t->pb.user_local || !local)
+        return !t->pb.user_local && !local;
+    return memcmp(t->pb.g2l, local, (size_t)t->meta.rows * sizeof(*local)) == 0;
+}
+
 /* The test-only fault of rkv_config.test_corrupt_row. */
 static void srv_corrupt(struct rkv_tensor *t, uint64_t local)
 {
@@ -255,7 +265,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     if (t) {
-        if (!srv_same(t, w, m->u.tensor.book))
+        if (!srv_same(t, w, m->u.tensor.book) || !srv_same_local(t, m->u.tensor.local))
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
                             "tensor '%s' exists with another description", w->name);
         *id_p = t->meta.id;
@@ -268,11 +278,17 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                             : s->local_id != 0;
     if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || s->tensors[id])
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
+    /* The shard segment and the snapshot keep the book but not a local
+     * index, so a restarted server could not rebuild the tensor. */
+    if (m->u.tensor.local && s->durable)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                        "tensor '%s': a user-given local index is not supported in durable mode",
+                        w->name);
     t = calloc(1, sizeof(*t));
     if (!t)
         return -RKV_ENOMEM;
-    int rc =
-        rkv_tensor_from_wire(w, m->u.tensor.book, s->cfg.n_machines, id, t, s->err, sizeof(s->err));
+    int rc = rkv_tensor_from_wire_local(w, m->u.tensor.book, m->u.tensor.local, s->cfg.n_machines,
+                                        id, t, s->err, sizeof(s->err));
     if (rc == 0)
         rc = srv_map(s, t, op != 2);
     if (rc < 0) {
@@ -336,7 +352,8 @@ static void srv_on_meta(struct rkv_server *s, struct rkv_peer *peer, const struc
     struct rkv_wire_tensor w;
     struct rkv_tensor_desc d = {.init = t->init, .init_seed = t->init_seed};
     rkv_tensor_to_wire(&t->meta, &d, &w);
-    size_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + (size_t)w.book_len * 4;
+    const uint64_t *local = t->pb.user_local ? t->pb.g2l : NULL;
+    size_t len = RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w.book_len, local != NULL);
     struct rkv_tx *tx;
     int rc = rkv_engine_tx_alloc(s->eng, len, &tx);
     if (rc < 0)
@@ -345,7 +362,38 @@ static void srv_on_meta(struct rkv_server *s, struct rkv_peer *peer, const struc
                         .req_id = m->h.req_id,
                         .tensor_id = t->meta.id,
                         .sender = s->server_id};
-    len = rkv_proto_enc_tensor(rkv_engine_tx_buf(tx), &h, &w, t->pb.book);
+    len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, &w, t->pb.book, local);
+    rkv_engine_reply(s->eng, peer, tx, len);
+}
+
+/* Server 0: every tensor whose INIT was committed, in id order. */
+static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    if (s->server_id != 0)
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, "LIST goes to server 0");
+    uint32_t n = 0;
+    for (uint32_t i = 1; i <= s->n_tensors; i++)
+        n += s->tensors[i] && s->tensors[i]->ready;
+    size_t len = RKV_PROTO_HDR_BYTES + (size_t)n * RKV_PROTO_LIST_ENTRY_BYTES;
+    struct rkv_tx *tx;
+    int rc = rkv_engine_tx_alloc(s->eng, len, &tx);
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, "LIST reply too large for max_slot_bytes");
+    struct rkv_hdr h = {
+        .type = RKV_MSG_LIST_REPLY, .req_id = m->h.req_id, .sender = s->server_id, .count = n};
+    void *buf = rkv_engine_tx_buf(tx);
+    len = rkv_proto_enc_list_reply(buf, &h);
+    uint32_t k = 0;
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        const struct rkv_tensor *t = s->tensors[i];
+        if (!t || !t->ready)
+            continue;
+        struct rkv_wire_tensor w;
+        struct rkv_tensor_desc d = {.init = t->init, .init_seed = t->init_seed};
+        rkv_tensor_to_wire(&t->meta, &d, &w);
+        rkv_proto_put_list_entry(buf, k++, &w, t->meta.id);
+    }
+    assert(k == n);
     rkv_engine_reply(s->eng, peer, tx, len);
 }
 
@@ -423,6 +471,40 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
 
+/* A pull naming a pull handler (op): each reply row is what the handler
+ * writes, out_len elements, computed under the row's lock. */
+static void srv_on_pull_with(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m,
+                             struct rkv_tensor *t)
+{
+    uint32_t out_len;
+    int rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, s->err);
+    size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
+    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)m->h.count * out_bytes;
+    if (len > m->u.pull.reply_to.cap)
+        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
+    struct rkv_tx *tx;
+    rc = rkv_engine_tx_alloc(s->eng, len, &tx);
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
+    uint8_t *buf = rkv_engine_tx_buf(tx);
+    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY,
+                        .req_id = m->h.req_id,
+                        .tensor_id = t->meta.id,
+                        .sender = s->server_id,
+                        .count = m->h.count,
+                        .op = m->h.op,
+                        .row_bytes = (uint32_t)out_bytes};
+    rkv_proto_enc_pull_reply(buf, &h);
+    uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
+    for (uint32_t i = 0; i < m->h.count; i++)
+        rkv_pull_row(&t->shard, t, &s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
+                     out + (size_t)i * out_bytes);
+    rkv_port_handler_work(s->port, m->h.count);
+    rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
+}
+
 static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     int rc;
@@ -432,6 +514,8 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
                                   sizeof(s->err));
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
+    if (m->h.op != RKV_PULL_ROWS)
+        return srv_on_pull_with(s, peer, m, t);
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)m->h.count * t->row_bytes;
     if (len > m->u.pull.reply_to.cap)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
@@ -541,6 +625,8 @@ static void srv_on_pull_zc(struct rkv_server *s, struct rkv_peer *peer, const st
     if (t)
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull_zc.ids, m->h.count, s->err,
                                   sizeof(s->err));
+    if (rc == 0 && m->h.op != RKV_PULL_ROWS) /* handlers reply by PULL (rkv_client_pull_with) */
+        rc = rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "PULL_ZC with pull handler %u", m->h.op);
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     rc = srv_pull_zc_direct(s, peer, t, m);
@@ -765,6 +851,8 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
         return srv_on_register_ack(s, m);
     case RKV_MSG_TABLE:
         return srv_on_table(s, peer, m);
+    case RKV_MSG_LIST:
+        return srv_on_list(s, peer, m);
     case RKV_MSG_ERROR:
         /* The engine could not deliver one of our replies (e.g. the client
          * refused a rendezvous slot): fail that request with a small one. */
@@ -1244,6 +1332,12 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
     return rkv_handler_register(&s->ht, op, fn, user);
+}
+
+int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user)
+{
+    return rkv_pull_register(&s->pt, id, fn, out_mult, out_add, user);
 }
 
 int rkv_server_run(struct rkv_server *s)

@@ -19,6 +19,7 @@
  * few enough that the header stays one small page run. */
 #define RKV_SHARD_LOCKS 4096u
 #define RKV_MAX_TENSORS 1024u
+_Static_assert(RKV_MAX_TENSORS == RKV_PROTO_MAX_TENSORS, "a LIST_REPLY holds every tensor");
 #define RKV_CLIENT_NODE_BASE 0x10000u
 /* rkv_config.zero_copy_bytes by default (measured: see README, Benchmarks). */
 #define RKV_ZERO_COPY_DEFAULT_BYTES (64u << 10)
@@ -187,6 +188,14 @@ void rkv_tensor_to_wire(const struct rkv_tensor_meta *m, const struct rkv_tensor
                         struct rkv_wire_tensor *w);
 int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, uint32_t machines,
                          uint32_t id, struct rkv_tensor *t, char *err, size_t err_len);
+/* The same with a user-given local index (NULL: derived), checked as
+ * rkv_pbook_init_local does. */
+int rkv_tensor_from_wire_local(const struct rkv_wire_tensor *w, const uint32_t *book,
+                               const uint64_t *local, uint32_t machines, uint32_t id,
+                               struct rkv_tensor *t, char *err, size_t err_len);
+/* The public description of a wire one the decoder checked (rkv_client_list). */
+void rkv_tensor_meta_from_wire(const struct rkv_wire_tensor *w, uint32_t id,
+                               struct rkv_tensor_meta *m);
 void rkv_tensor_free(struct rkv_tensor *t);
 
 /* The configuration both roles derive from struct rkv_config. */

@@ -23,6 +23,27 @@ void rkv_tensor_to_wire(const struct rkv_tensor_meta *m, const struct rkv_tensor
 int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, uint32_t machines,
                          uint32_t id, struct rkv_tensor *t, char *err, size_t err_len)
 {
+    return rkv_tensor_from_wire_local(w, book, NULL, machines, id, t, err, err_len);
+}
+
+void rkv_tensor_meta_from_wire(const struct rkv_wire_tensor *w, uint32_t id,
+                               struct rkv_tensor_meta *m)
+{
+    memset(m, 0, sizeof(*m));
+    memcpy(m->name, w->name, sizeof(m->name));
+    m->name[RKV_NAME_MAX] = 0;
+    m->id = id;
+    m->dtype = (enum rkv_dtype)w->dtype;
+    m->rows = w->rows;
+    m->row_len = w->row_len;
+    m->policy = (enum rkv_policy)w->policy;
+    m->with_state = (int)w->with_state;
+}
+
+int rkv_tensor_from_wire_local(const struct rkv_wire_tensor *w, const uint32_t *book,
+                               const uint64_t *local, uint32_t machines, uint32_t id,
+                               struct rkv_tensor *t, char *err, size_t err_len)
+{
     memset(t, 0, sizeof(*t));
     size_t esz = rkv_dtype_size((enum rkv_dtype)w->dtype);
     uint64_t row_bytes;
@@ -39,7 +60,8 @@ int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, 
     t->row_bytes = (size_t)row_bytes;
     t->init = (enum rkv_init)w->init;
     t->init_seed = w->init_seed;
-    return rkv_pbook_init(&t->pb, t->meta.policy, w->rows, machines, book, err, err_len);
+    return rkv_pbook_init_local(&t->pb, t->meta.policy, w->rows, machines, book, local, err,
+                                err_len);
 }
 
 void rkv_tensor_free(struct rkv_tensor *t)

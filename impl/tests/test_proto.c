@@ -204,6 +204,16 @@ static size_t enc_sample(uint8_t *buf, int type)
         return rkv_proto_enc_slot(buf, &h, &d);
     case RKV_MSG_ERROR:
         return rkv_proto_enc_error(buf, &h, "no such tensor");
+    case RKV_MSG_LIST_REPLY: {
+        struct rkv_wire_tensor t0 = sample_tensor(RKV_PART_RANGE);
+        struct rkv_wire_tensor t1 = sample_tensor(RKV_PART_EXPLICIT);
+        strcpy(t1.name, "feat");
+        h.count = 2;
+        size_t n = rkv_proto_enc_list_reply(buf, &h);
+        rkv_proto_put_list_entry(buf, 0, &t0, 1);
+        rkv_proto_put_list_entry(buf, 1, &t1, 3);
+        return n;
+    }
     case RKV_MSG_REGISTER:
     case RKV_MSG_TABLE_ENTRY: {
         struct rkv_wire_addr a = {.cluster = 77, .server_id = 3, .port = 29503};
@@ -860,10 +870,107 @@ static void test_mutations(void **state)
     free(b);
 }
 
+/* ---- LIST_REPLY and the local index of an explicit book ---- */
+
+static void test_list_reply(void **state)
+{
+    (void)state;
+    uint8_t *b = buf_new();
+    struct rkv_msg m;
+    size_t n = enc_sample(b, RKV_MSG_LIST_REPLY);
+    assert_int_equal(n, 64 + 2 * RKV_PROTO_LIST_ENTRY_BYTES);
+    expect_ok(b, n, &m);
+    assert_int_equal(m.h.count, 2);
+    struct rkv_wire_tensor t;
+    uint32_t id;
+    rkv_proto_list_entry(&m, 1, &t, &id);
+    assert_string_equal(t.name, "feat");
+    assert_int_equal(id, 3);
+    assert_int_equal(t.policy, RKV_PART_EXPLICIT);
+    assert_int_equal(t.book_len, 5);
+    rkv_proto_list_entry(&m, 0, &t, &id);
+    assert_string_equal(t.name, "emb");
+    assert_int_equal(id, 1);
+    /* An empty list is a valid answer. */
+    struct rkv_hdr h = hdr_of(RKV_MSG_LIST_REPLY);
+    expect_ok(b, rkv_proto_enc_list_reply(b, &h), &m);
+    assert_int_equal(m.h.count, 0);
+    /* Every entry is checked, not only the first. */
+    n = enc_sample(b, RKV_MSG_LIST_REPLY);
+    size_t e1 = 64 + RKV_PROTO_LIST_ENTRY_BYTES;
+    w32(b, e1 + 104, 0);
+    expect_reject(b, n, "entry 1: tensor id 0");
+    w32(b, e1 + 104, RKV_PROTO_MAX_TENSORS + 1);
+    expect_reject(b, n, "entry 1: tensor id 1025");
+    w32(b, e1 + 104, 3);
+    w32(b, e1 + 108, 1);
+    expect_reject(b, n, "entry 1: reserved");
+    w32(b, e1 + 108, 0);
+    w32(b, e1 + 64, 9); /* dtype */
+    expect_reject(b, n, "entry 1: dtype 9");
+    n = enc_sample(b, RKV_MSG_LIST_REPLY);
+    w32(b, e1 + 100, 4); /* book_len of an explicit tensor of 5 rows */
+    expect_reject(b, n, "book_len 4");
+    n = enc_sample(b, RKV_MSG_LIST_REPLY);
+    memset(b + e1, 'x', 64);
+    expect_reject(b, n, "not NUL-terminated");
+    /* count and payload_len must agree; count is bounded. */
+    n = enc_sample(b, RKV_MSG_LIST_REPLY);
+    w32(b, O_COUNT, 3);
+    expect_reject(b, n, "count 3 needs");
+    w32(b, O_COUNT, RKV_PROTO_MAX_TENSORS + 1);
+    expect_reject(b, n, "exceeds");
+    free(b);
+}
+
+static void test_tensor_local_index(void **state)
+{
+    (void)state;
+    uint8_t *b = buf_new();
+    struct rkv_msg m;
+    static const uint64_t local[5] = {1, 0, 0, 1, 1};
+    struct rkv_wire_tensor t = sample_tensor(RKV_PART_EXPLICIT);
+    struct rkv_hdr h = hdr_of(RKV_MSG_INIT);
+    size_t n = rkv_proto_enc_tensor_local(b, &h, &t, sample_book, local);
+    /* 5 book entries padded to 24 bytes, then 5 x 8. */
+    assert_int_equal(n, 64 + 104 + 24 + 40);
+    assert_int_equal(h.count, 1);
+    expect_ok(b, n, &m);
+    assert_non_null(m.u.tensor.local);
+    assert_int_equal(((uintptr_t)m.u.tensor.local) % 8, 0);
+    assert_memory_equal(m.u.tensor.local, local, sizeof(local));
+    assert_memory_equal(m.u.tensor.book, sample_book, sizeof(sample_book));
+    assert_int_equal(rkv_proto_tensor_body_bytes(5, 1), 104 + 24 + 40);
+    assert_int_equal(rkv_proto_tensor_body_bytes(5, 0), 104 + 20);
+    /* Without one: no pointer, count 0. */
+    h = hdr_of(RKV_MSG_INIT);
+    n = rkv_proto_enc_tensor(b, &h, &t, sample_book);
+    expect_ok(b, n, &m);
+    assert_null(m.u.tensor.local);
+    w32(b, O_COUNT, 2);
+    expect_reject(b, n, "count 2 must be 0 or 1");
+    w32(b, O_COUNT, 1); /* says a local index follows, but the body has none */
+    expect_reject(b, n, "and a local index needs");
+    /* Every entry must be below rows. */
+    h = hdr_of(RKV_MSG_META_REPLY);
+    n = rkv_proto_enc_tensor_local(b, &h, &t, sample_book, local);
+    w64(b, 64 + 104 + 24 + 3 * 8, 5);
+    expect_reject(b, n, "local index 5 of row 3 not below rows 5");
+    /* Only an explicit book has one. */
+    t = sample_tensor(RKV_PART_RANGE);
+    h = hdr_of(RKV_MSG_INIT);
+    n = rkv_proto_enc_tensor(b, &h, &t, NULL);
+    w32(b, O_COUNT, 1);
+    expect_reject(b, n, "needs");
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_hello),
+        cmocka_unit_test(test_list_reply),
+        cmocka_unit_test(test_tensor_local_index),
         cmocka_unit_test(test_roundtrip_tensor),
         cmocka_unit_test(test_roundtrip_meta),
         cmocka_unit_test(test_roundtrip_push),

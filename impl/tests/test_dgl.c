@@ -1,0 +1,325 @@
+/* The parts of DGL's KVStore beyond push and pull, over real loopback TCP
+ * with a co-located client: the tensor list (get_data_name_list), a
+ * user-given global-to-local map (set_global2local) and pull handlers
+ * (_udf_pull_handler), on the remote path and the shared-memory one. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rkv.h"
+#include "store/pbook.h"
+#include "store/store_int.h"
+
+#define TWO_MACHINES_PORT_LO 30000 /* this binary's range */
+#define TWO_MACHINES_PORT_SPAN 998
+#define TWO_MACHINES_TAG "rkvd"
+#include "two_machines.h"
+
+static struct rkv_client *start(struct cluster *c)
+{
+    cluster_config(c, 5000);
+    cluster_start_server(c, 0);
+    cluster_start_server(c, 1);
+    return client_join(c);
+}
+
+static void stop(struct cluster *c, struct rkv_client *cli)
+{
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(c);
+}
+
+#define OK(cli, call)                                                                              \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ < 0)                                                                               \
+            fail_msg("%s: %s: %s", #call, rkv_strerror(rc_), rkv_client_errmsg(cli));              \
+    } while (0)
+
+/* ---- rkv_client_list ---- */
+
+static void test_list(void **state)
+{
+    (void)state;
+    struct cluster c;
+    struct rkv_client *cli = start(&c);
+    size_t n = 99;
+    OK(cli, rkv_client_list(cli, NULL, 0, &n));
+    assert_int_equal(n, 0);
+    static const uint32_t book[6] = {1, 0, 1, 0, 1, 1};
+    struct rkv_tensor_desc d[3] = {
+        {.name = "emb", .dtype = RKV_F32, .rows = 100, .row_len = 8, .policy = RKV_PART_RANGE},
+        {.name = "opt",
+         .dtype = RKV_F64,
+         .rows = 7,
+         .row_len = 2,
+         .policy = RKV_PART_HASH,
+         .with_state = 1},
+        {.name = "lab",
+         .dtype = RKV_I64,
+         .rows = 6,
+         .row_len = 1,
+         .policy = RKV_PART_EXPLICIT,
+         .book = book},
+    };
+    for (int i = 0; i < 3; i++)
+        OK(cli, rkv_client_init_data(cli, &d[i]));
+    /* A smaller array gets the first entries and the total. */
+    struct rkv_tensor_meta m[4];
+    memset(m, 0x5a, sizeof(m));
+    OK(cli, rkv_client_list(cli, m, 2, &n));
+    assert_int_equal(n, 3);
+    assert_string_equal(m[0].name, "emb");
+    assert_string_equal(m[1].name, "opt");
+    assert_int_equal(m[2].id, 0x5a5a5a5a); /* untouched beyond cap */
+    OK(cli, rkv_client_list(cli, m, 4, &n));
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(m[i].name, d[i].name);
+        assert_int_equal(m[i].id, i + 1);
+        assert_int_equal(m[i].dtype, d[i].dtype);
+        assert_int_equal(m[i].rows, d[i].rows);
+        assert_int_equal(m[i].row_len, d[i].row_len);
+        assert_int_equal(m[i].policy, d[i].policy);
+        assert_int_equal(m[i].with_state, d[i].with_state);
+    }
+    /* What the list says is what meta says. */
+    struct rkv_tensor_meta one;
+    OK(cli, rkv_client_meta(cli, "lab", &one));
+    assert_memory_equal(&one, &m[2], sizeof(one));
+    assert_int_equal(rkv_client_list(cli, NULL, 1, &n), -RKV_EINVAL);
+    stop(&c, cli);
+}
+
+/* ---- a user-given global-to-local map ---- */
+
+/* Reads local row l (row_bytes) of tensor id on machine m from its segment. */
+static void shard_row(const struct cluster *c, uint32_t m, uint32_t id, uint64_t l,
+                      size_t row_bytes, void *out)
+{
+    char name[128], path[160];
+    rkv_shard_name(name, sizeof(name), c->cfg.shm_prefix, m, id);
+    snprintf(path, sizeof(path), "/dev/shm%s", name);
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    off_t off = (off_t)(sizeof(struct rkv_shard_hdr) + l * row_bytes);
+    assert_int_equal(pread(fd, out, row_bytes, off), (ssize_t)row_bytes);
+    close(fd);
+}
+
+static void test_local_index(void **state)
+{
+    (void)state;
+    struct cluster c;
+    struct rkv_client *cli = start(&c);
+    /* Machine 0 holds rows 0, 2, 4, 6; machine 1 rows 1, 3, 5, 7, 8. */
+    static const uint32_t book[9] = {0, 1, 0, 1, 0, 1, 0, 1, 1};
+    static const uint64_t local[9] = {3, 4, 0, 1, 2, 0, 1, 3, 2};
+    struct rkv_tensor_desc d = {.name = "relabelled",
+                                .dtype = RKV_F32,
+                                .rows = 9,
+                                .row_len = 2,
+                                .policy = RKV_PART_EXPLICIT,
+                                .book = book,
+                                .local_index = local};
+    OK(cli, rkv_client_init_data(cli, &d));
+    OK(cli, rkv_client_init_data(cli, &d)); /* idempotent */
+    uint64_t ids[9];
+    float rows[18], got[18];
+    for (int i = 0; i < 9; i++) {
+        ids[i] = (uint64_t)(8 - i);
+        rows[2 * i] = (float)(100 + ids[i]);
+        rows[2 * i + 1] = (float)(-1.0 * (double)ids[i]);
+    }
+    OK(cli, rkv_client_push(cli, "relabelled", ids, 9, rows, RKV_OP_ASSIGN, 0));
+    OK(cli, rkv_client_pull(cli, "relabelled", ids, 9, got));
+    assert_memory_equal(got, rows, sizeof(rows));
+    /* The shards are laid out by the given map, on both machines (machine
+     * 0's rows were written by the co-located client, machine 1's by its
+     * server). */
+    struct rkv_tensor_meta meta;
+    OK(cli, rkv_client_meta(cli, "relabelled", &meta));
+    for (uint64_t g = 0; g < 9; g++) {
+        float r[2];
+        shard_row(&c, book[g], meta.id, local[g], sizeof(r), r);
+        assert_float_equal(r[0], 100.0f + (float)g, 0);
+        assert_float_equal(r[1], -(float)g, 0);
+    }
+    /* The same book with another map is another tensor. */
+    static const uint64_t other[9] = {0, 0, 1, 1, 2, 2, 3, 3, 4};
+    d.local_index = other;
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EEXIST);
+    d.local_index = NULL;
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EEXIST);
+    /* Not a permutation on a machine: refused, the first bad row named. */
+    static const uint64_t dup[9] = {0, 0, 1, 1, 2, 2, 1, 3, 4};
+    snprintf(d.name, sizeof(d.name), "bad");
+    d.local_index = dup;
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "row 6 has index 1 on machine 0, as row 2"));
+    static const uint64_t big[9] = {0, 0, 1, 1, 2, 2, 3, 3, 5};
+    d.local_index = big;
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "row 8 has index 5 but machine 1 holds 5"));
+    d.policy = RKV_PART_RANGE;
+    d.local_index = other;
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "needs the EXPLICIT policy"));
+    size_t n;
+    OK(cli, rkv_client_list(cli, NULL, 0, &n));
+    assert_int_equal(n, 1); /* nothing of the refused ones was created */
+    stop(&c, cli);
+}
+
+/* What every server checks too (the same function the client runs). */
+static void test_local_index_pbook(void **state)
+{
+    (void)state;
+    static const uint32_t book[5] = {1, 1, 0, 1, 0};
+    static const uint64_t good[5] = {2, 0, 1, 1, 0}, hole[5] = {0, 1, 0, 3, 1};
+    char err[256];
+    struct rkv_pbook pb;
+    assert_int_equal(
+        rkv_pbook_init_local(&pb, RKV_PART_EXPLICIT, 5, 2, book, good, err, sizeof(err)), 0);
+    assert_int_equal(pb.user_local, 1);
+    assert_int_equal(rkv_pbook_local_rows(&pb, 0), 2);
+    assert_int_equal(rkv_pbook_local_rows(&pb, 1), 3);
+    for (uint64_t g = 0; g < 5; g++) {
+        assert_int_equal(rkv_pbook_machine(&pb, g), book[g]);
+        assert_int_equal(rkv_pbook_g2l(&pb, g), good[g]);
+    }
+    rkv_pbook_free(&pb);
+    memset(&pb, 0x5a, sizeof(pb));
+    assert_int_equal(
+        rkv_pbook_init_local(&pb, RKV_PART_EXPLICIT, 5, 2, book, hole, err, sizeof(err)),
+        -RKV_EINVAL);
+    assert_non_null(strstr(err, "row 3 has index 3 but machine 1 holds 3 rows"));
+    assert_int_equal(pb.user_local, 0x5a5a5a5a); /* untouched on failure */
+    assert_int_equal(
+        rkv_pbook_init_local(&pb, RKV_PART_EXPLICIT, 5, 2, book, NULL, err, sizeof(err)), 0);
+    assert_int_equal(pb.user_local, 0);
+    assert_int_equal(rkv_pbook_g2l(&pb, 3), 2); /* derived: the third row of machine 1 */
+    rkv_pbook_free(&pb);
+}
+
+/* ---- pull handlers ---- */
+
+/* Reply: the row's sum plus param in each of its out_len elements (f32).
+ * Runs on server threads too: no cmocka assertions here. */
+static void p_sum(enum rkv_dtype dt, const void *row, const void *st, size_t row_len, void *out,
+                  size_t out_len, double param, void *user)
+{
+    (void)st, (void)dt;
+    int *calls = user;
+    if (calls)
+        (*calls)++;
+    const float *r = row;
+    float s = (float)param;
+    for (size_t j = 0; j < row_len; j++)
+        s += r[j];
+    for (size_t k = 0; k < out_len; k++)
+        ((float *)out)[k] = s;
+}
+
+static void test_pull_handlers(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    int srv_calls = 0, cli_calls = 0;
+    assert_int_equal(
+        rkv_server_register_pull_handler(c.srv[0][0], RKV_PULL_CUSTOM, p_sum, 0, 1, &srv_calls), 0);
+    assert_int_equal(
+        rkv_server_register_pull_handler(c.srv[1][0], RKV_PULL_CUSTOM, p_sum, 0, 1, &srv_calls), 0);
+    /* Machine 1's server replies 3 elements per row for this one. */
+    assert_int_equal(
+        rkv_server_register_pull_handler(c.srv[1][0], RKV_PULL_CUSTOM + 2, p_sum, 0, 3, NULL), 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(
+        rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM, p_sum, 0, 1, &cli_calls), 0);
+    assert_int_equal(rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM + 1, p_sum, 0, 1, NULL),
+                     0);
+    assert_int_equal(rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM + 2, p_sum, 0, 1, NULL),
+                     0);
+    assert_int_equal(rkv_client_register_pull_handler(cli, RKV_PULL_WITH_STATE, p_sum, 1, 0, NULL),
+                     -RKV_EINVAL); /* built-in ids are not for registration */
+    assert_int_equal(rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM, p_sum, 0, 0, NULL),
+                     -RKV_EINVAL);
+    struct rkv_tensor_desc d = {.name = "opt",
+                                .dtype = RKV_F32,
+                                .rows = 100,
+                                .row_len = 4,
+                                .policy = RKV_PART_RANGE,
+                                .with_state = 1};
+    OK(cli, rkv_client_init_data(cli, &d));
+    struct rkv_tensor_desc plain = {
+        .name = "plain", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+    OK(cli, rkv_client_init_data(cli, &plain));
+    uint64_t ids[3] = {90, 10, 90}; /* machine 1 (remote), machine 0 (local), again */
+    float g[12] = {2, 2, 2, 2, 1, 2, 3, 4, 2, 2, 2, 2};
+    OK(cli, rkv_client_push(cli, "opt", ids, 2, g, RKV_OP_ADAGRAD, 0.5));
+    /* The built-in: row then state, row_len each, on both paths. */
+    uint32_t len;
+    OK(cli, rkv_client_pull_len(cli, "opt", RKV_PULL_WITH_STATE, &len));
+    assert_int_equal(len, 8);
+    float ws[3 * 8], rows[3 * 4];
+    OK(cli, rkv_client_pull_with(cli, "opt", ids, 3, ws, RKV_PULL_WITH_STATE, 0));
+    OK(cli, rkv_client_pull(cli, "opt", ids, 3, rows));
+    for (int i = 0; i < 3; i++) {
+        assert_memory_equal(ws + 8 * i, rows + 4 * i, 4 * sizeof(float));
+        for (int j = 0; j < 4; j++) { /* adagrad's state: the squared gradient */
+            float gj = g[4 * (i % 2) + j];
+            assert_float_equal(ws[8 * i + 4 + j], gj * gj, 1e-6);
+        }
+    }
+    /* A custom one: one element per row, computed on the server for remote
+     * rows and in the client for local ones. */
+    float sums[3];
+    OK(cli, rkv_client_pull_with(cli, "opt", ids, 3, sums, RKV_PULL_CUSTOM, 10.0));
+    for (int i = 0; i < 3; i++)
+        assert_float_equal(
+            sums[i], 10 + rows[4 * i] + rows[4 * i + 1] + rows[4 * i + 2] + rows[4 * i + 3], 1e-5);
+    assert_int_equal(srv_calls, 2); /* row 90 twice on machine 1 */
+    assert_int_equal(cli_calls, 1);
+    /* Refused before anything is sent. */
+    assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 3, sums, RKV_PULL_CUSTOM + 3, 0),
+                     -RKV_ENOHANDLER);
+    assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 3, sums, -1, 0), -RKV_ENOHANDLER);
+    assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 3, sums, RKV_OP_MAX, 0),
+                     -RKV_ENOHANDLER);
+    assert_int_equal(rkv_client_pull_with(cli, "plain", ids, 3, ws, RKV_PULL_WITH_STATE, 0),
+                     -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "has no optimizer state"));
+    assert_int_equal(srv_calls, 2);
+    /* A server without the handler, or with another reply shape. */
+    assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 1, sums, RKV_PULL_CUSTOM + 1, 0),
+                     -RKV_ENOHANDLER);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "pull handler 17 is not registered"));
+    assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 1, sums, RKV_PULL_CUSTOM + 2, 0),
+                     -RKV_EPROTO);
+    /* The plain pull still works after all that. */
+    OK(cli, rkv_client_pull(cli, "opt", ids, 3, rows));
+    stop(&c, cli);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_local_index),
+        cmocka_unit_test(test_local_index_pbook),
+        cmocka_unit_test(test_pull_handlers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
