@@ -136,6 +136,7 @@ int cli_cmd_node(int argc, char **argv);
 int cli_cmd_demo(int argc, char **argv, const char *self);
 int cli_cmd_run(int argc, char **argv, const char *self);
 int cli_cmd_doctor(int argc, char **argv);
+int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv, const char *self);
 
 /* A server's or worker's port and NIC (impl/cli/node.c): the fault NIC

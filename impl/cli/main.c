@@ -16,6 +16,7 @@ static void usage(FILE *out)
             "  server   run one server of a cluster\n"
             "  worker   run one worker: the checked workload, then (worker 0) shutdown\n"
             "  node     server or worker, as --role / RKV_ROLE / DMLC_ROLE / DGL_ROLE says\n"
+            "  ls       the tensors of a running store (name, dtype, shape, policy)\n"
             "  config   --dump: every setting, its env var, default and source\n"
             "  doctor   can a verbs run work on this host? each problem with its fix\n"
             "  calibrate  measure this host's backend for the twin (rkv run --predict)\n"
@@ -49,6 +50,8 @@ int main(int argc, char **argv)
         return cli_cmd_demo(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "bench") == 0)
         return cli_cmd_bench(argc - 2, argv + 2, argv[0]);
+    if (strcmp(argv[1], "ls") == 0)
+        return cli_cmd_ls(argc - 2, argv + 2);
     if (strcmp(argv[1], "doctor") == 0)
         return cli_cmd_doctor(argc - 2, argv + 2);
     if (strcmp(argv[1], "calibrate") == 0)

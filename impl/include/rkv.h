@@ -226,6 +226,15 @@ struct rkv_client;
  * the servers it talks to. */
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len);
+/* A client that reads the store's catalogue only (`rkv ls`, a process
+ * joining a running job): it connects to server 0 without taking a worker
+ * slot, so it neither waits for the n_workers clients nor counts as one.
+ * rkv_client_list and rkv_client_meta work; every other request returns
+ * -RKV_EINVAL. Its rkv_client_id is RKV_CLIENT_OBSERVER. Destroy it with
+ * rkv_client_destroy. */
+#define RKV_CLIENT_OBSERVER 0xffffffffu
+int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                               size_t err_len);
 uint32_t rkv_client_id(const struct rkv_client *cli);
 int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn, void *user);
 /* The client's side of rkv_server_register_pull_handler (same arguments and

@@ -13,6 +13,8 @@
 #include "store/server_int.h"
 #include "util/util.h"
 
+_Static_assert(RKV_CLIENT_OBSERVER == RKV_ID_NONE, "an observer's id is the unassigned one");
+
 /* One message waiting for its reply. */
 struct cli_req {
     struct cli_req *next;
@@ -111,6 +113,9 @@ struct rkv_client {
     /* The local index of the rkv_client_init_data in progress (or NULL);
      * the application thread's. */
     const uint64_t *init_local;
+    /* rkv_client_create_observer: holds no worker slot, reads the catalogue
+     * only (LIST, META to server 0). */
+    int observer;
     char err[256];
 };
 
@@ -393,6 +398,9 @@ static int cli_alive(struct rkv_client *c, struct cli_server *srv, const char *w
  * few of a thousand servers holds a few connections, not a thousand. */
 static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 {
+    if (c->observer && !srv->peer) /* it joins no server: only server 0's catalogue */
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "an observer client talks to server 0 only (list, meta)");
     return srv->peer ? 0 : cli_hello(c, srv, c->id, c->cfg.timeout_ms);
 }
 
@@ -401,6 +409,9 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t id,
                      uint64_t len, const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
 {
+    if (c->observer && expect != RKV_MSG_LIST_REPLY && expect != RKV_MSG_META_REPLY)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "%s: an observer client only lists tensors and reads their metas", what);
     int rc = cli_alive(c, srv, what);
     if (rc == 0)
         rc = cli_ensure(c, srv);
@@ -581,7 +592,8 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
         *t_p = c->tensors[id];
         return 0;
     }
-    if (rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0 && (rc = cli_map_local(c, t)) < 0) {
+    if (!c->observer && rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0 &&
+        (rc = cli_map_local(c, t)) < 0) {
         rkv_tensor_free(t);
         free(t);
         return rc;
@@ -1624,6 +1636,9 @@ static int cli_join(struct rkv_client *c)
             snprintf(c->servers[k].host, sizeof(c->servers[k].host), "%s", mc->host);
         }
     }
+    /* An observer takes no worker slot: it only connects to server 0. */
+    if (c->observer)
+        return cli_connect(c, &c->servers[0]);
     /* Server 0 answers once every worker said hello: wait for the slowest. */
     uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
     int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
@@ -1632,8 +1647,8 @@ static int cli_join(struct rkv_client *c)
     return rc;
 }
 
-int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
-                         struct rkv_client **cli_p, char *err, size_t err_len)
+static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                      int observer, struct rkv_client **cli_p, char *err, size_t err_len)
 {
     int rc = rkv_cfg_check(cfg, err, err_len);
     if (rc < 0)
@@ -1644,6 +1659,8 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     c->cfg = *cfg;
     c->port = port;
     c->nic = nic;
+    c->observer = observer;
+    c->id = observer ? RKV_ID_NONE : 0;
     c->n_servers = rkv_cfg_n_servers(cfg);
     c->machines = calloc(cfg->n_machines, sizeof(*c->machines));
     c->servers = calloc(c->n_servers, sizeof(*c->servers));
@@ -1671,8 +1688,9 @@ int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         rkv_errf(err, err_len, rc, "%s", c->err);
         goto destroy_engine;
     }
-    RKV_LOGI(port, "client %u joined (server 0; the other %u on first use)", c->id,
-             c->n_servers - 1);
+    if (!observer)
+        RKV_LOGI(port, "client %u joined (server 0; the other %u on first use)", c->id,
+                 c->n_servers - 1);
     *cli_p = c;
     return 0;
 destroy_engine:
@@ -1691,6 +1709,36 @@ free_client:
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
     return rc;
+}
+
+int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         struct rkv_client **cli_p, char *err, size_t err_len)
+{
+    return cli_create(port, nic, cfg, 0, cli_p, err, err_len);
+}
+
+int rkv_client_create_observer_on(struct rkv_port *port, struct rkv_nic *nic,
+                                  const struct rkv_config *cfg, struct rkv_client **cli_p,
+                                  char *err, size_t err_len)
+{
+    return cli_create(port, nic, cfg, 1, cli_p, err, err_len);
+}
+
+int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                               size_t err_len)
+{
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    int rc = rkv_node_open(cfg, "obs", cfg->seed ^ (uint64_t)(uintptr_t)&port, &port, &nic, err,
+                           err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = cli_create(port, nic, cfg, 1, cli_p, err, err_len)) < 0) {
+        rkv_node_close(port, nic);
+        return rc;
+    }
+    (*cli_p)->own_port_nic = 1;
+    return 0;
 }
 
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,

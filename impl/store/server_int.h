@@ -8,6 +8,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
                          uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len);
 int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                          struct rkv_client **cli_p, char *err, size_t err_len);
+int rkv_client_create_observer_on(struct rkv_port *port, struct rkv_nic *nic,
+                                  const struct rkv_config *cfg, struct rkv_client **cli_p,
+                                  char *err, size_t err_len);
 
 /* What the zero-copy paths did, for tests. */
 struct rkv_client_zc_stats {

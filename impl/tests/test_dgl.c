@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "harness/tests/rkv_run.h"
 #include "rkv.h"
 #include "store/pbook.h"
 #include "store/store_int.h"
@@ -97,6 +98,68 @@ static void test_list(void **state)
     OK(cli, rkv_client_meta(cli, "lab", &one));
     assert_memory_equal(&one, &m[2], sizeof(one));
     assert_int_equal(rkv_client_list(cli, NULL, 1, &n), -RKV_EINVAL);
+    stop(&c, cli);
+}
+
+/* `rkv ls --cluster FILE` lists a running store's tensors without taking
+ * a worker slot: this cluster's one worker stays joined meanwhile. */
+static void test_ls_command(void **state)
+{
+    (void)state;
+    struct cluster c;
+    struct rkv_client *cli = start(&c);
+    struct rkv_tensor_desc d = {.name = "node_feat",
+                                .dtype = RKV_F32,
+                                .rows = 2708,
+                                .row_len = 1433,
+                                .policy = RKV_PART_HASH,
+                                .with_state = 1};
+    OK(cli, rkv_client_init_data(cli, &d));
+    char path[64], args[512];
+    snprintf(path, sizeof(path), "/tmp/rkv-dgl-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 %u 1\n127.0.0.1 %u 1\n", c.machines[0].base_port,
+            c.machines[1].base_port);
+    fclose(f);
+    snprintf(args, sizeof(args), "ls --cluster %s --shm-prefix %s --timeout-ms 5000", path,
+             c.cfg.shm_prefix);
+    int rc = run_rkv("", args);
+    if (rc != 0 ||
+        !strstr(out, "1    node_feat                f32           2708     1433 hash     yes") ||
+        !strstr(out, "1 tensor\n"))
+        fail_msg("rkv %s: exit %d, output:\n%s", args, rc, out);
+    /* The worker still works, and an observer of this process too. */
+    float row[1433];
+    uint64_t id = 7;
+    OK(cli, rkv_client_pull(cli, "node_feat", &id, 1, row));
+    struct rkv_client *obs;
+    char err[256];
+    assert_int_equal(rkv_client_create_observer(&c.cfg, &obs, err, sizeof(err)), 0);
+    assert_int_equal(rkv_client_id(obs), RKV_CLIENT_OBSERVER);
+    struct rkv_tensor_meta m;
+    size_t n;
+    OK(obs, rkv_client_list(obs, &m, 1, &n));
+    assert_int_equal(n, 1);
+    assert_string_equal(m.name, "node_feat");
+    OK(obs, rkv_client_meta(obs, "node_feat", &m));
+    assert_int_equal(m.row_len, 1433);
+    /* It reads the catalogue only. */
+    assert_int_equal(rkv_client_pull(obs, "node_feat", &id, 1, row), -RKV_EINVAL);
+    assert_int_equal(rkv_client_push(obs, "node_feat", &id, 1, row, RKV_OP_ASSIGN, 0), -RKV_EINVAL);
+    assert_int_equal(rkv_client_barrier(obs), -RKV_EINVAL);
+    assert_int_equal(rkv_client_init_data(obs, &d), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(obs), "observer"));
+    rkv_client_destroy(obs);
+    /* No store there: a named error, exit 3. */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 1 1\n");
+    fclose(f);
+    snprintf(args, sizeof(args), "ls --cluster %s --connect-retry-ms 100 --timeout-ms 300", path);
+    assert_int_equal(run_rkv("", args), 3);
+    assert_non_null(strstr(out, "rkv ls: cannot connect to server 0"));
+    unlink(path);
     stop(&c, cli);
 }
 
@@ -316,9 +379,8 @@ static void test_pull_handlers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_list),
-        cmocka_unit_test(test_local_index),
-        cmocka_unit_test(test_local_index_pbook),
+        cmocka_unit_test(test_list),          cmocka_unit_test(test_ls_command),
+        cmocka_unit_test(test_local_index),   cmocka_unit_test(test_local_index_pbook),
         cmocka_unit_test(test_pull_handlers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
