@@ -11,6 +11,8 @@
 
 #include "harness/scenario.h"
 #include "nic/nic_fault.h"
+#include "port/port.h"
+#include "store/pbook.h"
 
 struct sc_ctx {
     const char *path;
@@ -214,14 +216,34 @@ static int sc_cluster_field(struct sc_ctx *c, void *obj, int f, struct fy_node *
 /* ---- tensors ---- */
 
 static const char *const sc_tensor_fields[] = {
-    "name", "dtype", "rows", "shape", "partition", "book", "init", "init_seed", "optimizer_state"};
-enum { TF_NAME, TF_DTYPE, TF_ROWS, TF_SHAPE, TF_PARTITION, TF_BOOK, TF_INIT, TF_SEED, TF_STATE };
+    "name",      "dtype",           "rows",        "shape",      "partition", "book", "init",
+    "init_seed", "optimizer_state", "local_order", "local_seed", "local_file"};
+enum {
+    TF_NAME,
+    TF_DTYPE,
+    TF_ROWS,
+    TF_SHAPE,
+    TF_PARTITION,
+    TF_BOOK,
+    TF_INIT,
+    TF_SEED,
+    TF_STATE,
+    TF_LOCAL_ORDER,
+    TF_LOCAL_SEED,
+    TF_LOCAL_FILE,
+    TF_COUNT_
+};
 
 struct sc_tensor_build {
     struct rkv_sc_tensor *t;
     struct fy_node *book; /* expanded after rows is known */
     struct fy_node *book_key;
+    struct fy_node *local_key; /* local_order, for errors */
+    int has_local_file;
 };
+
+static int sc_path(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
+                   const char *base, char *out, size_t out_len);
 
 static int sc_shape(struct sc_ctx *c, struct fy_node *k, struct fy_node *v, struct rkv_sc_tensor *t)
 {
@@ -254,8 +276,20 @@ static int sc_tensor_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
     static const char *const dtypes[] = {"f32", "f64", "i32", "i64"};
     static const char *const parts[] = {"range", "hash", "explicit"};
     static const char *const inits[] = {"zeros", "uniform"};
+    static const char *const orders[] = {"book", "permuted", "file"};
     int i, rc;
     switch (f) {
+    case TF_LOCAL_ORDER:
+        b->local_key = k;
+        rc = sc_enum(c, "local_order", k, v, orders, 3, &i);
+        b->t->local_order = i;
+        return rc;
+    case TF_LOCAL_SEED:
+        return sc_u64(c, "local_seed", k, v, 1, UINT64_MAX, &b->t->local_seed);
+    case TF_LOCAL_FILE:
+        b->has_local_file = 1;
+        return sc_path(c, "local_file", k, v, c->sc->path, b->t->local_file,
+                       sizeof(b->t->local_file));
     case TF_NAME:
         return sc_name(c, "name", k, v, d->name, sizeof(d->name));
     case TF_DTYPE:
@@ -322,7 +356,7 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     t->shape[0] = 1;
     t->n_shape = 1;
     struct sc_tensor_build b = {.t = t};
-    int rc = sc_map(c, "tensors[]", at, item, sc_tensor_fields, 9, sc_tensor_field, &b);
+    int rc = sc_map(c, "tensors[]", at, item, sc_tensor_fields, TF_COUNT_, sc_tensor_field, &b);
     if (rc < 0)
         return rc;
     if (!t->desc.name[0] || !t->desc.rows)
@@ -337,14 +371,22 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
         return sc_fail(c, b.book ? b.book_key : at,
                        "tensors[]: \"%s\": book is needed exactly when partition is explicit",
                        t->desc.name);
+    if (t->local_order != RKV_SC_LOCAL_BOOK && !b.book)
+        return sc_fail(c, b.local_key,
+                       "tensors[]: \"%s\": local_order needs an explicit partition (a book)",
+                       t->desc.name);
+    if ((t->local_order == RKV_SC_LOCAL_FILE) != b.has_local_file)
+        return sc_fail(c, b.local_key ? b.local_key : at,
+                       "tensors[]: \"%s\": local_file is needed exactly when local_order is file",
+                       t->desc.name);
     return b.book ? sc_book(c, &b, sc->machines ? sc->machines : 1) : 0;
 }
 
 /* ---- workload phases ---- */
 
 static const char *const sc_phase_fields[] = {
-    "name", "tensor", "push",   "pull",          "push_op", "lr", "ids_per_request",
-    "keys", "zipf_s", "rounds", "barrier_after", "think_us"};
+    "name", "tensor", "push",   "pull",          "push_op",  "lr",          "ids_per_request",
+    "keys", "zipf_s", "rounds", "barrier_after", "think_us", "pull_handler"};
 enum {
     PF_NAME,
     PF_TENSOR,
@@ -357,7 +399,9 @@ enum {
     PF_ZIPF,
     PF_ROUNDS,
     PF_BARRIER,
-    PF_THINK
+    PF_THINK,
+    PF_PULL_HANDLER,
+    PF_COUNT_
 };
 
 struct sc_phase_build {
@@ -416,6 +460,12 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         return sc_u32(c, "rounds", k, v, 1, 10000000, &p->rounds);
     case PF_BARRIER:
         return sc_bool(c, "barrier_after", k, v, &p->barrier_after);
+    case PF_PULL_HANDLER: {
+        static const char *const handlers[] = {"rows", "with_state"};
+        rc = sc_enum(c, "pull_handler", k, v, handlers, 2, &i);
+        p->pull_handler = i == 0 ? RKV_PULL_ROWS : RKV_PULL_WITH_STATE;
+        return rc;
+    }
     default:
         return sc_u32(c, "think_us", k, v, 0, 10000000, &p->think_us);
     }
@@ -438,7 +488,7 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     struct sc_phase_build b = {.p = p};
     if (sc->n_tensors == 0)
         return sc_fail(c, at, "workload: declare tensors before the workload");
-    int rc = sc_map(c, "workload[]", at, item, sc_phase_fields, 12, sc_phase_field, &b);
+    int rc = sc_map(c, "workload[]", at, item, sc_phase_fields, PF_COUNT_, sc_phase_field, &b);
     if (rc < 0)
         return rc;
     if (!b.has_push && !b.has_pull)
@@ -455,6 +505,11 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     if (p->push_op == RKV_OP_SGD && t->desc.dtype != RKV_F32 && t->desc.dtype != RKV_F64)
         return sc_fail(c, at, "workload[] \"%s\": sgd needs a f32 or f64 tensor, \"%s\" is %s",
                        p->name, t->desc.name, rkv_dtype_name(t->desc.dtype));
+    if (p->pull_handler == RKV_PULL_WITH_STATE && !t->desc.with_state)
+        return sc_fail(c, at,
+                       "workload[] \"%s\": pull_handler with_state needs a tensor with "
+                       "optimizer_state: true, \"%s\" has none",
+                       p->name, t->desc.name);
     return 0;
 }
 
@@ -715,18 +770,113 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     return 0;
 }
 
+/* local_order permuted: each machine's rows take its local indices in a
+ * seeded random order (Fisher-Yates over the rows in id order). */
+static int sc_local_permuted(struct rkv_sc_tensor *t, uint32_t machines, uint64_t seed)
+{
+    uint64_t rows = t->desc.rows;
+    uint64_t *count = calloc(machines, sizeof(*count));
+    uint64_t *slot = malloc(rows * sizeof(*slot)); /* a machine's rows, by machine */
+    uint64_t *first = calloc((size_t)machines + 1, sizeof(*first));
+    int rc = count && slot && first ? 0 : -RKV_ENOMEM;
+    for (uint64_t r = 0; rc == 0 && r < rows; r++)
+        count[t->book[r]]++;
+    for (uint32_t m = 0; rc == 0 && m < machines; m++)
+        first[m + 1] = first[m] + count[m];
+    for (uint64_t r = 0; rc == 0 && r < rows; r++) { /* fills by machine; count is the cursor */
+        uint32_t m = t->book[r];
+        slot[first[m + 1] - count[m]--] = r;
+    }
+    struct rkv_rng rng;
+    rkv_rng_seed(&rng, seed, 0x6c6f63616cull); /* "local" */
+    for (uint32_t m = 0; rc == 0 && m < machines; m++) {
+        uint64_t n = first[m + 1] - first[m], *rows_m = slot + first[m];
+        for (uint64_t i = n; i > 1; i--) {
+            uint64_t j = rkv_rng_below(&rng, i), tmp = rows_m[i - 1];
+            rows_m[i - 1] = rows_m[j];
+            rows_m[j] = tmp;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            t->local[rows_m[i]] = i;
+    }
+    free(count);
+    free(slot);
+    free(first);
+    return rc;
+}
+
+/* local_order file: rows whitespace-separated indices. */
+static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
+{
+    FILE *f = fopen(t->local_file, "r");
+    if (!f)
+        return sc_fail(c, NULL, "tensor \"%s\": local_file %s: %s", t->desc.name, t->local_file,
+                       strerror(errno));
+    uint64_t r = 0;
+    int rc = 0;
+    char word[32];
+    while (rc == 0 && fscanf(f, "%31s", word) == 1) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(word, &end, 10);
+        if (*end || errno || word[0] == '-')
+            rc = sc_fail(c, NULL,
+                         "tensor \"%s\": local_file %s: entry %llu: expected a "
+                         "non-negative integer, got \"%s\"",
+                         t->desc.name, t->local_file, (unsigned long long)r, word);
+        else if (r == t->desc.rows)
+            rc = sc_fail(c, NULL, "tensor \"%s\": local_file %s: more than rows (%llu) entries",
+                         t->desc.name, t->local_file, (unsigned long long)t->desc.rows);
+        else
+            t->local[r++] = v;
+    }
+    fclose(f);
+    if (rc == 0 && r != t->desc.rows)
+        rc = sc_fail(c, NULL, "tensor \"%s\": local_file %s: %llu entries, rows is %llu",
+                     t->desc.name, t->local_file, (unsigned long long)r,
+                     (unsigned long long)t->desc.rows);
+    return rc;
+}
+
+/* The local index of a tensor with a local_order, checked as the store
+ * checks it (a permutation of each machine's rows). */
+static int sc_local(struct sc_ctx *c, struct rkv_sc_tensor *t, uint32_t machines, uint64_t seed)
+{
+    t->local = calloc(t->desc.rows, sizeof(*t->local));
+    if (!t->local)
+        return sc_fail(c, NULL, "tensor \"%s\": local index: out of memory", t->desc.name);
+    int rc = t->local_order == RKV_SC_LOCAL_FILE
+                 ? sc_local_file(c, t)
+                 : sc_local_permuted(t, machines, t->local_seed ? t->local_seed : seed);
+    if (rc == -RKV_ENOMEM)
+        return sc_fail(c, NULL, "tensor \"%s\": local index: out of memory", t->desc.name);
+    if (rc < 0)
+        return rc;
+    struct rkv_pbook pb;
+    char why[256];
+    if (rkv_pbook_init_local(&pb, RKV_PART_EXPLICIT, t->desc.rows, machines, t->book, t->local, why,
+                             sizeof(why)) < 0)
+        return sc_fail(c, NULL, "tensor \"%s\": %s", t->desc.name, why);
+    rkv_pbook_free(&pb);
+    t->desc.local_index = t->local;
+    return 0;
+}
+
 /* Explicit books are checked against the machine count once both are known. */
 static int sc_check_books(struct sc_ctx *c)
 {
     struct rkv_scenario *sc = c->sc;
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
-        const struct rkv_sc_tensor *t = &sc->tensors[i];
+        struct rkv_sc_tensor *t = &sc->tensors[i];
         for (uint64_t r = 0; t->book && r < t->desc.rows; r++)
             if (t->book[r] >= sc->machines)
                 return sc_fail(c, NULL,
                                "tensor \"%s\": book names machine %u, but the cluster "
                                "has %u",
                                t->desc.name, t->book[r], sc->machines);
+        int rc = t->local_order != RKV_SC_LOCAL_BOOK ? sc_local(c, t, sc->machines, sc->seed) : 0;
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -1000,8 +1150,10 @@ void rkv_scenario_free(struct rkv_scenario *sc)
 {
     if (!sc)
         return;
-    for (uint32_t i = 0; i < sc->n_tensors; i++)
+    for (uint32_t i = 0; i < sc->n_tensors; i++) {
         free(sc->tensors[i].book);
+        free(sc->tensors[i].local);
+    }
     free(sc);
 }
 

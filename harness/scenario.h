@@ -27,6 +27,12 @@ struct rkv_sc_tensor {
     uint32_t shape[RKV_SC_MAX_SHAPE];
     uint32_t n_shape;
     uint32_t *book; /* explicit partition, rows entries (owned) */
+    /* A user-given local order (explicit only; desc.local_index points at
+     * local): none, seeded permutation of each machine's rows, or a file. */
+    enum { RKV_SC_LOCAL_BOOK = 0, RKV_SC_LOCAL_PERMUTED, RKV_SC_LOCAL_FILE } local_order;
+    uint64_t local_seed;  /* permuted (0: the scenario's seed) */
+    char local_file[256]; /* file: rows whitespace-separated indices, relative to the scenario */
+    uint64_t *local;      /* rows entries (owned), or NULL */
 };
 
 struct rkv_sc_phase {
@@ -41,6 +47,7 @@ struct rkv_sc_phase {
     uint32_t rounds; /* requests per worker */
     int barrier_after;
     uint32_t think_us;
+    int pull_handler; /* RKV_PULL_ROWS, or RKV_PULL_WITH_STATE (rkv_client_pull_with) */
 };
 
 struct rkv_sc_fault {

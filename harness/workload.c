@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "harness/oracle.h"
+#include "harness/oracle_state.h"
 #include "harness/workload.h"
 
 #define WL_VERIFY_BATCH 256
@@ -20,6 +21,7 @@ struct wl_node {
     uint8_t *rows; /* request buffer */
     uint8_t *got;
     size_t buf_bytes;
+    uint8_t *with_state; /* pulls through RKV_PULL_WITH_STATE: row then state, per row */
 };
 
 uint32_t rkv_wl_bucket(uint64_t ns)
@@ -119,16 +121,43 @@ static void wl_check(struct wl_node *n, uint32_t ti, const uint64_t *ids, uint32
     }
 }
 
+/* A pull through the built-in RKV_PULL_WITH_STATE: the row halves go to
+ * n->got for the usual check, the state halves to the oracle's. */
+static int wl_pull_with_state(struct wl_node *n, uint32_t ti, const struct rkv_wl_req *q,
+                              struct rkv_wl_phase_stats *st)
+{
+    const struct rkv_sc_tensor *t = &n->sc->tensors[ti];
+    size_t rb = wl_row_bytes(t);
+    int rc = rkv_client_pull_with(n->cli, t->desc.name, q->ids, q->n, n->with_state,
+                                  RKV_PULL_WITH_STATE, 0);
+    if (rc < 0)
+        return rc;
+    char why[320];
+    for (uint32_t k = 0; k < q->n; k++) {
+        const uint8_t *pair = n->with_state + (size_t)k * 2 * rb;
+        memcpy(n->got + (size_t)k * rb, pair, rb);
+        if (rkv_oracle_check_state(n->sc, ti, q->ids[k], pair + rb, why, sizeof(why)) < 0)
+            wl_error(n, st, why);
+        else
+            st->checks++;
+    }
+    return 0;
+}
+
 static int wl_pull(struct wl_node *n, uint32_t phase, const struct rkv_wl_req *q,
                    struct rkv_wl_phase_stats *st)
 {
     const struct rkv_sc_phase *p = &n->sc->phases[phase];
     const struct rkv_sc_tensor *t = &n->sc->tensors[p->tensor];
-    int rc = rkv_client_pull(n->cli, t->desc.name, q->ids, q->n, n->got);
+    int rc = p->pull_handler == RKV_PULL_WITH_STATE
+                 ? wl_pull_with_state(n, p->tensor, q, st)
+                 : rkv_client_pull(n->cli, t->desc.name, q->ids, q->n, n->got);
     if (rc < 0)
         return rc;
     st->pulls++;
-    st->bytes += (uint64_t)q->n * wl_row_bytes(t);
+    /* A with_state reply carries the state too. */
+    st->bytes +=
+        (uint64_t)q->n * wl_row_bytes(t) * (p->pull_handler == RKV_PULL_WITH_STATE ? 2 : 1);
     wl_check(n, p->tensor, q->ids, q->n, 1, st);
     return 0;
 }
@@ -212,12 +241,16 @@ static int wl_init(struct wl_node *n)
 
 static int wl_alloc(struct wl_node *n)
 {
-    size_t max = 0;
+    size_t max = 0, max_ws = 0;
     for (uint32_t p = 0; p < n->sc->n_phases; p++) {
         const struct rkv_sc_phase *ph = &n->sc->phases[p];
         size_t b = (size_t)ph->ids_per_request * wl_row_bytes(&n->sc->tensors[ph->tensor]);
         max = b > max ? b : max;
+        if (ph->pull_handler == RKV_PULL_WITH_STATE)
+            max_ws = 2 * b > max_ws ? 2 * b : max_ws;
     }
+    if (max_ws && !(n->with_state = malloc(max_ws)))
+        return -RKV_ENOMEM;
     for (uint32_t t = 0; t < n->sc->n_tensors; t++) {
         size_t b = (size_t)WL_VERIFY_BATCH * wl_row_bytes(&n->sc->tensors[t]);
         max = b > max ? b : max;
@@ -287,6 +320,7 @@ out:
         fprintf(log, "rkv: worker %u stopped: %s\n", worker, rkv_client_errmsg(cli));
     free(n.rows);
     free(n.got);
+    free(n.with_state);
     rkv_oracle_destroy(n.oracle);
     return rc;
 }
