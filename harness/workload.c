@@ -239,6 +239,41 @@ static int wl_init(struct wl_node *n)
     return 0;
 }
 
+/* Worker 0, once it created them: the store lists exactly the scenario's
+ * tensors (rkv_client_list, DGL's get_data_name_list), in creation order.
+ * A difference is an oracle error of the first phase. */
+static int wl_check_list(struct wl_node *n, struct rkv_wl_phase_stats *st)
+{
+    const struct rkv_scenario *sc = n->sc;
+    if (n->me != 0 || sc->n_phases == 0)
+        return 0;
+    struct rkv_tensor_meta metas[RKV_SC_MAX_TENSORS + 1];
+    size_t got;
+    int rc = rkv_client_list(n->cli, metas, RKV_SC_MAX_TENSORS + 1, &got);
+    if (rc < 0)
+        return rc;
+    char why[320] = "";
+    if (got != sc->n_tensors)
+        snprintf(why, sizeof(why), "the store lists %zu tensors, the scenario created %u", got,
+                 sc->n_tensors);
+    for (uint32_t i = 0; !why[0] && i < sc->n_tensors; i++) {
+        const struct rkv_tensor_desc *d = &sc->tensors[i].desc;
+        const struct rkv_tensor_meta *m = &metas[i];
+        if (strcmp(m->name, d->name) != 0 || m->dtype != d->dtype || m->rows != d->rows ||
+            m->row_len != d->row_len || m->policy != d->policy || m->with_state != !!d->with_state)
+            snprintf(why, sizeof(why),
+                     "the store lists tensor %u as \"%.63s\" (%s, %llu x %u, policy %d, state %d), "
+                     "the scenario created \"%.63s\"",
+                     i, m->name, rkv_dtype_name(m->dtype), (unsigned long long)m->rows, m->row_len,
+                     (int)m->policy, m->with_state, d->name);
+    }
+    if (why[0])
+        wl_error(n, st, why);
+    else
+        st->checks++;
+    return 0;
+}
+
 static int wl_alloc(struct wl_node *n)
 {
     size_t max = 0, max_ws = 0;
@@ -294,7 +329,8 @@ int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struc
     } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
         return rc;
     }
-    if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 || (rc = rkv_client_barrier(cli)) < 0)
+    if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 ||
+        (rc = wl_check_list(&n, &stats[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {
         uint32_t last = wl_epoch_last(sc, first);
