@@ -239,6 +239,8 @@ static uint64_t twin_sizer(void *user, const void *buf, uint32_t len)
         return len;
     uint64_t thin = (uint64_t)h.count * h.row_bytes;
     uint64_t full = (uint64_t)h.count * t->declared_row_bytes[h.tensor_id];
+    if (h.type == RKV_MSG_PULL_REPLY && h.op == RKV_PULL_WITH_STATE)
+        full *= 2; /* each row comes with its state (the handler names itself in op) */
     return len - thin + full;
 }
 

@@ -836,8 +836,18 @@ static int check_mutant(const uint8_t *v, size_t n)
         assert_true((const uint8_t *)(m.u.pull.ids + m.h.count) == end);
     if (m.h.type == RKV_MSG_PULL_REPLY)
         assert_true(m.u.rows + (size_t)m.h.count * m.h.row_bytes == end);
-    if (m.u.tensor.book && (m.h.type == RKV_MSG_INIT || m.h.type == RKV_MSG_META_REPLY))
+    int tensor = m.h.type == RKV_MSG_INIT || m.h.type == RKV_MSG_META_REPLY;
+    if (tensor && m.u.tensor.local) {
+        assert_true((const uint8_t *)(m.u.tensor.local + m.u.tensor.t.book_len) == end);
+        assert_true((const uint8_t *)m.u.tensor.local >=
+                    (const uint8_t *)(m.u.tensor.book + m.u.tensor.t.book_len));
+        for (uint32_t r = 0; r < m.u.tensor.t.book_len; r++)
+            assert_true(m.u.tensor.local[r] < m.u.tensor.t.rows);
+    } else if (tensor && m.u.tensor.book) {
         assert_true((const uint8_t *)(m.u.tensor.book + m.u.tensor.t.book_len) == end);
+    }
+    if (m.h.type == RKV_MSG_LIST_REPLY)
+        assert_true(m.u.list + (size_t)m.h.count * RKV_PROTO_LIST_ENTRY_BYTES == end);
     return rc;
 }
 
@@ -956,6 +966,26 @@ static void test_tensor_local_index(void **state)
     n = rkv_proto_enc_tensor_local(b, &h, &t, sample_book, local);
     w64(b, 64 + 104 + 24 + 3 * 8, 5);
     expect_reject(b, n, "local index 5 of row 3 not below rows 5");
+    /* Every one-byte change of a message with a local index is refused
+     * with a message, or accepted with every pointer inside the buffer. */
+    h = hdr_of(RKV_MSG_INIT);
+    n = rkv_proto_enc_tensor_local(b, &h, &t, sample_book, local);
+    uint8_t *v = malloc(n);
+    assert_non_null(v);
+    unsigned accepted = 0, rejected = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t values[] = {0x00, 0xff, (uint8_t)(b[i] ^ 0x01), (uint8_t)(b[i] + 1)};
+        for (size_t k = 0; k < sizeof(values); k++) {
+            memcpy(v, b, n);
+            v[i] = values[k];
+            if (check_mutant(v, n) == 0)
+                accepted++;
+            else
+                rejected++;
+        }
+    }
+    assert_true(accepted > 0 && rejected > 0);
+    free(v);
     /* Only an explicit book has one. */
     t = sample_tensor(RKV_PART_RANGE);
     h = hdr_of(RKV_MSG_INIT);
