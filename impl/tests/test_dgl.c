@@ -3,6 +3,7 @@
  * user-given global-to-local map (set_global2local) and pull handlers
  * (_udf_pull_handler), on the remote path and the shared-memory one. */
 #include <fcntl.h>
+#include <time.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <cmocka.h>
 
 #include "harness/tests/rkv_run.h"
+#include "engine/engine.h"
 #include "rkv.h"
 #include "store/pbook.h"
 #include "store/store_int.h"
@@ -373,6 +375,199 @@ static void test_pull_handlers(void **state)
                      -RKV_EPROTO);
     /* The plain pull still works after all that. */
     OK(cli, rkv_client_pull(cli, "opt", ids, 3, rows));
+    /* Replies larger than the control buffers, alternating with plain pulls
+     * that share the reply slot: it grows for the larger reply. */
+    struct rkv_tensor_desc wide = {.name = "wide",
+                                   .dtype = RKV_F64,
+                                   .rows = 2000,
+                                   .row_len = 256,
+                                   .policy = RKV_PART_HASH,
+                                   .with_state = 1,
+                                   .init = RKV_INIT_UNIFORM,
+                                   .init_seed = 3};
+    OK(cli, rkv_client_init_data(cli, &wide));
+    enum { N = 600 };
+    uint64_t *wid = malloc(N * sizeof(*wid));
+    double *wr = malloc((size_t)N * 256 * sizeof(double));
+    double *wws = malloc((size_t)N * 512 * sizeof(double));
+    assert_true(wid && wr && wws);
+    for (int i = 0; i < N; i++)
+        wid[i] = (uint64_t)(i * 7 % 2000);
+    double *grad = malloc((size_t)N * 256 * sizeof(double));
+    assert_non_null(grad);
+    for (size_t i = 0; i < (size_t)N * 256; i++)
+        grad[i] = 1 + (double)(i % 5);
+    OK(cli, rkv_client_push(cli, "wide", wid, N, grad, RKV_OP_ADAGRAD, 0.25));
+    for (int round = 0; round < 2; round++) {
+        OK(cli, rkv_client_pull(cli, "wide", wid, N, wr));
+        memset(wws, 0, (size_t)N * 512 * sizeof(double));
+        OK(cli, rkv_client_pull_with(cli, "wide", wid, N, wws, RKV_PULL_WITH_STATE, 0));
+        for (int i = 0; i < N; i++) {
+            assert_memory_equal(wws + (size_t)i * 512, wr + (size_t)i * 256, 256 * sizeof(double));
+            for (int j = 0; j < 256; j++) {
+                double gj = grad[(size_t)i * 256 + (size_t)j];
+                assert_float_equal(wws[(size_t)i * 512 + 256 + (size_t)j], gj * gj, 1e-9);
+            }
+        }
+    }
+    free(wid);
+    free(wr);
+    free(wws);
+    free(grad);
+    stop(&c, cli);
+}
+
+/* ---- what servers check themselves (a peer that skips the client's checks) ---- */
+
+/* An engine of its own that sends hand-made requests to one server. */
+struct raw {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_engine *eng;
+    struct rkv_peer *peer;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int got;
+    struct rkv_hdr h;
+    char text[RKV_PROTO_TEXT_MAX + 1];
+};
+
+static void raw_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    (void)peer;
+    struct raw *r = user;
+    pthread_mutex_lock(&r->mu);
+    r->h = m->h;
+    snprintf(r->text, sizeof(r->text), "%s", m->h.type == RKV_MSG_ERROR ? m->u.error.text : "");
+    r->got = 1;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void raw_on_peer(void *user, struct rkv_peer *peer, int up)
+{
+    (void)user, (void)peer, (void)up;
+}
+
+static void raw_open(struct raw *r, const struct rkv_config *cfg, const struct rkv_machine *m)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    char err[256];
+    assert_int_equal(rkv_node_open(cfg, "raw", 99, &r->port, &r->nic, err, sizeof(err)), 0);
+    struct rkv_engine_cfg ec;
+    rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE + 77, &ec);
+    assert_int_equal(
+        rkv_engine_create(r->port, r->nic, &ec, raw_on_msg, raw_on_peer, r, &r->eng, err, 256), 0);
+    assert_int_equal(rkv_engine_start(r->eng), 0);
+    assert_int_equal(rkv_engine_connect(r->eng, m->host, m->base_port, 5000, &r->peer), 0);
+}
+
+static void raw_close(struct raw *r)
+{
+    rkv_engine_destroy(r->eng);
+    rkv_node_close(r->port, r->nic);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+}
+
+/* Sends the message encoded in tx and returns the reply's status (its text
+ * in r->text). */
+static int raw_request(struct raw *r, struct rkv_tx *tx, size_t len)
+{
+    r->got = 0;
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+    pthread_mutex_lock(&r->mu);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 5;
+    while (!r->got && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+        ;
+    int got = r->got;
+    pthread_mutex_unlock(&r->mu);
+    assert_true(got);
+    return r->h.status;
+}
+
+static int raw_pull(struct raw *r, int type, uint32_t tensor, uint32_t row_bytes, int op,
+                    uint64_t id)
+{
+    struct rkv_slot_desc reply;
+    assert_int_equal(rkv_engine_slot_alloc(r->eng, r->peer, 4096, &reply), 0);
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, 256, &tx), 0);
+    struct rkv_hdr h = {.type = (uint8_t)type,
+                        .req_id = 5,
+                        .tensor_id = tensor,
+                        .sender = RKV_CLIENT_NODE_BASE + 77,
+                        .count = 1,
+                        .row_bytes = row_bytes,
+                        .op = (uint16_t)op};
+    uint32_t pos = 0;
+    size_t len =
+        type == RKV_MSG_PULL
+            ? rkv_proto_enc_pull(rkv_engine_tx_buf(tx), &h, &reply, &id)
+            : rkv_proto_enc_pull_zc(
+                  rkv_engine_tx_buf(tx), &h,
+                  &(struct rkv_slot_desc){.addr = reply.addr, .rkey = reply.rkey, .cap = reply.cap},
+                  &id, &pos);
+    return raw_request(r, tx, len);
+}
+
+static void test_servers_check_too(void **state)
+{
+    (void)state;
+    struct cluster c;
+    struct rkv_client *cli = start(&c);
+    struct rkv_tensor_desc d = {.name = "opt",
+                                .dtype = RKV_F32,
+                                .rows = 100,
+                                .row_len = 4,
+                                .policy = RKV_PART_RANGE,
+                                .with_state = 1};
+    OK(cli, rkv_client_init_data(cli, &d));
+    struct rkv_tensor_desc plain = {
+        .name = "plain", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+    OK(cli, rkv_client_init_data(cli, &plain));
+    struct raw r;
+    raw_open(&r, &c.cfg, &c.machines[1]); /* server 1 holds rows 50..99 */
+    /* An INIT whose local index is no permutation on machine 1. */
+    static const uint32_t book[6] = {1, 1, 0, 1, 0, 1};
+    static const uint64_t local[6] = {0, 1, 0, 1, 1, 3};
+    struct rkv_wire_tensor w = {
+        .dtype = RKV_F32, .policy = RKV_PART_EXPLICIT, .row_len = 1, .rows = 6, .book_len = 6};
+    snprintf(w.name, sizeof(w.name), "evil");
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r.eng, 512, &tx), 0);
+    struct rkv_hdr h = {
+        .type = RKV_MSG_INIT, .req_id = 5, .tensor_id = 9, .op = 1, .sender = 0x10000 + 77};
+    size_t len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, &w, book, local);
+    assert_int_equal(raw_request(&r, tx, len), -RKV_EINVAL);
+    assert_non_null(strstr(r.text, "row 3 has index 1 on machine 1, as row 1 has"));
+    /* Pulls through a handler the server does not have, or that does not
+     * apply, and a zero-copy pull naming one. */
+    assert_int_equal(raw_pull(&r, RKV_MSG_PULL, 1, 16, RKV_PULL_CUSTOM + 5, 60), -RKV_ENOHANDLER);
+    assert_non_null(strstr(r.text, "pull handler 21 is not registered"));
+    assert_int_equal(raw_pull(&r, RKV_MSG_PULL, 2, 16, RKV_PULL_WITH_STATE, 60), -RKV_EINVAL);
+    assert_non_null(strstr(r.text, "has no optimizer state"));
+    assert_int_equal(raw_pull(&r, RKV_MSG_PULL_ZC, 1, 16, RKV_PULL_WITH_STATE, 60), -RKV_EINVAL);
+    assert_non_null(strstr(r.text, "PULL_ZC with pull handler 1"));
+    /* The catalogue is server 0's. */
+    assert_int_equal(rkv_engine_tx_alloc(r.eng, 256, &tx), 0);
+    h = (struct rkv_hdr){.type = RKV_MSG_LIST, .req_id = 5, .sender = 0x10000 + 77};
+    assert_int_equal(raw_request(&r, tx, rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h)),
+                     -RKV_EINVAL);
+    assert_non_null(strstr(r.text, "LIST goes to server 0"));
+    /* A good pull with the built-in on the same connection. */
+    assert_int_equal(raw_pull(&r, RKV_MSG_PULL, 1, 16, RKV_PULL_WITH_STATE, 60), 0);
+    assert_int_equal(r.h.type, RKV_MSG_PULL_REPLY);
+    assert_int_equal(r.h.row_bytes, 32);
+    raw_close(&r);
+    /* Nothing of it changed the store. */
+    size_t n;
+    OK(cli, rkv_client_list(cli, NULL, 0, &n));
+    assert_int_equal(n, 2);
     stop(&c, cli);
 }
 
@@ -381,7 +576,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_list),          cmocka_unit_test(test_ls_command),
         cmocka_unit_test(test_local_index),   cmocka_unit_test(test_local_index_pbook),
-        cmocka_unit_test(test_pull_handlers),
+        cmocka_unit_test(test_pull_handlers), cmocka_unit_test(test_servers_check_too),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
