@@ -245,6 +245,37 @@ static void test_local_index(void **state)
     stop(&c, cli);
 }
 
+/* Snapshots keep the book, not a local index: durable mode refuses one. */
+static void test_local_index_not_durable(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char dir[] = "/tmp/rkv-dgl-durable.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(c.cfg.durable_dir, sizeof(c.cfg.durable_dir), "%s", dir);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    static const uint32_t book[4] = {0, 1, 0, 1};
+    static const uint64_t local[4] = {1, 0, 0, 1};
+    struct rkv_tensor_desc d = {.name = "rel",
+                                .dtype = RKV_F32,
+                                .rows = 4,
+                                .row_len = 1,
+                                .policy = RKV_PART_EXPLICIT,
+                                .book = book,
+                                .local_index = local};
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "not supported in durable mode"));
+    d.local_index = NULL;
+    OK(cli, rkv_client_init_data(cli, &d));
+    stop(&c, cli);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* What every server checks too (the same function the client runs). */
 static void test_local_index_pbook(void **state)
 {
@@ -574,9 +605,13 @@ static void test_servers_check_too(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_list),          cmocka_unit_test(test_ls_command),
-        cmocka_unit_test(test_local_index),   cmocka_unit_test(test_local_index_pbook),
-        cmocka_unit_test(test_pull_handlers), cmocka_unit_test(test_servers_check_too),
+        cmocka_unit_test(test_list),
+        cmocka_unit_test(test_ls_command),
+        cmocka_unit_test(test_local_index),
+        cmocka_unit_test(test_local_index_pbook),
+        cmocka_unit_test(test_local_index_not_durable),
+        cmocka_unit_test(test_pull_handlers),
+        cmocka_unit_test(test_servers_check_too),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
