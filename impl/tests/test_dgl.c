@@ -131,6 +131,8 @@ static void test_ls_command(void **state)
         !strstr(out, "1    node_feat                f32           2708     1433 hash     yes") ||
         !strstr(out, "1 tensor\n"))
         fail_msg("rkv %s: exit %d, output:\n%s", args, rc, out);
+    assert_int_equal(run_rkv("", "ls --help"), 0);
+    assert_non_null(strstr(out, "usage: rkv ls --cluster FILE"));
     /* The worker still works, and an observer of this process too. */
     float row[1433];
     uint64_t id = 7;
