@@ -230,8 +230,10 @@ int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, c
  * joining a running job): it connects to server 0 without taking a worker
  * slot, so it neither waits for the n_workers clients nor counts as one.
  * rkv_client_list and rkv_client_meta work; every other request returns
- * -RKV_EINVAL. Its rkv_client_id is RKV_CLIENT_OBSERVER. Destroy it with
- * rkv_client_destroy. */
+ * -RKV_EINVAL. Its rkv_client_id is RKV_CLIENT_OBSERVER. It says no HELLO,
+ * so no cluster check: point it at the right cluster. Errors: those of
+ * rkv_client_create's connect (-RKV_ECONFIG for a bad config, a connect
+ * failure within connect_retry_ms). Destroy it with rkv_client_destroy. */
 #define RKV_CLIENT_OBSERVER 0xffffffffu
 int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                                size_t err_len);
@@ -248,8 +250,9 @@ int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_
 /* Every tensor (DGL's get_data_name_list), as server 0 knows them: those
  * whose rkv_client_init_data finished, by id. Writes the first
  * min(cap, total) into metas (metas may be NULL when cap is 0) and the total
- * into *n_p: call again with a larger array when *n_p > cap. Errors: those
- * of a request to server 0 (-RKV_ETIMEDOUT, -RKV_EPEERDEAD, -RKV_EPROTO). */
+ * into *n_p: call again with a larger array when *n_p > cap. Errors:
+ * -RKV_EINVAL for a NULL n_p, or NULL metas with cap > 0; those of a
+ * request to server 0 (-RKV_ETIMEDOUT, -RKV_EPEERDEAD, -RKV_EPROTO). */
 int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p);
 /* Applies rows[i] (row_len elements of the tensor's dtype each) to row ids[i].
  * Returns once every server involved acknowledged (the push is then visible to
