@@ -819,7 +819,7 @@ static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
         char *end;
         errno = 0;
         unsigned long long v = strtoull(word, &end, 10);
-        if (*end || errno || word[0] == '-')
+        if (end == word || *end || errno || word[0] == '-')
             rc = sc_fail(c, NULL,
                          "tensor \"%s\": local_file %s: entry %llu: expected a "
                          "non-negative integer, got \"%s\"",
