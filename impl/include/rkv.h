@@ -99,9 +99,10 @@ struct rkv_tensor_desc {
      * the book gives m), checked by the client before anything is sent and
      * by every server: -RKV_EINVAL naming the first bad row otherwise, or
      * for a local index with another policy. NULL: row r's index is the
-     * number of rows before r on its machine. Not in durable mode
-     * (rkv_config.durable_dir): -RKV_EINVAL. Last, so that code built
-     * against the struct without it stays source compatible. */
+     * number of rows before r on its machine. The shard segment and
+     * durable snapshots keep the map, so a restarted server has it. Last,
+     * so that code built against the struct without it stays source
+     * compatible. */
     const uint64_t *local_index;
 };
 

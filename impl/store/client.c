@@ -668,11 +668,6 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
                         "name");
     memcpy(m.name, d->name, sizeof(m.name));
     rkv_tensor_to_wire(&m, d, &w);
-    if (d->local_index && c->cfg.durable_dir[0])
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "init_data '%s': a user-given local index is not supported in durable "
-                        "mode",
-                        m.name);
     /* Validate locally first so that a bad description costs no round trip. */
     int rc = rkv_tensor_from_wire_local(&w, d->book, d->local_index, c->cfg.n_machines, 1, &probe,
                                         c->err, sizeof(c->err));

@@ -212,6 +212,7 @@ void rkv_mach_publish(struct rkv_mach *mc, const struct rkv_tensor *t)
     e->with_state = (uint32_t)t->meta.with_state;
     e->local_rows = t->shard.local_rows;
     e->row_bytes = t->row_bytes;
+    e->has_local = t->shard.local != NULL;
     atomic_thread_fence(memory_order_release);
     e->present = 1;
     rkv_spin_unlock(&mc->hdr->table_lock);

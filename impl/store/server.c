@@ -229,9 +229,9 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
     /* A segment left by a crashed earlier run of this cluster is stale. */
     if (create)
         s->port->ops->shm_unlink(s->port, name);
-    rc = rkv_shard_map(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
-                       t->meta.with_state, rkv_shard_book_len(&t->meta), create, &t->shard, s->err,
-                       sizeof(s->err));
+    rc = rkv_shard_map_local(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
+                             t->meta.with_state, rkv_shard_book_len(&t->meta), t->pb.user_local,
+                             create, &t->shard, s->err, sizeof(s->err));
     if (rc < 0)
         return rc;
     t->mapped = 1;
@@ -241,6 +241,8 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
     rkv_shard_init_values(&t->shard, t, mach);
     if (t->shard.book)
         memcpy(t->shard.book, t->pb.book, (size_t)t->shard.book_len * sizeof(uint32_t));
+    if (t->shard.local)
+        memcpy(t->shard.local, t->pb.g2l, (size_t)t->shard.book_len * sizeof(uint64_t));
     uint64_t bad = s->cfg.test_corrupt_row;
     if (bad < t->meta.rows && rkv_pbook_machine(&t->pb, bad) == mach)
         srv_corrupt(t, rkv_pbook_g2l(&t->pb, bad));
@@ -278,12 +280,6 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                             : s->local_id != 0;
     if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || s->tensors[id])
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
-    /* The shard segment and the snapshot keep the book but not a local
-     * index, so a restarted server could not rebuild the tensor. */
-    if (m->u.tensor.local && s->durable)
-        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
-                        "tensor '%s': a user-given local index is not supported in durable mode",
-                        w->name);
     t = calloc(1, sizeof(*t));
     if (!t)
         return -RKV_ENOMEM;
@@ -1002,11 +998,13 @@ static int srv_adopt_one(struct rkv_server *s, uint32_t id, const struct rkv_mac
     uint32_t mach = s->cfg.machine_id;
     struct rkv_shard sh;
     rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, mach, id);
-    int rc = rkv_shard_map(s->port, name, e->local_rows, (size_t)e->row_bytes, (int)e->with_state,
-                           e->desc.book_len, 0, &sh, err, err_len);
+    int rc =
+        rkv_shard_map_local(s->port, name, e->local_rows, (size_t)e->row_bytes, (int)e->with_state,
+                            e->desc.book_len, (int)e->has_local, 0, &sh, err, err_len);
     if (rc < 0)
         return rc;
-    rc = rkv_tensor_from_wire(&e->desc, sh.book, s->cfg.n_machines, id, t, err, err_len);
+    rc = rkv_tensor_from_wire_local(&e->desc, sh.book, sh.local, s->cfg.n_machines, id, t, err,
+                                    err_len);
     if (rc == 0 &&
         (rkv_pbook_local_rows(&t->pb, mach) != e->local_rows || t->row_bytes != e->row_bytes)) {
         rc = rkv_errf(err, err_len, -RKV_ECONFIG,

@@ -26,12 +26,27 @@ int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, 
                   int with_state, uint64_t book_len, int create, struct rkv_shard *sh, char *err,
                   size_t err_len)
 {
-    uint64_t data_bytes, book_bytes, total;
+    return rkv_shard_map_local(port, name, local_rows, row_bytes, with_state, book_len, 0, create,
+                               sh, err, err_len);
+}
+
+int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_rows,
+                        size_t row_bytes, int with_state, uint64_t book_len, int has_local,
+                        int create, struct rkv_shard *sh, char *err, size_t err_len)
+{
+    uint64_t data_bytes, book_bytes, local_bytes = 0, total;
     if (!rkv_mul_ok(local_rows, row_bytes, &data_bytes) ||
         !rkv_mul_ok(data_bytes, with_state ? 2 : 1, &total) ||
         !rkv_mul_ok(book_len, sizeof(uint32_t), &book_bytes) ||
         !rkv_add_ok(total, book_bytes, &total) ||
-        !rkv_add_ok(total, sizeof(struct rkv_shard_hdr), &total))
+        !rkv_add_ok(total, sizeof(struct rkv_shard_hdr), &total) ||
+        (has_local && !rkv_mul_ok(book_len, sizeof(uint64_t), &local_bytes)) ||
+        !rkv_add_ok(total, has_local ? 7 : 0, &total))
+        return rkv_errf(err, err_len, -RKV_ELIMIT, "shard %s: size overflows", name);
+    /* The local index sits 8-aligned after the book (from the segment's
+     * start, which the mapping aligns to a page). */
+    uint64_t local_off = total & ~7ull;
+    if (has_local && !rkv_add_ok(local_off, local_bytes, &total))
         return rkv_errf(err, err_len, -RKV_ELIMIT, "shard %s: size overflows", name);
     void *addr;
     int rc = port->ops->shm_map(port, name, total, create, &addr);
@@ -63,6 +78,8 @@ int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, 
     sh->state = with_state ? sh->data + data_bytes : NULL;
     if (book_len)
         sh->book = (uint32_t *)(void *)(sh->data + data_bytes * (with_state ? 2 : 1));
+    if (has_local && book_len)
+        sh->local = (uint64_t *)(void *)((uint8_t *)addr + local_off);
     return 0;
 }
 

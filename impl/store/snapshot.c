@@ -118,8 +118,11 @@ static void get_desc(const uint8_t *p, struct rkv_wire_tensor *d)
 /* Bytes of one tensor record after its fixed part; 0 on overflow. */
 static int snap_tensor_bytes(const struct rkv_snap_tensor *t, uint64_t *bytes_p)
 {
-    uint64_t book, data, total;
+    uint64_t book, data, total, local = 0;
+    if (t->has_local && !rkv_mul_ok(t->book_len, 8, &local))
+        return 0;
     if (!rkv_mul_ok(t->book_len, 4, &book) || !rkv_add_ok(book, 7, &book) ||
+        !rkv_add_ok(book & ~7ull, local, &book) || !rkv_add_ok(book, 7, &book) ||
         !rkv_mul_ok(t->local_rows, t->row_bytes, &data) ||
         !rkv_mul_ok(data, t->with_state ? 2 : 1, &total) ||
         !rkv_add_ok(total, book & ~7ull, &total) ||
@@ -147,7 +150,7 @@ void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         const struct rkv_snap_tensor *t = &s->tensors[i];
         p = put32(p, t->id);
-        p = put32(p, t->with_state);
+        p = put32(p, t->with_state | (t->has_local ? 2u : 0u));
         p = put64(p, t->local_rows);
         p = put64(p, t->row_bytes);
         p = put64(p, t->book_len);
@@ -157,6 +160,10 @@ void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
             memcpy(p, t->book, book);
         memset(p + book, 0, ((book + 7) & ~(size_t)7) - book);
         p += (book + 7) & ~(size_t)7;
+        if (t->has_local) {
+            memcpy(p, t->local, (size_t)t->book_len * 8);
+            p += (size_t)t->book_len * 8;
+        }
         memcpy(p, t->data, data);
         p += data;
         if (t->with_state) {
@@ -201,16 +208,18 @@ static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t
         if ((size_t)(end - p) < RKV_SNAP_TENSOR_BYTES)
             return SNAP_BAD("snapshot %s: tensor record %u runs past the end", path, i);
         t->id = get32(p);
-        t->with_state = get32(p + 4);
+        uint32_t flags = get32(p + 4);
+        t->with_state = flags & 1u;
+        t->has_local = (flags >> 1) & 1u;
         t->local_rows = get64(p + 8);
         t->row_bytes = get64(p + 16);
         t->book_len = get64(p + 24);
         get_desc(p + 32, &t->desc);
         p += RKV_SNAP_TENSOR_BYTES;
         uint64_t rest;
-        if (t->id == 0 || t->id > RKV_MAX_TENSORS || t->with_state > 1 ||
-            t->book_len != t->desc.book_len || !snap_tensor_bytes(t, &rest) ||
-            rest - RKV_SNAP_TENSOR_BYTES > (uint64_t)(end - p))
+        if (t->id == 0 || t->id > RKV_MAX_TENSORS || flags > 3 ||
+            (t->has_local && t->book_len == 0) || t->book_len != t->desc.book_len ||
+            !snap_tensor_bytes(t, &rest) || rest - RKV_SNAP_TENSOR_BYTES > (uint64_t)(end - p))
             return SNAP_BAD("snapshot %s: tensor record %u (id %u, '%s') has impossible sizes",
                             path, i, t->id, t->desc.name);
         for (uint32_t j = 0; j < i; j++)
@@ -219,6 +228,8 @@ static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t
         size_t book = (size_t)t->book_len * 4, data = (size_t)(t->local_rows * t->row_bytes);
         t->book = book ? (const uint32_t *)(const void *)p : NULL;
         p += (book + 7) & ~(size_t)7;
+        t->local = t->has_local ? p : NULL;
+        p += t->has_local ? (size_t)t->book_len * 8 : 0;
         t->data = p;
         p += data;
         t->state = t->with_state ? p : NULL;
@@ -332,8 +343,9 @@ static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint
         if (!sh->hdr) {
             char name[96];
             rkv_shard_name(name, sizeof(name), w->prefix, w->machine, id);
-            int rc = rkv_shard_map(w->port, name, e->local_rows, (size_t)e->row_bytes,
-                                   (int)e->with_state, e->desc.book_len, 0, sh, err, err_len);
+            int rc = rkv_shard_map_local(w->port, name, e->local_rows, (size_t)e->row_bytes,
+                                         (int)e->with_state, e->desc.book_len, (int)e->has_local, 0,
+                                         sh, err, err_len);
             if (rc < 0)
                 return rc;
         }
@@ -344,6 +356,8 @@ static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint
                                            .book_len = e->desc.book_len,
                                            .desc = e->desc,
                                            .book = sh->book,
+                                           .has_local = sh->local != NULL,
+                                           .local = (const uint8_t *)sh->local,
                                            .data = sh->data,
                                            .state = sh->state};
     }
@@ -442,8 +456,9 @@ static int snap_restore_tensor(const struct rkv_snap_tensor *t, struct rkv_port 
     if (create)
         port->ops->shm_unlink(port, name);
     struct rkv_shard sh;
-    int rc = rkv_shard_map(port, name, t->local_rows, (size_t)t->row_bytes, (int)t->with_state,
-                           t->book_len, create, &sh, err, err_len);
+    int rc =
+        rkv_shard_map_local(port, name, t->local_rows, (size_t)t->row_bytes, (int)t->with_state,
+                            t->book_len, (int)t->has_local, create, &sh, err, err_len);
     if (rc < 0)
         return rc;
     sh.owner = mc->owner;
@@ -454,12 +469,15 @@ static int snap_restore_tensor(const struct rkv_snap_tensor *t, struct rkv_port 
         memcpy(sh.state, t->state, data);
     if (t->book_len)
         memcpy(sh.book, t->book, (size_t)t->book_len * 4);
+    if (t->has_local)
+        memcpy(sh.local, t->local, (size_t)t->book_len * 8);
     rkv_shard_unmap(&sh);
     struct rkv_mach_tensor *e = &mc->hdr->tensors[t->id];
     e->desc = t->desc;
     e->with_state = t->with_state;
     e->local_rows = t->local_rows;
     e->row_bytes = t->row_bytes;
+    e->has_local = t->has_local;
     atomic_thread_fence(memory_order_release);
     e->present = 1;
     return 0;
@@ -513,7 +531,7 @@ int rkv_snap_rollback(const struct rkv_snap *s, struct rkv_port *port, const cha
         const struct rkv_mach_tensor *e = &h->tensors[t->id];
         int create = !e->present; /* removed from /dev/shm meanwhile: make it again */
         if (e->present && (e->local_rows != t->local_rows || e->row_bytes != t->row_bytes ||
-                           e->with_state != t->with_state))
+                           e->with_state != t->with_state || e->has_local != t->has_local))
             return rkv_errf(err, err_len, -RKV_ECONFIG,
                             "snapshot of machine %u: tensor %u has another shape in memory",
                             s->machine, t->id);

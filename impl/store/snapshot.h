@@ -10,10 +10,14 @@
  *     56 u64 body_bytes           64 u32 body CRC-32C   68 u32 CRC-32C of bytes 0..67
  *   body
  *     n_clients x u64 last applied push sequence
- *     n_tensors x { u32 id, u32 with_state, u64 local_rows, u64 row_bytes, u64 book_len,
+ *     n_tensors x { u32 id, u32 flags (bit 0: with_state; bit 1: a user-given local
+ *                   index follows the book), u64 local_rows, u64 row_bytes, u64 book_len,
  *                   wire tensor (104: name[64], dtype, policy, row_len, init, rows,
  *                   init_seed, with_state, book_len), book (book_len x u32, padded to 8),
+ *                   local index (book_len x u64, if flags bit 1),
  *                   rows (local_rows x row_bytes), state (the same again if with_state) }
+ * (Bit 1 came later within version 1: files without a local index are as
+ * before, and a build that predates it refuses one with it.)
  * The lineage names a chain of snapshots (the shared memory of the same
  * chain may be newer than its file); the generation orders them.
  */
@@ -43,6 +47,8 @@ struct rkv_snap_tensor {
     uint64_t book_len;
     struct rkv_wire_tensor desc;
     const uint32_t *book;
+    uint32_t has_local;   /* a user-given local index follows the book */
+    const uint8_t *local; /* book_len x u64 (not necessarily 8-aligned in a file) */
     const uint8_t *data;
     const uint8_t *state;
 };

@@ -36,15 +36,17 @@ struct rkv_shard_hdr {
 
 /* Segment layout: header | data | state (with_state) | book (EXPLICIT: one
  * machine id per global row, so that a node that never saw the tensor's
- * INIT, a snapshot writer or a restarted server, can rebuild it). */
+ * INIT, a snapshot writer or a restarted server, can rebuild it) | a
+ * user-given local index (u64 per global row, 8-aligned; only when given). */
 struct rkv_shard {
     struct rkv_port *port;
     struct rkv_shard_hdr *hdr;
     size_t map_bytes;
-    uint8_t *data;  /* local_rows x row_bytes */
-    uint8_t *state; /* same shape, or NULL */
-    uint32_t *book; /* book_len entries, or NULL */
-    uint32_t owner; /* tag written into row locks it holds (0: an untagged ~0u) */
+    uint8_t *data;   /* local_rows x row_bytes */
+    uint8_t *state;  /* same shape, or NULL */
+    uint32_t *book;  /* book_len entries, or NULL */
+    uint64_t *local; /* book_len entries: a user-given local index (rkv_shard_map_local), or NULL */
+    uint32_t owner;  /* tag written into row locks it holds (0: an untagged ~0u) */
     uint64_t local_rows;
     size_t row_bytes;
     uint64_t book_len;
@@ -67,6 +69,11 @@ void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine,
 int rkv_shard_map(struct rkv_port *port, const char *name, uint64_t local_rows, size_t row_bytes,
                   int with_state, uint64_t book_len, int create, struct rkv_shard *sh, char *err,
                   size_t err_len);
+/* The same with room for a user-given local index after the book
+ * (has_local; sh->local then points at it). */
+int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_rows,
+                        size_t row_bytes, int with_state, uint64_t book_len, int has_local,
+                        int create, struct rkv_shard *sh, char *err, size_t err_len);
 /* The book_len a tensor's segment carries (rows for EXPLICIT, else 0). */
 uint64_t rkv_shard_book_len(const struct rkv_tensor_meta *m);
 void rkv_shard_unmap(struct rkv_shard *sh);
@@ -107,6 +114,7 @@ struct rkv_mach_tensor {
     uint64_t local_rows;
     uint64_t row_bytes;
     struct rkv_wire_tensor desc;
+    uint32_t has_local; /* the segment holds a user-given local index */
 };
 
 /* Exactly-once pushes (durable mode): a push's (client, sequence) is applied at most once

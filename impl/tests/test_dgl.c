@@ -247,8 +247,9 @@ static void test_local_index(void **state)
     stop(&c, cli);
 }
 
-/* Snapshots keep the book, not a local index: durable mode refuses one. */
-static void test_local_index_not_durable(void **state)
+/* Durable mode: the map is in the shard (and so in the snapshots a
+ * restarted server comes back from: faults-restart-relabelled.yaml). */
+static void test_local_index_durable(void **state)
 {
     (void)state;
     struct cluster c;
@@ -268,10 +269,19 @@ static void test_local_index_not_durable(void **state)
                                 .policy = RKV_PART_EXPLICIT,
                                 .book = book,
                                 .local_index = local};
-    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_EINVAL);
-    assert_non_null(strstr(rkv_client_errmsg(cli), "not supported in durable mode"));
-    d.local_index = NULL;
     OK(cli, rkv_client_init_data(cli, &d));
+    uint64_t ids[4] = {0, 1, 2, 3};
+    float rows[4] = {10, 11, 12, 13}, got[4];
+    OK(cli, rkv_client_push(cli, "rel", ids, 4, rows, RKV_OP_ASSIGN, 0));
+    OK(cli, rkv_client_pull(cli, "rel", ids, 4, got));
+    assert_memory_equal(got, rows, sizeof(rows));
+    struct rkv_tensor_meta meta;
+    OK(cli, rkv_client_meta(cli, "rel", &meta));
+    for (uint64_t g = 0; g < 4; g++) {
+        float r;
+        shard_row(&c, book[g], meta.id, local[g], sizeof(r), &r);
+        assert_float_equal(r, 10.0f + (float)g, 0);
+    }
     stop(&c, cli);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
@@ -611,7 +621,7 @@ int main(void)
         cmocka_unit_test(test_ls_command),
         cmocka_unit_test(test_local_index),
         cmocka_unit_test(test_local_index_pbook),
-        cmocka_unit_test(test_local_index_not_durable),
+        cmocka_unit_test(test_local_index_durable),
         cmocka_unit_test(test_pull_handlers),
         cmocka_unit_test(test_servers_check_too),
     };

@@ -147,6 +147,7 @@ struct snap_fixture {
     char dir[64], path[128];
     uint64_t seqs[3];
     uint32_t book[6];
+    uint64_t local[6];
     float data1[3 * 2];
     double data2[2 * 3], state2[2 * 3];
     struct rkv_snap_tensor ts[2];
@@ -164,6 +165,8 @@ static void fixture_build(struct snap_fixture *f)
     memcpy(f->seqs, seqs, sizeof(seqs));
     uint32_t book[6] = {0, 1, 1, 0, 1, 0};
     memcpy(f->book, book, sizeof(book));
+    uint64_t local[6] = {2, 1, 0, 0, 2, 1}; /* a user-given local index */
+    memcpy(f->local, local, sizeof(local));
     for (int i = 0; i < 6; i++) {
         f->data1[i] = (float)i + 0.5f;
         f->data2[i] = -(double)i;
@@ -189,6 +192,8 @@ static void fixture_build(struct snap_fixture *f)
                                         .book_len = 6,
                                         .desc = d1,
                                         .book = f->book,
+                                        .has_local = 1,
+                                        .local = (const uint8_t *)f->local,
                                         .data = (const uint8_t *)f->data1};
     f->ts[1] = (struct rkv_snap_tensor){.id = 3,
                                         .with_state = 1,
@@ -257,6 +262,8 @@ static void test_snapshot_roundtrip(void **state)
     assert_int_equal(a->desc.policy, RKV_PART_EXPLICIT);
     assert_int_equal(a->book_len, 6);
     assert_memory_equal(a->book, f.book, sizeof(f.book));
+    assert_int_equal(a->has_local, 1);
+    assert_memory_equal(a->local, f.local, sizeof(f.local));
     assert_memory_equal(a->data, f.data1, sizeof(f.data1));
     assert_null(a->state);
     assert_int_equal(b->id, 3);
@@ -264,6 +271,8 @@ static void test_snapshot_roundtrip(void **state)
     assert_int_equal(b->desc.init, 1);
     assert_int_equal(b->with_state, 1);
     assert_null(b->book);
+    assert_int_equal(b->has_local, 0);
+    assert_null(b->local);
     assert_memory_equal(b->data, f.data2, sizeof(f.data2));
     assert_memory_equal(b->state, f.state2, sizeof(f.state2));
     rkv_snap_free(&got);
