@@ -117,6 +117,8 @@ def _is_torch_dtype(x):
 
 def _as_numpy(x):
     """An ndarray over x's memory where it can (torch CPU tensors share theirs)."""
+    if type(x) is np.ndarray:
+        return x
     if _is_torch(x):
         x = x.detach()
         if x.device.type != "cpu":
@@ -130,7 +132,10 @@ def _as_numpy(x):
 
 def _ids_array(ids):
     """ids as contiguous uint64, without a copy when they are so already (or int64 >= 0)."""
-    a = _as_numpy(ids).reshape(-1)
+    a = _as_numpy(ids)
+    if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
+        return a  # the common case, as cheap as it can be
+    a = a.reshape(-1)
     if a.dtype.kind not in "iu":
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
@@ -261,7 +266,8 @@ class Server:
 
 
 class _Meta:
-    __slots__ = ("name", "dtype", "rows", "row_len", "row_shape", "policy", "with_state")
+    __slots__ = ("name", "bname", "dtype", "rows", "row_len", "row_shape", "pull_shape",
+                 "policy", "with_state")
 
 
 class PushHandle:
@@ -352,6 +358,7 @@ class Client:
             self._call(lib.rkv_client_meta, name.encode(), cm)
             m = _Meta()
             m.name = name
+            m.bname = name.encode()
             m.dtype = _NP_OF[cm.dtype]
             m.rows = cm.rows
             m.row_len = cm.row_len
@@ -359,6 +366,7 @@ class Client:
             if shape is None or int(np.prod(shape)) != cm.row_len:
                 shape = (cm.row_len,)
             m.row_shape = shape
+            m.pull_shape = tuple(shape) if shape != (1,) else ()
             m.policy = _POLICY_NAMES.get(cm.policy, str(cm.policy))
             m.with_state = bool(cm.with_state)
             self._meta[name] = m  # tensors are never dropped or reshaped
@@ -431,6 +439,9 @@ class Client:
 
     def _rows(self, m, data, n):
         a = _as_numpy(data)
+        if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
+                (a.ndim == 0 or a.shape[0] == n):
+            return a
         if a.dtype != m.dtype:
             if a.dtype.kind not in "iuf" or not np.can_cast(a.dtype, m.dtype, "same_kind"):
                 _fail(-EDTYPE, "tensor '%s' holds %s; cannot take %s data"
@@ -445,45 +456,53 @@ class Client:
         """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
         data) or "adagrad", or a registered custom op's number. Returns once every
         server acknowledged; with async_=True returns a PushHandle at once."""
-        m = self._m(name)
-        code = _OPS.get(op, op) if isinstance(op, str) else int(op)
-        if isinstance(code, str):
+        m = self._meta.get(name) or self._m(name)
+        code = _OPS.get(op) if isinstance(op, str) else int(op)
+        if code is None:
             _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
                   % op)
         ida = _ids_array(ids)
-        rows = self._rows(m, data, ida.size)
+        n = ida.size
+        rows = self._rows(m, data, n)
         pids = ffi.from_buffer("uint64_t[]", ida)
         prows = ffi.from_buffer(rows)
-        if not async_:
-            self._call(lib.rkv_client_push, name.encode(), pids, ida.size, prows, code,
-                       float(lr))
-            return None
-        pp = ffi.new("struct rkv_pending **")
-        self._call(lib.rkv_client_push_async, name.encode(), pids, ida.size, prows, code,
-                   float(lr), pp)
-        h = PushHandle(self, pp[0], (ida, rows, pids, prows))
-        self._inflight.add(h)
+        pp = ffi.new("struct rkv_pending **") if async_ else None
+        with self._lock:
+            cli = self._live()
+            if async_:
+                rc = lib.rkv_client_push_async(cli, m.bname, pids, n, prows, code, float(lr), pp)
+            else:
+                rc = lib.rkv_client_push(cli, m.bname, pids, n, prows, code, float(lr))
+            if rc < 0:
+                _fail(rc, self._errmsg())
+            if not async_:
+                return None
+            h = PushHandle(self, pp[0], (ida, rows, pids, prows))
+            self._inflight.add(h)
         return h
 
     def pull(self, name, ids, out=None):
         """Rows ids[i] in ids' order, shape (n, *row_shape): a torch tensor (numpy
         without torch). With out (a tensor or array of that many elements), pulls
         into out's memory when it is contiguous and of the tensor's dtype."""
-        m = self._m(name)
+        m = self._meta.get(name) or self._m(name)
         ida = _ids_array(ids)
         n = ida.size
-        shape = (n,) + tuple(m.row_shape) if m.row_shape != (1,) else (n,)
         target = None
         if out is not None:
             o = _as_numpy(out)
             if o.size != n * m.row_len:
                 _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, m.row_len))
-            shared = not _is_torch(out) or out.device.type == "cpu"
+            shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else a copy
             if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
                 target = o
-        buf = target if target is not None else np.empty(shape, dtype=m.dtype)
-        self._call(lib.rkv_client_pull, name.encode(), ffi.from_buffer("uint64_t[]", ida), n,
-                   ffi.from_buffer(buf, require_writable=True))
+        buf = target if target is not None else np.empty((n,) + m.pull_shape, dtype=m.dtype)
+        pids = ffi.from_buffer("uint64_t[]", ida)
+        pbuf = ffi.from_buffer(buf, require_writable=True)
+        with self._lock:
+            rc = lib.rkv_client_pull(self._live(), m.bname, pids, n, pbuf)
+            if rc < 0:
+                _fail(rc, self._errmsg())
         if out is None:
             return self._wrap(buf)
         if target is None:  # out's memory could not take the rows as they come
