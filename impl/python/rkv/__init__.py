@@ -246,11 +246,17 @@ class Server:
     def run(self):
         if self._srv is None:
             _fail(-EINVAL, "server is closed")
-        rc = lib.rkv_server_run(self._srv)
+        self._running = True
+        try:
+            rc = lib.rkv_server_run(self._srv)
+        finally:
+            self._running = False
         if rc < 0:
             _fail(rc, ffi.string(lib.rkv_server_errmsg(self._srv)).decode(errors="replace"))
 
     def close(self):
+        if getattr(self, "_running", False):
+            _fail(-EINVAL, "server is running: a client's shut_down() stops it first")
         if getattr(self, "_srv", None) is not None:
             lib.rkv_server_destroy(self._srv)
             self._srv = None
@@ -266,8 +272,8 @@ class Server:
 
 
 class _Meta:
-    __slots__ = ("name", "bname", "dtype", "rows", "row_len", "row_shape", "pull_shape",
-                 "policy", "with_state")
+    __slots__ = ("name", "bname", "dtype", "rows", "row_len", "row_shape", "policy",
+                 "with_state")
 
 
 class PushHandle:
@@ -319,7 +325,6 @@ class Client:
         self._cli = p[0]
         self._lock = threading.Lock()
         self._meta = {}
-        self._shapes = {}  # row shapes of the tensors this client created
         self._inflight = set()
         self._output = output
         self.machine_id = cfg.machine_id
@@ -362,11 +367,9 @@ class Client:
             m.dtype = _NP_OF[cm.dtype]
             m.rows = cm.rows
             m.row_len = cm.row_len
-            shape = self._shapes.get(name)
-            if shape is None or int(np.prod(shape)) != cm.row_len:
-                shape = (cm.row_len,)
-            m.row_shape = shape
-            m.pull_shape = tuple(shape) if shape != (1,) else ()
+            # The store keeps a row's length, not its shape: every process sees
+            # (rows, row_len), or (rows,) for one element per row.
+            m.row_shape = (cm.row_len,) if cm.row_len > 1 else ()
             m.policy = _POLICY_NAMES.get(cm.policy, str(cm.policy))
             m.with_state = bool(cm.with_state)
             self._meta[name] = m  # tensors are never dropped or reshaped
@@ -380,8 +383,9 @@ class Client:
     def init_data(self, name, shape, dtype, part_policy="range", init="zeros", seed=0,
                   with_state=False):
         """Creates tensor `name` of shape (rows, *row_shape) on every machine
-        (idempotent for the same arguments). part_policy: "range", "hash", or a
-        sequence giving each row's machine. init: "zeros", "uniform" (seeded, in
+        (idempotent for the same arguments). The store keeps the row length:
+        pulls return (n, row_len) rows, or (n,) when a row is one element.
+        part_policy: "range", "hash", or a sequence giving each row's machine. init: "zeros", "uniform" (seeded, in
         [-1, 1)), or a function (shape, dtype) -> values that this client then
         assigns to every row (call it from one client, then barrier).
         with_state: keep optimizer state per row (adagrad needs it)."""
@@ -419,11 +423,17 @@ class Client:
         d.init_seed = seed
         d.with_state = 1 if with_state else 0
         self._call(lib.rkv_client_init_data, d)
-        self._shapes[name] = row_shape if len(shape) > 1 else (1,)
         self._meta.pop(name, None)
         if fill is not None:
             values = _as_numpy(fill(shape, dt))
-            self.push(name, np.arange(shape[0], dtype=np.uint64), values, op="assign")
+            if values.size != shape[0] * d.row_len:
+                _fail(-EDTYPE, "init function: %d values for shape %s"
+                      % (values.size, shape))
+            values = values.reshape(shape[0], d.row_len)
+            step = max(1, (64 << 20) // (d.row_len * dt.itemsize))  # 64 MiB per push
+            for r in range(0, shape[0], step):
+                self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),
+                          values[r:r + step], op="assign")
 
     def get_data_meta(self, name):
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
@@ -433,8 +443,7 @@ class Client:
         t = _torch() if self._output != "numpy" else None
         if t is not None:
             dt = getattr(t, str(m.dtype))
-        shape = (m.rows,) if m.row_shape == (1,) and self._shapes.get(name) == (1,) \
-            else (m.rows,) + tuple(m.row_shape)
+        shape = (m.rows,) + m.row_shape
         return dt, shape, m.policy
 
     def _rows(self, m, data, n):
@@ -482,7 +491,7 @@ class Client:
         return h
 
     def pull(self, name, ids, out=None):
-        """Rows ids[i] in ids' order, shape (n, *row_shape): a torch tensor (numpy
+        """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
         without torch). With out (a tensor or array of that many elements), pulls
         into out's memory when it is contiguous and of the tensor's dtype."""
         m = self._meta.get(name) or self._m(name)
@@ -496,7 +505,7 @@ class Client:
             shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else a copy
             if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
                 target = o
-        buf = target if target is not None else np.empty((n,) + m.pull_shape, dtype=m.dtype)
+        buf = target if target is not None else np.empty((n,) + m.row_shape, dtype=m.dtype)
         pids = ffi.from_buffer("uint64_t[]", ida)
         pbuf = ffi.from_buffer(buf, require_writable=True)
         with self._lock:

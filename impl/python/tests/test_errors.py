@@ -53,3 +53,16 @@ def test_timeout_when_no_server(tmp_path):
     cfg = rkv.Config(cluster=path, num_workers=1, connect_retry_ms=300, timeout_ms=300)
     code = code_of(rkv.Client, cfg)
     assert code in (-rkv.ETIMEDOUT, -rkv.EPEERDEAD, -rkv.EIO)
+
+
+def test_running_server_cannot_be_closed(cluster):
+    import time
+    while not getattr(cluster.servers[0], "_running", False):
+        time.sleep(0.01)
+    assert code_of(cluster.servers[0].close) == -rkv.EINVAL
+    cluster.client()  # stop() shuts the cluster down through it
+
+
+def test_init_function_of_the_wrong_size(client):
+    assert code_of(client.init_data, "g", (4, 2), "float32",
+                   init=lambda shape, dt: np.zeros(3, dtype=dt)) == -rkv.EDTYPE
