@@ -27,17 +27,17 @@ import numpy as np
 
 from ._rkv import ffi, lib
 
-__all__ = ["Config", "Server", "Client", "PushHandle", "Error"]
+__all__ = ["Config", "Server", "Client", "PushHandle", "Error", "strerror"]
 
 # Error codes, as enum rkv_err in rkv.h (an Error's .code is the negation).
+(EINVAL, ENOMEM, ETIMEDOUT, EPEERDEAD, EPROTO, ENOTENSOR, ERANGE, EDTYPE, EEXIST, EIO, EACCESS,
+ ENOHANDLER, ECONFIG, ESHUTDOWN, ELIMIT, EINUSE) = range(1, 17)
 _ERR_NAMES = ["OK", "EINVAL", "ENOMEM", "ETIMEDOUT", "EPEERDEAD", "EPROTO", "ENOTENSOR", "ERANGE",
               "EDTYPE", "EEXIST", "EIO", "EACCESS", "ENOHANDLER", "ECONFIG", "ESHUTDOWN",
               "ELIMIT", "EINUSE"]
-assert len(_ERR_NAMES) == lib.RKV_ERR_MAX_
-for _i, _n in enumerate(_ERR_NAMES):
-    if _i:
-        globals()[_n] = _i
-        __all__.append(_n)
+# A code added to rkv.h fails the import here rather than misnaming errors.
+assert len(_ERR_NAMES) == lib.RKV_ERR_MAX_, "rkv.h has error codes this module does not name"
+__all__ += _ERR_NAMES[1:]
 
 _ERR_LEN = 1024
 _OPS = {"assign": 0, "sum": 1, "sgd": 2, "adagrad": 3}
