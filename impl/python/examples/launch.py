@@ -4,8 +4,10 @@ import random
 import socket
 
 
-def free_ports(n, lo=30000, hi=60000):
-    """The first of n consecutive TCP ports free on loopback now."""
+def free_ports(n, lo=24000, hi=32700):
+    """The first of n consecutive TCP ports free on loopback now: above the range
+    the rkv tools pick from (20000..23999), below the kernel's ephemeral ports
+    (32768..), which outgoing connections may take at any time."""
     for _ in range(500):
         base = random.randrange(lo, hi - n)
         socks = []
