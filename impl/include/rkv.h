@@ -249,8 +249,9 @@ void rkv_client_destroy(struct rkv_client *cli);
  * binding configures a store without filling struct rkv_config itself. */
 struct rkv_settings;
 
-/* Starts from the defaults and this process's environment, read now: RKV_*
- * and the ps-lite/DGL names (DMLC_NUM_WORKER, DGL_IP_CONFIG...), as the CLI. */
+/* An empty set: rkv_settings_build starts from the defaults and the
+ * environment as it is then (RKV_* and the ps-lite/DGL names such as
+ * DMLC_NUM_WORKER and DGL_IP_CONFIG, as the CLI reads them). */
 int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len);
 /* Sets one setting, overriding the environment as a flag does. key is a flag
  * name, '_' standing for '-' ("rx_depth"); an unknown key is -RKV_ECONFIG.

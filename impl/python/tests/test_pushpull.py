@@ -212,3 +212,20 @@ def test_servers_in_other_processes(tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
+
+
+def test_no_copy_of_memory_the_store_can_use(client):
+    client.init_data("nocopy", (ROWS, 4), "float32")
+    m = client._m("nocopy")
+    ids = np.arange(4, dtype=np.uint64)
+    assert rkv._ids_array(ids) is ids
+    signed = np.arange(4, dtype=np.int64)
+    assert np.shares_memory(rkv._ids_array(signed), signed)  # viewed as uint64
+    t = torch.arange(4)
+    assert rkv._ids_array(t).__array_interface__["data"][0] == t.data_ptr()
+    rows = np.ones((4, 4), dtype=np.float32)
+    assert client._rows(m, rows, 4) is rows
+    trows = torch.ones(4, 4)
+    assert client._rows(m, trows, 4).__array_interface__["data"][0] == trows.data_ptr()
+    # Strided or of another dtype: a contiguous copy of the tensor's dtype.
+    assert not np.shares_memory(client._rows(m, np.ones((4, 8), np.float32)[:, ::2], 4), rows)
