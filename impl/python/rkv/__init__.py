@@ -20,6 +20,7 @@ and ``.message``. Calls release the GIL while they wait on the network.
 Not here yet: ``data_name_list()`` (the C API has no call listing tensors)
 and custom push handlers written in Python.
 """
+import os
 import sys
 import threading
 
@@ -240,6 +241,7 @@ class Server:
         if rc < 0:
             _raise_err(rc, err)
         self._srv = p[0]
+        self._pid = os.getpid()
         self.machine_id = cfg.machine_id
         self.local_id = local
 
@@ -258,7 +260,8 @@ class Server:
         if getattr(self, "_running", False):
             _fail(-EINVAL, "server is running: a client's shut_down() stops it first")
         if getattr(self, "_srv", None) is not None:
-            lib.rkv_server_destroy(self._srv)
+            if self._pid == os.getpid():  # not in a forked child, which lacks its threads
+                lib.rkv_server_destroy(self._srv)
             self._srv = None
 
     def __enter__(self):
@@ -323,6 +326,7 @@ class Client:
         if rc < 0:
             _raise_err(rc, err)
         self._cli = p[0]
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._meta = {}
         self._inflight = set()
@@ -545,6 +549,9 @@ class Client:
         """Frees the client (pushes in flight never waited for are dropped)."""
         lock = getattr(self, "_lock", None)
         if lock is None or self._cli is None:
+            return
+        if self._pid != os.getpid():  # a forked child: the client's threads are not here
+            self._cli = None
             return
         with lock:
             lib.rkv_client_destroy(self._cli)
