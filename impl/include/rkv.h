@@ -316,6 +316,33 @@ int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);
 void rkv_client_destroy(struct rkv_client *cli);
 
+/* ---- configuration by name ----
+ * The settings of the rkv binary by their flag names ("rx-depth", "cluster",
+ * "num-workers"; `rkv config --dump` lists them), so that a program or a
+ * binding configures a store without filling struct rkv_config itself. */
+struct rkv_settings;
+
+/* An empty set: rkv_settings_build starts from the defaults and the
+ * environment as it is then (RKV_* and the ps-lite/DGL names such as
+ * DMLC_NUM_WORKER and DGL_IP_CONFIG, as the CLI reads them). */
+int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len);
+/* Sets one setting, overriding the environment as a flag does. key is a flag
+ * name, '_' standing for '-' ("rx_depth"); an unknown key is -RKV_ECONFIG.
+ * The value is checked by rkv_settings_build. */
+int rkv_settings_set(struct rkv_settings *set, const char *key, const char *value, char *err,
+                     size_t err_len);
+/* Builds the configuration as the CLI does: machines from the cluster file
+ * ("cluster": one machine per line, "host base_port [servers]") or from
+ * "machines"/"host"/"base-port"; every value checked. cfg->machines is
+ * allocated: rkv_config_release(cfg) frees it. "server-id" (global), when
+ * set, chooses cfg->machine_id and *local_server_p (else 0); local_server_p
+ * may be NULL. */
+int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
+                       uint32_t *local_server_p, char *err, size_t err_len);
+void rkv_settings_destroy(struct rkv_settings *set);
+/* Frees what rkv_settings_build allocated in cfg. */
+void rkv_config_release(struct rkv_config *cfg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,139 @@
+/* Configuration by name for programs and bindings (rkv.h, "configuration by
+ * name"): the settings are kept as the CLI's flags ("--key=value") and built
+ * by the CLI's own parser, so a key, an env var, an alias or a check means
+ * the same here as on the rkv command line, and there is one table of
+ * settings (impl/cli/config.c), not two. */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "util/util.h"
+
+struct rkv_settings {
+    uint32_t n_flags;
+    /* "--key=value" per key set, at most one per key: a key is checked
+     * against the CLI's table before it is stored, so CLI_KEY_COUNT_ bounds
+     * them. */
+    char *flags[CLI_KEY_COUNT_];
+};
+
+int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len)
+{
+    struct rkv_settings *set = calloc(1, sizeof(*set));
+    if (!set)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    *set_p = set;
+    return 0;
+}
+
+/* Length of "--key" in a stored flag. */
+static size_t set_key_len(const char *flag)
+{
+    return strcspn(flag, "=");
+}
+
+int rkv_settings_set(struct rkv_settings *set, const char *key, const char *value, char *err,
+                     size_t err_len)
+{
+    if (!set || !key || !value)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "settings, key and value must not be NULL");
+    size_t klen = strlen(key), vlen = strlen(value);
+    if (klen == 0 || strchr(key, '=') || klen > 64)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "setting \"%s\": not a setting name", key);
+    char *flag = malloc(2 + klen + 1 + vlen + 1);
+    if (!flag)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    memcpy(flag, "--", 2);
+    for (size_t i = 0; i < klen; i++) /* Python keyword arguments spell '-' as '_' */
+        flag[2 + i] = key[i] == '_' ? '-' : key[i];
+    flag[2 + klen] = '=';
+    memcpy(flag + 3 + klen, value, vlen + 1);
+    /* The CLI's parser says whether the key exists (its message names it). */
+    struct cli_settings probe;
+    char msg[256];
+    if (cli_settings_load(&probe, 1, &flag, msg, sizeof(msg)) < 0) {
+        free(flag);
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "setting \"%s\": unknown (rkv config --dump "
+                        "lists them)",
+                        key);
+    }
+    for (uint32_t i = 0; i < set->n_flags; i++) {
+        if (set_key_len(set->flags[i]) == 2 + klen && memcmp(set->flags[i], flag, 2 + klen) == 0) {
+            free(set->flags[i]);
+            set->flags[i] = flag;
+            return 0;
+        }
+    }
+    assert(set->n_flags < CLI_KEY_COUNT_);
+    set->flags[set->n_flags++] = flag;
+    return 0;
+}
+
+/* A global server id as the CLI's `rkv server --server-id` reads it: the
+ * servers of machine 0 first, then machine 1's... */
+static int set_server_local(const struct cli_settings *s, struct rkv_config *cfg, uint32_t *local_p,
+                            char *err, size_t err_len)
+{
+    *local_p = 0;
+    if (!*s->val[CLI_SERVER_ID])
+        return 0;
+    uint64_t sid;
+    if (cli_get_u64(s, CLI_SERVER_ID, &sid, err, err_len) < 0)
+        return -RKV_ECONFIG;
+    uint32_t m = 0;
+    while (m < cfg->n_machines && sid >= cfg->machines[m].servers)
+        sid -= cfg->machines[m++].servers;
+    if (m == cfg->n_machines)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "server-id %s: the cluster has fewer servers",
+                        s->val[CLI_SERVER_ID]);
+    cfg->machine_id = m;
+    *local_p = (uint32_t)sid;
+    return 0;
+}
+
+int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
+                       uint32_t *local_server_p, char *err, size_t err_len)
+{
+    if (!set || !cfg)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "settings and config must not be NULL");
+    struct cli_settings *s = malloc(sizeof(*s));
+    if (!s)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    struct rkv_config built;
+    uint32_t local;
+    int rc = -RKV_ECONFIG;
+    if (cli_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0 ||
+        cli_build_config(s, &built, err, err_len) < 0)
+        goto free_settings;
+    if ((rc = set_server_local(s, &built, &local, err, err_len)) < 0) {
+        rkv_config_release(&built);
+        goto free_settings;
+    }
+    *cfg = built;
+    if (local_server_p)
+        *local_server_p = local;
+    rc = 0;
+free_settings:
+    free(s);
+    return rc;
+}
+
+void rkv_settings_destroy(struct rkv_settings *set)
+{
+    if (!set)
+        return;
+    for (uint32_t i = 0; i < set->n_flags; i++)
+        free(set->flags[i]);
+    free(set);
+}
+
+void rkv_config_release(struct rkv_config *cfg)
+{
+    if (!cfg)
+        return;
+    free(cfg->machines);
+    cfg->machines = NULL;
+    cfg->n_machines = 0;
+}

@@ -1,0 +1,99 @@
+"""Writes the C source of the rkv._rkv extension (cffi, API mode).
+
+Run by CMake: python3 build_ffi.py OUT.c. The C compiler then checks every
+declaration below against rkv.h, and sizes and field offsets come from the
+header itself (the `...;` in a struct), so nothing here copies a layout.
+cffi releases the GIL around every call, so network waits do not block
+other Python threads.
+"""
+import sys
+
+import cffi
+
+CDEF = r"""
+enum rkv_dtype { RKV_F32 = 1, RKV_F64 = 2, RKV_I32 = 3, RKV_I64 = 4 };
+enum rkv_policy { RKV_PART_RANGE = 1, RKV_PART_HASH = 2, RKV_PART_EXPLICIT = 3 };
+enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
+#define RKV_NAME_MAX ...
+#define RKV_ERR_MAX_ ...
+
+const char *rkv_strerror(int err);
+
+struct rkv_tensor_desc {
+    char name[];
+    enum rkv_dtype dtype;
+    uint64_t rows;
+    uint32_t row_len;
+    enum rkv_policy policy;
+    const uint32_t *book;
+    enum rkv_init init;
+    uint64_t init_seed;
+    int with_state;
+    ...;
+};
+struct rkv_tensor_meta {
+    char name[];
+    uint32_t id;
+    enum rkv_dtype dtype;
+    uint64_t rows;
+    uint32_t row_len;
+    enum rkv_policy policy;
+    int with_state;
+    ...;
+};
+struct rkv_config {
+    uint32_t n_machines;
+    uint32_t n_workers;
+    uint32_t machine_id;
+    ...;
+};
+
+struct rkv_settings;
+int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len);
+int rkv_settings_set(struct rkv_settings *set, const char *key, const char *value, char *err,
+                     size_t err_len);
+int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
+                       uint32_t *local_server_p, char *err, size_t err_len);
+void rkv_settings_destroy(struct rkv_settings *set);
+void rkv_config_release(struct rkv_config *cfg);
+
+struct rkv_server;
+int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
+                      char *err, size_t err_len);
+int rkv_server_run(struct rkv_server *srv);
+const char *rkv_server_errmsg(const struct rkv_server *srv);
+void rkv_server_destroy(struct rkv_server *srv);
+
+struct rkv_client;
+struct rkv_pending;
+int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                      size_t err_len);
+uint32_t rkv_client_id(const struct rkv_client *cli);
+int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
+int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
+int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                    const void *rows, int op, double param);
+int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **pending_p);
+int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
+int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
+int rkv_client_deregister(struct rkv_client *cli, void *addr);
+int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                    void *rows_out);
+int rkv_client_barrier(struct rkv_client *cli);
+int rkv_client_shutdown_servers(struct rkv_client *cli);
+const char *rkv_client_errmsg(const struct rkv_client *cli);
+void rkv_client_destroy(struct rkv_client *cli);
+"""
+
+
+def main():
+    out = sys.argv[1]
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    ffi.set_source("rkv._rkv", "#include <rkv.h>")
+    ffi.emit_c_code(out)
+
+
+if __name__ == "__main__":
+    main()

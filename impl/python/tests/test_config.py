@@ -1,0 +1,61 @@
+"""rkv.Config: the CLI's setting names, env vars and cluster file, through rkv_settings_*."""
+import pytest
+
+import rkv
+
+
+def test_settings_reach_the_config():
+    cfg, local = rkv.Config(num_workers=3, machines=2, servers_per_machine=2,
+                            base_port=41000).build()
+    assert (cfg.n_workers, cfg.n_machines, cfg.machine_id, local) == (3, 2, 0, 0)
+
+
+def test_env_vars_and_their_aliases_are_read(monkeypatch):
+    monkeypatch.setenv("DMLC_NUM_WORKER", "5")
+    assert rkv.Config().build()[0].n_workers == 5
+    monkeypatch.setenv("RKV_NUM_WORKERS", "6")  # RKV_* is looked up before the alias
+    assert rkv.Config().build()[0].n_workers == 6
+    assert rkv.Config(num_workers=7).build()[0].n_workers == 7  # settings beat env
+
+
+def test_unknown_setting_is_an_error():
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(rx_deep=3)
+    assert e.value.code == -rkv.ECONFIG
+    assert "rx-deep" in e.value.message or "rx_deep" in e.value.message
+
+
+def test_bad_value_names_the_setting():
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(timeout_ms="soon").build()
+    assert e.value.code == -rkv.ECONFIG and "timeout-ms" in e.value.message
+
+
+def test_cluster_file_and_server_id(tmp_path):
+    p = tmp_path / "ip.txt"
+    p.write_text("# two machines\n127.0.0.1 41000 2\n127.0.0.1 41002 3\n")
+    cfg, local = rkv.Config(cluster=str(p)).copy(server_id=3).build()
+    assert (cfg.n_machines, cfg.machine_id, local) == (2, 1, 1)
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p), server_id=5).build()
+    assert e.value.code == -rkv.ECONFIG and "server-id" in e.value.message
+
+
+def test_cluster_file_error_names_the_line(tmp_path):
+    p = tmp_path / "ip.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 port 2\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p)).build()
+    assert e.value.code == -rkv.ECONFIG and "ip.txt:2" in e.value.message
+
+
+def test_a_path_is_a_cluster_file(tmp_path):
+    with pytest.raises(rkv.Error) as e:
+        rkv.Client(str(tmp_path / "missing.txt"))
+    assert e.value.code == -rkv.ECONFIG and "cannot open" in e.value.message
+
+
+def test_error_carries_code_name_and_message():
+    e = rkv.Error(-rkv.ETIMEDOUT, "pull timed out")
+    assert e.code == -3 and e.name == "RKV_ETIMEDOUT" and "pull timed out" in str(e)
+    assert rkv.strerror(-rkv.ETIMEDOUT) == "request timed out"

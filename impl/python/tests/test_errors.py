@@ -1,0 +1,68 @@
+"""Bad input raises rkv.Error with the store's code and message; the client and
+the servers keep working afterwards."""
+import numpy as np
+import pytest
+import torch
+
+import rkv
+
+
+def code_of(fn, *a, **kw):
+    with pytest.raises(rkv.Error) as e:
+        fn(*a, **kw)
+    assert e.value.message
+    return e.value.code
+
+
+def test_errors_are_exceptions_with_codes(client):
+    client.init_data("e", (10, 2), "float32")
+    assert code_of(client.pull, "nope", [0]) == -rkv.ENOTENSOR
+    assert code_of(client.pull, "e", [10]) == -rkv.ERANGE
+    assert code_of(client.pull, "e", [-1]) == -rkv.ERANGE
+    assert code_of(client.push, "e", [0], np.ones((1, 3), dtype=np.float32)) == -rkv.EDTYPE
+    assert code_of(client.push, "e", [0, 1], np.ones((1, 2), dtype=np.float32)) == -rkv.EDTYPE
+    client.init_data("i", (10, 2), "int32")
+    assert code_of(client.push, "i", [0], np.ones((1, 2))) == -rkv.EDTYPE  # float into int
+    assert code_of(client.push, "e", [0], np.ones((1, 2)), op="median") == -rkv.EINVAL
+    assert code_of(client.push, "e", [0], np.ones((1, 2)), op=40) == -rkv.ENOHANDLER
+    assert code_of(client.push, "e", [0], np.ones((1, 2)), op="adagrad") < 0  # no state
+    assert code_of(client.init_data, "e", (11, 2), "float32") == -rkv.EEXIST
+    assert code_of(client.init_data, "x", (10, 2), "float16") == -rkv.EDTYPE
+    assert code_of(client.pull, "e", [0.5]) == -rkv.EINVAL
+    assert code_of(client.pull, "e", [0], out=np.zeros(3, dtype=np.float32)) == -rkv.EDTYPE
+    assert code_of(client.push, "e", [0], torch.ones(1, 2, dtype=torch.bfloat16)) == -rkv.EDTYPE
+    e = pytest.raises(rkv.Error, client.pull, "e", [10]).value
+    assert "row id 10" in e.message and e.name == "RKV_ERANGE"
+    # Still serving.
+    client.push("e", [9], np.ones((1, 2)), op="assign")
+    assert torch.equal(client.pull("e", [9]), torch.ones(1, 2))
+
+
+def test_closed_client(cluster):
+    c = cluster.client()
+    c.init_data("z", (4,), "int32")
+    c.shut_down()
+    c.close()
+    assert code_of(c.pull, "z", [0]) == -rkv.ESHUTDOWN
+    c.close()  # twice is fine
+
+
+def test_timeout_when_no_server(tmp_path):
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    cfg = rkv.Config(cluster=path, num_workers=1, connect_retry_ms=300, timeout_ms=300)
+    code = code_of(rkv.Client, cfg)
+    assert code in (-rkv.ETIMEDOUT, -rkv.EPEERDEAD, -rkv.EIO)
+
+
+def test_running_server_cannot_be_closed(cluster):
+    import time
+    while not getattr(cluster.servers[0], "_running", False):
+        time.sleep(0.01)
+    assert code_of(cluster.servers[0].close) == -rkv.EINVAL
+    cluster.client()  # stop() shuts the cluster down through it
+
+
+def test_init_function_of_the_wrong_size(client):
+    assert code_of(client.init_data, "g", (4, 2), "float32",
+                   init=lambda shape, dt: np.zeros(3, dtype=dt)) == -rkv.EDTYPE
