@@ -39,8 +39,10 @@ int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struc
 
 uint32_t rkv_wl_bucket(uint64_t ns);
 double rkv_wl_bucket_us(uint32_t bucket);
-/* Percentile (0..1) of a histogram, in microseconds. */
-double rkv_wl_percentile_us(const uint64_t *hist, double q);
+/* Percentile (0..1) of a phase's latencies, in microseconds: the upper
+ * edge of the histogram bucket that holds it, clamped to the phase's
+ * max_us (so p50 <= p99 <= max, never above the slowest request). */
+double rkv_wl_percentile_us(const struct rkv_wl_phase_stats *st, double q);
 
 /* One line per phase, parsed back by the launcher. */
 void rkv_wl_print(FILE *out, uint32_t worker, uint32_t phase, const struct rkv_wl_phase_stats *st);
