@@ -638,10 +638,10 @@ static void or_describe(struct rkv_oracle *o, const struct or_cand *c, char *buf
 int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32_t worker,
                          int mid_epoch, const void *got, char *why, size_t why_len)
 {
-    const struct or_tensor *ot = &o->t[ti];
+    struct or_tensor *ot = &o->t[ti];
     assert(row < ot->rows);
     const double *own = NULL;
-    const struct or_cand *cands = &ot->cand[row * ot->ccap];
+    struct or_cand *cands = &ot->cand[row * ot->ccap];
     uint32_t n = ot->n_cand[row];
     int own_assign = 0;
     if (mid_epoch) {
@@ -652,7 +652,7 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
         if (e) {
             own = &o->own_pool[e->delta];
             if (e->last.phase != OR_NONE) {
-                cands = &e->last;
+                cands = (struct or_cand *)&e->last;
                 n = 1;
                 own_assign = 1;
             }
@@ -662,9 +662,17 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     double want = 0;
     for (uint32_t i = 0; i < n; i++) {
         /* Mixing is rejected per epoch, so an own assign has no own sum. */
-        if (or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,
-                     &want))
-            return 0;
+        if (!or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,
+                      &want))
+            continue;
+        /* Concurrent assigns settled on one winner by the barrier: the
+         * first read that tells which pins it, and every later read (by
+         * any worker of this oracle) must see the same one. */
+        if (n > 1 && !own_assign) {
+            ot->cand[row * ot->ccap] = cands[i];
+            ot->n_cand[row] = 1;
+        }
+        return 0;
     }
     char who[160];
     or_describe(o, &cands[n ? n - 1 : 0], who, sizeof(who));

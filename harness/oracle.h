@@ -9,7 +9,12 @@
  *    is compared with a relative tolerance;
  *  - concurrent assigns leave one writer's row, never a mix: the expected
  *    state of a row is a set of candidates (the last write of each worker
- *    that assigned it since the last barrier) plus a sum delta;
+ *    that assigned it since the last barrier) plus a sum delta; the first
+ *    read after the barrier that matches one candidate pins it, and every
+ *    later read through this oracle must see that same winner (the twin
+ *    shares one oracle among all workers, so they must all agree; a worker
+ *    process on tcp/verbs has its own, so its reads must agree with its
+ *    own first one);
  *  - between barriers, a row that only this worker writes (or nobody does)
  *    is still exact, which is how read-your-writes is checked.
  * Phases between two barriers form an epoch; mixing assign with sum/sgd on
