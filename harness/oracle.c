@@ -399,11 +399,14 @@ int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t e
         const struct rkv_sc_phase *ph = &sc->phases[p];
         int k = ph->push_fraction == 0 ? 0 : ph->push_op == RKV_OP_ASSIGN ? 1 : 2;
         if (k && kind[ph->tensor] && kind[ph->tensor] != k) {
-            snprintf(err, err_len,
-                     "%s: phase \"%s\": assign and sum/sgd pushes to tensor \"%s\" "
+            /* at the phase's push_op, or the phase when it is the default */
+            int n = rkv_scenario_where(sc, ph->push_op_mark.line ? ph->push_op_mark : ph->mark, err,
+                                       err_len);
+            snprintf(err + n, err_len - (size_t)n,
+                     "phase \"%s\": assign and sum/sgd pushes to tensor \"%s\" "
                      "without a barrier between them have no defined result; set "
                      "barrier_after on the phase before",
-                     sc->path, ph->name, sc->tensors[ph->tensor].desc.name);
+                     ph->name, sc->tensors[ph->tensor].desc.name);
             return -RKV_ECONFIG;
         }
         if (k)

@@ -76,6 +76,14 @@ static void test_bad_scenarios_fail_precisely(void **state)
         int rc = run_rkv("", args);
         if (rc != 2 || !strstr(out, first + 10))
             fail_msg("%s: exit %d, expected 2 and \"%s\", got:\n%s", names[i], rc, first + 10, out);
+        /* Every error says where: the file's name, then :line:col: */
+        const char *base = strrchr(names[i], '/') + 1;
+        const char *at = strstr(out, base);
+        unsigned line = 0, col = 0;
+        char colon = 0;
+        if (!at || sscanf(at + strlen(base), ":%u:%u%c", &line, &col, &colon) != 3 ||
+            colon != ':' || !line || !col)
+            fail_msg("%s: the error gives no file:line:col:\n%s", names[i], out);
     }
 }
 
