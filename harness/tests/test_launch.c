@@ -120,6 +120,8 @@ static void test_bad_settings_once(void **state)
     expect_one_error("demo --backend foo", "rkv demo: backend: \"foo\"");
     expect_one_error("demo --rx-depth abc", "rkv demo: rx-depth: expected a non-negative");
     expect_one_error("demo --rows 0", "rkv demo: workload needs rows 1..2^24");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend sim --rx-depth abc",
+                     "rkv run: rx-depth: expected a non-negative integer");
     /* --seed was ignored when it was not a number */
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --seed abc", "rkv run: seed: expected");
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --seed abc",
@@ -128,6 +130,8 @@ static void test_bad_settings_once(void **state)
     expect_one_error("demo --server-id 1", "rkv demo: --server-id: the launcher sets it");
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --num-workers 3",
                      "rkv run: --num-workers: the scenario file decides");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --machines 3",
+                     "rkv run: --machines: the scenario file decides");
     expect_one_error("demo --scenario " SCEN_DIR "/quickstart.yaml",
                      "rkv demo: scenario (flag): the demo runs its built-in workload");
 }

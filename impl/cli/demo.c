@@ -1043,11 +1043,10 @@ static int run_load(const char *file, struct rkv_scenario **sc)
     return 0;
 }
 
-static int run_configure(struct demo *d, struct cli_settings *s, const struct rkv_scenario *sc,
-                         const char *file)
+/* The scenario's cluster: flags that would size another one are refused
+ * (on every backend), not silently replaced. */
+static int run_refuse_sized(const struct cli_settings *s)
 {
-    /* The scenario's cluster: flags that would size another one are
-     * refused, not silently replaced. */
     static const enum cli_key sized[] = {CLI_MACHINES,    CLI_SERVERS_PER_MACHINE,
                                          CLI_NUM_SERVERS, CLI_NUM_WORKERS,
                                          CLI_CLUSTER,     CLI_SCENARIO};
@@ -1058,6 +1057,12 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
             return -1;
         }
     }
+    return 0;
+}
+
+static int run_configure(struct demo *d, struct cli_settings *s, const struct rkv_scenario *sc,
+                         const char *file)
+{
     s->val[CLI_NUM_SERVERS] = "";
     s->val[CLI_SCENARIO] = file;
     snprintf(d->bufs[CLI_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
@@ -1323,6 +1328,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         fprintf(stderr, "rkv run: %s\n", err);
         goto out;
     }
+    if (run_refuse_sized(&s) < 0)
+        goto out;
     uint64_t seed;
     if (strcmp(s.src[CLI_SEED], "default") != 0) {
         if (cli_get_u64(&s, CLI_SEED, &seed, err, sizeof(err)) < 0) {
@@ -1344,6 +1351,14 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         sc->sim_jitter = j;
     }
     if (!strcmp(s.val[CLI_BACKEND], "sim")) {
+        /* The twin takes what it models from the settings: a bad one is
+         * refused here too, not ignored. */
+        struct rkv_config cfg;
+        if (cli_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rkv run: %s\n", err);
+            goto out;
+        }
+        free(cfg.machines);
         code = cli_run_twin(sc, &s, out_dir, plot, trace);
         goto out;
     }
