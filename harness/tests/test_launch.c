@@ -278,6 +278,7 @@ static int segments_with(const char *prefix)
 }
 
 static const char endless[] =
+    "seed: 4242\n"
     "cluster: {machines: 2, servers_per_machine: 2, workers_per_machine: 2}\n"
     "tensors:\n"
     "  - {name: t, rows: 256}\n"
@@ -311,7 +312,28 @@ static void stop_launcher(int sig)
         usleep(50000);
         n = children_of(pid, kids, 16);
     }
-    assert_int_equal(n, 8);
+    if (n != 8) {
+        kill(pid, SIGTERM); /* a failing test leaves nothing running either */
+        waitpid(pid, NULL, 0);
+        fail_msg("the launcher started %d processes, expected 8", n);
+    }
+    /* every child runs the scenario's seed (a child given the default 1
+     * would have run another workload than the launcher reports) */
+    int unseeded = 0;
+    for (int k = 0; k < n; k++) {
+        char path[64], cmdline[4096];
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)kids[k]);
+        FILE *c = fopen(path, "r");
+        assert_non_null(c);
+        size_t len = fread(cmdline, 1, sizeof(cmdline) - 1, c);
+        fclose(c);
+        int seen = 0;
+        for (size_t at = 0; at < len; at += strlen(cmdline + at) + 1)
+            seen |= !strcmp(cmdline + at, "--seed") && at + 7 < len &&
+                    !strcmp(cmdline + at + 7, "4242");
+        if (!seen)
+            unseeded = kids[k];
+    }
     usleep(300000); /* the workers are in their phase */
     assert_int_equal(kill(pid, sig), 0);
     int st;
@@ -335,6 +357,8 @@ static void stop_launcher(int sig)
     for (int k = 0; k < n; k++)
         if (!process_gone(kids[k]))
             fail_msg("child %d of the launcher survived signal %d", (int)kids[k], sig);
+    if (unseeded)
+        fail_msg("child %d does not run with the scenario's --seed 4242", unseeded);
     if (segments_with(prefix) != 0)
         fail_msg("%d segments %s-* left in /dev/shm after signal %d", segments_with(prefix), prefix,
                  sig);

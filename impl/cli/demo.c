@@ -68,6 +68,7 @@ struct demo {
     char shm_prefix[40];
     uint32_t n_tensors;
     char retry_buf[16];
+    char seed_buf[24];
     uint32_t n_faults, next_fault;
     int client0_phase;
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
@@ -759,9 +760,13 @@ static int demo_check_settings(struct demo *d, const struct cli_settings *s)
     char err[512];
     struct rkv_config cfg;
     struct cli_workload wl;
-    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0 ||
-        cli_workload_load(s, &wl, err, sizeof(err)) < 0) {
+    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
+        return -1;
+    }
+    if (cli_workload_load(s, &wl, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: %s\n", d->cmd, err);
+        free(cfg.machines);
         return -1;
     }
     int rc = 0;
@@ -1065,6 +1070,10 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
 {
     s->val[CLI_NUM_SERVERS] = "";
     s->val[CLI_SCENARIO] = file;
+    /* The scenario's seed (or --seed's, already in sc): a child given
+     * none would take the file's, but every setting is passed. */
+    snprintf(d->seed_buf, sizeof(d->seed_buf), "%llu", (unsigned long long)sc->seed);
+    s->val[CLI_SEED] = d->seed_buf;
     snprintf(d->bufs[CLI_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
     snprintf(d->bufs[CLI_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
     snprintf(d->bufs[CLI_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
