@@ -55,6 +55,7 @@ struct rkv_oracle {
     uint64_t own_cap, own_len;
     double *own_pool;
     uint64_t pool_len, pool_cap;
+    FILE *pin_log; /* rkv_oracle_set_pin_log */
 };
 
 static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
@@ -287,6 +288,11 @@ int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p)
     }
     *or_p = o;
     return 0;
+}
+
+void rkv_oracle_set_pin_log(struct rkv_oracle *o, FILE *out)
+{
+    o->pin_log = out;
 }
 
 void rkv_oracle_ref(struct rkv_oracle *o)
@@ -672,8 +678,12 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
          * first read that tells which pins it, and every later read (by
          * any worker of this oracle) must see the same one. */
         if (n > 1 && !own_assign) {
-            ot->cand[row * ot->ccap] = cands[i];
+            struct or_cand won = cands[i];
+            ot->cand[row * ot->ccap] = won;
             ot->n_cand[row] = 1;
+            if (o->pin_log)
+                fprintf(o->pin_log, "PIN t=%u r=%llu w=%u p=%u n=%u\n", ti, (unsigned long long)row,
+                        won.worker, won.phase, won.round);
         }
         return 0;
     }

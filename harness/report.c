@@ -9,6 +9,78 @@
 
 #include "harness/report.h"
 
+/* One pinned winner of concurrent assigns, as a worker's oracle printed it. */
+struct rep_pin {
+    uint64_t row;
+    uint32_t tensor, worker, phase, round; /* tensor UINT32_MAX: empty slot */
+    uint32_t reader;                       /* the output it came from */
+};
+
+static int rep_pin_parse(const char *line, const struct rkv_scenario *sc, struct rep_pin *p)
+{
+    unsigned t, w, ph, n;
+    unsigned long long row;
+    if (sscanf(line, "PIN t=%u r=%llu w=%u p=%u n=%u", &t, &row, &w, &ph, &n) != 5 ||
+        t >= sc->n_tensors || row >= sc->tensors[t].desc.rows || ph >= sc->n_phases)
+        return -1;
+    *p = (struct rep_pin){.row = row, .tensor = t, .worker = w, .phase = ph, .round = n};
+    return 0;
+}
+
+/* Each worker process pins the winner of a contested row at its first
+ * read (harness/oracle.h); two processes that pinned different winners saw
+ * the store disagree with itself. Counted as an error of the assign's
+ * phase. */
+static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_workers)
+{
+    const struct rkv_scenario *sc = r->sc;
+    uint64_t lines = 0;
+    for (uint32_t w = 0; w < n_workers; w++)
+        for (const char *at = outs[w]; at && (at = strstr(at, "PIN ")) != NULL; at += 4)
+            lines++;
+    if (!lines)
+        return 0;
+    uint64_t cap = 16;
+    while (cap < 2 * lines)
+        cap *= 2;
+    struct rep_pin *tab = malloc(cap * sizeof(*tab));
+    if (!tab)
+        return -RKV_ENOMEM;
+    for (uint64_t i = 0; i < cap; i++)
+        tab[i].tensor = UINT32_MAX;
+    for (uint32_t w = 0; w < n_workers; w++) {
+        for (const char *line = outs[w]; line && *line;) {
+            const char *eol = strchr(line, '\n');
+            struct rep_pin p;
+            if (!strncmp(line, "PIN ", 4) && rep_pin_parse(line, sc, &p) == 0) {
+                p.reader = w;
+                uint64_t i = rkv_mix64(p.row * 0x9e3779b97f4a7c15ull ^ p.tensor) & (cap - 1);
+                while (tab[i].tensor != UINT32_MAX &&
+                       (tab[i].tensor != p.tensor || tab[i].row != p.row))
+                    i = (i + 1) & (cap - 1);
+                struct rep_pin *e = &tab[i];
+                if (e->tensor == UINT32_MAX) {
+                    *e = p;
+                } else if (e->worker != p.worker || e->phase != p.phase || e->round != p.round) {
+                    r->phase[e->phase].errors++;
+                    if (!r->first_error[0])
+                        snprintf(r->first_error, sizeof(r->first_error),
+                                 "tensor \"%s\" row %llu: worker process %u read the assign of "
+                                 "worker %u (phase \"%s\" round %u), worker process %u that of "
+                                 "worker %u (phase \"%s\" round %u): two winners of concurrent "
+                                 "assigns",
+                                 sc->tensors[p.tensor].desc.name, (unsigned long long)p.row,
+                                 e->reader, e->worker, sc->phases[e->phase].name, e->round,
+                                 p.reader, p.worker, sc->phases[p.phase].name, p.round);
+                }
+            }
+            line = eol ? eol + 1 : NULL;
+        }
+    }
+    free(tab);
+    return 0;
+}
+
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers)
 {
@@ -45,7 +117,7 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
             line = eol ? eol + 1 : NULL;
         }
     }
-    return 0;
+    return rep_check_pins(r, outs, n_workers);
 }
 
 void rkv_report_free(struct rkv_report *r)

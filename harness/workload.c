@@ -267,9 +267,27 @@ int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_s
     return rkv_wl_run_shared(cli, port, sc, worker, stats, log, NULL, NULL, NULL);
 }
 
+static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                  uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
+                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase, void *user);
+
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
                       struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user)
+{
+    return wl_run(cli, port, sc, worker, stats, log, shared, NULL, on_phase, user);
+}
+
+int rkv_wl_run_pinned(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log, FILE *pins,
+                      rkv_wl_phase_fn on_phase, void *user)
+{
+    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, user);
+}
+
+static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                  uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
+                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase, void *user)
 {
     struct wl_node n = {.cli = cli,
                         .port = port,
@@ -285,6 +303,8 @@ int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struc
     } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
         return rc;
     }
+    if (pins)
+        rkv_oracle_set_pin_log(n.oracle, pins);
     if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 || (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {

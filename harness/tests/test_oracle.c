@@ -76,13 +76,23 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 1, a, why, sizeof(why)), 0);
     rkv_oracle_destroy(o);
 
-    /* The same from the other side: worker 1's write seen first wins. */
+    /* The same from the other side: worker 1's write seen first wins, and
+     * the pin is written for the launcher (one line, once). */
+    char *log = NULL;
+    size_t log_len = 0;
+    FILE *pins = open_memstream(&log, &log_len);
+    assert_non_null(pins);
     assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    rkv_oracle_set_pin_log(o, pins);
     assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
     rkv_oracle_epoch_end(o);
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, b, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, b, why, sizeof(why)), 0);
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 0, a, why, sizeof(why)), -1);
     rkv_oracle_destroy(o);
+    fclose(pins);
+    assert_string_equal(log, "PIN t=0 r=0 w=1 p=0 n=2\n");
+    free(log);
     rkv_scenario_free(sc);
 }
 

@@ -134,11 +134,73 @@ static void test_report_json_round_trips_names(void **state)
     unlink(yaml);
 }
 
+/* Worker processes on tcp each pin the winner of a contested row in their
+ * own oracle; the launcher compares them: two winners of one row fail the
+ * run, naming the row and both readings. */
+static void test_report_compares_pinned_winners(void **state)
+{
+    (void)state;
+    char yaml[64], err[256];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-pins-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 3}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 8}\n"
+          "workload:\n"
+          "  - {name: race, tensor: t, push: 1.0, push_op: assign, rounds: 2}\n"
+          "  - {name: read, tensor: t, push: 0, rounds: 2}\n",
+          f);
+    fclose(f);
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    unlink(yaml);
+    struct rkv_wl_phase_stats *st = calloc(1, sizeof(*st));
+    assert_non_null(st);
+    add_ns(st, 1000);
+    char phases[2][4096];
+    for (int w = 0; w < 3; w++) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        rkv_wl_print(m, (uint32_t)w, 0, st);
+        rkv_wl_print(m, (uint32_t)w, 1, st);
+        fclose(m);
+        if (w < 2)
+            snprintf(phases[w], sizeof(phases[w]), "%s", buf);
+        free(buf);
+    }
+    char agree0[8192], agree1[8192], other[8192];
+    snprintf(agree0, sizeof(agree0), "PIN t=0 r=5 w=2 p=0 n=1\nPIN t=0 r=6 w=0 p=0 n=0\n%s",
+             phases[0]);
+    snprintf(agree1, sizeof(agree1), "PIN t=0 r=5 w=2 p=0 n=1\n%s", phases[1]);
+    snprintf(other, sizeof(other), "PIN t=0 r=6 w=1 p=0 n=1\n%s", phases[1]);
+    struct rkv_report r;
+    char *same[3] = {agree0, agree1, agree1};
+    assert_int_equal(rkv_report_collect(&r, sc, same, 3), 0);
+    r.processes_ok = 1;
+    assert_true(rkv_report_passed(&r));
+    rkv_report_free(&r);
+    char *differ[3] = {agree0, agree1, other};
+    assert_int_equal(rkv_report_collect(&r, sc, differ, 3), 0);
+    r.processes_ok = 1;
+    assert_false(rkv_report_passed(&r));
+    assert_int_equal(r.phase[0].errors, 1);
+    if (!strstr(r.first_error, "tensor \"t\" row 6: worker process 0 read the assign of worker 0 "
+                               "(phase \"race\" round 0), worker process 2 that of worker 1"))
+        fail_msg("%s", r.first_error);
+    rkv_report_free(&r);
+    free(st);
+    rkv_scenario_free(sc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_percentiles_never_above_max),
         cmocka_unit_test(test_report_json_round_trips_names),
+        cmocka_unit_test(test_report_compares_pinned_winners),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

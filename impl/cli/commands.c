@@ -142,8 +142,10 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
                           const struct rkv_scenario *sc, const struct cli_workload *wl, int bench)
 {
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
-    int rc = st ? rkv_wl_run_shared(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
-                                    NULL, cmd_on_phase, stdout)
+    /* Pinned assign winners go to the launcher with the PHASE lines, which
+     * compares them across workers. */
+    int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
+                                    stdout, cmd_on_phase, stdout)
                 : -RKV_ENOMEM;
     struct cli_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {
