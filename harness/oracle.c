@@ -55,6 +55,7 @@ struct rkv_oracle {
     uint64_t own_cap, own_len;
     double *own_pool;
     uint64_t pool_len, pool_cap;
+    FILE *pin_log; /* rkv_oracle_set_pin_log */
 };
 
 static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
@@ -289,6 +290,11 @@ int rkv_oracle_create(const struct rkv_scenario *sc, struct rkv_oracle **or_p)
     return 0;
 }
 
+void rkv_oracle_set_pin_log(struct rkv_oracle *o, FILE *out)
+{
+    o->pin_log = out;
+}
+
 void rkv_oracle_ref(struct rkv_oracle *o)
 {
     o->refs++;
@@ -399,11 +405,14 @@ int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t e
         const struct rkv_sc_phase *ph = &sc->phases[p];
         int k = ph->push_fraction == 0 ? 0 : ph->push_op == RKV_OP_ASSIGN ? 1 : 2;
         if (k && kind[ph->tensor] && kind[ph->tensor] != k) {
-            snprintf(err, err_len,
-                     "%s: phase \"%s\": assign and sum/sgd pushes to tensor \"%s\" "
+            /* at the phase's push_op, or the phase when it is the default */
+            int n = rkv_scenario_where(sc, ph->push_op_mark.line ? ph->push_op_mark : ph->mark, err,
+                                       err_len);
+            snprintf(err + n, err_len - (size_t)n,
+                     "phase \"%s\": assign and sum/sgd pushes to tensor \"%s\" "
                      "without a barrier between them have no defined result; set "
                      "barrier_after on the phase before",
-                     sc->path, ph->name, sc->tensors[ph->tensor].desc.name);
+                     ph->name, sc->tensors[ph->tensor].desc.name);
             return -RKV_ECONFIG;
         }
         if (k)
@@ -638,10 +647,10 @@ static void or_describe(struct rkv_oracle *o, const struct or_cand *c, char *buf
 int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32_t worker,
                          int mid_epoch, const void *got, char *why, size_t why_len)
 {
-    const struct or_tensor *ot = &o->t[ti];
+    struct or_tensor *ot = &o->t[ti];
     assert(row < ot->rows);
     const double *own = NULL;
-    const struct or_cand *cands = &ot->cand[row * ot->ccap];
+    struct or_cand *cands = &ot->cand[row * ot->ccap];
     uint32_t n = ot->n_cand[row];
     int own_assign = 0;
     if (mid_epoch) {
@@ -652,7 +661,7 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
         if (e) {
             own = &o->own_pool[e->delta];
             if (e->last.phase != OR_NONE) {
-                cands = &e->last;
+                cands = (struct or_cand *)&e->last;
                 n = 1;
                 own_assign = 1;
             }
@@ -662,9 +671,21 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     double want = 0;
     for (uint32_t i = 0; i < n; i++) {
         /* Mixing is rejected per epoch, so an own assign has no own sum. */
-        if (or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,
-                     &want))
-            return 0;
+        if (!or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,
+                      &want))
+            continue;
+        /* Concurrent assigns settled on one winner by the barrier: the
+         * first read that tells which pins it, and every later read (by
+         * any worker of this oracle) must see the same one. */
+        if (n > 1 && !own_assign) {
+            struct or_cand won = cands[i];
+            ot->cand[row * ot->ccap] = won;
+            ot->n_cand[row] = 1;
+            if (o->pin_log)
+                fprintf(o->pin_log, "PIN t=%u r=%llu w=%u p=%u n=%u\n", ti, (unsigned long long)row,
+                        won.worker, won.phase, won.round);
+        }
+        return 0;
     }
     char who[160];
     or_describe(o, &cands[n ? n - 1 : 0], who, sizeof(who));

@@ -9,7 +9,12 @@
  *    is compared with a relative tolerance;
  *  - concurrent assigns leave one writer's row, never a mix: the expected
  *    state of a row is a set of candidates (the last write of each worker
- *    that assigned it since the last barrier) plus a sum delta;
+ *    that assigned it since the last barrier) plus a sum delta; the first
+ *    read after the barrier that matches one candidate pins it, and every
+ *    later read through this oracle must see that same winner (the twin
+ *    shares one oracle among all workers, so they must all agree; a worker
+ *    process on tcp/verbs has its own, whose pins it prints for the launcher
+ *    to compare across workers, see rkv_oracle_set_pin_log);
  *  - between barriers, a row that only this worker writes (or nobody does)
  *    is still exact, which is how read-your-writes is checked.
  * Phases between two barriers form an epoch; mixing assign with sum/sgd on
@@ -19,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "harness/scenario.h"
 #include "port/port.h"
@@ -70,6 +76,12 @@ void rkv_oracle_epoch_end(struct rkv_oracle *o);
 /* Records this worker's own acknowledged push (for read-your-writes). */
 int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, uint32_t round,
                         const struct rkv_wl_req *req);
+
+/* Where this oracle writes a line for each winner it pins ("PIN t=T r=ROW
+ * w=W p=P n=ROUND"): a worker process with its own oracle tells the
+ * launcher, which checks that no two workers pinned different winners of
+ * one row (rkv_report_collect). NULL (the default): no lines. */
+void rkv_oracle_set_pin_log(struct rkv_oracle *o, FILE *out);
 
 /* Checks one pulled row. mid_epoch = 1 checks only rows this worker alone
  * writes (or nobody writes) in the epoch and returns 1 when it skipped.

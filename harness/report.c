@@ -3,8 +3,83 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <jansson.h>
 
 #include "harness/report.h"
+
+/* One pinned winner of concurrent assigns, as a worker's oracle printed it. */
+struct rep_pin {
+    uint64_t row;
+    uint32_t tensor, worker, phase, round; /* tensor UINT32_MAX: empty slot */
+    uint32_t reader;                       /* the output it came from */
+};
+
+static int rep_pin_parse(const char *line, const struct rkv_scenario *sc, struct rep_pin *p)
+{
+    unsigned t, w, ph, n;
+    unsigned long long row;
+    if (sscanf(line, "PIN t=%u r=%llu w=%u p=%u n=%u", &t, &row, &w, &ph, &n) != 5 ||
+        t >= sc->n_tensors || row >= sc->tensors[t].desc.rows || ph >= sc->n_phases)
+        return -1;
+    *p = (struct rep_pin){.row = row, .tensor = t, .worker = w, .phase = ph, .round = n};
+    return 0;
+}
+
+/* Each worker process pins the winner of a contested row at its first
+ * read (harness/oracle.h); two processes that pinned different winners saw
+ * the store disagree with itself. Counted as an error of the assign's
+ * phase. */
+static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_workers)
+{
+    const struct rkv_scenario *sc = r->sc;
+    uint64_t lines = 0;
+    for (uint32_t w = 0; w < n_workers; w++)
+        for (const char *at = outs[w]; at && (at = strstr(at, "PIN ")) != NULL; at += 4)
+            lines++;
+    if (!lines)
+        return 0;
+    uint64_t cap = 16;
+    while (cap < 2 * lines)
+        cap *= 2;
+    struct rep_pin *tab = malloc(cap * sizeof(*tab));
+    if (!tab)
+        return -RKV_ENOMEM;
+    for (uint64_t i = 0; i < cap; i++)
+        tab[i].tensor = UINT32_MAX;
+    for (uint32_t w = 0; w < n_workers; w++) {
+        for (const char *line = outs[w]; line && *line;) {
+            const char *eol = strchr(line, '\n');
+            struct rep_pin p;
+            if (!strncmp(line, "PIN ", 4) && rep_pin_parse(line, sc, &p) == 0) {
+                p.reader = w;
+                uint64_t i = rkv_mix64(p.row * 0x9e3779b97f4a7c15ull ^ p.tensor) & (cap - 1);
+                while (tab[i].tensor != UINT32_MAX &&
+                       (tab[i].tensor != p.tensor || tab[i].row != p.row))
+                    i = (i + 1) & (cap - 1);
+                struct rep_pin *e = &tab[i];
+                if (e->tensor == UINT32_MAX) {
+                    *e = p;
+                } else if (e->worker != p.worker || e->phase != p.phase || e->round != p.round) {
+                    r->phase[e->phase].errors++;
+                    if (!r->first_error[0])
+                        snprintf(r->first_error, sizeof(r->first_error),
+                                 "tensor \"%s\" row %llu: worker process %u read the assign of "
+                                 "worker %u (phase \"%s\" round %u), worker process %u that of "
+                                 "worker %u (phase \"%s\" round %u): two winners of concurrent "
+                                 "assigns",
+                                 sc->tensors[p.tensor].desc.name, (unsigned long long)p.row,
+                                 e->reader, e->worker, sc->phases[e->phase].name, e->round,
+                                 p.reader, p.worker, sc->phases[p.phase].name, p.round);
+                }
+            }
+            line = eol ? eol + 1 : NULL;
+        }
+    }
+    free(tab);
+    return 0;
+}
 
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers)
@@ -42,7 +117,7 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
             line = eol ? eol + 1 : NULL;
         }
     }
-    return 0;
+    return rep_check_pins(r, outs, n_workers);
 }
 
 void rkv_report_free(struct rkv_report *r)
@@ -92,8 +167,8 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
         const struct rkv_wl_phase_stats *m = &r->phase[p];
         fprintf(out, "| %s | %llu | %llu | %.1f | %.3f | %.1f | %.1f | %.1f | %llu | %llu | %s |\n",
                 sc->phases[p].name, (unsigned long long)m->pushes, (unsigned long long)m->pulls,
-                m->bytes / 1048576.0, rep_gbps(m), rkv_wl_percentile_us(m->hist, 0.5),
-                rkv_wl_percentile_us(m->hist, 0.99), m->max_us, (unsigned long long)m->checks,
+                m->bytes / 1048576.0, rep_gbps(m), rkv_wl_percentile_us(m, 0.5),
+                rkv_wl_percentile_us(m, 0.99), m->max_us, (unsigned long long)m->checks,
                 (unsigned long long)m->skipped, rep_oracle(r, p));
     }
     if (r->sim_s > 0) {
@@ -120,7 +195,7 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 sc->phases[p].name, rep_gbps(&r->phase[p]), sc->expect_min_gbps,
                 rep_gbps(&r->phase[p]) >= sc->expect_min_gbps ? "pass" : "miss");
     for (uint32_t p = 0; p < sc->n_phases && sc->expect_max_p99_us > 0; p++) {
-        double p99 = rkv_wl_percentile_us(r->phase[p].hist, 0.99);
+        double p99 = rkv_wl_percentile_us(&r->phase[p], 0.99);
         fprintf(out, "bound %s: p99 %.1f us <= %.1f: %s (reported, not asserted)\n",
                 sc->phases[p].name, p99, sc->expect_max_p99_us,
                 p99 <= sc->expect_max_p99_us ? "pass" : "miss");
@@ -143,30 +218,56 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
             rkv_report_passed(r) ? "PASS (every pulled value matched the oracle)" : "FAIL");
 }
 
-static void rep_json(const struct rkv_report *r, FILE *f, const char *backend)
+/* A JSON integer for a uint64 that may not fit jansson's signed one. */
+static json_t *rep_u64(uint64_t v)
+{
+    if (v <= (uint64_t)INT64_MAX)
+        return json_integer((json_int_t)v);
+    char buf[24];
+    snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+    return json_string(buf);
+}
+
+/* The report as a JSON document (NULL if out of memory). Strings go
+ * through jansson, so a phase name holding a quote or a backslash is
+ * escaped, not written raw. */
+static json_t *rep_json(const struct rkv_report *r, const char *backend)
 {
     const struct rkv_scenario *sc = r->sc;
-    fprintf(f, "{\n  \"scenario\": \"%s\",\n  \"backend\": \"%s\",\n  \"seed\": %llu,\n", sc->path,
-            backend, (unsigned long long)sc->seed);
-    fprintf(f, "  \"wall_s\": %.6f,\n  \"passed\": %s,\n", r->wall_s,
-            rkv_report_passed(r) ? "true" : "false");
-    if (r->sim_s > 0)
-        fprintf(f, "  \"sim_s\": %.9f,\n  \"sim_events\": %llu,\n  \"sim_hash\": \"%016llx\",\n",
-                r->sim_s, (unsigned long long)r->sim_events, (unsigned long long)r->sim_hash);
-    fprintf(f, "  \"phases\": [\n");
+    json_t *root = json_object(), *phases = json_array();
+    if (!root || !phases)
+        goto fail;
+    int bad = json_object_set_new(root, "scenario", json_string(sc->path)) |
+              json_object_set_new(root, "backend", json_string(backend)) |
+              json_object_set_new(root, "seed", rep_u64(sc->seed)) |
+              json_object_set_new(root, "wall_s", json_real(r->wall_s)) |
+              json_object_set_new(root, "passed", json_boolean(rkv_report_passed(r)));
+    if (r->sim_s > 0) {
+        char hash[24];
+        snprintf(hash, sizeof(hash), "%016llx", (unsigned long long)r->sim_hash);
+        bad |= json_object_set_new(root, "sim_s", json_real(r->sim_s)) |
+               json_object_set_new(root, "sim_events", rep_u64(r->sim_events)) |
+               json_object_set_new(root, "sim_hash", json_string(hash));
+    }
     for (uint32_t p = 0; p < sc->n_phases; p++) {
         const struct rkv_wl_phase_stats *m = &r->phase[p];
-        fprintf(f,
-                "    {\"name\": \"%s\", \"pushes\": %llu, \"pulls\": %llu, \"bytes\": %llu, "
-                "\"wall_s\": %.6f, \"gbps\": %.6f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
-                "\"max_us\": %.3f, \"checked\": %llu, \"deferred\": %llu, \"errors\": %llu}%s\n",
-                sc->phases[p].name, (unsigned long long)m->pushes, (unsigned long long)m->pulls,
-                (unsigned long long)m->bytes, m->wall_s, rep_gbps(m),
-                rkv_wl_percentile_us(m->hist, 0.5), rkv_wl_percentile_us(m->hist, 0.99), m->max_us,
-                (unsigned long long)m->checks, (unsigned long long)m->skipped,
-                (unsigned long long)m->errors, p + 1 < sc->n_phases ? "," : "");
+        json_t *ph = json_pack("{s:s, s:o, s:o, s:o, s:f, s:f, s:f, s:f, s:f, s:o, s:o, s:o}",
+                               "name", sc->phases[p].name, "pushes", rep_u64(m->pushes), "pulls",
+                               rep_u64(m->pulls), "bytes", rep_u64(m->bytes), "wall_s", m->wall_s,
+                               "gbps", rep_gbps(m), "p50_us", rkv_wl_percentile_us(m, 0.5),
+                               "p99_us", rkv_wl_percentile_us(m, 0.99), "max_us", m->max_us,
+                               "checked", rep_u64(m->checks), "deferred", rep_u64(m->skipped),
+                               "errors", rep_u64(m->errors));
+        bad |= json_array_append_new(phases, ph);
     }
-    fprintf(f, "  ]\n}\n");
+    bad |= json_object_set_new(root, "phases", phases);
+    phases = NULL;
+    if (!bad)
+        return root;
+fail:
+    json_decref(phases);
+    json_decref(root);
+    return NULL;
 }
 
 int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend)
@@ -175,20 +276,66 @@ int rkv_report_write(const struct rkv_report *r, const char *dir, const char *ba
         return -RKV_EIO;
     char path[512];
     snprintf(path, sizeof(path), "%s/report.json", dir);
+    json_t *doc = rep_json(r, backend);
+    if (!doc)
+        return -RKV_ENOMEM;
+    int rc = json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    json_decref(doc);
+    if (rc < 0)
+        return -RKV_EIO;
+    snprintf(path, sizeof(path), "%s/report.md", dir);
     FILE *f = fopen(path, "w");
     if (!f)
-        return -RKV_EIO;
-    rep_json(r, f, backend);
-    fclose(f);
-    snprintf(path, sizeof(path), "%s/report.md", dir);
-    if (!(f = fopen(path, "w")))
         return -RKV_EIO;
     rkv_report_print(r, f, backend);
     fclose(f);
     return 0;
 }
 
-/* Data files for the plots: one CDF block per phase (gnuplot "index"). */
+int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/report.json", dir);
+    json_t *doc = json_load_file(path, 0, NULL);
+    json_t *phases = json_object_get(doc, "phases");
+    int got = json_is_array(phases) ? 0 : -1;
+    for (size_t i = 0; got >= 0 && i < json_array_size(phases) && (uint32_t)got < max; i++) {
+        json_t *w = json_object_get(json_array_get(phases, i), "wall_s");
+        if (!json_is_number(w)) {
+            got = -1;
+            break;
+        }
+        s[got++] = json_number_value(w);
+    }
+    json_decref(doc);
+    return got;
+}
+
+/* A gnuplot string literal: single quotes ('' inside), control characters
+ * as spaces (a newline would end the command). Whatever a phase name or a
+ * directory holds, the script stays one valid command per line. */
+static void rep_gp_str(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputs("''", f);
+        else
+            fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
+    }
+    fputc('\'', f);
+}
+
+/* A gnuplot file name: dir/name as a string literal. */
+static void rep_gp_path(FILE *f, const char *dir, const char *name)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    rep_gp_str(f, path);
+}
+
+/* Data files for the plots: one CDF block per phase (gnuplot "index"),
+ * one throughput line per phase; names stay in the script (rep_gp_str). */
 static int rep_plot_data(const struct rkv_report *r, const char *dir)
 {
     char path[512];
@@ -201,12 +348,13 @@ static int rep_plot_data(const struct rkv_report *r, const char *dir)
         uint64_t total = 0, acc = 0;
         for (uint32_t b = 0; b < RKV_WL_HIST; b++)
             total += m->hist[b];
-        fprintf(f, "# %s\n", r->sc->phases[p].name);
+        fprintf(f, "# phase %u\n", p);
         for (uint32_t b = 0; b < RKV_WL_HIST && total; b++) {
             if (!m->hist[b])
                 continue;
             acc += m->hist[b];
-            fprintf(f, "%.3f %.6f\n", rkv_wl_bucket_us(b), (double)acc / (double)total);
+            double us = rkv_wl_bucket_us(b); /* as the percentiles: never past the max */
+            fprintf(f, "%.3f %.6f\n", us < m->max_us ? us : m->max_us, (double)acc / (double)total);
         }
         fprintf(f, "\n\n");
     }
@@ -215,7 +363,7 @@ static int rep_plot_data(const struct rkv_report *r, const char *dir)
     if (!(f = fopen(path, "w")))
         return -RKV_EIO;
     for (uint32_t p = 0; p < r->sc->n_phases; p++)
-        fprintf(f, "%u \"%s\" %.6f\n", p, r->sc->phases[p].name, rep_gbps(&r->phase[p]));
+        fprintf(f, "%u %.6f\n", p, rep_gbps(&r->phase[p]));
     fclose(f);
     return 0;
 }
@@ -231,27 +379,46 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size
     FILE *f = fopen(path, "w");
     if (!f)
         return snprintf(err, err_len, "cannot write %s", path), -RKV_EIO;
-    fprintf(f,
-            "set terminal png size 900,560\nset grid\n"
-            "set output '%s/latency_cdf.png'\nset title 'request latency CDF'\n"
-            "set logscale x\nset xlabel 'latency (us)'\nset ylabel 'fraction of requests'\n"
-            "set key bottom right\nplot",
-            dir);
-    for (uint32_t p = 0; p < r->sc->n_phases; p++) /* names are [A-Za-z0-9_-] in practice */
-        fprintf(f, "%s '%s/latency_cdf.dat' index %u using 1:2 with steps title \"%s\"",
-                p ? "," : "", dir, p, r->sc->phases[p].name);
-    fprintf(f, "\n");
-    fprintf(
-        f,
-        "unset logscale x\nset output '%s/throughput.png'\n"
-        "set title 'throughput per phase'\nset ylabel 'GB/s'\nset xlabel ''\n"
-        "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30\nset yrange [0:*]\n"
-        "plot '%s/throughput.dat' using 1:3:xtic(2) with boxes notitle\n",
-        dir, dir);
+    /* noenhanced: a name's _ or ^ is a character, not a subscript */
+    fprintf(f, "set terminal png noenhanced size 900,560\nset grid\nset output ");
+    rep_gp_path(f, dir, "latency_cdf.png");
+    fprintf(f, "\nset title 'request latency CDF'\n"
+               "set logscale x\nset xlabel 'latency (us)'\nset ylabel 'fraction of requests'\n"
+               "set key bottom right\nplot");
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        fprintf(f, "%s ", p ? "," : "");
+        rep_gp_path(f, dir, "latency_cdf.dat");
+        fprintf(f, " index %u using 1:2 with steps title ", p);
+        rep_gp_str(f, r->sc->phases[p].name);
+    }
+    fprintf(f, "\nunset logscale x\nset output ");
+    rep_gp_path(f, dir, "throughput.png");
+    fprintf(f, "\nset title 'throughput per phase'\nset ylabel 'GB/s'\nset xlabel ''\n"
+               "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30 (");
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        fprintf(f, "%s", p ? ", " : "");
+        rep_gp_str(f, r->sc->phases[p].name);
+        fprintf(f, " %u", p);
+    }
+    fprintf(f, ")\nset yrange [0:*]\nplot ");
+    rep_gp_path(f, dir, "throughput.dat");
+    fprintf(f, " using 1:2 with boxes notitle\n");
     fclose(f);
-    char cmd[1100];
-    snprintf(cmd, sizeof(cmd), "gnuplot '%s' 2>&1", path);
-    int st = system(cmd);
+    /* gnuplot reads the script from its stdin: no shell quoting of a path */
+    FILE *in = fopen(path, "r");
+    if (!in)
+        return snprintf(err, err_len, "cannot read %s", path), -RKV_EIO;
+    FILE *gp = popen("gnuplot 2>&1", "w");
+    int st = -1;
+    if (gp) {
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+            fwrite(buf, 1, n, gp);
+        st = pclose(gp);
+        st = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    }
+    fclose(in);
     if (st != 0)
         return snprintf(err, err_len,
                         "gnuplot failed (exit %d); install it with: apt-get install gnuplot-nox",

@@ -43,6 +43,10 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
 /* Writes report.json and report.md into dir (created if missing). */
 int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend);
 
+/* Each phase's wall_s from DIR/report.json, in order (up to max); returns
+ * how many, or -1 if the file is missing or not such a report. */
+int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max);
+
 /* Writes latency_cdf.png and throughput.png into dir with gnuplot. */
 int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size_t err_len);
 

@@ -34,22 +34,66 @@ static void sc_pos(struct fy_node *n, int *line, int *col)
     }
 }
 
+/* Position of any node: a scalar's own, a collection's first scalar (its
+ * first key, or its first item's), so that a mapping-shaped item such as
+ * a fault has a place too. */
+static struct rkv_sc_mark sc_mark(struct fy_node *n)
+{
+    for (int depth = 0; n && depth < 64; depth++) {
+        enum fy_node_type t = fy_node_get_type(n);
+        if (t == FYNT_SCALAR) {
+            int line, col;
+            sc_pos(n, &line, &col);
+            return (struct rkv_sc_mark){(uint32_t)line, (uint32_t)col};
+        }
+        void *it = NULL;
+        if (t == FYNT_MAPPING) {
+            struct fy_node_pair *p = fy_node_mapping_iterate(n, &it);
+            n = p ? fy_node_pair_key(p) : NULL;
+        } else {
+            n = fy_node_sequence_iterate(n, &it);
+        }
+    }
+    return (struct rkv_sc_mark){0, 0};
+}
+
+int rkv_scenario_where(const struct rkv_scenario *sc, struct rkv_sc_mark m, char *buf, size_t len)
+{
+    int n = m.line ? snprintf(buf, len, "%s:%u:%u: ", sc->path, m.line, m.col)
+                   : snprintf(buf, len, "%s: ", sc->path);
+    return n < 0 ? 0 : (size_t)n >= len ? (int)(len ? len - 1 : 0) : n;
+}
+
 static int sc_fail(struct sc_ctx *c, struct fy_node *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+static int sc_vfail_mark(struct sc_ctx *c, struct rkv_sc_mark m, const char *fmt, va_list ap)
+{
+    int n = m.line ? snprintf(c->err, c->err_len, "%s:%u:%u: ", c->path, m.line, m.col)
+                   : snprintf(c->err, c->err_len, "%s: ", c->path);
+    if (n >= 0 && (size_t)n < c->err_len)
+        vsnprintf(c->err + n, c->err_len - (size_t)n, fmt, ap);
+    return -RKV_ECONFIG;
+}
+
 static int sc_fail(struct sc_ctx *c, struct fy_node *at, const char *fmt, ...)
 {
-    int line, col;
-    sc_pos(at, &line, &col);
-    /* Whole-file problems (a missing section) have no position to give. */
-    int n = line ? snprintf(c->err, c->err_len, "%s:%d:%d: ", c->path, line, col)
-                 : snprintf(c->err, c->err_len, "%s: ", c->path);
-    if (n >= 0 && (size_t)n < c->err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(c->err + n, c->err_len - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return -RKV_ECONFIG;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = sc_vfail_mark(c, sc_mark(at), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* For checks made after parsing: the position recorded for the item. */
+static int sc_fail_mark(struct sc_ctx *c, struct rkv_sc_mark m, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int sc_fail_mark(struct sc_ctx *c, struct rkv_sc_mark m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = sc_vfail_mark(c, m, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 static const char *sc_str(struct fy_node *v)
@@ -355,6 +399,7 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     t->desc.policy = RKV_PART_RANGE;
     t->shape[0] = 1;
     t->n_shape = 1;
+    t->mark = sc_mark(item);
     struct sc_tensor_build b = {.t = t};
     int rc = sc_map(c, "tensors[]", at, item, sc_tensor_fields, TF_COUNT_, sc_tensor_field, &b);
     if (rc < 0)
@@ -443,6 +488,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         b->has_pull = 1;
         return sc_double(c, "pull", k, v, 0, 1, &b->pull);
     case PF_OP:
+        p->push_op_mark = sc_mark(v);
         rc = sc_enum(c, "push_op", k, v, ops, 3, &i);
         p->push_op = i == 0 ? RKV_OP_ASSIGN : i == 1 ? RKV_OP_SUM : RKV_OP_SGD;
         return rc;
@@ -488,6 +534,7 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     struct sc_phase_build b = {.p = p};
     if (sc->n_tensors == 0)
         return sc_fail(c, at, "workload: declare tensors before the workload");
+    p->mark = sc_mark(item);
     int rc = sc_map(c, "workload[]", at, item, sc_phase_fields, PF_COUNT_, sc_phase_field, &b);
     if (rc < 0)
         return rc;
@@ -519,10 +566,15 @@ static const char *const sc_fault_fields[] = {
     "kind",     "target",        "at_s",   "fraction",        "after_phase", "duration_s",
     "delay_ms", "retransmit_ms", "factor", "restart_after_s", "machine_lost"};
 #define SC_N_FAULT_FIELDS (sizeof(sc_fault_fields) / sizeof(sc_fault_fields[0]))
+_Static_assert(SC_N_FAULT_FIELDS == RKV_SC_F_COUNT_, "scenario.h names every fault field");
 
 static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
 {
     struct rkv_sc_fault *fl = obj;
+    /* the value's place, for the checks made once the file is read */
+    fl->field_mark[f] = sc_mark(v);
+    if (!fl->field_mark[f].line)
+        fl->field_mark[f] = sc_mark(k);
     static const char *const kinds[] = {"drop", "delay", "crash", "link_down", "slow_cpu"};
     int i, rc;
     switch (f) {
@@ -723,6 +775,7 @@ static int sc_fault(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     struct rkv_sc_fault *f = &sc->faults[sc->n_faults++];
     f->retransmit_ms = 200; /* Linux TCP's minimum RTO; a common RC ACK timeout too */
     f->factor = 1;
+    f->mark = sc_mark(item);
     return sc_map(c, "faults[]", at, item, sc_fault_fields, SC_N_FAULT_FIELDS, sc_fault_field, f);
 }
 
@@ -736,7 +789,7 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     static const int required[] = {TOP_CLUSTER, TOP_TENSORS, TOP_WORKLOAD};
     for (size_t i = 0; i < 3; i++)
         if (!t.key[required[i]])
-            return sc_fail(c, NULL,
+            return sc_fail(c, root,
                            "missing section \"%s\" (cluster, tensors and workload are "
                            "required)",
                            sc_top_fields[required[i]]);
@@ -810,8 +863,8 @@ static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
 {
     FILE *f = fopen(t->local_file, "r");
     if (!f)
-        return sc_fail(c, NULL, "tensor \"%s\": local_file %s: %s", t->desc.name, t->local_file,
-                       strerror(errno));
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": local_file %s: %s", t->desc.name,
+                            t->local_file, strerror(errno));
     uint64_t r = 0;
     int rc = 0;
     char word[32];
@@ -820,21 +873,22 @@ static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
         errno = 0;
         unsigned long long v = strtoull(word, &end, 10);
         if (end == word || *end || errno || word[0] == '-')
-            rc = sc_fail(c, NULL,
-                         "tensor \"%s\": local_file %s: entry %llu: expected a "
-                         "non-negative integer, got \"%s\"",
-                         t->desc.name, t->local_file, (unsigned long long)r, word);
+            rc = sc_fail_mark(c, t->mark,
+                              "tensor \"%s\": local_file %s: entry %llu: expected a "
+                              "non-negative integer, got \"%s\"",
+                              t->desc.name, t->local_file, (unsigned long long)r, word);
         else if (r == t->desc.rows)
-            rc = sc_fail(c, NULL, "tensor \"%s\": local_file %s: more than rows (%llu) entries",
-                         t->desc.name, t->local_file, (unsigned long long)t->desc.rows);
+            rc = sc_fail_mark(c, t->mark,
+                              "tensor \"%s\": local_file %s: more than rows (%llu) entries",
+                              t->desc.name, t->local_file, (unsigned long long)t->desc.rows);
         else
             t->local[r++] = v;
     }
     fclose(f);
     if (rc == 0 && r != t->desc.rows)
-        rc = sc_fail(c, NULL, "tensor \"%s\": local_file %s: %llu entries, rows is %llu",
-                     t->desc.name, t->local_file, (unsigned long long)r,
-                     (unsigned long long)t->desc.rows);
+        rc = sc_fail_mark(c, t->mark, "tensor \"%s\": local_file %s: %llu entries, rows is %llu",
+                          t->desc.name, t->local_file, (unsigned long long)r,
+                          (unsigned long long)t->desc.rows);
     return rc;
 }
 
@@ -844,19 +898,19 @@ static int sc_local(struct sc_ctx *c, struct rkv_sc_tensor *t, uint32_t machines
 {
     t->local = calloc(t->desc.rows, sizeof(*t->local));
     if (!t->local)
-        return sc_fail(c, NULL, "tensor \"%s\": local index: out of memory", t->desc.name);
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": local index: out of memory", t->desc.name);
     int rc = t->local_order == RKV_SC_LOCAL_FILE
                  ? sc_local_file(c, t)
                  : sc_local_permuted(t, machines, t->local_seed ? t->local_seed : seed);
     if (rc == -RKV_ENOMEM)
-        return sc_fail(c, NULL, "tensor \"%s\": local index: out of memory", t->desc.name);
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": local index: out of memory", t->desc.name);
     if (rc < 0)
         return rc;
     struct rkv_pbook pb;
     char why[256];
     if (rkv_pbook_init_local(&pb, RKV_PART_EXPLICIT, t->desc.rows, machines, t->book, t->local, why,
                              sizeof(why)) < 0)
-        return sc_fail(c, NULL, "tensor \"%s\": %s", t->desc.name, why);
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": %s", t->desc.name, why);
     rkv_pbook_free(&pb);
     t->desc.local_index = t->local;
     return 0;
@@ -869,11 +923,13 @@ static int sc_check_books(struct sc_ctx *c)
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
         struct rkv_sc_tensor *t = &sc->tensors[i];
         for (uint64_t r = 0; t->book && r < t->desc.rows; r++)
-            if (t->book[r] >= sc->machines)
-                return sc_fail(c, NULL,
-                               "tensor \"%s\": book names machine %u, but the cluster "
-                               "has %u",
-                               t->desc.name, t->book[r], sc->machines);
+            if (t->book[r] >= sc->machines) {
+                int n = rkv_scenario_where(sc, t->mark, c->err, c->err_len);
+                snprintf(c->err + n, c->err_len - (size_t)n,
+                         "tensor \"%s\": book names machine %u, but the cluster has %u",
+                         t->desc.name, t->book[r], sc->machines);
+                return -RKV_ECONFIG;
+            }
         int rc = t->local_order != RKV_SC_LOCAL_BOOK ? sc_local(c, t, sc->machines, sc->seed) : 0;
         if (rc < 0)
             return rc;
@@ -887,7 +943,7 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
     struct fy_diag_error *e = diag ? fy_diag_errors_iterate(diag, &it) : NULL;
     /* libfyaml builds no document from a stream without one, and says nothing. */
     if (!e)
-        return snprintf(c->err, c->err_len, "%s: %s", c->path,
+        return snprintf(c->err, c->err_len, diag ? "%s:1:1: %s" : "%s: %s", c->path,
                         diag ? "empty scenario (expected cluster, tensors, workload)"
                              : "cannot read or parse the file"),
                -RKV_ECONFIG;
@@ -983,59 +1039,85 @@ static int sc_node_ok(const struct rkv_scenario *sc, const char *name)
     return 0;
 }
 
-/* What each kind needs beyond a target; "" when the fault is complete. */
-static const char *sc_fault_incomplete(const struct rkv_sc_fault *f)
+/* What each kind needs beyond a target; "" when the fault is complete.
+ * *field_p: the field to point at (-1: the fault itself, one is missing). */
+static const char *sc_fault_incomplete(const struct rkv_sc_fault *f, int *field_p)
 {
     int crash = !strcmp(f->kind, "crash");
+    *field_p = -1;
     if (f->after_phase[0] && !crash)
-        return "after_phase: only crash faults take it; give at_s (and duration_s)";
+        return *field_p = RKV_SC_F_AFTER_PHASE,
+               "after_phase: only crash faults take it; give at_s (and duration_s)";
     if ((!strcmp(f->kind, "drop") || !strcmp(f->kind, "delay")) && f->fraction <= 0)
-        return "fraction: expected a share of messages above 0";
+        return *field_p = RKV_SC_F_FRACTION, "fraction: expected a share of messages above 0";
     if (!strcmp(f->kind, "delay") && f->delay_ms <= 0)
-        return "delay_ms: expected how long a delayed message waits (> 0)";
+        return *field_p = RKV_SC_F_DELAY_MS,
+               "delay_ms: expected how long a delayed message waits (> 0)";
     if (!strcmp(f->kind, "link_down") && f->duration_s <= 0)
-        return "duration_s: expected how long the link is down (> 0)";
+        return *field_p = RKV_SC_F_DURATION_S,
+               "duration_s: expected how long the link is down (> 0)";
     if (!strcmp(f->kind, "slow_cpu") && f->factor <= 1)
-        return "factor: expected how many times slower the CPU is (> 1)";
+        return *field_p = RKV_SC_F_FACTOR,
+               "factor: expected how many times slower the CPU is (> 1)";
     if ((f->restart_after_s > 0 || f->machine_lost) && (!crash || f->target[0] != 's'))
-        return "restart_after_s, machine_lost: only a crashed server restarts or loses its "
+        return *field_p = f->restart_after_s > 0 ? RKV_SC_F_RESTART_AFTER_S : RKV_SC_F_MACHINE_LOST,
+               "restart_after_s, machine_lost: only a crashed server restarts or loses its "
                "machine's memory";
     if (f->restart_after_s > 0 && !strcmp(f->target, "s0.0"))
-        return "restart_after_s: server 0 (s0.0) cannot be restarted: it assigns client ids "
+        return *field_p = RKV_SC_F_RESTART_AFTER_S,
+               "restart_after_s: server 0 (s0.0) cannot be restarted: it assigns client ids "
                "and runs barriers";
     return "";
+}
+
+/* The place of fault f's field (its value), or of the fault when that
+ * field was not given. */
+static struct rkv_sc_mark sc_fault_mark(const struct rkv_sc_fault *f, int field)
+{
+    return field >= 0 && f->field_mark[field].line ? f->field_mark[field] : f->mark;
+}
+
+static int sc_fault_fail(const struct rkv_scenario *sc, uint32_t i, int field, char *err,
+                         size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static int sc_fault_fail(const struct rkv_scenario *sc, uint32_t i, int field, char *err,
+                         size_t err_len, const char *fmt, ...)
+{
+    int n = rkv_scenario_where(sc, sc_fault_mark(&sc->faults[i], field), err, err_len);
+    n += snprintf(err + n, err_len - (size_t)n, "faults[%u]: ", i);
+    if ((size_t)n < err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, err_len - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -RKV_ECONFIG;
 }
 
 static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, size_t err_len)
 {
     struct rkv_sc_fault *f = (struct rkv_sc_fault *)&sc->faults[i];
-    if (!sc_node_ok(sc, f->target)) {
-        snprintf(err, err_len,
-                 "%s: faults[%u]: target: expected a node of the cluster (s<machine>.<server> "
-                 "or w<worker>), got \"%s\"",
-                 sc->path, i, f->target);
-        return -RKV_ECONFIG;
-    }
-    const char *why = sc_fault_incomplete(f);
-    if (*why) {
-        snprintf(err, err_len, "%s: faults[%u]: %s %s", sc->path, i, f->kind, why);
-        return -RKV_ECONFIG;
-    }
+    if (!sc_node_ok(sc, f->target))
+        return sc_fault_fail(sc, i, RKV_SC_F_TARGET, err, err_len,
+                             "target: expected a node of the cluster (s<machine>.<server> or "
+                             "w<worker>), got \"%s\"",
+                             f->target);
+    int field;
+    const char *why = sc_fault_incomplete(f, &field);
+    if (*why)
+        return sc_fault_fail(sc, i, field, err, err_len, "%s %s", f->kind, why);
     if (f->after_phase[0]) {
         uint32_t p = 0;
         while (p < sc->n_phases && strcmp(sc->phases[p].name, f->after_phase) != 0)
             p++;
-        if (p == sc->n_phases) {
-            snprintf(err, err_len, "%s: faults[%u]: after_phase: no phase named \"%s\"", sc->path,
-                     i, f->after_phase);
-            return -RKV_ECONFIG;
-        }
+        if (p == sc->n_phases)
+            return sc_fault_fail(sc, i, RKV_SC_F_AFTER_PHASE, err, err_len,
+                                 "after_phase: no phase named \"%s\"", f->after_phase);
         f->after_phase_ix = p;
     }
-    if (i && f->at_s < sc->faults[i - 1].at_s) {
-        snprintf(err, err_len, "%s: faults[%u]: at_s: expected faults in time order", sc->path, i);
-        return -RKV_ECONFIG;
-    }
+    if (i && f->at_s < sc->faults[i - 1].at_s)
+        return sc_fault_fail(sc, i, RKV_SC_F_AT_S, err, err_len,
+                             "at_s: expected faults in time order");
     return 0;
 }
 
@@ -1045,13 +1127,11 @@ static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_
         int rc = sc_check_fault(sc, i, err, err_len);
         if (rc < 0)
             return rc;
-        if (sc->faults[i].restart_after_s > 0 && (!sc->durable || !sc->retry_ms)) {
-            snprintf(err, err_len,
-                     "%s: faults[%u]: restart_after_s: a restart needs cluster.durable: true and "
-                     "cluster.retry_ms > 0 (workers wait for the server to come back)",
-                     sc->path, i);
-            return -RKV_ECONFIG;
-        }
+        if (sc->faults[i].restart_after_s > 0 && (!sc->durable || !sc->retry_ms))
+            return sc_fault_fail(sc, i, RKV_SC_F_RESTART_AFTER_S, err, err_len,
+                                 "restart_after_s: a restart needs cluster.durable: true and "
+                                 "cluster.retry_ms > 0 (workers wait for the server to come "
+                                 "back)");
     }
     return 0;
 }
@@ -1129,10 +1209,13 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
         goto destroy_diag;
     }
     struct fy_node *root = fy_document_root(doc);
-    if (!root)
-        rc = sc_fail(&c, NULL, "empty scenario (expected cluster, tensors, workload)");
-    else if ((rc = sc_sections(&c, root)) == 0 && (rc = sc_check_books(&c)) == 0)
+    if (!root) { /* a document of comments only: its start is all there is */
+        snprintf(err, err_len, "%s:1:1: empty scenario (expected cluster, tensors, workload)",
+                 path);
+        rc = -RKV_ECONFIG;
+    } else if ((rc = sc_sections(&c, root)) == 0 && (rc = sc_check_books(&c)) == 0) {
         rc = sc_check_faults(sc, err, err_len);
+    }
     fy_document_destroy(doc);
 destroy_diag:
     if (diag)

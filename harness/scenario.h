@@ -22,6 +22,12 @@ enum rkv_sc_keys {
     RKV_KEYS_REMOTE_ONLY,
 };
 
+/* A position in the scenario file, 1-based; line 0: none (a built-in
+ * scenario, or a check about the whole file). */
+struct rkv_sc_mark {
+    uint32_t line, col;
+};
+
 struct rkv_sc_tensor {
     struct rkv_tensor_desc desc; /* book points into book_pattern expanded by the loader */
     uint32_t shape[RKV_SC_MAX_SHAPE];
@@ -30,9 +36,10 @@ struct rkv_sc_tensor {
     /* A user-given local order (explicit only; desc.local_index points at
      * local): none, seeded permutation of each machine's rows, or a file. */
     enum { RKV_SC_LOCAL_BOOK = 0, RKV_SC_LOCAL_PERMUTED, RKV_SC_LOCAL_FILE } local_order;
-    uint64_t local_seed;  /* permuted (0: the scenario's seed) */
-    char local_file[256]; /* file: rows whitespace-separated indices, relative to the scenario */
-    uint64_t *local;      /* rows entries (owned), or NULL */
+    uint64_t local_seed;     /* permuted (0: the scenario's seed) */
+    char local_file[256];    /* file: rows whitespace-separated indices, relative to the scenario */
+    uint64_t *local;         /* rows entries (owned), or NULL */
+    struct rkv_sc_mark mark; /* the tensor's first key */
 };
 
 struct rkv_sc_phase {
@@ -48,6 +55,23 @@ struct rkv_sc_phase {
     int barrier_after;
     uint32_t think_us;
     int pull_handler; /* RKV_PULL_ROWS, or RKV_PULL_WITH_STATE (rkv_client_pull_with) */
+    struct rkv_sc_mark mark, push_op_mark; /* the phase's first key; push_op's value */
+};
+
+/* A fault's fields, in the order of the loader's table (for marks). */
+enum rkv_sc_fault_field {
+    RKV_SC_F_KIND,
+    RKV_SC_F_TARGET,
+    RKV_SC_F_AT_S,
+    RKV_SC_F_FRACTION,
+    RKV_SC_F_AFTER_PHASE,
+    RKV_SC_F_DURATION_S,
+    RKV_SC_F_DELAY_MS,
+    RKV_SC_F_RETRANSMIT_MS,
+    RKV_SC_F_FACTOR,
+    RKV_SC_F_RESTART_AFTER_S,
+    RKV_SC_F_MACHINE_LOST,
+    RKV_SC_F_COUNT_
 };
 
 struct rkv_sc_fault {
@@ -63,6 +87,8 @@ struct rkv_sc_fault {
     double factor;           /* slow_cpu: CPU work takes this many times longer */
     double restart_after_s;  /* crash of a server: start it again this long after */
     int machine_lost;        /* crash of a server: its machine's shared memory goes too */
+    struct rkv_sc_mark mark; /* the fault's first key */
+    struct rkv_sc_mark field_mark[RKV_SC_F_COUNT_]; /* each given field's value */
 };
 
 struct rkv_scenario {
@@ -106,6 +132,9 @@ struct rkv_scenario {
  * "file:line:col: what: expected ..., got ..." in err. */
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len);
 void rkv_scenario_free(struct rkv_scenario *sc);
+/* Writes "path:line:col: " (or "path: " when m has no line) into buf;
+ * returns its length. Checks made after loading name positions with it. */
+int rkv_scenario_where(const struct rkv_scenario *sc, struct rkv_sc_mark m, char *buf, size_t len);
 
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
 /* The workload `rkv demo` and a scenario-less `rkv worker` run, for the

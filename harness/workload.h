@@ -37,10 +37,19 @@ int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struc
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
                       struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user);
 
+/* rkv_wl_run_shared without a shared oracle, whose pinned assign winners
+ * (rkv_oracle_set_pin_log) are written to pins (a worker process's stdout,
+ * read by the launcher). */
+int rkv_wl_run_pinned(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log, FILE *pins,
+                      rkv_wl_phase_fn on_phase, void *user);
+
 uint32_t rkv_wl_bucket(uint64_t ns);
 double rkv_wl_bucket_us(uint32_t bucket);
-/* Percentile (0..1) of a histogram, in microseconds. */
-double rkv_wl_percentile_us(const uint64_t *hist, double q);
+/* Percentile (0..1) of a phase's latencies, in microseconds: the upper
+ * edge of the histogram bucket that holds it, clamped to the phase's
+ * max_us (so p50 <= p99 <= max, never above the slowest request). */
+double rkv_wl_percentile_us(const struct rkv_wl_phase_stats *st, double q);
 
 /* One line per phase, parsed back by the launcher. */
 void rkv_wl_print(FILE *out, uint32_t worker, uint32_t phase, const struct rkv_wl_phase_stats *st);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "harness/tests/rkv_run.h"
 
@@ -121,6 +122,18 @@ static void test_shm(void **state)
     assert_non_null(strstr(out, "\"shm.pull.4KiB.1x1/memcpy.1core.shard.pull.4KiB\": "));
     assert_non_null(strstr(out, "\"memcpy.1core.shard.push.4KiB\": {\"value\": "));
     assert_null(strstr(out, "\nfigure "));
+    /* the whole output is one JSON document (jansson writes it, reads it) */
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (!doc)
+        fail_msg("--json is not JSON: %s at %d:%d\n%s", jerr.text, jerr.line, jerr.column, out);
+    assert_string_equal(json_string_value(json_object_get(doc, "mode")), "shm");
+    json_t *figs = json_object_get(doc, "figures");
+    assert_true(json_object_size(figs) >= 2 * 5 + 5 + 4);
+    assert_true(json_is_number(
+        json_object_get(json_object_get(figs, "memcpy.1core.shard.push.4KiB"), "value")));
+    assert_true(json_object_size(json_object_get(doc, "ratios")) >= 2 * 3);
+    json_decref(doc);
 }
 
 static void test_usage(void **state)

@@ -1,6 +1,13 @@
 /* rkv node --scenario under a launcher: the rank from Open MPI / Slurm / PMI
- * variables decides the role; for real with Debian's Open MPI when present. */
+ * variables decides the role; for real with Debian's Open MPI when present.
+ * And rkv's own launcher (`rkv run --backend tcp`, `rkv demo`): settings
+ * checked once, every one passed on, children stopped and their shared
+ * memory removed when it is stopped. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "cli/cli.h"
 #include "harness/tests/rkv_run.h"
 
 static unsigned test_port(void)
@@ -80,12 +88,313 @@ static void test_real_mpirun(void **state)
     assert_int_equal(count("errors=0 "), 12);
 }
 
+/* ---- rkv's own launcher ---- */
+
+static int lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* A bad setting is found once, by the launcher: one line, exit 2 (it was
+ * one copy per child, a raw wait status, and exit 3). */
+static void expect_one_error(const char *args, const char *want)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "%s %s 2>&1", RKV_BIN, args);
+    int rc = sh(cmd);
+    if (rc != 2 || lines(out) != 1 || !strstr(out, want))
+        fail_msg("rkv %s: exit %d, %d lines (expected 2, 1 line with \"%s\"):\n%s", args, rc,
+                 lines(out), want, out);
+}
+
+static void test_bad_settings_once(void **state)
+{
+    (void)state;
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend foo",
+                     "rkv run: backend: \"foo\" cannot run as processes");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --rx-depth abc",
+                     "rkv run: rx-depth: expected a non-negative integer, got \"abc\"");
+    expect_one_error("demo --backend foo", "rkv demo: backend: \"foo\"");
+    expect_one_error("demo --rx-depth abc", "rkv demo: rx-depth: expected a non-negative");
+    expect_one_error("demo --rows 0", "rkv demo: workload needs rows 1..2^24");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend sim --rx-depth abc",
+                     "rkv run: rx-depth: expected a non-negative integer");
+    /* --seed was ignored when it was not a number */
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --seed abc", "rkv run: seed: expected");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --seed abc",
+                     "rkv run: seed: expected");
+    /* settings the launcher sets per child, or the scenario decides */
+    expect_one_error("demo --server-id 1", "rkv demo: --server-id: the launcher sets it");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --num-workers 3",
+                     "rkv run: --num-workers: the scenario file decides");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --machines 3",
+                     "rkv run: --machines: the scenario file decides");
+    expect_one_error("demo --scenario " SCEN_DIR "/quickstart.yaml",
+                     "rkv demo: scenario (flag): the demo runs its built-in workload");
+}
+
+/* Every setting the launcher accepts reaches its children: the flags it
+ * builds for them, read back the way a child reads its command line, give
+ * each setting the launcher's value, and not the one the child's own
+ * environment holds. One case per setting; a new setting must be added. */
+static const struct {
+    enum cli_key k;
+    const char *flag, *val, *env; /* flag NULL: set per child by the launcher */
+} settings[] = {
+    {CLI_ROLE, NULL, NULL, NULL},
+    {CLI_CLUSTER, "--cluster", "/tmp/some-ip-config.txt", "RKV_CLUSTER"},
+    {CLI_HOST, "--host", "127.0.0.2", "RKV_HOST"},
+    {CLI_BASE_PORT, "--base-port", "21000", "RKV_BASE_PORT"},
+    {CLI_MACHINES, "--machines", "3", "RKV_MACHINES"},
+    {CLI_SERVERS_PER_MACHINE, "--servers-per-machine", "3", "DGL_NUM_SERVER"},
+    {CLI_NUM_SERVERS, "--num-servers", "5", "DMLC_NUM_SERVER"},
+    {CLI_NUM_WORKERS, "--num-workers", "7", "DMLC_NUM_WORKER"},
+    {CLI_MACHINE_ID, NULL, NULL, NULL},
+    {CLI_SERVER_ID, NULL, NULL, NULL},
+    {CLI_BACKEND, "--backend", "verbs", "RKV_BACKEND"},
+    {CLI_TIMEOUT_MS, "--timeout-ms", "1234", "RKV_TIMEOUT_MS"},
+    {CLI_CONNECT_RETRY_MS, "--connect-retry-ms", "4321", "RKV_CONNECT_RETRY_MS"},
+    {CLI_RX_DEPTH, "--rx-depth", "17", "BYTEPS_RDMA_RX_DEPTH"},
+    {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes", "4096", "RKV_CTRL_BUF_BYTES"},
+    {CLI_SLOTS, "--slots", "9", "RKV_SLOTS"},
+    {CLI_MAX_SLOT_BYTES, "--max-slot-bytes", "1048576", "RKV_MAX_SLOT_BYTES"},
+    {CLI_SHM_PREFIX, "--shm-prefix", "rkv-launch-test", "RKV_SHM_PREFIX"},
+    {CLI_SEED, "--seed", "99", "RKV_SEED"},
+    {CLI_LOG_LEVEL, "--log-level", "3", "PS_VERBOSE"},
+    {CLI_ROWS, "--rows", "77", "RKV_ROWS"},
+    {CLI_VALUE_BYTES, "--value-bytes", "64", "RKV_VALUE_BYTES"},
+    {CLI_ROUNDS, "--rounds", "5", "RKV_ROUNDS"},
+    {CLI_SCENARIO, "--scenario", "/tmp/some.yaml", "RKV_SCENARIO"},
+    {CLI_DISCOVER, "--discover", "1", "RKV_DISCOVER"},
+    {CLI_DURABLE_DIR, "--durable-dir", "/tmp/some-snapshots", "RKV_DURABLE_DIR"},
+    {CLI_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
+    {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
+    {CLI_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},
+};
+_Static_assert(sizeof(settings) / sizeof(settings[0]) == CLI_KEY_COUNT_, "a case per setting");
+
+static void test_every_setting_reaches_children(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++) {
+        assert_int_equal(settings[i].k, (int)i);
+        if (!settings[i].flag)
+            continue;
+        /* the parent: the setting by flag, and by env a value it overrides */
+        setenv(settings[i].env, "999", 1);
+        char *pargv[] = {(char *)settings[i].flag, (char *)settings[i].val};
+        struct cli_settings ps, cs;
+        char err[256];
+        assert_int_equal(cli_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
+        char *cargv[2 * CLI_KEY_COUNT_];
+        int n = cli_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        assert_true(n > 0);
+        if (cli_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
+            fail_msg("%s: the child refuses its flags: %s", settings[i].flag, err);
+        if (strcmp(cs.val[i], settings[i].val) != 0)
+            fail_msg("%s %s reaches the child as \"%s\"", settings[i].flag, settings[i].val,
+                     cs.val[i]);
+        /* and a setting left at its default is the default in the child,
+         * whatever the child's environment says */
+        assert_int_equal(cli_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
+        unsetenv(settings[i].env);
+        n = cli_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        setenv(settings[i].env, "998", 1);
+        assert_int_equal(cli_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
+        if (strcmp(cs.val[i], ps.val[i]) != 0)
+            fail_msg("%s: the child took its own environment's \"%s\"", settings[i].flag,
+                     cs.val[i]);
+        unsetenv(settings[i].env);
+    }
+}
+
+/* For real: `rkv demo --durable-dir DIR` made the servers durable only
+ * with RKV_DURABLE_DIR; the flag was accepted and dropped. */
+static void test_demo_durable_dir(void **state)
+{
+    (void)state;
+    char dir[64], cmd[512];
+    snprintf(dir, sizeof(dir), "/tmp/rkv-launch-%d.XXXXXX", (int)getpid());
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "env -u RKV_DURABLE_DIR %s demo --machines 2 --servers-per-machine 1 --num-workers "
+             "2 --rows 64 --rounds 1 --value-bytes 4096 --durable-dir %s 2>&1",
+             RKV_BIN, dir);
+    assert_int_equal(sh(cmd), 0);
+    char snap[128];
+    for (int m = 0; m < 2; m++) {
+        snprintf(snap, sizeof(snap), "%s/rkv-m%d.snap", dir, m);
+        if (access(snap, F_OK) != 0)
+            fail_msg("no snapshot %s: --durable-dir did not reach server %d", snap, m);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* The children of pid (Linux: /proc/PID/task/PID/children). */
+static int children_of(pid_t pid, pid_t *kids, int cap)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    int n = 0;
+    for (char *p = buf, *end; n < cap && (kids[n] = (pid_t)strtol(p, &end, 10)) > 0; p = end)
+        n++;
+    return n;
+}
+
+/* Gone, or a zombie nobody reaps (a container's init may not). */
+static int process_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+static int segments_with(const char *prefix)
+{
+    DIR *dir = opendir("/dev/shm");
+    assert_non_null(dir);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        n += !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(dir);
+    return n;
+}
+
+static const char endless[] =
+    "seed: 4242\n"
+    "cluster: {machines: 2, servers_per_machine: 2, workers_per_machine: 2}\n"
+    "tensors:\n"
+    "  - {name: t, rows: 256}\n"
+    "workload:\n"
+    "  - {name: long, tensor: t, push: 0.5, push_op: sum, rounds: 10000000, think_us: 1000}\n";
+
+/* Starts `rkv run` on the endless scenario, waits until its 8 children
+ * run and their segments exist, sends sig to the launcher alone, and checks
+ * that it ends by it leaving no child and no segment. */
+static void stop_launcher(int sig)
+{
+    char yaml[64], prefix[48], arg_prefix[80];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-launch-%d.yaml", (int)getpid());
+    snprintf(prefix, sizeof(prefix), "rkv-lt%d-%d", (int)getpid(), sig);
+    snprintf(arg_prefix, sizeof(arg_prefix), "--shm-prefix=%s", prefix);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs(endless, f);
+    fclose(f);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        execl(RKV_BIN, RKV_BIN, "run", yaml, "--backend", "tcp", arg_prefix, (char *)NULL);
+        _exit(127);
+    }
+    pid_t kids[16];
+    int n = 0;
+    for (int i = 0; i < 200 && (n < 8 || segments_with(prefix) < 4); i++) {
+        usleep(50000);
+        n = children_of(pid, kids, 16);
+    }
+    if (n != 8) {
+        kill(pid, SIGTERM); /* a failing test leaves nothing running either */
+        waitpid(pid, NULL, 0);
+        fail_msg("the launcher started %d processes, expected 8", n);
+    }
+    /* every child runs the scenario's seed (a child given the default 1
+     * would have run another workload than the launcher reports) */
+    int unseeded = 0;
+    for (int k = 0; k < n; k++) {
+        char path[64], cmdline[4096];
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)kids[k]);
+        FILE *c = fopen(path, "r");
+        assert_non_null(c);
+        size_t len = fread(cmdline, 1, sizeof(cmdline) - 1, c);
+        fclose(c);
+        int seen = 0;
+        for (size_t at = 0; at < len; at += strlen(cmdline + at) + 1)
+            seen |= !strcmp(cmdline + at, "--seed") && at + 7 < len &&
+                    !strcmp(cmdline + at + 7, "4242");
+        if (!seen)
+            unseeded = kids[k];
+    }
+    usleep(300000); /* the workers are in their phase */
+    assert_int_equal(kill(pid, sig), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (sig == SIGKILL) { /* nobody is left to clean: the children die with it */
+        for (int i = 0; i < 40; i++) {
+            int alive = 0;
+            for (int k = 0; k < n; k++)
+                alive += !process_gone(kids[k]);
+            if (!alive)
+                break;
+            usleep(50000);
+        }
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -f /dev/shm/%s-*", prefix);
+        assert_int_equal(system(cmd), 0);
+    } else {
+        assert_true(WIFSIGNALED(st));
+        assert_int_equal(WTERMSIG(st), sig);
+    }
+    for (int k = 0; k < n; k++)
+        if (!process_gone(kids[k]))
+            fail_msg("child %d of the launcher survived signal %d", (int)kids[k], sig);
+    if (unseeded)
+        fail_msg("child %d does not run with the scenario's --seed 4242", unseeded);
+    if (segments_with(prefix) != 0)
+        fail_msg("%d segments %s-* left in /dev/shm after signal %d", segments_with(prefix), prefix,
+                 sig);
+    unlink(yaml);
+}
+
+static void test_sigterm_stops_everything(void **state)
+{
+    (void)state;
+    stop_launcher(SIGTERM);
+}
+
+static void test_sigint_stops_everything(void **state)
+{
+    (void)state;
+    stop_launcher(SIGINT);
+}
+
+static void test_children_die_with_launcher(void **state)
+{
+    (void)state;
+    stop_launcher(SIGKILL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dry_run),
         cmocka_unit_test(test_slurm_variables),
         cmocka_unit_test(test_real_mpirun),
+        cmocka_unit_test(test_bad_settings_once),
+        cmocka_unit_test(test_every_setting_reaches_children),
+        cmocka_unit_test(test_demo_durable_dir),
+        cmocka_unit_test(test_sigterm_stops_everything),
+        cmocka_unit_test(test_sigint_stops_everything),
+        cmocka_unit_test(test_children_die_with_launcher),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

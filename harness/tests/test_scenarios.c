@@ -80,6 +80,14 @@ static void test_bad_scenarios_fail_precisely(void **state)
         int rc = run_rkv("", args);
         if (rc != 2 || !strstr(out, first + 10))
             fail_msg("%s: exit %d, expected 2 and \"%s\", got:\n%s", names[i], rc, first + 10, out);
+        /* Every error says where: the file's name, then :line:col: */
+        const char *base = strrchr(names[i], '/') + 1;
+        const char *at = strstr(out, base);
+        unsigned line = 0, col = 0;
+        char colon = 0;
+        if (!at || sscanf(at + strlen(base), ":%u:%u%c", &line, &col, &colon) != 3 ||
+            colon != ':' || !line || !col)
+            fail_msg("%s: the error gives no file:line:col:\n%s", names[i], out);
     }
 }
 
@@ -96,6 +104,37 @@ static void test_oracle_catches_a_corrupted_server(void **state)
         assert_non_null(strstr(out, "row 17 [0]: expected 0, got 1"));
         assert_non_null(strstr(out, "verdict: FAIL"));
     }
+}
+
+/* Above 20,000 rows per worker the after-barrier check verified every
+ * third row here (a sample), and row 17 was never looked at: every row is
+ * verified. The phase only pushes, so nothing but that check reads it. */
+static void test_oracle_checks_every_row_after_a_barrier(void **state)
+{
+    (void)state;
+    char yaml[64], args[256];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-every-row-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: big, dtype: f32, rows: 50000, shape: [1]}\n"
+          "workload:\n"
+          "  - {name: push, tensor: big, push: 1.0, push_op: sum, ids_per_request: 1, rounds: 1}\n",
+          f);
+    fclose(f);
+    static const char *const backends[] = {"sim", "tcp"};
+    for (int b = 0; b < 2; b++) {
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("RKV_TEST_CORRUPT_ROW=17", args);
+        if (rc != 1 || !strstr(out, "row 17 [0]: expected 0, got 1"))
+            fail_msg("%s: exit %d (expected 1 and row 17 named):\n%s", backends[b], rc, out);
+        /* and with no corruption, 50,000 rows checked (+1 for the push's own row) */
+        rc = run_rkv("", args);
+        if (rc != 0 || !strstr(out, "| 50000 |"))
+            fail_msg("%s: exit %d, expected 50000 rows checked:\n%s", backends[b], rc, out);
+    }
+    unlink(yaml);
 }
 
 static void test_readme_example_and_reports(void **state)
@@ -151,6 +190,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_scenarios_fail_precisely),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
+        cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),
         cmocka_unit_test(test_every_scenario_passes),
     };

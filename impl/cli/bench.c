@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cli/cli.h"
 
 #define BENCH_MAX_SIZES 8
@@ -271,15 +273,16 @@ static int bench_pair(char *const srv[], char *const cli[], char *out, size_t le
 
 /* ---- the limits ---- */
 
-/* iperf3 -J's total goodput at the receiver, in GB/s (0 if not found). */
-static double bench_iperf3_parse(const char *json)
+/* iperf3 -J's total goodput at the receiver (end.sum_received.
+ * bits_per_second), in GB/s (0 if not found). */
+static double bench_iperf3_parse(const char *text)
 {
-    const char *at = strstr(json, "\"sum_received\"");
-    at = at ? strstr(at, "\"bits_per_second\"") : NULL;
-    if (!at)
-        return 0;
-    at = strchr(at + strlen("\"bits_per_second\""), ':');
-    return at ? strtod(at + 1, NULL) / 8e9 : 0;
+    json_t *doc = json_loads(text, 0, NULL);
+    json_t *bps = json_object_get(json_object_get(json_object_get(doc, "end"), "sum_received"),
+                                  "bits_per_second");
+    double gbs = json_is_number(bps) ? json_number_value(bps) / 8e9 : 0;
+    json_decref(doc);
+    return gbs;
 }
 
 static double bench_iperf3(const struct bench *b, int streams)
@@ -795,32 +798,33 @@ static void bench_print_table(const struct bench *b)
     }
 }
 
+/* One JSON object on one line, written by jansson (a note or a name holding
+ * a quote stays valid JSON). */
 static void bench_print_json(const struct bench *b)
 {
-    printf("{\"mode\": \"%s\", \"reps\": %d, \"limit\": \"%s\", \"notes\": [", b->mode_name,
-           b->reps, b->limit);
+    json_t *notes = json_array(), *figs = json_object(), *ratios = json_object();
     for (int i = 0; i < b->n_notes; i++)
-        printf("%s\"%s\"", i ? ", " : "", b->notes[i]);
-    printf("],\n \"figures\": {");
-    int first = 1;
+        json_array_append_new(notes, json_string(b->notes[i]));
     for (int i = 0; i < b->n_fig; i++) {
         if (!b->fig[i].n)
             continue;
-        printf("%s\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\", \"samples\": %d}",
-               first ? "" : ",", b->fig[i].name, bench_median(b, b->fig[i].name), b->fig[i].unit,
-               b->fig[i].n);
-        first = 0;
+        json_object_set_new(figs, b->fig[i].name,
+                            json_pack("{s:f, s:s, s:i}", "value", bench_median(b, b->fig[i].name),
+                                      "unit", b->fig[i].unit, "samples", b->fig[i].n));
     }
-    printf("},\n \"ratios\": {");
-    first = 1;
     for (int i = 0; i < b->n_ratio; i++) {
         double r = bench_ratio_value(b, &b->ratio[i]);
-        if (r <= 0)
-            continue;
-        printf("%s\n  \"%s/%s\": %.4f", first ? "" : ",", b->ratio[i].num, b->ratio[i].den, r);
-        first = 0;
+        char key[256];
+        snprintf(key, sizeof(key), "%s/%s", b->ratio[i].num, b->ratio[i].den);
+        if (r > 0)
+            json_object_set_new(ratios, key, json_real(r));
     }
-    printf("}}\n");
+    json_t *doc = json_pack("{s:s, s:i, s:s, s:o, s:o, s:o}", "mode", b->mode_name, "reps", b->reps,
+                            "limit", b->limit, "notes", notes, "figures", figs, "ratios", ratios);
+    if (!doc || json_dumpf(doc, stdout, JSON_REAL_PRECISION(6)) < 0)
+        fprintf(stderr, "rkv bench: cannot write the JSON (out of memory)\n");
+    printf("\n");
+    json_decref(doc);
 }
 
 /* ---- arguments ---- */

@@ -99,17 +99,7 @@ static int cal_write_yaml(const char *path, const struct cal_bench *b, uint32_t 
 /* The first phase's wall_s in DIR/report.json. */
 static int cal_phase_s(const char *dir, double *s_p)
 {
-    char path[600], buf[8192];
-    snprintf(path, sizeof(path), "%s/report.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -RKV_EIO;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *ph = strstr(buf, "\"phases\"");
-    const char *w = ph ? strstr(ph, "\"wall_s\": ") : NULL;
-    return w && sscanf(w, "\"wall_s\": %lf", s_p) == 1 ? 0 : -RKV_EIO;
+    return rkv_report_read_phase_wall_s(dir, s_p, 1) == 1 ? 0 : -RKV_EIO;
 }
 
 /* The host's time in interrupts and softirqs so far (/proc/stat), 0 when

@@ -92,6 +92,18 @@ struct cli_result {
     int busy_poll;             /* the worker's setting, as it ran */
 };
 
+/* The workload settings (rows, value-bytes, rounds), checked; 0 or -1
+ * with a message in err. */
+int cli_workload_load(const struct cli_settings *s, struct cli_workload *wl, char *err,
+                      size_t err_len);
+
+/* The flags that give a child of the launcher (`rkv run --backend tcp`,
+ * `rkv demo`) every setting of s but the ones it sets per child (role,
+ * machine-id, server-id): pairs of flag and value into argv (up to cap
+ * entries, pointing into s and static strings). Returns the count, or -1
+ * if cap is too small. */
+int cli_launch_args(const struct cli_settings *s, char **argv, int cap);
+
 /* The timed phase of `rkv demo` (after the built-in scenario): push and
  * pull throughput and latency on remote rows of value_bytes each. */
 int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,

@@ -8,6 +8,7 @@
 #include "harness/workload.h"
 #include "port/port.h"
 #include "store/server_int.h"
+#include "util/util.h"
 
 static int cmd_load(int argc, char **argv, struct cli_settings *s, struct rkv_config *cfg)
 {
@@ -80,24 +81,31 @@ int cli_cmd_server(int argc, char **argv)
     return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
 }
 
-static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
+int cli_workload_load(const struct cli_settings *s, struct cli_workload *wl, char *err,
+                      size_t err_len)
 {
     uint64_t rows, vb, rounds;
+    if (cli_get_u64(s, CLI_ROWS, &rows, err, err_len) < 0 ||
+        cli_get_u64(s, CLI_VALUE_BYTES, &vb, err, err_len) < 0 ||
+        cli_get_u64(s, CLI_ROUNDS, &rounds, err, err_len) < 0)
+        return -1;
+    if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
+        rounds > 1000)
+        return rkv_errf(err, err_len, -1,
+                        "workload needs rows 1..2^24, value-bytes a multiple of 4 up to 64 MiB, "
+                        "rounds 1..1000");
+    *wl = (struct cli_workload){
+        .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
+    return 0;
+}
+
+static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
+{
     char err[256];
-    if (cli_get_u64(s, CLI_ROWS, &rows, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_VALUE_BYTES, &vb, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_ROUNDS, &rounds, err, sizeof(err)) < 0) {
+    if (cli_workload_load(s, wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
-        rounds > 1000) {
-        fprintf(stderr, "rkv: workload needs rows 1..2^24, value-bytes a multiple of 4 up to "
-                        "64 MiB, rounds 1..1000\n");
-        return RKV_EXIT_USAGE;
-    }
-    *wl = (struct cli_workload){
-        .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
     return 0;
 }
 
@@ -134,8 +142,10 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
                           const struct rkv_scenario *sc, const struct cli_workload *wl, int bench)
 {
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
-    int rc = st ? rkv_wl_run_shared(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
-                                    NULL, cmd_on_phase, stdout)
+    /* Pinned assign winners go to the launcher with the PHASE lines, which
+     * compares them across workers. */
+    int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
+                                    stdout, cmd_on_phase, stdout)
                 : -RKV_ENOMEM;
     struct cli_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {

@@ -1,12 +1,15 @@
 /* rkv demo: a whole cluster on this host (one process per server and
  * worker over loopback), the checked workload, and a verdict. */
+#include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -16,14 +19,25 @@
 #include "cli/cli.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
+#include "nic/nic.h"
 #include "port/port_file.h"
 #include "store/store_int.h"
 
-#define DEMO_MAX_ARGS 64
+#define DEMO_MAX_ARGS (2 * CLI_KEY_COUNT_ + 8)
 #define DEMO_MAX_PROCS 512
 
 struct demo {
     const char *self;
+    const char *cmd; /* "rkv demo" or "rkv run": the prefix of its messages */
+    /* SIGINT, SIGTERM and SIGHUP are blocked in this process and read from
+     * sig_fd where it waits, so that a Ctrl-C or a `timeout` stops the
+     * children and removes what they leave instead of orphaning them;
+     * old_mask is what the children get back before exec. */
+    int sig_fd;
+    int signo; /* the signal that stopped the run, 0 if none */
+    sigset_t old_mask;
+    pid_t parent;            /* this process, for the children's getppid() check */
+    uint32_t n_machines_shm; /* machines whose segments this run removes at the end */
     char *args[DEMO_MAX_ARGS];
     int nargs;
     char bufs[CLI_KEY_COUNT_][32];
@@ -54,6 +68,7 @@ struct demo {
     char shm_prefix[40];
     uint32_t n_tensors;
     char retry_buf[16];
+    char seed_buf[24];
     uint32_t n_faults, next_fault;
     int client0_phase;
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
@@ -219,6 +234,12 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         return -1;
     pid_t pid = fork();
     if (pid == 0) {
+        /* Die with the launcher, whatever kills it; if it died before the
+         * prctl, getppid() is no longer it. The stopping signals it blocked
+         * are the child's again. */
+        sigprocmask(SIG_SETMASK, &d->old_mask, NULL);
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != d->parent)
+            _exit(127);
         char num[16];
         snprintf(num, sizeof(num), "%u", val);
         char *argv[DEMO_MAX_ARGS + 6];
@@ -261,27 +282,123 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
     return pid;
 }
 
-static void demo_arg(struct demo *d, const char *name, const char *val)
+/* Blocks the stopping signals and opens sig_fd (see struct demo). */
+static int demo_signals_open(struct demo *d)
 {
-    if (d->nargs + 2 <= DEMO_MAX_ARGS) {
-        d->args[d->nargs++] = (char *)name;
-        d->args[d->nargs++] = (char *)val;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    d->parent = getpid();
+    d->sig_fd = -1;
+    if (sigprocmask(SIG_BLOCK, &set, &d->old_mask) < 0)
+        return -1;
+    d->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return d->sig_fd < 0 ? -1 : 0;
+}
+
+/* 1 once a stopping signal arrived (kept in d->signo). */
+static int demo_signalled(struct demo *d)
+{
+    struct signalfd_siginfo si;
+    if (!d->signo && d->sig_fd >= 0 && read(d->sig_fd, &si, sizeof(si)) == sizeof(si))
+        d->signo = (int)si.ssi_signo;
+    return d->signo != 0;
+}
+
+/* Sleeps up to ms, woken early by a stopping signal. */
+static void demo_nap(struct demo *d, int ms)
+{
+    struct pollfd pf = {.fd = d->sig_fd, .events = POLLIN};
+    if (d->sig_fd < 0 || poll(&pf, 1, ms) == 0) {
+        if (d->sig_fd < 0) {
+            struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        return;
     }
+    demo_signalled(d);
+}
+
+/* Stops every child still running: the launcher's signal first (each ends
+ * as it would have without a launcher), SIGKILL after 2 s; all reaped. */
+static void demo_stop_children(struct demo *d)
+{
+    pid_t *pids[2] = {d->servers, d->workers};
+    uint32_t n[2] = {d->n_servers, d->n_workers};
+    for (int g = 0; g < 2; g++)
+        for (uint32_t i = 0; i < n[g]; i++)
+            if (pids[g][i] > 0)
+                kill(pids[g][i], d->signo ? d->signo : SIGTERM);
+    for (int waited_ms = 0; waited_ms <= 2000; waited_ms += 20) {
+        uint32_t left = 0;
+        for (int g = 0; g < 2; g++)
+            for (uint32_t i = 0; i < n[g]; i++)
+                if (pids[g][i] > 0 && waitpid(pids[g][i], NULL, WNOHANG) == 0)
+                    left++;
+                else
+                    pids[g][i] = 0;
+        if (!left)
+            return;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int g = 0; g < 2; g++)
+        for (uint32_t i = 0; i < n[g]; i++)
+            if (pids[g][i] > 0) {
+                kill(pids[g][i], SIGKILL);
+                waitpid(pids[g][i], NULL, 0);
+                pids[g][i] = 0;
+            }
+}
+
+/* Once every child is gone: the shared memory of each machine of the run.
+ * A killed server leaves its segments behind (a restart would need them),
+ * and nobody but the launcher that killed it knows they are garbage. */
+static void demo_remove_segments(const struct demo *d)
+{
+    for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++)
+        demo_lose_machine(d, m);
+}
+
+/* Undoes demo_signals_open. A signal that stopped the run is raised again
+ * with its default action, so that whoever sent it sees this process end
+ * by it (a shell's Ctrl-C, `timeout`); the caller returns 128 + signo if
+ * that does not end the process. */
+static void demo_signals_close(struct demo *d)
+{
+    if (d->sig_fd < 0)
+        return;
+    close(d->sig_fd);
+    d->sig_fd = -1;
+    if (d->signo) {
+        fprintf(stderr,
+                "%s: stopped by %s: its processes were stopped and their shared memory "
+                "removed\n",
+                d->cmd, strsignal(d->signo));
+        fflush(stdout);
+        signal(d->signo, SIG_DFL);
+    }
+    sigprocmask(SIG_SETMASK, &d->old_mask, NULL);
+    if (d->signo)
+        raise(d->signo);
 }
 
 /* Reads every worker's stdout at once until all of them closed it: a worker
  * blocked on a full pipe would stall the others at the next barrier. */
 static void demo_collect(struct demo *d)
 {
-    struct pollfd pf[DEMO_MAX_PROCS];
+    struct pollfd pf[DEMO_MAX_PROCS + 1];
     size_t cap[DEMO_MAX_PROCS] = {0}, len[DEMO_MAX_PROCS] = {0};
     uint32_t open_n = 0;
     for (uint32_t i = 0; i < d->n_workers; i++) {
         pf[i] = (struct pollfd){.fd = d->workers[i] > 0 ? d->out_fd[i] : -1, .events = POLLIN};
         open_n += pf[i].fd >= 0;
     }
-    while (open_n > 0) {
-        if (poll(pf, d->n_workers, demo_fire_faults(d)) < 0 && errno != EINTR)
+    pf[d->n_workers] = (struct pollfd){.fd = d->sig_fd, .events = POLLIN};
+    while (open_n > 0 && !demo_signalled(d)) {
+        if (poll(pf, d->n_workers + 1, demo_fire_faults(d)) < 0 && errno != EINTR)
             break;
         for (uint32_t i = 0; i < d->n_workers; i++) {
             if (pf[i].fd < 0 || !pf[i].revents)
@@ -310,6 +427,9 @@ static void demo_collect(struct demo *d)
             open_n--;
         }
     }
+    for (uint32_t i = 0; i < d->n_workers; i++) /* left open when a signal stopped the run */
+        if (pf[i].fd >= 0)
+            close(pf[i].fd);
 }
 
 /* Parses a worker's RESULT line (from its stdout) into res; 0 if found. */
@@ -349,7 +469,8 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
             pid_t r = waitpid(d->servers[i], &st, WNOHANG);
             if (r == d->servers[i]) {
                 if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-                    fprintf(stderr, "rkv demo: server %u exited with status %d\n", i, st);
+                    fprintf(stderr, "%s: server %u exited with status %d\n", d->cmd, i,
+                            WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
                     bad = 1;
                 }
                 d->servers[i] = 0;
@@ -359,14 +480,16 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
         }
         if (!left)
             return bad;
-        struct timespec ts = {0, 100000000};
-        nanosleep(&ts, NULL);
+        demo_nap(d, 100);
+        if (d->signo)
+            return 1; /* the caller stops them */
     }
     for (uint32_t i = 0; i < d->n_servers; i++) {
         if (d->servers[i] > 0) {
-            fprintf(stderr, "rkv demo: server %u did not exit; killing it\n", i);
+            fprintf(stderr, "%s: server %u did not exit; killing it\n", d->cmd, i);
             kill(d->servers[i], SIGKILL);
             waitpid(d->servers[i], NULL, 0);
+            d->servers[i] = 0;
         }
     }
     return 1;
@@ -539,15 +662,20 @@ static void demo_usage(void)
     cli_settings_help(stdout);
 }
 
-static void demo_common_args(struct demo *d, const struct cli_settings *s);
 static int demo_configure(struct demo *d, struct cli_settings *s);
-static int demo_setup_cluster(struct demo *d, const struct cli_settings *s, uint32_t spm);
 
 static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **argv)
 {
     char err[512];
     if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv demo: %s\n", err);
+        return -1;
+    }
+    if (strcmp(s->src[CLI_SCENARIO], "default") != 0) {
+        fprintf(stderr,
+                "rkv demo: scenario (%s): the demo runs its built-in workload; a "
+                "scenario file runs with `rkv run FILE --backend tcp`\n",
+                s->src[CLI_SCENARIO]);
         return -1;
     }
     if (strcmp(s->src[CLI_MACHINES], "default") == 0)
@@ -559,92 +687,161 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
     return demo_configure(d, s);
 }
 
-/* Sizes the run from the settings and builds the flags every child gets. */
-static int demo_configure(struct demo *d, struct cli_settings *s)
+/* The flag each setting reaches a child by. NULL: the launcher sets it for
+ * each child itself (role, machine, server). Every other setting is passed
+ * to every child, default or not, so that the child's own environment
+ * cannot make it see another value than the launcher checked. */
+static const char *const demo_flags[CLI_KEY_COUNT_] = {
+    [CLI_CLUSTER] = "--cluster",
+    [CLI_HOST] = "--host",
+    [CLI_BASE_PORT] = "--base-port",
+    [CLI_MACHINES] = "--machines",
+    [CLI_SERVERS_PER_MACHINE] = "--servers-per-machine",
+    [CLI_NUM_SERVERS] = "--num-servers",
+    [CLI_NUM_WORKERS] = "--num-workers",
+    [CLI_BACKEND] = "--backend",
+    [CLI_TIMEOUT_MS] = "--timeout-ms",
+    [CLI_CONNECT_RETRY_MS] = "--connect-retry-ms",
+    [CLI_RX_DEPTH] = "--rx-depth",
+    [CLI_CTRL_BUF_BYTES] = "--ctrl-buf-bytes",
+    [CLI_SLOTS] = "--slots",
+    [CLI_MAX_SLOT_BYTES] = "--max-slot-bytes",
+    [CLI_SHM_PREFIX] = "--shm-prefix",
+    [CLI_SEED] = "--seed",
+    [CLI_LOG_LEVEL] = "--log-level",
+    [CLI_ROWS] = "--rows",
+    [CLI_VALUE_BYTES] = "--value-bytes",
+    [CLI_ROUNDS] = "--rounds",
+    [CLI_SCENARIO] = "--scenario",
+    [CLI_DISCOVER] = "--discover",
+    [CLI_DURABLE_DIR] = "--durable-dir",
+    [CLI_RETRY_MS] = "--retry-ms",
+    [CLI_ZERO_COPY_BYTES] = "--zero-copy-bytes",
+    [CLI_BUSY_POLL] = "--busy-poll",
+};
+
+int cli_launch_args(const struct cli_settings *s, char **argv, int cap)
 {
-    char err[512] = "";
-    uint64_t m, spm, w;
-    if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_SERVERS_PER_MACHINE, &spm, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
-        spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
-        fprintf(stderr, "rkv demo: %s\n", err[0] ? err : "need 1..512 servers and workers");
-        return -1;
-    }
-    d->n_workers = (uint32_t)w;
-    if (*s->val[CLI_CLUSTER]) /* DGL's ip_config.txt: its ports, its servers */
-        return demo_setup_cluster(d, s, (uint32_t)spm);
-    d->machines = (uint32_t)m;
-    d->n_servers = (uint32_t)(m * spm);
-    if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
-        uint16_t base;
-        if (cli_free_ports(d->n_servers, &base) < 0) {
-            fprintf(stderr, "rkv demo: no %u free consecutive ports\n", d->n_servers);
+    int n = 0;
+    for (int k = 0; k < CLI_KEY_COUNT_; k++) {
+        if (!demo_flags[k])
+            continue;
+        if (n + 2 > cap)
             return -1;
-        }
-        snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
-        s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
+        argv[n++] = (char *)demo_flags[k];
+        argv[n++] = (char *)s->val[k];
     }
-    demo_common_args(d, s);
-    return 0;
+    return n;
 }
 
-static void demo_common_args(struct demo *d, const struct cli_settings *s)
+/* The settings the launcher sets per child, given to the launcher itself. */
+static int demo_refuse_per_child(const struct demo *d, const struct cli_settings *s)
 {
     static const struct {
         enum cli_key k;
         const char *flag;
-    } pass[] = {{CLI_MACHINES, "--machines"},
-                {CLI_SERVERS_PER_MACHINE, "--servers-per-machine"},
-                {CLI_NUM_WORKERS, "--num-workers"},
-                {CLI_BASE_PORT, "--base-port"},
-                {CLI_HOST, "--host"},
-                {CLI_ROWS, "--rows"},
-                {CLI_VALUE_BYTES, "--value-bytes"},
-                {CLI_ROUNDS, "--rounds"},
-                {CLI_TIMEOUT_MS, "--timeout-ms"},
-                {CLI_CONNECT_RETRY_MS, "--connect-retry-ms"},
-                {CLI_RX_DEPTH, "--rx-depth"},
-                {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes"},
-                {CLI_SLOTS, "--slots"},
-                {CLI_MAX_SLOT_BYTES, "--max-slot-bytes"},
-                {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes"},
-                {CLI_BUSY_POLL, "--busy-poll"},
-                {CLI_LOG_LEVEL, "--log-level"},
-                {CLI_BACKEND, "--backend"}};
-    for (size_t i = 0; i < sizeof(pass) / sizeof(pass[0]); i++)
-        demo_arg(d, pass[i].flag, s->val[pass[i].k]);
-    if (*s->val[CLI_SHM_PREFIX])
-        demo_arg(d, "--shm-prefix", s->val[CLI_SHM_PREFIX]);
-    if (strcmp(s->src[CLI_SEED], "default") != 0) /* else each child's default or file */
-        demo_arg(d, "--seed", s->val[CLI_SEED]);
-}
-
-static int demo_setup_cluster(struct demo *d, const struct cli_settings *s, uint32_t spm)
-{
-    char err[512];
-    struct rkv_machine *ms;
-    uint32_t nm;
-    if (cli_cluster_parse(s->val[CLI_CLUSTER], spm, &ms, &nm, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv demo: %s\n", err);
-        return -1;
+    } per_child[] = {
+        {CLI_ROLE, "--role"}, {CLI_MACHINE_ID, "--machine-id"}, {CLI_SERVER_ID, "--server-id"}};
+    for (size_t i = 0; i < sizeof(per_child) / sizeof(per_child[0]); i++) {
+        assert(!demo_flags[per_child[i].k]);
+        if (!strcmp(s->src[per_child[i].k], "flag")) {
+            fprintf(stderr, "%s: %s: the launcher sets it for each process it starts\n", d->cmd,
+                    per_child[i].flag);
+            return -1;
+        }
     }
-    uint32_t total = 0;
-    for (uint32_t i = 0; i < nm; i++)
-        total += ms[i].servers;
-    free(ms);
-    if (total > DEMO_MAX_PROCS) {
-        fprintf(stderr, "rkv demo: more than %d servers\n", DEMO_MAX_PROCS);
-        return -1;
-    }
-    d->machines = nm;
-    d->n_servers = total;
-    demo_arg(d, "--cluster", s->val[CLI_CLUSTER]);
-    demo_common_args(d, s);
     return 0;
 }
 
-static int demo_run(struct demo *dp, const char *self, int argc, char **argv);
+/* Every setting checked once, here, as each child would check it: a bad
+ * one is one line and exit 2, not one copy per child. */
+static int demo_check_settings(struct demo *d, const struct cli_settings *s)
+{
+    char err[512];
+    struct rkv_config cfg;
+    struct cli_workload wl;
+    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: %s\n", d->cmd, err);
+        return -1;
+    }
+    if (cli_workload_load(s, &wl, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: %s\n", d->cmd, err);
+        free(cfg.machines);
+        return -1;
+    }
+    int rc = 0;
+    if (!rkv_nic_find(cfg.backend) || !strcmp(cfg.backend, "sim")) {
+        fprintf(stderr, "%s: backend: \"%s\" cannot run as processes on this host (tcp%s)\n",
+                d->cmd, cfg.backend, rkv_nic_find("verbs") ? ", verbs" : "");
+        rc = -1;
+    }
+    struct rkv_scenario *sc = NULL; /* rkv demo: the workers' built-in scenario */
+    if (rc == 0 && !d->n_tensors && rkv_scenario_builtin(&cfg, wl.rows, wl.rounds, &sc) == 0)
+        d->n_tensors = sc->n_tensors;
+    rkv_scenario_free(sc);
+    snprintf(d->shm_prefix, sizeof(d->shm_prefix), "%s", cfg.shm_prefix);
+    d->n_machines_shm = cfg.n_machines;
+    free(cfg.machines);
+    return rc;
+}
+
+/* Sizes the run from the settings, checks them, and builds the flags every
+ * child gets. */
+static int demo_configure(struct demo *d, struct cli_settings *s)
+{
+    char err[512] = "";
+    uint64_t m, spm, w;
+    /* --num-servers replaces servers-per-machine, as in cli_build_config */
+    enum cli_key spm_key = *s->val[CLI_NUM_SERVERS] ? CLI_NUM_SERVERS : CLI_SERVERS_PER_MACHINE;
+    if (demo_refuse_per_child(d, s) < 0)
+        return -1;
+    if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
+        cli_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
+        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
+        spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
+        fprintf(stderr, "%s: %s\n", d->cmd, err[0] ? err : "need 1..512 servers and workers");
+        return -1;
+    }
+    d->n_workers = (uint32_t)w;
+    if (*s->val[CLI_CLUSTER]) { /* DGL's ip_config.txt: its ports, its servers */
+        struct rkv_machine *ms;
+        uint32_t nm, total = 0;
+        if (cli_cluster_parse(s->val[CLI_CLUSTER], (uint32_t)spm, &ms, &nm, err, sizeof(err)) < 0) {
+            fprintf(stderr, "%s: %s\n", d->cmd, err);
+            return -1;
+        }
+        for (uint32_t i = 0; i < nm; i++)
+            total += ms[i].servers;
+        free(ms);
+        if (total > DEMO_MAX_PROCS) {
+            fprintf(stderr, "%s: more than %d servers\n", d->cmd, DEMO_MAX_PROCS);
+            return -1;
+        }
+        d->machines = nm;
+        d->n_servers = total;
+    } else {
+        d->machines = (uint32_t)m;
+        d->n_servers = (uint32_t)(m * spm);
+        if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
+            uint16_t base;
+            if (cli_free_ports(d->n_servers, &base) < 0) {
+                fprintf(stderr, "%s: no %u free consecutive ports\n", d->cmd, d->n_servers);
+                return -1;
+            }
+            snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
+            s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
+        }
+    }
+    if (demo_check_settings(d, s) < 0)
+        return -1;
+    d->nargs = cli_launch_args(s, d->args, DEMO_MAX_ARGS);
+    assert(d->nargs > 0); /* DEMO_MAX_ARGS holds every setting */
+    return 0;
+}
+
+static int demo_run(struct demo *dp, int argc, char **argv);
+static void demo_start(struct demo *d, const char *cmd, const char *self);
+static int demo_finish(struct demo *d, int code);
 
 int cli_cmd_demo(int argc, char **argv, const char *self)
 {
@@ -657,7 +854,8 @@ int cli_cmd_demo(int argc, char **argv, const char *self)
     struct demo *dp = calloc(1, sizeof(*dp));
     if (!dp)
         return RKV_EXIT_STORE;
-    int code = demo_run(dp, self, argc, argv);
+    demo_start(dp, "rkv demo", self);
+    int code = demo_finish(dp, demo_run(dp, argc, argv));
     for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
         free(dp->out[i]);
     free(dp);
@@ -675,6 +873,8 @@ static int demo_cluster(struct demo *dp)
         dp->workers[i] =
             demo_spawn(dp, "worker", "--machine-id", i % dp->machines, NULL, &dp->out_fd[i]);
     demo_collect(dp);
+    if (dp->signo)
+        return 0; /* demo_finish stops them */
     for (uint32_t i = 0; i < dp->n_workers; i++) {
         memset(&dp->res[i], 0, sizeof(dp->res[i]));
         dp->status[i] = 0;
@@ -683,6 +883,7 @@ static int demo_cluster(struct demo *dp)
         int st = 0;
         if (dp->workers[i] > 0)
             waitpid(dp->workers[i], &st, 0);
+        dp->workers[i] = 0;
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             fprintf(stderr, "rkv demo: worker process %u exited with status %d\n", i,
                     WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
@@ -706,9 +907,37 @@ static int demo_exit_code(const struct demo *dp, int ok)
     return RKV_EXIT_STORE;
 }
 
-static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
+/* Starts a launch: d->cmd names it in messages, stopping signals are
+ * watched from here on (demo_finish undoes it). */
+static void demo_start(struct demo *d, const char *cmd, const char *self)
 {
-    dp->self = self;
+    d->cmd = cmd;
+    d->self = self;
+    if (demo_signals_open(d) < 0)
+        fprintf(stderr, "%s: cannot watch for signals (%s): a Ctrl-C may leave processes behind\n",
+                cmd, strerror(errno));
+}
+
+/* Ends a launch whatever happened: no child left running, no shared memory
+ * of the run left, no scratch directory; a stopping signal raised again.
+ * code is what to return if that signal does not end the process. */
+static int demo_finish(struct demo *d, int code)
+{
+    demo_stop_children(d);
+    demo_remove_segments(d);
+    if (d->fault_dir[0] && d->nic_faults)
+        rkv_file_remove_dir(d->fault_dir);
+    d->fault_dir[0] = 0;
+    if (d->durable_dir[0])
+        rkv_file_remove_dir(d->durable_dir);
+    d->durable_dir[0] = 0;
+    int signo = d->signo;
+    demo_signals_close(d);
+    return signo ? 128 + signo : code;
+}
+
+static int demo_run(struct demo *dp, int argc, char **argv)
+{
     struct cli_settings s;
     if (demo_setup(dp, &s, argc, argv) < 0)
         return RKV_EXIT_USAGE;
@@ -716,6 +945,8 @@ static int demo_run(struct demo *dp, const char *self, int argc, char **argv)
            dp->n_servers, dp->n_workers, s.val[CLI_BACKEND]);
     fflush(stdout);
     int ok = demo_cluster(dp);
+    if (dp->signo)
+        return RKV_EXIT_STORE;
     demo_report(dp, strtoull(s.val[CLI_VALUE_BYTES], NULL, 0));
     ok = demo_verdict(dp, &s, ok);
     return demo_exit_code(dp, ok);
@@ -728,7 +959,7 @@ int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures
     int code = RKV_EXIT_STORE;
     if (!dp)
         return code;
-    dp->self = self;
+    demo_start(dp, "rkv demo", self);
     code = RKV_EXIT_USAGE;
     if (demo_setup(dp, &s, argc, argv) < 0)
         goto out;
@@ -750,6 +981,7 @@ int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures
     if (dp->child_err)
         fclose(dp->child_err);
 out:
+    code = demo_finish(dp, code);
     for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
         free(dp->out[i]);
     free(dp);
@@ -816,9 +1048,32 @@ static int run_load(const char *file, struct rkv_scenario **sc)
     return 0;
 }
 
+/* The scenario's cluster: flags that would size another one are refused
+ * (on every backend), not silently replaced. */
+static int run_refuse_sized(const struct cli_settings *s)
+{
+    static const enum cli_key sized[] = {CLI_MACHINES,    CLI_SERVERS_PER_MACHINE,
+                                         CLI_NUM_SERVERS, CLI_NUM_WORKERS,
+                                         CLI_CLUSTER,     CLI_SCENARIO};
+    for (size_t i = 0; i < sizeof(sized) / sizeof(sized[0]); i++) {
+        if (!strcmp(s->src[sized[i]], "flag")) {
+            fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
+                    demo_flags[sized[i]]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int run_configure(struct demo *d, struct cli_settings *s, const struct rkv_scenario *sc,
                          const char *file)
 {
+    s->val[CLI_NUM_SERVERS] = "";
+    s->val[CLI_SCENARIO] = file;
+    /* The scenario's seed (or --seed's, already in sc): a child given
+     * none would take the file's, but every setting is passed. */
+    snprintf(d->seed_buf, sizeof(d->seed_buf), "%llu", (unsigned long long)sc->seed);
+    s->val[CLI_SEED] = d->seed_buf;
     snprintf(d->bufs[CLI_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
     snprintf(d->bufs[CLI_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
     snprintf(d->bufs[CLI_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
@@ -831,37 +1086,23 @@ static int run_configure(struct demo *d, struct cli_settings *s, const struct rk
         s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
         s->src[CLI_BASE_PORT] = "scenario";
     }
-    if (demo_configure(d, s) < 0)
-        return -1;
-    demo_arg(d, "--scenario", file);
-    /* The children's default prefix (cli_build_config), spelled out so that
-     * a machine loss can name the segments. */
-    snprintf(d->shm_prefix, sizeof(d->shm_prefix), "%s", s->val[CLI_SHM_PREFIX]);
-    if (!d->shm_prefix[0])
-        snprintf(d->shm_prefix, sizeof(d->shm_prefix), "rkv-%s", s->val[CLI_BASE_PORT]);
     d->n_tensors = sc->n_tensors;
-    if (sc->durable) {
+    /* A durable scenario without --durable-dir: a scratch directory of
+     * this run's, removed at its end. */
+    if (sc->durable && !*s->val[CLI_DURABLE_DIR]) {
         snprintf(d->durable_dir, sizeof(d->durable_dir), "/tmp/rkv-durable.XXXXXX");
         if (!mkdtemp(d->durable_dir)) {
             fprintf(stderr, "rkv run: cannot make a snapshot directory: %s\n", strerror(errno));
             d->durable_dir[0] = 0;
             return -1;
         }
-        demo_arg(d, "--durable-dir", d->durable_dir);
+        s->val[CLI_DURABLE_DIR] = d->durable_dir;
     }
-    if (sc->retry_ms) {
+    if (sc->retry_ms && !strcmp(s->src[CLI_RETRY_MS], "default")) {
         snprintf(d->retry_buf, sizeof(d->retry_buf), "%u", sc->retry_ms);
-        demo_arg(d, "--retry-ms", d->retry_buf);
+        s->val[CLI_RETRY_MS] = d->retry_buf;
     }
-    return 0;
-}
-
-/* The run's snapshots are scratch: a later run must not restart from them. */
-static void run_remove_durable(struct demo *d)
-{
-    if (d->durable_dir[0])
-        rkv_file_remove_dir(d->durable_dir);
-    d->durable_dir[0] = 0;
+    return demo_configure(d, s);
 }
 
 /* The crash faults of sc as processes to kill (targets were checked when
@@ -961,12 +1202,14 @@ static int run_reap_workers(struct demo *d, uint32_t *survivor_errors)
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         if ((d->n_faults || d->nic_faults) && d->workers[i] > 0 && code == RKV_EXIT_STORE) {
             (*survivor_errors)++;
+            d->workers[i] = 0;
             continue;
         }
         if (d->workers[i] <= 0 || code != 0) {
             fprintf(stderr, "rkv run: worker process %u exited with status %d\n", i, code);
             ok = 0;
         }
+        d->workers[i] = 0;
     }
     return ok;
 }
@@ -993,11 +1236,15 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
             demo_spawn(d, "worker", "--machine-id", i % d->machines, node, &d->out_fd[i]);
     }
     demo_collect(d);
+    if (d->signo)
+        return RKV_EXIT_STORE; /* demo_finish stops the children */
     uint32_t survivor_errors = 0;
     int procs_ok = run_reap_workers(d, &survivor_errors);
     /* A crashed worker 0 cannot shut the servers down: do not wait long. */
     if (demo_wait_servers(d, d->n_faults ? 3 : 30) && !d->n_faults)
         procs_ok = 0;
+    if (d->signo)
+        return RKV_EXIT_STORE;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     struct rkv_report r;
     if (rkv_report_collect(&r, sc, d->out, d->n_workers) < 0)
@@ -1090,10 +1337,16 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         fprintf(stderr, "rkv run: %s\n", err);
         goto out;
     }
-    d->self = self;
+    if (run_refuse_sized(&s) < 0)
+        goto out;
     uint64_t seed;
-    if (strcmp(s.src[CLI_SEED], "default") != 0 && cli_get_u64(&s, CLI_SEED, &seed, err, 1) == 0)
+    if (strcmp(s.src[CLI_SEED], "default") != 0) {
+        if (cli_get_u64(&s, CLI_SEED, &seed, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rkv run: %s\n", err);
+            goto out;
+        }
         sc->seed = seed; /* the workers get the same --seed */
+    }
     /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
     if (RKV_WITH_SIM && !strcmp(s.src[CLI_BACKEND], "default"))
         s.val[CLI_BACKEND] = "sim";
@@ -1107,6 +1360,14 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         sc->sim_jitter = j;
     }
     if (!strcmp(s.val[CLI_BACKEND], "sim")) {
+        /* The twin takes what it models from the settings: a bad one is
+         * refused here too, not ignored. */
+        struct rkv_config cfg;
+        if (cli_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rkv run: %s\n", err);
+            goto out;
+        }
+        free(cfg.machines);
         code = cli_run_twin(sc, &s, out_dir, plot, trace);
         goto out;
     }
@@ -1114,15 +1375,15 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         fprintf(stderr, "rkv run: --trace is a twin option (--backend sim)\n");
         goto out;
     }
-    if (run_configure(d, &s, sc, file) < 0)
-        goto out;
-    printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
-           d->n_servers, d->n_workers, s.val[CLI_BACKEND]);
-    fflush(stdout);
-    code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
+    demo_start(d, "rkv run", self);
+    if (run_configure(d, &s, sc, file) == 0) {
+        printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
+               d->n_servers, d->n_workers, s.val[CLI_BACKEND]);
+        fflush(stdout);
+        code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
+    }
+    code = demo_finish(d, code);
 out:
-    if (d)
-        run_remove_durable(d);
     for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
         free(d->out[i]);
     free(d);

@@ -97,39 +97,7 @@ static int pred_parse(int argc, char **argv, struct pred_args *a)
 /* Every phase's wall_s from DIR/report.json, in order; returns how many. */
 static int pred_report_phases(const char *dir, double *s, uint32_t max)
 {
-    char path[700];
-    snprintf(path, sizeof(path), "%s/report.json", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t k;
-    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = nb;
-        }
-    }
-    fclose(f);
-    if (!buf)
-        return -1;
-    buf[n] = 0;
-    int got = 0;
-    const char *at = strstr(buf, "\"phases\"");
-    while (at && (uint32_t)got < max && (at = strstr(at, "\"wall_s\": ")) != NULL) {
-        if (sscanf(at, "\"wall_s\": %lf", &s[got]) != 1)
-            break;
-        got++;
-        at += 10;
-    }
-    free(buf);
-    return got;
+    return rkv_report_read_phase_wall_s(dir, s, max);
 }
 
 #endif

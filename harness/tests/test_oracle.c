@@ -1,0 +1,105 @@
+/* The oracle's API fed reads directly: concurrent assigns must settle on one
+ * winner that every later read agrees with. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness/oracle.h"
+
+/* Two workers assign row 0 (the only row) in every request of one phase:
+ * after the barrier the row holds worker 0's last write or worker 1's. */
+static const char two_writers[] =
+    "seed: 7\n"
+    "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 2}\n"
+    "tensors:\n"
+    "  - {name: t, dtype: f32, rows: 1, shape: [4]}\n"
+    "workload:\n"
+    "  - {name: race, tensor: t, push: 1.0, push_op: assign, ids_per_request: 1, rounds: 3,\n"
+    "     barrier_after: true}\n"
+    "  - {name: read, tensor: t, push: 0, rounds: 1}\n";
+
+static struct rkv_scenario *load(const char *text)
+{
+    char path[64], err[256];
+    snprintf(path, sizeof(path), "/tmp/rkv-oracle-%d.yaml", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(path, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    unlink(path);
+    return sc;
+}
+
+/* Worker w's last assign of row 0 (round 2 of phase 0). */
+static void last_write(const struct rkv_scenario *sc, uint32_t w, float *row)
+{
+    for (uint32_t j = 0; j < 4; j++)
+        row[j] = (float)rkv_wl_value(sc, 0, 0, 0, w, 2, j);
+}
+
+static void test_concurrent_assign_winner_is_pinned(void **state)
+{
+    (void)state;
+    struct rkv_scenario *sc = load(two_writers);
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    float a[4], b[4], mix[4];
+    last_write(sc, 0, a);
+    last_write(sc, 1, b);
+    assert_memory_not_equal(a, b, sizeof(a));
+    char why[512];
+    /* A mix of the two is never right. */
+    memcpy(mix, a, sizeof(mix));
+    mix[3] = b[3];
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, mix, why, sizeof(why)), -1);
+    /* Worker 1 reads worker 0's write first: that is the winner. */
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 0, a, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, a, why, sizeof(why)), 0);
+    /* Anyone who sees the other write now sees another winner: wrong,
+     * mid-phase (the row is not written in this epoch) as after a barrier. */
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, b, why, sizeof(why)), -1);
+    assert_non_null(strstr(why, "last assigned by worker 0"));
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 1, b, why, sizeof(why)), -1);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 1, a, why, sizeof(why)), 0);
+    rkv_oracle_destroy(o);
+
+    /* The same from the other side: worker 1's write seen first wins, and
+     * the pin is written for the launcher (one line, once). */
+    char *log = NULL;
+    size_t log_len = 0;
+    FILE *pins = open_memstream(&log, &log_len);
+    assert_non_null(pins);
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    rkv_oracle_set_pin_log(o, pins);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, b, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, b, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 0, a, why, sizeof(why)), -1);
+    rkv_oracle_destroy(o);
+    fclose(pins);
+    assert_string_equal(log, "PIN t=0 r=0 w=1 p=0 n=2\n");
+    free(log);
+    rkv_scenario_free(sc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
