@@ -157,6 +157,7 @@ static void twin_server(int argc, char **argv)
     struct rkv_server *srv;
     nd->rc = rkv_server_create_on(port, nic, &cfg, nd->local, &srv, nd->err, sizeof(nd->err));
     if (nd->rc == 0) {
+        rkv_server_set_test_corrupt_row(srv, nd->t->test_corrupt_row);
         nd->rc = rkv_server_run(srv);
         if (nd->rc < 0)
             snprintf(nd->err, sizeof(nd->err), "%s", rkv_server_errmsg(srv));
@@ -272,7 +273,6 @@ static int twin_config(struct twin *t)
     snprintf(t->cfg.shm_prefix, sizeof(t->cfg.shm_prefix), "/rkv-twin");
     t->cfg.seed = sc->seed;
     t->cfg.log_level = t->log_level;
-    t->cfg.test_corrupt_row = t->test_corrupt_row;
     t->cfg.retry_ms = sc->retry_ms;
     if (sc->durable) {
         /* Snapshots are real files; their I/O takes no simulated time. */
@@ -600,7 +600,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     }
     struct twin t = {.sc = sc,
                      .log_level = o->log_level,
-                     .test_corrupt_row = o->test_corrupt_row,
+                     .test_corrupt_row = o->test_corrupt ? o->test_corrupt_row : UINT64_MAX,
                      .client0_phase = -1};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";

@@ -47,6 +47,9 @@ struct rkv_server {
     struct rkv_mutex *mu;
     struct rkv_cond *cv;
     int stop;
+    /* rkv_server_set_test_corrupt_row: set by the application thread while
+     * the engine's task may already read it. */
+    _Atomic uint64_t test_corrupt_row;
     struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1]; /* by id, 1-based */
     /* Shard rows registered for the NIC to send from (zero-copy pulls on a
      * NIC that copies at post), by tensor id; made on first use. */
@@ -171,19 +174,33 @@ static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
     return NULL;
 }
 
-static int srv_same(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
-                    const uint32_t *book)
+/* NULL when w describes tensor t as it is, else the first field that
+ * differs. The initial values count: a second init_data asking for other
+ * ones would otherwise return 0 and silently keep the first's. */
+static const char *srv_differs(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
+                               const uint32_t *book)
 {
-    if (t->meta.dtype != (enum rkv_dtype)w->dtype || t->meta.rows != w->rows ||
-        t->meta.row_len != w->row_len || t->meta.policy != (enum rkv_policy)w->policy ||
-        t->meta.with_state != (int)w->with_state)
-        return 0;
-    if (t->meta.policy == RKV_PART_EXPLICIT)
-        return memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) == 0;
-    return 1;
+    if (t->meta.dtype != (enum rkv_dtype)w->dtype)
+        return "dtype";
+    if (t->meta.rows != w->rows)
+        return "rows";
+    if (t->meta.row_len != w->row_len)
+        return "row_len";
+    if (t->meta.policy != (enum rkv_policy)w->policy)
+        return "policy";
+    if (t->meta.with_state != (int)w->with_state)
+        return "with_state";
+    if (t->init != (enum rkv_init)w->init)
+        return "init";
+    if (t->init == RKV_INIT_UNIFORM && t->init_seed != w->init_seed)
+        return "init_seed";
+    if (t->meta.policy == RKV_PART_EXPLICIT &&
+        memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) != 0)
+        return "book";
+    return NULL;
 }
 
-/* The test-only fault of rkv_config.test_corrupt_row. */
+/* The oracle self-test's fault (rkv_server_set_test_corrupt_row). */
 static void srv_corrupt(struct rkv_tensor *t, uint64_t local)
 {
     uint8_t *row = t->shard.data + local * t->row_bytes;
@@ -231,7 +248,7 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
     rkv_shard_init_values(&t->shard, t, mach);
     if (t->shard.book)
         memcpy(t->shard.book, t->pb.book, (size_t)t->shard.book_len * sizeof(uint32_t));
-    uint64_t bad = s->cfg.test_corrupt_row;
+    uint64_t bad = atomic_load(&s->test_corrupt_row);
     if (bad < t->meta.rows && rkv_pbook_machine(&t->pb, bad) == mach)
         srv_corrupt(t, rkv_pbook_g2l(&t->pb, bad));
     rkv_mach_publish(&s->mach, t);
@@ -255,9 +272,11 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     if (t) {
-        if (!srv_same(t, w, m->u.tensor.book))
+        const char *field = srv_differs(t, w, m->u.tensor.book);
+        if (field)
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
-                            "tensor '%s' exists with another description", w->name);
+                            "tensor '%s' exists with another description (its %s differs)", w->name,
+                            field);
         *id_p = t->meta.id;
         return 0;
     }
@@ -592,6 +611,11 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
 
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
+    /* Before the ack: once the asking client hears it, no co-located
+     * client may go on writing rows nobody serves any more. */
+    for (uint32_t i = 1; i <= s->n_tensors; i++)
+        if (s->tensors[i] && s->tensors[i]->mapped)
+            atomic_store(&s->tensors[i]->shard.hdr->closed, 1);
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
     s->stop = 1;
@@ -1134,9 +1158,13 @@ static void srv_durable_stop(struct rkv_server *s)
 
 /* ---- life cycle ---- */
 
-int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
-                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
+int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic,
+                         const struct rkv_config *cfg_in, uint32_t local_id,
+                         struct rkv_server **srv_p, char *err, size_t err_len)
 {
+    struct rkv_config resolved;
+    rkv_cfg_resolve(cfg_in, &resolved);
+    const struct rkv_config *cfg = &resolved;
     int rc = rkv_cfg_check(cfg, err, err_len);
     if (rc < 0)
         return rc;
@@ -1151,6 +1179,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
+    atomic_init(&s->test_corrupt_row, UINT64_MAX);
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);
     s->durable = cfg->durable_dir[0] != 0;
@@ -1223,9 +1252,16 @@ free_server:
     return rc;
 }
 
-int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
+int rkv_server_create(const struct rkv_config *cfg_in, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len)
 {
+    struct rkv_config resolved;
+    rkv_cfg_resolve(cfg_in, &resolved);
+    const struct rkv_config *cfg = &resolved;
+    /* Before the backend's name is used to open the NIC. */
+    int crc = rkv_cfg_check(cfg, err, err_len);
+    if (crc < 0)
+        return crc;
     char node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg->machine_id, local_id);
     struct rkv_port *port;
@@ -1239,6 +1275,11 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
     }
     (*srv_p)->own_port_nic = 1;
     return 0;
+}
+
+void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
+{
+    atomic_store(&s->test_corrupt_row, row);
 }
 
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)

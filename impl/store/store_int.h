@@ -30,6 +30,11 @@ struct rkv_shard_hdr {
     uint64_t local_rows;
     uint64_t row_bytes;
     uint64_t with_state;
+    /* Set by a server of the machine that was asked to exit: co-located
+     * clients then refuse to read or write the shard (-RKV_ESHUTDOWN)
+     * rather than act on a store that is going away. */
+    atomic_uint closed;
+    uint32_t pad;
     atomic_uint locks[RKV_SHARD_LOCKS];
 };
 
@@ -193,6 +198,9 @@ void rkv_tensor_free(struct rkv_tensor *t);
 uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg);
 uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint32_t local);
 void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec);
+/* *cfg with every field whose 0 is no valid setting (rkv.h lists them) set
+ * to its default: what both roles run with, so that a zeroed config works. */
+void rkv_cfg_resolve(const struct rkv_config *cfg, struct rkv_config *out);
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len);
 /* Identifies a cluster (machines, ports, servers, workers, shm prefix): a
  * client that reached a server of another cluster is told so at HELLO. */

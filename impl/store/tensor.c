@@ -76,6 +76,31 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
                                   .busy_poll = cfg->busy_poll};
 }
 
+void rkv_cfg_resolve(const struct rkv_config *cfg, struct rkv_config *out)
+{
+    struct rkv_config d;
+    rkv_config_defaults(&d);
+    *out = *cfg;
+    /* Only fields whose 0 means nothing valid: a 0 that is a setting of its
+     * own (seed, log_level, zero_copy_bytes, retry_ms, ...) is kept. */
+    if (!out->backend[0])
+        memcpy(out->backend, d.backend, sizeof(out->backend));
+    if (!out->shm_prefix[0])
+        memcpy(out->shm_prefix, d.shm_prefix, sizeof(out->shm_prefix));
+    if (!out->timeout_ms)
+        out->timeout_ms = d.timeout_ms;
+    if (!out->connect_retry_ms)
+        out->connect_retry_ms = d.connect_retry_ms;
+    if (!out->rx_depth)
+        out->rx_depth = d.rx_depth;
+    if (!out->ctrl_buf_bytes)
+        out->ctrl_buf_bytes = d.ctrl_buf_bytes;
+    if (!out->push_slots)
+        out->push_slots = d.push_slots;
+    if (!out->max_slot_bytes)
+        out->max_slot_bytes = d.max_slot_bytes;
+}
+
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
 {
     if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
@@ -104,8 +129,11 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         "max_slot_bytes >= ctrl_buf_bytes");
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
-    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)))
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: durable_dir is not terminated");
+    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||
+        !memchr(cfg->backend, 0, sizeof(cfg->backend)) ||
+        !memchr(cfg->shm_prefix, 0, sizeof(cfg->shm_prefix)))
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: backend, shm_prefix or durable_dir is not terminated");
     return 0;
 }
 
@@ -140,7 +168,6 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->max_slot_bytes = 1ull << 30;
     cfg->seed = 1;
     cfg->log_level = 1;
-    cfg->test_corrupt_row = UINT64_MAX;
     cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
 }
 

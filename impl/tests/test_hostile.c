@@ -306,7 +306,10 @@ static void cluster_join(struct cluster *c, struct env *env)
 
 static void cluster_stop(struct cluster *c)
 {
-    assert_int_equal(rkv_client_shutdown_servers(c->cli), 0);
+    /* A hostile server whose connection broke cannot be asked to exit:
+     * the call names it (-RKV_EPEERDEAD); the real ones stop (joined below). */
+    int rc = rkv_client_shutdown_servers(c->cli);
+    assert_true(rc == 0 || (c->n_real < c->cfg.n_machines && rc == -RKV_EPEERDEAD));
     rkv_client_destroy(c->cli);
     node_close(&c->cli_node);
     for (uint32_t m = 0; m < c->n_real; m++) {
