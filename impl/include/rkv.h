@@ -183,7 +183,10 @@ struct rkv_server;
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len);
 int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
-/* Serves until a client calls rkv_client_shutdown_servers(). */
+/* Serves until a client calls rkv_client_shutdown_servers(). Then it
+ * refuses new requests (-RKV_ESHUTDOWN) and, before returning, lingers until
+ * the NIC sent every reply it owes (a lossy link retransmits them) or
+ * cfg.timeout_ms passed, as TCP's close does. */
 int rkv_server_run(struct rkv_server *srv);
 const char *rkv_server_errmsg(const struct rkv_server *srv);
 void rkv_server_destroy(struct rkv_server *srv);

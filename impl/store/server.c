@@ -47,6 +47,9 @@ struct rkv_server {
     struct rkv_mutex *mu;
     struct rkv_cond *cv;
     int stop;
+    /* A SHUTDOWN arrived: later requests are refused (-RKV_ESHUTDOWN), so
+     * that the linger before exiting ends. The engine's callbacks only. */
+    int shut;
     /* rkv_server_set_test_corrupt_row: set by the application thread while
      * the engine's task may already read it. */
     _Atomic uint64_t test_corrupt_row;
@@ -616,6 +619,7 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
     for (uint32_t i = 1; i <= s->n_tensors; i++)
         if (s->tensors[i] && s->tensors[i]->mapped)
             atomic_store(&s->tensors[i]->shard.hdr->closed, 1);
+    s->shut = 1;
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
     s->stop = 1;
@@ -762,10 +766,34 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
     return 0;
 }
 
+/* A message that asks this server for work (a SHUTDOWN asks it to stop). */
+static int srv_is_request(int type)
+{
+    switch (type) {
+    case RKV_MSG_HELLO:
+    case RKV_MSG_INIT:
+    case RKV_MSG_META:
+    case RKV_MSG_PUSH:
+    case RKV_MSG_PULL:
+    case RKV_MSG_PULL_ZC:
+    case RKV_MSG_BARRIER:
+    case RKV_MSG_REGISTER:
+    case RKV_MSG_TABLE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_server *s = user;
     s->n_msgs++;
+    if (s->shut && srv_is_request(m->h.type)) {
+        char why[64];
+        snprintf(why, sizeof(why), "server %u is shutting down", s->server_id);
+        return srv_status(s, peer, m, 0, -RKV_ESHUTDOWN, why);
+    }
     switch (m->h.type) {
     case RKV_MSG_HELLO:
         return srv_on_hello(s, peer, m);
@@ -1293,6 +1321,11 @@ int rkv_server_run(struct rkv_server *s)
     while (!s->stop)
         s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);
     s->port->ops->mutex_unlock(s->mu);
+    /* Linger, as TCP's close does: the replies this server owes (the
+     * SHUTDOWN's ack, barrier replies a lossy link still retransmits) must
+     * reach their peers before its connections close. Bounded by the
+     * request timeout: a later reply would find its requester gone. */
+    (void)rkv_engine_linger(s->eng, s->cfg.timeout_ms);
     RKV_LOGI(s->port, "server %u stopping after %llu messages", s->server_id,
              (unsigned long long)s->n_msgs);
     if (s->n_dups)
