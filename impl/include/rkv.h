@@ -63,8 +63,8 @@ enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
  * rkv_server_register_handler() on every server and with
  * rkv_client_register_handler() on every client that pushes them: a client
  * refuses to push a custom op it has not registered (-RKV_ENOHANDLER,
- * nothing applied), since it cannot see the servers' handlers; it applies
- * the op to this machine's rows itself. */
+ * nothing applied), since it cannot see the servers' handlers (outside
+ * durable mode it applies the op to its own machine's rows itself). */
 enum rkv_push_op {
     RKV_OP_ASSIGN = 0,
     RKV_OP_SUM = 1,
