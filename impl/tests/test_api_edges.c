@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -492,6 +493,12 @@ static void test_shutdown_names_unreachable(void **state)
     kill(child, SIGKILL);
     assert_int_equal(waitpid(child, NULL, 0), child);
     stray_child = 0;
+    /* What the killed server leaves, its killer removes. */
+    char name[128];
+    snprintf(name, sizeof(name), "/%s-m1-meta", c.cfg.shm_prefix);
+    shm_unlink(name);
+    snprintf(name, sizeof(name), "/%s-m1-t1", c.cfg.shm_prefix);
+    shm_unlink(name);
     uint64_t remote[1] = {70};
     float got[4];
     int rc = 0;
