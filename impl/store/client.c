@@ -652,46 +652,6 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     return rc < 0 ? rc : wrc;
 }
 
-/* Everything the servers' decoder (proto.c) and INIT check of a
- * description, so that a bad one is refused here and never reaches them:
- * they would drop the connection of a client sending it as malformed. */
-static int cli_check_desc(struct rkv_client *c, const struct rkv_tensor_desc *d)
-{
-    const uint32_t max_row_len = RKV_PROTO_MAX_ROW_BYTES / 8; /* the wire's, whatever the dtype */
-    const char *why = NULL;
-    char buf[96];
-    if (!memchr(d->name, 0, sizeof(d->name)) || !d->name[0])
-        why = "name empty or not NUL-terminated within RKV_NAME_MAX + 1 bytes";
-    else if (rkv_dtype_size(d->dtype) == 0)
-        snprintf(buf, sizeof(buf), "dtype %d unknown (RKV_F32..RKV_I64)", (int)d->dtype), why = buf;
-    else if (d->rows == 0 || d->rows > RKV_PROTO_MAX_ROWS)
-        snprintf(buf, sizeof(buf), "rows %llu outside [1, %llu]", (unsigned long long)d->rows,
-                 RKV_PROTO_MAX_ROWS),
-            why = buf;
-    else if (d->row_len == 0 || d->row_len > max_row_len)
-        snprintf(buf, sizeof(buf), "row_len %u outside [1, %u]", d->row_len, max_row_len),
-            why = buf;
-    else if (d->policy != RKV_PART_RANGE && d->policy != RKV_PART_HASH &&
-             d->policy != RKV_PART_EXPLICIT)
-        snprintf(buf, sizeof(buf), "policy %d unknown (RKV_PART_RANGE..RKV_PART_EXPLICIT)",
-                 (int)d->policy),
-            why = buf;
-    else if (d->policy == RKV_PART_EXPLICIT && !d->book)
-        why = "RKV_PART_EXPLICIT without a book";
-    else if (d->policy == RKV_PART_EXPLICIT && d->rows > UINT32_MAX) /* book_len is 32 bits */
-        snprintf(buf, sizeof(buf), "an explicit book holds at most 2^32-1 rows, not %llu",
-                 (unsigned long long)d->rows),
-            why = buf;
-    else if (d->init != RKV_INIT_ZEROS && d->init != RKV_INIT_UNIFORM)
-        snprintf(buf, sizeof(buf), "init %d unknown (RKV_INIT_ZEROS or RKV_INIT_UNIFORM)",
-                 (int)d->init),
-            why = buf;
-    if (!why)
-        return 0;
-    return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "init_data '%.*s': %s", RKV_NAME_MAX,
-                    d->name, why);
-}
-
 int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
@@ -701,7 +661,9 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
         return rc;
     if (!d)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "init_data: no description");
-    if ((rc = cli_check_desc(c, d)) < 0)
+    /* Refused here, a bad description never reaches the servers, whose
+     * decoder would drop this client's connection as malformed. */
+    if ((rc = rkv_tensor_desc_check(d, c->err, sizeof(c->err))) < 0)
         return rc;
     struct rkv_tensor_meta m = {.dtype = d->dtype,
                                 .rows = d->rows,

@@ -193,6 +193,10 @@ void rkv_tensor_to_wire(const struct rkv_tensor_meta *m, const struct rkv_tensor
 int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, uint32_t machines,
                          uint32_t id, struct rkv_tensor *t, char *err, size_t err_len);
 void rkv_tensor_free(struct rkv_tensor *t);
+/* -RKV_EINVAL, naming the field, for a description the servers' decoder
+ * (proto.c) would refuse; book entries are rkv_tensor_from_wire's to check
+ * (against the machine count). */
+int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *err, size_t err_len);
 
 /* The configuration both roles derive from struct rkv_config. */
 uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg);

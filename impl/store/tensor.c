@@ -42,6 +42,40 @@ int rkv_tensor_from_wire(const struct rkv_wire_tensor *w, const uint32_t *book, 
     return rkv_pbook_init(&t->pb, t->meta.policy, w->rows, machines, book, err, err_len);
 }
 
+int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *e, size_t el)
+{
+    const uint32_t max_row_len = RKV_PROTO_MAX_ROW_BYTES / 8; /* the wire's, whatever the dtype */
+    if (!memchr(d->name, 0, sizeof(d->name)) || !d->name[0])
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data: name empty or not NUL-terminated within RKV_NAME_MAX + 1 "
+                        "bytes");
+    const char *n = d->name;
+    if (rkv_dtype_size(d->dtype) == 0)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': dtype %d unknown (RKV_F32..RKV_I64)",
+                        n, (int)d->dtype);
+    if (d->rows == 0 || d->rows > RKV_PROTO_MAX_ROWS)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': rows %llu outside [1, %llu]", n,
+                        (unsigned long long)d->rows, RKV_PROTO_MAX_ROWS);
+    if (d->row_len == 0 || d->row_len > max_row_len)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': row_len %u outside [1, %u]", n,
+                        d->row_len, max_row_len);
+    if (d->policy != RKV_PART_RANGE && d->policy != RKV_PART_HASH && d->policy != RKV_PART_EXPLICIT)
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': policy %d unknown (RKV_PART_RANGE..RKV_PART_EXPLICIT)", n,
+                        (int)d->policy);
+    if (d->policy == RKV_PART_EXPLICIT && !d->book)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': RKV_PART_EXPLICIT without a book", n);
+    if (d->policy == RKV_PART_EXPLICIT && d->rows > UINT32_MAX) /* the wire's book_len: 32 bits */
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': an explicit book holds at most 2^32-1 rows, not %llu", n,
+                        (unsigned long long)d->rows);
+    if (d->init != RKV_INIT_ZEROS && d->init != RKV_INIT_UNIFORM)
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': init %d unknown (RKV_INIT_ZEROS or RKV_INIT_UNIFORM)", n,
+                        (int)d->init);
+    return 0;
+}
+
 void rkv_tensor_free(struct rkv_tensor *t)
 {
     if (t->mapped)

@@ -19,7 +19,9 @@
 
 #include <cmocka.h>
 
+#include "proto/proto.h"
 #include "rkv.h"
+#include "store/store_int.h"
 
 #define TWO_MACHINES_PORT_LO 30500 /* this binary's range */
 #define TWO_MACHINES_PORT_SPAN 1998
@@ -220,6 +222,90 @@ static void test_bad_desc_refused_by_client(void **state)
     rkv_client_destroy(b);
     rkv_client_destroy(a);
     cluster_stop(&c);
+}
+
+/* What rkv_client_init_data checks before sending: the fields, then the
+ * partition (book entries against 2 machines). */
+static int client_accepts(const struct rkv_tensor_desc *d)
+{
+    char err[256];
+    if (rkv_tensor_desc_check(d, err, sizeof(err)) < 0)
+        return 0;
+    struct rkv_tensor_meta m = {
+        .dtype = d->dtype, .rows = d->rows, .row_len = d->row_len, .policy = d->policy};
+    memcpy(m.name, d->name, sizeof(m.name));
+    struct rkv_wire_tensor w;
+    rkv_tensor_to_wire(&m, d, &w);
+    struct rkv_tensor t;
+    if (rkv_tensor_from_wire(&w, d->book, 2, 1, &t, err, sizeof(err)) < 0)
+        return 0;
+    rkv_tensor_free(&t);
+    return 1;
+}
+
+/* What the servers' decoder makes of the description's wire image (the
+ * fields as they are; an EXPLICIT book only when one of rows entries
+ * exists, else as absent). */
+static int decoder_accepts(const struct rkv_tensor_desc *d, int have_book)
+{
+    static uint8_t buf[RKV_PROTO_HDR_BYTES + RKV_PROTO_TENSOR_BYTES + 16 * 4];
+    int explicit_ = d->policy == RKV_PART_EXPLICIT;
+    if (explicit_ && !have_book)
+        return 0; /* book_len rows with no book: nothing a client could send */
+    struct rkv_wire_tensor w = {.dtype = (uint32_t)d->dtype,
+                                .policy = (uint32_t)d->policy,
+                                .row_len = d->row_len,
+                                .rows = d->rows,
+                                .init = (uint32_t)d->init,
+                                .book_len = explicit_ ? (uint32_t)d->rows : 0};
+    memcpy(w.name, d->name, sizeof(w.name));
+    struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = 1};
+    size_t len = rkv_proto_enc_tensor(buf, &h, &w, d->book);
+    struct rkv_msg msg;
+    char err[256];
+    return rkv_proto_decode(buf, len, &msg, err, sizeof(err)) == 0;
+}
+
+/* The client's check agrees with the servers' decoder on the cross product
+ * of every field's edge values: what it accepts they decode, what it
+ * refuses they would refuse. Nobody tuned these cases to the code. */
+static void test_desc_check_agrees_with_decoder(void **state)
+{
+    (void)state;
+    static const int dtypes[] = {0, RKV_F32, RKV_F64, RKV_I32, RKV_I64, 5, -1};
+    static const uint64_t rows[] = {0, 1, 3, 16, 1ull << 32, 1ull << 40, (1ull << 40) + 1};
+    static const uint32_t lens[] = {
+        0, 1, 7, RKV_PROTO_MAX_ROW_BYTES / 8, RKV_PROTO_MAX_ROW_BYTES / 8 + 1, UINT32_MAX};
+    static const int policies[] = {0, RKV_PART_RANGE, RKV_PART_HASH, RKV_PART_EXPLICIT, 4};
+    static const int inits[] = {RKV_INIT_ZEROS, RKV_INIT_UNIFORM, 2, -1};
+    static const uint32_t book[16] = {0, 1, 1, 0, 1, 0, 0, 1, 0, 1, 1, 0, 1, 0, 0, 1};
+    enum { ND = 7, NR = 7, NL = 6, NP = 5, NI = 4 };
+    uint32_t checked = 0, accepted = 0;
+    for (uint32_t k = 0; k < ND * NR * NL * NP * NI * 2; k++) {
+        uint32_t x = k;
+        struct rkv_tensor_desc d = {.name = "x"};
+        d.dtype = (enum rkv_dtype)dtypes[x % ND], x /= ND;
+        d.rows = rows[x % NR], x /= NR;
+        d.row_len = lens[x % NL], x /= NL;
+        d.policy = (enum rkv_policy)policies[x % NP], x /= NP;
+        d.init = (enum rkv_init)inits[x % NI], x /= NI;
+        d.book = x ? book : NULL;
+        /* A book holds rows entries: only small ones exist here. */
+        int have_book = d.book && d.rows <= 16;
+        if (d.policy == RKV_PART_EXPLICIT && d.book && !have_book)
+            continue;
+        int ok = client_accepts(&d), decodes = decoder_accepts(&d, have_book);
+        if (ok != decodes)
+            fail_msg("dtype %d rows %llu row_len %u policy %d init %d book %d: client %s, "
+                     "decoder %s",
+                     (int)d.dtype, (unsigned long long)d.rows, d.row_len, (int)d.policy,
+                     (int)d.init, d.book != NULL, ok ? "accepts" : "refuses",
+                     decodes ? "accepts" : "refuses");
+        checked++;
+        accepted += (uint32_t)ok;
+    }
+    printf("%u descriptions, %u accepted by both\n", checked, accepted);
+    assert_true(accepted > 100 && checked - accepted > 1000);
 }
 
 static void h_add10(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n, double param,
@@ -523,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_zeroed_config),
         cmocka_unit_test(test_config_zero_fields),
         cmocka_unit_test(test_bad_desc_refused_by_client),
+        cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_empty_calls),
