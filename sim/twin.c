@@ -600,7 +600,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     }
     struct twin t = {.sc = sc,
                      .log_level = o->log_level,
-                     .test_corrupt_row = o->test_corrupt ? o->test_corrupt_row : UINT64_MAX,
+                     .test_corrupt_row = o->test_corrupt_row,
                      .client0_phase = -1};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";

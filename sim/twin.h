@@ -10,11 +10,8 @@
 struct rkv_twin_opts {
     const char *trace_path; /* Chrome trace JSON, or NULL */
     int log_level;
-    double max_sim_s; /* 0: 3600 simulated seconds */
-    /* The oracle self-test (rkv_server_set_test_corrupt_row): 1 corrupts
-     * test_corrupt_row; 0, what a zeroed struct says, corrupts nothing. */
-    int test_corrupt;
-    uint64_t test_corrupt_row;
+    double max_sim_s;          /* 0: 3600 simulated seconds */
+    uint64_t test_corrupt_row; /* servers' oracle self-test hook (UINT64_MAX: off) */
 };
 
 struct rkv_twin_result {

@@ -189,7 +189,7 @@ static int cal_twin(const char *yaml, const struct cli_calib *calib, double out[
                                          .bandwidth_gbps = 1e5,
                                          .cpu_measured = 1};
             cli_calib_apply(calib ? calib : &free_net, sc);
-            struct rkv_twin_opts o = {0};
+            struct rkv_twin_opts o = {.test_corrupt_row = UINT64_MAX};
             struct rkv_twin_result res;
             struct rkv_report r;
             if (rkv_twin_run(sc, &o, &res) == 0 && res.nodes_ok &&

@@ -221,7 +221,7 @@ static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_sce
 /* The twin's phase times (predicted), or -1 with the reason on stderr. */
 static int pred_twin(struct rkv_scenario *sc, double *pred, double *sim_s)
 {
-    struct rkv_twin_opts o = {.log_level = 0};
+    struct rkv_twin_opts o = {.log_level = 0, .test_corrupt_row = UINT64_MAX};
     struct rkv_twin_result res;
     int rc = rkv_twin_run(sc, &o, &res);
     if (rc < 0 || !res.nodes_ok) {

@@ -66,12 +66,11 @@ int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const ch
                                     : "star",
            sc->sim_payloadless ? ", payload-less" : "");
     fflush(stdout);
-    struct rkv_twin_opts o = {.trace_path = trace, .log_level = (int)ll};
+    struct rkv_twin_opts o = {
+        .trace_path = trace, .log_level = (int)ll, .test_corrupt_row = UINT64_MAX};
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW"); /* the oracle self-test, as on tcp */
-    if (bad && *bad) {
-        o.test_corrupt = 1;
+    if (bad && *bad)
         o.test_corrupt_row = strtoull(bad, NULL, 0);
-    }
     struct rkv_twin_result res;
     int rc = rkv_twin_run(sc, &o, &res);
     if (rc < 0) {
