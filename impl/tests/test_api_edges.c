@@ -372,6 +372,18 @@ static void test_failed_push_applies_nothing(void **state)
         assert_true(got[1 * 4 + j] == 20.0f);
         assert_true(got[3 * 4 + j] == 10.0f);
     }
+    /* A server that lacks a handler the client has refuses its part, which
+     * the client cannot know in advance: the push fails naming it, and the
+     * co-located rows were applied (rkv.h: a push that fails midway). */
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM + 1, h_add10, NULL), 0);
+    assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, RKV_OP_CUSTOM + 1, 0),
+                     -RKV_ENOHANDLER);
+    assert_msg(cli, "server 1");
+    pull_ok(cli, "t", ids, 4, got);
+    for (int j = 0; j < 4; j++) {
+        assert_true(got[0 * 4 + j] == 20.0f); /* local: applied */
+        assert_true(got[1 * 4 + j] == 20.0f); /* remote: refused, unchanged */
+    }
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
     cluster_stop(&c);
