@@ -112,10 +112,11 @@ struct rkv_tensor_meta {
  * A config made otherwise (zeroed, or a designated initialiser) works too:
  * rkv_server_create and rkv_client_create read a field left 0 (or "") as
  * its default wherever 0 is not a meaningful value itself: backend,
- * shm_prefix, timeout_ms, connect_retry_ms, rx_depth, ctrl_buf_bytes,
- * push_slots and max_slot_bytes. The other fields mean what their 0 says
- * (seed 0, log_level 0: errors only, zero_copy_bytes 0: never, ...);
- * n_machines, machines and n_workers have no default. */
+ * shm_prefix, timeout_ms, rx_depth, ctrl_buf_bytes, push_slots and
+ * max_slot_bytes. The other fields mean what their 0 says (seed 0,
+ * log_level 0: errors only, connect_retry_ms 0: connect once,
+ * zero_copy_bytes 0: never, ...); n_machines, machines and n_workers have
+ * no default. */
 #define RKV_MAX_MACHINES 1024
 #define RKV_HOST_MAX 63
 

@@ -123,8 +123,6 @@ void rkv_cfg_resolve(const struct rkv_config *cfg, struct rkv_config *out)
         memcpy(out->shm_prefix, d.shm_prefix, sizeof(out->shm_prefix));
     if (!out->timeout_ms)
         out->timeout_ms = d.timeout_ms;
-    if (!out->connect_retry_ms)
-        out->connect_retry_ms = d.connect_retry_ms;
     if (!out->rx_depth)
         out->rx_depth = d.rx_depth;
     if (!out->ctrl_buf_bytes)
