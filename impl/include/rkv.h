@@ -109,14 +109,13 @@ struct rkv_tensor_meta {
 
 /* Cluster description and tunables. Fill with rkv_config_defaults(), then
  * set what you need (the CLI does this from flags, env vars and files).
- * A config made otherwise (zeroed, or a designated initialiser) works too:
- * rkv_server_create and rkv_client_create read a field left 0 (or "") as
- * its default wherever 0 is not a meaningful value itself: backend,
- * shm_prefix, timeout_ms, rx_depth, ctrl_buf_bytes, push_slots and
- * max_slot_bytes. The other fields mean what their 0 says (seed 0,
- * log_level 0: errors only, connect_retry_ms 0: connect once,
- * zero_copy_bytes 0: never, ...); n_machines, machines and n_workers have
- * no default. */
+ * Every field is documented here and none has a hidden meaning: a config
+ * made otherwise (zeroed, a designated initialiser) that leaves 0 or empty
+ * a field whose 0 is no valid setting (backend, shm_prefix, timeout_ms,
+ * rx_depth, ctrl_buf_bytes, push_slots, max_slot_bytes) is refused by
+ * rkv_server_create and rkv_client_create with -RKV_ECONFIG saying which;
+ * the other fields mean what their 0 says (seed 0, log_level 0: errors
+ * only, connect_retry_ms 0: connect once, zero_copy_bytes 0: never, ...). */
 #define RKV_MAX_MACHINES 1024
 #define RKV_HOST_MAX 63
 

@@ -1666,13 +1666,9 @@ static int cli_join(struct rkv_client *c)
     return rc;
 }
 
-int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic,
-                         const struct rkv_config *cfg_in, struct rkv_client **cli_p, char *err,
-                         size_t err_len)
+int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         struct rkv_client **cli_p, char *err, size_t err_len)
 {
-    struct rkv_config resolved;
-    rkv_cfg_resolve(cfg_in, &resolved);
-    const struct rkv_config *cfg = &resolved;
     int rc = rkv_cfg_check(cfg, err, err_len);
     if (rc < 0)
         return rc;
@@ -1731,12 +1727,9 @@ free_client:
     return rc;
 }
 
-int rkv_client_create(const struct rkv_config *cfg_in, struct rkv_client **cli_p, char *err,
+int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len)
 {
-    struct rkv_config resolved;
-    rkv_cfg_resolve(cfg_in, &resolved);
-    const struct rkv_config *cfg = &resolved;
     /* Before the backend's name is used to open the NIC. */
     int crc = rkv_cfg_check(cfg, err, err_len);
     if (crc < 0)

@@ -1186,13 +1186,9 @@ static void srv_durable_stop(struct rkv_server *s)
 
 /* ---- life cycle ---- */
 
-int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic,
-                         const struct rkv_config *cfg_in, uint32_t local_id,
-                         struct rkv_server **srv_p, char *err, size_t err_len)
+int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
 {
-    struct rkv_config resolved;
-    rkv_cfg_resolve(cfg_in, &resolved);
-    const struct rkv_config *cfg = &resolved;
     int rc = rkv_cfg_check(cfg, err, err_len);
     if (rc < 0)
         return rc;
@@ -1280,12 +1276,9 @@ free_server:
     return rc;
 }
 
-int rkv_server_create(const struct rkv_config *cfg_in, uint32_t local_id, struct rkv_server **srv_p,
+int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len)
 {
-    struct rkv_config resolved;
-    rkv_cfg_resolve(cfg_in, &resolved);
-    const struct rkv_config *cfg = &resolved;
     /* Before the backend's name is used to open the NIC. */
     int crc = rkv_cfg_check(cfg, err, err_len);
     if (crc < 0)

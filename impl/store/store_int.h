@@ -202,9 +202,6 @@ int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *err, size_t err
 uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg);
 uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint32_t local);
 void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec);
-/* *cfg with every field whose 0 is no valid setting (rkv.h lists them) set
- * to its default: what both roles run with, so that a zeroed config works. */
-void rkv_cfg_resolve(const struct rkv_config *cfg, struct rkv_config *out);
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len);
 /* Identifies a cluster (machines, ports, servers, workers, shm prefix): a
  * client that reached a server of another cluster is told so at HELLO. */

@@ -110,29 +110,6 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
                                   .busy_poll = cfg->busy_poll};
 }
 
-void rkv_cfg_resolve(const struct rkv_config *cfg, struct rkv_config *out)
-{
-    struct rkv_config d;
-    rkv_config_defaults(&d);
-    *out = *cfg;
-    /* Only fields whose 0 means nothing valid: a 0 that is a setting of its
-     * own (seed, log_level, zero_copy_bytes, retry_ms, ...) is kept. */
-    if (!out->backend[0])
-        memcpy(out->backend, d.backend, sizeof(out->backend));
-    if (!out->shm_prefix[0])
-        memcpy(out->shm_prefix, d.shm_prefix, sizeof(out->shm_prefix));
-    if (!out->timeout_ms)
-        out->timeout_ms = d.timeout_ms;
-    if (!out->rx_depth)
-        out->rx_depth = d.rx_depth;
-    if (!out->ctrl_buf_bytes)
-        out->ctrl_buf_bytes = d.ctrl_buf_bytes;
-    if (!out->push_slots)
-        out->push_slots = d.push_slots;
-    if (!out->max_slot_bytes)
-        out->max_slot_bytes = d.max_slot_bytes;
-}
-
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
 {
     if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
@@ -147,6 +124,18 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     }
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
+    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||
+        !memchr(cfg->backend, 0, sizeof(cfg->backend)) ||
+        !memchr(cfg->shm_prefix, 0, sizeof(cfg->shm_prefix)))
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: backend, shm_prefix or durable_dir is not terminated");
+    /* A config zeroed by hand, or a field forgotten: refused by name, as no
+     * field of the struct has a default hidden behind its 0 or "". */
+    if (!cfg->backend[0] || !cfg->shm_prefix[0])
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: %s is empty (rkv_config_defaults() sets every field: start from "
+                        "it)",
+                        !cfg->backend[0] ? "backend" : "shm_prefix");
     /* Other machines may leave their host empty (they register with server 0),
      * but everybody must know where server 0 is. */
     if (!cfg->machines[0].host[0])
@@ -158,14 +147,14 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         cfg->max_slot_bytes < cfg->ctrl_buf_bytes)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: need rx_depth >= 4, ctrl_buf_bytes >= 256, push_slots >= 2, "
-                        "max_slot_bytes >= ctrl_buf_bytes");
+                        "max_slot_bytes >= ctrl_buf_bytes (got %u, %u, %u, %llu)%s",
+                        cfg->rx_depth, cfg->ctrl_buf_bytes, cfg->push_slots,
+                        (unsigned long long)cfg->max_slot_bytes,
+                        cfg->rx_depth == 0 && cfg->ctrl_buf_bytes == 0
+                            ? "; rkv_config_defaults() sets every field: start from it"
+                            : "");
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
-    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||
-        !memchr(cfg->backend, 0, sizeof(cfg->backend)) ||
-        !memchr(cfg->shm_prefix, 0, sizeof(cfg->shm_prefix)))
-        return rkv_errf(err, err_len, -RKV_ECONFIG,
-                        "config: backend, shm_prefix or durable_dir is not terminated");
     return 0;
 }
 

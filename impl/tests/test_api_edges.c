@@ -54,10 +54,10 @@ static void assert_msg(struct rkv_client *cli, const char *part)
 }
 
 /* Regression: the public config held a test-only field whose 0 meant
- * "corrupt row 0", so a zeroed config silently corrupted row 0 of every
- * tensor. A zeroed config with only the cluster set now runs with the
- * defaults: the rows read back as written, row 0 as initialised. */
-static void test_zeroed_config(void **state)
+ * "corrupt row 0", so a config zeroed and then filled by hand silently
+ * corrupted row 0 of every tensor. Now every field is documented: one set
+ * by hand runs, and row 0 reads back as initialised. */
+static void test_config_filled_by_hand(void **state)
 {
     (void)state;
     struct cluster c;
@@ -67,8 +67,14 @@ static void test_zeroed_config(void **state)
     z.n_machines = 2;
     z.machines = c.machines;
     z.n_workers = 1;
-    /* Nothing else: the segments are the default prefix's ("rkv"), which
-     * no other test uses. */
+    snprintf(z.backend, sizeof(z.backend), "tcp");
+    memcpy(z.shm_prefix, c.cfg.shm_prefix, sizeof(z.shm_prefix)); /* this binary's segments */
+    z.timeout_ms = 5000;
+    z.connect_retry_ms = 5000;
+    z.rx_depth = 16;
+    z.ctrl_buf_bytes = 4096;
+    z.push_slots = 8;
+    z.max_slot_bytes = 1 << 20;
     c.cfg = z;
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
@@ -90,9 +96,10 @@ static void test_zeroed_config(void **state)
     cluster_stop(&c);
 }
 
-/* A field left 0 takes its default only where 0 is no setting of its own;
- * a string without its terminator is refused, not guessed at. */
-static void test_config_zero_fields(void **state)
+/* A config zeroed but for the cluster is refused with a message that says
+ * which field and where a whole config comes from; so is each field whose
+ * 0 is no valid setting, and a string without its terminator. */
+static void test_config_zeroed_refused(void **state)
 {
     (void)state;
     struct rkv_machine m = {.host = "127.0.0.1", .base_port = 1, .servers = 1};
@@ -101,12 +108,32 @@ static void test_config_zero_fields(void **state)
     z.n_machines = 1;
     z.machines = &m;
     z.n_workers = 1;
-    memset(z.backend, 'x', sizeof(z.backend)); /* no terminator */
     struct rkv_client *cli = NULL;
+    struct rkv_server *srv = NULL;
     char err[256];
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "backend is empty (rkv_config_defaults() sets every field"));
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "backend is empty"));
+    snprintf(z.backend, sizeof(z.backend), "tcp");
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "shm_prefix is empty"));
+    snprintf(z.shm_prefix, sizeof(z.shm_prefix), "rkve-zero");
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "(got 0, 0, 0, 0); rkv_config_defaults() sets every field"));
+    struct rkv_config d;
+    rkv_config_defaults(&d);
+    z.rx_depth = d.rx_depth;
+    z.ctrl_buf_bytes = d.ctrl_buf_bytes;
+    z.push_slots = d.push_slots;
+    z.max_slot_bytes = d.max_slot_bytes;
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "timeout_ms must be > 0"));
+    memset(z.backend, 'x', sizeof(z.backend)); /* no terminator */
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "not terminated"));
     assert_null(cli);
+    assert_null(srv);
 }
 
 struct barrier_arg {
@@ -619,8 +646,8 @@ int main(void)
     atexit(kill_stray_child);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shutdown_names_unreachable), /* forks: first, single-threaded */
-        cmocka_unit_test(test_zeroed_config),
-        cmocka_unit_test(test_config_zero_fields),
+        cmocka_unit_test(test_config_filled_by_hand),
+        cmocka_unit_test(test_config_zeroed_refused),
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
