@@ -157,6 +157,7 @@ static void twin_server(int argc, char **argv)
     struct rkv_server *srv;
     nd->rc = rkv_server_create_on(port, nic, &cfg, nd->local, &srv, nd->err, sizeof(nd->err));
     if (nd->rc == 0) {
+        rkv_server_set_test_corrupt_row(srv, nd->t->test_corrupt_row);
         nd->rc = rkv_server_run(srv);
         if (nd->rc < 0)
             snprintf(nd->err, sizeof(nd->err), "%s", rkv_server_errmsg(srv));
@@ -274,7 +275,6 @@ static int twin_config(struct twin *t)
     snprintf(t->cfg.shm_prefix, sizeof(t->cfg.shm_prefix), "/rkv-twin");
     t->cfg.seed = sc->seed;
     t->cfg.log_level = t->log_level;
-    t->cfg.test_corrupt_row = t->test_corrupt_row;
     t->cfg.retry_ms = sc->retry_ms;
     if (sc->durable) {
         /* Snapshots are real files; their I/O takes no simulated time. */

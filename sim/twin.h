@@ -11,7 +11,7 @@ struct rkv_twin_opts {
     const char *trace_path; /* Chrome trace JSON, or NULL */
     int log_level;
     double max_sim_s;          /* 0: 3600 simulated seconds */
-    uint64_t test_corrupt_row; /* rkv_config's oracle self-test hook (UINT64_MAX: off) */
+    uint64_t test_corrupt_row; /* servers' oracle self-test hook (UINT64_MAX: off) */
 };
 
 struct rkv_twin_result {

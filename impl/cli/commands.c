@@ -70,6 +70,11 @@ int cli_cmd_server(int argc, char **argv)
     if (rc == 0 &&
         (rc = rkv_server_create_on(nd.port, nd.nic, &cfg, local, &srv, err, sizeof(err))) < 0)
         cli_node_close(&nd);
+    /* The oracle self-test's hook (server_int.h), deliberately not a
+     * documented setting. */
+    const char *bad = getenv("RKV_TEST_CORRUPT_ROW");
+    if (rc == 0 && bad && *bad)
+        rkv_server_set_test_corrupt_row(srv, strtoull(bad, NULL, 0));
     free(cfg.machines);
     if (rc < 0) {
         fprintf(stderr, "rkv server: %s\n", err);

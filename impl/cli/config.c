@@ -337,10 +337,6 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
     strcpy(cfg->durable_dir, s->val[CLI_DURABLE_DIR]);
     cfg->max_slot_bytes = slot;
     cfg->seed = seed;
-    /* Test-only hook (see rkv.h), deliberately not a documented setting. */
-    const char *bad = getenv("RKV_TEST_CORRUPT_ROW");
-    if (bad && *bad)
-        cfg->test_corrupt_row = strtoull(bad, NULL, 0);
     cfg->log_level = (int)ll;
     if (strlen(s->val[CLI_BACKEND]) >= sizeof(cfg->backend)) {
         rkv_errf(err, err_len, -1, "backend: unknown \"%s\"", s->val[CLI_BACKEND]);

@@ -8,6 +8,8 @@
 #include "engine/engine.h"
 #include "util/util.h"
 
+/* rkv_engine_linger looks again after this long. */
+#define ENG_LINGER_NAP_NS 1000000ull
 #define ENG_WR_RX 1u
 #define ENG_WR_TX 2u
 #define ENG_WR_PUT 3u /* unsignalled (a plain write, an inline send): only a failure completes */
@@ -1373,6 +1375,40 @@ void rkv_engine_destroy(struct rkv_engine *e)
     e->port->ops->mutex_destroy(e->poll_mu);
     e->port->ops->mutex_destroy(e->mu);
     free(e);
+}
+
+/* Lock held. Messages to live peers the NIC has not completed yet: queued
+ * for credits or a rendezvous slot, or posted without their completion. */
+static uint32_t eng_unsent(const struct rkv_engine *e)
+{
+    uint32_t n = 0;
+    for (const struct rkv_peer *p = e->peers; p; p = p->next)
+        if (!p->dead)
+            n += p->backlog.n + p->waiting.n + p->inflight.n;
+    return n;
+}
+
+int rkv_engine_linger(struct rkv_engine *e, uint32_t timeout_ms)
+{
+    const struct rkv_port_ops *po = e->port->ops;
+    uint64_t deadline = po->now_ns(e->port) + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        eng_lock(e);
+        uint32_t n = eng_unsent(e);
+        eng_unlock(e);
+        if (n == 0)
+            return 0;
+        uint64_t now = po->now_ns(e->port);
+        if (now >= deadline) {
+            RKV_LOGW(e->port, "engine: %u messages still unsent after lingering %u ms", n,
+                     timeout_ms);
+            return -RKV_ETIMEDOUT;
+        }
+        /* Completions come from the progress task: sleep (in the twin a
+         * spin would stop simulated time), briefly, as they come fast. */
+        uint64_t nap = deadline - now < ENG_LINGER_NAP_NS ? deadline - now : ENG_LINGER_NAP_NS;
+        po->sleep_ns(e->port, nap);
+    }
 }
 
 void rkv_engine_get_stats(struct rkv_engine *e, struct rkv_engine_stats *st_p)

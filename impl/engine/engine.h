@@ -86,6 +86,13 @@ int rkv_engine_start(struct rkv_engine *eng);
 void rkv_engine_inline_begin(struct rkv_engine *eng);
 int rkv_engine_poll_inline(struct rkv_engine *eng);
 void rkv_engine_inline_end(struct rkv_engine *eng);
+/* Waits until the NIC completed every message handed to the engine for a
+ * live peer (queued ones included), or timeout_ms passed (-RKV_ETIMEDOUT):
+ * what a node that stops does first, as TCP's close lingers, so that the
+ * replies it owes are not lost with its connections. With a fault NIC a
+ * message completes once its retransmissions went through. Needs the
+ * progress task running; not from inside a callback. */
+int rkv_engine_linger(struct rkv_engine *eng, uint32_t timeout_ms);
 /* Stops the progress task, disconnects every peer, frees everything. */
 void rkv_engine_destroy(struct rkv_engine *eng);
 

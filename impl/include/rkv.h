@@ -60,8 +60,11 @@ enum rkv_policy {
 enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
 
 /* Push operations. Values >= RKV_OP_CUSTOM name handlers registered with
- * rkv_server_register_handler() (and rkv_client_register_handler() for the
- * co-located fast path). */
+ * rkv_server_register_handler() on every server and with
+ * rkv_client_register_handler() on every client that pushes them: a client
+ * refuses to push a custom op it has not registered (-RKV_ENOHANDLER,
+ * nothing applied), since it cannot see the servers' handlers (outside
+ * durable mode it applies the op to its own machine's rows itself). */
 enum rkv_push_op {
     RKV_OP_ASSIGN = 0,
     RKV_OP_SUM = 1,
@@ -133,7 +136,14 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
                             void *out, size_t out_len, double param, void *user);
 
 /* Cluster description and tunables. Fill with rkv_config_defaults(), then
- * set what you need (the CLI does this from flags, env vars and files). */
+ * set what you need (the CLI does this from flags, env vars and files).
+ * Every field is documented here and none has a hidden meaning: a config
+ * made otherwise (zeroed, a designated initialiser) that leaves 0 or empty
+ * a field whose 0 is no valid setting (backend, shm_prefix, timeout_ms,
+ * rx_depth, ctrl_buf_bytes, push_slots, max_slot_bytes) is refused by
+ * rkv_server_create and rkv_client_create with -RKV_ECONFIG saying which;
+ * the other fields mean what their 0 says (seed 0, log_level 0: errors
+ * only, connect_retry_ms 0: connect once, zero_copy_bytes 0: never, ...). */
 #define RKV_MAX_MACHINES 1024
 #define RKV_HOST_MAX 63
 
@@ -183,10 +193,6 @@ struct rkv_config {
      * host with fewer cores than spinners it is slower. 0 (the default):
      * threads sleep until woken. */
     int busy_poll;
-    /* Test-only: a server that creates a shard holding this global row adds
-     * 1 to the row's first element of every tensor, so that oracle tests can
-     * prove a wrong value is caught. UINT64_MAX (the default) disables it. */
-    uint64_t test_corrupt_row;
 };
 
 void rkv_config_defaults(struct rkv_config *cfg);
@@ -213,7 +219,10 @@ int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn f
  * range, or out_mult and out_add both 0. */
 int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user);
-/* Serves until a client calls rkv_client_shutdown_servers(). */
+/* Serves until a client calls rkv_client_shutdown_servers(). Then it
+ * refuses new requests (-RKV_ESHUTDOWN) and, before returning, lingers until
+ * the NIC sent every reply it owes (a lossy link retransmits them) or
+ * cfg.timeout_ms passed, as TCP's close does. */
 int rkv_server_run(struct rkv_server *srv);
 const char *rkv_server_errmsg(const struct rkv_server *srv);
 void rkv_server_destroy(struct rkv_server *srv);
@@ -245,7 +254,15 @@ int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn f
  * client's machine. */
 int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user);
-/* Creates a tensor on every machine (idempotent for an identical desc). */
+/* Creates a tensor on every machine. Idempotent for an identical desc: the
+ * same dtype, rows, row_len, policy (and book), with_state, init and, for
+ * RKV_INIT_UNIFORM, init_seed; a desc that differs in any of them under an
+ * existing name: -RKV_EEXIST, naming the field, and the tensor keeps its
+ * rows. A desc the servers could not take is refused before anything is
+ * sent (-RKV_EINVAL, nothing created, the connections untouched): an empty
+ * or unterminated name, an unknown dtype, policy or init, rows 0 or above
+ * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book, with
+ * more than 2^32-1 rows, or with an entry >= n_machines. */
 int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
 /* Every tensor (DGL's get_data_name_list), as server 0 knows them: those
@@ -260,7 +277,26 @@ int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_
  * this client's pulls and, after a barrier, to everyone's). A failed push or
  * pull returns only once the NIC no longer reads or writes rows, unless its
  * connection did not close within cfg.timeout_ms: then -RKV_EINUSE, and the
- * rows must stay valid until rkv_client_destroy. */
+ * rows must stay valid until rkv_client_destroy.
+ * Duplicate ids apply once per occurrence, in the order given: a sum adds
+ * each occurrence, an assign leaves the last one's row (and a custom op
+ * runs once per occurrence). n = 0 moves nothing and returns 0 (ids and
+ * rows may then be NULL); the tensor must still exist and the op be valid.
+ * What a push may have applied when it fails:
+ *  - nothing, when it fails a check made before anything is sent: unknown
+ *    tensor, an id out of range (-RKV_ERANGE), an op out of range, not
+ *    registered in this client or not valid for the tensor's dtype or state
+ *    (-RKV_ENOHANDLER, -RKV_EDTYPE, -RKV_EINVAL), bad arguments, or
+ *    -RKV_ESHUTDOWN: the servers were asked to exit (by this client, or,
+ *    for rows of this machine's shard, by any);
+ *  - otherwise (a server died, timed out, or refused its part: a server
+ *    without a custom handler the client has), some of it: this machine's
+ *    rows (applied by the call itself, unless in durable mode), and the rows
+ *    of each server that acknowledged or applied its part before the
+ *    failure. Which servers failed is in rkv_client_errmsg. Repeating an
+ *    assign is harmless; repeating a sum may apply it twice on the servers
+ *    that had applied it (with cfg.retry_ms in durable mode the store's own
+ *    retries apply it once). */
 int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param);
 /* A push in flight. */
@@ -292,7 +328,9 @@ int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
  * Buffers never registered are registered for the duration of each call. */
 int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
 int rkv_client_deregister(struct rkv_client *cli, void *addr);
-/* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed). */
+/* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed).
+ * n = 0 reads nothing and returns 0 (ids and rows_out may be NULL). After
+ * the servers were asked to exit: -RKV_ESHUTDOWN, as for a push. */
 int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out);
 /* A pull through pull handler `handler` (enum rkv_pull_op, or a registered
@@ -311,7 +349,12 @@ int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_
 int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler, uint32_t *len_p);
 /* Returns when every client has entered the barrier. */
 int rkv_client_barrier(struct rkv_client *cli);
-/* Asks every server to exit its run loop (any client may call it). */
+/* Asks every server to exit its run loop (any client may call it), each
+ * whatever became of the others. Returns 0 once every server acknowledged;
+ * a server that could not be asked (dead, unreachable) or did not answer
+ * makes it fail, naming the server(s) in rkv_client_errmsg: such a server
+ * may still be running. Afterwards every call of this client that needs a
+ * server (this one too) returns -RKV_ESHUTDOWN. */
 int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);
 void rkv_client_destroy(struct rkv_client *cli);

@@ -375,22 +375,54 @@ static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *wh
     return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what, srv->id);
 }
 
+/* After rkv_client_shutdown_servers nothing serves this client any more. */
+static int cli_check_open(struct rkv_client *c, const char *what)
+{
+    if (!c->stopping)
+        return 0;
+    return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
+                    "%s: the servers were asked to exit (rkv_client_shutdown_servers)", what);
+}
+
 static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms);
 static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms);
 static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n);
 
 static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms);
 
+/* srv->dead, which the progress task sets (cli_on_peer) under the lock. */
+static int cli_srv_dead(struct rkv_client *c, const struct cli_server *srv)
+{
+    cli_lock(c);
+    int dead = srv->dead;
+    cli_unlock(c);
+    return dead;
+}
+
+static int cli_srv_redial(struct rkv_client *c, const struct cli_server *srv)
+{
+    cli_lock(c);
+    int redial = srv->redial;
+    cli_unlock(c);
+    return redial;
+}
+
 /* A server is usable unless it died, or we closed it (then: connect again). */
 static int cli_alive(struct rkv_client *c, struct cli_server *srv, const char *what)
 {
-    if (!srv->dead)
+    cli_lock(c);
+    int dead = srv->dead, redial = srv->redial;
+    cli_unlock(c);
+    if (!dead)
         return 0;
-    if (!srv->redial)
+    if (!redial)
         return cli_dead(c, srv, what);
     int rc = cli_revive(c, srv, c->cfg.timeout_ms);
-    if (rc == 0)
+    if (rc == 0) {
+        cli_lock(c);
         srv->redial = 0;
+        cli_unlock(c);
+    }
     return rc;
 }
 
@@ -657,20 +689,27 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
     struct rkv_wire_tensor w;
+    int rc = cli_check_open(c, "init_data");
+    if (rc < 0)
+        return rc;
+    if (!d)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "init_data: no description");
+    /* Refused here, a bad description never reaches the servers, whose
+     * decoder would drop this client's connection as malformed. */
+    if ((rc = rkv_tensor_desc_check(d, c->err, sizeof(c->err))) < 0)
+        return rc;
     struct rkv_tensor_meta m = {.dtype = d->dtype,
                                 .rows = d->rows,
                                 .row_len = d->row_len,
                                 .policy = d->policy,
                                 .with_state = !!d->with_state};
-    if (!memchr(d->name, 0, sizeof(d->name)) || !d->name[0])
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "init_data: empty or unterminated "
-                        "name");
     memcpy(m.name, d->name, sizeof(m.name));
     rkv_tensor_to_wire(&m, d, &w);
-    /* Validate locally first so that a bad description costs no round trip. */
-    int rc = rkv_tensor_from_wire_local(&w, d->book, d->local_index, c->cfg.n_machines, 1, &probe,
-                                        c->err, sizeof(c->err));
+    /* The book's entries, the local index (and what else the partition
+     * needs) are checked where the servers check them, and a bad
+     * description costs no round trip. */
+    rc = rkv_tensor_from_wire_local(&w, d->book, d->local_index, c->cfg.n_machines, 1, &probe,
+                                    c->err, sizeof(c->err));
     if (rc < 0)
         return rc;
     rkv_tensor_free(&probe);
@@ -686,8 +725,6 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
         return rc;
     if ((rc = cli_init_phase(c, 2, id, &w, d->book)) < 0)
         return rc;
-    struct rkv_hdr h = {.type = RKV_MSG_INIT};
-    (void)h;
     if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d->book, &r)) < 0)
         return rc;
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
@@ -695,7 +732,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 
 int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
-    c->init_local = d->local_index;
+    c->init_local = d ? d->local_index : NULL; /* d NULL: refused by cli_init_data */
     int rc = cli_init_data(c, d);
     c->init_local = NULL;
     return rc;
@@ -704,7 +741,9 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
     struct rkv_tensor *t;
-    int rc = cli_tensor(c, name, &t);
+    int rc = cli_check_open(c, "meta");
+    if (rc == 0)
+        rc = cli_tensor(c, name, &t);
     if (rc < 0)
         return rc;
     *meta_p = t->meta;
@@ -788,12 +827,28 @@ static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
     return pin->n ? &c->servers[pin->srv] : cli_pick_any(c, machine);
 }
 
-static int cli_check_size(struct rkv_client *c, const struct rkv_tensor *t, size_t n)
+/* The arguments of a push or pull (rows: its rows or the pull's output). */
+static int cli_check_call(struct rkv_client *c, const char *what, const uint64_t *ids, size_t n,
+                          const void *rows)
 {
-    if (n == 0 || n > UINT32_MAX)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "need 1..2^32-1 ids, got %zu", n);
-    (void)t;
+    if (n > UINT32_MAX)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "%s: %zu ids, at most 2^32-1", what,
+                        n);
+    if (n && (!ids || !rows))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "%s: %zu ids but ids or rows NULL",
+                        what, n);
     return 0;
+}
+
+/* Whether this machine's servers were asked to exit (by any client): its
+ * shard, which this client reads and writes directly, is served no more. */
+static int cli_check_local(struct rkv_client *c, const struct rkv_tensor *t, const char *what)
+{
+    if (!t->mapped || !atomic_load(&t->shard.hdr->closed))
+        return 0;
+    return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
+                    "%s: the servers of machine %u (this one) were asked to exit", what,
+                    c->cfg.machine_id);
 }
 
 /* One push or pull call, as the per-machine senders see it. */
@@ -870,7 +925,7 @@ static int cli_remap_local(struct rkv_client *c)
  * now (a restarted server re-registered), or the configured one. */
 static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms)
 {
-    if (srv->peer && !srv->dead)
+    if (srv->peer && !cli_srv_dead(c, srv))
         return 0;
     cli_lock(c);
     if (srv->peer) /* a late hang-up of the old connection must not kill the new one */
@@ -892,7 +947,9 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
         rc = cli_remap_local(c);
     if (rc < 0 && srv->peer) {
         rkv_engine_drop_peer(c->eng, srv->peer);
+        cli_lock(c);
         srv->dead = 1;
+        cli_unlock(c);
     }
     return rc == -RKV_ETIMEDOUT ? -RKV_EPEERDEAD : rc;
 }
@@ -957,7 +1014,7 @@ static int cli_local_fresh(struct rkv_client *c)
     uint32_t first = rkv_cfg_server_id(&c->cfg, c->cfg.machine_id, 0);
     uint32_t last = first + c->cfg.machines[c->cfg.machine_id].servers;
     for (uint32_t k = first; k < last; k++) {
-        for (uint64_t backoff_ms = 10; c->servers[k].dead;) {
+        for (uint64_t backoff_ms = 10; cli_srv_dead(c, &c->servers[k]);) {
             uint64_t now = po->now_ns(c->port);
             if (now >= deadline)
                 return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
@@ -1142,18 +1199,15 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
 }
 
 /* Local rows go straight into the shard; remote ones are in flight. */
-static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint64_t *ids,
-                          const uint8_t *rows, const uint32_t *pos, uint32_t cnt, int op,
-                          double param)
+static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint64_t *ids,
+                           const uint8_t *rows, const uint32_t *pos, uint32_t cnt, int op,
+                           double param)
 {
-    int rc = rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL);
-    if (rc < 0)
-        return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s: %s", t->meta.name,
-                        op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+    /* cli_push_send checked the op before anything was sent. */
+    assert(rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
     for (uint32_t i = 0; i < cnt; i++)
         rkv_shard_push_row(&t->shard, t, &c->ht, op, param, ids[pos[i]],
                            rows + (size_t)pos[i] * t->row_bytes);
-    return 0;
 }
 
 /* One push's requests in flight and what its end needs (a retry reads the
@@ -1209,14 +1263,29 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                          const void *rows, int op, double param, struct cli_push *cp)
 {
     struct rkv_tensor *t;
-    int rc = cli_tensor(c, name, &t);
-    if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
+    int rc = cli_check_open(c, "push");
+    if (rc < 0 || (rc = cli_check_call(c, "push", ids, n, rows)) < 0 ||
+        (rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
+    /* Everything that can fail is checked before any row is sent or
+     * applied, so that such a push applies nothing. A custom op is checked
+     * against this client's handlers: the servers' cannot be seen from
+     * here without a round trip per push (rkv.h). */
+    if ((rc = rkv_handler_check(&c->ht, op, t->meta.dtype, t->meta.with_state)) < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s%s: %s%s",
+                        t->meta.name, op, rkv_dtype_name(t->meta.dtype),
+                        t->meta.with_state ? " with state" : "", rkv_strerror(rc),
+                        op >= RKV_OP_CUSTOM ? " (register it with rkv_client_register_handler "
+                                              "too, as on every server)"
+                                            : "");
     if ((rc = cli_group(c, t, ids, n, &cp->g)) < 0)
         return rc;
     uint32_t local = c->cfg.machine_id;
+    uint32_t lcnt = cp->g.start[local + 1] - cp->g.start[local];
+    if (lcnt > 0 && (rc = cli_check_local(c, t, "push")) < 0)
+        return rc;
     /* Durable mode: the ack of a server is the promise, so co-located rows
      * take the network too. */
     cp->o = (struct cli_op){.t = t,
@@ -1227,9 +1296,8 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                             .via_server = c->cfg.durable_dir[0] != 0};
     cli_zc_begin(c, &cp->g, &cp->o, n, &cp->call_reg);
     rc = cli_fanout(c, &cp->o, &cp->g, cli_push_remote, cp->reqs, &cp->nreq, cp->lost);
-    uint32_t lcnt = cp->g.start[local + 1] - cp->g.start[local];
     if (rc == 0 && t->mapped && lcnt > 0 && !cp->o.via_server)
-        rc = cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[local], lcnt, op, param);
+        cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[local], lcnt, op, param);
     cp->rc = rc;
     cli_pin(c, cp, 1);
     return 0;
@@ -1266,7 +1334,8 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
         cli_pending_free(c, p);
         return rc;
     }
-    memcpy(p->order, p->cp.g.order, n * sizeof(*p->order));
+    if (n) /* with n = 0 the client's arrays may not exist yet */
+        memcpy(p->order, p->cp.g.order, n * sizeof(*p->order));
     memcpy(p->start, p->cp.g.start, ((size_t)M + 1) * sizeof(*p->start));
     p->cp.g = (struct cli_groups){.order = p->order, .start = p->start};
     p->next = c->pending;
@@ -1527,8 +1596,9 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct rkv_tensor *t;
     struct cli_groups g;
     uint32_t out_len;
-    int rc = cli_tensor(c, name, &t);
-    if (rc < 0 || (rc = cli_check_size(c, t, n)) < 0)
+    int rc = cli_check_open(c, "pull");
+    if (rc < 0 || (rc = cli_check_call(c, "pull", ids, n, rows_out)) < 0 ||
+        (rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     /* Unknown handlers and tensors they do not apply to fail here, before
      * anything is sent. */
@@ -1543,7 +1613,8 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     uint32_t local = c->cfg.machine_id;
     struct cli_op o = {
         .t = t, .ids = ids, .out = rows_out, .op = handler, .param = param, .out_bytes = out_bytes};
-    if (g.start[local + 1] > g.start[local] && t->mapped && (rc = cli_local_fresh(c)) < 0)
+    if (g.start[local + 1] > g.start[local] && t->mapped &&
+        ((rc = cli_check_local(c, t, "pull")) < 0 || (rc = cli_local_fresh(c)) < 0))
         return rc;
     int call_reg = 0;
     /* Zero copy writes rows as stored: a handler's replies are staged. */
@@ -1571,8 +1642,11 @@ int rkv_client_barrier(struct rkv_client *c)
 {
     struct rkv_hdr h = {.type = RKV_MSG_BARRIER};
     struct cli_req *r;
+    int rc = cli_check_open(c, "barrier");
+    if (rc < 0)
+        return rc;
     cli_settle_pending(c);
-    int rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "barrier");
+    rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "barrier");
     if (rc < 0)
         return rc;
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "barrier");
@@ -1580,30 +1654,53 @@ int rkv_client_barrier(struct rkv_client *c)
 
 int rkv_client_shutdown_servers(struct rkv_client *c)
 {
+    int rc = cli_check_open(c, "shutdown");
+    if (rc < 0)
+        return rc;
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
     if (!reqs)
-        return -RKV_ENOMEM;
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "shutdown: out of memory");
     size_t n = 0;
-    int rc = 0;
+    /* Every server is asked, whatever became of the others; the first
+     * failure is the call's, with the servers that could not be asked. */
+    char first[sizeof(c->err)] = "", unreached[96] = "";
+    uint32_t n_unreached = 0;
     cli_lock(c);
     c->stopping = 1;
     cli_unlock(c);
     for (uint32_t i = 0; i < c->n_servers; i++) {
+        struct cli_server *srv = &c->servers[i];
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
         /* With retries on, a server seen dying may be back (restarted), and
          * it has to stop as well; a short try, it is not worth a long wait. */
         uint32_t budget_ms = c->cfg.retry_ms < 2000 ? c->cfg.retry_ms : 2000;
-        if (c->servers[i].dead && (!budget_ms || cli_revive(c, &c->servers[i], budget_ms) < 0))
-            continue; /* nothing left to stop */
-        int src = cli_send_simple(c, &c->servers[i], &h, NULL, &reqs[n], "shutdown");
-        if (src == 0)
+        int src = 0;
+        if (cli_srv_dead(c, srv) && !cli_srv_redial(c, srv)) {
+            src = budget_ms ? cli_revive(c, srv, budget_ms) : cli_dead(c, srv, "shutdown");
+            if (src < 0 && src != -RKV_EPEERDEAD)
+                src = rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "shutdown: server %u: %s",
+                               srv->id, c->err);
+        }
+        if (src == 0 && (src = cli_send_simple(c, srv, &h, NULL, &reqs[n], "shutdown")) == 0) {
             n++;
-        else if (rc == 0)
+            continue;
+        }
+        if (rc == 0) {
             rc = src;
+            snprintf(first, sizeof(first), "%s", c->err);
+        }
+        size_t used = strlen(unreached);
+        if (n_unreached++ < 8 && used + 12 < sizeof(unreached))
+            snprintf(unreached + used, sizeof(unreached) - used, "%s%u", used ? ", " : "", srv->id);
     }
     int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "shutdown");
     free(reqs);
-    return rc < 0 ? rc : wrc;
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "shutdown: %u server(s) could not be asked to exit (%s%s), and may still "
+                        "run; the first: %s",
+                        n_unreached, unreached, n_unreached > 8 ? ", ..." : "", first);
+    return wrc;
 }
 
 /* ---- life cycle ---- */
@@ -1739,6 +1836,10 @@ int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client *
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len)
 {
+    /* Before the backend's name is used to open the NIC. */
+    int crc = rkv_cfg_check(cfg, err, err_len);
+    if (crc < 0)
+        return crc;
     struct rkv_port *port;
     struct rkv_nic *nic;
     /* The stack address differs between processes (ASLR), so co-located

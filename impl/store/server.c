@@ -48,6 +48,12 @@ struct rkv_server {
     struct rkv_mutex *mu;
     struct rkv_cond *cv;
     int stop;
+    /* A SHUTDOWN arrived: later requests are refused (-RKV_ESHUTDOWN), so
+     * that the linger before exiting ends. The engine's callbacks only. */
+    int shut;
+    /* rkv_server_set_test_corrupt_row: set by the application thread while
+     * the engine's task may already read it. */
+    _Atomic uint64_t test_corrupt_row;
     struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1]; /* by id, 1-based */
     /* Shard rows registered for the NIC to send from (zero-copy pulls on a
      * NIC that copies at post), by tensor id; made on first use. */
@@ -173,16 +179,30 @@ static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
     return NULL;
 }
 
-static int srv_same(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
-                    const uint32_t *book)
+/* NULL when w describes tensor t as it is, else the first field that
+ * differs. The initial values count: a second init_data asking for other
+ * ones would otherwise return 0 and silently keep the first's. */
+static const char *srv_differs(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
+                               const uint32_t *book)
 {
-    if (t->meta.dtype != (enum rkv_dtype)w->dtype || t->meta.rows != w->rows ||
-        t->meta.row_len != w->row_len || t->meta.policy != (enum rkv_policy)w->policy ||
-        t->meta.with_state != (int)w->with_state)
-        return 0;
-    if (t->meta.policy == RKV_PART_EXPLICIT)
-        return memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) == 0;
-    return 1;
+    if (t->meta.dtype != (enum rkv_dtype)w->dtype)
+        return "dtype";
+    if (t->meta.rows != w->rows)
+        return "rows";
+    if (t->meta.row_len != w->row_len)
+        return "row_len";
+    if (t->meta.policy != (enum rkv_policy)w->policy)
+        return "policy";
+    if (t->meta.with_state != (int)w->with_state)
+        return "with_state";
+    if (t->init != (enum rkv_init)w->init)
+        return "init";
+    if (t->init == RKV_INIT_UNIFORM && t->init_seed != w->init_seed)
+        return "init_seed";
+    if (t->meta.policy == RKV_PART_EXPLICIT &&
+        memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) != 0)
+        return "book";
+    return NULL;
 }
 
 /* An INIT repeated for an existing tensor must give the same local index. */
@@ -193,7 +213,7 @@ static int srv_same_local(const struct rkv_tensor *t, const uint64_t *local)
     return memcmp(t->pb.g2l, local, (size_t)t->meta.rows * sizeof(*local)) == 0;
 }
 
-/* The test-only fault of rkv_config.test_corrupt_row. */
+/* The oracle self-test's fault (rkv_server_set_test_corrupt_row). */
 static void srv_corrupt(struct rkv_tensor *t, uint64_t local)
 {
     uint8_t *row = t->shard.data + local * t->row_bytes;
@@ -243,7 +263,7 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
         memcpy(t->shard.book, t->pb.book, (size_t)t->shard.book_len * sizeof(uint32_t));
     if (t->shard.local)
         memcpy(t->shard.local, t->pb.g2l, (size_t)t->shard.book_len * sizeof(uint64_t));
-    uint64_t bad = s->cfg.test_corrupt_row;
+    uint64_t bad = atomic_load(&s->test_corrupt_row);
     if (bad < t->meta.rows && rkv_pbook_machine(&t->pb, bad) == mach)
         srv_corrupt(t, rkv_pbook_g2l(&t->pb, bad));
     rkv_mach_publish(&s->mach, t);
@@ -267,9 +287,13 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     if (t) {
-        if (!srv_same(t, w, m->u.tensor.book) || !srv_same_local(t, m->u.tensor.local))
+        const char *field = srv_differs(t, w, m->u.tensor.book);
+        if (!field && !srv_same_local(t, m->u.tensor.local))
+            field = "local index";
+        if (field)
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
-                            "tensor '%s' exists with another description", w->name);
+                            "tensor '%s' exists with another description (its %s differs)", w->name,
+                            field);
         *id_p = t->meta.id;
         return 0;
     }
@@ -674,6 +698,12 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
 
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
+    /* Before the ack: once the asking client hears it, no co-located
+     * client may go on writing rows nobody serves any more. */
+    for (uint32_t i = 1; i <= s->n_tensors; i++)
+        if (s->tensors[i] && s->tensors[i]->mapped)
+            atomic_store(&s->tensors[i]->shard.hdr->closed, 1);
+    s->shut = 1;
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
     s->stop = 1;
@@ -820,10 +850,34 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
     return 0;
 }
 
+/* A message that asks this server for work (a SHUTDOWN asks it to stop). */
+static int srv_is_request(int type)
+{
+    switch (type) {
+    case RKV_MSG_HELLO:
+    case RKV_MSG_INIT:
+    case RKV_MSG_META:
+    case RKV_MSG_PUSH:
+    case RKV_MSG_PULL:
+    case RKV_MSG_PULL_ZC:
+    case RKV_MSG_BARRIER:
+    case RKV_MSG_REGISTER:
+    case RKV_MSG_TABLE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_server *s = user;
     s->n_msgs++;
+    if (s->shut && srv_is_request(m->h.type)) {
+        char why[64];
+        snprintf(why, sizeof(why), "server %u is shutting down", s->server_id);
+        return srv_status(s, peer, m, 0, -RKV_ESHUTDOWN, why);
+    }
     switch (m->h.type) {
     case RKV_MSG_HELLO:
         return srv_on_hello(s, peer, m);
@@ -1237,6 +1291,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
+    atomic_init(&s->test_corrupt_row, UINT64_MAX);
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);
     s->durable = cfg->durable_dir[0] != 0;
@@ -1312,6 +1367,10 @@ free_server:
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len)
 {
+    /* Before the backend's name is used to open the NIC. */
+    int crc = rkv_cfg_check(cfg, err, err_len);
+    if (crc < 0)
+        return crc;
     char node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg->machine_id, local_id);
     struct rkv_port *port;
@@ -1325,6 +1384,11 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
     }
     (*srv_p)->own_port_nic = 1;
     return 0;
+}
+
+void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
+{
+    atomic_store(&s->test_corrupt_row, row);
 }
 
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
@@ -1344,6 +1408,11 @@ int rkv_server_run(struct rkv_server *s)
     while (!s->stop)
         s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);
     s->port->ops->mutex_unlock(s->mu);
+    /* Linger, as TCP's close does: the replies this server owes (the
+     * SHUTDOWN's ack, barrier replies a lossy link still retransmits) must
+     * reach their peers before its connections close. Bounded by the
+     * request timeout: a later reply would find its requester gone. */
+    (void)rkv_engine_linger(s->eng, s->cfg.timeout_ms);
     RKV_LOGI(s->port, "server %u stopping after %llu messages", s->server_id,
              (unsigned long long)s->n_msgs);
     if (s->n_dups)

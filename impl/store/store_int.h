@@ -31,6 +31,11 @@ struct rkv_shard_hdr {
     uint64_t local_rows;
     uint64_t row_bytes;
     uint64_t with_state;
+    /* Set by a server of the machine that was asked to exit: co-located
+     * clients then refuse to read or write the shard (-RKV_ESHUTDOWN)
+     * rather than act on a store that is going away. */
+    atomic_uint closed;
+    uint32_t pad;
     atomic_uint locks[RKV_SHARD_LOCKS];
 };
 
@@ -205,6 +210,10 @@ int rkv_tensor_from_wire_local(const struct rkv_wire_tensor *w, const uint32_t *
 void rkv_tensor_meta_from_wire(const struct rkv_wire_tensor *w, uint32_t id,
                                struct rkv_tensor_meta *m);
 void rkv_tensor_free(struct rkv_tensor *t);
+/* -RKV_EINVAL, naming the field, for a description the servers' decoder
+ * (proto.c) would refuse; book entries are rkv_tensor_from_wire's to check
+ * (against the machine count). */
+int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *err, size_t err_len);
 
 /* The configuration both roles derive from struct rkv_config. */
 uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg);

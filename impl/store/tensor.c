@@ -64,6 +64,40 @@ int rkv_tensor_from_wire_local(const struct rkv_wire_tensor *w, const uint32_t *
                                 err_len);
 }
 
+int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *e, size_t el)
+{
+    const uint32_t max_row_len = RKV_PROTO_MAX_ROW_BYTES / 8; /* the wire's, whatever the dtype */
+    if (!memchr(d->name, 0, sizeof(d->name)) || !d->name[0])
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data: name empty or not NUL-terminated within RKV_NAME_MAX + 1 "
+                        "bytes");
+    const char *n = d->name;
+    if (rkv_dtype_size(d->dtype) == 0)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': dtype %d unknown (RKV_F32..RKV_I64)",
+                        n, (int)d->dtype);
+    if (d->rows == 0 || d->rows > RKV_PROTO_MAX_ROWS)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': rows %llu outside [1, %llu]", n,
+                        (unsigned long long)d->rows, RKV_PROTO_MAX_ROWS);
+    if (d->row_len == 0 || d->row_len > max_row_len)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': row_len %u outside [1, %u]", n,
+                        d->row_len, max_row_len);
+    if (d->policy != RKV_PART_RANGE && d->policy != RKV_PART_HASH && d->policy != RKV_PART_EXPLICIT)
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': policy %d unknown (RKV_PART_RANGE..RKV_PART_EXPLICIT)", n,
+                        (int)d->policy);
+    if (d->policy == RKV_PART_EXPLICIT && !d->book)
+        return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': RKV_PART_EXPLICIT without a book", n);
+    if (d->policy == RKV_PART_EXPLICIT && d->rows > UINT32_MAX) /* the wire's book_len: 32 bits */
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': an explicit book holds at most 2^32-1 rows, not %llu", n,
+                        (unsigned long long)d->rows);
+    if (d->init != RKV_INIT_ZEROS && d->init != RKV_INIT_UNIFORM)
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': init %d unknown (RKV_INIT_ZEROS or RKV_INIT_UNIFORM)", n,
+                        (int)d->init);
+    return 0;
+}
+
 void rkv_tensor_free(struct rkv_tensor *t)
 {
     if (t->mapped)
@@ -112,6 +146,18 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     }
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
+    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||
+        !memchr(cfg->backend, 0, sizeof(cfg->backend)) ||
+        !memchr(cfg->shm_prefix, 0, sizeof(cfg->shm_prefix)))
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: backend, shm_prefix or durable_dir is not terminated");
+    /* A config zeroed by hand, or a field forgotten: refused by name, as no
+     * field of the struct has a default hidden behind its 0 or "". */
+    if (!cfg->backend[0] || !cfg->shm_prefix[0])
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: %s is empty (rkv_config_defaults() sets every field: start from "
+                        "it)",
+                        !cfg->backend[0] ? "backend" : "shm_prefix");
     /* Other machines may leave their host empty (they register with server 0),
      * but everybody must know where server 0 is. */
     if (!cfg->machines[0].host[0])
@@ -123,11 +169,14 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         cfg->max_slot_bytes < cfg->ctrl_buf_bytes)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: need rx_depth >= 4, ctrl_buf_bytes >= 256, push_slots >= 2, "
-                        "max_slot_bytes >= ctrl_buf_bytes");
+                        "max_slot_bytes >= ctrl_buf_bytes (got %u, %u, %u, %llu)%s",
+                        cfg->rx_depth, cfg->ctrl_buf_bytes, cfg->push_slots,
+                        (unsigned long long)cfg->max_slot_bytes,
+                        cfg->rx_depth == 0 && cfg->ctrl_buf_bytes == 0
+                            ? "; rkv_config_defaults() sets every field: start from it"
+                            : "");
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
-    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)))
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: durable_dir is not terminated");
     return 0;
 }
 
@@ -162,7 +211,6 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->max_slot_bytes = 1ull << 30;
     cfg->seed = 1;
     cfg->log_level = 1;
-    cfg->test_corrupt_row = UINT64_MAX;
     cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
 }
 

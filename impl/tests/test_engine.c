@@ -127,6 +127,19 @@ static void pair_open(struct side *a, struct side *b, uint32_t rx_depth)
     pair_open_poll(a, b, rx_depth, 0);
 }
 
+/* Waits (1 s at most) until the side learned its peer (on_peer and on_msg
+ * set it under the side's lock, from the progress task). */
+static struct rkv_peer *wait_peer(struct side *s)
+{
+    uint64_t deadline = s->port->ops->now_ns(s->port) + 1000000000ull;
+    s->port->ops->mutex_lock(s->mu);
+    while (!s->peer && s->port->ops->now_ns(s->port) < deadline)
+        s->port->ops->cond_wait(s->cv, s->mu, 5000000ull);
+    struct rkv_peer *p = s->peer;
+    s->port->ops->mutex_unlock(s->mu);
+    return p;
+}
+
 /* Waits (2 s at most) until the side saw n messages. */
 static void wait_seen(struct side *s, int n)
 {
@@ -329,9 +342,7 @@ static void test_both_sides_backlogged(void **state)
     (void)state;
     struct side a, b;
     pair_open(&a, &b, 8);
-    for (int i = 0; i < 200 && !a.peer; i++) /* CONNECTED reached a */
-        a.port->ops->sleep_ns(a.port, 5000000ull);
-    assert_non_null(a.peer);
+    assert_non_null(wait_peer(&a)); /* CONNECTED reached a */
     pthread_t ta, tb;
     assert_int_equal(pthread_create(&ta, NULL, blast, &a), 0);
     assert_int_equal(pthread_create(&tb, NULL, blast, &b), 0);
@@ -393,9 +404,7 @@ static void test_dropped_peer_returns_buffers(void **state)
     (void)state;
     struct side a, b;
     pair_open(&a, &b, 64);
-    for (int i = 0; i < 200 && !a.peer; i++)
-        a.port->ops->sleep_ns(a.port, 5000000ull);
-    assert_non_null(a.peer);
+    assert_non_null(wait_peer(&a)); /* CONNECTED reached a */
     b.hold = 1;
     send_push(&a, 1, 1, 1, 16); /* b's progress task stops inside on_msg */
     b.port->ops->mutex_lock(b.mu);
@@ -441,9 +450,7 @@ static void test_put_tx_failed_midway_holds_buffer(void **state)
     uint16_t port;
     assert_int_equal(rkv_nic_tcp_bound_port(a.nic, &port), 0);
     assert_int_equal(rkv_engine_connect(b.eng, "127.0.0.1", port, 2000, &b.peer), 0);
-    for (int i = 0; i < 200 && !a.peer; i++)
-        a.port->ops->sleep_ns(a.port, 5000000ull);
-    assert_non_null(a.peer);
+    assert_non_null(wait_peer(&a)); /* CONNECTED reached a */
     struct rkv_slot_desc d;
     assert_int_equal(rkv_engine_slot_alloc(a.eng, a.peer, 4096, &d), 0);
     /* b polls only here, so nothing closes the broken QP behind our back. */

@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -306,7 +307,10 @@ static void cluster_join(struct cluster *c, struct env *env)
 
 static void cluster_stop(struct cluster *c)
 {
-    assert_int_equal(rkv_client_shutdown_servers(c->cli), 0);
+    /* A hostile server whose connection broke cannot be asked to exit:
+     * the call names it (-RKV_EPEERDEAD); the real ones stop (joined below). */
+    int rc = rkv_client_shutdown_servers(c->cli);
+    assert_true(rc == 0 || (c->n_real < c->cfg.n_machines && rc == -RKV_EPEERDEAD));
     rkv_client_destroy(c->cli);
     node_close(&c->cli_node);
     for (uint32_t m = 0; m < c->n_real; m++) {
@@ -843,7 +847,7 @@ static void test_pull_reply_to_nowhere(void **state)
 struct evil_server {
     struct evil e;
     pthread_t thr;
-    volatile int stop; /* written once by the test thread, read by the server's */
+    atomic_int stop; /* written once by the test thread, read by the server's */
     uint32_t n_rndv;
 };
 
@@ -873,7 +877,7 @@ static void *evil_server_main(void *arg)
 {
     struct evil_server *es = arg;
     struct evil *e = &es->e;
-    while (!es->stop) {
+    while (!atomic_load(&es->stop)) {
         evil_pump(e, 50);
         while (e->q_len) {
             struct rx_msg *r = &e->q[e->q_head];
@@ -919,7 +923,7 @@ static void test_rendezvous_reply_to_nowhere(void **state)
     expect_write_refused_logged(env, log, "lost the connection to server 2");
     /* Only that connection went: machines 0 and 1 still serve. */
     check_serving(&c, 2);
-    es.stop = 1;
+    atomic_store(&es.stop, 1);
     pthread_join(es.thr, NULL);
     evil_close(&es.e);
     cluster_stop(&c);

@@ -250,10 +250,36 @@ static void test_bookkeeping_mistakes(void **state)
     cluster_stop(&c);
 }
 
+/* A server asked to exit refuses what comes after (-RKV_ESHUTDOWN), so
+ * that its linger before exiting ends; a repeated SHUTDOWN is acked. */
+static void test_requests_after_shutdown(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_start(&c);
+    struct peer p1;
+    peer_open(&p1, (uint16_t)(c.base + 1));
+    struct rkv_msg m;
+    for (uint64_t req = 1; req <= 2; req++) {
+        peer_send(&p1, enc_empty(&p1, RKV_MSG_SHUTDOWN, req));
+        assert_int_equal(peer_next(&p1, &m, WAIT_MS), 0);
+        assert_int_equal(m.h.type, RKV_MSG_SHUTDOWN_ACK);
+        assert_int_equal(m.h.req_id, req);
+    }
+    struct rkv_hdr h = {.type = RKV_MSG_META, .req_id = 3};
+    expect_error(&p1, rkv_proto_enc_meta(p1.tx, &h, "t"), 3, -RKV_ESHUTDOWN,
+                 "server 1 is shutting down");
+    expect_error(&p1, enc_empty(&p1, RKV_MSG_BARRIER, 4), 4, -RKV_ESHUTDOWN,
+                 "server 1 is shutting down");
+    peer_close(&p1);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bookkeeping_mistakes),
+        cmocka_unit_test(test_requests_after_shutdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
