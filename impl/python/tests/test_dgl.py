@@ -4,8 +4,10 @@ over TCP and machine 0's through shared memory): the tensor list and the
 observer client, a user-given global-to-local map, and pull handlers (the
 built-in with_state, C ones by address, Python ones on in-process servers)."""
 import ctypes
+import os
 import shutil
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -69,6 +71,30 @@ def test_observer_joins_later(cluster):
         assert obs.data_name_list() == ["emb", "late"]
     finally:
         obs.close()
+
+
+OBSERVER = r"""
+import sys, rkv
+cfg = rkv.Config(cluster=sys.argv[1], timeout_ms=10000)
+obs = rkv.Client(cfg, observer=True, output="numpy")
+for m in obs.list():
+    print(m.name, m.dtype, m.shape, m.part_policy, m.with_state)
+"""
+
+
+def test_observer_process(cluster):
+    """Another process, joining once the job runs, lists its tensors."""
+    w = cluster.client(output="numpy")
+    w.init_data("emb", (20, 3), "float32")
+    w.init_data("ids", (5,), "int64", part_policy=[1, 1, 0, 0, 1], local_index=[0, 1, 0, 1, 2],
+                with_state=True)
+    here = os.path.dirname(rkv.__file__)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(here))
+    out = subprocess.run([sys.executable, "-c", OBSERVER, cluster.path], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["emb float32 (20, 3) range False",
+                                       "ids int64 (5,) explicit True"]
 
 
 def test_list_torch_dtypes(cluster):
