@@ -245,6 +245,10 @@ def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
         cfn, cuser = ffi.NULL, ffi.NULL
     elif isinstance(fn, ffi.CData) or isinstance(fn, (int, np.integer)):
         cfn = ffi.cast("rkv_pull_fn", fn)  # C code: a cffi function or its address
+        if cfn == ffi.NULL:
+            _fail(-EINVAL, "pull handler %d: a NULL function (None unregisters)" % hid)
+        if cfn == ffi.cast("rkv_pull_fn", lib._rkv_py_pull):  # needs a handle as user
+            _fail(-EINVAL, "pull handler %d: pass the Python function itself" % hid)
         cuser = ffi.cast("void *", user or 0)
     elif callable(fn):
         if user is not None:
@@ -291,7 +295,9 @@ _PULL_HANDLER_DOC = """Registers pull handler `hid` (PULL_CUSTOM..PULL_MAX-1,
         raises gets its rows poisoned (NaN, or the dtype's minimum) and its
         first tracebacks printed; pull_handler_errors(hid) counts them.
         Shut the servers down and close clients before the interpreter
-        exits."""
+        exits. A Python handler costs some 16 us a row (its threads take
+        turns at the GIL) against 0.3 us for a plain pull: write hot ones
+        in C."""
 
 
 def _index_array(x, what, n, dtype=np.uint64):

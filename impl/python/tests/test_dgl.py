@@ -323,6 +323,10 @@ def test_register_pull_handler_refused(make_cluster):
             with pytest.raises(rkv.Error) as e:
                 reg(rkv.PULL_CUSTOM, _raises, **kw)
             assert e.value.code == -rkv.EINVAL, kw
+        for fn in ("not a function", 0, rkv.ffi.NULL, rkv.lib._rkv_py_pull):
+            with pytest.raises(rkv.Error) as e:
+                reg(rkv.PULL_CUSTOM, fn)
+            assert e.value.code == -rkv.EINVAL, fn
         with pytest.raises(rkv.Error) as e:
             reg(rkv.PULL_CUSTOM, "not a function")
         assert e.value.code == -rkv.EINVAL
