@@ -168,7 +168,7 @@ class _PyPull:
     """A pull handler written in Python, as the store calls it: fn, the cffi
     handle the C side holds as `user`, and how many of its calls raised."""
 
-    __slots__ = ("fn", "handle", "errors", "__weakref__")
+    __slots__ = ("fn", "handle", "errors")
 
     def __init__(self, fn):
         self.fn = fn
