@@ -14,8 +14,11 @@ CDEF = r"""
 enum rkv_dtype { RKV_F32 = 1, RKV_F64 = 2, RKV_I32 = 3, RKV_I64 = 4 };
 enum rkv_policy { RKV_PART_RANGE = 1, RKV_PART_HASH = 2, RKV_PART_EXPLICIT = 3 };
 enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
+enum rkv_pull_op { RKV_PULL_ROWS = 0, RKV_PULL_WITH_STATE = 1, RKV_PULL_CUSTOM = 16 };
 #define RKV_NAME_MAX ...
 #define RKV_ERR_MAX_ ...
+#define RKV_OP_MAX ...
+#define RKV_CLIENT_OBSERVER ...
 
 const char *rkv_strerror(int err);
 
@@ -29,6 +32,7 @@ struct rkv_tensor_desc {
     enum rkv_init init;
     uint64_t init_seed;
     int with_state;
+    const uint64_t *local_index;
     ...;
 };
 struct rkv_tensor_meta {
@@ -41,6 +45,14 @@ struct rkv_tensor_meta {
     int with_state;
     ...;
 };
+typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *state, size_t row_len,
+                            void *out, size_t out_len, double param, void *user);
+/* Pull handlers written in Python (rkv.Server/Client.register_pull_handler):
+ * cffi takes the GIL around each call, from whichever thread makes it. */
+extern "Python" void _rkv_py_pull(enum rkv_dtype dt, const void *row, const void *state,
+                                  size_t row_len, void *out, size_t out_len, double param,
+                                  void *user);
+
 struct rkv_config {
     uint32_t n_machines;
     uint32_t n_workers;
@@ -60,6 +72,8 @@ void rkv_config_release(struct rkv_config *cfg);
 struct rkv_server;
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len);
+int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user);
 int rkv_server_run(struct rkv_server *srv);
 const char *rkv_server_errmsg(const struct rkv_server *srv);
 void rkv_server_destroy(struct rkv_server *srv);
@@ -68,7 +82,12 @@ struct rkv_client;
 struct rkv_pending;
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len);
+int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                               size_t err_len);
 uint32_t rkv_client_id(const struct rkv_client *cli);
+int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user);
+int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p);
 int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
 int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
@@ -80,6 +99,9 @@ int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
 int rkv_client_deregister(struct rkv_client *cli, void *addr);
 int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out);
+int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param);
+int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler, uint32_t *len_p);
 int rkv_client_barrier(struct rkv_client *cli);
 int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);

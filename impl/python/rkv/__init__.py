@@ -17,18 +17,36 @@ environment (RKV_*, DMLC_*, DGL_* as the CLI reads them), then the defaults.
 Every failure raises ``rkv.Error`` with ``.code`` (the negative -RKV_E* code)
 and ``.message``. Calls release the GIL while they wait on the network.
 
-Not here yet: ``data_name_list()`` (the C API has no call listing tensors)
-and custom push handlers written in Python.
+The rest of DGL's KVStore: ``c.data_name_list()`` / ``c.list()`` (every
+tensor, also from ``rkv.Client(config, observer=True)``, a process that joins
+a running job without being one of its workers); ``init_data(...,
+part_policy=book, local_index=l2g)`` (DGL's set_global2local); pull
+handlers: ``c.pull(name, ids, handler="with_state")`` returns each row with
+its optimizer state, and ``register_pull_handler(id, fn)`` on every Server
+and the pulling clients adds one, written in C or in Python.
+
+Not here yet: custom push handlers written in Python (push takes a custom
+op's number, registered in C).
 """
+import collections
 import os
 import sys
 import threading
+import traceback
 
 import numpy as np
 
 from ._rkv import ffi, lib
 
-__all__ = ["Config", "Server", "Client", "PushHandle", "Error", "strerror"]
+__all__ = ["Config", "Server", "Client", "PushHandle", "TensorMeta", "Error", "strerror",
+           "PULL_ROWS", "PULL_WITH_STATE", "PULL_CUSTOM", "PULL_MAX"]
+
+# Pull handler ids (enum rkv_pull_op): custom ones are PULL_CUSTOM..PULL_MAX-1.
+PULL_ROWS = lib.RKV_PULL_ROWS
+PULL_WITH_STATE = lib.RKV_PULL_WITH_STATE
+PULL_CUSTOM = lib.RKV_PULL_CUSTOM
+PULL_MAX = lib.RKV_OP_MAX
+_PULL_NAMES = {"rows": PULL_ROWS, "with_state": PULL_WITH_STATE}
 
 # Error codes, as enum rkv_err in rkv.h (an Error's .code is the negation).
 (EINVAL, ENOMEM, ETIMEDOUT, EPEERDEAD, EPROTO, ENOTENSOR, ERANGE, EDTYPE, EEXIST, EIO, EACCESS,
@@ -146,6 +164,165 @@ def _ids_array(ids):
     return np.ascontiguousarray(a, dtype=np.uint64)
 
 
+class _PyPull:
+    """A pull handler written in Python, as the store calls it: fn, the cffi
+    handle the C side holds as `user`, and how many of its calls raised."""
+
+    __slots__ = ("fn", "handle", "errors")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.errors = 0
+        self.handle = ffi.new_handle(self)
+
+
+@ffi.def_extern()
+def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
+    """Runs a Python pull handler for one row. cffi took the GIL first (this
+    runs on a server's or a co-located client's thread, under the row's
+    lock). The handler sees copies, so a view kept past the call never
+    reaches the store's memory; a handler that raises gets its reply row
+    poisoned (NaN, or the dtype's minimum for integers) rather than left as
+    whatever the buffer held, since the C call has no way to fail."""
+    h = ffi.from_handle(user)
+    dtype = _NP_OF[dt]
+    size = dtype.itemsize
+    try:
+        r = np.frombuffer(ffi.buffer(row, row_len * size), dtype=dtype).copy()
+        st = None
+        if state != ffi.NULL:
+            st = np.frombuffer(ffi.buffer(state, row_len * size), dtype=dtype).copy()
+        o = np.zeros(out_len, dtype=dtype)
+        ret = h.fn(r, st, o, param)
+        if ret is not None:
+            ret = _as_numpy(ret)
+            o[...] = ret.reshape(o.shape) if ret.size == o.size else ret
+        ffi.memmove(out, o, out_len * size)
+    except BaseException:  # noqa: B902 - nothing may unwind into C
+        h.errors += 1
+        if h.errors <= 3:
+            sys.stderr.write("rkv: pull handler %r raised (its reply row is poisoned):\n"
+                             % (h.fn,))
+            traceback.print_exc()
+        bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+        ffi.memmove(out, np.full(out_len, bad, dtype=dtype), out_len * size)
+
+
+def _handler_id(handler):
+    if handler is None:
+        return PULL_ROWS
+    if isinstance(handler, str):
+        hid = _PULL_NAMES.get(handler)
+        if hid is None:
+            _fail(-ENOHANDLER, "pull handler %r: expected rows, with_state or a custom id"
+                  % handler)
+        return hid
+    if isinstance(handler, bool) or not isinstance(handler, (int, np.integer)):
+        _fail(-EINVAL, "pull handler %r: expected a name or an int id" % (handler,))
+    hid = int(handler)
+    if not -(1 << 31) <= hid < 1 << 31:
+        _fail(-ENOHANDLER, "pull handler %d: out of range" % hid)
+    return hid
+
+
+def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
+    """The shared part of Server/Client.register_pull_handler: reg is the C
+    registration function of target; keep holds what the C side points to."""
+    if isinstance(hid, bool) or not isinstance(hid, (int, np.integer)):
+        _fail(-EINVAL, "pull handler id %r: expected an int in %d..%d"
+              % (hid, PULL_CUSTOM, PULL_MAX - 1))
+    hid = int(hid)
+    if not PULL_CUSTOM <= hid < PULL_MAX:
+        _fail(-EINVAL, "pull handler id %d: custom ones are %d..%d (%d and %d are built in)"
+              % (hid, PULL_CUSTOM, PULL_MAX - 1, PULL_ROWS, PULL_WITH_STATE))
+    for what, v in (("out_mult", out_mult), ("out_add", out_add)):
+        if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 32:
+            _fail(-EINVAL, "pull handler %d: %s %r is not a uint32" % (hid, what, v))
+    if fn is not None and out_mult == 0 and out_add == 0:
+        _fail(-EINVAL, "pull handler %d: out_mult and out_add are both 0 (an empty reply)" % hid)
+    py = None
+    if fn is None:  # unregisters
+        cfn, cuser = ffi.NULL, ffi.NULL
+    elif isinstance(fn, ffi.CData) or isinstance(fn, (int, np.integer)):
+        cfn = ffi.cast("rkv_pull_fn", fn)  # C code: a cffi function or its address
+        if cfn == ffi.NULL:
+            _fail(-EINVAL, "pull handler %d: a NULL function (None unregisters)" % hid)
+        if cfn == ffi.cast("rkv_pull_fn", lib._rkv_py_pull):  # needs a handle as user
+            _fail(-EINVAL, "pull handler %d: pass the Python function itself" % hid)
+        cuser = ffi.cast("void *", user or 0)
+    elif callable(fn):
+        if user is not None:
+            _fail(-EINVAL, "pull handler %d: user is for C handlers (a Python one has its "
+                  "closure)" % hid)
+        py = _PyPull(fn)
+        cfn, cuser = lib._rkv_py_pull, py.handle
+    else:
+        _fail(-EINVAL, "pull handler %d: expected a callable, a C function pointer or None"
+              % hid)
+    rc = reg(target, hid, cfn, int(out_mult), int(out_add), cuser)
+    if rc < 0:
+        _fail(rc, "pull handler %d: refused by the store" % hid)
+    # Registration is not synchronised with the store's threads, which may
+    # still be in the old handler: what it pointed to stays alive as long as
+    # the server or client.
+    keep.setdefault("all", []).append(py)
+    keep[hid] = py
+
+
+def _handler_errors(keep, hid):
+    py = keep.get(hid)
+    return py.errors if py is not None else 0
+
+
+_PULL_HANDLER_DOC = """Registers pull handler `hid` (PULL_CUSTOM..PULL_MAX-1,
+        as DGL's _udf_pull_handler): a pull naming it gets, for each row of
+        a tensor with row_len elements, out_mult * row_len + out_add elements
+        of the tensor's dtype that fn computes from the stored row. Register
+        the same on every server and on each client that pulls with it
+        (which runs it for its machine's rows, over shared memory), before
+        pulls use it; fn None unregisters.
+
+        fn is a C function (a cffi `rkv_pull_fn`, or its address as an int,
+        e.g. from ctypes, with `user` its last argument), or a Python callable
+        fn(row, state, out, param): row (row_len elements) and state (the
+        optimizer state, or None) are copies, out is zeros of the reply
+        length to fill in place, or return the values (a scalar fills every
+        element). A Python handler runs on the store's threads, one row at a
+        time under that row's lock, holding the GIL: keep it short, never
+        call rkv from it (the calling client is busy: it would deadlock),
+        and use it only where the servers run in this Python process (a
+        server started by the rkv binary cannot run it). A handler that
+        raises gets its rows poisoned (NaN, or the dtype's minimum) and its
+        first tracebacks printed; pull_handler_errors(hid) counts them.
+        Shut the servers down and close clients before the interpreter
+        exits. A Python handler costs some 16 us a row (its threads take
+        turns at the GIL) against 0.3 us for a plain pull: write hot ones
+        in C."""
+
+
+def _index_array(x, what, n, dtype=np.uint64):
+    """x (a sequence, numpy or torch integers) as n contiguous entries of
+    dtype, refused with EINVAL naming the first bad row rather than wrapped
+    or truncated by a cast."""
+    if isinstance(x, (str, bytes)):
+        _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
+    a = _as_numpy(x).reshape(-1)
+    if a.size and a.dtype.kind not in "iu":
+        _fail(-EINVAL, "%s: expected integers, got %s" % (what, a.dtype))
+    if a.size != n:
+        _fail(-EINVAL, "%s: %d entries for %d rows" % (what, a.size, n))
+    if a.size and a.dtype.kind == "i":
+        bad = np.flatnonzero(a < 0)
+        if bad.size:
+            _fail(-EINVAL, "%s: row %d has %d" % (what, bad[0], a[bad[0]]))
+    top = np.iinfo(dtype).max
+    if a.size and a.dtype.itemsize > np.dtype(dtype).itemsize:
+        bad = np.flatnonzero(a.astype(np.uint64) > top)
+        if bad.size:
+            _fail(-EINVAL, "%s: row %d has %d (over %d)" % (what, bad[0], a[bad[0]], top))
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 class Config:
     """The store's settings by the rkv binary's names (`rkv config --dump`):
     Config(cluster="ip.txt", num_workers=4, rx_depth=128); '_' stands for '-'.
@@ -242,8 +419,21 @@ class Server:
             _raise_err(rc, err)
         self._srv = p[0]
         self._pid = os.getpid()
+        self._pull = {}
         self.machine_id = cfg.machine_id
         self.local_id = local
+
+    def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
+        if self._srv is None:
+            _fail(-EINVAL, "server is closed")
+        _register_pull(lib.rkv_server_register_pull_handler, self._srv, self._pull, hid, fn,
+                       out_mult, out_add, user)
+
+    register_pull_handler.__doc__ = _PULL_HANDLER_DOC
+
+    def pull_handler_errors(self, hid):
+        """How many calls of Python pull handler hid on this server raised."""
+        return _handler_errors(self._pull, hid)
 
     def run(self):
         if self._srv is None:
@@ -277,6 +467,26 @@ class Server:
 class _Meta:
     __slots__ = ("name", "bname", "dtype", "rows", "row_len", "row_shape", "policy",
                  "with_state")
+
+
+def _meta_of(cm, name):
+    m = _Meta()
+    m.name = name
+    m.bname = name.encode()
+    m.dtype = _NP_OF[cm.dtype]
+    m.rows = cm.rows
+    m.row_len = cm.row_len
+    # The store keeps a row's length, not its shape: every process sees
+    # (rows, row_len), or (rows,) for one element per row.
+    m.row_shape = (cm.row_len,) if cm.row_len > 1 else ()
+    m.policy = _POLICY_NAMES.get(cm.policy, str(cm.policy))
+    m.with_state = bool(cm.with_state)
+    return m
+
+
+TensorMeta = collections.namedtuple("TensorMeta", "name dtype shape part_policy with_state")
+TensorMeta.__doc__ = """A tensor as Client.list() gives it: dtype as get_data_meta's,
+shape (rows, row_len) or (rows,), part_policy "range", "hash" or "explicit"."""
 
 
 class PushHandle:
@@ -314,15 +524,21 @@ class Client:
     joined. machine_id overrides the config's (which machine this trainer runs
     on: its rows there move through shared memory). output: "torch" or "numpy"
     for what pull returns; "auto" is torch when it can be imported.
-    One thread at a time uses the C client: calls from several threads queue."""
+    One thread at a time uses the C client: calls from several threads queue.
+    observer=True: a client that reads the catalogue only (list(),
+    data_name_list(), get_data_meta()): it joins server 0 without being one
+    of the num_workers clients, so it neither waits for them nor can push,
+    pull or enter a barrier (those raise EINVAL); for a process that joins a
+    running job to see what it holds."""
 
-    def __init__(self, config=None, machine_id=None, output="auto"):
+    def __init__(self, config=None, machine_id=None, output="auto", observer=False):
         if output not in ("auto", "torch", "numpy"):
             _fail(-EINVAL, "output: expected auto, torch or numpy, got %r" % (output,))
         cfg, _ = _as_config(config).copy(machine_id=machine_id).build()
         p = ffi.new("struct rkv_client **")
         err = _errbuf()
-        rc = lib.rkv_client_create(cfg, p, err, _ERR_LEN)
+        create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
+        rc = create(cfg, p, err, _ERR_LEN)
         if rc < 0:
             _raise_err(rc, err)
         self._cli = p[0]
@@ -330,7 +546,9 @@ class Client:
         self._lock = threading.Lock()
         self._meta = {}
         self._inflight = set()
+        self._pull = {}
         self._output = output
+        self.observer = bool(observer)
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
 
@@ -365,34 +583,80 @@ class Client:
         if m is None:
             cm = ffi.new("struct rkv_tensor_meta *")
             self._call(lib.rkv_client_meta, name.encode(), cm)
-            m = _Meta()
-            m.name = name
-            m.bname = name.encode()
-            m.dtype = _NP_OF[cm.dtype]
-            m.rows = cm.rows
-            m.row_len = cm.row_len
-            # The store keeps a row's length, not its shape: every process sees
-            # (rows, row_len), or (rows,) for one element per row.
-            m.row_shape = (cm.row_len,) if cm.row_len > 1 else ()
-            m.policy = _POLICY_NAMES.get(cm.policy, str(cm.policy))
-            m.with_state = bool(cm.with_state)
+            m = _meta_of(cm, name)
             self._meta[name] = m  # tensors are never dropped or reshaped
         return m
 
+    def _dtype_out(self, dt):
+        t = _torch() if self._output != "numpy" else None
+        return getattr(t, str(dt)) if t is not None else dt
+
     @property
     def client_id(self):
-        return lib.rkv_client_id(self._live())
+        """This client's id (0..num_workers-1), or None for an observer."""
+        cid = lib.rkv_client_id(self._live())
+        return None if cid == lib.RKV_CLIENT_OBSERVER else cid
+
+    def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
+        with self._lock:
+            _register_pull(lib.rkv_client_register_pull_handler, self._live(), self._pull, hid,
+                           fn, out_mult, out_add, user)
+
+    register_pull_handler.__doc__ = _PULL_HANDLER_DOC
+
+    def pull_handler_errors(self, hid):
+        """How many calls of Python pull handler hid in this client raised."""
+        return _handler_errors(self._pull, hid)
+
+    def list(self):
+        """Every tensor of the store, as server 0 knows them (those whose
+        init_data finished), in creation order: a list of TensorMeta."""
+        with self._lock:
+            cli = self._live()
+            n = ffi.new("size_t *")
+            cap = 0
+            metas = ffi.NULL
+            while True:
+                rc = lib.rkv_client_list(cli, metas, cap, n)
+                if rc < 0:
+                    _fail(rc, self._errmsg())
+                if n[0] <= cap:
+                    break
+                cap = n[0] + 8  # tensors created meanwhile: room for a few more
+                metas = ffi.new("struct rkv_tensor_meta[]", cap)
+            out = []
+            for i in range(n[0]):
+                name = ffi.string(metas[i].name).decode(errors="replace")
+                m = _meta_of(metas[i], name)
+                self._meta.setdefault(name, m)
+                out.append(TensorMeta(name, self._dtype_out(m.dtype), (m.rows,) + m.row_shape,
+                                      m.policy, m.with_state))
+        return out
+
+    def data_name_list(self):
+        """The names of every tensor (DGL's get_data_name_list), in creation order."""
+        return [m.name for m in self.list()]
+
+    get_data_name_list = data_name_list
 
     # -- the API --
     def init_data(self, name, shape, dtype, part_policy="range", init="zeros", seed=0,
-                  with_state=False):
+                  with_state=False, local_index=None):
         """Creates tensor `name` of shape (rows, *row_shape) on every machine
         (idempotent for the same arguments). The store keeps the row length:
         pulls return (n, row_len) rows, or (n,) when a row is one element.
-        part_policy: "range", "hash", or a sequence giving each row's machine. init: "zeros", "uniform" (seeded, in
+        part_policy: "range", "hash", or a book: a sequence (list, numpy or
+        torch integers) giving each row's machine (DGL's set_partition_book).
+        local_index (with a book only; DGL's set_global2local): each row's
+        index in its machine's shard, which stores the rows in that order;
+        on each machine the indices of its rows must be a permutation of
+        0..n-1 (EINVAL naming the first bad row otherwise). Without it a
+        row's index is the count of earlier rows on its machine.
+        init: "zeros", "uniform" (seeded, in
         [-1, 1)), or a function (shape, dtype) -> values that this client then
         assigns to every row (call it from one client, then barrier).
-        with_state: keep optimizer state per row (adagrad needs it)."""
+        with_state: keep optimizer state per row (adagrad needs it; pull's
+        handler="with_state" returns it)."""
         encoded = name.encode()
         if len(encoded) > lib.RKV_NAME_MAX or not encoded:
             _fail(-EINVAL, "tensor name %r: 1..%d bytes" % (name, lib.RKV_NAME_MAX))
@@ -412,12 +676,14 @@ class Client:
                 _fail(-EINVAL, "part_policy %r: expected range, hash or a book" % part_policy)
             d.policy = _POLICIES[part_policy]
         else:
-            book = np.ascontiguousarray(_as_numpy(part_policy), dtype=np.uint32).reshape(-1)
-            if book.size != shape[0]:
-                _fail(-EINVAL, "part_policy: the book has %d entries for %d rows"
-                      % (book.size, shape[0]))
+            book = _index_array(part_policy, "part_policy (the book)", shape[0], np.uint32)
             d.policy = lib.RKV_PART_EXPLICIT
             d.book = ffi.from_buffer("uint32_t[]", book)
+        local = None
+        if local_index is not None:
+            # The C side checks the map (and that the policy is explicit).
+            local = _index_array(local_index, "local_index", shape[0])
+            d.local_index = ffi.from_buffer("uint64_t[]", local)
         fill = None
         if callable(init):
             fill, init = init, "zeros"
@@ -443,12 +709,7 @@ class Client:
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
         when pull returns torch tensors."""
         m = self._m(name)
-        dt = m.dtype
-        t = _torch() if self._output != "numpy" else None
-        if t is not None:
-            dt = getattr(t, str(m.dtype))
-        shape = (m.rows,) + m.row_shape
-        return dt, shape, m.policy
+        return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
         a = _as_numpy(data)
@@ -494,26 +755,60 @@ class Client:
             self._inflight.add(h)
         return h
 
-    def pull(self, name, ids, out=None):
+    def pull_len(self, name, handler):
+        """Elements per row that pull(name, ids, handler=handler) returns."""
+        m = self._meta.get(name) or self._m(name)
+        return self._pull_len(m, _handler_id(handler))
+
+    def _pull_len(self, m, hid):
+        if hid == PULL_ROWS:
+            return m.row_len
+        n = ffi.new("uint32_t *")
+        self._call(lib.rkv_client_pull_len, m.bname, hid, n)
+        return n[0]
+
+    def pull(self, name, ids, out=None, handler=None, param=0.0):
         """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
         without torch). With out (a tensor or array of that many elements), pulls
-        into out's memory when it is contiguous and of the tensor's dtype."""
+        into out's memory when it is contiguous and of the tensor's dtype.
+        handler (DGL's _udf_pull_handler) says what each row's reply is:
+        None or "rows" the row; "with_state" the row then its optimizer state
+        (shape (n, 2 * row_len); tensors created with_state); or a custom
+        handler's id (see register_pull_handler), called with param; replies
+        of L = pull_len(name, handler) elements are (n, L), or (n,) for L 1.
+        Unknown handlers raise ENOHANDLER before anything is sent."""
         m = self._meta.get(name) or self._m(name)
+        hid = _handler_id(handler)
         ida = _ids_array(ids)
         n = ida.size
-        target = None
-        if out is not None:
-            o = _as_numpy(out)
-            if o.size != n * m.row_len:
-                _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, m.row_len))
-            shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else a copy
-            if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
-                target = o
-        buf = target if target is not None else np.empty((n,) + m.row_shape, dtype=m.dtype)
-        pids = ffi.from_buffer("uint64_t[]", ida)
-        pbuf = ffi.from_buffer(buf, require_writable=True)
+        # The reply length is the client's registration's, read under the same
+        # lock hold as the pull so that a re-registration cannot fall between.
         with self._lock:
-            rc = lib.rkv_client_pull(self._live(), m.bname, pids, n, pbuf)
+            cli = self._live()
+            if hid == PULL_ROWS:
+                out_len, row_shape = m.row_len, m.row_shape
+            else:
+                lp = ffi.new("uint32_t *")
+                rc = lib.rkv_client_pull_len(cli, m.bname, hid, lp)
+                if rc < 0:
+                    _fail(rc, self._errmsg())
+                out_len = lp[0]
+                row_shape = (out_len,) if out_len > 1 else ()
+            target = None
+            if out is not None:
+                o = _as_numpy(out)
+                if o.size != n * out_len:
+                    _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, out_len))
+                shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else copy
+                if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
+                    target = o
+            buf = target if target is not None else np.empty((n,) + row_shape, dtype=m.dtype)
+            pids = ffi.from_buffer("uint64_t[]", ida)
+            pbuf = ffi.from_buffer(buf, require_writable=True)
+            if hid == PULL_ROWS:
+                rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
+            else:
+                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, float(param))
             if rc < 0:
                 _fail(rc, self._errmsg())
         if out is None:

@@ -14,9 +14,12 @@ from launch import free_ports, write_cluster  # noqa: E402
 
 
 class Cluster:
-    """machines x servers_per_machine servers in threads, and `workers` clients."""
+    """machines x servers_per_machine servers in threads, and `workers` clients.
+    setup(server), when given, runs on each server before it serves (to
+    register pull handlers)."""
 
-    def __init__(self, tmp_path, machines=2, servers_per_machine=2, workers=1, **settings):
+    def __init__(self, tmp_path, machines=2, servers_per_machine=2, workers=1, setup=None,
+                 **settings):
         base = free_ports(machines * servers_per_machine)
         self.path = write_cluster(str(tmp_path / "ip_config.txt"), base, machines,
                                   servers_per_machine)
@@ -24,6 +27,9 @@ class Cluster:
                                  connect_retry_ms=10000, **settings)
         self.servers = [rkv.Server(self.config, server_id=i)
                         for i in range(machines * servers_per_machine)]
+        if setup is not None:
+            for s in self.servers:
+                setup(s)
         self.errors = []
         self.threads = [threading.Thread(target=self._run, args=(s,), daemon=True)
                         for s in self.servers]
