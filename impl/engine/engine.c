@@ -28,8 +28,12 @@
 #define ENG_TX_CACHE_BYTES (256u << 20)
 /* Pause between connection attempts to a peer that is not up yet. */
 #define ENG_CONNECT_RETRY_NS 50000000ull
-/* Messages that may wait for credits per peer before the peer is dropped. */
+/* Messages that may wait for credits per peer before the peer is dropped,
+ * unless the owner sets a limit (rkv_engine_cfg.max_backlog). */
 #define ENG_MAX_QUEUED 65536u
+/* Control-sized transmit buffers kept for reuse; beyond it they are freed,
+ * so that a burst (a peer that hoarded replies) gives its memory back. */
+#define ENG_TX_SMALL_CACHE 1024u
 
 enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2, ENG_TX_SLOT = 3 /* needs a slot first */ };
 enum eng_lslot_state { ENG_SLOT_FREE = 0, ENG_SLOT_GRANTED, ENG_SLOT_OWNED };
@@ -80,8 +84,10 @@ struct rkv_peer {
     struct rkv_qp *qp;     /* NULL once disconnected */
     void *user;
     int dead;
-    int touched; /* saw traffic in this poll batch (on eng->touched) */
-    int closed;  /* killed, and its QP closed by the NIC (drop_peer_wait) */
+    int touched;  /* saw traffic in this poll batch (on eng->touched) */
+    int closed;   /* killed, and its QP closed by the NIC (drop_peer_wait) */
+    int released; /* the owner holds no pointer to it: freed once closed */
+    int waited;   /* a drop_peer_wait holds it */
     struct rkv_peer *touched_next;
     uint32_t credits;     /* receives the peer has posted for us */
     uint32_t owed;        /* receives we reposted but have not announced */
@@ -135,9 +141,12 @@ struct rkv_engine {
     struct rkv_peer *zombies; /* half-built peers, freed at destroy */
     struct rkv_tx *all_tx;
     struct rkv_tx *free_small;
+    uint32_t n_free_small;
     struct rkv_tx *free_large;
     size_t free_large_bytes;
     struct rkv_engine_stats st;
+    uint32_t max_backlog;                       /* cfg.max_backlog, or ENG_MAX_QUEUED */
+    struct rkv_ratelim lim_backlog, lim_reject; /* per-connection warnings */
 };
 
 static void eng_lock(struct rkv_engine *e)
@@ -257,6 +266,7 @@ static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
         if (e->free_small) {
             *tx_p = e->free_small;
             e->free_small = (*tx_p)->next;
+            e->n_free_small--;
             return 0;
         }
         return tx_new(e, e->cfg.ctrl_buf_bytes, tx_p);
@@ -284,8 +294,13 @@ static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
     tx->n_ext = 0;
     tx->ext_bytes = 0;
     if (tx->cap == e->cfg.ctrl_buf_bytes) {
+        if (e->n_free_small >= ENG_TX_SMALL_CACHE) {
+            tx_destroy(e, tx);
+            return;
+        }
         tx->next = e->free_small;
         e->free_small = tx;
+        e->n_free_small++;
         return;
     }
     if (e->free_large_bytes + tx->cap > ENG_TX_CACHE_BYTES) {
@@ -396,10 +411,16 @@ static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         return -RKV_EPEERDEAD;
     }
     if (p->backlog.head || p->credits <= 1) {
-        if (p->backlog.n >= ENG_MAX_QUEUED) {
+        if (p->backlog.n >= e->max_backlog) {
             /* A peer that takes but never returns credits, or a caller that
              * outruns the network without bound: both are errors. */
-            RKV_LOGW(e->port, "engine: %u messages queued for a peer; dropping it", p->backlog.n);
+            uint64_t quiet = 0;
+            if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST,
+                               &quiet))
+                RKV_LOGW(e->port,
+                         "engine: %u messages wait for credits the peer does not return; "
+                         "dropping it (%llu such lines suppressed)",
+                         p->backlog.n, (unsigned long long)quiet);
             tx_put(e, tx);
             peer_kill(e, p, 1);
             return -RKV_ELIMIT;
@@ -927,6 +948,24 @@ int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
     return e->nic->ops->listen(e->nic, host, port);
 }
 
+/* Takes a closed peer the owner released off the list and frees it: what
+ * a peer holds must not outlive it, or every connection that came and went
+ * would cost its memory until the engine stops. Lock held. */
+static void peer_reclaim(struct rkv_engine *e, struct rkv_peer *p)
+{
+    assert(p->closed && p->released && !p->qp);
+    if (p->waited)
+        return; /* drop_peer_wait still looks at it; it reclaims it itself */
+    for (struct rkv_peer **pp = &e->peers; *pp; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    assert(!p->inflight.head && !p->backlog.head && !p->waiting.head);
+    peer_free(e, p);
+}
+
 /* Once qp_close returned, no completion will name the QP any more: what
  * was posted on it and not completed comes back to the pool here. */
 static void eng_close_deferred(struct rkv_engine *e)
@@ -943,8 +982,22 @@ static void eng_close_deferred(struct rkv_engine *e)
             e->st.tx_inflight--;
             tx_put(e, tx);
         }
+        if (p->released && !e->stopping)
+            peer_reclaim(e, p);
     }
     e->n_closing = 0;
+}
+
+void rkv_engine_peer_release(struct rkv_engine *e, struct rkv_peer *p)
+{
+    eng_lock(e);
+    assert(!p->released);
+    p->released = 1;
+    peer_kill(e, p, 0); /* no-op for a dead peer */
+    /* Not closed yet: eng_close_deferred reclaims it when it closes it. */
+    if (p->closed && !e->stopping)
+        peer_reclaim(e, p);
+    eng_unlock(e);
 }
 
 /* Lock held. The QP's context is cleared at once, so completions of this
@@ -987,6 +1040,7 @@ int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t
     int rc = 0;
     eng_lock(e);
     peer_kill(e, p, 0);
+    p->waited = 1;
     while (!p->closed && !e->stopping && e->task) {
         if (po->now_ns(e->port) >= deadline) {
             rc = -RKV_ETIMEDOUT;
@@ -996,6 +1050,9 @@ int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t
         po->sleep_ns(e->port, 1000000ull);
         eng_lock(e);
     }
+    p->waited = 0;
+    if (p->closed && p->released && !e->stopping)
+        peer_reclaim(e, p);
     eng_unlock(e);
     return rc;
 }
@@ -1120,7 +1177,14 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
 static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why)
 {
     e->st.rejected++;
-    RKV_LOGW(e->port, "engine: closing connection after malformed message: %s", why);
+    uint64_t quiet = 0;
+    if (rkv_ratelim_ok(&e->lim_reject, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(e->port,
+                 "engine: closing connection after malformed message: %s (%llu such lines "
+                 "suppressed)",
+                 why, (unsigned long long)quiet);
+    else
+        RKV_LOGD(e->port, "engine: closing connection after malformed message: %s", why);
     peer_kill(e, p, 1);
 }
 
@@ -1322,6 +1386,7 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->port = port;
     e->nic = nic;
     e->cfg = *cfg;
+    e->max_backlog = cfg->max_backlog ? cfg->max_backlog : ENG_MAX_QUEUED;
     e->on_msg = on_msg;
     e->on_peer = on_peer;
     e->user = user;

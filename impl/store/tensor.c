@@ -142,6 +142,7 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->log_level = 1;
     cfg->test_corrupt_row = UINT64_MAX;
     cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
+    cfg->hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS;
 }
 
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
@@ -157,6 +158,12 @@ int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
         (*port_p)->ops->destroy(*port_p);
         return rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
     }
+    struct rkv_nic *nic = *nic_p;
+    size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));
+    if (secret_len)
+        rkv_nic_set_secret(nic, cfg->secret, secret_len);
+    nic->hello_timeout_ms = cfg->hello_timeout_ms;
+    nic->idle_timeout_ms = cfg->idle_timeout_ms;
     return 0;
 }
 
