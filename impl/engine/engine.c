@@ -869,7 +869,8 @@ static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_
     e->closing[e->n_closing++] = (struct eng_closing){.qp = qp, .peer = peer};
 }
 
-/* Builds a peer around a connected QP and posts its receives. Lock held. */
+/* Builds a peer around a connected QP and posts its receives; on failure
+ * the QP is closed (after the batch). Lock held. */
 static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **peer_p)
 {
     const struct rkv_engine_cfg *c = &e->cfg;
@@ -901,15 +902,19 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
     *peer_p = p;
     return 0;
 unset_qp:
-    rkv_qp_set_ctx(qp, NULL);
-    p->qp = NULL;
     /* Receives already posted: the NIC may write into rx_mem until the QP
-     * is closed, so the caller closes it first and the memory goes after. */
+     * is closed, so it is closed first and the peer goes after (a peer that
+     * connected and left at once lands here: it must not stay). */
     p->next = e->zombies;
     e->zombies = p;
+    p->dead = 1;
+    p->released = 1;
+    p->qp = NULL;
+    eng_defer_close(e, qp, p);
     return rc;
 free_peer:
     peer_free(e, p);
+    eng_defer_close(e, qp, NULL);
     return rc;
 }
 
@@ -921,9 +926,7 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
     if (rc < 0)
         return rc;
     eng_lock(e);
-    rc = peer_new(e, qp, peer_p);
-    if (rc < 0)
-        eng_defer_close(e, qp, NULL);
+    rc = peer_new(e, qp, peer_p); /* on failure, it closes qp */
     eng_unlock(e);
     return rc;
 }
@@ -956,10 +959,12 @@ static void peer_reclaim(struct rkv_engine *e, struct rkv_peer *p)
     assert(p->closed && p->released && !p->qp);
     if (p->waited)
         return; /* drop_peer_wait still looks at it; it reclaims it itself */
-    for (struct rkv_peer **pp = &e->peers; *pp; pp = &(*pp)->next) {
-        if (*pp == p) {
-            *pp = p->next;
-            break;
+    for (struct rkv_peer **list[2] = {&e->peers, &e->zombies}, ***l = list; l < list + 2; l++) {
+        for (struct rkv_peer **pp = *l; *pp; pp = &(*pp)->next) {
+            if (*pp == p) {
+                *pp = p->next;
+                break;
+            }
         }
     }
     assert(!p->inflight.head && !p->backlog.head && !p->waiting.head);
@@ -982,7 +987,7 @@ static void eng_close_deferred(struct rkv_engine *e)
             e->st.tx_inflight--;
             tx_put(e, tx);
         }
-        if (p->released && !e->stopping)
+        if (p->released)
             peer_reclaim(e, p);
     }
     e->n_closing = 0;
@@ -995,7 +1000,7 @@ void rkv_engine_peer_release(struct rkv_engine *e, struct rkv_peer *p)
     p->released = 1;
     peer_kill(e, p, 0); /* no-op for a dead peer */
     /* Not closed yet: eng_close_deferred reclaims it when it closes it. */
-    if (p->closed && !e->stopping)
+    if (p->closed)
         peer_reclaim(e, p);
     eng_unlock(e);
 }
@@ -1051,7 +1056,7 @@ int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t
         eng_lock(e);
     }
     p->waited = 0;
-    if (p->closed && p->released && !e->stopping)
+    if (p->closed && p->released)
         peer_reclaim(e, p);
     eng_unlock(e);
     return rc;
@@ -1235,8 +1240,7 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
          * such connections must not flood the log. */
         rkv_port_log(e->port, rc == -RKV_EPEERDEAD ? RKV_LOG_DEBUG : RKV_LOG_WARN,
                      "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
-        eng_defer_close(e, qp, NULL);
-        return;
+        return; /* peer_new closes qp */
     }
     if (e->on_peer) {
         eng_unlock(e);

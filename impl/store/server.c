@@ -1358,6 +1358,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
+    rkv_cfg_nic(cfg, nic); /* before listening: the secret and connection limits */
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);
     s->durable = cfg->durable_dir[0] != 0;
@@ -1408,6 +1409,14 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto stop_durable;
     RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
              s->durable ? " (durable)" : "");
+    /* Once per server, at the default level: an open door is a choice to
+     * make knowingly. (The twin runs every node in one process: no door.) */
+    if (!nic->has_secret && strcmp(nic->ops->name, "sim") != 0)
+        RKV_LOGW(port,
+                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
+                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
+                 "RKV_SECRET_FILE or rkv_config.secret on every node",
+                 s->server_id, tcp_port);
     *srv_p = s;
     return 0;
 stop_durable:
@@ -1449,15 +1458,6 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
         return rc;
     }
     (*srv_p)->own_port_nic = 1;
-    /* Once per server, at the default level: an open door is a choice to
-     * make knowingly (the twin, all in one process, never says it). */
-    if (!nic->has_secret)
-        RKV_LOGW(port,
-                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
-                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
-                 "RKV_SECRET_FILE or rkv_config.secret on every node",
-                 (*srv_p)->server_id,
-                 (unsigned)(cfg->machines[cfg->machine_id].base_port + local_id));
     return 0;
 }
 
