@@ -1314,7 +1314,10 @@ static void test_credit_hog(void **state)
     int sent = 0;
     while (sent < HOG_REQUESTS && e.nd.nic->ops->post_send(e.qp, 1, &s, 0) == 0)
         sent++;
+    usleep(200000); /* the server answers what it read */
     long peak = rss_bytes();
+    printf("credit hog: %d requests sent; RSS %.1f -> %.1f MB\n", sent, before / 1048576.0,
+           peak / 1048576.0);
     evil_expect_dropped(&e);
     evil_close(&e);
     usleep(200000);
