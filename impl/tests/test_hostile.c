@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -69,7 +70,8 @@ struct env {
     char secret[64];           /* every node's shared secret; "": RKV_TOKEN's */
     uint32_t hello_timeout_ms; /* 0: the default */
     uint32_t idle_timeout_ms;
-    uint32_t n_workers; /* 0: 1 */
+    uint32_t n_workers;   /* 0: 1 */
+    char durable_dir[64]; /* "": not durable */
 };
 
 /* ---- log capture ---- */
@@ -252,6 +254,7 @@ static void cluster_config(struct cluster *c, struct env *env, uint32_t n_machin
     if (env->hello_timeout_ms)
         c->cfg.hello_timeout_ms = env->hello_timeout_ms;
     c->cfg.idle_timeout_ms = env->idle_timeout_ms;
+    snprintf(c->cfg.durable_dir, sizeof(c->cfg.durable_dir), "%s", env->durable_dir);
     snprintf(c->cfg.shm_prefix, sizeof(c->cfg.shm_prefix), "rkvh-%d-%u", (int)getpid(), base);
 }
 
@@ -1431,6 +1434,10 @@ static void test_descriptor_exhaustion(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* A test that dies (or times out) takes its server with it. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1)
+            _exit(4);
         struct rlimit rl = {.rlim_cur = 64, .rlim_max = 64};
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
             _exit(2);
@@ -1599,6 +1606,100 @@ static void test_identity(void **state)
     node_close(&j.nd);
 }
 
+/* Durable mode deduplicates a client's retried push by (client, sequence):
+ * the client is the connection's (its HELLO), never the push's sender
+ * field, so a peer cannot have a push applied as another client's, nor mark
+ * that client's next pushes as applied already. */
+static void evil_sum(struct evil *e, uint64_t id, uint64_t seq)
+{
+    float row[4] = {1, 1, 1, 1};
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = seq,
+                        .tensor_id = SMALL_ID,
+                        .sender = RKV_CLIENT_NODE_BASE + 0, /* "client 0" */
+                        .count = 1,
+                        .row_bytes = SMALL_ROW_BYTES,
+                        .op = RKV_OP_SUM};
+    evil_send(e, rkv_proto_enc_push(e->tx, &h, &id, row));
+    struct rkv_msg m;
+    assert_int_equal(evil_next(e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_PUSH_ACK);
+    assert_int_equal(m.h.req_id, seq);
+}
+
+static void test_push_sender_is_the_connection(void **state)
+{
+    struct env *env = *state;
+    snprintf(env->durable_dir, sizeof(env->durable_dir), "/tmp/rkvh-dur-XXXXXX");
+    assert_non_null(mkdtemp(env->durable_dir));
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    char dir[64];
+    snprintf(dir, sizeof(dir), "%s", env->durable_dir);
+    env->durable_dir[0] = 0;
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    uint64_t id = 60;
+    float zero[4] = {0}, got[4];
+    assert_int_equal(rkv_client_push(c.cli, "small", &id, 1, zero, RKV_OP_ASSIGN, 0), 0);
+    const uint64_t seq = (0x5aull << RKV_SEQ_TAG_SHIFT) | 0xffffff; /* far ahead */
+    /* Without a HELLO the connection is nobody's: both are applied. */
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    evil_sum(&e, id, seq);
+    evil_sum(&e, id, seq);
+    evil_close(&e);
+    assert_int_equal(rkv_client_pull(c.cli, "small", &id, 1, got), 0);
+    assert_true(got[0] == 2.0f);
+    /* The real client 0's pushes still apply (nothing marked them done). */
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(c.cli, "small", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_pull(c.cli, "small", &id, 1, got), 0);
+    assert_true(got[0] == 3.0f);
+    check_serving(&c, 1);
+    cluster_stop(&c);
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Per-connection warnings are rate-limited: a thousand peers that each
+ * send a malformed message leave a bounded number of lines, and the line
+ * after a quiet spell says how many were suppressed. */
+#define BAD_PEERS 1000
+
+static void test_warnings_rate_limited(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    static uint8_t junk[64];
+    memset(junk, 0x5a, sizeof(junk)); /* no rkv message */
+    for (int i = 0; i < BAD_PEERS; i++) {
+        int fd = tcp_dial(&c.machines[1]);
+        assert_int_equal(raw_hello(fd, env_secret()), 0);
+        raw_send_frame(fd, RAW_SEND, sizeof(junk), junk, sizeof(junk));
+        char b;
+        while (read(fd, &b, 1) > 0) /* until the server hangs up */
+            ;
+        close(fd);
+    }
+    int lines = logcap_count(log, "closing connection after malformed message");
+    int warned = logcap_count(log, " L1 engine: closing connection after malformed");
+    printf("%d malformed peers: %d lines, %d of them warnings\n", BAD_PEERS, lines, warned);
+    assert_int_equal(lines, BAD_PEERS); /* every one is still logged at debug */
+    assert_true(warned >= 1 && warned <= (int)RKV_RATELIM_BURST);
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1645,6 +1746,8 @@ int main(void)
         cmocka_unit_test_prestate(test_descriptor_exhaustion, &env),
         cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
         cmocka_unit_test_prestate(test_identity, &env),
+        cmocka_unit_test_prestate(test_push_sender_is_the_connection, &env),
+        cmocka_unit_test_prestate(test_warnings_rate_limited, &env),
     };
     /* RKV_TEST_FILTER=test_credit_hog (a glob) runs only what it names. */
     const char *filter = getenv("RKV_TEST_FILTER");
