@@ -39,9 +39,10 @@ enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2, ENG_TX_SLOT = 3 /* needs a
 enum eng_lslot_state { ENG_SLOT_FREE = 0, ENG_SLOT_GRANTED, ENG_SLOT_OWNED };
 
 struct rkv_tx {
-    struct rkv_tx *next; /* free list, backlog or wait list */
-    struct rkv_tx *all;  /* every tx the engine owns: freed at destroy even if
-                            its completion was dropped with a dead QP */
+    struct rkv_tx *next;     /* free list, backlog or wait list */
+    struct rkv_tx *all;      /* every tx the engine owns: freed at destroy even if
+                                its completion was dropped with a dead QP */
+    struct rkv_tx *all_prev; /* so that one leaves that list in O(1) */
     struct rkv_mr *mr;
     uint8_t *buf;
     size_t cap;
@@ -218,12 +219,12 @@ static struct rkv_tx *txq_pop(struct eng_txq *q)
 static void tx_destroy(struct rkv_engine *e, struct rkv_tx *tx)
 {
     free(tx->ext);
-    for (struct rkv_tx **pp = &e->all_tx; *pp; pp = &(*pp)->all) {
-        if (*pp == tx) {
-            *pp = tx->all;
-            break;
-        }
-    }
+    if (tx->all_prev)
+        tx->all_prev->all = tx->all;
+    else
+        e->all_tx = tx->all;
+    if (tx->all)
+        tx->all->all_prev = tx->all_prev;
     e->nic->ops->dereg_mr(e->nic, tx->mr);
     free(tx->buf);
     free(tx);
@@ -241,6 +242,8 @@ static int tx_new(struct rkv_engine *e, size_t cap, struct rkv_tx **tx_p)
         goto free_buf;
     tx->cap = cap;
     tx->all = e->all_tx;
+    if (e->all_tx)
+        e->all_tx->all_prev = tx;
     e->all_tx = tx;
     *tx_p = tx;
     return 0;

@@ -45,6 +45,7 @@ struct srv_conn {
     int gone;
     int kept;
     uint32_t acks_pending;
+    struct srv_conn *prev, *next; /* s->conns, under s->mu: freed at destroy */
 };
 
 /* A reply held back until a snapshot holding its request is durable. */
@@ -101,6 +102,7 @@ struct rkv_server {
     uint64_t n_durable_acks;
     /* Per-connection warnings (progress task), rate-limited. */
     struct rkv_ratelim lim_conn;
+    struct srv_conn *conns; /* mu: every connection's, until released */
     char err[256];
 };
 
@@ -128,14 +130,32 @@ __attribute__((format(printf, 2, 3))) static void srv_conn_warn(struct rkv_serve
 
 static void srv_on_peer(void *user, struct rkv_peer *peer, int up);
 
+/* After the engine is gone (no callback runs any more): what the
+ * connections still up held. */
+static void srv_free_conns(struct rkv_server *s)
+{
+    for (struct srv_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    s->conns = NULL;
+}
+
 /* See srv_conn. From the progress task or the durable task. */
 static void srv_conn_maybe_release(struct rkv_server *s, struct rkv_peer *peer)
 {
     s->port->ops->mutex_lock(s->mu);
     struct srv_conn *c = srv_conn_of(peer); /* under mu: two may try at once */
     int release = c && c->gone && !c->kept && !c->acks_pending;
-    if (release)
+    if (release) {
         rkv_peer_set_user(peer, NULL);
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            s->conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+    }
     s->port->ops->mutex_unlock(s->mu);
     if (!release)
         return;
@@ -979,6 +999,12 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
         }
         c->client_id = RKV_ID_NONE;
         rkv_peer_set_user(peer, c);
+        s->port->ops->mutex_lock(s->mu);
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        s->port->ops->mutex_unlock(s->mu);
         return;
     }
     struct srv_conn *c = srv_conn_of(peer);
@@ -1426,6 +1452,7 @@ close_mach:
     rkv_mach_close(&s->mach);
 destroy_engine:
     rkv_engine_destroy(s->eng);
+    srv_free_conns(s);
 destroy_cond:
     port->ops->cond_destroy(s->cv);
 destroy_mutex:
@@ -1491,6 +1518,7 @@ void rkv_server_destroy(struct rkv_server *s)
         return;
     srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_destroy(s->eng);
+    srv_free_conns(s);
     for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
         if (s->tensors[i]) {
             char name[96];
