@@ -792,7 +792,8 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
         return TCP_RX_OK;
     rx->auth_got = 0;
     uint8_t out[TCP_AUTH_BYTES];
-    if (rx->auth_phase == 0) {
+    int proven = rx->auth_phase == 1; /* this message is the proof (checked below) */
+    if (!proven) {
         if (get32(rx->auth) != TCP_HELLO_MAGIC || get32(rx->auth + 4) != TCP_HELLO_VERSION) {
             rx_refused(n, qp, "not an rkv connection hello (or another version)");
             return TCP_RX_DEAD;
@@ -811,7 +812,8 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
         auth_encode(out, TCP_ACK_MAGIC, ok ? 0 : 1, ok ? mac : NULL);
         if (!ok) {
             /* Told why, so that a misconfigured node says so at once. */
-            send(qp->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL);
+            ssize_t w = send(qp->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)w; /* it is being refused either way */
             rx_refused(n, qp, "wrong secret (its proof does not match)");
             return TCP_RX_DEAD;
         }
@@ -821,8 +823,8 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
         rkv_errf(why, why_len, 0, "cannot answer its hello: %s", strerror(errno));
         return TCP_RX_DEAD;
     }
-    if (rx->auth_phase == 1 && get32(out) == TCP_CHAL_MAGIC)
-        return TCP_RX_OK;
+    if (!proven)
+        return TCP_RX_OK; /* the challenge went; its answer comes next */
     rx->hello_done = 1;
     rx->last_msg_ns = tcp_now_ns(n);
     tcp_lock(n);
