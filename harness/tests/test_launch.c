@@ -173,6 +173,9 @@ static const struct {
     {CLI_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
     {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
     {CLI_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},
+    {CLI_SECRET_FILE, "--secret-file", "/tmp/some-secret", "RKV_SECRET_FILE"},
+    {CLI_HELLO_TIMEOUT_MS, "--hello-timeout-ms", "2500", "RKV_HELLO_TIMEOUT_MS"},
+    {CLI_IDLE_TIMEOUT_MS, "--idle-timeout-ms", "60000", "RKV_IDLE_TIMEOUT_MS"},
 };
 _Static_assert(sizeof(settings) / sizeof(settings[0]) == CLI_KEY_COUNT_, "a case per setting");
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "store/store_int.h"
@@ -78,6 +79,17 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
                        "1: a client call polls the NIC itself while it waits, and a node "
                        "spins for 20 ms after each completion before it sleeps (lowest "
                        "latency, a core per spinning thread); 0: threads sleep until woken"},
+    /* The secret itself only from a file or RKV_TOKEN: a flag's value is
+     * visible to every user of the host (ps). */
+    [CLI_SECRET_FILE] = {"secret-file", "RKV_SECRET_FILE", "", "",
+                         "file holding the cluster's shared secret (any text; one trailing "
+                         "newline ignored); else RKV_TOKEN's text; none: anyone who reaches a "
+                         "server's port can join"},
+    [CLI_HELLO_TIMEOUT_MS] = {"hello-timeout-ms", "RKV_HELLO_TIMEOUT_MS", "", "5000",
+                              "a connection that has not proved the secret by then is dropped"},
+    [CLI_IDLE_TIMEOUT_MS] = {"idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
+                             "a connection to a server that sends no message this long is "
+                             "dropped (clients redial with retry-ms); 0: never"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
@@ -322,8 +334,21 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
         cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len) ||
         cli_u32(s, CLI_RETRY_MS, &cfg->retry_ms, err, err_len) ||
         cli_get_u64(s, CLI_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
-        cli_u32(s, CLI_BUSY_POLL, &busy, err, err_len))
+        cli_u32(s, CLI_BUSY_POLL, &busy, err, err_len) ||
+        cli_u32(s, CLI_HELLO_TIMEOUT_MS, &cfg->hello_timeout_ms, err, err_len) ||
+        cli_u32(s, CLI_IDLE_TIMEOUT_MS, &cfg->idle_timeout_ms, err, err_len))
         goto free_machines;
+    const char *secret_file = s->val[CLI_SECRET_FILE];
+    if (*secret_file) {
+        /* The NIC reads it when it opens (so a long secret is not cut to
+         * rkv_config.secret's size); said here if it cannot. */
+        if (access(secret_file, R_OK) != 0) {
+            rkv_errf(err, err_len, -1, "secret-file: cannot read %s: %s", secret_file,
+                     strerror(errno));
+            goto free_machines;
+        }
+        setenv("RKV_SECRET_FILE", secret_file, 1);
+    }
     if (busy > 1) {
         rkv_errf(err, err_len, -1, "busy-poll: expected 0 or 1, got %u", busy);
         goto free_machines;

@@ -718,6 +718,9 @@ static const char *const demo_flags[CLI_KEY_COUNT_] = {
     [CLI_RETRY_MS] = "--retry-ms",
     [CLI_ZERO_COPY_BYTES] = "--zero-copy-bytes",
     [CLI_BUSY_POLL] = "--busy-poll",
+    [CLI_SECRET_FILE] = "--secret-file",
+    [CLI_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
+    [CLI_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
 };
 
 int cli_launch_args(const struct cli_settings *s, char **argv, int cap)

@@ -30,16 +30,21 @@
 #define ENG_TX_CACHE_BYTES (256u << 20)
 /* Pause between connection attempts to a peer that is not up yet. */
 #define ENG_CONNECT_RETRY_NS 50000000ull
-/* Messages that may wait for credits per peer before the peer is dropped. */
+/* Messages that may wait for credits per peer before the peer is dropped,
+ * unless the owner sets a limit (rkv_engine_cfg.max_backlog). */
 #define ENG_MAX_QUEUED 65536u
+/* Control-sized transmit buffers kept for reuse; beyond it they are freed,
+ * so that a burst (a peer that hoarded replies) gives its memory back. */
+#define ENG_TX_SMALL_CACHE 1024u
 
 enum eng_tx_kind { ENG_TX_SEND = 1, ENG_TX_WRITE = 2, ENG_TX_SLOT = 3 /* needs a slot first */ };
 enum eng_lslot_state { ENG_SLOT_FREE = 0, ENG_SLOT_GRANTED, ENG_SLOT_OWNED };
 
 struct rkv_tx {
-    struct rkv_tx *next; /* free list, backlog or wait list */
-    struct rkv_tx *all;  /* every tx the engine owns: freed at destroy even if
-                            its completion was dropped with a dead QP */
+    struct rkv_tx *next;     /* free list, backlog or wait list */
+    struct rkv_tx *all;      /* every tx the engine owns: freed at destroy even if
+                                its completion was dropped with a dead QP */
+    struct rkv_tx *all_prev; /* so that one leaves that list in O(1) */
     struct rkv_mr *mr;
     uint8_t *buf;
     size_t cap;
@@ -82,8 +87,10 @@ struct rkv_peer {
     struct rkv_qp *qp;     /* NULL once disconnected */
     void *user;
     int dead;
-    int touched; /* saw traffic in this poll batch (on eng->touched) */
-    int closed;  /* killed, and its QP closed by the NIC (drop_peer_wait) */
+    int touched;  /* saw traffic in this poll batch (on eng->touched) */
+    int closed;   /* killed, and its QP closed by the NIC (drop_peer_wait) */
+    int released; /* the owner holds no pointer to it: freed once closed */
+    int waited;   /* a drop_peer_wait holds it */
     struct rkv_peer *touched_next;
     uint32_t credits;     /* receives the peer has posted for us */
     uint32_t owed;        /* receives we reposted but have not announced */
@@ -137,9 +144,12 @@ struct rkv_engine {
     struct rkv_peer *zombies; /* half-built peers, freed at destroy */
     struct rkv_tx *all_tx;
     struct rkv_tx *free_small;
+    uint32_t n_free_small;
     struct rkv_tx *free_large;
     size_t free_large_bytes;
     struct rkv_engine_stats st;
+    uint32_t max_backlog;                       /* cfg.max_backlog, or ENG_MAX_QUEUED */
+    struct rkv_ratelim lim_backlog, lim_reject; /* per-connection warnings */
 };
 
 static void eng_lock(struct rkv_engine *e)
@@ -211,12 +221,12 @@ static struct rkv_tx *txq_pop(struct eng_txq *q)
 static void tx_destroy(struct rkv_engine *e, struct rkv_tx *tx)
 {
     free(tx->ext);
-    for (struct rkv_tx **pp = &e->all_tx; *pp; pp = &(*pp)->all) {
-        if (*pp == tx) {
-            *pp = tx->all;
-            break;
-        }
-    }
+    if (tx->all_prev)
+        tx->all_prev->all = tx->all;
+    else
+        e->all_tx = tx->all;
+    if (tx->all)
+        tx->all->all_prev = tx->all_prev;
     e->nic->ops->dereg_mr(e->nic, tx->mr);
     free(tx->buf);
     free(tx);
@@ -234,6 +244,8 @@ static int tx_new(struct rkv_engine *e, size_t cap, struct rkv_tx **tx_p)
         goto free_buf;
     tx->cap = cap;
     tx->all = e->all_tx;
+    if (e->all_tx)
+        e->all_tx->all_prev = tx;
     e->all_tx = tx;
     *tx_p = tx;
     return 0;
@@ -259,6 +271,7 @@ static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
         if (e->free_small) {
             *tx_p = e->free_small;
             e->free_small = (*tx_p)->next;
+            e->n_free_small--;
             return 0;
         }
         return tx_new(e, e->cfg.ctrl_buf_bytes, tx_p);
@@ -286,8 +299,13 @@ static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
     tx->n_ext = 0;
     tx->ext_bytes = 0;
     if (tx->cap == e->cfg.ctrl_buf_bytes) {
+        if (e->n_free_small >= ENG_TX_SMALL_CACHE) {
+            tx_destroy(e, tx);
+            return;
+        }
         tx->next = e->free_small;
         e->free_small = tx;
+        e->n_free_small++;
         return;
     }
     if (e->free_large_bytes + tx->cap > ENG_TX_CACHE_BYTES) {
@@ -398,10 +416,16 @@ static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         return -RKV_EPEERDEAD;
     }
     if (p->backlog.head || p->credits <= 1) {
-        if (p->backlog.n >= ENG_MAX_QUEUED) {
+        if (p->backlog.n >= e->max_backlog) {
             /* A peer that takes but never returns credits, or a caller that
              * outruns the network without bound: both are errors. */
-            RKV_LOGW(e->port, "engine: %u messages queued for a peer; dropping it", p->backlog.n);
+            uint64_t quiet = 0;
+            if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST,
+                               &quiet))
+                RKV_LOGW(e->port,
+                         "engine: %u messages wait for credits the peer does not return; "
+                         "dropping it (%llu such lines suppressed)",
+                         p->backlog.n, (unsigned long long)quiet);
             tx_put(e, tx);
             peer_kill(e, p, 1);
             return -RKV_ELIMIT;
@@ -850,7 +874,8 @@ static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_
     e->closing[e->n_closing++] = (struct eng_closing){.qp = qp, .peer = peer};
 }
 
-/* Builds a peer around a connected QP and posts its receives. Lock held. */
+/* Builds a peer around a connected QP and posts its receives; on failure
+ * the QP is closed (after the batch). Lock held. */
 static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **peer_p)
 {
     const struct rkv_engine_cfg *c = &e->cfg;
@@ -882,15 +907,19 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
     *peer_p = p;
     return 0;
 unset_qp:
-    rkv_qp_set_ctx(qp, NULL);
-    p->qp = NULL;
     /* Receives already posted: the NIC may write into rx_mem until the QP
-     * is closed, so the caller closes it first and the memory goes after. */
+     * is closed, so it is closed first and the peer goes after (a peer that
+     * connected and left at once lands here: it must not stay). */
     p->next = e->zombies;
     e->zombies = p;
+    p->dead = 1;
+    p->released = 1;
+    p->qp = NULL;
+    eng_defer_close(e, qp, p);
     return rc;
 free_peer:
     peer_free(e, p);
+    eng_defer_close(e, qp, NULL);
     return rc;
 }
 
@@ -902,9 +931,7 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
     if (rc < 0)
         return rc;
     eng_lock(e);
-    rc = peer_new(e, qp, peer_p);
-    if (rc < 0)
-        eng_defer_close(e, qp, NULL);
+    rc = peer_new(e, qp, peer_p); /* on failure, it closes qp */
     eng_unlock(e);
     return rc;
 }
@@ -929,6 +956,26 @@ int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
     return e->nic->ops->listen(e->nic, host, port);
 }
 
+/* Takes a closed peer the owner released off the list and frees it: what
+ * a peer holds must not outlive it, or every connection that came and went
+ * would cost its memory until the engine stops. Lock held. */
+static void peer_reclaim(struct rkv_engine *e, struct rkv_peer *p)
+{
+    assert(p->closed && p->released && !p->qp);
+    if (p->waited)
+        return; /* drop_peer_wait still looks at it; it reclaims it itself */
+    for (struct rkv_peer **list[2] = {&e->peers, &e->zombies}, ***l = list; l < list + 2; l++) {
+        for (struct rkv_peer **pp = *l; *pp; pp = &(*pp)->next) {
+            if (*pp == p) {
+                *pp = p->next;
+                break;
+            }
+        }
+    }
+    assert(!p->inflight.head && !p->backlog.head && !p->waiting.head);
+    peer_free(e, p);
+}
+
 /* Once qp_close returned, no completion will name the QP any more: what
  * was posted on it and not completed comes back to the pool here. */
 static void eng_close_deferred(struct rkv_engine *e)
@@ -945,8 +992,22 @@ static void eng_close_deferred(struct rkv_engine *e)
             e->st.tx_inflight--;
             tx_put(e, tx);
         }
+        if (p->released)
+            peer_reclaim(e, p);
     }
     e->n_closing = 0;
+}
+
+void rkv_engine_peer_release(struct rkv_engine *e, struct rkv_peer *p)
+{
+    eng_lock(e);
+    assert(!p->released);
+    p->released = 1;
+    peer_kill(e, p, 0); /* no-op for a dead peer */
+    /* Not closed yet: eng_close_deferred reclaims it when it closes it. */
+    if (p->closed)
+        peer_reclaim(e, p);
+    eng_unlock(e);
 }
 
 /* Lock held. The QP's context is cleared at once, so completions of this
@@ -989,6 +1050,7 @@ int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t
     int rc = 0;
     eng_lock(e);
     peer_kill(e, p, 0);
+    p->waited = 1;
     while (!p->closed && !e->stopping && e->task) {
         if (po->now_ns(e->port) >= deadline) {
             rc = -RKV_ETIMEDOUT;
@@ -998,6 +1060,9 @@ int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t
         po->sleep_ns(e->port, 1000000ull);
         eng_lock(e);
     }
+    p->waited = 0;
+    if (p->closed && p->released)
+        peer_reclaim(e, p);
     eng_unlock(e);
     return rc;
 }
@@ -1122,7 +1187,14 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
 static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why)
 {
     e->st.rejected++;
-    RKV_LOGW(e->port, "engine: closing connection after malformed message: %s", why);
+    uint64_t quiet = 0;
+    if (rkv_ratelim_ok(&e->lim_reject, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(e->port,
+                 "engine: closing connection after malformed message: %s (%llu such lines "
+                 "suppressed)",
+                 why, (unsigned long long)quiet);
+    else
+        RKV_LOGD(e->port, "engine: closing connection after malformed message: %s", why);
     peer_kill(e, p, 1);
 }
 
@@ -1173,8 +1245,7 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
          * such connections must not flood the log. */
         rkv_port_log(e->port, rc == -RKV_EPEERDEAD ? RKV_LOG_DEBUG : RKV_LOG_WARN,
                      "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
-        eng_defer_close(e, qp, NULL);
-        return;
+        return; /* peer_new closes qp */
     }
     if (e->on_peer) {
         eng_unlock(e);
@@ -1324,6 +1395,7 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->port = port;
     e->nic = nic;
     e->cfg = *cfg;
+    e->max_backlog = cfg->max_backlog ? cfg->max_backlog : ENG_MAX_QUEUED;
     e->on_msg = on_msg;
     e->on_peer = on_peer;
     e->user = user;

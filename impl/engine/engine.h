@@ -49,6 +49,11 @@ struct rkv_engine_cfg {
      * a thread waiting for a reply may run the progress itself
      * (rkv_engine_poll_inline). Costs a core per spinning thread. */
     int busy_poll;
+    /* Messages that may wait for credits per peer; a peer past it is
+     * dropped (it takes replies and never returns credits). 0: 65536. A
+     * server sets a few windows' worth: a client never has more requests
+     * in flight than it has credits. */
+    uint32_t max_backlog;
 };
 
 /* msg and anything it points to are valid only during the call. For a
@@ -170,6 +175,12 @@ void *rkv_peer_user(const struct rkv_peer *peer);
 int rkv_peer_dead(const struct rkv_peer *peer);
 /* Breaks the connection to a misbehaving or finished peer. */
 void rkv_engine_drop_peer(struct rkv_engine *eng, struct rkv_peer *peer);
+/* The owner keeps no pointer to peer any more: the engine breaks its
+ * connection (if up) and frees the peer once the NIC closed it. Without
+ * it a peer lives until rkv_engine_destroy; a server releases each client
+ * connection that went, so that connections coming and going cost nothing
+ * once gone. The peer must not be used after the call. */
+void rkv_engine_peer_release(struct rkv_engine *eng, struct rkv_peer *peer);
 
 /* Counters for tests and reports. */
 struct rkv_engine_stats {

@@ -193,6 +193,19 @@ struct rkv_config {
      * host with fewer cores than spinners it is slower. 0 (the default):
      * threads sleep until woken. */
     int busy_poll;
+    /* The cluster's shared secret, any text: a node proves it at connect
+     * (challenge-response; it never crosses the wire) and talks only to
+     * peers that proved it. Empty (the default): the text of the file
+     * RKV_SECRET_FILE names, else RKV_TOKEN's text, else none, and then
+     * anyone who reaches a server's port can join (servers say so at
+     * start). The same on every node. */
+    char secret[256];
+    /* A connection to a server that has not proved the secret within
+     * hello_timeout_ms (default 5000; 0: never, which lets silent
+     * connections hold descriptors) is dropped; so is one that sends no
+     * message for idle_timeout_ms (default 0: never). */
+    uint32_t hello_timeout_ms;
+    uint32_t idle_timeout_ms;
 };
 
 void rkv_config_defaults(struct rkv_config *cfg);

@@ -1,6 +1,13 @@
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "nic/nic.h"
+#include "port/port.h"
+#include "util/util.h"
 
 const struct rkv_nic_ops *rkv_nic_find(const char *name)
 {
@@ -14,4 +21,83 @@ const struct rkv_nic_ops *rkv_nic_find(const char *name)
 #endif
     (void)name;
     return NULL;
+}
+
+/* ---- peer authentication ---- */
+
+void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len)
+{
+    /* sodium_init is idempotent and thread-safe; it fails only when the
+     * OS has no random source, and then randombytes aborts loudly. */
+    if (sodium_init() < 0)
+        abort();
+    /* A fixed-size key of any text: a secret is text, never a number. */
+    crypto_generichash(nic->auth_key, sizeof(nic->auth_key), (const unsigned char *)text, len, NULL,
+                       0);
+    nic->has_secret = len > 0;
+}
+
+static int nic_read_secret_file(struct rkv_nic *nic, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        RKV_LOGE(nic->port, "nic: cannot read the secret file %s (RKV_SECRET_FILE): %s", path,
+                 strerror(errno));
+        return -RKV_ECONFIG;
+    }
+    char buf[RKV_NIC_SECRET_MAX + 1];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    if (n > RKV_NIC_SECRET_MAX) {
+        RKV_LOGE(nic->port, "nic: the secret file %s is longer than %u bytes", path,
+                 RKV_NIC_SECRET_MAX);
+        return -RKV_ECONFIG;
+    }
+    /* Files written by echo end in a newline that is not part of the secret. */
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    rkv_nic_set_secret(nic, buf, n);
+    sodium_memzero(buf, sizeof(buf));
+    return 0;
+}
+
+int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct rkv_port *port)
+{
+    *nic = (struct rkv_nic){.ops = ops, .port = port, .hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS};
+    const char *file = getenv("RKV_SECRET_FILE");
+    if (file && *file)
+        return nic_read_secret_file(nic, file);
+    const char *tok = getenv("RKV_TOKEN");
+    rkv_nic_set_secret(nic, tok ? tok : "", tok ? strlen(tok) : 0);
+    return 0;
+}
+
+void rkv_nic_auth_mac(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
+                      const uint8_t *b, size_t b_len, uint8_t mac[RKV_NIC_AUTH_MAC_BYTES])
+{
+    crypto_auth_hmacsha256_state st;
+    crypto_auth_hmacsha256_init(&st, nic->auth_key, sizeof(nic->auth_key));
+    /* The label keeps a MAC made for one purpose (the client's proof) from
+     * being replayed as another (the server's). */
+    crypto_auth_hmacsha256_update(&st, (const unsigned char *)label, strlen(label) + 1);
+    crypto_auth_hmacsha256_update(&st, a, a_len);
+    crypto_auth_hmacsha256_update(&st, b, b_len);
+    crypto_auth_hmacsha256_final(&st, mac);
+}
+
+int rkv_nic_auth_check(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
+                       const uint8_t *b, size_t b_len, const uint8_t mac[RKV_NIC_AUTH_MAC_BYTES])
+{
+    uint8_t want[RKV_NIC_AUTH_MAC_BYTES];
+    rkv_nic_auth_mac(nic, label, a, a_len, b, b_len, want);
+    return sodium_memcmp(want, mac, sizeof(want)) == 0;
+}
+
+void rkv_nic_auth_nonce(uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES])
+{
+    if (sodium_init() < 0)
+        abort();
+    randombytes_buf(nonce, RKV_NIC_AUTH_NONCE_BYTES);
 }

@@ -131,11 +131,50 @@ static inline void *rkv_qp_ctx(const struct rkv_qp *qp)
     return ((const struct rkv_qp_base *)(const void *)qp)->ctx;
 }
 
+/* Peer authentication (every backend): the cluster's shared secret, any
+ * text, is hashed into auth_key; at connect the accepting side sends a
+ * random nonce and the connecting side answers with an HMAC-SHA256 over it
+ * (and the connecting side's own nonce) keyed by auth_key, then the
+ * accepting side proves the same key back. The secret never crosses the
+ * wire. A NIC opened without a secret uses the hash of the empty text: it
+ * talks only to other NICs without one, and anyone who reaches its port can
+ * do the same. */
+#define RKV_NIC_AUTH_KEY_BYTES 32
+#define RKV_NIC_AUTH_NONCE_BYTES 32
+#define RKV_NIC_AUTH_MAC_BYTES 32
+#define RKV_NIC_SECRET_MAX 4096 /* bytes of secret text read from a file */
+
 /* Every backend's NIC struct starts with this. */
 struct rkv_nic {
     const struct rkv_nic_ops *ops;
     struct rkv_port *port;
+    uint8_t auth_key[RKV_NIC_AUTH_KEY_BYTES]; /* hash of the secret text */
+    int has_secret;                           /* a non-empty secret was given */
+    /* Connection limits (set before listen; rkv_config's, or the defaults):
+     * a passive-side connection that has not proved the secret within
+     * hello_timeout_ms is dropped; one that completes no message for
+     * idle_timeout_ms is dropped (0: never). */
+    uint32_t hello_timeout_ms;
+    uint32_t idle_timeout_ms;
 };
+
+#define RKV_NIC_HELLO_TIMEOUT_MS 5000u
+
+/* Backends call it in open: sets ops, port, the default limits and the
+ * secret, which comes from the file RKV_SECRET_FILE names (its text, one
+ * trailing newline dropped), else from RKV_TOKEN's text; none: no secret.
+ * An unreadable file is a configuration error. */
+int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct rkv_port *port);
+/* Replaces the secret (rkv_config.secret); before listen/connect. */
+void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len);
+/* MAC over label || a || b with the NIC's key. */
+void rkv_nic_auth_mac(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
+                      const uint8_t *b, size_t b_len, uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);
+/* 1 when mac is the MAC over (label, a, b); compares in constant time. */
+int rkv_nic_auth_check(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
+                       const uint8_t *b, size_t b_len, const uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);
+/* Unpredictable bytes (the OS's CSPRNG), for nonces. */
+void rkv_nic_auth_nonce(uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES]);
 
 extern const struct rkv_nic_ops rkv_nic_tcp_ops;
 extern const struct rkv_nic_ops rkv_nic_verbs_ops; /* built with RKV_WITH_VERBS */

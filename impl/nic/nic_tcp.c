@@ -39,6 +39,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -69,15 +70,28 @@
 
 enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 
-/* Connection hello, before any frame: the connecting side sends
- *   0 u32 magic "RVKH" | 4 u32 version | 8 u64 token     (RKV_TOKEN, default 0)
- * and the accepting side answers with the same layout, magic "RVKA", and
- * version 0 (welcome) or 1 (wrong token, then it closes). The QP is
- * announced (RKV_WC_CONNECTED) only after a good hello. */
+/* Connection hello, before any frame: a challenge-response on the shared
+ * secret (nic.h), four messages of one layout
+ *   0 u32 magic | 4 u32 version or status | 8 u8[32] nonce or MAC
+ *   connecting -> accepting  "RVKH" version 2, its nonce cn
+ *   accepting -> connecting  "RVKC" 0, a fresh nonce sn
+ *   connecting -> accepting  "RVKP" 0, MAC("rkv tcp client", sn, cn)
+ *   accepting -> connecting  "RVKA" 0 (welcome) or 1 (wrong MAC, then it
+ *                            closes), MAC("rkv tcp server", cn, sn)
+ * The accepting side's fresh nonce makes a recorded proof useless on
+ * another connection; its own MAC tells the connecting side that the server
+ * knows the secret too. The QP is announced (RKV_WC_CONNECTED) only after a
+ * good proof, and dropped when none came within the hello timeout. */
 #define TCP_HELLO_MAGIC 0x484b5652u /* "RVKH" */
+#define TCP_CHAL_MAGIC 0x434b5652u  /* "RVKC" */
+#define TCP_PROOF_MAGIC 0x504b5652u /* "RVKP" */
 #define TCP_ACK_MAGIC 0x414b5652u   /* "RVKA" */
-#define TCP_HELLO_BYTES 16
-#define TCP_HELLO_VERSION 1
+#define TCP_AUTH_BYTES (8 + RKV_NIC_AUTH_MAC_BYTES)
+#define TCP_HELLO_VERSION 2
+/* The rx owner looks for connections past their hello or idle timeout this
+ * often at most. */
+#define TCP_SWEEP_NS 100000000ull
+#define TCP_SWEEP_BATCH 64
 
 #define TCP_SEND_TIMEOUT_MS 30000u /* a peer that stops reading fails the sender */
 #define TCP_CQ_MAX (1u << 20)      /* completions waiting for poll() */
@@ -135,8 +149,13 @@ struct tcp_rx {
     size_t got;           /* payload bytes landed */
     struct tcp_recv recv; /* the receive this frame consumes (SEND, WRITE_IMM) */
     int hello_done;       /* the connection hello was checked (accepted side) */
-    uint8_t hello[TCP_HELLO_BYTES];
-    size_t hello_got;
+    int auth_phase;       /* 0: reading the HELLO, 1: the challenge went, reading the PROOF */
+    uint8_t auth[TCP_AUTH_BYTES];
+    size_t auth_got;
+    uint8_t cnonce[RKV_NIC_AUTH_NONCE_BYTES]; /* the peer's */
+    uint8_t snonce[RKV_NIC_AUTH_NONCE_BYTES]; /* ours, in the challenge */
+    uint64_t born_ns;                         /* accepted then (hello timeout) */
+    uint64_t last_msg_ns;                     /* a frame last completed then (idle timeout) */
 };
 
 struct tcp_nic;
@@ -155,6 +174,7 @@ struct tcp_qp {
     int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
     int reaped;            /* mu: off epoll and off the QP list */
     int announced;         /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
+    int passive;           /* accepted here: the hello and idle timeouts apply */
     uint32_t cq_refs;      /* mu: CQ entries naming this QP */
     struct tcp_qp *next;   /* mu: nic->qps */
     struct tcp_rx rx;
@@ -201,8 +221,14 @@ struct tcp_nic {
     uint32_t mr_cap, mr_hint;
     uint32_t rkey_secret;
     struct rkv_rng rng; /* mr_mu: rkey randomness */
-    uint64_t token;     /* connection token (RKV_TOKEN), checked in the hello */
-    uint64_t refused;   /* rx owner: connections refused for a wrong token */
+    /* Rx owner: log rate limits, and what they counted. */
+    uint64_t refused; /* connections refused in the hello */
+    struct rkv_ratelim lim_refused, lim_accept, lim_timeout, lim_drop;
+    uint64_t next_sweep_ns; /* rx owner: the next look for timed-out connections */
+    /* A descriptor held back for when accept() finds none left: given up
+     * for a moment to accept the newcomer and close it at once, so that the
+     * pending connection does not keep the listener readable forever. */
+    int reserve_fd;
 };
 
 static struct tcp_nic *tcp_nic_of(struct rkv_nic *nic)
@@ -488,10 +514,14 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     qp->recvs.len = 0; /* posted receives are not completed (verbs would flush them) */
     qp->rx.stalled = 0;
     tcp_unlock(n);
+    uint64_t quiet = 0;
     if (!report)
         RKV_LOGD(port, "nic tcp: %s: closed locally", qp->peer);
+    else if (why && rkv_ratelim_ok(&n->lim_drop, tcp_now_ns(n), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(port, "nic tcp: dropping the connection with %s: %s (%llu such lines suppressed)",
+                 qp->peer, why, (unsigned long long)quiet);
     else if (why)
-        RKV_LOGW(port, "nic tcp: dropping the connection with %s: %s", qp->peer, why);
+        RKV_LOGD(port, "nic tcp: dropping the connection with %s: %s", qp->peer, why);
     else
         RKV_LOGI(port, "nic tcp: %s disconnected", qp->peer);
     if (report)
@@ -685,6 +715,9 @@ static void rx_end_frame(struct tcp_nic *n, struct tcp_qp *qp)
     struct tcp_rx *rx = &qp->rx;
     assert(rx->in_payload && rx->got == rx->f.len);
     rx->in_payload = 0;
+    /* Whole frames only: a peer trickling one byte a second stays idle. */
+    if (n->base.idle_timeout_ms)
+        rx->last_msg_ns = tcp_now_ns(n);
     if (rx->f.kind == TCP_KIND_WRITE)
         return;
     struct rkv_wc wc = {.wr_id = rx->recv.wr_id, .status = RKV_WC_SUCCESS, .byte_len = rx->f.len};
@@ -723,42 +756,77 @@ static int rx_read_header(struct tcp_qp *qp, size_t *budget, char *why, size_t w
     return st;
 }
 
-static void hello_encode(uint8_t *b, uint32_t magic, uint32_t version, uint64_t token)
+static void auth_encode(uint8_t *b, uint32_t magic, uint32_t status, const uint8_t *body)
 {
     put32(b, magic);
-    put32(b + 4, version);
-    put64(b + 8, token);
+    put32(b + 4, status);
+    if (body)
+        memcpy(b + 8, body, RKV_NIC_AUTH_MAC_BYTES);
+    else
+        memset(b + 8, 0, RKV_NIC_AUTH_MAC_BYTES);
 }
 
-/* Accepting side: reads the peer's hello; a good one announces the QP. */
+/* A refused hello: one line, then the rest counted (rkv_ratelim). */
+static void rx_refused(struct tcp_nic *n, struct tcp_qp *qp, const char *what)
+{
+    uint64_t quiet = 0;
+    n->refused++;
+    if (!rkv_ratelim_ok(&n->lim_refused, tcp_now_ns(n), 1, &quiet))
+        return;
+    RKV_LOGW(n->base.port,
+             "nic tcp: refused %s: %s (%llu refused so far, %llu since the last line; peers "
+             "need the same secret: RKV_TOKEN, RKV_SECRET_FILE or rkv_config.secret)",
+             qp->peer, what, (unsigned long long)n->refused, (unsigned long long)quiet);
+}
+
+/* Accepting side: reads the peer's HELLO and answers with a challenge, then
+ * reads its PROOF; a good one announces the QP. */
 static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *why, size_t why_len)
 {
     struct tcp_rx *rx = &qp->rx;
-    ssize_t r = recv(qp->fd, rx->hello + rx->hello_got, TCP_HELLO_BYTES - rx->hello_got, 0);
+    ssize_t r = recv(qp->fd, rx->auth + rx->auth_got, TCP_AUTH_BYTES - rx->auth_got, 0);
     int st = rx_read_status(r, budget, why, why_len);
     if (st != TCP_RX_OK)
         return st;
-    if ((rx->hello_got += (size_t)r) < TCP_HELLO_BYTES)
+    if ((rx->auth_got += (size_t)r) < TCP_AUTH_BYTES)
         return TCP_RX_OK;
-    int good = get32(rx->hello) == TCP_HELLO_MAGIC && get32(rx->hello + 4) == TCP_HELLO_VERSION;
-    int token_ok = good && get64(rx->hello + 8) == n->token;
-    uint8_t ack[TCP_HELLO_BYTES];
-    hello_encode(ack, TCP_ACK_MAGIC, token_ok ? 0 : 1, 0);
-    if (good && send(qp->fd, ack, sizeof(ack), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(ack)) {
+    rx->auth_got = 0;
+    uint8_t out[TCP_AUTH_BYTES];
+    int proven = rx->auth_phase == 1; /* this message is the proof (checked below) */
+    if (!proven) {
+        if (get32(rx->auth) != TCP_HELLO_MAGIC || get32(rx->auth + 4) != TCP_HELLO_VERSION) {
+            rx_refused(n, qp, "not an rkv connection hello (or another version)");
+            return TCP_RX_DEAD;
+        }
+        memcpy(rx->cnonce, rx->auth + 8, sizeof(rx->cnonce));
+        rkv_nic_auth_nonce(rx->snonce);
+        auth_encode(out, TCP_CHAL_MAGIC, 0, rx->snonce);
+        rx->auth_phase = 1;
+    } else {
+        int ok = get32(rx->auth) == TCP_PROOF_MAGIC &&
+                 rkv_nic_auth_check(&n->base, "rkv tcp client", rx->snonce, sizeof(rx->snonce),
+                                    rx->cnonce, sizeof(rx->cnonce), rx->auth + 8);
+        uint8_t mac[RKV_NIC_AUTH_MAC_BYTES];
+        rkv_nic_auth_mac(&n->base, "rkv tcp server", rx->cnonce, sizeof(rx->cnonce), rx->snonce,
+                         sizeof(rx->snonce), mac);
+        auth_encode(out, TCP_ACK_MAGIC, ok ? 0 : 1, ok ? mac : NULL);
+        if (!ok) {
+            /* Told why, so that a misconfigured node says so at once. */
+            ssize_t w = send(qp->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)w; /* it is being refused either way */
+            rx_refused(n, qp, "wrong secret (its proof does not match)");
+            return TCP_RX_DEAD;
+        }
+    }
+    /* A fresh socket's send buffer always takes 40 bytes. */
+    if (send(qp->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(out)) {
         rkv_errf(why, why_len, 0, "cannot answer its hello: %s", strerror(errno));
         return TCP_RX_DEAD;
     }
-    if (!token_ok) {
-        /* Once, then every 1000th: a flood must not flood the log too. */
-        if (n->refused++ % 1000 == 0)
-            RKV_LOGW(n->base.port,
-                     "nic tcp: refused %s: %s (%llu refused so far; peers need the same "
-                     "RKV_TOKEN)",
-                     qp->peer, good ? "wrong connection token" : "not an rkv connection hello",
-                     (unsigned long long)n->refused);
-        return TCP_RX_DEAD;
-    }
+    if (!proven)
+        return TCP_RX_OK; /* the challenge went; its answer comes next */
     rx->hello_done = 1;
+    rx->last_msg_ns = tcp_now_ns(n);
     tcp_lock(n);
     qp->announced = 1;
     tcp_unlock(n);
@@ -908,6 +976,8 @@ static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_
     qp->fd = fd;
     qp->rx.hello_done = active;
     qp->announced = active;
+    qp->passive = !active;
+    qp->rx.born_ns = qp->rx.last_msg_ns = tcp_now_ns(n);
     tcp_addr_name(sa, sl, qp->peer, sizeof(qp->peer));
     ring_init(&qp->recvs, sizeof(struct tcp_recv), TCP_RECV_MAX);
     int one = 1;
@@ -991,17 +1061,11 @@ static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_
     return -RKV_EIO;
 }
 
-/* Connecting side: sends the hello and waits for the answer, on the bare
- * socket (the rx owner does not know it yet). */
-static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
-                     uint64_t deadline_ns)
+/* Connecting side: reads one hello message on the bare socket. */
+static int tcp_auth_read(struct tcp_nic *n, int fd, uint8_t *b, uint64_t deadline_ns)
 {
-    uint8_t b[TCP_HELLO_BYTES];
-    hello_encode(b, TCP_HELLO_MAGIC, TCP_HELLO_VERSION, n->token);
-    if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != sizeof(b))
-        return -RKV_EPEERDEAD;
     size_t got = 0;
-    while (got < sizeof(b)) {
+    while (got < TCP_AUTH_BYTES) {
         uint64_t now = tcp_now_ns(n);
         if (now >= deadline_ns)
             return -RKV_ETIMEDOUT;
@@ -1011,17 +1075,50 @@ static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
             return -RKV_EIO;
         if (r <= 0)
             continue;
-        ssize_t k = recv(fd, b + got, sizeof(b) - got, 0);
+        ssize_t k = recv(fd, b + got, TCP_AUTH_BYTES - got, 0);
         if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
             return -RKV_EPEERDEAD;
         got += k > 0 ? (size_t)k : 0;
     }
+    return 0;
+}
+
+/* Connecting side: the challenge-response of the hello (layout above), on
+ * the bare socket (the rx owner does not know it yet). */
+static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
+                     uint64_t deadline_ns)
+{
+    uint8_t cn[RKV_NIC_AUTH_NONCE_BYTES], sn[RKV_NIC_AUTH_NONCE_BYTES], b[TCP_AUTH_BYTES];
+    uint8_t mac[RKV_NIC_AUTH_MAC_BYTES];
+    rkv_nic_auth_nonce(cn);
+    auth_encode(b, TCP_HELLO_MAGIC, TCP_HELLO_VERSION, cn);
+    if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != sizeof(b))
+        return -RKV_EPEERDEAD;
+    int rc = tcp_auth_read(n, fd, b, deadline_ns);
+    if (rc < 0)
+        return rc;
+    if (get32(b) != TCP_CHAL_MAGIC || get32(b + 4) != 0)
+        return -RKV_EPROTO;
+    memcpy(sn, b + 8, sizeof(sn));
+    rkv_nic_auth_mac(&n->base, "rkv tcp client", sn, sizeof(sn), cn, sizeof(cn), mac);
+    auth_encode(b, TCP_PROOF_MAGIC, 0, mac);
+    if (send(fd, b, sizeof(b), MSG_NOSIGNAL) != sizeof(b))
+        return -RKV_EPEERDEAD;
+    if ((rc = tcp_auth_read(n, fd, b, deadline_ns)) < 0)
+        return rc;
     if (get32(b) != TCP_ACK_MAGIC)
         return -RKV_EPROTO;
     if (get32(b + 4) != 0) {
         RKV_LOGE(n->base.port,
-                 "nic tcp: %s:%u refused the connection: wrong connection token (set the same "
-                 "RKV_TOKEN on every node)",
+                 "nic tcp: %s:%u refused the connection: wrong secret (set the same RKV_TOKEN, "
+                 "RKV_SECRET_FILE or rkv_config.secret on every node)",
+                 host, port);
+        return -RKV_ECONFIG;
+    }
+    if (!rkv_nic_auth_check(&n->base, "rkv tcp server", cn, sizeof(cn), sn, sizeof(sn), b + 8)) {
+        RKV_LOGE(n->base.port,
+                 "nic tcp: %s:%u does not know our secret (its answer does not prove it): not "
+                 "a server of this cluster",
                  host, port);
         return -RKV_ECONFIG;
     }
@@ -1197,6 +1294,52 @@ void rkv_nic_tcp_rounds(struct rkv_nic *nic, uint64_t *task, uint64_t *inline_)
     tcp_unlock(n);
 }
 
+/* The oldest accepted connection that has not proved the secret yet, or
+ * NULL. Rx owner. */
+static struct tcp_qp *tcp_oldest_unproven(struct tcp_nic *n)
+{
+    struct tcp_qp *found = NULL;
+    tcp_lock(n);
+    for (struct tcp_qp *qp = n->qps; qp; qp = qp->next) /* newest first */
+        if (qp->passive && !qp->rx.hello_done && qp->fd >= 0 && !qp->closed)
+            found = qp;
+    tcp_unlock(n);
+    return found;
+}
+
+/* accept() found no descriptor left (errno e). Connections that have not
+ * authenticated go first: the oldest is dropped so that a real worker gets
+ * in now rather than after the silent ones' hello timeout; returns 1 (try
+ * again). With none, the reserve descriptor is given up for a moment to
+ * accept the newcomer and close it at once, or the pending connection would
+ * keep the listener readable and the rx owner spinning; returns 0. */
+static int tcp_accept_starved(struct tcp_nic *n, struct tcp_listener *l, int e)
+{
+    uint64_t quiet = 0;
+    struct tcp_qp *victim = tcp_oldest_unproven(n);
+    int log = rkv_ratelim_ok(&n->lim_accept, tcp_now_ns(n), 1, &quiet);
+    if (log)
+        RKV_LOGW(n->base.port,
+                 "nic tcp: out of descriptors on port %u (%s): %s (%llu such events since the "
+                 "last line)",
+                 l->port, strerror(e),
+                 victim ? "dropping the oldest connection that has not proved the secret"
+                        : "refusing the newcomer",
+                 (unsigned long long)quiet);
+    if (victim) {
+        qp_break(n, victim, NULL);
+        return 1;
+    }
+    if (n->reserve_fd < 0)
+        return 0;
+    close(n->reserve_fd);
+    int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0)
+        close(fd);
+    n->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return 0;
+}
+
 static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
 {
     for (int i = 0; i < TCP_ACCEPT_BATCH; i++) {
@@ -1207,11 +1350,14 @@ static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
             int e = errno;
             if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR || e == ECONNABORTED)
                 return;
-            RKV_LOGW(n->base.port, "nic tcp: accept on port %u failed: %s", l->port, strerror(e));
-            /* Out of descriptors, the pending connection keeps the listener
-             * readable: back off instead of spinning on it. */
-            if (e == EMFILE || e == ENFILE)
-                n->base.port->ops->sleep_ns(n->base.port, 10 * 1000000);
+            if ((e == EMFILE || e == ENFILE) && tcp_accept_starved(n, l, e))
+                continue; /* a descriptor came free: accept again */
+            uint64_t quiet = 0;
+            if (rkv_ratelim_ok(&n->lim_accept, tcp_now_ns(n), 1, &quiet))
+                RKV_LOGW(n->base.port,
+                         "nic tcp: accept on port %u failed: %s (%llu such failures since the "
+                         "last line)",
+                         l->port, strerror(e), (unsigned long long)quiet);
             return;
         }
         struct tcp_qp *qp;
@@ -1479,6 +1625,49 @@ static int tcp_cq_roomy(struct tcp_nic *n)
 
 /* One round of the rx owner: a batch of readiness events, waiting up to
  * timeout_ms (-1: until one comes). Returns 1 once the NIC is stopping. */
+/* Rx owner: breaks accepted connections that did not prove the secret
+ * within the hello timeout, or completed no frame within the idle timeout.
+ * Returns 1 when it broke any (they are reaped at the end of the round). */
+static int tcp_sweep(struct tcp_nic *n)
+{
+    const struct rkv_nic *b = &n->base;
+    uint64_t now = tcp_now_ns(n);
+    if (now < n->next_sweep_ns || (!b->hello_timeout_ms && !b->idle_timeout_ms))
+        return 0;
+    n->next_sweep_ns = now + TCP_SWEEP_NS;
+    uint64_t hello_ns = (uint64_t)b->hello_timeout_ms * 1000000,
+             idle_ns = (uint64_t)b->idle_timeout_ms * 1000000;
+    int broke = 0;
+    for (;;) {
+        struct tcp_qp *late[TCP_SWEEP_BATCH];
+        int n_late = 0;
+        tcp_lock(n);
+        for (struct tcp_qp *qp = n->qps; qp && n_late < TCP_SWEEP_BATCH; qp = qp->next) {
+            if (!qp->passive || qp->fd < 0 || qp->closed)
+                continue;
+            const struct tcp_rx *rx = &qp->rx;
+            if ((!rx->hello_done && hello_ns && now - rx->born_ns > hello_ns) ||
+                (rx->hello_done && idle_ns && now - rx->last_msg_ns > idle_ns))
+                late[n_late++] = qp;
+        }
+        tcp_unlock(n);
+        for (int i = 0; i < n_late; i++) {
+            struct tcp_qp *qp = late[i];
+            uint64_t quiet = 0;
+            if (rkv_ratelim_ok(&n->lim_timeout, now, RKV_RATELIM_BURST, &quiet))
+                RKV_LOGW(b->port,
+                         "nic tcp: dropping %s: %s within %u ms (%llu such lines suppressed)",
+                         qp->peer, qp->rx.hello_done ? "no message" : "no authenticated hello",
+                         qp->rx.hello_done ? b->idle_timeout_ms : b->hello_timeout_ms,
+                         (unsigned long long)quiet);
+            qp_break(n, qp, NULL);
+        }
+        broke |= n_late > 0;
+        if (n_late < TCP_SWEEP_BATCH)
+            return broke;
+    }
+}
+
 static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
 {
     struct epoll_event evs[TCP_EPOLL_BATCH];
@@ -1495,6 +1684,7 @@ static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
     /* Events left unhandled are reported again: epoll is level-triggered. */
     for (int i = 0; i < k && (!poller || tcp_cq_roomy(n)); i++)
         tcp_on_event(n, &evs[i], &woken);
+    woken |= tcp_sweep(n);
     if (!woken)
         return 0;
     tcp_lock(n);
@@ -1536,8 +1726,11 @@ static void tcp_progress(void *arg)
     tcp_lock(n);
     while (tcp_task_turn(n) == 0) {
         n->task_asked = 0;
+        /* A listening NIC wakes up now and then to drop accepted
+         * connections past their hello or idle timeout (tcp_sweep). */
+        int wait_ms = n->listeners ? (int)(TCP_SWEEP_NS / 1000000) : -1;
         tcp_unlock(n);
-        int stop = tcp_rx_round(n, -1);
+        int stop = tcp_rx_round(n, wait_ms);
         tcp_lock(n);
         n->rx_owner = TCP_RX_NOBODY;
         if (n->pollers) /* they wait for the CQ or for their turn to read */
@@ -1615,15 +1808,18 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
     struct tcp_nic *n = calloc(1, sizeof(*n));
     if (!n)
         return -RKV_ENOMEM;
-    n->base = (struct rkv_nic){.ops = &rkv_nic_tcp_ops, .port = port};
+    int rc = rkv_nic_base_init(&n->base, &rkv_nic_tcp_ops, port);
+    if (rc < 0) {
+        free(n);
+        return rc;
+    }
     n->wake_src.kind = TCP_SRC_WAKE;
     n->send_timeout_ms = TCP_SEND_TIMEOUT_MS;
     ring_init(&n->cq, sizeof(struct rkv_wc), TCP_CQ_MAX);
     rkv_rng_seed(&n->rng, rkv_rng_next(&port->rng), TCP_MAGIC);
     n->rkey_secret = (uint32_t)rkv_rng_next(&n->rng);
-    const char *tok = getenv("RKV_TOKEN"); /* the same knob as the verbs backend */
-    n->token = tok && *tok ? strtoull(tok, NULL, 0) : 0;
-    int rc = po->mutex_create(port, &n->mu);
+    n->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    rc = po->mutex_create(port, &n->mu);
     if (rc < 0)
         goto undo_alloc;
     rc = po->cond_create(port, &n->cq_nonempty);
@@ -1677,6 +1873,8 @@ undo_cq_nonempty:
 undo_mu:
     po->mutex_destroy(n->mu);
 undo_alloc:
+    if (n->reserve_fd >= 0)
+        close(n->reserve_fd);
     free(n);
     return rc;
 }
@@ -1729,6 +1927,8 @@ static void tcp_close(struct rkv_nic *nic)
     tcp_free_all(n);
     ring_free(&n->cq);
     close(n->wakefd);
+    if (n->reserve_fd >= 0)
+        close(n->reserve_fd);
     close(n->epfd);
     po->mutex_destroy(n->mr_mu);
     po->cond_destroy(n->rx_turn);

@@ -11,8 +11,9 @@
  * timer (its default, 655 ms, would stall the first SEND that beats the
  * target's first post_recv) and rnr_retry = 7 (infinite: RNR is
  * backpressure, as nic.h says). The private data of the handshake carries a
- * magic, a version, the port's active MTU and a token (RKV_TOKEN); a
- * mismatch refuses the connection with a message naming both sides' values.
+ * magic, a version, the port's active MTU and a proof of the shared secret
+ * (nic.h; below); a mismatch refuses the connection with a message naming
+ * both sides' values.
  *
  * Tasks.
  *  - The CM task owns the NIC's rdma_cm event channel and the device's
@@ -80,6 +81,7 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -90,17 +92,30 @@
 #include "port/port.h"
 #include "util/util.h"
 
-/* Handshake private data, little-endian, 24 bytes (REQ allows 56):
+#include <sodium.h>
+
+/* Handshake private data, little-endian, 56 bytes (all a REQ allows):
  *   0 u32 magic | 4 u16 version | 6 u16 kind | 8 u32 active MTU in bytes
- *  12 u32 reject reason | 16 u64 token */
+ *  12 u32 reject reason | 16 u8[16] nonce | 32 u64 wall-clock ms | 40 u8[16] MAC
+ * The rdma_cm handshake has no third message with data, so the accepting
+ * side cannot send a challenge first: the request carries a fresh nonce,
+ * the sender's clock and HMAC("rkv verbs client", nonce, clock) (its first
+ * 16 bytes); the accepting side refuses a clock more than VB_AUTH_SKEW_MS
+ * off its own and a nonce it saw within that window (a replayed request),
+ * and proves the secret back with HMAC("rkv verbs server", nonce, clock) in
+ * its accept. Clocks of a cluster's nodes must agree within that skew. */
 #define VB_MAGIC 0x53425652u /* "RVBS" read as bytes */
-#define VB_VERSION 1u
-#define VB_PDATA_BYTES 24
+#define VB_VERSION 2u
+#define VB_PDATA_BYTES 56
+#define VB_NONCE_BYTES 16
+#define VB_MAC_BYTES 16
+#define VB_AUTH_SKEW_MS 60000u
+#define VB_REPLAY_SLOTS 4096u /* nonces remembered (a ring): requests per skew window */
 enum vb_pdata_kind { VB_PD_REQUEST = 1, VB_PD_ACCEPT = 2, VB_PD_REJECT = 3 };
 enum vb_reject {
     VB_REJ_PROTO = 1,     /* no or foreign private data, or another version */
     VB_REJ_MTU = 2,       /* active MTUs differ */
-    VB_REJ_TOKEN = 3,     /* RKV_TOKEN differs */
+    VB_REJ_TOKEN = 3,     /* no proof of the shared secret (or a stale or replayed one) */
     VB_REJ_RESOURCES = 4, /* QP or CQ could not be set up */
     VB_REJ_DEVICE = 5,    /* the request came in on another device */
     VB_REJ_CLOSING = 6,   /* the NIC is closing */
@@ -218,8 +233,11 @@ struct vb_nic {
     /* settings, fixed at open */
     uint32_t sq_depth, rq_depth;
     int busy_poll;
-    uint64_t token;
     uint64_t refused; /* CM task: connection requests refused at the handshake check */
+    struct rkv_ratelim lim_refused; /* CM task */
+    /* CM task: nonces of requests accepted lately, to refuse a replay. */
+    uint8_t (*replay)[VB_NONCE_BYTES];
+    uint32_t replay_next;
     /* state */
     struct rkv_mutex *mu;
     int stopping;                        /* mu */
@@ -245,7 +263,9 @@ struct vb_cm_ev {
 struct vb_pdata {
     uint16_t version, kind;
     uint32_t mtu_bytes, reason;
-    uint64_t token;
+    uint8_t nonce[VB_NONCE_BYTES];
+    uint64_t clock_ms;
+    uint8_t mac[VB_MAC_BYTES];
 };
 
 static struct vb_nic *vb_nic_of(struct rkv_nic *nic)
@@ -362,8 +382,10 @@ static void vb_pdata_put(uint8_t *b, const struct vb_pdata *pd)
     vb_put16(b + 6, pd->kind);
     vb_put32(b + 8, pd->mtu_bytes);
     vb_put32(b + 12, pd->reason);
-    vb_put32(b + 16, (uint32_t)pd->token);
-    vb_put32(b + 20, (uint32_t)(pd->token >> 32));
+    memcpy(b + 16, pd->nonce, VB_NONCE_BYTES);
+    vb_put32(b + 32, (uint32_t)pd->clock_ms);
+    vb_put32(b + 36, (uint32_t)(pd->clock_ms >> 32));
+    memcpy(b + 40, pd->mac, VB_MAC_BYTES);
 }
 
 /* 0 when b holds our private data (of any version); -1 otherwise. */
@@ -375,8 +397,58 @@ static int vb_pdata_get(const uint8_t *b, size_t len, struct vb_pdata *pd)
                             .kind = (uint16_t)(b[6] | b[7] << 8),
                             .mtu_bytes = vb_get32(b + 8),
                             .reason = vb_get32(b + 12),
-                            .token = vb_get32(b + 16) | (uint64_t)vb_get32(b + 20) << 32};
+                            .clock_ms = vb_get32(b + 32) | (uint64_t)vb_get32(b + 36) << 32};
+    memcpy(pd->nonce, b + 16, VB_NONCE_BYTES);
+    memcpy(pd->mac, b + 40, VB_MAC_BYTES);
     return 0;
+}
+
+/* ---- proof of the shared secret (layout above) ---- */
+
+static uint64_t vb_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The (truncated) MAC of pd's nonce and clock under label. */
+static void vb_auth_mac(const struct vb_nic *n, const char *label, const struct vb_pdata *pd,
+                        uint8_t mac[VB_MAC_BYTES])
+{
+    uint8_t clock[8], full[RKV_NIC_AUTH_MAC_BYTES];
+    for (int i = 0; i < 8; i++)
+        clock[i] = (uint8_t)(pd->clock_ms >> (8 * i));
+    rkv_nic_auth_mac(&n->base, label, pd->nonce, VB_NONCE_BYTES, clock, sizeof(clock), full);
+    memcpy(mac, full, VB_MAC_BYTES);
+}
+
+static int vb_auth_ok(const struct vb_nic *n, const char *label, const struct vb_pdata *pd)
+{
+    uint8_t want[VB_MAC_BYTES];
+    vb_auth_mac(n, label, pd, want);
+    return sodium_memcmp(want, pd->mac, VB_MAC_BYTES) == 0;
+}
+
+/* CM task: why a request's proof is not good enough, or NULL (and then
+ * its nonce is remembered). */
+static const char *vb_auth_check(struct vb_nic *n, const struct vb_pdata *pd)
+{
+    if (!vb_auth_ok(n, "rkv verbs client", pd))
+        return "wrong secret (its proof does not match)";
+    uint64_t now = vb_wall_ms();
+    uint64_t skew = now > pd->clock_ms ? now - pd->clock_ms : pd->clock_ms - now;
+    if (skew > VB_AUTH_SKEW_MS)
+        return "its clock is more than 60 s off this node's (or the request is an old one "
+               "replayed)";
+    for (uint32_t i = 0; n->replay && i < VB_REPLAY_SLOTS; i++)
+        if (memcmp(n->replay[i], pd->nonce, VB_NONCE_BYTES) == 0)
+            return "a replayed request (its nonce was seen already)";
+    if (n->replay) {
+        memcpy(n->replay[n->replay_next], pd->nonce, VB_NONCE_BYTES);
+        n->replay_next = (n->replay_next + 1) % VB_REPLAY_SLOTS;
+    }
+    return NULL;
 }
 
 /* ---- the soft completion queue (mu held) ---- */
@@ -839,6 +911,7 @@ static uint32_t vb_check_request(struct vb_nic *n, const struct vb_cm_ev *e, con
     char why[192];
     int level = RKV_LOG_ERROR;
     uint32_t reason;
+    const char *bad_auth = NULL;
     if (vb_pdata_get(e->pdata, e->pdata_len, &pd) < 0 || pd.kind != VB_PD_REQUEST) {
         level = RKV_LOG_WARN;
         reason = VB_REJ_PROTO;
@@ -853,24 +926,29 @@ static uint32_t vb_check_request(struct vb_nic *n, const struct vb_cm_ev *e, con
                  "MTU mismatch: its port's active MTU is %u, this port's (%s) is %d; give both "
                  "netdevs the same MTU",
                  pd.mtu_bytes, n->dev_name, mtu_bytes);
-    } else if (pd.token != n->token) {
+    } else if ((bad_auth = vb_auth_check(n, &pd)) != NULL) {
+        level = RKV_LOG_WARN;
         reason = VB_REJ_TOKEN;
         snprintf(why, sizeof(why),
-                 "its connection token differs from this node's (set the same "
-                 "RKV_TOKEN on every node)");
+                 "%s; peers need the same secret: RKV_TOKEN, RKV_SECRET_FILE or "
+                 "rkv_config.secret",
+                 bad_auth);
     } else {
         return 0;
     }
-    /* Once, then every 1000th: a flood must not flood the log too (as tcp). */
-    if (n->refused++ % 1000 == 0)
-        rkv_port_log(n->base.port, level, "nic verbs: refusing %s: %s (%llu refused so far)", peer,
-                     why, (unsigned long long)n->refused);
+    /* Once per interval, with a count: a flood must not flood the log (as tcp). */
+    uint64_t quiet = 0;
+    n->refused++;
+    if (rkv_ratelim_ok(&n->lim_refused, n->base.port->ops->now_ns(n->base.port), 1, &quiet))
+        rkv_port_log(n->base.port, level,
+                     "nic verbs: refusing %s: %s (%llu refused so far, %llu since the last line)",
+                     peer, why, (unsigned long long)n->refused, (unsigned long long)quiet);
     return reason;
 }
 
 /* Sets up, and accepts, the QP of an acceptable request. */
 static int vb_accept(struct vb_nic *n, struct rdma_cm_id *id, const char *peer, int mtu_bytes,
-                     int link_layer)
+                     int link_layer, const struct vb_pdata *req)
 {
     struct vb_qp *qp;
     int rc = vb_qp_create(n, id, peer, &qp);
@@ -881,8 +959,10 @@ static int vb_accept(struct vb_nic *n, struct rdma_cm_id *id, const char *peer, 
     if (rc < 0)
         goto undo;
     uint8_t b[VB_PDATA_BYTES];
-    struct vb_pdata pd = {
-        .kind = VB_PD_ACCEPT, .mtu_bytes = (uint32_t)mtu_bytes, .token = n->token};
+    struct vb_pdata pd = {.kind = VB_PD_ACCEPT, .mtu_bytes = (uint32_t)mtu_bytes};
+    memcpy(pd.nonce, req->nonce, VB_NONCE_BYTES);
+    pd.clock_ms = req->clock_ms;
+    vb_auth_mac(n, "rkv verbs server", &pd, pd.mac); /* this side knows the secret too */
     vb_pdata_put(b, &pd);
     struct rdma_conn_param cp = {.private_data = b,
                                  .private_data_len = sizeof(b),
@@ -929,7 +1009,9 @@ static void vb_on_request(struct vb_nic *n, const struct vb_cm_ev *e)
         reason = VB_REJ_RESOURCES;
     } else {
         reason = vb_check_request(n, e, peer, mtu_bytes);
-        if (!reason && vb_accept(n, id, peer, mtu_bytes, link_layer) < 0)
+        struct vb_pdata req;
+        if (!reason && (vb_pdata_get(e->pdata, e->pdata_len, &req) < 0 ||
+                        vb_accept(n, id, peer, mtu_bytes, link_layer, &req) < 0))
             reason = VB_REJ_RESOURCES;
     }
     if (!reason)
@@ -1191,6 +1273,8 @@ struct vb_dial {
     struct rdma_cm_id *id;
     char peer[64];
     uint64_t deadline_ns;
+    uint8_t nonce[VB_NONCE_BYTES]; /* of our request, which the answer must prove */
+    uint64_t clock_ms;
 };
 
 /* Waits for the next event on the dial's channel; -RKV_ETIMEDOUT names step. */
@@ -1295,8 +1379,9 @@ static int vb_dial_rejected(struct vb_nic *n, const struct vb_dial *d, const str
         return -RKV_ECONFIG;
     case VB_REJ_TOKEN:
         RKV_LOGE(port,
-                 "nic verbs: %s refused the connection: the connection token differs "
-                 "(set the same RKV_TOKEN on every node)",
+                 "nic verbs: %s refused the connection: wrong secret, or clocks more than 60 s "
+                 "apart (set the same RKV_TOKEN, RKV_SECRET_FILE or rkv_config.secret on every "
+                 "node); see its log",
                  d->peer);
         return -RKV_ECONFIG;
     case VB_REJ_PROTO:
@@ -1331,8 +1416,12 @@ static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const
                  d->peer, n->dev_name, mtu_bytes, pd.mtu_bytes);
         return -RKV_ECONFIG;
     }
-    if (pd.token != n->token) {
-        RKV_LOGE(n->base.port, "nic verbs: %s answered with another connection token (RKV_TOKEN)",
+    memcpy(pd.nonce, d->nonce, VB_NONCE_BYTES); /* the proof is of our request's */
+    pd.clock_ms = d->clock_ms;
+    if (!vb_auth_ok(n, "rkv verbs server", &pd)) {
+        RKV_LOGE(n->base.port,
+                 "nic verbs: %s does not know our secret (its answer does not prove it): not a "
+                 "server of this cluster",
                  d->peer);
         return -RKV_ECONFIG;
     }
@@ -1370,7 +1459,13 @@ static int vb_dial_handshake(struct vb_nic *n, struct vb_dial *d, struct vb_qp *
         return rc;
     uint8_t b[VB_PDATA_BYTES];
     struct vb_pdata pd = {
-        .kind = VB_PD_REQUEST, .mtu_bytes = (uint32_t)mtu_bytes, .token = n->token};
+        .kind = VB_PD_REQUEST, .mtu_bytes = (uint32_t)mtu_bytes, .clock_ms = vb_wall_ms()};
+    uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES];
+    rkv_nic_auth_nonce(nonce);
+    memcpy(pd.nonce, nonce, VB_NONCE_BYTES);
+    vb_auth_mac(n, "rkv verbs client", &pd, pd.mac);
+    memcpy(d->nonce, pd.nonce, VB_NONCE_BYTES);
+    d->clock_ms = pd.clock_ms;
     vb_pdata_put(b, &pd);
     struct rdma_conn_param cp = {.private_data = b,
                                  .private_data_len = sizeof(b),
@@ -1952,7 +2047,6 @@ static void vb_qp_close(struct rkv_qp *qpv)
 static const char *const vb_env_sq[] = {"RKV_VERBS_SQ_DEPTH", "BYTEPS_RDMA_SEND_DEPTH", NULL};
 static const char *const vb_env_rq[] = {"RKV_VERBS_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", NULL};
 static const char *const vb_env_poll[] = {"RKV_VERBS_POLL", NULL};
-static const char *const vb_env_token[] = {"RKV_TOKEN", NULL};
 
 /* The first of names set in the environment, as a number in [lo, hi]. */
 static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t def, uint64_t lo,
@@ -1981,16 +2075,14 @@ static int vb_settings(struct vb_nic *n, const struct ibv_device_attr *da)
 {
     struct rkv_port *port = n->base.port;
     uint64_t max_wr = da->max_qp_wr > 0 ? (uint64_t)da->max_qp_wr : 1;
-    uint64_t sq, rq, poll_mode, token;
+    uint64_t sq, rq, poll_mode;
     if (vb_env_u64(port, vb_env_sq, VB_SQ_DEPTH_DEFAULT, 2, max_wr, &sq) < 0 ||
         vb_env_u64(port, vb_env_rq, VB_RQ_DEPTH_DEFAULT, 1, max_wr, &rq) < 0 ||
-        vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0 ||
-        vb_env_u64(port, vb_env_token, 0, 0, UINT64_MAX, &token) < 0)
+        vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0)
         return -RKV_ECONFIG;
     n->sq_depth = (uint32_t)sq;
     n->rq_depth = (uint32_t)rq;
     n->busy_poll = (int)poll_mode;
-    n->token = token;
     n->max_cqe = da->max_cqe;
     n->max_mr = da->max_mr;
     n->max_mr_size = da->max_mr_size;
@@ -2174,6 +2266,7 @@ static void vb_release(struct vb_nic *n)
     if (n->mu)
         po->mutex_destroy(n->mu);
     free(n->soft.buf);
+    free(n->replay);
     free(n);
 }
 
@@ -2183,13 +2276,19 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     struct vb_nic *n = calloc(1, sizeof(*n));
     if (!n)
         return -RKV_ENOMEM;
-    n->base = (struct rkv_nic){.ops = &rkv_nic_verbs_ops, .port = port};
+    int rc = rkv_nic_base_init(&n->base, &rkv_nic_verbs_ops, port);
+    n->replay = calloc(VB_REPLAY_SLOTS, sizeof(*n->replay));
+    if (rc < 0 || !n->replay) {
+        free(n->replay);
+        free(n);
+        return rc < 0 ? rc : -RKV_ENOMEM;
+    }
     n->poll_wake_fd = n->cm_wake_fd = -1;
     if (!dev || !*dev)
         dev = getenv("RKV_VERBS_DEV");
     if (dev && !*dev)
         dev = NULL;
-    int rc = port->ops->mutex_create(port, &n->mu);
+    rc = port->ops->mutex_create(port, &n->mu);
     if (rc == 0)
         rc = port->ops->mutex_create(port, &n->mr_mu);
     if (rc == 0)

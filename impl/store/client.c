@@ -71,6 +71,9 @@ struct cli_server {
 
 struct rkv_client {
     struct rkv_config cfg;
+    /* Drawn at the first HELLO and sent in every one: server 0 lets a
+     * client re-join under its id only with the nonce it first joined with. */
+    uint64_t hello_nonce;
     struct rkv_machine *machines;
     struct rkv_port *port;
     struct rkv_nic *nic;
@@ -550,9 +553,10 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     if (rc < 0)
         return rc;
     struct rkv_hdr h = {.type = RKV_MSG_HELLO};
-    struct rkv_msg body = {.u.hello = {.machine_id = c->cfg.machine_id,
-                                       .want_id = want,
-                                       .nonce = rkv_rng_next(&c->port->rng)}};
+    while (!c->hello_nonce)
+        c->hello_nonce = rkv_rng_next(&c->port->rng);
+    struct rkv_msg body = {
+        .u.hello = {.machine_id = c->cfg.machine_id, .want_id = want, .nonce = c->hello_nonce}};
     struct cli_req *r;
     if ((rc = cli_send_simple(c, srv, &h, &body, &r, "hello")) < 0)
         return rc;

@@ -3,6 +3,7 @@
  * the stop flag and, in durable mode, the acknowledgements waiting for a
  * snapshot are shared (with rkv_server_run() and the durable task). */
 #include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +30,28 @@ struct srv_hello {
 struct srv_waiter {
     struct rkv_peer *peer;
     uint64_t req_id;
+    uint32_t client; /* barrier: the waiting client's id */
+};
+
+/* What a server knows of one connection it accepted (the peer's user
+ * pointer; NULL on the connection a server opened to server 0). Identity is
+ * bound to the connection: one HELLO, one client id, and what a message
+ * claims about its sender is never believed over it. */
+struct srv_conn {
+    int hello;          /* a HELLO was accepted on it (another one is a protocol error) */
+    uint32_t client_id; /* server 0: the id it gave; others: the one claimed; else RKV_ID_NONE */
+    /* Under s->mu. The peer is released (the engine frees it) by whoever
+     * sees the last of these go: the connection is gone, no table entry
+     * names it (kept), no durable acknowledgement is still to be sent to it. */
+    int gone;
+    int kept;
+    uint32_t acks_pending;
+    struct srv_conn *prev, *next; /* s->conns, under s->mu: freed at destroy */
 };
 
 /* A reply held back until a snapshot holding its request is durable. */
 struct srv_ack {
-    struct rkv_peer *peer; /* peers live as long as the engine, dead or not */
+    struct rkv_peer *peer; /* kept until this is sent (srv_conn.acks_pending) */
     struct rkv_hdr h;
 };
 
@@ -90,8 +108,88 @@ struct rkv_server {
     uint32_t n_acks, cap_acks;
     int dur_stop;
     uint64_t n_durable_acks;
+    /* Per-connection warnings (progress task), rate-limited. */
+    struct rkv_ratelim lim_conn;
+    struct srv_conn *conns; /* mu: every connection's, until released */
     char err[256];
 };
+
+static struct srv_conn *srv_conn_of(const struct rkv_peer *peer)
+{
+    return rkv_peer_user(peer);
+}
+
+/* A per-connection warning: at most RKV_RATELIM_BURST per 10 s, then the
+ * count of those suppressed, so that a hostile peer cannot flood the log. */
+__attribute__((format(printf, 2, 3))) static void srv_conn_warn(struct rkv_server *s,
+                                                                const char *fmt, ...)
+{
+    char line[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    uint64_t quiet = 0;
+    if (rkv_ratelim_ok(&s->lim_conn, s->port->ops->now_ns(s->port), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(s->port, "%s (%llu such lines suppressed)", line, (unsigned long long)quiet);
+    else
+        RKV_LOGD(s->port, "%s", line);
+}
+
+static void srv_on_peer(void *user, struct rkv_peer *peer, int up);
+
+/* After the engine is gone (no callback runs any more): what the
+ * connections still up held. */
+static void srv_free_conns(struct rkv_server *s)
+{
+    for (struct srv_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    s->conns = NULL;
+}
+
+/* See srv_conn. From the progress task or the durable task. */
+static void srv_conn_maybe_release(struct rkv_server *s, struct rkv_peer *peer)
+{
+    s->port->ops->mutex_lock(s->mu);
+    struct srv_conn *c = srv_conn_of(peer); /* under mu: two may try at once */
+    int release = c && c->gone && !c->kept && !c->acks_pending;
+    if (release) {
+        rkv_peer_set_user(peer, NULL);
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            s->conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+    }
+    s->port->ops->mutex_unlock(s->mu);
+    if (!release)
+        return;
+    free(c);
+    rkv_engine_peer_release(s->eng, peer);
+}
+
+/* A table entry stopped naming a connection (progress task). */
+static void srv_conn_unkeep(struct rkv_server *s, struct rkv_peer *peer)
+{
+    struct srv_conn *c = srv_conn_of(peer);
+    if (!c)
+        return;
+    s->port->ops->mutex_lock(s->mu);
+    c->kept = 0;
+    s->port->ops->mutex_unlock(s->mu);
+    srv_conn_maybe_release(s, peer);
+}
+
+/* Drops a connection that broke the protocol: the same bookkeeping as when
+ * it goes by itself (the engine does not call on_peer for a drop). */
+static void srv_drop(struct rkv_server *s, struct rkv_peer *peer)
+{
+    rkv_engine_drop_peer(s->eng, peer);
+    srv_on_peer(s, peer, 0);
+}
 
 static void srv_reply(struct rkv_server *s, struct rkv_peer *peer, struct rkv_hdr *h,
                       const char *text)
@@ -140,22 +238,69 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
     rkv_engine_reply(s->eng, peer, tx, len);
 }
 
+/* Server 0: a client re-joins under the id it holds only when that id's
+ * connection is gone and it proves to be the same client (the nonce it first
+ * joined with). Returns NULL, or why not. */
+static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
+{
+    uint32_t id = m->u.hello.want_id;
+    if (s->n_hellos < s->cfg.n_workers)
+        return "client ids are not handed out yet";
+    struct srv_hello *h = &s->hellos[id]; /* sorted: entry i holds id i */
+    if (!rkv_peer_dead(h->peer))
+        return "that client id is held by a live connection";
+    if (h->nonce != m->u.hello.nonce)
+        return "that client id belongs to another client (its join nonce differs)";
+    struct rkv_peer *old = h->peer;
+    h->peer = peer;
+    h->req_id = m->h.req_id;
+    if (s->client_gone == id + 1)
+        s->client_gone = 0; /* it is back: barriers can complete again */
+    srv_conn_of(peer)->client_id = id;
+    srv_conn_unkeep(s, old); /* the old connection was kept for its id only */
+    RKV_LOGI(s->port, "client %u re-joined", id);
+    return NULL;
+}
+
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
+    struct srv_conn *c = srv_conn_of(peer);
+    if (!c)
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, "HELLO on a connection this server opened");
+    if (c->hello) {
+        srv_conn_warn(s,
+                      "server %u: a second HELLO on one connection (client id %d): protocol "
+                      "error, dropping it",
+                      s->server_id, c->client_id == RKV_ID_NONE ? -1 : (int)c->client_id);
+        return srv_drop(s, peer);
+    }
     if (m->u.hello.cluster != rkv_cfg_fingerprint(&s->cfg))
         return srv_status(s, peer, m, 0, -RKV_ECONFIG,
                           "this server belongs to another cluster (machines, ports, workers, "
                           "shm prefix or durable mode differ)");
-    rkv_peer_set_user(peer, s); /* a client now: it may take part in barriers */
     if (m->u.hello.want_id != RKV_ID_NONE) {
         if (m->u.hello.want_id >= s->cfg.n_workers)
             return srv_status(s, peer, m, 0, -RKV_EINVAL, "client id out of range");
+        if (s->server_id == 0) {
+            const char *bad = srv_rejoin(s, peer, m);
+            if (bad) {
+                srv_conn_warn(s, "server 0: refused a HELLO for client id %u: %s",
+                              m->u.hello.want_id, bad);
+                return srv_status(s, peer, m, 0, -RKV_EINVAL, bad);
+            }
+        } else {
+            /* Server 0 gave it; this server cannot tell (see the README's
+             * threat model), but the claim is bound to this connection. */
+            c->client_id = m->u.hello.want_id;
+        }
+        c->hello = 1;
         return srv_hello_reply(s, peer, m->h.req_id, m->u.hello.want_id);
     }
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "only server 0 assigns client ids");
     if (s->n_hellos >= s->cfg.n_workers)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more clients than n_workers joined");
+    c->hello = 1;
     s->hellos[s->n_hellos++] = (struct srv_hello){.peer = peer,
                                                   .machine = m->u.hello.machine_id,
                                                   .nonce = m->u.hello.nonce,
@@ -164,8 +309,10 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         return;
     /* Ids ordered by (machine, nonce) so that co-located clients are adjacent. */
     qsort(s->hellos, s->n_hellos, sizeof(*s->hellos), srv_hello_cmp);
-    for (uint32_t i = 0; i < s->n_hellos; i++)
+    for (uint32_t i = 0; i < s->n_hellos; i++) {
+        srv_conn_of(s->hellos[i].peer)->client_id = i;
         srv_hello_reply(s, s->hellos[i].peer, s->hellos[i].req_id, i);
+    }
     RKV_LOGI(s->port, "all %u clients joined; ids assigned", s->n_hellos);
 }
 
@@ -343,6 +490,9 @@ static int srv_defer(struct rkv_server *s, struct rkv_peer *peer, const struct r
     }
     s->acks[s->n_acks++] = (struct srv_ack){
         .peer = peer, .h = {.type = (uint8_t)type, .req_id = m->h.req_id, .tensor_id = tensor_id}};
+    struct srv_conn *c = srv_conn_of(peer);
+    if (c)
+        c->acks_pending++;
     s->port->ops->cond_broadcast(s->cv);
 unlock:
     s->port->ops->mutex_unlock(s->mu);
@@ -443,13 +593,15 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
  * gets the ack, not a second application; the whole step is inside the
  * machine's apply lock, so a snapshot holds a push and its sequence, or
  * neither. */
-static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m)
+static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m,
+                          uint32_t client)
 {
-    uint32_t client = m->h.sender - RKV_CLIENT_NODE_BASE; /* wraps for non-clients */
     /* Durable mode only: without it nothing is promised across a crash, and
      * an entry locked by a server killed mid-apply would stall the
-     * machine's other servers until a restart frees it. */
-    int tracked = s->durable && m->h.sender >= RKV_CLIENT_NODE_BASE && client < s->cfg.n_workers;
+     * machine's other servers until a restart frees it. The client is the
+     * connection's, never the message's sender field: a peer must not
+     * mark another client's next push as applied. */
+    int tracked = s->durable && client < s->cfg.n_workers;
     assert(s->mach.hdr); /* every tensor came with an INIT that mapped it */
     if (s->durable)
         rkv_mach_apply_begin(&s->mach);
@@ -484,8 +636,9 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (t)
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.push.ids, m->h.count, s->err,
                                   sizeof(s->err));
+    const struct srv_conn *c = srv_conn_of(peer);
     if (rc == 0)
-        rc = srv_apply_once(s, t, m);
+        rc = srv_apply_once(s, t, m, c ? c->client_id : RKV_ID_NONE);
     if (rc == 0 && s->durable && (rc = srv_defer(s, peer, m, RKV_MSG_PUSH_ACK, t->meta.id)) == 0)
         return;
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
@@ -671,8 +824,12 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
 {
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "barriers go to server 0");
-    if (!rkv_peer_user(peer))
-        return srv_status(s, peer, m, 0, -RKV_EINVAL, "barrier before hello");
+    /* Membership by distinct client: only a connection holding an id this
+     * server gave counts, so extra connections cannot complete a barrier. */
+    const struct srv_conn *c = srv_conn_of(peer);
+    if (!c || c->client_id == RKV_ID_NONE)
+        return srv_status(s, peer, m, 0, -RKV_EINVAL,
+                          "barrier before hello: this connection holds no client id");
     if (s->client_gone) {
         char why[128];
         snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", s->client_gone - 1,
@@ -681,12 +838,15 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
     }
     /* A client that retries after a timeout is still one client. */
     for (uint32_t i = 0; i < s->n_barrier; i++) {
-        if (s->barrier[i].peer == peer) {
+        if (s->barrier[i].client == c->client_id) {
+            s->barrier[i].peer = peer;
             s->barrier[i].req_id = m->h.req_id;
             return;
         }
     }
-    s->barrier[s->n_barrier++] = (struct srv_waiter){.peer = peer, .req_id = m->h.req_id};
+    assert(s->n_barrier < s->cfg.n_workers);
+    s->barrier[s->n_barrier++] =
+        (struct srv_waiter){.peer = peer, .req_id = m->h.req_id, .client = c->client_id};
     if (s->n_barrier < s->cfg.n_workers)
         return;
     for (uint32_t i = 0; i < s->n_barrier; i++) {
@@ -698,6 +858,15 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
 
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
+    const struct srv_conn *c = srv_conn_of(peer);
+    if (!c || c->client_id == RKV_ID_NONE) {
+        srv_conn_warn(s, "server %u: refused a SHUTDOWN from a connection that is no joined client",
+                      s->server_id);
+        return srv_status(s, peer, m, 0, -RKV_EINVAL,
+                          "SHUTDOWN only from a joined client (HELLO first)");
+    }
+    /* At the default level: who stopped a server is worth knowing. */
+    RKV_LOGW(s->port, "server %u: stopping: SHUTDOWN from client %u", s->server_id, c->client_id);
     /* Before the ack: once the asking client hears it, no co-located
      * client may go on writing rows nobody serves any more. */
     for (uint32_t i = 1; i <= s->n_tensors; i++)
@@ -735,6 +904,7 @@ static void srv_on_table(struct rkv_server *s, struct rkv_peer *peer, const stru
     if (s->n_table_wait == s->cfg.n_workers)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more TABLE requests than workers");
     s->table_wait[s->n_table_wait++] = (struct srv_waiter){.peer = peer, .req_id = m->h.req_id};
+    /* Kept until answered, or until it goes (srv_on_peer). */
 }
 
 /* Servers of one machine share its shard, so they must be on one host. */
@@ -770,6 +940,8 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
                                     : "replacing a registration whose connection is still open");
     s->table[a->server_id] = *a;
     s->table_peer[a->server_id] = peer;
+    if (old && old != peer)
+        srv_conn_unkeep(s, old); /* it was kept for its entry only */
     RKV_LOGI(s->port, "server %u is at %s:%u (%u of %u known)", a->server_id, a->host, a->port,
              s->n_registered, s->n_servers);
     srv_status(s, peer, m, RKV_MSG_REGISTER_ACK, 0, NULL);
@@ -912,20 +1084,19 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
                           m->u.error.text);
     default:
         /* Replies and errors are never addressed to a server. */
-        RKV_LOGW(s->port, "unexpected %s from a peer; closing it", rkv_msg_type_name(m->h.type));
-        rkv_engine_drop_peer(s->eng, peer);
+        srv_conn_warn(s, "unexpected %s from a peer; closing it", rkv_msg_type_name(m->h.type));
+        if (srv_conn_of(peer))
+            srv_drop(s, peer);
+        else
+            rkv_engine_drop_peer(s->eng, peer);
     }
 }
 
 /* Server 0: the id of a client that has its id, or RKV_ID_NONE. */
 static uint32_t srv_client_id(const struct rkv_server *s, const struct rkv_peer *peer)
 {
-    if (s->server_id != 0 || s->n_hellos < s->cfg.n_workers)
-        return RKV_ID_NONE;
-    for (uint32_t i = 0; i < s->n_hellos; i++)
-        if (s->hellos[i].peer == peer)
-            return i;
-    return RKV_ID_NONE;
+    const struct srv_conn *c = srv_conn_of(peer);
+    return s->server_id == 0 && c ? c->client_id : RKV_ID_NONE;
 }
 
 /* Every client inside the barrier gets the error now. */
@@ -941,15 +1112,52 @@ static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
     s->n_barrier = 0;
 }
 
+/* Whether server state still points at peer after it went: the id table
+ * and the address table keep their entry (a re-join replaces it). */
+static int srv_peer_kept(const struct rkv_server *s, const struct rkv_peer *peer)
+{
+    for (uint32_t i = 0; i < s->n_hellos; i++)
+        if (s->hellos[i].peer == peer)
+            return 1;
+    for (uint32_t i = 0; s->table_peer && i < s->n_servers; i++)
+        if (s->table_peer[i] == peer)
+            return 1;
+    return 0;
+}
+
 static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
 {
     struct rkv_server *s = user;
-    if (up)
+    if (up) {
+        struct srv_conn *c = calloc(1, sizeof(*c));
+        if (!c) {
+            srv_conn_warn(s, "server %u: out of memory for a new connection; dropping it",
+                          s->server_id);
+            return rkv_engine_peer_release(s->eng, peer);
+        }
+        c->client_id = RKV_ID_NONE;
+        rkv_peer_set_user(peer, c);
+        s->port->ops->mutex_lock(s->mu);
+        c->next = s->conns;
+        if (s->conns)
+            s->conns->prev = c;
+        s->conns = c;
+        s->port->ops->mutex_unlock(s->mu);
         return;
+    }
+    struct srv_conn *c = srv_conn_of(peer);
+    if (c && c->gone)
+        return; /* kept after it went (srv_conn) and dropped once more */
     /* A dead client cannot take part in a barrier any more. */
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         if (s->barrier[i].peer == peer) {
             s->barrier[i] = s->barrier[--s->n_barrier];
+            break;
+        }
+    }
+    for (uint32_t i = 0; i < s->n_table_wait; i++) {
+        if (s->table_wait[i].peer == peer) {
+            s->table_wait[i] = s->table_wait[--s->n_table_wait];
             break;
         }
     }
@@ -973,6 +1181,16 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
             RKV_LOGI(s->port, "server %u (%s:%u) disconnected; it may re-register after a restart",
                      i, s->table[i].host, s->table[i].port);
     RKV_LOGI(s->port, "a peer disconnected");
+    if (!c)
+        return; /* our own connection to server 0: kept */
+    /* Everything a connection held goes with it, unless a table entry or a
+     * durable acknowledgement still names it. */
+    int kept = srv_peer_kept(s, peer);
+    s->port->ops->mutex_lock(s->mu);
+    c->gone = 1;
+    c->kept = kept;
+    s->port->ops->mutex_unlock(s->mu);
+    srv_conn_maybe_release(s, peer);
 }
 
 /* ---- durability and restart ---- */
@@ -993,6 +1211,19 @@ static void srv_send_ack(struct rkv_server *s, const struct srv_ack *a, int rc, 
         len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
     }
     rkv_engine_send(s->eng, a->peer, tx, len); /* a dead peer just drops it */
+}
+
+/* After the acknowledgement went (or could not): the peer may go now. */
+static void srv_ack_done(struct rkv_server *s, const struct srv_ack *a)
+{
+    struct srv_conn *c = srv_conn_of(a->peer);
+    if (!c)
+        return;
+    s->port->ops->mutex_lock(s->mu);
+    assert(c->acks_pending > 0);
+    c->acks_pending--;
+    s->port->ops->mutex_unlock(s->mu);
+    srv_conn_maybe_release(s, a->peer);
 }
 
 /* Group commit: takes every acknowledgement waiting, makes a snapshot that
@@ -1020,8 +1251,10 @@ static void srv_durable_main(void *arg)
         int rc = rkv_snap_commit(s->snapw, seen, why, sizeof(why));
         if (rc < 0)
             RKV_LOGE(s->port, "snapshot failed, %u requests fail with it: %s", n, why);
-        for (uint32_t i = 0; i < n; i++)
+        for (uint32_t i = 0; i < n; i++) {
             srv_send_ack(s, &batch[i], rc, why);
+            srv_ack_done(s, &batch[i]);
+        }
         free(batch);
         o->mutex_lock(s->mu);
         if (rc == 0)
@@ -1291,6 +1524,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
+    rkv_cfg_nic(cfg, nic); /* before listening: the secret and connection limits */
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);
@@ -1309,6 +1543,10 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto destroy_mutex;
     struct rkv_engine_cfg ec;
     rkv_cfg_engine(cfg, s->server_id, &ec);
+    /* A client never has more requests in flight than its credits; a peer
+     * that takes replies and returns none is dropped before it can pile up
+     * more than a few windows (and one address table) of them. */
+    ec.max_backlog = 4 * cfg->rx_depth + s->n_servers;
     rc = rkv_engine_create(port, nic, &ec, srv_on_msg, srv_on_peer, s, &s->eng, err, err_len);
     if (rc < 0)
         goto destroy_cond;
@@ -1338,6 +1576,14 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto stop_durable;
     RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
              s->durable ? " (durable)" : "");
+    /* Once per server, at the default level: an open door is a choice to
+     * make knowingly. (The twin runs every node in one process: no door.) */
+    if (!nic->has_secret && strcmp(nic->ops->name, "sim") != 0)
+        RKV_LOGW(port,
+                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
+                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
+                 "RKV_SECRET_FILE or rkv_config.secret on every node",
+                 s->server_id, tcp_port);
     *srv_p = s;
     return 0;
 stop_durable:
@@ -1347,6 +1593,7 @@ close_mach:
     rkv_mach_close(&s->mach);
 destroy_engine:
     rkv_engine_destroy(s->eng);
+    srv_free_conns(s);
 destroy_cond:
     port->ops->cond_destroy(s->cv);
 destroy_mutex:
@@ -1432,6 +1679,7 @@ void rkv_server_destroy(struct rkv_server *s)
         return;
     srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_destroy(s->eng);
+    srv_free_conns(s);
     for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
         if (s->tensors[i]) {
             char name[96];

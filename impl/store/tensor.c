@@ -212,6 +212,16 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->seed = 1;
     cfg->log_level = 1;
     cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
+    cfg->hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS;
+}
+
+void rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic)
+{
+    size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));
+    if (secret_len) /* else the NIC's own, from the environment */
+        rkv_nic_set_secret(nic, cfg->secret, secret_len);
+    nic->hello_timeout_ms = cfg->hello_timeout_ms;
+    nic->idle_timeout_ms = cfg->idle_timeout_ms;
 }
 
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
@@ -227,6 +237,7 @@ int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
         (*port_p)->ops->destroy(*port_p);
         return rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
     }
+    rkv_cfg_nic(cfg, *nic_p);
     return 0;
 }
 

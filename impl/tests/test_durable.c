@@ -432,8 +432,9 @@ static void raw_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
     r->port->ops->mutex_unlock(r->mu);
 }
 
-static void raw_open(struct rawcli *r, const struct rkv_machine *target)
+static void raw_open(struct rawcli *r, const struct rkv_config *cfg, uint32_t machine)
 {
+    const struct rkv_machine *target = &cfg->machines[machine];
     memset(r, 0, sizeof(*r));
     assert_int_equal(rkv_port_posix_create("raw", 0, 3, &r->port), 0);
     assert_int_equal(rkv_nic_tcp_ops.open(r->port, NULL, &r->nic), 0);
@@ -449,6 +450,19 @@ static void raw_open(struct rawcli *r, const struct rkv_machine *target)
     assert_int_equal(r->port->ops->cond_create(r->port, &r->cv), 0);
     assert_int_equal(rkv_engine_start(r->eng), 0);
     assert_int_equal(rkv_engine_connect(r->eng, "127.0.0.1", target->base_port, 2000, &r->peer), 0);
+    /* A server takes the client id from the connection's HELLO, never from
+     * a push's sender field: say it is client 0, as the pushes claim. */
+    size_t len = RKV_PROTO_HDR_BYTES + 64;
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, len, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1, .sender = RKV_CLIENT_NODE_BASE};
+    len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, machine, 0, 7, rkv_cfg_fingerprint(cfg));
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+    r->port->ops->mutex_lock(r->mu);
+    while (r->got == 0)
+        assert_int_equal(r->port->ops->cond_wait(r->cv, r->mu, 5000000000ull), 0);
+    assert_int_equal(r->type, RKV_MSG_HELLO_REPLY);
+    r->port->ops->mutex_unlock(r->mu);
 }
 
 static void raw_close(struct rawcli *r)
@@ -520,7 +534,7 @@ static void run_exactly_once(uint32_t client_machine)
 
     const uint64_t tag = 0x5aull << RKV_SEQ_TAG_SHIFT;
     struct rawcli r;
-    raw_open(&r, &c.machines[1]);
+    raw_open(&r, &c.cfg, 1);
     assert_int_equal(raw_push(&r, 60, 1.0f, tag | 5), 0);
     assert_int_equal(raw_push(&r, 60, 1.0f, tag | 5), 0); /* ack lost, client retried */
     assert_true(pull_row60(cli) == 1.0f);
@@ -531,7 +545,7 @@ static void run_exactly_once(uint32_t client_machine)
     usleep(100 * 1000); /* the client sees the connection go */
     c.srv[1] = server_create(&c, 1);
     assert_true(pull_row60(cli) == 1.0f); /* the client reconnects (retry_ms) */
-    raw_open(&r, &c.machines[1]);
+    raw_open(&r, &c.cfg, 1);
     assert_int_equal(raw_push(&r, 60, 1.0f, tag | 5), 0); /* the sequence survived */
     assert_true(pull_row60(cli) == 1.0f);
     assert_int_equal(raw_push(&r, 60, 1.0f, tag | 4), 0); /* older: applied already */

@@ -570,7 +570,7 @@ static void test_token_raw_peers(void **state)
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
         if (k == 0) {
-            assert_int_equal(raw_hello(fd, 42), -1);
+            assert_int_equal(raw_hello(fd, "42"), -1);
         } else {
             raw_send_frame(fd, RAW_SEND, 8, "garbage!", 8); /* a frame instead of a hello */
             char b;

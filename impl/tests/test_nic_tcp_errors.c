@@ -21,6 +21,7 @@
 #include "nic/nic.h"
 #include "nic/nic_tcp.h"
 #include "port/port.h"
+#include "raw_frames.h"
 #include "rkv.h"
 
 #define WAIT_MS 5000u
@@ -159,7 +160,7 @@ static void *fake_main(void *arg)
     int fd = accept(fp->lfd, NULL, NULL);
     if (fd < 0)
         return NULL;
-    uint8_t hello[16], answer[16] = {0};
+    uint8_t hello[40], answer[40] = {0};
     size_t got = 0;
     ssize_t r;
     if (fp->how != FAKE_HANG_UP)
@@ -176,8 +177,8 @@ static void *fake_main(void *arg)
             ;
         break;
     case FAKE_ACK_THEN_RESET: {
-        memcpy(answer, "RVKA", 4); /* nic_tcp.c's TCP_ACK_MAGIC, status 0 */
-        if (write(fd, answer, sizeof(answer)) != sizeof(answer))
+        /* The hello's first message was read above: answer the rest. */
+        if (raw_accept_rest(fd, hello, NULL) < 0)
             break;
         usleep(50000);
         struct linger lg = {.l_onoff = 1, .l_linger = 0}; /* close with a RST */

@@ -260,6 +260,10 @@ static void test_requests_after_shutdown(void **state)
     struct peer p1;
     peer_open(&p1, (uint16_t)(c.base + 1));
     struct rkv_msg m;
+    /* SHUTDOWN is taken only from a joined client. */
+    peer_send(&p1, enc_hello(&p1, 9, 0, rkv_cfg_fingerprint(&c.cfg)));
+    assert_int_equal(peer_next(&p1, &m, WAIT_MS), 0);
+    assert_int_equal(m.h.type, RKV_MSG_HELLO_REPLY);
     for (uint64_t req = 1; req <= 2; req++) {
         peer_send(&p1, enc_empty(&p1, RKV_MSG_SHUTDOWN, req));
         assert_int_equal(peer_next(&p1, &m, WAIT_MS), 0);

@@ -22,6 +22,37 @@ static inline int rkv_add_ok(uint64_t a, uint64_t b, uint64_t *r)
     return !__builtin_add_overflow(a, b, r);
 }
 
+/* Rate limit for per-connection log lines: at most `burst` lines of one
+ * kind per 10 s window; the first line after lines were suppressed says how
+ * many, so that a flood of bad peers cannot flood the log. The caller holds
+ * whatever lock guards it. */
+struct rkv_ratelim {
+    uint64_t window_end_ns; /* the current window ends then */
+    uint32_t in_window;     /* lines written in it */
+    uint64_t suppressed;    /* lines not written since the last one */
+};
+#define RKV_RATELIM_NS 10000000000ull /* 10 s */
+#define RKV_RATELIM_BURST 20u
+
+/* 1 when a line may be written now; *suppressed_p then gets how many were
+ * not since the last one written. */
+static inline int rkv_ratelim_ok(struct rkv_ratelim *r, uint64_t now_ns, uint32_t burst,
+                                 uint64_t *suppressed_p)
+{
+    if (now_ns >= r->window_end_ns) {
+        r->window_end_ns = now_ns + RKV_RATELIM_NS;
+        r->in_window = 0;
+    }
+    if (r->in_window >= burst) {
+        r->suppressed++;
+        return 0;
+    }
+    r->in_window++;
+    *suppressed_p = r->suppressed;
+    r->suppressed = 0;
+    return 1;
+}
+
 #define RKV_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 /* Conditions that cannot happen but are handled anyway (as SQLite's NEVER). */
 #define RKV_NEVER(x) __builtin_expect(!!(x), 0)
