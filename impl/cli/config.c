@@ -255,7 +255,7 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
 static int cli_u32(const struct cli_settings *s, enum cli_key k, uint32_t *v, char *err,
                    size_t err_len)
 {
-    uint64_t x;
+    uint64_t x = 0; /* set on success; GCC -O3 warns otherwise */
     if (cli_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > UINT32_MAX)
@@ -301,7 +301,7 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
 {
     rkv_config_defaults(cfg);
     uint32_t spm;
-    uint64_t seed, slot;
+    uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
     if (cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
     int rc = *s->val[CLI_CLUSTER] ? cli_cluster_parse(s->val[CLI_CLUSTER], spm, &cfg->machines,

@@ -18,8 +18,24 @@
 extern "C" {
 #endif
 
+/* The version of this header; rkv_version() says which library runs. CMake
+ * reads these three lines for the project's version (one place to bump). */
 #define RKV_VERSION_MAJOR 0
 #define RKV_VERSION_MINOR 1
+#define RKV_VERSION_PATCH 0
+
+/* What the shared library exports: the declarations below and nothing else
+ * (the library is built with -fvisibility=hidden). */
+#ifndef RKV_API
+#if defined(__GNUC__) || defined(__clang__)
+#define RKV_API __attribute__((visibility("default")))
+#else
+#define RKV_API
+#endif
+#endif
+
+/* "MAJOR.MINOR.PATCH" of the library loaded at run time (static string). */
+RKV_API const char *rkv_version(void);
 
 /* Error codes (returned negated). Keep in sync with rkv_strerror(). */
 enum rkv_err {
@@ -44,11 +60,11 @@ enum rkv_err {
 };
 
 /* Returns a static, never-NULL description of an error code (either sign). */
-const char *rkv_strerror(int err);
+RKV_API const char *rkv_strerror(int err);
 
 enum rkv_dtype { RKV_F32 = 1, RKV_F64 = 2, RKV_I32 = 3, RKV_I64 = 4 };
-size_t rkv_dtype_size(enum rkv_dtype dt); /* 0 for an unknown dtype */
-const char *rkv_dtype_name(enum rkv_dtype dt);
+RKV_API size_t rkv_dtype_size(enum rkv_dtype dt); /* 0 for an unknown dtype */
+RKV_API const char *rkv_dtype_name(enum rkv_dtype dt);
 
 /* How global row ids map to machines (the partition book). */
 enum rkv_policy {
@@ -161,7 +177,7 @@ struct rkv_config {
     uint64_t test_corrupt_row;
 };
 
-void rkv_config_defaults(struct rkv_config *cfg);
+RKV_API void rkv_config_defaults(struct rkv_config *cfg);
 
 /* ---- server ---- */
 struct rkv_server;
@@ -174,13 +190,14 @@ struct rkv_server;
  * so at least as new), logs which snapshot it loaded, and re-registers its
  * address with server 0 under the same server id. Start it with the same
  * config as the first time. Server 0 itself cannot be restarted. */
-int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
-                      char *err, size_t err_len);
-int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
+RKV_API int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
+                              struct rkv_server **srv_p, char *err, size_t err_len);
+RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn,
+                                        void *user);
 /* Serves until a client calls rkv_client_shutdown_servers(). */
-int rkv_server_run(struct rkv_server *srv);
-const char *rkv_server_errmsg(const struct rkv_server *srv);
-void rkv_server_destroy(struct rkv_server *srv);
+RKV_API int rkv_server_run(struct rkv_server *srv);
+RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
+RKV_API void rkv_server_destroy(struct rkv_server *srv);
 
 /* ---- client (worker) ---- */
 struct rkv_client;
@@ -189,21 +206,23 @@ struct rkv_client;
  * assigned ids (or the connect retry time + cfg->timeout_ms passed). Other
  * servers are joined on first use, so a client holds connections only to
  * the servers it talks to. */
-int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
-                      size_t err_len);
-uint32_t rkv_client_id(const struct rkv_client *cli);
-int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn, void *user);
+RKV_API int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                              size_t err_len);
+RKV_API uint32_t rkv_client_id(const struct rkv_client *cli);
+RKV_API int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn,
+                                        void *user);
 /* Creates a tensor on every machine (idempotent for an identical desc). */
-int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
-int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
+RKV_API int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
+RKV_API int rkv_client_meta(struct rkv_client *cli, const char *name,
+                            struct rkv_tensor_meta *meta_p);
 /* Applies rows[i] (row_len elements of the tensor's dtype each) to row ids[i].
  * Returns once every server involved acknowledged (the push is then visible to
  * this client's pulls and, after a barrier, to everyone's). A failed push or
  * pull returns only once the NIC no longer reads or writes rows, unless its
  * connection did not close within cfg.timeout_ms: then -RKV_EINUSE, and the
  * rows must stay valid until rkv_client_destroy. */
-int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                    const void *rows, int op, double param);
+RKV_API int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                            const void *rows, int op, double param);
 /* A push in flight. */
 struct rkv_pending;
 /* The same push, returning once it is sent (rows of this machine's shard
@@ -217,11 +236,12 @@ struct rkv_pending;
  * which every pending push needs exactly once (rkv_client_destroy frees
  * the ones never waited for). A barrier first waits for this client's
  * pushes in flight. */
-int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                          const void *rows, int op, double param, struct rkv_pending **pending_p);
+RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids,
+                                  size_t n, const void *rows, int op, double param,
+                                  struct rkv_pending **pending_p);
 /* Waits for the acks of a push (or the timeout) and frees it; returns as
  * rkv_client_push would have. */
-int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
+RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
 /* Registers addr..addr+len for zero-copy pushes and pulls (see
  * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or
  * rkv_client_destroy: calls whose rows lie inside it skip registering
@@ -231,17 +251,17 @@ int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
  * address). At most 64 regions and 4 GiB; beyond, the least recently used
  * registration is dropped (calls then register that memory for themselves).
  * Buffers never registered are registered for the duration of each call. */
-int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
-int rkv_client_deregister(struct rkv_client *cli, void *addr);
+RKV_API int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
+RKV_API int rkv_client_deregister(struct rkv_client *cli, void *addr);
 /* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed). */
-int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                    void *rows_out);
+RKV_API int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                            void *rows_out);
 /* Returns when every client has entered the barrier. */
-int rkv_client_barrier(struct rkv_client *cli);
+RKV_API int rkv_client_barrier(struct rkv_client *cli);
 /* Asks every server to exit its run loop (any client may call it). */
-int rkv_client_shutdown_servers(struct rkv_client *cli);
-const char *rkv_client_errmsg(const struct rkv_client *cli);
-void rkv_client_destroy(struct rkv_client *cli);
+RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
+RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
+RKV_API void rkv_client_destroy(struct rkv_client *cli);
 
 #ifdef __cplusplus
 }

@@ -272,8 +272,21 @@ static void test_usage(void **state)
     expect_run("", "config", 0, "usage: rkv config --dump");
     expect_run("", "config --list", 2, "usage: rkv config --dump");
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
-    expect_run("", "--version", 0, "rkv 0.");
     expect_run("", "", 2, NULL);
+}
+
+/* The library says its version at run time: the header's, in full. */
+static void test_version(void **state)
+{
+    (void)state;
+    char want[64];
+    snprintf(want, sizeof(want), "%d.%d.%d", RKV_VERSION_MAJOR, RKV_VERSION_MINOR,
+             RKV_VERSION_PATCH);
+    assert_string_equal(rkv_version(), want);
+    char line[80];
+    snprintf(line, sizeof(line), "rkv %s\n", want);
+    expect_run("", "--version", 0, NULL);
+    assert_string_equal(out, line);
 }
 
 static void test_server_and_worker_errors(void **state)
@@ -425,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_settings_that_make_no_cluster),
         cmocka_unit_test(test_settings_that_make_a_cluster),
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_version),
         cmocka_unit_test(test_server_and_worker_errors),
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
