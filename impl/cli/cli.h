@@ -65,8 +65,12 @@ void cli_settings_help(FILE *out);
 int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char *err,
                 size_t err_len);
 
-/* Cluster file: one machine per line, "host base_port [servers]" (DGL's
- * ip_config.txt); '#' comments. Errors name file:line and what was expected. */
+/* Cluster file: one machine per line, "host [base_port [servers]]" (DGL's
+ * ip_config.txt: "IP", "IP PORT", and the older "IP PORT SERVERS"; the port
+ * defaults to DGL's, the servers to default_servers); '#' comments. Errors
+ * name file:line and what was expected; a machine listed twice (one host,
+ * overlapping ports) is refused with both lines. */
+#define CLI_DGL_DEFAULT_PORT 30050
 int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len);
 

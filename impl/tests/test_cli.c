@@ -53,8 +53,8 @@ static void cluster_fails(const char *text, const char *want)
 static void test_cluster_file_errors(void **state)
 {
     (void)state;
-    cluster_fails("# one machine\n10.0.0.1\n",
-                  ":2: expected 'host base_port [servers]', got only \"10.0.0.1\"");
+    cluster_fails("10.0.0.1 x\n", ":1: base_port: expected 1..65535, got \"x\"");
+    cluster_fails("10.0.0.1 65535 2\n", ":1: 2 servers from port 65535 run past port 65535");
     char line[200];
     snprintf(line, sizeof(line), "%064d 9000\n", 7); /* a 64-character host */
     cluster_fails(line, ":1: host name longer than 63 characters");
@@ -65,7 +65,7 @@ static void test_cluster_file_errors(void **state)
                   ":1: unexpected \"extra\" after the server count");
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
-    cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host base_port [servers]'");
+    cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
     static char big[1100 * 24];
     big[0] = 0;
     for (int i = 0; i < 1025; i++)
@@ -101,6 +101,69 @@ static void test_cluster_file_forms(void **state)
     assert_string_equal(m[1].host, "10.0.0.2");
     assert_int_equal(m[1].base_port, 9100);
     assert_int_equal(m[1].servers, 2);
+    free(m);
+}
+
+/* DGL's ip_config.txt as DGL writes it today: one IP per line, the port
+ * optional (DGL's default 30050), servers from DGL_NUM_SERVER. */
+static void test_cluster_file_dgl_forms(void **state)
+{
+    (void)state;
+    write_cluster("# DGL ip_config.txt\n10.0.0.1\n\n10.0.0.2 31000\n  10.0.0.3   # third\n"
+                  "10.0.0.4 32000 4\n");
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[256];
+    assert_int_equal(cli_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 4);
+    assert_string_equal(m[0].host, "10.0.0.1");
+    assert_int_equal(m[0].base_port, 30050);
+    assert_int_equal(m[0].servers, 2);
+    assert_int_equal(m[1].base_port, 31000);
+    assert_string_equal(m[2].host, "10.0.0.3");
+    assert_int_equal(m[2].base_port, 30050);
+    assert_int_equal(m[3].base_port, 32000);
+    assert_int_equal(m[3].servers, 4);
+    free(m);
+    /* Through the settings, as DGL's launcher sets them. */
+    write_cluster("127.0.0.1\n127.0.0.2\n");
+    setenv("DGL_IP_CONFIG", path, 1);
+    setenv("DGL_NUM_SERVER", "3", 1);
+    setenv("DGL_NUM_CLIENT", "4", 1);
+    struct cli_settings s;
+    struct rkv_config cfg;
+    assert_int_equal(cli_settings_load(&s, 0, NULL, err, sizeof(err)), 0);
+    unsetenv("DGL_IP_CONFIG");
+    unsetenv("DGL_NUM_SERVER");
+    unsetenv("DGL_NUM_CLIENT");
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(cfg.n_machines, 2);
+    assert_int_equal(cfg.machines[1].base_port, 30050);
+    assert_int_equal(cfg.machines[1].servers, 3);
+    assert_int_equal(cfg.n_workers, 4);
+    free(cfg.machines);
+}
+
+/* A machine listed twice is refused with both line numbers (it passed, and
+ * its second server failed later with a misleading error). */
+static void test_cluster_file_duplicates(void **state)
+{
+    (void)state;
+    cluster_fails("10.0.0.1 9000 2\n10.0.0.2 9000 2\n# again\n10.0.0.1 9000 2\n",
+                  ":4: 10.0.0.1 ports 9000..9001 overlap line 1's (10.0.0.1 ports 9000..9001)");
+    cluster_fails("10.0.0.1\n10.0.0.1\n", ":2: 10.0.0.1 ports 30050..30050 overlap line 1's");
+    cluster_fails("127.0.0.1 9000 3\n127.0.0.1 9002 1\n",
+                  ":2: 127.0.0.1 ports 9002..9002 overlap line 1's (127.0.0.1 ports 9000..9002)");
+    /* One host, ports apart: two machines, as tests on one host use. */
+    write_cluster("127.0.0.1 9000 2\n127.0.0.1 9002 2\n");
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[256];
+    assert_int_equal(cli_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 2);
     free(m);
 }
 
@@ -166,7 +229,8 @@ static void config_fails(const char *want, int argc, ...)
     assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), -1);
     assert_null(cfg.machines);
     if (!strstr(err, want))
-        fail_msg("%s %s: expected \"%s\", got \"%s\"", argv[0], argc > 1 ? argv[1] : "", want, err);
+        fail_msg("%s %s: expected \"%s\", got \"%s\"", argc > 0 ? argv[0] : "(env)",
+                 argc > 1 ? argv[1] : "", want, err);
 }
 
 static void test_settings_that_make_no_cluster(void **state)
@@ -188,6 +252,23 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("config: machine id 3, but only 2 machines", 4, "--machines", "2", "--machine-id",
                  "3");
     config_fails("need rx_depth >= 4", 2, "--rx-depth", "2");
+    /* Absurd sizes are refused naming the setting and its limit, before any
+     * allocation (they failed later as "out of memory"). */
+    config_fails("num-workers: 1000000000 is above the limit 65536 (servers keep a record per "
+                 "worker; flag)",
+                 2, "--num-workers", "1000000000");
+    config_fails("rx-depth: 65537 is above the limit 65536", 2, "--rx-depth", "65537");
+    config_fails("slots: 1000000 is above the limit 65536", 2, "--slots", "1000000");
+    config_fails("ctrl-buf-bytes: 1073741824 is above the limit 67108864", 2, "--ctrl-buf-bytes",
+                 "1073741824");
+    config_fails("rx-depth x ctrl-buf-bytes: 65536 x 65536 bytes of receive buffers per "
+                 "connection is above the limit 1024 MiB",
+                 4, "--rx-depth", "65536", "--ctrl-buf-bytes", "65536");
+    setenv("RKV_RX_DEPTH", "1000000000", 1);
+    config_fails("rx-depth: 1000000000 is above the limit 65536 (each connection posts this many "
+                 "receive buffers; env RKV_RX_DEPTH)",
+                 0);
+    unsetenv("RKV_RX_DEPTH");
     config_fails("ctrl_buf_bytes >= 256", 2, "--ctrl-buf-bytes", "100");
     config_fails("push_slots >= 2", 2, "--slots", "1");
     config_fails("max_slot_bytes >= ctrl_buf_bytes", 2, "--max-slot-bytes", "1000");
@@ -301,6 +382,12 @@ static void test_server_and_worker_errors(void **state)
     expect_run("", "worker --backend carrier-pigeon", 2,
                "rkv worker: backend 'carrier-pigeon' is not built in");
     expect_run("", "worker --rows 0", 2, "rkv: workload needs rows 1..2^24");
+    expect_run("", "worker --num-workers 1000000000", 2,
+               "rkv: num-workers: 1000000000 is above the limit 65536");
+    expect_run("RKV_RX_DEPTH=1000000000", "server", 2,
+               "rkv: rx-depth: 1000000000 is above the limit 65536");
+    expect_run("", "server --num-workers 1000000000", 2,
+               "rkv: num-workers: 1000000000 is above the limit 65536");
     expect_run("", "worker --value-bytes 6", 2, "value-bytes a multiple of 4");
     expect_run("", "worker --rounds 1001", 2, "rounds 1..1000");
     expect_run("", "worker --rounds many", 2, "rkv: rounds: expected a non-negative integer");
@@ -434,6 +521,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cluster_file_errors),
         cmocka_unit_test(test_cluster_file_forms),
+        cmocka_unit_test(test_cluster_file_dgl_forms),
+        cmocka_unit_test(test_cluster_file_duplicates),
         cmocka_unit_test(test_flags_and_env),
         cmocka_unit_test(test_settings_that_make_no_cluster),
         cmocka_unit_test(test_settings_that_make_a_cluster),
