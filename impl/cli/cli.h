@@ -47,6 +47,8 @@ enum cli_key {
     CLI_RETRY_MS,
     CLI_ZERO_COPY_BYTES,
     CLI_BUSY_POLL,
+    CLI_NODE_HOST,
+    CLI_INTERFACE,
     CLI_KEY_COUNT_
 };
 
@@ -132,6 +134,17 @@ double cli_limit_memcpy_gbps(size_t block_bytes);
 
 /* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
 int cli_free_ports(uint32_t n, uint16_t *base_p);
+
+/* ps-lite's launch (impl/cli/pslite.c): under DMLC_ROLE and without a
+ * cluster file, servers and workers register with the scheduler
+ * (DMLC_ROLE=scheduler at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT), which gives
+ * each its id and the cluster; then they run as `rkv server` / `rkv worker`.
+ * The scheduler exits 0 once every node has its place (or at once, saying
+ * it is not needed, when a cluster file fixes every address). Each returns
+ * an RKV_EXIT_* code. */
+int cli_pslite_mode(const struct cli_settings *s);
+int cli_pslite_scheduler(const struct cli_settings *s);
+int cli_pslite_node(int argc, char **argv, const struct cli_settings *s, int is_server);
 
 int cli_cmd_server(int argc, char **argv);
 int cli_cmd_worker(int argc, char **argv);

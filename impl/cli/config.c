@@ -20,7 +20,8 @@ struct cli_opt {
 
 static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
-                  "server or worker (for `rkv node`-style launch)"},
+                  "server, worker or scheduler (`rkv node`; DMLC_ROLE: ps-lite's launch, "
+                  "ids from the scheduler)"},
     [CLI_CLUSTER] =
         {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
          "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
@@ -79,6 +80,12 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
                        "1: a client call polls the NIC itself while it waits, and a node "
                        "spins for 20 ms after each completion before it sleeps (lowest "
                        "latency, a core per spinning thread); 0: threads sleep until woken"},
+    [CLI_NODE_HOST] = {"node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
+                       "under DMLC_ROLE: the address this node gives the scheduler (default: "
+                       "--interface's, else the one it reached the scheduler from)"},
+    [CLI_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
+                       "under DMLC_ROLE: the network interface whose IPv4 address this node "
+                       "gives the scheduler"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");

@@ -349,7 +349,7 @@ static void test_usage(void **state)
     expect_run("", "server --help", 0, "usage: rkv server [--server-id N");
     expect_run("", "server --help", 0, "--rx-depth"); /* the settings follow */
     expect_run("", "worker -h", 0, "usage: rkv worker [--machine-id M]");
-    expect_run("", "node --help", 0, "usage: rkv node [--role server|worker]");
+    expect_run("", "node --help", 0, "usage: rkv node [--role server|worker|scheduler]");
     expect_run("", "config", 0, "usage: rkv config --dump");
     expect_run("", "config --list", 2, "usage: rkv config --dump");
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
@@ -434,9 +434,10 @@ static void test_node_errors(void **state)
     const char *no_rank = "env -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u PMI_RANK -u RKV_ROLE "
                           "-u DMLC_ROLE -u DGL_ROLE";
     char env[512];
-    expect_run(no_rank, "node", 2, "rkv node: role: expected server or worker, got \"\" (default)");
-    expect_run(no_rank, "node --role scheduler", 2,
-               "rkv node: role: expected server or worker, got \"scheduler\" (flag)");
+    expect_run(no_rank, "node", 2,
+               "rkv node: role: expected server, worker or scheduler, got \"\" (default)");
+    expect_run(no_rank, "node --role boss", 2,
+               "rkv node: role: expected server, worker or scheduler, got \"boss\" (flag)");
     snprintf(env, sizeof(env), "%s DMLC_ROLE=boss", no_rank);
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
