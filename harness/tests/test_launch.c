@@ -186,6 +186,19 @@ static void test_pslite_errors(void **state)
                                 "DMLC_NUM_WORKER=1, the scheduler 1 and 1"));
     assert_non_null(strstr(out, "rkv scheduler: 0 of 1 servers and 0 of 1 workers registered"));
     assert_non_null(strstr(out, "sched=3"));
+    /* A connection that is not a node is refused, and the launch goes on. */
+    snprintf(cmd, sizeof(cmd),
+             "export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+             "DMLC_NUM_WORKER=1 RKV_ROWS=64 RKV_ROUNDS=1 RKV_VALUE_BYTES=4096; "
+             "DMLC_ROLE=scheduler %s node 2>&1 & "
+             "for i in $(seq 50); do bash -c 'echo GET / HTTP/1.0 >/dev/tcp/127.0.0.1/%u' "
+             "2>/dev/null && break; sleep 0.1; done; "
+             "DMLC_ROLE=server %s node >/dev/null 2>&1 & "
+             "DMLC_ROLE=worker %s node >/dev/null 2>&1; rc=$?; wait; exit $rc",
+             test_port() + 5, RKV_BIN, test_port() + 5, RKV_BIN, RKV_BIN);
+    assert_int_equal(sh(cmd), 0);
+    assert_non_null(strstr(out, "rkv scheduler: refused a node: not an rkv node registration"));
+    assert_non_null(strstr(out, "rkv scheduler: 1 servers and 1 workers on 1 machines"));
     /* An id given by hand contradicts the scheduler's numbering. */
     snprintf(cmd, sizeof(cmd), "%s DMLC_ROLE=server RKV_SERVER_ID=1 %s node 2>&1", quick, RKV_BIN);
     assert_int_equal(sh(cmd), 2);

@@ -16,7 +16,8 @@
  *
  * Wire (text, one line each way): node -> scheduler
  *   "RKV-PSLITE 1 server|worker HOST NUM_SERVER NUM_WORKER\n"
- * scheduler -> node: "OK ID MACHINE N\n" and N machine lines, or "ERR why\n". */
+ * scheduler -> node: "OK ID MACHINE N\n" and N machine lines, or "ERR CODE why\n"
+ * (CODE: the exit code the node should end with, 2 or 3). */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -191,11 +192,11 @@ static int psl_assign(const struct psl_cfg *cfg, struct psl_conn *conns, uint32_
         if (m == n_mach) {
             char why[PSL_LINE_MAX + 160];
             snprintf(why, sizeof(why),
-                     "ERR a worker registered from %s, where no server runs: workers share "
+                     "ERR 2 a worker registered from %s, where no server runs: workers share "
                      "their machine's shared memory, so each runs on a server's host (set "
                      "DMLC_NODE_HOST to it)\n",
                      c->host);
-            fprintf(stderr, "rkv scheduler: %s", why + 4);
+            fprintf(stderr, "rkv scheduler: %s", why + 6);
             for (uint32_t j = 0; j < n; j++)
                 psl_send(conns[j].fd, why);
             code = RKV_EXIT_USAGE;
@@ -243,10 +244,96 @@ static int psl_read(struct psl_conn *c)
     return c->len == sizeof(c->buf) - 1 ? -1 : 0;
 }
 
-static void psl_drop(struct psl_conn *conns, uint32_t *n, uint32_t i)
+/* The scheduler's state while nodes register. */
+struct psl_sched {
+    struct psl_cfg cfg;
+    struct psl_conn *conns; /* cap entries, n in use */
+    uint32_t n, cap;
+    uint32_t got_s, got_w; /* registered servers and workers */
+    uint32_t seq;          /* registrations so far */
+};
+
+static void psl_drop(struct psl_sched *sc, uint32_t i)
 {
-    close(conns[i].fd);
-    conns[i] = conns[--*n];
+    struct psl_conn *c = &sc->conns[i];
+    if (c->registered)
+        *(c->is_server ? &sc->got_s : &sc->got_w) -= 1;
+    close(c->fd);
+    *c = sc->conns[--sc->n];
+}
+
+/* conns[i] is readable: its line, its departure, or more of its line. */
+static void psl_on_input(struct psl_sched *sc, uint32_t i)
+{
+    struct psl_conn *c = &sc->conns[i];
+    int r = psl_read(c);
+    if (r < 0 || (r == 0 && c->registered)) /* gone, or talking past its line */
+        return psl_drop(sc, i);
+    if (r == 0 || c->registered)
+        return;
+    char why[PSL_LINE_MAX + 64], reply[PSL_LINE_MAX + 80];
+    const char *bad = psl_parse_reg(&sc->cfg, c, why, sizeof(why));
+    if (!bad && (c->is_server ? sc->got_s == sc->cfg.n_servers : sc->got_w == sc->cfg.n_workers))
+        bad = c->is_server ? "more servers than DMLC_NUM_SERVER registered"
+                           : "more workers than DMLC_NUM_WORKER registered";
+    if (bad) {
+        snprintf(reply, sizeof(reply), "ERR %d %s\n", RKV_EXIT_USAGE, bad);
+        fprintf(stderr, "rkv scheduler: refused a node: %s\n", bad);
+        psl_send(c->fd, reply);
+        return psl_drop(sc, i);
+    }
+    c->registered = 1;
+    c->seq = sc->seq++;
+    *(c->is_server ? &sc->got_s : &sc->got_w) += 1;
+}
+
+/* Waits until every node registered (0) or the deadline (-1). */
+static int psl_gather(struct psl_sched *sc, int lfd, struct pollfd *pfd)
+{
+    uint64_t deadline = psl_now_ms() + sc->cfg.wait_ms;
+    while (sc->got_s < sc->cfg.n_servers || sc->got_w < sc->cfg.n_workers) {
+        uint64_t now = psl_now_ms();
+        if (now >= deadline)
+            return -1;
+        pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        for (uint32_t i = 0; i < sc->n; i++)
+            pfd[i + 1] = (struct pollfd){.fd = sc->conns[i].fd, .events = POLLIN};
+        if (poll(pfd, sc->n + 1, (int)(deadline - now)) < 0)
+            continue; /* EINTR; the deadline still holds */
+        /* Backwards: a dropped connection's slot takes the last one, seen already. */
+        for (uint32_t i = sc->n; i-- > 0;)
+            if (pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR))
+                psl_on_input(sc, i);
+        if (pfd[0].revents & POLLIN) {
+            int fd = accept(lfd, NULL, NULL);
+            if (fd >= 0 && sc->n < sc->cap)
+                sc->conns[sc->n++] = (struct psl_conn){.fd = fd};
+            else if (fd >= 0) /* more connections than nodes: not one of ours */
+                close(fd);
+        }
+    }
+    return 0;
+}
+
+static int psl_listen(const struct psl_cfg *cfg, int *fd_p)
+{
+    struct sockaddr_in a;
+    char err[256];
+    if (psl_addr(cfg->root_host, cfg->root_port, &a, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv scheduler: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0) {
+        fprintf(stderr, "rkv scheduler: cannot listen on %s:%u: %s\n", cfg->root_host,
+                cfg->root_port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return RKV_EXIT_STORE;
+    }
+    *fd_p = fd;
+    return RKV_EXIT_OK;
 }
 
 int cli_pslite_scheduler(const struct cli_settings *s)
@@ -258,95 +345,36 @@ int cli_pslite_scheduler(const struct cli_settings *s)
                s->val[CLI_CLUSTER], s->src[CLI_CLUSTER]);
         return RKV_EXIT_OK;
     }
-    struct psl_cfg cfg;
-    struct sockaddr_in a;
-    if (psl_cfg_load(s, &cfg, err, sizeof(err)) < 0 ||
-        psl_addr(cfg.root_host, cfg.root_port, &a, err, sizeof(err)) < 0) {
+    struct psl_sched sc = {0};
+    if (psl_cfg_load(s, &sc.cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv scheduler: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    int lfd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(lfd, 128) < 0) {
-        fprintf(stderr, "rkv scheduler: cannot listen on %s:%u: %s\n", cfg.root_host, cfg.root_port,
-                strerror(errno));
-        if (lfd >= 0)
-            close(lfd);
-        return RKV_EXIT_STORE;
-    }
+    int lfd, code = psl_listen(&sc.cfg, &lfd);
+    if (code != RKV_EXIT_OK)
+        return code;
     /* Every expected node, and a few more connections that are refused. */
-    uint32_t cap = cfg.n_servers + cfg.n_workers + 16, n = 0, seq = 0;
-    uint32_t got_s = 0, got_w = 0;
-    struct psl_conn *conns = calloc(cap, sizeof(*conns));
-    struct pollfd *pfd = calloc(cap + 1, sizeof(*pfd));
-    int code = RKV_EXIT_OK;
-    if (!conns || !pfd) {
+    sc.cap = sc.cfg.n_servers + sc.cfg.n_workers + 16;
+    sc.conns = calloc(sc.cap, sizeof(*sc.conns));
+    struct pollfd *pfd = calloc(sc.cap + 1, sizeof(*pfd));
+    if (!sc.conns || !pfd) {
         fprintf(stderr, "rkv scheduler: out of memory\n");
         code = RKV_EXIT_STORE;
-        goto close_all;
+    } else if (psl_gather(&sc, lfd, pfd) < 0) {
+        fprintf(stderr,
+                "rkv scheduler: %u of %u servers and %u of %u workers registered within %llu ms "
+                "(connect-retry-ms + timeout-ms)\n",
+                sc.got_s, sc.cfg.n_servers, sc.got_w, sc.cfg.n_workers,
+                (unsigned long long)sc.cfg.wait_ms);
+        for (uint32_t i = 0; i < sc.n; i++)
+            psl_send(sc.conns[i].fd, "ERR 3 the scheduler timed out waiting for the other nodes\n");
+        code = RKV_EXIT_STORE;
+    } else {
+        code = psl_assign(&sc.cfg, sc.conns, sc.n, stdout);
     }
-    uint64_t deadline = psl_now_ms() + cfg.wait_ms;
-    while (got_s < cfg.n_servers || got_w < cfg.n_workers) {
-        uint64_t now = psl_now_ms();
-        if (now >= deadline) {
-            fprintf(stderr,
-                    "rkv scheduler: %u of %u servers and %u of %u workers registered within %llu "
-                    "ms (connect-retry-ms + timeout-ms)\n",
-                    got_s, cfg.n_servers, got_w, cfg.n_workers, (unsigned long long)cfg.wait_ms);
-            for (uint32_t i = 0; i < n; i++)
-                psl_send(conns[i].fd, "ERR the scheduler timed out waiting for the other nodes\n");
-            code = RKV_EXIT_STORE;
-            goto close_all;
-        }
-        pfd[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        for (uint32_t i = 0; i < n; i++)
-            pfd[i + 1] = (struct pollfd){.fd = conns[i].fd, .events = POLLIN};
-        if (poll(pfd, n + 1, (int)(deadline - now)) < 0 && errno != EINTR) {
-            code = RKV_EXIT_STORE;
-            goto close_all;
-        }
-        for (uint32_t i = n; i-- > 0;) { /* backwards: psl_drop moves the last one here */
-            if (!(pfd[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            struct psl_conn *c = &conns[i];
-            int r = psl_read(c);
-            if (r < 0 || (r == 0 && c->registered)) { /* gone, or talking past its line */
-                if (c->registered)
-                    *(c->is_server ? &got_s : &got_w) -= 1;
-                psl_drop(conns, &n, i);
-                continue;
-            }
-            if (r == 0 || c->registered)
-                continue;
-            char why[PSL_LINE_MAX + 64], reply[PSL_LINE_MAX + 80];
-            const char *bad = psl_parse_reg(&cfg, c, why, sizeof(why));
-            if (!bad && (c->is_server ? got_s == cfg.n_servers : got_w == cfg.n_workers))
-                bad = c->is_server ? "more servers than DMLC_NUM_SERVER registered"
-                                   : "more workers than DMLC_NUM_WORKER registered";
-            if (bad) {
-                snprintf(reply, sizeof(reply), "ERR %s\n", bad);
-                fprintf(stderr, "rkv scheduler: refused a node: %s\n", bad);
-                psl_send(c->fd, reply);
-                psl_drop(conns, &n, i);
-                continue;
-            }
-            c->registered = 1;
-            c->seq = seq++;
-            *(c->is_server ? &got_s : &got_w) += 1;
-        }
-        if (pfd[0].revents & POLLIN) {
-            int fd = accept(lfd, NULL, NULL);
-            if (fd >= 0 && n < cap)
-                conns[n++] = (struct psl_conn){.fd = fd};
-            else if (fd >= 0) /* more connections than nodes: not one of ours */
-                close(fd);
-        }
-    }
-    code = psl_assign(&cfg, conns, n, stdout);
-close_all:
-    for (uint32_t i = 0; conns && i < n; i++)
-        close(conns[i].fd);
-    free(conns);
+    for (uint32_t i = 0; sc.conns && i < sc.n; i++)
+        close(sc.conns[i].fd);
+    free(sc.conns);
     free(pfd);
     close(lfd);
     return code;
@@ -415,34 +443,41 @@ static int psl_connect(const struct psl_cfg *cfg, uint64_t deadline, char *err, 
     }
 }
 
-/* Reads the scheduler's answer (up to "OK ..." and its machine lines). */
+/* Reads the scheduler's answer (up to "OK ..." and its machine lines):
+ * RKV_EXIT_OK, or the exit code an "ERR CODE why" line or a failure means. */
 static int psl_answer(int fd, uint64_t deadline, char *buf, size_t cap, char *err, size_t err_len)
 {
     size_t len = 0;
     for (;;) {
         buf[len] = 0;
         unsigned id, m, nm;
-        if (strncmp(buf, "ERR ", 4) == 0 && strchr(buf, '\n')) {
+        int code, at;
+        if (sscanf(buf, "ERR %d %n", &code, &at) == 1 && strchr(buf, '\n')) {
             *strchr(buf, '\n') = 0;
-            return rkv_errf(err, err_len, -1, "scheduler: %s", buf + 4);
+            rkv_errf(err, err_len, -1, "scheduler: %s", buf + at);
+            return code == RKV_EXIT_USAGE ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
         }
         if (sscanf(buf, "OK %u %u %u", &id, &m, &nm) == 3) {
             unsigned lines = 0;
             for (const char *p = buf; (p = strchr(p, '\n')) != NULL; p++)
                 lines++;
             if (lines == nm + 1)
-                return 0;
+                return RKV_EXIT_OK;
         }
         uint64_t now = psl_now_ms();
-        if (len == cap - 1 || now >= deadline)
-            return rkv_errf(err, err_len, -1, "scheduler: no answer within %s",
-                            len == cap - 1 ? "the size limit" : "connect-retry-ms + timeout-ms");
+        if (len == cap - 1 || now >= deadline) {
+            rkv_errf(err, err_len, -1, "scheduler: no answer within %s",
+                     len == cap - 1 ? "the size limit" : "connect-retry-ms + timeout-ms");
+            return RKV_EXIT_STORE;
+        }
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, (int)(deadline - now)) <= 0)
             continue;
         ssize_t r = recv(fd, buf + len, cap - 1 - len, 0);
-        if (r <= 0)
-            return rkv_errf(err, err_len, -1, "scheduler: closed the connection without an answer");
+        if (r <= 0) {
+            rkv_errf(err, err_len, -1, "scheduler: closed the connection without an answer");
+            return RKV_EXIT_STORE;
+        }
         len += (size_t)r;
     }
 }
@@ -450,6 +485,76 @@ static int psl_answer(int fd, uint64_t deadline, char *buf, size_t cap, char *er
 int cli_pslite_mode(const struct cli_settings *s)
 {
     return strcmp(s->src[CLI_ROLE], "env DMLC_ROLE") == 0 && !*s->val[CLI_CLUSTER];
+}
+
+/* Registers with the scheduler and reads its answer into ans (cap bytes):
+ * RKV_EXIT_OK, or an exit code with the reason in err. */
+static int psl_rendezvous(const struct cli_settings *s, const struct psl_cfg *cfg, int is_server,
+                          char *ans, size_t cap, char *host, size_t host_len, char *err,
+                          size_t err_len)
+{
+    uint64_t deadline = psl_now_ms() + cfg->wait_ms;
+    int fd = psl_connect(cfg, deadline, err, err_len);
+    if (fd < 0)
+        return RKV_EXIT_STORE;
+    int code = RKV_EXIT_USAGE;
+    if (psl_my_host(s, fd, host, host_len, err, err_len) < 0)
+        goto close_fd;
+    char line[PSL_LINE_MAX + 64];
+    snprintf(line, sizeof(line), PSL_MAGIC " %s %s %u %u\n", is_server ? "server" : "worker", host,
+             cfg->n_servers, cfg->n_workers);
+    psl_send(fd, line);
+    /* The scheduler answers once every node registered: allow for the
+     * slowest one's own connect retries. */
+    code = psl_answer(fd, deadline + cfg->wait_ms, ans, cap, err, err_len);
+close_fd:
+    close(fd);
+    return code;
+}
+
+/* Runs as `rkv server|worker ARGS --cluster TABLE --server-id|--machine-id N`. */
+static int psl_run(int argc, char **argv, int is_server, const char *ans, const char *host)
+{
+    const char *who = is_server ? "rkv server" : "rkv worker";
+    unsigned id, m, nm;
+    int ok = sscanf(ans, "OK %u %u %u", &id, &m, &nm) == 3;
+    assert(ok); /* psl_answer checked it */
+    (void)ok;
+    if (argc > 64) {
+        fprintf(stderr, "%s: more than 64 arguments\n", who);
+        return RKV_EXIT_USAGE;
+    }
+    /* The cluster as a file for the usual path, in memory: nothing is left
+     * behind in /tmp whatever happens to this process. */
+    int cfd = memfd_create("rkv-cluster", 0);
+    const char *table = strchr(ans, '\n') + 1;
+    if (cfd < 0 || write(cfd, table, strlen(table)) != (ssize_t)strlen(table)) {
+        fprintf(stderr, "%s: cannot keep the cluster table: %s\n", who, strerror(errno));
+        if (cfd >= 0)
+            close(cfd);
+        return RKV_EXIT_STORE;
+    }
+    char path[64], idv[16];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", cfd);
+    snprintf(idv, sizeof(idv), "%u", is_server ? id : m);
+    char *args[64 + 8];
+    int n = 0;
+    for (int i = 0; i < argc; i++)
+        args[n++] = argv[i];
+    args[n++] = "--cluster";
+    args[n++] = path;
+    args[n++] = is_server ? "--server-id" : "--machine-id";
+    args[n++] = idv;
+    args[n] = NULL;
+    if (is_server)
+        fprintf(stderr, "%s: the scheduler made this node server %u, on machine %u of %u (%s)\n",
+                who, id, m, nm, host);
+    else
+        fprintf(stderr, "%s: the scheduler put this node on machine %u of %u (%s)\n", who, m, nm,
+                host);
+    int code = is_server ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
+    close(cfd);
+    return code;
 }
 
 int cli_pslite_node(int argc, char **argv, const struct cli_settings *s, int is_server)
@@ -468,75 +573,19 @@ int cli_pslite_node(int argc, char **argv, const struct cli_settings *s, int is_
         fprintf(stderr, "%s: %s\n", who, err);
         return RKV_EXIT_USAGE;
     }
-    uint64_t deadline = psl_now_ms() + cfg.wait_ms;
-    int fd = psl_connect(&cfg, deadline, err, sizeof(err));
-    if (fd < 0) {
-        fprintf(stderr, "%s: %s\n", who, err);
-        return RKV_EXIT_STORE;
-    }
     /* The answer: a head line and one line per machine (bounded by the
      * machine count the store accepts). */
     size_t cap = (size_t)RKV_MAX_MACHINES * (RKV_HOST_MAX + 24) + 64;
-    char *ans = malloc(cap), line[PSL_LINE_MAX + 64];
-    int code = RKV_EXIT_STORE;
+    char *ans = malloc(cap);
     if (!ans) {
         fprintf(stderr, "%s: out of memory\n", who);
-        goto close_fd;
+        return RKV_EXIT_STORE;
     }
-    if (psl_my_host(s, fd, host, sizeof(host), err, sizeof(err)) < 0) {
+    int code = psl_rendezvous(s, &cfg, is_server, ans, cap, host, sizeof(host), err, sizeof(err));
+    if (code != RKV_EXIT_OK)
         fprintf(stderr, "%s: %s\n", who, err);
-        code = RKV_EXIT_USAGE;
-        goto free_ans;
-    }
-    snprintf(line, sizeof(line), PSL_MAGIC " %s %s %u %u\n", is_server ? "server" : "worker", host,
-             cfg.n_servers, cfg.n_workers);
-    psl_send(fd, line);
-    /* The scheduler answers once every node registered: allow for the
-     * slowest one's own connect retries. */
-    if (psl_answer(fd, deadline + cfg.wait_ms, ans, cap, err, sizeof(err)) < 0) {
-        fprintf(stderr, "%s: %s\n", who, err);
-        code =
-            strstr(err, "DMLC_") || strstr(err, "no server runs") ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
-        goto free_ans;
-    }
-    unsigned id, m, nm;
-    sscanf(ans, "OK %u %u %u", &id, &m, &nm);
-    /* The cluster as a file for the usual path, in memory: nothing is left
-     * behind in /tmp whatever happens to this process. */
-    int cfd = memfd_create("rkv-cluster", 0);
-    const char *table = strchr(ans, '\n') + 1;
-    if (cfd < 0 || write(cfd, table, strlen(table)) != (ssize_t)strlen(table)) {
-        fprintf(stderr, "%s: cannot keep the cluster table: %s\n", who, strerror(errno));
-        if (cfd >= 0)
-            close(cfd);
-        goto free_ans;
-    }
-    char path[64], idv[16];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", cfd);
-    snprintf(idv, sizeof(idv), "%u", is_server ? id : m);
-    char *args[64 + 8];
-    int n = 0;
-    for (int i = 0; i < argc && n < 64; i++)
-        args[n++] = argv[i];
-    args[n++] = "--cluster";
-    args[n++] = path;
-    args[n++] = is_server ? "--server-id" : "--machine-id";
-    args[n++] = idv;
-    args[n] = NULL;
-    if (is_server)
-        fprintf(stderr, "%s: the scheduler made this node server %u, on machine %u of %u (%s)\n",
-                who, id, m, nm, host);
     else
-        fprintf(stderr, "%s: the scheduler put this node on machine %u of %u (%s)\n", who, m, nm,
-                host);
-    close(fd);
-    fd = -1;
-    code = is_server ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
-    close(cfd);
-free_ans:
+        code = psl_run(argc, argv, is_server, ans, host);
     free(ans);
-close_fd:
-    if (fd >= 0)
-        close(fd);
     return code;
 }
