@@ -4,7 +4,10 @@
 # loopback, its two machines' addresses changed to 127.0.0.1 and free
 # ports, 4 servers and 4 workers exit 0.
 # Usage: readme_snippet.sh README.md INCLUDE_DIR LIBRKV_SO [CC]
+# CFLAGS: what the library was built with that its users need too
+# (-fsanitize=... in the ASan build: the runtime must come first).
 set -eu
+CFLAGS=${CFLAGS:-}
 readme=$1 inc=$2 lib=$3 cc=${4:-cc}
 tmp=$(mktemp -d)
 pids=""
@@ -17,7 +20,7 @@ trap cleanup EXIT
 awk '/^## Using it/ {u = 1} u && /^```c$/ {c = 1; next} c && /^```$/ {exit} c' "$readme" >"$tmp/app.c"
 [ -s "$tmp/app.c" ] || { echo "readme_snippet: no C block under '## Using it' in $readme"; exit 1; }
 libdir=$(dirname "$lib")
-"$cc" -std=c11 -Wall -Wextra -Werror -I"$inc" "$tmp/app.c" -o "$tmp/app" -L"$libdir" -lrkv \
+"$cc" $CFLAGS -std=c11 -Wall -Wextra -Werror -I"$inc" "$tmp/app.c" -o "$tmp/app" -L"$libdir" -lrkv \
   -Wl,-rpath,"$libdir" || { echo "readme_snippet: README.md's program does not compile"; exit 1; }
 # The same program on this host: both machines on loopback, distinct ports
 # and its own shared-memory names.
@@ -27,7 +30,7 @@ grep -q '{"10.0.0.1", 29500, 2}, {"10.0.0.2", 29500, 2}' "$tmp/app.c" ||
 sed -e "s/{\"10.0.0.1\", 29500, 2}, {\"10.0.0.2\", 29500, 2}/{\"127.0.0.1\", $port, 2}, {\"127.0.0.1\", $((port + 2)), 2}/" \
   -e "s/cfg.n_machines = 2;/cfg.n_machines = 2; strcpy(cfg.shm_prefix, \"rkv-readme-$$\");/" \
   "$tmp/app.c" >"$tmp/local.c"
-"$cc" -std=c11 -I"$inc" "$tmp/local.c" -o "$tmp/local" -L"$libdir" -lrkv -Wl,-rpath,"$libdir"
+"$cc" $CFLAGS -std=c11 -I"$inc" "$tmp/local.c" -o "$tmp/local" -L"$libdir" -lrkv -Wl,-rpath,"$libdir"
 for m in 0 1; do
   for l in 0 1; do
     "$tmp/local" server $m $l & pids="$pids $!"
