@@ -156,6 +156,40 @@ static void test_pslite_interface(void **state)
                                 "DMLC_INTERFACE)"));
 }
 
+/* DGL's launch: ip_config.txt (the same port on each machine, as DGL
+ * writes it), DGL_ROLE=server with DGL_SERVER_ID, DGL_ROLE=client, and
+ * DGL_NUM_SERVER / DGL_NUM_CLIENT; two machines on two loopback addresses. */
+static void test_dgl_two_machines(void **state)
+{
+    (void)state;
+    char cmd[2048], ipc[64];
+    snprintf(ipc, sizeof(ipc), "/tmp/rkv-launch-%d.ip_config.txt", (int)getpid());
+    FILE *f = fopen(ipc, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 %u\n127.0.0.2 %u\n", test_port() + 5, test_port() + 5);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd),
+             "export DGL_IP_CONFIG=%s DGL_NUM_SERVER=2 DGL_NUM_CLIENT=4 RKV_ROWS=300 "
+             "RKV_ROUNDS=1 RKV_VALUE_BYTES=4096 RKV_CONNECT_RETRY_MS=10000 "
+             "RKV_TIMEOUT_MS=10000; pids=''; "
+             "for k in 0 1 2 3; do DGL_ROLE=server DGL_SERVER_ID=$k timeout 60 %s node 2>&1 & "
+             "pids=\"$pids $!\"; done; "
+             "for k in 0 1 2 3; do DGL_ROLE=client %s node 2>&1 & pids=\"$pids $!\"; done; "
+             "rc=0; for p in $pids; do wait $p || rc=1; done; exit $rc",
+             ipc, RKV_BIN, RKV_BIN);
+    int rc = sh(cmd);
+    unlink(ipc);
+    if (rc != 0) { /* servers that timed out leave their machines' segments */
+        char rm[128];
+        snprintf(rm, sizeof(rm), "rm -f /dev/shm/rkv-%u-*", test_port() + 5);
+        if (system(rm) != 0)
+            print_message("could not remove /dev/shm/rkv-%u-*\n", test_port() + 5);
+        fail_msg("DGL-style launch failed:\n%s", out);
+    }
+    assert_int_equal(count("RESULT worker="), 4);
+    assert_int_equal(count(" errors=0 "), 4 + 4 * 5);
+}
+
 /* What goes wrong in a ps-lite launch is named, and nobody hangs. */
 static void test_pslite_errors(void **state)
 {
@@ -229,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_pslite_two_machines),
         cmocka_unit_test(test_pslite_interface),
         cmocka_unit_test(test_pslite_errors),
+        cmocka_unit_test(test_dgl_two_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,6 +76,10 @@ int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char 
 int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len);
 
+/* The first machine of cfg whose host is an address of this host (0, or -1
+ * if none is), as DGL's clients find their machine in ip_config.txt. */
+int cli_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
+
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
 int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len);

@@ -178,6 +178,12 @@ int cli_cmd_worker(int argc, char **argv)
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
+    /* DGL's clients are not told their machine: it is the first line of
+     * ip_config.txt naming an address of theirs. */
+    uint32_t local_m;
+    if (*s.val[CLI_CLUSTER] && strcmp(s.src[CLI_MACHINE_ID], "default") == 0 &&
+        cli_local_machine(&cfg, &local_m) == 0)
+        cfg.machine_id = local_m;
     if ((rc = cmd_workload(&s, &wl)) != 0 || (rc = cmd_scenario(&s, &cfg, &wl, &sc)) != 0) {
         free(cfg.machines);
         return rc;
@@ -331,15 +337,17 @@ int cli_cmd_node(int argc, char **argv)
     if (!*s.val[CLI_ROLE] && *s.val[CLI_SCENARIO])
         return node_from_scenario(argc, argv, &s);
     int server = strcmp(s.val[CLI_ROLE], "server") == 0;
+    int worker = strcmp(s.val[CLI_ROLE], "worker") == 0 || strcmp(s.val[CLI_ROLE], "client") == 0;
     if (strcmp(s.val[CLI_ROLE], "scheduler") == 0)
         return cli_pslite_scheduler(&s);
-    if ((server || strcmp(s.val[CLI_ROLE], "worker") == 0) && cli_pslite_mode(&s))
+    if ((server || worker) && cli_pslite_mode(&s))
         return cli_pslite_node(argc, argv, &s, server);
     if (server)
         return cli_cmd_server(argc, argv);
-    if (strcmp(s.val[CLI_ROLE], "worker") == 0)
+    if (worker) /* "client" is DGL's word (DGL_ROLE=client) */
         return cli_cmd_worker(argc, argv);
-    fprintf(stderr, "rkv node: role: expected server, worker or scheduler, got \"%s\" (%s)\n",
+    fprintf(stderr,
+            "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)\n",
             s.val[CLI_ROLE], s.src[CLI_ROLE]);
     return RKV_EXIT_USAGE;
 }

@@ -3,8 +3,12 @@
  * with the source each value came from. */
 #include <ctype.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "store/store_int.h"
@@ -20,8 +24,8 @@ struct cli_opt {
 
 static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
-                  "server, worker or scheduler (`rkv node`; DMLC_ROLE: ps-lite's launch, "
-                  "ids from the scheduler)"},
+                  "server, worker (DGL: client) or scheduler (`rkv node`; DMLC_ROLE: ps-lite's "
+                  "launch, ids from the scheduler)"},
     [CLI_CLUSTER] =
         {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
          "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
@@ -441,5 +445,36 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
 free_machines:
     free(cfg->machines);
     cfg->machines = NULL;
+    return -1;
+}
+
+/* Whether host names an IPv4 address of this machine: binding a socket to it
+ * succeeds only then (all of 127.0.0.0/8 is this machine's). */
+static int cli_host_is_local(const char *host)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res;
+    if (!host[0] || getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    int local = 0;
+    for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in sa = *(struct sockaddr_in *)a->ai_addr;
+        sa.sin_port = 0;
+        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    freeaddrinfo(res);
+    return local;
+}
+
+int cli_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
+{
+    for (uint32_t m = 0; m < cfg->n_machines; m++) {
+        if (cli_host_is_local(cfg->machines[m].host)) {
+            *m_p = m;
+            return 0;
+        }
+    }
     return -1;
 }

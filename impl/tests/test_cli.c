@@ -146,6 +146,23 @@ static void test_cluster_file_dgl_forms(void **state)
     free(cfg.machines);
 }
 
+/* A DGL client finds its machine as DGL does: the first line naming an
+ * address of this host (192.0.2.0/24 is reserved for documentation: never
+ * an address of a test machine). */
+static void test_local_machine(void **state)
+{
+    (void)state;
+    struct rkv_machine m[3] = {
+        {"192.0.2.1", 9000, 1}, {"127.0.0.1", 9000, 1}, {"localhost", 9100, 1}};
+    struct rkv_config cfg = {.n_machines = 3, .machines = m};
+    uint32_t id = 99;
+    assert_int_equal(cli_local_machine(&cfg, &id), 0);
+    assert_int_equal(id, 1);
+    cfg.n_machines = 1;
+    assert_int_equal(cli_local_machine(&cfg, &id), -1);
+    assert_int_equal(id, 1); /* untouched */
+}
+
 /* A machine listed twice is refused with both line numbers (it passed, and
  * its second server failed later with a misleading error). */
 static void test_cluster_file_duplicates(void **state)
@@ -434,10 +451,12 @@ static void test_node_errors(void **state)
     const char *no_rank = "env -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u PMI_RANK -u RKV_ROLE "
                           "-u DMLC_ROLE -u DGL_ROLE";
     char env[512];
-    expect_run(no_rank, "node", 2,
-               "rkv node: role: expected server, worker or scheduler, got \"\" (default)");
-    expect_run(no_rank, "node --role boss", 2,
-               "rkv node: role: expected server, worker or scheduler, got \"boss\" (flag)");
+    expect_run(
+        no_rank, "node", 2,
+        "rkv node: role: expected server, worker (or client) or scheduler, got \"\" (default)");
+    expect_run(
+        no_rank, "node --role boss", 2,
+        "rkv node: role: expected server, worker (or client) or scheduler, got \"boss\" (flag)");
     snprintf(env, sizeof(env), "%s DMLC_ROLE=boss", no_rank);
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
@@ -524,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_cluster_file_forms),
         cmocka_unit_test(test_cluster_file_dgl_forms),
         cmocka_unit_test(test_cluster_file_duplicates),
+        cmocka_unit_test(test_local_machine),
         cmocka_unit_test(test_flags_and_env),
         cmocka_unit_test(test_settings_that_make_no_cluster),
         cmocka_unit_test(test_settings_that_make_a_cluster),
