@@ -150,6 +150,40 @@ static int psl_cmp_server(const void *a, const void *b)
     return h ? h : (x->seq > y->seq) - (x->seq < y->seq);
 }
 
+/* Groups the sorted servers into machines (one per host): first[m] is the
+ * first server of machine m, first[*n_mach_p] == k; the cluster file's lines
+ * in table. NULL, or why the store cannot take this cluster. */
+static const char *psl_machines(const struct psl_cfg *cfg, struct psl_conn **srv, uint32_t k,
+                                uint32_t *first, char *table, uint32_t *n_mach_p)
+{
+    uint32_t n_mach = 0;
+    size_t tl = 0;
+    for (uint32_t i = 0; i <= k; i++) {
+        if (i < k && i > 0 && strcmp(srv[i]->host, srv[i - 1]->host) == 0)
+            continue;
+        if (i > 0) { /* the machine of servers first[n_mach - 1] .. i - 1 */
+            if (i - first[n_mach - 1] > 256)
+                return "more than 256 servers on one host";
+            tl += (size_t)sprintf(table + tl, "%s %u %u\n", srv[i - 1]->host, cfg->root_port + 1u,
+                                  i - first[n_mach - 1]);
+        }
+        first[n_mach++] = i;
+    }
+    *n_mach_p = n_mach - 1; /* the last entry is the end marker */
+    return *n_mach_p > RKV_MAX_MACHINES ? "servers on more hosts than the machines rkv takes"
+                                        : NULL;
+}
+
+/* Tells every node "ERR 2 why" (the launch is wrong as it stands). */
+static void psl_fail_all(struct psl_conn *conns, uint32_t n, const char *why)
+{
+    char line[PSL_LINE_MAX + 256];
+    snprintf(line, sizeof(line), "ERR %d %s\n", RKV_EXIT_USAGE, why);
+    fprintf(stderr, "rkv scheduler: %s\n", why);
+    for (uint32_t j = 0; j < n; j++)
+        psl_send(conns[j].fd, line);
+}
+
 /* Everyone registered: machines are the servers' hosts in name order. */
 static int psl_assign(const struct psl_cfg *cfg, struct psl_conn *conns, uint32_t n, FILE *log)
 {
@@ -168,16 +202,12 @@ static int psl_assign(const struct psl_cfg *cfg, struct psl_conn *conns, uint32_
             srv[k++] = &conns[i];
     assert(k == cfg->n_servers);
     qsort(srv, k, sizeof(*srv), psl_cmp_server);
-    size_t tl = 0;
-    for (uint32_t i = 0; i <= k; i++) {
-        if (i < k && i > 0 && strcmp(srv[i]->host, srv[i - 1]->host) == 0)
-            continue;
-        if (i > 0) /* the machine of servers first[n_mach - 1] .. i - 1 */
-            tl += (size_t)sprintf(table + tl, "%s %u %u\n", srv[i - 1]->host, cfg->root_port + 1u,
-                                  i - first[n_mach - 1]);
-        first[n_mach++] = i;
+    const char *bad = psl_machines(cfg, srv, k, first, table, &n_mach);
+    if (bad) {
+        psl_fail_all(conns, n, bad);
+        code = RKV_EXIT_USAGE;
+        goto free_all;
     }
-    n_mach--; /* the last entry is the end marker */
     /* A worker maps its machine's shard, so it runs where servers run.
      * Every worker is placed before anyone is answered: a node told OK
      * would start while the others are told the cluster failed. */
@@ -192,13 +222,11 @@ static int psl_assign(const struct psl_cfg *cfg, struct psl_conn *conns, uint32_
         if (m == n_mach) {
             char why[PSL_LINE_MAX + 160];
             snprintf(why, sizeof(why),
-                     "ERR 2 a worker registered from %s, where no server runs: workers share "
-                     "their machine's shared memory, so each runs on a server's host (set "
-                     "DMLC_NODE_HOST to it)\n",
+                     "a worker registered from %s, where no server runs: workers share their "
+                     "machine's shared memory, so each runs on a server's host (set "
+                     "DMLC_NODE_HOST to it)",
                      c->host);
-            fprintf(stderr, "rkv scheduler: %s", why + 6);
-            for (uint32_t j = 0; j < n; j++)
-                psl_send(conns[j].fd, why);
+            psl_fail_all(conns, n, why);
             code = RKV_EXIT_USAGE;
             goto free_all;
         }

@@ -194,7 +194,11 @@ RKV_API int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
                               struct rkv_server **srv_p, char *err, size_t err_len);
 RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn,
                                         void *user);
-/* Serves until a client calls rkv_client_shutdown_servers(). */
+/* The server serves from rkv_server_create() on, on threads of its own;
+ * this blocks the calling thread until a client calls
+ * rkv_client_shutdown_servers(), the one way to stop it. Then call
+ * rkv_server_destroy(): server 0 of a machine removes the machine's shared
+ * memory there (a server killed by a signal leaves it behind). */
 RKV_API int rkv_server_run(struct rkv_server *srv);
 RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
 RKV_API void rkv_server_destroy(struct rkv_server *srv);
