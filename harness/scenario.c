@@ -133,7 +133,7 @@ static int sc_u64(struct sc_ctx *c, const char *name, struct fy_node *key, struc
 static int sc_u32(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
                   uint32_t min, uint32_t max, uint32_t *out)
 {
-    uint64_t x;
+    uint64_t x = 0; /* set when rc == 0; GCC -O3 cannot see that and warns */
     int rc = sc_u64(c, name, key, v, min, max, &x);
     if (rc == 0)
         *out = (uint32_t)x;

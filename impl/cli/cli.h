@@ -50,6 +50,8 @@ enum cli_key {
     CLI_SECRET_FILE,
     CLI_HELLO_TIMEOUT_MS,
     CLI_IDLE_TIMEOUT_MS,
+    CLI_NODE_HOST,
+    CLI_INTERFACE,
     CLI_KEY_COUNT_
 };
 
@@ -68,10 +70,18 @@ void cli_settings_help(FILE *out);
 int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char *err,
                 size_t err_len);
 
-/* Cluster file: one machine per line, "host base_port [servers]" (DGL's
- * ip_config.txt); '#' comments. Errors name file:line and what was expected. */
+/* Cluster file: one machine per line, "host [base_port [servers]]" (DGL's
+ * ip_config.txt: "IP", "IP PORT", and the older "IP PORT SERVERS"; the port
+ * defaults to DGL's, the servers to default_servers); '#' comments. Errors
+ * name file:line and what was expected; a machine listed twice (one host,
+ * overlapping ports) is refused with both lines. */
+#define CLI_DGL_DEFAULT_PORT 30050
 int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len);
+
+/* The first machine of cfg whose host is an address of this host (0, or -1
+ * if none is), as DGL's clients find their machine in ip_config.txt. */
+int cli_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
 
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
 int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
@@ -143,6 +153,17 @@ double cli_limit_memcpy_gbps(size_t block_bytes);
 
 /* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
 int cli_free_ports(uint32_t n, uint16_t *base_p);
+
+/* ps-lite's launch (impl/cli/pslite.c): under DMLC_ROLE and without a
+ * cluster file, servers and workers register with the scheduler
+ * (DMLC_ROLE=scheduler at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT), which gives
+ * each its id and the cluster; then they run as `rkv server` / `rkv worker`.
+ * The scheduler exits 0 once every node has its place (or at once, saying
+ * it is not needed, when a cluster file fixes every address). Each returns
+ * an RKV_EXIT_* code. */
+int cli_pslite_mode(const struct cli_settings *s);
+int cli_pslite_scheduler(const struct cli_settings *s);
+int cli_pslite_node(int argc, char **argv, const struct cli_settings *s, int is_server);
 
 int cli_cmd_server(int argc, char **argv);
 int cli_cmd_worker(int argc, char **argv);

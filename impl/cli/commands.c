@@ -193,6 +193,12 @@ int cli_cmd_worker(int argc, char **argv)
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
+    /* DGL's clients are not told their machine: it is the first line of
+     * ip_config.txt naming an address of theirs. */
+    uint32_t local_m;
+    if (*s.val[CLI_CLUSTER] && strcmp(s.src[CLI_MACHINE_ID], "default") == 0 &&
+        cli_local_machine(&cfg, &local_m) == 0)
+        cfg.machine_id = local_m;
     if ((rc = cmd_workload(&s, &wl)) != 0 || (rc = cmd_scenario(&s, &cfg, &wl, &sc)) != 0) {
         free(cfg.machines);
         return rc;
@@ -328,11 +334,15 @@ int cli_cmd_node(int argc, char **argv)
     struct cli_settings s;
     char err[512];
     if (cmd_wants_help(argc, argv)) {
-        printf("usage: rkv node [--role server|worker] [settings]\n"
+        printf("usage: rkv node [--role server|worker|scheduler] [settings]\n"
                "       rkv node --scenario FILE   (under mpirun / srun / a PMI launcher)\n"
                "Runs `rkv server` or `rkv worker` as the role setting says; with --scenario and\n"
                "no role, the launcher's rank decides: ranks below the scenario's server count\n"
-               "are servers, the others workers.\n");
+               "are servers, the others workers. With DMLC_ROLE (ps-lite's launch) and no\n"
+               "cluster file, every node registers with the scheduler (DMLC_ROLE=scheduler at\n"
+               "DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT), which numbers the servers, groups them by\n"
+               "host (DMLC_NODE_HOST, DMLC_INTERFACE) into machines, and exits 0 once every\n"
+               "node has its place.\n");
         return RKV_EXIT_OK;
     }
     if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
@@ -341,11 +351,18 @@ int cli_cmd_node(int argc, char **argv)
     }
     if (!*s.val[CLI_ROLE] && *s.val[CLI_SCENARIO])
         return node_from_scenario(argc, argv, &s);
-    if (strcmp(s.val[CLI_ROLE], "server") == 0)
+    int server = strcmp(s.val[CLI_ROLE], "server") == 0;
+    int worker = strcmp(s.val[CLI_ROLE], "worker") == 0 || strcmp(s.val[CLI_ROLE], "client") == 0;
+    if (strcmp(s.val[CLI_ROLE], "scheduler") == 0)
+        return cli_pslite_scheduler(&s);
+    if ((server || worker) && cli_pslite_mode(&s))
+        return cli_pslite_node(argc, argv, &s, server);
+    if (server)
         return cli_cmd_server(argc, argv);
-    if (strcmp(s.val[CLI_ROLE], "worker") == 0)
+    if (worker) /* "client" is DGL's word (DGL_ROLE=client) */
         return cli_cmd_worker(argc, argv);
-    fprintf(stderr, "rkv node: role: expected server or worker, got \"%s\" (%s)\n", s.val[CLI_ROLE],
-            s.src[CLI_ROLE]);
+    fprintf(stderr,
+            "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)\n",
+            s.val[CLI_ROLE], s.src[CLI_ROLE]);
     return RKV_EXIT_USAGE;
 }

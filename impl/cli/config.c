@@ -3,8 +3,11 @@
  * with the source each value came from. */
 #include <ctype.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -21,9 +24,11 @@ struct cli_opt {
 
 static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
-                  "server or worker (for `rkv node`-style launch)"},
-    [CLI_CLUSTER] = {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
-                     "cluster file: 'host base_port [servers]' per machine"},
+                  "server, worker (DGL: client) or scheduler (`rkv node`; DMLC_ROLE: ps-lite's "
+                  "launch, ids from the scheduler)"},
+    [CLI_CLUSTER] =
+        {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
+         "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
     [CLI_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
                   "host of a one-machine cluster (no cluster file)"},
     [CLI_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
@@ -90,6 +95,12 @@ static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
     [CLI_IDLE_TIMEOUT_MS] = {"idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
                              "a connection to a server that sends no message this long is "
                              "dropped (clients redial with retry-ms); 0: never"},
+    [CLI_NODE_HOST] = {"node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
+                       "under DMLC_ROLE: the address this node gives the scheduler (default: "
+                       "--interface's, else the one it reached the scheduler from)"},
+    [CLI_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
+                       "under DMLC_ROLE: the network interface whose IPv4 address this node "
+                       "gives the scheduler"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
@@ -180,6 +191,7 @@ void cli_settings_help(FILE *out)
 
 /* ---- cluster file ---- */
 
+/* DGL's ip_config.txt: "IP", "IP PORT" or the older "IP PORT SERVERS". */
 static int cli_parse_line(const char *path, int ln, char *line, uint32_t default_servers,
                           struct rkv_machine *m, char *err, size_t err_len)
 {
@@ -189,18 +201,16 @@ static int cli_parse_line(const char *path, int ln, char *line, uint32_t default
     char *servers = strtok_r(NULL, " \t", &save);
     char *extra = strtok_r(NULL, " \t", &save);
     char *end;
-    if (!port)
-        return rkv_errf(err, err_len, -1,
-                        "%s:%d: expected 'host base_port [servers]', got "
-                        "only \"%s\"",
-                        path, ln, host);
     if (strlen(host) > RKV_HOST_MAX)
         return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
                         RKV_HOST_MAX);
-    unsigned long p = strtoul(port, &end, 10);
-    if (*end || p == 0 || p > 65535)
-        return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"", path,
-                        ln, port);
+    unsigned long p = CLI_DGL_DEFAULT_PORT;
+    if (port) {
+        p = strtoul(port, &end, 10);
+        if (*end || p == 0 || p > 65535)
+            return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"",
+                            path, ln, port);
+    }
     unsigned long n = default_servers;
     if (servers) {
         n = strtoul(servers, &end, 10);
@@ -211,9 +221,38 @@ static int cli_parse_line(const char *path, int ln, char *line, uint32_t default
     if (extra)
         return rkv_errf(err, err_len, -1, "%s:%d: unexpected \"%s\" after the server count", path,
                         ln, extra);
+    if (p + n - 1 > 65535)
+        return rkv_errf(err, err_len, -1,
+                        "%s:%d: %lu servers from port %lu run past port 65535 (server i of a "
+                        "machine listens on base_port + i)",
+                        path, ln, n, p);
     snprintf(m->host, sizeof(m->host), "%s", host);
     m->base_port = (uint16_t)p;
     m->servers = (uint32_t)n;
+    return 0;
+}
+
+/* Two lines naming one host whose port ranges meet would put two servers on
+ * one port: the second fails far from the cause ("address in use", or a
+ * client talking to the wrong server). Hosts are compared as written. */
+static int cli_check_duplicates(const char *path, const struct rkv_machine *ms, const int *lns,
+                                uint32_t n, char *err, size_t err_len)
+{
+    for (uint32_t j = 1; j < n; j++) {
+        const struct rkv_machine *b = &ms[j];
+        for (uint32_t i = 0; i < j; i++) {
+            const struct rkv_machine *a = &ms[i];
+            if (strcmp(a->host, b->host) != 0 || b->base_port >= a->base_port + a->servers ||
+                a->base_port >= b->base_port + b->servers)
+                continue;
+            return rkv_errf(err, err_len, -1,
+                            "%s:%d: %s ports %u..%u overlap line %d's (%s ports %u..%u): a "
+                            "machine is listed once, and machines on one host need distinct "
+                            "ports",
+                            path, lns[j], b->host, b->base_port, b->base_port + b->servers - 1,
+                            lns[i], a->host, a->base_port, a->base_port + a->servers - 1);
+        }
+    }
     return 0;
 }
 
@@ -224,9 +263,10 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
     if (!f)
         return rkv_errf(err, err_len, -1, "%s: cannot open: %s", path, strerror(errno));
     struct rkv_machine *ms = calloc(RKV_MAX_MACHINES, sizeof(*ms));
+    int *lns = calloc(RKV_MAX_MACHINES, sizeof(*lns)); /* each machine's line */
     uint32_t n = 0;
     char line[512];
-    int ln = 0, rc = ms ? 0 : rkv_errf(err, err_len, -1, "out of memory");
+    int ln = 0, rc = ms && lns ? 0 : rkv_errf(err, err_len, -1, "out of memory");
     while (rc == 0 && fgets(line, sizeof(line), f)) {
         ln++;
         if (!strchr(line, '\n') && !feof(f)) {
@@ -243,18 +283,23 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
             p++;
         if (!*p)
             continue;
-        if (n == RKV_MAX_MACHINES)
+        if (n == RKV_MAX_MACHINES) {
             rc = rkv_errf(err, err_len, -1, "%s:%d: more than %u machines", path, ln,
                           RKV_MAX_MACHINES);
-        else
+        } else {
+            lns[n] = ln;
             rc = cli_parse_line(path, ln, p, default_servers, &ms[n++], err, err_len);
+        }
     }
     fclose(f);
     if (rc == 0 && n == 0)
         rc = rkv_errf(err, err_len, -1,
-                      "%s: no machines (expected 'host base_port [servers]' "
+                      "%s: no machines (expected 'host [base_port [servers]]' "
                       "lines)",
                       path);
+    if (rc == 0)
+        rc = cli_check_duplicates(path, ms, lns, n, err, err_len);
+    free(lns);
     if (rc < 0) {
         free(ms);
         return rc;
@@ -267,7 +312,7 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
 static int cli_u32(const struct cli_settings *s, enum cli_key k, uint32_t *v, char *err,
                    size_t err_len)
 {
-    uint64_t x;
+    uint64_t x = 0; /* set on success; GCC -O3 warns otherwise */
     if (cli_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > UINT32_MAX)
@@ -308,12 +353,54 @@ static int cli_local_machines(const struct cli_settings *s, struct rkv_config *c
     return 0;
 }
 
+/* Settings whose value sizes memory a node allocates up front: a value far
+ * beyond any real cluster is a typo (or a unit mistake), refused here naming
+ * the setting and its limit, not met later as "out of memory". */
+static const struct cli_limit {
+    enum cli_key key;
+    uint64_t max;
+    const char *why;
+} cli_limits[] = {
+    {CLI_NUM_WORKERS, 65536, "servers keep a record per worker"},
+    {CLI_RX_DEPTH, 65536, "each connection posts this many receive buffers"},
+    {CLI_SLOTS, 65536, "each connection keeps this many slots"},
+    {CLI_CTRL_BUF_BYTES, 64u << 20, "each receive buffer has this size"},
+};
+
+/* Bytes of receive buffers one connection may take (rx-depth x
+ * ctrl-buf-bytes): a server holds one set per peer. */
+#define CLI_RX_BYTES_MAX (1ull << 30)
+
+static int cli_check_limits(const struct cli_settings *s, char *err, size_t err_len)
+{
+    uint64_t v[CLI_KEY_COUNT_] = {0};
+    for (size_t i = 0; i < sizeof(cli_limits) / sizeof(cli_limits[0]); i++) {
+        const struct cli_limit *l = &cli_limits[i];
+        if (cli_get_u64(s, l->key, &v[l->key], err, err_len) < 0)
+            return -1;
+        if (v[l->key] > l->max)
+            return rkv_errf(err, err_len, -1, "%s: %llu is above the limit %llu (%s; %s)",
+                            cli_opts[l->key].name, (unsigned long long)v[l->key],
+                            (unsigned long long)l->max, l->why, s->src[l->key]);
+    }
+    uint64_t rx = v[CLI_RX_DEPTH] * v[CLI_CTRL_BUF_BYTES]; /* both bounded: no overflow */
+    if (rx > CLI_RX_BYTES_MAX)
+        return rkv_errf(err, err_len, -1,
+                        "rx-depth x ctrl-buf-bytes: %llu x %llu bytes of receive buffers per "
+                        "connection is above the limit %llu MiB",
+                        (unsigned long long)v[CLI_RX_DEPTH],
+                        (unsigned long long)v[CLI_CTRL_BUF_BYTES], CLI_RX_BYTES_MAX >> 20);
+    return 0;
+}
+
 int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len)
 {
     rkv_config_defaults(cfg);
+    if (cli_check_limits(s, err, err_len) < 0)
+        return -1; /* before the cluster file or anything else is allocated */
     uint32_t spm;
-    uint64_t seed, slot;
+    uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
     if (cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
     int rc = *s->val[CLI_CLUSTER] ? cli_cluster_parse(s->val[CLI_CLUSTER], spm, &cfg->machines,
@@ -378,5 +465,36 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
 free_machines:
     free(cfg->machines);
     cfg->machines = NULL;
+    return -1;
+}
+
+/* Whether host names an IPv4 address of this machine: binding a socket to it
+ * succeeds only then (all of 127.0.0.0/8 is this machine's). */
+static int cli_host_is_local(const char *host)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res;
+    if (!host[0] || getaddrinfo(host, NULL, &hints, &res) != 0)
+        return 0;
+    int local = 0;
+    for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in sa = *(struct sockaddr_in *)a->ai_addr;
+        sa.sin_port = 0;
+        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    freeaddrinfo(res);
+    return local;
+}
+
+int cli_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
+{
+    for (uint32_t m = 0; m < cfg->n_machines; m++) {
+        if (cli_host_is_local(cfg->machines[m].host)) {
+            *m_p = m;
+            return 0;
+        }
+    }
     return -1;
 }

@@ -721,6 +721,8 @@ static const char *const demo_flags[CLI_KEY_COUNT_] = {
     [CLI_SECRET_FILE] = "--secret-file",
     [CLI_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
     [CLI_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
+    [CLI_NODE_HOST] = "--node-host",
+    [CLI_INTERFACE] = "--interface",
 };
 
 int cli_launch_args(const struct cli_settings *s, char **argv, int cap)

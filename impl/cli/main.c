@@ -33,7 +33,7 @@ int main(int argc, char **argv)
         return argc < 2 ? RKV_EXIT_USAGE : RKV_EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("rkv %d.%d\n", RKV_VERSION_MAJOR, RKV_VERSION_MINOR);
+        printf("rkv %s\n", rkv_version());
         return RKV_EXIT_OK;
     }
     if (strcmp(argv[1], "server") == 0)

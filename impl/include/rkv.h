@@ -18,8 +18,24 @@
 extern "C" {
 #endif
 
+/* The version of this header; rkv_version() says which library runs. CMake
+ * reads these three lines for the project's version (one place to bump). */
 #define RKV_VERSION_MAJOR 0
 #define RKV_VERSION_MINOR 1
+#define RKV_VERSION_PATCH 0
+
+/* What the shared library exports: the declarations below and nothing else
+ * (the library is built with -fvisibility=hidden). */
+#ifndef RKV_API
+#if defined(__GNUC__) || defined(__clang__)
+#define RKV_API __attribute__((visibility("default")))
+#else
+#define RKV_API
+#endif
+#endif
+
+/* "MAJOR.MINOR.PATCH" of the library loaded at run time (static string). */
+RKV_API const char *rkv_version(void);
 
 /* Error codes (returned negated). Keep in sync with rkv_strerror(). */
 enum rkv_err {
@@ -44,11 +60,11 @@ enum rkv_err {
 };
 
 /* Returns a static, never-NULL description of an error code (either sign). */
-const char *rkv_strerror(int err);
+RKV_API const char *rkv_strerror(int err);
 
 enum rkv_dtype { RKV_F32 = 1, RKV_F64 = 2, RKV_I32 = 3, RKV_I64 = 4 };
-size_t rkv_dtype_size(enum rkv_dtype dt); /* 0 for an unknown dtype */
-const char *rkv_dtype_name(enum rkv_dtype dt);
+RKV_API size_t rkv_dtype_size(enum rkv_dtype dt); /* 0 for an unknown dtype */
+RKV_API const char *rkv_dtype_name(enum rkv_dtype dt);
 
 /* How global row ids map to machines (the partition book). */
 enum rkv_policy {
@@ -208,7 +224,7 @@ struct rkv_config {
     uint32_t idle_timeout_ms;
 };
 
-void rkv_config_defaults(struct rkv_config *cfg);
+RKV_API void rkv_config_defaults(struct rkv_config *cfg);
 
 /* ---- server ---- */
 struct rkv_server;
@@ -221,24 +237,29 @@ struct rkv_server;
  * so at least as new), logs which snapshot it loaded, and re-registers its
  * address with server 0 under the same server id. Start it with the same
  * config as the first time. Server 0 itself cannot be restarted. */
-int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
-                      char *err, size_t err_len);
-int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
+RKV_API int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
+                              struct rkv_server **srv_p, char *err, size_t err_len);
+RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn,
+                                        void *user);
 /* Registers pull handler `id` (RKV_PULL_CUSTOM..RKV_OP_MAX-1): a pulled row
  * of a tensor with row_len elements gives out_mult * row_len + out_add
  * elements of the tensor's dtype (at least 1, at most the largest row).
  * A NULL fn unregisters. Register the same on every server and on the
  * clients that use it, before they pull. -RKV_EINVAL: id outside that
  * range, or out_mult and out_add both 0. */
-int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
-                                     uint32_t out_mult, uint32_t out_add, void *user);
-/* Serves until a client calls rkv_client_shutdown_servers(). Then it
- * refuses new requests (-RKV_ESHUTDOWN) and, before returning, lingers until
- * the NIC sent every reply it owes (a lossy link retransmits them) or
- * cfg.timeout_ms passed, as TCP's close does. */
-int rkv_server_run(struct rkv_server *srv);
-const char *rkv_server_errmsg(const struct rkv_server *srv);
-void rkv_server_destroy(struct rkv_server *srv);
+RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
+                                             uint32_t out_mult, uint32_t out_add, void *user);
+/* The server serves from rkv_server_create() on, on threads of its own;
+ * this blocks the calling thread until a client calls
+ * rkv_client_shutdown_servers(), the one way to stop it. Then it refuses new
+ * requests (-RKV_ESHUTDOWN) and, before returning, lingers until the NIC
+ * sent every reply it owes (a lossy link retransmits them) or
+ * cfg.timeout_ms passed, as TCP's close does. Then call
+ * rkv_server_destroy(): server 0 of a machine removes the machine's shared
+ * memory there (a server killed by a signal leaves it behind). */
+RKV_API int rkv_server_run(struct rkv_server *srv);
+RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
+RKV_API void rkv_server_destroy(struct rkv_server *srv);
 
 /* ---- client (worker) ---- */
 struct rkv_client;
@@ -247,8 +268,8 @@ struct rkv_client;
  * assigned ids (or the connect retry time + cfg->timeout_ms passed). Other
  * servers are joined on first use, so a client holds connections only to
  * the servers it talks to. */
-int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
-                      size_t err_len);
+RKV_API int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                              size_t err_len);
 /* A client that reads the store's catalogue only (`rkv ls`, a process
  * joining a running job): it connects to server 0 without taking a worker
  * slot, so it neither waits for the n_workers clients nor counts as one.
@@ -258,15 +279,16 @@ int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, c
  * rkv_client_create's connect (-RKV_ECONFIG for a bad config, a connect
  * failure within connect_retry_ms). Destroy it with rkv_client_destroy. */
 #define RKV_CLIENT_OBSERVER 0xffffffffu
-int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
-                               size_t err_len);
-uint32_t rkv_client_id(const struct rkv_client *cli);
-int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn, void *user);
+RKV_API int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p,
+                                       char *err, size_t err_len);
+RKV_API uint32_t rkv_client_id(const struct rkv_client *cli);
+RKV_API int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn,
+                                        void *user);
 /* The client's side of rkv_server_register_pull_handler (same arguments and
  * errors): the shape of its replies, and the handler for the rows of this
  * client's machine. */
-int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn fn,
-                                     uint32_t out_mult, uint32_t out_add, void *user);
+RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn fn,
+                                             uint32_t out_mult, uint32_t out_add, void *user);
 /* Creates a tensor on every machine. Idempotent for an identical desc: the
  * same dtype, rows, row_len, policy (and book), with_state, init and, for
  * RKV_INIT_UNIFORM, init_seed; a desc that differs in any of them under an
@@ -276,15 +298,17 @@ int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
  * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book, with
  * more than 2^32-1 rows, or with an entry >= n_machines. */
-int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
-int rkv_client_meta(struct rkv_client *cli, const char *name, struct rkv_tensor_meta *meta_p);
+RKV_API int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
+RKV_API int rkv_client_meta(struct rkv_client *cli, const char *name,
+                            struct rkv_tensor_meta *meta_p);
 /* Every tensor (DGL's get_data_name_list), as server 0 knows them: those
  * whose rkv_client_init_data finished, by id. Writes the first
  * min(cap, total) into metas (metas may be NULL when cap is 0) and the total
  * into *n_p: call again with a larger array when *n_p > cap. Errors:
  * -RKV_EINVAL for a NULL n_p, or NULL metas with cap > 0; those of a
  * request to server 0 (-RKV_ETIMEDOUT, -RKV_EPEERDEAD, -RKV_EPROTO). */
-int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p);
+RKV_API int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_t cap,
+                            size_t *n_p);
 /* Applies rows[i] (row_len elements of the tensor's dtype each) to row ids[i].
  * Returns once every server involved acknowledged (the push is then visible to
  * this client's pulls and, after a barrier, to everyone's). A failed push or
@@ -310,8 +334,8 @@ int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_
  *    assign is harmless; repeating a sum may apply it twice on the servers
  *    that had applied it (with cfg.retry_ms in durable mode the store's own
  *    retries apply it once). */
-int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                    const void *rows, int op, double param);
+RKV_API int rkv_client_push(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                            const void *rows, int op, double param);
 /* A push in flight. */
 struct rkv_pending;
 /* The same push, returning once it is sent (rows of this machine's shard
@@ -325,11 +349,12 @@ struct rkv_pending;
  * which every pending push needs exactly once (rkv_client_destroy frees
  * the ones never waited for). A barrier first waits for this client's
  * pushes in flight. */
-int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                          const void *rows, int op, double param, struct rkv_pending **pending_p);
+RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids,
+                                  size_t n, const void *rows, int op, double param,
+                                  struct rkv_pending **pending_p);
 /* Waits for the acks of a push (or the timeout) and frees it; returns as
  * rkv_client_push would have. */
-int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
+RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
 /* Registers addr..addr+len for zero-copy pushes and pulls (see
  * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or
  * rkv_client_destroy: calls whose rows lie inside it skip registering
@@ -339,13 +364,13 @@ int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
  * address). At most 64 regions and 4 GiB; beyond, the least recently used
  * registration is dropped (calls then register that memory for themselves).
  * Buffers never registered are registered for the duration of each call. */
-int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
-int rkv_client_deregister(struct rkv_client *cli, void *addr);
+RKV_API int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
+RKV_API int rkv_client_deregister(struct rkv_client *cli, void *addr);
 /* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed).
  * n = 0 reads nothing and returns 0 (ids and rows_out may be NULL). After
  * the servers were asked to exit: -RKV_ESHUTDOWN, as for a push. */
-int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                    void *rows_out);
+RKV_API int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
+                            void *rows_out);
 /* A pull through pull handler `handler` (enum rkv_pull_op, or a registered
  * custom id) with parameter param: rows_out[i] gets what the handler writes
  * for row ids[i], rkv_client_pull_len elements each. Errors, all before
@@ -355,22 +380,23 @@ int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *id
  * largest row; then those of rkv_client_pull. A server without the handler
  * answers -RKV_ENOHANDLER, one whose registration gives another reply row
  * length -RKV_EPROTO. handler 0 is rkv_client_pull. */
-int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,
-                         void *rows_out, int handler, double param);
+RKV_API int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_t *ids,
+                                 size_t n, void *rows_out, int handler, double param);
 /* Elements per row that rkv_client_pull_with(name, handler) returns. Same
  * errors as its checks. */
-int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler, uint32_t *len_p);
+RKV_API int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler,
+                                uint32_t *len_p);
 /* Returns when every client has entered the barrier. */
-int rkv_client_barrier(struct rkv_client *cli);
+RKV_API int rkv_client_barrier(struct rkv_client *cli);
 /* Asks every server to exit its run loop (any client may call it), each
  * whatever became of the others. Returns 0 once every server acknowledged;
  * a server that could not be asked (dead, unreachable) or did not answer
  * makes it fail, naming the server(s) in rkv_client_errmsg: such a server
  * may still be running. Afterwards every call of this client that needs a
  * server (this one too) returns -RKV_ESHUTDOWN. */
-int rkv_client_shutdown_servers(struct rkv_client *cli);
-const char *rkv_client_errmsg(const struct rkv_client *cli);
-void rkv_client_destroy(struct rkv_client *cli);
+RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
+RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
+RKV_API void rkv_client_destroy(struct rkv_client *cli);
 
 /* ---- configuration by name ----
  * The settings of the rkv binary by their flag names ("rx-depth", "cluster",
@@ -381,23 +407,23 @@ struct rkv_settings;
 /* An empty set: rkv_settings_build starts from the defaults and the
  * environment as it is then (RKV_* and the ps-lite/DGL names such as
  * DMLC_NUM_WORKER and DGL_IP_CONFIG, as the CLI reads them). */
-int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len);
+RKV_API int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len);
 /* Sets one setting, overriding the environment as a flag does. key is a flag
  * name, '_' standing for '-' ("rx_depth"); an unknown key is -RKV_ECONFIG.
  * The value is checked by rkv_settings_build. */
-int rkv_settings_set(struct rkv_settings *set, const char *key, const char *value, char *err,
-                     size_t err_len);
+RKV_API int rkv_settings_set(struct rkv_settings *set, const char *key, const char *value,
+                             char *err, size_t err_len);
 /* Builds the configuration as the CLI does: machines from the cluster file
  * ("cluster": one machine per line, "host base_port [servers]") or from
  * "machines"/"host"/"base-port"; every value checked. cfg->machines is
  * allocated: rkv_config_release(cfg) frees it. "server-id" (global), when
  * set, chooses cfg->machine_id and *local_server_p (else 0); local_server_p
  * may be NULL. */
-int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
-                       uint32_t *local_server_p, char *err, size_t err_len);
-void rkv_settings_destroy(struct rkv_settings *set);
+RKV_API int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
+                               uint32_t *local_server_p, char *err, size_t err_len);
+RKV_API void rkv_settings_destroy(struct rkv_settings *set);
 /* Frees what rkv_settings_build allocated in cfg. */
-void rkv_config_release(struct rkv_config *cfg);
+RKV_API void rkv_config_release(struct rkv_config *cfg);
 
 #ifdef __cplusplus
 }

@@ -557,7 +557,9 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
         c->hello_nonce = rkv_rng_next(&c->port->rng);
     struct rkv_msg body = {
         .u.hello = {.machine_id = c->cfg.machine_id, .want_id = want, .nonce = c->hello_nonce}};
-    struct cli_req *r;
+    /* Set by cli_send_simple on success; NULL for GCC's flow analysis at -O3,
+     * which cannot see that and warns (-Wmaybe-uninitialized). */
+    struct cli_req *r = NULL;
     if ((rc = cli_send_simple(c, srv, &h, &body, &r, "hello")) < 0)
         return rc;
     rc = cli_wait_keep(c, &r, 1, wait_ms, "hello");

@@ -53,8 +53,8 @@ static void cluster_fails(const char *text, const char *want)
 static void test_cluster_file_errors(void **state)
 {
     (void)state;
-    cluster_fails("# one machine\n10.0.0.1\n",
-                  ":2: expected 'host base_port [servers]', got only \"10.0.0.1\"");
+    cluster_fails("10.0.0.1 x\n", ":1: base_port: expected 1..65535, got \"x\"");
+    cluster_fails("10.0.0.1 65535 2\n", ":1: 2 servers from port 65535 run past port 65535");
     char line[200];
     snprintf(line, sizeof(line), "%064d 9000\n", 7); /* a 64-character host */
     cluster_fails(line, ":1: host name longer than 63 characters");
@@ -65,7 +65,7 @@ static void test_cluster_file_errors(void **state)
                   ":1: unexpected \"extra\" after the server count");
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
-    cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host base_port [servers]'");
+    cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
     static char big[1100 * 24];
     big[0] = 0;
     for (int i = 0; i < 1025; i++)
@@ -101,6 +101,86 @@ static void test_cluster_file_forms(void **state)
     assert_string_equal(m[1].host, "10.0.0.2");
     assert_int_equal(m[1].base_port, 9100);
     assert_int_equal(m[1].servers, 2);
+    free(m);
+}
+
+/* DGL's ip_config.txt as DGL writes it today: one IP per line, the port
+ * optional (DGL's default 30050), servers from DGL_NUM_SERVER. */
+static void test_cluster_file_dgl_forms(void **state)
+{
+    (void)state;
+    write_cluster("# DGL ip_config.txt\n10.0.0.1\n\n10.0.0.2 31000\n  10.0.0.3   # third\n"
+                  "10.0.0.4 32000 4\n");
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[256];
+    assert_int_equal(cli_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 4);
+    assert_string_equal(m[0].host, "10.0.0.1");
+    assert_int_equal(m[0].base_port, 30050);
+    assert_int_equal(m[0].servers, 2);
+    assert_int_equal(m[1].base_port, 31000);
+    assert_string_equal(m[2].host, "10.0.0.3");
+    assert_int_equal(m[2].base_port, 30050);
+    assert_int_equal(m[3].base_port, 32000);
+    assert_int_equal(m[3].servers, 4);
+    free(m);
+    /* Through the settings, as DGL's launcher sets them. */
+    write_cluster("127.0.0.1\n127.0.0.2\n");
+    setenv("DGL_IP_CONFIG", path, 1);
+    setenv("DGL_NUM_SERVER", "3", 1);
+    setenv("DGL_NUM_CLIENT", "4", 1);
+    struct cli_settings s;
+    struct rkv_config cfg;
+    assert_int_equal(cli_settings_load(&s, 0, NULL, err, sizeof(err)), 0);
+    unsetenv("DGL_IP_CONFIG");
+    unsetenv("DGL_NUM_SERVER");
+    unsetenv("DGL_NUM_CLIENT");
+    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(cfg.n_machines, 2);
+    assert_int_equal(cfg.machines[1].base_port, 30050);
+    assert_int_equal(cfg.machines[1].servers, 3);
+    assert_int_equal(cfg.n_workers, 4);
+    free(cfg.machines);
+}
+
+/* A DGL client finds its machine as DGL does: the first line naming an
+ * address of this host (192.0.2.0/24 is reserved for documentation: never
+ * an address of a test machine). */
+static void test_local_machine(void **state)
+{
+    (void)state;
+    struct rkv_machine m[3] = {
+        {"192.0.2.1", 9000, 1}, {"127.0.0.1", 9000, 1}, {"localhost", 9100, 1}};
+    struct rkv_config cfg = {.n_machines = 3, .machines = m};
+    uint32_t id = 99;
+    assert_int_equal(cli_local_machine(&cfg, &id), 0);
+    assert_int_equal(id, 1);
+    cfg.n_machines = 1;
+    assert_int_equal(cli_local_machine(&cfg, &id), -1);
+    assert_int_equal(id, 1); /* untouched */
+}
+
+/* A machine listed twice is refused with both line numbers (it passed, and
+ * its second server failed later with a misleading error). */
+static void test_cluster_file_duplicates(void **state)
+{
+    (void)state;
+    cluster_fails("10.0.0.1 9000 2\n10.0.0.2 9000 2\n# again\n10.0.0.1 9000 2\n",
+                  ":4: 10.0.0.1 ports 9000..9001 overlap line 1's (10.0.0.1 ports 9000..9001)");
+    cluster_fails("10.0.0.1\n10.0.0.1\n", ":2: 10.0.0.1 ports 30050..30050 overlap line 1's");
+    cluster_fails("127.0.0.1 9000 3\n127.0.0.1 9002 1\n",
+                  ":2: 127.0.0.1 ports 9002..9002 overlap line 1's (127.0.0.1 ports 9000..9002)");
+    /* One host, ports apart: two machines, as tests on one host use. */
+    write_cluster("127.0.0.1 9000 2\n127.0.0.1 9002 2\n");
+    struct rkv_machine *m = NULL;
+    uint32_t n = 0;
+    char err[256];
+    assert_int_equal(cli_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 2);
     free(m);
 }
 
@@ -166,7 +246,8 @@ static void config_fails(const char *want, int argc, ...)
     assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), -1);
     assert_null(cfg.machines);
     if (!strstr(err, want))
-        fail_msg("%s %s: expected \"%s\", got \"%s\"", argv[0], argc > 1 ? argv[1] : "", want, err);
+        fail_msg("%s %s: expected \"%s\", got \"%s\"", argc > 0 ? argv[0] : "(env)",
+                 argc > 1 ? argv[1] : "", want, err);
 }
 
 static void test_settings_that_make_no_cluster(void **state)
@@ -188,6 +269,23 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("config: machine id 3, but only 2 machines", 4, "--machines", "2", "--machine-id",
                  "3");
     config_fails("need rx_depth >= 4", 2, "--rx-depth", "2");
+    /* Absurd sizes are refused naming the setting and its limit, before any
+     * allocation (they failed later as "out of memory"). */
+    config_fails("num-workers: 1000000000 is above the limit 65536 (servers keep a record per "
+                 "worker; flag)",
+                 2, "--num-workers", "1000000000");
+    config_fails("rx-depth: 65537 is above the limit 65536", 2, "--rx-depth", "65537");
+    config_fails("slots: 1000000 is above the limit 65536", 2, "--slots", "1000000");
+    config_fails("ctrl-buf-bytes: 1073741824 is above the limit 67108864", 2, "--ctrl-buf-bytes",
+                 "1073741824");
+    config_fails("rx-depth x ctrl-buf-bytes: 65536 x 65536 bytes of receive buffers per "
+                 "connection is above the limit 1024 MiB",
+                 4, "--rx-depth", "65536", "--ctrl-buf-bytes", "65536");
+    setenv("RKV_RX_DEPTH", "1000000000", 1);
+    config_fails("rx-depth: 1000000000 is above the limit 65536 (each connection posts this many "
+                 "receive buffers; env RKV_RX_DEPTH)",
+                 0);
+    unsetenv("RKV_RX_DEPTH");
     config_fails("ctrl_buf_bytes >= 256", 2, "--ctrl-buf-bytes", "100");
     config_fails("push_slots >= 2", 2, "--slots", "1");
     config_fails("max_slot_bytes >= ctrl_buf_bytes", 2, "--max-slot-bytes", "1000");
@@ -268,12 +366,25 @@ static void test_usage(void **state)
     expect_run("", "server --help", 0, "usage: rkv server [--server-id N");
     expect_run("", "server --help", 0, "--rx-depth"); /* the settings follow */
     expect_run("", "worker -h", 0, "usage: rkv worker [--machine-id M]");
-    expect_run("", "node --help", 0, "usage: rkv node [--role server|worker]");
+    expect_run("", "node --help", 0, "usage: rkv node [--role server|worker|scheduler]");
     expect_run("", "config", 0, "usage: rkv config --dump");
     expect_run("", "config --list", 2, "usage: rkv config --dump");
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
-    expect_run("", "--version", 0, "rkv 0.");
     expect_run("", "", 2, NULL);
+}
+
+/* The library says its version at run time: the header's, in full. */
+static void test_version(void **state)
+{
+    (void)state;
+    char want[64];
+    snprintf(want, sizeof(want), "%d.%d.%d", RKV_VERSION_MAJOR, RKV_VERSION_MINOR,
+             RKV_VERSION_PATCH);
+    assert_string_equal(rkv_version(), want);
+    char line[80];
+    snprintf(line, sizeof(line), "rkv %s\n", want);
+    expect_run("", "--version", 0, NULL);
+    assert_string_equal(out, line);
 }
 
 static void test_server_and_worker_errors(void **state)
@@ -288,6 +399,12 @@ static void test_server_and_worker_errors(void **state)
     expect_run("", "worker --backend carrier-pigeon", 2,
                "rkv worker: backend 'carrier-pigeon' is not built in");
     expect_run("", "worker --rows 0", 2, "rkv: workload needs rows 1..2^24");
+    expect_run("", "worker --num-workers 1000000000", 2,
+               "rkv: num-workers: 1000000000 is above the limit 65536");
+    expect_run("RKV_RX_DEPTH=1000000000", "server", 2,
+               "rkv: rx-depth: 1000000000 is above the limit 65536");
+    expect_run("", "server --num-workers 1000000000", 2,
+               "rkv: num-workers: 1000000000 is above the limit 65536");
     expect_run("", "worker --value-bytes 6", 2, "value-bytes a multiple of 4");
     expect_run("", "worker --rounds 1001", 2, "rounds 1..1000");
     expect_run("", "worker --rounds many", 2, "rkv: rounds: expected a non-negative integer");
@@ -334,9 +451,12 @@ static void test_node_errors(void **state)
     const char *no_rank = "env -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u PMI_RANK -u RKV_ROLE "
                           "-u DMLC_ROLE -u DGL_ROLE";
     char env[512];
-    expect_run(no_rank, "node", 2, "rkv node: role: expected server or worker, got \"\" (default)");
-    expect_run(no_rank, "node --role scheduler", 2,
-               "rkv node: role: expected server or worker, got \"scheduler\" (flag)");
+    expect_run(
+        no_rank, "node", 2,
+        "rkv node: role: expected server, worker (or client) or scheduler, got \"\" (default)");
+    expect_run(
+        no_rank, "node --role boss", 2,
+        "rkv node: role: expected server, worker (or client) or scheduler, got \"boss\" (flag)");
     snprintf(env, sizeof(env), "%s DMLC_ROLE=boss", no_rank);
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
@@ -421,10 +541,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cluster_file_errors),
         cmocka_unit_test(test_cluster_file_forms),
+        cmocka_unit_test(test_cluster_file_dgl_forms),
+        cmocka_unit_test(test_cluster_file_duplicates),
+        cmocka_unit_test(test_local_machine),
         cmocka_unit_test(test_flags_and_env),
         cmocka_unit_test(test_settings_that_make_no_cluster),
         cmocka_unit_test(test_settings_that_make_a_cluster),
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_version),
         cmocka_unit_test(test_server_and_worker_errors),
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),

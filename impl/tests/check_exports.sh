@@ -1,0 +1,26 @@
+#!/bin/sh
+# The shared library exports exactly the functions rkv.h declares: nothing
+# internal (it is built with -fvisibility=hidden), and nothing of the header
+# missing (a declaration without RKV_API). Usage: check_exports.sh LIBRKV_SO RKV_H [CC]
+set -eu
+lib=$1 hdr=$2 cc=${3:-cc}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Declarations, from the preprocessed header (comments gone): every
+# identifier rkv_* directly followed by '(' (the handler typedef's name is
+# followed by ')').
+"$cc" -E -P -x c "$hdr" | grep -o '\brkv_[a-z0-9_]*[[:space:]]*(' | sed 's/[[:space:]]*($//' |
+  sort -u >"$tmp/header"
+# Defined dynamic symbols, less the linker's own and those a coverage or
+# sanitizer build adds (libgcov exports mangle_path).
+nm -D --defined-only "$lib" | awk '{print $NF}' |
+  grep -v -E '^(_init|_fini|_edata|_end|__bss_start|mangle_path|__gcov_.*|__asan_.*|__ubsan_.*|__sanitizer_.*|__llvm_.*)$' |
+  sort -u >"$tmp/lib"
+if ! cmp -s "$tmp/header" "$tmp/lib"; then
+  echo "exported by $lib but not declared in $hdr:"
+  comm -13 "$tmp/header" "$tmp/lib" | sed 's/^/  /'
+  echo "declared in $hdr but not exported:"
+  comm -23 "$tmp/header" "$tmp/lib" | sed 's/^/  /'
+  exit 1
+fi
+echo "check_exports: $(wc -l <"$tmp/lib") symbols, exactly the functions of $(basename "$hdr")"
