@@ -235,6 +235,21 @@ static void sp_yield(struct rkv_port *p)
     sim_cpu_mark(sp_of(p)->w);
 }
 
+/* A node's process is its actors: a lock is held by one of them, and a
+ * crashed node's actors are killed (sim_port_crash), so the holder's actor
+ * is what lives or not. */
+static uint64_t sp_proc_self(struct rkv_port *p)
+{
+    (void)p;
+    return (uint64_t)sg_actor_self_get_pid();
+}
+
+static int sp_proc_alive(struct rkv_port *p, uint64_t id)
+{
+    (void)p;
+    return id != 0 && sg_actor_by_pid((aid_t)id) != NULL;
+}
+
 static void sp_handler_work(struct rkv_port *p, uint64_t rows)
 {
     struct sim_port *sp = sp_of(p);
@@ -458,6 +473,8 @@ static const struct rkv_port_ops sim_port_ops = {
     .shm_unlink = sp_shm_unlink,
     .vlog = sp_vlog,
     .handler_work = sp_handler_work,
+    .proc_self = sp_proc_self,
+    .proc_alive = sp_proc_alive,
     .destroy = sp_destroy,
 };
 
