@@ -146,6 +146,10 @@ struct rkv_mach_hdr {
     _Atomic uint64_t wal_holder, wal_sync_holder;
     _Atomic uint64_t wal_end;     /* LSN just past the last record appended */
     _Atomic uint64_t wal_durable; /* LSN up to which the log is on disk */
+    /* An fdatasync of the log failed: the kernel may have dropped the
+     * pages, so no later sync can vouch for them; every commit fails until
+     * the machine restarts from its files. */
+    atomic_uint wal_failed;
     struct rkv_mach_tensor tensors[RKV_MAX_TENSORS + 1]; /* by id */
     struct rkv_mach_client clients[];                    /* n_clients */
 };

@@ -255,9 +255,29 @@ unlock:
     return rc;
 }
 
+static int wal_failed(const struct rkv_wal *w, char *err, size_t err_len)
+{
+    return rkv_errf(err, err_len, -RKV_EIO,
+                    "machine %u: an fdatasync of its log failed earlier; nothing is acknowledged "
+                    "until its servers restart from the log",
+                    w->machine);
+}
+
+/* f's fdatasync; a failure poisons the machine's log (wal_failed). */
+static int wal_datasync(struct rkv_wal *w, struct rkv_wal_file *f, const char *path, char *err,
+                        size_t err_len)
+{
+    int rc = rkv_file_datasync(f->fd, path, err, err_len);
+    if (rc < 0)
+        atomic_store(&w->mc->hdr->wal_failed, 1);
+    return rc;
+}
+
 int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
+    if (atomic_load(&h->wal_failed))
+        return wal_failed(w, err, err_len);
     uint64_t target = atomic_load(&h->wal_end);
     if (atomic_load(&h->wal_durable) >= target) {
         w->n_shared_syncs++;
@@ -276,7 +296,9 @@ int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len)
     char path[512];
     rc = wal_file_use(w, &w->sync, RKV_WAL_GEN(cur), path, sizeof(path), err, err_len);
     if (rc == 0)
-        rc = rkv_file_datasync(w->sync.fd, path, err, err_len);
+        rc = wal_datasync(w, &w->sync, path, err, err_len);
+    if (rc == 0 && atomic_load(&h->wal_failed))
+        rc = wal_failed(w, err, err_len); /* a checkpoint's sync of the old log failed */
     if (rc == 0) {
         wal_raise(&h->wal_durable, cur);
         w->n_syncs++;
@@ -342,7 +364,9 @@ static int wal_after_copy(void *user, uint64_t gen, char *err, size_t err_len)
     if (RKV_WAL_GEN(old) != 0 && atomic_load(&h->wal_durable) < old) {
         rc = wal_file_use(w, &w->sync, RKV_WAL_GEN(old), path, sizeof(path), err, err_len);
         if (rc == 0)
-            rc = rkv_file_datasync(w->sync.fd, path, err, err_len);
+            rc = wal_datasync(w, &w->sync, path, err, err_len);
+        else
+            atomic_store(&h->wal_failed, 1); /* its tail is unsynced, and no sync will come */
         if (rc == 0)
             w->n_syncs++;
     }
@@ -359,6 +383,8 @@ static void wal_after_durable(void *user, uint64_t gen)
     struct rkv_wal *w = user;
     char path[512];
     w->n_checkpoints++;
+    /* Whatever a failed sync left unsure is in this snapshot's copy. */
+    atomic_store(&w->mc->hdr->wal_failed, 0);
     if (w->sync.fd >= 0 && w->sync.gen < gen)
         wal_file_close(&w->sync);
     for (uint64_t g = gen - 1; g >= 1 && gen - g <= RKV_WAL_MAX_CHAIN; g--) {
@@ -590,6 +616,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
     struct rkv_mach_hdr *h = w->mc->hdr;
     atomic_store(&h->wal_end, end);
     atomic_store(&h->wal_durable, end);
+    atomic_store(&h->wal_failed, 0);
     /* The next checkpoint's generation must follow the last log's, or it
      * would recreate (empty) a log holding acknowledged pushes. */
     wal_raise(&h->snap_started, RKV_WAL_GEN(end));
@@ -602,7 +629,8 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
 int rkv_wal_commit(struct rkv_wal *w, struct rkv_snap_writer *sw, int checkpoint, uint64_t seen,
                    char *err, size_t err_len)
 {
-    if (checkpoint)
+    /* After a failed log sync only a snapshot can vouch for the batch. */
+    if (checkpoint || atomic_load(&w->mc->hdr->wal_failed))
         return rkv_snap_commit(sw, seen, err, err_len);
     int rc = rkv_wal_sync(w, err, err_len);
     if (rc < 0 || rkv_wal_pending_bytes(w) < w->checkpoint_bytes)
