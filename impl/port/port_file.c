@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,6 +201,37 @@ int rkv_file_pwrite(int fd, const void *buf, size_t len, uint64_t off, const cha
         p += n;
         len -= (size_t)n;
         off += (uint64_t)n;
+    }
+    return 0;
+}
+
+int rkv_file_pwritev(int fd, const void *const *bufs, const size_t *lens, int n, uint64_t off,
+                     const char *path, char *err, size_t err_len)
+{
+    struct iovec iov[8];
+    if (n < 1 || n > 8)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "write of %s: %d buffers", path, n);
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){.iov_base = (void *)(uintptr_t)bufs[i], .iov_len = lens[i]};
+    struct iovec *v = iov;
+    while (n > 0) {
+        ssize_t got = pwritev(fd, v, n, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return rkv_errf(err, err_len, -RKV_EIO, "write of %s at byte %llu failed: %s", path,
+                            (unsigned long long)off, got < 0 ? strerror(errno) : "no progress");
+        off += (uint64_t)got;
+        /* A short write: skip what went, go on with the rest. */
+        while (n > 0 && (size_t)got >= v->iov_len) {
+            got -= (ssize_t)v->iov_len;
+            v++;
+            n--;
+        }
+        if (n > 0) {
+            v->iov_base = (uint8_t *)v->iov_base + got;
+            v->iov_len -= (size_t)got;
+        }
     }
     return 0;
 }

@@ -33,6 +33,10 @@ void rkv_file_close(int fd);
 /* Writes all of buf at offset off (the caller serializes writers). */
 int rkv_file_pwrite(int fd, const void *buf, size_t len, uint64_t off, const char *path, char *err,
                     size_t err_len);
+/* Writes n buffers back to back at offset off, in one system call when
+ * the kernel takes them all (pwritev). n <= 8. */
+int rkv_file_pwritev(int fd, const void *const *bufs, const size_t *lens, int n, uint64_t off,
+                     const char *path, char *err, size_t err_len);
 /* Reads exactly len bytes at off; -RKV_EIO when the file is shorter. */
 int rkv_file_pread(int fd, void *buf, size_t len, uint64_t off, const char *path, char *err,
                    size_t err_len);

@@ -71,14 +71,17 @@ void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uin
     put32(out + 60, rkv_crc32c(0, out, 60));
 }
 
-void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes)
+static const uint8_t wal_zeros[8];
+
+/* The record's header for p into out (64 bytes); the body is the ids, the
+ * rows and pad zero bytes, written from where they are. */
+static void wal_encode_head(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes,
+                            size_t pad)
 {
     size_t ids = (size_t)p->count * 8, rows = (size_t)(p->count * row_bytes);
-    size_t body = (size_t)wal_body_bytes(p->count, row_bytes);
-    uint8_t *b = out + RKV_WAL_REC_BYTES;
-    memcpy(b, p->ids, ids);
-    memcpy(b + ids, p->rows, rows);
-    memset(b + ids + rows, 0, body - ids - rows);
+    uint32_t crc = rkv_crc32c(0, p->ids, ids);
+    crc = rkv_crc32c(crc, p->rows, rows);
+    crc = rkv_crc32c(crc, wal_zeros, pad);
     memset(out, 0, RKV_WAL_REC_BYTES);
     put32(out, RKV_WAL_REC_MAGIC);
     put32(out + 4, RKV_WAL_REC_PUSH); /* u16 type, u16 zero */
@@ -89,8 +92,24 @@ void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t 
     put64(out + 32, row_bytes);
     memcpy(out + 40, &p->param, 8);
     put32(out + 48, (uint32_t)p->op);
-    put32(out + 52, rkv_crc32c(0, b, body));
+    put32(out + 52, crc);
     put32(out + 60, rkv_crc32c(0, out, 60));
+}
+
+static size_t wal_pad(uint64_t count, uint64_t row_bytes)
+{
+    return (size_t)(wal_body_bytes(count, row_bytes) - count * (8 + row_bytes));
+}
+
+void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes)
+{
+    size_t ids = (size_t)p->count * 8, rows = (size_t)(p->count * row_bytes);
+    size_t pad = wal_pad(p->count, row_bytes);
+    uint8_t *b = out + RKV_WAL_REC_BYTES;
+    memcpy(b, p->ids, ids);
+    memcpy(b + ids, p->rows, rows);
+    memset(b + ids + rows, 0, pad);
+    wal_encode_head(out, p, row_bytes, pad);
 }
 
 /* ---- the handle ---- */
@@ -119,9 +138,6 @@ void rkv_wal_free(struct rkv_wal *w)
 {
     wal_file_close(&w->app);
     wal_file_close(&w->sync);
-    free(w->buf);
-    w->buf = NULL;
-    w->cap = 0;
 }
 
 /* f open on log gen (reopened after a checkpoint switched logs). */
@@ -192,19 +208,17 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
         return rkv_errf(err, err_len, -RKV_ELIMIT, "machine %u: a log record would not fit",
                         w->machine);
     size_t bytes = rkv_wal_record_bytes(p->count, row_bytes);
-    if (bytes > w->cap) {
-        uint8_t *nb = realloc(w->buf, bytes);
-        if (!nb)
-            return rkv_errf(err, err_len, -RKV_ENOMEM, "log record: no memory for %zu bytes",
-                            bytes);
-        w->buf = nb;
-        w->cap = bytes;
-    }
-    rkv_wal_encode_record(w->buf, p, row_bytes);
+    size_t pad = wal_pad(p->count, row_bytes);
+    uint8_t head[RKV_WAL_REC_BYTES];
+    /* Written from the request's own buffers: no copy of the rows. */
+    wal_encode_head(head, p, row_bytes, pad);
+    const void *bufs[4] = {head, p->ids, p->rows, wal_zeros};
+    size_t lens[4] = {sizeof(head), (size_t)p->count * 8, (size_t)(p->count * row_bytes), pad};
     char path[512];
     int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
     if (rc == 0)
-        rc = rkv_file_pwrite(w->app.fd, w->buf, bytes, RKV_WAL_OFF(end), path, err, err_len);
+        rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
+                              err_len);
     if (rc < 0)
         return rc;
     /* Published only once whole: a sync covers what is below it. */
@@ -626,6 +640,21 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
 
 /* ---- the durable task ---- */
 
+/* What a checkpoint of the machine writes: a log shorter than that is
+ * cheaper to keep (and replay) than to let go, so that checkpoints write
+ * at most about as much again as the pushes did. */
+static uint64_t wal_shard_bytes(const struct rkv_wal *w)
+{
+    const struct rkv_mach_hdr *h = w->mc->hdr;
+    uint64_t total = 0;
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+        const struct rkv_mach_tensor *e = &h->tensors[id];
+        if (__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
+            total += e->local_rows * e->row_bytes * (e->with_state ? 2 : 1);
+    }
+    return total;
+}
+
 int rkv_wal_commit(struct rkv_wal *w, struct rkv_snap_writer *sw, int checkpoint, uint64_t seen,
                    char *err, size_t err_len)
 {
@@ -633,7 +662,8 @@ int rkv_wal_commit(struct rkv_wal *w, struct rkv_snap_writer *sw, int checkpoint
     if (checkpoint || atomic_load(&w->mc->hdr->wal_failed))
         return rkv_snap_commit(sw, seen, err, err_len);
     int rc = rkv_wal_sync(w, err, err_len);
-    if (rc < 0 || rkv_wal_pending_bytes(w) < w->checkpoint_bytes)
+    if (rc < 0 || rkv_wal_pending_bytes(w) < w->checkpoint_bytes ||
+        rkv_wal_pending_bytes(w) < wal_shard_bytes(w))
         return rc;
     /* After the acknowledgements' sync, not before: they do not wait for
      * it; later ones do, which is why it is rare (checkpoint_bytes). */

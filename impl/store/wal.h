@@ -76,8 +76,10 @@
 #define RKV_WAL_LSN(gen, off) (((uint64_t)(gen) << RKV_WAL_OFF_BITS) | (uint64_t)(off))
 #define RKV_WAL_GEN(lsn) ((lsn) >> RKV_WAL_OFF_BITS)
 #define RKV_WAL_OFF(lsn) ((lsn) & ((1ull << RKV_WAL_OFF_BITS) - 1))
-/* A log past this size gets a checkpoint (and a new log) after the next
- * group commit: recovery then replays at most about this much. */
+/* A log past this size, and past the machine's shard size, gets a
+ * checkpoint (and a new log) after the next group commit: recovery then
+ * replays at most about max(this, the shard), and checkpoints write at
+ * most about as many bytes as the pushes. */
 #define RKV_WAL_CHECKPOINT_BYTES (256ull << 20)
 /* Logs after one snapshot recovery looks for: a checkpoint that keeps
  * failing leaves one log per attempt. */
@@ -102,8 +104,6 @@ struct rkv_wal {
     uint64_t checkpoint_bytes;
     struct rkv_wal_file app;  /* the push path's */
     struct rkv_wal_file sync; /* the durable task's */
-    uint8_t *buf;             /* one record being encoded */
-    size_t cap;
     /* A checkpoint in progress (durable task, snap_lock held). */
     uint64_t ckpt_old_end;
     int ckpt_sync_locked;
