@@ -29,7 +29,7 @@ struct sim_port {
     char addr[32];
     uint32_t machine, tid;
     struct sim_nic *nic;  /* tasks drain their puts on it before they end */
-    sg_actor_t actors[8]; /* every actor of this node, for a crash */
+    sg_actor_t actors[16]; /* every actor of this node, for a crash */
     uint32_t n_actors;
     /* slow_cpu faults: how many times longer CPU work takes at a time. */
     double (*cpu_factor)(void *user, double t_s);

@@ -909,7 +909,7 @@ static void srv_durable_main(void *arg)
         int ckpt = 0; /* a new tensor is in no log: it needs a snapshot */
         for (uint32_t i = 0; i < n; i++)
             ckpt |= batch[i].h.type == RKV_MSG_INIT_REPLY;
-        int rc = rkv_wal_commit(s->wal, s->snapw, ckpt, seen, why, sizeof(why));
+        int rc = rkv_wal_commit(s->wal, ckpt, seen, why, sizeof(why));
         if (rc < 0)
             RKV_LOGE(s->port, "%s failed, %u requests fail with it: %s",
                      ckpt ? "snapshot" : "log sync", n, why);
@@ -1167,8 +1167,15 @@ static int srv_durable_start(struct rkv_server *s, char *err, size_t err_len)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     rkv_snap_writer_init(s->snapw, s->port, &s->mach, &s->cfg, s->server_id);
     rkv_wal_hook(s->wal, s->snapw);
-    int rc = s->port->ops->task_start(s->port, "durable", srv_durable_main, s, &s->dur_task);
+    int rc = rkv_wal_start(s->wal, s->snapw, err, err_len);
     if (rc < 0) {
+        free(s->snapw);
+        s->snapw = NULL;
+        return rc;
+    }
+    rc = s->port->ops->task_start(s->port, "durable", srv_durable_main, s, &s->dur_task);
+    if (rc < 0) {
+        rkv_wal_stop(s->wal);
         free(s->snapw);
         s->snapw = NULL;
         return rkv_errf(err, err_len, rc, "server %u: cannot start the durable task", s->server_id);
@@ -1186,6 +1193,7 @@ static void srv_durable_stop(struct rkv_server *s)
     s->port->ops->mutex_unlock(s->mu);
     s->port->ops->task_join(s->port, s->dur_task);
     s->dur_task = NULL;
+    rkv_wal_stop(s->wal); /* the snapshot writer is ours again */
     const struct rkv_snap_writer *w = s->snapw;
     char why[256];
     /* A clean stop leaves a checkpoint: the next start replays nothing. */

@@ -655,22 +655,109 @@ static uint64_t wal_shard_bytes(const struct rkv_wal *w)
     return total;
 }
 
-int rkv_wal_commit(struct rkv_wal *w, struct rkv_snap_writer *sw, int checkpoint, uint64_t seen,
-                   char *err, size_t err_len)
+/* Asks for a checkpoint that begins after seen; wait: until one did. */
+static int wal_ckpt_ask(struct rkv_wal *w, uint64_t seen, int wait, char *err, size_t err_len)
+{
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    assert(ck->task);
+    o->mutex_lock(ck->mu);
+    if (seen > ck->seen)
+        ck->seen = seen;
+    uint64_t mine = ++ck->asked;
+    o->cond_broadcast(ck->cv);
+    int rc = 0;
+    while (wait && ck->done < mine)
+        o->cond_wait(ck->cv, ck->mu, UINT64_MAX);
+    if (wait && (rc = ck->rc) < 0)
+        rkv_errf(err, err_len, rc, "%s", ck->err);
+    o->mutex_unlock(ck->mu);
+    return rc;
+}
+
+static void wal_ckpt_main(void *arg)
+{
+    struct rkv_wal *w = arg;
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    char why[sizeof(ck->err)];
+    o->mutex_lock(ck->mu);
+    for (;;) {
+        while (ck->done == ck->asked && !ck->stop)
+            o->cond_wait(ck->cv, ck->mu, UINT64_MAX);
+        if (ck->stop)
+            break;
+        uint64_t round = ck->asked, seen = ck->seen;
+        o->mutex_unlock(ck->mu);
+        int rc = rkv_snap_commit(ck->sw, seen, why, sizeof(why));
+        if (rc < 0)
+            RKV_LOGE(w->port, "checkpoint of machine %u failed: %s", w->machine, why);
+        o->mutex_lock(ck->mu);
+        ck->done = round;
+        ck->rc = rc;
+        snprintf(ck->err, sizeof(ck->err), "%s", rc < 0 ? why : "");
+        o->cond_broadcast(ck->cv);
+    }
+    /* Waiters get an answer, not a hang. */
+    ck->done = ck->asked;
+    ck->rc = -RKV_ESHUTDOWN;
+    snprintf(ck->err, sizeof(ck->err), "machine %u: the server is stopping", w->machine);
+    o->cond_broadcast(ck->cv);
+    o->mutex_unlock(ck->mu);
+}
+
+int rkv_wal_start(struct rkv_wal *w, struct rkv_snap_writer *sw, char *err, size_t err_len)
+{
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    ck->sw = sw;
+    int rc = o->mutex_create(w->port, &ck->mu);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "checkpoint task: no mutex");
+    if ((rc = o->cond_create(w->port, &ck->cv)) < 0) {
+        o->mutex_destroy(ck->mu);
+        ck->mu = NULL;
+        return rkv_errf(err, err_len, rc, "checkpoint task: no condition variable");
+    }
+    if ((rc = o->task_start(w->port, "checkpoint", wal_ckpt_main, w, &ck->task)) < 0) {
+        o->cond_destroy(ck->cv);
+        o->mutex_destroy(ck->mu);
+        ck->mu = NULL;
+        ck->cv = NULL;
+        return rkv_errf(err, err_len, rc, "cannot start the checkpoint task");
+    }
+    return 0;
+}
+
+void rkv_wal_stop(struct rkv_wal *w)
+{
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    if (!ck->task)
+        return;
+    o->mutex_lock(ck->mu);
+    ck->stop = 1;
+    o->cond_broadcast(ck->cv);
+    o->mutex_unlock(ck->mu);
+    o->task_join(w->port, ck->task);
+    ck->task = NULL;
+    o->cond_destroy(ck->cv);
+    o->mutex_destroy(ck->mu);
+    ck->cv = NULL;
+    ck->mu = NULL;
+}
+
+int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, size_t err_len)
 {
     /* After a failed log sync only a snapshot can vouch for the batch. */
     if (checkpoint || atomic_load(&w->mc->hdr->wal_failed))
-        return rkv_snap_commit(sw, seen, err, err_len);
+        return wal_ckpt_ask(w, seen, 1, err, err_len);
     int rc = rkv_wal_sync(w, err, err_len);
     if (rc < 0 || rkv_wal_pending_bytes(w) < w->checkpoint_bytes ||
         rkv_wal_pending_bytes(w) < wal_shard_bytes(w))
         return rc;
-    /* After the acknowledgements' sync, not before: they do not wait for
-     * it; later ones do, which is why it is rare (checkpoint_bytes). */
-    char why[256];
-    uint64_t now = atomic_load(&w->mc->hdr->snap_started);
-    if (rkv_snap_commit(sw, now, why, sizeof(why)) < 0)
-        RKV_LOGE(w->port, "checkpoint of machine %u failed (the log keeps growing): %s", w->machine,
-                 why);
+    /* Not waited for: the acknowledgements are durable already, and the
+     * pushes after them go on while the snapshot is written. */
+    wal_ckpt_ask(w, atomic_load(&w->mc->hdr->snap_started), 0, NULL, 0);
     return 0;
 }

@@ -94,8 +94,22 @@ struct rkv_wal_file {
     uint64_t gen;
 };
 
+/* The task that writes checkpoints, so that a snapshot of a large shard
+ * never holds up the acknowledgements of a group commit. */
+struct rkv_wal_ckpt {
+    struct rkv_snap_writer *sw; /* used by this task only, once started */
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    struct rkv_task *task;
+    /* Under mu: requests (a snapshot that began after `seen`), numbered. */
+    uint64_t seen, asked, done;
+    int stop, rc;
+    char err[256];
+};
+
 /* A server's handle on its machine's log. */
 struct rkv_wal {
+    struct rkv_wal_ckpt ck;
     struct rkv_port *port;
     struct rkv_mach *mc;
     char dir[256];
@@ -116,6 +130,10 @@ void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
 void rkv_wal_free(struct rkv_wal *w);
 /* Makes snapshots of sw checkpoints of this log (sets its hooks). */
 void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw);
+/* Starts the checkpoint task, which owns sw from then on; rkv_wal_stop
+ * joins it (sw is the caller's again). */
+int rkv_wal_start(struct rkv_wal *w, struct rkv_snap_writer *sw, char *err, size_t err_len);
+void rkv_wal_stop(struct rkv_wal *w);
 
 /* One push, as applied and logged. */
 struct rkv_wal_push {
@@ -140,10 +158,10 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
 int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len);
 /* The durable task's round, once its batch was applied: a checkpoint
  * (snapshot) that began after `seen` (the machine's snap_started read
- * then) when asked (a tensor was created), else a group commit of the log
- * followed, when the log passed checkpoint_bytes, by a checkpoint. */
-int rkv_wal_commit(struct rkv_wal *w, struct rkv_snap_writer *sw, int checkpoint, uint64_t seen,
-                   char *err, size_t err_len);
+ * then), waited for, when asked (a tensor was created), else a group
+ * commit of the log and, when the log passed checkpoint_bytes, a
+ * checkpoint asked of the checkpoint task and not waited for. */
+int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, size_t err_len);
 /* Bytes in the current log (what a checkpoint would let go). */
 uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w);
 /* A restarted server beside the machine's surviving memory: cuts whatever
