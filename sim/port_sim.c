@@ -28,7 +28,7 @@ struct sim_port {
      * which is the host's name unless machines share one host (loopback). */
     char addr[32];
     uint32_t machine, tid;
-    struct sim_nic *nic;  /* tasks drain their puts on it before they end */
+    struct sim_nic *nic;   /* tasks drain their puts on it before they end */
     sg_actor_t actors[16]; /* every actor of this node, for a crash */
     uint32_t n_actors;
     /* slow_cpu faults: how many times longer CPU work takes at a time. */
