@@ -135,8 +135,8 @@ void rkv_spin_unlock(atomic_uint *w)
  * waiter win, and the holder's id is set only while the word is held (set
  * after the word's CAS, cleared before its release), so a dead id there
  * means the dead process holds the word. */
-static int mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
-                          uint32_t owner, uint64_t self)
+static uint32_t mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
+                               uint32_t owner, uint64_t self)
 {
     uint64_t dead = atomic_load(holder);
     if (dead == 0 || dead == self || port->ops->proc_alive(port, dead))
@@ -146,10 +146,11 @@ static int mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic uint64_
     unsigned was = atomic_exchange(w, owner);
     RKV_LOGW(port, "took over a lock (tag %u) held by process %llu, which died holding it", was,
              (unsigned long long)dead);
-    return 1;
+    return was ? was : ~0u;
 }
 
-int rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder, uint32_t owner)
+uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
+                       uint32_t owner)
 {
     assert(owner != 0);
     const struct rkv_port_ops *o = port->ops;
@@ -169,8 +170,9 @@ int rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holde
         if (next_look == 0) {
             next_look = now + MACH_LIVE_CHECK_NS;
         } else if (now >= next_look) {
-            if (mach_take_over(port, w, holder, owner, self))
-                return 1;
+            uint32_t was = mach_take_over(port, w, holder, owner, self);
+            if (was)
+                return was;
             next_look = now + MACH_LIVE_CHECK_NS;
         }
     }

@@ -1130,7 +1130,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         return rc;
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
-    rkv_wal_init(s->wal, s->port, &s->mach, &s->cfg);
+    rkv_wal_init(s->wal, s->port, &s->mach, s->tensors, &s->cfg);
     char name[64], path[sizeof(s->cfg.durable_dir) + sizeof(name) + 1];
     rkv_snap_file_name(name, sizeof(name), mach);
     snprintf(path, sizeof(path), "%s/%s", s->cfg.durable_dir, name);

@@ -186,9 +186,10 @@ void rkv_spin_lock(struct rkv_port *port, atomic_uint *w, uint32_t owner);
 void rkv_spin_unlock(atomic_uint *w);
 /* rkv_spin_lock for locks held across I/O: records the holder's process id
  * in *holder and, while waiting, takes the lock over from a holder whose
- * process died (it then logs it). Returns 1 after such a take-over (what
- * the lock protected may be half done), else 0. */
-int rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder, uint32_t owner);
+ * process died (it then logs it). Returns the dead holder's tag after such
+ * a take-over (what the lock protected may be half done), else 0. */
+uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
+                       uint32_t owner);
 void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder);
 void rkv_mach_apply_begin(struct rkv_mach *mc);
 void rkv_mach_apply_end(struct rkv_mach *mc);

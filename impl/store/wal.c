@@ -115,11 +115,12 @@ void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t 
 /* ---- the handle ---- */
 
 void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
-                  const struct rkv_config *cfg)
+                  struct rkv_tensor *const *tensors, const struct rkv_config *cfg)
 {
     memset(w, 0, sizeof(*w));
     w->port = port;
     w->mc = mc;
+    w->tensors = tensors;
     w->machine = cfg->machine_id;
     w->fingerprint = rkv_cfg_fingerprint(cfg);
     w->checkpoint_bytes = RKV_WAL_CHECKPOINT_BYTES;
@@ -228,6 +229,32 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
     return 0;
 }
 
+/* wal_lock taken over from a holder (tag dead) that died inside a push:
+ * the rows of that push may be here in part (never acknowledged), as with
+ * a dead server's row lock; what it wrote past the log's end goes; and the
+ * locks it held inside this one are freed: client entries (only ever held
+ * under wal_lock in durable mode, so none is a live server's) and its row
+ * locks (by its tag). */
+static int wal_after_death(struct rkv_wal *w, uint32_t dead, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    RKV_LOGE(w->port,
+             "machine %u: a server (tag %u) died inside a push; its rows may be applied in part "
+             "until the machine restarts from its log",
+             w->machine, dead);
+    for (uint32_t c = 0; c < h->n_clients; c++)
+        atomic_store(&h->clients[c].lock, 0);
+    for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
+        struct rkv_tensor *t = w->tensors[id];
+        if (t && t->mapped) {
+            struct rkv_shard as_dead = t->shard;
+            as_dead.owner = dead;
+            rkv_shard_reclaim(&as_dead);
+        }
+    }
+    return wal_cut(w, err, err_len);
+}
+
 int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
                  const struct rkv_wal_push *p, int *dup_p, char *err, size_t err_len)
 {
@@ -236,17 +263,9 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
     int tracked = p->client < h->n_clients;
     int rc = 0;
     rkv_mach_apply_begin(mc);
-    if (rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, mc->owner)) {
-        /* Its holder died between append and apply: rows of that push may
-         * be here in part (never acknowledged), as with a dead server's
-         * row lock; what it wrote past the end goes. */
-        RKV_LOGE(w->port,
-                 "machine %u: a server died inside a push; its rows may be applied in "
-                 "part until the machine restarts from its log",
-                 w->machine);
-        if ((rc = wal_cut(w, err, err_len)) < 0)
-            goto unlock;
-    }
+    uint32_t dead = rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, mc->owner);
+    if (dead && (rc = wal_after_death(w, dead, err, err_len)) < 0)
+        goto unlock;
     int dup = tracked && rkv_mach_seq_begin(mc, p->client, p->seq);
     if (!dup) {
         /* Checked before the append: a logged push is one replay applies. */

@@ -112,6 +112,7 @@ struct rkv_wal {
     struct rkv_wal_ckpt ck;
     struct rkv_port *port;
     struct rkv_mach *mc;
+    struct rkv_tensor *const *tensors;
     char dir[256];
     uint32_t machine;
     uint64_t fingerprint;
@@ -125,8 +126,9 @@ struct rkv_wal {
     uint64_t n_records, bytes_appended, n_syncs, n_shared_syncs, n_checkpoints;
 };
 
+/* tensors: the server's table by id (read on the push path only). */
 void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
-                  const struct rkv_config *cfg);
+                  struct rkv_tensor *const *tensors, const struct rkv_config *cfg);
 void rkv_wal_free(struct rkv_wal *w);
 /* Makes snapshots of sw checkpoints of this log (sets its hooks). */
 void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw);

@@ -1154,8 +1154,9 @@ static void test_wal_checkpoint_then_crash(void **state)
 }
 
 /* A process that dies holding the machine's log lock (it was killed
- * between an append and its apply): the machine's servers take the lock
- * over instead of stalling every push for good. The holder is not reaped
+ * between an append and its apply, holding a client entry and a row lock
+ * too): the machine's servers take the lock over, and free those, instead
+ * of stalling every push for good. The holder is not reaped
  * until the push went through: a zombie holds nothing either. */
 static void test_dead_lock_holder_taken_over(void **state)
 {
@@ -1183,6 +1184,15 @@ static void test_dead_lock_holder_taken_over(void **state)
             rkv_mach_attach(port, c.cfg.shm_prefix, 1, 1, 7, &mc, err, sizeof(err)) < 0)
             _exit(3);
         rkv_live_lock(port, &mc.hdr->wal_lock, &mc.hdr->wal_holder, 7);
+        /* ...as a server killed mid-push: client 0's entry and row 60's
+         * (local row 10) row lock held under its tag too. */
+        atomic_store(&mc.hdr->clients[0].lock, 7);
+        struct rkv_shard sh;
+        char name[96];
+        rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
+        if (rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
+            _exit(3);
+        atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 7);
         if (write(ready[1], "+", 1) != 1)
             _exit(3);
         for (;;)
