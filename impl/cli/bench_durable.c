@@ -375,8 +375,9 @@ int cli_bench_durable(int argc, char **argv)
                 bd_size(ss, sizeof(ss), shards[s]);
                 snprintf(name, sizeof(name), "%s.%s.%uw.shard%s", "push", rs, workers[wk], ss);
                 for (int d = 0; d < 2; d++)
-                    printf("figure %s.%s %.1f push/s %.4f GB/s\n", d ? "durable" : "plain", name,
-                           rate[d], rate[d] * rows[rb] / 1e9);
+                    printf("figure %s.%s %.1f push/s\nfigure %s.%s.bw %.4f GB/s\n",
+                           d ? "durable" : "plain", name, rate[d], d ? "durable" : "plain", name,
+                           rate[d] * rows[rb] / 1e9);
                 printf("ratio durable.%s/plain.%s %.3f\n", name, name, rate[1] / rate[0]);
                 if (rows[rb] == 4096)
                     printf("ratio durable.%s/fdatasync.4K %.3f\n", name, rate[1] / sync_rate);
