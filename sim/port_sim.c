@@ -28,8 +28,8 @@ struct sim_port {
      * which is the host's name unless machines share one host (loopback). */
     char addr[32];
     uint32_t machine, tid;
-    struct sim_nic *nic;  /* tasks drain their puts on it before they end */
-    sg_actor_t actors[8]; /* every actor of this node, for a crash */
+    struct sim_nic *nic;   /* tasks drain their puts on it before they end */
+    sg_actor_t actors[16]; /* every actor of this node, for a crash */
     uint32_t n_actors;
     /* slow_cpu faults: how many times longer CPU work takes at a time. */
     double (*cpu_factor)(void *user, double t_s);
@@ -233,6 +233,21 @@ static void sp_yield(struct rkv_port *p)
     sim_cpu_settle(sp_of(p)->w);
     sg_actor_sleep_for(1e-9);
     sim_cpu_mark(sp_of(p)->w);
+}
+
+/* A node's process is its actors: a lock is held by one of them, and a
+ * crashed node's actors are killed (sim_port_crash), so the holder's actor
+ * is what lives or not. */
+static uint64_t sp_proc_self(struct rkv_port *p)
+{
+    (void)p;
+    return (uint64_t)sg_actor_self_get_pid();
+}
+
+static int sp_proc_alive(struct rkv_port *p, uint64_t id)
+{
+    (void)p;
+    return id != 0 && sg_actor_by_pid((aid_t)id) != NULL;
 }
 
 static void sp_handler_work(struct rkv_port *p, uint64_t rows)
@@ -458,6 +473,8 @@ static const struct rkv_port_ops sim_port_ops = {
     .shm_unlink = sp_shm_unlink,
     .vlog = sp_vlog,
     .handler_work = sp_handler_work,
+    .proc_self = sp_proc_self,
+    .proc_alive = sp_proc_alive,
     .destroy = sp_destroy,
 };
 

@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "cli/bench_durable.h"
 #include "cli/cli.h"
 
 #define BENCH_MAX_SIZES 8
@@ -967,6 +968,8 @@ static int bench_prepare(struct bench *b)
 
 int cli_cmd_bench(int argc, char **argv, const char *self)
 {
+    if (argc > 0 && !strcmp(argv[0], "durable"))
+        return cli_bench_durable(argc - 1, argv + 1);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             bench_usage(stdout);

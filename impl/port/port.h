@@ -55,6 +55,13 @@ struct rkv_port_ops {
      * NULL (the work already took its time); the twin turns it into
      * simulated CPU time from the scenario's per-row cost. */
     void (*handler_work)(struct rkv_port *p, uint64_t rows);
+    /* Lock liveness (durable mode): the id of the calling task's process
+     * (POSIX: its pid; the twin: the calling actor's pid), recorded next to
+     * a lock word in shared memory, and whether the process of such an id
+     * still runs (0: it died, so its locks may be taken over). NULL in a
+     * backend that cannot tell: holders are then never presumed dead. */
+    uint64_t (*proc_self)(struct rkv_port *p);
+    int (*proc_alive)(struct rkv_port *p, uint64_t id);
     void (*destroy)(struct rkv_port *p);
 };
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,4 +169,127 @@ void rkv_file_remove_dir(const char *dir)
     if (d)
         closedir(d);
     rmdir(dir);
+}
+
+int rkv_file_open(const char *path, int create, int *fd_p, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+    if (fd < 0)
+        return rkv_errf(err, err_len, errno == ENOENT && !create ? -RKV_ENOTENSOR : -RKV_EIO,
+                        "cannot open %s: %s", path, strerror(errno));
+    *fd_p = fd;
+    return 0;
+}
+
+void rkv_file_close(int fd)
+{
+    if (fd >= 0)
+        close(fd);
+}
+
+int rkv_file_pwrite(int fd, const void *buf, size_t len, uint64_t off, const char *path, char *err,
+                    size_t err_len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return rkv_errf(err, err_len, -RKV_EIO, "write of %s at byte %llu failed: %s", path,
+                            (unsigned long long)off, n < 0 ? strerror(errno) : "no progress");
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+int rkv_file_pwritev(int fd, const void *const *bufs, const size_t *lens, int n, uint64_t off,
+                     const char *path, char *err, size_t err_len)
+{
+    struct iovec iov[8];
+    if (n < 1 || n > 8)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "write of %s: %d buffers", path, n);
+    for (int i = 0; i < n; i++)
+        iov[i] = (struct iovec){.iov_base = (void *)(uintptr_t)bufs[i], .iov_len = lens[i]};
+    struct iovec *v = iov;
+    while (n > 0) {
+        ssize_t got = pwritev(fd, v, n, (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return rkv_errf(err, err_len, -RKV_EIO, "write of %s at byte %llu failed: %s", path,
+                            (unsigned long long)off, got < 0 ? strerror(errno) : "no progress");
+        off += (uint64_t)got;
+        /* A short write: skip what went, go on with the rest. */
+        while (n > 0 && (size_t)got >= v->iov_len) {
+            got -= (ssize_t)v->iov_len;
+            v++;
+            n--;
+        }
+        if (n > 0) {
+            v->iov_base = (uint8_t *)v->iov_base + got;
+            v->iov_len -= (size_t)got;
+        }
+    }
+    return 0;
+}
+
+int rkv_file_pread(int fd, void *buf, size_t len, uint64_t off, const char *path, char *err,
+                   size_t err_len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = pread(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return rkv_errf(err, err_len, -RKV_EIO, "read of %s at byte %llu failed: %s", path,
+                            (unsigned long long)off, n < 0 ? strerror(errno) : "end of file");
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len)
+{
+    if (fdatasync(fd) != 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "fdatasync of %s failed: %s", path,
+                        strerror(errno));
+    return 0;
+}
+
+int rkv_file_truncate(int fd, uint64_t len, const char *path, char *err, size_t err_len)
+{
+    if (ftruncate(fd, (off_t)len) != 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "truncate of %s to %llu bytes failed: %s", path,
+                        (unsigned long long)len, strerror(errno));
+    return 0;
+}
+
+int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t err_len)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot stat %s: %s", path, strerror(errno));
+    *len_p = (uint64_t)st.st_size;
+    return 0;
+}
+
+int rkv_file_sync_dir(const char *dir, char *err, size_t err_len)
+{
+    if (file_sync_dir(dir) != 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "fsync of directory %s failed: %s", dir,
+                        strerror(errno));
+    return 0;
+}
+
+int rkv_file_unlink(const char *path)
+{
+    if (unlink(path) == 0)
+        return 0;
+    return errno == ENOENT ? -RKV_ENOTENSOR : -RKV_EIO;
 }

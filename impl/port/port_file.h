@@ -25,6 +25,29 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
 /* Removes the files directly in dir, then dir (a run's scratch snapshot
  * directory); best effort, silent. */
 void rkv_file_remove_dir(const char *dir);
+/* Append-only logs (the write-ahead log): an open file is an int handle.
+ * rkv_file_open creates it when create is set (-RKV_ENOTENSOR when absent
+ * and create is 0). Every failure is -RKV_EIO naming the path and step. */
+int rkv_file_open(const char *path, int create, int *fd_p, char *err, size_t err_len);
+void rkv_file_close(int fd);
+/* Writes all of buf at offset off (the caller serializes writers). */
+int rkv_file_pwrite(int fd, const void *buf, size_t len, uint64_t off, const char *path, char *err,
+                    size_t err_len);
+/* Writes n buffers back to back at offset off, in one system call when
+ * the kernel takes them all (pwritev). n <= 8. */
+int rkv_file_pwritev(int fd, const void *const *bufs, const size_t *lens, int n, uint64_t off,
+                     const char *path, char *err, size_t err_len);
+/* Reads exactly len bytes at off; -RKV_EIO when the file is shorter. */
+int rkv_file_pread(int fd, void *buf, size_t len, uint64_t off, const char *path, char *err,
+                   size_t err_len);
+/* fdatasync: what a write-ahead log's group commit waits for. */
+int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len);
+int rkv_file_truncate(int fd, uint64_t len, const char *path, char *err, size_t err_len);
+int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t err_len);
+/* fsync of a directory: a created or removed entry is durable after it. */
+int rkv_file_sync_dir(const char *dir, char *err, size_t err_len);
+/* 0, or -RKV_ENOTENSOR when path does not exist (not an error to remove). */
+int rkv_file_unlink(const char *path);
 /* Wall-clock time (ns since the Unix epoch), for humans reading logs. */
 uint64_t rkv_file_wall_ns(void);
 /* wall_ns as "YYYY-MM-DDTHH:MM:SSZ". */

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,36 @@ static void posix_vlog(struct rkv_port *p, int level, const char *fmt, va_list a
     (void)w;
 }
 
+/* ---- process liveness ---- */
+
+static uint64_t posix_proc_self(struct rkv_port *p)
+{
+    (void)p;
+    return (uint64_t)getpid();
+}
+
+/* A killed process its parent has not reaped yet is a zombie: kill(pid, 0)
+ * still succeeds, but it holds nothing any more, so /proc's state decides. */
+static int posix_proc_alive(struct rkv_port *p, uint64_t id)
+{
+    (void)p;
+    if (id == 0 || id > (uint64_t)INT32_MAX)
+        return 0;
+    if (kill((pid_t)id, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%llu/stat", (unsigned long long)id);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1; /* no /proc: kill() said it exists */
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return !(close_paren && (close_paren[1] == ' ') &&
+             (close_paren[2] == 'Z' || close_paren[2] == 'X'));
+}
+
 /* ---- lifetime ---- */
 
 static void posix_destroy(struct rkv_port *p)
@@ -383,6 +414,8 @@ static const struct rkv_port_ops posix_ops = {
     .shm_unmap = posix_shm_unmap,
     .shm_unlink = posix_shm_unlink,
     .vlog = posix_vlog,
+    .proc_self = posix_proc_self,
+    .proc_alive = posix_proc_alive,
     .destroy = posix_destroy,
 };
 

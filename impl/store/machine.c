@@ -127,6 +127,63 @@ void rkv_spin_unlock(atomic_uint *w)
     atomic_store_explicit(w, 0, memory_order_release);
 }
 
+/* How long a waiter waits between two looks at the holder's liveness:
+ * a look reads /proc on a real host, far more than a spin. */
+#define MACH_LIVE_CHECK_NS 20000000ull
+
+/* Takes the lock from a dead holder: the CAS on the holder's id lets one
+ * waiter win, and the holder's id is set only while the word is held (set
+ * after the word's CAS, cleared before its release), so a dead id there
+ * means the dead process holds the word. */
+static uint32_t mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
+                               uint32_t owner, uint64_t self)
+{
+    uint64_t dead = atomic_load(holder);
+    if (dead == 0 || dead == self || port->ops->proc_alive(port, dead))
+        return 0;
+    if (!atomic_compare_exchange_strong(holder, &dead, self))
+        return 0;
+    unsigned was = atomic_exchange(w, owner);
+    RKV_LOGW(port, "took over a lock (tag %u) held by process %llu, which died holding it", was,
+             (unsigned long long)dead);
+    return was ? was : ~0u;
+}
+
+uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
+                       uint32_t owner)
+{
+    assert(owner != 0);
+    const struct rkv_port_ops *o = port->ops;
+    uint64_t self = o->proc_self ? o->proc_self(port) : 0;
+    uint64_t next_look = 0;
+    for (unsigned spins = 0;;) {
+        unsigned expect = 0;
+        if (atomic_compare_exchange_weak_explicit(w, &expect, owner, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+            atomic_store(holder, self);
+            return 0;
+        }
+        mach_backoff(port, &spins);
+        if (!o->proc_alive || spins < MACH_SPINS + MACH_YIELDS)
+            continue;
+        uint64_t now = o->now_ns(port);
+        if (next_look == 0) {
+            next_look = now + MACH_LIVE_CHECK_NS;
+        } else if (now >= next_look) {
+            uint32_t was = mach_take_over(port, w, holder, owner, self);
+            if (was)
+                return was;
+            next_look = now + MACH_LIVE_CHECK_NS;
+        }
+    }
+}
+
+void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder)
+{
+    atomic_store(holder, 0);
+    atomic_store_explicit(w, 0, memory_order_release);
+}
+
 /* A reader announces itself, then checks for a writer (and the writer the
  * other way round); sequentially consistent, so one of them sees the other.
  * A waiting writer keeps new readers out: pushes cannot starve a snapshot. */
@@ -174,11 +231,17 @@ static uint32_t mach_free_if_mine(atomic_uint *w, uint32_t owner)
 uint32_t rkv_mach_reclaim(struct rkv_mach *mc)
 {
     struct rkv_mach_hdr *h = mc->hdr;
-    mach_free_if_mine(&h->snap_lock, mc->owner);
+    if (mach_free_if_mine(&h->snap_lock, mc->owner))
+        atomic_store(&h->snap_holder, 0);
+    if (mach_free_if_mine(&h->wal_sync_lock, mc->owner))
+        atomic_store(&h->wal_sync_holder, 0);
     mach_free_if_mine(&h->table_lock, mc->owner);
     mach_free_if_mine(&h->copy_writer, mc->owner);
     atomic_store(&h->readers[mc->owner - 1], 0);
-    uint32_t torn = 0;
+    /* Held across a push's append and apply: that push may be there in part. */
+    uint32_t torn = mach_free_if_mine(&h->wal_lock, mc->owner);
+    if (torn)
+        atomic_store(&h->wal_holder, 0);
     for (uint32_t c = 0; c < h->n_clients; c++)
         torn += mach_free_if_mine(&h->clients[c].lock, mc->owner);
     return torn;

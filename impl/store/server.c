@@ -13,6 +13,7 @@
 #include "store/pull_handlers.h"
 #include "store/server_int.h"
 #include "store/snapshot.h"
+#include "store/wal.h"
 #include "util/util.h"
 
 /* Acknowledgements waiting for a durable snapshot, per server: far more
@@ -103,6 +104,7 @@ struct rkv_server {
     /* Durable mode. acks..dur_stop are under mu; snapw is the task's. */
     int durable;
     struct rkv_snap_writer *snapw;
+    struct rkv_wal *wal; /* the machine's log: pushes append, the task syncs */
     struct rkv_task *dur_task;
     struct srv_ack *acks;
     uint32_t n_acks, cap_acks;
@@ -593,9 +595,36 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
  * gets the ack, not a second application; the whole step is inside the
  * machine's apply lock, so a snapshot holds a push and its sequence, or
  * neither. */
+/* The connection's client, never the message's sender field: a peer must
+ * not mark another client's next push as applied. */
+static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m,
+                            uint32_t client)
+{
+    struct rkv_wal_push p = {.tensor_id = t->meta.id,
+                             .client = client < s->cfg.n_workers ? client : UINT32_MAX,
+                             .seq = m->h.req_id,
+                             .op = m->h.op,
+                             .param = m->h.param,
+                             .count = m->h.count,
+                             .ids = m->u.push.ids,
+                             .rows = m->u.push.rows};
+    int dup = 0;
+    int rc = rkv_wal_push(s->wal, t, &s->ht, &p, &dup, s->err, sizeof(s->err));
+    if (rc == 0 && !dup)
+        rkv_port_handler_work(s->port, m->h.count);
+    if (dup) {
+        s->n_dups++;
+        RKV_LOGI(s->port, "client %u: push %llx was applied before; acknowledging it again", client,
+                 (unsigned long long)m->h.req_id);
+    }
+    return rc;
+}
+
 static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m,
                           uint32_t client)
 {
+    if (s->durable) /* the log's turn: append, then apply, under its lock */
+        return srv_apply_logged(s, t, m, client);
     /* Durable mode only: without it nothing is promised across a crash, and
      * an entry locked by a server killed mid-apply would stall the
      * machine's other servers until a restart frees it. The client is the
@@ -1248,9 +1277,13 @@ static void srv_durable_main(void *arg)
         /* Read after every request of the batch was applied. */
         uint64_t seen = atomic_load(&s->mach.hdr->snap_started);
         char why[RKV_PROTO_TEXT_MAX];
-        int rc = rkv_snap_commit(s->snapw, seen, why, sizeof(why));
+        int ckpt = 0; /* a new tensor is in no log: it needs a snapshot */
+        for (uint32_t i = 0; i < n; i++)
+            ckpt |= batch[i].h.type == RKV_MSG_INIT_REPLY;
+        int rc = rkv_wal_commit(s->wal, ckpt, seen, why, sizeof(why));
         if (rc < 0)
-            RKV_LOGE(s->port, "snapshot failed, %u requests fail with it: %s", n, why);
+            RKV_LOGE(s->port, "%s failed, %u requests fail with it: %s",
+                     ckpt ? "snapshot" : "log sync", n, why);
         for (uint32_t i = 0; i < n; i++) {
             srv_send_ack(s, &batch[i], rc, why);
             srv_ack_done(s, &batch[i]);
@@ -1357,6 +1390,28 @@ static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, 
                     s->server_id, s->cfg.connect_retry_ms);
 }
 
+/* Replays the machine's log after snapshot snap into its memory (no other
+ * server of the machine runs yet). */
+static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *err, size_t err_len)
+{
+    struct rkv_wal_replay r;
+    uint64_t t0 = s->port->ops->now_ns(s->port);
+    int rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht, &r, err,
+                             err_len);
+    if (rc < 0)
+        return rc;
+    RKV_LOGW(s->port,
+             "server %u replayed machine %u's log after snapshot generation %llu: %llu logs, "
+             "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn bytes cut, "
+             "in %llu ms",
+             s->server_id, s->cfg.machine_id, (unsigned long long)snap->generation,
+             (unsigned long long)r.logs, (unsigned long long)r.records, (unsigned long long)r.rows,
+             (unsigned long long)r.bytes, (unsigned long long)r.dups,
+             (unsigned long long)r.torn_bytes,
+             (unsigned long long)((s->port->ops->now_ns(s->port) - t0) / 1000000ull));
+    return 0;
+}
+
 /* The machine outlived this server (its process died, not the machine):
  * its memory holds everything the file does and more, and other servers of
  * the machine may be using it. A push our predecessor was applying when it
@@ -1369,6 +1424,10 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
     uint32_t torn = rkv_mach_reclaim(&s->mach);
     if (torn && s->cfg.machines[mach].servers == 1) {
         int rc = rkv_snap_rollback(snap, s->port, s->cfg.shm_prefix, &s->mach, err, err_len);
+        if (rc == 0)
+            rc = srv_adopt(s, 1, err, err_len);
+        if (rc == 0)
+            rc = srv_replay(s, snap, err, err_len);
         if (rc < 0)
             return rc;
         RKV_LOGW(s->port,
@@ -1389,7 +1448,10 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
                  "push acknowledged so far",
                  s->server_id, mach, path, (unsigned long long)snap->generation);
     }
-    return srv_adopt(s, 1, err, err_len);
+    if (torn && s->cfg.machines[mach].servers == 1)
+        return 0;
+    int rc = rkv_wal_trim(s->wal, err, err_len); /* a dead server's unfinished append */
+    return rc < 0 ? rc : srv_adopt(s, 1, err, err_len);
 }
 
 static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const char *path,
@@ -1424,7 +1486,9 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
              "retry them",
              s->server_id, path, (unsigned long long)snap->generation, when,
              (unsigned long long)age_ms, snap->n_tensors, snap->file_bytes);
-    return srv_adopt(s, 0, err, err_len);
+    if ((rc = srv_adopt(s, 0, err, err_len)) == 0 && (rc = srv_replay(s, snap, err, err_len)) == 0)
+        rkv_snap_publish_lineage(&s->mach, snap->lineage); /* the others may attach now */
+    return rc;
 }
 
 /* Opens the machine segment: afresh, or in durable mode from the machine's
@@ -1439,6 +1503,9 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     int rc = rkv_file_check_dir(s->cfg.durable_dir, err, err_len);
     if (rc < 0)
         return rc;
+    if (!(s->wal = malloc(sizeof(*s->wal))))
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    rkv_wal_init(s->wal, s->port, &s->mach, s->tensors, &s->cfg);
     char name[64], path[sizeof(s->cfg.durable_dir) + sizeof(name) + 1];
     rkv_snap_file_name(name, sizeof(name), mach);
     snprintf(path, sizeof(path), "%s/%s", s->cfg.durable_dir, name);
@@ -1474,8 +1541,16 @@ static int srv_durable_start(struct rkv_server *s, char *err, size_t err_len)
     if (!s->snapw)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     rkv_snap_writer_init(s->snapw, s->port, &s->mach, &s->cfg, s->server_id);
-    int rc = s->port->ops->task_start(s->port, "durable", srv_durable_main, s, &s->dur_task);
+    rkv_wal_hook(s->wal, s->snapw);
+    int rc = rkv_wal_start(s->wal, s->snapw, err, err_len);
     if (rc < 0) {
+        free(s->snapw);
+        s->snapw = NULL;
+        return rc;
+    }
+    rc = s->port->ops->task_start(s->port, "durable", srv_durable_main, s, &s->dur_task);
+    if (rc < 0) {
+        rkv_wal_stop(s->wal);
         free(s->snapw);
         s->snapw = NULL;
         return rkv_errf(err, err_len, rc, "server %u: cannot start the durable task", s->server_id);
@@ -1493,16 +1568,33 @@ static void srv_durable_stop(struct rkv_server *s)
     s->port->ops->mutex_unlock(s->mu);
     s->port->ops->task_join(s->port, s->dur_task);
     s->dur_task = NULL;
+    rkv_wal_stop(s->wal); /* the snapshot writer is ours again */
     const struct rkv_snap_writer *w = s->snapw;
+    char why[256];
+    /* A clean stop leaves a checkpoint: the next start replays nothing. */
+    if (s->mach.hdr && rkv_wal_pending_bytes(s->wal) > 0 &&
+        rkv_snap_commit(s->snapw, atomic_load(&s->mach.hdr->snap_started), why, sizeof(why)) < 0)
+        RKV_LOGE(s->port, "checkpoint at shutdown failed (the log stays): %s", why);
     RKV_LOGI(s->port,
-             "server %u durable: %llu acknowledgements waited for snapshots; %llu snapshots "
-             "written (%llu fsyncs, %llu bytes); %llu rounds covered by another server's",
-             s->server_id, (unsigned long long)s->n_durable_acks, (unsigned long long)w->n_written,
-             (unsigned long long)w->n_fsyncs, (unsigned long long)w->bytes_written,
-             (unsigned long long)w->n_shared);
+             "server %u durable: %llu acknowledgements waited; %llu log records (%llu bytes), "
+             "%llu log syncs, %llu covered by another server's; %llu snapshots written (%llu "
+             "fsyncs, %llu bytes), %llu covered by another server's",
+             s->server_id, (unsigned long long)s->n_durable_acks,
+             (unsigned long long)s->wal->n_records, (unsigned long long)s->wal->bytes_appended,
+             (unsigned long long)s->wal->n_syncs, (unsigned long long)s->wal->n_shared_syncs,
+             (unsigned long long)w->n_written, (unsigned long long)w->n_fsyncs,
+             (unsigned long long)w->bytes_written, (unsigned long long)w->n_shared);
     rkv_snap_writer_free(s->snapw);
     free(s->snapw);
     s->snapw = NULL;
+}
+
+static void srv_wal_free(struct rkv_server *s)
+{
+    if (s->wal)
+        rkv_wal_free(s->wal);
+    free(s->wal);
+    s->wal = NULL;
 }
 
 /* ---- life cycle ---- */
@@ -1592,6 +1684,7 @@ close_mach:
     srv_free_tensors(s);
     rkv_mach_close(&s->mach);
 destroy_engine:
+    srv_wal_free(s);
     rkv_engine_destroy(s->eng);
     srv_free_conns(s);
 destroy_cond:
@@ -1691,6 +1784,7 @@ void rkv_server_destroy(struct rkv_server *s)
     if (s->mach.hdr && s->local_id == 0)
         rkv_mach_unlink(s->port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);
+    srv_wal_free(s);
     free(s->acks);
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);

@@ -391,12 +391,19 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
         w->buf = nb;
         w->cap = (size_t)bytes;
     }
+    const struct rkv_snap_hooks *hk = &w->hooks;
+    if (hk->before_copy && (rc = hk->before_copy(hk->user, gen, err, err_len)) < 0)
+        return rc;
     rkv_mach_copy_begin(w->mc);
     s.wall_ns = rkv_file_wall_ns();
     for (uint32_t c = 0; c < h->n_clients; c++)
         seqs[c] = h->clients[c].last_seq;
     rkv_snap_encode(&s, w->buf);
+    if (hk->during_copy)
+        hk->during_copy(hk->user, gen);
     rkv_mach_copy_end(w->mc);
+    if (hk->after_copy && (rc = hk->after_copy(hk->user, gen, err, err_len)) < 0)
+        return rc;
     rkv_snap_seal(w->buf, (size_t)bytes);
     uint32_t fsyncs = 0;
     rc = rkv_file_replace(w->dir, w->name, w->tmp, w->buf, (size_t)bytes, &fsyncs, err, err_len);
@@ -414,7 +421,7 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
     int rc = 0;
     if (!w->seqs && !(w->seqs = calloc((size_t)h->n_clients + 1, sizeof(*w->seqs))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: out of memory");
-    rkv_spin_lock(w->port, &h->snap_lock, w->mc->owner);
+    rkv_live_lock(w->port, &h->snap_lock, &h->snap_holder, w->mc->owner);
     if (atomic_load(&h->snap_durable) > seen_started) {
         w->n_shared++; /* another server's snapshot began after our pushes */
         goto unlock;
@@ -424,10 +431,13 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
      * its pushes were applied before this copy began. */
     atomic_store(&h->snap_started, gen);
     rc = snap_write(w, gen, w->ts, w->seqs, err, err_len);
-    if (rc == 0)
+    if (rc == 0) {
         atomic_store(&h->snap_durable, gen);
+        if (w->hooks.after_durable)
+            w->hooks.after_durable(w->hooks.user, gen);
+    }
 unlock:
-    rkv_spin_unlock(&h->snap_lock);
+    rkv_live_unlock(&h->snap_lock, &h->snap_holder);
     return rc;
 }
 
@@ -507,8 +517,12 @@ int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char
         mc->hdr->clients[c].last_seq = s->last_seq[c];
     atomic_store(&mc->hdr->snap_started, s->generation);
     atomic_store(&mc->hdr->snap_durable, s->generation);
-    __atomic_store_n(&mc->hdr->lineage, s->lineage, __ATOMIC_RELEASE);
     return 0;
+}
+
+void rkv_snap_publish_lineage(struct rkv_mach *mc, uint64_t lineage)
+{
+    __atomic_store_n(&mc->hdr->lineage, lineage, __ATOMIC_RELEASE);
 }
 
 int rkv_snap_rollback(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,

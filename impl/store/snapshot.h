@@ -80,8 +80,22 @@ int rkv_snap_read(const char *path, uint32_t machine, struct rkv_snap *s, char *
 void rkv_snap_free(struct rkv_snap *s);
 void rkv_snap_file_name(char *buf, size_t len, uint32_t machine);
 
+/* What the write-ahead log does around a snapshot (a checkpoint), called
+ * with snap_lock held: before the copy (may fail, then nothing is written),
+ * under the copy lock (no push is being applied), after the copy (always,
+ * once before_copy succeeded; rc is the copy's) and once the snapshot of
+ * generation gen is durable. */
+struct rkv_snap_hooks {
+    void *user;
+    int (*before_copy)(void *user, uint64_t gen, char *err, size_t err_len);
+    void (*during_copy)(void *user, uint64_t gen);
+    int (*after_copy)(void *user, uint64_t gen, char *err, size_t err_len);
+    void (*after_durable)(void *user, uint64_t gen);
+};
+
 /* Writes a machine's snapshots; used by one task of one server. */
 struct rkv_snap_writer {
+    struct rkv_snap_hooks hooks; /* all NULL: plain snapshots */
     struct rkv_port *port;
     struct rkv_mach *mc;
     char dir[256];
@@ -109,7 +123,9 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
 void rkv_snap_writer_free(struct rkv_snap_writer *w);
 
 /* Restart: recreates the machine segment and every tensor segment of s in
- * shared memory (replacing what is there). */
+ * shared memory (replacing what is there). The machine's lineage stays 0
+ * (its other servers wait): the caller replays the log, then publishes it
+ * with rkv_snap_publish_lineage. */
 int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,
                      uint32_t n_clients, uint32_t owner, struct rkv_mach *mc, char *err,
                      size_t err_len);
@@ -117,6 +133,7 @@ int rkv_snap_restore(const struct rkv_snap *s, struct rkv_port *port, const char
  * applied in part: puts the snapshot's rows and sequences back in place
  * (segments stay mapped by co-located clients). Only when no other server
  * of the machine is running. */
+void rkv_snap_publish_lineage(struct rkv_mach *mc, uint64_t lineage);
 int rkv_snap_rollback(const struct rkv_snap *s, struct rkv_port *port, const char *prefix,
                       struct rkv_mach *mc, char *err, size_t err_len);
 

@@ -151,6 +151,19 @@ struct rkv_mach_hdr {
     atomic_uint readers[RKV_MACH_SERVERS];
     _Atomic uint64_t snap_started; /* generation of the last snapshot whose copy began */
     _Atomic uint64_t snap_durable; /* generation of the last snapshot renamed and synced */
+    /* The write-ahead log (wal.h). Locks held across I/O record their
+     * holder's process id (port proc_self), so that a waiter can take over
+     * the lock of a process that died holding it (rkv_live_lock). */
+    _Atomic uint64_t snap_holder;
+    atomic_uint wal_lock;      /* a push's check, append and apply */
+    atomic_uint wal_sync_lock; /* an fdatasync of the log, or a checkpoint's switch */
+    _Atomic uint64_t wal_holder, wal_sync_holder;
+    _Atomic uint64_t wal_end;     /* LSN just past the last record appended */
+    _Atomic uint64_t wal_durable; /* LSN up to which the log is on disk */
+    /* An fdatasync of the log failed: the kernel may have dropped the
+     * pages, so no later sync can vouch for them; every commit fails until
+     * the machine restarts from its files. */
+    atomic_uint wal_failed;
     struct rkv_mach_tensor tensors[RKV_MAX_TENSORS + 1]; /* by id */
     struct rkv_mach_client clients[];                    /* n_clients */
 };
@@ -185,6 +198,13 @@ void rkv_mach_each_segment(const char *prefix, uint32_t machine, uint32_t n_tens
  * sleeping: a snapshot holds its lock across an fsync) between tries. */
 void rkv_spin_lock(struct rkv_port *port, atomic_uint *w, uint32_t owner);
 void rkv_spin_unlock(atomic_uint *w);
+/* rkv_spin_lock for locks held across I/O: records the holder's process id
+ * in *holder and, while waiting, takes the lock over from a holder whose
+ * process died (it then logs it). Returns the dead holder's tag after such
+ * a take-over (what the lock protected may be half done), else 0. */
+uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
+                       uint32_t owner);
+void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder);
 void rkv_mach_apply_begin(struct rkv_mach *mc);
 void rkv_mach_apply_end(struct rkv_mach *mc);
 void rkv_mach_copy_begin(struct rkv_mach *mc);

@@ -30,6 +30,7 @@
 #include "port/port_file.h"
 #include "rkv.h"
 #include "store/snapshot.h"
+#include "store/wal.h"
 
 /* ---- helpers ---- */
 
@@ -991,6 +992,258 @@ static void test_machine_lost_without_durable_fails_fast(void **state)
     assert_int_equal(wait_exit(s0), 0);
 }
 
+/* ---- the write-ahead log ---- */
+
+/* Servers 0 and 1 in processes, a client here that made tensor "t" and
+ * pushed `n` acknowledged SUMs of 1 into row 60 (machine 1); then server 1
+ * is killed with its machine's memory, before any checkpoint but the
+ * tensor's. */
+struct wal_run {
+    struct cluster c;
+    pid_t s0;
+    struct rkv_client *cli;
+    char log_path[160]; /* machine 1's log */
+};
+
+static void wal_run_crash(struct wal_run *w, int n)
+{
+    cluster_config(&w->c, 1, 0);
+    w->c.cfg.retry_ms = 5000;
+    w->s0 = spawn_server(&w->c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&w->c.cfg, 1, 0, "/dev/null");
+    char err[256];
+    if (rkv_client_create(&w->c.cfg, &w->cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(w->cli, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    for (int i = 0; i < n; i++)
+        assert_int_equal(rkv_client_push(w->cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&w->c.cfg, 1);
+    /* The tensor's INIT was checkpoint (generation) 1: the pushes are in log 1. */
+    snprintf(w->log_path, sizeof(w->log_path), "%s/rkv-m1.1.wal", w->c.dir);
+    struct stat st;
+    assert_int_equal(stat(w->log_path, &st), 0);
+    assert_int_equal((uint64_t)st.st_size,
+                     RKV_WAL_HDR_BYTES + (uint64_t)n * rkv_wal_record_bytes(1, 16));
+}
+
+static void wal_run_end(struct wal_run *w, pid_t s1)
+{
+    assert_int_equal(rkv_client_shutdown_servers(w->cli), 0);
+    rkv_client_destroy(w->cli);
+    assert_int_equal(wait_exit(w->s0), 0);
+    if (s1 > 0)
+        assert_int_equal(wait_exit(s1), 0);
+    remove_tree(w->c.dir);
+}
+
+static void append_bytes(const char *path, const void *buf, size_t len)
+{
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    fclose(f);
+}
+
+/* Killed with its memory: the restart replays the log after the snapshot,
+ * every acknowledged push once; then the client goes on. */
+static void test_wal_replayed_after_kill(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 5);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 5.0f);
+    assert_true(file_contains(log1b, "1 logs, 5 records (5 rows"));
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(w.cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_true(pull_row60(w.cli) == 6.0f);
+    wal_run_end(&w, s1b);
+}
+
+/* An append a crash interrupted (a record whose body runs past the end):
+ * cut with a log line, everything before it kept. */
+static void test_wal_torn_tail_cut(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t rec[128];
+    uint64_t ids[1] = {60};
+    float row[4] = {9, 9, 9, 9};
+    struct rkv_wal_push p = {.tensor_id = 1,
+                             .client = 0,
+                             .seq = ~0ull >> 1,
+                             .op = RKV_OP_SUM,
+                             .count = 1,
+                             .ids = ids,
+                             .rows = (const uint8_t *)row};
+    rkv_wal_encode_record(rec, &p, sizeof(row));
+    append_bytes(w.log_path, rec, rkv_wal_record_bytes(1, 16) - 5);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 3.0f);
+    assert_true(file_contains(log1b, "cut a torn tail of 83 bytes at byte 328"));
+    struct stat st;
+    assert_int_equal(stat(w.log_path, &st), 0);
+    assert_true(st.st_size >= 328); /* cut, then appended to again (or checkpointed) */
+    wal_run_end(&w, s1b);
+}
+
+/* A record in the middle that fails its checksum: the restart is refused,
+ * naming the file, the offset and what. */
+static void test_wal_corrupt_record_refused(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    FILE *f = fopen(w.log_path, "r+b");
+    assert_non_null(f);
+    uint64_t off = RKV_WAL_HDR_BYTES + rkv_wal_record_bytes(1, 16) + RKV_WAL_REC_BYTES + 9;
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    struct rkv_config cfg = w.c.cfg;
+    cfg.machine_id = 1;
+    struct rkv_server *srv;
+    char err[256];
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, w.log_path));
+    assert_non_null(strstr(err, "record at byte 152: checksum mismatch over its 24-byte body"));
+    /* Put right, the restart works and loses nothing. */
+    f = fopen(w.log_path, "r+b");
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    fputc(c, f);
+    fclose(f);
+    unlink_machine_shm(&w.c.cfg, 1);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, "/dev/null");
+    assert_true(pull_row60(w.cli) == 3.0f);
+    wal_run_end(&w, s1b);
+}
+
+/* A clean stop checkpoints (the next start replays nothing); pushes after
+ * it go to the next log, which a crash then replays after that snapshot. */
+static void test_wal_checkpoint_then_crash(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 5000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    struct rkv_server *s1 = server_create(&c, 1);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    rkv_server_destroy(s1); /* a clean stop: checkpoint 2, log 1 removed */
+    char path[160];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/rkv-m1.1.wal", c.dir);
+    assert_int_equal(stat(path, &st), -1);
+    snprintf(path, sizeof(path), "%s/rkv-m1.2.wal", c.dir);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, RKV_WAL_HDR_BYTES);
+    char log1[128];
+    snprintf(log1, sizeof(log1), "%s/s1b.log", c.dir);
+    pid_t s1b = spawn_server(&c.cfg, 1, 0, log1);
+    assert_true(pull_row60(cli) == 4.0f);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1b, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
+    assert_true(file_contains(log1, "0 records"));
+    unlink_machine_shm(&c.cfg, 1);
+    snprintf(log1, sizeof(log1), "%s/s1c.log", c.dir);
+    pid_t s1c = spawn_server(&c.cfg, 1, 0, log1);
+    assert_true(pull_row60(cli) == 7.0f);
+    assert_true(file_contains(log1, "after snapshot generation 2: 1 logs, 3 records"));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1c), 0);
+    remove_tree(c.dir);
+}
+
+/* A process that dies holding the machine's log lock (it was killed
+ * between an append and its apply, holding a client entry and a row lock
+ * too): the machine's servers take the lock over, and free those, instead
+ * of stalling every push for good. The holder is not reaped
+ * until the push went through: a zombie holds nothing either. */
+static void test_dead_lock_holder_taken_over(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.timeout_ms = 4000;
+    char log1[128];
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, log1);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        struct rkv_port *port;
+        struct rkv_mach mc;
+        if (rkv_port_posix_create("holder", 0, 1, &port) < 0 ||
+            rkv_mach_attach(port, c.cfg.shm_prefix, 1, 1, 7, &mc, err, sizeof(err)) < 0)
+            _exit(3);
+        rkv_live_lock(port, &mc.hdr->wal_lock, &mc.hdr->wal_holder, 7);
+        /* ...as a server killed mid-push: client 0's entry and row 60's
+         * (local row 10) row lock held under its tag too. */
+        atomic_store(&mc.hdr->clients[0].lock, 7);
+        struct rkv_shard sh;
+        char name[96];
+        rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
+        if (rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
+            _exit(3);
+        atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 7);
+        if (write(ready[1], "+", 1) != 1)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    child_add(holder);
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    assert_int_equal(kill(holder, SIGKILL), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    uint64_t t0 = mono_ms();
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_true(mono_ms() - t0 < 3000);
+    assert_true(pull_row60(cli) == 1.0f);
+    assert_true(file_contains(log1, "took over a lock (tag 7)"));
+    assert_int_equal(wait_exit(holder), 128 + SIGKILL);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1009,6 +1262,11 @@ int main(void)
         cmocka_unit_test_teardown(test_torn_push_rolled_back, reap_children),
         cmocka_unit_test_teardown(test_exactly_once_across_restart, reap_children),
         cmocka_unit_test_teardown(test_colocated_client_follows_restart, reap_children),
+        cmocka_unit_test_teardown(test_wal_replayed_after_kill, reap_children),
+        cmocka_unit_test_teardown(test_wal_torn_tail_cut, reap_children),
+        cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
+        cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
+        cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

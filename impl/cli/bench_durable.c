@@ -1,0 +1,407 @@
+/* `rkv bench durable`: what durable mode costs. In one run, on this host:
+ * the push rate of a cluster (2 machines, 1 server each, W workers on
+ * machine 0 pushing rows of machine 1 over loopback TCP) with and without
+ * durable mode, for 1 and 8 workers, 4 KiB and 1 MiB rows and a small and a
+ * large shard; the raw fdatasync rate of the directory's disk (the limit of
+ * any group commit); and the time a server killed (-9) with its machine's
+ * memory takes to come back (snapshot + log replay). Figures are medians
+ * of nothing: one measurement each, on a host others load too. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/bench_durable.h"
+#include "cli/cli.h"
+#include "port/port_file.h"
+#include "rkv.h"
+#include "store/store_int.h"
+
+#define BD_MAX_WORKERS 8u
+
+struct bd_opts {
+    const char *dir;      /* where the durable directories go */
+    uint64_t small_bytes; /* shard sizes (machine 1's part of the tensor) */
+    uint64_t large_bytes;
+    double seconds; /* of pushing, per measurement */
+    uint16_t base_port;
+};
+
+struct bd_run {
+    struct rkv_config cfg;
+    struct rkv_machine machines[2];
+    struct rkv_tensor_desc desc;
+    uint32_t row_bytes;
+    double seconds;
+    atomic_uint_fast64_t pushes;
+    atomic_int failed;
+    char err[256];
+};
+
+static double bd_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void bd_config(struct bd_run *r, const struct bd_opts *o, uint32_t workers,
+                      uint32_t row_bytes, uint64_t shard_bytes, const char *durable_dir)
+{
+    memset(r, 0, sizeof(*r));
+    for (int m = 0; m < 2; m++) {
+        snprintf(r->machines[m].host, sizeof(r->machines[m].host), "127.0.0.1");
+        r->machines[m].base_port = (uint16_t)(o->base_port + m);
+        r->machines[m].servers = 1;
+    }
+    rkv_config_defaults(&r->cfg);
+    r->cfg.n_machines = 2;
+    r->cfg.machines = r->machines;
+    r->cfg.n_workers = workers;
+    r->cfg.log_level = 0;
+    r->cfg.timeout_ms = 60000;
+    r->cfg.max_slot_bytes = 4ull << 20;
+    snprintf(r->cfg.shm_prefix, sizeof(r->cfg.shm_prefix), "rkvbd-%d", (int)getpid());
+    snprintf(r->cfg.durable_dir, sizeof(r->cfg.durable_dir), "%s", durable_dir ? durable_dir : "");
+    r->row_bytes = row_bytes;
+    uint64_t per_machine = shard_bytes / row_bytes ? shard_bytes / row_bytes : 1;
+    r->desc = (struct rkv_tensor_desc){.name = "emb",
+                                       .dtype = RKV_F32,
+                                       .rows = 2 * per_machine,
+                                       .row_len = row_bytes / 4,
+                                       .policy = RKV_PART_RANGE};
+    r->seconds = o->seconds;
+}
+
+static void *bd_server_main(void *arg)
+{
+    rkv_server_run(arg);
+    return NULL;
+}
+
+struct bd_worker {
+    struct bd_run *r;
+    struct rkv_client *cli;
+};
+
+/* Every worker sums one row at a time into machine 1's half, each its
+ * own stride of rows. */
+static void *bd_worker_main(void *arg)
+{
+    struct bd_worker *w = arg;
+    struct bd_run *r = w->r;
+    if (rkv_client_create(&r->cfg, &w->cli, r->err, sizeof(r->err)) < 0) {
+        atomic_store(&r->failed, 1);
+        return NULL;
+    }
+    uint32_t id = rkv_client_id(w->cli);
+    float *row = calloc(1, r->row_bytes);
+    int rc = row ? 0 : -RKV_ENOMEM;
+    if (rc == 0 && id == 0)
+        rc = rkv_client_init_data(w->cli, &r->desc);
+    if (rc == 0)
+        rc = rkv_client_barrier(w->cli);
+    uint64_t half = r->desc.rows / 2, n = 0;
+    double end = bd_now_s() + r->seconds;
+    while (rc == 0 && bd_now_s() < end) {
+        uint64_t gid = half + (id + n * r->cfg.n_workers) % half;
+        rc = rkv_client_push(w->cli, "emb", &gid, 1, row, RKV_OP_SUM, 0);
+        n++;
+    }
+    atomic_fetch_add(&r->pushes, n);
+    if (rc < 0) {
+        snprintf(r->err, sizeof(r->err), "worker %u: %s", id, rkv_client_errmsg(w->cli));
+        atomic_store(&r->failed, 1);
+    }
+    rkv_client_barrier(w->cli);
+    free(row);
+    return NULL;
+}
+
+/* One cluster: pushes per second, or -1. */
+static double bd_push_rate(struct bd_run *r)
+{
+    struct rkv_server *srv[2] = {NULL, NULL};
+    pthread_t st[2];
+    int started = 0;
+    double rate = -1;
+    for (uint32_t m = 0; m < 2; m++) {
+        struct rkv_config c = r->cfg;
+        c.machine_id = m;
+        if (rkv_server_create(&c, 0, &srv[m], r->err, sizeof(r->err)) < 0)
+            goto stop;
+        pthread_create(&st[m], NULL, bd_server_main, srv[m]);
+        started++;
+    }
+    struct bd_worker w[BD_MAX_WORKERS];
+    pthread_t wt[BD_MAX_WORKERS];
+    for (uint32_t i = 0; i < r->cfg.n_workers; i++) {
+        w[i] = (struct bd_worker){.r = r};
+        pthread_create(&wt[i], NULL, bd_worker_main, &w[i]);
+    }
+    for (uint32_t i = 0; i < r->cfg.n_workers; i++)
+        pthread_join(wt[i], NULL);
+    /* Each worker pushed for r->seconds after the barrier (the setup, with
+     * its INIT checkpoint, is not in the rate). */
+    if (!atomic_load(&r->failed))
+        rate = (double)atomic_load(&r->pushes) / r->seconds;
+    struct rkv_client *any = NULL;
+    for (uint32_t i = 0; i < r->cfg.n_workers; i++)
+        if (w[i].cli && !any)
+            any = w[i].cli;
+    if (any)
+        rkv_client_shutdown_servers(any);
+    for (uint32_t i = 0; i < r->cfg.n_workers; i++)
+        rkv_client_destroy(w[i].cli);
+stop:
+    for (int m = 0; m < started; m++)
+        pthread_join(st[m], NULL);
+    for (int m = 0; m < 2; m++)
+        rkv_server_destroy(srv[m]);
+    return rate;
+}
+
+/* `block` bytes written and fdatasync'ed at the end of a file, as fast as
+ * the disk allows, for about a second: 4 KiB gives what one group commit at
+ * a time can reach, 8 MiB the disk's durable write bandwidth (the limit of
+ * large rows). Blocks per second. */
+static double bd_fdatasync_rate(const char *dir, size_t block)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%.900s/rkv-bench-fdatasync", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    char *buf = calloc(1, block);
+    if (fd < 0 || !buf) {
+        if (fd >= 0)
+            close(fd);
+        free(buf);
+        return -1;
+    }
+    uint64_t n = 0;
+    double t0 = bd_now_s(), t;
+    do {
+        if (write(fd, buf, block) != (ssize_t)block || fdatasync(fd) != 0)
+            break;
+        n++;
+    } while ((t = bd_now_s()) - t0 < 1.0);
+    close(fd);
+    unlink(path);
+    free(buf);
+    return (double)n / (bd_now_s() - t0);
+}
+
+static void bd_unlink_segment(void *user, const char *name)
+{
+    (void)user;
+    shm_unlink(name);
+}
+
+/* A server of machine 1 in a child process takes pushes (its log grows to
+ * about log_bytes), is killed with its memory, and is created again here:
+ * how long that creation (snapshot + replay) takes, or -1. */
+static double bd_recovery_ms(const struct bd_opts *o, const char *dir, uint64_t shard_bytes,
+                             uint64_t *log_bytes_p)
+{
+    struct bd_run *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -1;
+    bd_config(r, o, 1, 1u << 20, shard_bytes, dir);
+    r->cfg.retry_ms = 20000; /* the client's shutdown finds the new server */
+    double ms = -1;
+    pid_t s1 = fork(); /* before any thread of this process */
+    if (s1 == 0) {
+        struct rkv_config c = r->cfg;
+        c.machine_id = 1;
+        struct rkv_server *srv;
+        char err[256];
+        if (rkv_server_create(&c, 0, &srv, err, sizeof(err)) < 0)
+            _exit(3);
+        rkv_server_run(srv);
+        _exit(0);
+    }
+    struct rkv_config c0 = r->cfg;
+    struct rkv_server *s0 = NULL;
+    pthread_t t0;
+    if (s1 < 0 || rkv_server_create(&c0, 0, &s0, r->err, sizeof(r->err)) < 0)
+        goto out;
+    pthread_create(&t0, NULL, bd_server_main, s0);
+    struct rkv_client *cli = NULL;
+    float *row = calloc(1, 1u << 20);
+    if (row && rkv_client_create(&r->cfg, &cli, r->err, sizeof(r->err)) == 0 &&
+        rkv_client_init_data(cli, &r->desc) == 0) {
+        uint64_t half = r->desc.rows / 2;
+        /* Stays below the checkpoint size, or the log would be let go. */
+        uint64_t n = (*log_bytes_p >> 20) > 2 ? (*log_bytes_p >> 20) - 2 : 1;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t gid = half + i % half;
+            if (rkv_client_push(cli, "emb", &gid, 1, row, RKV_OP_SUM, 0) < 0)
+                break;
+        }
+    }
+    kill(s1, SIGKILL);
+    waitpid(s1, NULL, 0);
+    rkv_mach_each_segment(r->cfg.shm_prefix, 1, 1, bd_unlink_segment, NULL);
+    char path[1024];
+    snprintf(path, sizeof(path), "%.900s/rkv-m1.1.wal", dir);
+    FILE *f = fopen(path, "rb");
+    *log_bytes_p = 0;
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        *log_bytes_p = (uint64_t)ftell(f);
+        fclose(f);
+    }
+    struct rkv_config c1 = r->cfg;
+    c1.machine_id = 1;
+    struct rkv_server *s1b;
+    double ta = bd_now_s();
+    if (rkv_server_create(&c1, 0, &s1b, r->err, sizeof(r->err)) == 0) {
+        ms = (bd_now_s() - ta) * 1e3;
+        pthread_t t1;
+        pthread_create(&t1, NULL, bd_server_main, s1b);
+        if (cli)
+            rkv_client_shutdown_servers(cli);
+        pthread_join(t1, NULL);
+        rkv_server_destroy(s1b);
+    } else {
+        /* Server 0 runs on, and only a client's shutdown stops it: the
+         * process exits with the error (it is the last measurement). */
+        fprintf(stderr, "rkv bench durable: recovery failed: %s\n", r->err);
+        return -1;
+    }
+    rkv_client_destroy(cli);
+    free(row);
+    pthread_join(t0, NULL);
+    rkv_server_destroy(s0);
+out:
+    if (s1 > 0)
+        waitpid(s1, NULL, WNOHANG);
+    free(r);
+    return ms;
+}
+
+static void bd_size(char *buf, size_t len, uint64_t bytes)
+{
+    if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0)
+        snprintf(buf, len, "%lluG", (unsigned long long)(bytes >> 30));
+    else if (bytes >= (1ull << 20))
+        snprintf(buf, len, "%lluM", (unsigned long long)(bytes >> 20));
+    else
+        snprintf(buf, len, "%lluK", (unsigned long long)(bytes >> 10));
+}
+
+static int bd_args(struct bd_opts *o, int argc, char **argv)
+{
+    *o = (struct bd_opts){.dir = "/tmp",
+                          .small_bytes = 1ull << 20,
+                          .large_bytes = 256ull << 20,
+                          .seconds = 2.0,
+                          .base_port = (uint16_t)(24000 + getpid() % 2000 * 2)};
+    for (int i = 0; i < argc; i++) {
+        char *end = NULL;
+        if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+            o->dir = argv[++i];
+        else if (!strcmp(argv[i], "--large-mib") && i + 1 < argc)
+            o->large_bytes = strtoull(argv[++i], &end, 10) << 20;
+        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+            o->seconds = strtod(argv[++i], &end);
+        else
+            return -1;
+        if (end && *end)
+            return -1;
+    }
+    return o->large_bytes >= (2ull << 20) && o->seconds > 0 && o->seconds <= 60 ? 0 : -1;
+}
+
+int cli_bench_durable(int argc, char **argv)
+{
+    struct bd_opts o;
+    if (bd_args(&o, argc, argv) < 0) {
+        fprintf(stderr, "usage: rkv bench durable [--dir DIR] [--large-mib N] [--seconds S]\n"
+                        "  push rate with and without durable mode (1 and 8 workers, 4 KiB and\n"
+                        "  1 MiB rows, 1 MiB and N MiB shards; default 256), the fdatasync rate\n"
+                        "  of DIR's disk and the recovery time of a killed server\n");
+        return RKV_EXIT_USAGE;
+    }
+    char tmpl[512];
+    snprintf(tmpl, sizeof(tmpl), "%s/rkv-bench-durable-XXXXXX", o.dir);
+    if (!mkdtemp(tmpl)) {
+        fprintf(stderr, "rkv bench durable: cannot make a directory in %s: %s\n", o.dir,
+                strerror(errno));
+        return RKV_EXIT_USAGE;
+    }
+    double sync_rate = bd_fdatasync_rate(tmpl, 4096);
+    double disk_gbs = bd_fdatasync_rate(tmpl, 8u << 20) * (8u << 20) / 1e9;
+    printf("figure fdatasync.4K %.1f /s\n", sync_rate);
+    printf("figure fdatasync.8M %.4f GB/s\n", disk_gbs);
+    static const uint32_t workers[] = {1, 8}, rows[] = {4096, 1u << 20};
+    uint64_t shards[] = {o.small_bytes, o.large_bytes};
+    struct bd_run *r = calloc(1, sizeof(*r));
+    int code = r ? RKV_EXIT_OK : RKV_EXIT_STORE;
+    for (int s = 0; s < 2 && code == RKV_EXIT_OK; s++) {
+        for (int rb = 0; rb < 2 && code == RKV_EXIT_OK; rb++) {
+            for (int wk = 0; wk < 2 && code == RKV_EXIT_OK; wk++) {
+                double rate[2];
+                for (int d = 0; d < 2 && code == RKV_EXIT_OK; d++) {
+                    char sub[600];
+                    snprintf(sub, sizeof(sub), "%s/run", tmpl);
+                    rkv_file_remove_dir(sub);
+                    if (d && mkdir(sub, 0755) != 0)
+                        code = RKV_EXIT_STORE;
+                    bd_config(r, &o, workers[wk], rows[rb], shards[s], d ? sub : NULL);
+                    fprintf(stderr,
+                            "rkv bench durable: %s, %u workers, %u-byte rows, %llu-byte shard\n",
+                            d ? "durable" : "plain", workers[wk], rows[rb],
+                            (unsigned long long)shards[s]);
+                    rate[d] = bd_push_rate(r);
+                    if (rate[d] < 0) {
+                        fprintf(stderr, "rkv bench durable: %s\n", r->err);
+                        code = RKV_EXIT_STORE;
+                    }
+                    rkv_file_remove_dir(sub);
+                }
+                if (code != RKV_EXIT_OK)
+                    break;
+                char rs[16], ss[16], name[96];
+                bd_size(rs, sizeof(rs), rows[rb]);
+                bd_size(ss, sizeof(ss), shards[s]);
+                snprintf(name, sizeof(name), "%s.%s.%uw.shard%s", "push", rs, workers[wk], ss);
+                for (int d = 0; d < 2; d++)
+                    printf("figure %s.%s %.1f push/s\nfigure %s.%s.bw %.4f GB/s\n",
+                           d ? "durable" : "plain", name, rate[d], d ? "durable" : "plain", name,
+                           rate[d] * rows[rb] / 1e9);
+                printf("ratio durable.%s/plain.%s %.3f\n", name, name, rate[1] / rate[0]);
+                if (rows[rb] == 4096)
+                    printf("ratio durable.%s/fdatasync.4K %.3f\n", name, rate[1] / sync_rate);
+                else
+                    printf("ratio durable.%s/fdatasync.8M %.3f\n", name,
+                           rate[1] * rows[rb] / 1e9 / disk_gbs);
+            }
+        }
+    }
+    if (code == RKV_EXIT_OK) {
+        char sub[600], ss[16];
+        snprintf(sub, sizeof(sub), "%s/rec", tmpl);
+        mkdir(sub, 0755);
+        uint64_t log_bytes = o.large_bytes;
+        double ms = bd_recovery_ms(&o, sub, o.large_bytes, &log_bytes);
+        bd_size(ss, sizeof(ss), o.large_bytes);
+        if (ms >= 0)
+            printf("figure recovery.shard%s.log%lluM %.1f ms\n", ss,
+                   (unsigned long long)(log_bytes >> 20), ms);
+        else
+            code = RKV_EXIT_STORE;
+        rkv_file_remove_dir(sub);
+    }
+    free(r);
+    rkv_file_remove_dir(tmpl);
+    return code;
+}

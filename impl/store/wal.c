@@ -1,0 +1,782 @@
+/* The machine's write-ahead log: appends, group commit, checkpoints'
+ * rotation and recovery (format and protocol in wal.h). */
+#include "store/wal.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "port/port_file.h"
+#include "util/util.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the log format is little-endian");
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+void rkv_wal_file_name(char *buf, size_t len, uint32_t machine, uint64_t gen)
+{
+    snprintf(buf, len, "rkv-m%u.%llu.wal", machine, (unsigned long long)gen);
+}
+
+static void wal_path(const struct rkv_wal *w, uint64_t gen, char *buf, size_t len)
+{
+    char name[64];
+    rkv_wal_file_name(name, sizeof(name), w->machine, gen);
+    snprintf(buf, len, "%s/%s", w->dir, name);
+}
+
+/* ---- encoding ---- */
+
+static uint64_t wal_body_bytes(uint64_t count, uint64_t row_bytes)
+{
+    return (count * (8 + row_bytes) + 7) & ~7ull;
+}
+
+size_t rkv_wal_record_bytes(uint64_t count, uint64_t row_bytes)
+{
+    return (size_t)(RKV_WAL_REC_BYTES + wal_body_bytes(count, row_bytes));
+}
+
+void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uint64_t gen,
+                           uint64_t fingerprint)
+{
+    memset(out, 0, RKV_WAL_HDR_BYTES);
+    put64(out, RKV_WAL_MAGIC);
+    put32(out + 8, RKV_WAL_VERSION);
+    put32(out + 12, machine);
+    put64(out + 16, lineage);
+    put64(out + 24, gen);
+    put64(out + 32, fingerprint);
+    put64(out + 40, rkv_file_wall_ns());
+    put32(out + 60, rkv_crc32c(0, out, 60));
+}
+
+static const uint8_t wal_zeros[8];
+
+/* The record's header for p into out (64 bytes); the body is the ids, the
+ * rows and pad zero bytes, written from where they are. */
+static void wal_encode_head(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes,
+                            size_t pad)
+{
+    size_t ids = (size_t)p->count * 8, rows = (size_t)(p->count * row_bytes);
+    uint32_t crc = rkv_crc32c(0, p->ids, ids);
+    crc = rkv_crc32c(crc, p->rows, rows);
+    crc = rkv_crc32c(crc, wal_zeros, pad);
+    memset(out, 0, RKV_WAL_REC_BYTES);
+    put32(out, RKV_WAL_REC_MAGIC);
+    put32(out + 4, RKV_WAL_REC_PUSH); /* u16 type, u16 zero */
+    put32(out + 8, p->tensor_id);
+    put32(out + 12, p->client);
+    put64(out + 16, p->seq);
+    put64(out + 24, p->count);
+    put64(out + 32, row_bytes);
+    memcpy(out + 40, &p->param, 8);
+    put32(out + 48, (uint32_t)p->op);
+    put32(out + 52, crc);
+    put32(out + 60, rkv_crc32c(0, out, 60));
+}
+
+static size_t wal_pad(uint64_t count, uint64_t row_bytes)
+{
+    return (size_t)(wal_body_bytes(count, row_bytes) - count * (8 + row_bytes));
+}
+
+void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes)
+{
+    size_t ids = (size_t)p->count * 8, rows = (size_t)(p->count * row_bytes);
+    size_t pad = wal_pad(p->count, row_bytes);
+    uint8_t *b = out + RKV_WAL_REC_BYTES;
+    memcpy(b, p->ids, ids);
+    memcpy(b + ids, p->rows, rows);
+    memset(b + ids + rows, 0, pad);
+    wal_encode_head(out, p, row_bytes, pad);
+}
+
+/* ---- the handle ---- */
+
+void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
+                  struct rkv_tensor *const *tensors, const struct rkv_config *cfg)
+{
+    memset(w, 0, sizeof(*w));
+    w->port = port;
+    w->mc = mc;
+    w->tensors = tensors;
+    w->machine = cfg->machine_id;
+    w->fingerprint = rkv_cfg_fingerprint(cfg);
+    w->checkpoint_bytes = RKV_WAL_CHECKPOINT_BYTES;
+    snprintf(w->dir, sizeof(w->dir), "%s", cfg->durable_dir);
+    w->app.fd = w->sync.fd = -1;
+}
+
+static void wal_file_close(struct rkv_wal_file *f)
+{
+    rkv_file_close(f->fd);
+    f->fd = -1;
+    f->gen = 0;
+}
+
+void rkv_wal_free(struct rkv_wal *w)
+{
+    wal_file_close(&w->app);
+    wal_file_close(&w->sync);
+}
+
+/* f open on log gen (reopened after a checkpoint switched logs). */
+static int wal_file_use(struct rkv_wal *w, struct rkv_wal_file *f, uint64_t gen, char *path,
+                        size_t path_len, char *err, size_t err_len)
+{
+    wal_path(w, gen, path, path_len);
+    if (f->fd >= 0 && f->gen == gen)
+        return 0;
+    wal_file_close(f);
+    int rc = rkv_file_open(path, 0, &f->fd, err, err_len);
+    if (rc < 0)
+        return rc;
+    f->gen = gen;
+    return 0;
+}
+
+/* Raises *a to v (LSNs only grow; two servers may store out of order). */
+static void wal_raise(_Atomic uint64_t *a, uint64_t v)
+{
+    uint64_t cur = atomic_load(a);
+    while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+        ;
+}
+
+uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w)
+{
+    uint64_t off = RKV_WAL_OFF(atomic_load(&w->mc->hdr->wal_end));
+    return off > RKV_WAL_HDR_BYTES ? off - RKV_WAL_HDR_BYTES : 0;
+}
+
+/* wal_lock held: cuts what a dead holder may have written past the end. */
+static int wal_cut(struct rkv_wal *w, char *err, size_t err_len)
+{
+    uint64_t end = atomic_load(&w->mc->hdr->wal_end);
+    char path[512];
+    if (RKV_WAL_GEN(end) == 0)
+        return 0;
+    int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
+    return rc < 0 ? rc : rkv_file_truncate(w->app.fd, RKV_WAL_OFF(end), path, err, err_len);
+}
+
+int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, w->mc->owner);
+    int rc = wal_cut(w, err, err_len);
+    rkv_live_unlock(&h->wal_lock, &h->wal_holder);
+    return rc;
+}
+
+/* ---- the push path ---- */
+
+/* wal_lock held: the record of p at the end of the current log. */
+static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t row_bytes,
+                      char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    uint64_t end = atomic_load(&h->wal_end);
+    if (RKV_WAL_GEN(end) == 0)
+        return rkv_errf(err, err_len, -RKV_EIO,
+                        "machine %u: no log to append to (no checkpoint was written yet)",
+                        w->machine);
+    uint64_t bytes64;
+    if (!rkv_mul_ok(p->count, 8 + row_bytes, &bytes64) ||
+        !rkv_add_ok(bytes64, RKV_WAL_REC_BYTES + 7, &bytes64) ||
+        RKV_WAL_OFF(end) + bytes64 >= (1ull << RKV_WAL_OFF_BITS))
+        return rkv_errf(err, err_len, -RKV_ELIMIT, "machine %u: a log record would not fit",
+                        w->machine);
+    size_t bytes = rkv_wal_record_bytes(p->count, row_bytes);
+    size_t pad = wal_pad(p->count, row_bytes);
+    uint8_t head[RKV_WAL_REC_BYTES];
+    /* Written from the request's own buffers: no copy of the rows. */
+    wal_encode_head(head, p, row_bytes, pad);
+    const void *bufs[4] = {head, p->ids, p->rows, wal_zeros};
+    size_t lens[4] = {sizeof(head), (size_t)p->count * 8, (size_t)(p->count * row_bytes), pad};
+    char path[512];
+    int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
+    if (rc == 0)
+        rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
+                              err_len);
+    if (rc < 0)
+        return rc;
+    /* Published only once whole: a sync covers what is below it. */
+    atomic_store(&h->wal_end, end + bytes);
+    w->n_records++;
+    w->bytes_appended += bytes;
+    return 0;
+}
+
+/* wal_lock taken over from a holder (tag dead) that died inside a push:
+ * the rows of that push may be here in part (never acknowledged), as with
+ * a dead server's row lock; what it wrote past the log's end goes; and the
+ * locks it held inside this one are freed: client entries (only ever held
+ * under wal_lock in durable mode, so none is a live server's) and its row
+ * locks (by its tag). */
+static int wal_after_death(struct rkv_wal *w, uint32_t dead, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    RKV_LOGE(w->port,
+             "machine %u: a server (tag %u) died inside a push; its rows may be applied in part "
+             "until the machine restarts from its log",
+             w->machine, dead);
+    for (uint32_t c = 0; c < h->n_clients; c++)
+        atomic_store(&h->clients[c].lock, 0);
+    for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
+        struct rkv_tensor *t = w->tensors[id];
+        if (t && t->mapped) {
+            struct rkv_shard as_dead = t->shard;
+            as_dead.owner = dead;
+            rkv_shard_reclaim(&as_dead);
+        }
+    }
+    return wal_cut(w, err, err_len);
+}
+
+int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
+                 const struct rkv_wal_push *p, int *dup_p, char *err, size_t err_len)
+{
+    struct rkv_mach *mc = w->mc;
+    struct rkv_mach_hdr *h = mc->hdr;
+    int tracked = p->client < h->n_clients;
+    int rc = 0;
+    rkv_mach_apply_begin(mc);
+    uint32_t dead = rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, mc->owner);
+    if (dead && (rc = wal_after_death(w, dead, err, err_len)) < 0)
+        goto unlock;
+    int dup = tracked && rkv_mach_seq_begin(mc, p->client, p->seq);
+    if (!dup) {
+        /* Checked before the append: a logged push is one replay applies. */
+        rc = rkv_handler_check(ht, p->op, t->meta.dtype, t->shard.state != NULL);
+        if (rc < 0)
+            rkv_errf(err, err_len, rc, "tensor '%s': push op %d on %s: %s", t->meta.name, p->op,
+                     rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
+        if (rc == 0)
+            rc = wal_append(w, p, t->row_bytes, err, err_len);
+        if (rc == 0)
+            rc = rkv_shard_push(&t->shard, t, ht, p->op, p->param, p->ids, (size_t)p->count,
+                                p->rows);
+    }
+    if (tracked)
+        rkv_mach_seq_end(mc, p->client, p->seq, !dup && rc == 0);
+    *dup_p = dup;
+unlock:
+    rkv_live_unlock(&h->wal_lock, &h->wal_holder);
+    rkv_mach_apply_end(mc);
+    return rc;
+}
+
+static int wal_failed(const struct rkv_wal *w, char *err, size_t err_len)
+{
+    return rkv_errf(err, err_len, -RKV_EIO,
+                    "machine %u: an fdatasync of its log failed earlier; nothing is acknowledged "
+                    "until its servers restart from the log",
+                    w->machine);
+}
+
+/* f's fdatasync; a failure poisons the machine's log (wal_failed). */
+static int wal_datasync(struct rkv_wal *w, struct rkv_wal_file *f, const char *path, char *err,
+                        size_t err_len)
+{
+    int rc = rkv_file_datasync(f->fd, path, err, err_len);
+    if (rc < 0)
+        atomic_store(&w->mc->hdr->wal_failed, 1);
+    return rc;
+}
+
+int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    if (atomic_load(&h->wal_failed))
+        return wal_failed(w, err, err_len);
+    uint64_t target = atomic_load(&h->wal_end);
+    if (atomic_load(&h->wal_durable) >= target) {
+        w->n_shared_syncs++;
+        return 0;
+    }
+    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
+    int rc = 0;
+    if (atomic_load(&h->wal_durable) >= target) {
+        w->n_shared_syncs++; /* a sync that began after ours was appended */
+        goto unlock;
+    }
+    /* Everything appended so far, ours and other servers': one fdatasync.
+     * The log cannot switch meanwhile (a checkpoint switches under this
+     * lock), and an older log was synced whole by the switch. */
+    uint64_t cur = atomic_load(&h->wal_end);
+    char path[512];
+    rc = wal_file_use(w, &w->sync, RKV_WAL_GEN(cur), path, sizeof(path), err, err_len);
+    if (rc == 0)
+        rc = wal_datasync(w, &w->sync, path, err, err_len);
+    if (rc == 0 && atomic_load(&h->wal_failed))
+        rc = wal_failed(w, err, err_len); /* a checkpoint's sync of the old log failed */
+    if (rc == 0) {
+        wal_raise(&h->wal_durable, cur);
+        w->n_syncs++;
+    }
+unlock:
+    rkv_live_unlock(&h->wal_sync_lock, &h->wal_sync_holder);
+    return rc;
+}
+
+/* ---- checkpoints: the snapshot writer's hooks ---- */
+
+/* A fresh log gen (header only), durable with its directory entry before
+ * any push is appended to it. */
+static int wal_create(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *err, size_t err_len)
+{
+    char path[512];
+    uint8_t hdr[RKV_WAL_HDR_BYTES];
+    int fd;
+    wal_path(w, gen, path, sizeof(path));
+    int rc = rkv_file_open(path, 1, &fd, err, err_len);
+    if (rc < 0)
+        return rc;
+    rkv_wal_encode_header(hdr, w->machine, lineage, gen, w->fingerprint);
+    if ((rc = rkv_file_truncate(fd, 0, path, err, err_len)) == 0 &&
+        (rc = rkv_file_pwrite(fd, hdr, sizeof(hdr), 0, path, err, err_len)) == 0 &&
+        (rc = rkv_file_datasync(fd, path, err, err_len)) == 0)
+        rc = rkv_file_sync_dir(w->dir, err, err_len);
+    rkv_file_close(fd);
+    return rc;
+}
+
+static int wal_before_copy(void *user, uint64_t gen, char *err, size_t err_len)
+{
+    struct rkv_wal *w = user;
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    int rc = wal_create(w, h->lineage, gen, err, err_len);
+    if (rc < 0)
+        return rc;
+    /* Held until the old log is synced: a group commit in between would
+     * sync only the new one and count the old one's tail durable. */
+    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
+    w->ckpt_sync_locked = 1;
+    return 0;
+}
+
+/* Under the copy lock: no push is between its append and its apply, so
+ * the snapshot holds exactly the records before the switch. */
+static void wal_during_copy(void *user, uint64_t gen)
+{
+    struct rkv_wal *w = user;
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    w->ckpt_old_end = atomic_load(&h->wal_end);
+    atomic_store(&h->wal_end, RKV_WAL_LSN(gen, RKV_WAL_HDR_BYTES));
+}
+
+static int wal_after_copy(void *user, uint64_t gen, char *err, size_t err_len)
+{
+    struct rkv_wal *w = user;
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    uint64_t old = w->ckpt_old_end;
+    int rc = 0;
+    char path[512];
+    if (RKV_WAL_GEN(old) != 0 && atomic_load(&h->wal_durable) < old) {
+        rc = wal_file_use(w, &w->sync, RKV_WAL_GEN(old), path, sizeof(path), err, err_len);
+        if (rc == 0)
+            rc = wal_datasync(w, &w->sync, path, err, err_len);
+        else
+            atomic_store(&h->wal_failed, 1); /* its tail is unsynced, and no sync will come */
+        if (rc == 0)
+            w->n_syncs++;
+    }
+    if (rc == 0)
+        wal_raise(&h->wal_durable, RKV_WAL_LSN(gen, RKV_WAL_HDR_BYTES));
+    w->ckpt_sync_locked = 0;
+    rkv_live_unlock(&h->wal_sync_lock, &h->wal_sync_holder);
+    return rc;
+}
+
+/* Snapshot gen holds every record of the logs before it. */
+static void wal_after_durable(void *user, uint64_t gen)
+{
+    struct rkv_wal *w = user;
+    char path[512];
+    w->n_checkpoints++;
+    /* Whatever a failed sync left unsure is in this snapshot's copy. */
+    atomic_store(&w->mc->hdr->wal_failed, 0);
+    if (w->sync.fd >= 0 && w->sync.gen < gen)
+        wal_file_close(&w->sync);
+    for (uint64_t g = gen - 1; g >= 1 && gen - g <= RKV_WAL_MAX_CHAIN; g--) {
+        wal_path(w, g, path, sizeof(path));
+        if (rkv_file_unlink(path) == -RKV_ENOTENSOR)
+            break;
+    }
+}
+
+void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw)
+{
+    sw->hooks = (struct rkv_snap_hooks){.user = w,
+                                        .before_copy = wal_before_copy,
+                                        .during_copy = wal_during_copy,
+                                        .after_copy = wal_after_copy,
+                                        .after_durable = wal_after_durable};
+}
+
+/* ---- recovery ---- */
+
+#define WAL_BAD(...) rkv_errf(err, err_len, -RKV_EIO, __VA_ARGS__)
+
+static int wal_check_header(const struct rkv_wal *w, const char *path, const uint8_t *buf,
+                            size_t len, uint64_t lineage, uint64_t gen, int *stale_p, char *err,
+                            size_t err_len)
+{
+    *stale_p = 0;
+    if (len < RKV_WAL_HDR_BYTES)
+        return WAL_BAD("log %s: truncated: %zu bytes, shorter than its %u-byte header", path, len,
+                       RKV_WAL_HDR_BYTES);
+    if (get64(buf) != RKV_WAL_MAGIC)
+        return WAL_BAD("log %s: not an rkv log (bad magic)", path);
+    if (get32(buf + 8) != RKV_WAL_VERSION)
+        return WAL_BAD("log %s: format version %u, this build reads version %u", path,
+                       get32(buf + 8), RKV_WAL_VERSION);
+    if (get32(buf + 60) != rkv_crc32c(0, buf, 60))
+        return WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
+    if (get32(buf + 12) != w->machine)
+        return WAL_BAD("log %s: holds machine %u, not %u", path, get32(buf + 12), w->machine);
+    if (get64(buf + 32) != w->fingerprint)
+        return WAL_BAD("log %s: written by another cluster configuration", path);
+    if (get64(buf + 24) != gen)
+        return WAL_BAD("log %s: says generation %llu, its name %llu", path,
+                       (unsigned long long)get64(buf + 24), (unsigned long long)gen);
+    *stale_p = get64(buf + 16) != lineage;
+    return 0;
+}
+
+static int wal_all_zero(const uint8_t *p, size_t n)
+{
+    while (n--)
+        if (*p++)
+            return 0;
+    return 1;
+}
+
+/* Checks and applies one record at buf[off..], whose CRCs passed. */
+static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, const uint8_t *rec,
+                          struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                          struct rkv_wal_replay *r, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    uint32_t tid = get32(rec + 8), client = get32(rec + 12), op = get32(rec + 48);
+    uint64_t seq = get64(rec + 16), count = get64(rec + 24), row_bytes = get64(rec + 32);
+    double param;
+    memcpy(&param, rec + 40, 8);
+    struct rkv_tensor *t = tid >= 1 && tid <= RKV_MAX_TENSORS ? tensors[tid] : NULL;
+    if (!t || !t->mapped)
+        return WAL_BAD("log %s: record at byte %llu: tensor id %u is not in the snapshot", path,
+                       (unsigned long long)off, tid);
+    if (row_bytes != t->row_bytes)
+        return WAL_BAD("log %s: record at byte %llu: rows of %llu bytes, tensor '%s' has %zu", path,
+                       (unsigned long long)off, (unsigned long long)row_bytes, t->meta.name,
+                       t->row_bytes);
+    if (client != UINT32_MAX && client >= h->n_clients)
+        return WAL_BAD("log %s: record at byte %llu: client %u of %u", path,
+                       (unsigned long long)off, client, h->n_clients);
+    const uint64_t *ids = (const uint64_t *)(const void *)(rec + RKV_WAL_REC_BYTES);
+    char why[200];
+    int rc = rkv_tensor_check_ids(t, w->machine, ids, (size_t)count, why, sizeof(why));
+    if (rc == 0 && (rc = rkv_handler_check(ht, (int)op, t->meta.dtype, t->shard.state != NULL)) < 0)
+        snprintf(why, sizeof(why), "op %u: %s (a custom handler not registered at restart?)", op,
+                 rkv_strerror(rc));
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "log %s: record at byte %llu: %s", path,
+                        (unsigned long long)off, why);
+    if (client != UINT32_MAX) {
+        struct rkv_mach_client *e = &h->clients[client];
+        if ((e->last_seq >> RKV_SEQ_TAG_SHIFT) == (seq >> RKV_SEQ_TAG_SHIFT) &&
+            seq <= e->last_seq) {
+            r->dups++;
+            return 0;
+        }
+        e->last_seq = seq;
+    }
+    rkv_shard_push(&t->shard, t, ht, (int)op, param, ids, (size_t)count,
+                   rec + RKV_WAL_REC_BYTES + count * 8);
+    r->records++;
+    r->rows += count;
+    return 0;
+}
+
+/* Walks one log's records; *good_p: where the complete ones end. */
+static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *buf, size_t len,
+                          struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                          struct rkv_wal_replay *r, uint64_t *good_p, char *err, size_t err_len)
+{
+    uint64_t off = RKV_WAL_HDR_BYTES;
+    while (off < len) {
+        const uint8_t *rec = buf + off;
+        uint64_t rem = len - off;
+        if (rem < RKV_WAL_REC_BYTES)
+            break; /* torn: part of a header */
+        if (get32(rec + 60) != rkv_crc32c(0, rec, 60)) {
+            if (wal_all_zero(rec, (size_t)rem))
+                break; /* torn: space the file system gave but no data reached */
+            return WAL_BAD("log %s: record at byte %llu: header checksum mismatch (corrupted "
+                           "record; %llu bytes follow it)",
+                           path, (unsigned long long)off, (unsigned long long)rem);
+        }
+        uint64_t count = get64(rec + 24), row_bytes = get64(rec + 32), body;
+        if (get32(rec) != RKV_WAL_REC_MAGIC || get32(rec + 4) != RKV_WAL_REC_PUSH ||
+            get32(rec + 56) != 0)
+            return WAL_BAD("log %s: record at byte %llu: bad magic or unknown type %u", path,
+                           (unsigned long long)off, get32(rec + 4));
+        if (count == 0 || !rkv_mul_ok(count, 8 + row_bytes, &body) || !rkv_add_ok(body, 7, &body))
+            return WAL_BAD("log %s: record at byte %llu: impossible sizes (%llu rows of %llu "
+                           "bytes)",
+                           path, (unsigned long long)off, (unsigned long long)count,
+                           (unsigned long long)row_bytes);
+        body &= ~7ull;
+        if (body > rem - RKV_WAL_REC_BYTES)
+            break; /* torn: the body runs past the end */
+        if (get32(rec + 52) != rkv_crc32c(0, rec + RKV_WAL_REC_BYTES, (size_t)body)) {
+            if (RKV_WAL_REC_BYTES + body == rem)
+                break; /* torn: the last record, partly written */
+            return WAL_BAD("log %s: record at byte %llu: checksum mismatch over its %llu-byte "
+                           "body (corrupted record; %llu bytes follow it)",
+                           path, (unsigned long long)off, (unsigned long long)body,
+                           (unsigned long long)(rem - RKV_WAL_REC_BYTES - body));
+        }
+        int rc = wal_replay_one(w, path, off, rec, tensors, ht, r, err, err_len);
+        if (rc < 0)
+            return rc;
+        off += RKV_WAL_REC_BYTES + body;
+    }
+    *good_p = off;
+    return 0;
+}
+
+static int wal_cut_tail(struct rkv_wal *w, const char *path, uint64_t good, uint64_t len, char *err,
+                        size_t err_len)
+{
+    int fd;
+    int rc = rkv_file_open(path, 0, &fd, err, err_len);
+    if (rc < 0)
+        return rc;
+    if ((rc = rkv_file_truncate(fd, good, path, err, err_len)) == 0)
+        rc = rkv_file_datasync(fd, path, err, err_len);
+    rkv_file_close(fd);
+    if (rc == 0)
+        RKV_LOGW(w->port,
+                 "log %s: cut a torn tail of %llu bytes at byte %llu (an append a crash "
+                 "interrupted: never acknowledged)",
+                 path, (unsigned long long)(len - good), (unsigned long long)good);
+    return rc;
+}
+
+int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
+                    struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                    struct rkv_wal_replay *r, char *err, size_t err_len)
+{
+    assert(gen >= 1);
+    memset(r, 0, sizeof(*r));
+    uint64_t end = 0;
+    const char *torn_in = NULL;
+    char path[512], torn_path[512];
+    for (uint64_t g = gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
+        uint8_t *buf;
+        size_t len;
+        wal_path(w, g, path, sizeof(path));
+        int rc = rkv_file_read(path, &buf, &len, err, err_len);
+        if (rc == -RKV_ENOTENSOR)
+            break;
+        if (rc < 0)
+            return rc;
+        int stale;
+        if (len < RKV_WAL_HDR_BYTES && wal_all_zero(buf, len)) {
+            /* A checkpoint died creating it: it never held a record. */
+            free(buf);
+            RKV_LOGW(w->port, "log %s: empty (%zu bytes; a checkpoint was interrupted)", path, len);
+            if ((rc = wal_create(w, lineage, g, err, err_len)) < 0)
+                return rc;
+            end = RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES);
+            continue;
+        }
+        rc = wal_check_header(w, path, buf, len, lineage, g, &stale, err, err_len);
+        if (rc == 0 && stale) {
+            RKV_LOGW(w->port, "log %s: of another lineage (an older run's), ignored", path);
+            free(buf);
+            break;
+        }
+        uint64_t good = 0, before = r->records + r->dups;
+        if (rc == 0)
+            rc = wal_replay_log(w, path, buf, len, tensors, ht, r, &good, err, err_len);
+        free(buf);
+        if (rc == 0 && torn_in && r->records + r->dups > before)
+            rc = WAL_BAD("log %s: torn at its end, but log %s after it holds records", torn_path,
+                         path);
+        if (rc < 0)
+            return rc;
+        r->logs++;
+        r->bytes += good;
+        if (good < len) {
+            if ((rc = wal_cut_tail(w, path, good, len, err, err_len)) < 0)
+                return rc;
+            r->torn_bytes += len - good;
+            snprintf(torn_path, sizeof(torn_path), "%s", path);
+            torn_in = torn_path;
+        }
+        end = RKV_WAL_LSN(g, good);
+    }
+    if (end == 0) {
+        int rc = wal_create(w, lineage, gen, err, err_len);
+        if (rc < 0)
+            return rc;
+        end = RKV_WAL_LSN(gen, RKV_WAL_HDR_BYTES);
+    }
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    atomic_store(&h->wal_end, end);
+    atomic_store(&h->wal_durable, end);
+    atomic_store(&h->wal_failed, 0);
+    /* The next checkpoint's generation must follow the last log's, or it
+     * would recreate (empty) a log holding acknowledged pushes. */
+    wal_raise(&h->snap_started, RKV_WAL_GEN(end));
+    r->end_lsn = end;
+    return 0;
+}
+
+/* ---- the durable task ---- */
+
+/* What a checkpoint of the machine writes: a log shorter than that is
+ * cheaper to keep (and replay) than to let go, so that checkpoints write
+ * at most about as much again as the pushes did. */
+static uint64_t wal_shard_bytes(const struct rkv_wal *w)
+{
+    const struct rkv_mach_hdr *h = w->mc->hdr;
+    uint64_t total = 0;
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+        const struct rkv_mach_tensor *e = &h->tensors[id];
+        if (__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
+            total += e->local_rows * e->row_bytes * (e->with_state ? 2 : 1);
+    }
+    return total;
+}
+
+/* Asks for a checkpoint that begins after seen; wait: until one did. */
+static int wal_ckpt_ask(struct rkv_wal *w, uint64_t seen, int wait, char *err, size_t err_len)
+{
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    assert(ck->task);
+    o->mutex_lock(ck->mu);
+    if (seen > ck->seen)
+        ck->seen = seen;
+    uint64_t mine = ++ck->asked;
+    o->cond_broadcast(ck->cv);
+    int rc = 0;
+    while (wait && ck->done < mine)
+        o->cond_wait(ck->cv, ck->mu, UINT64_MAX);
+    if (wait && (rc = ck->rc) < 0)
+        rkv_errf(err, err_len, rc, "%s", ck->err);
+    o->mutex_unlock(ck->mu);
+    return rc;
+}
+
+static void wal_ckpt_main(void *arg)
+{
+    struct rkv_wal *w = arg;
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    char why[sizeof(ck->err)];
+    o->mutex_lock(ck->mu);
+    for (;;) {
+        while (ck->done == ck->asked && !ck->stop)
+            o->cond_wait(ck->cv, ck->mu, UINT64_MAX);
+        if (ck->stop)
+            break;
+        uint64_t round = ck->asked, seen = ck->seen;
+        o->mutex_unlock(ck->mu);
+        int rc = rkv_snap_commit(ck->sw, seen, why, sizeof(why));
+        if (rc < 0)
+            RKV_LOGE(w->port, "checkpoint of machine %u failed: %s", w->machine, why);
+        o->mutex_lock(ck->mu);
+        ck->done = round;
+        ck->rc = rc;
+        snprintf(ck->err, sizeof(ck->err), "%s", rc < 0 ? why : "");
+        o->cond_broadcast(ck->cv);
+    }
+    /* Waiters get an answer, not a hang. */
+    ck->done = ck->asked;
+    ck->rc = -RKV_ESHUTDOWN;
+    snprintf(ck->err, sizeof(ck->err), "machine %u: the server is stopping", w->machine);
+    o->cond_broadcast(ck->cv);
+    o->mutex_unlock(ck->mu);
+}
+
+int rkv_wal_start(struct rkv_wal *w, struct rkv_snap_writer *sw, char *err, size_t err_len)
+{
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    ck->sw = sw;
+    int rc = o->mutex_create(w->port, &ck->mu);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc, "checkpoint task: no mutex");
+    if ((rc = o->cond_create(w->port, &ck->cv)) < 0) {
+        o->mutex_destroy(ck->mu);
+        ck->mu = NULL;
+        return rkv_errf(err, err_len, rc, "checkpoint task: no condition variable");
+    }
+    if ((rc = o->task_start(w->port, "checkpoint", wal_ckpt_main, w, &ck->task)) < 0) {
+        o->cond_destroy(ck->cv);
+        o->mutex_destroy(ck->mu);
+        ck->mu = NULL;
+        ck->cv = NULL;
+        return rkv_errf(err, err_len, rc, "cannot start the checkpoint task");
+    }
+    return 0;
+}
+
+void rkv_wal_stop(struct rkv_wal *w)
+{
+    struct rkv_wal_ckpt *ck = &w->ck;
+    const struct rkv_port_ops *o = w->port->ops;
+    if (!ck->task)
+        return;
+    o->mutex_lock(ck->mu);
+    ck->stop = 1;
+    o->cond_broadcast(ck->cv);
+    o->mutex_unlock(ck->mu);
+    o->task_join(w->port, ck->task);
+    ck->task = NULL;
+    o->cond_destroy(ck->cv);
+    o->mutex_destroy(ck->mu);
+    ck->cv = NULL;
+    ck->mu = NULL;
+}
+
+int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, size_t err_len)
+{
+    /* After a failed log sync only a snapshot can vouch for the batch. */
+    if (checkpoint || atomic_load(&w->mc->hdr->wal_failed))
+        return wal_ckpt_ask(w, seen, 1, err, err_len);
+    int rc = rkv_wal_sync(w, err, err_len);
+    if (rc < 0 || rkv_wal_pending_bytes(w) < w->checkpoint_bytes ||
+        rkv_wal_pending_bytes(w) < wal_shard_bytes(w))
+        return rc;
+    /* Not waited for: the acknowledgements are durable already, and the
+     * pushes after them go on while the snapshot is written. */
+    wal_ckpt_ask(w, atomic_load(&w->mc->hdr->snap_started), 0, NULL, 0);
+    return 0;
+}

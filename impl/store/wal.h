@@ -1,0 +1,194 @@
+/* The write-ahead log of one machine (durable mode): an acknowledged push
+ * is one record appended to the machine's log and made durable by group
+ * commit (one fdatasync for every push waiting, from any server of the
+ * machine); the machine's snapshot (snapshot.h) becomes a checkpoint,
+ * written when a tensor is created, when the log passes a size and at a
+ * clean shutdown. Recovery = the last good snapshot + its logs' records
+ * replayed in order.
+ *
+ * Files, in the durable directory:
+ *   rkv-m<M>.snap        the checkpoint of generation S (snapshot.h)
+ *   rkv-m<M>.<G>.wal     the pushes applied after the copy of snapshot G,
+ *                        until the copy of snapshot G+1 (or later) began
+ * A checkpoint of generation G creates log G (header only, fsynced, and
+ * the directory) before its copy, switches appends to it under the copy
+ * lock (no push is being applied then), syncs the previous log, writes the
+ * snapshot and, once that is durable, removes the logs before G. A crash at
+ * any point leaves snapshot S and logs S, S+1, ... that together hold every
+ * acknowledged push: recovery replays them in order of generation.
+ *
+ * Log file format (little-endian), version 1:
+ *   header (64 bytes)
+ *      0 u64 magic "RKVWAL\0\0"   8 u32 version        12 u32 machine
+ *     16 u64 lineage              24 u64 generation G  32 u64 cluster fingerprint
+ *     40 u64 wall_ns (creation, Unix)                  48 12 bytes zero
+ *     60 u32 CRC-32C of bytes 0..59
+ *   records, back to back from byte 64, each 8-byte aligned:
+ *      0 u32 magic "RKWR"         4 u16 type (1: push) 6 u16 zero
+ *      8 u32 tensor id           12 u32 client (UINT32_MAX: a push not tracked)
+ *     16 u64 sequence (the push's (client, sequence), as the snapshot's)
+ *     24 u64 count (rows)        32 u64 row_bytes     40 f64 param
+ *     48 u32 op                  52 u32 CRC-32C of the body
+ *     56 u32 zero                60 u32 CRC-32C of bytes 0..59
+ *     64 body: count x u64 global ids, count x row_bytes rows, zero padding
+ *        to a multiple of 8
+ * Reading, the refusal rules of the snapshot hold for the log: a wrong
+ * magic, version, machine, lineage, generation or fingerprint in a header
+ * is refused, naming the file and what. A record is "torn" when it is the
+ * log's last and incomplete: fewer than 64 bytes left, or a header that
+ * checks but a body running past the end of the file, or a body whose CRC
+ * fails and that ends exactly at the end of the file; a torn tail is cut
+ * (truncated) with a log line. Anything else that fails a check (a header
+ * CRC, a body CRC with bytes after it, an unknown type, a tensor the
+ * snapshot does not hold, ids out of range) is a corrupted record and is
+ * refused with the file, the byte offset and what is wrong.
+ *
+ * Positions are LSNs: generation << 40 | byte offset in that log (a log is
+ * below 1 TiB; a checkpoint begins a new one).
+ *
+ * Appends: one lock word in the machine segment (wal_lock) serializes a
+ * push's duplicate check, append and apply across the machine's servers
+ * (separate processes). Why not an atomic offset reservation: the order of
+ * the records must be the order in which pushes to a row were applied (an
+ * assign or sgd replayed in another order gives other rows), and a log with
+ * a hole (an offset reserved by a server that has not written it yet, or
+ * died) would make the records after the hole unreachable at recovery even
+ * though they were synced and acknowledged. The append itself is a write
+ * into the page cache (microseconds for 4 KiB); the fdatasync, the slow
+ * part, happens outside the lock, once for every push waiting.
+ */
+#ifndef RKV_WAL_H
+#define RKV_WAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/snapshot.h"
+#include "store/store_int.h"
+
+#define RKV_WAL_MAGIC 0x00004c4157564b52ull /* "RKVWAL\0\0" */
+#define RKV_WAL_VERSION 1u
+#define RKV_WAL_HDR_BYTES 64u
+#define RKV_WAL_REC_MAGIC 0x52574b52u /* "RKWR" */
+#define RKV_WAL_REC_BYTES 64u
+#define RKV_WAL_REC_PUSH 1u
+#define RKV_WAL_OFF_BITS 40
+#define RKV_WAL_LSN(gen, off) (((uint64_t)(gen) << RKV_WAL_OFF_BITS) | (uint64_t)(off))
+#define RKV_WAL_GEN(lsn) ((lsn) >> RKV_WAL_OFF_BITS)
+#define RKV_WAL_OFF(lsn) ((lsn) & ((1ull << RKV_WAL_OFF_BITS) - 1))
+/* A log past this size, and past the machine's shard size, gets a
+ * checkpoint (and a new log) after the next group commit: recovery then
+ * replays at most about max(this, the shard), and checkpoints write at
+ * most about as many bytes as the pushes. */
+#define RKV_WAL_CHECKPOINT_BYTES (256ull << 20)
+/* Logs after one snapshot recovery looks for: a checkpoint that keeps
+ * failing leaves one log per attempt. */
+#define RKV_WAL_MAX_CHAIN 4096u
+
+void rkv_wal_file_name(char *buf, size_t len, uint32_t machine, uint64_t gen);
+
+/* One open log file of a task (each task keeps its own, so that the
+ * appending task and the syncing task never share a descriptor). */
+struct rkv_wal_file {
+    int fd; /* -1: none */
+    uint64_t gen;
+};
+
+/* The task that writes checkpoints, so that a snapshot of a large shard
+ * never holds up the acknowledgements of a group commit. */
+struct rkv_wal_ckpt {
+    struct rkv_snap_writer *sw; /* used by this task only, once started */
+    struct rkv_mutex *mu;
+    struct rkv_cond *cv;
+    struct rkv_task *task;
+    /* Under mu: requests (a snapshot that began after `seen`), numbered. */
+    uint64_t seen, asked, done;
+    int stop, rc;
+    char err[256];
+};
+
+/* A server's handle on its machine's log. */
+struct rkv_wal {
+    struct rkv_wal_ckpt ck;
+    struct rkv_port *port;
+    struct rkv_mach *mc;
+    struct rkv_tensor *const *tensors;
+    char dir[256];
+    uint32_t machine;
+    uint64_t fingerprint;
+    uint64_t checkpoint_bytes;
+    struct rkv_wal_file app;  /* the push path's */
+    struct rkv_wal_file sync; /* the durable task's */
+    /* A checkpoint in progress (durable task, snap_lock held). */
+    uint64_t ckpt_old_end;
+    int ckpt_sync_locked;
+    /* For logs and measurements. */
+    uint64_t n_records, bytes_appended, n_syncs, n_shared_syncs, n_checkpoints;
+};
+
+/* tensors: the server's table by id (read on the push path only). */
+void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
+                  struct rkv_tensor *const *tensors, const struct rkv_config *cfg);
+void rkv_wal_free(struct rkv_wal *w);
+/* Makes snapshots of sw checkpoints of this log (sets its hooks). */
+void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw);
+/* Starts the checkpoint task, which owns sw from then on; rkv_wal_stop
+ * joins it (sw is the caller's again). */
+int rkv_wal_start(struct rkv_wal *w, struct rkv_snap_writer *sw, char *err, size_t err_len);
+void rkv_wal_stop(struct rkv_wal *w);
+
+/* One push, as applied and logged. */
+struct rkv_wal_push {
+    uint32_t tensor_id;
+    uint32_t client; /* UINT32_MAX: not tracked (no dedup) */
+    uint64_t seq;
+    int op;
+    double param;
+    uint64_t count;
+    const uint64_t *ids;
+    const uint8_t *rows;
+};
+
+/* Durable mode's apply: under the machine's apply lock and wal_lock,
+ * skips a (client, sequence) already applied (*dup_p = 1), else checks the
+ * op, appends the record, then applies it. ids were checked by the caller.
+ * The record is durable after a later rkv_wal_sync. */
+int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
+                 const struct rkv_wal_push *p, int *dup_p, char *err, size_t err_len);
+/* Group commit: makes every record appended before the call durable, by
+ * one fdatasync, or none when another server's sync already covers them. */
+int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len);
+/* The durable task's round, once its batch was applied: a checkpoint
+ * (snapshot) that began after `seen` (the machine's snap_started read
+ * then), waited for, when asked (a tensor was created), else a group
+ * commit of the log and, when the log passed checkpoint_bytes, a
+ * checkpoint asked of the checkpoint task and not waited for. */
+int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, size_t err_len);
+/* Bytes in the current log (what a checkpoint would let go). */
+uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w);
+/* A restarted server beside the machine's surviving memory: cuts whatever
+ * a dead server wrote past the last complete record. */
+int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len);
+
+/* What a recovery did. */
+struct rkv_wal_replay {
+    uint64_t logs, records, rows, bytes, dups, torn_bytes;
+    uint64_t end_lsn;
+};
+
+/* Replays the logs of snapshot generation gen (gen, gen+1, ...) into the
+ * machine's tensors (by id, already in shared memory), cutting a torn tail,
+ * refusing a corrupted record; then points the machine's log state at the
+ * end (creating log gen when there is none). No other server of the
+ * machine may run meanwhile. */
+int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
+                    struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                    struct rkv_wal_replay *r, char *err, size_t err_len);
+
+/* Encoding and validation, for recovery and tests. */
+size_t rkv_wal_record_bytes(uint64_t count, uint64_t row_bytes);
+void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uint64_t gen,
+                           uint64_t fingerprint);
+void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes);
+
+#endif
