@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -771,6 +772,10 @@ static double sw_now(void)
 /* The child: runs the case with its output in the log, reports through fd. */
 static void sw_child_main(struct rkv_swarm_job *job, int fd, rkv_swarm_run_fn fn, void *user)
 {
+    /* A swarm killed by timeout or Ctrl-C takes its cases with it. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        _exit(9);
     int log = open(job->log ? job->log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (log >= 0) {
         dup2(log, 1);

@@ -333,25 +333,71 @@ static void test_the_shrinker_reduces_a_real_failure(void **state)
     rm_dir(dir);
 }
 
-/* The command: a clean range exits 0; with the hook it prints the seed and
+/* Found by the swarm: a crash triggered by client 0's phase, in a run where
+ * a worker's link broke before it joined (so the others wait out the 60 s
+ * hello timeout), made the twin's fault actor wake every simulated
+ * microsecond: 6e7 wake-ups, over a minute of wall time. It ends at once. */
+static void test_a_step_triggered_crash_waits_cheaply(void **state)
+{
+    (void)state;
+    char *dir = tmp_dir(), path[600];
+    snprintf(path, sizeof(path), "%s/step.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("seed: 1\n"
+          "cluster: {machines: 1, servers_per_machine: 2, workers_per_machine: 2}\n"
+          "tensors:\n  - {name: t, rows: 8}\n"
+          "workload:\n  - {name: a, tensor: t, rounds: 2}\n  - {name: b, tensor: t, rounds: 2}\n"
+          "faults:\n"
+          "  - {kind: link_down, target: w1, at_s: 0, duration_s: 0.01, retransmit_ms: 1}\n"
+          "  - {kind: crash, target: s0.1, after_phase: a}\n",
+          f);
+    assert_int_equal(fclose(f), 0);
+    struct cli_swarm cs = swarm_in(dir, UINT64_MAX);
+    cs.timeout_s = 20;
+    struct rkv_swarm_job job = {.path = path};
+    assert_int_equal(cli_swarm_run_files(&cs, &job, 1), 0);
+    if (job.out.verdict != RKV_SWV_PASS)
+        fail_msg("%s: %s", rkv_swarm_verdict_name(job.out.verdict), job.out.what);
+    assert_true(job.out.sim_s > 60);  /* the workers did wait out the timeout */
+    assert_true(job.out.wall_s < 10); /* without the wall time it used to take */
+    rm_dir(dir);
+}
+
+/* The first seed from `from` whose case has no fault: it must pass. */
+static uint64_t fault_free_seed(uint64_t from)
+{
+    struct rkv_swarm_spec sp;
+    for (uint64_t seed = from;; seed++) {
+        rkv_swarm_generate(seed, &sp);
+        if (!sp.n_faults && !sp.durable && sp.machines * sp.workers_per_machine > 1)
+            return seed;
+    }
+}
+
+/* The command: a clean seed exits 0; with the hook it prints the seed and
  * the wrong value, keeps the file and writes the shrunk one. */
 static void test_the_command_keeps_and_shrinks_a_failure(void **state)
 {
     (void)state;
-    char *dir = tmp_dir(), args[1024], path[600];
-    snprintf(args, sizeof(args), "swarm --seeds 8..9 --jobs 2 --out %s", dir);
+    char *dir = tmp_dir(), args[1024], path[600], want[64];
+    uint64_t a = fault_free_seed(1), b = fault_free_seed(a + 1);
+    snprintf(args, sizeof(args), "swarm --seeds %llu --jobs 2 --out %s", (unsigned long long)a,
+             dir);
     int rc = run_rkv("", args);
     if (rc != 0)
         fail_msg("rkv %s: exit %d\n%s", args, rc, out);
-    assert_non_null(strstr(out, "2 seeds"));
-    snprintf(args, sizeof(args), "swarm --seeds 8 --jobs 2 --shrink-runs 60 --out %s", dir);
+    assert_non_null(strstr(out, "1 seeds"));
+    snprintf(args, sizeof(args), "swarm --seeds %llu --jobs 2 --shrink-runs 60 --out %s",
+             (unsigned long long)b, dir);
     rc = run_rkv("RKV_TEST_CORRUPT_ROW=0", args);
     assert_int_equal(rc, 1);
-    assert_non_null(strstr(out, "seed 8: FAIL (wrong value)"));
+    snprintf(want, sizeof(want), "seed %llu: FAIL (wrong value)", (unsigned long long)b);
+    assert_non_null(strstr(out, want));
     assert_non_null(strstr(out, "row 0"));
-    snprintf(path, sizeof(path), "%s/seed-8.yaml", dir);
+    snprintf(path, sizeof(path), "%s/seed-%llu.yaml", dir, (unsigned long long)b);
     assert_int_equal(access(path, R_OK), 0);
-    snprintf(path, sizeof(path), "%s/seed-8.min.yaml", dir);
+    snprintf(path, sizeof(path), "%s/seed-%llu.min.yaml", dir, (unsigned long long)b);
     assert_int_equal(access(path, R_OK), 0);
     /* The kept files are scenarios: rkv run reproduces the failure. */
     snprintf(args, sizeof(args), "run %s", path);
@@ -373,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_compare_reports_another_trace),
         cmocka_unit_test(test_a_rerun_gives_the_same_trace),
         cmocka_unit_test(test_the_shrinker_reduces_a_real_failure),
+        cmocka_unit_test(test_a_step_triggered_crash_waits_cheaply),
         cmocka_unit_test(test_the_command_keeps_and_shrinks_a_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

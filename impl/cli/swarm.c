@@ -22,6 +22,13 @@
 
 #define SWARM_MAX_FAILS 1024
 
+static double swarm_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* ---- one case, inside its child process ---- */
 
 /* Sets the verdict and its message (cut to fit: the start says what). */
@@ -190,7 +197,15 @@ int cli_swarm_shrink(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp
     int improved = 0, rc = 0;
     if (!cand)
         return -RKV_ENOMEM;
-    while (runs < cs->shrink_runs) {
+    /* A hang is a case that runs far longer than any passing one (those
+     * take seconds): each candidate that still hangs costs the timeout, so
+     * shrinking one waits less for it. */
+    struct cli_swarm c_cs = *cs;
+    if (failure->verdict == RKV_SWV_TIMEOUT && c_cs.timeout_s > 20)
+        c_cs.timeout_s = 20;
+    cs = &c_cs;
+    double t0 = swarm_now();
+    while (runs < cs->shrink_runs && (cs->shrink_s <= 0 || swarm_now() - t0 < cs->shrink_s)) {
         /* The next reductions that change something. */
         uint32_t n = 0;
         struct rkv_swarm_spec c;
@@ -253,13 +268,6 @@ struct swarm_run {
     struct swarm_fail *fails;
     uint32_t n_fails, n_shrunk;
 };
-
-static double swarm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The oracle's self-test hook: RKV_TEST_CORRUPT_ROW corrupts that row of
  * every tensor when the servers create it, as for rkv run (tests only). */
@@ -452,7 +460,8 @@ static void swarm_usage(FILE *out)
 {
     fprintf(out,
             "usage: rkv swarm [--seeds A..B | --seeds A.. --minutes M | --minutes M] [--jobs N]\n"
-            "                 [--out DIR] [--timeout S] [--shrink-runs N] [--replay-every K]\n"
+            "                 [--out DIR] [--timeout S] [--shrink-runs N] [--shrink-minutes M]\n"
+            "                 [--replay-every K] [--verbose]\n"
             "       rkv swarm --print SEED\n"
             "Each seed generates one random scenario (written as a file, loaded as one), runs it\n"
             "in the twin in a child process, and checks it with the oracle. A failure prints the\n"
@@ -464,6 +473,8 @@ static void swarm_usage(FILE *out)
             "  --out DIR        failures go there (default swarm-out)\n"
             "  --timeout S      wall seconds before a case counts as hung (default 60)\n"
             "  --shrink-runs N  cases the shrinker may run per failure (default 300; 0: none)\n"
+            "  --shrink-minutes M  and the time it may take (default 5; a hang's candidates\n"
+            "                   count as hung after 20 s)\n"
             "  --replay-every K run every K-th seed twice and compare the event traces\n"
             "                   (default 4; 1: every seed; 0: none; failures always replay)\n"
             "  --print SEED     print the scenario of SEED and exit\n"
@@ -548,6 +559,10 @@ static int swarm_args(struct swarm_run *sr, int argc, char **argv, int *print, u
             if (swarm_num(a, v, 0, 1e6, &x) < 0)
                 return -1;
             sr->cs.shrink_runs = (uint32_t)x;
+        } else if (!strcmp(a, "--shrink-minutes")) {
+            if (swarm_num(a, v, 0, 1e6, &x) < 0)
+                return -1;
+            sr->cs.shrink_s = x * 60;
         } else if (!strcmp(a, "--replay-every")) {
             if (swarm_num(a, v, 0, 1e9, &x) < 0)
                 return -1;
@@ -581,7 +596,7 @@ int cli_cmd_swarm(int argc, char **argv)
                            .last = 100,
                            .replay_every = 4,
                            .max_shrinks = 8,
-                           .cs = {.jobs = 2, .timeout_s = 60, .shrink_runs = 300}};
+                           .cs = {.jobs = 2, .timeout_s = 60, .shrink_runs = 300, .shrink_s = 300}};
     int print = 0;
     uint64_t pseed = 0;
     if (swarm_args(&sr, argc, argv, &print, &pseed) < 0)
@@ -600,15 +615,16 @@ int cli_cmd_swarm(int argc, char **argv)
     }
     if (!(sr.fails = calloc(SWARM_MAX_FAILS, sizeof(*sr.fails))))
         return RKV_EXIT_STORE;
-    printf("swarm: seeds %llu..%s, %u jobs, %.0f s per case at most, failures into %s/\n",
-           (unsigned long long)sr.first, sr.last == UINT64_MAX ? "(until the time is up)" : "",
-           sr.cs.jobs, sr.cs.timeout_s, sr.out_dir);
+    char upto[32] = "";
     if (sr.last != UINT64_MAX)
-        printf("swarm: ... up to seed %llu\n", (unsigned long long)sr.last);
+        snprintf(upto, sizeof(upto), "%llu", (unsigned long long)sr.last);
+    printf("swarm: seeds %llu..%s%s, %u jobs, %.0f s per case at most, failures into %s/\n",
+           (unsigned long long)sr.first, upto, sr.minutes > 0 ? " while the time lasts" : "",
+           sr.cs.jobs, sr.cs.timeout_s, sr.out_dir);
     fflush(stdout);
     double t0 = swarm_now(), shown = t0;
     int rc = 0;
-    uint32_t per_batch = 4 * sr.cs.jobs;
+    uint32_t per_batch = 8 * sr.cs.jobs; /* a slow case idles the others until its batch ends */
     for (uint64_t seed = sr.first; seed <= sr.last && rc == 0;) {
         if (sr.minutes > 0 && swarm_now() - t0 >= sr.minutes * 60)
             break;

@@ -11,6 +11,7 @@ struct cli_swarm {
     uint32_t jobs;        /* child processes at a time */
     double timeout_s;     /* wall time of one case before it counts as hung */
     uint32_t shrink_runs; /* cases one shrink may run */
+    double shrink_s;      /* and the wall time it may take (0: no limit) */
     char work_dir[512];   /* scratch scenario files and logs */
     /* The oracle's self-test (rkv_twin_opts.test_corrupt_row, UINT64_MAX:
      * off): the one place the swarm touches that hook. */
