@@ -158,7 +158,7 @@ static void sw_gen_fault(struct rkv_rng *r, const struct rkv_swarm_spec *sp,
     /* A run without faults lasts about a millisecond of simulated time: a
      * window that opens later would touch nothing and prove nothing. */
     static const double at[] = {0, 0, 0, 1e-5, 1e-5, 1e-4};
-    static const double frac_drop[] = {0.05, 0.2, 0.5};
+    static const double frac_drop[] = {0.1, 0.3, 0.5};
     static const double frac_delay[] = {0.1, 0.5, 1};
     static const double delay_ms[] = {0.01, 1, 10};
     static const double rto[] = {1, 20, 200};
@@ -187,8 +187,12 @@ static void sw_gen_fault(struct rkv_rng *r, const struct rkv_swarm_spec *sp,
         f->at_s = 1e-5; /* at 0 the twin's nodes have not started: nothing to kill */
     switch (f->kind) {
     case RKV_SWF_CRASH:
-        /* After the last phase the target has finished: nothing to crash. */
-        if (sp->n_phases > 1 && sw_chance(r, 0.5)) {
+        /* After the last phase the target has finished: nothing to crash.
+         * A worker killed before it joined stops everyone at once and
+         * leaves the other faults nothing to touch: workers die mid-run. */
+        if (!f->server && f->at_s < 1e-4)
+            f->at_s = 1e-4;
+        if (sp->n_phases > 1 && sw_chance(r, f->server ? 0.5 : 0.8)) {
             f->after_phase = (int)sw_below(r, sp->n_phases - 1);
             f->at_s = 0;
         }

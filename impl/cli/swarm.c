@@ -624,7 +624,7 @@ int cli_cmd_swarm(int argc, char **argv)
     fflush(stdout);
     double t0 = swarm_now(), shown = t0;
     int rc = 0;
-    uint32_t per_batch = 8 * sr.cs.jobs; /* a slow case idles the others until its batch ends */
+    uint32_t per_batch = 32 * sr.cs.jobs; /* a slow case idles the others until its batch ends */
     for (uint64_t seed = sr.first; seed <= sr.last && rc == 0;) {
         if (sr.minutes > 0 && swarm_now() - t0 >= sr.minutes * 60)
             break;
