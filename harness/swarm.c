@@ -760,7 +760,6 @@ int rkv_swarm_same_failure(const struct rkv_swarm_outcome *a, const struct rkv_s
 struct sw_child {
     pid_t pid;
     int fd;
-    uint32_t job;
     double start_s;
     size_t got;
     struct rkv_swarm_outcome out;
@@ -805,7 +804,7 @@ static void sw_child_main(struct rkv_swarm_job *job, int fd, rkv_swarm_run_fn fn
     _exit(0);
 }
 
-static int sw_spawn(struct sw_child *c, struct rkv_swarm_job *jobs, uint32_t j, int *fds_open,
+static int sw_spawn(struct sw_child *c, struct rkv_swarm_job *job, const int *fds_open,
                     rkv_swarm_run_fn fn, void *user)
 {
     int p[2];
@@ -823,13 +822,12 @@ static int sw_spawn(struct sw_child *c, struct rkv_swarm_job *jobs, uint32_t j, 
         /* The other children's pipes are theirs: an EOF must mean they ended. */
         for (uint32_t i = 0; fds_open && fds_open[i] >= 0; i++)
             close(fds_open[i]);
-        sw_child_main(&jobs[j], p[1], fn, user);
+        sw_child_main(job, p[1], fn, user);
     }
     close(p[1]);
     memset(c, 0, sizeof(*c));
     c->pid = pid;
     c->fd = p[0];
-    c->job = j;
     c->start_s = sw_now();
     return 0;
 }
@@ -867,34 +865,44 @@ static void sw_reap(struct sw_child *c, struct rkv_swarm_job *job, int timed_out
     job->out.wall_s = wall;
 }
 
-int rkv_swarm_pool_run(struct rkv_swarm_job *jobs, uint32_t n, uint32_t max_jobs, double timeout_s,
-                       rkv_swarm_run_fn fn, void *user)
+static void sw_not_started(struct rkv_swarm_job *job)
 {
-    assert(max_jobs >= 1 && max_jobs <= 256);
-    struct sw_child kids[256];
-    struct pollfd pfd[256];
-    int fds[257];
-    uint32_t running = 0, next = 0;
-    int failed = 0;
-    for (uint32_t j = 0; j < n; j++) {
-        memset(&jobs[j].out, 0, sizeof(jobs[j].out));
-        jobs[j].out.verdict = RKV_SWV_CRASH;
-        snprintf(jobs[j].out.what, sizeof(jobs[j].out.what), "not started: fork failed");
-    }
-    while (next < n || running) {
-        while (running < max_jobs && next < n && !failed) {
+    memset(&job->out, 0, sizeof(job->out));
+    job->out.verdict = RKV_SWV_CRASH;
+    snprintf(job->out.what, sizeof(job->out.what), "not started: fork failed");
+}
+
+int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, double timeout_s,
+                        rkv_swarm_run_fn fn, void *user)
+{
+    assert(max_jobs >= 1 && max_jobs <= RKV_SWARM_MAX_JOBS);
+    struct sw_child kids[RKV_SWARM_MAX_JOBS];
+    struct rkv_swarm_job *job_of[RKV_SWARM_MAX_JOBS];
+    struct pollfd pfd[RKV_SWARM_MAX_JOBS];
+    int fds[RKV_SWARM_MAX_JOBS + 1];
+    uint32_t running = 0;
+    int failed = 0, more = 1;
+    while (more || running) {
+        /* A new case starts as soon as one ends: one slow case holds one slot. */
+        while (running < max_jobs && more && !failed) {
+            struct rkv_swarm_job *job = feed->next(feed->user);
+            if (!job) {
+                more = 0;
+                break;
+            }
+            sw_not_started(job);
             for (uint32_t i = 0; i < running; i++)
                 fds[i] = kids[i].fd;
             fds[running] = -1;
-            if (sw_spawn(&kids[running], jobs, next, fds, fn, user) < 0) {
+            if (sw_spawn(&kids[running], job, fds, fn, user) < 0) {
                 failed = errno ? errno : EAGAIN;
+                feed->done(feed->user, job);
                 break; /* the running ones are still reaped below */
             }
-            running++;
-            next++;
+            job_of[running++] = job;
         }
-        if (failed && !running)
-            break;
+        if (!running)
+            break; /* nothing more to start (or no way to), nothing to wait for */
         double now = sw_now(), soonest = timeout_s;
         for (uint32_t i = 0; i < running; i++) {
             pfd[i] = (struct pollfd){.fd = kids[i].fd, .events = POLLIN};
@@ -903,7 +911,7 @@ int rkv_swarm_pool_run(struct rkv_swarm_job *jobs, uint32_t n, uint32_t max_jobs
         }
         int ms = soonest <= 0 ? 0 : (int)(soonest * 1000) + 1;
         if (poll(pfd, running, ms) < 0 && errno != EINTR)
-            return -1;
+            failed = errno;
         now = sw_now();
         for (uint32_t i = 0; i < running;) {
             struct sw_child *c = &kids[i];
@@ -915,10 +923,16 @@ int rkv_swarm_pool_run(struct rkv_swarm_job *jobs, uint32_t n, uint32_t max_jobs
                 else if (r == 0 || errno != EINTR)
                     done = 1;
             }
+            /* A child that reported and is closing is not late. */
+            if (late && c->got == sizeof(c->out))
+                late = 0, done = 1;
             if (done || late) {
-                sw_reap(c, &jobs[c->job], !done, timeout_s);
+                struct rkv_swarm_job *job = job_of[i];
+                sw_reap(c, job, !done, timeout_s);
                 kids[i] = kids[--running];
+                job_of[i] = job_of[running];
                 pfd[i] = pfd[running];
+                feed->done(feed->user, job);
                 continue;
             }
             i++;
@@ -929,4 +943,31 @@ int rkv_swarm_pool_run(struct rkv_swarm_job *jobs, uint32_t n, uint32_t max_jobs
         return -1;
     }
     return 0;
+}
+
+/* The pool over an array: jobs in order, nothing to hear when one ends. */
+struct sw_array_feed {
+    struct rkv_swarm_job *jobs;
+    uint32_t n, next;
+};
+
+static struct rkv_swarm_job *sw_array_next(void *user)
+{
+    struct sw_array_feed *a = user;
+    return a->next < a->n ? &a->jobs[a->next++] : NULL;
+}
+
+static void sw_array_done(void *user, struct rkv_swarm_job *job)
+{
+    (void)user, (void)job;
+}
+
+int rkv_swarm_pool_run(struct rkv_swarm_job *jobs, uint32_t n, uint32_t max_jobs, double timeout_s,
+                       rkv_swarm_run_fn fn, void *user)
+{
+    for (uint32_t j = 0; j < n; j++)
+        sw_not_started(&jobs[j]);
+    struct sw_array_feed a = {.jobs = jobs, .n = n};
+    struct rkv_swarm_feed feed = {.next = sw_array_next, .done = sw_array_done, .user = &a};
+    return rkv_swarm_pool_feed(&feed, max_jobs, timeout_s, fn, user);
 }

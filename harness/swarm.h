@@ -158,4 +158,19 @@ struct rkv_swarm_job {
 int rkv_swarm_pool_run(struct rkv_swarm_job *jobs, uint32_t n, uint32_t max_jobs, double timeout_s,
                        rkv_swarm_run_fn fn, void *user);
 
+#define RKV_SWARM_MAX_JOBS 64
+
+/* Jobs made as slots free up: next returns the next job to start (NULL:
+ * no more), done hears of each that ended, its out filled (or marked "not
+ * started" when the fork failed). A job stays the caller's until done. */
+struct rkv_swarm_feed {
+    struct rkv_swarm_job *(*next)(void *user);
+    void (*done)(void *user, struct rkv_swarm_job *job);
+    void *user;
+};
+/* The same as rkv_swarm_pool_run, with a new case started as soon as one
+ * ends (max_jobs <= RKV_SWARM_MAX_JOBS). */
+int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, double timeout_s,
+                        rkv_swarm_run_fn fn, void *user);
+
 #endif

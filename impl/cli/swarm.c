@@ -2,6 +2,7 @@
  * twin runs it in a child process with the same loader and oracle as
  * `rkv run`, and a failure is written out, replayed, and shrunk to the
  * smallest file that still fails the same way. */
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -249,10 +250,20 @@ int cli_swarm_shrink(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp
 
 struct swarm_fail {
     uint64_t seed;
+    struct rkv_swarm_spec sp; /* for the shrink, once every seed ran */
     struct rkv_swarm_outcome out, min_out;
     int shrunk;
     uint64_t size, min_size;
     char min_path[600];
+};
+
+/* One seed in flight: its file, its run and, every replay_every-th seed,
+ * its second run; done when both ended. */
+struct swarm_slot {
+    int used, pending;
+    struct rkv_swarm_spec sp;
+    char path[600], log[600], rlog[600];
+    struct rkv_swarm_job job, again;
 };
 
 struct swarm_run {
@@ -267,6 +278,12 @@ struct swarm_run {
     double case_wall_s, case_wall_max_s;
     struct swarm_fail *fails;
     uint32_t n_fails, n_shrunk;
+    /* The feed: seeds in flight (at most one per job, and one more). */
+    uint64_t next_seed;
+    int seeds_done;            /* the range or the time is used up */
+    struct swarm_slot *slots;  /* RKV_SWARM_MAX_JOBS + 1 */
+    struct swarm_slot *replay; /* a seed whose second run is still to start */
+    double t0_s, shown_s;
 };
 
 /* The oracle's self-test hook: RKV_TEST_CORRUPT_ROW corrupts that row of
@@ -347,83 +364,126 @@ static void swarm_failed(struct swarm_run *sr, const struct rkv_swarm_spec *sp,
     fflush(stdout);
     if (sr->n_fails == SWARM_MAX_FAILS)
         return;
-    struct swarm_fail *f = &sr->fails[sr->n_fails];
+    struct swarm_fail *f = &sr->fails[sr->n_fails++];
     memset(f, 0, sizeof(*f));
     f->seed = sp->seed;
+    f->sp = *sp;
     f->out = *o;
-    /* One shrink per kind of failure: the others are the same bug again. */
-    int shrink = sr->cs.shrink_runs && sr->n_shrunk < sr->max_shrinks && !swarm_seen(sr, o) &&
-                 o->verdict != RKV_SWV_NONDET && o->verdict != RKV_SWV_INVALID;
-    sr->n_fails++;
-    if (shrink)
-        swarm_shrink_one(sr, f, sp);
 }
 
-/* One batch of seeds (and the replays of every replay_every-th one). */
-static int swarm_batch(struct swarm_run *sr, uint64_t seed0, uint32_t n)
+static int swarm_fail_cmp(const void *a, const void *b)
 {
-    struct rkv_swarm_spec *sp = calloc(n, sizeof(*sp));
-    struct rkv_swarm_job *jobs = calloc(2 * (size_t)n, sizeof(*jobs));
-    char(*paths)[3][600] = calloc(n, sizeof(*paths));
-    int32_t *replay = calloc(n, sizeof(*replay));
-    int rc = -RKV_ENOMEM;
-    if (!sp || !jobs || !paths || !replay)
-        goto free_all;
-    uint32_t nj = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint64_t seed = seed0 + i;
-        rkv_swarm_generate(seed, &sp[i]);
-        snprintf(paths[i][0], 600, "%s/seed-%llu.yaml", sr->cs.work_dir, (unsigned long long)seed);
-        snprintf(paths[i][1], 600, "%s/seed-%llu.log", sr->cs.work_dir, (unsigned long long)seed);
-        snprintf(paths[i][2], 600, "%s/seed-%llu.replay.log", sr->cs.work_dir,
-                 (unsigned long long)seed);
-        if (rkv_swarm_write_file(&sp[i], NULL, paths[i][0]) < 0) {
-            fprintf(stderr, "rkv swarm: cannot write %s: %s\n", paths[i][0], strerror(errno));
-            rc = -RKV_EIO;
-            goto free_all;
-        }
-        jobs[nj++] = (struct rkv_swarm_job){.path = paths[i][0], .log = paths[i][1]};
-        replay[i] = -1;
-        if (sr->replay_every && seed % sr->replay_every == 0) {
-            replay[i] = (int32_t)nj;
-            jobs[nj++] = (struct rkv_swarm_job){.path = paths[i][0], .log = paths[i][2]};
+    const struct swarm_fail *x = a, *y = b;
+    return x->seed < y->seed ? -1 : x->seed > y->seed;
+}
+
+/* Once every seed ran: one shrink per kind of failure, the lowest seed of
+ * each (the others are the same bug again), so the result does not depend
+ * on which case finished first. */
+static void swarm_shrink_all(struct swarm_run *sr)
+{
+    qsort(sr->fails, sr->n_fails, sizeof(*sr->fails), swarm_fail_cmp);
+    for (uint32_t i = 0; i < sr->n_fails && sr->cs.shrink_runs; i++) {
+        struct swarm_fail *f = &sr->fails[i];
+        if (sr->n_shrunk == sr->max_shrinks)
+            break;
+        if (f->out.verdict == RKV_SWV_NONDET || f->out.verdict == RKV_SWV_INVALID ||
+            swarm_seen(sr, &f->out))
+            continue;
+        swarm_shrink_one(sr, f, &f->sp);
+    }
+}
+
+/* A seed's runs ended: its verdict (and the replay's), counted and kept. */
+static void swarm_seed_done(struct swarm_run *sr, struct swarm_slot *sl)
+{
+    struct rkv_swarm_outcome o = sl->job.out;
+    sr->case_wall_s += o.wall_s;
+    sr->case_wall_max_s = o.wall_s > sr->case_wall_max_s ? o.wall_s : sr->case_wall_max_s;
+    if (sl->again.path) {
+        sr->replays++;
+        cli_swarm_compare(&sl->job.out, &sl->again.out, &o);
+    }
+    sr->seeds++;
+    sr->by_verdict[o.verdict]++;
+    if (sr->verbose)
+        printf("swarm: seed %llu: %s in %.2f s%s%s\n", (unsigned long long)sl->sp.seed,
+               rkv_swarm_verdict_name(o.verdict), sl->job.out.wall_s, o.verdict ? ": " : "",
+               o.verdict ? o.what : "");
+    if (rkv_swarm_failed(o.verdict)) {
+        swarm_failed(sr, &sl->sp, &sl->job, &o);
+    } else {
+        unlink(sl->path);
+        unlink(sl->log);
+    }
+    unlink(sl->rlog);
+    double now = swarm_now();
+    if (now - sr->shown_s >= 10) {
+        sr->shown_s = now;
+        printf("swarm: %llu seeds, %u failures, %.2f seeds/s, next seed %llu\n",
+               (unsigned long long)sr->seeds, sr->n_fails, sr->seeds / (now - sr->t0_s),
+               (unsigned long long)sr->next_seed);
+    }
+    fflush(stdout);
+    sl->used = 0;
+}
+
+static void swarm_feed_done(void *user, struct rkv_swarm_job *job)
+{
+    struct swarm_run *sr = user;
+    for (uint32_t i = 0; i <= RKV_SWARM_MAX_JOBS; i++) {
+        struct swarm_slot *sl = &sr->slots[i];
+        if (sl->used && (job == &sl->job || job == &sl->again)) {
+            if (--sl->pending == 0)
+                swarm_seed_done(sr, sl);
+            return;
         }
     }
-    if ((rc = cli_swarm_run_files(&sr->cs, jobs, nj)) < 0) {
-        fprintf(stderr, "rkv swarm: cannot start a case: %s\n", strerror(errno));
-        rc = -RKV_EIO;
-        goto free_all;
+    assert(!"a job of no slot");
+}
+
+/* The next case to start: a seed's replay, or the next seed's file. */
+static struct rkv_swarm_job *swarm_feed_next(void *user)
+{
+    struct swarm_run *sr = user;
+    if (sr->replay) {
+        struct swarm_slot *sl = sr->replay;
+        sr->replay = NULL;
+        return &sl->again;
     }
-    for (uint32_t i = 0, j = 0; i < n; i++, j++) {
-        struct rkv_swarm_outcome o = jobs[j].out;
-        sr->case_wall_s += o.wall_s;
-        sr->case_wall_max_s = o.wall_s > sr->case_wall_max_s ? o.wall_s : sr->case_wall_max_s;
-        if (replay[i] >= 0) {
-            sr->replays++;
-            cli_swarm_compare(&jobs[j].out, &jobs[replay[i]].out, &o);
-            j++;
-        }
-        sr->seeds++;
-        sr->by_verdict[o.verdict]++;
-        if (sr->verbose)
-            printf("swarm: seed %llu: %s in %.2f s%s%s\n", (unsigned long long)sp[i].seed,
-                   rkv_swarm_verdict_name(o.verdict), jobs[j - (replay[i] >= 0)].out.wall_s,
-                   o.verdict ? ": " : "", o.verdict ? o.what : "");
-        if (rkv_swarm_failed(o.verdict)) {
-            swarm_failed(sr, &sp[i], &jobs[replay[i] >= 0 ? j - 1 : j], &o);
-        } else {
-            unlink(paths[i][0]);
-            unlink(paths[i][1]);
-        }
-        unlink(paths[i][2]);
+    if (sr->seeds_done || sr->next_seed > sr->last ||
+        (sr->minutes > 0 && swarm_now() - sr->t0_s >= sr->minutes * 60)) {
+        sr->seeds_done = 1;
+        return NULL;
     }
-    rc = 0;
-free_all:
-    free(replay);
-    free(paths);
-    free(jobs);
-    free(sp);
-    return rc;
+    struct swarm_slot *sl = NULL;
+    for (uint32_t i = 0; i <= RKV_SWARM_MAX_JOBS && !sl; i++)
+        sl = sr->slots[i].used ? NULL : &sr->slots[i];
+    assert(sl); /* at most one seed per running job, plus one */
+    uint64_t seed = sr->next_seed++;
+    sr->seeds_done = sr->next_seed == 0; /* wrapped past UINT64_MAX */
+    memset(sl, 0, sizeof(*sl));
+    rkv_swarm_generate(seed, &sl->sp);
+    snprintf(sl->path, sizeof(sl->path), "%s/seed-%llu.yaml", sr->cs.work_dir,
+             (unsigned long long)seed);
+    snprintf(sl->log, sizeof(sl->log), "%s/seed-%llu.log", sr->cs.work_dir,
+             (unsigned long long)seed);
+    snprintf(sl->rlog, sizeof(sl->rlog), "%s/seed-%llu.replay.log", sr->cs.work_dir,
+             (unsigned long long)seed);
+    if (rkv_swarm_write_file(&sl->sp, NULL, sl->path) < 0) {
+        fprintf(stderr, "rkv swarm: cannot write %s: %s\n", sl->path, strerror(errno));
+        sr->seeds_done = 1;
+        return NULL;
+    }
+    sl->used = 1;
+    sl->pending = 1;
+    sl->job = (struct rkv_swarm_job){.path = sl->path, .log = sl->log};
+    if (sr->replay_every && seed % sr->replay_every == 0) {
+        sl->pending = 2;
+        sl->again = (struct rkv_swarm_job){.path = sl->path, .log = sl->rlog};
+        sr->replay = sl;
+    }
+    return &sl->job;
 }
 
 static void swarm_summary(const struct swarm_run *sr, double wall_s)
@@ -431,7 +491,8 @@ static void swarm_summary(const struct swarm_run *sr, double wall_s)
     uint64_t failed = 0;
     for (int v = 0; v < RKV_SWV_COUNT_; v++)
         failed += rkv_swarm_failed(v) ? sr->by_verdict[v] : 0;
-    printf("\nswarm: %llu seeds in %.1f s wall with %u jobs: %.2f seeds/s; %llu passed, %llu "
+    printf("\nswarm: %llu seeds in %.1f s wall (before shrinking) with %u jobs: %.2f seeds/s; %llu "
+           "passed, %llu "
            "vacuous (a fault touched nothing), %llu failed; %llu re-runs compared their event "
            "trace; a case took %.2f s of wall time on average, %.2f s at most\n",
            (unsigned long long)sr->seeds, wall_s, sr->cs.jobs,
@@ -622,32 +683,25 @@ int cli_cmd_swarm(int argc, char **argv)
            (unsigned long long)sr.first, upto, sr.minutes > 0 ? " while the time lasts" : "",
            sr.cs.jobs, sr.cs.timeout_s, sr.out_dir);
     fflush(stdout);
-    double t0 = swarm_now(), shown = t0;
-    int rc = 0;
-    uint32_t per_batch = 32 * sr.cs.jobs; /* a slow case idles the others until its batch ends */
-    for (uint64_t seed = sr.first; seed <= sr.last && rc == 0;) {
-        if (sr.minutes > 0 && swarm_now() - t0 >= sr.minutes * 60)
-            break;
-        uint64_t left = sr.last - seed + 1;
-        uint32_t n = left < per_batch && left > 0 ? (uint32_t)left : per_batch;
-        rc = swarm_batch(&sr, seed, n);
-        seed += n;
-        if (swarm_now() - shown >= 10) {
-            shown = swarm_now();
-            printf("swarm: %llu seeds, %u failures, %.2f seeds/s, next seed %llu\n",
-                   (unsigned long long)sr.seeds, sr.n_fails, sr.seeds / (shown - t0),
-                   (unsigned long long)seed);
-            fflush(stdout);
-        }
-        if (seed == 0)
-            break; /* wrapped past UINT64_MAX */
+    if (!(sr.slots = calloc(RKV_SWARM_MAX_JOBS + 1, sizeof(*sr.slots)))) {
+        free(sr.fails);
+        return RKV_EXIT_STORE;
     }
-    swarm_summary(&sr, swarm_now() - t0);
+    double t0 = sr.t0_s = sr.shown_s = swarm_now();
+    sr.next_seed = sr.first;
+    struct rkv_swarm_feed feed = {.next = swarm_feed_next, .done = swarm_feed_done, .user = &sr};
+    int rc = rkv_swarm_pool_feed(&feed, sr.cs.jobs, sr.cs.timeout_s, swarm_case, &sr.cs);
+    if (rc < 0)
+        fprintf(stderr, "rkv swarm: cannot start a case: %s\n", strerror(errno));
+    double seeds_s = swarm_now() - t0;
+    swarm_shrink_all(&sr);
+    swarm_summary(&sr, seeds_s);
     rmdir(sr.cs.work_dir);
     uint64_t failed = 0;
     for (int v = 0; v < RKV_SWV_COUNT_; v++)
         failed += rkv_swarm_failed(v) ? sr.by_verdict[v] : 0;
     free(sr.fails);
+    free(sr.slots);
     if (rc < 0)
         return RKV_EXIT_STORE;
     return failed ? RKV_EXIT_CHECK : RKV_EXIT_OK;
