@@ -66,7 +66,8 @@ struct twin {
      * measured CPU: each worker then has its own, as each real worker
      * process does (twin_run). */
     struct rkv_oracle *oracle;
-    int32_t client0_phase; /* last phase client 0 finished (-1: none): after_phase faults */
+    int32_t client0_phase;  /* last phase client 0 finished (-1: none): after_phase faults */
+    struct sim_cv phase_cv; /* broadcast when it changes: the fault actor waits on it */
     /* Payload-less: the store carries thin rows, the network sees these. */
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
 };
@@ -171,8 +172,10 @@ static void twin_server(int argc, char **argv)
 static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
 {
     struct twin *t = user;
-    if (worker == 0)
+    if (worker == 0) {
         t->client0_phase = (int32_t)phase;
+        sim_cv_broadcast(&t->phase_cv);
+    }
 }
 
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
@@ -393,10 +396,14 @@ static void twin_faults(int argc, char **argv)
             continue; /* the node's own NIC and port carry the others */
         if (f->at_s > simgrid_get_clock())
             sg_actor_sleep_until(f->at_s);
-        /* A step trigger: the same file means the same moment on every backend. */
+        /* A step trigger: the same file means the same moment on every
+         * backend. Woken when client 0 ends a phase, and every millisecond
+         * to see whether the workers are done: polling every microsecond
+         * cost 6e7 wake-ups (a minute of wall time) while workers waited
+         * out a 60 s timeout, found by rkv swarm. */
         while (f->after_phase[0] && t->client0_phase < (int32_t)f->after_phase_ix &&
                !twin_workers_done(t))
-            sg_actor_sleep_for(1e-6);
+            sim_cv_wait(&t->phase_cv, NULL, 1e-3);
         struct twin_node *nd = twin_node_named(t, f->target);
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
@@ -670,6 +677,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->sched_wakes = t.w.sched_wakes;
     rc = twin_gather(&t, res);
 free_all:
+    sim_cv_destroy(&t.phase_cv);
     twin_remove_durable(&t);
     rkv_oracle_destroy(t.oracle);
     free(t.nodes);

@@ -193,5 +193,15 @@ void cli_node_close(struct cli_node *nd);
 struct rkv_scenario;
 int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
                  int plot, const char *trace);
+#if RKV_WITH_SIM
+/* The verdict of a twin run, as rkv run gives it (rkv_report_passed). */
+struct rkv_report;
+struct rkv_twin_result;
+int cli_twin_report(struct rkv_report *r, const struct rkv_scenario *sc,
+                    const struct rkv_twin_result *res);
+#endif
+
+/* rkv swarm: generated scenarios in the twin, shrunk on failure (impl/cli/swarm.c). */
+int cli_cmd_swarm(int argc, char **argv);
 
 #endif

@@ -20,7 +20,8 @@ static void usage(FILE *out)
             "  config   --dump: every setting, its env var, default and source\n"
             "  doctor   can a verbs run work on this host? each problem with its fix\n"
             "  calibrate  measure this host's backend for the twin (rkv run --predict)\n"
-            "  bench    tcp|shm|verbs: throughput and latency as ratios to this host's limits\n\n"
+            "  bench    tcp|shm|verbs: throughput and latency as ratios to this host's limits\n"
+            "  swarm    generated scenarios with faults, by seed, in the twin; shrinks failures\n\n"
             "exit codes: 0 ok, 1 a value differed from the reference, 2 usage or\n"
             "configuration error, 3 store error (timeout, dead peer, I/O)\n",
             RKV_VERSION_MAJOR, RKV_VERSION_MINOR);
@@ -54,6 +55,8 @@ int main(int argc, char **argv)
         return cli_cmd_ls(argc - 2, argv + 2);
     if (strcmp(argv[1], "doctor") == 0)
         return cli_cmd_doctor(argc - 2, argv + 2);
+    if (strcmp(argv[1], "swarm") == 0)
+        return cli_cmd_swarm(argc - 2, argv + 2);
     if (strcmp(argv[1], "calibrate") == 0)
         return cli_cmd_calibrate(argc - 2, argv + 2, argv[0]);
     fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);

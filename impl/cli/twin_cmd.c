@@ -10,12 +10,12 @@
 #if RKV_WITH_SIM
 #include "sim/twin.h"
 
-static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_result *res,
-                       const char *out_dir, int plot)
+int cli_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
+                    const struct rkv_twin_result *res)
 {
     struct rkv_report r;
     if (rkv_report_collect(&r, sc, res->outs, res->n_workers) < 0)
-        return RKV_EXIT_STORE;
+        return -RKV_ENOMEM;
     r.processes_ok = res->nodes_ok;
     r.wall_s = res->wall_s;
     r.sim_s = res->sim_s;
@@ -35,6 +35,16 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
         snprintf(r.faults, sizeof(r.faults), "%s", res->faults);
         snprintf(r.survivor_error, sizeof(r.survivor_error), "%s", res->survivor_error);
     }
+    *r_p = r;
+    return 0;
+}
+
+static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_result *res,
+                       const char *out_dir, int plot)
+{
+    struct rkv_report r;
+    if (cli_twin_report(&r, sc, res) < 0)
+        return RKV_EXIT_STORE;
     rkv_report_print(&r, stdout, "sim");
     if (!res->nodes_ok)
         printf("node failure: %s\n", res->error);
