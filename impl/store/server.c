@@ -1486,9 +1486,14 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
              "retry them",
              s->server_id, path, (unsigned long long)snap->generation, when,
              (unsigned long long)age_ms, snap->n_tensors, snap->file_bytes);
-    if ((rc = srv_adopt(s, 0, err, err_len)) == 0 && (rc = srv_replay(s, snap, err, err_len)) == 0)
-        rkv_snap_publish_lineage(&s->mach, snap->lineage); /* the others may attach now */
-    return rc;
+    if ((rc = srv_adopt(s, 0, err, err_len)) < 0)
+        return rc;
+    if ((rc = srv_replay(s, snap, err, err_len)) < 0) {
+        srv_free_tensors(s); /* adopted above; a refused log leaves the server unmade */
+        return rc;
+    }
+    rkv_snap_publish_lineage(&s->mach, snap->lineage); /* the others may attach now */
+    return 0;
 }
 
 /* Opens the machine segment: afresh, or in durable mode from the machine's
