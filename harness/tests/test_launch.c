@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -561,12 +563,53 @@ static void test_pslite_errors(void **state)
                                 "(env DGL_IP_CONFIG) gives every node its address and id"));
 }
 
+/* Ports a launcher picked stay reserved against other launchers until its
+ * run ends (two runs started together once picked the same ports, and a
+ * server failed "Address already in use"), yet its own servers can listen
+ * on them. */
+static int bind_port(uint16_t port, int reuse, int do_listen)
+{
+    int f = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(f >= 0);
+    struct sockaddr_in b = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1;
+    if (reuse)
+        setsockopt(f, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int ok = bind(f, (struct sockaddr *)&b, sizeof(b)) == 0 && (!do_listen || listen(f, 4) == 0);
+    close(f);
+    return ok;
+}
+
+static void test_free_ports_held(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    int hold[N], hold2[N];
+    uint16_t base, base2;
+    assert_int_equal(cli_free_ports(N, &base, hold), 0);
+    for (int i = 0; i < N; i++) {
+        assert_false(bind_port((uint16_t)(base + i), 0, 0)); /* another launcher's probe */
+        assert_true(bind_port((uint16_t)(base + i), 1, 1));  /* this run's server */
+    }
+    for (int k = 0; k < 50; k++) { /* other launchers never get an overlapping range */
+        assert_int_equal(cli_free_ports(N, &base2, hold2), 0);
+        assert_true(base2 + N <= base || base + N <= base2);
+        for (int i = 0; i < N; i++)
+            close(hold2[i]);
+    }
+    for (int i = 0; i < N; i++)
+        close(hold[i]);
+    assert_true(bind_port(base, 0, 0)); /* released */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dry_run),
         cmocka_unit_test(test_slurm_variables),
         cmocka_unit_test(test_real_mpirun),
+        cmocka_unit_test(test_free_ports_held),
         cmocka_unit_test(test_bad_settings_once),
         cmocka_unit_test(test_every_setting_reaches_children),
         cmocka_unit_test(test_demo_durable_dir),

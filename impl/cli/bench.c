@@ -289,7 +289,7 @@ static double bench_iperf3_parse(const char *text)
 static double bench_iperf3(const struct bench *b, int streams)
 {
     uint16_t port;
-    if (cli_free_ports(1, &port) < 0)
+    if (cli_free_ports(1, &port, NULL) < 0)
         return 0;
     char p[16], n[16], t[16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);
@@ -367,7 +367,7 @@ static double bench_perftest_parse(const char *out, int field)
 static double bench_perftest(const struct bench *b, uint32_t bytes)
 {
     uint16_t port;
-    if (cli_free_ports(1, &port) < 0)
+    if (cli_free_ports(1, &port, NULL) < 0)
         return 0;
     char p[16], s[16], n[16], g[16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);

@@ -152,7 +152,7 @@ double cli_limit_tcp_gbps(void);
 double cli_limit_memcpy_gbps(size_t block_bytes);
 
 /* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
-int cli_free_ports(uint32_t n, uint16_t *base_p);
+int cli_free_ports(uint32_t n, uint16_t *base_p, int *hold);
 
 /* ps-lite's launch (impl/cli/pslite.c): under DMLC_ROLE and without a
  * cluster file, servers and workers register with the scheduler

@@ -36,8 +36,10 @@ struct demo {
     int sig_fd;
     int signo; /* the signal that stopped the run, 0 if none */
     sigset_t old_mask;
-    pid_t parent;            /* this process, for the children's getppid() check */
-    uint32_t n_machines_shm; /* machines whose segments this run removes at the end */
+    pid_t parent;                  /* this process, for the children's getppid() check */
+    uint32_t n_machines_shm;       /* machines whose segments this run removes at the end */
+    int port_hold[DEMO_MAX_PROCS]; /* cli_free_ports' reservations, closed at the end */
+    uint32_t n_port_hold;
     char *args[DEMO_MAX_ARGS];
     int nargs;
     char bufs[CLI_KEY_COUNT_][32];
@@ -190,24 +192,36 @@ static void demo_scan_progress(struct demo *d, uint32_t i, size_t len)
     d->scanned[i] = at;
 }
 
-static int demo_port_free(uint32_t port)
+/* Whether port is free on loopback. With hold_p, the probe socket stays
+ * bound (SO_REUSEADDR, not listening) and is returned: other launchers'
+ * probes, which bind without SO_REUSEADDR, then see the port as taken,
+ * while this run's servers (SO_REUSEADDR, listen) can still bind it. */
+static int demo_port_free(uint32_t port, int *hold_p)
 {
-    int f = socket(AF_INET, SOCK_STREAM, 0);
+    int f = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in b = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int one = 1;
+    if (f >= 0 && hold_p)
+        setsockopt(f, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     int r = f >= 0 ? bind(f, (struct sockaddr *)&b, sizeof(b)) : -1;
-    if (f >= 0)
+    if (f >= 0 && (r != 0 || !hold_p))
         close(f);
+    else if (hold_p)
+        *hold_p = f;
     return r == 0;
 }
 
 /* Finds n consecutive free TCP ports in 20000..23999: below Linux's
  * ephemeral range (32768+), where this run's own outgoing connections would
- * take them, and apart from the ranges the test binaries use. A race with
- * other programs remains; a client that reaches a foreign server is turned
- * away by the cluster fingerprint at HELLO. */
-int cli_free_ports(uint32_t n, uint16_t *base_p)
+ * take them, and apart from the ranges the test binaries use. With hold
+ * (n entries), the ports stay reserved against other launchers of this host
+ * until the caller closes hold[0..n) (two runs started together picked the
+ * same ports, and one server failed "Address already in use"); a client
+ * that reaches a foreign server is turned away by the cluster fingerprint
+ * at HELLO. */
+int cli_free_ports(uint32_t n, uint16_t *base_p, int *hold)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -216,12 +230,14 @@ int cli_free_ports(uint32_t n, uint16_t *base_p)
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         uint32_t base = 20000 + (uint32_t)((x >> 33) % (4000 - n)); /* tests use 24000+ */
         uint32_t ok = 0;
-        while (ok < n && demo_port_free(base + ok))
+        while (ok < n && demo_port_free(base + ok, hold ? &hold[ok] : NULL))
             ok++;
         if (ok == n) {
             *base_p = (uint16_t)base;
             return 0;
         }
+        while (hold && ok > 0)
+            close(hold[--ok]);
     }
     return -1;
 }
@@ -829,10 +845,11 @@ static int demo_configure(struct demo *d, struct cli_settings *s)
         d->n_servers = (uint32_t)(m * spm);
         if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
             uint16_t base;
-            if (cli_free_ports(d->n_servers, &base) < 0) {
+            if (cli_free_ports(d->n_servers, &base, d->port_hold) < 0) {
                 fprintf(stderr, "%s: no %u free consecutive ports\n", d->cmd, d->n_servers);
                 return -1;
             }
+            d->n_port_hold = d->n_servers;
             snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
             s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
         }
@@ -929,6 +946,8 @@ static void demo_start(struct demo *d, const char *cmd, const char *self)
 static int demo_finish(struct demo *d, int code)
 {
     demo_stop_children(d);
+    while (d->n_port_hold > 0)
+        close(d->port_hold[--d->n_port_hold]);
     demo_remove_segments(d);
     if (d->fault_dir[0] && d->nic_faults)
         rkv_file_remove_dir(d->fault_dir);
