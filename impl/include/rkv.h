@@ -106,7 +106,14 @@ struct rkv_tensor_meta {
 
 /* Cluster description and tunables. Fill with rkv_config_defaults(), then
  * set what you need (the CLI does this from flags, env vars and files). */
-#define RKV_MAX_MACHINES 1024
+/* The cap on machines is the wire format's, not an array's (every table
+ * with an entry per machine or server is sized from the cluster at run
+ * time): a message header names its sender in a u32, servers by their id
+ * below 0x10000 and clients as 0x10000 + their id, so a cluster has at most
+ * 65,536 servers, and each machine runs at least one. Machine ids are u32
+ * on the wire (HELLO, partition books). */
+#define RKV_MAX_SERVERS 65536u
+#define RKV_MAX_MACHINES RKV_MAX_SERVERS
 #define RKV_HOST_MAX 63
 
 struct rkv_machine {
