@@ -255,6 +255,33 @@ static void test_payloadless_scale_run(void **state)
     assert_non_null(strstr(out, "payload-less"));
 }
 
+/* The 65,536-node scenario loads (the machine cap is the wire format's,
+ * not a 1,024-entry table's): its launch line names every node. */
+static void test_large_cluster_loads(void **state)
+{
+    (void)state;
+    assert_int_equal(run("run " SCEN_DIR "/sim-65536.yaml --launcher srun"), 0);
+    assert_non_null(strstr(out, "srun --ntasks 65536 "));
+    assert_non_null(strstr(out, "ranks 0..16383 are servers"));
+}
+
+/* --cfg passes SimGrid configuration through and the report names it; a
+ * key SimGrid does not know is a clear error, not an abort. --progress
+ * prints progress lines. */
+static void test_cfg_and_progress(void **state)
+{
+    (void)state;
+    run_pass("run " SCEN_DIR "/quickstart.yaml --cfg contexts/stack-size:64 --progress 0.000001");
+    assert_non_null(strstr(out, "SimGrid configuration: contexts/stack-size:64"));
+    assert_non_null(strstr(out, "rkv: twin: simulated "));
+    assert_non_null(strstr(out, " nodes finished"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg no/such-key:1"), 2);
+    assert_non_null(strstr(out, "SimGrid rejected the configuration"));
+    assert_non_null(strstr(out, "Bad config key: no/such-key"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg novalue"), 2);
+    assert_non_null(strstr(out, "expected KEY:VALUE"));
+}
+
 /* Crash faults: the named node dies mid-run, every survivor ends on a named
  * error (no hang, no timeout), nothing pulled was wrong; under three seeds
  * of jitter. A crashed node's memory is abandoned like a killed process's,
@@ -347,6 +374,8 @@ int main(void)
         cmocka_unit_test(test_platform_without_the_hosts_is_an_error),
         cmocka_unit_test(test_chrome_trace),
         cmocka_unit_test(test_payloadless_scale_run),
+        cmocka_unit_test(test_large_cluster_loads),
+        cmocka_unit_test(test_cfg_and_progress),
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_nic_and_cpu_faults),
         cmocka_unit_test(test_restart_durable),
