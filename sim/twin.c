@@ -290,7 +290,7 @@ static int twin_config(struct twin *t)
         /* Thin rows keep every message small: small receive buffers keep
          * thousands of nodes' connections in memory (sim/README.md). */
         t->cfg.rx_depth = 8;
-        t->cfg.ctrl_buf_bytes = 512;
+        t->cfg.ctrl_buf_bytes = 256;
     }
     return 0;
 }
