@@ -242,9 +242,14 @@ free_tx:
     return -RKV_ENOMEM;
 }
 
-static size_t eng_round_cap(size_t len)
+/* Slots and large buffers: powers of two from a page, or from the control
+ * buffer size when that is smaller (a node that asked for small receive
+ * buffers, as the twin's payload-less runs do to fit 65,536 nodes, keeps
+ * its per-connection reply slots that small too). */
+static size_t eng_round_cap(const struct rkv_engine *e, size_t len)
 {
-    size_t cap = ENG_MIN_SLOT_BYTES;
+    size_t cap =
+        e->cfg.ctrl_buf_bytes < ENG_MIN_SLOT_BYTES ? e->cfg.ctrl_buf_bytes : ENG_MIN_SLOT_BYTES;
     while (cap < len)
         cap <<= 1;
     return cap;
@@ -269,7 +274,7 @@ static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
             return 0;
         }
     }
-    return tx_new(e, eng_round_cap(len), tx_p);
+    return tx_new(e, eng_round_cap(e, len), tx_p);
 }
 
 /* Called with the lock held. */
@@ -770,7 +775,7 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     if (i == e->cfg.max_slots)
         return -RKV_ELIMIT;
     struct eng_lslot *s = &p->lslots[i];
-    uint64_t cap = eng_round_cap(bytes);
+    uint64_t cap = eng_round_cap(e, bytes);
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
         return -RKV_ENOMEM;
     int rc = e->nic->ops->reg_mr(e->nic, s->buf, cap, RKV_ACCESS_REMOTE_WRITE, &s->mr);
