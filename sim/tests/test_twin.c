@@ -285,6 +285,11 @@ static void test_cfg_and_progress(void **state)
     assert_non_null(strstr(out, "Bad config key: no/such-key"));
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg novalue"), 2);
     assert_non_null(strstr(out, "expected KEY:VALUE"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --progress soon"), 2);
+    assert_non_null(strstr(out, "--progress: expected seconds"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --backend tcp --cfg network/model:CM02"),
+                     2);
+    assert_non_null(strstr(out, "are twin options"));
 }
 
 /* Crash faults: the named node dies mid-run, every survivor ends on a named
