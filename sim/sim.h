@@ -64,12 +64,18 @@ struct sim_world {
     uint64_t bytes_modelled;
     FILE *trace; /* Chrome trace JSON, or NULL */
     int trace_started;
+    /* Progress on long runs: a line on stderr every progress_s of wall
+     * time (0: never), checked as events are logged. */
+    double progress_s, progress_last_s;
+    uint32_t nodes_total, nodes_finished;
 };
 
 int sim_world_init(struct sim_world *w, uint64_t seed);
 void sim_world_fini(struct sim_world *w);
 /* Mixes one event into the run's hash (order-sensitive). */
 void sim_world_event(struct sim_world *w, const uint64_t *v, int n);
+/* Wall-clock seconds (CLOCK_MONOTONIC): progress lines and the report. */
+double sim_world_wall(void);
 /* One complete ("X") event in the Chrome trace; no-op without a trace. */
 void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
                      uint32_t tid, double t0_s, double t1_s, uint64_t bytes);

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
+#include <errno.h>
 
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>
@@ -70,6 +72,8 @@ struct twin {
     struct sim_cv phase_cv; /* broadcast when it changes: the fault actor waits on it */
     /* Payload-less: the store carries thin rows, the network sees these. */
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
+    char **sg_argv; /* simgrid_init's arguments, sg_argc of them */
+    int sg_argc;
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -167,6 +171,7 @@ static void twin_server(int argc, char **argv)
     twin_close(nd, port, nic);
     nd->finished = 1;
     nd->end_s = simgrid_get_clock();
+    nd->t->w.nodes_finished++;
 }
 
 static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
@@ -226,6 +231,7 @@ static void twin_worker(int argc, char **argv)
     twin_close(nd, port, nic);
     nd->finished = 1;
     nd->end_s = simgrid_get_clock();
+    nd->t->w.nodes_finished++;
 }
 
 /* ---- payload-less sizing ---- */
@@ -289,7 +295,7 @@ static int twin_config(struct twin *t)
         /* Thin rows keep every message small: small receive buffers keep
          * thousands of nodes' connections in memory (sim/README.md). */
         t->cfg.rx_depth = 8;
-        t->cfg.ctrl_buf_bytes = 512;
+        t->cfg.ctrl_buf_bytes = 256;
     }
     return 0;
 }
@@ -444,18 +450,104 @@ static void twin_spawn(struct twin *t)
     }
 }
 
-static int twin_engine(struct twin *t, const char *platform, char *err, size_t err_len)
+/* "KEY:VALUE" with a non-empty key of SimGrid's characters: SimGrid itself
+ * aborts the process on a malformed --cfg. */
+static int twin_cfg_ok(const char *kv)
+{
+    const char *colon = strchr(kv, ':');
+    if (!colon || colon == kv || !colon[1])
+        return 0;
+    for (const char *p = kv; p < colon; p++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789/-_", *p))
+            return 0;
+    return 1;
+}
+
+/* SimGrid ends the process (an uncaught exception) on an unknown key or a
+ * bad value: try the arguments in a child first and turn its complaint into
+ * an error. */
+static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
+{
+    int fd[2];
+    if (pipe(fd) < 0)
+        return -RKV_EIO;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return -RKV_EIO;
+    }
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        close(fd[0]);
+        close(fd[1]);
+        simgrid_init(&argc, argv);
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[8192];
+    size_t n = 0;
+    ssize_t r;
+    while ((r = read(fd[0], msg + n, sizeof(msg) - 1 - n)) > 0 && n + (size_t)r < sizeof(msg) - 1)
+        n += (size_t)r;
+    if (r > 0)
+        n += (size_t)r;
+    msg[n] = 0;
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    const char *why = strstr(msg, "Uncaught exception ");
+    why = why ? why + 19 : "SimGrid ended the process";
+    snprintf(err, err_len, "--cfg: SimGrid rejected the configuration: %.*s",
+             (int)strcspn(why, "\n"), why);
+    return -RKV_ECONFIG;
+}
+
+static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char *platform,
+                       char *err, size_t err_len)
 {
     const struct rkv_scenario *sc = t->sc;
-    char *argv[] = {"rkv",
-                    "--cfg=network/model:CM02",
-                    "--cfg=network/crosstraffic:0",
-                    "--cfg=contexts/guard-size:0",
-                    "--log=root.thres:critical",
-                    sc->sim_fairbottleneck ? "--cfg=network/solver:fairbottleneck" : NULL,
-                    NULL};
-    int argc = sc->sim_fairbottleneck ? 6 : 5;
-    simgrid_init(&argc, argv);
+    const char *fixed[] = {"rkv",
+                           "--cfg=network/model:CM02",
+                           "--cfg=network/crosstraffic:0",
+                           "--cfg=contexts/guard-size:0",
+                           "--log=root.thres:critical",
+                           sc->sim_fairbottleneck ? "--cfg=network/solver:fairbottleneck" : NULL};
+    int n_fixed = sc->sim_fairbottleneck ? 6 : 5;
+    char **argv = calloc((size_t)n_fixed + o->n_cfg + 1, sizeof(*argv));
+    int argc = 0, rc = 0;
+    if (!argv)
+        return -RKV_ENOMEM;
+    for (int i = 0; i < n_fixed; i++)
+        if (!(argv[argc++] = strdup(fixed[i])))
+            rc = -RKV_ENOMEM;
+    for (uint32_t i = 0; i < o->n_cfg && rc == 0; i++) {
+        if (!twin_cfg_ok(o->cfg[i])) {
+            snprintf(err, err_len,
+                     "--cfg %s: expected KEY:VALUE, a SimGrid configuration item (e.g. "
+                     "contexts/stack-size:128, network/solver:fairbottleneck)",
+                     o->cfg[i]);
+            rc = -RKV_ECONFIG;
+        } else if ((argv[argc] = malloc(strlen(o->cfg[i]) + 7)) == NULL) {
+            rc = -RKV_ENOMEM;
+        } else {
+            sprintf(argv[argc++], "--cfg=%s", o->cfg[i]);
+        }
+    }
+    /* simgrid_init keeps pointers into argv: it lives as long as the run. */
+    t->sg_argv = argv;
+    t->sg_argc = argc;
+    if (rc == 0 && o->n_cfg)
+        rc = twin_cfg_try(argc, argv, err, err_len);
+    if (rc < 0)
+        return rc;
+    int sg_argc = argc;
+    simgrid_init(&sg_argc, argv);
     simgrid_load_platform(platform);
     for (uint32_t m = 0; m < sc->machines; m++) {
         if (!twin_host(t, m)) {
@@ -561,13 +653,6 @@ static void twin_remove_durable(struct twin *t)
         rkv_file_remove_dir(t->cfg.durable_dir);
 }
 
-static double twin_wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
 {
     for (uint32_t i = 0; i < declared->n_tensors; i++) {
@@ -659,15 +744,17 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         if ((rc = rkv_twin_platform_xml(sc, platform, res->error, sizeof(res->error))) < 0)
             goto free_all;
     }
-    rc = twin_engine(&t, platform, res->error, sizeof(res->error));
+    rc = twin_engine(&t, o, platform, res->error, sizeof(res->error));
     if (!sc->sim_platform_file[0])
         unlink(platform);
     if (rc < 0)
         goto free_all;
     twin_spawn(&t);
-    double w0 = twin_wall();
+    t.w.nodes_total = t.n_nodes;
+    t.w.progress_s = o->progress_s < 0 ? 0 : o->progress_s > 0 ? o->progress_s : 10;
+    double w0 = sim_world_wall();
     simgrid_run_until(o->max_sim_s > 0 ? o->max_sim_s : 3600);
-    res->wall_s = twin_wall() - w0;
+    res->wall_s = sim_world_wall() - w0;
     res->events = t.w.events;
     res->hash = t.w.hash;
     res->bytes = t.w.bytes_modelled;
@@ -682,6 +769,9 @@ free_all:
     rkv_oracle_destroy(t.oracle);
     free(t.nodes);
     free(t.machines);
+    for (int i = 0; i < t.sg_argc; i++)
+        free(t.sg_argv[i]);
+    free(t.sg_argv);
 fini_world:
     sim_world_fini(&t.w);
     free(thin);

@@ -11,7 +11,12 @@ struct rkv_twin_opts {
     const char *trace_path; /* Chrome trace JSON, or NULL */
     int log_level;
     double max_sim_s;          /* 0: 3600 simulated seconds */
-    uint64_t test_corrupt_row; /* servers' oracle self-test hook (UINT64_MAX: off) */
+    uint64_t test_corrupt_row; /* rkv_config's oracle self-test hook (UINT64_MAX: off) */
+    double progress_s;         /* a progress line on stderr this often (wall s); 0: 10; < 0: off */
+    /* SimGrid configuration passed through ("KEY:VALUE", as SimGrid's
+     * --cfg), applied after the twin's own so that they override them. */
+    const char *const *cfg;
+    uint32_t n_cfg;
 };
 
 struct rkv_twin_result {

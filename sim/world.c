@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <simgrid/engine.h>
 
 #include "rkv.h"
 #include "sim/sim.h"
@@ -112,6 +115,27 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
             w->hash = (w->hash ^ (x & 0xff)) * 0x100000001b3ull;
     }
     w->events++;
+    /* The wall clock is read every 64 events: cheap, and far more often than
+     * once per progress_s at any rate the twin reaches. */
+    if (w->progress_s > 0 && (w->events & 63) == 0) {
+        double now = sim_world_wall();
+        if (w->progress_last_s == 0)
+            w->progress_last_s = now;
+        else if (now - w->progress_last_s >= w->progress_s) {
+            w->progress_last_s = now;
+            fprintf(stderr,
+                    "rkv: twin: simulated %.6f s, %llu network events, %u of %u nodes finished\n",
+                    simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished,
+                    w->nodes_total);
+        }
+    }
+}
+
+double sim_world_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,

@@ -191,8 +191,15 @@ void cli_node_close(struct cli_node *nd);
 
 /* rkv run --backend sim: the scenario in the twin (impl/cli/twin_cmd.c). */
 struct rkv_scenario;
+/* What `rkv run` passes to the twin beyond the settings. */
+struct cli_twin_args {
+    const char *trace;      /* --trace FILE, or NULL */
+    const char *const *cfg; /* --cfg KEY:VALUE, n_cfg of them: SimGrid configuration */
+    unsigned n_cfg;
+    double progress_s; /* --progress S: a progress line every S s of wall time (0: 10) */
+};
 int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
-                 int plot, const char *trace);
+                 int plot, const struct cli_twin_args *a);
 #if RKV_WITH_SIM
 /* The verdict of a twin run, as rkv run gives it (rkv_report_passed). */
 struct rkv_report;

@@ -1029,20 +1029,29 @@ static void run_usage(void)
            "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
            "  --trace FILE    (sim) Chrome trace of every transfer and handler (Perfetto)\n"
            "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
+           "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
+           "                  network/solver:fairbottleneck, ...); printed in the report\n"
+           "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
            "The format of FILE: scenarios/README.md.\n");
 }
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, const char **trace, const char **jitter, int *plot,
-                    char **rest, int *n_rest)
+                    const char **launcher, const char **jitter, int *plot, struct cli_twin_args *ta,
+                    const char **progress, const char **cfg, char **rest, int *n_rest)
 {
     *n_rest = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             *out = argv[++i];
+        else if (!strcmp(argv[i], "--cfg") && i + 1 < argc)
+            cfg[ta->n_cfg++] = argv[++i];
+        else if (!strncmp(argv[i], "--cfg=", 6))
+            cfg[ta->n_cfg++] = argv[i] + 6;
+        else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
+            *progress = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
-            *trace = argv[++i];
+            ta->trace = argv[++i];
         else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
             *jitter = argv[++i];
         else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
@@ -1336,16 +1345,22 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             return RKV_EXIT_OK;
         }
     }
-    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *trace = NULL, *jitter = NULL;
+    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *jitter = NULL;
+    const char *progress = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+    const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
+    struct cli_twin_args ta = {.cfg = cfg};
     int n_rest;
     int plot = 0;
-    if (!rest || run_args(argc, argv, &file, &out_dir, &launcher, &trace, &jitter, &plot, rest,
-                          &n_rest) < 0) {
+    if (!rest || !cfg ||
+        run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta, &progress, cfg, rest,
+                 &n_rest) < 0) {
         fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
         free(rest);
+        free(cfg);
         return RKV_EXIT_USAGE;
     }
+    const char *trace = ta.trace;
     struct rkv_scenario *sc = NULL;
     struct demo *d = calloc(1, sizeof(*d));
     struct cli_settings s;
@@ -1383,6 +1398,15 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         }
         sc->sim_jitter = j;
     }
+    if (progress) {
+        char *end;
+        ta.progress_s = strtod(progress, &end);
+        if (*end || !(ta.progress_s > 0 && ta.progress_s <= 86400)) {
+            fprintf(stderr, "rkv run: --progress: expected seconds in (0, 86400], got \"%s\"\n",
+                    progress);
+            goto out;
+        }
+    }
     if (!strcmp(s.val[CLI_BACKEND], "sim")) {
         /* The twin takes what it models from the settings: a bad one is
          * refused here too, not ignored. */
@@ -1392,11 +1416,12 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             goto out;
         }
         free(cfg.machines);
-        code = cli_run_twin(sc, &s, out_dir, plot, trace);
+        code = cli_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
-    if (trace) {
-        fprintf(stderr, "rkv run: --trace is a twin option (--backend sim)\n");
+    if (trace || ta.n_cfg || progress) {
+        fprintf(stderr,
+                "rkv run: --trace, --cfg and --progress are twin options (--backend sim)\n");
         goto out;
     }
     demo_start(d, "rkv run", self);
@@ -1412,6 +1437,7 @@ out:
         free(d->out[i]);
     free(d);
     free(rest);
+    free(cfg);
     rkv_scenario_free(sc);
     return code;
 }

@@ -340,7 +340,8 @@ static int pred_twin_only(const struct pred_args *a, struct rkv_scenario *sc,
         return RKV_EXIT_USAGE;
     }
     cli_calib_apply(c, sc);
-    return cli_run_twin(sc, &s, a->out_dir, a->plot, a->trace);
+    struct cli_twin_args ta = {.trace = a->trace};
+    return cli_run_twin(sc, &s, a->out_dir, a->plot, &ta);
 }
 
 int cli_cmd_predict(int argc, char **argv, const char *self)

@@ -61,8 +61,9 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
 }
 
 int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
-                 int plot, const char *trace)
+                 int plot, const struct cli_twin_args *a)
 {
+    const char *trace = a->trace;
     uint64_t ll = 1;
     char err[256];
     if (cli_get_u64(s, CLI_LOG_LEVEL, &ll, err, sizeof(err)) < 0) {
@@ -75,9 +76,16 @@ int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const ch
            : sc->sim_platform[0]    ? sc->sim_platform
                                     : "star",
            sc->sim_payloadless ? ", payload-less" : "");
+    for (unsigned i = 0; i < a->n_cfg; i++)
+        printf("%s%s%s", i ? " " : "rkv run: SimGrid configuration: ", a->cfg[i],
+               i + 1 == a->n_cfg ? "\n" : "");
     fflush(stdout);
-    struct rkv_twin_opts o = {
-        .trace_path = trace, .log_level = (int)ll, .test_corrupt_row = UINT64_MAX};
+    struct rkv_twin_opts o = {.trace_path = trace,
+                              .log_level = (int)ll,
+                              .test_corrupt_row = UINT64_MAX,
+                              .progress_s = a->progress_s,
+                              .cfg = a->cfg,
+                              .n_cfg = a->n_cfg};
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW"); /* the oracle self-test, as on tcp */
     if (bad && *bad)
         o.test_corrupt_row = strtoull(bad, NULL, 0);
@@ -96,9 +104,9 @@ int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const ch
 }
 #else
 int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
-                 int plot, const char *trace)
+                 int plot, const struct cli_twin_args *a)
 {
-    (void)sc, (void)s, (void)out_dir, (void)plot, (void)trace;
+    (void)sc, (void)s, (void)out_dir, (void)plot, (void)a;
     fprintf(stderr, "rkv run: this rkv was built without the twin (cmake -DRKV_WITH_SIM=ON, "
                     "needs libsimgrid-dev)\n");
     return RKV_EXIT_USAGE;

@@ -256,9 +256,14 @@ free_tx:
     return -RKV_ENOMEM;
 }
 
-static size_t eng_round_cap(size_t len)
+/* Slots and large buffers: powers of two from a page, or from the control
+ * buffer size when that is smaller (a node that asked for small receive
+ * buffers, as the twin's payload-less runs do to fit 65,536 nodes, keeps
+ * its per-connection reply slots that small too). */
+static size_t eng_round_cap(const struct rkv_engine *e, size_t len)
 {
-    size_t cap = ENG_MIN_SLOT_BYTES;
+    size_t cap =
+        e->cfg.ctrl_buf_bytes < ENG_MIN_SLOT_BYTES ? e->cfg.ctrl_buf_bytes : ENG_MIN_SLOT_BYTES;
     while (cap < len)
         cap <<= 1;
     return cap;
@@ -284,7 +289,7 @@ static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
             return 0;
         }
     }
-    return tx_new(e, eng_round_cap(len), tx_p);
+    return tx_new(e, eng_round_cap(e, len), tx_p);
 }
 
 /* Called with the lock held. */
@@ -471,6 +476,7 @@ static void peer_maybe_credit(struct rkv_engine *e, struct rkv_peer *p)
     if (p->owed < e->cfg.rx_depth / 2 && p->n_releases == 0 && !p->release_due)
         return;
     if (p->release_due) {
+        assert(p->releases); /* a granted slot was written: the slot tables exist */
         p->releases[p->n_releases++] = p->release_due - 1;
         p->release_due = 0;
     }
@@ -764,18 +770,38 @@ int rkv_engine_put(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sg
 
 /* ---- receive slots ---- */
 
+/* A peer's slot tables (its receive slots and the releases of them owed)
+ * come with its first slot: most connections of a large cluster never use
+ * one, and max_slots entries each cost ~2.3 KB per connection side. */
+static int peer_lslots(struct rkv_engine *e, struct rkv_peer *p)
+{
+    if (p->lslots)
+        return 0;
+    p->lslots = calloc(e->cfg.max_slots, sizeof(*p->lslots));
+    p->releases = calloc(e->cfg.max_slots, sizeof(*p->releases));
+    if (p->lslots && p->releases)
+        return 0;
+    free(p->lslots);
+    free(p->releases);
+    p->lslots = NULL;
+    p->releases = NULL;
+    return -RKV_ENOMEM;
+}
+
 static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t bytes, int state,
                           struct rkv_slot_desc *d)
 {
     if (bytes > e->cfg.max_slot_bytes)
         return -RKV_ELIMIT;
+    if (peer_lslots(e, p) < 0)
+        return -RKV_ENOMEM;
     uint32_t i;
     for (i = 0; i < e->cfg.max_slots && p->lslots[i].state != ENG_SLOT_FREE; i++)
         ;
     if (i == e->cfg.max_slots)
         return -RKV_ELIMIT;
     struct eng_lslot *s = &p->lslots[i];
-    uint64_t cap = eng_round_cap(bytes);
+    uint64_t cap = eng_round_cap(e, bytes);
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
         return -RKV_ENOMEM;
     int rc = e->nic->ops->reg_mr(e->nic, s->buf, cap, RKV_ACCESS_REMOTE_WRITE, &s->mr);
@@ -813,7 +839,7 @@ void rkv_engine_slot_free(struct rkv_engine *e, struct rkv_peer *p, uint32_t slo
 {
     eng_lock(e);
     /* Never free a granted slot here: the peer may still write into it. */
-    if (slot < e->cfg.max_slots && p->lslots[slot].state == ENG_SLOT_OWNED)
+    if (slot < e->cfg.max_slots && p->lslots && p->lslots[slot].state == ENG_SLOT_OWNED)
         peer_lslot_free(e, &p->lslots[slot]);
     eng_unlock(e);
 }
@@ -884,13 +910,10 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
         return -RKV_ENOMEM;
     p->eng = e;
     p->credits = c->rx_depth;
-    p->lslots = calloc(c->max_slots, sizeof(*p->lslots));
-    p->rslots = calloc(c->max_slots, sizeof(*p->rslots));
-    p->releases = calloc(c->max_slots, sizeof(*p->releases));
+    /* The slot tables come with first use (peer_lslots, eng_on_rndv_reply). */
     size_t rx_bytes = (size_t)c->rx_depth * c->ctrl_buf_bytes;
     int rc = -RKV_ENOMEM;
-    if (!p->lslots || !p->rslots || !p->releases ||
-        posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
+    if (posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
         goto free_peer;
     rc = e->nic->ops->reg_mr(e->nic, p->rx_mem, rx_bytes, RKV_ACCESS_LOCAL, &p->rx_mr);
     if (rc < 0)
@@ -1132,6 +1155,11 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
         peer_kill(e, p, 1);
         return;
     }
+    if (!p->rslots && !(p->rslots = calloc(e->cfg.max_slots, sizeof(*p->rslots)))) {
+        RKV_LOGW(e->port, "engine: out of memory for a granted slot; dropping the peer");
+        peer_kill(e, p, 1);
+        return;
+    }
     p->rslots[p->n_rslots++] = (struct eng_rslot){.key = key, .d = m->u.slot, .busy = 0};
     peer_run_waiting(e, p);
 }
@@ -1139,7 +1167,7 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
 static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
     uint32_t s = m->h.count;
-    if (s < e->cfg.max_slots && p->lslots[s].state == ENG_SLOT_GRANTED)
+    if (s < e->cfg.max_slots && p->lslots && p->lslots[s].state == ENG_SLOT_GRANTED)
         peer_lslot_free(e, &p->lslots[s]);
     else
         RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
@@ -1176,8 +1204,10 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
         e->on_msg(e->user, p, m);
         eng_lock(e);
         /* Not carried by a reply: give it back explicitly. */
-        if (p->release_due && p->n_releases < e->cfg.max_slots)
+        if (p->release_due && p->n_releases < e->cfg.max_slots) {
+            assert(p->releases);
             p->releases[p->n_releases++] = p->release_due - 1;
+        }
         p->release_due = 0;
         break;
     }
@@ -1213,7 +1243,7 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
     } else {
         /* The receive carried no data: repost it before looking at the slot. */
         uint32_t s = wc->imm;
-        if (s >= e->cfg.max_slots || p->lslots[s].state == ENG_SLOT_FREE)
+        if (s >= e->cfg.max_slots || !p->lslots || p->lslots[s].state == ENG_SLOT_FREE)
             return eng_reject(e, p, "write-with-immediate names no slot of ours");
         if (wc->byte_len > p->lslots[s].cap)
             return eng_reject(e, p, "write-with-immediate longer than its slot");

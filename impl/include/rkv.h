@@ -160,7 +160,14 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
  * rkv_server_create and rkv_client_create with -RKV_ECONFIG saying which;
  * the other fields mean what their 0 says (seed 0, log_level 0: errors
  * only, connect_retry_ms 0: connect once, zero_copy_bytes 0: never, ...). */
-#define RKV_MAX_MACHINES 1024
+/* The cap on machines is the wire format's, not an array's (every table
+ * with an entry per machine or server is sized from the cluster at run
+ * time): a message header names its sender in a u32, servers by their id
+ * below 0x10000 and clients as 0x10000 + their id, so a cluster has at most
+ * 65,536 servers, and each machine runs at least one. Machine ids are u32
+ * on the wire (HELLO, partition books). */
+#define RKV_MAX_SERVERS 65536u
+#define RKV_MAX_MACHINES RKV_MAX_SERVERS
 #define RKV_HOST_MAX 63
 
 struct rkv_machine {

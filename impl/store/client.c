@@ -119,6 +119,14 @@ struct rkv_client {
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
     int observer;
+    /* A push's or pull's requests and lost counts, and the servers
+     * cli_abandon_slots drops: n_machines entries each, allocated at create
+     * (a call allocates nothing, and the twin's actor stacks stay small).
+     * The application thread's, one call at a time. */
+    struct cli_req **call_reqs;
+    uint64_t *call_lost;
+    struct cli_server **drop_srv;
+    int *drop_unanswered;
     char err[256];
 };
 
@@ -1364,9 +1372,7 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    struct cli_req *reqs[RKV_MAX_MACHINES];
-    uint64_t lost[RKV_MAX_MACHINES];
-    struct cli_push cp = {.reqs = reqs, .lost = lost};
+    struct cli_push cp = {.reqs = c->call_reqs, .lost = c->call_lost};
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
     return rc < 0 ? rc : cli_push_end(c, &cp);
 }
@@ -1513,8 +1519,8 @@ static int cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswered
  * -RKV_EINUSE when a connection did not close in time. */
 static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t n)
 {
-    struct cli_server *drop[RKV_MAX_MACHINES];
-    int unanswered[RKV_MAX_MACHINES];
+    struct cli_server **drop = c->drop_srv;
+    int *unanswered = c->drop_unanswered;
     size_t n_drop = 0;
     cli_lock(c);
     for (size_t i = 0; i < n; i++) {
@@ -1523,7 +1529,7 @@ static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t
             continue;
         /* A connection that broke may not be closed yet: wait for that too. */
         int lost = !r->done || r->status == -RKV_EPEERDEAD;
-        if (r->zc && lost && n_drop < RKV_MAX_MACHINES && r->srv->peer) {
+        if (r->zc && lost && n_drop < c->cfg.n_machines && r->srv->peer) {
             unanswered[n_drop] = !r->done;
             drop[n_drop++] = r->srv;
         } else if (!r->done && r->expect == RKV_MSG_PULL_REPLY)
@@ -1613,8 +1619,8 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         return rc;
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
-    struct cli_req *reqs[RKV_MAX_MACHINES];
-    uint64_t lost[RKV_MAX_MACHINES];
+    struct cli_req **reqs = c->call_reqs;
+    uint64_t *lost = c->call_lost;
     size_t nreq;
     uint32_t local = c->cfg.machine_id;
     struct cli_op o = {
@@ -1763,8 +1769,13 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     c->machines = calloc(cfg->n_machines, sizeof(*c->machines));
     c->servers = calloc(c->n_servers, sizeof(*c->servers));
     c->pins = calloc(cfg->n_machines, sizeof(*c->pins));
+    c->call_reqs = calloc(cfg->n_machines, sizeof(*c->call_reqs));
+    c->call_lost = calloc(cfg->n_machines, sizeof(*c->call_lost));
+    c->drop_srv = calloc(cfg->n_machines, sizeof(*c->drop_srv));
+    c->drop_unanswered = calloc(cfg->n_machines, sizeof(*c->drop_unanswered));
     rc = -RKV_ENOMEM;
-    if (!c->machines || !c->servers || !c->pins)
+    if (!c->machines || !c->servers || !c->pins || !c->call_reqs || !c->call_lost || !c->drop_srv ||
+        !c->drop_unanswered)
         goto free_client;
     memcpy(c->machines, cfg->machines, cfg->n_machines * sizeof(*c->machines));
     c->cfg.machines = c->machines;
@@ -1803,6 +1814,10 @@ free_client:
     free(c->machines);
     free(c->servers);
     free(c->pins);
+    free(c->call_reqs);
+    free(c->call_lost);
+    free(c->drop_srv);
+    free(c->drop_unanswered);
     free(c);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
@@ -1973,5 +1988,9 @@ void rkv_client_destroy(struct rkv_client *c)
     free(c->machines);
     free(c->servers);
     free(c->pins);
+    free(c->call_reqs);
+    free(c->call_lost);
+    free(c->drop_srv);
+    free(c->drop_unanswered);
     free(c);
 }

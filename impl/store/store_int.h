@@ -21,6 +21,8 @@
 #define RKV_MAX_TENSORS 1024u
 _Static_assert(RKV_MAX_TENSORS == RKV_PROTO_MAX_TENSORS, "a LIST_REPLY holds every tensor");
 #define RKV_CLIENT_NODE_BASE 0x10000u
+_Static_assert(RKV_CLIENT_NODE_BASE == RKV_MAX_SERVERS,
+               "server node ids are below the client base");
 /* rkv_config.zero_copy_bytes by default (measured: see README, Benchmarks). */
 #define RKV_ZERO_COPY_DEFAULT_BYTES (64u << 10)
 

@@ -144,6 +144,10 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                             "config: machine %u (%s): need 1..256 servers within the port range", m,
                             mc->host);
     }
+    if (rkv_cfg_n_servers(cfg) > RKV_MAX_SERVERS)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: %u servers, but the wire format names at most %u",
+                        rkv_cfg_n_servers(cfg), RKV_MAX_SERVERS);
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
     if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||

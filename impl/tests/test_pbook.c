@@ -242,7 +242,7 @@ static void test_errors(void **state)
     expect_init_error(RKV_PART_RANGE, 0, 4, NULL, "rows 0");
     expect_init_error(RKV_PART_HASH, RKV_PROTO_MAX_ROWS + 1, 4, NULL, "rows 1099511627777");
     expect_init_error(RKV_PART_RANGE, 10, 0, NULL, "machines 0");
-    expect_init_error(RKV_PART_RANGE, 10, RKV_MAX_MACHINES + 1, NULL, "machines 1025");
+    expect_init_error(RKV_PART_RANGE, 10, RKV_MAX_MACHINES + 1, NULL, "machines 65537");
     expect_init_error((enum rkv_policy)0, 10, 4, NULL, "policy 0");
     expect_init_error((enum rkv_policy)4, 10, 4, NULL, "policy 4");
     expect_init_error(RKV_PART_EXPLICIT, 5, 4, NULL, "without a book");
