@@ -523,7 +523,7 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
                                                     [RKV_MSG_BARRIER] = RKV_MSG_BARRIER_REPLY,
                                                     [RKV_MSG_SHUTDOWN] = RKV_MSG_SHUTDOWN_ACK,
                                                     [RKV_MSG_TABLE] = RKV_MSG_TABLE_ENTRY};
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, reply_of[h->type], 0, c->cfg.ctrl_buf_bytes, what, &r, &tx);
     if (rc < 0)
@@ -620,7 +620,7 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     struct rkv_hdr h = {.type = RKV_MSG_META};
     struct rkv_msg body;
     snprintf(body.u.name, sizeof(body.u.name), "%s", name);
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     int rc = cli_send_simple(c, &c->servers[0], &h, &body, &r, "meta");
     if (rc < 0)
         return rc;
@@ -660,7 +660,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
     /* The local index travels with the book (c->init_local: this init's). */
     const uint64_t *local = c->init_local;
     size_t len = RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w->book_len, local != NULL);
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, 0, len, "init_data", &r, &tx);
     if (rc < 0)
@@ -727,7 +727,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     if (rc < 0)
         return rc;
     rkv_tensor_free(&probe);
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d->book, &r)) < 0)
         return rc;
     rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
@@ -1158,7 +1158,7 @@ static int cli_push_zc(struct rkv_client *c, const struct cli_op *o, struct cli_
     struct rkv_engine_ext *ext = malloc((size_t)n_ext * sizeof(*ext));
     if (!ext)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
     if (rc < 0) {
@@ -1197,7 +1197,7 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
     const uint64_t *ids = o->ids;
     const uint8_t *rows = o->rows;
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
     if (rc < 0)
@@ -1432,7 +1432,7 @@ static int cli_pull_zc(struct rkv_client *c, const struct cli_op *o, struct cli_
                        const uint32_t *pos, uint32_t cnt, struct cli_req **req_p)
 {
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 12;
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     struct rkv_hdr h;
     int rc = cli_pull_begin(c, o, srv, RKV_MSG_PULL_ZC, cnt, len, &r, &tx, &h);
@@ -1470,7 +1470,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     if (rc < 0)
         return rc;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     struct rkv_hdr h;
     if ((rc = cli_pull_begin(c, o, srv, RKV_MSG_PULL, cnt, len, &r, &tx, &h)) < 0)
@@ -1653,7 +1653,7 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
 int rkv_client_barrier(struct rkv_client *c)
 {
     struct rkv_hdr h = {.type = RKV_MSG_BARRIER};
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     int rc = cli_check_open(c, "barrier");
     if (rc < 0)
         return rc;
@@ -1722,7 +1722,7 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
 static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
 {
     struct rkv_hdr h = {.type = RKV_MSG_TABLE};
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     int rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "address table");
     if (rc < 0)
         return rc;
@@ -1904,7 +1904,7 @@ int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
     if ((!metas && cap) || !n_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
     struct cli_server *srv = &c->servers[0];
-    struct cli_req *r;
+    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, RKV_MSG_LIST_REPLY, 0, RKV_PROTO_HDR_BYTES, "list", &r, &tx);
     if (rc < 0)
