@@ -60,7 +60,7 @@ struct rkv_oracle {
 
 static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
 {
-    return w / sc->workers_per_machine;
+    return rkv_scenario_worker_machine(sc, w);
 }
 
 double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
