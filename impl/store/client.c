@@ -1664,8 +1664,12 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
     if (rc < 0)
         return rc;
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
-    if (!reqs)
+    uint8_t *asked = calloc(c->n_servers, 1);
+    if (!reqs || !asked) {
+        free(reqs);
+        free(asked);
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "shutdown: out of memory");
+    }
     size_t n = 0;
     /* Every server is asked, whatever became of the others; the first
      * failure is the call's, with the servers that could not be asked. */
@@ -1674,8 +1678,16 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
     cli_lock(c);
     c->stopping = 1;
     cli_unlock(c);
-    for (uint32_t i = 0; i < c->n_servers; i++) {
+    /* Servers seen dying first: a restarting one comes back only while
+     * its machine's first server still holds the machine's memory (a
+     * stopped first server removes it, and a restarted sibling would then
+     * wait for a restore that never comes and outlive the shutdown). */
+    for (uint32_t k = 0; k < 2 * c->n_servers; k++) {
+        uint32_t i = k % c->n_servers;
         struct cli_server *srv = &c->servers[i];
+        if (k < c->n_servers ? !cli_srv_dead(c, srv) || cli_srv_redial(c, srv) : asked[i])
+            continue;
+        asked[i] = 1;
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
         /* With retries on, a server seen dying may be back (restarted), and
          * it has to stop as well; a short try, it is not worth a long wait. */
@@ -1700,6 +1712,7 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
             snprintf(unreached + used, sizeof(unreached) - used, "%s%u", used ? ", " : "", srv->id);
     }
     int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "shutdown");
+    free(asked);
     free(reqs);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
