@@ -1079,6 +1079,25 @@ void sim_nic_crash(struct sim_nic *n)
             sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 2);
         qp->state = SN_DOWN;
     }
+    /* A CONNECT on its way when the node died finds no NIC actor to answer
+     * it, and its sender would wait out its whole timeout (the retry budget,
+     * 30 s) although the server restarted 10 ms later (rkv swarm, seed
+     * 7168). The node's OS refuses it at once instead, as a kernel answers
+     * a SYN for a dead process with a reset. A CONNECT this NIC already
+     * accepted is an UP QP above: its DISCONNECT follows the ACCEPT. */
+    for (uint32_t k = 0; k < n->w->n_nics; k++) {
+        struct sim_nic *o = n->w->nics[k];
+        for (uint32_t i = 0; o != n && !o->closed && i < o->n_qps; i++) {
+            struct sn_qp *cq = o->qps[i];
+            if (cq->closed || cq->state != SN_CONNECTING || cq->peer_nic != n->id)
+                continue;
+            int accepted = 0;
+            for (uint32_t j = 0; j < n->n_qps && !accepted; j++)
+                accepted = n->qps[j]->peer_nic == o->id && n->qps[j]->peer_qp == cq->id;
+            if (!accepted)
+                sn_put_ctl(n, SN_REJECT, o->id, SN_NO_QP, cq->id, 0, 0);
+        }
+    }
     sn_close(&n->base);
 }
 
