@@ -350,6 +350,15 @@ static void sn_qp_down(struct sim_nic *n, struct sn_qp *qp)
 {
     if (qp->state == SN_DOWN)
         return;
+    if (qp->state == SN_CONNECTING) {
+        /* Reset during the handshake (the target accepted, then crashed and
+         * its ACCEPT was lost with it): the connect fails now, as on a real
+         * network, instead of waiting out its whole timeout (rkv swarm,
+         * seed 13176: 30 s, and the other workers' barrier failed). */
+        qp->state = SN_REFUSED;
+        sim_cv_broadcast(&n->conn_cv);
+        return;
+    }
     int was_up = qp->state == SN_UP;
     qp->state = SN_DOWN;
     sn_free_list(qp->held);
