@@ -241,8 +241,8 @@ static int sc_map(struct sc_ctx *c, const char *what, struct fy_node *at, struct
 
 /* ---- cluster ---- */
 
-static const char *const sc_cluster_fields[] = {"machines", "servers_per_machine",
-                                                "workers_per_machine", "durable", "retry_ms"};
+static const char *const sc_cluster_fields[] = {
+    "machines", "servers_per_machine", "workers_per_machine", "durable", "retry_ms", "workers"};
 
 static int sc_cluster_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
                             struct fy_node *v)
@@ -252,6 +252,12 @@ static int sc_cluster_field(struct sc_ctx *c, void *obj, int f, struct fy_node *
         return sc_bool(c, "durable", k, v, &sc->durable);
     if (f == 4)
         return sc_u32(c, "retry_ms", k, v, 0, 3600000, &sc->retry_ms);
+    if (f == 5) {
+        /* Fewer workers than the slots: machines past the last worker run
+         * servers only (what a machine_lost fault needs). */
+        sc->workers_mark = sc_mark(v);
+        return sc_u32(c, "workers", k, v, 1, RKV_MAX_MACHINES * 64, &sc->workers_total);
+    }
     uint32_t *dst[] = {&sc->machines, &sc->servers_per_machine, &sc->workers_per_machine};
     uint32_t max[] = {RKV_MAX_MACHINES, 64, 64};
     return sc_u32(c, sc_cluster_fields[f], k, v, 1, max[f], dst[f]);
@@ -796,7 +802,7 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (t.key[TOP_SEED] &&
         (rc = sc_u64(c, "seed", t.key[TOP_SEED], t.val[TOP_SEED], 0, UINT64_MAX, &sc->seed)) < 0)
         return rc;
-    if ((rc = sc_map(c, "cluster", t.key[TOP_CLUSTER], t.val[TOP_CLUSTER], sc_cluster_fields, 5,
+    if ((rc = sc_map(c, "cluster", t.key[TOP_CLUSTER], t.val[TOP_CLUSTER], sc_cluster_fields, 6,
                      sc_cluster_field, sc)) < 0 ||
         (rc = sc_list(c, "tensors", t.key[TOP_TENSORS], t.val[TOP_TENSORS], sc_tensor)) < 0 ||
         (rc = sc_list(c, "workload", t.key[TOP_WORKLOAD], t.val[TOP_WORKLOAD], sc_phase)) < 0)
@@ -820,6 +826,13 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
         return sc_fail(c, t.key[TOP_CLUSTER],
                        "cluster: machines, servers_per_machine and "
                        "workers_per_machine are required");
+    if (sc->workers_total > sc->machines * sc->workers_per_machine) {
+        struct rkv_sc_mark m = sc->workers_mark;
+        return sc_fail_mark(c, m,
+                            "cluster.workers: expected at most machines x workers_per_machine "
+                            "= %u (workers fill each machine's slots in order), got %u",
+                            sc->machines * sc->workers_per_machine, sc->workers_total);
+    }
     return 0;
 }
 
@@ -1106,6 +1119,31 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
     const char *why = sc_fault_incomplete(f, &field);
     if (*why)
         return sc_fault_fail(sc, i, field, err, err_len, "%s %s", f->kind, why);
+    unsigned m, l;
+    if (f->machine_lost && sscanf(f->target, "s%u.%u", &m, &l) == 2) {
+        /* A lost machine takes every process on it. Another server left
+         * running would serve a machine segment that is gone (and a
+         * restarted one waits forever for the first to restore it); a
+         * co-located worker would write into memory nobody reads, and a
+         * worker lost with it fails every barrier, so no survivor could
+         * show that nothing acknowledged was lost. Hence: alone. */
+        uint32_t w = 0, n_workers = rkv_scenario_workers(sc);
+        while (w < n_workers && rkv_scenario_worker_machine(sc, w) != m)
+            w++;
+        if (sc->servers_per_machine > 1 || w < n_workers) {
+            char other[32];
+            if (sc->servers_per_machine > 1)
+                snprintf(other, sizeof(other), "s%u.%u", m, l ? 0 : 1);
+            else
+                snprintf(other, sizeof(other), "w%u", w);
+            return sc_fault_fail(sc, i, RKV_SC_F_MACHINE_LOST, err, err_len,
+                                 "machine_lost: machine %u also runs %s; a lost machine takes "
+                                 "every process on it, so the server must be alone there "
+                                 "(servers_per_machine: 1 and cluster.workers leaving machine "
+                                 "%u without workers)",
+                                 m, other, m);
+        }
+    }
     if (f->after_phase[0]) {
         uint32_t p = 0;
         while (p < sc->n_phases && strcmp(sc->phases[p].name, f->after_phase) != 0)
@@ -1243,6 +1281,15 @@ void rkv_scenario_free(struct rkv_scenario *sc)
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc)
 {
     return sc->workers_total ? sc->workers_total : sc->machines * sc->workers_per_machine;
+}
+
+uint32_t rkv_scenario_worker_machine(const struct rkv_scenario *sc, uint32_t w)
+{
+    /* A file's workers fill each machine's slots in order (client ids are
+     * assigned by machine); a built-in run's uneven count deals them out. */
+    if (sc->workers_total && !sc->workers_mark.line)
+        return w % sc->machines;
+    return w / sc->workers_per_machine;
 }
 
 uint32_t rkv_scenario_servers(const struct rkv_scenario *sc)

@@ -96,8 +96,9 @@ struct rkv_scenario {
     uint64_t seed;
     uint32_t machines, servers_per_machine, workers_per_machine;
     uint32_t workers_total; /* 0: machines x workers_per_machine (built-in runs may be uneven) */
-    int durable;            /* cluster.durable: servers acknowledge pushes once on disk */
-    uint32_t retry_ms;      /* cluster.retry_ms: workers retry requests to a dead server */
+    struct rkv_sc_mark workers_mark; /* cluster.workers given: fewer workers than slots */
+    int durable;                     /* cluster.durable: servers acknowledge pushes once on disk */
+    uint32_t retry_ms;               /* cluster.retry_ms: workers retry requests to a dead server */
     struct rkv_sc_tensor tensors[RKV_SC_MAX_TENSORS];
     uint32_t n_tensors;
     struct rkv_sc_phase phases[RKV_SC_MAX_PHASES];
@@ -137,6 +138,8 @@ void rkv_scenario_free(struct rkv_scenario *sc);
 int rkv_scenario_where(const struct rkv_scenario *sc, struct rkv_sc_mark m, char *buf, size_t len);
 
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
+/* The machine worker w runs on (the twin, the launcher and the oracle agree). */
+uint32_t rkv_scenario_worker_machine(const struct rkv_scenario *sc, uint32_t w);
 /* The workload `rkv demo` and a scenario-less `rkv worker` run, for the
  * cluster of cfg: sum, sgd, i64 sum, contested and owned assigns over range,
  * hash and explicit partitions, every value checked by the same oracle. */

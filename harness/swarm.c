@@ -237,6 +237,21 @@ static void sw_gen_sim(struct rkv_rng *r, struct rkv_swarm_spec *sp)
     sp->fairbottleneck = sw_chance(r, 0.1);
 }
 
+/* The cluster's workers: those of the slots that cluster.workers keeps. */
+static uint32_t sw_workers(const struct rkv_swarm_spec *sp)
+{
+    uint32_t slots = sp->machines * sp->workers_per_machine;
+    return sp->workers && sp->workers < slots ? sp->workers : slots;
+}
+
+/* A machine_lost crash needs its server alone on the machine: one server
+ * per machine and no worker there (the loader refuses anything else). */
+static int sw_alone(const struct rkv_swarm_spec *sp, const struct rkv_swarm_fault *f)
+{
+    return f->server && sp->servers_per_machine == 1 &&
+           sw_workers(sp) <= f->machine * sp->workers_per_machine;
+}
+
 void rkv_swarm_generate(uint64_t seed, struct rkv_swarm_spec *sp)
 {
     struct rkv_rng r;
@@ -279,6 +294,14 @@ void rkv_swarm_generate(uint64_t seed, struct rkv_swarm_spec *sp)
             f->at_s = 0;
         }
     }
+    /* A lost machine takes every process on it: its server must be alone
+     * there, so the machines from the lost one on run no workers. */
+    for (uint32_t i = 0; i < sp->n_faults; i++) {
+        struct rkv_swarm_fault *f = &sp->faults[i];
+        if (f->machine_lost && f->server && f->machine && sp->servers_per_machine == 1 &&
+            f->machine * sp->workers_per_machine < sw_workers(sp))
+            sp->workers = f->machine * sp->workers_per_machine;
+    }
     /* Keep the case small: halve the longest phase until the requests fit.
      * A durable server acknowledges a push once it is fsynced: fewer. */
     uint64_t budget = sp->durable ? SW_MAX_REQUESTS / 8 : SW_MAX_REQUESTS;
@@ -298,7 +321,7 @@ uint64_t rkv_swarm_requests(const struct rkv_swarm_spec *sp)
     uint64_t n = 0;
     for (uint32_t i = 0; i < sp->n_phases; i++)
         n += sp->phases[i].rounds;
-    return n * sp->machines * sp->workers_per_machine;
+    return n * sw_workers(sp);
 }
 
 /* ---- validity ---- */
@@ -307,7 +330,7 @@ static int sw_fault_target_ok(const struct rkv_swarm_spec *sp, const struct rkv_
 {
     if (f->server)
         return f->machine < sp->machines && f->local < sp->servers_per_machine;
-    return f->local < sp->machines * sp->workers_per_machine;
+    return f->local < sw_workers(sp);
 }
 
 static int sw_same_target(const struct rkv_swarm_fault *a, const struct rkv_swarm_fault *b)
@@ -348,7 +371,7 @@ static void sw_normalize_faults(struct rkv_swarm_spec *sp)
         int s0 = f->server && f->machine == 0 && f->local == 0;
         if (!sp->durable || !sp->retry_ms || s0 || !f->server || f->kind != RKV_SWF_CRASH)
             f->restart_after_s = 0;
-        if (!f->server || f->kind != RKV_SWF_CRASH)
+        if (!f->server || f->kind != RKV_SWF_CRASH || !sw_alone(sp, f))
             f->machine_lost = 0;
         if (sw_fault_keep(sp, i))
             sp->faults[n++] = *f;
@@ -367,6 +390,8 @@ static void sw_normalize_faults(struct rkv_swarm_spec *sp)
 void rkv_swarm_normalize(struct rkv_swarm_spec *sp)
 {
     assert(sp->machines >= 1 && sp->servers_per_machine >= 1 && sp->workers_per_machine >= 1);
+    if (sp->workers >= sp->machines * sp->workers_per_machine)
+        sp->workers = 0; /* every slot: the file leaves the field out */
     assert(sp->n_tensors >= 1 && sp->n_phases >= 1);
     for (uint32_t i = 0; i < sp->n_tensors; i++) {
         struct rkv_swarm_tensor *t = &sp->tensors[i];
@@ -491,6 +516,8 @@ int rkv_swarm_yaml(const struct rkv_swarm_spec *sp, const char *note, FILE *out)
             "  workers_per_machine: %u\n",
             (unsigned long long)sp->seed, sp->machines, sp->servers_per_machine,
             sp->workers_per_machine);
+    if (sp->workers)
+        fprintf(out, "  workers: %u\n", sp->workers);
     if (sp->durable)
         fprintf(out, "  durable: true\n  retry_ms: %u\n", sp->retry_ms);
     fprintf(out, "tensors:\n");

@@ -72,6 +72,10 @@ struct rkv_swarm_fault {
 struct rkv_swarm_spec {
     uint64_t seed;
     uint32_t machines, servers_per_machine, workers_per_machine;
+    /* cluster.workers: 0 every slot; else fewer, filling machines in order,
+     * so that the machines past the last worker run servers only (where a
+     * machine_lost crash may happen: a lost machine takes all on it). */
+    uint32_t workers;
     int durable;
     uint32_t retry_ms;
     struct rkv_swarm_tensor tensors[RKV_SWARM_MAX_TENSORS];

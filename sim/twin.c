@@ -319,7 +319,7 @@ static int twin_nodes(struct twin *t)
     }
     for (uint32_t w = 0; w < t->n_workers; w++, k++) {
         /* Workers fill machines in order, as ids are assigned by machine. */
-        uint32_t m = sc->workers_total ? w % sc->machines : w / sc->workers_per_machine;
+        uint32_t m = rkv_scenario_worker_machine(sc, w);
         t->nodes[k] = (struct twin_node){.t = t, .machine = m, .local = w, .tid = k};
         snprintf(t->nodes[k].name, sizeof(t->nodes[k].name), "w%u", w);
     }

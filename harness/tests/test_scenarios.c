@@ -1,4 +1,5 @@
-/* Every scenario passes the oracle on TCP; every file in scenarios/bad fails
+/* Every scenario passes the oracle on TCP; so does every file in
+ * scenarios/regress in the twin; every file in scenarios/bad fails
  * with the message its first line expects; a corrupted server is caught;
  * the example of scenarios/README.md runs. */
 #include <dirent.h>
@@ -58,6 +59,24 @@ static void test_every_scenario_passes(void **state)
                 fail_msg("%s on %s: exit %d\n%s", names[i], backends[b], rc, out);
             printf("%s on %s: PASS\n", names[i], backends[b]);
         }
+    }
+}
+
+/* What rkv swarm once found and was fixed stays fixed: each shrunk file of
+ * scenarios/regress passes in the twin, where it failed (ci/swarm runs
+ * them too, with the seeds). */
+static void test_every_regression_scenario_passes(void **state)
+{
+    (void)state;
+    static char names[128][256];
+    int n = list_yaml(SCEN_DIR "/regress", names, 128);
+    assert_true(n >= 1);
+    for (int i = 0; i < n; i++) {
+        char args[1024];
+        snprintf(args, sizeof(args), "run %.255s --backend sim", names[i]);
+        int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
+        if (rc != 0 || !strstr(out, "verdict: PASS"))
+            fail_msg("%s on sim: exit %d\n%s", names[i], rc, out);
     }
 }
 
@@ -189,6 +208,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_scenarios_fail_precisely),
+        cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),

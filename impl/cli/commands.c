@@ -289,7 +289,7 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
     snprintf(v[0], 16, "%u", sc->machines);
     snprintf(v[1], 16, "%u", sc->servers_per_machine);
     snprintf(v[2], 16, "%u", W);
-    snprintf(v[3], 16, "%u", rank < S ? rank : (rank - S) / sc->workers_per_machine);
+    snprintf(v[3], 16, "%u", rank < S ? rank : rkv_scenario_worker_machine(sc, rank - S));
     snprintf(port, 16, "%u", sc->tcp_base_port);
     int use_port = sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default");
     rkv_scenario_free(sc);

@@ -1265,8 +1265,8 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     for (uint32_t i = 0; i < d->n_workers; i++) {
         char node[32];
         snprintf(node, sizeof(node), "w%u", i);
-        d->workers[i] =
-            demo_spawn(d, "worker", "--machine-id", i % d->machines, node, &d->out_fd[i]);
+        d->workers[i] = demo_spawn(d, "worker", "--machine-id", rkv_scenario_worker_machine(sc, i),
+                                   node, &d->out_fd[i]);
     }
     demo_collect(d);
     if (d->signo)

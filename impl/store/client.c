@@ -674,14 +674,55 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
+/* Durable mode with retries: an INIT phase at a server that died is sent
+ * again once it is back, within retry_ms. Every phase but the commit is
+ * idempotent (a server that has the tensor, from its snapshot or an
+ * earlier attempt, answers with its id), so a resend is safe. */
+static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
+                          const struct rkv_wire_tensor *w, const uint32_t *book)
+{
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
+    uint64_t backoff_ms = 10;
+    for (uint32_t attempt = 1;; attempt++) {
+        uint64_t now = po->now_ns(c->port);
+        struct cli_req *r = NULL;
+        int rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 0);
+        if (rc == 0)
+            rc = cli_send_init(c, srv, phase, id, w, book, &r);
+        if (r) {
+            int wrc = cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
+            rc = rc < 0 ? rc : wrc;
+        }
+        if (rc != -RKV_EPEERDEAD)
+            return rc;
+        now = po->now_ns(c->port);
+        if (now >= deadline)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "init_data: server %u still unreachable after retrying for %u ms (%u "
+                            "attempts): %s",
+                            srv->id, c->cfg.retry_ms, attempt, c->err);
+        uint64_t left_ms = (deadline - now) / 1000000ull;
+        po->sleep_ns(c->port, (backoff_ms < left_ms ? backoff_ms
+                               : left_ms            ? left_ms
+                                                    : 1) *
+                                  1000000ull);
+        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+    }
+}
+
 /* Runs one INIT phase on the servers selected by want_first (1: the first
  * server of each machine other than 0; 0: every other non-first server). */
 static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
                           const struct rkv_wire_tensor *w, const uint32_t *book)
 {
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
-    if (!reqs)
+    uint8_t *lost = calloc(c->n_servers, 1);
+    if (!reqs || !lost) {
+        free(reqs);
+        free(lost);
         return -RKV_ENOMEM;
+    }
     size_t n = 0;
     int rc = 0;
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++) {
@@ -692,10 +733,35 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
         rc = cli_send_init(c, srv, phase, id, w, book, &reqs[n]);
         if (reqs[n])
             n++;
+        if (rc == -RKV_EPEERDEAD && c->cfg.retry_ms) {
+            lost[i] = 1; /* seen dead: sent again below, once it is back */
+            rc = 0;
+        }
     }
-    int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "init_data");
+    int wrc = cli_wait_keep(c, reqs, n, c->cfg.timeout_ms, "init_data");
+    if (rc == 0 && wrc < 0 && c->cfg.retry_ms) {
+        /* Only what a dead server lost is retried; any other failure is
+         * the call's. */
+        int other = 0;
+        cli_lock(c);
+        for (size_t k = 0; k < n; k++) {
+            int st = reqs[k]->done ? reqs[k]->status : -RKV_ETIMEDOUT;
+            if (st == -RKV_EPEERDEAD)
+                lost[reqs[k]->srv->id] = 1;
+            else if (st < 0)
+                other = 1;
+        }
+        cli_unlock(c);
+        wrc = other ? wrc : 0;
+    }
+    cli_release(c, reqs, n);
     free(reqs);
-    return rc < 0 ? rc : wrc;
+    rc = rc < 0 ? rc : wrc;
+    for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
+        if (lost[i])
+            rc = cli_init_retry(c, &c->servers[i], phase, id, w, book);
+    free(lost);
+    return rc;
 }
 
 /* rkv_client_init_data with c->init_local set. */
@@ -1670,8 +1736,12 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
     if (rc < 0)
         return rc;
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
-    if (!reqs)
+    uint8_t *asked = calloc(c->n_servers, 1);
+    if (!reqs || !asked) {
+        free(reqs);
+        free(asked);
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "shutdown: out of memory");
+    }
     size_t n = 0;
     /* Every server is asked, whatever became of the others; the first
      * failure is the call's, with the servers that could not be asked. */
@@ -1680,8 +1750,16 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
     cli_lock(c);
     c->stopping = 1;
     cli_unlock(c);
-    for (uint32_t i = 0; i < c->n_servers; i++) {
+    /* Servers seen dying first: a restarting one comes back only while
+     * its machine's first server still holds the machine's memory (a
+     * stopped first server removes it, and a restarted sibling would then
+     * wait for a restore that never comes and outlive the shutdown). */
+    for (uint32_t k = 0; k < 2 * c->n_servers; k++) {
+        uint32_t i = k % c->n_servers;
         struct cli_server *srv = &c->servers[i];
+        if (k < c->n_servers ? !cli_srv_dead(c, srv) || cli_srv_redial(c, srv) : asked[i])
+            continue;
+        asked[i] = 1;
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
         /* With retries on, a server seen dying may be back (restarted), and
          * it has to stop as well; a short try, it is not worth a long wait. */
@@ -1706,6 +1784,7 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
             snprintf(unreached + used, sizeof(unreached) - used, "%s%u", used ? ", " : "", srv->id);
     }
     int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "shutdown");
+    free(asked);
     free(reqs);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
