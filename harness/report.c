@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -404,21 +405,23 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size
     rep_gp_path(f, dir, "throughput.dat");
     fprintf(f, " using 1:2 with boxes notitle\n");
     fclose(f);
-    /* gnuplot reads the script from its stdin: no shell quoting of a path */
-    FILE *in = fopen(path, "r");
-    if (!in)
-        return snprintf(err, err_len, "cannot read %s", path), -RKV_EIO;
-    FILE *gp = popen("gnuplot 2>&1", "w");
+    /* gnuplot gets the script's path as an argument, without a shell: no
+     * quoting of the path, and no pipe that a missing gnuplot would close
+     * under us (SIGPIPE killed the run when it was fed on stdin). */
     int st = -1;
-    if (gp) {
-        char buf[4096];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
-            fwrite(buf, 1, n, gp);
-        st = pclose(gp);
-        st = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(STDOUT_FILENO, STDERR_FILENO);
+        execlp("gnuplot", "gnuplot", path, (char *)NULL);
+        _exit(127);
     }
-    fclose(in);
+    if (pid > 0) {
+        int ws = 0;
+        pid_t w;
+        while ((w = waitpid(pid, &ws, 0)) < 0 && errno == EINTR)
+            ;
+        st = w == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    }
     if (st != 0)
         return snprintf(err, err_len,
                         "gnuplot failed (exit %d); install it with: apt-get install gnuplot-nox",
