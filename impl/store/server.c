@@ -625,33 +625,11 @@ static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const stru
 {
     if (s->durable) /* the log's turn: append, then apply, under its lock */
         return srv_apply_logged(s, t, m, client);
-    /* Durable mode only: without it nothing is promised across a crash, and
-     * an entry locked by a server killed mid-apply would stall the
-     * machine's other servers until a restart frees it. The client is the
-     * connection's, never the message's sender field: a peer must not
-     * mark another client's next push as applied. */
-    int tracked = s->durable && client < s->cfg.n_workers;
-    assert(s->mach.hdr); /* every tensor came with an INIT that mapped it */
-    if (s->durable)
-        rkv_mach_apply_begin(&s->mach);
-    int dup = tracked && rkv_mach_seq_begin(&s->mach, client, m->h.req_id);
-    int rc = 0;
-    if (!dup)
-        rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+    /* Without durable mode nothing is promised across a crash, so no
+     * (client, sequence) is tracked: a retried push applies again. */
+    int rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
                             m->u.push.rows);
-    if (tracked)
-        rkv_mach_seq_end(&s->mach, client, m->h.req_id, !dup && rc == 0);
-    if (s->durable)
-        rkv_mach_apply_end(&s->mach);
-    /* Outside the locks: in the twin this is simulated time, and a node
-     * crashed in it must not leave the client's entry locked. */
-    if (!dup)
-        rkv_port_handler_work(s->port, m->h.count);
-    if (dup) {
-        s->n_dups++;
-        RKV_LOGI(s->port, "client %u: push %llx was applied before; acknowledging it again", client,
-                 (unsigned long long)m->h.req_id);
-    }
+    rkv_port_handler_work(s->port, m->h.count);
     if (rc < 0)
         rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
                  m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
