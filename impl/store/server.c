@@ -1592,6 +1592,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     if (local_id >= mc->servers)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "server %u: machine %u has %u servers",
                         local_id, cfg->machine_id, mc->servers);
+    /* Before listening: the secret and connection limits. */
+    if ((rc = rkv_cfg_nic(cfg, nic, err, err_len)) < 0)
+        return rc;
     struct rkv_server *s = calloc(1, sizeof(*s));
     if (!s)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
@@ -1599,7 +1602,6 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
-    rkv_cfg_nic(cfg, nic); /* before listening: the secret and connection limits */
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);

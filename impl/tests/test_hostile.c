@@ -1220,8 +1220,23 @@ static void test_text_secret(void **state)
     assert_int_equal(setenv("RKV_SECRET_FILE", path, 1), 0);
     node_open(&nd, &plain, "file");
     unsetenv("RKV_SECRET_FILE");
-    unlink(path);
     struct rkv_qp *qp;
+    assert_int_equal(
+        nd.nic->ops->connect(nd.nic, c.machines[1].host, c.machines[1].base_port, WAIT_MS, &qp), 0);
+    nd.nic->ops->qp_close(qp);
+    node_close(&nd);
+    /* The file named by rkv_config.secret_file (what --secret-file sets),
+     * no environment involved; a missing file is a configuration error. */
+    struct rkv_config fcfg;
+    rkv_config_defaults(&fcfg);
+    char err[256];
+    node_open(&nd, &plain, "cfgfile");
+    snprintf(fcfg.secret_file, sizeof(fcfg.secret_file), "%s.missing", path);
+    assert_int_equal(rkv_cfg_nic(&fcfg, nd.nic, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "secret file"));
+    snprintf(fcfg.secret_file, sizeof(fcfg.secret_file), "%s", path);
+    assert_int_equal(rkv_cfg_nic(&fcfg, nd.nic, err, sizeof(err)), 0);
+    unlink(path);
     assert_int_equal(
         nd.nic->ops->connect(nd.nic, c.machines[1].host, c.machines[1].base_port, WAIT_MS, &qp), 0);
     nd.nic->ops->qp_close(qp);
