@@ -651,13 +651,18 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
 
-/* A pull naming a pull handler (op): each reply row is what the handler
- * writes, out_len elements, computed under the row's lock. */
-static void srv_on_pull_with(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m,
-                             struct rkv_tensor *t)
+/* Each reply row is what pull handler op writes for the row, out_len
+ * elements computed under the row's lock (op 0: the row itself). */
+static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
-    uint32_t out_len;
-    int rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
+    int rc;
+    uint32_t out_len = 0;
+    struct rkv_tensor *t = srv_tensor(s, m, &rc);
+    if (t)
+        rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
+                                  sizeof(s->err));
+    if (rc == 0)
+        rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
@@ -681,39 +686,6 @@ static void srv_on_pull_with(struct rkv_server *s, struct rkv_peer *peer, const 
     for (uint32_t i = 0; i < m->h.count; i++)
         rkv_pull_row(&t->shard, t, &s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
                      out + (size_t)i * out_bytes);
-    rkv_port_handler_work(s->port, m->h.count);
-    rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
-}
-
-static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
-{
-    int rc;
-    struct rkv_tensor *t = srv_tensor(s, m, &rc);
-    if (t)
-        rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
-                                  sizeof(s->err));
-    if (rc < 0)
-        return srv_status(s, peer, m, 0, rc, s->err);
-    if (m->h.op != RKV_PULL_ROWS)
-        return srv_on_pull_with(s, peer, m, t);
-    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)m->h.count * t->row_bytes;
-    if (len > m->u.pull.reply_to.cap)
-        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
-    struct rkv_tx *tx;
-    rc = rkv_engine_tx_alloc(s->eng, len, &tx);
-    if (rc < 0)
-        return srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
-    uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY,
-                        .req_id = m->h.req_id,
-                        .tensor_id = t->meta.id,
-                        .sender = s->server_id,
-                        .count = m->h.count,
-                        .row_bytes = (uint32_t)t->row_bytes};
-    rkv_proto_enc_pull_reply(buf, &h);
-    uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
-    for (uint32_t i = 0; i < m->h.count; i++)
-        rkv_shard_pull_row(&t->shard, t, m->u.pull.ids[i], out + (size_t)i * t->row_bytes);
     rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
 }
