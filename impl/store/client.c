@@ -113,9 +113,6 @@ struct rkv_client {
      * machine do not order each other's work). */
     struct rkv_pending *pending;
     struct cli_pin *pins;
-    /* The local index of the rkv_client_init_data in progress (or NULL);
-     * the application thread's. */
-    const uint64_t *init_local;
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
     int observer;
@@ -653,12 +650,12 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
 
 /* ---- init ---- */
 
+/* The tensor w of description d, with d's book and local index. */
 static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
-                         const struct rkv_wire_tensor *w, const uint32_t *book,
+                         const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d,
                          struct cli_req **req_p)
 {
-    /* The local index travels with the book (c->init_local: this init's). */
-    const uint64_t *local = c->init_local;
+    const uint64_t *local = d->local_index;
     size_t len = RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w->book_len, local != NULL);
     struct cli_req *r;
     struct rkv_tx *tx;
@@ -670,14 +667,14 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                         .tensor_id = id,
                         .op = phase,
                         .sender = RKV_CLIENT_NODE_BASE + c->id};
-    len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, w, book, local);
+    len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, w, d->book, local);
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
 /* Runs one INIT phase on the servers selected by want_first (1: the first
  * server of each machine other than 0; 0: every other non-first server). */
 static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
-                          const struct rkv_wire_tensor *w, const uint32_t *book)
+                          const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d)
 {
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
     if (!reqs)
@@ -689,7 +686,7 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
         int first = srv->id == rkv_cfg_server_id(&c->cfg, srv->machine, 0);
         if (first != (phase == 1))
             continue;
-        rc = cli_send_init(c, srv, phase, id, w, book, &reqs[n]);
+        rc = cli_send_init(c, srv, phase, id, w, d, &reqs[n]);
         if (reqs[n])
             n++;
     }
@@ -698,8 +695,7 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     return rc < 0 ? rc : wrc;
 }
 
-/* rkv_client_init_data with c->init_local set. */
-static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
     struct rkv_wire_tensor w;
@@ -728,28 +724,20 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
         return rc;
     rkv_tensor_free(&probe);
     struct cli_req *r;
-    if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d->book, &r)) < 0)
+    if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d, &r)) < 0)
         return rc;
     rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
     uint32_t id = r->u32;
     cli_release(c, &r, 1);
     if (rc < 0)
         return rc;
-    if ((rc = cli_init_phase(c, 1, id, &w, d->book)) < 0)
+    if ((rc = cli_init_phase(c, 1, id, &w, d)) < 0)
         return rc;
-    if ((rc = cli_init_phase(c, 2, id, &w, d->book)) < 0)
+    if ((rc = cli_init_phase(c, 2, id, &w, d)) < 0)
         return rc;
-    if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d->book, &r)) < 0)
+    if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d, &r)) < 0)
         return rc;
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
-}
-
-int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
-{
-    c->init_local = d ? d->local_index : NULL; /* d NULL: refused by cli_init_data */
-    int rc = cli_init_data(c, d);
-    c->init_local = NULL;
-    return rc;
 }
 
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
