@@ -328,11 +328,12 @@ static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
     return NULL;
 }
 
-/* NULL when w describes tensor t as it is, else the first field that
- * differs. The initial values count: a second init_data asking for other
- * ones would otherwise return 0 and silently keep the first's. */
+/* NULL when w (with its book and local index) describes tensor t as it
+ * is, else the first field that differs. The initial values count: a second
+ * init_data asking for other ones would otherwise return 0 and silently
+ * keep the first's. */
 static const char *srv_differs(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
-                               const uint32_t *book)
+                               const uint32_t *book, const uint64_t *local)
 {
     if (t->meta.dtype != (enum rkv_dtype)w->dtype)
         return "dtype";
@@ -351,15 +352,10 @@ static const char *srv_differs(const struct rkv_tensor *t, const struct rkv_wire
     if (t->meta.policy == RKV_PART_EXPLICIT &&
         memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) != 0)
         return "book";
+    if (!t->pb.user_local != !local ||
+        (local && memcmp(t->pb.g2l, local, (size_t)t->meta.rows * sizeof(*local)) != 0))
+        return "local index";
     return NULL;
-}
-
-/* An INIT repeated for an existing tensor must give the same local index. */
-static int srv_same_local(const struct rkv_tensor *t, const uint64_t *local)
-{
-    if (!t->pb.user_local || !local)
-        return !t->pb.user_local && !local;
-    return memcmp(t->pb.g2l, local, (size_t)t->meta.rows * sizeof(*local)) == 0;
 }
 
 /* The oracle self-test's fault (rkv_server_set_test_corrupt_row). */
@@ -436,9 +432,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     if (t) {
-        const char *field = srv_differs(t, w, m->u.tensor.book);
-        if (!field && !srv_same_local(t, m->u.tensor.local))
-            field = "local index";
+        const char *field = srv_differs(t, w, m->u.tensor.book, m->u.tensor.local);
         if (field)
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
                             "tensor '%s' exists with another description (its %s differs)", w->name,
