@@ -1625,10 +1625,7 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
             uint32_t p = g.order[i];
             uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
-            if (handler == RKV_PULL_ROWS)
-                rkv_shard_pull_row(&t->shard, t, ids[p], out);
-            else
-                rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
+            rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
         }
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
