@@ -1,13 +1,18 @@
 /* The verdict table and report files of `rkv run`. */
 #include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "harness/report.h"
+
+extern char **environ; /* the process environment, handed to gnuplot */
 
 /* One pinned winner of concurrent assigns, as a worker's oracle printed it. */
 struct rep_pin {
@@ -404,21 +409,25 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size
     rep_gp_path(f, dir, "throughput.dat");
     fprintf(f, " using 1:2 with boxes notitle\n");
     fclose(f);
-    /* gnuplot reads the script from its stdin: no shell quoting of a path */
-    FILE *in = fopen(path, "r");
-    if (!in)
-        return snprintf(err, err_len, "cannot read %s", path), -RKV_EIO;
-    FILE *gp = popen("gnuplot 2>&1", "w");
+    /* gnuplot reads the script file as its stdin (no shell, so no quoting
+     * of a path), its errors going where its output goes. Not through a
+     * pipe: a gnuplot that is missing or exits early would kill this
+     * process with SIGPIPE as the script is written to it. */
+    posix_spawn_file_actions_t fa;
     int st = -1;
-    if (gp) {
-        char buf[4096];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
-            fwrite(buf, 1, n, gp);
-        st = pclose(gp);
-        st = st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    if (posix_spawn_file_actions_init(&fa) != 0)
+        return snprintf(err, err_len, "cannot start gnuplot: out of memory"), -RKV_ENOMEM;
+    if (posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, path, O_RDONLY, 0) == 0 &&
+        posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO) == 0) {
+        char *argv[] = {"gnuplot", NULL};
+        pid_t pid;
+        int e = posix_spawnp(&pid, "gnuplot", &fa, NULL, argv, environ);
+        if (e == 0 && waitpid(pid, &st, 0) == pid)
+            st = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        else
+            st = e == ENOENT ? 127 : -1; /* 127: not found, as a shell says */
     }
-    fclose(in);
+    posix_spawn_file_actions_destroy(&fa);
     if (st != 0)
         return snprintf(err, err_len,
                         "gnuplot failed (exit %d); install it with: apt-get install gnuplot-nox",
