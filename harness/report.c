@@ -1,5 +1,6 @@
 /* The verdict table and report files of `rkv run`. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -9,6 +10,8 @@
 #include <jansson.h>
 
 #include "harness/report.h"
+
+extern char **environ; /* the process environment, handed to gnuplot */
 
 /* One pinned winner of concurrent assigns, as a worker's oracle printed it. */
 struct rep_pin {

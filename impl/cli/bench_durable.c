@@ -47,13 +47,6 @@ struct bd_run {
     char err[256];
 };
 
-static double bd_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void bd_config(struct bd_run *r, const struct bd_opts *o, uint32_t workers,
                       uint32_t row_bytes, uint64_t shard_bytes, const char *durable_dir)
 {
@@ -111,8 +104,8 @@ static void *bd_worker_main(void *arg)
     if (rc == 0)
         rc = rkv_client_barrier(w->cli);
     uint64_t half = r->desc.rows / 2, n = 0;
-    double end = bd_now_s() + r->seconds;
-    while (rc == 0 && bd_now_s() < end) {
+    double end = cli_now_s() + r->seconds;
+    while (rc == 0 && cli_now_s() < end) {
         uint64_t gid = half + (id + n * r->cfg.n_workers) % half;
         rc = rkv_client_push(w->cli, "emb", &gid, 1, row, RKV_OP_SUM, 0);
         n++;
@@ -187,16 +180,16 @@ static double bd_fdatasync_rate(const char *dir, size_t block)
         return -1;
     }
     uint64_t n = 0;
-    double t0 = bd_now_s(), t;
+    double t0 = cli_now_s(), t;
     do {
         if (write(fd, buf, block) != (ssize_t)block || fdatasync(fd) != 0)
             break;
         n++;
-    } while ((t = bd_now_s()) - t0 < 1.0);
+    } while ((t = cli_now_s()) - t0 < 1.0);
     close(fd);
     unlink(path);
     free(buf);
-    return (double)n / (bd_now_s() - t0);
+    return (double)n / (cli_now_s() - t0);
 }
 
 static void bd_unlink_segment(void *user, const char *name)
@@ -262,9 +255,9 @@ static double bd_recovery_ms(const struct bd_opts *o, const char *dir, uint64_t 
     struct rkv_config c1 = r->cfg;
     c1.machine_id = 1;
     struct rkv_server *s1b;
-    double ta = bd_now_s();
+    double ta = cli_now_s();
     if (rkv_server_create(&c1, 0, &s1b, r->err, sizeof(r->err)) == 0) {
-        ms = (bd_now_s() - ta) * 1e3;
+        ms = (cli_now_s() - ta) * 1e3;
         pthread_t t1;
         pthread_create(&t1, NULL, bd_server_main, s1b);
         if (cli)

@@ -151,6 +151,10 @@ int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures
 double cli_limit_tcp_gbps(void);
 double cli_limit_memcpy_gbps(size_t block_bytes);
 
+/* Seconds on the monotonic clock, for the CLI's own timings (never a
+ * node's: those take the port's clock, simulated in the twin). */
+double cli_now_s(void);
+
 /* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
 int cli_free_ports(uint32_t n, uint16_t *base_p, int *hold);
 

@@ -434,7 +434,12 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
                      strerror(errno));
             goto free_machines;
         }
-        setenv("RKV_SECRET_FILE", secret_file, 1);
+        if (strlen(secret_file) >= sizeof(cfg->secret_file)) {
+            rkv_errf(err, err_len, -1, "secret-file: longer than %zu bytes",
+                     sizeof(cfg->secret_file) - 1);
+            goto free_machines;
+        }
+        strcpy(cfg->secret_file, secret_file);
     }
     if (busy > 1) {
         rkv_errf(err, err_len, -1, "busy-poll: expected 0 or 1, got %u", busy);

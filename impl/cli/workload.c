@@ -26,7 +26,7 @@ struct wl {
     struct rkv_rng rng;
 };
 
-static double wl_now(void)
+double cli_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -161,9 +161,9 @@ static int wl_bench(struct wl *x)
     if (rc == 0)
         rc = wl_pass(x, &r, 0, ops, 0);
     for (int kind = 0; kind < 4 && rc == 0; kind++) {
-        double t0 = wl_now();
+        double t0 = cli_now_s();
         rc = wl_pass(x, &r, kind, ops, 0);
-        double dt = wl_now() - t0;
+        double dt = cli_now_s() - t0;
         uint64_t *bytes = kind == 0   ? &x->res->push_bytes
                           : kind == 1 ? &x->res->pull_bytes
                           : kind == 2 ? &x->res->pushpull_bytes
@@ -184,9 +184,9 @@ static int wl_bench(struct wl *x)
     getrusage(RUSAGE_THREAD, &th0);
     for (int i = 0; i < LAT_N && rc == 0; i++) {
         ids[0] = r.remote[rkv_rng_below(&x->rng, r.n_remote)];
-        double t0 = wl_now();
+        double t0 = cli_now_s();
         rc = rkv_client_pull(x->cli, "t_bench", ids, 1, r.buf);
-        lat[i] = (wl_now() - t0) * 1e6;
+        lat[i] = (cli_now_s() - t0) * 1e6;
     }
     getrusage(RUSAGE_THREAD, &th1);
     getrusage(RUSAGE_SELF, &ru1);
@@ -253,7 +253,7 @@ static double wl_shard_pass_s(uint8_t *rows, uint8_t *buf, size_t vb, uint64_t o
 {
     uint32_t batch = wl_batch(vb);
     uint64_t ids[WL_ROWS];
-    double t0 = wl_now();
+    double t0 = cli_now_s();
     for (uint64_t o = 0; o < ops; o++) {
         for (uint32_t i = 0; i < batch; i++)
             ids[i] = rkv_rng_below(rng, WL_ROWS);
@@ -262,7 +262,7 @@ static double wl_shard_pass_s(uint8_t *rows, uint8_t *buf, size_t vb, uint64_t o
         if (kind != 0)
             wl_copy_batch(rows, buf, ids, batch, vb, 0);
     }
-    return wl_now() - t0;
+    return cli_now_s() - t0;
 }
 
 /* wl_pass's copies without the store: memory of the shard's kind (shared),

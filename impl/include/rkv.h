@@ -219,10 +219,14 @@ struct rkv_config {
     /* The cluster's shared secret, any text: a node proves it at connect
      * (challenge-response; it never crosses the wire) and talks only to
      * peers that proved it. Empty (the default): the text of the file
-     * RKV_SECRET_FILE names, else RKV_TOKEN's text, else none, and then
-     * anyone who reaches a server's port can join (servers say so at
-     * start). The same on every node. */
+     * secret_file names, else of the file RKV_SECRET_FILE names, else
+     * RKV_TOKEN's text, else none, and then anyone who reaches a server's
+     * port can join (servers say so at start). The same on every node. */
     char secret[256];
+    /* A file holding the secret (its text, one trailing newline dropped; up
+     * to 4096 bytes), read when a node opens; an unreadable one is an
+     * error. Empty (the default): none. */
+    char secret_file[256];
     /* A connection to a server that has not proved the secret within
      * hello_timeout_ms (default 5000; 0: never, which lets silent
      * connections hold descriptors) is dropped; so is one that sends no

@@ -37,12 +37,11 @@ void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len)
     nic->has_secret = len > 0;
 }
 
-static int nic_read_secret_file(struct rkv_nic *nic, const char *path)
+int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        RKV_LOGE(nic->port, "nic: cannot read the secret file %s (RKV_SECRET_FILE): %s", path,
-                 strerror(errno));
+        RKV_LOGE(nic->port, "nic: cannot read the secret file %s: %s", path, strerror(errno));
         return -RKV_ECONFIG;
     }
     char buf[RKV_NIC_SECRET_MAX + 1];
@@ -68,7 +67,7 @@ int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct
     *nic = (struct rkv_nic){.ops = ops, .port = port, .hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS};
     const char *file = getenv("RKV_SECRET_FILE");
     if (file && *file)
-        return nic_read_secret_file(nic, file);
+        return rkv_nic_read_secret_file(nic, file);
     const char *tok = getenv("RKV_TOKEN");
     rkv_nic_set_secret(nic, tok ? tok : "", tok ? strlen(tok) : 0);
     return 0;

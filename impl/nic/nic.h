@@ -167,6 +167,9 @@ struct rkv_nic {
 int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct rkv_port *port);
 /* Replaces the secret (rkv_config.secret); before listen/connect. */
 void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len);
+/* Replaces the secret by the text of the file at path (one trailing newline
+ * dropped); -RKV_ECONFIG, logged, if it cannot be read or is too long. */
+int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path);
 /* MAC over label || a || b with the NIC's key. */
 void rkv_nic_auth_mac(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
                       const uint8_t *b, size_t b_len, uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);

@@ -187,24 +187,6 @@ void rkv_file_close(int fd)
         close(fd);
 }
 
-int rkv_file_pwrite(int fd, const void *buf, size_t len, uint64_t off, const char *path, char *err,
-                    size_t err_len)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return rkv_errf(err, err_len, -RKV_EIO, "write of %s at byte %llu failed: %s", path,
-                            (unsigned long long)off, n < 0 ? strerror(errno) : "no progress");
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
 int rkv_file_pwritev(int fd, const void *const *bufs, const size_t *lens, int n, uint64_t off,
                      const char *path, char *err, size_t err_len)
 {
@@ -234,6 +216,14 @@ int rkv_file_pwritev(int fd, const void *const *bufs, const size_t *lens, int n,
         }
     }
     return 0;
+}
+
+int rkv_file_pwrite(int fd, const void *buf, size_t len, uint64_t off, const char *path, char *err,
+                    size_t err_len)
+{
+    if (len == 0) /* nothing to write: pwritev's no-progress check would fail it */
+        return 0;
+    return rkv_file_pwritev(fd, &buf, &len, 1, off, path, err, err_len);
 }
 
 int rkv_file_pread(int fd, void *buf, size_t len, uint64_t off, const char *path, char *err,

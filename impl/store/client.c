@@ -113,9 +113,6 @@ struct rkv_client {
      * machine do not order each other's work). */
     struct rkv_pending *pending;
     struct cli_pin *pins;
-    /* The local index of the rkv_client_init_data in progress (or NULL);
-     * the application thread's. */
-    const uint64_t *init_local;
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
     int observer;
@@ -653,12 +650,12 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
 
 /* ---- init ---- */
 
+/* The tensor w of description d, with d's book and local index. */
 static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
-                         const struct rkv_wire_tensor *w, const uint32_t *book,
+                         const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d,
                          struct cli_req **req_p)
 {
-    /* The local index travels with the book (c->init_local: this init's). */
-    const uint64_t *local = c->init_local;
+    const uint64_t *local = d->local_index;
     size_t len = RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w->book_len, local != NULL);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
@@ -670,7 +667,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                         .tensor_id = id,
                         .op = phase,
                         .sender = RKV_CLIENT_NODE_BASE + c->id};
-    len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, w, book, local);
+    len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, w, d->book, local);
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
@@ -679,7 +676,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
  * idempotent (a server that has the tensor, from its snapshot or an
  * earlier attempt, answers with its id), so a resend is safe. */
 static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
-                          const struct rkv_wire_tensor *w, const uint32_t *book)
+                          const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d)
 {
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
@@ -689,7 +686,7 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
         struct cli_req *r = NULL;
         int rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 0);
         if (rc == 0)
-            rc = cli_send_init(c, srv, phase, id, w, book, &r);
+            rc = cli_send_init(c, srv, phase, id, w, d, &r);
         if (r) {
             int wrc = cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
             rc = rc < 0 ? rc : wrc;
@@ -714,7 +711,7 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
 /* Runs one INIT phase on the servers selected by want_first (1: the first
  * server of each machine other than 0; 0: every other non-first server). */
 static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
-                          const struct rkv_wire_tensor *w, const uint32_t *book)
+                          const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d)
 {
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
     uint8_t *lost = calloc(c->n_servers, 1);
@@ -730,7 +727,7 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
         int first = srv->id == rkv_cfg_server_id(&c->cfg, srv->machine, 0);
         if (first != (phase == 1))
             continue;
-        rc = cli_send_init(c, srv, phase, id, w, book, &reqs[n]);
+        rc = cli_send_init(c, srv, phase, id, w, d, &reqs[n]);
         if (reqs[n])
             n++;
         if (rc == -RKV_EPEERDEAD && c->cfg.retry_ms) {
@@ -759,13 +756,12 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     rc = rc < 0 ? rc : wrc;
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
         if (lost[i])
-            rc = cli_init_retry(c, &c->servers[i], phase, id, w, book);
+            rc = cli_init_retry(c, &c->servers[i], phase, id, w, d);
     free(lost);
     return rc;
 }
 
-/* rkv_client_init_data with c->init_local set. */
-static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
     struct rkv_wire_tensor w;
@@ -794,28 +790,20 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
         return rc;
     rkv_tensor_free(&probe);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
-    if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d->book, &r)) < 0)
+    if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d, &r)) < 0)
         return rc;
     rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
     uint32_t id = r->u32;
     cli_release(c, &r, 1);
     if (rc < 0)
         return rc;
-    if ((rc = cli_init_phase(c, 1, id, &w, d->book)) < 0)
+    if ((rc = cli_init_phase(c, 1, id, &w, d)) < 0)
         return rc;
-    if ((rc = cli_init_phase(c, 2, id, &w, d->book)) < 0)
+    if ((rc = cli_init_phase(c, 2, id, &w, d)) < 0)
         return rc;
-    if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d->book, &r)) < 0)
+    if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d, &r)) < 0)
         return rc;
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
-}
-
-int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
-{
-    c->init_local = d ? d->local_index : NULL; /* d NULL: refused by cli_init_data */
-    int rc = cli_init_data(c, d);
-    c->init_local = NULL;
-    return rc;
 }
 
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
@@ -1703,10 +1691,7 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
             uint32_t p = g.order[i];
             uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
-            if (handler == RKV_PULL_ROWS)
-                rkv_shard_pull_row(&t->shard, t, ids[p], out);
-            else
-                rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
+            rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
         }
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");

@@ -328,11 +328,12 @@ static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
     return NULL;
 }
 
-/* NULL when w describes tensor t as it is, else the first field that
- * differs. The initial values count: a second init_data asking for other
- * ones would otherwise return 0 and silently keep the first's. */
+/* NULL when w (with its book and local index) describes tensor t as it
+ * is, else the first field that differs. The initial values count: a second
+ * init_data asking for other ones would otherwise return 0 and silently
+ * keep the first's. */
 static const char *srv_differs(const struct rkv_tensor *t, const struct rkv_wire_tensor *w,
-                               const uint32_t *book)
+                               const uint32_t *book, const uint64_t *local)
 {
     if (t->meta.dtype != (enum rkv_dtype)w->dtype)
         return "dtype";
@@ -351,15 +352,10 @@ static const char *srv_differs(const struct rkv_tensor *t, const struct rkv_wire
     if (t->meta.policy == RKV_PART_EXPLICIT &&
         memcmp(t->pb.book, book, (size_t)t->meta.rows * sizeof(uint32_t)) != 0)
         return "book";
+    if (!t->pb.user_local != !local ||
+        (local && memcmp(t->pb.g2l, local, (size_t)t->meta.rows * sizeof(*local)) != 0))
+        return "local index";
     return NULL;
-}
-
-/* An INIT repeated for an existing tensor must give the same local index. */
-static int srv_same_local(const struct rkv_tensor *t, const uint64_t *local)
-{
-    if (!t->pb.user_local || !local)
-        return !t->pb.user_local && !local;
-    return memcmp(t->pb.g2l, local, (size_t)t->meta.rows * sizeof(*local)) == 0;
 }
 
 /* The oracle self-test's fault (rkv_server_set_test_corrupt_row). */
@@ -436,9 +432,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     if (t) {
-        const char *field = srv_differs(t, w, m->u.tensor.book);
-        if (!field && !srv_same_local(t, m->u.tensor.local))
-            field = "local index";
+        const char *field = srv_differs(t, w, m->u.tensor.book, m->u.tensor.local);
         if (field)
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
                             "tensor '%s' exists with another description (its %s differs)", w->name,
@@ -625,33 +619,11 @@ static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const stru
 {
     if (s->durable) /* the log's turn: append, then apply, under its lock */
         return srv_apply_logged(s, t, m, client);
-    /* Durable mode only: without it nothing is promised across a crash, and
-     * an entry locked by a server killed mid-apply would stall the
-     * machine's other servers until a restart frees it. The client is the
-     * connection's, never the message's sender field: a peer must not
-     * mark another client's next push as applied. */
-    int tracked = s->durable && client < s->cfg.n_workers;
-    assert(s->mach.hdr); /* every tensor came with an INIT that mapped it */
-    if (s->durable)
-        rkv_mach_apply_begin(&s->mach);
-    int dup = tracked && rkv_mach_seq_begin(&s->mach, client, m->h.req_id);
-    int rc = 0;
-    if (!dup)
-        rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+    /* Without durable mode nothing is promised across a crash, so no
+     * (client, sequence) is tracked: a retried push applies again. */
+    int rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
                             m->u.push.rows);
-    if (tracked)
-        rkv_mach_seq_end(&s->mach, client, m->h.req_id, !dup && rc == 0);
-    if (s->durable)
-        rkv_mach_apply_end(&s->mach);
-    /* Outside the locks: in the twin this is simulated time, and a node
-     * crashed in it must not leave the client's entry locked. */
-    if (!dup)
-        rkv_port_handler_work(s->port, m->h.count);
-    if (dup) {
-        s->n_dups++;
-        RKV_LOGI(s->port, "client %u: push %llx was applied before; acknowledging it again", client,
-                 (unsigned long long)m->h.req_id);
-    }
+    rkv_port_handler_work(s->port, m->h.count);
     if (rc < 0)
         rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
                  m->h.op, rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
@@ -673,13 +645,18 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
 
-/* A pull naming a pull handler (op): each reply row is what the handler
- * writes, out_len elements, computed under the row's lock. */
-static void srv_on_pull_with(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m,
-                             struct rkv_tensor *t)
+/* Each reply row is what pull handler op writes for the row, out_len
+ * elements computed under the row's lock (op 0: the row itself). */
+static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
-    uint32_t out_len;
-    int rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
+    int rc;
+    uint32_t out_len = 0;
+    struct rkv_tensor *t = srv_tensor(s, m, &rc);
+    if (t)
+        rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
+                                  sizeof(s->err));
+    if (rc == 0)
+        rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
@@ -703,39 +680,6 @@ static void srv_on_pull_with(struct rkv_server *s, struct rkv_peer *peer, const 
     for (uint32_t i = 0; i < m->h.count; i++)
         rkv_pull_row(&t->shard, t, &s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
                      out + (size_t)i * out_bytes);
-    rkv_port_handler_work(s->port, m->h.count);
-    rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
-}
-
-static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
-{
-    int rc;
-    struct rkv_tensor *t = srv_tensor(s, m, &rc);
-    if (t)
-        rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
-                                  sizeof(s->err));
-    if (rc < 0)
-        return srv_status(s, peer, m, 0, rc, s->err);
-    if (m->h.op != RKV_PULL_ROWS)
-        return srv_on_pull_with(s, peer, m, t);
-    uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)m->h.count * t->row_bytes;
-    if (len > m->u.pull.reply_to.cap)
-        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
-    struct rkv_tx *tx;
-    rc = rkv_engine_tx_alloc(s->eng, len, &tx);
-    if (rc < 0)
-        return srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
-    uint8_t *buf = rkv_engine_tx_buf(tx);
-    struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY,
-                        .req_id = m->h.req_id,
-                        .tensor_id = t->meta.id,
-                        .sender = s->server_id,
-                        .count = m->h.count,
-                        .row_bytes = (uint32_t)t->row_bytes};
-    rkv_proto_enc_pull_reply(buf, &h);
-    uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
-    for (uint32_t i = 0; i < m->h.count; i++)
-        rkv_shard_pull_row(&t->shard, t, m->u.pull.ids[i], out + (size_t)i * t->row_bytes);
     rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
 }
@@ -1614,6 +1558,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     if (local_id >= mc->servers)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "server %u: machine %u has %u servers",
                         local_id, cfg->machine_id, mc->servers);
+    /* Before listening: the secret and connection limits. */
+    if ((rc = rkv_cfg_nic(cfg, nic, err, err_len)) < 0)
+        return rc;
     struct rkv_server *s = calloc(1, sizeof(*s));
     if (!s)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
@@ -1621,7 +1568,6 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
-    rkv_cfg_nic(cfg, nic); /* before listening: the secret and connection limits */
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
     s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
     s->n_servers = rkv_cfg_n_servers(cfg);

@@ -63,41 +63,18 @@ uint32_t rkv_crc32c(uint32_t crc, const void *buf, size_t len)
 
 /* ---- encoding ---- */
 
-static uint8_t *put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-    return p + 4;
-}
-static uint8_t *put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-    return p + 8;
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 static uint8_t *put_desc(uint8_t *p, const struct rkv_wire_tensor *d)
 {
     memcpy(p, d->name, sizeof(d->name));
     p += sizeof(d->name);
-    p = put32(p, d->dtype);
-    p = put32(p, d->policy);
-    p = put32(p, d->row_len);
-    p = put32(p, d->init);
-    p = put64(p, d->rows);
-    p = put64(p, d->init_seed);
-    p = put32(p, d->with_state);
-    return put32(p, d->book_len);
+    p = rkv_put32(p, d->dtype);
+    p = rkv_put32(p, d->policy);
+    p = rkv_put32(p, d->row_len);
+    p = rkv_put32(p, d->init);
+    p = rkv_put64(p, d->rows);
+    p = rkv_put64(p, d->init_seed);
+    p = rkv_put32(p, d->with_state);
+    return rkv_put32(p, d->book_len);
 }
 
 static void get_desc(const uint8_t *p, struct rkv_wire_tensor *d)
@@ -105,14 +82,14 @@ static void get_desc(const uint8_t *p, struct rkv_wire_tensor *d)
     memcpy(d->name, p, sizeof(d->name));
     d->name[RKV_NAME_MAX] = 0;
     p += sizeof(d->name);
-    d->dtype = get32(p);
-    d->policy = get32(p + 4);
-    d->row_len = get32(p + 8);
-    d->init = get32(p + 12);
-    d->rows = get64(p + 16);
-    d->init_seed = get64(p + 24);
-    d->with_state = get32(p + 32);
-    d->book_len = get32(p + 36);
+    d->dtype = rkv_get32(p);
+    d->policy = rkv_get32(p + 4);
+    d->row_len = rkv_get32(p + 8);
+    d->init = rkv_get32(p + 12);
+    d->rows = rkv_get64(p + 16);
+    d->init_seed = rkv_get64(p + 24);
+    d->with_state = rkv_get32(p + 32);
+    d->book_len = rkv_get32(p + 36);
 }
 
 /* Bytes of one tensor record after its fixed part; 0 on overflow. */
@@ -149,11 +126,11 @@ void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
     p += (size_t)s->n_clients * 8;
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         const struct rkv_snap_tensor *t = &s->tensors[i];
-        p = put32(p, t->id);
-        p = put32(p, t->with_state | (t->has_local ? 2u : 0u));
-        p = put64(p, t->local_rows);
-        p = put64(p, t->row_bytes);
-        p = put64(p, t->book_len);
+        p = rkv_put32(p, t->id);
+        p = rkv_put32(p, t->with_state | (t->has_local ? 2u : 0u));
+        p = rkv_put64(p, t->local_rows);
+        p = rkv_put64(p, t->row_bytes);
+        p = rkv_put64(p, t->book_len);
         p = put_desc(p, &t->desc);
         size_t book = (size_t)t->book_len * 4, data = (size_t)(t->local_rows * t->row_bytes);
         if (book)
@@ -172,23 +149,23 @@ void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
         }
     }
     uint8_t *h = out;
-    h = put64(h, RKV_SNAP_MAGIC);
-    h = put32(h, RKV_SNAP_VERSION);
-    h = put32(h, s->machine);
-    h = put64(h, s->lineage);
-    h = put64(h, s->generation);
-    h = put64(h, s->wall_ns);
-    h = put64(h, s->fingerprint);
-    h = put32(h, s->n_tensors);
-    h = put32(h, s->n_clients);
-    put64(h, (uint64_t)(p - out) - RKV_SNAP_HDR_BYTES);
+    h = rkv_put64(h, RKV_SNAP_MAGIC);
+    h = rkv_put32(h, RKV_SNAP_VERSION);
+    h = rkv_put32(h, s->machine);
+    h = rkv_put64(h, s->lineage);
+    h = rkv_put64(h, s->generation);
+    h = rkv_put64(h, s->wall_ns);
+    h = rkv_put64(h, s->fingerprint);
+    h = rkv_put32(h, s->n_tensors);
+    h = rkv_put32(h, s->n_clients);
+    rkv_put64(h, (uint64_t)(p - out) - RKV_SNAP_HDR_BYTES);
 }
 
 void rkv_snap_seal(uint8_t *buf, size_t len)
 {
     assert(len >= RKV_SNAP_HDR_BYTES);
-    put32(buf + 64, rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, len - RKV_SNAP_HDR_BYTES));
-    put32(buf + 68, rkv_crc32c(0, buf, 68));
+    rkv_put32(buf + 64, rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, len - RKV_SNAP_HDR_BYTES));
+    rkv_put32(buf + 68, rkv_crc32c(0, buf, 68));
 }
 
 /* ---- decoding ---- */
@@ -207,13 +184,13 @@ static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t
         struct rkv_snap_tensor *t = &s->tensors[i];
         if ((size_t)(end - p) < RKV_SNAP_TENSOR_BYTES)
             return SNAP_BAD("snapshot %s: tensor record %u runs past the end", path, i);
-        t->id = get32(p);
-        uint32_t flags = get32(p + 4);
+        t->id = rkv_get32(p);
+        uint32_t flags = rkv_get32(p + 4);
         t->with_state = flags & 1u;
         t->has_local = (flags >> 1) & 1u;
-        t->local_rows = get64(p + 8);
-        t->row_bytes = get64(p + 16);
-        t->book_len = get64(p + 24);
+        t->local_rows = rkv_get64(p + 8);
+        t->row_bytes = rkv_get64(p + 16);
+        t->book_len = rkv_get64(p + 24);
         get_desc(p + 32, &t->desc);
         p += RKV_SNAP_TENSOR_BYTES;
         uint64_t rest;
@@ -247,28 +224,28 @@ int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t m
     if (len < RKV_SNAP_HDR_BYTES)
         return SNAP_BAD("snapshot %s: truncated: %zu bytes, shorter than its %u-byte header", path,
                         len, RKV_SNAP_HDR_BYTES);
-    if (get64(buf) != RKV_SNAP_MAGIC)
+    if (rkv_get64(buf) != RKV_SNAP_MAGIC)
         return SNAP_BAD("snapshot %s: not an rkv snapshot (bad magic)", path);
-    if (get32(buf + 8) != RKV_SNAP_VERSION)
+    if (rkv_get32(buf + 8) != RKV_SNAP_VERSION)
         return SNAP_BAD("snapshot %s: format version %u, this build reads version %u", path,
-                        get32(buf + 8), RKV_SNAP_VERSION);
-    if (get32(buf + 68) != rkv_crc32c(0, buf, 68))
+                        rkv_get32(buf + 8), RKV_SNAP_VERSION);
+    if (rkv_get32(buf + 68) != rkv_crc32c(0, buf, 68))
         return SNAP_BAD("snapshot %s: header checksum mismatch (corrupted header)", path);
-    uint64_t body = get64(buf + 56);
+    uint64_t body = rkv_get64(buf + 56);
     if (body != len - RKV_SNAP_HDR_BYTES)
         return SNAP_BAD("snapshot %s: %s: %zu bytes, the header says %llu (torn write?)", path,
                         body > len - RKV_SNAP_HDR_BYTES ? "truncated" : "trailing bytes", len,
                         (unsigned long long)(body + RKV_SNAP_HDR_BYTES));
-    if (get32(buf + 64) != rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, (size_t)body))
+    if (rkv_get32(buf + 64) != rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, (size_t)body))
         return SNAP_BAD("snapshot %s: checksum mismatch over its %llu-byte body (corrupted data)",
                         path, (unsigned long long)body);
-    s->machine = get32(buf + 12);
-    s->lineage = get64(buf + 16);
-    s->generation = get64(buf + 24);
-    s->wall_ns = get64(buf + 32);
-    s->fingerprint = get64(buf + 40);
-    s->n_tensors = get32(buf + 48);
-    s->n_clients = get32(buf + 52);
+    s->machine = rkv_get32(buf + 12);
+    s->lineage = rkv_get64(buf + 16);
+    s->generation = rkv_get64(buf + 24);
+    s->wall_ns = rkv_get64(buf + 32);
+    s->fingerprint = rkv_get64(buf + 40);
+    s->n_tensors = rkv_get32(buf + 48);
+    s->n_clients = rkv_get32(buf + 52);
     if (machine != UINT32_MAX && s->machine != machine)
         return SNAP_BAD("snapshot %s: holds machine %u, not %u", path, s->machine, machine);
     const uint8_t *p = buf + RKV_SNAP_HDR_BYTES, *end = buf + len;

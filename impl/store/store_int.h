@@ -245,8 +245,9 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len);
 /* Identifies a cluster (machines, ports, servers, workers, shm prefix): a
  * client that reached a server of another cluster is told so at HELLO. */
 uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg);
-/* Gives nic the config's secret (when set) and connection limits. */
-void rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic);
+/* Gives nic the config's secret (its text or its file, when set) and
+ * connection limits; -RKV_ECONFIG if the secret file cannot be read. */
+int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len);
 /* The POSIX port and the configured NIC of one node (process). */
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
                   struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len);

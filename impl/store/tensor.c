@@ -1,4 +1,5 @@
 /* Tensor descriptions on the wire, and the configuration both roles share. */
+#include <stdio.h>
 #include <string.h>
 
 #include "nic/nic.h"
@@ -219,13 +220,22 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS;
 }
 
-void rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic)
+int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len)
 {
-    size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));
-    if (secret_len) /* else the NIC's own, from the environment */
-        rkv_nic_set_secret(nic, cfg->secret, secret_len);
     nic->hello_timeout_ms = cfg->hello_timeout_ms;
     nic->idle_timeout_ms = cfg->idle_timeout_ms;
+    size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));
+    if (secret_len) {
+        rkv_nic_set_secret(nic, cfg->secret, secret_len);
+    } else if (cfg->secret_file[0]) {
+        /* Bounded: the field is a C string only if the caller ended it. */
+        char path[sizeof(cfg->secret_file) + 1];
+        snprintf(path, sizeof(path), "%.*s", (int)sizeof(cfg->secret_file), cfg->secret_file);
+        int rc = rkv_nic_read_secret_file(nic, path);
+        if (rc < 0)
+            return rkv_errf(err, err_len, rc, "cannot read the secret file %s", path);
+    } /* else the NIC's own, from the environment */
+    return 0;
 }
 
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
@@ -241,7 +251,10 @@ int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
         (*port_p)->ops->destroy(*port_p);
         return rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
     }
-    rkv_cfg_nic(cfg, *nic_p);
+    if ((rc = rkv_cfg_nic(cfg, *nic_p, err, err_len)) < 0) {
+        rkv_node_close(*port_p, *nic_p);
+        return rc;
+    }
     return 0;
 }
 

@@ -12,27 +12,6 @@
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the log format is little-endian");
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, 4);
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 8);
-}
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
 void rkv_wal_file_name(char *buf, size_t len, uint32_t machine, uint64_t gen)
 {
     snprintf(buf, len, "rkv-m%u.%llu.wal", machine, (unsigned long long)gen);
@@ -61,14 +40,14 @@ void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uin
                            uint64_t fingerprint)
 {
     memset(out, 0, RKV_WAL_HDR_BYTES);
-    put64(out, RKV_WAL_MAGIC);
-    put32(out + 8, RKV_WAL_VERSION);
-    put32(out + 12, machine);
-    put64(out + 16, lineage);
-    put64(out + 24, gen);
-    put64(out + 32, fingerprint);
-    put64(out + 40, rkv_file_wall_ns());
-    put32(out + 60, rkv_crc32c(0, out, 60));
+    rkv_put64(out, RKV_WAL_MAGIC);
+    rkv_put32(out + 8, RKV_WAL_VERSION);
+    rkv_put32(out + 12, machine);
+    rkv_put64(out + 16, lineage);
+    rkv_put64(out + 24, gen);
+    rkv_put64(out + 32, fingerprint);
+    rkv_put64(out + 40, rkv_file_wall_ns());
+    rkv_put32(out + 60, rkv_crc32c(0, out, 60));
 }
 
 static const uint8_t wal_zeros[8];
@@ -83,17 +62,17 @@ static void wal_encode_head(uint8_t *out, const struct rkv_wal_push *p, uint64_t
     crc = rkv_crc32c(crc, p->rows, rows);
     crc = rkv_crc32c(crc, wal_zeros, pad);
     memset(out, 0, RKV_WAL_REC_BYTES);
-    put32(out, RKV_WAL_REC_MAGIC);
-    put32(out + 4, RKV_WAL_REC_PUSH); /* u16 type, u16 zero */
-    put32(out + 8, p->tensor_id);
-    put32(out + 12, p->client);
-    put64(out + 16, p->seq);
-    put64(out + 24, p->count);
-    put64(out + 32, row_bytes);
+    rkv_put32(out, RKV_WAL_REC_MAGIC);
+    rkv_put32(out + 4, RKV_WAL_REC_PUSH); /* u16 type, u16 zero */
+    rkv_put32(out + 8, p->tensor_id);
+    rkv_put32(out + 12, p->client);
+    rkv_put64(out + 16, p->seq);
+    rkv_put64(out + 24, p->count);
+    rkv_put64(out + 32, row_bytes);
     memcpy(out + 40, &p->param, 8);
-    put32(out + 48, (uint32_t)p->op);
-    put32(out + 52, crc);
-    put32(out + 60, rkv_crc32c(0, out, 60));
+    rkv_put32(out + 48, (uint32_t)p->op);
+    rkv_put32(out + 52, crc);
+    rkv_put32(out + 60, rkv_crc32c(0, out, 60));
 }
 
 static size_t wal_pad(uint64_t count, uint64_t row_bytes)
@@ -448,21 +427,21 @@ static int wal_check_header(const struct rkv_wal *w, const char *path, const uin
     if (len < RKV_WAL_HDR_BYTES)
         return WAL_BAD("log %s: truncated: %zu bytes, shorter than its %u-byte header", path, len,
                        RKV_WAL_HDR_BYTES);
-    if (get64(buf) != RKV_WAL_MAGIC)
+    if (rkv_get64(buf) != RKV_WAL_MAGIC)
         return WAL_BAD("log %s: not an rkv log (bad magic)", path);
-    if (get32(buf + 8) != RKV_WAL_VERSION)
+    if (rkv_get32(buf + 8) != RKV_WAL_VERSION)
         return WAL_BAD("log %s: format version %u, this build reads version %u", path,
-                       get32(buf + 8), RKV_WAL_VERSION);
-    if (get32(buf + 60) != rkv_crc32c(0, buf, 60))
+                       rkv_get32(buf + 8), RKV_WAL_VERSION);
+    if (rkv_get32(buf + 60) != rkv_crc32c(0, buf, 60))
         return WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
-    if (get32(buf + 12) != w->machine)
-        return WAL_BAD("log %s: holds machine %u, not %u", path, get32(buf + 12), w->machine);
-    if (get64(buf + 32) != w->fingerprint)
+    if (rkv_get32(buf + 12) != w->machine)
+        return WAL_BAD("log %s: holds machine %u, not %u", path, rkv_get32(buf + 12), w->machine);
+    if (rkv_get64(buf + 32) != w->fingerprint)
         return WAL_BAD("log %s: written by another cluster configuration", path);
-    if (get64(buf + 24) != gen)
+    if (rkv_get64(buf + 24) != gen)
         return WAL_BAD("log %s: says generation %llu, its name %llu", path,
-                       (unsigned long long)get64(buf + 24), (unsigned long long)gen);
-    *stale_p = get64(buf + 16) != lineage;
+                       (unsigned long long)rkv_get64(buf + 24), (unsigned long long)gen);
+    *stale_p = rkv_get64(buf + 16) != lineage;
     return 0;
 }
 
@@ -480,8 +459,9 @@ static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, con
                           struct rkv_wal_replay *r, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
-    uint32_t tid = get32(rec + 8), client = get32(rec + 12), op = get32(rec + 48);
-    uint64_t seq = get64(rec + 16), count = get64(rec + 24), row_bytes = get64(rec + 32);
+    uint32_t tid = rkv_get32(rec + 8), client = rkv_get32(rec + 12), op = rkv_get32(rec + 48);
+    uint64_t seq = rkv_get64(rec + 16), count = rkv_get64(rec + 24),
+             row_bytes = rkv_get64(rec + 32);
     double param;
     memcpy(&param, rec + 40, 8);
     struct rkv_tensor *t = tid >= 1 && tid <= RKV_MAX_TENSORS ? tensors[tid] : NULL;
@@ -531,18 +511,18 @@ static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *bu
         uint64_t rem = len - off;
         if (rem < RKV_WAL_REC_BYTES)
             break; /* torn: part of a header */
-        if (get32(rec + 60) != rkv_crc32c(0, rec, 60)) {
+        if (rkv_get32(rec + 60) != rkv_crc32c(0, rec, 60)) {
             if (wal_all_zero(rec, (size_t)rem))
                 break; /* torn: space the file system gave but no data reached */
             return WAL_BAD("log %s: record at byte %llu: header checksum mismatch (corrupted "
                            "record; %llu bytes follow it)",
                            path, (unsigned long long)off, (unsigned long long)rem);
         }
-        uint64_t count = get64(rec + 24), row_bytes = get64(rec + 32), body;
-        if (get32(rec) != RKV_WAL_REC_MAGIC || get32(rec + 4) != RKV_WAL_REC_PUSH ||
-            get32(rec + 56) != 0)
+        uint64_t count = rkv_get64(rec + 24), row_bytes = rkv_get64(rec + 32), body;
+        if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get32(rec + 4) != RKV_WAL_REC_PUSH ||
+            rkv_get32(rec + 56) != 0)
             return WAL_BAD("log %s: record at byte %llu: bad magic or unknown type %u", path,
-                           (unsigned long long)off, get32(rec + 4));
+                           (unsigned long long)off, rkv_get32(rec + 4));
         if (count == 0 || !rkv_mul_ok(count, 8 + row_bytes, &body) || !rkv_add_ok(body, 7, &body))
             return WAL_BAD("log %s: record at byte %llu: impossible sizes (%llu rows of %llu "
                            "bytes)",
@@ -551,7 +531,7 @@ static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *bu
         body &= ~7ull;
         if (body > rem - RKV_WAL_REC_BYTES)
             break; /* torn: the body runs past the end */
-        if (get32(rec + 52) != rkv_crc32c(0, rec + RKV_WAL_REC_BYTES, (size_t)body)) {
+        if (rkv_get32(rec + 52) != rkv_crc32c(0, rec + RKV_WAL_REC_BYTES, (size_t)body)) {
             if (RKV_WAL_REC_BYTES + body == rem)
                 break; /* torn: the last record, partly written */
             return WAL_BAD("log %s: record at byte %llu: checksum mismatch over its %llu-byte "

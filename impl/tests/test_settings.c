@@ -23,6 +23,32 @@ static struct rkv_settings *make(void)
     return set;
 }
 
+/* --secret-file reaches the config; the process environment, which a
+ * library must leave to its host program, is left alone. */
+static void test_secret_file_in_config(void **state)
+{
+    (void)state;
+    char err[256], path[64];
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-secret-%d", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("s3cret\n", f);
+    fclose(f);
+    unsetenv("RKV_SECRET_FILE");
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "secret-file", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.secret_file, path);
+    assert_null(getenv("RKV_SECRET_FILE"));
+    rkv_config_release(&cfg);
+    unlink(path);
+    /* An unreadable file is said at build time. */
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "secret-file"));
+    rkv_settings_destroy(set);
+}
+
 static void test_keys_and_env(void **state)
 {
     (void)state;
@@ -103,6 +129,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keys_and_env),
+        cmocka_unit_test(test_secret_file_in_config),
         cmocka_unit_test(test_bad_keys_and_values),
         cmocka_unit_test(test_cluster_file_and_server_id),
     };

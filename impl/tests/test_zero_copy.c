@@ -275,54 +275,6 @@ static void test_buffer_freed_between_calls(void **state)
     cluster_stop(&c);
 }
 
-static pid_t stray_child;
-
-static void kill_stray_child(void)
-{
-    if (stray_child > 0)
-        kill(stray_child, SIGKILL);
-}
-
-/* Forks a server process and waits until it listens. */
-static pid_t fork_server(struct cluster *c, uint32_t m)
-{
-    /* A test that failed midway left its server running, and holding the
-     * output ctest reads to the end: end it. */
-    if (stray_child > 0) {
-        kill_stray_child();
-        waitpid(stray_child, NULL, 0);
-        stray_child = 0;
-    }
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(ready[0]);
-        struct rkv_config cfg = c->cfg;
-        cfg.machine_id = m;
-        struct rkv_server *s;
-        char err[256];
-        char ok = rkv_server_create(&cfg, 0, &s, err, sizeof(err)) == 0;
-        if (write(ready[1], &ok, 1) != 1 || !ok)
-            _exit(3);
-        close(ready[1]);
-        rkv_server_run(s);
-        rkv_server_destroy(s);
-        _exit(0);
-    }
-    close(ready[1]);
-    stray_child = pid;
-    char ok = 0;
-    ssize_t r = read(ready[0], &ok, 1);
-    close(ready[0]);
-    if (r != 1 || !ok) {
-        waitpid(pid, NULL, 0);
-        fail_msg("the forked server could not start (port taken?)");
-    }
-    return pid;
-}
-
 /* A server that stops answering a zero-copy pull could still write into
  * the caller's buffer after the call returned: the client closes the
  * connection before returning, so the buffer can be freed at once; the

@@ -1,7 +1,8 @@
 /* A two-machine cluster in one test process over loopback TCP: one server
  * per machine (cluster_config_spm: up to 2; a thread each), workers joining
- * from the test. Shared by
- * test_store and test_zero_copy; include after cmocka.h and rkv.h. Each
+ * from the test, or a server forked into a process of its own. Shared by
+ * test_store, test_zero_copy, test_api_edges and test_dgl; include after
+ * cmocka.h and rkv.h. Each
  * binary names its own port range and shm tag, so parallel ctest runs do
  * not collide. */
 #ifndef RKV_TEST_TWO_MACHINES_H
@@ -10,9 +11,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define TM_MAX_SPM 2
@@ -121,6 +124,58 @@ static struct rkv_client *client_join(struct cluster *c)
     if (rc < 0)
         fail_msg("client: %s", err);
     return cli;
+}
+
+/* A forked server a failed assertion left behind (stopped, maybe): killed
+ * at exit (main registers kill_stray_child with atexit), or ctest would
+ * wait for it forever. Test-only global. */
+static pid_t stray_child;
+
+static inline void kill_stray_child(void)
+{
+    if (stray_child > 0)
+        kill(stray_child, SIGKILL);
+}
+
+/* Forks machine m's server process and waits until it listens (or failed
+ * to). Fork while the test process has one thread. */
+static inline pid_t fork_server(struct cluster *c, uint32_t m)
+{
+    /* A test that failed midway left its server running, and holding the
+     * output ctest reads to the end: end it. */
+    if (stray_child > 0) {
+        kill_stray_child();
+        waitpid(stray_child, NULL, 0);
+        stray_child = 0;
+    }
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(ready[0]);
+        struct rkv_config cfg = c->cfg;
+        cfg.machine_id = m;
+        struct rkv_server *s;
+        char err[256];
+        char ok = rkv_server_create(&cfg, 0, &s, err, sizeof(err)) == 0;
+        if (write(ready[1], &ok, 1) != 1 || !ok)
+            _exit(3);
+        close(ready[1]);
+        rkv_server_run(s);
+        rkv_server_destroy(s);
+        _exit(0);
+    }
+    close(ready[1]);
+    stray_child = pid;
+    char ok = 0;
+    ssize_t r = read(ready[0], &ok, 1);
+    close(ready[0]);
+    if (r != 1 || !ok) {
+        waitpid(pid, NULL, 0);
+        fail_msg("the forked server could not start (port taken?)");
+    }
+    return pid;
 }
 
 #endif

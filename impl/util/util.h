@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "rkv.h"
 
@@ -11,6 +12,32 @@
  * The first function that decides an error reports it; callers propagate. */
 int rkv_errf(char *err, size_t err_len, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Host-order integers at any alignment in a file's bytes (the snapshot and
+ * the log, whose little-endian formats assert the host's order). A put
+ * returns the byte after what it wrote. */
+static inline uint8_t *rkv_put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+    return p + 4;
+}
+static inline uint8_t *rkv_put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+    return p + 8;
+}
+static inline uint32_t rkv_get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline uint64_t rkv_get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
 
 /* Overflow-checked arithmetic: return 0 on overflow, 1 otherwise. */
 static inline int rkv_mul_ok(uint64_t a, uint64_t b, uint64_t *r)
