@@ -72,8 +72,9 @@ struct twin {
     struct sim_cv phase_cv; /* broadcast when it changes: the fault actor waits on it */
     /* Payload-less: the store carries thin rows, the network sees these. */
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
-    char **sg_argv; /* simgrid_init's arguments, sg_argc of them */
+    char **sg_argv; /* simgrid_init's arguments, sg_argc of them (owned) */
     int sg_argc;
+    char **sg_view; /* the array simgrid_init was given (it reorders it; kept for the run) */
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -546,8 +547,15 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
         rc = twin_cfg_try(argc, argv, err, err_len);
     if (rc < 0)
         return rc;
+    /* simgrid_init consumes the options it knows, moving pointers out of
+     * argv: it gets a copy, so that t->sg_argv still names every string. */
+    char **sg_argv = calloc((size_t)argc + 1, sizeof(*sg_argv));
+    if (!sg_argv)
+        return -RKV_ENOMEM;
+    memcpy(sg_argv, argv, (size_t)argc * sizeof(*argv));
+    t->sg_view = sg_argv;
     int sg_argc = argc;
-    simgrid_init(&sg_argc, argv);
+    simgrid_init(&sg_argc, sg_argv);
     simgrid_load_platform(platform);
     for (uint32_t m = 0; m < sc->machines; m++) {
         if (!twin_host(t, m)) {
@@ -772,6 +780,7 @@ free_all:
     for (int i = 0; i < t.sg_argc; i++)
         free(t.sg_argv[i]);
     free(t.sg_argv);
+    free(t.sg_view);
 fini_world:
     sim_world_fini(&t.w);
     free(thin);

@@ -192,24 +192,25 @@ static void demo_scan_progress(struct demo *d, uint32_t i, size_t len)
     d->scanned[i] = at;
 }
 
-/* Whether port is free on loopback. With hold_p, the probe socket stays
- * bound (SO_REUSEADDR, not listening) and is returned: other launchers'
- * probes, which bind without SO_REUSEADDR, then see the port as taken,
- * while this run's servers (SO_REUSEADDR, listen) can still bind it. */
+/* Whether port is free on loopback: a bind without SO_REUSEADDR, which
+ * fails while any socket holds the port. With hold_p the socket stays bound
+ * and is returned, with SO_REUSEADDR set only after the bind: other
+ * launchers' probes still fail on it, while this run's servers
+ * (SO_REUSEADDR, listen) can bind the port, since it does not listen. */
 static int demo_port_free(uint32_t port, int *hold_p)
 {
     int f = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in b = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    int one = 1;
-    if (f >= 0 && hold_p)
-        setsockopt(f, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     int r = f >= 0 ? bind(f, (struct sockaddr *)&b, sizeof(b)) : -1;
-    if (f >= 0 && (r != 0 || !hold_p))
-        close(f);
-    else if (hold_p)
+    if (r == 0 && hold_p) {
+        int one = 1;
+        setsockopt(f, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
         *hold_p = f;
+    } else if (f >= 0) {
+        close(f);
+    }
     return r == 0;
 }
 
