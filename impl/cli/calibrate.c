@@ -46,9 +46,9 @@
 
 #include "cli/calib.h"
 #include "cli/cli.h"
+#include "harness/report.h"
 
 #if RKV_WITH_SIM
-#include "harness/report.h"
 #include "harness/scenario.h"
 #include "sim/twin.h"
 #endif
