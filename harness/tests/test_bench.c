@@ -150,10 +150,44 @@ static void test_usage(void **state)
     assert_non_null(strstr(out, "(memcpy.1core.shard.push|pull|pushpull.SIZE; the ratios"));
 }
 
+/* rkv bench durable at small sizes: every push shape against its plain run
+ * and the disk's fdatasync limit, and a recovery time, all positive. */
+static void test_durable(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/rkv-bench-durable.XXXXXX", args[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(args, sizeof(args), "durable --dir %s --large-mib 2 --seconds 0.2", dir);
+    int rc = bench("", args);
+    snprintf(args, sizeof(args), "rm -rf %s", dir);
+    assert_int_equal(system(args), 0);
+    if (rc != 0)
+        fail_msg("rkv bench durable: exit %d:\n%s", rc, out);
+    const char *want[] = {"ratio durable.push.4K.1w.shard1M/plain.push.4K.1w.shard1M ",
+                          "ratio durable.push.4K.8w.shard2M/fdatasync.4K ",
+                          "ratio durable.push.1M.8w.shard2M/plain.push.1M.8w.shard2M ",
+                          "figure recovery.shard2M."};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!strstr(out, want[i]))
+            fail_msg("no \"%s\" in:\n%s", want[i], out);
+    for (const char *line = out; *line; line = strchr(line, '\n') + 1) {
+        char name[160];
+        double v;
+        if (!strncmp(line, "ratio ", 6) || !strncmp(line, "figure ", 7)) {
+            assert_int_equal(sscanf(strchr(line, ' ') + 1, "%159s %lf", name, &v), 2);
+            if (!(v > 0))
+                fail_msg("not positive: %.*s", (int)strcspn(line, "\n"), line);
+        }
+        if (!strchr(line, '\n'))
+            break;
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_durable),
         cmocka_unit_test(test_shm),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_tcp_without_iperf3),
