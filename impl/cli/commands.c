@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/node_verdict.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
@@ -141,20 +142,23 @@ static void cmd_on_phase(void *user, uint32_t worker, uint32_t phase)
     fflush(user);
 }
 
-/* Runs the scenario (one PHASE line per phase on stdout); without a
- * scenario file, also the timed phase (one RESULT line). */
+/* Runs the scenario (one PHASE line per phase, and the PIN lines, on
+ * `lines`); without a scenario file, also the timed phase (one RESULT line
+ * on stdout). *wl_rc_p: how the workload ended (0 or -RKV_E*). */
 static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
-                          const struct rkv_scenario *sc, const struct cli_workload *wl, int bench)
+                          const struct rkv_scenario *sc, const struct cli_workload *wl, int bench,
+                          FILE *lines, int *wl_rc_p)
 {
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
     /* Pinned assign winners go to the launcher with the PHASE lines, which
      * compares them across workers. */
     int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
-                                    stdout, cmd_on_phase, stdout)
+                                    lines, cmd_on_phase, stdout)
                 : -RKV_ENOMEM;
+    *wl_rc_p = rc;
     struct cli_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {
-        rkv_wl_print(stdout, rkv_client_id(cli), p, &st[p]);
+        rkv_wl_print(lines, rkv_client_id(cli), p, &st[p]);
         res.checks += st[p].checks;
         res.errors += st[p].errors;
     }
@@ -176,7 +180,9 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
     return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
 }
 
-int cli_cmd_worker(int argc, char **argv)
+/* verdict: under a launcher (`rkv node --scenario`), the report goes to
+ * worker 0, which prints the verdict and shuts the servers down. */
+static int cmd_worker(int argc, char **argv, struct cli_verdict *verdict)
 {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv worker [--machine-id M] [--scenario FILE] [settings]\n"
@@ -219,8 +225,22 @@ int cli_cmd_worker(int argc, char **argv)
         free(cfg.machines);
         return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
     }
-    int code = cmd_run_worker(cli, &cfg, sc, &wl, !*s.val[CLI_SCENARIO]);
-    if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
+    /* Under a launcher the lines are kept for worker 0 too. */
+    char *rep = NULL;
+    size_t rep_len = 0;
+    FILE *lines = verdict ? open_memstream(&rep, &rep_len) : stdout;
+    int wl_rc = 0, code = RKV_EXIT_STORE;
+    if (!lines)
+        fprintf(stderr, "rkv worker: out of memory for the report\n");
+    else
+        code = cmd_run_worker(cli, &cfg, sc, &wl, !*s.val[CLI_SCENARIO], lines, &wl_rc);
+    if (verdict && lines) {
+        fclose(lines);
+        fwrite(rep, 1, rep_len, stdout);
+        fflush(stdout);
+        code = cli_node_verdict(cli, &cfg, sc, rep, rep_len, wl_rc, code, verdict);
+        free(rep);
+    } else if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
         fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
         if (code == RKV_EXIT_OK)
             code = RKV_EXIT_STORE;
@@ -230,6 +250,11 @@ int cli_cmd_worker(int argc, char **argv)
     rkv_scenario_free(sc);
     free(cfg.machines);
     return code;
+}
+
+int cli_cmd_worker(int argc, char **argv)
+{
+    return cmd_worker(argc, argv, NULL);
 }
 
 int cli_cmd_config(int argc, char **argv)
@@ -270,8 +295,11 @@ static int node_rank(uint32_t *rank, uint32_t *size)
  * the rest the workers, machine by machine. Every rank derives the same
  * cluster from the scenario; hosts come from --cluster (one line per
  * machine) or --host for a one-host run. */
-static int node_from_scenario(int argc, char **argv, const struct cli_settings *s)
+static int node_from_scenario(int argc, char **argv, const struct cli_settings *s,
+                              const char *out_dir)
 {
+    struct cli_verdict verdict = {.out_dir = out_dir};
+    clock_gettime(CLOCK_MONOTONIC, &verdict.t0);
     char err[512];
     struct rkv_scenario *sc;
     uint32_t rank, size;
@@ -324,7 +352,7 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
         args[n++] = "1";
     }
     args[n] = NULL;
-    return rank < S ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
+    return rank < S ? cli_cmd_server(n, args) : cmd_worker(n, args, &verdict);
 }
 
 /* For launchers that set a role variable (ps-lite's DMLC_ROLE, DGL's), or
@@ -342,15 +370,27 @@ int cli_cmd_node(int argc, char **argv)
                "cluster file, every node registers with the scheduler (DMLC_ROLE=scheduler at\n"
                "DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT), which numbers the servers, groups them by\n"
                "host (DMLC_NODE_HOST, DMLC_INTERFACE) into machines, and exits 0 once every\n"
-               "node has its place.\n");
+               "node has its place.\n"
+               "Under a launcher, worker 0 prints the verdict table of `rkv run` (every\n"
+               "worker's report reaches it over the store) and exits 1 or 3 when it fails;\n"
+               "--out DIR: it also writes DIR/report.json and DIR/report.md.\n");
         return RKV_EXIT_OK;
+    }
+    const char *out_dir = NULL;
+    if (cli_verdict_take_out(&argc, argv, &out_dir) < 0) {
+        fprintf(stderr, "rkv node: --out: which directory?\n");
+        return RKV_EXIT_USAGE;
     }
     if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
     if (!*s.val[CLI_ROLE] && *s.val[CLI_SCENARIO])
-        return node_from_scenario(argc, argv, &s);
+        return node_from_scenario(argc, argv, &s, out_dir);
+    if (out_dir) {
+        fprintf(stderr, "rkv node: --out: only with --scenario under a launcher (no --role)\n");
+        return RKV_EXIT_USAGE;
+    }
     int server = strcmp(s.val[CLI_ROLE], "server") == 0;
     int worker = strcmp(s.val[CLI_ROLE], "worker") == 0 || strcmp(s.val[CLI_ROLE], "client") == 0;
     if (strcmp(s.val[CLI_ROLE], "scheduler") == 0)

@@ -1,0 +1,148 @@
+/* The verdict of a launcher-started run (node_verdict.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/node_verdict.h"
+#include "harness/report.h"
+#include "harness/report_gather.h"
+
+/* Why the verdict may fail beyond the table's columns, one line each: the
+ * workers that never reported and why, a refused block, a worker stopped
+ * by a store error, pins that did not fit, a failed shutdown. */
+static void verdict_notes(FILE *f, const struct rkv_report_gathered *g, uint32_t wait_ms,
+                          const char *gather_err, const char *shutdown_err)
+{
+    uint32_t never = 0;
+    for (uint32_t w = 0; w < g->n_workers; w++)
+        never += !g->blk[w].text;
+    if (never) {
+        fprintf(f, "\nnever reported (waited %u ms):", wait_ms);
+        for (uint32_t w = 0, k = 0; w < g->n_workers; w++)
+            if (!g->blk[w].text)
+                fprintf(f, "%s worker %u (%s)", k++ ? "," : "", w, g->why[w]);
+        fprintf(f, "\n");
+    }
+    for (uint32_t w = 0; w < g->n_workers; w++) {
+        const struct rkv_report_block *b = &g->blk[w];
+        if (!b->text)
+            continue;
+        if (b->flags & RKV_REPORT_TOO_LARGE)
+            fprintf(f, "worker %u: its report (%u bytes) did not fit its block\n", w,
+                    b->wanted_bytes);
+        if (b->status)
+            fprintf(f, "worker %u stopped on a store error: %s\n", w, rkv_strerror(b->status));
+        if (b->pins_dropped)
+            fprintf(f,
+                    "worker %u: %u pinned assign winners did not fit its report and were not "
+                    "compared across workers\n",
+                    w, b->pins_dropped);
+    }
+    if (gather_err)
+        fprintf(f, "gathering the reports: %s\n", gather_err);
+    if (shutdown_err)
+        fprintf(f, "shutting the servers down: %s\n", shutdown_err);
+}
+
+static double verdict_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Worker 0's part, once the servers are down: the table, the notes, the
+ * files; returns the verdict's exit code. */
+static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario *sc,
+                         const struct rkv_report_gathered *g, const struct cli_verdict *v,
+                         const char *gather_err, const char *shutdown_err)
+{
+    char **outs = calloc(g->n_workers ? g->n_workers : 1, sizeof(*outs));
+    struct rkv_report r;
+    if (!outs) {
+        fprintf(stderr, "rkv worker: out of memory for the verdict\n");
+        return RKV_EXIT_STORE;
+    }
+    int procs_ok = !gather_err && !shutdown_err;
+    for (uint32_t w = 0; w < g->n_workers; w++) {
+        outs[w] = g->blk[w].text;
+        procs_ok &= outs[w] && !g->blk[w].status && !(g->blk[w].flags & RKV_REPORT_TOO_LARGE);
+    }
+    if (rkv_report_collect(&r, sc, outs, g->n_workers) < 0) {
+        rkv_report_free(&r);
+        free(outs);
+        fprintf(stderr, "rkv worker: out of memory for the verdict\n");
+        return RKV_EXIT_STORE;
+    }
+    r.processes_ok = procs_ok;
+    r.wall_s = verdict_since(&v->t0);
+    verdict_notes(stdout, g, cfg->timeout_ms, gather_err, shutdown_err);
+    rkv_report_print(&r, stdout, cfg->backend);
+    fflush(stdout);
+    if (v->out_dir && rkv_report_write(&r, v->out_dir, cfg->backend) < 0) {
+        fprintf(stderr, "rkv worker: cannot write the report into %s\n", v->out_dir);
+    } else if (v->out_dir) {
+        char path[600];
+        snprintf(path, sizeof(path), "%s/report.md", v->out_dir);
+        FILE *f = fopen(path, "a");
+        if (f) {
+            verdict_notes(f, g, cfg->timeout_ms, gather_err, shutdown_err);
+            fclose(f);
+        }
+    }
+    int passed = rkv_report_passed(&r), wrong = 0;
+    for (uint32_t p = 0; p < sc->n_phases; p++)
+        wrong |= r.phase[p].errors > 0;
+    rkv_report_free(&r);
+    free(outs);
+    return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+}
+
+int cli_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
+                     const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
+                     int code, const struct cli_verdict *v)
+{
+    char err[512], gerr[512], serr[512];
+    uint32_t me = rkv_client_id(cli);
+    /* A worker whose report cannot go out still ends: worker 0 names it. */
+    if (rkv_report_send(cli, sc, me, wl_rc, text, len, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv worker: report: %s\n", err);
+        if (code == RKV_EXIT_OK)
+            code = RKV_EXIT_STORE;
+    }
+    if (me != 0)
+        return code;
+    struct rkv_report_gathered g;
+    int grc =
+        rkv_report_gather(cli, sc, (uint64_t)cfg->timeout_ms * 1000000, &g, gerr, sizeof(gerr));
+    int src = rkv_client_shutdown_servers(cli);
+    if (src < 0)
+        snprintf(serr, sizeof(serr), "%s", rkv_client_errmsg(cli));
+    int verdict = RKV_EXIT_STORE;
+    if (g.blk && g.why)
+        verdict = verdict_print(cfg, sc, &g, v, grc < 0 ? gerr : NULL, src < 0 ? serr : NULL);
+    else
+        fprintf(stderr, "rkv worker: report: %s\n", gerr);
+    rkv_report_gathered_free(&g);
+    return code != RKV_EXIT_OK ? code : verdict;
+}
+
+int cli_verdict_take_out(int *argc, char **argv, const char **out_p)
+{
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (!strcmp(argv[i], "--out")) {
+            if (i + 1 >= *argc || !*argv[i + 1])
+                return -1;
+            *out_p = argv[++i];
+        } else if (!strncmp(argv[i], "--out=", 6)) {
+            if (!argv[i][6])
+                return -1;
+            *out_p = argv[i] + 6;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    *argc = n;
+    return 0;
+}

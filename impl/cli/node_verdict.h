@@ -1,0 +1,33 @@
+/* `rkv node --scenario F` under mpirun or srun: the verdict `rkv run` prints,
+ * once, from worker 0, with every worker's lines carried over the store
+ * (harness/report_gather.h). */
+#ifndef RKV_CLI_NODE_VERDICT_H
+#define RKV_CLI_NODE_VERDICT_H
+
+#include <stddef.h>
+#include <time.h>
+
+#include "harness/scenario.h"
+#include "rkv.h"
+
+struct cli_verdict {
+    const char *out_dir; /* --out DIR of worker 0: report.json and report.md; NULL: none */
+    struct timespec t0;  /* when the worker started, for the wall time */
+};
+
+/* Every worker: sends its report (text: its PHASE, FIRSTERR and PIN lines;
+ * wl_rc: how its workload ended). Worker 0 then gathers everyone's (for at
+ * most the request timeout: every live worker left the workload's last
+ * barrier with it), shuts the servers down, prints the table and the
+ * workers that never reported, and writes the report files. Returns the
+ * exit code: code, or for worker 0 a failed verdict's (RKV_EXIT_CHECK for a
+ * wrong value, RKV_EXIT_STORE otherwise) when code was 0. */
+int cli_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
+                     const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
+                     int code, const struct cli_verdict *v);
+
+/* Takes `--out DIR` (or --out=DIR) out of argv, which is no setting;
+ * -1 when DIR is missing. */
+int cli_verdict_take_out(int *argc, char **argv, const char **out_p);
+
+#endif
