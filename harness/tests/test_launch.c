@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -54,26 +55,109 @@ static void test_dry_run(void **state)
     assert_int_equal(sh(cmd), 2);
 }
 
-/* Slurm's variables, set by hand: the same code path a real srun takes. */
+/* Slurm's variables, set by hand: the same code path a real srun takes.
+ * One worker prints the verdict table, once, and with --out writes the
+ * report files. */
 static void test_slurm_variables(void **state)
 {
     (void)state;
-    char cmd[2048];
+    char cmd[2048], dir[64], path[128];
+    snprintf(dir, sizeof(dir), "/tmp/rkv-slurm-out-%d", (int)getpid());
     snprintf(cmd, sizeof(cmd),
              "for r in 0 1 2 3 4 5 6 7; do SLURM_PROCID=$r SLURM_NTASKS=8 RKV_BASE_PORT=%u "
-             "RKV_LOG_LEVEL=2 %s node --scenario %s/quickstart.yaml 2>&1 & done; "
+             "RKV_LOG_LEVEL=2 %s node --scenario %s/quickstart.yaml --out %s 2>&1 & done; "
              "rc=0; for j in $(jobs -p); do wait $j || rc=1; done; exit $rc",
-             test_port(), RKV_BIN, SCEN_DIR);
+             test_port(), RKV_BIN, SCEN_DIR, dir);
     assert_int_equal(sh(cmd), 0);
     assert_int_equal(count("PHASE w="), 12); /* 4 workers x 3 phases */
     assert_int_equal(count("errors=0 "), 12);
     /* Nobody was told where servers 1..3 are: they announced it to server 0. */
     assert_non_null(strstr(out, "(4 of 4 known)"));
+    assert_int_equal(count("| phase | pushes |"), 1);
+    assert_int_equal(count("verdict: "), 1);
+    assert_non_null(strstr(out, "verdict: PASS (every pulled value matched the oracle)"));
+    /* 4 workers x 50 rounds of the first phase, all of them counted */
+    assert_non_null(strstr(out, "| warmup-sum | "));
+    snprintf(path, sizeof(path), "%s/report.json", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char json[8192];
+    size_t n = fread(json, 1, sizeof(json) - 1, f);
+    json[n] = 0;
+    fclose(f);
+    assert_non_null(strstr(json, "\"passed\": true"));
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(sh(cmd), 0);
     snprintf(cmd, sizeof(cmd),
              "SLURM_PROCID=0 SLURM_NTASKS=5 %s node --scenario %s/quickstart.yaml 2>&1", RKV_BIN,
              SCEN_DIR);
     assert_int_equal(sh(cmd), 2);
     assert_non_null(strstr(out, "started 5 processes; the scenario needs 8"));
+    snprintf(cmd, sizeof(cmd), "%s node --role worker --out /tmp/x 2>&1", RKV_BIN);
+    assert_int_equal(sh(cmd), 2);
+    assert_non_null(strstr(out, "--out: only with --scenario under a launcher"));
+}
+
+/* The 8 ranks of quickstart.yaml by Slurm's variables, each one's output
+ * after a "=== rank R" line and followed by "EXIT <its status>". With
+ * kill_one, a worker other than worker 0 is killed (SIGKILL) once it
+ * finished its first phase. */
+static int slurm_ranks(const char *env, int kill_one)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd),
+             "d=$(mktemp -d); for r in 0 1 2 3 4 5 6 7; do SLURM_PROCID=$r SLURM_NTASKS=8 "
+             "RKV_BASE_PORT=%u %s %s node --scenario %s/quickstart.yaml >$d/$r 2>&1 & "
+             "echo $! >$d/pid$r; done; "
+             "if [ %d = 1 ]; then v=; i=0; while [ -z \"$v\" ] && [ $i -lt 3000 ]; do "
+             "for r in 4 5 6 7; do grep -q '^PHASEDONE w=[1-9]' $d/$r && v=$r && break; done; "
+             "i=$((i+1)); sleep 0.01; done; [ -n \"$v\" ] && kill -9 $(cat $d/pid$v); fi; "
+             "rc=0; for r in 0 1 2 3 4 5 6 7; do wait $(cat $d/pid$r); s=$?; "
+             "[ $s = 0 ] || rc=1; echo \"=== rank $r\"; cat $d/$r; echo \"EXIT $s\"; done; "
+             "rm -rf $d; exit $rc",
+             test_port() + 2, env, RKV_BIN, SCEN_DIR, kill_one);
+    return sh(cmd);
+}
+
+/* The output of the one rank that printed a verdict (NULL if none or
+ * several), cut at its EXIT line; its status in *exit_p. */
+static const char *verdict_rank(int *exit_p)
+{
+    if (count("verdict: ") != 1)
+        return NULL;
+    const char *v = strstr(out, "verdict: "), *start = out;
+    for (const char *s = out; (s = strstr(s, "=== rank ")) != NULL && s < v; s++)
+        start = s;
+    const char *ex = strstr(v, "\nEXIT ");
+    return ex && sscanf(ex, "\nEXIT %d", exit_p) == 1 ? start : NULL;
+}
+
+/* A server that corrupts row 17: the verdict table says FAIL and names
+ * the row, and the rank that printed it exits 1 (so does srun). */
+static void test_slurm_wrong_value(void **state)
+{
+    (void)state;
+    int rc = slurm_ranks("RKV_TEST_CORRUPT_ROW=17", 0);
+    int code = -1;
+    const char *v = verdict_rank(&code);
+    if (rc == 0 || !v || code != 1 || !strstr(v, "verdict: FAIL") ||
+        !strstr(v, "row 17 [0]: expected 0, got 1") || !strstr(v, "| FAIL |"))
+        fail_msg("exit %d, verdict rank's exit %d:\n%s", rc, code, out);
+}
+
+/* A worker killed mid-run: worker 0 waits for its report no longer than
+ * the request timeout, says it never reported, and fails. */
+static void test_slurm_dead_worker(void **state)
+{
+    (void)state;
+    time_t t0 = time(NULL);
+    int rc = slurm_ranks("RKV_TIMEOUT_MS=3000", 1);
+    int code = -1;
+    const char *v = verdict_rank(&code);
+    if (rc == 0 || !v || code == 0 || !strstr(v, "never reported (waited 3000 ms): worker ") ||
+        !strstr(v, "verdict: FAIL") || !strstr(v, "INCOMPLETE") || time(NULL) - t0 > 30)
+        fail_msg("exit %d, verdict rank's exit %d, %lld s:\n%s", rc, code,
+                 (long long)(time(NULL) - t0), out);
 }
 
 static void test_real_mpirun(void **state)
@@ -88,6 +172,18 @@ static void test_real_mpirun(void **state)
              test_port() + 1, getuid() == 0 ? "--allow-run-as-root" : "", RKV_BIN, SCEN_DIR);
     assert_int_equal(sh(cmd), 0);
     assert_int_equal(count("errors=0 "), 12);
+    assert_int_equal(count("| phase | pushes |"), 1);
+    assert_int_equal(count("verdict: "), 1);
+    assert_non_null(strstr(out, "verdict: PASS (every pulled value matched the oracle)"));
+    /* A wrong value: the table says so and mpirun fails. */
+    snprintf(cmd, sizeof(cmd),
+             "RKV_TEST_CORRUPT_ROW=17 RKV_BASE_PORT=%u mpirun %s --oversubscribe -np 8 %s node "
+             "--scenario %s/quickstart.yaml 2>/dev/null",
+             test_port() + 1, getuid() == 0 ? "--allow-run-as-root" : "", RKV_BIN, SCEN_DIR);
+    int rc = sh(cmd);
+    if (rc == 0 || count("verdict: ") != 1 || !strstr(out, "verdict: FAIL") ||
+        !strstr(out, "row 17 [0]: expected 0, got 1"))
+        fail_msg("mpirun with a corrupted row: exit %d:\n%s", rc, out);
 }
 
 /* ---- rkv's own launcher ---- */
@@ -608,6 +704,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dry_run),
         cmocka_unit_test(test_slurm_variables),
+        cmocka_unit_test(test_slurm_wrong_value),
+        cmocka_unit_test(test_slurm_dead_worker),
         cmocka_unit_test(test_real_mpirun),
         cmocka_unit_test(test_free_ports_held),
         cmocka_unit_test(test_bad_settings_once),
