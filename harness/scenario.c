@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "harness/report_gather.h"
 #include "harness/scenario.h"
 #include "nic/nic_fault.h"
 #include "port/port.h"
@@ -412,6 +413,9 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
         return rc;
     if (!t->desc.name[0] || !t->desc.rows)
         return sc_fail(c, at, "tensors[]: name and rows are required");
+    if (!strcmp(t->desc.name, RKV_REPORT_TENSOR)) /* launcher-started runs' reports */
+        return sc_fail(c, at, "tensors[]: name \"%s\" is reserved for the workers' reports",
+                       t->desc.name);
     for (uint32_t i = 0; i + 1 < sc->n_tensors; i++)
         if (!strcmp(sc->tensors[i].desc.name, t->desc.name))
             return sc_fail(c, at, "tensors[]: name \"%s\" used twice", t->desc.name);
