@@ -30,6 +30,7 @@
 
 #include "cli/bench_durable.h"
 #include "cli/cli.h"
+#include "harness/probe_tcp.h"
 
 #define BENCH_MAX_SIZES 8
 #define BENCH_MAX_REPS 99
@@ -321,12 +322,12 @@ static double bench_iperf3(const struct bench *b, int streams, int large)
 
 /* The raw TCP figures the limits are chosen from, per connection count
  * (1, then 2), best first when they tie; iperf3's are there only when it
- * is installed, the built-in test always. */
+ * is installed, the built-in test (harness/probe_tcp.h) always. */
 #define BENCH_TCP_LIMIT "tcp.limit"
 #define BENCH_TCP_LIMIT2 "tcp.limit2"
 static const char *const bench_tcp_limits[2][3] = {
     {"iperf3.1stream.l1M.Z", "iperf3.1stream", "loopback.builtin.1stream"},
-    {"iperf3.2stream.l1M.Z", "iperf3.2stream", NULL}};
+    {"iperf3.2stream.l1M.Z", "iperf3.2stream", "loopback.builtin.2stream"}};
 
 static void bench_limits_tcp(struct bench *b)
 {
@@ -337,6 +338,7 @@ static void bench_limits_tcp(struct bench *b)
         bench_add(b, bench_tcp_limits[1][1], "GB/s", bench_iperf3(b, 2, 0));
     }
     bench_add(b, bench_tcp_limits[0][2], "GB/s", cli_limit_tcp_gbps());
+    bench_add(b, bench_tcp_limits[1][2], "GB/s", rkv_probe_tcp_gbps(2, 1u << 20));
     bench_add(b, "memcpy.1core.64MiB", "GB/s", cli_limit_memcpy_gbps(64u << 20));
 }
 
@@ -351,9 +353,9 @@ static void bench_choose_limit(struct bench *b)
     const char **chosen[2] = {&b->limit, &b->limit2};
     for (int c = 0; c < 2; c++) {
         /* none measured: the built-in test's name (its ratios print nothing) */
-        const char *best = bench_tcp_limits[c][c == 0 ? 2 : 1];
+        const char *best = bench_tcp_limits[c][2];
         double best_v = 0;
-        for (int i = 0; i < 3 && bench_tcp_limits[c][i]; i++) {
+        for (int i = 0; i < 3; i++) {
             double v = bench_median(b, bench_tcp_limits[c][i]);
             if (v > best_v) {
                 best_v = v;
@@ -563,7 +565,7 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
             bench_ratio(b, name, limit);
         }
         /* Two connections at once may use what one stream leaves idle. */
-        if (throughput && b->mode == BENCH_TCP && b->have_iperf3 && sh->spm * sh->workers > 1)
+        if (throughput && b->mode == BENCH_TCP && sh->spm * sh->workers > 1)
             bench_ratio(b, name, BENCH_TCP_LIMIT2);
     }
     return RKV_EXIT_OK;
@@ -753,17 +755,17 @@ static void bench_print_tcp_lat(const struct bench *b)
 /* Every raw TCP figure of the run, and which ones the ratios use. */
 static void bench_print_tcp_limits(const struct bench *b)
 {
-    printf("\nlimits: one stream: iperf3 -l 1M -Z %.3f GB/s, iperf3 default writes %.3f GB/s, "
-           "built-in loopback %.3f GB/s; two streams: iperf3 -l 1M -Z %.3f GB/s, iperf3 default "
-           "writes %.3f GB/s; memcpy 1 core (64 MiB) %.3f GB/s\n",
-           bench_median(b, bench_tcp_limits[0][0]), bench_median(b, bench_tcp_limits[0][1]),
-           bench_median(b, bench_tcp_limits[0][2]), bench_median(b, bench_tcp_limits[1][0]),
-           bench_median(b, bench_tcp_limits[1][1]), bench_median(b, "memcpy.1core.64MiB"));
-    printf("the ratios use the best one-stream figure, %s (%.3f GB/s)", b->limit,
-           bench_median(b, b->limit));
-    if (b->have_iperf3)
-        printf(", and for two connections at once also the best two-stream one, %s (%.3f GB/s)",
-               b->limit2, bench_median(b, b->limit2));
+    static const char *const streams[2] = {"one stream", "two streams"};
+    printf("\nlimits:");
+    for (int c = 0; c < 2; c++)
+        printf(" %s: iperf3 -l 1M -Z %.3f GB/s, iperf3 default writes %.3f GB/s, built-in "
+               "loopback %.3f GB/s;",
+               streams[c], bench_median(b, bench_tcp_limits[c][0]),
+               bench_median(b, bench_tcp_limits[c][1]), bench_median(b, bench_tcp_limits[c][2]));
+    printf(" memcpy 1 core (64 MiB) %.3f GB/s\n", bench_median(b, "memcpy.1core.64MiB"));
+    printf("the ratios use the best one-stream figure, %s (%.3f GB/s), and for two connections "
+           "at once also the best two-stream one, %s (%.3f GB/s)",
+           b->limit, bench_median(b, b->limit), b->limit2, bench_median(b, b->limit2));
     printf("\nonly figures measured in this run are compared: a peer that cannot be built here "
            "(ps-lite) is compared outside the project\n");
 }
@@ -960,8 +962,9 @@ static int bench_prepare(struct bench *b)
         b->limit = BENCH_TCP_LIMIT; /* bench_choose_limit, once the runs are done */
         b->limit2 = BENCH_TCP_LIMIT2;
         if (!b->have_iperf3)
-            bench_note(b, "iperf3 is not installed (apt-get install iperf3): the TCP limit is "
-                          "rkv's built-in one-stream loopback test (loopback.builtin.1stream)");
+            bench_note(b, "iperf3 is not installed (apt-get install iperf3): the TCP limits are "
+                          "rkv's built-in loopback tests (loopback.builtin.1stream, "
+                          "loopback.builtin.2stream)");
         return 0;
     }
     b->limit = b->mode == BENCH_SHM ? "memcpy.1core.shard.KIND.SIZE" : "ib_write_bw.SIZE";

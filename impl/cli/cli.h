@@ -149,8 +149,8 @@ struct cli_figures {
 int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures *f_p);
 
 /* The limits of this host, measured now: one-stream loopback TCP through
- * 1 MiB read/write, and one core copying blocks of block_bytes (GB/s; 0 if
- * the measurement failed). */
+ * 1 MiB read/write (harness/probe_tcp.h), and one core copying blocks of
+ * block_bytes (GB/s; 0 if the measurement failed). */
 double cli_limit_tcp_gbps(void);
 double cli_limit_memcpy_gbps(size_t block_bytes);
 

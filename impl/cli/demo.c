@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "harness/aggregate.h"
 #include "harness/oracle.h"
+#include "harness/probe_tcp.h"
 #include "harness/report.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
@@ -520,43 +521,7 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
  * single-core memcpy (what the shared-memory path costs). */
 double cli_limit_tcp_gbps(void)
 {
-    const size_t chunk = 1u << 20, total = 512u << 20;
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
-        getsockname(ls, (struct sockaddr *)&a, &len) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        char *buf = calloc(1, chunk);
-        if (fd < 0 || !buf || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-            _exit(1);
-        for (size_t sent = 0; sent < total;) {
-            ssize_t w = write(fd, buf, chunk);
-            if (w <= 0)
-                _exit(1);
-            sent += (size_t)w;
-        }
-        _exit(0);
-    }
-    int fd = accept(ls, NULL, NULL);
-    char *buf = malloc(chunk);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    size_t got = 0;
-    ssize_t r;
-    while (fd >= 0 && buf && got < total && (r = read(fd, buf, chunk)) > 0)
-        got += (size_t)r;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    free(buf);
-    if (fd >= 0)
-        close(fd);
-    close(ls);
-    waitpid(pid, NULL, 0);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    return got == total && dt > 0 ? (double)total / dt / 1e9 : 0;
+    return rkv_probe_tcp_gbps(1, 1u << 20);
 }
 
 /* One core copying `block`-byte blocks between two buffers of that size
