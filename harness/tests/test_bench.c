@@ -1,6 +1,7 @@
 /* rkv bench: the output's form (figure and ratio lines whose values parse
- * as positive numbers, the table, --json), with and without iperf3, and its
- * usage errors. Never a timing threshold: the host may be loaded. */
+ * as positive numbers, the table, --json), with and without iperf3, the
+ * limit it chose, its usage errors; the aggregate of workers whose passes
+ * cannot overlap. Never a timing threshold: the host may be loaded. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <math.h>
 
 #include "harness/tests/rkv_run.h"
 
@@ -42,20 +44,79 @@ static void check_lines(int *figures_p, int *ratios_p)
     *ratios_p = ratios;
 }
 
-static void check_tcp(const char *limit)
+/* The median `figure NAME` printed, or 0 when there is none. */
+static double figure(const char *name)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "\nfigure %s ", name);
+    const char *at = strstr(out, want);
+    return at ? strtod(at + strlen(want), NULL) : 0;
+}
+
+/* The TCP limit the bench says it chose (`note the TCP limit is NAME`) is
+ * the best one-stream raw figure it printed; its name in limit_p. */
+static void check_tcp_limit(char *limit_p, size_t len)
+{
+    const char *note = strstr(out, "note the TCP limit is ");
+    assert_non_null(note);
+    char name[64];
+    assert_int_equal(sscanf(note, "note the TCP limit is %63s", name), 1);
+    snprintf(limit_p, len, "%s", name);
+    const char *candidates[] = {"iperf3.1stream.l1M.Z", "iperf3.1stream",
+                                "loopback.builtin.1stream"};
+    double chosen = figure(name);
+    assert_true(chosen > 0);
+    int known = 0;
+    for (size_t i = 0; i < sizeof(candidates) / sizeof(candidates[0]); i++) {
+        known |= !strcmp(name, candidates[i]);
+        if (figure(candidates[i]) > chosen)
+            fail_msg("limit %s (%g) is not the best: %s is %g", name, chosen, candidates[i],
+                     figure(candidates[i]));
+    }
+    assert_true(known);
+    char used[128];
+    snprintf(used, sizeof(used), "the ratios use the best one-stream figure, %s (", name);
+    assert_non_null(strstr(out, used));
+    /* two connections at once: also against the best two-stream figure */
+    const char *two[] = {"iperf3.2stream.l1M.Z", "iperf3.2stream", "loopback.builtin.2stream"};
+    assert_true(figure("loopback.builtin.2stream") > 0);
+    int found = 0;
+    for (size_t i = 0; i < 3; i++) {
+        char ratio[128];
+        snprintf(ratio, sizeof(ratio), "ratio tcp.push.4KiB.2x2/%s ", two[i]);
+        if (!strstr(out, ratio))
+            continue;
+        found++;
+        for (size_t k = 0; k < 3; k++)
+            if (figure(two[k]) > figure(two[i]))
+                fail_msg("2x2 is set against %s, but %s is higher:\n%s", two[i], two[k], out);
+        snprintf(ratio, sizeof(ratio), "ratio tcp.push.4KiB.1x1/%s ", two[i]);
+        assert_null(strstr(out, ratio)); /* one connection: one stream only */
+    }
+    assert_int_equal(found, 1);
+    /* ps-lite's old figures are gone; what replaces them says why */
+    assert_null(strstr(out, "pslite"));
+    assert_non_null(strstr(out, "a peer that cannot be built here (ps-lite) is compared outside "
+                                "the project"));
+}
+
+static void check_tcp(const char *want_limit)
 {
     int figures, ratios;
     check_lines(&figures, &ratios);
+    char limit[64];
+    check_tcp_limit(limit, sizeof(limit));
+    if (want_limit)
+        assert_string_equal(limit, want_limit);
     assert_true(figures >= 4 * 5 + 3); /* 4 shapes x 5 figures, and the limits */
     assert_true(ratios >= 4 * 3);
     const char *want[] = {
         "figure tcp.push.4KiB.1x1 ", "figure tcp.pull.4KiB.2x2 ", "figure tcp.pushpull.4KiB.1x2 ",
         "figure tcp.pull1.p50.4KiB.2x1 ", "figure tcp.pull1.p99.4KiB.1x1 ",
         "figure memcpy.1core.64MiB ", "figure memcpy.1core.rowblock.4KiB ",
-        /* the other polling mode's latency, and ps-lite's */
+        /* the other polling mode's latency */
         "figure tcp.pull1.p50.busy.4KiB.1x1 ", "figure tcp.pull1.p50.block.4KiB.1x1 ",
-        "ratio pslite.pull1.4KiB.1x1/tcp.pull1.p50.4KiB.1x1 ",
-        "1-row 4KiB pull, busy-poll 1: p50 "};
+        "1-row 4KiB pull, busy-poll 1: p50 ", "figure loopback.builtin.1stream "};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         assert_non_null(strstr(out, want[i]));
     char ratio[128];
@@ -83,7 +144,13 @@ static void test_tcp(void **state)
     (void)state;
     int iperf3 = have_iperf3(); /* before: sh() reuses out */
     assert_int_equal(bench("", "tcp --reps 1 --sizes 4096 --iperf-seconds 1"), 0);
-    check_tcp(iperf3 ? "iperf3.1stream" : "loopback.builtin.1stream");
+    check_tcp(iperf3 ? NULL : "loopback.builtin.1stream");
+    if (iperf3) { /* every raw figure */
+        assert_true(figure("iperf3.1stream.l1M.Z") > 0);
+        assert_true(figure("iperf3.1stream") > 0);
+        assert_true(figure("iperf3.2stream.l1M.Z") > 0);
+        assert_true(figure("iperf3.2stream") > 0);
+    }
 }
 
 /* Without iperf3 on PATH the built-in loopback test stands in, labelled. */
@@ -94,6 +161,90 @@ static void test_tcp_without_iperf3(void **state)
     check_tcp("loopback.builtin.1stream");
     assert_non_null(strstr(out, "note iperf3 is not installed"));
     assert_null(strstr(out, "figure iperf3."));
+    assert_null(strstr(out, "/iperf3."));
+}
+
+/* One worker's timed pass as `rkv demo` prints it. */
+struct demo_pass {
+    double gbs, start_ms, end_ms;
+};
+
+/* Runs `rkv demo` with 2 workers on 2 machines at 4 KiB rows (env before
+ * it) and reads its push, pull and push+pull aggregates (the table) and
+ * each worker's own passes (its `worker N:` line). */
+static void demo_passes(const char *env, double agg[3], struct demo_pass w[2][4])
+{
+    int rc = run_rkv(env, "demo --machines 2 --servers-per-machine 1 --num-workers 2 "
+                          "--value-bytes 4096 --rows 64 --rounds 1");
+    if (rc != 0)
+        fail_msg("rkv demo: exit %d:\n%s", rc, out);
+    const char *row = strstr(out, "\n| 2 | 2 / 2 | 4096 | ");
+    assert_non_null(row);
+    assert_int_equal(
+        sscanf(row, "\n| 2 | 2 / 2 | 4096 | %lf | %lf | %lf |", &agg[0], &agg[1], &agg[2]), 3);
+    for (unsigned i = 0; i < 2; i++) {
+        char head[32];
+        snprintf(head, sizeof(head), "\nworker %u: push ", i);
+        const char *line = strstr(out, head);
+        if (!line)
+            fail_msg("no \"%s\" in:\n%s", head + 1, out);
+        struct demo_pass *p = w[i];
+        int n = sscanf(line + strlen(head),
+                       "%lf GB/s in %lf..%lf ms, pull %lf GB/s in %lf..%lf ms, push+pull %lf GB/s "
+                       "in %lf..%lf ms, pipelined %lf GB/s in %lf..%lf ms",
+                       &p[0].gbs, &p[0].start_ms, &p[0].end_ms, &p[1].gbs, &p[1].start_ms,
+                       &p[1].end_ms, &p[2].gbs, &p[2].start_ms, &p[2].end_ms, &p[3].gbs,
+                       &p[3].start_ms, &p[3].end_ms);
+        assert_int_equal(n, 12);
+    }
+}
+
+/* Every pass starts at a barrier: no worker begins a pass before every
+ * worker ended the one before (the order of events, not their speed;
+ * without the barrier the faster worker ran ahead into the next pass). */
+static void test_passes_start_together(void **state)
+{
+    (void)state;
+    double agg[3];
+    struct demo_pass w[2][4];
+    demo_passes("", agg, w);
+    for (int k = 1; k < 4; k++) {
+        double last_end = fmax(w[0][k - 1].end_ms, w[1][k - 1].end_ms);
+        double first_start = fmin(w[0][k].start_ms, w[1][k].start_ms);
+        if (first_start + 0.01 < last_end) /* printed to 0.01 ms */
+            fail_msg("pass %d began at %.2f ms, before pass %d ended at %.2f ms:\n%s", k,
+                     first_start, k - 1, last_end, out);
+    }
+}
+
+/* The aggregate of workers whose passes cannot overlap (the test hook
+ * makes them take turns) is all their bytes over the window from the first
+ * start to the last end: never more than one worker alone moved. The
+ * formula it replaced (all bytes over the slowest worker's own time)
+ * printed about twice that here. Rounding aside, no threshold on time. */
+static void test_aggregate_serial_passes(void **state)
+{
+    (void)state;
+    double agg[3];
+    struct demo_pass w[2][4];
+    demo_passes("RKV_TEST_SERIAL_PASSES=1", agg, w);
+    for (int k = 0; k < 3; k++) { /* push, pull, push+pull: the table's columns */
+        const struct demo_pass *a = &w[0][k], *b = &w[1][k];
+        /* the hook worked: one worker's pass ended before the other's began */
+        if (!(a->end_ms <= b->start_ms + 0.01 || b->end_ms <= a->start_ms + 0.01))
+            fail_msg("kind %d: the passes overlapped:\n%s", k, out);
+        double bytes = a->gbs * (a->end_ms - a->start_ms) + b->gbs * (b->end_ms - b->start_ms);
+        double window = fmax(a->end_ms, b->end_ms) - fmin(a->start_ms, b->start_ms);
+        double want = bytes / window, alone = fmax(a->gbs, b->gbs);
+        /* rounding: GB/s to 0.001, ms to 0.01 */
+        if (fabs(agg[k] - want) > 0.02 * want + 0.002)
+            fail_msg("kind %d: aggregate %.3f GB/s, want %.3f (all bytes over the common "
+                     "window):\n%s",
+                     k, agg[k], want, out);
+        if (agg[k] > 1.02 * alone + 0.002)
+            fail_msg("kind %d: aggregate %.3f GB/s is more than one worker alone, %.3f:\n%s", k,
+                     agg[k], alone, out);
+    }
 }
 
 static void test_shm(void **state)
@@ -191,6 +342,8 @@ int main(void)
         cmocka_unit_test(test_shm),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_tcp_without_iperf3),
+        cmocka_unit_test(test_passes_start_together),
+        cmocka_unit_test(test_aggregate_serial_passes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

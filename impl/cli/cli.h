@@ -97,6 +97,9 @@ struct cli_result {
     uint64_t checks, errors;
     uint64_t push_bytes, pull_bytes, pushpull_bytes, pushpipe_bytes;
     double push_s, pull_s, pushpull_s, pushpipe_s; /* pushpipe: pushes pipelined */
+    /* When each pass started, on cli_now_s's clock (shared by the host's
+     * processes): the aggregate is taken over the workers' common window. */
+    double push_t0_s, pull_t0_s, pushpull_t0_s, pushpipe_t0_s;
     double pull_lat_us_p50, pull_lat_us_p99;
     /* Context switches of the worker process per 1-row pull: voluntary
      * ones are sleeps (a wake-up each), involuntary ones preemptions. */
@@ -146,8 +149,8 @@ struct cli_figures {
 int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures *f_p);
 
 /* The limits of this host, measured now: one-stream loopback TCP through
- * 1 MiB read/write, and one core copying blocks of block_bytes (GB/s; 0 if
- * the measurement failed). */
+ * 1 MiB read/write (harness/probe_tcp.h), and one core copying blocks of
+ * block_bytes (GB/s; 0 if the measurement failed). */
 double cli_limit_tcp_gbps(void);
 double cli_limit_memcpy_gbps(size_t block_bytes);
 

@@ -169,13 +169,15 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
         printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
                "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.2f lat_p99_us=%.2f "
                "pushpull_bytes=%llu pushpull_s=%.6f pushpipe_bytes=%llu pushpipe_s=%.6f "
-               "lat_vcsw=%.3f lat_ivcsw=%.3f lat_call_vcsw=%.3f busy_poll=%d\n",
+               "lat_vcsw=%.3f lat_ivcsw=%.3f lat_call_vcsw=%.3f busy_poll=%d push_t0_s=%.6f "
+               "pull_t0_s=%.6f pushpull_t0_s=%.6f pushpipe_t0_s=%.6f\n",
                rkv_client_id(cli), rc, (unsigned long long)res.checks,
                (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
                (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
                res.pull_lat_us_p99, (unsigned long long)res.pushpull_bytes, res.pushpull_s,
                (unsigned long long)res.pushpipe_bytes, res.pushpipe_s, res.pull_lat_vcsw,
-               res.pull_lat_ivcsw, res.pull_lat_call_vcsw, cfg->busy_poll);
+               res.pull_lat_ivcsw, res.pull_lat_call_vcsw, cfg->busy_poll, res.push_t0_s,
+               res.pull_t0_s, res.pushpull_t0_s, res.pushpipe_t0_s);
     fflush(stdout);
     return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
 }

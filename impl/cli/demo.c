@@ -17,7 +17,9 @@
 
 #include "cli/calib.h"
 #include "cli/cli.h"
+#include "harness/aggregate.h"
 #include "harness/oracle.h"
+#include "harness/probe_tcp.h"
 #include "harness/report.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
@@ -455,15 +457,17 @@ static int demo_parse_result(const char *out, struct cli_result *res, int *statu
     const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
     unsigned long long c, e, pb, lb, ppb, qb;
-    if (!line || sscanf(line,
-                        "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
-                        "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
-                        "pushpull_bytes=%llu pushpull_s=%lf pushpipe_bytes=%llu pushpipe_s=%lf "
-                        "lat_vcsw=%lf lat_ivcsw=%lf lat_call_vcsw=%lf busy_poll=%d",
-                        &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s,
-                        &res->pull_lat_us_p50, &res->pull_lat_us_p99, &ppb, &res->pushpull_s, &qb,
-                        &res->pushpipe_s, &res->pull_lat_vcsw, &res->pull_lat_ivcsw,
-                        &res->pull_lat_call_vcsw, &res->busy_poll) != 18)
+    if (!line ||
+        sscanf(line,
+               "RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu "
+               "push_s=%lf pull_bytes=%llu pull_s=%lf lat_p50_us=%lf lat_p99_us=%lf "
+               "pushpull_bytes=%llu pushpull_s=%lf pushpipe_bytes=%llu pushpipe_s=%lf "
+               "lat_vcsw=%lf lat_ivcsw=%lf lat_call_vcsw=%lf busy_poll=%d "
+               "push_t0_s=%lf pull_t0_s=%lf pushpull_t0_s=%lf pushpipe_t0_s=%lf",
+               &w, status_p, &c, &e, &pb, &res->push_s, &lb, &res->pull_s, &res->pull_lat_us_p50,
+               &res->pull_lat_us_p99, &ppb, &res->pushpull_s, &qb, &res->pushpipe_s,
+               &res->pull_lat_vcsw, &res->pull_lat_ivcsw, &res->pull_lat_call_vcsw, &res->busy_poll,
+               &res->push_t0_s, &res->pull_t0_s, &res->pushpull_t0_s, &res->pushpipe_t0_s) != 22)
         return -1;
     res->pushpipe_bytes = qb;
     res->checks = c;
@@ -517,43 +521,7 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
  * single-core memcpy (what the shared-memory path costs). */
 double cli_limit_tcp_gbps(void)
 {
-    const size_t chunk = 1u << 20, total = 512u << 20;
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
-        getsockname(ls, (struct sockaddr *)&a, &len) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        char *buf = calloc(1, chunk);
-        if (fd < 0 || !buf || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-            _exit(1);
-        for (size_t sent = 0; sent < total;) {
-            ssize_t w = write(fd, buf, chunk);
-            if (w <= 0)
-                _exit(1);
-            sent += (size_t)w;
-        }
-        _exit(0);
-    }
-    int fd = accept(ls, NULL, NULL);
-    char *buf = malloc(chunk);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    size_t got = 0;
-    ssize_t r;
-    while (fd >= 0 && buf && got < total && (r = read(fd, buf, chunk)) > 0)
-        got += (size_t)r;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    free(buf);
-    if (fd >= 0)
-        close(fd);
-    close(ls);
-    waitpid(pid, NULL, 0);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    return got == total && dt > 0 ? (double)total / dt / 1e9 : 0;
+    return rkv_probe_tcp_gbps(1, 1u << 20);
 }
 
 /* One core copying `block`-byte blocks between two buffers of that size
@@ -584,25 +552,32 @@ double cli_limit_memcpy_gbps(size_t block)
     return dt > 0 ? (double)reps * (double)block / dt / 1e9 : 0;
 }
 
-/* The workers ran at once: every worker's bytes over the slowest one's
- * time; latency is the workers' mean p50 and their worst p99. */
+/* A worker's timed pass of one kind (0 push, 1 pull, 2 push+pull, 3 push
+ * pipelined), as harness/aggregate.h takes it. */
+static struct rkv_pass demo_pass(const struct cli_result *r, int kind)
+{
+    const uint64_t bytes[4] = {r->push_bytes, r->pull_bytes, r->pushpull_bytes, r->pushpipe_bytes};
+    const double t0[4] = {r->push_t0_s, r->pull_t0_s, r->pushpull_t0_s, r->pushpipe_t0_s};
+    const double s[4] = {r->push_s, r->pull_s, r->pushpull_s, r->pushpipe_s};
+    assert(kind >= 0 && kind < 4);
+    return (struct rkv_pass){
+        .bytes = bytes[kind], .start_s = t0[kind], .end_s = t0[kind] + s[kind]};
+}
+
+/* Each kind's throughput is every worker's bytes over the window from the
+ * first worker's start to the last one's end (the workers start each pass
+ * together, at a barrier); latency is the workers' mean p50 and their
+ * worst p99. */
 static void demo_figures(const struct demo *d, struct cli_figures *f)
 {
-    uint64_t pb = 0, lb = 0, ppb = 0, qb = 0;
-    double ps = 0, ls = 0, pps = 0, qs = 0;
+    struct rkv_pass pass[4][DEMO_MAX_PROCS];
     *f = (struct cli_figures){0};
     for (uint32_t i = 0; i < d->n_workers; i++) {
         const struct cli_result *r = &d->res[i];
         f->checks += r->checks;
         f->errors += r->errors;
-        pb += r->push_bytes;
-        lb += r->pull_bytes;
-        ppb += r->pushpull_bytes;
-        qb += r->pushpipe_bytes;
-        qs = r->pushpipe_s > qs ? r->pushpipe_s : qs;
-        ps = r->push_s > ps ? r->push_s : ps;
-        ls = r->pull_s > ls ? r->pull_s : ls;
-        pps = r->pushpull_s > pps ? r->pushpull_s : pps;
+        for (int kind = 0; kind < 4; kind++)
+            pass[kind][i] = demo_pass(r, kind);
         f->lat_p50_us += r->pull_lat_us_p50 / d->n_workers;
         f->lat_vcsw += r->pull_lat_vcsw / d->n_workers;
         f->lat_ivcsw += r->pull_lat_ivcsw / d->n_workers;
@@ -610,10 +585,35 @@ static void demo_figures(const struct demo *d, struct cli_figures *f)
         f->busy_workers += r->busy_poll != 0;
         f->lat_p99_us = r->pull_lat_us_p99 > f->lat_p99_us ? r->pull_lat_us_p99 : f->lat_p99_us;
     }
-    f->push_gbs = ps > 0 ? pb / ps / 1e9 : 0;
-    f->pull_gbs = ls > 0 ? lb / ls / 1e9 : 0;
-    f->pushpull_gbs = pps > 0 ? ppb / pps / 1e9 : 0;
-    f->pushpipe_gbs = qs > 0 ? qb / qs / 1e9 : 0;
+    f->push_gbs = rkv_pass_aggregate_gbs(pass[0], d->n_workers);
+    f->pull_gbs = rkv_pass_aggregate_gbs(pass[1], d->n_workers);
+    f->pushpull_gbs = rkv_pass_aggregate_gbs(pass[2], d->n_workers);
+    f->pushpipe_gbs = rkv_pass_aggregate_gbs(pass[3], d->n_workers);
+}
+
+/* Each worker's own passes: its throughput and when it ran (ms after the
+ * first worker's first pass began), which shows how much they overlapped. */
+static void demo_report_passes(const struct demo *d)
+{
+    static const char *const what[4] = {"push", "pull", "push+pull", "pipelined"};
+    double t0 = 0;
+    int any = 0;
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        struct rkv_pass p = demo_pass(&d->res[i], 0);
+        if (p.bytes && (!any || p.start_s < t0))
+            t0 = p.start_s;
+        any |= p.bytes != 0;
+    }
+    for (uint32_t i = 0; i < d->n_workers; i++) {
+        printf("worker %u:", i);
+        for (int kind = 0; kind < 4; kind++) {
+            struct rkv_pass p = demo_pass(&d->res[i], kind);
+            double s = p.end_s - p.start_s;
+            printf("%s %s %.3f GB/s in %.2f..%.2f ms", kind ? "," : "", what[kind],
+                   s > 0 ? p.bytes / s / 1e9 : 0, (p.start_s - t0) * 1e3, (p.end_s - t0) * 1e3);
+        }
+        printf("\n");
+    }
 }
 
 static void demo_report(const struct demo *d, uint64_t value_bytes)
@@ -630,6 +630,7 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
     printf("1-row pulls: %.2f sleeps of the calling thread, %.2f sleeps and %.2f preemptions "
            "of the worker process per pull; %u of %u workers busy-polled\n",
            f.lat_call_vcsw, f.lat_vcsw, f.lat_ivcsw, f.busy_workers, d->n_workers);
+    demo_report_passes(d);
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (d->status[i])
             printf("worker %u: store error %d (%s)\n", i, d->status[i], rkv_strerror(d->status[i]));
