@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
+#include "harness/trace_merge.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
 #include "store/store_int.h"
@@ -83,6 +84,7 @@ struct demo {
     /* rkv bench: the children's stderr, shown only if the cluster failed
      * (else their progress lines bury the figures). NULL: inherited. */
     FILE *child_err;
+    struct rkv_trace_run *trace; /* rkv run --trace: where the children's spans go, or NULL */
 };
 
 static double demo_since(const struct timespec *t0)
@@ -274,6 +276,8 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
             setenv("RKV_FAULT_NODE", node, 1);
             setenv("RKV_FAULT_STATS", stats, 1);
         }
+        if (node && d->trace)
+            rkv_trace_run_child_env(d->trace, node);
         if (out_fd) {
             dup2(pipefd[1], STDOUT_FILENO);
             close(pipefd[0]);
@@ -1028,7 +1032,9 @@ static void run_usage(void)
            "  --backend tcp   one process per server and worker on this host, loopback TCP\n"
            "  --out DIR       also write report.json and report.md\n"
            "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
-           "  --trace FILE    (sim) Chrome trace of every transfer and handler (Perfetto)\n"
+           "  --trace FILE    Chrome trace (Perfetto): with sim every transfer and handler;\n"
+           "                  with tcp/verbs every call, message and handler of every\n"
+           "                  process, merged on the launcher's clock\n"
            "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
            "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
            "                  network/solver:fairbottleneck, ...); printed in the report\n"
@@ -1420,11 +1426,16 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         code = cli_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
-    if (trace || ta.n_cfg || progress) {
-        fprintf(stderr,
-                "rkv run: --trace, --cfg and --progress are twin options (--backend sim)\n");
+    if (ta.n_cfg || progress) {
+        fprintf(stderr, "rkv run: --cfg and --progress are twin options (--backend sim)\n");
         goto out;
     }
+    struct rkv_trace_run trun;
+    if (trace && rkv_trace_run_start(&trun, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        goto out;
+    }
+    d->trace = trace ? &trun : NULL;
     demo_start(d, "rkv run", self);
     if (run_configure(d, &s, sc, file) == 0) {
         printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
@@ -1433,6 +1444,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
     }
     code = demo_finish(d, code);
+    if (d->trace && rkv_trace_run_end(d->trace, trace, stdout) < 0 && code == RKV_EXIT_OK)
+        code = RKV_EXIT_STORE;
 out:
     for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
         free(d->out[i]);
