@@ -266,6 +266,8 @@ static int tm_scan_line(void *user, struct tm_node *nd, json_t *ev)
         nd->clocked = 1;
         return 0;
     }
+    if (!nd->clocked) /* the clock line comes first: without it, no place in time */
+        return 0;
     sc->lines++;
     int64_t t = json_integer_value(json_object_get(ev, "t")) + nd->offset_ns;
     if (!sc->any || t < sc->base_ns)
@@ -401,6 +403,7 @@ int rkv_trace_merge(char *const *files, size_t n, const char *out_path,
         goto free_nodes;
     }
     o.base_ns = sc.base_ns;
+    uint64_t bad_again = 0; /* counted by the first pass */
     fprintf(o.f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[");
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (!nodes[i].clocked)
@@ -408,7 +411,7 @@ int rkv_trace_merge(char *const *files, size_t n, const char *out_path,
         o.pid = (uint32_t)i + 1;
         rc = tm_write_names(&o, &nodes[i]);
         if (rc == 0)
-            rc = tm_each_line(&nodes[i], tm_write_line, &o, &st.bad_lines, err, err_len);
+            rc = tm_each_line(&nodes[i], tm_write_line, &o, &bad_again, err, err_len);
     }
     fprintf(o.f, "\n]}\n");
     st.nodes = (uint32_t)(n - st.unclocked);

@@ -35,12 +35,14 @@ static int node_faults(const struct cli_settings *s, struct rkv_nic_fault *f, ui
 /* Under `rkv run --trace` the launcher gives each child a trace file
  * (RKV_TRACE_FILE), its node's name (RKV_TRACE_NODE) and the address of
  * its clock server (RKV_TRACE_CLOCK, "IP:PORT"), see harness/trace_merge.h.
- * RKV_TRACE_SKEW_NS, for tests only, shifts this node's trace clock as if
- * it ran on a host whose clock differs. */
+ * RKV_TRACE_SKEW_NS, for tests only, shifts the trace clock of the node
+ * RKV_TRACE_SKEW_NODE names (of every node without it) as if it ran on a
+ * host whose clock differs. */
 static int node_trace_open(struct cli_node *nd, const char *node, char *err, size_t err_len)
 {
     const char *path = getenv("RKV_TRACE_FILE"), *name = getenv("RKV_TRACE_NODE");
     const char *clock = getenv("RKV_TRACE_CLOCK"), *skew = getenv("RKV_TRACE_SKEW_NS");
+    const char *skewed = getenv("RKV_TRACE_SKEW_NODE"); /* the one node skewed, or every one */
     if (!path || !*path)
         return 0;
     char host[64] = "";
@@ -48,8 +50,11 @@ static int node_trace_open(struct cli_node *nd, const char *node, char *err, siz
     if (clock && *clock && (sscanf(clock, "%63[^:]:%u", host, &port) != 2 || port > 65535))
         return rkv_errf(err, err_len, -RKV_ECONFIG, "RKV_TRACE_CLOCK: expected IP:PORT, got \"%s\"",
                         clock);
-    int rc = rkv_trace_open(path, name && *name ? name : node,
-                            skew && *skew ? strtoll(skew, NULL, 0) : 0, &nd->trace, err, err_len);
+    name = name && *name ? name : node;
+    if (skewed && *skewed && strcmp(skewed, name) != 0)
+        skew = NULL;
+    int rc = rkv_trace_open(path, name, skew && *skew ? strtoll(skew, NULL, 0) : 0, &nd->trace, err,
+                            err_len);
     if (rc == 0 && (rc = rkv_trace_sync(nd->trace, host, (uint16_t)port, err, err_len)) < 0) {
         rkv_trace_close(nd->trace);
         nd->trace = NULL;

@@ -1,0 +1,221 @@
+/* `rkv run --trace` on a real backend: the launcher merges every process's
+ * spans into one Perfetto file on its own clock. The merge on files made
+ * here (clock offsets applied, processes named, torn lines and nodes that
+ * never synced left out), and a whole tcp run with one node's clock 5 s
+ * off: every node's spans, process names, and every message arrow from a
+ * send to a later receipt. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "harness/trace_merge.h"
+#include "rkv_run.h"
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static json_t *load_events(const char *path)
+{
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    if (!doc)
+        fail_msg("%s: %s (line %d)", path, je.text, je.line);
+    assert_string_equal(json_string_value(json_object_get(doc, "displayTimeUnit")), "ns");
+    json_t *ev = json_object_get(doc, "traceEvents");
+    assert_true(json_is_array(ev));
+    json_incref(ev);
+    json_decref(doc);
+    return ev;
+}
+
+/* The event of phase ph named name (NULL: any) in process pid. */
+static json_t *find(json_t *evs, const char *ph, int pid, const char *name)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(evs, i, e)
+    {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), ph) == 0 &&
+            json_integer_value(json_object_get(e, "pid")) == pid &&
+            (!name || (json_object_get(e, "name") &&
+                       !strcmp(json_string_value(json_object_get(e, "name")), name))))
+            return e;
+    }
+    return NULL;
+}
+
+static double ts_of(json_t *e)
+{
+    return json_number_value(json_object_get(e, "ts"));
+}
+
+/* w0's clock reads 5 s more than the launcher's, s0.0's the same: merged,
+ * both are on the launcher's clock from the earliest event. */
+static void test_merge_applies_offsets(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/rkv-test-trace.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char a[128], b[128], c[128], outp[128];
+    snprintf(a, sizeof(a), "%s/s0.0.jsonl", dir);
+    snprintf(b, sizeof(b), "%s/w0.jsonl", dir);
+    snprintf(c, sizeof(c), "%s/w1.jsonl", dir);
+    snprintf(outp, sizeof(outp), "%s/t.json", dir);
+    write_file(a, "{\"ph\":\"clock\",\"node\":\"s0.0\",\"pid\":10,\"offset_ns\":0,\"rtt_ns\":"
+                  "20000,\"samples\":16,\"measured\":true}\n"
+                  "{\"ph\":\"X\",\"name\":\"recv PUSH\",\"cat\":\"net\",\"tid\":11,\"t\":1000000,"
+                  "\"d\":2000,\"args\":{\"peer\":65536}}\n"
+                  "{\"ph\":\"f\",\"tid\":11,\"t\":1000000,\"id\":7}\n"
+                  "{\"ph\":\"X\",\"name\":\"recv PU"); /* torn by a kill */
+    write_file(b, "{\"ph\":\"clock\",\"node\":\"w0\",\"pid\":20,\"offset_ns\":-5000000000,"
+                  "\"rtt_ns\":10000,\"samples\":16,\"measured\":true}\n"
+                  "{\"ph\":\"X\",\"name\":\"push\",\"cat\":\"op\",\"tid\":20,\"t\":5000500000,"
+                  "\"d\":1000000,\"args\":{\"rows\":3,\"bytes\":48}}\n"
+                  "{\"ph\":\"s\",\"tid\":20,\"t\":5000600000,\"id\":7}\n");
+    write_file(c, "{\"ph\":\"X\",\"name\":\"push\",\"cat\":\"op\",\"tid\":30,\"t\":1,\"d\":1,"
+                  "\"args\":{}}\n"); /* killed before its clock line */
+    char *files[] = {a, b, c};
+    struct rkv_trace_merge_stats st;
+    char err[256] = "";
+    if (rkv_trace_merge(files, 3, outp, &st, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(st.nodes, 2);
+    assert_int_equal(st.unclocked, 1);
+    assert_int_equal(st.bad_lines, 1);
+    assert_int_equal(st.spans, 2);
+    assert_int_equal(st.flow_starts, 1);
+    assert_int_equal(st.flow_ends, 1);
+    assert_int_equal(st.matched, 1);
+    assert_true(st.max_rtt_us == 20.0);
+    json_t *evs = load_events(outp);
+    json_t *pn = find(evs, "M", 1, "process_name"), *pn2 = find(evs, "M", 2, "process_name");
+    assert_non_null(pn);
+    assert_non_null(pn2);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(pn, "args"), "name")),
+                        "s0.0");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(pn2, "args"), "name")),
+                        "w0");
+    json_t *tn = find(evs, "M", 2, "thread_name");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(tn, "args"), "name")),
+                        "w0 app");
+    /* The earliest event is w0's push at launcher time 0.5 ms: time 0. */
+    assert_true(ts_of(find(evs, "X", 2, "push")) == 0.0);
+    assert_true(json_number_value(json_object_get(find(evs, "X", 2, "push"), "dur")) == 1000.0);
+    assert_true(ts_of(find(evs, "s", 2, "msg")) == 100.0);
+    assert_true(ts_of(find(evs, "X", 1, "recv PUSH")) == 500.0);
+    json_t *f = find(evs, "f", 1, "msg");
+    assert_true(ts_of(f) == 500.0);
+    assert_string_equal(json_string_value(json_object_get(f, "bp")), "e");
+    assert_int_equal(json_integer_value(json_object_get(f, "id")), 7);
+    assert_null(find(evs, "X", 3, NULL)); /* w1 is not placed anywhere */
+    json_decref(evs);
+    unlink(a), unlink(b), unlink(c), unlink(outp);
+    rmdir(dir);
+}
+
+/* Ends and starts of arrows by id. */
+struct arrow {
+    json_int_t id;
+    double s_ts, f_ts;
+    int s_pid, f_pid;
+};
+
+static void test_tcp_run_merged(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/rkv-test-trace.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128], args[512];
+    snprintf(path, sizeof(path), "%s/t.json", dir);
+    snprintf(args, sizeof(args), "run %s/quickstart.yaml --backend tcp --trace %s", SCEN_DIR, path);
+    /* w1's host clock 5 s ahead: the offset measured at its start puts it back. */
+    int code = run_rkv("RKV_TRACE_SKEW_NS=5000000000 RKV_TRACE_SKEW_NODE=w1", args);
+    if (code != 0)
+        fail_msg("exit %d: %s", code, out);
+    assert_non_null(strstr(out, "trace: "));
+    assert_non_null(strstr(out, "8 processes"));
+    json_t *evs = load_events(path);
+    static const char *const names[] = {"s0.0", "s0.1", "s1.0", "s1.1", "w0", "w1", "w2", "w3"};
+    for (int pid = 1; pid <= 8; pid++) {
+        json_t *pn = find(evs, "M", pid, "process_name");
+        assert_non_null(pn);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(pn, "args"), "name")),
+                            names[pid - 1]);
+        assert_non_null(find(evs, "X", pid, NULL));
+        if (pid <= 4) {
+            assert_non_null(find(evs, "X", pid, "recv PUSH"));
+            assert_non_null(find(evs, "X", pid, "send PUSH_ACK"));
+        } else {
+            assert_non_null(find(evs, "X", pid, "push"));
+            assert_non_null(find(evs, "X", pid, "pull"));
+            assert_non_null(find(evs, "X", pid, "barrier"));
+        }
+    }
+    size_t n = json_array_size(evs), n_arrows = 0, i;
+    struct arrow *ar = calloc(n, sizeof(*ar));
+    assert_non_null(ar);
+    json_t *e;
+    double max_ts = 0;
+    json_array_foreach(evs, i, e)
+    {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (json_object_get(e, "ts") && ts_of(e) > max_ts)
+            max_ts = ts_of(e);
+        if (strcmp(ph, "s") && strcmp(ph, "f"))
+            continue;
+        json_int_t id = json_integer_value(json_object_get(e, "id"));
+        size_t k = 0;
+        while (k < n_arrows && ar[k].id != id)
+            k++;
+        if (k == n_arrows)
+            ar[n_arrows++] = (struct arrow){.id = id, .s_pid = -1, .f_pid = -1};
+        int pid = (int)json_integer_value(json_object_get(e, "pid"));
+        if (ph[0] == 's')
+            ar[k].s_ts = ts_of(e), ar[k].s_pid = pid;
+        else
+            ar[k].f_ts = ts_of(e), ar[k].f_pid = pid;
+    }
+    /* The run takes a second or so, not the skew's 5 s. */
+    assert_true(max_ts < 4e6);
+    size_t with_w1 = 0;
+    assert_true(n_arrows > 100);
+    for (size_t k = 0; k < n_arrows; k++) {
+        if (ar[k].s_pid < 0 || ar[k].f_pid < 0)
+            fail_msg("arrow %lld has only its %s", (long long)ar[k].id,
+                     ar[k].s_pid < 0 ? "end" : "start");
+        assert_int_not_equal(ar[k].s_pid, ar[k].f_pid);
+        with_w1 += ar[k].s_pid == 6 || ar[k].f_pid == 6;
+        /* Received after it was sent, to within the clock measurement
+         * (half a loopback round trip; 2 ms allows for a busy host). */
+        if (ar[k].f_ts < ar[k].s_ts - 2000)
+            fail_msg("arrow %lld: received at %.1f us, sent at %.1f us (pids %d -> %d)",
+                     (long long)ar[k].id, ar[k].f_ts, ar[k].s_ts, ar[k].s_pid, ar[k].f_pid);
+    }
+    assert_true(with_w1 > 10);
+    free(ar);
+    json_decref(evs);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_merge_applies_offsets),
+        cmocka_unit_test(test_tcp_run_merged),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
