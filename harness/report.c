@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "harness/client_stats.h"
 #include "harness/report.h"
 
 extern char **environ; /* the process environment, handed to gnuplot */
@@ -85,6 +86,22 @@ static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_wo
     return 0;
 }
 
+/* One worker's STATS line (up to eol, or the end): kept for report.json.
+ * A line that is not a JSON object (a worker killed mid-line) is skipped. */
+static int rep_add_stats(struct rkv_report *r, const char *text, const char *eol)
+{
+    json_t *one = json_loadb(text, eol ? (size_t)(eol - text) : strlen(text), 0, NULL);
+    if (!json_is_object(one)) {
+        json_decref(one);
+        return 0;
+    }
+    if (!r->stats && !(r->stats = json_array())) {
+        json_decref(one);
+        return -RKV_ENOMEM;
+    }
+    return json_array_append_new(r->stats, one) < 0 ? -RKV_ENOMEM : 0;
+}
+
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers)
 {
@@ -114,6 +131,10 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
                 for (uint32_t b = 0; b < RKV_WL_HIST; b++)
                     m->hist[b] += st.hist[b];
                 r->reported[p]++;
+            } else if (!strncmp(line, "STATS ", 6)) {
+                int rc = rep_add_stats(r, line + 6, eol);
+                if (rc < 0)
+                    return rc;
             } else if (!strncmp(line, "FIRSTERR ", 9) && !r->first_error[0]) {
                 size_t n = (eol ? (size_t)(eol - line) : strlen(line)) - 9;
                 snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
@@ -128,6 +149,7 @@ void rkv_report_free(struct rkv_report *r)
 {
     free(r->phase);
     free(r->reported);
+    json_decref(r->stats);
     memset(r, 0, sizeof(*r));
 }
 
@@ -266,6 +288,10 @@ static json_t *rep_json(const struct rkv_report *r, const char *backend)
     }
     bad |= json_object_set_new(root, "phases", phases);
     phases = NULL;
+    /* The clients' own counters: per operation and per server, summed over
+     * workers, and each worker's. */
+    if (r->stats)
+        bad |= json_object_set_new(root, "stats", rkv_stats_report(r->stats));
     if (!bad)
         return root;
 fail:

@@ -31,9 +31,12 @@ struct rkv_report {
     uint32_t survivor_errors;
     char faults[1024];
     char survivor_error[320];
+    /* The workers' counters (their STATS lines, harness/client_stats.h), a
+     * JSON array; NULL when none printed any (the twin's workers). */
+    struct json_t *stats;
 };
 
-/* Parses the stdout of every worker (PHASE and FIRSTERR lines). */
+/* Parses the stdout of every worker (PHASE, FIRSTERR and STATS lines). */
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers);
 void rkv_report_free(struct rkv_report *r);

@@ -126,6 +126,76 @@ static void test_merge_applies_offsets(void **state)
     rmdir(dir);
 }
 
+static json_int_t ival(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v))
+        fail_msg("no integer \"%s\"", key);
+    return json_integer_value(v);
+}
+
+/* Every histogram holds its count, and p50 <= p99 <= max. */
+static void check_counters(json_t *one)
+{
+    assert_non_null(one);
+    json_int_t sum = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(one, "hist"), i, e) sum +=
+        json_integer_value(json_array_get(e, 1));
+    assert_int_equal(sum, ival(one, "count"));
+    double p50 = json_number_value(json_object_get(one, "p50_us")),
+           p99 = json_number_value(json_object_get(one, "p99_us")),
+           mx = json_number_value(json_object_get(one, "max_us"));
+    assert_true(p50 > 0 && p50 <= p99 && p99 <= mx);
+}
+
+/* report.json's "stats" of the same run: the clients counted every push
+ * the workload made, per call and per server, and every worker reported. */
+static void check_report_stats(const char *dir)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/report.json", dir);
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    if (!doc)
+        fail_msg("%s: %s", path, je.text);
+    json_int_t pushes = 0, pulls = 0;
+    size_t i;
+    json_t *ph;
+    json_array_foreach(json_object_get(doc, "phases"), i, ph)
+    {
+        pushes += ival(ph, "pushes");
+        pulls += ival(ph, "pulls");
+    }
+    json_t *stats = json_object_get(doc, "stats"), *ops = json_object_get(stats, "ops");
+    assert_non_null(ops);
+    json_t *push = json_object_get(ops, "push"), *pull = json_object_get(ops, "pull");
+    assert_int_equal(ival(push, "count"), pushes);
+    assert_int_equal(ival(push, "errors"), 0);
+    assert_true(ival(pull, "count") >= pulls); /* and the checks after barriers */
+    assert_true(ival(push, "bytes") > 0 && ival(pull, "rows") > 0);
+    check_counters(push);
+    check_counters(pull);
+    check_counters(json_object_get(ops, "barrier"));
+    json_t *servers = json_object_get(stats, "servers"), *s;
+    assert_int_equal(json_array_size(servers), 4);
+    json_int_t to_servers = 0;
+    json_array_foreach(servers, i, s)
+    {
+        assert_int_equal(ival(s, "server"), (json_int_t)i);
+        check_counters(json_object_get(s, "push"));
+        to_servers += ival(json_object_get(s, "push"), "count");
+    }
+    /* A push's rows of the worker's own machine go to no server. */
+    assert_true(to_servers > 0 && to_servers <= 2 * pushes);
+    assert_int_equal(json_array_size(json_object_get(stats, "workers")), 4);
+    json_decref(doc);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/report.md", dir);
+    unlink(path);
+}
+
 /* Ends and starts of arrows by id. */
 struct arrow {
     json_int_t id;
@@ -140,7 +210,8 @@ static void test_tcp_run_merged(void **state)
     assert_non_null(mkdtemp(dir));
     char path[128], args[512];
     snprintf(path, sizeof(path), "%s/t.json", dir);
-    snprintf(args, sizeof(args), "run %s/quickstart.yaml --backend tcp --trace %s", SCEN_DIR, path);
+    snprintf(args, sizeof(args), "run %s/quickstart.yaml --backend tcp --trace %s --out %s",
+             SCEN_DIR, path, dir);
     /* w1's host clock 5 s ahead: the offset measured at its start puts it back. */
     int code = run_rkv("RKV_TRACE_SKEW_NS=5000000000 RKV_TRACE_SKEW_NODE=w1", args);
     if (code != 0)
@@ -208,6 +279,7 @@ static void test_tcp_run_merged(void **state)
     free(ar);
     json_decref(evs);
     unlink(path);
+    check_report_stats(dir);
     rmdir(dir);
 }
 

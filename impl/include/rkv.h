@@ -420,7 +420,7 @@ enum rkv_stats_op {
     RKV_STATS_PULL = 1,    /* rkv_client_pull, rkv_client_pull_with */
     RKV_STATS_BARRIER = 2, /* rkv_client_barrier */
     RKV_STATS_INIT = 3,    /* rkv_client_init_data */
-    RKV_STATS_OTHER = 4,   /* hello, meta, list, address table, shutdown */
+    RKV_STATS_OTHER = 4,   /* meta, list, shutdown; per server also hello, address table */
     RKV_STATS_OPS = 5
 };
 /* Latency buckets, log2: hist[b] counts latencies in [2^b, 2^(b+1)) ns

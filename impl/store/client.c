@@ -860,7 +860,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
 }
 
-int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+static int cli_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
     struct rkv_tensor *t;
     int rc = cli_check_open(c, "meta");
@@ -886,19 +886,26 @@ static struct cli_clock cli_call_begin(struct rkv_client *c)
                               .tr0_ns = tr ? rkv_trace_now_ns(tr) : 0};
 }
 
-/* A call ended with rc: counted under op and, when tracing, a span on the
- * calling thread. Returns rc. The application thread's. */
-static int cli_call_end(struct rkv_client *c, int op, const struct cli_clock *k, int rc,
-                        uint64_t rows, uint64_t bytes)
+/* A call ended with rc: counted under op and, when tracing, a span named
+ * span (NULL: the op's name) on the calling thread. Returns rc. The
+ * application thread's. */
+static int cli_call_end_as(struct rkv_client *c, int op, const char *span,
+                           const struct cli_clock *k, int rc, uint64_t rows, uint64_t bytes)
 {
     assert(op >= 0 && op < RKV_STATS_OPS);
     uint64_t now = c->port->ops->now_ns(c->port);
     rkv_stats_add(&c->ops[op], now - k->t0_ns, rc >= 0, rows, bytes);
     struct rkv_trace *tr = c->port->trace;
     if (tr)
-        rkv_trace_span(tr, rkv_stats_op_name(op), "op", k->tr0_ns, rkv_trace_now_ns(tr), -1,
-                       rc >= 0 ? rows : 0, rc >= 0 ? bytes : 0);
+        rkv_trace_span(tr, span ? span : rkv_stats_op_name(op), "op", k->tr0_ns,
+                       rkv_trace_now_ns(tr), -1, rc >= 0 ? rows : 0, rc >= 0 ? bytes : 0);
     return rc;
+}
+
+static int cli_call_end(struct rkv_client *c, int op, const struct cli_clock *k, int rc,
+                        uint64_t rows, uint64_t bytes)
+{
+    return cli_call_end_as(c, op, NULL, k, rc, rows, bytes);
 }
 
 /* ---- push / pull ---- */
@@ -1849,7 +1856,7 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
 }
 
-int rkv_client_shutdown_servers(struct rkv_client *c)
+static int cli_shutdown_servers(struct rkv_client *c)
 {
     int rc = cli_check_open(c, "shutdown");
     if (rc < 0)
@@ -2099,7 +2106,7 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
     return rkv_pull_register(&c->pt, id, fn, out_mult, out_add, user);
 }
 
-int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
 {
     if ((!metas && cap) || !n_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
@@ -2148,6 +2155,24 @@ int rkv_client_deregister(struct rkv_client *c, void *addr)
 void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *st_p)
 {
     *st_p = c->zst;
+}
+
+int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
+}
+
+int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
+}
+
+int rkv_client_shutdown_servers(struct rkv_client *c)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
 }
 
 int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
