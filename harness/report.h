@@ -50,7 +50,9 @@ int rkv_report_write(const struct rkv_report *r, const char *dir, const char *ba
  * how many, or -1 if the file is missing or not such a report. */
 int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max);
 
-/* Writes latency_cdf.png and throughput.png into dir with gnuplot. */
-int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size_t err_len);
+/* Writes latency_cdf.png and throughput.png into dir with gnuplot, titled
+ * with the scenario, the backend and whether the times are simulated. */
+int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *backend, char *err,
+                    size_t err_len);
 
 #endif

@@ -1311,7 +1311,7 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
     char err[256];
-    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", err, sizeof(err)) < 0)
+    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", backend, err, sizeof(err)) < 0)
         fprintf(stderr, "rkv run: --plot: %s\n", err);
     else if (plot)
         printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
