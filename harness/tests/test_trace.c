@@ -259,6 +259,32 @@ static void test_tcp_run_merged(void **state)
         else
             ar[k].f_ts = ts_of(e), ar[k].f_pid = pid;
     }
+    /* Each arrow end sits inside a span of its thread (the send, the
+     * handler that received it), which is what Perfetto binds it to. */
+    json_array_foreach(evs, i, e)
+    {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (strcmp(ph, "s") && strcmp(ph, "f"))
+            continue;
+        json_int_t pid = json_integer_value(json_object_get(e, "pid")),
+                   tid = json_integer_value(json_object_get(e, "tid"));
+        double ts = ts_of(e);
+        int bound = 0;
+        size_t j;
+        json_t *x;
+        json_array_foreach(evs, j, x)
+        {
+            if (bound || strcmp(json_string_value(json_object_get(x, "ph")), "X") ||
+                json_integer_value(json_object_get(x, "pid")) != pid ||
+                json_integer_value(json_object_get(x, "tid")) != tid)
+                continue;
+            double x0 = ts_of(x), x1 = x0 + json_number_value(json_object_get(x, "dur"));
+            bound = x0 <= ts && ts <= x1;
+        }
+        if (!bound)
+            fail_msg("arrow %s at %.3f us (pid %lld tid %lld) lies in no span", ph, ts,
+                     (long long)pid, (long long)tid);
+    }
     /* The run takes a second or so, not the skew's 5 s. */
     assert_true(max_ts < 4e6);
     size_t with_w1 = 0;
