@@ -22,6 +22,11 @@ static json_t *cs_op_json(const struct rkv_op_stats *st)
 
 int rkv_stats_print(FILE *out, struct rkv_client *cli)
 {
+    return rkv_stats_print_capped(out, cli, UINT32_MAX);
+}
+
+int rkv_stats_print_capped(FILE *out, struct rkv_client *cli, uint32_t max_servers)
+{
     json_t *ops = json_object(), *servers = json_array();
     int bad = !ops || !servers;
     for (int op = 0; !bad && op < RKV_STATS_OPS; op++) {
@@ -29,7 +34,8 @@ int rkv_stats_print(FILE *out, struct rkv_client *cli)
         if (rkv_client_stats(cli, op, &st) == 0 && st.count)
             bad |= json_object_set_new(ops, rkv_stats_op_name(op), cs_op_json(&st));
     }
-    for (uint32_t s = 0; !bad && s < rkv_client_n_servers(cli); s++) {
+    uint32_t n_servers = rkv_client_n_servers(cli);
+    for (uint32_t s = 0; !bad && n_servers <= max_servers && s < n_servers; s++) {
         json_t *one = NULL;
         for (int op = 0; !bad && op < RKV_STATS_OPS; op++) {
             struct rkv_op_stats st;

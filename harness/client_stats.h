@@ -4,6 +4,7 @@
 #ifndef RKV_CLIENT_STATS_H
 #define RKV_CLIENT_STATS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include <jansson.h>
@@ -14,6 +15,9 @@
  * and servers without a count are left out; histograms are sparse, a list
  * of [bucket, count] (bucket b: latencies in [2^b, 2^(b+1)) ns). */
 int rkv_stats_print(FILE *out, struct rkv_client *cli);
+/* The same with per-server entries only when the cluster has at most
+ * max_servers servers (the twin's thousands of nodes would print millions). */
+int rkv_stats_print_capped(FILE *out, struct rkv_client *cli, uint32_t max_servers);
 
 /* The "stats" object of report.json from the workers' parsed lines:
  * {"ops": {...}, "servers": [...]} summed over workers (with mean, p50,

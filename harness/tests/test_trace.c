@@ -309,11 +309,31 @@ static void test_tcp_run_merged(void **state)
     rmdir(dir);
 }
 
+/* The twin's workers count in simulated time and report the same way. */
+static void test_sim_report_stats(void **state)
+{
+    (void)state;
+#if RKV_WITH_SIM
+    char dir[] = "/tmp/rkv-test-trace.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char args[512];
+    snprintf(args, sizeof(args), "run %s/quickstart.yaml --backend sim --out %s", SCEN_DIR, dir);
+    int code = run_rkv("", args);
+    if (code != 0)
+        fail_msg("exit %d: %s", code, out);
+    check_report_stats(dir);
+    rmdir(dir);
+#else
+    skip();
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_applies_offsets),
         cmocka_unit_test(test_tcp_run_merged),
+        cmocka_unit_test(test_sim_report_stats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
