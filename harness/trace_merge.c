@@ -249,6 +249,7 @@ struct tm_scan {
     int64_t base_ns; /* the earliest event, on the launcher's clock */
     int any;
     uint64_t lines;
+    uint32_t cut; /* nodes whose file reached its limit */
 };
 
 /* First pass: the node's clock line, its threads, the earliest event. */
@@ -258,6 +259,10 @@ static int tm_scan_line(void *user, struct tm_node *nd, json_t *ev)
     const char *ph = json_string_value(json_object_get(ev, "ph"));
     if (!ph)
         return 0;
+    if (!strcmp(ph, "cut")) {
+        sc->cut++;
+        return 0;
+    }
     if (!strcmp(ph, "clock")) {
         const char *name = json_string_value(json_object_get(ev, "node"));
         snprintf(nd->name, sizeof(nd->name), "%s", name ? name : "?");
@@ -415,6 +420,7 @@ int rkv_trace_merge(char *const *files, size_t n, const char *out_path,
     }
     fprintf(o.f, "\n]}\n");
     st.nodes = (uint32_t)(n - st.unclocked);
+    st.cut = sc.cut;
     st.matched = tm_matched(&o.starts, &o.ends);
     st.bytes = (uint64_t)ftell(o.f);
     if (fclose(o.f) != 0 && rc == 0)
@@ -441,9 +447,12 @@ int rkv_trace_run_end(struct rkv_trace_run *tr, const char *out_path, FILE *out)
     }
     fprintf(out,
             "trace: %s: %u processes, %llu events (%llu spans, %llu of %llu message arrows "
-            "matched), %.1f KiB; clock offsets measured to within %.1f us\n",
+            "matched), %.1f KiB; clock offsets measured to within %.1f us%s\n",
             out_path, st.nodes, (unsigned long long)st.events, (unsigned long long)st.spans,
             (unsigned long long)st.matched, (unsigned long long)st.flow_ends,
-            (double)st.bytes / 1024.0, st.max_rtt_us / 2);
+            (double)st.bytes / 1024.0, st.max_rtt_us / 2,
+            st.cut ? "; some processes reached the limit of lines per file: their end is "
+                     "missing"
+                   : "");
     return 0;
 }

@@ -36,6 +36,7 @@ struct rkv_trace_merge_stats {
     double max_rtt_us;    /* the worst clock measurement: offsets are known within half */
     uint64_t bytes;       /* size of the merged file */
     uint32_t unclocked;   /* nodes left out: killed before they measured their clock */
+    uint32_t cut;         /* nodes whose file reached RKV_TRACE_MAX_LINES */
 };
 
 /* Makes the directory and starts the clock server. */

@@ -17,6 +17,8 @@
 #include <jansson.h>
 
 #include "harness/trace_merge.h"
+#include "port/trace.h"
+#include "rkv.h"
 #include "rkv_run.h"
 
 static void write_file(const char *path, const char *text)
@@ -84,7 +86,8 @@ static void test_merge_applies_offsets(void **state)
                   "\"rtt_ns\":10000,\"samples\":16,\"measured\":true}\n"
                   "{\"ph\":\"X\",\"name\":\"push\",\"cat\":\"op\",\"tid\":20,\"t\":5000500000,"
                   "\"d\":1000000,\"args\":{\"rows\":3,\"bytes\":48}}\n"
-                  "{\"ph\":\"s\",\"tid\":20,\"t\":5000600000,\"id\":7}\n");
+                  "{\"ph\":\"s\",\"tid\":20,\"t\":5000600000,\"id\":7}\n"
+                  "{\"ph\":\"cut\",\"after_lines\":2}\n"); /* its limit */
     write_file(c, "{\"ph\":\"X\",\"name\":\"push\",\"cat\":\"op\",\"tid\":30,\"t\":1,\"d\":1,"
                   "\"args\":{}}\n"); /* killed before its clock line */
     char *files[] = {a, b, c};
@@ -94,6 +97,7 @@ static void test_merge_applies_offsets(void **state)
         fail_msg("%s", err);
     assert_int_equal(st.nodes, 2);
     assert_int_equal(st.unclocked, 1);
+    assert_int_equal(st.cut, 1);
     assert_int_equal(st.bad_lines, 1);
     assert_int_equal(st.spans, 2);
     assert_int_equal(st.flow_starts, 1);
@@ -194,6 +198,50 @@ static void check_report_stats(const char *dir)
     unlink(path);
     snprintf(path, sizeof(path), "%s/report.md", dir);
     unlink(path);
+}
+
+/* A node's file: its clock line (unmeasured without a clock server), then
+ * spans and arrow ends up to its limit of lines, then the cut's notice;
+ * merged, the cut is reported. */
+static void test_writer_limit_and_unsynced_clock(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/rkv-test-trace.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[128], outp[128], err[256] = "";
+    snprintf(path, sizeof(path), "%s/w0.jsonl", dir);
+    snprintf(outp, sizeof(outp), "%s/t.json", dir);
+    struct rkv_trace *tr;
+    assert_int_equal(rkv_trace_open(path, "bad name", 0, &tr, err, sizeof(err)), -RKV_EINVAL);
+    assert_int_equal(rkv_trace_open(path, "w0", 0, &tr, err, sizeof(err)), 0);
+    assert_int_equal(rkv_trace_sync(tr, "", 0, err, sizeof(err)), 0);
+    rkv_trace_limit(tr, 3);
+    uint64_t t = rkv_trace_now_ns(tr);
+    rkv_trace_span(tr, "push", "op", t, t + 1000, -1, 2, 32);
+    rkv_trace_flow(tr, 1, 42, t + 10);
+    for (int i = 0; i < 5; i++)
+        rkv_trace_span(tr, "pull", "op", t + 2000, t + 3000, 3, 0, 0);
+    rkv_trace_close(tr);
+    char *files[] = {path};
+    struct rkv_trace_merge_stats st;
+    if (rkv_trace_merge(files, 1, outp, &st, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(st.spans, 2);
+    assert_int_equal(st.flow_starts, 1);
+    assert_int_equal(st.cut, 1);
+    assert_int_equal(st.bad_lines, 0);
+    json_t *evs = load_events(outp);
+    json_t *push = find(evs, "X", 1, "push");
+    assert_non_null(push);
+    json_t *args = json_object_get(push, "args");
+    assert_int_equal(json_integer_value(json_object_get(args, "rows")), 2);
+    assert_int_equal(json_integer_value(json_object_get(args, "bytes")), 32);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(find(evs, "X", 1, "pull"), "args"), "peer")),
+                     3);
+    json_decref(evs);
+    unlink(path), unlink(outp);
+    rmdir(dir);
 }
 
 /* Ends and starts of arrows by id. */
@@ -332,6 +380,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_applies_offsets),
+        cmocka_unit_test(test_writer_limit_and_unsynced_clock),
         cmocka_unit_test(test_tcp_run_merged),
         cmocka_unit_test(test_sim_report_stats),
     };

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,22 @@ struct rkv_trace {
     FILE *f;
     int64_t skew_ns;
     char node[32];
+    /* Lines written, from any thread; past RKV_TRACE_MAX_LINES the file
+     * says it was cut and takes no more (a long run must not fill the disk). */
+    atomic_ullong lines;
+    uint64_t max_lines;
 };
+
+/* Whether one more line may go in (writing the cut's notice at the first refused). */
+static int trace_room(struct rkv_trace *tr)
+{
+    unsigned long long n = atomic_fetch_add(&tr->lines, 1);
+    if (n < tr->max_lines)
+        return 1;
+    if (n == tr->max_lines)
+        fprintf(tr->f, "{\"ph\":\"cut\",\"after_lines\":%llu}\n", n);
+    return 0;
+}
 
 uint64_t rkv_trace_now_ns(const struct rkv_trace *tr)
 {
@@ -53,9 +69,15 @@ int rkv_trace_open(const char *path, const char *node, int64_t skew_ns, struct r
         return rkv_errf(err, err_len, -RKV_EIO, "trace: cannot write %s: %s", path, strerror(e));
     }
     tr->skew_ns = skew_ns;
+    tr->max_lines = RKV_TRACE_MAX_LINES;
     snprintf(tr->node, sizeof(tr->node), "%s", node);
     *tr_p = tr;
     return 0;
+}
+
+void rkv_trace_limit(struct rkv_trace *tr, uint64_t max_lines)
+{
+    tr->max_lines = max_lines;
 }
 
 void rkv_trace_close(struct rkv_trace *tr)
@@ -74,6 +96,8 @@ static long trace_tid(void)
 void rkv_trace_span(struct rkv_trace *tr, const char *name, const char *cat, uint64_t t0_ns,
                     uint64_t t1_ns, int64_t peer, uint64_t rows, uint64_t bytes)
 {
+    if (!trace_room(tr))
+        return;
     char args[96] = "";
     int n = 0;
     if (peer >= 0)
@@ -92,6 +116,8 @@ void rkv_trace_span(struct rkv_trace *tr, const char *name, const char *cat, uin
 
 void rkv_trace_flow(struct rkv_trace *tr, int start, uint64_t id, uint64_t ts_ns)
 {
+    if (!trace_room(tr))
+        return;
     fprintf(tr->f, "{\"ph\":\"%s\",\"tid\":%ld,\"t\":%llu,\"id\":%llu}\n", start ? "s" : "f",
             trace_tid(), (unsigned long long)ts_ns, (unsigned long long)id);
 }

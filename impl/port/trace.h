@@ -27,6 +27,8 @@ int rkv_trace_open(const char *path, const char *node, int64_t skew_ns, struct r
 int rkv_trace_sync(struct rkv_trace *tr, const char *host, uint16_t port, char *err,
                    size_t err_len);
 void rkv_trace_close(struct rkv_trace *tr);
+/* Another limit of lines than RKV_TRACE_MAX_LINES (tests). */
+void rkv_trace_limit(struct rkv_trace *tr, uint64_t max_lines);
 
 uint64_t rkv_trace_now_ns(const struct rkv_trace *tr);
 /* A complete span [t0, t1] on the calling thread. name and cat are plain
@@ -36,6 +38,9 @@ void rkv_trace_span(struct rkv_trace *tr, const char *name, const char *cat, uin
 /* One end of a message's arrow: start = 1 where it is sent, 0 where it is
  * received; both ends compute the same id from the message. */
 void rkv_trace_flow(struct rkv_trace *tr, int start, uint64_t id, uint64_t ts_ns);
+
+/* Lines per file, at most (some 100 bytes each): then a "cut" line. */
+#define RKV_TRACE_MAX_LINES 4000000ull
 
 /* The clock exchange, shared with the launcher's server: a 16-byte ping
  * (magic, sequence) and a 24-byte answer (magic, sequence, server ns). */
