@@ -53,10 +53,16 @@ static void *tm_clock_main(void *arg)
     return NULL;
 }
 
-int rkv_trace_run_start(struct rkv_trace_run *tr, char *err, size_t err_len)
+int rkv_trace_run_start(struct rkv_trace_run *tr, const char *out_path, char *err, size_t err_len)
 {
     memset(tr, 0, sizeof(*tr));
     tr->fd = -1;
+    /* A file that cannot be written is said now, not after the run. */
+    FILE *probe = fopen(out_path, "a");
+    if (!probe)
+        return rkv_errf(err, err_len, -RKV_EIO, "--trace: cannot write %s: %s", out_path,
+                        strerror(errno));
+    fclose(probe);
     snprintf(tr->dir, sizeof(tr->dir), "/tmp/rkv-trace.XXXXXX");
     if (!mkdtemp(tr->dir)) {
         tr->dir[0] = 0;

@@ -39,8 +39,9 @@ struct rkv_trace_merge_stats {
     uint32_t cut;         /* nodes whose file reached RKV_TRACE_MAX_LINES */
 };
 
-/* Makes the directory and starts the clock server. */
-int rkv_trace_run_start(struct rkv_trace_run *tr, char *err, size_t err_len);
+/* Checks that out_path can be written, makes the directory and starts the
+ * clock server. */
+int rkv_trace_run_start(struct rkv_trace_run *tr, const char *out_path, char *err, size_t err_len);
 /* In a child after fork, before exec: where node's trace goes
  * (RKV_TRACE_FILE, RKV_TRACE_NODE, RKV_TRACE_CLOCK). */
 void rkv_trace_run_child_env(const struct rkv_trace_run *tr, const char *node);

@@ -357,6 +357,19 @@ static void test_tcp_run_merged(void **state)
     rmdir(dir);
 }
 
+/* A trace file that cannot be written is refused before anything starts:
+ * one line, exit 2, no run. */
+static void test_unwritable_trace_refused_first(void **state)
+{
+    (void)state;
+    char args[256];
+    snprintf(args, sizeof(args), "run %s/quickstart.yaml --backend tcp --trace /nonexistent/t.json",
+             SCEN_DIR);
+    assert_int_equal(run_rkv("", args), 2);
+    assert_non_null(strstr(out, "--trace: cannot write /nonexistent/t.json"));
+    assert_null(strstr(out, "verdict"));
+}
+
 /* The twin's workers count in simulated time and report the same way. */
 static void test_sim_report_stats(void **state)
 {
@@ -381,6 +394,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_applies_offsets),
         cmocka_unit_test(test_writer_limit_and_unsynced_clock),
+        cmocka_unit_test(test_unwritable_trace_refused_first),
         cmocka_unit_test(test_tcp_run_merged),
         cmocka_unit_test(test_sim_report_stats),
     };

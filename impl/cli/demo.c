@@ -1431,7 +1431,7 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         goto out;
     }
     struct rkv_trace_run trun;
-    if (trace && rkv_trace_run_start(&trun, err, sizeof(err)) < 0) {
+    if (trace && rkv_trace_run_start(&trun, trace, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         goto out;
     }
