@@ -1225,9 +1225,6 @@ static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const s
         RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
 }
 
-/* Internal types are handled here; the rest go to the owner, unlocked. */
-static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
-
 /* on_msg under a "recv TYPE" span (the handler's time on this thread),
  * where the message's arrow ends. */
 static void eng_traced_msg(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
@@ -1241,6 +1238,9 @@ static void eng_traced_msg(struct rkv_engine *e, struct rkv_peer *p, const struc
     rkv_trace_span(tr, name, "net", t0, rkv_trace_now_ns(tr), h.sender, h.count, h.payload_len);
     rkv_trace_flow(tr, 0, eng_flow_id(&h), t0);
 }
+
+/* Internal types are handled here; the rest go to the owner, unlocked. */
+static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
 
 static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m,
                          uint32_t granted_slot)
