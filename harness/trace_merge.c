@@ -106,9 +106,18 @@ void rkv_trace_run_child_env(const struct rkv_trace_run *tr, const char *node)
     setenv("RKV_TRACE_CLOCK", clock, 1);
 }
 
+/* Files by node name (their name less ".jsonl"): s0.1 before s0.1-r2. */
 static int tm_cmp_str(const void *a, const void *b)
 {
-    return strverscmp(*(char *const *)a, *(char *const *)b);
+    char x[128], y[128];
+    snprintf(x, sizeof(x), "%s", *(char *const *)a);
+    snprintf(y, sizeof(y), "%s", *(char *const *)b);
+    char *dx = strstr(x, ".jsonl"), *dy = strstr(y, ".jsonl");
+    if (dx)
+        *dx = 0;
+    if (dy)
+        *dy = 0;
+    return strverscmp(x, y);
 }
 
 int rkv_trace_run_finish(struct rkv_trace_run *tr, const char *out_path,

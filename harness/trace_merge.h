@@ -54,8 +54,10 @@ int rkv_trace_run_finish(struct rkv_trace_run *tr, const char *out_path,
  * (or the error on stderr). */
 int rkv_trace_run_end(struct rkv_trace_run *tr, const char *out_path, FILE *out);
 
-/* Merges the per-node files (port/trace.h's format) into out_path. Nodes
- * are ordered by name (servers "s..." before workers "w..."). */
+/* Merges the per-node files (port/trace.h's format) into out_path, a
+ * process per file in the order given (pid 1, 2, ...); rkv_trace_run_finish
+ * gives them by node name: servers "s..." before workers "w...", a
+ * restarted node (node-r2) after its first incarnation. */
 int rkv_trace_merge(char *const *files, size_t n, const char *out_path,
                     struct rkv_trace_merge_stats *st_p, char *err, size_t err_len);
 

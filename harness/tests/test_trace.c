@@ -244,6 +244,49 @@ static void test_writer_limit_and_unsynced_clock(void **state)
     rmdir(dir);
 }
 
+/* A node started again (a crash fault's restart) is a process of its own,
+ * named after the first; the launcher merges by node name. */
+static void test_restarted_node_named_and_ordered(void **state)
+{
+    (void)state;
+    struct rkv_trace_run run;
+    char err[256] = "", outp[] = "/tmp/rkv-test-trace-run.json";
+    assert_int_equal(rkv_trace_run_start(&run, outp, err, sizeof(err)), 0);
+    const char *names[] = {"s1.0", "s1.0", "s0.0", "w0"};
+    for (int i = 0; i < 4; i++) {
+        rkv_trace_run_child_env(&run, names[i]);
+        const char *node = getenv("RKV_TRACE_NODE"), *path = getenv("RKV_TRACE_FILE");
+        assert_string_equal(node, i == 1 ? "s1.0-r2" : names[i]);
+        assert_non_null(strstr(getenv("RKV_TRACE_CLOCK"), "127.0.0.1:"));
+        struct rkv_trace *tr;
+        assert_int_equal(rkv_trace_open(path, node, 0, &tr, err, sizeof(err)), 0);
+        char host[32];
+        unsigned port;
+        assert_int_equal(sscanf(getenv("RKV_TRACE_CLOCK"), "%31[^:]:%u", host, &port), 2);
+        /* The launcher's clock server answers (the same host: offset ~0). */
+        assert_int_equal(rkv_trace_sync(tr, host, (uint16_t)port, err, sizeof(err)), 0);
+        uint64_t t = rkv_trace_now_ns(tr);
+        rkv_trace_span(tr, "x", "op", t, t + 1, -1, 0, 0);
+        rkv_trace_close(tr);
+    }
+    unsetenv("RKV_TRACE_NODE"), unsetenv("RKV_TRACE_FILE"), unsetenv("RKV_TRACE_CLOCK");
+    struct rkv_trace_merge_stats st;
+    if (rkv_trace_run_finish(&run, outp, &st, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(st.nodes, 4);
+    assert_true(st.max_rtt_us > 0 && st.max_rtt_us < 100000);
+    json_t *evs = load_events(outp);
+    const char *want[] = {"s0.0", "s1.0", "s1.0-r2", "w0"};
+    for (int pid = 1; pid <= 4; pid++) {
+        json_t *pn = find(evs, "M", pid, "process_name");
+        assert_non_null(pn);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(pn, "args"), "name")),
+                            want[pid - 1]);
+    }
+    json_decref(evs);
+    unlink(outp);
+}
+
 /* Ends and starts of arrows by id. */
 struct arrow {
     json_int_t id;
@@ -394,6 +437,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_applies_offsets),
         cmocka_unit_test(test_writer_limit_and_unsynced_clock),
+        cmocka_unit_test(test_restarted_node_named_and_ordered),
         cmocka_unit_test(test_unwritable_trace_refused_first),
         cmocka_unit_test(test_tcp_run_merged),
         cmocka_unit_test(test_sim_report_stats),
