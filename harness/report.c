@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "harness/client_stats.h"
 #include "harness/report.h"
 
 extern char **environ; /* the process environment, handed to gnuplot */
@@ -85,6 +86,22 @@ static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_wo
     return 0;
 }
 
+/* One worker's STATS line (up to eol, or the end): kept for report.json.
+ * A line that is not a JSON object (a worker killed mid-line) is skipped. */
+static int rep_add_stats(struct rkv_report *r, const char *text, const char *eol)
+{
+    json_t *one = json_loadb(text, eol ? (size_t)(eol - text) : strlen(text), 0, NULL);
+    if (!json_is_object(one)) {
+        json_decref(one);
+        return 0;
+    }
+    if (!r->stats && !(r->stats = json_array())) {
+        json_decref(one);
+        return -RKV_ENOMEM;
+    }
+    return json_array_append_new(r->stats, one) < 0 ? -RKV_ENOMEM : 0;
+}
+
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers)
 {
@@ -114,6 +131,10 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
                 for (uint32_t b = 0; b < RKV_WL_HIST; b++)
                     m->hist[b] += st.hist[b];
                 r->reported[p]++;
+            } else if (!strncmp(line, "STATS ", 6)) {
+                int rc = rep_add_stats(r, line + 6, eol);
+                if (rc < 0)
+                    return rc;
             } else if (!strncmp(line, "FIRSTERR ", 9) && !r->first_error[0]) {
                 size_t n = (eol ? (size_t)(eol - line) : strlen(line)) - 9;
                 snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
@@ -128,6 +149,7 @@ void rkv_report_free(struct rkv_report *r)
 {
     free(r->phase);
     free(r->reported);
+    json_decref(r->stats);
     memset(r, 0, sizeof(*r));
 }
 
@@ -266,6 +288,10 @@ static json_t *rep_json(const struct rkv_report *r, const char *backend)
     }
     bad |= json_object_set_new(root, "phases", phases);
     phases = NULL;
+    /* The clients' own counters: per operation and per server, summed over
+     * workers, and each worker's. */
+    if (r->stats)
+        bad |= json_object_set_new(root, "stats", rkv_stats_report(r->stats));
     if (!bad)
         return root;
 fail:
@@ -338,9 +364,36 @@ static void rep_gp_path(FILE *f, const char *dir, const char *name)
     rep_gp_str(f, path);
 }
 
+/* Latencies under this (only the twin's co-located calls, which take no
+ * simulated time) cannot sit on a log axis: they are drawn at its left
+ * edge, and the axis label says so. */
+#define REP_INSTANT_US 0.05
+
+/* The left edge of the CDF's axis: half the fastest latency at or above
+ * REP_INSTANT_US in any phase (0 when no phase has one). */
+static double rep_cdf_floor_us(const struct rkv_report *r, int *instant_p)
+{
+    double lo = 0;
+    *instant_p = 0;
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        const struct rkv_wl_phase_stats *m = &r->phase[p];
+        for (uint32_t b = 0; b < RKV_WL_HIST; b++) {
+            if (!m->hist[b])
+                continue;
+            double us = rkv_wl_bucket_us(b);
+            us = us < m->max_us ? us : m->max_us;
+            if (us < REP_INSTANT_US)
+                *instant_p = 1;
+            else if (lo == 0 || us < lo)
+                lo = us;
+        }
+    }
+    return lo / 2;
+}
+
 /* Data files for the plots: one CDF block per phase (gnuplot "index"),
  * one throughput line per phase; names stay in the script (rep_gp_str). */
-static int rep_plot_data(const struct rkv_report *r, const char *dir)
+static int rep_plot_data(const struct rkv_report *r, const char *dir, double floor_us)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/latency_cdf.dat", dir);
@@ -353,12 +406,19 @@ static int rep_plot_data(const struct rkv_report *r, const char *dir)
         for (uint32_t b = 0; b < RKV_WL_HIST; b++)
             total += m->hist[b];
         fprintf(f, "# phase %u\n", p);
+        /* Every line starts at 0 at the axis' left edge: a phase whose
+         * requests all took one bucket still draws a visible step. */
+        if (total)
+            fprintf(f, "%.4f 0\n", floor_us > 0 ? floor_us : REP_INSTANT_US);
         for (uint32_t b = 0; b < RKV_WL_HIST && total; b++) {
             if (!m->hist[b])
                 continue;
             acc += m->hist[b];
             double us = rkv_wl_bucket_us(b); /* as the percentiles: never past the max */
-            fprintf(f, "%.3f %.6f\n", us < m->max_us ? us : m->max_us, (double)acc / (double)total);
+            us = us < m->max_us ? us : m->max_us;
+            if (us < REP_INSTANT_US)
+                us = floor_us > 0 ? floor_us : REP_INSTANT_US;
+            fprintf(f, "%.4f %.6f\n", us, (double)acc / (double)total);
         }
         fprintf(f, "\n\n");
     }
@@ -372,33 +432,102 @@ static int rep_plot_data(const struct rkv_report *r, const char *dir)
     return 0;
 }
 
-int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size_t err_len)
+/* A plot's title: what it shows, then the scenario, the backend and what
+ * the times are (the twin's are simulated). */
+static void rep_gp_title(FILE *f, const struct rkv_report *r, const char *backend, const char *what)
+{
+    const char *path = r->sc->path[0] ? r->sc->path : "scenario";
+    const char *base = strrchr(path, '/');
+    char line[600];
+    snprintf(line, sizeof(line), "%s: %s on %s, seed %llu", what, base ? base + 1 : path, backend,
+             (unsigned long long)r->sc->seed);
+    fprintf(f, "set title ");
+    rep_gp_str(f, line);
+    fprintf(f, " . \"\\n\" . ");
+    rep_gp_str(f, r->sim_s > 0 ? "simulated time: the twin's modelled network and CPUs, not a "
+                                 "measurement"
+                               : "measured wall-clock time on this host");
+    fprintf(f, "\n");
+}
+
+/* Distinct colours (a colour-blind-safe set) and dash patterns per phase,
+ * and lines thinner for each later phase, drawn on top: two phases with the
+ * same latencies show as a thin line inside a thick one, not as one line. */
+static const char *const rep_colours[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a",
+                                          "#66a61e", "#e6ab02", "#a6761d", "#666666"};
+#define REP_N_COLOURS (sizeof(rep_colours) / sizeof(rep_colours[0]))
+
+static void rep_gp_cdf(FILE *f, const struct rkv_report *r, const char *dir, const char *backend,
+                       double floor_us, int instant)
+{
+    uint32_t n = r->sc->n_phases;
+    fprintf(f, "set output ");
+    rep_gp_path(f, dir, "latency_cdf.png");
+    fprintf(f, "\n");
+    rep_gp_title(f, r, backend, "request latency CDF per phase");
+    fprintf(f,
+            "set logscale x\nset xlabel '%s'\nset ylabel 'fraction of requests'\n"
+            "set yrange [0:1.02]\nset key bottom right box opaque\n",
+            !instant       ? "latency (us, log scale)"
+            : r->sim_s > 0 ? "latency (us, log scale; calls that took no simulated time at the "
+                             "left edge)"
+                           : "latency (us, log scale; calls under 0.05 us at the left edge)");
+    if (floor_us > 0)
+        fprintf(f, "set xrange [%.4f:*]\n", floor_us);
+    /* Less than two decades (the twin's microseconds): base-2 tics, or the
+     * axis would carry one label. */
+    double hi_us = 0;
+    for (uint32_t p = 0; p < n; p++)
+        hi_us = r->phase[p].max_us > hi_us ? r->phase[p].max_us : hi_us;
+    if (floor_us > 0 && hi_us < 100 * floor_us)
+        fprintf(f, "set logscale x 2\nset format x '%%g'\n");
+    fprintf(f, "plot");
+    for (uint32_t p = 0; p < n; p++) {
+        double lw = n > 1 ? 2.0 + 3.0 * (double)(n - 1 - p) / (double)(n - 1) : 2.5;
+        fprintf(f, "%s ", p ? "," : "");
+        rep_gp_path(f, dir, "latency_cdf.dat");
+        /* Solid, dashed, dash-dot, dash-dot-dot: no dotted line, too faint. */
+        static const unsigned dts[] = {1, 2, 4, 5};
+        fprintf(f, " index %u using 1:2 with steps lw %.2f dt %u lc rgb '%s' title ", p, lw,
+                dts[p % 4], rep_colours[p % REP_N_COLOURS]);
+        rep_gp_str(f, r->sc->phases[p].name);
+        /* A marker on each step, of the line's colour: visible where lines coincide. */
+        fprintf(f, ", ");
+        rep_gp_path(f, dir, "latency_cdf.dat");
+        fprintf(f, " index %u using 1:2 with points pt %u ps 1.1 lc rgb '%s' notitle", p,
+                4 + 2 * (p % 6), rep_colours[p % REP_N_COLOURS]);
+    }
+    fprintf(f, "\nunset logscale x\nset xrange [*:*]\nset yrange [*:*]\n");
+}
+
+int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *backend, char *err,
+                    size_t err_len)
 {
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return snprintf(err, err_len, "cannot create %s: %s", dir, strerror(errno)), -RKV_EIO;
-    if (rep_plot_data(r, dir) < 0)
+    int instant;
+    double floor_us = rep_cdf_floor_us(r, &instant);
+    if (rep_plot_data(r, dir, floor_us) < 0)
         return snprintf(err, err_len, "cannot write the plot data into %s", dir), -RKV_EIO;
     char path[512];
     snprintf(path, sizeof(path), "%s/plots.gp", dir);
     FILE *f = fopen(path, "w");
     if (!f)
         return snprintf(err, err_len, "cannot write %s", path), -RKV_EIO;
-    /* noenhanced: a name's _ or ^ is a character, not a subscript */
-    fprintf(f, "set terminal png noenhanced size 900,560\nset grid\nset output ");
-    rep_gp_path(f, dir, "latency_cdf.png");
-    fprintf(f, "\nset title 'request latency CDF'\n"
-               "set logscale x\nset xlabel 'latency (us)'\nset ylabel 'fraction of requests'\n"
-               "set key bottom right\nplot");
-    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
-        fprintf(f, "%s ", p ? "," : "");
-        rep_gp_path(f, dir, "latency_cdf.dat");
-        fprintf(f, " index %u using 1:2 with steps title ", p);
-        rep_gp_str(f, r->sc->phases[p].name);
-    }
-    fprintf(f, "\nunset logscale x\nset output ");
+    /* noenhanced: a name's _ or ^ is a character, not a subscript. Cairo
+     * draws dash patterns; the plain png terminal (libgd) only widths and
+     * markers, which still tell the lines apart. */
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "  set terminal pngcairo noenhanced size 1000,620 font ',10'\n"
+               "} else {\n  set terminal png noenhanced size 1000,620\n}\nset grid\n");
+    rep_gp_cdf(f, r, dir, backend, floor_us, instant);
+    fprintf(f, "set output ");
     rep_gp_path(f, dir, "throughput.png");
-    fprintf(f, "\nset title 'throughput per phase'\nset ylabel 'GB/s'\nset xlabel ''\n"
-               "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30 (");
+    fprintf(f, "\n");
+    rep_gp_title(f, r, backend, "throughput per phase");
+    fprintf(f, "set ylabel 'GB/s (row bytes pushed and pulled / phase time)'\nset xlabel ''\n"
+               "set key off\nset style fill solid 0.6\nset boxwidth 0.6\n"
+               "set xtics rotate by -30 (");
     for (uint32_t p = 0; p < r->sc->n_phases; p++) {
         fprintf(f, "%s", p ? ", " : "");
         rep_gp_str(f, r->sc->phases[p].name);
@@ -406,7 +535,7 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size
     }
     fprintf(f, ")\nset yrange [0:*]\nplot ");
     rep_gp_path(f, dir, "throughput.dat");
-    fprintf(f, " using 1:2 with boxes notitle\n");
+    fprintf(f, " using 1:2 with boxes lc rgb '%s' notitle\n", rep_colours[0]);
     fclose(f);
     /* gnuplot gets the script's path as an argument, without a shell: no
      * quoting of the path, and no pipe that a missing gnuplot would close

@@ -31,9 +31,12 @@ struct rkv_report {
     uint32_t survivor_errors;
     char faults[1024];
     char survivor_error[320];
+    /* The workers' counters (their STATS lines, harness/client_stats.h), a
+     * JSON array; NULL when none printed any (the twin's workers). */
+    struct json_t *stats;
 };
 
-/* Parses the stdout of every worker (PHASE and FIRSTERR lines). */
+/* Parses the stdout of every worker (PHASE, FIRSTERR and STATS lines). */
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers);
 void rkv_report_free(struct rkv_report *r);
@@ -47,7 +50,9 @@ int rkv_report_write(const struct rkv_report *r, const char *dir, const char *ba
  * how many, or -1 if the file is missing or not such a report. */
 int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max);
 
-/* Writes latency_cdf.png and throughput.png into dir with gnuplot. */
-int rkv_report_plot(const struct rkv_report *r, const char *dir, char *err, size_t err_len);
+/* Writes latency_cdf.png and throughput.png into dir with gnuplot, titled
+ * with the scenario, the backend and whether the times are simulated. */
+int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *backend, char *err,
+                    size_t err_len);
 
 #endif

@@ -17,6 +17,7 @@
 #include <xbt/config.h>
 #include <xbt/log.h>
 
+#include "harness/client_stats.h"
 #include "harness/oracle.h"
 #include "port/port_file.h"
 #include "nic/nic_fault.h"
@@ -184,6 +185,10 @@ static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
     }
 }
 
+/* Clusters larger than this report their clients' counters per operation
+ * only, not per server (thousands of workers x servers). */
+#define TWIN_STATS_MAX_SERVERS 64u
+
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
 {
     const struct rkv_scenario *sc = nd->t->sc;
@@ -202,6 +207,8 @@ static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struc
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
     for (uint32_t p = 0; p < sc->n_phases; p++)
         rkv_wl_print(out, id, p, &st[p]);
+    if (nd->rc == 0 && rkv_stats_print_capped(out, cli, TWIN_STATS_MAX_SERVERS) < 0)
+        nd->rc = -RKV_ENOMEM; /* the report's "stats", in simulated time */
     fclose(out);
     free(st);
 }

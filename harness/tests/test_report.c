@@ -112,7 +112,7 @@ static void test_report_json_round_trips_names(void **state)
     json_decref(doc);
     /* the plots take the same names (gnuplot from ci/deps, when present) */
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
-        if (rkv_report_plot(&r, dir, err, sizeof(err)) < 0)
+        if (rkv_report_plot(&r, dir, "tcp", err, sizeof(err)) < 0)
             fail_msg("plot: %s", err);
         for (int i = 0; i < 2; i++) {
             snprintf(path, sizeof(path), "%s/%s", dir, i ? "throughput.png" : "latency_cdf.png");
@@ -195,9 +195,122 @@ static void test_report_compares_pinned_winners(void **state)
     rkv_scenario_free(sc);
 }
 
+/* The text of a file (caller frees). */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *buf = calloc(1, 1 << 16);
+    assert_non_null(buf);
+    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* Plots a person learns from: titles name the scenario, the backend and
+ * whether times are simulated; phases with the same latencies stay visible
+ * (each its own colour and dash, thinner on top of thicker, markers on
+ * every step); calls that took no time (the twin's co-located ones) do not
+ * stretch the log axis down to 0.001 us. Regression: three phases drawn
+ * in gnuplot's defaults, one of them at 0 us, showed as one line against
+ * an axis from 0.001 us. */
+static void test_plot_names_run_and_shows_every_line(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/gnuplot", X_OK) != 0)
+        skip();
+    char yaml[64], dir[64], err[256], path[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-plot-%d.yaml", (int)getpid());
+    snprintf(dir, sizeof(dir), "/tmp/rkv-plot-%d.d", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n  - {name: t, rows: 64}\n"
+          "workload:\n  - {name: one, tensor: t, rounds: 2}\n"
+          "  - {name: two, tensor: t, rounds: 2}\n  - {name: three, tensor: t, rounds: 2}\n",
+          f);
+    fclose(f);
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_wl_phase_stats *st = calloc(1, sizeof(*st));
+    assert_non_null(st);
+    add_ns(st, 2000);
+    add_ns(st, 3000);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    rkv_wl_print(m, 0, 0, st); /* phases 0 and 1: the same latencies */
+    rkv_wl_print(m, 0, 1, st);
+    add_ns(st, 0); /* phase 2: one call took no (simulated) time */
+    rkv_wl_print(m, 0, 2, st);
+    fclose(m);
+    struct rkv_report r;
+    char *outs[1] = {buf};
+    assert_int_equal(rkv_report_collect(&r, sc, outs, 1), 0);
+    r.processes_ok = 1;
+    for (int sim = 0; sim < 2; sim++) {
+        r.sim_s = sim ? 0.25 : 0;
+        if (rkv_report_plot(&r, dir, sim ? "sim" : "tcp", err, sizeof(err)) < 0)
+            fail_msg("plot: %s", err);
+        snprintf(path, sizeof(path), "%s/plots.gp", dir);
+        char *gp = slurp(path);
+        char want[160];
+        snprintf(want, sizeof(want), "request latency CDF per phase: rkv-plot-%d.yaml on %s",
+                 (int)getpid(), sim ? "sim" : "tcp");
+        if (!strstr(gp, want))
+            fail_msg("no title \"%s\" in:\n%s", want, gp);
+        snprintf(want, sizeof(want), "throughput per phase: rkv-plot-%d.yaml on %s", (int)getpid(),
+                 sim ? "sim" : "tcp");
+        assert_non_null(strstr(gp, want));
+        assert_non_null(strstr(gp, sim ? "simulated time" : "measured wall-clock time"));
+        assert_null(strstr(gp, sim ? "measured wall-clock time" : "simulated time"));
+        /* One line per phase: its own colour and dash, each thinner than the last. */
+        double last_lw = 1e9;
+        char colours[3][16] = {{0}};
+        unsigned dts[3] = {0};
+        const char *at = gp;
+        for (int p = 0; p < 3; p++) {
+            at = strstr(at, "with steps lw ");
+            assert_non_null(at);
+            double lw;
+            assert_int_equal(
+                sscanf(at, "with steps lw %lf dt %u lc rgb '%15[^']'", &lw, &dts[p], colours[p]),
+                3);
+            assert_true(lw < last_lw && lw >= 2.0);
+            last_lw = lw;
+            at++;
+        }
+        assert_true(strcmp(colours[0], colours[1]) && strcmp(colours[1], colours[2]) &&
+                    strcmp(colours[0], colours[2]));
+        assert_true(dts[0] != dts[1] && dts[1] != dts[2] && dts[0] != dts[2]);
+        assert_non_null(strstr(gp, "with points pt"));
+        /* The axis starts at half the fastest real latency (2 us: 1 us),
+         * and the call that took no time sits there, not at 0.001 us. */
+        assert_non_null(strstr(gp, "set xrange [1.0"));
+        assert_non_null(strstr(gp, sim ? "took no simulated time" : "under 0.05 us"));
+        free(gp);
+        snprintf(path, sizeof(path), "%s/latency_cdf.dat", dir);
+        char *dat = slurp(path);
+        assert_null(strstr(dat, "\n0.00"));
+        assert_non_null(strstr(dat, "# phase 2\n1.0"));
+        free(dat);
+    }
+    rkv_report_free(&r);
+    rkv_scenario_free(sc);
+    free(st);
+    free(buf);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    unlink(yaml);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plot_names_run_and_shows_every_line),
         cmocka_unit_test(test_percentiles_never_above_max),
         cmocka_unit_test(test_report_json_round_trips_names),
         cmocka_unit_test(test_report_compares_pinned_winners),

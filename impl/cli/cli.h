@@ -190,6 +190,7 @@ struct cli_node {
     struct rkv_port *port;
     struct rkv_nic *nic;
     int faulty;
+    struct rkv_trace *trace; /* under `rkv run --trace` (RKV_TRACE_FILE), else NULL */
 };
 int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, const char *node,
                   uint64_t seed, struct cli_node *nd, char *err, size_t err_len);

@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/node_verdict.h"
+#include "harness/client_stats.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
@@ -162,6 +163,8 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
         res.checks += st[p].checks;
         res.errors += st[p].errors;
     }
+    if (st && rkv_stats_print(stdout, cli) < 0) /* the report's "stats" */
+        rc = rc < 0 ? rc : -RKV_ENOMEM;
     free(st);
     if (rc == 0 && bench)
         rc = cli_bench_run(cli, cfg, wl, &res, stderr);

@@ -21,6 +21,7 @@
 #include "harness/oracle.h"
 #include "harness/probe_tcp.h"
 #include "harness/report.h"
+#include "harness/trace_merge.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
 #include "store/store_int.h"
@@ -85,6 +86,7 @@ struct demo {
     /* rkv bench: the children's stderr, shown only if the cluster failed
      * (else their progress lines bury the figures). NULL: inherited. */
     FILE *child_err;
+    struct rkv_trace_run *trace; /* rkv run --trace: where the children's spans go, or NULL */
 };
 
 static double demo_since(const struct timespec *t0)
@@ -276,6 +278,8 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
             setenv("RKV_FAULT_NODE", node, 1);
             setenv("RKV_FAULT_STATS", stats, 1);
         }
+        if (node && d->trace)
+            rkv_trace_run_child_env(d->trace, node);
         if (out_fd) {
             dup2(pipefd[1], STDOUT_FILENO);
             close(pipefd[0]);
@@ -1029,7 +1033,9 @@ static void run_usage(void)
            "  --backend tcp   one process per server and worker on this host, loopback TCP\n"
            "  --out DIR       also write report.json and report.md\n"
            "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
-           "  --trace FILE    (sim) Chrome trace of every transfer and handler (Perfetto)\n"
+           "  --trace FILE    Chrome trace (Perfetto): with sim every transfer and handler;\n"
+           "                  with tcp/verbs every call, message and handler of every\n"
+           "                  process, merged on the launcher's clock\n"
            "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
            "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
            "                  network/solver:fairbottleneck, ...); printed in the report\n"
@@ -1306,7 +1312,7 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
     char err[256];
-    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", err, sizeof(err)) < 0)
+    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", backend, err, sizeof(err)) < 0)
         fprintf(stderr, "rkv run: --plot: %s\n", err);
     else if (plot)
         printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
@@ -1421,11 +1427,16 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         code = cli_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
-    if (trace || ta.n_cfg || progress) {
-        fprintf(stderr,
-                "rkv run: --trace, --cfg and --progress are twin options (--backend sim)\n");
+    if (ta.n_cfg || progress) {
+        fprintf(stderr, "rkv run: --cfg and --progress are twin options (--backend sim)\n");
         goto out;
     }
+    struct rkv_trace_run trun;
+    if (trace && rkv_trace_run_start(&trun, trace, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        goto out;
+    }
+    d->trace = trace ? &trun : NULL;
     demo_start(d, "rkv run", self);
     if (run_configure(d, &s, sc, file) == 0) {
         printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
@@ -1434,6 +1445,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
         code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
     }
     code = demo_finish(d, code);
+    if (d->trace && rkv_trace_run_end(d->trace, trace, stdout) < 0 && code == RKV_EXIT_OK)
+        code = RKV_EXIT_STORE;
 out:
     for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
         free(d->out[i]);

@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "harness/scenario.h"
 #include "nic/nic_fault.h"
+#include "port/trace.h"
 #include "store/server_int.h"
 #include "util/util.h"
 
@@ -31,6 +32,38 @@ static int node_faults(const struct cli_settings *s, struct rkv_nic_fault *f, ui
     return 0;
 }
 
+/* Under `rkv run --trace` the launcher gives each child a trace file
+ * (RKV_TRACE_FILE), its node's name (RKV_TRACE_NODE) and the address of
+ * its clock server (RKV_TRACE_CLOCK, "IP:PORT"), see harness/trace_merge.h.
+ * RKV_TRACE_SKEW_NS, for tests only, shifts the trace clock of the node
+ * RKV_TRACE_SKEW_NODE names (of every node without it) as if it ran on a
+ * host whose clock differs. */
+static int node_trace_open(struct cli_node *nd, const char *node, char *err, size_t err_len)
+{
+    const char *path = getenv("RKV_TRACE_FILE"), *name = getenv("RKV_TRACE_NODE");
+    const char *clock = getenv("RKV_TRACE_CLOCK"), *skew = getenv("RKV_TRACE_SKEW_NS");
+    const char *skewed = getenv("RKV_TRACE_SKEW_NODE"); /* the one node skewed, or every one */
+    if (!path || !*path)
+        return 0;
+    char host[64] = "";
+    unsigned port = 0;
+    if (clock && *clock && (sscanf(clock, "%63[^:]:%u", host, &port) != 2 || port > 65535))
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "RKV_TRACE_CLOCK: expected IP:PORT, got \"%s\"",
+                        clock);
+    name = name && *name ? name : node;
+    if (skewed && *skewed && strcmp(skewed, name) != 0)
+        skew = NULL;
+    int rc = rkv_trace_open(path, name, skew && *skew ? strtoll(skew, NULL, 0) : 0, &nd->trace, err,
+                            err_len);
+    if (rc == 0 && (rc = rkv_trace_sync(nd->trace, host, (uint16_t)port, err, err_len)) < 0) {
+        rkv_trace_close(nd->trace);
+        nd->trace = NULL;
+    }
+    if (rc == 0)
+        nd->port->trace = nd->trace;
+    return rc;
+}
+
 int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, const char *node,
                   uint64_t seed, struct cli_node *nd, char *err, size_t err_len)
 {
@@ -42,10 +75,16 @@ int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, co
         return rc;
     if ((rc = rkv_node_open(cfg, node, seed, &nd->port, &nd->nic, err, err_len)) < 0)
         return rc;
+    if ((rc = node_trace_open(nd, node, err, err_len)) < 0) {
+        rkv_node_close(nd->port, nd->nic);
+        return rc;
+    }
     if (n_f == 0)
         return 0;
     struct rkv_nic *wrapped;
     if ((rc = rkv_nic_fault_wrap(nd->nic, f, n_f, seed, &wrapped)) < 0) {
+        rkv_trace_close(nd->trace);
+        nd->trace = NULL;
         rkv_node_close(nd->port, nd->nic);
         return rkv_errf(err, err_len, rc, "cannot set up the fault NIC");
     }
@@ -76,6 +115,10 @@ void cli_node_close(struct cli_node *nd)
         return;
     if (nd->faulty)
         node_write_stats(nd);
+    /* The node's threads are gone (its server or client was destroyed). */
+    nd->port->trace = NULL;
+    rkv_trace_close(nd->trace);
+    nd->trace = NULL;
     rkv_node_close(nd->port, nd->nic);
     nd->nic = NULL;
 }

@@ -51,7 +51,7 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     if (out_dir && rkv_report_write(&r, out_dir, "sim") < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
     char err[256];
-    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", err, sizeof(err)) < 0)
+    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", "sim", err, sizeof(err)) < 0)
         fprintf(stderr, "rkv run: --plot: %s\n", err);
     int passed = rkv_report_passed(&r), wrong = 0;
     for (uint32_t p = 0; p < sc->n_phases; p++)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "port/trace.h"
 #include "util/util.h"
 
 /* rkv_engine_linger looks again after this long. */
@@ -596,8 +597,42 @@ static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_
     return 0;
 }
 
-static int eng_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,
-                    int reply)
+/* ---- tracing (port->trace, `rkv run --trace` on real backends) ---- */
+
+/* The id of a message's arrow, the same at both ends: its sender, type and
+ * request id (a client's request ids carry a random tag per incarnation).
+ * 52 bits, which a JSON number holds exactly. */
+static uint64_t eng_flow_id(const struct rkv_hdr *h)
+{
+    return rkv_mix64(((uint64_t)h->sender << 8 | h->type) ^ rkv_mix64(h->req_id)) &
+           ((1ull << 52) - 1);
+}
+
+/* A message the store hands the engine: a "send TYPE" span on the sending
+ * thread, [t0, now], and its arrow's start. */
+static void eng_trace_send(struct rkv_engine *e, const struct rkv_hdr *h, uint64_t t0,
+                           uint64_t bytes)
+{
+    struct rkv_trace *tr = e->port->trace;
+    char name[40];
+    snprintf(name, sizeof(name), "send %s", rkv_msg_type_name(h->type));
+    rkv_trace_span(tr, name, "net", t0, rkv_trace_now_ns(tr), -1, h->count, bytes);
+    rkv_trace_flow(tr, 1, eng_flow_id(h), t0);
+}
+
+/* The header of an encoded message about to be sent, when tracing. */
+static int eng_trace_hdr(const struct rkv_engine *e, const struct rkv_tx *tx, size_t len,
+                         struct rkv_hdr *h, uint64_t *t0_p)
+{
+    char why[8];
+    if (!e->port->trace || rkv_proto_decode_hdr(tx->buf, len, h, why, sizeof(why)) < 0)
+        return 0;
+    *t0_p = rkv_trace_now_ns(e->port->trace);
+    return 1;
+}
+
+static int eng_send_locked(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,
+                           int reply)
 {
     assert(len >= RKV_PROTO_HDR_BYTES && len <= tx->cap);
     eng_lock(e);
@@ -621,6 +656,18 @@ static int eng_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
     return rc;
 }
 
+static int eng_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len,
+                    int reply)
+{
+    struct rkv_hdr h;
+    uint64_t t0 = 0, bytes = len + tx->ext_bytes;
+    int traced = eng_trace_hdr(e, tx, len, &h, &t0);
+    int rc = eng_send_locked(e, p, tx, len, reply);
+    if (traced)
+        eng_trace_send(e, &h, t0, bytes);
+    return rc;
+}
+
 int rkv_engine_send(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, size_t len)
 {
     return eng_send(e, p, tx, len, 0);
@@ -639,6 +686,9 @@ int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         rkv_engine_tx_free(e, tx);
         return -RKV_ELIMIT;
     }
+    struct rkv_hdr h;
+    uint64_t t0 = 0;
+    int traced = eng_trace_hdr(e, tx, len, &h, &t0);
     eng_lock(e);
     tx->len = len;
     tx->kind = ENG_TX_WRITE;
@@ -650,6 +700,8 @@ int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
     else
         rc = peer_post(e, p, tx);
     eng_unlock(e);
+    if (traced)
+        eng_trace_send(e, &h, t0, len);
     return rc;
 }
 
@@ -1173,6 +1225,20 @@ static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const s
         RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
 }
 
+/* on_msg under a "recv TYPE" span (the handler's time on this thread),
+ * where the message's arrow ends. */
+static void eng_traced_msg(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
+{
+    struct rkv_trace *tr = e->port->trace;
+    uint64_t t0 = rkv_trace_now_ns(tr);
+    struct rkv_hdr h = m->h; /* m is valid only during the call */
+    e->on_msg(e->user, p, m);
+    char name[40];
+    snprintf(name, sizeof(name), "recv %s", rkv_msg_type_name(h.type));
+    rkv_trace_span(tr, name, "net", t0, rkv_trace_now_ns(tr), h.sender, h.count, h.payload_len);
+    rkv_trace_flow(tr, 0, eng_flow_id(&h), t0);
+}
+
 /* Internal types are handled here; the rest go to the owner, unlocked. */
 static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
 
@@ -1201,7 +1267,10 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
     default:
         p->release_due = granted_slot;
         eng_unlock(e);
-        e->on_msg(e->user, p, m);
+        if (e->port->trace)
+            eng_traced_msg(e, p, m);
+        else
+            e->on_msg(e->user, p, m);
         eng_lock(e);
         /* Not carried by a reply: give it back explicitly. */
         if (p->release_due && p->n_releases < e->cfg.max_slots) {

@@ -409,6 +409,48 @@ RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
 RKV_API void rkv_client_destroy(struct rkv_client *cli);
 
+/* ---- counters and latency histograms of a client ----
+ * Kept per operation (one entry per call: rkv_client_push, _pull, ...) and
+ * per server (one entry per request the call sent that server), since the
+ * client's creation or the last rkv_client_stats_reset. Counting costs two
+ * clock reads per call and per request and no allocation (a server's
+ * counters are allocated once, with its connection). */
+enum rkv_stats_op {
+    RKV_STATS_PUSH = 0,    /* rkv_client_push; push_async to its wait */
+    RKV_STATS_PULL = 1,    /* rkv_client_pull, rkv_client_pull_with */
+    RKV_STATS_BARRIER = 2, /* rkv_client_barrier */
+    RKV_STATS_INIT = 3,    /* rkv_client_init_data */
+    RKV_STATS_OTHER = 4,   /* meta, list, shutdown; per server also hello, address table */
+    RKV_STATS_OPS = 5
+};
+/* Latency buckets, log2: hist[b] counts latencies in [2^b, 2^(b+1)) ns
+ * (hist[0] also 0 ns); the last bucket holds everything from 2^39 ns (9 min). */
+#define RKV_STATS_BUCKETS 40
+struct rkv_op_stats {
+    uint64_t count;    /* calls (per operation) or requests (per server) that ended */
+    uint64_t errors;   /* of them, those that failed (timed out, refused, peer gone) */
+    uint64_t rows;     /* rows pushed or pulled (by the successful ones) */
+    uint64_t bytes;    /* row bytes pushed or pulled (by the successful ones) */
+    uint64_t total_ns; /* latencies summed (of every one that ended) */
+    uint64_t max_ns;
+    uint64_t hist[RKV_STATS_BUCKETS];
+};
+/* "push", "pull", "barrier", "init", "other"; NULL for another value. */
+RKV_API const char *rkv_stats_op_name(int op);
+/* The lower edge of bucket b in ns (2^b; 0 for b = 0). */
+RKV_API uint64_t rkv_stats_bucket_ns(uint32_t b);
+/* The counters of operation op (enum rkv_stats_op). -RKV_EINVAL for an op
+ * out of range. Call from the thread that uses the client. */
+RKV_API int rkv_client_stats(struct rkv_client *cli, int op, struct rkv_op_stats *st_p);
+/* The counters of the requests of kind op sent to server `server` (global
+ * id, 0..rkv_client_n_servers-1): zeros for a server never contacted.
+ * -RKV_EINVAL for a server or op out of range. */
+RKV_API int rkv_client_peer_stats(struct rkv_client *cli, uint32_t server, int op,
+                                  struct rkv_op_stats *st_p);
+RKV_API uint32_t rkv_client_n_servers(const struct rkv_client *cli);
+/* Zeroes every counter (per operation and per server). */
+RKV_API void rkv_client_stats_reset(struct rkv_client *cli);
+
 /* ---- configuration by name ----
  * The settings of the rkv binary by their flag names ("rx-depth", "cluster",
  * "num-workers"; `rkv config --dump` lists them), so that a program or a

@@ -84,6 +84,9 @@ struct rkv_port {
     int log_level;
     struct rkv_rng rng;
     void *impl; /* backend state */
+    /* Real backends under `rkv run --trace`: where spans go (port/trace.h);
+     * NULL otherwise (always in the twin). Set before the node starts. */
+    struct rkv_trace *trace;
 };
 
 /* POSIX backend: threads, CLOCK_MONOTONIC, shm_open, stderr logging. */

@@ -106,6 +106,26 @@ int rkv_client_barrier(struct rkv_client *cli);
 int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);
 void rkv_client_destroy(struct rkv_client *cli);
+
+#define RKV_STATS_OPS ...
+#define RKV_STATS_BUCKETS ...
+struct rkv_op_stats {
+    uint64_t count;
+    uint64_t errors;
+    uint64_t rows;
+    uint64_t bytes;
+    uint64_t total_ns;
+    uint64_t max_ns;
+    uint64_t hist[...];
+    ...;
+};
+const char *rkv_stats_op_name(int op);
+uint64_t rkv_stats_bucket_ns(uint32_t b);
+int rkv_client_stats(struct rkv_client *cli, int op, struct rkv_op_stats *st_p);
+int rkv_client_peer_stats(struct rkv_client *cli, uint32_t server, int op,
+                          struct rkv_op_stats *st_p);
+uint32_t rkv_client_n_servers(const struct rkv_client *cli);
+void rkv_client_stats_reset(struct rkv_client *cli);
 """
 
 

@@ -9,6 +9,8 @@
 
 #include "engine/regcache.h"
 #include "nic/nic.h"
+#include "port/trace.h"
+#include "store/stats.h"
 #include "store/pull_handlers.h"
 #include "store/server_int.h"
 #include "util/util.h"
@@ -33,6 +35,10 @@ struct cli_req {
     /* Zero copy: the NIC reads (push) or writes (pull) the caller's rows
      * until this request is answered or its connection closed. */
     int zc;
+    /* Its server's counters (rkv_client_peer_stats): when it was sent, and
+     * the rows and row bytes it moves (push, pull). */
+    uint64_t sent_ns;
+    uint64_t st_rows, st_bytes;
 };
 
 /* User registrations kept (rkv_client_register): bounds of the cache. */
@@ -67,6 +73,11 @@ struct cli_server {
      * (the only way to be sure it no longer touches the caller's memory):
      * the next request connects again. */
     int redial;
+    /* Counters of the requests to this server, RKV_STATS_OPS entries,
+     * allocated with the first connection (a client that talks to a few of
+     * a thousand servers keeps a few); under cli->mu, as the progress task
+     * counts replies. */
+    struct rkv_op_stats *st;
 };
 
 struct rkv_client {
@@ -106,6 +117,8 @@ struct rkv_client {
     uint32_t *grp_start;            /* n_machines + 1 */
     size_t grp_cap;
     struct rkv_client_zc_stats zst;
+    /* Counters per call (rkv_client_stats): the application thread's. */
+    struct rkv_op_stats ops[RKV_STATS_OPS];
     /* Pushes in flight (rkv_client_push_async), and per machine the server
      * they went to and how many are out: calls to that machine go to the
      * same server while any is, so per-QP order keeps pushes to one row
@@ -148,6 +161,7 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
         return NULL;
     r->srv = srv;
     r->expect = expect;
+    r->sent_ns = c->port->ops->now_ns(c->port);
     cli_lock(c);
     r->id = id ? id : ++c->next_req;
     r->next = c->reqs;
@@ -175,9 +189,39 @@ static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
     return NULL;
 }
 
+/* The counters a request of this reply type goes to. */
+static int cli_req_stats_op(int expect)
+{
+    switch (expect) {
+    case RKV_MSG_PUSH_ACK:
+        return RKV_STATS_PUSH;
+    case RKV_MSG_PULL_REPLY:
+    case RKV_MSG_PULL_DONE:
+        return RKV_STATS_PULL;
+    case RKV_MSG_BARRIER_REPLY:
+        return RKV_STATS_BARRIER;
+    case RKV_MSG_INIT_REPLY:
+        return RKV_STATS_INIT;
+    default:
+        return RKV_STATS_OTHER;
+    }
+}
+
+/* Lock held. A request ended: answered, failed, or (done = 0) released
+ * unanswered, which counts as an error at its age. */
+static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
+{
+    if (!r->srv || !r->srv->st)
+        return;
+    uint64_t now = c->port->ops->now_ns(c->port);
+    rkv_stats_add(&r->srv->st[cli_req_stats_op(r->expect)], now - r->sent_ns, ok, r->st_rows,
+                  r->st_bytes);
+}
+
 /* Lock held. */
 static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, const char *text)
 {
+    cli_req_count(c, r, status == 0);
     r->done = 1;
     r->status = status;
     if (text)
@@ -190,6 +234,8 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 {
     cli_lock(c);
     for (size_t i = 0; i < n; i++) {
+        if (!reqs[i]->done)
+            cli_req_count(c, reqs[i], 0);
         cli_req_unlink(c, reqs[i]);
         if (reqs[i]->t) {
             rkv_tensor_free(reqs[i]->t);
@@ -542,6 +588,14 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
 {
     uint32_t budget_ms = c->connect_budget_ms ? c->connect_budget_ms : c->cfg.connect_retry_ms;
+    if (!srv->st) {
+        struct rkv_op_stats *st = calloc(RKV_STATS_OPS, sizeof(*st));
+        if (!st)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+        cli_lock(c);
+        srv->st = st;
+        cli_unlock(c);
+    }
     int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms, budget_ms,
                                       &srv->peer);
     if (rc < 0)
@@ -761,7 +815,7 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     return rc;
 }
 
-int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
     struct rkv_wire_tensor w;
@@ -806,7 +860,7 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
 }
 
-int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+static int cli_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
     struct rkv_tensor *t;
     int rc = cli_check_open(c, "meta");
@@ -816,6 +870,42 @@ int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_me
         return rc;
     *meta_p = t->meta;
     return 0;
+}
+
+/* ---- counters and spans of calls ---- */
+
+/* When a call began, on the port's clock and (when tracing) the trace's. */
+struct cli_clock {
+    uint64_t t0_ns, tr0_ns;
+};
+
+static struct cli_clock cli_call_begin(struct rkv_client *c)
+{
+    struct rkv_trace *tr = c->port->trace;
+    return (struct cli_clock){.t0_ns = c->port->ops->now_ns(c->port),
+                              .tr0_ns = tr ? rkv_trace_now_ns(tr) : 0};
+}
+
+/* A call ended with rc: counted under op and, when tracing, a span named
+ * span (NULL: the op's name) on the calling thread. Returns rc. The
+ * application thread's. */
+static int cli_call_end_as(struct rkv_client *c, int op, const char *span,
+                           const struct cli_clock *k, int rc, uint64_t rows, uint64_t bytes)
+{
+    assert(op >= 0 && op < RKV_STATS_OPS);
+    uint64_t now = c->port->ops->now_ns(c->port);
+    rkv_stats_add(&c->ops[op], now - k->t0_ns, rc >= 0, rows, bytes);
+    struct rkv_trace *tr = c->port->trace;
+    if (tr)
+        rkv_trace_span(tr, span ? span : rkv_stats_op_name(op), "op", k->tr0_ns,
+                       rkv_trace_now_ns(tr), -1, rc >= 0 ? rows : 0, rc >= 0 ? bytes : 0);
+    return rc;
+}
+
+static int cli_call_end(struct rkv_client *c, int op, const struct cli_clock *k, int rc,
+                        uint64_t rows, uint64_t bytes)
+{
+    return cli_call_end_as(c, op, NULL, k, rc, rows, bytes);
 }
 
 /* ---- push / pull ---- */
@@ -1220,6 +1310,8 @@ static int cli_push_zc(struct rkv_client *c, const struct cli_op *o, struct cli_
         return rc;
     }
     r->zc = 1;
+    r->st_rows = cnt;
+    r->st_bytes = (uint64_t)cnt * rb;
     uint64_t *wids = cli_push_enc(c, o, r, cnt, tx);
     uint32_t k = 0;
     for (uint32_t i = 0; i < cnt; i++) {
@@ -1256,6 +1348,8 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
     int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
     if (rc < 0)
         return rc;
+    r->st_rows = cnt;
+    r->st_bytes = (uint64_t)cnt * t->row_bytes;
     uint64_t *wids = cli_push_enc(c, o, r, cnt, tx);
     uint8_t *wrows = (uint8_t *)(wids + cnt);
     for (uint32_t i = 0; i < cnt; i++) {
@@ -1296,6 +1390,7 @@ struct rkv_pending {
     struct rkv_pending *prev, *next; /* the client's list */
     struct cli_push cp;
     uint32_t *order, *start;
+    struct cli_clock clock; /* the call's, counted by its wait */
 };
 
 static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
@@ -1380,7 +1475,7 @@ static int cli_push_end(struct rkv_client *c, struct cli_push *cp)
     return rc;
 }
 
-int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
     *pending_p = NULL;
@@ -1414,11 +1509,30 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
     return 0;
 }
 
+/* The rows and row bytes a push moves (its tensor known once sent). */
+static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
+{
+    return cp->o.t ? (uint64_t)n * cp->o.t->row_bytes : 0;
+}
+
+int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **pending_p)
+{
+    struct cli_clock k = cli_call_begin(c);
+    int rc = cli_push_async(c, name, ids, n, rows, op, param, pending_p);
+    if (rc < 0)
+        return cli_call_end(c, RKV_STATS_PUSH, &k, rc, 0, 0);
+    (*pending_p)->clock = k;
+    return rc;
+}
+
 int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
     int rc = cli_push_end(c, &pending->cp);
+    uint64_t n = pending->cp.g.start[c->cfg.n_machines];
+    cli_call_end(c, RKV_STATS_PUSH, &pending->clock, rc, n, cli_push_bytes(&pending->cp, n));
     cli_pending_free(c, pending);
     return rc;
 }
@@ -1426,9 +1540,12 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
+    struct cli_clock k = cli_call_begin(c);
     struct cli_push cp = {.reqs = c->call_reqs, .lost = c->call_lost};
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
-    return rc < 0 ? rc : cli_push_end(c, &cp);
+    if (rc >= 0)
+        rc = cli_push_end(c, &cp);
+    return cli_call_end(c, RKV_STATS_PUSH, &k, rc, n, cli_push_bytes(&cp, n));
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -1469,6 +1586,8 @@ static int cli_pull_begin(struct rkv_client *c, const struct cli_op *o, struct c
         return rc;
     (*r_p)->count = cnt;
     (*r_p)->row_bytes = o->out_bytes;
+    (*r_p)->st_rows = cnt;
+    (*r_p)->st_bytes = (uint64_t)cnt * o->out_bytes;
     *h = (struct rkv_hdr){.type = type,
                           .req_id = (*r_p)->id,
                           .tensor_id = o->t->meta.id,
@@ -1656,8 +1775,8 @@ int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uin
     return rkv_pull_check(&c->pt, handler, t, len_p, c->err, sizeof(c->err));
 }
 
-int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                         void *rows_out, int handler, double param)
+static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param, uint64_t *bytes_p)
 {
     struct rkv_tensor *t;
     struct cli_groups g;
@@ -1673,6 +1792,7 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         return rc;
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
+    *bytes_p = (uint64_t)n * out_bytes;
     struct cli_req **reqs = c->call_reqs;
     uint64_t *lost = c->call_lost;
     size_t nreq;
@@ -1699,9 +1819,18 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     return rc;
 }
 
+int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param)
+{
+    struct cli_clock k = cli_call_begin(c);
+    uint64_t bytes = 0;
+    int rc = cli_pull_with(c, name, ids, n, rows_out, handler, param, &bytes);
+    return cli_call_end(c, RKV_STATS_PULL, &k, rc, n, bytes);
+}
+
 /* ---- barrier, shutdown ---- */
 
-int rkv_client_barrier(struct rkv_client *c)
+static int cli_barrier(struct rkv_client *c)
 {
     struct rkv_hdr h = {.type = RKV_MSG_BARRIER};
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
@@ -1715,7 +1844,19 @@ int rkv_client_barrier(struct rkv_client *c)
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "barrier");
 }
 
-int rkv_client_shutdown_servers(struct rkv_client *c)
+int rkv_client_barrier(struct rkv_client *c)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end(c, RKV_STATS_BARRIER, &k, cli_barrier(c), 0, 0);
+}
+
+int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
+}
+
+static int cli_shutdown_servers(struct rkv_client *c)
 {
     int rc = cli_check_open(c, "shutdown");
     if (rc < 0)
@@ -1875,6 +2016,8 @@ destroy_cond:
 destroy_mutex:
     port->ops->mutex_destroy(c->mu);
 free_client:
+    for (uint32_t i = 0; c->servers && i < c->n_servers; i++)
+        free(c->servers[i].st);
     free(c->machines);
     free(c->servers);
     free(c->pins);
@@ -1963,7 +2106,7 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
     return rkv_pull_register(&c->pt, id, fn, out_mult, out_add, user);
 }
 
-int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
 {
     if ((!metas && cap) || !n_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
@@ -2014,6 +2157,64 @@ void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *s
     *st_p = c->zst;
 }
 
+int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
+}
+
+int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
+}
+
+int rkv_client_shutdown_servers(struct rkv_client *c)
+{
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
+}
+
+int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
+{
+    if (op < 0 || op >= RKV_STATS_OPS)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: operation %d out of range",
+                        op);
+    *st_p = c->ops[op];
+    return 0;
+}
+
+int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
+{
+    if (op < 0 || op >= RKV_STATS_OPS || server >= c->n_servers)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "stats: server %u (of %u) or operation %d out of range", server,
+                        c->n_servers, op);
+    cli_lock(c);
+    const struct rkv_op_stats *st = c->servers[server].st;
+    if (st)
+        *st_p = st[op];
+    else
+        memset(st_p, 0, sizeof(*st_p));
+    cli_unlock(c);
+    return 0;
+}
+
+uint32_t rkv_client_n_servers(const struct rkv_client *c)
+{
+    return c->n_servers;
+}
+
+void rkv_client_stats_reset(struct rkv_client *c)
+{
+    memset(c->ops, 0, sizeof(c->ops));
+    cli_lock(c);
+    for (uint32_t i = 0; i < c->n_servers; i++)
+        if (c->servers[i].st)
+            memset(c->servers[i].st, 0, RKV_STATS_OPS * sizeof(*c->servers[i].st));
+    cli_unlock(c);
+}
+
 const char *rkv_client_errmsg(const struct rkv_client *c)
 {
     return c->err;
@@ -2049,6 +2250,8 @@ void rkv_client_destroy(struct rkv_client *c)
     free(c->grp_order);
     free(c->grp_mach);
     free(c->grp_start);
+    for (uint32_t i = 0; i < c->n_servers; i++)
+        free(c->servers[i].st);
     free(c->machines);
     free(c->servers);
     free(c->pins);

@@ -519,6 +519,28 @@ class PushHandle:
         return self._pending is None
 
 
+def _stats_percentile_us(hist, q, max_ns):
+    """The upper edge of the log2 bucket holding quantile q, at most the max."""
+    total = sum(hist)
+    acc = 0
+    for b, n in enumerate(hist):
+        acc += n
+        if total and acc >= q * total:
+            return min(float(2 << b), float(max_ns)) / 1e3
+    return 0.0
+
+
+def _op_stats(st):
+    hist = [int(st.hist[b]) for b in range(lib.RKV_STATS_BUCKETS)]
+    d = {k: int(getattr(st, k)) for k in ("count", "errors", "rows", "bytes", "total_ns",
+                                           "max_ns")}
+    d["mean_us"] = d["total_ns"] / d["count"] / 1e3 if d["count"] else 0.0
+    d["p50_us"] = _stats_percentile_us(hist, 0.5, d["max_ns"])
+    d["p99_us"] = _stats_percentile_us(hist, 0.99, d["max_ns"])
+    d["hist"] = hist
+    return d
+
+
 class Client:
     """A worker's connection to the store. Blocks until all num-workers clients
     joined. machine_id overrides the config's (which machine this trainer runs
@@ -835,6 +857,38 @@ class Client:
     def deregister(self, array):
         a = _as_numpy(array)
         self._call(lib.rkv_client_deregister, ffi.from_buffer(a, require_writable=True))
+
+    def stats(self, reset=False):
+        """This client's counters (rkv_client_stats), as a dict:
+        ``{"ops": {"push": {...}, "pull": ..., "barrier": ..., "init": ...,
+        "other": ...}, "servers": {server_id: {"push": {...}, ...}}}``. Each
+        entry has count, errors, rows, bytes, total_ns, max_ns, mean_us,
+        p50_us, p99_us and hist (RKV_STATS_BUCKETS counts: hist[b] holds the
+        latencies in [2^b, 2^(b+1)) ns). "ops" counts calls (an async push
+        from its issue to its wait), "servers" the requests each call sent to
+        each server (only servers this client talked to). reset=True zeroes
+        the counters after reading them."""
+        with self._lock:
+            cli = self._live()
+            st = ffi.new("struct rkv_op_stats *")
+            ops = {}
+            for op in range(lib.RKV_STATS_OPS):
+                if lib.rkv_client_stats(cli, op, st) < 0:
+                    _fail(-EINVAL, self._errmsg())
+                ops[ffi.string(lib.rkv_stats_op_name(op)).decode()] = _op_stats(st)
+            servers = {}
+            for sid in range(lib.rkv_client_n_servers(cli)):
+                one = {}
+                for op in range(lib.RKV_STATS_OPS):
+                    if lib.rkv_client_peer_stats(cli, sid, op, st) < 0:
+                        _fail(-EINVAL, self._errmsg())
+                    if st.count:
+                        one[ffi.string(lib.rkv_stats_op_name(op)).decode()] = _op_stats(st)
+                if one:
+                    servers[sid] = one
+            if reset:
+                lib.rkv_client_stats_reset(cli)
+        return {"ops": ops, "servers": servers}
 
     def shut_down(self):
         """Asks every server to stop (their run() returns)."""
