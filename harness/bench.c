@@ -24,7 +24,7 @@
 
 #include <jansson.h>
 
-#include "cli/bench_durable.h"
+#include "harness/bench_durable.h"
 #include "cli/cli.h"
 
 #define BENCH_MAX_SIZES 8
