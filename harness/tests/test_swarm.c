@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "cli/swarm_int.h"
+#include "harness/swarm_run.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/swarm.h"

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/calib.h"
+#include "harness/calib.h"
 #include "cli/cli.h"
 
 static void usage(FILE *out)

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/swarm_int.h"
+#include "harness/swarm_run.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
 #include "harness/scenario.h"

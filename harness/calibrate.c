@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/calib.h"
+#include "harness/calib.h"
 #include "cli/cli.h"
 #include "harness/report.h"
 

@@ -28,7 +28,7 @@
 
 #include <jansson.h>
 
-#include "cli/bench_durable.h"
+#include "harness/bench_durable.h"
 #include "cli/cli.h"
 #include "harness/probe_tcp.h"
 

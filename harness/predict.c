@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cli/calib.h"
+#include "harness/calib.h"
 #include "cli/cli.h"
 #include "harness/oracle.h"
 #include "harness/report.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/calib.h"
+#include "harness/calib.h"
 #include "cli/cli.h"
 #include "harness/aggregate.h"
 #include "harness/oracle.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/calib.h"
+#include "harness/calib.h"
 #include "harness/scenario.h"
 #include "rkv.h"
 

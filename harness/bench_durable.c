@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/bench_durable.h"
+#include "harness/bench_durable.h"
 #include "cli/cli.h"
 #include "port/port_file.h"
 #include "rkv.h"
