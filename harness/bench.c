@@ -26,6 +26,7 @@
 
 #include "harness/bench_durable.h"
 #include "cli/cli.h"
+#include "harness/limits.h"
 
 #define BENCH_MAX_SIZES 8
 #define BENCH_MAX_REPS 99
@@ -289,7 +290,7 @@ static double bench_iperf3_parse(const char *text)
 static double bench_iperf3(const struct bench *b, int streams)
 {
     uint16_t port;
-    if (cli_free_ports(1, &port, NULL) < 0)
+    if (rkv_launch_free_ports(1, &port, NULL) < 0)
         return 0;
     char p[16], n[16], t[16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);
@@ -309,8 +310,8 @@ static void bench_limits_tcp(struct bench *b)
         bench_add(b, "iperf3.1stream", "GB/s", bench_iperf3(b, 1));
         bench_add(b, "iperf3.2stream", "GB/s", bench_iperf3(b, 2));
     }
-    bench_add(b, "loopback.builtin.1stream", "GB/s", cli_limit_tcp_gbps());
-    bench_add(b, "memcpy.1core.64MiB", "GB/s", cli_limit_memcpy_gbps(64u << 20));
+    bench_add(b, "loopback.builtin.1stream", "GB/s", rkv_limit_tcp_gbps());
+    bench_add(b, "memcpy.1core.64MiB", "GB/s", rkv_limit_memcpy_gbps(64u << 20));
 }
 
 /* ---- perftest (verbs) ---- */
@@ -367,7 +368,7 @@ static double bench_perftest_parse(const char *out, int field)
 static double bench_perftest(const struct bench *b, uint32_t bytes)
 {
     uint16_t port;
-    if (cli_free_ports(1, &port, NULL) < 0)
+    if (rkv_launch_free_ports(1, &port, NULL) < 0)
         return 0;
     char p[16], s[16], n[16], g[16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);
@@ -448,8 +449,8 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
         argv[argc++] = "--busy-poll";
         argv[argc++] = busy ? "1" : "0";
     }
-    struct cli_figures f;
-    int code = cli_demo_measure(b->self, argc, argv, &f);
+    struct rkv_launch_figures f;
+    int code = rkv_launch_demo_measure(b->self, argc, argv, &f);
     if (code != RKV_EXIT_OK)
         return code;
     char sz[16], tag[32], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
@@ -517,7 +518,7 @@ static void bench_limits_shard(struct bench *b, uint32_t bytes)
     char name[BENCH_NAME_LEN];
     for (int kind = 0; kind < 3; kind++) {
         bench_limit_name(b, bytes, what[kind], name, sizeof(name));
-        bench_add(b, name, "GB/s", cli_limit_shard_gbps(bytes, kind));
+        bench_add(b, name, "GB/s", rkv_timed_limit_shard_gbps(bytes, kind));
     }
 }
 
@@ -530,7 +531,7 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
     /* One row-sized block copied back and forth, in cache: the old shm
      * limit, kept for comparison (and the reference in tcp and verbs). */
     snprintf(name, sizeof(name), "memcpy.1core.rowblock.%s", sz);
-    bench_add(b, name, "GB/s", cli_limit_memcpy_gbps(bytes));
+    bench_add(b, name, "GB/s", rkv_limit_memcpy_gbps(bytes));
     if (b->mode == BENCH_SHM)
         bench_limits_shard(b, bytes);
     if (b->mode == BENCH_VERBS) {
@@ -969,7 +970,7 @@ static int bench_prepare(struct bench *b)
 int cli_cmd_bench(int argc, char **argv, const char *self)
 {
     if (argc > 0 && !strcmp(argv[0], "durable"))
-        return cli_bench_durable(argc - 1, argv + 1);
+        return rkv_bench_durable(argc - 1, argv + 1);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             bench_usage(stdout);

@@ -28,24 +28,20 @@
  * itself (sim/cpu.c), so each benchmark also runs in the twin with no costs, which separates the
  * kernel's part (cal_derive_cpu); then the benchmarks run in the twin with those costs, and what
  * their real times have beyond that is not CPU (cal_derive_time). */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "harness/calib.h"
-#include "cli/cli.h"
+#include "harness/launch.h"
+#include "harness/limits.h"
 #include "harness/report.h"
 
 #if RKV_WITH_SIM
@@ -120,15 +116,19 @@ static double cal_irq_s(void)
     return n == 7 && tck > 0 ? (double)(v[5] + v[6]) / (double)tck : 0;
 }
 
-/* Runs `self run YAML --backend B --out DIR` (output to the log); returns
- * its phase time and the CPU of every process it started (system time:
- * with the host's interrupts and softirqs meanwhile, cal_irq_s). */
+/* Runs yaml on the backend as `rkv run YAML --backend B --out DIR` would
+ * (rkv_launch_file), in a child whose output is discarded: the child's
+ * rusage takes in its own and every node's CPU and nothing of this process.
+ * Returns the phase time and that CPU (system time: with the host's
+ * interrupts and softirqs meanwhile, cal_irq_s). */
 static int cal_run(const char *self, const char *backend, const char *yaml, const char *dir,
                    double *phase_s, double *user_s, double *sys_s)
 {
     struct rusage r0, r1;
     getrusage(RUSAGE_CHILDREN, &r0);
     double irq0 = cal_irq_s();
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid < 0)
         return -RKV_EIO;
@@ -138,8 +138,10 @@ static int cal_run(const char *self, const char *backend, const char *yaml, cons
             dup2(null, STDOUT_FILENO);
             dup2(null, STDERR_FILENO);
         }
-        execl(self, self, "run", yaml, "--backend", backend, "--out", dir, (char *)NULL);
-        _exit(127);
+        char *flags[] = {"--backend", (char *)backend};
+        int code = rkv_launch_file(yaml, 2, flags, dir, 0, self);
+        fflush(NULL);
+        _exit(code);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -306,85 +308,6 @@ static double cal_pos(double x)
     return x > 0 ? x : 0;
 }
 
-/* ---- the kernel's CPU per byte: one loopback TCP stream ---- */
-
-struct cal_stream {
-    int fd;
-    size_t bytes;
-    double cpu_s; /* of the thread that moved them */
-    int ok;
-};
-
-static double cal_thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void *cal_stream_read(void *arg)
-{
-    struct cal_stream *s = arg;
-    size_t cap = 1 << 20, got = 0;
-    char *buf = malloc(cap);
-    double c0 = cal_thread_cpu_s();
-    while (buf && got < s->bytes) {
-        ssize_t k = read(s->fd, buf, cap);
-        if (k <= 0 && errno != EINTR)
-            break;
-        got += k > 0 ? (size_t)k : 0;
-    }
-    s->cpu_s = cal_thread_cpu_s() - c0;
-    s->ok = got == s->bytes;
-    free(buf);
-    return NULL;
-}
-
-static void *cal_stream_write(void *arg)
-{
-    struct cal_stream *s = arg;
-    size_t cap = 1 << 20, put = 0;
-    char *buf = calloc(1, cap);
-    double c0 = cal_thread_cpu_s();
-    while (buf && put < s->bytes) {
-        size_t n = s->bytes - put < cap ? s->bytes - put : cap;
-        ssize_t k = write(s->fd, buf, n);
-        if (k <= 0 && errno != EINTR)
-            break;
-        put += k > 0 ? (size_t)k : 0;
-    }
-    s->cpu_s = cal_thread_cpu_s() - c0;
-    s->ok = put == s->bytes;
-    free(buf);
-    return NULL;
-}
-
-/* A connected pair of loopback TCP sockets, as the tcp backend opens them. */
-static int cal_stream_pair(int fds[2])
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof(a);
-    int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
-    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-    fds[1] = -1;
-    int ok = l >= 0 && fds[0] >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-             listen(l, 1) == 0 && getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
-             connect(fds[0], (struct sockaddr *)&a, sizeof(a)) == 0 &&
-             (fds[1] = accept(l, NULL, NULL)) >= 0;
-    if (ok)
-        setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (l >= 0)
-        close(l);
-    if (!ok) {
-        if (fds[0] >= 0)
-            close(fds[0]);
-        if (fds[1] >= 0)
-            close(fds[1]);
-        return -RKV_EIO;
-    }
-    return 0;
-}
-
 /* The CPU seconds per byte of the writing and the reading thread of one
  * loopback TCP stream (1 MiB writes and reads, as the backend's large
  * frames): what the kernel's copies and stack cost each side. Thread CPU
@@ -393,24 +316,11 @@ static int cal_stream_bytes(size_t bytes, int reps, double *send_ns, double *rec
 {
     double s[CAL_MAX_REPS], r[CAL_MAX_REPS];
     for (int k = 0; k < reps; k++) {
-        int fds[2];
-        if (cal_stream_pair(fds) < 0)
+        struct rkv_limit_stream st;
+        if (rkv_limit_tcp_stream(bytes, &st) < 0)
             return -RKV_EIO;
-        struct cal_stream w = {.fd = fds[0], .bytes = bytes}, rd = {.fd = fds[1], .bytes = bytes};
-        pthread_t tw, tr;
-        int started = pthread_create(&tr, NULL, cal_stream_read, &rd) == 0;
-        if (started && pthread_create(&tw, NULL, cal_stream_write, &w) == 0)
-            pthread_join(tw, NULL);
-        else
-            shutdown(fds[0], SHUT_RDWR); /* the reader sees the end */
-        if (started)
-            pthread_join(tr, NULL);
-        close(fds[0]);
-        close(fds[1]);
-        if (!w.ok || !rd.ok)
-            return -RKV_EIO;
-        s[k] = w.cpu_s / (double)bytes * 1e9;
-        r[k] = rd.cpu_s / (double)bytes * 1e9;
+        s[k] = st.send_cpu_s / (double)bytes * 1e9;
+        r[k] = st.recv_cpu_s / (double)bytes * 1e9;
     }
     *send_ns = cal_median(s, reps);
     *recv_ns = cal_median(r, reps);

@@ -1,5 +1,7 @@
-/* rkv demo: a whole cluster on this host (one process per server and
- * worker over loopback), the checked workload, and a verdict. */
+/* The launcher: a scenario (rkv run --backend tcp|verbs) or the demo's
+ * built-in workload as one process per server and worker on this host,
+ * crash faults by kill and restart, the workers' output gathered into one
+ * report. The real-host sibling of the twin runner (sim/twin.c). */
 #include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -15,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness/calib.h"
-#include "cli/cli.h"
+#include "harness/launch.h"
+#include "harness/limits.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
 #include "nic/nic.h"
@@ -38,7 +40,7 @@ struct demo {
     sigset_t old_mask;
     pid_t parent;                  /* this process, for the children's getppid() check */
     uint32_t n_machines_shm;       /* machines whose segments this run removes at the end */
-    int port_hold[DEMO_MAX_PROCS]; /* cli_free_ports' reservations, closed at the end */
+    int port_hold[DEMO_MAX_PROCS]; /* rkv_launch_free_ports' reservations, closed at the end */
     uint32_t n_port_hold;
     char *args[DEMO_MAX_ARGS];
     int nargs;
@@ -46,7 +48,7 @@ struct demo {
     pid_t servers[DEMO_MAX_PROCS], workers[DEMO_MAX_PROCS];
     int out_fd[DEMO_MAX_PROCS];
     char *out[DEMO_MAX_PROCS]; /* each worker's stdout */
-    struct cli_result res[DEMO_MAX_PROCS];
+    struct rkv_timed_result res[DEMO_MAX_PROCS];
     int status[DEMO_MAX_PROCS];
     uint32_t n_servers, n_workers, machines;
     /* Crash faults of `rkv run`: whom to SIGKILL, when (seconds after t0, or
@@ -222,7 +224,7 @@ static int demo_port_free(uint32_t port, int *hold_p)
  * same ports, and one server failed "Address already in use"); a client
  * that reaches a foreign server is turned away by the cluster fingerprint
  * at HELLO. */
-int cli_free_ports(uint32_t n, uint16_t *base_p, int *hold)
+int rkv_launch_free_ports(uint32_t n, uint16_t *base_p, int *hold)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -450,7 +452,7 @@ static void demo_collect(struct demo *d)
 }
 
 /* Parses a worker's RESULT line (from its stdout) into res; 0 if found. */
-static int demo_parse_result(const char *out, struct cli_result *res, int *status_p)
+static int demo_parse_result(const char *out, struct rkv_timed_result *res, int *status_p)
 {
     const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
@@ -512,87 +514,15 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
     return 1;
 }
 
-/* The physical limits of this host, measured in the same run: one-stream
- * loopback TCP (what every remote byte of the tcp backend crosses) and
- * single-core memcpy (what the shared-memory path costs). */
-double cli_limit_tcp_gbps(void)
-{
-    const size_t chunk = 1u << 20, total = 512u << 20;
-    int ls = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
-        getsockname(ls, (struct sockaddr *)&a, &len) < 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        char *buf = calloc(1, chunk);
-        if (fd < 0 || !buf || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-            _exit(1);
-        for (size_t sent = 0; sent < total;) {
-            ssize_t w = write(fd, buf, chunk);
-            if (w <= 0)
-                _exit(1);
-            sent += (size_t)w;
-        }
-        _exit(0);
-    }
-    int fd = accept(ls, NULL, NULL);
-    char *buf = malloc(chunk);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    size_t got = 0;
-    ssize_t r;
-    while (fd >= 0 && buf && got < total && (r = read(fd, buf, chunk)) > 0)
-        got += (size_t)r;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    free(buf);
-    if (fd >= 0)
-        close(fd);
-    close(ls);
-    waitpid(pid, NULL, 0);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    return got == total && dt > 0 ? (double)total / dt / 1e9 : 0;
-}
-
-/* One core copying `block`-byte blocks between two buffers of that size
- * (512 MiB in all): a block that fits in cache is copied at cache speed, so
- * the shared-memory path is compared with memcpy of the same bytes. */
-double cli_limit_memcpy_gbps(size_t block)
-{
-    const size_t total = 512u << 20;
-    char *a = malloc(block), *b = malloc(block);
-    if (!block || !a || !b) {
-        free(a);
-        free(b);
-        return 0;
-    }
-    memset(a, 1, block);
-    memset(b, 2, block);
-    size_t reps = total / block ? total / block : 1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (size_t i = 0; i < reps; i++)
-        memcpy(i % 2 ? a : b, i % 2 ? b : a, block);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    volatile char sink = a[block / 2] + b[block / 3];
-    (void)sink;
-    free(a);
-    free(b);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    return dt > 0 ? (double)reps * (double)block / dt / 1e9 : 0;
-}
-
 /* The workers ran at once: every worker's bytes over the slowest one's
  * time; latency is the workers' mean p50 and their worst p99. */
-static void demo_figures(const struct demo *d, struct cli_figures *f)
+static void demo_figures(const struct demo *d, struct rkv_launch_figures *f)
 {
     uint64_t pb = 0, lb = 0, ppb = 0, qb = 0;
     double ps = 0, ls = 0, pps = 0, qs = 0;
-    *f = (struct cli_figures){0};
+    *f = (struct rkv_launch_figures){0};
     for (uint32_t i = 0; i < d->n_workers; i++) {
-        const struct cli_result *r = &d->res[i];
+        const struct rkv_timed_result *r = &d->res[i];
         f->checks += r->checks;
         f->errors += r->errors;
         pb += r->push_bytes;
@@ -618,7 +548,7 @@ static void demo_figures(const struct demo *d, struct cli_figures *f)
 
 static void demo_report(const struct demo *d, uint64_t value_bytes)
 {
-    struct cli_figures f;
+    struct rkv_launch_figures f;
     demo_figures(d, &f);
     printf("\n| workers | machines / servers | value bytes | push GB/s | pull GB/s | "
            "push+pull GB/s | pull p50 us | pull p99 us | checked values | wrong |\n"
@@ -633,8 +563,8 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (d->status[i])
             printf("worker %u: store error %d (%s)\n", i, d->status[i], rkv_strerror(d->status[i]));
-    double tcp = cli_limit_tcp_gbps(), mc = cli_limit_memcpy_gbps(64u << 20),
-           mv = cli_limit_memcpy_gbps((size_t)value_bytes);
+    double tcp = rkv_limit_tcp_gbps(), mc = rkv_limit_memcpy_gbps(64u << 20),
+           mv = rkv_limit_memcpy_gbps((size_t)value_bytes);
     printf("\nlimits measured now: loopback TCP 1 stream %.3f GB/s, memcpy 1 core %.3f GB/s, "
            "memcpy of %llu-byte blocks %.3f GB/s\n",
            tcp, mc, (unsigned long long)value_bytes, mv);
@@ -666,17 +596,6 @@ static int demo_verdict(const struct demo *d, const struct cli_settings *s, int 
     rkv_report_free(&r);
     rkv_scenario_free(sc);
     return passed;
-}
-
-static void demo_usage(void)
-{
-    printf("usage: rkv demo [--machines M] [--servers-per-machine S] [--num-workers W]\n"
-           "                [--rows N] [--value-bytes B] [--rounds R] [settings]\n"
-           "Starts M x S servers and W workers on this host over loopback TCP (defaults\n"
-           "2 x 2 and 4), runs the built-in scenario (every value checked by the oracle),\n"
-           "then a timed phase; prints throughput next to loopback TCP and memcpy measured\n"
-           "in the same run, and the verdict.\n\n");
-    cli_settings_help(stdout);
 }
 
 static int demo_configure(struct demo *d, struct cli_settings *s);
@@ -742,7 +661,7 @@ static const char *const demo_flags[CLI_KEY_COUNT_] = {
     [CLI_INTERFACE] = "--interface",
 };
 
-int cli_launch_args(const struct cli_settings *s, char **argv, int cap)
+int rkv_launch_args(const struct cli_settings *s, char **argv, int cap)
 {
     int n = 0;
     for (int k = 0; k < CLI_KEY_COUNT_; k++) {
@@ -781,12 +700,12 @@ static int demo_check_settings(struct demo *d, const struct cli_settings *s)
 {
     char err[512];
     struct rkv_config cfg;
-    struct cli_workload wl;
+    struct rkv_timed_workload wl;
     if (cli_build_config(s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         return -1;
     }
-    if (cli_workload_load(s, &wl, err, sizeof(err)) < 0) {
+    if (rkv_timed_workload_load(s, &wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         free(cfg.machines);
         return -1;
@@ -846,7 +765,7 @@ static int demo_configure(struct demo *d, struct cli_settings *s)
         d->n_servers = (uint32_t)(m * spm);
         if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
             uint16_t base;
-            if (cli_free_ports(d->n_servers, &base, d->port_hold) < 0) {
+            if (rkv_launch_free_ports(d->n_servers, &base, d->port_hold) < 0) {
                 fprintf(stderr, "%s: no %u free consecutive ports\n", d->cmd, d->n_servers);
                 return -1;
             }
@@ -857,7 +776,7 @@ static int demo_configure(struct demo *d, struct cli_settings *s)
     }
     if (demo_check_settings(d, s) < 0)
         return -1;
-    d->nargs = cli_launch_args(s, d->args, DEMO_MAX_ARGS);
+    d->nargs = rkv_launch_args(s, d->args, DEMO_MAX_ARGS);
     assert(d->nargs > 0); /* DEMO_MAX_ARGS holds every setting */
     return 0;
 }
@@ -866,14 +785,8 @@ static int demo_run(struct demo *dp, int argc, char **argv);
 static void demo_start(struct demo *d, const char *cmd, const char *self);
 static int demo_finish(struct demo *d, int code);
 
-int cli_cmd_demo(int argc, char **argv, const char *self)
+int rkv_launch_demo(int argc, char **argv, const char *self)
 {
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            demo_usage();
-            return RKV_EXIT_OK;
-        }
-    }
     struct demo *dp = calloc(1, sizeof(*dp));
     if (!dp)
         return RKV_EXIT_STORE;
@@ -977,7 +890,7 @@ static int demo_run(struct demo *dp, int argc, char **argv)
     return demo_exit_code(dp, ok);
 }
 
-int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures *f_p)
+int rkv_launch_demo_measure(const char *self, int argc, char **argv, struct rkv_launch_figures *f_p)
 {
     struct demo *dp = calloc(1, sizeof(*dp));
     struct cli_settings s;
@@ -1013,65 +926,9 @@ out:
     return code;
 }
 
-/* ---- rkv run FILE ---- */
+/* ---- a scenario file on a real backend ---- */
 
-static void run_usage(void)
-{
-    printf("usage: rkv run FILE [--backend sim|tcp|verbs] [--seed N] [--out DIR] [--plot]\n"
-           "                    [--trace FILE.json] [settings]\n"
-           "       rkv run FILE --launcher mpirun|srun --dry-run\n"
-           "Runs the scenario FILE, checks every pulled value with the oracle, prints per-phase\n"
-           "ops, throughput, latency and the verdict. Exit 0 only if the oracle passed.\n"
-           "  --backend sim   (the default) the twin: every node a SimGrid actor in this\n"
-           "                  process on the scenario's modelled network; prints simulated\n"
-           "                  time and the event-trace hash (same scenario + seed => same hash)\n"
-           "  --backend tcp   one process per server and worker on this host, loopback TCP\n"
-           "  --out DIR       also write report.json and report.md\n"
-           "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
-           "  --trace FILE    (sim) Chrome trace of every transfer and handler (Perfetto)\n"
-           "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
-           "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
-           "                  network/solver:fairbottleneck, ...); printed in the report\n"
-           "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
-           "The format of FILE: scenarios/README.md.\n");
-}
-
-/* Splits argv into the scenario file, --out DIR, and settings flags. */
-static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, const char **jitter, int *plot, struct cli_twin_args *ta,
-                    const char **progress, const char **cfg, char **rest, int *n_rest)
-{
-    *n_rest = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            *out = argv[++i];
-        else if (!strcmp(argv[i], "--cfg") && i + 1 < argc)
-            cfg[ta->n_cfg++] = argv[++i];
-        else if (!strncmp(argv[i], "--cfg=", 6))
-            cfg[ta->n_cfg++] = argv[i] + 6;
-        else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
-            *progress = argv[++i];
-        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
-            ta->trace = argv[++i];
-        else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
-            *jitter = argv[++i];
-        else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
-            *launcher = argv[++i];
-        else if (!strcmp(argv[i], "--plot"))
-            *plot = 1;
-        else if (!strcmp(argv[i], "--dry-run"))
-            ; /* the only mode --launcher has: rkv starts no remote processes itself */
-        else if (!strncmp(argv[i], "--out=", 6))
-            *out = argv[i] + 6;
-        else if (strncmp(argv[i], "--", 2) && !*file)
-            *file = argv[i];
-        else
-            rest[(*n_rest)++] = argv[i];
-    }
-    return *file ? 0 : -1;
-}
-
-static int run_load(const char *file, struct rkv_scenario **sc)
+int rkv_launch_load(const char *file, struct rkv_scenario **sc)
 {
     char err[512];
     if (rkv_scenario_load(file, sc, err, sizeof(err)) < 0 ||
@@ -1249,7 +1106,7 @@ static int run_reap_workers(struct demo *d, uint32_t *survivor_errors)
 }
 
 static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char *backend,
-                       const char *out_dir, int plot)
+                       struct rkv_report *r_p)
 {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1301,6 +1158,48 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         r.survivor_errors = survivor_errors;
         snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
     }
+    *r_p = r;
+    return rkv_launch_verdict(r_p);
+}
+
+int rkv_launch_verdict(const struct rkv_report *r)
+{
+    int wrong = 0;
+    for (uint32_t p = 0; p < r->sc->n_phases; p++)
+        wrong |= r->phase[p].errors > 0;
+    return rkv_report_passed(r) ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+}
+
+int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rkv_launch_opts *o,
+                   struct rkv_report *r_p)
+{
+    memset(r_p, 0, sizeof(*r_p));
+    struct demo *d = calloc(1, sizeof(*d));
+    if (!d)
+        return RKV_EXIT_STORE;
+    int code = RKV_EXIT_USAGE;
+    demo_start(d, "rkv run", o->self);
+    if (run_configure(d, o->settings, sc, o->file ? o->file : sc->path) == 0) {
+        printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n",
+               o->file ? o->file : sc->path, d->n_servers, d->n_workers, backend);
+        fflush(stdout);
+        code = run_cluster(d, sc, backend, r_p);
+    }
+    code = demo_finish(d, code);
+    for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
+        free(d->out[i]);
+    free(d);
+    return code;
+}
+
+int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, const char *out_dir,
+                      int plot)
+{
+    const char *backend = o->settings->val[CLI_BACKEND];
+    struct rkv_report r;
+    int code = rkv_launch_run(sc, backend, o, &r);
+    if (!r.sc)
+        return code;
     rkv_report_print(&r, stdout, backend);
     if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
@@ -1310,135 +1209,40 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     else if (plot)
         printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
                out_dir ? out_dir : ".");
-    int passed = rkv_report_passed(&r);
-    int wrong = 0;
-    for (uint32_t p = 0; p < sc->n_phases; p++)
-        wrong |= r.phase[p].errors > 0;
     rkv_report_free(&r);
-    return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+    return code;
 }
 
-/* Beyond one host rkv uses the cluster's launcher: this prints the line. */
-static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc)
+int rkv_launch_settings(struct rkv_scenario *sc, struct cli_settings *s, int argc, char **argv)
 {
-    uint32_t n = rkv_scenario_servers(sc) + rkv_scenario_workers(sc);
-    if (!strcmp(launcher, "mpirun"))
-        printf("mpirun --oversubscribe -np %u rkv node --scenario %s\n", n, file);
-    else if (!strcmp(launcher, "srun"))
-        printf("srun --ntasks %u rkv node --scenario %s\n", n, file);
-    else {
-        fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
-        return RKV_EXIT_USAGE;
-    }
-    printf("# ranks 0..%u are servers, the rest workers; on several hosts add --cluster FILE "
-           "(one 'host base_port servers' line per machine)\n",
-           rkv_scenario_servers(sc) - 1);
-    return RKV_EXIT_OK;
-}
-
-int cli_cmd_run(int argc, char **argv, const char *self)
-{
-    if (cli_predict_wanted(argc, argv)) /* the twin next to a real run: predict.c */
-        return cli_cmd_predict(argc, argv, self);
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            run_usage();
-            return RKV_EXIT_OK;
-        }
-    }
-    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *jitter = NULL;
-    const char *progress = NULL;
-    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-    const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
-    struct cli_twin_args ta = {.cfg = cfg};
-    int n_rest;
-    int plot = 0;
-    if (!rest || !cfg ||
-        run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta, &progress, cfg, rest,
-                 &n_rest) < 0) {
-        fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
-        free(rest);
-        free(cfg);
-        return RKV_EXIT_USAGE;
-    }
-    const char *trace = ta.trace;
-    struct rkv_scenario *sc = NULL;
-    struct demo *d = calloc(1, sizeof(*d));
-    struct cli_settings s;
     char err[512];
-    int code = RKV_EXIT_USAGE;
-    if (!d || run_load(file, &sc) < 0)
-        goto out;
-    if (launcher) {
-        code = run_print_launch(launcher, file, sc);
-        goto out;
-    }
-    if (cli_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
+    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
-        goto out;
+        return -1;
     }
-    if (run_refuse_sized(&s) < 0)
-        goto out;
+    if (run_refuse_sized(s) < 0)
+        return -1;
     uint64_t seed;
-    if (strcmp(s.src[CLI_SEED], "default") != 0) {
-        if (cli_get_u64(&s, CLI_SEED, &seed, err, sizeof(err)) < 0) {
+    if (strcmp(s->src[CLI_SEED], "default") != 0) {
+        if (cli_get_u64(s, CLI_SEED, &seed, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);
-            goto out;
+            return -1;
         }
         sc->seed = seed; /* the workers get the same --seed */
     }
-    /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
-    if (RKV_WITH_SIM && !strcmp(s.src[CLI_BACKEND], "default"))
-        s.val[CLI_BACKEND] = "sim";
-    if (jitter) {
-        char *end;
-        double j = strtod(jitter, &end);
-        if (*end || !(j >= 0 && j <= 1)) {
-            fprintf(stderr, "rkv run: --jitter: expected 0..1, got \"%s\"\n", jitter);
-            goto out;
-        }
-        sc->sim_jitter = j;
+    return 0;
+}
+
+int rkv_launch_file(const char *file, int argc, char **argv, const char *out_dir, int plot,
+                    const char *self)
+{
+    struct rkv_scenario *sc = NULL;
+    struct cli_settings s;
+    int code = RKV_EXIT_USAGE;
+    if (rkv_launch_load(file, &sc) == 0 && rkv_launch_settings(sc, &s, argc, argv) == 0) {
+        struct rkv_launch_opts o = {.self = self, .settings = &s, .file = file};
+        code = rkv_launch_report(sc, &o, out_dir, plot);
     }
-    if (progress) {
-        char *end;
-        ta.progress_s = strtod(progress, &end);
-        if (*end || !(ta.progress_s > 0 && ta.progress_s <= 86400)) {
-            fprintf(stderr, "rkv run: --progress: expected seconds in (0, 86400], got \"%s\"\n",
-                    progress);
-            goto out;
-        }
-    }
-    if (!strcmp(s.val[CLI_BACKEND], "sim")) {
-        /* The twin takes what it models from the settings: a bad one is
-         * refused here too, not ignored. */
-        struct rkv_config cfg;
-        if (cli_build_config(&s, &cfg, err, sizeof(err)) < 0) {
-            fprintf(stderr, "rkv run: %s\n", err);
-            goto out;
-        }
-        free(cfg.machines);
-        code = cli_run_twin(sc, &s, out_dir, plot, &ta);
-        goto out;
-    }
-    if (trace || ta.n_cfg || progress) {
-        fprintf(stderr,
-                "rkv run: --trace, --cfg and --progress are twin options (--backend sim)\n");
-        goto out;
-    }
-    demo_start(d, "rkv run", self);
-    if (run_configure(d, &s, sc, file) == 0) {
-        printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
-               d->n_servers, d->n_workers, s.val[CLI_BACKEND]);
-        fflush(stdout);
-        code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
-    }
-    code = demo_finish(d, code);
-out:
-    for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
-        free(d->out[i]);
-    free(d);
-    free(rest);
-    free(cfg);
     rkv_scenario_free(sc);
     return code;
 }

@@ -13,6 +13,7 @@
 
 #include "harness/calib.h"
 #include "cli/cli.h"
+#include "harness/launch.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
@@ -114,13 +115,16 @@ static int pred_self(char *exe, size_t len, const char *self)
 }
 
 #if RKV_WITH_SIM /* what --predict needs; without the twin it says so */
-/* One real run through `rkv run FILE --backend B --out DIR`: its report,
- * with the output in DIR/run.log. Returns its exit code. */
+/* One real run as `rkv run FILE --backend B --out DIR` makes it
+ * (rkv_launch_file), in a child with its output in DIR/run.log. Returns its
+ * exit code. */
 static int pred_real(const char *exe, const struct pred_args *a, const char *dir)
 {
     char log[700];
     mkdir(dir, 0755);
     snprintf(log, sizeof(log), "%s/run.log", dir);
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -130,20 +134,15 @@ static int pred_real(const char *exe, const struct pred_args *a, const char *dir
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);
         }
-        char *argv[PRED_MAX_ARGS + 12];
+        char *argv[PRED_MAX_ARGS + 2];
         int n = 0;
-        argv[n++] = (char *)exe;
-        argv[n++] = "run";
-        argv[n++] = (char *)a->file;
         argv[n++] = "--backend";
         argv[n++] = (char *)a->backend;
-        argv[n++] = "--out";
-        argv[n++] = (char *)dir;
         for (int i = 0; i < a->n_pass; i++)
             argv[n++] = a->pass[i];
-        argv[n] = NULL;
-        execv(exe, argv);
-        _exit(127);
+        int code = rkv_launch_file(a->file, n, argv, dir, 0, exe);
+        fflush(NULL);
+        _exit(code);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)

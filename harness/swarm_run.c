@@ -198,8 +198,8 @@ int cli_swarm_shrink(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp
     if (failure->verdict == RKV_SWV_TIMEOUT && c_cs.timeout_s > 20)
         c_cs.timeout_s = 20;
     cs = &c_cs;
-    double t0 = cli_now_s();
-    while (runs < cs->shrink_runs && (cs->shrink_s <= 0 || cli_now_s() - t0 < cs->shrink_s)) {
+    double t0 = rkv_timed_now_s();
+    while (runs < cs->shrink_runs && (cs->shrink_s <= 0 || rkv_timed_now_s() - t0 < cs->shrink_s)) {
         /* The next reductions that change something. */
         uint32_t n = 0;
         struct rkv_swarm_spec c;
@@ -321,7 +321,7 @@ static void swarm_shrink_one(struct swarm_run *sr, struct swarm_fail *f,
     }
     struct rkv_swarm_spec min;
     uint32_t runs;
-    double t0 = cli_now_s();
+    double t0 = rkv_timed_now_s();
     if (cli_swarm_shrink(&sr->cs, sp, &f->out, &min, &f->min_out, &runs) < 0)
         return;
     f->shrunk = 1;
@@ -338,7 +338,7 @@ static void swarm_shrink_one(struct swarm_run *sr, struct swarm_fail *f,
         fprintf(stderr, "rkv swarm: cannot write %s\n", f->min_path);
     printf("swarm: seed %llu: shrunk in %u runs (%.1f s) to %s: %u machines x (%u servers + %u "
            "workers), %u phases, %u faults; %s: %s\n",
-           (unsigned long long)f->seed, runs, cli_now_s() - t0, f->min_path, min.machines,
+           (unsigned long long)f->seed, runs, rkv_timed_now_s() - t0, f->min_path, min.machines,
            min.servers_per_machine, min.workers_per_machine, min.n_phases, min.n_faults,
            rkv_swarm_verdict_name(f->min_out.verdict), f->min_out.what);
 }
@@ -410,7 +410,7 @@ static void swarm_seed_done(struct swarm_run *sr, struct swarm_slot *sl)
         unlink(sl->log);
     }
     unlink(sl->rlog);
-    double now = cli_now_s();
+    double now = rkv_timed_now_s();
     if (now - sr->shown_s >= 10) {
         sr->shown_s = now;
         printf("swarm: %llu seeds, %u failures, %.2f seeds/s, next seed %llu\n",
@@ -445,7 +445,7 @@ static struct rkv_swarm_job *swarm_feed_next(void *user)
         return &sl->again;
     }
     if (sr->seeds_done || sr->next_seed > sr->last ||
-        (sr->minutes > 0 && cli_now_s() - sr->t0_s >= sr->minutes * 60)) {
+        (sr->minutes > 0 && rkv_timed_now_s() - sr->t0_s >= sr->minutes * 60)) {
         sr->seeds_done = 1;
         return NULL;
     }
@@ -680,13 +680,13 @@ int cli_cmd_swarm(int argc, char **argv)
         free(sr.fails);
         return RKV_EXIT_STORE;
     }
-    double t0 = sr.t0_s = sr.shown_s = cli_now_s();
+    double t0 = sr.t0_s = sr.shown_s = rkv_timed_now_s();
     sr.next_seed = sr.first;
     struct rkv_swarm_feed feed = {.next = swarm_feed_next, .done = swarm_feed_done, .user = &sr};
     int rc = rkv_swarm_pool_feed(&feed, sr.cs.jobs, sr.cs.timeout_s, swarm_case, &sr.cs);
     if (rc < 0)
         fprintf(stderr, "rkv swarm: cannot start a case: %s\n", strerror(errno));
-    double seeds_s = cli_now_s() - t0;
+    double seeds_s = rkv_timed_now_s() - t0;
     swarm_shrink_all(&sr);
     swarm_summary(&sr, seeds_s);
     rmdir(sr.cs.work_dir);

@@ -197,7 +197,7 @@ static void test_every_setting_reaches_children(void **state)
         char err[256];
         assert_int_equal(cli_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
         char *cargv[2 * CLI_KEY_COUNT_];
-        int n = cli_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        int n = rkv_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
         assert_true(n > 0);
         if (cli_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
             fail_msg("%s: the child refuses its flags: %s", settings[i].flag, err);
@@ -208,7 +208,7 @@ static void test_every_setting_reaches_children(void **state)
          * whatever the child's environment says */
         assert_int_equal(cli_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
         unsetenv(settings[i].env);
-        n = cli_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        n = rkv_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
         setenv(settings[i].env, "998", 1);
         assert_int_equal(cli_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
         if (strcmp(cs.val[i], ps.val[i]) != 0)
@@ -587,13 +587,13 @@ static void test_free_ports_held(void **state)
     enum { N = 6 };
     int hold[N], hold2[N];
     uint16_t base, base2;
-    assert_int_equal(cli_free_ports(N, &base, hold), 0);
+    assert_int_equal(rkv_launch_free_ports(N, &base, hold), 0);
     for (int i = 0; i < N; i++) {
         assert_false(bind_port((uint16_t)(base + i), 0, 0)); /* another launcher's probe */
         assert_true(bind_port((uint16_t)(base + i), 1, 1));  /* this run's server */
     }
     for (int k = 0; k < 400; k++) { /* other launchers never get an overlapping range */
-        assert_int_equal(cli_free_ports(N, &base2, hold2), 0);
+        assert_int_equal(rkv_launch_free_ports(N, &base2, hold2), 0);
         assert_true(base2 + N <= base || base + N <= base2);
         for (int i = 0; i < N; i++)
             close(hold2[i]);

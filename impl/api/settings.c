@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/settings.h"
 #include "util/util.h"
 
 struct rkv_settings {

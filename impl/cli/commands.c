@@ -86,28 +86,10 @@ int cli_cmd_server(int argc, char **argv)
     return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
 }
 
-int cli_workload_load(const struct cli_settings *s, struct cli_workload *wl, char *err,
-                      size_t err_len)
-{
-    uint64_t rows, vb, rounds;
-    if (cli_get_u64(s, CLI_ROWS, &rows, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_VALUE_BYTES, &vb, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_ROUNDS, &rounds, err, err_len) < 0)
-        return -1;
-    if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
-        rounds > 1000)
-        return rkv_errf(err, err_len, -1,
-                        "workload needs rows 1..2^24, value-bytes a multiple of 4 up to 64 MiB, "
-                        "rounds 1..1000");
-    *wl = (struct cli_workload){
-        .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
-    return 0;
-}
-
-static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
+static int cmd_workload(const struct cli_settings *s, struct rkv_timed_workload *wl)
 {
     char err[256];
-    if (cli_workload_load(s, wl, err, sizeof(err)) < 0) {
+    if (rkv_timed_workload_load(s, wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -116,7 +98,7 @@ static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
 
 /* The scenario of the --scenario file, or the built-in one. */
 static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *cfg,
-                        const struct cli_workload *wl, struct rkv_scenario **sc_p)
+                        const struct rkv_timed_workload *wl, struct rkv_scenario **sc_p)
 {
     char err[512];
     int rc = *s->val[CLI_SCENARIO] ? rkv_scenario_load(s->val[CLI_SCENARIO], sc_p, err, sizeof(err))
@@ -144,7 +126,8 @@ static void cmd_on_phase(void *user, uint32_t worker, uint32_t phase)
 /* Runs the scenario (one PHASE line per phase on stdout); without a
  * scenario file, also the timed phase (one RESULT line). */
 static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
-                          const struct rkv_scenario *sc, const struct cli_workload *wl, int bench)
+                          const struct rkv_scenario *sc, const struct rkv_timed_workload *wl,
+                          int bench)
 {
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
     /* Pinned assign winners go to the launcher with the PHASE lines, which
@@ -152,7 +135,7 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
     int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
                                     stdout, cmd_on_phase, stdout)
                 : -RKV_ENOMEM;
-    struct cli_result res = {0};
+    struct rkv_timed_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {
         rkv_wl_print(stdout, rkv_client_id(cli), p, &st[p]);
         res.checks += st[p].checks;
@@ -160,7 +143,7 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
     }
     free(st);
     if (rc == 0 && bench)
-        rc = cli_bench_run(cli, cfg, wl, &res, stderr);
+        rc = rkv_timed_run(cli, cfg, wl, &res, stderr);
     if (bench)
         printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
                "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.2f lat_p99_us=%.2f "
@@ -188,7 +171,7 @@ int cli_cmd_worker(int argc, char **argv)
     }
     struct cli_settings s;
     struct rkv_config cfg;
-    struct cli_workload wl;
+    struct rkv_timed_workload wl;
     struct rkv_scenario *sc;
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
