@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "harness/launch.h"
+
 struct rkv_scenario;
 
 struct cli_calib {
@@ -34,10 +36,29 @@ int cli_calib_write(const char *path, const struct cli_calib *c, const char *not
  * the scenario's machines, each with host_cores / machines cores. */
 void cli_calib_apply(const struct cli_calib *c, struct rkv_scenario *sc);
 
-/* Runs the calibration benchmarks through the backend (self: the rkv
- * binary) and fills c; writes it to out unless out is NULL. */
+/* Runs the calibration benchmarks through the launcher on the backend
+ * (self: the rkv binary the nodes run as) and in the twin (NULL: without
+ * it, its figures are zeros) and fills c; writes it to out unless out is
+ * NULL. */
 int cli_calibrate(const char *self, const char *backend, int quick, const char *out,
-                  struct cli_calib *c, char *err, size_t err_len);
+                  rkv_launch_twin_fn twin, struct cli_calib *c, char *err, size_t err_len);
+
+#define RKV_PREDICT_MAX_FLAGS 64
+
+/* rkv run FILE --predict: what the real runs and the twin runs take. */
+struct rkv_predict_opts {
+    const char *self, *file; /* the rkv binary the nodes run as; the scenario's file */
+    const char *backend;     /* the real one: tcp | verbs */
+    unsigned repeat;         /* real runs, each followed by a twin run */
+    char **flags;            /* settings flags for the real runs */
+    int n_flags;             /* up to RKV_PREDICT_MAX_FLAGS */
+    rkv_launch_twin_fn twin; /* not NULL */
+};
+/* Each phase's median time over o->repeat real runs into meas and, with c,
+ * of as many twin runs on the platform c describes, taken in turn with the
+ * real ones, into pred. 0, or -1 said on stderr. */
+int rkv_predict_measure(const struct rkv_predict_opts *o, const struct cli_calib *c,
+                        const struct rkv_scenario *sc, double *meas, double *pred);
 
 /* rkv calibrate */
 int cli_cmd_calibrate(int argc, char **argv, const char *self);

@@ -37,6 +37,20 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
 /* The verdict of a report as an RKV_EXIT_* code. */
 int rkv_launch_verdict(const struct rkv_report *r);
 
+/* The twin runner (sim/twin.c), for the tools that compare the real
+ * backend with it: a function given by whoever links the twin (the CLI),
+ * NULL in a build without it. What a twin run takes beyond the scenario: */
+struct rkv_launch_twin_opts {
+    int log_level;
+    uint64_t test_corrupt_row; /* the oracle's self-test hook (UINT64_MAX: off) */
+};
+/* Runs sc in the twin (once per process: SimGrid cannot start again). 0
+ * with *r_p filled as a real run's, plus the simulated figures (sim_*) and,
+ * when a node failed, node_error; or a negative code when the twin refused
+ * sc, with only r_p->node_error set. */
+typedef int (*rkv_launch_twin_fn)(const struct rkv_scenario *sc,
+                                  const struct rkv_launch_twin_opts *o, struct rkv_report *r_p);
+
 /* rkv run on a real backend: rkv_launch_run with o->settings' backend, the
  * report printed on stdout, written into out_dir (NULL: not), plotted. */
 int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, const char *out_dir,

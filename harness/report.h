@@ -31,6 +31,7 @@ struct rkv_report {
     uint32_t survivor_errors;
     char faults[1024];
     char survivor_error[320];
+    char node_error[512]; /* the twin: why a node failed (processes_ok 0), or why it refused */
 };
 
 /* Parses the stdout of every worker (PHASE and FIRSTERR lines). */

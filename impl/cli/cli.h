@@ -65,6 +65,15 @@ struct rkv_twin_result;
 int cli_twin_report(struct rkv_report *r, const struct rkv_scenario *sc,
                     const struct rkv_twin_result *res);
 #endif
+/* The twin as the tools' runner (rkv_launch_twin_fn); CLI_TWIN: it, or
+ * NULL in a build without the twin. */
+int cli_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
+                    struct rkv_report *r_p);
+#if RKV_WITH_SIM
+#define CLI_TWIN cli_twin_launch
+#else
+#define CLI_TWIN NULL
+#endif
 
 /* rkv swarm: generated scenarios in the twin, shrunk on failure (harness/swarm_run.c). */
 int cli_cmd_swarm(int argc, char **argv);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "harness/launch.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
 
@@ -37,6 +38,21 @@ int cli_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
     }
     *r_p = r;
     return 0;
+}
+
+int cli_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
+                    struct rkv_report *r_p)
+{
+    struct rkv_twin_opts to = {.log_level = o->log_level, .test_corrupt_row = o->test_corrupt_row};
+    struct rkv_twin_result res;
+    memset(r_p, 0, sizeof(*r_p));
+    int rc = rkv_twin_run(sc, &to, &res);
+    if (rc == 0 && cli_twin_report(r_p, sc, &res) < 0)
+        rc = -RKV_ENOMEM;
+    snprintf(r_p->node_error, sizeof(r_p->node_error), "%s",
+             res.error[0] || rc == 0 ? res.error : rkv_strerror(rc));
+    rkv_twin_result_free(&res);
+    return rc;
 }
 
 static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_result *res,
