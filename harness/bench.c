@@ -919,12 +919,12 @@ static int bench_args(struct bench *b, int argc, char **argv)
 /* The busy-poll setting the clusters get, as they will read it. */
 static int bench_poll_mode(struct bench *b)
 {
-    struct cli_settings *s = calloc(1, sizeof(*s));
+    struct cmd_settings *s = calloc(1, sizeof(*s));
     char err[256] = "out of memory";
     uint64_t v = 0;
-    int rc = s ? cli_settings_load(s, b->n_extra, b->extra, err, sizeof(err)) : -1;
+    int rc = s ? cmd_settings_load(s, b->n_extra, b->extra, err, sizeof(err)) : -1;
     if (rc == 0)
-        rc = cli_get_u64(s, CLI_BUSY_POLL, &v, err, sizeof(err));
+        rc = cmd_get_u64(s, CMD_BUSY_POLL, &v, err, sizeof(err));
     if (rc == 0 && v > 1) {
         snprintf(err, sizeof(err), "busy-poll: expected 0 or 1, got %llu", (unsigned long long)v);
         rc = -1;
@@ -967,7 +967,7 @@ static int bench_prepare(struct bench *b)
     return bench_poll_mode(b);
 }
 
-int cli_cmd_bench(int argc, char **argv, const char *self)
+int cmd_bench(int argc, char **argv, const char *self)
 {
     if (argc > 0 && !strcmp(argv[0], "durable"))
         return rkv_bench_durable(argc - 1, argv + 1);

@@ -162,7 +162,7 @@ static int cal_run(const char *self, const char *backend, const char *yaml, cons
  * measured of node code and the phase's time. calib NULL: free messages and
  * a free network on this host's cores, to read the CPU alone. Without the
  * twin (twin NULL) nothing is measured there: zeros. */
-static int cal_twin(rkv_launch_twin_fn twin, const char *yaml, const struct cli_calib *calib,
+static int cal_twin(rkv_launch_twin_fn twin, const char *yaml, const struct rkv_calib *calib,
                     double out[2])
 {
     if (!twin) {
@@ -186,11 +186,11 @@ static int cal_twin(rkv_launch_twin_fn twin, const char *yaml, const struct cli_
         char err[512];
         double v[2] = {-1, -1};
         if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) == 0) {
-            struct cli_calib free_net = {.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
+            struct rkv_calib free_net = {.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
                                          .shared_host = 1,
                                          .bandwidth_gbps = 1e5,
                                          .cpu_measured = 1};
-            cli_calib_apply(calib ? calib : &free_net, sc);
+            rkv_calib_apply(calib ? calib : &free_net, sc);
             struct rkv_launch_twin_opts o = {.test_corrupt_row = UINT64_MAX};
             struct rkv_report r;
             if (twin(sc, &o, &r) == 0 && r.processes_ok) {
@@ -248,7 +248,7 @@ static int cal_bench_once(const struct cal_ctx *x, const struct cal_bench *b,
 
 /* The warm time per request of benchmark b in the twin with calibration c
  * (the R and 3R runs' difference, as for the real runs). */
-static int cal_twin_t(const struct cal_ctx *x, const struct cal_bench *b, const struct cli_calib *c,
+static int cal_twin_t(const struct cal_ctx *x, const struct cal_bench *b, const struct rkv_calib *c,
                       double *t_s)
 {
     double tw[2][2];
@@ -368,7 +368,7 @@ static int cal_copy_bytes(int reps, double *ns)
  * interprocessor interrupt, a VM exit), about twice the CPU per request
  * here; "light" puts that time into the latency instead (cal_derive_time). */
 static void cal_derive_cpu(const struct cal_result *light, const struct cal_result *busy,
-                           const struct cal_result *rows, struct cli_calib *c)
+                           const struct cal_result *rows, struct rkv_calib *c)
 {
     double bytes = 2 * (64 + 16.0); /* a request and a one-row reply, headers included */
     double byte_s = bytes * (c->send_byte_ns + c->recv_byte_ns) * 1e-9;
@@ -386,7 +386,7 @@ static void cal_derive_cpu(const struct cal_result *light, const struct cal_resu
  * when the twin is already as slow). The twin runs on the platform the
  * calibration describes, so the cores' contention is in both. */
 static int cal_derive_time(const struct cal_ctx *x, const struct cal_bench *b,
-                           const struct cal_result *res, struct cli_calib *c)
+                           const struct cal_result *res, struct rkv_calib *c)
 {
     double t_light, t_wide;
     c->latency_us = 0;
@@ -406,8 +406,8 @@ static int cal_derive_time(const struct cal_ctx *x, const struct cal_bench *b,
     return 0;
 }
 
-int cli_calibrate(const char *self, const char *backend, int quick, const char *out,
-                  rkv_launch_twin_fn twin, struct cli_calib *c, char *err, size_t err_len)
+int rkv_calibrate(const char *self, const char *backend, int quick, const char *out,
+                  rkv_launch_twin_fn twin, struct rkv_calib *c, char *err, size_t err_len)
 {
     char tmp[] = "/tmp/rkv-calibrate-XXXXXX";
     if (!mkdtemp(tmp)) {
@@ -429,7 +429,7 @@ int cli_calibrate(const char *self, const char *backend, int quick, const char *
     struct cal_result res[4];
     /* Both launchers run every machine of a scenario as processes on this
      * host (tcp over loopback; verbs in one VM): one pool of cores. */
-    *c = (struct cli_calib){.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
+    *c = (struct rkv_calib){.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
                             .shared_host = 1,
                             .cpu_measured = 1,
                             .sched_cores = 1};
@@ -488,7 +488,7 @@ int cli_calibrate(const char *self, const char *backend, int quick, const char *
     snprintf(notes + nl, sizeof(notes) - nl,
              "measured_busy_predicted_us = %.2f  # the busy pull in the twin (a check)\n",
              t_busy * 1e6);
-    if (out && (rc = cli_calib_write(out, c, notes, err, err_len)) < 0)
+    if (out && (rc = rkv_calib_write(out, c, notes, err, err_len)) < 0)
         return rc;
     printf("latency_us %.3f  bandwidth_gbps %.3f  msg_cost_ns %.0f  send_byte_ns %.4f  "
            "recv_byte_ns %.4f  copy_byte_ns %.4f  row_cost_ns %.1f  cores %u (shared)\n",

@@ -25,7 +25,7 @@
 #include "port/port_file.h"
 #include "store/store_int.h"
 
-#define DEMO_MAX_ARGS (2 * CLI_KEY_COUNT_ + 8)
+#define DEMO_MAX_ARGS (2 * CMD_KEY_COUNT_ + 8)
 #define DEMO_MAX_PROCS 512
 
 struct demo {
@@ -44,7 +44,7 @@ struct demo {
     uint32_t n_port_hold;
     char *args[DEMO_MAX_ARGS];
     int nargs;
-    char bufs[CLI_KEY_COUNT_][32];
+    char bufs[CMD_KEY_COUNT_][32];
     pid_t servers[DEMO_MAX_PROCS], workers[DEMO_MAX_PROCS];
     int out_fd[DEMO_MAX_PROCS];
     char *out[DEMO_MAX_PROCS]; /* each worker's stdout */
@@ -575,15 +575,15 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
 
 /* The oracle's table for the built-in scenario the workers ran. Returns 1
  * when every phase passed and every process exited cleanly. */
-static int demo_verdict(const struct demo *d, const struct cli_settings *s, int procs_ok)
+static int demo_verdict(const struct demo *d, const struct cmd_settings *s, int procs_ok)
 {
     struct rkv_config cfg;
     struct rkv_scenario *sc = NULL;
     char err[512];
-    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0)
+    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0)
         return 0;
-    int rc = rkv_scenario_builtin(&cfg, strtoull(s->val[CLI_ROWS], NULL, 0),
-                                  (uint32_t)strtoul(s->val[CLI_ROUNDS], NULL, 0), &sc);
+    int rc = rkv_scenario_builtin(&cfg, strtoull(s->val[CMD_ROWS], NULL, 0),
+                                  (uint32_t)strtoul(s->val[CMD_ROUNDS], NULL, 0), &sc);
     free(cfg.machines);
     struct rkv_report r;
     if (rc < 0 || rkv_report_collect(&r, sc, d->out, d->n_workers) < 0) {
@@ -591,35 +591,35 @@ static int demo_verdict(const struct demo *d, const struct cli_settings *s, int 
         return 0;
     }
     r.processes_ok = procs_ok;
-    rkv_report_print(&r, stdout, s->val[CLI_BACKEND]);
+    rkv_report_print(&r, stdout, s->val[CMD_BACKEND]);
     int passed = rkv_report_passed(&r);
     rkv_report_free(&r);
     rkv_scenario_free(sc);
     return passed;
 }
 
-static int demo_configure(struct demo *d, struct cli_settings *s);
+static int demo_configure(struct demo *d, struct cmd_settings *s);
 
-static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **argv)
+static int demo_setup(struct demo *d, struct cmd_settings *s, int argc, char **argv)
 {
     char err[512];
-    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv demo: %s\n", err);
         return -1;
     }
-    if (strcmp(s->src[CLI_SCENARIO], "default") != 0) {
+    if (strcmp(s->src[CMD_SCENARIO], "default") != 0) {
         fprintf(stderr,
                 "rkv demo: scenario (%s): the demo runs its built-in workload; a "
                 "scenario file runs with `rkv run FILE --backend tcp`\n",
-                s->src[CLI_SCENARIO]);
+                s->src[CMD_SCENARIO]);
         return -1;
     }
-    if (strcmp(s->src[CLI_MACHINES], "default") == 0)
-        s->val[CLI_MACHINES] = "2";
-    if (strcmp(s->src[CLI_SERVERS_PER_MACHINE], "default") == 0)
-        s->val[CLI_SERVERS_PER_MACHINE] = "2";
-    if (strcmp(s->src[CLI_NUM_WORKERS], "default") == 0)
-        s->val[CLI_NUM_WORKERS] = "4";
+    if (strcmp(s->src[CMD_MACHINES], "default") == 0)
+        s->val[CMD_MACHINES] = "2";
+    if (strcmp(s->src[CMD_SERVERS_PER_MACHINE], "default") == 0)
+        s->val[CMD_SERVERS_PER_MACHINE] = "2";
+    if (strcmp(s->src[CMD_NUM_WORKERS], "default") == 0)
+        s->val[CMD_NUM_WORKERS] = "4";
     return demo_configure(d, s);
 }
 
@@ -627,44 +627,44 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
  * each child itself (role, machine, server). Every other setting is passed
  * to every child, default or not, so that the child's own environment
  * cannot make it see another value than the launcher checked. */
-static const char *const demo_flags[CLI_KEY_COUNT_] = {
-    [CLI_CLUSTER] = "--cluster",
-    [CLI_HOST] = "--host",
-    [CLI_BASE_PORT] = "--base-port",
-    [CLI_MACHINES] = "--machines",
-    [CLI_SERVERS_PER_MACHINE] = "--servers-per-machine",
-    [CLI_NUM_SERVERS] = "--num-servers",
-    [CLI_NUM_WORKERS] = "--num-workers",
-    [CLI_BACKEND] = "--backend",
-    [CLI_TIMEOUT_MS] = "--timeout-ms",
-    [CLI_CONNECT_RETRY_MS] = "--connect-retry-ms",
-    [CLI_RX_DEPTH] = "--rx-depth",
-    [CLI_CTRL_BUF_BYTES] = "--ctrl-buf-bytes",
-    [CLI_SLOTS] = "--slots",
-    [CLI_MAX_SLOT_BYTES] = "--max-slot-bytes",
-    [CLI_SHM_PREFIX] = "--shm-prefix",
-    [CLI_SEED] = "--seed",
-    [CLI_LOG_LEVEL] = "--log-level",
-    [CLI_ROWS] = "--rows",
-    [CLI_VALUE_BYTES] = "--value-bytes",
-    [CLI_ROUNDS] = "--rounds",
-    [CLI_SCENARIO] = "--scenario",
-    [CLI_DISCOVER] = "--discover",
-    [CLI_DURABLE_DIR] = "--durable-dir",
-    [CLI_RETRY_MS] = "--retry-ms",
-    [CLI_ZERO_COPY_BYTES] = "--zero-copy-bytes",
-    [CLI_BUSY_POLL] = "--busy-poll",
-    [CLI_SECRET_FILE] = "--secret-file",
-    [CLI_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
-    [CLI_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
-    [CLI_NODE_HOST] = "--node-host",
-    [CLI_INTERFACE] = "--interface",
+static const char *const demo_flags[CMD_KEY_COUNT_] = {
+    [CMD_CLUSTER] = "--cluster",
+    [CMD_HOST] = "--host",
+    [CMD_BASE_PORT] = "--base-port",
+    [CMD_MACHINES] = "--machines",
+    [CMD_SERVERS_PER_MACHINE] = "--servers-per-machine",
+    [CMD_NUM_SERVERS] = "--num-servers",
+    [CMD_NUM_WORKERS] = "--num-workers",
+    [CMD_BACKEND] = "--backend",
+    [CMD_TIMEOUT_MS] = "--timeout-ms",
+    [CMD_CONNECT_RETRY_MS] = "--connect-retry-ms",
+    [CMD_RX_DEPTH] = "--rx-depth",
+    [CMD_CTRL_BUF_BYTES] = "--ctrl-buf-bytes",
+    [CMD_SLOTS] = "--slots",
+    [CMD_MAX_SLOT_BYTES] = "--max-slot-bytes",
+    [CMD_SHM_PREFIX] = "--shm-prefix",
+    [CMD_SEED] = "--seed",
+    [CMD_LOG_LEVEL] = "--log-level",
+    [CMD_ROWS] = "--rows",
+    [CMD_VALUE_BYTES] = "--value-bytes",
+    [CMD_ROUNDS] = "--rounds",
+    [CMD_SCENARIO] = "--scenario",
+    [CMD_DISCOVER] = "--discover",
+    [CMD_DURABLE_DIR] = "--durable-dir",
+    [CMD_RETRY_MS] = "--retry-ms",
+    [CMD_ZERO_COPY_BYTES] = "--zero-copy-bytes",
+    [CMD_BUSY_POLL] = "--busy-poll",
+    [CMD_SECRET_FILE] = "--secret-file",
+    [CMD_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
+    [CMD_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
+    [CMD_NODE_HOST] = "--node-host",
+    [CMD_INTERFACE] = "--interface",
 };
 
-int rkv_launch_args(const struct cli_settings *s, char **argv, int cap)
+int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
 {
     int n = 0;
-    for (int k = 0; k < CLI_KEY_COUNT_; k++) {
+    for (int k = 0; k < CMD_KEY_COUNT_; k++) {
         if (!demo_flags[k])
             continue;
         if (n + 2 > cap)
@@ -676,13 +676,13 @@ int rkv_launch_args(const struct cli_settings *s, char **argv, int cap)
 }
 
 /* The settings the launcher sets per child, given to the launcher itself. */
-static int demo_refuse_per_child(const struct demo *d, const struct cli_settings *s)
+static int demo_refuse_per_child(const struct demo *d, const struct cmd_settings *s)
 {
     static const struct {
-        enum cli_key k;
+        enum cmd_key k;
         const char *flag;
     } per_child[] = {
-        {CLI_ROLE, "--role"}, {CLI_MACHINE_ID, "--machine-id"}, {CLI_SERVER_ID, "--server-id"}};
+        {CMD_ROLE, "--role"}, {CMD_MACHINE_ID, "--machine-id"}, {CMD_SERVER_ID, "--server-id"}};
     for (size_t i = 0; i < sizeof(per_child) / sizeof(per_child[0]); i++) {
         assert(!demo_flags[per_child[i].k]);
         if (!strcmp(s->src[per_child[i].k], "flag")) {
@@ -696,12 +696,12 @@ static int demo_refuse_per_child(const struct demo *d, const struct cli_settings
 
 /* Every setting checked once, here, as each child would check it: a bad
  * one is one line and exit 2, not one copy per child. */
-static int demo_check_settings(struct demo *d, const struct cli_settings *s)
+static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
 {
     char err[512];
     struct rkv_config cfg;
     struct rkv_timed_workload wl;
-    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0) {
+    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         return -1;
     }
@@ -728,26 +728,26 @@ static int demo_check_settings(struct demo *d, const struct cli_settings *s)
 
 /* Sizes the run from the settings, checks them, and builds the flags every
  * child gets. */
-static int demo_configure(struct demo *d, struct cli_settings *s)
+static int demo_configure(struct demo *d, struct cmd_settings *s)
 {
     char err[512] = "";
     uint64_t m, spm, w;
-    /* --num-servers replaces servers-per-machine, as in cli_build_config */
-    enum cli_key spm_key = *s->val[CLI_NUM_SERVERS] ? CLI_NUM_SERVERS : CLI_SERVERS_PER_MACHINE;
+    /* --num-servers replaces servers-per-machine, as in cmd_build_config */
+    enum cmd_key spm_key = *s->val[CMD_NUM_SERVERS] ? CMD_NUM_SERVERS : CMD_SERVERS_PER_MACHINE;
     if (demo_refuse_per_child(d, s) < 0)
         return -1;
-    if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
+    if (cmd_get_u64(s, CMD_MACHINES, &m, err, sizeof(err)) < 0 ||
+        cmd_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
+        cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
         spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
         fprintf(stderr, "%s: %s\n", d->cmd, err[0] ? err : "need 1..512 servers and workers");
         return -1;
     }
     d->n_workers = (uint32_t)w;
-    if (*s->val[CLI_CLUSTER]) { /* DGL's ip_config.txt: its ports, its servers */
+    if (*s->val[CMD_CLUSTER]) { /* DGL's ip_config.txt: its ports, its servers */
         struct rkv_machine *ms;
         uint32_t nm, total = 0;
-        if (cli_cluster_parse(s->val[CLI_CLUSTER], (uint32_t)spm, &ms, &nm, err, sizeof(err)) < 0) {
+        if (cmd_cluster_parse(s->val[CMD_CLUSTER], (uint32_t)spm, &ms, &nm, err, sizeof(err)) < 0) {
             fprintf(stderr, "%s: %s\n", d->cmd, err);
             return -1;
         }
@@ -763,15 +763,15 @@ static int demo_configure(struct demo *d, struct cli_settings *s)
     } else {
         d->machines = (uint32_t)m;
         d->n_servers = (uint32_t)(m * spm);
-        if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
+        if (strcmp(s->src[CMD_BASE_PORT], "default") == 0) {
             uint16_t base;
             if (rkv_launch_free_ports(d->n_servers, &base, d->port_hold) < 0) {
                 fprintf(stderr, "%s: no %u free consecutive ports\n", d->cmd, d->n_servers);
                 return -1;
             }
             d->n_port_hold = d->n_servers;
-            snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
-            s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
+            snprintf(d->bufs[CMD_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
+            s->val[CMD_BASE_PORT] = d->bufs[CMD_BASE_PORT];
         }
     }
     if (demo_check_settings(d, s) < 0)
@@ -876,16 +876,16 @@ static int demo_finish(struct demo *d, int code)
 
 static int demo_run(struct demo *dp, int argc, char **argv)
 {
-    struct cli_settings s;
+    struct cmd_settings s;
     if (demo_setup(dp, &s, argc, argv) < 0)
         return RKV_EXIT_USAGE;
     printf("rkv demo: %u machines, %u servers, %u workers, %s over loopback\n", dp->machines,
-           dp->n_servers, dp->n_workers, s.val[CLI_BACKEND]);
+           dp->n_servers, dp->n_workers, s.val[CMD_BACKEND]);
     fflush(stdout);
     int ok = demo_cluster(dp);
     if (dp->signo)
         return RKV_EXIT_STORE;
-    demo_report(dp, strtoull(s.val[CLI_VALUE_BYTES], NULL, 0));
+    demo_report(dp, strtoull(s.val[CMD_VALUE_BYTES], NULL, 0));
     ok = demo_verdict(dp, &s, ok);
     return demo_exit_code(dp, ok);
 }
@@ -893,7 +893,7 @@ static int demo_run(struct demo *dp, int argc, char **argv)
 int rkv_launch_demo_measure(const char *self, int argc, char **argv, struct rkv_launch_figures *f_p)
 {
     struct demo *dp = calloc(1, sizeof(*dp));
-    struct cli_settings s;
+    struct cmd_settings s;
     int code = RKV_EXIT_STORE;
     if (!dp)
         return code;
@@ -941,11 +941,11 @@ int rkv_launch_load(const char *file, struct rkv_scenario **sc)
 
 /* The scenario's cluster: flags that would size another one are refused
  * (on every backend), not silently replaced. */
-static int run_refuse_sized(const struct cli_settings *s)
+static int run_refuse_sized(const struct cmd_settings *s)
 {
-    static const enum cli_key sized[] = {CLI_MACHINES,    CLI_SERVERS_PER_MACHINE,
-                                         CLI_NUM_SERVERS, CLI_NUM_WORKERS,
-                                         CLI_CLUSTER,     CLI_SCENARIO};
+    static const enum cmd_key sized[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE,
+                                         CMD_NUM_SERVERS, CMD_NUM_WORKERS,
+                                         CMD_CLUSTER,     CMD_SCENARIO};
     for (size_t i = 0; i < sizeof(sized) / sizeof(sized[0]); i++) {
         if (!strcmp(s->src[sized[i]], "flag")) {
             fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
@@ -956,42 +956,42 @@ static int run_refuse_sized(const struct cli_settings *s)
     return 0;
 }
 
-static int run_configure(struct demo *d, struct cli_settings *s, const struct rkv_scenario *sc,
+static int run_configure(struct demo *d, struct cmd_settings *s, const struct rkv_scenario *sc,
                          const char *file)
 {
-    s->val[CLI_NUM_SERVERS] = "";
-    s->val[CLI_SCENARIO] = file;
+    s->val[CMD_NUM_SERVERS] = "";
+    s->val[CMD_SCENARIO] = file;
     /* The scenario's seed (or --seed's, already in sc): a child given
      * none would take the file's, but every setting is passed. */
     snprintf(d->seed_buf, sizeof(d->seed_buf), "%llu", (unsigned long long)sc->seed);
-    s->val[CLI_SEED] = d->seed_buf;
-    snprintf(d->bufs[CLI_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
-    snprintf(d->bufs[CLI_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
-    snprintf(d->bufs[CLI_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
-    s->val[CLI_MACHINES] = d->bufs[CLI_MACHINES];
-    s->val[CLI_SERVERS_PER_MACHINE] = d->bufs[CLI_SERVERS_PER_MACHINE];
-    s->val[CLI_NUM_WORKERS] = d->bufs[CLI_NUM_WORKERS];
-    s->val[CLI_CLUSTER] = "";
-    if (sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default")) {
-        snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", sc->tcp_base_port);
-        s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
-        s->src[CLI_BASE_PORT] = "scenario";
+    s->val[CMD_SEED] = d->seed_buf;
+    snprintf(d->bufs[CMD_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
+    snprintf(d->bufs[CMD_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
+    snprintf(d->bufs[CMD_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
+    s->val[CMD_MACHINES] = d->bufs[CMD_MACHINES];
+    s->val[CMD_SERVERS_PER_MACHINE] = d->bufs[CMD_SERVERS_PER_MACHINE];
+    s->val[CMD_NUM_WORKERS] = d->bufs[CMD_NUM_WORKERS];
+    s->val[CMD_CLUSTER] = "";
+    if (sc->tcp_base_port && !strcmp(s->src[CMD_BASE_PORT], "default")) {
+        snprintf(d->bufs[CMD_BASE_PORT], sizeof(d->bufs[0]), "%u", sc->tcp_base_port);
+        s->val[CMD_BASE_PORT] = d->bufs[CMD_BASE_PORT];
+        s->src[CMD_BASE_PORT] = "scenario";
     }
     d->n_tensors = sc->n_tensors;
     /* A durable scenario without --durable-dir: a scratch directory of
      * this run's, removed at its end. */
-    if (sc->durable && !*s->val[CLI_DURABLE_DIR]) {
+    if (sc->durable && !*s->val[CMD_DURABLE_DIR]) {
         snprintf(d->durable_dir, sizeof(d->durable_dir), "/tmp/rkv-durable.XXXXXX");
         if (!mkdtemp(d->durable_dir)) {
             fprintf(stderr, "rkv run: cannot make a snapshot directory: %s\n", strerror(errno));
             d->durable_dir[0] = 0;
             return -1;
         }
-        s->val[CLI_DURABLE_DIR] = d->durable_dir;
+        s->val[CMD_DURABLE_DIR] = d->durable_dir;
     }
-    if (sc->retry_ms && !strcmp(s->src[CLI_RETRY_MS], "default")) {
+    if (sc->retry_ms && !strcmp(s->src[CMD_RETRY_MS], "default")) {
         snprintf(d->retry_buf, sizeof(d->retry_buf), "%u", sc->retry_ms);
-        s->val[CLI_RETRY_MS] = d->retry_buf;
+        s->val[CMD_RETRY_MS] = d->retry_buf;
     }
     return demo_configure(d, s);
 }
@@ -1195,7 +1195,7 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
 int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, const char *out_dir,
                       int plot)
 {
-    const char *backend = o->settings->val[CLI_BACKEND];
+    const char *backend = o->settings->val[CMD_BACKEND];
     struct rkv_report r;
     int code = rkv_launch_run(sc, backend, o, &r);
     if (!r.sc)
@@ -1213,18 +1213,18 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
     return code;
 }
 
-int rkv_launch_settings(struct rkv_scenario *sc, struct cli_settings *s, int argc, char **argv)
+int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int argc, char **argv)
 {
     char err[512];
-    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return -1;
     }
     if (run_refuse_sized(s) < 0)
         return -1;
     uint64_t seed;
-    if (strcmp(s->src[CLI_SEED], "default") != 0) {
-        if (cli_get_u64(s, CLI_SEED, &seed, err, sizeof(err)) < 0) {
+    if (strcmp(s->src[CMD_SEED], "default") != 0) {
+        if (cmd_get_u64(s, CMD_SEED, &seed, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);
             return -1;
         }
@@ -1237,7 +1237,7 @@ int rkv_launch_file(const char *file, int argc, char **argv, const char *out_dir
                     const char *self)
 {
     struct rkv_scenario *sc = NULL;
-    struct cli_settings s;
+    struct cmd_settings s;
     int code = RKV_EXIT_USAGE;
     if (rkv_launch_load(file, &sc) == 0 && rkv_launch_settings(sc, &s, argc, argv) == 0) {
         struct rkv_launch_opts o = {.self = self, .settings = &s, .file = file};

@@ -24,7 +24,7 @@ enum rkv_exit {
 
 struct rkv_launch_opts {
     const char *self;              /* the rkv binary (argv[0]) the nodes run as */
-    struct cli_settings *settings; /* every one reaches every node; the run sets the cluster's */
+    struct cmd_settings *settings; /* every one reaches every node; the run sets the cluster's */
     const char *file;              /* the scenario's file for the nodes (NULL: sc->path) */
 };
 
@@ -59,7 +59,7 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
 int rkv_launch_load(const char *file, struct rkv_scenario **sc);
 /* The settings of a run from flags: those that would size another cluster
  * than sc's are refused, --seed replaces sc's (0, or -1 said on stderr). */
-int rkv_launch_settings(struct rkv_scenario *sc, struct cli_settings *s, int argc, char **argv);
+int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int argc, char **argv);
 /* All of `rkv run FILE [settings flags]` on a real backend (--backend in
  * the flags): what the measuring tools run. Returns an RKV_EXIT_* code. */
 int rkv_launch_file(const char *file, int argc, char **argv, const char *out_dir, int plot,
@@ -89,7 +89,7 @@ int rkv_launch_demo_measure(const char *self, int argc, char **argv,
  * sets per node (role, machine-id, server-id): pairs of flag and value into
  * argv (up to cap entries, pointing into s and static strings). Returns the
  * count, or -1 if cap is too small. */
-int rkv_launch_args(const struct cli_settings *s, char **argv, int cap);
+int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap);
 
 /* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
 int rkv_launch_free_ports(uint32_t n, uint16_t *base_p, int *hold);

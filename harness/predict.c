@@ -79,7 +79,7 @@ static int pred_twin(rkv_launch_twin_fn twin, struct rkv_scenario *sc, double *p
 /* pred_twin in a child (SimGrid runs once per process), so it can run
  * between the real runs: sc on the platform calibration c0 describes. */
 static int pred_twin_child(rkv_launch_twin_fn twin, const struct rkv_scenario *sc0,
-                           const struct cli_calib *c0, double *pred)
+                           const struct rkv_calib *c0, double *pred)
 {
     const struct rkv_scenario *sc = sc0;
     int fd[2];
@@ -92,11 +92,11 @@ static int pred_twin_child(rkv_launch_twin_fn twin, const struct rkv_scenario *s
         close(fd[0]);
         double v[RKV_SC_MAX_PHASES];
         struct rkv_scenario *tsc = malloc(sizeof(*tsc));
-        struct cli_calib c = *c0;
+        struct rkv_calib c = *c0;
         if (!tsc)
             _exit(1);
         *tsc = *sc0;
-        cli_calib_apply(&c, tsc);
+        rkv_calib_apply(&c, tsc);
         int rc = pred_twin(twin, tsc, v);
         size_t n = sc->n_phases * sizeof(*v);
         ssize_t w = rc == 0 ? write(fd[1], v, n) : -1;
@@ -121,7 +121,7 @@ static int pred_twin_child(rkv_launch_twin_fn twin, const struct rkv_scenario *s
  * from one second to the next; the tw measures the CPU of node code by
  * the clock, so taking its runs in turn with the real ones samples the same
  * moments. */
-int rkv_predict_measure(const struct rkv_predict_opts *o, const struct cli_calib *c,
+int rkv_predict_measure(const struct rkv_predict_opts *o, const struct rkv_calib *c,
                         const struct rkv_scenario *sc, double *meas, double *pred)
 {
     assert(o->repeat >= 1 && o->n_flags <= RKV_PREDICT_MAX_FLAGS && (!c || o->twin));

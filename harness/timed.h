@@ -32,7 +32,7 @@ struct rkv_timed_result {
 
 /* The workload settings (rows, value-bytes, rounds), checked; 0 or -1
  * with a message in err. */
-int rkv_timed_workload_load(const struct cli_settings *s, struct rkv_timed_workload *wl, char *err,
+int rkv_timed_workload_load(const struct cmd_settings *s, struct rkv_timed_workload *wl, char *err,
                             size_t err_len);
 
 /* The timed phase (after the built-in scenario): push and pull throughput

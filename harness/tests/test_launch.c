@@ -143,45 +143,45 @@ static void test_bad_settings_once(void **state)
  * each setting the launcher's value, and not the one the child's own
  * environment holds. One case per setting; a new setting must be added. */
 static const struct {
-    enum cli_key k;
+    enum cmd_key k;
     const char *flag, *val, *env; /* flag NULL: set per child by the launcher */
 } settings[] = {
-    {CLI_ROLE, NULL, NULL, NULL},
-    {CLI_CLUSTER, "--cluster", "/tmp/some-ip-config.txt", "RKV_CLUSTER"},
-    {CLI_HOST, "--host", "127.0.0.2", "RKV_HOST"},
-    {CLI_BASE_PORT, "--base-port", "21000", "RKV_BASE_PORT"},
-    {CLI_MACHINES, "--machines", "3", "RKV_MACHINES"},
-    {CLI_SERVERS_PER_MACHINE, "--servers-per-machine", "3", "DGL_NUM_SERVER"},
-    {CLI_NUM_SERVERS, "--num-servers", "5", "DMLC_NUM_SERVER"},
-    {CLI_NUM_WORKERS, "--num-workers", "7", "DMLC_NUM_WORKER"},
-    {CLI_MACHINE_ID, NULL, NULL, NULL},
-    {CLI_SERVER_ID, NULL, NULL, NULL},
-    {CLI_BACKEND, "--backend", "verbs", "RKV_BACKEND"},
-    {CLI_TIMEOUT_MS, "--timeout-ms", "1234", "RKV_TIMEOUT_MS"},
-    {CLI_CONNECT_RETRY_MS, "--connect-retry-ms", "4321", "RKV_CONNECT_RETRY_MS"},
-    {CLI_RX_DEPTH, "--rx-depth", "17", "BYTEPS_RDMA_RX_DEPTH"},
-    {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes", "4096", "RKV_CTRL_BUF_BYTES"},
-    {CLI_SLOTS, "--slots", "9", "RKV_SLOTS"},
-    {CLI_MAX_SLOT_BYTES, "--max-slot-bytes", "1048576", "RKV_MAX_SLOT_BYTES"},
-    {CLI_SHM_PREFIX, "--shm-prefix", "rkv-launch-test", "RKV_SHM_PREFIX"},
-    {CLI_SEED, "--seed", "99", "RKV_SEED"},
-    {CLI_LOG_LEVEL, "--log-level", "3", "PS_VERBOSE"},
-    {CLI_ROWS, "--rows", "77", "RKV_ROWS"},
-    {CLI_VALUE_BYTES, "--value-bytes", "64", "RKV_VALUE_BYTES"},
-    {CLI_ROUNDS, "--rounds", "5", "RKV_ROUNDS"},
-    {CLI_SCENARIO, "--scenario", "/tmp/some.yaml", "RKV_SCENARIO"},
-    {CLI_DISCOVER, "--discover", "1", "RKV_DISCOVER"},
-    {CLI_DURABLE_DIR, "--durable-dir", "/tmp/some-snapshots", "RKV_DURABLE_DIR"},
-    {CLI_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
-    {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
-    {CLI_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},
-    {CLI_SECRET_FILE, "--secret-file", "/tmp/some-secret", "RKV_SECRET_FILE"},
-    {CLI_HELLO_TIMEOUT_MS, "--hello-timeout-ms", "2500", "RKV_HELLO_TIMEOUT_MS"},
-    {CLI_IDLE_TIMEOUT_MS, "--idle-timeout-ms", "60000", "RKV_IDLE_TIMEOUT_MS"},
-    {CLI_NODE_HOST, "--node-host", "127.0.0.3", "DMLC_NODE_HOST"},
-    {CLI_INTERFACE, "--interface", "lo", "DMLC_INTERFACE"},
+    {CMD_ROLE, NULL, NULL, NULL},
+    {CMD_CLUSTER, "--cluster", "/tmp/some-ip-config.txt", "RKV_CLUSTER"},
+    {CMD_HOST, "--host", "127.0.0.2", "RKV_HOST"},
+    {CMD_BASE_PORT, "--base-port", "21000", "RKV_BASE_PORT"},
+    {CMD_MACHINES, "--machines", "3", "RKV_MACHINES"},
+    {CMD_SERVERS_PER_MACHINE, "--servers-per-machine", "3", "DGL_NUM_SERVER"},
+    {CMD_NUM_SERVERS, "--num-servers", "5", "DMLC_NUM_SERVER"},
+    {CMD_NUM_WORKERS, "--num-workers", "7", "DMLC_NUM_WORKER"},
+    {CMD_MACHINE_ID, NULL, NULL, NULL},
+    {CMD_SERVER_ID, NULL, NULL, NULL},
+    {CMD_BACKEND, "--backend", "verbs", "RKV_BACKEND"},
+    {CMD_TIMEOUT_MS, "--timeout-ms", "1234", "RKV_TIMEOUT_MS"},
+    {CMD_CONNECT_RETRY_MS, "--connect-retry-ms", "4321", "RKV_CONNECT_RETRY_MS"},
+    {CMD_RX_DEPTH, "--rx-depth", "17", "BYTEPS_RDMA_RX_DEPTH"},
+    {CMD_CTRL_BUF_BYTES, "--ctrl-buf-bytes", "4096", "RKV_CTRL_BUF_BYTES"},
+    {CMD_SLOTS, "--slots", "9", "RKV_SLOTS"},
+    {CMD_MAX_SLOT_BYTES, "--max-slot-bytes", "1048576", "RKV_MAX_SLOT_BYTES"},
+    {CMD_SHM_PREFIX, "--shm-prefix", "rkv-launch-test", "RKV_SHM_PREFIX"},
+    {CMD_SEED, "--seed", "99", "RKV_SEED"},
+    {CMD_LOG_LEVEL, "--log-level", "3", "PS_VERBOSE"},
+    {CMD_ROWS, "--rows", "77", "RKV_ROWS"},
+    {CMD_VALUE_BYTES, "--value-bytes", "64", "RKV_VALUE_BYTES"},
+    {CMD_ROUNDS, "--rounds", "5", "RKV_ROUNDS"},
+    {CMD_SCENARIO, "--scenario", "/tmp/some.yaml", "RKV_SCENARIO"},
+    {CMD_DISCOVER, "--discover", "1", "RKV_DISCOVER"},
+    {CMD_DURABLE_DIR, "--durable-dir", "/tmp/some-snapshots", "RKV_DURABLE_DIR"},
+    {CMD_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
+    {CMD_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
+    {CMD_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},
+    {CMD_SECRET_FILE, "--secret-file", "/tmp/some-secret", "RKV_SECRET_FILE"},
+    {CMD_HELLO_TIMEOUT_MS, "--hello-timeout-ms", "2500", "RKV_HELLO_TIMEOUT_MS"},
+    {CMD_IDLE_TIMEOUT_MS, "--idle-timeout-ms", "60000", "RKV_IDLE_TIMEOUT_MS"},
+    {CMD_NODE_HOST, "--node-host", "127.0.0.3", "DMLC_NODE_HOST"},
+    {CMD_INTERFACE, "--interface", "lo", "DMLC_INTERFACE"},
 };
-_Static_assert(sizeof(settings) / sizeof(settings[0]) == CLI_KEY_COUNT_, "a case per setting");
+_Static_assert(sizeof(settings) / sizeof(settings[0]) == CMD_KEY_COUNT_, "a case per setting");
 
 static void test_every_setting_reaches_children(void **state)
 {
@@ -193,24 +193,24 @@ static void test_every_setting_reaches_children(void **state)
         /* the parent: the setting by flag, and by env a value it overrides */
         setenv(settings[i].env, "999", 1);
         char *pargv[] = {(char *)settings[i].flag, (char *)settings[i].val};
-        struct cli_settings ps, cs;
+        struct cmd_settings ps, cs;
         char err[256];
-        assert_int_equal(cli_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
-        char *cargv[2 * CLI_KEY_COUNT_];
-        int n = rkv_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        assert_int_equal(cmd_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
+        char *cargv[2 * CMD_KEY_COUNT_];
+        int n = rkv_launch_args(&ps, cargv, 2 * CMD_KEY_COUNT_);
         assert_true(n > 0);
-        if (cli_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
+        if (cmd_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
             fail_msg("%s: the child refuses its flags: %s", settings[i].flag, err);
         if (strcmp(cs.val[i], settings[i].val) != 0)
             fail_msg("%s %s reaches the child as \"%s\"", settings[i].flag, settings[i].val,
                      cs.val[i]);
         /* and a setting left at its default is the default in the child,
          * whatever the child's environment says */
-        assert_int_equal(cli_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
+        assert_int_equal(cmd_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
         unsetenv(settings[i].env);
-        n = rkv_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        n = rkv_launch_args(&ps, cargv, 2 * CMD_KEY_COUNT_);
         setenv(settings[i].env, "998", 1);
-        assert_int_equal(cli_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
+        assert_int_equal(cmd_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
         if (strcmp(cs.val[i], ps.val[i]) != 0)
             fail_msg("%s: the child took its own environment's \"%s\"", settings[i].flag,
                      cs.val[i]);

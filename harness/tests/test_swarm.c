@@ -270,7 +270,7 @@ static struct rkv_swarm_runner swarm_in(const char *dir, uint64_t corrupt)
                                   .timeout_s = 120,
                                   .shrink_runs = 400,
                                   .test_corrupt_row = corrupt,
-                                  .twin = cli_twin_launch};
+                                  .twin = cmd_twin_launch};
     snprintf(cs.work_dir, sizeof(cs.work_dir), "%s", dir);
     return cs;
 }

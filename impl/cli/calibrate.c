@@ -27,21 +27,21 @@ static void cal_usage(void)
 }
 
 #if RKV_WITH_SIM
-static int cal_xml(const struct cli_calib *c, const char *path, uint32_t machines, char *err,
+static int cal_xml(const struct rkv_calib *c, const char *path, uint32_t machines, char *err,
                    size_t err_len)
 {
     struct rkv_scenario *sc = calloc(1, sizeof(*sc));
     if (!sc)
         return -RKV_ENOMEM;
     sc->machines = machines;
-    cli_calib_apply(c, sc);
+    rkv_calib_apply(c, sc);
     int rc = rkv_twin_platform_xml(sc, path, err, err_len);
     free(sc);
     return rc;
 }
 #endif
 
-int cli_cmd_calibrate(int argc, char **argv, const char *self)
+int cmd_calibrate(int argc, char **argv, const char *self)
 {
     const char *backend = "tcp", *out = "rkv-calibration.txt", *xml = NULL;
     int quick = 0;
@@ -73,9 +73,9 @@ int cli_cmd_calibrate(int argc, char **argv, const char *self)
         fprintf(stderr, "rkv calibrate: --machines: expected 1..65536\n");
         return RKV_EXIT_USAGE;
     }
-    struct cli_calib c;
+    struct rkv_calib c;
     char err[600];
-    int rc = cli_calibrate(self, backend, quick, out, CLI_TWIN, &c, err, sizeof(err));
+    int rc = rkv_calibrate(self, backend, quick, out, CMD_TWIN, &c, err, sizeof(err));
     if (rc == 0 && xml) {
 #if RKV_WITH_SIM
         rc = cal_xml(&c, xml, (uint32_t)machines, err, sizeof(err));

@@ -19,63 +19,69 @@
  * The scheduler exits 0 once every node has its place (or at once, saying
  * it is not needed, when a cluster file fixes every address). Each returns
  * an RKV_EXIT_* code. */
-int cli_pslite_mode(const struct cli_settings *s);
-int cli_pslite_scheduler(const struct cli_settings *s);
-int cli_pslite_node(int argc, char **argv, const struct cli_settings *s, int is_server);
+int cmd_pslite_mode(const struct cmd_settings *s);
+int cmd_pslite_scheduler(const struct cmd_settings *s);
+int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server);
 
-int cli_cmd_server(int argc, char **argv);
-int cli_cmd_worker(int argc, char **argv);
-int cli_cmd_config(int argc, char **argv);
-int cli_cmd_node(int argc, char **argv);
-int cli_cmd_demo(int argc, char **argv, const char *self);
-int cli_cmd_run(int argc, char **argv, const char *self);
-int cli_cmd_doctor(int argc, char **argv);
-int cli_cmd_ls(int argc, char **argv);
-int cli_cmd_bench(int argc, char **argv, const char *self);
+int cmd_server(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_node(int argc, char **argv);
+int cmd_demo(int argc, char **argv, const char *self);
+int cmd_run(int argc, char **argv, const char *self);
+int cmd_doctor(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_bench(int argc, char **argv, const char *self);
 
 /* A server's or worker's port and NIC (impl/cli/node.c): the fault NIC
  * wraps the backend's when the launcher aims a scenario fault at it. */
 struct rkv_port;
 struct rkv_nic;
-struct cli_node {
+struct cmd_node {
     struct rkv_port *port;
     struct rkv_nic *nic;
     int faulty;
 };
-int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, const char *node,
-                  uint64_t seed, struct cli_node *nd, char *err, size_t err_len);
+int cmd_node_open(const struct cmd_settings *s, const struct rkv_config *cfg, const char *node,
+                  uint64_t seed, struct cmd_node *nd, char *err, size_t err_len);
 /* Writes the fault counts for the launcher, then closes NIC and port. */
-void cli_node_close(struct cli_node *nd);
+void cmd_node_close(struct cmd_node *nd);
 
 /* rkv run --backend sim: the scenario in the twin (impl/cli/twin_cmd.c). */
 struct rkv_scenario;
 /* What `rkv run` passes to the twin beyond the settings. */
-struct cli_twin_args {
+struct cmd_twin_args {
     const char *trace;      /* --trace FILE, or NULL */
     const char *const *cfg; /* --cfg KEY:VALUE, n_cfg of them: SimGrid configuration */
     unsigned n_cfg;
     double progress_s; /* --progress S: a progress line every S s of wall time (0: 10) */
 };
-int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
-                 int plot, const struct cli_twin_args *a);
+int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const char *out_dir,
+                 int plot, const struct cmd_twin_args *a);
 #if RKV_WITH_SIM
 /* The verdict of a twin run, as rkv run gives it (rkv_report_passed). */
 struct rkv_report;
 struct rkv_twin_result;
-int cli_twin_report(struct rkv_report *r, const struct rkv_scenario *sc,
+int cmd_twin_report(struct rkv_report *r, const struct rkv_scenario *sc,
                     const struct rkv_twin_result *res);
 #endif
-/* The twin as the tools' runner (rkv_launch_twin_fn); CLI_TWIN: it, or
+/* The twin as the tools' runner (rkv_launch_twin_fn); CMD_TWIN: it, or
  * NULL in a build without the twin. */
-int cli_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
+int cmd_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
                     struct rkv_report *r_p);
 #if RKV_WITH_SIM
-#define CLI_TWIN cli_twin_launch
+#define CMD_TWIN cmd_twin_launch
 #else
-#define CLI_TWIN NULL
+#define CMD_TWIN NULL
 #endif
 
 /* rkv swarm: generated scenarios in the twin, shrunk on failure (harness/swarm_run.c). */
-int cli_cmd_swarm(int argc, char **argv);
+int cmd_swarm(int argc, char **argv);
+
+/* rkv calibrate */
+int cmd_calibrate(int argc, char **argv, const char *self);
+/* rkv run FILE --predict | --calibration F (impl/cli/predict.c) */
+int cmd_predict_wanted(int argc, char **argv);
+int cmd_predict(int argc, char **argv, const char *self);
 
 #endif

@@ -10,11 +10,11 @@
 #include "store/server_int.h"
 #include "util/util.h"
 
-static int cmd_load(int argc, char **argv, struct cli_settings *s, struct rkv_config *cfg)
+static int cmd_load(int argc, char **argv, struct cmd_settings *s, struct rkv_config *cfg)
 {
     char err[512];
-    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
-        cli_build_config(s, cfg, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
+        cmd_build_config(s, cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -29,24 +29,24 @@ static int cmd_wants_help(int argc, char **argv)
     return 0;
 }
 
-int cli_cmd_server(int argc, char **argv)
+int cmd_server(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv server [--server-id N | --machine-id M] [settings]\n"
                "Runs one server until a worker shuts the store down.\n\n");
-        cli_settings_help(stdout);
+        cmd_settings_help(stdout);
         return RKV_EXIT_OK;
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
     uint32_t local = 0;
-    if (*s.val[CLI_SERVER_ID]) {
+    if (*s.val[CMD_SERVER_ID]) {
         uint64_t sid;
         char err[256];
-        if (cli_get_u64(&s, CLI_SERVER_ID, &sid, err, sizeof(err)) < 0) {
+        if (cmd_get_u64(&s, CMD_SERVER_ID, &sid, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv: %s\n", err);
             free(cfg.machines);
             return RKV_EXIT_USAGE;
@@ -63,13 +63,13 @@ int cli_cmd_server(int argc, char **argv)
         local = (uint32_t)sid;
     }
     struct rkv_server *srv = NULL;
-    struct cli_node nd;
+    struct cmd_node nd;
     char err[512], node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg.machine_id, local);
-    rc = cli_node_open(&s, &cfg, node, cfg.seed, &nd, err, sizeof(err));
+    rc = cmd_node_open(&s, &cfg, node, cfg.seed, &nd, err, sizeof(err));
     if (rc == 0 &&
         (rc = rkv_server_create_on(nd.port, nd.nic, &cfg, local, &srv, err, sizeof(err))) < 0)
-        cli_node_close(&nd);
+        cmd_node_close(&nd);
     /* The oracle self-test's hook (server_int.h), deliberately not a
      * documented setting. */
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW");
@@ -82,11 +82,11 @@ int cli_cmd_server(int argc, char **argv)
     }
     rc = rkv_server_run(srv);
     rkv_server_destroy(srv);
-    cli_node_close(&nd);
+    cmd_node_close(&nd);
     return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
 }
 
-static int cmd_workload(const struct cli_settings *s, struct rkv_timed_workload *wl)
+static int cmd_workload(const struct cmd_settings *s, struct rkv_timed_workload *wl)
 {
     char err[256];
     if (rkv_timed_workload_load(s, wl, err, sizeof(err)) < 0) {
@@ -97,11 +97,11 @@ static int cmd_workload(const struct cli_settings *s, struct rkv_timed_workload 
 }
 
 /* The scenario of the --scenario file, or the built-in one. */
-static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *cfg,
+static int cmd_scenario(const struct cmd_settings *s, const struct rkv_config *cfg,
                         const struct rkv_timed_workload *wl, struct rkv_scenario **sc_p)
 {
     char err[512];
-    int rc = *s->val[CLI_SCENARIO] ? rkv_scenario_load(s->val[CLI_SCENARIO], sc_p, err, sizeof(err))
+    int rc = *s->val[CMD_SCENARIO] ? rkv_scenario_load(s->val[CMD_SCENARIO], sc_p, err, sizeof(err))
                                    : rkv_scenario_builtin(cfg, wl->rows, wl->rounds, sc_p);
     if (rc == 0 && (rc = rkv_oracle_check_scenario(*sc_p, err, sizeof(err))) < 0)
         rkv_scenario_free(*sc_p);
@@ -110,7 +110,7 @@ static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *c
         return RKV_EXIT_USAGE;
     }
     uint64_t seed;
-    if (strcmp(s->src[CLI_SEED], "default") != 0 && cli_get_u64(s, CLI_SEED, &seed, err, 1) == 0)
+    if (strcmp(s->src[CMD_SEED], "default") != 0 && cmd_get_u64(s, CMD_SEED, &seed, err, 1) == 0)
         (*sc_p)->seed = seed;
     return 0;
 }
@@ -159,17 +159,17 @@ static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
     return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
 }
 
-int cli_cmd_worker(int argc, char **argv)
+int cmd_worker(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv worker [--machine-id M] [--scenario FILE] [settings]\n"
                "Joins the store and runs the scenario FILE's workload, or the built-in one\n"
                "(--rows, --rounds) followed by a timed phase (--value-bytes); every pulled\n"
                "value is checked by the oracle. Worker 0 then shuts the servers down.\n\n");
-        cli_settings_help(stdout);
+        cmd_settings_help(stdout);
         return RKV_EXIT_OK;
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
     struct rkv_timed_workload wl;
     struct rkv_scenario *sc;
@@ -179,21 +179,21 @@ int cli_cmd_worker(int argc, char **argv)
     /* DGL's clients are not told their machine: it is the first line of
      * ip_config.txt naming an address of theirs. */
     uint32_t local_m;
-    if (*s.val[CLI_CLUSTER] && strcmp(s.src[CLI_MACHINE_ID], "default") == 0 &&
-        cli_local_machine(&cfg, &local_m) == 0)
+    if (*s.val[CMD_CLUSTER] && strcmp(s.src[CMD_MACHINE_ID], "default") == 0 &&
+        cmd_local_machine(&cfg, &local_m) == 0)
         cfg.machine_id = local_m;
     if ((rc = cmd_workload(&s, &wl)) != 0 || (rc = cmd_scenario(&s, &cfg, &wl, &sc)) != 0) {
         free(cfg.machines);
         return rc;
     }
     struct rkv_client *cli = NULL;
-    struct cli_node nd;
+    struct cmd_node nd;
     char err[512];
     /* The stack address differs between processes (ASLR), so co-located
      * clients draw different HELLO nonces even with one configured seed. */
-    rc = cli_node_open(&s, &cfg, "w", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err, sizeof(err));
+    rc = cmd_node_open(&s, &cfg, "w", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err, sizeof(err));
     if (rc == 0 && (rc = rkv_client_create_on(nd.port, nd.nic, &cfg, &cli, err, sizeof(err))) < 0)
-        cli_node_close(&nd);
+        cmd_node_close(&nd);
     if (rc == 0)
         snprintf(nd.port->node, sizeof(nd.port->node), "w%u", rkv_client_id(cli));
     if (rc < 0) {
@@ -202,33 +202,33 @@ int cli_cmd_worker(int argc, char **argv)
         free(cfg.machines);
         return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
     }
-    int code = cmd_run_worker(cli, &cfg, sc, &wl, !*s.val[CLI_SCENARIO]);
+    int code = cmd_run_worker(cli, &cfg, sc, &wl, !*s.val[CMD_SCENARIO]);
     if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
         fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
         if (code == RKV_EXIT_OK)
             code = RKV_EXIT_STORE;
     }
     rkv_client_destroy(cli);
-    cli_node_close(&nd);
+    cmd_node_close(&nd);
     rkv_scenario_free(sc);
     free(cfg.machines);
     return code;
 }
 
-int cli_cmd_config(int argc, char **argv)
+int cmd_config(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv) || argc == 0 || strcmp(argv[0], "--dump") != 0) {
         printf("usage: rkv config --dump [settings]\n"
                "Prints every setting, its value, default, env var, aliases and source.\n");
         return argc == 0 || cmd_wants_help(argc, argv) ? RKV_EXIT_OK : RKV_EXIT_USAGE;
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
-    if (cli_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    cli_settings_dump(&s, stdout);
+    cmd_settings_dump(&s, stdout);
     return RKV_EXIT_OK;
 }
 
@@ -253,7 +253,7 @@ static int node_rank(uint32_t *rank, uint32_t *size)
  * the rest the workers, machine by machine. Every rank derives the same
  * cluster from the scenario; hosts come from --cluster (one line per
  * machine) or --host for a one-host run. */
-static int node_from_scenario(int argc, char **argv, const struct cli_settings *s)
+static int node_from_scenario(int argc, char **argv, const struct cmd_settings *s)
 {
     char err[512];
     struct rkv_scenario *sc;
@@ -263,7 +263,7 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
                         "PMI_RANK) and no --role\n");
         return RKV_EXIT_USAGE;
     }
-    if (rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, sizeof(err)) < 0) {
+    if (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv node: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -274,7 +274,7 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
     snprintf(v[2], 16, "%u", W);
     snprintf(v[3], 16, "%u", rank < S ? rank : rkv_scenario_worker_machine(sc, rank - S));
     snprintf(port, 16, "%u", sc->tcp_base_port);
-    int use_port = sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default");
+    int use_port = sc->tcp_base_port && !strcmp(s->src[CMD_BASE_PORT], "default");
     rkv_scenario_free(sc);
     if (size != S + W) {
         fprintf(stderr,
@@ -302,19 +302,19 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
         args[n++] = "--base-port";
         args[n++] = port;
     }
-    if (!*s->val[CLI_CLUSTER]) { /* only server 0's address is known to everyone */
+    if (!*s->val[CMD_CLUSTER]) { /* only server 0's address is known to everyone */
         args[n++] = "--discover";
         args[n++] = "1";
     }
     args[n] = NULL;
-    return rank < S ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
+    return rank < S ? cmd_server(n, args) : cmd_worker(n, args);
 }
 
 /* For launchers that set a role variable (ps-lite's DMLC_ROLE, DGL's), or
  * a rank (mpirun, srun) together with --scenario. */
-int cli_cmd_node(int argc, char **argv)
+int cmd_node(int argc, char **argv)
 {
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv node [--role server|worker|scheduler] [settings]\n"
@@ -328,24 +328,24 @@ int cli_cmd_node(int argc, char **argv)
                "node has its place.\n");
         return RKV_EXIT_OK;
     }
-    if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    if (!*s.val[CLI_ROLE] && *s.val[CLI_SCENARIO])
+    if (!*s.val[CMD_ROLE] && *s.val[CMD_SCENARIO])
         return node_from_scenario(argc, argv, &s);
-    int server = strcmp(s.val[CLI_ROLE], "server") == 0;
-    int worker = strcmp(s.val[CLI_ROLE], "worker") == 0 || strcmp(s.val[CLI_ROLE], "client") == 0;
-    if (strcmp(s.val[CLI_ROLE], "scheduler") == 0)
-        return cli_pslite_scheduler(&s);
-    if ((server || worker) && cli_pslite_mode(&s))
-        return cli_pslite_node(argc, argv, &s, server);
+    int server = strcmp(s.val[CMD_ROLE], "server") == 0;
+    int worker = strcmp(s.val[CMD_ROLE], "worker") == 0 || strcmp(s.val[CMD_ROLE], "client") == 0;
+    if (strcmp(s.val[CMD_ROLE], "scheduler") == 0)
+        return cmd_pslite_scheduler(&s);
+    if ((server || worker) && cmd_pslite_mode(&s))
+        return cmd_pslite_node(argc, argv, &s, server);
     if (server)
-        return cli_cmd_server(argc, argv);
+        return cmd_server(argc, argv);
     if (worker) /* "client" is DGL's word (DGL_ROLE=client) */
-        return cli_cmd_worker(argc, argv);
+        return cmd_worker(argc, argv);
     fprintf(stderr,
             "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)\n",
-            s.val[CLI_ROLE], s.src[CLI_ROLE]);
+            s.val[CMD_ROLE], s.src[CMD_ROLE]);
     return RKV_EXIT_USAGE;
 }

@@ -27,7 +27,7 @@ struct pred_args {
     int n_pass;
 };
 
-int cli_predict_wanted(int argc, char **argv)
+int cmd_predict_wanted(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--predict") || !strcmp(argv[i], "--calibration") ||
@@ -100,7 +100,7 @@ static int pred_self(char *exe, size_t len, const char *self)
 
 /* The scenario and the calibration it is predicted with. */
 static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_scenario **sc_p,
-                      struct cli_calib *c)
+                      struct rkv_calib *c)
 {
     char err[600];
     if (rkv_scenario_load(a->file, sc_p, err, sizeof(err)) < 0 ||
@@ -109,7 +109,7 @@ static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_sce
         return RKV_EXIT_USAGE;
     }
     if (a->calib) {
-        if (cli_calib_load(a->calib, c, err, sizeof(err)) < 0) {
+        if (rkv_calib_load(a->calib, c, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);
             return RKV_EXIT_USAGE;
         }
@@ -117,7 +117,7 @@ static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_sce
     }
     /* No file: measure now, briefly (rkv calibrate writes one to reuse). */
     printf("rkv run: no --calibration: calibrating %s first (quick)\n", a->backend);
-    if (cli_calibrate(exe, a->backend, 1, NULL, CLI_TWIN, c, err, sizeof(err)) < 0) {
+    if (rkv_calibrate(exe, a->backend, 1, NULL, CMD_TWIN, c, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: calibration: %s\n", err);
         return RKV_EXIT_STORE;
     }
@@ -151,24 +151,24 @@ static void pred_table(const struct rkv_scenario *sc, const double *meas, const 
 
 /* --calibration without --predict: the twin on the calibrated platform. */
 static int pred_twin_only(const struct pred_args *a, struct rkv_scenario *sc,
-                          const struct cli_calib *c)
+                          const struct rkv_calib *c)
 {
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
-    if (cli_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    cli_calib_apply(c, sc);
-    struct cli_twin_args ta = {.trace = a->trace};
-    return cli_run_twin(sc, &s, a->out_dir, a->plot, &ta);
+    rkv_calib_apply(c, sc);
+    struct cmd_twin_args ta = {.trace = a->trace};
+    return cmd_run_twin(sc, &s, a->out_dir, a->plot, &ta);
 }
 
-int cli_cmd_predict(int argc, char **argv, const char *self)
+int cmd_predict(int argc, char **argv, const char *self)
 {
     struct pred_args a;
     struct rkv_scenario *sc = NULL;
-    struct cli_calib c;
+    struct rkv_calib c;
     char exe[4096];
     if (pred_parse(argc, argv, &a) < 0)
         return RKV_EXIT_USAGE;
@@ -194,7 +194,7 @@ int cli_cmd_predict(int argc, char **argv, const char *self)
                                   .repeat = a.repeat,
                                   .flags = a.pass,
                                   .n_flags = a.n_pass,
-                                  .twin = CLI_TWIN};
+                                  .twin = CMD_TWIN};
     if (rkv_predict_measure(&po, &c, sc, meas, pred) < 0)
         goto out;
     pred_table(sc, meas, pred, &a);

@@ -66,18 +66,18 @@ struct psl_cfg {
     uint64_t wait_ms; /* connect-retry-ms + timeout-ms: how long a rendezvous may take */
 };
 
-static int psl_cfg_load(const struct cli_settings *s, struct psl_cfg *c, char *err, size_t err_len)
+static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *err, size_t err_len)
 {
     uint64_t port, ns, nw, retry, tmo;
-    if (!*s->val[CLI_NUM_SERVERS])
+    if (!*s->val[CMD_NUM_SERVERS])
         return rkv_errf(err, err_len, -1,
                         "num-servers: DMLC_NUM_SERVER (or RKV_NUM_SERVERS) is needed with "
                         "DMLC_ROLE");
-    if (cli_get_u64(s, CLI_BASE_PORT, &port, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_NUM_SERVERS, &ns, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_NUM_WORKERS, &nw, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_CONNECT_RETRY_MS, &retry, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_TIMEOUT_MS, &tmo, err, err_len) < 0)
+    if (cmd_get_u64(s, CMD_BASE_PORT, &port, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_CONNECT_RETRY_MS, &retry, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_TIMEOUT_MS, &tmo, err, err_len) < 0)
         return -1;
     /* Servers of one host take root_port + 1 ... root_port + n. */
     if (port == 0 || port + ns > 65535 || ns == 0 || ns > 4096 || nw == 0 || nw > 65536)
@@ -85,7 +85,7 @@ static int psl_cfg_load(const struct cli_settings *s, struct psl_cfg *c, char *e
                         "need DMLC_PS_ROOT_PORT + DMLC_NUM_SERVER <= 65535, 1..4096 servers and "
                         "1..65536 workers (got port %llu, %llu servers, %llu workers)",
                         (unsigned long long)port, (unsigned long long)ns, (unsigned long long)nw);
-    *c = (struct psl_cfg){.root_host = s->val[CLI_HOST],
+    *c = (struct psl_cfg){.root_host = s->val[CMD_HOST],
                           .root_port = (uint16_t)port,
                           .n_servers = (uint32_t)ns,
                           .n_workers = (uint32_t)nw,
@@ -364,13 +364,13 @@ static int psl_listen(const struct psl_cfg *cfg, int *fd_p)
     return RKV_EXIT_OK;
 }
 
-int cli_pslite_scheduler(const struct cli_settings *s)
+int cmd_pslite_scheduler(const struct cmd_settings *s)
 {
     char err[512];
-    if (*s->val[CLI_CLUSTER]) {
+    if (*s->val[CMD_CLUSTER]) {
         printf("rkv scheduler: not needed: the cluster file %s (%s) gives every node its "
                "address and id; exiting\n",
-               s->val[CLI_CLUSTER], s->src[CLI_CLUSTER]);
+               s->val[CMD_CLUSTER], s->src[CMD_CLUSTER]);
         return RKV_EXIT_OK;
     }
     struct psl_sched sc = {0};
@@ -413,17 +413,17 @@ int cli_pslite_scheduler(const struct cli_settings *s)
 /* The host this node announces: DMLC_NODE_HOST, else the IPv4 address of
  * DMLC_INTERFACE, else the address its connection to the scheduler left
  * from (what the scheduler's host can reach it by). */
-static int psl_my_host(const struct cli_settings *s, int fd, char *host, size_t len, char *err,
+static int psl_my_host(const struct cmd_settings *s, int fd, char *host, size_t len, char *err,
                        size_t err_len)
 {
-    if (*s->val[CLI_NODE_HOST]) {
-        if (strlen(s->val[CLI_NODE_HOST]) >= len || strchr(s->val[CLI_NODE_HOST], ' '))
+    if (*s->val[CMD_NODE_HOST]) {
+        if (strlen(s->val[CMD_NODE_HOST]) >= len || strchr(s->val[CMD_NODE_HOST], ' '))
             return rkv_errf(err, err_len, -1, "node-host: \"%s\" is not a host name",
-                            s->val[CLI_NODE_HOST]);
-        snprintf(host, len, "%s", s->val[CLI_NODE_HOST]);
+                            s->val[CMD_NODE_HOST]);
+        snprintf(host, len, "%s", s->val[CMD_NODE_HOST]);
         return 0;
     }
-    if (*s->val[CLI_INTERFACE]) {
+    if (*s->val[CMD_INTERFACE]) {
         struct ifaddrs *ifs;
         if (getifaddrs(&ifs) < 0)
             return rkv_errf(err, err_len, -1, "interface: cannot list interfaces: %s",
@@ -431,13 +431,13 @@ static int psl_my_host(const struct cli_settings *s, int fd, char *host, size_t 
         int found = 0;
         for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
             if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-                strcmp(i->ifa_name, s->val[CLI_INTERFACE]) == 0)
+                strcmp(i->ifa_name, s->val[CMD_INTERFACE]) == 0)
                 found = inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, host,
                                   (socklen_t)len) != NULL;
         freeifaddrs(ifs);
         if (!found)
             return rkv_errf(err, err_len, -1, "interface: %s has no IPv4 address (%s)",
-                            s->val[CLI_INTERFACE], s->src[CLI_INTERFACE]);
+                            s->val[CMD_INTERFACE], s->src[CMD_INTERFACE]);
         return 0;
     }
     struct sockaddr_in a;
@@ -510,14 +510,14 @@ static int psl_answer(int fd, uint64_t deadline, char *buf, size_t cap, char *er
     }
 }
 
-int cli_pslite_mode(const struct cli_settings *s)
+int cmd_pslite_mode(const struct cmd_settings *s)
 {
-    return strcmp(s->src[CLI_ROLE], "env DMLC_ROLE") == 0 && !*s->val[CLI_CLUSTER];
+    return strcmp(s->src[CMD_ROLE], "env DMLC_ROLE") == 0 && !*s->val[CMD_CLUSTER];
 }
 
 /* Registers with the scheduler and reads its answer into ans (cap bytes):
  * RKV_EXIT_OK, or an exit code with the reason in err. */
-static int psl_rendezvous(const struct cli_settings *s, const struct psl_cfg *cfg, int is_server,
+static int psl_rendezvous(const struct cmd_settings *s, const struct psl_cfg *cfg, int is_server,
                           char *ans, size_t cap, char *host, size_t host_len, char *err,
                           size_t err_len)
 {
@@ -580,21 +580,21 @@ static int psl_run(int argc, char **argv, int is_server, const char *ans, const 
     else
         fprintf(stderr, "%s: the scheduler put this node on machine %u of %u (%s)\n", who, m, nm,
                 host);
-    int code = is_server ? cli_cmd_server(n, args) : cli_cmd_worker(n, args);
+    int code = is_server ? cmd_server(n, args) : cmd_worker(n, args);
     close(cfd);
     return code;
 }
 
-int cli_pslite_node(int argc, char **argv, const struct cli_settings *s, int is_server)
+int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server)
 {
     char err[512], host[RKV_HOST_MAX + 1];
     struct psl_cfg cfg;
     const char *who = is_server ? "rkv server" : "rkv worker";
-    if (*s->val[CLI_SERVER_ID]) {
+    if (*s->val[CMD_SERVER_ID]) {
         fprintf(stderr,
                 "%s: server-id (%s): under DMLC_ROLE the scheduler numbers the servers; unset "
                 "it, or launch with RKV_ROLE and give each server its id\n",
-                who, s->src[CLI_SERVER_ID]);
+                who, s->src[CMD_SERVER_ID]);
         return RKV_EXIT_USAGE;
     }
     if (psl_cfg_load(s, &cfg, err, sizeof(err)) < 0) {

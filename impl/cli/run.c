@@ -17,10 +17,10 @@ static void demo_usage(void)
            "2 x 2 and 4), runs the built-in scenario (every value checked by the oracle),\n"
            "then a timed phase; prints throughput next to loopback TCP and memcpy measured\n"
            "in the same run, and the verdict.\n\n");
-    cli_settings_help(stdout);
+    cmd_settings_help(stdout);
 }
 
-int cli_cmd_demo(int argc, char **argv, const char *self)
+int cmd_demo(int argc, char **argv, const char *self)
 {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -54,7 +54,7 @@ static void run_usage(void)
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, const char **jitter, int *plot, struct cli_twin_args *ta,
+                    const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
                     const char **progress, const char **cfg, char **rest, int *n_rest)
 {
     *n_rest = 0;
@@ -105,10 +105,10 @@ static int run_print_launch(const char *launcher, const char *file, const struct
     return RKV_EXIT_OK;
 }
 
-int cli_cmd_run(int argc, char **argv, const char *self)
+int cmd_run(int argc, char **argv, const char *self)
 {
-    if (cli_predict_wanted(argc, argv)) /* the twin next to a real run: predict.c */
-        return cli_cmd_predict(argc, argv, self);
+    if (cmd_predict_wanted(argc, argv)) /* the twin next to a real run: predict.c */
+        return cmd_predict(argc, argv, self);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             run_usage();
@@ -119,7 +119,7 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     const char *progress = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
-    struct cli_twin_args ta = {.cfg = cfg};
+    struct cmd_twin_args ta = {.cfg = cfg};
     int n_rest;
     int plot = 0;
     if (!rest || !cfg ||
@@ -132,7 +132,7 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     }
     const char *trace = ta.trace;
     struct rkv_scenario *sc = NULL;
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
     int code = RKV_EXIT_USAGE;
     if (rkv_launch_load(file, &sc) < 0)
@@ -144,8 +144,8 @@ int cli_cmd_run(int argc, char **argv, const char *self)
     if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)
         goto out;
     /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
-    if (RKV_WITH_SIM && !strcmp(s.src[CLI_BACKEND], "default"))
-        s.val[CLI_BACKEND] = "sim";
+    if (RKV_WITH_SIM && !strcmp(s.src[CMD_BACKEND], "default"))
+        s.val[CMD_BACKEND] = "sim";
     if (jitter) {
         char *end;
         double j = strtod(jitter, &end);
@@ -164,16 +164,16 @@ int cli_cmd_run(int argc, char **argv, const char *self)
             goto out;
         }
     }
-    if (!strcmp(s.val[CLI_BACKEND], "sim")) {
+    if (!strcmp(s.val[CMD_BACKEND], "sim")) {
         /* The twin takes what it models from the settings: a bad one is
          * refused here too, not ignored. */
         struct rkv_config cfg;
-        if (cli_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+        if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);
             goto out;
         }
         free(cfg.machines);
-        code = cli_run_twin(sc, &s, out_dir, plot, &ta);
+        code = cmd_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
     if (trace || ta.n_cfg || progress) {

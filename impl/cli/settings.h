@@ -11,57 +11,57 @@
 
 #include "rkv.h"
 
-enum cli_key {
-    CLI_ROLE,
-    CLI_CLUSTER,
-    CLI_HOST,
-    CLI_BASE_PORT,
-    CLI_MACHINES,
-    CLI_SERVERS_PER_MACHINE,
-    CLI_NUM_SERVERS,
-    CLI_NUM_WORKERS,
-    CLI_MACHINE_ID,
-    CLI_SERVER_ID,
-    CLI_BACKEND,
-    CLI_TIMEOUT_MS,
-    CLI_CONNECT_RETRY_MS,
-    CLI_RX_DEPTH,
-    CLI_CTRL_BUF_BYTES,
-    CLI_SLOTS,
-    CLI_MAX_SLOT_BYTES,
-    CLI_SHM_PREFIX,
-    CLI_SEED,
-    CLI_LOG_LEVEL,
-    CLI_ROWS,
-    CLI_VALUE_BYTES,
-    CLI_ROUNDS,
-    CLI_SCENARIO,
-    CLI_DISCOVER,
-    CLI_DURABLE_DIR,
-    CLI_RETRY_MS,
-    CLI_ZERO_COPY_BYTES,
-    CLI_BUSY_POLL,
-    CLI_SECRET_FILE,
-    CLI_HELLO_TIMEOUT_MS,
-    CLI_IDLE_TIMEOUT_MS,
-    CLI_NODE_HOST,
-    CLI_INTERFACE,
-    CLI_KEY_COUNT_
+enum cmd_key {
+    CMD_ROLE,
+    CMD_CLUSTER,
+    CMD_HOST,
+    CMD_BASE_PORT,
+    CMD_MACHINES,
+    CMD_SERVERS_PER_MACHINE,
+    CMD_NUM_SERVERS,
+    CMD_NUM_WORKERS,
+    CMD_MACHINE_ID,
+    CMD_SERVER_ID,
+    CMD_BACKEND,
+    CMD_TIMEOUT_MS,
+    CMD_CONNECT_RETRY_MS,
+    CMD_RX_DEPTH,
+    CMD_CTRL_BUF_BYTES,
+    CMD_SLOTS,
+    CMD_MAX_SLOT_BYTES,
+    CMD_SHM_PREFIX,
+    CMD_SEED,
+    CMD_LOG_LEVEL,
+    CMD_ROWS,
+    CMD_VALUE_BYTES,
+    CMD_ROUNDS,
+    CMD_SCENARIO,
+    CMD_DISCOVER,
+    CMD_DURABLE_DIR,
+    CMD_RETRY_MS,
+    CMD_ZERO_COPY_BYTES,
+    CMD_BUSY_POLL,
+    CMD_SECRET_FILE,
+    CMD_HELLO_TIMEOUT_MS,
+    CMD_IDLE_TIMEOUT_MS,
+    CMD_NODE_HOST,
+    CMD_INTERFACE,
+    CMD_KEY_COUNT_
 };
 
-struct cli_settings {
-    const char *val[CLI_KEY_COUNT_];
-    const char *src[CLI_KEY_COUNT_]; /* "default", "env NAME", "flag", ... */
-    char srcbuf[CLI_KEY_COUNT_][48];
+struct cmd_settings {
+    const char *val[CMD_KEY_COUNT_];
+    const char *src[CMD_KEY_COUNT_]; /* "default", "env NAME", "flag", ... */
+    char srcbuf[CMD_KEY_COUNT_][48];
 };
 
 /* Loads defaults, then env vars (RKV_* and aliases), then flags from argv
  * (--name=value or --name value). Unknown flags are errors. Returns 0 or -1
  * with a message in err. */
-int cli_settings_load(struct cli_settings *s, int argc, char **argv, char *err, size_t err_len);
-void cli_settings_dump(const struct cli_settings *s, FILE *out);
-void cli_settings_help(FILE *out);
-int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char *err,
+int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len);
+void cmd_settings_dump(const struct cmd_settings *s, FILE *out);
+void cmd_settings_help(FILE *out);
+int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
                 size_t err_len);
 
 /* Cluster file: one machine per line, "host [base_port [servers]]" (DGL's
@@ -69,16 +69,16 @@ int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char 
  * defaults to DGL's, the servers to default_servers); '#' comments. Errors
  * name file:line and what was expected; a machine listed twice (one host,
  * overlapping ports) is refused with both lines. */
-#define CLI_DGL_DEFAULT_PORT 30050
-int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+#define CMD_DGL_DEFAULT_PORT 30050
+int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len);
 
 /* The first machine of cfg whose host is an address of this host (0, or -1
  * if none is), as DGL's clients find their machine in ip_config.txt. */
-int cli_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
+int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
 
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
-int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
+int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len);
 
 #endif

@@ -149,7 +149,7 @@ static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, i
     return 0;
 }
 
-int cli_cmd_swarm(int argc, char **argv)
+int cmd_swarm(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -171,11 +171,11 @@ int cli_cmd_swarm(int argc, char **argv)
         return rkv_swarm_yaml(&sp, NULL, stdout) < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
     }
     so.runner.test_corrupt_row = swarm_test_hook();
-    so.runner.twin = cli_twin_launch;
+    so.runner.twin = cmd_twin_launch;
     return rkv_swarm_search(&so);
 }
 #else
-int cli_cmd_swarm(int argc, char **argv)
+int cmd_swarm(int argc, char **argv)
 {
     (void)argc, (void)argv;
     fprintf(stderr, "rkv swarm: this rkv was built without the twin (cmake -DRKV_WITH_SIM=ON, "
