@@ -11,7 +11,7 @@
  * every node the whole cluster (one 'host port servers' line per machine,
  * servers from DMLC_PS_ROOT_PORT + 1) and its id, and exits 0. Each node
  * then runs as `rkv server --cluster ... --server-id N` or `rkv worker
- * --cluster ... --machine-id M` would. The store's own traffic never goes
+ * --cluster ... --machine-id M` would (impl/cli/pslite.c). The store's own traffic never goes
  * through the scheduler.
  *
  * Wire (text, one line each way): node -> scheduler
@@ -33,7 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "harness/launch.h"
+#include "harness/pslite.h"
 #include "util/util.h"
 
 #define PSL_LINE_MAX 256
@@ -364,7 +365,7 @@ static int psl_listen(const struct psl_cfg *cfg, int *fd_p)
     return RKV_EXIT_OK;
 }
 
-int cmd_pslite_scheduler(const struct cmd_settings *s)
+int rkv_pslite_scheduler(const struct cmd_settings *s)
 {
     char err[512];
     if (*s->val[CMD_CLUSTER]) {
@@ -510,7 +511,7 @@ static int psl_answer(int fd, uint64_t deadline, char *buf, size_t cap, char *er
     }
 }
 
-int cmd_pslite_mode(const struct cmd_settings *s)
+int rkv_pslite_mode(const struct cmd_settings *s)
 {
     return strcmp(s->src[CMD_ROLE], "env DMLC_ROLE") == 0 && !*s->val[CMD_CLUSTER];
 }
@@ -540,56 +541,13 @@ close_fd:
     return code;
 }
 
-/* Runs as `rkv server|worker ARGS --cluster TABLE --server-id|--machine-id N`. */
-static int psl_run(int argc, char **argv, int is_server, const char *ans, const char *host)
+int rkv_pslite_place(const struct cmd_settings *s, int is_server, char **ans_p, char *host,
+                     size_t host_len)
 {
-    const char *who = is_server ? "rkv server" : "rkv worker";
-    unsigned id, m, nm;
-    int ok = sscanf(ans, "OK %u %u %u", &id, &m, &nm) == 3;
-    assert(ok); /* psl_answer checked it */
-    (void)ok;
-    if (argc > 64) {
-        fprintf(stderr, "%s: more than 64 arguments\n", who);
-        return RKV_EXIT_USAGE;
-    }
-    /* The cluster as a file for the usual path, in memory: nothing is left
-     * behind in /tmp whatever happens to this process. */
-    int cfd = memfd_create("rkv-cluster", 0);
-    const char *table = strchr(ans, '\n') + 1;
-    if (cfd < 0 || write(cfd, table, strlen(table)) != (ssize_t)strlen(table)) {
-        fprintf(stderr, "%s: cannot keep the cluster table: %s\n", who, strerror(errno));
-        if (cfd >= 0)
-            close(cfd);
-        return RKV_EXIT_STORE;
-    }
-    char path[64], idv[16];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", cfd);
-    snprintf(idv, sizeof(idv), "%u", is_server ? id : m);
-    char *args[64 + 8];
-    int n = 0;
-    for (int i = 0; i < argc; i++)
-        args[n++] = argv[i];
-    args[n++] = "--cluster";
-    args[n++] = path;
-    args[n++] = is_server ? "--server-id" : "--machine-id";
-    args[n++] = idv;
-    args[n] = NULL;
-    if (is_server)
-        fprintf(stderr, "%s: the scheduler made this node server %u, on machine %u of %u (%s)\n",
-                who, id, m, nm, host);
-    else
-        fprintf(stderr, "%s: the scheduler put this node on machine %u of %u (%s)\n", who, m, nm,
-                host);
-    int code = is_server ? cmd_server(n, args) : cmd_worker(n, args);
-    close(cfd);
-    return code;
-}
-
-int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server)
-{
-    char err[512], host[RKV_HOST_MAX + 1];
+    char err[512];
     struct psl_cfg cfg;
     const char *who = is_server ? "rkv server" : "rkv worker";
+    *ans_p = NULL;
     if (*s->val[CMD_SERVER_ID]) {
         fprintf(stderr,
                 "%s: server-id (%s): under DMLC_ROLE the scheduler numbers the servers; unset "
@@ -609,11 +567,12 @@ int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_
         fprintf(stderr, "%s: out of memory\n", who);
         return RKV_EXIT_STORE;
     }
-    int code = psl_rendezvous(s, &cfg, is_server, ans, cap, host, sizeof(host), err, sizeof(err));
-    if (code != RKV_EXIT_OK)
+    int code = psl_rendezvous(s, &cfg, is_server, ans, cap, host, host_len, err, sizeof(err));
+    if (code != RKV_EXIT_OK) {
         fprintf(stderr, "%s: %s\n", who, err);
-    else
-        code = psl_run(argc, argv, is_server, ans, host);
-    free(ans);
-    return code;
+        free(ans);
+        return code;
+    }
+    *ans_p = ans;
+    return RKV_EXIT_OK;
 }

@@ -12,15 +12,9 @@
 #include "harness/launch.h"
 #include "rkv.h"
 
-/* ps-lite's launch (impl/cli/pslite.c): under DMLC_ROLE and without a
- * cluster file, servers and workers register with the scheduler
- * (DMLC_ROLE=scheduler at DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT), which gives
- * each its id and the cluster; then they run as `rkv server` / `rkv worker`.
- * The scheduler exits 0 once every node has its place (or at once, saying
- * it is not needed, when a cluster file fixes every address). Each returns
- * an RKV_EXIT_* code. */
-int cmd_pslite_mode(const struct cmd_settings *s);
-int cmd_pslite_scheduler(const struct cmd_settings *s);
+/* ps-lite's launch, the node's side (impl/cli/pslite.c; the scheduler and
+ * the rendezvous are harness/pslite.c): registers, then runs as `rkv
+ * server` / `rkv worker` in the place the scheduler gave. */
 int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server);
 
 int cmd_server(int argc, char **argv);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "harness/pslite.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/workload.h"
@@ -337,8 +338,8 @@ int cmd_node(int argc, char **argv)
     int server = strcmp(s.val[CMD_ROLE], "server") == 0;
     int worker = strcmp(s.val[CMD_ROLE], "worker") == 0 || strcmp(s.val[CMD_ROLE], "client") == 0;
     if (strcmp(s.val[CMD_ROLE], "scheduler") == 0)
-        return cmd_pslite_scheduler(&s);
-    if ((server || worker) && cmd_pslite_mode(&s))
+        return rkv_pslite_scheduler(&s);
+    if ((server || worker) && rkv_pslite_mode(&s))
         return cmd_pslite_node(argc, argv, &s, server);
     if (server)
         return cmd_server(argc, argv);

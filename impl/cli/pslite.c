@@ -1,0 +1,68 @@
+/* ps-lite's launch, the node's side on the command line: once the
+ * scheduler gave it its place (harness/pslite.c), the node runs as
+ * `rkv server` or `rkv worker` with that cluster and id. */
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "harness/pslite.h"
+
+/* Runs as `rkv server|worker ARGS --cluster TABLE --server-id|--machine-id N`. */
+static int psl_run(int argc, char **argv, int is_server, const char *ans, const char *host)
+{
+    const char *who = is_server ? "rkv server" : "rkv worker";
+    unsigned id, m, nm;
+    int ok = sscanf(ans, "OK %u %u %u", &id, &m, &nm) == 3;
+    assert(ok); /* psl_answer checked it */
+    (void)ok;
+    if (argc > 64) {
+        fprintf(stderr, "%s: more than 64 arguments\n", who);
+        return RKV_EXIT_USAGE;
+    }
+    /* The cluster as a file for the usual path, in memory: nothing is left
+     * behind in /tmp whatever happens to this process. */
+    int cfd = memfd_create("rkv-cluster", 0);
+    const char *table = strchr(ans, '\n') + 1;
+    if (cfd < 0 || write(cfd, table, strlen(table)) != (ssize_t)strlen(table)) {
+        fprintf(stderr, "%s: cannot keep the cluster table: %s\n", who, strerror(errno));
+        if (cfd >= 0)
+            close(cfd);
+        return RKV_EXIT_STORE;
+    }
+    char path[64], idv[16];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", cfd);
+    snprintf(idv, sizeof(idv), "%u", is_server ? id : m);
+    char *args[64 + 8];
+    int n = 0;
+    for (int i = 0; i < argc; i++)
+        args[n++] = argv[i];
+    args[n++] = "--cluster";
+    args[n++] = path;
+    args[n++] = is_server ? "--server-id" : "--machine-id";
+    args[n++] = idv;
+    args[n] = NULL;
+    if (is_server)
+        fprintf(stderr, "%s: the scheduler made this node server %u, on machine %u of %u (%s)\n",
+                who, id, m, nm, host);
+    else
+        fprintf(stderr, "%s: the scheduler put this node on machine %u of %u (%s)\n", who, m, nm,
+                host);
+    int code = is_server ? cmd_server(n, args) : cmd_worker(n, args);
+    close(cfd);
+    return code;
+}
+
+int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server)
+{
+    char host[RKV_HOST_MAX + 1], *ans;
+    int code = rkv_pslite_place(s, is_server, &ans, host, sizeof(host));
+    if (code == RKV_EXIT_OK)
+        code = psl_run(argc, argv, is_server, ans, host);
+    free(ans);
+    return code;
+}
