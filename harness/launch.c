@@ -20,9 +20,11 @@
 #include "harness/launch.h"
 #include "harness/limits.h"
 #include "harness/oracle.h"
+#include "harness/workload.h"
 #include "harness/report.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/server_int.h"
 #include "store/store_int.h"
 
 #define DEMO_MAX_ARGS (2 * CMD_KEY_COUNT_ + 8)
@@ -450,6 +452,52 @@ static void demo_collect(struct demo *d)
         if (pf[i].fd >= 0)
             close(pf[i].fd);
 }
+
+/* ---- a launched worker's side: the lines the launcher reads ---- */
+
+/* A line per finished phase, read by the launcher as it comes: crash faults
+ * with after_phase wait for it. */
+static void worker_on_phase(void *user, uint32_t worker, uint32_t phase)
+{
+    fprintf(user, "PHASEDONE w=%u p=%u\n", worker, phase);
+    fflush(user);
+}
+
+int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                          const struct rkv_scenario *sc, const struct rkv_timed_workload *wl,
+                          int bench)
+{
+    struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
+    /* Pinned assign winners go to the launcher with the PHASE lines, which
+     * compares them across workers. */
+    int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
+                                    stdout, worker_on_phase, stdout)
+                : -RKV_ENOMEM;
+    struct rkv_timed_result res = {0};
+    for (uint32_t p = 0; st && p < sc->n_phases; p++) {
+        rkv_wl_print(stdout, rkv_client_id(cli), p, &st[p]);
+        res.checks += st[p].checks;
+        res.errors += st[p].errors;
+    }
+    free(st);
+    if (rc == 0 && bench)
+        rc = rkv_timed_run(cli, cfg, wl, &res, stderr);
+    if (bench)
+        printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
+               "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.2f lat_p99_us=%.2f "
+               "pushpull_bytes=%llu pushpull_s=%.6f pushpipe_bytes=%llu pushpipe_s=%.6f "
+               "lat_vcsw=%.3f lat_ivcsw=%.3f lat_call_vcsw=%.3f busy_poll=%d\n",
+               rkv_client_id(cli), rc, (unsigned long long)res.checks,
+               (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
+               (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
+               res.pull_lat_us_p99, (unsigned long long)res.pushpull_bytes, res.pushpull_s,
+               (unsigned long long)res.pushpipe_bytes, res.pushpipe_s, res.pull_lat_vcsw,
+               res.pull_lat_ivcsw, res.pull_lat_call_vcsw, cfg->busy_poll);
+    fflush(stdout);
+    return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
+}
+
+/* ---- the launcher's side ---- */
 
 /* Parses a worker's RESULT line (from its stdout) into res; 0 if found. */
 static int demo_parse_result(const char *out, struct rkv_timed_result *res, int *status_p)

@@ -85,6 +85,14 @@ struct rkv_launch_figures {
 int rkv_launch_demo_measure(const char *self, int argc, char **argv,
                             struct rkv_launch_figures *f_p);
 
+/* A launched worker's run: the scenario sc (its PHASE lines, pinned assign
+ * winners and a PHASEDONE line per phase on stdout, which the launcher
+ * reads as they come); with bench, also the timed phase (one RESULT line).
+ * Returns an RKV_EXIT_* code. */
+int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                          const struct rkv_scenario *sc, const struct rkv_timed_workload *wl,
+                          int bench);
+
 /* The flags that give a node every setting of s but the ones the launcher
  * sets per node (role, machine-id, server-id): pairs of flag and value into
  * argv (up to cap entries, pointing into s and static strings). Returns the
