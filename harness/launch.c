@@ -31,8 +31,9 @@
 #define DEMO_MAX_PROCS 512
 
 struct demo {
-    const char *self;
-    const char *cmd; /* "rkv demo" or "rkv run": the prefix of its messages */
+    const char *self; /* argv[0] of the nodes */
+    const char *exe;  /* the binary they run, NULL: this process's own */
+    const char *cmd;  /* "rkv demo" or "rkv run": the prefix of its messages */
     /* SIGINT, SIGTERM and SIGHUP are blocked in this process and read from
      * sig_fd where it waits, so that a Ctrl-C or a `timeout` stops the
      * children and removes what they leave instead of orphaning them;
@@ -285,6 +286,8 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         }
         if (d->child_err)
             dup2(fileno(d->child_err), STDERR_FILENO);
+        if (d->exe)
+            execv(d->exe, argv);
         /* The binary by its resolved path: under valgrind /proc/self/exe is
          * the tool, while readlink() of it names the program. */
         char exe[4096];
@@ -1227,6 +1230,7 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
         return RKV_EXIT_STORE;
     int code = RKV_EXIT_USAGE;
     demo_start(d, "rkv run", o->self);
+    d->exe = o->exe;
     if (run_configure(d, o->settings, sc, o->file ? o->file : sc->path) == 0) {
         printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n",
                o->file ? o->file : sc->path, d->n_servers, d->n_workers, backend);

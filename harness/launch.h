@@ -23,7 +23,8 @@ enum rkv_exit {
 };
 
 struct rkv_launch_opts {
-    const char *self;              /* the rkv binary (argv[0]) the nodes run as */
+    const char *self;              /* argv[0] of the nodes (`rkv server`, `rkv worker`) */
+    const char *exe;               /* the rkv binary they run; NULL: this process's own */
     struct cmd_settings *settings; /* every one reaches every node; the run sets the cluster's */
     const char *file;              /* the scenario's file for the nodes (NULL: sc->path) */
 };

@@ -22,6 +22,8 @@
 #include <cmocka.h>
 
 #include "cli/cli.h"
+#include "harness/launch.h"
+#include "harness/report.h"
 #include "harness/tests/rkv_run.h"
 
 static unsigned test_port(void)
@@ -603,6 +605,48 @@ static void test_free_ports_held(void **state)
     assert_true(bind_port(base, 0, 0)); /* released */
 }
 
+/* The launcher as a library function, called from this process (not the
+ * rkv binary): the report of a real run on tcp, and the verdict of one whose
+ * oracle must fail (a row corrupted by every server, the self-test hook). */
+static void launch_quickstart(const char *corrupt, struct rkv_report *r, int *code_p)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/quickstart.yaml", SCEN_DIR);
+    struct rkv_scenario *sc = NULL;
+    assert_int_equal(rkv_launch_load(path, &sc), 0);
+    struct cmd_settings s;
+    char *flags[] = {"--backend", "tcp"};
+    assert_int_equal(rkv_launch_settings(sc, &s, 2, flags), 0);
+    struct rkv_launch_opts o = {.self = "rkv", .exe = RKV_BIN, .settings = &s};
+    if (corrupt)
+        setenv("RKV_TEST_CORRUPT_ROW", corrupt, 1);
+    fflush(stdout);
+    *code_p = rkv_launch_run(sc, "tcp", &o, r);
+    unsetenv("RKV_TEST_CORRUPT_ROW");
+    assert_non_null(r->sc);
+    assert_int_equal(r->n_workers, rkv_scenario_workers(sc));
+    assert_int_equal(*code_p, rkv_launch_verdict(r));
+    uint64_t errors = 0;
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        assert_int_equal(r->reported[p], r->n_workers);
+        errors += r->phase[p].errors;
+    }
+    assert_true(corrupt ? errors > 0 : errors == 0);
+    rkv_report_free(r);
+    rkv_scenario_free(sc);
+}
+
+static void test_launch_run_as_a_function(void **state)
+{
+    (void)state;
+    struct rkv_report r;
+    int code;
+    launch_quickstart(NULL, &r, &code);
+    assert_int_equal(code, RKV_EXIT_OK);
+    launch_quickstart("5", &r, &code);
+    assert_int_equal(code, RKV_EXIT_CHECK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -610,6 +654,7 @@ int main(void)
         cmocka_unit_test(test_slurm_variables),
         cmocka_unit_test(test_real_mpirun),
         cmocka_unit_test(test_free_ports_held),
+        cmocka_unit_test(test_launch_run_as_a_function),
         cmocka_unit_test(test_bad_settings_once),
         cmocka_unit_test(test_every_setting_reaches_children),
         cmocka_unit_test(test_demo_durable_dir),
