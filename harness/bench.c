@@ -30,6 +30,7 @@
 
 #include "harness/bench_durable.h"
 #include "cli/cli.h"
+#include "harness/limits.h"
 #include "harness/probe_tcp.h"
 
 #define BENCH_MAX_SIZES 8
@@ -301,7 +302,7 @@ static double bench_iperf3_parse(const char *text)
 static double bench_iperf3(const struct bench *b, int streams, int large)
 {
     uint16_t port;
-    if (cli_free_ports(1, &port, NULL) < 0)
+    if (rkv_launch_free_ports(1, &port, NULL) < 0)
         return 0;
     char p[16], n[16], t[16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);
@@ -337,9 +338,9 @@ static void bench_limits_tcp(struct bench *b)
         bench_add(b, bench_tcp_limits[1][0], "GB/s", bench_iperf3(b, 2, 1));
         bench_add(b, bench_tcp_limits[1][1], "GB/s", bench_iperf3(b, 2, 0));
     }
-    bench_add(b, bench_tcp_limits[0][2], "GB/s", cli_limit_tcp_gbps());
+    bench_add(b, bench_tcp_limits[0][2], "GB/s", rkv_limit_tcp_gbps());
     bench_add(b, bench_tcp_limits[1][2], "GB/s", rkv_probe_tcp_gbps(2, 1u << 20));
-    bench_add(b, "memcpy.1core.64MiB", "GB/s", cli_limit_memcpy_gbps(64u << 20));
+    bench_add(b, "memcpy.1core.64MiB", "GB/s", rkv_limit_memcpy_gbps(64u << 20));
 }
 
 /* Once every run is done: each limit is the raw figure whose median is the
@@ -432,7 +433,7 @@ static double bench_perftest_parse(const char *out, int field)
 static double bench_perftest(const struct bench *b, uint32_t bytes)
 {
     uint16_t port;
-    if (cli_free_ports(1, &port, NULL) < 0)
+    if (rkv_launch_free_ports(1, &port, NULL) < 0)
         return 0;
     char p[16], s[16], n[16], g[16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);
@@ -513,8 +514,8 @@ static int bench_cluster(struct bench *b, const struct bench_shape *sh, uint32_t
         argv[argc++] = "--busy-poll";
         argv[argc++] = busy ? "1" : "0";
     }
-    struct cli_figures f;
-    int code = cli_demo_measure(b->self, argc, argv, &f);
+    struct rkv_launch_figures f;
+    int code = rkv_launch_demo_measure(b->self, argc, argv, &f);
     if (code != RKV_EXIT_OK)
         return code;
     char sz[16], tag[32], name[BENCH_NAME_LEN], limit[BENCH_NAME_LEN];
@@ -582,7 +583,7 @@ static void bench_limits_shard(struct bench *b, uint32_t bytes)
     char name[BENCH_NAME_LEN];
     for (int kind = 0; kind < 3; kind++) {
         bench_limit_name(b, bytes, what[kind], name, sizeof(name));
-        bench_add(b, name, "GB/s", cli_limit_shard_gbps(bytes, kind));
+        bench_add(b, name, "GB/s", rkv_timed_limit_shard_gbps(bytes, kind));
     }
 }
 
@@ -595,7 +596,7 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
     /* One row-sized block copied back and forth, in cache: the old shm
      * limit, kept for comparison (and the reference in tcp and verbs). */
     snprintf(name, sizeof(name), "memcpy.1core.rowblock.%s", sz);
-    bench_add(b, name, "GB/s", cli_limit_memcpy_gbps(bytes));
+    bench_add(b, name, "GB/s", rkv_limit_memcpy_gbps(bytes));
     if (b->mode == BENCH_SHM)
         bench_limits_shard(b, bytes);
     if (b->mode == BENCH_VERBS) {
@@ -935,12 +936,12 @@ static int bench_args(struct bench *b, int argc, char **argv)
 /* The busy-poll setting the clusters get, as they will read it. */
 static int bench_poll_mode(struct bench *b)
 {
-    struct cli_settings *s = calloc(1, sizeof(*s));
+    struct cmd_settings *s = calloc(1, sizeof(*s));
     char err[256] = "out of memory";
     uint64_t v = 0;
-    int rc = s ? cli_settings_load(s, b->n_extra, b->extra, err, sizeof(err)) : -1;
+    int rc = s ? cmd_settings_load(s, b->n_extra, b->extra, err, sizeof(err)) : -1;
     if (rc == 0)
-        rc = cli_get_u64(s, CLI_BUSY_POLL, &v, err, sizeof(err));
+        rc = cmd_get_u64(s, CMD_BUSY_POLL, &v, err, sizeof(err));
     if (rc == 0 && v > 1) {
         snprintf(err, sizeof(err), "busy-poll: expected 0 or 1, got %llu", (unsigned long long)v);
         rc = -1;
@@ -985,10 +986,10 @@ static int bench_prepare(struct bench *b)
     return bench_poll_mode(b);
 }
 
-int cli_cmd_bench(int argc, char **argv, const char *self)
+int cmd_bench(int argc, char **argv, const char *self)
 {
     if (argc > 0 && !strcmp(argv[0], "durable"))
-        return cli_bench_durable(argc - 1, argv + 1);
+        return rkv_bench_durable(argc - 1, argv + 1);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             bench_usage(stdout);

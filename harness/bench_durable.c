@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "harness/bench_durable.h"
-#include "cli/cli.h"
+#include "harness/launch.h"
 #include "port/port_file.h"
 #include "rkv.h"
 #include "store/store_int.h"
@@ -104,8 +104,8 @@ static void *bd_worker_main(void *arg)
     if (rc == 0)
         rc = rkv_client_barrier(w->cli);
     uint64_t half = r->desc.rows / 2, n = 0;
-    double end = cli_now_s() + r->seconds;
-    while (rc == 0 && cli_now_s() < end) {
+    double end = rkv_timed_now_s() + r->seconds;
+    while (rc == 0 && rkv_timed_now_s() < end) {
         uint64_t gid = half + (id + n * r->cfg.n_workers) % half;
         rc = rkv_client_push(w->cli, "emb", &gid, 1, row, RKV_OP_SUM, 0);
         n++;
@@ -180,16 +180,16 @@ static double bd_fdatasync_rate(const char *dir, size_t block)
         return -1;
     }
     uint64_t n = 0;
-    double t0 = cli_now_s(), t;
+    double t0 = rkv_timed_now_s(), t;
     do {
         if (write(fd, buf, block) != (ssize_t)block || fdatasync(fd) != 0)
             break;
         n++;
-    } while ((t = cli_now_s()) - t0 < 1.0);
+    } while ((t = rkv_timed_now_s()) - t0 < 1.0);
     close(fd);
     unlink(path);
     free(buf);
-    return (double)n / (cli_now_s() - t0);
+    return (double)n / (rkv_timed_now_s() - t0);
 }
 
 static void bd_unlink_segment(void *user, const char *name)
@@ -255,9 +255,9 @@ static double bd_recovery_ms(const struct bd_opts *o, const char *dir, uint64_t 
     struct rkv_config c1 = r->cfg;
     c1.machine_id = 1;
     struct rkv_server *s1b;
-    double ta = cli_now_s();
+    double ta = rkv_timed_now_s();
     if (rkv_server_create(&c1, 0, &s1b, r->err, sizeof(r->err)) == 0) {
-        ms = (cli_now_s() - ta) * 1e3;
+        ms = (rkv_timed_now_s() - ta) * 1e3;
         pthread_t t1;
         pthread_create(&t1, NULL, bd_server_main, s1b);
         if (cli)
@@ -314,7 +314,7 @@ static int bd_args(struct bd_opts *o, int argc, char **argv)
     return o->large_bytes >= (2ull << 20) && o->seconds > 0 && o->seconds <= 60 ? 0 : -1;
 }
 
-int cli_bench_durable(int argc, char **argv)
+int rkv_bench_durable(int argc, char **argv)
 {
     struct bd_opts o;
     if (bd_args(&o, argc, argv) < 0) {

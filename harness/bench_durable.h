@@ -3,6 +3,6 @@
 #define RKV_CLI_BENCH_DURABLE_H
 
 /* argv: what follows "bench durable". Returns an rkv exit code. */
-int cli_bench_durable(int argc, char **argv);
+int rkv_bench_durable(int argc, char **argv);
 
 #endif

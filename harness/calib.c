@@ -31,20 +31,20 @@ static int calib_pick(const char *k, const char *v, const char *a, const char *b
 }
 
 /* One key = value line into c; -1 with a message when the key or value is bad. */
-static int calib_set(struct cli_calib *c, const char *k, const char *v, char *why, size_t why_len)
+static int calib_set(struct rkv_calib *c, const char *k, const char *v, char *why, size_t why_len)
 {
     static const struct {
         const char *key;
         size_t off;
         double min, max;
     } nums[] = {
-        {"latency_us", offsetof(struct cli_calib, latency_us), 0, 1e6},
-        {"bandwidth_gbps", offsetof(struct cli_calib, bandwidth_gbps), 1e-3, 1e6},
-        {"msg_cost_ns", offsetof(struct cli_calib, msg_cost_ns), 0, 1e9},
-        {"row_cost_ns", offsetof(struct cli_calib, row_cost_ns), 0, 1e9},
-        {"send_byte_ns", offsetof(struct cli_calib, send_byte_ns), 0, 1e6},
-        {"recv_byte_ns", offsetof(struct cli_calib, recv_byte_ns), 0, 1e6},
-        {"copy_byte_ns", offsetof(struct cli_calib, copy_byte_ns), 0, 1e6},
+        {"latency_us", offsetof(struct rkv_calib, latency_us), 0, 1e6},
+        {"bandwidth_gbps", offsetof(struct rkv_calib, bandwidth_gbps), 1e-3, 1e6},
+        {"msg_cost_ns", offsetof(struct rkv_calib, msg_cost_ns), 0, 1e9},
+        {"row_cost_ns", offsetof(struct rkv_calib, row_cost_ns), 0, 1e9},
+        {"send_byte_ns", offsetof(struct rkv_calib, send_byte_ns), 0, 1e6},
+        {"recv_byte_ns", offsetof(struct rkv_calib, recv_byte_ns), 0, 1e6},
+        {"copy_byte_ns", offsetof(struct rkv_calib, copy_byte_ns), 0, 1e6},
     };
     if (!strncmp(k, "measured_", 9))
         return 0;
@@ -91,7 +91,7 @@ static int calib_set(struct cli_calib *c, const char *k, const char *v, char *wh
     return -1;
 }
 
-int cli_calib_load(const char *path, struct cli_calib *c, char *err, size_t err_len)
+int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_len)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -99,7 +99,7 @@ int cli_calib_load(const char *path, struct cli_calib *c, char *err, size_t err_
                  path);
         return -RKV_ECONFIG;
     }
-    *c = (struct cli_calib){.host_cores = 0};
+    *c = (struct rkv_calib){.host_cores = 0};
     char line[512], why[256];
     int rc = 0;
     for (unsigned ln = 1; fgets(line, sizeof(line), f); ln++) {
@@ -130,7 +130,7 @@ int cli_calib_load(const char *path, struct cli_calib *c, char *err, size_t err_
     return rc;
 }
 
-int cli_calib_write(const char *path, const struct cli_calib *c, const char *notes, char *err,
+int rkv_calib_write(const char *path, const struct rkv_calib *c, const char *notes, char *err,
                     size_t err_len)
 {
     FILE *f = fopen(path, "w");
@@ -164,7 +164,7 @@ int cli_calib_write(const char *path, const struct cli_calib *c, const char *not
     return 0;
 }
 
-void cli_calib_apply(const struct cli_calib *c, struct rkv_scenario *sc)
+void rkv_calib_apply(const struct rkv_calib *c, struct rkv_scenario *sc)
 {
     if (c->shared_host) {
         /* The machines are processes on this host: one pool of cores. */

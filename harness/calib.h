@@ -6,9 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "harness/launch.h"
+
 struct rkv_scenario;
 
-struct cli_calib {
+struct rkv_calib {
     char backend[16];      /* tcp | verbs */
     uint32_t host_cores;   /* this host's online cores, shared by every node of a run */
     int shared_host;       /* the real runs' machines are processes on this one host */
@@ -25,24 +27,37 @@ struct cli_calib {
 
 /* Reads a key = value file ('#' comments; keys starting with "measured_" are
  * the raw figures and are skipped). Errors name file:line. */
-int cli_calib_load(const char *path, struct cli_calib *c, char *err, size_t err_len);
+int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_len);
 /* Writes c and the raw figures (notes: "measured_... = ..." lines, may be NULL). */
-int cli_calib_write(const char *path, const struct cli_calib *c, const char *notes, char *err,
+int rkv_calib_write(const char *path, const struct rkv_calib *c, const char *notes, char *err,
                     size_t err_len);
 /* Sets sc's sim parameters from c. shared_host: every machine on the one
  * host of the loopback platform with host_cores cores; otherwise a star of
  * the scenario's machines, each with host_cores / machines cores. */
-void cli_calib_apply(const struct cli_calib *c, struct rkv_scenario *sc);
+void rkv_calib_apply(const struct rkv_calib *c, struct rkv_scenario *sc);
 
-/* Runs the calibration benchmarks through the backend (self: the rkv
- * binary) and fills c; writes it to out unless out is NULL. */
-int cli_calibrate(const char *self, const char *backend, int quick, const char *out,
-                  struct cli_calib *c, char *err, size_t err_len);
+/* Runs the calibration benchmarks through the launcher on the backend
+ * (self: the rkv binary the nodes run as) and in the twin (NULL: without
+ * it, its figures are zeros) and fills c; writes it to out unless out is
+ * NULL. */
+int rkv_calibrate(const char *self, const char *backend, int quick, const char *out,
+                  rkv_launch_twin_fn twin, struct rkv_calib *c, char *err, size_t err_len);
 
-/* rkv calibrate */
-int cli_cmd_calibrate(int argc, char **argv, const char *self);
-/* rkv run FILE --predict | --calibration F (impl/cli/predict.c) */
-int cli_predict_wanted(int argc, char **argv);
-int cli_cmd_predict(int argc, char **argv, const char *self);
+#define RKV_PREDICT_MAX_FLAGS 64
+
+/* rkv run FILE --predict: what the real runs and the twin runs take. */
+struct rkv_predict_opts {
+    const char *self, *file; /* the rkv binary the nodes run as; the scenario's file */
+    const char *backend;     /* the real one: tcp | verbs */
+    unsigned repeat;         /* real runs, each followed by a twin run */
+    char **flags;            /* settings flags for the real runs */
+    int n_flags;             /* up to RKV_PREDICT_MAX_FLAGS */
+    rkv_launch_twin_fn twin; /* not NULL */
+};
+/* Each phase's median time over o->repeat real runs into meas and, with c,
+ * of as many twin runs on the platform c describes, taken in turn with the
+ * real ones, into pred. 0, or -1 said on stderr. */
+int rkv_predict_measure(const struct rkv_predict_opts *o, const struct rkv_calib *c,
+                        const struct rkv_scenario *sc, double *meas, double *pred);
 
 #endif

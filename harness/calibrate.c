@@ -28,30 +28,22 @@
  * itself (sim/cpu.c), so each benchmark also runs in the twin with no costs, which separates the
  * kernel's part (cal_derive_cpu); then the benchmarks run in the twin with those costs, and what
  * their real times have beyond that is not CPU (cal_derive_time). */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "harness/calib.h"
-#include "cli/cli.h"
+#include "harness/launch.h"
+#include "harness/limits.h"
 #include "harness/report.h"
-
-#if RKV_WITH_SIM
 #include "harness/scenario.h"
-#include "sim/twin.h"
-#endif
 
 /* Messages a one-row pull costs: the request SEND and the reply
  * WRITE_WITH_IMM, each charged once when posted and once when polled. */
@@ -62,6 +54,13 @@
 struct cal_bench {
     const char *name;
     uint32_t workers_per_machine, ids, row_elems, rounds;
+};
+
+/* What every benchmark run takes: the rkv binary the nodes run as, the
+ * backend, the scratch directory, the twin (NULL: none). */
+struct cal_ctx {
+    const char *self, *backend, *tmp;
+    rkv_launch_twin_fn twin;
 };
 
 /* One benchmark's cost per request, from the difference of two runs. */
@@ -120,15 +119,19 @@ static double cal_irq_s(void)
     return n == 7 && tck > 0 ? (double)(v[5] + v[6]) / (double)tck : 0;
 }
 
-/* Runs `self run YAML --backend B --out DIR` (output to the log); returns
- * its phase time and the CPU of every process it started (system time:
- * with the host's interrupts and softirqs meanwhile, cal_irq_s). */
+/* Runs yaml on the backend as `rkv run YAML --backend B --out DIR` would
+ * (rkv_launch_file), in a child whose output is discarded: the child's
+ * rusage takes in its own and every node's CPU and nothing of this process.
+ * Returns the phase time and that CPU (system time: with the host's
+ * interrupts and softirqs meanwhile, cal_irq_s). */
 static int cal_run(const char *self, const char *backend, const char *yaml, const char *dir,
                    double *phase_s, double *user_s, double *sys_s)
 {
     struct rusage r0, r1;
     getrusage(RUSAGE_CHILDREN, &r0);
     double irq0 = cal_irq_s();
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid < 0)
         return -RKV_EIO;
@@ -138,8 +141,10 @@ static int cal_run(const char *self, const char *backend, const char *yaml, cons
             dup2(null, STDOUT_FILENO);
             dup2(null, STDERR_FILENO);
         }
-        execl(self, self, "run", yaml, "--backend", backend, "--out", dir, (char *)NULL);
-        _exit(127);
+        char *flags[] = {"--backend", (char *)backend};
+        int code = rkv_launch_file(yaml, 2, flags, dir, 0, self);
+        fflush(NULL);
+        _exit(code);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -153,15 +158,22 @@ static int cal_run(const char *self, const char *backend, const char *yaml, cons
     return cal_phase_s(dir, phase_s);
 }
 
-#if RKV_WITH_SIM
 /* yaml in the twin, in a child (SimGrid runs once per process): the CPU it
  * measured of node code and the phase's time. calib NULL: free messages and
- * a free network on this host's cores, to read the CPU alone. */
-static int cal_twin(const char *yaml, const struct cli_calib *calib, double out[2])
+ * a free network on this host's cores, to read the CPU alone. Without the
+ * twin (twin NULL) nothing is measured there: zeros. */
+static int cal_twin(rkv_launch_twin_fn twin, const char *yaml, const struct rkv_calib *calib,
+                    double out[2])
 {
+    if (!twin) {
+        out[0] = out[1] = 0;
+        return 0;
+    }
     int fd[2];
     if (pipe(fd) < 0)
         return -RKV_EIO;
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
         close(fd[0]);
@@ -174,20 +186,18 @@ static int cal_twin(const char *yaml, const struct cli_calib *calib, double out[
         char err[512];
         double v[2] = {-1, -1};
         if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) == 0) {
-            struct cli_calib free_net = {.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
+            struct rkv_calib free_net = {.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
                                          .shared_host = 1,
                                          .bandwidth_gbps = 1e5,
                                          .cpu_measured = 1};
-            cli_calib_apply(calib ? calib : &free_net, sc);
-            struct rkv_twin_opts o = {.test_corrupt_row = UINT64_MAX};
-            struct rkv_twin_result res;
+            rkv_calib_apply(calib ? calib : &free_net, sc);
+            struct rkv_launch_twin_opts o = {.test_corrupt_row = UINT64_MAX};
             struct rkv_report r;
-            if (rkv_twin_run(sc, &o, &res) == 0 && res.nodes_ok &&
-                rkv_report_collect(&r, sc, res.outs, res.n_workers) == 0) {
-                v[0] = res.cpu_s;
+            if (twin(sc, &o, &r) == 0 && r.processes_ok) {
+                v[0] = r.sim_node_cpu_s;
                 v[1] = r.phase[0].wall_s;
-                rkv_report_free(&r);
             }
+            rkv_report_free(&r);
         }
         ssize_t w = write(fd[1], v, sizeof(v));
         _exit(w == sizeof(v) && v[0] >= 0 ? 0 : 1);
@@ -201,35 +211,26 @@ static int cal_twin(const char *yaml, const struct cli_calib *calib, double out[
             ;
     return r == 2 * sizeof(*out) && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -RKV_EIO;
 }
-#else
-static int cal_twin(const char *yaml, const struct cli_calib *calib, double out[2])
-{
-    (void)yaml, (void)calib;
-    out[0] = out[1] = 0; /* without the twin nothing is measured there */
-    return 0;
-}
-#endif
 
-static int cal_bench_once(const char *self, const char *backend, const char *tmp,
-                          const struct cal_bench *b, struct cal_result *res, char *err,
-                          size_t err_len)
+static int cal_bench_once(const struct cal_ctx *x, const struct cal_bench *b,
+                          struct cal_result *res, char *err, size_t err_len)
 {
     char yaml[512], dir[512];
     double ph[2], us[2], ss[2], tc[2];
     for (int k = 0; k < 2; k++) {
         uint32_t rounds = b->rounds * (k ? 3 : 1);
-        snprintf(yaml, sizeof(yaml), "%s/%s-%u.yaml", tmp, b->name, rounds);
-        snprintf(dir, sizeof(dir), "%s/%s-%u", tmp, b->name, rounds);
+        snprintf(yaml, sizeof(yaml), "%s/%s-%u.yaml", x->tmp, b->name, rounds);
+        snprintf(dir, sizeof(dir), "%s/%s-%u", x->tmp, b->name, rounds);
         double tw[2] = {0, 0};
         int rc = cal_write_yaml(yaml, b, rounds);
         if (rc == 0)
-            rc = cal_run(self, backend, yaml, dir, &ph[k], &us[k], &ss[k]);
+            rc = cal_run(x->self, x->backend, yaml, dir, &ph[k], &us[k], &ss[k]);
         if (rc == 0)
-            rc = cal_twin(yaml, NULL, tw);
+            rc = cal_twin(x->twin, yaml, NULL, tw);
         tc[k] = tw[0];
         if (rc < 0) {
             snprintf(err, err_len, "calibration run %s (%u rounds) failed: rkv run %s --backend %s",
-                     b->name, rounds, yaml, backend);
+                     b->name, rounds, yaml, x->backend);
             return rc;
         }
     }
@@ -247,14 +248,14 @@ static int cal_bench_once(const char *self, const char *backend, const char *tmp
 
 /* The warm time per request of benchmark b in the twin with calibration c
  * (the R and 3R runs' difference, as for the real runs). */
-static int cal_twin_t(const char *tmp, const struct cal_bench *b, const struct cli_calib *c,
+static int cal_twin_t(const struct cal_ctx *x, const struct cal_bench *b, const struct rkv_calib *c,
                       double *t_s)
 {
     double tw[2][2];
     for (int k = 0; k < 2; k++) {
         char yaml[512];
-        snprintf(yaml, sizeof(yaml), "%s/%s-%u.yaml", tmp, b->name, b->rounds * (k ? 3 : 1));
-        int rc = cal_twin(yaml, c, tw[k]);
+        snprintf(yaml, sizeof(yaml), "%s/%s-%u.yaml", x->tmp, b->name, b->rounds * (k ? 3 : 1));
+        int rc = cal_twin(x->twin, yaml, c, tw[k]);
         if (rc < 0)
             return rc;
     }
@@ -276,14 +277,13 @@ static double cal_median(double *v, int n)
 
 /* The median of reps runs of each figure: other work on the host makes
  * single runs vary by tens of percent. */
-static int cal_bench_run(const char *self, const char *backend, const char *tmp,
-                         const struct cal_bench *b, int reps, struct cal_result *res, char *err,
-                         size_t err_len)
+static int cal_bench_run(const struct cal_ctx *x, const struct cal_bench *b, int reps,
+                         struct cal_result *res, char *err, size_t err_len)
 {
     double t[CAL_MAX_REPS], u[CAL_MAX_REPS], tc[CAL_MAX_REPS];
     for (int k = 0; k < reps; k++) {
         struct cal_result one;
-        int rc = cal_bench_once(self, backend, tmp, b, &one, err, err_len);
+        int rc = cal_bench_once(x, b, &one, err, err_len);
         if (rc < 0)
             return rc;
         t[k] = one.t_s;
@@ -306,85 +306,6 @@ static double cal_pos(double x)
     return x > 0 ? x : 0;
 }
 
-/* ---- the kernel's CPU per byte: one loopback TCP stream ---- */
-
-struct cal_stream {
-    int fd;
-    size_t bytes;
-    double cpu_s; /* of the thread that moved them */
-    int ok;
-};
-
-static double cal_thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void *cal_stream_read(void *arg)
-{
-    struct cal_stream *s = arg;
-    size_t cap = 1 << 20, got = 0;
-    char *buf = malloc(cap);
-    double c0 = cal_thread_cpu_s();
-    while (buf && got < s->bytes) {
-        ssize_t k = read(s->fd, buf, cap);
-        if (k <= 0 && errno != EINTR)
-            break;
-        got += k > 0 ? (size_t)k : 0;
-    }
-    s->cpu_s = cal_thread_cpu_s() - c0;
-    s->ok = got == s->bytes;
-    free(buf);
-    return NULL;
-}
-
-static void *cal_stream_write(void *arg)
-{
-    struct cal_stream *s = arg;
-    size_t cap = 1 << 20, put = 0;
-    char *buf = calloc(1, cap);
-    double c0 = cal_thread_cpu_s();
-    while (buf && put < s->bytes) {
-        size_t n = s->bytes - put < cap ? s->bytes - put : cap;
-        ssize_t k = write(s->fd, buf, n);
-        if (k <= 0 && errno != EINTR)
-            break;
-        put += k > 0 ? (size_t)k : 0;
-    }
-    s->cpu_s = cal_thread_cpu_s() - c0;
-    s->ok = put == s->bytes;
-    free(buf);
-    return NULL;
-}
-
-/* A connected pair of loopback TCP sockets, as the tcp backend opens them. */
-static int cal_stream_pair(int fds[2])
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof(a);
-    int one = 1, l = socket(AF_INET, SOCK_STREAM, 0);
-    fds[0] = socket(AF_INET, SOCK_STREAM, 0);
-    fds[1] = -1;
-    int ok = l >= 0 && fds[0] >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-             listen(l, 1) == 0 && getsockname(l, (struct sockaddr *)&a, &al) == 0 &&
-             connect(fds[0], (struct sockaddr *)&a, sizeof(a)) == 0 &&
-             (fds[1] = accept(l, NULL, NULL)) >= 0;
-    if (ok)
-        setsockopt(fds[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (l >= 0)
-        close(l);
-    if (!ok) {
-        if (fds[0] >= 0)
-            close(fds[0]);
-        if (fds[1] >= 0)
-            close(fds[1]);
-        return -RKV_EIO;
-    }
-    return 0;
-}
-
 /* The CPU seconds per byte of the writing and the reading thread of one
  * loopback TCP stream (1 MiB writes and reads, as the backend's large
  * frames): what the kernel's copies and stack cost each side. Thread CPU
@@ -393,24 +314,11 @@ static int cal_stream_bytes(size_t bytes, int reps, double *send_ns, double *rec
 {
     double s[CAL_MAX_REPS], r[CAL_MAX_REPS];
     for (int k = 0; k < reps; k++) {
-        int fds[2];
-        if (cal_stream_pair(fds) < 0)
+        struct rkv_limit_stream st;
+        if (rkv_limit_tcp_stream(bytes, &st) < 0)
             return -RKV_EIO;
-        struct cal_stream w = {.fd = fds[0], .bytes = bytes}, rd = {.fd = fds[1], .bytes = bytes};
-        pthread_t tw, tr;
-        int started = pthread_create(&tr, NULL, cal_stream_read, &rd) == 0;
-        if (started && pthread_create(&tw, NULL, cal_stream_write, &w) == 0)
-            pthread_join(tw, NULL);
-        else
-            shutdown(fds[0], SHUT_RDWR); /* the reader sees the end */
-        if (started)
-            pthread_join(tr, NULL);
-        close(fds[0]);
-        close(fds[1]);
-        if (!w.ok || !rd.ok)
-            return -RKV_EIO;
-        s[k] = w.cpu_s / (double)bytes * 1e9;
-        r[k] = rd.cpu_s / (double)bytes * 1e9;
+        s[k] = st.send_cpu_s / (double)bytes * 1e9;
+        r[k] = st.recv_cpu_s / (double)bytes * 1e9;
     }
     *send_ns = cal_median(s, reps);
     *recv_ns = cal_median(r, reps);
@@ -460,7 +368,7 @@ static int cal_copy_bytes(int reps, double *ns)
  * interprocessor interrupt, a VM exit), about twice the CPU per request
  * here; "light" puts that time into the latency instead (cal_derive_time). */
 static void cal_derive_cpu(const struct cal_result *light, const struct cal_result *busy,
-                           const struct cal_result *rows, struct cli_calib *c)
+                           const struct cal_result *rows, struct rkv_calib *c)
 {
     double bytes = 2 * (64 + 16.0); /* a request and a one-row reply, headers included */
     double byte_s = bytes * (c->send_byte_ns + c->recv_byte_ns) * 1e-9;
@@ -477,17 +385,17 @@ static void cal_derive_cpu(const struct cal_result *light, const struct cal_resu
  * the wide pull's gives the bandwidth beyond the CPU of the copies (none
  * when the twin is already as slow). The twin runs on the platform the
  * calibration describes, so the cores' contention is in both. */
-static int cal_derive_time(const char *tmp, const struct cal_bench *b, const struct cal_result *res,
-                           struct cli_calib *c)
+static int cal_derive_time(const struct cal_ctx *x, const struct cal_bench *b,
+                           const struct cal_result *res, struct rkv_calib *c)
 {
     double t_light, t_wide;
     c->latency_us = 0;
     c->bandwidth_gbps = CAL_FREE_GBPS;
-    int rc = cal_twin_t(tmp, &b[0], c, &t_light);
+    int rc = cal_twin_t(x, &b[0], c, &t_light);
     if (rc < 0)
         return rc;
     c->latency_us = cal_pos(res[0].t_s - t_light) / 2 * 1e6;
-    if ((rc = cal_twin_t(tmp, &b[3], c, &t_wide)) < 0)
+    if ((rc = cal_twin_t(x, &b[3], c, &t_wide)) < 0)
         return rc;
     double bytes = (double)b[3].ids * b[3].row_elems * 4, data_s = res[3].t_s - t_wide;
     /* Less than a tenth of the time left: the CPU explains the data. */
@@ -498,44 +406,15 @@ static int cal_derive_time(const char *tmp, const struct cal_bench *b, const str
     return 0;
 }
 
-static void cal_usage(void)
-{
-    printf("usage: rkv calibrate [--backend tcp|verbs] [--out FILE] [--quick]\n"
-           "                     [--platform-xml FILE --machines M]\n"
-           "Measures the real backend on this host (CPU per message and per byte, the time\n"
-           "that is not CPU, from small scenarios run as `rkv run --backend B` runs them, and\n"
-           "one loopback TCP stream) and writes the twin's parameters to FILE (default\n"
-           "rkv-calibration.txt), for `rkv run SCENARIO --calibration FILE` and `--predict`\n"
-           "(sim/README.md). Under a minute; --quick about ten seconds.\n"
-           "  --quick             fewer rounds and repetitions (noisier)\n"
-           "  --platform-xml F    also the SimGrid platform for a scenario's sim: platform_file\n"
-           "                      (every machine shares this host: one host named loopback;\n"
-           "                      --machines M is for a platform of hosts m0..)\n");
-}
-
-#if RKV_WITH_SIM
-static int cal_xml(const struct cli_calib *c, const char *path, uint32_t machines, char *err,
-                   size_t err_len)
-{
-    struct rkv_scenario *sc = calloc(1, sizeof(*sc));
-    if (!sc)
-        return -RKV_ENOMEM;
-    sc->machines = machines;
-    cli_calib_apply(c, sc);
-    int rc = rkv_twin_platform_xml(sc, path, err, err_len);
-    free(sc);
-    return rc;
-}
-#endif
-
-int cli_calibrate(const char *self, const char *backend, int quick, const char *out,
-                  struct cli_calib *c, char *err, size_t err_len)
+int rkv_calibrate(const char *self, const char *backend, int quick, const char *out,
+                  rkv_launch_twin_fn twin, struct rkv_calib *c, char *err, size_t err_len)
 {
     char tmp[] = "/tmp/rkv-calibrate-XXXXXX";
     if (!mkdtemp(tmp)) {
         snprintf(err, err_len, "cannot make a temporary directory: %s", strerror(errno));
         return -RKV_EIO;
     }
+    const struct cal_ctx x = {.self = self, .backend = backend, .tmp = tmp, .twin = twin};
     /* Long enough that each run's own noise (start-up, the host's placement
      * of threads) is small against the 2R rounds' difference: three
      * calibrations gave msg_cost_ns 7856-10002 with 2400, 5482-11825 with 600. */
@@ -550,7 +429,7 @@ int cli_calibrate(const char *self, const char *backend, int quick, const char *
     struct cal_result res[4];
     /* Both launchers run every machine of a scenario as processes on this
      * host (tcp over loopback; verbs in one VM): one pool of cores. */
-    *c = (struct cli_calib){.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
+    *c = (struct rkv_calib){.host_cores = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN),
                             .shared_host = 1,
                             .cpu_measured = 1,
                             .sched_cores = 1};
@@ -569,13 +448,13 @@ int cli_calibrate(const char *self, const char *backend, int quick, const char *
     if (rc == 0 && (rc = cal_copy_bytes(CAL_MAX_REPS, &c->copy_byte_ns)) < 0)
         snprintf(err, err_len, "out of memory for the copy benchmark");
     for (int i = 0; i < 4 && rc == 0; i++)
-        rc = cal_bench_run(self, backend, tmp, &b[i], reps, &res[i], err, err_len);
+        rc = cal_bench_run(&x, &b[i], reps, &res[i], err, err_len);
     double t_busy = 0;
     if (rc == 0) {
         cal_derive_cpu(&res[0], &res[1], &res[2], c);
-        rc = cal_derive_time(tmp, b, res, c);
+        rc = cal_derive_time(&x, b, res, c);
         /* A check, not a parameter: the busy pull predicted with them. */
-        if (rc == 0 && (rc = cal_twin_t(tmp, &b[1], c, &t_busy)) == 0) {
+        if (rc == 0 && (rc = cal_twin_t(&x, &b[1], c, &t_busy)) == 0) {
             /* busy keeps every core wanted: its processes' CPU on the
              * host's cores is about the least its time can be (the
              * softirq time in it is the host's, others' too). The real time
@@ -609,62 +488,11 @@ int cli_calibrate(const char *self, const char *backend, int quick, const char *
     snprintf(notes + nl, sizeof(notes) - nl,
              "measured_busy_predicted_us = %.2f  # the busy pull in the twin (a check)\n",
              t_busy * 1e6);
-    if (out && (rc = cli_calib_write(out, c, notes, err, err_len)) < 0)
+    if (out && (rc = rkv_calib_write(out, c, notes, err, err_len)) < 0)
         return rc;
     printf("latency_us %.3f  bandwidth_gbps %.3f  msg_cost_ns %.0f  send_byte_ns %.4f  "
            "recv_byte_ns %.4f  copy_byte_ns %.4f  row_cost_ns %.1f  cores %u (shared)\n",
            c->latency_us, c->bandwidth_gbps, c->msg_cost_ns, c->send_byte_ns, c->recv_byte_ns,
            c->copy_byte_ns, c->row_cost_ns, c->host_cores);
     return 0;
-}
-
-int cli_cmd_calibrate(int argc, char **argv, const char *self)
-{
-    const char *backend = "tcp", *out = "rkv-calibration.txt", *xml = NULL;
-    int quick = 0;
-    unsigned long machines = 2;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            cal_usage();
-            return RKV_EXIT_OK;
-        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
-            backend = argv[++i];
-        } else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--platform-xml") && i + 1 < argc) {
-            xml = argv[++i];
-        } else if (!strcmp(argv[i], "--machines") && i + 1 < argc) {
-            machines = strtoul(argv[++i], NULL, 10);
-        } else if (!strcmp(argv[i], "--quick")) {
-            quick = 1;
-        } else {
-            fprintf(stderr, "rkv calibrate: unknown argument \"%s\" (see --help)\n", argv[i]);
-            return RKV_EXIT_USAGE;
-        }
-    }
-    if (strcmp(backend, "tcp") && strcmp(backend, "verbs")) {
-        fprintf(stderr, "rkv calibrate: --backend: expected tcp or verbs, got \"%s\"\n", backend);
-        return RKV_EXIT_USAGE;
-    }
-    if (machines < 1 || machines > 65536) {
-        fprintf(stderr, "rkv calibrate: --machines: expected 1..65536\n");
-        return RKV_EXIT_USAGE;
-    }
-    struct cli_calib c;
-    char err[600];
-    int rc = cli_calibrate(self, backend, quick, out, &c, err, sizeof(err));
-    if (rc == 0 && xml) {
-#if RKV_WITH_SIM
-        rc = cal_xml(&c, xml, (uint32_t)machines, err, sizeof(err));
-#else
-        snprintf(err, sizeof(err), "--platform-xml needs the twin (cmake -DRKV_WITH_SIM=ON)");
-        rc = -RKV_ECONFIG;
-#endif
-    }
-    if (rc < 0) {
-        fprintf(stderr, "rkv calibrate: %s\n", err);
-        return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
-    }
-    printf("wrote %s%s%s\n", out, xml ? " and " : "", xml ? xml : "");
-    return RKV_EXIT_OK;
 }

@@ -1,5 +1,7 @@
-/* rkv demo: a whole cluster on this host (one process per server and
- * worker over loopback), the checked workload, and a verdict. */
+/* The launcher: a scenario (rkv run --backend tcp|verbs) or the demo's
+ * built-in workload as one process per server and worker on this host,
+ * crash faults by kill and restart, the workers' output gathered into one
+ * report. The real-host sibling of the twin runner (sim/twin.c). */
 #include <assert.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -15,23 +17,26 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "harness/calib.h"
-#include "cli/cli.h"
 #include "harness/aggregate.h"
+#include "harness/client_stats.h"
+#include "harness/launch.h"
+#include "harness/limits.h"
 #include "harness/oracle.h"
-#include "harness/probe_tcp.h"
+#include "harness/workload.h"
 #include "harness/report.h"
 #include "harness/trace_merge.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/server_int.h"
 #include "store/store_int.h"
 
-#define DEMO_MAX_ARGS (2 * CLI_KEY_COUNT_ + 8)
+#define DEMO_MAX_ARGS (2 * CMD_KEY_COUNT_ + 8)
 #define DEMO_MAX_PROCS 512
 
 struct demo {
-    const char *self;
-    const char *cmd; /* "rkv demo" or "rkv run": the prefix of its messages */
+    const char *self; /* argv[0] of the nodes */
+    const char *exe;  /* the binary they run, NULL: this process's own */
+    const char *cmd;  /* "rkv demo" or "rkv run": the prefix of its messages */
     /* SIGINT, SIGTERM and SIGHUP are blocked in this process and read from
      * sig_fd where it waits, so that a Ctrl-C or a `timeout` stops the
      * children and removes what they leave instead of orphaning them;
@@ -41,15 +46,15 @@ struct demo {
     sigset_t old_mask;
     pid_t parent;                  /* this process, for the children's getppid() check */
     uint32_t n_machines_shm;       /* machines whose segments this run removes at the end */
-    int port_hold[DEMO_MAX_PROCS]; /* cli_free_ports' reservations, closed at the end */
+    int port_hold[DEMO_MAX_PROCS]; /* rkv_launch_free_ports' reservations, closed at the end */
     uint32_t n_port_hold;
     char *args[DEMO_MAX_ARGS];
     int nargs;
-    char bufs[CLI_KEY_COUNT_][32];
+    char bufs[CMD_KEY_COUNT_][32];
     pid_t servers[DEMO_MAX_PROCS], workers[DEMO_MAX_PROCS];
     int out_fd[DEMO_MAX_PROCS];
     char *out[DEMO_MAX_PROCS]; /* each worker's stdout */
-    struct cli_result res[DEMO_MAX_PROCS];
+    struct rkv_timed_result res[DEMO_MAX_PROCS];
     int status[DEMO_MAX_PROCS];
     uint32_t n_servers, n_workers, machines;
     /* Crash faults of `rkv run`: whom to SIGKILL, when (seconds after t0, or
@@ -226,7 +231,7 @@ static int demo_port_free(uint32_t port, int *hold_p)
  * same ports, and one server failed "Address already in use"); a client
  * that reaches a foreign server is turned away by the cluster fingerprint
  * at HELLO. */
-int cli_free_ports(uint32_t n, uint16_t *base_p, int *hold)
+int rkv_launch_free_ports(uint32_t n, uint16_t *base_p, int *hold)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -287,6 +292,8 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         }
         if (d->child_err)
             dup2(fileno(d->child_err), STDERR_FILENO);
+        if (d->exe)
+            execv(d->exe, argv);
         /* The binary by its resolved path: under valgrind /proc/self/exe is
          * the tool, while readlink() of it names the program. */
         char exe[4096];
@@ -455,8 +462,59 @@ static void demo_collect(struct demo *d)
             close(pf[i].fd);
 }
 
+/* ---- a launched worker's side: the lines the launcher reads ---- */
+
+/* A line per finished phase, read by the launcher as it comes: crash faults
+ * with after_phase wait for it. */
+static void worker_on_phase(void *user, uint32_t worker, uint32_t phase)
+{
+    fprintf(user, "PHASEDONE w=%u p=%u\n", worker, phase);
+    fflush(user);
+}
+
+int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                          const struct rkv_scenario *sc, const struct rkv_timed_workload *wl,
+                          int bench, FILE *lines, int *wl_rc_p)
+{
+    struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
+    /* Pinned assign winners go to the launcher with the PHASE lines, which
+     * compares them across workers. */
+    int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
+                                    lines, worker_on_phase, stdout)
+                : -RKV_ENOMEM;
+    *wl_rc_p = rc;
+    struct rkv_timed_result res = {0};
+    for (uint32_t p = 0; st && p < sc->n_phases; p++) {
+        rkv_wl_print(lines, rkv_client_id(cli), p, &st[p]);
+        res.checks += st[p].checks;
+        res.errors += st[p].errors;
+    }
+    if (st && rkv_stats_print(stdout, cli) < 0) /* the report's "stats" */
+        rc = rc < 0 ? rc : -RKV_ENOMEM;
+    free(st);
+    if (rc == 0 && bench)
+        rc = rkv_timed_run(cli, cfg, wl, &res, stderr);
+    if (bench)
+        printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
+               "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.2f lat_p99_us=%.2f "
+               "pushpull_bytes=%llu pushpull_s=%.6f pushpipe_bytes=%llu pushpipe_s=%.6f "
+               "lat_vcsw=%.3f lat_ivcsw=%.3f lat_call_vcsw=%.3f busy_poll=%d push_t0_s=%.6f "
+               "pull_t0_s=%.6f pushpull_t0_s=%.6f pushpipe_t0_s=%.6f\n",
+               rkv_client_id(cli), rc, (unsigned long long)res.checks,
+               (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
+               (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
+               res.pull_lat_us_p99, (unsigned long long)res.pushpull_bytes, res.pushpull_s,
+               (unsigned long long)res.pushpipe_bytes, res.pushpipe_s, res.pull_lat_vcsw,
+               res.pull_lat_ivcsw, res.pull_lat_call_vcsw, cfg->busy_poll, res.push_t0_s,
+               res.pull_t0_s, res.pushpull_t0_s, res.pushpipe_t0_s);
+    fflush(stdout);
+    return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
+}
+
+/* ---- the launcher's side ---- */
+
 /* Parses a worker's RESULT line (from its stdout) into res; 0 if found. */
-static int demo_parse_result(const char *out, struct cli_result *res, int *status_p)
+static int demo_parse_result(const char *out, struct rkv_timed_result *res, int *status_p)
 {
     const char *line = out ? strstr(out, "RESULT ") : NULL;
     unsigned w;
@@ -520,45 +578,9 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
     return 1;
 }
 
-/* The physical limits of this host, measured in the same run: one-stream
- * loopback TCP (what every remote byte of the tcp backend crosses) and
- * single-core memcpy (what the shared-memory path costs). */
-double cli_limit_tcp_gbps(void)
-{
-    return rkv_probe_tcp_gbps(1, 1u << 20);
-}
-
-/* One core copying `block`-byte blocks between two buffers of that size
- * (512 MiB in all): a block that fits in cache is copied at cache speed, so
- * the shared-memory path is compared with memcpy of the same bytes. */
-double cli_limit_memcpy_gbps(size_t block)
-{
-    const size_t total = 512u << 20;
-    char *a = malloc(block), *b = malloc(block);
-    if (!block || !a || !b) {
-        free(a);
-        free(b);
-        return 0;
-    }
-    memset(a, 1, block);
-    memset(b, 2, block);
-    size_t reps = total / block ? total / block : 1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (size_t i = 0; i < reps; i++)
-        memcpy(i % 2 ? a : b, i % 2 ? b : a, block);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    volatile char sink = a[block / 2] + b[block / 3];
-    (void)sink;
-    free(a);
-    free(b);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    return dt > 0 ? (double)reps * (double)block / dt / 1e9 : 0;
-}
-
 /* A worker's timed pass of one kind (0 push, 1 pull, 2 push+pull, 3 push
  * pipelined), as harness/aggregate.h takes it. */
-static struct rkv_pass demo_pass(const struct cli_result *r, int kind)
+static struct rkv_pass demo_pass(const struct rkv_timed_result *r, int kind)
 {
     const uint64_t bytes[4] = {r->push_bytes, r->pull_bytes, r->pushpull_bytes, r->pushpipe_bytes};
     const double t0[4] = {r->push_t0_s, r->pull_t0_s, r->pushpull_t0_s, r->pushpipe_t0_s};
@@ -572,12 +594,12 @@ static struct rkv_pass demo_pass(const struct cli_result *r, int kind)
  * first worker's start to the last one's end (the workers start each pass
  * together, at a barrier); latency is the workers' mean p50 and their
  * worst p99. */
-static void demo_figures(const struct demo *d, struct cli_figures *f)
+static void demo_figures(const struct demo *d, struct rkv_launch_figures *f)
 {
     struct rkv_pass pass[4][DEMO_MAX_PROCS];
-    *f = (struct cli_figures){0};
+    *f = (struct rkv_launch_figures){0};
     for (uint32_t i = 0; i < d->n_workers; i++) {
-        const struct cli_result *r = &d->res[i];
+        const struct rkv_timed_result *r = &d->res[i];
         f->checks += r->checks;
         f->errors += r->errors;
         for (int kind = 0; kind < 4; kind++)
@@ -622,7 +644,7 @@ static void demo_report_passes(const struct demo *d)
 
 static void demo_report(const struct demo *d, uint64_t value_bytes)
 {
-    struct cli_figures f;
+    struct rkv_launch_figures f;
     demo_figures(d, &f);
     printf("\n| workers | machines / servers | value bytes | push GB/s | pull GB/s | "
            "push+pull GB/s | pull p50 us | pull p99 us | checked values | wrong |\n"
@@ -638,8 +660,8 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
     for (uint32_t i = 0; i < d->n_workers; i++)
         if (d->status[i])
             printf("worker %u: store error %d (%s)\n", i, d->status[i], rkv_strerror(d->status[i]));
-    double tcp = cli_limit_tcp_gbps(), mc = cli_limit_memcpy_gbps(64u << 20),
-           mv = cli_limit_memcpy_gbps((size_t)value_bytes);
+    double tcp = rkv_limit_tcp_gbps(), mc = rkv_limit_memcpy_gbps(64u << 20),
+           mv = rkv_limit_memcpy_gbps((size_t)value_bytes);
     printf("\nlimits measured now: loopback TCP 1 stream %.3f GB/s, memcpy 1 core %.3f GB/s, "
            "memcpy of %llu-byte blocks %.3f GB/s\n",
            tcp, mc, (unsigned long long)value_bytes, mv);
@@ -650,15 +672,15 @@ static void demo_report(const struct demo *d, uint64_t value_bytes)
 
 /* The oracle's table for the built-in scenario the workers ran. Returns 1
  * when every phase passed and every process exited cleanly. */
-static int demo_verdict(const struct demo *d, const struct cli_settings *s, int procs_ok)
+static int demo_verdict(const struct demo *d, const struct cmd_settings *s, int procs_ok)
 {
     struct rkv_config cfg;
     struct rkv_scenario *sc = NULL;
     char err[512];
-    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0)
+    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0)
         return 0;
-    int rc = rkv_scenario_builtin(&cfg, strtoull(s->val[CLI_ROWS], NULL, 0),
-                                  (uint32_t)strtoul(s->val[CLI_ROUNDS], NULL, 0), &sc);
+    int rc = rkv_scenario_builtin(&cfg, strtoull(s->val[CMD_ROWS], NULL, 0),
+                                  (uint32_t)strtoul(s->val[CMD_ROUNDS], NULL, 0), &sc);
     free(cfg.machines);
     struct rkv_report r;
     if (rc < 0 || rkv_report_collect(&r, sc, d->out, d->n_workers) < 0) {
@@ -666,46 +688,35 @@ static int demo_verdict(const struct demo *d, const struct cli_settings *s, int 
         return 0;
     }
     r.processes_ok = procs_ok;
-    rkv_report_print(&r, stdout, s->val[CLI_BACKEND]);
+    rkv_report_print(&r, stdout, s->val[CMD_BACKEND]);
     int passed = rkv_report_passed(&r);
     rkv_report_free(&r);
     rkv_scenario_free(sc);
     return passed;
 }
 
-static void demo_usage(void)
-{
-    printf("usage: rkv demo [--machines M] [--servers-per-machine S] [--num-workers W]\n"
-           "                [--rows N] [--value-bytes B] [--rounds R] [settings]\n"
-           "Starts M x S servers and W workers on this host over loopback TCP (defaults\n"
-           "2 x 2 and 4), runs the built-in scenario (every value checked by the oracle),\n"
-           "then a timed phase; prints throughput next to loopback TCP and memcpy measured\n"
-           "in the same run, and the verdict.\n\n");
-    cli_settings_help(stdout);
-}
+static int demo_configure(struct demo *d, struct cmd_settings *s);
 
-static int demo_configure(struct demo *d, struct cli_settings *s);
-
-static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **argv)
+static int demo_setup(struct demo *d, struct cmd_settings *s, int argc, char **argv)
 {
     char err[512];
-    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv demo: %s\n", err);
         return -1;
     }
-    if (strcmp(s->src[CLI_SCENARIO], "default") != 0) {
+    if (strcmp(s->src[CMD_SCENARIO], "default") != 0) {
         fprintf(stderr,
                 "rkv demo: scenario (%s): the demo runs its built-in workload; a "
                 "scenario file runs with `rkv run FILE --backend tcp`\n",
-                s->src[CLI_SCENARIO]);
+                s->src[CMD_SCENARIO]);
         return -1;
     }
-    if (strcmp(s->src[CLI_MACHINES], "default") == 0)
-        s->val[CLI_MACHINES] = "2";
-    if (strcmp(s->src[CLI_SERVERS_PER_MACHINE], "default") == 0)
-        s->val[CLI_SERVERS_PER_MACHINE] = "2";
-    if (strcmp(s->src[CLI_NUM_WORKERS], "default") == 0)
-        s->val[CLI_NUM_WORKERS] = "4";
+    if (strcmp(s->src[CMD_MACHINES], "default") == 0)
+        s->val[CMD_MACHINES] = "2";
+    if (strcmp(s->src[CMD_SERVERS_PER_MACHINE], "default") == 0)
+        s->val[CMD_SERVERS_PER_MACHINE] = "2";
+    if (strcmp(s->src[CMD_NUM_WORKERS], "default") == 0)
+        s->val[CMD_NUM_WORKERS] = "4";
     return demo_configure(d, s);
 }
 
@@ -713,44 +724,44 @@ static int demo_setup(struct demo *d, struct cli_settings *s, int argc, char **a
  * each child itself (role, machine, server). Every other setting is passed
  * to every child, default or not, so that the child's own environment
  * cannot make it see another value than the launcher checked. */
-static const char *const demo_flags[CLI_KEY_COUNT_] = {
-    [CLI_CLUSTER] = "--cluster",
-    [CLI_HOST] = "--host",
-    [CLI_BASE_PORT] = "--base-port",
-    [CLI_MACHINES] = "--machines",
-    [CLI_SERVERS_PER_MACHINE] = "--servers-per-machine",
-    [CLI_NUM_SERVERS] = "--num-servers",
-    [CLI_NUM_WORKERS] = "--num-workers",
-    [CLI_BACKEND] = "--backend",
-    [CLI_TIMEOUT_MS] = "--timeout-ms",
-    [CLI_CONNECT_RETRY_MS] = "--connect-retry-ms",
-    [CLI_RX_DEPTH] = "--rx-depth",
-    [CLI_CTRL_BUF_BYTES] = "--ctrl-buf-bytes",
-    [CLI_SLOTS] = "--slots",
-    [CLI_MAX_SLOT_BYTES] = "--max-slot-bytes",
-    [CLI_SHM_PREFIX] = "--shm-prefix",
-    [CLI_SEED] = "--seed",
-    [CLI_LOG_LEVEL] = "--log-level",
-    [CLI_ROWS] = "--rows",
-    [CLI_VALUE_BYTES] = "--value-bytes",
-    [CLI_ROUNDS] = "--rounds",
-    [CLI_SCENARIO] = "--scenario",
-    [CLI_DISCOVER] = "--discover",
-    [CLI_DURABLE_DIR] = "--durable-dir",
-    [CLI_RETRY_MS] = "--retry-ms",
-    [CLI_ZERO_COPY_BYTES] = "--zero-copy-bytes",
-    [CLI_BUSY_POLL] = "--busy-poll",
-    [CLI_SECRET_FILE] = "--secret-file",
-    [CLI_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
-    [CLI_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
-    [CLI_NODE_HOST] = "--node-host",
-    [CLI_INTERFACE] = "--interface",
+static const char *const demo_flags[CMD_KEY_COUNT_] = {
+    [CMD_CLUSTER] = "--cluster",
+    [CMD_HOST] = "--host",
+    [CMD_BASE_PORT] = "--base-port",
+    [CMD_MACHINES] = "--machines",
+    [CMD_SERVERS_PER_MACHINE] = "--servers-per-machine",
+    [CMD_NUM_SERVERS] = "--num-servers",
+    [CMD_NUM_WORKERS] = "--num-workers",
+    [CMD_BACKEND] = "--backend",
+    [CMD_TIMEOUT_MS] = "--timeout-ms",
+    [CMD_CONNECT_RETRY_MS] = "--connect-retry-ms",
+    [CMD_RX_DEPTH] = "--rx-depth",
+    [CMD_CTRL_BUF_BYTES] = "--ctrl-buf-bytes",
+    [CMD_SLOTS] = "--slots",
+    [CMD_MAX_SLOT_BYTES] = "--max-slot-bytes",
+    [CMD_SHM_PREFIX] = "--shm-prefix",
+    [CMD_SEED] = "--seed",
+    [CMD_LOG_LEVEL] = "--log-level",
+    [CMD_ROWS] = "--rows",
+    [CMD_VALUE_BYTES] = "--value-bytes",
+    [CMD_ROUNDS] = "--rounds",
+    [CMD_SCENARIO] = "--scenario",
+    [CMD_DISCOVER] = "--discover",
+    [CMD_DURABLE_DIR] = "--durable-dir",
+    [CMD_RETRY_MS] = "--retry-ms",
+    [CMD_ZERO_COPY_BYTES] = "--zero-copy-bytes",
+    [CMD_BUSY_POLL] = "--busy-poll",
+    [CMD_SECRET_FILE] = "--secret-file",
+    [CMD_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
+    [CMD_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
+    [CMD_NODE_HOST] = "--node-host",
+    [CMD_INTERFACE] = "--interface",
 };
 
-int cli_launch_args(const struct cli_settings *s, char **argv, int cap)
+int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
 {
     int n = 0;
-    for (int k = 0; k < CLI_KEY_COUNT_; k++) {
+    for (int k = 0; k < CMD_KEY_COUNT_; k++) {
         if (!demo_flags[k])
             continue;
         if (n + 2 > cap)
@@ -762,13 +773,13 @@ int cli_launch_args(const struct cli_settings *s, char **argv, int cap)
 }
 
 /* The settings the launcher sets per child, given to the launcher itself. */
-static int demo_refuse_per_child(const struct demo *d, const struct cli_settings *s)
+static int demo_refuse_per_child(const struct demo *d, const struct cmd_settings *s)
 {
     static const struct {
-        enum cli_key k;
+        enum cmd_key k;
         const char *flag;
     } per_child[] = {
-        {CLI_ROLE, "--role"}, {CLI_MACHINE_ID, "--machine-id"}, {CLI_SERVER_ID, "--server-id"}};
+        {CMD_ROLE, "--role"}, {CMD_MACHINE_ID, "--machine-id"}, {CMD_SERVER_ID, "--server-id"}};
     for (size_t i = 0; i < sizeof(per_child) / sizeof(per_child[0]); i++) {
         assert(!demo_flags[per_child[i].k]);
         if (!strcmp(s->src[per_child[i].k], "flag")) {
@@ -782,16 +793,16 @@ static int demo_refuse_per_child(const struct demo *d, const struct cli_settings
 
 /* Every setting checked once, here, as each child would check it: a bad
  * one is one line and exit 2, not one copy per child. */
-static int demo_check_settings(struct demo *d, const struct cli_settings *s)
+static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
 {
     char err[512];
     struct rkv_config cfg;
-    struct cli_workload wl;
-    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0) {
+    struct rkv_timed_workload wl;
+    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         return -1;
     }
-    if (cli_workload_load(s, &wl, err, sizeof(err)) < 0) {
+    if (rkv_timed_workload_load(s, &wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         free(cfg.machines);
         return -1;
@@ -814,26 +825,26 @@ static int demo_check_settings(struct demo *d, const struct cli_settings *s)
 
 /* Sizes the run from the settings, checks them, and builds the flags every
  * child gets. */
-static int demo_configure(struct demo *d, struct cli_settings *s)
+static int demo_configure(struct demo *d, struct cmd_settings *s)
 {
     char err[512] = "";
     uint64_t m, spm, w;
-    /* --num-servers replaces servers-per-machine, as in cli_build_config */
-    enum cli_key spm_key = *s->val[CLI_NUM_SERVERS] ? CLI_NUM_SERVERS : CLI_SERVERS_PER_MACHINE;
+    /* --num-servers replaces servers-per-machine, as in cmd_build_config */
+    enum cmd_key spm_key = *s->val[CMD_NUM_SERVERS] ? CMD_NUM_SERVERS : CMD_SERVERS_PER_MACHINE;
     if (demo_refuse_per_child(d, s) < 0)
         return -1;
-    if (cli_get_u64(s, CLI_MACHINES, &m, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
-        cli_get_u64(s, CLI_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
+    if (cmd_get_u64(s, CMD_MACHINES, &m, err, sizeof(err)) < 0 ||
+        cmd_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
+        cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
         spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
         fprintf(stderr, "%s: %s\n", d->cmd, err[0] ? err : "need 1..512 servers and workers");
         return -1;
     }
     d->n_workers = (uint32_t)w;
-    if (*s->val[CLI_CLUSTER]) { /* DGL's ip_config.txt: its ports, its servers */
+    if (*s->val[CMD_CLUSTER]) { /* DGL's ip_config.txt: its ports, its servers */
         struct rkv_machine *ms;
         uint32_t nm, total = 0;
-        if (cli_cluster_parse(s->val[CLI_CLUSTER], (uint32_t)spm, &ms, &nm, err, sizeof(err)) < 0) {
+        if (cmd_cluster_parse(s->val[CMD_CLUSTER], (uint32_t)spm, &ms, &nm, err, sizeof(err)) < 0) {
             fprintf(stderr, "%s: %s\n", d->cmd, err);
             return -1;
         }
@@ -849,20 +860,20 @@ static int demo_configure(struct demo *d, struct cli_settings *s)
     } else {
         d->machines = (uint32_t)m;
         d->n_servers = (uint32_t)(m * spm);
-        if (strcmp(s->src[CLI_BASE_PORT], "default") == 0) {
+        if (strcmp(s->src[CMD_BASE_PORT], "default") == 0) {
             uint16_t base;
-            if (cli_free_ports(d->n_servers, &base, d->port_hold) < 0) {
+            if (rkv_launch_free_ports(d->n_servers, &base, d->port_hold) < 0) {
                 fprintf(stderr, "%s: no %u free consecutive ports\n", d->cmd, d->n_servers);
                 return -1;
             }
             d->n_port_hold = d->n_servers;
-            snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
-            s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
+            snprintf(d->bufs[CMD_BASE_PORT], sizeof(d->bufs[0]), "%u", base);
+            s->val[CMD_BASE_PORT] = d->bufs[CMD_BASE_PORT];
         }
     }
     if (demo_check_settings(d, s) < 0)
         return -1;
-    d->nargs = cli_launch_args(s, d->args, DEMO_MAX_ARGS);
+    d->nargs = rkv_launch_args(s, d->args, DEMO_MAX_ARGS);
     assert(d->nargs > 0); /* DEMO_MAX_ARGS holds every setting */
     return 0;
 }
@@ -871,14 +882,8 @@ static int demo_run(struct demo *dp, int argc, char **argv);
 static void demo_start(struct demo *d, const char *cmd, const char *self);
 static int demo_finish(struct demo *d, int code);
 
-int cli_cmd_demo(int argc, char **argv, const char *self)
+int rkv_launch_demo(int argc, char **argv, const char *self)
 {
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            demo_usage();
-            return RKV_EXIT_OK;
-        }
-    }
     struct demo *dp = calloc(1, sizeof(*dp));
     if (!dp)
         return RKV_EXIT_STORE;
@@ -968,24 +973,24 @@ static int demo_finish(struct demo *d, int code)
 
 static int demo_run(struct demo *dp, int argc, char **argv)
 {
-    struct cli_settings s;
+    struct cmd_settings s;
     if (demo_setup(dp, &s, argc, argv) < 0)
         return RKV_EXIT_USAGE;
     printf("rkv demo: %u machines, %u servers, %u workers, %s over loopback\n", dp->machines,
-           dp->n_servers, dp->n_workers, s.val[CLI_BACKEND]);
+           dp->n_servers, dp->n_workers, s.val[CMD_BACKEND]);
     fflush(stdout);
     int ok = demo_cluster(dp);
     if (dp->signo)
         return RKV_EXIT_STORE;
-    demo_report(dp, strtoull(s.val[CLI_VALUE_BYTES], NULL, 0));
+    demo_report(dp, strtoull(s.val[CMD_VALUE_BYTES], NULL, 0));
     ok = demo_verdict(dp, &s, ok);
     return demo_exit_code(dp, ok);
 }
 
-int cli_demo_measure(const char *self, int argc, char **argv, struct cli_figures *f_p)
+int rkv_launch_demo_measure(const char *self, int argc, char **argv, struct rkv_launch_figures *f_p)
 {
     struct demo *dp = calloc(1, sizeof(*dp));
-    struct cli_settings s;
+    struct cmd_settings s;
     int code = RKV_EXIT_STORE;
     if (!dp)
         return code;
@@ -1018,67 +1023,9 @@ out:
     return code;
 }
 
-/* ---- rkv run FILE ---- */
+/* ---- a scenario file on a real backend ---- */
 
-static void run_usage(void)
-{
-    printf("usage: rkv run FILE [--backend sim|tcp|verbs] [--seed N] [--out DIR] [--plot]\n"
-           "                    [--trace FILE.json] [settings]\n"
-           "       rkv run FILE --launcher mpirun|srun --dry-run\n"
-           "Runs the scenario FILE, checks every pulled value with the oracle, prints per-phase\n"
-           "ops, throughput, latency and the verdict. Exit 0 only if the oracle passed.\n"
-           "  --backend sim   (the default) the twin: every node a SimGrid actor in this\n"
-           "                  process on the scenario's modelled network; prints simulated\n"
-           "                  time and the event-trace hash (same scenario + seed => same hash)\n"
-           "  --backend tcp   one process per server and worker on this host, loopback TCP\n"
-           "  --out DIR       also write report.json and report.md\n"
-           "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
-           "  --trace FILE    Chrome trace (Perfetto): with sim every transfer and handler;\n"
-           "                  with tcp/verbs every call, message and handler of every\n"
-           "                  process, merged on the launcher's clock\n"
-           "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
-           "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
-           "                  network/solver:fairbottleneck, ...); printed in the report\n"
-           "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
-           "The format of FILE: scenarios/README.md.\n");
-}
-
-/* Splits argv into the scenario file, --out DIR, and settings flags. */
-static int run_args(int argc, char **argv, const char **file, const char **out,
-                    const char **launcher, const char **jitter, int *plot, struct cli_twin_args *ta,
-                    const char **progress, const char **cfg, char **rest, int *n_rest)
-{
-    *n_rest = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            *out = argv[++i];
-        else if (!strcmp(argv[i], "--cfg") && i + 1 < argc)
-            cfg[ta->n_cfg++] = argv[++i];
-        else if (!strncmp(argv[i], "--cfg=", 6))
-            cfg[ta->n_cfg++] = argv[i] + 6;
-        else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
-            *progress = argv[++i];
-        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
-            ta->trace = argv[++i];
-        else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
-            *jitter = argv[++i];
-        else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
-            *launcher = argv[++i];
-        else if (!strcmp(argv[i], "--plot"))
-            *plot = 1;
-        else if (!strcmp(argv[i], "--dry-run"))
-            ; /* the only mode --launcher has: rkv starts no remote processes itself */
-        else if (!strncmp(argv[i], "--out=", 6))
-            *out = argv[i] + 6;
-        else if (strncmp(argv[i], "--", 2) && !*file)
-            *file = argv[i];
-        else
-            rest[(*n_rest)++] = argv[i];
-    }
-    return *file ? 0 : -1;
-}
-
-static int run_load(const char *file, struct rkv_scenario **sc)
+int rkv_launch_load(const char *file, struct rkv_scenario **sc)
 {
     char err[512];
     if (rkv_scenario_load(file, sc, err, sizeof(err)) < 0 ||
@@ -1091,11 +1038,11 @@ static int run_load(const char *file, struct rkv_scenario **sc)
 
 /* The scenario's cluster: flags that would size another one are refused
  * (on every backend), not silently replaced. */
-static int run_refuse_sized(const struct cli_settings *s)
+static int run_refuse_sized(const struct cmd_settings *s)
 {
-    static const enum cli_key sized[] = {CLI_MACHINES,    CLI_SERVERS_PER_MACHINE,
-                                         CLI_NUM_SERVERS, CLI_NUM_WORKERS,
-                                         CLI_CLUSTER,     CLI_SCENARIO};
+    static const enum cmd_key sized[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE,
+                                         CMD_NUM_SERVERS, CMD_NUM_WORKERS,
+                                         CMD_CLUSTER,     CMD_SCENARIO};
     for (size_t i = 0; i < sizeof(sized) / sizeof(sized[0]); i++) {
         if (!strcmp(s->src[sized[i]], "flag")) {
             fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
@@ -1106,42 +1053,42 @@ static int run_refuse_sized(const struct cli_settings *s)
     return 0;
 }
 
-static int run_configure(struct demo *d, struct cli_settings *s, const struct rkv_scenario *sc,
+static int run_configure(struct demo *d, struct cmd_settings *s, const struct rkv_scenario *sc,
                          const char *file)
 {
-    s->val[CLI_NUM_SERVERS] = "";
-    s->val[CLI_SCENARIO] = file;
+    s->val[CMD_NUM_SERVERS] = "";
+    s->val[CMD_SCENARIO] = file;
     /* The scenario's seed (or --seed's, already in sc): a child given
      * none would take the file's, but every setting is passed. */
     snprintf(d->seed_buf, sizeof(d->seed_buf), "%llu", (unsigned long long)sc->seed);
-    s->val[CLI_SEED] = d->seed_buf;
-    snprintf(d->bufs[CLI_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
-    snprintf(d->bufs[CLI_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
-    snprintf(d->bufs[CLI_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
-    s->val[CLI_MACHINES] = d->bufs[CLI_MACHINES];
-    s->val[CLI_SERVERS_PER_MACHINE] = d->bufs[CLI_SERVERS_PER_MACHINE];
-    s->val[CLI_NUM_WORKERS] = d->bufs[CLI_NUM_WORKERS];
-    s->val[CLI_CLUSTER] = "";
-    if (sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default")) {
-        snprintf(d->bufs[CLI_BASE_PORT], sizeof(d->bufs[0]), "%u", sc->tcp_base_port);
-        s->val[CLI_BASE_PORT] = d->bufs[CLI_BASE_PORT];
-        s->src[CLI_BASE_PORT] = "scenario";
+    s->val[CMD_SEED] = d->seed_buf;
+    snprintf(d->bufs[CMD_MACHINES], sizeof(d->bufs[0]), "%u", sc->machines);
+    snprintf(d->bufs[CMD_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", sc->servers_per_machine);
+    snprintf(d->bufs[CMD_NUM_WORKERS], sizeof(d->bufs[0]), "%u", rkv_scenario_workers(sc));
+    s->val[CMD_MACHINES] = d->bufs[CMD_MACHINES];
+    s->val[CMD_SERVERS_PER_MACHINE] = d->bufs[CMD_SERVERS_PER_MACHINE];
+    s->val[CMD_NUM_WORKERS] = d->bufs[CMD_NUM_WORKERS];
+    s->val[CMD_CLUSTER] = "";
+    if (sc->tcp_base_port && !strcmp(s->src[CMD_BASE_PORT], "default")) {
+        snprintf(d->bufs[CMD_BASE_PORT], sizeof(d->bufs[0]), "%u", sc->tcp_base_port);
+        s->val[CMD_BASE_PORT] = d->bufs[CMD_BASE_PORT];
+        s->src[CMD_BASE_PORT] = "scenario";
     }
     d->n_tensors = sc->n_tensors;
     /* A durable scenario without --durable-dir: a scratch directory of
      * this run's, removed at its end. */
-    if (sc->durable && !*s->val[CLI_DURABLE_DIR]) {
+    if (sc->durable && !*s->val[CMD_DURABLE_DIR]) {
         snprintf(d->durable_dir, sizeof(d->durable_dir), "/tmp/rkv-durable.XXXXXX");
         if (!mkdtemp(d->durable_dir)) {
             fprintf(stderr, "rkv run: cannot make a snapshot directory: %s\n", strerror(errno));
             d->durable_dir[0] = 0;
             return -1;
         }
-        s->val[CLI_DURABLE_DIR] = d->durable_dir;
+        s->val[CMD_DURABLE_DIR] = d->durable_dir;
     }
-    if (sc->retry_ms && !strcmp(s->src[CLI_RETRY_MS], "default")) {
+    if (sc->retry_ms && !strcmp(s->src[CMD_RETRY_MS], "default")) {
         snprintf(d->retry_buf, sizeof(d->retry_buf), "%u", sc->retry_ms);
-        s->val[CLI_RETRY_MS] = d->retry_buf;
+        s->val[CMD_RETRY_MS] = d->retry_buf;
     }
     return demo_configure(d, s);
 }
@@ -1256,7 +1203,7 @@ static int run_reap_workers(struct demo *d, uint32_t *survivor_errors)
 }
 
 static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char *backend,
-                       const char *out_dir, int plot)
+                       struct rkv_report *r_p)
 {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -1308,6 +1255,59 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         r.survivor_errors = survivor_errors;
         snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
     }
+    *r_p = r;
+    return rkv_launch_verdict(r_p);
+}
+
+int rkv_launch_verdict(const struct rkv_report *r)
+{
+    int wrong = 0;
+    for (uint32_t p = 0; p < r->sc->n_phases; p++)
+        wrong |= r->phase[p].errors > 0;
+    return rkv_report_passed(r) ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+}
+
+int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rkv_launch_opts *o,
+                   struct rkv_report *r_p)
+{
+    memset(r_p, 0, sizeof(*r_p));
+    struct demo *d = calloc(1, sizeof(*d));
+    if (!d)
+        return RKV_EXIT_STORE;
+    int code = RKV_EXIT_USAGE;
+    struct rkv_trace_run trun;
+    char err[512];
+    if (o->trace && rkv_trace_run_start(&trun, o->trace, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        free(d);
+        return RKV_EXIT_USAGE;
+    }
+    d->trace = o->trace ? &trun : NULL;
+    demo_start(d, "rkv run", o->self);
+    d->exe = o->exe;
+    if (run_configure(d, o->settings, sc, o->file ? o->file : sc->path) == 0) {
+        printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n",
+               o->file ? o->file : sc->path, d->n_servers, d->n_workers, backend);
+        fflush(stdout);
+        code = run_cluster(d, sc, backend, r_p);
+    }
+    code = demo_finish(d, code);
+    if (d->trace && rkv_trace_run_end(d->trace, o->trace, stdout) < 0 && code == RKV_EXIT_OK)
+        code = RKV_EXIT_STORE;
+    for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
+        free(d->out[i]);
+    free(d);
+    return code;
+}
+
+int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, const char *out_dir,
+                      int plot)
+{
+    const char *backend = o->settings->val[CMD_BACKEND];
+    struct rkv_report r;
+    int code = rkv_launch_run(sc, backend, o, &r);
+    if (!r.sc)
+        return code;
     rkv_report_print(&r, stdout, backend);
     if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
@@ -1317,142 +1317,40 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     else if (plot)
         printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
                out_dir ? out_dir : ".");
-    int passed = rkv_report_passed(&r);
-    int wrong = 0;
-    for (uint32_t p = 0; p < sc->n_phases; p++)
-        wrong |= r.phase[p].errors > 0;
     rkv_report_free(&r);
-    return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+    return code;
 }
 
-/* Beyond one host rkv uses the cluster's launcher: this prints the line. */
-static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc)
+int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int argc, char **argv)
 {
-    uint32_t n = rkv_scenario_servers(sc) + rkv_scenario_workers(sc);
-    if (!strcmp(launcher, "mpirun"))
-        printf("mpirun --oversubscribe -np %u rkv node --scenario %s\n", n, file);
-    else if (!strcmp(launcher, "srun"))
-        printf("srun --ntasks %u rkv node --scenario %s\n", n, file);
-    else {
-        fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
-        return RKV_EXIT_USAGE;
-    }
-    printf("# ranks 0..%u are servers, the rest workers; on several hosts add --cluster FILE "
-           "(one 'host base_port servers' line per machine)\n",
-           rkv_scenario_servers(sc) - 1);
-    return RKV_EXIT_OK;
-}
-
-int cli_cmd_run(int argc, char **argv, const char *self)
-{
-    if (cli_predict_wanted(argc, argv)) /* the twin next to a real run: predict.c */
-        return cli_cmd_predict(argc, argv, self);
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            run_usage();
-            return RKV_EXIT_OK;
-        }
-    }
-    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *jitter = NULL;
-    const char *progress = NULL;
-    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-    const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
-    struct cli_twin_args ta = {.cfg = cfg};
-    int n_rest;
-    int plot = 0;
-    if (!rest || !cfg ||
-        run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta, &progress, cfg, rest,
-                 &n_rest) < 0) {
-        fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
-        free(rest);
-        free(cfg);
-        return RKV_EXIT_USAGE;
-    }
-    const char *trace = ta.trace;
-    struct rkv_scenario *sc = NULL;
-    struct demo *d = calloc(1, sizeof(*d));
-    struct cli_settings s;
     char err[512];
-    int code = RKV_EXIT_USAGE;
-    if (!d || run_load(file, &sc) < 0)
-        goto out;
-    if (launcher) {
-        code = run_print_launch(launcher, file, sc);
-        goto out;
-    }
-    if (cli_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
-        goto out;
+        return -1;
     }
-    if (run_refuse_sized(&s) < 0)
-        goto out;
+    if (run_refuse_sized(s) < 0)
+        return -1;
     uint64_t seed;
-    if (strcmp(s.src[CLI_SEED], "default") != 0) {
-        if (cli_get_u64(&s, CLI_SEED, &seed, err, sizeof(err)) < 0) {
+    if (strcmp(s->src[CMD_SEED], "default") != 0) {
+        if (cmd_get_u64(s, CMD_SEED, &seed, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);
-            goto out;
+            return -1;
         }
         sc->seed = seed; /* the workers get the same --seed */
     }
-    /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
-    if (RKV_WITH_SIM && !strcmp(s.src[CLI_BACKEND], "default"))
-        s.val[CLI_BACKEND] = "sim";
-    if (jitter) {
-        char *end;
-        double j = strtod(jitter, &end);
-        if (*end || !(j >= 0 && j <= 1)) {
-            fprintf(stderr, "rkv run: --jitter: expected 0..1, got \"%s\"\n", jitter);
-            goto out;
-        }
-        sc->sim_jitter = j;
+    return 0;
+}
+
+int rkv_launch_file(const char *file, int argc, char **argv, const char *out_dir, int plot,
+                    const char *self)
+{
+    struct rkv_scenario *sc = NULL;
+    struct cmd_settings s;
+    int code = RKV_EXIT_USAGE;
+    if (rkv_launch_load(file, &sc) == 0 && rkv_launch_settings(sc, &s, argc, argv) == 0) {
+        struct rkv_launch_opts o = {.self = self, .settings = &s, .file = file};
+        code = rkv_launch_report(sc, &o, out_dir, plot);
     }
-    if (progress) {
-        char *end;
-        ta.progress_s = strtod(progress, &end);
-        if (*end || !(ta.progress_s > 0 && ta.progress_s <= 86400)) {
-            fprintf(stderr, "rkv run: --progress: expected seconds in (0, 86400], got \"%s\"\n",
-                    progress);
-            goto out;
-        }
-    }
-    if (!strcmp(s.val[CLI_BACKEND], "sim")) {
-        /* The twin takes what it models from the settings: a bad one is
-         * refused here too, not ignored. */
-        struct rkv_config cfg;
-        if (cli_build_config(&s, &cfg, err, sizeof(err)) < 0) {
-            fprintf(stderr, "rkv run: %s\n", err);
-            goto out;
-        }
-        free(cfg.machines);
-        code = cli_run_twin(sc, &s, out_dir, plot, &ta);
-        goto out;
-    }
-    if (ta.n_cfg || progress) {
-        fprintf(stderr, "rkv run: --cfg and --progress are twin options (--backend sim)\n");
-        goto out;
-    }
-    struct rkv_trace_run trun;
-    if (trace && rkv_trace_run_start(&trun, trace, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv run: %s\n", err);
-        goto out;
-    }
-    d->trace = trace ? &trun : NULL;
-    demo_start(d, "rkv run", self);
-    if (run_configure(d, &s, sc, file) == 0) {
-        printf("rkv run: %s: %u servers, %u workers over %s, one process each on this host\n", file,
-               d->n_servers, d->n_workers, s.val[CLI_BACKEND]);
-        fflush(stdout);
-        code = run_cluster(d, sc, s.val[CLI_BACKEND], out_dir, plot);
-    }
-    code = demo_finish(d, code);
-    if (d->trace && rkv_trace_run_end(d->trace, trace, stdout) < 0 && code == RKV_EXIT_OK)
-        code = RKV_EXIT_STORE;
-out:
-    for (uint32_t i = 0; d && i < DEMO_MAX_PROCS; i++)
-        free(d->out[i]);
-    free(d);
-    free(rest);
-    free(cfg);
     rkv_scenario_free(sc);
     return code;
 }

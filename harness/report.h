@@ -34,6 +34,7 @@ struct rkv_report {
     /* The workers' counters (their STATS lines, harness/client_stats.h), a
      * JSON array; NULL when none printed any (the twin's workers). */
     struct json_t *stats;
+    char node_error[512]; /* the twin: why a node failed (processes_ok 0), or why it refused */
 };
 
 /* Parses the stdout of every worker (PHASE, FIRSTERR and STATS lines). */

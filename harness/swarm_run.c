@@ -12,14 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "harness/launch.h"
 #include "harness/swarm_run.h"
 #include "harness/oracle.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
-
-#if RKV_WITH_SIM
-#include "sim/twin.h"
 
 #define SWARM_MAX_FAILS 1024
 
@@ -38,13 +35,12 @@ static void swarm_what(struct rkv_swarm_outcome *o, int verdict, const char *fmt
 }
 
 /* The twin's verdict in the swarm's words; r as rkv run reports it. */
-static void swarm_classify(const struct rkv_report *r, const struct rkv_twin_result *res,
-                           struct rkv_swarm_outcome *o)
+static void swarm_classify(const struct rkv_report *r, struct rkv_swarm_outcome *o)
 {
     const struct rkv_scenario *sc = r->sc;
-    o->hash = res->hash;
-    o->events = res->events;
-    o->sim_s = res->sim_s;
+    o->hash = r->sim_hash;
+    o->events = r->sim_events;
+    o->sim_s = r->sim_s;
     for (uint32_t p = 0; p < sc->n_phases; p++) {
         if (r->phase[p].errors) {
             swarm_what(o, RKV_SWV_WRONG, "phase %s: %s", sc->phases[p].name,
@@ -54,10 +50,10 @@ static void swarm_classify(const struct rkv_report *r, const struct rkv_twin_res
     }
     if (!r->processes_ok) {
         swarm_what(o,
-                   strstr(res->error, "did not finish") ? RKV_SWV_HANG
-                   : sc->n_faults                       ? RKV_SWV_LOST
-                                                        : RKV_SWV_NODE,
-                   "%s", res->error);
+                   strstr(r->node_error, "did not finish") ? RKV_SWV_HANG
+                   : sc->n_faults                          ? RKV_SWV_LOST
+                                                           : RKV_SWV_NODE,
+                   "%s", r->node_error);
         return;
     }
     if (rkv_report_passed(r)) {
@@ -88,7 +84,7 @@ static void swarm_classify(const struct rkv_report *r, const struct rkv_twin_res
 
 static void swarm_case(void *user, const char *path, struct rkv_swarm_outcome *o)
 {
-    const struct cli_swarm *cs = user;
+    const struct rkv_swarm_runner *cs = user;
     char err[512];
     struct rkv_scenario *sc = NULL;
     if (rkv_scenario_load(path, &sc, err, sizeof(err)) < 0 ||
@@ -97,33 +93,27 @@ static void swarm_case(void *user, const char *path, struct rkv_swarm_outcome *o
         rkv_scenario_free(sc);
         return;
     }
-    struct rkv_twin_opts to = {.log_level = 1, .test_corrupt_row = cs->test_corrupt_row};
-    struct rkv_twin_result res;
-    int rc = rkv_twin_run(sc, &to, &res);
+    struct rkv_launch_twin_opts to = {.log_level = 1, .test_corrupt_row = cs->test_corrupt_row};
     struct rkv_report r;
-    if (rc < 0) {
-        swarm_what(o, RKV_SWV_TWIN, "%s", res.error[0] ? res.error : rkv_strerror(rc));
-    } else if (cli_twin_report(&r, sc, &res) < 0) {
-        swarm_what(o, RKV_SWV_CRASH, "out of memory gathering the report");
-    } else {
-        swarm_classify(&r, &res, o);
-        rkv_report_free(&r);
-    }
-    o->wall_s = res.wall_s;
-    rkv_twin_result_free(&res);
+    if (cs->twin(sc, &to, &r) < 0)
+        swarm_what(o, RKV_SWV_TWIN, "%s", r.node_error);
+    else
+        swarm_classify(&r, o);
+    o->wall_s = r.wall_s;
+    rkv_report_free(&r);
     rkv_scenario_free(sc);
 }
 
 /* ---- running specs ---- */
 
-int cli_swarm_run_files(const struct cli_swarm *cs, struct rkv_swarm_job *jobs, uint32_t n)
+int rkv_swarm_run_files(const struct rkv_swarm_runner *cs, struct rkv_swarm_job *jobs, uint32_t n)
 {
     return rkv_swarm_pool_run(jobs, n, cs->jobs, cs->timeout_s, swarm_case, (void *)cs);
 }
 
 /* Writes candidate specs into the work directory and runs them together. */
-static int swarm_run_specs(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp, uint32_t n,
-                           const char *tag, struct rkv_swarm_outcome *outs)
+static int swarm_run_specs(const struct rkv_swarm_runner *cs, const struct rkv_swarm_spec *sp,
+                           uint32_t n, const char *tag, struct rkv_swarm_outcome *outs)
 {
     struct rkv_swarm_job jobs[64];
     char paths[64][600];
@@ -136,7 +126,7 @@ static int swarm_run_specs(const struct cli_swarm *cs, const struct rkv_swarm_sp
             return -RKV_EIO;
         jobs[i] = (struct rkv_swarm_job){.path = paths[i]};
     }
-    int rc = cli_swarm_run_files(cs, jobs, n);
+    int rc = rkv_swarm_run_files(cs, jobs, n);
     for (uint32_t i = 0; i < n; i++) {
         outs[i] = jobs[i].out;
         unlink(paths[i]);
@@ -146,7 +136,7 @@ static int swarm_run_specs(const struct cli_swarm *cs, const struct rkv_swarm_sp
 
 /* Runs sp twice: same seed, same run, bit for bit. A second run that
  * differs (another verdict or another event trace) is a failure of its own. */
-int cli_swarm_replay(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp,
+int rkv_swarm_replay(const struct rkv_swarm_runner *cs, const struct rkv_swarm_spec *sp,
                      struct rkv_swarm_outcome *out)
 {
     struct rkv_swarm_spec two[2] = {*sp, *sp};
@@ -155,11 +145,11 @@ int cli_swarm_replay(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp
     if (rc < 0)
         return rc;
     *out = o[0];
-    cli_swarm_compare(&o[0], &o[1], out);
+    rkv_swarm_compare(&o[0], &o[1], out);
     return 0;
 }
 
-void cli_swarm_compare(const struct rkv_swarm_outcome *a, const struct rkv_swarm_outcome *b,
+void rkv_swarm_compare(const struct rkv_swarm_outcome *a, const struct rkv_swarm_outcome *b,
                        struct rkv_swarm_outcome *out)
 {
     /* Only runs that ended inside the twin have a trace to compare. */
@@ -180,7 +170,7 @@ void cli_swarm_compare(const struct rkv_swarm_outcome *a, const struct rkv_swarm
 
 /* ---- shrinking ---- */
 
-int cli_swarm_shrink(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp,
+int rkv_swarm_shrink(const struct rkv_swarm_runner *cs, const struct rkv_swarm_spec *sp,
                      const struct rkv_swarm_outcome *failure, struct rkv_swarm_spec *min_p,
                      struct rkv_swarm_outcome *min_out, uint32_t *runs_p)
 {
@@ -194,12 +184,12 @@ int cli_swarm_shrink(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp
     /* A hang is a case that runs far longer than any passing one (those
      * take seconds): each candidate that still hangs costs the timeout, so
      * shrinking one waits less for it. */
-    struct cli_swarm c_cs = *cs;
+    struct rkv_swarm_runner c_cs = *cs;
     if (failure->verdict == RKV_SWV_TIMEOUT && c_cs.timeout_s > 20)
         c_cs.timeout_s = 20;
     cs = &c_cs;
-    double t0 = cli_now_s();
-    while (runs < cs->shrink_runs && (cs->shrink_s <= 0 || cli_now_s() - t0 < cs->shrink_s)) {
+    double t0 = rkv_timed_now_s();
+    while (runs < cs->shrink_runs && (cs->shrink_s <= 0 || rkv_timed_now_s() - t0 < cs->shrink_s)) {
         /* The next reductions that change something. */
         uint32_t n = 0;
         struct rkv_swarm_spec c;
@@ -239,7 +229,7 @@ int cli_swarm_shrink(const struct cli_swarm *cs, const struct rkv_swarm_spec *sp
     return rc;
 }
 
-/* ---- the command ---- */
+/* ---- the search: seeds in flight, failures shrunk ---- */
 
 struct swarm_fail {
     uint64_t seed;
@@ -260,7 +250,7 @@ struct swarm_slot {
 };
 
 struct swarm_run {
-    struct cli_swarm cs;
+    struct rkv_swarm_runner cs;
     const char *out_dir;
     uint64_t first, last; /* last = UINT64_MAX: until the time is up */
     double minutes;
@@ -278,14 +268,6 @@ struct swarm_run {
     struct swarm_slot *replay; /* a seed whose second run is still to start */
     double t0_s, shown_s;
 };
-
-/* The oracle's self-test hook: RKV_TEST_CORRUPT_ROW corrupts that row of
- * every tensor when the servers create it, as for rkv run (tests only). */
-static uint64_t swarm_test_hook(void)
-{
-    const char *bad = getenv("RKV_TEST_CORRUPT_ROW");
-    return bad && *bad ? strtoull(bad, NULL, 0) : UINT64_MAX;
-}
 
 static int swarm_rename(const char *from, const char *to)
 {
@@ -310,7 +292,7 @@ static void swarm_shrink_one(struct swarm_run *sr, struct swarm_fail *f,
 {
     /* First the failure must come back, the same, twice. */
     struct rkv_swarm_outcome again;
-    if (cli_swarm_replay(&sr->cs, sp, &again) < 0)
+    if (rkv_swarm_replay(&sr->cs, sp, &again) < 0)
         return;
     if (again.verdict == RKV_SWV_NONDET || !rkv_swarm_same_failure(&again, &f->out)) {
         printf("swarm: seed %llu: the replay differs: %s: %s\n", (unsigned long long)f->seed,
@@ -321,8 +303,8 @@ static void swarm_shrink_one(struct swarm_run *sr, struct swarm_fail *f,
     }
     struct rkv_swarm_spec min;
     uint32_t runs;
-    double t0 = cli_now_s();
-    if (cli_swarm_shrink(&sr->cs, sp, &f->out, &min, &f->min_out, &runs) < 0)
+    double t0 = rkv_timed_now_s();
+    if (rkv_swarm_shrink(&sr->cs, sp, &f->out, &min, &f->min_out, &runs) < 0)
         return;
     f->shrunk = 1;
     sr->n_shrunk++;
@@ -338,7 +320,7 @@ static void swarm_shrink_one(struct swarm_run *sr, struct swarm_fail *f,
         fprintf(stderr, "rkv swarm: cannot write %s\n", f->min_path);
     printf("swarm: seed %llu: shrunk in %u runs (%.1f s) to %s: %u machines x (%u servers + %u "
            "workers), %u phases, %u faults; %s: %s\n",
-           (unsigned long long)f->seed, runs, cli_now_s() - t0, f->min_path, min.machines,
+           (unsigned long long)f->seed, runs, rkv_timed_now_s() - t0, f->min_path, min.machines,
            min.servers_per_machine, min.workers_per_machine, min.n_phases, min.n_faults,
            rkv_swarm_verdict_name(f->min_out.verdict), f->min_out.what);
 }
@@ -395,7 +377,7 @@ static void swarm_seed_done(struct swarm_run *sr, struct swarm_slot *sl)
     sr->case_wall_max_s = o.wall_s > sr->case_wall_max_s ? o.wall_s : sr->case_wall_max_s;
     if (sl->again.path) {
         sr->replays++;
-        cli_swarm_compare(&sl->job.out, &sl->again.out, &o);
+        rkv_swarm_compare(&sl->job.out, &sl->again.out, &o);
     }
     sr->seeds++;
     sr->by_verdict[o.verdict]++;
@@ -410,7 +392,7 @@ static void swarm_seed_done(struct swarm_run *sr, struct swarm_slot *sl)
         unlink(sl->log);
     }
     unlink(sl->rlog);
-    double now = cli_now_s();
+    double now = rkv_timed_now_s();
     if (now - sr->shown_s >= 10) {
         sr->shown_s = now;
         printf("swarm: %llu seeds, %u failures, %.2f seeds/s, next seed %llu\n",
@@ -445,7 +427,7 @@ static struct rkv_swarm_job *swarm_feed_next(void *user)
         return &sl->again;
     }
     if (sr->seeds_done || sr->next_seed > sr->last ||
-        (sr->minutes > 0 && cli_now_s() - sr->t0_s >= sr->minutes * 60)) {
+        (sr->minutes > 0 && rkv_timed_now_s() - sr->t0_s >= sr->minutes * 60)) {
         sr->seeds_done = 1;
         return NULL;
     }
@@ -510,157 +492,17 @@ static void swarm_summary(const struct swarm_run *sr, double wall_s)
     }
 }
 
-static void swarm_usage(FILE *out)
+int rkv_swarm_search(const struct rkv_swarm_search_opts *o)
 {
-    fprintf(out,
-            "usage: rkv swarm [--seeds A..B | --seeds A.. --minutes M | --minutes M] [--jobs N]\n"
-            "                 [--out DIR] [--timeout S] [--shrink-runs N] [--shrink-minutes M]\n"
-            "                 [--replay-every K] [--verbose]\n"
-            "       rkv swarm --print SEED\n"
-            "Each seed generates one random scenario (written as a file, loaded as one), runs it\n"
-            "in the twin in a child process, and checks it with the oracle. A failure prints the\n"
-            "seed and the first wrong value or error, keeps DIR/seed-N.yaml and its output, and\n"
-            "is shrunk to DIR/seed-N.min.yaml, the smallest file that still fails the same way.\n"
-            "  --seeds A..B     the seeds to run (default 1..100); A.. runs until --minutes\n"
-            "  --minutes M      stop starting seeds after M minutes (alone: seeds from the clock)\n"
-            "  --jobs N         cases at a time, one process each (default 2)\n"
-            "  --out DIR        failures go there (default swarm-out)\n"
-            "  --timeout S      wall seconds before a case counts as hung (default 60)\n"
-            "  --shrink-runs N  cases the shrinker may run per failure (default 300; 0: none)\n"
-            "  --shrink-minutes M  and the time it may take (default 5; a hang's candidates\n"
-            "                   count as hung after 20 s)\n"
-            "  --replay-every K run every K-th seed twice and compare the event traces\n"
-            "                   (default 4; 1: every seed; 0: none; failures always replay)\n"
-            "  --print SEED     print the scenario of SEED and exit\n"
-            "  --verbose        a line per seed: its verdict and wall time\n"
-            "exit: 0 every seed passed, 1 a seed failed, 2 usage, 3 the swarm itself failed\n");
-}
-
-static int swarm_num(const char *flag, const char *v, double min, double max, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || errno || x < min || x > max) {
-        fprintf(stderr, "rkv swarm: %s: expected a number in %g..%g, got \"%s\"\n", flag, min, max,
-                v ? v : "");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int swarm_seeds(const char *v, uint64_t *first, uint64_t *last)
-{
-    char *end;
-    errno = 0;
-    *first = strtoull(v, &end, 10);
-    if (end == v || errno || v[0] == '-')
-        goto bad;
-    if (!*end) {
-        *last = *first;
-        return 0;
-    }
-    if (strncmp(end, "..", 2) != 0)
-        goto bad;
-    const char *b = end + 2;
-    if (!*b) {
-        *last = UINT64_MAX;
-        return 0;
-    }
-    *last = strtoull(b, &end, 10);
-    if (*end || errno || b[0] == '-' || *last < *first)
-        goto bad;
-    return 0;
-bad:
-    fprintf(stderr, "rkv swarm: --seeds: expected A..B, A.. or A (A <= B), got \"%s\"\n", v);
-    return -1;
-}
-
-static int swarm_args(struct swarm_run *sr, int argc, char **argv, int *print, uint64_t *pseed)
-{
-    int have_seeds = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        double x;
-        if (!strcmp(a, "--print")) {
-            uint64_t last;
-            if (!v || swarm_seeds(v, pseed, &last) < 0)
-                return -1;
-            *print = 1;
-        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
-            sr->verbose = 1;
-            continue;
-        } else if (!strcmp(a, "--seeds")) {
-            if (!v || swarm_seeds(v, &sr->first, &sr->last) < 0)
-                return -1;
-            have_seeds = 1;
-        } else if (!strcmp(a, "--minutes")) {
-            if (swarm_num(a, v, 1e-3, 1e6, &sr->minutes) < 0)
-                return -1;
-        } else if (!strcmp(a, "--jobs")) {
-            if (swarm_num(a, v, 1, 64, &x) < 0)
-                return -1;
-            sr->cs.jobs = (uint32_t)x;
-        } else if (!strcmp(a, "--out")) {
-            if (!v || !*v)
-                return fprintf(stderr, "rkv swarm: --out: expected a directory\n"), -1;
-            sr->out_dir = v;
-        } else if (!strcmp(a, "--timeout")) {
-            if (swarm_num(a, v, 1, 86400, &sr->cs.timeout_s) < 0)
-                return -1;
-        } else if (!strcmp(a, "--shrink-runs")) {
-            if (swarm_num(a, v, 0, 1e6, &x) < 0)
-                return -1;
-            sr->cs.shrink_runs = (uint32_t)x;
-        } else if (!strcmp(a, "--shrink-minutes")) {
-            if (swarm_num(a, v, 0, 1e6, &x) < 0)
-                return -1;
-            sr->cs.shrink_s = x * 60;
-        } else if (!strcmp(a, "--replay-every")) {
-            if (swarm_num(a, v, 0, 1e9, &x) < 0)
-                return -1;
-            sr->replay_every = (uint32_t)x;
-        } else {
-            fprintf(stderr, "rkv swarm: unknown argument '%s'\n", a);
-            swarm_usage(stderr);
-            return -1;
-        }
-        i++;
-    }
-    if (sr->last == UINT64_MAX && sr->minutes <= 0) {
-        fprintf(stderr, "rkv swarm: --seeds A.. needs --minutes\n");
-        return -1;
-    }
-    if (!have_seeds && sr->minutes > 0) {
-        /* A long run explores seeds no earlier run did; each is printed. */
-        sr->first = (uint64_t)time(NULL) * 1000;
-        sr->last = UINT64_MAX;
-    }
-    return 0;
-}
-
-int cli_cmd_swarm(int argc, char **argv)
-{
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
-            return swarm_usage(stdout), RKV_EXIT_OK;
-    struct swarm_run sr = {.out_dir = "swarm-out",
-                           .first = 1,
-                           .last = 100,
-                           .replay_every = 4,
-                           .max_shrinks = 8,
-                           .cs = {.jobs = 2, .timeout_s = 60, .shrink_runs = 300, .shrink_s = 300}};
-    int print = 0;
-    uint64_t pseed = 0;
-    if (swarm_args(&sr, argc, argv, &print, &pseed) < 0)
-        return RKV_EXIT_USAGE;
-    if (print) {
-        struct rkv_swarm_spec sp;
-        rkv_swarm_generate(pseed, &sp);
-        return rkv_swarm_yaml(&sp, NULL, stdout) < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
-    }
-    sr.cs.test_corrupt_row = swarm_test_hook();
+    struct swarm_run sr = {.cs = o->runner,
+                           .out_dir = o->out_dir,
+                           .first = o->first,
+                           .last = o->last,
+                           .minutes = o->minutes,
+                           .replay_every = o->replay_every,
+                           .max_shrinks = o->max_shrinks,
+                           .verbose = o->verbose};
+    assert(sr.cs.twin);
     snprintf(sr.cs.work_dir, sizeof(sr.cs.work_dir), "%s/work", sr.out_dir);
     if ((mkdir(sr.out_dir, 0755) < 0 && errno != EEXIST) ||
         (mkdir(sr.cs.work_dir, 0755) < 0 && errno != EEXIST)) {
@@ -680,13 +522,13 @@ int cli_cmd_swarm(int argc, char **argv)
         free(sr.fails);
         return RKV_EXIT_STORE;
     }
-    double t0 = sr.t0_s = sr.shown_s = cli_now_s();
+    double t0 = sr.t0_s = sr.shown_s = rkv_timed_now_s();
     sr.next_seed = sr.first;
     struct rkv_swarm_feed feed = {.next = swarm_feed_next, .done = swarm_feed_done, .user = &sr};
     int rc = rkv_swarm_pool_feed(&feed, sr.cs.jobs, sr.cs.timeout_s, swarm_case, &sr.cs);
     if (rc < 0)
         fprintf(stderr, "rkv swarm: cannot start a case: %s\n", strerror(errno));
-    double seeds_s = cli_now_s() - t0;
+    double seeds_s = rkv_timed_now_s() - t0;
     swarm_shrink_all(&sr);
     swarm_summary(&sr, seeds_s);
     rmdir(sr.cs.work_dir);
@@ -699,12 +541,3 @@ int cli_cmd_swarm(int argc, char **argv)
         return RKV_EXIT_STORE;
     return failed ? RKV_EXIT_CHECK : RKV_EXIT_OK;
 }
-#else
-int cli_cmd_swarm(int argc, char **argv)
-{
-    (void)argc, (void)argv;
-    fprintf(stderr, "rkv swarm: this rkv was built without the twin (cmake -DRKV_WITH_SIM=ON, "
-                    "needs libsimgrid-dev)\n");
-    return RKV_EXIT_USAGE;
-}
-#endif

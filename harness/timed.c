@@ -9,87 +9,107 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "cli/cli.h"
+#include "harness/timed.h"
 #include "port/port.h"
 #include "store/store_int.h"
+#include "util/util.h"
 
 /* Rows of t_bench, the timed phase's tensor. */
-#define WL_ROWS 64u
+#define TIMED_ROWS 64u
 
-struct wl {
+struct timed {
     struct rkv_client *cli;
     const struct rkv_config *cfg;
-    const struct cli_workload *p;
-    struct cli_result *res;
+    const struct rkv_timed_workload *p;
+    struct rkv_timed_result *res;
     FILE *log;
     uint32_t w;
     int serial; /* test hook: the workers take turns at each timed pass */
     struct rkv_rng rng;
 };
 
-double cli_now_s(void)
+double rkv_timed_now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int wl_fail(struct wl *x, const char *what, int rc)
+int rkv_timed_workload_load(const struct cmd_settings *s, struct rkv_timed_workload *wl, char *err,
+                            size_t err_len)
+{
+    uint64_t rows, vb, rounds;
+    if (cmd_get_u64(s, CMD_ROWS, &rows, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_VALUE_BYTES, &vb, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_ROUNDS, &rounds, err, err_len) < 0)
+        return -1;
+    if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
+        rounds > 1000)
+        return rkv_errf(err, err_len, -1,
+                        "workload needs rows 1..2^24, value-bytes a multiple of 4 up to 64 MiB, "
+                        "rounds 1..1000");
+    *wl = (struct rkv_timed_workload){
+        .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
+    return 0;
+}
+
+static int timed_fail(struct timed *x, const char *what, int rc)
 {
     fprintf(x->log, "worker %u: %s failed: %s (%s)\n", x->w, what, rkv_strerror(rc),
             rkv_client_errmsg(x->cli));
     return rc;
 }
 
-static int wl_cmp_double(const void *a, const void *b)
+static int timed_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
 
 /* Rows per call: 1 MiB of them (at least one row, at most all of t_bench). */
-static uint32_t wl_batch(size_t value_bytes)
+static uint32_t timed_batch(size_t value_bytes)
 {
     uint32_t batch = value_bytes >= (1u << 20) ? 1 : (uint32_t)((1u << 20) / value_bytes);
-    return batch > WL_ROWS ? WL_ROWS : batch;
+    return batch > TIMED_ROWS ? TIMED_ROWS : batch;
 }
 
 /* Calls per timed pass: 128 MiB of rows, and at least 8 calls. The
  * co-located path (one machine: every row in this process's shard) moves
  * 10-30 GB/s: 128 MiB took 10 ms there, where a timer tick or a cache
  * refill is a tenth of the pass; 512 MiB takes 30-40 ms. */
-static uint64_t wl_ops(uint64_t per_op, int colocated)
+static uint64_t timed_ops(uint64_t per_op, int colocated)
 {
     uint64_t ops = ((colocated ? 512ull : 128ull) << 20) / per_op;
     return ops < 8 ? 8 : ops;
 }
 
-/* The rows one timed phase works on (t_bench, WL_ROWS rows, range-partitioned). */
-struct wl_rows {
-    uint8_t *buf;             /* batch rows */
-    uint64_t remote[WL_ROWS]; /* row ids to draw from */
+/* The rows one timed phase works on (t_bench, TIMED_ROWS rows, range-partitioned). */
+struct timed_rows {
+    uint8_t *buf;                /* batch rows */
+    uint64_t remote[TIMED_ROWS]; /* row ids to draw from */
     uint64_t n_remote;
     uint32_t batch;
 };
 
 /* Pushes in flight in the pipelined pass: a training step pushes several
  * gradients before it waits for any (ps-lite's ZPush, DGL's push). */
-#define WL_PIPE_DEPTH 4
+#define TIMED_PIPE_DEPTH 4
 
-static void wl_draw(struct wl *x, const struct wl_rows *r, int sweep, uint64_t *next, uint64_t *ids)
+static void timed_draw(struct timed *x, const struct timed_rows *r, int sweep, uint64_t *next,
+                       uint64_t *ids)
 {
     for (uint32_t i = 0; i < r->batch; i++)
         ids[i] = r->remote[sweep ? (*next)++ % r->n_remote : rkv_rng_below(&x->rng, r->n_remote)];
 }
 
-/* `ops` pushes, up to WL_PIPE_DEPTH in flight. */
-static int wl_pass_pipelined(struct wl *x, const struct wl_rows *r, uint64_t ops)
+/* `ops` pushes, up to TIMED_PIPE_DEPTH in flight. */
+static int timed_pass_pipelined(struct timed *x, const struct timed_rows *r, uint64_t ops)
 {
-    uint64_t ids[WL_PIPE_DEPTH][WL_ROWS], next = 0;
-    struct rkv_pending *inflight[WL_PIPE_DEPTH] = {0};
+    uint64_t ids[TIMED_PIPE_DEPTH][TIMED_ROWS], next = 0;
+    struct rkv_pending *inflight[TIMED_PIPE_DEPTH] = {0};
     int rc = 0;
-    for (uint64_t o = 0; o < ops + WL_PIPE_DEPTH; o++) {
-        uint32_t k = (uint32_t)(o % WL_PIPE_DEPTH);
+    for (uint64_t o = 0; o < ops + TIMED_PIPE_DEPTH; o++) {
+        uint32_t k = (uint32_t)(o % TIMED_PIPE_DEPTH);
         if (inflight[k]) {
             int wrc = rkv_client_wait(x->cli, inflight[k]);
             inflight[k] = NULL;
@@ -97,7 +117,7 @@ static int wl_pass_pipelined(struct wl *x, const struct wl_rows *r, uint64_t ops
         }
         if (o >= ops || rc < 0)
             continue; /* draining */
-        wl_draw(x, r, 0, &next, ids[k]);
+        timed_draw(x, r, 0, &next, ids[k]);
         rc = rkv_client_push_async(x->cli, "t_bench", ids[k], r->batch, r->buf, RKV_OP_ASSIGN, 0,
                                    &inflight[k]);
     }
@@ -107,14 +127,15 @@ static int wl_pass_pipelined(struct wl *x, const struct wl_rows *r, uint64_t ops
 /* `ops` calls of one kind: 0 push, 1 pull, 2 push then pull of the same
  * rows (a training step's pattern: both directions' bytes count), 3 push
  * pipelined. Random rows when `sweep` is 0, else every row in turn. */
-static int wl_pass(struct wl *x, const struct wl_rows *r, int kind, uint64_t ops, int sweep)
+static int timed_pass(struct timed *x, const struct timed_rows *r, int kind, uint64_t ops,
+                      int sweep)
 {
     if (kind == 3)
-        return wl_pass_pipelined(x, r, ops);
-    uint64_t ids[WL_ROWS], next = 0;
+        return timed_pass_pipelined(x, r, ops);
+    uint64_t ids[TIMED_ROWS], next = 0;
     int rc = 0;
     for (uint64_t o = 0; o < ops && rc == 0; o++) {
-        wl_draw(x, r, sweep, &next, ids);
+        timed_draw(x, r, sweep, &next, ids);
         if (kind != 1)
             rc = rkv_client_push(x->cli, "t_bench", ids, r->batch, r->buf, RKV_OP_ASSIGN, 0);
         if (kind != 0 && rc == 0)
@@ -129,8 +150,8 @@ static int wl_pass(struct wl *x, const struct wl_rows *r, int kind, uint64_t ops
  * that do not overlap cannot add up to more than one worker moves. With
  * the serial test hook the workers take turns (a barrier per turn), so
  * their passes cannot overlap at all. Its start and duration in *t0_p and
- * *dt_p (cli_now_s's clock, shared by the host's processes). */
-static int wl_timed_pass(struct wl *x, const struct wl_rows *r, int kind, uint64_t ops,
+ * *dt_p (rkv_timed_now_s's clock, shared by the host's processes). */
+static int timed_pass_together(struct timed *x, const struct timed_rows *r, int kind, uint64_t ops,
                          double *t0_p, double *dt_p)
 {
     uint32_t turns = x->serial ? x->cfg->n_workers : 1;
@@ -138,12 +159,12 @@ static int wl_timed_pass(struct wl *x, const struct wl_rows *r, int kind, uint64
     int rc = 0;
     for (uint32_t turn = 0; turn < turns && rc == 0; turn++) {
         if ((rc = rkv_client_barrier(x->cli)) < 0)
-            return wl_fail(x, "barrier before a timed pass", rc);
+            return timed_fail(x, "barrier before a timed pass", rc);
         if (x->serial && turn != x->w)
             continue;
-        double t0 = cli_now_s();
-        rc = wl_pass(x, r, kind, ops, 0);
-        *dt_p = cli_now_s() - t0;
+        double t0 = rkv_timed_now_s();
+        rc = timed_pass(x, r, kind, ops, 0);
+        *dt_p = rkv_timed_now_s() - t0;
         *t0_p = t0;
     }
     return rc;
@@ -151,20 +172,20 @@ static int wl_timed_pass(struct wl *x, const struct wl_rows *r, int kind, uint64
 
 /* Timed push and pull of value_bytes rows; the physical limit to compare
  * with is measured by the caller (see `rkv bench`). */
-static int wl_bench(struct wl *x)
+static int timed_bench(struct timed *x)
 {
     size_t vb = x->p->value_bytes;
-    struct wl_rows r = {.batch = wl_batch(vb)};
+    struct timed_rows r = {.batch = timed_batch(vb)};
     uint64_t per_op = (uint64_t)r.batch * vb;
-    uint64_t ops = wl_ops(per_op, x->cfg->n_machines == 1);
+    uint64_t ops = timed_ops(per_op, x->cfg->n_machines == 1);
     r.buf = malloc(per_op);
     uint64_t ids[1];
     /* Time the network path: rows of other machines only, unless everything
      * is on this machine. */
     uint32_t M = x->cfg->n_machines;
-    for (uint64_t i = 0; i < WL_ROWS; i++) {
+    for (uint64_t i = 0; i < TIMED_ROWS; i++) {
         uint32_t m = 0;
-        while (m + 1 < M && WL_ROWS * (uint64_t)(m + 1) / M <= i)
+        while (m + 1 < M && TIMED_ROWS * (uint64_t)(m + 1) / M <= i)
             m++;
         if (m != x->cfg->machine_id || M == 1)
             r.remote[r.n_remote++] = i;
@@ -183,13 +204,13 @@ static int wl_bench(struct wl *x)
      * for every kind). */
     if (rc == 0) {
         memset(r.buf, 1, per_op);
-        rc = wl_pass(x, &r, 2, (r.n_remote + r.batch - 1) / r.batch, 1);
+        rc = timed_pass(x, &r, 2, (r.n_remote + r.batch - 1) / r.batch, 1);
     }
     if (rc == 0)
-        rc = wl_pass(x, &r, 0, ops, 0);
+        rc = timed_pass(x, &r, 0, ops, 0);
     for (int kind = 0; kind < 4 && rc == 0; kind++) {
         double t0 = 0, dt = 0;
-        rc = wl_timed_pass(x, &r, kind, ops, &t0, &dt);
+        rc = timed_pass_together(x, &r, kind, ops, &t0, &dt);
         uint64_t *bytes = kind == 0   ? &x->res->push_bytes
                           : kind == 1 ? &x->res->pull_bytes
                           : kind == 2 ? &x->res->pushpull_bytes
@@ -215,9 +236,9 @@ static int wl_bench(struct wl *x)
     getrusage(RUSAGE_THREAD, &th0);
     for (int i = 0; i < LAT_N && rc == 0; i++) {
         ids[0] = r.remote[rkv_rng_below(&x->rng, r.n_remote)];
-        double t0 = cli_now_s();
+        double t0 = rkv_timed_now_s();
         rc = rkv_client_pull(x->cli, "t_bench", ids, 1, r.buf);
-        lat[i] = (cli_now_s() - t0) * 1e6;
+        lat[i] = (rkv_timed_now_s() - t0) * 1e6;
     }
     getrusage(RUSAGE_THREAD, &th1);
     getrusage(RUSAGE_SELF, &ru1);
@@ -225,20 +246,20 @@ static int wl_bench(struct wl *x)
         x->res->pull_lat_call_vcsw = (double)(th1.ru_nvcsw - th0.ru_nvcsw) / LAT_N;
         x->res->pull_lat_vcsw = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw) / LAT_N;
         x->res->pull_lat_ivcsw = (double)(ru1.ru_nivcsw - ru0.ru_nivcsw) / LAT_N;
-        qsort(lat, LAT_N, sizeof(double), wl_cmp_double);
+        qsort(lat, LAT_N, sizeof(double), timed_cmp_double);
         x->res->pull_lat_us_p50 = lat[LAT_N / 2];
         x->res->pull_lat_us_p99 = lat[LAT_N * 99 / 100];
     }
     if (registered)
         rkv_client_deregister(x->cli, r.buf);
     free(r.buf);
-    return rc < 0 ? wl_fail(x, "timed phase", rc) : 0;
+    return rc < 0 ? timed_fail(x, "timed phase", rc) : 0;
 }
 
-int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
-                  const struct cli_workload *wl, struct cli_result *res, FILE *log)
+int rkv_timed_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                  const struct rkv_timed_workload *wl, struct rkv_timed_result *res, FILE *log)
 {
-    struct wl x = {
+    struct timed x = {
         .cli = cli, .cfg = cfg, .p = wl, .res = res, .log = log, .w = rkv_client_id(cli)};
     rkv_rng_seed(&x.rng, cfg->seed, 1000 + x.w);
     /* The aggregate's test hook (harness/tests/test_bench.c), deliberately
@@ -251,27 +272,27 @@ int cli_bench_run(struct rkv_client *cli, const struct rkv_config *cfg,
     if (x.w == 0) {
         struct rkv_tensor_desc d = {.name = "t_bench",
                                     .dtype = RKV_F32,
-                                    .rows = WL_ROWS,
+                                    .rows = TIMED_ROWS,
                                     .row_len = wl->value_bytes / 4,
                                     .policy = RKV_PART_RANGE,
                                     .init = RKV_INIT_UNIFORM,
                                     .init_seed = 7};
         if ((rc = rkv_client_init_data(cli, &d)) < 0)
-            return wl_fail(&x, "t_bench", rc);
+            return timed_fail(&x, "t_bench", rc);
     }
     if ((rc = rkv_client_barrier(cli)) < 0)
-        return wl_fail(&x, "barrier before the timed phase", rc);
-    if ((rc = wl_bench(&x)) < 0)
+        return timed_fail(&x, "barrier before the timed phase", rc);
+    if ((rc = timed_bench(&x)) < 0)
         return rc;
     if ((rc = rkv_client_barrier(cli)) < 0)
-        return wl_fail(&x, "barrier after the timed phase", rc);
+        return timed_fail(&x, "barrier after the timed phase", rc);
     return 0;
 }
 
 /* One call's worth of copies between the caller's batch and the rows ids
  * name: to the rows (a push) or from them (a pull). */
-static void wl_copy_batch(uint8_t *rows, uint8_t *buf, const uint64_t *ids, uint32_t batch,
-                          size_t vb, int to_rows)
+static void timed_copy_batch(uint8_t *rows, uint8_t *buf, const uint64_t *ids, uint32_t batch,
+                             size_t vb, int to_rows)
 {
     for (uint32_t i = 0; i < batch; i++) {
         if (to_rows)
@@ -281,37 +302,37 @@ static void wl_copy_batch(uint8_t *rows, uint8_t *buf, const uint64_t *ids, uint
     }
 }
 
-/* One timed pass of wl_pass's copies (`ops` calls of `kind`) between buf
+/* One timed pass of timed_pass's copies (`ops` calls of `kind`) between buf
  * and rows, in seconds. */
-static double wl_shard_pass_s(uint8_t *rows, uint8_t *buf, size_t vb, uint64_t ops, int kind,
-                              struct rkv_rng *rng)
+static double timed_shard_pass_s(uint8_t *rows, uint8_t *buf, size_t vb, uint64_t ops, int kind,
+                                 struct rkv_rng *rng)
 {
-    uint32_t batch = wl_batch(vb);
-    uint64_t ids[WL_ROWS];
-    double t0 = cli_now_s();
+    uint32_t batch = timed_batch(vb);
+    uint64_t ids[TIMED_ROWS];
+    double t0 = rkv_timed_now_s();
     for (uint64_t o = 0; o < ops; o++) {
         for (uint32_t i = 0; i < batch; i++)
-            ids[i] = rkv_rng_below(rng, WL_ROWS);
+            ids[i] = rkv_rng_below(rng, TIMED_ROWS);
         if (kind != 1)
-            wl_copy_batch(rows, buf, ids, batch, vb, 1);
+            timed_copy_batch(rows, buf, ids, batch, vb, 1);
         if (kind != 0)
-            wl_copy_batch(rows, buf, ids, batch, vb, 0);
+            timed_copy_batch(rows, buf, ids, batch, vb, 0);
     }
-    return cli_now_s() - t0;
+    return rkv_timed_now_s() - t0;
 }
 
-/* wl_pass's copies without the store: memory of the shard's kind (shared),
+/* timed_pass's copies without the store: memory of the shard's kind (shared),
  * size and placement (rows start where the shard's header ends), the same
  * batch, calls and row draws, after the same untimed first touch. A limit
  * is what the host can do, and a busy host only ever slows a pass down:
- * the fastest of WL_LIMIT_PASSES passes counts. Returns its seconds, or a
+ * the fastest of TIMED_LIMIT_PASSES passes counts. Returns its seconds, or a
  * negative value when the memory could not be had. */
-#define WL_LIMIT_PASSES 3
-static double wl_shard_copy_s(size_t vb, int kind)
+#define TIMED_LIMIT_PASSES 3
+static double timed_shard_copy_s(size_t vb, int kind)
 {
-    uint32_t batch = wl_batch(vb);
-    uint64_t per_op = (uint64_t)batch * vb, ops = wl_ops(per_op, 1);
-    size_t hdr = sizeof(struct rkv_shard_hdr), len = hdr + WL_ROWS * vb;
+    uint32_t batch = timed_batch(vb);
+    uint64_t per_op = (uint64_t)batch * vb, ops = timed_ops(per_op, 1);
+    size_t hdr = sizeof(struct rkv_shard_hdr), len = hdr + TIMED_ROWS * vb;
     uint8_t *buf = malloc(per_op);
     void *map =
         mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -319,19 +340,19 @@ static double wl_shard_copy_s(size_t vb, int kind)
     if (!buf || map == MAP_FAILED)
         goto out;
     uint8_t *rows = (uint8_t *)map + hdr;
-    memset(rows, 2, WL_ROWS * vb);
+    memset(rows, 2, TIMED_ROWS * vb);
     memset(buf, 1, per_op);
-    uint64_t ids[WL_ROWS];
-    for (uint64_t o = 0; o < (WL_ROWS + batch - 1) / batch; o++) {
+    uint64_t ids[TIMED_ROWS];
+    for (uint64_t o = 0; o < (TIMED_ROWS + batch - 1) / batch; o++) {
         for (uint32_t i = 0; i < batch; i++)
-            ids[i] = (o * batch + i) % WL_ROWS;
-        wl_copy_batch(rows, buf, ids, batch, vb, 1);
-        wl_copy_batch(rows, buf, ids, batch, vb, 0);
+            ids[i] = (o * batch + i) % TIMED_ROWS;
+        timed_copy_batch(rows, buf, ids, batch, vb, 1);
+        timed_copy_batch(rows, buf, ids, batch, vb, 0);
     }
     struct rkv_rng rng;
     rkv_rng_seed(&rng, 1, 1000);
-    for (int p = 0; p < WL_LIMIT_PASSES; p++) {
-        double secs = wl_shard_pass_s(rows, buf, vb, ops, kind, &rng);
+    for (int p = 0; p < TIMED_LIMIT_PASSES; p++) {
+        double secs = timed_shard_pass_s(rows, buf, vb, ops, kind, &rng);
         best = best < 0 || secs < best ? secs : best;
     }
     volatile uint8_t sink = buf[per_op / 2] ^ rows[vb / 3]; /* the copies are used */
@@ -343,14 +364,14 @@ out:
     return best;
 }
 
-double cli_limit_shard_gbps(uint32_t value_bytes, int kind)
+double rkv_timed_limit_shard_gbps(uint32_t value_bytes, int kind)
 {
     assert(kind >= 0 && kind <= 2);
     if (value_bytes == 0)
         return 0;
-    uint64_t per_op = (uint64_t)wl_batch(value_bytes) * value_bytes;
-    double secs = wl_shard_copy_s(value_bytes, kind);
-    return secs > 0
-               ? (kind == 2 ? 2.0 : 1.0) * (double)wl_ops(per_op, 1) * (double)per_op / secs / 1e9
-               : 0;
+    uint64_t per_op = (uint64_t)timed_batch(value_bytes) * value_bytes;
+    double secs = timed_shard_copy_s(value_bytes, kind);
+    return secs > 0 ? (kind == 2 ? 2.0 : 1.0) * (double)timed_ops(per_op, 1) * (double)per_op /
+                          secs / 1e9
+                    : 0;
 }

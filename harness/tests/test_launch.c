@@ -23,6 +23,8 @@
 #include <cmocka.h>
 
 #include "cli/cli.h"
+#include "harness/launch.h"
+#include "harness/report.h"
 #include "harness/tests/rkv_run.h"
 
 static unsigned test_port(void)
@@ -239,45 +241,45 @@ static void test_bad_settings_once(void **state)
  * each setting the launcher's value, and not the one the child's own
  * environment holds. One case per setting; a new setting must be added. */
 static const struct {
-    enum cli_key k;
+    enum cmd_key k;
     const char *flag, *val, *env; /* flag NULL: set per child by the launcher */
 } settings[] = {
-    {CLI_ROLE, NULL, NULL, NULL},
-    {CLI_CLUSTER, "--cluster", "/tmp/some-ip-config.txt", "RKV_CLUSTER"},
-    {CLI_HOST, "--host", "127.0.0.2", "RKV_HOST"},
-    {CLI_BASE_PORT, "--base-port", "21000", "RKV_BASE_PORT"},
-    {CLI_MACHINES, "--machines", "3", "RKV_MACHINES"},
-    {CLI_SERVERS_PER_MACHINE, "--servers-per-machine", "3", "DGL_NUM_SERVER"},
-    {CLI_NUM_SERVERS, "--num-servers", "5", "DMLC_NUM_SERVER"},
-    {CLI_NUM_WORKERS, "--num-workers", "7", "DMLC_NUM_WORKER"},
-    {CLI_MACHINE_ID, NULL, NULL, NULL},
-    {CLI_SERVER_ID, NULL, NULL, NULL},
-    {CLI_BACKEND, "--backend", "verbs", "RKV_BACKEND"},
-    {CLI_TIMEOUT_MS, "--timeout-ms", "1234", "RKV_TIMEOUT_MS"},
-    {CLI_CONNECT_RETRY_MS, "--connect-retry-ms", "4321", "RKV_CONNECT_RETRY_MS"},
-    {CLI_RX_DEPTH, "--rx-depth", "17", "BYTEPS_RDMA_RX_DEPTH"},
-    {CLI_CTRL_BUF_BYTES, "--ctrl-buf-bytes", "4096", "RKV_CTRL_BUF_BYTES"},
-    {CLI_SLOTS, "--slots", "9", "RKV_SLOTS"},
-    {CLI_MAX_SLOT_BYTES, "--max-slot-bytes", "1048576", "RKV_MAX_SLOT_BYTES"},
-    {CLI_SHM_PREFIX, "--shm-prefix", "rkv-launch-test", "RKV_SHM_PREFIX"},
-    {CLI_SEED, "--seed", "99", "RKV_SEED"},
-    {CLI_LOG_LEVEL, "--log-level", "3", "PS_VERBOSE"},
-    {CLI_ROWS, "--rows", "77", "RKV_ROWS"},
-    {CLI_VALUE_BYTES, "--value-bytes", "64", "RKV_VALUE_BYTES"},
-    {CLI_ROUNDS, "--rounds", "5", "RKV_ROUNDS"},
-    {CLI_SCENARIO, "--scenario", "/tmp/some.yaml", "RKV_SCENARIO"},
-    {CLI_DISCOVER, "--discover", "1", "RKV_DISCOVER"},
-    {CLI_DURABLE_DIR, "--durable-dir", "/tmp/some-snapshots", "RKV_DURABLE_DIR"},
-    {CLI_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
-    {CLI_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
-    {CLI_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},
-    {CLI_SECRET_FILE, "--secret-file", "/tmp/some-secret", "RKV_SECRET_FILE"},
-    {CLI_HELLO_TIMEOUT_MS, "--hello-timeout-ms", "2500", "RKV_HELLO_TIMEOUT_MS"},
-    {CLI_IDLE_TIMEOUT_MS, "--idle-timeout-ms", "60000", "RKV_IDLE_TIMEOUT_MS"},
-    {CLI_NODE_HOST, "--node-host", "127.0.0.3", "DMLC_NODE_HOST"},
-    {CLI_INTERFACE, "--interface", "lo", "DMLC_INTERFACE"},
+    {CMD_ROLE, NULL, NULL, NULL},
+    {CMD_CLUSTER, "--cluster", "/tmp/some-ip-config.txt", "RKV_CLUSTER"},
+    {CMD_HOST, "--host", "127.0.0.2", "RKV_HOST"},
+    {CMD_BASE_PORT, "--base-port", "21000", "RKV_BASE_PORT"},
+    {CMD_MACHINES, "--machines", "3", "RKV_MACHINES"},
+    {CMD_SERVERS_PER_MACHINE, "--servers-per-machine", "3", "DGL_NUM_SERVER"},
+    {CMD_NUM_SERVERS, "--num-servers", "5", "DMLC_NUM_SERVER"},
+    {CMD_NUM_WORKERS, "--num-workers", "7", "DMLC_NUM_WORKER"},
+    {CMD_MACHINE_ID, NULL, NULL, NULL},
+    {CMD_SERVER_ID, NULL, NULL, NULL},
+    {CMD_BACKEND, "--backend", "verbs", "RKV_BACKEND"},
+    {CMD_TIMEOUT_MS, "--timeout-ms", "1234", "RKV_TIMEOUT_MS"},
+    {CMD_CONNECT_RETRY_MS, "--connect-retry-ms", "4321", "RKV_CONNECT_RETRY_MS"},
+    {CMD_RX_DEPTH, "--rx-depth", "17", "BYTEPS_RDMA_RX_DEPTH"},
+    {CMD_CTRL_BUF_BYTES, "--ctrl-buf-bytes", "4096", "RKV_CTRL_BUF_BYTES"},
+    {CMD_SLOTS, "--slots", "9", "RKV_SLOTS"},
+    {CMD_MAX_SLOT_BYTES, "--max-slot-bytes", "1048576", "RKV_MAX_SLOT_BYTES"},
+    {CMD_SHM_PREFIX, "--shm-prefix", "rkv-launch-test", "RKV_SHM_PREFIX"},
+    {CMD_SEED, "--seed", "99", "RKV_SEED"},
+    {CMD_LOG_LEVEL, "--log-level", "3", "PS_VERBOSE"},
+    {CMD_ROWS, "--rows", "77", "RKV_ROWS"},
+    {CMD_VALUE_BYTES, "--value-bytes", "64", "RKV_VALUE_BYTES"},
+    {CMD_ROUNDS, "--rounds", "5", "RKV_ROUNDS"},
+    {CMD_SCENARIO, "--scenario", "/tmp/some.yaml", "RKV_SCENARIO"},
+    {CMD_DISCOVER, "--discover", "1", "RKV_DISCOVER"},
+    {CMD_DURABLE_DIR, "--durable-dir", "/tmp/some-snapshots", "RKV_DURABLE_DIR"},
+    {CMD_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
+    {CMD_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
+    {CMD_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},
+    {CMD_SECRET_FILE, "--secret-file", "/tmp/some-secret", "RKV_SECRET_FILE"},
+    {CMD_HELLO_TIMEOUT_MS, "--hello-timeout-ms", "2500", "RKV_HELLO_TIMEOUT_MS"},
+    {CMD_IDLE_TIMEOUT_MS, "--idle-timeout-ms", "60000", "RKV_IDLE_TIMEOUT_MS"},
+    {CMD_NODE_HOST, "--node-host", "127.0.0.3", "DMLC_NODE_HOST"},
+    {CMD_INTERFACE, "--interface", "lo", "DMLC_INTERFACE"},
 };
-_Static_assert(sizeof(settings) / sizeof(settings[0]) == CLI_KEY_COUNT_, "a case per setting");
+_Static_assert(sizeof(settings) / sizeof(settings[0]) == CMD_KEY_COUNT_, "a case per setting");
 
 static void test_every_setting_reaches_children(void **state)
 {
@@ -289,24 +291,24 @@ static void test_every_setting_reaches_children(void **state)
         /* the parent: the setting by flag, and by env a value it overrides */
         setenv(settings[i].env, "999", 1);
         char *pargv[] = {(char *)settings[i].flag, (char *)settings[i].val};
-        struct cli_settings ps, cs;
+        struct cmd_settings ps, cs;
         char err[256];
-        assert_int_equal(cli_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
-        char *cargv[2 * CLI_KEY_COUNT_];
-        int n = cli_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        assert_int_equal(cmd_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
+        char *cargv[2 * CMD_KEY_COUNT_];
+        int n = rkv_launch_args(&ps, cargv, 2 * CMD_KEY_COUNT_);
         assert_true(n > 0);
-        if (cli_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
+        if (cmd_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
             fail_msg("%s: the child refuses its flags: %s", settings[i].flag, err);
         if (strcmp(cs.val[i], settings[i].val) != 0)
             fail_msg("%s %s reaches the child as \"%s\"", settings[i].flag, settings[i].val,
                      cs.val[i]);
         /* and a setting left at its default is the default in the child,
          * whatever the child's environment says */
-        assert_int_equal(cli_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
+        assert_int_equal(cmd_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
         unsetenv(settings[i].env);
-        n = cli_launch_args(&ps, cargv, 2 * CLI_KEY_COUNT_);
+        n = rkv_launch_args(&ps, cargv, 2 * CMD_KEY_COUNT_);
         setenv(settings[i].env, "998", 1);
-        assert_int_equal(cli_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
+        assert_int_equal(cmd_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
         if (strcmp(cs.val[i], ps.val[i]) != 0)
             fail_msg("%s: the child took its own environment's \"%s\"", settings[i].flag,
                      cs.val[i]);
@@ -683,13 +685,13 @@ static void test_free_ports_held(void **state)
     enum { N = 6 };
     int hold[N], hold2[N];
     uint16_t base, base2;
-    assert_int_equal(cli_free_ports(N, &base, hold), 0);
+    assert_int_equal(rkv_launch_free_ports(N, &base, hold), 0);
     for (int i = 0; i < N; i++) {
         assert_false(bind_port((uint16_t)(base + i), 0, 0)); /* another launcher's probe */
         assert_true(bind_port((uint16_t)(base + i), 1, 1));  /* this run's server */
     }
     for (int k = 0; k < 400; k++) { /* other launchers never get an overlapping range */
-        assert_int_equal(cli_free_ports(N, &base2, hold2), 0);
+        assert_int_equal(rkv_launch_free_ports(N, &base2, hold2), 0);
         assert_true(base2 + N <= base || base + N <= base2);
         for (int i = 0; i < N; i++)
             close(hold2[i]);
@@ -697,6 +699,48 @@ static void test_free_ports_held(void **state)
     for (int i = 0; i < N; i++)
         close(hold[i]);
     assert_true(bind_port(base, 0, 0)); /* released */
+}
+
+/* The launcher as a library function, called from this process (not the
+ * rkv binary): the report of a real run on tcp, and the verdict of one whose
+ * oracle must fail (a row corrupted by every server, the self-test hook). */
+static void launch_quickstart(const char *corrupt, struct rkv_report *r, int *code_p)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/quickstart.yaml", SCEN_DIR);
+    struct rkv_scenario *sc = NULL;
+    assert_int_equal(rkv_launch_load(path, &sc), 0);
+    struct cmd_settings s;
+    char *flags[] = {"--backend", "tcp"};
+    assert_int_equal(rkv_launch_settings(sc, &s, 2, flags), 0);
+    struct rkv_launch_opts o = {.self = "rkv", .exe = RKV_BIN, .settings = &s};
+    if (corrupt)
+        setenv("RKV_TEST_CORRUPT_ROW", corrupt, 1);
+    fflush(stdout);
+    *code_p = rkv_launch_run(sc, "tcp", &o, r);
+    unsetenv("RKV_TEST_CORRUPT_ROW");
+    assert_non_null(r->sc);
+    assert_int_equal(r->n_workers, rkv_scenario_workers(sc));
+    assert_int_equal(*code_p, rkv_launch_verdict(r));
+    uint64_t errors = 0;
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        assert_int_equal(r->reported[p], r->n_workers);
+        errors += r->phase[p].errors;
+    }
+    assert_true(corrupt ? errors > 0 : errors == 0);
+    rkv_report_free(r);
+    rkv_scenario_free(sc);
+}
+
+static void test_launch_run_as_a_function(void **state)
+{
+    (void)state;
+    struct rkv_report r;
+    int code;
+    launch_quickstart(NULL, &r, &code);
+    assert_int_equal(code, RKV_EXIT_OK);
+    launch_quickstart("5", &r, &code);
+    assert_int_equal(code, RKV_EXIT_CHECK);
 }
 
 int main(void)
@@ -708,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_slurm_dead_worker),
         cmocka_unit_test(test_real_mpirun),
         cmocka_unit_test(test_free_ports_held),
+        cmocka_unit_test(test_launch_run_as_a_function),
         cmocka_unit_test(test_bad_settings_once),
         cmocka_unit_test(test_every_setting_reaches_children),
         cmocka_unit_test(test_demo_durable_dir),

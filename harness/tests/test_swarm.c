@@ -16,10 +16,11 @@
 
 #include <cmocka.h>
 
-#include "harness/swarm_run.h"
+#include "cli/cli.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/swarm.h"
+#include "harness/swarm_run.h"
 #include "harness/tests/rkv_run.h"
 
 #define N_SEEDS 400
@@ -249,24 +250,27 @@ static void test_compare_reports_another_trace(void **state)
 {
     (void)state;
     struct rkv_swarm_outcome a = {.verdict = RKV_SWV_PASS, .hash = 1}, b = a, out = a;
-    cli_swarm_compare(&a, &b, &out);
+    rkv_swarm_compare(&a, &b, &out);
     assert_int_equal(out.verdict, RKV_SWV_PASS);
     b.hash = 2;
-    cli_swarm_compare(&a, &b, &out);
+    rkv_swarm_compare(&a, &b, &out);
     assert_int_equal(out.verdict, RKV_SWV_NONDET);
     b = a;
     b.verdict = RKV_SWV_WRONG;
     out = a;
-    cli_swarm_compare(&a, &b, &out);
+    rkv_swarm_compare(&a, &b, &out);
     assert_int_equal(out.verdict, RKV_SWV_NONDET);
 }
 
 /* ---- in the twin ---- */
 
-static struct cli_swarm swarm_in(const char *dir, uint64_t corrupt)
+static struct rkv_swarm_runner swarm_in(const char *dir, uint64_t corrupt)
 {
-    struct cli_swarm cs = {
-        .jobs = 2, .timeout_s = 120, .shrink_runs = 400, .test_corrupt_row = corrupt};
+    struct rkv_swarm_runner cs = {.jobs = 2,
+                                  .timeout_s = 120,
+                                  .shrink_runs = 400,
+                                  .test_corrupt_row = corrupt,
+                                  .twin = cmd_twin_launch};
     snprintf(cs.work_dir, sizeof(cs.work_dir), "%s", dir);
     return cs;
 }
@@ -275,12 +279,12 @@ static void test_a_rerun_gives_the_same_trace(void **state)
 {
     (void)state;
     char *dir = tmp_dir();
-    struct cli_swarm cs = swarm_in(dir, UINT64_MAX);
+    struct rkv_swarm_runner cs = swarm_in(dir, UINT64_MAX);
     for (uint64_t seed = 1; seed <= 6; seed++) {
         struct rkv_swarm_spec sp;
         struct rkv_swarm_outcome o;
         rkv_swarm_generate(seed, &sp);
-        assert_int_equal(cli_swarm_replay(&cs, &sp, &o), 0);
+        assert_int_equal(rkv_swarm_replay(&cs, &sp, &o), 0);
         if (o.verdict == RKV_SWV_NONDET || o.verdict >= RKV_SWV_INVALID)
             fail_msg("seed %llu: %s: %s", (unsigned long long)seed,
                      rkv_swarm_verdict_name(o.verdict), o.what);
@@ -296,7 +300,7 @@ static void test_the_shrinker_reduces_a_real_failure(void **state)
 {
     (void)state;
     char *dir = tmp_dir();
-    struct cli_swarm bad = swarm_in(dir, 0), good = swarm_in(dir, UINT64_MAX);
+    struct rkv_swarm_runner bad = swarm_in(dir, 0), good = swarm_in(dir, UINT64_MAX);
     struct rkv_swarm_spec sp, min;
     struct rkv_swarm_outcome o = {0}, min_out;
     /* The smallest fault-free case of a few seeds (its only failure is the
@@ -313,10 +317,10 @@ static void test_the_shrinker_reduces_a_real_failure(void **state)
         }
     }
     assert_true(seed > 0);
-    assert_int_equal(cli_swarm_replay(&bad, &sp, &o), 0);
+    assert_int_equal(rkv_swarm_replay(&bad, &sp, &o), 0);
     assert_int_equal(o.verdict, RKV_SWV_WRONG);
     uint32_t runs;
-    assert_int_equal(cli_swarm_shrink(&bad, &sp, &o, &min, &min_out, &runs), 0);
+    assert_int_equal(rkv_swarm_shrink(&bad, &sp, &o, &min, &min_out, &runs), 0);
     printf("# seed %llu: size %llu -> %llu in %u runs: %u machines x (%u servers + %u workers), "
            "%u phases, rows %llu; %s\n",
            (unsigned long long)seed, (unsigned long long)rkv_swarm_size(&sp),
@@ -331,9 +335,9 @@ static void test_the_shrinker_reduces_a_real_failure(void **state)
     assert_int_equal(min.n_phases, 1);
     assert_int_equal(min.machines, 1);
     /* Still fails with the hook, passes without it: the failure is the hook's. */
-    assert_int_equal(cli_swarm_replay(&bad, &min, &o), 0);
+    assert_int_equal(rkv_swarm_replay(&bad, &min, &o), 0);
     assert_int_equal(o.verdict, RKV_SWV_WRONG);
-    assert_int_equal(cli_swarm_replay(&good, &min, &o), 0);
+    assert_int_equal(rkv_swarm_replay(&good, &min, &o), 0);
     assert_int_equal(o.verdict, RKV_SWV_PASS);
     assert_loads(&min, dir);
     rm_dir(dir);
@@ -359,10 +363,10 @@ static void test_a_step_triggered_crash_waits_cheaply(void **state)
           "  - {kind: crash, target: s0.1, after_phase: a}\n",
           f);
     assert_int_equal(fclose(f), 0);
-    struct cli_swarm cs = swarm_in(dir, UINT64_MAX);
+    struct rkv_swarm_runner cs = swarm_in(dir, UINT64_MAX);
     cs.timeout_s = 20;
     struct rkv_swarm_job job = {.path = path};
-    assert_int_equal(cli_swarm_run_files(&cs, &job, 1), 0);
+    assert_int_equal(rkv_swarm_run_files(&cs, &job, 1), 0);
     if (job.out.verdict != RKV_SWV_PASS)
         fail_msg("%s: %s", rkv_swarm_verdict_name(job.out.verdict), job.out.what);
     assert_true(job.out.sim_s > 60);  /* the workers did wait out the timeout */

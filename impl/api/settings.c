@@ -7,15 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
+#include "cli/settings.h"
 #include "util/util.h"
 
 struct rkv_settings {
     uint32_t n_flags;
     /* "--key=value" per key set, at most one per key: a key is checked
-     * against the CLI's table before it is stored, so CLI_KEY_COUNT_ bounds
+     * against the CLI's table before it is stored, so CMD_KEY_COUNT_ bounds
      * them. */
-    char *flags[CLI_KEY_COUNT_];
+    char *flags[CMD_KEY_COUNT_];
 };
 
 int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len)
@@ -50,9 +50,9 @@ int rkv_settings_set(struct rkv_settings *set, const char *key, const char *valu
     flag[2 + klen] = '=';
     memcpy(flag + 3 + klen, value, vlen + 1);
     /* The CLI's parser says whether the key exists (its message names it). */
-    struct cli_settings probe;
+    struct cmd_settings probe;
     char msg[256];
-    if (cli_settings_load(&probe, 1, &flag, msg, sizeof(msg)) < 0) {
+    if (cmd_settings_load(&probe, 1, &flag, msg, sizeof(msg)) < 0) {
         free(flag);
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "setting \"%s\": unknown (rkv config --dump "
@@ -66,28 +66,28 @@ int rkv_settings_set(struct rkv_settings *set, const char *key, const char *valu
             return 0;
         }
     }
-    assert(set->n_flags < CLI_KEY_COUNT_);
+    assert(set->n_flags < CMD_KEY_COUNT_);
     set->flags[set->n_flags++] = flag;
     return 0;
 }
 
 /* A global server id as the CLI's `rkv server --server-id` reads it: the
  * servers of machine 0 first, then machine 1's... */
-static int set_server_local(const struct cli_settings *s, struct rkv_config *cfg, uint32_t *local_p,
+static int set_server_local(const struct cmd_settings *s, struct rkv_config *cfg, uint32_t *local_p,
                             char *err, size_t err_len)
 {
     *local_p = 0;
-    if (!*s->val[CLI_SERVER_ID])
+    if (!*s->val[CMD_SERVER_ID])
         return 0;
     uint64_t sid;
-    if (cli_get_u64(s, CLI_SERVER_ID, &sid, err, err_len) < 0)
+    if (cmd_get_u64(s, CMD_SERVER_ID, &sid, err, err_len) < 0)
         return -RKV_ECONFIG;
     uint32_t m = 0;
     while (m < cfg->n_machines && sid >= cfg->machines[m].servers)
         sid -= cfg->machines[m++].servers;
     if (m == cfg->n_machines)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "server-id %s: the cluster has fewer servers",
-                        s->val[CLI_SERVER_ID]);
+                        s->val[CMD_SERVER_ID]);
     cfg->machine_id = m;
     *local_p = (uint32_t)sid;
     return 0;
@@ -98,14 +98,14 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
 {
     if (!set || !cfg)
         return rkv_errf(err, err_len, -RKV_EINVAL, "settings and config must not be NULL");
-    struct cli_settings *s = malloc(sizeof(*s));
+    struct cmd_settings *s = malloc(sizeof(*s));
     if (!s)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     struct rkv_config built;
     uint32_t local;
     int rc = -RKV_ECONFIG;
-    if (cli_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0 ||
-        cli_build_config(s, &built, err, err_len) < 0)
+    if (cmd_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0 ||
+        cmd_build_config(s, &built, err, err_len) < 0)
         goto free_settings;
     if ((rc = set_server_local(s, &built, &local, err, err_len)) < 0) {
         rkv_config_release(&built);

@@ -4,19 +4,18 @@
 
 #include "cli/cli.h"
 #include "cli/node_verdict.h"
-#include "harness/client_stats.h"
+#include "harness/pslite.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
-#include "harness/workload.h"
 #include "port/port.h"
 #include "store/server_int.h"
 #include "util/util.h"
 
-static int cmd_load(int argc, char **argv, struct cli_settings *s, struct rkv_config *cfg)
+static int cmd_load(int argc, char **argv, struct cmd_settings *s, struct rkv_config *cfg)
 {
     char err[512];
-    if (cli_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
-        cli_build_config(s, cfg, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
+        cmd_build_config(s, cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -31,24 +30,24 @@ static int cmd_wants_help(int argc, char **argv)
     return 0;
 }
 
-int cli_cmd_server(int argc, char **argv)
+int cmd_server(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv server [--server-id N | --machine-id M] [settings]\n"
                "Runs one server until a worker shuts the store down.\n\n");
-        cli_settings_help(stdout);
+        cmd_settings_help(stdout);
         return RKV_EXIT_OK;
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
     uint32_t local = 0;
-    if (*s.val[CLI_SERVER_ID]) {
+    if (*s.val[CMD_SERVER_ID]) {
         uint64_t sid;
         char err[256];
-        if (cli_get_u64(&s, CLI_SERVER_ID, &sid, err, sizeof(err)) < 0) {
+        if (cmd_get_u64(&s, CMD_SERVER_ID, &sid, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv: %s\n", err);
             free(cfg.machines);
             return RKV_EXIT_USAGE;
@@ -65,13 +64,13 @@ int cli_cmd_server(int argc, char **argv)
         local = (uint32_t)sid;
     }
     struct rkv_server *srv = NULL;
-    struct cli_node nd;
+    struct cmd_node nd;
     char err[512], node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg.machine_id, local);
-    rc = cli_node_open(&s, &cfg, node, cfg.seed, &nd, err, sizeof(err));
+    rc = cmd_node_open(&s, &cfg, node, cfg.seed, &nd, err, sizeof(err));
     if (rc == 0 &&
         (rc = rkv_server_create_on(nd.port, nd.nic, &cfg, local, &srv, err, sizeof(err))) < 0)
-        cli_node_close(&nd);
+        cmd_node_close(&nd);
     /* The oracle self-test's hook (server_int.h), deliberately not a
      * documented setting. */
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW");
@@ -84,32 +83,14 @@ int cli_cmd_server(int argc, char **argv)
     }
     rc = rkv_server_run(srv);
     rkv_server_destroy(srv);
-    cli_node_close(&nd);
+    cmd_node_close(&nd);
     return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
 }
 
-int cli_workload_load(const struct cli_settings *s, struct cli_workload *wl, char *err,
-                      size_t err_len)
-{
-    uint64_t rows, vb, rounds;
-    if (cli_get_u64(s, CLI_ROWS, &rows, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_VALUE_BYTES, &vb, err, err_len) < 0 ||
-        cli_get_u64(s, CLI_ROUNDS, &rounds, err, err_len) < 0)
-        return -1;
-    if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
-        rounds > 1000)
-        return rkv_errf(err, err_len, -1,
-                        "workload needs rows 1..2^24, value-bytes a multiple of 4 up to 64 MiB, "
-                        "rounds 1..1000");
-    *wl = (struct cli_workload){
-        .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
-    return 0;
-}
-
-static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
+static int cmd_workload(const struct cmd_settings *s, struct rkv_timed_workload *wl)
 {
     char err[256];
-    if (cli_workload_load(s, wl, err, sizeof(err)) < 0) {
+    if (rkv_timed_workload_load(s, wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -117,11 +98,11 @@ static int cmd_workload(const struct cli_settings *s, struct cli_workload *wl)
 }
 
 /* The scenario of the --scenario file, or the built-in one. */
-static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *cfg,
-                        const struct cli_workload *wl, struct rkv_scenario **sc_p)
+static int cmd_scenario(const struct cmd_settings *s, const struct rkv_config *cfg,
+                        const struct rkv_timed_workload *wl, struct rkv_scenario **sc_p)
 {
     char err[512];
-    int rc = *s->val[CLI_SCENARIO] ? rkv_scenario_load(s->val[CLI_SCENARIO], sc_p, err, sizeof(err))
+    int rc = *s->val[CMD_SCENARIO] ? rkv_scenario_load(s->val[CMD_SCENARIO], sc_p, err, sizeof(err))
                                    : rkv_scenario_builtin(cfg, wl->rows, wl->rounds, sc_p);
     if (rc == 0 && (rc = rkv_oracle_check_scenario(*sc_p, err, sizeof(err))) < 0)
         rkv_scenario_free(*sc_p);
@@ -130,76 +111,26 @@ static int cmd_scenario(const struct cli_settings *s, const struct rkv_config *c
         return RKV_EXIT_USAGE;
     }
     uint64_t seed;
-    if (strcmp(s->src[CLI_SEED], "default") != 0 && cli_get_u64(s, CLI_SEED, &seed, err, 1) == 0)
+    if (strcmp(s->src[CMD_SEED], "default") != 0 && cmd_get_u64(s, CMD_SEED, &seed, err, 1) == 0)
         (*sc_p)->seed = seed;
     return 0;
 }
 
-/* A line per finished phase, read by the launcher as it comes: crash faults
- * with after_phase wait for it. */
-static void cmd_on_phase(void *user, uint32_t worker, uint32_t phase)
-{
-    fprintf(user, "PHASEDONE w=%u p=%u\n", worker, phase);
-    fflush(user);
-}
-
-/* Runs the scenario (one PHASE line per phase, and the PIN lines, on
- * `lines`); without a scenario file, also the timed phase (one RESULT line
- * on stdout). *wl_rc_p: how the workload ended (0 or -RKV_E*). */
-static int cmd_run_worker(struct rkv_client *cli, const struct rkv_config *cfg,
-                          const struct rkv_scenario *sc, const struct cli_workload *wl, int bench,
-                          FILE *lines, int *wl_rc_p)
-{
-    struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
-    /* Pinned assign winners go to the launcher with the PHASE lines, which
-     * compares them across workers. */
-    int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
-                                    lines, cmd_on_phase, stdout)
-                : -RKV_ENOMEM;
-    *wl_rc_p = rc;
-    struct cli_result res = {0};
-    for (uint32_t p = 0; st && p < sc->n_phases; p++) {
-        rkv_wl_print(lines, rkv_client_id(cli), p, &st[p]);
-        res.checks += st[p].checks;
-        res.errors += st[p].errors;
-    }
-    if (st && rkv_stats_print(stdout, cli) < 0) /* the report's "stats" */
-        rc = rc < 0 ? rc : -RKV_ENOMEM;
-    free(st);
-    if (rc == 0 && bench)
-        rc = cli_bench_run(cli, cfg, wl, &res, stderr);
-    if (bench)
-        printf("RESULT worker=%u status=%d checks=%llu errors=%llu push_bytes=%llu push_s=%.6f "
-               "pull_bytes=%llu pull_s=%.6f lat_p50_us=%.2f lat_p99_us=%.2f "
-               "pushpull_bytes=%llu pushpull_s=%.6f pushpipe_bytes=%llu pushpipe_s=%.6f "
-               "lat_vcsw=%.3f lat_ivcsw=%.3f lat_call_vcsw=%.3f busy_poll=%d push_t0_s=%.6f "
-               "pull_t0_s=%.6f pushpull_t0_s=%.6f pushpipe_t0_s=%.6f\n",
-               rkv_client_id(cli), rc, (unsigned long long)res.checks,
-               (unsigned long long)res.errors, (unsigned long long)res.push_bytes, res.push_s,
-               (unsigned long long)res.pull_bytes, res.pull_s, res.pull_lat_us_p50,
-               res.pull_lat_us_p99, (unsigned long long)res.pushpull_bytes, res.pushpull_s,
-               (unsigned long long)res.pushpipe_bytes, res.pushpipe_s, res.pull_lat_vcsw,
-               res.pull_lat_ivcsw, res.pull_lat_call_vcsw, cfg->busy_poll, res.push_t0_s,
-               res.pull_t0_s, res.pushpull_t0_s, res.pushpipe_t0_s);
-    fflush(stdout);
-    return rc < 0 ? RKV_EXIT_STORE : res.errors ? RKV_EXIT_CHECK : RKV_EXIT_OK;
-}
-
 /* verdict: under a launcher (`rkv node --scenario`), the report goes to
  * worker 0, which prints the verdict and shuts the servers down. */
-static int cmd_worker(int argc, char **argv, struct cli_verdict *verdict)
+static int worker_main(int argc, char **argv, struct cmd_verdict *verdict)
 {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv worker [--machine-id M] [--scenario FILE] [settings]\n"
                "Joins the store and runs the scenario FILE's workload, or the built-in one\n"
                "(--rows, --rounds) followed by a timed phase (--value-bytes); every pulled\n"
                "value is checked by the oracle. Worker 0 then shuts the servers down.\n\n");
-        cli_settings_help(stdout);
+        cmd_settings_help(stdout);
         return RKV_EXIT_OK;
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
-    struct cli_workload wl;
+    struct rkv_timed_workload wl;
     struct rkv_scenario *sc;
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
@@ -207,21 +138,21 @@ static int cmd_worker(int argc, char **argv, struct cli_verdict *verdict)
     /* DGL's clients are not told their machine: it is the first line of
      * ip_config.txt naming an address of theirs. */
     uint32_t local_m;
-    if (*s.val[CLI_CLUSTER] && strcmp(s.src[CLI_MACHINE_ID], "default") == 0 &&
-        cli_local_machine(&cfg, &local_m) == 0)
+    if (*s.val[CMD_CLUSTER] && strcmp(s.src[CMD_MACHINE_ID], "default") == 0 &&
+        cmd_local_machine(&cfg, &local_m) == 0)
         cfg.machine_id = local_m;
     if ((rc = cmd_workload(&s, &wl)) != 0 || (rc = cmd_scenario(&s, &cfg, &wl, &sc)) != 0) {
         free(cfg.machines);
         return rc;
     }
     struct rkv_client *cli = NULL;
-    struct cli_node nd;
+    struct cmd_node nd;
     char err[512];
     /* The stack address differs between processes (ASLR), so co-located
      * clients draw different HELLO nonces even with one configured seed. */
-    rc = cli_node_open(&s, &cfg, "w", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err, sizeof(err));
+    rc = cmd_node_open(&s, &cfg, "w", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err, sizeof(err));
     if (rc == 0 && (rc = rkv_client_create_on(nd.port, nd.nic, &cfg, &cli, err, sizeof(err))) < 0)
-        cli_node_close(&nd);
+        cmd_node_close(&nd);
     if (rc == 0)
         snprintf(nd.port->node, sizeof(nd.port->node), "w%u", rkv_client_id(cli));
     if (rc < 0) {
@@ -238,12 +169,12 @@ static int cmd_worker(int argc, char **argv, struct cli_verdict *verdict)
     if (!lines)
         fprintf(stderr, "rkv worker: out of memory for the report\n");
     else
-        code = cmd_run_worker(cli, &cfg, sc, &wl, !*s.val[CLI_SCENARIO], lines, &wl_rc);
+        code = rkv_launch_worker_run(cli, &cfg, sc, &wl, !*s.val[CMD_SCENARIO], lines, &wl_rc);
     if (verdict && lines) {
         fclose(lines);
         fwrite(rep, 1, rep_len, stdout);
         fflush(stdout);
-        code = cli_node_verdict(cli, &cfg, sc, rep, rep_len, wl_rc, code, verdict);
+        code = cmd_node_verdict(cli, &cfg, sc, rep, rep_len, wl_rc, code, verdict);
         free(rep);
     } else if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
         fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
@@ -251,31 +182,31 @@ static int cmd_worker(int argc, char **argv, struct cli_verdict *verdict)
             code = RKV_EXIT_STORE;
     }
     rkv_client_destroy(cli);
-    cli_node_close(&nd);
+    cmd_node_close(&nd);
     rkv_scenario_free(sc);
     free(cfg.machines);
     return code;
 }
 
-int cli_cmd_worker(int argc, char **argv)
+int cmd_worker(int argc, char **argv)
 {
-    return cmd_worker(argc, argv, NULL);
+    return worker_main(argc, argv, NULL);
 }
 
-int cli_cmd_config(int argc, char **argv)
+int cmd_config(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv) || argc == 0 || strcmp(argv[0], "--dump") != 0) {
         printf("usage: rkv config --dump [settings]\n"
                "Prints every setting, its value, default, env var, aliases and source.\n");
         return argc == 0 || cmd_wants_help(argc, argv) ? RKV_EXIT_OK : RKV_EXIT_USAGE;
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
-    if (cli_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    cli_settings_dump(&s, stdout);
+    cmd_settings_dump(&s, stdout);
     return RKV_EXIT_OK;
 }
 
@@ -300,10 +231,10 @@ static int node_rank(uint32_t *rank, uint32_t *size)
  * the rest the workers, machine by machine. Every rank derives the same
  * cluster from the scenario; hosts come from --cluster (one line per
  * machine) or --host for a one-host run. */
-static int node_from_scenario(int argc, char **argv, const struct cli_settings *s,
+static int node_from_scenario(int argc, char **argv, const struct cmd_settings *s,
                               const char *out_dir)
 {
-    struct cli_verdict verdict = {.out_dir = out_dir};
+    struct cmd_verdict verdict = {.out_dir = out_dir};
     clock_gettime(CLOCK_MONOTONIC, &verdict.t0);
     char err[512];
     struct rkv_scenario *sc;
@@ -313,7 +244,7 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
                         "PMI_RANK) and no --role\n");
         return RKV_EXIT_USAGE;
     }
-    if (rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, sizeof(err)) < 0) {
+    if (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv node: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -324,7 +255,7 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
     snprintf(v[2], 16, "%u", W);
     snprintf(v[3], 16, "%u", rank < S ? rank : rkv_scenario_worker_machine(sc, rank - S));
     snprintf(port, 16, "%u", sc->tcp_base_port);
-    int use_port = sc->tcp_base_port && !strcmp(s->src[CLI_BASE_PORT], "default");
+    int use_port = sc->tcp_base_port && !strcmp(s->src[CMD_BASE_PORT], "default");
     rkv_scenario_free(sc);
     if (size != S + W) {
         fprintf(stderr,
@@ -352,19 +283,19 @@ static int node_from_scenario(int argc, char **argv, const struct cli_settings *
         args[n++] = "--base-port";
         args[n++] = port;
     }
-    if (!*s->val[CLI_CLUSTER]) { /* only server 0's address is known to everyone */
+    if (!*s->val[CMD_CLUSTER]) { /* only server 0's address is known to everyone */
         args[n++] = "--discover";
         args[n++] = "1";
     }
     args[n] = NULL;
-    return rank < S ? cli_cmd_server(n, args) : cmd_worker(n, args, &verdict);
+    return rank < S ? cmd_server(n, args) : worker_main(n, args, &verdict);
 }
 
 /* For launchers that set a role variable (ps-lite's DMLC_ROLE, DGL's), or
  * a rank (mpirun, srun) together with --scenario. */
-int cli_cmd_node(int argc, char **argv)
+int cmd_node(int argc, char **argv)
 {
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv node [--role server|worker|scheduler] [settings]\n"
@@ -382,32 +313,32 @@ int cli_cmd_node(int argc, char **argv)
         return RKV_EXIT_OK;
     }
     const char *out_dir = NULL;
-    if (cli_verdict_take_out(&argc, argv, &out_dir) < 0) {
+    if (cmd_verdict_take_out(&argc, argv, &out_dir) < 0) {
         fprintf(stderr, "rkv node: --out: which directory?\n");
         return RKV_EXIT_USAGE;
     }
-    if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    if (!*s.val[CLI_ROLE] && *s.val[CLI_SCENARIO])
+    if (!*s.val[CMD_ROLE] && *s.val[CMD_SCENARIO])
         return node_from_scenario(argc, argv, &s, out_dir);
     if (out_dir) {
         fprintf(stderr, "rkv node: --out: only with --scenario under a launcher (no --role)\n");
         return RKV_EXIT_USAGE;
     }
-    int server = strcmp(s.val[CLI_ROLE], "server") == 0;
-    int worker = strcmp(s.val[CLI_ROLE], "worker") == 0 || strcmp(s.val[CLI_ROLE], "client") == 0;
-    if (strcmp(s.val[CLI_ROLE], "scheduler") == 0)
-        return cli_pslite_scheduler(&s);
-    if ((server || worker) && cli_pslite_mode(&s))
-        return cli_pslite_node(argc, argv, &s, server);
+    int server = strcmp(s.val[CMD_ROLE], "server") == 0;
+    int worker = strcmp(s.val[CMD_ROLE], "worker") == 0 || strcmp(s.val[CMD_ROLE], "client") == 0;
+    if (strcmp(s.val[CMD_ROLE], "scheduler") == 0)
+        return rkv_pslite_scheduler(&s);
+    if ((server || worker) && rkv_pslite_mode(&s))
+        return cmd_pslite_node(argc, argv, &s, server);
     if (server)
-        return cli_cmd_server(argc, argv);
+        return cmd_server(argc, argv);
     if (worker) /* "client" is DGL's word (DGL_ROLE=client) */
-        return cli_cmd_worker(argc, argv);
+        return cmd_worker(argc, argv);
     fprintf(stderr,
             "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)\n",
-            s.val[CLI_ROLE], s.src[CLI_ROLE]);
+            s.val[CMD_ROLE], s.src[CMD_ROLE]);
     return RKV_EXIT_USAGE;
 }

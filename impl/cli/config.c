@@ -10,11 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
+#include "cli/settings.h"
 #include "store/store_int.h"
 #include "util/util.h"
 
-struct cli_opt {
+struct cmd_opt {
     const char *name; /* flag --name (dashes), env RKV_NAME (upper, underscores) */
     const char *env;
     const char *aliases; /* space-separated env vars accepted too */
@@ -22,101 +22,101 @@ struct cli_opt {
     const char *help;
 };
 
-static const struct cli_opt cli_opts[CLI_KEY_COUNT_] = {
-    [CLI_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
+static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
+    [CMD_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
                   "server, worker (DGL: client) or scheduler (`rkv node`; DMLC_ROLE: ps-lite's "
                   "launch, ids from the scheduler)"},
-    [CLI_CLUSTER] =
+    [CMD_CLUSTER] =
         {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
          "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
-    [CLI_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
+    [CMD_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
                   "host of a one-machine cluster (no cluster file)"},
-    [CLI_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
+    [CMD_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
                        "first server port of a one-machine cluster"},
-    [CLI_MACHINES] = {"machines", "RKV_MACHINES", "", "1",
+    [CMD_MACHINES] = {"machines", "RKV_MACHINES", "", "1",
                       "machines simulated on this host by `rkv demo`"},
-    [CLI_SERVERS_PER_MACHINE] = {"servers-per-machine", "RKV_SERVERS_PER_MACHINE", "DGL_NUM_SERVER",
+    [CMD_SERVERS_PER_MACHINE] = {"servers-per-machine", "RKV_SERVERS_PER_MACHINE", "DGL_NUM_SERVER",
                                  "1", "servers sharing each machine's shard"},
-    [CLI_NUM_SERVERS] = {"num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
+    [CMD_NUM_SERVERS] = {"num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
                          "total servers (one-machine cluster: sets servers-per-machine)"},
-    [CLI_NUM_WORKERS] = {"num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1",
+    [CMD_NUM_WORKERS] = {"num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1",
                          "workers (clients) that will join"},
-    [CLI_MACHINE_ID] = {"machine-id", "RKV_MACHINE_ID", "", "0",
+    [CMD_MACHINE_ID] = {"machine-id", "RKV_MACHINE_ID", "", "0",
                         "machine this process runs on (index in the cluster file)"},
-    [CLI_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "",
+    [CMD_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "",
                        "global server id (sets machine-id and the local index)"},
-    [CLI_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp, verbs, sim"},
-    [CLI_TIMEOUT_MS] = {"timeout-ms", "RKV_TIMEOUT_MS", "", "30000", "per-request timeout"},
-    [CLI_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000",
+    [CMD_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp, verbs, sim"},
+    [CMD_TIMEOUT_MS] = {"timeout-ms", "RKV_TIMEOUT_MS", "", "30000", "per-request timeout"},
+    [CMD_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000",
                               "how long clients retry connecting to servers that are not up yet"},
-    [CLI_RX_DEPTH] = {"rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64",
+    [CMD_RX_DEPTH] = {"rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64",
                       "posted receive buffers per connection (same on every node)"},
-    [CLI_CTRL_BUF_BYTES] = {"ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192",
+    [CMD_CTRL_BUF_BYTES] = {"ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192",
                             "largest message sent inline; larger ones use the rendezvous"},
-    [CLI_SLOTS] = {"slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
-    [CLI_MAX_SLOT_BYTES] = {"max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824",
+    [CMD_SLOTS] = {"slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
+    [CMD_MAX_SLOT_BYTES] = {"max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824",
                             "largest single message"},
-    [CLI_SHM_PREFIX] = {"shm-prefix", "RKV_SHM_PREFIX", "", "",
+    [CMD_SHM_PREFIX] = {"shm-prefix", "RKV_SHM_PREFIX", "", "",
                         "shared-memory name prefix (default rkv-<base port>)"},
-    [CLI_SEED] = {"seed", "RKV_SEED", "", "1", "seed of every random choice"},
-    [CLI_LOG_LEVEL] = {"log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1",
+    [CMD_SEED] = {"seed", "RKV_SEED", "", "1", "seed of every random choice"},
+    [CMD_LOG_LEVEL] = {"log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1",
                        "0 error, 1 warn, 2 info, 3 debug"},
-    [CLI_ROWS] = {"rows", "RKV_ROWS", "", "4096", "workload: rows per tensor"},
-    [CLI_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536",
+    [CMD_ROWS] = {"rows", "RKV_ROWS", "", "4096", "workload: rows per tensor"},
+    [CMD_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536",
                          "workload: bytes per row in the timed phase"},
-    [CLI_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
-    [CLI_SCENARIO] = {"scenario", "RKV_SCENARIO", "", "",
+    [CMD_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
+    [CMD_SCENARIO] = {"scenario", "RKV_SCENARIO", "", "",
                       "workers run this scenario file's workload"},
-    [CLI_DISCOVER] = {"discover", "RKV_DISCOVER", "", "0",
+    [CMD_DISCOVER] = {"discover", "RKV_DISCOVER", "", "0",
                       "1: only machine 0's host is known; the other servers announce their "
                       "address to server 0"},
-    [CLI_DURABLE_DIR] = {"durable-dir", "RKV_DURABLE_DIR", "", "",
+    [CMD_DURABLE_DIR] = {"durable-dir", "RKV_DURABLE_DIR", "", "",
                          "durable mode: a push is acknowledged once a snapshot holding it is "
                          "synced here; a restarted server loads its machine's snapshot"},
-    [CLI_RETRY_MS] = {"retry-ms", "RKV_RETRY_MS", "", "0",
+    [CMD_RETRY_MS] = {"retry-ms", "RKV_RETRY_MS", "", "0",
                       "clients retry requests to a dead server this long (it may restart); "
                       "0: fail at once with a dead-peer error"},
-    [CLI_ZERO_COPY_BYTES] = {"zero-copy-bytes", "RKV_ZERO_COPY_BYTES", "", "65536",
+    [CMD_ZERO_COPY_BYTES] = {"zero-copy-bytes", "RKV_ZERO_COPY_BYTES", "", "65536",
                              "a push or pull part for one remote server of at least this many "
                              "row bytes moves from/to the caller's buffer without a copy; 0: "
                              "never"},
-    [CLI_BUSY_POLL] = {"busy-poll", "RKV_BUSY_POLL", "", "0",
+    [CMD_BUSY_POLL] = {"busy-poll", "RKV_BUSY_POLL", "", "0",
                        "1: a client call polls the NIC itself while it waits, and a node "
                        "spins for 20 ms after each completion before it sleeps (lowest "
                        "latency, a core per spinning thread); 0: threads sleep until woken"},
     /* The secret itself only from a file or RKV_TOKEN: a flag's value is
      * visible to every user of the host (ps). */
-    [CLI_SECRET_FILE] = {"secret-file", "RKV_SECRET_FILE", "", "",
+    [CMD_SECRET_FILE] = {"secret-file", "RKV_SECRET_FILE", "", "",
                          "file holding the cluster's shared secret (any text; one trailing "
                          "newline ignored); else RKV_TOKEN's text; none: anyone who reaches a "
                          "server's port can join"},
-    [CLI_HELLO_TIMEOUT_MS] = {"hello-timeout-ms", "RKV_HELLO_TIMEOUT_MS", "", "5000",
+    [CMD_HELLO_TIMEOUT_MS] = {"hello-timeout-ms", "RKV_HELLO_TIMEOUT_MS", "", "5000",
                               "a connection that has not proved the secret by then is dropped"},
-    [CLI_IDLE_TIMEOUT_MS] = {"idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
+    [CMD_IDLE_TIMEOUT_MS] = {"idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
                              "a connection to a server that sends no message this long is "
                              "dropped (clients redial with retry-ms); 0: never"},
-    [CLI_NODE_HOST] = {"node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
+    [CMD_NODE_HOST] = {"node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
                        "under DMLC_ROLE: the address this node gives the scheduler (default: "
                        "--interface's, else the one it reached the scheduler from)"},
-    [CLI_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
+    [CMD_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
                        "under DMLC_ROLE: the network interface whose IPv4 address this node "
                        "gives the scheduler"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
-_Static_assert(sizeof(cli_opts) / sizeof(cli_opts[0]) == CLI_KEY_COUNT_, "settings table");
+_Static_assert(sizeof(cmd_opts) / sizeof(cmd_opts[0]) == CMD_KEY_COUNT_, "settings table");
 
-static int cli_find_flag(const char *name, size_t len)
+static int cmd_find_flag(const char *name, size_t len)
 {
-    for (int k = 0; k < CLI_KEY_COUNT_; k++)
-        if (strlen(cli_opts[k].name) == len && strncmp(cli_opts[k].name, name, len) == 0)
+    for (int k = 0; k < CMD_KEY_COUNT_; k++)
+        if (strlen(cmd_opts[k].name) == len && strncmp(cmd_opts[k].name, name, len) == 0)
             return k;
     return -1;
 }
 
-static void cli_load_env(struct cli_settings *s, int k)
+static void cmd_load_env(struct cmd_settings *s, int k)
 {
     char names[128];
-    snprintf(names, sizeof(names), "%s %s", cli_opts[k].env, cli_opts[k].aliases);
+    snprintf(names, sizeof(names), "%s %s", cmd_opts[k].env, cmd_opts[k].aliases);
     for (char *save = NULL, *n = strtok_r(names, " ", &save); n; n = strtok_r(NULL, " ", &save)) {
         const char *v = getenv(n);
         if (v && *v) {
@@ -128,13 +128,13 @@ static void cli_load_env(struct cli_settings *s, int k)
     }
 }
 
-int cli_settings_load(struct cli_settings *s, int argc, char **argv, char *err, size_t err_len)
+int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len)
 {
     memset(s, 0, sizeof(*s));
-    for (int k = 0; k < CLI_KEY_COUNT_; k++) {
-        s->val[k] = cli_opts[k].def;
+    for (int k = 0; k < CMD_KEY_COUNT_; k++) {
+        s->val[k] = cmd_opts[k].def;
         s->src[k] = "default";
-        cli_load_env(s, k);
+        cmd_load_env(s, k);
     }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -142,7 +142,7 @@ int cli_settings_load(struct cli_settings *s, int argc, char **argv, char *err, 
             return rkv_errf(err, err_len, -1, "unexpected argument '%s' (see --help)", a);
         const char *eq = strchr(a + 2, '=');
         size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        int k = cli_find_flag(a + 2, len);
+        int k = cmd_find_flag(a + 2, len);
         if (k < 0)
             return rkv_errf(err, err_len, -1, "unknown flag '%s' (see --help)", a);
         if (eq) {
@@ -157,7 +157,7 @@ int cli_settings_load(struct cli_settings *s, int argc, char **argv, char *err, 
     return 0;
 }
 
-int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char *err,
+int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
                 size_t err_len)
 {
     const char *str = s->val[k];
@@ -166,33 +166,33 @@ int cli_get_u64(const struct cli_settings *s, enum cli_key k, uint64_t *v, char 
     unsigned long long x = strtoull(str, &end, 0);
     if (!*str || *end || errno || str[0] == '-')
         return rkv_errf(err, err_len, -1, "%s: expected a non-negative integer, got \"%s\" (%s)",
-                        cli_opts[k].name, str, s->src[k]);
+                        cmd_opts[k].name, str, s->src[k]);
     *v = x;
     return 0;
 }
 
-void cli_settings_dump(const struct cli_settings *s, FILE *out)
+void cmd_settings_dump(const struct cmd_settings *s, FILE *out)
 {
     fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", "setting", "value", "default", "env var",
             "aliases", "source");
-    for (int k = 0; k < CLI_KEY_COUNT_; k++)
-        fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", cli_opts[k].name,
-                *s->val[k] ? s->val[k] : "-", *cli_opts[k].def ? cli_opts[k].def : "-",
-                cli_opts[k].env, *cli_opts[k].aliases ? cli_opts[k].aliases : "-", s->src[k]);
+    for (int k = 0; k < CMD_KEY_COUNT_; k++)
+        fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", cmd_opts[k].name,
+                *s->val[k] ? s->val[k] : "-", *cmd_opts[k].def ? cmd_opts[k].def : "-",
+                cmd_opts[k].env, *cmd_opts[k].aliases ? cmd_opts[k].aliases : "-", s->src[k]);
 }
 
-void cli_settings_help(FILE *out)
+void cmd_settings_help(FILE *out)
 {
     fprintf(out, "settings (flag --name VALUE, env var, or alias; flags win over env):\n");
-    for (int k = 0; k < CLI_KEY_COUNT_; k++)
-        fprintf(out, "  --%-20s %-24s %s [default: %s]\n", cli_opts[k].name, cli_opts[k].env,
-                cli_opts[k].help, *cli_opts[k].def ? cli_opts[k].def : "none");
+    for (int k = 0; k < CMD_KEY_COUNT_; k++)
+        fprintf(out, "  --%-20s %-24s %s [default: %s]\n", cmd_opts[k].name, cmd_opts[k].env,
+                cmd_opts[k].help, *cmd_opts[k].def ? cmd_opts[k].def : "none");
 }
 
 /* ---- cluster file ---- */
 
 /* DGL's ip_config.txt: "IP", "IP PORT" or the older "IP PORT SERVERS". */
-static int cli_parse_line(const char *path, int ln, char *line, uint32_t default_servers,
+static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default_servers,
                           struct rkv_machine *m, char *err, size_t err_len)
 {
     char *save = NULL;
@@ -204,7 +204,7 @@ static int cli_parse_line(const char *path, int ln, char *line, uint32_t default
     if (strlen(host) > RKV_HOST_MAX)
         return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
                         RKV_HOST_MAX);
-    unsigned long p = CLI_DGL_DEFAULT_PORT;
+    unsigned long p = CMD_DGL_DEFAULT_PORT;
     if (port) {
         p = strtoul(port, &end, 10);
         if (*end || p == 0 || p > 65535)
@@ -235,7 +235,7 @@ static int cli_parse_line(const char *path, int ln, char *line, uint32_t default
 /* Two lines naming one host whose port ranges meet would put two servers on
  * one port: the second fails far from the cause ("address in use", or a
  * client talking to the wrong server). Hosts are compared as written. */
-static int cli_check_duplicates(const char *path, const struct rkv_machine *ms, const int *lns,
+static int cmd_check_duplicates(const char *path, const struct rkv_machine *ms, const int *lns,
                                 uint32_t n, char *err, size_t err_len)
 {
     for (uint32_t j = 1; j < n; j++) {
@@ -256,7 +256,7 @@ static int cli_check_duplicates(const char *path, const struct rkv_machine *ms, 
     return 0;
 }
 
-int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len)
 {
     FILE *f = fopen(path, "r");
@@ -288,7 +288,7 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
                           RKV_MAX_MACHINES);
         } else {
             lns[n] = ln;
-            rc = cli_parse_line(path, ln, p, default_servers, &ms[n++], err, err_len);
+            rc = cmd_parse_line(path, ln, p, default_servers, &ms[n++], err, err_len);
         }
     }
     fclose(f);
@@ -298,7 +298,7 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
                       "lines)",
                       path);
     if (rc == 0)
-        rc = cli_check_duplicates(path, ms, lns, n, err, err_len);
+        rc = cmd_check_duplicates(path, ms, lns, n, err, err_len);
     free(lns);
     if (rc < 0) {
         free(ms);
@@ -309,29 +309,29 @@ int cli_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
     return 0;
 }
 
-static int cli_u32(const struct cli_settings *s, enum cli_key k, uint32_t *v, char *err,
+static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, char *err,
                    size_t err_len)
 {
     uint64_t x = 0; /* set on success; GCC -O3 warns otherwise */
-    if (cli_get_u64(s, k, &x, err, err_len) < 0)
+    if (cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > UINT32_MAX)
-        return rkv_errf(err, err_len, -1, "%s: %llu is too large", cli_opts[k].name,
+        return rkv_errf(err, err_len, -1, "%s: %llu is too large", cmd_opts[k].name,
                         (unsigned long long)x);
     *v = (uint32_t)x;
     return 0;
 }
 
 /* Without a cluster file: `machines` machines on one host, consecutive ports. */
-static int cli_local_machines(const struct cli_settings *s, struct rkv_config *cfg, char *err,
+static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                               size_t err_len)
 {
     uint32_t nm, spm, port;
-    if (cli_u32(s, CLI_MACHINES, &nm, err, err_len) ||
-        cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len) ||
-        cli_u32(s, CLI_BASE_PORT, &port, err, err_len))
+    if (cmd_u32(s, CMD_MACHINES, &nm, err, err_len) ||
+        cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len) ||
+        cmd_u32(s, CMD_BASE_PORT, &port, err, err_len))
         return -1;
-    if (*s->val[CLI_NUM_SERVERS] && cli_u32(s, CLI_NUM_SERVERS, &spm, err, err_len))
+    if (*s->val[CMD_NUM_SERVERS] && cmd_u32(s, CMD_NUM_SERVERS, &spm, err, err_len))
         return -1;
     if (nm == 0 || nm > RKV_MAX_MACHINES || spm == 0 || spm > 256 || port == 0 ||
         port + (uint64_t)nm * spm > 65536)
@@ -342,10 +342,10 @@ static int cli_local_machines(const struct cli_settings *s, struct rkv_config *c
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
-    int discover = strcmp(s->val[CLI_DISCOVER], "0") != 0;
+    int discover = strcmp(s->val[CMD_DISCOVER], "0") != 0;
     for (uint32_t m = 0; m < nm; m++) {
         if (m == 0 || !discover) /* else learned from server 0 at start */
-            snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CLI_HOST]);
+            snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CMD_HOST]);
         cfg->machines[m].base_port = (uint16_t)(port + m * spm);
         cfg->machines[m].servers = spm;
     }
@@ -356,76 +356,76 @@ static int cli_local_machines(const struct cli_settings *s, struct rkv_config *c
 /* Settings whose value sizes memory a node allocates up front: a value far
  * beyond any real cluster is a typo (or a unit mistake), refused here naming
  * the setting and its limit, not met later as "out of memory". */
-static const struct cli_limit {
-    enum cli_key key;
+static const struct cmd_limit {
+    enum cmd_key key;
     uint64_t max;
     const char *why;
-} cli_limits[] = {
-    {CLI_NUM_WORKERS, 65536, "servers keep a record per worker"},
-    {CLI_RX_DEPTH, 65536, "each connection posts this many receive buffers"},
-    {CLI_SLOTS, 65536, "each connection keeps this many slots"},
-    {CLI_CTRL_BUF_BYTES, 64u << 20, "each receive buffer has this size"},
+} cmd_limits[] = {
+    {CMD_NUM_WORKERS, 65536, "servers keep a record per worker"},
+    {CMD_RX_DEPTH, 65536, "each connection posts this many receive buffers"},
+    {CMD_SLOTS, 65536, "each connection keeps this many slots"},
+    {CMD_CTRL_BUF_BYTES, 64u << 20, "each receive buffer has this size"},
 };
 
 /* Bytes of receive buffers one connection may take (rx-depth x
  * ctrl-buf-bytes): a server holds one set per peer. */
-#define CLI_RX_BYTES_MAX (1ull << 30)
+#define CMD_RX_BYTES_MAX (1ull << 30)
 
-static int cli_check_limits(const struct cli_settings *s, char *err, size_t err_len)
+static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_len)
 {
-    uint64_t v[CLI_KEY_COUNT_] = {0};
-    for (size_t i = 0; i < sizeof(cli_limits) / sizeof(cli_limits[0]); i++) {
-        const struct cli_limit *l = &cli_limits[i];
-        if (cli_get_u64(s, l->key, &v[l->key], err, err_len) < 0)
+    uint64_t v[CMD_KEY_COUNT_] = {0};
+    for (size_t i = 0; i < sizeof(cmd_limits) / sizeof(cmd_limits[0]); i++) {
+        const struct cmd_limit *l = &cmd_limits[i];
+        if (cmd_get_u64(s, l->key, &v[l->key], err, err_len) < 0)
             return -1;
         if (v[l->key] > l->max)
             return rkv_errf(err, err_len, -1, "%s: %llu is above the limit %llu (%s; %s)",
-                            cli_opts[l->key].name, (unsigned long long)v[l->key],
+                            cmd_opts[l->key].name, (unsigned long long)v[l->key],
                             (unsigned long long)l->max, l->why, s->src[l->key]);
     }
-    uint64_t rx = v[CLI_RX_DEPTH] * v[CLI_CTRL_BUF_BYTES]; /* both bounded: no overflow */
-    if (rx > CLI_RX_BYTES_MAX)
+    uint64_t rx = v[CMD_RX_DEPTH] * v[CMD_CTRL_BUF_BYTES]; /* both bounded: no overflow */
+    if (rx > CMD_RX_BYTES_MAX)
         return rkv_errf(err, err_len, -1,
                         "rx-depth x ctrl-buf-bytes: %llu x %llu bytes of receive buffers per "
                         "connection is above the limit %llu MiB",
-                        (unsigned long long)v[CLI_RX_DEPTH],
-                        (unsigned long long)v[CLI_CTRL_BUF_BYTES], CLI_RX_BYTES_MAX >> 20);
+                        (unsigned long long)v[CMD_RX_DEPTH],
+                        (unsigned long long)v[CMD_CTRL_BUF_BYTES], CMD_RX_BYTES_MAX >> 20);
     return 0;
 }
 
-int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char *err,
+int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len)
 {
     rkv_config_defaults(cfg);
-    if (cli_check_limits(s, err, err_len) < 0)
+    if (cmd_check_limits(s, err, err_len) < 0)
         return -1; /* before the cluster file or anything else is allocated */
     uint32_t spm;
     uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
-    if (cli_u32(s, CLI_SERVERS_PER_MACHINE, &spm, err, err_len))
+    if (cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
-    int rc = *s->val[CLI_CLUSTER] ? cli_cluster_parse(s->val[CLI_CLUSTER], spm, &cfg->machines,
+    int rc = *s->val[CMD_CLUSTER] ? cmd_cluster_parse(s->val[CMD_CLUSTER], spm, &cfg->machines,
                                                       &cfg->n_machines, err, err_len)
-                                  : cli_local_machines(s, cfg, err, err_len);
+                                  : cmd_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
     uint32_t ll, busy;
-    if (cli_u32(s, CLI_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
-        cli_u32(s, CLI_MACHINE_ID, &cfg->machine_id, err, err_len) ||
-        cli_u32(s, CLI_TIMEOUT_MS, &cfg->timeout_ms, err, err_len) ||
-        cli_u32(s, CLI_CONNECT_RETRY_MS, &cfg->connect_retry_ms, err, err_len) ||
-        cli_u32(s, CLI_RX_DEPTH, &cfg->rx_depth, err, err_len) ||
-        cli_u32(s, CLI_CTRL_BUF_BYTES, &cfg->ctrl_buf_bytes, err, err_len) ||
-        cli_u32(s, CLI_SLOTS, &cfg->push_slots, err, err_len) ||
-        cli_get_u64(s, CLI_MAX_SLOT_BYTES, &slot, err, err_len) ||
-        cli_get_u64(s, CLI_SEED, &seed, err, err_len) ||
-        cli_u32(s, CLI_LOG_LEVEL, &ll, err, err_len) ||
-        cli_u32(s, CLI_RETRY_MS, &cfg->retry_ms, err, err_len) ||
-        cli_get_u64(s, CLI_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
-        cli_u32(s, CLI_BUSY_POLL, &busy, err, err_len) ||
-        cli_u32(s, CLI_HELLO_TIMEOUT_MS, &cfg->hello_timeout_ms, err, err_len) ||
-        cli_u32(s, CLI_IDLE_TIMEOUT_MS, &cfg->idle_timeout_ms, err, err_len))
+    if (cmd_u32(s, CMD_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
+        cmd_u32(s, CMD_MACHINE_ID, &cfg->machine_id, err, err_len) ||
+        cmd_u32(s, CMD_TIMEOUT_MS, &cfg->timeout_ms, err, err_len) ||
+        cmd_u32(s, CMD_CONNECT_RETRY_MS, &cfg->connect_retry_ms, err, err_len) ||
+        cmd_u32(s, CMD_RX_DEPTH, &cfg->rx_depth, err, err_len) ||
+        cmd_u32(s, CMD_CTRL_BUF_BYTES, &cfg->ctrl_buf_bytes, err, err_len) ||
+        cmd_u32(s, CMD_SLOTS, &cfg->push_slots, err, err_len) ||
+        cmd_get_u64(s, CMD_MAX_SLOT_BYTES, &slot, err, err_len) ||
+        cmd_get_u64(s, CMD_SEED, &seed, err, err_len) ||
+        cmd_u32(s, CMD_LOG_LEVEL, &ll, err, err_len) ||
+        cmd_u32(s, CMD_RETRY_MS, &cfg->retry_ms, err, err_len) ||
+        cmd_get_u64(s, CMD_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
+        cmd_u32(s, CMD_BUSY_POLL, &busy, err, err_len) ||
+        cmd_u32(s, CMD_HELLO_TIMEOUT_MS, &cfg->hello_timeout_ms, err, err_len) ||
+        cmd_u32(s, CMD_IDLE_TIMEOUT_MS, &cfg->idle_timeout_ms, err, err_len))
         goto free_machines;
-    const char *secret_file = s->val[CLI_SECRET_FILE];
+    const char *secret_file = s->val[CMD_SECRET_FILE];
     if (*secret_file) {
         /* The NIC reads it when it opens (so a long secret is not cut to
          * rkv_config.secret's size); said here if it cannot. */
@@ -446,22 +446,22 @@ int cli_build_config(const struct cli_settings *s, struct rkv_config *cfg, char 
         goto free_machines;
     }
     cfg->busy_poll = (int)busy;
-    if (strlen(s->val[CLI_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
+    if (strlen(s->val[CMD_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
         rkv_errf(err, err_len, -1, "durable-dir: longer than %zu bytes",
                  sizeof(cfg->durable_dir) - 1);
         goto free_machines;
     }
-    strcpy(cfg->durable_dir, s->val[CLI_DURABLE_DIR]);
+    strcpy(cfg->durable_dir, s->val[CMD_DURABLE_DIR]);
     cfg->max_slot_bytes = slot;
     cfg->seed = seed;
     cfg->log_level = (int)ll;
-    if (strlen(s->val[CLI_BACKEND]) >= sizeof(cfg->backend)) {
-        rkv_errf(err, err_len, -1, "backend: unknown \"%s\"", s->val[CLI_BACKEND]);
+    if (strlen(s->val[CMD_BACKEND]) >= sizeof(cfg->backend)) {
+        rkv_errf(err, err_len, -1, "backend: unknown \"%s\"", s->val[CMD_BACKEND]);
         goto free_machines;
     }
-    strcpy(cfg->backend, s->val[CLI_BACKEND]);
-    if (*s->val[CLI_SHM_PREFIX])
-        snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "%s", s->val[CLI_SHM_PREFIX]);
+    strcpy(cfg->backend, s->val[CMD_BACKEND]);
+    if (*s->val[CMD_SHM_PREFIX])
+        snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "%s", s->val[CMD_SHM_PREFIX]);
     else
         snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "rkv-%u", cfg->machines[0].base_port);
     if (rkv_cfg_check(cfg, err, err_len) < 0)
@@ -475,7 +475,7 @@ free_machines:
 
 /* Whether host names an IPv4 address of this machine: binding a socket to it
  * succeeds only then (all of 127.0.0.0/8 is this machine's). */
-static int cli_host_is_local(const char *host)
+static int cmd_host_is_local(const char *host)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res;
     if (!host[0] || getaddrinfo(host, NULL, &hints, &res) != 0)
@@ -493,10 +493,10 @@ static int cli_host_is_local(const char *host)
     return local;
 }
 
-int cli_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
+int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
 {
     for (uint32_t m = 0; m < cfg->n_machines; m++) {
-        if (cli_host_is_local(cfg->machines[m].host)) {
+        if (cmd_host_is_local(cfg->machines[m].host)) {
             *m_p = m;
             return 0;
         }

@@ -245,19 +245,19 @@ static int doc_host_on_rdma(const char *host)
     return ok;
 }
 
-static void doc_check_host(struct doc *d, const struct cli_settings *s)
+static void doc_check_host(struct doc *d, const struct cmd_settings *s)
 {
-    const char *host = s->val[CLI_HOST];
+    const char *host = s->val[CMD_HOST];
     if (d->devices == 0)
         return;
     if (doc_host_on_rdma(host)) {
-        doc_ok("host %s (%s) is on an RDMA netdev", host, s->src[CLI_HOST]);
+        doc_ok("host %s (%s) is on an RDMA netdev", host, s->src[CMD_HOST]);
         return;
     }
     doc_problem(d,
                 "host %s (%s) is not on an RDMA netdev, rdma_cm cannot use it: set RKV_HOST=%s "
                 "or --host %s",
-                host, s->src[CLI_HOST], d->n_addrs ? d->addrs[0] : "ADDR",
+                host, s->src[CMD_HOST], d->n_addrs ? d->addrs[0] : "ADDR",
                 d->n_addrs ? d->addrs[0] : "ADDR");
 }
 #endif
@@ -376,11 +376,11 @@ static int doc_rdma_port_state(const char *host, uint16_t port)
 }
 #endif
 
-static void doc_check_ports(struct doc *d, const struct cli_settings *s)
+static void doc_check_ports(struct doc *d, const struct cmd_settings *s)
 {
     char err[512];
     struct rkv_config cfg;
-    if (cli_build_config(s, &cfg, err, sizeof(err)) < 0) {
+    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
         doc_problem(d, "the settings do not form a cluster: %s", err);
         return;
     }
@@ -424,7 +424,7 @@ static void doc_usage(void)
            "not (also when this rkv was built without verbs).\n");
 }
 
-int cli_cmd_doctor(int argc, char **argv)
+int cmd_doctor(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -432,9 +432,9 @@ int cli_cmd_doctor(int argc, char **argv)
             return RKV_EXIT_OK;
         }
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[512];
-    if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv doctor: %s\n", err);
         return RKV_EXIT_USAGE;
     }

@@ -29,7 +29,7 @@ static void ls_usage(FILE *out)
                  "Lists every tensor of the running store (asked of server 0, without taking a\n"
                  "worker slot): id, name, dtype, rows, row length, partition policy and whether\n"
                  "it has optimizer state.\n\n");
-    cli_settings_help(out);
+    cmd_settings_help(out);
 }
 
 static void ls_print(FILE *out, const struct rkv_tensor_meta *m, size_t n)
@@ -43,7 +43,7 @@ static void ls_print(FILE *out, const struct rkv_tensor_meta *m, size_t n)
     fprintf(out, "%zu tensor%s\n", n, n == 1 ? "" : "s");
 }
 
-int cli_cmd_ls(int argc, char **argv)
+int cmd_ls(int argc, char **argv)
 {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -51,20 +51,20 @@ int cli_cmd_ls(int argc, char **argv)
             return RKV_EXIT_OK;
         }
     }
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
     char err[512];
-    if (cli_settings_load(&s, argc, argv, err, sizeof(err)) < 0 ||
-        cli_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0 ||
+        cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv ls: %s\n", err);
         return RKV_EXIT_USAGE;
     }
     struct rkv_tensor_meta *metas = calloc(LS_MAX_TENSORS, sizeof(*metas));
     struct rkv_client *cli = NULL;
-    struct cli_node nd;
+    struct cmd_node nd;
     int code = RKV_EXIT_STORE, rc = metas ? 0 : -RKV_ENOMEM;
     if (rc == 0)
-        rc = cli_node_open(&s, &cfg, "ls", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err,
+        rc = cmd_node_open(&s, &cfg, "ls", cfg.seed ^ (uint64_t)(uintptr_t)&nd, &nd, err,
                            sizeof(err));
     if (rc < 0) {
         fprintf(stderr, "rkv ls: %s\n", metas ? err : "out of memory");
@@ -85,7 +85,7 @@ int cli_cmd_ls(int argc, char **argv)
 destroy_client:
     rkv_client_destroy(cli);
 close_node:
-    cli_node_close(&nd);
+    cmd_node_close(&nd);
 free_metas:
     free(metas);
     free(cfg.machines);

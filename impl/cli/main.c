@@ -38,27 +38,27 @@ int main(int argc, char **argv)
         return RKV_EXIT_OK;
     }
     if (strcmp(argv[1], "server") == 0)
-        return cli_cmd_server(argc - 2, argv + 2);
+        return cmd_server(argc - 2, argv + 2);
     if (strcmp(argv[1], "worker") == 0)
-        return cli_cmd_worker(argc - 2, argv + 2);
+        return cmd_worker(argc - 2, argv + 2);
     if (strcmp(argv[1], "config") == 0)
-        return cli_cmd_config(argc - 2, argv + 2);
+        return cmd_config(argc - 2, argv + 2);
     if (strcmp(argv[1], "node") == 0)
-        return cli_cmd_node(argc - 2, argv + 2);
+        return cmd_node(argc - 2, argv + 2);
     if (strcmp(argv[1], "run") == 0)
-        return cli_cmd_run(argc - 2, argv + 2, argv[0]);
+        return cmd_run(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "demo") == 0)
-        return cli_cmd_demo(argc - 2, argv + 2, argv[0]);
+        return cmd_demo(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "bench") == 0)
-        return cli_cmd_bench(argc - 2, argv + 2, argv[0]);
+        return cmd_bench(argc - 2, argv + 2, argv[0]);
     if (strcmp(argv[1], "ls") == 0)
-        return cli_cmd_ls(argc - 2, argv + 2);
+        return cmd_ls(argc - 2, argv + 2);
     if (strcmp(argv[1], "doctor") == 0)
-        return cli_cmd_doctor(argc - 2, argv + 2);
+        return cmd_doctor(argc - 2, argv + 2);
     if (strcmp(argv[1], "swarm") == 0)
-        return cli_cmd_swarm(argc - 2, argv + 2);
+        return cmd_swarm(argc - 2, argv + 2);
     if (strcmp(argv[1], "calibrate") == 0)
-        return cli_cmd_calibrate(argc - 2, argv + 2, argv[0]);
+        return cmd_calibrate(argc - 2, argv + 2, argv[0]);
     fprintf(stderr, "rkv: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return RKV_EXIT_USAGE;

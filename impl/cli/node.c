@@ -16,15 +16,15 @@
 
 #define NODE_MAX_FAULTS 16
 
-static int node_faults(const struct cli_settings *s, struct rkv_nic_fault *f, uint32_t *n_p,
+static int node_faults(const struct cmd_settings *s, struct rkv_nic_fault *f, uint32_t *n_p,
                        char *err, size_t err_len)
 {
     const char *name = getenv("RKV_FAULT_NODE");
     *n_p = 0;
-    if (!name || !*name || !*s->val[CLI_SCENARIO])
+    if (!name || !*name || !*s->val[CMD_SCENARIO])
         return 0;
     struct rkv_scenario *sc;
-    int rc = rkv_scenario_load(s->val[CLI_SCENARIO], &sc, err, err_len);
+    int rc = rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, err_len);
     if (rc < 0)
         return rc;
     *n_p = rkv_scenario_nic_faults(sc, name, f, NODE_MAX_FAULTS);
@@ -38,7 +38,7 @@ static int node_faults(const struct cli_settings *s, struct rkv_nic_fault *f, ui
  * RKV_TRACE_SKEW_NS, for tests only, shifts the trace clock of the node
  * RKV_TRACE_SKEW_NODE names (of every node without it) as if it ran on a
  * host whose clock differs. */
-static int node_trace_open(struct cli_node *nd, const char *node, char *err, size_t err_len)
+static int node_trace_open(struct cmd_node *nd, const char *node, char *err, size_t err_len)
 {
     const char *path = getenv("RKV_TRACE_FILE"), *name = getenv("RKV_TRACE_NODE");
     const char *clock = getenv("RKV_TRACE_CLOCK"), *skew = getenv("RKV_TRACE_SKEW_NS");
@@ -64,8 +64,8 @@ static int node_trace_open(struct cli_node *nd, const char *node, char *err, siz
     return rc;
 }
 
-int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, const char *node,
-                  uint64_t seed, struct cli_node *nd, char *err, size_t err_len)
+int cmd_node_open(const struct cmd_settings *s, const struct rkv_config *cfg, const char *node,
+                  uint64_t seed, struct cmd_node *nd, char *err, size_t err_len)
 {
     struct rkv_nic_fault f[NODE_MAX_FAULTS];
     uint32_t n_f;
@@ -94,7 +94,7 @@ int cli_node_open(const struct cli_settings *s, const struct rkv_config *cfg, co
 }
 
 /* The counts as one line the launcher reads back (run_fault_stats). */
-static void node_write_stats(struct cli_node *nd)
+static void node_write_stats(struct cmd_node *nd)
 {
     const char *path = getenv("RKV_FAULT_STATS"), *name = getenv("RKV_FAULT_NODE");
     struct rkv_nic_fault_stats st;
@@ -109,7 +109,7 @@ static void node_write_stats(struct cli_node *nd)
     fclose(f);
 }
 
-void cli_node_close(struct cli_node *nd)
+void cmd_node_close(struct cmd_node *nd)
 {
     if (!nd->nic)
         return;

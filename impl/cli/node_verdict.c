@@ -54,7 +54,7 @@ static double verdict_since(const struct timespec *t0)
 /* Worker 0's part, once the servers are down: the table, the notes, the
  * files; returns the verdict's exit code. */
 static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario *sc,
-                         const struct rkv_report_gathered *g, const struct cli_verdict *v,
+                         const struct rkv_report_gathered *g, const struct cmd_verdict *v,
                          const char *gather_err, const char *shutdown_err)
 {
     char **outs = calloc(g->n_workers ? g->n_workers : 1, sizeof(*outs));
@@ -98,9 +98,9 @@ static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario
     return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
 }
 
-int cli_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
+int cmd_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
                      const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
-                     int code, const struct cli_verdict *v)
+                     int code, const struct cmd_verdict *v)
 {
     char err[512], gerr[512], serr[512];
     uint32_t me = rkv_client_id(cli);
@@ -127,7 +127,7 @@ int cli_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
     return code != RKV_EXIT_OK ? code : verdict;
 }
 
-int cli_verdict_take_out(int *argc, char **argv, const char **out_p)
+int cmd_verdict_take_out(int *argc, char **argv, const char **out_p)
 {
     int n = 0;
     for (int i = 0; i < *argc; i++) {

@@ -10,7 +10,7 @@
 #include "harness/scenario.h"
 #include "rkv.h"
 
-struct cli_verdict {
+struct cmd_verdict {
     const char *out_dir; /* --out DIR of worker 0: report.json and report.md; NULL: none */
     struct timespec t0;  /* when the worker started, for the wall time */
 };
@@ -22,12 +22,12 @@ struct cli_verdict {
  * workers that never reported, and writes the report files. Returns the
  * exit code: code, or for worker 0 a failed verdict's (RKV_EXIT_CHECK for a
  * wrong value, RKV_EXIT_STORE otherwise) when code was 0. */
-int cli_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
+int cmd_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
                      const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
-                     int code, const struct cli_verdict *v);
+                     int code, const struct cmd_verdict *v);
 
 /* Takes `--out DIR` (or --out=DIR) out of argv, which is no setting;
  * -1 when DIR is missing. */
-int cli_verdict_take_out(int *argc, char **argv, const char **out_p);
+int cmd_verdict_take_out(int *argc, char **argv, const char **out_p);
 
 #endif

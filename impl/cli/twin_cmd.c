@@ -4,13 +4,14 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "harness/launch.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
 #include "sim/twin.h"
 
-int cli_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
+int cmd_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
                     const struct rkv_twin_result *res)
 {
     struct rkv_report r;
@@ -39,11 +40,26 @@ int cli_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
     return 0;
 }
 
+int cmd_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
+                    struct rkv_report *r_p)
+{
+    struct rkv_twin_opts to = {.log_level = o->log_level, .test_corrupt_row = o->test_corrupt_row};
+    struct rkv_twin_result res;
+    memset(r_p, 0, sizeof(*r_p));
+    int rc = rkv_twin_run(sc, &to, &res);
+    if (rc == 0 && cmd_twin_report(r_p, sc, &res) < 0)
+        rc = -RKV_ENOMEM;
+    snprintf(r_p->node_error, sizeof(r_p->node_error), "%s",
+             res.error[0] || rc == 0 ? res.error : rkv_strerror(rc));
+    rkv_twin_result_free(&res);
+    return rc;
+}
+
 static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_result *res,
                        const char *out_dir, int plot)
 {
     struct rkv_report r;
-    if (cli_twin_report(&r, sc, res) < 0)
+    if (cmd_twin_report(&r, sc, res) < 0)
         return RKV_EXIT_STORE;
     rkv_report_print(&r, stdout, "sim");
     if (!res->nodes_ok)
@@ -60,13 +76,13 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
 }
 
-int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
-                 int plot, const struct cli_twin_args *a)
+int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const char *out_dir,
+                 int plot, const struct cmd_twin_args *a)
 {
     const char *trace = a->trace;
     uint64_t ll = 1;
     char err[256];
-    if (cli_get_u64(s, CLI_LOG_LEVEL, &ll, err, sizeof(err)) < 0) {
+    if (cmd_get_u64(s, CMD_LOG_LEVEL, &ll, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -103,8 +119,8 @@ int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const ch
     return code;
 }
 #else
-int cli_run_twin(struct rkv_scenario *sc, const struct cli_settings *s, const char *out_dir,
-                 int plot, const struct cli_twin_args *a)
+int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const char *out_dir,
+                 int plot, const struct cmd_twin_args *a)
 {
     (void)sc, (void)s, (void)out_dir, (void)plot, (void)a;
     fprintf(stderr, "rkv run: this rkv was built without the twin (cmake -DRKV_WITH_SIM=ON, "

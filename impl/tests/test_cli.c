@@ -41,7 +41,7 @@ static void cluster_fails(const char *text, const char *want)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[512] = "", full[256];
-    if (cli_cluster_parse(path, 1, &m, &n, err, sizeof(err)) != -1)
+    if (cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)) != -1)
         fail_msg("%.60s: parsed, expected \"%s\"", text, want);
     assert_null(m);
     snprintf(full, sizeof(full), "%s%s", path, want);
@@ -80,7 +80,7 @@ static void test_cluster_file_errors(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[512];
-    assert_int_equal(cli_cluster_parse("/nonexistent/ip.txt", 1, &m, &n, err, sizeof(err)), -1);
+    assert_int_equal(cmd_cluster_parse("/nonexistent/ip.txt", 1, &m, &n, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "/nonexistent/ip.txt: cannot open: No such file"));
 }
 
@@ -92,7 +92,7 @@ static void test_cluster_file_forms(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[256];
-    assert_int_equal(cli_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
     assert_string_equal(m[0].host, "10.0.0.1");
@@ -114,7 +114,7 @@ static void test_cluster_file_dgl_forms(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[256];
-    assert_int_equal(cli_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 4);
     assert_string_equal(m[0].host, "10.0.0.1");
@@ -131,13 +131,13 @@ static void test_cluster_file_dgl_forms(void **state)
     setenv("DGL_IP_CONFIG", path, 1);
     setenv("DGL_NUM_SERVER", "3", 1);
     setenv("DGL_NUM_CLIENT", "4", 1);
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
-    assert_int_equal(cli_settings_load(&s, 0, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cmd_settings_load(&s, 0, NULL, err, sizeof(err)), 0);
     unsetenv("DGL_IP_CONFIG");
     unsetenv("DGL_NUM_SERVER");
     unsetenv("DGL_NUM_CLIENT");
-    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(cfg.n_machines, 2);
     assert_int_equal(cfg.machines[1].base_port, 30050);
@@ -156,10 +156,10 @@ static void test_local_machine(void **state)
         {"192.0.2.1", 9000, 1}, {"127.0.0.1", 9000, 1}, {"localhost", 9100, 1}};
     struct rkv_config cfg = {.n_machines = 3, .machines = m};
     uint32_t id = 99;
-    assert_int_equal(cli_local_machine(&cfg, &id), 0);
+    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
     assert_int_equal(id, 1);
     cfg.n_machines = 1;
-    assert_int_equal(cli_local_machine(&cfg, &id), -1);
+    assert_int_equal(cmd_local_machine(&cfg, &id), -1);
     assert_int_equal(id, 1); /* untouched */
 }
 
@@ -178,7 +178,7 @@ static void test_cluster_file_duplicates(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[256];
-    assert_int_equal(cli_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
     free(m);
@@ -186,7 +186,7 @@ static void test_cluster_file_duplicates(void **state)
 
 /* ---- settings ---- */
 
-static int load(struct cli_settings *s, char *err, size_t err_len, int argc, ...)
+static int load(struct cmd_settings *s, char *err, size_t err_len, int argc, ...)
 {
     static char *argv[32];
     va_list ap;
@@ -194,13 +194,13 @@ static int load(struct cli_settings *s, char *err, size_t err_len, int argc, ...
     for (int i = 0; i < argc; i++)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
-    return cli_settings_load(s, argc, argv, err, err_len);
+    return cmd_settings_load(s, argc, argv, err, err_len);
 }
 
 static void test_flags_and_env(void **state)
 {
     (void)state;
-    struct cli_settings s;
+    struct cmd_settings s;
     char err[256];
     assert_int_equal(load(&s, err, sizeof(err), 1, "server"), -1);
     assert_string_equal(err, "unexpected argument 'server' (see --help)");
@@ -215,22 +215,22 @@ static void test_flags_and_env(void **state)
     assert_int_equal(load(&s, err, sizeof(err), 3, "--rows=5", "--rounds", "2"), 0);
     unsetenv("DMLC_NUM_WORKER");
     unsetenv("RKV_ROUNDS");
-    assert_string_equal(s.val[CLI_ROWS], "5");
-    assert_string_equal(s.src[CLI_ROWS], "flag");
-    assert_string_equal(s.val[CLI_ROUNDS], "2");
-    assert_string_equal(s.val[CLI_NUM_WORKERS], "6");
-    assert_string_equal(s.src[CLI_NUM_WORKERS], "env DMLC_NUM_WORKER");
-    assert_string_equal(s.src[CLI_SEED], "default");
+    assert_string_equal(s.val[CMD_ROWS], "5");
+    assert_string_equal(s.src[CMD_ROWS], "flag");
+    assert_string_equal(s.val[CMD_ROUNDS], "2");
+    assert_string_equal(s.val[CMD_NUM_WORKERS], "6");
+    assert_string_equal(s.src[CMD_NUM_WORKERS], "env DMLC_NUM_WORKER");
+    assert_string_equal(s.src[CMD_SEED], "default");
     uint64_t v;
     assert_int_equal(load(&s, err, sizeof(err), 2, "--seed", "-3"), 0);
-    assert_int_equal(cli_get_u64(&s, CLI_SEED, &v, err, sizeof(err)), -1);
+    assert_int_equal(cmd_get_u64(&s, CMD_SEED, &v, err, sizeof(err)), -1);
     assert_string_equal(err, "seed: expected a non-negative integer, got \"-3\" (flag)");
     assert_int_equal(load(&s, err, sizeof(err), 2, "--seed", "0x10"), 0);
-    assert_int_equal(cli_get_u64(&s, CLI_SEED, &v, err, sizeof(err)), 0);
+    assert_int_equal(cmd_get_u64(&s, CMD_SEED, &v, err, sizeof(err)), 0);
     assert_int_equal(v, 16);
 }
 
-/* cli_build_config on these flags must fail with `want` in its message. */
+/* cmd_build_config on these flags must fail with `want` in its message. */
 static void config_fails(const char *want, int argc, ...)
 {
     static char *argv[32];
@@ -239,11 +239,11 @@ static void config_fails(const char *want, int argc, ...)
     for (int i = 0; i < argc; i++)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
     char err[512] = "";
-    assert_int_equal(cli_settings_load(&s, argc, argv, err, sizeof(err)), 0);
-    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), -1);
+    assert_int_equal(cmd_settings_load(&s, argc, argv, err, sizeof(err)), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), -1);
     assert_null(cfg.machines);
     if (!strstr(err, want))
         fail_msg("%s %s: expected \"%s\", got \"%s\"", argc > 0 ? argv[0] : "(env)",
@@ -311,11 +311,11 @@ static void test_settings_that_make_a_cluster(void **state)
                            "--discover",    "1",        "--shm-prefix",  "mine",
                            "--host",        "10.1.1.1", "--base-port",   "7000",
                            "--num-workers", "4"};
-    struct cli_settings s;
+    struct cmd_settings s;
     struct rkv_config cfg;
     char err[256];
-    assert_int_equal(cli_settings_load(&s, 14, argv, err, sizeof(err)), 0);
-    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cmd_settings_load(&s, 14, argv, err, sizeof(err)), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.n_machines, 3);
     assert_string_equal(cfg.machines[0].host, "10.1.1.1");
     assert_string_equal(cfg.machines[1].host, ""); /* learned from server 0 */
@@ -328,20 +328,20 @@ static void test_settings_that_make_a_cluster(void **state)
     /* Busy polling from its env var, a flag winning over it. */
     static char *argv1[] = {"--busy-poll", "0"};
     setenv("RKV_BUSY_POLL", "1", 1);
-    assert_int_equal(cli_settings_load(&s, 0, argv1, err, sizeof(err)), 0);
-    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cmd_settings_load(&s, 0, argv1, err, sizeof(err)), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.busy_poll, 1);
     free(cfg.machines);
-    assert_int_equal(cli_settings_load(&s, 2, argv1, err, sizeof(err)), 0);
-    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cmd_settings_load(&s, 2, argv1, err, sizeof(err)), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.busy_poll, 0);
     free(cfg.machines);
     unsetenv("RKV_BUSY_POLL");
     /* From a cluster file, servers-per-machine is the default count. */
     write_cluster("10.0.0.1 9000\n10.0.0.2 9500 1\n");
     static char *argv2[] = {"--cluster", path, "--servers-per-machine", "3"};
-    assert_int_equal(cli_settings_load(&s, 4, argv2, err, sizeof(err)), 0);
-    assert_int_equal(cli_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cmd_settings_load(&s, 4, argv2, err, sizeof(err)), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(cfg.n_machines, 2);
     assert_int_equal(cfg.machines[0].servers, 3);

@@ -1,0 +1,108 @@
+/* The launcher (harness/launch.c): runs a scenario, or the demo's built-in
+ * workload, as one process per server and worker on this host over a real
+ * backend (tcp on loopback, verbs on one device): the nodes are `rkv server`
+ * and `rkv worker` children, crash faults kill and restart them, and their
+ * output becomes one report. The real-host sibling of the twin runner
+ * (sim/twin.c); the measuring tools (bench, calibrate, predict) call it. */
+#ifndef RKV_LAUNCH_H
+#define RKV_LAUNCH_H
+
+#include <stdint.h>
+
+#include "cli/settings.h"
+#include "harness/report.h"
+#include "harness/scenario.h"
+#include "harness/timed.h"
+
+/* How a run ended; also the rkv binary's documented exit codes. */
+enum rkv_exit {
+    RKV_EXIT_OK = 0,
+    RKV_EXIT_CHECK = 1, /* a pulled value differed from the reference */
+    RKV_EXIT_USAGE = 2, /* bad flag, env var, cluster file or setting */
+    RKV_EXIT_STORE = 3, /* the store failed: timeout, dead peer, I/O... */
+};
+
+struct rkv_launch_opts {
+    const char *self;              /* argv[0] of the nodes (`rkv server`, `rkv worker`) */
+    const char *exe;               /* the rkv binary they run; NULL: this process's own */
+    struct cmd_settings *settings; /* every one reaches every node; the run sets the cluster's */
+    const char *file;              /* the scenario's file for the nodes (NULL: sc->path) */
+    const char *trace;             /* --trace: the merged Perfetto file to write, or NULL */
+};
+
+/* Runs sc on backend (tcp | verbs). Stopping signals stop the nodes and
+ * remove what they leave (then the signal is raised again). Returns an
+ * RKV_EXIT_* code; *r_p is filled when the nodes ran (r_p->sc not NULL; the
+ * caller frees it with rkv_report_free), and the code is then its verdict. */
+int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rkv_launch_opts *o,
+                   struct rkv_report *r_p);
+/* The verdict of a report as an RKV_EXIT_* code. */
+int rkv_launch_verdict(const struct rkv_report *r);
+
+/* The twin runner (sim/twin.c), for the tools that compare the real
+ * backend with it: a function given by whoever links the twin (the CLI),
+ * NULL in a build without it. What a twin run takes beyond the scenario: */
+struct rkv_launch_twin_opts {
+    int log_level;
+    uint64_t test_corrupt_row; /* the oracle's self-test hook (UINT64_MAX: off) */
+};
+/* Runs sc in the twin (once per process: SimGrid cannot start again). 0
+ * with *r_p filled as a real run's, plus the simulated figures (sim_*) and,
+ * when a node failed, node_error; or a negative code when the twin refused
+ * sc, with only r_p->node_error set. */
+typedef int (*rkv_launch_twin_fn)(const struct rkv_scenario *sc,
+                                  const struct rkv_launch_twin_opts *o, struct rkv_report *r_p);
+
+/* rkv run on a real backend: rkv_launch_run with o->settings' backend, the
+ * report printed on stdout, written into out_dir (NULL: not), plotted. */
+int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, const char *out_dir,
+                      int plot);
+/* The scenario file, loaded and checked by the oracle (0, or -1 said on stderr). */
+int rkv_launch_load(const char *file, struct rkv_scenario **sc);
+/* The settings of a run from flags: those that would size another cluster
+ * than sc's are refused, --seed replaces sc's (0, or -1 said on stderr). */
+int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int argc, char **argv);
+/* All of `rkv run FILE [settings flags]` on a real backend (--backend in
+ * the flags): what the measuring tools run. Returns an RKV_EXIT_* code. */
+int rkv_launch_file(const char *file, int argc, char **argv, const char *out_dir, int plot,
+                    const char *self);
+
+/* rkv demo: its built-in scenario and the timed phase, with demo's flags;
+ * prints the figures next to this host's limits and the verdict. */
+int rkv_launch_demo(int argc, char **argv, const char *self);
+
+/* What one `rkv demo` cluster measured in its timed phase, over all its
+ * workers. */
+struct rkv_launch_figures {
+    double push_gbs, pull_gbs, pushpull_gbs, pushpipe_gbs;
+    double lat_p50_us, lat_p99_us; /* one-row pull */
+    double lat_vcsw, lat_ivcsw;    /* its worker's context switches per pull */
+    double lat_call_vcsw;          /* sleeps of the calling thread per pull */
+    uint32_t busy_workers;         /* workers that ran with busy-poll 1 */
+    uint64_t checks, errors;
+};
+
+/* Runs one `rkv demo` cluster with demo's flags (argv), quietly: the timed
+ * phase's figures in f_p. Returns an RKV_EXIT_* code. */
+int rkv_launch_demo_measure(const char *self, int argc, char **argv,
+                            struct rkv_launch_figures *f_p);
+
+/* A launched worker's run: the scenario sc (its PHASE lines and pinned
+ * assign winners on `lines`, a PHASEDONE line per phase and its counters'
+ * STATS line on stdout, which the launcher reads as they come); with bench,
+ * also the timed phase (one RESULT line on stdout). *wl_rc_p: how the
+ * workload ended (0 or -RKV_E*). Returns an RKV_EXIT_* code. */
+int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
+                          const struct rkv_scenario *sc, const struct rkv_timed_workload *wl,
+                          int bench, FILE *lines, int *wl_rc_p);
+
+/* The flags that give a node every setting of s but the ones the launcher
+ * sets per node (role, machine-id, server-id): pairs of flag and value into
+ * argv (up to cap entries, pointing into s and static strings). Returns the
+ * count, or -1 if cap is too small. */
+int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap);
+
+/* n consecutive free TCP ports on loopback in 20000..23999 (0, or -1). */
+int rkv_launch_free_ports(uint32_t n, uint16_t *base_p, int *hold);
+
+#endif

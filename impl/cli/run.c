@@ -1,0 +1,192 @@
+/* rkv run and rkv demo: their flags and help; the launcher (harness/launch.c)
+ * and the twin (twin_cmd.c) run them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "harness/calib.h"
+#include "harness/launch.h"
+#include "harness/scenario.h"
+
+static void demo_usage(void)
+{
+    printf("usage: rkv demo [--machines M] [--servers-per-machine S] [--num-workers W]\n"
+           "                [--rows N] [--value-bytes B] [--rounds R] [settings]\n"
+           "Starts M x S servers and W workers on this host over loopback TCP (defaults\n"
+           "2 x 2 and 4), runs the built-in scenario (every value checked by the oracle),\n"
+           "then a timed phase; prints throughput next to loopback TCP and memcpy measured\n"
+           "in the same run, and the verdict.\n\n");
+    cmd_settings_help(stdout);
+}
+
+int cmd_demo(int argc, char **argv, const char *self)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            demo_usage();
+            return RKV_EXIT_OK;
+        }
+    }
+    return rkv_launch_demo(argc, argv, self);
+}
+
+static void run_usage(void)
+{
+    printf("usage: rkv run FILE [--backend sim|tcp|verbs] [--seed N] [--out DIR] [--plot]\n"
+           "                    [--trace FILE.json] [settings]\n"
+           "       rkv run FILE --launcher mpirun|srun --dry-run\n"
+           "Runs the scenario FILE, checks every pulled value with the oracle, prints per-phase\n"
+           "ops, throughput, latency and the verdict. Exit 0 only if the oracle passed.\n"
+           "  --backend sim   (the default) the twin: every node a SimGrid actor in this\n"
+           "                  process on the scenario's modelled network; prints simulated\n"
+           "                  time and the event-trace hash (same scenario + seed => same hash)\n"
+           "  --backend tcp   one process per server and worker on this host, loopback TCP\n"
+           "  --out DIR       also write report.json and report.md\n"
+           "  --plot          also draw latency_cdf.png and throughput.png (gnuplot)\n"
+           "  --trace FILE    Chrome trace (Perfetto): with sim every transfer and handler;\n"
+           "                  with tcp/verbs every call, message and handler of every\n"
+           "                  process, merged on the launcher's clock\n"
+           "  --jitter F      (sim) delay each delivery by up to F x its network time\n"
+           "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
+           "                  network/solver:fairbottleneck, ...); printed in the report\n"
+           "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
+           "The format of FILE: scenarios/README.md.\n");
+}
+
+/* Splits argv into the scenario file, --out DIR, and settings flags. */
+static int run_args(int argc, char **argv, const char **file, const char **out,
+                    const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
+                    const char **progress, const char **cfg, char **rest, int *n_rest)
+{
+    *n_rest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            *out = argv[++i];
+        else if (!strcmp(argv[i], "--cfg") && i + 1 < argc)
+            cfg[ta->n_cfg++] = argv[++i];
+        else if (!strncmp(argv[i], "--cfg=", 6))
+            cfg[ta->n_cfg++] = argv[i] + 6;
+        else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
+            *progress = argv[++i];
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
+            ta->trace = argv[++i];
+        else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
+            *jitter = argv[++i];
+        else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
+            *launcher = argv[++i];
+        else if (!strcmp(argv[i], "--plot"))
+            *plot = 1;
+        else if (!strcmp(argv[i], "--dry-run"))
+            ; /* the only mode --launcher has: rkv starts no remote processes itself */
+        else if (!strncmp(argv[i], "--out=", 6))
+            *out = argv[i] + 6;
+        else if (strncmp(argv[i], "--", 2) && !*file)
+            *file = argv[i];
+        else
+            rest[(*n_rest)++] = argv[i];
+    }
+    return *file ? 0 : -1;
+}
+
+/* Beyond one host rkv uses the cluster's launcher: this prints the line. */
+static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc)
+{
+    uint32_t n = rkv_scenario_servers(sc) + rkv_scenario_workers(sc);
+    if (!strcmp(launcher, "mpirun"))
+        printf("mpirun --oversubscribe -np %u rkv node --scenario %s\n", n, file);
+    else if (!strcmp(launcher, "srun"))
+        printf("srun --ntasks %u rkv node --scenario %s\n", n, file);
+    else {
+        fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
+        return RKV_EXIT_USAGE;
+    }
+    printf("# ranks 0..%u are servers, the rest workers; on several hosts add --cluster FILE "
+           "(one 'host base_port servers' line per machine)\n",
+           rkv_scenario_servers(sc) - 1);
+    return RKV_EXIT_OK;
+}
+
+int cmd_run(int argc, char **argv, const char *self)
+{
+    if (cmd_predict_wanted(argc, argv)) /* the twin next to a real run: predict.c */
+        return cmd_predict(argc, argv, self);
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            run_usage();
+            return RKV_EXIT_OK;
+        }
+    }
+    const char *file = NULL, *out_dir = NULL, *launcher = NULL, *jitter = NULL;
+    const char *progress = NULL;
+    char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+    const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
+    struct cmd_twin_args ta = {.cfg = cfg};
+    int n_rest;
+    int plot = 0;
+    if (!rest || !cfg ||
+        run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta, &progress, cfg, rest,
+                 &n_rest) < 0) {
+        fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
+        free(rest);
+        free(cfg);
+        return RKV_EXIT_USAGE;
+    }
+    const char *trace = ta.trace;
+    struct rkv_scenario *sc = NULL;
+    struct cmd_settings s;
+    char err[512];
+    int code = RKV_EXIT_USAGE;
+    if (rkv_launch_load(file, &sc) < 0)
+        goto out;
+    if (launcher) {
+        code = run_print_launch(launcher, file, sc);
+        goto out;
+    }
+    if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)
+        goto out;
+    /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
+    if (RKV_WITH_SIM && !strcmp(s.src[CMD_BACKEND], "default"))
+        s.val[CMD_BACKEND] = "sim";
+    if (jitter) {
+        char *end;
+        double j = strtod(jitter, &end);
+        if (*end || !(j >= 0 && j <= 1)) {
+            fprintf(stderr, "rkv run: --jitter: expected 0..1, got \"%s\"\n", jitter);
+            goto out;
+        }
+        sc->sim_jitter = j;
+    }
+    if (progress) {
+        char *end;
+        ta.progress_s = strtod(progress, &end);
+        if (*end || !(ta.progress_s > 0 && ta.progress_s <= 86400)) {
+            fprintf(stderr, "rkv run: --progress: expected seconds in (0, 86400], got \"%s\"\n",
+                    progress);
+            goto out;
+        }
+    }
+    if (!strcmp(s.val[CMD_BACKEND], "sim")) {
+        /* The twin takes what it models from the settings: a bad one is
+         * refused here too, not ignored. */
+        struct rkv_config cfg;
+        if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+            fprintf(stderr, "rkv run: %s\n", err);
+            goto out;
+        }
+        free(cfg.machines);
+        code = cmd_run_twin(sc, &s, out_dir, plot, &ta);
+        goto out;
+    }
+    if (ta.n_cfg || progress) {
+        fprintf(stderr, "rkv run: --cfg and --progress are twin options (--backend sim)\n");
+        goto out;
+    }
+    struct rkv_launch_opts lo = {.self = self, .settings = &s, .file = file, .trace = trace};
+    code = rkv_launch_report(sc, &lo, out_dir, plot);
+out:
+    free(rest);
+    free(cfg);
+    rkv_scenario_free(sc);
+    return code;
+}

@@ -1,0 +1,84 @@
+/* The rkv binary's settings (impl/cli/config.c): flags, env vars (RKV_* and
+ * the ps-lite/DGL aliases), cluster files. The module is built into the
+ * library (rkv_settings_* in impl/api) and read by the launcher
+ * (harness/launch.c), which passes every setting on to the nodes it starts. */
+#ifndef RKV_CLI_SETTINGS_H
+#define RKV_CLI_SETTINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rkv.h"
+
+enum cmd_key {
+    CMD_ROLE,
+    CMD_CLUSTER,
+    CMD_HOST,
+    CMD_BASE_PORT,
+    CMD_MACHINES,
+    CMD_SERVERS_PER_MACHINE,
+    CMD_NUM_SERVERS,
+    CMD_NUM_WORKERS,
+    CMD_MACHINE_ID,
+    CMD_SERVER_ID,
+    CMD_BACKEND,
+    CMD_TIMEOUT_MS,
+    CMD_CONNECT_RETRY_MS,
+    CMD_RX_DEPTH,
+    CMD_CTRL_BUF_BYTES,
+    CMD_SLOTS,
+    CMD_MAX_SLOT_BYTES,
+    CMD_SHM_PREFIX,
+    CMD_SEED,
+    CMD_LOG_LEVEL,
+    CMD_ROWS,
+    CMD_VALUE_BYTES,
+    CMD_ROUNDS,
+    CMD_SCENARIO,
+    CMD_DISCOVER,
+    CMD_DURABLE_DIR,
+    CMD_RETRY_MS,
+    CMD_ZERO_COPY_BYTES,
+    CMD_BUSY_POLL,
+    CMD_SECRET_FILE,
+    CMD_HELLO_TIMEOUT_MS,
+    CMD_IDLE_TIMEOUT_MS,
+    CMD_NODE_HOST,
+    CMD_INTERFACE,
+    CMD_KEY_COUNT_
+};
+
+struct cmd_settings {
+    const char *val[CMD_KEY_COUNT_];
+    const char *src[CMD_KEY_COUNT_]; /* "default", "env NAME", "flag", ... */
+    char srcbuf[CMD_KEY_COUNT_][48];
+};
+
+/* Loads defaults, then env vars (RKV_* and aliases), then flags from argv
+ * (--name=value or --name value). Unknown flags are errors. Returns 0 or -1
+ * with a message in err. */
+int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len);
+void cmd_settings_dump(const struct cmd_settings *s, FILE *out);
+void cmd_settings_help(FILE *out);
+int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
+                size_t err_len);
+
+/* Cluster file: one machine per line, "host [base_port [servers]]" (DGL's
+ * ip_config.txt: "IP", "IP PORT", and the older "IP PORT SERVERS"; the port
+ * defaults to DGL's, the servers to default_servers); '#' comments. Errors
+ * name file:line and what was expected; a machine listed twice (one host,
+ * overlapping ports) is refused with both lines. */
+#define CMD_DGL_DEFAULT_PORT 30050
+int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+                      uint32_t *n_p, char *err, size_t err_len);
+
+/* The first machine of cfg whose host is an address of this host (0, or -1
+ * if none is), as DGL's clients find their machine in ip_config.txt. */
+int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
+
+/* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
+int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                     size_t err_len);
+
+#endif
