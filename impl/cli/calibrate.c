@@ -25,7 +25,7 @@
  * softirq time meanwhile (/proc/stat), which IRQ time accounting charges to
  * nobody: its total is what counts, the split between user and system is
  * sampled at the timer tick and useless at these durations. The twin measures the CPU of node code
- * itself (sim/cpu.c), so each benchmark also runs in the twin with no costs, which separates the
+ * itself (sim/backend/cpu.c), so each benchmark also runs in the twin with no costs, which separates the
  * kernel's part (cal_derive_cpu); then the benchmarks run in the twin with those costs, and what
  * their real times have beyond that is not CPU (cal_derive_time). */
 #include <arpa/inet.h>
@@ -50,7 +50,7 @@
 
 #if RKV_WITH_SIM
 #include "harness/scenario.h"
-#include "sim/twin.h"
+#include "sim/twin/twin.h"
 #endif
 
 /* Messages a one-row pull costs: the request SEND and the reply
@@ -448,7 +448,7 @@ static int cal_copy_bytes(int reps, double *ns)
 /* ---- the parameters ---- */
 
 /* In the twin a one-row pull is 4 message charges (msg_cost_ns: the request
- * posted and received, the reply posted and received; sim/nic_sim.c charges
+ * posted and received, the reply posted and received; sim/backend/nic_sim.c charges
  * the receiving half on the receiver's NIC actor, not per completion
  * polled, so the sends' completions cost nothing), the CPU the twin
  * measures of its own code (c), the bytes' CPU, and two one-way latencies.

@@ -18,7 +18,7 @@
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
-#include "sim/twin.h"
+#include "sim/twin/twin.h"
 #endif
 
 #define PRED_MAX_REPEAT 15

@@ -19,7 +19,7 @@
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
-#include "sim/twin.h"
+#include "sim/twin/twin.h"
 
 #define SWARM_MAX_FAILS 1024
 

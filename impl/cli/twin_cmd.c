@@ -8,7 +8,7 @@
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
-#include "sim/twin.h"
+#include "sim/twin/twin.h"
 
 int cli_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
                     const struct rkv_twin_result *res)

@@ -1,9 +1,9 @@
 /* The NIC seam: a small verbs-shaped vtable. The engine above it is written
  * once and runs over every backend:
- *   tcp   impl/nic/nic_tcp.c   sockets + epoll, one-sided writes emulated by the
- *                              receiver copying into the registered region
- *   verbs impl/nic/nic_verbs.c libibverbs + librdmacm (RC QPs)
- *   sim   sim/nic_sim.c        SimGrid comms
+ *   tcp   impl/nic/nic_tcp.c    sockets + epoll, one-sided writes emulated by the
+ *                               receiver copying into the registered region
+ *   verbs impl/nic/nic_verbs.c  libibverbs + librdmacm (RC QPs)
+ *   sim   sim/backend/nic_sim.c SimGrid comms
  *
  * Semantics every backend keeps (they are the verbs ones):
  *  - One completion queue per NIC; rkv_nic_poll() blocks up to a timeout.

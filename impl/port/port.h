@@ -1,5 +1,5 @@
 /* The port: the only OS surface the store, engine and NIC-independent code
- * may touch. Backends: POSIX (port_posix.c) and SimGrid (sim/port_sim.c).
+ * may touch. Backends: POSIX (port_posix.c) and SimGrid (sim/backend/port_sim.c).
  *
  * Why a vtable and not plain pthreads: in the twin every node is an actor in
  * one process, so a pthread mutex held across a simulated wait deadlocks it,

@@ -16,8 +16,8 @@
 #include <simgrid/engine.h>
 #include <simgrid/mutex.h>
 
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 #include "util/util.h"
 
 struct sim_port {
@@ -28,7 +28,9 @@ struct sim_port {
      * which is the host's name unless machines share one host (loopback). */
     char addr[32];
     uint32_t machine, tid;
-    struct sim_nic *nic;   /* tasks drain their puts on it before they end */
+    struct sim_nic *nic; /* tasks drain their puts on it before they end */
+    void (*nic_drain)(struct sim_nic *n);
+    void (*nic_crash)(struct sim_nic *n);
     sg_actor_t actors[16]; /* every actor of this node, for a crash */
     uint32_t n_actors;
     /* slow_cpu faults: how many times longer CPU work takes at a time. */
@@ -74,6 +76,8 @@ struct sim_shm {
     struct sim_shm *next;
 };
 
+static void sp_shm_free_all(struct sim_world *w);
+
 static struct sim_port *sp_of(struct rkv_port *p)
 {
     return (struct sim_port *)p->impl;
@@ -89,7 +93,7 @@ static void sp_task_main(int argc, char **argv)
     sim_cpu_mark(t->port->w);
     t->fn(t->arg);
     if (t->port->nic)
-        sim_nic_drain(t->port->nic);
+        t->port->nic_drain(t->port->nic);
 }
 
 static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
@@ -360,6 +364,7 @@ static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int cr
     }
     s->next = w->shms;
     w->shms = s;
+    w->shm_free_all = sp_shm_free_all;
     return 0;
 }
 
@@ -423,7 +428,7 @@ static void sp_shm_unlink(struct rkv_port *p, const char *name)
     sim_world_shm_unlink(sp_of(p)->w, name);
 }
 
-void sim_port_shm_free_all(struct sim_world *w)
+static void sp_shm_free_all(struct sim_world *w)
 {
     while (w->shms) {
         struct sim_shm *s = w->shms;
@@ -523,7 +528,7 @@ void sim_port_crash(struct rkv_port *p)
 {
     struct sim_port *sp = sp_of(p);
     if (sp->nic)
-        sim_nic_crash(sp->nic);
+        sp->nic_crash(sp->nic);
     sg_actor_t self = sg_actor_self();
     for (uint32_t i = 0; i < sp->n_actors; i++)
         if (sp->actors[i] != self)
@@ -531,9 +536,14 @@ void sim_port_crash(struct rkv_port *p)
     sp->n_actors = 0;
 }
 
-void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n)
+void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n, void (*drain)(struct sim_nic *n),
+                      void (*crash)(struct sim_nic *n))
 {
-    sp_of(p)->nic = n;
+    assert(n && drain && crash);
+    struct sim_port *sp = sp_of(p);
+    sp->nic = n;
+    sp->nic_drain = drain;
+    sp->nic_crash = crash;
 }
 
 struct sim_nic *sim_port_nic(struct rkv_port *p)

@@ -1,9 +1,9 @@
 /* The twin's model of a host. Its per-core run queues (sim: scheduler:
- * cores, sim/cpu.c) against times worked out by hand: a waiter that ran
+ * cores, sim/backend/cpu.c) against times worked out by hand: a waiter that ran
  * recently stays on its core's queue while the other core idles, a
  * cache-cold one is pulled over, a long burst yields at the end of its
  * slice, and a core that sat idle costs wake_us. Its shared memory
- * (sim/port_sim.c): with measured CPU every node's map is a mapping of its
+ * (sim/backend/port_sim.c): with measured CPU every node's map is a mapping of its
  * own, as a process's is. Each case runs SimGrid in a child (it cannot be
  * initialised twice). */
 #include <math.h>
@@ -23,8 +23,8 @@
 #include <simgrid/host.h>
 
 #include "rkv.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 
 #define MAX_BURSTS 4
 #define MAX_ACTORS 4
