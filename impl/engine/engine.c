@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/regcache.h"
 #include "util/util.h"
 
 /* rkv_engine_linger looks again after this long. */
@@ -133,6 +134,8 @@ struct rkv_engine {
     atomic_int task_polling;
     struct rkv_task *task;
     int stopping;
+    int stopped;              /* rkv_engine_stop ran: no QP is open */
+    struct rkv_regcache regs; /* cfg.reg_cache_entries > 0 */
     struct rkv_peer *peers;
     /* Peers with traffic in the current poll batch: a server with thousands
      * of clients must not walk all of them after every batch. */
@@ -163,16 +166,12 @@ static void eng_unlock(struct rkv_engine *e)
 
 static uint32_t eng_key_of(const uint8_t *msg)
 {
-    uint32_t tensor;
-    memcpy(&tensor, msg + 16, 4);
-    return (tensor << 8) | msg[5];
+    return (rkv_proto_hdr_tensor_id(msg) << 8) | rkv_proto_hdr_type(msg);
 }
 
 static uint64_t eng_req_of(const uint8_t *msg)
 {
-    uint64_t req;
-    memcpy(&req, msg + 8, 8);
-    return req;
+    return rkv_proto_hdr_req_id(msg);
 }
 
 static void txq_push(struct eng_txq *q, struct rkv_tx *tx)
@@ -1438,6 +1437,13 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         free(e);
         return rkv_errf(err, err_len, rc, "engine: cannot create its mutexes");
     }
+    if (cfg->reg_cache_entries &&
+        (rc = rkv_regcache_init(&e->regs, nic, cfg->reg_cache_entries, cfg->reg_cache_bytes)) < 0) {
+        port->ops->mutex_destroy(e->poll_mu);
+        port->ops->mutex_destroy(e->mu);
+        free(e);
+        return rkv_errf(err, err_len, rc, "engine: cannot create its registration cache");
+    }
     *eng_p = e;
     return 0;
 }
@@ -1448,19 +1454,30 @@ int rkv_engine_start(struct rkv_engine *e)
     return e->port->ops->task_start(e->port, "engine", eng_progress, e, &e->task);
 }
 
-void rkv_engine_destroy(struct rkv_engine *e)
+void rkv_engine_stop(struct rkv_engine *e)
 {
-    if (!e)
+    if (e->stopped)
         return;
     eng_lock(e);
     e->stopping = 1;
     eng_unlock(e);
     if (e->task)
         e->port->ops->task_join(e->port, e->task);
+    e->task = NULL;
     /* Close every QP before freeing what the NIC may still write into. */
     for (struct rkv_peer *p = e->peers; p; p = p->next)
         peer_kill(e, p, 0);
     eng_close_deferred(e);
+    e->stopped = 1;
+}
+
+void rkv_engine_destroy(struct rkv_engine *e)
+{
+    if (!e)
+        return;
+    rkv_engine_stop(e);
+    if (e->cfg.reg_cache_entries)
+        rkv_regcache_fini(&e->regs);
     free(e->closing);
     struct rkv_peer *p;
     while ((p = e->peers) != NULL) {
@@ -1518,4 +1535,36 @@ void rkv_engine_get_stats(struct rkv_engine *e, struct rkv_engine_stats *st_p)
     eng_lock(e);
     *st_p = e->st;
     eng_unlock(e);
+}
+
+/* ---- memory and addresses ---- */
+
+int rkv_engine_reg_mr(struct rkv_engine *e, void *addr, size_t len, int access,
+                      struct rkv_mr **mr_p)
+{
+    assert(addr && len > 0 && mr_p);
+    return e->nic->ops->reg_mr(e->nic, addr, len, access, mr_p);
+}
+
+void rkv_engine_dereg_mr(struct rkv_engine *e, struct rkv_mr *mr)
+{
+    assert(mr);
+    e->nic->ops->dereg_mr(e->nic, mr);
+}
+
+struct rkv_regcache *rkv_engine_regcache(struct rkv_engine *e)
+{
+    return e->cfg.reg_cache_entries ? &e->regs : NULL;
+}
+
+int rkv_engine_local_addr(struct rkv_engine *e, const char *host, uint16_t port, char *buf,
+                          size_t len)
+{
+    assert(host && buf && len > 0);
+    return e->nic->ops->local_addr(e->nic, host, port, buf, len);
+}
+
+int rkv_engine_copies_at_post(const struct rkv_engine *e)
+{
+    return e->nic->ops->copies_at_post != 0;
 }

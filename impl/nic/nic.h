@@ -182,7 +182,4 @@ void rkv_nic_auth_nonce(uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES]);
 extern const struct rkv_nic_ops rkv_nic_tcp_ops;
 extern const struct rkv_nic_ops rkv_nic_verbs_ops; /* built with RKV_WITH_VERBS */
 
-/* Backend by name ("tcp", "verbs", "sim"); NULL if not built in. */
-const struct rkv_nic_ops *rkv_nic_find(const char *name);
-
 #endif

@@ -99,7 +99,6 @@ struct rkv_client {
     /* While retrying: how long a connect may keep trying (0: the config's
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
-    struct rkv_regcache regs; /* rkv_client_register; the application thread's */
     /* cli_group's arrays, kept from call to call (grown, never shrunk) so a
      * push or pull allocates nothing; the application thread's. */
     uint32_t *grp_order, *grp_mach; /* grp_cap entries each */
@@ -1615,14 +1614,14 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
     if (!c->cfg.zero_copy_bytes || best * o->t->row_bytes < c->cfg.zero_copy_bytes)
         return;
     const void *base = o->out ? (const void *)o->out : (const void *)o->rows;
-    o->mr = rkv_regcache_find(&c->regs, base, o->span);
+    o->mr = rkv_regcache_find(rkv_engine_regcache(c->eng), base, o->span);
     if (o->mr) {
         c->zst.cache_hits++;
         return;
     }
     /* Remote write access for pulls; pushes only need the NIC to read. */
     int access = o->out ? RKV_ACCESS_REMOTE_WRITE : RKV_ACCESS_LOCAL;
-    if (c->nic->ops->reg_mr(c->nic, (void *)(uintptr_t)base, o->span, access, &o->mr) < 0) {
+    if (rkv_engine_reg_mr(c->eng, (void *)(uintptr_t)base, o->span, access, &o->mr) < 0) {
         RKV_LOGD(c->port, "cannot register %llu bytes of rows: copying them instead",
                  (unsigned long long)o->span);
         o->mr = NULL;
@@ -1637,7 +1636,7 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
 static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
 {
     if (call_reg)
-        c->nic->ops->dereg_mr(c->nic, o->mr);
+        rkv_engine_dereg_mr(c->eng, o->mr);
     o->mr = NULL;
 }
 
@@ -1847,13 +1846,14 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         goto free_client;
     if ((rc = port->ops->cond_create(port, &c->cv)) < 0)
         goto destroy_mutex;
-    if ((rc = rkv_regcache_init(&c->regs, nic, CLI_REG_MAX_ENTRIES, CLI_REG_MAX_BYTES)) < 0)
-        goto destroy_cond;
     struct rkv_engine_cfg ec;
     rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE, &ec);
+    /* rkv_client_register: the application thread's. */
+    ec.reg_cache_entries = CLI_REG_MAX_ENTRIES;
+    ec.reg_cache_bytes = CLI_REG_MAX_BYTES;
     rc = rkv_engine_create(port, nic, &ec, cli_on_msg, cli_on_peer, c, &c->eng, err, err_len);
     if (rc < 0)
-        goto free_regs;
+        goto destroy_cond;
     if ((rc = rkv_engine_start(c->eng)) < 0)
         goto destroy_engine;
     c->next_req = ((rkv_rng_next(&port->rng) >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
@@ -1868,8 +1868,6 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     return 0;
 destroy_engine:
     rkv_engine_destroy(c->eng);
-free_regs:
-    rkv_regcache_fini(&c->regs);
 destroy_cond:
     port->ops->cond_destroy(c->cv);
 destroy_mutex:
@@ -1993,7 +1991,7 @@ int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 
 int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 {
-    int rc = rkv_regcache_add(&c->regs, addr, len);
+    int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
                         rkv_strerror(rc));
@@ -2002,7 +2000,7 @@ int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 
 int rkv_client_deregister(struct rkv_client *c, void *addr)
 {
-    int rc = rkv_regcache_remove(&c->regs, addr);
+    int rc = rkv_regcache_remove(rkv_engine_regcache(c->eng), addr);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "deregister %p: no registration starts there",
                         addr);
@@ -2023,14 +2021,14 @@ void rkv_client_destroy(struct rkv_client *c)
 {
     if (!c)
         return;
-    rkv_engine_destroy(c->eng);
+    rkv_engine_stop(c->eng);
     /* The QPs are closed: no peer can write into registered memory now, nor
      * read the rows of a push nobody waited for. */
     while (c->pending) {
         cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
         cli_pending_free(c, c->pending);
     }
-    rkv_regcache_fini(&c->regs);
+    rkv_engine_destroy(c->eng); /* and the cache's registrations */
     for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
         if (c->tensors[i]) {
             rkv_tensor_free(c->tensors[i]);
