@@ -155,9 +155,9 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     return r;
 }
 
-/* Lock held. */
 static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     for (struct cli_req **pp = &c->reqs; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
             *pp = r->next;
@@ -174,9 +174,9 @@ static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
     return NULL;
 }
 
-/* Lock held. */
 static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, const char *text)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     r->done = 1;
     r->status = status;
     if (text)
@@ -202,11 +202,12 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 /* Busy polling: this thread runs the engine's progress until reqs are done,
  * so a reply wakes nobody (the progress task would have to wake, then wake
  * us). After CLI_SPIN_NS without a completion it gives up, and the caller
- * sleeps as without busy polling. Lock held; dropped while polling, as the
+ * sleeps as without busy polling. The lock is dropped while polling, as the
  * callbacks take it. */
 static void cli_wait_inline(struct rkv_client *c, struct cli_req **reqs, size_t n,
                             uint64_t deadline)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t last_ns = po->now_ns(c->port);
     cli_unlock(c); /* begin waits for the progress task's batch, whose callbacks lock */

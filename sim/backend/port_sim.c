@@ -48,6 +48,7 @@ struct rkv_task {
 
 struct rkv_mutex {
     sg_mutex_t m;
+    sg_actor_t owner;    /* the holding actor, NULL when free (for mutex_held) */
     struct sim_world *w; /* measured CPU is settled around every lock */
 };
 
@@ -137,6 +138,7 @@ static int sp_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
     if (!m)
         return -RKV_ENOMEM;
     m->m = sg_mutex_init();
+    m->owner = NULL;
     m->w = sp_of(p)->w;
     *m_p = m;
     return 0;
@@ -146,14 +148,23 @@ static void sp_mutex_lock(struct rkv_mutex *m)
 {
     sim_cpu_settle(m->w);
     sg_mutex_lock(m->m);
+    m->owner = sg_actor_self();
     sim_cpu_mark(m->w);
 }
 
 static void sp_mutex_unlock(struct rkv_mutex *m)
 {
+    assert(m->owner == sg_actor_self());
     sim_cpu_settle(m->w);
+    m->owner = NULL;
     sg_mutex_unlock(m->m);
     sim_cpu_mark(m->w);
+}
+
+/* Actors run one at a time, so the owner field needs no atomics. */
+static int sp_mutex_held(struct rkv_mutex *m)
+{
+    return m->owner == sg_actor_self();
 }
 
 static void sp_mutex_destroy(struct rkv_mutex *m)
@@ -177,8 +188,11 @@ static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
 static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
 {
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
+    assert(m->owner == sg_actor_self());
     sim_cpu_settle(c->w);
+    m->owner = NULL;
     int timed_out = sim_cv_wait(&c->cv, m->m, t);
+    m->owner = sg_actor_self();
     sim_cpu_mark(c->w);
     return timed_out ? -RKV_ETIMEDOUT : 0;
 }
@@ -465,6 +479,7 @@ static const struct rkv_port_ops sim_port_ops = {
     .mutex_lock = sp_mutex_lock,
     .mutex_unlock = sp_mutex_unlock,
     .mutex_destroy = sp_mutex_destroy,
+    .mutex_held = sp_mutex_held,
     .cond_create = sp_cond_create,
     .cond_wait = sp_cond_wait,
     .cond_signal = sp_cond_signal,
@@ -518,6 +533,9 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
 void sim_port_add_actor(struct rkv_port *p, sg_actor_t a)
 {
     struct sim_port *sp = sp_of(p);
+    /* A node has a handful (main, engine, NIC, NIC timer, durable task): an
+     * actor left out would survive the node's crash. */
+    assert(sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]));
     if (sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]))
         sp->actors[sp->n_actors++] = a;
 }
