@@ -207,6 +207,9 @@ void rkv_spin_unlock(atomic_uint *w);
 uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
                        uint32_t owner);
 void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder);
+/* For assertions: the lock word carries owner's tag (this server holds it;
+ * the tag names a server, not one of its tasks). */
+int rkv_live_held(atomic_uint *w, uint32_t owner);
 void rkv_mach_apply_begin(struct rkv_mach *mc);
 void rkv_mach_apply_end(struct rkv_mach *mc);
 void rkv_mach_copy_begin(struct rkv_mach *mc);
