@@ -25,9 +25,9 @@
  * softirq time meanwhile (/proc/stat), which IRQ time accounting charges to
  * nobody: its total is what counts, the split between user and system is
  * sampled at the timer tick and useless at these durations. The twin measures the CPU of node code
- * itself (sim/backend/cpu.c), so each benchmark also runs in the twin with no costs, which separates the
- * kernel's part (cal_derive_cpu); then the benchmarks run in the twin with those costs, and what
- * their real times have beyond that is not CPU (cal_derive_time). */
+ * itself (sim/backend/cpu.c), so each benchmark also runs in the twin with no costs, which
+ * separates the kernel's part (cal_derive_cpu); then the benchmarks run in the twin with those
+ * costs, and what their real times have beyond that is not CPU (cal_derive_time). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
