@@ -21,8 +21,8 @@ struct rkv_calib {
     double recv_byte_ns;   /* kernel CPU per byte received (the reader's copy) */
     double copy_byte_ns;   /* a warm memcpy per byte: the twin's copies beyond it are CPU */
     double row_cost_ns;    /* CPU per row a request carries (used when cpu_measured is 0) */
-    int cpu_measured;      /* the twin charges node code's measured CPU (sim/cpu.c) */
-    int sched_cores;       /* the twin's cores are per-core run queues (sim/cpu.c) */
+    int cpu_measured;      /* the twin charges node code's measured CPU (sim/backend/cpu.c) */
+    int sched_cores;       /* the twin's cores are per-core run queues (sim/backend/cpu.c) */
 };
 
 /* Reads a key = value file ('#' comments; keys starting with "measured_" are

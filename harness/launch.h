@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
 #include "harness/timed.h"

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 
 /* 1 when s launches this node the ps-lite way (DMLC_ROLE, no cluster file). */
 int rkv_pslite_mode(const struct cmd_settings *s);

@@ -121,8 +121,8 @@ struct rkv_scenario {
     double sim_send_byte_ns;  /* CPU per byte sent, on the sender */
     double sim_recv_byte_ns;  /* CPU per byte received, on the receiver's NIC */
     double sim_copy_byte_ns;  /* a warm copy: the twin's own slower copies are charged */
-    int sim_cpu_measured;     /* charge node code's measured CPU (calibration files, sim/cpu.c) */
-    int sim_sched_cores;      /* scheduler: cores (per-core run queues, sim/cpu.c) */
+    int sim_cpu_measured;     /* charge node code's measured CPU (calibration, sim/backend/cpu.c) */
+    int sim_sched_cores;      /* scheduler: cores (per-core run queues, sim/backend/cpu.c) */
     double sim_wake_us;       /* queue: a core that sat idle takes this to run a thread */
     int sim_fairbottleneck;   /* network/solver:fairbottleneck (same times, faster at scale) */
     char verbs_device[32];

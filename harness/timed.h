@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 #include "rkv.h"
 
 struct rkv_timed_workload {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 #include "util/util.h"
 
 struct rkv_settings {

@@ -8,7 +8,7 @@
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
-#include "sim/twin.h"
+#include "sim/twin/twin.h"
 #endif
 
 static void cal_usage(void)

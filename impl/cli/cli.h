@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 #include "harness/launch.h"
 #include "rkv.h"
 

@@ -9,7 +9,7 @@
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
-#include "sim/twin.h"
+#include "sim/twin/twin.h"
 
 int cmd_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
                     const struct rkv_twin_result *res)

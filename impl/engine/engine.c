@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "port/trace.h"
+#include "engine/regcache.h"
 #include "util/util.h"
 
 /* rkv_engine_linger looks again after this long. */
@@ -134,6 +135,8 @@ struct rkv_engine {
     atomic_int task_polling;
     struct rkv_task *task;
     int stopping;
+    int stopped;              /* rkv_engine_stop ran: no QP is open */
+    struct rkv_regcache regs; /* cfg.reg_cache_entries > 0 */
     struct rkv_peer *peers;
     /* Peers with traffic in the current poll batch: a server with thousands
      * of clients must not walk all of them after every batch. */
@@ -164,16 +167,12 @@ static void eng_unlock(struct rkv_engine *e)
 
 static uint32_t eng_key_of(const uint8_t *msg)
 {
-    uint32_t tensor;
-    memcpy(&tensor, msg + 16, 4);
-    return (tensor << 8) | msg[5];
+    return (rkv_proto_hdr_tensor_id(msg) << 8) | rkv_proto_hdr_type(msg);
 }
 
 static uint64_t eng_req_of(const uint8_t *msg)
 {
-    uint64_t req;
-    memcpy(&req, msg + 8, 8);
-    return req;
+    return rkv_proto_hdr_req_id(msg);
 }
 
 static void txq_push(struct eng_txq *q, struct rkv_tx *tx)
@@ -270,9 +269,9 @@ static size_t eng_round_cap(const struct rkv_engine *e, size_t len)
     return cap;
 }
 
-/* Called with the lock held. */
 static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     if (len <= e->cfg.ctrl_buf_bytes) {
         if (e->free_small) {
             *tx_p = e->free_small;
@@ -293,9 +292,9 @@ static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
     return tx_new(e, eng_round_cap(e, len), tx_p);
 }
 
-/* Called with the lock held. */
 static void tx_put(struct rkv_engine *e, struct rkv_tx *tx)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     tx->kind = 0;
     tx->reply = 0;
     tx->rndv_asked = 0;
@@ -330,6 +329,8 @@ int rkv_engine_tx_alloc(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
     eng_lock(e);
     int rc = tx_get(e, len, tx_p);
     eng_unlock(e);
+    /* A buffer of the caller's alone: nothing queued or posted holds it. */
+    assert(rc < 0 || ((*tx_p)->cap >= len && !(*tx_p)->owner && !(*tx_p)->kind));
     return rc;
 }
 
@@ -340,6 +341,7 @@ void *rkv_engine_tx_buf(struct rkv_tx *tx)
 
 void rkv_engine_tx_free(struct rkv_engine *e, struct rkv_tx *tx)
 {
+    assert(tx && !tx->owner); /* a posted tx goes back by its completion */
     eng_lock(e);
     tx_put(e, tx);
     eng_unlock(e);
@@ -362,9 +364,10 @@ static uint32_t peer_next_release(struct rkv_peer *p, int reply)
 
 static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify);
 
-/* Posts tx now; the caller checked credits. Lock held. */
+/* Posts tx now; the caller checked credits. */
 static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     assert(p->credits > 0 && p->qp);
     uint16_t give = p->owed > UINT16_MAX ? UINT16_MAX : (uint16_t)p->owed;
     rkv_proto_patch_flow(tx->buf, give, peer_next_release(p, tx->reply));
@@ -414,9 +417,10 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
 }
 
 /* One credit is held back for CREDIT messages, so returning credits can
- * never be blocked by a full window. Lock held. */
+ * never be blocked by a full window. */
 static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     if (p->dead || !p->qp) {
         tx_put(e, tx);
         return -RKV_EPEERDEAD;
@@ -449,10 +453,11 @@ static void peer_flush_backlog(struct rkv_engine *e, struct rkv_peer *p)
         peer_post_now(e, p, txq_pop(&p->backlog));
 }
 
-/* Encodes and queues an engine-internal control message. Lock held. */
+/* Encodes and queues an engine-internal control message. */
 static int peer_ctrl(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h,
                      const struct rkv_slot_desc *slot, uint64_t rndv_bytes)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     struct rkv_tx *tx;
     int rc = tx_get(e, e->cfg.ctrl_buf_bytes, &tx);
     if (rc < 0)
@@ -468,9 +473,10 @@ static int peer_ctrl(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h
     return peer_post(e, p, tx);
 }
 
-/* Gives back credits and slots when no reply will carry them. Lock held. */
+/* Gives back credits and slots when no reply will carry them. */
 static void peer_maybe_credit(struct rkv_engine *e, struct rkv_peer *p)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     /* A backlog means credits <= 1: the held-back one is for exactly this. */
     if (p->dead || !p->qp || p->credits < 1)
         return;
@@ -512,9 +518,10 @@ static void tx_to_slot(struct rkv_tx *tx, struct eng_rslot *r)
 }
 
 /* Fails a request the engine cannot deliver: the owner hears about it as an
- * ERROR message with the request's id. Called with the lock held; drops it. */
+ * ERROR message with the request's id. Drops the lock around the callback. */
 static void eng_fail_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, int err)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     struct rkv_msg m = {0};
     m.h.type = RKV_MSG_ERROR;
     m.h.req_id = eng_req_of(tx->buf);
@@ -545,9 +552,10 @@ static int peer_retire_idle(struct rkv_engine *e, struct rkv_peer *p)
  * (retiring idle slots of other keys when this side's half of the peer's
  * slot budget is used up). Returns 1 when tx may be posted now, 0 when it
  * waits: for its rendezvous reply, or for a busy slot to be released (every
- * release runs the waiting queue again). Lock held. */
+ * release runs the waiting queue again). */
 static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     uint32_t key = eng_key_of(tx->buf);
     struct eng_rslot *r = peer_find_rslot(p, key, tx->len + tx->ext_bytes, 1);
     if (r) {
@@ -576,9 +584,10 @@ static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
 /* Starts waiting transmits in order, up to the first large one that still
  * has no slot: messages to one peer are delivered in the order they were
  * sent, whichever path (SEND or slot) each takes. Only the head of the
- * queue asks for a slot. Lock held. */
+ * queue asks for a slot. */
 static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     struct rkv_tx *tx;
     while (!p->dead && (tx = p->waiting.head) != NULL) {
         if (tx->kind == ENG_TX_SLOT && !peer_acquire(e, p, tx))
@@ -738,11 +747,12 @@ int rkv_engine_send_ext(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     return eng_send(e, p, tx, len, 0);
 }
 
-/* Lock held. Posts one unsignalled plain write, or the signalled last one
+/* Posts one unsignalled plain write, or the signalled last one
  * of a tx (its completion gives tx back). */
 static int peer_put_one(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sge *src,
                         uint64_t raddr, uint32_t rkey, struct rkv_tx *tx)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     uint64_t wr_id = tx ? (uint64_t)(uintptr_t)tx | ENG_WR_TX : ENG_WR_PUT;
     int rc = e->nic->ops->post_write(p->qp, wr_id, src, raddr, rkey, 0, 0, tx != NULL);
     e->st.puts++;
@@ -768,9 +778,10 @@ static int peer_put_one(struct rkv_engine *e, struct rkv_peer *p, const struct r
  * among the peer's in-flight ones instead: eng_close_deferred gives those
  * back once qp_close returned (nic.h: the NIC lets go of buffers posted on
  * the QP), and destroy closes every QP. The kill's on_peer callback ran
- * unlocked, so the close may have happened already. Lock held. */
+ * unlocked, so the close may have happened already. */
 static void peer_hold_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     assert(p->dead && !tx->owner);
     if (p->closed) {
         tx_put(e, tx);
@@ -933,9 +944,10 @@ static void peer_free(struct rkv_engine *e, struct rkv_peer *p)
 
 /* Closes qp after the current poll batch, which may still name it; then
  * frees the receive memory of peer (if any), which the NIC no longer
- * touches once qp_close returned. Lock held. */
+ * touches once qp_close returned. */
 static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer *peer)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     rkv_qp_set_ctx(qp, NULL);
     if (e->n_closing == e->cap_closing) {
         uint32_t cap = e->cap_closing ? 2 * e->cap_closing : 16;
@@ -953,9 +965,10 @@ static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_
 }
 
 /* Builds a peer around a connected QP and posts its receives; on failure
- * the QP is closed (after the batch). Lock held. */
+ * the QP is closed (after the batch). */
 static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **peer_p)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     const struct rkv_engine_cfg *c = &e->cfg;
     struct rkv_peer *p = calloc(1, sizeof(*p));
     if (!p)
@@ -1033,9 +1046,10 @@ int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
 
 /* Takes a closed peer the owner released off the list and frees it: what
  * a peer holds must not outlive it, or every connection that came and went
- * would cost its memory until the engine stops. Lock held. */
+ * would cost its memory until the engine stops. */
 static void peer_reclaim(struct rkv_engine *e, struct rkv_peer *p)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     assert(p->closed && p->released && !p->qp);
     if (p->waited)
         return; /* drop_peer_wait still looks at it; it reclaims it itself */
@@ -1085,10 +1099,11 @@ void rkv_engine_peer_release(struct rkv_engine *e, struct rkv_peer *p)
     eng_unlock(e);
 }
 
-/* Lock held. The QP's context is cleared at once, so completions of this
+/* The QP's context is cleared at once, so completions of this
  * batch that name it find no peer; the QP itself is closed after the batch. */
 static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     if (!p->qp)
         return;
     p->dead = 1;
@@ -1488,6 +1503,7 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         return rkv_errf(err, err_len, -RKV_EINVAL,
                         "engine: need rx_depth >= 4, ctrl_buf_bytes >= 256, max_slots >= 2 and "
                         "max_slot_bytes >= ctrl_buf_bytes");
+    assert(port && nic && eng_p);
     struct rkv_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "engine: out of memory");
@@ -1507,6 +1523,13 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         free(e);
         return rkv_errf(err, err_len, rc, "engine: cannot create its mutexes");
     }
+    if (cfg->reg_cache_entries &&
+        (rc = rkv_regcache_init(&e->regs, nic, cfg->reg_cache_entries, cfg->reg_cache_bytes)) < 0) {
+        port->ops->mutex_destroy(e->poll_mu);
+        port->ops->mutex_destroy(e->mu);
+        free(e);
+        return rkv_errf(err, err_len, rc, "engine: cannot create its registration cache");
+    }
     *eng_p = e;
     return 0;
 }
@@ -1517,19 +1540,34 @@ int rkv_engine_start(struct rkv_engine *e)
     return e->port->ops->task_start(e->port, "engine", eng_progress, e, &e->task);
 }
 
-void rkv_engine_destroy(struct rkv_engine *e)
+void rkv_engine_stop(struct rkv_engine *e)
 {
-    if (!e)
+    if (e->stopped)
         return;
     eng_lock(e);
     e->stopping = 1;
     eng_unlock(e);
     if (e->task)
         e->port->ops->task_join(e->port, e->task);
-    /* Close every QP before freeing what the NIC may still write into. */
+    e->task = NULL;
+    /* Close every QP before freeing what the NIC may still write into. No
+     * task polls any more; the lock is the one the helpers expect. */
+    eng_lock(e);
     for (struct rkv_peer *p = e->peers; p; p = p->next)
         peer_kill(e, p, 0);
     eng_close_deferred(e);
+    assert(e->n_closing == 0);
+    eng_unlock(e);
+    e->stopped = 1;
+}
+
+void rkv_engine_destroy(struct rkv_engine *e)
+{
+    if (!e)
+        return;
+    rkv_engine_stop(e);
+    if (e->cfg.reg_cache_entries)
+        rkv_regcache_fini(&e->regs);
     free(e->closing);
     struct rkv_peer *p;
     while ((p = e->peers) != NULL) {
@@ -1548,10 +1586,11 @@ void rkv_engine_destroy(struct rkv_engine *e)
     free(e);
 }
 
-/* Lock held. Messages to live peers the NIC has not completed yet: queued
+/* Messages to live peers the NIC has not completed yet: queued
  * for credits or a rendezvous slot, or posted without their completion. */
 static uint32_t eng_unsent(const struct rkv_engine *e)
 {
+    RKV_ASSERT_HELD(e->port, e->mu);
     uint32_t n = 0;
     for (const struct rkv_peer *p = e->peers; p; p = p->next)
         if (!p->dead)
@@ -1587,4 +1626,36 @@ void rkv_engine_get_stats(struct rkv_engine *e, struct rkv_engine_stats *st_p)
     eng_lock(e);
     *st_p = e->st;
     eng_unlock(e);
+}
+
+/* ---- memory and addresses ---- */
+
+int rkv_engine_reg_mr(struct rkv_engine *e, void *addr, size_t len, int access,
+                      struct rkv_mr **mr_p)
+{
+    assert(addr && len > 0 && mr_p);
+    return e->nic->ops->reg_mr(e->nic, addr, len, access, mr_p);
+}
+
+void rkv_engine_dereg_mr(struct rkv_engine *e, struct rkv_mr *mr)
+{
+    assert(mr);
+    e->nic->ops->dereg_mr(e->nic, mr);
+}
+
+struct rkv_regcache *rkv_engine_regcache(struct rkv_engine *e)
+{
+    return e->cfg.reg_cache_entries ? &e->regs : NULL;
+}
+
+int rkv_engine_local_addr(struct rkv_engine *e, const char *host, uint16_t port, char *buf,
+                          size_t len)
+{
+    assert(host && buf && len > 0);
+    return e->nic->ops->local_addr(e->nic, host, port, buf, len);
+}
+
+int rkv_engine_copies_at_post(const struct rkv_engine *e)
+{
+    return e->nic->ops->copies_at_post != 0;
 }

@@ -54,6 +54,11 @@ struct rkv_engine_cfg {
      * server sets a few windows' worth: a client never has more requests
      * in flight than it has credits. */
     uint32_t max_backlog;
+    /* The registration cache of memory the application keeps registered
+     * (rkv_engine_regcache; a client's rkv_client_register): its bounds,
+     * or 0 for none. */
+    uint32_t reg_cache_entries;
+    uint64_t reg_cache_bytes;
 };
 
 /* msg and anything it points to are valid only during the call. For a
@@ -98,8 +103,31 @@ void rkv_engine_inline_end(struct rkv_engine *eng);
  * message completes once its retransmissions went through. Needs the
  * progress task running; not from inside a callback. */
 int rkv_engine_linger(struct rkv_engine *eng, uint32_t timeout_ms);
-/* Stops the progress task, disconnects every peer, frees everything. */
+/* Stops the progress task and closes every peer's QP: nothing arrives or
+ * leaves after it, so memory a peer could write or read may be released
+ * (registrations still go through the engine until rkv_engine_destroy).
+ * Idempotent. */
+void rkv_engine_stop(struct rkv_engine *eng);
+/* Stops (if not yet), deregisters the cache, frees everything. */
 void rkv_engine_destroy(struct rkv_engine *eng);
+
+/* ---- memory and addresses ----
+ * The engine is the store's only way to its NIC: what a layer above
+ * registers, and the address it announces, go through here. */
+/* Registers addr..addr+len (RKV_ACCESS_*) until rkv_engine_dereg_mr. */
+int rkv_engine_reg_mr(struct rkv_engine *eng, void *addr, size_t len, int access,
+                      struct rkv_mr **mr_p);
+void rkv_engine_dereg_mr(struct rkv_engine *eng, struct rkv_mr *mr);
+/* The cache of cfg.reg_cache_*, or NULL without one. One task at a time
+ * uses it (regcache.h). */
+struct rkv_regcache *rkv_engine_regcache(struct rkv_engine *eng);
+/* This node's address as a peer at host:port reaches it (announced to
+ * server 0 by servers of machines the config gives no host). */
+int rkv_engine_local_addr(struct rkv_engine *eng, const char *host, uint16_t port, char *buf,
+                          size_t len);
+/* 1 when the NIC copies a message's bytes as it is posted (tcp): the
+ * memory may change as soon as the post returns. */
+int rkv_engine_copies_at_post(const struct rkv_engine *eng);
 
 /* A registered transmit buffer of at least len bytes; encode the message in
  * place (rkv_engine_tx_buf), then hand it to send or write, which consume it. */

@@ -83,6 +83,7 @@ int rkv_regcache_add(struct rkv_regcache *rc, void *addr, size_t len)
     rc->e[rc->n++] = (struct rkv_regcache_entry){
         .addr = (uintptr_t)addr, .len = len, .mr = mr, .used = ++rc->clock};
     rc->bytes += len;
+    assert(rc->n <= rc->max_entries && rc->bytes <= rc->max_bytes);
     return 0;
 }
 

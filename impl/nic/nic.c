@@ -9,20 +9,6 @@
 #include "port/port.h"
 #include "util/util.h"
 
-const struct rkv_nic_ops *rkv_nic_find(const char *name)
-{
-#if RKV_WITH_TCP
-    if (strcmp(name, "tcp") == 0)
-        return &rkv_nic_tcp_ops;
-#endif
-#if RKV_WITH_VERBS
-    if (strcmp(name, "verbs") == 0)
-        return &rkv_nic_verbs_ops;
-#endif
-    (void)name;
-    return NULL;
-}
-
 /* ---- peer authentication ---- */
 
 void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len)

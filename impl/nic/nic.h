@@ -1,9 +1,9 @@
 /* The NIC seam: a small verbs-shaped vtable. The engine above it is written
  * once and runs over every backend:
- *   tcp   impl/nic/nic_tcp.c   sockets + epoll, one-sided writes emulated by the
- *                              receiver copying into the registered region
- *   verbs impl/nic/nic_verbs.c libibverbs + librdmacm (RC QPs)
- *   sim   sim/nic_sim.c        SimGrid comms
+ *   tcp   impl/nic/nic_tcp.c    sockets + epoll, one-sided writes emulated by the
+ *                               receiver copying into the registered region
+ *   verbs impl/nic/nic_verbs.c  libibverbs + librdmacm (RC QPs)
+ *   sim   sim/backend/nic_sim.c SimGrid comms
  *
  * Semantics every backend keeps (they are the verbs ones):
  *  - One completion queue per NIC; rkv_nic_poll() blocks up to a timeout.
@@ -181,8 +181,5 @@ void rkv_nic_auth_nonce(uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES]);
 
 extern const struct rkv_nic_ops rkv_nic_tcp_ops;
 extern const struct rkv_nic_ops rkv_nic_verbs_ops; /* built with RKV_WITH_VERBS */
-
-/* Backend by name ("tcp", "verbs", "sim"); NULL if not built in. */
-const struct rkv_nic_ops *rkv_nic_find(const char *name);
 
 #endif

@@ -76,10 +76,11 @@ static uint64_t flt_now(struct flt_nic *n)
     return n->base.port->ops->now_ns(n->base.port);
 }
 
-/* Lock held. How long the message posted (or received) now is held back:
+/* How long the message posted (or received) now is held back:
  * 0 when it passes, UINT64_MAX when its connection breaks. */
 static uint64_t flt_decide(struct flt_nic *n, uint64_t now)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     if (n->t0 == UINT64_MAX)
         n->t0 = now; /* the node's first message starts its fault clock */
     uint64_t rel = now - n->t0, extra = 0;
@@ -140,10 +141,11 @@ static int flt_post_inner(struct flt_qp *q, const struct flt_out *o)
                           o->signaled);
 }
 
-/* Lock held. Queues a completion the engine sees at `due`, behind any held
+/* Queues a completion the engine sees at `due`, behind any held
  * completion of the same QP. */
 static int flt_hold_wc(struct flt_nic *n, struct flt_qp *q, const struct rkv_wc *wc, uint64_t due)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     struct flt_in *h = malloc(sizeof(*h));
     if (!h)
         return -RKV_ENOMEM;
@@ -176,10 +178,11 @@ static void flt_flush_out(struct flt_nic *n, struct flt_qp *q, const struct flt_
         RKV_LOGE(n->base.port, "fault nic: out of memory; a flushed completion is lost");
 }
 
-/* Lock held. The QP whose first queued post is due earliest (skipping QPs
+/* The QP whose first queued post is due earliest (skipping QPs
  * somebody is posting on). */
 static struct flt_qp *flt_next_due(struct flt_nic *n)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     struct flt_qp *best = NULL;
     for (struct flt_qp *q = n->qps; q; q = q->next)
         if (q->out_head && !q->posting && (!best || q->out_head->due < best->out_head->due))
@@ -289,9 +292,9 @@ static int flt_post_recv(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge
     return q->n->inner->ops->post_recv(q->inner, wr_id, sge);
 }
 
-/* Lock held. */
 static int flt_qp_new(struct flt_nic *n, struct rkv_qp *inner, struct flt_qp **q_p)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     struct flt_qp *q = calloc(1, sizeof(*q));
     if (!q)
         return -RKV_ENOMEM;
@@ -324,9 +327,10 @@ static int flt_connect(struct rkv_nic *nic, const char *host, uint16_t port, uin
     return 0;
 }
 
-/* Lock held. Moves due held completions to wc in list order. */
+/* Moves due held completions to wc in list order. */
 static int flt_take_due(struct flt_nic *n, struct rkv_wc *wc, int max, uint64_t now)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     int got = 0;
     struct flt_in **pp = &n->in_head, *prev = NULL;
     while (*pp && got < max) {
@@ -348,10 +352,11 @@ static int flt_take_due(struct flt_nic *n, struct rkv_wc *wc, int max, uint64_t 
     return got;
 }
 
-/* Lock held. Whether an incoming completion goes to the engine now (1), is
+/* Whether an incoming completion goes to the engine now (1), is
  * held (0) or was turned into the break of its connection (1, rewritten). */
 static int flt_filter_in(struct flt_nic *n, struct rkv_wc *wc, uint64_t now)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     struct flt_qp *q = (struct flt_qp *)wc->qp;
     int data = wc->opcode == RKV_WC_RECV || wc->opcode == RKV_WC_RECV_IMM;
     if (q->in_broken)
@@ -373,10 +378,11 @@ static int flt_filter_in(struct flt_nic *n, struct rkv_wc *wc, uint64_t now)
     return 0;
 }
 
-/* Lock held. Translates inner completions to wrapper QPs; drops what
+/* Translates inner completions to wrapper QPs; drops what
  * cannot be. */
 static int flt_translate(struct flt_nic *n, struct rkv_wc *wc)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     struct flt_qp *q = rkv_qp_ctx(wc->qp);
     if (wc->opcode == RKV_WC_CONNECTED) {
         if (flt_qp_new(n, wc->qp, &q) < 0) {

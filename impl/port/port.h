@@ -1,5 +1,5 @@
 /* The port: the only OS surface the store, engine and NIC-independent code
- * may touch. Backends: POSIX (port_posix.c) and SimGrid (sim/port_sim.c).
+ * may touch. Backends: POSIX (port_posix.c) and SimGrid (sim/backend/port_sim.c).
  *
  * Why a vtable and not plain pthreads: in the twin every node is an actor in
  * one process, so a pthread mutex held across a simulated wait deadlocks it,
@@ -9,6 +9,7 @@
 #ifndef RKV_PORT_H
 #define RKV_PORT_H
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,10 @@ struct rkv_port_ops {
     void (*mutex_lock)(struct rkv_mutex *m);
     void (*mutex_unlock)(struct rkv_mutex *m);
     void (*mutex_destroy)(struct rkv_mutex *m);
+    /* 1 when the calling task holds m, else 0: for assertions
+     * (RKV_ASSERT_HELD), which turn "called with the lock held" from a
+     * comment into a check. cond_wait gives m up while it waits. */
+    int (*mutex_held)(struct rkv_mutex *m);
     int (*cond_create)(struct rkv_port *p, struct rkv_cond **c_p);
     /* Returns 0 when signalled (or spuriously), -RKV_ETIMEDOUT after
      * timeout_ns. The mutex is held again on return either way. */
@@ -99,6 +104,10 @@ static inline void rkv_port_handler_work(struct rkv_port *p, uint64_t rows)
     if (p->ops->handler_work)
         p->ops->handler_work(p, rows);
 }
+
+/* A precondition: the calling task holds m (a mutex of port p). Like
+ * assert, compiled out with NDEBUG. */
+#define RKV_ASSERT_HELD(p, m) assert((p)->ops->mutex_held(m))
 
 #define RKV_LOGE(p, ...) rkv_port_log((p), RKV_LOG_ERROR, __VA_ARGS__)
 #define RKV_LOGW(p, ...) rkv_port_log((p), RKV_LOG_WARN, __VA_ARGS__)

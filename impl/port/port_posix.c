@@ -2,6 +2,7 @@
  * stderr line per log call. Everything hangs off struct posix_port; the
  * backend keeps no globals, so several nodes can live in one process. */
 #include <assert.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -35,6 +36,10 @@ struct rkv_task {
 
 struct rkv_mutex {
     pthread_mutex_t m;
+    /* The holder's pthread_self(), 0 when free: written only by the holder
+     * (after locking, before unlocking), so a task that reads its own id
+     * here holds the mutex, whatever other tasks do meanwhile. */
+    atomic_uintptr_t owner;
 };
 
 struct rkv_cond {
@@ -122,18 +127,32 @@ static int posix_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
     return 0;
 }
 
+static uintptr_t posix_self(void)
+{
+    /* pthread_t is an integer or a pointer on the systems rkv builds on. */
+    return (uintptr_t)pthread_self();
+}
+
 static void posix_mutex_lock(struct rkv_mutex *m)
 {
     int rc = pthread_mutex_lock(&m->m);
     assert(rc == 0);
     (void)rc;
+    atomic_store_explicit(&m->owner, posix_self(), memory_order_relaxed);
 }
 
 static void posix_mutex_unlock(struct rkv_mutex *m)
 {
+    assert(atomic_load_explicit(&m->owner, memory_order_relaxed) == posix_self());
+    atomic_store_explicit(&m->owner, 0, memory_order_relaxed);
     int rc = pthread_mutex_unlock(&m->m);
     assert(rc == 0);
     (void)rc;
+}
+
+static int posix_mutex_held(struct rkv_mutex *m)
+{
+    return atomic_load_explicit(&m->owner, memory_order_relaxed) == posix_self();
 }
 
 static void posix_mutex_destroy(struct rkv_mutex *m)
@@ -166,7 +185,19 @@ static int posix_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
     return 0;
 }
 
+static int posix_cond_wait_held(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns);
+
+/* The wait gives the mutex up: it has no owner until the wait takes it back. */
 static int posix_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
+{
+    assert(posix_mutex_held(m));
+    atomic_store_explicit(&m->owner, 0, memory_order_relaxed);
+    int rc = posix_cond_wait_held(c, m, timeout_ns);
+    atomic_store_explicit(&m->owner, posix_self(), memory_order_relaxed);
+    return rc;
+}
+
+static int posix_cond_wait_held(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
 {
     if (timeout_ns == UINT64_MAX) {
         int rc = pthread_cond_wait(&c->c, &m->m);
@@ -402,6 +433,7 @@ static const struct rkv_port_ops posix_ops = {
     .mutex_lock = posix_mutex_lock,
     .mutex_unlock = posix_mutex_unlock,
     .mutex_destroy = posix_mutex_destroy,
+    .mutex_held = posix_mutex_held,
     .cond_create = posix_cond_create,
     .cond_wait = posix_cond_wait,
     .cond_signal = posix_cond_signal,

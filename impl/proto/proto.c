@@ -891,3 +891,24 @@ void rkv_proto_patch_flow(void *buf, uint16_t credits, uint32_t release)
     st16(b + OFF_CREDITS, credits);
     st32(b + OFF_RELEASE, release);
 }
+
+uint8_t rkv_proto_hdr_type(const void *buf)
+{
+    const uint8_t *b = buf;
+    assert(b && ld32(b + OFF_MAGIC) == RKV_PROTO_MAGIC);
+    return b[OFF_TYPE];
+}
+
+uint64_t rkv_proto_hdr_req_id(const void *buf)
+{
+    const uint8_t *b = buf;
+    assert(b && ld32(b + OFF_MAGIC) == RKV_PROTO_MAGIC);
+    return ld64(b + OFF_REQ_ID);
+}
+
+uint32_t rkv_proto_hdr_tensor_id(const void *buf)
+{
+    const uint8_t *b = buf;
+    assert(b && ld32(b + OFF_MAGIC) == RKV_PROTO_MAGIC);
+    return ld32(b + OFF_TENSOR_ID);
+}

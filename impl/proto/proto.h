@@ -232,6 +232,13 @@ size_t rkv_proto_enc_addr(void *buf, struct rkv_hdr *h, const struct rkv_wire_ad
 /* Rewrites the engine's flow-control fields of an encoded header in place
  * (credits returned and slot released are only known at post time). */
 void rkv_proto_patch_flow(void *buf, uint16_t credits, uint32_t release);
+/* Header fields of a message this node encoded, read in place (the engine
+ * keys its slot cache by type and tensor and fails queued requests by id,
+ * without decoding what it already validated as it encoded it). buf holds
+ * at least RKV_PROTO_HDR_BYTES of an encoded header. */
+uint8_t rkv_proto_hdr_type(const void *buf);
+uint64_t rkv_proto_hdr_req_id(const void *buf);
+uint32_t rkv_proto_hdr_tensor_id(const void *buf);
 
 /* Header-only types (ACKs, BARRIER, SHUTDOWN, CREDIT, INIT_REPLY). */
 size_t rkv_proto_enc_empty(void *buf, struct rkv_hdr *h);

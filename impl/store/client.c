@@ -110,7 +110,6 @@ struct rkv_client {
     /* While retrying: how long a connect may keep trying (0: the config's
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
-    struct rkv_regcache regs; /* rkv_client_register; the application thread's */
     /* cli_group's arrays, kept from call to call (grown, never shrunk) so a
      * push or pull allocates nothing; the application thread's. */
     uint32_t *grp_order, *grp_mach; /* grp_cap entries each */
@@ -170,9 +169,9 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     return r;
 }
 
-/* Lock held. */
 static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     for (struct cli_req **pp = &c->reqs; *pp; pp = &(*pp)->next) {
         if (*pp == r) {
             *pp = r->next;
@@ -207,10 +206,11 @@ static int cli_req_stats_op(int expect)
     }
 }
 
-/* Lock held. A request ended: answered, failed, or (done = 0) released
- * unanswered, which counts as an error at its age. */
+/* A request ended: answered, failed, or (done = 0) released unanswered,
+ * which counts as an error at its age. */
 static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     if (!r->srv || !r->srv->st)
         return;
     uint64_t now = c->port->ops->now_ns(c->port);
@@ -218,9 +218,9 @@ static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
                   r->st_bytes);
 }
 
-/* Lock held. */
 static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, const char *text)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     cli_req_count(c, r, status == 0);
     r->done = 1;
     r->status = status;
@@ -249,11 +249,12 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 /* Busy polling: this thread runs the engine's progress until reqs are done,
  * so a reply wakes nobody (the progress task would have to wake, then wake
  * us). After CLI_SPIN_NS without a completion it gives up, and the caller
- * sleeps as without busy polling. Lock held; dropped while polling, as the
+ * sleeps as without busy polling. The lock is dropped while polling, as the
  * callbacks take it. */
 static void cli_wait_inline(struct rkv_client *c, struct cli_req **reqs, size_t n,
                             uint64_t deadline)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t last_ns = po->now_ns(c->port);
     cli_unlock(c); /* begin waits for the progress task's batch, whose callbacks lock */
@@ -1734,14 +1735,14 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
     if (!c->cfg.zero_copy_bytes || best * o->t->row_bytes < c->cfg.zero_copy_bytes)
         return;
     const void *base = o->out ? (const void *)o->out : (const void *)o->rows;
-    o->mr = rkv_regcache_find(&c->regs, base, o->span);
+    o->mr = rkv_regcache_find(rkv_engine_regcache(c->eng), base, o->span);
     if (o->mr) {
         c->zst.cache_hits++;
         return;
     }
     /* Remote write access for pulls; pushes only need the NIC to read. */
     int access = o->out ? RKV_ACCESS_REMOTE_WRITE : RKV_ACCESS_LOCAL;
-    if (c->nic->ops->reg_mr(c->nic, (void *)(uintptr_t)base, o->span, access, &o->mr) < 0) {
+    if (rkv_engine_reg_mr(c->eng, (void *)(uintptr_t)base, o->span, access, &o->mr) < 0) {
         RKV_LOGD(c->port, "cannot register %llu bytes of rows: copying them instead",
                  (unsigned long long)o->span);
         o->mr = NULL;
@@ -1756,7 +1757,7 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
 static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
 {
     if (call_reg)
-        c->nic->ops->dereg_mr(c->nic, o->mr);
+        rkv_engine_dereg_mr(c->eng, o->mr);
     o->mr = NULL;
 }
 
@@ -1988,13 +1989,14 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         goto free_client;
     if ((rc = port->ops->cond_create(port, &c->cv)) < 0)
         goto destroy_mutex;
-    if ((rc = rkv_regcache_init(&c->regs, nic, CLI_REG_MAX_ENTRIES, CLI_REG_MAX_BYTES)) < 0)
-        goto destroy_cond;
     struct rkv_engine_cfg ec;
     rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE, &ec);
+    /* rkv_client_register: the application thread's. */
+    ec.reg_cache_entries = CLI_REG_MAX_ENTRIES;
+    ec.reg_cache_bytes = CLI_REG_MAX_BYTES;
     rc = rkv_engine_create(port, nic, &ec, cli_on_msg, cli_on_peer, c, &c->eng, err, err_len);
     if (rc < 0)
-        goto free_regs;
+        goto destroy_cond;
     if ((rc = rkv_engine_start(c->eng)) < 0)
         goto destroy_engine;
     c->next_req = ((rkv_rng_next(&port->rng) >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
@@ -2009,8 +2011,6 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     return 0;
 destroy_engine:
     rkv_engine_destroy(c->eng);
-free_regs:
-    rkv_regcache_fini(&c->regs);
 destroy_cond:
     port->ops->cond_destroy(c->cv);
 destroy_mutex:
@@ -2136,7 +2136,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 
 int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 {
-    int rc = rkv_regcache_add(&c->regs, addr, len);
+    int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
                         rkv_strerror(rc));
@@ -2145,7 +2145,7 @@ int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 
 int rkv_client_deregister(struct rkv_client *c, void *addr)
 {
-    int rc = rkv_regcache_remove(&c->regs, addr);
+    int rc = rkv_regcache_remove(rkv_engine_regcache(c->eng), addr);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "deregister %p: no registration starts there",
                         addr);
@@ -2224,14 +2224,14 @@ void rkv_client_destroy(struct rkv_client *c)
 {
     if (!c)
         return;
-    rkv_engine_destroy(c->eng);
+    rkv_engine_stop(c->eng);
     /* The QPs are closed: no peer can write into registered memory now, nor
      * read the rows of a push nobody waited for. */
     while (c->pending) {
         cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
         cli_pending_free(c, c->pending);
     }
-    rkv_regcache_fini(&c->regs);
+    rkv_engine_destroy(c->eng); /* and the cache's registrations */
     for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
         if (c->tensors[i]) {
             rkv_tensor_free(c->tensors[i]);

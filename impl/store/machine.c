@@ -178,6 +178,11 @@ uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *
     }
 }
 
+int rkv_live_held(atomic_uint *w, uint32_t owner)
+{
+    return atomic_load(w) == owner;
+}
+
 void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder)
 {
     atomic_store(holder, 0);

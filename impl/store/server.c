@@ -703,11 +703,11 @@ static int srv_pull_zc_direct(struct rkv_server *s, struct rkv_peer *peer, struc
     uint32_t id = t->meta.id;
     size_t rb = t->row_bytes;
     uint64_t data_bytes = t->shard.local_rows * rb;
-    if (!s->nic->ops->copies_at_post || rb < SRV_ZC_DIRECT_MIN_ROW || rb > SRV_ZC_RUN_MAX ||
+    if (!rkv_engine_copies_at_post(s->eng) || rb < SRV_ZC_DIRECT_MIN_ROW || rb > SRV_ZC_RUN_MAX ||
         data_bytes == 0)
         return 0;
-    if (!s->shard_mr[id] && s->nic->ops->reg_mr(s->nic, t->shard.data, data_bytes, RKV_ACCESS_LOCAL,
-                                                &s->shard_mr[id]) < 0)
+    if (!s->shard_mr[id] && rkv_engine_reg_mr(s->eng, t->shard.data, data_bytes, RKV_ACCESS_LOCAL,
+                                              &s->shard_mr[id]) < 0)
         return 0; /* the staged path still works */
     const struct rkv_slot_desc *dst = &m->u.pull_zc.dst;
     for (uint32_t i = 0; i < m->h.count; i++) {
@@ -965,7 +965,7 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
         .cluster = rkv_cfg_fingerprint(&s->cfg), .server_id = s->server_id, .port = my_port};
     /* A machine the config names a host for: server 0 knows it already. */
     assert(!s->cfg.machines[s->cfg.machine_id].host[0]);
-    int rc = s->nic->ops->local_addr(s->nic, m0->host, m0->base_port, a.host, sizeof(a.host));
+    int rc = rkv_engine_local_addr(s->eng, m0->host, m0->base_port, a.host, sizeof(a.host));
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "server %u: no local address toward %s", s->server_id,
                         m0->host);
@@ -1244,7 +1244,7 @@ static void srv_free_tensors(struct rkv_server *s)
 {
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
         if (s->shard_mr[i])
-            s->nic->ops->dereg_mr(s->nic, s->shard_mr[i]);
+            rkv_engine_dereg_mr(s->eng, s->shard_mr[i]);
         s->shard_mr[i] = NULL;
         if (!s->tensors[i])
             continue;
@@ -1722,7 +1722,7 @@ void rkv_server_destroy(struct rkv_server *s)
     if (!s)
         return;
     srv_durable_stop(s); /* it sends through the engine */
-    rkv_engine_destroy(s->eng);
+    rkv_engine_stop(s->eng);
     srv_free_conns(s);
     for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
         if (s->tensors[i]) {
@@ -1731,7 +1731,8 @@ void rkv_server_destroy(struct rkv_server *s)
             s->port->ops->shm_unlink(s->port, name);
         }
     }
-    srv_free_tensors(s);
+    srv_free_tensors(s); /* their registrations go through the engine */
+    rkv_engine_destroy(s->eng);
     if (s->mach.hdr && s->local_id == 0)
         rkv_mach_unlink(s->port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);

@@ -342,11 +342,12 @@ static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint
     return 0;
 }
 
-/* snap_lock held. Copies under the copy lock, checksums and writes outside it. */
+/* Under snap_lock: copies under the copy lock, checksums and writes outside it. */
 static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_tensor *ts,
                       uint64_t *seqs, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
+    assert(rkv_live_held(&h->snap_lock, w->mc->owner));
     struct rkv_snap s = {.machine = w->machine,
                          .lineage = h->lineage,
                          .generation = gen,

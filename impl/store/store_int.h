@@ -207,6 +207,9 @@ void rkv_spin_unlock(atomic_uint *w);
 uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
                        uint32_t owner);
 void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder);
+/* For assertions: the lock word carries owner's tag (this server holds it;
+ * the tag names a server, not one of its tasks). */
+int rkv_live_held(atomic_uint *w, uint32_t owner);
 void rkv_mach_apply_begin(struct rkv_mach *mc);
 void rkv_mach_apply_end(struct rkv_mach *mc);
 void rkv_mach_copy_begin(struct rkv_mach *mc);
@@ -248,6 +251,9 @@ uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg);
 /* Gives nic the config's secret (its text or its file, when set) and
  * connection limits; -RKV_ECONFIG if the secret file cannot be read. */
 int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len);
+/* The composition (store/node.c): the NIC backend by name ("tcp", "verbs";
+ * the twin composes its own); NULL if not built in. */
+const struct rkv_nic_ops *rkv_nic_find(const char *name);
 /* The POSIX port and the configured NIC of one node (process). */
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
                   struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len);

@@ -237,29 +237,3 @@ int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, si
     } /* else the NIC's own, from the environment */
     return 0;
 }
-
-int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
-                  struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len)
-{
-    const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
-    if (!ops)
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in", cfg->backend);
-    int rc = rkv_port_posix_create(node, cfg->log_level, seed, port_p);
-    if (rc < 0)
-        return rkv_errf(err, err_len, rc, "cannot create the OS port");
-    if ((rc = ops->open(*port_p, NULL, nic_p)) < 0) {
-        (*port_p)->ops->destroy(*port_p);
-        return rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
-    }
-    if ((rc = rkv_cfg_nic(cfg, *nic_p, err, err_len)) < 0) {
-        rkv_node_close(*port_p, *nic_p);
-        return rc;
-    }
-    return 0;
-}
-
-void rkv_node_close(struct rkv_port *port, struct rkv_nic *nic)
-{
-    nic->ops->close(nic);
-    port->ops->destroy(port);
-}

@@ -149,9 +149,10 @@ uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w)
     return off > RKV_WAL_HDR_BYTES ? off - RKV_WAL_HDR_BYTES : 0;
 }
 
-/* wal_lock held: cuts what a dead holder may have written past the end. */
+/* Cuts what a dead holder of wal_lock may have written past the end. */
 static int wal_cut(struct rkv_wal *w, char *err, size_t err_len)
 {
+    assert(rkv_live_held(&w->mc->hdr->wal_lock, w->mc->owner));
     uint64_t end = atomic_load(&w->mc->hdr->wal_end);
     char path[512];
     if (RKV_WAL_GEN(end) == 0)
@@ -171,11 +172,12 @@ int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
 
 /* ---- the push path ---- */
 
-/* wal_lock held: the record of p at the end of the current log. */
+/* The record of p at the end of the current log (under wal_lock). */
 static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t row_bytes,
                       char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
+    assert(rkv_live_held(&h->wal_lock, w->mc->owner));
     uint64_t end = atomic_load(&h->wal_end);
     if (RKV_WAL_GEN(end) == 0)
         return rkv_errf(err, err_len, -RKV_EIO,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,58 @@ static void test_task_and_cond_signal(void **state)
     p->ops->destroy(p);
 }
 
+/* mutex_held says whether the calling task holds the mutex: not before,
+ * yes after lock, not for another task meanwhile, not while a cond_wait
+ * has given it up (the other task takes it then), and yes again after. */
+struct held_probe {
+    struct rkv_port *p;
+    struct rkv_mutex *m;
+    struct rkv_cond *c;
+    int held_by_other; /* what the other task saw while we held it */
+    atomic_int seen;
+    int held_inside; /* ... and once it took it, during our cond_wait */
+    int done;
+};
+
+static void held_task(void *arg)
+{
+    struct held_probe *h = arg;
+    h->held_by_other = h->p->ops->mutex_held(h->m);
+    atomic_store(&h->seen, 1);
+    h->p->ops->mutex_lock(h->m);
+    h->held_inside = h->p->ops->mutex_held(h->m);
+    h->done = 1;
+    h->p->ops->cond_signal(h->c);
+    h->p->ops->mutex_unlock(h->m);
+}
+
+static void test_mutex_held(void **state)
+{
+    (void)state;
+    struct held_probe h = {.p = port_new("t", RKV_LOG_ERROR), .held_by_other = -1};
+    struct rkv_port *p = h.p;
+    assert_int_equal(p->ops->mutex_create(p, &h.m), 0);
+    assert_int_equal(p->ops->cond_create(p, &h.c), 0);
+    assert_false(p->ops->mutex_held(h.m));
+    p->ops->mutex_lock(h.m);
+    assert_true(p->ops->mutex_held(h.m));
+    struct rkv_task *t;
+    assert_int_equal(p->ops->task_start(p, "holder", held_task, &h, &t), 0);
+    while (!atomic_load(&h.seen)) /* holding the mutex all along */
+        p->ops->sleep_ns(p, MS);
+    while (!h.done)
+        p->ops->cond_wait(h.c, h.m, 1000 * MS);
+    assert_true(p->ops->mutex_held(h.m));
+    p->ops->mutex_unlock(h.m);
+    assert_false(p->ops->mutex_held(h.m));
+    assert_int_equal(p->ops->task_join(p, t), 0);
+    assert_int_equal(h.held_by_other, 0);
+    assert_int_equal(h.held_inside, 1);
+    p->ops->cond_destroy(h.c);
+    p->ops->mutex_destroy(h.m);
+    p->ops->destroy(p);
+}
+
 static void test_cond_timeout(void **state)
 {
     (void)state;
@@ -251,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_port_rng_from_node),
         cmocka_unit_test(test_task_and_cond_signal),
         cmocka_unit_test(test_cond_timeout),
+        cmocka_unit_test(test_mutex_held),
         cmocka_unit_test(test_sleep_and_clock),
         cmocka_unit_test(test_shm),
         cmocka_unit_test(test_log_line),

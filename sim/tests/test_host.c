@@ -1,11 +1,11 @@
 /* The twin's model of a host. Its per-core run queues (sim: scheduler:
- * cores, sim/cpu.c) against times worked out by hand: a waiter that ran
+ * cores, sim/backend/cpu.c) against times worked out by hand: a waiter that ran
  * recently stays on its core's queue while the other core idles, a
  * cache-cold one is pulled over, a long burst yields at the end of its
  * slice, and a core that sat idle costs wake_us. Its shared memory
- * (sim/port_sim.c): with measured CPU every node's map is a mapping of its
- * own, as a process's is. Each case runs SimGrid in a child (it cannot be
- * initialised twice). */
+ * (sim/backend/port_sim.c): with measured CPU every node's map is a mapping of its
+ * own, as a process's is. Its mutexes know their holding actor. Each case
+ * runs SimGrid in a child (it cannot be initialised twice). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,8 +23,8 @@
 #include <simgrid/host.h>
 
 #include "rkv.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 
 #define MAX_BURSTS 4
 #define MAX_ACTORS 4
@@ -273,6 +273,89 @@ static void test_shm_maps_per_node(void **state)
     }
 }
 
+/* ---- mutexes ---- */
+
+/* What each actor saw of mutex_held: 1 held, 0 not. */
+struct held_case {
+    int a_before, a_locked, a_after_wait, a_unlocked;
+    int b_while_a_holds, b_locked;
+    int ran;
+};
+
+struct held_run {
+    struct rkv_port *p;
+    struct rkv_mutex *m;
+    struct rkv_cond *c;
+    struct held_case *hc;
+};
+
+/* A holds the mutex, then gives it up in a timed cond_wait. */
+static void held_a(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct held_run *r = sg_actor_self_get_data();
+    const struct rkv_port_ops *o = r->p->ops;
+    r->hc->a_before = o->mutex_held(r->m);
+    o->mutex_lock(r->m);
+    r->hc->a_locked = o->mutex_held(r->m);
+    sg_actor_sleep_for(0.01); /* B looks while A holds it */
+    o->cond_wait(r->c, r->m, 50000000);
+    r->hc->a_after_wait = o->mutex_held(r->m);
+    o->mutex_unlock(r->m);
+    r->hc->a_unlocked = o->mutex_held(r->m);
+    r->hc->ran = 1;
+}
+
+/* B (another actor of the node) looks, then takes it during A's wait. */
+static void held_b(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct held_run *r = sg_actor_self_get_data();
+    const struct rkv_port_ops *o = r->p->ops;
+    sg_actor_sleep_for(0.001);
+    r->hc->b_while_a_holds = o->mutex_held(r->m);
+    o->mutex_lock(r->m);
+    r->hc->b_locked = o->mutex_held(r->m);
+    o->cond_signal(r->c);
+    o->mutex_unlock(r->m);
+}
+
+static int held_run(void *arg)
+{
+    struct held_case *hc = arg;
+    struct sim_world w;
+    if (sc_start(&w, 1) < 0)
+        return -1;
+    struct held_run run = {.hc = hc};
+    if (sim_port_create(&w, sg_host_by_name("h"), "n0", 0, 1, 0, 0, &run.p) < 0 ||
+        run.p->ops->mutex_create(run.p, &run.m) < 0 || run.p->ops->cond_create(run.p, &run.c) < 0)
+        return -1;
+    sg_actor_t a = sg_actor_init("a", sg_host_by_name("h"));
+    sg_actor_set_data(a, &run);
+    sg_actor_start(a, held_a, 0, NULL);
+    sg_actor_t b = sg_actor_init("b", sg_host_by_name("h"));
+    sg_actor_set_data(b, &run);
+    sg_actor_start(b, held_b, 0, NULL);
+    simgrid_run();
+    return 0;
+}
+
+/* The twin's mutex_held is the calling actor's: the engine's and the
+ * client's "called with the lock held" assertions run in the twin too. */
+static void test_mutex_held_is_per_actor(void **state)
+{
+    (void)state;
+    struct held_case hc = {0};
+    sc_child(held_run, &hc, sizeof(hc));
+    assert_true(hc.ran);
+    assert_int_equal(hc.a_before, 0);
+    assert_int_equal(hc.a_locked, 1);
+    assert_int_equal(hc.b_while_a_holds, 0);
+    assert_int_equal(hc.b_locked, 1);
+    assert_int_equal(hc.a_after_wait, 1);
+    assert_int_equal(hc.a_unlocked, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_long_burst_yields_at_its_slice),
         cmocka_unit_test(test_idle_core_costs_wake_us),
         cmocka_unit_test(test_shm_maps_per_node),
+        cmocka_unit_test(test_mutex_held_is_per_actor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,8 +19,8 @@
 #include <simgrid/host.h>
 
 #include "rkv.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 #include "store/store_int.h"
 
 struct ll_lock {

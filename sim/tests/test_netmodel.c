@@ -18,9 +18,9 @@
 #include <simgrid/host.h>
 
 #include "nic/nic.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
-#include "sim/twin.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
+#include "sim/twin/twin.h"
 
 #define MSG_BYTES (1u << 20)
 #define WIRE_HDR 32 /* nic_sim.c: the transport header every message pays */

@@ -23,9 +23,9 @@
 #include <simgrid/host.h>
 
 #include "nic/nic.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
-#include "sim/twin.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
+#include "sim/twin/twin.h"
 
 #define PORT 9000
 #define MAX_WC 32

@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cli/settings.h"
+#include "api/config.h"
 #include "store/store_int.h"
 #include "util/util.h"
 

@@ -9,7 +9,7 @@
 #include <simgrid/mutex.h>
 #include <simgrid/semaphore.h>
 
-#include "sim/sim_int.h"
+#include "sim/backend/sim_int.h"
 
 /* Shared by the waiter and its signaller (refs): whichever of them is last
  * frees it, since either may resume first after the release. */

@@ -29,8 +29,8 @@
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
 
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 
 /* Above this a burst may hold a preemption (a time slice is milliseconds). */
 #define SIM_CPU_LONG_NS 50000u

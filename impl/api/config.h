@@ -1,9 +1,9 @@
-/* The rkv binary's settings (impl/cli/config.c): flags, env vars (RKV_* and
+/* The rkv binary's settings (impl/api/config.c): flags, env vars (RKV_* and
  * the ps-lite/DGL aliases), cluster files. The module is built into the
  * library (rkv_settings_* in impl/api) and read by the launcher
  * (harness/launch.c), which passes every setting on to the nodes it starts. */
-#ifndef RKV_CLI_SETTINGS_H
-#define RKV_CLI_SETTINGS_H
+#ifndef RKV_API_CONFIG_H
+#define RKV_API_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
 /* The simulated world's registries and its event log. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,8 +9,8 @@
 #include <simgrid/engine.h>
 
 #include "rkv.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 
 struct sim_listener {
     char host[64];
@@ -37,10 +38,13 @@ void sim_world_fini(struct sim_world *w)
         }
     }
     free(w->listeners);
+    assert(w->n_nics == 0 || w->nic_free);
     for (uint32_t i = 0; i < w->n_nics; i++)
-        sim_nic_free(w->nics[i]);
+        w->nic_free(w->nics[i]);
     free(w->nics);
-    sim_port_shm_free_all(w);
+    assert(!w->shms || w->shm_free_all);
+    if (w->shm_free_all)
+        w->shm_free_all(w);
     sim_cpu_fini(w);
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");

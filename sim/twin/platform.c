@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sim/sim_plat.h"
-#include "sim/twin.h"
+#include "sim/twin/sim_plat.h"
+#include "sim/twin/twin.h"
 
 void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p)
 {

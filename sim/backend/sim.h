@@ -35,14 +35,14 @@ struct sim_world {
      * receiver's (charged by its NIC actor, the progress thread's read). */
     double send_byte_ns, recv_byte_ns;
     double copy_byte_ns; /* what a warm copy costs: the NIC's copies beyond it are CPU */
-    /* Measured CPU (sim/cpu.c): node code's real time between SimGrid calls
+    /* Measured CPU (sim/backend/cpu.c): node code's real time between SimGrid calls
      * is charged as work on its host. */
     int cpu_measured;
     uint64_t cpu_stamp_ns;        /* when the running node came back from SimGrid (0: not yet) */
-    uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/cpu.c) */
+    uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/backend/cpu.c) */
     double cpu_charged_s;         /* node code in all, for the report */
     double cpu_total_s;           /* every charge: node code, kernel per message and byte */
-    /* The cores as per-core run queues (sim/cpu.c; 0: SimGrid shares them). */
+    /* The cores as per-core run queues (sim/backend/cpu.c; 0: SimGrid shares them). */
     int sched_cores;
     double sched_wake_s; /* a core that sat idle takes this to run a thread */
     uint64_t sched_wakes;
@@ -58,6 +58,12 @@ struct sim_world {
     struct sim_shm *shms;
     struct sim_nic **nics; /* index = NIC id */
     uint32_t n_nics, nic_cap;
+    /* What sim_world_fini calls to free the shm segments and NICs: set by
+     * the port and NIC backends that fill shms and nics. The world is the
+     * bottom of the simulated backends (world < port < NIC) and names
+     * neither. */
+    void (*shm_free_all)(struct sim_world *w);
+    void (*nic_free)(struct sim_nic *n);
     /* Event log: every delivery, in simulated order. */
     uint64_t hash;
     uint64_t events;

@@ -16,8 +16,8 @@
 #include <simgrid/engine.h>
 #include <simgrid/mutex.h>
 
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 #include "util/util.h"
 
 struct sim_port {
@@ -28,7 +28,9 @@ struct sim_port {
      * which is the host's name unless machines share one host (loopback). */
     char addr[32];
     uint32_t machine, tid;
-    struct sim_nic *nic;   /* tasks drain their puts on it before they end */
+    struct sim_nic *nic; /* tasks drain their puts on it before they end */
+    void (*nic_drain)(struct sim_nic *n);
+    void (*nic_crash)(struct sim_nic *n);
     sg_actor_t actors[16]; /* every actor of this node, for a crash */
     uint32_t n_actors;
     /* slow_cpu faults: how many times longer CPU work takes at a time. */
@@ -46,6 +48,7 @@ struct rkv_task {
 
 struct rkv_mutex {
     sg_mutex_t m;
+    sg_actor_t owner;    /* the holding actor, NULL when free (for mutex_held) */
     struct sim_world *w; /* measured CPU is settled around every lock */
 };
 
@@ -74,6 +77,8 @@ struct sim_shm {
     struct sim_shm *next;
 };
 
+static void sp_shm_free_all(struct sim_world *w);
+
 static struct sim_port *sp_of(struct rkv_port *p)
 {
     return (struct sim_port *)p->impl;
@@ -89,7 +94,7 @@ static void sp_task_main(int argc, char **argv)
     sim_cpu_mark(t->port->w);
     t->fn(t->arg);
     if (t->port->nic)
-        sim_nic_drain(t->port->nic);
+        t->port->nic_drain(t->port->nic);
 }
 
 static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
@@ -133,6 +138,7 @@ static int sp_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
     if (!m)
         return -RKV_ENOMEM;
     m->m = sg_mutex_init();
+    m->owner = NULL;
     m->w = sp_of(p)->w;
     *m_p = m;
     return 0;
@@ -142,14 +148,23 @@ static void sp_mutex_lock(struct rkv_mutex *m)
 {
     sim_cpu_settle(m->w);
     sg_mutex_lock(m->m);
+    m->owner = sg_actor_self();
     sim_cpu_mark(m->w);
 }
 
 static void sp_mutex_unlock(struct rkv_mutex *m)
 {
+    assert(m->owner == sg_actor_self());
     sim_cpu_settle(m->w);
+    m->owner = NULL;
     sg_mutex_unlock(m->m);
     sim_cpu_mark(m->w);
+}
+
+/* Actors run one at a time, so the owner field needs no atomics. */
+static int sp_mutex_held(struct rkv_mutex *m)
+{
+    return m->owner == sg_actor_self();
 }
 
 static void sp_mutex_destroy(struct rkv_mutex *m)
@@ -173,8 +188,11 @@ static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
 static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
 {
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
+    assert(m->owner == sg_actor_self());
     sim_cpu_settle(c->w);
+    m->owner = NULL;
     int timed_out = sim_cv_wait(&c->cv, m->m, t);
+    m->owner = sg_actor_self();
     sim_cpu_mark(c->w);
     return timed_out ? -RKV_ETIMEDOUT : 0;
 }
@@ -360,6 +378,7 @@ static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int cr
     }
     s->next = w->shms;
     w->shms = s;
+    w->shm_free_all = sp_shm_free_all;
     return 0;
 }
 
@@ -423,7 +442,7 @@ static void sp_shm_unlink(struct rkv_port *p, const char *name)
     sim_world_shm_unlink(sp_of(p)->w, name);
 }
 
-void sim_port_shm_free_all(struct sim_world *w)
+static void sp_shm_free_all(struct sim_world *w)
 {
     while (w->shms) {
         struct sim_shm *s = w->shms;
@@ -460,6 +479,7 @@ static const struct rkv_port_ops sim_port_ops = {
     .mutex_lock = sp_mutex_lock,
     .mutex_unlock = sp_mutex_unlock,
     .mutex_destroy = sp_mutex_destroy,
+    .mutex_held = sp_mutex_held,
     .cond_create = sp_cond_create,
     .cond_wait = sp_cond_wait,
     .cond_signal = sp_cond_signal,
@@ -513,6 +533,9 @@ int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int l
 void sim_port_add_actor(struct rkv_port *p, sg_actor_t a)
 {
     struct sim_port *sp = sp_of(p);
+    /* A node has a handful (main, engine, NIC, NIC timer, durable task): an
+     * actor left out would survive the node's crash. */
+    assert(sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]));
     if (sp->n_actors < sizeof(sp->actors) / sizeof(sp->actors[0]))
         sp->actors[sp->n_actors++] = a;
 }
@@ -523,7 +546,7 @@ void sim_port_crash(struct rkv_port *p)
 {
     struct sim_port *sp = sp_of(p);
     if (sp->nic)
-        sim_nic_crash(sp->nic);
+        sp->nic_crash(sp->nic);
     sg_actor_t self = sg_actor_self();
     for (uint32_t i = 0; i < sp->n_actors; i++)
         if (sp->actors[i] != self)
@@ -531,9 +554,14 @@ void sim_port_crash(struct rkv_port *p)
     sp->n_actors = 0;
 }
 
-void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n)
+void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n, void (*drain)(struct sim_nic *n),
+                      void (*crash)(struct sim_nic *n))
 {
-    sp_of(p)->nic = n;
+    assert(n && drain && crash);
+    struct sim_port *sp = sp_of(p);
+    sp->nic = n;
+    sp->nic_drain = drain;
+    sp->nic_crash = crash;
 }
 
 struct sim_nic *sim_port_nic(struct rkv_port *p)

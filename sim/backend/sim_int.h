@@ -1,4 +1,4 @@
-/* World services the simulated NIC uses (sim/world.c). */
+/* World services the simulated NIC uses (sim/backend/world.c). */
 #ifndef RKV_SIM_INT_H
 #define RKV_SIM_INT_H
 
@@ -15,8 +15,6 @@ struct sim_nic;
 int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint32_t nic);
 int sim_world_lookup(const struct sim_world *w, const char *host, uint16_t port, uint32_t *nic_p);
 int sim_world_listening(const struct sim_world *w, const char *host, uint32_t nic, uint16_t port);
-/* Frees the shm segments still registered (a node that failed early). */
-void sim_port_shm_free_all(struct sim_world *w);
 /* As shm_unlink: mappings stay, the name is gone (a machine loss). */
 void sim_world_shm_unlink(struct sim_world *w, const char *name);
 void sim_world_unlisten(struct sim_world *w, uint32_t nic);
@@ -24,7 +22,11 @@ void sim_nic_free(struct sim_nic *n);
 /* Waits until every message the calling task posted on n is delivered:
  * a task must not end with puts in flight (SimGrid cancels them). */
 void sim_nic_drain(struct sim_nic *n);
-void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n);
+/* The node's NIC, attached by the NIC backend as it opens: the port drains
+ * it when a task ends and crashes it with the node. The port sits below the
+ * NIC and calls it only through these two. */
+void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n, void (*drain)(struct sim_nic *n),
+                      void (*crash)(struct sim_nic *n));
 void sim_port_add_actor(struct rkv_port *p, sg_actor_t a);
 /* Crash faults: the node's actors are killed; its NIC drops every
  * connection as the OS of a crashed process would (peers see a disconnect). */
@@ -35,7 +37,7 @@ uint64_t sim_port_slowed_rows(struct rkv_port *p);
 void sim_nic_crash(struct sim_nic *n);
 struct sim_nic *sim_port_nic(struct rkv_port *p);
 
-/* Measured CPU (sim/cpu.c): settle before a SimGrid call charges the node
+/* Measured CPU (sim/backend/cpu.c): settle before a SimGrid call charges the node
  * code that ran since the last mark; mark after the call restarts the count. */
 void sim_cpu_settle(struct sim_world *w);
 void sim_cpu_mark(struct sim_world *w);
@@ -43,7 +45,7 @@ void sim_cpu_mark(struct sim_world *w);
 void sim_cpu_run(struct sim_world *w, sg_host_t host, double s);
 void sim_cpu_fini(struct sim_world *w);
 
-/* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/cv.c).
+/* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/backend/cv.c).
  * mu may be NULL: actors are cooperative, so a caller that checks its
  * condition and waits with no simcall in between cannot miss a signal. */
 struct sim_waiter;

@@ -35,8 +35,8 @@
 #include <simgrid/host.h>
 #include <simgrid/mailbox.h>
 
-#include "sim/sim.h"
-#include "sim/sim_int.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
 #include "util/util.h"
 
 #define SN_WIRE_HDR 32 /* bytes of transport header every message pays */
@@ -812,6 +812,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     n->w = w;
     n->id = w->n_nics;
     w->nics[w->n_nics++] = n;
+    w->nic_free = sim_nic_free;
     n->machine = sim_port_machine(port);
     n->tid = sim_port_tid(port);
     n->host = sim_port_host(port);
@@ -836,7 +837,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     sg_actor_set_data(a, n);
     sim_port_add_actor(port, a);
     sg_actor_start(a, sn_delay_actor, 0, NULL);
-    sim_port_set_nic(port, n);
+    sim_port_set_nic(port, n, sim_nic_drain, sim_nic_crash);
     *nic_p = &n->base;
     return 0;
 }

@@ -23,10 +23,10 @@
 #include "nic/nic_fault.h"
 #include "harness/workload.h"
 #include "proto/proto.h"
-#include "sim/sim.h"
-#include "sim/sim_int.h"
-#include "sim/sim_plat.h"
-#include "sim/twin.h"
+#include "sim/backend/sim.h"
+#include "sim/backend/sim_int.h"
+#include "sim/twin/sim_plat.h"
+#include "sim/twin/twin.h"
 #include "store/server_int.h"
 
 #define TWIN_BASE_PORT 7000
