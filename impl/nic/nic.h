@@ -4,6 +4,8 @@
  *                              receiver copying into the registered region
  *   verbs impl/nic/nic_verbs.c libibverbs + librdmacm (RC QPs)
  *   sim   sim/nic_sim.c        SimGrid comms
+ * What they share beside the transport (the soft completion queue, the QP
+ * lifetime, the bounds checks) is the core, impl/nic/nic_core.h.
  *
  * Semantics every backend keeps (they are the verbs ones):
  *  - One completion queue per NIC; rkv_nic_poll() blocks up to a timeout.
@@ -44,6 +46,7 @@ struct rkv_mr {
     uint32_t lkey;
     uint32_t rkey;
     int access;
+    struct rkv_nic *nic; /* the NIC that registered it (bounds checks) */
     void *impl;
 };
 
