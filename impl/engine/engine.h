@@ -79,6 +79,19 @@ int rkv_engine_connect_retry(struct rkv_engine *eng, const char *host, uint16_t 
 /* Starts the progress task. */
 int rkv_engine_start(struct rkv_engine *eng);
 
+/* The polling policy, in one place: every wait for a completion is this.
+ * Waits until done(arg) is nonzero or deadline_ns (the port's clock)
+ * passes; returns 1 when done, 0 at the deadline. Called with mu held, the
+ * lock under which done() reads and that the callbacks completing it take
+ * and signal cv under; returns with it held. With busy_poll the caller
+ * polls the NIC itself (rkv_engine_poll_inline) while completions keep
+ * coming, and after the engine's spin time without one it sleeps on cv
+ * like a caller without busy_poll (a slow peer must not cost a core for
+ * the whole timeout). Not from inside a callback. */
+typedef int (*rkv_engine_done_fn)(void *arg);
+int rkv_engine_wait(struct rkv_engine *eng, rkv_engine_done_fn done, void *arg,
+                    struct rkv_mutex *mu, struct rkv_cond *cv, uint64_t deadline_ns);
+
 /* Busy polling (cfg.busy_poll) without a wake-up per reply: the thread that
  * waits for a reply polls the NIC and runs the callbacks itself, while the
  * progress task stands aside, so one thread spins on each side (as perftest

@@ -564,6 +564,8 @@ int rkv_nic_fault_wrap(struct rkv_nic *inner, const struct rkv_nic_fault *faults
     n->n_f = n_f;
     n->base.ops = &flt_ops;
     n->base.port = port;
+    n->base.inner = inner; /* rkv_nic_set_poll_gap reaches it */
+    atomic_init(&n->base.poll_gap_ns, atomic_load(&inner->poll_gap_ns));
     n->inner = inner;
     n->t0 = UINT64_MAX;
     rkv_rng_seed(&n->rng, seed, 0xfa17u);

@@ -13,12 +13,11 @@
  * where a reader task would wake first and hand over, one more wake-up per
  * message on each side (on a VM an interprocessor interrupt and an exit,
  * 10-20 us each). The NIC's progress task reads only while nobody polls:
- * before the first poll, and when the poller has been away TCP_TAKEOVER_NS
- * (it may be blocked in a send to a peer that is itself blocked sending to
- * us: without the task neither would ever read again). Handing large
- * payloads to the task, to read the next while the poller handles the last,
- * was tried: two more wake-ups per payload, and no gain beyond the spread
- * between runs at 1 and 16 MiB.
+ * before the first poll, and when the poller has been away longer than the
+ * user's poll gap (rkv_nic.poll_gap_ns, the engine's figure: it may be blocked in a send to a peer
+ * that is itself blocked sending to us: without the task neither would ever read again). Handing
+ * large payloads to the task, to read the next while the poller handles the last, was tried: two
+ * more wake-ups per payload, and no gain beyond the spread between runs at 1 and 16 MiB.
  *
  * Locks, in the only order they are ever nested:
  *   qp->send_mu  serialises the frames of one QP; guards qp->fd for writers
@@ -104,9 +103,6 @@ enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 /* Bytes read from one socket per readiness event, so one busy peer cannot
  * starve the others (epoll is level-triggered: the rest comes next round). */
 #define TCP_RX_BUDGET_BYTES (4u << 20)
-/* The progress task takes over the reading when the poller has been away
- * this long; a tick of the parked task, so not much shorter. */
-#define TCP_TAKEOVER_NS 10000000ull
 
 enum tcp_rx_owner { TCP_RX_NOBODY, TCP_RX_TASK, TCP_RX_POLLER };
 
@@ -1624,22 +1620,23 @@ static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
 }
 
 /* Lock held. The progress task's turn to read: when nobody polls and the
- * last poller left TCP_TAKEOVER_NS ago. -1 once stopping. */
+ * last poller left more than the poll gap ago. -1 once stopping. */
 static int tcp_task_turn(struct tcp_nic *n)
 {
     const struct rkv_port_ops *po = n->base.port->ops;
     for (;;) {
         if (n->stopping)
             return -1;
-        uint64_t wait = TCP_TAKEOVER_NS;
+        /* A tick of the parked task, so the gap is not much shorter. */
+        uint64_t gap = atomic_load(&n->base.poll_gap_ns), wait = gap;
         if (n->rx_owner == TCP_RX_NOBODY && n->pollers == 0) {
             uint64_t away = tcp_now_ns(n) - n->poller_left_ns;
-            if (away >= TCP_TAKEOVER_NS) {
+            if (away >= gap) {
                 n->rx_owner = TCP_RX_TASK;
                 n->rounds[TCP_RX_TASK]++;
                 return 0;
             }
-            wait = TCP_TAKEOVER_NS - away;
+            wait = gap - away;
         }
         po->cond_wait(n->rx_turn, n->mu, wait);
     }
