@@ -882,7 +882,8 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
 static int sn_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, struct rkv_mr **mr_p)
 {
     struct sim_nic *n = sn_of(nic);
-    if (!addr || !len)
+    /* An empty region is fine, as on tcp and verbs (a WRITE_IMM's receive). */
+    if ((!addr && len) || (access & ~RKV_ACCESS_REMOTE_WRITE) || !mr_p)
         return -RKV_EINVAL;
     uint32_t slot = 0;
     while (slot < n->n_mrs && n->mrs[slot])
@@ -926,7 +927,7 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
     struct sim_nic *n = qp->nic;
     if (qp->core.closed || qp->state != SN_UP)
         return -RKV_EPEERDEAD;
-    int rc = rkv_nic_sge_check(&n->base, sge, UINT32_MAX);
+    int rc = rkv_nic_sge_check(&n->base, sge);
     if (rc < 0)
         return rc;
     sim_cpu_settle(n->w);
@@ -971,9 +972,11 @@ static int sn_post_write(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge
 static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge)
 {
     struct sn_qp *qp = sn_qp_of(qpv);
-    if (qp->core.closed)
+    /* A broken connection takes no more receives (nic.h: they would never
+     * complete), as on tcp and verbs. */
+    if (qp->core.closed || qp->state == SN_DOWN || qp->state == SN_REFUSED)
         return -RKV_EPEERDEAD;
-    int rc = rkv_nic_sge_check(&qp->nic->base, sge, UINT32_MAX);
+    int rc = rkv_nic_sge_check(&qp->nic->base, sge);
     if (rc < 0)
         return rc;
     if (qp->r_len == qp->r_cap) {

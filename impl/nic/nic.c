@@ -74,6 +74,7 @@ int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct
 {
     *nic = (struct rkv_nic){.ops = ops, .port = port, .hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS};
     atomic_init(&nic->poll_gap_ns, RKV_NIC_POLL_GAP_NS);
+    nic->max_msg_bytes = UINT32_MAX; /* the backend lowers it */
     const char *file = getenv("RKV_SECRET_FILE");
     if (file && *file)
         return rkv_nic_read_secret_file(nic, file);

@@ -167,6 +167,9 @@ struct rkv_nic {
      * nodes blocked sending to each other would never read again. */
     _Atomic uint64_t poll_gap_ns;
     struct rkv_nic *inner; /* a decorator's NIC underneath (fault), else NULL */
+    /* The longest buffer a post takes (the backend's frame or message
+     * limit): a longer one is -RKV_ELIMIT. */
+    uint32_t max_msg_bytes;
 };
 
 #define RKV_NIC_HELLO_TIMEOUT_MS 5000u

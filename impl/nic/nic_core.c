@@ -143,11 +143,11 @@ int rkv_nic_range_ok(uint64_t base, uint64_t region_len, uint64_t addr, uint64_t
     return addr >= base && len <= region_len && addr - base <= region_len - len;
 }
 
-int rkv_nic_sge_check(const struct rkv_nic *nic, const struct rkv_sge *sge, uint32_t max_bytes)
+int rkv_nic_sge_check(const struct rkv_nic *nic, const struct rkv_sge *sge)
 {
     if (!sge)
         return -RKV_EINVAL;
-    if (sge->len > max_bytes)
+    if (sge->len > nic->max_msg_bytes)
         return -RKV_ELIMIT;
     if (sge->len == 0)
         return 0;

@@ -73,10 +73,10 @@ int rkv_nic_cq_take(struct rkv_nic_cq *cq, struct rkv_wc *wc, int max, uint32_t 
  * to it either, and the caller frees it now (else the taker does). */
 int rkv_nic_qp_reap(struct rkv_nic_qp *qp);
 
-/* A local buffer: NULL sge -RKV_EINVAL; longer than max_bytes -RKV_ELIMIT;
- * empty is fine (no region needed); else it must lie inside sge->mr, which
- * this NIC registered (mr->nic), else -RKV_EINVAL. */
-int rkv_nic_sge_check(const struct rkv_nic *nic, const struct rkv_sge *sge, uint32_t max_bytes);
+/* A local buffer: NULL sge -RKV_EINVAL; longer than nic->max_msg_bytes
+ * -RKV_ELIMIT; empty is fine (no region needed); else it must lie inside
+ * sge->mr, which this NIC registered (mr->nic), else -RKV_EINVAL. */
+int rkv_nic_sge_check(const struct rkv_nic *nic, const struct rkv_sge *sge);
 /* 1 when [addr, addr + len) lies inside [base, base + region_len). */
 int rkv_nic_range_ok(uint64_t base, uint64_t region_len, uint64_t addr, uint64_t len);
 /* Where a WRITE of len bytes at addr under rkey lands in mr (the region

@@ -1308,7 +1308,7 @@ static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
 
 static int sge_check(const struct tcp_nic *n, const struct rkv_sge *sge)
 {
-    return rkv_nic_sge_check(&n->base, sge, TCP_MAX_FRAME_BYTES);
+    return rkv_nic_sge_check(&n->base, sge);
 }
 
 static void iov_advance(struct msghdr *mh, size_t bytes)
@@ -1735,6 +1735,7 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
         free(n);
         return rc;
     }
+    n->base.max_msg_bytes = TCP_MAX_FRAME_BYTES;
     n->wake_src.kind = TCP_SRC_WAKE;
     n->send_timeout_ms = TCP_SEND_TIMEOUT_MS;
     rkv_nic_cq_init(&n->cq, TCP_CQ_MAX, qp_free_last, n);

@@ -1749,7 +1749,7 @@ static void vb_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
 /* A local buffer must lie inside a region of this NIC. */
 static int vb_sge_check(const struct vb_nic *n, const struct rkv_sge *sge)
 {
-    return rkv_nic_sge_check(&n->base, sge, n->max_msg_bytes);
+    return rkv_nic_sge_check(&n->base, sge);
 }
 
 static struct ibv_sge vb_sge(const struct rkv_sge *sge)
@@ -2121,6 +2121,7 @@ static int vb_open_verbs(struct vb_nic *n)
     if (rc < 0)
         return rc;
     n->max_msg_bytes = pa.max_msg_sz;
+    n->base.max_msg_bytes = n->max_msg_bytes;
     n->pd = ibv_alloc_pd(n->ctx);
     n->comp_ch = n->pd ? ibv_create_comp_channel(n->ctx) : NULL;
     int entries = da.max_cqe < VB_CQ_INITIAL_ENTRIES ? da.max_cqe : VB_CQ_INITIAL_ENTRIES;
