@@ -64,4 +64,9 @@ void nic_expect_still_serving(struct nic_fx *f);
 /* Runs the suite against env's backend; returns cmocka's failure count. */
 int nic_suite_run(const struct nic_suite_env *env);
 
+/* Loopback TCP, and the same wrapped in the fault NIC (a third of the
+ * messages held 2 ms each way) (nic_suite_tcp.c). */
+extern const struct nic_suite_env nic_suite_tcp_env;
+extern const struct nic_suite_env nic_suite_fault_tcp_env;
+
 #endif

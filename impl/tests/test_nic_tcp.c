@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "nic/nic.h"
-#include "nic/nic_fault.h"
 #include "nic/nic_tcp.h"
 #include "port/port.h"
 #include "rkv.h"
@@ -34,72 +33,6 @@
 #define FRAME_MAGIC 0x544b5652u
 #define FRAME_HDR_BYTES 32
 enum { FRAME_SEND = 1, FRAME_WRITE = 2, FRAME_WRITE_IMM = 3 };
-
-/* ---- the backends under the suite ---- */
-
-static int tcp_env_open(void *ctx, const char *node, struct rkv_port **port_p,
-                        struct rkv_nic **nic_p)
-{
-    (void)ctx;
-    int rc = rkv_port_posix_create(node, RKV_LOG_WARN, 1, port_p);
-    if (rc == 0 && (rc = rkv_nic_tcp_ops.open(*port_p, NULL, nic_p)) < 0)
-        (*port_p)->ops->destroy(*port_p);
-    return rc;
-}
-
-/* fault(tcp): a third of the posts, and of the completions coming in, are
- * held 2 ms, so that the decorator's held path keeps every promise too. */
-static int fault_env_open(void *ctx, const char *node, struct rkv_port **port_p,
-                          struct rkv_nic **nic_p)
-{
-    struct rkv_nic *inner;
-    int rc = tcp_env_open(ctx, node, port_p, &inner);
-    if (rc < 0)
-        return rc;
-    const struct rkv_nic_fault delay = {
-        .kind = RKV_FAULT_DELAY, .fraction = 0.3, .end_ns = UINT64_MAX, .delay_ns = 2000000};
-    rc = rkv_nic_fault_wrap(inner, &delay, 1, (uint64_t)node[0], nic_p);
-    if (rc < 0) {
-        inner->ops->close(inner);
-        (*port_p)->ops->destroy(*port_p);
-    }
-    return rc;
-}
-
-static void tcp_env_close(void *ctx, struct rkv_port *port, struct rkv_nic *nic)
-{
-    (void)ctx;
-    nic->ops->close(nic);
-    port->ops->destroy(port);
-}
-
-static int tcp_env_listen(void *ctx, struct rkv_nic *nic, char *host, size_t host_len,
-                          uint16_t *port_p)
-{
-    (void)ctx;
-    struct rkv_nic *tcp = nic->inner ? nic->inner : nic;
-    uint16_t port;
-    assert_int_equal(rkv_nic_tcp_bound_port(tcp, &port), -RKV_EINVAL); /* none yet */
-    int rc = nic->ops->listen(nic, "127.0.0.1", 0);
-    if (rc == 0)
-        rc = rkv_nic_tcp_bound_port(tcp, port_p);
-    snprintf(host, host_len, "127.0.0.1");
-    return rc;
-}
-
-static const struct nic_suite_env tcp_env = {.name = "tcp",
-                                             .wait_ms = WAIT_MS,
-                                             .quiet_ms = QUIET_MS,
-                                             .open = tcp_env_open,
-                                             .close = tcp_env_close,
-                                             .listen = tcp_env_listen};
-
-static const struct nic_suite_env fault_env = {.name = "fault(tcp)",
-                                               .wait_ms = WAIT_MS,
-                                               .quiet_ms = QUIET_MS,
-                                               .open = fault_env_open,
-                                               .close = tcp_env_close,
-                                               .listen = tcp_env_listen};
 
 /* ---- raw frames ---- */
 
@@ -333,10 +266,11 @@ int main(void)
 {
     /* Hostile-peer tests write into sockets the NIC has just closed. */
     signal(SIGPIPE, SIG_IGN);
-    int failed = nic_suite_run(&tcp_env);
-    failed += nic_suite_run(&fault_env);
+    int failed = nic_suite_run(&nic_suite_tcp_env);
+    failed += nic_suite_run(&nic_suite_fault_tcp_env);
 #define T(fn)                                                                                      \
-    cmocka_unit_test_prestate_setup_teardown(fn, nic_fx_setup, nic_fx_teardown, (void *)&tcp_env)
+    cmocka_unit_test_prestate_setup_teardown(fn, nic_fx_setup, nic_fx_teardown,                    \
+                                             (void *)&nic_suite_tcp_env)
     const struct CMUnitTest tests[] = {
         T(test_raw_valid_frames), T(test_raw_bad_magic),       T(test_raw_unknown_kind),
         T(test_raw_huge_frame),   T(test_listen_by_name),      T(test_token_raw_peers),

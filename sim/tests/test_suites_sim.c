@@ -1,7 +1,8 @@
-/* The NIC conformance suite (impl/tests/nic_suite.c) over the twin's NIC:
- * the same tests tcp and verbs pass, here in simulated time, so every wait
- * and every "nothing happens" check is deterministic and costs no wall
- * clock. The whole suite runs inside one SimGrid actor (SimGrid starts
+/* The NIC conformance suite (impl/tests/nic_suite.c) and the engine suite
+ * (impl/tests/engine_suite.c) over the twin's NIC: the same tests tcp and
+ * verbs pass, here in simulated time, so every wait and every "nothing
+ * happens" check is deterministic and costs no wall clock. Both suites run
+ * inside one SimGrid actor (SimGrid starts
  * once per process); each NIC gets its own node on one of four modelled
  * machines, and its port lives until the simulation ends (the NIC's
  * actors may still hold it). */
@@ -20,6 +21,7 @@
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
 
+#include "engine_suite.h"
 #include "nic_suite.h"
 #include "rkv.h"
 #include "sim/sim.h"
@@ -82,6 +84,7 @@ static void suite_actor(int argc, char **argv)
                                       .listen = sim_env_listen,
                                       .ctx = s};
     s->failed = nic_suite_run(&env);
+    s->failed += engine_suite_run(&env);
     s->end_s = simgrid_get_clock();
 }
 
@@ -92,9 +95,9 @@ int main(void)
         .machines = SUITE_MACHINES, .sim_bandwidth_gbps = 100, .sim_latency_us = 1};
     snprintf(sc.sim_platform, sizeof(sc.sim_platform), "star");
     char xml[64], err[256];
-    snprintf(xml, sizeof(xml), "/tmp/rkv-nicsuite-%d.xml", (int)getpid());
+    snprintf(xml, sizeof(xml), "/tmp/rkv-suites-%d.xml", (int)getpid());
     if (sim_world_init(&s.w, 1) < 0 || rkv_twin_platform_xml(&sc, xml, err, sizeof(err)) < 0) {
-        fprintf(stderr, "test_nic_suite_sim: no platform: %s\n", err);
+        fprintf(stderr, "test_suites_sim: no platform: %s\n", err);
         return 2;
     }
     int argc = 2;
@@ -108,10 +111,10 @@ int main(void)
     /* Ends when the suite's actor does: the NICs' own actors wait forever. */
     simgrid_run_until(1e6);
     if (s.failed < 0) {
-        fprintf(stderr, "test_nic_suite_sim: the suite did not finish in simulated time\n");
+        fprintf(stderr, "test_suites_sim: the suite did not finish in simulated time\n");
         return 1;
     }
-    printf("test_nic_suite_sim: %d failed, %.3f simulated seconds\n", s.failed, s.end_s);
+    printf("test_suites_sim: %d failed, %.3f simulated seconds\n", s.failed, s.end_s);
     for (uint32_t i = 0; i < s.opened; i++)
         s.ports[i]->ops->destroy(s.ports[i]);
     sim_world_fini(&s.w);
