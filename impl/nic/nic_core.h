@@ -14,7 +14,8 @@
  *  - The bounds checks: a local buffer lies inside a region of this NIC; a
  *    remote write lies inside a region registered for it. Written so that
  *    nothing overflows whatever a peer sent.
- *  - Address naming for log lines ("host:port", "[v6]:port").
+ *  - Address naming for log lines ("host:port", "[v6]:port"), and the
+ *    little-endian codec of the backends' wire formats.
  *
  * Locking: the core has no lock of its own. Every function that touches a
  * queue or a QP's lifetime fields runs under the one lock the backend
@@ -84,6 +85,39 @@ int rkv_nic_range_ok(uint64_t base, uint64_t region_len, uint64_t addr, uint64_t
  * bounds; -RKV_EACCESS with why filled when it may not. */
 int rkv_nic_write_target(const struct rkv_mr *mr, uint32_t rkey, uint64_t addr, uint32_t len,
                          uint8_t **dst_p, char *why, size_t why_len);
+
+/* Little-endian integers in wire bytes at any alignment, whatever the
+ * host's order (the backends' frames and handshakes). */
+static inline void rkv_nic_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void rkv_nic_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void rkv_nic_put64(uint8_t *p, uint64_t v)
+{
+    rkv_nic_put32(p, (uint32_t)v);
+    rkv_nic_put32(p + 4, (uint32_t)(v >> 32));
+}
+static inline uint16_t rkv_nic_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t rkv_nic_get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t rkv_nic_get64(const uint8_t *p)
+{
+    return rkv_nic_get32(p) | (uint64_t)rkv_nic_get32(p + 4) << 32;
+}
 
 /* "host:port" or "[v6host]:port" of a socket address, "?" when unknown. */
 void rkv_nic_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len);

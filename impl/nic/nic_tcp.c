@@ -251,55 +251,27 @@ static uint64_t tcp_now_ns(struct tcp_nic *n)
 
 /* ---- frame encoding ---- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 static void frame_encode(const struct tcp_frame *f, uint8_t *h)
 {
     memset(h, 0, TCP_HDR_BYTES);
-    put32(h, TCP_MAGIC);
+    rkv_nic_put32(h, TCP_MAGIC);
     h[4] = f->kind;
-    put32(h + 8, f->len);
-    put32(h + 12, f->imm);
-    put64(h + 16, f->remote_addr);
-    put32(h + 24, f->rkey);
+    rkv_nic_put32(h + 8, f->len);
+    rkv_nic_put32(h + 12, f->imm);
+    rkv_nic_put64(h + 16, f->remote_addr);
+    rkv_nic_put32(h + 24, f->rkey);
 }
 
 static int frame_decode(const uint8_t *h, struct tcp_frame *f, char *why, size_t why_len)
 {
-    uint32_t magic = get32(h);
+    uint32_t magic = rkv_nic_get32(h);
     if (magic != TCP_MAGIC)
         return rkv_errf(why, why_len, -RKV_EPROTO, "bad frame magic 0x%08x", magic);
     *f = (struct tcp_frame){.kind = h[4],
-                            .len = get32(h + 8),
-                            .imm = get32(h + 12),
-                            .remote_addr = get64(h + 16),
-                            .rkey = get32(h + 24)};
+                            .len = rkv_nic_get32(h + 8),
+                            .imm = rkv_nic_get32(h + 12),
+                            .remote_addr = rkv_nic_get64(h + 16),
+                            .rkey = rkv_nic_get32(h + 24)};
     if (f->kind < TCP_KIND_SEND || f->kind > TCP_KIND_WRITE_IMM)
         return rkv_errf(why, why_len, -RKV_EPROTO, "unknown frame kind %u", f->kind);
     if (f->len > TCP_MAX_FRAME_BYTES)
@@ -710,8 +682,8 @@ static int rx_read_header(struct tcp_qp *qp, size_t *budget, char *why, size_t w
 
 static void auth_encode(uint8_t *b, uint32_t magic, uint32_t status, const uint8_t *body)
 {
-    put32(b, magic);
-    put32(b + 4, status);
+    rkv_nic_put32(b, magic);
+    rkv_nic_put32(b + 4, status);
     if (body)
         memcpy(b + 8, body, RKV_NIC_AUTH_MAC_BYTES);
     else
@@ -746,7 +718,8 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
     uint8_t out[TCP_AUTH_BYTES];
     int proven = rx->auth_phase == 1; /* this message is the proof (checked below) */
     if (!proven) {
-        if (get32(rx->auth) != TCP_HELLO_MAGIC || get32(rx->auth + 4) != TCP_HELLO_VERSION) {
+        if (rkv_nic_get32(rx->auth) != TCP_HELLO_MAGIC ||
+            rkv_nic_get32(rx->auth + 4) != TCP_HELLO_VERSION) {
             rx_refused(n, qp, "not an rkv connection hello (or another version)");
             return TCP_RX_DEAD;
         }
@@ -755,7 +728,7 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
         auth_encode(out, TCP_CHAL_MAGIC, 0, rx->snonce);
         rx->auth_phase = 1;
     } else {
-        int ok = get32(rx->auth) == TCP_PROOF_MAGIC &&
+        int ok = rkv_nic_get32(rx->auth) == TCP_PROOF_MAGIC &&
                  rkv_nic_auth_check(&n->base, "rkv tcp client", rx->snonce, sizeof(rx->snonce),
                                     rx->cnonce, sizeof(rx->cnonce), rx->auth + 8);
         uint8_t mac[RKV_NIC_AUTH_MAC_BYTES];
@@ -1031,7 +1004,7 @@ static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
     int rc = tcp_auth_read(n, fd, b, deadline_ns);
     if (rc < 0)
         return rc;
-    if (get32(b) != TCP_CHAL_MAGIC || get32(b + 4) != 0)
+    if (rkv_nic_get32(b) != TCP_CHAL_MAGIC || rkv_nic_get32(b + 4) != 0)
         return -RKV_EPROTO;
     memcpy(sn, b + 8, sizeof(sn));
     rkv_nic_auth_mac(&n->base, "rkv tcp client", sn, sizeof(sn), cn, sizeof(cn), mac);
@@ -1040,9 +1013,9 @@ static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
         return -RKV_EPEERDEAD;
     if ((rc = tcp_auth_read(n, fd, b, deadline_ns)) < 0)
         return rc;
-    if (get32(b) != TCP_ACK_MAGIC)
+    if (rkv_nic_get32(b) != TCP_ACK_MAGIC)
         return -RKV_EPROTO;
-    if (get32(b + 4) != 0) {
+    if (rkv_nic_get32(b + 4) != 0) {
         RKV_LOGE(n->base.port,
                  "nic tcp: %s:%u refused the connection: wrong secret (set the same RKV_TOKEN, "
                  "RKV_SECRET_FILE or rkv_config.secret on every node)",

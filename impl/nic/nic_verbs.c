@@ -331,50 +331,29 @@ static void vb_addr_name(const struct sockaddr *sa, char *buf, size_t len)
 
 /* ---- handshake private data ---- */
 
-static void vb_put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void vb_put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t vb_get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 static void vb_pdata_put(uint8_t *b, const struct vb_pdata *pd)
 {
     memset(b, 0, VB_PDATA_BYTES);
-    vb_put32(b, VB_MAGIC);
-    vb_put16(b + 4, VB_VERSION);
-    vb_put16(b + 6, pd->kind);
-    vb_put32(b + 8, pd->mtu_bytes);
-    vb_put32(b + 12, pd->reason);
+    rkv_nic_put32(b, VB_MAGIC);
+    rkv_nic_put16(b + 4, VB_VERSION);
+    rkv_nic_put16(b + 6, pd->kind);
+    rkv_nic_put32(b + 8, pd->mtu_bytes);
+    rkv_nic_put32(b + 12, pd->reason);
     memcpy(b + 16, pd->nonce, VB_NONCE_BYTES);
-    vb_put32(b + 32, (uint32_t)pd->clock_ms);
-    vb_put32(b + 36, (uint32_t)(pd->clock_ms >> 32));
+    rkv_nic_put64(b + 32, pd->clock_ms);
     memcpy(b + 40, pd->mac, VB_MAC_BYTES);
 }
 
 /* 0 when b holds our private data (of any version); -1 otherwise. */
 static int vb_pdata_get(const uint8_t *b, size_t len, struct vb_pdata *pd)
 {
-    if (len < VB_PDATA_BYTES || vb_get32(b) != VB_MAGIC)
+    if (len < VB_PDATA_BYTES || rkv_nic_get32(b) != VB_MAGIC)
         return -1;
-    *pd = (struct vb_pdata){.version = (uint16_t)(b[4] | b[5] << 8),
-                            .kind = (uint16_t)(b[6] | b[7] << 8),
-                            .mtu_bytes = vb_get32(b + 8),
-                            .reason = vb_get32(b + 12),
-                            .clock_ms = vb_get32(b + 32) | (uint64_t)vb_get32(b + 36) << 32};
+    *pd = (struct vb_pdata){.version = rkv_nic_get16(b + 4),
+                            .kind = rkv_nic_get16(b + 6),
+                            .mtu_bytes = rkv_nic_get32(b + 8),
+                            .reason = rkv_nic_get32(b + 12),
+                            .clock_ms = rkv_nic_get64(b + 32)};
     memcpy(pd->nonce, b + 16, VB_NONCE_BYTES);
     memcpy(pd->mac, b + 40, VB_MAC_BYTES);
     return 0;
@@ -394,8 +373,7 @@ static void vb_auth_mac(const struct vb_nic *n, const char *label, const struct 
                         uint8_t mac[VB_MAC_BYTES])
 {
     uint8_t clock[8], full[RKV_NIC_AUTH_MAC_BYTES];
-    for (int i = 0; i < 8; i++)
-        clock[i] = (uint8_t)(pd->clock_ms >> (8 * i));
+    rkv_nic_put64(clock, pd->clock_ms);
     rkv_nic_auth_mac(&n->base, label, pd->nonce, VB_NONCE_BYTES, clock, sizeof(clock), full);
     memcpy(mac, full, VB_MAC_BYTES);
 }
