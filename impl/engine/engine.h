@@ -24,6 +24,11 @@
  * With busy_poll, a thread waiting for a reply may take the progress task's
  * place (rkv_engine_poll_inline): one poller at a time, so per-connection
  * order holds whichever thread runs the callbacks.
+ *
+ * The polling policy lives here and nowhere else: how long a poller spins
+ * after its last completion, when a waiter sleeps (rkv_engine_wait, which
+ * every caller that waits for a reply uses), and how long the NIC may go
+ * unpolled before its own reader takes over (rkv_nic_set_poll_gap).
  */
 #ifndef RKV_ENGINE_H
 #define RKV_ENGINE_H
