@@ -22,11 +22,17 @@
  * polls in its place, before it looks again. Short, so that the NIC is not
  * left unpolled for long once that thread went back to its own work. */
 #define ENG_STAND_ASIDE_NS 1000000ull
-/* Busy polling: the progress task spins this long after the last
- * completion, then sleeps in the NIC until the next one. An idle node must
- * not spin: on a host with fewer cores than spinners, spinners lose a
- * scheduler tick (4 ms at HZ=250) to each other. */
+/* Busy polling: a poller (the progress task, or a thread waiting in
+ * rkv_engine_wait) spins this long after the last completion, then sleeps
+ * until the next one. An idle node must not spin: on a host with fewer
+ * cores than spinners, spinners lose a scheduler tick (4 ms at HZ=250) to
+ * each other; and a slow peer must not cost a core for a whole timeout. */
 #define ENG_SPIN_NS 20000000ull
+/* The longest the poller may leave the NIC unpolled while it runs the
+ * callbacks of a batch (rkv_nic.poll_gap_ns): a NIC whose posts can block
+ * on the peer reads on its own past it. A tick of a parked task, so that
+ * a NIC's reader does not take over from a poller that is only busy. */
+#define ENG_POLL_GAP_NS 10000000ull
 #define ENG_MIN_SLOT_BYTES 4096u
 /* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
 #define ENG_TX_CACHE_BYTES (256u << 20)
@@ -1469,6 +1475,49 @@ static void eng_progress(void *arg)
     }
 }
 
+/* rkv_engine_wait's busy part: polls inline until done, the deadline, or
+ * ENG_SPIN_NS without a completion. mu held; dropped while polling, as the
+ * callbacks take it. */
+static void eng_wait_inline(struct rkv_engine *e, rkv_engine_done_fn done, void *arg,
+                            struct rkv_mutex *mu, uint64_t deadline_ns)
+{
+    const struct rkv_port_ops *po = e->port->ops;
+    uint64_t last_ns = po->now_ns(e->port);
+    po->mutex_unlock(mu); /* begin waits for the progress task's batch, whose callbacks lock */
+    rkv_engine_inline_begin(e);
+    po->mutex_lock(mu);
+    while (!done(arg)) {
+        uint64_t now = po->now_ns(e->port);
+        if (now >= deadline_ns || now - last_ns >= ENG_SPIN_NS)
+            break;
+        po->mutex_unlock(mu);
+        if (rkv_engine_poll_inline(e) > 0)
+            last_ns = po->now_ns(e->port);
+        else
+            po->yield(e->port);
+        po->mutex_lock(mu);
+    }
+    rkv_engine_inline_end(e);
+}
+
+int rkv_engine_wait(struct rkv_engine *e, rkv_engine_done_fn done, void *arg, struct rkv_mutex *mu,
+                    struct rkv_cond *cv, uint64_t deadline_ns)
+{
+    assert(e && done && mu && cv);
+    const struct rkv_port_ops *po = e->port->ops;
+    if (done(arg))
+        return 1;
+    if (e->cfg.busy_poll)
+        eng_wait_inline(e, done, arg, mu, deadline_ns);
+    while (!done(arg)) {
+        uint64_t now = po->now_ns(e->port);
+        if (now >= deadline_ns)
+            return 0;
+        po->cond_wait(cv, mu, deadline_ns - now);
+    }
+    return 1;
+}
+
 void rkv_engine_inline_begin(struct rkv_engine *e)
 {
     atomic_fetch_add(&e->inline_pollers, 1);
@@ -1516,6 +1565,7 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->user = user;
     atomic_init(&e->inline_pollers, 0);
     atomic_init(&e->task_polling, 0);
+    rkv_nic_set_poll_gap(nic, ENG_POLL_GAP_NS);
     int rc = port->ops->mutex_create(port, &e->mu);
     if (rc == 0 && (rc = port->ops->mutex_create(port, &e->poll_mu)) < 0)
         port->ops->mutex_destroy(e->mu);

@@ -24,6 +24,11 @@
  * With busy_poll, a thread waiting for a reply may take the progress task's
  * place (rkv_engine_poll_inline): one poller at a time, so per-connection
  * order holds whichever thread runs the callbacks.
+ *
+ * The polling policy lives here and nowhere else: how long a poller spins
+ * after its last completion, when a waiter sleeps (rkv_engine_wait, which
+ * every caller that waits for a reply uses), and how long the NIC may go
+ * unpolled before its own reader takes over (rkv_nic_set_poll_gap).
  */
 #ifndef RKV_ENGINE_H
 #define RKV_ENGINE_H
@@ -83,6 +88,19 @@ int rkv_engine_connect_retry(struct rkv_engine *eng, const char *host, uint16_t 
                              uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p);
 /* Starts the progress task. */
 int rkv_engine_start(struct rkv_engine *eng);
+
+/* The polling policy, in one place: every wait for a completion is this.
+ * Waits until done(arg) is nonzero or deadline_ns (the port's clock)
+ * passes; returns 1 when done, 0 at the deadline. Called with mu held, the
+ * lock under which done() reads and that the callbacks completing it take
+ * and signal cv under; returns with it held. With busy_poll the caller
+ * polls the NIC itself (rkv_engine_poll_inline) while completions keep
+ * coming, and after the engine's spin time without one it sleeps on cv
+ * like a caller without busy_poll (a slow peer must not cost a core for
+ * the whole timeout). Not from inside a callback. */
+typedef int (*rkv_engine_done_fn)(void *arg);
+int rkv_engine_wait(struct rkv_engine *eng, rkv_engine_done_fn done, void *arg,
+                    struct rkv_mutex *mu, struct rkv_cond *cv, uint64_t deadline_ns);
 
 /* Busy polling (cfg.busy_poll) without a wake-up per reply: the thread that
  * waits for a reply polls the NIC and runs the callbacks itself, while the

@@ -1,3 +1,4 @@
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,13 @@
 #include "nic/nic.h"
 #include "port/port.h"
 #include "util/util.h"
+
+void rkv_nic_set_poll_gap(struct rkv_nic *nic, uint64_t gap_ns)
+{
+    assert(gap_ns > 0); /* a reader that never parks would spin */
+    for (; nic; nic = nic->inner)
+        atomic_store(&nic->poll_gap_ns, gap_ns);
+}
 
 /* ---- peer authentication ---- */
 
@@ -51,6 +59,8 @@ int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path)
 int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct rkv_port *port)
 {
     *nic = (struct rkv_nic){.ops = ops, .port = port, .hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS};
+    atomic_init(&nic->poll_gap_ns, RKV_NIC_POLL_GAP_NS);
+    nic->max_msg_bytes = UINT32_MAX; /* the backend lowers it */
     const char *file = getenv("RKV_SECRET_FILE");
     if (file && *file)
         return rkv_nic_read_secret_file(nic, file);

@@ -4,6 +4,8 @@
  *                               receiver copying into the registered region
  *   verbs impl/nic/nic_verbs.c  libibverbs + librdmacm (RC QPs)
  *   sim   sim/backend/nic_sim.c SimGrid comms
+ * What they share beside the transport (the soft completion queue, the QP
+ * lifetime, the bounds checks) is the core, impl/nic/nic_core.h.
  *
  * Semantics every backend keeps (they are the verbs ones):
  *  - One completion queue per NIC; rkv_nic_poll() blocks up to a timeout.
@@ -29,6 +31,7 @@
 #ifndef RKV_NIC_H
 #define RKV_NIC_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +47,7 @@ struct rkv_mr {
     uint32_t lkey;
     uint32_t rkey;
     int access;
+    struct rkv_nic *nic; /* the NIC that registered it (bounds checks) */
     void *impl;
 };
 
@@ -156,15 +160,29 @@ struct rkv_nic {
      * idle_timeout_ms is dropped (0: never). */
     uint32_t hello_timeout_ms;
     uint32_t idle_timeout_ms;
+    /* The longest the user may leave the NIC unpolled while its poller is
+     * busy with what it polled: a polling policy figure, so the user's
+     * (the engine sets it, rkv_nic_set_poll_gap). A backend whose posts can
+     * block until the peer reads (tcp) reads on its own past it, or two
+     * nodes blocked sending to each other would never read again. */
+    _Atomic uint64_t poll_gap_ns;
+    struct rkv_nic *inner; /* a decorator's NIC underneath (fault), else NULL */
+    /* The longest buffer a post takes (the backend's frame or message
+     * limit): a longer one is -RKV_ELIMIT. */
+    uint32_t max_msg_bytes;
 };
 
 #define RKV_NIC_HELLO_TIMEOUT_MS 5000u
+/* poll_gap_ns of a NIC nobody set it for (one driven by hand, in tests). */
+#define RKV_NIC_POLL_GAP_NS 10000000ull
 
 /* Backends call it in open: sets ops, port, the default limits and the
  * secret, which comes from the file RKV_SECRET_FILE names (its text, one
  * trailing newline dropped), else from RKV_TOKEN's text; none: no secret.
  * An unreadable file is a configuration error. */
 int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct rkv_port *port);
+/* Sets poll_gap_ns on nic and every NIC a decorator wraps; any time. */
+void rkv_nic_set_poll_gap(struct rkv_nic *nic, uint64_t gap_ns);
 /* Replaces the secret (rkv_config.secret); before listen/connect. */
 void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len);
 /* Replaces the secret by the text of the file at path (one trailing newline

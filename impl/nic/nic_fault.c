@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nic/nic_core.h"
 #include "nic/nic_fault.h"
 #include "port/port.h"
 #include "util/util.h"
@@ -265,8 +266,18 @@ static int flt_post(struct flt_qp *q, const struct flt_out *tmpl)
     return 0;
 }
 
+/* A post that is held goes to the inner NIC later: its buffer is checked
+ * now, so that bad input fails its own post, held or not. */
+static int flt_sge_check(struct rkv_qp *qp, const struct rkv_sge *sge)
+{
+    return rkv_nic_sge_check(((struct flt_qp *)qp)->n->inner, sge);
+}
+
 static int flt_post_send(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge, int signaled)
 {
+    int rc = flt_sge_check(qp, sge);
+    if (rc < 0)
+        return rc;
     struct flt_out o = {.what = FLT_SEND, .wr_id = wr_id, .sge = *sge, .signaled = signaled};
     return flt_post((struct flt_qp *)qp, &o);
 }
@@ -275,6 +286,9 @@ static int flt_post_write(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sg
                           uint64_t remote_addr, uint32_t rkey, int with_imm, uint32_t imm,
                           int signaled)
 {
+    int rc = flt_sge_check(qp, sge);
+    if (rc < 0)
+        return rc;
     struct flt_out o = {.what = FLT_WRITE,
                         .wr_id = wr_id,
                         .sge = *sge,
@@ -570,6 +584,9 @@ int rkv_nic_fault_wrap(struct rkv_nic *inner, const struct rkv_nic_fault *faults
     n->n_f = n_f;
     n->base.ops = &flt_ops;
     n->base.port = port;
+    n->base.inner = inner; /* rkv_nic_set_poll_gap reaches it */
+    n->base.max_msg_bytes = inner->max_msg_bytes;
+    atomic_init(&n->base.poll_gap_ns, atomic_load(&inner->poll_gap_ns));
     n->inner = inner;
     n->t0 = UINT64_MAX;
     rkv_rng_seed(&n->rng, seed, 0xfa17u);

@@ -13,12 +13,11 @@
  * where a reader task would wake first and hand over, one more wake-up per
  * message on each side (on a VM an interprocessor interrupt and an exit,
  * 10-20 us each). The NIC's progress task reads only while nobody polls:
- * before the first poll, and when the poller has been away TCP_TAKEOVER_NS
- * (it may be blocked in a send to a peer that is itself blocked sending to
- * us: without the task neither would ever read again). Handing large
- * payloads to the task, to read the next while the poller handles the last,
- * was tried: two more wake-ups per payload, and no gain beyond the spread
- * between runs at 1 and 16 MiB.
+ * before the first poll, and when the poller has been away longer than the
+ * user's poll gap (rkv_nic.poll_gap_ns, the engine's figure: it may be blocked in a send to a peer
+ * that is itself blocked sending to us: without the task neither would ever read again). Handing
+ * large payloads to the task, to read the next while the poller handles the last, was tried: two
+ * more wake-ups per payload, and no gain beyond the spread between runs at 1 and 16 MiB.
  *
  * Locks, in the only order they are ever nested:
  *   qp->send_mu  serialises the frames of one QP; guards qp->fd for writers
@@ -28,13 +27,11 @@
  * so whoever holds either lock may use the descriptor without it being
  * closed (and its number reused) underneath.
  *
- * QP lifetime (reference scheme). A QP is freed once (a) the user closed it,
- * (b) the rx owner reaped it (took it off epoll and the QP list, so no
- * event can name it any more) and (c) no CQ entry refers to it (cq_refs).
- * qp_close only marks it and wakes the rx owner; poll() drops entries
- * of closed QPs, and whichever of the reaper and poll() sees the last of
- * (b) and (c) frees it. No completion is generated for a closed QP, and the
- * side that closed a QP gets no RKV_WC_DISCONNECTED for it.
+ * QP lifetime: the core's (nic_core.h). Reaping is the rx owner's: it
+ * takes closed QPs off epoll and the QP list, so that no event can name
+ * them any more. qp_close only marks the QP and wakes the rx owner; poll()
+ * drops entries of closed QPs. No completion is generated for a closed QP,
+ * and the side that closed a QP gets no RKV_WC_DISCONNECTED for it.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -56,6 +53,7 @@
 #include <unistd.h>
 
 #include "nic/nic.h"
+#include "nic/nic_core.h"
 #include "nic/nic_inet.h"
 #include "nic/nic_tcp.h"
 #include "port/port.h"
@@ -105,9 +103,6 @@ enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 /* Bytes read from one socket per readiness event, so one busy peer cannot
  * starve the others (epoll is level-triggered: the rest comes next round). */
 #define TCP_RX_BUDGET_BYTES (4u << 20)
-/* The progress task takes over the reading when the poller has been away
- * this long; a tick of the parked task, so not much shorter. */
-#define TCP_TAKEOVER_NS 10000000ull
 
 enum tcp_rx_owner { TCP_RX_NOBODY, TCP_RX_TASK, TCP_RX_POLLER };
 
@@ -161,7 +156,7 @@ struct tcp_rx {
 struct tcp_nic;
 
 struct tcp_qp {
-    struct rkv_qp_base base; /* first: rkv_qp_ctx() casts to it */
+    struct rkv_nic_qp core; /* first: the core's lifetime fields (mu), rkv_qp_ctx() */
     struct tcp_src src;
     struct tcp_nic *nic;
     char peer[64]; /* "host:port", for log lines */
@@ -170,12 +165,9 @@ struct tcp_qp {
     int send_dead;         /* send_mu: posting fails with -RKV_EPEERDEAD */
     struct tcp_ring recvs; /* mu: posted receives, FIFO of struct tcp_recv */
     int rnr;               /* mu: the rx owner wants a kick on post_recv */
-    int closed;            /* mu: qp_close was called */
     int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
-    int reaped;            /* mu: off epoll and off the QP list */
     int announced;         /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
     int passive;           /* accepted here: the hello and idle timeouts apply */
-    uint32_t cq_refs;      /* mu: CQ entries naming this QP */
     struct tcp_qp *next;   /* mu: nic->qps */
     struct tcp_rx rx;
 };
@@ -198,8 +190,7 @@ struct tcp_nic {
     struct rkv_mutex *mu;
     struct rkv_cond *cq_nonempty; /* poll() waits on it */
     struct rkv_cond *cq_space;    /* the progress task waits on it when the CQ is full */
-    struct tcp_ring cq;           /* of struct rkv_wc */
-    size_t cq_reserved;           /* slots promised to posts in flight */
+    struct rkv_nic_cq cq;         /* the core's soft CQ */
     int stopping;
     struct tcp_qp *qps; /* every QP not yet reaped */
     /* The QP whose socket the rx owner is reading into user memory
@@ -260,55 +251,27 @@ static uint64_t tcp_now_ns(struct tcp_nic *n)
 
 /* ---- frame encoding ---- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 static void frame_encode(const struct tcp_frame *f, uint8_t *h)
 {
     memset(h, 0, TCP_HDR_BYTES);
-    put32(h, TCP_MAGIC);
+    rkv_nic_put32(h, TCP_MAGIC);
     h[4] = f->kind;
-    put32(h + 8, f->len);
-    put32(h + 12, f->imm);
-    put64(h + 16, f->remote_addr);
-    put32(h + 24, f->rkey);
+    rkv_nic_put32(h + 8, f->len);
+    rkv_nic_put32(h + 12, f->imm);
+    rkv_nic_put64(h + 16, f->remote_addr);
+    rkv_nic_put32(h + 24, f->rkey);
 }
 
 static int frame_decode(const uint8_t *h, struct tcp_frame *f, char *why, size_t why_len)
 {
-    uint32_t magic = get32(h);
+    uint32_t magic = rkv_nic_get32(h);
     if (magic != TCP_MAGIC)
         return rkv_errf(why, why_len, -RKV_EPROTO, "bad frame magic 0x%08x", magic);
     *f = (struct tcp_frame){.kind = h[4],
-                            .len = get32(h + 8),
-                            .imm = get32(h + 12),
-                            .remote_addr = get64(h + 16),
-                            .rkey = get32(h + 24)};
+                            .len = rkv_nic_get32(h + 8),
+                            .imm = rkv_nic_get32(h + 12),
+                            .remote_addr = rkv_nic_get64(h + 16),
+                            .rkey = rkv_nic_get32(h + 24)};
     if (f->kind < TCP_KIND_SEND || f->kind > TCP_KIND_WRITE_IMM)
         return rkv_errf(why, why_len, -RKV_EPROTO, "unknown frame kind %u", f->kind);
     if (f->len > TCP_MAX_FRAME_BYTES)
@@ -384,31 +347,17 @@ static void ring_pop(struct tcp_ring *r, void *e)
  * may be the poller itself. */
 static int cq_reserve(struct tcp_nic *n, int may_wait)
 {
-    while (n->cq.len + n->cq_reserved >= TCP_CQ_MAX) {
+    while (rkv_nic_cq_used(&n->cq) >= TCP_CQ_MAX) {
         if (!may_wait || n->stopping)
             return -RKV_ELIMIT;
         n->base.port->ops->cond_wait(n->cq_space, n->mu, UINT64_MAX);
     }
-    int rc = ring_reserve(&n->cq, n->cq.len + n->cq_reserved + 1);
-    if (rc < 0)
-        return rc;
-    n->cq_reserved++;
-    return 0;
-}
-
-static void cq_unreserve(struct tcp_nic *n)
-{
-    assert(n->cq_reserved > 0);
-    n->cq_reserved--;
+    return rkv_nic_cq_reserve(&n->cq);
 }
 
 static void cq_push(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc *wc)
 {
-    assert(n->cq_reserved > 0 && !qp->closed);
-    n->cq_reserved--;
-    wc->qp = (struct rkv_qp *)(void *)qp;
-    ring_push(&n->cq, wc);
-    qp->cq_refs++;
+    rkv_nic_cq_push(&n->cq, &qp->core, wc);
     n->base.port->ops->cond_signal(n->cq_nonempty);
 }
 
@@ -418,7 +367,7 @@ static void cq_push(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc *wc)
 static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
 {
     tcp_lock(n);
-    if (qp->closed) {
+    if (qp->core.closed) {
         tcp_unlock(n); /* nobody may learn about a closed QP any more */
         return;
     }
@@ -426,8 +375,8 @@ static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
     if (rc < 0)
         RKV_LOGE(n->base.port, "nic tcp: %s: completion %d lost: %s", qp->peer, wc.opcode,
                  rkv_strerror(rc));
-    else if (qp->closed) /* closed while we waited for room */
-        cq_unreserve(n);
+    else if (qp->core.closed) /* closed while we waited for room */
+        rkv_nic_cq_unreserve(&n->cq);
     else
         cq_push(n, qp, &wc);
     tcp_unlock(n);
@@ -435,31 +384,23 @@ static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
 
 static void qp_free(struct tcp_nic *n, struct tcp_qp *qp)
 {
-    assert(qp->fd < 0 && qp->cq_refs == 0);
+    assert(qp->fd < 0 && qp->core.cq_refs == 0);
     ring_free(&qp->recvs);
     n->base.port->ops->mutex_destroy(qp->send_mu);
     free(qp);
 }
 
+/* The core frees a closed, reaped QP with its last CQ entry. */
+static void qp_free_last(void *owner, struct rkv_nic_qp *core)
+{
+    qp_free(owner, (struct tcp_qp *)(void *)core);
+}
+
 /* Lock held. Copies out up to max entries, dropping those of closed QPs. */
 static int cq_take(struct tcp_nic *n, struct rkv_wc *wc, int max)
 {
-    int got = 0;
-    size_t popped = 0;
-    while (got < max && n->cq.len > 0) {
-        struct rkv_wc e;
-        ring_pop(&n->cq, &e);
-        popped++;
-        struct tcp_qp *qp = tcp_qp_of(e.qp);
-        assert(qp->cq_refs > 0);
-        qp->cq_refs--;
-        if (!qp->closed) {
-            wc[got++] = e;
-            continue;
-        }
-        if (qp->reaped && qp->cq_refs == 0)
-            qp_free(n, qp);
-    }
+    uint32_t popped;
+    int got = rkv_nic_cq_take(&n->cq, wc, max, &popped);
     if (popped)
         n->base.port->ops->cond_signal(n->cq_space);
     return got;
@@ -503,12 +444,12 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     qp->fd = -1;
     qp->send_dead = 1;
     port->ops->mutex_unlock(qp->send_mu);
-    int report = qp->announced && !qp->closed && !qp->disconnected;
+    int report = qp->announced && !qp->core.closed && !qp->disconnected;
     /* Nobody holds a QP that was never announced: free it now, or a flood
      * of connections that never say hello would pile up until close. */
-    int orphan = !qp->announced && !qp->closed;
+    int orphan = !qp->announced && !qp->core.closed;
     if (orphan)
-        qp->closed = 1;
+        qp->core.closed = 1;
     qp->disconnected = 1;
     qp->rnr = 0;
     qp->recvs.len = 0; /* posted receives are not completed (verbs would flush them) */
@@ -585,27 +526,9 @@ static int mr_target(struct tcp_nic *n, const struct tcp_frame *f, uint8_t **dst
                      size_t why_len)
 {
     struct rkv_port *port = n->base.port;
-    int rc = 0;
     port->ops->mutex_lock(n->mr_mu);
-    const struct rkv_mr *mr = mr_find(n, f->rkey);
-    if (!mr) {
-        rc = rkv_errf(why, why_len, -RKV_EACCESS, "write names unknown rkey 0x%08x", f->rkey);
-    } else if (!(mr->access & RKV_ACCESS_REMOTE_WRITE)) {
-        rc = rkv_errf(why, why_len, -RKV_EACCESS, "rkey 0x%08x does not allow remote writes",
-                      f->rkey);
-    } else {
-        uint64_t base = (uintptr_t)mr->addr;
-        uint64_t a = f->remote_addr;
-        /* Written so that nothing can overflow, whatever the peer sent. */
-        if (f->len > mr->len || a < base || a - base > mr->len - f->len)
-            rc =
-                rkv_errf(why, why_len, -RKV_EACCESS,
-                         "write of %u bytes at 0x%llx falls outside rkey 0x%08x "
-                         "[0x%llx, +%zu)",
-                         f->len, (unsigned long long)a, f->rkey, (unsigned long long)base, mr->len);
-        else
-            *dst_p = (uint8_t *)mr->addr + (a - base);
-    }
+    int rc = rkv_nic_write_target(mr_find(n, f->rkey), f->rkey, f->remote_addr, f->len, dst_p, why,
+                                  why_len);
     port->ops->mutex_unlock(n->mr_mu);
     return rc;
 }
@@ -629,6 +552,7 @@ static int tcp_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, s
                               .lkey = slot + 1,
                               .rkey = mr_make_rkey(n, slot),
                               .access = access,
+                              .nic = &n->base,
                               .impl = n};
         n->mrs[slot] = mr;
     }
@@ -758,8 +682,8 @@ static int rx_read_header(struct tcp_qp *qp, size_t *budget, char *why, size_t w
 
 static void auth_encode(uint8_t *b, uint32_t magic, uint32_t status, const uint8_t *body)
 {
-    put32(b, magic);
-    put32(b + 4, status);
+    rkv_nic_put32(b, magic);
+    rkv_nic_put32(b + 4, status);
     if (body)
         memcpy(b + 8, body, RKV_NIC_AUTH_MAC_BYTES);
     else
@@ -794,7 +718,8 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
     uint8_t out[TCP_AUTH_BYTES];
     int proven = rx->auth_phase == 1; /* this message is the proof (checked below) */
     if (!proven) {
-        if (get32(rx->auth) != TCP_HELLO_MAGIC || get32(rx->auth + 4) != TCP_HELLO_VERSION) {
+        if (rkv_nic_get32(rx->auth) != TCP_HELLO_MAGIC ||
+            rkv_nic_get32(rx->auth + 4) != TCP_HELLO_VERSION) {
             rx_refused(n, qp, "not an rkv connection hello (or another version)");
             return TCP_RX_DEAD;
         }
@@ -803,7 +728,7 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
         auth_encode(out, TCP_CHAL_MAGIC, 0, rx->snonce);
         rx->auth_phase = 1;
     } else {
-        int ok = get32(rx->auth) == TCP_PROOF_MAGIC &&
+        int ok = rkv_nic_get32(rx->auth) == TCP_PROOF_MAGIC &&
                  rkv_nic_auth_check(&n->base, "rkv tcp client", rx->snonce, sizeof(rx->snonce),
                                     rx->cnonce, sizeof(rx->cnonce), rx->auth + 8);
         uint8_t mac[RKV_NIC_AUTH_MAC_BYTES];
@@ -897,7 +822,7 @@ static void qp_drive(struct tcp_nic *n, struct tcp_qp *qp)
 {
     char why[192] = "";
     tcp_lock(n);
-    if (qp->closed) {
+    if (qp->core.closed) {
         tcp_unlock(n);
         return;
     }
@@ -943,24 +868,6 @@ static void qp_on_event(struct tcp_nic *n, struct tcp_qp *qp, uint32_t events)
 
 #define TCP_CONTAINER(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
-static int tcp_ms_until(uint64_t now_ns, uint64_t deadline_ns)
-{
-    assert(deadline_ns > now_ns);
-    uint64_t ms = (deadline_ns - now_ns + 999999) / 1000000;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
-static void tcp_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len)
-{
-    char host[NI_MAXHOST], serv[NI_MAXSERV];
-    if (getnameinfo(sa, sl, host, sizeof(host), serv, sizeof(serv),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        snprintf(buf, len, "?");
-        return;
-    }
-    snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
-}
-
 /* Takes over fd (nonblocking, connected) on success only. */
 /* active: our connect() already exchanged the hello, so the QP is announced
  * by connect() returning it; set before the rx owner can see the fd. */
@@ -978,7 +885,7 @@ static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_
     qp->announced = active;
     qp->passive = !active;
     qp->rx.born_ns = qp->rx.last_msg_ns = tcp_now_ns(n);
-    tcp_addr_name(sa, sl, qp->peer, sizeof(qp->peer));
+    rkv_nic_addr_name(sa, sl, qp->peer, sizeof(qp->peer));
     ring_init(&qp->recvs, sizeof(struct tcp_recv), TCP_RECV_MAX);
     int one = 1;
     /* Frames go out whole; Nagle would only hold back small control messages. */
@@ -1017,7 +924,7 @@ static int tcp_connect_wait(struct tcp_nic *n, int fd, uint64_t deadline_ns)
         if (now >= deadline_ns)
             return ETIMEDOUT;
         struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-        int r = poll(&pfd, 1, tcp_ms_until(now, deadline_ns));
+        int r = poll(&pfd, 1, rkv_nic_ms_until(now, deadline_ns));
         if (r < 0 && errno != EINTR)
             return errno;
         if (r <= 0)
@@ -1034,7 +941,7 @@ static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_
                            int *fd_p)
 {
     char name[80];
-    tcp_addr_name(ai->ai_addr, ai->ai_addrlen, name, sizeof(name));
+    rkv_nic_addr_name(ai->ai_addr, ai->ai_addrlen, name, sizeof(name));
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         RKV_LOGE(n->base.port, "nic tcp: socket for %s failed: %s", name, strerror(errno));
@@ -1070,7 +977,7 @@ static int tcp_auth_read(struct tcp_nic *n, int fd, uint8_t *b, uint64_t deadlin
         if (now >= deadline_ns)
             return -RKV_ETIMEDOUT;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int r = poll(&pfd, 1, tcp_ms_until(now, deadline_ns));
+        int r = poll(&pfd, 1, rkv_nic_ms_until(now, deadline_ns));
         if (r < 0 && errno != EINTR)
             return -RKV_EIO;
         if (r <= 0)
@@ -1097,7 +1004,7 @@ static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
     int rc = tcp_auth_read(n, fd, b, deadline_ns);
     if (rc < 0)
         return rc;
-    if (get32(b) != TCP_CHAL_MAGIC || get32(b + 4) != 0)
+    if (rkv_nic_get32(b) != TCP_CHAL_MAGIC || rkv_nic_get32(b + 4) != 0)
         return -RKV_EPROTO;
     memcpy(sn, b + 8, sizeof(sn));
     rkv_nic_auth_mac(&n->base, "rkv tcp client", sn, sizeof(sn), cn, sizeof(cn), mac);
@@ -1106,9 +1013,9 @@ static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
         return -RKV_EPEERDEAD;
     if ((rc = tcp_auth_read(n, fd, b, deadline_ns)) < 0)
         return rc;
-    if (get32(b) != TCP_ACK_MAGIC)
+    if (rkv_nic_get32(b) != TCP_ACK_MAGIC)
         return -RKV_EPROTO;
-    if (get32(b + 4) != 0) {
+    if (rkv_nic_get32(b + 4) != 0) {
         RKV_LOGE(n->base.port,
                  "nic tcp: %s:%u refused the connection: wrong secret (set the same RKV_TOKEN, "
                  "RKV_SECRET_FILE or rkv_config.secret on every node)",
@@ -1162,7 +1069,7 @@ static int tcp_connect(struct rkv_nic *nic, const char *host, uint16_t port, uin
 static int tcp_listen_one(struct tcp_nic *n, const struct addrinfo *ai, int *fd_p)
 {
     char name[80];
-    tcp_addr_name(ai->ai_addr, ai->ai_addrlen, name, sizeof(name));
+    rkv_nic_addr_name(ai->ai_addr, ai->ai_addrlen, name, sizeof(name));
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         RKV_LOGE(n->base.port, "nic tcp: socket for %s failed: %s", name, strerror(errno));
@@ -1301,7 +1208,7 @@ static struct tcp_qp *tcp_oldest_unproven(struct tcp_nic *n)
     struct tcp_qp *found = NULL;
     tcp_lock(n);
     for (struct tcp_qp *qp = n->qps; qp; qp = qp->next) /* newest first */
-        if (qp->passive && !qp->rx.hello_done && qp->fd >= 0 && !qp->closed)
+        if (qp->passive && !qp->rx.hello_done && qp->fd >= 0 && !qp->core.closed)
             found = qp;
     tcp_unlock(n);
     return found;
@@ -1374,19 +1281,7 @@ static void tcp_on_listener(struct tcp_nic *n, struct tcp_listener *l)
 
 static int sge_check(const struct tcp_nic *n, const struct rkv_sge *sge)
 {
-    if (!sge)
-        return -RKV_EINVAL;
-    if (sge->len > TCP_MAX_FRAME_BYTES)
-        return -RKV_ELIMIT;
-    if (sge->len == 0)
-        return 0;
-    const struct rkv_mr *mr = sge->mr;
-    if (!mr || mr->impl != n || !sge->addr)
-        return -RKV_EINVAL;
-    uintptr_t a = (uintptr_t)sge->addr, base = (uintptr_t)mr->addr;
-    if (a < base || sge->len > mr->len || a - base > mr->len - sge->len)
-        return -RKV_EINVAL;
-    return 0;
+    return rkv_nic_sge_check(&n->base, sge);
 }
 
 static void iov_advance(struct msghdr *mh, size_t bytes)
@@ -1413,7 +1308,7 @@ static int qp_wait_writable(struct tcp_nic *n, struct tcp_qp *qp, uint64_t deadl
         if (now >= deadline_ns)
             return -RKV_ETIMEDOUT;
         struct pollfd pfd = {.fd = qp->fd, .events = POLLOUT};
-        int r = poll(&pfd, 1, tcp_ms_until(now, deadline_ns));
+        int r = poll(&pfd, 1, rkv_nic_ms_until(now, deadline_ns));
         if (r > 0)
             return 0;
         if (r < 0 && errno != EINTR)
@@ -1474,10 +1369,10 @@ static int qp_post(struct tcp_qp *qp, uint64_t wr_id, const struct rkv_sge *sge,
         struct rkv_wc wc = {
             .wr_id = wr_id, .opcode = opcode, .status = RKV_WC_SUCCESS, .byte_len = sge->len};
         tcp_lock(n);
-        if (rc == 0 && !qp->closed)
+        if (rc == 0 && !qp->core.closed)
             cq_push(n, qp, &wc);
         else
-            cq_unreserve(n);
+            rkv_nic_cq_unreserve(&n->cq);
         tcp_unlock(n);
     }
     port->ops->mutex_unlock(qp->send_mu);
@@ -1513,7 +1408,7 @@ static int tcp_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sg
     struct tcp_recv r = {.wr_id = wr_id, .addr = sge->addr, .len = sge->len};
     int kick = 0;
     tcp_lock(n);
-    if (qp->closed || qp->disconnected)
+    if (qp->core.closed || qp->disconnected)
         rc = -RKV_EPEERDEAD;
     else
         rc = ring_reserve(&qp->recvs, qp->recvs.len + 1);
@@ -1535,8 +1430,8 @@ static void tcp_qp_close(struct rkv_qp *qpv)
     struct tcp_qp *qp = tcp_qp_of(qpv);
     struct tcp_nic *n = qp->nic;
     tcp_lock(n);
-    assert(!qp->closed);
-    qp->closed = 1;
+    assert(!qp->core.closed);
+    qp->core.closed = 1;
     /* The peer sees EOF now; the rx owner closes the descriptor when it
      * reaps the QP (only it may, see the lock comment at the top). */
     if (qp->fd >= 0)
@@ -1556,7 +1451,7 @@ static void tcp_reap(struct tcp_nic *n)
     tcp_lock(n);
     for (struct tcp_qp **pp = &n->qps; *pp;) {
         struct tcp_qp *qp = *pp;
-        if (!qp->closed) {
+        if (!qp->core.closed) {
             pp = &qp->next;
             continue;
         }
@@ -1570,9 +1465,8 @@ static void tcp_reap(struct tcp_nic *n)
         dead = qp->next;
         qp_break(n, qp, NULL);
         tcp_lock(n);
-        qp->reaped = 1;
         /* With no entry left, poll() can no longer reach it: free it here. */
-        int idle = qp->cq_refs == 0;
+        int idle = rkv_nic_qp_reap(&qp->core);
         tcp_unlock(n);
         if (idle)
             qp_free(n, qp);
@@ -1617,7 +1511,7 @@ static void tcp_on_event(struct tcp_nic *n, const struct epoll_event *ev, int *w
 static int tcp_cq_roomy(struct tcp_nic *n)
 {
     tcp_lock(n);
-    int roomy = n->cq.len + n->cq_reserved <= TCP_CQ_MAX / 2;
+    int roomy = rkv_nic_cq_used(&n->cq) <= TCP_CQ_MAX / 2;
     tcp_unlock(n);
     static_assert(TCP_RX_BUDGET_BYTES / TCP_HDR_BYTES + 1 < TCP_CQ_MAX / 2, "CQ too small");
     return roomy;
@@ -1643,7 +1537,7 @@ static int tcp_sweep(struct tcp_nic *n)
         int n_late = 0;
         tcp_lock(n);
         for (struct tcp_qp *qp = n->qps; qp && n_late < TCP_SWEEP_BATCH; qp = qp->next) {
-            if (!qp->passive || qp->fd < 0 || qp->closed)
+            if (!qp->passive || qp->fd < 0 || qp->core.closed)
                 continue;
             const struct tcp_rx *rx = &qp->rx;
             if ((!rx->hello_done && hello_ns && now - rx->born_ns > hello_ns) ||
@@ -1699,22 +1593,23 @@ static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
 }
 
 /* Lock held. The progress task's turn to read: when nobody polls and the
- * last poller left TCP_TAKEOVER_NS ago. -1 once stopping. */
+ * last poller left more than the poll gap ago. -1 once stopping. */
 static int tcp_task_turn(struct tcp_nic *n)
 {
     const struct rkv_port_ops *po = n->base.port->ops;
     for (;;) {
         if (n->stopping)
             return -1;
-        uint64_t wait = TCP_TAKEOVER_NS;
+        /* A tick of the parked task, so the gap is not much shorter. */
+        uint64_t gap = atomic_load(&n->base.poll_gap_ns), wait = gap;
         if (n->rx_owner == TCP_RX_NOBODY && n->pollers == 0) {
             uint64_t away = tcp_now_ns(n) - n->poller_left_ns;
-            if (away >= TCP_TAKEOVER_NS) {
+            if (away >= gap) {
                 n->rx_owner = TCP_RX_TASK;
                 n->rounds[TCP_RX_TASK]++;
                 return 0;
             }
-            wait = TCP_TAKEOVER_NS - away;
+            wait = gap - away;
         }
         po->cond_wait(n->rx_turn, n->mu, wait);
     }
@@ -1813,9 +1708,10 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
         free(n);
         return rc;
     }
+    n->base.max_msg_bytes = TCP_MAX_FRAME_BYTES;
     n->wake_src.kind = TCP_SRC_WAKE;
     n->send_timeout_ms = TCP_SEND_TIMEOUT_MS;
-    ring_init(&n->cq, sizeof(struct rkv_wc), TCP_CQ_MAX);
+    rkv_nic_cq_init(&n->cq, TCP_CQ_MAX, qp_free_last, n);
     rkv_rng_seed(&n->rng, rkv_rng_next(&port->rng), TCP_MAGIC);
     n->rkey_secret = (uint32_t)rkv_rng_next(&n->rng);
     n->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -1882,13 +1778,8 @@ undo_alloc:
 /* After the progress task stopped: nothing else touches the NIC any more. */
 static void tcp_free_all(struct tcp_nic *n)
 {
-    while (n->cq.len > 0) {
-        struct rkv_wc e;
-        ring_pop(&n->cq, &e);
-        struct tcp_qp *qp = tcp_qp_of(e.qp);
-        if (--qp->cq_refs == 0 && qp->reaped)
-            qp_free(n, qp);
-    }
+    /* Entries first: reaped QPs whose last reference they are go with them. */
+    rkv_nic_cq_destroy(&n->cq);
     while (n->qps) {
         struct tcp_qp *qp = n->qps;
         n->qps = qp->next;
@@ -1925,7 +1816,6 @@ static void tcp_close(struct rkv_nic *nic)
     tcp_wake(n);
     po->task_join(port, n->task);
     tcp_free_all(n);
-    ring_free(&n->cq);
     close(n->wakefd);
     if (n->reserve_fd >= 0)
         close(n->reserve_fd);

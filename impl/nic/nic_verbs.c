@@ -57,13 +57,12 @@
  * taken: rdma_destroy_id and ibv_destroy_qp wait for those acks, and they
  * run under nic->mu or in the CM task.
  *
- * QP lifetime. qp_close marks the QP dead and closed, disconnects, destroys
- * the ibv QP (after which the device writes nothing more into its buffers)
- * and drains the CQ, dropping the QP's CQEs, all under mu; so no completion
- * names it afterwards. The struct lives on until (a) the CM task destroyed
- * its cm id ("reaped": no CM event can name it) and (b) no soft-queue entry
- * refers to it (cq_refs): whichever of the CM task and poll() sees the last
- * of the two frees it. The side that closed a QP gets no DISCONNECTED.
+ * QP lifetime: the core's (nic_core.h). qp_close marks the QP dead and
+ * closed, disconnects, destroys the ibv QP (after which the device writes
+ * nothing more into its buffers) and drains the CQ, dropping the QP's CQEs,
+ * all under mu; so no completion names it afterwards. Reaping is the CM
+ * task's: it destroys the cm id, so that no CM event can name the QP. The
+ * side that closed a QP gets no DISCONNECTED.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -88,6 +87,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "nic/nic.h"
+#include "nic/nic_core.h"
 #include "nic/nic_inet.h"
 #include "port/port.h"
 #include "util/util.h"
@@ -161,8 +161,8 @@ struct vb_swr {
 struct vb_nic;
 
 struct vb_qp {
-    struct rkv_qp_base base; /* first: rkv_qp_ctx() casts to it */
-    struct vb_obj obj;       /* the cm id's context */
+    struct rkv_nic_qp core; /* first: the core's lifetime fields (mu), rkv_qp_ctx() */
+    struct vb_obj obj;      /* the cm id's context */
     struct vb_nic *nic;
     struct rdma_cm_id *id; /* destroyed by the CM task (reaping) or close */
     struct ibv_qp *qp;     /* mu: NULL once destroyed */
@@ -181,10 +181,7 @@ struct vb_qp {
     atomic_uint sq_tail; /* sends before it completed (written under mu) */
     atomic_uint rq_tail; /* receives before it completed (written under mu) */
     int exposed;         /* mu: the user holds it (connect returned, CONNECTED queued) */
-    int closed;          /* mu: qp_close was called */
     int broken;          /* mu: the connection is gone (said so, unless closed) */
-    int reaped;          /* mu: its cm id is destroyed */
-    uint32_t cq_refs;    /* mu: soft-queue entries naming it */
     struct vb_qp *next;  /* mu: nic->qps */
     struct vb_qp *hnext; /* mu: hash chain by qp_num */
 };
@@ -202,12 +199,6 @@ struct vb_mr {
     struct vb_nic *nic;
     struct ibv_mr *mr; /* NULL for an empty region */
     struct vb_mr *prev, *next;
-};
-
-/* FIFO of completions waiting for poll(); grows up to VB_SOFT_MAX. */
-struct vb_wcq {
-    struct rkv_wc *buf;
-    uint32_t cap, head, len;
 };
 
 struct vb_nic {
@@ -241,7 +232,7 @@ struct vb_nic {
     /* state */
     struct rkv_mutex *mu;
     int stopping;                        /* mu */
-    struct vb_wcq soft;                  /* mu */
+    struct rkv_nic_cq soft;              /* mu: the core's soft CQ */
     struct vb_qp *qps;                   /* mu: every QP not reaped yet */
     struct vb_qp *hash[VB_HASH_BUCKETS]; /* mu: QPs whose ibv QP lives, by qp_num */
     struct vb_listener *listeners;       /* mu */
@@ -300,14 +291,6 @@ static uint64_t vb_now_ns(struct vb_nic *n)
     return n->base.port->ops->now_ns(n->base.port);
 }
 
-static int vb_ms_until(uint64_t now_ns, uint64_t deadline_ns)
-{
-    if (deadline_ns <= now_ns)
-        return 0;
-    uint64_t ms = (deadline_ns - now_ns + 999999) / 1000000;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
 static void vb_kick(int fd)
 {
     uint64_t one = 1;
@@ -341,63 +324,36 @@ static const char *vb_dev_name_of(const struct ibv_context *ctx)
 
 static void vb_addr_name(const struct sockaddr *sa, char *buf, size_t len)
 {
-    char host[NI_MAXHOST], serv[NI_MAXSERV];
     socklen_t sl =
         sa && sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    if (!sa || getnameinfo(sa, sl, host, sizeof(host), serv, sizeof(serv),
-                           NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-        snprintf(buf, len, "?");
-        return;
-    }
-    snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
+    rkv_nic_addr_name(sa, sl, buf, len);
 }
 
 /* ---- handshake private data ---- */
 
-static void vb_put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void vb_put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t vb_get32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 static void vb_pdata_put(uint8_t *b, const struct vb_pdata *pd)
 {
     memset(b, 0, VB_PDATA_BYTES);
-    vb_put32(b, VB_MAGIC);
-    vb_put16(b + 4, VB_VERSION);
-    vb_put16(b + 6, pd->kind);
-    vb_put32(b + 8, pd->mtu_bytes);
-    vb_put32(b + 12, pd->reason);
+    rkv_nic_put32(b, VB_MAGIC);
+    rkv_nic_put16(b + 4, VB_VERSION);
+    rkv_nic_put16(b + 6, pd->kind);
+    rkv_nic_put32(b + 8, pd->mtu_bytes);
+    rkv_nic_put32(b + 12, pd->reason);
     memcpy(b + 16, pd->nonce, VB_NONCE_BYTES);
-    vb_put32(b + 32, (uint32_t)pd->clock_ms);
-    vb_put32(b + 36, (uint32_t)(pd->clock_ms >> 32));
+    rkv_nic_put64(b + 32, pd->clock_ms);
     memcpy(b + 40, pd->mac, VB_MAC_BYTES);
 }
 
 /* 0 when b holds our private data (of any version); -1 otherwise. */
 static int vb_pdata_get(const uint8_t *b, size_t len, struct vb_pdata *pd)
 {
-    if (len < VB_PDATA_BYTES || vb_get32(b) != VB_MAGIC)
+    if (len < VB_PDATA_BYTES || rkv_nic_get32(b) != VB_MAGIC)
         return -1;
-    *pd = (struct vb_pdata){.version = (uint16_t)(b[4] | b[5] << 8),
-                            .kind = (uint16_t)(b[6] | b[7] << 8),
-                            .mtu_bytes = vb_get32(b + 8),
-                            .reason = vb_get32(b + 12),
-                            .clock_ms = vb_get32(b + 32) | (uint64_t)vb_get32(b + 36) << 32};
+    *pd = (struct vb_pdata){.version = rkv_nic_get16(b + 4),
+                            .kind = rkv_nic_get16(b + 6),
+                            .mtu_bytes = rkv_nic_get32(b + 8),
+                            .reason = rkv_nic_get32(b + 12),
+                            .clock_ms = rkv_nic_get64(b + 32)};
     memcpy(pd->nonce, b + 16, VB_NONCE_BYTES);
     memcpy(pd->mac, b + 40, VB_MAC_BYTES);
     return 0;
@@ -417,8 +373,7 @@ static void vb_auth_mac(const struct vb_nic *n, const char *label, const struct 
                         uint8_t mac[VB_MAC_BYTES])
 {
     uint8_t clock[8], full[RKV_NIC_AUTH_MAC_BYTES];
-    for (int i = 0; i < 8; i++)
-        clock[i] = (uint8_t)(pd->clock_ms >> (8 * i));
+    rkv_nic_put64(clock, pd->clock_ms);
     rkv_nic_auth_mac(&n->base, label, pd->nonce, VB_NONCE_BYTES, clock, sizeof(clock), full);
     memcpy(mac, full, VB_MAC_BYTES);
 }
@@ -453,49 +408,16 @@ static const char *vb_auth_check(struct vb_nic *n, const struct vb_pdata *pd)
 
 /* ---- the soft completion queue (mu held) ---- */
 
-static int wcq_push(struct vb_wcq *q, const struct rkv_wc *wc)
-{
-    if (q->len == q->cap) {
-        if (q->cap >= VB_SOFT_MAX)
-            return -RKV_ELIMIT;
-        uint32_t cap = q->cap ? q->cap * 2 : 256;
-        struct rkv_wc *buf = malloc((size_t)cap * sizeof(*buf));
-        if (!buf)
-            return -RKV_ENOMEM;
-        for (uint32_t i = 0; i < q->len; i++) /* unwrap: head restarts at 0 */
-            buf[i] = q->buf[(q->head + i) % q->cap];
-        free(q->buf);
-        q->buf = buf;
-        q->cap = cap;
-        q->head = 0;
-    }
-    q->buf[(q->head + q->len) % q->cap] = *wc;
-    q->len++;
-    return 0;
-}
-
-static void wcq_pop(struct vb_wcq *q, struct rkv_wc *wc)
-{
-    assert(q->len > 0);
-    *wc = q->buf[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->len--;
-}
-
 /* Queues a completion for poll(). A closed QP, or one the user does not
  * hold yet, completes nothing. */
 static void vb_emit(struct vb_nic *n, struct vb_qp *qp, struct rkv_wc wc)
 {
-    if (qp->closed || !qp->exposed)
+    if (!qp->exposed)
         return;
-    wc.qp = vb_qp_pub(qp);
-    int rc = wcq_push(&n->soft, &wc);
-    if (rc < 0) {
+    int rc = rkv_nic_cq_emit(&n->soft, &qp->core, wc);
+    if (rc < 0)
         RKV_LOGE(n->base.port, "nic verbs: %s: completion %d lost: %s", qp->peer, wc.opcode,
                  rkv_strerror(rc));
-        return;
-    }
-    qp->cq_refs++;
 }
 
 /* ---- QPs by number (mu held) ---- */
@@ -548,7 +470,7 @@ static void vb_list_remove(struct vb_nic *n, struct vb_qp *qp)
  * DREQ) and the user gets one DISCONNECTED. why == NULL: an orderly end. */
 static void vb_qp_break(struct vb_nic *n, struct vb_qp *qp, const char *why)
 {
-    if (qp->broken || qp->closed || !qp->exposed)
+    if (qp->broken || qp->core.closed || !qp->exposed)
         return;
     qp->broken = 1;
     atomic_store(&qp->dead, 1);
@@ -723,12 +645,18 @@ static void vb_qp_destroy_verbs(struct vb_nic *n, struct vb_qp *qp)
 
 static void vb_qp_free(struct vb_nic *n, struct vb_qp *qp)
 {
-    assert(!qp->qp && qp->cq_refs == 0);
+    assert(!qp->qp && qp->core.cq_refs == 0);
     if (qp->post_mu)
         n->base.port->ops->mutex_destroy(qp->post_mu);
     free(qp->sq);
     free(qp->rq);
     free(qp);
+}
+
+/* The core frees a closed, reaped QP with its last soft-queue entry. */
+static void vb_qp_free_last(void *owner, struct rkv_nic_qp *core)
+{
+    vb_qp_free(owner, (struct vb_qp *)(void *)core);
 }
 
 static int vb_modify(struct vb_nic *n, struct vb_qp *qp, struct ibv_qp_attr *a, int mask,
@@ -1025,7 +953,7 @@ static void vb_on_request(struct vb_nic *n, const struct vb_cm_ev *e)
 static void vb_on_established(struct vb_nic *n, struct vb_qp *qp)
 {
     vb_lock(n);
-    int fresh = !qp->exposed && !qp->closed;
+    int fresh = !qp->exposed && !qp->core.closed;
     if (fresh) {
         qp->exposed = 1;
         vb_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED, .status = RKV_WC_SUCCESS});
@@ -1040,7 +968,7 @@ static void vb_on_established(struct vb_nic *n, struct vb_qp *qp)
 static void vb_on_conn_end(struct vb_nic *n, struct vb_qp *qp, const struct vb_cm_ev *e)
 {
     vb_lock(n);
-    int pending = !qp->exposed && !qp->closed;
+    int pending = !qp->exposed && !qp->core.closed;
     if (!pending) {
         char why[96];
         snprintf(why, sizeof(why), "%s (status %d)", rdma_event_str(e->type), e->status);
@@ -1140,7 +1068,7 @@ static void vb_on_qp_event(struct vb_nic *n, enum ibv_event_type t, uint32_t qp_
     int woke = 0;
     vb_lock(n);
     struct vb_qp *qp = vb_hash_find(n, qp_num);
-    if (qp && !qp->closed) {
+    if (qp && !qp->core.closed) {
         if (t == IBV_EVENT_COMM_EST) {
             notify = qp->id; /* data beat the RTU: tell the CM the QP is up */
         } else if (t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR ||
@@ -1216,7 +1144,7 @@ static void vb_reap(struct vb_nic *n)
     vb_lock(n);
     for (struct vb_qp **pp = &n->qps; *pp;) {
         struct vb_qp *qp = *pp;
-        if (!qp->closed) {
+        if (!qp->core.closed) {
             pp = &qp->next;
             continue;
         }
@@ -1231,8 +1159,7 @@ static void vb_reap(struct vb_nic *n)
         rdma_destroy_id(qp->id);
         vb_lock(n);
         qp->id = NULL;
-        qp->reaped = 1;
-        int idle = qp->cq_refs == 0; /* else poll() frees it with the last entry */
+        int idle = rkv_nic_qp_reap(&qp->core); /* else poll() frees it with the last entry */
         vb_unlock(n);
         if (idle)
             vb_qp_free(n, qp);
@@ -1296,7 +1223,7 @@ static int vb_dial_wait(struct vb_nic *n, struct vb_dial *d, const char *step, s
             RKV_LOGI(n->base.port, "nic verbs: connecting to %s timed out while %s", d->peer, step);
             return -RKV_ETIMEDOUT;
         }
-        int r = poll(&pfd, 1, vb_ms_until(now, d->deadline_ns));
+        int r = poll(&pfd, 1, rkv_nic_ms_until(now, d->deadline_ns));
         if (r < 0 && errno != EINTR) {
             RKV_LOGE(n->base.port, "nic verbs: poll failed while %s: %s", step, strerror(errno));
             return -RKV_EIO;
@@ -1306,7 +1233,7 @@ static int vb_dial_wait(struct vb_nic *n, struct vb_dial *d, const char *step, s
 
 static int vb_resolve_ms(struct vb_nic *n, const struct vb_dial *d)
 {
-    int ms = vb_ms_until(vb_now_ns(n), d->deadline_ns);
+    int ms = rkv_nic_ms_until(vb_now_ns(n), d->deadline_ns);
     return ms > VB_RESOLVE_MS ? VB_RESOLVE_MS : ms < 1 ? 1 : ms;
 }
 
@@ -1753,6 +1680,7 @@ static int vb_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, st
                              .lkey = m->mr ? m->mr->lkey : 0,
                              .rkey = m->mr ? m->mr->rkey : 0,
                              .access = access,
+                             .nic = &n->base,
                              .impl = m};
     port->ops->mutex_lock(n->mr_mu);
     m->next = n->mrs;
@@ -1799,22 +1727,7 @@ static void vb_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
 /* A local buffer must lie inside a region of this NIC. */
 static int vb_sge_check(const struct vb_nic *n, const struct rkv_sge *sge)
 {
-    if (!sge)
-        return -RKV_EINVAL;
-    if (sge->len > n->max_msg_bytes)
-        return -RKV_ELIMIT;
-    if (sge->len == 0)
-        return 0;
-    const struct rkv_mr *mr = sge->mr;
-    if (!mr || mr->impl != (const void *)mr || !sge->addr)
-        return -RKV_EINVAL;
-    const struct vb_mr *m = mr->impl;
-    if (m->nic != n)
-        return -RKV_EINVAL;
-    uintptr_t a = (uintptr_t)sge->addr, base = (uintptr_t)mr->addr;
-    if (a < base || sge->len > mr->len || a - base > mr->len - sge->len)
-        return -RKV_EINVAL;
-    return 0;
+    return rkv_nic_sge_check(&n->base, sge);
 }
 
 static struct ibv_sge vb_sge(const struct rkv_sge *sge)
@@ -1957,19 +1870,7 @@ static int vb_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
 static int vb_take(struct vb_nic *n, struct rkv_wc *wc, int max)
 {
     vb_cq_drain(n, max);
-    int got = 0;
-    while (got < max && n->soft.len > 0) {
-        struct rkv_wc e;
-        wcq_pop(&n->soft, &e);
-        struct vb_qp *qp = vb_qp_of(e.qp);
-        assert(qp->cq_refs > 0);
-        qp->cq_refs--;
-        if (!qp->closed)
-            wc[got++] = e;
-        else if (qp->reaped && qp->cq_refs == 0)
-            vb_qp_free(n, qp);
-    }
-    return got;
+    return rkv_nic_cq_take(&n->soft, wc, max, NULL);
 }
 
 /* Poller only. Sleeps until the CQ or the wake fd has news, or timeout. */
@@ -2019,7 +1920,7 @@ static int vb_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         if (n->busy_poll)
             n->base.port->ops->yield(n->base.port);
         else
-            vb_wait(n, vb_ms_until(now, deadline_ns));
+            vb_wait(n, rkv_nic_ms_until(now, deadline_ns));
     }
 }
 
@@ -2032,8 +1933,8 @@ static void vb_qp_close(struct rkv_qp *qpv)
     n->base.port->ops->mutex_lock(qp->post_mu);
     n->base.port->ops->mutex_unlock(qp->post_mu); /* no post is in flight now */
     vb_lock(n);
-    assert(!qp->closed && qp->exposed);
-    qp->closed = 1;
+    assert(!qp->core.closed && qp->exposed);
+    qp->core.closed = 1;
     if (!qp->broken)
         rdma_disconnect(qp->id); /* the peer sees DISCONNECTED */
     vb_qp_destroy_verbs(n, qp);
@@ -2198,6 +2099,7 @@ static int vb_open_verbs(struct vb_nic *n)
     if (rc < 0)
         return rc;
     n->max_msg_bytes = pa.max_msg_sz;
+    n->base.max_msg_bytes = n->max_msg_bytes;
     n->pd = ibv_alloc_pd(n->ctx);
     n->comp_ch = n->pd ? ibv_create_comp_channel(n->ctx) : NULL;
     int entries = da.max_cqe < VB_CQ_INITIAL_ENTRIES ? da.max_cqe : VB_CQ_INITIAL_ENTRIES;
@@ -2265,7 +2167,7 @@ static void vb_release(struct vb_nic *n)
         po->mutex_destroy(n->mr_mu);
     if (n->mu)
         po->mutex_destroy(n->mu);
-    free(n->soft.buf);
+    rkv_nic_cq_destroy(&n->soft);
     free(n->replay);
     free(n);
 }
@@ -2284,6 +2186,7 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
         return rc < 0 ? rc : -RKV_ENOMEM;
     }
     n->poll_wake_fd = n->cm_wake_fd = -1;
+    rkv_nic_cq_init(&n->soft, VB_SOFT_MAX, vb_qp_free_last, n);
     if (!dev || !*dev)
         dev = getenv("RKV_VERBS_DEV");
     if (dev && !*dev)
@@ -2316,23 +2219,19 @@ static void vb_free_all(struct vb_nic *n)
         rdma_destroy_id(l->id);
         free(l);
     }
-    /* Entries first: reaped QPs whose last reference they are go with them. */
-    while (n->soft.len > 0) {
-        struct rkv_wc e;
-        wcq_pop(&n->soft, &e);
-        struct vb_qp *qp = vb_qp_of(e.qp);
-        if (--qp->cq_refs == 0 && qp->reaped)
-            vb_qp_free(n, qp);
+    /* Every QP closed first, so that the CQ drains below queue nothing. */
+    for (struct vb_qp *qp = n->qps; qp; qp = qp->next) {
+        if (!qp->core.closed && !qp->broken && qp->exposed)
+            rdma_disconnect(qp->id); /* the peer sees DISCONNECTED */
+        qp->core.closed = 1;
     }
+    /* Entries next: reaped QPs whose last reference they are go with them. */
+    rkv_nic_cq_destroy(&n->soft);
     while (n->qps) {
         struct vb_qp *qp = n->qps;
         n->qps = qp->next;
-        if (!qp->closed && !qp->broken && qp->exposed)
-            rdma_disconnect(qp->id); /* the peer sees DISCONNECTED */
-        qp->closed = 1;
         vb_qp_destroy_verbs(n, qp);
         rdma_destroy_id(qp->id);
-        qp->cq_refs = 0; /* entries dropped by the drain above */
         vb_qp_free(n, qp);
     }
     /* Regions the user did not deregister die with the NIC; their handles too. */

@@ -44,10 +44,6 @@ struct cli_req {
 /* User registrations kept (rkv_client_register): bounds of the cache. */
 #define CLI_REG_MAX_ENTRIES 64u
 #define CLI_REG_MAX_BYTES (4ull << 30)
-/* Busy polling: a waiting call spins this long without a completion
- * before it sleeps (a slow server must not cost a core for the whole
- * timeout). */
-#define CLI_SPIN_NS 20000000ull
 /* A zero-copy part costs one write per run of consecutive rows in the
  * caller's buffer: below this average run, copying is cheaper. */
 #define CLI_ZC_MIN_RUN_BYTES 4096u
@@ -246,34 +242,20 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
     cli_unlock(c);
 }
 
-/* Busy polling: this thread runs the engine's progress until reqs are done,
- * so a reply wakes nobody (the progress task would have to wake, then wake
- * us). After CLI_SPIN_NS without a completion it gives up, and the caller
- * sleeps as without busy polling. The lock is dropped while polling, as the
- * callbacks take it. */
-static void cli_wait_inline(struct rkv_client *c, struct cli_req **reqs, size_t n,
-                            uint64_t deadline)
+/* Requests waited for together (rkv_engine_wait's predicate). */
+struct cli_wait_set {
+    struct cli_req **reqs;
+    size_t n;
+    size_t next; /* reqs before it are done (a request never becomes undone) */
+};
+
+/* Called by rkv_engine_wait with the client's lock held. */
+static int cli_reqs_done(void *arg)
 {
-    RKV_ASSERT_HELD(c->port, c->mu);
-    const struct rkv_port_ops *po = c->port->ops;
-    uint64_t last_ns = po->now_ns(c->port);
-    cli_unlock(c); /* begin waits for the progress task's batch, whose callbacks lock */
-    rkv_engine_inline_begin(c->eng);
-    cli_lock(c);
-    for (size_t i = 0; i < n; i++) {
-        while (!reqs[i]->done) {
-            uint64_t now = po->now_ns(c->port);
-            if (now >= deadline || now - last_ns >= CLI_SPIN_NS)
-                break;
-            cli_unlock(c);
-            if (rkv_engine_poll_inline(c->eng) > 0)
-                last_ns = po->now_ns(c->port);
-            else
-                po->yield(c->port);
-            cli_lock(c);
-        }
-    }
-    rkv_engine_inline_end(c->eng);
+    struct cli_wait_set *w = arg;
+    while (w->next < w->n && w->reqs[w->next]->done)
+        w->next++;
+    return w->next == w->n;
 }
 
 /* Waits for every request in reqs[0..n) or the deadline. Returns the first
@@ -284,16 +266,9 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
     uint64_t deadline = c->port->ops->now_ns(c->port) + timeout_ms * 1000000ull;
     int rc = 0;
     cli_lock(c);
-    if (c->cfg.busy_poll)
-        cli_wait_inline(c, reqs, n, deadline);
-    for (size_t i = 0; i < n; i++) {
-        while (!reqs[i]->done) {
-            uint64_t now = c->port->ops->now_ns(c->port);
-            if (now >= deadline)
-                break;
-            c->port->ops->cond_wait(c->cv, c->mu, deadline - now);
-        }
-    }
+    /* The engine's polling policy: busy polling, sleeping, the deadline. */
+    struct cli_wait_set w = {.reqs = reqs, .n = n};
+    (void)rkv_engine_wait(c->eng, cli_reqs_done, &w, c->mu, c->cv, deadline);
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct cli_req *r = reqs[i];
         int st = r->done ? r->status : -RKV_ETIMEDOUT;

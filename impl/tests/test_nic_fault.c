@@ -206,6 +206,7 @@ static void test_link_down(void **state)
 
     f.end_ns = UINT64_MAX; /* down for good (the retry count once overflowed) */
     fx_open(&x, &f, 1);
+    s = (struct rkv_sge){.addr = x.bbuf, .len = 1, .mr = x.bmr}; /* this fixture's region */
     assert_int_equal(x.b->ops->post_send(x.qb, 1, &s, 1), -RKV_EPEERDEAD);
     fx_close(&x);
 }

@@ -35,6 +35,7 @@
 #include <simgrid/host.h>
 #include <simgrid/mailbox.h>
 
+#include "nic/nic_core.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
 #include "util/util.h"
@@ -46,6 +47,8 @@
  * data transfers, which is what keeps a 4,096-node run tractable. */
 #define SN_SMALL_BYTES 1024
 #define SN_NO_QP UINT32_MAX
+/* Completions waiting for poll(): far more than any run queues. */
+#define SN_CQ_MAX (1u << 30)
 
 enum sn_kind {
     SN_CONNECT = 1,
@@ -88,12 +91,11 @@ struct sn_recv {
 };
 
 struct sn_qp {
-    struct rkv_qp_base base; /* first: rkv_qp_ctx() casts to it */
+    struct rkv_nic_qp core; /* first: the core's lifetime fields, rkv_qp_ctx() */
     struct sim_nic *nic;
     uint32_t id;
     uint32_t peer_nic, peer_qp;
     int state;
-    int closed;
     uint64_t tx_seq, rx_next;
     double last_due;
     struct sn_msg *reorder;          /* arrived early, sorted by seq */
@@ -113,10 +115,6 @@ struct sn_out {
 
 #define SN_MAX_POSTERS 8
 
-struct sn_cqe {
-    struct rkv_wc wc;
-};
-
 struct sim_nic {
     struct rkv_nic base;
     struct sim_world *w;
@@ -127,8 +125,9 @@ struct sim_nic {
     sg_host_t host;
     char addr[32]; /* the node's address: its machine's name (sim_port_addr) */
     struct sim_cv cq_cv, conn_cv, delay_cv;
-    struct sn_cqe *cq;
-    uint32_t cq_head, cq_len, cq_cap;
+    /* The core's soft CQ. QPs live as long as the world, so none is ever
+     * reaped: entries of closed ones are only dropped. */
+    struct rkv_nic_cq cq;
     struct sn_qp **qps;
     uint32_t n_qps, qp_cap;
     struct rkv_mr **mrs;
@@ -176,23 +175,10 @@ static int sn_grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
 
 static void sn_cq_push(struct sim_nic *n, struct sn_qp *qp, struct rkv_wc wc)
 {
-    if (n->closed || (qp && qp->closed))
+    if (n->closed)
         return;
-    if (n->cq_len == n->cq_cap) {
-        /* Grow the ring, unrolling it so head is 0 again. */
-        uint32_t nc = n->cq_cap ? n->cq_cap * 2 : 64;
-        struct sn_cqe *q = malloc((size_t)nc * sizeof(*q));
-        if (!q)
-            abort(); /* the twin cannot model a NIC that loses completions */
-        for (uint32_t i = 0; i < n->cq_len; i++)
-            q[i] = n->cq[(n->cq_head + i) % n->cq_cap];
-        free(n->cq);
-        n->cq = q;
-        n->cq_cap = nc;
-        n->cq_head = 0;
-    }
-    wc.qp = qp ? (struct rkv_qp *)qp : wc.qp;
-    n->cq[(n->cq_head + n->cq_len++) % n->cq_cap].wc = wc;
+    if (rkv_nic_cq_emit(&n->cq, &qp->core, wc) < 0)
+        abort(); /* the twin cannot model a NIC that loses completions */
     sim_cv_broadcast(&n->cq_cv);
 }
 
@@ -401,13 +387,11 @@ static const struct rkv_mr *sn_mr_find(const struct sim_nic *n, uint32_t rkey)
 
 static uint8_t *sn_write_target(struct sim_nic *n, const struct sn_msg *m)
 {
-    const struct rkv_mr *mr = sn_mr_find(n, m->rkey);
-    if (!mr || !(mr->access & RKV_ACCESS_REMOTE_WRITE))
-        return NULL;
-    uint64_t base = (uint64_t)(uintptr_t)mr->addr;
-    if (m->raddr < base || m->raddr - base > mr->len || mr->len - (m->raddr - base) < m->len)
-        return NULL;
-    return (uint8_t *)mr->addr + (m->raddr - base);
+    uint8_t *dst = NULL;
+    char why[128];
+    int rc = rkv_nic_write_target(sn_mr_find(n, m->rkey), m->rkey, m->raddr, m->len, &dst, why,
+                                  sizeof(why));
+    return rc == 0 ? dst : NULL;
 }
 
 /* A write the target refuses: the sender's request fails and the
@@ -459,7 +443,8 @@ static int sn_deliver_send(struct sim_nic *n, struct sn_qp *qp, const struct sn_
         sn_qp_down(n, qp);
         return 1;
     }
-    sn_copy_in(n, r.addr, m->data, m->len);
+    if (m->len)
+        sn_copy_in(n, r.addr, m->data, m->len);
     sn_cq_push(n, qp, (struct rkv_wc){.wr_id = r.wr_id, .opcode = RKV_WC_RECV, .byte_len = m->len});
     sn_sender_done(n->w, m, RKV_WC_SEND, RKV_WC_SUCCESS);
     return 1;
@@ -544,7 +529,7 @@ static int sn_consume(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 /* In QP order: deliver now, or queue behind a message waiting for a receive. */
 static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 {
-    if (qp->state == SN_DOWN || qp->closed) {
+    if (qp->state == SN_DOWN || qp->core.closed) {
         free(m);
         return;
     }
@@ -567,7 +552,7 @@ static void sn_drain_held(struct sim_nic *n, struct sn_qp *qp)
     if (qp->draining)
         return;
     qp->draining = 1;
-    while (qp->held && qp->state != SN_DOWN && !qp->closed) {
+    while (qp->held && qp->state != SN_DOWN && !qp->core.closed) {
         /* Off the list first: a delivery that breaks the QP frees the list. */
         struct sn_msg *m = qp->held;
         qp->held = m->next;
@@ -752,7 +737,7 @@ static void sn_arrive(struct sim_nic *n, struct sn_msg *m)
         return;
     }
     struct sn_qp *qp = sn_qp_get(n, m->dst_qp);
-    if (n->closed || !qp || qp->closed || qp->state == SN_DOWN) {
+    if (n->closed || !qp || qp->core.closed || qp->state == SN_DOWN) {
         /* A late ACCEPT for a connect that gave up: tell the other side. */
         if (qp && m->kind == SN_ACCEPT)
             sn_put_ctl(n, SN_DISCONNECT, m->src_nic, qp->id, m->src_qp, 1, 0);
@@ -821,6 +806,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     snprintf(n->mbox_name, sizeof(n->mbox_name), "nic%u", n->id);
     n->mbox = sg_mailbox_by_name(n->mbox_name);
     rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
+    rkv_nic_cq_init(&n->cq, SN_CQ_MAX, NULL, NULL);
     /* The twin runs every node in one process, where no peer is hostile:
      * comparing (part of) the secret's hash says whether two nodes were
      * given the same secret, which is all it needs to model. */
@@ -890,14 +876,15 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
     int rc = qp->state != SN_REFUSED ? -RKV_ETIMEDOUT
              : qp->bad_token         ? -RKV_ECONFIG
                                      : -RKV_EPEERDEAD;
-    qp->closed = 1;
+    qp->core.closed = 1;
     return rc;
 }
 
 static int sn_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, struct rkv_mr **mr_p)
 {
     struct sim_nic *n = sn_of(nic);
-    if (!addr || !len)
+    /* An empty region is fine, as on tcp and verbs (a WRITE_IMM's receive). */
+    if ((!addr && len) || (access & ~RKV_ACCESS_REMOTE_WRITE) || !mr_p)
         return -RKV_EINVAL;
     uint32_t slot = 0;
     while (slot < n->n_mrs && n->mrs[slot])
@@ -913,6 +900,7 @@ static int sn_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, st
     mr->addr = addr;
     mr->len = len;
     mr->access = access;
+    mr->nic = &n->base;
     /* Random high bits: a stale or guessed key does not name a live region. */
     mr->lkey = mr->rkey = (uint32_t)(rkv_rng_next(&n->rng) & 0xfff00000u) | (slot + 1);
     if (slot == n->n_mrs)
@@ -933,27 +921,22 @@ static void sn_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
     free(mr);
 }
 
-static int sn_sge_ok(const struct rkv_sge *sge)
-{
-    const uint8_t *a = sge->addr, *base = sge->mr ? sge->mr->addr : NULL;
-    return base && a >= base && (size_t)(a - base) <= sge->mr->len &&
-           sge->mr->len - (size_t)(a - base) >= sge->len;
-}
-
 static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struct rkv_sge *sge,
                    uint64_t raddr, uint32_t rkey, uint32_t imm, int signaled)
 {
     struct sn_qp *qp = sn_qp_of(qpv);
     struct sim_nic *n = qp->nic;
-    if (qp->closed || qp->state != SN_UP)
+    if (qp->core.closed || qp->state != SN_UP)
         return -RKV_EPEERDEAD;
-    if (!sn_sge_ok(sge))
-        return -RKV_EINVAL;
+    int rc = rkv_nic_sge_check(&n->base, sge);
+    if (rc < 0)
+        return rc;
     sim_cpu_settle(n->w);
     struct sn_msg *m = sn_msg_new(kind, sge->len);
     if (!m)
         return -RKV_ENOMEM;
-    memcpy(m->data, sge->addr, sge->len);
+    if (sge->len) /* an empty one may have no buffer */
+        memcpy(m->data, sge->addr, sge->len);
     sim_cpu_mark(n->w); /* the copy is the kernel's: the link model pays for it */
     m->dst_nic = qp->peer_nic;
     m->src_qp = qp->id;
@@ -990,10 +973,13 @@ static int sn_post_write(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge
 static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge *sge)
 {
     struct sn_qp *qp = sn_qp_of(qpv);
-    if (qp->closed)
+    /* A broken connection takes no more receives (nic.h: they would never
+     * complete), as on tcp and verbs. */
+    if (qp->core.closed || qp->state == SN_DOWN || qp->state == SN_REFUSED)
         return -RKV_EPEERDEAD;
-    if (!sn_sge_ok(sge))
-        return -RKV_EINVAL;
+    int rc = rkv_nic_sge_check(&qp->nic->base, sge);
+    if (rc < 0)
+        return rc;
     if (qp->r_len == qp->r_cap) {
         uint32_t nc = qp->r_cap ? qp->r_cap * 2 : 16;
         struct sn_recv *r = malloc((size_t)nc * sizeof(*r));
@@ -1021,14 +1007,8 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
     int got = 0;
     sim_cpu_settle(n->w);
     for (;;) {
-        while (n->cq_len && got < max) {
-            struct rkv_wc e = n->cq[n->cq_head].wc;
-            n->cq_head = (n->cq_head + 1) % n->cq_cap;
-            n->cq_len--;
-            if (e.qp && sn_qp_of(e.qp)->closed)
-                continue; /* nic.h: no completion names a closed QP */
-            wc[got++] = e;
-        }
+        if (n->cq.len) /* nic.h: no completion names a closed QP (the core drops them) */
+            got += rkv_nic_cq_take(&n->cq, wc + got, max - got, NULL);
         double now = simgrid_get_clock();
         if (got || now >= deadline)
             break;
@@ -1047,9 +1027,9 @@ static void sn_qp_close(struct rkv_qp *qpv)
 {
     struct sn_qp *qp = sn_qp_of(qpv);
     struct sim_nic *n = qp->nic;
-    if (qp->closed)
+    if (qp->core.closed)
         return;
-    qp->closed = 1;
+    qp->core.closed = 1;
     if (qp->state == SN_UP)
         sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
     qp->state = SN_DOWN;
@@ -1075,7 +1055,7 @@ static void sn_close(struct rkv_nic *nic)
         sn_qp_close((struct rkv_qp *)n->qps[i]);
     sim_world_unlisten(n->w, n->id);
     n->closed = 1;
-    n->cq_len = 0;
+    rkv_nic_cq_destroy(&n->cq);
 }
 
 /* A crashed node's connections are torn down by its OS: the peers hear of
@@ -1085,7 +1065,7 @@ void sim_nic_crash(struct sim_nic *n)
 {
     for (uint32_t i = 0; i < n->n_qps; i++) {
         struct sn_qp *qp = n->qps[i];
-        if (!qp->closed && qp->state == SN_UP)
+        if (!qp->core.closed && qp->state == SN_UP)
             sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 2);
         qp->state = SN_DOWN;
     }
@@ -1099,7 +1079,7 @@ void sim_nic_crash(struct sim_nic *n)
         struct sim_nic *o = n->w->nics[k];
         for (uint32_t i = 0; o != n && !o->closed && i < o->n_qps; i++) {
             struct sn_qp *cq = o->qps[i];
-            if (cq->closed || cq->state != SN_CONNECTING || cq->peer_nic != n->id)
+            if (cq->core.closed || cq->state != SN_CONNECTING || cq->peer_nic != n->id)
                 continue;
             int accepted = 0;
             for (uint32_t j = 0; j < n->n_qps && !accepted; j++)
@@ -1130,7 +1110,7 @@ void sim_nic_free(struct sim_nic *n)
     free(n->heap);
     free(n->qps);
     free(n->mrs);
-    free(n->cq);
+    rkv_nic_cq_destroy(&n->cq);
     for (uint32_t i = 0; i < n->n_out; i++)
         free(n->out[i].ring);
     free(n);
