@@ -24,7 +24,8 @@
 #include <rdma/rdma_cma.h>
 #endif
 
-#include "cli/cli.h"
+#include "harness/doctor.h"
+#include "harness/launch.h"
 
 #define DOC_MEMLOCK_MIN_BYTES (64ull << 20) /* below it, registrations soon fail */
 #define DOC_SHM_MIN_BYTES (256ull << 20)
@@ -414,30 +415,9 @@ static void doc_check_ports(struct doc *d, const struct cmd_settings *s)
     free(cfg.machines);
 }
 
-static void doc_usage(void)
+int rkv_doctor(const struct cmd_settings *s_in)
 {
-    printf("usage: rkv doctor [settings]\n\n"
-           "Checks whether a verbs run can work on this host: RDMA devices and ports (state,\n"
-           "link layer, MTU, GIDs), soft-RoCE, an address rdma_cm can use (--host / RKV_HOST),\n"
-           "RLIMIT_MEMLOCK, /dev/shm, and whether the configured server ports are free. Each\n"
-           "problem is one line starting with FIX. Exit 0 if a verbs run can work here, 2 if\n"
-           "not (also when this rkv was built without verbs).\n");
-}
-
-int cmd_doctor(int argc, char **argv)
-{
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            doc_usage();
-            return RKV_EXIT_OK;
-        }
-    }
-    struct cmd_settings s;
-    char err[512];
-    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv doctor: %s\n", err);
-        return RKV_EXIT_USAGE;
-    }
+    const struct cmd_settings *s = s_in;
     struct doc d = {0};
     printf("rkv doctor: can a verbs run work on this host?\n");
     printf("build:\n");
@@ -455,11 +435,11 @@ int cmd_doctor(int argc, char **argv)
     doc_check_rxe(&d);
     printf("this run's settings:\n");
 #if RKV_WITH_VERBS
-    doc_check_host(&d, &s);
+    doc_check_host(&d, s);
 #endif
     doc_check_memlock(&d);
     doc_check_shm(&d);
-    doc_check_ports(&d, &s);
+    doc_check_ports(&d, s);
     if (d.problems == 0) {
         printf("verdict: a verbs run can work here (rkv run FILE --backend verbs)\n");
         return RKV_EXIT_OK;

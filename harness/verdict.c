@@ -1,9 +1,9 @@
-/* The verdict of a launcher-started run (node_verdict.h). */
+/* The verdict of a launcher-started run (verdict.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/node_verdict.h"
+#include "harness/launch.h"
+#include "harness/verdict.h"
 #include "harness/report.h"
 #include "harness/report_gather.h"
 
@@ -54,7 +54,7 @@ static double verdict_since(const struct timespec *t0)
 /* Worker 0's part, once the servers are down: the table, the notes, the
  * files; returns the verdict's exit code. */
 static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario *sc,
-                         const struct rkv_report_gathered *g, const struct cmd_verdict *v,
+                         const struct rkv_report_gathered *g, const struct rkv_verdict_opts *v,
                          const char *gather_err, const char *shutdown_err)
 {
     char **outs = calloc(g->n_workers ? g->n_workers : 1, sizeof(*outs));
@@ -98,9 +98,9 @@ static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario
     return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
 }
 
-int cmd_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
+int rkv_verdict_node(struct rkv_client *cli, const struct rkv_config *cfg,
                      const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
-                     int code, const struct cmd_verdict *v)
+                     int code, const struct rkv_verdict_opts *v)
 {
     char err[512], gerr[512], serr[512];
     uint32_t me = rkv_client_id(cli);
@@ -125,24 +125,4 @@ int cmd_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
         fprintf(stderr, "rkv worker: report: %s\n", gerr);
     rkv_report_gathered_free(&g);
     return code != RKV_EXIT_OK ? code : verdict;
-}
-
-int cmd_verdict_take_out(int *argc, char **argv, const char **out_p)
-{
-    int n = 0;
-    for (int i = 0; i < *argc; i++) {
-        if (!strcmp(argv[i], "--out")) {
-            if (i + 1 >= *argc || !*argv[i + 1])
-                return -1;
-            *out_p = argv[++i];
-        } else if (!strncmp(argv[i], "--out=", 6)) {
-            if (!argv[i][6])
-                return -1;
-            *out_p = argv[i] + 6;
-        } else {
-            argv[n++] = argv[i];
-        }
-    }
-    *argc = n;
-    return 0;
 }

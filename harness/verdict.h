@@ -1,8 +1,8 @@
 /* `rkv node --scenario F` under mpirun or srun: the verdict `rkv run` prints,
  * once, from worker 0, with every worker's lines carried over the store
  * (harness/report_gather.h). */
-#ifndef RKV_CLI_NODE_VERDICT_H
-#define RKV_CLI_NODE_VERDICT_H
+#ifndef RKV_HARNESS_VERDICT_H
+#define RKV_HARNESS_VERDICT_H
 
 #include <stddef.h>
 #include <time.h>
@@ -10,7 +10,7 @@
 #include "harness/scenario.h"
 #include "rkv.h"
 
-struct cmd_verdict {
+struct rkv_verdict_opts {
     const char *out_dir; /* --out DIR of worker 0: report.json and report.md; NULL: none */
     struct timespec t0;  /* when the worker started, for the wall time */
 };
@@ -22,12 +22,8 @@ struct cmd_verdict {
  * workers that never reported, and writes the report files. Returns the
  * exit code: code, or for worker 0 a failed verdict's (RKV_EXIT_CHECK for a
  * wrong value, RKV_EXIT_STORE otherwise) when code was 0. */
-int cmd_node_verdict(struct rkv_client *cli, const struct rkv_config *cfg,
+int rkv_verdict_node(struct rkv_client *cli, const struct rkv_config *cfg,
                      const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
-                     int code, const struct cmd_verdict *v);
-
-/* Takes `--out DIR` (or --out=DIR) out of argv, which is no setting;
- * -1 when DIR is missing. */
-int cmd_verdict_take_out(int *argc, char **argv, const char **out_p);
+                     int code, const struct rkv_verdict_opts *v);
 
 #endif

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "cli/cli.h"
+#include "sim/twin/twin_report.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "harness/swarm.h"
@@ -270,7 +270,7 @@ static struct rkv_swarm_runner swarm_in(const char *dir, uint64_t corrupt)
                                   .timeout_s = 120,
                                   .shrink_runs = 400,
                                   .test_corrupt_row = corrupt,
-                                  .twin = cmd_twin_launch};
+                                  .twin = rkv_twin_launch};
     snprintf(cs.work_dir, sizeof(cs.work_dir), "%s", dir);
     return cs;
 }

@@ -53,19 +53,11 @@ struct cmd_twin_args {
 };
 int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const char *out_dir,
                  int plot, const struct cmd_twin_args *a);
+/* The twin as the tools' runner (rkv_launch_twin_fn, sim/twin/twin_report.h),
+ * or NULL in a build without the twin. */
 #if RKV_WITH_SIM
-/* The verdict of a twin run, as rkv run gives it (rkv_report_passed). */
-struct rkv_report;
-struct rkv_twin_result;
-int cmd_twin_report(struct rkv_report *r, const struct rkv_scenario *sc,
-                    const struct rkv_twin_result *res);
-#endif
-/* The twin as the tools' runner (rkv_launch_twin_fn); CMD_TWIN: it, or
- * NULL in a build without the twin. */
-int cmd_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
-                    struct rkv_report *r_p);
-#if RKV_WITH_SIM
-#define CMD_TWIN cmd_twin_launch
+#include "sim/twin/twin_report.h"
+#define CMD_TWIN rkv_twin_launch
 #else
 #define CMD_TWIN NULL
 #endif

@@ -3,8 +3,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/node_verdict.h"
+#include "harness/doctor.h"
 #include "harness/pslite.h"
+#include "harness/verdict.h"
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "port/port.h"
@@ -118,7 +119,7 @@ static int cmd_scenario(const struct cmd_settings *s, const struct rkv_config *c
 
 /* verdict: under a launcher (`rkv node --scenario`), the report goes to
  * worker 0, which prints the verdict and shuts the servers down. */
-static int worker_main(int argc, char **argv, struct cmd_verdict *verdict)
+static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
 {
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv worker [--machine-id M] [--scenario FILE] [settings]\n"
@@ -174,7 +175,7 @@ static int worker_main(int argc, char **argv, struct cmd_verdict *verdict)
         fclose(lines);
         fwrite(rep, 1, rep_len, stdout);
         fflush(stdout);
-        code = cmd_node_verdict(cli, &cfg, sc, rep, rep_len, wl_rc, code, verdict);
+        code = rkv_verdict_node(cli, &cfg, sc, rep, rep_len, wl_rc, code, verdict);
         free(rep);
     } else if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
         fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
@@ -210,6 +211,28 @@ int cmd_config(int argc, char **argv)
     return RKV_EXIT_OK;
 }
 
+/* Takes `--out DIR` (or --out=DIR) out of argv, which is no setting;
+ * -1 when DIR is missing. */
+static int cmd_verdict_take_out(int *argc, char **argv, const char **out_p)
+{
+    int n = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (!strcmp(argv[i], "--out")) {
+            if (i + 1 >= *argc || !*argv[i + 1])
+                return -1;
+            *out_p = argv[++i];
+        } else if (!strncmp(argv[i], "--out=", 6)) {
+            if (!argv[i][6])
+                return -1;
+            *out_p = argv[i] + 6;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    *argc = n;
+    return 0;
+}
+
 /* Rank and size from the launcher that started us (Open MPI, Slurm, PMI). */
 static int node_rank(uint32_t *rank, uint32_t *size)
 {
@@ -234,7 +257,7 @@ static int node_rank(uint32_t *rank, uint32_t *size)
 static int node_from_scenario(int argc, char **argv, const struct cmd_settings *s,
                               const char *out_dir)
 {
-    struct cmd_verdict verdict = {.out_dir = out_dir};
+    struct rkv_verdict_opts verdict = {.out_dir = out_dir};
     clock_gettime(CLOCK_MONOTONIC, &verdict.t0);
     char err[512];
     struct rkv_scenario *sc;
@@ -341,4 +364,31 @@ int cmd_node(int argc, char **argv)
             "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)\n",
             s.val[CMD_ROLE], s.src[CMD_ROLE]);
     return RKV_EXIT_USAGE;
+}
+
+static void doc_usage(void)
+{
+    printf("usage: rkv doctor [settings]\n\n"
+           "Checks whether a verbs run can work on this host: RDMA devices and ports (state,\n"
+           "link layer, MTU, GIDs), soft-RoCE, an address rdma_cm can use (--host / RKV_HOST),\n"
+           "RLIMIT_MEMLOCK, /dev/shm, and whether the configured server ports are free. Each\n"
+           "problem is one line starting with FIX. Exit 0 if a verbs run can work here, 2 if\n"
+           "not (also when this rkv was built without verbs).\n");
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            doc_usage();
+            return RKV_EXIT_OK;
+        }
+    }
+    struct cmd_settings s;
+    char err[512];
+    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv doctor: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    return rkv_doctor(&s);
 }

@@ -171,7 +171,7 @@ int cmd_swarm(int argc, char **argv)
         return rkv_swarm_yaml(&sp, NULL, stdout) < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
     }
     so.runner.test_corrupt_row = swarm_test_hook();
-    so.runner.twin = cmd_twin_launch;
+    so.runner.twin = CMD_TWIN;
     return rkv_swarm_search(&so);
 }
 #else
