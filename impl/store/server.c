@@ -10,6 +10,7 @@
 
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/coord.h"
 #include "store/pull_handlers.h"
 #include "store/server_int.h"
 #include "store/snapshot.h"
@@ -84,6 +85,10 @@ struct rkv_server {
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
     uint32_t n_barrier;
+    /* server 0: barriers completed; the clients inside are in the next one
+     * (BARRIER's count numbers them, so a retried one is told apart). In
+     * durable mode it is in the coordination record before any reply. */
+    uint64_t barriers_done;
     /* server 0: id + 1 of a client that left after ids were handed out; no
      * barrier can complete from then on, so waiters fail instead of hanging. */
     uint32_t client_gone;
@@ -176,6 +181,8 @@ static void srv_conn_maybe_release(struct rkv_server *s, struct rkv_peer *peer)
 /* A table entry stopped naming a connection (progress task). */
 static void srv_conn_unkeep(struct rkv_server *s, struct rkv_peer *peer)
 {
+    if (!peer)
+        return; /* an entry restored from the coordination record: no connection */
     struct srv_conn *c = srv_conn_of(peer);
     if (!c)
         return;
@@ -240,6 +247,93 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
     rkv_engine_reply(s->eng, peer, tx, len);
 }
 
+/* ---- server 0's coordination record (durable mode, coord.h) ---- */
+
+/* Server 0 in durable mode: writes what it handed out (ids), completed
+ * (barriers) and learned (addresses), before any of it is acknowledged.
+ * From the progress task: a rare, small, synchronous write. */
+static int srv_coord_save(struct rkv_server *s, char *err, size_t err_len)
+{
+    assert(s->server_id == 0);
+    if (!s->durable)
+        return 0;
+    struct rkv_coord c = {.fingerprint = rkv_cfg_fingerprint(&s->cfg),
+                          .n_workers = s->cfg.n_workers,
+                          .n_servers = s->n_servers,
+                          .ids_given = s->n_hellos == s->cfg.n_workers ? s->n_hellos : 0,
+                          .barriers_done = s->barriers_done};
+    c.clients = calloc(c.n_workers, sizeof(*c.clients));
+    c.addrs = calloc(c.n_servers, sizeof(*c.addrs));
+    int rc = -RKV_ENOMEM;
+    if (!c.clients || !c.addrs) {
+        rkv_errf(err, err_len, rc, "out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < c.ids_given; i++) /* sorted: entry i holds id i */
+        c.clients[i] =
+            (struct rkv_coord_client){.machine = s->hellos[i].machine, .nonce = s->hellos[i].nonce};
+    for (uint32_t i = 0; i < c.n_servers; i++) {
+        c.addrs[i].port = (uint16_t)s->table[i].port;
+        snprintf(c.addrs[i].host, sizeof(c.addrs[i].host), "%s", s->table[i].host);
+    }
+    rc = rkv_coord_write(s->cfg.durable_dir, &c, err, err_len);
+out:
+    free(c.clients);
+    free(c.addrs);
+    return rc;
+}
+
+/* A restarted server 0: the ids, barrier count and addresses of the run it
+ * rejoins. Clients then re-join under their ids (srv_rejoin); a record
+ * written before every id was handed out restores no id. */
+static int srv_coord_load(struct rkv_server *s, char *err, size_t err_len)
+{
+    struct rkv_coord c = {.fingerprint = rkv_cfg_fingerprint(&s->cfg),
+                          .n_workers = s->cfg.n_workers,
+                          .n_servers = s->n_servers};
+    c.clients = calloc(c.n_workers, sizeof(*c.clients));
+    c.addrs = calloc(c.n_servers, sizeof(*c.addrs));
+    int rc = -RKV_ENOMEM;
+    if (!c.clients || !c.addrs) {
+        rkv_errf(err, err_len, rc, "out of memory");
+        goto out;
+    }
+    rc = rkv_coord_read(s->cfg.durable_dir, &c, err, err_len);
+    if (rc == -RKV_ENOTENSOR) {
+        RKV_LOGW(s->port,
+                 "server 0 restarted without a coordination record in %s: no client "
+                 "ids were handed out before the crash; clients join afresh",
+                 s->cfg.durable_dir);
+        rc = 0;
+        goto out;
+    }
+    if (rc < 0)
+        goto out;
+    s->n_hellos = c.ids_given;
+    for (uint32_t i = 0; i < c.ids_given; i++)
+        s->hellos[i] =
+            (struct srv_hello){.machine = c.clients[i].machine, .nonce = c.clients[i].nonce};
+    s->barriers_done = c.barriers_done;
+    uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
+    for (uint32_t i = 0; i < c.n_servers; i++) {
+        if (!c.addrs[i].port || s->table[i].port)
+            continue; /* the config's addresses stand */
+        s->table[i] =
+            (struct rkv_wire_addr){.cluster = fp, .server_id = i, .port = c.addrs[i].port};
+        snprintf(s->table[i].host, sizeof(s->table[i].host), "%s", c.addrs[i].host);
+        s->n_registered++;
+    }
+    RKV_LOGW(s->port,
+             "server 0 restarted: %u client ids, %llu completed barriers and %u of %u server "
+             "addresses restored from %s/%s; clients re-join under their ids",
+             c.ids_given, (unsigned long long)c.barriers_done, s->n_registered, s->n_servers,
+             s->cfg.durable_dir, RKV_COORD_FILE);
+out:
+    free(c.clients);
+    free(c.addrs);
+    return rc;
+}
+
 /* Server 0: a client re-joins under the id it holds only when that id's
  * connection is gone and it proves to be the same client (the nonce it first
  * joined with). Returns NULL, or why not. */
@@ -249,7 +343,8 @@ static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const
     if (s->n_hellos < s->cfg.n_workers)
         return "client ids are not handed out yet";
     struct srv_hello *h = &s->hellos[id]; /* sorted: entry i holds id i */
-    if (!rkv_peer_dead(h->peer))
+    /* No peer: restored from the coordination record (server 0 restarted). */
+    if (h->peer && !rkv_peer_dead(h->peer))
         return "that client id is held by a live connection";
     if (h->nonce != m->u.hello.nonce)
         return "that client id belongs to another client (its join nonce differs)";
@@ -311,8 +406,19 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         return;
     /* Ids ordered by (machine, nonce) so that co-located clients are adjacent. */
     qsort(s->hellos, s->n_hellos, sizeof(*s->hellos), srv_hello_cmp);
+    /* Durable: recorded before anyone holds an id, so that a restarted
+     * server 0 lets each client re-join under its own. */
+    char why[RKV_PROTO_TEXT_MAX];
+    int rc = srv_coord_save(s, why, sizeof(why));
+    if (rc < 0)
+        RKV_LOGE(s->port, "server 0: cannot record the client ids: %s", why);
     for (uint32_t i = 0; i < s->n_hellos; i++) {
         srv_conn_of(s->hellos[i].peer)->client_id = i;
+        if (rc < 0) {
+            struct rkv_hdr h = {.type = RKV_MSG_ERROR, .req_id = s->hellos[i].req_id, .status = rc};
+            srv_reply(s, s->hellos[i].peer, &h, why);
+            continue;
+        }
         srv_hello_reply(s, s->hellos[i].peer, s->hellos[i].req_id, i);
     }
     RKV_LOGI(s->port, "all %u clients joined; ids assigned", s->n_hellos);
@@ -803,6 +909,18 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
     if (!c || c->client_id == RKV_ID_NONE)
         return srv_status(s, peer, m, 0, -RKV_EINVAL,
                           "barrier before hello: this connection holds no client id");
+    /* count: the client's barrier number (1, 2, ...; 0: the next one). A
+     * number already completed is a retry whose reply was lost (server 0
+     * died after completing it): answered at once. Wrapping arithmetic. */
+    uint32_t next = (uint32_t)(s->barriers_done + 1), want = m->h.count ? m->h.count : next;
+    if (want != next && (int32_t)(next - want) > 0)
+        return srv_status(s, peer, m, RKV_MSG_BARRIER_REPLY, 0, NULL);
+    if (want != next) {
+        char why[128];
+        snprintf(why, sizeof(why), "barrier %u asked, but barrier %u is the next to complete", want,
+                 next);
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, why);
+    }
     if (s->client_gone) {
         char why[128];
         snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", s->client_gone - 1,
@@ -822,9 +940,19 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         (struct srv_waiter){.peer = peer, .req_id = m->h.req_id, .client = c->client_id};
     if (s->n_barrier < s->cfg.n_workers)
         return;
+    /* Durable: on disk before any client leaves it (see barriers_done). */
+    s->barriers_done++;
+    char why[RKV_PROTO_TEXT_MAX];
+    int rc = srv_coord_save(s, why, sizeof(why));
+    if (rc < 0) {
+        s->barriers_done--;
+        RKV_LOGE(s->port, "server 0: cannot record barrier %u: %s", next, why);
+    }
     for (uint32_t i = 0; i < s->n_barrier; i++) {
-        struct rkv_hdr h = {.type = RKV_MSG_BARRIER_REPLY, .req_id = s->barrier[i].req_id};
-        srv_reply(s, s->barrier[i].peer, &h, NULL);
+        struct rkv_hdr h = {.type = rc < 0 ? RKV_MSG_ERROR : RKV_MSG_BARRIER_REPLY,
+                            .req_id = s->barrier[i].req_id,
+                            .status = rc};
+        srv_reply(s, s->barrier[i].peer, &h, rc < 0 ? why : NULL);
     }
     s->n_barrier = 0;
 }
@@ -915,6 +1043,10 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
     s->table_peer[a->server_id] = peer;
     if (old && old != peer)
         srv_conn_unkeep(s, old); /* it was kept for its entry only */
+    char why[RKV_PROTO_TEXT_MAX];
+    int rc = srv_coord_save(s, why, sizeof(why)); /* clients of a restarted server 0 need it */
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, why);
     RKV_LOGI(s->port, "server %u is at %s:%u (%u of %u known)", a->server_id, a->host, a->port,
              s->n_registered, s->n_servers);
     srv_status(s, peer, m, RKV_MSG_REGISTER_ACK, 0, NULL);
@@ -1466,6 +1598,8 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         uint64_t lineage = rkv_mix64(rkv_rng_next(&s->port->rng) ^ rkv_file_wall_ns()) | 1;
         RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
                  (unsigned long long)lineage);
+        if (s->server_id == 0)
+            rkv_coord_remove(s->cfg.durable_dir); /* an earlier run's */
         return rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
                                &s->mach, err, err_len);
     }
@@ -1479,6 +1613,8 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     else
         rc = srv_restart(s, &snap, path, err, err_len);
     rkv_snap_free(&snap);
+    if (rc == 0 && s->server_id == 0 && (rc = srv_coord_load(s, err, err_len)) < 0)
+        srv_free_tensors(s);
     return rc;
 }
 

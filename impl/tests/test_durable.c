@@ -1244,6 +1244,172 @@ static void test_dead_lock_holder_taken_over(void **state)
     remove_tree(c.dir);
 }
 
+/* ---- server 0 restarts (its coordination record, store/coord.h) ---- */
+
+/* Server 0 crashes (lose_memory: with its machine, whose only process it
+ * is: the workers live on machine 1) under the workers' pushes and comes
+ * back; the workers re-join under their ids, retry what met the dead
+ * server, pass their barriers, and every row is exact. */
+static void run_server0_crash(int lose_memory)
+{
+    struct cluster c;
+    cluster_config(&c, 1, 1); /* machine 1 announces itself: server 0 must remember it */
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 15000;
+    char log0[128], log0b[128], log1[128];
+    snprintf(log0, sizeof(log0), "%s/s0.log", c.dir);
+    snprintf(log0b, sizeof(log0b), "%s/s0-restarted.log", c.dir);
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, log0);
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, log1);
+    struct rkv_config wcfg = c.cfg;
+    wcfg.machine_id = 1; /* machine 0 holds server 0 alone: it can be lost whole */
+    int progress[2];
+    assert_int_equal(pipe(progress), 0);
+    pid_t w[2];
+    for (int k = 0; k < 2; k++) {
+        w[k] = fork();
+        assert_true(w[k] >= 0);
+        if (w[k] > 0)
+            child_add(w[k]);
+        if (w[k] == 0) {
+            close(progress[0]);
+            exit(e2e_worker(&wcfg, progress[1]));
+        }
+    }
+    close(progress[1]);
+    char b;
+    for (uint32_t n = 0; n < E2E_KILL_AFTER; n++)
+        assert_int_equal(read(progress[0], &b, 1), 1);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    if (lose_memory)
+        unlink_machine_shm(&c.cfg, 0);
+    usleep(300 * 1000); /* workers meet the dead server 0 and keep retrying */
+    pid_t s0b = spawn_server(&c.cfg, 0, 0, log0b);
+    while (read(progress[0], &b, 1) == 1)
+        ;
+    close(progress[0]);
+    int st0 = wait_exit(w[0]), st1 = wait_exit(w[1]);
+    print_log_lines(log0b);
+    assert_int_equal(st0, 0);
+    assert_int_equal(st1, 0);
+    assert_int_equal(wait_exit(s0b), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    assert_true(file_contains(log0b, "server 0 restarted: 2 client ids, 1 completed barriers and "
+                                     "2 of 2 server addresses restored"));
+    assert_true(file_contains(log0b, lose_memory ? "restarted from snapshot"
+                                                 : "restarted: serving machine 0's shared memory"));
+    assert_true(file_contains(log0b, "client 0 re-joined"));
+    assert_true(file_contains(log0b, "client 1 re-joined"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0); /* in case an assertion above left them */
+}
+
+static void test_server0_crash_under_pushes_durable(void **state)
+{
+    (void)state;
+    run_server0_crash(0);
+}
+
+static void test_server0_machine_lost_under_pushes_durable(void **state)
+{
+    (void)state;
+    run_server0_crash(1);
+}
+
+/* A raw client of server 0 that joins (id handed out once all joined). */
+static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(rkv_port_posix_create("raw", 0, 3, &r->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(r->port, NULL, &r->nic), 0);
+    struct rkv_engine_cfg ec = {.node_id = RKV_CLIENT_NODE_BASE,
+                                .rx_depth = 64,
+                                .ctrl_buf_bytes = 8192,
+                                .max_slots = 64,
+                                .max_slot_bytes = 1 << 20};
+    char err[128];
+    assert_int_equal(
+        rkv_engine_create(r->port, r->nic, &ec, raw_on_msg, NULL, r, &r->eng, err, sizeof(err)), 0);
+    assert_int_equal(r->port->ops->mutex_create(r->port, &r->mu), 0);
+    assert_int_equal(r->port->ops->cond_create(r->port, &r->cv), 0);
+    assert_int_equal(rkv_engine_start(r->eng), 0);
+    assert_int_equal(
+        rkv_engine_connect(r->eng, "127.0.0.1", cfg->machines[0].base_port, 2000, &r->peer), 0);
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, 256, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1, .sender = RKV_CLIENT_NODE_BASE};
+    size_t len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, 0, RKV_ID_NONE, nonce,
+                                     rkv_cfg_fingerprint(cfg));
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+}
+
+/* Waits up to wait_ms for the reply after `before` replies: its type, or 0. */
+static int raw_reply(struct rawcli *r, int before, uint64_t wait_ms, int *status_p)
+{
+    uint64_t end = mono_ms() + wait_ms;
+    r->port->ops->mutex_lock(r->mu);
+    while (r->got == before && mono_ms() < end)
+        r->port->ops->cond_wait(r->cv, r->mu, 50000000ull);
+    int type = r->got > before ? r->type : 0;
+    if (status_p)
+        *status_p = r->status;
+    r->port->ops->mutex_unlock(r->mu);
+    return type;
+}
+
+static int raw_barrier_send(struct rawcli *r, uint32_t number)
+{
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, RKV_PROTO_HDR_BYTES, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_BARRIER, .req_id = 100 + number, .count = number};
+    r->port->ops->mutex_lock(r->mu);
+    int before = r->got;
+    r->port->ops->mutex_unlock(r->mu);
+    size_t len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+    return before;
+}
+
+/* Barriers are numbered: a client asking again for one that completed
+ * (its reply was lost: server 0 died after sending the others') is
+ * answered at once instead of waiting in the next one, and a number ahead
+ * of the next barrier is refused. */
+static void test_barrier_numbers(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.cfg.n_workers = 2;
+    struct rkv_server *s0 = server_create(&c, 0), *s1 = server_create(&c, 1);
+    struct rawcli a, b;
+    raw_join_send(&a, &c.cfg, 11);
+    raw_join_send(&b, &c.cfg, 22);
+    assert_int_equal(raw_reply(&a, 0, 5000, NULL), RKV_MSG_HELLO_REPLY);
+    assert_int_equal(raw_reply(&b, 0, 5000, NULL), RKV_MSG_HELLO_REPLY);
+    int ba = raw_barrier_send(&a, 1), bb = raw_barrier_send(&b, 1);
+    assert_int_equal(raw_reply(&a, ba, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    assert_int_equal(raw_reply(&b, bb, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    /* The retry of barrier 1: answered without b. */
+    ba = raw_barrier_send(&a, 1);
+    assert_int_equal(raw_reply(&a, ba, 3000, NULL), RKV_MSG_BARRIER_REPLY);
+    int st = 0;
+    ba = raw_barrier_send(&a, 3);
+    assert_int_equal(raw_reply(&a, ba, 3000, &st), RKV_MSG_ERROR);
+    assert_int_equal(st, -RKV_EINVAL);
+    /* Barrier 2 waits for both. */
+    ba = raw_barrier_send(&a, 2);
+    assert_int_equal(raw_reply(&a, ba, 300, NULL), 0);
+    bb = raw_barrier_send(&b, 2);
+    assert_int_equal(raw_reply(&b, bb, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    assert_int_equal(raw_reply(&a, ba, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    raw_close(&a);
+    raw_close(&b);
+    rkv_server_destroy(s1);
+    rkv_server_destroy(s0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1267,6 +1433,9 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
+        cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
+        cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
+        cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
