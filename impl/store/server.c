@@ -115,6 +115,15 @@ struct rkv_server {
     uint32_t n_acks, cap_acks;
     int dur_stop;
     uint64_t n_durable_acks;
+    /* A restart's replay of the machine's log, which pauses at create
+     * before the first push of a custom op (its handler is registered
+     * after create) and finishes at rkv_server_run; until then the server
+     * neither listens nor writes a checkpoint (one would drop the records
+     * not replayed yet). */
+    struct rkv_wal_replay replay;
+    uint64_t replay_lineage, replay_gen;
+    int replay_pending;
+    int replay_publish; /* the machine's other servers wait for its end */
     /* Per-connection warnings (progress task), rate-limited. */
     struct rkv_ratelim lim_conn;
     struct srv_conn *conns; /* mu: every connection's, until released */
@@ -1466,25 +1475,64 @@ static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, 
                     s->server_id, s->cfg.connect_retry_ms);
 }
 
-/* Replays the machine's log after snapshot snap into its memory (no other
- * server of the machine runs yet). */
-static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *err, size_t err_len)
+static void srv_replay_log(struct rkv_server *s, uint64_t t0)
 {
-    struct rkv_wal_replay r;
-    uint64_t t0 = s->port->ops->now_ns(s->port);
-    int rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht, &r, err,
-                             err_len);
-    if (rc < 0)
-        return rc;
+    const struct rkv_wal_replay *r = &s->replay;
     RKV_LOGW(s->port,
              "server %u replayed machine %u's log after snapshot generation %llu: %llu logs, "
              "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn bytes cut, "
              "in %llu ms",
-             s->server_id, s->cfg.machine_id, (unsigned long long)snap->generation,
-             (unsigned long long)r.logs, (unsigned long long)r.records, (unsigned long long)r.rows,
-             (unsigned long long)r.bytes, (unsigned long long)r.dups,
-             (unsigned long long)r.torn_bytes,
+             s->server_id, s->cfg.machine_id, (unsigned long long)s->replay_gen,
+             (unsigned long long)r->logs, (unsigned long long)r->records,
+             (unsigned long long)r->rows, (unsigned long long)r->bytes, (unsigned long long)r->dups,
+             (unsigned long long)r->torn_bytes,
              (unsigned long long)((s->port->ops->now_ns(s->port) - t0) / 1000000ull));
+}
+
+/* Replays the machine's log after snapshot snap into its memory (no other
+ * server of the machine runs yet): at create up to the first push of a
+ * custom op, the rest at rkv_server_run (srv_replay_finish). */
+static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *err, size_t err_len)
+{
+    memset(&s->replay, 0, sizeof(s->replay));
+    s->replay_lineage = snap->lineage;
+    s->replay_gen = snap->generation;
+    struct rkv_wal_replay *r = &s->replay;
+    uint64_t t0 = s->port->ops->now_ns(s->port);
+    int rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht,
+                             RKV_WAL_PAUSE_CUSTOM, r, err, err_len);
+    if (rc < 0)
+        return rc;
+    if (r->paused_lsn) {
+        s->replay_pending = 1;
+        RKV_LOGW(s->port,
+                 "server %u: machine %u's log holds a push of custom op %u (log generation %llu, "
+                 "byte %llu), whose handler is registered after create: %llu records replayed "
+                 "so far, the rest at rkv_server_run, which listens once it is done",
+                 s->server_id, s->cfg.machine_id, r->pause_op,
+                 (unsigned long long)RKV_WAL_GEN(r->paused_lsn),
+                 (unsigned long long)RKV_WAL_OFF(r->paused_lsn), (unsigned long long)r->records);
+        return 0;
+    }
+    srv_replay_log(s, t0);
+    return 0;
+}
+
+/* rkv_server_run: the replay srv_replay paused, with the handlers the
+ * application registered since; then the machine's other servers may
+ * attach. */
+static int srv_replay_finish(struct rkv_server *s, char *err, size_t err_len)
+{
+    uint64_t t0 = s->port->ops->now_ns(s->port);
+    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, s->tensors, &s->ht, 0,
+                             &s->replay, err, err_len);
+    if (rc < 0)
+        return rc;
+    assert(!s->replay.paused_lsn);
+    s->replay_pending = 0;
+    srv_replay_log(s, t0);
+    if (s->replay_publish)
+        rkv_snap_publish_lineage(&s->mach, s->replay_lineage);
     return 0;
 }
 
@@ -1567,6 +1615,10 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
     if ((rc = srv_replay(s, snap, err, err_len)) < 0) {
         srv_free_tensors(s); /* adopted above; a refused log leaves the server unmade */
         return rc;
+    }
+    if (s->replay_pending) {
+        s->replay_publish = 1; /* once the replay is whole */
+        return 0;
     }
     rkv_snap_publish_lineage(&s->mach, snap->lineage); /* the others may attach now */
     return 0;
@@ -1657,7 +1709,7 @@ static void srv_durable_stop(struct rkv_server *s)
     const struct rkv_snap_writer *w = s->snapw;
     char why[256];
     /* A clean stop leaves a checkpoint: the next start replays nothing. */
-    if (s->mach.hdr && rkv_wal_pending_bytes(s->wal) > 0 &&
+    if (s->mach.hdr && !s->replay_pending && rkv_wal_pending_bytes(s->wal) > 0 &&
         rkv_snap_commit(s->snapw, atomic_load(&s->mach.hdr->snap_started), why, sizeof(why)) < 0)
         RKV_LOGE(s->port, "checkpoint at shutdown failed (the log stays): %s", why);
     RKV_LOGI(s->port,
@@ -1680,6 +1732,38 @@ static void srv_wal_free(struct rkv_server *s)
         rkv_wal_free(s->wal);
     free(s->wal);
     s->wal = NULL;
+}
+
+/* Listens, starts the engine's task and announces the server: from here
+ * on it serves. */
+static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
+{
+    const struct rkv_machine *mc = &s->cfg.machines[s->cfg.machine_id];
+    uint16_t tcp_port = (uint16_t)(mc->base_port + s->local_id);
+    /* A machine whose host the config does not name listens everywhere. */
+    int rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc,
+                        "server %u: cannot listen on %s:%u (%s); is the port in use?", s->server_id,
+                        mc->host, tcp_port, rkv_strerror(rc));
+    if ((rc = rkv_engine_start(s->eng)) < 0)
+        return rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
+    /* Only a server whose machine the config gives no host announces itself:
+     * the others' addresses server 0 has from the config, and a cluster may
+     * finish and stop server 0 before such a redundant announcement. */
+    if (s->server_id != 0 && !mc->host[0] && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
+        return rc;
+    RKV_LOGI(s->port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
+             s->durable ? " (durable)" : "");
+    /* Once per server, at the default level: an open door is a choice to
+     * make knowingly. (The twin runs every node in one process: no door.) */
+    if (!s->nic->has_secret && strcmp(s->nic->ops->name, "sim") != 0)
+        RKV_LOGW(s->port,
+                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
+                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
+                 "RKV_SECRET_FILE or rkv_config.secret on every node",
+                 s->server_id, tcp_port);
+    return 0;
 }
 
 /* ---- life cycle ---- */
@@ -1729,7 +1813,6 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     rc = rkv_engine_create(port, nic, &ec, srv_on_msg, srv_on_peer, s, &s->eng, err, err_len);
     if (rc < 0)
         goto destroy_cond;
-    uint16_t tcp_port = (uint16_t)(mc->base_port + local_id);
     if (s->server_id == 0 && (rc = srv_table_init(s)) < 0)
         goto destroy_engine;
     /* The shard is whole (restored, when restarting) before anyone can ask. */
@@ -1737,32 +1820,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto destroy_engine;
     if ((rc = srv_durable_start(s, err, err_len)) < 0)
         goto close_mach;
-    /* A machine whose host the config does not name listens everywhere. */
-    rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
-    if (rc < 0) {
-        rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); is the port in use?",
-                 s->server_id, mc->host, tcp_port, rkv_strerror(rc));
+    /* A replay that waits for custom handlers: rkv_server_run listens. */
+    if (!s->replay_pending && (rc = srv_serve(s, err, err_len)) < 0)
         goto stop_durable;
-    }
-    if ((rc = rkv_engine_start(s->eng)) < 0) {
-        rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
-        goto stop_durable;
-    }
-    /* Only a server whose machine the config gives no host announces itself:
-     * the others' addresses server 0 has from the config, and a cluster may
-     * finish and stop server 0 before such a redundant announcement. */
-    if (s->server_id != 0 && !mc->host[0] && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
-        goto stop_durable;
-    RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
-             s->durable ? " (durable)" : "");
-    /* Once per server, at the default level: an open door is a choice to
-     * make knowingly. (The twin runs every node in one process: no door.) */
-    if (!nic->has_secret && strcmp(nic->ops->name, "sim") != 0)
-        RKV_LOGW(port,
-                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
-                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
-                 "RKV_SECRET_FILE or rkv_config.secret on every node",
-                 s->server_id, tcp_port);
     *srv_p = s;
     return 0;
 stop_durable:
@@ -1831,6 +1891,17 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
 
 int rkv_server_run(struct rkv_server *s)
 {
+    /* A restart's replay that waited for the custom handlers registered
+     * since create; only then does the server listen. */
+    if (s->replay_pending) {
+        int rc = srv_replay_finish(s, s->err, sizeof(s->err));
+        if (rc == 0)
+            rc = srv_serve(s, s->err, sizeof(s->err));
+        if (rc < 0) {
+            RKV_LOGE(s->port, "server %u: %s", s->server_id, s->err);
+            return rc;
+        }
+    }
     s->port->ops->mutex_lock(s->mu);
     while (!s->stop)
         s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);

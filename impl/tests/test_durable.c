@@ -1244,6 +1244,117 @@ static void test_dead_lock_holder_taken_over(void **state)
     remove_tree(c.dir);
 }
 
+/* ---- a custom op in the log ---- */
+
+/* Not commutative: a replay in another order, or twice, gives another row. */
+static void h_double_add(enum rkv_dtype dt, void *row, void *state, const void *in, size_t n_elems,
+                         double param, void *user)
+{
+    (void)state, (void)param, (void)user;
+    assert_int_equal(dt, RKV_F32);
+    float *r = row;
+    const float *x = in;
+    for (size_t i = 0; i < n_elems; i++)
+        r[i] = r[i] * 2 + x[i];
+}
+
+/* A server of machine m that registers h_double_add as RKV_OP_CUSTOM (or
+ * not) between create and run, as an application does. Exits 3 when
+ * create or run fails, after logging why. */
+static pid_t spawn_custom_server(const struct rkv_config *cfg0, uint32_t m, int with_handler,
+                                 const char *log_path)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid != 0) {
+        child_add(pid);
+        return pid;
+    }
+    if (!freopen(log_path, "w", stderr))
+        _exit(4);
+    struct rkv_config cfg = *cfg0;
+    cfg.machine_id = m;
+    cfg.log_level = 2;
+    struct rkv_server *srv;
+    char err[256];
+    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "create: %s\n", err);
+        _exit(3);
+    }
+    if (with_handler && rkv_server_register_handler(srv, RKV_OP_CUSTOM, h_double_add, NULL) < 0)
+        _exit(4);
+    int rc = rkv_server_run(srv);
+    if (rc < 0)
+        fprintf(stderr, "run: %s\n", rkv_server_errmsg(srv));
+    rkv_server_destroy(srv);
+    exit(rc < 0 ? 3 : 0);
+}
+
+static void push_row60(struct rkv_client *cli, int op, float v)
+{
+    uint64_t id = 60;
+    float row[4] = {v, v, v, v};
+    if (rkv_client_push(cli, "t", &id, 1, row, op, 0) < 0)
+        fail_msg("push op %d: %s", op, rkv_client_errmsg(cli));
+}
+
+/* Pushes of a registered C handler are in the log like any other; a
+ * restart replays them once the application registered the handler
+ * (rkv_server_run), and refuses, saying which op and what to do, when it
+ * did not. */
+static void test_custom_op_replayed_after_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 15000;
+    char log1[128], log1b[128], log1c[128];
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    snprintf(log1b, sizeof(log1b), "%s/s1-no-handler.log", c.dir);
+    snprintf(log1c, sizeof(log1c), "%s/s1-restarted.log", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_custom_server(&c.cfg, 1, 1, log1);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_double_add, NULL), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    /* Row 60 (machine 1): 0 -> 1 -> 1*2+3 = 5 -> 6 -> 6*2+1 = 13, every
+     * push acknowledged, so in the log. */
+    push_row60(cli, RKV_OP_SUM, 1);
+    push_row60(cli, RKV_OP_CUSTOM, 3);
+    push_row60(cli, RKV_OP_SUM, 1);
+    push_row60(cli, RKV_OP_CUSTOM, 1);
+    assert_true(pull_row60(cli) == 13.0f);
+    /* Machine 1 is lost: the restart has the snapshot (no push) and the log. */
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 1);
+    /* Without the handler: run refuses the log, naming the op. */
+    s1 = spawn_custom_server(&c.cfg, 1, 0, log1b);
+    int st = wait_exit(s1);
+    print_log_lines(log1b);
+    assert_int_equal(st, 3);
+    assert_true(file_contains(log1b, "holds a push of custom op 16"));
+    assert_true(file_contains(log1b, "register its handler with rkv_server_register_handler "
+                                     "before rkv_server_run"));
+    /* With it: the replay pauses at create and finishes at run. */
+    s1 = spawn_custom_server(&c.cfg, 1, 1, log1c);
+    assert_true(pull_row60(cli) == 13.0f);
+    push_row60(cli, RKV_OP_CUSTOM, 1); /* and it serves the op again: 27 */
+    assert_true(pull_row60(cli) == 27.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s1), 0);
+    assert_int_equal(wait_exit(s0), 0);
+    print_log_lines(log1c);
+    assert_true(file_contains(log1c, "holds a push of custom op 16"));
+    assert_true(file_contains(log1c, "4 records (4 rows"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
 /* ---- server 0 restarts (its coordination record, store/coord.h) ---- */
 
 /* Server 0 crashes (lose_memory: with its machine, whose only process it
@@ -1434,6 +1545,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
+        cmocka_unit_test_teardown(test_custom_op_replayed_after_restart, reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
     };
