@@ -1429,6 +1429,44 @@ static void test_server0_machine_lost_under_pushes_durable(void **state)
     run_server0_crash(1);
 }
 
+/* A coordination record that fails its check is refused at server 0's
+ * restart, with the file and the reason, never half-used. */
+static void test_corrupt_coord_record_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rkv-coord", c.dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 24, SEEK_SET), 0); /* the barrier count */
+    int b = fgetc(f);
+    assert_int_equal(b, 1);
+    assert_int_equal(fseek(f, 24, SEEK_SET), 0);
+    fputc(b ^ 0x40, f);
+    fclose(f);
+    struct rkv_config cfg = c.cfg;
+    struct rkv_server *srv = NULL;
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "CRC-32C mismatch"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
+}
+
 /* A raw client of server 0 that joins (id handed out once all joined). */
 static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
 {
@@ -1545,6 +1583,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
+        cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
         cmocka_unit_test_teardown(test_custom_op_replayed_after_restart, reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
