@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -44,6 +45,7 @@ struct bd_run {
     uint32_t row_bytes;
     double seconds;
     atomic_uint_fast64_t pushes;
+    double cpu_s; /* the process's CPU time (user + system) over the run */
     atomic_int failed;
     char err[256];
 };
@@ -121,9 +123,18 @@ static void *bd_worker_main(void *arg)
     return NULL;
 }
 
+static double bd_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 /* One cluster: pushes per second, or -1. */
 static double bd_push_rate(struct bd_run *r)
 {
+    double cpu0 = bd_cpu_s();
     struct rkv_server *srv[2] = {NULL, NULL};
     pthread_t st[2];
     int started = 0;
@@ -161,6 +172,7 @@ stop:
         pthread_join(st[m], NULL);
     for (int m = 0; m < 2; m++)
         rkv_server_destroy(srv[m]);
+    r->cpu_s = bd_cpu_s() - cpu0;
     return rate;
 }
 
@@ -376,7 +388,7 @@ int cli_bench_durable(int argc, char **argv)
     for (int s = 0; s < 2 && code == RKV_EXIT_OK; s++) {
         for (int rb = 0; rb < 2 && code == RKV_EXIT_OK; rb++) {
             for (int wk = 0; wk < 2 && code == RKV_EXIT_OK; wk++) {
-                double rate[2];
+                double rate[2], cpu_us[2];
                 char rs[16], ss[16], name[96];
                 bd_size(rs, sizeof(rs), rows[rb]);
                 bd_size(ss, sizeof(ss), shards[s]);
@@ -395,6 +407,9 @@ int cli_bench_durable(int argc, char **argv)
                             d ? "durable" : "plain", workers[wk], rows[rb],
                             (unsigned long long)shards[s]);
                     rate[d] = bd_push_rate(r);
+                    /* What the host's load does not change: CPU per push
+                     * (the whole cluster's, setup included). */
+                    cpu_us[d] = r->cpu_s * 1e6 / (rate[d] * r->seconds);
                     if (rate[d] < 0) {
                         fprintf(stderr, "rkv bench durable: %s\n", r->err);
                         code = RKV_EXIT_STORE;
@@ -404,9 +419,10 @@ int cli_bench_durable(int argc, char **argv)
                 if (code != RKV_EXIT_OK)
                     break;
                 for (int d = 0; d < 2; d++)
-                    printf("figure %s.%s %.1f push/s\nfigure %s.%s.bw %.4f GB/s\n",
+                    printf("figure %s.%s %.1f push/s\nfigure %s.%s.bw %.4f GB/s\nfigure "
+                           "%s.%s.cpu %.1f us/push\n",
                            d ? "durable" : "plain", name, rate[d], d ? "durable" : "plain", name,
-                           rate[d] * rows[rb] / 1e9);
+                           rate[d] * rows[rb] / 1e9, d ? "durable" : "plain", name, cpu_us[d]);
                 printf("ratio durable.%s/plain.%s %.3f\n", name, name, rate[1] / rate[0]);
                 if (rows[rb] == 4096)
                     printf("ratio durable.%s/fdatasync.4K %.3f\n", name, rate[1] / sync_rate);

@@ -29,6 +29,7 @@
 #include "nic/nic_tcp.h"
 #include "port/port_file.h"
 #include "rkv.h"
+#include "store/crc32c_tables.h"
 #include "store/snapshot.h"
 #include "store/wal.h"
 
@@ -141,6 +142,70 @@ static void test_crc32c(void **state)
     assert_int_equal(rkv_crc32c(0, v, 9), 0xe3069283u); /* the standard check value */
     assert_int_equal(rkv_crc32c(rkv_crc32c(0, v, 4), v + 4, 5), 0xe3069283u);
     assert_int_equal(rkv_crc32c(0, v, 0), 0);
+    /* Every path of the hardware CRC (three interleaved streams of 8 KiB
+     * and of 256 bytes, then 8 bytes, then bytes), at odd offsets and
+     * resumed mid-buffer, against a bitwise CRC. */
+    size_t max = 3 * 8192 * 2 + 3 * 256 * 2 + 77;
+    uint8_t *buf = malloc(max + 8);
+    assert_non_null(buf);
+    for (size_t i = 0; i < max + 8; i++)
+        buf[i] = (uint8_t)(rkv_mix64(i) >> 7);
+    static const size_t lens[] = {0,           1,
+                                  7,           8,
+                                  255,         256,
+                                  767,         768,
+                                  769,         3 * 8192 - 1,
+                                  3 * 8192,    3 * 8192 + 3 * 256 + 9,
+                                  6 * 8192 + 5};
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        for (size_t off = 0; off < 8; off += 3) {
+            const uint8_t *p = buf + off;
+            size_t n = lens[k] < max ? lens[k] : max;
+            uint32_t want = 0xffffffffu;
+            for (size_t i = 0; i < n; i++) {
+                want ^= p[i];
+                for (int b = 0; b < 8; b++)
+                    want = want & 1 ? (want >> 1) ^ 0x82f63b78u : want >> 1;
+            }
+            want = ~want;
+            assert_int_equal(rkv_crc32c(0, p, n), want);
+            assert_int_equal(rkv_crc32c(rkv_crc32c(0, p, n / 3), p + n / 3, n - n / 3), want);
+        }
+    }
+    free(buf);
+}
+
+/* The raw CRC-32C register s advanced over len zero bytes, bit by bit. */
+static uint32_t crc_zeros_bitwise(uint32_t s, size_t len)
+{
+    for (size_t i = 0; i < 8 * len; i++)
+        s = s & 1 ? (s >> 1) ^ 0x82f63b78u : s >> 1;
+    return s;
+}
+
+/* Every entry of the generated tables that combine the interleaved CRC's
+ * streams (few of them are met by any one buffer). */
+static void test_crc32c_tables(void **state)
+{
+    (void)state;
+    const uint32_t(*tabs[2])[256] = {crc32c_long, crc32c_short};
+    const size_t lens[2] = {CRC32C_LONG, CRC32C_SHORT};
+    for (int t = 0; t < 2; t++) {
+        uint32_t bit[32];
+        for (int b = 0; b < 32; b++)
+            bit[b] = crc_zeros_bitwise(1u << b, lens[t]);
+        for (int k = 0; k < 4; k++) {
+            for (uint32_t n = 0; n < 256; n++) {
+                uint32_t x = n << (8 * k), want = 0;
+                for (int b = 0; b < 32; b++)
+                    if (x >> b & 1)
+                        want ^= bit[b];
+                if (tabs[t][k][n] != want)
+                    fail_msg("table %d [%d][%u]: 0x%08x, expected 0x%08x", t, k, n, tabs[t][k][n],
+                             want);
+            }
+        }
+    }
 }
 
 /* Two tensors (an explicit book; optimizer state) and three clients. */
@@ -1564,6 +1629,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_crc32c, reap_children),
+        cmocka_unit_test_teardown(test_crc32c_tables, reap_children),
         cmocka_unit_test_teardown(test_snapshot_roundtrip, reap_children),
         cmocka_unit_test_teardown(test_snapshot_truncated, reap_children),
         cmocka_unit_test_teardown(test_snapshot_flipped_byte, reap_children),
