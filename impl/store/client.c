@@ -1852,6 +1852,38 @@ static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
     return rc;
 }
 
+/* The first HELLO, for an id. Durable mode with retries: when server 0
+ * dies before answering it, it is sent again (same nonce) once server 0
+ * is back, within retry_ms: a restarted server 0 that recorded the ids
+ * gives this client the one it was given (the nonce tells), one that
+ * recorded none hands them out afresh. */
+static int cli_join0(struct rkv_client *c, uint64_t wait_ms)
+{
+    struct cli_server *srv = &c->servers[0];
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
+    uint64_t backoff_ms = 10;
+    for (uint32_t attempt = 1;; attempt++) {
+        int rc = cli_hello(c, srv, RKV_ID_NONE, wait_ms);
+        if (rc != -RKV_EPEERDEAD || !c->cfg.durable_dir[0] || !c->cfg.retry_ms)
+            return rc;
+        uint64_t now = po->now_ns(c->port);
+        if (now >= deadline)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "join: server 0 still gone after retrying for %u ms (%u attempts): %s",
+                            c->cfg.retry_ms, attempt, c->err);
+        RKV_LOGW(c->port, "join: server 0 went before handing out ids; joining again");
+        cli_lock(c);
+        if (srv->peer) /* a late hang-up of the old connection must not kill the new one */
+            rkv_peer_set_user(srv->peer, NULL);
+        srv->peer = NULL;
+        srv->dead = 0;
+        cli_unlock(c);
+        po->sleep_ns(c->port, backoff_ms * 1000000ull);
+        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+    }
+}
+
 static int cli_join(struct rkv_client *c)
 {
     for (uint32_t m = 0, k = 0; m < c->cfg.n_machines; m++) {
@@ -1868,7 +1900,7 @@ static int cli_join(struct rkv_client *c)
         return cli_connect(c, &c->servers[0]);
     /* Server 0 answers once every worker said hello: wait for the slowest. */
     uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
-    int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
+    int rc = cli_join0(c, wait_ms);
     if (rc == 0 && c->dynamic)
         rc = cli_fetch_table(c, wait_ms);
     return rc;

@@ -404,6 +404,19 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
     }
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "only server 0 assigns client ids");
+    /* A restarted server 0 that recorded the ids: a client whose first
+     * HELLO the crash left unanswered asks again, with its nonce. */
+    for (uint32_t i = 0; s->n_hellos == s->cfg.n_workers && i < s->n_hellos; i++) {
+        struct srv_hello *h = &s->hellos[i];
+        if (h->peer || h->nonce != m->u.hello.nonce || h->machine != m->u.hello.machine_id)
+            continue;
+        h->peer = peer;
+        h->req_id = m->h.req_id;
+        c->hello = 1;
+        c->client_id = i;
+        RKV_LOGI(s->port, "client %u joined again (its id was handed out before a restart)", i);
+        return srv_hello_reply(s, peer, m->h.req_id, i);
+    }
     if (s->n_hellos >= s->cfg.n_workers)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more clients than n_workers joined");
     c->hello = 1;

@@ -1586,6 +1586,52 @@ static int raw_barrier_send(struct rawcli *r, uint32_t number)
     return before;
 }
 
+/* A client whose first HELLO server 0 answered in its record but not on
+ * the wire (it died in between) asks again after the restart: the nonce
+ * it joined with gets it the id it was given; another nonce gets none. */
+static void test_join_again_after_server0_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rkv-coord", c.dir);
+    uint8_t *rec;
+    size_t len;
+    assert_int_equal(rkv_file_read(path, &rec, &len, err, sizeof(err)), 0);
+    assert_true(len >= 64);
+    uint64_t nonce;
+    memcpy(&nonce, rec + 48 + 8, 8); /* client 0's join nonce (coord.h) */
+    free(rec);
+    struct rkv_config cfg0 = c.cfg;
+    struct rkv_server *s0b = server_create(&c, 0);
+    struct rawcli other, again;
+    raw_join_send(&other, &cfg0, nonce ^ 1);
+    int st = 0;
+    assert_int_equal(raw_reply(&other, 0, 5000, &st), RKV_MSG_ERROR);
+    assert_int_equal(st, -RKV_ELIMIT);
+    raw_join_send(&again, &cfg0, nonce);
+    assert_int_equal(raw_reply(&again, 0, 5000, &st), RKV_MSG_HELLO_REPLY);
+    raw_close(&again);
+    raw_close(&other);
+    rkv_client_destroy(cli);
+    rkv_server_destroy(s0b);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    wait_exit(s1);
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
 /* Barriers are numbered: a client asking again for one that completed
  * (its reply was lost: server 0 died after sending the others') is
  * answered at once instead of waiting in the next one, and a number ahead
@@ -1649,6 +1695,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
+        cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
         cmocka_unit_test_teardown(test_custom_op_replayed_after_restart, reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
