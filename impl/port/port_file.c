@@ -7,9 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#ifdef __linux__
-#include <linux/falloc.h>
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,16 +253,6 @@ int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len)
         return rkv_errf(err, err_len, -RKV_EIO, "fdatasync of %s failed: %s", path,
                         strerror(errno));
     return 0;
-}
-
-void rkv_file_prealloc(int fd, uint64_t off, uint64_t len)
-{
-#ifdef FALLOC_FL_KEEP_SIZE
-    /* Best effort: a file system without it allocates at write-out. */
-    (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
-#else
-    (void)fd, (void)off, (void)len;
-#endif
 }
 
 void rkv_file_writeback(int fd, uint64_t off, uint64_t len)

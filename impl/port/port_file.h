@@ -42,10 +42,6 @@ int rkv_file_pread(int fd, void *buf, size_t len, uint64_t off, const char *path
                    size_t err_len);
 /* fdatasync: what a write-ahead log's group commit waits for. */
 int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len);
-/* Allocates the file's blocks in [off, off+len) without changing its size
- * (Linux's fallocate KEEP_SIZE; elsewhere nothing): appends into them do
- * no block allocation of their own. */
-void rkv_file_prealloc(int fd, uint64_t off, uint64_t len);
 /* Starts writing [off, off+len) to the disk without waiting (Linux's
  * sync_file_range; elsewhere nothing): the fdatasync that follows then
  * finds most of it written, so the disk works while more is appended. */

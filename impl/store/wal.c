@@ -132,7 +132,6 @@ static int wal_file_use(struct rkv_wal *w, struct rkv_wal_file *f, uint64_t gen,
     if (rc < 0)
         return rc;
     f->gen = gen;
-    f->prealloc_end = 0;
     return 0;
 }
 
@@ -172,11 +171,6 @@ int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
 
 /* ---- the push path ---- */
 
-/* Log blocks allocated ahead of the appends at a time (rkv_file_prealloc):
- * the file system's block allocation at each append cost the push path a
- * few per cent of its time (perf, 1 MiB rows). */
-#define WAL_PREALLOC_BYTES (64ull << 20)
-
 /* wal_lock held: the record of p, whose header (wal_encode_head) is head,
  * at the end of the current log. */
 static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t row_bytes,
@@ -201,11 +195,6 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
     size_t lens[4] = {RKV_WAL_REC_BYTES, (size_t)p->count * 8, (size_t)(p->count * row_bytes), pad};
     char path[512];
     int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
-    if (rc == 0 && RKV_WAL_OFF(end) + bytes > w->app.prealloc_end) {
-        uint64_t n = bytes > WAL_PREALLOC_BYTES ? bytes : WAL_PREALLOC_BYTES;
-        rkv_file_prealloc(w->app.fd, RKV_WAL_OFF(end), n);
-        w->app.prealloc_end = RKV_WAL_OFF(end) + n;
-    }
     if (rc == 0)
         rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
                               err_len);

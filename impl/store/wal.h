@@ -92,7 +92,6 @@ void rkv_wal_file_name(char *buf, size_t len, uint32_t machine, uint64_t gen);
 struct rkv_wal_file {
     int fd; /* -1: none */
     uint64_t gen;
-    uint64_t prealloc_end; /* blocks allocated up to here (the append file's) */
 };
 
 /* The task that writes checkpoints, so that a snapshot of a large shard
