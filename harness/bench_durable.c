@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,6 +35,7 @@ struct bd_opts {
     uint64_t large_bytes;
     double seconds; /* of pushing, per measurement */
     uint16_t base_port;
+    const char *only; /* --only: the cases whose name holds it (e.g. 1M.8w), no recovery */
 };
 
 struct bd_run {
@@ -43,6 +45,7 @@ struct bd_run {
     uint32_t row_bytes;
     double seconds;
     atomic_uint_fast64_t pushes;
+    double cpu_s; /* the process's CPU time (user + system) while worker 0 pushed */
     atomic_int failed;
     char err[256];
 };
@@ -81,6 +84,14 @@ static void *bd_server_main(void *arg)
     return NULL;
 }
 
+static double bd_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 struct bd_worker {
     struct bd_run *r;
     struct rkv_client *cli;
@@ -104,12 +115,14 @@ static void *bd_worker_main(void *arg)
     if (rc == 0)
         rc = rkv_client_barrier(w->cli);
     uint64_t half = r->desc.rows / 2, n = 0;
-    double end = rkv_timed_now_s() + r->seconds;
+    double end = rkv_timed_now_s() + r->seconds, cpu0 = bd_cpu_s();
     while (rc == 0 && rkv_timed_now_s() < end) {
         uint64_t gid = half + (id + n * r->cfg.n_workers) % half;
         rc = rkv_client_push(w->cli, "emb", &gid, 1, row, RKV_OP_SUM, 0);
         n++;
     }
+    if (id == 0) /* the timed phase only: not the setup's checkpoint */
+        r->cpu_s = bd_cpu_s() - cpu0;
     atomic_fetch_add(&r->pushes, n);
     if (rc < 0) {
         snprintf(r->err, sizeof(r->err), "worker %u: %s", id, rkv_client_errmsg(w->cli));
@@ -190,6 +203,34 @@ static double bd_fdatasync_rate(const char *dir, size_t block)
     unlink(path);
     free(buf);
     return (double)n / (rkv_timed_now_s() - t0);
+}
+
+/* The disk's durable streaming rate, the limit of large rows: 1 MiB
+ * appends handed to the disk at once (rkv_file_writeback, as the log
+ * does), an fdatasync every 64 MiB, for about a second. GB/s. */
+static double bd_disk_stream_gbs(const char *dir)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%.900s/rkv-bench-stream", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t block = 1u << 20;
+    char *buf = calloc(1, block);
+    uint64_t n = 0;
+    double t0 = rkv_timed_now_s();
+    while (fd >= 0 && buf && rkv_timed_now_s() - t0 < 1.0) {
+        if (write(fd, buf, block) != (ssize_t)block)
+            break;
+        rkv_file_writeback(fd, n * block, block);
+        if (++n % 64 == 0 && fdatasync(fd) != 0)
+            break;
+    }
+    int ok = fd >= 0 && buf && fdatasync(fd) == 0;
+    double gbs = ok ? (double)n * block / 1e9 / (rkv_timed_now_s() - t0) : -1;
+    if (fd >= 0)
+        close(fd);
+    unlink(path);
+    free(buf);
+    return gbs;
 }
 
 static void bd_unlink_segment(void *user, const char *name)
@@ -306,6 +347,8 @@ static int bd_args(struct bd_opts *o, int argc, char **argv)
             o->large_bytes = strtoull(argv[++i], &end, 10) << 20;
         else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
             o->seconds = strtod(argv[++i], &end);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            o->only = argv[++i];
         else
             return -1;
         if (end && *end)
@@ -319,6 +362,7 @@ int rkv_bench_durable(int argc, char **argv)
     struct bd_opts o;
     if (bd_args(&o, argc, argv) < 0) {
         fprintf(stderr, "usage: rkv bench durable [--dir DIR] [--large-mib N] [--seconds S]\n"
+                        "                         [--only CASE]\n"
                         "  push rate with and without durable mode (1 and 8 workers, 4 KiB and\n"
                         "  1 MiB rows, 1 MiB and N MiB shards; default 256), the fdatasync rate\n"
                         "  of DIR's disk and the recovery time of a killed server\n");
@@ -335,6 +379,8 @@ int rkv_bench_durable(int argc, char **argv)
     double disk_gbs = bd_fdatasync_rate(tmpl, 8u << 20) * (8u << 20) / 1e9;
     printf("figure fdatasync.4K %.1f /s\n", sync_rate);
     printf("figure fdatasync.8M %.4f GB/s\n", disk_gbs);
+    double stream_gbs = bd_disk_stream_gbs(tmpl);
+    printf("figure disk.stream %.4f GB/s\n", stream_gbs);
     static const uint32_t workers[] = {1, 8}, rows[] = {4096, 1u << 20};
     uint64_t shards[] = {o.small_bytes, o.large_bytes};
     struct bd_run *r = calloc(1, sizeof(*r));
@@ -342,7 +388,13 @@ int rkv_bench_durable(int argc, char **argv)
     for (int s = 0; s < 2 && code == RKV_EXIT_OK; s++) {
         for (int rb = 0; rb < 2 && code == RKV_EXIT_OK; rb++) {
             for (int wk = 0; wk < 2 && code == RKV_EXIT_OK; wk++) {
-                double rate[2];
+                double rate[2], cpu_us[2];
+                char rs[16], ss[16], name[96];
+                bd_size(rs, sizeof(rs), rows[rb]);
+                bd_size(ss, sizeof(ss), shards[s]);
+                snprintf(name, sizeof(name), "%s.%s.%uw.shard%s", "push", rs, workers[wk], ss);
+                if (o.only && !strstr(name, o.only))
+                    continue;
                 for (int d = 0; d < 2 && code == RKV_EXIT_OK; d++) {
                     char sub[600];
                     snprintf(sub, sizeof(sub), "%s/run", tmpl);
@@ -355,6 +407,9 @@ int rkv_bench_durable(int argc, char **argv)
                             d ? "durable" : "plain", workers[wk], rows[rb],
                             (unsigned long long)shards[s]);
                     rate[d] = bd_push_rate(r);
+                    /* CPU per push (the whole cluster's, while pushing):
+                     * less at the mercy of the host's load than a rate. */
+                    cpu_us[d] = r->cpu_s * 1e6 / (rate[d] * r->seconds);
                     if (rate[d] < 0) {
                         fprintf(stderr, "rkv bench durable: %s\n", r->err);
                         code = RKV_EXIT_STORE;
@@ -363,24 +418,24 @@ int rkv_bench_durable(int argc, char **argv)
                 }
                 if (code != RKV_EXIT_OK)
                     break;
-                char rs[16], ss[16], name[96];
-                bd_size(rs, sizeof(rs), rows[rb]);
-                bd_size(ss, sizeof(ss), shards[s]);
-                snprintf(name, sizeof(name), "%s.%s.%uw.shard%s", "push", rs, workers[wk], ss);
                 for (int d = 0; d < 2; d++)
-                    printf("figure %s.%s %.1f push/s\nfigure %s.%s.bw %.4f GB/s\n",
+                    printf("figure %s.%s %.1f push/s\nfigure %s.%s.bw %.4f GB/s\nfigure "
+                           "%s.%s.cpu %.1f us/push\n",
                            d ? "durable" : "plain", name, rate[d], d ? "durable" : "plain", name,
-                           rate[d] * rows[rb] / 1e9);
+                           rate[d] * rows[rb] / 1e9, d ? "durable" : "plain", name, cpu_us[d]);
                 printf("ratio durable.%s/plain.%s %.3f\n", name, name, rate[1] / rate[0]);
                 if (rows[rb] == 4096)
                     printf("ratio durable.%s/fdatasync.4K %.3f\n", name, rate[1] / sync_rate);
-                else
-                    printf("ratio durable.%s/fdatasync.8M %.3f\n", name,
-                           rate[1] * rows[rb] / 1e9 / disk_gbs);
+                else /* and the best durable/plain ratio this disk allows */
+                    printf("ratio durable.%s/fdatasync.8M %.3f\nratio durable.%s/disk.stream "
+                           "%.3f\nratio disk.stream/plain.%s %.3f\n",
+                           name, rate[1] * rows[rb] / 1e9 / disk_gbs, name,
+                           rate[1] * rows[rb] / 1e9 / stream_gbs, name,
+                           stream_gbs / (rate[0] * rows[rb] / 1e9));
             }
         }
     }
-    if (code == RKV_EXIT_OK) {
+    if (code == RKV_EXIT_OK && !o.only) {
         char sub[600], ss[16];
         snprintf(sub, sizeof(sub), "%s/rec", tmpl);
         mkdir(sub, 0755);

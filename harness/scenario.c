@@ -1080,10 +1080,6 @@ static const char *sc_fault_incomplete(const struct rkv_sc_fault *f, int *field_
         return *field_p = f->restart_after_s > 0 ? RKV_SC_F_RESTART_AFTER_S : RKV_SC_F_MACHINE_LOST,
                "restart_after_s, machine_lost: only a crashed server restarts or loses its "
                "machine's memory";
-    if (f->restart_after_s > 0 && !strcmp(f->target, "s0.0"))
-        return *field_p = RKV_SC_F_RESTART_AFTER_S,
-               "restart_after_s: server 0 (s0.0) cannot be restarted: it assigns client ids "
-               "and runs barriers";
     return "";
 }
 

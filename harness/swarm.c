@@ -196,7 +196,7 @@ static void sw_gen_fault(struct rkv_rng *r, const struct rkv_swarm_spec *sp,
             f->after_phase = (int)sw_below(r, sp->n_phases - 1);
             f->at_s = 0;
         }
-        if (f->server && sp->durable && (f->machine || f->local) && sw_chance(r, 0.7))
+        if (f->server && sp->durable && sw_chance(r, 0.7))
             f->restart_after_s = sw_pick(r, restart, 3);
         f->machine_lost = f->server && sw_chance(r, f->restart_after_s > 0 ? 0.4 : 0.15);
         break;
@@ -368,8 +368,7 @@ static void sw_normalize_faults(struct rkv_swarm_spec *sp)
         struct rkv_swarm_fault *f = &sp->faults[i];
         if (f->after_phase >= (int)sp->n_phases)
             f->after_phase = (int)sp->n_phases - 1;
-        int s0 = f->server && f->machine == 0 && f->local == 0;
-        if (!sp->durable || !sp->retry_ms || s0 || !f->server || f->kind != RKV_SWF_CRASH)
+        if (!sp->durable || !sp->retry_ms || !f->server || f->kind != RKV_SWF_CRASH)
             f->restart_after_s = 0;
         if (!f->server || f->kind != RKV_SWF_CRASH || !sw_alone(sp, f))
             f->machine_lost = 0;

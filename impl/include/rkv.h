@@ -247,7 +247,12 @@ struct rkv_server;
  * the machine's shared memory when that is of the same snapshot lineage and
  * so at least as new), logs which snapshot it loaded, and re-registers its
  * address with server 0 under the same server id. Start it with the same
- * config as the first time. Server 0 itself cannot be restarted. */
+ * config as the first time. Server 0 restarts too (client ids, barriers
+ * and registered addresses are in DIR/rkv-coord). When the machine's log
+ * holds pushes of a custom op, the replay stops before the first of them
+ * and rkv_server_run finishes it with the handlers registered since, and
+ * only then listens; a handler still missing there fails rkv_server_run
+ * (rkv_server_errmsg names the op). */
 RKV_API int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
                               struct rkv_server **srv_p, char *err, size_t err_len);
 RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn,

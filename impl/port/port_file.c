@@ -1,4 +1,7 @@
 /* Durable files over POSIX: write-temp, fsync, rename, fsync-directory. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sync_file_range */
+#endif
 #include "port/port_file.h"
 
 #include <dirent.h>
@@ -250,6 +253,16 @@ int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len)
         return rkv_errf(err, err_len, -RKV_EIO, "fdatasync of %s failed: %s", path,
                         strerror(errno));
     return 0;
+}
+
+void rkv_file_writeback(int fd, uint64_t off, uint64_t len)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    /* Best effort: a failure here only means the later fdatasync writes it. */
+    (void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd, (void)off, (void)len;
+#endif
 }
 
 int rkv_file_truncate(int fd, uint64_t len, const char *path, char *err, size_t err_len)

@@ -42,6 +42,10 @@ int rkv_file_pread(int fd, void *buf, size_t len, uint64_t off, const char *path
                    size_t err_len);
 /* fdatasync: what a write-ahead log's group commit waits for. */
 int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len);
+/* Starts writing [off, off+len) to the disk without waiting (Linux's
+ * sync_file_range; elsewhere nothing): the fdatasync that follows then
+ * finds most of it written, so the disk works while more is appended. */
+void rkv_file_writeback(int fd, uint64_t off, uint64_t len);
 int rkv_file_truncate(int fd, uint64_t len, const char *path, char *err, size_t err_len);
 int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t err_len);
 /* fsync of a directory: a created or removed entry is durable after it. */

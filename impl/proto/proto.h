@@ -73,7 +73,7 @@ enum rkv_msg_type {
     RKV_MSG_PUSH_ACK,
     RKV_MSG_PULL,
     RKV_MSG_PULL_REPLY,
-    RKV_MSG_BARRIER,
+    RKV_MSG_BARRIER, /* count: the client's barrier number, 1, 2, ... (0: the next one) */
     RKV_MSG_BARRIER_REPLY,
     RKV_MSG_SHUTDOWN,
     RKV_MSG_SHUTDOWN_ACK,

@@ -102,7 +102,10 @@ struct rkv_client {
      * of this client id and increasing within one. */
     uint64_t next_req;
     int stopping; /* servers were asked to exit: their hang-ups are expected */
-    int dynamic;  /* some servers' addresses come from server 0's table */
+    /* Barriers this client completed: the next BARRIER carries it + 1, so
+     * that a restarted server 0 tells a retry from the next barrier. */
+    uint32_t barriers;
+    int dynamic; /* some servers' addresses come from server 0's table */
     /* While retrying: how long a connect may keep trying (0: the config's
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
@@ -609,6 +612,58 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     return 0;
 }
 
+/* A request to server 0 (barrier, meta, address table). With retry_ms,
+ * one that met server 0 gone (its connection died: it crashed, and in
+ * durable mode it restarts) is sent again once it is back, within
+ * retry_budget_ms; a failure while server 0 is alive (a barrier failed by
+ * a client that left, say) is the call's at once. On success *r_p is the
+ * answered request, kept for its reply's fields. */
+static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struct rkv_msg *body,
+                     uint64_t wait_ms, uint64_t retry_budget_ms, const char *what,
+                     struct cli_req **r_p)
+{
+    struct cli_server *srv = &c->servers[0];
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t start = po->now_ns(c->port);
+    uint64_t deadline = start + retry_budget_ms * 1000000ull;
+    uint64_t backoff_ms = 10;
+    for (uint32_t attempt = 1;; attempt++) {
+        struct rkv_hdr h = *h0;
+        struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
+        int rc = cli_send_simple(c, srv, &h, body, &r, what);
+        if (rc == 0) {
+            rc = cli_wait_keep(c, &r, 1, wait_ms, what);
+            if (rc == 0) {
+                if (attempt > 1)
+                    RKV_LOGI(c->port, "%s: server 0 answered after %u attempts (%llu ms)", what,
+                             attempt,
+                             (unsigned long long)((po->now_ns(c->port) - start) / 1000000ull));
+                *r_p = r;
+                return 0;
+            }
+            cli_release(c, &r, 1);
+        }
+        if (rc != -RKV_EPEERDEAD || !retry_budget_ms || c->observer || !cli_srv_dead(c, srv))
+            return rc;
+        uint64_t now = po->now_ns(c->port);
+        if (now >= deadline)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "%s: server 0 still unreachable after retrying for %llu ms (%u "
+                            "attempts): %s",
+                            what, (unsigned long long)retry_budget_ms, attempt, c->err);
+        uint64_t left_ms = (deadline - now) / 1000000ull;
+        po->sleep_ns(c->port, (backoff_ms < left_ms ? backoff_ms
+                               : left_ms            ? left_ms
+                                                    : 1) *
+                                  1000000ull);
+        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+        now = po->now_ns(c->port);
+        rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 1);
+        if (rc < 0 && rc != -RKV_EPEERDEAD)
+            return rc; /* refused otherwise than by its absence */
+    }
+}
+
 /* ---- tensors ---- */
 
 static struct rkv_tensor *cli_find_name(struct rkv_client *c, const char *name)
@@ -648,10 +703,9 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     struct rkv_msg body;
     snprintf(body.u.name, sizeof(body.u.name), "%s", name);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
-    int rc = cli_send_simple(c, &c->servers[0], &h, &body, &r, "meta");
+    int rc = cli_call0(c, &h, &body, c->cfg.timeout_ms, c->cfg.retry_ms, "meta", &r);
     if (rc < 0)
         return rc;
-    rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "meta");
     t = r->t;
     r->t = NULL;
     cli_release(c, &r, 1);
@@ -1069,7 +1123,8 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
     srv->has_pslot = 0; /* the slot belonged to the old connection */
     cli_unlock(c);
     uint64_t wait_ms = remaining_ms < c->cfg.timeout_ms ? remaining_ms : c->cfg.timeout_ms;
-    int rc = c->dynamic ? cli_fetch_table(c, wait_ms ? wait_ms : 1) : 0;
+    /* Server 0's address is the config's, and the table comes from it. */
+    int rc = c->dynamic && srv != &c->servers[0] ? cli_fetch_table(c, wait_ms ? wait_ms : 1) : 0;
     if (rc < 0)
         return rc;
     c->connect_budget_ms =
@@ -1814,10 +1869,13 @@ static int cli_barrier(struct rkv_client *c)
     if (rc < 0)
         return rc;
     cli_settle_pending(c);
-    rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "barrier");
+    h.count = c->barriers + 1;
+    rc = cli_call0(c, &h, NULL, c->cfg.timeout_ms, c->cfg.retry_ms, "barrier", &r);
     if (rc < 0)
         return rc;
-    return cli_wait(c, &r, 1, c->cfg.timeout_ms, "barrier");
+    cli_release(c, &r, 1);
+    c->barriers++;
+    return 0;
 }
 
 int rkv_client_barrier(struct rkv_client *c)
@@ -1904,10 +1962,43 @@ static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
 {
     struct rkv_hdr h = {.type = RKV_MSG_TABLE};
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
-    int rc = cli_send_simple(c, &c->servers[0], &h, NULL, &r, "address table");
-    if (rc < 0)
-        return rc;
-    return cli_wait(c, &r, 1, wait_ms, "address table");
+    uint64_t budget_ms = c->cfg.retry_ms < wait_ms ? c->cfg.retry_ms : wait_ms;
+    int rc = cli_call0(c, &h, NULL, wait_ms, budget_ms, "address table", &r);
+    if (rc == 0)
+        cli_release(c, &r, 1);
+    return rc;
+}
+
+/* The first HELLO, for an id. Durable mode with retries: when server 0
+ * dies before answering it, it is sent again (same nonce) once server 0
+ * is back, within retry_ms: a restarted server 0 that recorded the ids
+ * gives this client the one it was given (the nonce tells), one that
+ * recorded none hands them out afresh. */
+static int cli_join0(struct rkv_client *c, uint64_t wait_ms)
+{
+    struct cli_server *srv = &c->servers[0];
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
+    uint64_t backoff_ms = 10;
+    for (uint32_t attempt = 1;; attempt++) {
+        int rc = cli_hello(c, srv, RKV_ID_NONE, wait_ms);
+        if (rc != -RKV_EPEERDEAD || !c->cfg.durable_dir[0] || !c->cfg.retry_ms)
+            return rc;
+        uint64_t now = po->now_ns(c->port);
+        if (now >= deadline)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "join: server 0 still gone after retrying for %u ms (%u attempts): %s",
+                            c->cfg.retry_ms, attempt, c->err);
+        RKV_LOGW(c->port, "join: server 0 went before handing out ids; joining again");
+        cli_lock(c);
+        if (srv->peer) /* a late hang-up of the old connection must not kill the new one */
+            rkv_peer_set_user(srv->peer, NULL);
+        srv->peer = NULL;
+        srv->dead = 0;
+        cli_unlock(c);
+        po->sleep_ns(c->port, backoff_ms * 1000000ull);
+        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+    }
 }
 
 static int cli_join(struct rkv_client *c)
@@ -1926,7 +2017,7 @@ static int cli_join(struct rkv_client *c)
         return cli_connect(c, &c->servers[0]);
     /* Server 0 answers once every worker said hello: wait for the slowest. */
     uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
-    int rc = cli_hello(c, &c->servers[0], RKV_ID_NONE, wait_ms);
+    int rc = cli_join0(c, wait_ms);
     if (rc == 0 && c->dynamic)
         rc = cli_fetch_table(c, wait_ms);
     return rc;

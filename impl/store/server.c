@@ -10,6 +10,7 @@
 
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/coord.h"
 #include "store/pull_handlers.h"
 #include "store/server_int.h"
 #include "store/snapshot.h"
@@ -84,6 +85,10 @@ struct rkv_server {
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
     uint32_t n_barrier;
+    /* server 0: barriers completed; the clients inside are in the next one
+     * (BARRIER's count numbers them, so a retried one is told apart). In
+     * durable mode it is in the coordination record before any reply. */
+    uint64_t barriers_done;
     /* server 0: id + 1 of a client that left after ids were handed out; no
      * barrier can complete from then on, so waiters fail instead of hanging. */
     uint32_t client_gone;
@@ -110,6 +115,15 @@ struct rkv_server {
     uint32_t n_acks, cap_acks;
     int dur_stop;
     uint64_t n_durable_acks;
+    /* A restart's replay of the machine's log, which pauses at create
+     * before the first push of a custom op (its handler is registered
+     * after create) and finishes at rkv_server_run; until then the server
+     * neither listens nor writes a checkpoint (one would drop the records
+     * not replayed yet). */
+    struct rkv_wal_replay replay;
+    uint64_t replay_lineage, replay_gen;
+    int replay_pending;
+    int replay_publish; /* the machine's other servers wait for its end */
     /* Per-connection warnings (progress task), rate-limited. */
     struct rkv_ratelim lim_conn;
     struct srv_conn *conns; /* mu: every connection's, until released */
@@ -176,6 +190,8 @@ static void srv_conn_maybe_release(struct rkv_server *s, struct rkv_peer *peer)
 /* A table entry stopped naming a connection (progress task). */
 static void srv_conn_unkeep(struct rkv_server *s, struct rkv_peer *peer)
 {
+    if (!peer)
+        return; /* an entry restored from the coordination record: no connection */
     struct srv_conn *c = srv_conn_of(peer);
     if (!c)
         return;
@@ -240,6 +256,93 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
     rkv_engine_reply(s->eng, peer, tx, len);
 }
 
+/* ---- server 0's coordination record (durable mode, coord.h) ---- */
+
+/* Server 0 in durable mode: writes what it handed out (ids), completed
+ * (barriers) and learned (addresses), before any of it is acknowledged.
+ * From the progress task: a rare, small, synchronous write. */
+static int srv_coord_save(struct rkv_server *s, char *err, size_t err_len)
+{
+    assert(s->server_id == 0);
+    if (!s->durable)
+        return 0;
+    struct rkv_coord c = {.fingerprint = rkv_cfg_fingerprint(&s->cfg),
+                          .n_workers = s->cfg.n_workers,
+                          .n_servers = s->n_servers,
+                          .ids_given = s->n_hellos == s->cfg.n_workers ? s->n_hellos : 0,
+                          .barriers_done = s->barriers_done};
+    c.clients = calloc(c.n_workers, sizeof(*c.clients));
+    c.addrs = calloc(c.n_servers, sizeof(*c.addrs));
+    int rc = -RKV_ENOMEM;
+    if (!c.clients || !c.addrs) {
+        rkv_errf(err, err_len, rc, "out of memory");
+        goto out;
+    }
+    for (uint32_t i = 0; i < c.ids_given; i++) /* sorted: entry i holds id i */
+        c.clients[i] =
+            (struct rkv_coord_client){.machine = s->hellos[i].machine, .nonce = s->hellos[i].nonce};
+    for (uint32_t i = 0; i < c.n_servers; i++) {
+        c.addrs[i].port = (uint16_t)s->table[i].port;
+        snprintf(c.addrs[i].host, sizeof(c.addrs[i].host), "%s", s->table[i].host);
+    }
+    rc = rkv_coord_write(s->cfg.durable_dir, &c, err, err_len);
+out:
+    free(c.clients);
+    free(c.addrs);
+    return rc;
+}
+
+/* A restarted server 0: the ids, barrier count and addresses of the run it
+ * rejoins. Clients then re-join under their ids (srv_rejoin); a record
+ * written before every id was handed out restores no id. */
+static int srv_coord_load(struct rkv_server *s, char *err, size_t err_len)
+{
+    struct rkv_coord c = {.fingerprint = rkv_cfg_fingerprint(&s->cfg),
+                          .n_workers = s->cfg.n_workers,
+                          .n_servers = s->n_servers};
+    c.clients = calloc(c.n_workers, sizeof(*c.clients));
+    c.addrs = calloc(c.n_servers, sizeof(*c.addrs));
+    int rc = -RKV_ENOMEM;
+    if (!c.clients || !c.addrs) {
+        rkv_errf(err, err_len, rc, "out of memory");
+        goto out;
+    }
+    rc = rkv_coord_read(s->cfg.durable_dir, &c, err, err_len);
+    if (rc == -RKV_ENOTENSOR) {
+        RKV_LOGW(s->port,
+                 "server 0 restarted without a coordination record in %s: no client "
+                 "ids were handed out before the crash; clients join afresh",
+                 s->cfg.durable_dir);
+        rc = 0;
+        goto out;
+    }
+    if (rc < 0)
+        goto out;
+    s->n_hellos = c.ids_given;
+    for (uint32_t i = 0; i < c.ids_given; i++)
+        s->hellos[i] =
+            (struct srv_hello){.machine = c.clients[i].machine, .nonce = c.clients[i].nonce};
+    s->barriers_done = c.barriers_done;
+    uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
+    for (uint32_t i = 0; i < c.n_servers; i++) {
+        if (!c.addrs[i].port || s->table[i].port)
+            continue; /* the config's addresses stand */
+        s->table[i] =
+            (struct rkv_wire_addr){.cluster = fp, .server_id = i, .port = c.addrs[i].port};
+        snprintf(s->table[i].host, sizeof(s->table[i].host), "%s", c.addrs[i].host);
+        s->n_registered++;
+    }
+    RKV_LOGW(s->port,
+             "server 0 restarted: %u client ids, %llu completed barriers and %u of %u server "
+             "addresses restored from %s/%s; clients re-join under their ids",
+             c.ids_given, (unsigned long long)c.barriers_done, s->n_registered, s->n_servers,
+             s->cfg.durable_dir, RKV_COORD_FILE);
+out:
+    free(c.clients);
+    free(c.addrs);
+    return rc;
+}
+
 /* Server 0: a client re-joins under the id it holds only when that id's
  * connection is gone and it proves to be the same client (the nonce it first
  * joined with). Returns NULL, or why not. */
@@ -249,7 +352,8 @@ static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const
     if (s->n_hellos < s->cfg.n_workers)
         return "client ids are not handed out yet";
     struct srv_hello *h = &s->hellos[id]; /* sorted: entry i holds id i */
-    if (!rkv_peer_dead(h->peer))
+    /* No peer: restored from the coordination record (server 0 restarted). */
+    if (h->peer && !rkv_peer_dead(h->peer))
         return "that client id is held by a live connection";
     if (h->nonce != m->u.hello.nonce)
         return "that client id belongs to another client (its join nonce differs)";
@@ -300,6 +404,19 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
     }
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "only server 0 assigns client ids");
+    /* A restarted server 0 that recorded the ids: a client whose first
+     * HELLO the crash left unanswered asks again, with its nonce. */
+    for (uint32_t i = 0; s->n_hellos == s->cfg.n_workers && i < s->n_hellos; i++) {
+        struct srv_hello *h = &s->hellos[i];
+        if (h->peer || h->nonce != m->u.hello.nonce || h->machine != m->u.hello.machine_id)
+            continue;
+        h->peer = peer;
+        h->req_id = m->h.req_id;
+        c->hello = 1;
+        c->client_id = i;
+        RKV_LOGI(s->port, "client %u joined again (its id was handed out before a restart)", i);
+        return srv_hello_reply(s, peer, m->h.req_id, i);
+    }
     if (s->n_hellos >= s->cfg.n_workers)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more clients than n_workers joined");
     c->hello = 1;
@@ -311,8 +428,19 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         return;
     /* Ids ordered by (machine, nonce) so that co-located clients are adjacent. */
     qsort(s->hellos, s->n_hellos, sizeof(*s->hellos), srv_hello_cmp);
+    /* Durable: recorded before anyone holds an id, so that a restarted
+     * server 0 lets each client re-join under its own. */
+    char why[RKV_PROTO_TEXT_MAX];
+    int rc = srv_coord_save(s, why, sizeof(why));
+    if (rc < 0)
+        RKV_LOGE(s->port, "server 0: cannot record the client ids: %s", why);
     for (uint32_t i = 0; i < s->n_hellos; i++) {
         srv_conn_of(s->hellos[i].peer)->client_id = i;
+        if (rc < 0) {
+            struct rkv_hdr h = {.type = RKV_MSG_ERROR, .req_id = s->hellos[i].req_id, .status = rc};
+            srv_reply(s, s->hellos[i].peer, &h, why);
+            continue;
+        }
         srv_hello_reply(s, s->hellos[i].peer, s->hellos[i].req_id, i);
     }
     RKV_LOGI(s->port, "all %u clients joined; ids assigned", s->n_hellos);
@@ -803,6 +931,18 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
     if (!c || c->client_id == RKV_ID_NONE)
         return srv_status(s, peer, m, 0, -RKV_EINVAL,
                           "barrier before hello: this connection holds no client id");
+    /* count: the client's barrier number (1, 2, ...; 0: the next one). A
+     * number already completed is a retry whose reply was lost (server 0
+     * died after completing it): answered at once. Wrapping arithmetic. */
+    uint32_t next = (uint32_t)(s->barriers_done + 1), want = m->h.count ? m->h.count : next;
+    if (want != next && (int32_t)(next - want) > 0)
+        return srv_status(s, peer, m, RKV_MSG_BARRIER_REPLY, 0, NULL);
+    if (want != next) {
+        char why[128];
+        snprintf(why, sizeof(why), "barrier %u asked, but barrier %u is the next to complete", want,
+                 next);
+        return srv_status(s, peer, m, 0, -RKV_EINVAL, why);
+    }
     if (s->client_gone) {
         char why[128];
         snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", s->client_gone - 1,
@@ -822,9 +962,19 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         (struct srv_waiter){.peer = peer, .req_id = m->h.req_id, .client = c->client_id};
     if (s->n_barrier < s->cfg.n_workers)
         return;
+    /* Durable: on disk before any client leaves it (see barriers_done). */
+    s->barriers_done++;
+    char why[RKV_PROTO_TEXT_MAX];
+    int rc = srv_coord_save(s, why, sizeof(why));
+    if (rc < 0) {
+        s->barriers_done--;
+        RKV_LOGE(s->port, "server 0: cannot record barrier %u: %s", next, why);
+    }
     for (uint32_t i = 0; i < s->n_barrier; i++) {
-        struct rkv_hdr h = {.type = RKV_MSG_BARRIER_REPLY, .req_id = s->barrier[i].req_id};
-        srv_reply(s, s->barrier[i].peer, &h, NULL);
+        struct rkv_hdr h = {.type = rc < 0 ? RKV_MSG_ERROR : RKV_MSG_BARRIER_REPLY,
+                            .req_id = s->barrier[i].req_id,
+                            .status = rc};
+        srv_reply(s, s->barrier[i].peer, &h, rc < 0 ? why : NULL);
     }
     s->n_barrier = 0;
 }
@@ -915,6 +1065,10 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
     s->table_peer[a->server_id] = peer;
     if (old && old != peer)
         srv_conn_unkeep(s, old); /* it was kept for its entry only */
+    char why[RKV_PROTO_TEXT_MAX];
+    int rc = srv_coord_save(s, why, sizeof(why)); /* clients of a restarted server 0 need it */
+    if (rc < 0)
+        return srv_status(s, peer, m, 0, rc, why);
     RKV_LOGI(s->port, "server %u is at %s:%u (%u of %u known)", a->server_id, a->host, a->port,
              s->n_registered, s->n_servers);
     srv_status(s, peer, m, RKV_MSG_REGISTER_ACK, 0, NULL);
@@ -1334,25 +1488,64 @@ static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, 
                     s->server_id, s->cfg.connect_retry_ms);
 }
 
-/* Replays the machine's log after snapshot snap into its memory (no other
- * server of the machine runs yet). */
-static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *err, size_t err_len)
+static void srv_replay_log(struct rkv_server *s, uint64_t t0)
 {
-    struct rkv_wal_replay r;
-    uint64_t t0 = s->port->ops->now_ns(s->port);
-    int rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht, &r, err,
-                             err_len);
-    if (rc < 0)
-        return rc;
+    const struct rkv_wal_replay *r = &s->replay;
     RKV_LOGW(s->port,
              "server %u replayed machine %u's log after snapshot generation %llu: %llu logs, "
              "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn bytes cut, "
              "in %llu ms",
-             s->server_id, s->cfg.machine_id, (unsigned long long)snap->generation,
-             (unsigned long long)r.logs, (unsigned long long)r.records, (unsigned long long)r.rows,
-             (unsigned long long)r.bytes, (unsigned long long)r.dups,
-             (unsigned long long)r.torn_bytes,
+             s->server_id, s->cfg.machine_id, (unsigned long long)s->replay_gen,
+             (unsigned long long)r->logs, (unsigned long long)r->records,
+             (unsigned long long)r->rows, (unsigned long long)r->bytes, (unsigned long long)r->dups,
+             (unsigned long long)r->torn_bytes,
              (unsigned long long)((s->port->ops->now_ns(s->port) - t0) / 1000000ull));
+}
+
+/* Replays the machine's log after snapshot snap into its memory (no other
+ * server of the machine runs yet): at create up to the first push of a
+ * custom op, the rest at rkv_server_run (srv_replay_finish). */
+static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *err, size_t err_len)
+{
+    memset(&s->replay, 0, sizeof(s->replay));
+    s->replay_lineage = snap->lineage;
+    s->replay_gen = snap->generation;
+    struct rkv_wal_replay *r = &s->replay;
+    uint64_t t0 = s->port->ops->now_ns(s->port);
+    int rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht,
+                             RKV_WAL_PAUSE_CUSTOM, r, err, err_len);
+    if (rc < 0)
+        return rc;
+    if (r->paused_lsn) {
+        s->replay_pending = 1;
+        RKV_LOGW(s->port,
+                 "server %u: machine %u's log holds a push of custom op %u (log generation %llu, "
+                 "byte %llu), whose handler is registered after create: %llu records replayed "
+                 "so far, the rest at rkv_server_run, which listens once it is done",
+                 s->server_id, s->cfg.machine_id, r->pause_op,
+                 (unsigned long long)RKV_WAL_GEN(r->paused_lsn),
+                 (unsigned long long)RKV_WAL_OFF(r->paused_lsn), (unsigned long long)r->records);
+        return 0;
+    }
+    srv_replay_log(s, t0);
+    return 0;
+}
+
+/* rkv_server_run: the replay srv_replay paused, with the handlers the
+ * application registered since; then the machine's other servers may
+ * attach. */
+static int srv_replay_finish(struct rkv_server *s, char *err, size_t err_len)
+{
+    uint64_t t0 = s->port->ops->now_ns(s->port);
+    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, s->tensors, &s->ht, 0,
+                             &s->replay, err, err_len);
+    if (rc < 0)
+        return rc;
+    assert(!s->replay.paused_lsn);
+    s->replay_pending = 0;
+    srv_replay_log(s, t0);
+    if (s->replay_publish)
+        rkv_snap_publish_lineage(&s->mach, s->replay_lineage);
     return 0;
 }
 
@@ -1436,6 +1629,10 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
         srv_free_tensors(s); /* adopted above; a refused log leaves the server unmade */
         return rc;
     }
+    if (s->replay_pending) {
+        s->replay_publish = 1; /* once the replay is whole */
+        return 0;
+    }
     rkv_snap_publish_lineage(&s->mach, snap->lineage); /* the others may attach now */
     return 0;
 }
@@ -1466,6 +1663,8 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         uint64_t lineage = rkv_mix64(rkv_rng_next(&s->port->rng) ^ rkv_file_wall_ns()) | 1;
         RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
                  (unsigned long long)lineage);
+        if (s->server_id == 0)
+            rkv_coord_remove(s->cfg.durable_dir); /* an earlier run's */
         return rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
                                &s->mach, err, err_len);
     }
@@ -1479,6 +1678,8 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     else
         rc = srv_restart(s, &snap, path, err, err_len);
     rkv_snap_free(&snap);
+    if (rc == 0 && s->server_id == 0 && (rc = srv_coord_load(s, err, err_len)) < 0)
+        srv_free_tensors(s);
     return rc;
 }
 
@@ -1521,7 +1722,7 @@ static void srv_durable_stop(struct rkv_server *s)
     const struct rkv_snap_writer *w = s->snapw;
     char why[256];
     /* A clean stop leaves a checkpoint: the next start replays nothing. */
-    if (s->mach.hdr && rkv_wal_pending_bytes(s->wal) > 0 &&
+    if (s->mach.hdr && !s->replay_pending && rkv_wal_pending_bytes(s->wal) > 0 &&
         rkv_snap_commit(s->snapw, atomic_load(&s->mach.hdr->snap_started), why, sizeof(why)) < 0)
         RKV_LOGE(s->port, "checkpoint at shutdown failed (the log stays): %s", why);
     RKV_LOGI(s->port,
@@ -1544,6 +1745,38 @@ static void srv_wal_free(struct rkv_server *s)
         rkv_wal_free(s->wal);
     free(s->wal);
     s->wal = NULL;
+}
+
+/* Listens, starts the engine's task and announces the server: from here
+ * on it serves. */
+static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
+{
+    const struct rkv_machine *mc = &s->cfg.machines[s->cfg.machine_id];
+    uint16_t tcp_port = (uint16_t)(mc->base_port + s->local_id);
+    /* A machine whose host the config does not name listens everywhere. */
+    int rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
+    if (rc < 0)
+        return rkv_errf(err, err_len, rc,
+                        "server %u: cannot listen on %s:%u (%s); is the port in use?", s->server_id,
+                        mc->host, tcp_port, rkv_strerror(rc));
+    if ((rc = rkv_engine_start(s->eng)) < 0)
+        return rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
+    /* Only a server whose machine the config gives no host announces itself:
+     * the others' addresses server 0 has from the config, and a cluster may
+     * finish and stop server 0 before such a redundant announcement. */
+    if (s->server_id != 0 && !mc->host[0] && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
+        return rc;
+    RKV_LOGI(s->port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
+             s->durable ? " (durable)" : "");
+    /* Once per server, at the default level: an open door is a choice to
+     * make knowingly. (The twin runs every node in one process: no door.) */
+    if (!s->nic->has_secret && strcmp(s->nic->ops->name, "sim") != 0)
+        RKV_LOGW(s->port,
+                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
+                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
+                 "RKV_SECRET_FILE or rkv_config.secret on every node",
+                 s->server_id, tcp_port);
+    return 0;
 }
 
 /* ---- life cycle ---- */
@@ -1593,7 +1826,6 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     rc = rkv_engine_create(port, nic, &ec, srv_on_msg, srv_on_peer, s, &s->eng, err, err_len);
     if (rc < 0)
         goto destroy_cond;
-    uint16_t tcp_port = (uint16_t)(mc->base_port + local_id);
     if (s->server_id == 0 && (rc = srv_table_init(s)) < 0)
         goto destroy_engine;
     /* The shard is whole (restored, when restarting) before anyone can ask. */
@@ -1601,32 +1833,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto destroy_engine;
     if ((rc = srv_durable_start(s, err, err_len)) < 0)
         goto close_mach;
-    /* A machine whose host the config does not name listens everywhere. */
-    rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
-    if (rc < 0) {
-        rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); is the port in use?",
-                 s->server_id, mc->host, tcp_port, rkv_strerror(rc));
+    /* A replay that waits for custom handlers: rkv_server_run listens. */
+    if (!s->replay_pending && (rc = srv_serve(s, err, err_len)) < 0)
         goto stop_durable;
-    }
-    if ((rc = rkv_engine_start(s->eng)) < 0) {
-        rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
-        goto stop_durable;
-    }
-    /* Only a server whose machine the config gives no host announces itself:
-     * the others' addresses server 0 has from the config, and a cluster may
-     * finish and stop server 0 before such a redundant announcement. */
-    if (s->server_id != 0 && !mc->host[0] && (rc = srv_register(s, tcp_port, err, err_len)) < 0)
-        goto stop_durable;
-    RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
-             s->durable ? " (durable)" : "");
-    /* Once per server, at the default level: an open door is a choice to
-     * make knowingly. (The twin runs every node in one process: no door.) */
-    if (!nic->has_secret && strcmp(nic->ops->name, "sim") != 0)
-        RKV_LOGW(port,
-                 "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
-                 "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
-                 "RKV_SECRET_FILE or rkv_config.secret on every node",
-                 s->server_id, tcp_port);
     *srv_p = s;
     return 0;
 stop_durable:
@@ -1695,6 +1904,17 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
 
 int rkv_server_run(struct rkv_server *s)
 {
+    /* A restart's replay that waited for the custom handlers registered
+     * since create; only then does the server listen. */
+    if (s->replay_pending) {
+        int rc = srv_replay_finish(s, s->err, sizeof(s->err));
+        if (rc == 0)
+            rc = srv_serve(s, s->err, sizeof(s->err));
+        if (rc < 0) {
+            RKV_LOGE(s->port, "server %u: %s", s->server_id, s->err);
+            return rc;
+        }
+    }
     s->port->ops->mutex_lock(s->mu);
     while (!s->stop)
         s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);

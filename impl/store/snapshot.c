@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "port/port_file.h"
+#include "store/crc32c_tables.h"
 #include "util/util.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the snapshot format is little-endian");
@@ -34,11 +35,47 @@ static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t n)
 }
 
 #if defined(__x86_64__)
+static uint32_t crc_shift(const uint32_t zeros[4][256], uint32_t crc)
+{
+    return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^
+           zeros[3][crc >> 24];
+}
+
+/* Three streams of `len` bytes at once, combined: the crc32 instruction
+ * has a latency of 3 cycles and a throughput of 1, so one dependent chain
+ * runs at a third of what the unit can do (perf: the CRC of a 1 MiB log
+ * record was the push path's largest user-space cost). */
+__attribute__((target("sse4.2"))) static uint64_t
+crc_hw3(uint64_t c0, const uint8_t **p_p, size_t *n_p, size_t len, const uint32_t zeros[4][256])
+{
+    const uint8_t *p = *p_p;
+    size_t n = *n_p;
+    for (; n >= 3 * len; p += 3 * len, n -= 3 * len) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < len; i += 8) {
+            uint64_t v0, v1, v2;
+            memcpy(&v0, p + i, 8);
+            memcpy(&v1, p + len + i, 8);
+            memcpy(&v2, p + 2 * len + i, 8);
+            c0 = __builtin_ia32_crc32di(c0, v0);
+            c1 = __builtin_ia32_crc32di(c1, v1);
+            c2 = __builtin_ia32_crc32di(c2, v2);
+        }
+        c0 = crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+    }
+    *p_p = p;
+    *n_p = n;
+    return c0;
+}
+
 /* SSE4.2 computes the same polynomial at several GB/s: the CRC of a large
  * shard then costs less than writing it. */
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n)
 {
     uint64_t c = crc;
+    c = crc_hw3(c, &p, &n, CRC32C_LONG, crc32c_long);
+    c = crc_hw3(c, &p, &n, CRC32C_SHORT, crc32c_short);
     for (; n >= 8; p += 8, n -= 8) {
         uint64_t v;
         memcpy(&v, p, 8);

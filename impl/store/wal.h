@@ -174,16 +174,28 @@ int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len);
 struct rkv_wal_replay {
     uint64_t logs, records, rows, bytes, dups, torn_bytes;
     uint64_t end_lsn;
+    /* Not 0: the replay paused before the record at this LSN, whose custom
+     * op pause_op had no handler (RKV_WAL_PAUSE_CUSTOM). */
+    uint64_t paused_lsn;
+    uint32_t pause_op;
 };
+
+/* rkv_wal_recover's flags. PAUSE_CUSTOM: a record whose custom op has no
+ * handler in ht pauses the replay there (rather than refusing the log): a
+ * server replays at create, before the application registered its
+ * handlers, and finishes the replay at rkv_server_run. */
+#define RKV_WAL_PAUSE_CUSTOM 1
 
 /* Replays the logs of snapshot generation gen (gen, gen+1, ...) into the
  * machine's tensors (by id, already in shared memory), cutting a torn tail,
  * refusing a corrupted record; then points the machine's log state at the
  * end (creating log gen when there is none). No other server of the
- * machine may run meanwhile. */
+ * machine may run meanwhile. When it pauses (r->paused_lsn set, returns 0),
+ * it has applied the records before that one only and set nothing else up;
+ * called again with the same r, it resumes there. */
 int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
                     struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
-                    struct rkv_wal_replay *r, char *err, size_t err_len);
+                    int flags, struct rkv_wal_replay *r, char *err, size_t err_len);
 
 /* Encoding and validation, for recovery and tests. */
 size_t rkv_wal_record_bytes(uint64_t count, uint64_t row_bytes);

@@ -29,6 +29,7 @@
 #include "nic/nic_tcp.h"
 #include "port/port_file.h"
 #include "rkv.h"
+#include "store/crc32c_tables.h"
 #include "store/snapshot.h"
 #include "store/wal.h"
 
@@ -141,6 +142,70 @@ static void test_crc32c(void **state)
     assert_int_equal(rkv_crc32c(0, v, 9), 0xe3069283u); /* the standard check value */
     assert_int_equal(rkv_crc32c(rkv_crc32c(0, v, 4), v + 4, 5), 0xe3069283u);
     assert_int_equal(rkv_crc32c(0, v, 0), 0);
+    /* Every path of the hardware CRC (three interleaved streams of 8 KiB
+     * and of 256 bytes, then 8 bytes, then bytes), at odd offsets and
+     * resumed mid-buffer, against a bitwise CRC. */
+    size_t max = 3 * 8192 * 2 + 3 * 256 * 2 + 77;
+    uint8_t *buf = malloc(max + 8);
+    assert_non_null(buf);
+    for (size_t i = 0; i < max + 8; i++)
+        buf[i] = (uint8_t)(rkv_mix64(i) >> 7);
+    static const size_t lens[] = {0,           1,
+                                  7,           8,
+                                  255,         256,
+                                  767,         768,
+                                  769,         3 * 8192 - 1,
+                                  3 * 8192,    3 * 8192 + 3 * 256 + 9,
+                                  6 * 8192 + 5};
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+        for (size_t off = 0; off < 8; off += 3) {
+            const uint8_t *p = buf + off;
+            size_t n = lens[k] < max ? lens[k] : max;
+            uint32_t want = 0xffffffffu;
+            for (size_t i = 0; i < n; i++) {
+                want ^= p[i];
+                for (int b = 0; b < 8; b++)
+                    want = want & 1 ? (want >> 1) ^ 0x82f63b78u : want >> 1;
+            }
+            want = ~want;
+            assert_int_equal(rkv_crc32c(0, p, n), want);
+            assert_int_equal(rkv_crc32c(rkv_crc32c(0, p, n / 3), p + n / 3, n - n / 3), want);
+        }
+    }
+    free(buf);
+}
+
+/* The raw CRC-32C register s advanced over len zero bytes, bit by bit. */
+static uint32_t crc_zeros_bitwise(uint32_t s, size_t len)
+{
+    for (size_t i = 0; i < 8 * len; i++)
+        s = s & 1 ? (s >> 1) ^ 0x82f63b78u : s >> 1;
+    return s;
+}
+
+/* Every entry of the generated tables that combine the interleaved CRC's
+ * streams (few of them are met by any one buffer). */
+static void test_crc32c_tables(void **state)
+{
+    (void)state;
+    const uint32_t(*tabs[2])[256] = {crc32c_long, crc32c_short};
+    const size_t lens[2] = {CRC32C_LONG, CRC32C_SHORT};
+    for (int t = 0; t < 2; t++) {
+        uint32_t bit[32];
+        for (int b = 0; b < 32; b++)
+            bit[b] = crc_zeros_bitwise(1u << b, lens[t]);
+        for (int k = 0; k < 4; k++) {
+            for (uint32_t n = 0; n < 256; n++) {
+                uint32_t x = n << (8 * k), want = 0;
+                for (int b = 0; b < 32; b++)
+                    if (x >> b & 1)
+                        want ^= bit[b];
+                if (tabs[t][k][n] != want)
+                    fail_msg("table %d [%d][%u]: 0x%08x, expected 0x%08x", t, k, n, tabs[t][k][n],
+                             want);
+            }
+        }
+    }
 }
 
 /* Two tensors (an explicit book; optimizer state) and three clients. */
@@ -1244,11 +1309,373 @@ static void test_dead_lock_holder_taken_over(void **state)
     remove_tree(c.dir);
 }
 
+/* ---- a custom op in the log ---- */
+
+/* Not commutative: a replay in another order, or twice, gives another row. */
+static void h_double_add(enum rkv_dtype dt, void *row, void *state, const void *in, size_t n_elems,
+                         double param, void *user)
+{
+    (void)state, (void)param, (void)user;
+    assert_int_equal(dt, RKV_F32);
+    float *r = row;
+    const float *x = in;
+    for (size_t i = 0; i < n_elems; i++)
+        r[i] = r[i] * 2 + x[i];
+}
+
+/* A server of machine m that registers h_double_add as RKV_OP_CUSTOM (or
+ * not) between create and run, as an application does. Exits 3 when
+ * create or run fails, after logging why. */
+static pid_t spawn_custom_server(const struct rkv_config *cfg0, uint32_t m, int with_handler,
+                                 const char *log_path)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid != 0) {
+        child_add(pid);
+        return pid;
+    }
+    if (!freopen(log_path, "w", stderr))
+        _exit(4);
+    struct rkv_config cfg = *cfg0;
+    cfg.machine_id = m;
+    cfg.log_level = 2;
+    struct rkv_server *srv;
+    char err[256];
+    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "create: %s\n", err);
+        _exit(3);
+    }
+    if (with_handler && rkv_server_register_handler(srv, RKV_OP_CUSTOM, h_double_add, NULL) < 0)
+        _exit(4);
+    int rc = rkv_server_run(srv);
+    if (rc < 0)
+        fprintf(stderr, "run: %s\n", rkv_server_errmsg(srv));
+    rkv_server_destroy(srv);
+    exit(rc < 0 ? 3 : 0);
+}
+
+static void push_row60(struct rkv_client *cli, int op, float v)
+{
+    uint64_t id = 60;
+    float row[4] = {v, v, v, v};
+    if (rkv_client_push(cli, "t", &id, 1, row, op, 0) < 0)
+        fail_msg("push op %d: %s", op, rkv_client_errmsg(cli));
+}
+
+/* Pushes of a registered C handler are in the log like any other; a
+ * restart replays them once the application registered the handler
+ * (rkv_server_run), and refuses, saying which op and what to do, when it
+ * did not. */
+static void test_custom_op_replayed_after_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 15000;
+    char log1[128], log1b[128], log1c[128];
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    snprintf(log1b, sizeof(log1b), "%s/s1-no-handler.log", c.dir);
+    snprintf(log1c, sizeof(log1c), "%s/s1-restarted.log", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_custom_server(&c.cfg, 1, 1, log1);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_double_add, NULL), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    /* Row 60 (machine 1): 0 -> 1 -> 1*2+3 = 5 -> 6 -> 6*2+1 = 13, every
+     * push acknowledged, so in the log. */
+    push_row60(cli, RKV_OP_SUM, 1);
+    push_row60(cli, RKV_OP_CUSTOM, 3);
+    push_row60(cli, RKV_OP_SUM, 1);
+    push_row60(cli, RKV_OP_CUSTOM, 1);
+    assert_true(pull_row60(cli) == 13.0f);
+    /* Machine 1 is lost: the restart has the snapshot (no push) and the log. */
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 1);
+    /* Without the handler: run refuses the log, naming the op. */
+    s1 = spawn_custom_server(&c.cfg, 1, 0, log1b);
+    int st = wait_exit(s1);
+    print_log_lines(log1b);
+    assert_int_equal(st, 3);
+    assert_true(file_contains(log1b, "holds a push of custom op 16"));
+    assert_true(file_contains(log1b, "register its handler with rkv_server_register_handler "
+                                     "before rkv_server_run"));
+    /* With it: the replay pauses at create and finishes at run. */
+    s1 = spawn_custom_server(&c.cfg, 1, 1, log1c);
+    assert_true(pull_row60(cli) == 13.0f);
+    push_row60(cli, RKV_OP_CUSTOM, 1); /* and it serves the op again: 27 */
+    assert_true(pull_row60(cli) == 27.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s1), 0);
+    assert_int_equal(wait_exit(s0), 0);
+    print_log_lines(log1c);
+    assert_true(file_contains(log1c, "holds a push of custom op 16"));
+    assert_true(file_contains(log1c, "4 records (4 rows"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
+/* ---- server 0 restarts (its coordination record, store/coord.h) ---- */
+
+/* Server 0 crashes (lose_memory: with its machine, whose only process it
+ * is: the workers live on machine 1) under the workers' pushes and comes
+ * back; the workers re-join under their ids, retry what met the dead
+ * server, pass their barriers, and every row is exact. */
+static void run_server0_crash(int lose_memory)
+{
+    struct cluster c;
+    cluster_config(&c, 1, 1); /* machine 1 announces itself: server 0 must remember it */
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 15000;
+    char log0[128], log0b[128], log1[128];
+    snprintf(log0, sizeof(log0), "%s/s0.log", c.dir);
+    snprintf(log0b, sizeof(log0b), "%s/s0-restarted.log", c.dir);
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, log0);
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, log1);
+    struct rkv_config wcfg = c.cfg;
+    wcfg.machine_id = 1; /* machine 0 holds server 0 alone: it can be lost whole */
+    int progress[2];
+    assert_int_equal(pipe(progress), 0);
+    pid_t w[2];
+    for (int k = 0; k < 2; k++) {
+        w[k] = fork();
+        assert_true(w[k] >= 0);
+        if (w[k] > 0)
+            child_add(w[k]);
+        if (w[k] == 0) {
+            close(progress[0]);
+            exit(e2e_worker(&wcfg, progress[1]));
+        }
+    }
+    close(progress[1]);
+    char b;
+    for (uint32_t n = 0; n < E2E_KILL_AFTER; n++)
+        assert_int_equal(read(progress[0], &b, 1), 1);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    if (lose_memory)
+        unlink_machine_shm(&c.cfg, 0);
+    usleep(300 * 1000); /* workers meet the dead server 0 and keep retrying */
+    pid_t s0b = spawn_server(&c.cfg, 0, 0, log0b);
+    while (read(progress[0], &b, 1) == 1)
+        ;
+    close(progress[0]);
+    int st0 = wait_exit(w[0]), st1 = wait_exit(w[1]);
+    print_log_lines(log0b);
+    assert_int_equal(st0, 0);
+    assert_int_equal(st1, 0);
+    assert_int_equal(wait_exit(s0b), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    assert_true(file_contains(log0b, "server 0 restarted: 2 client ids, 1 completed barriers and "
+                                     "2 of 2 server addresses restored"));
+    assert_true(file_contains(log0b, lose_memory ? "restarted from snapshot"
+                                                 : "restarted: serving machine 0's shared memory"));
+    assert_true(file_contains(log0b, "client 0 re-joined"));
+    assert_true(file_contains(log0b, "client 1 re-joined"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0); /* in case an assertion above left them */
+}
+
+static void test_server0_crash_under_pushes_durable(void **state)
+{
+    (void)state;
+    run_server0_crash(0);
+}
+
+static void test_server0_machine_lost_under_pushes_durable(void **state)
+{
+    (void)state;
+    run_server0_crash(1);
+}
+
+/* A coordination record that fails its check is refused at server 0's
+ * restart, with the file and the reason, never half-used. */
+static void test_corrupt_coord_record_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rkv-coord", c.dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 24, SEEK_SET), 0); /* the barrier count */
+    int b = fgetc(f);
+    assert_int_equal(b, 1);
+    assert_int_equal(fseek(f, 24, SEEK_SET), 0);
+    fputc(b ^ 0x40, f);
+    fclose(f);
+    struct rkv_config cfg = c.cfg;
+    struct rkv_server *srv = NULL;
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "CRC-32C mismatch"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
+}
+
+/* A raw client of server 0 that joins (id handed out once all joined). */
+static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(rkv_port_posix_create("raw", 0, 3, &r->port), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(r->port, NULL, &r->nic), 0);
+    struct rkv_engine_cfg ec = {.node_id = RKV_CLIENT_NODE_BASE,
+                                .rx_depth = 64,
+                                .ctrl_buf_bytes = 8192,
+                                .max_slots = 64,
+                                .max_slot_bytes = 1 << 20};
+    char err[128];
+    assert_int_equal(
+        rkv_engine_create(r->port, r->nic, &ec, raw_on_msg, NULL, r, &r->eng, err, sizeof(err)), 0);
+    assert_int_equal(r->port->ops->mutex_create(r->port, &r->mu), 0);
+    assert_int_equal(r->port->ops->cond_create(r->port, &r->cv), 0);
+    assert_int_equal(rkv_engine_start(r->eng), 0);
+    assert_int_equal(
+        rkv_engine_connect(r->eng, "127.0.0.1", cfg->machines[0].base_port, 2000, &r->peer), 0);
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, 256, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1, .sender = RKV_CLIENT_NODE_BASE};
+    size_t len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, 0, RKV_ID_NONE, nonce,
+                                     rkv_cfg_fingerprint(cfg));
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+}
+
+/* Waits up to wait_ms for the reply after `before` replies: its type, or 0. */
+static int raw_reply(struct rawcli *r, int before, uint64_t wait_ms, int *status_p)
+{
+    uint64_t end = mono_ms() + wait_ms;
+    r->port->ops->mutex_lock(r->mu);
+    while (r->got == before && mono_ms() < end)
+        r->port->ops->cond_wait(r->cv, r->mu, 50000000ull);
+    int type = r->got > before ? r->type : 0;
+    if (status_p)
+        *status_p = r->status;
+    r->port->ops->mutex_unlock(r->mu);
+    return type;
+}
+
+static int raw_barrier_send(struct rawcli *r, uint32_t number)
+{
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, RKV_PROTO_HDR_BYTES, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_BARRIER, .req_id = 100 + number, .count = number};
+    r->port->ops->mutex_lock(r->mu);
+    int before = r->got;
+    r->port->ops->mutex_unlock(r->mu);
+    size_t len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
+    assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
+    return before;
+}
+
+/* A client whose first HELLO server 0 answered in its record but not on
+ * the wire (it died in between) asks again after the restart: the nonce
+ * it joined with gets it the id it was given; another nonce gets none. */
+static void test_join_again_after_server0_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rkv-coord", c.dir);
+    uint8_t *rec;
+    size_t len;
+    assert_int_equal(rkv_file_read(path, &rec, &len, err, sizeof(err)), 0);
+    assert_true(len >= 64);
+    uint64_t nonce;
+    memcpy(&nonce, rec + 48 + 8, 8); /* client 0's join nonce (coord.h) */
+    free(rec);
+    struct rkv_config cfg0 = c.cfg;
+    struct rkv_server *s0b = server_create(&c, 0);
+    struct rawcli other, again;
+    raw_join_send(&other, &cfg0, nonce ^ 1);
+    int st = 0;
+    assert_int_equal(raw_reply(&other, 0, 5000, &st), RKV_MSG_ERROR);
+    assert_int_equal(st, -RKV_ELIMIT);
+    raw_join_send(&again, &cfg0, nonce);
+    assert_int_equal(raw_reply(&again, 0, 5000, &st), RKV_MSG_HELLO_REPLY);
+    raw_close(&again);
+    raw_close(&other);
+    rkv_client_destroy(cli);
+    rkv_server_destroy(s0b);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    wait_exit(s1);
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
+/* Barriers are numbered: a client asking again for one that completed
+ * (its reply was lost: server 0 died after sending the others') is
+ * answered at once instead of waiting in the next one, and a number ahead
+ * of the next barrier is refused. */
+static void test_barrier_numbers(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.cfg.n_workers = 2;
+    struct rkv_server *s0 = server_create(&c, 0), *s1 = server_create(&c, 1);
+    struct rawcli a, b;
+    raw_join_send(&a, &c.cfg, 11);
+    raw_join_send(&b, &c.cfg, 22);
+    assert_int_equal(raw_reply(&a, 0, 5000, NULL), RKV_MSG_HELLO_REPLY);
+    assert_int_equal(raw_reply(&b, 0, 5000, NULL), RKV_MSG_HELLO_REPLY);
+    int ba = raw_barrier_send(&a, 1), bb = raw_barrier_send(&b, 1);
+    assert_int_equal(raw_reply(&a, ba, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    assert_int_equal(raw_reply(&b, bb, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    /* The retry of barrier 1: answered without b. */
+    ba = raw_barrier_send(&a, 1);
+    assert_int_equal(raw_reply(&a, ba, 3000, NULL), RKV_MSG_BARRIER_REPLY);
+    int st = 0;
+    ba = raw_barrier_send(&a, 3);
+    assert_int_equal(raw_reply(&a, ba, 3000, &st), RKV_MSG_ERROR);
+    assert_int_equal(st, -RKV_EINVAL);
+    /* Barrier 2 waits for both. */
+    ba = raw_barrier_send(&a, 2);
+    assert_int_equal(raw_reply(&a, ba, 300, NULL), 0);
+    bb = raw_barrier_send(&b, 2);
+    assert_int_equal(raw_reply(&b, bb, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    assert_int_equal(raw_reply(&a, ba, 5000, NULL), RKV_MSG_BARRIER_REPLY);
+    raw_close(&a);
+    raw_close(&b);
+    rkv_server_destroy(s1);
+    rkv_server_destroy(s0);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_crc32c, reap_children),
+        cmocka_unit_test_teardown(test_crc32c_tables, reap_children),
         cmocka_unit_test_teardown(test_snapshot_roundtrip, reap_children),
         cmocka_unit_test_teardown(test_snapshot_truncated, reap_children),
         cmocka_unit_test_teardown(test_snapshot_flipped_byte, reap_children),
@@ -1267,6 +1694,12 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
+        cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
+        cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
+        cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
+        cmocka_unit_test_teardown(test_custom_op_replayed_after_restart, reap_children),
+        cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
+        cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -370,6 +370,16 @@ static void test_restart_durable(void **state)
                 assert_memory_equal(first, h, strlen(first));
         }
     }
+    /* Server 0 too: its client ids and barriers survive in its record. */
+    for (int seed = 1; seed <= 3; seed++) {
+        char args[512];
+        snprintf(args, sizeof(args), "run %s/faults-restart-server0.yaml --jitter 1 --seed %d",
+                 SCEN_DIR, seed);
+        int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
+        if (rc != 0 || !strstr(out, "verdict: PASS (the faults fired, every worker finished"))
+            fail_msg("rkv %s: exit %d\n%s", args, rc, out);
+        assert_non_null(strstr(out, "s0.0 crashed at"));
+    }
 }
 
 int main(void)
