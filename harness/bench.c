@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "harness/bench_durable.h"
+#include "harness/bench_local.h"
 #include "cli/cli.h"
 #include "harness/limits.h"
 #include "harness/probe_tcp.h"
@@ -875,7 +876,9 @@ static void bench_usage(FILE *out)
         "  --json      one JSON object instead of lines and a table\n"
         "Prints `figure NAME VALUE UNIT` and `ratio NAME/LIMIT VALUE` lines, then a\n"
         "Markdown table. Other flags are settings every cluster gets (rkv config --dump).\n"
-        "Exit 0 ok, 1 a value differed, 2 usage error, 3 store or tool error.\n");
+        "Exit 0 ok, 1 a value differed, 2 usage error, 3 store or tool error.\n"
+        "Also: rkv bench durable, and rkv bench local (what a 1-row call served from\n"
+        "this machine's shard costs; --help for each).\n");
 }
 
 static int bench_parse_sizes(struct bench *b, const char *list)
@@ -990,6 +993,8 @@ int cmd_bench(int argc, char **argv, const char *self)
 {
     if (argc > 0 && !strcmp(argv[0], "durable"))
         return rkv_bench_durable(argc - 1, argv + 1);
+    if (argc > 0 && !strcmp(argv[0], "local"))
+        return rkv_bench_local(argc - 1, argv + 1);
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             bench_usage(stdout);

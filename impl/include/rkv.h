@@ -429,16 +429,28 @@ enum rkv_stats_op {
     RKV_STATS_OPS = 5
 };
 /* Latency buckets, log2: hist[b] counts latencies in [2^b, 2^(b+1)) ns
- * (hist[0] also 0 ns); the last bucket holds everything from 2^39 ns (9 min). */
+ * (hist[0] also 0 ns); the last bucket holds everything from 2^39 ns (9 min).
+ * Per operation (rkv_client_stats), every call is counted (count, errors,
+ * rows, bytes) but not every one is timed: a push or pull served entirely
+ * from the caller's own machine's shared-memory shard takes ~50 ns, and
+ * reading the clock twice would double that, so of those calls only one in
+ * 64 is timed (the first after a reset, then every 64th; timed ones from
+ * start to end). A push or pull that sent a request to a server is always
+ * timed, from that first request's send to its end (the checks and
+ * grouping of its ids before, a few ns a row, are not in it); barrier,
+ * init and the others from start to end. Per server every request is
+ * timed. `timed` says how many are in total_ns, max_ns and hist: the mean
+ * is total_ns / timed. */
 #define RKV_STATS_BUCKETS 40
 struct rkv_op_stats {
     uint64_t count;    /* calls (per operation) or requests (per server) that ended */
     uint64_t errors;   /* of them, those that failed (timed out, refused, peer gone) */
     uint64_t rows;     /* rows pushed or pulled (by the successful ones) */
     uint64_t bytes;    /* row bytes pushed or pulled (by the successful ones) */
-    uint64_t total_ns; /* latencies summed (of every one that ended) */
+    uint64_t total_ns; /* latencies summed (of every timed one) */
     uint64_t max_ns;
-    uint64_t hist[RKV_STATS_BUCKETS];
+    uint64_t hist[RKV_STATS_BUCKETS]; /* sums to timed */
+    uint64_t timed;                   /* of count, those timed: in total_ns, max_ns and hist */
 };
 /* "push", "pull", "barrier", "init", "other"; NULL for another value. */
 RKV_API const char *rkv_stats_op_name(int op);

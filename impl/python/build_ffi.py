@@ -117,6 +117,7 @@ struct rkv_op_stats {
     uint64_t total_ns;
     uint64_t max_ns;
     uint64_t hist[...];
+    uint64_t timed;
     ...;
 };
 const char *rkv_stats_op_name(int op);

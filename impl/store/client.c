@@ -115,8 +115,15 @@ struct rkv_client {
     uint32_t *grp_start;            /* n_machines + 1 */
     size_t grp_cap;
     struct rkv_client_zc_stats zst;
-    /* Counters per call (rkv_client_stats): the application thread's. */
+    /* Counters per call (rkv_client_stats): the application thread's.
+     * call_sample: pushes and pulls begun per op, which picks the ones a
+     * call that sends nothing times (RKV_STATS_SAMPLE); call_sent and
+     * call_sent_ns: the untimed call under way sent a request, and when
+     * its first went (cli_call_sent). */
     struct rkv_op_stats ops[RKV_STATS_OPS];
+    uint32_t call_sample[RKV_STATS_OPS];
+    int call_sent;
+    uint64_t call_sent_ns;
     /* Pushes in flight (rkv_client_push_async), and per machine the server
      * they went to and how many are out: calls to that machine go to the
      * same server while any is, so per-QP order keeps pushes to one row
@@ -160,6 +167,10 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     r->srv = srv;
     r->expect = expect;
     r->sent_ns = c->port->ops->now_ns(c->port);
+    if (!c->call_sent) { /* the call's counters: it went out, from now */
+        c->call_sent = 1;
+        c->call_sent_ns = r->sent_ns;
+    }
     cli_lock(c);
     r->id = id ? id : ++c->next_req;
     r->next = c->reqs;
@@ -904,9 +915,11 @@ static int cli_meta(struct rkv_client *c, const char *name, struct rkv_tensor_me
 
 /* ---- counters and spans of calls ---- */
 
-/* When a call began, on the port's clock and (when tracing) the trace's. */
+/* When a call began, on the port's clock and (when tracing) the trace's;
+ * untimed: a push or pull not sampled, whose start was not read. */
 struct cli_clock {
     uint64_t t0_ns, tr0_ns;
+    int untimed;
 };
 
 static struct cli_clock cli_call_begin(struct rkv_client *c)
@@ -916,6 +929,31 @@ static struct cli_clock cli_call_begin(struct rkv_client *c)
                               .tr0_ns = tr ? rkv_trace_now_ns(tr) : 0};
 }
 
+/* A push or pull began: timed from here when it is the sampled one of
+ * RKV_STATS_SAMPLE, else not (a call served from the local shard costs
+ * about what two clock reads do); one that then sends a request is timed
+ * from its first (cli_call_sent). */
+static struct cli_clock cli_call_begin_rows(struct rkv_client *c, int op)
+{
+    assert(op == RKV_STATS_PUSH || op == RKV_STATS_PULL);
+    if (c->call_sample[op]++ % RKV_STATS_SAMPLE == 0)
+        return cli_call_begin(c);
+    c->call_sent = 0;
+    struct rkv_trace *tr = c->port->trace;
+    return (struct cli_clock){.untimed = 1, .tr0_ns = tr ? rkv_trace_now_ns(tr) : 0};
+}
+
+/* Before ending (or parking) an untimed call: if it sent a request, it is
+ * timed after all, from that request's send. */
+static struct cli_clock cli_call_sent(const struct rkv_client *c, struct cli_clock k)
+{
+    if (k.untimed && c->call_sent) {
+        k.untimed = 0;
+        k.t0_ns = c->call_sent_ns;
+    }
+    return k;
+}
+
 /* A call ended with rc: counted under op and, when tracing, a span named
  * span (NULL: the op's name) on the calling thread. Returns rc. The
  * application thread's. */
@@ -923,8 +961,10 @@ static int cli_call_end_as(struct rkv_client *c, int op, const char *span,
                            const struct cli_clock *k, int rc, uint64_t rows, uint64_t bytes)
 {
     assert(op >= 0 && op < RKV_STATS_OPS);
-    uint64_t now = c->port->ops->now_ns(c->port);
-    rkv_stats_add(&c->ops[op], now - k->t0_ns, rc >= 0, rows, bytes);
+    if (k->untimed)
+        rkv_stats_count(&c->ops[op], rc >= 0, rows, bytes);
+    else
+        rkv_stats_add(&c->ops[op], c->port->ops->now_ns(c->port) - k->t0_ns, rc >= 0, rows, bytes);
     struct rkv_trace *tr = c->port->trace;
     if (tr)
         rkv_trace_span(tr, span ? span : rkv_stats_op_name(op), "op", k->tr0_ns,
@@ -1549,8 +1589,9 @@ static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
-    struct cli_clock k = cli_call_begin(c);
+    struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
     int rc = cli_push_async(c, name, ids, n, rows, op, param, pending_p);
+    k = cli_call_sent(c, k); /* the wait counts it: other calls come between */
     if (rc < 0)
         return cli_call_end(c, RKV_STATS_PUSH, &k, rc, 0, 0);
     (*pending_p)->clock = k;
@@ -1571,11 +1612,12 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    struct cli_clock k = cli_call_begin(c);
+    struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
     struct cli_push cp = {.reqs = c->call_reqs, .lost = c->call_lost};
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
     if (rc >= 0)
         rc = cli_push_end(c, &cp);
+    k = cli_call_sent(c, k);
     return cli_call_end(c, RKV_STATS_PUSH, &k, rc, n, cli_push_bytes(&cp, n));
 }
 
@@ -1853,9 +1895,10 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
 int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param)
 {
-    struct cli_clock k = cli_call_begin(c);
+    struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PULL);
     uint64_t bytes = 0;
     int rc = cli_pull_with(c, name, ids, n, rows_out, handler, param, &bytes);
+    k = cli_call_sent(c, k);
     return cli_call_end(c, RKV_STATS_PULL, &k, rc, n, bytes);
 }
 
@@ -2274,6 +2317,7 @@ uint32_t rkv_client_n_servers(const struct rkv_client *c)
 void rkv_client_stats_reset(struct rkv_client *c)
 {
     memset(c->ops, 0, sizeof(c->ops));
+    memset(c->call_sample, 0, sizeof(c->call_sample)); /* the next ones are timed */
     cli_lock(c);
     for (uint32_t i = 0; i < c->n_servers; i++)
         if (c->servers[i].st)

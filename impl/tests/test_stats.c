@@ -55,13 +55,14 @@ static struct rkv_op_stats peer_stats(struct rkv_client *cli, uint32_t server, i
     return st;
 }
 
-/* Every histogram counts each call once, and holds its slowest. */
+/* Every histogram counts each timed call once, and holds its slowest. */
 static void assert_consistent(const struct rkv_op_stats *st)
 {
     uint64_t sum = 0;
     for (uint32_t b = 0; b < RKV_STATS_BUCKETS; b++)
         sum += st->hist[b];
-    assert_int_equal(sum, st->count);
+    assert_int_equal(sum, st->timed);
+    assert_true(st->timed <= st->count);
     assert_true(st->errors <= st->count);
     assert_true(st->total_ns >= st->max_ns);
     if (st->count) {
@@ -136,6 +137,7 @@ static void test_counts_per_call_and_server(void **state)
         for (uint32_t s = 0; s < 2; s++) {
             struct rkv_op_stats b = peer_stats(cli, s, op);
             assert_consistent(&b);
+            assert_int_equal(b.timed, b.count); /* every request is timed */
         }
     }
 
@@ -188,6 +190,94 @@ static void test_latency_bucket(void **state)
     cluster_stop(&c);
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Pushes and pulls of the client's own rows (served from the shard, no
+ * server): every one counted, one in 64 timed, each within the loop's own
+ * time. Ones that went to a server: every one timed, from its request's
+ * send, so never shorter than that request. */
+static void test_local_calls_sampled(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    rkv_client_stats_reset(cli);
+    enum { CALLS = 1000 };
+    float row[4] = {1, 2, 3, 4};
+    uint64_t t0 = now_ns();
+    for (uint64_t i = 0; i < CALLS; i++) {
+        uint64_t id = i % 50; /* machine 0's */
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, row, RKV_OP_ASSIGN, 0), 0);
+        assert_int_equal(rkv_client_pull(cli, "t", &id, 1, row), 0);
+    }
+    uint64_t wall = now_ns() - t0;
+    for (int op = RKV_STATS_PUSH; op <= RKV_STATS_PULL; op++) {
+        struct rkv_op_stats st = op_stats(cli, op);
+        assert_int_equal(st.count, CALLS);
+        assert_int_equal(st.errors, 0);
+        assert_int_equal(st.rows, CALLS);
+        assert_int_equal(st.bytes, CALLS * ROW_BYTES);
+        /* calls 0, 64, ..., 960 */
+        assert_int_equal(st.timed, (CALLS + 63) / 64);
+        assert_consistent(&st);
+        assert_true(st.max_ns > 0 && st.total_ns >= st.max_ns);
+        assert_true(st.total_ns < wall);
+    }
+    assert_int_equal(peer_stats(cli, 0, RKV_STATS_PUSH).count, 0);
+    assert_int_equal(peer_stats(cli, 0, RKV_STATS_PULL).count, 0);
+    /* A failure that sent nothing is counted, untimed unless sampled. */
+    uint64_t bad = 100;
+    assert_int_equal(rkv_client_pull(cli, "t", &bad, 1, row), -RKV_ERANGE);
+    assert_int_equal(op_stats(cli, RKV_STATS_PULL).errors, 1);
+    assert_int_equal(op_stats(cli, RKV_STATS_PULL).timed, (CALLS + 63) / 64);
+
+    /* Remote rows: every call timed, and no call shorter than its request. */
+    rkv_client_stats_reset(cli);
+    for (uint64_t i = 0; i < 100; i++) {
+        uint64_t id = 50 + i % 50; /* machine 1's */
+        assert_int_equal(rkv_client_pull(cli, "t", &id, 1, row), 0);
+    }
+    struct rkv_op_stats a = op_stats(cli, RKV_STATS_PULL), b = peer_stats(cli, 1, RKV_STATS_PULL);
+    assert_int_equal(a.count, 100);
+    assert_int_equal(a.timed, 100);
+    assert_int_equal(b.timed, 100);
+    assert_true(a.total_ns >= b.total_ns && a.max_ns >= b.max_ns);
+    assert_consistent(&a);
+
+    /* An async push to a server, with an untimed local call between its
+     * issue and its wait: still timed, by its wait. A local async push that
+     * is not sampled: counted only. */
+    rkv_client_stats_reset(cli);
+    uint64_t local = 3, remote = 70;
+    struct rkv_pending *pend;
+    assert_int_equal(rkv_client_push(cli, "t", &local, 1, row, RKV_OP_ASSIGN, 0), 0); /* 1st */
+    assert_int_equal(rkv_client_push_async(cli, "t", &remote, 1, row, RKV_OP_SUM, 0, &pend), 0);
+    assert_int_equal(rkv_client_pull(cli, "t", &local, 1, row), 0); /* 1st pull: timed */
+    assert_int_equal(rkv_client_pull(cli, "t", &local, 1, row), 0); /* untimed */
+    assert_int_equal(rkv_client_wait(cli, pend), 0);
+    assert_int_equal(rkv_client_push_async(cli, "t", &local, 1, row, RKV_OP_SUM, 0, &pend), 0);
+    assert_int_equal(rkv_client_wait(cli, pend), 0);
+    struct rkv_op_stats p = op_stats(cli, RKV_STATS_PUSH);
+    assert_int_equal(p.count, 3);
+    assert_int_equal(p.timed, 2);
+    assert_true(p.max_ns >= peer_stats(cli, 1, RKV_STATS_PUSH).max_ns);
+    assert_int_equal(op_stats(cli, RKV_STATS_PULL).count, 2);
+    assert_int_equal(op_stats(cli, RKV_STATS_PULL).timed, 1);
+
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 static void test_names_and_edges(void **state)
 {
     (void)state;
@@ -207,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_names_and_edges),
         cmocka_unit_test(test_counts_per_call_and_server),
         cmocka_unit_test(test_latency_bucket),
+        cmocka_unit_test(test_local_calls_sampled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

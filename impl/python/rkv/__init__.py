@@ -532,9 +532,10 @@ def _stats_percentile_us(hist, q, max_ns):
 
 def _op_stats(st):
     hist = [int(st.hist[b]) for b in range(lib.RKV_STATS_BUCKETS)]
-    d = {k: int(getattr(st, k)) for k in ("count", "errors", "rows", "bytes", "total_ns",
-                                           "max_ns")}
-    d["mean_us"] = d["total_ns"] / d["count"] / 1e3 if d["count"] else 0.0
+    d = {k: int(getattr(st, k)) for k in ("count", "errors", "rows", "bytes", "timed",
+                                           "total_ns", "max_ns")}
+    # total_ns and hist hold the timed calls only (rkv.h, rkv_op_stats)
+    d["mean_us"] = d["total_ns"] / d["timed"] / 1e3 if d["timed"] else 0.0
     d["p50_us"] = _stats_percentile_us(hist, 0.5, d["max_ns"])
     d["p99_us"] = _stats_percentile_us(hist, 0.99, d["max_ns"])
     d["hist"] = hist
@@ -862,9 +863,11 @@ class Client:
         """This client's counters (rkv_client_stats), as a dict:
         ``{"ops": {"push": {...}, "pull": ..., "barrier": ..., "init": ...,
         "other": ...}, "servers": {server_id: {"push": {...}, ...}}}``. Each
-        entry has count, errors, rows, bytes, total_ns, max_ns, mean_us,
+        entry has count, errors, rows, bytes, timed, total_ns, max_ns, mean_us,
         p50_us, p99_us and hist (RKV_STATS_BUCKETS counts: hist[b] holds the
-        latencies in [2^b, 2^(b+1)) ns). "ops" counts calls (an async push
+        latencies in [2^b, 2^(b+1)) ns; total_ns, max_ns and hist cover the
+        ``timed`` calls: of pushes and pulls served from this machine's shard
+        without a server, one in 64, see rkv.h). "ops" counts calls (an async push
         from its issue to its wait), "servers" the requests each call sent to
         each server (only servers this client talked to). reset=True zeroes
         the counters after reading them."""

@@ -19,6 +19,7 @@ def test_counts_per_call_and_server(client):
     push = st["ops"]["push"]
     assert (push["count"], push["errors"], push["rows"], push["bytes"]) == (2, 0, 10, 160)
     assert len(push["hist"]) == 40 and sum(push["hist"]) == 2
+    assert push["timed"] == 2  # both sent requests: timed, not sampled
     assert 0 < push["p50_us"] <= push["p99_us"] <= push["max_ns"] / 1e3
     assert abs(push["mean_us"] * 2e3 - push["total_ns"]) < 1
     pull = st["ops"]["pull"]
