@@ -244,15 +244,18 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 
 /* Requests waited for together (rkv_engine_wait's predicate). */
 struct cli_wait_set {
+    struct rkv_client *c; /* whose lock rkv_engine_wait holds around the predicate */
     struct cli_req **reqs;
     size_t n;
     size_t next; /* reqs before it are done (a request never becomes undone) */
 };
 
-/* Called by rkv_engine_wait with the client's lock held. */
+/* rkv_engine_wait's predicate: it holds the client's lock around it. */
 static int cli_reqs_done(void *arg)
 {
     struct cli_wait_set *w = arg;
+    RKV_ASSERT_HELD(w->c->port, w->c->mu);
+    assert(w->next <= w->n);
     while (w->next < w->n && w->reqs[w->next]->done)
         w->next++;
     return w->next == w->n;
@@ -267,7 +270,7 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
     int rc = 0;
     cli_lock(c);
     /* The engine's polling policy: busy polling, sleeping, the deadline. */
-    struct cli_wait_set w = {.reqs = reqs, .n = n};
+    struct cli_wait_set w = {.c = c, .reqs = reqs, .n = n};
     (void)rkv_engine_wait(c->eng, cli_reqs_done, &w, c->mu, c->cv, deadline);
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct cli_req *r = reqs[i];
