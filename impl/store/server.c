@@ -1620,8 +1620,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     RKV_LOGI(port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
              s->durable ? " (durable)" : "");
     /* Once per server, at the default level: an open door is a choice to
-     * make knowingly. (The twin runs every node in one process: no door.) */
-    if (!nic->has_secret && strcmp(nic->ops->name, "sim") != 0)
+     * make knowingly. (A NIC whose peers are all in this process, as the
+     * twin's, has no door.) */
+    if (rkv_nic_open_to_strangers(nic))
         RKV_LOGW(port,
                  "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
                  "cluster, read and write every tensor and stop it; set RKV_TOKEN, "
