@@ -41,7 +41,7 @@
 
 #include "harness/calib.h"
 #include "harness/launch.h"
-#include "harness/limits.h"
+#include "harness/probe_tcp.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
 
@@ -306,19 +306,19 @@ static double cal_pos(double x)
     return x > 0 ? x : 0;
 }
 
-/* The CPU seconds per byte of the writing and the reading thread of one
+/* The CPU seconds per byte of the sending and the receiving process of one
  * loopback TCP stream (1 MiB writes and reads, as the backend's large
- * frames): what the kernel's copies and stack cost each side. Thread CPU
- * time, so other work on the host does not count. */
+ * frames): what the kernel's copies and stack cost each side. Their own
+ * CPU time (the probe's rusage), so other work on the host does not count. */
 static int cal_stream_bytes(size_t bytes, int reps, double *send_ns, double *recv_ns)
 {
     double s[CAL_MAX_REPS], r[CAL_MAX_REPS];
     for (int k = 0; k < reps; k++) {
-        struct rkv_limit_stream st;
-        if (rkv_limit_tcp_stream(bytes, &st) < 0)
+        struct rkv_probe_tcp_run run;
+        if (rkv_probe_tcp_once(1, bytes, 1u << 20, &run) < 0)
             return -RKV_EIO;
-        s[k] = st.send_cpu_s / (double)bytes * 1e9;
-        r[k] = st.recv_cpu_s / (double)bytes * 1e9;
+        s[k] = run.send_cpu_s / (double)bytes * 1e9;
+        r[k] = run.recv_cpu_s / (double)bytes * 1e9;
     }
     *send_ns = cal_median(s, reps);
     *recv_ns = cal_median(r, reps);

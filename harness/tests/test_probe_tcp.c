@@ -1,6 +1,7 @@
 /* harness/probe_tcp.h: the loopback TCP probe gives a figure for one and
- * for several streams (real sockets, real processes), and none for
- * arguments out of its range. No threshold on the figure: the host may be
+ * for several streams (real sockets, real processes), each side's CPU of
+ * one transfer (what rkv calibrate charges per byte), and none for
+ * arguments out of its range. No threshold on a figure: the host may be
  * loaded. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <cmocka.h>
 
 #include "harness/probe_tcp.h"
+#include "rkv.h"
 
 static void test_streams(void **state)
 {
@@ -21,6 +23,25 @@ static void test_streams(void **state)
     assert_int_equal(waitpid(-1, NULL, WNOHANG), -1);
 }
 
+/* Each side's CPU is its processes' own and grows with the bytes: 32 times
+ * the bytes cost more than one transfer's fixed part (fork, connect) on a
+ * host however loaded, since other work is not counted. */
+static void test_once_reports_each_side_cpu(void **state)
+{
+    (void)state;
+    struct rkv_probe_tcp_run small, big;
+    assert_int_equal(rkv_probe_tcp_once(1, 1u << 20, 1u << 20, &small), 0);
+    assert_int_equal(rkv_probe_tcp_once(1, 32u << 20, 1u << 20, &big), 0);
+    assert_true(small.gbps > 0 && big.gbps > 0);
+    assert_true(small.send_cpu_s > 0 && small.recv_cpu_s > 0);
+    assert_true(big.send_cpu_s > small.send_cpu_s);
+    assert_true(big.recv_cpu_s > small.recv_cpu_s);
+    /* a stream that is not a multiple of the writes ends with a short one */
+    assert_int_equal(rkv_probe_tcp_once(2, (1u << 20) + 123, 64u << 10, &small), 0);
+    assert_true(small.gbps > 0);
+    assert_int_equal(waitpid(-1, NULL, WNOHANG), -1);
+}
+
 static void test_out_of_range(void **state)
 {
     (void)state;
@@ -28,6 +49,12 @@ static void test_out_of_range(void **state)
     assert_true(rkv_probe_tcp_gbps(RKV_PROBE_TCP_MAX_STREAMS + 1, 1u << 20) == 0);
     assert_true(rkv_probe_tcp_gbps(1, 4095) == 0);
     assert_true(rkv_probe_tcp_gbps(1, (64u << 20) + 1) == 0);
+    struct rkv_probe_tcp_run run = {.gbps = -1};
+    assert_int_equal(rkv_probe_tcp_once(1, 0, 1u << 20, &run), -RKV_EINVAL);
+    assert_int_equal(rkv_probe_tcp_once(1, RKV_PROBE_TCP_MAX_STREAM_BYTES + 1, 1u << 20, &run),
+                     -RKV_EINVAL);
+    assert_int_equal(rkv_probe_tcp_once(0, 1u << 20, 1u << 20, &run), -RKV_EINVAL);
+    assert_true(run.gbps == -1); /* untouched on failure */
 }
 
 int main(void)
@@ -35,6 +62,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_once_reports_each_side_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

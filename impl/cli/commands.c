@@ -9,7 +9,7 @@
 #include "harness/oracle.h"
 #include "harness/scenario.h"
 #include "port/port.h"
-#include "store/server_int.h"
+#include "store/node.h"
 #include "util/util.h"
 
 static int cmd_load(int argc, char **argv, struct cmd_settings *s, struct rkv_config *cfg)
@@ -72,7 +72,7 @@ int cmd_server(int argc, char **argv)
     if (rc == 0 &&
         (rc = rkv_server_create_on(nd.port, nd.nic, &cfg, local, &srv, err, sizeof(err))) < 0)
         cmd_node_close(&nd);
-    /* The oracle self-test's hook (server_int.h), deliberately not a
+    /* The oracle self-test's hook (store/node.h), deliberately not a
      * documented setting. */
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW");
     if (rc == 0 && bad && *bad)

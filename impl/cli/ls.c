@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "store/server_int.h"
+#include "store/node.h"
 
 /* Tensors a LIST reply can hold (the store's limit). */
 #define LS_MAX_TENSORS 1024u

@@ -11,7 +11,7 @@
 #include "harness/scenario.h"
 #include "nic/nic_fault.h"
 #include "port/trace.h"
-#include "store/server_int.h"
+#include "store/node.h"
 #include "util/util.h"
 
 #define NODE_MAX_FAULTS 16

@@ -119,6 +119,10 @@ struct rkv_nic_ops {
      * the buffer may change once post_send returned, so such a send needs
      * no completion. NULL (as for a decorator that holds posts): none. */
     uint32_t (*qp_inline_bytes)(const struct rkv_qp *qp);
+    /* 1 when every peer the NIC can reach is in this process (the twin's
+     * simulated network): nothing outside can connect, so a missing shared
+     * secret opens no door. 0 for a transport other hosts can reach. */
+    int in_process;
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */
@@ -188,6 +192,10 @@ void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len);
 /* Replaces the secret by the text of the file at path (one trailing newline
  * dropped); -RKV_ECONFIG, logged, if it cannot be read or is too long. */
 int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path);
+/* 1 when a peer outside this process could join without a secret: the
+ * transport under any decorators (the innermost NIC, which holds the
+ * secret) was given none and is not in_process. The store warns then. */
+int rkv_nic_open_to_strangers(const struct rkv_nic *nic);
 /* MAC over label || a || b with the NIC's key. */
 void rkv_nic_auth_mac(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
                       const uint8_t *b, size_t b_len, uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);

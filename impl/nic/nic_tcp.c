@@ -396,9 +396,10 @@ static void qp_free_last(void *owner, struct rkv_nic_qp *core)
     qp_free(owner, (struct tcp_qp *)(void *)core);
 }
 
-/* Lock held. Copies out up to max entries, dropping those of closed QPs. */
+/* Copies out up to max entries, dropping those of closed QPs. */
 static int cq_take(struct tcp_nic *n, struct rkv_wc *wc, int max)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     uint32_t popped;
     int got = rkv_nic_cq_take(&n->cq, wc, max, &popped);
     if (popped)
@@ -1592,10 +1593,11 @@ static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
     return 0;
 }
 
-/* Lock held. The progress task's turn to read: when nobody polls and the
- * last poller left more than the poll gap ago. -1 once stopping. */
+/* The progress task's turn to read: when nobody polls and the last poller
+ * left more than the poll gap ago. -1 once stopping. */
 static int tcp_task_turn(struct tcp_nic *n)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
     const struct rkv_port_ops *po = n->base.port->ops;
     for (;;) {
         if (n->stopping)
@@ -1638,11 +1640,13 @@ static void tcp_progress(void *arg)
 
 /* ---- completions ---- */
 
-/* Lock held, the CQ empty: reads one round inline if nobody else reads, or
- * waits for a completion (or for the reader to stand aside) until the
- * deadline. The progress task, reading, is asked once to stand aside. */
+/* The CQ empty: reads one round inline if nobody else reads, or waits for
+ * a completion (or for the reader to stand aside) until the deadline. The
+ * progress task, reading, is asked once to stand aside. */
 static void tcp_poll_wait(struct tcp_nic *n, uint64_t deadline_ns, int *asked)
 {
+    RKV_ASSERT_HELD(n->base.port, n->mu);
+    assert(n->pollers > 0); /* the caller counts itself (tcp_poll) */
     const struct rkv_port_ops *po = n->base.port->ops;
     uint64_t now = tcp_now_ns(n);
     if (n->rx_owner == TCP_RX_NOBODY) {

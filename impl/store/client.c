@@ -147,20 +147,47 @@ struct rkv_client {
 
 static void cli_lock(struct rkv_client *c)
 {
+    assert(!c->port->ops->mutex_held(c->mu)); /* not recursive: a relock would hang */
     c->port->ops->mutex_lock(c->mu);
 }
 static void cli_unlock(struct rkv_client *c)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
     c->port->ops->mutex_unlock(c->mu);
 }
 
+/* srv is an entry of c's server table, at its id (for assertions). */
+static inline int cli_owns_srv(const struct rkv_client *c, const struct cli_server *srv)
+{
+    return srv && srv >= c->servers && srv < c->servers + c->n_servers &&
+           srv->id == (uint32_t)(srv - c->servers) && srv->machine < c->cfg.n_machines;
+}
+
+/* A request's reply type is a message type the client expects back. */
+static inline int cli_expect_ok(int expect)
+{
+    return expect > 0 && expect < RKV_MSG_TYPE_MAX_ && expect != RKV_MSG_ERROR;
+}
+
 /* ---- requests ---- */
+
+/* The newest request with this id (the lock held). */
+static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
+{
+    RKV_ASSERT_HELD(c->port, c->mu);
+    for (struct cli_req *r = c->reqs; r; r = r->next)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
 
 /* expect: the reply type that completes the request (or an ERROR). id: 0
  * for a fresh one, or the id (push sequence) of the request this retries. */
 static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv, int expect,
                                    uint64_t id)
 {
+    assert(cli_owns_srv(c, srv));
+    assert(cli_expect_ok(expect));
     struct cli_req *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
@@ -173,6 +200,11 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     }
     cli_lock(c);
     r->id = id ? id : ++c->next_req;
+    assert(r->id != 0); /* 0 means "a fresh id" to the callers */
+    /* A retry reuses its push's id: the earlier request with it (kept until
+     * the call ends) is answered, so replies can only match the new one,
+     * which cli_req_find meets first. */
+    assert(!id || !cli_req_find(c, id) || cli_req_find(c, id)->done);
     r->next = c->reqs;
     c->reqs = r;
     cli_unlock(c);
@@ -188,14 +220,7 @@ static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
             return;
         }
     }
-}
-
-static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
-{
-    for (struct cli_req *r = c->reqs; r; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
+    assert(!"a request is unlinked once, from its own client's table");
 }
 
 /* The counters a request of this reply type goes to. */
@@ -231,6 +256,8 @@ static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
 static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, const char *text)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
+    assert(!r->done); /* waiting -> done, once: its waiter reads status after */
+    assert(status <= 0);
     cli_req_count(c, r, status == 0);
     r->done = 1;
     r->status = status;
@@ -242,8 +269,10 @@ static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, 
 /* Frees requests (lock not held). Late replies then find nothing. */
 static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 {
+    assert(n == 0 || reqs);
     cli_lock(c);
     for (size_t i = 0; i < n; i++) {
+        assert(reqs[i] && cli_owns_srv(c, reqs[i]->srv));
         if (!reqs[i]->done)
             cli_req_count(c, reqs[i], 0);
         cli_req_unlink(c, reqs[i]);
@@ -258,15 +287,18 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
 
 /* Requests waited for together (rkv_engine_wait's predicate). */
 struct cli_wait_set {
+    struct rkv_client *c; /* whose lock rkv_engine_wait holds around the predicate */
     struct cli_req **reqs;
     size_t n;
     size_t next; /* reqs before it are done (a request never becomes undone) */
 };
 
-/* Called by rkv_engine_wait with the client's lock held. */
+/* rkv_engine_wait's predicate: it holds the client's lock around it. */
 static int cli_reqs_done(void *arg)
 {
     struct cli_wait_set *w = arg;
+    RKV_ASSERT_HELD(w->c->port, w->c->mu);
+    assert(w->next <= w->n);
     while (w->next < w->n && w->reqs[w->next]->done)
         w->next++;
     return w->next == w->n;
@@ -279,9 +311,12 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
 {
     uint64_t deadline = c->port->ops->now_ns(c->port) + timeout_ms * 1000000ull;
     int rc = 0;
+    assert(n == 0 || reqs);
+    for (size_t i = 0; i < n; i++)
+        assert(reqs[i] && reqs[i]->id != 0 && cli_owns_srv(c, reqs[i]->srv));
     cli_lock(c);
     /* The engine's polling policy: busy polling, sleeping, the deadline. */
-    struct cli_wait_set w = {.reqs = reqs, .n = n};
+    struct cli_wait_set w = {.c = c, .reqs = reqs, .n = n};
     (void)rkv_engine_wait(c->eng, cli_reqs_done, &w, c->mu, c->cv, deadline);
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct cli_req *r = reqs[i];
@@ -312,6 +347,8 @@ static int cli_wait(struct rkv_client *c, struct cli_req **reqs, size_t n, uint6
 
 static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct rkv_msg *m)
 {
+    RKV_ASSERT_HELD(c->port, c->mu);
+    assert(!r->done && r->id == m->h.req_id && cli_expect_ok(r->expect));
     if (m->h.type != r->expect && m->h.type != RKV_MSG_ERROR)
         return cli_req_finish(c, r, -RKV_EPROTO, "reply of the wrong type");
     switch (m->h.type) {
@@ -401,6 +438,7 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     struct cli_server *srv = rkv_peer_user(peer);
     if (up || !srv)
         return;
+    assert(cli_owns_srv(c, srv));
     cli_lock(c);
     srv->dead = 1;
     for (struct cli_req *r = c->reqs; r; r = r->next)
@@ -485,6 +523,7 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t id,
                      uint64_t len, const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
 {
+    assert(cli_owns_srv(c, srv) && cli_expect_ok(expect) && len >= RKV_PROTO_HDR_BYTES);
     if (c->observer && expect != RKV_MSG_LIST_REPLY && expect != RKV_MSG_META_REPLY)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "%s: an observer client only lists tensors and reads their metas", what);
@@ -522,6 +561,10 @@ static int cli_submit_ext(struct rkv_client *c, struct cli_server *srv, struct c
                           struct rkv_tx *tx, size_t len, const struct rkv_engine_ext *ext,
                           uint32_t n_ext, struct cli_req **req_p)
 {
+    /* r was made for srv by cli_begin (the progress task may have failed
+     * it already, if the connection died meanwhile). */
+    assert(r && r->srv == srv && srv->peer);
+    assert((ext == NULL) == (n_ext == 0) && len >= RKV_PROTO_HDR_BYTES);
     int rc = ext ? rkv_engine_send_ext(c->eng, srv->peer, tx, len, ext, n_ext)
                  : rkv_engine_send(c->eng, srv->peer, tx, len);
     if (rc < 0) {
@@ -739,6 +782,7 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     c->tensors[t->meta.id] = t;
     if (t->meta.id > c->max_tensor)
         c->max_tensor = t->meta.id;
+    assert(c->max_tensor <= RKV_MAX_TENSORS && cli_find_name(c, name) == t);
     *t_p = t;
     return 0;
 }
@@ -1043,15 +1087,20 @@ static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uin
 /* Spreads a machine's load over its servers, as DGL does. */
 static struct cli_server *cli_pick_any(struct rkv_client *c, uint32_t machine)
 {
+    assert(machine < c->cfg.n_machines && c->cfg.machines[machine].servers > 0);
     uint32_t first = rkv_cfg_server_id(&c->cfg, machine, 0);
     uint32_t k = (uint32_t)rkv_rng_below(&c->port->rng, c->cfg.machines[machine].servers);
+    assert(first + k < c->n_servers && c->servers[first + k].machine == machine);
     return &c->servers[first + k];
 }
 
 /* The server pushes in flight to the machine went to, else any. */
 static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
 {
+    assert(machine < c->cfg.n_machines);
     const struct cli_pin *pin = &c->pins[machine];
+    /* A pin names a server of its own machine (cli_pin). */
+    assert(!pin->n || (pin->srv < c->n_servers && c->servers[pin->srv].machine == machine));
     return pin->n ? &c->servers[pin->srv] : cli_pick_any(c, machine);
 }
 
@@ -1118,6 +1167,7 @@ static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct
         lost[m] = 0;
         if (cnt == 0 || (m == c->cfg.machine_id && o->t->mapped && !o->via_server))
             continue;
+        assert(nreq < c->cfg.n_machines); /* reqs has one entry per machine */
         reqs[nreq] = NULL;
         rc = fn(c, o, cli_pick(c, m), g->order + g->start[m], cnt, &reqs[nreq]);
         if (reqs[nreq])
@@ -1153,6 +1203,7 @@ static int cli_remap_local(struct rkv_client *c)
  * now (a restarted server re-registered), or the configured one. */
 static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t remaining_ms)
 {
+    assert(cli_owns_srv(c, srv));
     if (srv->peer && !cli_srv_dead(c, srv))
         return 0;
     cli_lock(c);
@@ -1270,9 +1321,11 @@ static int cli_settle(struct rkv_client *c, const struct cli_op *o, const struct
     if (!c->cfg.retry_ms)
         return wrc;
     int rc = 0, any = 0;
+    assert(nreq <= c->cfg.n_machines);
     cli_lock(c);
     for (size_t i = 0; i < nreq; i++) {
         struct cli_req *r = reqs[i];
+        assert(cli_owns_srv(c, r->srv)); /* its machine indexes lost[] */
         int st = r->done ? r->status : -RKV_ETIMEDOUT;
         if (st == -RKV_EPEERDEAD)
             lost[r->srv->machine] = r->id;
@@ -1436,6 +1489,7 @@ static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uin
                            const uint8_t *rows, const uint32_t *pos, uint32_t cnt, int op,
                            double param)
 {
+    assert(t->mapped && cnt > 0); /* only this machine's rows, in its shard */
     /* cli_push_send checked the op before anything was sent. */
     assert(rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
     for (uint32_t i = 0; i < cnt; i++)
@@ -1481,8 +1535,13 @@ static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
 
 static void cli_pin(struct rkv_client *c, const struct cli_push *cp, int delta)
 {
+    assert(delta == 1 || delta == -1);
+    assert(cp->nreq <= c->cfg.n_machines);
     for (size_t i = 0; i < cp->nreq; i++) {
+        assert(cli_owns_srv(c, cp->reqs[i]->srv));
         struct cli_pin *pin = &c->pins[cp->reqs[i]->srv->machine];
+        /* Pushes in flight to a machine all went to its pinned server. */
+        assert(pin->n == 0 || pin->srv == cp->reqs[i]->srv->id);
         assert(delta > 0 || pin->n > 0);
         if (delta > 0 && pin->n == 0)
             pin->srv = cp->reqs[i]->srv->id;
@@ -1634,6 +1693,8 @@ static void cli_settle_pending(struct rkv_client *c)
  * pull makes a fresh one; abandoned slots are freed with the client. */
 static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need)
 {
+    assert(cli_owns_srv(c, srv) && srv->peer); /* the slot is the connection's */
+    assert(need >= RKV_PROTO_HDR_BYTES);
     if (srv->has_pslot && srv->pslot.cap >= need)
         return 0;
     if (srv->has_pslot) /* idle: no request of ours is in flight to srv */
@@ -1739,6 +1800,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
  * come within the timeout. */
 static int cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswered)
 {
+    assert(cli_owns_srv(c, srv) && srv->peer);
     if (unanswered)
         RKV_LOGW(c->port, "server %u did not answer a zero-copy request in time; reconnecting",
                  srv->id);
@@ -1768,11 +1830,13 @@ static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t
     struct cli_server **drop = c->drop_srv;
     int *unanswered = c->drop_unanswered;
     size_t n_drop = 0;
+    assert(n <= c->cfg.n_machines || n == 1); /* one call's requests, or one retry's */
     cli_lock(c);
     for (size_t i = 0; i < n; i++) {
         struct cli_req *r = reqs[i];
         if (!r->srv)
             continue;
+        assert(cli_owns_srv(c, r->srv));
         /* A connection that broke may not be closed yet: wait for that too. */
         int lost = !r->done || r->status == -RKV_EPEERDEAD;
         if (r->zc && lost && n_drop < c->cfg.n_machines && r->srv->peer) {

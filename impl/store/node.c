@@ -7,6 +7,7 @@
 
 #include "nic/nic.h"
 #include "port/port.h"
+#include "store/node.h"
 #include "store/store_int.h"
 #include "util/util.h"
 

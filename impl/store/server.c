@@ -1769,8 +1769,9 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
     RKV_LOGI(s->port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
              s->durable ? " (durable)" : "");
     /* Once per server, at the default level: an open door is a choice to
-     * make knowingly. (The twin runs every node in one process: no door.) */
-    if (!s->nic->has_secret && strcmp(s->nic->ops->name, "sim") != 0)
+     * make knowingly. (A NIC whose peers are all in this process, as the
+     * twin's, has no door.) */
+    if (rkv_nic_open_to_strangers(s->nic))
         RKV_LOGW(s->port,
                  "server %u: NO SHARED SECRET: anyone who can reach port %u can join this "
                  "cluster, read and write every tensor and stop it; set RKV_TOKEN, "

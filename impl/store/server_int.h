@@ -1,23 +1,9 @@
-/* Entry points for backends that bring their own port and NIC (the twin). */
+/* The store's test and harness hooks into a server or client (the
+ * constructors on a given port and NIC are in store/node.h). */
 #ifndef RKV_SERVER_INT_H
 #define RKV_SERVER_INT_H
 
 #include "store/store_int.h"
-
-int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
-                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len);
-int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
-                         struct rkv_client **cli_p, char *err, size_t err_len);
-int rkv_client_create_observer_on(struct rkv_port *port, struct rkv_nic *nic,
-                                  const struct rkv_config *cfg, struct rkv_client **cli_p,
-                                  char *err, size_t err_len);
-
-/* Test-only, deliberately outside rkv.h: a server that creates a shard
- * holding global row `row` adds 1 to that row's first element, in every
- * tensor, so that the oracle's self-test can prove a wrong value is caught.
- * UINT64_MAX (what a server starts with) disables it. Call before
- * rkv_server_run. */
-void rkv_server_set_test_corrupt_row(struct rkv_server *srv, uint64_t row);
 
 /* What the zero-copy paths did, for tests. */
 struct rkv_client_zc_stats {

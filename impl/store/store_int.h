@@ -12,6 +12,7 @@
 #include "proto/proto.h"
 #include "rkv.h"
 #include "store/handlers.h"
+#include "store/node.h" /* the composition's entry points (rkv_node_open) */
 #include "store/pbook.h"
 
 #define RKV_SHARD_MAGIC 0x53564b52444853ull /* "SHDRKVS" */
@@ -251,12 +252,4 @@ uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg);
 /* Gives nic the config's secret (its text or its file, when set) and
  * connection limits; -RKV_ECONFIG if the secret file cannot be read. */
 int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len);
-/* The composition (store/node.c): the NIC backend by name ("tcp", "verbs";
- * the twin composes its own); NULL if not built in. */
-const struct rkv_nic_ops *rkv_nic_find(const char *name);
-/* The POSIX port and the configured NIC of one node (process). */
-int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
-                  struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len);
-void rkv_node_close(struct rkv_port *port, struct rkv_nic *nic);
-
 #endif

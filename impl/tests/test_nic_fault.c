@@ -233,6 +233,28 @@ static void test_close_with_held_work(void **state)
     fx_close(&x);
 }
 
+/* The secret is the transport's: a fault NIC around a tcp NIC given one is
+ * not open to strangers (the server would warn "NO SHARED SECRET" on every
+ * faulted run), and around one given none it is (tcp is reachable from
+ * other hosts). */
+static void test_secret_is_the_transports(void **state)
+{
+    (void)state;
+    struct rkv_port *p;
+    struct rkv_nic *inner, *wrapped;
+    assert_int_equal(rkv_port_posix_create("a", RKV_LOG_ERROR, 1, &p), 0);
+    assert_int_equal(rkv_nic_tcp_ops.open(p, NULL, &inner), 0);
+    assert_int_equal(rkv_nic_fault_wrap(inner, NULL, 0, 7, &wrapped), 0);
+    rkv_nic_set_secret(inner, "", 0); /* whatever RKV_TOKEN the test runs with */
+    assert_true(rkv_nic_open_to_strangers(inner));
+    assert_true(rkv_nic_open_to_strangers(wrapped));
+    rkv_nic_set_secret(inner, "s3cret", 6);
+    assert_false(rkv_nic_open_to_strangers(inner));
+    assert_false(rkv_nic_open_to_strangers(wrapped));
+    wrapped->ops->close(wrapped); /* closes inner */
+    p->ops->destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -242,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_total_loss_breaks_the_connection),
         cmocka_unit_test(test_link_down),
         cmocka_unit_test(test_close_with_held_work),
+        cmocka_unit_test(test_secret_is_the_transports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1130,4 +1130,5 @@ const struct rkv_nic_ops rkv_nic_sim_ops = {
     .qp_close = sn_qp_close,
     .local_addr = sn_local_addr,
     .close = sn_close,
+    .in_process = 1, /* a simulated network inside the twin's one process */
 };

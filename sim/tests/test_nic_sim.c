@@ -326,9 +326,21 @@ static void test_unhappy_semantics(void **state)
     assert_int_equal(s.landed[0][1], 0xab);
 }
 
+/* Every peer of the twin's NIC is in the twin's process: no secret opens
+ * no door, and the store does not warn of one (it asks the NIC, not its
+ * name). */
+static void test_in_process_needs_no_secret(void **state)
+{
+    (void)state;
+    struct rkv_nic nic = {.ops = &rkv_nic_sim_ops, .has_secret = 0};
+    assert_int_equal(rkv_nic_sim_ops.in_process, 1);
+    assert_false(rkv_nic_open_to_strangers(&nic));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_in_process_needs_no_secret),
         cmocka_unit_test(test_unhappy_semantics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
