@@ -11,6 +11,7 @@
 #include "nic/nic.h"
 #include "port/port_file.h"
 #include "store/pull_handlers.h"
+#include "store/cluster.h"
 #include "store/server_int.h"
 #include "store/snapshot.h"
 #include "store/wal.h"
@@ -58,7 +59,11 @@ struct srv_ack {
 
 struct rkv_server {
     struct rkv_config cfg;
-    struct rkv_machine *machines; /* owned copy of cfg.machines */
+    /* cfg.machines and what is derived from it: the config's shared one,
+     * or own_cl (cluster.h). fp: the cluster's fingerprint, computed once. */
+    const struct rkv_cluster *cl;
+    struct rkv_cluster *own_cl;
+    uint64_t fp;
     uint32_t local_id, server_id, n_servers;
     struct rkv_port *port;
     struct rkv_nic *nic;
@@ -276,7 +281,7 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
                       s->server_id, c->client_id == RKV_ID_NONE ? -1 : (int)c->client_id);
         return srv_drop(s, peer);
     }
-    if (m->u.hello.cluster != rkv_cfg_fingerprint(&s->cfg))
+    if (m->u.hello.cluster != s->fp)
         return srv_status(s, peer, m, 0, -RKV_ECONFIG,
                           "this server belongs to another cluster (machines, ports, workers, "
                           "shm prefix or durable mode differ)");
@@ -883,13 +888,13 @@ static void srv_on_table(struct rkv_server *s, struct rkv_peer *peer, const stru
 /* Servers of one machine share its shard, so they must be on one host. */
 static const char *srv_check_register(struct rkv_server *s, const struct rkv_wire_addr *a)
 {
-    if (a->cluster != rkv_cfg_fingerprint(&s->cfg))
+    if (a->cluster != s->fp)
         return "this server belongs to another cluster";
     if (a->server_id == 0 || a->server_id >= s->n_servers)
         return "server id out of range";
     uint32_t first = 0, m = 0;
-    while (first + s->cfg.machines[m].servers <= a->server_id)
-        first += s->cfg.machines[m++].servers;
+    m = rkv_cluster_machine_of(s->cl, a->server_id);
+    first = rkv_cluster_server_id(s->cl, m, 0);
     for (uint32_t i = first; i < first + s->cfg.machines[m].servers; i++)
         if (s->table[i].port && i != a->server_id && strcmp(s->table[i].host, a->host) != 0)
             return "servers of one machine registered from different hosts";
@@ -942,7 +947,7 @@ static int srv_table_init(struct rkv_server *s)
     s->table_wait = calloc(s->cfg.n_workers, sizeof(*s->table_wait));
     if (!s->table || !s->table_peer || !s->table_wait)
         return -RKV_ENOMEM;
-    uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
+    uint64_t fp = s->fp;
     for (uint32_t m = 0, k = 0; m < s->cfg.n_machines; m++) {
         const struct rkv_machine *mc = &s->cfg.machines[m];
         for (uint32_t l = 0; l < mc->servers; l++, k++) {
@@ -961,8 +966,7 @@ static int srv_table_init(struct rkv_server *s)
 static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_t err_len)
 {
     const struct rkv_machine *m0 = &s->cfg.machines[0];
-    struct rkv_wire_addr a = {
-        .cluster = rkv_cfg_fingerprint(&s->cfg), .server_id = s->server_id, .port = my_port};
+    struct rkv_wire_addr a = {.cluster = s->fp, .server_id = s->server_id, .port = my_port};
     /* A machine the config names a host for: server 0 knows it already. */
     assert(!s->cfg.machines[s->cfg.machine_id].host[0]);
     int rc = s->nic->ops->local_addr(s->nic, m0->host, m0->base_port, a.host, sizeof(a.host));
@@ -1471,7 +1475,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     }
     if (rc < 0)
         return rc; /* a torn or corrupted snapshot is refused, never half-used */
-    if (snap.fingerprint != rkv_cfg_fingerprint(&s->cfg))
+    if (snap.fingerprint != s->fp)
         rc = rkv_errf(err, err_len, -RKV_ECONFIG,
                       "snapshot %s was written by another cluster configuration (machines, "
                       "ports, workers or shm prefix differ)",
@@ -1569,17 +1573,22 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->nic = nic;
     s->local_id = local_id;
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
-    s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
-    s->n_servers = rkv_cfg_n_servers(cfg);
-    s->durable = cfg->durable_dir[0] != 0;
-    s->machines = calloc(cfg->n_machines, sizeof(*s->machines));
-    s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
-    s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
-    rc = -RKV_ENOMEM;
-    if (!s->machines || !s->hellos || !s->barrier)
+    if ((rc = rkv_cluster_of(cfg, &s->cl, &s->own_cl, err, err_len)) < 0)
         goto free_server;
-    memcpy(s->machines, cfg->machines, cfg->n_machines * sizeof(*s->machines));
-    s->cfg.machines = s->machines;
+    s->cfg.machines = (struct rkv_machine *)(uintptr_t)s->cl->machines; /* read only */
+    s->fp = rkv_cluster_fingerprint(s->cl, cfg);
+    s->server_id = rkv_cluster_server_id(s->cl, cfg->machine_id, local_id);
+    s->n_servers = s->cl->n_servers;
+    s->durable = cfg->durable_dir[0] != 0;
+    /* Only server 0 hands out ids and holds barriers: an entry per worker
+     * in every server would be workers x servers in the twin's process. */
+    if (s->server_id == 0) {
+        s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
+        s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
+        rc = -RKV_ENOMEM;
+        if (!s->hellos || !s->barrier)
+            goto free_server;
+    }
     if ((rc = port->ops->mutex_create(port, &s->mu)) < 0)
         goto free_server;
     if ((rc = port->ops->cond_create(port, &s->cv)) < 0)
@@ -1643,7 +1652,7 @@ destroy_cond:
 destroy_mutex:
     port->ops->mutex_destroy(s->mu);
 free_server:
-    free(s->machines);
+    rkv_cluster_destroy(s->own_cl);
     free(s->hellos);
     free(s->barrier);
     free(s->table);
@@ -1741,7 +1750,7 @@ void rkv_server_destroy(struct rkv_server *s)
     s->port->ops->mutex_destroy(s->mu);
     if (s->own_port_nic)
         rkv_node_close(s->port, s->nic);
-    free(s->machines);
+    rkv_cluster_destroy(s->own_cl);
     free(s->hellos);
     free(s->barrier);
     free(s->table);
