@@ -348,7 +348,8 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         /* cli_fetch_table made every server's entry before asking: this
          * thread only looks them up. */
         uint64_t *v = rkv_idmap_find(&c->srvs, a->server_id);
-        assert(v);
+        if (!v)
+            return cli_req_finish(c, r, -RKV_EPROTO, "address table entry of an unknown server");
         struct cli_server *srv = (struct cli_server *)(uintptr_t)*v;
         snprintf(srv->host, sizeof(srv->host), "%s", a->host);
         srv->port = (uint16_t)a->port;
