@@ -61,6 +61,9 @@ struct sim_world {
     struct sim_listener **nic_listeners;
     uint32_t nic_listener_cap;
     struct sim_shm *shms;
+    /* shms by name (SIM_SHM_BUCKETS chains, made with the first segment):
+     * every node looks its machine's segments up, among 2 per machine. */
+    struct sim_shm **shm_buckets;
     struct sim_nic **nics; /* index = NIC id */
     uint32_t n_nics, nic_cap;
     /* Event log: every delivery, in simulated order. */
