@@ -42,6 +42,7 @@ struct srv_waiter {
 struct srv_conn {
     int hello;          /* a HELLO was accepted on it (another one is a protocol error) */
     uint32_t client_id; /* server 0: the id it gave; others: the one claimed; else RKV_ID_NONE */
+    int registered;     /* server 0: some address table entry named it (table_peer) */
     /* Under s->mu. The peer is released (the engine frees it) by whoever
      * sees the last of these go: the connection is gone, no table entry
      * names it (kept), no durable acknowledgement is still to be sent to it. */
@@ -918,6 +919,8 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
                                     : "replacing a registration whose connection is still open");
     s->table[a->server_id] = *a;
     s->table_peer[a->server_id] = peer;
+    if (srv_conn_of(peer))
+        srv_conn_of(peer)->registered = 1;
     if (old && old != peer)
         srv_conn_unkeep(s, old); /* it was kept for its entry only */
     RKV_LOGI(s->port, "server %u is at %s:%u (%u of %u known)", a->server_id, a->host, a->port,
@@ -1093,6 +1096,13 @@ static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
  * and the address table keep their entry (a re-join replaces it). */
 static int srv_peer_kept(const struct rkv_server *s, const struct rkv_peer *peer)
 {
+    /* Once ids are handed out, hellos[i] holds id i: a client's connection
+     * that no table entry ever named is found without a walk over every
+     * worker and server (server 0 sees every client leave). */
+    const struct srv_conn *c = srv_conn_of(peer);
+    if (c && !c->registered && c->client_id != RKV_ID_NONE && s->n_hellos == s->cfg.n_workers &&
+        c->client_id < s->n_hellos)
+        return s->hellos[c->client_id].peer == peer;
     for (uint32_t i = 0; i < s->n_hellos; i++)
         if (s->hellos[i].peer == peer)
             return 1;
@@ -1146,14 +1156,15 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
                      s->n_barrier);
         srv_fail_barrier(s, id);
     }
-    for (uint32_t i = 0; i < s->n_hellos; i++) {
-        if (s->hellos[i].peer == peer && s->n_hellos < s->cfg.n_workers) {
+    for (uint32_t i = 0; s->n_hellos < s->cfg.n_workers && i < s->n_hellos; i++) {
+        if (s->hellos[i].peer == peer) {
             s->hellos[i] = s->hellos[--s->n_hellos];
             break;
         }
     }
-    /* Info, not a warning: every server of a stopping cluster leaves so too. */
-    for (uint32_t i = 0; s->table_peer && i < s->n_servers; i++)
+    /* Info, not a warning: every server of a stopping cluster leaves so too.
+     * Only a connection that registered can be a table entry. */
+    for (uint32_t i = 0; s->table_peer && (!c || c->registered) && i < s->n_servers; i++)
         if (s->table_peer[i] == peer)
             RKV_LOGI(s->port, "server %u (%s:%u) disconnected; it may re-register after a restart",
                      i, s->table[i].host, s->table[i].port);
