@@ -90,6 +90,10 @@ struct rkv_server {
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
     uint32_t n_barrier;
+    /* server 0: by client id, its entry's index in barrier[] + 1 (0: not
+     * inside), so that a BARRIER costs O(1), not a walk over the waiters
+     * (O(workers^2) per barrier). */
+    uint32_t *barrier_at;
     /* server 0: id + 1 of a client that left after ids were handed out; no
      * barrier can complete from then on, so waiters fail instead of hanging. */
     uint32_t client_gone;
@@ -816,20 +820,23 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         return srv_status(s, peer, m, 0, -RKV_EPEERDEAD, why);
     }
     /* A client that retries after a timeout is still one client. */
-    for (uint32_t i = 0; i < s->n_barrier; i++) {
-        if (s->barrier[i].client == c->client_id) {
-            s->barrier[i].peer = peer;
-            s->barrier[i].req_id = m->h.req_id;
-            return;
-        }
+    assert(c->client_id < s->cfg.n_workers); /* server 0 gave it */
+    uint32_t at = s->barrier_at[c->client_id];
+    if (at) {
+        assert(s->barrier[at - 1].client == c->client_id);
+        s->barrier[at - 1].peer = peer;
+        s->barrier[at - 1].req_id = m->h.req_id;
+        return;
     }
     assert(s->n_barrier < s->cfg.n_workers);
     s->barrier[s->n_barrier++] =
         (struct srv_waiter){.peer = peer, .req_id = m->h.req_id, .client = c->client_id};
+    s->barrier_at[c->client_id] = s->n_barrier;
     if (s->n_barrier < s->cfg.n_workers)
         return;
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         struct rkv_hdr h = {.type = RKV_MSG_BARRIER_REPLY, .req_id = s->barrier[i].req_id};
+        s->barrier_at[s->barrier[i].client] = 0;
         srv_reply(s, s->barrier[i].peer, &h, NULL);
     }
     s->n_barrier = 0;
@@ -1087,6 +1094,7 @@ static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         struct rkv_hdr h = {
             .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = -RKV_EPEERDEAD};
+        s->barrier_at[s->barrier[i].client] = 0;
         srv_reply(s, s->barrier[i].peer, &h, why);
     }
     s->n_barrier = 0;
@@ -1138,7 +1146,10 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
     /* A dead client cannot take part in a barrier any more. */
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         if (s->barrier[i].peer == peer) {
+            s->barrier_at[s->barrier[i].client] = 0;
             s->barrier[i] = s->barrier[--s->n_barrier];
+            if (i < s->n_barrier)
+                s->barrier_at[s->barrier[i].client] = i + 1;
             break;
         }
     }
@@ -1596,8 +1607,9 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     if (s->server_id == 0) {
         s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
         s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
+        s->barrier_at = calloc(cfg->n_workers, sizeof(*s->barrier_at));
         rc = -RKV_ENOMEM;
-        if (!s->hellos || !s->barrier)
+        if (!s->hellos || !s->barrier || !s->barrier_at)
             goto free_server;
     }
     if ((rc = port->ops->mutex_create(port, &s->mu)) < 0)
@@ -1666,6 +1678,7 @@ free_server:
     rkv_cluster_destroy(s->own_cl);
     free(s->hellos);
     free(s->barrier);
+    free(s->barrier_at);
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
@@ -1764,6 +1777,7 @@ void rkv_server_destroy(struct rkv_server *s)
     rkv_cluster_destroy(s->own_cl);
     free(s->hellos);
     free(s->barrier);
+    free(s->barrier_at);
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
