@@ -176,6 +176,8 @@ struct rkv_machine {
     uint32_t servers; /* servers on this machine (ports base_port..+servers-1) */
 };
 
+struct rkv_cluster; /* internal (rkv_config.shared) */
+
 struct rkv_config {
     uint32_t n_machines;
     struct rkv_machine *machines; /* n_machines entries, owned by the caller */
@@ -233,6 +235,12 @@ struct rkv_config {
      * message for idle_timeout_ms (default 0: never). */
     uint32_t hello_timeout_ms;
     uint32_t idle_timeout_ms;
+    /* Internal, NULL (the default) for applications: a table derived from
+     * machines[] that a process holding many nodes of one cluster (the
+     * twin) builds once and keeps, with machines[], until every node made
+     * from this config is destroyed; the nodes then read it in place
+     * instead of each keeping its own copy (N nodes x M machines). */
+    const struct rkv_cluster *shared;
 };
 
 RKV_API void rkv_config_defaults(struct rkv_config *cfg);

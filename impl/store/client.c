@@ -10,6 +10,7 @@
 #include "engine/regcache.h"
 #include "nic/nic.h"
 #include "port/trace.h"
+#include "store/cluster.h"
 #include "store/stats.h"
 #include "store/pull_handlers.h"
 #include "store/server_int.h"
@@ -81,7 +82,11 @@ struct rkv_client {
     /* Drawn at the first HELLO and sent in every one: server 0 lets a
      * client re-join under its id only with the nonce it first joined with. */
     uint64_t hello_nonce;
-    struct rkv_machine *machines;
+    /* cfg.machines and what is derived from it: the config's shared one,
+     * or own_cl (cluster.h). fp: the cluster's fingerprint, computed once. */
+    const struct rkv_cluster *cl;
+    struct rkv_cluster *own_cl;
+    uint64_t fp;
     struct rkv_port *port;
     struct rkv_nic *nic;
     int own_port_nic;
@@ -90,7 +95,11 @@ struct rkv_client {
     struct rkv_cond *cv;
     uint32_t id;
     uint32_t n_servers;
-    struct cli_server *servers;
+    /* Server id -> its struct cli_server, made on first use (cli_srv): a
+     * client of a large cluster talks to few of its servers. Entries never
+     * move or go before the client does. srv0: server 0's, made at create. */
+    struct rkv_idmap srvs;
+    struct cli_server *srv0;
     struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
     uint32_t max_tensor; /* highest id in tensors[]: every push and pull looks up by name */
     struct rkv_handler_table ht;
@@ -110,9 +119,11 @@ struct rkv_client {
      * connect_retry_ms). Only the application thread touches it. */
     uint32_t connect_budget_ms;
     /* cli_group's arrays, kept from call to call (grown, never shrunk) so a
-     * push or pull allocates nothing; the application thread's. */
-    uint32_t *grp_order, *grp_mach; /* grp_cap entries each */
-    uint32_t *grp_start;            /* n_machines + 1 */
+     * push or pull allocates nothing; the application thread's. A call
+     * touches at most min(ids, machines) machines: the per-call arrays
+     * below are sized by that, not by the cluster. */
+    uint32_t *grp_order, *grp_start, *grp_gm; /* grp_cap (+ 1 for start) entries */
+    uint64_t *grp_key;
     size_t grp_cap;
     struct rkv_client_zc_stats zst;
     /* Counters per call (rkv_client_stats): the application thread's.
@@ -130,14 +141,15 @@ struct rkv_client {
      * applied in issue order and visible to later pulls (servers of one
      * machine do not order each other's work). */
     struct rkv_pending *pending;
-    struct cli_pin *pins;
+    struct rkv_idmap pins; /* machine -> server id << 32 | pushes out (struct cli_pin) */
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
     int observer;
     /* A push's or pull's requests and lost counts, and the servers
-     * cli_abandon_slots drops: n_machines entries each, allocated at create
-     * (a call allocates nothing, and the twin's actor stacks stay small).
-     * The application thread's, one call at a time. */
+     * cli_abandon_slots drops: grp_cap entries each, grown with the
+     * grouping arrays (a call allocates nothing once they are large enough,
+     * and the twin's actor stacks stay small). The application thread's,
+     * one call at a time. */
     struct cli_req **call_reqs;
     uint64_t *call_lost;
     struct cli_server **drop_srv;
@@ -156,17 +168,53 @@ static void cli_unlock(struct rkv_client *c)
     c->port->ops->mutex_unlock(c->mu);
 }
 
-/* srv is an entry of c's server table, at its id (for assertions). */
+/* srv is the state c keeps for its id (for assertions). Off the
+ * application thread, only with c->mu held: cli_srv inserts under it. */
 static inline int cli_owns_srv(const struct rkv_client *c, const struct cli_server *srv)
 {
-    return srv && srv >= c->servers && srv < c->servers + c->n_servers &&
-           srv->id == (uint32_t)(srv - c->servers) && srv->machine < c->cfg.n_machines;
+    if (!srv || srv->id >= c->n_servers || srv->machine >= c->cfg.n_machines)
+        return 0;
+    const uint64_t *v = rkv_idmap_find(&c->srvs, srv->id);
+    return v && *v == (uintptr_t)srv;
 }
 
 /* A request's reply type is a message type the client expects back. */
 static inline int cli_expect_ok(int expect)
 {
     return expect > 0 && expect < RKV_MSG_TYPE_MAX_ && expect != RKV_MSG_ERROR;
+}
+
+/* Server id's state, made on first use with its configured address. NULL
+ * when out of memory (c->err says so). The application thread's: the
+ * engine's thread only looks entries up (cli_fetch_table). */
+static struct cli_server *cli_srv(struct rkv_client *c, uint32_t id)
+{
+    assert(id < c->n_servers);
+    uint64_t *v = rkv_idmap_find(&c->srvs, id);
+    if (v)
+        return (struct cli_server *)(uintptr_t)*v;
+    struct cli_server *srv = calloc(1, sizeof(*srv));
+    if (srv) {
+        uint32_t m = rkv_cluster_machine_of(c->cl, id);
+        const struct rkv_machine *mc = &c->cl->machines[m];
+        uint32_t local = id - rkv_cluster_server_id(c->cl, m, 0);
+        *srv =
+            (struct cli_server){.id = id, .machine = m, .port = (uint16_t)(mc->base_port + local)};
+        snprintf(srv->host, sizeof(srv->host), "%s", mc->host);
+        /* Under the lock: the engine's thread looks entries up under it
+         * (cli_owns_srv in cli_on_peer), and an insertion may move them. */
+        cli_lock(c);
+        v = rkv_idmap_get(&c->srvs, id);
+        if (v)
+            *v = (uintptr_t)srv;
+        cli_unlock(c);
+    }
+    if (!srv || !v) {
+        free(srv);
+        rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory for server %u's state", id);
+        return NULL;
+    }
+    return srv;
 }
 
 /* ---- requests ---- */
@@ -378,9 +426,14 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
     }
     case RKV_MSG_TABLE_ENTRY: {
         const struct rkv_wire_addr *a = &m->u.addr;
-        if (a->server_id >= c->n_servers || a->cluster != rkv_cfg_fingerprint(&c->cfg))
+        if (a->server_id >= c->n_servers || a->cluster != c->fp)
             return cli_req_finish(c, r, -RKV_EPROTO, "address table entry of another cluster");
-        struct cli_server *srv = &c->servers[a->server_id];
+        /* cli_fetch_table made every server's entry before asking: this
+         * thread only looks them up. */
+        uint64_t *v = rkv_idmap_find(&c->srvs, a->server_id);
+        if (!v)
+            return cli_req_finish(c, r, -RKV_EPROTO, "address table entry of an unknown server");
+        struct cli_server *srv = (struct cli_server *)(uintptr_t)*v;
         snprintf(srv->host, sizeof(srv->host), "%s", a->host);
         srv->port = (uint16_t)a->port;
         if (++r->count < c->n_servers)
@@ -438,8 +491,8 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     struct cli_server *srv = rkv_peer_user(peer);
     if (up || !srv)
         return;
-    assert(cli_owns_srv(c, srv));
     cli_lock(c);
+    assert(cli_owns_srv(c, srv)); /* under the lock: cli_srv may be inserting */
     srv->dead = 1;
     for (struct cli_req *r = c->reqs; r; r = r->next)
         if (r->srv == srv && !r->done)
@@ -610,7 +663,7 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
     size_t len;
     if (h->type == RKV_MSG_HELLO)
         len = rkv_proto_enc_hello(buf, h, body->u.hello.machine_id, body->u.hello.want_id,
-                                  body->u.hello.nonce, rkv_cfg_fingerprint(&c->cfg));
+                                  body->u.hello.nonce, c->fp);
     else if (h->type == RKV_MSG_META)
         len = rkv_proto_enc_meta(buf, h, body->u.name);
     else
@@ -676,7 +729,7 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
                      uint64_t wait_ms, uint64_t retry_budget_ms, const char *what,
                      struct cli_req **r_p)
 {
-    struct cli_server *srv = &c->servers[0];
+    struct cli_server *srv = c->srv0;
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t start = po->now_ns(c->port);
     uint64_t deadline = start + retry_budget_ms * 1000000ull;
@@ -862,8 +915,12 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     size_t n = 0;
     int rc = 0;
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++) {
-        struct cli_server *srv = &c->servers[i];
-        int first = srv->id == rkv_cfg_server_id(&c->cfg, srv->machine, 0);
+        struct cli_server *srv = cli_srv(c, i);
+        if (!srv) {
+            rc = -RKV_ENOMEM;
+            break;
+        }
+        int first = srv->id == rkv_cluster_server_id(c->cl, srv->machine, 0);
         if (first != (phase == 1))
             continue;
         rc = cli_send_init(c, srv, phase, id, w, d, &reqs[n]);
@@ -895,7 +952,7 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     rc = rc < 0 ? rc : wrc;
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
         if (lost[i])
-            rc = cli_init_retry(c, &c->servers[i], phase, id, w, d);
+            rc = cli_init_retry(c, cli_srv(c, i), phase, id, w, d); /* made above */
     free(lost);
     return rc;
 }
@@ -929,7 +986,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
         return rc;
     rkv_tensor_free(&probe);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
-    if ((rc = cli_send_init(c, &c->servers[0], 0, 0, &w, d, &r)) < 0)
+    if ((rc = cli_send_init(c, c->srv0, 0, 0, &w, d, &r)) < 0)
         return rc;
     rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
     uint32_t id = r->u32;
@@ -940,7 +997,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
         return rc;
     if ((rc = cli_init_phase(c, 2, id, &w, d)) < 0)
         return rc;
-    if ((rc = cli_send_init(c, &c->servers[0], 3, id, &w, d, &r)) < 0)
+    if ((rc = cli_send_init(c, c->srv0, 3, id, &w, d, &r)) < 0)
         return rc;
     return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
 }
@@ -1025,32 +1082,70 @@ static int cli_call_end(struct rkv_client *c, int op, const struct cli_clock *k,
 /* ---- push / pull ---- */
 
 /* Rows of one request grouped by machine: order[] lists request positions
- * machine by machine, start[m]..start[m+1] is machine m's range. Both are
- * the client's (grp_*), valid until its next push or pull. */
+ * machine by machine (machines ascending, positions ascending within one);
+ * group k holds machine mach[k]'s positions order[start[k]..start[k+1]).
+ * Only machines the call touches have a group, so a call costs its rows,
+ * not the cluster's size. The arrays are the client's (grp_*), valid until
+ * its next push or pull. */
 struct cli_groups {
     const uint32_t *order;
-    const uint32_t *start; /* n_machines + 1 */
+    const uint32_t *start; /* n + 1 */
+    const uint32_t *mach;  /* n, ascending */
+    uint32_t n;
 };
 
-/* Room in the client's grouping arrays for n positions. */
+/* Group of machine m, or g->n when the call has no rows there. */
+static uint32_t cli_group_find(const struct cli_groups *g, uint32_t m)
+{
+    uint32_t lo = 0, hi = g->n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (g->mach[mid] < m)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->n && g->mach[lo] == m ? lo : g->n;
+}
+
+static uint32_t cli_group_cnt(const struct cli_groups *g, uint32_t k)
+{
+    return k < g->n ? g->start[k + 1] - g->start[k] : 0;
+}
+
+static int cli_grow(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -RKV_ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/* Room in the client's grouping and per-call arrays for a call of n ids
+ * (so at most n machines). */
 static int cli_group_room(struct rkv_client *c, size_t n)
 {
-    if (!c->grp_start) {
-        c->grp_start = malloc(((size_t)c->cfg.n_machines + 1) * sizeof(*c->grp_start));
-        if (!c->grp_start)
-            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    }
+    n = n ? n : 1;
     if (n <= c->grp_cap)
         return 0;
-    uint32_t *order = realloc(c->grp_order, n * sizeof(*order));
-    if (order)
-        c->grp_order = order;
-    uint32_t *mach = order ? realloc(c->grp_mach, n * sizeof(*mach)) : NULL;
-    if (!mach)
+    if (cli_grow((void **)&c->grp_order, n, sizeof(*c->grp_order)) < 0 ||
+        cli_grow((void **)&c->grp_start, n + 1, sizeof(*c->grp_start)) < 0 ||
+        cli_grow((void **)&c->grp_gm, n, sizeof(*c->grp_gm)) < 0 ||
+        cli_grow((void **)&c->grp_key, n, sizeof(*c->grp_key)) < 0 ||
+        cli_grow((void **)&c->call_reqs, n, sizeof(*c->call_reqs)) < 0 ||
+        cli_grow((void **)&c->call_lost, n, sizeof(*c->call_lost)) < 0 ||
+        cli_grow((void **)&c->drop_srv, n, sizeof(*c->drop_srv)) < 0 ||
+        cli_grow((void **)&c->drop_unanswered, n, sizeof(*c->drop_unanswered)) < 0)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
-    c->grp_mach = mach;
     c->grp_cap = n;
     return 0;
+}
+
+static int cli_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uint64_t *ids,
@@ -1060,27 +1155,59 @@ static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uin
     int rc = cli_group_room(c, n);
     if (rc < 0)
         return rc;
-    uint32_t *start = c->grp_start, *mach = c->grp_mach, *order = c->grp_order;
-    memset(start, 0, ((size_t)M + 1) * sizeof(*start));
+    uint32_t *start = c->grp_start, *gm = c->grp_gm, *order = c->grp_order;
+    uint64_t *key = c->grp_key;
+    int sorted = 1;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] >= t->meta.rows)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ERANGE,
                             "tensor '%s': row id %llu at position %zu out of range (rows %llu)",
                             t->meta.name, (unsigned long long)ids[i], i,
                             (unsigned long long)t->meta.rows);
-        mach[i] = rkv_pbook_machine(&t->pb, ids[i]);
-        start[mach[i] + 1]++;
+        /* Machine, then position: sorting the keys groups by machine and
+         * keeps positions in order within a machine. */
+        key[i] = (uint64_t)rkv_pbook_machine(&t->pb, ids[i]) << 32 | i;
+        sorted &= i == 0 || key[i] > key[i - 1];
     }
-    for (uint32_t m = 0; m < M; m++)
-        start[m + 1] += start[m];
-    /* start[m] serves as machine m's fill cursor, then moves back one slot. */
-    for (size_t i = 0; i < n; i++)
-        order[start[mach[i]]++] = (uint32_t)i;
-    memmove(start + 1, start, (size_t)M * sizeof(*start));
-    start[0] = 0;
-    assert(start[M] == n);
-    g->order = order;
-    g->start = start;
+    uint32_t ng = 0;
+    if (!sorted && (size_t)M / 4 <= n) {
+        /* Many rows for the cluster's size: count per machine (O(n + M)),
+         * in grp_start grown to M + 1 for such a call. */
+        if (cli_grow((void **)&c->grp_start, (n > M ? n : M) + 1, sizeof(*start)) < 0)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+        start = c->grp_start;
+        memset(start, 0, ((size_t)M + 1) * sizeof(*start));
+        for (size_t i = 0; i < n; i++)
+            start[(key[i] >> 32) + 1]++;
+        for (uint32_t m = 0; m < M; m++) {
+            if (start[m + 1])
+                gm[ng++] = m;
+            start[m + 1] += start[m];
+        }
+        for (size_t i = 0; i < n; i++) /* start[m]: machine m's fill cursor */
+            order[start[key[i] >> 32]++] = (uint32_t)i;
+        /* start[m] is now machine m's end; key[], read no more, keeps the
+         * groups' ends while start[] becomes the groups' bounds. */
+        for (uint32_t k = 0; k < ng; k++)
+            key[k] = start[gm[k]];
+        start[0] = 0;
+        for (uint32_t k = 0; k < ng; k++)
+            start[k + 1] = (uint32_t)key[k];
+    } else {
+        if (!sorted)
+            qsort(key, n, sizeof(*key), cli_u64_cmp);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t m = (uint32_t)(key[i] >> 32);
+            if (ng == 0 || gm[ng - 1] != m) {
+                gm[ng] = m;
+                start[ng++] = (uint32_t)i;
+            }
+            order[i] = (uint32_t)key[i];
+        }
+        start[ng] = (uint32_t)n;
+    }
+    assert(start[ng] == n && ng <= c->grp_cap);
+    *g = (struct cli_groups){.order = order, .start = start, .mach = gm, .n = ng};
     return 0;
 }
 
@@ -1088,20 +1215,31 @@ static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uin
 static struct cli_server *cli_pick_any(struct rkv_client *c, uint32_t machine)
 {
     assert(machine < c->cfg.n_machines && c->cfg.machines[machine].servers > 0);
-    uint32_t first = rkv_cfg_server_id(&c->cfg, machine, 0);
+    uint32_t first = rkv_cluster_server_id(c->cl, machine, 0);
     uint32_t k = (uint32_t)rkv_rng_below(&c->port->rng, c->cfg.machines[machine].servers);
-    assert(first + k < c->n_servers && c->servers[first + k].machine == machine);
-    return &c->servers[first + k];
+    assert(first + k < c->n_servers);
+    struct cli_server *srv = cli_srv(c, first + k);
+    assert(!srv || srv->machine == machine);
+    return srv;
 }
 
-/* The server pushes in flight to the machine went to, else any. */
+static struct cli_pin cli_pin_of(uint64_t v)
+{
+    return (struct cli_pin){.srv = (uint32_t)(v >> 32), .n = (uint32_t)v};
+}
+
+/* The server pushes in flight to the machine went to, else any (NULL: out
+ * of memory). */
 static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
 {
     assert(machine < c->cfg.n_machines);
-    const struct cli_pin *pin = &c->pins[machine];
-    /* A pin names a server of its own machine (cli_pin). */
-    assert(!pin->n || (pin->srv < c->n_servers && c->servers[pin->srv].machine == machine));
-    return pin->n ? &c->servers[pin->srv] : cli_pick_any(c, machine);
+    const uint64_t *v = rkv_idmap_find(&c->pins, machine);
+    struct cli_pin pin = cli_pin_of(v ? *v : 0);
+    /* A pin names a server of its own machine (cli_pin), whose state the
+     * push that pinned it made. */
+    assert(!pin.n || (pin.srv < c->n_servers && rkv_idmap_find(&c->srvs, pin.srv) &&
+                      rkv_cluster_machine_of(c->cl, pin.srv) == machine));
+    return pin.n ? cli_srv(c, pin.srv) : cli_pick_any(c, machine);
 }
 
 /* The arguments of a push or pull (rows: its rows or the pull's output). */
@@ -1155,25 +1293,30 @@ typedef int (*cli_remote_fn)(struct rkv_client *c, const struct cli_op *o, struc
 /* Sends one request per machine that holds some of the rows, except this
  * machine when its shard is mapped (the caller does those rows itself).
  * With retries configured, a machine whose server is known dead goes into
- * lost[] (as LOST_FRESH) instead of failing the call. */
+ * lost[] (by group, as LOST_FRESH) instead of failing the call. */
 #define LOST_FRESH UINT64_MAX
 static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
                       cli_remote_fn fn, struct cli_req **reqs, size_t *nreq_p, uint64_t *lost)
 {
     int rc = 0;
     size_t nreq = 0;
-    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
-        uint32_t cnt = g->start[m + 1] - g->start[m];
-        lost[m] = 0;
-        if (cnt == 0 || (m == c->cfg.machine_id && o->t->mapped && !o->via_server))
+    for (uint32_t k = 0; k < g->n && rc == 0; k++) {
+        uint32_t m = g->mach[k];
+        lost[k] = 0;
+        if (m == c->cfg.machine_id && o->t->mapped && !o->via_server)
             continue;
-        assert(nreq < c->cfg.n_machines); /* reqs has one entry per machine */
+        assert(nreq < g->n); /* reqs has an entry per group (cli_group grew it) */
         reqs[nreq] = NULL;
-        rc = fn(c, o, cli_pick(c, m), g->order + g->start[m], cnt, &reqs[nreq]);
+        struct cli_server *srv = cli_pick(c, m);
+        if (!srv) {
+            rc = -RKV_ENOMEM;
+            break;
+        }
+        rc = fn(c, o, srv, g->order + g->start[k], cli_group_cnt(g, k), &reqs[nreq]);
         if (reqs[nreq])
             nreq++;
         if (rc == -RKV_EPEERDEAD && c->cfg.retry_ms) {
-            lost[m] = LOST_FRESH;
+            lost[k] = LOST_FRESH;
             rc = 0;
         }
     }
@@ -1215,7 +1358,7 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
     cli_unlock(c);
     uint64_t wait_ms = remaining_ms < c->cfg.timeout_ms ? remaining_ms : c->cfg.timeout_ms;
     /* Server 0's address is the config's, and the table comes from it. */
-    int rc = c->dynamic && srv != &c->servers[0] ? cli_fetch_table(c, wait_ms ? wait_ms : 1) : 0;
+    int rc = c->dynamic && srv != c->srv0 ? cli_fetch_table(c, wait_ms ? wait_ms : 1) : 0;
     if (rc < 0)
         return rc;
     c->connect_budget_ms =
@@ -1234,12 +1377,14 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
     return rc == -RKV_ETIMEDOUT ? -RKV_EPEERDEAD : rc;
 }
 
-/* Retries machine m's part of a call until it succeeds, fails otherwise
- * than by a dead server, or cfg.retry_ms passed; backoff 10 ms .. 1 s. A
- * push keeps its sequence, so a server that applied it already only acks. */
+/* Retries group k's part of a call (machine m's) until it succeeds, fails
+ * otherwise than by a dead server, or cfg.retry_ms passed; backoff 10 ms ..
+ * 1 s. A push keeps its sequence, so a server that applied it already only
+ * acks. */
 static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
-                     cli_remote_fn fn, uint32_t m, uint64_t seq, const char *what)
+                     cli_remote_fn fn, uint32_t k, uint64_t seq, const char *what)
 {
+    uint32_t m = g->mach[k];
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t start = po->now_ns(c->port);
     uint64_t deadline = start + (uint64_t)c->cfg.retry_ms * 1000000ull;
@@ -1249,10 +1394,12 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
     for (uint32_t attempt = 1;; attempt++) {
         uint64_t now = po->now_ns(c->port);
         struct cli_server *srv = cli_pick_any(c, m);
+        if (!srv)
+            return -RKV_ENOMEM;
         int rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 0);
         struct cli_req *r = NULL;
         if (rc == 0)
-            rc = fn(c, &ro, srv, g->order + g->start[m], g->start[m + 1] - g->start[m], &r);
+            rc = fn(c, &ro, srv, g->order + g->start[k], cli_group_cnt(g, k), &r);
         if (rc == 0) {
             if (!ro.seq && o->rows)
                 ro.seq = r->id; /* sent once: every later attempt is the same push */
@@ -1291,16 +1438,19 @@ static int cli_local_fresh(struct rkv_client *c)
         return 0;
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
-    uint32_t first = rkv_cfg_server_id(&c->cfg, c->cfg.machine_id, 0);
+    uint32_t first = rkv_cluster_server_id(c->cl, c->cfg.machine_id, 0);
     uint32_t last = first + c->cfg.machines[c->cfg.machine_id].servers;
     for (uint32_t k = first; k < last; k++) {
-        for (uint64_t backoff_ms = 10; cli_srv_dead(c, &c->servers[k]);) {
+        struct cli_server *srv = cli_srv(c, k);
+        if (!srv)
+            return -RKV_ENOMEM;
+        for (uint64_t backoff_ms = 10; cli_srv_dead(c, srv);) {
             uint64_t now = po->now_ns(c->port);
             if (now >= deadline)
                 return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
                                 "pull: server %u of this machine still gone after %u ms: %s", k,
                                 c->cfg.retry_ms, c->err);
-            int rc = cli_revive(c, &c->servers[k], (deadline - now) / 1000000ull);
+            int rc = cli_revive(c, srv, (deadline - now) / 1000000ull);
             if (rc == 0)
                 break;
             if (rc != -RKV_EPEERDEAD)
@@ -1321,25 +1471,27 @@ static int cli_settle(struct rkv_client *c, const struct cli_op *o, const struct
     if (!c->cfg.retry_ms)
         return wrc;
     int rc = 0, any = 0;
-    assert(nreq <= c->cfg.n_machines);
+    assert(nreq <= g->n && g->n <= c->cfg.n_machines);
     cli_lock(c);
     for (size_t i = 0; i < nreq; i++) {
         struct cli_req *r = reqs[i];
         assert(cli_owns_srv(c, r->srv)); /* its machine indexes lost[] */
         int st = r->done ? r->status : -RKV_ETIMEDOUT;
+        uint32_t k = cli_group_find(g, r->srv->machine);
+        assert(k < g->n);
         if (st == -RKV_EPEERDEAD)
-            lost[r->srv->machine] = r->id;
+            lost[k] = r->id;
         else if (st < 0 && rc == 0)
             rc = st;
     }
     cli_unlock(c);
     if (rc < 0) /* failed for another reason too: no retry makes the call succeed */
         return wrc;
-    for (uint32_t m = 0; m < c->cfg.n_machines && rc == 0; m++) {
-        if (!lost[m])
+    for (uint32_t k = 0; k < g->n && rc == 0; k++) {
+        if (!lost[k])
             continue;
         any = 1;
-        rc = cli_retry(c, o, g, fn, m, lost[m], what);
+        rc = cli_retry(c, o, g, fn, k, lost[k], what);
     }
     return any ? rc : wrc;
 }
@@ -1355,8 +1507,8 @@ static int cli_finish(struct rkv_client *c, const struct cli_op *o, const struct
 {
     /* lost[] is whole only when the first round went through (rc == 0). */
     int any_lost = 0;
-    for (uint32_t m = 0; nreq == 0 && rc == 0 && m < c->cfg.n_machines && !any_lost; m++)
-        any_lost = lost[m] != 0;
+    for (uint32_t k = 0; nreq == 0 && rc == 0 && k < g->n && !any_lost; k++)
+        any_lost = lost[k] != 0;
     if (nreq == 0 && !any_lost)
         return rc;
     int wrc = cli_wait_keep(c, reqs, nreq, c->cfg.timeout_ms, what);
@@ -1502,8 +1654,8 @@ static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uin
 struct cli_push {
     struct cli_op o;
     struct cli_groups g;
-    struct cli_req **reqs; /* n_machines */
-    uint64_t *lost;        /* n_machines */
+    struct cli_req **reqs; /* a group's each */
+    uint64_t *lost;        /* by group */
     size_t nreq;
     int rc; /* of sending and of the local part */
     int call_reg;
@@ -1514,7 +1666,7 @@ struct cli_push {
 struct rkv_pending {
     struct rkv_pending *prev, *next; /* the client's list */
     struct cli_push cp;
-    uint32_t *order, *start;
+    uint32_t *order, *start, *mach;
     struct cli_clock clock; /* the call's, counted by its wait */
 };
 
@@ -1528,24 +1680,39 @@ static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
         p->next->prev = p->prev;
     free(p->order);
     free(p->start);
+    free(p->mach);
     free(p->cp.reqs);
     free(p->cp.lost);
     free(p);
 }
 
+/* Out of memory for a machine's pin: the push goes on unpinned (a later
+ * call may pick another server of that machine), which costs ordering
+ * between servers of one machine, not correctness of this push. */
 static void cli_pin(struct rkv_client *c, const struct cli_push *cp, int delta)
 {
     assert(delta == 1 || delta == -1);
     assert(cp->nreq <= c->cfg.n_machines);
     for (size_t i = 0; i < cp->nreq; i++) {
-        assert(cli_owns_srv(c, cp->reqs[i]->srv));
-        struct cli_pin *pin = &c->pins[cp->reqs[i]->srv->machine];
-        /* Pushes in flight to a machine all went to its pinned server. */
-        assert(pin->n == 0 || pin->srv == cp->reqs[i]->srv->id);
-        assert(delta > 0 || pin->n > 0);
-        if (delta > 0 && pin->n == 0)
-            pin->srv = cp->reqs[i]->srv->id;
-        pin->n = (uint32_t)((int)pin->n + delta);
+        const struct cli_server *srv = cp->reqs[i]->srv;
+        assert(cli_owns_srv(c, srv));
+        uint64_t *v = delta > 0 ? rkv_idmap_get(&c->pins, srv->machine)
+                                : rkv_idmap_find(&c->pins, srv->machine);
+        if (!v)
+            continue;
+        struct cli_pin pin = cli_pin_of(*v);
+        /* Pushes in flight to a machine all went to its pinned server
+         * (cli_pick), unless their pin could not be made: then another
+         * push may have pinned another server since, and theirs is not
+         * counted in it. */
+        assert(delta < 0 || pin.n == 0 || pin.srv == srv->id);
+        if (delta < 0 && (pin.n == 0 || pin.srv != srv->id))
+            continue; /* its pin could not be made */
+        if (delta > 0 && pin.n == 0)
+            pin.srv = srv->id;
+        pin.n = (uint32_t)((int)pin.n + delta);
+        assert(rkv_cluster_machine_of(c->cl, pin.srv) == srv->machine);
+        *v = (uint64_t)pin.srv << 32 | pin.n;
     }
 }
 
@@ -1575,8 +1742,12 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                                             : "");
     if ((rc = cli_group(c, t, ids, n, &cp->g)) < 0)
         return rc;
-    uint32_t local = c->cfg.machine_id;
-    uint32_t lcnt = cp->g.start[local + 1] - cp->g.start[local];
+    if (!cp->reqs) { /* a blocking push: the client's arrays, grown by cli_group */
+        cp->reqs = c->call_reqs;
+        cp->lost = c->call_lost;
+    }
+    uint32_t lk = cli_group_find(&cp->g, c->cfg.machine_id);
+    uint32_t lcnt = cli_group_cnt(&cp->g, lk);
     if (lcnt > 0 && (rc = cli_check_local(c, t, "push")) < 0)
         return rc;
     /* Durable mode: the ack of a server is the promise, so co-located rows
@@ -1590,7 +1761,7 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
     cli_zc_begin(c, &cp->g, &cp->o, n, &cp->call_reg);
     rc = cli_fanout(c, &cp->o, &cp->g, cli_push_remote, cp->reqs, &cp->nreq, cp->lost);
     if (rc == 0 && t->mapped && lcnt > 0 && !cp->o.via_server)
-        cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[local], lcnt, op, param);
+        cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[lk], lcnt, op, param);
     cp->rc = rc;
     cli_pin(c, cp, 1);
     return 0;
@@ -1609,15 +1780,17 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
     *pending_p = NULL;
-    uint32_t M = c->cfg.n_machines;
+    /* A push of n ids touches at most n machines. */
+    size_t ng = n ? n : 1;
     struct rkv_pending *p = calloc(1, sizeof(*p));
     if (p) {
-        p->cp.reqs = calloc(M, sizeof(*p->cp.reqs));
-        p->cp.lost = calloc(M, sizeof(*p->cp.lost));
-        p->order = malloc((n ? n : 1) * sizeof(*p->order));
-        p->start = malloc(((size_t)M + 1) * sizeof(*p->start));
+        p->cp.reqs = calloc(ng, sizeof(*p->cp.reqs));
+        p->cp.lost = calloc(ng, sizeof(*p->cp.lost));
+        p->order = malloc(ng * sizeof(*p->order));
+        p->start = malloc((ng + 1) * sizeof(*p->start));
+        p->mach = malloc(ng * sizeof(*p->mach));
     }
-    if (!p || !p->cp.reqs || !p->cp.lost || !p->order || !p->start) {
+    if (!p || !p->cp.reqs || !p->cp.lost || !p->order || !p->start || !p->mach) {
         if (p)
             cli_pending_free(c, p);
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "push: out of memory");
@@ -1629,8 +1802,10 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
     }
     if (n) /* with n = 0 the client's arrays may not exist yet */
         memcpy(p->order, p->cp.g.order, n * sizeof(*p->order));
-    memcpy(p->start, p->cp.g.start, ((size_t)M + 1) * sizeof(*p->start));
-    p->cp.g = (struct cli_groups){.order = p->order, .start = p->start};
+    uint32_t k = p->cp.g.n;
+    memcpy(p->start, p->cp.g.start, ((size_t)k + 1) * sizeof(*p->start));
+    memcpy(p->mach, p->cp.g.mach, (size_t)k * sizeof(*p->mach));
+    p->cp.g = (struct cli_groups){.order = p->order, .start = p->start, .mach = p->mach, .n = k};
     p->next = c->pending;
     if (p->next)
         p->next->prev = p;
@@ -1662,7 +1837,7 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
     int rc = cli_push_end(c, &pending->cp);
-    uint64_t n = pending->cp.g.start[c->cfg.n_machines];
+    uint64_t n = pending->cp.g.start[pending->cp.g.n]; /* the push's ids */
     cli_call_end(c, RKV_STATS_PUSH, &pending->clock, rc, n, cli_push_bytes(&pending->cp, n));
     cli_pending_free(c, pending);
     return rc;
@@ -1672,7 +1847,7 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
                     const void *rows, int op, double param)
 {
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
-    struct cli_push cp = {.reqs = c->call_reqs, .lost = c->call_lost};
+    struct cli_push cp = {.reqs = NULL}; /* cli_push_send sets them */
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
     if (rc >= 0)
         rc = cli_push_end(c, &cp);
@@ -1839,7 +2014,7 @@ static int cli_abandon_slots(struct rkv_client *c, struct cli_req **reqs, size_t
         assert(cli_owns_srv(c, r->srv));
         /* A connection that broke may not be closed yet: wait for that too. */
         int lost = !r->done || r->status == -RKV_EPEERDEAD;
-        if (r->zc && lost && n_drop < c->cfg.n_machines && r->srv->peer) {
+        if (r->zc && lost && n_drop < c->grp_cap && r->srv->peer) {
             unanswered[n_drop] = !r->done;
             drop[n_drop++] = r->srv;
         } else if (!r->done && r->expect == RKV_MSG_PULL_REPLY)
@@ -1865,9 +2040,9 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
     o->mr = NULL;
     o->span = (uint64_t)n * o->t->row_bytes;
     uint64_t best = 0;
-    for (uint32_t m = 0; m < c->cfg.n_machines; m++)
-        if (m != c->cfg.machine_id || !o->t->mapped || o->via_server)
-            best = best > g->start[m + 1] - g->start[m] ? best : g->start[m + 1] - g->start[m];
+    for (uint32_t k = 0; k < g->n; k++)
+        if (g->mach[k] != c->cfg.machine_id || !o->t->mapped || o->via_server)
+            best = best > cli_group_cnt(g, k) ? best : cli_group_cnt(g, k);
     if (!c->cfg.zero_copy_bytes || best * o->t->row_bytes < c->cfg.zero_copy_bytes)
         return;
     const void *base = o->out ? (const void *)o->out : (const void *)o->rows;
@@ -1933,10 +2108,10 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct cli_req **reqs = c->call_reqs;
     uint64_t *lost = c->call_lost;
     size_t nreq;
-    uint32_t local = c->cfg.machine_id;
+    uint32_t lk = cli_group_find(&g, c->cfg.machine_id);
     struct cli_op o = {
         .t = t, .ids = ids, .out = rows_out, .op = handler, .param = param, .out_bytes = out_bytes};
-    if (g.start[local + 1] > g.start[local] && t->mapped &&
+    if (cli_group_cnt(&g, lk) > 0 && t->mapped &&
         ((rc = cli_check_local(c, t, "pull")) < 0 || (rc = cli_local_fresh(c)) < 0))
         return rc;
     int call_reg = 0;
@@ -1945,7 +2120,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
     if (rc == 0 && t->mapped) {
-        for (uint32_t i = g.start[local]; i < g.start[local + 1]; i++) {
+        for (uint32_t i = lk < g.n ? g.start[lk] : 0; lk < g.n && i < g.start[lk + 1]; i++) {
             uint32_t p = g.order[i];
             uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
             rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
@@ -2023,7 +2198,16 @@ static int cli_shutdown_servers(struct rkv_client *c)
      * wait for a restore that never comes and outlive the shutdown). */
     for (uint32_t k = 0; k < 2 * c->n_servers; k++) {
         uint32_t i = k % c->n_servers;
-        struct cli_server *srv = &c->servers[i];
+        /* A server without state yet was never seen dying: the first pass
+         * skips it without making its state. */
+        uint64_t *v = k < c->n_servers ? rkv_idmap_find(&c->srvs, i) : NULL;
+        if (k < c->n_servers && !v)
+            continue;
+        struct cli_server *srv = v ? (struct cli_server *)(uintptr_t)*v : cli_srv(c, i);
+        if (!srv) {
+            rc = rc ? rc : -RKV_ENOMEM;
+            break;
+        }
         if (k < c->n_servers ? !cli_srv_dead(c, srv) || cli_srv_redial(c, srv) : asked[i])
             continue;
         asked[i] = 1;
@@ -2069,6 +2253,11 @@ static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
 {
     struct rkv_hdr h = {.type = RKV_MSG_TABLE};
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
+    /* Every server's entry first: the reply's entries are written into them
+     * from the engine's thread, which must not make any. */
+    for (uint32_t i = 0; i < c->n_servers; i++)
+        if (!cli_srv(c, i))
+            return -RKV_ENOMEM;
     uint64_t budget_ms = c->cfg.retry_ms < wait_ms ? c->cfg.retry_ms : wait_ms;
     int rc = cli_call0(c, &h, NULL, wait_ms, budget_ms, "address table", &r);
     if (rc == 0)
@@ -2083,7 +2272,7 @@ static int cli_fetch_table(struct rkv_client *c, uint64_t wait_ms)
  * recorded none hands them out afresh. */
 static int cli_join0(struct rkv_client *c, uint64_t wait_ms)
 {
-    struct cli_server *srv = &c->servers[0];
+    struct cli_server *srv = c->srv0;
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
     uint64_t backoff_ms = 10;
@@ -2110,24 +2299,42 @@ static int cli_join0(struct rkv_client *c, uint64_t wait_ms)
 
 static int cli_join(struct rkv_client *c)
 {
-    for (uint32_t m = 0, k = 0; m < c->cfg.n_machines; m++) {
-        const struct rkv_machine *mc = &c->cfg.machines[m];
-        c->dynamic |= !mc->host[0];
-        for (uint32_t l = 0; l < mc->servers; l++, k++) {
-            c->servers[k] =
-                (struct cli_server){.id = k, .machine = m, .port = (uint16_t)(mc->base_port + l)};
-            snprintf(c->servers[k].host, sizeof(c->servers[k].host), "%s", mc->host);
-        }
-    }
+    c->dynamic = c->cl->dynamic;
+    if (!(c->srv0 = cli_srv(c, 0)))
+        return -RKV_ENOMEM;
     /* An observer takes no worker slot: it only connects to server 0. */
     if (c->observer)
-        return cli_connect(c, &c->servers[0]);
+        return cli_connect(c, c->srv0);
     /* Server 0 answers once every worker said hello: wait for the slowest. */
     uint64_t wait_ms = (uint64_t)c->cfg.connect_retry_ms + c->cfg.timeout_ms;
     int rc = cli_join0(c, wait_ms);
     if (rc == 0 && c->dynamic)
         rc = cli_fetch_table(c, wait_ms);
     return rc;
+}
+
+/* What the client allocated per server, per machine and per call. */
+static void cli_free_tables(struct rkv_client *c)
+{
+    for (uint32_t i = 0; i < c->srvs.cap; i++) {
+        if (!c->srvs.keys[i])
+            continue;
+        struct cli_server *srv = (struct cli_server *)(uintptr_t)c->srvs.vals[i];
+        if (srv)
+            free(srv->st);
+        free(srv);
+    }
+    rkv_idmap_free(&c->srvs);
+    rkv_idmap_free(&c->pins);
+    rkv_cluster_destroy(c->own_cl);
+    free(c->grp_order);
+    free(c->grp_start);
+    free(c->grp_gm);
+    free(c->grp_key);
+    free(c->call_reqs);
+    free(c->call_lost);
+    free(c->drop_srv);
+    free(c->drop_unanswered);
 }
 
 static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
@@ -2144,20 +2351,11 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     c->nic = nic;
     c->observer = observer;
     c->id = observer ? RKV_ID_NONE : 0;
-    c->n_servers = rkv_cfg_n_servers(cfg);
-    c->machines = calloc(cfg->n_machines, sizeof(*c->machines));
-    c->servers = calloc(c->n_servers, sizeof(*c->servers));
-    c->pins = calloc(cfg->n_machines, sizeof(*c->pins));
-    c->call_reqs = calloc(cfg->n_machines, sizeof(*c->call_reqs));
-    c->call_lost = calloc(cfg->n_machines, sizeof(*c->call_lost));
-    c->drop_srv = calloc(cfg->n_machines, sizeof(*c->drop_srv));
-    c->drop_unanswered = calloc(cfg->n_machines, sizeof(*c->drop_unanswered));
-    rc = -RKV_ENOMEM;
-    if (!c->machines || !c->servers || !c->pins || !c->call_reqs || !c->call_lost || !c->drop_srv ||
-        !c->drop_unanswered)
+    if ((rc = rkv_cluster_of(cfg, &c->cl, &c->own_cl, err, err_len)) < 0)
         goto free_client;
-    memcpy(c->machines, cfg->machines, cfg->n_machines * sizeof(*c->machines));
-    c->cfg.machines = c->machines;
+    c->cfg.machines = (struct rkv_machine *)(uintptr_t)c->cl->machines; /* read only */
+    c->fp = rkv_cluster_fingerprint(c->cl, cfg);
+    c->n_servers = c->cl->n_servers;
     if ((rc = port->ops->mutex_create(port, &c->mu)) < 0)
         goto free_client;
     if ((rc = port->ops->cond_create(port, &c->cv)) < 0)
@@ -2189,15 +2387,7 @@ destroy_cond:
 destroy_mutex:
     port->ops->mutex_destroy(c->mu);
 free_client:
-    for (uint32_t i = 0; c->servers && i < c->n_servers; i++)
-        free(c->servers[i].st);
-    free(c->machines);
-    free(c->servers);
-    free(c->pins);
-    free(c->call_reqs);
-    free(c->call_lost);
-    free(c->drop_srv);
-    free(c->drop_unanswered);
+    cli_free_tables(c);
     free(c);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
@@ -2283,7 +2473,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 {
     if ((!metas && cap) || !n_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
-    struct cli_server *srv = &c->servers[0];
+    struct cli_server *srv = c->srv0;
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
     int rc = cli_begin(c, srv, RKV_MSG_LIST_REPLY, 0, RKV_PROTO_HDR_BYTES, "list", &r, &tx);
@@ -2364,7 +2554,10 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
                         "stats: server %u (of %u) or operation %d out of range", server,
                         c->n_servers, op);
     cli_lock(c);
-    const struct rkv_op_stats *st = c->servers[server].st;
+    /* A server this client never used has no state, so no counters. */
+    const uint64_t *v = rkv_idmap_find(&c->srvs, server);
+    const struct cli_server *srv = v ? (const struct cli_server *)(uintptr_t)*v : NULL;
+    const struct rkv_op_stats *st = srv ? srv->st : NULL;
     if (st)
         *st_p = st[op];
     else
@@ -2383,9 +2576,12 @@ void rkv_client_stats_reset(struct rkv_client *c)
     memset(c->ops, 0, sizeof(c->ops));
     memset(c->call_sample, 0, sizeof(c->call_sample)); /* the next ones are timed */
     cli_lock(c);
-    for (uint32_t i = 0; i < c->n_servers; i++)
-        if (c->servers[i].st)
-            memset(c->servers[i].st, 0, RKV_STATS_OPS * sizeof(*c->servers[i].st));
+    for (uint32_t i = 0; i < c->srvs.cap; i++) { /* the servers with state */
+        const struct cli_server *srv =
+            c->srvs.keys[i] ? (const struct cli_server *)(uintptr_t)c->srvs.vals[i] : NULL;
+        if (srv && srv->st)
+            memset(srv->st, 0, RKV_STATS_OPS * sizeof(*srv->st));
+    }
     cli_unlock(c);
 }
 
@@ -2421,17 +2617,6 @@ void rkv_client_destroy(struct rkv_client *c)
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)
         rkv_node_close(c->port, c->nic);
-    free(c->grp_order);
-    free(c->grp_mach);
-    free(c->grp_start);
-    for (uint32_t i = 0; i < c->n_servers; i++)
-        free(c->servers[i].st);
-    free(c->machines);
-    free(c->servers);
-    free(c->pins);
-    free(c->call_reqs);
-    free(c->call_lost);
-    free(c->drop_srv);
-    free(c->drop_unanswered);
+    cli_free_tables(c);
     free(c);
 }

@@ -29,25 +29,6 @@ static uint32_t range_machine(const struct rkv_pbook *pb, uint64_t g)
     return (uint32_t)m;
 }
 
-static int count_range(struct rkv_pbook *pb, char *err, size_t el)
-{
-    pb->range_first = malloc(((size_t)pb->machines + 1) * sizeof(*pb->range_first));
-    if (!pb->range_first)
-        return rkv_errf(err, el, -RKV_ENOMEM, "pbook: out of memory");
-    for (uint32_t m = 0; m <= pb->machines; m++)
-        pb->range_first[m] = range_start(pb, m);
-    for (uint32_t m = 0; m < pb->machines; m++)
-        pb->local_rows[m] = pb->range_first[m + 1] - pb->range_first[m];
-    return 0;
-}
-
-static void count_hash(struct rkv_pbook *pb)
-{
-    uint64_t base = pb->rows / pb->machines, extra = pb->rows % pb->machines;
-    for (uint32_t m = 0; m < pb->machines; m++)
-        pb->local_rows[m] = base + (m < extra);
-}
-
 /* Copies the book and numbers each machine's rows in id order, one pass. */
 static int build_explicit(struct rkv_pbook *pb, const uint32_t *book, char *err, size_t el)
 {
@@ -98,19 +79,20 @@ int rkv_pbook_init(struct rkv_pbook *pb, enum rkv_policy policy, uint64_t rows, 
     if (rc < 0)
         return rc;
     struct rkv_pbook b = {.policy = policy, .rows = rows, .machines = machines};
+    /* RANGE and HASH answer from (rows, machines) alone: no table with an
+     * entry per machine, which every node would hold per tensor (the twin
+     * holds every node in one process: N nodes x M machines). */
+    if (policy != RKV_PART_EXPLICIT)
+        goto done;
     b.local_rows = calloc(machines, sizeof(*b.local_rows));
     if (!b.local_rows)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "pbook: out of memory");
-    if (policy == RKV_PART_RANGE)
-        rc = count_range(&b, err, err_len);
-    else if (policy == RKV_PART_HASH)
-        count_hash(&b);
-    else
-        rc = build_explicit(&b, book, err, err_len);
+    rc = build_explicit(&b, book, err, err_len);
     if (rc < 0) {
         rkv_pbook_free(&b);
         return rc;
     }
+done:
     *pb = b;
     return 0;
 }
@@ -188,7 +170,6 @@ void rkv_pbook_free(struct rkv_pbook *pb)
     free(pb->book);
     free(pb->g2l);
     free(pb->local_rows);
-    free(pb->range_first);
     memset(pb, 0, sizeof(*pb));
 }
 
@@ -212,7 +193,7 @@ uint64_t rkv_pbook_g2l(const struct rkv_pbook *pb, uint64_t gid)
     assert(gid < pb->rows);
     switch (pb->policy) {
     case RKV_PART_RANGE:
-        return gid - pb->range_first[range_machine(pb, gid)];
+        return gid - range_start(pb, range_machine(pb, gid));
     case RKV_PART_HASH:
         return gid / pb->machines;
     case RKV_PART_EXPLICIT:
@@ -225,5 +206,14 @@ uint64_t rkv_pbook_g2l(const struct rkv_pbook *pb, uint64_t gid)
 uint64_t rkv_pbook_local_rows(const struct rkv_pbook *pb, uint32_t machine)
 {
     assert(machine < pb->machines);
-    return pb->local_rows[machine];
+    switch (pb->policy) {
+    case RKV_PART_RANGE:
+        return range_start(pb, machine + 1) - range_start(pb, machine);
+    case RKV_PART_HASH:
+        return pb->rows / pb->machines + (machine < pb->rows % pb->machines);
+    case RKV_PART_EXPLICIT:
+        return pb->local_rows[machine];
+    }
+    assert(!"pbook: unknown policy");
+    return 0;
 }

@@ -16,11 +16,8 @@ struct rkv_pbook {
     uint32_t machines;
     uint32_t *book;       /* EXPLICIT: machine of each row (owned copy) */
     uint64_t *g2l;        /* EXPLICIT: local index of each row on its machine */
-    uint64_t *local_rows; /* rows held by each machine (machines entries) */
-    /* RANGE: start(m) for m in 0..machines, so that g2l, on every row a
-     * push or pull touches in a shard, divides once (the machine), not twice. */
-    uint64_t *range_first;
-    int user_local; /* EXPLICIT: g2l was given (rkv_pbook_init_local), not derived */
+    uint64_t *local_rows; /* EXPLICIT: rows held by each machine (machines entries) */
+    int user_local;       /* EXPLICIT: g2l was given (rkv_pbook_init_local), not derived */
 };
 
 /* RANGE: machine m holds [rows*m/M, rows*(m+1)/M); g2l = g - start(m).

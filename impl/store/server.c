@@ -12,6 +12,7 @@
 #include "port/port_file.h"
 #include "store/coord.h"
 #include "store/pull_handlers.h"
+#include "store/cluster.h"
 #include "store/server_int.h"
 #include "store/snapshot.h"
 #include "store/wal.h"
@@ -42,6 +43,7 @@ struct srv_waiter {
 struct srv_conn {
     int hello;          /* a HELLO was accepted on it (another one is a protocol error) */
     uint32_t client_id; /* server 0: the id it gave; others: the one claimed; else RKV_ID_NONE */
+    int registered;     /* server 0: some address table entry named it (table_peer) */
     /* Under s->mu. The peer is released (the engine frees it) by whoever
      * sees the last of these go: the connection is gone, no table entry
      * names it (kept), no durable acknowledgement is still to be sent to it. */
@@ -59,7 +61,11 @@ struct srv_ack {
 
 struct rkv_server {
     struct rkv_config cfg;
-    struct rkv_machine *machines; /* owned copy of cfg.machines */
+    /* cfg.machines and what is derived from it: the config's shared one,
+     * or own_cl (cluster.h). fp: the cluster's fingerprint, computed once. */
+    const struct rkv_cluster *cl;
+    struct rkv_cluster *own_cl;
+    uint64_t fp;
     uint32_t local_id, server_id, n_servers;
     struct rkv_port *port;
     struct rkv_nic *nic;
@@ -89,6 +95,10 @@ struct rkv_server {
      * (BARRIER's count numbers them, so a retried one is told apart). In
      * durable mode it is in the coordination record before any reply. */
     uint64_t barriers_done;
+    /* server 0: by client id, its entry's index in barrier[] + 1 (0: not
+     * inside), so that a BARRIER costs O(1), not a walk over the waiters
+     * (O(workers^2) per barrier). */
+    uint32_t *barrier_at;
     /* server 0: id + 1 of a client that left after ids were handed out; no
      * barrier can complete from then on, so waiters fail instead of hanging. */
     uint32_t client_gone;
@@ -266,7 +276,7 @@ static int srv_coord_save(struct rkv_server *s, char *err, size_t err_len)
     assert(s->server_id == 0);
     if (!s->durable)
         return 0;
-    struct rkv_coord c = {.fingerprint = rkv_cfg_fingerprint(&s->cfg),
+    struct rkv_coord c = {.fingerprint = s->fp,
                           .n_workers = s->cfg.n_workers,
                           .n_servers = s->n_servers,
                           .ids_given = s->n_hellos == s->cfg.n_workers ? s->n_hellos : 0,
@@ -297,9 +307,8 @@ out:
  * written before every id was handed out restores no id. */
 static int srv_coord_load(struct rkv_server *s, char *err, size_t err_len)
 {
-    struct rkv_coord c = {.fingerprint = rkv_cfg_fingerprint(&s->cfg),
-                          .n_workers = s->cfg.n_workers,
-                          .n_servers = s->n_servers};
+    struct rkv_coord c = {
+        .fingerprint = s->fp, .n_workers = s->cfg.n_workers, .n_servers = s->n_servers};
     c.clients = calloc(c.n_workers, sizeof(*c.clients));
     c.addrs = calloc(c.n_servers, sizeof(*c.addrs));
     int rc = -RKV_ENOMEM;
@@ -323,7 +332,7 @@ static int srv_coord_load(struct rkv_server *s, char *err, size_t err_len)
         s->hellos[i] =
             (struct srv_hello){.machine = c.clients[i].machine, .nonce = c.clients[i].nonce};
     s->barriers_done = c.barriers_done;
-    uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
+    uint64_t fp = s->fp;
     for (uint32_t i = 0; i < c.n_servers; i++) {
         if (!c.addrs[i].port || s->table[i].port)
             continue; /* the config's addresses stand */
@@ -380,7 +389,7 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
                       s->server_id, c->client_id == RKV_ID_NONE ? -1 : (int)c->client_id);
         return srv_drop(s, peer);
     }
-    if (m->u.hello.cluster != rkv_cfg_fingerprint(&s->cfg))
+    if (m->u.hello.cluster != s->fp)
         return srv_status(s, peer, m, 0, -RKV_ECONFIG,
                           "this server belongs to another cluster (machines, ports, workers, "
                           "shm prefix or durable mode differ)");
@@ -950,16 +959,18 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         return srv_status(s, peer, m, 0, -RKV_EPEERDEAD, why);
     }
     /* A client that retries after a timeout is still one client. */
-    for (uint32_t i = 0; i < s->n_barrier; i++) {
-        if (s->barrier[i].client == c->client_id) {
-            s->barrier[i].peer = peer;
-            s->barrier[i].req_id = m->h.req_id;
-            return;
-        }
+    assert(c->client_id < s->cfg.n_workers); /* server 0 gave it */
+    uint32_t at = s->barrier_at[c->client_id];
+    if (at) {
+        assert(s->barrier[at - 1].client == c->client_id);
+        s->barrier[at - 1].peer = peer;
+        s->barrier[at - 1].req_id = m->h.req_id;
+        return;
     }
     assert(s->n_barrier < s->cfg.n_workers);
     s->barrier[s->n_barrier++] =
         (struct srv_waiter){.peer = peer, .req_id = m->h.req_id, .client = c->client_id};
+    s->barrier_at[c->client_id] = s->n_barrier;
     if (s->n_barrier < s->cfg.n_workers)
         return;
     /* Durable: on disk before any client leaves it (see barriers_done). */
@@ -974,6 +985,7 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         struct rkv_hdr h = {.type = rc < 0 ? RKV_MSG_ERROR : RKV_MSG_BARRIER_REPLY,
                             .req_id = s->barrier[i].req_id,
                             .status = rc};
+        s->barrier_at[s->barrier[i].client] = 0;
         srv_reply(s, s->barrier[i].peer, &h, rc < 0 ? why : NULL);
     }
     s->n_barrier = 0;
@@ -1033,13 +1045,13 @@ static void srv_on_table(struct rkv_server *s, struct rkv_peer *peer, const stru
 /* Servers of one machine share its shard, so they must be on one host. */
 static const char *srv_check_register(struct rkv_server *s, const struct rkv_wire_addr *a)
 {
-    if (a->cluster != rkv_cfg_fingerprint(&s->cfg))
+    if (a->cluster != s->fp)
         return "this server belongs to another cluster";
     if (a->server_id == 0 || a->server_id >= s->n_servers)
         return "server id out of range";
     uint32_t first = 0, m = 0;
-    while (first + s->cfg.machines[m].servers <= a->server_id)
-        first += s->cfg.machines[m++].servers;
+    m = rkv_cluster_machine_of(s->cl, a->server_id);
+    first = rkv_cluster_server_id(s->cl, m, 0);
     for (uint32_t i = first; i < first + s->cfg.machines[m].servers; i++)
         if (s->table[i].port && i != a->server_id && strcmp(s->table[i].host, a->host) != 0)
             return "servers of one machine registered from different hosts";
@@ -1063,6 +1075,8 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
                                     : "replacing a registration whose connection is still open");
     s->table[a->server_id] = *a;
     s->table_peer[a->server_id] = peer;
+    if (srv_conn_of(peer))
+        srv_conn_of(peer)->registered = 1;
     if (old && old != peer)
         srv_conn_unkeep(s, old); /* it was kept for its entry only */
     char why[RKV_PROTO_TEXT_MAX];
@@ -1096,7 +1110,7 @@ static int srv_table_init(struct rkv_server *s)
     s->table_wait = calloc(s->cfg.n_workers, sizeof(*s->table_wait));
     if (!s->table || !s->table_peer || !s->table_wait)
         return -RKV_ENOMEM;
-    uint64_t fp = rkv_cfg_fingerprint(&s->cfg);
+    uint64_t fp = s->fp;
     for (uint32_t m = 0, k = 0; m < s->cfg.n_machines; m++) {
         const struct rkv_machine *mc = &s->cfg.machines[m];
         for (uint32_t l = 0; l < mc->servers; l++, k++) {
@@ -1115,8 +1129,7 @@ static int srv_table_init(struct rkv_server *s)
 static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_t err_len)
 {
     const struct rkv_machine *m0 = &s->cfg.machines[0];
-    struct rkv_wire_addr a = {
-        .cluster = rkv_cfg_fingerprint(&s->cfg), .server_id = s->server_id, .port = my_port};
+    struct rkv_wire_addr a = {.cluster = s->fp, .server_id = s->server_id, .port = my_port};
     /* A machine the config names a host for: server 0 knows it already. */
     assert(!s->cfg.machines[s->cfg.machine_id].host[0]);
     int rc = rkv_engine_local_addr(s->eng, m0->host, m0->base_port, a.host, sizeof(a.host));
@@ -1234,6 +1247,7 @@ static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         struct rkv_hdr h = {
             .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = -RKV_EPEERDEAD};
+        s->barrier_at[s->barrier[i].client] = 0;
         srv_reply(s, s->barrier[i].peer, &h, why);
     }
     s->n_barrier = 0;
@@ -1243,6 +1257,13 @@ static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
  * and the address table keep their entry (a re-join replaces it). */
 static int srv_peer_kept(const struct rkv_server *s, const struct rkv_peer *peer)
 {
+    /* Once ids are handed out, hellos[i] holds id i: a client's connection
+     * that no table entry ever named is found without a walk over every
+     * worker and server (server 0 sees every client leave). */
+    const struct srv_conn *c = srv_conn_of(peer);
+    if (c && !c->registered && c->client_id != RKV_ID_NONE && s->n_hellos == s->cfg.n_workers &&
+        c->client_id < s->n_hellos)
+        return s->hellos[c->client_id].peer == peer;
     for (uint32_t i = 0; i < s->n_hellos; i++)
         if (s->hellos[i].peer == peer)
             return 1;
@@ -1278,7 +1299,10 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
     /* A dead client cannot take part in a barrier any more. */
     for (uint32_t i = 0; i < s->n_barrier; i++) {
         if (s->barrier[i].peer == peer) {
+            s->barrier_at[s->barrier[i].client] = 0;
             s->barrier[i] = s->barrier[--s->n_barrier];
+            if (i < s->n_barrier)
+                s->barrier_at[s->barrier[i].client] = i + 1;
             break;
         }
     }
@@ -1296,14 +1320,15 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
                      s->n_barrier);
         srv_fail_barrier(s, id);
     }
-    for (uint32_t i = 0; i < s->n_hellos; i++) {
-        if (s->hellos[i].peer == peer && s->n_hellos < s->cfg.n_workers) {
+    for (uint32_t i = 0; s->n_hellos < s->cfg.n_workers && i < s->n_hellos; i++) {
+        if (s->hellos[i].peer == peer) {
             s->hellos[i] = s->hellos[--s->n_hellos];
             break;
         }
     }
-    /* Info, not a warning: every server of a stopping cluster leaves so too. */
-    for (uint32_t i = 0; s->table_peer && i < s->n_servers; i++)
+    /* Info, not a warning: every server of a stopping cluster leaves so too.
+     * Only a connection that registered can be a table entry. */
+    for (uint32_t i = 0; s->table_peer && (!c || c->registered) && i < s->n_servers; i++)
         if (s->table_peer[i] == peer)
             RKV_LOGI(s->port, "server %u (%s:%u) disconnected; it may re-register after a restart",
                      i, s->table[i].host, s->table[i].port);
@@ -1670,7 +1695,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     }
     if (rc < 0)
         return rc; /* a torn or corrupted snapshot is refused, never half-used */
-    if (snap.fingerprint != rkv_cfg_fingerprint(&s->cfg))
+    if (snap.fingerprint != s->fp)
         rc = rkv_errf(err, err_len, -RKV_ECONFIG,
                       "snapshot %s was written by another cluster configuration (machines, "
                       "ports, workers or shm prefix differ)",
@@ -1803,17 +1828,23 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     s->nic = nic;
     s->local_id = local_id;
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
-    s->server_id = rkv_cfg_server_id(cfg, cfg->machine_id, local_id);
-    s->n_servers = rkv_cfg_n_servers(cfg);
-    s->durable = cfg->durable_dir[0] != 0;
-    s->machines = calloc(cfg->n_machines, sizeof(*s->machines));
-    s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
-    s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
-    rc = -RKV_ENOMEM;
-    if (!s->machines || !s->hellos || !s->barrier)
+    if ((rc = rkv_cluster_of(cfg, &s->cl, &s->own_cl, err, err_len)) < 0)
         goto free_server;
-    memcpy(s->machines, cfg->machines, cfg->n_machines * sizeof(*s->machines));
-    s->cfg.machines = s->machines;
+    s->cfg.machines = (struct rkv_machine *)(uintptr_t)s->cl->machines; /* read only */
+    s->fp = rkv_cluster_fingerprint(s->cl, cfg);
+    s->server_id = rkv_cluster_server_id(s->cl, cfg->machine_id, local_id);
+    s->n_servers = s->cl->n_servers;
+    s->durable = cfg->durable_dir[0] != 0;
+    /* Only server 0 hands out ids and holds barriers: an entry per worker
+     * in every server would be workers x servers in the twin's process. */
+    if (s->server_id == 0) {
+        s->hellos = calloc(cfg->n_workers, sizeof(*s->hellos));
+        s->barrier = calloc(cfg->n_workers, sizeof(*s->barrier));
+        s->barrier_at = calloc(cfg->n_workers, sizeof(*s->barrier_at));
+        rc = -RKV_ENOMEM;
+        if (!s->hellos || !s->barrier || !s->barrier_at)
+            goto free_server;
+    }
     if ((rc = port->ops->mutex_create(port, &s->mu)) < 0)
         goto free_server;
     if ((rc = port->ops->cond_create(port, &s->cv)) < 0)
@@ -1853,9 +1884,10 @@ destroy_cond:
 destroy_mutex:
     port->ops->mutex_destroy(s->mu);
 free_server:
-    free(s->machines);
+    rkv_cluster_destroy(s->own_cl);
     free(s->hellos);
     free(s->barrier);
+    free(s->barrier_at);
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
@@ -1963,9 +1995,10 @@ void rkv_server_destroy(struct rkv_server *s)
     s->port->ops->mutex_destroy(s->mu);
     if (s->own_port_nic)
         rkv_node_close(s->port, s->nic);
-    free(s->machines);
+    rkv_cluster_destroy(s->own_cl);
     free(s->hellos);
     free(s->barrier);
+    free(s->barrier_at);
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);

@@ -37,6 +37,8 @@ struct sim_port {
     double (*cpu_factor)(void *user, double t_s);
     void *cpu_user;
     uint64_t slowed_rows; /* rows handled while the factor was above 1 */
+    struct sp_map *maps;
+    uint32_t n_maps, cap_maps;
 };
 
 struct rkv_task {
@@ -74,7 +76,17 @@ struct sim_shm {
     void **views; /* the memfd's mappings, one per map */
     uint32_t maps;
     int unlinked;
-    struct sim_shm *next;
+    struct sim_shm *next, *prev; /* the world's list */
+    struct sim_shm *hnext;       /* its name's bucket */
+};
+
+#define SIM_SHM_BUCKETS 16384u
+
+/* A map this node made: unmap finds its segment here, among the node's
+ * few, instead of among every segment of the world. */
+struct sp_map {
+    void *addr;
+    struct sim_shm *s;
 };
 
 static void sp_shm_free_all(struct sim_world *w);
@@ -289,12 +301,37 @@ static void sp_handler_work(struct rkv_port *p, uint64_t rows)
 
 /* ---- shared memory ---- */
 
+static uint32_t sp_shm_bucket(const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *c = name; *c; c++)
+        h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+    return (uint32_t)(h % SIM_SHM_BUCKETS);
+}
+
 static struct sim_shm *sp_shm_find(struct sim_world *w, const char *name)
 {
-    for (struct sim_shm *s = w->shms; s; s = s->next)
+    if (!w->shm_buckets)
+        return NULL;
+    for (struct sim_shm *s = w->shm_buckets[sp_shm_bucket(name)]; s; s = s->hnext)
         if (!s->unlinked && strcmp(s->name, name) == 0)
             return s;
     return NULL;
+}
+
+/* Records that this node mapped s at addr. */
+static int sp_map_add(struct sim_port *sp, void *addr, struct sim_shm *s)
+{
+    if (sp->n_maps == sp->cap_maps) {
+        uint32_t cap = sp->cap_maps ? 2 * sp->cap_maps : 8;
+        struct sp_map *m = realloc(sp->maps, (size_t)cap * sizeof(*m));
+        if (!m)
+            return -RKV_ENOMEM;
+        sp->maps = m;
+        sp->cap_maps = cap;
+    }
+    sp->maps[sp->n_maps++] = (struct sp_map){.addr = addr, .s = s};
+    return 0;
 }
 
 /* One more map of s: the shared allocation, or a mapping of its own. */
@@ -365,10 +402,21 @@ static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int cr
             RKV_LOGE(p, "shm %s: has %zu bytes, %zu expected", name, s->bytes, bytes);
             return -RKV_EIO;
         }
-        return sp_shm_view(s, addr_p);
+        if (sp_map_add(sp_of(p), NULL, s) < 0) /* room first: a view cannot be undone */
+            return -RKV_ENOMEM;
+        sp_of(p)->n_maps--;
+        int rc = sp_shm_view(s, addr_p);
+        if (rc == 0)
+            sp_map_add(sp_of(p), *addr_p, s);
+        return rc;
     }
     if (strlen(name) >= sizeof(s->name) || bytes == 0)
         return -RKV_EINVAL;
+    if (!w->shm_buckets && !(w->shm_buckets = calloc(SIM_SHM_BUCKETS, sizeof(*w->shm_buckets))))
+        return -RKV_ENOMEM;
+    if (sp_map_add(sp_of(p), NULL, NULL) < 0)
+        return -RKV_ENOMEM;
+    sp_of(p)->n_maps--;
     if (!(s = sp_shm_new(w, name, bytes)))
         return -RKV_ENOMEM;
     int rc = sp_shm_view(s, addr_p);
@@ -376,9 +424,15 @@ static int sp_shm_map(struct rkv_port *p, const char *name, size_t bytes, int cr
         sp_shm_free(s);
         return rc;
     }
+    sp_map_add(sp_of(p), *addr_p, s);
     s->next = w->shms;
+    if (s->next)
+        s->next->prev = s;
     w->shms = s;
     w->shm_free_all = sp_shm_free_all;
+    uint32_t b = sp_shm_bucket(name);
+    s->hnext = w->shm_buckets[b];
+    w->shm_buckets[b] = s;
     return 0;
 }
 
@@ -386,12 +440,16 @@ static void sp_shm_release(struct sim_world *w, struct sim_shm *s)
 {
     if (!s->unlinked || s->maps)
         return;
-    for (struct sim_shm **pp = &w->shms; *pp; pp = &(*pp)->next) {
-        if (*pp == s) {
-            *pp = s->next;
-            break;
-        }
-    }
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        w->shms = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    struct sim_shm **pp = &w->shm_buckets[sp_shm_bucket(s->name)];
+    while (*pp != s)
+        pp = &(*pp)->hnext;
+    *pp = s->hnext;
     sp_shm_free(s);
 }
 
@@ -419,12 +477,14 @@ static int sp_shm_drop(struct sim_shm *s, void *addr)
 static void sp_shm_unmap(struct rkv_port *p, void *addr, size_t bytes)
 {
     (void)bytes;
-    struct sim_world *w = sp_of(p)->w;
-    for (struct sim_shm *s = w->shms; s; s = s->next) {
-        if (sp_shm_drop(s, addr)) {
-            sp_shm_release(w, s);
-            return;
-        }
+    struct sim_port *sp = sp_of(p);
+    for (uint32_t i = sp->n_maps; i-- > 0;) {
+        struct sim_shm *s = sp->maps[i].s;
+        if (sp->maps[i].addr != addr || !sp_shm_drop(s, addr))
+            continue;
+        sp->maps[i] = sp->maps[--sp->n_maps];
+        sp_shm_release(sp->w, s);
+        return;
     }
 }
 
@@ -449,6 +509,8 @@ static void sp_shm_free_all(struct sim_world *w)
         w->shms = s->next;
         sp_shm_free(s);
     }
+    free(w->shm_buckets);
+    w->shm_buckets = NULL;
 }
 
 /* ---- logging and lifetime ---- */
@@ -467,8 +529,12 @@ static void sp_vlog(struct rkv_port *p, int level, const char *fmt, va_list ap)
 
 static void sp_destroy(struct rkv_port *p)
 {
-    if (p)
-        free(p->impl);
+    if (!p)
+        return;
+    /* Maps left (a crashed node's) stay counted in their segments, which
+     * the world frees at its end. */
+    free(sp_of(p)->maps);
+    free(p->impl);
 }
 
 static const struct rkv_port_ops sim_port_ops = {

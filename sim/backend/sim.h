@@ -55,7 +55,15 @@ struct sim_world {
     /* Registries (looked up by name, never iterated by pointer order). */
     struct sim_listener **listeners; /* open hash on "host:port" */
     uint32_t listener_cap;
+    /* Each NIC's listeners (by NIC id, nic_listener_cap entries), so that a
+     * closing NIC unlinks its own instead of walking every bucket: that
+     * walk, once per node, was O(nodes^2) at the end of a large run. */
+    struct sim_listener **nic_listeners;
+    uint32_t nic_listener_cap;
     struct sim_shm *shms;
+    /* shms by name (SIM_SHM_BUCKETS chains, made with the first segment):
+     * every node looks its machine's segments up, among 2 per machine. */
+    struct sim_shm **shm_buckets;
     struct sim_nic **nics; /* index = NIC id */
     uint32_t n_nics, nic_cap;
     /* What sim_world_fini calls to free the shm segments and NICs: set by

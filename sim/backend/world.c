@@ -17,6 +17,7 @@ struct sim_listener {
     uint16_t port;
     uint32_t nic;
     struct sim_listener *next;
+    struct sim_listener *nic_next; /* the same NIC's others */
 };
 
 int sim_world_init(struct sim_world *w, uint64_t seed)
@@ -39,6 +40,7 @@ void sim_world_fini(struct sim_world *w)
     }
     free(w->listeners);
     assert(w->n_nics == 0 || w->nic_free);
+    free(w->nic_listeners);
     for (uint32_t i = 0; i < w->n_nics; i++)
         w->nic_free(w->nics[i]);
     free(w->nics);
@@ -67,6 +69,17 @@ int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint3
         return -RKV_EINVAL;
     if (sim_world_lookup(w, host, port, &dummy) == 0)
         return -RKV_EEXIST;
+    if (nic >= w->nic_listener_cap) {
+        uint32_t cap = w->nic_listener_cap ? w->nic_listener_cap : 64;
+        while (cap <= nic)
+            cap *= 2;
+        struct sim_listener **by = realloc(w->nic_listeners, (size_t)cap * sizeof(*by));
+        if (!by)
+            return -RKV_ENOMEM;
+        memset(by + w->nic_listener_cap, 0, (size_t)(cap - w->nic_listener_cap) * sizeof(*by));
+        w->nic_listeners = by;
+        w->nic_listener_cap = cap;
+    }
     struct sim_listener *l = calloc(1, sizeof(*l));
     if (!l)
         return -RKV_ENOMEM;
@@ -76,6 +89,8 @@ int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint3
     uint32_t b = sim_bucket(w, host, port);
     l->next = w->listeners[b];
     w->listeners[b] = l;
+    l->nic_next = w->nic_listeners[nic];
+    w->nic_listeners[nic] = l;
     return 0;
 }
 
@@ -98,17 +113,17 @@ int sim_world_listening(const struct sim_world *w, const char *host, uint32_t ni
 
 void sim_world_unlisten(struct sim_world *w, uint32_t nic)
 {
-    for (uint32_t b = 0; b < w->listener_cap; b++) {
-        for (struct sim_listener **pp = &w->listeners[b]; *pp;) {
-            if ((*pp)->nic == nic) {
-                struct sim_listener *l = *pp;
-                *pp = l->next;
-                free(l);
-            } else {
-                pp = &(*pp)->next;
-            }
-        }
+    if (nic >= w->nic_listener_cap)
+        return; /* it never listened */
+    for (struct sim_listener *l = w->nic_listeners[nic], *next; l; l = next) {
+        next = l->nic_next;
+        struct sim_listener **pp = &w->listeners[sim_bucket(w, l->host, l->port)];
+        while (*pp != l)
+            pp = &(*pp)->next;
+        *pp = l->next;
+        free(l);
     }
+    w->nic_listeners[nic] = NULL;
 }
 
 void sim_world_event(struct sim_world *w, const uint64_t *v, int n)

@@ -27,6 +27,7 @@
 #include "sim/backend/sim_int.h"
 #include "sim/twin/sim_plat.h"
 #include "sim/twin/twin.h"
+#include "store/cluster.h"
 #include "store/server_int.h"
 
 #define TWIN_BASE_PORT 7000
@@ -61,6 +62,9 @@ struct twin {
     struct sim_world w;
     struct rkv_config cfg;
     struct rkv_machine *machines;
+    /* Built once from machines for every node (cfg.shared): N nodes'
+     * copies of an M-machine table would be N x M in this one process. */
+    struct rkv_cluster *cluster;
     struct twin_node *nodes;
     uint32_t n_nodes, n_servers, n_workers;
     int log_level;
@@ -305,6 +309,11 @@ static int twin_config(struct twin *t)
         t->cfg.rx_depth = 8;
         t->cfg.ctrl_buf_bytes = 256;
     }
+    char err[128];
+    int rc = rkv_cluster_create(&t->cfg, 0, &t->cluster, err, sizeof(err));
+    if (rc < 0)
+        return rc;
+    t->cfg.shared = t->cluster;
     return 0;
 }
 
@@ -783,6 +792,7 @@ free_all:
     twin_remove_durable(&t);
     rkv_oracle_destroy(t.oracle);
     free(t.nodes);
+    rkv_cluster_destroy(t.cluster);
     free(t.machines);
     for (int i = 0; i < t.sg_argc; i++)
         free(t.sg_argv[i]);

@@ -1,0 +1,124 @@
+/* The machine table's derived forms (store/cluster.c) against the plain
+ * walks they replace, and the id map of per-peer state. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rkv.h"
+#include "store/cluster.h"
+#include "store/store_int.h"
+
+static void config(struct rkv_config *cfg, struct rkv_machine *mc, uint32_t n, int uniform)
+{
+    rkv_config_defaults(cfg);
+    for (uint32_t m = 0; m < n; m++) {
+        snprintf(mc[m].host, sizeof(mc[m].host), "h%u", m);
+        mc[m].base_port = (uint16_t)(7000 + m);
+        mc[m].servers = uniform ? 3 : 1 + (m * 7) % 5;
+    }
+    cfg->machines = mc;
+    cfg->n_machines = n;
+    cfg->n_workers = 5;
+}
+
+/* Server ids and machines as the config's walk gives them, for uniform and
+ * uneven machines; the fingerprint is rkv_cfg_fingerprint's. */
+static void test_ids_match_the_walk(void **state)
+{
+    (void)state;
+    static struct rkv_machine mc[300];
+    for (int uniform = 0; uniform < 2; uniform++) {
+        struct rkv_config cfg;
+        config(&cfg, mc, 300, uniform);
+        char err[128];
+        struct rkv_cluster *cl;
+        assert_int_equal(rkv_cluster_create(&cfg, 1, &cl, err, sizeof(err)), 0);
+        assert_int_equal(cl->n_servers, rkv_cfg_n_servers(&cfg));
+        assert_int_equal(cl->first == NULL, uniform);
+        assert_ptr_not_equal(cl->machines, mc); /* a copy */
+        for (uint32_t m = 0; m < 300; m++) {
+            for (uint32_t l = 0; l < mc[m].servers; l++) {
+                uint32_t id = rkv_cfg_server_id(&cfg, m, l);
+                assert_int_equal(rkv_cluster_server_id(cl, m, l), id);
+                assert_int_equal(rkv_cluster_machine_of(cl, id), m);
+            }
+        }
+        assert_true(rkv_cluster_fingerprint(cl, &cfg) == rkv_cfg_fingerprint(&cfg));
+        /* Another config over the same machines: computed, not the stored one. */
+        struct rkv_config other = cfg;
+        other.n_workers = 6;
+        assert_true(rkv_cluster_fingerprint(cl, &other) == rkv_cfg_fingerprint(&other));
+        assert_true(rkv_cluster_fingerprint(cl, &other) != cl->fp);
+        rkv_cluster_destroy(cl);
+    }
+}
+
+/* A shared table must describe the config's machine table. */
+static void test_shared_must_match(void **state)
+{
+    (void)state;
+    static struct rkv_machine mc[8], mc2[8];
+    struct rkv_config cfg, cfg2;
+    config(&cfg, mc, 8, 1);
+    config(&cfg2, mc2, 8, 1);
+    char err[160];
+    struct rkv_cluster *cl, *own;
+    const struct rkv_cluster *got;
+    assert_int_equal(rkv_cluster_create(&cfg, 0, &cl, err, sizeof(err)), 0);
+    assert_ptr_equal(cl->machines, mc); /* referred to, not copied */
+    cfg.shared = cl;
+    assert_int_equal(rkv_cluster_of(&cfg, &got, &own, err, sizeof(err)), 0);
+    assert_ptr_equal(got, cl);
+    assert_null(own);
+    cfg2.shared = cl;
+    assert_int_equal(rkv_cluster_of(&cfg2, &got, &own, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "another machine table"));
+    cfg2.shared = NULL;
+    assert_int_equal(rkv_cluster_of(&cfg2, &got, &own, err, sizeof(err)), 0);
+    assert_ptr_equal(got, own);
+    rkv_cluster_destroy(own);
+    rkv_cluster_destroy(cl);
+}
+
+static void test_idmap(void **state)
+{
+    (void)state;
+    struct rkv_idmap m = {0};
+    assert_null(rkv_idmap_find(&m, 0));
+    enum { N = 5000 };
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t key = i * 2654435761u % 1000003u; /* distinct: i < the prime */
+        uint64_t *v = rkv_idmap_get(&m, key);
+        assert_non_null(v);
+        assert_int_equal(*v, 0);
+        *v = (uint64_t)i << 32 | key;
+    }
+    assert_int_equal(m.n, N);
+    assert_true(m.cap >= 2 * N);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t key = i * 2654435761u % 1000003u;
+        uint64_t *v = rkv_idmap_find(&m, key);
+        assert_non_null(v);
+        assert_true(*v == ((uint64_t)i << 32 | key));
+        assert_ptr_equal(rkv_idmap_get(&m, key), v); /* present: not inserted again */
+    }
+    assert_int_equal(m.n, N);
+    assert_null(rkv_idmap_find(&m, 1000003u));
+    rkv_idmap_free(&m);
+    assert_null(rkv_idmap_find(&m, 0));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ids_match_the_walk),
+        cmocka_unit_test(test_shared_must_match),
+        cmocka_unit_test(test_idmap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
