@@ -168,11 +168,20 @@ static void cli_unlock(struct rkv_client *c)
     c->port->ops->mutex_unlock(c->mu);
 }
 
-/* srv is the state c keeps for its id (for assertions). Off the
- * application thread, only with c->mu held: cli_srv inserts under it. */
+/* srv names a server of c's cluster, on its machine (for assertions; any
+ * thread: it reads no map). */
+static inline int cli_srv_sane(const struct rkv_client *c, const struct cli_server *srv)
+{
+    return srv && srv->id < c->n_servers && srv->machine < c->cfg.n_machines &&
+           rkv_cluster_machine_of(c->cl, srv->id) == srv->machine;
+}
+
+/* srv is the state c keeps for its id (for assertions). The application
+ * thread's only: cli_srv inserts without the lock, and an insertion may
+ * move the map's entries under a reader on the engine's thread. */
 static inline int cli_owns_srv(const struct rkv_client *c, const struct cli_server *srv)
 {
-    if (!srv || srv->id >= c->n_servers || srv->machine >= c->cfg.n_machines)
+    if (!cli_srv_sane(c, srv))
         return 0;
     const uint64_t *v = rkv_idmap_find(&c->srvs, srv->id);
     return v && *v == (uintptr_t)srv;
@@ -201,13 +210,8 @@ static struct cli_server *cli_srv(struct rkv_client *c, uint32_t id)
         *srv =
             (struct cli_server){.id = id, .machine = m, .port = (uint16_t)(mc->base_port + local)};
         snprintf(srv->host, sizeof(srv->host), "%s", mc->host);
-        /* Under the lock: the engine's thread looks entries up under it
-         * (cli_owns_srv in cli_on_peer), and an insertion may move them. */
-        cli_lock(c);
-        v = rkv_idmap_get(&c->srvs, id);
-        if (v)
+        if ((v = rkv_idmap_get(&c->srvs, id)) != NULL)
             *v = (uintptr_t)srv;
-        cli_unlock(c);
     }
     if (!srv || !v) {
         free(srv);
@@ -491,8 +495,8 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     struct cli_server *srv = rkv_peer_user(peer);
     if (up || !srv)
         return;
+    assert(cli_srv_sane(c, srv)); /* not cli_owns_srv: this is the engine's thread */
     cli_lock(c);
-    assert(cli_owns_srv(c, srv)); /* under the lock: cli_srv may be inserting */
     srv->dead = 1;
     for (struct cli_req *r = c->reqs; r; r = r->next)
         if (r->srv == srv && !r->done)
