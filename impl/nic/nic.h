@@ -119,6 +119,22 @@ struct rkv_nic_ops {
      * the buffer may change once post_send returned, so such a send needs
      * no completion. NULL (as for a decorator that holds posts): none. */
     uint32_t (*qp_inline_bytes)(const struct rkv_qp *qp);
+    /* A shared receive pool, so that receive buffers do not grow with the
+     * number of peers (NULL: none; receives are posted per QP). srq_setup,
+     * called before the NIC makes its first connection, has the NIC
+     * allocate, register and post *count_p buffers of buf_bytes (it may
+     * lower count to what the device allows) on one receive queue that
+     * every later QP draws from; buffer i is at *base_p + i * buf_bytes.
+     * A SEND or WRITE_WITH_IMM that arrives into one completes with wr_id
+     * (i << 8) | tag; the buffer is the user's until srq_repost(i). The
+     * NIC reposts by itself the buffers of completions it never hands out
+     * (broken or closed QPs). They live until the NIC closes. A pool that
+     * runs dry holds senders back (RNR), as an empty per-QP queue does.
+     * -RKV_EINVAL once a connection exists or a pool was set up; then the
+     * user posts per QP. */
+    int (*srq_setup)(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
+                     uint8_t **base_p);
+    int (*srq_repost)(struct rkv_nic *nic, uint32_t i);
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */

@@ -121,7 +121,7 @@ enum vb_reject {
     VB_REJ_CLOSING = 6,   /* the NIC is closing */
 };
 
-#define VB_SQ_DEPTH_DEFAULT 256u
+#define VB_SQ_DEPTH_DEFAULT 128u
 #define VB_RQ_DEPTH_DEFAULT 512u
 #define VB_INLINE_BYTES 128u
 #define VB_CQ_INITIAL_ENTRIES 16384
@@ -139,6 +139,8 @@ enum vb_reject {
 #define VB_LISTEN_MAX 16
 #define VB_HASH_BUCKETS 256u
 #define VB_CQ_ACK_BATCH 64u
+#define VB_EARLY_MAX 4096u /* shared receives held per QP before it is established */
+#define VB_SRQ_DEFAULT_MAX 16384u
 /* rdma_ucm bug workaround (as librdmacm): RoCE-only RTR mask bits on IB. */
 #define VB_RTR_ROCE_MASK_BITS 0xe00000
 
@@ -171,10 +173,16 @@ struct vb_qp {
     char peer[64];       /* "host:port", for log lines */
     atomic_int dead;     /* posts fail with -RKV_EPEERDEAD */
     struct rkv_mutex *post_mu;
-    struct vb_swr *sq;   /* sq_depth entries, indexed by post counter */
-    uint64_t *rq;        /* rq_depth user wr_ids, indexed by post counter */
-    uint32_t sq_depth;   /* constant */
-    uint32_t rq_depth;   /* constant */
+    struct vb_swr *sq; /* sq_depth entries, indexed by post counter */
+    uint64_t *rq;      /* rq_depth user wr_ids, indexed by post counter */
+    uint32_t sq_depth; /* constant */
+    uint32_t rq_depth; /* constant; 0 when it draws from the NIC's SRQ */
+    int srq;           /* constant: receives come from the NIC's shared pool */
+    /* mu: shared receives that arrived before the passive side saw the
+     * connection established (the peer may send once its own side is up);
+     * queued after CONNECTED. */
+    struct rkv_wc *early;
+    uint32_t n_early, cap_early;
     uint32_t sq_head;    /* post_mu: next send counter */
     uint32_t sq_signal;  /* post_mu: counter of the last signalled send */
     uint32_t rq_head;    /* post_mu: next receive counter */
@@ -209,6 +217,7 @@ struct vb_nic {
     uint8_t port_num;       /* the port chosen at open (rdma_cm picks per connection) */
     uint32_t max_msg_bytes; /* the port's max_msg_sz */
     int max_cqe, max_mr;    /* device limits */
+    int max_srq_wr;         /* device limit (0: no SRQ) */
     uint64_t max_mr_size;   /* device limit */
     struct ibv_pd *pd;
     struct ibv_comp_channel *comp_ch;
@@ -240,6 +249,15 @@ struct vb_nic {
     struct rkv_mutex *mr_mu;
     struct vb_mr *mrs; /* mr_mu */
     uint32_t n_mrs;    /* mr_mu */
+    /* The shared receive pool (srq_setup; mu): every QP created after it
+     * draws from it. Its buffers are ours and live until close. */
+    struct ibv_srq *srq;
+    uint8_t *srq_mem;
+    struct ibv_mr *srq_mr;
+    uint32_t srq_count, srq_buf_bytes;
+    uint8_t srq_tag;
+    uint32_t srq_max;    /* RKV_VERBS_SRQ_DEPTH: largest pool, 0 = no SRQ */
+    uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
 };
 
 /* A CM event, copied so that it can be acknowledged before it is handled. */
@@ -508,9 +526,57 @@ static int vb_wc_status(enum ibv_wc_status st)
     }
 }
 
+static int vb_srq_post(struct vb_nic *n, uint32_t i);
+
+/* A completion of a shared receive: handed out, or its buffer goes back. */
+static void vb_on_srq_cqe(struct vb_nic *n, struct vb_qp *qp, const struct ibv_wc *w, uint32_t i)
+{
+    if (RKV_NEVER(i >= n->srq_count))
+        return;
+    if (w->status != IBV_WC_SUCCESS && !qp->broken) {
+        char why[96];
+        snprintf(why, sizeof(why), "receive failed: %s", ibv_wc_status_str(w->status));
+        vb_qp_break(n, qp, w->status == IBV_WC_WR_FLUSH_ERR ? NULL : why);
+    }
+    if (w->status != IBV_WC_SUCCESS || qp->broken || qp->core.closed) {
+        vb_srq_post(n, i); /* nobody will see it: the pool keeps its size */
+        return;
+    }
+    struct rkv_wc wc = {
+        .wr_id = (uint64_t)i << 8 | n->srq_tag, .status = RKV_WC_SUCCESS, .byte_len = w->byte_len};
+    if (w->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        wc.opcode = RKV_WC_RECV_IMM;
+        wc.imm = ntohl(w->imm_data);
+    } else {
+        wc.opcode = RKV_WC_RECV;
+    }
+    if (!qp->exposed) { /* before ESTABLISHED reached us: held until CONNECTED */
+        if (qp->n_early == qp->cap_early) {
+            uint32_t cap = qp->cap_early ? 2 * qp->cap_early : 16;
+            struct rkv_wc *e = cap <= VB_EARLY_MAX ? realloc(qp->early, cap * sizeof(*e)) : NULL;
+            if (!e) {
+                vb_srq_post(n, i);
+                vb_qp_break(n, qp, "too many messages before the connection was established");
+                return;
+            }
+            qp->early = e;
+            qp->cap_early = cap;
+        }
+        qp->early[qp->n_early++] = wc;
+        return;
+    }
+    if (rkv_nic_cq_emit(&n->soft, &qp->core, wc) < 0) {
+        RKV_LOGE(n->base.port, "nic verbs: %s: receive completion lost (soft queue full)",
+                 qp->peer);
+        vb_srq_post(n, i);
+    }
+}
+
 static void vb_on_recv_cqe(struct vb_nic *n, struct vb_qp *qp, const struct ibv_wc *w,
                            uint32_t counter)
 {
+    if (qp->srq)
+        return vb_on_srq_cqe(n, qp, w, counter);
     uint64_t user_wr_id = qp->rq[counter % qp->rq_depth];
     atomic_store(&qp->rq_tail, counter + 1);
     if (w->status != IBV_WC_SUCCESS) {
@@ -648,6 +714,9 @@ static void vb_qp_free(struct vb_nic *n, struct vb_qp *qp)
     assert(!qp->qp && qp->core.cq_refs == 0);
     if (qp->post_mu)
         n->base.port->ops->mutex_destroy(qp->post_mu);
+    for (uint32_t k = 0; k < qp->n_early; k++) /* never handed out: back to the pool */
+        vb_srq_post(n, (uint32_t)(qp->early[k].wr_id >> 8));
+    free(qp->early);
     free(qp->sq);
     free(qp->rq);
     free(qp);
@@ -693,13 +762,17 @@ static int vb_qp_create(struct vb_nic *n, struct rdma_cm_id *id, const char *pee
     qp->nic = n;
     qp->id = id;
     qp->sq_depth = n->sq_depth;
-    qp->rq_depth = n->rq_depth;
+    vb_lock(n);
+    qp->srq = n->srq != NULL;
+    n->n_qps_made++;
+    vb_unlock(n);
+    qp->rq_depth = qp->srq ? 0 : n->rq_depth;
     atomic_init(&qp->dead, 0);
     atomic_init(&qp->sq_tail, 0);
     atomic_init(&qp->rq_tail, 0);
     snprintf(qp->peer, sizeof(qp->peer), "%s", peer);
     qp->sq = calloc(qp->sq_depth, sizeof(*qp->sq));
-    qp->rq = calloc(qp->rq_depth, sizeof(*qp->rq));
+    qp->rq = calloc(qp->rq_depth ? qp->rq_depth : 1, sizeof(*qp->rq));
     int rc = -RKV_ENOMEM;
     if (!qp->sq || !qp->rq || port->ops->mutex_create(port, &qp->post_mu) < 0)
         goto undo_alloc;
@@ -712,6 +785,7 @@ static int vb_qp_create(struct vb_nic *n, struct rdma_cm_id *id, const char *pee
         .qp_context = qp,
         .send_cq = n->cq,
         .recv_cq = n->cq,
+        .srq = qp->srq ? n->srq : NULL,
         .cap = {.max_send_wr = qp->sq_depth,
                 .max_recv_wr = qp->rq_depth,
                 .max_send_sge = 1,
@@ -957,6 +1031,10 @@ static void vb_on_established(struct vb_nic *n, struct vb_qp *qp)
     if (fresh) {
         qp->exposed = 1;
         vb_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED, .status = RKV_WC_SUCCESS});
+        for (uint32_t k = 0; k < qp->n_early; k++)
+            if (qp->broken || rkv_nic_cq_emit(&n->soft, &qp->core, qp->early[k]) < 0)
+                vb_srq_post(n, (uint32_t)(qp->early[k].wr_id >> 8));
+        qp->n_early = 0;
     }
     vb_unlock(n);
     if (fresh) {
@@ -1840,6 +1918,8 @@ static int vb_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
     uint32_t c = qp->rq_head;
     if (atomic_load(&qp->dead)) {
         rc = -RKV_EPEERDEAD;
+    } else if (qp->srq) {
+        rc = -RKV_EINVAL; /* its receives come from the shared pool (srq_setup) */
     } else if (c - atomic_load(&qp->rq_tail) >= qp->rq_depth) {
         RKV_LOGW(n->base.port,
                  "nic verbs: %s: %u receives are posted already: raise "
@@ -1924,6 +2004,114 @@ static int vb_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
     }
 }
 
+/* mu held, qp just closed: its shared receives still in the soft queue
+ * will be dropped unseen, so their buffers go back to the pool now. */
+static void vb_srq_reclaim(struct vb_nic *n, struct vb_qp *qp)
+{
+    if (!qp->srq)
+        return;
+    for (uint32_t k = 0; k < n->soft.len; k++) {
+        const struct rkv_wc *e = &n->soft.buf[(n->soft.head + k) % n->soft.cap];
+        if (e->qp == vb_qp_pub(qp) && (e->opcode == RKV_WC_RECV || e->opcode == RKV_WC_RECV_IMM))
+            vb_srq_post(n, (uint32_t)(e->wr_id >> 8));
+    }
+}
+
+/* ---- the shared receive pool ---- */
+
+static int vb_srq_post(struct vb_nic *n, uint32_t i)
+{
+    assert(i < n->srq_count);
+    struct ibv_sge s = {.addr = (uintptr_t)(n->srq_mem + (size_t)i * n->srq_buf_bytes),
+                        .length = n->srq_buf_bytes,
+                        .lkey = n->srq_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)i << 1 | 1, .sg_list = &s, .num_sge = 1};
+    struct ibv_recv_wr *bad;
+    int e = ibv_post_srq_recv(n->srq, &wr, &bad);
+    if (e != 0) {
+        RKV_LOGE(n->base.port, "nic verbs: reposting shared receive %u on %s failed: %s", i,
+                 n->dev_name, strerror(e));
+        return -RKV_EIO;
+    }
+    return 0;
+}
+
+static int vb_srq_repost(struct rkv_nic *nic, uint32_t i)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    if (!n->srq || i >= n->srq_count)
+        return -RKV_EINVAL;
+    return vb_srq_post(n, i);
+}
+
+static int vb_srq_setup(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
+                        uint8_t **base_p)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    struct rkv_port *port = n->base.port;
+    assert(count_p && base_p);
+    uint32_t count = *count_p;
+    if (count > n->srq_max)
+        count = n->srq_max;
+    if (count > (uint32_t)n->max_srq_wr)
+        count = (uint32_t)n->max_srq_wr;
+    if (count == 0 || buf_bytes == 0)
+        return -RKV_EINVAL; /* no SRQ (RKV_VERBS_SRQ_DEPTH=0, or the device has none) */
+    vb_lock(n);
+    int busy = n->srq || n->n_qps_made;
+    vb_unlock(n);
+    if (busy)
+        return -RKV_EINVAL;
+    size_t bytes = (size_t)count * buf_bytes;
+    int rc = -RKV_ENOMEM;
+    uint8_t *mem = NULL;
+    struct ibv_mr *mr = NULL;
+    struct ibv_srq *srq = NULL;
+    if (posix_memalign((void **)&mem, 4096, bytes))
+        goto fail;
+    rc = -RKV_EIO;
+    mr = ibv_reg_mr(n->pd, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) {
+        RKV_LOGE(port, "nic verbs: cannot register the %zu-byte receive pool on %s: %s", bytes,
+                 n->dev_name, strerror(errno));
+        goto fail;
+    }
+    struct ibv_srq_init_attr sa = {.attr = {.max_wr = count, .max_sge = 1}};
+    srq = ibv_create_srq(n->pd, &sa);
+    if (!srq) {
+        RKV_LOGE(port, "nic verbs: ibv_create_srq (%u WQEs) on %s failed: %s", count, n->dev_name,
+                 strerror(errno));
+        goto fail;
+    }
+    vb_lock(n);
+    /* The pool's completions need CQ room too, once for all peers. */
+    rc = vb_cq_reserve(n, count);
+    vb_unlock(n);
+    if (rc < 0)
+        goto fail;
+    n->srq_mem = mem;
+    n->srq_mr = mr;
+    n->srq_count = count;
+    n->srq_buf_bytes = buf_bytes;
+    n->srq_tag = tag;
+    n->srq = srq;
+    for (uint32_t i = 0; i < count; i++)
+        if ((rc = vb_srq_post(n, i)) < 0)
+            return rc; /* the pool stays; close frees it */
+    RKV_LOGI(port, "nic verbs: shared receive pool of %u x %u bytes on %s", count, buf_bytes,
+             n->dev_name);
+    *count_p = count;
+    *base_p = mem;
+    return 0;
+fail:
+    if (srq)
+        ibv_destroy_srq(srq);
+    if (mr)
+        ibv_dereg_mr(mr);
+    free(mem);
+    return rc;
+}
+
 static void vb_qp_close(struct rkv_qp *qpv)
 {
     struct vb_qp *qp = vb_qp_of(qpv);
@@ -1935,6 +2123,7 @@ static void vb_qp_close(struct rkv_qp *qpv)
     vb_lock(n);
     assert(!qp->core.closed && qp->exposed);
     qp->core.closed = 1;
+    vb_srq_reclaim(n, qp);
     if (!qp->broken)
         rdma_disconnect(qp->id); /* the peer sees DISCONNECTED */
     vb_qp_destroy_verbs(n, qp);
@@ -1948,6 +2137,7 @@ static void vb_qp_close(struct rkv_qp *qpv)
 static const char *const vb_env_sq[] = {"RKV_VERBS_SQ_DEPTH", "BYTEPS_RDMA_SEND_DEPTH", NULL};
 static const char *const vb_env_rq[] = {"RKV_VERBS_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", NULL};
 static const char *const vb_env_poll[] = {"RKV_VERBS_POLL", NULL};
+static const char *const vb_env_srq[] = {"RKV_VERBS_SRQ_DEPTH", NULL};
 
 /* The first of names set in the environment, as a number in [lo, hi]. */
 static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t def, uint64_t lo,
@@ -1976,11 +2166,14 @@ static int vb_settings(struct vb_nic *n, const struct ibv_device_attr *da)
 {
     struct rkv_port *port = n->base.port;
     uint64_t max_wr = da->max_qp_wr > 0 ? (uint64_t)da->max_qp_wr : 1;
-    uint64_t sq, rq, poll_mode;
+    uint64_t sq, rq, poll_mode, srq;
     if (vb_env_u64(port, vb_env_sq, VB_SQ_DEPTH_DEFAULT, 2, max_wr, &sq) < 0 ||
         vb_env_u64(port, vb_env_rq, VB_RQ_DEPTH_DEFAULT, 1, max_wr, &rq) < 0 ||
-        vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0)
+        vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0 ||
+        vb_env_u64(port, vb_env_srq, VB_SRQ_DEFAULT_MAX, 0, 1u << 20, &srq) < 0)
         return -RKV_ECONFIG;
+    n->srq_max = (uint32_t)srq;
+    n->max_srq_wr = da->max_srq_wr > 0 ? da->max_srq_wr : 0;
     n->sq_depth = (uint32_t)sq;
     n->rq_depth = (uint32_t)rq;
     n->busy_poll = (int)poll_mode;
@@ -2149,6 +2342,11 @@ static void vb_release(struct vb_nic *n)
     const struct rkv_port_ops *po = n->base.port->ops;
     if (n->cq && n->cq_unacked)
         ibv_ack_cq_events(n->cq, n->cq_unacked);
+    if (n->srq)
+        ibv_destroy_srq(n->srq);
+    if (n->srq_mr)
+        ibv_dereg_mr(n->srq_mr);
+    free(n->srq_mem);
     if (n->cq)
         ibv_destroy_cq(n->cq);
     if (n->comp_ch)
@@ -2280,4 +2478,6 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .local_addr = vb_local_addr,
     .close = vb_close,
     .qp_inline_bytes = vb_qp_inline_bytes,
+    .srq_setup = vb_srq_setup,
+    .srq_repost = vb_srq_repost,
 };
