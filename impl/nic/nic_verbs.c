@@ -30,6 +30,15 @@
  *  - connect() runs on the caller's thread with a private event channel;
  *    the id moves to the NIC's channel once the connection is up.
  *
+ * Receives. With srq_setup (the engine calls it before its first
+ * connection) the NIC owns one pool of receive buffers on an SRQ that every
+ * later QP draws from, so a peer costs its send queue and no receive memory;
+ * the device's wr_id of a pool buffer is (index << 1 | 1). The pool never
+ * shrinks: a completion nobody will poll (its QP broken or closed, one
+ * dropped from the soft queue at close) reposts its buffer here, and
+ * receives that beat the passive side's ESTABLISHED wait on the QP until
+ * CONNECTED is queued. Without a pool each QP has its own receive queue.
+ *
  * Work requests. Error CQEs carry only wr_id, status and qp_num, so the
  * user's wr_id is not what the device sees: each QP keeps rings of what was
  * posted (sq, rq) and the device's wr_id is (post counter << 1 | is_recv).
@@ -43,9 +52,11 @@
  *   RKV_VERBS_POLL=1    busy-poll the CQ in poll() instead of blocking (the
  *                       engine's busy-poll setting needs no NIC mode: it
  *                       polls with timeout 0 while it spins)
- *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 256
- *   RKV_VERBS_RX_DEPTH  receive queue per QP (alias BYTEPS_RDMA_RX_DEPTH),
- *                       512; must hold the engine's rx_depth
+ *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 128
+ *   RKV_VERBS_RX_DEPTH  receive queue per QP without the shared pool (alias
+ *                       BYTEPS_RDMA_RX_DEPTH), 512; must hold the engine's rx_depth
+ *   RKV_VERBS_SRQ_DEPTH the most buffers of the shared receive pool (16384;
+ *                       0: none, receives per QP)
  *   RKV_TOKEN           64-bit connection token, the same on every node (0)
  *
  * Locks, in the only order they are ever nested:
