@@ -12,8 +12,9 @@
  * target's first post_recv) and rnr_retry = 7 (infinite: RNR is
  * backpressure, as nic.h says). The private data of the handshake carries a
  * magic, a version, the port's active MTU and a proof of the shared secret
- * (nic.h; below); a mismatch refuses the connection with a message naming
- * both sides' values.
+ * (nic.h; below); a wrong version or secret refuses the connection with a
+ * message naming both sides' values, and unequal MTUs give the smaller one
+ * as path MTU on both ends (logged).
  *
  * Tasks.
  *  - The CM task owns the NIC's rdma_cm event channel and the device's
@@ -55,6 +56,9 @@
  *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 128
  *   RKV_VERBS_RX_DEPTH  receive queue per QP without the shared pool (alias
  *                       BYTEPS_RDMA_RX_DEPTH), 512; must hold the engine's rx_depth
+ *   RKV_VERBS_MTU       the largest MTU this NIC announces and uses (256..4096;
+ *                       default the port's active MTU); a connection's path MTU
+ *                       is the smaller of both ends' (logged)
  *   RKV_VERBS_SRQ_DEPTH the most buffers of the shared receive pool (16384;
  *                       0: none, receives per QP)
  *   RKV_TOKEN           64-bit connection token, the same on every node (0)
@@ -268,6 +272,7 @@ struct vb_nic {
     uint32_t srq_count, srq_buf_bytes;
     uint8_t srq_tag;
     uint32_t srq_max;    /* RKV_VERBS_SRQ_DEPTH: largest pool, 0 = no SRQ */
+    uint32_t mtu_cap;    /* RKV_VERBS_MTU: the most this NIC announces and uses, 0 = the port's */
     uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
 };
 
@@ -344,6 +349,21 @@ static int vb_set_nonblock(int fd)
 static int vb_mtu_bytes(enum ibv_mtu mtu)
 {
     return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0;
+}
+
+/* The largest IB MTU not above bytes (256 at least). */
+static enum ibv_mtu vb_mtu_enum(int bytes)
+{
+    enum ibv_mtu m = IBV_MTU_4096;
+    while (m > IBV_MTU_256 && vb_mtu_bytes(m) > bytes)
+        m = (enum ibv_mtu)(m - 1);
+    return m;
+}
+
+/* An MTU an IB or RoCE port can have. */
+static int vb_mtu_valid(uint32_t bytes)
+{
+    return bytes >= 256 && bytes <= 4096 && (bytes & (bytes - 1)) == 0;
 }
 
 static const char *vb_dev_name_of(const struct ibv_context *ctx)
@@ -861,7 +881,8 @@ static void vb_qp_discard(struct vb_nic *n, struct vb_qp *qp)
 
 /* INIT -> RTR -> RTS with rdma_cm's attributes, our RNR timer and retries.
  * Returns the path MTU in bytes through mtu_p. */
-static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_layer, int *mtu_p)
+static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_layer, int our_mtu,
+                                int peer_mtu, int *mtu_p)
 {
     struct ibv_qp_attr a;
     int mask;
@@ -871,6 +892,21 @@ static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_lay
     if (link_layer == IBV_LINK_LAYER_INFINIBAND)
         mask &= ~VB_RTR_ROCE_MASK_BITS;
     a.min_rnr_timer = VB_MIN_RNR_TIMER;
+    /* The path MTU is the smallest of the route's and both ends' MTUs: a
+     * packet larger than the peer's port takes would be dropped. */
+    int route_mtu = vb_mtu_bytes(a.path_mtu);
+    int want = route_mtu;
+    if (our_mtu > 0 && our_mtu < want)
+        want = our_mtu;
+    if (peer_mtu > 0 && peer_mtu < want)
+        want = peer_mtu;
+    if (want != route_mtu) {
+        a.path_mtu = vb_mtu_enum(want);
+        RKV_LOGI(n->base.port,
+                 "nic verbs: %s: path MTU %d, the smallest of this port's %d, the peer's %d and "
+                 "the route's %d",
+                 qp->peer, want, our_mtu, peer_mtu, route_mtu);
+    }
     *mtu_p = vb_mtu_bytes(a.path_mtu);
     rc = vb_modify(n, qp, &a, mask | IBV_QP_MIN_RNR_TIMER, "RTR");
     if (rc < 0)
@@ -894,6 +930,8 @@ static int vb_id_port(struct vb_nic *n, struct rdma_cm_id *id, int *mtu_p, int *
         return -RKV_EIO;
     }
     *mtu_p = vb_mtu_bytes(pa.active_mtu);
+    if (n->mtu_cap && (int)n->mtu_cap < *mtu_p)
+        *mtu_p = vb_mtu_bytes(vb_mtu_enum((int)n->mtu_cap));
     *link_layer_p = pa.link_layer;
     return 0;
 }
@@ -933,12 +971,10 @@ static uint32_t vb_check_request(struct vb_nic *n, const struct vb_cm_ev *e, con
         reason = VB_REJ_PROTO;
         snprintf(why, sizeof(why), "it speaks handshake version %u, this node %u", pd.version,
                  VB_VERSION);
-    } else if (pd.mtu_bytes != (uint32_t)mtu_bytes) {
+    } else if (!vb_mtu_valid(pd.mtu_bytes)) {
         reason = VB_REJ_MTU;
-        snprintf(why, sizeof(why),
-                 "MTU mismatch: its port's active MTU is %u, this port's (%s) is %d; give both "
-                 "netdevs the same MTU",
-                 pd.mtu_bytes, n->dev_name, mtu_bytes);
+        snprintf(why, sizeof(why), "it announces MTU %u (this port's, on %s, is %d)", pd.mtu_bytes,
+                 n->dev_name, mtu_bytes);
     } else if ((bad_auth = vb_auth_check(n, &pd)) != NULL) {
         level = RKV_LOG_WARN;
         reason = VB_REJ_TOKEN;
@@ -968,7 +1004,7 @@ static int vb_accept(struct vb_nic *n, struct rdma_cm_id *id, const char *peer, 
     if (rc < 0)
         return rc;
     int path_mtu = 0;
-    rc = vb_qp_connect_states(n, qp, link_layer, &path_mtu);
+    rc = vb_qp_connect_states(n, qp, link_layer, mtu_bytes, (int)req->mtu_bytes, &path_mtu);
     if (rc < 0)
         goto undo;
     uint8_t b[VB_PDATA_BYTES];
@@ -1291,6 +1327,7 @@ struct vb_dial {
     uint64_t deadline_ns;
     uint8_t nonce[VB_NONCE_BYTES]; /* of our request, which the answer must prove */
     uint64_t clock_ms;
+    int peer_mtu; /* the server's, from its accept */
 };
 
 /* Waits for the next event on the dial's channel; -RKV_ETIMEDOUT names step. */
@@ -1389,8 +1426,8 @@ static int vb_dial_rejected(struct vb_nic *n, const struct vb_dial *d, const str
     switch (pd.reason) {
     case VB_REJ_MTU:
         RKV_LOGE(port,
-                 "nic verbs: %s refused the connection: MTU mismatch: this port's (%s) active "
-                 "MTU is %d, the server's is %u; give both netdevs the same MTU",
+                 "nic verbs: %s refused the connection: it does not take the MTU this port (%s) "
+                 "announced, %d (its own: %u)",
                  d->peer, n->dev_name, mtu_bytes, pd.mtu_bytes);
         return -RKV_ECONFIG;
     case VB_REJ_TOKEN:
@@ -1416,7 +1453,7 @@ static int vb_dial_rejected(struct vb_nic *n, const struct vb_dial *d, const str
 }
 
 /* Checks the server's answer to our request. */
-static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const struct vb_cm_ev *e,
+static int vb_dial_check_accept(struct vb_nic *n, struct vb_dial *d, const struct vb_cm_ev *e,
                                 int mtu_bytes)
 {
     struct vb_pdata pd;
@@ -1425,13 +1462,12 @@ static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const
         RKV_LOGE(n->base.port, "nic verbs: %s accepted without rkv's handshake data", d->peer);
         return -RKV_EPROTO;
     }
-    if (pd.mtu_bytes != (uint32_t)mtu_bytes) {
-        RKV_LOGE(n->base.port,
-                 "nic verbs: MTU mismatch with %s: this port's (%s) active MTU is %d, the "
-                 "server's is %u; give both netdevs the same MTU",
-                 d->peer, n->dev_name, mtu_bytes, pd.mtu_bytes);
-        return -RKV_ECONFIG;
+    if (!vb_mtu_valid(pd.mtu_bytes)) {
+        RKV_LOGE(n->base.port, "nic verbs: %s announces MTU %u (this port's, on %s, is %d)",
+                 d->peer, pd.mtu_bytes, n->dev_name, mtu_bytes);
+        return -RKV_EPROTO;
     }
+    d->peer_mtu = (int)pd.mtu_bytes;
     memcpy(pd.nonce, d->nonce, VB_NONCE_BYTES); /* the proof is of our request's */
     pd.clock_ms = d->clock_ms;
     if (!vb_auth_ok(n, "rkv verbs server", &pd)) {
@@ -1444,7 +1480,7 @@ static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const
     return 0;
 }
 
-static int vb_dial_answer(struct vb_nic *n, const struct vb_dial *d, const struct vb_cm_ev *e,
+static int vb_dial_answer(struct vb_nic *n, struct vb_dial *d, const struct vb_cm_ev *e,
                           int mtu_bytes)
 {
     switch (e->type) {
@@ -1497,7 +1533,7 @@ static int vb_dial_handshake(struct vb_nic *n, struct vb_dial *d, struct vb_qp *
         rc = vb_dial_answer(n, d, &e, mtu_bytes);
     int path_mtu = 0;
     if (rc == 0)
-        rc = vb_qp_connect_states(n, qp, link_layer, &path_mtu);
+        rc = vb_qp_connect_states(n, qp, link_layer, mtu_bytes, d->peer_mtu, &path_mtu);
     if (rc == 0 && rdma_establish(d->id) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: rdma_establish(%s) failed: %s", d->peer,
                  strerror(errno));
@@ -2149,6 +2185,7 @@ static const char *const vb_env_sq[] = {"RKV_VERBS_SQ_DEPTH", "BYTEPS_RDMA_SEND_
 static const char *const vb_env_rq[] = {"RKV_VERBS_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", NULL};
 static const char *const vb_env_poll[] = {"RKV_VERBS_POLL", NULL};
 static const char *const vb_env_srq[] = {"RKV_VERBS_SRQ_DEPTH", NULL};
+static const char *const vb_env_mtu[] = {"RKV_VERBS_MTU", NULL};
 
 /* The first of names set in the environment, as a number in [lo, hi]. */
 static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t def, uint64_t lo,
@@ -2177,12 +2214,19 @@ static int vb_settings(struct vb_nic *n, const struct ibv_device_attr *da)
 {
     struct rkv_port *port = n->base.port;
     uint64_t max_wr = da->max_qp_wr > 0 ? (uint64_t)da->max_qp_wr : 1;
-    uint64_t sq, rq, poll_mode, srq;
+    uint64_t sq, rq, poll_mode, srq, mtu;
     if (vb_env_u64(port, vb_env_sq, VB_SQ_DEPTH_DEFAULT, 2, max_wr, &sq) < 0 ||
         vb_env_u64(port, vb_env_rq, VB_RQ_DEPTH_DEFAULT, 1, max_wr, &rq) < 0 ||
         vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0 ||
-        vb_env_u64(port, vb_env_srq, VB_SRQ_DEFAULT_MAX, 0, 1u << 20, &srq) < 0)
+        vb_env_u64(port, vb_env_srq, VB_SRQ_DEFAULT_MAX, 0, 1u << 20, &srq) < 0 ||
+        vb_env_u64(port, vb_env_mtu, 0, 0, 4096, &mtu) < 0)
         return -RKV_ECONFIG;
+    if (mtu != 0 && !vb_mtu_valid((uint32_t)mtu)) {
+        RKV_LOGE(port, "nic verbs: RKV_VERBS_MTU=%llu: expected 256, 512, 1024, 2048 or 4096",
+                 (unsigned long long)mtu);
+        return -RKV_ECONFIG;
+    }
+    n->mtu_cap = (uint32_t)mtu;
     n->srq_max = (uint32_t)srq;
     n->max_srq_wr = da->max_srq_wr > 0 ? da->max_srq_wr : 0;
     n->sq_depth = (uint32_t)sq;

@@ -257,6 +257,60 @@ static void test_busy_poll(void **state)
     nic_fx_teardown(&st);
 }
 
+/* Ends with different MTUs connect at the smaller one (rxe drops a packet
+ * longer than its QP's path MTU, so a multi-packet message in both
+ * directions proves both ends agree). */
+static void test_unequal_mtus(void **state)
+{
+    struct nic_fx *f = *state;
+    assert_int_equal(setenv("RKV_VERBS_MTU", "256", 1), 0);
+    struct rkv_port *pc;
+    struct rkv_nic *c;
+    int rc = verbs_env_open(NULL, "c", &pc, &c);
+    unsetenv("RKV_VERBS_MTU");
+    assert_int_equal(rc, 0);
+    uint8_t *cbuf = calloc(1, 8192);
+    assert_non_null(cbuf);
+    struct rkv_mr *cmr;
+    assert_int_equal(c->ops->reg_mr(c, cbuf, 8192, RKV_ACCESS_LOCAL, &cmr), 0);
+    /* c dials b (the accept side lowers its path MTU)... */
+    struct rkv_qp *qc, *qb;
+    assert_int_equal(c->ops->connect(c, f->host, f->port, WAIT_MS, &qc), 0);
+    struct rkv_wc wc;
+    nic_expect_wc(f, f->b, NULL, RKV_WC_CONNECTED, &wc);
+    qb = wc.qp;
+    nic_fill(cbuf, 3000, 9);
+    struct rkv_sge rs = nic_sge(f->bloc, 4096, f->blmr);
+    assert_int_equal(f->b->ops->post_recv(qb, 1, &rs), 0);
+    struct rkv_sge ss = nic_sge(cbuf, 3000, cmr);
+    assert_int_equal(c->ops->post_send(qc, 2, &ss, 1), 0);
+    nic_expect_wc(f, c, qc, RKV_WC_SEND, NULL);
+    nic_expect_wc(f, f->b, qb, RKV_WC_RECV, &wc);
+    assert_int_equal(wc.byte_len, 3000);
+    assert_memory_equal(f->bloc, cbuf, 3000);
+    /* ... and the other way (the dialling side lowers its own). */
+    uint16_t port;
+    assert_int_equal(listen_somewhere(c, &port), 0);
+    struct rkv_qp *qa, *qc2;
+    assert_int_equal(f->a->ops->connect(f->a, g_host, port, WAIT_MS, &qa), 0);
+    nic_expect_wc(f, c, NULL, RKV_WC_CONNECTED, &wc);
+    qc2 = wc.qp;
+    struct rkv_sge crs = nic_sge(cbuf + 4096, 4096, cmr);
+    assert_int_equal(c->ops->post_recv(qc2, 3, &crs), 0);
+    nic_fill(f->abuf, 3000, 10);
+    struct rkv_sge as = nic_sge(f->abuf, 3000, f->amr);
+    assert_int_equal(f->a->ops->post_send(qa, 4, &as, 1), 0);
+    nic_expect_wc(f, f->a, qa, RKV_WC_SEND, NULL);
+    nic_expect_wc(f, c, qc2, RKV_WC_RECV, &wc);
+    assert_int_equal(wc.byte_len, 3000);
+    assert_memory_equal(cbuf + 4096, f->abuf, 3000);
+    f->a->ops->qp_close(qa);
+    f->b->ops->qp_close(qb);
+    c->ops->dereg_mr(c, cmr);
+    verbs_env_close(NULL, pc, c);
+    free(cbuf);
+}
+
 /* ---- what a peer costs (the README's figures come from here) ---- */
 
 #define MEM_PEERS 32u        /* under the ~42 one process could hold before the SRQ */
@@ -466,6 +520,7 @@ int main(void)
         T(test_disconnect_wakes_blocked_poll),
         cmocka_unit_test(test_busy_poll),
         T(test_local_addr_is_the_device),
+        T(test_unequal_mtus),
         cmocka_unit_test(test_memory_per_peer),
     };
 #undef T
