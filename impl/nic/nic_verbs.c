@@ -49,13 +49,18 @@
  *
  * Settings (environment, read at open):
  *   RKV_VERBS_DEV       NAME or NAME:PORT when open() gets none (default: the
- *                       first device with an active port)
+ *                       port RKV_HOST's address is on, as rdma_bind_addr finds
+ *                       it; else the first device with an active port)
  *   RKV_VERBS_POLL=1    busy-poll the CQ in poll() instead of blocking (the
  *                       engine's busy-poll setting needs no NIC mode: it
  *                       polls with timeout 0 while it spins)
  *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 128
  *   RKV_VERBS_RX_DEPTH  receive queue per QP without the shared pool (alias
  *                       BYTEPS_RDMA_RX_DEPTH), 512; must hold the engine's rx_depth
+ *   RKV_VERBS_TOS       IP traffic class (ToS byte) of RoCE v2 packets
+ *                       (rdma_set_option RDMA_OPTION_ID_TOS), 0..255
+ *   RKV_VERBS_SL        InfiniBand service level, 0..15 (default the path's)
+ *   RKV_VERBS_GID_INDEX source GID index on RoCE (default rdma_cm's choice)
  *   RKV_VERBS_MTU       the largest MTU this NIC announces and uses (256..4096;
  *                       default the port's active MTU); a connection's path MTU
  *                       is the smaller of both ends' (logged)
@@ -272,6 +277,9 @@ struct vb_nic {
     uint32_t srq_count, srq_buf_bytes;
     uint8_t srq_tag;
     uint32_t srq_max;    /* RKV_VERBS_SRQ_DEPTH: largest pool, 0 = no SRQ */
+    int tos;             /* RKV_VERBS_TOS: IP traffic class of RoCE v2 packets, -1 = rdma_cm's */
+    int sl;              /* RKV_VERBS_SL: InfiniBand service level, -1 = the path's */
+    int gid_index;       /* RKV_VERBS_GID_INDEX: source GID of RoCE packets, -1 = rdma_cm's */
     uint32_t mtu_cap;    /* RKV_VERBS_MTU: the most this NIC announces and uses, 0 = the port's */
     uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
 };
@@ -892,6 +900,13 @@ static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_lay
     if (link_layer == IBV_LINK_LAYER_INFINIBAND)
         mask &= ~VB_RTR_ROCE_MASK_BITS;
     a.min_rnr_timer = VB_MIN_RNR_TIMER;
+    /* A fabric's own choices: the service level on InfiniBand (the path
+     * record's otherwise), the source GID on RoCE (rdma_cm's matches the
+     * address; a fabric may want another type, e.g. v2 over v1). */
+    if (n->sl >= 0 && link_layer == IBV_LINK_LAYER_INFINIBAND)
+        a.ah_attr.sl = (uint8_t)n->sl;
+    if (n->gid_index >= 0 && a.ah_attr.is_global)
+        a.ah_attr.grh.sgid_index = (uint8_t)n->gid_index;
     /* The path MTU is the smallest of the route's and both ends' MTUs: a
      * packet larger than the peer's port takes would be dropped. */
     int route_mtu = vb_mtu_bytes(a.path_mtu);
@@ -1379,6 +1394,20 @@ static int vb_resolve_error(struct vb_nic *n, const struct vb_dial *d, const str
     return -RKV_ECONFIG;
 }
 
+/* The traffic class (RKV_VERBS_TOS) of id's packets: a PFC fabric's
+ * lossless class instead of the default one. */
+static int vb_set_tos(struct vb_nic *n, struct rdma_cm_id *id, const char *who)
+{
+    if (n->tos < 0)
+        return 0;
+    uint8_t tos = (uint8_t)n->tos;
+    if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)) == 0)
+        return 0;
+    RKV_LOGE(n->base.port, "nic verbs: %s: cannot set RKV_VERBS_TOS=%d: %s", who, n->tos,
+             strerror(errno));
+    return -1;
+}
+
 /* Resolves address and route; the id ends up on some device's port. */
 static int vb_dial_resolve(struct vb_nic *n, struct vb_dial *d, const struct sockaddr *dst)
 {
@@ -1401,6 +1430,8 @@ static int vb_dial_resolve(struct vb_nic *n, struct vb_dial *d, const struct soc
         return -RKV_ECONFIG;
     }
     step = "resolving the route";
+    if (vb_set_tos(n, d->id, d->peer) < 0)
+        return -RKV_ECONFIG;
     if (rdma_resolve_route(d->id, vb_resolve_ms(n, d)) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: rdma_resolve_route(%s) failed: %s", d->peer,
                  strerror(errno));
@@ -1682,6 +1713,8 @@ static int vb_listen_on(struct vb_nic *n, struct vb_listener *l, const char *hos
                  name, vb_dev_name_of(l->id->verbs), n->dev_name, vb_dev_name_of(l->id->verbs));
         return -RKV_ECONFIG;
     }
+    if (vb_set_tos(n, l->id, name) < 0) /* the ids of accepted requests inherit it */
+        return -RKV_ECONFIG;
     if (rdma_listen(l->id, VB_LISTEN_BACKLOG) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: cannot listen at %s: %s", name, strerror(errno));
         return errno == EADDRINUSE ? -RKV_EIO : -RKV_ECONFIG;
@@ -2186,6 +2219,9 @@ static const char *const vb_env_rq[] = {"RKV_VERBS_RX_DEPTH", "BYTEPS_RDMA_RX_DE
 static const char *const vb_env_poll[] = {"RKV_VERBS_POLL", NULL};
 static const char *const vb_env_srq[] = {"RKV_VERBS_SRQ_DEPTH", NULL};
 static const char *const vb_env_mtu[] = {"RKV_VERBS_MTU", NULL};
+static const char *const vb_env_tos[] = {"RKV_VERBS_TOS", NULL};
+static const char *const vb_env_sl[] = {"RKV_VERBS_SL", NULL};
+static const char *const vb_env_gid[] = {"RKV_VERBS_GID_INDEX", NULL};
 
 /* The first of names set in the environment, as a number in [lo, hi]. */
 static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t def, uint64_t lo,
@@ -2214,13 +2250,19 @@ static int vb_settings(struct vb_nic *n, const struct ibv_device_attr *da)
 {
     struct rkv_port *port = n->base.port;
     uint64_t max_wr = da->max_qp_wr > 0 ? (uint64_t)da->max_qp_wr : 1;
-    uint64_t sq, rq, poll_mode, srq, mtu;
+    uint64_t sq, rq, poll_mode, srq, mtu, tos, sl, gid;
     if (vb_env_u64(port, vb_env_sq, VB_SQ_DEPTH_DEFAULT, 2, max_wr, &sq) < 0 ||
         vb_env_u64(port, vb_env_rq, VB_RQ_DEPTH_DEFAULT, 1, max_wr, &rq) < 0 ||
         vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0 ||
         vb_env_u64(port, vb_env_srq, VB_SRQ_DEFAULT_MAX, 0, 1u << 20, &srq) < 0 ||
-        vb_env_u64(port, vb_env_mtu, 0, 0, 4096, &mtu) < 0)
+        vb_env_u64(port, vb_env_mtu, 0, 0, 4096, &mtu) < 0 ||
+        vb_env_u64(port, vb_env_tos, UINT64_MAX, 0, 255, &tos) < 0 ||
+        vb_env_u64(port, vb_env_sl, UINT64_MAX, 0, 15, &sl) < 0 ||
+        vb_env_u64(port, vb_env_gid, UINT64_MAX, 0, 65535, &gid) < 0)
         return -RKV_ECONFIG;
+    n->tos = tos == UINT64_MAX ? -1 : (int)tos;
+    n->sl = sl == UINT64_MAX ? -1 : (int)sl;
+    n->gid_index = gid == UINT64_MAX ? -1 : (int)gid;
     if (mtu != 0 && !vb_mtu_valid((uint32_t)mtu)) {
         RKV_LOGE(port, "nic verbs: RKV_VERBS_MTU=%llu: expected 256, 512, 1024, 2048 or 4096",
                  (unsigned long long)mtu);
@@ -2330,6 +2372,36 @@ static int vb_open_device(struct vb_nic *n, const char *dev)
     return -RKV_ECONFIG;
 }
 
+/* "device:port" of the RDMA port that owns host's address, as rdma_cm
+ * binds it: on a node with several NICs, the one its address is on, not
+ * the first active one. -1 (debug-logged) when host is unset, a wildcard
+ * or on no RDMA netdev: the caller keeps the first active port. */
+static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, size_t out_len)
+{
+    if (!host || !*host)
+        return -1;
+    struct addrinfo *res = NULL;
+    if (rkv_nic_resolve(port, "nic verbs", host, 0, 1, &res) < 0)
+        return -1;
+    struct rdma_cm_id *id = NULL;
+    int rc = -1;
+    if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0) {
+        for (const struct addrinfo *ai = res; ai && rc < 0; ai = ai->ai_next)
+            if (rdma_bind_addr(id, ai->ai_addr) == 0 && id->verbs &&
+                snprintf(out, out_len, "%s:%u", ibv_get_device_name(id->verbs->device),
+                         (unsigned)id->port_num) < (int)out_len)
+                rc = 0;
+        rdma_destroy_id(id);
+    }
+    freeaddrinfo(res);
+    if (rc == 0)
+        RKV_LOGD(port, "nic verbs: RKV_HOST %s is on %s", host, out);
+    else
+        RKV_LOGD(port, "nic verbs: RKV_HOST %s is on no RDMA port: taking the first active one",
+                 host);
+    return rc;
+}
+
 /* PD, completion channel, CQ and the port's limits. */
 static int vb_open_verbs(struct vb_nic *n)
 {
@@ -2346,6 +2418,11 @@ static int vb_open_verbs(struct vb_nic *n)
     int rc = vb_settings(n, &da);
     if (rc < 0)
         return rc;
+    if (n->gid_index >= pa.gid_tbl_len) {
+        RKV_LOGE(port, "nic verbs: RKV_VERBS_GID_INDEX=%d: %s port %u has %d GIDs", n->gid_index,
+                 n->dev_name, n->port_num, pa.gid_tbl_len);
+        return -RKV_ECONFIG;
+    }
     n->max_msg_bytes = pa.max_msg_sz;
     n->base.max_msg_bytes = n->max_msg_bytes;
     n->pd = ibv_alloc_pd(n->ctx);
@@ -2444,6 +2521,9 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
         dev = getenv("RKV_VERBS_DEV");
     if (dev && !*dev)
         dev = NULL;
+    char owner[80];
+    if (!dev && vb_dev_of_addr(port, getenv("RKV_HOST"), owner, sizeof(owner)) == 0)
+        dev = owner;
     rc = port->ops->mutex_create(port, &n->mu);
     if (rc == 0)
         rc = port->ops->mutex_create(port, &n->mr_mu);

@@ -184,6 +184,16 @@ static void test_bad_settings(void **state)
     assert_int_equal(setenv("RKV_VERBS_SQ_DEPTH", "lots", 1), 0);
     assert_int_equal(ops()->open(pc, NULL, &c), -RKV_ECONFIG);
     unsetenv("RKV_VERBS_SQ_DEPTH");
+    /* The fabric settings: out of range, or past the port's GID table. */
+    static const char *const bad[][2] = {
+        {"RKV_VERBS_TOS", "256"},  {"RKV_VERBS_SL", "16"},        {"RKV_VERBS_GID_INDEX", "65535"},
+        {"RKV_VERBS_MTU", "1000"}, {"RKV_VERBS_SRQ_DEPTH", "-1"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(setenv(bad[i][0], bad[i][1], 1), 0);
+        assert_int_equal(ops()->open(pc, NULL, &c), -RKV_ECONFIG);
+        unsetenv(bad[i][0]);
+    }
     assert_null(c);
     pc->ops->destroy(pc);
 }
@@ -309,6 +319,60 @@ static void test_unequal_mtus(void **state)
     c->ops->dereg_mr(c, cmr);
     verbs_env_close(NULL, pc, c);
     free(cbuf);
+}
+
+/* The GID index of g_host's address on the port a NIC opened (-1: none). */
+static int host_gid_index(void)
+{
+    int n = 0, found = -1;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    struct in_addr a;
+    if (!list || inet_pton(AF_INET, g_host, &a) != 1)
+        goto out;
+    for (int d = 0; d < n && found < 0; d++) {
+        struct ibv_context *ctx = ibv_open_device(list[d]);
+        struct ibv_port_attr pa;
+        if (!ctx)
+            continue;
+        if (ibv_query_port(ctx, 1, &pa) == 0)
+            for (int i = 0; i < pa.gid_tbl_len && found < 0; i++) {
+                union ibv_gid g;
+                /* ::ffff:a.b.c.d */
+                if (ibv_query_gid(ctx, 1, i, &g) == 0 && g.raw[10] == 0xff && g.raw[11] == 0xff &&
+                    memcmp(g.raw + 12, &a, 4) == 0)
+                    found = i;
+            }
+        ibv_close_device(ctx);
+    }
+out:
+    if (list)
+        ibv_free_device_list(list);
+    return found;
+}
+
+/* A traffic class and an explicit GID index on both ends (as a PFC RoCE
+ * fabric sets them), the device found from RKV_HOST: the connection comes
+ * up and carries data. */
+static void test_fabric_settings(void **state)
+{
+    (void)state;
+    int gid = host_gid_index();
+    assert_true(gid >= 0);
+    char gbuf[16];
+    snprintf(gbuf, sizeof(gbuf), "%d", gid);
+    assert_int_equal(setenv("RKV_VERBS_TOS", "106", 1), 0);
+    assert_int_equal(setenv("RKV_VERBS_GID_INDEX", gbuf, 1), 0);
+    assert_int_equal(setenv("RKV_HOST", g_host, 1), 0);
+    unsetenv("RKV_VERBS_DEV");
+    void *st = (void *)&verbs_env;
+    nic_fx_setup(&st);
+    unsetenv("RKV_VERBS_TOS");
+    unsetenv("RKV_VERBS_GID_INDEX");
+    struct nic_fx *f = st;
+    nic_check_send(f, f->qa, f->qb, 31);
+    char buf[64];
+    assert_int_equal(f->a->ops->local_addr(f->a, f->host, f->port, buf, sizeof(buf)), 0);
+    nic_fx_teardown(&st);
 }
 
 /* ---- what a peer costs (the README's figures come from here) ---- */
@@ -521,6 +585,7 @@ int main(void)
         cmocka_unit_test(test_busy_poll),
         T(test_local_addr_is_the_device),
         T(test_unequal_mtus),
+        cmocka_unit_test(test_fabric_settings),
         cmocka_unit_test(test_memory_per_peer),
     };
 #undef T
