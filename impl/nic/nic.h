@@ -39,7 +39,10 @@ struct rkv_port;
 struct rkv_nic;
 struct rkv_qp;
 
-enum rkv_access { RKV_ACCESS_LOCAL = 0, RKV_ACCESS_REMOTE_WRITE = 1 };
+/* REMOTE_WRITE: any connection of this NIC that knows the rkey may write.
+ * REMOTE_GRANT: no remote access of its own; mr_grant gives one connection
+ * an rkey that works on it alone. */
+enum rkv_access { RKV_ACCESS_LOCAL = 0, RKV_ACCESS_REMOTE_WRITE = 1, RKV_ACCESS_REMOTE_GRANT = 2 };
 
 struct rkv_mr {
     void *addr;
@@ -135,6 +138,16 @@ struct rkv_nic_ops {
     int (*srq_setup)(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
                      uint8_t **base_p);
     int (*srq_repost)(struct rkv_nic *nic, uint32_t i);
+    /* Per-peer remote access (NULL: none; then REMOTE_WRITE regions are
+     * open to every connection that learns their rkey). mr_grant returns
+     * an rkey under which qp's peer, and only it, may write anywhere in mr
+     * (registered RKV_ACCESS_REMOTE_GRANT); the same rkey on another
+     * connection is a remote access error that breaks that connection
+     * alone. It is usable by the peer once a message posted on qp after
+     * the grant arrived. mr_revoke voids it (*grant_p's handle); every
+     * grant is revoked before its region is deregistered. */
+    int (*mr_grant)(struct rkv_qp *qp, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p);
+    void (*mr_revoke)(struct rkv_nic *nic, void *grant);
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */

@@ -1811,8 +1811,8 @@ static int vb_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, st
 {
     struct vb_nic *n = vb_nic_of(nic);
     struct rkv_port *port = n->base.port;
-    if ((!addr && len) || (access & ~RKV_ACCESS_REMOTE_WRITE) || !mr_p ||
-        (uintptr_t)addr + len < (uintptr_t)addr)
+    if ((!addr && len) || (access & ~(RKV_ACCESS_REMOTE_WRITE | RKV_ACCESS_REMOTE_GRANT)) ||
+        !mr_p || (uintptr_t)addr + len < (uintptr_t)addr)
         return -RKV_EINVAL;
     struct vb_mr *m = calloc(1, sizeof(*m));
     if (!m)
@@ -1822,6 +1822,8 @@ static int vb_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, st
         int flags = IBV_ACCESS_LOCAL_WRITE;
         if (access & RKV_ACCESS_REMOTE_WRITE)
             flags |= IBV_ACCESS_REMOTE_WRITE;
+        if (access & RKV_ACCESS_REMOTE_GRANT) /* reached only through memory windows */
+            flags |= IBV_ACCESS_MW_BIND;
         m->mr = ibv_reg_mr(n->pd, addr, len, flags);
         if (!m->mr) {
             int err = errno;
@@ -1977,6 +1979,53 @@ static int vb_post_write(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sg
     if (with_imm)
         wr.imm_data = htonl(imm);
     return vb_post(vb_qp_of(qpv), wr_id, sge, &wr, RKV_WC_WRITE, signaled);
+}
+
+/* A grant is a type 2 memory window bound to the peer's QP: the device
+ * accepts its rkey only in requests arriving on that QP (type 1 windows and
+ * a PD per peer were the alternatives: a type 1 window works on any QP of
+ * the PD, and a PD per peer would need every local buffer, send buffers and
+ * the shared receive pool included, registered once per peer). The bind is
+ * a work request on the QP's send queue, so it runs before anything posted
+ * after it, the message that hands out the rkey included. */
+static int vb_mr_grant(struct rkv_qp *qpv, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p)
+{
+    struct vb_qp *qp = vb_qp_of(qpv);
+    struct vb_nic *n = qp->nic;
+    if (!mr || mr->nic != &n->base || !(mr->access & RKV_ACCESS_REMOTE_GRANT) || !mr->len ||
+        !rkey_p || !grant_p)
+        return -RKV_EINVAL;
+    struct vb_mr *m = mr->impl;
+    struct ibv_mw *mw = ibv_alloc_mw(n->pd, IBV_MW_TYPE_2);
+    if (!mw) {
+        RKV_LOGE(n->base.port, "nic verbs: %s: cannot allocate a memory window on %s: %s", qp->peer,
+                 n->dev_name, strerror(errno));
+        return errno == ENOMEM ? -RKV_ELIMIT : -RKV_EIO;
+    }
+    uint32_t rkey = ibv_inc_rkey(mw->rkey);
+    struct ibv_send_wr wr = {.opcode = IBV_WR_BIND_MW};
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    wr.bind_mw.bind_info = (struct ibv_mw_bind_info){.mr = m->mr,
+                                                     .addr = (uintptr_t)mr->addr,
+                                                     .length = mr->len,
+                                                     .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+    struct rkv_sge none = {0};
+    int rc = vb_post(qp, 0, &none, &wr, RKV_WC_WRITE, 0);
+    if (rc < 0) {
+        ibv_dealloc_mw(mw);
+        return rc;
+    }
+    *rkey_p = rkey;
+    *grant_p = mw;
+    return 0;
+}
+
+static void vb_mr_revoke(struct rkv_nic *nic, void *grant)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    if (grant && ibv_dealloc_mw(grant) != 0)
+        RKV_LOGW(n->base.port, "nic verbs: ibv_dealloc_mw failed: %s", strerror(errno));
 }
 
 /* vb_post inlines what fits: the device copied it when the post returns. */
@@ -2615,4 +2664,6 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .qp_inline_bytes = vb_qp_inline_bytes,
     .srq_setup = vb_srq_setup,
     .srq_repost = vb_srq_repost,
+    .mr_grant = vb_mr_grant,
+    .mr_revoke = vb_mr_revoke,
 };

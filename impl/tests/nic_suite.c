@@ -289,7 +289,10 @@ static void test_reg_mr_errors(void **state)
 {
     struct nic_fx *f = *state;
     struct rkv_mr *mr = NULL;
-    assert_int_equal(f->a->ops->reg_mr(f->a, f->abuf, 64, 2, &mr), -RKV_EINVAL);
+    assert_int_equal(f->a->ops->reg_mr(f->a, f->abuf, 64, 4, &mr), -RKV_EINVAL);
+    if (!f->a->ops->mr_grant) /* a region nothing could reach */
+        assert_int_equal(f->a->ops->reg_mr(f->a, f->abuf, 64, RKV_ACCESS_REMOTE_GRANT, &mr),
+                         -RKV_EINVAL);
     assert_int_equal(f->a->ops->reg_mr(f->a, NULL, 64, RKV_ACCESS_LOCAL, &mr), -RKV_EINVAL);
     assert_null(mr);
     /* An empty region is fine (a WRITE_IMM's receive needs none). */
@@ -611,6 +614,61 @@ static void test_shared_receives(void **state)
     f->env->close(f->env->ctx, pc, c);
 }
 
+/* Per-peer grants (nic.h mr_grant), where a backend has them: the rkey a
+ * region was granted to one connection under works there, is a remote
+ * access error on another (which alone breaks), and is void once revoked;
+ * the region's own rkey opens nothing. */
+static void test_grant_is_per_peer(void **state)
+{
+    struct nic_fx *f = *state;
+    if (!f->b->ops->mr_grant)
+        skip();
+    uint8_t *g = calloc(1, 8192);
+    assert_non_null(g);
+    struct rkv_mr *gmr;
+    assert_int_equal(f->b->ops->reg_mr(f->b, g, 8192, RKV_ACCESS_REMOTE_GRANT, &gmr), 0);
+    uint32_t rkey;
+    void *grant;
+    assert_int_equal(f->b->ops->mr_grant(f->qb, gmr, &rkey, &grant), 0);
+    /* The grant reaches the peer in a message posted after it. */
+    nic_check_send(f, f->qa, f->qb, 40);
+    nic_fill(f->abuf, 4096, 41);
+    struct rkv_sge s = nic_sge(f->abuf, 4096, f->amr);
+    assert_int_equal(f->a->ops->post_write(f->qa, 1, &s, (uintptr_t)g + 4096, rkey, 0, 0, 1), 0);
+    nic_expect_wc(f, f->a, f->qa, RKV_WC_WRITE, NULL);
+    assert_memory_equal(g + 4096, f->abuf, 4096);
+    /* Another connection of the same peer NIC, the same rkey: refused there. */
+    struct rkv_qp *qa2, *qb2;
+    nic_connect_pair(f, &qa2, &qb2);
+    nic_fill(f->abuf, 16, 42);
+    s = nic_sge(f->abuf, 16, f->amr);
+    assert_int_equal(f->a->ops->post_write(qa2, 2, &s, (uintptr_t)g, rkey, 0, 0, 0), 0);
+    expect_broken(f, f->a, qa2, RKV_WC_REM_ACCESS_ERR);
+    expect_broken(f, f->b, qb2, 0);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(g[i], 0);
+    f->a->ops->qp_close(qa2);
+    f->b->ops->qp_close(qb2);
+    /* The granted connection still works, and still writes. */
+    nic_check_send(f, f->qa, f->qb, 43);
+    assert_int_equal(f->a->ops->post_write(f->qa, 3, &s, (uintptr_t)g, rkey, 0, 0, 1), 0);
+    nic_expect_wc(f, f->a, f->qa, RKV_WC_WRITE, NULL);
+    assert_memory_equal(g, f->abuf, 16);
+    f->b->ops->mr_revoke(f->b, grant);
+    memset(g, 0, 16);
+    /* The region's own rkey opens nothing... */
+    nic_connect_pair(f, &qa2, &qb2);
+    assert_int_equal(f->a->ops->post_write(qa2, 4, &s, (uintptr_t)g, gmr->rkey, 0, 0, 0), 0);
+    expect_broken(f, f->a, qa2, RKV_WC_REM_ACCESS_ERR);
+    expect_broken(f, f->b, qb2, 0);
+    f->a->ops->qp_close(qa2);
+    f->b->ops->qp_close(qb2);
+    /* ... nor does the revoked grant, on the connection it was for. */
+    bad_write(f, (uintptr_t)g, rkey, 16, 0, g);
+    f->b->ops->dereg_mr(f->b, gmr);
+    free(g);
+}
+
 /* The address a node announces: a name, and an error (never a cut one)
  * when it does not fit. */
 static void test_local_addr(void **state)
@@ -650,6 +708,7 @@ int nic_suite_run(const struct nic_suite_env *env)
         SUITE_T(test_many_connections),
         SUITE_T(test_local_addr),
         SUITE_T(test_shared_receives),
+        SUITE_T(test_grant_is_per_peer),
     };
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
         tests[i].initial_state = (void *)env;
