@@ -77,6 +77,7 @@ struct rkv_tx {
 /* A receive slot this side registered for one peer to write into. */
 struct eng_lslot {
     struct rkv_mr *mr;
+    void *grant; /* the NIC's per-peer grant of mr (nic.h mr_grant), or NULL */
     uint8_t *buf;
     uint64_t cap;
     int state; /* enum eng_lslot_state */
@@ -880,23 +881,46 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     uint64_t cap = eng_round_cap(e, bytes);
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
         return -RKV_ENOMEM;
-    int rc = e->nic->ops->reg_mr(e->nic, s->buf, cap, RKV_ACCESS_REMOTE_WRITE, &s->mr);
+    /* A slot is one peer's: where the NIC can, only that peer's connection
+     * may write it (a guessed rkey on another is a remote access error). */
+    const struct rkv_nic_ops *no = e->nic->ops;
+    int per_peer = no->mr_grant && p->qp;
+    int rc = no->reg_mr(e->nic, s->buf, cap,
+                        per_peer ? RKV_ACCESS_REMOTE_GRANT : RKV_ACCESS_REMOTE_WRITE, &s->mr);
+    uint32_t rkey = rc == 0 ? s->mr->rkey : 0;
+    if (rc == 0 && per_peer && (rc = no->mr_grant(p->qp, s->mr, &rkey, &s->grant)) < 0)
+        no->dereg_mr(e->nic, s->mr);
     if (rc < 0) {
         free(s->buf);
         s->buf = NULL;
+        s->mr = NULL;
+        s->grant = NULL;
         return rc;
     }
     s->cap = cap;
     s->state = state;
     *d = (struct rkv_slot_desc){
-        .addr = (uint64_t)(uintptr_t)s->buf, .rkey = s->mr->rkey, .slot = i, .cap = cap};
+        .addr = (uint64_t)(uintptr_t)s->buf, .rkey = rkey, .slot = i, .cap = cap};
     return 0;
+}
+
+/* Grants go before their QP does (nic.h: a window bound to a closed QP
+ * is a leak the device waits for). */
+static void peer_revoke_grants(struct rkv_engine *e, struct rkv_peer *p)
+{
+    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++) {
+        if (p->lslots[i].grant)
+            e->nic->ops->mr_revoke(e->nic, p->lslots[i].grant);
+        p->lslots[i].grant = NULL;
+    }
 }
 
 static void peer_lslot_free(struct rkv_engine *e, struct eng_lslot *s)
 {
     if (s->state == ENG_SLOT_FREE)
         return;
+    if (s->grant)
+        e->nic->ops->mr_revoke(e->nic, s->grant);
     e->nic->ops->dereg_mr(e->nic, s->mr);
     free(s->buf);
     memset(s, 0, sizeof(*s));
@@ -966,6 +990,8 @@ static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_
         uint32_t cap = e->cap_closing ? 2 * e->cap_closing : 16;
         struct eng_closing *n = realloc(e->closing, cap * sizeof(*n));
         if (!n) { /* out of memory: close now, keep the memory until destroy */
+            if (peer)
+                peer_revoke_grants(e, peer);
             e->nic->ops->qp_close(qp);
             if (peer)
                 peer->closed = 1;
@@ -1092,6 +1118,8 @@ static void eng_close_deferred(struct rkv_engine *e)
 {
     for (uint32_t i = 0; i < e->n_closing; i++) {
         struct rkv_peer *p = e->closing[i].peer;
+        if (p)
+            peer_revoke_grants(e, p);
         e->nic->ops->qp_close(e->closing[i].qp);
         if (!p)
             continue;

@@ -145,7 +145,8 @@ struct rkv_nic_ops {
      * connection is a remote access error that breaks that connection
      * alone. It is usable by the peer once a message posted on qp after
      * the grant arrived. mr_revoke voids it (*grant_p's handle); every
-     * grant is revoked before its region is deregistered. */
+     * grant is revoked before its QP is closed and its region deregistered
+     * (rxe waits, and warns, for a window still bound to a destroyed QP). */
     int (*mr_grant)(struct rkv_qp *qp, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p);
     void (*mr_revoke)(struct rkv_nic *nic, void *grant);
 };
