@@ -16,6 +16,11 @@
 #define ENG_WR_TX 2u
 #define ENG_WR_PUT 3u /* unsignalled (a plain write, an inline send): only a failure completes */
 #define ENG_WR_TAG_MASK 7u
+/* The shared receive pool, when the NIC has one (nic.h srq_setup): this
+ * many windows of rx_depth buffers for all peers together; a peer's credits
+ * stay rx_depth, and a pool that runs dry holds senders back (RNR) until a
+ * buffer is reposted, which happens as soon as its message is handled. */
+#define ENG_SRQ_WINDOWS 8u
 #define ENG_POLL_BATCH 32
 #define ENG_POLL_MS 50
 /* Busy polling: how long the progress task sleeps while a waiting thread
@@ -72,6 +77,7 @@ struct rkv_tx {
 /* A receive slot this side registered for one peer to write into. */
 struct eng_lslot {
     struct rkv_mr *mr;
+    void *grant; /* the NIC's per-peer grant of mr (nic.h mr_grant), or NULL */
     uint8_t *buf;
     uint64_t cap;
     int state; /* enum eng_lslot_state */
@@ -158,6 +164,8 @@ struct rkv_engine {
     struct rkv_tx *free_large;
     size_t free_large_bytes;
     struct rkv_engine_stats st;
+    uint8_t *srq_mem;                           /* the NIC's shared receive pool (NULL: per peer) */
+    uint32_t srq_count;                         /* its buffers, ctrl_buf_bytes each */
     uint32_t max_backlog;                       /* cfg.max_backlog, or ENG_MAX_QUEUED */
     struct rkv_ratelim lim_backlog, lim_reject; /* per-connection warnings */
 };
@@ -873,23 +881,46 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     uint64_t cap = eng_round_cap(e, bytes);
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
         return -RKV_ENOMEM;
-    int rc = e->nic->ops->reg_mr(e->nic, s->buf, cap, RKV_ACCESS_REMOTE_WRITE, &s->mr);
+    /* A slot is one peer's: where the NIC can, only that peer's connection
+     * may write it (a guessed rkey on another is a remote access error). */
+    const struct rkv_nic_ops *no = e->nic->ops;
+    int per_peer = no->mr_grant && p->qp;
+    int rc = no->reg_mr(e->nic, s->buf, cap,
+                        per_peer ? RKV_ACCESS_REMOTE_GRANT : RKV_ACCESS_REMOTE_WRITE, &s->mr);
+    uint32_t rkey = rc == 0 ? s->mr->rkey : 0;
+    if (rc == 0 && per_peer && (rc = no->mr_grant(p->qp, s->mr, &rkey, &s->grant)) < 0)
+        no->dereg_mr(e->nic, s->mr);
     if (rc < 0) {
         free(s->buf);
         s->buf = NULL;
+        s->mr = NULL;
+        s->grant = NULL;
         return rc;
     }
     s->cap = cap;
     s->state = state;
     *d = (struct rkv_slot_desc){
-        .addr = (uint64_t)(uintptr_t)s->buf, .rkey = s->mr->rkey, .slot = i, .cap = cap};
+        .addr = (uint64_t)(uintptr_t)s->buf, .rkey = rkey, .slot = i, .cap = cap};
     return 0;
+}
+
+/* Grants go before their QP does (nic.h: a window bound to a closed QP
+ * is a leak the device waits for). */
+static void peer_revoke_grants(struct rkv_engine *e, struct rkv_peer *p)
+{
+    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++) {
+        if (p->lslots[i].grant)
+            e->nic->ops->mr_revoke(e->nic, p->lslots[i].grant);
+        p->lslots[i].grant = NULL;
+    }
 }
 
 static void peer_lslot_free(struct rkv_engine *e, struct eng_lslot *s)
 {
     if (s->state == ENG_SLOT_FREE)
         return;
+    if (s->grant)
+        e->nic->ops->mr_revoke(e->nic, s->grant);
     e->nic->ops->dereg_mr(e->nic, s->mr);
     free(s->buf);
     memset(s, 0, sizeof(*s));
@@ -959,6 +990,8 @@ static void eng_defer_close(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_
         uint32_t cap = e->cap_closing ? 2 * e->cap_closing : 16;
         struct eng_closing *n = realloc(e->closing, cap * sizeof(*n));
         if (!n) { /* out of memory: close now, keep the memory until destroy */
+            if (peer)
+                peer_revoke_grants(e, peer);
             e->nic->ops->qp_close(qp);
             if (peer)
                 peer->closed = 1;
@@ -981,6 +1014,14 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
         return -RKV_ENOMEM;
     p->eng = e;
     p->credits = c->rx_depth;
+    if (e->srq_mem) { /* receives come from the NIC's shared pool */
+        p->qp = qp;
+        rkv_qp_set_ctx(qp, p);
+        p->next = e->peers;
+        e->peers = p;
+        *peer_p = p;
+        return 0;
+    }
     /* The slot tables come with first use (peer_lslots, eng_on_rndv_reply). */
     size_t rx_bytes = (size_t)c->rx_depth * c->ctrl_buf_bytes;
     int rc = -RKV_ENOMEM;
@@ -1077,6 +1118,8 @@ static void eng_close_deferred(struct rkv_engine *e)
 {
     for (uint32_t i = 0; i < e->n_closing; i++) {
         struct rkv_peer *p = e->closing[i].peer;
+        if (p)
+            peer_revoke_grants(e, p);
         e->nic->ops->qp_close(e->closing[i].qp);
         if (!p)
             continue;
@@ -1320,12 +1363,12 @@ static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why
 
 static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_wc *wc)
 {
-    uint32_t i = (uint32_t)(wc->wr_id >> 3);
+    uint32_t i = (uint32_t)(wc->wr_id >> (e->srq_mem ? 8 : 3));
     char why[160];
     struct rkv_msg m;
-    if (RKV_NEVER(i >= e->cfg.rx_depth))
+    if (RKV_NEVER(i >= (e->srq_mem ? e->srq_count : e->cfg.rx_depth)))
         return eng_reject(e, p, "receive completion for an unknown buffer");
-    const uint8_t *buf = p->rx_mem + (size_t)i * e->cfg.ctrl_buf_bytes;
+    const uint8_t *buf = (e->srq_mem ? e->srq_mem : p->rx_mem) + (size_t)i * e->cfg.ctrl_buf_bytes;
     if (wc->opcode == RKV_WC_RECV) {
         if (rkv_proto_decode(buf, wc->byte_len, &m, why, sizeof(why)) < 0)
             return eng_reject(e, p, why);
@@ -1352,8 +1395,13 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
         int granted = p->lslots[s].state == ENG_SLOT_GRANTED;
         eng_dispatch(e, p, &m, granted ? s + 1 : 0);
     }
-    if (p->qp && peer_post_rx(e, p, i) == 0)
+    if (e->srq_mem) {
+        /* eng_on_wc gives the shared buffer back; the credit is the peer's. */
+        if (p->qp && !p->dead)
+            p->owed++;
+    } else if (p->qp && peer_post_rx(e, p, i) == 0) {
         p->owed++;
+    }
 }
 
 static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
@@ -1374,7 +1422,19 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
     }
 }
 
+static void eng_on_wc_peer(struct rkv_engine *e, const struct rkv_wc *wc);
+
 static void eng_on_wc(struct rkv_engine *e, const struct rkv_wc *wc)
+{
+    eng_on_wc_peer(e, wc);
+    /* A shared receive goes back to the pool whatever became of its peer
+     * (its message was handled, or the peer is gone). */
+    if (e->srq_mem && (wc->opcode == RKV_WC_RECV || wc->opcode == RKV_WC_RECV_IMM) &&
+        (wc->wr_id & ENG_WR_TAG_MASK) == ENG_WR_RX)
+        e->nic->ops->srq_repost(e->nic, (uint32_t)(wc->wr_id >> 8));
+}
+
+static void eng_on_wc_peer(struct rkv_engine *e, const struct rkv_wc *wc)
 {
     if (wc->opcode == RKV_WC_CONNECTED)
         return eng_on_connected(e, wc->qp);
@@ -1579,6 +1639,15 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         port->ops->mutex_destroy(e->mu);
         free(e);
         return rkv_errf(err, err_len, rc, "engine: cannot create its registration cache");
+    }
+    if (nic->ops->srq_setup) {
+        /* One receive pool for every peer: memory that does not grow with
+         * them. A NIC that cannot (now) falls back to receives per peer. */
+        uint32_t count = ENG_SRQ_WINDOWS * cfg->rx_depth;
+        if (nic->ops->srq_setup(nic, &count, cfg->ctrl_buf_bytes, ENG_WR_RX, &e->srq_mem) == 0)
+            e->srq_count = count;
+        else
+            e->srq_mem = NULL;
     }
     *eng_p = e;
     return 0;

@@ -39,7 +39,10 @@ struct rkv_port;
 struct rkv_nic;
 struct rkv_qp;
 
-enum rkv_access { RKV_ACCESS_LOCAL = 0, RKV_ACCESS_REMOTE_WRITE = 1 };
+/* REMOTE_WRITE: any connection of this NIC that knows the rkey may write.
+ * REMOTE_GRANT: no remote access of its own; mr_grant gives one connection
+ * an rkey that works on it alone. */
+enum rkv_access { RKV_ACCESS_LOCAL = 0, RKV_ACCESS_REMOTE_WRITE = 1, RKV_ACCESS_REMOTE_GRANT = 2 };
 
 struct rkv_mr {
     void *addr;
@@ -123,6 +126,33 @@ struct rkv_nic_ops {
      * simulated network): nothing outside can connect, so a missing shared
      * secret opens no door. 0 for a transport other hosts can reach. */
     int in_process;
+    /* A shared receive pool, so that receive buffers do not grow with the
+     * number of peers (NULL: none; receives are posted per QP). srq_setup,
+     * called before the NIC makes its first connection, has the NIC
+     * allocate, register and post *count_p buffers of buf_bytes (it may
+     * lower count to what the device allows) on one receive queue that
+     * every later QP draws from; buffer i is at *base_p + i * buf_bytes.
+     * A SEND or WRITE_WITH_IMM that arrives into one completes with wr_id
+     * (i << 8) | tag; the buffer is the user's until srq_repost(i). The
+     * NIC reposts by itself the buffers of completions it never hands out
+     * (broken or closed QPs). They live until the NIC closes. A pool that
+     * runs dry holds senders back (RNR), as an empty per-QP queue does.
+     * -RKV_EINVAL once a connection exists or a pool was set up; then the
+     * user posts per QP. */
+    int (*srq_setup)(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
+                     uint8_t **base_p);
+    int (*srq_repost)(struct rkv_nic *nic, uint32_t i);
+    /* Per-peer remote access (NULL: none; then REMOTE_WRITE regions are
+     * open to every connection that learns their rkey). mr_grant returns
+     * an rkey under which qp's peer, and only it, may write anywhere in mr
+     * (registered RKV_ACCESS_REMOTE_GRANT); the same rkey on another
+     * connection is a remote access error that breaks that connection
+     * alone. It is usable by the peer once a message posted on qp after
+     * the grant arrived. mr_revoke voids it (*grant_p's handle); every
+     * grant is revoked before its QP is closed and its region deregistered
+     * (rxe waits, and warns, for a window still bound to a destroyed QP). */
+    int (*mr_grant)(struct rkv_qp *qp, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p);
+    void (*mr_revoke)(struct rkv_nic *nic, void *grant);
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */

@@ -12,8 +12,9 @@
  * target's first post_recv) and rnr_retry = 7 (infinite: RNR is
  * backpressure, as nic.h says). The private data of the handshake carries a
  * magic, a version, the port's active MTU and a proof of the shared secret
- * (nic.h; below); a mismatch refuses the connection with a message naming
- * both sides' values.
+ * (nic.h; below); a wrong version or secret refuses the connection with a
+ * message naming both sides' values, and unequal MTUs give the smaller one
+ * as path MTU on both ends (logged).
  *
  * Tasks.
  *  - The CM task owns the NIC's rdma_cm event channel and the device's
@@ -30,6 +31,15 @@
  *  - connect() runs on the caller's thread with a private event channel;
  *    the id moves to the NIC's channel once the connection is up.
  *
+ * Receives. With srq_setup (the engine calls it before its first
+ * connection) the NIC owns one pool of receive buffers on an SRQ that every
+ * later QP draws from, so a peer costs its send queue and no receive memory;
+ * the device's wr_id of a pool buffer is (index << 1 | 1). The pool never
+ * shrinks: a completion nobody will poll (its QP broken or closed, one
+ * dropped from the soft queue at close) reposts its buffer here, and
+ * receives that beat the passive side's ESTABLISHED wait on the QP until
+ * CONNECTED is queued. Without a pool each QP has its own receive queue.
+ *
  * Work requests. Error CQEs carry only wr_id, status and qp_num, so the
  * user's wr_id is not what the device sees: each QP keeps rings of what was
  * posted (sq, rq) and the device's wr_id is (post counter << 1 | is_recv).
@@ -39,13 +49,23 @@
  *
  * Settings (environment, read at open):
  *   RKV_VERBS_DEV       NAME or NAME:PORT when open() gets none (default: the
- *                       first device with an active port)
+ *                       port RKV_HOST's address is on, as rdma_bind_addr finds
+ *                       it; else the first device with an active port)
  *   RKV_VERBS_POLL=1    busy-poll the CQ in poll() instead of blocking (the
  *                       engine's busy-poll setting needs no NIC mode: it
  *                       polls with timeout 0 while it spins)
- *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 256
- *   RKV_VERBS_RX_DEPTH  receive queue per QP (alias BYTEPS_RDMA_RX_DEPTH),
- *                       512; must hold the engine's rx_depth
+ *   RKV_VERBS_SQ_DEPTH  send queue per QP (alias BYTEPS_RDMA_SEND_DEPTH), 128
+ *   RKV_VERBS_RX_DEPTH  receive queue per QP without the shared pool (alias
+ *                       BYTEPS_RDMA_RX_DEPTH), 512; must hold the engine's rx_depth
+ *   RKV_VERBS_TOS       IP traffic class (ToS byte) of RoCE v2 packets
+ *                       (rdma_set_option RDMA_OPTION_ID_TOS), 0..255
+ *   RKV_VERBS_SL        InfiniBand service level, 0..15 (default the path's)
+ *   RKV_VERBS_GID_INDEX source GID index on RoCE (default rdma_cm's choice)
+ *   RKV_VERBS_MTU       the largest MTU this NIC announces and uses (256..4096;
+ *                       default the port's active MTU); a connection's path MTU
+ *                       is the smaller of both ends' (logged)
+ *   RKV_VERBS_SRQ_DEPTH the most buffers of the shared receive pool (16384;
+ *                       0: none, receives per QP)
  *   RKV_TOKEN           64-bit connection token, the same on every node (0)
  *
  * Locks, in the only order they are ever nested:
@@ -121,7 +141,7 @@ enum vb_reject {
     VB_REJ_CLOSING = 6,   /* the NIC is closing */
 };
 
-#define VB_SQ_DEPTH_DEFAULT 256u
+#define VB_SQ_DEPTH_DEFAULT 128u
 #define VB_RQ_DEPTH_DEFAULT 512u
 #define VB_INLINE_BYTES 128u
 #define VB_CQ_INITIAL_ENTRIES 16384
@@ -139,6 +159,8 @@ enum vb_reject {
 #define VB_LISTEN_MAX 16
 #define VB_HASH_BUCKETS 256u
 #define VB_CQ_ACK_BATCH 64u
+#define VB_EARLY_MAX 4096u /* shared receives held per QP before it is established */
+#define VB_SRQ_DEFAULT_MAX 16384u
 /* rdma_ucm bug workaround (as librdmacm): RoCE-only RTR mask bits on IB. */
 #define VB_RTR_ROCE_MASK_BITS 0xe00000
 
@@ -171,10 +193,16 @@ struct vb_qp {
     char peer[64];       /* "host:port", for log lines */
     atomic_int dead;     /* posts fail with -RKV_EPEERDEAD */
     struct rkv_mutex *post_mu;
-    struct vb_swr *sq;   /* sq_depth entries, indexed by post counter */
-    uint64_t *rq;        /* rq_depth user wr_ids, indexed by post counter */
-    uint32_t sq_depth;   /* constant */
-    uint32_t rq_depth;   /* constant */
+    struct vb_swr *sq; /* sq_depth entries, indexed by post counter */
+    uint64_t *rq;      /* rq_depth user wr_ids, indexed by post counter */
+    uint32_t sq_depth; /* constant */
+    uint32_t rq_depth; /* constant; 0 when it draws from the NIC's SRQ */
+    int srq;           /* constant: receives come from the NIC's shared pool */
+    /* mu: shared receives that arrived before the passive side saw the
+     * connection established (the peer may send once its own side is up);
+     * queued after CONNECTED. */
+    struct rkv_wc *early;
+    uint32_t n_early, cap_early;
     uint32_t sq_head;    /* post_mu: next send counter */
     uint32_t sq_signal;  /* post_mu: counter of the last signalled send */
     uint32_t rq_head;    /* post_mu: next receive counter */
@@ -209,6 +237,7 @@ struct vb_nic {
     uint8_t port_num;       /* the port chosen at open (rdma_cm picks per connection) */
     uint32_t max_msg_bytes; /* the port's max_msg_sz */
     int max_cqe, max_mr;    /* device limits */
+    int max_srq_wr;         /* device limit (0: no SRQ) */
     uint64_t max_mr_size;   /* device limit */
     struct ibv_pd *pd;
     struct ibv_comp_channel *comp_ch;
@@ -240,6 +269,19 @@ struct vb_nic {
     struct rkv_mutex *mr_mu;
     struct vb_mr *mrs; /* mr_mu */
     uint32_t n_mrs;    /* mr_mu */
+    /* The shared receive pool (srq_setup; mu): every QP created after it
+     * draws from it. Its buffers are ours and live until close. */
+    struct ibv_srq *srq;
+    uint8_t *srq_mem;
+    struct ibv_mr *srq_mr;
+    uint32_t srq_count, srq_buf_bytes;
+    uint8_t srq_tag;
+    uint32_t srq_max;    /* RKV_VERBS_SRQ_DEPTH: largest pool, 0 = no SRQ */
+    int tos;             /* RKV_VERBS_TOS: IP traffic class of RoCE v2 packets, -1 = rdma_cm's */
+    int sl;              /* RKV_VERBS_SL: InfiniBand service level, -1 = the path's */
+    int gid_index;       /* RKV_VERBS_GID_INDEX: source GID of RoCE packets, -1 = rdma_cm's */
+    uint32_t mtu_cap;    /* RKV_VERBS_MTU: the most this NIC announces and uses, 0 = the port's */
+    uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
 };
 
 /* A CM event, copied so that it can be acknowledged before it is handled. */
@@ -315,6 +357,21 @@ static int vb_set_nonblock(int fd)
 static int vb_mtu_bytes(enum ibv_mtu mtu)
 {
     return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : 0;
+}
+
+/* The largest IB MTU not above bytes (256 at least). */
+static enum ibv_mtu vb_mtu_enum(int bytes)
+{
+    enum ibv_mtu m = IBV_MTU_4096;
+    while (m > IBV_MTU_256 && vb_mtu_bytes(m) > bytes)
+        m = (enum ibv_mtu)(m - 1);
+    return m;
+}
+
+/* An MTU an IB or RoCE port can have. */
+static int vb_mtu_valid(uint32_t bytes)
+{
+    return bytes >= 256 && bytes <= 4096 && (bytes & (bytes - 1)) == 0;
 }
 
 static const char *vb_dev_name_of(const struct ibv_context *ctx)
@@ -508,9 +565,57 @@ static int vb_wc_status(enum ibv_wc_status st)
     }
 }
 
+static int vb_srq_post(struct vb_nic *n, uint32_t i);
+
+/* A completion of a shared receive: handed out, or its buffer goes back. */
+static void vb_on_srq_cqe(struct vb_nic *n, struct vb_qp *qp, const struct ibv_wc *w, uint32_t i)
+{
+    if (RKV_NEVER(i >= n->srq_count))
+        return;
+    if (w->status != IBV_WC_SUCCESS && !qp->broken) {
+        char why[96];
+        snprintf(why, sizeof(why), "receive failed: %s", ibv_wc_status_str(w->status));
+        vb_qp_break(n, qp, w->status == IBV_WC_WR_FLUSH_ERR ? NULL : why);
+    }
+    if (w->status != IBV_WC_SUCCESS || qp->broken || qp->core.closed) {
+        vb_srq_post(n, i); /* nobody will see it: the pool keeps its size */
+        return;
+    }
+    struct rkv_wc wc = {
+        .wr_id = (uint64_t)i << 8 | n->srq_tag, .status = RKV_WC_SUCCESS, .byte_len = w->byte_len};
+    if (w->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        wc.opcode = RKV_WC_RECV_IMM;
+        wc.imm = ntohl(w->imm_data);
+    } else {
+        wc.opcode = RKV_WC_RECV;
+    }
+    if (!qp->exposed) { /* before ESTABLISHED reached us: held until CONNECTED */
+        if (qp->n_early == qp->cap_early) {
+            uint32_t cap = qp->cap_early ? 2 * qp->cap_early : 16;
+            struct rkv_wc *e = cap <= VB_EARLY_MAX ? realloc(qp->early, cap * sizeof(*e)) : NULL;
+            if (!e) {
+                vb_srq_post(n, i);
+                vb_qp_break(n, qp, "too many messages before the connection was established");
+                return;
+            }
+            qp->early = e;
+            qp->cap_early = cap;
+        }
+        qp->early[qp->n_early++] = wc;
+        return;
+    }
+    if (rkv_nic_cq_emit(&n->soft, &qp->core, wc) < 0) {
+        RKV_LOGE(n->base.port, "nic verbs: %s: receive completion lost (soft queue full)",
+                 qp->peer);
+        vb_srq_post(n, i);
+    }
+}
+
 static void vb_on_recv_cqe(struct vb_nic *n, struct vb_qp *qp, const struct ibv_wc *w,
                            uint32_t counter)
 {
+    if (qp->srq)
+        return vb_on_srq_cqe(n, qp, w, counter);
     uint64_t user_wr_id = qp->rq[counter % qp->rq_depth];
     atomic_store(&qp->rq_tail, counter + 1);
     if (w->status != IBV_WC_SUCCESS) {
@@ -648,6 +753,9 @@ static void vb_qp_free(struct vb_nic *n, struct vb_qp *qp)
     assert(!qp->qp && qp->core.cq_refs == 0);
     if (qp->post_mu)
         n->base.port->ops->mutex_destroy(qp->post_mu);
+    for (uint32_t k = 0; k < qp->n_early; k++) /* never handed out: back to the pool */
+        vb_srq_post(n, (uint32_t)(qp->early[k].wr_id >> 8));
+    free(qp->early);
     free(qp->sq);
     free(qp->rq);
     free(qp);
@@ -693,13 +801,17 @@ static int vb_qp_create(struct vb_nic *n, struct rdma_cm_id *id, const char *pee
     qp->nic = n;
     qp->id = id;
     qp->sq_depth = n->sq_depth;
-    qp->rq_depth = n->rq_depth;
+    vb_lock(n);
+    qp->srq = n->srq != NULL;
+    n->n_qps_made++;
+    vb_unlock(n);
+    qp->rq_depth = qp->srq ? 0 : n->rq_depth;
     atomic_init(&qp->dead, 0);
     atomic_init(&qp->sq_tail, 0);
     atomic_init(&qp->rq_tail, 0);
     snprintf(qp->peer, sizeof(qp->peer), "%s", peer);
     qp->sq = calloc(qp->sq_depth, sizeof(*qp->sq));
-    qp->rq = calloc(qp->rq_depth, sizeof(*qp->rq));
+    qp->rq = calloc(qp->rq_depth ? qp->rq_depth : 1, sizeof(*qp->rq));
     int rc = -RKV_ENOMEM;
     if (!qp->sq || !qp->rq || port->ops->mutex_create(port, &qp->post_mu) < 0)
         goto undo_alloc;
@@ -712,6 +824,7 @@ static int vb_qp_create(struct vb_nic *n, struct rdma_cm_id *id, const char *pee
         .qp_context = qp,
         .send_cq = n->cq,
         .recv_cq = n->cq,
+        .srq = qp->srq ? n->srq : NULL,
         .cap = {.max_send_wr = qp->sq_depth,
                 .max_recv_wr = qp->rq_depth,
                 .max_send_sge = 1,
@@ -776,7 +889,8 @@ static void vb_qp_discard(struct vb_nic *n, struct vb_qp *qp)
 
 /* INIT -> RTR -> RTS with rdma_cm's attributes, our RNR timer and retries.
  * Returns the path MTU in bytes through mtu_p. */
-static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_layer, int *mtu_p)
+static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_layer, int our_mtu,
+                                int peer_mtu, int *mtu_p)
 {
     struct ibv_qp_attr a;
     int mask;
@@ -786,6 +900,28 @@ static int vb_qp_connect_states(struct vb_nic *n, struct vb_qp *qp, int link_lay
     if (link_layer == IBV_LINK_LAYER_INFINIBAND)
         mask &= ~VB_RTR_ROCE_MASK_BITS;
     a.min_rnr_timer = VB_MIN_RNR_TIMER;
+    /* A fabric's own choices: the service level on InfiniBand (the path
+     * record's otherwise), the source GID on RoCE (rdma_cm's matches the
+     * address; a fabric may want another type, e.g. v2 over v1). */
+    if (n->sl >= 0 && link_layer == IBV_LINK_LAYER_INFINIBAND)
+        a.ah_attr.sl = (uint8_t)n->sl;
+    if (n->gid_index >= 0 && a.ah_attr.is_global)
+        a.ah_attr.grh.sgid_index = (uint8_t)n->gid_index;
+    /* The path MTU is the smallest of the route's and both ends' MTUs: a
+     * packet larger than the peer's port takes would be dropped. */
+    int route_mtu = vb_mtu_bytes(a.path_mtu);
+    int want = route_mtu;
+    if (our_mtu > 0 && our_mtu < want)
+        want = our_mtu;
+    if (peer_mtu > 0 && peer_mtu < want)
+        want = peer_mtu;
+    if (want != route_mtu) {
+        a.path_mtu = vb_mtu_enum(want);
+        RKV_LOGI(n->base.port,
+                 "nic verbs: %s: path MTU %d, the smallest of this port's %d, the peer's %d and "
+                 "the route's %d",
+                 qp->peer, want, our_mtu, peer_mtu, route_mtu);
+    }
     *mtu_p = vb_mtu_bytes(a.path_mtu);
     rc = vb_modify(n, qp, &a, mask | IBV_QP_MIN_RNR_TIMER, "RTR");
     if (rc < 0)
@@ -809,6 +945,8 @@ static int vb_id_port(struct vb_nic *n, struct rdma_cm_id *id, int *mtu_p, int *
         return -RKV_EIO;
     }
     *mtu_p = vb_mtu_bytes(pa.active_mtu);
+    if (n->mtu_cap && (int)n->mtu_cap < *mtu_p)
+        *mtu_p = vb_mtu_bytes(vb_mtu_enum((int)n->mtu_cap));
     *link_layer_p = pa.link_layer;
     return 0;
 }
@@ -848,12 +986,10 @@ static uint32_t vb_check_request(struct vb_nic *n, const struct vb_cm_ev *e, con
         reason = VB_REJ_PROTO;
         snprintf(why, sizeof(why), "it speaks handshake version %u, this node %u", pd.version,
                  VB_VERSION);
-    } else if (pd.mtu_bytes != (uint32_t)mtu_bytes) {
+    } else if (!vb_mtu_valid(pd.mtu_bytes)) {
         reason = VB_REJ_MTU;
-        snprintf(why, sizeof(why),
-                 "MTU mismatch: its port's active MTU is %u, this port's (%s) is %d; give both "
-                 "netdevs the same MTU",
-                 pd.mtu_bytes, n->dev_name, mtu_bytes);
+        snprintf(why, sizeof(why), "it announces MTU %u (this port's, on %s, is %d)", pd.mtu_bytes,
+                 n->dev_name, mtu_bytes);
     } else if ((bad_auth = vb_auth_check(n, &pd)) != NULL) {
         level = RKV_LOG_WARN;
         reason = VB_REJ_TOKEN;
@@ -883,7 +1019,7 @@ static int vb_accept(struct vb_nic *n, struct rdma_cm_id *id, const char *peer, 
     if (rc < 0)
         return rc;
     int path_mtu = 0;
-    rc = vb_qp_connect_states(n, qp, link_layer, &path_mtu);
+    rc = vb_qp_connect_states(n, qp, link_layer, mtu_bytes, (int)req->mtu_bytes, &path_mtu);
     if (rc < 0)
         goto undo;
     uint8_t b[VB_PDATA_BYTES];
@@ -957,6 +1093,10 @@ static void vb_on_established(struct vb_nic *n, struct vb_qp *qp)
     if (fresh) {
         qp->exposed = 1;
         vb_emit(n, qp, (struct rkv_wc){.opcode = RKV_WC_CONNECTED, .status = RKV_WC_SUCCESS});
+        for (uint32_t k = 0; k < qp->n_early; k++)
+            if (qp->broken || rkv_nic_cq_emit(&n->soft, &qp->core, qp->early[k]) < 0)
+                vb_srq_post(n, (uint32_t)(qp->early[k].wr_id >> 8));
+        qp->n_early = 0;
     }
     vb_unlock(n);
     if (fresh) {
@@ -1202,6 +1342,7 @@ struct vb_dial {
     uint64_t deadline_ns;
     uint8_t nonce[VB_NONCE_BYTES]; /* of our request, which the answer must prove */
     uint64_t clock_ms;
+    int peer_mtu; /* the server's, from its accept */
 };
 
 /* Waits for the next event on the dial's channel; -RKV_ETIMEDOUT names step. */
@@ -1253,6 +1394,20 @@ static int vb_resolve_error(struct vb_nic *n, const struct vb_dial *d, const str
     return -RKV_ECONFIG;
 }
 
+/* The traffic class (RKV_VERBS_TOS) of id's packets: a PFC fabric's
+ * lossless class instead of the default one. */
+static int vb_set_tos(struct vb_nic *n, struct rdma_cm_id *id, const char *who)
+{
+    if (n->tos < 0)
+        return 0;
+    uint8_t tos = (uint8_t)n->tos;
+    if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof(tos)) == 0)
+        return 0;
+    RKV_LOGE(n->base.port, "nic verbs: %s: cannot set RKV_VERBS_TOS=%d: %s", who, n->tos,
+             strerror(errno));
+    return -1;
+}
+
 /* Resolves address and route; the id ends up on some device's port. */
 static int vb_dial_resolve(struct vb_nic *n, struct vb_dial *d, const struct sockaddr *dst)
 {
@@ -1275,6 +1430,8 @@ static int vb_dial_resolve(struct vb_nic *n, struct vb_dial *d, const struct soc
         return -RKV_ECONFIG;
     }
     step = "resolving the route";
+    if (vb_set_tos(n, d->id, d->peer) < 0)
+        return -RKV_ECONFIG;
     if (rdma_resolve_route(d->id, vb_resolve_ms(n, d)) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: rdma_resolve_route(%s) failed: %s", d->peer,
                  strerror(errno));
@@ -1300,8 +1457,8 @@ static int vb_dial_rejected(struct vb_nic *n, const struct vb_dial *d, const str
     switch (pd.reason) {
     case VB_REJ_MTU:
         RKV_LOGE(port,
-                 "nic verbs: %s refused the connection: MTU mismatch: this port's (%s) active "
-                 "MTU is %d, the server's is %u; give both netdevs the same MTU",
+                 "nic verbs: %s refused the connection: it does not take the MTU this port (%s) "
+                 "announced, %d (its own: %u)",
                  d->peer, n->dev_name, mtu_bytes, pd.mtu_bytes);
         return -RKV_ECONFIG;
     case VB_REJ_TOKEN:
@@ -1327,7 +1484,7 @@ static int vb_dial_rejected(struct vb_nic *n, const struct vb_dial *d, const str
 }
 
 /* Checks the server's answer to our request. */
-static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const struct vb_cm_ev *e,
+static int vb_dial_check_accept(struct vb_nic *n, struct vb_dial *d, const struct vb_cm_ev *e,
                                 int mtu_bytes)
 {
     struct vb_pdata pd;
@@ -1336,13 +1493,12 @@ static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const
         RKV_LOGE(n->base.port, "nic verbs: %s accepted without rkv's handshake data", d->peer);
         return -RKV_EPROTO;
     }
-    if (pd.mtu_bytes != (uint32_t)mtu_bytes) {
-        RKV_LOGE(n->base.port,
-                 "nic verbs: MTU mismatch with %s: this port's (%s) active MTU is %d, the "
-                 "server's is %u; give both netdevs the same MTU",
-                 d->peer, n->dev_name, mtu_bytes, pd.mtu_bytes);
-        return -RKV_ECONFIG;
+    if (!vb_mtu_valid(pd.mtu_bytes)) {
+        RKV_LOGE(n->base.port, "nic verbs: %s announces MTU %u (this port's, on %s, is %d)",
+                 d->peer, pd.mtu_bytes, n->dev_name, mtu_bytes);
+        return -RKV_EPROTO;
     }
+    d->peer_mtu = (int)pd.mtu_bytes;
     memcpy(pd.nonce, d->nonce, VB_NONCE_BYTES); /* the proof is of our request's */
     pd.clock_ms = d->clock_ms;
     if (!vb_auth_ok(n, "rkv verbs server", &pd)) {
@@ -1355,7 +1511,7 @@ static int vb_dial_check_accept(struct vb_nic *n, const struct vb_dial *d, const
     return 0;
 }
 
-static int vb_dial_answer(struct vb_nic *n, const struct vb_dial *d, const struct vb_cm_ev *e,
+static int vb_dial_answer(struct vb_nic *n, struct vb_dial *d, const struct vb_cm_ev *e,
                           int mtu_bytes)
 {
     switch (e->type) {
@@ -1408,7 +1564,7 @@ static int vb_dial_handshake(struct vb_nic *n, struct vb_dial *d, struct vb_qp *
         rc = vb_dial_answer(n, d, &e, mtu_bytes);
     int path_mtu = 0;
     if (rc == 0)
-        rc = vb_qp_connect_states(n, qp, link_layer, &path_mtu);
+        rc = vb_qp_connect_states(n, qp, link_layer, mtu_bytes, d->peer_mtu, &path_mtu);
     if (rc == 0 && rdma_establish(d->id) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: rdma_establish(%s) failed: %s", d->peer,
                  strerror(errno));
@@ -1557,6 +1713,8 @@ static int vb_listen_on(struct vb_nic *n, struct vb_listener *l, const char *hos
                  name, vb_dev_name_of(l->id->verbs), n->dev_name, vb_dev_name_of(l->id->verbs));
         return -RKV_ECONFIG;
     }
+    if (vb_set_tos(n, l->id, name) < 0) /* the ids of accepted requests inherit it */
+        return -RKV_ECONFIG;
     if (rdma_listen(l->id, VB_LISTEN_BACKLOG) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: cannot listen at %s: %s", name, strerror(errno));
         return errno == EADDRINUSE ? -RKV_EIO : -RKV_ECONFIG;
@@ -1653,8 +1811,8 @@ static int vb_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, st
 {
     struct vb_nic *n = vb_nic_of(nic);
     struct rkv_port *port = n->base.port;
-    if ((!addr && len) || (access & ~RKV_ACCESS_REMOTE_WRITE) || !mr_p ||
-        (uintptr_t)addr + len < (uintptr_t)addr)
+    if ((!addr && len) || (access & ~(RKV_ACCESS_REMOTE_WRITE | RKV_ACCESS_REMOTE_GRANT)) ||
+        !mr_p || (uintptr_t)addr + len < (uintptr_t)addr)
         return -RKV_EINVAL;
     struct vb_mr *m = calloc(1, sizeof(*m));
     if (!m)
@@ -1664,6 +1822,8 @@ static int vb_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, st
         int flags = IBV_ACCESS_LOCAL_WRITE;
         if (access & RKV_ACCESS_REMOTE_WRITE)
             flags |= IBV_ACCESS_REMOTE_WRITE;
+        if (access & RKV_ACCESS_REMOTE_GRANT) /* reached only through memory windows */
+            flags |= IBV_ACCESS_MW_BIND;
         m->mr = ibv_reg_mr(n->pd, addr, len, flags);
         if (!m->mr) {
             int err = errno;
@@ -1821,6 +1981,53 @@ static int vb_post_write(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sg
     return vb_post(vb_qp_of(qpv), wr_id, sge, &wr, RKV_WC_WRITE, signaled);
 }
 
+/* A grant is a type 2 memory window bound to the peer's QP: the device
+ * accepts its rkey only in requests arriving on that QP (type 1 windows and
+ * a PD per peer were the alternatives: a type 1 window works on any QP of
+ * the PD, and a PD per peer would need every local buffer, send buffers and
+ * the shared receive pool included, registered once per peer). The bind is
+ * a work request on the QP's send queue, so it runs before anything posted
+ * after it, the message that hands out the rkey included. */
+static int vb_mr_grant(struct rkv_qp *qpv, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p)
+{
+    struct vb_qp *qp = vb_qp_of(qpv);
+    struct vb_nic *n = qp->nic;
+    if (!mr || mr->nic != &n->base || !(mr->access & RKV_ACCESS_REMOTE_GRANT) || !mr->len ||
+        !rkey_p || !grant_p)
+        return -RKV_EINVAL;
+    struct vb_mr *m = mr->impl;
+    struct ibv_mw *mw = ibv_alloc_mw(n->pd, IBV_MW_TYPE_2);
+    if (!mw) {
+        RKV_LOGE(n->base.port, "nic verbs: %s: cannot allocate a memory window on %s: %s", qp->peer,
+                 n->dev_name, strerror(errno));
+        return errno == ENOMEM ? -RKV_ELIMIT : -RKV_EIO;
+    }
+    uint32_t rkey = ibv_inc_rkey(mw->rkey);
+    struct ibv_send_wr wr = {.opcode = IBV_WR_BIND_MW};
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = rkey;
+    wr.bind_mw.bind_info = (struct ibv_mw_bind_info){.mr = m->mr,
+                                                     .addr = (uintptr_t)mr->addr,
+                                                     .length = mr->len,
+                                                     .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+    struct rkv_sge none = {0};
+    int rc = vb_post(qp, 0, &none, &wr, RKV_WC_WRITE, 0);
+    if (rc < 0) {
+        ibv_dealloc_mw(mw);
+        return rc;
+    }
+    *rkey_p = rkey;
+    *grant_p = mw;
+    return 0;
+}
+
+static void vb_mr_revoke(struct rkv_nic *nic, void *grant)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    if (grant && ibv_dealloc_mw(grant) != 0)
+        RKV_LOGW(n->base.port, "nic verbs: ibv_dealloc_mw failed: %s", strerror(errno));
+}
+
 /* vb_post inlines what fits: the device copied it when the post returns. */
 static uint32_t vb_qp_inline_bytes(const struct rkv_qp *qpv)
 {
@@ -1840,6 +2047,8 @@ static int vb_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
     uint32_t c = qp->rq_head;
     if (atomic_load(&qp->dead)) {
         rc = -RKV_EPEERDEAD;
+    } else if (qp->srq) {
+        rc = -RKV_EINVAL; /* its receives come from the shared pool (srq_setup) */
     } else if (c - atomic_load(&qp->rq_tail) >= qp->rq_depth) {
         RKV_LOGW(n->base.port,
                  "nic verbs: %s: %u receives are posted already: raise "
@@ -1924,6 +2133,114 @@ static int vb_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
     }
 }
 
+/* mu held, qp just closed: its shared receives still in the soft queue
+ * will be dropped unseen, so their buffers go back to the pool now. */
+static void vb_srq_reclaim(struct vb_nic *n, struct vb_qp *qp)
+{
+    if (!qp->srq)
+        return;
+    for (uint32_t k = 0; k < n->soft.len; k++) {
+        const struct rkv_wc *e = &n->soft.buf[(n->soft.head + k) % n->soft.cap];
+        if (e->qp == vb_qp_pub(qp) && (e->opcode == RKV_WC_RECV || e->opcode == RKV_WC_RECV_IMM))
+            vb_srq_post(n, (uint32_t)(e->wr_id >> 8));
+    }
+}
+
+/* ---- the shared receive pool ---- */
+
+static int vb_srq_post(struct vb_nic *n, uint32_t i)
+{
+    assert(i < n->srq_count);
+    struct ibv_sge s = {.addr = (uintptr_t)(n->srq_mem + (size_t)i * n->srq_buf_bytes),
+                        .length = n->srq_buf_bytes,
+                        .lkey = n->srq_mr->lkey};
+    struct ibv_recv_wr wr = {.wr_id = (uint64_t)i << 1 | 1, .sg_list = &s, .num_sge = 1};
+    struct ibv_recv_wr *bad;
+    int e = ibv_post_srq_recv(n->srq, &wr, &bad);
+    if (e != 0) {
+        RKV_LOGE(n->base.port, "nic verbs: reposting shared receive %u on %s failed: %s", i,
+                 n->dev_name, strerror(e));
+        return -RKV_EIO;
+    }
+    return 0;
+}
+
+static int vb_srq_repost(struct rkv_nic *nic, uint32_t i)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    if (!n->srq || i >= n->srq_count)
+        return -RKV_EINVAL;
+    return vb_srq_post(n, i);
+}
+
+static int vb_srq_setup(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
+                        uint8_t **base_p)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    struct rkv_port *port = n->base.port;
+    assert(count_p && base_p);
+    uint32_t count = *count_p;
+    if (count > n->srq_max)
+        count = n->srq_max;
+    if (count > (uint32_t)n->max_srq_wr)
+        count = (uint32_t)n->max_srq_wr;
+    if (count == 0 || buf_bytes == 0)
+        return -RKV_EINVAL; /* no SRQ (RKV_VERBS_SRQ_DEPTH=0, or the device has none) */
+    vb_lock(n);
+    int busy = n->srq || n->n_qps_made;
+    vb_unlock(n);
+    if (busy)
+        return -RKV_EINVAL;
+    size_t bytes = (size_t)count * buf_bytes;
+    int rc = -RKV_ENOMEM;
+    uint8_t *mem = NULL;
+    struct ibv_mr *mr = NULL;
+    struct ibv_srq *srq = NULL;
+    if (posix_memalign((void **)&mem, 4096, bytes))
+        goto fail;
+    rc = -RKV_EIO;
+    mr = ibv_reg_mr(n->pd, mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) {
+        RKV_LOGE(port, "nic verbs: cannot register the %zu-byte receive pool on %s: %s", bytes,
+                 n->dev_name, strerror(errno));
+        goto fail;
+    }
+    struct ibv_srq_init_attr sa = {.attr = {.max_wr = count, .max_sge = 1}};
+    srq = ibv_create_srq(n->pd, &sa);
+    if (!srq) {
+        RKV_LOGE(port, "nic verbs: ibv_create_srq (%u WQEs) on %s failed: %s", count, n->dev_name,
+                 strerror(errno));
+        goto fail;
+    }
+    vb_lock(n);
+    /* The pool's completions need CQ room too, once for all peers. */
+    rc = vb_cq_reserve(n, count);
+    vb_unlock(n);
+    if (rc < 0)
+        goto fail;
+    n->srq_mem = mem;
+    n->srq_mr = mr;
+    n->srq_count = count;
+    n->srq_buf_bytes = buf_bytes;
+    n->srq_tag = tag;
+    n->srq = srq;
+    for (uint32_t i = 0; i < count; i++)
+        if ((rc = vb_srq_post(n, i)) < 0)
+            return rc; /* the pool stays; close frees it */
+    RKV_LOGI(port, "nic verbs: shared receive pool of %u x %u bytes on %s", count, buf_bytes,
+             n->dev_name);
+    *count_p = count;
+    *base_p = mem;
+    return 0;
+fail:
+    if (srq)
+        ibv_destroy_srq(srq);
+    if (mr)
+        ibv_dereg_mr(mr);
+    free(mem);
+    return rc;
+}
+
 static void vb_qp_close(struct rkv_qp *qpv)
 {
     struct vb_qp *qp = vb_qp_of(qpv);
@@ -1935,6 +2252,7 @@ static void vb_qp_close(struct rkv_qp *qpv)
     vb_lock(n);
     assert(!qp->core.closed && qp->exposed);
     qp->core.closed = 1;
+    vb_srq_reclaim(n, qp);
     if (!qp->broken)
         rdma_disconnect(qp->id); /* the peer sees DISCONNECTED */
     vb_qp_destroy_verbs(n, qp);
@@ -1948,6 +2266,11 @@ static void vb_qp_close(struct rkv_qp *qpv)
 static const char *const vb_env_sq[] = {"RKV_VERBS_SQ_DEPTH", "BYTEPS_RDMA_SEND_DEPTH", NULL};
 static const char *const vb_env_rq[] = {"RKV_VERBS_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", NULL};
 static const char *const vb_env_poll[] = {"RKV_VERBS_POLL", NULL};
+static const char *const vb_env_srq[] = {"RKV_VERBS_SRQ_DEPTH", NULL};
+static const char *const vb_env_mtu[] = {"RKV_VERBS_MTU", NULL};
+static const char *const vb_env_tos[] = {"RKV_VERBS_TOS", NULL};
+static const char *const vb_env_sl[] = {"RKV_VERBS_SL", NULL};
+static const char *const vb_env_gid[] = {"RKV_VERBS_GID_INDEX", NULL};
 
 /* The first of names set in the environment, as a number in [lo, hi]. */
 static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t def, uint64_t lo,
@@ -1976,11 +2299,27 @@ static int vb_settings(struct vb_nic *n, const struct ibv_device_attr *da)
 {
     struct rkv_port *port = n->base.port;
     uint64_t max_wr = da->max_qp_wr > 0 ? (uint64_t)da->max_qp_wr : 1;
-    uint64_t sq, rq, poll_mode;
+    uint64_t sq, rq, poll_mode, srq, mtu, tos, sl, gid;
     if (vb_env_u64(port, vb_env_sq, VB_SQ_DEPTH_DEFAULT, 2, max_wr, &sq) < 0 ||
         vb_env_u64(port, vb_env_rq, VB_RQ_DEPTH_DEFAULT, 1, max_wr, &rq) < 0 ||
-        vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0)
+        vb_env_u64(port, vb_env_poll, 0, 0, 1, &poll_mode) < 0 ||
+        vb_env_u64(port, vb_env_srq, VB_SRQ_DEFAULT_MAX, 0, 1u << 20, &srq) < 0 ||
+        vb_env_u64(port, vb_env_mtu, 0, 0, 4096, &mtu) < 0 ||
+        vb_env_u64(port, vb_env_tos, UINT64_MAX, 0, 255, &tos) < 0 ||
+        vb_env_u64(port, vb_env_sl, UINT64_MAX, 0, 15, &sl) < 0 ||
+        vb_env_u64(port, vb_env_gid, UINT64_MAX, 0, 65535, &gid) < 0)
         return -RKV_ECONFIG;
+    n->tos = tos == UINT64_MAX ? -1 : (int)tos;
+    n->sl = sl == UINT64_MAX ? -1 : (int)sl;
+    n->gid_index = gid == UINT64_MAX ? -1 : (int)gid;
+    if (mtu != 0 && !vb_mtu_valid((uint32_t)mtu)) {
+        RKV_LOGE(port, "nic verbs: RKV_VERBS_MTU=%llu: expected 256, 512, 1024, 2048 or 4096",
+                 (unsigned long long)mtu);
+        return -RKV_ECONFIG;
+    }
+    n->mtu_cap = (uint32_t)mtu;
+    n->srq_max = (uint32_t)srq;
+    n->max_srq_wr = da->max_srq_wr > 0 ? da->max_srq_wr : 0;
     n->sq_depth = (uint32_t)sq;
     n->rq_depth = (uint32_t)rq;
     n->busy_poll = (int)poll_mode;
@@ -2082,6 +2421,36 @@ static int vb_open_device(struct vb_nic *n, const char *dev)
     return -RKV_ECONFIG;
 }
 
+/* "device:port" of the RDMA port that owns host's address, as rdma_cm
+ * binds it: on a node with several NICs, the one its address is on, not
+ * the first active one. -1 (debug-logged) when host is unset, a wildcard
+ * or on no RDMA netdev: the caller keeps the first active port. */
+static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, size_t out_len)
+{
+    if (!host || !*host)
+        return -1;
+    struct addrinfo *res = NULL;
+    if (rkv_nic_resolve(port, "nic verbs", host, 0, 1, &res) < 0)
+        return -1;
+    struct rdma_cm_id *id = NULL;
+    int rc = -1;
+    if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0) {
+        for (const struct addrinfo *ai = res; ai && rc < 0; ai = ai->ai_next)
+            if (rdma_bind_addr(id, ai->ai_addr) == 0 && id->verbs &&
+                snprintf(out, out_len, "%s:%u", ibv_get_device_name(id->verbs->device),
+                         (unsigned)id->port_num) < (int)out_len)
+                rc = 0;
+        rdma_destroy_id(id);
+    }
+    freeaddrinfo(res);
+    if (rc == 0)
+        RKV_LOGD(port, "nic verbs: RKV_HOST %s is on %s", host, out);
+    else
+        RKV_LOGD(port, "nic verbs: RKV_HOST %s is on no RDMA port: taking the first active one",
+                 host);
+    return rc;
+}
+
 /* PD, completion channel, CQ and the port's limits. */
 static int vb_open_verbs(struct vb_nic *n)
 {
@@ -2098,6 +2467,11 @@ static int vb_open_verbs(struct vb_nic *n)
     int rc = vb_settings(n, &da);
     if (rc < 0)
         return rc;
+    if (n->gid_index >= pa.gid_tbl_len) {
+        RKV_LOGE(port, "nic verbs: RKV_VERBS_GID_INDEX=%d: %s port %u has %d GIDs", n->gid_index,
+                 n->dev_name, n->port_num, pa.gid_tbl_len);
+        return -RKV_ECONFIG;
+    }
     n->max_msg_bytes = pa.max_msg_sz;
     n->base.max_msg_bytes = n->max_msg_bytes;
     n->pd = ibv_alloc_pd(n->ctx);
@@ -2149,6 +2523,11 @@ static void vb_release(struct vb_nic *n)
     const struct rkv_port_ops *po = n->base.port->ops;
     if (n->cq && n->cq_unacked)
         ibv_ack_cq_events(n->cq, n->cq_unacked);
+    if (n->srq)
+        ibv_destroy_srq(n->srq);
+    if (n->srq_mr)
+        ibv_dereg_mr(n->srq_mr);
+    free(n->srq_mem);
     if (n->cq)
         ibv_destroy_cq(n->cq);
     if (n->comp_ch)
@@ -2191,6 +2570,9 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
         dev = getenv("RKV_VERBS_DEV");
     if (dev && !*dev)
         dev = NULL;
+    char owner[80];
+    if (!dev && vb_dev_of_addr(port, getenv("RKV_HOST"), owner, sizeof(owner)) == 0)
+        dev = owner;
     rc = port->ops->mutex_create(port, &n->mu);
     if (rc == 0)
         rc = port->ops->mutex_create(port, &n->mr_mu);
@@ -2280,4 +2662,8 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .local_addr = vb_local_addr,
     .close = vb_close,
     .qp_inline_bytes = vb_qp_inline_bytes,
+    .srq_setup = vb_srq_setup,
+    .srq_repost = vb_srq_repost,
+    .mr_grant = vb_mr_grant,
+    .mr_revoke = vb_mr_revoke,
 };

@@ -289,7 +289,10 @@ static void test_reg_mr_errors(void **state)
 {
     struct nic_fx *f = *state;
     struct rkv_mr *mr = NULL;
-    assert_int_equal(f->a->ops->reg_mr(f->a, f->abuf, 64, 2, &mr), -RKV_EINVAL);
+    assert_int_equal(f->a->ops->reg_mr(f->a, f->abuf, 64, 4, &mr), -RKV_EINVAL);
+    if (!f->a->ops->mr_grant) /* a region nothing could reach */
+        assert_int_equal(f->a->ops->reg_mr(f->a, f->abuf, 64, RKV_ACCESS_REMOTE_GRANT, &mr),
+                         -RKV_EINVAL);
     assert_int_equal(f->a->ops->reg_mr(f->a, NULL, 64, RKV_ACCESS_LOCAL, &mr), -RKV_EINVAL);
     assert_null(mr);
     /* An empty region is fine (a WRITE_IMM's receive needs none). */
@@ -501,6 +504,171 @@ static void test_many_connections(void **state)
     nic_check_send(f, f->qa, f->qb, 7);
 }
 
+/* The shared receive pool (nic.h srq_setup), where a backend has one: one
+ * pool serves every connection, wr_ids name its buffers, a dry pool holds
+ * senders back until a buffer comes back, and the buffers of completions
+ * nobody polled (a closed QP's) return to the pool by themselves. */
+#define SUITE_SRQ_COUNT 4u
+#define SUITE_SRQ_TAG 5u
+static void srq_send(struct nic_fx *f, struct rkv_qp *qa, uint32_t at, uint8_t seed)
+{
+    nic_fill(f->abuf + at, 100 + seed, seed);
+    struct rkv_sge ss = nic_sge(f->abuf + at, 100 + seed, f->amr);
+    assert_int_equal(f->a->ops->post_send(qa, seed, &ss, 1), 0);
+}
+static uint32_t srq_expect(struct nic_fx *f, struct rkv_nic *c, const uint8_t *base,
+                           struct rkv_qp *qc, uint8_t seed)
+{
+    struct rkv_wc wc;
+    nic_expect_wc(f, c, qc, RKV_WC_RECV, &wc);
+    assert_int_equal(wc.wr_id & 0xff, SUITE_SRQ_TAG);
+    uint32_t i = (uint32_t)(wc.wr_id >> 8);
+    assert_true(i < SUITE_SRQ_COUNT);
+    assert_int_equal(wc.byte_len, 100 + seed);
+    uint8_t want[256];
+    nic_fill(want, 100 + seed, seed);
+    assert_memory_equal(base + (size_t)i * 4096, want, 100 + seed);
+    return i;
+}
+static void test_shared_receives(void **state)
+{
+    struct nic_fx *f = *state;
+    if (!f->b->ops->srq_setup)
+        skip();
+    uint32_t count = SUITE_SRQ_COUNT;
+    uint8_t *base = NULL;
+    /* Too late on b: it has a connection. */
+    assert_int_equal(f->b->ops->srq_setup(f->b, &count, 4096, SUITE_SRQ_TAG, &base), -RKV_EINVAL);
+    struct rkv_port *pc;
+    struct rkv_nic *c;
+    assert_int_equal(f->env->open(f->env->ctx, "c", &pc, &c), 0);
+    assert_int_equal(c->ops->srq_setup(c, &count, 4096, SUITE_SRQ_TAG, &base), 0);
+    assert_int_equal(count, SUITE_SRQ_COUNT);
+    assert_non_null(base);
+    char host[64];
+    uint16_t port;
+    assert_int_equal(f->env->listen(f->env->ctx, c, host, sizeof(host), &port), 0);
+    struct rkv_qp *qa[2], *qc[2];
+    struct rkv_wc wc;
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(f->a->ops->connect(f->a, host, port, f->env->wait_ms, &qa[k]), 0);
+        nic_expect_wc(f, c, NULL, RKV_WC_CONNECTED, &wc);
+        qc[k] = wc.qp;
+    }
+    struct rkv_sge rs = nic_sge(base, 16, NULL);
+    assert_int_equal(c->ops->post_recv(qc[0], 1, &rs), -RKV_EINVAL);
+    /* Six messages into a pool of four: two wait for buffers to come back. */
+    for (uint8_t m = 0; m < 6; m++)
+        srq_send(f, qa[m % 2], (uint32_t)m * 256, m);
+    uint32_t got[4];
+    uint8_t next[2] = {0, 1};
+    for (int k = 0; k < 4; k++) {
+        nic_poll_one(c, &wc, f->env->wait_ms);
+        assert_int_equal(wc.opcode, RKV_WC_RECV);
+        int q = wc.qp == qc[0] ? 0 : 1;
+        assert_ptr_equal(wc.qp, qc[q]);
+        assert_int_equal(wc.byte_len, 100 + next[q]);
+        uint8_t want[256];
+        nic_fill(want, 100 + next[q], next[q]);
+        got[k] = (uint32_t)(wc.wr_id >> 8);
+        assert_int_equal(wc.wr_id & 0xff, SUITE_SRQ_TAG);
+        assert_true(got[k] < SUITE_SRQ_COUNT);
+        assert_memory_equal(base + (size_t)got[k] * 4096, want, 100 + next[q]);
+        next[q] = (uint8_t)(next[q] + 2);
+    }
+    nic_expect_quiet(f, c);
+    assert_int_equal(c->ops->srq_repost(c, got[0]), 0);
+    assert_int_equal(c->ops->srq_repost(c, got[1]), 0);
+    assert_int_equal(c->ops->srq_repost(c, SUITE_SRQ_COUNT), -RKV_EINVAL);
+    for (int k = 0; k < 2; k++) {
+        nic_poll_one(c, &wc, f->env->wait_ms);
+        assert_int_equal(wc.opcode, RKV_WC_RECV);
+        int q = wc.qp == qc[0] ? 0 : 1;
+        assert_int_equal(next[q] < 6, 1);
+        next[q] = (uint8_t)(next[q] + 2);
+        assert_int_equal(c->ops->srq_repost(c, (uint32_t)(wc.wr_id >> 8)), 0);
+    }
+    for (int k = 2; k < 4; k++)
+        assert_int_equal(c->ops->srq_repost(c, got[k]), 0);
+    for (int k = 0; k < 6; k++)
+        nic_expect_wc(f, f->a, NULL, RKV_WC_SEND, NULL);
+    /* Four messages land on qc[0] and are never polled; closing it gives
+     * their buffers back, so qc[1] still gets four. */
+    for (uint8_t m = 10; m < 14; m++)
+        srq_send(f, qa[0], (uint32_t)(m - 10) * 256, m);
+    for (int k = 0; k < 4; k++) /* a SEND completes once it landed */
+        nic_expect_wc(f, f->a, qa[0], RKV_WC_SEND, NULL);
+    c->ops->qp_close(qc[0]);
+    nic_expect_wc(f, f->a, qa[0], RKV_WC_DISCONNECTED, NULL);
+    f->a->ops->qp_close(qa[0]);
+    for (uint8_t m = 20; m < 24; m++)
+        srq_send(f, qa[1], (uint32_t)(m - 20) * 256, m);
+    for (uint8_t m = 20; m < 24; m++)
+        srq_expect(f, c, base, qc[1], m);
+    for (int k = 0; k < 4; k++)
+        nic_expect_wc(f, f->a, qa[1], RKV_WC_SEND, NULL);
+    nic_expect_quiet(f, c);
+    f->a->ops->qp_close(qa[1]);
+    nic_expect_wc(f, c, qc[1], RKV_WC_DISCONNECTED, NULL);
+    c->ops->qp_close(qc[1]);
+    f->env->close(f->env->ctx, pc, c);
+}
+
+/* Per-peer grants (nic.h mr_grant), where a backend has them: the rkey a
+ * region was granted to one connection under works there, is a remote
+ * access error on another (which alone breaks), and is void once revoked;
+ * the region's own rkey opens nothing. */
+static void test_grant_is_per_peer(void **state)
+{
+    struct nic_fx *f = *state;
+    if (!f->b->ops->mr_grant)
+        skip();
+    uint8_t *g = calloc(1, 8192);
+    assert_non_null(g);
+    struct rkv_mr *gmr;
+    assert_int_equal(f->b->ops->reg_mr(f->b, g, 8192, RKV_ACCESS_REMOTE_GRANT, &gmr), 0);
+    uint32_t rkey;
+    void *grant;
+    assert_int_equal(f->b->ops->mr_grant(f->qb, gmr, &rkey, &grant), 0);
+    /* The grant reaches the peer in a message posted after it. */
+    nic_check_send(f, f->qa, f->qb, 40);
+    nic_fill(f->abuf, 4096, 41);
+    struct rkv_sge s = nic_sge(f->abuf, 4096, f->amr);
+    assert_int_equal(f->a->ops->post_write(f->qa, 1, &s, (uintptr_t)g + 4096, rkey, 0, 0, 1), 0);
+    nic_expect_wc(f, f->a, f->qa, RKV_WC_WRITE, NULL);
+    assert_memory_equal(g + 4096, f->abuf, 4096);
+    /* Another connection of the same peer NIC, the same rkey: refused there. */
+    struct rkv_qp *qa2, *qb2;
+    nic_connect_pair(f, &qa2, &qb2);
+    nic_fill(f->abuf, 16, 42);
+    s = nic_sge(f->abuf, 16, f->amr);
+    assert_int_equal(f->a->ops->post_write(qa2, 2, &s, (uintptr_t)g, rkey, 0, 0, 0), 0);
+    expect_broken(f, f->a, qa2, RKV_WC_REM_ACCESS_ERR);
+    expect_broken(f, f->b, qb2, 0);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(g[i], 0);
+    f->a->ops->qp_close(qa2);
+    f->b->ops->qp_close(qb2);
+    /* The granted connection still works, and still writes. */
+    nic_check_send(f, f->qa, f->qb, 43);
+    assert_int_equal(f->a->ops->post_write(f->qa, 3, &s, (uintptr_t)g, rkey, 0, 0, 1), 0);
+    nic_expect_wc(f, f->a, f->qa, RKV_WC_WRITE, NULL);
+    assert_memory_equal(g, f->abuf, 16);
+    f->b->ops->mr_revoke(f->b, grant);
+    memset(g, 0, 16);
+    /* The region's own rkey opens nothing... */
+    nic_connect_pair(f, &qa2, &qb2);
+    assert_int_equal(f->a->ops->post_write(qa2, 4, &s, (uintptr_t)g, gmr->rkey, 0, 0, 0), 0);
+    expect_broken(f, f->a, qa2, RKV_WC_REM_ACCESS_ERR);
+    expect_broken(f, f->b, qb2, 0);
+    f->a->ops->qp_close(qa2);
+    f->b->ops->qp_close(qb2);
+    /* ... nor does the revoked grant, on the connection it was for. */
+    bad_write(f, (uintptr_t)g, rkey, 16, 0, g);
+    f->b->ops->dereg_mr(f->b, gmr);
+    free(g);
+}
+
 /* The address a node announces: a name, and an error (never a cut one)
  * when it does not fit. */
 static void test_local_addr(void **state)
@@ -539,6 +707,8 @@ int nic_suite_run(const struct nic_suite_env *env)
         SUITE_T(test_peer_nic_close),
         SUITE_T(test_many_connections),
         SUITE_T(test_local_addr),
+        SUITE_T(test_shared_receives),
+        SUITE_T(test_grant_is_per_peer),
     };
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
         tests[i].initial_state = (void *)env;

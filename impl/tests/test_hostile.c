@@ -822,6 +822,42 @@ static void test_slot_abuse(void **state)
     cluster_stop(&c);
 }
 
+/* Another peer's slot: b learned (or guessed) the address, rkey and id of
+ * the slot the server granted a. On verbs the slot is granted to a's
+ * connection alone (a memory window bound to its QP, nic.h mr_grant): b's
+ * write is a remote access error that drops b, and nothing lands. tcp has
+ * no per-peer grants yet: there the write would land. */
+static void test_cross_peer_slot(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "verbs") != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct evil a, b;
+    evil_open(&a, env);
+    evil_connect(&a, &c.machines[1]);
+    evil_open(&b, env);
+    evil_connect(&b, &c.machines[1]);
+    struct rkv_slot_desc d = evil_rendezvous(&a);
+    size_t len = enc_big_push(&b);
+    evil_write(&b, d.addr, d.rkey, (uint32_t)len, 0, 0); /* no immediate: silent if it lands */
+    evil_expect_dropped(&b);
+    expect_logged_once(&b.nd.log, "remote access error", "dropping the connection with");
+    evil_close(&b);
+    /* a's grant still works on a's connection: its push is applied. */
+    len = enc_big_push(&a);
+    evil_write(&a, d.addr, d.rkey, (uint32_t)len, 1, d.slot);
+    struct rkv_msg m;
+    assert_int_equal(evil_next(&a, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_PUSH_ACK);
+    evil_close(&a);
+    check_serving(&c, 30);
+    cluster_stop(&c);
+}
+
 /* ---- 3: a rendezvous answered with a slot outside any region ---- */
 
 /* A bad slot: an address no region covers and a key nobody issued. */
@@ -1798,6 +1834,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_bad_requests, &env),
         cmocka_unit_test_prestate(test_slot_abuse, &env),
+        cmocka_unit_test_prestate(test_cross_peer_slot, &env),
         cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_connection_flood, &env),
