@@ -872,7 +872,8 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
  * idempotent (a server that has the tensor, from its snapshot or an
  * earlier attempt, answers with its id), so a resend is safe. */
 static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
-                          const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d)
+                          const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d,
+                          uint32_t *id_p)
 {
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
@@ -884,7 +885,10 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
         if (rc == 0)
             rc = cli_send_init(c, srv, phase, id, w, d, &r);
         if (r) {
-            int wrc = cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
+            int wrc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
+            if (rc == 0 && wrc == 0 && id_p)
+                *id_p = r->u32; /* phase 0's answer: the tensor's id */
+            cli_release(c, &r, 1);
             rc = rc < 0 ? rc : wrc;
         }
         if (rc != -RKV_EPEERDEAD)
@@ -956,8 +960,30 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     rc = rc < 0 ? rc : wrc;
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
         if (lost[i])
-            rc = cli_init_retry(c, cli_srv(c, i), phase, id, w, d); /* made above */
+            rc = cli_init_retry(c, cli_srv(c, i), phase, id, w, d, NULL); /* made above */
     free(lost);
+    return rc;
+}
+
+/* An INIT phase at server 0: 0 (the tensor's id, in *id_p) or 3 (the
+ * commit). Durable mode with retries: sent again once a restarted server 0
+ * is back (phase 0 is in its snapshot before it is answered, so a resend
+ * gets the same id; a commit that is resent sets what it set). */
+static int cli_init0(struct rkv_client *c, uint16_t phase, uint32_t id,
+                     const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d,
+                     uint32_t *id_p)
+{
+    struct cli_req *r = NULL;
+    int rc = cli_send_init(c, c->srv0, phase, id, w, d, &r);
+    if (r) {
+        int wrc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
+        if (rc == 0 && wrc == 0 && id_p)
+            *id_p = r->u32;
+        cli_release(c, &r, 1);
+        rc = rc < 0 ? rc : wrc;
+    }
+    if (rc == -RKV_EPEERDEAD && c->cfg.retry_ms && c->cfg.durable_dir[0])
+        rc = cli_init_retry(c, c->srv0, phase, id, w, d, id_p);
     return rc;
 }
 
@@ -989,21 +1015,14 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     if (rc < 0)
         return rc;
     rkv_tensor_free(&probe);
-    struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
-    if ((rc = cli_send_init(c, c->srv0, 0, 0, &w, d, &r)) < 0)
-        return rc;
-    rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
-    uint32_t id = r->u32;
-    cli_release(c, &r, 1);
-    if (rc < 0)
+    uint32_t id = 0;
+    if ((rc = cli_init0(c, 0, 0, &w, d, &id)) < 0)
         return rc;
     if ((rc = cli_init_phase(c, 1, id, &w, d)) < 0)
         return rc;
     if ((rc = cli_init_phase(c, 2, id, &w, d)) < 0)
         return rc;
-    if ((rc = cli_send_init(c, c->srv0, 3, id, &w, d, &r)) < 0)
-        return rc;
-    return cli_wait(c, &r, 1, c->cfg.timeout_ms, "init_data");
+    return cli_init0(c, 3, id, &w, d, NULL);
 }
 
 static int cli_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)

@@ -304,8 +304,9 @@ out:
 
 /* A restarted server 0: the ids, barrier count and addresses of the run it
  * rejoins. Clients then re-join under their ids (srv_rejoin); a record
- * written before every id was handed out restores no id. */
-static int srv_coord_load(struct rkv_server *s, char *err, size_t err_len)
+ * written before every id was handed out restores no id. first: this may
+ * be the run's first start (no snapshot yet), where no record is normal. */
+static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err_len)
 {
     struct rkv_coord c = {
         .fingerprint = s->fp, .n_workers = s->cfg.n_workers, .n_servers = s->n_servers};
@@ -317,6 +318,10 @@ static int srv_coord_load(struct rkv_server *s, char *err, size_t err_len)
         goto out;
     }
     rc = rkv_coord_read(s->cfg.durable_dir, &c, err, err_len);
+    if (rc == -RKV_ENOTENSOR && first) {
+        rc = 0;
+        goto out;
+    }
     if (rc == -RKV_ENOTENSOR) {
         RKV_LOGW(s->port,
                  "server 0 restarted without a coordination record in %s: no client "
@@ -1688,10 +1693,19 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         uint64_t lineage = rkv_mix64(rkv_rng_next(&s->port->rng) ^ rkv_file_wall_ns()) | 1;
         RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
                  (unsigned long long)lineage);
-        if (s->server_id == 0)
-            rkv_coord_remove(s->cfg.durable_dir); /* an earlier run's */
-        return rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
-                               &s->mach, err, err_len);
+        rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
+                             &s->mach, err, err_len);
+        /* Server 0 may have handed out ids before any tensor made a
+         * snapshot: a record of this configuration belongs to this
+         * directory's run, as with a snapshot; another configuration's is
+         * an earlier run's. */
+        if (rc == 0 && s->server_id == 0 &&
+            (rc = srv_coord_load(s, 1, err, err_len)) == -RKV_ECONFIG) {
+            RKV_LOGI(s->port, "durable mode: %s", err);
+            rkv_coord_remove(s->cfg.durable_dir);
+            rc = 0;
+        }
+        return rc;
     }
     if (rc < 0)
         return rc; /* a torn or corrupted snapshot is refused, never half-used */
@@ -1703,7 +1717,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     else
         rc = srv_restart(s, &snap, path, err, err_len);
     rkv_snap_free(&snap);
-    if (rc == 0 && s->server_id == 0 && (rc = srv_coord_load(s, err, err_len)) < 0)
+    if (rc == 0 && s->server_id == 0 && (rc = srv_coord_load(s, 0, err, err_len)) < 0)
         srv_free_tensors(s);
     return rc;
 }
