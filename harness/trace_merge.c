@@ -206,6 +206,8 @@ static int tm_cmp_u64(const void *a, const void *b)
 /* How many of ends have a start (both sorted; a start serves one end). */
 static uint64_t tm_matched(struct tm_ids *starts, struct tm_ids *ends)
 {
+    if (!starts->n || !ends->n)
+        return 0; /* (and qsort may not be given a NULL array) */
     qsort(starts->v, starts->n, sizeof(uint64_t), tm_cmp_u64);
     qsort(ends->v, ends->n, sizeof(uint64_t), tm_cmp_u64);
     uint64_t m = 0;

@@ -61,6 +61,8 @@ void eng_side_open(struct eng_side *s, const struct nic_suite_env *env, const ch
                    const struct eng_side_cfg *cfg)
 {
     memset(s, 0, sizeof(*s));
+    s->seen = calloc(ENG_SUITE_MAX_SEEN, sizeof(*s->seen));
+    assert_non_null(s->seen);
     s->env = env;
     assert_int_equal(env->open(env->ctx, name, &s->port, &s->nic), 0);
     if (cfg->n_faults > 0) {
@@ -87,6 +89,8 @@ void eng_side_close(struct eng_side *s)
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);
     s->env->close(s->env->ctx, s->port, s->nic); /* a fault NIC closes its inner one */
+    free(s->seen);
+    s->seen = NULL;
 }
 
 void eng_pair_connect(struct eng_side *a, struct eng_side *b)

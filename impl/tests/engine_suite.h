@@ -25,7 +25,9 @@ struct eng_side {
     struct rkv_mutex *mu;
     struct rkv_cond *cv;
     struct rkv_peer *peer; /* the connection to the other side */
-    uint64_t seen[ENG_SUITE_MAX_SEEN];
+    /* On the heap (ENG_SUITE_MAX_SEEN entries): a side lives on a test's
+     * stack, which in the twin is an actor's, kept small. */
+    uint64_t *seen;
     int n_seen;
     int bad;          /* push rows whose bytes were not what was sent */
     int hold;         /* on_msg waits while this is set (to stall the progress task) */

@@ -534,7 +534,7 @@ static void test_shared_receives(void **state)
 {
     struct nic_fx *f = *state;
     if (!f->b->ops->srq_setup)
-        skip();
+        NIC_SUITE_UNSUPPORTED(f, "srq_setup");
     uint32_t count = SUITE_SRQ_COUNT;
     uint8_t *base = NULL;
     /* Too late on b: it has a connection. */
@@ -622,7 +622,7 @@ static void test_grant_is_per_peer(void **state)
 {
     struct nic_fx *f = *state;
     if (!f->b->ops->mr_grant)
-        skip();
+        NIC_SUITE_UNSUPPORTED(f, "mr_grant");
     uint8_t *g = calloc(1, 8192);
     assert_non_null(g);
     struct rkv_mr *gmr;

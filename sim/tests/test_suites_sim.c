@@ -82,7 +82,8 @@ static void suite_actor(int argc, char **argv)
                                       .open = sim_env_open,
                                       .close = sim_env_close,
                                       .listen = sim_env_listen,
-                                      .ctx = s};
+                                      .ctx = s,
+                                      .in_actor = 1};
     s->failed = nic_suite_run(&env);
     s->failed += engine_suite_run(&env);
     s->end_s = simgrid_get_clock();
