@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "harness/aggregate.h"
+#include "harness/timed.h"
 #include "rkv.h"
 
 #define PROBE_STREAM_BYTES (128u << 20) /* a timed pass of the demo workload */
@@ -35,13 +36,6 @@ struct probe_args {
     uint64_t stream_bytes; /* per stream */
     size_t write_bytes;    /* per write() and per read() */
 };
-
-static double probe_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Child: connects to a, waits for a byte on go_fd, then writes
  * stream_bytes in write_bytes calls. */
@@ -84,7 +78,7 @@ static void probe_receiver(int fd, const struct probe_args *x, int report_fd)
         if (r <= 0)
             break;
         p.bytes += (uint64_t)r;
-        p.end_s = probe_now_s();
+        p.end_s = rkv_timed_now_s();
     }
     if (p.bytes != x->stream_bytes)
         p.bytes = 0;
@@ -147,7 +141,7 @@ static int probe_try(const struct probe_args *x, struct rkv_probe_tcp_run *run_p
     close(report[1]);
     report[1] = -1;
     const char gos[RKV_PROBE_TCP_MAX_STREAMS] = {0};
-    double start_s = probe_now_s();
+    double start_s = rkv_timed_now_s();
     if (write(go[1], gos, streams) != (ssize_t)streams)
         goto clean_children;
     /* Every receiver writes one pass, atomically (far below PIPE_BUF). */

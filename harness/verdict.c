@@ -6,6 +6,7 @@
 #include "harness/verdict.h"
 #include "harness/report.h"
 #include "harness/report_gather.h"
+#include "harness/timed.h"
 
 /* Why the verdict may fail beyond the table's columns, one line each: the
  * workers that never reported and why, a refused block, a worker stopped
@@ -44,13 +45,6 @@ static void verdict_notes(FILE *f, const struct rkv_report_gathered *g, uint32_t
         fprintf(f, "shutting the servers down: %s\n", shutdown_err);
 }
 
-static double verdict_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) * 1e-9;
-}
-
 /* Worker 0's part, once the servers are down: the table, the notes, the
  * files; returns the verdict's exit code. */
 static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario *sc,
@@ -75,7 +69,7 @@ static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario
         return RKV_EXIT_STORE;
     }
     r.processes_ok = procs_ok;
-    r.wall_s = verdict_since(&v->t0);
+    r.wall_s = rkv_timed_now_s() - v->t0_s;
     verdict_notes(stdout, g, cfg->timeout_ms, gather_err, shutdown_err);
     rkv_report_print(&r, stdout, cfg->backend);
     fflush(stdout);

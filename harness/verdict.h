@@ -5,14 +5,13 @@
 #define RKV_HARNESS_VERDICT_H
 
 #include <stddef.h>
-#include <time.h>
 
 #include "harness/scenario.h"
 #include "rkv.h"
 
 struct rkv_verdict_opts {
     const char *out_dir; /* --out DIR of worker 0: report.json and report.md; NULL: none */
-    struct timespec t0;  /* when the worker started, for the wall time */
+    double t0_s;         /* when the worker started (rkv_timed_now_s), for the wall time */
 };
 
 /* Every worker: sends its report (text: its PHASE, FIRSTERR and PIN lines;

@@ -258,7 +258,7 @@ static int node_from_scenario(int argc, char **argv, const struct cmd_settings *
                               const char *out_dir)
 {
     struct rkv_verdict_opts verdict = {.out_dir = out_dir};
-    clock_gettime(CLOCK_MONOTONIC, &verdict.t0);
+    verdict.t0_s = rkv_timed_now_s();
     char err[512];
     struct rkv_scenario *sc;
     uint32_t rank, size;
