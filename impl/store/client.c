@@ -235,8 +235,11 @@ static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
 
 /* expect: the reply type that completes the request (or an ERROR). id: 0
  * for a fresh one, or the id (push sequence) of the request this retries. */
+/* rows and bytes: what the request carries, for the per-server counters;
+ * set here, before the request is in the table where the engine's thread
+ * can end it (a dead connection fails every request of its server). */
 static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv, int expect,
-                                   uint64_t id)
+                                   uint64_t id, uint32_t rows, uint64_t bytes)
 {
     assert(cli_owns_srv(c, srv));
     assert(cli_expect_ok(expect));
@@ -245,6 +248,8 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
         return NULL;
     r->srv = srv;
     r->expect = expect;
+    r->st_rows = rows;
+    r->st_bytes = bytes;
     r->sent_ns = c->port->ops->now_ns(c->port);
     if (!c->call_sent) { /* the call's counters: it went out, from now */
         c->call_sent = 1;
@@ -578,7 +583,8 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 /* A request expecting `expect` back from srv, and a transmit buffer of len
  * bytes to encode it in. On failure nothing is left behind. */
 static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, uint64_t id,
-                     uint64_t len, const char *what, struct cli_req **r_p, struct rkv_tx **tx_p)
+                     uint32_t rows, uint64_t bytes, uint64_t len, const char *what,
+                     struct cli_req **r_p, struct rkv_tx **tx_p)
 {
     assert(cli_owns_srv(c, srv) && cli_expect_ok(expect) && len >= RKV_PROTO_HDR_BYTES);
     if (c->observer && expect != RKV_MSG_LIST_REPLY && expect != RKV_MSG_META_REPLY)
@@ -589,7 +595,7 @@ static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, u
         rc = cli_ensure(c, srv);
     if (rc < 0)
         return rc;
-    struct cli_req *r = cli_req_new(c, srv, expect, id);
+    struct cli_req *r = cli_req_new(c, srv, expect, id, rows, bytes);
     rc = r ? rkv_engine_tx_alloc(c->eng, len, tx_p) : -RKV_ENOMEM;
     if (rc < 0) {
         if (r)
@@ -658,7 +664,7 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
                                                     [RKV_MSG_TABLE] = RKV_MSG_TABLE_ENTRY};
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, reply_of[h->type], 0, c->cfg.ctrl_buf_bytes, what, &r, &tx);
+    int rc = cli_begin(c, srv, reply_of[h->type], 0, 0, 0, c->cfg.ctrl_buf_bytes, what, &r, &tx);
     if (rc < 0)
         return rc;
     h->req_id = r->id;
@@ -855,7 +861,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
     size_t len = RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w->book_len, local != NULL);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, 0, len, "init_data", &r, &tx);
+    int rc = cli_begin(c, srv, RKV_MSG_INIT_REPLY, 0, 0, 0, len, "init_data", &r, &tx);
     if (rc < 0)
         return rc;
     struct rkv_hdr h = {.type = RKV_MSG_INIT,
@@ -1603,14 +1609,13 @@ static int cli_push_zc(struct rkv_client *c, const struct cli_op *o, struct cli_
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
+    int rc =
+        cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, cnt, (uint64_t)cnt * rb, len, "push", &r, &tx);
     if (rc < 0) {
         free(ext);
         return rc;
     }
     r->zc = 1;
-    r->st_rows = cnt;
-    r->st_bytes = (uint64_t)cnt * rb;
     uint64_t *wids = cli_push_enc(c, o, r, cnt, tx);
     uint32_t k = 0;
     for (uint32_t i = 0; i < cnt; i++) {
@@ -1644,11 +1649,10 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, len, "push", &r, &tx);
+    int rc = cli_begin(c, srv, RKV_MSG_PUSH_ACK, o->seq, cnt, (uint64_t)cnt * t->row_bytes, len,
+                       "push", &r, &tx);
     if (rc < 0)
         return rc;
-    r->st_rows = cnt;
-    r->st_bytes = (uint64_t)cnt * t->row_bytes;
     uint64_t *wids = cli_push_enc(c, o, r, cnt, tx);
     uint8_t *wrows = (uint8_t *)(wids + cnt);
     for (uint32_t i = 0; i < cnt; i++) {
@@ -1913,13 +1917,12 @@ static int cli_pull_begin(struct rkv_client *c, const struct cli_op *o, struct c
                           struct rkv_tx **tx_p, struct rkv_hdr *h)
 {
     int expect = type == RKV_MSG_PULL_ZC ? RKV_MSG_PULL_DONE : RKV_MSG_PULL_REPLY;
-    int rc = cli_begin(c, srv, expect, 0, len, "pull", r_p, tx_p);
+    int rc =
+        cli_begin(c, srv, expect, 0, cnt, (uint64_t)cnt * o->out_bytes, len, "pull", r_p, tx_p);
     if (rc < 0)
         return rc;
     (*r_p)->count = cnt;
     (*r_p)->row_bytes = o->out_bytes;
-    (*r_p)->st_rows = cnt;
-    (*r_p)->st_bytes = (uint64_t)cnt * o->out_bytes;
     *h = (struct rkv_hdr){.type = type,
                           .req_id = (*r_p)->id,
                           .tensor_id = o->t->meta.id,
@@ -2499,7 +2502,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
     struct cli_server *srv = c->srv0;
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
-    int rc = cli_begin(c, srv, RKV_MSG_LIST_REPLY, 0, RKV_PROTO_HDR_BYTES, "list", &r, &tx);
+    int rc = cli_begin(c, srv, RKV_MSG_LIST_REPLY, 0, 0, 0, RKV_PROTO_HDR_BYTES, "list", &r, &tx);
     if (rc < 0)
         return rc;
     /* The reply fills at most cap metas (cli_on_reply); set before the
