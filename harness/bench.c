@@ -28,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "harness/child_exit.h"
 #include "harness/bench_durable.h"
 #include "harness/bench_local.h"
 #include "cli/cli.h"
@@ -203,7 +204,7 @@ static pid_t bench_spawn_quiet(char *const argv[])
             dup2(null, STDERR_FILENO);
         }
         execvp(argv[0], argv);
-        _exit(127);
+        rkv_child_exit(127);
     }
     return pid;
 }
@@ -222,7 +223,7 @@ static int bench_capture(char *const argv[], char *out, size_t len)
         close(fd[0]);
         close(fd[1]);
         execvp(argv[0], argv);
-        _exit(127);
+        rkv_child_exit(127);
     }
     close(fd[1]);
     size_t got = 0;

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness/child_exit.h"
 #include "harness/bench_durable.h"
 #include "harness/launch.h"
 #include "port/port_file.h"
@@ -258,9 +259,9 @@ static double bd_recovery_ms(const struct bd_opts *o, const char *dir, uint64_t 
         struct rkv_server *srv;
         char err[256];
         if (rkv_server_create(&c, 0, &srv, err, sizeof(err)) < 0)
-            _exit(3);
+            rkv_child_exit(3);
         rkv_server_run(srv);
-        _exit(0);
+        rkv_child_exit(0);
     }
     struct rkv_config c0 = r->cfg;
     struct rkv_server *s0 = NULL;

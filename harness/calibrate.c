@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness/child_exit.h"
 #include "harness/calib.h"
 #include "harness/launch.h"
 #include "harness/probe_tcp.h"
@@ -144,7 +145,7 @@ static int cal_run(const char *self, const char *backend, const char *yaml, cons
         char *flags[] = {"--backend", (char *)backend};
         int code = rkv_launch_file(yaml, 2, flags, dir, 0, self);
         fflush(NULL);
-        _exit(code);
+        rkv_child_exit(code);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -200,7 +201,7 @@ static int cal_twin(rkv_launch_twin_fn twin, const char *yaml, const struct rkv_
             rkv_report_free(&r);
         }
         ssize_t w = write(fd[1], v, sizeof(v));
-        _exit(w == sizeof(v) && v[0] >= 0 ? 0 : 1);
+        rkv_child_exit(w == sizeof(v) && v[0] >= 0 ? 0 : 1);
     }
     close(fd[1]);
     ssize_t r = pid > 0 ? read(fd[0], out, 2 * sizeof(*out)) : -1;

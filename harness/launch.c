@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness/child_exit.h"
 #include "harness/aggregate.h"
 #include "harness/client_stats.h"
 #include "harness/launch.h"
@@ -265,7 +266,7 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
          * are the child's again. */
         sigprocmask(SIG_SETMASK, &d->old_mask, NULL);
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != d->parent)
-            _exit(127);
+            rkv_child_exit(127);
         char num[16];
         snprintf(num, sizeof(num), "%u", val);
         char *argv[DEMO_MAX_ARGS + 6];
@@ -303,7 +304,7 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
             execv(exe, argv);
         }
         execv("/proc/self/exe", argv);
-        _exit(127);
+        rkv_child_exit(127);
     }
     if (out_fd) {
         close(pipefd[1]);

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness/child_exit.h"
 #include "harness/calib.h"
 #include "harness/launch.h"
 #include "harness/report.h"
@@ -49,7 +50,7 @@ static int pred_real(const struct rkv_predict_opts *o, const char *dir)
             argv[n++] = o->flags[i];
         int code = rkv_launch_file(o->file, n, argv, dir, 0, o->self);
         fflush(NULL);
-        _exit(code);
+        rkv_child_exit(code);
     }
     int st;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
@@ -94,13 +95,13 @@ static int pred_twin_child(rkv_launch_twin_fn twin, const struct rkv_scenario *s
         struct rkv_scenario *tsc = malloc(sizeof(*tsc));
         struct rkv_calib c = *c0;
         if (!tsc)
-            _exit(1);
+            rkv_child_exit(1);
         *tsc = *sc0;
         rkv_calib_apply(&c, tsc);
         int rc = pred_twin(twin, tsc, v);
         size_t n = sc->n_phases * sizeof(*v);
         ssize_t w = rc == 0 ? write(fd[1], v, n) : -1;
-        _exit(w == (ssize_t)n ? 0 : 1);
+        rkv_child_exit(w == (ssize_t)n ? 0 : 1);
     }
     close(fd[1]);
     size_t n = sc->n_phases * sizeof(*pred), got = 0;

@@ -9,6 +9,7 @@
  * CPU comes from wait4()'s rusage of its processes: they do nothing but
  * the transfer (blocked until the go), so that is the kernel's cost of the
  * bytes plus a fork's few page faults. */
+#include "harness/child_exit.h"
 #include "harness/probe_tcp.h"
 
 #include <assert.h>
@@ -45,12 +46,12 @@ static void probe_sender(const struct sockaddr_in *a, const struct probe_args *x
     char *buf = calloc(1, x->write_bytes), go;
     if (fd < 0 || !buf || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0 ||
         connect(fd, (const struct sockaddr *)a, sizeof(*a)) < 0)
-        _exit(1);
+        rkv_child_exit(1);
     ssize_t g;
     while ((g = read(go_fd, &go, 1)) < 0 && errno == EINTR)
         ;
     if (g != 1)
-        _exit(1); /* the parent gave up */
+        rkv_child_exit(1); /* the parent gave up */
     for (uint64_t sent = 0; sent < x->stream_bytes;) {
         uint64_t left = x->stream_bytes - sent;
         size_t want = left < x->write_bytes ? (size_t)left : x->write_bytes;
@@ -58,10 +59,10 @@ static void probe_sender(const struct sockaddr_in *a, const struct probe_args *x
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            _exit(1);
+            rkv_child_exit(1);
         sent += (size_t)w;
     }
-    _exit(0);
+    rkv_child_exit(0);
 }
 
 /* Child: reads the stream on fd to its end and writes its pass (bytes and
@@ -82,7 +83,7 @@ static void probe_receiver(int fd, const struct probe_args *x, int report_fd)
     }
     if (p.bytes != x->stream_bytes)
         p.bytes = 0;
-    _exit(write(report_fd, &p, sizeof(p)) == (ssize_t)sizeof(p) ? 0 : 1);
+    rkv_child_exit(write(report_fd, &p, sizeof(p)) == (ssize_t)sizeof(p) ? 0 : 1);
 }
 
 static double probe_tv_s(struct timeval tv)

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include "harness/child_exit.h"
 #include "harness/client_stats.h"
 #include "harness/report.h"
 
@@ -545,7 +546,7 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
     if (pid == 0) {
         dup2(STDOUT_FILENO, STDERR_FILENO);
         execlp("gnuplot", "gnuplot", path, (char *)NULL);
-        _exit(127);
+        rkv_child_exit(127);
     }
     if (pid > 0) {
         int ws = 0;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness/child_exit.h"
 #include "harness/swarm.h"
 #include "port/port.h"
 
@@ -804,7 +805,7 @@ static void sw_child_main(struct rkv_swarm_job *job, int fd, rkv_swarm_run_fn fn
     /* A swarm killed by timeout or Ctrl-C takes its cases with it. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
-        _exit(9);
+        rkv_child_exit(9);
     int log = open(job->log ? job->log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (log >= 0) {
         dup2(log, 1);
@@ -823,11 +824,11 @@ static void sw_child_main(struct rkv_swarm_job *job, int fd, rkv_swarm_run_fn fn
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            _exit(9);
+            rkv_child_exit(9);
         p += w;
         left -= (size_t)w;
     }
-    _exit(0);
+    rkv_child_exit(0);
 }
 
 static int sw_spawn(struct sw_child *c, struct rkv_swarm_job *job, const int *fds_open,

@@ -334,11 +334,53 @@ static void test_durable(void **state)
     }
 }
 
+/* rkv bench local: every repetition of both kinds and the two medians, each
+ * a positive figure parsed back; its usage errors exit 2. */
+static void test_local(void **state)
+{
+    (void)state;
+    assert_int_equal(run_rkv("", "bench local --reps 0"), 2);
+    assert_int_equal(run_rkv("", "bench local --calls x"), 2);
+    assert_int_equal(run_rkv("", "bench local --calls 0"), 2);
+    assert_int_equal(run_rkv("", "bench local --what"), 2);
+    assert_int_equal(run_rkv("", "bench local --help"), 0);
+    assert_non_null(strstr(out, "usage: rkv bench local"));
+    int rc = bench("", "local --calls 3000 --reps 3");
+    if (rc != 0)
+        fail_msg("rkv bench local: exit %d:\n%s", rc, out);
+    int reps = 0;
+    for (const char *line = out; *line; line = strchr(line, '\n') + 1) {
+        int r;
+        char what[8];
+        double ns, rate;
+        if (sscanf(line, "rep %d %7[a-z]: %lf ns/call (CPU), %lf calls/s", &r, what, &ns, &rate) ==
+            4) {
+            assert_true(r >= 1 && r <= 3);
+            assert_true(!strcmp(what, "pull") || !strcmp(what, "push"));
+            assert_true(ns > 0 && rate > 0);
+            reps++;
+        }
+        if (!strchr(line, '\n'))
+            break;
+    }
+    assert_int_equal(reps, 2 * 3);
+    const char *kinds[] = {"pull", "push"};
+    for (int k = 0; k < 2; k++) {
+        char want[96];
+        snprintf(want, sizeof(want), "median of 3, 3000 1-row local %s calls each: ", kinds[k]);
+        const char *at = strstr(out, want);
+        if (!at)
+            fail_msg("no \"%s\" in:\n%s", want, out);
+        assert_true(strtod(at + strlen(want), NULL) > 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_durable),
+        cmocka_unit_test(test_local),
         cmocka_unit_test(test_shm),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_tcp_without_iperf3),

@@ -17,6 +17,7 @@
 #include <xbt/config.h>
 #include <xbt/log.h>
 
+#include "harness/child_exit.h"
 #include "harness/client_stats.h"
 #include "harness/oracle.h"
 #include "port/port_file.h"
@@ -501,7 +502,7 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
         close(fd[0]);
         close(fd[1]);
         simgrid_init(&argc, argv);
-        _exit(0);
+        rkv_child_exit(0);
     }
     close(fd[1]);
     char msg[8192];
