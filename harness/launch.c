@@ -25,6 +25,7 @@
 #include "harness/oracle.h"
 #include "harness/workload.h"
 #include "harness/report.h"
+#include "harness/timed.h"
 #include "harness/trace_merge.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
@@ -58,7 +59,7 @@ struct demo {
     struct rkv_timed_result res[DEMO_MAX_PROCS];
     int status[DEMO_MAX_PROCS];
     uint32_t n_servers, n_workers, machines;
-    /* Crash faults of `rkv run`: whom to SIGKILL, when (seconds after t0, or
+    /* Crash faults of `rkv run`: whom to SIGKILL, when (seconds after t0_s, or
      * once client 0 reported a phase done on its stdout). */
     struct demo_fault {
         char name[32];
@@ -83,7 +84,7 @@ struct demo {
     uint32_t n_faults, next_fault;
     int client0_phase;
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
-    struct timespec t0;
+    double t0_s;                    /* rkv_timed_now_s at the start of run_cluster */
     char fault_log[1024];
     /* drop / delay / link_down: the children's fault NICs count what they
      * did into one file per node in fault_dir. */
@@ -94,13 +95,6 @@ struct demo {
     FILE *child_err;
     struct rkv_trace_run *trace; /* rkv run --trace: where the children's spans go, or NULL */
 };
-
-static double demo_since(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + (t.tv_nsec - t0->tv_nsec) * 1e-9;
-}
 
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
                         const char *node, int *out_fd);
@@ -128,7 +122,7 @@ static int demo_restart_servers(struct demo *d)
         struct demo_fault *f = &d->faults[i];
         if (f->restart_at <= 0 || f->restarted)
             continue;
-        double now = demo_since(&d->t0);
+        double now = rkv_timed_now_s() - d->t0_s;
         if (now < f->restart_at) {
             int ms = (int)((f->restart_at - now) * 1000) + 1;
             wait = wait < 0 || ms < wait ? ms : wait;
@@ -158,7 +152,7 @@ static int demo_kill_due(struct demo *d)
 {
     while (d->next_fault < d->n_faults) {
         struct demo_fault *f = &d->faults[d->next_fault];
-        double now = demo_since(&d->t0);
+        double now = rkv_timed_now_s() - d->t0_s;
         if (now < f->at_s)
             return (int)((f->at_s - now) * 1000) + 1;
         if (f->after_phase >= 0 && d->client0_phase < f->after_phase)
@@ -1206,9 +1200,7 @@ static int run_reap_workers(struct demo *d, uint32_t *survivor_errors)
 static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char *backend,
                        struct rkv_report *r_p)
 {
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    d->t0 = t0;
+    d->t0_s = rkv_timed_now_s();
     int rc = run_plan_faults(d, sc, backend);
     if (rc)
         return rc;
@@ -1234,12 +1226,12 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         procs_ok = 0;
     if (d->signo)
         return RKV_EXIT_STORE;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double t1_s = rkv_timed_now_s();
     struct rkv_report r;
     if (rkv_report_collect(&r, sc, d->out, d->n_workers) < 0)
         return RKV_EXIT_STORE;
     r.processes_ok = procs_ok;
-    r.wall_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    r.wall_s = t1_s - d->t0_s;
     if (d->n_faults || d->nic_faults) {
         uint64_t broken = 0;
         r.fault_run = 1;

@@ -17,6 +17,7 @@
 
 #include "harness/child_exit.h"
 #include "harness/swarm.h"
+#include "harness/timed.h"
 #include "port/port.h"
 
 /* What keeps a case well under a second of wall time on average: requests of
@@ -792,13 +793,6 @@ struct sw_child {
     struct rkv_swarm_outcome out;
 };
 
-static double sw_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The child: runs the case with its output in the log, reports through fd. */
 static void sw_child_main(struct rkv_swarm_job *job, int fd, rkv_swarm_run_fn fn, void *user)
 {
@@ -855,7 +849,7 @@ static int sw_spawn(struct sw_child *c, struct rkv_swarm_job *job, const int *fd
     memset(c, 0, sizeof(*c));
     c->pid = pid;
     c->fd = p[0];
-    c->start_s = sw_now();
+    c->start_s = rkv_timed_now_s();
     return 0;
 }
 
@@ -869,7 +863,7 @@ static void sw_reap(struct sw_child *c, struct rkv_swarm_job *job, int timed_out
         ;
     close(c->fd);
     c->fd = -1;
-    double wall = sw_now() - c->start_s;
+    double wall = rkv_timed_now_s() - c->start_s;
     if (timed_out) {
         memset(&job->out, 0, sizeof(job->out));
         job->out.verdict = RKV_SWV_TIMEOUT;
@@ -930,7 +924,7 @@ int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, do
         }
         if (!running)
             break; /* nothing more to start (or no way to), nothing to wait for */
-        double now = sw_now(), soonest = timeout_s;
+        double now = rkv_timed_now_s(), soonest = timeout_s;
         for (uint32_t i = 0; i < running; i++) {
             pfd[i] = (struct pollfd){.fd = kids[i].fd, .events = POLLIN};
             double left = kids[i].start_s + timeout_s - now;
@@ -939,7 +933,7 @@ int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, do
         int ms = soonest <= 0 ? 0 : (int)(soonest * 1000) + 1;
         if (poll(pfd, running, ms) < 0 && errno != EINTR)
             failed = errno;
-        now = sw_now();
+        now = rkv_timed_now_s();
         for (uint32_t i = 0; i < running;) {
             struct sw_child *c = &kids[i];
             int done = 0, late = now - c->start_s >= timeout_s;
