@@ -168,6 +168,7 @@ static void cli_unlock(struct rkv_client *c)
     c->port->ops->mutex_unlock(c->mu);
 }
 
+#ifndef NDEBUG /* for assertions only: unused (and warned of by clang) in Release */
 /* srv names a server of c's cluster, on its machine (for assertions; any
  * thread: it reads no map). */
 static inline int cli_srv_sane(const struct rkv_client *c, const struct cli_server *srv)
@@ -192,6 +193,7 @@ static inline int cli_expect_ok(int expect)
 {
     return expect > 0 && expect < RKV_MSG_TYPE_MAX_ && expect != RKV_MSG_ERROR;
 }
+#endif
 
 /* Server id's state, made on first use with its configured address. NULL
  * when out of memory (c->err says so). The application thread's: the
