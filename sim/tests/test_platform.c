@@ -278,10 +278,14 @@ static void test_scenarios_on_each_fabric(void **state)
     char a[17], b[17], c[17];
     run_pass("run " SCEN_DIR "/sim-fattree3.yaml", a);
     assert_non_null(strstr(out, "256 servers, 768 workers in the twin (SimGrid, fattree3"));
+    assert_non_null(strstr(out, "rkv run: fattree3: 16 leaves of 16 machines, 4 pods of 4 "
+                                "leaves; uplinks 4:1 at the leaves, 1:1 at the pods\n"));
     run_pass("run " SCEN_DIR "/sim-fattree3.yaml", b);
     assert_string_equal(a, b);
     run_pass("run " SCEN_DIR "/sim-rail.yaml", c);
     assert_non_null(strstr(out, "64 servers, 448 workers in the twin (SimGrid, rail"));
+    assert_non_null(strstr(
+        out, "rkv run: rail: 4 units of 16 machines with 8 rails; rail leaves' uplinks 2:1\n"));
     printf("# sim-fattree3 (1,024 nodes): %s twice; sim-rail: %s\n", a, c);
 }
 

@@ -29,6 +29,23 @@ void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p)
     p->uplink_lat_us = sc->sim_uplink_latency_us > 0 ? sc->sim_uplink_latency_us : p->lat_us / 2;
 }
 
+void sim_plat_describe(const struct rkv_scenario *sc, char *buf, size_t len)
+{
+    struct sim_plat p;
+    sim_plat_defaults(sc, &p);
+    uint32_t leaves = (sc->machines + p.leaf_machines - 1) / p.leaf_machines;
+    buf[0] = 0;
+    if (!sc->sim_platform_file[0] && !strcmp(p.topology, "fattree3"))
+        snprintf(buf, len,
+                 "%u leaves of %u machines, %u pods of %u leaves; uplinks %g:1 at the leaves, "
+                 "%g:1 at the pods",
+                 leaves, p.leaf_machines, (leaves + p.pod_leaves - 1) / p.pod_leaves, p.pod_leaves,
+                 p.oversub, p.pod_oversub);
+    else if (!sc->sim_platform_file[0] && !strcmp(p.topology, "rail"))
+        snprintf(buf, len, "%u units of %u machines with %u rails; rail leaves' uplinks %g:1",
+                 leaves, p.leaf_machines, p.rails, p.oversub);
+}
+
 static void plat_head(FILE *f)
 {
     fprintf(f, "<?xml version='1.0'?>\n"

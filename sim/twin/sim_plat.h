@@ -2,6 +2,7 @@
 #ifndef RKV_SIM_PLAT_H
 #define RKV_SIM_PLAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "harness/scenario.h"
@@ -26,5 +27,8 @@ struct sim_plat {
 };
 
 void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p);
+/* The shape of a generated fabric (fattree3, rail) after defaults, in a
+ * phrase for the run's header; "" for the other platforms. */
+void sim_plat_describe(const struct rkv_scenario *sc, char *buf, size_t len);
 
 #endif
