@@ -725,13 +725,14 @@ static int sc_platform(struct sc_ctx *c, struct fy_node *k, struct fy_node *v)
                                            : "fattree3 or rail",
                            sc->sim_platform);
     }
-    if (sc->sim_leaf_machines > sc->machines)
+    /* machines is 0 when the cluster lacks it: sc_sections says so next. */
+    if (sc->machines && sc->sim_leaf_machines > sc->machines)
         return sc_fail(c, b.key[PL_LEAF],
                        "machines_per_leaf: %u is more than the cluster's %u machines",
                        sc->sim_leaf_machines, sc->machines);
     uint64_t leaf =
         sc->sim_leaf_machines ? sc->sim_leaf_machines : (sc->machines < 16 ? sc->machines : 16);
-    if (sc->sim_pod_leaves && leaf * sc->sim_pod_leaves > sc->machines)
+    if (sc->machines && sc->sim_pod_leaves && leaf * sc->sim_pod_leaves > sc->machines)
         return sc_fail(c, b.key[PL_POD],
                        "leaves_per_pod: %u leaves of %llu machines are more than the cluster's "
                        "%u machines, so there is no third level (use topology fattree)",
