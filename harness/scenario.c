@@ -664,16 +664,94 @@ static int sc_path(struct sc_ctx *c, const char *name, struct fy_node *key, stru
     return 0;
 }
 
+static const char *const sc_topologies[] = {"star",     "cluster",  "fattree",
+                                            "loopback", "fattree3", "rail"};
+enum { PL_TOPOLOGY, PL_LEAF, PL_POD, PL_RAILS, PL_OVERSUB, PL_POD_OVERSUB, PL_UPLINK_LAT, PL_N_ };
+static const char *const sc_plat_fields[] = {
+    "topology",         "machines_per_leaf",    "leaves_per_pod",   "rails",
+    "oversubscription", "pod_oversubscription", "uplink_latency_us"};
+
+struct sc_plat_build {
+    struct rkv_scenario *sc;
+    struct fy_node *key[PL_N_];
+};
+
+static int sc_plat_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
+{
+    struct sc_plat_build *b = obj;
+    struct rkv_scenario *sc = b->sc;
+    int i, rc;
+    b->key[f] = k;
+    switch (f) {
+    case PL_TOPOLOGY:
+        rc = sc_enum(c, "topology", k, v, sc_topologies, 6, &i);
+        if (rc == 0)
+            snprintf(sc->sim_platform, sizeof(sc->sim_platform), "%s", sc_topologies[i]);
+        return rc;
+    case PL_LEAF:
+        return sc_u32(c, "machines_per_leaf", k, v, 1, 65536, &sc->sim_leaf_machines);
+    case PL_POD:
+        return sc_u32(c, "leaves_per_pod", k, v, 1, 65536, &sc->sim_pod_leaves);
+    case PL_RAILS:
+        return sc_u32(c, "rails", k, v, 1, 64, &sc->sim_rails);
+    case PL_OVERSUB:
+        return sc_double(c, "oversubscription", k, v, 1, 1024, &sc->sim_oversub);
+    case PL_POD_OVERSUB:
+        return sc_double(c, "pod_oversubscription", k, v, 1, 1024, &sc->sim_pod_oversub);
+    default:
+        return sc_double(c, "uplink_latency_us", k, v, 1e-3, 1e6, &sc->sim_uplink_latency_us);
+    }
+}
+
+/* sim.platform as a mapping: the generated big-cluster fabrics and their
+ * shape. Keys of another topology, and counts the cluster cannot fill, are
+ * errors rather than silently ignored. */
+static int sc_platform(struct sc_ctx *c, struct fy_node *k, struct fy_node *v)
+{
+    struct rkv_scenario *sc = c->sc;
+    struct sc_plat_build b = {.sc = sc};
+    int rc = sc_map(c, "sim.platform", k, v, sc_plat_fields, PL_N_, sc_plat_field, &b);
+    if (rc < 0)
+        return rc;
+    if (!b.key[PL_TOPOLOGY])
+        return sc_fail(c, k, "sim.platform: topology is required (fattree3 or rail)");
+    int tree = !strcmp(sc->sim_platform, "fattree3"), rail = !strcmp(sc->sim_platform, "rail");
+    for (int f = PL_LEAF; f < PL_N_; f++) {
+        int tree_only = f == PL_POD || f == PL_POD_OVERSUB;
+        if (b.key[f] && (tree_only ? !tree : f == PL_RAILS ? !rail : !tree && !rail))
+            return sc_fail(c, b.key[f], "%s: only for topology %s, not %s", sc_plat_fields[f],
+                           tree_only       ? "fattree3"
+                           : f == PL_RAILS ? "rail"
+                                           : "fattree3 or rail",
+                           sc->sim_platform);
+    }
+    /* machines is 0 when the cluster lacks it: sc_sections says so next. */
+    if (sc->machines && sc->sim_leaf_machines > sc->machines)
+        return sc_fail(c, b.key[PL_LEAF],
+                       "machines_per_leaf: %u is more than the cluster's %u machines",
+                       sc->sim_leaf_machines, sc->machines);
+    uint64_t leaf =
+        sc->sim_leaf_machines ? sc->sim_leaf_machines : (sc->machines < 16 ? sc->machines : 16);
+    if (sc->machines && sc->sim_pod_leaves && leaf * sc->sim_pod_leaves > sc->machines)
+        return sc_fail(c, b.key[PL_POD],
+                       "leaves_per_pod: %u leaves of %llu machines are more than the cluster's "
+                       "%u machines, so there is no third level (use topology fattree)",
+                       sc->sim_pod_leaves, (unsigned long long)leaf, sc->machines);
+    return 0;
+}
+
 static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
 {
     struct rkv_scenario *sc = obj;
-    static const char *const topologies[] = {"star", "cluster", "fattree", "loopback"};
+    const char *const *topologies = sc_topologies;
     static const char *const solvers[] = {"maxmin", "fairbottleneck"};
     static const char *const schedulers[] = {"share", "cores"};
     int i, rc;
     switch (f) {
     case 0:
-        rc = sc_enum(c, "platform", k, v, topologies, 4, &i);
+        if (v && fy_node_get_type(v) == FYNT_MAPPING)
+            return sc_platform(c, k, v);
+        rc = sc_enum(c, "platform", k, v, topologies, 6, &i);
         if (rc == 0)
             snprintf(sc->sim_platform, sizeof(sc->sim_platform), "%s", topologies[i]);
         return rc;

@@ -110,21 +110,28 @@ struct rkv_scenario {
     double expect_max_p99_us;
     uint32_t tcp_base_port; /* 0 = pick free ports */
     /* The twin (sim/README.md): 0 / "" mean the documented defaults. */
-    char sim_platform[64];       /* star, cluster, fattree or loopback */
+    char sim_platform[64];       /* star, cluster, fattree, fattree3, rail or loopback */
     char sim_platform_file[256]; /* a SimGrid platform XML instead (relative to the file) */
     double sim_bandwidth_gbps, sim_latency_us, sim_jitter;
     double sim_backbone_gbps; /* cluster: the shared backbone */
-    uint32_t sim_cores;       /* per machine (loopback: of the one host they all share) */
-    int sim_payloadless;      /* thin rows; the network is charged the declared ones */
-    double sim_row_cost_ns;   /* server CPU per row a handler touches */
-    double sim_msg_cost_ns;   /* CPU per message posted or completed */
-    double sim_send_byte_ns;  /* CPU per byte sent, on the sender */
-    double sim_recv_byte_ns;  /* CPU per byte received, on the receiver's NIC */
-    double sim_copy_byte_ns;  /* a warm copy: the twin's own slower copies are charged */
-    int sim_cpu_measured;     /* charge node code's measured CPU (calibration, sim/backend/cpu.c) */
-    int sim_sched_cores;      /* scheduler: cores (per-core run queues, sim/backend/cpu.c) */
-    double sim_wake_us;       /* queue: a core that sat idle takes this to run a thread */
-    int sim_fairbottleneck;   /* network/solver:fairbottleneck (same times, faster at scale) */
+    /* platform: {topology: fattree3 | rail, ...}; 0 = the default (sim/README.md) */
+    uint32_t sim_leaf_machines;   /* machines under a leaf (rail: of one scalable unit) */
+    uint32_t sim_pod_leaves;      /* fattree3: leaves per pod */
+    uint32_t sim_rails;           /* rail: NICs per machine, a leaf per rail and unit */
+    double sim_oversub;           /* a leaf's downlink over uplink capacity */
+    double sim_pod_oversub;       /* fattree3: a pod's, towards the core */
+    double sim_uplink_latency_us; /* each switch-to-switch link */
+    uint32_t sim_cores;           /* per machine (loopback: of the one host they all share) */
+    int sim_payloadless;          /* thin rows; the network is charged the declared ones */
+    double sim_row_cost_ns;       /* server CPU per row a handler touches */
+    double sim_msg_cost_ns;       /* CPU per message posted or completed */
+    double sim_send_byte_ns;      /* CPU per byte sent, on the sender */
+    double sim_recv_byte_ns;      /* CPU per byte received, on the receiver's NIC */
+    double sim_copy_byte_ns;      /* a warm copy: the twin's own slower copies are charged */
+    int sim_cpu_measured;   /* charge node code's measured CPU (calibration, sim/backend/cpu.c) */
+    int sim_sched_cores;    /* scheduler: cores (per-core run queues, sim/backend/cpu.c) */
+    double sim_wake_us;     /* queue: a core that sat idle takes this to run a thread */
+    int sim_fairbottleneck; /* network/solver:fairbottleneck (same times, faster at scale) */
     char verbs_device[32];
     uint32_t verbs_port, verbs_gid_index;
 };

@@ -9,6 +9,7 @@
 #include "harness/scenario.h"
 
 #if RKV_WITH_SIM
+#include "sim/twin/sim_plat.h"
 #include "sim/twin/twin.h"
 
 static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_result *res,
@@ -48,6 +49,10 @@ int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const ch
            : sc->sim_platform[0]    ? sc->sim_platform
                                     : "star",
            sc->sim_payloadless ? ", payload-less" : "");
+    char fabric[256];
+    sim_plat_describe(sc, fabric, sizeof(fabric));
+    if (fabric[0])
+        printf("rkv run: %s: %s\n", sc->sim_platform, fabric);
     for (unsigned i = 0; i < a->n_cfg; i++)
         printf("%s%s%s", i ? " " : "rkv run: SimGrid configuration: ", a->cfg[i],
                i + 1 == a->n_cfg ? "\n" : "");

@@ -18,6 +18,32 @@ void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p)
     /* A 4:1 oversubscribed backbone unless the scenario says otherwise. */
     p->backbone_gbps =
         sc->sim_backbone_gbps > 0 ? sc->sim_backbone_gbps : p->gbps * (sc->machines + 3) / 4;
+    uint32_t leaf = !strcmp(p->topology, "rail") ? SIM_DEFAULT_RAIL_UNIT : SIM_DEFAULT_LEAF;
+    p->leaf_machines = sc->sim_leaf_machines ? sc->sim_leaf_machines
+                       : sc->machines < leaf ? sc->machines
+                                             : leaf;
+    p->pod_leaves = sc->sim_pod_leaves ? sc->sim_pod_leaves : SIM_DEFAULT_POD;
+    p->rails = sc->sim_rails ? sc->sim_rails : SIM_DEFAULT_RAILS;
+    p->oversub = sc->sim_oversub > 0 ? sc->sim_oversub : 1;
+    p->pod_oversub = sc->sim_pod_oversub > 0 ? sc->sim_pod_oversub : 1;
+    p->uplink_lat_us = sc->sim_uplink_latency_us > 0 ? sc->sim_uplink_latency_us : p->lat_us / 2;
+}
+
+void sim_plat_describe(const struct rkv_scenario *sc, char *buf, size_t len)
+{
+    struct sim_plat p;
+    sim_plat_defaults(sc, &p);
+    uint32_t leaves = (sc->machines + p.leaf_machines - 1) / p.leaf_machines;
+    buf[0] = 0;
+    if (!sc->sim_platform_file[0] && !strcmp(p.topology, "fattree3"))
+        snprintf(buf, len,
+                 "%u leaves of %u machines, %u pods of %u leaves; uplinks %g:1 at the leaves, "
+                 "%g:1 at the pods",
+                 leaves, p.leaf_machines, (leaves + p.pod_leaves - 1) / p.pod_leaves, p.pod_leaves,
+                 p.oversub, p.pod_oversub);
+    else if (!sc->sim_platform_file[0] && !strcmp(p.topology, "rail"))
+        snprintf(buf, len, "%u units of %u machines with %u rails; rail leaves' uplinks %g:1",
+                 leaves, p.leaf_machines, p.rails, p.oversub);
 }
 
 static void plat_head(FILE *f)
@@ -61,6 +87,166 @@ static void plat_fattree(FILE *f, const struct rkv_scenario *sc, const struct si
             leaf);
 }
 
+/* A SPLITDUPLEX link (its UP and DOWN halves are separate capacities). */
+static void plat_link(FILE *f, const char *id, uint32_t a, uint32_t b, double gbps, double lat_us)
+{
+    fprintf(f,
+            "    <link id=\"%s%u_%u\" bandwidth=\"%.6fGbps\" latency=\"%.6fus\" "
+            "sharing_policy=\"SPLITDUPLEX\"/>\n",
+            id, a, b, gbps, lat_us);
+}
+
+/* A route between two zones (through their gateways) over one link up and
+ * another down; symmetrical="NO" so that each direction names its halves. */
+static void plat_zone_route(FILE *f, const char *src, const char *dst, const char *gw_src,
+                            const char *gw_dst, const char *up, const char *down)
+{
+    fprintf(f,
+            "    <zoneRoute src=\"%s\" dst=\"%s\" gw_src=\"%s\" gw_dst=\"%s\" "
+            "symmetrical=\"NO\">",
+            src, dst, gw_src, gw_dst);
+    if (up[0])
+        fprintf(f, "<link_ctn id=\"%s\" direction=\"UP\"/>", up);
+    if (down[0])
+        fprintf(f, "<link_ctn id=\"%s\" direction=\"DOWN\"/>", down);
+    fprintf(f, "</zoneRoute>\n");
+}
+
+/* Three-level fat tree, as zones: a pod (zone p<q>) holds its leaves (a
+ * cluster l<i> of machines each, whose router is the leaf switch) and an
+ * aggregation router (zone p<q>a, its gateway to the core). A leaf's
+ * uplinks are one bundle of machines_per_leaf x bandwidth / oversubscription
+ * (ECMP spreading flows perfectly over them), a pod's the same over its
+ * leaves' bundles. Routes: same leaf 2 links, same pod 4, across pods 6.
+ * Routes between zones make the XML grow as leaves_per_pod^2 x pods +
+ * pods^2, not machines^2. */
+static void plat_fattree3(FILE *f, const struct rkv_scenario *sc, const struct sim_plat *p)
+{
+    uint32_t leaf = p->leaf_machines, pod = p->pod_leaves;
+    uint32_t leaves = (sc->machines + leaf - 1) / leaf, pods = (leaves + pod - 1) / pod;
+    double leaf_gbps = leaf * p->gbps / p->oversub, pod_gbps = pod * leaf_gbps / p->pod_oversub;
+    char a[32], b[32], ga[32], gb[32], la[32], lb[32];
+    fprintf(f, "  <zone id=\"rkv\" routing=\"Full\">\n");
+    for (uint32_t q = 0; q < pods; q++) {
+        uint32_t l0 = q * pod, l1 = l0 + pod < leaves ? l0 + pod : leaves;
+        fprintf(f, "  <zone id=\"p%u\" routing=\"Full\">\n", q);
+        for (uint32_t l = l0; l < l1; l++) {
+            uint32_t last = (l + 1) * leaf < sc->machines ? (l + 1) * leaf : sc->machines;
+            fprintf(f,
+                    "    <cluster id=\"l%u\" prefix=\"m\" suffix=\"\" radical=\"%u-%u\" "
+                    "speed=\"1Gf\" core=\"%u\" bw=\"%.6fGbps\" lat=\"%.6fus\" "
+                    "sharing_policy=\"SPLITDUPLEX\" loopback_bw=\"%.6fGbps\" "
+                    "loopback_lat=\"%.6fus\" router_id=\"l%u_r\"/>\n",
+                    l, l * leaf, last - 1, p->cores, p->gbps, p->lat_us / 2, p->gbps, p->lat_us, l);
+            plat_link(f, "l", l, 0, leaf_gbps, p->uplink_lat_us);
+        }
+        fprintf(f, "    <zone id=\"p%ua\" routing=\"Full\"><router id=\"p%u_r\"/></zone>\n", q, q);
+        snprintf(b, sizeof(b), "p%ua", q);
+        snprintf(gb, sizeof(gb), "p%u_r", q);
+        for (uint32_t i = l0; i < l1; i++) {
+            snprintf(a, sizeof(a), "l%u", i);
+            snprintf(ga, sizeof(ga), "l%u_r", i);
+            snprintf(la, sizeof(la), "l%u_0", i);
+            plat_zone_route(f, a, b, ga, gb, la, "");
+            plat_zone_route(f, b, a, gb, ga, "", la);
+            for (uint32_t j = l0; j < l1; j++) {
+                char d[32], gd[32];
+                snprintf(d, sizeof(d), "l%u", j);
+                snprintf(gd, sizeof(gd), "l%u_r", j);
+                snprintf(lb, sizeof(lb), "l%u_0", j);
+                if (i != j)
+                    plat_zone_route(f, a, d, ga, gd, la, lb);
+            }
+        }
+        fprintf(f, "  </zone>\n");
+    }
+    for (uint32_t q = 0; q < pods; q++)
+        plat_link(f, "p", q, 0, pod_gbps, p->uplink_lat_us);
+    for (uint32_t q = 0; q < pods; q++)
+        for (uint32_t r = 0; r < pods; r++) {
+            if (q == r)
+                continue;
+            snprintf(a, sizeof(a), "p%u", q);
+            snprintf(b, sizeof(b), "p%u", r);
+            snprintf(ga, sizeof(ga), "p%u_r", q);
+            snprintf(gb, sizeof(gb), "p%u_r", r);
+            snprintf(la, sizeof(la), "p%u_0", q);
+            snprintf(lb, sizeof(lb), "p%u_0", r);
+            plat_zone_route(f, a, b, ga, gb, la, lb);
+        }
+    fprintf(f, "  </zone>\n");
+}
+
+/* Rail-optimized: a scalable unit (zone u<s>) of machines_per_leaf
+ * machines, each with `rails` NICs; NIC r of every machine of the unit
+ * plugs into the unit's leaf r (router u<s>_<r>), whose uplinks to rail
+ * r's spine are one bundle of machines_per_leaf x bandwidth /
+ * oversubscription. The twin runs a machine's nodes on one host, so a flow
+ * cannot name its GPU's rail: a pair of machines a, b uses rail (a + b) mod
+ * rails (one leaf hop in a unit), and two units s, t talk over rail
+ * (s + t) mod rails (NIC, leaf, spine, leaf, NIC: SimGrid routes zones
+ * through one gateway pair). */
+static void plat_rail(FILE *f, const struct rkv_scenario *sc, const struct sim_plat *p)
+{
+    uint32_t unit = p->leaf_machines, units = (sc->machines + unit - 1) / unit;
+    double up_gbps = unit * p->gbps / p->oversub;
+    fprintf(f, "  <zone id=\"rkv\" routing=\"Full\">\n");
+    for (uint32_t s = 0; s < units; s++) {
+        uint32_t m0 = s * unit, m1 = m0 + unit < sc->machines ? m0 + unit : sc->machines;
+        fprintf(f, "  <zone id=\"u%u\" routing=\"Full\">\n", s);
+        for (uint32_t a = m0; a < m1; a++)
+            fprintf(f, "    <host id=\"m%u\" speed=\"1Gf\" core=\"%u\"/>\n", a, p->cores);
+        for (uint32_t r = 0; r < p->rails; r++)
+            fprintf(f, "    <router id=\"u%u_%u\"/>\n", s, r);
+        for (uint32_t a = m0; a < m1; a++)
+            for (uint32_t r = 0; r < p->rails; r++)
+                plat_link(f, "n", a, r, p->gbps, p->lat_us / 2);
+        fprintf(f,
+                "    <link id=\"u%u_lo\" bandwidth=\"%.6fGbps\" latency=\"%.6fus\" "
+                "sharing_policy=\"FATPIPE\"/>\n",
+                s, p->gbps, p->lat_us);
+        for (uint32_t a = m0; a < m1; a++) {
+            fprintf(f,
+                    "    <route src=\"m%u\" dst=\"m%u\" symmetrical=\"NO\"><link_ctn "
+                    "id=\"u%u_lo\"/></route>\n",
+                    a, a, s);
+            for (uint32_t b = m0; b < m1; b++)
+                if (b != a)
+                    fprintf(f,
+                            "    <route src=\"m%u\" dst=\"m%u\" symmetrical=\"NO\">"
+                            "<link_ctn id=\"n%u_%u\" direction=\"UP\"/>"
+                            "<link_ctn id=\"n%u_%u\" direction=\"DOWN\"/></route>\n",
+                            a, b, a, (a + b) % p->rails, b, (a + b) % p->rails);
+            for (uint32_t r = 0; r < p->rails; r++)
+                fprintf(f,
+                        "    <route src=\"m%u\" dst=\"u%u_%u\" symmetrical=\"NO\"><link_ctn "
+                        "id=\"n%u_%u\" direction=\"UP\"/></route>\n"
+                        "    <route src=\"u%u_%u\" dst=\"m%u\" symmetrical=\"NO\"><link_ctn "
+                        "id=\"n%u_%u\" direction=\"DOWN\"/></route>\n",
+                        a, s, r, a, r, s, r, a, a, r);
+        }
+        fprintf(f, "  </zone>\n");
+    }
+    for (uint32_t s = 0; s < units; s++)
+        for (uint32_t r = 0; r < p->rails; r++)
+            plat_link(f, "s", s, r, up_gbps, p->uplink_lat_us);
+    for (uint32_t s = 0; s < units; s++)
+        for (uint32_t t = 0; t < units; t++) {
+            if (s == t)
+                continue;
+            uint32_t r = (s + t) % p->rails;
+            char a[32], b[32], ga[32], gb[32], la[32], lb[32];
+            snprintf(a, sizeof(a), "u%u", s);
+            snprintf(b, sizeof(b), "u%u", t);
+            snprintf(ga, sizeof(ga), "u%u_%u", s, r);
+            snprintf(gb, sizeof(gb), "u%u_%u", t, r);
+            snprintf(la, sizeof(la), "s%u_%u", s, r);
+            snprintf(lb, sizeof(lb), "s%u_%u", t, r);
+            plat_zone_route(f, a, b, ga, gb, la, lb);
+        }
+    fprintf(f, "  </zone>\n");
+}
+
 /* Loopback: the machines are processes on one host (a calibrated loopback
  * run): one host with all the cores, whose every message crosses its
  * loopback link. FATPIPE: each transfer has the link's bandwidth to itself
@@ -91,6 +277,10 @@ int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char 
     plat_head(f);
     if (!strcmp(p.topology, "fattree"))
         plat_fattree(f, sc, &p);
+    else if (!strcmp(p.topology, "fattree3"))
+        plat_fattree3(f, sc, &p);
+    else if (!strcmp(p.topology, "rail"))
+        plat_rail(f, sc, &p);
     else if (!strcmp(p.topology, "loopback"))
         plat_loopback(f, &p);
     else
