@@ -1523,12 +1523,13 @@ static void srv_replay_log(struct rkv_server *s, uint64_t t0)
     const struct rkv_wal_replay *r = &s->replay;
     RKV_LOGW(s->port,
              "server %u replayed machine %u's log after snapshot generation %llu: %llu logs, "
-             "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn bytes cut, "
+             "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn appends left "
+             "behind, "
              "in %llu ms",
              s->server_id, s->cfg.machine_id, (unsigned long long)s->replay_gen,
              (unsigned long long)r->logs, (unsigned long long)r->records,
              (unsigned long long)r->rows, (unsigned long long)r->bytes, (unsigned long long)r->dups,
-             (unsigned long long)r->torn_bytes,
+             (unsigned long long)r->torn,
              (unsigned long long)((s->port->ops->now_ns(s->port) - t0) / 1000000ull));
 }
 

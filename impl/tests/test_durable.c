@@ -1132,16 +1132,34 @@ static void test_wal_replayed_after_kill(void **state)
     wal_run_end(&w, s1b);
 }
 
-/* An append a crash interrupted (a record whose body runs past the end):
- * cut with a log line, everything before it kept. */
-static void test_wal_torn_tail_cut(void **state)
+/* The lineage in a log's header (its records carry its low 32 bits). */
+static uint64_t log_lineage(const char *path)
 {
-    (void)state;
-    struct wal_run w;
-    wal_run_crash(&w, 3);
-    uint8_t rec[128];
-    uint64_t ids[1] = {60};
-    float row[4] = {9, 9, 9, 9};
+    uint8_t hdr[RKV_WAL_HDR_BYTES];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+    fclose(f);
+    uint64_t v;
+    memcpy(&v, hdr + 16, 8);
+    return v;
+}
+
+static void write_at(const char *path, uint64_t off, const void *buf, size_t len)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    fclose(f);
+}
+
+/* A record of 1 row of 16 bytes (9s into row 60) for log_path at lsn. */
+static size_t row60_record(uint8_t *rec, const char *log_path, uint64_t lsn, uint64_t durable,
+                           uint64_t lineage)
+{
+    static const uint64_t ids[1] = {60};
+    static const float row[4] = {9, 9, 9, 9};
     struct rkv_wal_push p = {.tensor_id = 1,
                              .client = 0,
                              .seq = ~0ull >> 1,
@@ -1149,29 +1167,49 @@ static void test_wal_torn_tail_cut(void **state)
                              .count = 1,
                              .ids = ids,
                              .rows = (const uint8_t *)row};
-    rkv_wal_encode_record(rec, &p, sizeof(row));
-    append_bytes(w.log_path, rec, rkv_wal_record_bytes(1, 16) - 5);
-    char log1b[128];
+    (void)log_path;
+    rkv_wal_encode_record(rec, &p, sizeof(row), lsn, durable, lineage);
+    return rkv_wal_record_bytes(1, sizeof(row));
+}
+
+/* An append a crash interrupted (a record of this log whose body runs past
+ * the end): the records end before it, with a log line, everything before
+ * it kept; it is voided so that no later record follows it. */
+static void test_wal_torn_tail_cut(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t rec[256];
+    uint64_t end = RKV_WAL_HDR_BYTES + 3 * rkv_wal_record_bytes(1, 16);
+    size_t n = row60_record(rec, w.log_path, RKV_WAL_LSN(1, end), RKV_WAL_LSN(1, end),
+                            log_lineage(w.log_path));
+    append_bytes(w.log_path, rec, n - 5);
+    char log1b[128], want[160];
     snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
     pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
     assert_true(pull_row60(w.cli) == 3.0f);
-    assert_true(file_contains(log1b, "cut a torn tail of 83 bytes at byte 328"));
-    struct stat st;
-    assert_int_equal(stat(w.log_path, &st), 0);
-    assert_true(st.st_size >= 328); /* cut, then appended to again (or checkpointed) */
+    snprintf(want, sizeof(want),
+             "ends at byte %llu with an append a crash interrupted (its 24-byte body runs past "
+             "the end of the file",
+             (unsigned long long)end);
+    assert_true(file_contains(log1b, want));
+    assert_true(file_contains(log1b, "1 torn appends left behind"));
     wal_run_end(&w, s1b);
 }
 
-/* A record in the middle that fails its checksum: the restart is refused,
- * naming the file, the offset and what. */
+/* A record in the middle that fails its checksum while a later record says
+ * it was durable: the restart is refused, naming the file, the offset and
+ * what. */
 static void test_wal_corrupt_record_refused(void **state)
 {
     (void)state;
     struct wal_run w;
     wal_run_crash(&w, 3);
+    uint64_t rb = rkv_wal_record_bytes(1, 16);
+    uint64_t off = RKV_WAL_HDR_BYTES + rb + RKV_WAL_REC_BYTES + 9;
     FILE *f = fopen(w.log_path, "r+b");
     assert_non_null(f);
-    uint64_t off = RKV_WAL_HDR_BYTES + rkv_wal_record_bytes(1, 16) + RKV_WAL_REC_BYTES + 9;
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
     int c = fgetc(f);
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
@@ -1180,10 +1218,18 @@ static void test_wal_corrupt_record_refused(void **state)
     struct rkv_config cfg = w.c.cfg;
     cfg.machine_id = 1;
     struct rkv_server *srv;
-    char err[256];
+    char err[512], want[200];
     assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
     assert_non_null(strstr(err, w.log_path));
-    assert_non_null(strstr(err, "record at byte 152: checksum mismatch over its 24-byte body"));
+    /* Push 3 was appended once push 2 was acknowledged, so durable. */
+    snprintf(want, sizeof(want),
+             "record at byte %llu: checksum mismatch over its 24-byte body (corrupted record: "
+             "the record at byte %llu was appended once the log was durable up to byte %llu)",
+             (unsigned long long)(RKV_WAL_HDR_BYTES + rb),
+             (unsigned long long)(RKV_WAL_HDR_BYTES + 2 * rb),
+             (unsigned long long)(RKV_WAL_HDR_BYTES + 2 * rb));
+    if (!strstr(err, want))
+        fail_msg("%s", err);
     /* Put right, the restart works and loses nothing. */
     f = fopen(w.log_path, "r+b");
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
@@ -1192,6 +1238,145 @@ static void test_wal_corrupt_record_refused(void **state)
     unlink_machine_shm(&w.c.cfg, 1);
     pid_t s1b = spawn_server(&w.c.cfg, 1, 0, "/dev/null");
     assert_true(pull_row60(w.cli) == 3.0f);
+    wal_run_end(&w, s1b);
+}
+
+/* Past the end of a reused log lie records of the file's earlier use, each
+ * with a valid checksum: one of another generation (or another lineage) at
+ * the very place the next record would be is not replayed. */
+static void test_wal_stale_record_not_replayed(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t rec[256];
+    uint64_t end = RKV_WAL_HDR_BYTES + 3 * rkv_wal_record_bytes(1, 16);
+    uint64_t lineage = log_lineage(w.log_path);
+    /* As log 1's file would hold it had it been log 5 of an earlier life. */
+    size_t n = row60_record(rec, w.log_path, RKV_WAL_LSN(5, end), RKV_WAL_LSN(5, end), lineage);
+    write_at(w.log_path, end, rec, n);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 3.0f);
+    assert_true(file_contains(log1b, "1 logs, 3 records (3 rows"));
+    assert_true(file_contains(log1b, "0 torn appends"));
+    /* An append overwrites it; then a record of log 1 of another lineage
+     * (an older run's file) where the next would go: not replayed either. */
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(w.cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1b, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
+    end += n;
+    row60_record(rec, w.log_path, RKV_WAL_LSN(1, end), RKV_WAL_LSN(1, end), lineage + 1);
+    write_at(w.log_path, end, rec, n);
+    unlink_machine_shm(&w.c.cfg, 1);
+    snprintf(log1b, sizeof(log1b), "%s/s1-again.log", w.c.dir);
+    s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 4.0f);
+    assert_true(file_contains(log1b, "1 logs, 4 records (4 rows"));
+    wal_run_end(&w, s1b);
+}
+
+static off_t file_size(const char *dir, const char *name)
+{
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* Logs written with zeros ahead (durable_log_prewrite) and reused: each
+ * tensor's INIT is a checkpoint that begins a log from a spare, the third
+ * one log 1's file with log 1's records still in it past the new ones. A
+ * crash replays the new ones only, however the file came. */
+static void test_wal_recovery_across_reused_logs(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 5000;
+    c.cfg.durable_log_prewrite = 64 << 10;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    /* Log 1 was made with 64 KiB of zeros, and a spare as large. */
+    assert_int_equal(file_size(c.dir, "rkv-m1.1.wal"), 64 << 10);
+    assert_int_equal(file_size(c.dir, "rkv-m1.free0.wal"), 64 << 10);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    struct rkv_tensor_desc d = T_F32;
+    snprintf(d.name, sizeof(d.name), "u");
+    assert_int_equal(rkv_client_init_data(cli, &d), 0); /* log 2: the spare */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    snprintf(d.name, sizeof(d.name), "v");
+    assert_int_equal(rkv_client_init_data(cli, &d), 0); /* log 3: log 1's file */
+    assert_int_equal(file_size(c.dir, "rkv-m1.1.wal"), -1);
+    assert_int_equal(file_size(c.dir, "rkv-m1.2.wal"), -1);
+    assert_int_equal(file_size(c.dir, "rkv-m1.3.wal"), 64 << 10);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 1);
+    char log1[128];
+    snprintf(log1, sizeof(log1), "%s/s1b.log", c.dir);
+    pid_t s1b = spawn_server(&c.cfg, 1, 0, log1);
+    assert_true(pull_row60(cli) == 9.0f);
+    /* Log 1's pushes 3 to 5 past them, as much records with their CRCs as
+     * the new ones, neither applied nor even read as already applied. */
+    char want[160];
+    snprintf(want, sizeof(want),
+             "after snapshot generation 3: 1 logs, 2 records (2 rows, %llu bytes, 0 already "
+             "applied), 0 torn appends",
+             (unsigned long long)(RKV_WAL_HDR_BYTES + 2 * rkv_wal_record_bytes(1, 16)));
+    assert_true(file_contains(log1, want));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1b), 0);
+    remove_tree(c.dir);
+}
+
+/* A log of format version 1 holding records is refused with what to do; one
+ * holding none (a clean stop's) is made anew. */
+static void test_wal_version1(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t hdr[RKV_WAL_HDR_BYTES];
+    FILE *f = fopen(w.log_path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+    fclose(f);
+    uint32_t v1 = 1, crc;
+    memcpy(hdr + 8, &v1, 4);
+    crc = rkv_crc32c(0, hdr, 60);
+    memcpy(hdr + 60, &crc, 4);
+    write_at(w.log_path, 0, hdr, sizeof(hdr));
+    struct rkv_config cfg = w.c.cfg;
+    cfg.machine_id = 1;
+    struct rkv_server *srv;
+    char err[512];
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
+    if (!strstr(err, "format version 1 holding records"))
+        fail_msg("%s", err);
+    assert_int_equal(truncate(w.log_path, RKV_WAL_HDR_BYTES), 0);
+    unlink_machine_shm(&w.c.cfg, 1);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 0.0f); /* the pushes went with the records */
+    assert_true(file_contains(log1b, "format version 1 holding no records, made anew"));
     wal_run_end(&w, s1b);
 }
 
@@ -1698,6 +1883,9 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_replayed_after_kill, reap_children),
         cmocka_unit_test_teardown(test_wal_torn_tail_cut, reap_children),
         cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
+        cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
+        cmocka_unit_test_teardown(test_wal_version1, reap_children),
+        cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
