@@ -1823,6 +1823,38 @@ static void test_join_again_after_server0_restart(void **state)
     unlink_machine_shm(&c.cfg, 1);
 }
 
+/* LIST goes to server 0 alone: with retry_ms, one that meets server 0
+ * killed is sent again once it restarted, as META and BARRIER are. */
+static void test_list_retried_after_server0_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 0);
+    s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    struct rkv_tensor_meta metas[4];
+    size_t n = 0;
+    if (rkv_client_list(cli, metas, 4, &n) < 0)
+        fail_msg("list: %s", rkv_client_errmsg(cli));
+    assert_int_equal(n, 1);
+    assert_string_equal(metas[0].name, "t");
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+}
+
 /* Barriers are numbered: a client asking again for one that completed
  * (its reply was lost: server 0 died after sending the others') is
  * answered at once instead of waiting in the next one, and a number ahead
@@ -1886,6 +1918,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
+        cmocka_unit_test_teardown(test_list_retried_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
