@@ -29,6 +29,7 @@
 #include "nic/nic_tcp.h"
 #include "port/port_file.h"
 #include "rkv.h"
+#include "store/coord.h"
 #include "store/crc32c_tables.h"
 #include "store/snapshot.h"
 #include "store/wal.h"
@@ -1723,6 +1724,55 @@ static void test_corrupt_coord_record_refused(void **state)
     unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
 }
 
+/* buf's trailing CRC-32C made right after a change. */
+static void coord_recrc(uint8_t *buf, size_t len)
+{
+    uint32_t crc = rkv_crc32c(0, buf, len - 4);
+    memcpy(buf + len - 4, &crc, 4);
+}
+
+/* The coordination record's per-client flags: "left" round-trips, a
+ * version 1 record (zero there) reads as no client left, and an unknown
+ * flag is refused. */
+static void test_coord_client_flags(void **state)
+{
+    (void)state;
+    struct rkv_coord_client cl[2] = {{.machine = 0, .flags = RKV_COORD_LEFT, .nonce = 11},
+                                     {.machine = 1, .flags = 0, .nonce = 12}},
+                            got[2];
+    struct rkv_coord_addr ad[1] = {{0}}, gad[1];
+    struct rkv_coord c = {.fingerprint = 7,
+                          .n_workers = 2,
+                          .n_servers = 1,
+                          .ids_given = 2,
+                          .barriers_done = 3,
+                          .clients = cl,
+                          .addrs = ad};
+    size_t len = rkv_coord_bytes(2, 1);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    rkv_coord_encode(&c, 1, buf);
+    struct rkv_coord d = {
+        .fingerprint = 7, .n_workers = 2, .n_servers = 1, .clients = got, .addrs = gad};
+    char err[256];
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), 0);
+    assert_int_equal(got[0].flags, RKV_COORD_LEFT);
+    assert_int_equal(got[1].flags, 0);
+    assert_int_equal(got[1].nonce, 12);
+    uint32_t v = 1, z = 0;
+    memcpy(buf + 8, &v, 4);
+    memcpy(buf + 48 + 4, &z, 4);
+    coord_recrc(buf, len);
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), 0);
+    assert_int_equal(got[0].flags, 0);
+    v = 2;
+    memcpy(buf + 48 + 16 + 4, &v, 4);
+    coord_recrc(buf, len);
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "rec: client 1's flags 0x2 are malformed"));
+    free(buf);
+}
+
 /* A raw client of server 0 that joins (id handed out once all joined). */
 static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
 {
@@ -1855,6 +1905,84 @@ static void test_list_retried_after_server0_restart(void **state)
     remove_tree(c.dir);
 }
 
+struct client_arg {
+    const struct rkv_config *cfg;
+    struct rkv_client *cli;
+    char err[256];
+};
+
+static void *client_create_main(void *arg)
+{
+    struct client_arg *a = arg;
+    if (rkv_client_create(a->cfg, &a->cli, a->err, sizeof(a->err)) < 0)
+        a->cli = NULL;
+    return NULL;
+}
+
+/* Client id's flags in the coordination record (coord.h), or -1. */
+static int coord_flags(const char *dir, uint32_t id)
+{
+    char path[512], err[256];
+    snprintf(path, sizeof(path), "%s/rkv-coord", dir);
+    uint8_t *rec;
+    size_t len;
+    if (rkv_file_read(path, &rec, &len, err, sizeof(err)) < 0)
+        return -1;
+    int flags = -1;
+    if (len >= 48 + 16 * (size_t)(id + 1)) {
+        uint32_t v;
+        memcpy(&v, rec + 48 + 16 * id + 4, 4);
+        flags = (int)v;
+    }
+    free(rec);
+    return flags;
+}
+
+/* A client that left before server 0 was killed and restarted is still
+ * gone for the restarted one: a barrier of the others fails at once,
+ * naming it, as it did before the crash, instead of waiting for it. */
+static void test_barrier_after_server0_restart_knows_who_left(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct client_arg b = {.cfg = &c.cfg};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, client_create_main, &b), 0);
+    struct rkv_client *a;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &a, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    pthread_join(t, NULL);
+    if (!b.cli)
+        fail_msg("%s", b.err);
+    uint32_t gone = rkv_client_id(b.cli);
+    rkv_client_destroy(b.cli);
+    /* Server 0 records the departure when it sees the connection go. */
+    for (int i = 0; i < 300 && coord_flags(c.dir, gone) != 1; i++)
+        usleep(10000);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 0);
+    s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    uint64_t t0 = mono_ms();
+    assert_int_equal(rkv_client_barrier(a), -RKV_EPEERDEAD);
+    char want[64];
+    snprintf(want, sizeof(want), "client %u left", gone);
+    if (!strstr(rkv_client_errmsg(a), want))
+        fail_msg("%s", rkv_client_errmsg(a));
+    assert_true(mono_ms() - t0 < 4000); /* not the request's timeout */
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(a);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+}
+
 /* Barriers are numbered: a client asking again for one that completed
  * (its reply was lost: server 0 died after sending the others') is
  * answered at once instead of waiting in the next one, and a number ahead
@@ -1919,6 +2047,8 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
         cmocka_unit_test_teardown(test_list_retried_after_server0_restart, reap_children),
+        cmocka_unit_test(test_coord_client_flags),
+        cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
