@@ -1288,6 +1288,20 @@ static off_t file_size(const char *dir, const char *name)
     return stat(path, &st) == 0 ? st.st_size : -1;
 }
 
+/* A prewrite no log could use is refused by name, before any file. */
+static void test_wal_prewrite_too_large_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.durable_log_prewrite = 1ull << 40;
+    struct rkv_server *srv = NULL;
+    char err[256];
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "durable_log_prewrite is 1099511627776 bytes"));
+    remove_tree(c.dir);
+}
+
 /* Logs written with zeros ahead (durable_log_prewrite) and reused: each
  * tensor's INIT is a checkpoint that begins a log from a spare, the third
  * one log 1's file with log 1's records still in it past the new ones. A
@@ -2046,6 +2060,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
+        cmocka_unit_test(test_wal_prewrite_too_large_refused),
         cmocka_unit_test_teardown(test_list_retried_after_server0_restart, reap_children),
         cmocka_unit_test(test_coord_client_flags),
         cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
