@@ -1794,11 +1794,13 @@ static void srv_durable_stop(struct rkv_server *s)
         RKV_LOGE(s->port, "checkpoint at shutdown failed (the log stays): %s", why);
     RKV_LOGI(s->port,
              "server %u durable: %llu acknowledgements waited; %llu log records (%llu bytes), "
-             "%llu log syncs, %llu covered by another server's; %llu snapshots written (%llu "
-             "fsyncs, %llu bytes), %llu covered by another server's",
+             "%llu log syncs, %llu covered by another server's; %llu logs made from a spare, "
+             "%llu files new; %llu snapshots written (%llu fsyncs, %llu bytes), %llu covered by "
+             "another server's",
              s->server_id, (unsigned long long)s->n_durable_acks,
              (unsigned long long)s->wal->n_records, (unsigned long long)s->wal->bytes_appended,
              (unsigned long long)s->wal->n_syncs, (unsigned long long)s->wal->n_shared_syncs,
+             (unsigned long long)s->wal->n_reused, (unsigned long long)s->wal->n_fresh,
              (unsigned long long)w->n_written, (unsigned long long)w->n_fsyncs,
              (unsigned long long)w->bytes_written, (unsigned long long)w->n_shared);
     rkv_snap_writer_free(s->snapw);

@@ -1358,6 +1358,8 @@ static void test_wal_recovery_across_reused_logs(void **state)
     rkv_client_destroy(cli);
     assert_int_equal(wait_exit(s0), 0);
     assert_int_equal(wait_exit(s1b), 0);
+    /* Its clean stop's checkpoint made log 4 from a spare. */
+    assert_true(file_contains(log1, "1 logs made from a spare, 0 files new"));
     remove_tree(c.dir);
 }
 
