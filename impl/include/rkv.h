@@ -204,9 +204,10 @@ struct rkv_config {
      * there to reuse) is written with this many bytes of zeros and synced
      * before its first push, and one spare is kept ready, so that group
      * commits overwrite blocks on disk instead of growing the file (an
-     * fdatasync then writes no size or extent metadata). 0 (the default):
-     * logs grow as pushes come, and are reused once a checkpoint let them
-     * go. */
+     * fdatasync then writes no size or extent metadata). The directory
+     * then holds about three such files per machine (the log, up to two
+     * spares). 0 (the default): logs grow as pushes come, and are reused
+     * once a checkpoint let them go. */
     uint64_t durable_log_prewrite;
     /* A client whose request meets a dead server (-RKV_EPEERDEAD) retries it
      * with backoff for this long, reconnecting to the server's address as
