@@ -1342,6 +1342,14 @@ static void test_wal_recovery_across_reused_logs(void **state)
     assert_int_equal(kill(s1, SIGKILL), 0);
     assert_int_equal(wait_exit(s1), 128 + SIGKILL);
     unlink_machine_shm(&c.cfg, 1);
+    /* And an append the crash interrupted after them: its header whole, 10
+     * bytes of its body, then log 1's old bytes where the rest should be. */
+    char log3[256];
+    snprintf(log3, sizeof(log3), "%s/rkv-m1.3.wal", c.dir);
+    uint64_t end = RKV_WAL_HDR_BYTES + 2 * rkv_wal_record_bytes(1, 16);
+    uint8_t rec[256];
+    row60_record(rec, log3, RKV_WAL_LSN(3, end), RKV_WAL_LSN(3, end), log_lineage(log3));
+    write_at(log3, end, rec, RKV_WAL_REC_BYTES + 10);
     char log1[128];
     snprintf(log1, sizeof(log1), "%s/s1b.log", c.dir);
     pid_t s1b = spawn_server(&c.cfg, 1, 0, log1);
@@ -1351,8 +1359,13 @@ static void test_wal_recovery_across_reused_logs(void **state)
     char want[160];
     snprintf(want, sizeof(want),
              "after snapshot generation 3: 1 logs, 2 records (2 rows, %llu bytes, 0 already "
-             "applied), 0 torn appends",
-             (unsigned long long)(RKV_WAL_HDR_BYTES + 2 * rkv_wal_record_bytes(1, 16)));
+             "applied), 1 torn appends",
+             (unsigned long long)end);
+    assert_true(file_contains(log1, want));
+    snprintf(want, sizeof(want),
+             "ends at byte %llu with an append a crash interrupted (checksum mismatch over its "
+             "24-byte body",
+             (unsigned long long)end);
     assert_true(file_contains(log1, want));
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
