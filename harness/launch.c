@@ -743,6 +743,7 @@ static const char *const demo_flags[CMD_KEY_COUNT_] = {
     [CMD_SCENARIO] = "--scenario",
     [CMD_DISCOVER] = "--discover",
     [CMD_DURABLE_DIR] = "--durable-dir",
+    [CMD_DURABLE_LOG_PREWRITE] = "--durable-log-prewrite",
     [CMD_RETRY_MS] = "--retry-ms",
     [CMD_ZERO_COPY_BYTES] = "--zero-copy-bytes",
     [CMD_BUSY_POLL] = "--busy-poll",

@@ -308,7 +308,8 @@ static void test_durable(void **state)
     (void)state;
     char dir[] = "/tmp/rkv-bench-durable.XXXXXX", args[256];
     assert_non_null(mkdtemp(dir));
-    snprintf(args, sizeof(args), "durable --dir %s --large-mib 2 --seconds 0.2", dir);
+    snprintf(args, sizeof(args), "durable --dir %s --large-mib 2 --seconds 0.2 --prewrite-mib 4",
+             dir);
     int rc = bench("", args);
     snprintf(args, sizeof(args), "rm -rf %s", dir);
     assert_int_equal(system(args), 0);
@@ -317,6 +318,7 @@ static void test_durable(void **state)
     const char *want[] = {"ratio durable.push.4K.1w.shard1M/plain.push.4K.1w.shard1M ",
                           "ratio durable.push.4K.8w.shard2M/fdatasync.4K ",
                           "ratio durable.push.1M.8w.shard2M/plain.push.1M.8w.shard2M ",
+                          "ratio durable.push.1M.8w.shard2M/disk.overwrite ",
                           "figure recovery.shard2M."};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         if (!strstr(out, want[i]))

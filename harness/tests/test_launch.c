@@ -275,6 +275,7 @@ static const struct {
     {CMD_SCENARIO, "--scenario", "/tmp/some.yaml", "RKV_SCENARIO"},
     {CMD_DISCOVER, "--discover", "1", "RKV_DISCOVER"},
     {CMD_DURABLE_DIR, "--durable-dir", "/tmp/some-snapshots", "RKV_DURABLE_DIR"},
+    {CMD_DURABLE_LOG_PREWRITE, "--durable-log-prewrite", "1048576", "RKV_DURABLE_LOG_PREWRITE"},
     {CMD_RETRY_MS, "--retry-ms", "250", "RKV_RETRY_MS"},
     {CMD_ZERO_COPY_BYTES, "--zero-copy-bytes", "0", "RKV_ZERO_COPY_BYTES"},
     {CMD_BUSY_POLL, "--busy-poll", "1", "RKV_BUSY_POLL"},

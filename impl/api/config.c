@@ -73,6 +73,11 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
     [CMD_DURABLE_DIR] = {"durable-dir", "RKV_DURABLE_DIR", "", "",
                          "durable mode: a push is acknowledged once a snapshot holding it is "
                          "synced here; a restarted server loads its machine's snapshot"},
+    [CMD_DURABLE_LOG_PREWRITE] = {"durable-log-prewrite", "RKV_DURABLE_LOG_PREWRITE", "", "0",
+                                  "durable mode: bytes of zeros a new log file is written with "
+                                  "(and one spare kept) so that commits overwrite disk blocks "
+                                  "instead of growing the file; 0: logs grow, reused after a "
+                                  "checkpoint"},
     [CMD_RETRY_MS] = {"retry-ms", "RKV_RETRY_MS", "", "0",
                       "clients retry requests to a dead server this long (it may restart); "
                       "0: fail at once with a dead-peer error"},
@@ -421,6 +426,7 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         cmd_u32(s, CMD_LOG_LEVEL, &ll, err, err_len) ||
         cmd_u32(s, CMD_RETRY_MS, &cfg->retry_ms, err, err_len) ||
         cmd_get_u64(s, CMD_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
+        cmd_get_u64(s, CMD_DURABLE_LOG_PREWRITE, &cfg->durable_log_prewrite, err, err_len) ||
         cmd_u32(s, CMD_BUSY_POLL, &busy, err, err_len) ||
         cmd_u32(s, CMD_HELLO_TIMEOUT_MS, &cfg->hello_timeout_ms, err, err_len) ||
         cmd_u32(s, CMD_IDLE_TIMEOUT_MS, &cfg->idle_timeout_ms, err, err_len))

@@ -200,6 +200,15 @@ struct rkv_config {
      * created where its machine's snapshot exists restarts from it. Every
      * node of a cluster must agree on durable or not (HELLO checks it). */
     char durable_dir[256];
+    /* Durable mode: a new log file (when no spare of an earlier log is
+     * there to reuse) is written with this many bytes of zeros and synced
+     * before its first push, and one spare is kept ready, so that group
+     * commits overwrite blocks on disk instead of growing the file (an
+     * fdatasync then writes no size or extent metadata). The directory
+     * then holds about three such files per machine (the log, up to two
+     * spares). 0 (the default): logs grow as pushes come, and are reused
+     * once a checkpoint let them go. */
+    uint64_t durable_log_prewrite;
     /* A client whose request meets a dead server (-RKV_EPEERDEAD) retries it
      * with backoff for this long, reconnecting to the server's address as
      * server 0 knows it then (a restarted server re-registers); in durable

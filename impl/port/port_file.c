@@ -296,3 +296,13 @@ int rkv_file_unlink(const char *path)
         return 0;
     return errno == ENOENT ? -RKV_ENOTENSOR : -RKV_EIO;
 }
+
+int rkv_file_rename(const char *from, const char *to, char *err, size_t err_len)
+{
+    if (rename(from, to) == 0)
+        return 0;
+    if (errno == ENOENT)
+        return -RKV_ENOTENSOR;
+    return rkv_errf(err, err_len, -RKV_EIO, "cannot rename %s to %s: %s", from, to,
+                    strerror(errno));
+}

@@ -52,6 +52,9 @@ int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t e
 int rkv_file_sync_dir(const char *dir, char *err, size_t err_len);
 /* 0, or -RKV_ENOTENSOR when path does not exist (not an error to remove). */
 int rkv_file_unlink(const char *path);
+/* rename(2) (replacing to when it exists); -RKV_ENOTENSOR when from does not
+ * exist, -RKV_EIO naming both otherwise. */
+int rkv_file_rename(const char *from, const char *to, char *err, size_t err_len);
 /* Wall-clock time (ns since the Unix epoch), for humans reading logs. */
 uint64_t rkv_file_wall_ns(void);
 /* wall_ns as "YYYY-MM-DDTHH:MM:SSZ". */

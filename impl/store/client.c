@@ -731,6 +731,36 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     return 0;
 }
 
+/* After attempt `attempt` of a request to server 0 failed with rc: 0 when
+ * it is to be sent again (server 0 is gone, the budget is not spent: this
+ * slept the backoff and redialled it), else the error to return. */
+static int cli_again0(struct rkv_client *c, int rc, uint64_t start, uint64_t retry_budget_ms,
+                      uint64_t *backoff_ms, uint32_t attempt, const char *what)
+{
+    struct cli_server *srv = c->srv0;
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t deadline = start + retry_budget_ms * 1000000ull;
+    if (rc != -RKV_EPEERDEAD || !retry_budget_ms || c->observer || !cli_srv_dead(c, srv))
+        return rc;
+    uint64_t now = po->now_ns(c->port);
+    if (now >= deadline)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "%s: server 0 still unreachable after retrying for %llu ms (%u "
+                        "attempts): %s",
+                        what, (unsigned long long)retry_budget_ms, attempt, c->err);
+    uint64_t left_ms = (deadline - now) / 1000000ull;
+    po->sleep_ns(c->port, (*backoff_ms < left_ms ? *backoff_ms
+                           : left_ms             ? left_ms
+                                                 : 1) *
+                              1000000ull);
+    *backoff_ms = *backoff_ms * 2 < 1000 ? *backoff_ms * 2 : 1000;
+    now = po->now_ns(c->port);
+    rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 1);
+    if (rc < 0 && rc != -RKV_EPEERDEAD)
+        return rc; /* refused otherwise than by its absence */
+    return 0;
+}
+
 /* A request to server 0 (barrier, meta, address table). With retry_ms,
  * one that met server 0 gone (its connection died: it crashed, and in
  * durable mode it restarts) is sent again once it is back, within
@@ -744,7 +774,6 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
     struct cli_server *srv = c->srv0;
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t start = po->now_ns(c->port);
-    uint64_t deadline = start + retry_budget_ms * 1000000ull;
     uint64_t backoff_ms = 10;
     for (uint32_t attempt = 1;; attempt++) {
         struct rkv_hdr h = *h0;
@@ -762,24 +791,8 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
             }
             cli_release(c, &r, 1);
         }
-        if (rc != -RKV_EPEERDEAD || !retry_budget_ms || c->observer || !cli_srv_dead(c, srv))
+        if ((rc = cli_again0(c, rc, start, retry_budget_ms, &backoff_ms, attempt, what)) < 0)
             return rc;
-        uint64_t now = po->now_ns(c->port);
-        if (now >= deadline)
-            return rkv_errf(c->err, sizeof(c->err), rc,
-                            "%s: server 0 still unreachable after retrying for %llu ms (%u "
-                            "attempts): %s",
-                            what, (unsigned long long)retry_budget_ms, attempt, c->err);
-        uint64_t left_ms = (deadline - now) / 1000000ull;
-        po->sleep_ns(c->port, (backoff_ms < left_ms ? backoff_ms
-                               : left_ms            ? left_ms
-                                                    : 1) *
-                                  1000000ull);
-        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
-        now = po->now_ns(c->port);
-        rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 1);
-        if (rc < 0 && rc != -RKV_EPEERDEAD)
-            return rc; /* refused otherwise than by its absence */
     }
 }
 
@@ -2497,10 +2510,9 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
     return rkv_pull_register(&c->pt, id, fn, out_mult, out_add, user);
 }
 
-static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
+                         size_t *n_p)
 {
-    if ((!metas && cap) || !n_p)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
     struct cli_server *srv = c->srv0;
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
@@ -2523,6 +2535,22 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
         return rc;
     *n_p = total;
     return 0;
+}
+
+/* LIST is answered by server 0 alone (its reply's metas come in its own
+ * buffer, not a cli_call0's): retried as cli_call0 retries, so a restarted
+ * server 0 answers it too. */
+static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+{
+    if ((!metas && cap) || !n_p)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
+    uint64_t start = c->port->ops->now_ns(c->port), backoff_ms = 10;
+    for (uint32_t attempt = 1;; attempt++) {
+        int rc = cli_list_once(c, metas, cap, n_p);
+        if (rc == 0 ||
+            (rc = cli_again0(c, rc, start, c->cfg.retry_ms, &backoff_ms, attempt, "list")) < 0)
+            return rc;
+    }
 }
 
 int rkv_client_register(struct rkv_client *c, void *addr, size_t len)

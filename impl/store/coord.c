@@ -35,7 +35,7 @@ void rkv_coord_encode(const struct rkv_coord *c, uint64_t wall_ns, uint8_t *out)
     assert((size_t)(p - out) == RKV_COORD_HDR_BYTES);
     for (uint32_t i = 0; i < c->n_workers; i++) {
         p = rkv_put32(p, c->clients[i].machine);
-        p = rkv_put32(p, 0);
+        p = rkv_put32(p, c->clients[i].flags);
         p = rkv_put64(p, c->clients[i].nonce);
     }
     for (uint32_t i = 0; i < c->n_servers; i++) {
@@ -57,7 +57,7 @@ int rkv_coord_decode(const uint8_t *buf, size_t len, const char *path, struct rk
                         path, len);
     uint32_t version = rkv_get32(buf + 8), n_workers = rkv_get32(buf + 12);
     uint32_t n_servers = rkv_get32(buf + 32), ids_given = rkv_get32(buf + 36);
-    if (version != RKV_COORD_VERSION)
+    if (version != RKV_COORD_VERSION && version != 1)
         return rkv_errf(err, err_len, -RKV_EIO, "%s: version %u, this build reads %u", path,
                         version, RKV_COORD_VERSION);
     if (rkv_get64(buf + 16) != c->fingerprint || n_workers != c->n_workers ||
@@ -78,9 +78,14 @@ int rkv_coord_decode(const uint8_t *buf, size_t len, const char *path, struct rk
     c->ids_given = ids_given;
     c->barriers_done = rkv_get64(buf + 24);
     const uint8_t *p = buf + RKV_COORD_HDR_BYTES;
-    for (uint32_t i = 0; i < n_workers; i++, p += RKV_COORD_CLIENT_BYTES)
-        c->clients[i] =
-            (struct rkv_coord_client){.machine = rkv_get32(p), .nonce = rkv_get64(p + 8)};
+    for (uint32_t i = 0; i < n_workers; i++, p += RKV_COORD_CLIENT_BYTES) {
+        uint32_t flags = rkv_get32(p + 4);
+        if (flags & ~RKV_COORD_LEFT || (flags && i >= ids_given))
+            return rkv_errf(err, err_len, -RKV_EIO, "%s: client %u's flags %#x are malformed", path,
+                            i, flags);
+        c->clients[i] = (struct rkv_coord_client){
+            .machine = rkv_get32(p), .flags = flags, .nonce = rkv_get64(p + 8)};
+    }
     for (uint32_t i = 0; i < n_servers; i++, p += RKV_COORD_ADDR_BYTES) {
         uint32_t port = rkv_get32(p);
         if (port > UINT16_MAX || p[8 + RKV_COORD_HOST_BYTES - 1] != 0)

@@ -6,6 +6,9 @@
  *   - the client ids handed out: per id, the machine and join nonce of the
  *     client that holds it, so that each client re-joins under its id
  *     (and only it: the nonce) after server 0 restarted;
+ *   - which client left (its connection went for good while ids were
+ *     handed out), so that a barrier after a restart fails as it did
+ *     before it ("client N left") instead of waiting for it forever;
  *   - the number of barriers completed, so that a client whose barrier
  *     reply the crash swallowed gets it when it asks again, and one that
  *     asks for the next barrier joins that one, not a stale one;
@@ -14,15 +17,17 @@
  * It is replaced whole (temp file, fsync, rename, directory fsync) before
  * what it records is acknowledged: before the HELLO replies that hand out
  * the ids, before the replies of a completed barrier, before a REGISTER's
- * ack. Those are rare events (once per run, once per barrier, once per
- * server start), so a synchronous write costs little.
+ * ack, and when the first client leaves or the one that left re-joins.
+ * Those are rare events (once per run, once per barrier, once per server
+ * start), so a synchronous write costs little.
  *
- * File DIR/rkv-coord, little-endian, version 1:
+ * File DIR/rkv-coord, little-endian, version 2 (version 1, read too, had
+ * zero where the flags are):
  *    0 u64 magic "RKVCOORD"   8 u32 version      12 u32 n_workers
  *   16 u64 cluster fingerprint                    24 u64 barriers done
  *   32 u32 n_servers         36 u32 ids handed out (0 or n_workers)
  *   40 u64 wall_ns (written, Unix)
- *   48 n_workers x { u32 machine, u32 zero, u64 nonce }
+ *   48 n_workers x { u32 machine, u32 flags (1: it left), u64 nonce }
  *      n_servers x { u32 port (0: not registered), u32 zero,
  *                    RKV_COORD_HOST_BYTES host, NUL-padded }
  *      u32 CRC-32C of every byte before it
@@ -38,7 +43,8 @@
 #include "proto/proto.h"
 
 #define RKV_COORD_MAGIC 0x44524f4f43564b52ull /* "RKVCOORD" */
-#define RKV_COORD_VERSION 1u
+#define RKV_COORD_VERSION 2u
+#define RKV_COORD_LEFT 1u
 #define RKV_COORD_FILE "rkv-coord"
 #define RKV_COORD_HDR_BYTES 48u
 #define RKV_COORD_CLIENT_BYTES 16u
@@ -47,6 +53,7 @@
 
 struct rkv_coord_client {
     uint32_t machine;
+    uint32_t flags; /* RKV_COORD_LEFT */
     uint64_t nonce;
 };
 

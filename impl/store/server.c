@@ -290,7 +290,9 @@ static int srv_coord_save(struct rkv_server *s, char *err, size_t err_len)
     }
     for (uint32_t i = 0; i < c.ids_given; i++) /* sorted: entry i holds id i */
         c.clients[i] =
-            (struct rkv_coord_client){.machine = s->hellos[i].machine, .nonce = s->hellos[i].nonce};
+            (struct rkv_coord_client){.machine = s->hellos[i].machine,
+                                      .flags = s->client_gone == i + 1 ? RKV_COORD_LEFT : 0,
+                                      .nonce = s->hellos[i].nonce};
     for (uint32_t i = 0; i < c.n_servers; i++) {
         c.addrs[i].port = (uint16_t)s->table[i].port;
         snprintf(c.addrs[i].host, sizeof(c.addrs[i].host), "%s", s->table[i].host);
@@ -300,6 +302,20 @@ out:
     free(c.clients);
     free(c.addrs);
     return rc;
+}
+
+/* Server 0: a client left, or the one that left re-joined: recorded, so
+ * that a restarted server 0 fails (or completes) barriers as this one
+ * does. Nothing is acknowledged by it, so a failure is logged only: a
+ * restart would then wait in a barrier for the client that left. */
+static void srv_coord_note_gone(struct rkv_server *s)
+{
+    char why[256];
+    if (s->server_id != 0 || !s->durable || s->n_hellos != s->cfg.n_workers)
+        return;
+    if (srv_coord_save(s, why, sizeof(why)) < 0)
+        RKV_LOGE(s->port, "server 0: cannot record that client %d left: %s",
+                 (int)s->client_gone - 1, why);
 }
 
 /* A restarted server 0: the ids, barrier count and addresses of the run it
@@ -333,9 +349,17 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
     if (rc < 0)
         goto out;
     s->n_hellos = c.ids_given;
-    for (uint32_t i = 0; i < c.ids_given; i++)
+    for (uint32_t i = 0; i < c.ids_given; i++) {
         s->hellos[i] =
             (struct srv_hello){.machine = c.clients[i].machine, .nonce = c.clients[i].nonce};
+        if ((c.clients[i].flags & RKV_COORD_LEFT) && !s->client_gone) {
+            s->client_gone = i + 1;
+            RKV_LOGW(s->port,
+                     "server 0 restarted: client %u left before; a barrier fails until it "
+                     "re-joins",
+                     i);
+        }
+    }
     s->barriers_done = c.barriers_done;
     uint64_t fp = s->fp;
     for (uint32_t i = 0; i < c.n_servers; i++) {
@@ -374,8 +398,10 @@ static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const
     struct rkv_peer *old = h->peer;
     h->peer = peer;
     h->req_id = m->h.req_id;
-    if (s->client_gone == id + 1)
+    if (s->client_gone == id + 1) {
         s->client_gone = 0; /* it is back: barriers can complete again */
+        srv_coord_note_gone(s);
+    }
     srv_conn_of(peer)->client_id = id;
     srv_conn_unkeep(s, old); /* the old connection was kept for its id only */
     RKV_LOGI(s->port, "client %u re-joined", id);
@@ -1320,6 +1346,7 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
     uint32_t id = srv_client_id(s, peer);
     if (id != RKV_ID_NONE && !s->client_gone) {
         s->client_gone = id + 1;
+        srv_coord_note_gone(s);
         if (s->n_barrier)
             RKV_LOGW(s->port, "client %u left while %u others wait in a barrier: failing it", id,
                      s->n_barrier);
@@ -1523,12 +1550,13 @@ static void srv_replay_log(struct rkv_server *s, uint64_t t0)
     const struct rkv_wal_replay *r = &s->replay;
     RKV_LOGW(s->port,
              "server %u replayed machine %u's log after snapshot generation %llu: %llu logs, "
-             "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn bytes cut, "
+             "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn appends left "
+             "behind, "
              "in %llu ms",
              s->server_id, s->cfg.machine_id, (unsigned long long)s->replay_gen,
              (unsigned long long)r->logs, (unsigned long long)r->records,
              (unsigned long long)r->rows, (unsigned long long)r->bytes, (unsigned long long)r->dups,
-             (unsigned long long)r->torn_bytes,
+             (unsigned long long)r->torn,
              (unsigned long long)((s->port->ops->now_ns(s->port) - t0) / 1000000ull));
 }
 
@@ -1766,11 +1794,13 @@ static void srv_durable_stop(struct rkv_server *s)
         RKV_LOGE(s->port, "checkpoint at shutdown failed (the log stays): %s", why);
     RKV_LOGI(s->port,
              "server %u durable: %llu acknowledgements waited; %llu log records (%llu bytes), "
-             "%llu log syncs, %llu covered by another server's; %llu snapshots written (%llu "
-             "fsyncs, %llu bytes), %llu covered by another server's",
+             "%llu log syncs, %llu covered by another server's; %llu logs made from a spare, "
+             "%llu files new; %llu snapshots written (%llu fsyncs, %llu bytes), %llu covered by "
+             "another server's",
              s->server_id, (unsigned long long)s->n_durable_acks,
              (unsigned long long)s->wal->n_records, (unsigned long long)s->wal->bytes_appended,
              (unsigned long long)s->wal->n_syncs, (unsigned long long)s->wal->n_shared_syncs,
+             (unsigned long long)s->wal->n_reused, (unsigned long long)s->wal->n_fresh,
              (unsigned long long)w->n_written, (unsigned long long)w->n_fsyncs,
              (unsigned long long)w->bytes_written, (unsigned long long)w->n_shared);
     rkv_snap_writer_free(s->snapw);

@@ -182,6 +182,11 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                             : "");
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
+    /* A log's byte offsets are below 1 TiB (its LSNs, wal.h). */
+    if (cfg->durable_log_prewrite >= (1ull << 40))
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: durable_log_prewrite is %llu bytes; a log holds less than 1 TiB",
+                        (unsigned long long)cfg->durable_log_prewrite);
     return 0;
 }
 

@@ -24,6 +24,18 @@ static void wal_path(const struct rkv_wal *w, uint64_t gen, char *buf, size_t le
     snprintf(buf, len, "%s/%s", w->dir, name);
 }
 
+/* Spare k (a log let go, or zeros written ahead), and a fresh file's name
+ * until it is complete. */
+static void wal_spare_path(const struct rkv_wal *w, uint32_t k, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/rkv-m%u.free%u.wal", w->dir, w->machine, k);
+}
+
+static void wal_new_path(const struct rkv_wal *w, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/rkv-m%u.new.wal", w->dir, w->machine);
+}
+
 /* ---- encoding ---- */
 
 static uint64_t wal_body_bytes(uint64_t count, uint64_t row_bytes)
@@ -52,8 +64,9 @@ void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uin
 
 static const uint8_t wal_zeros[8];
 
-/* The record's header for p into out (64 bytes); the body is the ids, the
- * rows and pad zero bytes, written from where they are. */
+/* The record's header for p into out (RKV_WAL_REC_BYTES), but for its place
+ * (wal_seal_head); the body is the ids, the rows and pad zero bytes, written
+ * from where they are. */
 static void wal_encode_head(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes,
                             size_t pad)
 {
@@ -72,7 +85,16 @@ static void wal_encode_head(uint8_t *out, const struct rkv_wal_push *p, uint64_t
     memcpy(out + 40, &p->param, 8);
     rkv_put32(out + 48, (uint32_t)p->op);
     rkv_put32(out + 52, crc);
-    rkv_put32(out + 60, rkv_crc32c(0, out, 60));
+}
+
+/* The record's place: its LSN, the durable LSN when it was appended and the
+ * lineage, which tell it from a record of the file's earlier use. */
+static void wal_seal_head(uint8_t *out, uint64_t lsn, uint64_t durable, uint64_t lineage)
+{
+    rkv_put64(out + 56, lsn);
+    rkv_put64(out + 64, durable);
+    rkv_put32(out + 72, (uint32_t)lineage);
+    rkv_put32(out + 76, rkv_crc32c(0, out, 76));
 }
 
 static size_t wal_pad(uint64_t count, uint64_t row_bytes)
@@ -80,7 +102,8 @@ static size_t wal_pad(uint64_t count, uint64_t row_bytes)
     return (size_t)(wal_body_bytes(count, row_bytes) - count * (8 + row_bytes));
 }
 
-void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes)
+void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes,
+                           uint64_t lsn, uint64_t durable, uint64_t lineage)
 {
     size_t ids = (size_t)p->count * 8, rows = (size_t)(p->count * row_bytes);
     size_t pad = wal_pad(p->count, row_bytes);
@@ -89,6 +112,7 @@ void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t 
     memcpy(b + ids, p->rows, rows);
     memset(b + ids + rows, 0, pad);
     wal_encode_head(out, p, row_bytes, pad);
+    wal_seal_head(out, lsn, durable, lineage);
 }
 
 /* ---- the handle ---- */
@@ -103,6 +127,7 @@ void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
     w->machine = cfg->machine_id;
     w->fingerprint = rkv_cfg_fingerprint(cfg);
     w->checkpoint_bytes = RKV_WAL_CHECKPOINT_BYTES;
+    w->prewrite_bytes = cfg->durable_log_prewrite;
     snprintf(w->dir, sizeof(w->dir), "%s", cfg->durable_dir);
     w->app.fd = w->sync.fd = -1;
 }
@@ -149,7 +174,23 @@ uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w)
     return off > RKV_WAL_HDR_BYTES ? off - RKV_WAL_HDR_BYTES : 0;
 }
 
-/* Cuts what a dead holder of wal_lock may have written past the end. */
+/* Zeros over the record header at off of fd (as far as the file goes), made
+ * durable: the log's records end there, whatever was written past it. Not a
+ * truncation, which would give up the blocks written ahead. */
+static int wal_void_at(int fd, uint64_t off, const char *path, char *err, size_t err_len)
+{
+    static const uint8_t zeros[RKV_WAL_REC_BYTES];
+    uint64_t size;
+    int rc = rkv_file_size(fd, &size, path, err, err_len);
+    if (rc < 0 || size <= off)
+        return rc;
+    size_t n = size - off < sizeof(zeros) ? (size_t)(size - off) : sizeof(zeros);
+    if ((rc = rkv_file_pwrite(fd, zeros, n, off, path, err, err_len)) == 0)
+        rc = rkv_file_datasync(fd, path, err, err_len);
+    return rc;
+}
+
+/* Voids what a dead holder of wal_lock may have written past the end. */
 static int wal_cut(struct rkv_wal *w, char *err, size_t err_len)
 {
     assert(rkv_live_held(&w->mc->hdr->wal_lock, w->mc->owner));
@@ -158,7 +199,7 @@ static int wal_cut(struct rkv_wal *w, char *err, size_t err_len)
     if (RKV_WAL_GEN(end) == 0)
         return 0;
     int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
-    return rc < 0 ? rc : rkv_file_truncate(w->app.fd, RKV_WAL_OFF(end), path, err, err_len);
+    return rc < 0 ? rc : wal_void_at(w->app.fd, RKV_WAL_OFF(end), path, err, err_len);
 }
 
 int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
@@ -173,9 +214,9 @@ int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
 /* ---- the push path ---- */
 
 /* The record of p, whose header (wal_encode_head) is head, at the end of
- * the current log (under wal_lock). */
+ * the current log (under wal_lock), its place sealed in head. */
 static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t row_bytes,
-                      const uint8_t *head, char *err, size_t err_len)
+                      uint8_t *head, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
     assert(rkv_live_held(&h->wal_lock, w->mc->owner));
@@ -192,6 +233,8 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
                         w->machine);
     size_t bytes = rkv_wal_record_bytes(p->count, row_bytes);
     size_t pad = wal_pad(p->count, row_bytes);
+    wal_seal_head(head, end, atomic_load(&h->wal_durable),
+                  __atomic_load_n(&h->lineage, __ATOMIC_ACQUIRE));
     /* Written from the request's own buffers: no copy of the rows. */
     const void *bufs[4] = {head, p->ids, p->rows, wal_zeros};
     size_t lens[4] = {RKV_WAL_REC_BYTES, (size_t)p->count * 8, (size_t)(p->count * row_bytes), pad};
@@ -332,24 +375,124 @@ unlock:
 
 /* ---- checkpoints: the snapshot writer's hooks ---- */
 
-/* A fresh log gen (header only), durable with its directory entry before
- * any push is appended to it. */
-static int wal_create(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *err, size_t err_len)
+/* Zeros from byte `from` of fd up to `to`, written in blocks of 1 MiB. */
+static int wal_zero_fill(int fd, uint64_t from, uint64_t to, const char *path, char *err,
+                         size_t err_len)
 {
-    char path[512];
-    uint8_t hdr[RKV_WAL_HDR_BYTES];
-    int fd;
-    wal_path(w, gen, path, sizeof(path));
-    int rc = rkv_file_open(path, 1, &fd, err, err_len);
+    if (from >= to)
+        return 0;
+    size_t block = 1u << 20;
+    uint8_t *zeros = calloc(1, block);
+    if (!zeros)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "log %s: no memory to write zeros ahead", path);
+    int rc = 0;
+    for (uint64_t off = from; off < to && rc == 0; off += block) {
+        size_t n = to - off < block ? (size_t)(to - off) : block;
+        rc = rkv_file_pwrite(fd, zeros, n, off, path, err, err_len);
+    }
+    free(zeros);
+    return rc;
+}
+
+/* A spare's file (*fd_p, named from), else -RKV_ENOTENSOR. */
+static int wal_take_spare(struct rkv_wal *w, char *from, size_t from_len, int *fd_p)
+{
+    char why[256];
+    for (uint32_t k = 0; k < RKV_WAL_SPARES; k++) {
+        wal_spare_path(w, k, from, from_len);
+        if (rkv_file_open(from, 0, fd_p, why, sizeof(why)) == 0)
+            return 0;
+    }
+    return -RKV_ENOTENSOR;
+}
+
+/* A fresh file written with prewrite_bytes of zeros, under the name from. */
+static int wal_fresh(struct rkv_wal *w, char *from, size_t from_len, int *fd_p, char *err,
+                     size_t err_len)
+{
+    wal_new_path(w, from, from_len);
+    int rc = rkv_file_open(from, 1, fd_p, err, err_len);
     if (rc < 0)
         return rc;
+    if ((rc = rkv_file_truncate(*fd_p, 0, from, err, err_len)) == 0)
+        rc = wal_zero_fill(*fd_p, 0, w->prewrite_bytes, from, err, err_len);
+    if (rc < 0) {
+        rkv_file_close(*fd_p);
+        *fd_p = -1;
+    }
+    return rc;
+}
+
+/* Log gen (header, then what the file held: zeros or a spare's old
+ * records), durable with its directory entry before any push is appended
+ * to it. The header is written and synced under the file's old name, so
+ * that a file named as a log always has its own header. */
+static int wal_create(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *err, size_t err_len)
+{
+    char path[512], from[512];
+    uint8_t hdr[RKV_WAL_HDR_BYTES];
+    int fd = -1;
+    wal_path(w, gen, path, sizeof(path));
+    int reused = wal_take_spare(w, from, sizeof(from), &fd) == 0;
+    uint64_t size = 0;
+    int rc = reused ? rkv_file_size(fd, &size, from, err, err_len)
+                    : wal_fresh(w, from, sizeof(from), &fd, err, err_len);
+    if (rc == 0 && reused) /* a spare smaller than what is written ahead */
+        rc = wal_zero_fill(fd, size, w->prewrite_bytes, from, err, err_len);
     rkv_wal_encode_header(hdr, w->machine, lineage, gen, w->fingerprint);
-    if ((rc = rkv_file_truncate(fd, 0, path, err, err_len)) == 0 &&
-        (rc = rkv_file_pwrite(fd, hdr, sizeof(hdr), 0, path, err, err_len)) == 0 &&
-        (rc = rkv_file_datasync(fd, path, err, err_len)) == 0)
+    if (rc == 0 && (rc = rkv_file_pwrite(fd, hdr, sizeof(hdr), 0, from, err, err_len)) == 0 &&
+        (rc = rkv_file_datasync(fd, from, err, err_len)) == 0 &&
+        (rc = rkv_file_rename(from, path, err, err_len)) == 0)
         rc = rkv_file_sync_dir(w->dir, err, err_len);
     rkv_file_close(fd);
+    if (rc == 0 && reused)
+        w->n_reused++;
+    else if (rc == 0)
+        w->n_fresh++;
     return rc;
+}
+
+/* Log `path` let go by a checkpoint: kept as a spare while there is room. */
+static void wal_retire(struct rkv_wal *w, const char *path)
+{
+    char spare[512], why[256];
+    for (uint32_t k = 0; k < RKV_WAL_SPARES; k++) {
+        int fd;
+        wal_spare_path(w, k, spare, sizeof(spare));
+        if (rkv_file_open(spare, 0, &fd, why, sizeof(why)) == 0) {
+            rkv_file_close(fd);
+            continue;
+        }
+        if (rkv_file_rename(path, spare, why, sizeof(why)) == 0)
+            return;
+        break;
+    }
+    rkv_file_unlink(path);
+}
+
+/* With durable_log_prewrite, a spare is ready before the log needs it: the
+ * zeros are written here, by the checkpoint task, not by a commit. */
+static void wal_stock_spare(struct rkv_wal *w)
+{
+    char spare[512], from[512], why[256];
+    int fd = -1;
+    if (!w->prewrite_bytes)
+        return;
+    if (wal_take_spare(w, spare, sizeof(spare), &fd) == 0) {
+        rkv_file_close(fd);
+        return;
+    }
+    int rc = wal_fresh(w, from, sizeof(from), &fd, why, sizeof(why));
+    if (rc == 0 && (rc = rkv_file_datasync(fd, from, why, sizeof(why))) == 0) {
+        wal_spare_path(w, 0, spare, sizeof(spare));
+        rc = rkv_file_rename(from, spare, why, sizeof(why));
+    }
+    if (rc == 0)
+        w->n_fresh++;
+    else /* no spare: the next log is made fresh, as without one */
+        RKV_LOGW(w->port, "machine %u: no spare log written ahead: %s", w->machine, why);
+    if (fd >= 0)
+        rkv_file_close(fd);
 }
 
 static int wal_before_copy(void *user, uint64_t gen, char *err, size_t err_len)
@@ -410,10 +553,15 @@ static void wal_after_durable(void *user, uint64_t gen)
     if (w->sync.fd >= 0 && w->sync.gen < gen)
         wal_file_close(&w->sync);
     for (uint64_t g = gen - 1; g >= 1 && gen - g <= RKV_WAL_MAX_CHAIN; g--) {
+        int fd;
+        char why[256];
         wal_path(w, g, path, sizeof(path));
-        if (rkv_file_unlink(path) == -RKV_ENOTENSOR)
+        if (rkv_file_open(path, 0, &fd, why, sizeof(why)) < 0)
             break;
+        rkv_file_close(fd);
+        wal_retire(w, path);
     }
+    wal_stock_spare(w);
 }
 
 void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw)
@@ -439,7 +587,13 @@ static int wal_check_header(const struct rkv_wal *w, const char *path, const uin
                        RKV_WAL_HDR_BYTES);
     if (rkv_get64(buf) != RKV_WAL_MAGIC)
         return WAL_BAD("log %s: not an rkv log (bad magic)", path);
-    if (rkv_get32(buf + 8) != RKV_WAL_VERSION)
+    if (rkv_get32(buf + 8) == 1 && len > RKV_WAL_HDR_BYTES)
+        return WAL_BAD("log %s: format version 1 holding records (written by an older build); "
+                       "this build reads version 2: restart the machine's servers with the build "
+                       "that wrote it and stop them cleanly (a clean stop checkpoints and leaves "
+                       "the log empty), then start this build",
+                       path);
+    if (rkv_get32(buf + 8) != RKV_WAL_VERSION && rkv_get32(buf + 8) != 1)
         return WAL_BAD("log %s: format version %u, this build reads version %u", path,
                        rkv_get32(buf + 8), RKV_WAL_VERSION);
     if (rkv_get32(buf + 60) != rkv_crc32c(0, buf, 60))
@@ -522,29 +676,42 @@ static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, con
     return 0;
 }
 
-/* Walks one log's records from byte `from`; *good_p: where the complete
- * ones end (or the record the replay paused at: WAL_PAUSED). */
+/* How a log's records ended (wal_replay_log). */
+struct wal_end {
+    uint64_t good;  /* where the complete records end (or the paused one) */
+    int torn;       /* at a record of this log, incomplete: an interrupted append */
+    char what[160]; /* what is there, for a refusal */
+};
+
+/* Whether rec (at least RKV_WAL_REC_BYTES) is the header of a record of
+ * this log (its lineage) at lsn: not zeros, not a record of the file's
+ * earlier use, not part of one's body, not an append torn in its header. */
+static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage)
+{
+    return rkv_get64(rec + 56) == lsn && rkv_get32(rec + 72) == (uint32_t)lineage &&
+           rkv_get32(rec + 76) == rkv_crc32c(0, rec, 76);
+}
+
+/* Walks one log's records from byte `from` up to the first place that holds
+ * no complete record of this log. */
 static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *buf, size_t len,
-                          uint64_t from, struct rkv_tensor *const *tensors,
-                          const struct rkv_handler_table *ht, int flags, struct rkv_wal_replay *r,
-                          uint64_t *good_p, char *err, size_t err_len)
+                          uint64_t gen, uint64_t lineage, uint64_t from,
+                          struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                          int flags, struct rkv_wal_replay *r, struct wal_end *e, char *err,
+                          size_t err_len)
 {
     uint64_t off = from;
-    while (off < len) {
+    e->torn = 0;
+    snprintf(e->what, sizeof(e->what), "no record of this log there");
+    while (off + RKV_WAL_REC_BYTES <= len) {
         const uint8_t *rec = buf + off;
         uint64_t rem = len - off;
-        if (rem < RKV_WAL_REC_BYTES)
-            break; /* torn: part of a header */
-        if (rkv_get32(rec + 60) != rkv_crc32c(0, rec, 60)) {
-            if (wal_all_zero(rec, (size_t)rem))
-                break; /* torn: space the file system gave but no data reached */
-            return WAL_BAD("log %s: record at byte %llu: header checksum mismatch (corrupted "
-                           "record; %llu bytes follow it)",
-                           path, (unsigned long long)off, (unsigned long long)rem);
-        }
+        if (!wal_here(rec, RKV_WAL_LSN(gen, off), lineage))
+            break;
+        /* A header that checks at its place was written whole: what it says
+         * must be possible, whatever the crash. */
         uint64_t count = rkv_get64(rec + 24), row_bytes = rkv_get64(rec + 32), body;
-        if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get32(rec + 4) != RKV_WAL_REC_PUSH ||
-            rkv_get32(rec + 56) != 0)
+        if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get32(rec + 4) != RKV_WAL_REC_PUSH)
             return WAL_BAD("log %s: record at byte %llu: bad magic or unknown type %u", path,
                            (unsigned long long)off, rkv_get32(rec + 4));
         if (count == 0 || !rkv_mul_ok(count, 8 + row_bytes, &body) || !rkv_add_ok(body, 7, &body))
@@ -553,42 +720,70 @@ static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *bu
                            path, (unsigned long long)off, (unsigned long long)count,
                            (unsigned long long)row_bytes);
         body &= ~7ull;
-        if (body > rem - RKV_WAL_REC_BYTES)
-            break; /* torn: the body runs past the end */
-        if (rkv_get32(rec + 52) != rkv_crc32c(0, rec + RKV_WAL_REC_BYTES, (size_t)body)) {
-            if (RKV_WAL_REC_BYTES + body == rem)
-                break; /* torn: the last record, partly written */
-            return WAL_BAD("log %s: record at byte %llu: checksum mismatch over its %llu-byte "
-                           "body (corrupted record; %llu bytes follow it)",
-                           path, (unsigned long long)off, (unsigned long long)body,
-                           (unsigned long long)(rem - RKV_WAL_REC_BYTES - body));
+        e->torn = 1;
+        if (body > rem - RKV_WAL_REC_BYTES) {
+            snprintf(e->what, sizeof(e->what), "its %llu-byte body runs past the end of the file",
+                     (unsigned long long)body);
+            break;
         }
+        if (rkv_get32(rec + 52) != rkv_crc32c(0, rec + RKV_WAL_REC_BYTES, (size_t)body)) {
+            snprintf(e->what, sizeof(e->what), "checksum mismatch over its %llu-byte body",
+                     (unsigned long long)body);
+            break;
+        }
+        e->torn = 0;
         int rc = wal_replay_one(w, path, off, rec, tensors, ht, flags, r, err, err_len);
         if (rc == WAL_PAUSED)
-            *good_p = off;
+            e->good = off;
         if (rc != 0)
             return rc;
         off += RKV_WAL_REC_BYTES + body;
     }
-    *good_p = off;
+    e->good = off;
     return 0;
 }
 
-static int wal_cut_tail(struct rkv_wal *w, const char *path, uint64_t good, uint64_t len, char *err,
-                        size_t err_len)
+/* The records of log gen end at e->good. Refused when a record of this log
+ * past it was appended once the log was durable beyond that point: a synced
+ * record no longer reads (a crash leaves unsynced ones only). Records of
+ * the file's earlier use name other places, and the scan skips them. */
+static int wal_check_end(const char *path, const uint8_t *buf, size_t len, uint64_t gen,
+                         uint64_t lineage, const struct wal_end *e, char *err, size_t err_len)
+{
+    for (uint64_t p = e->good + 8; p + RKV_WAL_REC_BYTES <= len; p += 8) {
+        const uint8_t *rec = buf + p;
+        if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get64(rec + 56) != RKV_WAL_LSN(gen, p) ||
+            !wal_here(rec, RKV_WAL_LSN(gen, p), lineage))
+            continue;
+        uint64_t durable = rkv_get64(rec + 64);
+        if (RKV_WAL_GEN(durable) == gen && RKV_WAL_OFF(durable) > e->good)
+            return WAL_BAD("log %s: record at byte %llu: %s (corrupted record: the record at "
+                           "byte %llu was appended once the log was durable up to byte %llu)",
+                           path, (unsigned long long)e->good, e->what, (unsigned long long)p,
+                           (unsigned long long)RKV_WAL_OFF(durable));
+    }
+    return 0;
+}
+
+/* The log's records end at e->good: made durable as read (the machine may
+ * have survived with them in its page cache only), and an interrupted
+ * append there voided, so that a later log's records never follow a torn
+ * one on disk. */
+static int wal_settle(struct rkv_wal *w, const char *path, const struct wal_end *e, char *err,
+                      size_t err_len)
 {
     int fd;
     int rc = rkv_file_open(path, 0, &fd, err, err_len);
     if (rc < 0)
         return rc;
-    if ((rc = rkv_file_truncate(fd, good, path, err, err_len)) == 0)
-        rc = rkv_file_datasync(fd, path, err, err_len);
+    rc = e->torn ? wal_void_at(fd, e->good, path, err, err_len)
+                 : rkv_file_datasync(fd, path, err, err_len);
     rkv_file_close(fd);
-    if (rc == 0)
+    if (rc == 0 && e->torn)
         RKV_LOGW(w->port,
-                 "log %s: cut a torn tail of %llu bytes at byte %llu (an append a crash "
-                 "interrupted: never acknowledged)",
-                 path, (unsigned long long)(len - good), (unsigned long long)good);
+                 "log %s: ends at byte %llu with an append a crash interrupted (%s; never "
+                 "acknowledged), voided",
+                 path, (unsigned long long)e->good, e->what);
     return rc;
 }
 
@@ -616,7 +811,8 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             return rc;
         int stale;
         if (len < RKV_WAL_HDR_BYTES && wal_all_zero(buf, len)) {
-            /* A checkpoint died creating it: it never held a record. */
+            /* Left by a build that created logs in place: a checkpoint died
+             * creating it, and it never held a record. */
             free(buf);
             RKV_LOGW(w->port, "log %s: empty (%zu bytes; a checkpoint was interrupted)", path, len);
             if ((rc = wal_create(w, lineage, g, err, err_len)) < 0)
@@ -630,36 +826,50 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             free(buf);
             break;
         }
-        uint64_t good = 0, before = r->records + r->dups;
+        if (rc == 0 && rkv_get32(buf + 8) == 1) {
+            /* Version 1 without records (a clean stop's): nothing to read. */
+            free(buf);
+            RKV_LOGW(w->port,
+                     "log %s: format version 1 holding no records, made anew as version %u", path,
+                     RKV_WAL_VERSION);
+            if ((rc = wal_create(w, lineage, g, err, err_len)) < 0)
+                return rc;
+            end = RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES);
+            continue;
+        }
+        struct wal_end e = {0};
+        uint64_t before = r->records + r->dups;
         uint64_t from = start && g == RKV_WAL_GEN(start) ? RKV_WAL_OFF(start) : RKV_WAL_HDR_BYTES;
         if (rc == 0 && from > len)
             rc = WAL_BAD("log %s: shorter (%zu bytes) than where its replay paused (%llu)", path,
                          len, (unsigned long long)from);
         if (rc == 0)
-            rc =
-                wal_replay_log(w, path, buf, len, from, tensors, ht, flags, r, &good, err, err_len);
+            rc = wal_replay_log(w, path, buf, len, g, lineage, from, tensors, ht, flags, r, &e, err,
+                                err_len);
+        if (rc == 0)
+            rc = wal_check_end(path, buf, len, g, lineage, &e, err, err_len);
         free(buf);
         if (rc == WAL_PAUSED) {
-            /* Nothing after it was applied, and nothing is cut or set up:
-             * the resumed replay reads on from here. */
-            r->paused_lsn = RKV_WAL_LSN(g, good);
+            /* Nothing after it was applied, and nothing is voided or set
+             * up: the resumed replay reads on from here. */
+            r->paused_lsn = RKV_WAL_LSN(g, e.good);
             return 0;
         }
         if (rc == 0 && torn_in && r->records + r->dups > before)
             rc = WAL_BAD("log %s: torn at its end, but log %s after it holds records", torn_path,
                          path);
+        if (rc == 0)
+            rc = wal_settle(w, path, &e, err, err_len);
         if (rc < 0)
             return rc;
         r->logs++;
-        r->bytes += good;
-        if (good < len) {
-            if ((rc = wal_cut_tail(w, path, good, len, err, err_len)) < 0)
-                return rc;
-            r->torn_bytes += len - good;
+        r->bytes += e.good;
+        if (e.torn) {
+            r->torn++;
             snprintf(torn_path, sizeof(torn_path), "%s", path);
             torn_in = torn_path;
         }
-        end = RKV_WAL_LSN(g, good);
+        end = RKV_WAL_LSN(g, e.good);
     }
     if (end == 0) {
         int rc = wal_create(w, lineage, gen, err, err_len);

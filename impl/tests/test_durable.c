@@ -29,6 +29,7 @@
 #include "nic/nic_tcp.h"
 #include "port/port_file.h"
 #include "rkv.h"
+#include "store/coord.h"
 #include "store/crc32c_tables.h"
 #include "store/snapshot.h"
 #include "store/wal.h"
@@ -1132,16 +1133,34 @@ static void test_wal_replayed_after_kill(void **state)
     wal_run_end(&w, s1b);
 }
 
-/* An append a crash interrupted (a record whose body runs past the end):
- * cut with a log line, everything before it kept. */
-static void test_wal_torn_tail_cut(void **state)
+/* The lineage in a log's header (its records carry its low 32 bits). */
+static uint64_t log_lineage(const char *path)
 {
-    (void)state;
-    struct wal_run w;
-    wal_run_crash(&w, 3);
-    uint8_t rec[128];
-    uint64_t ids[1] = {60};
-    float row[4] = {9, 9, 9, 9};
+    uint8_t hdr[RKV_WAL_HDR_BYTES];
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+    fclose(f);
+    uint64_t v;
+    memcpy(&v, hdr + 16, 8);
+    return v;
+}
+
+static void write_at(const char *path, uint64_t off, const void *buf, size_t len)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
+    assert_int_equal(fwrite(buf, 1, len, f), len);
+    fclose(f);
+}
+
+/* A record of 1 row of 16 bytes (9s into row 60) for log_path at lsn. */
+static size_t row60_record(uint8_t *rec, const char *log_path, uint64_t lsn, uint64_t durable,
+                           uint64_t lineage)
+{
+    static const uint64_t ids[1] = {60};
+    static const float row[4] = {9, 9, 9, 9};
     struct rkv_wal_push p = {.tensor_id = 1,
                              .client = 0,
                              .seq = ~0ull >> 1,
@@ -1149,29 +1168,49 @@ static void test_wal_torn_tail_cut(void **state)
                              .count = 1,
                              .ids = ids,
                              .rows = (const uint8_t *)row};
-    rkv_wal_encode_record(rec, &p, sizeof(row));
-    append_bytes(w.log_path, rec, rkv_wal_record_bytes(1, 16) - 5);
-    char log1b[128];
+    (void)log_path;
+    rkv_wal_encode_record(rec, &p, sizeof(row), lsn, durable, lineage);
+    return rkv_wal_record_bytes(1, sizeof(row));
+}
+
+/* An append a crash interrupted (a record of this log whose body runs past
+ * the end): the records end before it, with a log line, everything before
+ * it kept; it is voided so that no later record follows it. */
+static void test_wal_torn_tail_cut(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t rec[256];
+    uint64_t end = RKV_WAL_HDR_BYTES + 3 * rkv_wal_record_bytes(1, 16);
+    size_t n = row60_record(rec, w.log_path, RKV_WAL_LSN(1, end), RKV_WAL_LSN(1, end),
+                            log_lineage(w.log_path));
+    append_bytes(w.log_path, rec, n - 5);
+    char log1b[128], want[160];
     snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
     pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
     assert_true(pull_row60(w.cli) == 3.0f);
-    assert_true(file_contains(log1b, "cut a torn tail of 83 bytes at byte 328"));
-    struct stat st;
-    assert_int_equal(stat(w.log_path, &st), 0);
-    assert_true(st.st_size >= 328); /* cut, then appended to again (or checkpointed) */
+    snprintf(want, sizeof(want),
+             "ends at byte %llu with an append a crash interrupted (its 24-byte body runs past "
+             "the end of the file",
+             (unsigned long long)end);
+    assert_true(file_contains(log1b, want));
+    assert_true(file_contains(log1b, "1 torn appends left behind"));
     wal_run_end(&w, s1b);
 }
 
-/* A record in the middle that fails its checksum: the restart is refused,
- * naming the file, the offset and what. */
+/* A record in the middle that fails its checksum while a later record says
+ * it was durable: the restart is refused, naming the file, the offset and
+ * what. */
 static void test_wal_corrupt_record_refused(void **state)
 {
     (void)state;
     struct wal_run w;
     wal_run_crash(&w, 3);
+    uint64_t rb = rkv_wal_record_bytes(1, 16);
+    uint64_t off = RKV_WAL_HDR_BYTES + rb + RKV_WAL_REC_BYTES + 9;
     FILE *f = fopen(w.log_path, "r+b");
     assert_non_null(f);
-    uint64_t off = RKV_WAL_HDR_BYTES + rkv_wal_record_bytes(1, 16) + RKV_WAL_REC_BYTES + 9;
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
     int c = fgetc(f);
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
@@ -1180,10 +1219,18 @@ static void test_wal_corrupt_record_refused(void **state)
     struct rkv_config cfg = w.c.cfg;
     cfg.machine_id = 1;
     struct rkv_server *srv;
-    char err[256];
+    char err[512], want[200];
     assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
     assert_non_null(strstr(err, w.log_path));
-    assert_non_null(strstr(err, "record at byte 152: checksum mismatch over its 24-byte body"));
+    /* Push 3 was appended once push 2 was acknowledged, so durable. */
+    snprintf(want, sizeof(want),
+             "record at byte %llu: checksum mismatch over its 24-byte body (corrupted record: "
+             "the record at byte %llu was appended once the log was durable up to byte %llu)",
+             (unsigned long long)(RKV_WAL_HDR_BYTES + rb),
+             (unsigned long long)(RKV_WAL_HDR_BYTES + 2 * rb),
+             (unsigned long long)(RKV_WAL_HDR_BYTES + 2 * rb));
+    if (!strstr(err, want))
+        fail_msg("%s", err);
     /* Put right, the restart works and loses nothing. */
     f = fopen(w.log_path, "r+b");
     assert_int_equal(fseek(f, (long)off, SEEK_SET), 0);
@@ -1192,6 +1239,174 @@ static void test_wal_corrupt_record_refused(void **state)
     unlink_machine_shm(&w.c.cfg, 1);
     pid_t s1b = spawn_server(&w.c.cfg, 1, 0, "/dev/null");
     assert_true(pull_row60(w.cli) == 3.0f);
+    wal_run_end(&w, s1b);
+}
+
+/* Past the end of a reused log lie records of the file's earlier use, each
+ * with a valid checksum: one of another generation (or another lineage) at
+ * the very place the next record would be is not replayed. */
+static void test_wal_stale_record_not_replayed(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t rec[256];
+    uint64_t end = RKV_WAL_HDR_BYTES + 3 * rkv_wal_record_bytes(1, 16);
+    uint64_t lineage = log_lineage(w.log_path);
+    /* As log 1's file would hold it had it been log 5 of an earlier life. */
+    size_t n = row60_record(rec, w.log_path, RKV_WAL_LSN(5, end), RKV_WAL_LSN(5, end), lineage);
+    write_at(w.log_path, end, rec, n);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 3.0f);
+    assert_true(file_contains(log1b, "1 logs, 3 records (3 rows"));
+    assert_true(file_contains(log1b, "0 torn appends"));
+    /* An append overwrites it; then a record of log 1 of another lineage
+     * (an older run's file) where the next would go: not replayed either. */
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(w.cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1b, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
+    end += n;
+    row60_record(rec, w.log_path, RKV_WAL_LSN(1, end), RKV_WAL_LSN(1, end), lineage + 1);
+    write_at(w.log_path, end, rec, n);
+    unlink_machine_shm(&w.c.cfg, 1);
+    snprintf(log1b, sizeof(log1b), "%s/s1-again.log", w.c.dir);
+    s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 4.0f);
+    assert_true(file_contains(log1b, "1 logs, 4 records (4 rows"));
+    wal_run_end(&w, s1b);
+}
+
+static off_t file_size(const char *dir, const char *name)
+{
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* A prewrite no log could use is refused by name, before any file. */
+static void test_wal_prewrite_too_large_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.durable_log_prewrite = 1ull << 40;
+    struct rkv_server *srv = NULL;
+    char err[256];
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "durable_log_prewrite is 1099511627776 bytes"));
+    remove_tree(c.dir);
+}
+
+/* Logs written with zeros ahead (durable_log_prewrite) and reused: each
+ * tensor's INIT is a checkpoint that begins a log from a spare, the third
+ * one log 1's file with log 1's records still in it past the new ones. A
+ * crash replays the new ones only, however the file came. */
+static void test_wal_recovery_across_reused_logs(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 5000;
+    c.cfg.durable_log_prewrite = 64 << 10;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    /* Log 1 was made with 64 KiB of zeros, and a spare as large. */
+    assert_int_equal(file_size(c.dir, "rkv-m1.1.wal"), 64 << 10);
+    assert_int_equal(file_size(c.dir, "rkv-m1.free0.wal"), 64 << 10);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    struct rkv_tensor_desc d = T_F32;
+    snprintf(d.name, sizeof(d.name), "u");
+    assert_int_equal(rkv_client_init_data(cli, &d), 0); /* log 2: the spare */
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    snprintf(d.name, sizeof(d.name), "v");
+    assert_int_equal(rkv_client_init_data(cli, &d), 0); /* log 3: log 1's file */
+    assert_int_equal(file_size(c.dir, "rkv-m1.1.wal"), -1);
+    assert_int_equal(file_size(c.dir, "rkv-m1.2.wal"), -1);
+    assert_int_equal(file_size(c.dir, "rkv-m1.3.wal"), 64 << 10);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 1);
+    /* And an append the crash interrupted after them: its header whole, 10
+     * bytes of its body, then log 1's old bytes where the rest should be. */
+    char log3[256];
+    snprintf(log3, sizeof(log3), "%s/rkv-m1.3.wal", c.dir);
+    uint64_t end = RKV_WAL_HDR_BYTES + 2 * rkv_wal_record_bytes(1, 16);
+    uint8_t rec[256];
+    row60_record(rec, log3, RKV_WAL_LSN(3, end), RKV_WAL_LSN(3, end), log_lineage(log3));
+    write_at(log3, end, rec, RKV_WAL_REC_BYTES + 10);
+    char log1[128];
+    snprintf(log1, sizeof(log1), "%s/s1b.log", c.dir);
+    pid_t s1b = spawn_server(&c.cfg, 1, 0, log1);
+    assert_true(pull_row60(cli) == 9.0f);
+    /* Log 1's pushes 3 to 5 past them, as much records with their CRCs as
+     * the new ones, neither applied nor even read as already applied. */
+    char want[160];
+    snprintf(want, sizeof(want),
+             "after snapshot generation 3: 1 logs, 2 records (2 rows, %llu bytes, 0 already "
+             "applied), 1 torn appends",
+             (unsigned long long)end);
+    assert_true(file_contains(log1, want));
+    snprintf(want, sizeof(want),
+             "ends at byte %llu with an append a crash interrupted (checksum mismatch over its "
+             "24-byte body",
+             (unsigned long long)end);
+    assert_true(file_contains(log1, want));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1b), 0);
+    /* Its clean stop's checkpoint made log 4 from a spare. */
+    assert_true(file_contains(log1, "1 logs made from a spare, 0 files new"));
+    remove_tree(c.dir);
+}
+
+/* A log of format version 1 holding records is refused with what to do; one
+ * holding none (a clean stop's) is made anew. */
+static void test_wal_version1(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t hdr[RKV_WAL_HDR_BYTES];
+    FILE *f = fopen(w.log_path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+    fclose(f);
+    uint32_t v1 = 1, crc;
+    memcpy(hdr + 8, &v1, 4);
+    crc = rkv_crc32c(0, hdr, 60);
+    memcpy(hdr + 60, &crc, 4);
+    write_at(w.log_path, 0, hdr, sizeof(hdr));
+    struct rkv_config cfg = w.c.cfg;
+    cfg.machine_id = 1;
+    struct rkv_server *srv;
+    char err[512];
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
+    if (!strstr(err, "format version 1 holding records"))
+        fail_msg("%s", err);
+    assert_int_equal(truncate(w.log_path, RKV_WAL_HDR_BYTES), 0);
+    unlink_machine_shm(&w.c.cfg, 1);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 0.0f); /* the pushes went with the records */
+    assert_true(file_contains(log1b, "format version 1 holding no records, made anew"));
     wal_run_end(&w, s1b);
 }
 
@@ -1538,6 +1753,55 @@ static void test_corrupt_coord_record_refused(void **state)
     unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
 }
 
+/* buf's trailing CRC-32C made right after a change. */
+static void coord_recrc(uint8_t *buf, size_t len)
+{
+    uint32_t crc = rkv_crc32c(0, buf, len - 4);
+    memcpy(buf + len - 4, &crc, 4);
+}
+
+/* The coordination record's per-client flags: "left" round-trips, a
+ * version 1 record (zero there) reads as no client left, and an unknown
+ * flag is refused. */
+static void test_coord_client_flags(void **state)
+{
+    (void)state;
+    struct rkv_coord_client cl[2] = {{.machine = 0, .flags = RKV_COORD_LEFT, .nonce = 11},
+                                     {.machine = 1, .flags = 0, .nonce = 12}},
+                            got[2];
+    struct rkv_coord_addr ad[1] = {{0}}, gad[1];
+    struct rkv_coord c = {.fingerprint = 7,
+                          .n_workers = 2,
+                          .n_servers = 1,
+                          .ids_given = 2,
+                          .barriers_done = 3,
+                          .clients = cl,
+                          .addrs = ad};
+    size_t len = rkv_coord_bytes(2, 1);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    rkv_coord_encode(&c, 1, buf);
+    struct rkv_coord d = {
+        .fingerprint = 7, .n_workers = 2, .n_servers = 1, .clients = got, .addrs = gad};
+    char err[256];
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), 0);
+    assert_int_equal(got[0].flags, RKV_COORD_LEFT);
+    assert_int_equal(got[1].flags, 0);
+    assert_int_equal(got[1].nonce, 12);
+    uint32_t v = 1, z = 0;
+    memcpy(buf + 8, &v, 4);
+    memcpy(buf + 48 + 4, &z, 4);
+    coord_recrc(buf, len);
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), 0);
+    assert_int_equal(got[0].flags, 0);
+    v = 2;
+    memcpy(buf + 48 + 16 + 4, &v, 4);
+    coord_recrc(buf, len);
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "rec: client 1's flags 0x2 are malformed"));
+    free(buf);
+}
+
 /* A raw client of server 0 that joins (id handed out once all joined). */
 static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
 {
@@ -1638,6 +1902,116 @@ static void test_join_again_after_server0_restart(void **state)
     unlink_machine_shm(&c.cfg, 1);
 }
 
+/* LIST goes to server 0 alone: with retry_ms, one that meets server 0
+ * killed is sent again once it restarted, as META and BARRIER are. */
+static void test_list_retried_after_server0_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 0);
+    s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    struct rkv_tensor_meta metas[4];
+    size_t n = 0;
+    if (rkv_client_list(cli, metas, 4, &n) < 0)
+        fail_msg("list: %s", rkv_client_errmsg(cli));
+    assert_int_equal(n, 1);
+    assert_string_equal(metas[0].name, "t");
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+}
+
+struct client_arg {
+    const struct rkv_config *cfg;
+    struct rkv_client *cli;
+    char err[256];
+};
+
+static void *client_create_main(void *arg)
+{
+    struct client_arg *a = arg;
+    if (rkv_client_create(a->cfg, &a->cli, a->err, sizeof(a->err)) < 0)
+        a->cli = NULL;
+    return NULL;
+}
+
+/* Client id's flags in the coordination record (coord.h), or -1. */
+static int coord_flags(const char *dir, uint32_t id)
+{
+    char path[512], err[256];
+    snprintf(path, sizeof(path), "%s/rkv-coord", dir);
+    uint8_t *rec;
+    size_t len;
+    if (rkv_file_read(path, &rec, &len, err, sizeof(err)) < 0)
+        return -1;
+    int flags = -1;
+    if (len >= 48 + 16 * (size_t)(id + 1)) {
+        uint32_t v;
+        memcpy(&v, rec + 48 + 16 * id + 4, 4);
+        flags = (int)v;
+    }
+    free(rec);
+    return flags;
+}
+
+/* A client that left before server 0 was killed and restarted is still
+ * gone for the restarted one: a barrier of the others fails at once,
+ * naming it, as it did before the crash, instead of waiting for it. */
+static void test_barrier_after_server0_restart_knows_who_left(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct client_arg b = {.cfg = &c.cfg};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, client_create_main, &b), 0);
+    struct rkv_client *a;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &a, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    pthread_join(t, NULL);
+    if (!b.cli)
+        fail_msg("%s", b.err);
+    uint32_t gone = rkv_client_id(b.cli);
+    rkv_client_destroy(b.cli);
+    /* Server 0 records the departure when it sees the connection go. */
+    for (int i = 0; i < 300 && coord_flags(c.dir, gone) != 1; i++)
+        usleep(10000);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 0);
+    s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    uint64_t t0 = mono_ms();
+    assert_int_equal(rkv_client_barrier(a), -RKV_EPEERDEAD);
+    char want[64];
+    snprintf(want, sizeof(want), "client %u left", gone);
+    if (!strstr(rkv_client_errmsg(a), want))
+        fail_msg("%s", rkv_client_errmsg(a));
+    assert_true(mono_ms() - t0 < 4000); /* not the request's timeout */
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(a);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+}
+
 /* Barriers are numbered: a client asking again for one that completed
  * (its reply was lost: server 0 died after sending the others') is
  * answered at once instead of waiting in the next one, and a number ahead
@@ -1698,6 +2072,13 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_replayed_after_kill, reap_children),
         cmocka_unit_test_teardown(test_wal_torn_tail_cut, reap_children),
         cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
+        cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
+        cmocka_unit_test_teardown(test_wal_version1, reap_children),
+        cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
+        cmocka_unit_test(test_wal_prewrite_too_large_refused),
+        cmocka_unit_test_teardown(test_list_retried_after_server0_restart, reap_children),
+        cmocka_unit_test(test_coord_client_flags),
+        cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
