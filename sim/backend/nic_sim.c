@@ -78,6 +78,11 @@ struct sn_msg {
     double t_post, t_due;
     uint64_t order; /* heap tie-break: arrival order */
     uint8_t timed;  /* small message on its way: arrives at t_due */
+    /* A transfer: its poster's ring (index in the source NIC's out[], or
+     * SN_NO_SLOT) and its sequence number there, so that the receiver can
+     * mark it delivered (sn_put_delivered). */
+    uint8_t out_slot;
+    uint64_t out_seq;
     struct sn_msg *next;
     uint8_t data[];
 };
@@ -106,12 +111,24 @@ struct sn_qp {
     uint32_t r_head, r_len, r_cap;
 };
 
+/* One put in flight, until its poster releases it. */
+struct sn_put_rec {
+    sg_comm_t comm;
+    uint64_t seq; /* increasing along the ring: the receiver finds it by seq */
+    uint8_t done; /* the target NIC received it: a wait returns at once */
+};
+
 /* The puts one task has in flight, oldest first. */
 struct sn_out {
     aid_t poster;
-    sg_comm_t *ring;
+    struct sn_put_rec *ring;
     uint32_t head, len, cap;
+    uint32_t sweep_at; /* length at which the whole ring is swept */
+    uint64_t next_seq;
 };
+
+#define SN_NO_SLOT 0xff
+#define SN_SWEEP_MIN 64
 
 #define SN_MAX_POSTERS 8
 
@@ -190,6 +207,7 @@ static struct sn_msg *sn_msg_new(uint8_t kind, uint32_t len)
     if (m) {
         m->kind = kind;
         m->len = len;
+        m->out_slot = SN_NO_SLOT;
     }
     return m;
 }
@@ -201,15 +219,15 @@ static struct sn_out *sn_out_of(struct sim_nic *n, aid_t me)
             return &n->out[i];
     if (n->n_out == SN_MAX_POSTERS)
         return NULL;
-    n->out[n->n_out] = (struct sn_out){.poster = me};
+    n->out[n->n_out] = (struct sn_out){.poster = me, .sweep_at = SN_SWEEP_MIN};
     return &n->out[n->n_out++];
 }
 
-static int sn_out_push(struct sn_out *o, sg_comm_t c)
+static int sn_out_push(struct sn_out *o, sg_comm_t c, uint64_t seq)
 {
     if (o->len == o->cap) {
         uint32_t nc = o->cap ? o->cap * 2 : 64;
-        sg_comm_t *r = malloc((size_t)nc * sizeof(*r));
+        struct sn_put_rec *r = malloc((size_t)nc * sizeof(*r));
         if (!r)
             return -RKV_ENOMEM;
         for (uint32_t i = 0; i < o->len; i++)
@@ -219,29 +237,79 @@ static int sn_out_push(struct sn_out *o, sg_comm_t c)
         o->cap = nc;
         o->head = 0;
     }
-    o->ring[(o->head + o->len++) % o->cap] = c;
+    assert(!o->len || seq > o->ring[(o->head + o->len - 1) % o->cap].seq);
+    o->ring[(o->head + o->len++) % o->cap] = (struct sn_put_rec){.comm = c, .seq = seq};
     return 0;
 }
 
-/* Releases this task's finished puts, oldest first, stopping at the first
- * one still in flight: SimGrid keeps every unreleased comm on its poster's
- * list, and removing one from a long list is what made events slow. */
+static struct sn_put_rec *sn_out_at(struct sn_out *o, uint32_t i)
+{
+    return &o->ring[(o->head + i) % o->cap];
+}
+
+/* The target NIC received m: its poster may release the comm with a wait
+ * that returns at once. Finds the put by its seq (the ring is sorted); one
+ * no longer there (released by a sweep) is left alone. */
+static void sn_put_delivered(struct sim_world *w, const struct sn_msg *m)
+{
+    if (m->out_slot == SN_NO_SLOT)
+        return;
+    struct sim_nic *src = w->nics[m->src_nic];
+    assert(m->out_slot < src->n_out);
+    struct sn_out *o = &src->out[m->out_slot];
+    uint32_t lo = 0, hi = o->len;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (sn_out_at(o, mid)->seq < m->out_seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < o->len && sn_out_at(o, lo)->seq == m->out_seq)
+        sn_out_at(o, lo)->done = 1;
+}
+
+/* Releases this task's delivered puts, oldest first.
+ *
+ * Why a wait and not sg_comm_test: in SimGrid 3.32 a test that finds a
+ * comm finished does not take it off its poster's activity list (only a
+ * wait does), so every put a task ever posted stayed on that list, and
+ * every exec of the task (a handler's CPU time) walked it to remove
+ * itself: the cost of an event grew with the messages already sent, and
+ * the comms were never freed. */
 static void sn_reap(struct sn_out *o)
 {
-    while (o->len && sg_comm_test(o->ring[o->head])) {
+    while (o->len && o->ring[o->head].done) {
+        sg_comm_t c = o->ring[o->head].comm;
         o->head = (o->head + 1) % o->cap;
         o->len--;
+        sg_comm_wait(c);
     }
-    if (o->len < 32)
+    if (o->len < o->sweep_at)
         return;
-    /* A long transfer at the head holds finished ones behind it: sweep. */
-    uint32_t keep = 0;
+    /* A long transfer at the head holds delivered ones behind it; a put
+     * to a node that crashed is never received (then a test releases it,
+     * leaving it on the list: rare). Tests first, with the ring intact
+     * (they are simcalls: receivers may mark it meanwhile). */
     for (uint32_t i = 0; i < o->len; i++) {
-        sg_comm_t c = o->ring[(o->head + i) % o->cap];
-        if (!sg_comm_test(c))
-            o->ring[(o->head + keep++) % o->cap] = c;
+        struct sn_put_rec *r = sn_out_at(o, i);
+        if (!r->done && sg_comm_test(r->comm))
+            r->done = 2; /* finished and released by the test */
+    }
+    sg_comm_t *wait = malloc((size_t)o->len * sizeof(*wait));
+    uint32_t keep = 0, n_wait = 0;
+    for (uint32_t i = 0; i < o->len; i++) {
+        struct sn_put_rec r = *sn_out_at(o, i);
+        if (r.done == 1 && wait)
+            wait[n_wait++] = r.comm;
+        else if (!r.done || r.done == 1) /* no memory to list it: keep it */
+            *sn_out_at(o, keep++) = r;
     }
     o->len = keep;
+    o->sweep_at = 2 * keep > SN_SWEEP_MIN ? 2 * keep : SN_SWEEP_MIN;
+    for (uint32_t i = 0; i < n_wait; i++)
+        sg_comm_wait(wait[i]);
+    free(wait);
 }
 
 /* Waits for every put the calling task posted on this NIC. */
@@ -250,10 +318,11 @@ void sim_nic_drain(struct sim_nic *n)
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
     sim_cpu_settle(n->w);
     while (o && o->len) {
-        sg_comm_wait(o->ring[o->head]);
-        sim_cpu_mark(n->w);
+        sg_comm_t c = o->ring[o->head].comm;
         o->head = (o->head + 1) % o->cap;
         o->len--;
+        sg_comm_wait(c);
+        sim_cpu_mark(n->w);
     }
 }
 
@@ -280,10 +349,15 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
         return body;
     }
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
-    if (o)
+    if (o) {
         sn_reap(o);
+        m->out_slot = (uint8_t)(o - n->out);
+        m->out_seq = o->next_seq++;
+    }
+    /* m belongs to the target from here: the poster's ring keeps the seq. */
+    uint64_t seq = m->out_seq;
     sg_comm_t c = sg_mailbox_put_async(dst->mbox, m, (long)m->wire);
-    if (!o || sn_out_push(o, c) < 0)
+    if (!o || sn_out_push(o, c, seq) < 0)
         sg_comm_wait(c); /* cannot track it: finish it now */
     return body;
 }
@@ -770,6 +844,7 @@ static void sn_actor(int argc, char **argv)
         int ok = sg_comm_wait(sg_mailbox_get_async(n->mbox, &m)) == SG_OK;
         sim_cpu_mark(n->w); /* a NIC's time is paid by msg_cost_ns and the links */
         if (ok && m) {
+            sn_put_delivered(n->w, m);
             sn_rx_cpu(n, m);
             sn_arrive(n, m);
         }
