@@ -458,6 +458,9 @@ static void twin_spawn(struct twin *t)
         sg_actor_set_data(f, t);
         sg_actor_start(f, twin_faults, 0, NULL);
     }
+    /* A unit it cannot make (no memory) is made by the machine's first NIC. */
+    for (uint32_t m = 0; m < t->sc->machines; m++)
+        (void)sim_nic_rx_prepare(&t->w, m, twin_host(t, m));
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
         sim_world_trace_name(&t->w, nd->machine, nd->tid, nd->name);
