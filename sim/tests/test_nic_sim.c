@@ -228,6 +228,7 @@ static void initiator_main(int argc, char **argv)
     int n = take(nic, T_END, op, st, BURST + 1);
     for (int i = 0; i < n; i++)
         s->burst_done += op[i] == RKV_WC_WRITE && st[i] == RKV_WC_SUCCESS;
+    sim_nic_drain(sim_port_nic(port)); /* as a task ends: no comm left to its actor */
     sg_actor_sleep_until(T_END + 0.001);
     nic->ops->close(nic);
     nic2->ops->close(nic2);
