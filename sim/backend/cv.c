@@ -44,25 +44,23 @@ static void cv_unlink(struct sim_cv *cv, struct sim_waiter *w)
     }
 }
 
-int sim_cv_wait(struct sim_cv *cv, sg_mutex_t mu, double timeout_s)
+int sim_cv_wait(struct sim_cv *cv, void (*release)(void *arg), void *arg, double timeout_s)
 {
     struct sim_waiter *w = calloc(1, sizeof(*w));
     if (!w)
         abort(); /* the twin cannot model a lost wake-up */
     w->sem = sg_sem_init(0);
     w->refs = 1;
-    /* Queued before the mutex is dropped: a signal from then on is not lost. */
+    /* Queued before the lock is dropped: a signal from then on is not lost. */
     if (cv->tail)
         cv->tail->next = w;
     else
         cv->head = w;
     cv->tail = w;
-    if (mu)
-        sg_mutex_unlock(mu);
+    if (release)
+        release(arg);
     int timed_out = timeout_s < 0 ? (sg_sem_acquire(w->sem), 0)
                                   : sg_sem_acquire_timeout(w->sem, timeout_s > 0 ? timeout_s : 0);
-    if (mu)
-        sg_mutex_lock(mu);
     int signalled = w->signalled;
     if (!signalled)
         cv_unlink(cv, w);

@@ -78,6 +78,11 @@ struct sn_msg {
     double t_post, t_due;
     uint64_t order; /* heap tie-break: arrival order */
     uint8_t timed;  /* small message on its way: arrives at t_due */
+    /* A transfer: its poster's ring (index in the source NIC's out[], or
+     * SN_NO_SLOT) and its sequence number there, so that the receiver can
+     * mark it delivered (sn_put_delivered). */
+    uint8_t out_slot;
+    uint64_t out_seq;
     struct sn_msg *next;
     uint8_t data[];
 };
@@ -106,25 +111,58 @@ struct sn_qp {
     uint32_t r_head, r_len, r_cap;
 };
 
+/* One put in flight, until its poster releases it. */
+struct sn_put_rec {
+    sg_comm_t comm;
+    uint64_t seq; /* increasing along the ring: the receiver finds it by seq */
+    uint8_t done; /* the target NIC received it: a wait returns at once */
+};
+
 /* The puts one task has in flight, oldest first. */
 struct sn_out {
     aid_t poster;
-    sg_comm_t *ring;
+    struct sn_put_rec *ring;
     uint32_t head, len, cap;
+    uint32_t sweep_at; /* length at which the whole ring is swept */
+    uint64_t next_seq;
 };
 
+#define SN_NO_SLOT 0xff
+#define SN_SWEEP_MIN 64
+
 #define SN_MAX_POSTERS 8
+
+/* Where messages for a NIC arrive: a mailbox whose permanent receiver is
+ * the unit's receiver actor, and a heap of deliveries by due time (small
+ * messages, jitter) that its timer actor makes at their time. A NIC has its
+ * own unit when a delivery costs CPU (msg_cost_ns, recv_byte_ns, measured
+ * CPU): that work runs on the receiver's actor, as a node's own progress
+ * thread would run it, and holds up only that node's later messages. Where
+ * delivery is free (the scale runs), the NICs of one machine share a unit:
+ * 2 actors per machine instead of 2 per node, and one wake-up delivers what
+ * falls due at one instant for all of them. Messages name their NIC. */
+struct sim_nic_rx {
+    struct sim_world *w;
+    char mbox_name[32];
+    sg_mailbox_t mbox;
+    struct sim_cv delay_cv;
+    struct sn_msg **heap; /* waiting for their due time */
+    uint32_t heap_len, heap_cap;
+    uint64_t order;
+    uint32_t refs;     /* NICs on it, and the world when prepared */
+    int prepared;      /* made by sim_nic_rx_prepare, before the run */
+    int32_t shared_at; /* index in the world's shared units, -1: a NIC's own */
+};
 
 struct sim_nic {
     struct rkv_nic base;
     struct sim_world *w;
     uint32_t id, machine, tid;
     char node[32];
-    char mbox_name[32];
-    sg_mailbox_t mbox;
+    struct sim_nic_rx *rx;
     sg_host_t host;
     char addr[32]; /* the node's address: its machine's name (sim_port_addr) */
-    struct sim_cv cq_cv, conn_cv, delay_cv;
+    struct sim_cv cq_cv, conn_cv;
     /* The core's soft CQ. QPs live as long as the world, so none is ever
      * reaped: entries of closed ones are only dropped. */
     struct rkv_nic_cq cq;
@@ -133,9 +171,6 @@ struct sim_nic {
     struct rkv_mr **mrs;
     uint32_t n_mrs, mr_cap;
     struct rkv_rng rng;
-    struct sn_msg **heap; /* jitter: messages waiting for their due time */
-    uint32_t heap_len, heap_cap;
-    uint64_t order;
     int closed;
     uint64_t token; /* the secret's hash, as on tcp and verbs: a CONNECT must carry it */
     /* Puts in flight, reaped by the poster. Not detached: SimGrid 3.32 pays
@@ -190,6 +225,7 @@ static struct sn_msg *sn_msg_new(uint8_t kind, uint32_t len)
     if (m) {
         m->kind = kind;
         m->len = len;
+        m->out_slot = SN_NO_SLOT;
     }
     return m;
 }
@@ -201,15 +237,15 @@ static struct sn_out *sn_out_of(struct sim_nic *n, aid_t me)
             return &n->out[i];
     if (n->n_out == SN_MAX_POSTERS)
         return NULL;
-    n->out[n->n_out] = (struct sn_out){.poster = me};
+    n->out[n->n_out] = (struct sn_out){.poster = me, .sweep_at = SN_SWEEP_MIN};
     return &n->out[n->n_out++];
 }
 
-static int sn_out_push(struct sn_out *o, sg_comm_t c)
+static int sn_out_push(struct sn_out *o, sg_comm_t c, uint64_t seq)
 {
     if (o->len == o->cap) {
         uint32_t nc = o->cap ? o->cap * 2 : 64;
-        sg_comm_t *r = malloc((size_t)nc * sizeof(*r));
+        struct sn_put_rec *r = malloc((size_t)nc * sizeof(*r));
         if (!r)
             return -RKV_ENOMEM;
         for (uint32_t i = 0; i < o->len; i++)
@@ -219,29 +255,79 @@ static int sn_out_push(struct sn_out *o, sg_comm_t c)
         o->cap = nc;
         o->head = 0;
     }
-    o->ring[(o->head + o->len++) % o->cap] = c;
+    assert(!o->len || seq > o->ring[(o->head + o->len - 1) % o->cap].seq);
+    o->ring[(o->head + o->len++) % o->cap] = (struct sn_put_rec){.comm = c, .seq = seq};
     return 0;
 }
 
-/* Releases this task's finished puts, oldest first, stopping at the first
- * one still in flight: SimGrid keeps every unreleased comm on its poster's
- * list, and removing one from a long list is what made events slow. */
+static struct sn_put_rec *sn_out_at(struct sn_out *o, uint32_t i)
+{
+    return &o->ring[(o->head + i) % o->cap];
+}
+
+/* The target NIC received m: its poster may release the comm with a wait
+ * that returns at once. Finds the put by its seq (the ring is sorted); one
+ * no longer there (released by a sweep) is left alone. */
+static void sn_put_delivered(struct sim_world *w, const struct sn_msg *m)
+{
+    if (m->out_slot == SN_NO_SLOT)
+        return;
+    struct sim_nic *src = w->nics[m->src_nic];
+    assert(m->out_slot < src->n_out);
+    struct sn_out *o = &src->out[m->out_slot];
+    uint32_t lo = 0, hi = o->len;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (sn_out_at(o, mid)->seq < m->out_seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < o->len && sn_out_at(o, lo)->seq == m->out_seq)
+        sn_out_at(o, lo)->done = 1;
+}
+
+/* Releases this task's delivered puts, oldest first.
+ *
+ * Why a wait and not sg_comm_test: in SimGrid 3.32 a test that finds a
+ * comm finished does not take it off its poster's activity list (only a
+ * wait does), so every put a task ever posted stayed on that list, and
+ * every exec of the task (a handler's CPU time) walked it to remove
+ * itself: the cost of an event grew with the messages already sent, and
+ * the comms were never freed. */
 static void sn_reap(struct sn_out *o)
 {
-    while (o->len && sg_comm_test(o->ring[o->head])) {
+    while (o->len && o->ring[o->head].done) {
+        sg_comm_t c = o->ring[o->head].comm;
         o->head = (o->head + 1) % o->cap;
         o->len--;
+        sg_comm_wait(c);
     }
-    if (o->len < 32)
+    if (o->len < o->sweep_at)
         return;
-    /* A long transfer at the head holds finished ones behind it: sweep. */
-    uint32_t keep = 0;
+    /* A long transfer at the head holds delivered ones behind it; a put
+     * to a node that crashed is never received (then a test releases it,
+     * leaving it on the list: rare). Tests first, with the ring intact
+     * (they are simcalls: receivers may mark it meanwhile). */
     for (uint32_t i = 0; i < o->len; i++) {
-        sg_comm_t c = o->ring[(o->head + i) % o->cap];
-        if (!sg_comm_test(c))
-            o->ring[(o->head + keep++) % o->cap] = c;
+        struct sn_put_rec *r = sn_out_at(o, i);
+        if (!r->done && sg_comm_test(r->comm))
+            r->done = 2; /* finished and released by the test */
+    }
+    sg_comm_t *wait = malloc((size_t)o->len * sizeof(*wait));
+    uint32_t keep = 0, n_wait = 0;
+    for (uint32_t i = 0; i < o->len; i++) {
+        struct sn_put_rec r = *sn_out_at(o, i);
+        if (r.done == 1 && wait)
+            wait[n_wait++] = r.comm;
+        else if (!r.done || r.done == 1) /* no memory to list it: keep it */
+            *sn_out_at(o, keep++) = r;
     }
     o->len = keep;
+    o->sweep_at = 2 * keep > SN_SWEEP_MIN ? 2 * keep : SN_SWEEP_MIN;
+    for (uint32_t i = 0; i < n_wait; i++)
+        sg_comm_wait(wait[i]);
+    free(wait);
 }
 
 /* Waits for every put the calling task posted on this NIC. */
@@ -250,10 +336,11 @@ void sim_nic_drain(struct sim_nic *n)
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
     sim_cpu_settle(n->w);
     while (o && o->len) {
-        sg_comm_wait(o->ring[o->head]);
-        sim_cpu_mark(n->w);
+        sg_comm_t c = o->ring[o->head].comm;
         o->head = (o->head + 1) % o->cap;
         o->len--;
+        sg_comm_wait(c);
+        sim_cpu_mark(n->w);
     }
 }
 
@@ -280,10 +367,15 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
         return body;
     }
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
-    if (o)
+    if (o) {
         sn_reap(o);
-    sg_comm_t c = sg_mailbox_put_async(dst->mbox, m, (long)m->wire);
-    if (!o || sn_out_push(o, c) < 0)
+        m->out_slot = (uint8_t)(o - n->out);
+        m->out_seq = o->next_seq++;
+    }
+    /* m belongs to the target from here: the poster's ring keeps the seq. */
+    uint64_t seq = m->out_seq;
+    sg_comm_t c = sg_mailbox_put_async(dst->rx->mbox, m, (long)m->wire);
+    if (!o || sn_out_push(o, c, seq) < 0)
         sg_comm_wait(c); /* cannot track it: finish it now */
     return body;
 }
@@ -577,7 +669,7 @@ static int sn_heap_less(const struct sn_msg *a, const struct sn_msg *b)
     return a->t_due < b->t_due || (a->t_due == b->t_due && a->order < b->order);
 }
 
-static void sn_heap_push(struct sim_nic *n, struct sn_msg *m)
+static void sn_heap_push(struct sim_nic_rx *n, struct sn_msg *m)
 {
     if (sn_grow((void **)&n->heap, &n->heap_cap, sizeof(*n->heap), n->heap_len + 1) < 0)
         abort();
@@ -589,7 +681,7 @@ static void sn_heap_push(struct sim_nic *n, struct sn_msg *m)
     n->heap[i] = m;
 }
 
-static struct sn_msg *sn_heap_pop(struct sim_nic *n)
+static struct sn_msg *sn_heap_pop(struct sim_nic_rx *n)
 {
     struct sn_msg *top = n->heap[0], *last = n->heap[--n->heap_len];
     uint32_t i = 0;
@@ -637,18 +729,20 @@ static void sn_delay_actor(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    struct sim_nic *n = sg_actor_self_get_data();
+    struct sim_nic_rx *rx = sg_actor_self_get_data();
     sg_actor_daemonize(sg_actor_self());
     for (;;) {
         double now = simgrid_get_clock();
-        if (!n->heap_len) {
-            sim_cv_wait(&n->delay_cv, NULL, -1);
-            sim_cpu_mark(n->w);
-        } else if (n->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
-            sim_cv_wait(&n->delay_cv, NULL, n->heap[0]->t_due - now);
-            sim_cpu_mark(n->w);
+        if (!rx->heap_len) {
+            sim_cv_wait(&rx->delay_cv, NULL, NULL, -1);
+            sim_cpu_mark(rx->w);
+        } else if (rx->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
+            sim_cv_wait(&rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
+            sim_cpu_mark(rx->w);
         } else {
-            struct sn_msg *m = sn_heap_pop(n);
+            struct sn_msg *m = sn_heap_pop(rx);
+            assert(m->dst_nic < rx->w->n_nics);
+            struct sim_nic *n = rx->w->nics[m->dst_nic];
             if (m->timed) { /* a small message arrives */
                 m->timed = 0;
                 sn_rx_cpu(n, m);
@@ -675,16 +769,14 @@ static void sn_schedule(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
     double extra = rkv_rng_double(&n->rng) * n->w->jitter * (now - m->t_post);
     m->t_due = now + extra > qp->last_due ? now + extra : qp->last_due;
     qp->last_due = m->t_due;
-    m->order = n->order++;
-    sn_heap_push(n, m);
-    sim_cv_broadcast(&n->delay_cv);
+    sn_timed_push(n, m);
 }
 
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m)
 {
-    m->order = n->order++;
-    sn_heap_push(n, m);
-    sim_cv_broadcast(&n->delay_cv);
+    m->order = n->rx->order++;
+    sn_heap_push(n->rx, m);
+    sim_cv_broadcast(&n->rx->delay_cv);
 }
 
 /* Early arrivals wait in seq order until their predecessors came. */
@@ -761,18 +853,121 @@ static void sn_actor(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
-    struct sim_nic *n = sg_actor_self_get_data();
+    struct sim_nic_rx *rx = sg_actor_self_get_data();
     sg_actor_daemonize(sg_actor_self());
-    sg_mailbox_set_receiver(n->mbox_name);
+    sg_mailbox_set_receiver(rx->mbox_name);
     for (;;) {
-        void *m = NULL;
+        struct sn_msg *m = NULL;
         /* A transfer from a node that crashed fails; the message is gone. */
-        int ok = sg_comm_wait(sg_mailbox_get_async(n->mbox, &m)) == SG_OK;
-        sim_cpu_mark(n->w); /* a NIC's time is paid by msg_cost_ns and the links */
+        int ok = sg_comm_wait(sg_mailbox_get_async(rx->mbox, (void **)&m)) == SG_OK;
+        sim_cpu_mark(rx->w); /* a NIC's time is paid by msg_cost_ns and the links */
         if (ok && m) {
+            assert(m->dst_nic < rx->w->n_nics);
+            struct sim_nic *n = rx->w->nics[m->dst_nic];
+            sn_put_delivered(rx->w, m);
             sn_rx_cpu(n, m);
             sn_arrive(n, m);
         }
+    }
+}
+
+/* Whether delivering a message costs no CPU in this world (sim_nic_rx). */
+static int sn_rx_free(const struct sim_world *w)
+{
+    return w->msg_cpu_s <= 0 && w->recv_byte_ns <= 0 && !w->cpu_measured;
+}
+
+/* A new unit's two actors, daemons on host. A NIC's own (port set) are
+ * the node's: a crash kills them; a shared unit's outlive its nodes. */
+static void sn_rx_start(struct sim_nic_rx *rx, sg_host_t host, struct rkv_port *port)
+{
+    rx->mbox = sg_mailbox_by_name(rx->mbox_name);
+    char name[64];
+    snprintf(name, sizeof(name), "%s/nic", rx->mbox_name);
+    sg_actor_t a = sg_actor_init(name, host);
+    sg_actor_set_data(a, rx);
+    if (port)
+        sim_port_add_actor(port, a);
+    sg_actor_start(a, sn_actor, 0, NULL);
+    /* Delivers small messages and jittered ones at their due time. */
+    snprintf(name, sizeof(name), "%s/nic-timer", rx->mbox_name);
+    a = sg_actor_init(name, host);
+    sg_actor_set_data(a, rx);
+    if (port)
+        sim_port_add_actor(port, a);
+    sg_actor_start(a, sn_delay_actor, 0, NULL);
+}
+
+/* A unit: machine's shared one (shared), or NIC nic_id's own. In the
+ * registry before any simcall; its actors not started yet (sn_rx_start). */
+static struct sim_nic_rx *sn_rx_new(struct sim_world *w, int shared, uint32_t machine,
+                                    uint32_t nic_id)
+{
+    uint32_t old_cap = w->nic_rx_cap;
+    if (shared && sn_grow((void **)&w->nic_rx, &w->nic_rx_cap, sizeof(*w->nic_rx), machine + 1) < 0)
+        return NULL;
+    for (uint32_t i = old_cap; i < w->nic_rx_cap; i++)
+        w->nic_rx[i] = NULL;
+    struct sim_nic_rx *rx = calloc(1, sizeof(*rx));
+    if (!rx)
+        return NULL;
+    w->nic_rx_live++;
+    rx->w = w;
+    rx->refs = 1;
+    rx->shared_at = shared ? (int32_t)machine : -1;
+    if (shared) {
+        w->nic_rx[machine] = rx;
+        snprintf(rx->mbox_name, sizeof(rx->mbox_name), "m%u-rx", machine);
+    } else {
+        snprintf(rx->mbox_name, sizeof(rx->mbox_name), "nic%u", nic_id);
+    }
+    return rx;
+}
+
+static struct sim_nic_rx *sn_rx_shared(const struct sim_world *w, uint32_t machine)
+{
+    return machine < w->nic_rx_cap ? w->nic_rx[machine] : NULL;
+}
+
+static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx);
+
+/* The world's end: its hold on the units sim_nic_rx_prepare made. */
+static void sn_rx_release_prepared(struct sim_world *w)
+{
+    for (uint32_t m = 0; m < w->nic_rx_cap; m++)
+        if (w->nic_rx && w->nic_rx[m] && w->nic_rx[m]->prepared)
+            sn_rx_put(w, w->nic_rx[m]);
+}
+
+int sim_nic_rx_prepare(struct sim_world *w, uint32_t machine, sg_host_t host)
+{
+    if (!sn_rx_free(w) || sn_rx_shared(w, machine))
+        return 0;
+    struct sim_nic_rx *rx = sn_rx_new(w, 1, machine, 0);
+    if (!rx)
+        return -RKV_ENOMEM;
+    rx->prepared = 1; /* the world's reference, dropped at its end */
+    w->nic_rx_release = sn_rx_release_prepared;
+    sn_rx_start(rx, host, NULL);
+    return 0;
+}
+
+static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
+{
+    assert(rx->refs > 0);
+    if (--rx->refs)
+        return;
+    if (rx->shared_at >= 0)
+        w->nic_rx[rx->shared_at] = NULL;
+    sim_cv_destroy(&rx->delay_cv);
+    while (rx->heap_len)
+        free(sn_heap_pop(rx));
+    free(rx->heap);
+    free(rx);
+    if (--w->nic_rx_live == 0) { /* the world's end: its last NIC is freed */
+        free(w->nic_rx);
+        w->nic_rx = NULL;
+        w->nic_rx_cap = 0;
     }
 }
 
@@ -795,35 +990,34 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
         return rc;
     }
     n->w = w;
+    /* The id and the slot together, before any simcall (a mailbox lookup
+     * is one): another node may open its NIC when this actor yields. */
     n->id = w->n_nics;
     w->nics[w->n_nics++] = n;
     w->nic_free = sim_nic_free;
     n->machine = sim_port_machine(port);
     n->tid = sim_port_tid(port);
     n->host = sim_port_host(port);
+    int shared = sn_rx_free(w), fresh = 0;
+    if (shared && (n->rx = sn_rx_shared(w, n->machine))) {
+        n->rx->refs++;
+    } else if ((n->rx = sn_rx_new(w, shared, n->machine, n->id))) {
+        fresh = 1;
+    } else {
+        n->closed = 1; /* in w->nics: the world frees it */
+        return -RKV_ENOMEM;
+    }
     snprintf(n->addr, sizeof(n->addr), "%s", sim_port_addr(port));
     snprintf(n->node, sizeof(n->node), "%s", port->node);
-    snprintf(n->mbox_name, sizeof(n->mbox_name), "nic%u", n->id);
-    n->mbox = sg_mailbox_by_name(n->mbox_name);
     rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
     rkv_nic_cq_init(&n->cq, SN_CQ_MAX, NULL, NULL);
     /* The twin runs every node in one process, where no peer is hostile:
      * comparing (part of) the secret's hash says whether two nodes were
      * given the same secret, which is all it needs to model. */
     memcpy(&n->token, n->base.auth_key, sizeof(n->token));
-    char name[64];
-    snprintf(name, sizeof(name), "%s/nic", port->node);
-    sg_actor_t a = sg_actor_init(name, n->host);
-    sg_actor_set_data(a, n);
-    sim_port_add_actor(port, a);
-    sg_actor_start(a, sn_actor, 0, NULL);
-    /* Delivers small messages and jittered ones at their due time. */
-    snprintf(name, sizeof(name), "%s/nic-timer", port->node);
-    a = sg_actor_init(name, n->host);
-    sg_actor_set_data(a, n);
-    sim_port_add_actor(port, a);
-    sg_actor_start(a, sn_delay_actor, 0, NULL);
     sim_port_set_nic(port, n, sim_nic_drain, sim_nic_crash);
+    if (fresh) /* simcalls: the NIC is in place */
+        sn_rx_start(n->rx, n->host, shared ? NULL : port);
     *nic_p = &n->base;
     return 0;
 }
@@ -866,7 +1060,7 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
     sn_put(n, m);
     double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
     while (qp->state == SN_CONNECTING && simgrid_get_clock() < deadline) {
-        sim_cv_wait(&n->conn_cv, NULL, deadline - simgrid_get_clock());
+        sim_cv_wait(&n->conn_cv, NULL, NULL, deadline - simgrid_get_clock());
         sim_cpu_mark(n->w);
     }
     if (qp->state == SN_UP) {
@@ -1012,7 +1206,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         double now = simgrid_get_clock();
         if (got || now >= deadline)
             break;
-        sim_cv_wait(&n->cq_cv, NULL, deadline - now);
+        sim_cv_wait(&n->cq_cv, NULL, NULL, deadline - now);
         sim_cpu_mark(n->w);
     }
     /* No msg_cost_ns here: the receive was charged as the message arrived
@@ -1095,7 +1289,6 @@ void sim_nic_free(struct sim_nic *n)
 {
     sim_cv_destroy(&n->cq_cv);
     sim_cv_destroy(&n->conn_cv);
-    sim_cv_destroy(&n->delay_cv);
     for (uint32_t i = 0; i < n->n_qps; i++) {
         struct sn_qp *qp = n->qps[i];
         sn_free_list(qp->held);
@@ -1105,9 +1298,8 @@ void sim_nic_free(struct sim_nic *n)
     }
     for (uint32_t i = 0; i < n->n_mrs; i++)
         free(n->mrs[i]);
-    while (n->heap_len)
-        free(sn_heap_pop(n));
-    free(n->heap);
+    if (n->rx)
+        sn_rx_put(n->w, n->rx);
     free(n->qps);
     free(n->mrs);
     rkv_nic_cq_destroy(&n->cq);

@@ -48,9 +48,15 @@ struct rkv_task {
     void *arg;
 };
 
+/* Not a SimGrid mutex: every sg_mutex_lock and unlock is a simcall, a
+ * switch to the maestro and back, and the store takes its locks around
+ * nearly every step (a third of the context switches of a 1,024-node run).
+ * Actors are cooperative, so a free lock is taken with no simcall; only an
+ * actor that finds it held waits (on a sim_cv), and an unlock with waiters
+ * wakes one, which takes the lock if it is still free when it runs. */
 struct rkv_mutex {
-    sg_mutex_t m;
-    sg_actor_t owner;    /* the holding actor, NULL when free (for mutex_held) */
+    sg_actor_t owner;    /* the holding actor, NULL when free */
+    struct sim_cv queue; /* actors waiting for it */
     struct sim_world *w; /* measured CPU is settled around every lock */
 };
 
@@ -149,18 +155,33 @@ static int sp_mutex_create(struct rkv_port *p, struct rkv_mutex **m_p)
     struct rkv_mutex *m = malloc(sizeof(*m));
     if (!m)
         return -RKV_ENOMEM;
-    m->m = sg_mutex_init();
-    m->owner = NULL;
-    m->w = sp_of(p)->w;
+    *m = (struct rkv_mutex){.owner = NULL, .w = sp_of(p)->w};
     *m_p = m;
     return 0;
+}
+
+static void sp_mutex_take(struct rkv_mutex *m)
+{
+    sg_actor_t self = sg_actor_self();
+    assert(m->owner != self); /* not recursive */
+    while (m->owner)
+        sim_cv_wait(&m->queue, NULL, NULL, -1);
+    m->owner = self;
+}
+
+/* Also sim_cv_wait's release hook: drops the lock of a cond wait. */
+static void sp_mutex_release(void *arg)
+{
+    struct rkv_mutex *m = arg;
+    m->owner = NULL;
+    if (m->queue.head)
+        sim_cv_signal(&m->queue);
 }
 
 static void sp_mutex_lock(struct rkv_mutex *m)
 {
     sim_cpu_settle(m->w);
-    sg_mutex_lock(m->m);
-    m->owner = sg_actor_self();
+    sp_mutex_take(m);
     sim_cpu_mark(m->w);
 }
 
@@ -168,8 +189,7 @@ static void sp_mutex_unlock(struct rkv_mutex *m)
 {
     assert(m->owner == sg_actor_self());
     sim_cpu_settle(m->w);
-    m->owner = NULL;
-    sg_mutex_unlock(m->m);
+    sp_mutex_release(m);
     sim_cpu_mark(m->w);
 }
 
@@ -183,7 +203,7 @@ static void sp_mutex_destroy(struct rkv_mutex *m)
 {
     if (!m)
         return;
-    sg_mutex_destroy(m->m);
+    assert(!m->owner && !m->queue.head);
     free(m);
 }
 
@@ -202,9 +222,8 @@ static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeou
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
     assert(m->owner == sg_actor_self());
     sim_cpu_settle(c->w);
-    m->owner = NULL;
-    int timed_out = sim_cv_wait(&c->cv, m->m, t);
-    m->owner = sg_actor_self();
+    int timed_out = sim_cv_wait(&c->cv, sp_mutex_release, m, t);
+    sp_mutex_take(m);
     sim_cpu_mark(c->w);
     return timed_out ? -RKV_ETIMEDOUT : 0;
 }
@@ -361,8 +380,16 @@ static struct sim_shm *sp_shm_new(struct sim_world *w, const char *name, size_t 
         return NULL;
     s->fd = -1;
     if (!w->cpu_measured) {
-        if (!(s->addr = calloc(1, bytes)))
+        /* Pages on demand, as a real segment's: a machine's segments are
+         * sized for their most (about 160 KiB each) and mostly untouched in
+         * a payload-less run; calloc made them resident (26 KiB a node).
+         * Adjacent anonymous mappings merge: no map count per segment. */
+        s->addr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (s->addr == MAP_FAILED) {
+            s->addr = NULL;
             goto free_s;
+        }
     } else if ((s->fd = memfd_create("rkv-twin-shm", MFD_CLOEXEC)) < 0 ||
                ftruncate(s->fd, (off_t)bytes) < 0) {
         goto close_fd;
@@ -385,7 +412,8 @@ static void sp_shm_free(struct sim_shm *s)
     if (s->fd >= 0)
         close(s->fd);
     free(s->views);
-    free(s->addr);
+    if (s->addr)
+        munmap(s->addr, s->bytes ? s->bytes : 1);
     free(s);
 }
 

@@ -19,6 +19,7 @@
 struct sim_shm;
 struct sim_listener;
 struct sim_nic;
+struct sim_nic_rx;
 struct sim_pcq;
 struct sim_pcq_actor;
 
@@ -66,6 +67,11 @@ struct sim_world {
     struct sim_shm **shm_buckets;
     struct sim_nic **nics; /* index = NIC id */
     uint32_t n_nics, nic_cap;
+    /* The NICs' shared receive units, by machine (sim/backend/nic_sim.c);
+     * nic_rx_live counts every unit, shared or a NIC's own. */
+    struct sim_nic_rx **nic_rx;
+    uint32_t nic_rx_cap, nic_rx_live;
+    void (*nic_rx_release)(struct sim_world *w); /* at the end, after nic_free */
     /* What sim_world_fini calls to free the shm segments and NICs: set by
      * the port and NIC backends that fill shms and nics. The world is the
      * bottom of the simulated backends (world < port < NIC) and names
@@ -110,5 +116,11 @@ uint32_t sim_port_tid(struct rkv_port *p);
 
 /* ---- NIC ---- */
 extern const struct rkv_nic_ops rkv_nic_sim_ops; /* open() takes the port's world and host */
+/* Before the run: machine's NICs will share one receive unit (2 actors) on
+ * host, when delivering costs no CPU (else each NIC gets its own). Made
+ * here, outside any actor, its start takes no turn from the nodes: made by
+ * a machine's first NIC, it let the nodes without one connect before the
+ * server listened. A unit not made here is made by the first NIC. */
+int sim_nic_rx_prepare(struct sim_world *w, uint32_t machine, sg_host_t host);
 
 #endif

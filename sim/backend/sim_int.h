@@ -46,14 +46,16 @@ void sim_cpu_run(struct sim_world *w, sg_host_t host, double s);
 void sim_cpu_fini(struct sim_world *w);
 
 /* A condition variable whose timed wait is safe in SimGrid 3.32 (sim/backend/cv.c).
- * mu may be NULL: actors are cooperative, so a caller that checks its
+ * release(arg), when set, drops the caller's lock once the waiter is queued
+ * (the caller takes it again after): a signal from then on is not lost.
+ * Without one: actors are cooperative, so a caller that checks its
  * condition and waits with no simcall in between cannot miss a signal. */
 struct sim_waiter;
 struct sim_cv {
     struct sim_waiter *head, *tail;
 };
 /* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled. */
-int sim_cv_wait(struct sim_cv *cv, sg_mutex_t mu, double timeout_s);
+int sim_cv_wait(struct sim_cv *cv, void (*release)(void *arg), void *arg, double timeout_s);
 void sim_cv_signal(struct sim_cv *cv);
 void sim_cv_broadcast(struct sim_cv *cv);
 void sim_cv_destroy(struct sim_cv *cv);

@@ -42,6 +42,8 @@ struct seen {
     int b_wc2[4], n_b_wc2;
     /* 3: two WRITE_IMMs before any receive */
     int conn3, imm_posts, bad_sge;
+    /* 4: a burst of writes above 1 KiB, all in flight at once */
+    int burst_posts, burst_done;
     uint8_t landed[2][8];
     /* the target's completions, in order */
     int a_op[MAX_WC], a_status[MAX_WC], a_imm[MAX_WC], a_len[MAX_WC], n_a;
@@ -64,7 +66,10 @@ static struct run R;
 #define T_IMM 0.004
 #define T_RECV1 0.005
 #define T_RECV2 0.006
+#define T_BURST 0.0065
 #define T_END 0.007
+#define BURST 100 /* past the poster's ring sweep (64 in flight) */
+#define BURST_BYTES 2048
 
 static void open_node(const char *host, const char *name, uint32_t m, struct rkv_port **port_p,
                       struct rkv_nic **nic_p)
@@ -206,6 +211,24 @@ static void initiator_main(int argc, char **argv)
     }
     struct rkv_sge outside = {.addr = src + 120, .len = 16, .mr = mr};
     s->bad_sge = nic->ops->post_send(qp, 60, &outside, 0);
+
+    /* Transfers, not timed messages: the poster's ring holds them all, is
+     * swept once with every one still in flight, and releases each once
+     * the target received it; every write completes, once. */
+    sg_actor_sleep_until(T_BURST);
+    static uint8_t big[BURST_BYTES];
+    struct rkv_mr *big_mr;
+    if (nic->ops->reg_mr(nic, big, sizeof(big), RKV_ACCESS_LOCAL, &big_mr) < 0)
+        exit(6);
+    struct rkv_sge bsge = {.addr = big, .len = BURST_BYTES, .mr = big_mr};
+    for (uint32_t i = 0; i < BURST; i++)
+        s->burst_posts |= nic->ops->post_write(
+            qp, 100 + i, &bsge, (uint64_t)(uintptr_t)(R.region + BURST_BYTES), R.rkey, 0, 0, 1);
+    int op[BURST + 1], st[BURST + 1];
+    int n = take(nic, T_END, op, st, BURST + 1);
+    for (int i = 0; i < n; i++)
+        s->burst_done += op[i] == RKV_WC_WRITE && st[i] == RKV_WC_SUCCESS;
+    sim_nic_drain(sim_port_nic(port)); /* as a task ends: no comm left to its actor */
     sg_actor_sleep_until(T_END + 0.001);
     nic->ops->close(nic);
     nic2->ops->close(nic2);
@@ -316,6 +339,8 @@ static void test_unhappy_semantics(void **state)
     assert_int_equal(s.conn3, 0);
     assert_int_equal(s.imm_posts, 0);
     assert_int_equal(s.bad_sge, -RKV_EINVAL);
+    assert_int_equal(s.burst_posts, 0);
+    assert_int_equal(s.burst_done, BURST);
     int i0 = a_find(&s, RKV_WC_RECV_IMM, 0), i1 = a_find(&s, RKV_WC_RECV_IMM, 1);
     assert_true(i0 > c2 && i1 > i0);
     assert_int_equal(s.a_status[i0], RKV_WC_SUCCESS);

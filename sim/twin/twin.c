@@ -427,7 +427,7 @@ static void twin_faults(int argc, char **argv)
          * out a 60 s timeout, found by rkv swarm. */
         while (f->after_phase[0] && t->client0_phase < (int32_t)f->after_phase_ix &&
                !twin_workers_done(t))
-            sim_cv_wait(&t->phase_cv, NULL, 1e-3);
+            sim_cv_wait(&t->phase_cv, NULL, NULL, 1e-3);
         struct twin_node *nd = twin_node_named(t, f->target);
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
@@ -459,6 +459,9 @@ static void twin_spawn(struct twin *t)
         sg_actor_set_data(f, t);
         sg_actor_start(f, twin_faults, 0, NULL);
     }
+    /* A unit it cannot make (no memory) is made by the machine's first NIC. */
+    for (uint32_t m = 0; m < t->sc->machines; m++)
+        (void)sim_nic_rx_prepare(&t->w, m, twin_host(t, m));
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
         sim_world_trace_name(&t->w, nd->machine, nd->tid, nd->name);
