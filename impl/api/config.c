@@ -1,6 +1,7 @@
 /* Settings: one table says every setting's flag, env var, aliases for
  * ps-lite/DGL users, default and meaning; `rkv config --dump` prints it
  * with the source each value came from. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
@@ -30,7 +31,8 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
         {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
          "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
     [CMD_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
-                  "host of a one-machine cluster (no cluster file)"},
+                  "host of the machines without a cluster file; A,B,...: machine m on the "
+                  "(m mod n)-th (the launcher gives each process its machine's as RKV_HOST)"},
     [CMD_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
                        "first server port of a one-machine cluster"},
     [CMD_MACHINES] = {"machines", "RKV_MACHINES", "", "1",
@@ -322,7 +324,42 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
     return 0;
 }
 
-/* Without a cluster file: `machines` machines on one host, consecutive ports. */
+int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
+                  size_t err_len)
+{
+    if (!*hosts) { /* unset: every machine's is empty, as before lists */
+        out[0] = 0;
+        return 0;
+    }
+    uint32_t n = 1;
+    for (const char *c = hosts; *c; c++)
+        n += *c == ',';
+    const char *at = hosts;
+    for (uint32_t i = 0; i < m % n; i++)
+        at = strchr(at, ',') + 1;
+    size_t len = strcspn(at, ",");
+    /* every element checked, not only the one picked: a typo in another
+     * machine's is said by every process the same way */
+    for (const char *e = hosts;; e++) {
+        size_t l = strcspn(e, ",");
+        if (l == 0)
+            return rkv_errf(err, err_len, -1, "host: \"%s\": an empty address in the list", hosts);
+        if (l > RKV_HOST_MAX)
+            return rkv_errf(err, err_len, -1, "host: \"%s\": an address longer than %d characters",
+                            hosts, RKV_HOST_MAX);
+        e += l;
+        if (!*e)
+            break;
+    }
+    assert(len < out_len); /* callers give RKV_HOST_MAX + 1 */
+    (void)out_len;
+    memcpy(out, at, len);
+    out[len] = 0;
+    return 0;
+}
+
+/* Without a cluster file: `machines` machines on host's address (or on its
+ * list's, round robin), consecutive ports. */
 static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                               size_t err_len)
 {
@@ -344,8 +381,13 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
         return rkv_errf(err, err_len, -1, "out of memory");
     int discover = strcmp(s->val[CMD_DISCOVER], "0") != 0;
     for (uint32_t m = 0; m < nm; m++) {
-        if (m == 0 || !discover) /* else learned from server 0 at start */
-            snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CMD_HOST]);
+        if ((m == 0 || !discover) && /* else learned from server 0 at start */
+            cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host, sizeof(cfg->machines[m].host),
+                          err, err_len) < 0) {
+            free(cfg->machines);
+            cfg->machines = NULL;
+            return -1;
+        }
         cfg->machines[m].base_port = (uint16_t)(port + m * spm);
         cfg->machines[m].servers = spm;
     }

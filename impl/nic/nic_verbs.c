@@ -282,6 +282,12 @@ struct vb_nic {
     int gid_index;       /* RKV_VERBS_GID_INDEX: source GID of RoCE packets, -1 = rdma_cm's */
     uint32_t mtu_cap;    /* RKV_VERBS_MTU: the most this NIC announces and uses, 0 = the port's */
     uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
+    /* RKV_HOST's address when it is on the opened port: connections are
+     * dialled from it, so that they leave through this NIC. Without a
+     * source rdma_cm takes the route's, which on a node with two NICs
+     * whose peers are both local (or both reachable) may be the other's. */
+    struct sockaddr_storage src;
+    int has_src;
 };
 
 /* A CM event, copied so that it can be acknowledged before it is handled. */
@@ -1413,7 +1419,9 @@ static int vb_dial_resolve(struct vb_nic *n, struct vb_dial *d, const struct soc
 {
     struct vb_cm_ev e;
     const char *step = "resolving the address";
-    if (rdma_resolve_addr(d->id, NULL, (struct sockaddr *)dst, vb_resolve_ms(n, d)) != 0) {
+    struct sockaddr *src =
+        n->has_src && n->src.ss_family == dst->sa_family ? (struct sockaddr *)&n->src : NULL;
+    if (rdma_resolve_addr(d->id, src, (struct sockaddr *)dst, vb_resolve_ms(n, d)) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: rdma_resolve_addr(%s) failed: %s", d->peer,
                  strerror(errno));
         return -RKV_ECONFIG;
@@ -2425,7 +2433,8 @@ static int vb_open_device(struct vb_nic *n, const char *dev)
  * binds it: on a node with several NICs, the one its address is on, not
  * the first active one. -1 (debug-logged) when host is unset, a wildcard
  * or on no RDMA netdev: the caller keeps the first active port. */
-static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, size_t out_len)
+static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, size_t out_len,
+                          struct sockaddr_storage *sa_p)
 {
     if (!host || !*host)
         return -1;
@@ -2437,9 +2446,13 @@ static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, si
     if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0) {
         for (const struct addrinfo *ai = res; ai && rc < 0; ai = ai->ai_next)
             if (rdma_bind_addr(id, ai->ai_addr) == 0 && id->verbs &&
+                ai->ai_addrlen <= sizeof(*sa_p) &&
                 snprintf(out, out_len, "%s:%u", ibv_get_device_name(id->verbs->device),
-                         (unsigned)id->port_num) < (int)out_len)
+                         (unsigned)id->port_num) < (int)out_len) {
+                memset(sa_p, 0, sizeof(*sa_p));
+                memcpy(sa_p, ai->ai_addr, ai->ai_addrlen);
                 rc = 0;
+            }
         rdma_destroy_id(id);
     }
     freeaddrinfo(res);
@@ -2571,13 +2584,21 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     if (dev && !*dev)
         dev = NULL;
     char owner[80];
-    if (!dev && vb_dev_of_addr(port, getenv("RKV_HOST"), owner, sizeof(owner)) == 0)
+    struct sockaddr_storage host_sa;
+    int host_on = vb_dev_of_addr(port, getenv("RKV_HOST"), owner, sizeof(owner), &host_sa) == 0;
+    if (!dev && host_on)
         dev = owner;
     rc = port->ops->mutex_create(port, &n->mu);
     if (rc == 0)
         rc = port->ops->mutex_create(port, &n->mr_mu);
     if (rc == 0)
         rc = vb_open_device(n, dev);
+    if (rc == 0 && host_on) {
+        char opened[80];
+        snprintf(opened, sizeof(opened), "%s:%u", n->dev_name, (unsigned)n->port_num);
+        n->has_src = strcmp(opened, owner) == 0;
+        n->src = host_sa;
+    }
     if (rc == 0)
         rc = vb_open_verbs(n);
     if (rc == 0)

@@ -92,6 +92,42 @@ static void test_bad_keys_and_values(void **state)
     rkv_settings_destroy(NULL);
 }
 
+/* host "A,B": the machines alternate over the addresses (the two-host
+ * runs of ci/verbs-suite); an empty or overlong element is refused by name. */
+static void test_host_list(void **state)
+{
+    (void)state;
+    char err[256], longer[RKV_HOST_MAX + 16];
+    struct rkv_settings *set = make();
+    struct rkv_config cfg;
+    unsetenv("RKV_HOST");
+    unsetenv("DMLC_PS_ROOT_URI");
+    assert_int_equal(rkv_settings_set(set, "machines", "3", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "host", "10.78.0.1,10.78.0.2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_machines, 3);
+    assert_string_equal(cfg.machines[0].host, "10.78.0.1");
+    assert_string_equal(cfg.machines[1].host, "10.78.0.2");
+    assert_string_equal(cfg.machines[2].host, "10.78.0.1");
+    assert_int_equal(cfg.machines[2].base_port, cfg.machines[0].base_port + 2);
+    rkv_config_release(&cfg);
+    /* one address is every machine's, as before lists */
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[2].host, "10.77.0.1");
+    rkv_config_release(&cfg);
+    assert_int_equal(rkv_settings_set(set, "host", "10.78.0.1,,10.78.0.2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "empty address"));
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = 0;
+    memcpy(longer, "h,", 2); /* the second machine's is too long */
+    assert_int_equal(rkv_settings_set(set, "host", longer, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "longer than"));
+    rkv_settings_destroy(set);
+}
+
 static void test_cluster_file_and_server_id(void **state)
 {
     (void)state;
@@ -132,6 +168,7 @@ int main(void)
         cmocka_unit_test(test_secret_file_in_config),
         cmocka_unit_test(test_bad_keys_and_values),
         cmocka_unit_test(test_cluster_file_and_server_id),
+        cmocka_unit_test(test_host_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
