@@ -768,6 +768,12 @@ static const char *const demo_flags[CMD_KEY_COUNT_] = {
     [CMD_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
     [CMD_NODE_HOST] = "--node-host",
     [CMD_INTERFACE] = "--interface",
+    [CMD_VERBS_DEV] = "--verbs-dev",
+    [CMD_VERBS_TOS] = "--verbs-tos",
+    [CMD_VERBS_SL] = "--verbs-sl",
+    [CMD_VERBS_GID_INDEX] = "--verbs-gid-index",
+    [CMD_VERBS_MTU] = "--verbs-mtu",
+    [CMD_VERBS_SRQ_DEPTH] = "--verbs-srq-depth",
 };
 
 int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)

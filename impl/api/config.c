@@ -103,6 +103,25 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
     [CMD_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
                        "under DMLC_ROLE: the network interface whose IPv4 address this node "
                        "gives the scheduler"},
+    /* The verbs NIC's own knobs; their env vars are the ones it read before
+     * they were settings. Empty: the NIC's default. */
+    [CMD_VERBS_DEV] = {"verbs-dev", "RKV_VERBS_DEV", "", "",
+                       "verbs: the RDMA device, NAME or NAME:PORT (default: the port that owns "
+                       "this node's host address, else the first active one)"},
+    [CMD_VERBS_TOS] = {"verbs-tos", "RKV_VERBS_TOS", "", "",
+                       "verbs: IP traffic class of RoCE v2 packets, 0..255 (a PFC fabric's "
+                       "lossless class; default rdma_cm's)"},
+    [CMD_VERBS_SL] = {"verbs-sl", "RKV_VERBS_SL", "", "",
+                      "verbs: InfiniBand service level, 0..15 (default the path's)"},
+    [CMD_VERBS_GID_INDEX] = {"verbs-gid-index", "RKV_VERBS_GID_INDEX", "", "",
+                             "verbs: source GID index on RoCE, 0..65535 (default rdma_cm's)"},
+    [CMD_VERBS_MTU] = {"verbs-mtu", "RKV_VERBS_MTU", "", "",
+                       "verbs: the largest path MTU this node announces and uses: 256, 512, "
+                       "1024, 2048 or 4096 (default the port's; a connection takes the smaller "
+                       "end's)"},
+    [CMD_VERBS_SRQ_DEPTH] = {"verbs-srq-depth", "RKV_VERBS_SRQ_DEPTH", "", "",
+                             "verbs: most buffers of the NIC's shared receive pool, 0..1048576 "
+                             "(0: a receive queue per peer; default 16384)"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cmd_opts) / sizeof(cmd_opts[0]) == CMD_KEY_COUNT_, "settings table");
@@ -435,6 +454,43 @@ static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_
     return 0;
 }
 
+/* A verbs number: "" is -1 (the NIC's own), else 0..max. */
+static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, int *v, char *err,
+                         size_t err_len)
+{
+    uint64_t x = 0;
+    *v = -1;
+    if (!*s->val[k])
+        return 0;
+    if (cmd_get_u64(s, k, &x, err, err_len) < 0)
+        return -1;
+    if (x > (uint64_t)max)
+        return rkv_errf(err, err_len, -1, "%s: %llu is out of range 0..%d (%s)", cmd_opts[k].name,
+                        (unsigned long long)x, max, s->src[k]);
+    *v = (int)x;
+    return 0;
+}
+
+static int cmd_verbs(const struct cmd_settings *s, struct rkv_verbs_config *v, char *err,
+                     size_t err_len)
+{
+    if (strlen(s->val[CMD_VERBS_DEV]) >= sizeof(v->dev))
+        return rkv_errf(err, err_len, -1, "verbs-dev: longer than %zu characters (%s)",
+                        sizeof(v->dev) - 1, s->src[CMD_VERBS_DEV]);
+    strcpy(v->dev, s->val[CMD_VERBS_DEV]);
+    if (cmd_verbs_int(s, CMD_VERBS_TOS, 255, &v->tos, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_SL, 15, &v->sl, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_GID_INDEX, 65535, &v->gid_index, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_MTU, 4096, &v->mtu, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_SRQ_DEPTH, 1 << 20, &v->srq_depth, err, err_len) < 0)
+        return -1;
+    if (v->mtu != -1 && (v->mtu < 256 || (v->mtu & (v->mtu - 1))))
+        return rkv_errf(err, err_len, -1,
+                        "verbs-mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096; %s)",
+                        v->mtu, s->src[CMD_VERBS_MTU]);
+    return 0;
+}
+
 int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len)
 {
@@ -488,6 +544,8 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         goto free_machines;
     }
     cfg->busy_poll = (int)busy;
+    if (cmd_verbs(s, &cfg->verbs, err, err_len) < 0)
+        goto free_machines;
     if (strlen(s->val[CMD_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
         rkv_errf(err, err_len, -1, "durable-dir: longer than %zu bytes",
                  sizeof(cfg->durable_dir) - 1);

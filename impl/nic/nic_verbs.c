@@ -282,6 +282,7 @@ struct vb_nic {
     int gid_index;       /* RKV_VERBS_GID_INDEX: source GID of RoCE packets, -1 = rdma_cm's */
     uint32_t mtu_cap;    /* RKV_VERBS_MTU: the most this NIC announces and uses, 0 = the port's */
     uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
+    int gid_tbl_len;     /* the port's GIDs, for a gid_index given by set_verbs */
     /* RKV_HOST's address when it is on the opened port: connections are
      * dialled from it, so that they leave through this NIC. Without a
      * source rdma_cm takes the route's, which on a node with two NICs
@@ -2480,6 +2481,7 @@ static int vb_open_verbs(struct vb_nic *n)
     int rc = vb_settings(n, &da);
     if (rc < 0)
         return rc;
+    n->gid_tbl_len = pa.gid_tbl_len;
     if (n->gid_index >= pa.gid_tbl_len) {
         RKV_LOGE(port, "nic verbs: RKV_VERBS_GID_INDEX=%d: %s port %u has %d GIDs", n->gid_index,
                  n->dev_name, n->port_num, pa.gid_tbl_len);
@@ -2613,6 +2615,48 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     return 0;
 }
 
+/* The config's verbs settings over the environment's (rkv_cfg_nic, right
+ * after open). Once a listener, QP or pool exists they are fixed: the same
+ * values again are fine (a server given a NIC that already serves another
+ * node), other ones are refused rather than half applied. */
+static int vb_set_verbs(struct rkv_nic *nic, const struct rkv_nic_verbs_opts *o)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    struct rkv_port *port = nic->port;
+    if (o->mtu != -1 && !vb_mtu_valid((uint32_t)o->mtu)) {
+        RKV_LOGE(port, "nic verbs: verbs-mtu %d: expected 256, 512, 1024, 2048 or 4096", o->mtu);
+        return -RKV_ECONFIG;
+    }
+    if (o->gid_index >= n->gid_tbl_len) {
+        RKV_LOGE(port, "nic verbs: verbs-gid-index %d: %s port %u has %d GIDs", o->gid_index,
+                 n->dev_name, n->port_num, n->gid_tbl_len);
+        return -RKV_ECONFIG;
+    }
+    int tos = o->tos != -1 ? o->tos : n->tos, sl = o->sl != -1 ? o->sl : n->sl;
+    int gid = o->gid_index != -1 ? o->gid_index : n->gid_index;
+    uint32_t mtu = o->mtu != -1 ? (uint32_t)o->mtu : n->mtu_cap;
+    uint32_t srq = o->srq_depth != -1 ? (uint32_t)o->srq_depth : n->srq_max;
+    vb_lock(n);
+    int fixed = n->srq || n->n_qps_made || n->listeners;
+    int same = tos == n->tos && sl == n->sl && gid == n->gid_index && mtu == n->mtu_cap &&
+               srq == n->srq_max;
+    if (!fixed) {
+        n->tos = tos;
+        n->sl = sl;
+        n->gid_index = gid;
+        n->mtu_cap = mtu;
+        n->srq_max = srq;
+    }
+    vb_unlock(n);
+    if (fixed && !same) {
+        RKV_LOGE(port,
+                 "nic verbs: verbs settings given after %s was in use: they are fixed by then",
+                 n->dev_name);
+        return -RKV_EINVAL;
+    }
+    return 0;
+}
+
 /* After the CM task stopped: nothing else touches the NIC any more. */
 static void vb_free_all(struct vb_nic *n)
 {
@@ -2687,4 +2731,5 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .srq_repost = vb_srq_repost,
     .mr_grant = vb_mr_grant,
     .mr_revoke = vb_mr_revoke,
+    .set_verbs = vb_set_verbs,
 };

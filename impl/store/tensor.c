@@ -133,6 +133,8 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
                                   .busy_poll = cfg->busy_poll};
 }
 
+static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size_t err_len);
+
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
 {
     if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
@@ -182,7 +184,7 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                             : "");
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
-    return 0;
+    return rkv_cfg_check_verbs(&cfg->verbs, err, err_len);
 }
 
 uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg)
@@ -218,10 +220,48 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->log_level = 1;
     cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
     cfg->hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS;
+    cfg->verbs = (struct rkv_verbs_config){
+        .dev = "", .tos = -1, .sl = -1, .gid_index = -1, .mtu = -1, .srq_depth = -1};
+}
+
+/* The verbs settings' ranges (-1: the NIC's own). */
+static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size_t err_len)
+{
+    static const struct {
+        const char *name;
+        int max;
+    } f[] = {{"tos", 255}, {"sl", 15}, {"gid_index", 65535}, {"mtu", 4096}, {"srq_depth", 1 << 20}};
+    const int val[] = {v->tos, v->sl, v->gid_index, v->mtu, v->srq_depth};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (val[i] < -1 || val[i] > f[i].max)
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: verbs.%s: %d is out of range (0..%d, or -1 for the NIC's "
+                            "own)",
+                            f[i].name, val[i], f[i].max);
+    if (v->mtu != -1 && v->mtu != 256 && v->mtu != 512 && v->mtu != 1024 && v->mtu != 2048 &&
+        v->mtu != 4096)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: verbs.mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096)",
+                        v->mtu);
+    if (!memchr(v->dev, 0, sizeof(v->dev)))
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: verbs.dev is not terminated");
+    return 0;
 }
 
 int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len)
 {
+    if (nic->ops->set_verbs) {
+        const struct rkv_verbs_config *v = &cfg->verbs;
+        struct rkv_nic_verbs_opts o = {.tos = v->tos,
+                                       .sl = v->sl,
+                                       .gid_index = v->gid_index,
+                                       .mtu = v->mtu,
+                                       .srq_depth = v->srq_depth};
+        int rc = nic->ops->set_verbs(nic, &o);
+        if (rc < 0)
+            return rkv_errf(err, err_len, rc,
+                            "the verbs NIC refused the verbs settings (its log says why)");
+    }
     nic->hello_timeout_ms = cfg->hello_timeout_ms;
     nic->idle_timeout_ms = cfg->idle_timeout_ms;
     size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));
