@@ -454,12 +454,12 @@ static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_
     return 0;
 }
 
-/* A verbs number: "" is -1 (the NIC's own), else 0..max. */
-static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, int *v, char *err,
-                         size_t err_len)
+/* A verbs number: "" leaves it unset (the NIC's own), else 0..max and bit
+ * in *set. */
+static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, int *v,
+                         uint32_t *set, uint32_t bit, char *err, size_t err_len)
 {
     uint64_t x = 0;
-    *v = -1;
     if (!*s->val[k])
         return 0;
     if (cmd_get_u64(s, k, &x, err, err_len) < 0)
@@ -468,6 +468,7 @@ static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, 
         return rkv_errf(err, err_len, -1, "%s: %llu is out of range 0..%d (%s)", cmd_opts[k].name,
                         (unsigned long long)x, max, s->src[k]);
     *v = (int)x;
+    *set |= bit;
     return 0;
 }
 
@@ -478,13 +479,16 @@ static int cmd_verbs(const struct cmd_settings *s, struct rkv_verbs_config *v, c
         return rkv_errf(err, err_len, -1, "verbs-dev: longer than %zu characters (%s)",
                         sizeof(v->dev) - 1, s->src[CMD_VERBS_DEV]);
     strcpy(v->dev, s->val[CMD_VERBS_DEV]);
-    if (cmd_verbs_int(s, CMD_VERBS_TOS, 255, &v->tos, err, err_len) < 0 ||
-        cmd_verbs_int(s, CMD_VERBS_SL, 15, &v->sl, err, err_len) < 0 ||
-        cmd_verbs_int(s, CMD_VERBS_GID_INDEX, 65535, &v->gid_index, err, err_len) < 0 ||
-        cmd_verbs_int(s, CMD_VERBS_MTU, 4096, &v->mtu, err, err_len) < 0 ||
-        cmd_verbs_int(s, CMD_VERBS_SRQ_DEPTH, 1 << 20, &v->srq_depth, err, err_len) < 0)
+    uint32_t *set = &v->set;
+    if (cmd_verbs_int(s, CMD_VERBS_TOS, 255, &v->tos, set, RKV_VERBS_SET_TOS, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_SL, 15, &v->sl, set, RKV_VERBS_SET_SL, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_GID_INDEX, 65535, &v->gid_index, set, RKV_VERBS_SET_GID_INDEX,
+                      err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_MTU, 4096, &v->mtu, set, RKV_VERBS_SET_MTU, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_SRQ_DEPTH, 1 << 20, &v->srq_depth, set, RKV_VERBS_SET_SRQ_DEPTH,
+                      err, err_len) < 0)
         return -1;
-    if (v->mtu != -1 && (v->mtu < 256 || (v->mtu & (v->mtu - 1))))
+    if ((*set & RKV_VERBS_SET_MTU) && (v->mtu < 256 || (v->mtu & (v->mtu - 1))))
         return rkv_errf(err, err_len, -1,
                         "verbs-mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096; %s)",
                         v->mtu, s->src[CMD_VERBS_MTU]);

@@ -220,11 +220,9 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->log_level = 1;
     cfg->zero_copy_bytes = RKV_ZERO_COPY_DEFAULT_BYTES;
     cfg->hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS;
-    cfg->verbs = (struct rkv_verbs_config){
-        .dev = "", .tos = -1, .sl = -1, .gid_index = -1, .mtu = -1, .srq_depth = -1};
 }
 
-/* The verbs settings' ranges (-1: the NIC's own). */
+/* The verbs settings' ranges (a field without its bit in set: the NIC's own). */
 static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size_t err_len)
 {
     static const struct {
@@ -233,16 +231,17 @@ static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size
     } f[] = {{"tos", 255}, {"sl", 15}, {"gid_index", 65535}, {"mtu", 4096}, {"srq_depth", 1 << 20}};
     const int val[] = {v->tos, v->sl, v->gid_index, v->mtu, v->srq_depth};
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-        if (val[i] < -1 || val[i] > f[i].max)
+        if ((v->set & (1u << i)) && (val[i] < 0 || val[i] > f[i].max))
             return rkv_errf(err, err_len, -RKV_ECONFIG,
-                            "config: verbs.%s: %d is out of range (0..%d, or -1 for the NIC's "
-                            "own)",
-                            f[i].name, val[i], f[i].max);
-    if (v->mtu != -1 && v->mtu != 256 && v->mtu != 512 && v->mtu != 1024 && v->mtu != 2048 &&
-        v->mtu != 4096)
+                            "config: verbs.%s: %d is out of range (0..%d)", f[i].name, val[i],
+                            f[i].max);
+    if ((v->set & RKV_VERBS_SET_MTU) && (v->mtu < 256 || (v->mtu & (v->mtu - 1))))
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: verbs.mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096)",
                         v->mtu);
+    if (v->set & ~31u)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: verbs.set: unknown bits 0x%x",
+                        v->set & ~31u);
     if (!memchr(v->dev, 0, sizeof(v->dev)))
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: verbs.dev is not terminated");
     return 0;
@@ -252,11 +251,12 @@ int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, si
 {
     if (nic->ops->set_verbs) {
         const struct rkv_verbs_config *v = &cfg->verbs;
-        struct rkv_nic_verbs_opts o = {.tos = v->tos,
-                                       .sl = v->sl,
-                                       .gid_index = v->gid_index,
-                                       .mtu = v->mtu,
-                                       .srq_depth = v->srq_depth};
+        struct rkv_nic_verbs_opts o = {
+            .tos = v->set & RKV_VERBS_SET_TOS ? v->tos : -1,
+            .sl = v->set & RKV_VERBS_SET_SL ? v->sl : -1,
+            .gid_index = v->set & RKV_VERBS_SET_GID_INDEX ? v->gid_index : -1,
+            .mtu = v->set & RKV_VERBS_SET_MTU ? v->mtu : -1,
+            .srq_depth = v->set & RKV_VERBS_SET_SRQ_DEPTH ? v->srq_depth : -1};
         int rc = nic->ops->set_verbs(nic, &o);
         if (rc < 0)
             return rkv_errf(err, err_len, rc,

@@ -127,17 +127,23 @@ static void test_cfg_check_verbs(void **state)
     cfg.n_workers = 1;
     if (rkv_cfg_check(&cfg, err, sizeof(err)) != 0)
         fail_msg("%s", err);
+    cfg.verbs.sl = 99; /* not applied: its bit is clear */
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), 0);
     cfg.verbs.tos = 46;
     cfg.verbs.mtu = 4096;
+    cfg.verbs.set = RKV_VERBS_SET_TOS | RKV_VERBS_SET_MTU;
     assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), 0);
-    cfg.verbs.sl = 16;
+    cfg.verbs.set |= RKV_VERBS_SET_SL;
     assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
-    assert_non_null(strstr(err, "verbs.sl: 16 is out of range (0..15"));
-    cfg.verbs.sl = -1;
-    cfg.verbs.mtu = 0; /* a config zeroed by hand, say */
+    assert_non_null(strstr(err, "verbs.sl: 99 is out of range (0..15)"));
+    cfg.verbs.set &= ~(uint32_t)RKV_VERBS_SET_SL;
+    cfg.verbs.mtu = 0;
     assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "verbs.mtu: 0 is not an RDMA MTU"));
-    cfg.verbs.mtu = -1;
+    cfg.verbs.set = 64;
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "verbs.set: unknown bits 0x40"));
+    cfg.verbs.set = 0;
     memset(cfg.verbs.dev, 'x', sizeof(cfg.verbs.dev));
     assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "verbs.dev is not terminated"));

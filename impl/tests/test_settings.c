@@ -129,7 +129,7 @@ static void test_host_list(void **state)
 }
 
 /* The verbs NIC's knobs as settings: flags and their RKV_VERBS_* env vars
- * reach rkv_config.verbs; unset is -1 (the NIC's own); a value out of
+ * reach rkv_config.verbs; unset leaves its bit clear (the NIC's own); a value out of
  * range is refused naming the setting, its range and where it came from. */
 static void test_verbs_settings(void **state)
 {
@@ -144,11 +144,7 @@ static void test_verbs_settings(void **state)
     struct rkv_config cfg;
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
     assert_string_equal(cfg.verbs.dev, "");
-    assert_int_equal(cfg.verbs.tos, -1);
-    assert_int_equal(cfg.verbs.sl, -1);
-    assert_int_equal(cfg.verbs.gid_index, -1);
-    assert_int_equal(cfg.verbs.mtu, -1);
-    assert_int_equal(cfg.verbs.srq_depth, -1);
+    assert_int_equal(cfg.verbs.set, 0); /* every number the NIC's own */
     rkv_config_release(&cfg);
     assert_int_equal(rkv_settings_set(set, "verbs-dev", "mlx5_1:1", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_set(set, "verbs_tos", "106", err, sizeof(err)), 0);
@@ -158,6 +154,8 @@ static void test_verbs_settings(void **state)
     assert_int_equal(rkv_settings_set(set, "verbs-srq-depth", "0", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
     assert_string_equal(cfg.verbs.dev, "mlx5_1:1");
+    assert_int_equal(cfg.verbs.set, RKV_VERBS_SET_TOS | RKV_VERBS_SET_SL | RKV_VERBS_SET_GID_INDEX |
+                                        RKV_VERBS_SET_MTU | RKV_VERBS_SET_SRQ_DEPTH);
     assert_int_equal(cfg.verbs.tos, 106);
     assert_int_equal(cfg.verbs.sl, 3);
     assert_int_equal(cfg.verbs.gid_index, 3);
@@ -170,6 +168,7 @@ static void test_verbs_settings(void **state)
     setenv("RKV_VERBS_SL", "7", 1);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
     assert_int_equal(cfg.verbs.sl, 7);
+    assert_int_equal(cfg.verbs.set, RKV_VERBS_SET_SL);
     rkv_config_release(&cfg);
     setenv("RKV_VERBS_SL", "16", 1);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
