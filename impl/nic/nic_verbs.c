@@ -67,6 +67,11 @@
  *   RKV_VERBS_SRQ_DEPTH the most buffers of the shared receive pool (16384;
  *                       0: none, receives per QP)
  *   RKV_TOKEN           64-bit connection token, the same on every node (0)
+ * DEV, TOS, SL, GID_INDEX, MTU and SRQ_DEPTH are also the settings verbs-*
+ * (rkv_config.verbs): the node opens the device the setting names, and
+ * set_verbs applies the others over the environment's right after open.
+ * RKV_HOST's address, when it is on the opened port, is the source of
+ * every connection this NIC dials.
  *
  * Locks, in the only order they are ever nested:
  *   qp->post_mu  serialises posts on one QP (ring heads, ibv_post_*)
