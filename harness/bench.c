@@ -17,6 +17,7 @@
  *   verbs: over an RDMA device (ci/softroce), vs perftest's ib_write_bw and
  *          ib_write_lat on the same device; the smallest size once more with
  *          the other busy-poll setting, for the latency in both modes */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -79,9 +80,18 @@ struct bench {
      * and limit2 likewise for the shapes with two connections. */
     const char *limit, *limit2;
     int have_iperf3;
-    const char *dev, *host; /* verbs: the device and its address */
-    int gid_idx;
-    int busy_poll; /* the clusters' busy-poll setting (flags, then env) */
+    /* verbs: RKV_HOST (a list "A,B": the clusters' machines alternate over
+     * them, perftest's client runs on A's device and its server on B's) and
+     * each end's device, port and GID; --port / --gid-index override. */
+    const char *host;
+    struct bench_end {
+        char host[RKV_HOST_MAX + 1];
+        char dev[64];
+        int port;
+        int gid;             /* -1: none (InfiniBand without an IP GID: perftest goes by LID) */
+    } end[2];                /* [0] perftest's client, [1] its server */
+    int port_flag, gid_flag; /* -1: found from the address */
+    int busy_poll;           /* the clusters' busy-poll setting (flags, then env) */
     struct bench_fig fig[BENCH_MAX_FIGS];
     int n_fig;
     struct bench_ratio ratio[BENCH_MAX_RATIOS];
@@ -383,27 +393,95 @@ static void bench_choose_limit(struct bench *b)
 
 /* ---- perftest (verbs) ---- */
 
-/* The GID index whose GID is host's IPv4-mapped address: RoCE v2 needs it
- * (index 0 is the link-local one). -1 if none. */
-static int bench_gid_index(const char *dev, const char *host)
+/* A sysfs file's first line, without its newline ("" if unreadable). */
+static void bench_sysfs(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    buf[0] = 0;
+    if (f && fgets(buf, (int)len, f))
+        buf[strcspn(buf, "\n")] = 0;
+    if (f)
+        fclose(f);
+}
+
+/* The RDMA device, port and GID index that own e->host's address, the way
+ * rkv's rdma_cm finds them: the IPv4-mapped GID, a RoCE v2 one first (rkv
+ * runs v2 where the device has it; perftest would take whichever -x says).
+ * RKV_VERBS_DEV (NAME or NAME:PORT) narrows the search. On InfiniBand,
+ * whose GIDs hold no IP address, the named (or first) device's first active
+ * port without a GID: perftest then goes by LID. 0, or -1. */
+static int bench_find_end(struct bench_end *e)
 {
     unsigned a[4];
-    if (sscanf(host, "%u.%u.%u.%u", &a[0], &a[1], &a[2], &a[3]) != 4)
-        return -1;
-    char want[64], path[256], got[64];
-    snprintf(want, sizeof(want), "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", a[0], a[1],
-             a[2], a[3]);
-    for (int i = 0; i < 256; i++) {
-        snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/gids/%d", dev, i);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            return -1;
-        int ok = fgets(got, sizeof(got), f) && !strncmp(got, want, strlen(want));
-        fclose(f);
-        if (ok)
-            return i;
+    char want[64] = "", only[64] = "", path[512], got[64], type[32];
+    if (sscanf(e->host, "%u.%u.%u.%u", &a[0], &a[1], &a[2], &a[3]) == 4)
+        snprintf(want, sizeof(want), "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x", a[0], a[1],
+                 a[2], a[3]);
+    const char *env = getenv("RKV_VERBS_DEV");
+    int only_port = 0;
+    if (env && *env) {
+        snprintf(only, sizeof(only), "%s", env);
+        char *colon = strchr(only, ':');
+        if (colon) {
+            *colon = 0;
+            only_port = atoi(colon + 1);
+        }
     }
-    return -1;
+    DIR *dir = opendir("/sys/class/infiniband");
+    if (!dir)
+        return -1;
+    int best = 0; /* 2: a RoCE v2 GID, 1: another GID of the address, 0: none yet */
+    struct bench_end ib = {.port = 0};
+    for (struct dirent *de; (de = readdir(dir)) && best < 2;) {
+        if (de->d_name[0] == '.' || (only[0] && strcmp(de->d_name, only)))
+            continue;
+        for (int port = 1; port <= 8 && best < 2; port++) {
+            if (only_port && port != only_port)
+                continue;
+            snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/link_layer", de->d_name,
+                     port);
+            bench_sysfs(path, type, sizeof(type));
+            if (!type[0])
+                break;
+            if (!strcmp(type, "InfiniBand") && !ib.port) {
+                snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/state", de->d_name,
+                         port);
+                bench_sysfs(path, got, sizeof(got));
+                if (strstr(got, "ACTIVE")) {
+                    snprintf(ib.dev, sizeof(ib.dev), "%.63s", de->d_name);
+                    ib.port = port;
+                }
+            }
+            for (int i = 0; want[0] && i < 256 && best < 2; i++) {
+                snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/gids/%d",
+                         de->d_name, port, i);
+                bench_sysfs(path, got, sizeof(got));
+                if (!got[0])
+                    break;
+                if (strcmp(got, want))
+                    continue;
+                snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/%d/gid_attrs/types/%d",
+                         de->d_name, port, i);
+                bench_sysfs(path, type, sizeof(type));
+                int rank = strstr(type, "v2") ? 2 : 1;
+                if (rank > best) {
+                    best = rank;
+                    snprintf(e->dev, sizeof(e->dev), "%.63s", de->d_name);
+                    e->port = port;
+                    e->gid = i;
+                }
+            }
+        }
+    }
+    closedir(dir);
+    if (best)
+        return 0;
+    if (!ib.port)
+        return -1;
+    snprintf(e->dev, sizeof(e->dev), "%s", ib.dev);
+    e->port = ib.port;
+    e->gid = -1;
+    return 0;
 }
 
 /* The field'th column of perftest's last result row (a row that starts
@@ -430,29 +508,57 @@ static double bench_perftest_parse(const char *out, int field)
     return v;
 }
 
+/* perftest's flags for end e: device, port and, when it has one, GID. */
+static int bench_perftest_end(const struct bench_end *e, char **argv, char *port, char *gid)
+{
+    int k = 0;
+    snprintf(port, 16, "%d", e->port);
+    snprintf(gid, 16, "%d", e->gid);
+    argv[k++] = "-d";
+    argv[k++] = (char *)e->dev;
+    argv[k++] = "-i";
+    argv[k++] = port;
+    if (e->gid >= 0) {
+        argv[k++] = "-x";
+        argv[k++] = gid;
+    }
+    return k;
+}
+
 /* ib_write_bw at `bytes` (GB/s; perftest's MB is 2^20 B) or, bytes == 0,
- * ib_write_lat's typical one-way latency (us). 0 on failure. */
+ * ib_write_lat's typical one-way latency (us), from end[0]'s device to
+ * end[1]'s. 0 on failure. */
 static double bench_perftest(const struct bench *b, uint32_t bytes)
 {
     uint16_t port;
     if (rkv_launch_free_ports(1, &port, NULL) < 0)
         return 0;
-    char p[16], s[16], n[16], g[16], *out = malloc(BENCH_OUT_BYTES);
+    char p[16], s[16], n[16], ep[2][16], eg[2][16], *out = malloc(BENCH_OUT_BYTES);
     snprintf(p, sizeof(p), "%u", port);
     snprintf(s, sizeof(s), "%u", bytes);
     snprintf(n, sizeof(n), "%u", bytes >= (1u << 20) ? 40 : bytes >= 65536 ? 400 : 2000);
-    snprintf(g, sizeof(g), "%d", b->gid_idx);
-    char *bw[] = {"ib_write_bw", "-F", "-d", (char *)b->dev, "-x", g, "-s", s, "-n", n, "-p", p,
-                  NULL,          NULL};
-    char *lat[] = {"ib_write_lat", "-F", "-d", (char *)b->dev, "-R", "-n",
-                   "1000",         "-p", p,    NULL,           NULL};
-    char **srv = bytes ? bw : lat;
-    char *cli[16];
-    int k = 0;
-    for (; srv[k]; k++)
-        cli[k] = srv[k];
-    cli[k++] = (char *)b->host;
-    cli[k] = NULL;
+    char *srv[24], *cli[24];
+    int ks = 0, kc = 0;
+    srv[ks++] = cli[kc++] = bytes ? "ib_write_bw" : "ib_write_lat";
+    srv[ks++] = cli[kc++] = "-F";
+    ks += bench_perftest_end(&b->end[1], srv + ks, ep[1], eg[1]);
+    kc += bench_perftest_end(&b->end[0], cli + kc, ep[0], eg[0]);
+    if (bytes) {
+        srv[ks++] = cli[kc++] = "-s";
+        srv[ks++] = cli[kc++] = s;
+        srv[ks++] = cli[kc++] = "-n";
+        srv[ks++] = cli[kc++] = n;
+    } else { /* over rdma_cm, as rkv connects; from the client's own address */
+        srv[ks++] = cli[kc++] = "-R";
+        srv[ks++] = cli[kc++] = "-n";
+        srv[ks++] = cli[kc++] = "1000";
+        cli[kc++] = "--source_ip";
+        cli[kc++] = (char *)b->end[0].host;
+    }
+    srv[ks++] = cli[kc++] = "-p";
+    srv[ks++] = cli[kc++] = p;
+    cli[kc++] = (char *)b->end[1].host;
+    srv[ks] = cli[kc] = NULL;
     double v = 0;
     if (out && bench_pair(srv, cli, out, BENCH_OUT_BYTES) == 0)
         v = bytes ? bench_perftest_parse(out, 3) * 1.048576 / 1000 : bench_perftest_parse(out, 4);
@@ -605,7 +711,7 @@ static int bench_size(struct bench *b, uint32_t bytes, const struct bench_shape 
         snprintf(name, sizeof(name), "ib_write_bw.%s", sz);
         double gbs = bench_perftest(b, bytes);
         if (gbs <= 0) {
-            fprintf(stderr, "rkv bench: ib_write_bw -s %u on %s failed\n", bytes, b->dev);
+            fprintf(stderr, "rkv bench: ib_write_bw -s %u on %s failed\n", bytes, b->end[0].dev);
             return RKV_EXIT_STORE;
         }
         bench_add(b, name, "GB/s", gbs);
@@ -639,7 +745,7 @@ static int bench_rep(struct bench *b)
     if (code == RKV_EXIT_OK && b->mode == BENCH_VERBS) {
         double us = bench_perftest(b, 0);
         if (us <= 0) {
-            fprintf(stderr, "rkv bench: ib_write_lat on %s failed\n", b->dev);
+            fprintf(stderr, "rkv bench: ib_write_lat on %s failed\n", b->end[0].dev);
             return RKV_EXIT_STORE;
         }
         bench_add(b, "ib_write_lat.rtt", "us", 2 * us);
@@ -868,8 +974,12 @@ static void bench_usage(FILE *out)
         "         (memcpy.1core.shard.push|pull|pushpull.SIZE; the ratios and the table\n"
         "         use these); memcpy of one row-sized block that stays in cache is shown\n"
         "         too (memcpy.1core.rowblock.SIZE). And a 512 B row's pull latency\n"
-        "  verbs  over an RDMA device (RKV_VERBS_DEV, default rxe0; RKV_HOST, default\n"
-        "         10.77.0.1) vs ib_write_bw / ib_write_lat: ci/softroce rkv bench verbs;\n"
+        "  verbs  over the RDMA port that owns RKV_HOST's address (default 10.77.0.1;\n"
+        "         RKV_VERBS_DEV=NAME[:PORT] narrows it, --port P and --gid-index G\n"
+        "         override; RKV_HOST=A,B: perftest from A's device to B's, the clusters'\n"
+        "         machines alternate over A and B) vs ib_write_bw / ib_write_lat (rdma_cm,\n"
+        "         from A's address), on the GID rkv uses (RoCE v2 first; none on\n"
+        "         InfiniBand: LIDs): ci/softroce rkv bench verbs;\n"
         "         one more cluster per run measures the smallest size with the other\n"
         "         busy-poll setting, so the 1-row pull latency is given in both modes\n"
         "  --sizes     value bytes, multiples of 4 (tcp, shm: \"4096 65536 1048576 16777216\";\n"
@@ -911,6 +1021,7 @@ static int bench_args(struct bench *b, int argc, char **argv)
     b->mode_name = names[mode];
     b->reps = 5;
     b->iperf_s = 3;
+    b->port_flag = b->gid_flag = -1;
     const char *sizes =
         b->mode == BENCH_VERBS ? "4096 65536 1048576" : "4096 65536 1048576 16777216";
     for (int i = 1; i < argc; i++) {
@@ -923,6 +1034,10 @@ static int bench_args(struct bench *b, int argc, char **argv)
             sizes = argv[++i];
         else if (!strcmp(argv[i], "--json"))
             b->json = 1;
+        else if (!strcmp(argv[i], "--port") && i + 1 < argc && b->mode == BENCH_VERBS)
+            b->port_flag = (int)strtol(argv[++i], &end, 10);
+        else if (!strcmp(argv[i], "--gid-index") && i + 1 < argc && b->mode == BENCH_VERBS)
+            b->gid_flag = (int)strtol(argv[++i], &end, 10);
         else if (!strncmp(argv[i], "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
             b->extra[b->n_extra++] = argv[i]; /* a setting, and its value if it has one */
             if (!strchr(argv[i], '=') && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
@@ -932,7 +1047,8 @@ static int bench_args(struct bench *b, int argc, char **argv)
         if (end && *end)
             return -1;
     }
-    if (b->reps < 1 || b->reps > BENCH_MAX_REPS || b->iperf_s < 1 || b->iperf_s > 60)
+    if (b->reps < 1 || b->reps > BENCH_MAX_REPS || b->iperf_s < 1 || b->iperf_s > 60 ||
+        b->port_flag == 0 || b->port_flag > 255 || b->gid_flag < -1 || b->gid_flag > 255)
         return -1;
     return bench_parse_sizes(b, sizes);
 }
@@ -975,17 +1091,37 @@ static int bench_prepare(struct bench *b)
     b->limit = b->mode == BENCH_SHM ? "memcpy.1core.shard.KIND.SIZE" : "ib_write_bw.SIZE";
     if (b->mode == BENCH_SHM)
         return 0;
-    b->dev = getenv("RKV_VERBS_DEV") && *getenv("RKV_VERBS_DEV") ? getenv("RKV_VERBS_DEV") : "rxe0";
     b->host = getenv("RKV_HOST") && *getenv("RKV_HOST") ? getenv("RKV_HOST") : "10.77.0.1";
-    b->gid_idx = bench_gid_index(b->dev, b->host);
-    if (b->gid_idx < 0 || !bench_on_path("ib_write_bw") || !bench_on_path("ib_write_lat")) {
-        fprintf(stderr,
-                "rkv bench verbs: needs device %s with a GID for %s and perftest "
-                "(ib_write_bw, ib_write_lat); run it as `ci/softroce rkv bench verbs`\n",
-                b->dev, b->host);
+    char err[160];
+    for (int i = 0; i < 2; i++) {
+        struct bench_end *e = &b->end[i];
+        if (cmd_host_pick(b->host, i, e->host, sizeof(e->host), err, sizeof(err)) < 0) {
+            fprintf(stderr, "rkv bench verbs: RKV_HOST: %s\n", err);
+            return -1;
+        }
+        if (bench_find_end(e) < 0) {
+            fprintf(stderr,
+                    "rkv bench verbs: no RDMA port owns %s%s%s (a GID with its address, or an "
+                    "active InfiniBand port); run it as `ci/softroce rkv bench verbs`\n",
+                    e->host, getenv("RKV_VERBS_DEV") ? " on RKV_VERBS_DEV " : "",
+                    getenv("RKV_VERBS_DEV") ? getenv("RKV_VERBS_DEV") : "");
+            return -1;
+        }
+        if (b->port_flag > 0)
+            e->port = b->port_flag;
+        if (b->gid_flag >= 0)
+            e->gid = b->gid_flag;
+        fprintf(stderr, "rkv bench verbs: %s is %s port %d, GID index %d\n", e->host, e->dev,
+                e->port, e->gid);
+    }
+    if (!bench_on_path("ib_write_bw") || !bench_on_path("ib_write_lat")) {
+        fprintf(stderr, "rkv bench verbs: needs perftest (ib_write_bw, ib_write_lat)\n");
         return -1;
     }
-    if (!strncmp(b->dev, "rxe", 3))
+    if (strcmp(b->end[0].dev, b->end[1].dev))
+        bench_note(b, "two devices: perftest from the first host's to the second's; the "
+                      "clusters' machines alternate over the hosts");
+    if (!strncmp(b->end[0].dev, "rxe", 3))
         bench_note(b, "soft-RoCE is an emulator: only the ratios mean something");
     return bench_poll_mode(b);
 }

@@ -246,11 +246,28 @@ static int doc_host_on_rdma(const char *host)
     return ok;
 }
 
+static void doc_check_one_host(struct doc *d, const struct cmd_settings *s, const char *host);
+
+/* Each address of a list (--host A,B: machines on alternate hosts). */
 static void doc_check_host(struct doc *d, const struct cmd_settings *s)
 {
-    const char *host = s->val[CMD_HOST];
     if (d->devices == 0)
         return;
+    uint32_t n = 1;
+    for (const char *c = s->val[CMD_HOST]; *c; c++)
+        n += *c == ',';
+    for (uint32_t m = 0; m < n; m++) {
+        char host[RKV_HOST_MAX + 1], err[160];
+        if (cmd_host_pick(s->val[CMD_HOST], m, host, sizeof(host), err, sizeof(err)) < 0) {
+            doc_problem(d, "%s (%s)", err, s->src[CMD_HOST]);
+            return;
+        }
+        doc_check_one_host(d, s, host);
+    }
+}
+
+static void doc_check_one_host(struct doc *d, const struct cmd_settings *s, const char *host)
+{
     if (doc_host_on_rdma(host)) {
         doc_ok("host %s (%s) is on an RDMA netdev", host, s->src[CMD_HOST]);
         return;

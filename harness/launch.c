@@ -94,6 +94,12 @@ struct demo {
      * (else their progress lines bury the figures). NULL: inherited. */
     FILE *child_err;
     struct rkv_trace_run *trace; /* rkv run --trace: where the children's spans go, or NULL */
+    /* The host setting when it lists several addresses (machines without a
+     * cluster file, round robin over them; NULL otherwise): each child gets
+     * its machine's as RKV_HOST, the address a node's verbs NIC picks its
+     * device by and dials from, as each host of a real cluster sets it. */
+    const char *hosts;
+    uint32_t servers_per_machine;
 };
 
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
@@ -280,6 +286,12 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         }
         if (node && d->trace)
             rkv_trace_run_child_env(d->trace, node);
+        if (d->hosts) {
+            char host[RKV_HOST_MAX + 1], err[160];
+            uint32_t m = strcmp(flag, "--server-id") ? val : val / d->servers_per_machine;
+            if (cmd_host_pick(d->hosts, m, host, sizeof(host), err, sizeof(err)) == 0)
+                setenv("RKV_HOST", host, 1); /* checked by demo_check_settings */
+        }
         if (out_fd) {
             dup2(pipefd[1], STDOUT_FILENO);
             close(pipefd[0]);
@@ -752,6 +764,12 @@ static const char *const demo_flags[CMD_KEY_COUNT_] = {
     [CMD_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
     [CMD_NODE_HOST] = "--node-host",
     [CMD_INTERFACE] = "--interface",
+    [CMD_VERBS_DEV] = "--verbs-dev",
+    [CMD_VERBS_TOS] = "--verbs-tos",
+    [CMD_VERBS_SL] = "--verbs-sl",
+    [CMD_VERBS_GID_INDEX] = "--verbs-gid-index",
+    [CMD_VERBS_MTU] = "--verbs-mtu",
+    [CMD_VERBS_SRQ_DEPTH] = "--verbs-srq-depth",
 };
 
 int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
@@ -856,6 +874,8 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
     } else {
         d->machines = (uint32_t)m;
         d->n_servers = (uint32_t)(m * spm);
+        d->servers_per_machine = (uint32_t)spm;
+        d->hosts = strchr(s->val[CMD_HOST], ',') ? s->val[CMD_HOST] : NULL;
         if (strcmp(s->src[CMD_BASE_PORT], "default") == 0) {
             uint16_t base;
             if (rkv_launch_free_ports(d->n_servers, &base, d->port_hold) < 0) {

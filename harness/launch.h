@@ -1,6 +1,7 @@
 /* The launcher (harness/launch.c): runs a scenario, or the demo's built-in
  * workload, as one process per server and worker on this host over a real
- * backend (tcp on loopback, verbs on one device): the nodes are `rkv server`
+ * backend (tcp on loopback, verbs on one device, or with host "A,B" on each
+ * machine's address's device, given to the node as RKV_HOST): the nodes are `rkv server`
  * and `rkv worker` children, crash faults kill and restart them, and their
  * output becomes one report. The real-host sibling of the twin runner
  * (sim/twin.c); the measuring tools (bench, calibrate, predict) call it. */

@@ -296,6 +296,16 @@ static void test_usage(void **state)
     assert_int_equal(run_rkv("", "bench shm --sizes 4097"), 2);
     assert_int_equal(run_rkv("", "bench shm --sizes 'x'"), 2);
     assert_int_equal(run_rkv("", "bench shm --reps 1 --sizes 4096 --no-such-setting 1"), 2);
+    /* verbs: the port and GID overrides are checked; an address no RDMA
+     * port owns (here: none at all) is named, not replaced by rxe0 */
+    assert_int_equal(run_rkv("", "bench verbs --port 0"), 2);
+    assert_int_equal(run_rkv("", "bench verbs --gid-index 256"), 2);
+    assert_int_equal(run_rkv("", "bench tcp --port 1"), 2);
+    assert_int_equal(run_rkv("RKV_HOST=10.9.9.1,,10.9.9.2", "bench verbs --reps 1"), 3);
+    assert_non_null(strstr(out, "RKV_HOST: host: \"10.9.9.1,,10.9.9.2\": an empty address"));
+    assert_int_equal(run_rkv("RKV_HOST=10.9.9.1 RKV_VERBS_DEV=nodev0:1", "bench verbs --reps 1"),
+                     3);
+    assert_non_null(strstr(out, "no RDMA port owns 10.9.9.1 on RKV_VERBS_DEV nodev0:1"));
     assert_int_equal(run_rkv("", "bench --help"), 0);
     assert_non_null(strstr(out, "usage: rkv bench tcp|shm|verbs"));
     assert_non_null(strstr(out, "(memcpy.1core.shard.push|pull|pushpull.SIZE; the ratios"));

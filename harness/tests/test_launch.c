@@ -284,6 +284,12 @@ static const struct {
     {CMD_IDLE_TIMEOUT_MS, "--idle-timeout-ms", "60000", "RKV_IDLE_TIMEOUT_MS"},
     {CMD_NODE_HOST, "--node-host", "127.0.0.3", "DMLC_NODE_HOST"},
     {CMD_INTERFACE, "--interface", "lo", "DMLC_INTERFACE"},
+    {CMD_VERBS_DEV, "--verbs-dev", "mlx5_1:1", "RKV_VERBS_DEV"},
+    {CMD_VERBS_TOS, "--verbs-tos", "106", "RKV_VERBS_TOS"},
+    {CMD_VERBS_SL, "--verbs-sl", "3", "RKV_VERBS_SL"},
+    {CMD_VERBS_GID_INDEX, "--verbs-gid-index", "3", "RKV_VERBS_GID_INDEX"},
+    {CMD_VERBS_MTU, "--verbs-mtu", "1024", "RKV_VERBS_MTU"},
+    {CMD_VERBS_SRQ_DEPTH, "--verbs-srq-depth", "0", "RKV_VERBS_SRQ_DEPTH"},
 };
 _Static_assert(sizeof(settings) / sizeof(settings[0]) == CMD_KEY_COUNT_, "a case per setting");
 
@@ -343,6 +349,22 @@ static void test_demo_durable_dir(void **state)
     }
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* --host A,B: machine 0's servers listen on A, machine 1's on B (the
+ * two-host verbs runs' hook), and a cluster over the list runs; an empty
+ * address in it is one line and exit 2. */
+static void test_demo_host_list(void **state)
+{
+    (void)state;
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "%s demo --machines 2 --servers-per-machine 1 --num-workers 2 --rows 64 --rounds 1 "
+             "--value-bytes 4096 --host 127.0.0.1,127.0.0.2 2>&1",
+             RKV_BIN);
+    assert_int_equal(sh(cmd), 0);
+    expect_one_error("demo --host 127.0.0.1,,127.0.0.2",
+                     "host: \"127.0.0.1,,127.0.0.2\": an empty");
 }
 
 /* The children of pid (Linux: /proc/PID/task/PID/children). */
@@ -762,6 +784,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings_once),
         cmocka_unit_test(test_every_setting_reaches_children),
         cmocka_unit_test(test_demo_durable_dir),
+        cmocka_unit_test(test_demo_host_list),
         cmocka_unit_test(test_sigterm_stops_everything),
         cmocka_unit_test(test_sigint_stops_everything),
         cmocka_unit_test(test_children_die_with_launcher),

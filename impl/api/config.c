@@ -1,6 +1,7 @@
 /* Settings: one table says every setting's flag, env var, aliases for
  * ps-lite/DGL users, default and meaning; `rkv config --dump` prints it
  * with the source each value came from. */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
@@ -30,7 +31,8 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
         {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
          "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
     [CMD_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
-                  "host of a one-machine cluster (no cluster file)"},
+                  "host of the machines without a cluster file; A,B,...: machine m on the "
+                  "(m mod n)-th (the launcher gives each process its machine's as RKV_HOST)"},
     [CMD_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
                        "first server port of a one-machine cluster"},
     [CMD_MACHINES] = {"machines", "RKV_MACHINES", "", "1",
@@ -106,6 +108,25 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
     [CMD_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
                        "under DMLC_ROLE: the network interface whose IPv4 address this node "
                        "gives the scheduler"},
+    /* The verbs NIC's own knobs; their env vars are the ones it read before
+     * they were settings. Empty: the NIC's default. */
+    [CMD_VERBS_DEV] = {"verbs-dev", "RKV_VERBS_DEV", "", "",
+                       "verbs: the RDMA device, NAME or NAME:PORT (default: the port that owns "
+                       "this node's host address, else the first active one)"},
+    [CMD_VERBS_TOS] = {"verbs-tos", "RKV_VERBS_TOS", "", "",
+                       "verbs: IP traffic class of RoCE v2 packets, 0..255 (a PFC fabric's "
+                       "lossless class; default rdma_cm's)"},
+    [CMD_VERBS_SL] = {"verbs-sl", "RKV_VERBS_SL", "", "",
+                      "verbs: InfiniBand service level, 0..15 (default the path's)"},
+    [CMD_VERBS_GID_INDEX] = {"verbs-gid-index", "RKV_VERBS_GID_INDEX", "", "",
+                             "verbs: source GID index on RoCE, 0..65535 (default rdma_cm's)"},
+    [CMD_VERBS_MTU] = {"verbs-mtu", "RKV_VERBS_MTU", "", "",
+                       "verbs: the largest path MTU this node announces and uses: 256, 512, "
+                       "1024, 2048 or 4096 (default the port's; a connection takes the smaller "
+                       "end's)"},
+    [CMD_VERBS_SRQ_DEPTH] = {"verbs-srq-depth", "RKV_VERBS_SRQ_DEPTH", "", "",
+                             "verbs: most buffers of the NIC's shared receive pool, 0..1048576 "
+                             "(0: a receive queue per peer; default 16384)"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cmd_opts) / sizeof(cmd_opts[0]) == CMD_KEY_COUNT_, "settings table");
@@ -327,7 +348,42 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
     return 0;
 }
 
-/* Without a cluster file: `machines` machines on one host, consecutive ports. */
+int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
+                  size_t err_len)
+{
+    if (!*hosts) { /* unset: every machine's is empty, as before lists */
+        out[0] = 0;
+        return 0;
+    }
+    uint32_t n = 1;
+    for (const char *c = hosts; *c; c++)
+        n += *c == ',';
+    const char *at = hosts;
+    for (uint32_t i = 0; i < m % n; i++)
+        at = strchr(at, ',') + 1;
+    size_t len = strcspn(at, ",");
+    /* every element checked, not only the one picked: a typo in another
+     * machine's is said by every process the same way */
+    for (const char *e = hosts;; e++) {
+        size_t l = strcspn(e, ",");
+        if (l == 0)
+            return rkv_errf(err, err_len, -1, "host: \"%s\": an empty address in the list", hosts);
+        if (l > RKV_HOST_MAX)
+            return rkv_errf(err, err_len, -1, "host: \"%s\": an address longer than %d characters",
+                            hosts, RKV_HOST_MAX);
+        e += l;
+        if (!*e)
+            break;
+    }
+    assert(len < out_len); /* callers give RKV_HOST_MAX + 1 */
+    (void)out_len;
+    memcpy(out, at, len);
+    out[len] = 0;
+    return 0;
+}
+
+/* Without a cluster file: `machines` machines on host's address (or on its
+ * list's, round robin), consecutive ports. */
 static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                               size_t err_len)
 {
@@ -349,8 +405,13 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
         return rkv_errf(err, err_len, -1, "out of memory");
     int discover = strcmp(s->val[CMD_DISCOVER], "0") != 0;
     for (uint32_t m = 0; m < nm; m++) {
-        if (m == 0 || !discover) /* else learned from server 0 at start */
-            snprintf(cfg->machines[m].host, sizeof(cfg->machines[m].host), "%s", s->val[CMD_HOST]);
+        if ((m == 0 || !discover) && /* else learned from server 0 at start */
+            cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host, sizeof(cfg->machines[m].host),
+                          err, err_len) < 0) {
+            free(cfg->machines);
+            cfg->machines = NULL;
+            return -1;
+        }
         cfg->machines[m].base_port = (uint16_t)(port + m * spm);
         cfg->machines[m].servers = spm;
     }
@@ -395,6 +456,47 @@ static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_
                         "connection is above the limit %llu MiB",
                         (unsigned long long)v[CMD_RX_DEPTH],
                         (unsigned long long)v[CMD_CTRL_BUF_BYTES], CMD_RX_BYTES_MAX >> 20);
+    return 0;
+}
+
+/* A verbs number: "" leaves it unset (the NIC's own), else 0..max and bit
+ * in *set. */
+static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, int *v,
+                         uint32_t *set, uint32_t bit, char *err, size_t err_len)
+{
+    uint64_t x = 0;
+    if (!*s->val[k])
+        return 0;
+    if (cmd_get_u64(s, k, &x, err, err_len) < 0)
+        return -1;
+    if (x > (uint64_t)max)
+        return rkv_errf(err, err_len, -1, "%s: %llu is out of range 0..%d (%s)", cmd_opts[k].name,
+                        (unsigned long long)x, max, s->src[k]);
+    *v = (int)x;
+    *set |= bit;
+    return 0;
+}
+
+static int cmd_verbs(const struct cmd_settings *s, struct rkv_verbs_config *v, char *err,
+                     size_t err_len)
+{
+    if (strlen(s->val[CMD_VERBS_DEV]) >= sizeof(v->dev))
+        return rkv_errf(err, err_len, -1, "verbs-dev: longer than %zu characters (%s)",
+                        sizeof(v->dev) - 1, s->src[CMD_VERBS_DEV]);
+    strcpy(v->dev, s->val[CMD_VERBS_DEV]);
+    uint32_t *set = &v->set;
+    if (cmd_verbs_int(s, CMD_VERBS_TOS, 255, &v->tos, set, RKV_VERBS_SET_TOS, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_SL, 15, &v->sl, set, RKV_VERBS_SET_SL, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_GID_INDEX, 65535, &v->gid_index, set, RKV_VERBS_SET_GID_INDEX,
+                      err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_MTU, 4096, &v->mtu, set, RKV_VERBS_SET_MTU, err, err_len) < 0 ||
+        cmd_verbs_int(s, CMD_VERBS_SRQ_DEPTH, 1 << 20, &v->srq_depth, set, RKV_VERBS_SET_SRQ_DEPTH,
+                      err, err_len) < 0)
+        return -1;
+    if ((*set & RKV_VERBS_SET_MTU) && (v->mtu < 256 || (v->mtu & (v->mtu - 1))))
+        return rkv_errf(err, err_len, -1,
+                        "verbs-mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096; %s)",
+                        v->mtu, s->src[CMD_VERBS_MTU]);
     return 0;
 }
 
@@ -452,6 +554,8 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         goto free_machines;
     }
     cfg->busy_poll = (int)busy;
+    if (cmd_verbs(s, &cfg->verbs, err, err_len) < 0)
+        goto free_machines;
     if (strlen(s->val[CMD_DURABLE_DIR]) >= sizeof(cfg->durable_dir)) {
         rkv_errf(err, err_len, -1, "durable-dir: longer than %zu bytes",
                  sizeof(cfg->durable_dir) - 1);

@@ -47,6 +47,12 @@ enum cmd_key {
     CMD_IDLE_TIMEOUT_MS,
     CMD_NODE_HOST,
     CMD_INTERFACE,
+    CMD_VERBS_DEV,
+    CMD_VERBS_TOS,
+    CMD_VERBS_SL,
+    CMD_VERBS_GID_INDEX,
+    CMD_VERBS_MTU,
+    CMD_VERBS_SRQ_DEPTH,
     CMD_KEY_COUNT_
 };
 
@@ -73,6 +79,12 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
 #define CMD_DGL_DEFAULT_PORT 30050
 int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len);
+
+/* Machine m's address from the host setting: "A,B,C" puts machine m on
+ * the (m mod 3)-th, a single address is every machine's. 0, or -1 with a
+ * message when an element is empty or longer than RKV_HOST_MAX. */
+int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
+                  size_t err_len);
 
 /* The first machine of cfg whose host is an address of this host (0, or -1
  * if none is), as DGL's clients find their machine in ip_config.txt. */

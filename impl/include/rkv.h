@@ -244,12 +244,37 @@ struct rkv_config {
      * message for idle_timeout_ms (default 0: never). */
     uint32_t hello_timeout_ms;
     uint32_t idle_timeout_ms;
+    /* The verbs NIC (the tcp and sim ones ignore it). Zero (the default):
+     * the NIC's own choices, from RKV_VERBS_DEV, RKV_VERBS_TOS, ... as
+     * before. dev: NAME or NAME:PORT ("": the port that owns RKV_HOST's
+     * address). Each number applies only with its bit in `set`
+     * (RKV_VERBS_SET_*): tos, the IP traffic class of RoCE v2 packets
+     * (0..255; a PFC fabric's lossless class); sl, the InfiniBand service
+     * level (0..15); gid_index, the source GID on RoCE (0..65535, checked
+     * against the port's table at open); mtu, the largest path MTU this
+     * node announces and uses (256, 512, 1024, 2048 or 4096); srq_depth, the
+     * most buffers of the shared receive pool (0..1048576; 0: a receive
+     * queue per peer). The same values are the settings verbs-dev,
+     * verbs-tos, ... of the command line and rkv_settings_*. */
+    struct rkv_verbs_config {
+        char dev[64];
+        uint32_t set;
+        int tos, sl, gid_index, mtu, srq_depth;
+    } verbs;
     /* Internal, NULL (the default) for applications: a table derived from
      * machines[] that a process holding many nodes of one cluster (the
      * twin) builds once and keeps, with machines[], until every node made
      * from this config is destroyed; the nodes then read it in place
      * instead of each keeping its own copy (N nodes x M machines). */
     const struct rkv_cluster *shared;
+};
+
+enum {
+    RKV_VERBS_SET_TOS = 1,
+    RKV_VERBS_SET_SL = 2,
+    RKV_VERBS_SET_GID_INDEX = 4,
+    RKV_VERBS_SET_MTU = 8,
+    RKV_VERBS_SET_SRQ_DEPTH = 16,
 };
 
 RKV_API void rkv_config_defaults(struct rkv_config *cfg);

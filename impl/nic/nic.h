@@ -86,6 +86,11 @@ struct rkv_sge {
     struct rkv_mr *mr;
 };
 
+/* See rkv_config.verbs (rkv.h): -1 = unset. */
+struct rkv_nic_verbs_opts {
+    int tos, sl, gid_index, mtu, srq_depth;
+};
+
 struct rkv_nic_ops {
     const char *name;
     int (*open)(struct rkv_port *port, const char *dev, struct rkv_nic **nic_p);
@@ -153,6 +158,10 @@ struct rkv_nic_ops {
      * (rxe waits, and warns, for a window still bound to a destroyed QP). */
     int (*mr_grant)(struct rkv_qp *qp, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p);
     void (*mr_revoke)(struct rkv_nic *nic, void *grant);
+    /* The verbs settings of a config (rkv_config.verbs), given after open
+     * and before the first listen, connect or srq_setup; -1 fields keep
+     * the NIC's own (its environment's). NULL: a NIC without them. */
+    int (*set_verbs)(struct rkv_nic *nic, const struct rkv_nic_verbs_opts *o);
 };
 
 /* Per-QP user context for the engine. Backends store it, never interpret it. */

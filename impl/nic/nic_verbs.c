@@ -67,6 +67,11 @@
  *   RKV_VERBS_SRQ_DEPTH the most buffers of the shared receive pool (16384;
  *                       0: none, receives per QP)
  *   RKV_TOKEN           64-bit connection token, the same on every node (0)
+ * DEV, TOS, SL, GID_INDEX, MTU and SRQ_DEPTH are also the settings verbs-*
+ * (rkv_config.verbs): the node opens the device the setting names, and
+ * set_verbs applies the others over the environment's right after open.
+ * RKV_HOST's address, when it is on the opened port, is the source of
+ * every connection this NIC dials.
  *
  * Locks, in the only order they are ever nested:
  *   qp->post_mu  serialises posts on one QP (ring heads, ibv_post_*)
@@ -282,6 +287,13 @@ struct vb_nic {
     int gid_index;       /* RKV_VERBS_GID_INDEX: source GID of RoCE packets, -1 = rdma_cm's */
     uint32_t mtu_cap;    /* RKV_VERBS_MTU: the most this NIC announces and uses, 0 = the port's */
     uint64_t n_qps_made; /* mu: QPs ever created (srq_setup comes first) */
+    int gid_tbl_len;     /* the port's GIDs, for a gid_index given by set_verbs */
+    /* RKV_HOST's address when it is on the opened port: connections are
+     * dialled from it, so that they leave through this NIC. Without a
+     * source rdma_cm takes the route's, which on a node with two NICs
+     * whose peers are both local (or both reachable) may be the other's. */
+    struct sockaddr_storage src;
+    int has_src;
 };
 
 /* A CM event, copied so that it can be acknowledged before it is handled. */
@@ -1413,7 +1425,9 @@ static int vb_dial_resolve(struct vb_nic *n, struct vb_dial *d, const struct soc
 {
     struct vb_cm_ev e;
     const char *step = "resolving the address";
-    if (rdma_resolve_addr(d->id, NULL, (struct sockaddr *)dst, vb_resolve_ms(n, d)) != 0) {
+    struct sockaddr *src =
+        n->has_src && n->src.ss_family == dst->sa_family ? (struct sockaddr *)&n->src : NULL;
+    if (rdma_resolve_addr(d->id, src, (struct sockaddr *)dst, vb_resolve_ms(n, d)) != 0) {
         RKV_LOGE(n->base.port, "nic verbs: rdma_resolve_addr(%s) failed: %s", d->peer,
                  strerror(errno));
         return -RKV_ECONFIG;
@@ -2425,7 +2439,8 @@ static int vb_open_device(struct vb_nic *n, const char *dev)
  * binds it: on a node with several NICs, the one its address is on, not
  * the first active one. -1 (debug-logged) when host is unset, a wildcard
  * or on no RDMA netdev: the caller keeps the first active port. */
-static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, size_t out_len)
+static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, size_t out_len,
+                          struct sockaddr_storage *sa_p)
 {
     if (!host || !*host)
         return -1;
@@ -2437,9 +2452,13 @@ static int vb_dev_of_addr(struct rkv_port *port, const char *host, char *out, si
     if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0) {
         for (const struct addrinfo *ai = res; ai && rc < 0; ai = ai->ai_next)
             if (rdma_bind_addr(id, ai->ai_addr) == 0 && id->verbs &&
+                ai->ai_addrlen <= sizeof(*sa_p) &&
                 snprintf(out, out_len, "%s:%u", ibv_get_device_name(id->verbs->device),
-                         (unsigned)id->port_num) < (int)out_len)
+                         (unsigned)id->port_num) < (int)out_len) {
+                memset(sa_p, 0, sizeof(*sa_p));
+                memcpy(sa_p, ai->ai_addr, ai->ai_addrlen);
                 rc = 0;
+            }
         rdma_destroy_id(id);
     }
     freeaddrinfo(res);
@@ -2467,6 +2486,7 @@ static int vb_open_verbs(struct vb_nic *n)
     int rc = vb_settings(n, &da);
     if (rc < 0)
         return rc;
+    n->gid_tbl_len = pa.gid_tbl_len;
     if (n->gid_index >= pa.gid_tbl_len) {
         RKV_LOGE(port, "nic verbs: RKV_VERBS_GID_INDEX=%d: %s port %u has %d GIDs", n->gid_index,
                  n->dev_name, n->port_num, pa.gid_tbl_len);
@@ -2571,13 +2591,21 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     if (dev && !*dev)
         dev = NULL;
     char owner[80];
-    if (!dev && vb_dev_of_addr(port, getenv("RKV_HOST"), owner, sizeof(owner)) == 0)
+    struct sockaddr_storage host_sa;
+    int host_on = vb_dev_of_addr(port, getenv("RKV_HOST"), owner, sizeof(owner), &host_sa) == 0;
+    if (!dev && host_on)
         dev = owner;
     rc = port->ops->mutex_create(port, &n->mu);
     if (rc == 0)
         rc = port->ops->mutex_create(port, &n->mr_mu);
     if (rc == 0)
         rc = vb_open_device(n, dev);
+    if (rc == 0 && host_on) {
+        char opened[80];
+        snprintf(opened, sizeof(opened), "%s:%u", n->dev_name, (unsigned)n->port_num);
+        n->has_src = strcmp(opened, owner) == 0;
+        n->src = host_sa;
+    }
     if (rc == 0)
         rc = vb_open_verbs(n);
     if (rc == 0)
@@ -2589,6 +2617,48 @@ static int vb_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
         return rc;
     }
     *nic_p = &n->base;
+    return 0;
+}
+
+/* The config's verbs settings over the environment's (rkv_cfg_nic, right
+ * after open). Once a listener, QP or pool exists they are fixed: the same
+ * values again are fine (a server given a NIC that already serves another
+ * node), other ones are refused rather than half applied. */
+static int vb_set_verbs(struct rkv_nic *nic, const struct rkv_nic_verbs_opts *o)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    struct rkv_port *port = nic->port;
+    if (o->mtu != -1 && !vb_mtu_valid((uint32_t)o->mtu)) {
+        RKV_LOGE(port, "nic verbs: verbs-mtu %d: expected 256, 512, 1024, 2048 or 4096", o->mtu);
+        return -RKV_ECONFIG;
+    }
+    if (o->gid_index >= n->gid_tbl_len) {
+        RKV_LOGE(port, "nic verbs: verbs-gid-index %d: %s port %u has %d GIDs", o->gid_index,
+                 n->dev_name, n->port_num, n->gid_tbl_len);
+        return -RKV_ECONFIG;
+    }
+    int tos = o->tos != -1 ? o->tos : n->tos, sl = o->sl != -1 ? o->sl : n->sl;
+    int gid = o->gid_index != -1 ? o->gid_index : n->gid_index;
+    uint32_t mtu = o->mtu != -1 ? (uint32_t)o->mtu : n->mtu_cap;
+    uint32_t srq = o->srq_depth != -1 ? (uint32_t)o->srq_depth : n->srq_max;
+    vb_lock(n);
+    int fixed = n->srq || n->n_qps_made || n->listeners;
+    int same = tos == n->tos && sl == n->sl && gid == n->gid_index && mtu == n->mtu_cap &&
+               srq == n->srq_max;
+    if (!fixed) {
+        n->tos = tos;
+        n->sl = sl;
+        n->gid_index = gid;
+        n->mtu_cap = mtu;
+        n->srq_max = srq;
+    }
+    vb_unlock(n);
+    if (fixed && !same) {
+        RKV_LOGE(port,
+                 "nic verbs: verbs settings given after %s was in use: they are fixed by then",
+                 n->dev_name);
+        return -RKV_EINVAL;
+    }
     return 0;
 }
 
@@ -2666,4 +2736,5 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .srq_repost = vb_srq_repost,
     .mr_grant = vb_mr_grant,
     .mr_revoke = vb_mr_revoke,
+    .set_verbs = vb_set_verbs,
 };

@@ -34,7 +34,8 @@ int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
     int rc = rkv_port_posix_create(node, cfg->log_level, seed, port_p);
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "cannot create the OS port");
-    if ((rc = ops->open(*port_p, NULL, nic_p)) < 0) {
+    /* the verbs device setting (empty: the NIC's own choice); others ignore it */
+    if ((rc = ops->open(*port_p, cfg->verbs.dev[0] ? cfg->verbs.dev : NULL, nic_p)) < 0) {
         (*port_p)->ops->destroy(*port_p);
         return rkv_errf(err, err_len, rc, "cannot open the %s NIC", ops->name);
     }

@@ -133,6 +133,8 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
                                   .busy_poll = cfg->busy_poll};
 }
 
+static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size_t err_len);
+
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
 {
     if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
@@ -187,7 +189,7 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: durable_log_prewrite is %llu bytes; a log holds less than 1 TiB",
                         (unsigned long long)cfg->durable_log_prewrite);
-    return 0;
+    return rkv_cfg_check_verbs(&cfg->verbs, err, err_len);
 }
 
 uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg)
@@ -225,8 +227,46 @@ void rkv_config_defaults(struct rkv_config *cfg)
     cfg->hello_timeout_ms = RKV_NIC_HELLO_TIMEOUT_MS;
 }
 
+/* The verbs settings' ranges (a field without its bit in set: the NIC's own). */
+static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size_t err_len)
+{
+    static const struct {
+        const char *name;
+        int max;
+    } f[] = {{"tos", 255}, {"sl", 15}, {"gid_index", 65535}, {"mtu", 4096}, {"srq_depth", 1 << 20}};
+    const int val[] = {v->tos, v->sl, v->gid_index, v->mtu, v->srq_depth};
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if ((v->set & (1u << i)) && (val[i] < 0 || val[i] > f[i].max))
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: verbs.%s: %d is out of range (0..%d)", f[i].name, val[i],
+                            f[i].max);
+    if ((v->set & RKV_VERBS_SET_MTU) && (v->mtu < 256 || (v->mtu & (v->mtu - 1))))
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: verbs.mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096)",
+                        v->mtu);
+    if (v->set & ~31u)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: verbs.set: unknown bits 0x%x",
+                        v->set & ~31u);
+    if (!memchr(v->dev, 0, sizeof(v->dev)))
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: verbs.dev is not terminated");
+    return 0;
+}
+
 int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len)
 {
+    if (nic->ops->set_verbs) {
+        const struct rkv_verbs_config *v = &cfg->verbs;
+        struct rkv_nic_verbs_opts o = {
+            .tos = v->set & RKV_VERBS_SET_TOS ? v->tos : -1,
+            .sl = v->set & RKV_VERBS_SET_SL ? v->sl : -1,
+            .gid_index = v->set & RKV_VERBS_SET_GID_INDEX ? v->gid_index : -1,
+            .mtu = v->set & RKV_VERBS_SET_MTU ? v->mtu : -1,
+            .srq_depth = v->set & RKV_VERBS_SET_SRQ_DEPTH ? v->srq_depth : -1};
+        int rc = nic->ops->set_verbs(nic, &o);
+        if (rc < 0)
+            return rkv_errf(err, err_len, rc,
+                            "the verbs NIC refused the verbs settings (its log says why)");
+    }
     nic->hello_timeout_ms = cfg->hello_timeout_ms;
     nic->idle_timeout_ms = cfg->idle_timeout_ms;
     size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));

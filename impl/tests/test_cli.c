@@ -471,7 +471,7 @@ static void test_bench_verbs_without_a_device(void **state)
 {
     (void)state;
     expect_run("RKV_VERBS_DEV=no-such-dev0 RKV_HOST=10.9.9.9", "bench verbs --reps 1", 3,
-               "rkv bench verbs: needs device no-such-dev0 with a GID for 10.9.9.9");
+               "rkv bench verbs: no RDMA port owns 10.9.9.9 on RKV_VERBS_DEV no-such-dev0");
     expect_run("", "bench tcp --reps 2x", 2, "usage: rkv bench");
     expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
 }

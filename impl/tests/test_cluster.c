@@ -113,12 +113,49 @@ static void test_idmap(void **state)
     assert_null(rkv_idmap_find(&m, 0));
 }
 
+/* A library user's rkv_config.verbs is checked like the settings: a value
+ * out of range, or an MTU that is none, is refused by its field's name. */
+static void test_cfg_check_verbs(void **state)
+{
+    (void)state;
+    char err[256];
+    struct rkv_machine m = {.host = "127.0.0.1", .base_port = 29500, .servers = 1};
+    struct rkv_config cfg;
+    rkv_config_defaults(&cfg);
+    cfg.n_machines = 1;
+    cfg.machines = &m;
+    cfg.n_workers = 1;
+    if (rkv_cfg_check(&cfg, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    cfg.verbs.sl = 99; /* not applied: its bit is clear */
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), 0);
+    cfg.verbs.tos = 46;
+    cfg.verbs.mtu = 4096;
+    cfg.verbs.set = RKV_VERBS_SET_TOS | RKV_VERBS_SET_MTU;
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), 0);
+    cfg.verbs.set |= RKV_VERBS_SET_SL;
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "verbs.sl: 99 is out of range (0..15)"));
+    cfg.verbs.set &= ~(uint32_t)RKV_VERBS_SET_SL;
+    cfg.verbs.mtu = 0;
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "verbs.mtu: 0 is not an RDMA MTU"));
+    cfg.verbs.set = 64;
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "verbs.set: unknown bits 0x40"));
+    cfg.verbs.set = 0;
+    memset(cfg.verbs.dev, 'x', sizeof(cfg.verbs.dev));
+    assert_int_equal(rkv_cfg_check(&cfg, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "verbs.dev is not terminated"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_match_the_walk),
         cmocka_unit_test(test_shared_must_match),
         cmocka_unit_test(test_idmap),
+        cmocka_unit_test(test_cfg_check_verbs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -375,6 +375,40 @@ static void test_fabric_settings(void **state)
     nic_fx_teardown(&st);
 }
 
+/* The settings table's verbs knobs (rkv_config.verbs) reach the NIC after
+ * open: a bad one is refused by the NIC too (an MTU that is none, a GID
+ * past the port's table); once a listener exists they are fixed, and only
+ * the same values again are taken. */
+static void test_set_verbs(void **state)
+{
+    (void)state;
+    struct rkv_port *pa;
+    struct rkv_nic *a = NULL;
+    assert_int_equal(rkv_port_posix_create("a", RKV_LOG_ERROR, 1, &pa), 0);
+    assert_int_equal(ops()->open(pa, NULL, &a), 0);
+    assert_non_null(a->ops->set_verbs);
+    struct rkv_nic_verbs_opts none = {-1, -1, -1, -1, -1};
+    struct rkv_nic_verbs_opts o = none;
+    o.mtu = 1000;
+    assert_int_equal(a->ops->set_verbs(a, &o), -RKV_ECONFIG);
+    o = none;
+    o.gid_index = 65535;
+    assert_int_equal(a->ops->set_verbs(a, &o), -RKV_ECONFIG);
+    o = none;
+    o.tos = 106;
+    o.mtu = 1024;
+    o.srq_depth = 0;
+    assert_int_equal(a->ops->set_verbs(a, &o), 0);
+    assert_int_equal(a->ops->set_verbs(a, &none), 0); /* -1: keep what is set */
+    uint16_t port;
+    assert_int_equal(listen_somewhere(a, &port), 0);
+    assert_int_equal(a->ops->set_verbs(a, &o), 0); /* the same again */
+    o.tos = 0;
+    assert_int_equal(a->ops->set_verbs(a, &o), -RKV_EINVAL);
+    a->ops->close(a);
+    pa->ops->destroy(pa);
+}
+
 /* ---- what a peer costs (the README's figures come from here) ---- */
 
 #define MEM_PEERS 32u        /* under the ~42 one process could hold before the SRQ */
@@ -586,6 +620,7 @@ int main(void)
         T(test_local_addr_is_the_device),
         T(test_unequal_mtus),
         cmocka_unit_test(test_fabric_settings),
+        cmocka_unit_test(test_set_verbs),
         cmocka_unit_test(test_memory_per_peer),
     };
 #undef T

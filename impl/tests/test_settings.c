@@ -92,6 +92,116 @@ static void test_bad_keys_and_values(void **state)
     rkv_settings_destroy(NULL);
 }
 
+/* host "A,B": the machines alternate over the addresses (the two-host
+ * runs of ci/verbs-suite); an empty or overlong element is refused by name. */
+static void test_host_list(void **state)
+{
+    (void)state;
+    char err[256], longer[RKV_HOST_MAX + 16];
+    struct rkv_settings *set = make();
+    struct rkv_config cfg;
+    unsetenv("RKV_HOST");
+    unsetenv("DMLC_PS_ROOT_URI");
+    assert_int_equal(rkv_settings_set(set, "machines", "3", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "host", "10.78.0.1,10.78.0.2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_machines, 3);
+    assert_string_equal(cfg.machines[0].host, "10.78.0.1");
+    assert_string_equal(cfg.machines[1].host, "10.78.0.2");
+    assert_string_equal(cfg.machines[2].host, "10.78.0.1");
+    assert_int_equal(cfg.machines[2].base_port, cfg.machines[0].base_port + 2);
+    rkv_config_release(&cfg);
+    /* one address is every machine's, as before lists */
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[2].host, "10.77.0.1");
+    rkv_config_release(&cfg);
+    assert_int_equal(rkv_settings_set(set, "host", "10.78.0.1,,10.78.0.2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "empty address"));
+    memset(longer, 'a', sizeof(longer) - 1);
+    longer[sizeof(longer) - 1] = 0;
+    memcpy(longer, "h,", 2); /* the second machine's is too long */
+    assert_int_equal(rkv_settings_set(set, "host", longer, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "longer than"));
+    rkv_settings_destroy(set);
+}
+
+/* The verbs NIC's knobs as settings: flags and their RKV_VERBS_* env vars
+ * reach rkv_config.verbs; unset leaves its bit clear (the NIC's own); a value out of
+ * range is refused naming the setting, its range and where it came from. */
+static void test_verbs_settings(void **state)
+{
+    (void)state;
+    char err[256];
+    static const char *const envs[] = {"RKV_VERBS_DEV",       "RKV_VERBS_TOS",
+                                       "RKV_VERBS_SL",        "RKV_VERBS_MTU",
+                                       "RKV_VERBS_GID_INDEX", "RKV_VERBS_SRQ_DEPTH"};
+    for (size_t i = 0; i < sizeof(envs) / sizeof(envs[0]); i++)
+        unsetenv(envs[i]);
+    struct rkv_settings *set = make();
+    struct rkv_config cfg;
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.verbs.dev, "");
+    assert_int_equal(cfg.verbs.set, 0); /* every number the NIC's own */
+    rkv_config_release(&cfg);
+    assert_int_equal(rkv_settings_set(set, "verbs-dev", "mlx5_1:1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "verbs_tos", "106", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "verbs-sl", "3", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "verbs-gid-index", "3", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "verbs-mtu", "1024", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "verbs-srq-depth", "0", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.verbs.dev, "mlx5_1:1");
+    assert_int_equal(cfg.verbs.set, RKV_VERBS_SET_TOS | RKV_VERBS_SET_SL | RKV_VERBS_SET_GID_INDEX |
+                                        RKV_VERBS_SET_MTU | RKV_VERBS_SET_SRQ_DEPTH);
+    assert_int_equal(cfg.verbs.tos, 106);
+    assert_int_equal(cfg.verbs.sl, 3);
+    assert_int_equal(cfg.verbs.gid_index, 3);
+    assert_int_equal(cfg.verbs.mtu, 1024);
+    assert_int_equal(cfg.verbs.srq_depth, 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    /* the env var the NIC reads is the setting's too */
+    set = make();
+    setenv("RKV_VERBS_SL", "7", 1);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.verbs.sl, 7);
+    assert_int_equal(cfg.verbs.set, RKV_VERBS_SET_SL);
+    rkv_config_release(&cfg);
+    setenv("RKV_VERBS_SL", "16", 1);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "verbs-sl: 16 is out of range 0..15"));
+    assert_non_null(strstr(err, "RKV_VERBS_SL"));
+    unsetenv("RKV_VERBS_SL");
+    static const struct {
+        const char *key, *value, *says;
+    } bad[] = {
+        {"verbs-tos", "256", "verbs-tos: 256 is out of range 0..255"},
+        {"verbs-tos", "-1", "verbs-tos"},
+        {"verbs-tos", "cs3", "verbs-tos"},
+        {"verbs-mtu", "1000", "verbs-mtu: 1000 is not an RDMA MTU"},
+        {"verbs-mtu", "128", "verbs-mtu: 128 is not an RDMA MTU"},
+        {"verbs-mtu", "8192", "verbs-mtu: 8192 is out of range"},
+        {"verbs-gid-index", "65536", "verbs-gid-index: 65536 is out of range"},
+        {"verbs-srq-depth", "2000000", "verbs-srq-depth: 2000000 is out of range"},
+        {"verbs-dev", "a-device-name-longer-than-sixty-three-characters-is-not-one-we-keep",
+         "verbs-dev: longer than 63"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct rkv_settings *b = make();
+        assert_int_equal(rkv_settings_set(b, bad[i].key, bad[i].value, err, sizeof(err)), 0);
+        err[0] = 0;
+        assert_int_equal(rkv_settings_build(b, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+        if (!strstr(err, bad[i].says))
+            fail_msg("%s=%s: \"%s\" does not say \"%s\"", bad[i].key, bad[i].value, err,
+                     bad[i].says);
+        rkv_settings_destroy(b);
+    }
+    rkv_settings_destroy(set);
+}
+
 static void test_cluster_file_and_server_id(void **state)
 {
     (void)state;
@@ -132,6 +242,8 @@ int main(void)
         cmocka_unit_test(test_secret_file_in_config),
         cmocka_unit_test(test_bad_keys_and_values),
         cmocka_unit_test(test_cluster_file_and_server_id),
+        cmocka_unit_test(test_host_list),
+        cmocka_unit_test(test_verbs_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
