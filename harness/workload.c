@@ -1,4 +1,5 @@
 /* The scenario workload engine (see workload.h and oracle.h). */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,33 +329,63 @@ static uint32_t wl_epoch_last(const struct rkv_scenario *sc, uint32_t first)
     return p;
 }
 
+static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                  uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
+                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase,
+                  rkv_wl_stats_fn on_stats, void *user);
+
 int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log)
 {
-    return rkv_wl_run_shared(cli, port, sc, worker, stats, log, NULL, NULL, NULL);
+    return wl_run(cli, port, sc, worker, stats, log, NULL, NULL, NULL, NULL, NULL);
 }
 
-static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
-                  uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase, void *user);
-
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
-                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                      struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user)
+                      uint32_t worker, FILE *log, struct rkv_oracle *shared,
+                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user)
 {
-    return wl_run(cli, port, sc, worker, stats, log, shared, NULL, on_phase, user);
+    assert(on_stats);
+    return wl_run(cli, port, sc, worker, NULL, log, shared, NULL, on_phase, on_stats, user);
 }
 
 int rkv_wl_run_pinned(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log, FILE *pins,
                       rkv_wl_phase_fn on_phase, void *user)
 {
-    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, user);
+    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, NULL, user);
+}
+
+/* The most phases one epoch holds: the stats a streamed run keeps. */
+static uint32_t wl_max_epoch(const struct rkv_scenario *sc)
+{
+    uint32_t most = 1;
+    for (uint32_t first = 0; first < sc->n_phases;) {
+        uint32_t last = wl_epoch_last(sc, first);
+        most = last - first + 1 > most ? last - first + 1 : most;
+        first = last + 1;
+    }
+    return most;
+}
+
+/* Streamed runs: hands phases [*done, upto) to on_stats (win holds the
+ * epoch that starts at win_first; phases outside it were never run) and
+ * clears the window for the next epoch. */
+static void wl_hand_over(uint32_t worker, struct rkv_wl_phase_stats *win, uint32_t win_n,
+                         uint32_t win_first, uint32_t *done, uint32_t upto,
+                         rkv_wl_stats_fn on_stats, void *user)
+{
+    static const struct rkv_wl_phase_stats zero;
+    for (; *done < upto; (*done)++) {
+        uint32_t i = *done - win_first;
+        on_stats(user, worker, *done, *done >= win_first && i < win_n ? &win[i] : &zero);
+    }
+    memset(win, 0, win_n * sizeof(*win));
 }
 
 static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                   uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase, void *user)
+                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase,
+                  rkv_wl_stats_fn on_stats, void *user)
 {
     struct wl_node n = {.cli = cli,
                         .port = port,
@@ -362,36 +393,45 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
                         .me = worker,
                         .W = rkv_scenario_workers(sc),
                         .log = log};
-    memset(stats, 0, sc->n_phases * sizeof(*stats));
+    /* win[p - base]: every phase (base 0), or a streamed run's epoch. */
+    uint32_t win_n = stats ? sc->n_phases : wl_max_epoch(sc), base = 0, done = 0;
+    struct rkv_wl_phase_stats *win = stats ? stats : calloc(win_n, sizeof(*win));
+    if (!win)
+        return -RKV_ENOMEM;
+    memset(win, 0, win_n * sizeof(*win));
     int rc = 0;
     if (shared) {
         n.oracle = shared;
         rkv_oracle_ref(shared);
     } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
-        return rc;
+        goto free_win;
     }
     if (pins)
         rkv_oracle_set_pin_log(n.oracle, pins);
     if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 ||
-        (rc = wl_check_list(&n, &stats[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
+        (rc = wl_check_list(&n, &win[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {
         uint32_t last = wl_epoch_last(sc, first);
+        if (!stats)
+            base = first;
         if ((rc = rkv_oracle_epoch_begin(n.oracle, first, last)) < 0)
             break;
         for (uint32_t p = first; p <= last && rc == 0; p++)
-            if ((rc = wl_phase(&n, p, &stats[p])) == 0 && on_phase)
+            if ((rc = wl_phase(&n, p, &win[p - base])) == 0 && on_phase)
                 on_phase(user, worker, p);
         /* The run ends with a barrier even if the last phase asks for none. */
         if (rc == 0 && (rc = rkv_client_barrier(cli)) == 0) {
             rkv_oracle_epoch_end(n.oracle);
-            rc = wl_verify(&n, first, last, &stats[last]);
+            rc = wl_verify(&n, first, last, &win[last - base]);
         }
         /* Nobody pushes the next epoch while another worker still verifies. */
         if (rc == 0)
             rc = rkv_client_barrier(cli);
         if (rc == 0 && worker == 0)
             fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
+        if (!stats && rc == 0)
+            wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user);
         first = last + 1;
     }
 out:
@@ -402,6 +442,11 @@ out:
     free(n.with_state);
     free(n.verify_ids);
     rkv_oracle_destroy(n.oracle);
+free_win:
+    if (!stats) {
+        wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user);
+        free(win);
+    }
     return rc;
 }
 
