@@ -28,7 +28,7 @@ struct wl_node {
     uint8_t *got;
     size_t buf_bytes;
     uint8_t *with_state;  /* pulls through RKV_PULL_WITH_STATE: row then state, per row */
-    uint64_t *verify_ids; /* WL_VERIFY_MAX_IDS */
+    uint64_t *verify_ids; /* the largest wl_verify_batch */
 };
 
 uint32_t rkv_wl_bucket(uint64_t ns)
@@ -215,6 +215,17 @@ static uint32_t wl_verify_ids(const struct rkv_sc_tensor *t)
                                           : (uint32_t)by_bytes;
 }
 
+/* Rows per verification pull of tensor t by this worker: no more than the
+ * rows it verifies (rows = me mod W), which sizes its buffers from its share
+ * (a few rows each for the twin's thousands of workers), not from
+ * WL_VERIFY_BYTES. The pulls are the same: the last one was that short. */
+static uint32_t wl_verify_batch(const struct wl_node *n, const struct rkv_sc_tensor *t)
+{
+    uint64_t rows = t->desc.rows, share = rows > n->me ? (rows - n->me + n->W - 1) / n->W : 0;
+    uint32_t batch = wl_verify_ids(t);
+    return share < batch ? (uint32_t)share : batch;
+}
+
 /* After a barrier every row is exact: this worker checks its share
  * (rows = me mod W) of every tensor the epoch pushed to, every row of it
  * (scenarios/README.md promises it; a sample missed a wrong row by its
@@ -232,7 +243,7 @@ static int wl_verify(struct wl_node *n, uint32_t first, uint32_t last,
             continue;
         const struct rkv_sc_tensor *t = &sc->tensors[ti];
         uint64_t stride = n->W, rows = t->desc.rows;
-        uint32_t cnt = 0, batch = wl_verify_ids(t);
+        uint32_t cnt = 0, batch = wl_verify_batch(n, t);
         for (uint64_t r = n->me; r < rows; r += stride) {
             ids[cnt++] = r;
             if (cnt < batch && r + stride < rows)
@@ -308,15 +319,18 @@ static int wl_alloc(struct wl_node *n)
     }
     if (max_ws && !(n->with_state = malloc(max_ws)))
         return -RKV_ENOMEM;
+    size_t max_ids = 1;
     for (uint32_t t = 0; t < n->sc->n_tensors; t++) {
         const struct rkv_sc_tensor *ts = &n->sc->tensors[t];
-        size_t b = (size_t)wl_verify_ids(ts) * wl_row_bytes(ts);
+        size_t ids = wl_verify_batch(n, ts), b = ids * wl_row_bytes(ts);
         max = b > max ? b : max;
+        max_ids = ids > max_ids ? ids : max_ids;
     }
+    max = max ? max : 1; /* malloc(0) may return NULL */
     n->rows = malloc(max);
     n->got = malloc(max);
     n->buf_bytes = max;
-    n->verify_ids = malloc(WL_VERIFY_MAX_IDS * sizeof(*n->verify_ids));
+    n->verify_ids = malloc(max_ids * sizeof(*n->verify_ids));
     return n->rows && n->got && n->verify_ids ? 0 : -RKV_ENOMEM;
 }
 
