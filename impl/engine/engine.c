@@ -109,7 +109,7 @@ struct rkv_peer {
     uint32_t credits;     /* receives the peer has posted for us */
     uint32_t owed;        /* receives we reposted but have not announced */
     uint32_t release_due; /* slot id + 1 to give back with the next reply */
-    uint32_t *releases;   /* slot ids to give back (max_slots ring) */
+    uint32_t *releases;   /* slot ids to give back (a stack of lslot_cap) */
     uint32_t n_releases;
     uint8_t *rx_mem;
     struct rkv_mr *rx_mr;
@@ -499,6 +499,7 @@ static void peer_maybe_credit(struct rkv_engine *e, struct rkv_peer *p)
         return;
     if (p->release_due) {
         assert(p->releases); /* a granted slot was written: the slot tables exist */
+        assert(p->n_releases < p->lslot_cap); /* each owed once, until released */
         p->releases[p->n_releases++] = p->release_due - 1;
         p->release_due = 0;
     }
@@ -854,13 +855,6 @@ int rkv_engine_put(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sg
  * do use one, a pull-reply slot (64 entries cost ~2.5 KB per side). */
 #define ENG_SLOTS_FIRST 4u
 
-static int peer_lslots(struct rkv_engine *e, struct rkv_peer *p)
-{
-    if (!p->releases && !(p->releases = calloc(e->cfg.max_slots, sizeof(*p->releases))))
-        return -RKV_ENOMEM;
-    return 0;
-}
-
 /* Grows *arr of *cap_p entries (elem bytes each, zeroed) toward max. */
 static int eng_slots_grow(void **arr, uint32_t *cap_p, size_t elem, uint32_t max)
 {
@@ -881,16 +875,24 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
 {
     if (bytes > e->cfg.max_slot_bytes)
         return -RKV_ELIMIT;
-    if (peer_lslots(e, p) < 0)
-        return -RKV_ENOMEM;
     uint32_t i;
     for (i = 0; i < p->lslot_cap && p->lslots[i].state != ENG_SLOT_FREE; i++)
         ;
     if (i == e->cfg.max_slots)
         return -RKV_ELIMIT;
-    if (i == p->lslot_cap && eng_slots_grow((void **)&p->lslots, &p->lslot_cap, sizeof(*p->lslots),
-                                            e->cfg.max_slots) < 0)
-        return -RKV_ENOMEM;
+    if (i == p->lslot_cap) {
+        uint32_t was = p->lslot_cap;
+        if (eng_slots_grow((void **)&p->lslots, &p->lslot_cap, sizeof(*p->lslots),
+                           e->cfg.max_slots) < 0)
+            return -RKV_ENOMEM;
+        /* Releases owed are of distinct granted slots: as many as slots. */
+        uint32_t *rel = realloc(p->releases, sizeof(*rel) * p->lslot_cap);
+        if (!rel) {
+            p->lslot_cap = was; /* the grown entries, free, go unused */
+            return -RKV_ENOMEM;
+        }
+        p->releases = rel;
+    }
     struct eng_lslot *s = &p->lslots[i];
     uint64_t cap = eng_round_cap(e, bytes);
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
@@ -1036,7 +1038,7 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
         *peer_p = p;
         return 0;
     }
-    /* The slot tables come with first use (peer_lslots, eng_on_rndv_reply). */
+    /* The slot tables come with first use (peer_lslot_new, eng_on_rndv_reply). */
     size_t rx_bytes = (size_t)c->rx_depth * c->ctrl_buf_bytes;
     int rc = -RKV_ENOMEM;
     if (posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
@@ -1352,7 +1354,7 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
             e->on_msg(e->user, p, m);
         eng_lock(e);
         /* Not carried by a reply: give it back explicitly. */
-        if (p->release_due && p->n_releases < e->cfg.max_slots) {
+        if (p->release_due && p->n_releases < p->lslot_cap) {
             assert(p->releases);
             p->releases[p->n_releases++] = p->release_due - 1;
         }
