@@ -1,4 +1,5 @@
 /* The scenario workload engine (see workload.h and oracle.h). */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@ struct wl_node {
     uint8_t *got;
     size_t buf_bytes;
     uint8_t *with_state;  /* pulls through RKV_PULL_WITH_STATE: row then state, per row */
-    uint64_t *verify_ids; /* WL_VERIFY_MAX_IDS */
+    uint64_t *verify_ids; /* the largest wl_verify_batch */
 };
 
 uint32_t rkv_wl_bucket(uint64_t ns)
@@ -214,6 +215,17 @@ static uint32_t wl_verify_ids(const struct rkv_sc_tensor *t)
                                           : (uint32_t)by_bytes;
 }
 
+/* Rows per verification pull of tensor t by this worker: no more than the
+ * rows it verifies (rows = me mod W), which sizes its buffers from its share
+ * (a few rows each for the twin's thousands of workers), not from
+ * WL_VERIFY_BYTES. The pulls are the same: the last one was that short. */
+static uint32_t wl_verify_batch(const struct wl_node *n, const struct rkv_sc_tensor *t)
+{
+    uint64_t rows = t->desc.rows, share = rows > n->me ? (rows - n->me + n->W - 1) / n->W : 0;
+    uint32_t batch = wl_verify_ids(t);
+    return share < batch ? (uint32_t)share : batch;
+}
+
 /* After a barrier every row is exact: this worker checks its share
  * (rows = me mod W) of every tensor the epoch pushed to, every row of it
  * (scenarios/README.md promises it; a sample missed a wrong row by its
@@ -231,7 +243,7 @@ static int wl_verify(struct wl_node *n, uint32_t first, uint32_t last,
             continue;
         const struct rkv_sc_tensor *t = &sc->tensors[ti];
         uint64_t stride = n->W, rows = t->desc.rows;
-        uint32_t cnt = 0, batch = wl_verify_ids(t);
+        uint32_t cnt = 0, batch = wl_verify_batch(n, t);
         for (uint64_t r = n->me; r < rows; r += stride) {
             ids[cnt++] = r;
             if (cnt < batch && r + stride < rows)
@@ -307,15 +319,18 @@ static int wl_alloc(struct wl_node *n)
     }
     if (max_ws && !(n->with_state = malloc(max_ws)))
         return -RKV_ENOMEM;
+    size_t max_ids = 1;
     for (uint32_t t = 0; t < n->sc->n_tensors; t++) {
         const struct rkv_sc_tensor *ts = &n->sc->tensors[t];
-        size_t b = (size_t)wl_verify_ids(ts) * wl_row_bytes(ts);
+        size_t ids = wl_verify_batch(n, ts), b = ids * wl_row_bytes(ts);
         max = b > max ? b : max;
+        max_ids = ids > max_ids ? ids : max_ids;
     }
+    max = max ? max : 1; /* malloc(0) may return NULL */
     n->rows = malloc(max);
     n->got = malloc(max);
     n->buf_bytes = max;
-    n->verify_ids = malloc(WL_VERIFY_MAX_IDS * sizeof(*n->verify_ids));
+    n->verify_ids = malloc(max_ids * sizeof(*n->verify_ids));
     return n->rows && n->got && n->verify_ids ? 0 : -RKV_ENOMEM;
 }
 
@@ -328,33 +343,63 @@ static uint32_t wl_epoch_last(const struct rkv_scenario *sc, uint32_t first)
     return p;
 }
 
+static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
+                  uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
+                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase,
+                  rkv_wl_stats_fn on_stats, void *user);
+
 int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log)
 {
-    return rkv_wl_run_shared(cli, port, sc, worker, stats, log, NULL, NULL, NULL);
+    return wl_run(cli, port, sc, worker, stats, log, NULL, NULL, NULL, NULL, NULL);
 }
 
-static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
-                  uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase, void *user);
-
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
-                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                      struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user)
+                      uint32_t worker, FILE *log, struct rkv_oracle *shared,
+                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user)
 {
-    return wl_run(cli, port, sc, worker, stats, log, shared, NULL, on_phase, user);
+    assert(on_stats);
+    return wl_run(cli, port, sc, worker, NULL, log, shared, NULL, on_phase, on_stats, user);
 }
 
 int rkv_wl_run_pinned(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log, FILE *pins,
                       rkv_wl_phase_fn on_phase, void *user)
 {
-    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, user);
+    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, NULL, user);
+}
+
+/* The most phases one epoch holds: the stats a streamed run keeps. */
+static uint32_t wl_max_epoch(const struct rkv_scenario *sc)
+{
+    uint32_t most = 1;
+    for (uint32_t first = 0; first < sc->n_phases;) {
+        uint32_t last = wl_epoch_last(sc, first);
+        most = last - first + 1 > most ? last - first + 1 : most;
+        first = last + 1;
+    }
+    return most;
+}
+
+/* Streamed runs: hands phases [*done, upto) to on_stats (win holds the
+ * epoch that starts at win_first; phases outside it were never run) and
+ * clears the window for the next epoch. */
+static void wl_hand_over(uint32_t worker, struct rkv_wl_phase_stats *win, uint32_t win_n,
+                         uint32_t win_first, uint32_t *done, uint32_t upto,
+                         rkv_wl_stats_fn on_stats, void *user)
+{
+    static const struct rkv_wl_phase_stats zero;
+    for (; *done < upto; (*done)++) {
+        uint32_t i = *done - win_first;
+        on_stats(user, worker, *done, *done >= win_first && i < win_n ? &win[i] : &zero);
+    }
+    memset(win, 0, win_n * sizeof(*win));
 }
 
 static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                   uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase, void *user)
+                  struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase,
+                  rkv_wl_stats_fn on_stats, void *user)
 {
     struct wl_node n = {.cli = cli,
                         .port = port,
@@ -362,36 +407,45 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
                         .me = worker,
                         .W = rkv_scenario_workers(sc),
                         .log = log};
-    memset(stats, 0, sc->n_phases * sizeof(*stats));
+    /* win[p - base]: every phase (base 0), or a streamed run's epoch. */
+    uint32_t win_n = stats ? sc->n_phases : wl_max_epoch(sc), base = 0, done = 0;
+    struct rkv_wl_phase_stats *win = stats ? stats : calloc(win_n, sizeof(*win));
+    if (!win)
+        return -RKV_ENOMEM;
+    memset(win, 0, win_n * sizeof(*win));
     int rc = 0;
     if (shared) {
         n.oracle = shared;
         rkv_oracle_ref(shared);
     } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
-        return rc;
+        goto free_win;
     }
     if (pins)
         rkv_oracle_set_pin_log(n.oracle, pins);
     if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 ||
-        (rc = wl_check_list(&n, &stats[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
+        (rc = wl_check_list(&n, &win[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {
         uint32_t last = wl_epoch_last(sc, first);
+        if (!stats)
+            base = first;
         if ((rc = rkv_oracle_epoch_begin(n.oracle, first, last)) < 0)
             break;
         for (uint32_t p = first; p <= last && rc == 0; p++)
-            if ((rc = wl_phase(&n, p, &stats[p])) == 0 && on_phase)
+            if ((rc = wl_phase(&n, p, &win[p - base])) == 0 && on_phase)
                 on_phase(user, worker, p);
         /* The run ends with a barrier even if the last phase asks for none. */
         if (rc == 0 && (rc = rkv_client_barrier(cli)) == 0) {
             rkv_oracle_epoch_end(n.oracle);
-            rc = wl_verify(&n, first, last, &stats[last]);
+            rc = wl_verify(&n, first, last, &win[last - base]);
         }
         /* Nobody pushes the next epoch while another worker still verifies. */
         if (rc == 0)
             rc = rkv_client_barrier(cli);
         if (rc == 0 && worker == 0)
             fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
+        if (!stats && rc == 0)
+            wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user);
         first = last + 1;
     }
 out:
@@ -402,6 +456,11 @@ out:
     free(n.with_state);
     free(n.verify_ids);
     rkv_oracle_destroy(n.oracle);
+free_win:
+    if (!stats) {
+        wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user);
+        free(win);
+    }
     return rc;
 }
 

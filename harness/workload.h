@@ -33,9 +33,16 @@ struct rkv_oracle;
 /* on_phase (may be NULL) hears of every phase this worker finished: the
  * progress that step-triggered faults (after_phase) wait for. */
 typedef void (*rkv_wl_phase_fn)(void *user, uint32_t worker, uint32_t phase);
+/* on_stats hears every phase's stats exactly once, in phase order, when
+ * the phase's epoch was verified or the run stopped (phases never run: all
+ * zero). The run holds one epoch's stats at a time, not every phase's: a
+ * phase's latency histogram is 8 KiB, times phases, times the twin's
+ * thousands of workers. */
+typedef void (*rkv_wl_stats_fn)(void *user, uint32_t worker, uint32_t phase,
+                                const struct rkv_wl_phase_stats *st);
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
-                      uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
-                      struct rkv_oracle *shared, rkv_wl_phase_fn on_phase, void *user);
+                      uint32_t worker, FILE *log, struct rkv_oracle *shared,
+                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user);
 
 /* rkv_wl_run_shared without a shared oracle, whose pinned assign winners
  * (rkv_oracle_set_pin_log) are written to pins (a worker process's stdout,

@@ -109,12 +109,13 @@ struct rkv_peer {
     uint32_t credits;     /* receives the peer has posted for us */
     uint32_t owed;        /* receives we reposted but have not announced */
     uint32_t release_due; /* slot id + 1 to give back with the next reply */
-    uint32_t *releases;   /* slot ids to give back (max_slots ring) */
+    uint32_t *releases;   /* slot ids to give back (a stack of lslot_cap) */
     uint32_t n_releases;
     uint8_t *rx_mem;
     struct rkv_mr *rx_mr;
-    struct eng_lslot *lslots;
-    struct eng_rslot *rslots;
+    struct eng_lslot *lslots; /* lslot_cap entries, grown up to max_slots */
+    struct eng_rslot *rslots; /* rslot_cap entries, grown up to max_slots */
+    uint32_t lslot_cap, rslot_cap;
     uint32_t n_rslots;
     uint32_t rndv_inflight;
     struct eng_txq backlog;  /* waiting for credits */
@@ -498,6 +499,7 @@ static void peer_maybe_credit(struct rkv_engine *e, struct rkv_peer *p)
         return;
     if (p->release_due) {
         assert(p->releases); /* a granted slot was written: the slot tables exist */
+        assert(p->n_releases < p->lslot_cap); /* each owed once, until released */
         p->releases[p->n_releases++] = p->release_due - 1;
         p->release_due = 0;
     }
@@ -849,20 +851,23 @@ int rkv_engine_put(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sg
 
 /* A peer's slot tables (its receive slots and the releases of them owed)
  * come with its first slot: most connections of a large cluster never use
- * one, and max_slots entries each cost ~2.3 KB per connection side. */
-static int peer_lslots(struct rkv_engine *e, struct rkv_peer *p)
+ * one. The slot arrays grow as slots are used, up to max_slots: most that
+ * do use one, a pull-reply slot (64 entries cost ~2.5 KB per side). */
+#define ENG_SLOTS_FIRST 4u
+
+/* Grows *arr of *cap_p entries (elem bytes each, zeroed) toward max. */
+static int eng_slots_grow(void **arr, uint32_t *cap_p, size_t elem, uint32_t max)
 {
-    if (p->lslots)
-        return 0;
-    p->lslots = calloc(e->cfg.max_slots, sizeof(*p->lslots));
-    p->releases = calloc(e->cfg.max_slots, sizeof(*p->releases));
-    if (p->lslots && p->releases)
-        return 0;
-    free(p->lslots);
-    free(p->releases);
-    p->lslots = NULL;
-    p->releases = NULL;
-    return -RKV_ENOMEM;
+    assert(*cap_p < max);
+    uint32_t cap = *cap_p ? 2 * *cap_p : ENG_SLOTS_FIRST;
+    cap = cap < max ? cap : max;
+    uint8_t *n = realloc(*arr, (size_t)cap * elem);
+    if (!n)
+        return -RKV_ENOMEM;
+    memset(n + (size_t)*cap_p * elem, 0, (size_t)(cap - *cap_p) * elem);
+    *arr = n;
+    *cap_p = cap;
+    return 0;
 }
 
 static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t bytes, int state,
@@ -870,13 +875,24 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
 {
     if (bytes > e->cfg.max_slot_bytes)
         return -RKV_ELIMIT;
-    if (peer_lslots(e, p) < 0)
-        return -RKV_ENOMEM;
     uint32_t i;
-    for (i = 0; i < e->cfg.max_slots && p->lslots[i].state != ENG_SLOT_FREE; i++)
+    for (i = 0; i < p->lslot_cap && p->lslots[i].state != ENG_SLOT_FREE; i++)
         ;
     if (i == e->cfg.max_slots)
         return -RKV_ELIMIT;
+    if (i == p->lslot_cap) {
+        uint32_t was = p->lslot_cap;
+        if (eng_slots_grow((void **)&p->lslots, &p->lslot_cap, sizeof(*p->lslots),
+                           e->cfg.max_slots) < 0)
+            return -RKV_ENOMEM;
+        /* Releases owed are of distinct granted slots: as many as slots. */
+        uint32_t *rel = realloc(p->releases, sizeof(*rel) * p->lslot_cap);
+        if (!rel) {
+            p->lslot_cap = was; /* the grown entries, free, go unused */
+            return -RKV_ENOMEM;
+        }
+        p->releases = rel;
+    }
     struct eng_lslot *s = &p->lslots[i];
     uint64_t cap = eng_round_cap(e, bytes);
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
@@ -908,7 +924,7 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
  * is a leak the device waits for). */
 static void peer_revoke_grants(struct rkv_engine *e, struct rkv_peer *p)
 {
-    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++) {
+    for (uint32_t i = 0; i < p->lslot_cap; i++) {
         if (p->lslots[i].grant)
             e->nic->ops->mr_revoke(e->nic, p->lslots[i].grant);
         p->lslots[i].grant = NULL;
@@ -939,7 +955,7 @@ void rkv_engine_slot_free(struct rkv_engine *e, struct rkv_peer *p, uint32_t slo
 {
     eng_lock(e);
     /* Never free a granted slot here: the peer may still write into it. */
-    if (slot < e->cfg.max_slots && p->lslots && p->lslots[slot].state == ENG_SLOT_OWNED)
+    if (slot < p->lslot_cap && p->lslots[slot].state == ENG_SLOT_OWNED)
         peer_lslot_free(e, &p->lslots[slot]);
     eng_unlock(e);
 }
@@ -956,7 +972,7 @@ static int peer_post_rx(struct rkv_engine *e, struct rkv_peer *p, uint32_t i)
 
 static void peer_free_rx(struct rkv_engine *e, struct rkv_peer *p)
 {
-    for (uint32_t i = 0; p->lslots && i < e->cfg.max_slots; i++)
+    for (uint32_t i = 0; i < p->lslot_cap; i++)
         peer_lslot_free(e, &p->lslots[i]);
     if (p->rx_mr)
         e->nic->ops->dereg_mr(e->nic, p->rx_mr);
@@ -1022,7 +1038,7 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
         *peer_p = p;
         return 0;
     }
-    /* The slot tables come with first use (peer_lslots, eng_on_rndv_reply). */
+    /* The slot tables come with first use (peer_lslot_new, eng_on_rndv_reply). */
     size_t rx_bytes = (size_t)c->rx_depth * c->ctrl_buf_bytes;
     int rc = -RKV_ENOMEM;
     if (posix_memalign((void **)&p->rx_mem, 64, rx_bytes))
@@ -1271,7 +1287,8 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
         peer_kill(e, p, 1);
         return;
     }
-    if (!p->rslots && !(p->rslots = calloc(e->cfg.max_slots, sizeof(*p->rslots)))) {
+    if (p->n_rslots == p->rslot_cap && eng_slots_grow((void **)&p->rslots, &p->rslot_cap,
+                                                      sizeof(*p->rslots), e->cfg.max_slots) < 0) {
         RKV_LOGW(e->port, "engine: out of memory for a granted slot; dropping the peer");
         peer_kill(e, p, 1);
         return;
@@ -1283,7 +1300,7 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
 static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
     uint32_t s = m->h.count;
-    if (s < e->cfg.max_slots && p->lslots && p->lslots[s].state == ENG_SLOT_GRANTED)
+    if (s < p->lslot_cap && p->lslots[s].state == ENG_SLOT_GRANTED)
         peer_lslot_free(e, &p->lslots[s]);
     else
         RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
@@ -1337,7 +1354,7 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
             e->on_msg(e->user, p, m);
         eng_lock(e);
         /* Not carried by a reply: give it back explicitly. */
-        if (p->release_due && p->n_releases < e->cfg.max_slots) {
+        if (p->release_due && p->n_releases < p->lslot_cap) {
             assert(p->releases);
             p->releases[p->n_releases++] = p->release_due - 1;
         }
@@ -1376,7 +1393,7 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
     } else {
         /* The receive carried no data: repost it before looking at the slot. */
         uint32_t s = wc->imm;
-        if (s >= e->cfg.max_slots || !p->lslots || p->lslots[s].state == ENG_SLOT_FREE)
+        if (s >= p->lslot_cap || p->lslots[s].state == ENG_SLOT_FREE)
             return eng_reject(e, p, "write-with-immediate names no slot of ours");
         if (wc->byte_len > p->lslots[s].cap)
             return eng_reject(e, p, "write-with-immediate longer than its slot");

@@ -70,11 +70,14 @@ struct cli_server {
      * (the only way to be sure it no longer touches the caller's memory):
      * the next request connects again. */
     int redial;
-    /* Counters of the requests to this server, RKV_STATS_OPS entries,
-     * allocated with the first connection (a client that talks to a few of
-     * a thousand servers keeps a few); under cli->mu, as the progress task
-     * counts replies. */
-    struct rkv_op_stats *st;
+    /* Counters of the requests to this server, kept from the first
+     * connection on (counted; a client that talks to a few of a thousand
+     * servers keeps a few); per operation, each made with the first request
+     * of its kind (a worker of a large cluster pushes and pulls to most of
+     * its servers, nothing else: 376 bytes each). Under cli->mu, as the
+     * progress task counts replies. */
+    struct rkv_op_stats *st[RKV_STATS_OPS];
+    int counted;
 };
 
 struct rkv_client {
@@ -237,6 +240,24 @@ static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
 
 /* expect: the reply type that completes the request (or an ERROR). id: 0
  * for a fresh one, or the id (push sequence) of the request this retries. */
+/* The counters a request of this reply type goes to. */
+static int cli_req_stats_op(int expect)
+{
+    switch (expect) {
+    case RKV_MSG_PUSH_ACK:
+        return RKV_STATS_PUSH;
+    case RKV_MSG_PULL_REPLY:
+    case RKV_MSG_PULL_DONE:
+        return RKV_STATS_PULL;
+    case RKV_MSG_BARRIER_REPLY:
+        return RKV_STATS_BARRIER;
+    case RKV_MSG_INIT_REPLY:
+        return RKV_STATS_INIT;
+    default:
+        return RKV_STATS_OTHER;
+    }
+}
+
 /* rows and bytes: what the request carries, for the per-server counters;
  * set here, before the request is in the table where the engine's thread
  * can end it (a dead connection fails every request of its server). */
@@ -245,6 +266,15 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
 {
     assert(cli_owns_srv(c, srv));
     assert(cli_expect_ok(expect));
+    int op = cli_req_stats_op(expect);
+    if (!srv->st[op]) { /* before r is in the table, where the engine's thread counts it */
+        struct rkv_op_stats *st = calloc(1, sizeof(*st));
+        if (!st)
+            return NULL;
+        cli_lock(c);
+        srv->st[op] = st;
+        cli_unlock(c);
+    }
     struct cli_req *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
@@ -282,34 +312,17 @@ static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
     assert(!"a request is unlinked once, from its own client's table");
 }
 
-/* The counters a request of this reply type goes to. */
-static int cli_req_stats_op(int expect)
-{
-    switch (expect) {
-    case RKV_MSG_PUSH_ACK:
-        return RKV_STATS_PUSH;
-    case RKV_MSG_PULL_REPLY:
-    case RKV_MSG_PULL_DONE:
-        return RKV_STATS_PULL;
-    case RKV_MSG_BARRIER_REPLY:
-        return RKV_STATS_BARRIER;
-    case RKV_MSG_INIT_REPLY:
-        return RKV_STATS_INIT;
-    default:
-        return RKV_STATS_OTHER;
-    }
-}
-
 /* A request ended: answered, failed, or (done = 0) released unanswered,
  * which counts as an error at its age. */
 static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
-    if (!r->srv || !r->srv->st)
+    if (!r->srv || !r->srv->counted)
         return;
+    struct rkv_op_stats *st = r->srv->st[cli_req_stats_op(r->expect)];
+    assert(st); /* cli_req_new made it */
     uint64_t now = c->port->ops->now_ns(c->port);
-    rkv_stats_add(&r->srv->st[cli_req_stats_op(r->expect)], now - r->sent_ns, ok, r->st_rows,
-                  r->st_bytes);
+    rkv_stats_add(st, now - r->sent_ns, ok, r->st_rows, r->st_bytes);
 }
 
 static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, const char *text)
@@ -686,12 +699,9 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
 static int cli_connect(struct rkv_client *c, struct cli_server *srv)
 {
     uint32_t budget_ms = c->connect_budget_ms ? c->connect_budget_ms : c->cfg.connect_retry_ms;
-    if (!srv->st) {
-        struct rkv_op_stats *st = calloc(RKV_STATS_OPS, sizeof(*st));
-        if (!st)
-            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory");
+    if (!srv->counted) {
         cli_lock(c);
-        srv->st = st;
+        srv->counted = 1;
         cli_unlock(c);
     }
     int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms, budget_ms,
@@ -2361,8 +2371,8 @@ static void cli_free_tables(struct rkv_client *c)
         if (!c->srvs.keys[i])
             continue;
         struct cli_server *srv = (struct cli_server *)(uintptr_t)c->srvs.vals[i];
-        if (srv)
-            free(srv->st);
+        for (int op = 0; srv && op < RKV_STATS_OPS; op++)
+            free(srv->st[op]);
         free(srv);
     }
     rkv_idmap_free(&c->srvs);
@@ -2613,9 +2623,9 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
     /* A server this client never used has no state, so no counters. */
     const uint64_t *v = rkv_idmap_find(&c->srvs, server);
     const struct cli_server *srv = v ? (const struct cli_server *)(uintptr_t)*v : NULL;
-    const struct rkv_op_stats *st = srv ? srv->st : NULL;
+    const struct rkv_op_stats *st = srv && srv->counted ? srv->st[op] : NULL;
     if (st)
-        *st_p = st[op];
+        *st_p = *st;
     else
         memset(st_p, 0, sizeof(*st_p));
     cli_unlock(c);
@@ -2635,8 +2645,9 @@ void rkv_client_stats_reset(struct rkv_client *c)
     for (uint32_t i = 0; i < c->srvs.cap; i++) { /* the servers with state */
         const struct cli_server *srv =
             c->srvs.keys[i] ? (const struct cli_server *)(uintptr_t)c->srvs.vals[i] : NULL;
-        if (srv && srv->st)
-            memset(srv->st, 0, RKV_STATS_OPS * sizeof(*srv->st));
+        for (int op = 0; srv && op < RKV_STATS_OPS; op++)
+            if (srv->st[op])
+                memset(srv->st[op], 0, sizeof(*srv->st[op]));
     }
     cli_unlock(c);
 }

@@ -260,6 +260,28 @@ static void test_owned_slot_write(void **state)
     eng_side_close(&a);
 }
 
+/* A peer's slot table grows as slots are taken (from a few entries) up to
+ * max_slots (8 here): ids are the lowest free ones, as with a full-size
+ * table, and the one past the limit is refused. */
+static void test_owned_slots_up_to_max(void **state)
+{
+    struct eng_side a, b;
+    eng_pair_open(&a, &b, *state, 16, 0);
+    struct rkv_slot_desc d;
+    for (uint32_t i = 0; i < 8; i++) {
+        assert_int_equal(rkv_engine_slot_alloc(b.eng, b.peer, 4096, &d), 0);
+        assert_int_equal(d.slot, i);
+    }
+    assert_int_equal(rkv_engine_slot_alloc(b.eng, b.peer, 4096, &d), -RKV_ELIMIT);
+    rkv_engine_slot_free(b.eng, b.peer, 5);
+    rkv_engine_slot_free(b.eng, b.peer, 99); /* names no slot: ignored */
+    assert_int_equal(rkv_engine_slot_alloc(b.eng, b.peer, 4096, &d), 0);
+    assert_int_equal(d.slot, 5);
+    assert_int_equal(rkv_engine_slot_alloc(b.eng, b.peer, 4096, &d), -RKV_ELIMIT);
+    eng_side_close(&b);
+    eng_side_close(&a);
+}
+
 /* Regression: with more (tensor, type) keys than slots, idle slots of other
  * keys are retired instead of the rendezvous being refused or the queue
  * stalling behind a message that never asked for a slot. */
@@ -388,13 +410,10 @@ static void test_engine_wait(void **state)
 int engine_suite_run(const struct nic_suite_env *env)
 {
     struct CMUnitTest tests[] = {
-        ENG_T(test_small_is_one_send),
-        ENG_T(test_rendezvous_then_cache),
-        ENG_T(test_credits_and_order),
-        ENG_T(test_owned_slot_write),
-        ENG_T(test_more_keys_than_slots),
-        ENG_T(test_both_sides_backlogged),
-        ENG_T(test_dropped_peer_returns_buffers),
+        ENG_T(test_small_is_one_send),     ENG_T(test_rendezvous_then_cache),
+        ENG_T(test_credits_and_order),     ENG_T(test_owned_slot_write),
+        ENG_T(test_owned_slots_up_to_max), ENG_T(test_more_keys_than_slots),
+        ENG_T(test_both_sides_backlogged), ENG_T(test_dropped_peer_returns_buffers),
         ENG_T(test_engine_wait),
     };
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)

@@ -1175,7 +1175,9 @@ static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
     if (rc < 0)
         return rc;
     if (qp->r_len == qp->r_cap) {
-        uint32_t nc = qp->r_cap ? qp->r_cap * 2 : 16;
+        /* From 8, the payload-less twin's rx_depth: its thousands of
+         * connections post 8 receives each, and hold no more. */
+        uint32_t nc = qp->r_cap ? qp->r_cap * 2 : 8;
         struct sn_recv *r = malloc((size_t)nc * sizeof(*r));
         if (!r)
             return -RKV_ENOMEM;

@@ -181,9 +181,15 @@ static void twin_server(int argc, char **argv)
     nd->t->w.nodes_finished++;
 }
 
+/* What a worker's workload callbacks reach. */
+struct twin_worker_io {
+    struct twin *t;
+    FILE *out; /* the worker's report text */
+};
+
 static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
 {
-    struct twin *t = user;
+    struct twin *t = ((struct twin_worker_io *)user)->t;
     if (worker == 0) {
         t->client0_phase = (int32_t)phase;
         sim_cv_broadcast(&t->phase_cv);
@@ -194,28 +200,31 @@ static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
  * only, not per server (thousands of workers x servers). */
 #define TWIN_STATS_MAX_SERVERS 64u
 
+/* Prints each phase's stats as the workload hands them over: a worker
+ * keeps one epoch's histograms, not every phase's. */
+static void twin_on_stats(void *user, uint32_t worker, uint32_t phase,
+                          const struct rkv_wl_phase_stats *st)
+{
+    rkv_wl_print(((struct twin_worker_io *)user)->out, worker, phase, st);
+}
+
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
 {
     const struct rkv_scenario *sc = nd->t->sc;
-    struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
     FILE *out = open_memstream(&nd->out, &nd->out_len);
-    if (!st || !out) {
+    if (!out) {
         nd->rc = -RKV_ENOMEM;
-        free(st);
-        if (out)
-            fclose(out);
         return;
     }
+    struct twin_worker_io io = {.t = nd->t, .out = out};
     uint32_t id = rkv_client_id(cli);
-    nd->rc = rkv_wl_run_shared(cli, port, sc, id, st, stderr, nd->t->oracle, twin_on_phase, nd->t);
+    nd->rc = rkv_wl_run_shared(cli, port, sc, id, stderr, nd->t->oracle, twin_on_phase,
+                               twin_on_stats, &io);
     if (nd->rc < 0)
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
-    for (uint32_t p = 0; p < sc->n_phases; p++)
-        rkv_wl_print(out, id, p, &st[p]);
     if (nd->rc == 0 && rkv_stats_print_capped(out, cli, TWIN_STATS_MAX_SERVERS) < 0)
         nd->rc = -RKV_ENOMEM; /* the report's "stats", in simulated time */
     fclose(out);
-    free(st);
 }
 
 static void twin_worker(int argc, char **argv)
