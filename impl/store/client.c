@@ -238,8 +238,6 @@ static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
     return NULL;
 }
 
-/* expect: the reply type that completes the request (or an ERROR). id: 0
- * for a fresh one, or the id (push sequence) of the request this retries. */
 /* The counters a request of this reply type goes to. */
 static int cli_req_stats_op(int expect)
 {
@@ -258,7 +256,9 @@ static int cli_req_stats_op(int expect)
     }
 }
 
-/* rows and bytes: what the request carries, for the per-server counters;
+/* expect: the reply type that completes the request (or an ERROR). id: 0
+ * for a fresh one, or the id (push sequence) of the request this retries.
+ * rows and bytes: what the request carries, for the per-server counters;
  * set here, before the request is in the table where the engine's thread
  * can end it (a dead connection fails every request of its server). */
 static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv, int expect,
