@@ -765,6 +765,37 @@ static int wal_check_end(const char *path, const uint8_t *buf, size_t len, uint6
     return 0;
 }
 
+/* Voids every record of this log past its end e->good (none of them was
+ * acknowledged: wal_check_end refused the log otherwise). Left in place,
+ * one could read again once new appends fill the gap before it: a crash
+ * that kept record B but not record A before it, then a record C of A's
+ * size appended and synced where A was, and the next recovery would replay
+ * C and then B, which was never acknowledged (an ASSIGN overwriting C's
+ * rows). Truncating did this before logs were reused. wal_settle syncs. */
+static int wal_void_past(struct rkv_wal *w, const char *path, const uint8_t *buf, size_t len,
+                         uint64_t gen, uint64_t lineage, const struct wal_end *e, char *err,
+                         size_t err_len)
+{
+    static const uint8_t zeros[RKV_WAL_REC_BYTES];
+    int fd = -1, rc = 0;
+    uint64_t voided = 0;
+    for (uint64_t p = e->good + 8; rc == 0 && p + RKV_WAL_REC_BYTES <= len; p += 8) {
+        if (!wal_here(buf + p, RKV_WAL_LSN(gen, p), lineage))
+            continue;
+        if (fd < 0 && (rc = rkv_file_open(path, 0, &fd, err, err_len)) < 0)
+            return rc;
+        rc = rkv_file_pwrite(fd, zeros, sizeof(zeros), p, path, err, err_len);
+        voided++;
+    }
+    if (fd >= 0)
+        rkv_file_close(fd);
+    if (rc == 0 && voided)
+        RKV_LOGW(w->port,
+                 "log %s: %llu records past its end at byte %llu (never acknowledged) voided", path,
+                 (unsigned long long)voided, (unsigned long long)e->good);
+    return rc;
+}
+
 /* The log's records end at e->good: made durable as read (the machine may
  * have survived with them in its page cache only), and an interrupted
  * append there voided, so that a later log's records never follow a torn
@@ -848,6 +879,8 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
                                 err_len);
         if (rc == 0)
             rc = wal_check_end(path, buf, len, g, lineage, &e, err, err_len);
+        if (rc == 0)
+            rc = wal_void_past(w, path, buf, len, g, lineage, &e, err, err_len);
         free(buf);
         if (rc == WAL_PAUSED) {
             /* Nothing after it was applied, and nothing is voided or set

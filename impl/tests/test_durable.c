@@ -1280,6 +1280,42 @@ static void test_wal_stale_record_not_replayed(void **state)
     wal_run_end(&w, s1b);
 }
 
+/* A crash kept a record B of this log but not the record before it: the
+ * log ends before B, and B, never acknowledged, must not read again once
+ * an acknowledged push of the same size fills the gap and the next crash
+ * comes (the recovery voids every record of the log past its end). */
+static void test_wal_record_past_end_not_replayed_later(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    uint8_t rec[256];
+    uint64_t end = RKV_WAL_HDR_BYTES + 3 * rkv_wal_record_bytes(1, 16);
+    uint64_t lineage = log_lineage(w.log_path);
+    /* B one record past the end; zeros where the one before it would be. */
+    size_t n = row60_record(rec, w.log_path, RKV_WAL_LSN(1, end + rkv_wal_record_bytes(1, 16)),
+                            RKV_WAL_LSN(1, end), lineage);
+    write_at(w.log_path, end + n, rec, n);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 3.0f);
+    assert_true(file_contains(log1b, "1 records past its end"));
+    /* C, acknowledged, where the missing record was; then a crash. */
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(w.cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1b, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
+    unlink_machine_shm(&w.c.cfg, 1);
+    snprintf(log1b, sizeof(log1b), "%s/s1-again.log", w.c.dir);
+    s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    float got = pull_row60(w.cli);
+    if (got != 4.0f)
+        fail_msg("row 60 is %g after the second crash, not 4 (B's 9 replayed after C)", got);
+    wal_run_end(&w, s1b);
+}
+
 static off_t file_size(const char *dir, const char *name)
 {
     char path[256];
@@ -2073,6 +2109,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_torn_tail_cut, reap_children),
         cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
         cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
+        cmocka_unit_test_teardown(test_wal_record_past_end_not_replayed_later, reap_children),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
         cmocka_unit_test(test_wal_prewrite_too_large_refused),
