@@ -2461,10 +2461,15 @@ int rkv_client_create_observer_on(struct rkv_port *port, struct rkv_nic *nic,
 int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                                size_t err_len)
 {
+    /* Before the backend's name and the verbs device are used to open the
+     * NIC, as rkv_client_create does. */
+    int rc = rkv_cfg_check(cfg, err, err_len);
+    if (rc < 0)
+        return rc;
     struct rkv_port *port;
     struct rkv_nic *nic;
-    int rc = rkv_node_open(cfg, "obs", cfg->seed ^ (uint64_t)(uintptr_t)&port, &port, &nic, err,
-                           err_len);
+    rc = rkv_node_open(cfg, "obs", cfg->seed ^ (uint64_t)(uintptr_t)&port, &port, &nic, err,
+                       err_len);
     if (rc < 0)
         return rc;
     if ((rc = cli_create(port, nic, cfg, 1, cli_p, err, err_len)) < 0) {
