@@ -8,6 +8,9 @@
  *
  * Files, in the durable directory:
  *   rkv-m<M>.snap        the checkpoint of generation S (snapshot.h)
+ *   rkv-m<M>.snap.tmp<I> the snapshot before it (or zeros written ahead),
+ *                        whose blocks server I's next snapshot overwrites
+ *                        before it swaps the two (snapshot.c)
  *   rkv-m<M>.<G>.wal     the pushes applied after the copy of snapshot G,
  *                        until the copy of snapshot G+1 (or later) began
  *   rkv-m<M>.free<K>.wal spare log files (K < RKV_WAL_SPARES): logs a
@@ -65,7 +68,12 @@
  * snapshot does not hold, ids out of range) is refused with the file, the
  * byte offset and what. So is the end itself when a later record of this
  * log says the log was durable past it (its "durable" field): a synced
- * record no longer reads, i.e. corruption, not a crash.
+ * record no longer reads, i.e. corruption, not a crash. Recovery reads a
+ * log through a window (and the largest record), never the file whole:
+ * the file may be much longer than its records. It scans the file's whole
+ * tail past the end for such records, so it reads every log file through
+ * (a 4 GiB file written ahead, 1 GiB of records: 3.5 s with the shard's
+ * restore and the replay, bench durable).
  *
  * Positions are LSNs: generation << 40 | byte offset in that log (a log is
  * below 1 TiB; a checkpoint begins a new one).
