@@ -148,6 +148,23 @@ void rkv_file_format_utc(uint64_t wall_ns, char *buf, size_t len)
         snprintf(buf, len, "%llu s after the epoch", (unsigned long long)t);
 }
 
+int rkv_file_swap_in(const char *from, const char *to, char *err, size_t err_len)
+{
+#ifdef RENAME_EXCHANGE
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_EXCHANGE) == 0)
+        return 0;
+    /* ENOENT: `to` is not there yet (or `from` is not: the rename says);
+     * EINVAL, ENOSYS: no swapping here. */
+    if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot swap %s and %s: %s", from, to,
+                        strerror(errno));
+#endif
+    int rc = rkv_file_rename(from, to, err, err_len);
+    return rc == -RKV_ENOTENSOR ? rkv_errf(err, err_len, -RKV_EIO, "cannot rename %s to %s: %s",
+                                           from, to, strerror(ENOENT))
+                                : rc;
+}
+
 uint64_t rkv_file_wall_ns(void)
 {
     struct timespec ts;
@@ -260,6 +277,17 @@ void rkv_file_writeback(int fd, uint64_t off, uint64_t len)
 #ifdef SYNC_FILE_RANGE_WRITE
     /* Best effort: a failure here only means the later fdatasync writes it. */
     (void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd, (void)off, (void)len;
+#endif
+}
+
+void rkv_file_writeback_wait(int fd, uint64_t off, uint64_t len)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    (void)sync_file_range(fd, (off_t)off, (off_t)len,
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                              SYNC_FILE_RANGE_WAIT_AFTER);
 #else
     (void)fd, (void)off, (void)len;
 #endif

@@ -46,6 +46,10 @@ int rkv_file_datasync(int fd, const char *path, char *err, size_t err_len);
  * sync_file_range; elsewhere nothing): the fdatasync that follows then
  * finds most of it written, so the disk works while more is appended. */
 void rkv_file_writeback(int fd, uint64_t off, uint64_t len);
+/* Waits until [off, off+len) is written to the disk (starting it if it was
+ * not): bounds how much a long write has queued ahead of the disk. Not a
+ * durability point (no metadata, no cache flush): an fdatasync is. */
+void rkv_file_writeback_wait(int fd, uint64_t off, uint64_t len);
 int rkv_file_truncate(int fd, uint64_t len, const char *path, char *err, size_t err_len);
 int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t err_len);
 /* fsync of a directory: a created or removed entry is durable after it. */
@@ -55,6 +59,13 @@ int rkv_file_unlink(const char *path);
 /* rename(2) (replacing to when it exists); -RKV_ENOTENSOR when from does not
  * exist, -RKV_EIO naming both otherwise. */
 int rkv_file_rename(const char *from, const char *to, char *err, size_t err_len);
+/* Puts `from` in place of `to` atomically, as rkv_file_rename, but leaves
+ * to's previous file under the name `from` (Linux's renameat2 with
+ * RENAME_EXCHANGE), so that a file replaced this way keeps its blocks for
+ * the next writer to overwrite rather than allocate. Where the system or
+ * file system cannot swap, or `to` did not exist, a plain rename (`from`
+ * is then gone). -RKV_EIO naming both on failure. */
+int rkv_file_swap_in(const char *from, const char *to, char *err, size_t err_len);
 /* Wall-clock time (ns since the Unix epoch), for humans reading logs. */
 uint64_t rkv_file_wall_ns(void);
 /* wall_ns as "YYYY-MM-DDTHH:MM:SSZ". */

@@ -337,9 +337,11 @@ void rkv_snap_writer_init(struct rkv_snap_writer *w, struct rkv_port *port, stru
     w->fingerprint = rkv_cfg_fingerprint(cfg);
     snprintf(w->dir, sizeof(w->dir), "%s", cfg->durable_dir);
     snprintf(w->prefix, sizeof(w->prefix), "%s", cfg->shm_prefix);
+    w->prewrite = cfg->durable_log_prewrite != 0;
     rkv_snap_file_name(w->name, sizeof(w->name), cfg->machine_id);
     /* Per server: a server killed mid-write leaves its own temp file, which
-     * its next write truncates. */
+     * its next write overwrites; after a write, the temp file holds the
+     * previous snapshot, whose blocks the next write reuses. */
     snprintf(w->tmp, sizeof(w->tmp), "%s.tmp%u", w->name, server_id);
 }
 
@@ -377,6 +379,102 @@ static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint
     }
     *n_p = n;
     return 0;
+}
+
+/* Bytes of a snapshot written at a time, and how many of those may wait
+ * for the disk at once. */
+#define SNAP_CHUNK_BYTES (8u << 20)
+#define SNAP_CHUNKS_QUEUED 4u
+
+/* buf[0..len) (NULL: zeros) written at byte `from` of fd in chunks, each
+ * handed to the disk at once and at most SNAP_CHUNKS_QUEUED of them
+ * waiting for it. */
+static int snap_pwrite_paced(int fd, const uint8_t *buf, uint64_t from, uint64_t len,
+                             const char *path, char *err, size_t err_len)
+{
+    uint8_t *zeros = NULL;
+    if (!buf && !(zeros = calloc(1, SNAP_CHUNK_BYTES)))
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "%s: no memory to write zeros ahead", path);
+    int rc = 0;
+    for (uint64_t off = 0, i = 0; rc == 0 && off < len; off += SNAP_CHUNK_BYTES, i++) {
+        size_t n = len - off < SNAP_CHUNK_BYTES ? (size_t)(len - off) : SNAP_CHUNK_BYTES;
+        if ((rc = rkv_file_pwrite(fd, buf ? buf + off : zeros, n, from + off, path, err, err_len)) <
+            0)
+            break;
+        rkv_file_writeback(fd, from + off, n);
+        if (i >= SNAP_CHUNKS_QUEUED)
+            rkv_file_writeback_wait(fd, from + off - SNAP_CHUNKS_QUEUED * SNAP_CHUNK_BYTES,
+                                    SNAP_CHUNK_BYTES);
+    }
+    free(zeros);
+    return rc;
+}
+
+/* The snapshot file replaced atomically, as rkv_file_replace does, but
+ * written over the blocks of the snapshot before it: the temp file is the
+ * previous snapshot, which the swap (rkv_file_swap_in) left under the temp
+ * name. On this kind of disk a write into blocks already written runs
+ * several times faster than one that allocates (dd of 2 GiB with
+ * fdatasync, here: 0.30 GB/s into a new file, 3.0 GB/s over the same
+ * file's blocks), as with the log's spares (wal.h); a 1 GiB shard's
+ * checkpoint took 7-10 s, its log's group commits waiting behind it. The
+ * temp file never is the snapshot's file: a swap exchanges the two whole,
+ * so a crash leaves either the old or the new file under the snapshot's
+ * name. The writes go to the disk as they are made, a few chunks queued at
+ * most, so that a group commit's fdatasync waits behind a few chunks, not
+ * the whole shard. */
+static int snap_file_write(struct rkv_snap_writer *w, const uint8_t *buf, size_t len,
+                           uint32_t *fsyncs_p, char *err, size_t err_len)
+{
+    char tmp[512], path[512];
+    uint64_t size;
+    snprintf(tmp, sizeof(tmp), "%s/%s", w->dir, w->tmp);
+    snprintf(path, sizeof(path), "%s/%s", w->dir, w->name);
+    int fd;
+    int rc = rkv_file_open(tmp, 1, &fd, err, err_len);
+    if (rc < 0)
+        return rc;
+    /* Shorter first, when the shard shrank: never longer than len. */
+    rc = rkv_file_size(fd, &size, tmp, err, err_len);
+    if (rc == 0 && size > len)
+        rc = rkv_file_truncate(fd, len, tmp, err, err_len);
+    if (rc == 0)
+        rc = snap_pwrite_paced(fd, buf, 0, len, tmp, err, err_len);
+    if (rc == 0 && (rc = rkv_file_datasync(fd, tmp, err, err_len)) == 0)
+        (*fsyncs_p)++;
+    rkv_file_close(fd);
+    if (rc == 0)
+        rc = rkv_file_swap_in(tmp, path, err, err_len);
+    if (rc == 0 && (rc = rkv_file_sync_dir(w->dir, err, err_len)) == 0)
+        (*fsyncs_p)++;
+    return rc;
+}
+
+/* With durable_log_prewrite, the temp file a snapshot is written into is
+ * made ready ahead, as the log's spare is (wal.h), when the snapshot just
+ * written had none: zeros as far as that snapshot, so that even the next
+ * snapshot overwrites blocks (the first after a tensor is created would
+ * allocate a whole shard's). Best effort: without it the next snapshot
+ * allocates, as without prewrite. */
+static void snap_stock_spare(struct rkv_snap_writer *w, uint64_t bytes)
+{
+    char tmp[512], why[256];
+    uint64_t size = 0;
+    int fd;
+    if (!w->prewrite)
+        return;
+    snprintf(tmp, sizeof(tmp), "%s/%s", w->dir, w->tmp);
+    int rc = rkv_file_open(tmp, 1, &fd, why, sizeof(why));
+    if (rc < 0)
+        goto out;
+    rc = rkv_file_size(fd, &size, tmp, why, sizeof(why));
+    if (rc == 0 && size < bytes &&
+        (rc = snap_pwrite_paced(fd, NULL, size, bytes - size, tmp, why, sizeof(why))) == 0)
+        rc = rkv_file_datasync(fd, tmp, why, sizeof(why));
+    rkv_file_close(fd);
+out:
+    if (rc < 0)
+        RKV_LOGW(w->port, "machine %u: no snapshot file written ahead: %s", w->machine, why);
 }
 
 /* Under snap_lock: copies under the copy lock, checksums and writes outside it. */
@@ -421,11 +519,12 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
         return rc;
     rkv_snap_seal(w->buf, (size_t)bytes);
     uint32_t fsyncs = 0;
-    rc = rkv_file_replace(w->dir, w->name, w->tmp, w->buf, (size_t)bytes, &fsyncs, err, err_len);
+    rc = snap_file_write(w, w->buf, (size_t)bytes, &fsyncs, err, err_len);
     w->n_fsyncs += fsyncs;
     if (rc == 0) {
         w->n_written++;
         w->bytes_written += bytes;
+        w->bytes_last = bytes;
     }
     return rc;
 }
@@ -450,6 +549,7 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
         atomic_store(&h->snap_durable, gen);
         if (w->hooks.after_durable)
             w->hooks.after_durable(w->hooks.user, gen);
+        snap_stock_spare(w, w->bytes_last);
     }
 unlock:
     rkv_live_unlock(&h->snap_lock, &h->snap_holder);

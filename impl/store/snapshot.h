@@ -102,6 +102,7 @@ struct rkv_snap_writer {
     char name[64], tmp[80];
     char prefix[32];
     uint32_t machine;
+    int prewrite; /* durable_log_prewrite set: the temp file is made ready ahead */
     uint64_t fingerprint;
     struct rkv_shard maps[RKV_MAX_TENSORS + 1]; /* segments mapped so far, by id */
     /* Kept between snapshots, so that a commit allocates nothing. */
@@ -111,6 +112,7 @@ struct rkv_snap_writer {
     size_t cap;
     /* For logs and measurements. */
     uint64_t n_written, n_shared, n_fsyncs, bytes_written;
+    uint64_t bytes_last; /* the last snapshot's size */
 };
 
 void rkv_snap_writer_init(struct rkv_snap_writer *w, struct rkv_port *port, struct rkv_mach *mc,

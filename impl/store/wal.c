@@ -577,14 +577,82 @@ void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw)
 
 #define WAL_BAD(...) rkv_errf(err, err_len, -RKV_EIO, __VA_ARGS__)
 
+/* A log file read through a window, not whole: a log file may be far
+ * larger than its records (written ahead with zeros, or a reused spare
+ * keeping its full size; durable_log_prewrite accepts up to 1 TiB), and
+ * recovery's memory is then the window and the largest record. */
+#define WAL_RD_WINDOW (4u << 20)
+
+struct wal_rd {
+    int fd;
+    const char *path;
+    uint64_t size; /* the file's */
+    uint8_t *buf;
+    size_t cap;
+    uint64_t base; /* the file offset of buf[0] */
+    size_t len;    /* bytes of buf read */
+};
+
+static void wal_rd_close(struct wal_rd *r)
+{
+    rkv_file_close(r->fd);
+    free(r->buf);
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
+}
+
+/* Opens path (-RKV_ENOTENSOR when absent). */
+static int wal_rd_open(struct wal_rd *r, const char *path, char *err, size_t err_len)
+{
+    memset(r, 0, sizeof(*r));
+    r->path = path;
+    int rc = rkv_file_open(path, 0, &r->fd, err, err_len);
+    if (rc < 0) {
+        r->fd = -1;
+        return rc;
+    }
+    if ((rc = rkv_file_size(r->fd, &r->size, path, err, err_len)) < 0)
+        wal_rd_close(r);
+    return rc;
+}
+
+/* Bytes [off, off + n) of the file (n <= size - off), read with what
+ * follows up to the window's size; NULL with *rc_p and err on failure. */
+static const uint8_t *wal_rd_at(struct wal_rd *r, uint64_t off, uint64_t n, int *rc_p, char *err,
+                                size_t err_len)
+{
+    assert(off <= r->size && n <= r->size - off);
+    if (off >= r->base && off + n <= r->base + r->len)
+        return r->buf + (off - r->base);
+    uint64_t want = n > WAL_RD_WINDOW ? n : WAL_RD_WINDOW;
+    want = want < r->size - off ? want : r->size - off;
+    if (want > r->cap) {
+        uint8_t *nb = want > SIZE_MAX ? NULL : realloc(r->buf, (size_t)(want ? want : 1));
+        if (!nb) {
+            *rc_p = rkv_errf(err, err_len, -RKV_ENOMEM,
+                             "log %s: no memory to read %llu bytes at byte %llu", r->path,
+                             (unsigned long long)want, (unsigned long long)off);
+            return NULL;
+        }
+        r->buf = nb;
+        r->cap = (size_t)want;
+    }
+    r->len = 0;
+    if ((*rc_p = rkv_file_pread(r->fd, r->buf, (size_t)want, off, r->path, err, err_len)) < 0)
+        return NULL;
+    r->base = off;
+    r->len = (size_t)want;
+    return r->buf;
+}
+
 static int wal_check_header(const struct rkv_wal *w, const char *path, const uint8_t *buf,
-                            size_t len, uint64_t lineage, uint64_t gen, int *stale_p, char *err,
+                            uint64_t len, uint64_t lineage, uint64_t gen, int *stale_p, char *err,
                             size_t err_len)
 {
     *stale_p = 0;
     if (len < RKV_WAL_HDR_BYTES)
-        return WAL_BAD("log %s: truncated: %zu bytes, shorter than its %u-byte header", path, len,
-                       RKV_WAL_HDR_BYTES);
+        return WAL_BAD("log %s: truncated: %llu bytes, shorter than its %u-byte header", path,
+                       (unsigned long long)len, RKV_WAL_HDR_BYTES);
     if (rkv_get64(buf) != RKV_WAL_MAGIC)
         return WAL_BAD("log %s: not an rkv log (bad magic)", path);
     if (rkv_get32(buf + 8) == 1 && len > RKV_WAL_HDR_BYTES)
@@ -694,18 +762,21 @@ static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage)
 
 /* Walks one log's records from byte `from` up to the first place that holds
  * no complete record of this log. */
-static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *buf, size_t len,
-                          uint64_t gen, uint64_t lineage, uint64_t from,
-                          struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
-                          int flags, struct rkv_wal_replay *r, struct wal_end *e, char *err,
-                          size_t err_len)
+static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uint64_t lineage,
+                          uint64_t from, struct rkv_tensor *const *tensors,
+                          const struct rkv_handler_table *ht, int flags, struct rkv_wal_replay *r,
+                          struct wal_end *e, char *err, size_t err_len)
 {
-    uint64_t off = from;
+    const char *path = rd->path;
+    uint64_t off = from, len = rd->size;
+    int rc = 0;
     e->torn = 0;
     snprintf(e->what, sizeof(e->what), "no record of this log there");
     while (off + RKV_WAL_REC_BYTES <= len) {
-        const uint8_t *rec = buf + off;
+        const uint8_t *rec = wal_rd_at(rd, off, RKV_WAL_REC_BYTES, &rc, err, err_len);
         uint64_t rem = len - off;
+        if (!rec)
+            return rc;
         if (!wal_here(rec, RKV_WAL_LSN(gen, off), lineage))
             break;
         /* A header that checks at its place was written whole: what it says
@@ -726,13 +797,16 @@ static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *bu
                      (unsigned long long)body);
             break;
         }
+        /* The whole record, in memory at once: as large as the push was. */
+        if (!(rec = wal_rd_at(rd, off, RKV_WAL_REC_BYTES + body, &rc, err, err_len)))
+            return rc;
         if (rkv_get32(rec + 52) != rkv_crc32c(0, rec + RKV_WAL_REC_BYTES, (size_t)body)) {
             snprintf(e->what, sizeof(e->what), "checksum mismatch over its %llu-byte body",
                      (unsigned long long)body);
             break;
         }
         e->torn = 0;
-        int rc = wal_replay_one(w, path, off, rec, tensors, ht, flags, r, err, err_len);
+        rc = wal_replay_one(w, path, off, rec, tensors, ht, flags, r, err, err_len);
         if (rc == WAL_PAUSED)
             e->good = off;
         if (rc != 0)
@@ -746,20 +820,26 @@ static int wal_replay_log(struct rkv_wal *w, const char *path, const uint8_t *bu
 /* The records of log gen end at e->good. Refused when a record of this log
  * past it was appended once the log was durable beyond that point: a synced
  * record no longer reads (a crash leaves unsynced ones only). Records of
- * the file's earlier use name other places, and the scan skips them. */
-static int wal_check_end(const char *path, const uint8_t *buf, size_t len, uint64_t gen,
-                         uint64_t lineage, const struct wal_end *e, char *err, size_t err_len)
+ * the file's earlier use name other places, and the scan skips them.
+ * *past_p: how many records of this log it found past the end. */
+static int wal_check_end(struct wal_rd *rd, uint64_t gen, uint64_t lineage, const struct wal_end *e,
+                         uint64_t *past_p, char *err, size_t err_len)
 {
-    for (uint64_t p = e->good + 8; p + RKV_WAL_REC_BYTES <= len; p += 8) {
-        const uint8_t *rec = buf + p;
+    int rc = 0;
+    *past_p = 0;
+    for (uint64_t p = e->good + 8; p + RKV_WAL_REC_BYTES <= rd->size; p += 8) {
+        const uint8_t *rec = wal_rd_at(rd, p, RKV_WAL_REC_BYTES, &rc, err, err_len);
+        if (!rec)
+            return rc;
         if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get64(rec + 56) != RKV_WAL_LSN(gen, p) ||
             !wal_here(rec, RKV_WAL_LSN(gen, p), lineage))
             continue;
+        (*past_p)++;
         uint64_t durable = rkv_get64(rec + 64);
         if (RKV_WAL_GEN(durable) == gen && RKV_WAL_OFF(durable) > e->good)
             return WAL_BAD("log %s: record at byte %llu: %s (corrupted record: the record at "
                            "byte %llu was appended once the log was durable up to byte %llu)",
-                           path, (unsigned long long)e->good, e->what, (unsigned long long)p,
+                           rd->path, (unsigned long long)e->good, e->what, (unsigned long long)p,
                            (unsigned long long)RKV_WAL_OFF(durable));
     }
     return 0;
@@ -772,27 +852,25 @@ static int wal_check_end(const char *path, const uint8_t *buf, size_t len, uint6
  * size appended and synced where A was, and the next recovery would replay
  * C and then B, which was never acknowledged (an ASSIGN overwriting C's
  * rows). Truncating did this before logs were reused. wal_settle syncs. */
-static int wal_void_past(struct rkv_wal *w, const char *path, const uint8_t *buf, size_t len,
-                         uint64_t gen, uint64_t lineage, const struct wal_end *e, char *err,
-                         size_t err_len)
+static int wal_void_past(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uint64_t lineage,
+                         const struct wal_end *e, char *err, size_t err_len)
 {
     static const uint8_t zeros[RKV_WAL_REC_BYTES];
-    int fd = -1, rc = 0;
+    int rc = 0;
     uint64_t voided = 0;
-    for (uint64_t p = e->good + 8; rc == 0 && p + RKV_WAL_REC_BYTES <= len; p += 8) {
-        if (!wal_here(buf + p, RKV_WAL_LSN(gen, p), lineage))
-            continue;
-        if (fd < 0 && (rc = rkv_file_open(path, 0, &fd, err, err_len)) < 0)
+    for (uint64_t p = e->good + 8; rc == 0 && p + RKV_WAL_REC_BYTES <= rd->size; p += 8) {
+        const uint8_t *rec = wal_rd_at(rd, p, RKV_WAL_REC_BYTES, &rc, err, err_len);
+        if (!rec)
             return rc;
-        rc = rkv_file_pwrite(fd, zeros, sizeof(zeros), p, path, err, err_len);
+        if (!wal_here(rec, RKV_WAL_LSN(gen, p), lineage))
+            continue;
+        rc = rkv_file_pwrite(rd->fd, zeros, sizeof(zeros), p, rd->path, err, err_len);
         voided++;
     }
-    if (fd >= 0)
-        rkv_file_close(fd);
     if (rc == 0 && voided)
         RKV_LOGW(w->port,
-                 "log %s: %llu records past its end at byte %llu (never acknowledged) voided", path,
-                 (unsigned long long)voided, (unsigned long long)e->good);
+                 "log %s: %llu records past its end at byte %llu (never acknowledged) voided",
+                 rd->path, (unsigned long long)voided, (unsigned long long)e->good);
     return rc;
 }
 
@@ -832,34 +910,41 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
     const char *torn_in = NULL;
     char path[512], torn_path[512];
     for (uint64_t g = start ? RKV_WAL_GEN(start) : gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
-        uint8_t *buf;
-        size_t len;
+        struct wal_rd rd;
         wal_path(w, g, path, sizeof(path));
-        int rc = rkv_file_read(path, &buf, &len, err, err_len);
+        int rc = wal_rd_open(&rd, path, err, err_len);
         if (rc == -RKV_ENOTENSOR)
             break;
         if (rc < 0)
             return rc;
+        uint64_t len = rd.size;
+        size_t head = len < RKV_WAL_HDR_BYTES ? (size_t)len : RKV_WAL_HDR_BYTES;
+        const uint8_t *hdr = wal_rd_at(&rd, 0, head, &rc, err, err_len);
+        if (!hdr) {
+            wal_rd_close(&rd);
+            return rc;
+        }
         int stale;
-        if (len < RKV_WAL_HDR_BYTES && wal_all_zero(buf, len)) {
+        if (len < RKV_WAL_HDR_BYTES && wal_all_zero(hdr, head)) {
             /* Left by a build that created logs in place: a checkpoint died
              * creating it, and it never held a record. */
-            free(buf);
-            RKV_LOGW(w->port, "log %s: empty (%zu bytes; a checkpoint was interrupted)", path, len);
+            wal_rd_close(&rd);
+            RKV_LOGW(w->port, "log %s: empty (%zu bytes; a checkpoint was interrupted)", path,
+                     head);
             if ((rc = wal_create(w, lineage, g, err, err_len)) < 0)
                 return rc;
             end = RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES);
             continue;
         }
-        rc = wal_check_header(w, path, buf, len, lineage, g, &stale, err, err_len);
+        rc = wal_check_header(w, path, hdr, len, lineage, g, &stale, err, err_len);
         if (rc == 0 && stale) {
             RKV_LOGW(w->port, "log %s: of another lineage (an older run's), ignored", path);
-            free(buf);
+            wal_rd_close(&rd);
             break;
         }
-        if (rc == 0 && rkv_get32(buf + 8) == 1) {
+        if (rc == 0 && rkv_get32(hdr + 8) == 1) {
             /* Version 1 without records (a clean stop's): nothing to read. */
-            free(buf);
+            wal_rd_close(&rd);
             RKV_LOGW(w->port,
                      "log %s: format version 1 holding no records, made anew as version %u", path,
                      RKV_WAL_VERSION);
@@ -869,19 +954,20 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             continue;
         }
         struct wal_end e = {0};
-        uint64_t before = r->records + r->dups;
+        uint64_t before = r->records + r->dups, past = 0;
         uint64_t from = start && g == RKV_WAL_GEN(start) ? RKV_WAL_OFF(start) : RKV_WAL_HDR_BYTES;
         if (rc == 0 && from > len)
-            rc = WAL_BAD("log %s: shorter (%zu bytes) than where its replay paused (%llu)", path,
-                         len, (unsigned long long)from);
+            rc = WAL_BAD("log %s: shorter (%llu bytes) than where its replay paused (%llu)", path,
+                         (unsigned long long)len, (unsigned long long)from);
         if (rc == 0)
-            rc = wal_replay_log(w, path, buf, len, g, lineage, from, tensors, ht, flags, r, &e, err,
-                                err_len);
+            rc = wal_replay_log(w, &rd, g, lineage, from, tensors, ht, flags, r, &e, err, err_len);
         if (rc == 0)
-            rc = wal_check_end(path, buf, len, g, lineage, &e, err, err_len);
-        if (rc == 0)
-            rc = wal_void_past(w, path, buf, len, g, lineage, &e, err, err_len);
-        free(buf);
+            rc = wal_check_end(&rd, g, lineage, &e, &past, err, err_len);
+        /* A second pass over the file's tail only when there is something
+         * to void: the tail of a file written ahead can be most of it. */
+        if (rc == 0 && past)
+            rc = wal_void_past(w, &rd, g, lineage, &e, err, err_len);
+        wal_rd_close(&rd);
         if (rc == WAL_PAUSED) {
             /* Nothing after it was applied, and nothing is voided or set
              * up: the resumed replay reads on from here. */
@@ -1036,11 +1122,19 @@ int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, 
     if (checkpoint || atomic_load(&w->mc->hdr->wal_failed))
         return wal_ckpt_ask(w, seen, 1, err, err_len);
     int rc = rkv_wal_sync(w, err, err_len);
-    if (rc < 0 || rkv_wal_pending_bytes(w) < w->checkpoint_bytes ||
-        rkv_wal_pending_bytes(w) < wal_shard_bytes(w))
+    uint64_t end = atomic_load(&w->mc->hdr->wal_end);
+    uint64_t pending = RKV_WAL_OFF(end) - RKV_WAL_HDR_BYTES;
+    if (rc < 0 || RKV_WAL_GEN(end) == 0 || pending < w->checkpoint_bytes ||
+        pending / RKV_WAL_CHECKPOINT_SHARDS < wal_shard_bytes(w))
         return rc;
     /* Not waited for: the acknowledgements are durable already, and the
-     * pushes after them go on while the snapshot is written. */
-    wal_ckpt_ask(w, atomic_load(&w->mc->hdr->snap_started), 0, NULL, 0);
+     * pushes after them go on while the snapshot is written. What is asked
+     * is a checkpoint that lets this log go, i.e. any snapshot of a later
+     * generation (snapshot G begins log G): the commits that find the log
+     * long while a checkpoint is already on its way (snap_started raised,
+     * the log not switched yet) ask for none more. Asking "after the
+     * snapshot that began last" asked for a second whole shard's
+     * checkpoint right after the first, every time. */
+    wal_ckpt_ask(w, RKV_WAL_GEN(end), 0, NULL, 0);
     return 0;
 }
