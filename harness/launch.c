@@ -4,6 +4,8 @@
  * report. The real-host sibling of the twin runner (sim/twin.c). */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -83,6 +85,13 @@ struct demo {
     char seed_buf[24];
     uint32_t n_faults, next_fault;
     int client0_phase;
+    /* Crash faults after a phase: client 0 waits at the phase's end until
+     * this launcher has fired them (one byte per such phase on the gate
+     * pipe, whose read end every worker inherits), so that the crash lands
+     * between that phase and the next, not after a run that outran the
+     * launcher's reading of its PHASEDONE line. -1: no gate. */
+    int gate_rd, gate_wr;
+    int gate_done;                  /* the last phase released */
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
     double t0_s;                    /* rkv_timed_now_s at the start of run_cluster */
     char fault_log[1024];
@@ -105,6 +114,7 @@ struct demo {
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
                         const char *node, int *out_fd);
 static int demo_kill_due(struct demo *d);
+static void demo_gate_release(struct demo *d);
 
 /* A machine loss: its shared memory (the machine segment and every
  * tensor's shard) goes with the server, so a restart has only the snapshot. */
@@ -150,8 +160,34 @@ static int demo_restart_servers(struct demo *d)
 static int demo_fire_faults(struct demo *d)
 {
     int wait = demo_kill_due(d); /* first: a kill may plan a restart */
+    demo_gate_release(d);
     int restart_wait = demo_restart_servers(d);
     return wait < 0 || (restart_wait >= 0 && restart_wait < wait) ? restart_wait : wait;
+}
+
+/* Lets client 0 go on past each phase whose crash faults all fired (or
+ * found their target gone already): faults fire in order, so one of them
+ * still at or after next_fault with after_phase <= p holds phase p. */
+static void demo_gate_release(struct demo *d)
+{
+    while (d->gate_wr >= 0) {
+        int p = INT_MAX;
+        for (uint32_t i = 0; i < d->n_faults; i++)
+            if (d->faults[i].after_phase > d->gate_done && d->faults[i].after_phase < p)
+                p = d->faults[i].after_phase;
+        if (p == INT_MAX || d->client0_phase < p)
+            return;
+        for (uint32_t i = d->next_fault; i < d->n_faults; i++)
+            if (d->faults[i].after_phase >= 0 && d->faults[i].after_phase <= p)
+                return;
+        if (write(d->gate_wr, "g", 1) != 1) { /* cannot fill: one byte per fault at most */
+            fprintf(stderr, "%s: cannot release client 0 after phase %d: %s\n", d->cmd, p,
+                    strerror(errno));
+            close(d->gate_wr); /* the end of the pipe releases it for good */
+            d->gate_wr = -1;
+        }
+        d->gate_done = p;
+    }
 }
 
 static int demo_kill_due(struct demo *d)
@@ -177,6 +213,13 @@ static int demo_kill_due(struct demo *d)
             snprintf(d->fault_log + l, sizeof(d->fault_log) - l, "%s%s killed at %.3f s%s",
                      l ? "; " : "", f->name, now,
                      f->machine_lost ? " with its machine's memory" : "");
+            /* Client 0 is known to be held at the gate: it reported the
+             * phase done and this launcher has not released it yet. */
+            l = strlen(d->fault_log);
+            if (f->after_phase >= 0 && d->gate_wr >= 0 && d->gate_done < f->after_phase &&
+                d->client0_phase == f->after_phase)
+                snprintf(d->fault_log + l, sizeof(d->fault_log) - l,
+                         " while client 0 waited after phase %d", f->after_phase + 1);
             fprintf(stderr, "rkv: fault: %s killed at %.3f s\n", f->name, now);
         }
         d->next_fault++;
@@ -286,6 +329,12 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         }
         if (node && d->trace)
             rkv_trace_run_child_env(d->trace, node);
+        if (d->gate_rd >= 0 && !strcmp(role, "worker")) {
+            char fd[16];
+            snprintf(fd, sizeof(fd), "%d", d->gate_rd);
+            if (fcntl(d->gate_rd, F_SETFD, 0) == 0) /* kept across execv */
+                setenv(RKV_LAUNCH_GATE_ENV, fd, 1);
+        }
         if (d->hosts) {
             char host[RKV_HOST_MAX + 1], err[160];
             uint32_t m = strcmp(flag, "--server-id") ? val : val / d->servers_per_machine;
@@ -471,12 +520,55 @@ static void demo_collect(struct demo *d)
 
 /* ---- a launched worker's side: the lines the launcher reads ---- */
 
+struct worker_gate {
+    FILE *out;
+    const struct rkv_scenario *sc;
+    int fd; /* -1: none */
+};
+
+/* How long client 0 waits at a gate: the launcher releases it as soon as
+ * the crash fired (or, for a fault with at_s too, once at_s came); past
+ * this the launcher is taken to be stuck and the run goes on without it. */
+#define WORKER_GATE_MS 120000
+
 /* A line per finished phase, read by the launcher as it comes: crash faults
- * with after_phase wait for it. */
+ * with after_phase wait for it, and client 0 waits for them. */
 static void worker_on_phase(void *user, uint32_t worker, uint32_t phase)
 {
-    fprintf(user, "PHASEDONE w=%u p=%u\n", worker, phase);
-    fflush(user);
+    struct worker_gate *g = user;
+    fprintf(g->out, "PHASEDONE w=%u p=%u\n", worker, phase);
+    fflush(g->out);
+    int gated = 0;
+    for (uint32_t i = 0; i < g->sc->n_faults; i++)
+        gated |= g->sc->faults[i].after_phase[0] && g->sc->faults[i].after_phase_ix == phase &&
+                 !strcmp(g->sc->faults[i].kind, "crash");
+    if (worker != 0 || g->fd < 0 || !gated)
+        return;
+    struct pollfd pf = {.fd = g->fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&pf, 1, WORKER_GATE_MS)) < 0 && errno == EINTR)
+        ;
+    char b;
+    if (n <= 0 || read(g->fd, &b, 1) != 1) { /* the launcher is gone or stuck: go on */
+        fprintf(stderr, "rkv worker: no word from the launcher after phase %u (%s); going on\n",
+                phase,
+                n == 0  ? "timed out"
+                : n < 0 ? strerror(errno)
+                        : "pipe closed");
+        close(g->fd);
+        g->fd = -1;
+    }
+}
+
+/* The gate's descriptor from the environment, or -1. */
+static int worker_gate_fd(void)
+{
+    const char *v = getenv(RKV_LAUNCH_GATE_ENV);
+    char *end;
+    long fd = v && *v ? strtol(v, &end, 10) : -1;
+    if (fd < 0 || fd > INT_MAX || *end || fcntl((int)fd, F_GETFD) < 0)
+        return -1;
+    return (int)fd;
 }
 
 int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
@@ -484,11 +576,14 @@ int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
                           int bench, FILE *lines, int *wl_rc_p)
 {
     struct rkv_wl_phase_stats *st = calloc(sc->n_phases, sizeof(*st));
+    struct worker_gate gate = {.out = stdout, .sc = sc, .fd = worker_gate_fd()};
     /* Pinned assign winners go to the launcher with the PHASE lines, which
      * compares them across workers. */
     int rc = st ? rkv_wl_run_pinned(cli, rkv_client_port(cli), sc, rkv_client_id(cli), st, stderr,
-                                    lines, worker_on_phase, stdout)
+                                    lines, worker_on_phase, &gate)
                 : -RKV_ENOMEM;
+    if (gate.fd >= 0)
+        close(gate.fd);
     *wl_rc_p = rc;
     struct rkv_timed_result res = {0};
     for (uint32_t p = 0; st && p < sc->n_phases; p++) {
@@ -962,6 +1057,7 @@ static void demo_start(struct demo *d, const char *cmd, const char *self)
 {
     d->cmd = cmd;
     d->self = self;
+    d->gate_rd = d->gate_wr = -1;
     if (demo_signals_open(d) < 0)
         fprintf(stderr, "%s: cannot watch for signals (%s): a Ctrl-C may leave processes behind\n",
                 cmd, strerror(errno));
@@ -973,6 +1069,11 @@ static void demo_start(struct demo *d, const char *cmd, const char *self)
 static int demo_finish(struct demo *d, int code)
 {
     demo_stop_children(d);
+    if (d->gate_rd >= 0)
+        close(d->gate_rd);
+    if (d->gate_wr >= 0)
+        close(d->gate_wr);
+    d->gate_rd = d->gate_wr = -1;
     while (d->n_port_hold > 0)
         close(d->port_hold[--d->n_port_hold]);
     demo_remove_segments(d);
@@ -1115,6 +1216,7 @@ static int run_configure(struct demo *d, struct cmd_settings *s, const struct rk
 static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const char *backend)
 {
     d->client0_phase = -1;
+    d->gate_done = -1;
     for (uint32_t i = 0; i < sc->n_faults; i++) {
         const struct rkv_sc_fault *sf = &sc->faults[i];
         if (!strcmp(sf->kind, "slow_cpu")) {
@@ -1145,6 +1247,18 @@ static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const 
             continue;
         }
         d->n_faults++;
+    }
+    int gated = 0;
+    for (uint32_t i = 0; i < d->n_faults; i++)
+        gated |= d->faults[i].after_phase >= 0;
+    int gate[2];
+    if (gated) {
+        if (pipe2(gate, O_CLOEXEC) < 0) {
+            fprintf(stderr, "rkv run: cannot make the phase gate's pipe: %s\n", strerror(errno));
+            return RKV_EXIT_STORE;
+        }
+        d->gate_rd = gate[0];
+        d->gate_wr = gate[1];
     }
     snprintf(d->fault_dir, sizeof(d->fault_dir), "/tmp/rkv-faults.XXXXXX");
     if (d->nic_faults && !mkdtemp(d->fault_dir)) {

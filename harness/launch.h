@@ -88,9 +88,16 @@ struct rkv_launch_figures {
 int rkv_launch_demo_measure(const char *self, int argc, char **argv,
                             struct rkv_launch_figures *f_p);
 
+/* The descriptor a launched worker waits on after a phase that a crash
+ * fault follows (after_phase), when it is client 0: the launcher writes a
+ * byte once it fired that phase's faults. */
+#define RKV_LAUNCH_GATE_ENV "RKV_PHASE_GATE_FD"
+
 /* A launched worker's run: the scenario sc (its PHASE lines and pinned
  * assign winners on `lines`, a PHASEDONE line per phase and its counters'
- * STATS line on stdout, which the launcher reads as they come); with bench,
+ * STATS line on stdout, which the launcher reads as they come; as client 0,
+ * after a phase a crash fault follows, it waits for the launcher's byte on
+ * the descriptor RKV_LAUNCH_GATE_ENV names, if set); with bench,
  * also the timed phase (one RESULT line on stdout). *wl_rc_p: how the
  * workload ended (0 or -RKV_E*). Returns an RKV_EXIT_* code. */
 int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,

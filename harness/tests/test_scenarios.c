@@ -156,6 +156,20 @@ static void test_oracle_checks_every_row_after_a_barrier(void **state)
     unlink(yaml);
 }
 
+/* A crash after a phase lands between that phase and the next: client 0
+ * waits at the phase's end until the launcher fired it. The phase after is
+ * one row: without that wait client 0 could finish the run before the
+ * launcher read its PHASEDONE line (under load it did), the crash then hit
+ * a finished run, its restart never came and the verdict failed. */
+static void test_crash_after_phase_lands_between_phases(void **state)
+{
+    (void)state;
+    int rc = run_rkv("", "run " SCEN_DIR "/regress/crash-after-short-phase.yaml --backend tcp");
+    if (rc != 0 || !strstr(out, "verdict: PASS") || !strstr(out, "s1.0 killed at") ||
+        !strstr(out, "while client 0 waited after phase 1"))
+        fail_msg("exit %d:\n%s", rc, out);
+}
+
 static void test_readme_example_and_reports(void **state)
 {
     (void)state;
@@ -209,6 +223,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_scenarios_fail_precisely),
         cmocka_unit_test(test_every_regression_scenario_passes),
+        cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),
