@@ -44,7 +44,8 @@
 /* Messages up to this size are charged latency + size / route bandwidth
  * without taking a share of any link (below 1 % of a 100 Gb/s link's
  * capacity at one per microsecond): the max-min system then holds only the
- * data transfers, which is what keeps a 4,096-node run tractable. */
+ * data transfers, which is what keeps a 4,096-node run tractable. Above it
+ * and up to w->mid_max_bytes, see sn_mid_due. */
 #define SN_SMALL_BYTES 1024
 #define SN_NO_QP UINT32_MAX
 /* Completions waiting for poll(): far more than any run queues. */
@@ -148,6 +149,10 @@ struct sim_nic_rx {
     struct sim_cv delay_cv;
     struct sn_msg **heap; /* waiting for their due time */
     uint32_t heap_len, heap_cap;
+    /* The due time the timer actor sleeps until (INFINITY: until woken;
+     * -1: it is running). A message due later needs no wake-up: the timer
+     * takes it when it wakes for an earlier one. */
+    double timer_until;
     uint64_t order;
     uint32_t refs;     /* NICs on it, and the world when prepared */
     int prepared;      /* made by sim_nic_rx_prepare, before the run */
@@ -346,6 +351,48 @@ void sim_nic_drain(struct sim_nic *n)
 
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m);
 
+/* A mid-size message (above SN_SMALL_BYTES, up to w->mid_max_bytes) from
+ * machine src to machine dst, posted now, taking s seconds on the route's
+ * bottleneck and lat of latency: when it arrives. Each machine's link
+ * sends one such message at a time, in post order, and receives them no
+ * faster than its rate: k messages into one machine at once arrive at
+ * lat + s, lat + 2 s, ... lat + k s, the last one when max-min would end
+ * them all (first in, first out instead of fair shares). Why not max-min:
+ * a 4 KiB row is 1 to 8 packets, which a NIC sends whole rather than
+ * interleaved, and every max-min flow start and end re-solves the flows
+ * that share links with it, which made the cost of an event grow with the
+ * cluster (sim/README.md, "Mid-size messages"). These messages take no
+ * share from max-min flows on the same links, nor they from them. Returns
+ * a negative number when the tables cannot grow (then max-min carries it). */
+static double sn_mid_due(struct sim_world *w, uint32_t src, uint32_t dst, double now, double lat,
+                         double s)
+{
+    uint32_t need = (src > dst ? src : dst) + 1;
+    if (need > w->mid_cap) {
+        uint32_t nc = w->mid_cap ? w->mid_cap : 64;
+        while (nc < need)
+            nc *= 2;
+        double *tx = realloc(w->mid_tx_free, (size_t)nc * sizeof(*tx));
+        if (!tx)
+            return -1;
+        w->mid_tx_free = tx;
+        double *rx = realloc(w->mid_rx_free, (size_t)nc * sizeof(*rx));
+        if (!rx)
+            return -1;
+        w->mid_rx_free = rx;
+        for (uint32_t i = w->mid_cap; i < nc; i++)
+            tx[i] = rx[i] = 0;
+        w->mid_cap = nc;
+    }
+    double start = now > w->mid_tx_free[src] ? now : w->mid_tx_free[src];
+    w->mid_tx_free[src] = start + s;
+    double due = start + s + lat;
+    if (due < w->mid_rx_free[dst] + s)
+        due = w->mid_rx_free[dst] + s;
+    w->mid_rx_free[dst] = due;
+    return due;
+}
+
 /* Hands m to the network; the target NIC owns it from here (it may be
  * gone when this returns). Returns the body bytes the network is charged. */
 static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
@@ -358,13 +405,18 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
     uint64_t body = w->sizer && m->len ? w->sizer(w->sizer_user, m->data, m->len) : m->len;
     m->wire = SN_WIRE_HDR + body;
     w->bytes_modelled += m->wire;
-    if (m->wire <= SN_SMALL_BYTES) {
+    int mid = m->wire > SN_SMALL_BYTES && m->wire <= w->mid_max_bytes && dst->host != n->host;
+    if (m->wire <= SN_SMALL_BYTES || mid) {
         double lat = sg_host_get_route_latency(n->host, dst->host);
         double bw = sg_host_get_route_bandwidth(n->host, dst->host);
-        m->t_due = m->t_post + lat + (bw > 0 ? (double)m->wire / bw : 0);
-        m->timed = 1;
-        sn_timed_push(dst, m);
-        return body;
+        double s = bw > 0 ? (double)m->wire / bw : 0;
+        m->t_due =
+            mid ? sn_mid_due(w, n->machine, dst->machine, m->t_post, lat, s) : m->t_post + lat + s;
+        if (m->t_due >= 0) {
+            m->timed = 1;
+            sn_timed_push(dst, m);
+            return body;
+        }
     }
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
     if (o) {
@@ -734,10 +786,14 @@ static void sn_delay_actor(int argc, char **argv)
     for (;;) {
         double now = simgrid_get_clock();
         if (!rx->heap_len) {
+            rx->timer_until = INFINITY;
             sim_cv_wait(&rx->delay_cv, NULL, NULL, -1);
+            rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else if (rx->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
+            rx->timer_until = rx->heap[0]->t_due;
             sim_cv_wait(&rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
+            rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else {
             struct sn_msg *m = sn_heap_pop(rx);
@@ -774,9 +830,13 @@ static void sn_schedule(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m)
 {
-    m->order = n->rx->order++;
-    sn_heap_push(n->rx, m);
-    sim_cv_broadcast(&n->rx->delay_cv);
+    struct sim_nic_rx *rx = n->rx;
+    m->order = rx->order++;
+    sn_heap_push(rx, m);
+    /* A wake-up is a simcall and costs the timer a new wait; one sleeping
+     * until an earlier or equal due time takes m when it wakes. */
+    if (m->t_due < rx->timer_until)
+        sim_cv_broadcast(&rx->delay_cv);
 }
 
 /* Early arrivals wait in seq order until their predecessors came. */
@@ -914,6 +974,7 @@ static struct sim_nic_rx *sn_rx_new(struct sim_world *w, int shared, uint32_t ma
     w->nic_rx_live++;
     rx->w = w;
     rx->refs = 1;
+    rx->timer_until = -1; /* not waiting yet: its first look at the heap sees m */
     rx->shared_at = shared ? (int32_t)machine : -1;
     if (shared) {
         w->nic_rx[machine] = rx;

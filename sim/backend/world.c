@@ -44,6 +44,8 @@ void sim_world_fini(struct sim_world *w)
     for (uint32_t i = 0; i < w->n_nics; i++)
         w->nic_free(w->nics[i]);
     free(w->nics);
+    free(w->mid_tx_free);
+    free(w->mid_rx_free);
     if (w->nic_rx_release)
         w->nic_rx_release(w);
     assert(!w->shms || w->shm_free_all);
