@@ -108,7 +108,10 @@ struct sn_qp {
     struct sn_msg *held, *held_tail; /* in order, waiting for a receive */
     int draining;                    /* a post_recv is delivering held messages */
     int bad_token;                   /* refused for a wrong connection token */
-    struct sn_recv *recvs;           /* FIFO ring */
+    int srq;                         /* its receives come from the NIC's shared pool */
+    int srq_waiting;                 /* in the NIC's queue of QPs waiting for a buffer */
+    struct sn_qp *srq_next;
+    struct sn_recv *recvs; /* FIFO ring */
     uint32_t r_head, r_len, r_cap;
 };
 
@@ -184,6 +187,18 @@ struct sim_nic {
      * ends, since an ending actor's comms are cancelled. */
     struct sn_out out[SN_MAX_POSTERS];
     uint32_t n_out;
+    /* The shared receive pool (srq_setup): srq_count buffers of
+     * srq_buf_bytes at srq_mem, the free ones' indices in a FIFO ring (in
+     * the order they were posted, as a verbs SRQ takes them), and the QPs
+     * holding a message for want of one, in the order they began to wait
+     * (srq_repost serves them first). */
+    uint8_t *srq_mem;
+    uint32_t srq_count, srq_buf_bytes;
+    uint8_t srq_tag;
+    uint32_t *srq_free;
+    uint32_t srq_head, srq_len;
+    struct sn_qp *srq_wait_head, *srq_wait_tail;
+    int srq_serving; /* a repost is delivering to waiting QPs */
 };
 
 static struct sim_nic *sn_of(struct rkv_nic *nic)
@@ -457,6 +472,7 @@ static struct sn_qp *sn_qp_new(struct sim_nic *n)
         return NULL;
     qp->nic = n;
     qp->id = n->n_qps;
+    qp->srq = n->srq_mem != NULL;
     n->qps[n->n_qps++] = qp;
     return qp;
 }
@@ -512,6 +528,18 @@ static void sn_sender_done(struct sim_world *w, const struct sn_msg *m, int opco
 
 static int sn_take_recv(struct sn_qp *qp, struct sn_recv *r)
 {
+    struct sim_nic *n = qp->nic;
+    if (qp->srq) {
+        if (!n->srq_len)
+            return 0;
+        uint32_t i = n->srq_free[n->srq_head];
+        n->srq_head = (n->srq_head + 1) % n->srq_count;
+        n->srq_len--;
+        *r = (struct sn_recv){.wr_id = (uint64_t)i << 8 | n->srq_tag,
+                              .addr = n->srq_mem + (size_t)i * n->srq_buf_bytes,
+                              .len = n->srq_buf_bytes};
+        return 1;
+    }
     if (!qp->r_len)
         return 0;
     *r = qp->recvs[qp->r_head];
@@ -670,6 +698,21 @@ static int sn_consume(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
     return 1;
 }
 
+/* qp holds a message and draws from the shared pool: it waits for a
+ * buffer behind the QPs that waited before it (srq_repost). */
+static void sn_srq_wait(struct sim_nic *n, struct sn_qp *qp)
+{
+    if (!qp->srq || qp->srq_waiting)
+        return;
+    qp->srq_waiting = 1;
+    qp->srq_next = NULL;
+    if (n->srq_wait_tail)
+        n->srq_wait_tail->srq_next = qp;
+    else
+        n->srq_wait_head = qp;
+    n->srq_wait_tail = qp;
+}
+
 /* In QP order: deliver now, or queue behind a message waiting for a receive. */
 static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 {
@@ -687,6 +730,7 @@ static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
     else
         qp->held = m;
     qp->held_tail = m;
+    sn_srq_wait(n, qp);
 }
 
 /* Delivery makes simcalls (it wakes pollers), so another task may post a
@@ -1232,6 +1276,8 @@ static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
      * complete), as on tcp and verbs. */
     if (qp->core.closed || qp->state == SN_DOWN || qp->state == SN_REFUSED)
         return -RKV_EPEERDEAD;
+    if (qp->srq)
+        return -RKV_EINVAL; /* its receives come from the shared pool */
     int rc = rkv_nic_sge_check(&qp->nic->base, sge);
     if (rc < 0)
         return rc;
@@ -1280,6 +1326,87 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
     return got;
 }
 
+/* ---- the shared receive pool ---- */
+
+static void sn_srq_push(struct sim_nic *n, uint32_t i)
+{
+    assert(n->srq_len < n->srq_count);
+    n->srq_free[(n->srq_head + n->srq_len++) % n->srq_count] = i;
+}
+
+/* qp was just closed: its receives still queued in the CQ will be dropped
+ * unseen, so their buffers go back to the pool now. */
+static void sn_srq_reclaim(struct sim_nic *n, struct sn_qp *qp)
+{
+    if (!qp->srq)
+        return;
+    for (uint32_t k = 0; k < n->cq.len; k++) {
+        const struct rkv_wc *e = &n->cq.buf[(n->cq.head + k) % n->cq.cap];
+        if (e->qp == (struct rkv_qp *)qp &&
+            (e->opcode == RKV_WC_RECV || e->opcode == RKV_WC_RECV_IMM))
+            sn_srq_push(n, (uint32_t)(e->wr_id >> 8));
+    }
+}
+
+static int sn_srq_setup(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
+                        uint8_t **base_p)
+{
+    struct sim_nic *n = sn_of(nic);
+    assert(count_p && base_p);
+    uint32_t count = *count_p;
+    if (!n->w->srq || count == 0 || buf_bytes == 0 || n->srq_mem || n->n_qps)
+        return -RKV_EINVAL; /* then the user posts per QP */
+    uint8_t *mem = calloc(count, buf_bytes);
+    uint32_t *ring = malloc((size_t)count * sizeof(*ring));
+    if (!mem || !ring) {
+        free(mem);
+        free(ring);
+        return -RKV_ENOMEM;
+    }
+    n->srq_mem = mem;
+    n->srq_free = ring;
+    n->srq_count = count;
+    n->srq_buf_bytes = buf_bytes;
+    n->srq_tag = tag;
+    for (uint32_t i = 0; i < count; i++)
+        sn_srq_push(n, i);
+    *base_p = mem;
+    return 0;
+}
+
+/* Buffer i is free again: the QPs that held a message for want of one get
+ * it, the longest waiting first. Delivery makes simcalls, so another
+ * repost may come meanwhile: it only adds its buffer, which this loop
+ * hands out. */
+static int sn_srq_repost(struct rkv_nic *nic, uint32_t i)
+{
+    struct sim_nic *n = sn_of(nic);
+    if (!n->srq_mem || i >= n->srq_count || n->srq_len == n->srq_count)
+        return -RKV_EINVAL;
+    sn_srq_push(n, i);
+    if (n->srq_serving)
+        return 0;
+    n->srq_serving = 1;
+    sim_cpu_settle(n->w);
+    while (n->srq_len && n->srq_wait_head) {
+        struct sn_qp *qp = n->srq_wait_head;
+        if (qp->held && qp->state != SN_DOWN && !qp->core.closed) {
+            sn_drain_held(n, qp);
+            if (qp->held && !qp->draining && qp->state != SN_DOWN && !qp->core.closed)
+                break; /* the pool ran dry again: it stays first */
+        }
+        if (n->srq_wait_head == qp) {
+            n->srq_wait_head = qp->srq_next;
+            if (!n->srq_wait_head)
+                n->srq_wait_tail = NULL;
+            qp->srq_waiting = 0;
+        }
+    }
+    n->srq_serving = 0;
+    sim_cpu_mark(n->w);
+    return 0;
+}
+
 static void sn_qp_close(struct rkv_qp *qpv)
 {
     struct sn_qp *qp = sn_qp_of(qpv);
@@ -1287,6 +1414,7 @@ static void sn_qp_close(struct rkv_qp *qpv)
     if (qp->core.closed)
         return;
     qp->core.closed = 1;
+    sn_srq_reclaim(n, qp);
     if (qp->state == SN_UP)
         sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
     qp->state = SN_DOWN;
@@ -1368,6 +1496,8 @@ void sim_nic_free(struct sim_nic *n)
     rkv_nic_cq_destroy(&n->cq);
     for (uint32_t i = 0; i < n->n_out; i++)
         free(n->out[i].ring);
+    free(n->srq_mem);
+    free(n->srq_free);
     free(n);
 }
 
@@ -1385,5 +1515,7 @@ const struct rkv_nic_ops rkv_nic_sim_ops = {
     .qp_close = sn_qp_close,
     .local_addr = sn_local_addr,
     .close = sn_close,
+    .srq_setup = sn_srq_setup,
+    .srq_repost = sn_srq_repost,
     .in_process = 1, /* a simulated network inside the twin's one process */
 };

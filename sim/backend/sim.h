@@ -59,6 +59,10 @@ struct sim_world {
      * when its link is free to send the next one and when the last one
      * arrived. */
     uint32_t mid_max_bytes;
+    /* The NICs offer a shared receive pool (nic.h srq_setup), as verbs
+     * does: set by the twin for payload-less runs, where thousands of
+     * connections per node would each hold their own receive buffers. */
+    int srq;
     double *mid_tx_free, *mid_rx_free;
     uint32_t mid_cap;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
