@@ -831,12 +831,12 @@ static void sn_delay_actor(int argc, char **argv)
         double now = simgrid_get_clock();
         if (!rx->heap_len) {
             rx->timer_until = INFINITY;
-            sim_cv_wait(&rx->delay_cv, NULL, NULL, -1);
+            sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, -1);
             rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else if (rx->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
             rx->timer_until = rx->heap[0]->t_due;
-            sim_cv_wait(&rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
+            sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
             rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else {
@@ -1165,7 +1165,7 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
     sn_put(n, m);
     double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
     while (qp->state == SN_CONNECTING && simgrid_get_clock() < deadline) {
-        sim_cv_wait(&n->conn_cv, NULL, NULL, deadline - simgrid_get_clock());
+        sim_cv_wait(n->w, &n->conn_cv, NULL, NULL, deadline - simgrid_get_clock());
         sim_cpu_mark(n->w);
     }
     if (qp->state == SN_UP) {
@@ -1315,7 +1315,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         double now = simgrid_get_clock();
         if (got || now >= deadline)
             break;
-        sim_cv_wait(&n->cq_cv, NULL, NULL, deadline - now);
+        sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, deadline - now);
         sim_cpu_mark(n->w);
     }
     /* No msg_cost_ns here: the receive was charged as the message arrived

@@ -22,6 +22,7 @@ struct sim_nic;
 struct sim_nic_rx;
 struct sim_pcq;
 struct sim_pcq_actor;
+struct sim_waiter;
 
 /* Turns the bytes a message really carries into the bytes the network is
  * charged for (payload-less runs carry thin rows but model the full ones). */
@@ -65,6 +66,9 @@ struct sim_world {
     int srq;
     double *mid_tx_free, *mid_rx_free;
     uint32_t mid_cap;
+    /* Condition-variable waiters kept for reuse (sim/backend/cv.c). */
+    struct sim_waiter *waiter_pool;
+    uint32_t waiter_pool_len;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */

@@ -54,8 +54,12 @@ struct sim_waiter;
 struct sim_cv {
     struct sim_waiter *head, *tail;
 };
-/* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled. */
-int sim_cv_wait(struct sim_cv *cv, void (*release)(void *arg), void *arg, double timeout_s);
+/* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled.
+ * pool: the world whose spare waiters it reuses (NULL: none). */
+int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
+                double timeout_s);
+/* Frees the world's spare waiters (sim_world_fini). */
+void sim_cv_pool_fini(struct sim_world *pool);
 void sim_cv_signal(struct sim_cv *cv);
 void sim_cv_broadcast(struct sim_cv *cv);
 void sim_cv_destroy(struct sim_cv *cv);

@@ -52,6 +52,7 @@ void sim_world_fini(struct sim_world *w)
     if (w->shm_free_all)
         w->shm_free_all(w);
     sim_cpu_fini(w);
+    sim_cv_pool_fini(w);
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");
         fclose(w->trace);

@@ -436,7 +436,7 @@ static void twin_faults(int argc, char **argv)
          * out a 60 s timeout, found by rkv swarm. */
         while (f->after_phase[0] && t->client0_phase < (int32_t)f->after_phase_ix &&
                !twin_workers_done(t))
-            sim_cv_wait(&t->phase_cv, NULL, NULL, 1e-3);
+            sim_cv_wait(&t->w, &t->phase_cv, NULL, NULL, 1e-3);
         struct twin_node *nd = twin_node_named(t, f->target);
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
