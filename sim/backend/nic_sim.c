@@ -109,7 +109,11 @@ struct sn_qp {
     int draining;                    /* a post_recv is delivering held messages */
     int bad_token;                   /* refused for a wrong connection token */
     int srq;                         /* its receives come from the NIC's shared pool */
-    int srq_waiting;                 /* in the NIC's queue of QPs waiting for a buffer */
+    /* The route to the peer's host, looked up with the first timed message
+     * (SimGrid computes a route on every lookup). */
+    int route_known;
+    double route_lat, route_bw;
+    int srq_waiting; /* in the NIC's queue of QPs waiting for a buffer */
     struct sn_qp *srq_next;
     struct sn_recv *recvs; /* FIFO ring */
     uint32_t r_head, r_len, r_cap;
@@ -364,6 +368,11 @@ void sim_nic_drain(struct sim_nic *n)
     }
 }
 
+static struct sn_qp *sn_qp_get(struct sim_nic *n, uint32_t id)
+{
+    return id < n->n_qps ? n->qps[id] : NULL;
+}
+
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m);
 
 /* A mid-size message (above SN_SMALL_BYTES, up to w->mid_max_bytes) from
@@ -422,8 +431,16 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
     w->bytes_modelled += m->wire;
     int mid = m->wire > SN_SMALL_BYTES && m->wire <= w->mid_max_bytes && dst->host != n->host;
     if (m->wire <= SN_SMALL_BYTES || mid) {
-        double lat = sg_host_get_route_latency(n->host, dst->host);
-        double bw = sg_host_get_route_bandwidth(n->host, dst->host);
+        struct sn_qp *qp = m->src_qp != SN_NO_QP ? sn_qp_get(n, m->src_qp) : NULL;
+        if (qp && qp->peer_nic != m->dst_nic)
+            qp = NULL;
+        if (qp && !qp->route_known) {
+            qp->route_lat = sg_host_get_route_latency(n->host, dst->host);
+            qp->route_bw = sg_host_get_route_bandwidth(n->host, dst->host);
+            qp->route_known = 1;
+        }
+        double lat = qp ? qp->route_lat : sg_host_get_route_latency(n->host, dst->host);
+        double bw = qp ? qp->route_bw : sg_host_get_route_bandwidth(n->host, dst->host);
         double s = bw > 0 ? (double)m->wire / bw : 0;
         m->t_due =
             mid ? sn_mid_due(w, n->machine, dst->machine, m->t_post, lat, s) : m->t_post + lat + s;
@@ -475,11 +492,6 @@ static struct sn_qp *sn_qp_new(struct sim_nic *n)
     qp->srq = n->srq_mem != NULL;
     n->qps[n->n_qps++] = qp;
     return qp;
-}
-
-static struct sn_qp *sn_qp_get(struct sim_nic *n, uint32_t id)
-{
-    return id < n->n_qps ? n->qps[id] : NULL;
 }
 
 static void sn_free_list(struct sn_msg *m)
