@@ -59,11 +59,12 @@ enum sn_kind {
     SN_WRITE,
     SN_WRITE_IMM,
     SN_DISCONNECT,
-    SN_NAK, /* target -> sender: the write with wr_id was rejected */
+    SN_NAK,       /* target -> sender: the write with wr_id was rejected */
+    SN_POLL_WAKE, /* not a message: a poll's deadline on the timer's heap (sn_poll_arm) */
 };
 
 static const char *const sn_kind_names[] = {
-    "?", "connect", "accept", "reject", "send", "write", "write_imm", "disconnect", "nak",
+    "?", "connect", "accept", "reject", "send", "write", "write_imm", "disconnect", "nak", "poll",
 };
 
 struct sn_msg {
@@ -191,6 +192,9 @@ struct sim_nic {
      * ends, since an ending actor's comms are cancelled. */
     struct sn_out out[SN_MAX_POSTERS];
     uint32_t n_out;
+    /* The deadline for which a wake-up of the pollers sits on the timer's
+     * heap (INFINITY: none; sn_poll_arm). */
+    double poll_armed_at;
     /* The shared receive pool (srq_setup): srq_count buffers of
      * srq_buf_bytes at srq_mem, the free ones' indices in a FIFO ring (in
      * the order they were posted, as a verbs SRQ takes them), and the QPs
@@ -855,6 +859,14 @@ static void sn_delay_actor(int argc, char **argv)
             struct sn_msg *m = sn_heap_pop(rx);
             assert(m->dst_nic < rx->w->n_nics);
             struct sim_nic *n = rx->w->nics[m->dst_nic];
+            if (m->kind == SN_POLL_WAKE) { /* a later arming made it stale */
+                if (n->poll_armed_at == m->t_due) {
+                    n->poll_armed_at = INFINITY;
+                    sim_cv_broadcast(&n->cq_cv);
+                }
+                free(m);
+                continue;
+            }
             if (m->timed) { /* a small message arrives */
                 m->timed = 0;
                 sn_rx_cpu(n, m);
@@ -1128,6 +1140,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     snprintf(n->node, sizeof(n->node), "%s", port->node);
     rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
     rkv_nic_cq_init(&n->cq, SN_CQ_MAX, NULL, NULL);
+    n->poll_armed_at = INFINITY;
     /* The twin runs every node in one process, where no peer is hostile:
      * comparing (part of) the secret's hash says whether two nodes were
      * given the same secret, which is all it needs to model. */
@@ -1315,6 +1328,31 @@ static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
     return 0;
 }
 
+/* A poller will wait for completions until deadline: has the NIC's timer
+ * wake the pollers then, unless a wake-up at or before it is armed (the
+ * pollers it wakes early arm again). Returns 0 when it cannot (no memory):
+ * the poller then waits with a timeout of its own.
+ *
+ * Why: a wait with a timeout is a SimGrid sleep action on the host's CPU
+ * model (a max-min variable made and freed) per wait, and the engine
+ * polls with a timeout of 50 ms, more than once per message; its
+ * deadlines only grow, so this arms about one wake-up per NIC per 50 ms
+ * of simulated time. */
+static int sn_poll_arm(struct sim_nic *n, double deadline)
+{
+    if (deadline >= n->poll_armed_at)
+        return 1;
+    struct sn_msg *m = sn_msg_new(SN_POLL_WAKE, 0);
+    if (!m)
+        return 0;
+    m->dst_nic = n->id;
+    m->src_nic = n->id;
+    m->t_due = deadline;
+    n->poll_armed_at = deadline;
+    sn_timed_push(n, m);
+    return 1;
+}
+
 static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
 {
     struct sim_nic *n = sn_of(nic);
@@ -1325,9 +1363,11 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         if (n->cq.len) /* nic.h: no completion names a closed QP (the core drops them) */
             got += rkv_nic_cq_take(&n->cq, wc + got, max - got, NULL);
         double now = simgrid_get_clock();
-        if (got || now >= deadline)
+        /* Within 1 ps is the deadline: the timer wakes at a time computed
+         * as now + (deadline - now), which may miss it by a rounding. */
+        if (got || now + 1e-12 >= deadline)
             break;
-        sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, deadline - now);
+        sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, sn_poll_arm(n, deadline) ? -1 : deadline - now);
         sim_cpu_mark(n->w);
     }
     /* No msg_cost_ns here: the receive was charged as the message arrived
