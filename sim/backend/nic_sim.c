@@ -196,15 +196,18 @@ struct sim_nic {
      * heap (INFINITY: none; sn_poll_arm). */
     double poll_armed_at;
     /* The shared receive pool (srq_setup): srq_count buffers of
-     * srq_buf_bytes at srq_mem, the free ones' indices in a FIFO ring (in
-     * the order they were posted, as a verbs SRQ takes them), and the QPs
-     * holding a message for want of one, in the order they began to wait
-     * (srq_repost serves them first). */
+     * srq_buf_bytes at srq_mem, the free ones' indices on a stack (the
+     * last one reposted is taken first: a node with few messages in flight
+     * touches a few buffers of its pool, still in cache, and the rest of
+     * its pages never become resident; a verbs SRQ takes them in posting
+     * order, which no user may rely on), and the QPs holding a message
+     * for want of one, in the order they began to wait (srq_repost serves
+     * them first). */
     uint8_t *srq_mem;
     uint32_t srq_count, srq_buf_bytes;
     uint8_t srq_tag;
     uint32_t *srq_free;
-    uint32_t srq_head, srq_len;
+    uint32_t srq_len;
     struct sn_qp *srq_wait_head, *srq_wait_tail;
     int srq_serving; /* a repost is delivering to waiting QPs */
 };
@@ -548,9 +551,7 @@ static int sn_take_recv(struct sn_qp *qp, struct sn_recv *r)
     if (qp->srq) {
         if (!n->srq_len)
             return 0;
-        uint32_t i = n->srq_free[n->srq_head];
-        n->srq_head = (n->srq_head + 1) % n->srq_count;
-        n->srq_len--;
+        uint32_t i = n->srq_free[--n->srq_len];
         *r = (struct sn_recv){.wr_id = (uint64_t)i << 8 | n->srq_tag,
                               .addr = n->srq_mem + (size_t)i * n->srq_buf_bytes,
                               .len = n->srq_buf_bytes};
@@ -1383,7 +1384,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
 static void sn_srq_push(struct sim_nic *n, uint32_t i)
 {
     assert(n->srq_len < n->srq_count);
-    n->srq_free[(n->srq_head + n->srq_len++) % n->srq_count] = i;
+    n->srq_free[n->srq_len++] = i;
 }
 
 /* qp was just closed: its receives still queued in the CQ will be dropped
@@ -1408,7 +1409,9 @@ static int sn_srq_setup(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_byt
     uint32_t count = *count_p;
     if (!n->w->srq || count == 0 || buf_bytes == 0 || n->srq_mem || n->n_qps)
         return -RKV_EINVAL; /* then the user posts per QP */
-    uint8_t *mem = calloc(count, buf_bytes);
+    /* Not zeroed: a buffer is written before it is handed out, and pages
+     * never written stay out of memory. */
+    uint8_t *mem = malloc((size_t)count * buf_bytes);
     uint32_t *ring = malloc((size_t)count * sizeof(*ring));
     if (!mem || !ring) {
         free(mem);
@@ -1420,7 +1423,7 @@ static int sn_srq_setup(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_byt
     n->srq_count = count;
     n->srq_buf_bytes = buf_bytes;
     n->srq_tag = tag;
-    for (uint32_t i = 0; i < count; i++)
+    for (uint32_t i = count; i-- > 0;) /* buffer 0 on top */
         sn_srq_push(n, i);
     *base_p = mem;
     return 0;
