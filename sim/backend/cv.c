@@ -18,7 +18,14 @@ struct sim_waiter {
     sg_sem_t sem;
     int signalled;
     int refs;
-    struct sim_world *pool; /* where it goes back when done (NULL: freed) */
+    struct sim_world *pool;   /* where it goes back when done (NULL: freed) */
+    struct sim_cv *queued_on; /* the list it is on (NULL: taken off by a waker) */
+    /* Wait morphing (sim_cv_wait_then): woken while held(held_arg) is
+     * true (the waker holds the lock the waiter takes next), it moves to
+     * then_cv, that lock's queue, instead of waking only to wait there. */
+    struct sim_cv *then_cv;
+    int (*held)(void *arg);
+    void *held_arg;
     struct sim_waiter *next;
 };
 
@@ -59,6 +66,8 @@ static struct sim_waiter *cv_waiter_new(struct sim_world *pool)
     w->signalled = 0;
     w->refs = 1;
     w->pool = pool;
+    w->queued_on = NULL;
+    w->then_cv = NULL;
     w->next = NULL;
     return w;
 }
@@ -90,25 +99,55 @@ static void cv_unlink(struct sim_cv *cv, struct sim_waiter *w)
     }
 }
 
-int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
-                double timeout_s)
+static void cv_append(struct sim_cv *cv, struct sim_waiter *w)
 {
-    struct sim_waiter *w = cv_waiter_new(pool);
-    /* Queued before the lock is dropped: a signal from then on is not lost. */
+    w->next = NULL;
     if (cv->tail)
         cv->tail->next = w;
     else
         cv->head = w;
     cv->tail = w;
+    w->queued_on = cv;
+}
+
+int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg),
+                     void *arg, double timeout_s, struct sim_cv *then_cv, int (*held)(void *arg),
+                     void *held_arg)
+{
+    struct sim_waiter *w = cv_waiter_new(pool);
+    w->then_cv = then_cv;
+    w->held = held;
+    w->held_arg = held_arg;
+    /* Queued before the lock is dropped: a signal from then on is not lost. */
+    cv_append(cv, w);
     if (release)
         release(arg);
     int timed_out = timeout_s < 0 ? (sg_sem_acquire(w->sem), 0)
                                   : sg_sem_acquire_timeout(w->sem, timeout_s > 0 ? timeout_s : 0);
     int signalled = w->signalled;
-    if (!signalled)
-        cv_unlink(cv, w);
+    /* Timed out on cv, or on then_cv after a morph (signalled, then). */
+    if (w->queued_on)
+        cv_unlink(w->queued_on, w);
     cv_put(w);
     return timed_out && !signalled;
+}
+
+int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
+                double timeout_s)
+{
+    return sim_cv_wait_then(pool, cv, release, arg, timeout_s, NULL, NULL, NULL);
+}
+
+/* w, just taken off its list by a waker: moves to the queue of the lock
+ * it takes next if the waker holds that lock (it would wake only to wait
+ * there, two switches and a simcall more). Returns 1 when moved. */
+static int cv_morph(struct sim_waiter *w)
+{
+    if (!w->then_cv || !w->held(w->held_arg))
+        return 0;
+    w->signalled = 1;
+    cv_append(w->then_cv, w);
+    return 1;
 }
 
 /* Marks before releasing: the release is a simcall, after which the waiter
@@ -133,6 +172,9 @@ void sim_cv_signal(struct sim_cv *cv)
     cv->head = w->next;
     if (!cv->head)
         cv->tail = NULL;
+    w->queued_on = NULL;
+    if (cv_morph(w))
+        return;
     cv_mark(w);
     cv_wake(w);
 }
@@ -140,10 +182,19 @@ void sim_cv_signal(struct sim_cv *cv)
 /* Wakes the waiters queued now, not one that waits again meanwhile. */
 void sim_cv_broadcast(struct sim_cv *cv)
 {
-    struct sim_waiter *list = cv->head;
+    struct sim_waiter *all = cv->head, *list = NULL, **tail = &list;
     cv->head = cv->tail = NULL;
-    for (struct sim_waiter *w = list; w; w = w->next)
+    while (all) { /* no simcall in this loop: the lists hold still */
+        struct sim_waiter *w = all;
+        all = w->next;
+        w->queued_on = NULL;
+        if (cv_morph(w))
+            continue;
         cv_mark(w);
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
     while (list) {
         struct sim_waiter *w = list;
         list = w->next;

@@ -58,6 +58,12 @@ struct sim_cv {
  * pool: the world whose spare waiters it reuses (NULL: none). */
 int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
                 double timeout_s);
+/* sim_cv_wait, for a waiter that takes a lock next: a waker that holds
+ * that lock (held(held_arg)) moves it to then_cv, the lock's queue,
+ * instead of waking it to find the lock taken (wait morphing). */
+int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg),
+                     void *arg, double timeout_s, struct sim_cv *then_cv, int (*held)(void *arg),
+                     void *held_arg);
 /* Frees the world's spare waiters (sim_world_fini). */
 void sim_cv_pool_fini(struct sim_world *pool);
 void sim_cv_signal(struct sim_cv *cv);
