@@ -183,7 +183,7 @@ static uint32_t pcq_take(struct sim_pcq *q, struct sim_pcq_actor *a, int *was_id
         c->head = x;
     c->tail = x;
     while (x->core < 0)
-        sim_cv_wait(&x->cv, NULL, NULL, -1);
+        sim_cv_wait(NULL, &x->cv, NULL, NULL, -1);
     uint32_t k = (uint32_t)x->core;
     free(x);
     a->home = (int32_t)k;

@@ -44,7 +44,8 @@
 /* Messages up to this size are charged latency + size / route bandwidth
  * without taking a share of any link (below 1 % of a 100 Gb/s link's
  * capacity at one per microsecond): the max-min system then holds only the
- * data transfers, which is what keeps a 4,096-node run tractable. */
+ * data transfers, which is what keeps a 4,096-node run tractable. Above it
+ * and up to w->mid_max_bytes, see sn_mid_due. */
 #define SN_SMALL_BYTES 1024
 #define SN_NO_QP UINT32_MAX
 /* Completions waiting for poll(): far more than any run queues. */
@@ -58,11 +59,12 @@ enum sn_kind {
     SN_WRITE,
     SN_WRITE_IMM,
     SN_DISCONNECT,
-    SN_NAK, /* target -> sender: the write with wr_id was rejected */
+    SN_NAK,       /* target -> sender: the write with wr_id was rejected */
+    SN_POLL_WAKE, /* not a message: a poll's deadline on the timer's heap (sn_poll_arm) */
 };
 
 static const char *const sn_kind_names[] = {
-    "?", "connect", "accept", "reject", "send", "write", "write_imm", "disconnect", "nak",
+    "?", "connect", "accept", "reject", "send", "write", "write_imm", "disconnect", "nak", "poll",
 };
 
 struct sn_msg {
@@ -107,7 +109,14 @@ struct sn_qp {
     struct sn_msg *held, *held_tail; /* in order, waiting for a receive */
     int draining;                    /* a post_recv is delivering held messages */
     int bad_token;                   /* refused for a wrong connection token */
-    struct sn_recv *recvs;           /* FIFO ring */
+    int srq;                         /* its receives come from the NIC's shared pool */
+    /* The route to the peer's host, looked up with the first timed message
+     * (SimGrid computes a route on every lookup). */
+    int route_known;
+    double route_lat, route_bw;
+    int srq_waiting; /* in the NIC's queue of QPs waiting for a buffer */
+    struct sn_qp *srq_next;
+    struct sn_recv *recvs; /* FIFO ring */
     uint32_t r_head, r_len, r_cap;
 };
 
@@ -148,6 +157,10 @@ struct sim_nic_rx {
     struct sim_cv delay_cv;
     struct sn_msg **heap; /* waiting for their due time */
     uint32_t heap_len, heap_cap;
+    /* The due time the timer actor sleeps until (INFINITY: until woken;
+     * -1: it is running). A message due later needs no wake-up: the timer
+     * takes it when it wakes for an earlier one. */
+    double timer_until;
     uint64_t order;
     uint32_t refs;     /* NICs on it, and the world when prepared */
     int prepared;      /* made by sim_nic_rx_prepare, before the run */
@@ -179,6 +192,24 @@ struct sim_nic {
      * ends, since an ending actor's comms are cancelled. */
     struct sn_out out[SN_MAX_POSTERS];
     uint32_t n_out;
+    /* The deadline for which a wake-up of the pollers sits on the timer's
+     * heap (INFINITY: none; sn_poll_arm). */
+    double poll_armed_at;
+    /* The shared receive pool (srq_setup): srq_count buffers of
+     * srq_buf_bytes at srq_mem, the free ones' indices on a stack (the
+     * last one reposted is taken first: a node with few messages in flight
+     * touches a few buffers of its pool, still in cache, and the rest of
+     * its pages never become resident; a verbs SRQ takes them in posting
+     * order, which no user may rely on), and the QPs holding a message
+     * for want of one, in the order they began to wait (srq_repost serves
+     * them first). */
+    uint8_t *srq_mem;
+    uint32_t srq_count, srq_buf_bytes;
+    uint8_t srq_tag;
+    uint32_t *srq_free;
+    uint32_t srq_len;
+    struct sn_qp *srq_wait_head, *srq_wait_tail;
+    int srq_serving; /* a repost is delivering to waiting QPs */
 };
 
 static struct sim_nic *sn_of(struct rkv_nic *nic)
@@ -344,7 +375,54 @@ void sim_nic_drain(struct sim_nic *n)
     }
 }
 
+static struct sn_qp *sn_qp_get(struct sim_nic *n, uint32_t id)
+{
+    return id < n->n_qps ? n->qps[id] : NULL;
+}
+
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m);
+
+/* A mid-size message (above SN_SMALL_BYTES, up to w->mid_max_bytes) from
+ * machine src to machine dst, posted now, taking s seconds on the route's
+ * bottleneck and lat of latency: when it arrives. Each machine's link
+ * sends one such message at a time, in post order, and receives them no
+ * faster than its rate: k messages into one machine at once arrive at
+ * lat + s, lat + 2 s, ... lat + k s, the last one when max-min would end
+ * them all (first in, first out instead of fair shares). Why not max-min:
+ * a 4 KiB row is 1 to 8 packets, which a NIC sends whole rather than
+ * interleaved, and every max-min flow start and end re-solves the flows
+ * that share links with it, which made the cost of an event grow with the
+ * cluster (sim/README.md, "Mid-size messages"). These messages take no
+ * share from max-min flows on the same links, nor they from them. Returns
+ * a negative number when the tables cannot grow (then max-min carries it). */
+static double sn_mid_due(struct sim_world *w, uint32_t src, uint32_t dst, double now, double lat,
+                         double s)
+{
+    uint32_t need = (src > dst ? src : dst) + 1;
+    if (need > w->mid_cap) {
+        uint32_t nc = w->mid_cap ? w->mid_cap : 64;
+        while (nc < need)
+            nc *= 2;
+        double *tx = realloc(w->mid_tx_free, (size_t)nc * sizeof(*tx));
+        if (!tx)
+            return -1;
+        w->mid_tx_free = tx;
+        double *rx = realloc(w->mid_rx_free, (size_t)nc * sizeof(*rx));
+        if (!rx)
+            return -1;
+        w->mid_rx_free = rx;
+        for (uint32_t i = w->mid_cap; i < nc; i++)
+            tx[i] = rx[i] = 0;
+        w->mid_cap = nc;
+    }
+    double start = now > w->mid_tx_free[src] ? now : w->mid_tx_free[src];
+    w->mid_tx_free[src] = start + s;
+    double due = start + s + lat;
+    if (due < w->mid_rx_free[dst] + s)
+        due = w->mid_rx_free[dst] + s;
+    w->mid_rx_free[dst] = due;
+    return due;
+}
 
 /* Hands m to the network; the target NIC owns it from here (it may be
  * gone when this returns). Returns the body bytes the network is charged. */
@@ -358,13 +436,26 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
     uint64_t body = w->sizer && m->len ? w->sizer(w->sizer_user, m->data, m->len) : m->len;
     m->wire = SN_WIRE_HDR + body;
     w->bytes_modelled += m->wire;
-    if (m->wire <= SN_SMALL_BYTES) {
-        double lat = sg_host_get_route_latency(n->host, dst->host);
-        double bw = sg_host_get_route_bandwidth(n->host, dst->host);
-        m->t_due = m->t_post + lat + (bw > 0 ? (double)m->wire / bw : 0);
-        m->timed = 1;
-        sn_timed_push(dst, m);
-        return body;
+    int mid = m->wire > SN_SMALL_BYTES && m->wire <= w->mid_max_bytes && dst->host != n->host;
+    if (m->wire <= SN_SMALL_BYTES || mid) {
+        struct sn_qp *qp = m->src_qp != SN_NO_QP ? sn_qp_get(n, m->src_qp) : NULL;
+        if (qp && qp->peer_nic != m->dst_nic)
+            qp = NULL;
+        if (qp && !qp->route_known) {
+            qp->route_lat = sg_host_get_route_latency(n->host, dst->host);
+            qp->route_bw = sg_host_get_route_bandwidth(n->host, dst->host);
+            qp->route_known = 1;
+        }
+        double lat = qp ? qp->route_lat : sg_host_get_route_latency(n->host, dst->host);
+        double bw = qp ? qp->route_bw : sg_host_get_route_bandwidth(n->host, dst->host);
+        double s = bw > 0 ? (double)m->wire / bw : 0;
+        m->t_due =
+            mid ? sn_mid_due(w, n->machine, dst->machine, m->t_post, lat, s) : m->t_post + lat + s;
+        if (m->t_due >= 0) {
+            m->timed = 1;
+            sn_timed_push(dst, m);
+            return body;
+        }
     }
     struct sn_out *o = sn_out_of(n, sg_actor_self_get_pid());
     if (o) {
@@ -405,13 +496,9 @@ static struct sn_qp *sn_qp_new(struct sim_nic *n)
         return NULL;
     qp->nic = n;
     qp->id = n->n_qps;
+    qp->srq = n->srq_mem != NULL;
     n->qps[n->n_qps++] = qp;
     return qp;
-}
-
-static struct sn_qp *sn_qp_get(struct sim_nic *n, uint32_t id)
-{
-    return id < n->n_qps ? n->qps[id] : NULL;
 }
 
 static void sn_free_list(struct sn_msg *m)
@@ -460,6 +547,16 @@ static void sn_sender_done(struct sim_world *w, const struct sn_msg *m, int opco
 
 static int sn_take_recv(struct sn_qp *qp, struct sn_recv *r)
 {
+    struct sim_nic *n = qp->nic;
+    if (qp->srq) {
+        if (!n->srq_len)
+            return 0;
+        uint32_t i = n->srq_free[--n->srq_len];
+        *r = (struct sn_recv){.wr_id = (uint64_t)i << 8 | n->srq_tag,
+                              .addr = n->srq_mem + (size_t)i * n->srq_buf_bytes,
+                              .len = n->srq_buf_bytes};
+        return 1;
+    }
     if (!qp->r_len)
         return 0;
     *r = qp->recvs[qp->r_head];
@@ -618,6 +715,21 @@ static int sn_consume(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
     return 1;
 }
 
+/* qp holds a message and draws from the shared pool: it waits for a
+ * buffer behind the QPs that waited before it (srq_repost). */
+static void sn_srq_wait(struct sim_nic *n, struct sn_qp *qp)
+{
+    if (!qp->srq || qp->srq_waiting)
+        return;
+    qp->srq_waiting = 1;
+    qp->srq_next = NULL;
+    if (n->srq_wait_tail)
+        n->srq_wait_tail->srq_next = qp;
+    else
+        n->srq_wait_head = qp;
+    n->srq_wait_tail = qp;
+}
+
 /* In QP order: deliver now, or queue behind a message waiting for a receive. */
 static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 {
@@ -635,6 +747,7 @@ static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
     else
         qp->held = m;
     qp->held_tail = m;
+    sn_srq_wait(n, qp);
 }
 
 /* Delivery makes simcalls (it wakes pollers), so another task may post a
@@ -734,15 +847,27 @@ static void sn_delay_actor(int argc, char **argv)
     for (;;) {
         double now = simgrid_get_clock();
         if (!rx->heap_len) {
-            sim_cv_wait(&rx->delay_cv, NULL, NULL, -1);
+            rx->timer_until = INFINITY;
+            sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, -1);
+            rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else if (rx->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
-            sim_cv_wait(&rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
+            rx->timer_until = rx->heap[0]->t_due;
+            sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
+            rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else {
             struct sn_msg *m = sn_heap_pop(rx);
             assert(m->dst_nic < rx->w->n_nics);
             struct sim_nic *n = rx->w->nics[m->dst_nic];
+            if (m->kind == SN_POLL_WAKE) { /* a later arming made it stale */
+                if (n->poll_armed_at == m->t_due) {
+                    n->poll_armed_at = INFINITY;
+                    sim_cv_broadcast(&n->cq_cv);
+                }
+                free(m);
+                continue;
+            }
             if (m->timed) { /* a small message arrives */
                 m->timed = 0;
                 sn_rx_cpu(n, m);
@@ -774,9 +899,13 @@ static void sn_schedule(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m)
 {
-    m->order = n->rx->order++;
-    sn_heap_push(n->rx, m);
-    sim_cv_broadcast(&n->rx->delay_cv);
+    struct sim_nic_rx *rx = n->rx;
+    m->order = rx->order++;
+    sn_heap_push(rx, m);
+    /* A wake-up is a simcall and costs the timer a new wait; one sleeping
+     * until an earlier or equal due time takes m when it wakes. */
+    if (m->t_due < rx->timer_until)
+        sim_cv_broadcast(&rx->delay_cv);
 }
 
 /* Early arrivals wait in seq order until their predecessors came. */
@@ -914,6 +1043,7 @@ static struct sim_nic_rx *sn_rx_new(struct sim_world *w, int shared, uint32_t ma
     w->nic_rx_live++;
     rx->w = w;
     rx->refs = 1;
+    rx->timer_until = -1; /* not waiting yet: its first look at the heap sees m */
     rx->shared_at = shared ? (int32_t)machine : -1;
     if (shared) {
         w->nic_rx[machine] = rx;
@@ -1011,6 +1141,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     snprintf(n->node, sizeof(n->node), "%s", port->node);
     rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
     rkv_nic_cq_init(&n->cq, SN_CQ_MAX, NULL, NULL);
+    n->poll_armed_at = INFINITY;
     /* The twin runs every node in one process, where no peer is hostile:
      * comparing (part of) the secret's hash says whether two nodes were
      * given the same secret, which is all it needs to model. */
@@ -1060,7 +1191,7 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
     sn_put(n, m);
     double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
     while (qp->state == SN_CONNECTING && simgrid_get_clock() < deadline) {
-        sim_cv_wait(&n->conn_cv, NULL, NULL, deadline - simgrid_get_clock());
+        sim_cv_wait(n->w, &n->conn_cv, NULL, NULL, deadline - simgrid_get_clock());
         sim_cpu_mark(n->w);
     }
     if (qp->state == SN_UP) {
@@ -1171,6 +1302,8 @@ static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
      * complete), as on tcp and verbs. */
     if (qp->core.closed || qp->state == SN_DOWN || qp->state == SN_REFUSED)
         return -RKV_EPEERDEAD;
+    if (qp->srq)
+        return -RKV_EINVAL; /* its receives come from the shared pool */
     int rc = rkv_nic_sge_check(&qp->nic->base, sge);
     if (rc < 0)
         return rc;
@@ -1196,6 +1329,31 @@ static int sn_post_recv(struct rkv_qp *qpv, uint64_t wr_id, const struct rkv_sge
     return 0;
 }
 
+/* A poller will wait for completions until deadline: has the NIC's timer
+ * wake the pollers then, unless a wake-up at or before it is armed (the
+ * pollers it wakes early arm again). Returns 0 when it cannot (no memory):
+ * the poller then waits with a timeout of its own.
+ *
+ * Why: a wait with a timeout is a SimGrid sleep action on the host's CPU
+ * model (a max-min variable made and freed) per wait, and the engine
+ * polls with a timeout of 50 ms, more than once per message; its
+ * deadlines only grow, so this arms about one wake-up per NIC per 50 ms
+ * of simulated time. */
+static int sn_poll_arm(struct sim_nic *n, double deadline)
+{
+    if (deadline >= n->poll_armed_at)
+        return 1;
+    struct sn_msg *m = sn_msg_new(SN_POLL_WAKE, 0);
+    if (!m)
+        return 0;
+    m->dst_nic = n->id;
+    m->src_nic = n->id;
+    m->t_due = deadline;
+    n->poll_armed_at = deadline;
+    sn_timed_push(n, m);
+    return 1;
+}
+
 static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
 {
     struct sim_nic *n = sn_of(nic);
@@ -1206,9 +1364,11 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         if (n->cq.len) /* nic.h: no completion names a closed QP (the core drops them) */
             got += rkv_nic_cq_take(&n->cq, wc + got, max - got, NULL);
         double now = simgrid_get_clock();
-        if (got || now >= deadline)
+        /* Within 1 ps is the deadline: the timer wakes at a time computed
+         * as now + (deadline - now), which may miss it by a rounding. */
+        if (got || now + 1e-12 >= deadline)
             break;
-        sim_cv_wait(&n->cq_cv, NULL, NULL, deadline - now);
+        sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, sn_poll_arm(n, deadline) ? -1 : deadline - now);
         sim_cpu_mark(n->w);
     }
     /* No msg_cost_ns here: the receive was charged as the message arrived
@@ -1219,6 +1379,89 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
     return got;
 }
 
+/* ---- the shared receive pool ---- */
+
+static void sn_srq_push(struct sim_nic *n, uint32_t i)
+{
+    assert(n->srq_len < n->srq_count);
+    n->srq_free[n->srq_len++] = i;
+}
+
+/* qp was just closed: its receives still queued in the CQ will be dropped
+ * unseen, so their buffers go back to the pool now. */
+static void sn_srq_reclaim(struct sim_nic *n, struct sn_qp *qp)
+{
+    if (!qp->srq)
+        return;
+    for (uint32_t k = 0; k < n->cq.len; k++) {
+        const struct rkv_wc *e = &n->cq.buf[(n->cq.head + k) % n->cq.cap];
+        if (e->qp == (struct rkv_qp *)qp &&
+            (e->opcode == RKV_WC_RECV || e->opcode == RKV_WC_RECV_IMM))
+            sn_srq_push(n, (uint32_t)(e->wr_id >> 8));
+    }
+}
+
+static int sn_srq_setup(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
+                        uint8_t **base_p)
+{
+    struct sim_nic *n = sn_of(nic);
+    assert(count_p && base_p);
+    uint32_t count = *count_p;
+    if (!n->w->srq || count == 0 || buf_bytes == 0 || n->srq_mem || n->n_qps)
+        return -RKV_EINVAL; /* then the user posts per QP */
+    /* Not zeroed: a buffer is written before it is handed out, and pages
+     * never written stay out of memory. */
+    uint8_t *mem = malloc((size_t)count * buf_bytes);
+    uint32_t *ring = malloc((size_t)count * sizeof(*ring));
+    if (!mem || !ring) {
+        free(mem);
+        free(ring);
+        return -RKV_ENOMEM;
+    }
+    n->srq_mem = mem;
+    n->srq_free = ring;
+    n->srq_count = count;
+    n->srq_buf_bytes = buf_bytes;
+    n->srq_tag = tag;
+    for (uint32_t i = count; i-- > 0;) /* buffer 0 on top */
+        sn_srq_push(n, i);
+    *base_p = mem;
+    return 0;
+}
+
+/* Buffer i is free again: the QPs that held a message for want of one get
+ * it, the longest waiting first. Delivery makes simcalls, so another
+ * repost may come meanwhile: it only adds its buffer, which this loop
+ * hands out. */
+static int sn_srq_repost(struct rkv_nic *nic, uint32_t i)
+{
+    struct sim_nic *n = sn_of(nic);
+    if (!n->srq_mem || i >= n->srq_count || n->srq_len == n->srq_count)
+        return -RKV_EINVAL;
+    sn_srq_push(n, i);
+    if (n->srq_serving)
+        return 0;
+    n->srq_serving = 1;
+    sim_cpu_settle(n->w);
+    while (n->srq_len && n->srq_wait_head) {
+        struct sn_qp *qp = n->srq_wait_head;
+        if (qp->held && qp->state != SN_DOWN && !qp->core.closed) {
+            sn_drain_held(n, qp);
+            if (qp->held && !qp->draining && qp->state != SN_DOWN && !qp->core.closed)
+                break; /* the pool ran dry again: it stays first */
+        }
+        if (n->srq_wait_head == qp) {
+            n->srq_wait_head = qp->srq_next;
+            if (!n->srq_wait_head)
+                n->srq_wait_tail = NULL;
+            qp->srq_waiting = 0;
+        }
+    }
+    n->srq_serving = 0;
+    sim_cpu_mark(n->w);
+    return 0;
+}
+
 static void sn_qp_close(struct rkv_qp *qpv)
 {
     struct sn_qp *qp = sn_qp_of(qpv);
@@ -1226,6 +1469,7 @@ static void sn_qp_close(struct rkv_qp *qpv)
     if (qp->core.closed)
         return;
     qp->core.closed = 1;
+    sn_srq_reclaim(n, qp);
     if (qp->state == SN_UP)
         sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
     qp->state = SN_DOWN;
@@ -1307,6 +1551,8 @@ void sim_nic_free(struct sim_nic *n)
     rkv_nic_cq_destroy(&n->cq);
     for (uint32_t i = 0; i < n->n_out; i++)
         free(n->out[i].ring);
+    free(n->srq_mem);
+    free(n->srq_free);
     free(n);
 }
 
@@ -1324,5 +1570,7 @@ const struct rkv_nic_ops rkv_nic_sim_ops = {
     .qp_close = sn_qp_close,
     .local_addr = sn_local_addr,
     .close = sn_close,
+    .srq_setup = sn_srq_setup,
+    .srq_repost = sn_srq_repost,
     .in_process = 1, /* a simulated network inside the twin's one process */
 };

@@ -165,7 +165,7 @@ static void sp_mutex_take(struct rkv_mutex *m)
     sg_actor_t self = sg_actor_self();
     assert(m->owner != self); /* not recursive */
     while (m->owner)
-        sim_cv_wait(&m->queue, NULL, NULL, -1);
+        sim_cv_wait(m->w, &m->queue, NULL, NULL, -1);
     m->owner = self;
 }
 
@@ -217,12 +217,19 @@ static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
     return 0;
 }
 
+/* Whether the running actor holds m (a signaller that does: wait morphing). */
+static int sp_mutex_held_by_me(void *m)
+{
+    return ((struct rkv_mutex *)m)->owner == sg_actor_self();
+}
+
 static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
 {
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
     assert(m->owner == sg_actor_self());
     sim_cpu_settle(c->w);
-    int timed_out = sim_cv_wait(&c->cv, sp_mutex_release, m, t);
+    int timed_out =
+        sim_cv_wait_then(c->w, &c->cv, sp_mutex_release, m, t, &m->queue, sp_mutex_held_by_me, m);
     sp_mutex_take(m);
     sim_cpu_mark(c->w);
     return timed_out ? -RKV_ETIMEDOUT : 0;

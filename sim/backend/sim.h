@@ -22,6 +22,7 @@ struct sim_nic;
 struct sim_nic_rx;
 struct sim_pcq;
 struct sim_pcq_actor;
+struct sim_waiter;
 
 /* Turns the bytes a message really carries into the bytes the network is
  * charged for (payload-less runs carry thin rows but model the full ones). */
@@ -51,6 +52,23 @@ struct sim_world {
     struct sim_pcq_actor *sched_actors; /* by actor pid */
     uint32_t sched_actor_cap;
     uint64_t cpu_bursts;
+    /* Messages above 1 KiB and up to this many bytes (0: none) between
+     * two hosts are serialized on their machines' links in post order
+     * instead of taking a max-min share (nic_sim.c, "mid-size messages"):
+     * set by the twin where the endpoints are the only contention (star,
+     * non-blocking fat tree). mid_tx_free and mid_rx_free hold, by machine,
+     * when its link is free to send the next one and when the last one
+     * arrived. */
+    uint32_t mid_max_bytes;
+    /* The NICs offer a shared receive pool (nic.h srq_setup), as verbs
+     * does: set by the twin for payload-less runs, where thousands of
+     * connections per node would each hold their own receive buffers. */
+    int srq;
+    double *mid_tx_free, *mid_rx_free;
+    uint32_t mid_cap;
+    /* Condition-variable waiters kept for reuse (sim/backend/cv.c). */
+    struct sim_waiter *waiter_pool;
+    uint32_t waiter_pool_len;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */

@@ -54,8 +54,18 @@ struct sim_waiter;
 struct sim_cv {
     struct sim_waiter *head, *tail;
 };
-/* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled. */
-int sim_cv_wait(struct sim_cv *cv, void (*release)(void *arg), void *arg, double timeout_s);
+/* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled.
+ * pool: the world whose spare waiters it reuses (NULL: none). */
+int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
+                double timeout_s);
+/* sim_cv_wait, for a waiter that takes a lock next: a waker that holds
+ * that lock (held(held_arg)) moves it to then_cv, the lock's queue,
+ * instead of waking it to find the lock taken (wait morphing). */
+int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg),
+                     void *arg, double timeout_s, struct sim_cv *then_cv, int (*held)(void *arg),
+                     void *held_arg);
+/* Frees the world's spare waiters (sim_world_fini). */
+void sim_cv_pool_fini(struct sim_world *pool);
 void sim_cv_signal(struct sim_cv *cv);
 void sim_cv_broadcast(struct sim_cv *cv);
 void sim_cv_destroy(struct sim_cv *cv);

@@ -44,12 +44,15 @@ void sim_world_fini(struct sim_world *w)
     for (uint32_t i = 0; i < w->n_nics; i++)
         w->nic_free(w->nics[i]);
     free(w->nics);
+    free(w->mid_tx_free);
+    free(w->mid_rx_free);
     if (w->nic_rx_release)
         w->nic_rx_release(w);
     assert(!w->shms || w->shm_free_all);
     if (w->shm_free_all)
         w->shm_free_all(w);
     sim_cpu_fini(w);
+    sim_cv_pool_fini(w);
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");
         fclose(w->trace);

@@ -362,11 +362,196 @@ static void test_in_process_needs_no_secret(void **state)
     assert_false(rkv_nic_open_to_strangers(&nic));
 }
 
+/* ---- the shared receive pool (srq_setup, srq_repost) ---- */
+
+#define SRQ_SENDERS 3
+#define SRQ_T1 0.001 /* the senders connect */
+#define SRQ_T2 0.002 /* each sends one message, 10 us apart: 3 into a pool of 2 */
+#define SRQ_T3 0.003 /* the target reposts buffer 0: the third lands in it */
+#define SRQ_T4 0.004 /* the target reposts buffer 1 */
+#define SRQ_T5 0.005 /* sender 0 sends into buffer 1 */
+#define SRQ_T6 0.006 /* the target closes sender 0's QP without polling it */
+#define SRQ_T7 0.007 /* sender 1 sends: buffer 1 came back with the close */
+#define SRQ_END 0.008
+
+struct srq_seen {
+    int setup_off, setup_ok, count, setup_again, post_recv, repost_bad;
+    int n;                 /* receive completions, in order: */
+    uint64_t wr_id[8];     /* wr_id: (buffer << 8) | tag */
+    int at_ms[8], data[8]; /* when (ms, floor) and the buffer's first byte */
+    int done;
+};
+
+static struct srq_seen *SRQ;
+
+static void srq_target(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct srq_seen *s = SRQ;
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    uint8_t *base = NULL;
+    uint32_t count = 2;
+    R.w.srq = 0;
+    open_node("m0", "t", 0, &port, &nic);
+    s->setup_off = rkv_nic_sim_ops.srq_setup(nic, &count, 64, 1, &base);
+    R.w.srq = 1;
+    s->setup_ok = rkv_nic_sim_ops.srq_setup(nic, &count, 64, 1, &base);
+    s->count = (int)count;
+    s->setup_again = rkv_nic_sim_ops.srq_setup(nic, &count, 64, 1, &base);
+    s->repost_bad = rkv_nic_sim_ops.srq_repost(nic, 0); /* every buffer is posted */
+    if (nic->ops->listen(nic, "m0", PORT) < 0)
+        exit(7);
+    struct rkv_qp *qps[SRQ_SENDERS];
+    int conns = 0, reposted0 = 0, reposted1 = 0, closed = 0;
+    while (simgrid_get_clock() < SRQ_END) {
+        double now = simgrid_get_clock();
+        if (!reposted0 && now >= SRQ_T3)
+            reposted0 = !rkv_nic_sim_ops.srq_repost(nic, 0);
+        if (!reposted1 && now >= SRQ_T4)
+            reposted1 = !rkv_nic_sim_ops.srq_repost(nic, 1);
+        if (!closed && now >= SRQ_T6) {
+            nic->ops->qp_close(qps[0]);
+            closed = 1;
+        }
+        double next = !reposted0 ? SRQ_T3 : !reposted1 ? SRQ_T4 : !closed ? SRQ_T6 : SRQ_END;
+        if (reposted1 && !closed) {
+            sg_actor_sleep_until(SRQ_T6); /* sender 0's message (T5) waits in the CQ */
+            continue;
+        }
+        struct rkv_wc wc;
+        uint32_t ms = (uint32_t)((next - now) * 1000) + 1;
+        if (nic->ops->poll(nic, &wc, 1, ms) != 1)
+            continue;
+        if (wc.opcode == RKV_WC_CONNECTED && conns < SRQ_SENDERS) {
+            qps[conns++] = wc.qp;
+            struct rkv_sge none = {.addr = NULL, .len = 0, .mr = NULL};
+            s->post_recv = nic->ops->post_recv(wc.qp, 1, &none);
+        } else if (wc.opcode == RKV_WC_RECV && s->n < 8) {
+            s->wr_id[s->n] = wc.wr_id;
+            s->at_ms[s->n] = (int)(simgrid_get_clock() * 1000);
+            s->data[s->n] = base[(wc.wr_id >> 8) * 64];
+            s->n++;
+        }
+    }
+    nic->ops->close(nic);
+    s->done = 1;
+}
+
+static void srq_sender(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    uint32_t i = (uint32_t)(uintptr_t)sg_actor_self_get_data();
+    char name[16];
+    snprintf(name, sizeof(name), "s%u", i);
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_qp *qp;
+    struct rkv_mr *mr;
+    uint8_t *src = calloc(1, 16);
+    sg_actor_sleep_until(SRQ_T1 + i * 1e-4);
+    open_node("m1", name, 1, &port, &nic);
+    if (!src || nic->ops->reg_mr(nic, src, 16, RKV_ACCESS_LOCAL, &mr) < 0 ||
+        nic->ops->connect(nic, "m0", PORT, 100, &qp) < 0)
+        exit(8);
+    struct rkv_sge sge = {.addr = src, .len = 16, .mr = mr};
+    sg_actor_sleep_until(SRQ_T2 + i * 1e-5);
+    src[0] = (uint8_t)(0xa0 + i);
+    nic->ops->post_send(qp, 1, &sge, 0);
+    if (i < 2) {
+        sg_actor_sleep_until(i == 0 ? SRQ_T5 : SRQ_T7);
+        src[0] = (uint8_t)(0xa3 + i);
+        nic->ops->post_send(qp, 2, &sge, 0);
+    }
+    sg_actor_sleep_until(SRQ_END + 0.001);
+    nic->ops->close(nic);
+    free(src);
+}
+
+static void srq_child(struct srq_seen *s)
+{
+    SRQ = s;
+    struct rkv_scenario sc = {.machines = 2, .sim_bandwidth_gbps = 100, .sim_latency_us = 1};
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "star");
+    char xml[64], err[256];
+    snprintf(xml, sizeof(xml), "/tmp/rkv-nicsim-srq-%d.xml", (int)getpid());
+    if (sim_world_init(&R.w, 1) < 0 || rkv_twin_platform_xml(&sc, xml, err, sizeof(err)) < 0)
+        exit(2);
+    int argc = 2;
+    char *argv[] = {"test", "--log=root.thres:critical", NULL};
+    simgrid_init(&argc, argv);
+    simgrid_load_platform(xml);
+    unlink(xml);
+    sg_actor_t a = sg_actor_init("target", sg_host_by_name("m0"));
+    sg_actor_start(a, srq_target, 0, NULL);
+    for (uintptr_t i = 0; i < SRQ_SENDERS; i++) {
+        a = sg_actor_init("sender", sg_host_by_name("m1"));
+        sg_actor_set_data(a, (void *)i);
+        sg_actor_start(a, srq_sender, 0, NULL);
+    }
+    simgrid_run_until(1.0);
+}
+
+/* A pool of 2 shared by 3 connections: the third message waits (RNR) for a
+ * repost and lands in the reposted buffer; a QP closed with a receive
+ * still queued gives its buffer back to the pool. Only where the world
+ * offers a pool (the twin's payload-less runs), once, before any QP. */
+static void test_shared_receive_pool(void **state)
+{
+    (void)state;
+    static struct srq_seen s;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        static struct srq_seen mine;
+        srq_child(&mine);
+        ssize_t w = write(fd[1], &mine, sizeof(mine));
+        exit(w == sizeof(mine) ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(s) && (r = read(fd[0], (char *)&s + got, sizeof(s) - got)) > 0)
+        got += (size_t)r;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0 && got == sizeof(s) && s.done);
+    assert_int_equal(s.setup_off, -RKV_EINVAL);
+    assert_int_equal(s.setup_ok, 0);
+    assert_int_equal(s.count, 2);
+    assert_int_equal(s.setup_again, -RKV_EINVAL);
+    assert_int_equal(s.repost_bad, -RKV_EINVAL);
+    assert_int_equal(s.post_recv, -RKV_EINVAL);
+    for (int i = 0; i < s.n; i++)
+        printf("# receive %d: buffer %u, at %d ms, data 0x%x\n", i, (unsigned)(s.wr_id[i] >> 8),
+               s.at_ms[i], s.data[i]);
+    assert_int_equal(s.n, 4);
+    /* Two land at once, in buffers 0 and 1; the third waits for buffer 0. */
+    assert_int_equal(s.wr_id[0], 0 << 8 | 1);
+    assert_int_equal(s.data[0], 0xa0);
+    assert_int_equal(s.wr_id[1], 1 << 8 | 1);
+    assert_int_equal(s.data[1], 0xa1);
+    assert_int_equal(s.at_ms[1], 2);
+    assert_int_equal(s.wr_id[2], 0 << 8 | 1);
+    assert_int_equal(s.data[2], 0xa2);
+    assert_int_equal(s.at_ms[2], 3);
+    /* Sender 0's second message went with its QP; its buffer came back. */
+    assert_int_equal(s.wr_id[3], 1 << 8 | 1);
+    assert_int_equal(s.data[3], 0xa4);
+    assert_int_equal(s.at_ms[3], 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_process_needs_no_secret),
         cmocka_unit_test(test_unhappy_semantics),
+        cmocka_unit_test(test_shared_receive_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -436,7 +436,7 @@ static void twin_faults(int argc, char **argv)
          * out a 60 s timeout, found by rkv swarm. */
         while (f->after_phase[0] && t->client0_phase < (int32_t)f->after_phase_ix &&
                !twin_workers_done(t))
-            sim_cv_wait(&t->phase_cv, NULL, NULL, 1e-3);
+            sim_cv_wait(&t->w, &t->phase_cv, NULL, NULL, 1e-3);
         struct twin_node *nd = twin_node_named(t, f->target);
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
@@ -698,6 +698,30 @@ static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
     }
 }
 
+/* Messages above 1 KiB and up to this size bypass max-min (nic_sim.c,
+ * sn_mid_due) where the machines' own links are the only contention: the
+ * star and non-blocking fat trees. Elsewhere (a shared backbone, an
+ * oversubscribed tree, rails, one loopback host, a platform file) they keep
+ * their max-min share; so they do with crash faults (a crashed node's
+ * transfers in flight are lost, which the timed path does not model) and
+ * with a --cfg for SimGrid's network (its model then carries them). */
+#define TWIN_MID_BYTES (16u * 1024)
+
+static uint32_t twin_mid_bytes(const struct rkv_scenario *sc, const struct rkv_twin_opts *o)
+{
+    struct sim_plat p;
+    sim_plat_defaults(sc, &p);
+    if (sc->sim_platform_file[0] || twin_has_crash(sc))
+        return 0;
+    for (uint32_t i = 0; i < o->n_cfg; i++)
+        if (!strncmp(o->cfg[i], "network/", 8))
+            return 0;
+    if (!strcmp(p.topology, "star") || !strcmp(p.topology, "fattree") ||
+        (!strcmp(p.topology, "fattree3") && p.oversub == 1 && p.pod_oversub == 1))
+        return TWIN_MID_BYTES;
+    return 0;
+}
+
 /* Thin rows: one element each; the oracle checks those exactly. */
 static struct rkv_scenario *twin_thin(const struct rkv_scenario *sc)
 {
@@ -747,6 +771,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.cpu_measured = sc->sim_cpu_measured;
     t.w.sched_cores = twin_has_crash(sc) ? 0 : sc->sim_sched_cores;
     t.w.sched_wake_s = sc->sim_wake_us * 1e-6;
+    t.w.mid_max_bytes = twin_mid_bytes(sc, o);
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
         if (!(thin = twin_thin(sc)))
@@ -755,6 +780,9 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         t.sc = thin;
         t.w.sizer = twin_sizer;
         t.w.sizer_user = &t;
+        /* One receive pool per node instead of rx_depth buffers per
+         * connection (~27 connection sides per node in sim-4096). */
+        t.w.srq = 1;
     }
     if (o->trace_path && !(t.w.trace = fopen(o->trace_path, "w"))) {
         snprintf(res->error, sizeof(res->error), "cannot write the trace %s", o->trace_path);
