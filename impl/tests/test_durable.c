@@ -1316,6 +1316,46 @@ static void test_wal_record_past_end_not_replayed_later(void **state)
     wal_run_end(&w, s1b);
 }
 
+/* A log file of 0 bytes after the logs that hold records (a checkpoint of
+ * an older build died creating it): recovery replays the records before
+ * it, makes the empty log a log and appends go on; a second crash loses
+ * nothing. The windowed reader once handed recovery no header for a
+ * 0-byte file and recovery returned "done" without opening a log: every
+ * push after the restart failed ("no log to append to"). */
+static void test_wal_empty_log_file_after_records(void **state)
+{
+    (void)state;
+    struct wal_run w;
+    wal_run_crash(&w, 3);
+    char empty[200];
+    snprintf(empty, sizeof(empty), "%s/rkv-m1.2.wal", w.c.dir);
+    FILE *f = fopen(empty, "wb");
+    assert_non_null(f);
+    fclose(f);
+    char log1b[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", w.c.dir);
+    pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    assert_true(pull_row60(w.cli) == 3.0f);
+    assert_true(file_contains(log1b, "empty (0 bytes"));
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    int rc = rkv_client_push(w.cli, "t", &id, 1, one, RKV_OP_SUM, 0);
+    if (rc != 0) {
+        print_log_lines(log1b);
+        fail_msg("push after the restart: %d (%s)", rc, rkv_client_errmsg(w.cli));
+    }
+    assert_true(pull_row60(w.cli) == 4.0f);
+    assert_int_equal(kill(s1b, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
+    unlink_machine_shm(&w.c.cfg, 1);
+    snprintf(log1b, sizeof(log1b), "%s/s1-again.log", w.c.dir);
+    s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    float got = pull_row60(w.cli);
+    if (got != 4.0f)
+        fail_msg("row 60 is %g after the second crash, not 4", got);
+    wal_run_end(&w, s1b);
+}
+
 static off_t file_size(const char *dir, const char *name)
 {
     char path[256];
@@ -2110,6 +2150,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_corrupt_record_refused, reap_children),
         cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
         cmocka_unit_test_teardown(test_wal_record_past_end_not_replayed_later, reap_children),
+        cmocka_unit_test_teardown(test_wal_empty_log_file_after_records, reap_children),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
         cmocka_unit_test(test_wal_prewrite_too_large_refused),
