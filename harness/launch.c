@@ -165,9 +165,13 @@ static int demo_fire_faults(struct demo *d)
     return wait < 0 || (restart_wait >= 0 && restart_wait < wait) ? restart_wait : wait;
 }
 
-/* Lets client 0 go on past each phase whose crash faults all fired (or
- * found their target gone already): faults fire in order, so one of them
- * still at or after next_fault with after_phase <= p holds phase p. */
+/* Lets client 0 go on past each phase p unless the next crash fault to
+ * fire (they fire in the scenario's order) is one of p or of an earlier
+ * phase: that one waits only for the launcher (and its at_s), so client 0
+ * waits for it. A fault behind another that waits for a later phase, or
+ * for a time, does not hold client 0: it fires when its turn comes, as it
+ * did before the gate (holding client 0 for it would wait for a phase
+ * that never comes). */
 static void demo_gate_release(struct demo *d)
 {
     while (d->gate_wr >= 0) {
@@ -177,9 +181,9 @@ static void demo_gate_release(struct demo *d)
                 p = d->faults[i].after_phase;
         if (p == INT_MAX || d->client0_phase < p)
             return;
-        for (uint32_t i = d->next_fault; i < d->n_faults; i++)
-            if (d->faults[i].after_phase >= 0 && d->faults[i].after_phase <= p)
-                return;
+        if (d->next_fault < d->n_faults && d->faults[d->next_fault].after_phase >= 0 &&
+            d->faults[d->next_fault].after_phase <= p)
+            return;
         if (write(d->gate_wr, "g", 1) != 1) { /* cannot fill: one byte per fault at most */
             fprintf(stderr, "%s: cannot release client 0 after phase %d: %s\n", d->cmd, p,
                     strerror(errno));
@@ -329,6 +333,9 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         }
         if (node && d->trace)
             rkv_trace_run_child_env(d->trace, node);
+        /* Not one inherited from this launcher's own environment: that
+         * descriptor number may be anything in the child. */
+        unsetenv(RKV_LAUNCH_GATE_ENV);
         if (d->gate_rd >= 0 && !strcmp(role, "worker")) {
             char fd[16];
             snprintf(fd, sizeof(fd), "%d", d->gate_rd);
