@@ -2,6 +2,7 @@
  * actors (one host per machine), each with its own simulated port and NIC,
  * runs the unchanged store and workload engine, and gathers what the real
  * backends' processes would have printed. */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -538,6 +539,31 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
     return -RKV_ECONFIG;
 }
 
+/* Actor stacks (SimGrid 3.32 callocs each one when contexts/guard-size is
+ * 0). The deepest an actor's stack got, measured over the sim-4096 shape
+ * at 4,096 nodes (present pages per stack, /proc/PID/pagemap): 5 pages,
+ * the malloc header's included. 256 KiB is 12 times that. The default,
+ * 8 MiB, cost a 4 KiB page-table page per actor (720 MB of page tables at
+ * 65,536 nodes, outside the RSS) and 1.4 TB of address space.
+ * No guard page: one would split every stack into two mappings that the
+ * kernel cannot merge, past vm.max_map_count (65,530) from ~12,000 nodes. */
+#define TWIN_STACK_KIB_STR "256"
+
+/* Every stack its own anonymous mapping, touched only as deep as it is
+ * used (adjacent ones merge into one kernel mapping: 216 mappings with
+ * ~180,000 stacks). glibc's malloc gives at most M_MMAP_MAX (65,536)
+ * chunks a mapping of their own, and raises its mmap threshold to a mapped
+ * chunk's size once one is freed (8 MiB after the first stack freed);
+ * past either, stacks came from the heap and calloc zeroed up to its top
+ * pad for each: at 65,536 nodes 10 GB resident a minute after the start,
+ * before any actor ran. Setting M_MMAP_MAX lifts the cap and also stops
+ * the threshold from moving (mallopt(3)): it stays at 128 KiB, under the
+ * stacks. For the run's process. */
+void rkv_twin_stacks_mmapped(void)
+{
+    mallopt(M_MMAP_MAX, INT32_MAX);
+}
+
 static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char *platform,
                        char *err, size_t err_len)
 {
@@ -546,9 +572,10 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
                            "--cfg=network/model:CM02",
                            "--cfg=network/crosstraffic:0",
                            "--cfg=contexts/guard-size:0",
+                           "--cfg=contexts/stack-size:" TWIN_STACK_KIB_STR,
                            "--log=root.thres:critical",
                            sc->sim_fairbottleneck ? "--cfg=network/solver:fairbottleneck" : NULL};
-    int n_fixed = sc->sim_fairbottleneck ? 6 : 5;
+    int n_fixed = sc->sim_fairbottleneck ? 7 : 6;
     char **argv = calloc((size_t)n_fixed + o->n_cfg + 1, sizeof(*argv));
     int argc = 0, rc = 0;
     if (!argv)
@@ -585,6 +612,7 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
     t->sg_view = sg_argv;
     int sg_argc = argc;
     simgrid_init(&sg_argc, sg_argv);
+    rkv_twin_stacks_mmapped();
     simgrid_load_platform(platform);
     for (uint32_t m = 0; m < sc->machines; m++) {
         if (!twin_host(t, m)) {

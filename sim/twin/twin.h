@@ -53,4 +53,9 @@ void rkv_twin_result_free(struct rkv_twin_result *res);
 int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char *err,
                           size_t err_len);
 
+/* Makes malloc give every chunk of 128 KiB or more (an actor's stack,
+ * which SimGrid callocs) a mapping of its own, however many; for the
+ * run's process, called by rkv_twin_run; exposed for tests. */
+void rkv_twin_stacks_mmapped(void);
+
 #endif
