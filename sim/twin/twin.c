@@ -31,6 +31,7 @@
 #include "sim/twin/twin.h"
 #include "store/cluster.h"
 #include "store/server_int.h"
+#include "util/util.h"
 
 #define TWIN_BASE_PORT 7000
 
@@ -564,6 +565,39 @@ void rkv_twin_stacks_mmapped(void)
     mallopt(M_MMAP_MAX, INT32_MAX);
 }
 
+/* vm.max_map_count, or 0 when it cannot be read (then nothing is checked). */
+static uint64_t twin_max_map_count(void)
+{
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+int rkv_twin_maps_check(uint64_t actors, int guard_bytes, uint64_t max_map_count, char *err,
+                        size_t err_len)
+{
+    /* A guard page splits each stack into a PROT_NONE mapping and its
+     * stack, which the kernel cannot merge with the neighbours': two
+     * mappings per actor. Without one, adjacent stacks merge (216 mappings
+     * at 65,536 nodes). Past the limit, SimGrid's mprotect or malloc's
+     * mmap fails in the middle of the deployment. */
+    uint64_t need = guard_bytes > 0 ? 2 * actors + 4096 : 4096;
+    if (max_map_count == 0 || need <= max_map_count)
+        return 0;
+    return rkv_errf(err, err_len, -RKV_ECONFIG,
+                    "contexts/guard-size:%d: a guard page makes each actor's stack two mappings "
+                    "that do not merge, about %llu for up to %llu actors, over vm.max_map_count "
+                    "(%llu): raise it (sysctl -w vm.max_map_count=%llu) or leave "
+                    "contexts/guard-size at 0",
+                    guard_bytes, (unsigned long long)need, (unsigned long long)actors,
+                    (unsigned long long)max_map_count, (unsigned long long)need);
+}
+
 static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char *platform,
                        char *err, size_t err_len)
 {
@@ -613,6 +647,10 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
     int sg_argc = argc;
     simgrid_init(&sg_argc, sg_argv);
     rkv_twin_stacks_mmapped();
+    rc = rkv_twin_maps_check(4ull * t->n_nodes, sg_cfg_get_int("contexts/guard-size"),
+                             twin_max_map_count(), err, err_len);
+    if (rc < 0)
+        return rc;
     simgrid_load_platform(platform);
     for (uint32_t m = 0; m < sc->machines; m++) {
         if (!twin_host(t, m)) {

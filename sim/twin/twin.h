@@ -58,4 +58,11 @@ int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char 
  * run's process, called by rkv_twin_run; exposed for tests. */
 void rkv_twin_stacks_mmapped(void);
 
+/* Whether the memory mappings of up to `actors` actor stacks with a guard
+ * of guard_bytes fit under max_map_count (vm.max_map_count; 0: unknown,
+ * not checked): 0, or -RKV_ECONFIG with what to do in err. Checked before
+ * any actor is made; exposed for tests. */
+int rkv_twin_maps_check(uint64_t actors, int guard_bytes, uint64_t max_map_count, char *err,
+                        size_t err_len);
+
 #endif
