@@ -2,6 +2,7 @@
  * actors (one host per machine), each with its own simulated port and NIC,
  * runs the unchanged store and workload engine, and gathers what the real
  * backends' processes would have printed. */
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include "sim/twin/twin.h"
 #include "store/cluster.h"
 #include "store/server_int.h"
+#include "util/util.h"
 
 #define TWIN_BASE_PORT 7000
 
@@ -208,14 +210,48 @@ static void twin_on_stats(void *user, uint32_t worker, uint32_t phase,
     rkv_wl_print(((struct twin_worker_io *)user)->out, worker, phase, st);
 }
 
+/* A worker's report lines, gathered for the report as the run goes.
+ * Not open_memstream: glibc's starts every stream at BUFSIZ (8 KiB,
+ * zeroed) and shrinks it only at fclose, i.e. when the worker ends: 8 KiB
+ * per worker for the whole run (400 MB at 65,536 nodes), for about a
+ * kilobyte of lines. */
+struct twin_lines {
+    char *buf;
+    size_t len, cap;
+};
+
+static ssize_t twin_lines_write(void *cookie, const char *data, size_t n)
+{
+    struct twin_lines *l = cookie;
+    if (l->len + n + 1 > l->cap) {
+        size_t cap = l->cap;
+        while (cap < l->len + n + 1)
+            cap *= 2;
+        char *b = realloc(l->buf, cap);
+        if (!b)
+            return 0; /* stdio's write error: the stream's error flag */
+        l->buf = b;
+        l->cap = cap;
+    }
+    memcpy(l->buf + l->len, data, n);
+    l->len += n;
+    l->buf[l->len] = 0;
+    return (ssize_t)n;
+}
+
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
 {
     const struct rkv_scenario *sc = nd->t->sc;
-    FILE *out = open_memstream(&nd->out, &nd->out_len);
+    struct twin_lines lines = {.buf = calloc(1, 256), .cap = 256};
+    cookie_io_functions_t io_fns = {.write = twin_lines_write};
+    FILE *out = lines.buf ? fopencookie(&lines, "w", io_fns) : NULL;
     if (!out) {
+        free(lines.buf);
         nd->rc = -RKV_ENOMEM;
         return;
     }
+    char vbuf[256]; /* stdio's buffer, instead of a BUFSIZ one it would allocate */
+    setvbuf(out, vbuf, _IOFBF, sizeof(vbuf));
     struct twin_worker_io io = {.t = nd->t, .out = out};
     uint32_t id = rkv_client_id(cli);
     nd->rc = rkv_wl_run_shared(cli, port, sc, id, stderr, nd->t->oracle, twin_on_phase,
@@ -224,7 +260,10 @@ static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struc
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
     if (nd->rc == 0 && rkv_stats_print_capped(out, cli, TWIN_STATS_MAX_SERVERS) < 0)
         nd->rc = -RKV_ENOMEM; /* the report's "stats", in simulated time */
-    fclose(out);
+    if (fclose(out) != 0 && nd->rc == 0)
+        nd->rc = -RKV_ENOMEM; /* a line that found no memory */
+    nd->out = lines.buf;
+    nd->out_len = lines.len;
 }
 
 static void twin_worker(int argc, char **argv)
@@ -538,6 +577,64 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
     return -RKV_ECONFIG;
 }
 
+/* Actor stacks (SimGrid 3.32 callocs each one when contexts/guard-size is
+ * 0). The deepest an actor's stack got, measured over the sim-4096 shape
+ * at 4,096 nodes (present pages per stack, /proc/PID/pagemap): 5 pages,
+ * the malloc header's included. 256 KiB is 12 times that. The default,
+ * 8 MiB, cost a 4 KiB page-table page per actor (720 MB of page tables at
+ * 65,536 nodes, outside the RSS) and 1.4 TB of address space.
+ * No guard page: one would split every stack into two mappings that the
+ * kernel cannot merge, past vm.max_map_count (65,530) from ~12,000 nodes. */
+#define TWIN_STACK_KIB_STR "256"
+
+/* Every stack its own anonymous mapping, touched only as deep as it is
+ * used (adjacent ones merge into one kernel mapping: 216 mappings with
+ * ~180,000 stacks). glibc's malloc gives at most M_MMAP_MAX (65,536)
+ * chunks a mapping of their own, and raises its mmap threshold to a mapped
+ * chunk's size once one is freed (8 MiB after the first stack freed);
+ * past either, stacks came from the heap and calloc zeroed up to its top
+ * pad for each: at 65,536 nodes 10 GB resident a minute after the start,
+ * before any actor ran. Setting M_MMAP_MAX lifts the cap and also stops
+ * the threshold from moving (mallopt(3)): it stays at 128 KiB, under the
+ * stacks. For the run's process. */
+void rkv_twin_stacks_mmapped(void)
+{
+    mallopt(M_MMAP_MAX, INT32_MAX);
+}
+
+/* vm.max_map_count, or 0 when it cannot be read (then nothing is checked). */
+static uint64_t twin_max_map_count(void)
+{
+    unsigned long long v = 0;
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+int rkv_twin_maps_check(uint64_t actors, int guard_bytes, uint64_t max_map_count, char *err,
+                        size_t err_len)
+{
+    /* A guard page splits each stack into a PROT_NONE mapping and its
+     * stack, which the kernel cannot merge with the neighbours': two
+     * mappings per actor. Without one, adjacent stacks merge (216 mappings
+     * at 65,536 nodes). Past the limit, SimGrid's mprotect or malloc's
+     * mmap fails in the middle of the deployment. */
+    uint64_t need = guard_bytes > 0 ? 2 * actors + 4096 : 4096;
+    if (max_map_count == 0 || need <= max_map_count)
+        return 0;
+    return rkv_errf(err, err_len, -RKV_ECONFIG,
+                    "contexts/guard-size:%d: a guard page makes each actor's stack two mappings "
+                    "that do not merge, about %llu for up to %llu actors, over vm.max_map_count "
+                    "(%llu): raise it (sysctl -w vm.max_map_count=%llu) or leave "
+                    "contexts/guard-size at 0",
+                    guard_bytes, (unsigned long long)need, (unsigned long long)actors,
+                    (unsigned long long)max_map_count, (unsigned long long)need);
+}
+
 static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char *platform,
                        char *err, size_t err_len)
 {
@@ -546,9 +643,10 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
                            "--cfg=network/model:CM02",
                            "--cfg=network/crosstraffic:0",
                            "--cfg=contexts/guard-size:0",
+                           "--cfg=contexts/stack-size:" TWIN_STACK_KIB_STR,
                            "--log=root.thres:critical",
                            sc->sim_fairbottleneck ? "--cfg=network/solver:fairbottleneck" : NULL};
-    int n_fixed = sc->sim_fairbottleneck ? 6 : 5;
+    int n_fixed = sc->sim_fairbottleneck ? 7 : 6;
     char **argv = calloc((size_t)n_fixed + o->n_cfg + 1, sizeof(*argv));
     int argc = 0, rc = 0;
     if (!argv)
@@ -585,6 +683,11 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
     t->sg_view = sg_argv;
     int sg_argc = argc;
     simgrid_init(&sg_argc, sg_argv);
+    rkv_twin_stacks_mmapped();
+    rc = rkv_twin_maps_check(4ull * t->n_nodes, sg_cfg_get_int("contexts/guard-size"),
+                             twin_max_map_count(), err, err_len);
+    if (rc < 0)
+        return rc;
     simgrid_load_platform(platform);
     for (uint32_t m = 0; m < sc->machines; m++) {
         if (!twin_host(t, m)) {

@@ -53,4 +53,16 @@ void rkv_twin_result_free(struct rkv_twin_result *res);
 int rkv_twin_platform_xml(const struct rkv_scenario *sc, const char *path, char *err,
                           size_t err_len);
 
+/* Makes malloc give every chunk of 128 KiB or more (an actor's stack,
+ * which SimGrid callocs) a mapping of its own, however many; for the
+ * run's process, called by rkv_twin_run; exposed for tests. */
+void rkv_twin_stacks_mmapped(void);
+
+/* Whether the memory mappings of up to `actors` actor stacks with a guard
+ * of guard_bytes fit under max_map_count (vm.max_map_count; 0: unknown,
+ * not checked): 0, or -RKV_ECONFIG with what to do in err. Checked before
+ * any actor is made; exposed for tests. */
+int rkv_twin_maps_check(uint64_t actors, int guard_bytes, uint64_t max_map_count, char *err,
+                        size_t err_len);
+
 #endif
