@@ -239,10 +239,20 @@ static int sn_grow(void **arr, uint32_t *cap, size_t elem, uint32_t need)
 
 /* ---- completion queue ---- */
 
+static void sn_srq_push(struct sim_nic *n, uint32_t i);
+
 static void sn_cq_push(struct sim_nic *n, struct sn_qp *qp, struct rkv_wc wc)
 {
     if (n->closed)
         return;
+    /* A receive into a pool buffer completing on a QP closed meanwhile (a
+     * copy in that ran CPU time let its owner close it): nobody will learn
+     * of it, so nobody would repost the buffer; it goes back now, as
+     * sn_srq_reclaim does for the ones already queued at the close. */
+    if (qp->core.closed && qp->srq && (wc.opcode == RKV_WC_RECV || wc.opcode == RKV_WC_RECV_IMM)) {
+        sn_srq_push(n, (uint32_t)(wc.wr_id >> 8));
+        return;
+    }
     if (rkv_nic_cq_emit(&n->cq, &qp->core, wc) < 0)
         abort(); /* the twin cannot model a NIC that loses completions */
     sim_cv_broadcast(&n->cq_cv);

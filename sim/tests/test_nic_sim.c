@@ -546,12 +546,147 @@ static void test_shared_receive_pool(void **state)
     assert_int_equal(s.at_ms[3], 7);
 }
 
+/* A QP closed while a message into a pool buffer is being copied in (the
+ * copy charged CPU time, and the receiving NIC's actor yielded): the
+ * completion goes nowhere, and the buffer must go back to the pool, else
+ * every later message of every QP waits for it for ever. A pool of 1: the
+ * second sender's message lands only if the buffer came back. */
+#define SRQC_T1 0.001 /* both senders connect */
+#define SRQC_T2 0.002 /* sender 0 sends: its copy in takes 16 ms of CPU */
+#define SRQC_T3 0.005 /* the target closes sender 0's QP mid-copy */
+#define SRQC_T4 0.010 /* sender 1 sends, into an empty pool: it waits */
+#define SRQC_END 0.080
+
+struct srqc_seen {
+    int n, data, done;
+};
+static struct srqc_seen *SRQC;
+
+static void srqc_target(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    uint8_t *base = NULL;
+    uint32_t count = 1;
+    open_node("m0", "t", 0, &port, &nic);
+    if (rkv_nic_sim_ops.srq_setup(nic, &count, 64, 1, &base) < 0 || count != 1 ||
+        nic->ops->listen(nic, "m0", PORT) < 0)
+        exit(7);
+    struct rkv_qp *qps[2] = {NULL, NULL};
+    int conns = 0;
+    struct rkv_wc wc;
+    while (conns < 2 && simgrid_get_clock() < SRQC_T2)
+        if (nic->ops->poll(nic, &wc, 1, 1) == 1 && wc.opcode == RKV_WC_CONNECTED)
+            qps[conns++] = wc.qp;
+    if (conns < 2)
+        exit(9);
+    /* A sleep, not a poll's timeout: the copy runs on the machine's NIC
+     * actor, which also wakes pollers at their deadlines. */
+    sg_actor_sleep_until(SRQC_T3);
+    nic->ops->qp_close(qps[0]);
+    while (simgrid_get_clock() < SRQC_END) {
+        uint32_t ms = (uint32_t)((SRQC_END - simgrid_get_clock()) * 1000) + 1;
+        if (nic->ops->poll(nic, &wc, 1, ms) == 1 && wc.opcode == RKV_WC_RECV) {
+            SRQC->n++;
+            SRQC->data = base[(wc.wr_id >> 8) * 64];
+        }
+    }
+    nic->ops->close(nic);
+    SRQC->done = 1;
+}
+
+static void srqc_sender(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    uint32_t i = (uint32_t)(uintptr_t)sg_actor_self_get_data();
+    char name[16];
+    snprintf(name, sizeof(name), "s%u", i);
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    struct rkv_qp *qp;
+    struct rkv_mr *mr;
+    uint8_t *src = calloc(1, 16);
+    sg_actor_sleep_until(SRQC_T1 + i * 1e-4);
+    open_node("m1", name, 1, &port, &nic);
+    if (!src || nic->ops->reg_mr(nic, src, 16, RKV_ACCESS_LOCAL, &mr) < 0 ||
+        nic->ops->connect(nic, "m0", PORT, 100, &qp) < 0)
+        exit(8);
+    struct rkv_sge sge = {.addr = src, .len = 16, .mr = mr};
+    sg_actor_sleep_until(i == 0 ? SRQC_T2 : SRQC_T4);
+    src[0] = (uint8_t)(0xa0 + i);
+    nic->ops->post_send(qp, 1, &sge, 0);
+    sg_actor_sleep_until(SRQC_END + 0.001);
+    nic->ops->close(nic);
+    free(src);
+}
+
+static void srqc_child(struct srqc_seen *s)
+{
+    SRQC = s;
+    struct rkv_scenario sc = {.machines = 2, .sim_bandwidth_gbps = 100, .sim_latency_us = 1};
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "star");
+    char xml[64], err[256];
+    snprintf(xml, sizeof(xml), "/tmp/rkv-nicsim-srqc-%d.xml", (int)getpid());
+    if (sim_world_init(&R.w, 1) < 0 || rkv_twin_platform_xml(&sc, xml, err, sizeof(err)) < 0)
+        exit(2);
+    R.w.srq = 1;
+    /* Measured CPU, and a copy that costs 1 ms of it per byte beyond what
+     * it took: the 16-byte copy in runs 16 ms of simulated CPU. */
+    R.w.cpu_measured = 1;
+    R.w.copy_byte_ns = -1e6;
+    int argc = 2;
+    char *argv[] = {"test", "--log=root.thres:critical", NULL};
+    simgrid_init(&argc, argv);
+    simgrid_load_platform(xml);
+    unlink(xml);
+    sg_actor_t a = sg_actor_init("target", sg_host_by_name("m0"));
+    sg_actor_start(a, srqc_target, 0, NULL);
+    for (uintptr_t i = 0; i < 2; i++) {
+        a = sg_actor_init("sender", sg_host_by_name("m1"));
+        sg_actor_set_data(a, (void *)i);
+        sg_actor_start(a, srqc_sender, 0, NULL);
+    }
+    simgrid_run_until(1.0);
+}
+
+static void test_pool_buffer_back_when_closed_mid_copy(void **state)
+{
+    (void)state;
+    static struct srqc_seen s;
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        static struct srqc_seen mine;
+        srqc_child(&mine);
+        ssize_t w = write(fd[1], &mine, sizeof(mine));
+        exit(w == sizeof(mine) ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof(s) && (r = read(fd[0], (char *)&s + got, sizeof(s) - got)) > 0)
+        got += (size_t)r;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0 && got == sizeof(s) && s.done);
+    if (s.n != 1 || s.data != 0xa1)
+        fail_msg("%d receives, last data 0x%x: sender 1's message never found the pool's buffer",
+                 s.n, s.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_in_process_needs_no_secret),
         cmocka_unit_test(test_unhappy_semantics),
         cmocka_unit_test(test_shared_receive_pool),
+        cmocka_unit_test(test_pool_buffer_back_when_closed_mid_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
