@@ -44,7 +44,10 @@
  *   header (64 bytes)
  *      0 u64 magic "RKVWAL\0\0"   8 u32 version        12 u32 machine
  *     16 u64 lineage              24 u64 generation G  32 u64 cluster fingerprint
- *     40 u64 wall_ns (creation, Unix)                  48 12 bytes zero
+ *     40 u64 wall_ns (creation, Unix)
+ *     48 u64 high-water mark: no record of this log lies past this byte
+ *        offset (0: not known, as in logs of earlier builds: the whole file
+ *        is read)                                 56 4 bytes zero
  *     60 u32 CRC-32C of bytes 0..59
  *   records, back to back from byte 64, each 8-byte aligned:
  *      0 u32 magic "RKWR"         4 u16 type (1: push) 6 u16 zero
@@ -70,10 +73,19 @@
  * log says the log was durable past it (its "durable" field): a synced
  * record no longer reads, i.e. corruption, not a crash. Recovery reads a
  * log through a window (and the largest record), never the file whole:
- * the file may be much longer than its records. It scans the file's whole
- * tail past the end for such records, so it reads every log file through
- * (a 4 GiB file written ahead, 1 GiB of records: 3.5 s with the shard's
- * restore and the replay, bench durable).
+ * the file may be much longer than its records. It scans the tail past the
+ * end for such records (and voids the log's records there, wal_void_past)
+ * up to the header's high-water mark only, not to the file's end: a log
+ * written ahead up to 1 TiB (durable_log_prewrite) was read whole at every
+ * restart. The mark is raised before an append would pass it, to the
+ * append's end plus RKV_WAL_HWM_STEP, by rewriting the header in place (a
+ * 64-byte write within the first sector, which the disk writes whole, as
+ * PostgreSQL relies on for pg_control) and an fdatasync, under wal_lock:
+ * one per 256 MiB appended. So every record of this log at its place,
+ * synced or not, lies below the mark on disk, and the scan reads at most
+ * RKV_WAL_HWM_STEP past the records' end (a log of an earlier build,
+ * without a mark, is read to its end once, and gets one at its next
+ * append).
  *
  * Positions are LSNs: generation << 40 | byte offset in that log (a log is
  * below 1 TiB; a checkpoint begins a new one).
@@ -123,6 +135,10 @@
  * grows that large (three of them with the spares). */
 #define RKV_WAL_CHECKPOINT_BYTES (256ull << 20)
 #define RKV_WAL_CHECKPOINT_SHARDS 4u
+/* How far the high-water mark of a log's header is raised past the append
+ * that needs it: a raise costs an fdatasync under wal_lock, a step more
+ * costs recovery a read of up to this much more. */
+#define RKV_WAL_HWM_STEP (256ull << 20)
 /* Logs after one snapshot recovery looks for: a checkpoint that keeps
  * failing leaves one log per attempt. */
 #define RKV_WAL_MAX_CHAIN 4096u
@@ -160,14 +176,17 @@ struct rkv_wal {
     uint64_t fingerprint;
     uint64_t checkpoint_bytes;
     uint64_t prewrite_bytes;  /* durable_log_prewrite: zeros a fresh log gets */
+    uint64_t hwm_step;        /* RKV_WAL_HWM_STEP (tests make it smaller) */
+    uint64_t created_hwm;     /* the high-water mark (LSN) of the log made last */
     struct rkv_wal_file app;  /* the push path's */
     struct rkv_wal_file sync; /* the durable task's */
     /* A checkpoint in progress (durable task, snap_lock held). */
-    uint64_t ckpt_old_end;
+    uint64_t ckpt_old_end, ckpt_new_hwm;
     int ckpt_sync_locked;
     /* For logs and measurements. */
     uint64_t n_records, bytes_appended, n_syncs, n_shared_syncs, n_checkpoints;
     uint64_t n_reused, n_fresh; /* logs made from a spare, and new files */
+    uint64_t n_hwm_raises;      /* header rewrites for the high-water mark */
 };
 
 /* tensors: the server's table by id (read on the push path only). */
@@ -219,6 +238,8 @@ struct rkv_wal_replay {
     /* torn: logs whose end is an append a crash interrupted (a record of
      * this log at its place, incomplete). */
     uint64_t logs, records, rows, bytes, dups, torn;
+    /* Bytes past the logs' ends looked through for records of theirs. */
+    uint64_t scanned;
     uint64_t end_lsn;
     /* Not 0: the replay paused before the record at this LSN, whose custom
      * op pause_op had no handler (RKV_WAL_PAUSE_CUSTOM). */
@@ -246,7 +267,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
 /* Encoding and validation, for recovery and tests. */
 size_t rkv_wal_record_bytes(uint64_t count, uint64_t row_bytes);
 void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uint64_t gen,
-                           uint64_t fingerprint);
+                           uint64_t fingerprint, uint64_t hwm);
 /* The record of p at lsn, appended when the log was durable up to
  * durable, in a log of that lineage. */
 void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes,
