@@ -141,10 +141,53 @@ static void wal_file_close(struct rkv_wal_file *f)
     f->gen = 0;
 }
 
+static void wal_copies_free(struct rkv_wal *w)
+{
+    for (uint32_t id = 0; w->copies && id <= RKV_MAX_TENSORS; id++)
+        free(w->copies[id].lsn);
+    free(w->copies);
+    w->copies = NULL;
+}
+
 void rkv_wal_free(struct rkv_wal *w)
 {
     wal_file_close(&w->app);
     wal_file_close(&w->sync);
+    wal_copies_free(w);
+}
+
+int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, size_t err_len)
+{
+    wal_copies_free(w);
+    if (!(w->copies = calloc(RKV_MAX_TENSORS + 1, sizeof(*w->copies))))
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const struct rkv_snap_tensor *t = &s->tensors[i];
+        struct rkv_wal_copy *c = &w->copies[t->id];
+        uint64_t n = rkv_snap_chunks(t);
+        if (!t->copy_lsn || !n)
+            continue; /* version 1: one copy of everything at once */
+        if (!(c->lsn = malloc((size_t)n * 8))) {
+            wal_copies_free(w);
+            return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        }
+        c->chunk_rows = t->chunk_rows;
+        c->n_chunks = n;
+        for (uint64_t k = 0; k < n; k++) {
+            uint64_t lsn = rkv_get64(t->copy_lsn + k * 8);
+            if (lsn && RKV_WAL_GEN(lsn) != s->generation) {
+                wal_copies_free(w);
+                return rkv_errf(err, err_len, -RKV_EIO,
+                                "snapshot of machine %u, generation %llu: tensor %u's chunk %llu "
+                                "was copied at a place in log %llu",
+                                s->machine, (unsigned long long)s->generation, t->id,
+                                (unsigned long long)k, (unsigned long long)RKV_WAL_GEN(lsn));
+            }
+            c->lsn[k] = lsn;
+            c->lsn_max = lsn > c->lsn_max ? lsn : c->lsn_max;
+        }
+    }
+    return 0;
 }
 
 /* f open on log gen (reopened after a checkpoint switched logs). */
@@ -737,6 +780,33 @@ static int wal_all_zero(const uint8_t *p, size_t n)
 
 /* Checks and applies one record at buf[off..], whose CRCs passed; or
  * WAL_PAUSED, applying nothing, for a custom op that is to wait. */
+/* Record rec (at lsn) applied to t, but for the rows the snapshot's copy
+ * already holds (copied after it was applied). */
+static void wal_apply(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
+                      uint64_t lsn, const uint8_t *rec, struct rkv_wal_replay *r)
+{
+    uint32_t op = rkv_get32(rec + 48);
+    uint64_t count = rkv_get64(rec + 24);
+    double param;
+    memcpy(&param, rec + 40, 8);
+    const uint64_t *ids = (const uint64_t *)(const void *)(rec + RKV_WAL_REC_BYTES);
+    const uint8_t *rows = rec + RKV_WAL_REC_BYTES + count * 8;
+    const struct rkv_wal_copy *c = w->copies ? &w->copies[t->meta.id] : NULL;
+    if (!c || lsn >= c->lsn_max) {
+        rkv_shard_push(&t->shard, t, ht, (int)op, param, ids, (size_t)count, rows);
+        return;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t k = rkv_pbook_g2l(&t->pb, ids[i]) / c->chunk_rows;
+        assert(k < c->n_chunks);
+        if (lsn < c->lsn[k]) {
+            r->rows_in_copy++;
+            continue;
+        }
+        rkv_shard_push_row(&t->shard, t, ht, (int)op, param, ids[i], rows + i * t->row_bytes);
+    }
+}
+
 static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, const uint8_t *rec,
                           struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
                           int flags, struct rkv_wal_replay *r, char *err, size_t err_len)
@@ -745,8 +815,6 @@ static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, con
     uint32_t tid = rkv_get32(rec + 8), client = rkv_get32(rec + 12), op = rkv_get32(rec + 48);
     uint64_t seq = rkv_get64(rec + 16), count = rkv_get64(rec + 24),
              row_bytes = rkv_get64(rec + 32);
-    double param;
-    memcpy(&param, rec + 40, 8);
     struct rkv_tensor *t = tid >= 1 && tid <= RKV_MAX_TENSORS ? tensors[tid] : NULL;
     if (!t || !t->mapped)
         return WAL_BAD("log %s: record at byte %llu: tensor id %u is not in the snapshot", path,
@@ -783,8 +851,7 @@ static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, con
         }
         e->last_seq = seq;
     }
-    rkv_shard_push(&t->shard, t, ht, (int)op, param, ids, (size_t)count,
-                   rec + RKV_WAL_REC_BYTES + count * 8);
+    wal_apply(w, t, ht, rkv_get64(rec + 56), rec, r);
     r->records++;
     r->rows += count;
     return 0;

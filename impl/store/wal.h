@@ -165,12 +165,23 @@ struct rkv_wal_ckpt {
     char err[256];
 };
 
+/* How snapshot G copied a tensor's rows (snapshot.h): chunk k (local rows
+ * [k x chunk_rows, ...)) holds exactly the records before lsn[k]. */
+struct rkv_wal_copy {
+    uint64_t chunk_rows, n_chunks;
+    uint64_t *lsn;
+    uint64_t lsn_max; /* records from here on apply whole */
+};
+
 /* A server's handle on its machine's log. */
 struct rkv_wal {
     struct rkv_wal_ckpt ck;
     struct rkv_port *port;
     struct rkv_mach *mc;
     struct rkv_tensor *const *tensors;
+    /* The replay's snapshot's copies, by tensor id (RKV_MAX_TENSORS + 1);
+     * NULL: none (every record applies whole). */
+    struct rkv_wal_copy *copies;
     char dir[256];
     uint32_t machine;
     uint64_t fingerprint;
@@ -238,6 +249,8 @@ struct rkv_wal_replay {
     /* torn: logs whose end is an append a crash interrupted (a record of
      * this log at its place, incomplete). */
     uint64_t logs, records, rows, bytes, dups, torn;
+    /* Rows of replayed records the snapshot's copy already held. */
+    uint64_t rows_in_copy;
     /* Bytes past the logs' ends looked through for records of theirs. */
     uint64_t scanned;
     uint64_t end_lsn;
@@ -252,6 +265,11 @@ struct rkv_wal_replay {
  * server replays at create, before the application registered its
  * handlers, and finishes the replay at rkv_server_run. */
 #define RKV_WAL_PAUSE_CUSTOM 1
+
+/* Takes snapshot s's copy LSNs, for the replay after it (rkv_wal_recover):
+ * a record's row applies only if the record is at or past its chunk's
+ * copy LSN. Refuses LSNs that name another log than s's generation. */
+int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, size_t err_len);
 
 /* Replays the logs of snapshot generation gen (gen, gen+1, ...) into the
  * machine's tensors (by id, already in shared memory), cutting a torn tail,
