@@ -269,26 +269,43 @@ static uint64_t wal_hwm_for(const struct rkv_wal *w, uint64_t gen, uint64_t need
     return RKV_WAL_LSN(gen, off < need || off > cap ? cap : off);
 }
 
-/* Raises the high-water mark of the log f holds (under wal_lock) to hwm,
- * durably, before an append goes past the old one (wal.h): its header
- * rewritten in place and synced. */
-static int wal_hwm_raise(struct rkv_wal *w, struct rkv_wal_file *f, const char *path, uint64_t hwm,
-                         char *err, size_t err_len)
+/* Makes sure log f's high-water mark covers byte OFF(need) + margin (need
+ * an LSN of f's log, which cannot switch meanwhile: the caller holds the
+ * apply lock or wal_sync_lock), raising it to OFF(need) + a step when not:
+ * the header rewritten in place and synced, then published (wal.h). The
+ * append path asks with margin 0 (a record goes there next); the group
+ * commit asks with half a step, ahead, and its fdatasync is then this one
+ * (*synced_p), so that appends rarely sync under wal_lock. wal_hwm_lock
+ * keeps the two from writing the header at once (the disk could keep the
+ * smaller mark). */
+static int wal_hwm_ensure(struct rkv_wal *w, struct rkv_wal_file *f, const char *path,
+                          uint64_t need, uint64_t margin, int *synced_p, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
-    assert(rkv_live_held(&h->wal_lock, w->mc->owner) && f->gen == RKV_WAL_GEN(hwm));
-    uint8_t hdr[RKV_WAL_HDR_BYTES];
-    int rc = rkv_file_pread(f->fd, hdr, sizeof(hdr), 0, path, err, err_len);
-    if (rc < 0)
-        return rc;
-    rkv_put64(hdr + 48, RKV_WAL_OFF(hwm));
-    rkv_put32(hdr + 60, rkv_crc32c(0, hdr, 60));
-    if ((rc = rkv_file_pwrite(f->fd, hdr, sizeof(hdr), 0, path, err, err_len)) < 0 ||
-        (rc = wal_datasync(w, f, path, err, err_len)) < 0)
-        return rc;
-    atomic_store(&h->wal_hwm, hwm);
-    w->n_hwm_raises++;
-    return 0;
+    uint64_t gen = RKV_WAL_GEN(need), off = RKV_WAL_OFF(need);
+    assert(f->gen == gen && margin <= w->hwm_step);
+    uint64_t hwm = atomic_load(&h->wal_hwm);
+    if (RKV_WAL_GEN(hwm) == gen && off + margin <= RKV_WAL_OFF(hwm))
+        return 0;
+    rkv_live_lock(w->port, &h->wal_hwm_lock, &h->wal_hwm_holder, w->mc->owner);
+    hwm = atomic_load(&h->wal_hwm);
+    int rc = 0;
+    if (RKV_WAL_GEN(hwm) != gen || off + margin > RKV_WAL_OFF(hwm)) {
+        uint8_t hdr[RKV_WAL_HDR_BYTES];
+        hwm = wal_hwm_for(w, gen, off);
+        rc = rkv_file_pread(f->fd, hdr, sizeof(hdr), 0, path, err, err_len);
+        rkv_put64(hdr + 48, RKV_WAL_OFF(hwm));
+        rkv_put32(hdr + 60, rkv_crc32c(0, hdr, 60));
+        if (rc == 0 && (rc = rkv_file_pwrite(f->fd, hdr, sizeof(hdr), 0, path, err, err_len)) == 0)
+            rc = wal_datasync(w, f, path, err, err_len);
+        if (rc == 0) {
+            atomic_store(&h->wal_hwm, hwm);
+            w->n_hwm_raises++;
+            *synced_p = 1;
+        }
+    }
+    rkv_live_unlock(&h->wal_hwm_lock, &h->wal_hwm_holder);
+    return rc;
 }
 
 /* The record of p, whose header (wal_encode_head) is head, at the end of
@@ -318,12 +335,9 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
     size_t lens[4] = {RKV_WAL_REC_BYTES, (size_t)p->count * 8, (size_t)(p->count * row_bytes), pad};
     char path[512];
     int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
-    uint64_t hwm = atomic_load(&h->wal_hwm);
-    if (rc == 0 &&
-        (RKV_WAL_GEN(hwm) != RKV_WAL_GEN(end) || RKV_WAL_OFF(end) + bytes > RKV_WAL_OFF(hwm)))
-        rc =
-            wal_hwm_raise(w, &w->app, path,
-                          wal_hwm_for(w, RKV_WAL_GEN(end), RKV_WAL_OFF(end) + bytes), err, err_len);
+    int synced = 0;
+    if (rc == 0)
+        rc = wal_hwm_ensure(w, &w->app, path, end + bytes, 0, &synced, err, err_len);
     if (rc == 0)
         rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
                               err_len);
@@ -443,8 +457,11 @@ int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len)
      * lock), and an older log was synced whole by the switch. */
     uint64_t cur = atomic_load(&h->wal_end);
     char path[512];
+    int synced = 0;
     rc = wal_file_use(w, &w->sync, RKV_WAL_GEN(cur), path, sizeof(path), err, err_len);
     if (rc == 0)
+        rc = wal_hwm_ensure(w, &w->sync, path, cur, w->hwm_step / 2, &synced, err, err_len);
+    if (rc == 0 && !synced)
         rc = wal_datasync(w, &w->sync, path, err, err_len);
     if (rc == 0 && atomic_load(&h->wal_failed))
         rc = wal_failed(w, err, err_len); /* a checkpoint's sync of the old log failed */

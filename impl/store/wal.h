@@ -77,11 +77,13 @@
  * end for such records (and voids the log's records there, wal_void_past)
  * up to the header's high-water mark only, not to the file's end: a log
  * written ahead up to 1 TiB (durable_log_prewrite) was read whole at every
- * restart. The mark is raised before an append would pass it, to the
- * append's end plus RKV_WAL_HWM_STEP, by rewriting the header in place (a
+ * restart. The mark is raised by rewriting the header in place (a
  * 64-byte write within the first sector, which the disk writes whole, as
- * PostgreSQL relies on for pg_control) and an fdatasync, under wal_lock:
- * one per 256 MiB appended. So every record of this log at its place,
+ * PostgreSQL relies on for pg_control) and an fdatasync: ahead, by a group
+ * commit that finds the log within half a step of it (to its end plus
+ * RKV_WAL_HWM_STEP; its fdatasync is the commit's), and, should the
+ * appends outrun the commits, by the append that would pass it, before it
+ * writes (under wal_lock). So every record of this log at its place,
  * synced or not, lies below the mark on disk, and the scan reads at most
  * RKV_WAL_HWM_STEP past the records' end (a log of an earlier build,
  * without a mark, is read to its end once, and gets one at its next

@@ -448,6 +448,20 @@ static void test_appends_raise_high_water_mark(void **state)
         assert_true(file_u64(log1, 48) >= end); /* on disk before the record */
     }
     assert_true(f.w.n_hwm_raises >= 3);
+    /* A group commit raises it ahead, half a step before appends need it:
+     * its fdatasync is the commit's. */
+    for (int i = 0;
+         i < 8 && file_u64(log1, 48) - RKV_WAL_OFF(atomic_load(&f.mc.hdr->wal_end)) >= 2048; i++)
+        push_row(&f, t, 3, 1.0f);
+    uint64_t raises = f.w.n_hwm_raises, syncs = f.w.n_syncs;
+    uint64_t end = RKV_WAL_OFF(atomic_load(&f.mc.hdr->wal_end));
+    assert_true(file_u64(log1, 48) - end < 2048);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    assert_int_equal(file_u64(log1, 48), end + 4096);
+    assert_int_equal(f.w.n_hwm_raises, raises + 1);
+    assert_int_equal(f.w.n_syncs, syncs + 1);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0); /* nothing new: nothing */
+    assert_int_equal(f.w.n_hwm_raises, raises + 1);
     /* A crash kept records 0, 2.. but not record 1. */
     uint64_t r1 = RKV_WAL_HDR_BYTES + rec, r2 = r1 + rec;
     FILE *fp = fopen(log1, "r+b");
@@ -463,7 +477,7 @@ static void test_appends_raise_high_water_mark(void **state)
                      0);
     assert_int_equal(r.records, 1);
     assert_int_equal(r.end_lsn, RKV_WAL_LSN(1, r1));
-    for (int i = 2; i < 12; i++) /* every later record voided */
+    for (int i = 2; i < 12; i++) /* every later record voided (and those after) */
         assert_int_equal(file_u64(log1, r1 + (uint64_t)(i - 1) * rec), 0);
     fix_tensor_free(&f);
     fix_close(&f);
