@@ -20,11 +20,14 @@
  * A checkpoint of generation G creates log G (header written and synced
  * under a spare's name, then renamed, and the directory synced) before its
  * copy, switches appends to it under the copy lock (no push is being
- * applied then), syncs the previous log, writes the snapshot and, once
- * that is durable, lets the logs before G go: renamed to spares while
+ * applied then; the client sequences are copied there), syncs the previous
+ * log, copies and writes the shard chunk by chunk, each chunk with the
+ * LSN the log ended at when it was copied (snapshot.h), and, once the
+ * snapshot is durable, lets the logs before G go: renamed to spares while
  * there is room, else removed. A crash at any point leaves snapshot S and
  * logs S, S+1, ... that together hold every acknowledged push: recovery
- * replays them in order of generation.
+ * replays them in order of generation, a record's row skipped where the
+ * snapshot's chunk was copied after it (rkv_wal_set_copies).
  *
  * Why spares (as PostgreSQL recycles WAL segments and RocksDB's
  * recycle_log_file_num does): a group commit's fdatasync of an appending
