@@ -322,18 +322,22 @@ static void test_recovery_memory_bounded(void **state)
 
 /* Tensor 1 of the fixture's machine: `rows` rows of 256 floats, all
  * local, published in the machine's table (snapshots hold it). */
-static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows)
+static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows, int with_state)
 {
     char err[256], name[96];
-    struct rkv_wire_tensor wt = {
-        .dtype = RKV_F32, .policy = RKV_PART_RANGE, .row_len = 256, .rows = rows};
+    struct rkv_wire_tensor wt = {.dtype = RKV_F32,
+                                 .policy = RKV_PART_RANGE,
+                                 .row_len = 256,
+                                 .rows = rows,
+                                 .with_state = (uint32_t)with_state};
     snprintf(wt.name, sizeof(wt.name), "t");
     struct rkv_tensor *t = calloc(1, sizeof(*t));
     assert_non_null(t);
     if (rkv_tensor_from_wire(&wt, NULL, 1, 1, t, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     rkv_shard_name(name, sizeof(name), f->cfg.shm_prefix, 0, 1);
-    if (rkv_shard_map(f->port, name, rows, t->row_bytes, 0, 0, 1, &t->shard, err, sizeof(err)) < 0)
+    if (rkv_shard_map(f->port, name, rows, t->row_bytes, with_state, 0, 1, &t->shard, err,
+                      sizeof(err)) < 0)
         fail_msg("%s", err);
     t->shard.owner = 1;
     t->mapped = 1;
@@ -344,7 +348,7 @@ static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows)
 
 static struct rkv_tensor *fix_tensor(struct fix *f)
 {
-    return fix_tensor_rows(f, 16);
+    return fix_tensor_rows(f, 16, 0);
 }
 
 static void fix_tensor_free(struct fix *f)
@@ -483,11 +487,12 @@ static void test_appends_raise_high_water_mark(void **state)
     fix_close(&f);
 }
 
-/* Pushes (sum, client 0, tracked) into tensor 1 until told to stop. */
+/* Pushes (op, client 0, tracked) into tensor 1 until told to stop. */
 struct pusher {
     struct fix *f;
     struct rkv_tensor *t;
     uint64_t rows;
+    int op;
     _Atomic uint64_t n;
     atomic_int stop;
 };
@@ -502,7 +507,8 @@ static void pusher_one(struct pusher *p)
     struct rkv_wal_push w = {.tensor_id = 1,
                              .client = 0,
                              .seq = (1ull << RKV_SEQ_TAG_SHIFT) | (n + 1),
-                             .op = RKV_OP_SUM,
+                             .op = p->op,
+                             .param = 0.01,
                              .count = 1,
                              .ids = &row,
                              .rows = (const uint8_t *)vals};
@@ -538,12 +544,16 @@ static void recover_and_compare(struct fix *f, const char *path, const uint8_t *
         fail_msg("%s", err);
     rkv_snap_free(&snap);
     assert_int_equal(f->mc.hdr->clients[0].last_seq, want_seq);
-    const uint8_t *got = f->tensors[1]->shard.data;
-    for (size_t i = 0; i < bytes; i++)
-        if (got[i] != want[i])
-            fail_msg("%s: byte %zu (row %zu) differs after replay: a push applied twice or "
+    const struct rkv_shard *sh = &f->tensors[1]->shard;
+    size_t half = sh->state ? bytes / 2 : bytes;
+    for (size_t i = 0; i < bytes; i++) {
+        uint8_t got = i < half ? sh->data[i] : sh->state[i - half];
+        if (got != want[i])
+            fail_msg("%s: %s byte %zu (row %zu) differs after replay: a push applied twice or "
                      "never",
-                     path, i, i / f->tensors[1]->row_bytes);
+                     path, i < half ? "data" : "state", i % half,
+                     (i % half) / f->tensors[1]->row_bytes);
+    }
 }
 
 /* A checkpoint copies the shard chunk by chunk while pushes go on (a whole
@@ -555,19 +565,18 @@ static void recover_and_compare(struct fix *f, const char *path, const uint8_t *
  * skipped (without the copy LSNs, the replay added them a second time). A
  * crash before its swap: the snapshot before it and both logs give the
  * same. */
-static void test_fuzzy_checkpoint_under_pushes(void **state)
+static void run_fuzzy_checkpoint(int op, int with_state)
 {
-    (void)state;
     struct fix f;
     fix_open(&f, 0);
-    uint64_t rows = 32 << 10;
-    struct rkv_tensor *t = fix_tensor_rows(&f, rows);
+    uint64_t rows = with_state ? 16 << 10 : 32 << 10;
+    struct rkv_tensor *t = fix_tensor_rows(&f, rows, with_state);
     fix_wal(&f);
     struct rkv_mach_hdr *h = f.mc.hdr;
     char err[256], log_prev[160], spare[160];
     assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
     uint64_t gen = atomic_load(&h->snap_durable);
-    struct pusher p = {.f = &f, .t = t, .rows = rows};
+    struct pusher p = {.f = &f, .t = t, .rows = rows, .op = op};
     for (int i = 0; i < 2000; i++) /* in log gen */
         pusher_one(&p);
     pthread_t th;
@@ -581,10 +590,12 @@ static void test_fuzzy_checkpoint_under_pushes(void **state)
     atomic_store(&p.stop, 1);
     pthread_join(th, NULL);
     assert_int_equal(atomic_load(&h->snap_durable), gen + 1);
-    size_t bytes = (size_t)(rows * t->row_bytes);
+    size_t half = (size_t)(rows * t->row_bytes), bytes = with_state ? 2 * half : half;
     uint8_t *want = malloc(bytes);
     assert_non_null(want);
-    memcpy(want, t->shard.data, bytes);
+    memcpy(want, t->shard.data, half);
+    if (with_state)
+        memcpy(want + half, t->shard.state, half);
     uint64_t want_seq = h->clients[0].last_seq;
     assert_int_equal(want_seq, (1ull << RKV_SEQ_TAG_SHIFT) | atomic_load(&p.n));
     struct rkv_wal_replay r;
@@ -605,6 +616,20 @@ static void test_fuzzy_checkpoint_under_pushes(void **state)
     free(want);
     fix_tensor_free(&f);
     fix_close(&f);
+}
+
+static void test_fuzzy_checkpoint_under_pushes(void **state)
+{
+    (void)state;
+    run_fuzzy_checkpoint(RKV_OP_SUM, 0);
+}
+
+/* The same with an optimizer's state (adagrad: each chunk's rows and
+ * state copied together, the state's CRC combined with the rows'). */
+static void test_fuzzy_checkpoint_with_state(void **state)
+{
+    (void)state;
+    run_fuzzy_checkpoint(RKV_OP_ADAGRAD, 1);
 }
 
 /* A copy LSN names a place in the snapshot's own log (or is 0): another
@@ -646,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_recovery_scan_stops_at_high_water_mark),
         cmocka_unit_test(test_appends_raise_high_water_mark),
         cmocka_unit_test(test_fuzzy_checkpoint_under_pushes),
+        cmocka_unit_test(test_fuzzy_checkpoint_with_state),
         cmocka_unit_test(test_copy_lsn_of_another_log_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
