@@ -331,6 +331,8 @@ static void test_durable(void **state)
                           "ratio durable.push.1M.8w.shard2M/disk.overwrite ",
                           "ratio durable.push.1M.8w.shard2M/durable.push.1M.8w.shard1M ",
                           "ratio durable.push.4K.1w.shard2M/durable.push.4K.1w.shard1M ",
+                          "figure durable.push.1M.8w.shard2M.max ",
+                          "figure plain.push.4K.1w.shard1M.max ",
                           "figure recovery.shard2M."};
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         if (!strstr(out, want[i]))

@@ -240,6 +240,8 @@ uint32_t rkv_mach_reclaim(struct rkv_mach *mc)
         atomic_store(&h->snap_holder, 0);
     if (mach_free_if_mine(&h->wal_sync_lock, mc->owner))
         atomic_store(&h->wal_sync_holder, 0);
+    if (mach_free_if_mine(&h->wal_hwm_lock, mc->owner))
+        atomic_store(&h->wal_hwm_holder, 0);
     mach_free_if_mine(&h->table_lock, mc->owner);
     mach_free_if_mine(&h->copy_writer, mc->owner);
     atomic_store(&h->readers[mc->owner - 1], 0);

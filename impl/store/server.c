@@ -1550,13 +1550,12 @@ static void srv_replay_log(struct rkv_server *s, uint64_t t0)
     const struct rkv_wal_replay *r = &s->replay;
     RKV_LOGW(s->port,
              "server %u replayed machine %u's log after snapshot generation %llu: %llu logs, "
-             "%llu records (%llu rows, %llu bytes, %llu already applied), %llu torn appends left "
-             "behind, "
-             "in %llu ms",
+             "%llu records (%llu rows, %llu of them in the snapshot's copy already, %llu bytes, "
+             "%llu already applied), %llu torn appends left behind, in %llu ms",
              s->server_id, s->cfg.machine_id, (unsigned long long)s->replay_gen,
              (unsigned long long)r->logs, (unsigned long long)r->records,
-             (unsigned long long)r->rows, (unsigned long long)r->bytes, (unsigned long long)r->dups,
-             (unsigned long long)r->torn,
+             (unsigned long long)r->rows, (unsigned long long)r->rows_in_copy,
+             (unsigned long long)r->bytes, (unsigned long long)r->dups, (unsigned long long)r->torn,
              (unsigned long long)((s->port->ops->now_ns(s->port) - t0) / 1000000ull));
 }
 
@@ -1570,7 +1569,11 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
     s->replay_gen = snap->generation;
     struct rkv_wal_replay *r = &s->replay;
     uint64_t t0 = s->port->ops->now_ns(s->port);
-    int rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht,
+    /* The snapshot's rows were copied chunk by chunk while pushes went on:
+     * its copy LSNs say which records each chunk holds already. */
+    int rc = rkv_wal_set_copies(s->wal, snap, err, err_len);
+    if (rc == 0)
+        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht,
                              RKV_WAL_PAUSE_CUSTOM, r, err, err_len);
     if (rc < 0)
         return rc;

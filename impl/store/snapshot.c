@@ -98,6 +98,38 @@ uint32_t rkv_crc32c(uint32_t crc, const void *buf, size_t len)
     return ~crc_soft(crc, buf, len);
 }
 
+/* a x b modulo the polynomial, reflected (bit 31 is x^0), as zlib's
+ * multmodp. */
+static uint32_t crc_mult(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* Appending len2 bytes multiplies the CRC register by x^(8 len2): crc2 is
+ * what those bytes give from a zero register, so CRC(A B) is crc1 times
+ * that power plus crc2 (the conditioning ~ cancels out). */
+uint32_t rkv_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    uint32_t power = 1u << 30; /* x^1, squared into x^(2^k) as k grows */
+    uint32_t p = 1u << 31;     /* x^0 */
+    for (uint64_t n = len2 * 8; n; n >>= 1) {
+        if (n & 1)
+            p = crc_mult(power, p);
+        power = crc_mult(power, power);
+    }
+    return crc_mult(p, crc1) ^ crc2;
+}
+
 /* ---- encoding ---- */
 
 static uint8_t *put_desc(uint8_t *p, const struct rkv_wire_tensor *d)
@@ -129,18 +161,36 @@ static void get_desc(const uint8_t *p, struct rkv_wire_tensor *d)
     d->book_len = rkv_get32(p + 36);
 }
 
-/* Bytes of one tensor record after its fixed part; 0 on overflow. */
-static int snap_tensor_bytes(const struct rkv_snap_tensor *t, uint64_t *bytes_p)
+static uint32_t snap_version(const struct rkv_snap *s)
 {
-    uint64_t book, data, total, local = 0;
+    return s->version ? s->version : RKV_SNAP_VERSION;
+}
+
+/* Rows per chunk as written: 0 in the struct is one chunk. */
+static uint64_t snap_chunk_rows(const struct rkv_snap_tensor *t)
+{
+    return t->chunk_rows ? t->chunk_rows : t->local_rows ? t->local_rows : 1;
+}
+
+uint64_t rkv_snap_chunks(const struct rkv_snap_tensor *t)
+{
+    uint64_t cr = snap_chunk_rows(t);
+    return t->local_rows / cr + (t->local_rows % cr != 0);
+}
+
+/* Bytes of one tensor record (version v) with its fixed part; 0 on
+ * overflow. */
+static int snap_tensor_bytes(const struct rkv_snap_tensor *t, uint32_t v, uint64_t *bytes_p)
+{
+    uint64_t book, data, total, local = 0, lsns = v >= 2 ? rkv_snap_chunks(t) * 8 : 0;
     if (t->has_local && !rkv_mul_ok(t->book_len, 8, &local))
         return 0;
     if (!rkv_mul_ok(t->book_len, 4, &book) || !rkv_add_ok(book, 7, &book) ||
         !rkv_add_ok(book & ~7ull, local, &book) || !rkv_add_ok(book, 7, &book) ||
         !rkv_mul_ok(t->local_rows, t->row_bytes, &data) ||
         !rkv_mul_ok(data, t->with_state ? 2 : 1, &total) ||
-        !rkv_add_ok(total, book & ~7ull, &total) ||
-        !rkv_add_ok(total, RKV_SNAP_TENSOR_BYTES, &total))
+        !rkv_add_ok(total, book & ~7ull, &total) || !rkv_add_ok(total, lsns, &total) ||
+        !rkv_add_ok(total, v >= 2 ? RKV_SNAP_TENSOR_BYTES_V2 : RKV_SNAP_TENSOR_BYTES, &total))
         return 0;
     *bytes_p = total;
     return 1;
@@ -150,25 +200,50 @@ int rkv_snap_size(const struct rkv_snap *s, uint64_t *bytes_p)
 {
     uint64_t total = RKV_SNAP_HDR_BYTES + (uint64_t)s->n_clients * 8, one;
     for (uint32_t i = 0; i < s->n_tensors; i++)
-        if (!snap_tensor_bytes(&s->tensors[i], &one) || !rkv_add_ok(total, one, &total))
+        if (!snap_tensor_bytes(&s->tensors[i], snap_version(s), &one) ||
+            !rkv_add_ok(total, one, &total))
             return -RKV_ELIMIT;
     *bytes_p = total;
     return 0;
 }
 
+/* A tensor record's fixed part (version v) into p; returns its end. */
+static uint8_t *snap_put_tensor(uint8_t *p, const struct rkv_snap_tensor *t, uint32_t v)
+{
+    p = rkv_put32(p, t->id);
+    p = rkv_put32(p, t->with_state | (t->has_local ? 2u : 0u));
+    p = rkv_put64(p, t->local_rows);
+    p = rkv_put64(p, t->row_bytes);
+    p = rkv_put64(p, t->book_len);
+    p = put_desc(p, &t->desc);
+    return v >= 2 ? rkv_put64(p, snap_chunk_rows(t)) : p;
+}
+
+/* The header but for the CRCs (rkv_snap_seal, or the writer's). */
+static void snap_put_header(uint8_t *h, const struct rkv_snap *s, uint64_t body_bytes)
+{
+    h = rkv_put64(h, RKV_SNAP_MAGIC);
+    h = rkv_put32(h, snap_version(s));
+    h = rkv_put32(h, s->machine);
+    h = rkv_put64(h, s->lineage);
+    h = rkv_put64(h, s->generation);
+    h = rkv_put64(h, s->wall_ns);
+    h = rkv_put64(h, s->fingerprint);
+    h = rkv_put32(h, s->n_tensors);
+    h = rkv_put32(h, s->n_clients);
+    h = rkv_put64(h, body_bytes);
+    memset(h, 0, 8);
+}
+
 void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
 {
+    uint32_t v = snap_version(s);
     uint8_t *p = out + RKV_SNAP_HDR_BYTES;
     memcpy(p, s->last_seq, (size_t)s->n_clients * 8);
     p += (size_t)s->n_clients * 8;
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         const struct rkv_snap_tensor *t = &s->tensors[i];
-        p = rkv_put32(p, t->id);
-        p = rkv_put32(p, t->with_state | (t->has_local ? 2u : 0u));
-        p = rkv_put64(p, t->local_rows);
-        p = rkv_put64(p, t->row_bytes);
-        p = rkv_put64(p, t->book_len);
-        p = put_desc(p, &t->desc);
+        p = snap_put_tensor(p, t, v);
         size_t book = (size_t)t->book_len * 4, data = (size_t)(t->local_rows * t->row_bytes);
         if (book)
             memcpy(p, t->book, book);
@@ -184,18 +259,14 @@ void rkv_snap_encode(const struct rkv_snap *s, uint8_t *out)
             memcpy(p, t->state, data);
             p += data;
         }
+        size_t lsns = v >= 2 ? (size_t)rkv_snap_chunks(t) * 8 : 0;
+        if (lsns && t->copy_lsn)
+            memcpy(p, t->copy_lsn, lsns);
+        else
+            memset(p, 0, lsns);
+        p += lsns;
     }
-    uint8_t *h = out;
-    h = rkv_put64(h, RKV_SNAP_MAGIC);
-    h = rkv_put32(h, RKV_SNAP_VERSION);
-    h = rkv_put32(h, s->machine);
-    h = rkv_put64(h, s->lineage);
-    h = rkv_put64(h, s->generation);
-    h = rkv_put64(h, s->wall_ns);
-    h = rkv_put64(h, s->fingerprint);
-    h = rkv_put32(h, s->n_tensors);
-    h = rkv_put32(h, s->n_clients);
-    rkv_put64(h, (uint64_t)(p - out) - RKV_SNAP_HDR_BYTES);
+    snap_put_header(out, s, (uint64_t)(p - out) - RKV_SNAP_HDR_BYTES);
 }
 
 void rkv_snap_seal(uint8_t *buf, size_t len)
@@ -217,9 +288,11 @@ void rkv_snap_file_name(char *buf, size_t len, uint32_t machine)
 static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t *end,
                                struct rkv_snap *s, char *err, size_t err_len)
 {
+    uint32_t v = s->version;
+    size_t fixed = v >= 2 ? RKV_SNAP_TENSOR_BYTES_V2 : RKV_SNAP_TENSOR_BYTES;
     for (uint32_t i = 0; i < s->n_tensors; i++) {
         struct rkv_snap_tensor *t = &s->tensors[i];
-        if ((size_t)(end - p) < RKV_SNAP_TENSOR_BYTES)
+        if ((size_t)(end - p) < fixed)
             return SNAP_BAD("snapshot %s: tensor record %u runs past the end", path, i);
         t->id = rkv_get32(p);
         uint32_t flags = rkv_get32(p + 4);
@@ -229,11 +302,12 @@ static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t
         t->row_bytes = rkv_get64(p + 16);
         t->book_len = rkv_get64(p + 24);
         get_desc(p + 32, &t->desc);
-        p += RKV_SNAP_TENSOR_BYTES;
+        t->chunk_rows = v >= 2 ? rkv_get64(p + RKV_SNAP_TENSOR_BYTES) : 0;
+        p += fixed;
         uint64_t rest;
-        if (t->id == 0 || t->id > RKV_MAX_TENSORS || flags > 3 ||
+        if (t->id == 0 || t->id > RKV_MAX_TENSORS || flags > 3 || (v >= 2 && !t->chunk_rows) ||
             (t->has_local && t->book_len == 0) || t->book_len != t->desc.book_len ||
-            !snap_tensor_bytes(t, &rest) || rest - RKV_SNAP_TENSOR_BYTES > (uint64_t)(end - p))
+            !snap_tensor_bytes(t, v, &rest) || rest - fixed > (uint64_t)(end - p))
             return SNAP_BAD("snapshot %s: tensor record %u (id %u, '%s') has impossible sizes",
                             path, i, t->id, t->desc.name);
         for (uint32_t j = 0; j < i; j++)
@@ -248,6 +322,8 @@ static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t
         p += data;
         t->state = t->with_state ? p : NULL;
         p += t->with_state ? data : 0;
+        t->copy_lsn = v >= 2 ? p : NULL;
+        p += v >= 2 ? (size_t)rkv_snap_chunks(t) * 8 : 0;
     }
     if (p != end)
         return SNAP_BAD("snapshot %s: %zu bytes after the last tensor", path, (size_t)(end - p));
@@ -263,8 +339,8 @@ int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t m
                         len, RKV_SNAP_HDR_BYTES);
     if (rkv_get64(buf) != RKV_SNAP_MAGIC)
         return SNAP_BAD("snapshot %s: not an rkv snapshot (bad magic)", path);
-    if (rkv_get32(buf + 8) != RKV_SNAP_VERSION)
-        return SNAP_BAD("snapshot %s: format version %u, this build reads version %u", path,
+    if (rkv_get32(buf + 8) != RKV_SNAP_VERSION && rkv_get32(buf + 8) != 1)
+        return SNAP_BAD("snapshot %s: format version %u, this build reads versions 1 to %u", path,
                         rkv_get32(buf + 8), RKV_SNAP_VERSION);
     if (rkv_get32(buf + 68) != rkv_crc32c(0, buf, 68))
         return SNAP_BAD("snapshot %s: header checksum mismatch (corrupted header)", path);
@@ -276,6 +352,7 @@ int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t m
     if (rkv_get32(buf + 64) != rkv_crc32c(0, buf + RKV_SNAP_HDR_BYTES, (size_t)body))
         return SNAP_BAD("snapshot %s: checksum mismatch over its %llu-byte body (corrupted data)",
                         path, (unsigned long long)body);
+    s->version = rkv_get32(buf + 8);
     s->machine = rkv_get32(buf + 12);
     s->lineage = rkv_get64(buf + 16);
     s->generation = rkv_get64(buf + 24);
@@ -410,41 +487,86 @@ static int snap_pwrite_paced(int fd, const uint8_t *buf, uint64_t from, uint64_t
     return rc;
 }
 
-/* The snapshot file replaced atomically, as rkv_file_replace does, but
- * written over the blocks of the snapshot before it: the temp file is the
- * previous snapshot, which the swap (rkv_file_swap_in) left under the temp
- * name. On this kind of disk a write into blocks already written runs
- * several times faster than one that allocates (dd of 2 GiB with
- * fdatasync, here: 0.30 GB/s into a new file, 3.0 GB/s over the same
- * file's blocks), as with the log's spares (wal.h); a 1 GiB shard's
- * checkpoint took 7-10 s, its log's group commits waiting behind it. The
- * temp file never is the snapshot's file: a swap exchanges the two whole,
- * so a crash leaves either the old or the new file under the snapshot's
- * name. The writes go to the disk as they are made, a few chunks queued at
- * most, so that a group commit's fdatasync waits behind a few chunks, not
- * the whole shard. */
-static int snap_file_write(struct rkv_snap_writer *w, const uint8_t *buf, size_t len,
-                           uint32_t *fsyncs_p, char *err, size_t err_len)
-{
-    char tmp[512], path[512];
-    uint64_t size;
-    snprintf(tmp, sizeof(tmp), "%s/%s", w->dir, w->tmp);
-    snprintf(path, sizeof(path), "%s/%s", w->dir, w->name);
+/* A snapshot's writes, handed to the disk as they are made and at most
+ * SNAP_CHUNKS_QUEUED x SNAP_CHUNK_BYTES of them waiting for it, so that a
+ * group commit's fdatasync waits behind a few chunks, not the whole shard.
+ * The CRC of the body runs along in file order. */
+#define SNAP_RING 64u
+struct snap_out {
     int fd;
-    int rc = rkv_file_open(tmp, 1, &fd, err, err_len);
+    const char *path;
+    uint64_t off[SNAP_RING], len[SNAP_RING];
+    uint32_t head, n;
+    uint64_t queued;
+};
+
+static int snap_out_write(struct snap_out *o, const void *buf, uint64_t len, uint64_t at, char *err,
+                          size_t err_len)
+{
+    const uint8_t *b = buf;
+    for (uint64_t done = 0; done < len;) {
+        size_t n = len - done < SNAP_CHUNK_BYTES ? (size_t)(len - done) : SNAP_CHUNK_BYTES;
+        int rc = rkv_file_pwrite(o->fd, b + done, n, at + done, o->path, err, err_len);
+        if (rc < 0)
+            return rc;
+        rkv_file_writeback(o->fd, at + done, n);
+        uint32_t k = (o->head + o->n) % SNAP_RING;
+        o->off[k] = at + done;
+        o->len[k] = n;
+        o->n++;
+        o->queued += n;
+        while (o->n == SNAP_RING || o->queued > SNAP_CHUNKS_QUEUED * SNAP_CHUNK_BYTES) {
+            rkv_file_writeback_wait(o->fd, o->off[o->head], o->len[o->head]);
+            o->queued -= o->len[o->head];
+            o->head = (o->head + 1) % SNAP_RING;
+            o->n--;
+        }
+        done += n;
+    }
+    return 0;
+}
+
+/* The snapshot is written over the blocks of the snapshot before it: the
+ * temp file is the previous snapshot, which the swap (rkv_file_swap_in)
+ * left under the temp name. On this kind of disk a write into blocks
+ * already written runs several times faster than one that allocates (dd
+ * of 2 GiB with fdatasync, here: 0.30 GB/s into a new file, 3.0 GB/s over
+ * the same file's blocks), as with the log's spares (wal.h); a 1 GiB
+ * shard's checkpoint took 7-10 s, its log's group commits waiting behind
+ * it. The temp file never is the snapshot's file: a swap exchanges the two
+ * whole, so a crash leaves either the old or the new file under the
+ * snapshot's name. Opened (and cut to len when longer: the decoder refuses
+ * trailing bytes) before the copy begins. */
+static int snap_file_open(struct snap_out *o, struct rkv_snap_writer *w, char *tmp, size_t len,
+                          uint64_t bytes, char *err, size_t err_len)
+{
+    uint64_t size;
+    memset(o, 0, sizeof(*o));
+    snprintf(tmp, len, "%s/%s", w->dir, w->tmp);
+    o->path = tmp;
+    int rc = rkv_file_open(tmp, 1, &o->fd, err, err_len);
     if (rc < 0)
         return rc;
-    /* Shorter first, when the shard shrank: never longer than len. */
-    rc = rkv_file_size(fd, &size, tmp, err, err_len);
-    if (rc == 0 && size > len)
-        rc = rkv_file_truncate(fd, len, tmp, err, err_len);
+    rc = rkv_file_size(o->fd, &size, tmp, err, err_len);
+    if (rc == 0 && size > bytes)
+        rc = rkv_file_truncate(o->fd, bytes, tmp, err, err_len);
+    if (rc < 0)
+        rkv_file_close(o->fd);
+    return rc;
+}
+
+/* Written whole: synced, swapped in, the directory synced. */
+static int snap_file_finish(struct rkv_snap_writer *w, struct snap_out *o, uint32_t *fsyncs_p,
+                            char *err, size_t err_len)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", w->dir, w->name);
+    int rc = rkv_file_datasync(o->fd, o->path, err, err_len);
     if (rc == 0)
-        rc = snap_pwrite_paced(fd, buf, 0, len, tmp, err, err_len);
-    if (rc == 0 && (rc = rkv_file_datasync(fd, tmp, err, err_len)) == 0)
         (*fsyncs_p)++;
-    rkv_file_close(fd);
+    rkv_file_close(o->fd);
     if (rc == 0)
-        rc = rkv_file_swap_in(tmp, path, err, err_len);
+        rc = rkv_file_swap_in(o->path, path, err, err_len);
     if (rc == 0 && (rc = rkv_file_sync_dir(w->dir, err, err_len)) == 0)
         (*fsyncs_p)++;
     return rc;
@@ -477,13 +599,123 @@ out:
         RKV_LOGW(w->port, "machine %u: no snapshot file written ahead: %s", w->machine, why);
 }
 
-/* Under snap_lock: copies under the copy lock, checksums and writes outside it. */
+/* Room for one chunk's copy and one tensor's copy LSNs. */
+static int snap_reserve(struct rkv_snap_writer *w, const struct rkv_snap *s, char *err,
+                        size_t err_len)
+{
+    uint64_t buf = RKV_SNAP_TENSOR_BYTES_V2, lsns = 8;
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const struct rkv_snap_tensor *t = &s->tensors[i];
+        uint64_t one = t->chunk_rows * t->row_bytes * (t->with_state ? 2 : 1);
+        buf = one > buf ? one : buf;
+        lsns = rkv_snap_chunks(t) * 8 > lsns ? rkv_snap_chunks(t) * 8 : lsns;
+    }
+    if (buf > w->cap) {
+        uint8_t *nb = realloc(w->buf, (size_t)buf);
+        if (!nb)
+            return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: no memory for %llu bytes",
+                            (unsigned long long)buf);
+        w->buf = nb;
+        w->cap = (size_t)buf;
+    }
+    if (lsns > w->lsn_cap) {
+        uint8_t *nl = realloc(w->lsns, (size_t)lsns);
+        if (!nl)
+            return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: no memory for %llu bytes",
+                            (unsigned long long)lsns);
+        w->lsns = nl;
+        w->lsn_cap = (size_t)lsns;
+    }
+    return 0;
+}
+
+/* Tensor t's rows and state, chunk by chunk, each copied under the copy
+ * lock with the log's end then (its copy LSN; snapshot.h) and written
+ * outside it; then the copy LSNs. at: where the rows go; *crc_p the body's
+ * CRC so far. Rows and state lie apart in the file: their CRCs run apart
+ * and are combined. */
+static int snap_write_rows(struct rkv_snap_writer *w, struct snap_out *o,
+                           const struct rkv_snap_tensor *t, uint64_t at, uint32_t *crc_p, char *err,
+                           size_t err_len)
+{
+    const struct rkv_mach_hdr *h = w->mc->hdr;
+    uint64_t rb = t->row_bytes, data = t->local_rows * rb, n_chunks = rkv_snap_chunks(t);
+    assert(!t->with_state || t->state);
+    uint64_t state_at = at + data, lsn_at = state_at + (t->with_state ? data : 0);
+    uint32_t crc_data = 0, crc_state = 0;
+    int rc = 0;
+    for (uint64_t k = 0; k < n_chunks && rc == 0; k++) {
+        uint64_t first = k * t->chunk_rows, rows = t->local_rows - first;
+        rows = rows < t->chunk_rows ? rows : t->chunk_rows;
+        size_t bytes = (size_t)(rows * rb);
+        rkv_mach_copy_begin(w->mc);
+        rkv_put64(w->lsns + k * 8, atomic_load(&h->wal_end));
+        memcpy(w->buf, t->data + first * rb, bytes);
+        if (t->state)
+            memcpy(w->buf + bytes, t->state + first * rb, bytes);
+        rkv_mach_copy_end(w->mc);
+        crc_data = rkv_crc32c(crc_data, w->buf, bytes);
+        rc = snap_out_write(o, w->buf, bytes, at + first * rb, err, err_len);
+        if (rc == 0 && t->state) {
+            crc_state = rkv_crc32c(crc_state, w->buf + bytes, bytes);
+            rc = snap_out_write(o, w->buf + bytes, bytes, state_at + first * rb, err, err_len);
+        }
+    }
+    if (rc < 0)
+        return rc;
+    *crc_p = rkv_crc32c_combine(*crc_p, crc_data, data);
+    if (t->state)
+        *crc_p = rkv_crc32c_combine(*crc_p, crc_state, data);
+    *crc_p = rkv_crc32c(*crc_p, w->lsns, (size_t)n_chunks * 8);
+    return snap_out_write(o, w->lsns, n_chunks * 8, lsn_at, err, err_len);
+}
+
+/* The body after the client sequences: each tensor's fixed part, book and
+ * local index (fixed once the tensor is published), then its rows. */
+static int snap_write_tensors(struct rkv_snap_writer *w, struct snap_out *o,
+                              const struct rkv_snap *s, uint64_t at, uint32_t *crc_p, char *err,
+                              size_t err_len)
+{
+    static const uint8_t pad[8];
+    int rc = 0;
+    for (uint32_t i = 0; i < s->n_tensors && rc == 0; i++) {
+        const struct rkv_snap_tensor *t = &s->tensors[i];
+        uint8_t head[RKV_SNAP_TENSOR_BYTES_V2];
+        size_t book = (size_t)t->book_len * 4, book_pad = ((book + 7) & ~(size_t)7) - book;
+        size_t local = t->has_local ? (size_t)t->book_len * 8 : 0;
+        snap_put_tensor(head, t, RKV_SNAP_VERSION);
+        *crc_p = rkv_crc32c(*crc_p, head, sizeof(head));
+        rc = snap_out_write(o, head, sizeof(head), at, err, err_len);
+        at += sizeof(head);
+        if (rc == 0 && book) {
+            *crc_p = rkv_crc32c(*crc_p, t->book, book);
+            *crc_p = rkv_crc32c(*crc_p, pad, book_pad);
+            if ((rc = snap_out_write(o, t->book, book, at, err, err_len)) == 0)
+                rc = snap_out_write(o, pad, book_pad, at + book, err, err_len);
+        }
+        at += book + book_pad;
+        if (rc == 0 && local) {
+            *crc_p = rkv_crc32c(*crc_p, t->local, local);
+            rc = snap_out_write(o, t->local, local, at, err, err_len);
+        }
+        at += local;
+        if (rc == 0)
+            rc = snap_write_rows(w, o, t, at, crc_p, err, err_len);
+        at += t->local_rows * t->row_bytes * (t->with_state ? 2 : 1) + rkv_snap_chunks(t) * 8;
+    }
+    return rc;
+}
+
+/* Under snap_lock: the client sequences copied (and the log switched) at
+ * once under the copy lock, the rows chunk by chunk after; each written as
+ * it is copied, never the whole shard in memory. */
 static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_tensor *ts,
                       uint64_t *seqs, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
     assert(rkv_live_held(&h->snap_lock, w->mc->owner));
-    struct rkv_snap s = {.machine = w->machine,
+    struct rkv_snap s = {.version = RKV_SNAP_VERSION,
+                         .machine = w->machine,
                          .lineage = h->lineage,
                          .generation = gen,
                          .fingerprint = w->fingerprint,
@@ -494,32 +726,51 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
     int rc = snap_list(w, ts, &s.n_tensors, err, err_len);
     if (rc < 0)
         return rc;
+    for (uint32_t i = 0; i < s.n_tensors; i++) {
+        uint64_t per = ts[i].row_bytes * (ts[i].with_state ? 2 : 1);
+        ts[i].chunk_rows = per >= RKV_SNAP_COPY_BYTES ? 1 : RKV_SNAP_COPY_BYTES / per;
+    }
     if ((rc = rkv_snap_size(&s, &bytes)) < 0)
         return rkv_errf(err, err_len, rc, "snapshot of machine %u: size overflows", w->machine);
-    if (bytes > w->cap) {
-        uint8_t *nb = realloc(w->buf, (size_t)bytes);
-        if (!nb)
-            return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: no memory for %llu bytes",
-                            (unsigned long long)bytes);
-        w->buf = nb;
-        w->cap = (size_t)bytes;
-    }
-    const struct rkv_snap_hooks *hk = &w->hooks;
-    if (hk->before_copy && (rc = hk->before_copy(hk->user, gen, err, err_len)) < 0)
+    if ((rc = snap_reserve(w, &s, err, err_len)) < 0)
         return rc;
+    struct snap_out o;
+    char tmp[512];
+    if ((rc = snap_file_open(&o, w, tmp, sizeof(tmp), bytes, err, err_len)) < 0)
+        return rc;
+    const struct rkv_snap_hooks *hk = &w->hooks;
+    if (hk->before_copy && (rc = hk->before_copy(hk->user, gen, err, err_len)) < 0) {
+        rkv_file_close(o.fd);
+        return rc;
+    }
     rkv_mach_copy_begin(w->mc);
     s.wall_ns = rkv_file_wall_ns();
     for (uint32_t c = 0; c < h->n_clients; c++)
         seqs[c] = h->clients[c].last_seq;
-    rkv_snap_encode(&s, w->buf);
     if (hk->during_copy)
         hk->during_copy(hk->user, gen);
     rkv_mach_copy_end(w->mc);
-    if (hk->after_copy && (rc = hk->after_copy(hk->user, gen, err, err_len)) < 0)
+    if (hk->after_copy && (rc = hk->after_copy(hk->user, gen, err, err_len)) < 0) {
+        rkv_file_close(o.fd);
         return rc;
-    rkv_snap_seal(w->buf, (size_t)bytes);
+    }
+    uint32_t crc = rkv_crc32c(0, seqs, (size_t)s.n_clients * 8);
+    rc = snap_out_write(&o, seqs, (uint64_t)s.n_clients * 8, RKV_SNAP_HDR_BYTES, err, err_len);
+    if (rc == 0)
+        rc = snap_write_tensors(w, &o, &s, RKV_SNAP_HDR_BYTES + (uint64_t)s.n_clients * 8, &crc,
+                                err, err_len);
+    uint8_t hdr[RKV_SNAP_HDR_BYTES];
+    snap_put_header(hdr, &s, bytes - RKV_SNAP_HDR_BYTES);
+    rkv_put32(hdr + 64, crc);
+    rkv_put32(hdr + 68, rkv_crc32c(0, hdr, 68));
+    if (rc == 0)
+        rc = snap_out_write(&o, hdr, sizeof(hdr), 0, err, err_len);
+    if (rc < 0) {
+        rkv_file_close(o.fd);
+        return rc;
+    }
     uint32_t fsyncs = 0;
-    rc = snap_file_write(w, w->buf, (size_t)bytes, &fsyncs, err, err_len);
+    rc = snap_file_finish(w, &o, &fsyncs, err, err_len);
     w->n_fsyncs += fsyncs;
     if (rc == 0) {
         w->n_written++;
@@ -566,6 +817,9 @@ void rkv_snap_writer_free(struct rkv_snap_writer *w)
     free(w->buf);
     w->buf = NULL;
     w->cap = 0;
+    free(w->lsns);
+    w->lsns = NULL;
+    w->lsn_cap = 0;
 }
 
 /* ---- restore ---- */

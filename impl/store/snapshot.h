@@ -2,7 +2,8 @@
  * (description, partition book, rows, optimizer state) and the last push
  * sequence applied per client, in one file replaced atomically.
  *
- * File format (little-endian), version 1:
+ * File format (little-endian), version 2 (version 1, still read: no
+ * chunk_rows and no copy LSNs, i.e. one copy of everything at once):
  *   header (72 bytes)
  *      0 u64 magic "RKVSNAP\0"     8 u32 version         12 u32 machine
  *     16 u64 lineage              24 u64 generation     32 u64 wall_ns (copy time, Unix)
@@ -13,9 +14,24 @@
  *     n_tensors x { u32 id, u32 flags (bit 0: with_state; bit 1: a user-given local
  *                   index follows the book), u64 local_rows, u64 row_bytes, u64 book_len,
  *                   wire tensor (104: name[64], dtype, policy, row_len, init, rows,
- *                   init_seed, with_state, book_len), book (book_len x u32, padded to 8),
+ *                   init_seed, with_state, book_len), u64 chunk_rows (>= 1),
+ *                   book (book_len x u32, padded to 8),
  *                   local index (book_len x u64, if flags bit 1),
- *                   rows (local_rows x row_bytes), state (the same again if with_state) }
+ *                   rows (local_rows x row_bytes), state (the same again if with_state),
+ *                   copy LSNs (n_chunks = ceil(local_rows / chunk_rows) x u64) }
+ * The copy is fuzzy (a checkpoint of a large shard never stops pushes for
+ * long, nor holds a shard-sized buffer): chunk k of a tensor (its local
+ * rows [k x chunk_rows, (k+1) x chunk_rows), data and state) was copied at
+ * once, under the copy lock, when the machine's log ended at copy LSN k
+ * (wal.h): it holds every logged push before that LSN and none at or
+ * after it. The client sequences were copied at the copy's start, with the
+ * switch to log `generation` (before every chunk). Replay after this
+ * snapshot applies a record's row only if the record's LSN is at or past
+ * its chunk's copy LSN: row by row, every push is then applied exactly
+ * once, whatever it is (sum and sgd are not idempotent), since a push's
+ * rows are applied one by one, each from its own data and state. Without
+ * a log (copy LSNs 0), a snapshot is no consistent cut: only tests write
+ * one.
  * (Bit 1 came later within version 1: files without a local index are as
  * before, and a build that predates it refuses one with it.)
  * The lineage names a chain of snapshots (the shared memory of the same
@@ -30,12 +46,18 @@
 #include "store/store_int.h"
 
 #define RKV_SNAP_MAGIC 0x0050414e53564b52ull /* "RKVSNAP\0" */
-#define RKV_SNAP_VERSION 1u
+#define RKV_SNAP_VERSION 2u
 #define RKV_SNAP_HDR_BYTES 72u
-#define RKV_SNAP_TENSOR_BYTES 136u
+#define RKV_SNAP_TENSOR_BYTES 136u    /* version 1 */
+#define RKV_SNAP_TENSOR_BYTES_V2 144u /* with chunk_rows */
+/* Bytes of rows (data and state) a checkpoint copies under the copy lock
+ * at a time (one row when a row is larger): ~0.1 ms of memcpy. */
+#define RKV_SNAP_COPY_BYTES (1u << 20)
 
 /* CRC-32C (Castagnoli); crc is the value of the bytes before (0 to start). */
 uint32_t rkv_crc32c(uint32_t crc, const void *buf, size_t len);
+/* The CRC-32C of A then B, from crc1 (A's) and crc2 (B's, of len2 bytes). */
+uint32_t rkv_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /* One tensor of a snapshot. Pointers point into shared memory (writing)
  * or into the file's buffer (reading). */
@@ -51,9 +73,17 @@ struct rkv_snap_tensor {
     const uint8_t *local; /* book_len x u64 (not necessarily 8-aligned in a file) */
     const uint8_t *data;
     const uint8_t *state;
+    /* Version 2: rows per copy chunk (0 writing: one chunk), and each
+     * chunk's copy LSN (NULL writing: all 0). Version 1: 0 and NULL. */
+    uint64_t chunk_rows;
+    const uint8_t *copy_lsn; /* n_chunks x u64, not necessarily 8-aligned */
 };
 
+/* Chunks of t's rows (rkv_snap_tensor.chunk_rows). */
+uint64_t rkv_snap_chunks(const struct rkv_snap_tensor *t);
+
 struct rkv_snap {
+    uint32_t version; /* 0 writing: RKV_SNAP_VERSION */
     uint32_t machine;
     uint64_t lineage, generation, wall_ns, fingerprint;
     uint32_t n_clients;
@@ -82,9 +112,10 @@ void rkv_snap_file_name(char *buf, size_t len, uint32_t machine);
 
 /* What the write-ahead log does around a snapshot (a checkpoint), called
  * with snap_lock held: before the copy (may fail, then nothing is written),
- * under the copy lock (no push is being applied), after the copy (always,
- * once before_copy succeeded; rc is the copy's) and once the snapshot of
- * generation gen is durable. */
+ * under the copy lock at the copy's start (no push is being applied; the
+ * client sequences are copied then, the rows in chunks after), after that
+ * (always, once before_copy succeeded) and once the snapshot of generation
+ * gen is durable. */
 struct rkv_snap_hooks {
     void *user;
     int (*before_copy)(void *user, uint64_t gen, char *err, size_t err_len);
@@ -108,8 +139,10 @@ struct rkv_snap_writer {
     /* Kept between snapshots, so that a commit allocates nothing. */
     struct rkv_snap_tensor ts[RKV_MAX_TENSORS];
     uint64_t *seqs; /* the machine's n_clients */
-    uint8_t *buf;
+    uint8_t *buf;   /* one chunk's copy (RKV_SNAP_COPY_BYTES, or a row) */
     size_t cap;
+    uint8_t *lsns; /* a tensor's copy LSNs */
+    size_t lsn_cap;
     /* For logs and measurements. */
     uint64_t n_written, n_shared, n_fsyncs, bytes_written;
     uint64_t bytes_last; /* the last snapshot's size */

@@ -163,6 +163,11 @@ struct rkv_mach_hdr {
     _Atomic uint64_t wal_holder, wal_sync_holder;
     _Atomic uint64_t wal_end;     /* LSN just past the last record appended */
     _Atomic uint64_t wal_durable; /* LSN up to which the log is on disk */
+    /* LSN below which the current log may hold records of its current use:
+     * its header says so durably before any append goes past it (wal.h). */
+    _Atomic uint64_t wal_hwm;
+    atomic_uint wal_hwm_lock; /* a rewrite of the log's header for wal_hwm */
+    _Atomic uint64_t wal_hwm_holder;
     /* An fdatasync of the log failed: the kernel may have dropped the
      * pages, so no later sync can vouch for them; every commit fails until
      * the machine restarts from its files. */

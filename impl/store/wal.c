@@ -49,7 +49,7 @@ size_t rkv_wal_record_bytes(uint64_t count, uint64_t row_bytes)
 }
 
 void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uint64_t gen,
-                           uint64_t fingerprint)
+                           uint64_t fingerprint, uint64_t hwm)
 {
     memset(out, 0, RKV_WAL_HDR_BYTES);
     rkv_put64(out, RKV_WAL_MAGIC);
@@ -59,6 +59,7 @@ void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uin
     rkv_put64(out + 24, gen);
     rkv_put64(out + 32, fingerprint);
     rkv_put64(out + 40, rkv_file_wall_ns());
+    rkv_put64(out + 48, hwm);
     rkv_put32(out + 60, rkv_crc32c(0, out, 60));
 }
 
@@ -128,6 +129,7 @@ void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
     w->fingerprint = rkv_cfg_fingerprint(cfg);
     w->checkpoint_bytes = RKV_WAL_CHECKPOINT_BYTES;
     w->prewrite_bytes = cfg->durable_log_prewrite;
+    w->hwm_step = RKV_WAL_HWM_STEP;
     snprintf(w->dir, sizeof(w->dir), "%s", cfg->durable_dir);
     w->app.fd = w->sync.fd = -1;
 }
@@ -139,10 +141,53 @@ static void wal_file_close(struct rkv_wal_file *f)
     f->gen = 0;
 }
 
+static void wal_copies_free(struct rkv_wal *w)
+{
+    for (uint32_t id = 0; w->copies && id <= RKV_MAX_TENSORS; id++)
+        free(w->copies[id].lsn);
+    free(w->copies);
+    w->copies = NULL;
+}
+
 void rkv_wal_free(struct rkv_wal *w)
 {
     wal_file_close(&w->app);
     wal_file_close(&w->sync);
+    wal_copies_free(w);
+}
+
+int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, size_t err_len)
+{
+    wal_copies_free(w);
+    if (!(w->copies = calloc(RKV_MAX_TENSORS + 1, sizeof(*w->copies))))
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < s->n_tensors; i++) {
+        const struct rkv_snap_tensor *t = &s->tensors[i];
+        struct rkv_wal_copy *c = &w->copies[t->id];
+        uint64_t n = rkv_snap_chunks(t);
+        if (!t->copy_lsn || !n)
+            continue; /* version 1: one copy of everything at once */
+        if (!(c->lsn = malloc((size_t)n * 8))) {
+            wal_copies_free(w);
+            return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        }
+        c->chunk_rows = t->chunk_rows;
+        c->n_chunks = n;
+        for (uint64_t k = 0; k < n; k++) {
+            uint64_t lsn = rkv_get64(t->copy_lsn + k * 8);
+            if (lsn && RKV_WAL_GEN(lsn) != s->generation) {
+                wal_copies_free(w);
+                return rkv_errf(err, err_len, -RKV_EIO,
+                                "snapshot of machine %u, generation %llu: tensor %u's chunk %llu "
+                                "was copied at a place in log %llu",
+                                s->machine, (unsigned long long)s->generation, t->id,
+                                (unsigned long long)k, (unsigned long long)RKV_WAL_GEN(lsn));
+            }
+            c->lsn[k] = lsn;
+            c->lsn_max = lsn > c->lsn_max ? lsn : c->lsn_max;
+        }
+    }
+    return 0;
 }
 
 /* f open on log gen (reopened after a checkpoint switched logs). */
@@ -213,6 +258,56 @@ int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
 
 /* ---- the push path ---- */
 
+static int wal_datasync(struct rkv_wal *w, struct rkv_wal_file *f, const char *path, char *err,
+                        size_t err_len);
+
+/* The high-water mark that covers byte `need` of log gen: need plus a
+ * step, below 1 TiB (the largest offset an LSN holds). */
+static uint64_t wal_hwm_for(const struct rkv_wal *w, uint64_t gen, uint64_t need)
+{
+    uint64_t off = need + w->hwm_step, cap = (1ull << RKV_WAL_OFF_BITS) - 1;
+    return RKV_WAL_LSN(gen, off < need || off > cap ? cap : off);
+}
+
+/* Makes sure log f's high-water mark covers byte OFF(need) + margin (need
+ * an LSN of f's log, which cannot switch meanwhile: the caller holds the
+ * apply lock or wal_sync_lock), raising it to OFF(need) + a step when not:
+ * the header rewritten in place and synced, then published (wal.h). The
+ * append path asks with margin 0 (a record goes there next); the group
+ * commit asks with half a step, ahead, and its fdatasync is then this one
+ * (*synced_p), so that appends rarely sync under wal_lock. wal_hwm_lock
+ * keeps the two from writing the header at once (the disk could keep the
+ * smaller mark). */
+static int wal_hwm_ensure(struct rkv_wal *w, struct rkv_wal_file *f, const char *path,
+                          uint64_t need, uint64_t margin, int *synced_p, char *err, size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    uint64_t gen = RKV_WAL_GEN(need), off = RKV_WAL_OFF(need);
+    assert(f->gen == gen && margin <= w->hwm_step);
+    uint64_t hwm = atomic_load(&h->wal_hwm);
+    if (RKV_WAL_GEN(hwm) == gen && off + margin <= RKV_WAL_OFF(hwm))
+        return 0;
+    rkv_live_lock(w->port, &h->wal_hwm_lock, &h->wal_hwm_holder, w->mc->owner);
+    hwm = atomic_load(&h->wal_hwm);
+    int rc = 0;
+    if (RKV_WAL_GEN(hwm) != gen || off + margin > RKV_WAL_OFF(hwm)) {
+        uint8_t hdr[RKV_WAL_HDR_BYTES];
+        hwm = wal_hwm_for(w, gen, off);
+        rc = rkv_file_pread(f->fd, hdr, sizeof(hdr), 0, path, err, err_len);
+        rkv_put64(hdr + 48, RKV_WAL_OFF(hwm));
+        rkv_put32(hdr + 60, rkv_crc32c(0, hdr, 60));
+        if (rc == 0 && (rc = rkv_file_pwrite(f->fd, hdr, sizeof(hdr), 0, path, err, err_len)) == 0)
+            rc = wal_datasync(w, f, path, err, err_len);
+        if (rc == 0) {
+            atomic_store(&h->wal_hwm, hwm);
+            w->n_hwm_raises++;
+            *synced_p = 1;
+        }
+    }
+    rkv_live_unlock(&h->wal_hwm_lock, &h->wal_hwm_holder);
+    return rc;
+}
+
 /* The record of p, whose header (wal_encode_head) is head, at the end of
  * the current log (under wal_lock), its place sealed in head. */
 static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t row_bytes,
@@ -240,6 +335,9 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
     size_t lens[4] = {RKV_WAL_REC_BYTES, (size_t)p->count * 8, (size_t)(p->count * row_bytes), pad};
     char path[512];
     int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(end), path, sizeof(path), err, err_len);
+    int synced = 0;
+    if (rc == 0)
+        rc = wal_hwm_ensure(w, &w->app, path, end + bytes, 0, &synced, err, err_len);
     if (rc == 0)
         rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
                               err_len);
@@ -359,8 +457,11 @@ int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len)
      * lock), and an older log was synced whole by the switch. */
     uint64_t cur = atomic_load(&h->wal_end);
     char path[512];
+    int synced = 0;
     rc = wal_file_use(w, &w->sync, RKV_WAL_GEN(cur), path, sizeof(path), err, err_len);
     if (rc == 0)
+        rc = wal_hwm_ensure(w, &w->sync, path, cur, w->hwm_step / 2, &synced, err, err_len);
+    if (rc == 0 && !synced)
         rc = wal_datasync(w, &w->sync, path, err, err_len);
     if (rc == 0 && atomic_load(&h->wal_failed))
         rc = wal_failed(w, err, err_len); /* a checkpoint's sync of the old log failed */
@@ -439,12 +540,15 @@ static int wal_create(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *e
                     : wal_fresh(w, from, sizeof(from), &fd, err, err_len);
     if (rc == 0 && reused) /* a spare smaller than what is written ahead */
         rc = wal_zero_fill(fd, size, w->prewrite_bytes, from, err, err_len);
-    rkv_wal_encode_header(hdr, w->machine, lineage, gen, w->fingerprint);
+    uint64_t hwm = wal_hwm_for(w, gen, RKV_WAL_HDR_BYTES);
+    rkv_wal_encode_header(hdr, w->machine, lineage, gen, w->fingerprint, RKV_WAL_OFF(hwm));
     if (rc == 0 && (rc = rkv_file_pwrite(fd, hdr, sizeof(hdr), 0, from, err, err_len)) == 0 &&
         (rc = rkv_file_datasync(fd, from, err, err_len)) == 0 &&
         (rc = rkv_file_rename(from, path, err, err_len)) == 0)
         rc = rkv_file_sync_dir(w->dir, err, err_len);
     rkv_file_close(fd);
+    if (rc == 0)
+        w->created_hwm = hwm;
     if (rc == 0 && reused)
         w->n_reused++;
     else if (rc == 0)
@@ -502,6 +606,7 @@ static int wal_before_copy(void *user, uint64_t gen, char *err, size_t err_len)
     int rc = wal_create(w, h->lineage, gen, err, err_len);
     if (rc < 0)
         return rc;
+    w->ckpt_new_hwm = w->created_hwm;
     /* Held until the old log is synced: a group commit in between would
      * sync only the new one and count the old one's tail durable. */
     rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
@@ -516,6 +621,7 @@ static void wal_during_copy(void *user, uint64_t gen)
     struct rkv_wal *w = user;
     struct rkv_mach_hdr *h = w->mc->hdr;
     w->ckpt_old_end = atomic_load(&h->wal_end);
+    atomic_store(&h->wal_hwm, w->ckpt_new_hwm);
     atomic_store(&h->wal_end, RKV_WAL_LSN(gen, RKV_WAL_HDR_BYTES));
 }
 
@@ -694,6 +800,33 @@ static int wal_all_zero(const uint8_t *p, size_t n)
 
 /* Checks and applies one record at buf[off..], whose CRCs passed; or
  * WAL_PAUSED, applying nothing, for a custom op that is to wait. */
+/* Record rec (at lsn) applied to t, but for the rows the snapshot's copy
+ * already holds (copied after it was applied). */
+static void wal_apply(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
+                      uint64_t lsn, const uint8_t *rec, struct rkv_wal_replay *r)
+{
+    uint32_t op = rkv_get32(rec + 48);
+    uint64_t count = rkv_get64(rec + 24);
+    double param;
+    memcpy(&param, rec + 40, 8);
+    const uint64_t *ids = (const uint64_t *)(const void *)(rec + RKV_WAL_REC_BYTES);
+    const uint8_t *rows = rec + RKV_WAL_REC_BYTES + count * 8;
+    const struct rkv_wal_copy *c = w->copies ? &w->copies[t->meta.id] : NULL;
+    if (!c || lsn >= c->lsn_max) {
+        rkv_shard_push(&t->shard, t, ht, (int)op, param, ids, (size_t)count, rows);
+        return;
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        uint64_t k = rkv_pbook_g2l(&t->pb, ids[i]) / c->chunk_rows;
+        assert(k < c->n_chunks);
+        if (lsn < c->lsn[k]) {
+            r->rows_in_copy++;
+            continue;
+        }
+        rkv_shard_push_row(&t->shard, t, ht, (int)op, param, ids[i], rows + i * t->row_bytes);
+    }
+}
+
 static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, const uint8_t *rec,
                           struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
                           int flags, struct rkv_wal_replay *r, char *err, size_t err_len)
@@ -702,8 +835,6 @@ static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, con
     uint32_t tid = rkv_get32(rec + 8), client = rkv_get32(rec + 12), op = rkv_get32(rec + 48);
     uint64_t seq = rkv_get64(rec + 16), count = rkv_get64(rec + 24),
              row_bytes = rkv_get64(rec + 32);
-    double param;
-    memcpy(&param, rec + 40, 8);
     struct rkv_tensor *t = tid >= 1 && tid <= RKV_MAX_TENSORS ? tensors[tid] : NULL;
     if (!t || !t->mapped)
         return WAL_BAD("log %s: record at byte %llu: tensor id %u is not in the snapshot", path,
@@ -740,8 +871,7 @@ static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, con
         }
         e->last_seq = seq;
     }
-    rkv_shard_push(&t->shard, t, ht, (int)op, param, ids, (size_t)count,
-                   rec + RKV_WAL_REC_BYTES + count * 8);
+    wal_apply(w, t, ht, rkv_get64(rec + 56), rec, r);
     r->records++;
     r->rows += count;
     return 0;
@@ -820,17 +950,25 @@ static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, ui
     return 0;
 }
 
+/* How far past a log's records a record of its current use may lie: its
+ * header's high-water mark, or the file's end when it has none. */
+static uint64_t wal_scan_limit(const struct wal_rd *rd, const uint8_t *hdr)
+{
+    uint64_t hwm = rkv_get64(hdr + 48);
+    return hwm && hwm < rd->size ? hwm : rd->size;
+}
+
 /* The records of log gen end at e->good. Refused when a record of this log
  * past it was appended once the log was durable beyond that point: a synced
  * record no longer reads (a crash leaves unsynced ones only). Records of
  * the file's earlier use name other places, and the scan skips them.
  * *past_p: how many records of this log it found past the end. */
 static int wal_check_end(struct wal_rd *rd, uint64_t gen, uint64_t lineage, const struct wal_end *e,
-                         uint64_t *past_p, char *err, size_t err_len)
+                         uint64_t limit, uint64_t *past_p, char *err, size_t err_len)
 {
     int rc = 0;
     *past_p = 0;
-    for (uint64_t p = e->good + 8; p + RKV_WAL_REC_BYTES <= rd->size; p += 8) {
+    for (uint64_t p = e->good + 8; p + RKV_WAL_REC_BYTES <= limit; p += 8) {
         const uint8_t *rec = wal_rd_at(rd, p, RKV_WAL_REC_BYTES, &rc, err, err_len);
         if (!rec)
             return rc;
@@ -856,12 +994,12 @@ static int wal_check_end(struct wal_rd *rd, uint64_t gen, uint64_t lineage, cons
  * C and then B, which was never acknowledged (an ASSIGN overwriting C's
  * rows). Truncating did this before logs were reused. wal_settle syncs. */
 static int wal_void_past(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uint64_t lineage,
-                         const struct wal_end *e, char *err, size_t err_len)
+                         const struct wal_end *e, uint64_t limit, char *err, size_t err_len)
 {
     static const uint8_t zeros[RKV_WAL_REC_BYTES];
     int rc = 0;
     uint64_t voided = 0;
-    for (uint64_t p = e->good + 8; rc == 0 && p + RKV_WAL_REC_BYTES <= rd->size; p += 8) {
+    for (uint64_t p = e->good + 8; rc == 0 && p + RKV_WAL_REC_BYTES <= limit; p += 8) {
         const uint8_t *rec = wal_rd_at(rd, p, RKV_WAL_REC_BYTES, &rc, err, err_len);
         if (!rec)
             return rc;
@@ -909,7 +1047,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         memset(r, 0, sizeof(*r));
     assert(!start || RKV_WAL_GEN(start) >= gen);
     r->paused_lsn = 0;
-    uint64_t end = 0;
+    uint64_t end = 0, hwm = 0;
     const char *torn_in = NULL;
     char path[512], torn_path[512];
     for (uint64_t g = start ? RKV_WAL_GEN(start) : gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
@@ -937,6 +1075,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             if ((rc = wal_create(w, lineage, g, err, err_len)) < 0)
                 return rc;
             end = RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES);
+            hwm = w->created_hwm;
             continue;
         }
         rc = wal_check_header(w, path, hdr, len, lineage, g, &stale, err, err_len);
@@ -954,10 +1093,13 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             if ((rc = wal_create(w, lineage, g, err, err_len)) < 0)
                 return rc;
             end = RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES);
+            hwm = w->created_hwm;
             continue;
         }
         struct wal_end e = {0};
         uint64_t before = r->records + r->dups, past = 0;
+        uint64_t limit = rc == 0 ? wal_scan_limit(&rd, hdr) : 0;
+        uint64_t mark = rc == 0 ? rkv_get64(hdr + 48) : 0;
         uint64_t from = start && g == RKV_WAL_GEN(start) ? RKV_WAL_OFF(start) : RKV_WAL_HDR_BYTES;
         if (rc == 0 && from > len)
             rc = WAL_BAD("log %s: shorter (%llu bytes) than where its replay paused (%llu)", path,
@@ -965,11 +1107,13 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         if (rc == 0)
             rc = wal_replay_log(w, &rd, g, lineage, from, tensors, ht, flags, r, &e, err, err_len);
         if (rc == 0)
-            rc = wal_check_end(&rd, g, lineage, &e, &past, err, err_len);
-        /* A second pass over the file's tail only when there is something
-         * to void: the tail of a file written ahead can be most of it. */
+            rc = wal_check_end(&rd, g, lineage, &e, limit, &past, err, err_len);
+        if (rc == 0 && limit > e.good)
+            r->scanned += limit - e.good;
+        /* A second pass over the tail only when there is something to
+         * void. */
         if (rc == 0 && past)
-            rc = wal_void_past(w, &rd, g, lineage, &e, err, err_len);
+            rc = wal_void_past(w, &rd, g, lineage, &e, limit, err, err_len);
         wal_rd_close(&rd);
         if (rc == WAL_PAUSED) {
             /* Nothing after it was applied, and nothing is voided or set
@@ -992,14 +1136,19 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             torn_in = torn_path;
         }
         end = RKV_WAL_LSN(g, e.good);
+        /* Without a mark (an earlier build's log), the whole file was read
+         * and its records past the end voided: the next append sets one. */
+        hwm = RKV_WAL_LSN(g, mark > e.good ? mark : e.good);
     }
     if (end == 0) {
         int rc = wal_create(w, lineage, gen, err, err_len);
         if (rc < 0)
             return rc;
         end = RKV_WAL_LSN(gen, RKV_WAL_HDR_BYTES);
+        hwm = w->created_hwm;
     }
     struct rkv_mach_hdr *h = w->mc->hdr;
+    atomic_store(&h->wal_hwm, hwm);
     atomic_store(&h->wal_end, end);
     atomic_store(&h->wal_durable, end);
     atomic_store(&h->wal_failed, 0);

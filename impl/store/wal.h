@@ -20,11 +20,14 @@
  * A checkpoint of generation G creates log G (header written and synced
  * under a spare's name, then renamed, and the directory synced) before its
  * copy, switches appends to it under the copy lock (no push is being
- * applied then), syncs the previous log, writes the snapshot and, once
- * that is durable, lets the logs before G go: renamed to spares while
+ * applied then; the client sequences are copied there), syncs the previous
+ * log, copies and writes the shard chunk by chunk, each chunk with the
+ * LSN the log ended at when it was copied (snapshot.h), and, once the
+ * snapshot is durable, lets the logs before G go: renamed to spares while
  * there is room, else removed. A crash at any point leaves snapshot S and
  * logs S, S+1, ... that together hold every acknowledged push: recovery
- * replays them in order of generation.
+ * replays them in order of generation, a record's row skipped where the
+ * snapshot's chunk was copied after it (rkv_wal_set_copies).
  *
  * Why spares (as PostgreSQL recycles WAL segments and RocksDB's
  * recycle_log_file_num does): a group commit's fdatasync of an appending
@@ -44,7 +47,10 @@
  *   header (64 bytes)
  *      0 u64 magic "RKVWAL\0\0"   8 u32 version        12 u32 machine
  *     16 u64 lineage              24 u64 generation G  32 u64 cluster fingerprint
- *     40 u64 wall_ns (creation, Unix)                  48 12 bytes zero
+ *     40 u64 wall_ns (creation, Unix)
+ *     48 u64 high-water mark: no record of this log lies past this byte
+ *        offset (0: not known, as in logs of earlier builds: the whole file
+ *        is read)                                 56 4 bytes zero
  *     60 u32 CRC-32C of bytes 0..59
  *   records, back to back from byte 64, each 8-byte aligned:
  *      0 u32 magic "RKWR"         4 u16 type (1: push) 6 u16 zero
@@ -70,10 +76,21 @@
  * log says the log was durable past it (its "durable" field): a synced
  * record no longer reads, i.e. corruption, not a crash. Recovery reads a
  * log through a window (and the largest record), never the file whole:
- * the file may be much longer than its records. It scans the file's whole
- * tail past the end for such records, so it reads every log file through
- * (a 4 GiB file written ahead, 1 GiB of records: 3.5 s with the shard's
- * restore and the replay, bench durable).
+ * the file may be much longer than its records. It scans the tail past the
+ * end for such records (and voids the log's records there, wal_void_past)
+ * up to the header's high-water mark only, not to the file's end: a log
+ * written ahead up to 1 TiB (durable_log_prewrite) was read whole at every
+ * restart. The mark is raised by rewriting the header in place (a
+ * 64-byte write within the first sector, which the disk writes whole, as
+ * PostgreSQL relies on for pg_control) and an fdatasync: ahead, by a group
+ * commit that finds the log within half a step of it (to its end plus
+ * RKV_WAL_HWM_STEP; its fdatasync is the commit's), and, should the
+ * appends outrun the commits, by the append that would pass it, before it
+ * writes (under wal_lock). So every record of this log at its place,
+ * synced or not, lies below the mark on disk, and the scan reads at most
+ * RKV_WAL_HWM_STEP past the records' end (a log of an earlier build,
+ * without a mark, is read to its end once, and gets one at its next
+ * append).
  *
  * Positions are LSNs: generation << 40 | byte offset in that log (a log is
  * below 1 TiB; a checkpoint begins a new one).
@@ -123,6 +140,10 @@
  * grows that large (three of them with the spares). */
 #define RKV_WAL_CHECKPOINT_BYTES (256ull << 20)
 #define RKV_WAL_CHECKPOINT_SHARDS 4u
+/* How far the high-water mark of a log's header is raised past the append
+ * that needs it: a raise costs an fdatasync under wal_lock, a step more
+ * costs recovery a read of up to this much more. */
+#define RKV_WAL_HWM_STEP (256ull << 20)
 /* Logs after one snapshot recovery looks for: a checkpoint that keeps
  * failing leaves one log per attempt. */
 #define RKV_WAL_MAX_CHAIN 4096u
@@ -149,25 +170,39 @@ struct rkv_wal_ckpt {
     char err[256];
 };
 
+/* How snapshot G copied a tensor's rows (snapshot.h): chunk k (local rows
+ * [k x chunk_rows, ...)) holds exactly the records before lsn[k]. */
+struct rkv_wal_copy {
+    uint64_t chunk_rows, n_chunks;
+    uint64_t *lsn;
+    uint64_t lsn_max; /* records from here on apply whole */
+};
+
 /* A server's handle on its machine's log. */
 struct rkv_wal {
     struct rkv_wal_ckpt ck;
     struct rkv_port *port;
     struct rkv_mach *mc;
     struct rkv_tensor *const *tensors;
+    /* The replay's snapshot's copies, by tensor id (RKV_MAX_TENSORS + 1);
+     * NULL: none (every record applies whole). */
+    struct rkv_wal_copy *copies;
     char dir[256];
     uint32_t machine;
     uint64_t fingerprint;
     uint64_t checkpoint_bytes;
     uint64_t prewrite_bytes;  /* durable_log_prewrite: zeros a fresh log gets */
+    uint64_t hwm_step;        /* RKV_WAL_HWM_STEP (tests make it smaller) */
+    uint64_t created_hwm;     /* the high-water mark (LSN) of the log made last */
     struct rkv_wal_file app;  /* the push path's */
     struct rkv_wal_file sync; /* the durable task's */
     /* A checkpoint in progress (durable task, snap_lock held). */
-    uint64_t ckpt_old_end;
+    uint64_t ckpt_old_end, ckpt_new_hwm;
     int ckpt_sync_locked;
     /* For logs and measurements. */
     uint64_t n_records, bytes_appended, n_syncs, n_shared_syncs, n_checkpoints;
     uint64_t n_reused, n_fresh; /* logs made from a spare, and new files */
+    uint64_t n_hwm_raises;      /* header rewrites for the high-water mark */
 };
 
 /* tensors: the server's table by id (read on the push path only). */
@@ -219,6 +254,10 @@ struct rkv_wal_replay {
     /* torn: logs whose end is an append a crash interrupted (a record of
      * this log at its place, incomplete). */
     uint64_t logs, records, rows, bytes, dups, torn;
+    /* Rows of replayed records the snapshot's copy already held. */
+    uint64_t rows_in_copy;
+    /* Bytes past the logs' ends looked through for records of theirs. */
+    uint64_t scanned;
     uint64_t end_lsn;
     /* Not 0: the replay paused before the record at this LSN, whose custom
      * op pause_op had no handler (RKV_WAL_PAUSE_CUSTOM). */
@@ -231,6 +270,11 @@ struct rkv_wal_replay {
  * server replays at create, before the application registered its
  * handlers, and finishes the replay at rkv_server_run. */
 #define RKV_WAL_PAUSE_CUSTOM 1
+
+/* Takes snapshot s's copy LSNs, for the replay after it (rkv_wal_recover):
+ * a record's row applies only if the record is at or past its chunk's
+ * copy LSN. Refuses LSNs that name another log than s's generation. */
+int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, size_t err_len);
 
 /* Replays the logs of snapshot generation gen (gen, gen+1, ...) into the
  * machine's tensors (by id, already in shared memory), cutting a torn tail,
@@ -246,7 +290,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
 /* Encoding and validation, for recovery and tests. */
 size_t rkv_wal_record_bytes(uint64_t count, uint64_t row_bytes);
 void rkv_wal_encode_header(uint8_t *out, uint32_t machine, uint64_t lineage, uint64_t gen,
-                           uint64_t fingerprint);
+                           uint64_t fingerprint, uint64_t hwm);
 /* The record of p at lsn, appended when the log was durable up to
  * durable, in a log of that lineage. */
 void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t row_bytes,

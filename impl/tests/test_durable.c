@@ -171,8 +171,14 @@ static void test_crc32c(void **state)
             want = ~want;
             assert_int_equal(rkv_crc32c(0, p, n), want);
             assert_int_equal(rkv_crc32c(rkv_crc32c(0, p, n / 3), p + n / 3, n - n / 3), want);
+            /* Two pieces' CRCs, computed apart (a snapshot's rows and
+             * state are), combined. */
+            assert_int_equal(rkv_crc32c_combine(rkv_crc32c(0, p, n / 3),
+                                                rkv_crc32c(0, p + n / 3, n - n / 3), n - n / 3),
+                             want);
         }
     }
+    assert_int_equal(rkv_crc32c_combine(0x12345678u, 0, 0), 0x12345678u);
     free(buf);
 }
 
@@ -398,15 +404,51 @@ static void test_snapshot_flipped_byte(void **state)
     fixture_free(&f);
 }
 
+/* A snapshot of format version 1 (before copy LSNs: one copy of
+ * everything at once) still reads, with no copy LSNs (nothing to skip at
+ * replay); version 2 carries them. */
+static void test_snapshot_version1_read(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    struct rkv_snap got;
+    char err[256];
+    assert_int_equal(rkv_snap_decode(f.path, f.buf, f.len, 1, &got, err, sizeof(err)), 0);
+    assert_int_equal(got.version, 2);
+    assert_int_equal(got.tensors[0].chunk_rows, 3); /* one chunk, copied at LSN 0 */
+    assert_non_null(got.tensors[0].copy_lsn);
+    free(got.tensors);
+    f.s.version = 1;
+    uint64_t bytes;
+    assert_int_equal(rkv_snap_size(&f.s, &bytes), 0);
+    assert_int_equal(bytes, f.len - 2 * 8 - 2 * 8); /* no chunk_rows, no LSN, per tensor */
+    uint8_t *v1 = malloc((size_t)bytes);
+    assert_non_null(v1);
+    rkv_snap_encode(&f.s, v1);
+    rkv_snap_seal(v1, (size_t)bytes);
+    fixture_write(&f, v1, (size_t)bytes);
+    if (rkv_snap_read(f.path, 1, &got, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(got.version, 1);
+    assert_int_equal(got.n_tensors, 2);
+    assert_int_equal(got.tensors[1].chunk_rows, 0);
+    assert_null(got.tensors[1].copy_lsn);
+    assert_memory_equal(got.tensors[1].state, f.state2, sizeof(f.state2));
+    rkv_snap_free(&got);
+    free(v1);
+    fixture_free(&f);
+}
+
 static void test_snapshot_wrong_version(void **state)
 {
     (void)state;
     struct snap_fixture f;
     fixture_build(&f);
-    uint32_t v = 2;
+    uint32_t v = 3;
     memcpy(f.buf + 8, &v, 4);
     rkv_snap_seal(f.buf, f.len); /* a well-formed file of a future version */
-    expect_refused(&f, f.buf, f.len, "format version 2, this build reads version 1");
+    expect_refused(&f, f.buf, f.len, "format version 3, this build reads versions 1 to 2");
     fixture_free(&f);
 }
 
@@ -1434,8 +1476,8 @@ static void test_wal_recovery_across_reused_logs(void **state)
      * the new ones, neither applied nor even read as already applied. */
     char want[160];
     snprintf(want, sizeof(want),
-             "after snapshot generation 3: 1 logs, 2 records (2 rows, %llu bytes, 0 already "
-             "applied), 1 torn appends",
+             "after snapshot generation 3: 1 logs, 2 records (2 rows, 0 of them in the "
+             "snapshot's copy already, %llu bytes, 0 already applied), 1 torn appends",
              (unsigned long long)end);
     assert_true(file_contains(log1, want));
     snprintf(want, sizeof(want),
@@ -2136,6 +2178,7 @@ int main(void)
         cmocka_unit_test_teardown(test_snapshot_truncated, reap_children),
         cmocka_unit_test_teardown(test_snapshot_flipped_byte, reap_children),
         cmocka_unit_test_teardown(test_snapshot_wrong_version, reap_children),
+        cmocka_unit_test_teardown(test_snapshot_version1_read, reap_children),
         cmocka_unit_test_teardown(test_corrupt_snapshot_refused_at_restart, reap_children),
         cmocka_unit_test_teardown(test_durable_mismatch_refused, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_without_durable_fails_fast, reap_children),

@@ -2,6 +2,7 @@
  * network): a snapshot written over the blocks of the one before it, one
  * checkpoint asked per log that grew too long, and the log read at
  * recovery in bounded memory. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -319,6 +320,345 @@ static void test_recovery_memory_bounded(void **state)
     fix_close(&f);
 }
 
+/* Tensor 1 of the fixture's machine: `rows` rows of 256 floats, all
+ * local, published in the machine's table (snapshots hold it). */
+static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows, int with_state)
+{
+    char err[256], name[96];
+    struct rkv_wire_tensor wt = {.dtype = RKV_F32,
+                                 .policy = RKV_PART_RANGE,
+                                 .row_len = 256,
+                                 .rows = rows,
+                                 .with_state = (uint32_t)with_state};
+    snprintf(wt.name, sizeof(wt.name), "t");
+    struct rkv_tensor *t = calloc(1, sizeof(*t));
+    assert_non_null(t);
+    if (rkv_tensor_from_wire(&wt, NULL, 1, 1, t, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    rkv_shard_name(name, sizeof(name), f->cfg.shm_prefix, 0, 1);
+    if (rkv_shard_map(f->port, name, rows, t->row_bytes, with_state, 0, 1, &t->shard, err,
+                      sizeof(err)) < 0)
+        fail_msg("%s", err);
+    t->shard.owner = 1;
+    t->mapped = 1;
+    f->tensors[1] = t;
+    rkv_mach_publish(&f->mc, t);
+    return t;
+}
+
+static struct rkv_tensor *fix_tensor(struct fix *f)
+{
+    return fix_tensor_rows(f, 16, 0);
+}
+
+static void fix_tensor_free(struct fix *f)
+{
+    char name[96];
+    struct rkv_tensor *t = f->tensors[1];
+    rkv_shard_unmap(&t->shard);
+    rkv_shard_name(name, sizeof(name), f->cfg.shm_prefix, 0, 1);
+    f->port->ops->shm_unlink(f->port, name);
+    rkv_tensor_free(t);
+    free(t);
+    f->tensors[1] = NULL;
+}
+
+/* A push of row `row` (every element v), sum, untracked. */
+static void push_row(struct fix *f, struct rkv_tensor *t, uint64_t row, float v)
+{
+    float vals[256];
+    char err[256];
+    for (int i = 0; i < 256; i++)
+        vals[i] = v;
+    struct rkv_wal_push p = {.tensor_id = 1,
+                             .client = UINT32_MAX,
+                             .op = RKV_OP_SUM,
+                             .count = 1,
+                             .ids = &row,
+                             .rows = (const uint8_t *)vals};
+    int dup = 0;
+    if (rkv_wal_push(&f->w, t, NULL, &p, &dup, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(dup, 0);
+}
+
+static uint64_t file_u64(const char *path, uint64_t off)
+{
+    uint8_t b[8];
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, (long)off, SEEK_SET), 0);
+    assert_int_equal(fread(b, 1, 8, fp), 8);
+    fclose(fp);
+    uint64_t v;
+    memcpy(&v, b, 8);
+    return v;
+}
+
+/* Recovery looks for records of a log past its end (to refuse a log whose
+ * synced record no longer reads, and to void unsynced ones) up to the
+ * high-water mark in the log's header, not through the whole file: a log
+ * written ahead (durable_log_prewrite, up to 1 TiB) was read whole at
+ * every restart. Here a 64 MiB file whose mark is 64 KiB past the header:
+ * the scan reads 64 KiB (64 MiB before). */
+static void test_recovery_scan_stops_at_high_water_mark(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    char err[256], log1[160];
+    struct rkv_wal_replay r = {0};
+    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    f.w.hwm_step = 64 << 10;
+    f.wal_on = 1;
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+                     0);
+    snprintf(log1, sizeof(log1), "%s/rkv-m0.1.wal", f.dir);
+    assert_int_equal(file_u64(log1, 48), RKV_WAL_HDR_BYTES + (64 << 10));
+    assert_int_equal(truncate(log1, 64ull << 20), 0); /* zeros, as written ahead */
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+                     0);
+    assert_int_equal(r.logs, 1);
+    assert_int_equal(r.end_lsn, RKV_WAL_LSN(1, RKV_WAL_HDR_BYTES));
+    assert_int_equal(r.scanned, 64 << 10);
+    fix_close(&f);
+}
+
+/* The mark moves ahead of the appends: an append that would pass it first
+ * rewrites the header (synced), so that a record a crash left on disk past
+ * the records' end (record 2 here, its predecessor lost) is always below
+ * the mark, found and voided by recovery. Without the raise, record 2 lay
+ * past the mark and stayed: once appends after the recovery filled the gap
+ * before it, the next recovery would replay it, never acknowledged. */
+static void test_appends_raise_high_water_mark(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    char err[256], log1[160];
+    struct rkv_wal_replay r = {0};
+    struct rkv_tensor *t = fix_tensor(&f);
+    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    f.w.hwm_step = 4096;
+    f.wal_on = 1;
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+                     0);
+    snprintf(log1, sizeof(log1), "%s/rkv-m0.1.wal", f.dir);
+    size_t rec = rkv_wal_record_bytes(1, 1024);
+    for (int i = 0; i < 12; i++) {
+        push_row(&f, t, (uint64_t)i % 16, 1.0f);
+        uint64_t end = RKV_WAL_OFF(atomic_load(&f.mc.hdr->wal_end));
+        assert_true(file_u64(log1, 48) >= end); /* on disk before the record */
+    }
+    assert_true(f.w.n_hwm_raises >= 3);
+    /* A group commit raises it ahead, half a step before appends need it:
+     * its fdatasync is the commit's. */
+    for (int i = 0;
+         i < 8 && file_u64(log1, 48) - RKV_WAL_OFF(atomic_load(&f.mc.hdr->wal_end)) >= 2048; i++)
+        push_row(&f, t, 3, 1.0f);
+    uint64_t raises = f.w.n_hwm_raises, syncs = f.w.n_syncs;
+    uint64_t end = RKV_WAL_OFF(atomic_load(&f.mc.hdr->wal_end));
+    assert_true(file_u64(log1, 48) - end < 2048);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    assert_int_equal(file_u64(log1, 48), end + 4096);
+    assert_int_equal(f.w.n_hwm_raises, raises + 1);
+    assert_int_equal(f.w.n_syncs, syncs + 1);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0); /* nothing new: nothing */
+    assert_int_equal(f.w.n_hwm_raises, raises + 1);
+    /* A crash kept records 0, 2.. but not record 1. */
+    uint64_t r1 = RKV_WAL_HDR_BYTES + rec, r2 = r1 + rec;
+    FILE *fp = fopen(log1, "r+b");
+    assert_non_null(fp);
+    static const uint8_t zeros[RKV_WAL_REC_BYTES];
+    assert_int_equal(fseek(fp, (long)r1, SEEK_SET), 0);
+    assert_int_equal(fwrite(zeros, 1, sizeof(zeros), fp), sizeof(zeros));
+    fclose(fp);
+    assert_true(file_u64(log1, r2) != 0);
+    memset(t->shard.data, 0, 16 * t->row_bytes);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+                     0);
+    assert_int_equal(r.records, 1);
+    assert_int_equal(r.end_lsn, RKV_WAL_LSN(1, r1));
+    for (int i = 2; i < 12; i++) /* every later record voided (and those after) */
+        assert_int_equal(file_u64(log1, r1 + (uint64_t)(i - 1) * rec), 0);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+/* Pushes (op, client 0, tracked) into tensor 1 until told to stop. */
+struct pusher {
+    struct fix *f;
+    struct rkv_tensor *t;
+    uint64_t rows;
+    int op;
+    _Atomic uint64_t n;
+    atomic_int stop;
+};
+
+static void pusher_one(struct pusher *p)
+{
+    float vals[256];
+    char err[256];
+    uint64_t n = atomic_load(&p->n), row = (n * 7919) % p->rows;
+    for (int i = 0; i < 256; i++)
+        vals[i] = 0.25f * (float)(n % 5 + 1) + (float)i;
+    struct rkv_wal_push w = {.tensor_id = 1,
+                             .client = 0,
+                             .seq = (1ull << RKV_SEQ_TAG_SHIFT) | (n + 1),
+                             .op = p->op,
+                             .param = 0.01,
+                             .count = 1,
+                             .ids = &row,
+                             .rows = (const uint8_t *)vals};
+    int dup = 1;
+    if (rkv_wal_push(&p->f->w, p->t, NULL, &w, &dup, err, sizeof(err)) < 0 || dup)
+        fail_msg("push %llu: %s", (unsigned long long)n, err);
+    atomic_store(&p->n, n + 1);
+}
+
+static void *pusher_main(void *arg)
+{
+    struct pusher *p = arg;
+    while (!atomic_load(&p->stop))
+        pusher_one(p);
+    return NULL;
+}
+
+/* Rolls the machine back to snapshot file `path` and replays its logs:
+ * the tensor's rows and client 0's sequence must be `want`'s. */
+static void recover_and_compare(struct fix *f, const char *path, const uint8_t *want, size_t bytes,
+                                uint64_t want_seq, struct rkv_wal_replay *r)
+{
+    struct rkv_snap snap;
+    char err[256];
+    if (rkv_snap_read(path, 0, &snap, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    if (rkv_snap_rollback(&snap, f->port, f->cfg.shm_prefix, &f->mc, err, sizeof(err)) < 0 ||
+        rkv_wal_set_copies(&f->w, &snap, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    memset(r, 0, sizeof(*r));
+    if (rkv_wal_recover(&f->w, LINEAGE, snap.generation, f->tensors, NULL, 0, r, err, sizeof(err)) <
+        0)
+        fail_msg("%s", err);
+    rkv_snap_free(&snap);
+    assert_int_equal(f->mc.hdr->clients[0].last_seq, want_seq);
+    const struct rkv_shard *sh = &f->tensors[1]->shard;
+    size_t half = sh->state ? bytes / 2 : bytes;
+    for (size_t i = 0; i < bytes; i++) {
+        uint8_t got = i < half ? sh->data[i] : sh->state[i - half];
+        if (got != want[i])
+            fail_msg("%s: %s byte %zu (row %zu) differs after replay: a push applied twice or "
+                     "never",
+                     path, i < half ? "data" : "state", i % half,
+                     (i % half) / f->tensors[1]->row_bytes);
+    }
+}
+
+/* A checkpoint copies the shard chunk by chunk while pushes go on (a whole
+ * copy under the copy lock stopped every push for ~90 ms per GiB, and held
+ * a buffer as large as the shard): here 32 chunks of 1 MiB, with a thread
+ * pushing sums into rows all over the shard throughout. A crash after it:
+ * the snapshot and its log give back exactly the rows and sequences the
+ * pushes left, each push applied once, the rows a chunk's copy holds
+ * skipped (without the copy LSNs, the replay added them a second time). A
+ * crash before its swap: the snapshot before it and both logs give the
+ * same. */
+static void run_fuzzy_checkpoint(int op, int with_state)
+{
+    struct fix f;
+    fix_open(&f, 0);
+    uint64_t rows = with_state ? 16 << 10 : 32 << 10;
+    struct rkv_tensor *t = fix_tensor_rows(&f, rows, with_state);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[256], log_prev[160], spare[160];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    struct pusher p = {.f = &f, .t = t, .rows = rows, .op = op};
+    for (int i = 0; i < 2000; i++) /* in log gen */
+        pusher_one(&p);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, pusher_main, &p), 0);
+    while (atomic_load(&p.n) < 4000)
+        usleep(100);
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t at_end = atomic_load(&p.n);
+    while (atomic_load(&p.n) < at_end + 1000) /* and some after it */
+        usleep(100);
+    atomic_store(&p.stop, 1);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&h->snap_durable), gen + 1);
+    size_t half = (size_t)(rows * t->row_bytes), bytes = with_state ? 2 * half : half;
+    uint8_t *want = malloc(bytes);
+    assert_non_null(want);
+    memcpy(want, t->shard.data, half);
+    if (with_state)
+        memcpy(want + half, t->shard.state, half);
+    uint64_t want_seq = h->clients[0].last_seq;
+    assert_int_equal(want_seq, (1ull << RKV_SEQ_TAG_SHIFT) | atomic_load(&p.n));
+    struct rkv_wal_replay r;
+    recover_and_compare(&f, f.snap, want, bytes, want_seq, &r);
+    assert_int_equal(r.logs, 1);
+    assert_true(r.rows_in_copy > 0);         /* pushes met chunks copied after them */
+    assert_true(r.rows_in_copy < r.records); /* and chunks copied before them */
+    /* Before the swap: the previous snapshot (kept under the temp name)
+     * and its log (kept as a spare) are what a crash would have left. */
+    snprintf(log_prev, sizeof(log_prev), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
+    assert_int_equal(rename(spare, log_prev), 0);
+    assert_int_equal(generation_of(f.tmp), gen);
+    recover_and_compare(&f, f.tmp, want, bytes, want_seq, &r);
+    assert_int_equal(r.logs, 2);
+    assert_int_equal(r.records, atomic_load(&p.n));
+    assert_int_equal(r.rows_in_copy, 0);
+    free(want);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+static void test_fuzzy_checkpoint_under_pushes(void **state)
+{
+    (void)state;
+    run_fuzzy_checkpoint(RKV_OP_SUM, 0);
+}
+
+/* The same with an optimizer's state (adagrad: each chunk's rows and
+ * state copied together, the state's CRC combined with the rows'). */
+static void test_fuzzy_checkpoint_with_state(void **state)
+{
+    (void)state;
+    run_fuzzy_checkpoint(RKV_OP_ADAGRAD, 1);
+}
+
+/* A copy LSN names a place in the snapshot's own log (or is 0): another
+ * log's is refused, naming the tensor and the chunk. */
+static void test_copy_lsn_of_another_log_refused(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    f.wal_on = 1;
+    uint8_t lsns[16];
+    memcpy(lsns, &(uint64_t){RKV_WAL_LSN(2, 64)}, 8);
+    memcpy(lsns + 8, &(uint64_t){RKV_WAL_LSN(3, 64)}, 8);
+    struct rkv_snap_tensor t = {
+        .id = 5, .local_rows = 4, .row_bytes = 8, .chunk_rows = 2, .copy_lsn = lsns};
+    struct rkv_snap s = {.machine = 0, .generation = 2, .n_tensors = 1, .tensors = &t};
+    char err[256];
+    assert_int_equal(rkv_wal_set_copies(&f.w, &s, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "tensor 5's chunk 1 was copied at a place in log 3"));
+    assert_null(f.w.copies);
+    s.generation = 3;
+    memcpy(lsns, &(uint64_t){0}, 8);
+    assert_int_equal(rkv_wal_set_copies(&f.w, &s, err, sizeof(err)), 0);
+    assert_int_equal(f.w.copies[5].n_chunks, 2);
+    assert_int_equal(f.w.copies[5].lsn_max, RKV_WAL_LSN(3, 64));
+    fix_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +668,11 @@ int main(void)
         cmocka_unit_test(test_file_swap_in),
         cmocka_unit_test(test_one_checkpoint_per_long_log),
         cmocka_unit_test(test_recovery_memory_bounded),
+        cmocka_unit_test(test_recovery_scan_stops_at_high_water_mark),
+        cmocka_unit_test(test_appends_raise_high_water_mark),
+        cmocka_unit_test(test_fuzzy_checkpoint_under_pushes),
+        cmocka_unit_test(test_fuzzy_checkpoint_with_state),
+        cmocka_unit_test(test_copy_lsn_of_another_log_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
