@@ -765,6 +765,8 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
     rkv_put32(hdr + 68, rkv_crc32c(0, hdr, 68));
     if (rc == 0)
         rc = snap_out_write(&o, hdr, sizeof(hdr), 0, err, err_len);
+    if (rc == 0 && hk->before_swap)
+        rc = hk->before_swap(hk->user, gen, err, err_len);
     if (rc < 0) {
         rkv_file_close(o.fd);
         return rc;

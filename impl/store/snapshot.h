@@ -114,13 +114,18 @@ void rkv_snap_file_name(char *buf, size_t len, uint32_t machine);
  * with snap_lock held: before the copy (may fail, then nothing is written),
  * under the copy lock at the copy's start (no push is being applied; the
  * client sequences are copied then, the rows in chunks after), after that
- * (always, once before_copy succeeded) and once the snapshot of generation
- * gen is durable. */
+ * (always, once before_copy succeeded), before the finished file is
+ * swapped in, and once the snapshot of generation gen is durable. */
 struct rkv_snap_hooks {
     void *user;
     int (*before_copy)(void *user, uint64_t gen, char *err, size_t err_len);
     void (*during_copy)(void *user, uint64_t gen);
     int (*after_copy)(void *user, uint64_t gen, char *err, size_t err_len);
+    /* Once every chunk is copied and written, before the snapshot takes
+     * its name: the chunks hold pushes appended up to their copy LSNs, so
+     * the log must be durable that far first (may fail: the snapshot is
+     * then not swapped in). */
+    int (*before_swap)(void *user, uint64_t gen, char *err, size_t err_len);
     void (*after_durable)(void *user, uint64_t gen);
 };
 

@@ -3,6 +3,7 @@
 #include "store/wal.h"
 
 #include <assert.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,7 +168,7 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
         uint64_t n = rkv_snap_chunks(t);
         if (!t->copy_lsn || !n)
             continue; /* version 1: one copy of everything at once */
-        if (!(c->lsn = malloc((size_t)n * 8))) {
+        if (n > SIZE_MAX / 8 || !(c->lsn = malloc((size_t)n * 8))) {
             wal_copies_free(w);
             return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
         }
@@ -426,13 +427,25 @@ static int wal_failed(const struct rkv_wal *w, char *err, size_t err_len)
                     w->machine);
 }
 
+/* A sync of log gen failed: wal_failed holds the largest such generation
+ * (non-zero: nothing is acknowledged), so that a checkpoint knows whether
+ * the failure came before its log switch (its snapshot then holds what was
+ * unsure) or after (wal_before_swap). */
+static void wal_fail_at(struct rkv_mach_hdr *h, uint64_t gen)
+{
+    unsigned g = gen == 0 ? 1u : gen > UINT_MAX ? UINT_MAX : (unsigned)gen;
+    unsigned cur = atomic_load(&h->wal_failed);
+    while (cur < g && !atomic_compare_exchange_weak(&h->wal_failed, &cur, g))
+        ;
+}
+
 /* f's fdatasync; a failure poisons the machine's log (wal_failed). */
 static int wal_datasync(struct rkv_wal *w, struct rkv_wal_file *f, const char *path, char *err,
                         size_t err_len)
 {
     int rc = rkv_file_datasync(f->fd, path, err, err_len);
     if (rc < 0)
-        atomic_store(&w->mc->hdr->wal_failed, 1);
+        wal_fail_at(w->mc->hdr, f->gen);
     return rc;
 }
 
@@ -637,7 +650,7 @@ static int wal_after_copy(void *user, uint64_t gen, char *err, size_t err_len)
         if (rc == 0)
             rc = wal_datasync(w, &w->sync, path, err, err_len);
         else
-            atomic_store(&h->wal_failed, 1); /* its tail is unsynced, and no sync will come */
+            wal_fail_at(h, RKV_WAL_GEN(old)); /* its tail is unsynced, and no sync will come */
         if (rc == 0)
             w->n_syncs++;
     }
@@ -648,14 +661,58 @@ static int wal_after_copy(void *user, uint64_t gen, char *err, size_t err_len)
     return rc;
 }
 
+/* The log before the page: each chunk of snapshot gen holds the pushes
+ * appended to log gen up to its copy LSN, and a snapshot durable before
+ * those records were would, after a crash that lost the log's tail, hold
+ * pushes that no log record and no client sequence in it accounts for (the
+ * sequences were copied at the switch): a client retrying one, never
+ * acknowledged, would have it applied twice. So log gen is synced up to its
+ * end now (every copy LSN is at or below it: the copies are done), and a
+ * failed sync of log gen, now or earlier, fails the snapshot. */
+static int wal_before_swap(void *user, uint64_t gen, char *err, size_t err_len)
+{
+    struct rkv_wal *w = user;
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    char path[512];
+    int rc = 0;
+    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
+    /* Logs switch only in a checkpoint, under snap_lock, which this holds. */
+    uint64_t cur = atomic_load(&h->wal_end);
+    assert(RKV_WAL_GEN(cur) == gen);
+    if (atomic_load(&h->wal_failed) >= gen) {
+        rc = rkv_errf(err, err_len, -RKV_EIO,
+                      "machine %u: a sync of log %llu failed during its checkpoint; its snapshot "
+                      "is not used (the next checkpoint's is)",
+                      w->machine, (unsigned long long)gen);
+    } else if (atomic_load(&h->wal_durable) < cur) {
+        rc = wal_file_use(w, &w->sync, gen, path, sizeof(path), err, err_len);
+        if (rc == 0)
+            rc = wal_datasync(w, &w->sync, path, err, err_len);
+        if (rc == 0) {
+            w->n_syncs++;
+            if (!atomic_load(&h->wal_failed))
+                wal_raise(&h->wal_durable, cur);
+        }
+    }
+    rkv_live_unlock(&h->wal_sync_lock, &h->wal_sync_holder);
+    return rc;
+}
+
 /* Snapshot gen holds every record of the logs before it. */
 static void wal_after_durable(void *user, uint64_t gen)
 {
     struct rkv_wal *w = user;
     char path[512];
     w->n_checkpoints++;
-    /* Whatever a failed sync left unsure is in this snapshot's copy. */
-    atomic_store(&w->mc->hdr->wal_failed, 0);
+    /* Whatever a failed sync of a log before this snapshot's left unsure
+     * is in its copy (every chunk was copied after the switch, the client
+     * sequences with it). A failure of log gen or later is not:
+     * wal_before_swap refuses such a snapshot, so none is seen here, but
+     * the failure stays for the next checkpoint to clear. */
+    unsigned failed = atomic_load(&w->mc->hdr->wal_failed);
+    while (failed && failed < gen &&
+           !atomic_compare_exchange_weak(&w->mc->hdr->wal_failed, &failed, 0))
+        ;
     if (w->sync.fd >= 0 && w->sync.gen < gen)
         wal_file_close(&w->sync);
     for (uint64_t g = gen - 1; g >= 1 && gen - g <= RKV_WAL_MAX_CHAIN; g--) {
@@ -676,6 +733,7 @@ void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw)
                                         .before_copy = wal_before_copy,
                                         .during_copy = wal_during_copy,
                                         .after_copy = wal_after_copy,
+                                        .before_swap = wal_before_swap,
                                         .after_durable = wal_after_durable};
 }
 

@@ -584,6 +584,8 @@ static void run_fuzzy_checkpoint(int op, int with_state)
     while (atomic_load(&p.n) < 4000)
         usleep(100);
     assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    /* The pusher never syncs: what is durable now the checkpoint made so. */
+    uint64_t durable_at_swap = atomic_load(&h->wal_durable);
     uint64_t at_end = atomic_load(&p.n);
     while (atomic_load(&p.n) < at_end + 1000) /* and some after it */
         usleep(100);
@@ -600,6 +602,16 @@ static void run_fuzzy_checkpoint(int op, int with_state)
     assert_int_equal(want_seq, (1ull << RKV_SEQ_TAG_SHIFT) | atomic_load(&p.n));
     struct rkv_wal_replay r;
     recover_and_compare(&f, f.snap, want, bytes, want_seq, &r);
+    /* The log before the page: every push a chunk holds was durable in the
+     * log before the snapshot took its name, else a crash losing the log's
+     * tail left pushes in the snapshot that no record or sequence accounts
+     * for, and a client's retry of one was applied twice. */
+    if (f.w.copies[1].lsn_max > durable_at_swap)
+        fail_msg("a chunk copied at byte %llu of log %llu, but the log was durable only to byte "
+                 "%llu when the snapshot was swapped in",
+                 (unsigned long long)RKV_WAL_OFF(f.w.copies[1].lsn_max),
+                 (unsigned long long)RKV_WAL_GEN(f.w.copies[1].lsn_max),
+                 (unsigned long long)RKV_WAL_OFF(durable_at_swap));
     assert_int_equal(r.logs, 1);
     assert_true(r.rows_in_copy > 0);         /* pushes met chunks copied after them */
     assert_true(r.rows_in_copy < r.records); /* and chunks copied before them */
@@ -630,6 +642,43 @@ static void test_fuzzy_checkpoint_with_state(void **state)
 {
     (void)state;
     run_fuzzy_checkpoint(RKV_OP_ADAGRAD, 1);
+}
+
+/* A failed sync of a log is healed by the next checkpoint that switched
+ * logs after it (its snapshot holds what was unsure), never by the one
+ * whose own log failed: that snapshot's chunks hold pushes of the failed
+ * log, whose sequences it does not hold. It is not swapped in, the failure
+ * stays, and the checkpoint after it heals. Once wal_failed was a bare
+ * flag that any durable snapshot cleared. */
+static void test_failed_sync_healed_only_by_a_later_switch(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_rows(&f, 4096, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[256];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    struct pusher p = {.f = &f, .t = t, .rows = 4096, .op = RKV_OP_SUM};
+    for (int i = 0; i < 50; i++)
+        pusher_one(&p);
+    /* A sync of log gen + 1, the log the next checkpoint begins, failed
+     * while that checkpoint copied. */
+    atomic_store(&h->wal_failed, (unsigned)(gen + 1));
+    int rc = rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err));
+    assert_int_equal(rc, -RKV_EIO);
+    assert_non_null(strstr(err, "failed during its checkpoint"));
+    assert_int_equal(atomic_load(&h->snap_durable), gen);
+    assert_int_equal(atomic_load(&h->wal_failed), gen + 1);
+    assert_int_equal(generation_of(f.snap), gen);
+    /* The next checkpoint switched after the failure: it heals. */
+    assert_int_equal(rkv_wal_commit(&f.w, 0, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    assert_int_equal(atomic_load(&h->wal_failed), 0);
+    assert_int_equal(atomic_load(&h->snap_durable), gen + 2);
+    fix_tensor_free(&f);
+    fix_close(&f);
 }
 
 /* A copy LSN names a place in the snapshot's own log (or is 0): another
@@ -673,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_fuzzy_checkpoint_under_pushes),
         cmocka_unit_test(test_fuzzy_checkpoint_with_state),
         cmocka_unit_test(test_copy_lsn_of_another_log_refused),
+        cmocka_unit_test(test_failed_sync_healed_only_by_a_later_switch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
