@@ -48,6 +48,17 @@ void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine
     port->ops->shm_unlink(port, name);
 }
 
+/* The segment's magic names its header's layout too (bits 48..63: the
+ * header's size, folded), so that a server of another build, whose fields
+ * sit elsewhere, refuses the segment instead of reading it wrong: a
+ * machine's servers restarted one by one across an upgrade would share it
+ * otherwise. */
+static uint64_t mach_magic(void)
+{
+    uint64_t size = sizeof(struct rkv_mach_hdr);
+    return RKV_MACH_MAGIC | ((size ^ size >> 16) & 0xffff) << 48;
+}
+
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len)
@@ -65,7 +76,7 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
     h->lineage = lineage;
     h->n_clients = n_clients;
     atomic_thread_fence(memory_order_release);
-    h->magic = RKV_MACH_MAGIC;
+    h->magic = mach_magic();
     *mc = (struct rkv_mach){.port = port, .hdr = h, .map_bytes = bytes, .owner = owner};
     return 0;
 }
@@ -82,7 +93,16 @@ int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine,
         return rkv_errf(err, err_len, rc, "machine segment %s: cannot attach (%s)", name,
                         rkv_strerror(rc));
     struct rkv_mach_hdr *h = addr;
-    if (h->magic != RKV_MACH_MAGIC || h->n_clients != n_clients) {
+    if ((h->magic & RKV_MACH_MAGIC_MASK) == RKV_MACH_MAGIC && h->magic != mach_magic()) {
+        uint64_t other = h->magic >> 48;
+        port->ops->shm_unmap(port, addr, bytes);
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "machine segment %s was made by another build of rkv (header layout "
+                        "%llu, this build's %llu): stop that build's servers of the machine, or "
+                        "remove the segment from /dev/shm (durable mode restarts from its files)",
+                        name, (unsigned long long)other, (unsigned long long)(mach_magic() >> 48));
+    }
+    if (h->magic != mach_magic() || h->n_clients != n_clients) {
         port->ops->shm_unmap(port, addr, bytes);
         return rkv_errf(err, err_len, -RKV_EEXIST,
                         "machine segment %s is of another cluster (stale? remove it from /dev/shm)",

@@ -182,8 +182,13 @@ uint64_t rkv_snap_chunks(const struct rkv_snap_tensor *t)
  * overflow. */
 static int snap_tensor_bytes(const struct rkv_snap_tensor *t, uint32_t v, uint64_t *bytes_p)
 {
-    uint64_t book, data, total, local = 0, lsns = v >= 2 ? rkv_snap_chunks(t) * 8 : 0;
+    uint64_t book, data, total, local = 0, lsns = 0;
     if (t->has_local && !rkv_mul_ok(t->book_len, 8, &local))
+        return 0;
+    /* A file's rows of 0 bytes would let a huge row count through the
+     * products below: the copy LSNs' count (one per chunk) is checked on
+     * its own. */
+    if (v >= 2 && !rkv_mul_ok(rkv_snap_chunks(t), 8, &lsns))
         return 0;
     if (!rkv_mul_ok(t->book_len, 4, &book) || !rkv_add_ok(book, 7, &book) ||
         !rkv_add_ok(book & ~7ull, local, &book) || !rkv_add_ok(book, 7, &book) ||

@@ -113,8 +113,9 @@ void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64
  * snapshot or applies a push, and what a restarted one needs to rebuild
  * its view: the machine's tensor table, the last push sequence applied per
  * client, and the snapshot locks and generations. */
-#define RKV_MACH_MAGIC 0x48434d564b52ull /* "RKVMCH" */
-#define RKV_MACH_SERVERS 256u            /* servers per machine (rkv_cfg_check) */
+#define RKV_MACH_MAGIC 0x48434d564b52ull /* "RKVMCH"; bits 48..63: the layout (machine.c) */
+#define RKV_MACH_MAGIC_MASK 0xffffffffffffull
+#define RKV_MACH_SERVERS 256u /* servers per machine (rkv_cfg_check) */
 
 struct rkv_mach_tensor {
     uint32_t present; /* set last, once the tensor's segment is filled */

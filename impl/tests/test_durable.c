@@ -1100,6 +1100,35 @@ static void test_machine_lost_without_durable_fails_fast(void **state)
     assert_int_equal(wait_exit(s0), 0);
 }
 
+/* A machine segment made by another build (its header laid out otherwise:
+ * here an earlier build's magic, without the layout bits) is refused by
+ * name, not read with this build's layout: a machine's servers restarted
+ * one by one across an upgrade would have shared it. */
+static void test_machine_segment_of_another_build_refused(void **state)
+{
+    (void)state;
+    struct rkv_port *port;
+    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
+    char prefix[32], err[512];
+    snprintf(prefix, sizeof(prefix), "rkvt%d", (int)getpid());
+    struct rkv_mach mc, mc2;
+    assert_int_equal(rkv_mach_create(port, prefix, 3, 2, 77, 1, &mc, err, sizeof(err)), 0);
+    assert_int_equal(rkv_mach_attach(port, prefix, 3, 2, 2, &mc2, err, sizeof(err)), 0);
+    rkv_mach_close(&mc2);
+    mc.hdr->magic = RKV_MACH_MAGIC; /* the magic of the builds before the layout bits */
+    assert_int_equal(rkv_mach_attach(port, prefix, 3, 2, 2, &mc2, err, sizeof(err)), -RKV_EEXIST);
+    if (!strstr(err, "was made by another build of rkv (header layout 0, this build's"))
+        fail_msg("%s", err);
+    mc.hdr->magic = 0x1234; /* not a machine segment at all */
+    assert_int_equal(rkv_mach_attach(port, prefix, 3, 2, 2, &mc2, err, sizeof(err)), -RKV_EEXIST);
+    assert_non_null(strstr(err, "is of another cluster"));
+    char name[96];
+    rkv_mach_name(name, sizeof(name), prefix, 3);
+    rkv_mach_close(&mc);
+    port->ops->shm_unlink(port, name);
+    port->ops->destroy(port);
+}
+
 /* ---- the write-ahead log ---- */
 
 /* Servers 0 and 1 in processes, a client here that made tensor "t" and
@@ -2194,6 +2223,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_stale_record_not_replayed, reap_children),
         cmocka_unit_test_teardown(test_wal_record_past_end_not_replayed_later, reap_children),
         cmocka_unit_test_teardown(test_wal_empty_log_file_after_records, reap_children),
+        cmocka_unit_test(test_machine_segment_of_another_build_refused),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
         cmocka_unit_test(test_wal_prewrite_too_large_refused),
