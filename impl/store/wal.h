@@ -22,8 +22,11 @@
  * copy, switches appends to it under the copy lock (no push is being
  * applied then; the client sequences are copied there), syncs the previous
  * log, copies and writes the shard chunk by chunk, each chunk with the
- * LSN the log ended at when it was copied (snapshot.h), and, once the
- * snapshot is durable, lets the logs before G go: renamed to spares while
+ * LSN the log ended at when it was copied (snapshot.h), syncs log G up to
+ * its end before the snapshot takes its name (the log before the page: a
+ * chunk holds pushes of log G that must not outlive their records), and,
+ * once the snapshot is durable, lets the logs before G go: renamed to
+ * spares while
  * there is room, else removed. A crash at any point leaves snapshot S and
  * logs S, S+1, ... that together hold every acknowledged push: recovery
  * replays them in order of generation, a record's row skipped where the
