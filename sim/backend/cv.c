@@ -4,8 +4,11 @@
  * without owning the mutex ("Cannot release that mutex: you're not the
  * owner" when the caller unlocks it), which the store's timed waits hit at
  * once. Semaphores with a timeout have no such mutex hand-over. */
+#include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 
+#include <simgrid/engine.h>
 #include <simgrid/mutex.h>
 #include <simgrid/semaphore.h>
 
@@ -27,6 +30,13 @@ struct sim_waiter {
     int (*held)(void *arg);
     void *held_arg;
     struct sim_waiter *next;
+    /* On timer's heap at heap_idx until signalled or fired (woken by the
+     * timer at its deadline: timed out). */
+    struct sim_timer *timer;
+    uint32_t heap_idx;
+    int fired;
+    double deadline;
+    uint64_t seq;
 };
 
 /* Waiters kept for reuse per world: a wait made a waiter and a SimGrid
@@ -69,6 +79,8 @@ static struct sim_waiter *cv_waiter_new(struct sim_world *pool)
     w->queued_on = NULL;
     w->then_cv = NULL;
     w->next = NULL;
+    w->timer = NULL;
+    w->fired = 0;
     return w;
 }
 
@@ -110,9 +122,127 @@ static void cv_append(struct sim_cv *cv, struct sim_waiter *w)
     w->queued_on = cv;
 }
 
+/* ---- the timer: a heap of waiters by (deadline, seq) ---- */
+
+static int timer_less(const struct sim_waiter *a, const struct sim_waiter *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
+}
+
+static void timer_set(struct sim_timer *t, uint32_t i, struct sim_waiter *w)
+{
+    t->heap[i] = w;
+    w->heap_idx = i;
+}
+
+static void timer_sift(struct sim_timer *t, uint32_t i)
+{
+    struct sim_waiter *w = t->heap[i];
+    while (i && timer_less(w, t->heap[(i - 1) / 2])) {
+        timer_set(t, i, t->heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= t->len)
+            break;
+        if (c + 1 < t->len && timer_less(t->heap[c + 1], t->heap[c]))
+            c++;
+        if (!timer_less(t->heap[c], w))
+            break;
+        timer_set(t, i, t->heap[c]);
+        i = c;
+    }
+    timer_set(t, i, w);
+}
+
+static void timer_remove(struct sim_waiter *w)
+{
+    struct sim_timer *t = w->timer;
+    uint32_t i = w->heap_idx;
+    assert(i < t->len && t->heap[i] == w);
+    w->timer = NULL;
+    struct sim_waiter *last = t->heap[--t->len];
+    if (i == t->len)
+        return;
+    timer_set(t, i, last);
+    timer_sift(t, i);
+}
+
+/* Returns 0 when it cannot (no memory): the waiter then uses a timeout of
+ * its own. */
+static int timer_add(struct sim_timer *t, struct sim_waiter *w, double deadline)
+{
+    if (t->len == t->cap) {
+        uint32_t cap = t->cap ? 2 * t->cap : 8;
+        struct sim_waiter **heap = realloc(t->heap, cap * sizeof(*heap));
+        if (!heap)
+            return 0;
+        t->heap = heap;
+        t->cap = cap;
+    }
+    if (deadline < t->armed_at) {
+        if (!t->arm(t->arg, deadline))
+            return 0;
+        t->armed_at = deadline;
+    }
+    w->deadline = deadline;
+    w->seq = t->seq++;
+    w->timer = t;
+    timer_set(t, t->len++, w);
+    timer_sift(t, t->len - 1);
+    return 1;
+}
+
+void sim_timer_init(struct sim_timer *t, int (*arm)(void *arg, double t_due), void *arg)
+{
+    *t = (struct sim_timer){.armed_at = INFINITY, .arm = arm, .arg = arg};
+}
+
+void sim_timer_fini(struct sim_timer *t)
+{
+    free(t->heap);
+    t->heap = NULL;
+    t->len = t->cap = 0;
+}
+
+static void cv_unlink(struct sim_cv *cv, struct sim_waiter *w);
+static void cv_wake(struct sim_waiter *w);
+
+void sim_timer_fire(struct sim_timer *t, double t_due)
+{
+    if (t_due != t->armed_at)
+        return;
+    t->armed_at = INFINITY;
+    struct sim_waiter *list = NULL, **tail = &list;
+    while (t->len && t->heap[0]->deadline <= t_due) { /* no simcall: the lists hold still */
+        struct sim_waiter *w = t->heap[0];
+        timer_remove(w);
+        if (w->queued_on)
+            cv_unlink(w->queued_on, w);
+        w->queued_on = NULL;
+        w->fired = 1;
+        w->refs++;
+        w->next = NULL;
+        *tail = w;
+        tail = &w->next;
+    }
+    if (t->len) {
+        /* The twin cannot model a lost wake-up (as cv_waiter_new). */
+        if (!t->arm(t->arg, t->heap[0]->deadline))
+            abort();
+        t->armed_at = t->heap[0]->deadline;
+    }
+    while (list) {
+        struct sim_waiter *w = list;
+        list = w->next;
+        cv_wake(w);
+    }
+}
+
 int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg),
                      void *arg, double timeout_s, struct sim_cv *then_cv, int (*held)(void *arg),
-                     void *held_arg)
+                     void *held_arg, struct sim_timer *timer)
 {
     struct sim_waiter *w = cv_waiter_new(pool);
     w->then_cv = then_cv;
@@ -120,10 +250,18 @@ int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(
     w->held_arg = held_arg;
     /* Queued before the lock is dropped: a signal from then on is not lost. */
     cv_append(cv, w);
+    int on_timer = timeout_s >= 0 && timer &&
+                   timer_add(timer, w, simgrid_get_clock() + (timeout_s > 0 ? timeout_s : 0));
     if (release)
         release(arg);
-    int timed_out = timeout_s < 0 ? (sg_sem_acquire(w->sem), 0)
-                                  : sg_sem_acquire_timeout(w->sem, timeout_s > 0 ? timeout_s : 0);
+    int timed_out;
+    if (timeout_s < 0 || on_timer) {
+        sg_sem_acquire(w->sem);
+        timed_out = w->fired;
+    } else {
+        timed_out = sg_sem_acquire_timeout(w->sem, timeout_s > 0 ? timeout_s : 0);
+    }
+    assert(!w->timer);
     int signalled = w->signalled;
     /* Timed out on cv, or on then_cv after a morph (signalled, then). */
     if (w->queued_on)
@@ -135,7 +273,7 @@ int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(
 int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
                 double timeout_s)
 {
-    return sim_cv_wait_then(pool, cv, release, arg, timeout_s, NULL, NULL, NULL);
+    return sim_cv_wait_then(pool, cv, release, arg, timeout_s, NULL, NULL, NULL, NULL);
 }
 
 /* w, just taken off its list by a waker: moves to the queue of the lock
@@ -145,6 +283,8 @@ static int cv_morph(struct sim_waiter *w)
 {
     if (!w->then_cv || !w->held(w->held_arg))
         return 0;
+    if (w->timer) /* signalled: its deadline no longer counts */
+        timer_remove(w);
     w->signalled = 1;
     cv_append(w->then_cv, w);
     return 1;
@@ -154,6 +294,8 @@ static int cv_morph(struct sim_waiter *w)
  * may run and must see that it was woken. */
 static void cv_mark(struct sim_waiter *w)
 {
+    if (w->timer)
+        timer_remove(w);
     w->signalled = 1;
     w->refs++;
 }
@@ -209,6 +351,8 @@ void sim_cv_destroy(struct sim_cv *cv)
     while (cv->head) {
         struct sim_waiter *w = cv->head;
         cv->head = w->next;
+        if (w->timer)
+            timer_remove(w);
         sg_sem_destroy(w->sem);
         free(w);
     }

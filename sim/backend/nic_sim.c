@@ -61,10 +61,12 @@ enum sn_kind {
     SN_DISCONNECT,
     SN_NAK,       /* target -> sender: the write with wr_id was rejected */
     SN_POLL_WAKE, /* not a message: a poll's deadline on the timer's heap (sn_poll_arm) */
+    SN_CV_WAKE,   /* not a message: the node's earliest timed cond wait ends (sn_cv_arm) */
 };
 
 static const char *const sn_kind_names[] = {
-    "?", "connect", "accept", "reject", "send", "write", "write_imm", "disconnect", "nak", "poll",
+    "?",         "connect",    "accept", "reject", "send", "write",
+    "write_imm", "disconnect", "nak",    "poll",   "cv",
 };
 
 struct sn_msg {
@@ -195,6 +197,9 @@ struct sim_nic {
     /* The deadline for which a wake-up of the pollers sits on the timer's
      * heap (INFINITY: none; sn_poll_arm). */
     double poll_armed_at;
+    /* The node's timed condition waits (port_sim.c), woken at their
+     * deadline by this NIC's timer actor (sn_cv_arm). */
+    struct sim_timer cv_timer;
     /* The shared receive pool (srq_setup): srq_count buffers of
      * srq_buf_bytes at srq_mem, the free ones' indices on a stack (the
      * last one reposted is taken first: a node with few messages in flight
@@ -878,6 +883,11 @@ static void sn_delay_actor(int argc, char **argv)
                 free(m);
                 continue;
             }
+            if (m->kind == SN_CV_WAKE) {
+                sim_timer_fire(&n->cv_timer, m->t_due);
+                free(m);
+                continue;
+            }
             if (m->timed) { /* a small message arrives */
                 m->timed = 0;
                 sn_rx_cpu(n, m);
@@ -1113,6 +1123,21 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
 
 /* ---- the vtable ---- */
 
+/* sim_timer's arm: a wake-up of the node's timed cond waits at t_due on
+ * this NIC's timer heap (the timer calls sim_timer_fire then). */
+static int sn_cv_arm(void *arg, double t_due)
+{
+    struct sim_nic *n = arg;
+    struct sn_msg *m = sn_msg_new(SN_CV_WAKE, 0);
+    if (!m)
+        return 0;
+    m->dst_nic = n->id;
+    m->src_nic = n->id;
+    m->t_due = t_due;
+    sn_timed_push(n, m);
+    return 1;
+}
+
 static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_p)
 {
     (void)dev;
@@ -1152,11 +1177,13 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
     rkv_rng_seed(&n->rng, w->seed ^ 0x51a1c0de5eedull, n->id);
     rkv_nic_cq_init(&n->cq, SN_CQ_MAX, NULL, NULL);
     n->poll_armed_at = INFINITY;
+    sim_timer_init(&n->cv_timer, sn_cv_arm, n);
     /* The twin runs every node in one process, where no peer is hostile:
      * comparing (part of) the secret's hash says whether two nodes were
      * given the same secret, which is all it needs to model. */
     memcpy(&n->token, n->base.auth_key, sizeof(n->token));
     sim_port_set_nic(port, n, sim_nic_drain, sim_nic_crash);
+    sim_port_set_timer(port, &n->cv_timer);
     if (fresh) /* simcalls: the NIC is in place */
         sn_rx_start(n->rx, n->host, shared ? NULL : port);
     *nic_p = &n->base;
@@ -1545,6 +1572,7 @@ void sim_nic_free(struct sim_nic *n)
 {
     sim_cv_destroy(&n->cq_cv);
     sim_cv_destroy(&n->conn_cv);
+    sim_timer_fini(&n->cv_timer);
     for (uint32_t i = 0; i < n->n_qps; i++) {
         struct sn_qp *qp = n->qps[i];
         sn_free_list(qp->held);

@@ -28,7 +28,8 @@ struct sim_port {
      * which is the host's name unless machines share one host (loopback). */
     char addr[32];
     uint32_t machine, tid;
-    struct sim_nic *nic; /* tasks drain their puts on it before they end */
+    struct sim_nic *nic;     /* tasks drain their puts on it before they end */
+    struct sim_timer *timer; /* wakes timed cond waits (NULL: none yet) */
     void (*nic_drain)(struct sim_nic *n);
     void (*nic_crash)(struct sim_nic *n);
     sg_actor_t actors[16]; /* every actor of this node, for a crash */
@@ -63,6 +64,7 @@ struct rkv_mutex {
 struct rkv_cond {
     struct sim_cv cv;
     struct sim_world *w;
+    struct sim_port *p; /* its timer (sim_port_set_timer) */
 };
 
 /* A named segment: every node of the machine that maps it sees the same
@@ -213,6 +215,7 @@ static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
     if (!c)
         return -RKV_ENOMEM;
     c->w = sp_of(p)->w;
+    c->p = sp_of(p);
     *c_p = c;
     return 0;
 }
@@ -228,8 +231,8 @@ static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeou
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;
     assert(m->owner == sg_actor_self());
     sim_cpu_settle(c->w);
-    int timed_out =
-        sim_cv_wait_then(c->w, &c->cv, sp_mutex_release, m, t, &m->queue, sp_mutex_held_by_me, m);
+    int timed_out = sim_cv_wait_then(c->w, &c->cv, sp_mutex_release, m, t, &m->queue,
+                                     sp_mutex_held_by_me, m, c->p->timer);
     sp_mutex_take(m);
     sim_cpu_mark(c->w);
     return timed_out ? -RKV_ETIMEDOUT : 0;
@@ -653,6 +656,9 @@ void sim_port_crash(struct rkv_port *p)
         if (sp->actors[i] != self)
             sg_actor_kill(sp->actors[i]);
     sp->n_actors = 0;
+    /* Its NIC's timer actor may be dead now: an actor that goes on (self)
+     * waits with timeouts of its own. */
+    sp->timer = NULL;
 }
 
 void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n, void (*drain)(struct sim_nic *n),
@@ -663,6 +669,11 @@ void sim_port_set_nic(struct rkv_port *p, struct sim_nic *n, void (*drain)(struc
     sp->nic = n;
     sp->nic_drain = drain;
     sp->nic_crash = crash;
+}
+
+void sim_port_set_timer(struct rkv_port *p, struct sim_timer *t)
+{
+    sp_of(p)->timer = t;
 }
 
 struct sim_nic *sim_port_nic(struct rkv_port *p)

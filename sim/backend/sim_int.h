@@ -36,6 +36,9 @@ void sim_port_set_cpu_factor(struct rkv_port *p, double (*fn)(void *user, double
 uint64_t sim_port_slowed_rows(struct rkv_port *p);
 void sim_nic_crash(struct sim_nic *n);
 struct sim_nic *sim_port_nic(struct rkv_port *p);
+/* The timer that wakes the node's timed condition waits (its NIC's). */
+struct sim_timer;
+void sim_port_set_timer(struct rkv_port *p, struct sim_timer *t);
 
 /* Measured CPU (sim/backend/cpu.c): settle before a SimGrid call charges the node
  * code that ran since the last mark; mark after the call restarts the count. */
@@ -54,16 +57,38 @@ struct sim_waiter;
 struct sim_cv {
     struct sim_waiter *head, *tail;
 };
+/* Deadlines of timed waits, woken by one timer that some actor runs
+ * (the NIC's): a heap of the waiters by deadline, of which only the
+ * earliest is armed (arm(arg, t_due) schedules sim_timer_fire(t, t_due);
+ * returns 0 when it cannot, no memory). Why: a SimGrid wait with a timeout
+ * is a sleep action and a max-min variable per wait, and the store's
+ * timed waits are nearly all signalled long before their deadline. Holds
+ * at most one entry per waiting actor. */
+struct sim_timer {
+    struct sim_waiter **heap;
+    uint32_t len, cap;
+    uint64_t seq;    /* ties between equal deadlines: first armed, first woken */
+    double armed_at; /* the armed deadline (INFINITY: none) */
+    int (*arm)(void *arg, double t_due);
+    void *arg;
+};
+void sim_timer_init(struct sim_timer *t, int (*arm)(void *arg, double t_due), void *arg);
+/* The wake-up armed for t_due is due: wakes (as timed out) the waiters
+ * whose deadline is at or before it and arms the next. A stale one (a
+ * later arming replaced it) does nothing. */
+void sim_timer_fire(struct sim_timer *t, double t_due);
+void sim_timer_fini(struct sim_timer *t);
 /* timeout_s < 0 waits forever. Returns 1 on timeout, 0 when signalled.
  * pool: the world whose spare waiters it reuses (NULL: none). */
 int sim_cv_wait(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg), void *arg,
                 double timeout_s);
 /* sim_cv_wait, for a waiter that takes a lock next: a waker that holds
  * that lock (held(held_arg)) moves it to then_cv, the lock's queue,
- * instead of waking it to find the lock taken (wait morphing). */
+ * instead of waking it to find the lock taken (wait morphing). timer
+ * (NULL: none) wakes it at its deadline instead of a SimGrid timeout. */
 int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(void *arg),
                      void *arg, double timeout_s, struct sim_cv *then_cv, int (*held)(void *arg),
-                     void *held_arg);
+                     void *held_arg, struct sim_timer *timer);
 /* Frees the world's spare waiters (sim_world_fini). */
 void sim_cv_pool_fini(struct sim_world *pool);
 void sim_cv_signal(struct sim_cv *cv);

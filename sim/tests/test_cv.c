@@ -36,6 +36,7 @@ struct cv_case {
     int broadcast;
     uint64_t hold_ms; /* how long it keeps m after signalling */
     int waiters;
+    int nic; /* the port has a NIC: its timer ends the timed waits */
 };
 
 struct cv_seen {
@@ -60,6 +61,9 @@ static void cv_waiter(int argc, char **argv)
     (void)argc, (void)argv;
     int i = (int)(uintptr_t)sg_actor_self_get_data();
     const struct rkv_port_ops *o = CR.port->ops;
+    struct rkv_nic *nic;
+    if (i == 0 && CR.k.nic && rkv_nic_sim_ops.open(CR.port, NULL, &nic) < 0)
+        exit(4); /* waiter 0 runs first: the others wait with its timer too */
     o->mutex_lock(CR.m);
     CR.seen->rc[i] = o->cond_wait(CR.c, CR.m, (i == 0 ? CR.k.timeout_ms : 100) * MS);
     CR.seen->held[i] = o->mutex_held(CR.m);
@@ -217,6 +221,66 @@ static void test_broadcast_with_mutex_held_and_timeout(void **state)
     assert_int_equal(s.at_ms[0], 1);
 }
 
+/* With a NIC, the port's timed waits end on the NIC's timer: a wait that
+ * is not signalled times out at its deadline exactly (5 ms, and 100 ms
+ * for the third waiter, armed after the first fired), holding the mutex;
+ * a signalled one is not woken again by its deadline. */
+static void test_timeout_on_the_nic_timer(void **state)
+{
+    (void)state;
+    struct cv_case k = {.timeout_ms = 5,
+                        .signal_at_ms = 50,
+                        .signaller_locks = 1,
+                        .hold_ms = 1,
+                        .waiters = WAITERS,
+                        .nic = 1};
+    struct cv_seen s;
+    cv_case_run(&k, &s);
+    assert_int_equal(s.rc[0], -RKV_ETIMEDOUT);
+    assert_int_equal(s.at_ms[0], 5);
+    assert_int_equal(s.rc[1], 0);
+    assert_int_equal(s.at_ms[1], 51);
+    assert_int_equal(s.rc[2], -RKV_ETIMEDOUT);
+    assert_int_equal(s.at_ms[2], 100);
+    for (int i = 0; i < WAITERS; i++)
+        assert_true(s.held[i]);
+}
+
+/* Signalled before its deadline on the NIC's timer: woken by the signal
+ * (once the signaller lets go of the mutex), not timed out. A later
+ * deadline armed first (200 ms) is replaced by an earlier one (100 ms, the
+ * other waiters, who time out then) and armed again after it. */
+static void test_signal_before_the_nic_timer(void **state)
+{
+    (void)state;
+    struct cv_case k = {.timeout_ms = 100,
+                        .signal_at_ms = 1,
+                        .signaller_locks = 1,
+                        .hold_ms = 2,
+                        .waiters = 1,
+                        .nic = 1};
+    struct cv_seen s;
+    cv_case_run(&k, &s);
+    assert_int_equal(s.rc[0], 0);
+    assert_true(s.held[0]);
+    assert_int_equal(s.at_ms[0], 3);
+    struct cv_case t = {.timeout_ms = 200,
+                        .signal_at_ms = 150,
+                        .signaller_locks = 1,
+                        .hold_ms = 1,
+                        .waiters = WAITERS,
+                        .nic = 1};
+    cv_case_run(&t, &s);
+    assert_int_equal(s.rc[0], 0);
+    assert_int_equal(s.at_ms[0], 151);
+    for (int i = 1; i < WAITERS; i++) {
+        assert_int_equal(s.rc[i], -RKV_ETIMEDOUT);
+        assert_int_equal(s.at_ms[i], 100);
+    }
+    for (int i = 0; i < WAITERS; i++)
+        assert_true(s.held[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +288,8 @@ int main(void)
         cmocka_unit_test(test_timeout_while_waiting_for_the_mutex),
         cmocka_unit_test(test_signal_without_mutex),
         cmocka_unit_test(test_broadcast_with_mutex_held_and_timeout),
+        cmocka_unit_test(test_timeout_on_the_nic_timer),
+        cmocka_unit_test(test_signal_before_the_nic_timer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
