@@ -468,28 +468,68 @@ static void srq_sender(int argc, char **argv)
     free(src);
 }
 
-static void srq_child(struct srq_seen *s)
+/* A target on m0 and n senders on m1 (each given its index as data), in a
+ * star of two machines whose world offers the receive pool; tune (or NULL)
+ * adjusts the world before it runs. */
+static void srq_world_run(void (*target)(int, char **), void (*sender)(int, char **), uintptr_t n,
+                          void (*tune)(struct sim_world *))
 {
-    SRQ = s;
     struct rkv_scenario sc = {.machines = 2, .sim_bandwidth_gbps = 100, .sim_latency_us = 1};
     snprintf(sc.sim_platform, sizeof(sc.sim_platform), "star");
     char xml[64], err[256];
     snprintf(xml, sizeof(xml), "/tmp/rkv-nicsim-srq-%d.xml", (int)getpid());
     if (sim_world_init(&R.w, 1) < 0 || rkv_twin_platform_xml(&sc, xml, err, sizeof(err)) < 0)
         exit(2);
+    if (tune)
+        tune(&R.w);
     int argc = 2;
     char *argv[] = {"test", "--log=root.thres:critical", NULL};
     simgrid_init(&argc, argv);
     simgrid_load_platform(xml);
     unlink(xml);
     sg_actor_t a = sg_actor_init("target", sg_host_by_name("m0"));
-    sg_actor_start(a, srq_target, 0, NULL);
-    for (uintptr_t i = 0; i < SRQ_SENDERS; i++) {
+    sg_actor_start(a, target, 0, NULL);
+    for (uintptr_t i = 0; i < n; i++) {
         a = sg_actor_init("sender", sg_host_by_name("m1"));
         sg_actor_set_data(a, (void *)i);
-        sg_actor_start(a, srq_sender, 0, NULL);
+        sg_actor_start(a, sender, 0, NULL);
     }
     simgrid_run_until(1.0);
+}
+
+/* Runs fn(buf) in a forked child (a SimGrid world runs once per process)
+ * and hands back the size bytes it left in buf. */
+static void in_child(void (*fn)(void *), void *seen, size_t size)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        void *mine = calloc(1, size);
+        if (!mine)
+            exit(1);
+        fn(mine);
+        ssize_t w = write(fd[1], mine, size);
+        exit(w == (ssize_t)size ? 0 : 1);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got < size && (r = read(fd[0], (char *)seen + got, size - got)) > 0)
+        got += (size_t)r;
+    close(fd[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0 && got == size);
+}
+
+static void srq_child(void *seen)
+{
+    SRQ = seen;
+    srq_world_run(srq_target, srq_sender, SRQ_SENDERS, NULL);
 }
 
 /* A pool of 2 shared by 3 connections: the third message waits (RNR) for a
@@ -500,27 +540,8 @@ static void test_shared_receive_pool(void **state)
 {
     (void)state;
     static struct srq_seen s;
-    int fd[2];
-    assert_int_equal(pipe(fd), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fd[0]);
-        static struct srq_seen mine;
-        srq_child(&mine);
-        ssize_t w = write(fd[1], &mine, sizeof(mine));
-        exit(w == sizeof(mine) ? 0 : 1);
-    }
-    close(fd[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof(s) && (r = read(fd[0], (char *)&s + got, sizeof(s) - got)) > 0)
-        got += (size_t)r;
-    close(fd[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0 && got == sizeof(s) && s.done);
+    in_child(srq_child, &s, sizeof(s));
+    assert_true(s.done);
     assert_int_equal(s.setup_off, -RKV_EINVAL);
     assert_int_equal(s.setup_ok, 0);
     assert_int_equal(s.count, 2);
@@ -621,60 +642,27 @@ static void srqc_sender(int argc, char **argv)
     free(src);
 }
 
-static void srqc_child(struct srqc_seen *s)
+/* Measured CPU, and a copy that costs 1 ms of it per byte beyond what it
+ * took: the 16-byte copy in runs 16 ms of simulated CPU. */
+static void srqc_tune(struct sim_world *w)
 {
-    SRQC = s;
-    struct rkv_scenario sc = {.machines = 2, .sim_bandwidth_gbps = 100, .sim_latency_us = 1};
-    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "star");
-    char xml[64], err[256];
-    snprintf(xml, sizeof(xml), "/tmp/rkv-nicsim-srqc-%d.xml", (int)getpid());
-    if (sim_world_init(&R.w, 1) < 0 || rkv_twin_platform_xml(&sc, xml, err, sizeof(err)) < 0)
-        exit(2);
-    R.w.srq = 1;
-    /* Measured CPU, and a copy that costs 1 ms of it per byte beyond what
-     * it took: the 16-byte copy in runs 16 ms of simulated CPU. */
-    R.w.cpu_measured = 1;
-    R.w.copy_byte_ns = -1e6;
-    int argc = 2;
-    char *argv[] = {"test", "--log=root.thres:critical", NULL};
-    simgrid_init(&argc, argv);
-    simgrid_load_platform(xml);
-    unlink(xml);
-    sg_actor_t a = sg_actor_init("target", sg_host_by_name("m0"));
-    sg_actor_start(a, srqc_target, 0, NULL);
-    for (uintptr_t i = 0; i < 2; i++) {
-        a = sg_actor_init("sender", sg_host_by_name("m1"));
-        sg_actor_set_data(a, (void *)i);
-        sg_actor_start(a, srqc_sender, 0, NULL);
-    }
-    simgrid_run_until(1.0);
+    w->srq = 1;
+    w->cpu_measured = 1;
+    w->copy_byte_ns = -1e6;
+}
+
+static void srqc_child(void *seen)
+{
+    SRQC = seen;
+    srq_world_run(srqc_target, srqc_sender, 2, srqc_tune);
 }
 
 static void test_pool_buffer_back_when_closed_mid_copy(void **state)
 {
     (void)state;
     static struct srqc_seen s;
-    int fd[2];
-    assert_int_equal(pipe(fd), 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(fd[0]);
-        static struct srqc_seen mine;
-        srqc_child(&mine);
-        ssize_t w = write(fd[1], &mine, sizeof(mine));
-        exit(w == sizeof(mine) ? 0 : 1);
-    }
-    close(fd[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < sizeof(s) && (r = read(fd[0], (char *)&s + got, sizeof(s) - got)) > 0)
-        got += (size_t)r;
-    close(fd[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0 && got == sizeof(s) && s.done);
+    in_child(srqc_child, &s, sizeof(s));
+    assert_true(s.done);
     if (s.n != 1 || s.data != 0xa1)
         fail_msg("%d receives, last data 0x%x: sender 1's message never found the pool's buffer",
                  s.n, s.data);
