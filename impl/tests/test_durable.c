@@ -1185,6 +1185,18 @@ static void append_bytes(const char *path, const void *buf, size_t len)
     fclose(f);
 }
 
+/* Machine 1 lost again: server s1 killed with the machine's memory, and a
+ * new one started (its log in s1-again.log). */
+static pid_t wal_lose_machine_again(struct wal_run *w, pid_t s1)
+{
+    char log[128];
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&w->c.cfg, 1);
+    snprintf(log, sizeof(log), "%s/s1-again.log", w->c.dir);
+    return spawn_server(&w->c.cfg, 1, 0, log);
+}
+
 /* Killed with its memory: the restart replays the log after the snapshot,
  * every acknowledged push once; then the client goes on. */
 static void test_wal_replayed_after_kill(void **state)
@@ -1376,11 +1388,7 @@ static void test_wal_record_past_end_not_replayed_later(void **state)
     uint64_t id = 60;
     float one[4] = {1, 1, 1, 1};
     assert_int_equal(rkv_client_push(w.cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
-    assert_int_equal(kill(s1b, SIGKILL), 0);
-    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
-    unlink_machine_shm(&w.c.cfg, 1);
-    snprintf(log1b, sizeof(log1b), "%s/s1-again.log", w.c.dir);
-    s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    s1b = wal_lose_machine_again(&w, s1b);
     float got = pull_row60(w.cli);
     if (got != 4.0f)
         fail_msg("row 60 is %g after the second crash, not 4 (B's 9 replayed after C)", got);
@@ -1416,11 +1424,7 @@ static void test_wal_empty_log_file_after_records(void **state)
         fail_msg("push after the restart: %d (%s)", rc, rkv_client_errmsg(w.cli));
     }
     assert_true(pull_row60(w.cli) == 4.0f);
-    assert_int_equal(kill(s1b, SIGKILL), 0);
-    assert_int_equal(wait_exit(s1b), 128 + SIGKILL);
-    unlink_machine_shm(&w.c.cfg, 1);
-    snprintf(log1b, sizeof(log1b), "%s/s1-again.log", w.c.dir);
-    s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
+    s1b = wal_lose_machine_again(&w, s1b);
     float got = pull_row60(w.cli);
     if (got != 4.0f)
         fail_msg("row 60 is %g after the second crash, not 4", got);
