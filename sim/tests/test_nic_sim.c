@@ -513,6 +513,7 @@ static void in_child(void (*fn)(void *), void *seen, size_t size)
             exit(1);
         fn(mine);
         ssize_t w = write(fd[1], mine, size);
+        free(mine);
         exit(w == (ssize_t)size ? 0 : 1);
     }
     close(fd[1]);
