@@ -36,6 +36,7 @@
 #include <simgrid/mailbox.h>
 
 #include "nic/nic_core.h"
+#include "sim/backend/ktimer.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
 #include "util/util.h"
@@ -145,24 +146,32 @@ struct sn_out {
 
 /* Where messages for a NIC arrive: a mailbox whose permanent receiver is
  * the unit's receiver actor, and a heap of deliveries by due time (small
- * messages, jitter) that its timer actor makes at their time. A NIC has its
+ * messages, jitter) that its timer makes at their time. A NIC has its
  * own unit when a delivery costs CPU (msg_cost_ns, recv_byte_ns, measured
  * CPU): that work runs on the receiver's actor, as a node's own progress
- * thread would run it, and holds up only that node's later messages. Where
- * delivery is free (the scale runs), the NICs of one machine share a unit:
- * 2 actors per machine instead of 2 per node, and one wake-up delivers what
- * falls due at one instant for all of them. Messages name their NIC. */
+ * thread would run it, and holds up only that node's later messages, and
+ * its timer is an actor too (a delivery may charge CPU). Where delivery is
+ * free (the scale runs), the NICs of one machine share a unit, and one
+ * wake-up delivers what falls due at one instant for all of them: its
+ * timer is a SimGrid kernel timer, run by maestro (no actor, no context
+ * switch, no semaphore, no max-min sleep per wake-up), and its receiver
+ * actor is made when the first message too large to be timed comes (none
+ * in payload-less runs). Messages name their NIC. */
 struct sim_nic_rx {
     struct sim_world *w;
     char mbox_name[32];
     sg_mailbox_t mbox;
+    sg_host_t host;
     struct sim_cv delay_cv;
     struct sn_msg **heap; /* waiting for their due time */
     uint32_t heap_len, heap_cap;
-    /* The due time the timer actor sleeps until (INFINITY: until woken;
-     * -1: it is running). A message due later needs no wake-up: the timer
-     * takes it when it wakes for an earlier one. */
+    /* The due time the timer sleeps until (INFINITY: until woken; -1: it
+     * is running). A message due later needs no wake-up: the timer takes
+     * it when it wakes for an earlier one. */
     double timer_until;
+    int on_ktimer; /* a shared unit: the timer is ktimer, not an actor */
+    void *ktimer;  /* the kernel timer armed for timer_until (NULL: none) */
+    int receiving; /* its receiver actor: 0 none, 1 being made, 2 receiving */
     uint64_t order;
     uint32_t refs;     /* NICs on it, and the world when prepared */
     int prepared;      /* made by sim_nic_rx_prepare, before the run */
@@ -396,6 +405,7 @@ static struct sn_qp *sn_qp_get(struct sim_nic *n, uint32_t id)
 }
 
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m);
+static void sn_rx_receiver(struct sim_nic_rx *rx, struct rkv_port *port);
 
 /* A mid-size message (above SN_SMALL_BYTES, up to w->mid_max_bytes) from
  * machine src to machine dst, posted now, taking s seconds on the route's
@@ -478,6 +488,13 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
         m->out_slot = (uint8_t)(o - n->out);
         m->out_seq = o->next_seq++;
     }
+    /* A transfer starts when posted only into a mailbox that has its
+     * receiver: one posted while another poster makes it would wait for
+     * the receiver's first get, and then for each in turn. */
+    if (!dst->rx->receiving)
+        sn_rx_receiver(dst->rx, NULL);
+    while (dst->rx->receiving == 1)
+        sg_actor_yield();
     /* m belongs to the target from here: the poster's ring keeps the seq. */
     uint64_t seq = m->out_seq;
     sg_comm_t c = sg_mailbox_put_async(dst->rx->mbox, m, (long)m->wire);
@@ -853,6 +870,37 @@ static void sn_rx_cpu(struct sim_nic *n, const struct sn_msg *m)
         sim_cpu_run(n->w, n->host, cpu_s);
 }
 
+/* m, taken off the unit's heap at its due time. */
+static void sn_rx_due(struct sim_nic_rx *rx, struct sn_msg *m)
+{
+    assert(m->dst_nic < rx->w->n_nics);
+    struct sim_nic *n = rx->w->nics[m->dst_nic];
+    if (m->kind == SN_POLL_WAKE) { /* a later arming made it stale */
+        if (n->poll_armed_at == m->t_due) {
+            n->poll_armed_at = INFINITY;
+            sim_cv_broadcast(&n->cq_cv);
+        }
+        free(m);
+        return;
+    }
+    if (m->kind == SN_CV_WAKE) {
+        sim_timer_fire(&n->cv_timer, m->t_due);
+        free(m);
+        return;
+    }
+    if (m->timed) { /* a small message arrives */
+        m->timed = 0;
+        sn_rx_cpu(n, m);
+        sn_arrive(n, m);
+        return;
+    }
+    struct sn_qp *qp = sn_qp_get(n, m->dst_qp);
+    if (qp && !n->closed)
+        sn_deliver(n, qp, m);
+    else
+        free(m);
+}
+
 static void sn_delay_actor(int argc, char **argv)
 {
     (void)argc;
@@ -872,35 +920,45 @@ static void sn_delay_actor(int argc, char **argv)
             rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else {
-            struct sn_msg *m = sn_heap_pop(rx);
-            assert(m->dst_nic < rx->w->n_nics);
-            struct sim_nic *n = rx->w->nics[m->dst_nic];
-            if (m->kind == SN_POLL_WAKE) { /* a later arming made it stale */
-                if (n->poll_armed_at == m->t_due) {
-                    n->poll_armed_at = INFINITY;
-                    sim_cv_broadcast(&n->cq_cv);
-                }
-                free(m);
-                continue;
-            }
-            if (m->kind == SN_CV_WAKE) {
-                sim_timer_fire(&n->cv_timer, m->t_due);
-                free(m);
-                continue;
-            }
-            if (m->timed) { /* a small message arrives */
-                m->timed = 0;
-                sn_rx_cpu(n, m);
-                sn_arrive(n, m);
-                continue;
-            }
-            struct sn_qp *qp = sn_qp_get(n, m->dst_qp);
-            if (qp && !n->closed)
-                sn_deliver(n, qp, m);
-            else
-                free(m);
+            sn_rx_due(rx, sn_heap_pop(rx));
         }
     }
+}
+
+static void sn_rx_fire(void *arg);
+
+/* A shared unit's wake-up at t_due, replacing an armed later one. */
+static void sn_rx_arm(struct sim_nic_rx *rx, double t_due)
+{
+    assert(rx->on_ktimer && t_due < rx->timer_until);
+    if (rx->ktimer)
+        sim_ktimer_cancel(rx->ktimer);
+    rx->ktimer = sim_ktimer_set(t_due, sn_rx_fire, rx);
+    if (!rx->ktimer)
+        abort(); /* the twin cannot model a lost delivery (as sn_heap_push) */
+    rx->timer_until = t_due;
+}
+
+/* A shared unit's kernel timer: delivers, in maestro, what is due now,
+ * including what those deliveries make due now, then arms the next. */
+static void sn_rx_fire(void *arg)
+{
+    struct sim_nic_rx *rx = arg;
+    rx->ktimer = NULL; /* SimGrid frees it when this returns */
+    /* The run is over (the last node ended; the daemons are gone): what
+     * is left would only move the clock, as a killed timer actor's
+     * deliveries never came. */
+    if (sg_actor_count() == 0) {
+        rx->timer_until = INFINITY;
+        return;
+    }
+    rx->timer_until = -1;
+    double now = simgrid_get_clock();
+    while (rx->heap_len && rx->heap[0]->t_due <= now + 1e-12)
+        sn_rx_due(rx, sn_heap_pop(rx));
+    rx->timer_until = INFINITY;
+    if (rx->heap_len)
+        sn_rx_arm(rx, rx->heap[0]->t_due);
 }
 
 /* In sequence order; with jitter, after a random extra delay. */
@@ -924,7 +982,11 @@ static void sn_timed_push(struct sim_nic *n, struct sn_msg *m)
     sn_heap_push(rx, m);
     /* A wake-up is a simcall and costs the timer a new wait; one sleeping
      * until an earlier or equal due time takes m when it wakes. */
-    if (m->t_due < rx->timer_until)
+    if (m->t_due >= rx->timer_until)
+        return;
+    if (rx->on_ktimer)
+        sn_rx_arm(rx, m->t_due);
+    else
         sim_cv_broadcast(&rx->delay_cv);
 }
 
@@ -1026,24 +1088,44 @@ static int sn_rx_free(const struct sim_world *w)
     return w->msg_cpu_s <= 0 && w->recv_byte_ns <= 0 && !w->cpu_measured;
 }
 
-/* A new unit's two actors, daemons on host. A NIC's own (port set) are
- * the node's: a crash kills them; a shared unit's outlive its nodes. */
-static void sn_rx_start(struct sim_nic_rx *rx, sg_host_t host, struct rkv_port *port)
+/* The unit's receiver actor, a daemon on its host. A NIC's own (port set)
+ * is the node's: a crash kills it; a shared unit's outlives its nodes. */
+static void sn_rx_receiver(struct sim_nic_rx *rx, struct rkv_port *port)
 {
-    rx->mbox = sg_mailbox_by_name(rx->mbox_name);
+    rx->receiving = 1; /* before the simcalls: another poster may come meanwhile */
     char name[64];
     snprintf(name, sizeof(name), "%s/nic", rx->mbox_name);
-    sg_actor_t a = sg_actor_init(name, host);
+    sg_actor_t a = sg_actor_init(name, rx->host);
     sg_actor_set_data(a, rx);
     if (port)
         sim_port_add_actor(port, a);
     sg_actor_start(a, sn_actor, 0, NULL);
+    sim_mailbox_set_receiver(rx->mbox, a);
+    rx->receiving = 2;
+}
+
+/* A new unit: a NIC's own starts its receiver and its timer actor; a
+ * shared one (no port) has a kernel timer and makes its receiver when a
+ * message first needs it (sn_put). */
+static void sn_rx_start(struct sim_nic_rx *rx, sg_host_t host, struct rkv_port *port)
+{
+    rx->host = host;
+    if (!port) { /* before the simcall below, which lets other nodes post */
+        rx->on_ktimer = 1;
+        rx->timer_until = INFINITY;
+        if (rx->heap_len)
+            sn_rx_arm(rx, rx->heap[0]->t_due);
+    }
+    rx->mbox = sg_mailbox_by_name(rx->mbox_name);
+    if (!port)
+        return;
+    sn_rx_receiver(rx, port);
     /* Delivers small messages and jittered ones at their due time. */
+    char name[64];
     snprintf(name, sizeof(name), "%s/nic-timer", rx->mbox_name);
-    a = sg_actor_init(name, host);
+    sg_actor_t a = sg_actor_init(name, host);
     sg_actor_set_data(a, rx);
-    if (port)
-        sim_port_add_actor(port, a);
+    sim_port_add_actor(port, a);
     sg_actor_start(a, sn_delay_actor, 0, NULL);
 }
 
@@ -1109,6 +1191,8 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
         return;
     if (rx->shared_at >= 0)
         w->nic_rx[rx->shared_at] = NULL;
+    if (rx->ktimer)
+        sim_ktimer_cancel(rx->ktimer);
     sim_cv_destroy(&rx->delay_cv);
     while (rx->heap_len)
         free(sn_heap_pop(rx));

@@ -223,7 +223,10 @@ static int sp_cond_create(struct rkv_port *p, struct rkv_cond **c_p)
 /* Whether the running actor holds m (a signaller that does: wait morphing). */
 static int sp_mutex_held_by_me(void *m)
 {
-    return ((struct rkv_mutex *)m)->owner == sg_actor_self();
+    /* maestro (a kernel timer's delivery) holds no lock: an unowned one is
+     * not held by it */
+    sg_actor_t self = sg_actor_self();
+    return self && ((struct rkv_mutex *)m)->owner == self;
 }
 
 static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
