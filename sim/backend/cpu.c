@@ -29,6 +29,7 @@
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
 
+#include "sim/backend/ktimer.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
 
@@ -247,6 +248,122 @@ static void pcq_run(struct sim_world *w, sg_host_t host, double s)
     pcq_give(q, a, k);
 }
 
+/* ---- the cores shared (cpu_share) ----
+ *
+ * What SimGrid's CPU model does for a host whose only load is executions
+ * of one core each: n bursts on c cores each progress at min(1, c / n) of a
+ * core, shares recomputed as bursts come and go. rkv computes it itself:
+ * sg_actor_execute is five simcalls (the Exec's init, three setters and
+ * its start, each a switch to maestro and back) and its wait, 44 % of the
+ * actors' switches in a 256-node run; here a burst is one wait, ended by a
+ * kernel timer at the first burst's end. Not for crash faults (a killed
+ * actor would keep its share: SimGrid's model cancels its execution), nor
+ * for a user's platform file or cpu/ configuration (speed profiles, other
+ * models): the twin keeps SimGrid's model there (twin.c). */
+
+struct ps_burst {
+    double left; /* seconds of one core still to run */
+    int done;
+    struct sim_cv cv;
+    struct ps_burst *next;
+};
+
+struct sim_ps {
+    struct sim_world *w;
+    uint32_t cores;
+    uint32_t n;           /* bursts running */
+    struct ps_burst *run; /* in arrival order: ties end first come, first served */
+    double t_last;        /* when `left` was last brought up to date */
+    void *timer;          /* armed at the first end (NULL: none) */
+    struct sim_ps *next;
+};
+
+static double ps_rate(const struct sim_ps *q)
+{
+    return q->n <= q->cores ? 1.0 : (double)q->cores / q->n;
+}
+
+/* Brings every burst's work left up to now. */
+static void ps_advance(struct sim_ps *q, double now)
+{
+    double done = (now - q->t_last) * ps_rate(q);
+    q->t_last = now;
+    if (done <= 0)
+        return;
+    for (struct ps_burst *b = q->run; b; b = b->next)
+        b->left -= done;
+}
+
+static void ps_fire(void *arg);
+
+static void ps_arm(struct sim_ps *q, double now)
+{
+    if (q->timer)
+        sim_ktimer_cancel(q->timer);
+    q->timer = NULL;
+    if (!q->run)
+        return;
+    double least = q->run->left;
+    for (struct ps_burst *b = q->run->next; b; b = b->next)
+        least = b->left < least ? b->left : least;
+    double due = now + (least > 0 ? least / ps_rate(q) : 0);
+    if (!(q->timer = sim_ktimer_set(due, ps_fire, q)))
+        abort(); /* the twin cannot model a burst that never ends */
+}
+
+/* In maestro, at the first end: ends what is done (within 1 ps of a core,
+ * the rounding of due times), wakes their actors, arms the next end. */
+static void ps_fire(void *arg)
+{
+    struct sim_ps *q = arg;
+    q->timer = NULL;
+    double now = simgrid_get_clock();
+    ps_advance(q, now);
+    for (struct ps_burst **pp = &q->run; *pp;) {
+        struct ps_burst *b = *pp;
+        if (b->left > 1e-12) {
+            pp = &b->next;
+            continue;
+        }
+        *pp = b->next;
+        q->n--;
+        b->done = 1;
+        sim_cv_signal(&b->cv);
+    }
+    ps_arm(q, now);
+}
+
+static struct sim_ps *ps_of(struct sim_world *w, sg_host_t host)
+{
+    struct sim_ps *q = sg_host_get_data(host);
+    if (q)
+        return q;
+    if (!(q = calloc(1, sizeof(*q))))
+        abort();
+    q->w = w;
+    q->cores = (uint32_t)sg_host_core_count(host);
+    q->next = w->pss;
+    w->pss = q;
+    sg_host_set_data(host, q);
+    return q;
+}
+
+static void ps_run(struct sim_world *w, sg_host_t host, double s)
+{
+    struct sim_ps *q = ps_of(w, host);
+    double now = simgrid_get_clock();
+    ps_advance(q, now);
+    struct ps_burst b = {.left = s};
+    struct ps_burst **tail = &q->run;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = &b;
+    q->n++;
+    ps_arm(q, now);
+    while (!b.done)
+        sim_cv_wait(w, &b.cv, NULL, NULL, -1);
+}
+
 void sim_cpu_run(struct sim_world *w, sg_host_t host, double s)
 {
     if (s <= 0)
@@ -254,6 +371,8 @@ void sim_cpu_run(struct sim_world *w, sg_host_t host, double s)
     w->cpu_total_s += s;
     if (w->sched_cores)
         pcq_run(w, host, s);
+    else if (w->cpu_share)
+        ps_run(w, host, s);
     else
         sg_actor_execute(s * sg_host_get_speed(host));
 }
@@ -273,4 +392,11 @@ void sim_cpu_fini(struct sim_world *w)
         free(q);
     }
     free(w->sched_actors);
+    while (w->pss) { /* bursts left are on the stacks of daemons killed at the end */
+        struct sim_ps *q = w->pss;
+        w->pss = q->next;
+        if (q->timer)
+            sim_ktimer_cancel(q->timer);
+        free(q);
+    }
 }

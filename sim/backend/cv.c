@@ -8,10 +8,12 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <simgrid/actor.h>
 #include <simgrid/engine.h>
 #include <simgrid/mutex.h>
 #include <simgrid/semaphore.h>
 
+#include "sim/backend/ktimer.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
 
@@ -86,6 +88,17 @@ static struct sim_waiter *cv_waiter_new(struct sim_world *pool)
 
 void sim_cv_pool_fini(struct sim_world *pool)
 {
+    if (pool->wake_timer) { /* the run ended before maestro handed them out */
+        sim_ktimer_cancel(pool->wake_timer);
+        pool->wake_timer = NULL;
+    }
+    /* Their waiters' actors are gone: only the wakers' holds are dropped. */
+    while (pool->wake_head) {
+        struct sim_waiter *w = pool->wake_head;
+        pool->wake_head = w->next;
+        cv_put(w);
+    }
+    pool->wake_tail = NULL;
     while (pool->waiter_pool) {
         struct sim_waiter *w = pool->waiter_pool;
         pool->waiter_pool = w->next;
@@ -300,8 +313,45 @@ static void cv_mark(struct sim_waiter *w)
     w->refs++;
 }
 
+/* Hands out the wake-ups actors gave in this instant (in maestro, or at
+ * the world's end). */
+static void cv_flush(void *arg)
+{
+    struct sim_world *p = arg;
+    struct sim_waiter *list = p->wake_head;
+    p->wake_head = p->wake_tail = NULL;
+    p->wake_timer = NULL;
+    while (list) { /* no simcall here: maestro's releases are kernel calls */
+        struct sim_waiter *w = list;
+        list = w->next;
+        sg_sem_release(w->sem);
+        cv_put(w);
+    }
+}
+
+/* Why an actor's wake-ups wait for maestro: a semaphore released by an
+ * actor is a simcall, a switch to maestro and back for the waker (one per
+ * wake-up, ~40 % of a 1,024-node run's switches), while maestro releases
+ * with a plain kernel call. So they are queued, in order, and a kernel
+ * timer at the present instant releases them all once the actors running
+ * in this instant have stopped: the woken run in the same instant of
+ * simulated time, only later among its actors, as a kernel's run queue
+ * would order them. */
 static void cv_wake(struct sim_waiter *w)
 {
+    struct sim_world *p = w->pool;
+    if (p && sg_actor_self()) {
+        if (!p->wake_timer && !(p->wake_timer = sim_ktimer_set(simgrid_get_clock(), cv_flush, p)))
+            abort(); /* the twin cannot model a lost wake-up (as cv_waiter_new) */
+        w->next = NULL;
+        if (p->wake_tail)
+            p->wake_tail->next = w;
+        else
+            p->wake_head = w;
+        p->wake_tail = w;
+        p->wakes_deferred++;
+        return;
+    }
     sg_sem_release(w->sem);
     cv_put(w);
 }

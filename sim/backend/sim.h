@@ -21,6 +21,7 @@ struct sim_listener;
 struct sim_nic;
 struct sim_nic_rx;
 struct sim_pcq;
+struct sim_ps;
 struct sim_pcq_actor;
 struct sim_waiter;
 
@@ -44,8 +45,12 @@ struct sim_world {
     uint64_t cpu_thread_stamp_ns; /* this thread's CPU clock then (sim/backend/cpu.c) */
     double cpu_charged_s;         /* node code in all, for the report */
     double cpu_total_s;           /* every charge: node code, kernel per message and byte */
-    /* The cores as per-core run queues (sim/backend/cpu.c; 0: SimGrid shares them). */
+    /* The cores as per-core run queues (sim/backend/cpu.c; 0: shared). */
     int sched_cores;
+    /* Shared cores: rkv's processor sharing (cpu.c, "the cores shared")
+     * where it gives SimGrid's shares, else SimGrid's CPU model. */
+    int cpu_share;
+    struct sim_ps *pss;
     double sched_wake_s; /* a core that sat idle takes this to run a thread */
     uint64_t sched_wakes;
     struct sim_pcq *pcqs;
@@ -69,6 +74,12 @@ struct sim_world {
     /* Condition-variable waiters kept for reuse (sim/backend/cv.c). */
     struct sim_waiter *waiter_pool;
     uint32_t waiter_pool_len;
+    /* Wake-ups actors gave, for maestro to hand out once the instant's
+     * running actors are done (sim/backend/cv.c, cv_wake): wake_timer is
+     * the kernel timer armed for it (NULL: none). */
+    struct sim_waiter *wake_head, *wake_tail;
+    void *wake_timer;
+    uint64_t wakes_deferred;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */

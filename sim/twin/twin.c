@@ -825,6 +825,20 @@ static uint32_t twin_mid_bytes(const struct rkv_scenario *sc, const struct rkv_t
     return 0;
 }
 
+/* Whether rkv shares the hosts' cores itself (sim/backend/cpu.c, "the cores
+ * shared"): the same shares as SimGrid's CPU model where that sees only
+ * rkv's bursts, i.e. no crash (a killed actor's burst must end with it), no
+ * user platform (speed profiles) and no cpu/ configuration. */
+static int twin_cpu_share(const struct rkv_scenario *sc, const struct rkv_twin_opts *o)
+{
+    if (sc->sim_platform_file[0] || twin_has_crash(sc))
+        return 0;
+    for (uint32_t i = 0; i < o->n_cfg; i++)
+        if (!strncmp(o->cfg[i], "cpu/", 4) || !strncmp(o->cfg[i], "host/", 5))
+            return 0;
+    return 1;
+}
+
 /* Thin rows: one element each; the oracle checks those exactly. */
 static struct rkv_scenario *twin_thin(const struct rkv_scenario *sc)
 {
@@ -874,6 +888,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.cpu_measured = sc->sim_cpu_measured;
     t.w.sched_cores = twin_has_crash(sc) ? 0 : sc->sim_sched_cores;
     t.w.sched_wake_s = sc->sim_wake_us * 1e-6;
+    t.w.cpu_share = twin_cpu_share(sc, o);
     t.w.mid_max_bytes = twin_mid_bytes(sc, o);
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
