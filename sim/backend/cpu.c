@@ -22,6 +22,7 @@
  * burst longer than SIM_CPU_LONG_NS is charged the smaller of the two: a
  * preemption always makes a burst long, and in a long burst the thread
  * clock's own cost is noise. */
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -261,20 +262,28 @@ static void pcq_run(struct sim_world *w, sg_host_t host, double s)
  * for a user's platform file or cpu/ configuration (speed profiles, other
  * models): the twin keeps SimGrid's model there (twin.c). */
 
+/* Every running burst progresses at the same rate, so a burst's end is
+ * fixed in "virtual work" (the work one burst has been given since the
+ * host's first): it ends when that reaches its start's plus its length.
+ * Bursts wait on a heap by that end; a start or an end costs O(log n) with
+ * n running (server 0 takes a burst from every worker at a barrier). */
 struct ps_burst {
-    double left; /* seconds of one core still to run */
+    double end_v; /* the host's virtual work when it is done */
+    uint64_t seq; /* ties: first come, first done */
     int done;
     struct sim_cv cv;
-    struct ps_burst *next;
 };
 
 struct sim_ps {
     struct sim_world *w;
     uint32_t cores;
-    uint32_t n;           /* bursts running */
-    struct ps_burst *run; /* in arrival order: ties end first come, first served */
-    double t_last;        /* when `left` was last brought up to date */
-    void *timer;          /* armed at the first end (NULL: none) */
+    struct ps_burst **heap; /* running, by (end_v, seq) */
+    uint32_t n, cap;
+    uint64_t seq;
+    double v;      /* virtual work at t_last */
+    double t_last; /* when v was last brought up to date */
+    void *timer;   /* armed at the first end (NULL: none) */
+    double timer_at;
     struct sim_ps *next;
 };
 
@@ -283,32 +292,75 @@ static double ps_rate(const struct sim_ps *q)
     return q->n <= q->cores ? 1.0 : (double)q->cores / q->n;
 }
 
-/* Brings every burst's work left up to now. */
 static void ps_advance(struct sim_ps *q, double now)
 {
-    double done = (now - q->t_last) * ps_rate(q);
+    if (now > q->t_last)
+        q->v += (now - q->t_last) * ps_rate(q);
     q->t_last = now;
-    if (done <= 0)
-        return;
-    for (struct ps_burst *b = q->run; b; b = b->next)
-        b->left -= done;
+}
+
+static int ps_less(const struct ps_burst *a, const struct ps_burst *b)
+{
+    return a->end_v < b->end_v || (a->end_v == b->end_v && a->seq < b->seq);
+}
+
+static void ps_push(struct sim_ps *q, struct ps_burst *b)
+{
+    if (q->n == q->cap) {
+        uint32_t cap = q->cap ? 2 * q->cap : 8;
+        struct ps_burst **h = realloc(q->heap, cap * sizeof(*h));
+        if (!h)
+            abort(); /* the twin cannot model a burst that never ends */
+        q->heap = h;
+        q->cap = cap;
+    }
+    uint32_t i = q->n++;
+    while (i && ps_less(b, q->heap[(i - 1) / 2])) {
+        q->heap[i] = q->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    q->heap[i] = b;
+}
+
+static struct ps_burst *ps_pop(struct sim_ps *q)
+{
+    struct ps_burst *top = q->heap[0], *last = q->heap[--q->n];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= q->n)
+            break;
+        if (c + 1 < q->n && ps_less(q->heap[c + 1], q->heap[c]))
+            c++;
+        if (!ps_less(q->heap[c], last))
+            break;
+        q->heap[i] = q->heap[c];
+        i = c;
+    }
+    if (q->n)
+        q->heap[i] = last;
+    return top;
 }
 
 static void ps_fire(void *arg);
 
 static void ps_arm(struct sim_ps *q, double now)
 {
+    double due = INFINITY;
+    if (q->n) {
+        double left = q->heap[0]->end_v - q->v;
+        due = now + (left > 0 ? left / ps_rate(q) : 0);
+    }
+    if (q->timer && due == q->timer_at) /* a later burst on an idle core */
+        return;
     if (q->timer)
         sim_ktimer_cancel(q->timer);
     q->timer = NULL;
-    if (!q->run)
+    if (!q->n)
         return;
-    double least = q->run->left;
-    for (struct ps_burst *b = q->run->next; b; b = b->next)
-        least = b->left < least ? b->left : least;
-    double due = now + (least > 0 ? least / ps_rate(q) : 0);
     if (!(q->timer = sim_ktimer_set(due, ps_fire, q)))
-        abort(); /* the twin cannot model a burst that never ends */
+        abort(); /* as ps_push */
+    q->timer_at = due;
 }
 
 /* In maestro, at the first end: ends what is done (within 1 ps of a core,
@@ -319,14 +371,8 @@ static void ps_fire(void *arg)
     q->timer = NULL;
     double now = simgrid_get_clock();
     ps_advance(q, now);
-    for (struct ps_burst **pp = &q->run; *pp;) {
-        struct ps_burst *b = *pp;
-        if (b->left > 1e-12) {
-            pp = &b->next;
-            continue;
-        }
-        *pp = b->next;
-        q->n--;
+    while (q->n && q->heap[0]->end_v - q->v <= 1e-12) {
+        struct ps_burst *b = ps_pop(q);
         b->done = 1;
         sim_cv_signal(&b->cv);
     }
@@ -353,12 +399,8 @@ static void ps_run(struct sim_world *w, sg_host_t host, double s)
     struct sim_ps *q = ps_of(w, host);
     double now = simgrid_get_clock();
     ps_advance(q, now);
-    struct ps_burst b = {.left = s};
-    struct ps_burst **tail = &q->run;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = &b;
-    q->n++;
+    struct ps_burst b = {.end_v = q->v + s, .seq = q->seq++};
+    ps_push(q, &b);
     ps_arm(q, now);
     while (!b.done)
         sim_cv_wait(w, &b.cv, NULL, NULL, -1);
@@ -397,6 +439,7 @@ void sim_cpu_fini(struct sim_world *w)
         w->pss = q->next;
         if (q->timer)
             sim_ktimer_cancel(q->timer);
+        free(q->heap);
         free(q);
     }
 }
