@@ -146,6 +146,8 @@ struct rkv_engine {
      * An inline poller waits for it to clear rather than sleep on poll_mu:
      * a sleep is the wake-up busy polling is there to avoid. */
     atomic_int task_polling;
+    /* A waiter polls for itself (the NIC's cq_doorbell): one at a time. */
+    atomic_int doorbell_held;
     struct rkv_task *task;
     int stopping;
     int stopped;              /* rkv_engine_stop ran: no QP is open */
@@ -1524,6 +1526,13 @@ static void eng_progress(void *arg)
     const struct rkv_port_ops *po = e->port->ops;
     uint64_t last_ns = 0; /* when the last completion was handled */
     for (;;) {
+        if (!e->cfg.busy_poll && e->nic->ops->cq_wait) {
+            /* Waits without poll_mu: a waiter may poll meanwhile (cq_doorbell). */
+            (void)e->nic->ops->cq_wait(e->nic, ENG_POLL_MS);
+            if (eng_poll_batch(e, 0) < 0)
+                return;
+            continue;
+        }
         if (!e->cfg.busy_poll) {
             if (eng_poll_batch(e, ENG_POLL_MS) < 0)
                 return;
@@ -1577,6 +1586,34 @@ static void eng_wait_inline(struct rkv_engine *e, rkv_engine_done_fn done, void 
     rkv_engine_inline_end(e);
 }
 
+/* rkv_engine_wait on a NIC with a doorbell (nic.h cq_doorbell): polls what
+ * the CQ holds, else sleeps on cv, which both a completion's arrival and
+ * a callback that ends the wait signal. The progress task sleeps on:
+ * in a twin run this takes one wake-up per reply out of two. */
+static int eng_wait_doorbell(struct rkv_engine *e, rkv_engine_done_fn done, void *arg,
+                             struct rkv_mutex *mu, struct rkv_cond *cv, uint64_t deadline_ns)
+{
+    const struct rkv_port_ops *po = e->port->ops;
+    int ok = 1, stopping = 0;
+    while (!done(arg)) {
+        uint64_t now = po->now_ns(e->port);
+        if (now >= deadline_ns) {
+            ok = 0;
+            break;
+        }
+        if (!stopping && e->nic->ops->cq_doorbell(e->nic, cv) > 0) {
+            po->mutex_unlock(mu);
+            stopping = eng_poll_batch(e, 0) < 0; /* then it takes nothing: wait */
+            po->mutex_lock(mu);
+            continue;
+        }
+        po->cond_wait(cv, mu, deadline_ns - now);
+    }
+    e->nic->ops->cq_doorbell(e->nic, NULL);
+    atomic_store(&e->doorbell_held, 0);
+    return ok;
+}
+
 int rkv_engine_wait(struct rkv_engine *e, rkv_engine_done_fn done, void *arg, struct rkv_mutex *mu,
                     struct rkv_cond *cv, uint64_t deadline_ns)
 {
@@ -1584,6 +1621,8 @@ int rkv_engine_wait(struct rkv_engine *e, rkv_engine_done_fn done, void *arg, st
     const struct rkv_port_ops *po = e->port->ops;
     if (done(arg))
         return 1;
+    if (!e->cfg.busy_poll && e->nic->ops->cq_doorbell && !atomic_exchange(&e->doorbell_held, 1))
+        return eng_wait_doorbell(e, done, arg, mu, cv, deadline_ns);
     if (e->cfg.busy_poll)
         eng_wait_inline(e, done, arg, mu, deadline_ns);
     while (!done(arg)) {
@@ -1642,6 +1681,7 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->user = user;
     atomic_init(&e->inline_pollers, 0);
     atomic_init(&e->task_polling, 0);
+    atomic_init(&e->doorbell_held, 0);
     rkv_nic_set_poll_gap(nic, ENG_POLL_GAP_NS);
     int rc = port->ops->mutex_create(port, &e->mu);
     if (rc == 0 && (rc = port->ops->mutex_create(port, &e->poll_mu)) < 0)

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 struct rkv_port;
+struct rkv_cond;
 struct rkv_nic;
 struct rkv_qp;
 
@@ -147,6 +148,20 @@ struct rkv_nic_ops {
     int (*srq_setup)(struct rkv_nic *nic, uint32_t *count_p, uint32_t buf_bytes, uint8_t tag,
                      uint8_t **base_p);
     int (*srq_repost)(struct rkv_nic *nic, uint32_t i);
+    /* Optional (NULL: none), for a NIC whose tasks never run at once (the
+     * twin's): the thread that waits for a completion polls for it itself
+     * instead of being woken by the progress task that polled it, one
+     * wake-up per completion instead of two. cq_wait blocks up to
+     * timeout_ms until the CQ holds a completion, without taking it, and
+     * returns 1 when it does. cq_doorbell(nic, cv), called with cv's mutex
+     * held right before waiting on cv, has every completion that arrives
+     * from then on signal cv instead of waking cq_wait's caller, and returns
+     * 1 when the CQ already holds one (the caller polls instead of
+     * waiting); cq_doorbell(nic, NULL) ends that and wakes cq_wait's caller
+     * if completions are left. The signal cannot fall between the call and
+     * the wait only because no other task runs in between. */
+    int (*cq_wait)(struct rkv_nic *nic, uint32_t timeout_ms);
+    int (*cq_doorbell)(struct rkv_nic *nic, struct rkv_cond *cv);
     /* Per-peer remote access (NULL: none; then REMOTE_WRITE regions are
      * open to every connection that learns their rkey). mr_grant returns
      * an rkey under which qp's peer, and only it, may write anywhere in mr

@@ -224,6 +224,8 @@ struct sim_nic {
     uint32_t srq_len;
     struct sn_qp *srq_wait_head, *srq_wait_tail;
     int srq_serving; /* a repost is delivering to waiting QPs */
+    /* Set by cq_doorbell: completions signal it instead of cq_cv. */
+    struct rkv_cond *doorbell;
 };
 
 static struct sim_nic *sn_of(struct rkv_nic *nic)
@@ -269,7 +271,10 @@ static void sn_cq_push(struct sim_nic *n, struct sn_qp *qp, struct rkv_wc wc)
     }
     if (rkv_nic_cq_emit(&n->cq, &qp->core, wc) < 0)
         abort(); /* the twin cannot model a NIC that loses completions */
-    sim_cv_broadcast(&n->cq_cv);
+    if (n->doorbell)
+        sim_port_cond_ring(n->doorbell);
+    else
+        sim_cv_broadcast(&n->cq_cv);
 }
 
 /* ---- messages out ---- */
@@ -1487,7 +1492,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         double now = simgrid_get_clock();
         /* Within 1 ps is the deadline: the timer wakes at a time computed
          * as now + (deadline - now), which may miss it by a rounding. */
-        if (got || now + 1e-12 >= deadline)
+        if (got || max == 0 || now + 1e-12 >= deadline)
             break;
         sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, sn_poll_arm(n, deadline) ? -1 : deadline - now);
         sim_cpu_mark(n->w);
@@ -1498,6 +1503,32 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
      * the calibration divides the CPU it measured by 4. */
     sim_cpu_mark(n->w);
     return got;
+}
+
+static int sn_cq_wait(struct rkv_nic *nic, uint32_t timeout_ms)
+{
+    struct sim_nic *n = sn_of(nic);
+    double deadline = simgrid_get_clock() + timeout_ms * 1e-3;
+    sim_cpu_settle(n->w);
+    for (;;) {
+        double now = simgrid_get_clock();
+        if (n->cq.len || now + 1e-12 >= deadline) /* 1 ps: as sn_poll */
+            break;
+        sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, sn_poll_arm(n, deadline) ? -1 : deadline - now);
+        sim_cpu_mark(n->w);
+    }
+    sim_cpu_mark(n->w);
+    return n->cq.len > 0;
+}
+
+/* No simcall: the caller waits on cv right after (nic.h). */
+static int sn_cq_doorbell(struct rkv_nic *nic, struct rkv_cond *cv)
+{
+    struct sim_nic *n = sn_of(nic);
+    n->doorbell = cv;
+    if (!cv && n->cq.len)
+        sim_cv_broadcast(&n->cq_cv);
+    return n->cq.len > 0;
 }
 
 /* ---- the shared receive pool ---- */
@@ -1694,5 +1725,7 @@ const struct rkv_nic_ops rkv_nic_sim_ops = {
     .close = sn_close,
     .srq_setup = sn_srq_setup,
     .srq_repost = sn_srq_repost,
+    .cq_wait = sn_cq_wait,
+    .cq_doorbell = sn_cq_doorbell,
     .in_process = 1, /* a simulated network inside the twin's one process */
 };

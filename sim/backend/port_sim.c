@@ -229,6 +229,11 @@ static int sp_mutex_held_by_me(void *m)
     return self && ((struct rkv_mutex *)m)->owner == self;
 }
 
+void sim_port_cond_ring(struct rkv_cond *c)
+{
+    sim_cv_signal(&c->cv);
+}
+
 static int sp_cond_wait(struct rkv_cond *c, struct rkv_mutex *m, uint64_t timeout_ns)
 {
     double t = timeout_ns == UINT64_MAX ? -1 : (double)timeout_ns * 1e-9;

@@ -39,6 +39,10 @@ struct sim_nic *sim_port_nic(struct rkv_port *p);
 /* The timer that wakes the node's timed condition waits (its NIC's). */
 struct sim_timer;
 void sim_port_set_timer(struct rkv_port *p, struct sim_timer *t);
+/* Signals a port condition variable from the NIC (a doorbell, nic.h
+ * cq_doorbell), also from maestro: no lock, no CPU accounting. */
+struct rkv_cond;
+void sim_port_cond_ring(struct rkv_cond *c);
 
 /* Measured CPU (sim/backend/cpu.c): settle before a SimGrid call charges the node
  * code that ran since the last mark; mark after the call restarts the count. */
