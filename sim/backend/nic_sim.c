@@ -87,10 +87,18 @@ struct sn_msg {
      * SN_NO_SLOT) and its sequence number there, so that the receiver can
      * mark it delivered (sn_put_delivered). */
     uint8_t out_slot;
+    uint8_t pooled; /* SN_POOL_DATA bytes of data room, from the world's pool */
     uint64_t out_seq;
     struct sn_msg *next;
     uint8_t data[];
 };
+
+/* Messages with at most this much data come from a pool per world, last
+ * freed first: they are most of a run's messages (headers, acks, credits,
+ * thin rows), and malloc's free lists over a heap of gigabytes cost more
+ * than the message. The pool keeps at most SN_POOL_MAX spare. */
+#define SN_POOL_DATA 256u
+#define SN_POOL_MAX 65536u
 
 enum sn_state { SN_CONNECTING = 1, SN_UP, SN_REFUSED, SN_DOWN };
 
@@ -279,15 +287,49 @@ static void sn_cq_push(struct sim_nic *n, struct sn_qp *qp, struct rkv_wc wc)
 
 /* ---- messages out ---- */
 
-static struct sn_msg *sn_msg_new(uint8_t kind, uint32_t len)
+static struct sn_msg *sn_msg_new(struct sim_world *w, uint8_t kind, uint32_t len)
 {
-    struct sn_msg *m = calloc(1, sizeof(*m) + len);
+    struct sn_msg *m = NULL;
+    if (len <= SN_POOL_DATA && w->msg_pool) {
+        m = w->msg_pool;
+        w->msg_pool = m->next;
+        w->msg_pool_len--;
+        memset(m, 0, sizeof(*m)); /* the data is the caller's to fill */
+        m->pooled = 1;
+    } else if (len <= SN_POOL_DATA) {
+        if ((m = calloc(1, sizeof(*m) + SN_POOL_DATA)))
+            m->pooled = 1;
+    } else {
+        m = calloc(1, sizeof(*m) + len);
+    }
     if (m) {
         m->kind = kind;
         m->len = len;
         m->out_slot = SN_NO_SLOT;
     }
     return m;
+}
+
+static void sn_msg_free(struct sim_world *w, struct sn_msg *m)
+{
+    if (m->pooled && w->msg_pool_len < SN_POOL_MAX) {
+        m->next = w->msg_pool;
+        w->msg_pool = m;
+        w->msg_pool_len++;
+        return;
+    }
+    free(m);
+}
+
+/* The world's end (its last unit is freed). */
+static void sn_msg_pool_fini(struct sim_world *w)
+{
+    while (w->msg_pool) {
+        struct sn_msg *m = w->msg_pool;
+        w->msg_pool = m->next;
+        free(m);
+    }
+    w->msg_pool_len = 0;
 }
 
 static struct sn_out *sn_out_of(struct sim_nic *n, aid_t me)
@@ -511,7 +553,7 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
 static void sn_put_ctl(struct sim_nic *n, uint8_t kind, uint32_t dst_nic, uint32_t src_qp,
                        uint32_t dst_qp, uint64_t seq, uint64_t wr_id)
 {
-    struct sn_msg *m = sn_msg_new(kind, 0);
+    struct sn_msg *m = sn_msg_new(n->w, kind, 0);
     if (!m)
         return;
     m->dst_nic = dst_nic;
@@ -538,11 +580,11 @@ static struct sn_qp *sn_qp_new(struct sim_nic *n)
     return qp;
 }
 
-static void sn_free_list(struct sn_msg *m)
+static void sn_free_list(struct sim_world *w, struct sn_msg *m)
 {
     while (m) {
         struct sn_msg *next = m->next;
-        free(m);
+        sn_msg_free(w, m);
         m = next;
     }
 }
@@ -563,7 +605,7 @@ static void sn_qp_down(struct sim_nic *n, struct sn_qp *qp)
     }
     int was_up = qp->state == SN_UP;
     qp->state = SN_DOWN;
-    sn_free_list(qp->held);
+    sn_free_list(n->w, qp->held);
     qp->held = qp->held_tail = NULL;
     if (was_up)
         sn_cq_push(n, qp, (struct rkv_wc){.opcode = RKV_WC_DISCONNECTED});
@@ -771,11 +813,11 @@ static void sn_srq_wait(struct sim_nic *n, struct sn_qp *qp)
 static void sn_deliver(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 {
     if (qp->state == SN_DOWN || qp->core.closed) {
-        free(m);
+        sn_msg_free(n->w, m);
         return;
     }
     if (!qp->held && !qp->draining && sn_consume(n, qp, m)) {
-        free(m);
+        sn_msg_free(n->w, m);
         return;
     }
     m->next = NULL;
@@ -807,7 +849,7 @@ static void sn_drain_held(struct sim_nic *n, struct sn_qp *qp)
                 qp->held_tail = m;
             break;
         }
-        free(m);
+        sn_msg_free(n->w, m);
     }
     qp->draining = 0;
 }
@@ -885,12 +927,12 @@ static void sn_rx_due(struct sim_nic_rx *rx, struct sn_msg *m)
             n->poll_armed_at = INFINITY;
             sim_cv_broadcast(&n->cq_cv);
         }
-        free(m);
+        sn_msg_free(rx->w, m);
         return;
     }
     if (m->kind == SN_CV_WAKE) {
         sim_timer_fire(&n->cv_timer, m->t_due);
-        free(m);
+        sn_msg_free(rx->w, m);
         return;
     }
     if (m->timed) { /* a small message arrives */
@@ -903,7 +945,7 @@ static void sn_rx_due(struct sim_nic_rx *rx, struct sn_msg *m)
     if (qp && !n->closed)
         sn_deliver(n, qp, m);
     else
-        free(m);
+        sn_msg_free(rx->w, m);
 }
 
 static void sn_delay_actor(int argc, char **argv)
@@ -1041,7 +1083,7 @@ static void sn_arrive(struct sim_nic *n, struct sn_msg *m)
     if (m->kind == SN_CONNECT) {
         sn_log_event(n, m);
         sn_on_connect(n, m);
-        free(m);
+        sn_msg_free(n->w, m);
         return;
     }
     struct sn_qp *qp = sn_qp_get(n, m->dst_qp);
@@ -1049,17 +1091,17 @@ static void sn_arrive(struct sim_nic *n, struct sn_msg *m)
         /* A late ACCEPT for a connect that gave up: tell the other side. */
         if (qp && m->kind == SN_ACCEPT)
             sn_put_ctl(n, SN_DISCONNECT, m->src_nic, qp->id, m->src_qp, 1, 0);
-        free(m);
+        sn_msg_free(n->w, m);
         return;
     }
     if (m->kind == SN_ACCEPT)
         qp->peer_qp = m->src_qp;
     if (m->kind == SN_DISCONNECT && m->wr_id == 2) { /* abortive: no waiting for holes */
         sn_log_event(n, m);
-        sn_free_list(qp->reorder);
+        sn_free_list(n->w, qp->reorder);
         qp->reorder = NULL;
         sn_qp_down(n, qp);
-        free(m);
+        sn_msg_free(n->w, m);
         return;
     }
     sn_arrive_seq(n, qp, m);
@@ -1200,10 +1242,11 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
         sim_ktimer_cancel(rx->ktimer);
     sim_cv_destroy(&rx->delay_cv);
     while (rx->heap_len)
-        free(sn_heap_pop(rx));
+        sn_msg_free(w, sn_heap_pop(rx));
     free(rx->heap);
     free(rx);
     if (--w->nic_rx_live == 0) { /* the world's end: its last NIC is freed */
+        sn_msg_pool_fini(w);
         free(w->nic_rx);
         w->nic_rx = NULL;
         w->nic_rx_cap = 0;
@@ -1217,7 +1260,7 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
 static int sn_cv_arm(void *arg, double t_due)
 {
     struct sim_nic *n = arg;
-    struct sn_msg *m = sn_msg_new(SN_CV_WAKE, 0);
+    struct sn_msg *m = sn_msg_new(n->w, SN_CV_WAKE, 0);
     if (!m)
         return 0;
     m->dst_nic = n->id;
@@ -1305,7 +1348,7 @@ static int sn_connect(struct rkv_nic *nic, const char *host, uint16_t port, uint
         return -RKV_ENOMEM;
     qp->peer_nic = dst;
     qp->state = SN_CONNECTING;
-    struct sn_msg *m = sn_msg_new(SN_CONNECT, 0);
+    struct sn_msg *m = sn_msg_new(n->w, SN_CONNECT, 0);
     if (!m)
         return -RKV_ENOMEM;
     m->dst_nic = dst;
@@ -1383,7 +1426,7 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
     if (rc < 0)
         return rc;
     sim_cpu_settle(n->w);
-    struct sn_msg *m = sn_msg_new(kind, sge->len);
+    struct sn_msg *m = sn_msg_new(qp->nic->w, kind, sge->len);
     if (!m)
         return -RKV_ENOMEM;
     if (sge->len) /* an empty one may have no buffer */
@@ -1469,7 +1512,7 @@ static int sn_poll_arm(struct sim_nic *n, double deadline)
 {
     if (deadline >= n->poll_armed_at)
         return 1;
-    struct sn_msg *m = sn_msg_new(SN_POLL_WAKE, 0);
+    struct sn_msg *m = sn_msg_new(n->w, SN_POLL_WAKE, 0);
     if (!m)
         return 0;
     m->dst_nic = n->id;
@@ -1625,8 +1668,8 @@ static void sn_qp_close(struct rkv_qp *qpv)
     if (qp->state == SN_UP)
         sn_put_ctl(n, SN_DISCONNECT, qp->peer_nic, qp->id, qp->peer_qp, qp->tx_seq++, 0);
     qp->state = SN_DOWN;
-    sn_free_list(qp->held);
-    sn_free_list(qp->reorder);
+    sn_free_list(n->w, qp->held);
+    sn_free_list(n->w, qp->reorder);
     qp->held = qp->held_tail = qp->reorder = NULL;
 }
 
@@ -1690,8 +1733,8 @@ void sim_nic_free(struct sim_nic *n)
     sim_timer_fini(&n->cv_timer);
     for (uint32_t i = 0; i < n->n_qps; i++) {
         struct sn_qp *qp = n->qps[i];
-        sn_free_list(qp->held);
-        sn_free_list(qp->reorder);
+        sn_free_list(n->w, qp->held);
+        sn_free_list(n->w, qp->reorder);
         free(qp->recvs);
         free(qp);
     }

@@ -22,6 +22,7 @@ struct sim_nic;
 struct sim_nic_rx;
 struct sim_pcq;
 struct sim_ps;
+struct sn_msg;
 struct sim_pcq_actor;
 struct sim_waiter;
 
@@ -71,6 +72,9 @@ struct sim_world {
     int srq;
     double *mid_tx_free, *mid_rx_free;
     uint32_t mid_cap;
+    /* Small messages kept for reuse (sim/backend/nic_sim.c, sn_msg_new). */
+    struct sn_msg *msg_pool;
+    uint32_t msg_pool_len;
     /* Condition-variable waiters kept for reuse (sim/backend/cv.c). */
     struct sim_waiter *waiter_pool;
     uint32_t waiter_pool_len;
