@@ -103,8 +103,8 @@ struct rkv_client {
      * move or go before the client does. srv0: server 0's, made at create. */
     struct rkv_idmap srvs;
     struct cli_server *srv0;
-    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
-    uint32_t max_tensor; /* highest id in tensors[]: every push and pull looks up by name */
+    struct rkv_tensor_table tensors;
+    uint32_t max_tensor; /* highest id in tensors: every push and pull looks up by name */
     struct rkv_handler_table ht;
     struct rkv_pull_table pt; /* custom pull handlers */
     struct cli_req *reqs;
@@ -810,9 +810,11 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
 
 static struct rkv_tensor *cli_find_name(struct rkv_client *c, const char *name)
 {
-    for (uint32_t i = 1; i <= c->max_tensor; i++)
-        if (c->tensors[i] && strcmp(c->tensors[i]->meta.name, name) == 0)
-            return c->tensors[i];
+    for (uint32_t i = 1; i <= c->max_tensor; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
+        if (t && strcmp(t->meta.name, name) == 0)
+            return t;
+    }
     return NULL;
 }
 
@@ -855,19 +857,22 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
         return rc;
     assert(t && t->meta.id >= 1 && t->meta.id <= RKV_MAX_TENSORS);
     uint32_t id = t->meta.id;
-    if (c->tensors[id]) { /* looked up twice: keep the first */
+    struct rkv_tensor *had = rkv_tensor_at(&c->tensors, id);
+    if (had) { /* looked up twice: keep the first */
         rkv_tensor_free(t);
         free(t);
-        *t_p = c->tensors[id];
+        *t_p = had;
         return 0;
     }
-    if (!c->observer && rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0 &&
-        (rc = cli_map_local(c, t)) < 0) {
+    if (!c->observer && rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0)
+        rc = cli_map_local(c, t);
+    if (rc == 0 && rkv_tensor_put(&c->tensors, id, t) < 0)
+        rc = rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory for tensor '%s'", name);
+    if (rc < 0) {
         rkv_tensor_free(t);
         free(t);
         return rc;
     }
-    c->tensors[t->meta.id] = t;
     if (t->meta.id > c->max_tensor)
         c->max_tensor = t->meta.id;
     assert(c->max_tensor <= RKV_MAX_TENSORS && cli_find_name(c, name) == t);
@@ -1384,7 +1389,7 @@ static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct
 static int cli_remap_local(struct rkv_client *c)
 {
     for (uint32_t i = 1; i <= c->max_tensor; i++) {
-        struct rkv_tensor *t = c->tensors[i];
+        struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
         if (!t || !t->mapped)
             continue;
         rkv_shard_unmap(&t->shard);
@@ -2674,12 +2679,14 @@ void rkv_client_destroy(struct rkv_client *c)
         cli_pending_free(c, c->pending);
     }
     rkv_engine_destroy(c->eng); /* and the cache's registrations */
-    for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
-        if (c->tensors[i]) {
-            rkv_tensor_free(c->tensors[i]);
-            free(c->tensors[i]);
+    for (uint32_t i = 1; i <= c->max_tensor; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
+        if (t) {
+            rkv_tensor_free(t);
+            free(t);
         }
     }
+    rkv_tensor_table_free(&c->tensors);
     while (c->reqs) {
         struct cli_req *r = c->reqs;
         c->reqs = r->next;

@@ -80,11 +80,8 @@ struct rkv_server {
     /* rkv_server_set_test_corrupt_row: set by the application thread while
      * the engine's task may already read it. */
     _Atomic uint64_t test_corrupt_row;
-    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1]; /* by id, 1-based */
-    /* Shard rows registered for the NIC to send from (zero-copy pulls on a
-     * NIC that copies at post), by tensor id; made on first use. */
-    struct rkv_mr *shard_mr[RKV_MAX_TENSORS + 1];
-    uint32_t n_tensors;
+    struct rkv_tensor_table tensors; /* by id, 1-based */
+    uint32_t n_tensors;              /* the highest id in it */
     struct rkv_handler_table ht;
     struct rkv_pull_table pt; /* custom pull handlers */
     struct srv_hello *hellos; /* server 0: clients waiting for an id */
@@ -490,9 +487,11 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
 
 static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
 {
-    for (uint32_t i = 1; i <= s->n_tensors; i++)
-        if (s->tensors[i] && strcmp(s->tensors[i]->meta.name, name) == 0)
-            return s->tensors[i];
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (t && strcmp(t->meta.name, name) == 0)
+            return t;
+    }
     return NULL;
 }
 
@@ -613,7 +612,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     int role_ok = op == 0   ? s->server_id == 0
                   : op == 1 ? s->local_id == 0 && s->server_id != 0
                             : s->local_id != 0;
-    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || s->tensors[id])
+    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || rkv_tensor_at(&s->tensors, id))
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
     t = calloc(1, sizeof(*t));
     if (!t)
@@ -622,12 +621,13 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                                         id, t, s->err, sizeof(s->err));
     if (rc == 0)
         rc = srv_map(s, t, op != 2);
+    if (rc == 0 && rkv_tensor_put(&s->tensors, id, t) < 0)
+        rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor %u", id);
     if (rc < 0) {
         rkv_tensor_free(t);
         free(t);
         return rc;
     }
-    s->tensors[id] = t;
     if (id > s->n_tensors)
         s->n_tensors = id;
     *id_p = id;
@@ -706,8 +706,10 @@ static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "LIST goes to server 0");
     uint32_t n = 0;
-    for (uint32_t i = 1; i <= s->n_tensors; i++)
-        n += s->tensors[i] && s->tensors[i]->ready;
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        const struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        n += t && t->ready;
+    }
     size_t len = RKV_PROTO_HDR_BYTES + (size_t)n * RKV_PROTO_LIST_ENTRY_BYTES;
     struct rkv_tx *tx;
     int rc = rkv_engine_tx_alloc(s->eng, len, &tx);
@@ -719,7 +721,7 @@ static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struc
     len = rkv_proto_enc_list_reply(buf, &h);
     uint32_t k = 0;
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
-        const struct rkv_tensor *t = s->tensors[i];
+        const struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
         if (!t || !t->ready)
             continue;
         struct rkv_wire_tensor w;
@@ -736,7 +738,7 @@ static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struc
 static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg *m, int *rc_p)
 {
     uint32_t id = m->h.tensor_id;
-    struct rkv_tensor *t = id >= 1 && id <= RKV_MAX_TENSORS ? s->tensors[id] : NULL;
+    struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id); /* NULL for 0 and out of range */
     if (!t) {
         *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "unknown tensor id %u", id);
         return NULL;
@@ -868,20 +870,19 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
 static int srv_pull_zc_direct(struct rkv_server *s, struct rkv_peer *peer, struct rkv_tensor *t,
                               const struct rkv_msg *m)
 {
-    uint32_t id = t->meta.id;
     size_t rb = t->row_bytes;
     uint64_t data_bytes = t->shard.local_rows * rb;
     if (!rkv_engine_copies_at_post(s->eng) || rb < SRV_ZC_DIRECT_MIN_ROW || rb > SRV_ZC_RUN_MAX ||
         data_bytes == 0)
         return 0;
-    if (!s->shard_mr[id] && rkv_engine_reg_mr(s->eng, t->shard.data, data_bytes, RKV_ACCESS_LOCAL,
-                                              &s->shard_mr[id]) < 0)
+    if (!t->shard_mr &&
+        rkv_engine_reg_mr(s->eng, t->shard.data, data_bytes, RKV_ACCESS_LOCAL, &t->shard_mr) < 0)
         return 0; /* the staged path still works */
     const struct rkv_slot_desc *dst = &m->u.pull_zc.dst;
     for (uint32_t i = 0; i < m->h.count; i++) {
         uint64_t l = rkv_pbook_g2l(&t->pb, m->u.pull_zc.ids[i]);
         struct rkv_sge sge = {
-            .addr = t->shard.data + l * rb, .len = (uint32_t)rb, .mr = s->shard_mr[id]};
+            .addr = t->shard.data + l * rb, .len = (uint32_t)rb, .mr = t->shard_mr};
         rkv_shard_lock(&t->shard, l);
         int rc = rkv_engine_put(s->eng, peer, &sge, dst->addr + (uint64_t)m->u.pull_zc.pos[i] * rb,
                                 dst->rkey);
@@ -1035,9 +1036,11 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
     RKV_LOGW(s->port, "server %u: stopping: SHUTDOWN from client %u", s->server_id, c->client_id);
     /* Before the ack: once the asking client hears it, no co-located
      * client may go on writing rows nobody serves any more. */
-    for (uint32_t i = 1; i <= s->n_tensors; i++)
-        if (s->tensors[i] && s->tensors[i]->mapped)
-            atomic_store(&s->tensors[i]->shard.hdr->closed, 1);
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (t && t->mapped)
+            atomic_store(&t->shard.hdr->closed, 1);
+    }
     s->shut = 1;
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
@@ -1454,15 +1457,15 @@ static void srv_durable_main(void *arg)
 static void srv_free_tensors(struct rkv_server *s)
 {
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
-        if (s->shard_mr[i])
-            rkv_engine_dereg_mr(s->eng, s->shard_mr[i]);
-        s->shard_mr[i] = NULL;
-        if (!s->tensors[i])
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (!t)
             continue;
-        rkv_tensor_free(s->tensors[i]);
-        free(s->tensors[i]);
-        s->tensors[i] = NULL;
+        if (t->shard_mr)
+            rkv_engine_dereg_mr(s->eng, t->shard_mr);
+        rkv_tensor_free(t);
+        free(t);
     }
+    rkv_tensor_table_free(&s->tensors);
     s->n_tensors = 0;
 }
 
@@ -1513,12 +1516,15 @@ static int srv_adopt(struct rkv_server *s, int reclaim, char *err, size_t err_le
         struct rkv_tensor *t = calloc(1, sizeof(*t));
         int rc = t ? srv_adopt_one(s, id, e, reclaim, t, err, err_len)
                    : rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        if (rc == 0 && rkv_tensor_put(&s->tensors, id, t) < 0) {
+            rkv_tensor_free(t);
+            rc = rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        }
         if (rc < 0) {
             free(t);
             srv_free_tensors(s);
             return rc;
         }
-        s->tensors[id] = t;
         s->n_tensors = id;
     }
     return 0;
@@ -1573,7 +1579,7 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
      * its copy LSNs say which records each chunk holds already. */
     int rc = rkv_wal_set_copies(s->wal, snap, err, err_len);
     if (rc == 0)
-        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht,
+        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, &s->tensors, &s->ht,
                              RKV_WAL_PAUSE_CUSTOM, r, err, err_len);
     if (rc < 0)
         return rc;
@@ -1598,7 +1604,7 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
 static int srv_replay_finish(struct rkv_server *s, char *err, size_t err_len)
 {
     uint64_t t0 = s->port->ops->now_ns(s->port);
-    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, s->tensors, &s->ht, 0,
+    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, &s->tensors, &s->ht, 0,
                              &s->replay, err, err_len);
     if (rc < 0)
         return rc;
@@ -1712,7 +1718,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         return rc;
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
-    rkv_wal_init(s->wal, s->port, &s->mach, s->tensors, &s->cfg);
+    rkv_wal_init(s->wal, s->port, &s->mach, &s->tensors, &s->cfg);
     char name[64], path[sizeof(s->cfg.durable_dir) + sizeof(name) + 1];
     rkv_snap_file_name(name, sizeof(name), mach);
     snprintf(path, sizeof(path), "%s/%s", s->cfg.durable_dir, name);
@@ -2025,7 +2031,7 @@ void rkv_server_destroy(struct rkv_server *s)
     rkv_engine_stop(s->eng);
     srv_free_conns(s);
     for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
-        if (s->tensors[i]) {
+        if (rkv_tensor_at(&s->tensors, i)) {
             char name[96];
             rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
             s->port->ops->shm_unlink(s->port, name);
