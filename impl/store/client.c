@@ -74,8 +74,9 @@ struct cli_server {
      * connection on (counted; a client that talks to a few of a thousand
      * servers keeps a few); per operation, each made with the first request
      * of its kind (a worker of a large cluster pushes and pulls to most of
-     * its servers, nothing else: 376 bytes each). Under cli->mu, as the
-     * progress task counts replies. */
+     * its servers, nothing else: 376 bytes each); none with
+     * cfg.no_peer_stats. Under cli->mu, as the progress task counts
+     * replies. */
     struct rkv_op_stats *st[RKV_STATS_OPS];
     int counted;
 };
@@ -267,7 +268,8 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     assert(cli_owns_srv(c, srv));
     assert(cli_expect_ok(expect));
     int op = cli_req_stats_op(expect);
-    if (!srv->st[op]) { /* before r is in the table, where the engine's thread counts it */
+    /* Made before r is in the table, where the engine's thread counts it. */
+    if (!srv->st[op] && !c->cfg.no_peer_stats) {
         struct rkv_op_stats *st = calloc(1, sizeof(*st));
         if (!st)
             return NULL;
@@ -317,7 +319,7 @@ static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
 static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
-    if (!r->srv || !r->srv->counted)
+    if (!r->srv || !r->srv->counted || c->cfg.no_peer_stats)
         return;
     struct rkv_op_stats *st = r->srv->st[cli_req_stats_op(r->expect)];
     assert(st); /* cli_req_new made it */
@@ -2629,6 +2631,9 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "stats: server %u (of %u) or operation %d out of range", server,
                         c->n_servers, op);
+    if (c->cfg.no_peer_stats)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "stats: this client keeps no per-server counters (no_peer_stats)");
     cli_lock(c);
     /* A server this client never used has no state, so no counters. */
     const uint64_t *v = rkv_idmap_find(&c->srvs, server);

@@ -363,6 +363,11 @@ static int twin_config(struct twin *t)
     if (rc < 0)
         return rc;
     t->cfg.shared = t->cluster;
+    /* Counters nobody prints (twin_worker_body) are not kept either. */
+    uint64_t servers = 0;
+    for (uint32_t m = 0; m < sc->machines; m++)
+        servers += t->machines[m].servers;
+    t->cfg.no_peer_stats = servers > TWIN_STATS_MAX_SERVERS;
     return 0;
 }
 
