@@ -106,8 +106,9 @@ struct rkv_client {
     struct cli_server *srv0;
     struct rkv_tensor_table tensors;
     uint32_t max_tensor; /* highest id in tensors: every push and pull looks up by name */
-    struct rkv_handler_table ht;
-    struct rkv_pull_table pt; /* custom pull handlers */
+    /* Custom push and pull handlers: NULL until one is registered. */
+    struct rkv_handler_table *ht;
+    struct rkv_pull_table *pt;
     struct cli_req *reqs;
     /* Request ids: a random tag per client incarnation in the top bits, a
      * counter below (RKV_SEQ_TAG_SHIFT). A push's id is its sequence, the
@@ -1702,9 +1703,9 @@ static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uin
 {
     assert(t->mapped && cnt > 0); /* only this machine's rows, in its shard */
     /* cli_push_send checked the op before anything was sent. */
-    assert(rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
+    assert(rkv_handler_check(c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
     for (uint32_t i = 0; i < cnt; i++)
-        rkv_shard_push_row(&t->shard, t, &c->ht, op, param, ids[pos[i]],
+        rkv_shard_push_row(&t->shard, t, c->ht, op, param, ids[pos[i]],
                            rows + (size_t)pos[i] * t->row_bytes);
 }
 
@@ -1792,7 +1793,7 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
      * applied, so that such a push applies nothing. A custom op is checked
      * against this client's handlers: the servers' cannot be seen from
      * here without a round trip per push (rkv.h). */
-    if ((rc = rkv_handler_check(&c->ht, op, t->meta.dtype, t->meta.with_state)) < 0)
+    if ((rc = rkv_handler_check(c->ht, op, t->meta.dtype, t->meta.with_state)) < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s%s: %s%s",
                         t->meta.name, op, rkv_dtype_name(t->meta.dtype),
                         t->meta.with_state ? " with state" : "", rkv_strerror(rc),
@@ -2142,7 +2143,7 @@ int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uin
     int rc = cli_tensor(c, name, &t);
     if (rc < 0)
         return rc;
-    return rkv_pull_check(&c->pt, handler, t, len_p, c->err, sizeof(c->err));
+    return rkv_pull_check(c->pt, handler, t, len_p, c->err, sizeof(c->err));
 }
 
 static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -2157,7 +2158,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         return rc;
     /* Unknown handlers and tensors they do not apply to fail here, before
      * anything is sent. */
-    if ((rc = rkv_pull_check(&c->pt, handler, t, &out_len, c->err, sizeof(c->err))) < 0)
+    if ((rc = rkv_pull_check(c->pt, handler, t, &out_len, c->err, sizeof(c->err))) < 0)
         return rc;
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         return rc;
@@ -2181,7 +2182,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         for (uint32_t i = lk < g.n ? g.start[lk] : 0; lk < g.n && i < g.start[lk + 1]; i++) {
             uint32_t p = g.order[i];
             uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
-            rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
+            rkv_pull_row(&t->shard, t, c->pt, handler, param, ids[p], out_len, out);
         }
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
@@ -2385,6 +2386,8 @@ static void cli_free_tables(struct rkv_client *c)
     rkv_idmap_free(&c->srvs);
     rkv_idmap_free(&c->pins);
     rkv_cluster_destroy(c->own_cl);
+    free(c->ht);
+    free(c->pt);
     free(c->grp_order);
     free(c->grp_start);
     free(c->grp_gm);
@@ -2523,13 +2526,13 @@ uint32_t rkv_client_id(const struct rkv_client *c)
 
 int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
-    return rkv_handler_register(&c->ht, op, fn, user);
+    return rkv_handler_register_at(&c->ht, op, fn, user);
 }
 
 int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    return rkv_pull_register(&c->pt, id, fn, out_mult, out_add, user);
+    return rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
 }
 
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,

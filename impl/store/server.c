@@ -82,8 +82,9 @@ struct rkv_server {
     _Atomic uint64_t test_corrupt_row;
     struct rkv_tensor_table tensors; /* by id, 1-based */
     uint32_t n_tensors;              /* the highest id in it */
-    struct rkv_handler_table ht;
-    struct rkv_pull_table pt; /* custom pull handlers */
+    /* Custom push and pull handlers: NULL until one is registered. */
+    struct rkv_handler_table *ht;
+    struct rkv_pull_table *pt;
     struct srv_hello *hellos; /* server 0: clients waiting for an id */
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
@@ -773,7 +774,7 @@ static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const st
                              .ids = m->u.push.ids,
                              .rows = m->u.push.rows};
     int dup = 0;
-    int rc = rkv_wal_push(s->wal, t, &s->ht, &p, &dup, s->err, sizeof(s->err));
+    int rc = rkv_wal_push(s->wal, t, s->ht, &p, &dup, s->err, sizeof(s->err));
     if (rc == 0 && !dup)
         rkv_port_handler_work(s->port, m->h.count);
     if (dup) {
@@ -791,7 +792,7 @@ static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const stru
         return srv_apply_logged(s, t, m, client);
     /* Without durable mode nothing is promised across a crash, so no
      * (client, sequence) is tracked: a retried push applies again. */
-    int rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+    int rc = rkv_shard_push(&t->shard, t, s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
                             m->u.push.rows);
     rkv_port_handler_work(s->port, m->h.count);
     if (rc < 0)
@@ -826,7 +827,7 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
                                   sizeof(s->err));
     if (rc == 0)
-        rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
+        rc = rkv_pull_check(s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
@@ -848,7 +849,7 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     rkv_proto_enc_pull_reply(buf, &h);
     uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
     for (uint32_t i = 0; i < m->h.count; i++)
-        rkv_pull_row(&t->shard, t, &s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
+        rkv_pull_row(&t->shard, t, s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
                      out + (size_t)i * out_bytes);
     rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
@@ -1579,7 +1580,7 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
      * its copy LSNs say which records each chunk holds already. */
     int rc = rkv_wal_set_copies(s->wal, snap, err, err_len);
     if (rc == 0)
-        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, &s->tensors, &s->ht,
+        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, &s->tensors, s->ht,
                              RKV_WAL_PAUSE_CUSTOM, r, err, err_len);
     if (rc < 0)
         return rc;
@@ -1604,7 +1605,7 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
 static int srv_replay_finish(struct rkv_server *s, char *err, size_t err_len)
 {
     uint64_t t0 = s->port->ops->now_ns(s->port);
-    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, &s->tensors, &s->ht, 0,
+    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, &s->tensors, s->ht, 0,
                              &s->replay, err, err_len);
     if (rc < 0)
         return rc;
@@ -1944,6 +1945,8 @@ free_server:
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
+    free(s->ht);
+    free(s->pt);
     free(s);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
@@ -1979,13 +1982,13 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
 
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
-    return rkv_handler_register(&s->ht, op, fn, user);
+    return rkv_handler_register_at(&s->ht, op, fn, user);
 }
 
 int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    return rkv_pull_register(&s->pt, id, fn, out_mult, out_add, user);
+    return rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
 }
 
 int rkv_server_run(struct rkv_server *s)
@@ -2055,5 +2058,7 @@ void rkv_server_destroy(struct rkv_server *s)
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
+    free(s->ht);
+    free(s->pt);
     free(s);
 }
