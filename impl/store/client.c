@@ -61,7 +61,10 @@ struct cli_pin {
 struct cli_server {
     struct rkv_peer *peer;
     uint32_t id, machine;
-    char host[RKV_PROTO_HOST_MAX + 1]; /* from the config, or server 0's table */
+    /* Its host: the configured machine's (in the cluster table, which
+     * outlives the client), or own_host, from server 0's address table. */
+    const char *host;
+    char *own_host;
     uint16_t port;
     int dead;
     /* Where this server writes pull replies. A pull sends at most one
@@ -216,9 +219,8 @@ static struct cli_server *cli_srv(struct rkv_client *c, uint32_t id)
         uint32_t m = rkv_cluster_machine_of(c->cl, id);
         const struct rkv_machine *mc = &c->cl->machines[m];
         uint32_t local = id - rkv_cluster_server_id(c->cl, m, 0);
-        *srv =
-            (struct cli_server){.id = id, .machine = m, .port = (uint16_t)(mc->base_port + local)};
-        snprintf(srv->host, sizeof(srv->host), "%s", mc->host);
+        *srv = (struct cli_server){
+            .id = id, .machine = m, .host = mc->host, .port = (uint16_t)(mc->base_port + local)};
         if ((v = rkv_idmap_get(&c->srvs, id)) != NULL)
             *v = (uintptr_t)srv;
     }
@@ -464,7 +466,12 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         if (!v)
             return cli_req_finish(c, r, -RKV_EPROTO, "address table entry of an unknown server");
         struct cli_server *srv = (struct cli_server *)(uintptr_t)*v;
-        snprintf(srv->host, sizeof(srv->host), "%s", a->host);
+        char *host = strndup(a->host, RKV_PROTO_HOST_MAX);
+        if (!host)
+            return cli_req_finish(c, r, -RKV_ENOMEM, "out of memory for an address table entry");
+        free(srv->own_host); /* the application thread waits for this table */
+        srv->own_host = host;
+        srv->host = host;
         srv->port = (uint16_t)a->port;
         if (++r->count < c->n_servers)
             return; /* more entries of this table to come */
@@ -2384,6 +2391,8 @@ static void cli_free_tables(struct rkv_client *c)
         struct cli_server *srv = (struct cli_server *)(uintptr_t)c->srvs.vals[i];
         for (int op = 0; srv && op < RKV_STATS_OPS; op++)
             free(srv->st[op]);
+        if (srv)
+            free(srv->own_host);
         free(srv);
     }
     rkv_idmap_free(&c->srvs);
