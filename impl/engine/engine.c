@@ -856,8 +856,10 @@ int rkv_engine_put(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sg
 /* A peer's slot tables (its receive slots and the releases of them owed)
  * come with its first slot: most connections of a large cluster never use
  * one. The slot arrays grow as slots are used, up to max_slots: most that
- * do use one, a pull-reply slot (64 entries cost ~2.5 KB per side). */
-#define ENG_SLOTS_FIRST 4u
+ * do use one, a pull-reply slot (64 entries cost ~2.5 KB per side), so
+ * they start with one entry (four cost 120 bytes more per array, on
+ * thousands of connections per process in the twin). */
+#define ENG_SLOTS_FIRST 1u
 
 /* Grows *arr of *cap_p entries (elem bytes each, zeroed) toward max. */
 static int eng_slots_grow(void **arr, uint32_t *cap_p, size_t elem, uint32_t max)
