@@ -31,6 +31,65 @@ struct wl_node {
     uint64_t *verify_ids; /* the largest wl_verify_batch */
 };
 
+/* A phase's counters while a run holds them: struct rkv_wl_phase_stats
+ * with its histogram kept as the window of buckets the phase's requests
+ * landed in (hist[b - lo] for b in [lo, lo + n)), not all 1,024 of them:
+ * a worker's requests of one phase fall in a few, and the twin holds an
+ * epoch of these for each of its thousands of workers (8 KiB each with
+ * the full array). Exported whole (wl_export) when handed over. */
+struct wl_stats {
+    uint64_t pushes, pulls, bytes;
+    uint64_t checks, skipped, errors;
+    double wall_s;
+    double max_us;
+    uint32_t lo, n;
+    uint64_t *hist;
+    char first_error[320];
+};
+
+/* One more latency in bucket b: the window grows to take it. */
+static int wl_stats_hist_add(struct wl_stats *st, uint32_t b)
+{
+    assert(b < RKV_WL_HIST);
+    if (st->n == 0 || b < st->lo || b >= st->lo + st->n) {
+        uint32_t lo = st->n && st->lo < b ? st->lo : b;
+        uint32_t hi = st->n && st->lo + st->n > b + 1 ? st->lo + st->n : b + 1;
+        uint64_t *h = calloc(hi - lo, sizeof(*h));
+        if (!h)
+            return -RKV_ENOMEM;
+        if (st->n)
+            memcpy(h + (st->lo - lo), st->hist, st->n * sizeof(*h));
+        free(st->hist);
+        st->hist = h;
+        st->lo = lo;
+        st->n = hi - lo;
+    }
+    st->hist[b - st->lo]++;
+    return 0;
+}
+
+/* Frees st's window and zeroes it for the next phase. */
+static void wl_stats_clear(struct wl_stats *st)
+{
+    free(st->hist);
+    memset(st, 0, sizeof(*st));
+}
+
+static void wl_export(const struct wl_stats *w, struct rkv_wl_phase_stats *st)
+{
+    *st = (struct rkv_wl_phase_stats){.pushes = w->pushes,
+                                      .pulls = w->pulls,
+                                      .bytes = w->bytes,
+                                      .checks = w->checks,
+                                      .skipped = w->skipped,
+                                      .errors = w->errors,
+                                      .wall_s = w->wall_s,
+                                      .max_us = w->max_us};
+    for (uint32_t i = 0; i < w->n; i++)
+        st->hist[w->lo + i] = w->hist[i];
+    memcpy(st->first_error, w->first_error, sizeof(st->first_error));
+}
+
 uint32_t rkv_wl_bucket(uint64_t ns)
 {
     if (ns < 1)
@@ -88,7 +147,7 @@ static void wl_store(const struct rkv_sc_tensor *t, uint8_t *row, uint32_t j, do
     }
 }
 
-static void wl_error(struct wl_node *n, struct rkv_wl_phase_stats *st, const char *why)
+static void wl_error(struct wl_node *n, struct wl_stats *st, const char *why)
 {
     if (st->errors++ == 0) {
         snprintf(st->first_error, sizeof(st->first_error), "%s", why);
@@ -97,7 +156,7 @@ static void wl_error(struct wl_node *n, struct rkv_wl_phase_stats *st, const cha
 }
 
 static int wl_push(struct wl_node *n, uint32_t phase, uint32_t round, const struct rkv_wl_req *q,
-                   struct rkv_wl_phase_stats *st)
+                   struct wl_stats *st)
 {
     const struct rkv_scenario *sc = n->sc;
     const struct rkv_sc_phase *p = &sc->phases[phase];
@@ -119,7 +178,7 @@ static int wl_push(struct wl_node *n, uint32_t phase, uint32_t round, const stru
 
 /* Checks rows[0..n) pulled for ids; mid_epoch: see rkv_oracle_check_row. */
 static void wl_check(struct wl_node *n, uint32_t ti, const uint64_t *ids, uint32_t cnt,
-                     int mid_epoch, struct rkv_wl_phase_stats *st)
+                     int mid_epoch, struct wl_stats *st)
 {
     size_t rb = wl_row_bytes(&n->sc->tensors[ti]);
     char why[320];
@@ -138,7 +197,7 @@ static void wl_check(struct wl_node *n, uint32_t ti, const uint64_t *ids, uint32
 /* A pull through the built-in RKV_PULL_WITH_STATE: the row halves go to
  * n->got for the usual check, the state halves to the oracle's. */
 static int wl_pull_with_state(struct wl_node *n, uint32_t ti, const struct rkv_wl_req *q,
-                              struct rkv_wl_phase_stats *st)
+                              struct wl_stats *st)
 {
     const struct rkv_sc_tensor *t = &n->sc->tensors[ti];
     size_t rb = wl_row_bytes(t);
@@ -159,7 +218,7 @@ static int wl_pull_with_state(struct wl_node *n, uint32_t ti, const struct rkv_w
 }
 
 static int wl_pull(struct wl_node *n, uint32_t phase, const struct rkv_wl_req *q,
-                   struct rkv_wl_phase_stats *st)
+                   struct wl_stats *st)
 {
     const struct rkv_sc_phase *p = &n->sc->phases[phase];
     const struct rkv_sc_tensor *t = &n->sc->tensors[p->tensor];
@@ -176,7 +235,7 @@ static int wl_pull(struct wl_node *n, uint32_t phase, const struct rkv_wl_req *q
     return 0;
 }
 
-static int wl_phase(struct wl_node *n, uint32_t phase, struct rkv_wl_phase_stats *st)
+static int wl_phase(struct wl_node *n, uint32_t phase, struct wl_stats *st)
 {
     const struct rkv_sc_phase *p = &n->sc->phases[phase];
     struct rkv_wl_gen g;
@@ -195,7 +254,8 @@ static int wl_phase(struct wl_node *n, uint32_t phase, struct rkv_wl_phase_stats
         }
         rc = q.push ? wl_push(n, phase, r, &q, st) : wl_pull(n, phase, &q, st);
         uint64_t ns = n->port->ops->now_ns(n->port) - s;
-        st->hist[rkv_wl_bucket(ns)]++;
+        int hr = wl_stats_hist_add(st, rkv_wl_bucket(ns)); /* a failed request's too */
+        rc = rc < 0 ? rc : hr;
         if (ns / 1e3 > st->max_us)
             st->max_us = ns / 1e3;
         if (p->think_us)
@@ -230,8 +290,7 @@ static uint32_t wl_verify_batch(const struct wl_node *n, const struct rkv_sc_ten
  * (rows = me mod W) of every tensor the epoch pushed to, every row of it
  * (scenarios/README.md promises it; a sample missed a wrong row by its
  * index). */
-static int wl_verify(struct wl_node *n, uint32_t first, uint32_t last,
-                     struct rkv_wl_phase_stats *st)
+static int wl_verify(struct wl_node *n, uint32_t first, uint32_t last, struct wl_stats *st)
 {
     const struct rkv_scenario *sc = n->sc;
     uint64_t *ids = n->verify_ids;
@@ -276,7 +335,7 @@ static int wl_init(struct wl_node *n)
 /* Worker 0, once it created them: the store lists exactly the scenario's
  * tensors (rkv_client_list, DGL's get_data_name_list), in creation order.
  * A difference is an oracle error of the first phase. */
-static int wl_check_list(struct wl_node *n, struct rkv_wl_phase_stats *st)
+static int wl_check_list(struct wl_node *n, struct wl_stats *st)
 {
     const struct rkv_scenario *sc = n->sc;
     if (n->me != 0 || sc->n_phases == 0)
@@ -384,16 +443,25 @@ static uint32_t wl_max_epoch(const struct rkv_scenario *sc)
 /* Streamed runs: hands phases [*done, upto) to on_stats (win holds the
  * epoch that starts at win_first; phases outside it were never run) and
  * clears the window for the next epoch. */
-static void wl_hand_over(uint32_t worker, struct rkv_wl_phase_stats *win, uint32_t win_n,
-                         uint32_t win_first, uint32_t *done, uint32_t upto,
-                         rkv_wl_stats_fn on_stats, void *user)
+static int wl_hand_over(uint32_t worker, struct wl_stats *win, uint32_t win_n, uint32_t win_first,
+                        uint32_t *done, uint32_t upto, rkv_wl_stats_fn on_stats, void *user)
 {
     static const struct rkv_wl_phase_stats zero;
+    /* Whole only for the moment it is handed over: the next worker's
+     * hand-over reuses the memory. */
+    struct rkv_wl_phase_stats *one = malloc(sizeof(*one));
+    int rc = one ? 0 : -RKV_ENOMEM;
     for (; *done < upto; (*done)++) {
         uint32_t i = *done - win_first;
-        on_stats(user, worker, *done, *done >= win_first && i < win_n ? &win[i] : &zero);
+        int in_win = *done >= win_first && i < win_n;
+        if (one && in_win)
+            wl_export(&win[i], one);
+        on_stats(user, worker, *done, one && in_win ? one : &zero);
     }
-    memset(win, 0, win_n * sizeof(*win));
+    for (uint32_t i = 0; i < win_n; i++)
+        wl_stats_clear(&win[i]);
+    free(one);
+    return rc;
 }
 
 static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
@@ -409,10 +477,9 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
                         .log = log};
     /* win[p - base]: every phase (base 0), or a streamed run's epoch. */
     uint32_t win_n = stats ? sc->n_phases : wl_max_epoch(sc), base = 0, done = 0;
-    struct rkv_wl_phase_stats *win = stats ? stats : calloc(win_n, sizeof(*win));
+    struct wl_stats *win = calloc(win_n, sizeof(*win));
     if (!win)
         return -RKV_ENOMEM;
-    memset(win, 0, win_n * sizeof(*win));
     int rc = 0;
     if (shared) {
         n.oracle = shared;
@@ -445,7 +512,7 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
         if (rc == 0 && worker == 0)
             fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
         if (!stats && rc == 0)
-            wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user);
+            rc = wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user);
         first = last + 1;
     }
 out:
@@ -458,9 +525,15 @@ out:
     rkv_oracle_destroy(n.oracle);
 free_win:
     if (!stats) {
-        wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user);
-        free(win);
+        int hr = wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user);
+        rc = rc < 0 ? rc : hr;
     }
+    for (uint32_t p = 0; p < win_n; p++) {
+        if (stats)
+            wl_export(&win[p], &stats[p]);
+        wl_stats_clear(&win[p]);
+    }
+    free(win);
     return rc;
 }
 

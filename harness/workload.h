@@ -35,9 +35,9 @@ struct rkv_oracle;
 typedef void (*rkv_wl_phase_fn)(void *user, uint32_t worker, uint32_t phase);
 /* on_stats hears every phase's stats exactly once, in phase order, when
  * the phase's epoch was verified or the run stopped (phases never run: all
- * zero). The run holds one epoch's stats at a time, not every phase's: a
- * phase's latency histogram is 8 KiB, times phases, times the twin's
- * thousands of workers. */
+ * zero). The run holds one epoch's stats at a time, not every phase's, and
+ * of each histogram the buckets used: a whole one is 8 KiB, times phases,
+ * times the twin's thousands of workers. st is valid during the call only. */
 typedef void (*rkv_wl_stats_fn)(void *user, uint32_t worker, uint32_t phase,
                                 const struct rkv_wl_phase_stats *st);
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,

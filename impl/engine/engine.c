@@ -95,32 +95,36 @@ struct eng_txq {
     uint32_t n;
 };
 
+/* Pointers first, then counters, then the flags as bytes: no padding
+ * between them (192 bytes instead of 216, a smaller malloc bin; a peer per
+ * connection side, thousands per process in the twin). */
 struct rkv_peer {
     struct rkv_engine *eng;
     struct rkv_peer *next; /* engine's list */
     struct rkv_qp *qp;     /* NULL once disconnected */
     void *user;
-    int dead;
-    int touched;  /* saw traffic in this poll batch (on eng->touched) */
-    int closed;   /* killed, and its QP closed by the NIC (drop_peer_wait) */
-    int released; /* the owner holds no pointer to it: freed once closed */
-    int waited;   /* a drop_peer_wait holds it */
     struct rkv_peer *touched_next;
-    uint32_t credits;     /* receives the peer has posted for us */
-    uint32_t owed;        /* receives we reposted but have not announced */
-    uint32_t release_due; /* slot id + 1 to give back with the next reply */
-    uint32_t *releases;   /* slot ids to give back (a stack of lslot_cap) */
-    uint32_t n_releases;
+    uint32_t *releases; /* slot ids to give back (a stack of lslot_cap) */
     uint8_t *rx_mem;
     struct rkv_mr *rx_mr;
     struct eng_lslot *lslots; /* lslot_cap entries, grown up to max_slots */
     struct eng_rslot *rslots; /* rslot_cap entries, grown up to max_slots */
+    struct eng_txq backlog;   /* waiting for credits */
+    struct eng_txq waiting;   /* waiting for a rendezvous slot */
+    struct eng_txq inflight;  /* posted, completion not seen yet */
+    uint32_t credits;         /* receives the peer has posted for us */
+    uint32_t owed;            /* receives we reposted but have not announced */
+    uint32_t release_due;     /* slot id + 1 to give back with the next reply */
+    uint32_t n_releases;
     uint32_t lslot_cap, rslot_cap;
     uint32_t n_rslots;
     uint32_t rndv_inflight;
-    struct eng_txq backlog;  /* waiting for credits */
-    struct eng_txq waiting;  /* waiting for a rendezvous slot */
-    struct eng_txq inflight; /* posted, completion not seen yet */
+    /* 0 or 1 each */
+    uint8_t dead;
+    uint8_t touched;  /* saw traffic in this poll batch (on eng->touched) */
+    uint8_t closed;   /* killed, and its QP closed by the NIC (drop_peer_wait) */
+    uint8_t released; /* the owner holds no pointer to it: freed once closed */
+    uint8_t waited;   /* a drop_peer_wait holds it */
 };
 
 struct eng_closing {
@@ -854,8 +858,10 @@ int rkv_engine_put(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_sg
 /* A peer's slot tables (its receive slots and the releases of them owed)
  * come with its first slot: most connections of a large cluster never use
  * one. The slot arrays grow as slots are used, up to max_slots: most that
- * do use one, a pull-reply slot (64 entries cost ~2.5 KB per side). */
-#define ENG_SLOTS_FIRST 4u
+ * do use one, a pull-reply slot (64 entries cost ~2.5 KB per side), so
+ * they start with one entry (four cost 120 bytes more per array, on
+ * thousands of connections per process in the twin). */
+#define ENG_SLOTS_FIRST 1u
 
 /* Grows *arr of *cap_p entries (elem bytes each, zeroed) toward max. */
 static int eng_slots_grow(void **arr, uint32_t *cap_p, size_t elem, uint32_t max)

@@ -267,6 +267,12 @@ struct rkv_config {
      * from this config is destroyed; the nodes then read it in place
      * instead of each keeping its own copy (N nodes x M machines). */
     const struct rkv_cluster *shared;
+    /* Internal, 0 (the default) for applications: 1 makes a client keep no
+     * per-server counters (rkv_client_peer_stats then fails), for a process
+     * holding thousands of clients that never reads them (the twin, which
+     * prints them only for clusters of up to 64 servers): 51 counters of
+     * 376 bytes per worker of a 1,024-server cluster. */
+    int no_peer_stats;
 };
 
 enum {
@@ -503,7 +509,8 @@ RKV_API uint64_t rkv_stats_bucket_ns(uint32_t b);
 RKV_API int rkv_client_stats(struct rkv_client *cli, int op, struct rkv_op_stats *st_p);
 /* The counters of the requests of kind op sent to server `server` (global
  * id, 0..rkv_client_n_servers-1): zeros for a server never contacted.
- * -RKV_EINVAL for a server or op out of range. */
+ * -RKV_EINVAL for a server or op out of range, or for a client made with
+ * rkv_config.no_peer_stats (it kept none). */
 RKV_API int rkv_client_peer_stats(struct rkv_client *cli, uint32_t server, int op,
                                   struct rkv_op_stats *st_p);
 RKV_API uint32_t rkv_client_n_servers(const struct rkv_client *cli);

@@ -26,7 +26,9 @@ struct cli_req {
     int expect; /* reply type */
     int done;
     int status;
-    char text[RKV_PROTO_TEXT_MAX + 1];
+    /* Why it failed, as its server or this client said (NULL: none). Made
+     * when it fails: inline, 257 bytes, it made up most of every request. */
+    char *text;
     uint32_t u32;         /* HELLO: client id; INIT: tensor id */
     struct rkv_tensor *t; /* META: filled by the reply */
     uint8_t *out;         /* PULL: the caller's rows */
@@ -59,7 +61,10 @@ struct cli_pin {
 struct cli_server {
     struct rkv_peer *peer;
     uint32_t id, machine;
-    char host[RKV_PROTO_HOST_MAX + 1]; /* from the config, or server 0's table */
+    /* Its host: the configured machine's (in the cluster table, which
+     * outlives the client), or own_host, from server 0's address table. */
+    const char *host;
+    char *own_host;
     uint16_t port;
     int dead;
     /* Where this server writes pull replies. A pull sends at most one
@@ -74,8 +79,9 @@ struct cli_server {
      * connection on (counted; a client that talks to a few of a thousand
      * servers keeps a few); per operation, each made with the first request
      * of its kind (a worker of a large cluster pushes and pulls to most of
-     * its servers, nothing else: 376 bytes each). Under cli->mu, as the
-     * progress task counts replies. */
+     * its servers, nothing else: 376 bytes each); none with
+     * cfg.no_peer_stats. Under cli->mu, as the progress task counts
+     * replies. */
     struct rkv_op_stats *st[RKV_STATS_OPS];
     int counted;
 };
@@ -103,10 +109,11 @@ struct rkv_client {
      * move or go before the client does. srv0: server 0's, made at create. */
     struct rkv_idmap srvs;
     struct cli_server *srv0;
-    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
-    uint32_t max_tensor; /* highest id in tensors[]: every push and pull looks up by name */
-    struct rkv_handler_table ht;
-    struct rkv_pull_table pt; /* custom pull handlers */
+    struct rkv_tensor_table tensors;
+    uint32_t max_tensor; /* highest id in tensors: every push and pull looks up by name */
+    /* Custom push and pull handlers: NULL until one is registered. */
+    struct rkv_handler_table *ht;
+    struct rkv_pull_table *pt;
     struct cli_req *reqs;
     /* Request ids: a random tag per client incarnation in the top bits, a
      * counter below (RKV_SEQ_TAG_SHIFT). A push's id is its sequence, the
@@ -212,9 +219,8 @@ static struct cli_server *cli_srv(struct rkv_client *c, uint32_t id)
         uint32_t m = rkv_cluster_machine_of(c->cl, id);
         const struct rkv_machine *mc = &c->cl->machines[m];
         uint32_t local = id - rkv_cluster_server_id(c->cl, m, 0);
-        *srv =
-            (struct cli_server){.id = id, .machine = m, .port = (uint16_t)(mc->base_port + local)};
-        snprintf(srv->host, sizeof(srv->host), "%s", mc->host);
+        *srv = (struct cli_server){
+            .id = id, .machine = m, .host = mc->host, .port = (uint16_t)(mc->base_port + local)};
         if ((v = rkv_idmap_get(&c->srvs, id)) != NULL)
             *v = (uintptr_t)srv;
     }
@@ -267,7 +273,8 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     assert(cli_owns_srv(c, srv));
     assert(cli_expect_ok(expect));
     int op = cli_req_stats_op(expect);
-    if (!srv->st[op]) { /* before r is in the table, where the engine's thread counts it */
+    /* Made before r is in the table, where the engine's thread counts it. */
+    if (!srv->st[op] && !c->cfg.no_peer_stats) {
         struct rkv_op_stats *st = calloc(1, sizeof(*st));
         if (!st)
             return NULL;
@@ -317,7 +324,7 @@ static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
 static void cli_req_count(struct rkv_client *c, const struct cli_req *r, int ok)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
-    if (!r->srv || !r->srv->counted)
+    if (!r->srv || !r->srv->counted || c->cfg.no_peer_stats)
         return;
     struct rkv_op_stats *st = r->srv->st[cli_req_stats_op(r->expect)];
     assert(st); /* cli_req_new made it */
@@ -333,8 +340,8 @@ static void cli_req_finish(struct rkv_client *c, struct cli_req *r, int status, 
     cli_req_count(c, r, status == 0);
     r->done = 1;
     r->status = status;
-    if (text)
-        snprintf(r->text, sizeof(r->text), "%s", text);
+    if (text) /* out of memory: the error's code alone is reported */
+        r->text = strndup(text, RKV_PROTO_TEXT_MAX);
     c->port->ops->cond_broadcast(c->cv);
 }
 
@@ -352,6 +359,7 @@ static void cli_release(struct rkv_client *c, struct cli_req **reqs, size_t n)
             rkv_tensor_free(reqs[i]->t);
             free(reqs[i]->t);
         }
+        free(reqs[i]->text);
         free(reqs[i]);
     }
     cli_unlock(c);
@@ -397,7 +405,7 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
             continue;
         rc = st;
         uint32_t sid = r->srv ? r->srv->id : 0;
-        if (r->done && r->text[0])
+        if (r->done && r->text && r->text[0])
             rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s", what, sid, r->text);
         else
             rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s after %llu ms", what, sid,
@@ -458,7 +466,12 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
         if (!v)
             return cli_req_finish(c, r, -RKV_EPROTO, "address table entry of an unknown server");
         struct cli_server *srv = (struct cli_server *)(uintptr_t)*v;
-        snprintf(srv->host, sizeof(srv->host), "%s", a->host);
+        char *host = strndup(a->host, RKV_PROTO_HOST_MAX);
+        if (!host)
+            return cli_req_finish(c, r, -RKV_ENOMEM, "out of memory for an address table entry");
+        free(srv->own_host); /* the application thread waits for this table */
+        srv->own_host = host;
+        srv->host = host;
         srv->port = (uint16_t)a->port;
         if (++r->count < c->n_servers)
             return; /* more entries of this table to come */
@@ -810,9 +823,11 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
 
 static struct rkv_tensor *cli_find_name(struct rkv_client *c, const char *name)
 {
-    for (uint32_t i = 1; i <= c->max_tensor; i++)
-        if (c->tensors[i] && strcmp(c->tensors[i]->meta.name, name) == 0)
-            return c->tensors[i];
+    for (uint32_t i = 1; i <= c->max_tensor; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
+        if (t && strcmp(t->meta.name, name) == 0)
+            return t;
+    }
     return NULL;
 }
 
@@ -855,19 +870,22 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
         return rc;
     assert(t && t->meta.id >= 1 && t->meta.id <= RKV_MAX_TENSORS);
     uint32_t id = t->meta.id;
-    if (c->tensors[id]) { /* looked up twice: keep the first */
+    struct rkv_tensor *had = rkv_tensor_at(&c->tensors, id);
+    if (had) { /* looked up twice: keep the first */
         rkv_tensor_free(t);
         free(t);
-        *t_p = c->tensors[id];
+        *t_p = had;
         return 0;
     }
-    if (!c->observer && rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0 &&
-        (rc = cli_map_local(c, t)) < 0) {
+    if (!c->observer && rkv_pbook_local_rows(&t->pb, c->cfg.machine_id) > 0)
+        rc = cli_map_local(c, t);
+    if (rc == 0 && rkv_tensor_put(&c->tensors, id, t) < 0)
+        rc = rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "out of memory for tensor '%s'", name);
+    if (rc < 0) {
         rkv_tensor_free(t);
         free(t);
         return rc;
     }
-    c->tensors[t->meta.id] = t;
     if (t->meta.id > c->max_tensor)
         c->max_tensor = t->meta.id;
     assert(c->max_tensor <= RKV_MAX_TENSORS && cli_find_name(c, name) == t);
@@ -1384,7 +1402,7 @@ static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct
 static int cli_remap_local(struct rkv_client *c)
 {
     for (uint32_t i = 1; i <= c->max_tensor; i++) {
-        struct rkv_tensor *t = c->tensors[i];
+        struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
         if (!t || !t->mapped)
             continue;
         rkv_shard_unmap(&t->shard);
@@ -1695,9 +1713,9 @@ static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uin
 {
     assert(t->mapped && cnt > 0); /* only this machine's rows, in its shard */
     /* cli_push_send checked the op before anything was sent. */
-    assert(rkv_handler_check(&c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
+    assert(rkv_handler_check(c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
     for (uint32_t i = 0; i < cnt; i++)
-        rkv_shard_push_row(&t->shard, t, &c->ht, op, param, ids[pos[i]],
+        rkv_shard_push_row(&t->shard, t, c->ht, op, param, ids[pos[i]],
                            rows + (size_t)pos[i] * t->row_bytes);
 }
 
@@ -1785,7 +1803,7 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
      * applied, so that such a push applies nothing. A custom op is checked
      * against this client's handlers: the servers' cannot be seen from
      * here without a round trip per push (rkv.h). */
-    if ((rc = rkv_handler_check(&c->ht, op, t->meta.dtype, t->meta.with_state)) < 0)
+    if ((rc = rkv_handler_check(c->ht, op, t->meta.dtype, t->meta.with_state)) < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "push to '%s': op %d on %s%s: %s%s",
                         t->meta.name, op, rkv_dtype_name(t->meta.dtype),
                         t->meta.with_state ? " with state" : "", rkv_strerror(rc),
@@ -2135,7 +2153,7 @@ int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uin
     int rc = cli_tensor(c, name, &t);
     if (rc < 0)
         return rc;
-    return rkv_pull_check(&c->pt, handler, t, len_p, c->err, sizeof(c->err));
+    return rkv_pull_check(c->pt, handler, t, len_p, c->err, sizeof(c->err));
 }
 
 static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -2150,7 +2168,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         return rc;
     /* Unknown handlers and tensors they do not apply to fail here, before
      * anything is sent. */
-    if ((rc = rkv_pull_check(&c->pt, handler, t, &out_len, c->err, sizeof(c->err))) < 0)
+    if ((rc = rkv_pull_check(c->pt, handler, t, &out_len, c->err, sizeof(c->err))) < 0)
         return rc;
     if ((rc = cli_group(c, t, ids, n, &g)) < 0)
         return rc;
@@ -2174,7 +2192,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         for (uint32_t i = lk < g.n ? g.start[lk] : 0; lk < g.n && i < g.start[lk + 1]; i++) {
             uint32_t p = g.order[i];
             uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
-            rkv_pull_row(&t->shard, t, &c->pt, handler, param, ids[p], out_len, out);
+            rkv_pull_row(&t->shard, t, c->pt, handler, param, ids[p], out_len, out);
         }
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
@@ -2373,11 +2391,15 @@ static void cli_free_tables(struct rkv_client *c)
         struct cli_server *srv = (struct cli_server *)(uintptr_t)c->srvs.vals[i];
         for (int op = 0; srv && op < RKV_STATS_OPS; op++)
             free(srv->st[op]);
+        if (srv)
+            free(srv->own_host);
         free(srv);
     }
     rkv_idmap_free(&c->srvs);
     rkv_idmap_free(&c->pins);
     rkv_cluster_destroy(c->own_cl);
+    free(c->ht);
+    free(c->pt);
     free(c->grp_order);
     free(c->grp_start);
     free(c->grp_gm);
@@ -2516,13 +2538,13 @@ uint32_t rkv_client_id(const struct rkv_client *c)
 
 int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
-    return rkv_handler_register(&c->ht, op, fn, user);
+    return rkv_handler_register_at(&c->ht, op, fn, user);
 }
 
 int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    return rkv_pull_register(&c->pt, id, fn, out_mult, out_add, user);
+    return rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
 }
 
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -2624,6 +2646,9 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "stats: server %u (of %u) or operation %d out of range", server,
                         c->n_servers, op);
+    if (c->cfg.no_peer_stats)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "stats: this client keeps no per-server counters (no_peer_stats)");
     cli_lock(c);
     /* A server this client never used has no state, so no counters. */
     const uint64_t *v = rkv_idmap_find(&c->srvs, server);
@@ -2674,15 +2699,18 @@ void rkv_client_destroy(struct rkv_client *c)
         cli_pending_free(c, c->pending);
     }
     rkv_engine_destroy(c->eng); /* and the cache's registrations */
-    for (uint32_t i = 1; i <= RKV_MAX_TENSORS; i++) {
-        if (c->tensors[i]) {
-            rkv_tensor_free(c->tensors[i]);
-            free(c->tensors[i]);
+    for (uint32_t i = 1; i <= c->max_tensor; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
+        if (t) {
+            rkv_tensor_free(t);
+            free(t);
         }
     }
+    rkv_tensor_table_free(&c->tensors);
     while (c->reqs) {
         struct cli_req *r = c->reqs;
         c->reqs = r->next;
+        free(r->text);
         free(r);
     }
     c->port->ops->cond_destroy(c->cv);

@@ -1,6 +1,7 @@
 /* Push handlers: how an incoming row is folded into a stored one. */
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/handlers.h"
@@ -17,6 +18,13 @@ int rkv_handler_register(struct rkv_handler_table *t, int op, rkv_handler_fn fn,
     t->fn[op] = fn;
     t->user[op] = fn ? user : NULL;
     return 0;
+}
+
+int rkv_handler_register_at(struct rkv_handler_table **tp, int op, rkv_handler_fn fn, void *user)
+{
+    if (!*tp && !(*tp = calloc(1, sizeof(**tp))))
+        return -RKV_ENOMEM;
+    return rkv_handler_register(*tp, op, fn, user);
 }
 
 static int is_float(enum rkv_dtype dt)

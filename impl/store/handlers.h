@@ -15,6 +15,9 @@ struct rkv_handler_table {
 
 /* Registers a custom handler; op must be in [RKV_OP_CUSTOM, RKV_OP_MAX). */
 int rkv_handler_register(struct rkv_handler_table *t, int op, rkv_handler_fn fn, void *user);
+/* The same into *tp, made on first use (a node's table is NULL until it
+ * registers one: most never do, and the twin holds thousands of nodes). */
+int rkv_handler_register_at(struct rkv_handler_table **tp, int op, rkv_handler_fn fn, void *user);
 
 /* Applies op to one row of n_elems elements.
  *  ASSIGN, SUM: every dtype.  SGD: f32/f64 (-RKV_EDTYPE otherwise).

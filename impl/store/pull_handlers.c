@@ -1,5 +1,6 @@
 /* Pull handlers: the reply row of a pull computed under the row's lock. */
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto/proto.h"
@@ -17,6 +18,14 @@ int rkv_pull_register(struct rkv_pull_table *t, int id, rkv_pull_fn fn, uint32_t
     t->mult[id] = fn ? mult : 0;
     t->add[id] = fn ? add : 0;
     return 0;
+}
+
+int rkv_pull_register_at(struct rkv_pull_table **tp, int id, rkv_pull_fn fn, uint32_t mult,
+                         uint32_t add, void *user)
+{
+    if (!*tp && !(*tp = calloc(1, sizeof(**tp))))
+        return -RKV_ENOMEM;
+    return rkv_pull_register(*tp, id, fn, mult, add, user);
 }
 
 int rkv_pull_check(const struct rkv_pull_table *pt, int id, const struct rkv_tensor *t,

@@ -22,6 +22,9 @@ struct rkv_pull_table {
  * unregisters. -RKV_EINVAL otherwise. */
 int rkv_pull_register(struct rkv_pull_table *t, int id, rkv_pull_fn fn, uint32_t mult, uint32_t add,
                       void *user);
+/* The same into *tp, made on first use (NULL until then). */
+int rkv_pull_register_at(struct rkv_pull_table **tp, int id, rkv_pull_fn fn, uint32_t mult,
+                         uint32_t add, void *user);
 
 /* Whether pull handler id applies to tensor t on this node, and the
  * elements it writes per row (*out_len_p, set on success only):

@@ -80,13 +80,11 @@ struct rkv_server {
     /* rkv_server_set_test_corrupt_row: set by the application thread while
      * the engine's task may already read it. */
     _Atomic uint64_t test_corrupt_row;
-    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1]; /* by id, 1-based */
-    /* Shard rows registered for the NIC to send from (zero-copy pulls on a
-     * NIC that copies at post), by tensor id; made on first use. */
-    struct rkv_mr *shard_mr[RKV_MAX_TENSORS + 1];
-    uint32_t n_tensors;
-    struct rkv_handler_table ht;
-    struct rkv_pull_table pt; /* custom pull handlers */
+    struct rkv_tensor_table tensors; /* by id, 1-based */
+    uint32_t n_tensors;              /* the highest id in it */
+    /* Custom push and pull handlers: NULL until one is registered. */
+    struct rkv_handler_table *ht;
+    struct rkv_pull_table *pt;
     struct srv_hello *hellos; /* server 0: clients waiting for an id */
     uint32_t n_hellos;
     struct srv_waiter *barrier; /* server 0: clients inside the barrier */
@@ -490,9 +488,11 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
 
 static struct rkv_tensor *srv_find_name(struct rkv_server *s, const char *name)
 {
-    for (uint32_t i = 1; i <= s->n_tensors; i++)
-        if (s->tensors[i] && strcmp(s->tensors[i]->meta.name, name) == 0)
-            return s->tensors[i];
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (t && strcmp(t->meta.name, name) == 0)
+            return t;
+    }
     return NULL;
 }
 
@@ -613,7 +613,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     int role_ok = op == 0   ? s->server_id == 0
                   : op == 1 ? s->local_id == 0 && s->server_id != 0
                             : s->local_id != 0;
-    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || s->tensors[id])
+    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || rkv_tensor_at(&s->tensors, id))
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
     t = calloc(1, sizeof(*t));
     if (!t)
@@ -622,12 +622,13 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                                         id, t, s->err, sizeof(s->err));
     if (rc == 0)
         rc = srv_map(s, t, op != 2);
+    if (rc == 0 && rkv_tensor_put(&s->tensors, id, t) < 0)
+        rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor %u", id);
     if (rc < 0) {
         rkv_tensor_free(t);
         free(t);
         return rc;
     }
-    s->tensors[id] = t;
     if (id > s->n_tensors)
         s->n_tensors = id;
     *id_p = id;
@@ -706,8 +707,10 @@ static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (s->server_id != 0)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "LIST goes to server 0");
     uint32_t n = 0;
-    for (uint32_t i = 1; i <= s->n_tensors; i++)
-        n += s->tensors[i] && s->tensors[i]->ready;
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        const struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        n += t && t->ready;
+    }
     size_t len = RKV_PROTO_HDR_BYTES + (size_t)n * RKV_PROTO_LIST_ENTRY_BYTES;
     struct rkv_tx *tx;
     int rc = rkv_engine_tx_alloc(s->eng, len, &tx);
@@ -719,7 +722,7 @@ static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struc
     len = rkv_proto_enc_list_reply(buf, &h);
     uint32_t k = 0;
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
-        const struct rkv_tensor *t = s->tensors[i];
+        const struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
         if (!t || !t->ready)
             continue;
         struct rkv_wire_tensor w;
@@ -736,7 +739,7 @@ static void srv_on_list(struct rkv_server *s, struct rkv_peer *peer, const struc
 static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg *m, int *rc_p)
 {
     uint32_t id = m->h.tensor_id;
-    struct rkv_tensor *t = id >= 1 && id <= RKV_MAX_TENSORS ? s->tensors[id] : NULL;
+    struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id); /* NULL for 0 and out of range */
     if (!t) {
         *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "unknown tensor id %u", id);
         return NULL;
@@ -771,7 +774,7 @@ static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const st
                              .ids = m->u.push.ids,
                              .rows = m->u.push.rows};
     int dup = 0;
-    int rc = rkv_wal_push(s->wal, t, &s->ht, &p, &dup, s->err, sizeof(s->err));
+    int rc = rkv_wal_push(s->wal, t, s->ht, &p, &dup, s->err, sizeof(s->err));
     if (rc == 0 && !dup)
         rkv_port_handler_work(s->port, m->h.count);
     if (dup) {
@@ -789,7 +792,7 @@ static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const stru
         return srv_apply_logged(s, t, m, client);
     /* Without durable mode nothing is promised across a crash, so no
      * (client, sequence) is tracked: a retried push applies again. */
-    int rc = rkv_shard_push(&t->shard, t, &s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+    int rc = rkv_shard_push(&t->shard, t, s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
                             m->u.push.rows);
     rkv_port_handler_work(s->port, m->h.count);
     if (rc < 0)
@@ -824,7 +827,7 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
                                   sizeof(s->err));
     if (rc == 0)
-        rc = rkv_pull_check(&s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
+        rc = rkv_pull_check(s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
@@ -846,7 +849,7 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     rkv_proto_enc_pull_reply(buf, &h);
     uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
     for (uint32_t i = 0; i < m->h.count; i++)
-        rkv_pull_row(&t->shard, t, &s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
+        rkv_pull_row(&t->shard, t, s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
                      out + (size_t)i * out_bytes);
     rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
@@ -868,20 +871,19 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
 static int srv_pull_zc_direct(struct rkv_server *s, struct rkv_peer *peer, struct rkv_tensor *t,
                               const struct rkv_msg *m)
 {
-    uint32_t id = t->meta.id;
     size_t rb = t->row_bytes;
     uint64_t data_bytes = t->shard.local_rows * rb;
     if (!rkv_engine_copies_at_post(s->eng) || rb < SRV_ZC_DIRECT_MIN_ROW || rb > SRV_ZC_RUN_MAX ||
         data_bytes == 0)
         return 0;
-    if (!s->shard_mr[id] && rkv_engine_reg_mr(s->eng, t->shard.data, data_bytes, RKV_ACCESS_LOCAL,
-                                              &s->shard_mr[id]) < 0)
+    if (!t->shard_mr &&
+        rkv_engine_reg_mr(s->eng, t->shard.data, data_bytes, RKV_ACCESS_LOCAL, &t->shard_mr) < 0)
         return 0; /* the staged path still works */
     const struct rkv_slot_desc *dst = &m->u.pull_zc.dst;
     for (uint32_t i = 0; i < m->h.count; i++) {
         uint64_t l = rkv_pbook_g2l(&t->pb, m->u.pull_zc.ids[i]);
         struct rkv_sge sge = {
-            .addr = t->shard.data + l * rb, .len = (uint32_t)rb, .mr = s->shard_mr[id]};
+            .addr = t->shard.data + l * rb, .len = (uint32_t)rb, .mr = t->shard_mr};
         rkv_shard_lock(&t->shard, l);
         int rc = rkv_engine_put(s->eng, peer, &sge, dst->addr + (uint64_t)m->u.pull_zc.pos[i] * rb,
                                 dst->rkey);
@@ -1035,9 +1037,11 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
     RKV_LOGW(s->port, "server %u: stopping: SHUTDOWN from client %u", s->server_id, c->client_id);
     /* Before the ack: once the asking client hears it, no co-located
      * client may go on writing rows nobody serves any more. */
-    for (uint32_t i = 1; i <= s->n_tensors; i++)
-        if (s->tensors[i] && s->tensors[i]->mapped)
-            atomic_store(&s->tensors[i]->shard.hdr->closed, 1);
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (t && t->mapped)
+            atomic_store(&t->shard.hdr->closed, 1);
+    }
     s->shut = 1;
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
@@ -1454,15 +1458,15 @@ static void srv_durable_main(void *arg)
 static void srv_free_tensors(struct rkv_server *s)
 {
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
-        if (s->shard_mr[i])
-            rkv_engine_dereg_mr(s->eng, s->shard_mr[i]);
-        s->shard_mr[i] = NULL;
-        if (!s->tensors[i])
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (!t)
             continue;
-        rkv_tensor_free(s->tensors[i]);
-        free(s->tensors[i]);
-        s->tensors[i] = NULL;
+        if (t->shard_mr)
+            rkv_engine_dereg_mr(s->eng, t->shard_mr);
+        rkv_tensor_free(t);
+        free(t);
     }
+    rkv_tensor_table_free(&s->tensors);
     s->n_tensors = 0;
 }
 
@@ -1513,12 +1517,15 @@ static int srv_adopt(struct rkv_server *s, int reclaim, char *err, size_t err_le
         struct rkv_tensor *t = calloc(1, sizeof(*t));
         int rc = t ? srv_adopt_one(s, id, e, reclaim, t, err, err_len)
                    : rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        if (rc == 0 && rkv_tensor_put(&s->tensors, id, t) < 0) {
+            rkv_tensor_free(t);
+            rc = rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+        }
         if (rc < 0) {
             free(t);
             srv_free_tensors(s);
             return rc;
         }
-        s->tensors[id] = t;
         s->n_tensors = id;
     }
     return 0;
@@ -1573,7 +1580,7 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
      * its copy LSNs say which records each chunk holds already. */
     int rc = rkv_wal_set_copies(s->wal, snap, err, err_len);
     if (rc == 0)
-        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, s->tensors, &s->ht,
+        rc = rkv_wal_recover(s->wal, snap->lineage, snap->generation, &s->tensors, s->ht,
                              RKV_WAL_PAUSE_CUSTOM, r, err, err_len);
     if (rc < 0)
         return rc;
@@ -1598,7 +1605,7 @@ static int srv_replay(struct rkv_server *s, const struct rkv_snap *snap, char *e
 static int srv_replay_finish(struct rkv_server *s, char *err, size_t err_len)
 {
     uint64_t t0 = s->port->ops->now_ns(s->port);
-    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, s->tensors, &s->ht, 0,
+    int rc = rkv_wal_recover(s->wal, s->replay_lineage, s->replay_gen, &s->tensors, s->ht, 0,
                              &s->replay, err, err_len);
     if (rc < 0)
         return rc;
@@ -1712,7 +1719,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         return rc;
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
-    rkv_wal_init(s->wal, s->port, &s->mach, s->tensors, &s->cfg);
+    rkv_wal_init(s->wal, s->port, &s->mach, &s->tensors, &s->cfg);
     char name[64], path[sizeof(s->cfg.durable_dir) + sizeof(name) + 1];
     rkv_snap_file_name(name, sizeof(name), mach);
     snprintf(path, sizeof(path), "%s/%s", s->cfg.durable_dir, name);
@@ -1938,6 +1945,8 @@ free_server:
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
+    free(s->ht);
+    free(s->pt);
     free(s);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
@@ -1973,13 +1982,13 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
 
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
-    return rkv_handler_register(&s->ht, op, fn, user);
+    return rkv_handler_register_at(&s->ht, op, fn, user);
 }
 
 int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    return rkv_pull_register(&s->pt, id, fn, out_mult, out_add, user);
+    return rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
 }
 
 int rkv_server_run(struct rkv_server *s)
@@ -2025,7 +2034,7 @@ void rkv_server_destroy(struct rkv_server *s)
     rkv_engine_stop(s->eng);
     srv_free_conns(s);
     for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
-        if (s->tensors[i]) {
+        if (rkv_tensor_at(&s->tensors, i)) {
             char name[96];
             rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
             s->port->ops->shm_unlink(s->port, name);
@@ -2049,5 +2058,7 @@ void rkv_server_destroy(struct rkv_server *s)
     free(s->table);
     free(s->table_peer);
     free(s->table_wait);
+    free(s->ht);
+    free(s->pt);
     free(s);
 }

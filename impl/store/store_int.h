@@ -70,7 +70,32 @@ struct rkv_tensor {
     int ready;              /* server 0: every server has it */
     struct rkv_shard shard; /* mapped when this node's machine holds rows */
     int mapped;
+    /* A server's registration of the shard's rows for the NIC to send from
+     * (zero-copy pulls on a NIC that copies at post), made on first use;
+     * NULL otherwise (and always in a client). */
+    struct rkv_mr *shard_mr;
 };
+
+/* A node's tensors by id (1..RKV_MAX_TENSORS), in chunks of
+ * RKV_TENSOR_CHUNK entries made with their first tensor: a node of a
+ * cluster with a few tensors keeps a few hundred bytes, not a 1,025-entry
+ * array (8 KiB per client and per server, which the twin holds thousands
+ * of). Chunks never move, so an entry stays where a reader found it. */
+#define RKV_TENSOR_CHUNK 32u
+struct rkv_tensor_table {
+    struct rkv_tensor **chunk[RKV_MAX_TENSORS / RKV_TENSOR_CHUNK + 1];
+};
+/* The tensor of this id, or NULL (none yet, or an id out of range). */
+static inline struct rkv_tensor *rkv_tensor_at(const struct rkv_tensor_table *tt, uint32_t id)
+{
+    struct rkv_tensor **c = id <= RKV_MAX_TENSORS ? tt->chunk[id / RKV_TENSOR_CHUNK] : NULL;
+    return c ? c[id % RKV_TENSOR_CHUNK] : NULL;
+}
+/* Sets id's entry (id in 1..RKV_MAX_TENSORS); -RKV_ENOMEM when its chunk
+ * could not be made (the table is then unchanged). */
+int rkv_tensor_put(struct rkv_tensor_table *tt, uint32_t id, struct rkv_tensor *t);
+/* Frees the chunks (not the tensors). */
+void rkv_tensor_table_free(struct rkv_tensor_table *tt);
 
 void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine, uint32_t tensor);
 /* create=1: makes and zero-fills the segment (the machine's first server). */

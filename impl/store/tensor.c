@@ -1,5 +1,7 @@
 /* Tensor descriptions on the wire, and the configuration both roles share. */
+#include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nic/nic.h"
@@ -105,6 +107,24 @@ void rkv_tensor_free(struct rkv_tensor *t)
         rkv_shard_unmap(&t->shard);
     rkv_pbook_free(&t->pb);
     memset(t, 0, sizeof(*t));
+}
+
+int rkv_tensor_put(struct rkv_tensor_table *tt, uint32_t id, struct rkv_tensor *t)
+{
+    assert(id >= 1 && id <= RKV_MAX_TENSORS);
+    struct rkv_tensor ***c = &tt->chunk[id / RKV_TENSOR_CHUNK];
+    if (!*c && !(*c = calloc(RKV_TENSOR_CHUNK, sizeof(**c))))
+        return -RKV_ENOMEM;
+    (*c)[id % RKV_TENSOR_CHUNK] = t;
+    return 0;
+}
+
+void rkv_tensor_table_free(struct rkv_tensor_table *tt)
+{
+    for (size_t i = 0; i < sizeof(tt->chunk) / sizeof(tt->chunk[0]); i++) {
+        free(tt->chunk[i]);
+        tt->chunk[i] = NULL;
+    }
 }
 
 uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg)

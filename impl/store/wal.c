@@ -120,7 +120,7 @@ void rkv_wal_encode_record(uint8_t *out, const struct rkv_wal_push *p, uint64_t 
 /* ---- the handle ---- */
 
 void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
-                  struct rkv_tensor *const *tensors, const struct rkv_config *cfg)
+                  const struct rkv_tensor_table *tensors, const struct rkv_config *cfg)
 {
     memset(w, 0, sizeof(*w));
     w->port = port;
@@ -371,7 +371,7 @@ static int wal_after_death(struct rkv_wal *w, uint32_t dead, char *err, size_t e
     for (uint32_t c = 0; c < h->n_clients; c++)
         atomic_store(&h->clients[c].lock, 0);
     for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
-        struct rkv_tensor *t = w->tensors[id];
+        struct rkv_tensor *t = rkv_tensor_at(w->tensors, id);
         if (t && t->mapped) {
             struct rkv_shard as_dead = t->shard;
             as_dead.owner = dead;
@@ -886,14 +886,15 @@ static void wal_apply(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_
 }
 
 static int wal_replay_one(struct rkv_wal *w, const char *path, uint64_t off, const uint8_t *rec,
-                          struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
-                          int flags, struct rkv_wal_replay *r, char *err, size_t err_len)
+                          const struct rkv_tensor_table *tensors,
+                          const struct rkv_handler_table *ht, int flags, struct rkv_wal_replay *r,
+                          char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
     uint32_t tid = rkv_get32(rec + 8), client = rkv_get32(rec + 12), op = rkv_get32(rec + 48);
     uint64_t seq = rkv_get64(rec + 16), count = rkv_get64(rec + 24),
              row_bytes = rkv_get64(rec + 32);
-    struct rkv_tensor *t = tid >= 1 && tid <= RKV_MAX_TENSORS ? tensors[tid] : NULL;
+    struct rkv_tensor *t = rkv_tensor_at(tensors, tid); /* NULL for 0 and out of range */
     if (!t || !t->mapped)
         return WAL_BAD("log %s: record at byte %llu: tensor id %u is not in the snapshot", path,
                        (unsigned long long)off, tid);
@@ -954,7 +955,7 @@ static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage)
 /* Walks one log's records from byte `from` up to the first place that holds
  * no complete record of this log. */
 static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uint64_t lineage,
-                          uint64_t from, struct rkv_tensor *const *tensors,
+                          uint64_t from, const struct rkv_tensor_table *tensors,
                           const struct rkv_handler_table *ht, int flags, struct rkv_wal_replay *r,
                           struct wal_end *e, char *err, size_t err_len)
 {
@@ -1096,7 +1097,7 @@ static int wal_settle(struct rkv_wal *w, const char *path, const struct wal_end 
 }
 
 int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
-                    struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                    const struct rkv_tensor_table *tensors, const struct rkv_handler_table *ht,
                     int flags, struct rkv_wal_replay *r, char *err, size_t err_len)
 {
     assert(gen >= 1);

@@ -186,7 +186,7 @@ struct rkv_wal {
     struct rkv_wal_ckpt ck;
     struct rkv_port *port;
     struct rkv_mach *mc;
-    struct rkv_tensor *const *tensors;
+    const struct rkv_tensor_table *tensors;
     /* The replay's snapshot's copies, by tensor id (RKV_MAX_TENSORS + 1);
      * NULL: none (every record applies whole). */
     struct rkv_wal_copy *copies;
@@ -210,7 +210,7 @@ struct rkv_wal {
 
 /* tensors: the server's table by id (read on the push path only). */
 void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
-                  struct rkv_tensor *const *tensors, const struct rkv_config *cfg);
+                  const struct rkv_tensor_table *tensors, const struct rkv_config *cfg);
 void rkv_wal_free(struct rkv_wal *w);
 /* Makes snapshots of sw checkpoints of this log (sets its hooks). */
 void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw);
@@ -287,7 +287,7 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
  * it has applied the records before that one only and set nothing else up;
  * called again with the same r, it resumes there. */
 int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
-                    struct rkv_tensor *const *tensors, const struct rkv_handler_table *ht,
+                    const struct rkv_tensor_table *tensors, const struct rkv_handler_table *ht,
                     int flags, struct rkv_wal_replay *r, char *err, size_t err_len);
 
 /* Encoding and validation, for recovery and tests. */

@@ -157,6 +157,34 @@ static void test_counts_per_call_and_server(void **state)
     cluster_stop(&c);
 }
 
+/* rkv_config.no_peer_stats: the calls are counted as ever, per server
+ * nothing is kept, and asking for it says so instead of answering zeros. */
+static void test_no_peer_stats(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    c.cfg.no_peer_stats = 1;
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    float rows[4 * 4] = {1};
+    uint64_t ids[4] = {0, 1, 60, 61};
+    assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_pull(cli, "t", ids, 4, rows), 0);
+    assert_int_equal(op_stats(cli, RKV_STATS_PUSH).count, 1);
+    assert_int_equal(op_stats(cli, RKV_STATS_PULL).rows, 4);
+    struct rkv_op_stats st;
+    assert_int_equal(rkv_client_peer_stats(cli, 1, RKV_STATS_PUSH, &st), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "no per-server counters"));
+    rkv_client_stats_reset(cli);
+    assert_int_equal(op_stats(cli, RKV_STATS_PUSH).count, 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* A push whose server takes 20 ms lands in the bucket of 2^24 ns (16.8 ms
  * to 33.6 ms), per call and per server, and nowhere else. */
 static void test_latency_bucket(void **state)
@@ -296,6 +324,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_edges),
         cmocka_unit_test(test_counts_per_call_and_server),
+        cmocka_unit_test(test_no_peer_stats),
         cmocka_unit_test(test_latency_bucket),
         cmocka_unit_test(test_local_calls_sampled),
     };

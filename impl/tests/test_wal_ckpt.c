@@ -36,7 +36,7 @@ struct fix {
     struct rkv_mach mc;
     struct rkv_snap_writer sw;
     struct rkv_wal w;
-    struct rkv_tensor *tensors[RKV_MAX_TENSORS + 1];
+    struct rkv_tensor_table tensors;
     int wal_on, wal_started;
 };
 
@@ -70,10 +70,10 @@ static void fix_wal(struct fix *f)
 {
     char err[256];
     struct rkv_wal_replay r = {0};
-    rkv_wal_init(&f->w, f->port, &f->mc, f->tensors, &f->cfg);
+    rkv_wal_init(&f->w, f->port, &f->mc, &f->tensors, &f->cfg);
     rkv_wal_hook(&f->w, &f->sw);
     f->wal_on = 1;
-    if (rkv_wal_recover(&f->w, LINEAGE, 1, f->tensors, NULL, 0, &r, err, sizeof(err)) < 0)
+    if (rkv_wal_recover(&f->w, LINEAGE, 1, &f->tensors, NULL, 0, &r, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     if (rkv_wal_start(&f->w, &f->sw, err, sizeof(err)) < 0)
         fail_msg("%s", err);
@@ -289,9 +289,9 @@ static void test_recovery_memory_bounded(void **state)
     fix_open(&f, 0);
     char err[256], log1[160];
     struct rkv_wal_replay r = {0};
-    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    rkv_wal_init(&f.w, f.port, &f.mc, &f.tensors, &f.cfg);
     f.wal_on = 1;
-    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, &f.tensors, NULL, 0, &r, err, sizeof(err)),
                      0);
     snprintf(log1, sizeof(log1), "%s/rkv-m0.1.wal", f.dir);
     assert_int_equal(truncate(log1, 384ull << 20), 0); /* zeros, as written ahead */
@@ -303,9 +303,9 @@ static void test_recovery_memory_bounded(void **state)
         if (!UNDER_ASAN && setrlimit(RLIMIT_AS, &rl) != 0)
             _exit(3);
         struct rkv_wal w2;
-        rkv_wal_init(&w2, f.port, &f.mc, f.tensors, &f.cfg);
+        rkv_wal_init(&w2, f.port, &f.mc, &f.tensors, &f.cfg);
         memset(&r, 0, sizeof(r));
-        int rc = rkv_wal_recover(&w2, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err));
+        int rc = rkv_wal_recover(&w2, LINEAGE, 1, &f.tensors, NULL, 0, &r, err, sizeof(err));
         if (rc < 0)
             fprintf(stderr, "recovery: %s\n", err);
         _exit(rc == 0 && r.logs == 1 && r.records == 0 &&
@@ -341,7 +341,7 @@ static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows, int with
         fail_msg("%s", err);
     t->shard.owner = 1;
     t->mapped = 1;
-    f->tensors[1] = t;
+    assert_int_equal(rkv_tensor_put(&f->tensors, 1, t), 0);
     rkv_mach_publish(&f->mc, t);
     return t;
 }
@@ -354,13 +354,13 @@ static struct rkv_tensor *fix_tensor(struct fix *f)
 static void fix_tensor_free(struct fix *f)
 {
     char name[96];
-    struct rkv_tensor *t = f->tensors[1];
+    struct rkv_tensor *t = rkv_tensor_at(&f->tensors, 1);
     rkv_shard_unmap(&t->shard);
     rkv_shard_name(name, sizeof(name), f->cfg.shm_prefix, 0, 1);
     f->port->ops->shm_unlink(f->port, name);
     rkv_tensor_free(t);
     free(t);
-    f->tensors[1] = NULL;
+    rkv_tensor_table_free(&f->tensors);
 }
 
 /* A push of row `row` (every element v), sum, untracked. */
@@ -408,16 +408,16 @@ static void test_recovery_scan_stops_at_high_water_mark(void **state)
     fix_open(&f, 0);
     char err[256], log1[160];
     struct rkv_wal_replay r = {0};
-    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    rkv_wal_init(&f.w, f.port, &f.mc, &f.tensors, &f.cfg);
     f.w.hwm_step = 64 << 10;
     f.wal_on = 1;
-    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, &f.tensors, NULL, 0, &r, err, sizeof(err)),
                      0);
     snprintf(log1, sizeof(log1), "%s/rkv-m0.1.wal", f.dir);
     assert_int_equal(file_u64(log1, 48), RKV_WAL_HDR_BYTES + (64 << 10));
     assert_int_equal(truncate(log1, 64ull << 20), 0); /* zeros, as written ahead */
     memset(&r, 0, sizeof(r));
-    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, &f.tensors, NULL, 0, &r, err, sizeof(err)),
                      0);
     assert_int_equal(r.logs, 1);
     assert_int_equal(r.end_lsn, RKV_WAL_LSN(1, RKV_WAL_HDR_BYTES));
@@ -439,10 +439,10 @@ static void test_appends_raise_high_water_mark(void **state)
     char err[256], log1[160];
     struct rkv_wal_replay r = {0};
     struct rkv_tensor *t = fix_tensor(&f);
-    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    rkv_wal_init(&f.w, f.port, &f.mc, &f.tensors, &f.cfg);
     f.w.hwm_step = 4096;
     f.wal_on = 1;
-    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, &f.tensors, NULL, 0, &r, err, sizeof(err)),
                      0);
     snprintf(log1, sizeof(log1), "%s/rkv-m0.1.wal", f.dir);
     size_t rec = rkv_wal_record_bytes(1, 1024);
@@ -477,7 +477,7 @@ static void test_appends_raise_high_water_mark(void **state)
     assert_true(file_u64(log1, r2) != 0);
     memset(t->shard.data, 0, 16 * t->row_bytes);
     memset(&r, 0, sizeof(r));
-    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, f.tensors, NULL, 0, &r, err, sizeof(err)),
+    assert_int_equal(rkv_wal_recover(&f.w, LINEAGE, 1, &f.tensors, NULL, 0, &r, err, sizeof(err)),
                      0);
     assert_int_equal(r.records, 1);
     assert_int_equal(r.end_lsn, RKV_WAL_LSN(1, r1));
@@ -539,12 +539,12 @@ static void recover_and_compare(struct fix *f, const char *path, const uint8_t *
         rkv_wal_set_copies(&f->w, &snap, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     memset(r, 0, sizeof(*r));
-    if (rkv_wal_recover(&f->w, LINEAGE, snap.generation, f->tensors, NULL, 0, r, err, sizeof(err)) <
-        0)
+    if (rkv_wal_recover(&f->w, LINEAGE, snap.generation, &f->tensors, NULL, 0, r, err,
+                        sizeof(err)) < 0)
         fail_msg("%s", err);
     rkv_snap_free(&snap);
     assert_int_equal(f->mc.hdr->clients[0].last_seq, want_seq);
-    const struct rkv_shard *sh = &f->tensors[1]->shard;
+    const struct rkv_shard *sh = &rkv_tensor_at(&f->tensors, 1)->shard;
     size_t half = sh->state ? bytes / 2 : bytes;
     for (size_t i = 0; i < bytes; i++) {
         uint8_t got = i < half ? sh->data[i] : sh->state[i - half];
@@ -552,7 +552,7 @@ static void recover_and_compare(struct fix *f, const char *path, const uint8_t *
             fail_msg("%s: %s byte %zu (row %zu) differs after replay: a push applied twice or "
                      "never",
                      path, i < half ? "data" : "state", i % half,
-                     (i % half) / f->tensors[1]->row_bytes);
+                     (i % half) / rkv_tensor_at(&f->tensors, 1)->row_bytes);
     }
 }
 
@@ -688,7 +688,7 @@ static void test_copy_lsn_of_another_log_refused(void **state)
     (void)state;
     struct fix f;
     fix_open(&f, 0);
-    rkv_wal_init(&f.w, f.port, &f.mc, f.tensors, &f.cfg);
+    rkv_wal_init(&f.w, f.port, &f.mc, &f.tensors, &f.cfg);
     f.wal_on = 1;
     uint8_t lsns[16];
     memcpy(lsns, &(uint64_t){RKV_WAL_LSN(2, 64)}, 8);

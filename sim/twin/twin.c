@@ -363,6 +363,11 @@ static int twin_config(struct twin *t)
     if (rc < 0)
         return rc;
     t->cfg.shared = t->cluster;
+    /* Counters nobody prints (twin_worker_body) are not kept either. */
+    uint64_t servers = 0;
+    for (uint32_t m = 0; m < sc->machines; m++)
+        servers += t->machines[m].servers;
+    t->cfg.no_peer_stats = servers > TWIN_STATS_MAX_SERVERS;
     return 0;
 }
 
@@ -580,12 +585,17 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
 /* Actor stacks (SimGrid 3.32 callocs each one when contexts/guard-size is
  * 0). The deepest an actor's stack got, measured over the sim-4096 shape
  * at 4,096 nodes (present pages per stack, /proc/PID/pagemap): 5 pages,
- * the malloc header's included. 256 KiB is 12 times that. The default,
+ * the malloc header's included. 255 KiB is 12 times that, and 1 KiB under
+ * 256 on purpose: a mapped chunk starts with malloc's 16-byte header, so a
+ * 256 KiB stack's top (where it starts, growing down) lay 16 bytes into a
+ * page of its own, one page more per actor than its depth needs; 255 KiB
+ * puts the top 3,088 bytes into its page (sim/README.md, "Memory per
+ * node": 7 KiB per node at 4,096 nodes). The default,
  * 8 MiB, cost a 4 KiB page-table page per actor (720 MB of page tables at
  * 65,536 nodes, outside the RSS) and 1.4 TB of address space.
  * No guard page: one would split every stack into two mappings that the
  * kernel cannot merge, past vm.max_map_count (65,530) from ~12,000 nodes. */
-#define TWIN_STACK_KIB_STR "256"
+#define TWIN_STACK_KIB_STR "255"
 
 /* Every stack its own anonymous mapping, touched only as deep as it is
  * used (adjacent ones merge into one kernel mapping: 216 mappings with
