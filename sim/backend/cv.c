@@ -39,6 +39,10 @@ struct sim_waiter {
     int fired;
     double deadline;
     uint64_t seq;
+    /* Parked (sim_cv_wait_then): its actor suspended itself instead of
+     * acquiring sem, and is resumed by cv_wake, which sets woken. */
+    sg_actor_t actor;
+    int parked, woken;
 };
 
 /* Waiters kept for reuse per world: a wait made a waiter and a SimGrid
@@ -50,6 +54,10 @@ static void cv_put(struct sim_waiter *w)
 {
     if (--w->refs)
         return;
+    if (w->actor) {
+        sg_actor_unref(w->actor);
+        w->actor = NULL;
+    }
     struct sim_world *p = w->pool;
     /* A semaphore released after its wait timed out keeps the count: not
      * reusable. */
@@ -83,6 +91,8 @@ static struct sim_waiter *cv_waiter_new(struct sim_world *pool)
     w->next = NULL;
     w->timer = NULL;
     w->fired = 0;
+    w->actor = NULL;
+    w->parked = w->woken = 0;
     return w;
 }
 
@@ -265,13 +275,32 @@ int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(
     cv_append(cv, w);
     int on_timer = timeout_s >= 0 && timer &&
                    timer_add(timer, w, simgrid_get_clock() + (timeout_s > 0 ? timeout_s : 0));
-    if (release)
-        release(arg);
     int timed_out;
-    if (timeout_s < 0 || on_timer) {
+    if (pool && !pool->comms_posted && (timeout_s < 0 || on_timer)) {
+        /* Parked: suspending oneself is one simcall and no SimGrid object,
+         * where a semaphore acquisition makes an activity and registers
+         * the simcall with it. Safe because every wake-up of a parked
+         * waiter is made by maestro (cv_wake), which runs only once the
+         * instant's actors have made their simcalls: the suspension is
+         * in place before its resumption. Only in worlds without SimGrid
+         * transfers (sim.h comms_posted): suspending an actor suspends
+         * its transfers too (SimGrid 3.32). */
+        w->actor = sg_actor_self();
+        sg_actor_ref(w->actor);
+        w->parked = 1;
+        if (release)
+            release(arg);
+        while (!w->woken)
+            sg_actor_suspend(w->actor);
+        timed_out = w->fired;
+    } else if (timeout_s < 0 || on_timer) {
+        if (release)
+            release(arg);
         sg_sem_acquire(w->sem);
         timed_out = w->fired;
     } else {
+        if (release)
+            release(arg);
         timed_out = sg_sem_acquire_timeout(w->sem, timeout_s > 0 ? timeout_s : 0);
     }
     assert(!w->timer);
@@ -315,6 +344,17 @@ static void cv_mark(struct sim_waiter *w)
 
 /* Hands out the wake-ups actors gave in this instant (in maestro, or at
  * the world's end). */
+static void cv_release(struct sim_waiter *w)
+{
+    if (w->parked) {
+        w->woken = 1;
+        sg_actor_resume(w->actor);
+    } else {
+        sg_sem_release(w->sem);
+    }
+    cv_put(w);
+}
+
 static void cv_flush(void *arg)
 {
     struct sim_world *p = arg;
@@ -324,8 +364,7 @@ static void cv_flush(void *arg)
     while (list) { /* no simcall here: maestro's releases are kernel calls */
         struct sim_waiter *w = list;
         list = w->next;
-        sg_sem_release(w->sem);
-        cv_put(w);
+        cv_release(w);
     }
 }
 
@@ -352,8 +391,8 @@ static void cv_wake(struct sim_waiter *w)
         p->wakes_deferred++;
         return;
     }
-    sg_sem_release(w->sem);
-    cv_put(w);
+    assert(!w->parked || !sg_actor_self()); /* parked ones have a world (pool) */
+    cv_release(w);
 }
 
 void sim_cv_signal(struct sim_cv *cv)
@@ -403,6 +442,8 @@ void sim_cv_destroy(struct sim_cv *cv)
         cv->head = w->next;
         if (w->timer)
             timer_remove(w);
+        if (w->actor)
+            sg_actor_unref(w->actor);
         sg_sem_destroy(w->sem);
         free(w);
     }

@@ -546,6 +546,7 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
         sg_actor_yield();
     /* m belongs to the target from here: the poster's ring keeps the seq. */
     uint64_t seq = m->out_seq;
+    w->comms_posted++; /* before the simcall: a waiter may look meanwhile */
     sg_comm_t c = sg_mailbox_put_async(dst->rx->mbox, m, (long)m->wire);
     if (!o || sn_out_push(o, c, seq) < 0)
         sg_comm_wait(c); /* cannot track it: finish it now */

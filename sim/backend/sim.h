@@ -72,6 +72,12 @@ struct sim_world {
     int srq;
     double *mid_tx_free, *mid_rx_free;
     uint32_t mid_cap;
+    /* SimGrid transfers ever posted (nic_sim.c). Waiters suspend
+     * themselves instead of taking a semaphore (cv.c) only while there
+     * were none: a suspended actor's activities are suspended with it, and
+     * a put stays on its poster's activity list until the poster reaps it,
+     * after delivery (one reaped late hung the twin: swarm seed 239). */
+    uint64_t comms_posted;
     /* Small messages kept for reuse (sim/backend/nic_sim.c, sn_msg_new). */
     struct sn_msg *msg_pool;
     uint32_t msg_pool_len;
