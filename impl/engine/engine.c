@@ -1607,7 +1607,12 @@ static int eng_wait_doorbell(struct rkv_engine *e, rkv_engine_done_fn done, void
             ok = 0;
             break;
         }
-        if (!stopping && e->nic->ops->cq_doorbell(e->nic, cv) > 0) {
+        int rung = stopping ? 0 : e->nic->ops->cq_doorbell(e->nic, cv);
+        if (rung < 0) { /* not now (nic.h): wait as without one */
+            ok = -1;
+            break;
+        }
+        if (rung > 0) {
             po->mutex_unlock(mu);
             stopping = eng_poll_batch(e, 0) < 0; /* then it takes nothing: wait */
             po->mutex_lock(mu);
@@ -1627,8 +1632,11 @@ int rkv_engine_wait(struct rkv_engine *e, rkv_engine_done_fn done, void *arg, st
     const struct rkv_port_ops *po = e->port->ops;
     if (done(arg))
         return 1;
-    if (!e->cfg.busy_poll && e->nic->ops->cq_doorbell && !atomic_exchange(&e->doorbell_held, 1))
-        return eng_wait_doorbell(e, done, arg, mu, cv, deadline_ns);
+    if (!e->cfg.busy_poll && e->nic->ops->cq_doorbell && !atomic_exchange(&e->doorbell_held, 1)) {
+        int rc = eng_wait_doorbell(e, done, arg, mu, cv, deadline_ns);
+        if (rc >= 0)
+            return rc;
+    }
     if (e->cfg.busy_poll)
         eng_wait_inline(e, done, arg, mu, deadline_ns);
     while (!done(arg)) {

@@ -157,8 +157,9 @@ struct rkv_nic_ops {
      * held right before waiting on cv, has every completion that arrives
      * from then on signal cv instead of waking cq_wait's caller, and returns
      * 1 when the CQ already holds one (the caller polls instead of
-     * waiting); cq_doorbell(nic, NULL) ends that and wakes cq_wait's caller
-     * if completions are left. The signal cannot fall between the call and
+     * waiting), -1 when it cannot now (the caller waits as without one);
+     * cq_doorbell(nic, NULL) ends that and wakes cq_wait's caller if
+     * completions are left. The signal cannot fall between the call and
      * the wait only because no other task runs in between. */
     int (*cq_wait)(struct rkv_nic *nic, uint32_t timeout_ms);
     int (*cq_doorbell)(struct rkv_nic *nic, struct rkv_cond *cv);

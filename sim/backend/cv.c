@@ -342,8 +342,7 @@ static void cv_mark(struct sim_waiter *w)
     w->refs++;
 }
 
-/* Hands out the wake-ups actors gave in this instant (in maestro, or at
- * the world's end). */
+/* Wakes w: resumes its actor (parked) or releases its semaphore. */
 static void cv_release(struct sim_waiter *w)
 {
     if (w->parked) {
@@ -355,6 +354,7 @@ static void cv_release(struct sim_waiter *w)
     cv_put(w);
 }
 
+/* Hands out, in maestro, the wake-ups actors gave in this instant. */
 static void cv_flush(void *arg)
 {
     struct sim_world *p = arg;
@@ -388,7 +388,6 @@ static void cv_wake(struct sim_waiter *w)
         else
             p->wake_head = w;
         p->wake_tail = w;
-        p->wakes_deferred++;
         return;
     }
     assert(!w->parked || !sg_actor_self()); /* parked ones have a world (pool) */

@@ -89,7 +89,6 @@ struct sim_world {
      * the kernel timer armed for it (NULL: none). */
     struct sim_waiter *wake_head, *wake_tail;
     void *wake_timer;
-    uint64_t wakes_deferred;
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */
