@@ -1454,6 +1454,14 @@ static int sn_post(struct rkv_qp *qpv, uint8_t kind, uint64_t wr_id, const struc
     return 0;
 }
 
+/* Every send is copied at post (sn_post), so one of any size may be
+ * "inline": where the world says so (sim.h sends_inline), the engine posts
+ * it without asking for a completion. */
+static uint32_t sn_qp_inline_bytes(const struct rkv_qp *qpv)
+{
+    return sn_qp_of((struct rkv_qp *)qpv)->nic->w->sends_inline ? UINT32_MAX : 0;
+}
+
 static int sn_post_send(struct rkv_qp *qp, uint64_t wr_id, const struct rkv_sge *sge, int signaled)
 {
     return sn_post(qp, SN_SEND, wr_id, sge, 0, 0, 0, signaled);
@@ -1775,6 +1783,7 @@ const struct rkv_nic_ops rkv_nic_sim_ops = {
     .close = sn_close,
     .srq_setup = sn_srq_setup,
     .srq_repost = sn_srq_repost,
+    .qp_inline_bytes = sn_qp_inline_bytes,
     .cq_wait = sn_cq_wait,
     .cq_doorbell = sn_cq_doorbell,
     .in_process = 1, /* a simulated network inside the twin's one process */

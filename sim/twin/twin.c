@@ -911,6 +911,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         /* One receive pool per node instead of rx_depth buffers per
          * connection (~27 connection sides per node in sim-4096). */
         t.w.srq = 1;
+        t.w.sends_inline = 1;
     }
     if (o->trace_path && !(t.w.trace = fopen(o->trace_path, "w"))) {
         snprintf(res->error, sizeof(res->error), "cannot write the trace %s", o->trace_path);
