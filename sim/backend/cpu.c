@@ -369,9 +369,15 @@ static void ps_fire(void *arg)
 {
     struct sim_ps *q = arg;
     q->timer = NULL;
+    /* The run is over: the bursts left are on killed daemons' stacks. */
+    if (sg_actor_count() == 0)
+        return;
     double now = simgrid_get_clock();
     ps_advance(q, now);
-    while (q->n && q->heap[0]->end_v - q->v <= 1e-12) {
+    /* The first ends now, whatever the rounding of its due time left (at
+     * a large clock, now + left / rate can round to now: it would be armed
+     * at now again and again); the others within 1 ps of a core. */
+    for (int first = 1; q->n && (first || q->heap[0]->end_v - q->v <= 1e-12); first = 0) {
         struct ps_burst *b = ps_pop(q);
         b->done = 1;
         sim_cv_signal(&b->cv);

@@ -54,10 +54,6 @@ static void cv_put(struct sim_waiter *w)
 {
     if (--w->refs)
         return;
-    if (w->actor) {
-        sg_actor_unref(w->actor);
-        w->actor = NULL;
-    }
     struct sim_world *p = w->pool;
     /* A semaphore released after its wait timed out keeps the count: not
      * reusable. */
@@ -276,7 +272,7 @@ int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(
     int on_timer = timeout_s >= 0 && timer &&
                    timer_add(timer, w, simgrid_get_clock() + (timeout_s > 0 ? timeout_s : 0));
     int timed_out;
-    if (pool && !pool->comms_posted && (timeout_s < 0 || on_timer)) {
+    if (pool && pool->park_ok && !pool->comms_posted && (timeout_s < 0 || on_timer)) {
         /* Parked: suspending oneself is one simcall and no SimGrid object,
          * where a semaphore acquisition makes an activity and registers
          * the simcall with it. Safe because every wake-up of a parked
@@ -284,9 +280,10 @@ int sim_cv_wait_then(struct sim_world *pool, struct sim_cv *cv, void (*release)(
          * instant's actors have made their simcalls: the suspension is
          * in place before its resumption. Only in worlds without SimGrid
          * transfers (sim.h comms_posted): suspending an actor suspends
-         * its transfers too (SimGrid 3.32). */
+         * its transfers too (SimGrid 3.32); and only where no actor is
+         * killed before the run's end (park_ok): a killed one's waiter
+         * stays queued, and resuming it would touch a freed actor. */
         w->actor = sg_actor_self();
-        sg_actor_ref(w->actor);
         w->parked = 1;
         if (release)
             release(arg);
@@ -347,7 +344,9 @@ static void cv_release(struct sim_waiter *w)
 {
     if (w->parked) {
         w->woken = 1;
-        sg_actor_resume(w->actor);
+        /* After the run's end the daemons are gone (killed, not resumable). */
+        if (sg_actor_count())
+            sg_actor_resume(w->actor);
     } else {
         sg_sem_release(w->sem);
     }
@@ -441,8 +440,6 @@ void sim_cv_destroy(struct sim_cv *cv)
         cv->head = w->next;
         if (w->timer)
             timer_remove(w);
-        if (w->actor)
-            sg_actor_unref(w->actor);
         sg_sem_destroy(w->sem);
         free(w);
     }

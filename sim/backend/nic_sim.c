@@ -182,6 +182,7 @@ struct sim_nic_rx {
     int on_ktimer; /* a shared unit: the timer is ktimer, not an actor */
     void *ktimer;  /* the kernel timer armed for timer_until (NULL: none) */
     int receiving; /* its receiver actor: 0 none, 1 being made, 2 receiving */
+    aid_t maker;   /* who makes it (receiving 1) */
     uint64_t order;
     uint32_t refs;     /* NICs on it, and the world when prepared */
     int prepared;      /* made by sim_nic_rx_prepare, before the run */
@@ -542,8 +543,13 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
      * the receiver's first get, and then for each in turn. */
     if (!dst->rx->receiving)
         sn_rx_receiver(dst->rx, NULL);
-    while (dst->rx->receiving == 1)
+    while (dst->rx->receiving == 1) {
+        if (!sg_actor_by_pid(dst->rx->maker)) { /* killed half-way: make it anew */
+            sn_rx_receiver(dst->rx, NULL);
+            break;
+        }
         sg_actor_yield();
+    }
     /* m belongs to the target from here: the poster's ring keeps the seq. */
     uint64_t seq = m->out_seq;
     w->comms_posted++; /* before the simcall: a waiter may look meanwhile */
@@ -1117,6 +1123,7 @@ static void sn_actor(int argc, char **argv)
     struct sim_nic_rx *rx = sg_actor_self_get_data();
     sg_actor_daemonize(sg_actor_self());
     sg_mailbox_set_receiver(rx->mbox_name);
+    rx->receiving = 2; /* also when its maker was killed after starting it */
     for (;;) {
         struct sn_msg *m = NULL;
         /* A transfer from a node that crashed fails; the message is gone. */
@@ -1143,6 +1150,7 @@ static int sn_rx_free(const struct sim_world *w)
 static void sn_rx_receiver(struct sim_nic_rx *rx, struct rkv_port *port)
 {
     rx->receiving = 1; /* before the simcalls: another poster may come meanwhile */
+    rx->maker = sg_actor_self_get_pid();
     char name[64];
     snprintf(name, sizeof(name), "%s/nic", rx->mbox_name);
     sg_actor_t a = sg_actor_init(name, rx->host);

@@ -84,6 +84,9 @@ struct sim_world {
      * a put stays on its poster's activity list until the poster reaps it,
      * after delivery (one reaped late hung the twin: swarm seed 239). */
     uint64_t comms_posted;
+    /* No actor is killed before the run's end (the twin without faults):
+     * waiters may suspend their actors (cv.c). */
+    int park_ok;
     /* Small messages kept for reuse (sim/backend/nic_sim.c, sn_msg_new). */
     struct sn_msg *msg_pool;
     uint32_t msg_pool_len;

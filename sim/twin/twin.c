@@ -841,7 +841,9 @@ static uint32_t twin_mid_bytes(const struct rkv_scenario *sc, const struct rkv_t
  * user platform (speed profiles) and no cpu/ configuration. */
 static int twin_cpu_share(const struct rkv_scenario *sc, const struct rkv_twin_opts *o)
 {
-    if (sc->sim_platform_file[0] || twin_has_crash(sc))
+    /* Any fault: after the workers end, the fault actor kills the servers
+     * still running (twin_faults), perhaps mid-burst. */
+    if (sc->sim_platform_file[0] || sc->n_faults)
         return 0;
     for (uint32_t i = 0; i < o->n_cfg; i++)
         if (!strncmp(o->cfg[i], "cpu/", 4) || !strncmp(o->cfg[i], "host/", 5))
@@ -899,6 +901,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.sched_cores = twin_has_crash(sc) ? 0 : sc->sim_sched_cores;
     t.w.sched_wake_s = sc->sim_wake_us * 1e-6;
     t.w.cpu_share = twin_cpu_share(sc, o);
+    t.w.park_ok = !sc->n_faults; /* faults kill actors (twin_faults) */
     t.w.mid_max_bytes = twin_mid_bytes(sc, o);
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
