@@ -23,6 +23,7 @@
  * preemption always makes a burst long, and in a long burst the thread
  * clock's own cost is noise. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -30,6 +31,7 @@
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
 
+#include "sim/backend/heap.h"
 #include "sim/backend/ktimer.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
@@ -268,8 +270,7 @@ static void pcq_run(struct sim_world *w, sg_host_t host, double s)
  * Bursts wait on a heap by that end; a start or an end costs O(log n) with
  * n running (server 0 takes a burst from every worker at a barrier). */
 struct ps_burst {
-    double end_v; /* the host's virtual work when it is done */
-    uint64_t seq; /* ties: first come, first done */
+    struct sim_heap_node hn; /* key: the host's virtual work when it is done */
     int done;
     struct sim_cv cv;
 };
@@ -277,8 +278,7 @@ struct ps_burst {
 struct sim_ps {
     struct sim_world *w;
     uint32_t cores;
-    struct ps_burst **heap; /* running, by (end_v, seq) */
-    uint32_t n, cap;
+    struct sim_heap run; /* by end (hn), ties first come, first done */
     uint64_t seq;
     double v;      /* virtual work at t_last */
     double t_last; /* when v was last brought up to date */
@@ -289,7 +289,7 @@ struct sim_ps {
 
 static double ps_rate(const struct sim_ps *q)
 {
-    return q->n <= q->cores ? 1.0 : (double)q->cores / q->n;
+    return q->run.len <= q->cores ? 1.0 : (double)q->cores / q->run.len;
 }
 
 static void ps_advance(struct sim_ps *q, double now)
@@ -299,47 +299,10 @@ static void ps_advance(struct sim_ps *q, double now)
     q->t_last = now;
 }
 
-static int ps_less(const struct ps_burst *a, const struct ps_burst *b)
+/* The burst a heap node is. */
+static struct ps_burst *ps_burst_of(struct sim_heap_node *n)
 {
-    return a->end_v < b->end_v || (a->end_v == b->end_v && a->seq < b->seq);
-}
-
-static void ps_push(struct sim_ps *q, struct ps_burst *b)
-{
-    if (q->n == q->cap) {
-        uint32_t cap = q->cap ? 2 * q->cap : 8;
-        struct ps_burst **h = realloc(q->heap, cap * sizeof(*h));
-        if (!h)
-            abort(); /* the twin cannot model a burst that never ends */
-        q->heap = h;
-        q->cap = cap;
-    }
-    uint32_t i = q->n++;
-    while (i && ps_less(b, q->heap[(i - 1) / 2])) {
-        q->heap[i] = q->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    q->heap[i] = b;
-}
-
-static struct ps_burst *ps_pop(struct sim_ps *q)
-{
-    struct ps_burst *top = q->heap[0], *last = q->heap[--q->n];
-    uint32_t i = 0;
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= q->n)
-            break;
-        if (c + 1 < q->n && ps_less(q->heap[c + 1], q->heap[c]))
-            c++;
-        if (!ps_less(q->heap[c], last))
-            break;
-        q->heap[i] = q->heap[c];
-        i = c;
-    }
-    if (q->n)
-        q->heap[i] = last;
-    return top;
+    return (struct ps_burst *)((char *)n - offsetof(struct ps_burst, hn));
 }
 
 static void ps_fire(void *arg);
@@ -347,8 +310,8 @@ static void ps_fire(void *arg);
 static void ps_arm(struct sim_ps *q, double now)
 {
     double due = INFINITY;
-    if (q->n) {
-        double left = q->heap[0]->end_v - q->v;
+    if (q->run.len) {
+        double left = sim_heap_top(&q->run)->key - q->v;
         due = now + (left > 0 ? left / ps_rate(q) : 0);
     }
     if (q->timer && due == q->timer_at) /* a later burst on an idle core */
@@ -356,10 +319,10 @@ static void ps_arm(struct sim_ps *q, double now)
     if (q->timer)
         sim_ktimer_cancel(q->timer);
     q->timer = NULL;
-    if (!q->n)
+    if (!q->run.len)
         return;
     if (!(q->timer = sim_ktimer_set(due, ps_fire, q)))
-        abort(); /* as ps_push */
+        abort(); /* the twin cannot model a burst that never ends */
     q->timer_at = due;
 }
 
@@ -377,8 +340,9 @@ static void ps_fire(void *arg)
     /* The first ends now, whatever the rounding of its due time left (at
      * a large clock, now + left / rate can round to now: it would be armed
      * at now again and again); the others within 1 ps of a core. */
-    for (int first = 1; q->n && (first || q->heap[0]->end_v - q->v <= 1e-12); first = 0) {
-        struct ps_burst *b = ps_pop(q);
+    for (int first = 1; q->run.len && (first || sim_heap_top(&q->run)->key - q->v <= 1e-12);
+         first = 0) {
+        struct ps_burst *b = ps_burst_of(sim_heap_pop(&q->run));
         b->done = 1;
         sim_cv_signal(&b->cv);
     }
@@ -405,8 +369,9 @@ static void ps_run(struct sim_world *w, sg_host_t host, double s)
     struct sim_ps *q = ps_of(w, host);
     double now = simgrid_get_clock();
     ps_advance(q, now);
-    struct ps_burst b = {.end_v = q->v + s, .seq = q->seq++};
-    ps_push(q, &b);
+    struct ps_burst b = {.hn = {.key = q->v + s, .seq = q->seq++}};
+    if (sim_heap_push(&q->run, &b.hn) < 0)
+        abort(); /* the twin cannot model a burst that never ends */
     ps_arm(q, now);
     while (!b.done)
         sim_cv_wait(w, &b.cv, NULL, NULL, -1);
@@ -445,7 +410,7 @@ void sim_cpu_fini(struct sim_world *w)
         w->pss = q->next;
         if (q->timer)
             sim_ktimer_cancel(q->timer);
-        free(q->heap);
+        sim_heap_fini(&q->run);
         free(q);
     }
 }

@@ -6,6 +6,7 @@
  * once. Semaphores with a timeout have no such mutex hand-over. */
 #include <assert.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include <simgrid/actor.h>
@@ -32,13 +33,11 @@ struct sim_waiter {
     int (*held)(void *arg);
     void *held_arg;
     struct sim_waiter *next;
-    /* On timer's heap at heap_idx until signalled or fired (woken by the
-     * timer at its deadline: timed out). */
+    /* On timer's heap (key: its deadline) until signalled or fired (woken
+     * by the timer at its deadline: timed out). */
     struct sim_timer *timer;
-    uint32_t heap_idx;
+    struct sim_heap_node hn;
     int fired;
-    double deadline;
-    uint64_t seq;
     /* Parked (sim_cv_wait_then): its actor suspended itself instead of
      * acquiring sem, and is resumed by cv_wake, which sets woken. */
     sg_actor_t actor;
@@ -143,73 +142,32 @@ static void cv_append(struct sim_cv *cv, struct sim_waiter *w)
 
 /* ---- the timer: a heap of waiters by (deadline, seq) ---- */
 
-static int timer_less(const struct sim_waiter *a, const struct sim_waiter *b)
+static struct sim_waiter *timer_waiter(struct sim_heap_node *hn)
 {
-    return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
-}
-
-static void timer_set(struct sim_timer *t, uint32_t i, struct sim_waiter *w)
-{
-    t->heap[i] = w;
-    w->heap_idx = i;
-}
-
-static void timer_sift(struct sim_timer *t, uint32_t i)
-{
-    struct sim_waiter *w = t->heap[i];
-    while (i && timer_less(w, t->heap[(i - 1) / 2])) {
-        timer_set(t, i, t->heap[(i - 1) / 2]);
-        i = (i - 1) / 2;
-    }
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= t->len)
-            break;
-        if (c + 1 < t->len && timer_less(t->heap[c + 1], t->heap[c]))
-            c++;
-        if (!timer_less(t->heap[c], w))
-            break;
-        timer_set(t, i, t->heap[c]);
-        i = c;
-    }
-    timer_set(t, i, w);
+    return (struct sim_waiter *)((char *)hn - offsetof(struct sim_waiter, hn));
 }
 
 static void timer_remove(struct sim_waiter *w)
 {
-    struct sim_timer *t = w->timer;
-    uint32_t i = w->heap_idx;
-    assert(i < t->len && t->heap[i] == w);
+    sim_heap_remove(&w->timer->heap, &w->hn);
     w->timer = NULL;
-    struct sim_waiter *last = t->heap[--t->len];
-    if (i == t->len)
-        return;
-    timer_set(t, i, last);
-    timer_sift(t, i);
 }
 
 /* Returns 0 when it cannot (no memory): the waiter then uses a timeout of
  * its own. */
 static int timer_add(struct sim_timer *t, struct sim_waiter *w, double deadline)
 {
-    if (t->len == t->cap) {
-        uint32_t cap = t->cap ? 2 * t->cap : 8;
-        struct sim_waiter **heap = realloc(t->heap, cap * sizeof(*heap));
-        if (!heap)
-            return 0;
-        t->heap = heap;
-        t->cap = cap;
-    }
+    w->hn = (struct sim_heap_node){.key = deadline, .seq = t->seq++};
+    if (sim_heap_push(&t->heap, &w->hn) < 0)
+        return 0;
     if (deadline < t->armed_at) {
-        if (!t->arm(t->arg, deadline))
+        if (!t->arm(t->arg, deadline)) {
+            sim_heap_remove(&t->heap, &w->hn);
             return 0;
+        }
         t->armed_at = deadline;
     }
-    w->deadline = deadline;
-    w->seq = t->seq++;
     w->timer = t;
-    timer_set(t, t->len++, w);
-    timer_sift(t, t->len - 1);
     return 1;
 }
 
@@ -220,9 +178,7 @@ void sim_timer_init(struct sim_timer *t, int (*arm)(void *arg, double t_due), vo
 
 void sim_timer_fini(struct sim_timer *t)
 {
-    free(t->heap);
-    t->heap = NULL;
-    t->len = t->cap = 0;
+    sim_heap_fini(&t->heap);
 }
 
 static void cv_unlink(struct sim_cv *cv, struct sim_waiter *w);
@@ -234,8 +190,8 @@ void sim_timer_fire(struct sim_timer *t, double t_due)
         return;
     t->armed_at = INFINITY;
     struct sim_waiter *list = NULL, **tail = &list;
-    while (t->len && t->heap[0]->deadline <= t_due) { /* no simcall: the lists hold still */
-        struct sim_waiter *w = t->heap[0];
+    while (t->heap.len && sim_heap_top(&t->heap)->key <= t_due) { /* no simcall: lists hold */
+        struct sim_waiter *w = timer_waiter(sim_heap_top(&t->heap));
         timer_remove(w);
         if (w->queued_on)
             cv_unlink(w->queued_on, w);
@@ -246,11 +202,11 @@ void sim_timer_fire(struct sim_timer *t, double t_due)
         *tail = w;
         tail = &w->next;
     }
-    if (t->len) {
+    if (t->heap.len) {
         /* The twin cannot model a lost wake-up (as cv_waiter_new). */
-        if (!t->arm(t->arg, t->heap[0]->deadline))
+        if (!t->arm(t->arg, sim_heap_top(&t->heap)->key))
             abort();
-        t->armed_at = t->heap[0]->deadline;
+        t->armed_at = sim_heap_top(&t->heap)->key;
     }
     while (list) {
         struct sim_waiter *w = list;

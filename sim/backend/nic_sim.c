@@ -24,6 +24,7 @@
  * which is what protects the NIC state (no mutex: see sim_cv in sim_int.h). */
 #include <assert.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,7 @@
 #include <simgrid/mailbox.h>
 
 #include "nic/nic_core.h"
+#include "sim/backend/heap.h"
 #include "sim/backend/ktimer.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
@@ -81,8 +83,8 @@ struct sn_msg {
     uint16_t port; /* CONNECT: the listening port */
     uint64_t wire;
     double t_post, t_due;
-    uint64_t order; /* heap tie-break: arrival order */
-    uint8_t timed;  /* small message on its way: arrives at t_due */
+    struct sim_heap_node hn; /* on its unit's heap: t_due, then arrival order */
+    uint8_t timed;           /* small message on its way: arrives at t_due */
     /* A transfer: its poster's ring (index in the source NIC's out[], or
      * SN_NO_SLOT) and its sequence number there, so that the receiver can
      * mark it delivered (sn_put_delivered). */
@@ -173,8 +175,7 @@ struct sim_nic_rx {
     sg_mailbox_t mbox;
     sg_host_t host;
     struct sim_cv delay_cv;
-    struct sn_msg **heap; /* waiting for their due time */
-    uint32_t heap_len, heap_cap;
+    struct sim_heap due; /* messages waiting for their due time */
     /* The due time the timer sleeps until (INFINITY: until woken; -1: it
      * is running). A message due later needs no wake-up: the timer takes
      * it when it wakes for an earlier one. */
@@ -865,41 +866,28 @@ static void sn_drain_held(struct sim_nic *n, struct sn_qp *qp)
 
 /* ---- jitter: a heap of deliveries by due time ---- */
 
-static int sn_heap_less(const struct sn_msg *a, const struct sn_msg *b)
+static struct sn_msg *sn_msg_of(struct sim_heap_node *hn)
 {
-    return a->t_due < b->t_due || (a->t_due == b->t_due && a->order < b->order);
+    return (struct sn_msg *)((char *)hn - offsetof(struct sn_msg, hn));
 }
 
-static void sn_heap_push(struct sim_nic_rx *n, struct sn_msg *m)
+static void sn_heap_push(struct sim_nic_rx *rx, struct sn_msg *m)
 {
-    if (sn_grow((void **)&n->heap, &n->heap_cap, sizeof(*n->heap), n->heap_len + 1) < 0)
-        abort();
-    uint32_t i = n->heap_len++;
-    while (i && sn_heap_less(m, n->heap[(i - 1) / 2])) {
-        n->heap[i] = n->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    n->heap[i] = m;
+    m->hn.key = m->t_due;
+    m->hn.seq = rx->order++;
+    if (sim_heap_push(&rx->due, &m->hn) < 0)
+        abort(); /* the twin cannot model a lost delivery */
 }
 
-static struct sn_msg *sn_heap_pop(struct sim_nic_rx *n)
+static struct sn_msg *sn_heap_pop(struct sim_nic_rx *rx)
 {
-    struct sn_msg *top = n->heap[0], *last = n->heap[--n->heap_len];
-    uint32_t i = 0;
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= n->heap_len)
-            break;
-        if (c + 1 < n->heap_len && sn_heap_less(n->heap[c + 1], n->heap[c]))
-            c++;
-        if (!sn_heap_less(n->heap[c], last))
-            break;
-        n->heap[i] = n->heap[c];
-        i = c;
-    }
-    if (n->heap_len)
-        n->heap[i] = last;
-    return top;
+    return sn_msg_of(sim_heap_pop(&rx->due));
+}
+
+/* The first due (the heap must not be empty). */
+static double sn_heap_first(const struct sim_nic_rx *rx)
+{
+    return sim_heap_top(&rx->due)->key;
 }
 
 static void sn_arrive(struct sim_nic *n, struct sn_msg *m);
@@ -965,14 +953,14 @@ static void sn_delay_actor(int argc, char **argv)
     sg_actor_daemonize(sg_actor_self());
     for (;;) {
         double now = simgrid_get_clock();
-        if (!rx->heap_len) {
+        if (!rx->due.len) {
             rx->timer_until = INFINITY;
             sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, -1);
             rx->timer_until = -1;
             sim_cpu_mark(rx->w);
-        } else if (rx->heap[0]->t_due > now + 1e-12) { /* below that the clock cannot move */
-            rx->timer_until = rx->heap[0]->t_due;
-            sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, rx->heap[0]->t_due - now);
+        } else if (sn_heap_first(rx) > now + 1e-12) { /* below that the clock cannot move */
+            rx->timer_until = sn_heap_first(rx);
+            sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, sn_heap_first(rx) - now);
             rx->timer_until = -1;
             sim_cpu_mark(rx->w);
         } else {
@@ -991,7 +979,7 @@ static void sn_rx_arm(struct sim_nic_rx *rx, double t_due)
         sim_ktimer_cancel(rx->ktimer);
     rx->ktimer = sim_ktimer_set(t_due, sn_rx_fire, rx);
     if (!rx->ktimer)
-        abort(); /* the twin cannot model a lost delivery (as sn_heap_push) */
+        abort(); /* the twin cannot model a lost delivery */
     rx->timer_until = t_due;
 }
 
@@ -1010,11 +998,11 @@ static void sn_rx_fire(void *arg)
     }
     rx->timer_until = -1;
     double now = simgrid_get_clock();
-    while (rx->heap_len && rx->heap[0]->t_due <= now + 1e-12)
+    while (rx->due.len && sn_heap_first(rx) <= now + 1e-12)
         sn_rx_due(rx, sn_heap_pop(rx));
     rx->timer_until = INFINITY;
-    if (rx->heap_len)
-        sn_rx_arm(rx, rx->heap[0]->t_due);
+    if (rx->due.len)
+        sn_rx_arm(rx, sn_heap_first(rx));
 }
 
 /* In sequence order; with jitter, after a random extra delay. */
@@ -1034,7 +1022,6 @@ static void sn_schedule(struct sim_nic *n, struct sn_qp *qp, struct sn_msg *m)
 static void sn_timed_push(struct sim_nic *n, struct sn_msg *m)
 {
     struct sim_nic_rx *rx = n->rx;
-    m->order = rx->order++;
     sn_heap_push(rx, m);
     /* A wake-up is a simcall and costs the timer a new wait; one sleeping
      * until an earlier or equal due time takes m when it wakes. */
@@ -1171,8 +1158,8 @@ static void sn_rx_start(struct sim_nic_rx *rx, sg_host_t host, struct rkv_port *
     if (!port) { /* before the simcall below, which lets other nodes post */
         rx->on_ktimer = 1;
         rx->timer_until = INFINITY;
-        if (rx->heap_len)
-            sn_rx_arm(rx, rx->heap[0]->t_due);
+        if (rx->due.len)
+            sn_rx_arm(rx, sn_heap_first(rx));
     }
     rx->mbox = sg_mailbox_by_name(rx->mbox_name);
     if (!port)
@@ -1252,9 +1239,9 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
     if (rx->ktimer)
         sim_ktimer_cancel(rx->ktimer);
     sim_cv_destroy(&rx->delay_cv);
-    while (rx->heap_len)
+    while (rx->due.len)
         sn_msg_free(w, sn_heap_pop(rx));
-    free(rx->heap);
+    sim_heap_fini(&rx->due);
     free(rx);
     if (--w->nic_rx_live == 0) { /* the world's end: its last NIC is freed */
         sn_msg_pool_fini(w);

@@ -6,6 +6,8 @@
 
 #include <simgrid/forward.h>
 
+#include "sim/backend/heap.h"
+
 struct rkv_port;
 
 struct sim_world;
@@ -69,10 +71,9 @@ struct sim_cv {
  * timed waits are nearly all signalled long before their deadline. Holds
  * at most one entry per waiting actor. */
 struct sim_timer {
-    struct sim_waiter **heap;
-    uint32_t len, cap;
-    uint64_t seq;    /* ties between equal deadlines: first armed, first woken */
-    double armed_at; /* the armed deadline (INFINITY: none) */
+    struct sim_heap heap; /* the waiters, by deadline */
+    uint64_t seq;         /* ties between equal deadlines: first armed, first woken */
+    double armed_at;      /* the armed deadline (INFINITY: none) */
     int (*arm)(void *arg, double t_due);
     void *arg;
 };

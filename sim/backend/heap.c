@@ -1,0 +1,79 @@
+#include "sim/backend/heap.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+#include "util/util.h"
+
+static int heap_less(const struct sim_heap_node *a, const struct sim_heap_node *b)
+{
+    return a->key < b->key || (a->key == b->key && a->seq < b->seq);
+}
+
+static void heap_set(struct sim_heap *h, uint32_t i, struct sim_heap_node *n)
+{
+    h->a[i] = n;
+    n->idx = i;
+}
+
+/* Moves the node at i up or down to its place. */
+static void heap_sift(struct sim_heap *h, uint32_t i)
+{
+    struct sim_heap_node *n = h->a[i];
+    while (i && heap_less(n, h->a[(i - 1) / 2])) {
+        heap_set(h, i, h->a[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= h->len)
+            break;
+        if (c + 1 < h->len && heap_less(h->a[c + 1], h->a[c]))
+            c++;
+        if (!heap_less(h->a[c], n))
+            break;
+        heap_set(h, i, h->a[c]);
+        i = c;
+    }
+    heap_set(h, i, n);
+}
+
+int sim_heap_push(struct sim_heap *h, struct sim_heap_node *n)
+{
+    if (h->len == h->cap) {
+        uint32_t cap = h->cap ? 2 * h->cap : 8;
+        struct sim_heap_node **a = realloc(h->a, cap * sizeof(*a));
+        if (!a)
+            return -RKV_ENOMEM;
+        h->a = a;
+        h->cap = cap;
+    }
+    heap_set(h, h->len++, n);
+    heap_sift(h, h->len - 1);
+    return 0;
+}
+
+void sim_heap_remove(struct sim_heap *h, struct sim_heap_node *n)
+{
+    uint32_t i = n->idx;
+    assert(i < h->len && h->a[i] == n);
+    struct sim_heap_node *last = h->a[--h->len];
+    if (i == h->len)
+        return;
+    heap_set(h, i, last);
+    heap_sift(h, i);
+}
+
+struct sim_heap_node *sim_heap_pop(struct sim_heap *h)
+{
+    assert(h->len > 0);
+    struct sim_heap_node *top = h->a[0];
+    sim_heap_remove(h, top);
+    return top;
+}
+
+void sim_heap_fini(struct sim_heap *h)
+{
+    free(h->a);
+    *h = (struct sim_heap){0};
+}
