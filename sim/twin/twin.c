@@ -183,10 +183,13 @@ static void twin_server(int argc, char **argv)
     nd->t->w.nodes_finished++;
 }
 
+struct twin_lines;
+
 /* What a worker's workload callbacks reach. */
 struct twin_worker_io {
     struct twin *t;
-    FILE *out; /* the worker's report text */
+    struct twin_lines *lines; /* the worker's report text */
+    int rc;                   /* -RKV_ENOMEM: a line found no memory */
 };
 
 static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
@@ -204,10 +207,21 @@ static void twin_on_phase(void *user, uint32_t worker, uint32_t phase)
 
 /* Prints each phase's stats as the workload hands them over: a worker
  * keeps one epoch's histograms, not every phase's. */
+static FILE *twin_lines_open(struct twin_lines *l, char *vbuf, size_t vbuf_len);
+
 static void twin_on_stats(void *user, uint32_t worker, uint32_t phase,
                           const struct rkv_wl_phase_stats *st)
 {
-    rkv_wl_print(((struct twin_worker_io *)user)->out, worker, phase, st);
+    struct twin_worker_io *io = user;
+    char vbuf[256];
+    FILE *out = twin_lines_open(io->lines, vbuf, sizeof(vbuf));
+    if (!out) {
+        io->rc = -RKV_ENOMEM;
+        return;
+    }
+    rkv_wl_print(out, worker, phase, st);
+    if (fclose(out) != 0)
+        io->rc = -RKV_ENOMEM;
 }
 
 /* A worker's report lines, gathered for the report as the run goes.
@@ -239,29 +253,46 @@ static ssize_t twin_lines_write(void *cookie, const char *data, size_t n)
     return (ssize_t)n;
 }
 
+/* A stream that appends to l, open only while a line is written: glibc
+ * links every open stream into one list, and fclose walks it from the
+ * newest to find its own. A stream per worker kept open for the run made
+ * each worker's fclose walk past every other worker's: quadratic in the
+ * workers, a second and more of the run at 65,536 nodes. */
+static FILE *twin_lines_open(struct twin_lines *l, char *vbuf, size_t vbuf_len)
+{
+    cookie_io_functions_t io_fns = {.write = twin_lines_write};
+    FILE *out = fopencookie(l, "w", io_fns);
+    if (out) /* instead of a BUFSIZ buffer stdio would allocate */
+        setvbuf(out, vbuf, _IOFBF, vbuf_len);
+    return out;
+}
+
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
 {
     const struct rkv_scenario *sc = nd->t->sc;
     struct twin_lines lines = {.buf = calloc(1, 256), .cap = 256};
-    cookie_io_functions_t io_fns = {.write = twin_lines_write};
-    FILE *out = lines.buf ? fopencookie(&lines, "w", io_fns) : NULL;
-    if (!out) {
-        free(lines.buf);
+    if (!lines.buf) {
         nd->rc = -RKV_ENOMEM;
         return;
     }
-    char vbuf[256]; /* stdio's buffer, instead of a BUFSIZ one it would allocate */
-    setvbuf(out, vbuf, _IOFBF, sizeof(vbuf));
-    struct twin_worker_io io = {.t = nd->t, .out = out};
+    struct twin_worker_io io = {.t = nd->t, .lines = &lines};
     uint32_t id = rkv_client_id(cli);
     nd->rc = rkv_wl_run_shared(cli, port, sc, id, stderr, nd->t->oracle, twin_on_phase,
                                twin_on_stats, &io);
     if (nd->rc < 0)
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
-    if (nd->rc == 0 && rkv_stats_print_capped(out, cli, TWIN_STATS_MAX_SERVERS) < 0)
-        nd->rc = -RKV_ENOMEM; /* the report's "stats", in simulated time */
-    if (fclose(out) != 0 && nd->rc == 0)
-        nd->rc = -RKV_ENOMEM; /* a line that found no memory */
+    if (nd->rc == 0) { /* the report's "stats", in simulated time */
+        char vbuf[256];
+        FILE *out = twin_lines_open(&lines, vbuf, sizeof(vbuf));
+        if (!out || rkv_stats_print_capped(out, cli, TWIN_STATS_MAX_SERVERS) < 0)
+            io.rc = -RKV_ENOMEM;
+        if (out && fclose(out) != 0)
+            io.rc = -RKV_ENOMEM;
+    }
+    if (nd->rc == 0 && io.rc < 0) {
+        nd->rc = io.rc;
+        snprintf(nd->err, sizeof(nd->err), "report: out of memory");
+    }
     nd->out = lines.buf;
     nd->out_len = lines.len;
 }
