@@ -77,3 +77,53 @@ void sim_heap_fini(struct sim_heap *h)
     free(h->a);
     *h = (struct sim_heap){0};
 }
+
+int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n)
+{
+    if (h->q_len && heap_less(n, h->q_tail))
+        return sim_heap_push(&h->heap, n);
+    if (h->q_len == h->q_cap) {
+        uint32_t cap = h->q_cap ? 2 * h->q_cap : 8;
+        struct sim_heap_node **q = malloc(cap * sizeof(*q));
+        if (!q)
+            return -RKV_ENOMEM;
+        for (uint32_t i = 0; i < h->q_len; i++) /* unwrapped */
+            q[i] = h->q[(h->q_head + i) % h->q_cap];
+        free(h->q);
+        h->q = q;
+        h->q_head = 0;
+        h->q_cap = cap;
+    }
+    h->q[(h->q_head + h->q_len++) % h->q_cap] = n;
+    h->q_tail = n;
+    return 0;
+}
+
+struct sim_heap_node *sim_qheap_top(const struct sim_qheap *h)
+{
+    struct sim_heap_node *q = h->q_len ? h->q[h->q_head] : NULL, *t = sim_heap_top(&h->heap);
+    if (!q || (t && heap_less(t, q)))
+        return t;
+    return q;
+}
+
+struct sim_heap_node *sim_qheap_pop(struct sim_qheap *h)
+{
+    struct sim_heap_node *n = sim_qheap_top(h);
+    assert(n);
+    if (h->q_len && n == h->q[h->q_head]) {
+        h->q_head = (h->q_head + 1) % h->q_cap;
+        if (!--h->q_len)
+            h->q_tail = NULL;
+    } else {
+        sim_heap_remove(&h->heap, n);
+    }
+    return n;
+}
+
+void sim_qheap_fini(struct sim_qheap *h)
+{
+    sim_heap_fini(&h->heap);
+    free(h->q);
+    *h = (struct sim_qheap){0};
+}

@@ -31,4 +31,31 @@ static inline struct sim_heap_node *sim_heap_top(const struct sim_heap *h)
     return h->len ? h->a[0] : 0;
 }
 
+/* A heap with a queue in front. A node that comes after the queue's last
+ * (by key, then seq) is appended to the queue, any other goes into the
+ * heap, and a pop takes the lesser of the two fronts: the order is the
+ * heap's alone. A NIC unit's deliveries come mostly in due order, as a
+ * link hands them on; at a barrier of 49,152 workers onto one machine,
+ * each delivery from a heap alone sifted through 16 levels of cold nodes,
+ * where the queue takes one. A node known to come out of order (a timer
+ * at a deadline of its own) may be pushed into h->heap directly. */
+struct sim_qheap {
+    struct sim_heap heap;
+    struct sim_heap_node **q; /* a ring: q_len nodes from q_head */
+    uint32_t q_head, q_len, q_cap;
+    struct sim_heap_node *q_tail; /* the last queued (NULL: none) */
+};
+
+int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n);
+/* The least node (NULL: empty). */
+struct sim_heap_node *sim_qheap_top(const struct sim_qheap *h);
+/* The least node, taken out; h must not be empty. */
+struct sim_heap_node *sim_qheap_pop(struct sim_qheap *h);
+void sim_qheap_fini(struct sim_qheap *h);
+
+static inline uint32_t sim_qheap_len(const struct sim_qheap *h)
+{
+    return h->heap.len + h->q_len;
+}
+
 #endif

@@ -175,7 +175,7 @@ struct sim_nic_rx {
     sg_mailbox_t mbox;
     sg_host_t host;
     struct sim_cv delay_cv;
-    struct sim_heap due; /* messages waiting for their due time */
+    struct sim_qheap due; /* messages waiting for their due time */
     /* The due time the timer sleeps until (INFINITY: until woken; -1: it
      * is running). A message due later needs no wake-up: the timer takes
      * it when it wakes for an earlier one. */
@@ -875,19 +875,22 @@ static void sn_heap_push(struct sim_nic_rx *rx, struct sn_msg *m)
 {
     m->hn.key = m->t_due;
     m->hn.seq = rx->order++;
-    if (sim_heap_push(&rx->due, &m->hn) < 0)
+    /* A wake-up is due at a deadline of its own, often far ahead: queued,
+     * it would send every message after it into the heap. */
+    int wake = m->kind == SN_POLL_WAKE || m->kind == SN_CV_WAKE;
+    if ((wake ? sim_heap_push(&rx->due.heap, &m->hn) : sim_qheap_push(&rx->due, &m->hn)) < 0)
         abort(); /* the twin cannot model a lost delivery */
 }
 
 static struct sn_msg *sn_heap_pop(struct sim_nic_rx *rx)
 {
-    return sn_msg_of(sim_heap_pop(&rx->due));
+    return sn_msg_of(sim_qheap_pop(&rx->due));
 }
 
 /* The first due (the heap must not be empty). */
 static double sn_heap_first(const struct sim_nic_rx *rx)
 {
-    return sim_heap_top(&rx->due)->key;
+    return sim_qheap_top(&rx->due)->key;
 }
 
 static void sn_arrive(struct sim_nic *n, struct sn_msg *m);
@@ -953,7 +956,7 @@ static void sn_delay_actor(int argc, char **argv)
     sg_actor_daemonize(sg_actor_self());
     for (;;) {
         double now = simgrid_get_clock();
-        if (!rx->due.len) {
+        if (!sim_qheap_len(&rx->due)) {
             rx->timer_until = INFINITY;
             sim_cv_wait(rx->w, &rx->delay_cv, NULL, NULL, -1);
             rx->timer_until = -1;
@@ -998,10 +1001,10 @@ static void sn_rx_fire(void *arg)
     }
     rx->timer_until = -1;
     double now = simgrid_get_clock();
-    while (rx->due.len && sn_heap_first(rx) <= now + 1e-12)
+    while (sim_qheap_len(&rx->due) && sn_heap_first(rx) <= now + 1e-12)
         sn_rx_due(rx, sn_heap_pop(rx));
     rx->timer_until = INFINITY;
-    if (rx->due.len)
+    if (sim_qheap_len(&rx->due))
         sn_rx_arm(rx, sn_heap_first(rx));
 }
 
@@ -1158,7 +1161,7 @@ static void sn_rx_start(struct sim_nic_rx *rx, sg_host_t host, struct rkv_port *
     if (!port) { /* before the simcall below, which lets other nodes post */
         rx->on_ktimer = 1;
         rx->timer_until = INFINITY;
-        if (rx->due.len)
+        if (sim_qheap_len(&rx->due))
             sn_rx_arm(rx, sn_heap_first(rx));
     }
     rx->mbox = sg_mailbox_by_name(rx->mbox_name);
@@ -1239,9 +1242,9 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
     if (rx->ktimer)
         sim_ktimer_cancel(rx->ktimer);
     sim_cv_destroy(&rx->delay_cv);
-    while (rx->due.len)
+    while (sim_qheap_len(&rx->due))
         sn_msg_free(w, sn_heap_pop(rx));
-    sim_heap_fini(&rx->due);
+    sim_qheap_fini(&rx->due);
     free(rx);
     if (--w->nic_rx_live == 0) { /* the world's end: its last NIC is freed */
         sn_msg_pool_fini(w);
