@@ -20,7 +20,7 @@ _Static_assert(RKV_CLIENT_OBSERVER == RKV_ID_NONE, "an observer's id is the unas
 
 /* One message waiting for its reply. */
 struct cli_req {
-    struct cli_req *next;
+    struct cli_req *next, *prev; /* the client's list, newest first */
     uint64_t id;
     struct cli_server *srv;
     int expect; /* reply type */
@@ -115,6 +115,7 @@ struct rkv_client {
     struct rkv_handler_table *ht;
     struct rkv_pull_table *pt;
     struct cli_req *reqs;
+    struct rkv_ptrmap req_by_id; /* the newest request of each id */
     /* Request ids: a random tag per client incarnation in the top bits, a
      * counter below (RKV_SEQ_TAG_SHIFT). A push's id is its sequence, the
      * key servers deduplicate retries by, so it is unique across restarts
@@ -238,10 +239,7 @@ static struct cli_server *cli_srv(struct rkv_client *c, uint32_t id)
 static struct cli_req *cli_req_find(struct rkv_client *c, uint64_t id)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
-    for (struct cli_req *r = c->reqs; r; r = r->next)
-        if (r->id == id)
-            return r;
-    return NULL;
+    return rkv_ptrmap_find(&c->req_by_id, id);
 }
 
 /* The counters a request of this reply type goes to. */
@@ -301,7 +299,14 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
      * the call ends) is answered, so replies can only match the new one,
      * which cli_req_find meets first. */
     assert(!id || !cli_req_find(c, id) || cli_req_find(c, id)->done);
+    if (rkv_ptrmap_put(&c->req_by_id, r->id, r) < 0) {
+        cli_unlock(c);
+        free(r);
+        return NULL;
+    }
     r->next = c->reqs;
+    if (r->next)
+        r->next->prev = r;
     c->reqs = r;
     cli_unlock(c);
     return r;
@@ -310,13 +315,16 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
 static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
-    for (struct cli_req **pp = &c->reqs; *pp; pp = &(*pp)->next) {
-        if (*pp == r) {
-            *pp = r->next;
-            return;
-        }
-    }
-    assert(!"a request is unlinked once, from its own client's table");
+    assert(r->prev ? r->prev->next == r : c->reqs == r); /* in this client's list, once */
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        c->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->next = r->prev = NULL;
+    /* A retry's request took over the id: the one it retried stays out. */
+    rkv_ptrmap_del(&c->req_by_id, r->id, r);
 }
 
 /* A request ended: answered, failed, or (done = 0) released unanswered,
@@ -2713,6 +2721,7 @@ void rkv_client_destroy(struct rkv_client *c)
         free(r->text);
         free(r);
     }
+    rkv_ptrmap_free(&c->req_by_id);
     c->port->ops->cond_destroy(c->cv);
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)

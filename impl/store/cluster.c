@@ -178,3 +178,95 @@ void rkv_idmap_free(struct rkv_idmap *m)
     free(m->vals);
     memset(m, 0, sizeof(*m));
 }
+
+/* ---- the pointer map ---- */
+
+static uint32_t ptrmap_slot(uint64_t key, uint32_t cap)
+{
+    return (uint32_t)(rkv_mix64(key) & (cap - 1));
+}
+
+void *rkv_ptrmap_find(const struct rkv_ptrmap *m, uint64_t key)
+{
+    if (!m->cap)
+        return NULL;
+    for (uint32_t i = ptrmap_slot(key, m->cap);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->vals[i])
+            return NULL;
+        if (m->keys[i] == key)
+            return m->vals[i];
+    }
+}
+
+/* Places key -> v in a table of cap slots known to have room and no key. */
+static void ptrmap_place(uint64_t *keys, void **vals, uint32_t cap, uint64_t key, void *v)
+{
+    uint32_t i = ptrmap_slot(key, cap);
+    while (vals[i])
+        i = (i + 1) & (cap - 1);
+    keys[i] = key;
+    vals[i] = v;
+}
+
+int rkv_ptrmap_put(struct rkv_ptrmap *m, uint64_t key, void *v)
+{
+    assert(v);
+    for (uint32_t i = m->cap ? ptrmap_slot(key, m->cap) : 0; m->cap && m->vals[i];
+         i = (i + 1) & (m->cap - 1)) {
+        if (m->keys[i] == key) {
+            m->vals[i] = v;
+            return 0;
+        }
+    }
+    if (4 * (uint64_t)(m->n + 1) > 3 * (uint64_t)m->cap) {
+        uint32_t cap = m->cap ? m->cap * 2 : 8;
+        uint64_t *keys = calloc(cap, sizeof(*keys));
+        void **vals = calloc(cap, sizeof(*vals));
+        if (!keys || !vals || cap < m->cap) {
+            free(keys);
+            free(vals);
+            return -RKV_ENOMEM;
+        }
+        for (uint32_t j = 0; j < m->cap; j++)
+            if (m->vals[j])
+                ptrmap_place(keys, vals, cap, m->keys[j], m->vals[j]);
+        free(m->keys);
+        free(m->vals);
+        m->keys = keys;
+        m->vals = vals;
+        m->cap = cap;
+    }
+    ptrmap_place(m->keys, m->vals, m->cap, key, v);
+    m->n++;
+    return 0;
+}
+
+void rkv_ptrmap_del(struct rkv_ptrmap *m, uint64_t key, const void *v)
+{
+    if (!m->cap)
+        return;
+    uint32_t mask = m->cap - 1, i = ptrmap_slot(key, m->cap);
+    while (m->vals[i] && m->keys[i] != key)
+        i = (i + 1) & mask;
+    if (m->vals[i] != v || !v)
+        return;
+    /* Backward shift: each later entry of the run moves into the hole if
+     * its home slot does not lie in (hole, its slot]. */
+    for (uint32_t j = (i + 1) & mask; m->vals[j]; j = (j + 1) & mask) {
+        uint32_t home = ptrmap_slot(m->keys[j], m->cap);
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->keys[i] = m->keys[j];
+            m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->vals[i] = NULL;
+    m->n--;
+}
+
+void rkv_ptrmap_free(struct rkv_ptrmap *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof(*m));
+}

@@ -71,4 +71,24 @@ uint64_t *rkv_idmap_find(const struct rkv_idmap *m, uint32_t key);
 uint64_t *rkv_idmap_get(struct rkv_idmap *m, uint32_t key);
 void rkv_idmap_free(struct rkv_idmap *m);
 
+/* u64 key -> pointer, open addressing, grown by doubling past 3/4 full,
+ * with removal (backward shift: no tombstones): a client's requests in
+ * flight by id. A list searched from its head made each reply and each
+ * release walk every request in flight: quadratic for client 0, which
+ * sends SHUTDOWN to all 16,384 servers of a 65,536-node cluster. */
+struct rkv_ptrmap {
+    uint64_t *keys;
+    void **vals; /* NULL: an empty slot */
+    uint32_t cap, n;
+};
+
+/* The pointer for key, NULL when absent. */
+void *rkv_ptrmap_find(const struct rkv_ptrmap *m, uint64_t key);
+/* Sets key's pointer (v != NULL), replacing any: 0, or -RKV_ENOMEM (the
+ * map is unchanged). */
+int rkv_ptrmap_put(struct rkv_ptrmap *m, uint64_t key, void *v);
+/* Takes key out if its pointer is v (another under the same key stays). */
+void rkv_ptrmap_del(struct rkv_ptrmap *m, uint64_t key, const void *v);
+void rkv_ptrmap_free(struct rkv_ptrmap *m);
+
 #endif

@@ -113,6 +113,53 @@ static void test_idmap(void **state)
     assert_null(rkv_idmap_find(&m, 0));
 }
 
+/* The pointer map against a plain array, through random puts, replacing
+ * puts and removals (some of a pointer no longer under its key), with keys
+ * that collide in the low bits: every find agrees, and removing the
+ * entries one by one empties it. */
+static void test_ptrmap(void **state)
+{
+    (void)state;
+    enum { K = 3000, OPS = 60000 };
+    static char objs[2][K];
+    void *ref[K] = {0};
+    struct rkv_ptrmap m = {0};
+    assert_null(rkv_ptrmap_find(&m, 7));
+    rkv_ptrmap_del(&m, 7, &objs[0][7]); /* empty: nothing to take */
+    uint64_t rng = 12345;
+    uint32_t n = 0;
+    for (int op = 0; op < OPS; op++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t k = (uint32_t)(rng >> 33) % K;
+        uint64_t key = (uint64_t)k << 40 | 0xabc; /* only the high bits differ */
+        void *v = &objs[(rng >> 20) & 1][k];
+        if ((rng >> 24) % 3) {
+            assert_int_equal(rkv_ptrmap_put(&m, key, v), 0);
+            n += !ref[k];
+            ref[k] = v;
+        } else {
+            rkv_ptrmap_del(&m, key, v);
+            if (ref[k] == v) {
+                ref[k] = NULL;
+                n--;
+            }
+        }
+        assert_int_equal(m.n, n);
+        if (op % 97 == 0)
+            for (uint32_t j = 0; j < K; j++)
+                assert_ptr_equal(rkv_ptrmap_find(&m, (uint64_t)j << 40 | 0xabc), ref[j]);
+    }
+    assert_true(4 * (uint64_t)m.n <= 3 * (uint64_t)m.cap);
+    for (uint32_t j = 0; j < K; j++) {
+        rkv_ptrmap_del(&m, (uint64_t)j << 40 | 0xabc, ref[j]);
+        for (uint32_t i = j + 1; i < K && j % 199 == 0; i++)
+            assert_ptr_equal(rkv_ptrmap_find(&m, (uint64_t)i << 40 | 0xabc), ref[i]);
+    }
+    assert_int_equal(m.n, 0);
+    rkv_ptrmap_free(&m);
+    assert_null(rkv_ptrmap_find(&m, 0));
+}
+
 /* A library user's rkv_config.verbs is checked like the settings: a value
  * out of range, or an MTU that is none, is refused by its field's name. */
 static void test_cfg_check_verbs(void **state)
@@ -155,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_ids_match_the_walk),
         cmocka_unit_test(test_shared_must_match),
         cmocka_unit_test(test_idmap),
+        cmocka_unit_test(test_ptrmap),
         cmocka_unit_test(test_cfg_check_verbs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
