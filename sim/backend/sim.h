@@ -102,7 +102,8 @@ struct sim_world {
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */
     struct sim_listener **listeners; /* open hash on "host:port" */
-    uint32_t listener_cap;
+    uint32_t listener_cap;           /* buckets: doubled to stay >= n_listeners */
+    uint32_t n_listeners;
     /* Each NIC's listeners (by NIC id, nic_listener_cap entries), so that a
      * closing NIC unlinks its own instead of walking every bucket: that
      * walk, once per node, was O(nodes^2) at the end of a large run. */

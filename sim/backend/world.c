@@ -67,6 +67,29 @@ static uint32_t sim_bucket(const struct sim_world *w, const char *host, uint16_t
     return (uint32_t)(h % w->listener_cap);
 }
 
+/* Twice the buckets, when listeners outnumber them: with a fixed 4,096 a
+ * connection's lookup at 65,536 nodes walked a chain of 16 and compared
+ * their host strings. Out of memory, the chains just stay longer. */
+static void sim_listeners_grow(struct sim_world *w)
+{
+    uint32_t old_cap = w->listener_cap, cap = old_cap * 2;
+    struct sim_listener **by = cap > old_cap ? calloc(cap, sizeof(*by)) : NULL;
+    if (!by)
+        return;
+    struct sim_listener **old = w->listeners;
+    w->listeners = by;
+    w->listener_cap = cap;
+    for (uint32_t i = 0; i < old_cap; i++) {
+        for (struct sim_listener *l = old[i], *next; l; l = next) {
+            next = l->next;
+            uint32_t b = sim_bucket(w, l->host, l->port);
+            l->next = by[b];
+            by[b] = l;
+        }
+    }
+    free(old);
+}
+
 int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint32_t nic)
 {
     uint32_t dummy;
@@ -91,9 +114,12 @@ int sim_world_listen(struct sim_world *w, const char *host, uint16_t port, uint3
     strcpy(l->host, host);
     l->port = port;
     l->nic = nic;
+    if (w->n_listeners >= w->listener_cap)
+        sim_listeners_grow(w);
     uint32_t b = sim_bucket(w, host, port);
     l->next = w->listeners[b];
     w->listeners[b] = l;
+    w->n_listeners++;
     l->nic_next = w->nic_listeners[nic];
     w->nic_listeners[nic] = l;
     return 0;
@@ -127,6 +153,7 @@ void sim_world_unlisten(struct sim_world *w, uint32_t nic)
             pp = &(*pp)->next;
         *pp = l->next;
         free(l);
+        w->n_listeners--;
     }
     w->nic_listeners[nic] = NULL;
 }

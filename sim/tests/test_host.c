@@ -356,6 +356,40 @@ static void test_mutex_held_is_per_actor(void **state)
     assert_int_equal(hc.a_unlocked, 0);
 }
 
+/* The world's listener table grows with the listeners (it had 4,096
+ * buckets whatever the cluster): every lookup still finds its own, and
+ * what closed is gone. */
+static void test_listeners_grow(void **state)
+{
+    (void)state;
+    enum { N = 20000 };
+    struct sim_world w;
+    assert_int_equal(sim_world_init(&w, 1), 0);
+    char host[32];
+    for (uint32_t i = 0; i < N; i++) {
+        snprintf(host, sizeof(host), "m%u", i / 4);
+        assert_int_equal(sim_world_listen(&w, host, (uint16_t)(9000 + i % 4), i), 0);
+    }
+    assert_int_equal(w.n_listeners, N);
+    assert_true(w.listener_cap >= N);
+    assert_int_equal(sim_world_listen(&w, "m7", 9001, N), -RKV_EEXIST);
+    for (uint32_t i = 0; i < N; i += 2)
+        sim_world_unlisten(&w, i);
+    assert_int_equal(w.n_listeners, N / 2);
+    for (uint32_t i = 0; i < N; i++) {
+        uint32_t nic = UINT32_MAX;
+        snprintf(host, sizeof(host), "m%u", i / 4);
+        int rc = sim_world_lookup(&w, host, (uint16_t)(9000 + i % 4), &nic);
+        if (i % 2) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(nic, i);
+        } else {
+            assert_int_equal(rc, -RKV_ENOTENSOR);
+        }
+    }
+    sim_world_fini(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_idle_core_costs_wake_us),
         cmocka_unit_test(test_shm_maps_per_node),
         cmocka_unit_test(test_mutex_held_is_per_actor),
+        cmocka_unit_test(test_listeners_grow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
