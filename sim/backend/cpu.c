@@ -280,9 +280,9 @@ struct sim_ps {
     uint32_t cores;
     struct sim_heap run; /* by end (hn), ties first come, first done */
     uint64_t seq;
-    double v;      /* virtual work at t_last */
-    double t_last; /* when v was last brought up to date */
-    void *timer;   /* armed at the first end (NULL: none) */
+    double v;             /* virtual work at t_last */
+    double t_last;        /* when v was last brought up to date */
+    struct sim_at *timer; /* set for the first end (NULL: none) */
     double timer_at;
     struct sim_ps *next;
 };
@@ -317,11 +317,11 @@ static void ps_arm(struct sim_ps *q, double now)
     if (q->timer && due == q->timer_at) /* a later burst on an idle core */
         return;
     if (q->timer)
-        sim_ktimer_cancel(q->timer);
+        sim_at_cancel(&q->w->ats, q->timer);
     q->timer = NULL;
     if (!q->run.len)
         return;
-    if (!(q->timer = sim_ktimer_set(due, ps_fire, q)))
+    if (!(q->timer = sim_at_set(&q->w->ats, due, ps_fire, q)))
         abort(); /* the twin cannot model a burst that never ends */
     q->timer_at = due;
 }
@@ -409,7 +409,7 @@ void sim_cpu_fini(struct sim_world *w)
         struct sim_ps *q = w->pss;
         w->pss = q->next;
         if (q->timer)
-            sim_ktimer_cancel(q->timer);
+            sim_at_cancel(&w->ats, q->timer);
         sim_heap_fini(&q->run);
         free(q);
     }

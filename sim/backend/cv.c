@@ -94,7 +94,7 @@ static struct sim_waiter *cv_waiter_new(struct sim_world *pool)
 void sim_cv_pool_fini(struct sim_world *pool)
 {
     if (pool->wake_timer) { /* the run ended before maestro handed them out */
-        sim_ktimer_cancel(pool->wake_timer);
+        sim_at_cancel(&pool->ats, pool->wake_timer);
         pool->wake_timer = NULL;
     }
     /* Their waiters' actors are gone: only the wakers' holds are dropped. */
@@ -335,7 +335,8 @@ static void cv_wake(struct sim_waiter *w)
 {
     struct sim_world *p = w->pool;
     if (p && sg_actor_self()) {
-        if (!p->wake_timer && !(p->wake_timer = sim_ktimer_set(simgrid_get_clock(), cv_flush, p)))
+        if (!p->wake_timer &&
+            !(p->wake_timer = sim_at_set(&p->ats, simgrid_get_clock(), cv_flush, p)))
             abort(); /* the twin cannot model a lost wake-up (as cv_waiter_new) */
         w->next = NULL;
         if (p->wake_tail)

@@ -180,10 +180,10 @@ struct sim_nic_rx {
      * is running). A message due later needs no wake-up: the timer takes
      * it when it wakes for an earlier one. */
     double timer_until;
-    int on_ktimer; /* a shared unit: the timer is ktimer, not an actor */
-    void *ktimer;  /* the kernel timer armed for timer_until (NULL: none) */
-    int receiving; /* its receiver actor: 0 none, 1 being made, 2 receiving */
-    aid_t maker;   /* who makes it (receiving 1) */
+    int on_ktimer;         /* a shared unit: the timer is ktimer, not an actor */
+    struct sim_at *ktimer; /* the callback set for timer_until (NULL: none) */
+    int receiving;         /* its receiver actor: 0 none, 1 being made, 2 receiving */
+    aid_t maker;           /* who makes it (receiving 1) */
     uint64_t order;
     uint32_t refs;     /* NICs on it, and the world when prepared */
     int prepared;      /* made by sim_nic_rx_prepare, before the run */
@@ -979,8 +979,8 @@ static void sn_rx_arm(struct sim_nic_rx *rx, double t_due)
 {
     assert(rx->on_ktimer && t_due < rx->timer_until);
     if (rx->ktimer)
-        sim_ktimer_cancel(rx->ktimer);
-    rx->ktimer = sim_ktimer_set(t_due, sn_rx_fire, rx);
+        sim_at_cancel(&rx->w->ats, rx->ktimer);
+    rx->ktimer = sim_at_set(&rx->w->ats, t_due, sn_rx_fire, rx);
     if (!rx->ktimer)
         abort(); /* the twin cannot model a lost delivery */
     rx->timer_until = t_due;
@@ -991,7 +991,7 @@ static void sn_rx_arm(struct sim_nic_rx *rx, double t_due)
 static void sn_rx_fire(void *arg)
 {
     struct sim_nic_rx *rx = arg;
-    rx->ktimer = NULL; /* SimGrid frees it when this returns */
+    rx->ktimer = NULL; /* gone once this runs (sim_at_set) */
     /* The run is over (the last node ended; the daemons are gone): what
      * is left would only move the clock, as a killed timer actor's
      * deliveries never came. */
@@ -1240,7 +1240,7 @@ static void sn_rx_put(struct sim_world *w, struct sim_nic_rx *rx)
     if (rx->shared_at >= 0)
         w->nic_rx[rx->shared_at] = NULL;
     if (rx->ktimer)
-        sim_ktimer_cancel(rx->ktimer);
+        sim_at_cancel(&rx->w->ats, rx->ktimer);
     sim_cv_destroy(&rx->delay_cv);
     while (sim_qheap_len(&rx->due))
         sn_msg_free(w, sn_heap_pop(rx));

@@ -15,6 +15,7 @@
 
 #include "nic/nic.h"
 #include "port/port.h"
+#include "sim/backend/at.h"
 
 struct sim_shm;
 struct sim_listener;
@@ -95,9 +96,10 @@ struct sim_world {
     uint32_t waiter_pool_len;
     /* Wake-ups actors gave, for maestro to hand out once the instant's
      * running actors are done (sim/backend/cv.c, cv_wake): wake_timer is
-     * the kernel timer armed for it (NULL: none). */
+     * the callback set for it (NULL: none). */
     struct sim_waiter *wake_head, *wake_tail;
-    void *wake_timer;
+    struct sim_at *wake_timer;
+    struct sim_ats ats; /* callbacks at dates, behind one kernel timer */
     sim_sizer_fn sizer; /* NULL: the network sees the real length */
     void *sizer_user;
     /* Registries (looked up by name, never iterated by pointer order). */

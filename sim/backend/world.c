@@ -53,6 +53,7 @@ void sim_world_fini(struct sim_world *w)
         w->shm_free_all(w);
     sim_cpu_fini(w);
     sim_cv_pool_fini(w);
+    sim_ats_fini(&w->ats); /* after every user took its own off */
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");
         fclose(w->trace);
