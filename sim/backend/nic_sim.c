@@ -625,9 +625,14 @@ static void sn_qp_down(struct sim_nic *n, struct sn_qp *qp)
 
 static void sn_sender_done(struct sim_world *w, const struct sn_msg *m, int opcode, int status)
 {
+    /* Unsignaled and done: nothing to tell, and the sender's NIC and queue
+     * pair stay untouched (at 65,536 nodes they are cold: three cache
+     * misses per delivery). */
+    if (!m->signaled && status == RKV_WC_SUCCESS)
+        return;
     struct sim_nic *src = w->nics[m->src_nic];
     struct sn_qp *sqp = sn_qp_get(src, m->src_qp);
-    if (!sqp || (!m->signaled && status == RKV_WC_SUCCESS))
+    if (!sqp)
         return;
     sn_cq_push(
         src, sqp,
