@@ -113,10 +113,36 @@ static void test_idmap(void **state)
     assert_null(rkv_idmap_find(&m, 0));
 }
 
+/* Keys whose home is the last slot of the first table (8 slots), so their
+ * run wraps to slot 0: each removal, in every position of the run, must
+ * leave the others findable (backward shift across the wrap). */
+static void test_ptrmap_wrapping_run(void **state)
+{
+    (void)state;
+    enum { K = 5 }; /* 6 would grow the table (3/4 full) */
+    uint64_t keys[K];
+    int n = 0;
+    for (uint64_t k = 1; n < K; k++)
+        if ((rkv_mix64(k) & 7) == 7)
+            keys[n++] = k;
+    static char objs[K];
+    for (int gone = 0; gone < K; gone++) {
+        struct rkv_ptrmap m = {0};
+        for (int i = 0; i < K; i++)
+            assert_int_equal(rkv_ptrmap_put(&m, keys[i], &objs[i]), 0);
+        assert_int_equal(m.cap, 8);
+        rkv_ptrmap_del(&m, keys[gone], &objs[gone]);
+        assert_int_equal(m.n, K - 1);
+        for (int i = 0; i < K; i++)
+            assert_ptr_equal(rkv_ptrmap_find(&m, keys[i]), i == gone ? NULL : &objs[i]);
+        rkv_ptrmap_free(&m);
+    }
+}
+
 /* The pointer map against a plain array, through random puts, replacing
- * puts and removals (some of a pointer no longer under its key), with keys
- * that collide in the low bits: every find agrees, and removing the
- * entries one by one empties it. */
+ * puts and removals (some of a pointer no longer under its key), keys
+ * that differ only in their high bits: every find agrees, and removing
+ * the entries one by one empties it. */
 static void test_ptrmap(void **state)
 {
     (void)state;
@@ -203,6 +229,7 @@ int main(void)
         cmocka_unit_test(test_shared_must_match),
         cmocka_unit_test(test_idmap),
         cmocka_unit_test(test_ptrmap),
+        cmocka_unit_test(test_ptrmap_wrapping_run),
         cmocka_unit_test(test_cfg_check_verbs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

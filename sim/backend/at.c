@@ -35,16 +35,17 @@ static void sim_ats_fire(void *arg);
 static int ats_arm(struct sim_ats *s)
 {
     struct sim_heap_node *top = sim_heap_top(&s->heap);
-    if (s->firing || (s->ktimer && top && s->armed_at == top->key))
+    if (s->firing || s->closing || (s->ktimer && top && s->armed_at == top->key))
         return 0;
+    void *t = NULL;
+    /* The new one first: out of memory, the old one still stands. */
+    if (top && !(t = sim_ktimer_set(top->key, sim_ats_fire, s)))
+        return -1;
     if (s->ktimer)
         sim_ktimer_cancel(s->ktimer);
-    s->ktimer = NULL;
-    if (!top)
-        return 0;
-    if (!(s->ktimer = sim_ktimer_set(top->key, sim_ats_fire, s)))
-        return -1;
-    s->armed_at = top->key;
+    s->ktimer = t;
+    if (top)
+        s->armed_at = top->key;
     return 0;
 }
 
@@ -99,6 +100,14 @@ void sim_at_cancel(struct sim_ats *s, struct sim_at *t)
     ats_put(s, t);
     if (ats_arm(s) < 0)
         abort(); /* as sim_ats_fire */
+}
+
+void sim_ats_close(struct sim_ats *s)
+{
+    if (s->ktimer)
+        sim_ktimer_cancel(s->ktimer);
+    s->ktimer = NULL;
+    s->closing = 1;
 }
 
 void sim_ats_fini(struct sim_ats *s)

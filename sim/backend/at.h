@@ -24,6 +24,7 @@ struct sim_ats {
     double armed_at; /* its date */
     uint64_t seq;
     int firing;          /* in sim_ats_fire: it arms when done */
+    int closing;         /* the world is being freed: no more arming */
     struct sim_at *free; /* spare nodes, at most SIM_ATS_SPARE */
     uint32_t n_free;
 };
@@ -35,6 +36,9 @@ struct sim_ats {
 struct sim_at *sim_at_set(struct sim_ats *s, double when, void (*fn)(void *arg), void *arg);
 /* Takes off one that has not run. */
 void sim_at_cancel(struct sim_ats *s, struct sim_at *t);
+/* The world's end, before its parts cancel theirs: the kernel timer goes,
+ * and cancels no longer arm another (a SimGrid timer after the run). */
+void sim_ats_close(struct sim_ats *s);
 void sim_ats_fini(struct sim_ats *s);
 
 #endif

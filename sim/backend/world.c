@@ -32,6 +32,7 @@ int sim_world_init(struct sim_world *w, uint64_t seed)
 
 void sim_world_fini(struct sim_world *w)
 {
+    sim_ats_close(&w->ats); /* its users cancel theirs below */
     for (uint32_t i = 0; i < w->listener_cap; i++) {
         for (struct sim_listener *l = w->listeners[i], *next; l; l = next) {
             next = l->next;
