@@ -2405,6 +2405,7 @@ static void cli_free_tables(struct rkv_client *c)
     }
     rkv_idmap_free(&c->srvs);
     rkv_idmap_free(&c->pins);
+    rkv_ptrmap_free(&c->req_by_id); /* also when the client failed to join */
     rkv_cluster_destroy(c->own_cl);
     free(c->ht);
     free(c->pt);
@@ -2721,7 +2722,6 @@ void rkv_client_destroy(struct rkv_client *c)
         free(r->text);
         free(r);
     }
-    rkv_ptrmap_free(&c->req_by_id);
     c->port->ops->cond_destroy(c->cv);
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)
