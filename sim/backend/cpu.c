@@ -259,7 +259,7 @@ static void pcq_run(struct sim_world *w, sg_host_t host, double s)
  * sg_actor_execute is five simcalls (the Exec's init, three setters and
  * its start, each a switch to maestro and back) and its wait, 44 % of the
  * actors' switches in a 256-node run; here a burst is one wait, ended by a
- * kernel timer at the first burst's end. Not for crash faults (a killed
+ * callback at the first burst's end (sim_at_set). Not for crash faults (a killed
  * actor would keep its share: SimGrid's model cancels its execution), nor
  * for a user's platform file or cpu/ configuration (speed profiles, other
  * models): the twin keeps SimGrid's model there (twin.c). */

@@ -326,8 +326,8 @@ static void cv_flush(void *arg)
 /* Why an actor's wake-ups wait for maestro: a semaphore released by an
  * actor is a simcall, a switch to maestro and back for the waker (one per
  * wake-up, ~40 % of a 1,024-node run's switches), while maestro releases
- * with a plain kernel call. So they are queued, in order, and a kernel
- * timer at the present instant releases them all once the actors running
+ * with a plain kernel call. So they are queued, in order, and a callback
+ * at the present instant (sim_at_set) releases them all once the actors running
  * in this instant have stopped: the woken run in the same instant of
  * simulated time, only later among its actors, as a kernel's run queue
  * would order them. */

@@ -1,9 +1,10 @@
 /* The one C++ file of the twin, for what SimGrid 3.32 has no C call for: a
  * kernel timer (a callback that maestro runs at a date), and a mailbox's
- * receiver set by another actor. The twin's NICs deliver
- * small messages with it where delivery costs no CPU: a timer actor per
- * machine cost two context switches, a semaphore and a max-min sleep
- * action per wake-up (sim/README.md, "Twelfth round"). */
+ * receiver set by another actor. The world's callbacks at dates (at.c:
+ * NIC deliveries where they cost no CPU, burst ends, wake-ups) run from
+ * one such timer; a timer actor per machine had cost two context switches,
+ * a semaphore and a max-min sleep action per wake-up (sim/README.md,
+ * "Twelfth round", "Thirteenth round"). */
 #include "sim/backend/ktimer.h"
 
 #include <new>

@@ -165,7 +165,7 @@ struct sn_out {
  * its timer is an actor too (a delivery may charge CPU). Where delivery is
  * free (the scale runs), the NICs of one machine share a unit, and one
  * wake-up delivers what falls due at one instant for all of them: its
- * timer is a SimGrid kernel timer, run by maestro (no actor, no context
+ * timer is a callback at a date (sim_at_set), run by maestro (no actor, no context
  * switch, no semaphore, no max-min sleep per wake-up), and its receiver
  * actor is made when the first message too large to be timed comes (none
  * in payload-less runs). Messages name their NIC. */
@@ -991,7 +991,7 @@ static void sn_rx_arm(struct sim_nic_rx *rx, double t_due)
     rx->timer_until = t_due;
 }
 
-/* A shared unit's kernel timer: delivers, in maestro, what is due now,
+/* A shared unit's callback at its date: delivers, in maestro, what is due now,
  * including what those deliveries make due now, then arms the next. */
 static void sn_rx_fire(void *arg)
 {
@@ -1158,7 +1158,7 @@ static void sn_rx_receiver(struct sim_nic_rx *rx, struct rkv_port *port)
 }
 
 /* A new unit: a NIC's own starts its receiver and its timer actor; a
- * shared one (no port) has a kernel timer and makes its receiver when a
+ * shared one (no port) has a callback at a date and makes its receiver when a
  * message first needs it (sn_put). */
 static void sn_rx_start(struct sim_nic_rx *rx, sg_host_t host, struct rkv_port *port)
 {
