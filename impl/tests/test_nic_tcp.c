@@ -222,14 +222,23 @@ static void test_connection_flood(void **state)
 /* ---- who reads ---- */
 
 /* A thread that polls an empty CQ reads the sockets itself: a ping-pong's
- * replies reach the polling thread with no reader task in between. */
+ * replies reach the polling thread with no reader task in between.
+ * The task reads before the first poll, and a task already reading keeps
+ * draining the socket: on a loaded host the woken poller can preempt it,
+ * send the next message and wait again before the task's next recv, and
+ * then the task reads every message (CI saw 0 inline rounds in 20). So the
+ * poll gap is made long, which parks the task once a poller has come, and
+ * each send waits 1 ms, so the task's drain ends between messages. */
 static void test_poller_reads_inline(void **state)
 {
     struct nic_fx *f = *state;
     uint64_t task0, inl0, task1, inl1;
+    rkv_nic_set_poll_gap(f->b, 60ull * 1000000000);
     rkv_nic_tcp_rounds(f->b, &task0, &inl0);
-    for (uint8_t i = 0; i < 20; i++)
+    for (uint8_t i = 0; i < 20; i++) {
         nic_check_send(f, f->qa, f->qb, i);
+        usleep(1000);
+    }
     rkv_nic_tcp_rounds(f->b, &task1, &inl1);
     print_message("b read %llu rounds inline, its task %llu\n", (unsigned long long)(inl1 - inl0),
                   (unsigned long long)(task1 - task0));
