@@ -5,9 +5,14 @@
 
 #include "util/util.h"
 
+static int key_less(double ka, uint64_t sa, double kb, uint64_t sb)
+{
+    return ka < kb || (ka == kb && sa < sb);
+}
+
 static int heap_less(const struct sim_heap_node *a, const struct sim_heap_node *b)
 {
-    return a->key < b->key || (a->key == b->key && a->seq < b->seq);
+    return key_less(a->key, a->seq, b->key, b->seq);
 }
 
 static void heap_set(struct sim_heap *h, uint32_t i, struct sim_heap_node *n)
@@ -80,7 +85,7 @@ void sim_heap_fini(struct sim_heap *h)
 
 int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n)
 {
-    if (h->q_len && heap_less(n, h->q_tail))
+    if (h->q_len && key_less(n->key, n->seq, h->q_tail_key, h->q_tail_seq))
         return sim_heap_push(&h->heap, n);
     if (h->q_len == h->q_cap) {
         uint32_t cap = h->q_cap ? 2 * h->q_cap : 8;
@@ -95,7 +100,8 @@ int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n)
         h->q_cap = cap;
     }
     h->q[(h->q_head + h->q_len++) % h->q_cap] = n;
-    h->q_tail = n;
+    h->q_tail_key = n->key;
+    h->q_tail_seq = n->seq;
     return 0;
 }
 
@@ -113,8 +119,7 @@ struct sim_heap_node *sim_qheap_pop(struct sim_qheap *h)
     assert(n);
     if (h->q_len && n == h->q[h->q_head]) {
         h->q_head = (h->q_head + 1) % h->q_cap;
-        if (!--h->q_len)
-            h->q_tail = NULL;
+        h->q_len--;
     } else {
         sim_heap_remove(&h->heap, n);
     }

@@ -43,7 +43,10 @@ struct sim_qheap {
     struct sim_heap heap;
     struct sim_heap_node **q; /* a ring: q_len nodes from q_head */
     uint32_t q_head, q_len, q_cap;
-    struct sim_heap_node *q_tail; /* the last queued (NULL: none) */
+    /* The last queued one's key and seq, copied: reading them from the
+     * node, a message long since sent, was a cache miss per push. */
+    double q_tail_key;
+    uint64_t q_tail_seq;
 };
 
 int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n);
