@@ -34,18 +34,19 @@ static void sim_ats_fire(void *arg);
  * date could move it past the run's end). */
 static int ats_arm(struct sim_ats *s)
 {
-    struct sim_heap_node *top = sim_heap_top(&s->heap);
-    if (s->firing || s->closing || (s->ktimer && top && s->armed_at == top->key))
+    int any = s->heap.len > 0;
+    double first = any ? sim_heap_top_key(&s->heap) : 0;
+    if (s->firing || s->closing || (s->ktimer && any && s->armed_at == first))
         return 0;
     void *t = NULL;
     /* The new one first: out of memory, the old one still stands. */
-    if (top && !(t = sim_ktimer_set(top->key, sim_ats_fire, s)))
+    if (any && !(t = sim_ktimer_set(first, sim_ats_fire, s)))
         return -1;
     if (s->ktimer)
         sim_ktimer_cancel(s->ktimer);
     s->ktimer = t;
-    if (top)
-        s->armed_at = top->key;
+    if (any)
+        s->armed_at = first;
     return 0;
 }
 
@@ -57,8 +58,7 @@ static void sim_ats_fire(void *arg)
     s->ktimer = NULL; /* SimGrid frees it when this returns */
     s->firing = 1;
     double now = simgrid_get_clock();
-    struct sim_heap_node *top;
-    while ((top = sim_heap_top(&s->heap)) && top->key <= now) {
+    while (s->heap.len && sim_heap_top_key(&s->heap) <= now) {
         struct sim_at *t = at_of(sim_heap_pop(&s->heap));
         void (*fn)(void *) = t->fn;
         void *fn_arg = t->arg;

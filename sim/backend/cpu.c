@@ -311,7 +311,7 @@ static void ps_arm(struct sim_ps *q, double now)
 {
     double due = INFINITY;
     if (q->run.len) {
-        double left = sim_heap_top(&q->run)->key - q->v;
+        double left = sim_heap_top_key(&q->run) - q->v;
         due = now + (left > 0 ? left / ps_rate(q) : 0);
     }
     if (q->timer && due == q->timer_at) /* a later burst on an idle core */
@@ -340,7 +340,7 @@ static void ps_fire(void *arg)
     /* The first ends now, whatever the rounding of its due time left (at
      * a large clock, now + left / rate can round to now: it would be armed
      * at now again and again); the others within 1 ps of a core. */
-    for (int first = 1; q->run.len && (first || sim_heap_top(&q->run)->key - q->v <= 1e-12);
+    for (int first = 1; q->run.len && (first || sim_heap_top_key(&q->run) - q->v <= 1e-12);
          first = 0) {
         struct ps_burst *b = ps_burst_of(sim_heap_pop(&q->run));
         b->done = 1;

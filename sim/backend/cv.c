@@ -190,7 +190,7 @@ void sim_timer_fire(struct sim_timer *t, double t_due)
         return;
     t->armed_at = INFINITY;
     struct sim_waiter *list = NULL, **tail = &list;
-    while (t->heap.len && sim_heap_top(&t->heap)->key <= t_due) { /* no simcall: lists hold */
+    while (t->heap.len && sim_heap_top_key(&t->heap) <= t_due) { /* no simcall: lists hold */
         struct sim_waiter *w = timer_waiter(sim_heap_top(&t->heap));
         timer_remove(w);
         if (w->queued_on)
@@ -204,9 +204,9 @@ void sim_timer_fire(struct sim_timer *t, double t_due)
     }
     if (t->heap.len) {
         /* The twin cannot model a lost wake-up (as cv_waiter_new). */
-        if (!t->arm(t->arg, sim_heap_top(&t->heap)->key))
+        if (!t->arm(t->arg, sim_heap_top_key(&t->heap)))
             abort();
-        t->armed_at = sim_heap_top(&t->heap)->key;
+        t->armed_at = sim_heap_top_key(&t->heap);
     }
     while (list) {
         struct sim_waiter *w = list;

@@ -13,8 +13,17 @@ struct sim_heap_node {
     uint32_t idx; /* where it is in the heap, while it is in one */
 };
 
+/* An entry holds its node's key, so that sifting compares within the
+ * array: the nodes are messages and waiters of nodes all over a big
+ * cluster, a cache miss each at 65,536 nodes. seq is read from the node
+ * only when keys tie. */
+struct sim_heap_ent {
+    double key;
+    struct sim_heap_node *n;
+};
+
 struct sim_heap {
-    struct sim_heap_node **a;
+    struct sim_heap_ent *a;
     uint32_t len, cap;
 };
 
@@ -28,7 +37,13 @@ void sim_heap_fini(struct sim_heap *h);
 
 static inline struct sim_heap_node *sim_heap_top(const struct sim_heap *h)
 {
-    return h->len ? h->a[0] : 0;
+    return h->len ? h->a[0].n : 0;
+}
+
+/* The least key, without touching its node; h must not be empty. */
+static inline double sim_heap_top_key(const struct sim_heap *h)
+{
+    return h->a[0].key;
 }
 
 /* A heap with a queue in front. A node that comes after the queue's last
@@ -41,7 +56,7 @@ static inline struct sim_heap_node *sim_heap_top(const struct sim_heap *h)
  * at a deadline of its own) may be pushed into h->heap directly. */
 struct sim_qheap {
     struct sim_heap heap;
-    struct sim_heap_node **q; /* a ring: q_len nodes from q_head */
+    struct sim_heap_ent *q; /* a ring: q_len entries from q_head */
     uint32_t q_head, q_len, q_cap;
     /* The last queued one's key and seq, copied: reading them from the
      * node, a message long since sent, was a cache miss per push. */
@@ -52,6 +67,8 @@ struct sim_qheap {
 int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n);
 /* The least node (NULL: empty). */
 struct sim_heap_node *sim_qheap_top(const struct sim_qheap *h);
+/* The least key, without touching its node; h must not be empty. */
+double sim_qheap_top_key(const struct sim_qheap *h);
 /* The least node, taken out; h must not be empty. */
 struct sim_heap_node *sim_qheap_pop(struct sim_qheap *h);
 void sim_qheap_fini(struct sim_qheap *h);

@@ -899,7 +899,7 @@ static struct sn_msg *sn_heap_pop(struct sim_nic_rx *rx)
 /* The first due (the heap must not be empty). */
 static double sn_heap_first(const struct sim_nic_rx *rx)
 {
-    return sim_qheap_top(&rx->due)->key;
+    return sim_qheap_top_key(&rx->due);
 }
 
 static void sn_arrive(struct sim_nic *n, struct sn_msg *m);
