@@ -16,7 +16,7 @@ struct sim_heap_node {
 /* An entry holds its node's key, so that sifting compares within the
  * array: the nodes are messages and waiters of nodes all over a big
  * cluster, a cache miss each at 65,536 nodes. seq is read from the node
- * only when keys tie. */
+ * only when keys tie. A node's key must not change while it is in a heap. */
 struct sim_heap_ent {
     double key;
     struct sim_heap_node *n;
