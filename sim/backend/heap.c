@@ -12,7 +12,7 @@ static int key_less(double ka, uint64_t sa, double kb, uint64_t sb)
 
 static int ent_less(struct sim_heap_ent a, struct sim_heap_ent b)
 {
-    return a.key < b.key || (a.key == b.key && a.n->seq < b.n->seq);
+    return key_less(a.key, a.seq, b.key, b.seq);
 }
 
 static void heap_set(struct sim_heap *h, uint32_t i, struct sim_heap_ent e)
@@ -53,7 +53,7 @@ int sim_heap_push(struct sim_heap *h, struct sim_heap_node *n)
         h->a = a;
         h->cap = cap;
     }
-    heap_set(h, h->len++, (struct sim_heap_ent){.key = n->key, .n = n});
+    heap_set(h, h->len++, (struct sim_heap_ent){.key = n->key, .seq = n->seq, .n = n});
     heap_sift(h, h->len - 1);
     return 0;
 }
@@ -85,7 +85,8 @@ void sim_heap_fini(struct sim_heap *h)
 
 int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n)
 {
-    if (h->q_len && key_less(n->key, n->seq, h->q_tail_key, h->q_tail_seq))
+    struct sim_heap_ent e = {.key = n->key, .seq = n->seq, .n = n};
+    if (h->q_len && ent_less(e, h->q[(h->q_head + h->q_len - 1) % h->q_cap]))
         return sim_heap_push(&h->heap, n);
     if (h->q_len == h->q_cap) {
         uint32_t cap = h->q_cap ? 2 * h->q_cap : 8;
@@ -99,9 +100,7 @@ int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n)
         h->q_head = 0;
         h->q_cap = cap;
     }
-    h->q[(h->q_head + h->q_len++) % h->q_cap] = (struct sim_heap_ent){.key = n->key, .n = n};
-    h->q_tail_key = n->key;
-    h->q_tail_seq = n->seq;
+    h->q[(h->q_head + h->q_len++) % h->q_cap] = e;
     return 0;
 }
 

@@ -13,12 +13,14 @@ struct sim_heap_node {
     uint32_t idx; /* where it is in the heap, while it is in one */
 };
 
-/* An entry holds its node's key, so that sifting compares within the
- * array: the nodes are messages and waiters of nodes all over a big
- * cluster, a cache miss each at 65,536 nodes. seq is read from the node
- * only when keys tie. A node's key must not change while it is in a heap. */
+/* An entry holds its node's key and seq, so that sifting compares within
+ * the array: the nodes are messages and waiters of nodes all over a big
+ * cluster, a cache miss each at 65,536 nodes (and keys tie often: the
+ * callbacks set for one instant). A node's key must not change while it
+ * is in a heap. */
 struct sim_heap_ent {
     double key;
+    uint64_t seq;
     struct sim_heap_node *n;
 };
 
@@ -58,10 +60,6 @@ struct sim_qheap {
     struct sim_heap heap;
     struct sim_heap_ent *q; /* a ring: q_len entries from q_head */
     uint32_t q_head, q_len, q_cap;
-    /* The last queued one's key and seq, copied: reading them from the
-     * node, a message long since sent, was a cache miss per push. */
-    double q_tail_key;
-    uint64_t q_tail_seq;
 };
 
 int sim_qheap_push(struct sim_qheap *h, struct sim_heap_node *n);
