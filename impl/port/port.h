@@ -51,7 +51,9 @@ struct rkv_port_ops {
     void (*yield)(struct rkv_port *p);
     /* Maps `bytes` of memory named `name` shared by every node of one machine.
      * create=1 makes it (failing if it exists) and zero-fills it; create=0
-     * attaches to an existing one and fails with -RKV_ENOTENSOR if absent. */
+     * attaches to an existing one and fails with -RKV_ENOTENSOR if absent;
+     * a new one that does not fit the memory left for it fails with
+     * -RKV_ENOMEM before anything is allocated. */
     int (*shm_map)(struct rkv_port *p, const char *name, size_t bytes, int create, void **addr_p);
     void (*shm_unmap)(struct rkv_port *p, void *addr, size_t bytes);
     void (*shm_unlink)(struct rkv_port *p, const char *name);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -287,6 +288,24 @@ static int posix_shm_open(struct rkv_port *p, const char *name, int create, int 
 static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t bytes, int create)
 {
     if (create) {
+        /* A segment must fit the shared-memory filesystem's free space
+         * (and memory): sizing it always succeeds (it is sparse), but the
+         * mapping below populates it, and a tensor bigger than that filled
+         * /dev/shm for the whole host and ended in the OOM killer. */
+        struct statvfs vs;
+        long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
+        uint64_t room = UINT64_MAX;
+        if (fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0)
+            room = (uint64_t)vs.f_bavail * vs.f_frsize;
+        if (page > 0 && phys > 0 && (uint64_t)page * (uint64_t)phys < room)
+            room = (uint64_t)page * (uint64_t)phys;
+        if (bytes > room) {
+            RKV_LOGE(p,
+                     "shm %s: needs %zu bytes, but the shared-memory filesystem has %llu free "
+                     "(or the host has less memory)",
+                     name, bytes, (unsigned long long)room);
+            return -RKV_ENOMEM;
+        }
         if (ftruncate(fd, (off_t)bytes) != 0) {
             RKV_LOGE(p, "shm %s: cannot size it to %zu bytes: %s", name, bytes, strerror(errno));
             return -RKV_EIO;
