@@ -485,11 +485,19 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
         n.oracle = shared;
         rkv_oracle_ref(shared);
     } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
+        /* Said here: the launcher sees only the exit status. */
+        fprintf(log, "rkv: worker %u: cannot make the oracle's state for this scenario: %s\n",
+                worker, rkv_strerror(rc));
         goto free_win;
     }
     if (pins)
         rkv_oracle_set_pin_log(n.oracle, pins);
-    if ((rc = wl_alloc(&n)) < 0 || (rc = wl_init(&n)) < 0 ||
+    if ((rc = wl_alloc(&n)) < 0) {
+        fprintf(log, "rkv: worker %u: cannot allocate the buffers of the largest request: %s\n",
+                worker, rkv_strerror(rc));
+        goto out;
+    }
+    if ((rc = wl_init(&n)) < 0 ||
         (rc = wl_check_list(&n, &win[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {
