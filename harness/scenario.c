@@ -908,6 +908,14 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
         return sc_fail(c, t.key[TOP_CLUSTER],
                        "cluster: machines, servers_per_machine and "
                        "workers_per_machine are required");
+    /* Checked here, not when the cluster is built: a twin run got as far
+     * as its last phase before the store refused the server count. */
+    if ((uint64_t)sc->machines * sc->servers_per_machine > RKV_MAX_SERVERS)
+        return sc_fail(c, t.key[TOP_CLUSTER],
+                       "cluster: machines x servers_per_machine = %llu servers, but the wire "
+                       "format names at most %u (RKV_MAX_SERVERS)",
+                       (unsigned long long)sc->machines * sc->servers_per_machine,
+                       RKV_MAX_SERVERS);
     if (sc->workers_total > sc->machines * sc->workers_per_machine) {
         struct rkv_sc_mark m = sc->workers_mark;
         return sc_fail_mark(c, m,
