@@ -1444,8 +1444,10 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
     if (!r.sc)
         return code;
     rkv_report_print(&r, stdout, backend);
-    if (out_dir && rkv_report_write(&r, out_dir, backend) < 0)
+    if (out_dir && rkv_report_write(&r, out_dir, backend) < 0) {
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
+        code = code == RKV_EXIT_OK ? RKV_EXIT_STORE : code; /* the report was asked for */
+    }
     char err[256];
     if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", backend, err, sizeof(err)) < 0)
         fprintf(stderr, "rkv run: --plot: %s\n", err);

@@ -73,7 +73,8 @@ static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario
     verdict_notes(stdout, g, cfg->timeout_ms, gather_err, shutdown_err);
     rkv_report_print(&r, stdout, cfg->backend);
     fflush(stdout);
-    if (v->out_dir && rkv_report_write(&r, v->out_dir, cfg->backend) < 0) {
+    int unwritten = v->out_dir && rkv_report_write(&r, v->out_dir, cfg->backend) < 0;
+    if (unwritten) {
         fprintf(stderr, "rkv worker: cannot write the report into %s\n", v->out_dir);
     } else if (v->out_dir) {
         char path[600];
@@ -89,7 +90,8 @@ static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario
         wrong |= r.phase[p].errors > 0;
     rkv_report_free(&r);
     free(outs);
-    return passed ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
+    /* A run that passed but whose report was lost does not exit 0. */
+    return passed && !unwritten ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
 }
 
 int rkv_verdict_node(struct rkv_client *cli, const struct rkv_config *cfg,

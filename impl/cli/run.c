@@ -1,8 +1,11 @@
 /* rkv run and rkv demo: their flags and help; the launcher (harness/launch.c)
  * and the twin (twin_cmd.c) run them. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "harness/calib.h"
@@ -18,6 +21,23 @@ static void demo_usage(void)
            "then a timed phase; prints throughput next to loopback TCP and memcpy measured\n"
            "in the same run, and the verdict.\n\n");
     cmd_settings_help(stdout);
+}
+
+/* --out is made (one level, as the report writer does) and checked before
+ * the run: a report that cannot be written was found only after a run of
+ * any length, and the exit status said nothing. */
+static int run_out_dir_ok(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "rkv run: --out %s: cannot create it: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) < 0) {
+        fprintf(stderr, "rkv run: --out %s: not a directory this user can write\n", dir);
+        return -1;
+    }
+    return 0;
 }
 
 int cmd_demo(int argc, char **argv, const char *self)
@@ -144,6 +164,8 @@ int cmd_run(int argc, char **argv, const char *self)
         goto out;
     }
     if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)
+        goto out;
+    if (out_dir && run_out_dir_ok(out_dir) < 0)
         goto out;
     /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
     if (RKV_WITH_SIM && !strcmp(s.src[CMD_BACKEND], "default"))

@@ -513,13 +513,25 @@ static void test_run_reports(void **state)
     f = fopen(dir, "w"); /* a file where the report directory should go */
     assert_non_null(f);
     fclose(f);
+    /* A report that cannot be written is refused before the run (it was
+     * found after it, and the run exited 0). */
     snprintf(args, sizeof(args), "run %s --out %s/report", yaml, dir);
-    expect_run("", args, 0, "rkv run: cannot write the report into ");
+    expect_run("", args, 2, "rkv run: --out ");
+    assert_null(strstr(out, "verdict:"));
+    snprintf(args, sizeof(args), "run %s --plot --out %s/report", yaml, dir);
+    expect_run("", args, 2, "rkv run: --out ");
+    /* ...and one that fails after the run still fails the run: its
+     * report.json is a directory. */
+    char rj[128];
+    snprintf(rj, sizeof(rj), "mkdir -p %s.r/report.json", dir);
+    assert_int_equal(system(rj), 0);
+    snprintf(args, sizeof(args), "run %s --out %s.r", yaml, dir);
+    expect_run("", args, 3, "rkv run: cannot write the report into ");
     assert_non_null(strstr(out, "verdict: PASS"));
     assert_non_null(strstr(out, "bound warm: throughput")); /* reported, not asserted */
     assert_non_null(strstr(out, "(reported, not asserted)"));
-    snprintf(args, sizeof(args), "run %s --plot --out %s/report", yaml, dir);
-    expect_run("", args, 0, "rkv run: --plot: cannot create");
+    snprintf(rj, sizeof(rj), "rm -rf %s.r", dir);
+    assert_int_equal(system(rj), 0);
     /* No gnuplot on the PATH: the run still passes and says how to get it. */
     snprintf(args, sizeof(args), "run %s --plot --out %s.d", yaml, dir);
     expect_run("PATH=/nonexistent", args, 0, "apt-get install gnuplot-nox");
