@@ -283,6 +283,15 @@ static void test_cfg_and_progress(void **state)
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg no/such-key:1"), 2);
     assert_non_null(strstr(out, "SimGrid rejected the configuration"));
     assert_non_null(strstr(out, "Bad config key: no/such-key"));
+    /* Stacks too small overflowed into their neighbours (SIGSEGV). */
+    const char *stacks[] = {"0", "16", "-5", "65537"};
+    for (int i = 0; i < 4; i++) {
+        char args[256];
+        snprintf(args, sizeof(args), "run %s/quickstart.yaml --cfg contexts/stack-size:%s",
+                 SCEN_DIR, stacks[i]);
+        assert_int_equal(run(args), 2);
+        assert_non_null(strstr(out, "expected 64..65536 (KiB)"));
+    }
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg novalue"), 2);
     assert_non_null(strstr(out, "expected KEY:VALUE"));
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --progress soon"), 2);

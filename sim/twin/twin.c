@@ -627,6 +627,13 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
  * No guard page: one would split every stack into two mappings that the
  * kernel cannot merge, past vm.max_map_count (65,530) from ~12,000 nodes. */
 #define TWIN_STACK_KIB_STR "255"
+/* What --cfg contexts/stack-size may set, in KiB: the deepest actor uses 5
+ * pages, SimGrid's switch frames come on top, and with no guard page an
+ * overflow writes into the neighbouring stack (a tester's 16 KiB ended in
+ * SIGSEGV, 0 and -5 were taken). The top keeps 4 stacks per node within
+ * the address space of a 65,536-node run. */
+#define TWIN_STACK_MIN_KIB 64
+#define TWIN_STACK_MAX_KIB 65536
 
 /* Every stack its own anonymous mapping, touched only as deep as it is
  * used (adjacent ones merge into one kernel mapping: 216 mappings with
@@ -725,6 +732,12 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
     int sg_argc = argc;
     simgrid_init(&sg_argc, sg_argv);
     rkv_twin_stacks_mmapped();
+    int stack_kib = sg_cfg_get_int("contexts/stack-size");
+    if (stack_kib < TWIN_STACK_MIN_KIB || stack_kib > TWIN_STACK_MAX_KIB)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "--cfg contexts/stack-size:%d: expected %d..%d (KiB): an actor's stack "
+                        "has no guard page, so a smaller one overflows into its neighbour",
+                        stack_kib, TWIN_STACK_MIN_KIB, TWIN_STACK_MAX_KIB);
     rc = rkv_twin_maps_check(4ull * t->n_nodes, sg_cfg_get_int("contexts/guard-size"),
                              twin_max_map_count(), err, err_len);
     if (rc < 0)
