@@ -177,6 +177,30 @@ static void test_crash_after_phase_lands_between_phases(void **state)
         fail_msg("out of phase order: exit %d:\n%s", rc, out);
 }
 
+/* A tensor too big for this host (2^32 rows of 4 MiB): the workers cannot
+ * make the oracle's state and say so, and the run fails at once (on tcp it
+ * ended FAIL with no reason anywhere). */
+static void test_too_big_tensor_says_why(void **state)
+{
+    (void)state;
+    char yaml[64], args[256];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-huge-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 4294967296, shape: [1048576]}\n"
+          "workload:\n"
+          "  - {name: p, tensor: t, pull: 1.0, rounds: 1}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
+    int rc = run_rkv("", args);
+    if (rc != 3 || !strstr(out, "cannot make the oracle's state for this scenario: out of memory"))
+        fail_msg("exit %d:\n%s", rc, out);
+    unlink(yaml);
+}
+
 static void test_readme_example_and_reports(void **state)
 {
     (void)state;
@@ -231,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_bad_scenarios_fail_precisely),
         cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
+        cmocka_unit_test(test_too_big_tensor_says_why),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),
