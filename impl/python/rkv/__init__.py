@@ -15,7 +15,10 @@ A config is the rkv binary's settings by name: ``rkv.Config(cluster="ip.txt",
 num_workers=4, machine_id=1)``; whatever is not given comes from the
 environment (RKV_*, DMLC_*, DGL_* as the CLI reads them), then the defaults.
 Every failure raises ``rkv.Error`` with ``.code`` (the negative -RKV_E* code)
-and ``.message``. Calls release the GIL while they wait on the network.
+and ``.message`` (for bad arguments, one that is also TypeError, ValueError
+or OverflowError). Data is cast to a tensor's dtype only where every value
+fits, before anything is sent. Calls release the GIL while they wait on the
+network.
 
 The rest of DGL's KVStore: ``c.data_name_list()`` / ``c.list()`` (every
 tensor, also from ``rkv.Client(config, observer=True)``, a process that joins
@@ -82,12 +85,29 @@ class Error(Exception):
         return "RKV_" + _ERR_NAMES[n] if 0 < n < len(_ERR_NAMES) else "RKV_E?"
 
 
+class _OverflowError(Error, OverflowError):
+    """A value that does not fit (ERANGE): also Python's OverflowError."""
+
+
+class _ValueError(Error, ValueError):
+    """An argument of the right type but a bad value: also Python's ValueError."""
+
+
+class _TypeError(Error, TypeError):
+    """An argument of the wrong type: also Python's TypeError."""
+
+
+_KINDS = {OverflowError: _OverflowError, ValueError: _ValueError, TypeError: _TypeError}
+
+
 def strerror(code):
     return ffi.string(lib.rkv_strerror(code)).decode()
 
 
-def _fail(code, message):
-    raise Error(code, message)
+def _fail(code, message, kind=None):
+    """Raises rkv.Error; with kind (OverflowError, ValueError, TypeError) one
+    that is also that built-in exception, for callers that catch those."""
+    raise _KINDS.get(kind, Error)(code, message)
 
 
 def _errbuf():
@@ -150,11 +170,16 @@ def _as_numpy(x):
 
 
 def _ids_array(ids):
-    """ids as contiguous uint64, without a copy when they are so already (or int64 >= 0)."""
+    """ids (1-D integers) as contiguous uint64, without a copy when they are so
+    already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
     a = _as_numpy(ids)
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
         return a  # the common case, as cheap as it can be
-    a = a.reshape(-1)
+    if a.ndim != 1:
+        _fail(-EINVAL, "ids: expected a 1-D sequence of integers, got shape %s" % (a.shape,),
+              ValueError)
+    if a.size == 0:
+        return np.empty(0, dtype=np.uint64)
     if a.dtype.kind not in "iu":
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
@@ -323,6 +348,32 @@ def _index_array(x, what, n, dtype=np.uint64):
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+def _cast_rows(m, a):
+    """Values a for tensor m as its dtype, refused before anything is sent
+    unless every one fits: integers (of any width and sign) into integers in
+    range, integers and floats into floats that do not overflow to inf
+    (floats round, as any float arithmetic does); never floats into
+    integers, nor bools, complex or objects."""
+    if a.dtype.kind not in "iuf" or (m.dtype.kind == "i" and a.dtype.kind == "f"):
+        _fail(-EDTYPE, "tensor '%s' holds %s; cannot take %s data" % (m.name, m.dtype, a.dtype))
+    if np.can_cast(a.dtype, m.dtype, "safe") or a.size == 0:
+        return a.astype(m.dtype)
+    if m.dtype.kind == "i":
+        info = np.iinfo(m.dtype)
+        lo, hi = int(a.min()), int(a.max())
+        if lo < info.min or hi > info.max:
+            _fail(-ERANGE, "tensor '%s' holds %s: value %d does not fit"
+                  % (m.name, m.dtype, lo if lo < info.min else hi), OverflowError)
+        return a.astype(m.dtype)
+    with np.errstate(over="ignore"):
+        b = a.astype(m.dtype)
+    bad = np.flatnonzero(np.isinf(b) & np.isfinite(a))
+    if bad.size:
+        _fail(-ERANGE, "tensor '%s' holds %s: value %r does not fit"
+              % (m.name, m.dtype, a.reshape(-1)[bad[0]].item()), OverflowError)
+    return b
+
+
 class Config:
     """The store's settings by the rkv binary's names (`rkv config --dump`):
     Config(cluster="ip.txt", num_workers=4, rx_depth=128); '_' stands for '-'.
@@ -469,6 +520,19 @@ class _Meta:
                  "with_state")
 
 
+def _name_bytes(name):
+    """A tensor's name as the C side takes it: 1..RKV_NAME_MAX bytes of UTF-8,
+    without NUL (C would read "a\\0b" as "a")."""
+    if not isinstance(name, str):
+        _fail(-EINVAL, "tensor name %r: expected a str" % (name,), TypeError)
+    encoded = name.encode()
+    if b"\0" in encoded:
+        _fail(-EINVAL, "tensor name %r: has a NUL byte" % name, ValueError)
+    if len(encoded) > lib.RKV_NAME_MAX or not encoded:
+        _fail(-EINVAL, "tensor name %r: 1..%d bytes" % (name, lib.RKV_NAME_MAX), ValueError)
+    return encoded
+
+
 def _meta_of(cm, name):
     m = _Meta()
     m.name = name
@@ -605,7 +669,7 @@ class Client:
         m = self._meta.get(name)
         if m is None:
             cm = ffi.new("struct rkv_tensor_meta *")
-            self._call(lib.rkv_client_meta, name.encode(), cm)
+            self._call(lib.rkv_client_meta, _name_bytes(name), cm)
             m = _meta_of(cm, name)
             self._meta[name] = m  # tensors are never dropped or reshaped
         return m
@@ -680,9 +744,7 @@ class Client:
         assigns to every row (call it from one client, then barrier).
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
-        encoded = name.encode()
-        if len(encoded) > lib.RKV_NAME_MAX or not encoded:
-            _fail(-EINVAL, "tensor name %r: 1..%d bytes" % (name, lib.RKV_NAME_MAX))
+        encoded = _name_bytes(name)
         shape = tuple(int(s) for s in (shape if hasattr(shape, "__len__") else (shape,)))
         if not shape or any(s <= 0 for s in shape):
             _fail(-EINVAL, "shape %r: expected positive (rows, *row_shape)" % (shape,))
@@ -739,15 +801,12 @@ class Client:
         if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
                 (a.ndim == 0 or a.shape[0] == n):
             return a
-        if a.dtype != m.dtype:
-            if a.dtype.kind not in "iuf" or not np.can_cast(a.dtype, m.dtype, "same_kind"):
-                _fail(-EDTYPE, "tensor '%s' holds %s; cannot take %s data"
-                      % (m.name, m.dtype, a.dtype))
-            a = a.astype(m.dtype)
+        if a.dtype != m.dtype and not (a.size == 0 and n == 0):  # [] is no rows of any dtype
+            a = _cast_rows(m, a)
         if a.size != n * m.row_len or (a.ndim > 0 and a.shape[0] != n and n > 0):
             _fail(-EDTYPE, "tensor '%s': %d ids need %d x %s values, got shape %s"
                   % (m.name, n, n, m.row_shape, a.shape))
-        return np.ascontiguousarray(a)
+        return np.ascontiguousarray(a, dtype=m.dtype)
 
     def push(self, name, ids, data, op="sum", lr=0.0, async_=False):
         """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
@@ -819,6 +878,9 @@ class Client:
                 row_shape = (out_len,) if out_len > 1 else ()
             target = None
             if out is not None:
+                if not isinstance(out, np.ndarray) and not _is_torch(out):
+                    _fail(-EINVAL, "out: expected a numpy array or a torch tensor, got %s"
+                          % type(out).__name__, TypeError)
                 o = _as_numpy(out)
                 if o.size != n * out_len:
                     _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, out_len))

@@ -1,0 +1,94 @@
+"""What push and pull accept from Python before anything is sent: data is
+cast to the tensor's dtype only where every value fits, ids are 1-D
+integers (an empty list too), names have no NUL byte, out is an array.
+Refusals are rkv.Error, and also Python's own OverflowError, ValueError or
+TypeError where one fits."""
+import numpy as np
+import pytest
+import torch
+
+import rkv
+
+
+def refused(kind, fn, *a, **kw):
+    with pytest.raises(rkv.Error) as e:
+        fn(*a, **kw)
+    assert isinstance(e.value, kind), type(e.value).__mro__
+    return e.value
+
+
+def test_integers_that_do_not_fit_are_refused(client):
+    client.init_data("i64", (10, 2), "int64")
+    client.init_data("i32", (10, 1), "int32")
+    client.push("i64", [1], np.array([[7, 8]], dtype=np.int64), op="assign")
+    client.push("i32", [0], np.array([5], dtype=np.int32), op="assign")
+    e = refused(OverflowError, client.push, "i64", [1],
+                np.array([[2**64 - 1, 0]], dtype=np.uint64), op="assign")
+    assert "'i64'" in e.message and "int64" in e.message and e.code == -rkv.ERANGE
+    e = refused(OverflowError, client.push, "i32", [0], np.array([[2**40]]), op="assign")
+    assert "'i32'" in e.message and "int32" in e.message
+    refused(OverflowError, client.push, "i32", [0], [[2**40]], op="assign")
+    refused(OverflowError, client.push, "i32", [0], [[-2**31 - 1]], op="assign")
+    refused(OverflowError, client.push, "i32", [0], torch.tensor([[2**31]]), op="assign")
+    # Nothing was stored.
+    np.testing.assert_array_equal(client.pull("i64", [1]).numpy(), [[7, 8]])
+    np.testing.assert_array_equal(client.pull("i32", [0]).numpy(), [5])
+    # Integers that fit convert, whatever their type; floats into integers do not.
+    client.push("i64", [1], np.array([[2**63 - 1, 3]], dtype=np.uint64), op="assign")
+    client.push("i32", [0, 1], [[-2**31], [2**31 - 1]], op="assign")
+    client.push("i32", [2], np.array([9], dtype=np.uint8), op="assign")
+    np.testing.assert_array_equal(client.pull("i64", [1]).numpy(), [[2**63 - 1, 3]])
+    np.testing.assert_array_equal(client.pull("i32", [0, 1, 2]).numpy(),
+                                  [-2**31, 2**31 - 1, 9])
+    assert refused(rkv.Error, client.push, "i64", [1], np.ones((1, 2))).code == -rkv.EDTYPE
+
+
+def test_floats_that_overflow_are_refused(client):
+    client.init_data("f32", (10, 2), "float32")
+    e = refused(OverflowError, client.push, "f32", [0], [[1e300, 0]], op="assign")
+    assert "'f32'" in e.message and "float32" in e.message
+    # Rounding is a float's nature; inf and nan stay what they are.
+    client.push("f32", [0], np.array([[0.1, np.inf]]), op="assign")
+    np.testing.assert_array_equal(client.pull("f32", [0]).numpy(),
+                                  [[np.float32(0.1), np.inf]])
+
+
+def test_empty_ids(client):
+    client.init_data("emb", (10, 4), "float32")
+    client.init_data("one", (10,), "int32")
+    for ids in ([], (), np.array([]), np.array([], dtype=np.int64), torch.tensor([])):
+        got = client.pull("emb", ids)
+        assert tuple(got.shape) == (0, 4) and got.dtype == torch.float32
+        client.push("emb", ids, [])
+        client.push("emb", ids, np.zeros((0, 4), dtype=np.float32))
+        client.push("one", ids, [], op="assign")
+    assert tuple(client.pull("one", []).shape) == (0,)
+    assert refused(rkv.Error, client.push, "emb", [], np.zeros((2, 4))).code == -rkv.EDTYPE
+
+
+def test_ids_must_be_one_dimensional(client):
+    client.init_data("emb", (10, 4), "float32")
+    for ids in (np.array([[1, 2], [3, 4]]), [[1, 2]], torch.tensor([[1]]), 5, np.int64(5)):
+        e = refused(ValueError, client.pull, "emb", ids)
+        assert "1-D" in e.message and e.code == -rkv.EINVAL
+        refused(ValueError, client.push, "emb", ids, np.zeros((4, 4), dtype=np.float32))
+
+
+def test_names_with_nul_are_refused(client):
+    e = refused(ValueError, client.init_data, "a\0b", (10, 4), "float32")
+    assert e.code == -rkv.EINVAL and "NUL" in e.message
+    assert client.data_name_list() == []
+    client.init_data("a", (10, 4), "float32")
+    refused(ValueError, client.pull, "a\0zzz", [1])
+    refused(ValueError, client.push, "a\0zzz", [1], np.zeros((1, 4), dtype=np.float32))
+    refused(ValueError, client.get_data_meta, "a\0")
+    refused(TypeError, client.pull, b"a", [1])
+    assert client.data_name_list() == ["a"]
+
+
+def test_out_must_be_an_array(client):
+    client.init_data("emb", (10, 2), "float32")
+    out = [[0.0, 0.0]]
+    e = refused(TypeError, client.pull, "emb", [1], out=out)
+    assert "out" in e.message and e.code == -rkv.EINVAL
+    assert out == [[0.0, 0.0]]
