@@ -20,6 +20,8 @@ struct rkv_settings {
 
 int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len)
 {
+    if (!set_p)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "settings: set_p is NULL");
     struct rkv_settings *set = calloc(1, sizeof(*set));
     if (!set)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");

@@ -5,6 +5,15 @@
  * called on keeps a human-readable message, see rkv_client_errmsg() /
  * rkv_server_errmsg(). Output arguments end in _p and are set only on success.
  *
+ * Pointers: the object a function works on (cli, srv, set) must be one its
+ * create made (the _destroy functions also take NULL). Every other pointer
+ * is required unless its function says it may be NULL: err with err_len 0
+ * (no message then), ids and rows of a call with n = 0, metas with cap 0,
+ * local_server_p, a handler fn (NULL unregisters). A NULL required pointer
+ * is refused with -RKV_EINVAL and a message naming it (in err, or in the
+ * object's errmsg), and nothing is done; rkv_config_defaults(NULL) does
+ * nothing.
+ *
  * Thread safety: one rkv_client may be used by one application thread at a
  * time; an rkv_server is driven by the thread that calls rkv_server_run().
  */
@@ -171,7 +180,7 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_HOST_MAX 63
 
 struct rkv_machine {
-    char host[RKV_HOST_MAX + 1];
+    char host[RKV_HOST_MAX + 1]; /* NUL-terminated: create refuses one that is not (-RKV_ECONFIG) */
     uint16_t base_port;
     uint32_t servers; /* servers on this machine (ports base_port..+servers-1) */
 };
@@ -303,6 +312,8 @@ struct rkv_server;
  * (rkv_server_errmsg names the op). */
 RKV_API int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
                               struct rkv_server **srv_p, char *err, size_t err_len);
+/* Registers custom push op `op` (RKV_OP_CUSTOM..RKV_OP_MAX-1; -RKV_EINVAL
+ * otherwise); a NULL fn unregisters. */
 RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn,
                                         void *user);
 /* Registers pull handler `id` (RKV_PULL_CUSTOM..RKV_OP_MAX-1): a pulled row
@@ -412,7 +423,7 @@ struct rkv_pending;
  * sent are returned here (*pending_p is then NULL); the others by the wait,
  * which every pending push needs exactly once (rkv_client_destroy frees
  * the ones never waited for). A barrier first waits for this client's
- * pushes in flight. */
+ * pushes in flight. A NULL pending_p is -RKV_EINVAL, nothing sent. */
 RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids,
                                   size_t n, const void *rows, int op, double param,
                                   struct rkv_pending **pending_p);

@@ -1085,6 +1085,8 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 static int cli_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
     struct rkv_tensor *t;
+    if (!meta_p) /* before the request: its answer would have nowhere to go */
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "meta: meta_p is NULL");
     int rc = cli_check_open(c, "meta");
     if (rc == 0)
         rc = cli_tensor(c, name, &t);
@@ -1901,6 +1903,10 @@ static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
+    /* Nothing is sent without a place for the handle: it could never be
+     * waited for. Not counted, as no push began. */
+    if (!pending_p)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "push: pending_p is NULL");
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
     int rc = cli_push_async(c, name, ids, n, rows, op, param, pending_p);
     k = cli_call_sent(c, k); /* the wait counts it: other calls come between */
@@ -2157,6 +2163,8 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
 
 int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
+    if (!len_p)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "pull_len: len_p is NULL");
     struct rkv_tensor *t;
     int rc = cli_tensor(c, name, &t);
     if (rc < 0)
@@ -2419,10 +2427,23 @@ static void cli_free_tables(struct rkv_client *c)
     free(c->drop_unanswered);
 }
 
+/* The pointers every create needs, checked before anything is opened. */
+static int cli_check_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
+                            size_t err_len)
+{
+    if (!cfg || !cli_p)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "client create: %s is NULL",
+                        !cfg ? "cfg" : "cli_p");
+    return 0;
+}
+
 static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                       int observer, struct rkv_client **cli_p, char *err, size_t err_len)
 {
-    int rc = rkv_cfg_check(cfg, err, err_len);
+    int rc = cli_check_create(cfg, cli_p, err, err_len);
+    if (rc < 0)
+        return rc;
+    rc = rkv_cfg_check(cfg, err, err_len);
     if (rc < 0)
         return rc;
     struct rkv_client *c = calloc(1, sizeof(*c));
@@ -2494,8 +2515,8 @@ int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client *
 {
     /* Before the backend's name and the verbs device are used to open the
      * NIC, as rkv_client_create does. */
-    int rc = rkv_cfg_check(cfg, err, err_len);
-    if (rc < 0)
+    int rc = cli_check_create(cfg, cli_p, err, err_len);
+    if (rc < 0 || (rc = rkv_cfg_check(cfg, err, err_len)) < 0)
         return rc;
     struct rkv_port *port;
     struct rkv_nic *nic;
@@ -2515,7 +2536,9 @@ int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, c
                       size_t err_len)
 {
     /* Before the backend's name is used to open the NIC. */
-    int crc = rkv_cfg_check(cfg, err, err_len);
+    int crc = cli_check_create(cfg, cli_p, err, err_len);
+    if (crc == 0)
+        crc = rkv_cfg_check(cfg, err, err_len);
     if (crc < 0)
         return crc;
     struct rkv_port *port;
@@ -2642,6 +2665,8 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
 
 int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
+    if (!st_p)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: operation %d out of range",
                         op);
@@ -2651,6 +2676,8 @@ int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 
 int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
 {
+    if (!st_p)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS || server >= c->n_servers)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "stats: server %u (of %u) or operation %d out of range", server,

@@ -113,6 +113,10 @@ struct rkv_server {
     /* The machine segment: local 0 makes it at create, the others attach at
      * their first INIT (or at create when restarting). */
     struct rkv_mach mach;
+    /* This create made the segment afresh (rkv_mach_create), so a create
+     * that fails after it unlinks it; a segment it attached to or restored
+     * from a snapshot may be in use by the machine's other servers. */
+    int mach_made;
     uint64_t n_dups; /* retried pushes acknowledged without applying them again */
     /* Durable mode. acks..dur_stop are under mu; snapw is the task's. */
     int durable;
@@ -1710,10 +1714,14 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
 static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
 {
     uint32_t mach = s->cfg.machine_id;
-    if (!s->durable)
-        return s->local_id != 0 ? 0 /* attaches at its first INIT */
-                                : rkv_mach_create(s->port, s->cfg.shm_prefix, mach,
-                                                  s->cfg.n_workers, 0, 1, &s->mach, err, err_len);
+    if (!s->durable && s->local_id != 0)
+        return 0; /* attaches at its first INIT */
+    if (!s->durable) {
+        int rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, 0, 1, &s->mach,
+                                 err, err_len);
+        s->mach_made = rc == 0;
+        return rc;
+    }
     int rc = rkv_file_check_dir(s->cfg.durable_dir, err, err_len);
     if (rc < 0)
         return rc;
@@ -1733,6 +1741,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
                  (unsigned long long)lineage);
         rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
                              &s->mach, err, err_len);
+        s->mach_made = rc == 0;
         /* Server 0 may have handed out ids before any tensor made a
          * snapshot: a record of this configuration belongs to this
          * directory's run, as with a snapshot; another configuration's is
@@ -1864,6 +1873,9 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
 int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                          uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
 {
+    if (!cfg || !srv_p)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "server create: %s is NULL",
+                        !cfg ? "cfg" : "srv_p");
     int rc = rkv_cfg_check(cfg, err, err_len);
     if (rc < 0)
         return rc;
@@ -1916,7 +1928,7 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
         goto destroy_engine;
     /* The shard is whole (restored, when restarting) before anyone can ask. */
     if ((rc = srv_mach_open(s, err, err_len)) < 0)
-        goto destroy_engine;
+        goto close_mach; /* it may have made the segment before failing */
     if ((rc = srv_durable_start(s, err, err_len)) < 0)
         goto close_mach;
     /* A replay that waits for custom handlers: rkv_server_run listens. */
@@ -1928,6 +1940,11 @@ stop_durable:
     srv_durable_stop(s);
 close_mach:
     srv_free_tensors(s);
+    /* Nobody else can use a segment this create made: the machine's other
+     * servers attach to it only at an INIT, which needs this server to
+     * listen. (Server 0 of a machine owns unlinking it, as in destroy.) */
+    if (s->mach_made)
+        rkv_mach_unlink(port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);
 destroy_engine:
     srv_wal_free(s);
@@ -1956,6 +1973,10 @@ free_server:
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len)
 {
+    /* Before anything is opened: there is nothing to undo then. */
+    if (!cfg || !srv_p)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "server create: %s is NULL",
+                        !cfg ? "cfg" : "srv_p");
     /* Before the backend's name is used to open the NIC. */
     int crc = rkv_cfg_check(cfg, err, err_len);
     if (crc < 0)

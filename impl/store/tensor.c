@@ -162,6 +162,11 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         RKV_MAX_MACHINES, cfg->n_machines);
     for (uint32_t m = 0; m < cfg->n_machines; m++) {
         const struct rkv_machine *mc = &cfg->machines[m];
+        /* First: every message below and later prints the host. */
+        if (!memchr(mc->host, 0, sizeof(mc->host)))
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: machine %u: host is not terminated (at most %u characters)", m,
+                            RKV_HOST_MAX);
         if (mc->servers == 0 || mc->servers > 256 || (uint32_t)mc->base_port + mc->servers > 65536)
             return rkv_errf(err, err_len, -RKV_ECONFIG,
                             "config: machine %u (%s): need 1..256 servers within the port range", m,
@@ -232,6 +237,8 @@ uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg)
 
 void rkv_config_defaults(struct rkv_config *cfg)
 {
+    if (!cfg) /* nothing to fill, and no way to say so: rkv.h documents it */
+        return;
     memset(cfg, 0, sizeof(*cfg));
     strcpy(cfg->backend, "tcp");
     strcpy(cfg->shm_prefix, "rkv");

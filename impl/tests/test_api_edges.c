@@ -132,8 +132,114 @@ static void test_config_zeroed_refused(void **state)
     memset(z.backend, 'x', sizeof(z.backend)); /* no terminator */
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "not terminated"));
+    /* Regression: a host without its terminator was read past its end
+     * (the message showed what followed it). */
+    snprintf(z.backend, sizeof(z.backend), "tcp");
+    memset(m.host, 'h', sizeof(m.host));
+    err[0] = 0;
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_string_equal(err, "config: machine 0: host is not terminated (at most 63 characters)");
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "host is not terminated"));
     assert_null(cli);
     assert_null(srv);
+}
+
+/* Whether any shared-memory segment named prefix-* exists. */
+static int shm_left(const char *prefix)
+{
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "ls /dev/shm/%s-* >/dev/null 2>&1", prefix);
+    return system(cmd) == 0;
+}
+
+/* Regression: NULL pointers the header does not forbid crashed the API
+ * (SIGSEGV). Each is refused with -RKV_EINVAL and a message naming it, and
+ * nothing is done: no segment made, no push counted or sent. */
+static void test_null_pointers_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char err[256];
+    struct rkv_server *srv = NULL;
+    struct rkv_client *cli = NULL;
+    assert_int_equal(rkv_server_create(NULL, 0, &srv, err, sizeof(err)), -RKV_EINVAL);
+    assert_string_equal(err, "server create: cfg is NULL");
+    assert_int_equal(rkv_server_create(&c.cfg, 0, NULL, err, sizeof(err)), -RKV_EINVAL);
+    assert_string_equal(err, "server create: srv_p is NULL");
+    assert_false(shm_left(c.cfg.shm_prefix));
+    assert_int_equal(rkv_server_create(NULL, 0, &srv, NULL, 0), -RKV_EINVAL); /* no err buffer */
+    assert_int_equal(rkv_client_create(NULL, &cli, err, sizeof(err)), -RKV_EINVAL);
+    assert_string_equal(err, "client create: cfg is NULL");
+    assert_int_equal(rkv_client_create(&c.cfg, NULL, err, sizeof(err)), -RKV_EINVAL);
+    assert_string_equal(err, "client create: cli_p is NULL");
+    assert_int_equal(rkv_client_create_observer(NULL, &cli, err, sizeof(err)), -RKV_EINVAL);
+    assert_int_equal(rkv_client_create_observer(&c.cfg, NULL, err, sizeof(err)), -RKV_EINVAL);
+    assert_null(srv);
+    assert_null(cli);
+    rkv_config_defaults(NULL); /* nothing to fill: returns */
+
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t ids[2] = {1, 80};
+    float rows[8] = {1, 1, 1, 1, 1, 1, 1, 1}, got[8];
+    struct rkv_op_stats st;
+    assert_int_equal(rkv_client_stats(cli, RKV_STATS_PUSH, &st), 0);
+    uint64_t pushes = st.count;
+    assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, rows, RKV_OP_SUM, 0, NULL),
+                     -RKV_EINVAL);
+    assert_msg(cli, "push: pending_p is NULL");
+    assert_int_equal(rkv_client_pull_len(cli, "t", 0, NULL), -RKV_EINVAL);
+    assert_msg(cli, "pull_len: len_p is NULL");
+    assert_int_equal(rkv_client_meta(cli, "t", NULL), -RKV_EINVAL);
+    assert_msg(cli, "meta: meta_p is NULL");
+    assert_int_equal(rkv_client_stats(cli, RKV_STATS_PUSH, NULL), -RKV_EINVAL);
+    assert_msg(cli, "stats: st_p is NULL");
+    assert_int_equal(rkv_client_peer_stats(cli, 0, RKV_STATS_PUSH, NULL), -RKV_EINVAL);
+    assert_msg(cli, "stats: st_p is NULL");
+    assert_int_equal(rkv_client_stats(cli, RKV_STATS_PUSH, &st), 0);
+    assert_int_equal(st.count, pushes); /* the refused push_async began nothing */
+    pull_ok(cli, "t", ids, 2, got);
+    for (int i = 0; i < 8; i++)
+        assert_true(got[i] == 0.0f); /* and applied nothing */
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* Regression: a server create that failed after making its machine's
+ * shared-memory segment (an unresolvable host, a port in use) left the
+ * segment in /dev/shm. It unlinks what it made, and only that. */
+static void test_failed_create_leaves_no_shm(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    char err[256];
+    struct rkv_server *srv = NULL;
+    struct rkv_config cfg = c.cfg;
+    snprintf(c.machines[0].host, sizeof(c.machines[0].host), "no.such.host.invalid");
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_null(srv);
+    assert_false(shm_left(cfg.shm_prefix));
+    /* A port in use: a live server of another cluster holds it. */
+    snprintf(c.machines[0].host, sizeof(c.machines[0].host), "127.0.0.1");
+    struct rkv_config other = cfg;
+    snprintf(other.shm_prefix, sizeof(other.shm_prefix), "rkve-live-%d", (int)getpid());
+    struct rkv_server *live = NULL;
+    if (rkv_server_create(&other, 0, &live, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_true(shm_left(other.shm_prefix));
+    assert_true(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0);
+    assert_non_null(strstr(err, "cannot listen"));
+    assert_null(srv);
+    assert_false(shm_left(cfg.shm_prefix));
+    assert_true(shm_left(other.shm_prefix)); /* the live one's is untouched */
+    rkv_server_destroy(live);
+    assert_false(shm_left(other.shm_prefix));
 }
 
 struct barrier_arg {
@@ -605,6 +711,8 @@ int main(void)
         cmocka_unit_test(test_shutdown_names_unreachable), /* forks: first, single-threaded */
         cmocka_unit_test(test_config_filled_by_hand),
         cmocka_unit_test(test_config_zeroed_refused),
+        cmocka_unit_test(test_null_pointers_refused),
+        cmocka_unit_test(test_failed_create_leaves_no_shm),
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),

@@ -90,6 +90,9 @@ static void test_bad_keys_and_values(void **state)
     assert_int_equal(cfg.n_workers, 12345); /* untouched on failure */
     rkv_settings_destroy(set);
     rkv_settings_destroy(NULL);
+    /* Regression: a NULL out-pointer crashed create (SIGSEGV). */
+    assert_int_equal(rkv_settings_create(NULL, err, sizeof(err)), -RKV_EINVAL);
+    assert_string_equal(err, "settings: set_p is NULL");
 }
 
 /* host "A,B": the machines alternate over the addresses (the two-host
