@@ -570,6 +570,13 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         goto free_machines;
     }
     strcpy(cfg->backend, s->val[CMD_BACKEND]);
+    /* Refused, not cut: two clusters whose prefixes differ only past the
+     * cut shared one set of segments and wrote into each other's. */
+    if (strlen(s->val[CMD_SHM_PREFIX]) >= sizeof(cfg->shm_prefix)) {
+        rkv_errf(err, err_len, -1, "shm-prefix: longer than %zu bytes: \"%s\"",
+                 sizeof(cfg->shm_prefix) - 1, s->val[CMD_SHM_PREFIX]);
+        goto free_machines;
+    }
     if (*s->val[CMD_SHM_PREFIX])
         snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "%s", s->val[CMD_SHM_PREFIX]);
     else

@@ -128,6 +128,18 @@ static void test_host_list(void **state)
     assert_int_equal(rkv_settings_set(set, "host", longer, err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "longer than"));
+    /* A shm prefix past the config's 31 bytes is refused, not cut (two
+     * clusters differing past the cut shared their segments). */
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "shm-prefix", "jobA-very-long-prefix-for-cluster-0001",
+                                      err, sizeof(err)),
+                     0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "shm-prefix: longer than 31 bytes"));
+    assert_int_equal(rkv_settings_set(set, "shm-prefix", "jobA-0001", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.shm_prefix, "jobA-0001");
+    rkv_config_release(&cfg);
     rkv_settings_destroy(set);
 }
 
