@@ -326,13 +326,19 @@ RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv
                                              uint32_t out_mult, uint32_t out_add, void *user);
 /* The server serves from rkv_server_create() on, on threads of its own;
  * this blocks the calling thread until a client calls
- * rkv_client_shutdown_servers(), the one way to stop it. Then it refuses new
+ * rkv_client_shutdown_servers() (or rkv_server_stop() is called). Then it refuses new
  * requests (-RKV_ESHUTDOWN) and, before returning, lingers until the NIC
  * sent every reply it owes (a lossy link retransmits them) or
  * cfg.timeout_ms passed, as TCP's close does. Then call
  * rkv_server_destroy(): server 0 of a machine removes the machine's shared
  * memory there (a server killed by a signal leaves it behind). */
 RKV_API int rkv_server_run(struct rkv_server *srv);
+/* Makes rkv_server_run() return, from any thread: for a server whose
+ * cluster never formed (no client will ever shut it down) or the
+ * application's own stop. It goes on serving until rkv_server_destroy();
+ * a call before rkv_server_run() makes that return at once. Not from a
+ * signal handler (it takes a lock). */
+RKV_API void rkv_server_stop(struct rkv_server *srv);
 RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
 RKV_API void rkv_server_destroy(struct rkv_server *srv);
 

@@ -2042,6 +2042,16 @@ int rkv_server_run(struct rkv_server *s)
     return 0;
 }
 
+void rkv_server_stop(struct rkv_server *s)
+{
+    /* Only the flag run waits on: shut and the shards' closed flags are
+     * the engine thread's, set by a client's SHUTDOWN. */
+    s->port->ops->mutex_lock(s->mu);
+    s->stop = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+}
+
 const char *rkv_server_errmsg(const struct rkv_server *s)
 {
     return s->err;

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -240,6 +241,45 @@ static void test_failed_create_leaves_no_shm(void **state)
     assert_true(shm_left(other.shm_prefix)); /* the live one's is untouched */
     rkv_server_destroy(live);
     assert_false(shm_left(other.shm_prefix));
+}
+
+static void *server_run_thread(void *arg)
+{
+    return (void *)(intptr_t)rkv_server_run(arg);
+}
+
+/* A server whose cluster never formed: no client will shut it down, and
+ * rkv_server_run blocked for ever (rkv_server_destroy from another thread
+ * hung). rkv_server_stop makes it return; destroy then removes its
+ * segment. */
+static void test_server_stop_without_a_client(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2100);
+    char err[256];
+    struct rkv_server *srv = NULL;
+    if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, server_run_thread, srv), 0);
+    usleep(50000); /* run is waiting */
+    rkv_server_stop(srv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 30;
+    void *ret;
+    assert_int_equal(pthread_timedjoin_np(th, &ret, &until), 0);
+    assert_int_equal((int)(intptr_t)ret, 0);
+    assert_true(shm_left(c.cfg.shm_prefix));
+    rkv_server_destroy(srv);
+    assert_false(shm_left(c.cfg.shm_prefix));
+    /* Stopped before it runs: run returns at once. */
+    if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    rkv_server_stop(srv);
+    assert_int_equal(rkv_server_run(srv), 0);
+    rkv_server_destroy(srv);
 }
 
 struct barrier_arg {
@@ -713,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_config_zeroed_refused),
         cmocka_unit_test(test_null_pointers_refused),
         cmocka_unit_test(test_failed_create_leaves_no_shm),
+        cmocka_unit_test(test_server_stop_without_a_client),
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
