@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness/report_gather.h"
@@ -914,8 +915,7 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
         return sc_fail(c, t.key[TOP_CLUSTER],
                        "cluster: machines x servers_per_machine = %llu servers, but the wire "
                        "format names at most %u (RKV_MAX_SERVERS)",
-                       (unsigned long long)sc->machines * sc->servers_per_machine,
-                       RKV_MAX_SERVERS);
+                       (unsigned long long)sc->machines * sc->servers_per_machine, RKV_MAX_SERVERS);
     if (sc->workers_total > sc->machines * sc->workers_per_machine) {
         struct rkv_sc_mark m = sc->workers_mark;
         return sc_fail_mark(c, m,
@@ -1082,8 +1082,42 @@ static size_t sc_utf8_len(const unsigned char *p, size_t left)
  * NUL or invalid bytes in them (found by fuzz_scenario), so those never
  * reach it. Read in small chunks: a large one-off allocation would raise
  * glibc's mmap threshold for the rest of the process. */
+/* One document per file: the loader reads the first, and a second one
+ * (after a "---" line past some content) was silently ignored. */
+static int sc_check_one_document(const char *path, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0; /* sc_check_text said why */
+    char buf[256];
+    unsigned line = 0;
+    int at_start = 1, content = 0, rc = 0;
+    while (rc == 0 && fgets(buf, sizeof(buf), f)) {
+        size_t len = strlen(buf);
+        if (at_start) {
+            line++;
+            const char *p = buf + strspn(buf, " \t");
+            if (!strncmp(buf, "---", 3) && (!buf[3] || strchr(" \t\r\n#", buf[3])) && content) {
+                snprintf(err, err_len,
+                         "%s:%u:1: a second YAML document: a scenario is one document", path, line);
+                rc = -RKV_ECONFIG;
+            } else if (*p && *p != '#' && *p != '\n' && *p != '\r' && strncmp(buf, "---", 3)) {
+                content = 1;
+            }
+        }
+        at_start = len > 0 && buf[len - 1] == '\n';
+    }
+    fclose(f);
+    return rc;
+}
+
 static int sc_check_text(const char *path, char *err, size_t err_len)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, err_len, "%s: is a directory, not a scenario file", path);
+        return -RKV_ECONFIG;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
@@ -1303,6 +1337,8 @@ double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, 
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)
 {
     int crc = sc_check_text(path, err, err_len);
+    if (crc == 0)
+        crc = sc_check_one_document(path, err, err_len);
     if (crc < 0)
         return crc;
     struct rkv_scenario *sc = calloc(1, sizeof(*sc));

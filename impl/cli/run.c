@@ -80,6 +80,13 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
                     const char **progress, const char **cfg, char **rest, int *n_rest)
 {
     *n_rest = 0;
+    static const char *const valued[] = {"--out",   "--cfg",    "--progress",
+                                         "--trace", "--jitter", "--launcher"};
+    for (size_t k = 0; argc > 0 && k < sizeof(valued) / sizeof(valued[0]); k++)
+        if (!strcmp(argv[argc - 1], valued[k])) { /* said, not "unknown flag" */
+            fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
+            return -2;
+        }
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc)
             *out = argv[++i];
@@ -144,10 +151,12 @@ int cmd_run(int argc, char **argv, const char *self)
     struct cmd_twin_args ta = {.cfg = cfg};
     int n_rest;
     int plot = 0;
-    if (!rest || !cfg ||
-        run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta, &progress, cfg, rest,
-                 &n_rest) < 0) {
-        fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
+    int ar = rest && cfg ? run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta,
+                                    &progress, cfg, rest, &n_rest)
+                         : -1;
+    if (ar < 0) {
+        if (ar == -1) /* -2: said which flag lacks its value */
+            fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
         free(rest);
         free(cfg);
         return RKV_EXIT_USAGE;

@@ -365,6 +365,10 @@ static void test_usage(void **state)
     (void)state;
     expect_run("", "server --help", 0, "usage: rkv server [--server-id N");
     expect_run("", "server --help", 0, "--rx-depth"); /* the settings follow */
+    /* Said as what they are (they were "empty scenario", "unknown flag"). */
+    expect_run("", "run /tmp", 2, "rkv run: /tmp: is a directory, not a scenario file");
+    expect_run("", "run x.yaml --cfg", 2, "rkv run: --cfg needs a value");
+    expect_run("", "run x.yaml --out", 2, "rkv run: --out needs a value");
     expect_run("", "worker -h", 0, "usage: rkv worker [--machine-id M]");
     expect_run("", "node --help", 0, "usage: rkv node [--role server|worker|scheduler]");
     expect_run("", "config", 0, "usage: rkv config --dump");
