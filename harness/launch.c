@@ -924,7 +924,14 @@ static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
         return -1;
     }
     int rc = 0;
-    if (!rkv_nic_find(cfg.backend) || !strcmp(cfg.backend, "sim")) {
+    /* A name no build knows is a typo, not a backend this host lacks:
+     * say so and list the names (a known one that cannot run here keeps
+     * the message below). */
+    if (strcmp(cfg.backend, "tcp") && strcmp(cfg.backend, "verbs") && strcmp(cfg.backend, "sim")) {
+        fprintf(stderr, "%s: backend: unknown \"%s\" (known: tcp%s, sim)\n", d->cmd, cfg.backend,
+                rkv_nic_find("verbs") ? ", verbs" : "");
+        rc = -1;
+    } else if (!rkv_nic_find(cfg.backend) || !strcmp(cfg.backend, "sim")) {
         fprintf(stderr, "%s: backend: \"%s\" cannot run as processes on this host (tcp%s)\n",
                 d->cmd, cfg.backend, rkv_nic_find("verbs") ? ", verbs" : "");
         rc = -1;

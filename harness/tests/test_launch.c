@@ -218,11 +218,16 @@ static void expect_one_error(const char *args, const char *want)
 static void test_bad_settings_once(void **state)
 {
     (void)state;
+    /* an unknown name is said to be one, with the known names (it was
+     * "cannot run as processes on this host") */
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend foo",
-                     "rkv run: backend: \"foo\" cannot run as processes");
+                     "rkv run: backend: unknown \"foo\" (known: tcp");
+    expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend nosuch", ", sim)");
+    /* a known one that cannot run as processes keeps its own message */
+    expect_one_error("demo --backend sim", "rkv demo: backend: \"sim\" cannot run as processes");
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --rx-depth abc",
                      "rkv run: rx-depth: expected a non-negative integer, got \"abc\"");
-    expect_one_error("demo --backend foo", "rkv demo: backend: \"foo\"");
+    expect_one_error("demo --backend foo", "rkv demo: backend: unknown \"foo\"");
     expect_one_error("demo --rx-depth abc", "rkv demo: rx-depth: expected a non-negative");
     expect_one_error("demo --rows 0", "rkv demo: workload needs rows 1..2^24");
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend sim --rx-depth abc",
