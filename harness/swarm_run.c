@@ -512,7 +512,7 @@ int rkv_swarm_search(const struct rkv_swarm_search_opts *o)
     if (!(sr.fails = calloc(SWARM_MAX_FAILS, sizeof(*sr.fails))))
         return RKV_EXIT_STORE;
     char upto[32] = "";
-    if (sr.last != UINT64_MAX)
+    if (sr.last != UINT64_MAX || sr.minutes <= 0) /* A..: no end but the time */
         snprintf(upto, sizeof(upto), "%llu", (unsigned long long)sr.last);
     printf("swarm: seeds %llu..%s%s, %u jobs, %.0f s per case at most, failures into %s/\n",
            (unsigned long long)sr.first, upto, sr.minutes > 0 ? " while the time lasts" : "",

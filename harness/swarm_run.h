@@ -37,7 +37,7 @@ int rkv_swarm_shrink(const struct rkv_swarm_runner *cs, const struct rkv_swarm_s
                      const struct rkv_swarm_outcome *failure, struct rkv_swarm_spec *min_p,
                      struct rkv_swarm_outcome *min_out, uint32_t *runs_p);
 
-/* rkv swarm: every seed of first..last (last UINT64_MAX: until minutes
+/* rkv swarm: every seed of first..last (with minutes, until they
  * are up) generated, run and checked, failures kept in out_dir and shrunk;
  * a line per failure and a summary on stdout. Returns an RKV_EXIT_* code
  * (RKV_EXIT_CHECK: a seed failed). */

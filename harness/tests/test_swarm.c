@@ -418,6 +418,39 @@ static void test_the_command_keeps_and_shrinks_a_failure(void **state)
     rm_dir(dir);
 }
 
+/* The top of the seed range is a seed like any other (a closed range
+ * ending at 2^64-1 was taken for "A.." and wanted --minutes), and a flag
+ * without its value is named (--print alone exited 2 saying nothing). */
+static void test_the_command_says_what_is_wrong(void **state)
+{
+    (void)state;
+    char *dir = tmp_dir(), args[256];
+    const char *ranges[] = {"18446744073709551615", "18446744073709551614..18446744073709551615"};
+    const char *counts[] = {"swarm: 1 seeds", "swarm: 2 seeds"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof(args), "swarm --seeds %s --out %s", ranges[k], dir);
+        int rc = run_rkv("", args);
+        if (rc != 0 || !strstr(out, counts[k]))
+            fail_msg("rkv %s: exit %d, expected 0 and \"%s\":\n%s", args, rc, counts[k], out);
+    }
+    assert_int_equal(run_rkv("", "swarm --seeds 18446744073709551615.."), 2);
+    assert_non_null(strstr(out, "--seeds A.. needs --minutes"));
+    assert_int_equal(run_rkv("", "swarm --seeds 18446744073709551616"), 2);
+    assert_non_null(strstr(out, "--seeds: expected"));
+    const char *flags[] = {"--print",       "--seeds",   "--minutes",     "--jobs",
+                           "--out",         "--timeout", "--shrink-runs", "--shrink-minutes",
+                           "--replay-every"};
+    for (size_t k = 0; k < sizeof(flags) / sizeof(flags[0]); k++) {
+        char want[64];
+        snprintf(args, sizeof(args), "swarm %s", flags[k]);
+        snprintf(want, sizeof(want), "rkv swarm: %s needs a value", flags[k]);
+        int rc = run_rkv("", args);
+        if (rc != 2 || !strstr(out, want))
+            fail_msg("rkv %s: exit %d, expected 2 and \"%s\":\n%s", args, rc, want, out);
+    }
+    rm_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_the_shrinker_reduces_a_real_failure),
         cmocka_unit_test(test_a_step_triggered_crash_waits_cheaply),
         cmocka_unit_test(test_the_command_keeps_and_shrinks_a_failure),
+        cmocka_unit_test(test_the_command_says_what_is_wrong),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,8 +58,11 @@ static int swarm_num(const char *flag, const char *v, double min, double max, do
     return 0;
 }
 
-static int swarm_seeds(const char *v, uint64_t *first, uint64_t *last)
+/* *open: "A..", until --minutes; kept apart from last, since a closed
+ * range may end at UINT64_MAX too. */
+static int swarm_seeds(const char *v, uint64_t *first, uint64_t *last, int *open)
 {
+    *open = 0;
     char *end;
     errno = 0;
     *first = strtoull(v, &end, 10);
@@ -74,6 +77,7 @@ static int swarm_seeds(const char *v, uint64_t *first, uint64_t *last)
     const char *b = end + 2;
     if (!*b) {
         *last = UINT64_MAX;
+        *open = 1;
         return 0;
     }
     *last = strtoull(b, &end, 10);
@@ -88,20 +92,27 @@ bad:
 static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, int *print,
                       uint64_t *pseed)
 {
-    int have_seeds = 0;
+    int have_seeds = 0, open = 0;
+    static const char *const valued[] = {
+        "--print",   "--seeds",       "--minutes",        "--jobs",        "--out",
+        "--timeout", "--shrink-runs", "--shrink-minutes", "--replay-every"};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
+        for (size_t k = 0; !v && k < sizeof(valued) / sizeof(valued[0]); k++)
+            if (!strcmp(a, valued[k])) /* was exit 2 and no word, for some */
+                return fprintf(stderr, "rkv swarm: %s needs a value\n", a), -1;
         if (!strcmp(a, "--print")) {
             uint64_t last;
-            if (!v || swarm_seeds(v, pseed, &last) < 0)
+            int o;
+            if (swarm_seeds(v, pseed, &last, &o) < 0)
                 return -1;
             *print = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             sr->verbose = 1;
             continue;
         } else if (!strcmp(a, "--seeds")) {
-            if (!v || swarm_seeds(v, &sr->first, &sr->last) < 0)
+            if (swarm_seeds(v, &sr->first, &sr->last, &open) < 0)
                 return -1;
             have_seeds = 1;
         } else if (!strcmp(a, "--minutes")) {
@@ -137,7 +148,7 @@ static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, i
         }
         i++;
     }
-    if (sr->last == UINT64_MAX && sr->minutes <= 0) {
+    if (open && sr->minutes <= 0) {
         fprintf(stderr, "rkv swarm: --seeds A.. needs --minutes\n");
         return -1;
     }
