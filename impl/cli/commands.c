@@ -207,6 +207,19 @@ int cmd_config(int argc, char **argv)
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    /* Checked as a command that uses them checks them: a value rkv run
+     * refuses was shown here as if it were fine, with exit 0. */
+    struct rkv_config cfg;
+    struct rkv_timed_workload wl;
+    if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv config: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    free(cfg.machines);
+    if (rkv_timed_workload_load(&s, &wl, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv config: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
     cmd_settings_dump(&s, stdout);
     return RKV_EXIT_OK;
 }

@@ -374,6 +374,12 @@ static void test_usage(void **state)
     expect_run("", "config", 0, "usage: rkv config --dump");
     expect_run("", "config --list", 2, "usage: rkv config --dump");
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
+    /* --dump checks the settings as rkv run does (it showed "abc", exit 0) */
+    expect_run("", "config --dump", 0, "timeout-ms");
+    expect_run("RKV_TIMEOUT_MS=abc", "config --dump", 2,
+               "rkv config: timeout-ms: expected a non-negative integer, got \"abc\" (env "
+               "RKV_TIMEOUT_MS)");
+    expect_run("", "config --dump --rows 0", 2, "rkv config: workload needs rows");
     expect_run("", "", 2, NULL);
 }
 
