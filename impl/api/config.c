@@ -282,6 +282,23 @@ static int cmd_check_duplicates(const char *path, const struct rkv_machine *ms, 
     return 0;
 }
 
+/* fgets that says how many bytes it read, NUL bytes included (strlen
+ * cannot tell a NUL read from the end): up to cap - 1 bytes, to and
+ * with the newline, NUL-terminated; 0 at the end of the file. */
+static int cmd_cluster_line(FILE *f, char *line, size_t cap, size_t *len)
+{
+    size_t n = 0;
+    int c = EOF;
+    while (n < cap - 1 && (c = getc(f)) != EOF) {
+        line[n++] = (char)c;
+        if (c == '\n')
+            break;
+    }
+    line[n] = 0;
+    *len = n;
+    return n > 0;
+}
+
 int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len)
 {
@@ -293,9 +310,17 @@ int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
     uint32_t n = 0;
     char line[512];
     int ln = 0, rc = ms && lns ? 0 : rkv_errf(err, err_len, -1, "out of memory");
-    while (rc == 0 && fgets(line, sizeof(line), f)) {
+    size_t len;
+    while (rc == 0 && cmd_cluster_line(f, line, sizeof(line), &len)) {
         ln++;
-        if (!strchr(line, '\n') && !feof(f)) {
+        /* Before the length check: fgets stopped at no NUL, and a 9-byte
+         * file with one was "line longer than 510 bytes". */
+        if (memchr(line, 0, len)) {
+            rc = rkv_errf(err, err_len, -1, "%s:%d: a NUL byte at line %d (not a text file?)", path,
+                          ln, ln);
+            break;
+        }
+        if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
             rc = rkv_errf(err, err_len, -1, "%s:%d: line longer than %zu bytes", path, ln,
                           sizeof(line) - 2);
             break;

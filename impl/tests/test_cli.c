@@ -76,6 +76,29 @@ static void test_cluster_file_errors(void **state)
     memset(longline, 'a', sizeof(longline) - 2);
     longline[sizeof(longline) - 2] = '\n';
     cluster_fails(longline, ":1: line longer than");
+    /* A NUL byte is named as one (it was "line longer than 510 bytes"). */
+    write_cluster("");
+    FILE *nf = fopen(path, "w");
+    assert_non_null(nf);
+    assert_int_equal(fwrite("h1 9000\nh\0 9\n", 1, 14, nf), 14);
+    fclose(nf);
+    struct rkv_machine *nm = NULL;
+    uint32_t nn = 0;
+    char nerr[512] = "";
+    assert_int_equal(cmd_cluster_parse(path, 1, &nm, &nn, nerr, sizeof(nerr)), -1);
+    if (!strstr(nerr, ":2: a NUL byte at line 2"))
+        fail_msg("expected \":2: a NUL byte at line 2\", got \"%s\"", nerr);
+    unlink(path);
+    /* the longest line there is still parses, at the end of a file too */
+    static char maxline[512];
+    memset(maxline, ' ', 510);
+    memcpy(maxline, "h1 9000", 7);
+    write_cluster(maxline);
+    assert_int_equal(cmd_cluster_parse(path, 1, &nm, &nn, nerr, sizeof(nerr)), 0);
+    assert_int_equal(nn, 1);
+    free(nm);
+    maxline[510] = ' ';
+    cluster_fails(maxline, ":1: line longer than 510 bytes");
     /* A file that is not there. */
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
