@@ -22,6 +22,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -86,6 +87,11 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
                         "need DMLC_PS_ROOT_PORT + DMLC_NUM_SERVER <= 65535, 1..4096 servers and "
                         "1..65536 workers (got port %llu, %llu servers, %llu workers)",
                         (unsigned long long)port, (unsigned long long)ns, (unsigned long long)nw);
+    /* Checked up front, for every role: it was only looked up once the
+     * scheduler answered, and not at all beside DMLC_NODE_HOST. */
+    if (*s->val[CMD_INTERFACE] && if_nametoindex(s->val[CMD_INTERFACE]) == 0)
+        return rkv_errf(err, err_len, -1, "interface: no interface \"%s\" on this host (%s)",
+                        s->val[CMD_INTERFACE], s->src[CMD_INTERFACE]);
     *c = (struct psl_cfg){.root_host = s->val[CMD_HOST],
                           .root_port = (uint16_t)port,
                           .n_servers = (uint32_t)ns,
