@@ -455,12 +455,20 @@ static int psl_my_host(const struct cmd_settings *s, int fd, char *host, size_t 
     return 0;
 }
 
-/* Connects to the scheduler, retrying while it is not up yet. */
-static int psl_connect(const struct psl_cfg *cfg, uint64_t deadline, char *err, size_t err_len)
+/* How often a node waiting for its scheduler says so. */
+#define PSL_WAIT_SAY_MS 10000
+
+/* Connects to the scheduler, retrying while it is not up yet; says on
+ * stderr that it waits, and for what, when it starts and every
+ * PSL_WAIT_SAY_MS (it waited the whole connect-retry-ms + timeout-ms, a
+ * minute by default, without a word). */
+static int psl_connect(const struct psl_cfg *cfg, const char *who, uint64_t deadline, char *err,
+                       size_t err_len)
 {
     struct sockaddr_in a;
     if (psl_addr(cfg->root_host, cfg->root_port, &a, err, err_len) < 0)
         return -1;
+    uint64_t t0 = psl_now_ms(), say = t0;
     for (;;) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd < 0)
@@ -474,6 +482,16 @@ static int psl_connect(const struct psl_cfg *cfg, uint64_t deadline, char *err, 
                             "no scheduler at %s:%u (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): %s; "
                             "launch one with DMLC_ROLE=scheduler",
                             cfg->root_host, cfg->root_port, strerror(e));
+        uint64_t now = psl_now_ms();
+        if (now >= say) {
+            fprintf(stderr,
+                    "%s: waiting for the scheduler at %s:%u (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): "
+                    "%s; %llu s so far, giving up in %llu s\n",
+                    who, cfg->root_host, cfg->root_port, strerror(e),
+                    (unsigned long long)((now - t0) / 1000),
+                    (unsigned long long)((deadline - now + 999) / 1000));
+            say = now + PSL_WAIT_SAY_MS;
+        }
         usleep(100 * 1000);
     }
 }
@@ -529,7 +547,7 @@ static int psl_rendezvous(const struct cmd_settings *s, const struct psl_cfg *cf
                           size_t err_len)
 {
     uint64_t deadline = psl_now_ms() + cfg->wait_ms;
-    int fd = psl_connect(cfg, deadline, err, err_len);
+    int fd = psl_connect(cfg, is_server ? "rkv server" : "rkv worker", deadline, err, err_len);
     if (fd < 0)
         return RKV_EXIT_STORE;
     int code = RKV_EXIT_USAGE;
