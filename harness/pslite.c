@@ -87,9 +87,12 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
                         "need DMLC_PS_ROOT_PORT + DMLC_NUM_SERVER <= 65535, 1..4096 servers and "
                         "1..65536 workers (got port %llu, %llu servers, %llu workers)",
                         (unsigned long long)port, (unsigned long long)ns, (unsigned long long)nw);
-    /* Checked up front, for every role: it was only looked up once the
-     * scheduler answered, and not at all beside DMLC_NODE_HOST. */
-    if (*s->val[CMD_INTERFACE] && if_nametoindex(s->val[CMD_INTERFACE]) == 0)
+    /* Checked up front where it is used (it was looked up only once the
+     * scheduler answered). As in ps-lite, the scheduler and a node given
+     * DMLC_NODE_HOST do not use it: one launch script may set it for
+     * every host, the scheduler's lacking that interface. */
+    if (*s->val[CMD_INTERFACE] && strcmp(s->val[CMD_ROLE], "scheduler") != 0 &&
+        !*s->val[CMD_NODE_HOST] && if_nametoindex(s->val[CMD_INTERFACE]) == 0)
         return rkv_errf(err, err_len, -1, "interface: no interface \"%s\" on this host (%s)",
                         s->val[CMD_INTERFACE], s->src[CMD_INTERFACE]);
     *c = (struct psl_cfg){.root_host = s->val[CMD_HOST],
