@@ -662,15 +662,16 @@ static void test_pslite_errors(void **state)
     assert_int_equal(count(want), 1);
     snprintf(cmd, sizeof(cmd),
              "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 "
-             "RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=10700 DMLC_PS_ROOT_PORT=%u "
+             "RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=14700 DMLC_PS_ROOT_PORT=%u "
              "DMLC_ROLE=worker %s node 2>&1",
              test_port() + 5, RKV_BIN);
     assert_int_equal(sh(cmd), 3);
     snprintf(want, sizeof(want), "rkv worker: waiting for the scheduler at 127.0.0.1:%u ",
              test_port() + 5);
-    if (count(want) != 2 || !strstr(out, "; 0 s so far, giving up in ") ||
-        !strstr(out, "; 10 s so far, giving up in "))
-        fail_msg("expected 2 lines \"%s\", at 0 s and 10 s:\n%s", want, out);
+    /* Two in its 15 s: at the start and 10 s on (give or take a loaded
+     * host's delay: no exact second is asserted). */
+    if (count(want) != 2 || !strstr(out, "; 0 s so far, giving up in "))
+        fail_msg("expected 2 lines \"%s\", at 0 s and 10 s on:\n%s", want, out);
     /* A node whose DMLC_NUM_SERVER differs from the scheduler's. */
     snprintf(cmd, sizeof(cmd),
              "export %s DMLC_PS_ROOT_PORT=%u; DMLC_ROLE=scheduler %s node 2>&1 & "
