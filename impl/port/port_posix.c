@@ -295,7 +295,9 @@ static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t b
         struct statvfs vs;
         long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
         uint64_t room = UINT64_MAX;
-        if (fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0)
+        /* A tmpfs mounted without a size limit reports 0 blocks: then
+         * only memory bounds it. */
+        if (fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0 && vs.f_blocks > 0)
             room = (uint64_t)vs.f_bavail * vs.f_frsize;
         if (page > 0 && phys > 0 && (uint64_t)page * (uint64_t)phys < room)
             room = (uint64_t)page * (uint64_t)phys;
