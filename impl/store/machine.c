@@ -59,12 +59,34 @@ static uint64_t mach_magic(void)
     return RKV_MACH_MAGIC | ((size ^ size >> 16) & 0xffff) << 48;
 }
 
+/* The maker of an existing segment `name` of this build, if it still runs
+ * (0: none, or it has ended). */
+static uint64_t mach_live_maker(struct rkv_port *port, const char *name)
+{
+    if (!port->ops->proc_alive)
+        return 0;
+    void *addr;
+    if (port->ops->shm_map(port, name, sizeof(struct rkv_mach_hdr), 0, &addr) < 0)
+        return 0; /* none, or too short to be one of ours */
+    const struct rkv_mach_hdr *h = addr;
+    uint64_t maker = h->magic == mach_magic() ? h->maker : 0;
+    port->ops->shm_unmap(port, addr, sizeof(struct rkv_mach_hdr));
+    return maker && port->ops->proc_alive(port, maker) ? maker : 0;
+}
+
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len)
 {
     char name[96];
     rkv_mach_name(name, sizeof(name), prefix, machine);
+    uint64_t live = mach_live_maker(port, name);
+    if (live)
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "machine segment %s is in use by process %llu, a running server of "
+                        "machine %u with shm prefix \"%s\" (another cluster on the same port or "
+                        "shm prefix?): stop it, or give this one another port or shm_prefix",
+                        name, (unsigned long long)live, machine, prefix);
     port->ops->shm_unlink(port, name); /* left by a crashed earlier run */
     size_t bytes = mach_bytes(n_clients);
     void *addr;
@@ -74,6 +96,7 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
                         bytes, rkv_strerror(rc));
     struct rkv_mach_hdr *h = addr; /* zero-filled by shm_map */
     h->lineage = lineage;
+    h->maker = port->ops->proc_self ? port->ops->proc_self(port) : 0;
     h->n_clients = n_clients;
     atomic_thread_fence(memory_order_release);
     h->magic = mach_magic();

@@ -164,6 +164,12 @@ struct rkv_mach_client {
 struct rkv_mach_hdr {
     uint64_t magic;   /* published last */
     uint64_t lineage; /* id of the chain of snapshots this state belongs to (0: not durable) */
+    /* The process that made it (port proc_self; 0: a port that cannot
+     * tell). While it runs, another create of this name is refused: a
+     * second cluster started with the same shm prefix (the same port, by
+     * default) removed the running one's segment before it found the port
+     * taken. */
+    uint64_t maker;
     uint32_t n_clients;
     /* Lock words hold the holder's owner tag (its local server id + 1), so
      * that a server restarting beside live ones frees what its previous
@@ -210,7 +216,9 @@ struct rkv_mach {
 };
 
 void rkv_mach_name(char *buf, size_t len, const char *prefix, uint32_t machine);
-/* Creates the segment afresh (an older one of that name is removed first). */
+/* Creates the segment afresh. An older one of that name is removed first
+ * if its maker has ended (a crashed earlier run); one whose maker still
+ * runs is left alone and the create fails with -RKV_EEXIST. */
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -152,6 +153,45 @@ static int shm_left(const char *prefix)
     char cmd[160];
     snprintf(cmd, sizeof(cmd), "ls /dev/shm/%s-* >/dev/null 2>&1", prefix);
     return system(cmd) == 0;
+}
+
+/* Regression: a second server 0 of a machine with the same shm prefix (a
+ * cluster launched twice on one port) removed the running server's machine
+ * segment before it found the port taken, then unlinked the new one: the
+ * machine's other servers and its co-located clients could no longer
+ * attach. It is refused now, naming the running process, and the running
+ * segment is the same file afterwards. One whose maker has ended (a crash)
+ * is still replaced. Forks: runs while the process has one thread. */
+static void test_second_server0_leaves_running_segment(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char err[256], path[160];
+    snprintf(path, sizeof(path), "/dev/shm/%s-m0-meta", c.cfg.shm_prefix);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* an earlier run that crashed: no destroy */
+        struct rkv_server *s = NULL;
+        _exit(rkv_server_create(&c.cfg, 0, &s, err, sizeof(err)) == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    struct stat left, live, after;
+    assert_int_equal(stat(path, &left), 0);
+    struct rkv_server *srv = NULL, *dup = NULL;
+    if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("a crashed run's segment was not replaced: %s", err);
+    assert_int_equal(stat(path, &live), 0);
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &dup, err, sizeof(err)), -RKV_EEXIST);
+    if (!strstr(err, "in use by process"))
+        fail_msg("unclear refusal: %s", err);
+    assert_null(dup);
+    assert_int_equal(stat(path, &after), 0);
+    assert_true(after.st_ino == live.st_ino);
+    rkv_server_destroy(srv);
+    assert_false(shm_left(c.cfg.shm_prefix));
 }
 
 /* Regression: NULL pointers the header does not forbid crashed the API
@@ -749,6 +789,7 @@ int main(void)
     atexit(kill_stray_child);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shutdown_names_unreachable), /* forks: first, single-threaded */
+        cmocka_unit_test(test_second_server0_leaves_running_segment), /* forks too */
         cmocka_unit_test(test_config_filled_by_hand),
         cmocka_unit_test(test_config_zeroed_refused),
         cmocka_unit_test(test_null_pointers_refused),
