@@ -452,15 +452,15 @@ static const struct cmd_limit {
     uint64_t max;
     const char *why;
 } cmd_limits[] = {
-    {CMD_NUM_WORKERS, 65536, "servers keep a record per worker"},
-    {CMD_RX_DEPTH, 65536, "each connection posts this many receive buffers"},
-    {CMD_SLOTS, 65536, "each connection keeps this many slots"},
-    {CMD_CTRL_BUF_BYTES, 64u << 20, "each receive buffer has this size"},
+    {CMD_NUM_WORKERS, RKV_MAX_WORKERS, "servers keep a record per worker"},
+    {CMD_RX_DEPTH, RKV_MAX_RX_DEPTH, "each connection posts this many receive buffers"},
+    {CMD_SLOTS, RKV_MAX_PUSH_SLOTS, "each connection keeps this many slots"},
+    {CMD_CTRL_BUF_BYTES, RKV_MAX_CTRL_BUF_BYTES, "each receive buffer has this size"},
 };
 
 /* Bytes of receive buffers one connection may take (rx-depth x
  * ctrl-buf-bytes): a server holds one set per peer. */
-#define CMD_RX_BYTES_MAX (1ull << 30)
+#define CMD_RX_BYTES_MAX RKV_MAX_RX_BYTES
 
 static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_len)
 {

@@ -178,6 +178,16 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_MAX_SERVERS 65536u
 #define RKV_MAX_MACHINES RKV_MAX_SERVERS
 #define RKV_HOST_MAX 63
+/* Bounds of settings that size what a node allocates up front (struct
+ * rkv_config): a value past them is a typo or a unit mistake, refused
+ * naming the setting rather than met later as "out of memory" or a
+ * connection that cannot be set up. RKV_MAX_RX_DEPTH is also what a tcp
+ * connection can post. */
+#define RKV_MAX_WORKERS 65536u
+#define RKV_MAX_RX_DEPTH 65536u
+#define RKV_MAX_PUSH_SLOTS 65536u
+#define RKV_MAX_CTRL_BUF_BYTES (64u << 20)
+#define RKV_MAX_RX_BYTES (1ull << 30)
 
 struct rkv_machine {
     char host[RKV_HOST_MAX + 1]; /* NUL-terminated: create refuses one that is not (-RKV_ECONFIG) */
@@ -196,10 +206,14 @@ struct rkv_config {
     char shm_prefix[32];          /* namespace of shm segments ("rkv-<cluster>") */
     uint32_t timeout_ms;          /* per request; also connect */
     uint32_t connect_retry_ms;    /* keep retrying connect this long */
-    uint32_t rx_depth;            /* posted receive buffers per connection */
-    uint32_t ctrl_buf_bytes;      /* size of each control (SEND) buffer */
-    uint32_t push_slots;          /* rendezvous slots a server grants per client */
-    uint64_t max_slot_bytes;      /* largest single message via rendezvous */
+    /* Bounded (-RKV_ECONFIG past a bound): rx_depth 4..RKV_MAX_RX_DEPTH,
+     * ctrl_buf_bytes 256..RKV_MAX_CTRL_BUF_BYTES and their product (the
+     * receive buffers of one connection) at most RKV_MAX_RX_BYTES,
+     * push_slots 2..RKV_MAX_PUSH_SLOTS, n_workers 1..RKV_MAX_WORKERS. */
+    uint32_t rx_depth;       /* posted receive buffers per connection */
+    uint32_t ctrl_buf_bytes; /* size of each control (SEND) buffer */
+    uint32_t push_slots;     /* rendezvous slots a server grants per client */
+    uint64_t max_slot_bytes; /* largest single message via rendezvous */
     uint64_t seed;
     int log_level; /* 0 error, 1 warn, 2 info, 3 debug */
     /* Durable mode when not empty: servers acknowledge a push only once a

@@ -94,6 +94,7 @@ enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 #define TCP_SEND_TIMEOUT_MS 30000u /* a peer that stops reading fails the sender */
 #define TCP_CQ_MAX (1u << 20)      /* completions waiting for poll() */
 #define TCP_RECV_MAX (1u << 16)    /* posted receives per QP */
+static_assert(TCP_RECV_MAX >= RKV_MAX_RX_DEPTH, "a connection posts rx_depth receives");
 #define TCP_MR_SLOT_BITS 20        /* rkey = (random:12 | slot:20) ^ secret */
 #define TCP_MR_MAX (1u << TCP_MR_SLOT_BITS)
 #define TCP_LISTEN_MAX 16

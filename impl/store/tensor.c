@@ -178,6 +178,9 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         rkv_cfg_n_servers(cfg), RKV_MAX_SERVERS);
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
+    if (cfg->n_workers > RKV_MAX_WORKERS)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need 1..%u workers, got %u",
+                        RKV_MAX_WORKERS, cfg->n_workers);
     if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||
         !memchr(cfg->backend, 0, sizeof(cfg->backend)) ||
         !memchr(cfg->shm_prefix, 0, sizeof(cfg->shm_prefix)))
@@ -207,6 +210,20 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         cfg->rx_depth == 0 && cfg->ctrl_buf_bytes == 0
                             ? "; rkv_config_defaults() sets every field: start from it"
                             : "");
+    /* Past these a server accepted the setting and every client's connect
+     * failed with "configured limit reached", naming none of them. */
+    if (cfg->rx_depth > RKV_MAX_RX_DEPTH || cfg->push_slots > RKV_MAX_PUSH_SLOTS ||
+        cfg->ctrl_buf_bytes > RKV_MAX_CTRL_BUF_BYTES)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: need rx_depth <= %u, push_slots <= %u, ctrl_buf_bytes <= %u (got "
+                        "%u, %u, %u)",
+                        RKV_MAX_RX_DEPTH, RKV_MAX_PUSH_SLOTS, RKV_MAX_CTRL_BUF_BYTES, cfg->rx_depth,
+                        cfg->push_slots, cfg->ctrl_buf_bytes);
+    if ((uint64_t)cfg->rx_depth * cfg->ctrl_buf_bytes > RKV_MAX_RX_BYTES)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: rx_depth x ctrl_buf_bytes = %u x %u bytes of receive buffers per "
+                        "connection, above the limit of %llu MiB",
+                        cfg->rx_depth, cfg->ctrl_buf_bytes, RKV_MAX_RX_BYTES >> 20);
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
     /* A log's byte offsets are below 1 TiB (its LSNs, wal.h). */

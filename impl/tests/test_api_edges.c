@@ -155,6 +155,48 @@ static int shm_left(const char *prefix)
     return system(cmd) == 0;
 }
 
+/* Regression: rx_depth 100000 through the C API was accepted by the
+ * server, and every client's connect then failed with "configured limit
+ * reached" (a tcp connection posts at most 65,536 receives), naming no
+ * setting. The bounds the CLI had are rkv_cfg_check's now. */
+static void test_config_bounds_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char err[256];
+    struct rkv_server *srv = NULL;
+    struct rkv_client *cli = NULL;
+    struct rkv_config ok = c.cfg;
+    c.cfg.rx_depth = RKV_MAX_RX_DEPTH + 1;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "need rx_depth <= 65536"));
+    assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "got 65537,"));
+    c.cfg = ok;
+    c.cfg.push_slots = RKV_MAX_PUSH_SLOTS + 1;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "push_slots <= 65536"));
+    c.cfg = ok;
+    c.cfg.ctrl_buf_bytes = RKV_MAX_CTRL_BUF_BYTES + 1;
+    c.cfg.max_slot_bytes = c.cfg.ctrl_buf_bytes;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "ctrl_buf_bytes <= 67108864"));
+    c.cfg = ok;
+    c.cfg.rx_depth = 4096;
+    c.cfg.ctrl_buf_bytes = 1u << 20; /* 4 GiB of receive buffers per connection */
+    c.cfg.max_slot_bytes = c.cfg.ctrl_buf_bytes;
+    assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "rx_depth x ctrl_buf_bytes = 4096 x 1048576"));
+    c.cfg = ok;
+    c.cfg.n_workers = RKV_MAX_WORKERS + 1;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "need 1..65536 workers, got 65537"));
+    assert_null(srv);
+    assert_null(cli);
+    assert_false(shm_left(ok.shm_prefix));
+}
+
 /* Regression: a second server 0 of a machine with the same shm prefix (a
  * cluster launched twice on one port) removed the running server's machine
  * segment before it found the port taken, then unlinked the new one: the
@@ -792,6 +834,7 @@ int main(void)
         cmocka_unit_test(test_second_server0_leaves_running_segment), /* forks too */
         cmocka_unit_test(test_config_filled_by_hand),
         cmocka_unit_test(test_config_zeroed_refused),
+        cmocka_unit_test(test_config_bounds_refused),
         cmocka_unit_test(test_null_pointers_refused),
         cmocka_unit_test(test_failed_create_leaves_no_shm),
         cmocka_unit_test(test_server_stop_without_a_client),
