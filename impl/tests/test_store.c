@@ -511,6 +511,7 @@ static void test_server_killed_or_hung(void **state)
             waitpid(child, NULL, 0);
         }
         stray_child = 0;
+        forget_machine_shm(&c, 1);
         rkv_client_shutdown_servers(cli);
         rkv_client_destroy(cli);
         cluster_stop(&c);

@@ -325,6 +325,7 @@ static void test_unanswered_request_closes(void **state)
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     stray_child = 0;
+    forget_machine_shm(&c, 1);
     float *buf = malloc(bytes);
     assert_non_null(buf);
     assert_int_equal(rkv_client_pull(cli, "big", ids, 3, buf), -RKV_EPEERDEAD);
@@ -444,6 +445,7 @@ static void push_fails_midway(int async)
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     stray_child = 0;
+    forget_machine_shm(&c, 1);
     rkv_client_shutdown_servers(cli); /* server 0; server 1 is gone */
     rkv_client_destroy(cli);
     nic->ops->close(nic);

@@ -9,6 +9,8 @@
 #define RKV_TEST_TWO_MACHINES_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <sys/mman.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -135,6 +137,26 @@ static inline void kill_stray_child(void)
 {
     if (stray_child > 0)
         kill(stray_child, SIGKILL);
+}
+
+/* A killed server leaves its machine's segments (as a crash does); the
+ * test that killed it removes them, or every run of the suite would add
+ * some to /dev/shm. */
+static inline void forget_machine_shm(const struct cluster *c, uint32_t m)
+{
+    char head[64];
+    int n = snprintf(head, sizeof(head), "%s-m%u-", c->cfg.shm_prefix, m);
+    DIR *d = opendir("/dev/shm");
+    if (!d || n <= 0)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, head, (size_t)n) == 0) {
+            char name[300];
+            snprintf(name, sizeof(name), "/%s", e->d_name);
+            shm_unlink(name);
+        }
+    }
+    closedir(d);
 }
 
 /* Forks machine m's server process and waits until it listens (or failed
