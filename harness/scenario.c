@@ -868,6 +868,32 @@ static int sc_fault(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     return sc_map(c, "faults[]", at, item, sc_fault_fields, SC_N_FAULT_FIELDS, sc_fault_field, f);
 }
 
+/* An alias (*name) is refused where it stands: unresolved, it read as its
+ * own name ("expected a positive integer, got \"m\""); resolved, a few
+ * lines of nested aliases could expand to gigabytes. Depth is bounded as
+ * sc_mark's is (deeper nesting is refused by the sections' own shapes). */
+static int sc_no_alias(struct sc_ctx *c, struct fy_node *n, int depth)
+{
+    if (!n || depth > 64)
+        return 0;
+    if (fy_node_is_alias(n))
+        return sc_fail(c, n,
+                       "a YAML alias (*%s): a scenario does not resolve anchors; write the value "
+                       "out",
+                       fy_node_get_scalar0(n) ? fy_node_get_scalar0(n) : "");
+    void *it = NULL;
+    int rc = 0;
+    if (fy_node_get_type(n) == FYNT_MAPPING) {
+        for (struct fy_node_pair *p; rc == 0 && (p = fy_node_mapping_iterate(n, &it));)
+            if ((rc = sc_no_alias(c, fy_node_pair_key(p), depth + 1)) == 0)
+                rc = sc_no_alias(c, fy_node_pair_value(p), depth + 1);
+    } else if (fy_node_get_type(n) == FYNT_SEQUENCE) {
+        for (struct fy_node *v; rc == 0 && (v = fy_node_sequence_iterate(n, &it));)
+            rc = sc_no_alias(c, v, depth + 1);
+    }
+    return rc;
+}
+
 static int sc_sections(struct sc_ctx *c, struct fy_node *root)
 {
     struct rkv_scenario *sc = c->sc;
@@ -1373,7 +1399,8 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
         snprintf(err, err_len, "%s:1:1: empty scenario (expected cluster, tensors, workload)",
                  path);
         rc = -RKV_ECONFIG;
-    } else if ((rc = sc_sections(&c, root)) == 0 && (rc = sc_check_books(&c)) == 0) {
+    } else if ((rc = sc_no_alias(&c, root, 0)) == 0 && (rc = sc_sections(&c, root)) == 0 &&
+               (rc = sc_check_books(&c)) == 0) {
         rc = sc_check_faults(sc, err, err_len);
     }
     fy_document_destroy(doc);
