@@ -2427,25 +2427,22 @@ static void cli_free_tables(struct rkv_client *c)
     free(c->drop_unanswered);
 }
 
-/* The pointers every create needs, checked before anything is opened. */
+/* What every create checks once, before anything is opened (the backend's
+ * name and the verbs device open the NIC): its pointers and cfg. */
 static int cli_check_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                             size_t err_len)
 {
     if (!cfg || !cli_p)
         return rkv_errf(err, err_len, -RKV_EINVAL, "client create: %s is NULL",
                         !cfg ? "cfg" : "cli_p");
-    return 0;
+    return rkv_cfg_check(cfg, err, err_len);
 }
 
+/* cfg and cli_p passed cli_check_create. */
 static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                       int observer, struct rkv_client **cli_p, char *err, size_t err_len)
 {
-    int rc = cli_check_create(cfg, cli_p, err, err_len);
-    if (rc < 0)
-        return rc;
-    rc = rkv_cfg_check(cfg, err, err_len);
-    if (rc < 0)
-        return rc;
+    int rc;
     struct rkv_client *c = calloc(1, sizeof(*c));
     if (!c)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
@@ -2500,23 +2497,23 @@ free_client:
 int rkv_client_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                          struct rkv_client **cli_p, char *err, size_t err_len)
 {
-    return cli_create(port, nic, cfg, 0, cli_p, err, err_len);
+    int rc = cli_check_create(cfg, cli_p, err, err_len);
+    return rc < 0 ? rc : cli_create(port, nic, cfg, 0, cli_p, err, err_len);
 }
 
 int rkv_client_create_observer_on(struct rkv_port *port, struct rkv_nic *nic,
                                   const struct rkv_config *cfg, struct rkv_client **cli_p,
                                   char *err, size_t err_len)
 {
-    return cli_create(port, nic, cfg, 1, cli_p, err, err_len);
+    int rc = cli_check_create(cfg, cli_p, err, err_len);
+    return rc < 0 ? rc : cli_create(port, nic, cfg, 1, cli_p, err, err_len);
 }
 
 int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                                size_t err_len)
 {
-    /* Before the backend's name and the verbs device are used to open the
-     * NIC, as rkv_client_create does. */
     int rc = cli_check_create(cfg, cli_p, err, err_len);
-    if (rc < 0 || (rc = rkv_cfg_check(cfg, err, err_len)) < 0)
+    if (rc < 0)
         return rc;
     struct rkv_port *port;
     struct rkv_nic *nic;
@@ -2535,21 +2532,18 @@ int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client *
 int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                       size_t err_len)
 {
-    /* Before the backend's name is used to open the NIC. */
-    int crc = cli_check_create(cfg, cli_p, err, err_len);
-    if (crc == 0)
-        crc = rkv_cfg_check(cfg, err, err_len);
-    if (crc < 0)
-        return crc;
+    int rc = cli_check_create(cfg, cli_p, err, err_len);
+    if (rc < 0)
+        return rc;
     struct rkv_port *port;
     struct rkv_nic *nic;
     /* The stack address differs between processes (ASLR), so co-located
      * clients draw different HELLO nonces even with one configured seed. */
     uint64_t seed = cfg->seed ^ (uint64_t)(uintptr_t)&port;
-    int rc = rkv_node_open(cfg, "w", seed, &port, &nic, err, err_len);
+    rc = rkv_node_open(cfg, "w", seed, &port, &nic, err, err_len);
     if (rc < 0)
         return rc;
-    if ((rc = rkv_client_create_on(port, nic, cfg, cli_p, err, err_len)) < 0) {
+    if ((rc = cli_create(port, nic, cfg, 0, cli_p, err, err_len)) < 0) {
         rkv_node_close(port, nic);
         return rc;
     }

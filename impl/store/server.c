@@ -1870,8 +1870,10 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
 
 /* ---- life cycle ---- */
 
-int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
-                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
+/* What every create checks once, before anything is opened (the backend's
+ * name opens the NIC), so there is nothing to undo then. */
+static int srv_check_create(const struct rkv_config *cfg, uint32_t local_id,
+                            struct rkv_server **srv_p, char *err, size_t err_len)
 {
     if (!cfg || !srv_p)
         return rkv_errf(err, err_len, -RKV_EINVAL, "server create: %s is NULL",
@@ -1883,6 +1885,14 @@ int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struc
     if (local_id >= mc->servers)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "server %u: machine %u has %u servers",
                         local_id, cfg->machine_id, mc->servers);
+    return 0;
+}
+
+/* cfg, local_id and srv_p passed srv_check_create. */
+static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                      uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
+{
+    int rc;
     /* Before listening: the secret and connection limits. */
     if ((rc = rkv_cfg_nic(cfg, nic, err, err_len)) < 0)
         return rc;
@@ -1970,25 +1980,27 @@ free_server:
     return rc;
 }
 
+int rkv_server_create_on(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
+                         uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
+{
+    int rc = srv_check_create(cfg, local_id, srv_p, err, err_len);
+    return rc < 0 ? rc : srv_create(port, nic, cfg, local_id, srv_p, err, err_len);
+}
+
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len)
 {
-    /* Before anything is opened: there is nothing to undo then. */
-    if (!cfg || !srv_p)
-        return rkv_errf(err, err_len, -RKV_EINVAL, "server create: %s is NULL",
-                        !cfg ? "cfg" : "srv_p");
-    /* Before the backend's name is used to open the NIC. */
-    int crc = rkv_cfg_check(cfg, err, err_len);
-    if (crc < 0)
-        return crc;
+    int rc = srv_check_create(cfg, local_id, srv_p, err, err_len);
+    if (rc < 0)
+        return rc;
     char node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg->machine_id, local_id);
     struct rkv_port *port;
     struct rkv_nic *nic;
-    int rc = rkv_node_open(cfg, node, cfg->seed, &port, &nic, err, err_len);
+    rc = rkv_node_open(cfg, node, cfg->seed, &port, &nic, err, err_len);
     if (rc < 0)
         return rc;
-    if ((rc = rkv_server_create_on(port, nic, cfg, local_id, srv_p, err, err_len)) < 0) {
+    if ((rc = srv_create(port, nic, cfg, local_id, srv_p, err, err_len)) < 0) {
         rkv_node_close(port, nic);
         return rc;
     }
