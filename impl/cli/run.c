@@ -25,11 +25,13 @@ static void demo_usage(void)
 
 /* --out is made (one level, as the report writer does) and checked before
  * the run: a report that cannot be written was found only after a run of
- * any length, and the exit status said nothing. */
-static int run_out_dir_ok(const char *dir)
+ * any length, and the exit status said nothing. *made: this call made it. */
+static int run_out_dir_ok(const char *dir, int *made)
 {
     struct stat st;
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+    if (mkdir(dir, 0755) == 0)
+        *made = 1;
+    else if (errno != EEXIST) {
         fprintf(stderr, "rkv run: --out %s: cannot create it: %s\n", dir, strerror(errno));
         return -1;
     }
@@ -150,7 +152,7 @@ int cmd_run(int argc, char **argv, const char *self)
     const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
     struct cmd_twin_args ta = {.cfg = cfg};
     int n_rest;
-    int plot = 0;
+    int plot = 0, out_made = 0;
     int ar = rest && cfg ? run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta,
                                     &progress, cfg, rest, &n_rest)
                          : -1;
@@ -174,7 +176,7 @@ int cmd_run(int argc, char **argv, const char *self)
     }
     if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)
         goto out;
-    if (out_dir && run_out_dir_ok(out_dir) < 0)
+    if (out_dir && run_out_dir_ok(out_dir, &out_made) < 0)
         goto out;
     /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
     if (RKV_WITH_SIM && !strcmp(s.src[CMD_BACKEND], "default"))
@@ -216,6 +218,10 @@ int cmd_run(int argc, char **argv, const char *self)
     struct rkv_launch_opts lo = {.self = self, .settings = &s, .file = file, .trace = trace};
     code = rkv_launch_report(sc, &lo, out_dir, plot);
 out:
+    /* A run refused after --out was made (a bad setting, say) wrote
+     * nothing there: the directory goes too (rmdir leaves a non-empty one). */
+    if (out_made && code != RKV_EXIT_OK)
+        rmdir(out_dir);
     free(rest);
     free(cfg);
     rkv_scenario_free(sc);

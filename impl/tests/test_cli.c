@@ -577,6 +577,16 @@ static void test_run_reports(void **state)
     assert_int_equal(system(args), 0);
     snprintf(args, sizeof(args), "run %s --log-level loud", yaml);
     expect_run("", args, 2, "rkv run: log-level: expected a non-negative integer");
+    /* A run refused after its --out was made leaves no empty directory
+     * behind (it did); one that existed before stays. */
+    snprintf(args, sizeof(args), "run %s --out %s.e --jitter 7", yaml, dir);
+    expect_run("", args, 2, "rkv run: --jitter: expected 0..1");
+    snprintf(p, sizeof(p), "%s.e", dir);
+    assert_int_equal(stat(p, &st), -1);
+    assert_int_equal(mkdir(p, 0755), 0);
+    expect_run("", args, 2, "rkv run: --jitter: expected 0..1");
+    assert_int_equal(stat(p, &st), 0);
+    assert_int_equal(rmdir(p), 0);
     unlink(dir);
     unlink(yaml);
 }
