@@ -11,6 +11,10 @@
 int rkv_cluster_create(const struct rkv_config *cfg, int copy, struct rkv_cluster **cl_p, char *err,
                        size_t err_len)
 {
+    /* Nodes whose config shares this table do not check it again. */
+    int rc = rkv_cfg_check_machines(cfg, err, err_len);
+    if (rc < 0)
+        return rc;
     struct rkv_cluster *cl = calloc(1, sizeof(*cl));
     if (!cl)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");

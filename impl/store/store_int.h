@@ -285,6 +285,9 @@ uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg);
 uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint32_t local);
 void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec);
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len);
+/* Its machine-table part, O(machines): what rkv_cluster_create checks once
+ * for every node made from a config that shares the table it builds. */
+int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_len);
 /* Identifies a cluster (machines, ports, servers, workers, shm prefix): a
  * client that reached a server of another cluster is told so at HELLO. */
 uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "nic/nic.h"
+#include "store/cluster.h"
 #include "store/store_int.h"
 #include "util/util.h"
 
@@ -155,7 +156,7 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
 
 static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size_t err_len);
 
-int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
+int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_len)
 {
     if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need 1..%u machines, got %u",
@@ -176,6 +177,19 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: %u servers, but the wire format names at most %u",
                         rkv_cfg_n_servers(cfg), RKV_MAX_SERVERS);
+    return 0;
+}
+
+int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
+{
+    /* A shared cluster table checked this machine table when it was built:
+     * the twin's nodes would each check it again, machines x nodes. */
+    const struct rkv_cluster *sh = cfg->shared;
+    if (!sh || sh->machines != cfg->machines || sh->n_machines != cfg->n_machines) {
+        int rc = rkv_cfg_check_machines(cfg, err, err_len);
+        if (rc < 0)
+            return rc;
+    }
     if (cfg->n_workers == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need at least one worker");
     if (cfg->n_workers > RKV_MAX_WORKERS)
