@@ -26,6 +26,10 @@
 struct posix_port {
     struct rkv_port base;
     uint64_t t0_ns; /* creation time, the origin of the log timestamps */
+    /* proc_self of the process with pid self_pid (a forked child's
+     * differs): self_id is written before self_pid, read after it. */
+    _Atomic uint64_t self_id;
+    atomic_int self_pid;
 };
 
 struct rkv_task {
@@ -409,32 +413,73 @@ static void posix_vlog(struct rkv_port *p, int level, const char *fmt, va_list a
 
 /* ---- process liveness ---- */
 
-static uint64_t posix_proc_self(struct rkv_port *p)
-{
-    (void)p;
-    return (uint64_t)getpid();
-}
+/* A process id is its pid (below 2^22, Linux's pid_max limit) and, above
+ * it, its start time in clock ticks since boot: a pid alone named another
+ * process once reused, or in another pid namespace sharing /dev/shm (a
+ * container started with --ipc=host), which was then taken for the one
+ * that made a segment or holds a lock. */
+#define PROC_PID_BITS 22
 
-/* A killed process its parent has not reaped yet is a zombie: kill(pid, 0)
- * still succeeds, but it holds nothing any more, so /proc's state decides. */
-static int posix_proc_alive(struct rkv_port *p, uint64_t id)
+/* From /proc/PID/stat: its state letter and start time (field 22); -1
+ * without /proc or that process. */
+static int posix_proc_stat(pid_t pid, char *state, uint64_t *start)
 {
-    (void)p;
-    if (id == 0 || id > (uint64_t)INT32_MAX)
-        return 0;
-    if (kill((pid_t)id, 0) != 0 && errno == ESRCH)
-        return 0;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%llu/stat", (unsigned long long)id);
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
     if (!f)
-        return 1; /* no /proc: kill() said it exists */
+        return -1;
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = 0;
-    const char *close_paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
-    return !(close_paren && (close_paren[1] == ' ') &&
-             (close_paren[2] == 'Z' || close_paren[2] == 'X'));
+    const char *s = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold ')' */
+    if (!s || s[1] != ' ' || !s[2])
+        return -1;
+    *state = s[2];
+    s += 2;
+    for (int field = 3; field < 22; field++) {
+        s = strchr(s, ' ');
+        if (!s)
+            return -1;
+        s++;
+    }
+    char *end;
+    *start = strtoull(s, &end, 10);
+    return end == s ? -1 : 0;
+}
+
+static uint64_t posix_proc_self(struct rkv_port *p)
+{
+    struct posix_port *pp = p->impl;
+    pid_t pid = getpid();
+    if (atomic_load_explicit(&pp->self_pid, memory_order_acquire) == pid)
+        return atomic_load_explicit(&pp->self_id, memory_order_relaxed);
+    char state;
+    uint64_t start = 0, id = (uint64_t)pid;
+    if (posix_proc_stat(pid, &state, &start) == 0 && start < (1ull << (64 - PROC_PID_BITS)))
+        id |= start << PROC_PID_BITS;
+    atomic_store_explicit(&pp->self_id, id, memory_order_relaxed);
+    atomic_store_explicit(&pp->self_pid, pid, memory_order_release);
+    return id;
+}
+
+/* A killed process its parent has not reaped yet is a zombie: kill(pid, 0)
+ * still succeeds, but it holds nothing any more, so /proc's state decides;
+ * and a pid whose process started at another time is another process. */
+static int posix_proc_alive(struct rkv_port *p, uint64_t id)
+{
+    (void)p;
+    pid_t pid = (pid_t)(id & ((1u << PROC_PID_BITS) - 1));
+    uint64_t start = id >> PROC_PID_BITS;
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char state;
+    uint64_t now_start;
+    if (posix_proc_stat(pid, &state, &now_start) < 0)
+        return 1; /* no /proc: kill() said it exists */
+    return state != 'Z' && state != 'X' && (start == 0 || start == now_start);
 }
 
 /* ---- lifetime ---- */

@@ -59,8 +59,8 @@ static uint64_t mach_magic(void)
     return RKV_MACH_MAGIC | ((size ^ size >> 16) & 0xffff) << 48;
 }
 
-/* The maker of an existing segment `name` of this build, if it still runs
- * (0: none, or it has ended). */
+/* The maker (port proc_self) of an existing segment `name` of this build,
+ * if it still runs (0: none, or it has ended). */
 static uint64_t mach_live_maker(struct rkv_port *port, const char *name)
 {
     if (!port->ops->proc_alive)
@@ -80,13 +80,13 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
 {
     char name[96];
     rkv_mach_name(name, sizeof(name), prefix, machine);
-    uint64_t live = mach_live_maker(port, name);
-    if (live)
+    if (mach_live_maker(port, name))
         return rkv_errf(err, err_len, -RKV_EEXIST,
-                        "machine segment %s is in use by process %llu, a running server of "
-                        "machine %u with shm prefix \"%s\" (another cluster on the same port or "
-                        "shm prefix?): stop it, or give this one another port or shm_prefix",
-                        name, (unsigned long long)live, machine, prefix);
+                        "machine segment %s is in use by a running server of machine %u with shm "
+                        "prefix \"%s\" (another cluster on the same port or shm prefix? `fuser -v "
+                        "/dev/shm%s` names it): stop it, or give this one another port or "
+                        "shm_prefix",
+                        name, machine, prefix, name);
     port->ops->shm_unlink(port, name); /* left by a crashed earlier run */
     size_t bytes = mach_bytes(n_clients);
     void *addr;

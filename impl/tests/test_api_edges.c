@@ -201,7 +201,7 @@ static void test_config_bounds_refused(void **state)
  * cluster launched twice on one port) removed the running server's machine
  * segment before it found the port taken, then unlinked the new one: the
  * machine's other servers and its co-located clients could no longer
- * attach. It is refused now, naming the running process, and the running
+ * attach. It is refused now, saying how to find the process, and the running
  * segment is the same file afterwards. One whose maker has ended (a crash)
  * is still replaced. Forks: runs while the process has one thread. */
 static void test_second_server0_leaves_running_segment(void **state)
@@ -227,7 +227,7 @@ static void test_second_server0_leaves_running_segment(void **state)
         fail_msg("a crashed run's segment was not replaced: %s", err);
     assert_int_equal(stat(path, &live), 0);
     assert_int_equal(rkv_server_create(&c.cfg, 0, &dup, err, sizeof(err)), -RKV_EEXIST);
-    if (!strstr(err, "in use by process"))
+    if (!strstr(err, "is in use by a running server of machine 0"))
         fail_msg("unclear refusal: %s", err);
     assert_null(dup);
     assert_int_equal(stat(path, &after), 0);

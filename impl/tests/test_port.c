@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "port/port.h"
@@ -233,6 +234,55 @@ static void test_sleep_and_clock(void **state)
 
 /* ---- shm ---- */
 
+/* Process liveness, which durable locks and the machine segment's maker
+ * rely on: this process is alive; a child that ended is not, reaped or a
+ * zombie; and an id whose pid is alive but whose start time is another's
+ * is not (a pid alone named another process once reused, or one of
+ * another pid namespace sharing /dev/shm). */
+static void test_proc_alive(void **state)
+{
+    (void)state;
+    struct rkv_port *p = port_new("t", RKV_LOG_ERROR);
+    uint64_t self = p->ops->proc_self(p);
+    assert_int_equal(self & ((1u << 22) - 1), (uint64_t)getpid());
+    assert_true(self >> 22 != 0); /* /proc is there: the start time is in it */
+    assert_int_equal(p->ops->proc_self(p), self);
+    assert_true(p->ops->proc_alive(p, self));
+    assert_false(p->ops->proc_alive(p, self + (1ull << 22))); /* same pid, started later */
+    assert_true(p->ops->proc_alive(p, (uint64_t)getpid()));   /* no start time: the pid decides */
+    assert_false(p->ops->proc_alive(p, 0));
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        uint64_t id = p->ops->proc_self(p); /* the child's, not the cached parent's */
+        _exit(write(ready[1], &id, sizeof(id)) == sizeof(id) ? 0 : 1);
+    }
+    uint64_t id = 0;
+    assert_int_equal(read(ready[0], &id, sizeof(id)), sizeof(id));
+    close(ready[0]);
+    close(ready[1]);
+    assert_int_equal(id & ((1u << 22) - 1), (uint64_t)child);
+    assert_true(id != self);
+    for (int i = 0; i < 1000; i++) { /* exited, not reaped: a zombie */
+        char path[64], buf[256];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)child);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        if (strstr(buf, ") Z "))
+            break;
+        usleep(1000);
+    }
+    assert_false(p->ops->proc_alive(p, id));
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    assert_false(p->ops->proc_alive(p, id));
+    p->ops->destroy(p);
+}
+
 static void test_shm(void **state)
 {
     (void)state;
@@ -317,6 +367,7 @@ int main(void)
         cmocka_unit_test(test_mutex_held),
         cmocka_unit_test(test_sleep_and_clock),
         cmocka_unit_test(test_shm),
+        cmocka_unit_test(test_proc_alive),
         cmocka_unit_test(test_log_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
