@@ -481,7 +481,9 @@ RKV_API int rkv_client_pull_with(struct rkv_client *cli, const char *name, const
  * errors as its checks. */
 RKV_API int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler,
                                 uint32_t *len_p);
-/* Returns when every client has entered the barrier. */
+/* Returns when every client has entered the barrier, however long that
+ * takes (timeout_ms does not end it: a warning is logged each timeout_ms
+ * it waits). Fails when a client left the cluster or server 0 is gone. */
 RKV_API int rkv_client_barrier(struct rkv_client *cli);
 /* Asks every server to exit its run loop (any client may call it), each
  * whatever became of the others. Returns 0 once every server acknowledged;

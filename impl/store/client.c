@@ -2237,7 +2237,22 @@ static int cli_barrier(struct rkv_client *c)
         return rc;
     cli_settle_pending(c);
     h.count = c->barriers + 1;
-    rc = cli_call0(c, &h, NULL, c->cfg.timeout_ms, c->cfg.retry_ms, "barrier", &r);
+    /* A barrier waits for the slowest worker, however slow (an evaluation
+     * pass, a checkpoint), as DGL's and ps-lite's do: not timeout_ms. It
+     * failed after timeout_ms, and the caller's next barrier was then the
+     * same one again, done at once if the others had entered meanwhile: a
+     * "next" barrier that synchronised nothing. Each timeout_ms it is sent
+     * again (server 0 counts a client once) and says it still waits; it
+     * fails when server 0 is gone (past retry_ms) or says a worker left. */
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t start = po->now_ns(c->port);
+    while ((rc = cli_call0(c, &h, NULL, c->cfg.timeout_ms, c->cfg.retry_ms, "barrier", &r)) ==
+           -RKV_ETIMEDOUT)
+        RKV_LOGW(c->port,
+                 "barrier %u: still waiting after %llu s for every worker to enter it (server 0 "
+                 "answers for all %u)",
+                 h.count, (unsigned long long)((po->now_ns(c->port) - start) / 1000000000ull),
+                 c->cfg.n_workers);
     if (rc < 0)
         return rc;
     cli_release(c, &r, 1);

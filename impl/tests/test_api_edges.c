@@ -401,6 +401,49 @@ static void join_two(struct cluster *c, struct rkv_client **a_p, struct rkv_clie
     assert_int_equal(pthread_join(t, (void **)b_p), 0);
 }
 
+/* Regression: a worker entering a barrier more than timeout_ms after
+ * another (an evaluation pass, a checkpoint) failed the other's barrier
+ * with -RKV_ETIMEDOUT, and that worker's next barrier was then the same
+ * barrier again, done at once: it synchronised nothing, and a pull after
+ * it missed the late worker's push. A barrier waits for the slowest. */
+static void test_barrier_waits_past_timeout(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1000); /* each request's; TSan runs this test too */
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    assert_int_equal(rkv_client_init_data(b, &T_F32), 0);
+    pthread_t t;
+    struct barrier_arg ba = {.cli = a};
+    assert_int_equal(pthread_create(&t, NULL, barrier_thread, &ba), 0);
+    usleep(2500000); /* b is late by more than twice timeout_ms */
+    assert_int_equal(rkv_client_barrier(b), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (ba.rc < 0)
+        fail_msg("the early worker's barrier: %s", rkv_client_errmsg(a));
+    /* The next barrier is the next one: a push before it is seen after. */
+    uint64_t ids[2] = {3, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    ba.rc = 1;
+    assert_int_equal(pthread_create(&t, NULL, barrier_thread, &ba), 0);
+    usleep(700000);
+    push_ok(b, "t", ids, 2, rows, RKV_OP_ASSIGN);
+    assert_int_equal(rkv_client_barrier(b), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(ba.rc, 0);
+    pull_ok(a, "t", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
 /* Regression: init_data with row_len 0 reached server 0, which dropped the
  * connection as malformed: -RKV_EPEERDEAD, and every other worker's
  * barrier failed. Every description the servers would refuse is refused
@@ -839,6 +882,7 @@ int main(void)
         cmocka_unit_test(test_failed_create_leaves_no_shm),
         cmocka_unit_test(test_server_stop_without_a_client),
         cmocka_unit_test(test_bad_desc_refused_by_client),
+        cmocka_unit_test(test_barrier_waits_past_timeout),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_duplicate_ids),
