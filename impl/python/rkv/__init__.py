@@ -114,6 +114,29 @@ def _errbuf():
     return ffi.new("char[]", _ERR_LEN)
 
 
+def _int_arg(v, what, lo, hi):
+    """An integer argument in lo..hi, else rkv.Error (EINVAL), also a TypeError
+    or an OverflowError: a float (2.7 taken as op 2, 10.9 as 10 rows), a bool
+    or None would be turned into another number, and a value C cannot hold
+    raised cffi's bare errors."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        _fail(-EINVAL, "%s: expected an integer in %d..%d, got %r" % (what, lo, hi, v), TypeError)
+    v = int(v)
+    if not lo <= v <= hi:
+        _fail(-EINVAL, "%s: %d is outside %d..%d" % (what, v, lo, hi), OverflowError)
+    return v
+
+
+def _real_arg(v, what):
+    """A finite float argument (a learning rate, a handler's param)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        _fail(-EINVAL, "%s: expected a number, got %r" % (what, v), TypeError)
+    f = float(v)
+    if f != f or f in (float("inf"), float("-inf")):
+        _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
+    return f
+
+
 def _raise_err(rc, err):
     _fail(rc, ffi.string(err).decode(errors="replace") or strerror(rc))
 
@@ -137,6 +160,8 @@ def _is_torch(x):
 
 def _np_dtype(dtype):
     """A numpy dtype from a numpy/torch dtype or its name ("float32", "f32")."""
+    if dtype is None:  # numpy reads None as float64
+        _fail(-EDTYPE, "dtype None: the store holds float32, float64, int32, int64")
     if _is_torch_dtype(dtype):
         dtype = str(dtype).replace("torch.", "")
     names = {"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64"}
@@ -462,7 +487,7 @@ class Server:
     def __init__(self, config=None, server_id=None, local_id=None):
         cfg, local = _as_config(config).copy(server_id=server_id).build()
         if local_id is not None:
-            local = local_id
+            local = _int_arg(local_id, "local_id", 0, 255)
         p = ffi.new("struct rkv_server **")
         err = _errbuf()
         rc = lib.rkv_server_create(cfg, local, p, err, _ERR_LEN)
@@ -745,16 +770,26 @@ class Client:
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
         encoded = _name_bytes(name)
-        shape = tuple(int(s) for s in (shape if hasattr(shape, "__len__") else (shape,)))
-        if not shape or any(s <= 0 for s in shape):
-            _fail(-EINVAL, "shape %r: expected positive (rows, *row_shape)" % (shape,))
+        if isinstance(shape, (str, bytes)):
+            _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers" % (shape,),
+                  TypeError)
+        dims = shape if hasattr(shape, "__len__") else (shape,)
+        shape = tuple(_int_arg(s, "shape %r" % (tuple(dims),), 1, (1 << 64) - 1) for s in dims)
+        if not shape:
+            _fail(-EINVAL, "shape (): expected positive (rows, *row_shape)")
         row_shape = shape[1:] or (1,)
+        row_len = 1
+        for s in row_shape:  # Python ints: numpy's prod wrapped (2**62+1) x 4 to 4
+            row_len *= s
+        if row_len > 0xFFFFFFFF:
+            _fail(-EINVAL, "shape %r: a row of %d elements; at most %d" % (shape, row_len,
+                                                                            0xFFFFFFFF))
         dt = _np_dtype(dtype)
         d = ffi.new("struct rkv_tensor_desc *")
         d.name = encoded
         d.dtype = _DTYPES[dt]
         d.rows = shape[0]
-        d.row_len = int(np.prod(row_shape))
+        d.row_len = row_len
         book = None
         if isinstance(part_policy, str):
             if part_policy not in _POLICIES:
@@ -775,7 +810,7 @@ class Client:
         if init not in ("zeros", "uniform"):
             _fail(-EINVAL, "init %r: expected zeros, uniform or a function" % (init,))
         d.init = lib.RKV_INIT_UNIFORM if init == "uniform" else lib.RKV_INIT_ZEROS
-        d.init_seed = seed
+        d.init_seed = _int_arg(seed, "seed", 0, (1 << 64) - 1)
         d.with_state = 1 if with_state else 0
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
@@ -813,10 +848,11 @@ class Client:
         data) or "adagrad", or a registered custom op's number. Returns once every
         server acknowledged; with async_=True returns a PushHandle at once."""
         m = self._meta.get(name) or self._m(name)
-        code = _OPS.get(op) if isinstance(op, str) else int(op)
+        code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
         if code is None:
             _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
                   % op)
+        lr = _real_arg(lr, "lr")
         ida = _ids_array(ids)
         n = ida.size
         rows = self._rows(m, data, n)
@@ -826,9 +862,9 @@ class Client:
         with self._lock:
             cli = self._live()
             if async_:
-                rc = lib.rkv_client_push_async(cli, m.bname, pids, n, prows, code, float(lr), pp)
+                rc = lib.rkv_client_push_async(cli, m.bname, pids, n, prows, code, lr, pp)
             else:
-                rc = lib.rkv_client_push(cli, m.bname, pids, n, prows, code, float(lr))
+                rc = lib.rkv_client_push(cli, m.bname, pids, n, prows, code, lr)
             if rc < 0:
                 _fail(rc, self._errmsg())
             if not async_:
@@ -852,7 +888,9 @@ class Client:
     def pull(self, name, ids, out=None, handler=None, param=0.0):
         """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
         without torch). With out (a tensor or array of that many elements), pulls
-        into out's memory when it is contiguous and of the tensor's dtype.
+        into out's memory when it is contiguous and of the tensor's dtype; an out of
+        another type must hold every value (int32 into int64 or float64, not int16:
+        EDTYPE, also a TypeError), and a read-only one is refused (EINVAL).
         handler (DGL's _udf_pull_handler) says what each row's reply is:
         None or "rows" the row; "with_state" the row then its optimizer state
         (shape (n, 2 * row_len); tensors created with_state); or a custom
@@ -884,6 +922,14 @@ class Client:
                 o = _as_numpy(out)
                 if o.size != n * out_len:
                     _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, out_len))
+                # Only where every value fits: int32 2**31-1 came out as -1 in an
+                # int16 out, 1000.7 as -24 in an int8 one, "2147" in a string one.
+                if o.dtype != m.dtype and not (o.dtype.kind in "iuf" and
+                                               np.can_cast(m.dtype, o.dtype, "safe")):
+                    _fail(-EDTYPE, "out: %s cannot hold every %s value of tensor %r (use %s, or "
+                          "a wider type)" % (o.dtype, m.dtype, name, m.dtype), TypeError)
+                if not o.flags.writeable:
+                    _fail(-EINVAL, "out: read-only", ValueError)
                 shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else copy
                 if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
                     target = o
@@ -893,7 +939,8 @@ class Client:
             if hid == PULL_ROWS:
                 rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
             else:
-                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, float(param))
+                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid,
+                                              _real_arg(param, "param"))
             if rc < 0:
                 _fail(rc, self._errmsg())
         if out is None:

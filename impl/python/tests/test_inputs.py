@@ -92,3 +92,69 @@ def test_out_must_be_an_array(client):
     e = refused(TypeError, client.pull, "emb", [1], out=out)
     assert "out" in e.message and e.code == -rkv.EINVAL
     assert out == [[0.0, 0.0]]
+
+
+def test_out_of_a_narrower_type_is_refused(client):
+    """out was cast into silently: int32 2**31-1 read -1 from an int16 out,
+    float32 1000.7 read -24 from an int8 one, and a string out took '2147'."""
+    client.init_data("i", (10, 2), "int32")
+    client.init_data("f", (10, 2), "float32")
+    client.push("i", [1], np.array([[2**31 - 1, 7]], np.int32), op="assign")
+    client.push("f", [1], np.array([[1000.7, -3.5]], np.float32), op="assign")
+    for name, out in (("i", torch.zeros(1, 2, dtype=torch.int16)),
+                      ("i", np.zeros((1, 2), np.uint8)),
+                      ("i", np.zeros((1, 2), "U4")),
+                      ("i", np.zeros((1, 2), np.float32)),
+                      ("f", torch.zeros(1, 2, dtype=torch.int8)),
+                      ("f", torch.zeros(1, 2, dtype=torch.float16)),
+                      ("f", np.zeros((1, 2), bool)),
+                      ("f", np.zeros((1, 2), complex)),
+                      ("f", np.zeros((1, 2), object))):
+        before = out.copy() if isinstance(out, np.ndarray) else out.clone()
+        e = refused(TypeError, client.pull, name, [1], out=out)
+        assert e.code == -rkv.EDTYPE and "out:" in e.message and repr(name) in e.message
+        assert (out == before).all()
+    # Wider types hold every value.
+    got = client.pull("i", [1], out=np.zeros((1, 2), np.int64))
+    np.testing.assert_array_equal(got, [[2**31 - 1, 7]])
+    got = client.pull("i", [1], out=torch.zeros(1, 2, dtype=torch.float64))
+    assert got.tolist() == [[2**31 - 1, 7]]
+    got = client.pull("f", [1], out=np.zeros((1, 2), np.float64))
+    np.testing.assert_array_equal(got, [[np.float32(1000.7), -3.5]])
+    ro = np.zeros((1, 2), np.float32)
+    ro.flags.writeable = False
+    e = refused(ValueError, client.pull, "f", [1], out=ro)
+    assert e.code == -rkv.EINVAL and "read-only" in e.message
+
+
+def test_arguments_that_are_not_what_they_look_like(client):
+    """Floats, None and values C cannot hold were turned into other numbers
+    (shape 10.9 into 10 rows, op 2.7 into sgd, dtype None into float64, a row
+    shape whose product wrapped in numpy into 4 elements) or raised cffi's
+    bare errors (seed -1, a shape above 2**64)."""
+    e = refused(TypeError, client.init_data, "a", (10.9, 4), "float32")
+    assert e.code == -rkv.EINVAL and "shape" in e.message
+    e = refused(TypeError, client.init_data, "a", "10", "float32")
+    assert "shape '10'" in e.message
+    e = refused(rkv.Error, client.init_data, "a", (10, 2**62 + 1, 4), "float32")
+    assert e.code == -rkv.EINVAL and "at most 4294967295" in e.message
+    refused(OverflowError, client.init_data, "a", (2**64, 4), "float32")
+    refused(OverflowError, client.init_data, "a", (0, 4), "float32")
+    assert refused(rkv.Error, client.init_data, "a", (10, 4), None).code == -rkv.EDTYPE
+    e = refused(OverflowError, client.init_data, "a", (10, 4), "float32", seed=-1)
+    assert "seed" in e.message
+    assert "a" not in client.data_name_list()
+    client.init_data("a", (10, 4), "float32", seed=2**64 - 1)
+    rows = np.ones((1, 4), np.float32)
+    e = refused(TypeError, client.push, "a", [0], rows, op=2.7)
+    assert "op" in e.message and e.code == -rkv.EINVAL
+    refused(OverflowError, client.push, "a", [0], rows, op=2**40)
+    refused(TypeError, client.push, "a", [0], rows, op=None)
+    e = refused(TypeError, client.push, "a", [0], rows, op="sgd", lr=None)
+    assert "lr" in e.message
+    for lr in (float("nan"), float("inf")):
+        e = refused(ValueError, client.push, "a", [0], rows, op="sgd", lr=lr)
+        assert "finite" in e.message
+    np.testing.assert_array_equal(client.pull("a", [0]).numpy(), [[0, 0, 0, 0]])
+    client.push("a", [0], rows, op="sgd", lr=np.float32(0.5))
+    np.testing.assert_array_equal(client.pull("a", [0]).numpy(), [[-0.5] * 4])
