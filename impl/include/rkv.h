@@ -448,7 +448,8 @@ RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, cons
                                   size_t n, const void *rows, int op, double param,
                                   struct rkv_pending **pending_p);
 /* Waits for the acks of a push (or the timeout) and frees it; returns as
- * rkv_client_push would have. */
+ * rkv_client_push would have. pending must be one of cli's not waited for
+ * yet; one of another client is refused (-RKV_EINVAL) and left alone. */
 RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
 /* Registers addr..addr+len for zero-copy pushes and pulls (see
  * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or

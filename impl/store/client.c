@@ -3,6 +3,7 @@
  * The application thread builds requests and waits; the engine's progress
  * task completes them. The two meet under cli->mu. */
 #include <assert.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1745,6 +1746,7 @@ struct cli_push {
  * the client's arrays serve the next call. */
 struct rkv_pending {
     struct rkv_pending *prev, *next; /* the client's list */
+    const struct rkv_client *owner;  /* a wait through another client is refused */
     struct cli_push cp;
     uint32_t *order, *start, *mach;
     struct cli_clock clock; /* the call's, counted by its wait */
@@ -1809,6 +1811,12 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
+    /* A NaN or infinite learning rate turns every row it touches into NaN
+     * on every server, for good. */
+    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && !isfinite(param))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "push to '%s': %s with learning rate %g; it must be finite", name,
+                        op == RKV_OP_SGD ? "sgd" : "adagrad", param);
     /* Everything that can fail is checked before any row is sent or
      * applied, so that such a push applies nothing. A custom op is checked
      * against this client's handlers: the servers' cannot be seen from
@@ -1864,6 +1872,7 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
     size_t ng = n ? n : 1;
     struct rkv_pending *p = calloc(1, sizeof(*p));
     if (p) {
+        p->owner = c;
         p->cp.reqs = calloc(ng, sizeof(*p->cp.reqs));
         p->cp.lost = calloc(ng, sizeof(*p->cp.lost));
         p->order = malloc(ng * sizeof(*p->order));
@@ -1920,6 +1929,11 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
+    /* Another client's push would be freed from the wrong list, and that
+     * client's destroy then crashed on it. It stays that client's. */
+    if (pending->owner != c)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "wait: that push was made by another client; wait for it there");
     int rc = cli_push_end(c, &pending->cp);
     uint64_t n = pending->cp.g.start[pending->cp.g.n]; /* the push's ids */
     cli_call_end(c, RKV_STATS_PUSH, &pending->clock, rc, n, cli_push_bytes(&pending->cp, n));

@@ -4,6 +4,7 @@
  * init_data with other initial values, calls after the servers were asked
  * to exit, and a shutdown that cannot reach a server. Real servers over
  * loopback TCP, in this process (or forked, to be killed). */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -437,6 +438,43 @@ static void test_barrier_waits_past_timeout(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(ba.rc, 0);
     pull_ok(a, "t", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
+/* Regression: rkv_client_wait through another client than the push's
+ * returned 0 and unlinked the push from the wrong list: the first client's
+ * destroy then crashed (SIGSEGV) on it. Refused, and the push is still
+ * its own client's to wait for. Also: a NaN learning rate was taken. */
+static void test_wait_through_another_client(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    uint64_t ids[2] = {3, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    struct rkv_pending *p = NULL;
+    assert_int_equal(rkv_client_push_async(a, "t", ids, 2, rows, RKV_OP_ASSIGN, 0, &p), 0);
+    assert_int_equal(rkv_client_wait(b, p), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(b), "made by another client"));
+    assert_int_equal(rkv_client_wait(a, p), 0);
+    pull_ok(a, "t", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    /* A learning rate that would make every row it touches NaN for good:
+     * refused, nothing applied (it was taken). */
+    assert_int_equal(rkv_client_push(a, "t", ids, 2, rows, RKV_OP_SGD, NAN), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(a), "learning rate nan; it must be finite"));
+    assert_int_equal(rkv_client_push(b, "t", ids, 2, rows, RKV_OP_SGD, INFINITY), -RKV_EINVAL);
+    pull_ok(b, "t", ids, 2, got);
     assert_memory_equal(got, rows, sizeof(rows));
     assert_int_equal(rkv_client_shutdown_servers(a), 0);
     rkv_client_destroy(b);
@@ -883,6 +921,7 @@ int main(void)
         cmocka_unit_test(test_server_stop_without_a_client),
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_barrier_waits_past_timeout),
+        cmocka_unit_test(test_wait_through_another_client),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_duplicate_ids),
