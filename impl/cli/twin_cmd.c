@@ -76,8 +76,13 @@ int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const ch
         return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
     }
     int code = twin_report(sc, &res, out_dir, plot);
-    if (trace)
+    if (res.trace_error[0]) { /* as on tcp: the run's trace is part of what it was asked */
+        fprintf(stderr, "rkv run: %s\n", res.trace_error);
+        if (code == RKV_EXIT_OK)
+            code = RKV_EXIT_STORE;
+    } else if (trace) {
         printf("trace: %s (open in https://ui.perfetto.dev)\n", trace);
+    }
     rkv_twin_result_free(&res);
     return code;
 }

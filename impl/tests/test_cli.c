@@ -577,6 +577,13 @@ static void test_run_reports(void **state)
     assert_int_equal(system(args), 0);
     snprintf(args, sizeof(args), "run %s --log-level loud", yaml);
     expect_run("", args, 2, "rkv run: log-level: expected a non-negative integer");
+    /* A trace the twin could not write failed the run, as on tcp (it exited
+     * 0 and printed the trace's name). */
+    if (access("/dev/full", W_OK) == 0) {
+        snprintf(args, sizeof(args), "run %s --trace /dev/full", yaml);
+        expect_run("", args, 3, "rkv run: cannot write the trace /dev/full");
+        assert_null(strstr(out, "trace: /dev/full"));
+    }
     /* A run refused after its --out was made leaves no empty directory
      * behind (it did); one that existed before stays. */
     snprintf(args, sizeof(args), "run %s --out %s.e --jitter 7", yaml, dir);

@@ -1004,6 +1004,14 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     res->sched_cores = t.w.sched_cores;
     res->sched_wakes = t.w.sched_wakes;
     rc = twin_gather(&t, res);
+    if (t.w.trace) { /* whole now; a write that failed is the run's error */
+        int bad = fprintf(t.w.trace, "\n]}\n") < 0 || ferror(t.w.trace);
+        bad |= fclose(t.w.trace) != 0;
+        t.w.trace = NULL;
+        if (bad)
+            snprintf(res->trace_error, sizeof(res->trace_error), "cannot write the trace %s: %s",
+                     o->trace_path, strerror(errno));
+    }
 free_all:
     sim_cv_destroy(&t.phase_cv);
     twin_remove_durable(&t);

@@ -42,6 +42,7 @@ struct rkv_twin_result {
     uint64_t broken;
     char faults[1024];
     char survivor_error[320]; /* the first survivor's error, as an example */
+    char trace_error[320];    /* --trace could not be written (empty: it was, or none) */
 };
 
 /* Runs sc (may be called once per process: SimGrid cannot be re-initialised). */
