@@ -870,6 +870,10 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     snprintf(body.u.name, sizeof(body.u.name), "%s", name);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     int rc = cli_call0(c, &h, &body, c->cfg.timeout_ms, c->cfg.retry_ms, "meta", &r);
+    if (rc == -RKV_ENOTENSOR) /* it said "meta: server 0: no such tensor", naming neither */
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "no tensor named '%s' in the cluster (rkv_client_init_data makes it)",
+                        name);
     if (rc < 0)
         return rc;
     t = r->t;

@@ -781,6 +781,8 @@ static void test_empty_calls(void **state)
     assert_non_null(p);
     assert_int_equal(rkv_client_wait(cli, p), 0);
     assert_int_equal(rkv_client_pull(cli, "nope", NULL, 0, NULL), -RKV_ENOTENSOR);
+    /* It said "meta: server 0: no such tensor", naming no tensor. */
+    assert_non_null(strstr(rkv_client_errmsg(cli), "no tensor named 'nope' in the cluster"));
     assert_int_equal(rkv_client_push(cli, "t", NULL, 0, NULL, RKV_OP_CUSTOM, 0), -RKV_ENOHANDLER);
     uint64_t ids[2] = {1, 80};
     float got[8];
