@@ -230,6 +230,20 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
     if (strlen(host) > RKV_HOST_MAX)
         return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
                         RKV_HOST_MAX);
+    /* Taken as a name, these failed only when a server listened, with
+     * "is the port in use?". An IPv6 address has more than one colon. */
+    const char *colon = strchr(host, ':');
+    if (colon && !strchr(colon + 1, ':'))
+        return rkv_errf(err, err_len, -1,
+                        "%s:%d: host \"%s\": write the port after a space (\"%.*s %s\"), not a "
+                        "colon",
+                        path, ln, host, (int)(colon - host), host, colon + 1);
+    for (const char *c = host; *c; c++)
+        if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
+            return rkv_errf(err, err_len, -1,
+                            "%s:%d: host \"%s\": byte 0x%02x at %d is no part of a host name or "
+                            "address",
+                            path, ln, host, (unsigned char)*c, (int)(c - host) + 1);
     unsigned long p = CMD_DGL_DEFAULT_PORT;
     if (port) {
         p = strtoul(port, &end, 10);
@@ -330,6 +344,8 @@ int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
             *hash = 0;
         line[strcspn(line, "\r\n")] = 0;
         char *p = line;
+        if (ln == 1 && !memcmp(p, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark (an editor's) */
+            p += 3;
         while (isspace((unsigned char)*p))
             p++;
         if (!*p)

@@ -66,6 +66,12 @@ static void test_cluster_file_errors(void **state)
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
     cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
+    /* Taken as host names, these failed when a server listened, with "is
+     * the port in use?". */
+    cluster_fails("10.0.0.1:9000\n",
+                  ":1: host \"10.0.0.1:9000\": write the port after a space (\"10.0.0.1 9000\")");
+    cluster_fails("h1 9000\n10.0.0.2\xc2\xa0 9000\n",
+                  ":2: host \"10.0.0.2\xc2\xa0\": byte 0xc2 at 9");
     /* The cap is the wire format's (rkv.h, RKV_MAX_MACHINES), not a table's. */
     static char big[(RKV_MAX_MACHINES + 1) * 16];
     size_t bl = 0;
@@ -124,6 +130,16 @@ static void test_cluster_file_forms(void **state)
     assert_string_equal(m[1].host, "10.0.0.2");
     assert_int_equal(m[1].base_port, 9100);
     assert_int_equal(m[1].servers, 2);
+    free(m);
+    /* A UTF-8 byte order mark (saved by some editors) starts no host name;
+     * an IPv6 address is one, colons and all. */
+    write_cluster("\xef\xbb\xbf"
+                  "10.0.0.1 9000\n::1 9100\n");
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 2);
+    assert_string_equal(m[0].host, "10.0.0.1");
+    assert_string_equal(m[1].host, "::1");
     free(m);
 }
 
