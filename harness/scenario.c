@@ -1049,6 +1049,13 @@ static int sc_local(struct sc_ctx *c, struct rkv_sc_tensor *t, uint32_t machines
 static int sc_check_books(struct sc_ctx *c)
 {
     struct rkv_scenario *sc = c->sc;
+    /* It ran uniform keys instead, saying nothing. */
+    for (uint32_t i = 0; i < sc->n_phases; i++)
+        if (sc->phases[i].keys == RKV_KEYS_REMOTE_ONLY && sc->machines < 2)
+            return sc_fail_mark(c, sc->phases[i].mark,
+                                "phase \"%s\": keys: remote-only needs 2 machines or more (one "
+                                "machine has no remote rows)",
+                                sc->phases[i].name);
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
         struct rkv_sc_tensor *t = &sc->tensors[i];
         for (uint64_t r = 0; t->book && r < t->desc.rows; r++)

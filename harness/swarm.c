@@ -453,12 +453,15 @@ static void sw_yaml_tensor(const struct rkv_swarm_tensor *t, uint32_t i, FILE *o
         fprintf(out, "    optimizer_state: true\n");
 }
 
-static void sw_yaml_phase(const struct rkv_swarm_phase *p, uint32_t i, FILE *out)
+static void sw_yaml_phase(const struct rkv_swarm_phase *p, uint32_t i, uint32_t machines, FILE *out)
 {
+    /* One machine has no remote rows (the loader refuses remote-only
+     * there): such a phase ran uniform keys, and is written so. */
+    int keys = p->keys == 4 && machines < 2 ? 0 : p->keys;
     fprintf(out,
             "  - name: p%u\n    tensor: t%u\n    push: %g\n    push_op: %s\n"
             "    ids_per_request: %u\n    keys: %s\n    rounds: %u\n    barrier_after: %s\n",
-            i, p->tensor, p->push, sw_ops[p->op], p->ids, sw_keys[p->keys], p->rounds,
+            i, p->tensor, p->push, sw_ops[p->op], p->ids, sw_keys[keys], p->rounds,
             p->barrier_after ? "true" : "false");
     if (p->op == 2)
         fprintf(out, "    lr: %g\n", p->lr);
@@ -526,7 +529,7 @@ int rkv_swarm_yaml(const struct rkv_swarm_spec *sp, const char *note, FILE *out)
         sw_yaml_tensor(&sp->tensors[i], i, out);
     fprintf(out, "workload:\n");
     for (uint32_t i = 0; i < sp->n_phases; i++)
-        sw_yaml_phase(&sp->phases[i], i, out);
+        sw_yaml_phase(&sp->phases[i], i, sp->machines, out);
     if (sp->n_faults) {
         fprintf(out, "faults:\n");
         for (uint32_t i = 0; i < sp->n_faults; i++)
