@@ -754,6 +754,14 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     rc = cli_wait_keep(c, &r, 1, wait_ms, "hello");
     uint32_t got = r->u32;
     cli_release(c, &r, 1);
+    /* Server 0 gives ids once every worker said hello: a timeout here is
+     * mostly a worker that never came (it said "request timed out"). */
+    if (rc == -RKV_ETIMEDOUT && srv == c->srv0 && want == RKV_ID_NONE)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "hello: server 0 did not answer within %llu ms: it answers once all %u "
+                        "workers (num_workers) have joined; fewer joined (one failed to start, or "
+                        "num_workers is more than were launched)",
+                        (unsigned long long)wait_ms, c->cfg.n_workers);
     if (rc < 0)
         return rc;
     if (got == RKV_ID_NONE || (want != RKV_ID_NONE && got != want))

@@ -445,6 +445,30 @@ static void test_barrier_waits_past_timeout(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a worker of a cluster where fewer workers joined than
+ * n_workers got "hello: server 0: request timed out", not why. */
+static void test_fewer_workers_than_configured(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a = NULL;
+    char err[512];
+    assert_int_equal(rkv_client_create(&c.cfg, &a, err, sizeof(err)), -RKV_ETIMEDOUT);
+    if (!strstr(err, "it answers once all 2 workers (num_workers) have joined"))
+        fail_msg("unclear: %s", err);
+    assert_null(a);
+    struct rkv_client *b = NULL, *d = NULL; /* both now: the servers are still there */
+    join_two(&c, &b, &d);
+    assert_int_equal(rkv_client_shutdown_servers(b), 0);
+    rkv_client_destroy(d);
+    rkv_client_destroy(b);
+    cluster_stop(&c);
+}
+
 /* Regression: rkv_client_wait through another client than the push's
  * returned 0 and unlinked the push from the wrong list: the first client's
  * destroy then crashed (SIGSEGV) on it. Refused, and the push is still
@@ -924,6 +948,7 @@ int main(void)
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_barrier_waits_past_timeout),
         cmocka_unit_test(test_wait_through_another_client),
+        cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_duplicate_ids),
