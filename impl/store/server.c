@@ -28,6 +28,7 @@ struct srv_hello {
     uint32_t machine;
     uint64_t nonce;
     uint64_t req_id;
+    uint64_t away_ns; /* its connection went, or server 0 restarted, then (srv_presume_gone) */
 };
 
 struct srv_waiter {
@@ -351,9 +352,10 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
     if (rc < 0)
         goto out;
     s->n_hellos = c.ids_given;
+    uint64_t now = s->port->ops->now_ns(s->port);
     for (uint32_t i = 0; i < c.ids_given; i++) {
-        s->hellos[i] =
-            (struct srv_hello){.machine = c.clients[i].machine, .nonce = c.clients[i].nonce};
+        s->hellos[i] = (struct srv_hello){
+            .machine = c.clients[i].machine, .nonce = c.clients[i].nonce, .away_ns = now};
         if ((c.clients[i].flags & RKV_COORD_LEFT) && !s->client_gone) {
             s->client_gone = i + 1;
             RKV_LOGW(s->port,
@@ -965,6 +967,37 @@ static void srv_on_pull_zc(struct rkv_server *s, struct rkv_peer *peer, const st
     srv_reply(s, peer, &h, NULL);
 }
 
+/* Server 0 hears of a client that left only from its connection, and tracks
+ * one gone client at a time: a client that died while server 0 was down (a
+ * restart), or while another was gone, or behind a link that broke every
+ * connection at once, was never named, and a barrier then waited for it for
+ * ever (barriers wait for the slowest worker: rkv_client_barrier). One away
+ * for longer than a live client takes to re-join (its retry window: it
+ * re-joins at its next call) is taken to have left. Looked at when a
+ * barrier arrives, which each waiting client re-sends every timeout_ms. */
+static void srv_fail_barrier(struct rkv_server *s, uint32_t gone);
+
+static void srv_presume_gone(struct rkv_server *s)
+{
+    if (s->client_gone || s->n_hellos != s->cfg.n_workers)
+        return;
+    uint64_t now = s->port->ops->now_ns(s->port);
+    uint64_t grace = ((uint64_t)s->cfg.timeout_ms + s->cfg.retry_ms) * 1000000ull;
+    for (uint32_t i = 0; i < s->n_hellos; i++) {
+        const struct srv_hello *h = &s->hellos[i];
+        if ((h->peer && !rkv_peer_dead(h->peer)) || now - h->away_ns < grace)
+            continue;
+        s->client_gone = i + 1;
+        RKV_LOGW(s->port,
+                 "client %u has been away for %llu ms (it has not re-joined): taken to have "
+                 "left; a barrier fails until it re-joins",
+                 i, (unsigned long long)((now - h->away_ns) / 1000000ull));
+        srv_coord_note_gone(s);
+        srv_fail_barrier(s, i);
+        return;
+    }
+}
+
 /* The barrier lives on server 0 only: pushes are acknowledged after they are
  * applied, so once every client entered, everything they pushed is visible. */
 static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -989,6 +1022,7 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
                  next);
         return srv_status(s, peer, m, 0, -RKV_EINVAL, why);
     }
+    srv_presume_gone(s);
     if (s->client_gone) {
         char why[128];
         snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", s->client_gone - 1,
@@ -1352,6 +1386,9 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
         }
     }
     uint32_t id = srv_client_id(s, peer);
+    if (id != RKV_ID_NONE && s->server_id == 0 && s->n_hellos == s->cfg.n_workers &&
+        id < s->n_hellos && s->hellos[id].peer == peer)
+        s->hellos[id].away_ns = s->port->ops->now_ns(s->port);
     if (id != RKV_ID_NONE && !s->client_gone) {
         s->client_gone = id + 1;
         srv_coord_note_gone(s);
