@@ -672,9 +672,12 @@ static void test_pslite_errors(void **state)
      * host's delay: no exact second is asserted). */
     if (count(want) != 2 || !strstr(out, "; 0 s so far, giving up in "))
         fail_msg("expected 2 lines \"%s\", at 0 s and 10 s on:\n%s", want, out);
-    /* A node whose DMLC_NUM_SERVER differs from the scheduler's. */
+    /* A node whose DMLC_NUM_SERVER differs from the scheduler's. 2 s, not
+     * quick's 300 ms: on a loaded host the scheduler took longer than that
+     * to listen, and the server gave up before it could be refused (exit 3). */
     snprintf(cmd, sizeof(cmd),
-             "export %s DMLC_PS_ROOT_PORT=%u; DMLC_ROLE=scheduler %s node 2>&1 & "
+             "export %s DMLC_PS_ROOT_PORT=%u RKV_CONNECT_RETRY_MS=2000 RKV_TIMEOUT_MS=2000; "
+             "DMLC_ROLE=scheduler %s node 2>&1 & "
              "DMLC_NUM_SERVER=2 DMLC_ROLE=server %s node 2>&1; rc=$?; wait $!; echo sched=$?; "
              "exit $rc",
              quick, test_port() + 5, RKV_BIN, RKV_BIN);
