@@ -53,6 +53,10 @@ struct rkv_predict_opts {
     char **flags;            /* settings flags for the real runs */
     int n_flags;             /* up to RKV_PREDICT_MAX_FLAGS */
     rkv_launch_twin_fn twin; /* not NULL */
+    /* The store's settings from flags, for the twin runs too
+     * (rkv_launch_twin_store), or NULL. */
+    const struct rkv_config *store;
+    unsigned store_set;
 };
 /* Each phase's median time over o->repeat real runs into meas and, with c,
  * of as many twin runs on the platform c describes, taken in turn with the

@@ -1173,7 +1173,9 @@ static int run_refuse_sized(const struct cmd_settings *s)
 {
     static const enum cmd_key sized[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE,
                                          CMD_NUM_SERVERS, CMD_NUM_WORKERS,
-                                         CMD_CLUSTER,     CMD_SCENARIO};
+                                         CMD_CLUSTER,     CMD_SCENARIO,
+                                         CMD_ROWS,        CMD_VALUE_BYTES,
+                                         CMD_ROUNDS};
     for (size_t i = 0; i < sizeof(sized) / sizeof(sized[0]); i++) {
         if (!strcmp(s->src[sized[i]], "flag")) {
             fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
@@ -1482,6 +1484,36 @@ int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int arg
         }
         sc->seed = seed; /* the workers get the same --seed */
     }
+    return 0;
+}
+
+int rkv_launch_twin_store(const struct cmd_settings *s, const struct rkv_scenario *sc,
+                          int refuse_owned, struct rkv_config *cfg, unsigned *set, char *err,
+                          size_t err_len)
+{
+    /* The twin names its own machines, ports and segments, and models the
+     * network from the scenario's sim: section. */
+    static const enum cmd_key owned[] = {CMD_HOST,           CMD_BASE_PORT,       CMD_SHM_PREFIX,
+                                         CMD_DURABLE_DIR,    CMD_DISCOVER,        CMD_NODE_HOST,
+                                         CMD_INTERFACE,      CMD_VERBS_DEV,       CMD_VERBS_TOS,
+                                         CMD_VERBS_SL,       CMD_VERBS_GID_INDEX, CMD_VERBS_MTU,
+                                         CMD_VERBS_SRQ_DEPTH};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
+        if (refuse_owned && !strcmp(s->src[owned[i]], "flag")) {
+            snprintf(err, err_len,
+                     "%s has no meaning in the twin (it names its own hosts, ports and "
+                     "segments; the scenario's sim: section is its network): drop it, or run "
+                     "on a real backend (--backend tcp|verbs)",
+                     demo_flags[owned[i]]);
+            return -1;
+        }
+    }
+    if (cmd_build_config(s, cfg, err, err_len) < 0)
+        return -1;
+    if (sc->retry_ms && !strcmp(s->src[CMD_RETRY_MS], "default"))
+        cfg->retry_ms = sc->retry_ms; /* as run_configure gives every node */
+    *set = (strcmp(s->src[CMD_RX_DEPTH], "default") ? RKV_LAUNCH_SET_RX_DEPTH : 0u) |
+           (strcmp(s->src[CMD_CTRL_BUF_BYTES], "default") ? RKV_LAUNCH_SET_CTRL_BUF : 0u);
     return 0;
 }
 

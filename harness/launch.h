@@ -46,7 +46,26 @@ int rkv_launch_verdict(const struct rkv_report *r);
 struct rkv_launch_twin_opts {
     int log_level;
     uint64_t test_corrupt_row; /* the oracle's self-test hook (UINT64_MAX: off) */
+    /* The store's settings (rkv_launch_twin_store), or NULL: rkv.h's
+     * defaults and the scenario's retry_ms. */
+    const struct rkv_config *store;
+    unsigned store_set; /* RKV_LAUNCH_SET_* */
 };
+/* The user chose rx_depth / ctrl_buf_bytes: a payload-less twin run keeps
+ * them instead of its own small buffers. */
+#define RKV_LAUNCH_SET_RX_DEPTH 1u
+#define RKV_LAUNCH_SET_CTRL_BUF 2u
+/* What the twin takes from the settings a real run of the same file would
+ * pass to every node (the store's timeouts, retries, buffer and slot
+ * sizes, zero-copy, busy polling, secret file), with the scenario's
+ * retry_ms unless one was given: cfg (free(cfg->machines)) and *set. With
+ * refuse_owned (a twin run, not the twin beside a real one), a flag naming
+ * what the twin owns (hosts, ports, shm and durable names, the verbs
+ * device, ...) is refused: the twin would ignore it. 0, or -1 with a
+ * message in err. */
+int rkv_launch_twin_store(const struct cmd_settings *s, const struct rkv_scenario *sc,
+                          int refuse_owned, struct rkv_config *cfg, unsigned *set, char *err,
+                          size_t err_len);
 /* Runs sc in the twin (once per process: SimGrid cannot start again). 0
  * with *r_p filled as a real run's, plus the simulated figures (sim_*) and,
  * when a node failed, node_error; or a negative code when the twin refused

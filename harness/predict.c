@@ -59,11 +59,14 @@ static int pred_real(const struct rkv_predict_opts *o, const char *dir)
 }
 
 /* The twin's phase times (predicted), or -1 with the reason on stderr. */
-static int pred_twin(rkv_launch_twin_fn twin, struct rkv_scenario *sc, double *pred)
+static int pred_twin(const struct rkv_predict_opts *po, struct rkv_scenario *sc, double *pred)
 {
-    struct rkv_launch_twin_opts o = {.log_level = 0, .test_corrupt_row = UINT64_MAX};
+    struct rkv_launch_twin_opts o = {.log_level = 0,
+                                     .test_corrupt_row = UINT64_MAX,
+                                     .store = po->store,
+                                     .store_set = po->store_set};
     struct rkv_report r;
-    int rc = twin(sc, &o, &r);
+    int rc = po->twin(sc, &o, &r);
     if (rc < 0 || !r.processes_ok) {
         fprintf(stderr, "rkv run: twin: %s\n", r.node_error);
         rkv_report_free(&r);
@@ -79,7 +82,7 @@ static int pred_twin(rkv_launch_twin_fn twin, struct rkv_scenario *sc, double *p
 
 /* pred_twin in a child (SimGrid runs once per process), so it can run
  * between the real runs: sc on the platform calibration c0 describes. */
-static int pred_twin_child(rkv_launch_twin_fn twin, const struct rkv_scenario *sc0,
+static int pred_twin_child(const struct rkv_predict_opts *po, const struct rkv_scenario *sc0,
                            const struct rkv_calib *c0, double *pred)
 {
     const struct rkv_scenario *sc = sc0;
@@ -98,7 +101,7 @@ static int pred_twin_child(rkv_launch_twin_fn twin, const struct rkv_scenario *s
             rkv_child_exit(1);
         *tsc = *sc0;
         rkv_calib_apply(&c, tsc);
-        int rc = pred_twin(twin, tsc, v);
+        int rc = pred_twin(po, tsc, v);
         size_t n = sc->n_phases * sizeof(*v);
         ssize_t w = rc == 0 ? write(fd[1], v, n) : -1;
         rkv_child_exit(w == (ssize_t)n ? 0 : 1);
@@ -153,7 +156,7 @@ int rkv_predict_measure(const struct rkv_predict_opts *o, const struct rkv_calib
         }
         for (uint32_t p = 0; p < sc->n_phases; p++)
             all[p * o->repeat + k] = s[p];
-        if (c && (rc = pred_twin_child(o->twin, sc, c, s)) < 0)
+        if (c && (rc = pred_twin_child(o, sc, c, s)) < 0)
             break;
         for (uint32_t p = 0; c && p < sc->n_phases; p++)
             tw[p * o->repeat + k] = s[p];

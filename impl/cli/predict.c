@@ -187,8 +187,22 @@ int cmd_predict(int argc, char **argv, const char *self)
            c.bandwidth_gbps, c.msg_cost_ns, c.send_byte_ns, c.recv_byte_ns, c.row_cost_ns,
            c.cpu_measured ? "measured" : "model", c.sched_cores ? "cores" : "share");
     double meas[RKV_SC_MAX_PHASES], pred[RKV_SC_MAX_PHASES];
+    struct cmd_settings s;
+    struct rkv_config store;
+    unsigned store_set;
+    char err[512];
+    code = RKV_EXIT_USAGE;
+    if (cmd_settings_load(&s, a.n_pass, (char **)a.pass, err, sizeof(err)) < 0 ||
+        rkv_launch_twin_store(&s, sc, 0, &store, &store_set, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        goto out;
+    }
+    free(store.machines); /* the twin's machines are the scenario's */
+    store.machines = NULL;
     code = RKV_EXIT_STORE;
     struct rkv_predict_opts po = {.self = exe,
+                                  .store = &store,
+                                  .store_set = store_set,
                                   .file = a.file,
                                   .backend = a.backend,
                                   .repeat = a.repeat,

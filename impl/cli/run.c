@@ -73,17 +73,20 @@ static void run_usage(void)
            "  --cfg KEY:VALUE (sim) SimGrid configuration, repeatable (contexts/stack-size:64,\n"
            "                  network/solver:fairbottleneck, ...); printed in the report\n"
            "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
+           "  --max-sim-s S   (sim) end the run at S simulated seconds (3600): nodes still\n"
+           "                  running then fail it, named in the verdict\n"
            "The format of FILE: scenarios/README.md.\n");
 }
 
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
                     const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
-                    const char **progress, const char **cfg, char **rest, int *n_rest)
+                    const char **progress, const char **max_sim, const char **cfg, char **rest,
+                    int *n_rest)
 {
     *n_rest = 0;
-    static const char *const valued[] = {"--out",   "--cfg",    "--progress",
-                                         "--trace", "--jitter", "--launcher"};
+    static const char *const valued[] = {"--out",    "--cfg",      "--progress", "--trace",
+                                         "--jitter", "--launcher", "--max-sim-s"};
     for (size_t k = 0; argc > 0 && k < sizeof(valued) / sizeof(valued[0]); k++)
         if (!strcmp(argv[argc - 1], valued[k])) { /* said, not "unknown flag" */
             fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
@@ -98,6 +101,8 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             cfg[ta->n_cfg++] = argv[i] + 6;
         else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
             *progress = argv[++i];
+        else if (!strcmp(argv[i], "--max-sim-s") && i + 1 < argc)
+            *max_sim = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
             ta->trace = argv[++i];
         else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
@@ -147,14 +152,14 @@ int cmd_run(int argc, char **argv, const char *self)
         }
     }
     const char *file = NULL, *out_dir = NULL, *launcher = NULL, *jitter = NULL;
-    const char *progress = NULL;
+    const char *progress = NULL, *max_sim = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
     struct cmd_twin_args ta = {.cfg = cfg};
     int n_rest;
     int plot = 0, out_made = 0;
     int ar = rest && cfg ? run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta,
-                                    &progress, cfg, rest, &n_rest)
+                                    &progress, &max_sim, cfg, rest, &n_rest)
                          : -1;
     if (ar < 0) {
         if (ar == -1) /* -2: said which flag lacks its value */
@@ -166,7 +171,6 @@ int cmd_run(int argc, char **argv, const char *self)
     const char *trace = ta.trace;
     struct rkv_scenario *sc = NULL;
     struct cmd_settings s;
-    char err[512];
     int code = RKV_EXIT_USAGE;
     if (rkv_launch_load(file, &sc) < 0)
         goto out;
@@ -199,20 +203,25 @@ int cmd_run(int argc, char **argv, const char *self)
             goto out;
         }
     }
-    if (!strcmp(s.val[CMD_BACKEND], "sim")) {
-        /* The twin takes what it models from the settings: a bad one is
-         * refused here too, not ignored. */
-        struct rkv_config cfg;
-        if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
-            fprintf(stderr, "rkv run: %s\n", err);
+    if (max_sim) {
+        char *end;
+        ta.max_sim_s = strtod(max_sim, &end);
+        if (*end || !(ta.max_sim_s > 0 && ta.max_sim_s <= 1e9)) {
+            fprintf(stderr,
+                    "rkv run: --max-sim-s: expected simulated seconds in (0, 1e9], got \"%s\"\n",
+                    max_sim);
             goto out;
         }
-        free(cfg.machines);
+    }
+    if (!strcmp(s.val[CMD_BACKEND], "sim")) {
+        /* The twin takes the store's settings (cmd_run_twin): a bad one is
+         * refused there too, not ignored. */
         code = cmd_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
-    if (ta.n_cfg || progress) {
-        fprintf(stderr, "rkv run: --cfg and --progress are twin options (--backend sim)\n");
+    if (ta.n_cfg || progress || max_sim) {
+        fprintf(stderr,
+                "rkv run: --cfg, --progress and --max-sim-s are twin options (--backend sim)\n");
         goto out;
     }
     struct rkv_launch_opts lo = {.self = self, .settings = &s, .file = file, .trace = trace};

@@ -45,6 +45,17 @@ int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const ch
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    /* The store's settings, as a tcp run of the file passes them to every
+     * node; refused here, before the run, when bad or meaningless here. */
+    struct rkv_config store;
+    unsigned store_set;
+    char serr[512];
+    if (rkv_launch_twin_store(s, sc, 1, &store, &store_set, serr, sizeof(serr)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", serr);
+        return RKV_EXIT_USAGE;
+    }
+    free(store.machines); /* the twin's machines are the scenario's */
+    store.machines = NULL;
     printf("rkv run: %s: %u servers, %u workers in the twin (SimGrid, %s%s)\n", sc->path,
            rkv_scenario_servers(sc), rkv_scenario_workers(sc),
            sc->sim_platform_file[0] ? sc->sim_platform_file
@@ -60,9 +71,12 @@ int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const ch
                i + 1 == a->n_cfg ? "\n" : "");
     fflush(stdout);
     struct rkv_twin_opts o = {.trace_path = trace,
+                              .store = &store,
+                              .store_set = store_set,
                               .log_level = (int)ll,
                               .test_corrupt_row = UINT64_MAX,
                               .progress_s = a->progress_s,
+                              .max_sim_s = a->max_sim_s,
                               .cfg = a->cfg,
                               .n_cfg = a->n_cfg};
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW"); /* the oracle self-test, as on tcp */

@@ -301,6 +301,104 @@ static void test_cfg_and_progress(void **state)
     assert_non_null(strstr(out, "are twin options"));
 }
 
+/* 1 kbit/s links: each request's 8 KiB of rows takes over a minute, so the
+ * store's settings decide how a run ends. */
+static const char slow_links_yaml[] = "seed: 1\n"
+                                      "cluster:\n"
+                                      "  machines: 2\n"
+                                      "  servers_per_machine: 1\n"
+                                      "  workers_per_machine: 1\n"
+                                      "tensors:\n"
+                                      "  - name: t\n"
+                                      "    dtype: f32\n"
+                                      "    rows: 64\n"
+                                      "    shape: [256]\n"
+                                      "workload:\n"
+                                      "  - name: slow\n"
+                                      "    tensor: t\n"
+                                      "    push: 0.5\n"
+                                      "    push_op: sum\n"
+                                      "    ids_per_request: 8\n"
+                                      "    rounds: 20\n"
+                                      "    barrier_after: true\n"
+                                      "sim:\n"
+                                      "  bandwidth_gbps: 0.000001\n";
+
+static void write_slow_links(char path[64])
+{
+    snprintf(path, 64, "/tmp/rkv-slow-links-%d.yaml", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(slow_links_yaml, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The settings a tcp run passes to every node reach the twin's nodes too:
+ * they were checked and then dropped, so a run with --timeout-ms (or
+ * RKV_TIMEOUT_MS) timed out after the default 30 s all the same. Flags
+ * for what the twin owns are refused, not ignored. */
+static void test_settings_reach_the_twin(void **state)
+{
+    (void)state;
+    char path[64], args[256];
+    write_slow_links(path);
+    snprintf(args, sizeof(args), "run %s", path);
+    assert_int_not_equal(run(args), 0);
+    assert_non_null(strstr(out, "request timed out after 30000 ms"));
+    snprintf(args, sizeof(args), "run %s --timeout-ms 86400000", path);
+    run_pass(args);
+    snprintf(args, sizeof(args), "run %s", path);
+    int rc = run_rkv("RKV_TIMEOUT_MS=86400000", args);
+    if (rc != 0 || !strstr(out, "verdict: PASS"))
+        fail_msg("RKV_TIMEOUT_MS=86400000 rkv %s: exit %d\n%s", args, rc, out);
+    snprintf(args, sizeof(args), "run %s --timeout-ms 7000", path);
+    assert_int_not_equal(run(args), 0);
+    assert_non_null(strstr(out, "request timed out after 7000 ms"));
+    unlink(path);
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --base-port 5000"), 2);
+    assert_non_null(strstr(out, "--base-port has no meaning in the twin"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --verbs-dev rxe0"), 2);
+    assert_non_null(strstr(out, "--verbs-dev has no meaning in the twin"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --rows 5"), 2);
+    assert_non_null(strstr(out, "--rows: the scenario file decides"));
+    /* A payload-less run keeps an rx_depth the user chose (its own is 8). */
+    run_pass("run " SCEN_DIR "/quickstart.yaml --rx-depth 4");
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --rx-depth 2"), 2);
+}
+
+/* A run still going at its simulated-time limit ends as a FAIL naming the
+ * nodes still running; SimGrid aborted the process tearing the world down
+ * ("Cannot destroy semaphore since someone is still using it"). Here with
+ * the limit lowered, and at the default 3,600 s with a server that no
+ * shutdown reaches (its workers timed out over 1 kbit/s links). The nodes
+ * stopped are abandoned as a crash's are: leaks are not counted. */
+static void test_simulated_time_limit(void **state)
+{
+    (void)state;
+    const char *asan = "ASAN_OPTIONS=detect_leaks=0";
+    int rc = run_rkv(asan, "run " SCEN_DIR "/quickstart.yaml --max-sim-s 0.0002");
+    if (rc != 3 || !strstr(out, "verdict: FAIL"))
+        fail_msg("exit %d\n%s", rc, out);
+    assert_non_null(strstr(out, "reached its limit of 0.0002 simulated seconds (--max-sim-s) "
+                                "with 8 of 8 nodes still running (s0.0, s0.1,"));
+    /* The limit past the work's end changes nothing: same trace as without. */
+    run_pass("run " SCEN_DIR "/quickstart.yaml --max-sim-s 1");
+    assert_non_null(strstr(out, "event trace hash ccc2fdd4b0c71ebb"));
+    char path[64], args[256];
+    write_slow_links(path);
+    snprintf(args, sizeof(args), "run %s --timeout-ms 5000", path);
+    rc = run_rkv(asan, args);
+    unlink(path);
+    if (rc != 3 || !strstr(out, "verdict: FAIL"))
+        fail_msg("exit %d\n%s", rc, out);
+    /* The workers' own error is the cause named, not the server left waiting. */
+    assert_non_null(strstr(out, "node failure: w0: push: server 1: request timed out after 5000"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --max-sim-s 0"), 2);
+    assert_non_null(strstr(out, "--max-sim-s: expected simulated seconds"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --backend tcp --max-sim-s 5"), 2);
+    assert_non_null(strstr(out, "are twin options"));
+}
+
 /* Crash faults: the named node dies mid-run, every survivor ends on a named
  * error (no hang, no timeout), nothing pulled was wrong; under three seeds
  * of jitter. A crashed node's memory is abandoned like a killed process's,
@@ -405,6 +503,8 @@ int main(void)
         cmocka_unit_test(test_payloadless_scale_run),
         cmocka_unit_test(test_large_cluster_loads),
         cmocka_unit_test(test_cfg_and_progress),
+        cmocka_unit_test(test_settings_reach_the_twin),
+        cmocka_unit_test(test_simulated_time_limit),
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_nic_and_cpu_faults),
         cmocka_unit_test(test_restart_durable),

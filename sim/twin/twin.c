@@ -82,7 +82,9 @@ struct twin {
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
     char **sg_argv; /* simgrid_init's arguments, sg_argc of them (owned) */
     int sg_argc;
-    char **sg_view; /* the array simgrid_init was given (it reorders it; kept for the run) */
+    char **sg_view;   /* the array simgrid_init was given (it reorders it; kept for the run) */
+    double max_sim_s; /* the run's end in simulated time (twin_limit) */
+    int limit_hit;    /* nodes were still running at max_sim_s */
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -357,7 +359,27 @@ static int twin_has_crash(const struct rkv_scenario *sc)
     return 0;
 }
 
-static int twin_config(struct twin *t)
+/* The store's settings the user gave (rkv_twin_opts.store): the behaviour
+ * a tcp or verbs run of the same file would have, not rkv.h's defaults. */
+static void twin_take_store(struct rkv_config *c, const struct rkv_config *u)
+{
+    c->timeout_ms = u->timeout_ms;
+    c->connect_retry_ms = u->connect_retry_ms;
+    c->rx_depth = u->rx_depth;
+    c->ctrl_buf_bytes = u->ctrl_buf_bytes;
+    c->push_slots = u->push_slots;
+    c->max_slot_bytes = u->max_slot_bytes;
+    c->retry_ms = u->retry_ms;
+    c->zero_copy_bytes = u->zero_copy_bytes;
+    c->busy_poll = u->busy_poll;
+    c->hello_timeout_ms = u->hello_timeout_ms;
+    c->idle_timeout_ms = u->idle_timeout_ms;
+    c->durable_log_prewrite = u->durable_log_prewrite;
+    memcpy(c->secret, u->secret, sizeof(c->secret));
+    memcpy(c->secret_file, u->secret_file, sizeof(c->secret_file));
+}
+
+static int twin_config(struct twin *t, const struct rkv_twin_opts *o)
 {
     const struct rkv_scenario *sc = t->sc;
     t->machines = calloc(sc->machines, sizeof(*t->machines));
@@ -369,6 +391,9 @@ static int twin_config(struct twin *t)
         t->machines[m].servers = sc->servers_per_machine;
     }
     rkv_config_defaults(&t->cfg);
+    t->cfg.retry_ms = sc->retry_ms;
+    if (o->store)
+        twin_take_store(&t->cfg, o->store);
     t->cfg.machines = t->machines;
     t->cfg.n_machines = sc->machines;
     t->cfg.n_workers = rkv_scenario_workers(sc);
@@ -376,7 +401,6 @@ static int twin_config(struct twin *t)
     snprintf(t->cfg.shm_prefix, sizeof(t->cfg.shm_prefix), "/rkv-twin");
     t->cfg.seed = sc->seed;
     t->cfg.log_level = t->log_level;
-    t->cfg.retry_ms = sc->retry_ms;
     if (sc->durable) {
         /* Snapshots are real files; their I/O takes no simulated time. */
         snprintf(t->cfg.durable_dir, sizeof(t->cfg.durable_dir), "/tmp/rkv-twin-durable.XXXXXX");
@@ -386,8 +410,10 @@ static int twin_config(struct twin *t)
     if (sc->sim_payloadless) {
         /* Thin rows keep every message small: small receive buffers keep
          * thousands of nodes' connections in memory (sim/README.md). */
-        t->cfg.rx_depth = 8;
-        t->cfg.ctrl_buf_bytes = 256;
+        if (!(o->store_set & RKV_LAUNCH_SET_RX_DEPTH))
+            t->cfg.rx_depth = 8;
+        if (!(o->store_set & RKV_LAUNCH_SET_CTRL_BUF))
+            t->cfg.ctrl_buf_bytes = 256;
     }
     char err[128];
     int rc = rkv_cluster_create(&t->cfg, 0, &t->cluster, err, sizeof(err));
@@ -536,6 +562,23 @@ static void twin_faults(int argc, char **argv)
     }
 }
 
+/* The run's end in simulated time. Nodes still running then (a live lock
+ * that keeps re-sending, or a workload longer than the limit) are stopped
+ * where they are, as a crash stops them, and the verdict names them:
+ * SimGrid cannot tear down a world whose actors still wait on its
+ * semaphores (it aborted with "Cannot destroy semaphore"). A daemon, made
+ * after the nodes: a run whose nodes all end first ends with them, and the
+ * nodes' actor ids and order are those of a run without it. */
+static void twin_limit(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct twin *t = sg_actor_self_get_data();
+    sg_actor_daemonize(sg_actor_self());
+    sg_actor_sleep_until(t->max_sim_s);
+    t->limit_hit = 1;
+    sg_actor_kill_all();
+}
+
 static void twin_spawn(struct twin *t)
 {
     if (t->sc->n_faults) {
@@ -553,6 +596,9 @@ static void twin_spawn(struct twin *t)
         sg_actor_set_data(a, nd);
         sg_actor_start(a, nd->is_server ? twin_server : twin_worker, 0, NULL);
     }
+    sg_actor_t lim = sg_actor_init("limit", twin_host(t, 0));
+    sg_actor_set_data(lim, t);
+    sg_actor_start(lim, twin_limit, 0, NULL);
 }
 
 /* "KEY:VALUE" with a non-empty key of SimGrid's characters: SimGrid itself
@@ -789,6 +835,32 @@ static void twin_gather_faults(struct twin *t, struct rkv_twin_result *res)
     }
 }
 
+#define TWIN_UNFINISHED "did not finish (blocked when the simulation ended)"
+
+/* The run reached max_sim_s with nodes running: what failed is that, and
+ * which nodes (the first few; a live lock usually holds them all). */
+static void twin_gather_limit(const struct twin *t, struct rkv_twin_result *res)
+{
+    uint32_t running = 0;
+    char names[160] = "";
+    size_t nl = 0;
+    for (uint32_t i = 0; i < t->n_nodes; i++) {
+        const struct twin_node *nd = &t->nodes[i];
+        if (nd->finished || nd->crashed)
+            continue;
+        if (running++ < 6 && nl < sizeof(names))
+            nl +=
+                (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s", nl ? ", " : "", nd->name);
+    }
+    if (!running)
+        return; /* the last ones ended in the limit's instant */
+    res->nodes_ok = 0;
+    snprintf(res->error, sizeof(res->error),
+             "the simulation reached its limit of %g simulated seconds (--max-sim-s) with %u of "
+             "%u nodes still running (%s%s): a live lock, or a workload longer than the limit",
+             t->max_sim_s, running, t->n_nodes, names, running > 6 ? ", ..." : "");
+}
+
 static int twin_gather(struct twin *t, struct rkv_twin_result *res)
 {
     res->outs = calloc(t->n_workers, sizeof(*res->outs));
@@ -796,6 +868,7 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
         return -RKV_ENOMEM;
     res->n_workers = t->n_workers;
     res->nodes_ok = 1;
+    int named_err = 0; /* res->error names a node's own error */
     size_t fl = 0;
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
@@ -827,14 +900,19 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
             res->survivor_errors++ == 0)
             snprintf(res->survivor_error, sizeof(res->survivor_error), "%s: %s", nd->name,
                      nd->err[0] ? nd->err : rkv_strerror(nd->rc));
-        if (bad && res->nodes_ok) {
+        /* A node that ended on an error of its own is named before one
+         * that did not end: the first is usually why the second waits. */
+        if (bad && (res->nodes_ok || (nd->finished && !named_err))) {
             res->nodes_ok = 0;
+            named_err = nd->finished;
             snprintf(res->error, sizeof(res->error), "%s: %s", nd->name,
-                     !nd->finished ? "did not finish (blocked when the simulation ended)"
+                     !nd->finished ? TWIN_UNFINISHED
                      : nd->err[0]  ? nd->err
                                    : rkv_strerror(nd->rc));
         }
     }
+    if (t->limit_hit && !named_err)
+        twin_gather_limit(t, res);
     if (t->sc->n_faults)
         twin_gather_faults(t, res);
     return 0;
@@ -929,7 +1007,8 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     struct twin t = {.sc = sc,
                      .log_level = o->log_level,
                      .test_corrupt_row = o->test_corrupt_row,
-                     .client0_phase = -1};
+                     .client0_phase = -1,
+                     .max_sim_s = o->max_sim_s > 0 ? o->max_sim_s : 3600};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";
     int rc = sim_world_init(&t.w, sc->seed);
@@ -975,7 +1054,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
      * once, which left (W - 1) / W of that CPU out. Without measured CPU
      * node code costs no simulated time, and one replay keeps large runs
      * cheap. */
-    if ((rc = twin_config(&t)) < 0 || (rc = twin_nodes(&t)) < 0 ||
+    if ((rc = twin_config(&t, o)) < 0 || (rc = twin_nodes(&t)) < 0 ||
         (!t.w.cpu_measured && (rc = rkv_oracle_create(t.sc, &t.oracle)) < 0))
         goto free_all;
     if (sc->sim_platform_file[0]) {
@@ -994,7 +1073,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.nodes_total = t.n_nodes;
     t.w.progress_s = o->progress_s < 0 ? 0 : o->progress_s > 0 ? o->progress_s : 10;
     double w0 = sim_world_wall();
-    simgrid_run_until(o->max_sim_s > 0 ? o->max_sim_s : 3600);
+    simgrid_run(); /* to the last node's end, or twin_limit's */
     res->wall_s = sim_world_wall() - w0;
     res->events = t.w.events;
     res->hash = t.w.hash;

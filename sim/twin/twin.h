@@ -5,7 +5,9 @@
 
 #include <stdint.h>
 
+#include "harness/launch.h"
 #include "harness/scenario.h"
+#include "rkv.h"
 
 struct rkv_twin_opts {
     const char *trace_path; /* Chrome trace JSON, or NULL */
@@ -17,6 +19,14 @@ struct rkv_twin_opts {
      * --cfg), applied after the twin's own so that they override them. */
     const char *const *cfg;
     uint32_t n_cfg;
+    /* The store's own settings, as cmd_build_config makes them from rkv
+     * run's flags and RKV_* variables: timeouts, retries (the scenario's
+     * retry_ms already merged), buffer and slot sizes, zero-copy, busy
+     * polling, the secret file. NULL: rkv.h's defaults and the scenario's
+     * retry_ms. The twin keeps what is its own: machines, hosts, ports,
+     * backend, shm and durable names, seed, log level. */
+    const struct rkv_config *store;
+    unsigned store_set; /* RKV_LAUNCH_SET_* (harness/launch.h) */
 };
 
 struct rkv_twin_result {

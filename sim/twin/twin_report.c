@@ -39,7 +39,10 @@ int rkv_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
 int rkv_twin_launch(const struct rkv_scenario *sc, const struct rkv_launch_twin_opts *o,
                     struct rkv_report *r_p)
 {
-    struct rkv_twin_opts to = {.log_level = o->log_level, .test_corrupt_row = o->test_corrupt_row};
+    struct rkv_twin_opts to = {.log_level = o->log_level,
+                               .test_corrupt_row = o->test_corrupt_row,
+                               .store = o->store,
+                               .store_set = o->store_set};
     struct rkv_twin_result res;
     memset(r_p, 0, sizeof(*r_p));
     int rc = rkv_twin_run(sc, &to, &res);
