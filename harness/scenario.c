@@ -15,6 +15,7 @@
 #include "nic/nic_fault.h"
 #include "port/port.h"
 #include "store/pbook.h"
+#include "util/util.h"
 
 struct sc_ctx {
     const char *path;
@@ -119,15 +120,13 @@ static int sc_u64(struct sc_ctx *c, const char *name, struct fy_node *key, struc
     if (rc < 0)
         return rc;
     const char *s = sc_str(v);
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(s, &end, 0);
-    if (!*s || *end || errno || s[0] == '-')
+    uint64_t x;
+    if (rkv_parse_u64(s, &x) < 0)
         return sc_fail(c, v, "%s: expected %s integer, got \"%s\"", name,
                        min > 0 ? "a positive" : "a non-negative", s);
     if (x < min || x > max)
         return sc_fail(c, v, "%s: expected %llu..%llu, got %llu", name, (unsigned long long)min,
-                       (unsigned long long)max, x);
+                       (unsigned long long)max, (unsigned long long)x);
     *out = x;
     return 0;
 }

@@ -188,13 +188,9 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
                 size_t err_len)
 {
     const char *str = s->val[k];
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(str, &end, 0);
-    if (!*str || *end || errno || str[0] == '-')
+    if (rkv_parse_u64(str, v) < 0)
         return rkv_errf(err, err_len, -1, "%s: expected a non-negative integer, got \"%s\" (%s)",
                         cmd_opts[k].name, str, s->src[k]);
-    *v = x;
     return 0;
 }
 

@@ -2294,10 +2294,8 @@ static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t 
         const char *s = getenv(*names);
         if (!s || !*s)
             continue;
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(s, &end, 0);
-        if (*end || errno || s[0] == '-' || v < lo || v > hi) {
+        uint64_t v;
+        if (rkv_parse_u64(s, &v) < 0 || v < lo || v > hi) {
             RKV_LOGE(port, "nic verbs: %s=\"%s\": expected a number in [%llu, %llu]", *names, s,
                      (unsigned long long)lo, (unsigned long long)hi);
             return -RKV_ECONFIG;

@@ -1,6 +1,7 @@
 /* Configuration by name (rkv_settings_*): the CLI's keys, '_' for '-',
  * flags over env, the cluster file with its line numbers, server-id to
  * (machine, local index), and every error a -RKV_ECONFIG with a message. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -93,6 +94,46 @@ static void test_bad_keys_and_values(void **state)
     /* Regression: a NULL out-pointer crashed create (SIGSEGV). */
     assert_int_equal(rkv_settings_create(NULL, err, sizeof(err)), -RKV_EINVAL);
     assert_string_equal(err, "settings: set_p is NULL");
+}
+
+/* Numbers are decimal even with leading zeros (strtoull's base 0 read
+ * "010" workers as 8 and "064" as 52, and refused "029500"), or 0x hex;
+ * signs, spaces and other bases are refused. */
+static void test_numbers_are_decimal(void **state)
+{
+    (void)state;
+    char err[256];
+    struct rkv_settings *set = make();
+    struct rkv_config cfg;
+    assert_int_equal(rkv_settings_set(set, "num-workers", "010", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "rx-depth", "064", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "base-port", "029500", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "timeout-ms", "0x2710", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_workers, 10);
+    assert_int_equal(cfg.rx_depth, 64);
+    assert_int_equal(cfg.machines[0].base_port, 29500);
+    assert_int_equal(cfg.timeout_ms, 10000);
+    rkv_config_release(&cfg);
+    static const char *const bad[] = {"+5",    " 5",  "5 ",   "-0",   "0x",
+                                      "0b101", "1e3", "0o10", "12abc"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rkv_settings_set(set, "timeout-ms", bad[i], err, sizeof(err)), 0);
+        if (rkv_settings_build(set, &cfg, NULL, err, sizeof(err)) != -RKV_ECONFIG)
+            fail_msg("timeout-ms \"%s\" was taken", bad[i]);
+    }
+    rkv_settings_destroy(set);
+}
+
+/* rkv_strerror of any int, INT_MIN too (its negation overflowed and read
+ * before the table: SIGSEGV). */
+static void test_strerror_any_int(void **state)
+{
+    (void)state;
+    assert_string_equal(rkv_strerror(INT_MIN), "unknown error");
+    assert_string_equal(rkv_strerror(INT_MAX), "unknown error");
+    assert_string_equal(rkv_strerror(-RKV_ETIMEDOUT), rkv_strerror(RKV_ETIMEDOUT));
+    assert_string_equal(rkv_strerror(0), rkv_strerror(RKV_OK));
 }
 
 /* host "A,B": the machines alternate over the addresses (the two-host
@@ -256,6 +297,8 @@ int main(void)
         cmocka_unit_test(test_keys_and_env),
         cmocka_unit_test(test_secret_file_in_config),
         cmocka_unit_test(test_bad_keys_and_values),
+        cmocka_unit_test(test_numbers_are_decimal),
+        cmocka_unit_test(test_strerror_any_int),
         cmocka_unit_test(test_cluster_file_and_server_id),
         cmocka_unit_test(test_host_list),
         cmocka_unit_test(test_verbs_settings),

@@ -25,7 +25,9 @@ static const char *const rkv_err_names[RKV_ERR_MAX_] = {
 
 const char *rkv_strerror(int err)
 {
-    int e = err < 0 ? -err : err;
+    /* As unsigned: -INT_MIN does not fit an int (it stayed negative and
+     * indexed before the table). */
+    unsigned e = err < 0 ? 0u - (unsigned)err : (unsigned)err;
     if (e >= RKV_ERR_MAX_ || !rkv_err_names[e])
         return "unknown error";
     return rkv_err_names[e];

@@ -13,6 +13,12 @@
 int rkv_errf(char *err, size_t err_len, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* An unsigned number as people write it in a setting or a file: decimal
+ * digits (leading zeros are still decimal, not octal) or 0x and hex
+ * digits; nothing else, no sign, no spaces. 0, or -1 (*v untouched) when s
+ * is not one or does not fit 64 bits. */
+int rkv_parse_u64(const char *s, uint64_t *v);
+
 /* Host-order integers at any alignment in a file's bytes (the snapshot and
  * the log, whose little-endian formats assert the host's order). A put
  * returns the byte after what it wrote. */
