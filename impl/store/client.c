@@ -1810,6 +1810,29 @@ static void cli_pin(struct rkv_client *c, const struct cli_push *cp, int delta)
     }
 }
 
+/* A part too big for one message failed in cli_begin after the parts for
+ * other machines had been sent, and applied there, while this machine's
+ * rows were not: refused here, before any is sent. */
+static int cli_push_sizes_ok(struct rkv_client *c, const struct cli_op *o,
+                             const struct cli_groups *g)
+{
+    const struct rkv_tensor *t = o->t;
+    for (uint32_t k = 0; k < g->n; k++) {
+        if (g->mach[k] == c->cfg.machine_id && t->mapped && !o->via_server)
+            continue; /* applied in place (cli_push_local) */
+        uint32_t cnt = cli_group_cnt(g, k);
+        uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+        if (len > c->cfg.max_slot_bytes)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                            "push to '%s': its %u rows for machine %u make a %llu-byte message, "
+                            "over max_slot_bytes %llu; nothing was applied (push fewer ids at "
+                            "once)",
+                            t->meta.name, cnt, g->mach[k], (unsigned long long)len,
+                            (unsigned long long)c->cfg.max_slot_bytes);
+    }
+    return 0;
+}
+
 /* Sends the remote parts of a push (into cp->reqs, cp->lost) and applies
  * the local one; cli_push_end collects the acks. A negative return means
  * nothing was sent; otherwise cp->rc says how sending went. */
@@ -1818,8 +1841,14 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
 {
     struct rkv_tensor *t;
     int rc = cli_check_open(c, "push");
-    if (rc < 0 || (rc = cli_check_call(c, "push", ids, n, rows)) < 0 ||
-        (rc = cli_tensor(c, name, &t)) < 0)
+    if (rc < 0 || (rc = cli_check_call(c, "push", ids, n, rows)) < 0)
+        return rc;
+    /* Before the tensor's lookup and n = 0's early end: push_async with an
+     * observer returned 0 and a handle whose wait failed. */
+    if (c->observer)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "push: an observer client only lists tensors and reads their metas");
+    if ((rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
@@ -1858,6 +1887,8 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                             .op = op,
                             .param = param,
                             .via_server = c->cfg.durable_dir[0] != 0};
+    if ((rc = cli_push_sizes_ok(c, &cp->o, &cp->g)) < 0)
+        return rc;
     cli_zc_begin(c, &cp->g, &cp->o, n, &cp->call_reg);
     rc = cli_fanout(c, &cp->o, &cp->g, cli_push_remote, cp->reqs, &cp->nreq, cp->lost);
     if (rc == 0 && t->mapped && lcnt > 0 && !cp->o.via_server)
@@ -2303,6 +2334,11 @@ static int cli_shutdown_servers(struct rkv_client *c)
     int rc = cli_check_open(c, "shutdown");
     if (rc < 0)
         return rc;
+    /* It said every server "could not be asked to exit, and may still run". */
+    if (c->observer)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "shutdown: an observer client only lists tensors and reads their metas; "
+                        "a worker shuts the servers down");
     struct cli_req **reqs = calloc(c->n_servers, sizeof(*reqs));
     uint8_t *asked = calloc(c->n_servers, 1);
     if (!reqs || !asked) {

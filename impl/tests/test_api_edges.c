@@ -750,6 +750,112 @@ static void test_failed_push_applies_nothing(void **state)
     cluster_stop(&c);
 }
 
+/* A push whose part for one machine is over max_slot_bytes: refused
+ * before any part is sent. Found from outside with three machines: the
+ * part for machine 1 went out and was applied, the one for machine 2
+ * failed, and this machine's rows were then skipped. Three servers on
+ * threads, one per machine, the client on machine 0. */
+static void test_push_too_big_applies_nothing(void **state)
+{
+    (void)state;
+    struct rkv_machine m[3];
+    uint16_t base = free_base_port(TWO_MACHINES_PORT_LO, TWO_MACHINES_PORT_SPAN, 3);
+    for (int i = 0; i < 3; i++) {
+        snprintf(m[i].host, sizeof(m[i].host), "127.0.0.1");
+        m[i].base_port = (uint16_t)(base + i);
+        m[i].servers = 1;
+    }
+    struct rkv_config cfg;
+    rkv_config_defaults(&cfg);
+    cfg.n_machines = 3;
+    cfg.machines = m;
+    cfg.n_workers = 1;
+    cfg.timeout_ms = 5000;
+    cfg.log_level = 0;
+    cfg.max_slot_bytes = 16384;
+    snprintf(cfg.shm_prefix, sizeof(cfg.shm_prefix), "%s-%d-%u3", TWO_MACHINES_TAG, (int)getpid(),
+             base);
+    struct rkv_server *srv[3];
+    pthread_t thr[3];
+    char err[256];
+    for (uint32_t i = 0; i < 3; i++) {
+        struct rkv_config sc = cfg;
+        sc.machine_id = i;
+        if (rkv_server_create(&sc, 0, &srv[i], err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+        assert_int_equal(pthread_create(&thr[i], NULL, server_main, srv[i]), 0);
+    }
+    struct rkv_client *cli;
+    if (rkv_client_create(&cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    /* 10 rows of 4 KiB per machine: 3 rows fit a message, 5 do not. */
+    struct rkv_tensor_desc d = {
+        .name = "big", .dtype = RKV_F32, .rows = 30, .row_len = 1024, .policy = RKV_PART_RANGE};
+    assert_int_equal(rkv_client_init_data(cli, &d), 0);
+    static float rows[7 * 1024], got[7 * 1024];
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+        rows[i] = 1.0f;
+    uint64_t ids[7] = {0, 10, 20, 21, 22, 23, 24};
+    assert_int_equal(rkv_client_push(cli, "big", ids, 7, rows, RKV_OP_SUM, 0), -RKV_ELIMIT);
+    assert_msg(cli, "its 5 rows for machine 2 make a");
+    assert_msg(cli, "nothing was applied");
+    struct rkv_pending *p = NULL;
+    assert_int_equal(rkv_client_push_async(cli, "big", ids, 7, rows, RKV_OP_SUM, 0, &p),
+                     -RKV_ELIMIT);
+    assert_null(p);
+    uint64_t probe[3] = {0, 10, 20};
+    pull_ok(cli, "big", probe, 3, got);
+    for (size_t i = 0; i < 3 * 1024; i++)
+        if (got[i] != 0.0f)
+            fail_msg("row %llu was applied", (unsigned long long)probe[i / 1024]);
+    /* Parts that fit go through, on every machine. */
+    push_ok(cli, "big", ids, 3, rows, RKV_OP_SUM);
+    pull_ok(cli, "big", probe, 3, got);
+    for (size_t i = 0; i < 3 * 1024; i++)
+        assert_true(got[i] == 1.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(thr[i], NULL);
+        rkv_server_destroy(srv[i]);
+    }
+}
+
+/* An observer's push is refused when it is made: push_async returned 0
+ * and a handle whose wait failed, and a push of no ids returned 0. Its
+ * shutdown said every server "could not be asked to exit, and may still
+ * run". */
+static void test_observer_refused_at_once(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c), *obs = NULL;
+    char err[256];
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_create_observer(&c.cfg, &obs, err, sizeof(err)), 0);
+    uint64_t ids[2] = {3, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    struct rkv_pending *p = NULL;
+    assert_int_equal(rkv_client_push_async(obs, "t", ids, 2, rows, RKV_OP_SUM, 0, &p), -RKV_EINVAL);
+    assert_null(p);
+    assert_msg(obs, "an observer client only lists tensors");
+    assert_int_equal(rkv_client_push(obs, "t", ids, 0, rows, RKV_OP_SUM, 0), -RKV_EINVAL);
+    assert_int_equal(rkv_client_push(obs, "t", ids, 2, rows, RKV_OP_SUM, 0), -RKV_EINVAL);
+    assert_int_equal(rkv_client_shutdown_servers(obs), -RKV_EINVAL);
+    assert_msg(obs, "a worker shuts the servers down");
+    rkv_client_destroy(obs);
+    float got[8];
+    pull_ok(cli, "t", ids, 2, got);
+    for (int i = 0; i < 8; i++)
+        assert_true(got[i] == 0.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -951,6 +1057,8 @@ int main(void)
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
+        cmocka_unit_test(test_push_too_big_applies_nothing),
+        cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_empty_calls),
         cmocka_unit_test(test_init_mismatch),
