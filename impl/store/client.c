@@ -1357,8 +1357,9 @@ static int cli_check_local(struct rkv_client *c, const struct rkv_tensor *t, con
     if (!t->mapped || !atomic_load(&t->shard.hdr->closed))
         return 0;
     return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
-                    "%s: the servers of machine %u (this one) were asked to exit", what,
-                    c->cfg.machine_id);
+                    "%s: the servers of machine %u (this one) were asked to exit or stopped: "
+                    "its shard is served no more",
+                    what, c->cfg.machine_id);
 }
 
 /* One push or pull call, as the per-machine senders see it. */

@@ -2120,7 +2120,17 @@ void rkv_server_destroy(struct rkv_server *s)
     rkv_engine_stop(s->eng);
     srv_free_conns(s);
     for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
-        if (rkv_tensor_at(&s->tensors, i)) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        /* A co-located client still maps the shard: it would go on
+         * reading and writing rows nobody will ever see (its pushes
+         * returned 0 after rkv_server_stop and destroy, without a
+         * SHUTDOWN). Closed first, then unlinked. Not in durable mode: a
+         * restarted server restores the machine from its snapshot, the
+         * clients' pushes go through a server, and their pulls map the
+         * new shard once they see the restart (cli_local_fresh). */
+        if (t && t->mapped && !s->cfg.durable_dir[0])
+            atomic_store(&t->shard.hdr->closed, 1);
+        if (t) {
             char name[96];
             rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
             s->port->ops->shm_unlink(s->port, name);

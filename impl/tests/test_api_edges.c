@@ -856,6 +856,37 @@ static void test_observer_refused_at_once(void **state)
     cluster_stop(&c);
 }
 
+/* The servers of the client's machine stopped (rkv_server_stop) and
+ * destroyed, which unlinks the shard: a co-located push returned 0 and a
+ * pull read the value back from a segment nobody would ever see again. */
+static void test_local_shard_after_server_destroyed(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t local = 3, remote = 70;
+    float rows[4] = {1, 2, 3, 4}, got[4];
+    push_ok(cli, "t", &local, 1, rows, RKV_OP_ASSIGN);
+    rkv_server_stop(c.srv[0][0]);
+    pthread_join(c.thr[0][0], NULL);
+    rkv_server_destroy(c.srv[0][0]);
+    c.in_process[0] = 0;
+    assert_int_equal(rkv_client_push(cli, "t", &local, 1, rows, RKV_OP_SUM, 0), -RKV_ESHUTDOWN);
+    assert_msg(cli, "its shard is served no more");
+    assert_int_equal(rkv_client_pull(cli, "t", &local, 1, got), -RKV_ESHUTDOWN);
+    /* Machine 1 still serves its rows. */
+    push_ok(cli, "t", &remote, 1, rows, RKV_OP_ASSIGN);
+    pull_ok(cli, "t", &remote, 1, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    rkv_server_stop(c.srv[1][0]);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1059,6 +1090,7 @@ int main(void)
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_push_too_big_applies_nothing),
         cmocka_unit_test(test_observer_refused_at_once),
+        cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_empty_calls),
         cmocka_unit_test(test_init_mismatch),
