@@ -81,6 +81,13 @@ static int set_server_local(const struct cmd_settings *s, struct rkv_config *cfg
     *local_p = 0;
     if (!*s->val[CMD_SERVER_ID])
         return 0;
+    /* A machine set here beats a server id from the environment: with
+     * DGL_SERVER_ID=3 left in a trainer's environment, machine-id 0 given
+     * by the program built machine 1. */
+    int sid_set = !strcmp(s->src[CMD_SERVER_ID], "flag");
+    int mid_set = !strcmp(s->src[CMD_MACHINE_ID], "flag");
+    if (mid_set && !sid_set)
+        return 0;
     uint64_t sid;
     if (cmd_get_u64(s, CMD_SERVER_ID, &sid, err, err_len) < 0)
         return -RKV_ECONFIG;
@@ -90,6 +97,10 @@ static int set_server_local(const struct cmd_settings *s, struct rkv_config *cfg
     if (m == cfg->n_machines)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "server-id %s: the cluster has fewer servers",
                         s->val[CMD_SERVER_ID]);
+    if (mid_set && m != cfg->machine_id)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "server-id %s is a server of machine %u, but machine-id says %u",
+                        s->val[CMD_SERVER_ID], m, cfg->machine_id);
     cfg->machine_id = m;
     *local_p = (uint32_t)sid;
     return 0;

@@ -278,6 +278,22 @@ static void test_cluster_file_and_server_id(void **state)
     assert_int_equal(cfg.machine_id, 1);
     assert_int_equal(local, 1);
     rkv_config_release(&cfg);
+    /* A machine given here beats a server id left in the environment (it
+     * built machine 1 for a trainer that said machine 0). */
+    struct rkv_settings *env = make();
+    setenv("DGL_SERVER_ID", "3", 1);
+    assert_int_equal(rkv_settings_set(env, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(env, "machine-id", "0", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(env, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 0);
+    assert_int_equal(local, 0);
+    rkv_config_release(&cfg);
+    /* Both given here and disagreeing: said, not guessed. */
+    assert_int_equal(rkv_settings_set(env, "server-id", "3", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(env, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "server-id 3 is a server of machine 1, but machine-id says 0"));
+    unsetenv("DGL_SERVER_ID");
+    rkv_settings_destroy(env);
     assert_int_equal(rkv_settings_set(set, "server-id", "5", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "server-id"));

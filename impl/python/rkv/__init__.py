@@ -79,6 +79,12 @@ class Error(Exception):
         self.message = message
         super().__init__("%s [%s]" % (message, self.name))
 
+    def __reduce__(self):
+        # As an exception pickles by default it is rebuilt from args (the
+        # formatted text alone), and __init__ wants code and message: a
+        # multiprocessing Pool's result thread died on it and get() hung.
+        return (type(self), (self.code, self.message))
+
     @property
     def name(self):
         n = -self.code
@@ -410,10 +416,15 @@ class Config:
             self.set(k, v)
 
     def set(self, key, value):
+        if not isinstance(key, str):
+            _fail(-EINVAL, "setting name %r: expected a str" % (key,), TypeError)
         key = key.replace("_", "-")
         if isinstance(value, bool):
             value = int(value)
         value = str(value)
+        # C reads "ip.txt\0.bak" as "ip.txt": the rest would go unseen.
+        if "\0" in key or "\0" in value:
+            _fail(-EINVAL, "setting %r = %r: has a NUL byte" % (key, value), ValueError)
         with _Settings() as s:  # the C parser says whether the key exists
             s.set(key, value)
         self._values[key] = value
@@ -578,34 +589,56 @@ TensorMeta.__doc__ = """A tensor as Client.list() gives it: dtype as get_data_me
 shape (rows, row_len) or (rows,), part_policy "range", "hash" or "explicit"."""
 
 
+# Pushes whose handle was dropped that may wait for a barrier; past it,
+# the older half is waited for at the next push (bounded memory for a
+# fire-and-forget loop that never calls barrier()).
+_MAX_ORPHANS = 1024
+
+
+class _Push:
+    """A push in flight as its client keeps it: the C handle and the arrays
+    the NIC reads from, until it is waited for."""
+    __slots__ = ("pending", "keep", "dropped")
+
+    def __init__(self, pending, keep):
+        self.pending = pending
+        self.keep = keep
+        self.dropped = False  # close() dropped it unwaited
+
+
 class PushHandle:
     """A push in flight (push(..., async_=True)): wait() returns once every server
     acknowledged it, or raises its error. The ids and rows it was given are
-    read until then: do not change them."""
+    read until then: do not change them. A handle dropped unwaited (DGL's
+    fire-and-forget push) is waited for by the client at its next barrier(),
+    which raises the first such push's error, or sooner once many are left."""
 
-    def __init__(self, client, pending, keep):
+    def __init__(self, client, rec):
         self._client = client
-        self._pending = pending
-        self._keep = keep  # the arrays the NIC reads from
+        self._rec = rec
 
     def wait(self):
-        c = self._client
-        if self._pending is None:
+        c, rec = self._client, self._rec
+        if rec.pending is None:
+            if rec.dropped:
+                _fail(-ESHUTDOWN, "client is closed (its pushes in flight were dropped)")
             _fail(-EINVAL, "push handle: already waited for")
         with c._lock:
-            if c._cli is None:
-                _fail(-ESHUTDOWN, "client is closed (its pushes in flight were dropped)")
-            rc = lib.rkv_client_wait(c._cli, self._pending)
-            self._pending = None
-            c._inflight.discard(self)
-            msg = c._errmsg() if rc < 0 else None
-        self._keep = None
+            c._live()
+            rc, msg = c._wait_rec(rec)
         if rc < 0:
             _fail(rc, msg)
 
     @property
     def done(self):
-        return self._pending is None
+        return self._rec.pending is None
+
+    def __del__(self):
+        # No lock here (a collection may run inside any call, the client's
+        # own too): a list append is atomic, and the client waits for it.
+        rec = getattr(self, "_rec", None)
+        if rec is not None and rec.pending is not None:
+            self._client._orphans.append(rec)
 
 
 def _stats_percentile_us(hist, q, max_ns):
@@ -657,7 +690,9 @@ class Client:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._meta = {}
-        self._inflight = set()
+        self._inflight = set()  # _Push records not waited for
+        self._orphans = []  # of them, those whose PushHandle was dropped
+        self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
         self._output = output
         self.observer = bool(observer)
@@ -671,6 +706,13 @@ class Client:
     def _live(self):
         if self._cli is None:
             _fail(-ESHUTDOWN, "client is closed")
+        # A forked child (a DataLoader worker, multiprocessing's fork) has
+        # the client's memory but not its threads: its requests waited out
+        # timeout_ms, and its credits broke the parent's connection.
+        if self._pid != os.getpid():
+            _fail(-EINVAL, "this rkv.Client was made in process %d, and this is process %d (a "
+                  "forked child): make a Client in this process (or use the 'spawn' start "
+                  "method)" % (self._pid, os.getpid()))
         return self._cli
 
     def _call(self, fn, *args):
@@ -869,8 +911,11 @@ class Client:
                 _fail(rc, self._errmsg())
             if not async_:
                 return None
-            h = PushHandle(self, pp[0], (ida, rows, pids, prows))
-            self._inflight.add(h)
+            rec = _Push(pp[0], (ida, rows, pids, prows))
+            self._inflight.add(rec)
+            h = PushHandle(self, rec)
+            if len(self._orphans) > _MAX_ORPHANS:
+                self._reap_orphans(len(self._orphans) // 2)
         return h
 
     def pull_len(self, name, handler):
@@ -952,10 +997,39 @@ class Client:
                 out[...] = buf.reshape(out.shape)
         return out
 
+    def _wait_rec(self, rec):
+        """Waits for one push (the lock held): (rc, message)."""
+        rc = lib.rkv_client_wait(self._cli, rec.pending)
+        rec.pending = None
+        rec.keep = None
+        self._inflight.discard(rec)
+        return rc, (self._errmsg() if rc < 0 else None)
+
+    def _reap_orphans(self, n=None):
+        """Waits for the oldest n (all) pushes whose handle was dropped; the
+        first failure is kept for barrier() to raise. The lock held."""
+        k = len(self._orphans) if n is None else n
+        batch, self._orphans[:k] = self._orphans[:k], []
+        for rec in batch:
+            if rec.pending is None:
+                continue
+            rc, msg = self._wait_rec(rec)
+            if rc < 0 and self._orphan_error is None:
+                self._orphan_error = (rc, msg)
+
     def barrier(self):
         """Returns when every client entered it (this client's pushes in flight
-        are waited for first)."""
-        self._call(lib.rkv_client_barrier)
+        are waited for first). Raises the error of a push whose handle was
+        dropped unwaited, if one failed since the last barrier."""
+        with self._lock:
+            cli = self._live()
+            self._reap_orphans()
+            rc = lib.rkv_client_barrier(cli)
+            if rc < 0:
+                _fail(rc, self._errmsg())
+            err, self._orphan_error = self._orphan_error, None
+        if err is not None:
+            _fail(err[0], "a push whose handle was dropped failed: %s" % err[1])
 
     def register(self, array):
         """Keeps array's memory registered for zero-copy pulls and pushes (see
@@ -1017,10 +1091,12 @@ class Client:
         with lock:
             lib.rkv_client_destroy(self._cli)
             self._cli = None
-            for h in self._inflight:
-                h._pending = None
-                h._keep = None
+            for rec in self._inflight:
+                rec.pending = None
+                rec.keep = None
+                rec.dropped = True
             self._inflight.clear()
+            self._orphans.clear()
 
     def __enter__(self):
         return self

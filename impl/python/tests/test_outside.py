@@ -1,0 +1,110 @@
+"""What a DGL/PyTorch user hit from outside (each failed before its fix):
+a client used in a forked child, an rkv.Error through multiprocessing,
+fire-and-forget async pushes, a server id left in the environment, NUL
+bytes in settings, a handle waited for after close()."""
+import gc
+import multiprocessing
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import rkv
+
+
+def test_error_pickles_with_its_code():
+    e = rkv.Error(-rkv.ETIMEDOUT, "push: server 1: request timed out")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is rkv.Error
+    assert back.code == e.code and back.message == e.message and str(back) == str(e)
+
+
+def _raise_rkv(_):
+    raise rkv.Error(-rkv.EPEERDEAD, "connection lost")
+
+
+def test_error_crosses_a_process_pool():
+    # The pool's result thread died unpickling it, and get() hung.
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        r = pool.map_async(_raise_rkv, [0])
+        with pytest.raises(rkv.Error) as ei:
+            r.get(timeout=30)
+    assert ei.value.code == -rkv.EPEERDEAD
+
+
+def test_client_refused_in_a_forked_child(cluster):
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    ids = np.array([3, 70], dtype=np.int64)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a DataLoader worker, say
+        code = 1
+        try:
+            c.pull("t", ids)
+        except rkv.Error as e:
+            code = 0 if "forked child" in e.message and e.code == -rkv.EINVAL else 2
+        except BaseException:
+            code = 3
+        os.write(w, bytes([code]))
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == b"\x00", "the child's pull was not refused at once (%r)" % got
+    # The parent's connections are intact: it timed out, then every call
+    # failed with "connection lost".
+    c.push("t", ids, np.ones((2, 4), np.float32), op="sum")
+    assert np.asarray(c.pull("t", ids)).tolist() == [[1.0] * 4] * 2
+    c.barrier()
+
+
+def test_dropped_async_handles_are_reaped(cluster):
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    ids = np.array([3, 70], dtype=np.int64)
+    one = np.ones((2, 4), np.float32)
+    for _ in range(300):
+        c.push("t", ids, one, op="sum", async_=True)  # DGL's push: no handle kept
+    gc.collect()
+    c.barrier()
+    # Every record held its ids and rows until close().
+    assert len(c._inflight) == 0 and not c._orphans
+    assert np.asarray(c.pull("t", ids)).tolist() == [[300.0] * 4] * 2
+    kept = c.push("t", ids, one, op="sum", async_=True)
+    c.barrier()
+    assert len(c._inflight) == 1  # a kept handle is its holder's to wait for
+    kept.wait()
+    assert len(c._inflight) == 0
+
+
+def test_handle_waited_after_close_says_so(cluster):
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    h = c.push("t", np.array([70]), np.ones((1, 4), np.float32), op="sum", async_=True)
+    c.shut_down()
+    c.close()
+    with pytest.raises(rkv.Error) as ei:
+        h.wait()
+    assert "client is closed" in ei.value.message  # it said "already waited for"
+
+
+def test_explicit_machine_beats_env_server_id(tmp_path, monkeypatch):
+    path = tmp_path / "ip.txt"
+    path.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    monkeypatch.setenv("DGL_SERVER_ID", "3")
+    cfg, _ = rkv.Config(cluster=str(path), machine_id=0).build()
+    assert cfg.machine_id == 0  # it built machine 1
+    cfg, local = rkv.Config(cluster=str(path)).build()
+    assert cfg.machine_id == 1 and local == 1  # the environment's, when nothing else says
+
+
+def test_nul_in_a_setting_is_refused():
+    with pytest.raises(ValueError):
+        rkv.Config(cluster="ip.txt\0.bak")
+    with pytest.raises(ValueError):
+        rkv.Config().set("num_workers\0typo", 2)
+    with pytest.raises(TypeError):
+        rkv.Config().set(7, 2)
