@@ -74,6 +74,10 @@ struct rkv_server {
     struct rkv_engine *eng;
     struct rkv_mutex *mu;
     struct rkv_cond *cv;
+    /* The handler tables ht and pt: a handler is not replaced or
+     * unregistered (its user data freed, say) while a push or pull of the
+     * engine task runs it; it crashed calling a NULL one. */
+    struct rkv_mutex *hmu;
     int stop;
     /* A SHUTDOWN arrived: later requests are refused (-RKV_ESHUTDOWN), so
      * that the linger before exiting ends. The engine's callbacks only. */
@@ -795,12 +799,18 @@ static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const st
 static int srv_apply_once(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m,
                           uint32_t client)
 {
-    if (s->durable) /* the log's turn: append, then apply, under its lock */
-        return srv_apply_logged(s, t, m, client);
+    int rc;
+    s->port->ops->mutex_lock(s->hmu);
+    if (s->durable) { /* the log's turn: append, then apply, under its lock */
+        rc = srv_apply_logged(s, t, m, client);
+        s->port->ops->mutex_unlock(s->hmu);
+        return rc;
+    }
     /* Without durable mode nothing is promised across a crash, so no
      * (client, sequence) is tracked: a retried push applies again. */
-    int rc = rkv_shard_push(&t->shard, t, s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
-                            m->u.push.rows);
+    rc = rkv_shard_push(&t->shard, t, s->ht, m->h.op, m->h.param, m->u.push.ids, m->h.count,
+                        m->u.push.rows);
+    s->port->ops->mutex_unlock(s->hmu);
     rkv_port_handler_work(s->port, m->h.count);
     if (rc < 0)
         rkv_errf(s->err, sizeof(s->err), rc, "tensor '%s': push op %u on %s: %s", t->meta.name,
@@ -833,18 +843,25 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (t)
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
                                   sizeof(s->err));
-    if (rc == 0)
-        rc = rkv_pull_check(s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
+    /* Checked and run under one hold: the handler checked is the one run. */
+    const struct rkv_port_ops *po = s->port->ops;
+    po->mutex_lock(s->hmu);
+    rc = rkv_pull_check(s->pt, m->h.op, t, &out_len, s->err, sizeof(s->err));
+    if (rc < 0) {
+        po->mutex_unlock(s->hmu);
+        return srv_status(s, peer, m, 0, rc, s->err);
+    }
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
     uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)m->h.count * out_bytes;
-    if (len > m->u.pull.reply_to.cap)
-        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
     struct rkv_tx *tx;
-    rc = rkv_engine_tx_alloc(s->eng, len, &tx);
-    if (rc < 0)
-        return srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
+    if (len > m->u.pull.reply_to.cap || (rc = rkv_engine_tx_alloc(s->eng, len, &tx)) < 0) {
+        po->mutex_unlock(s->hmu);
+        return len > m->u.pull.reply_to.cap
+                   ? srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot")
+                   : srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
+    }
     uint8_t *buf = rkv_engine_tx_buf(tx);
     struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY,
                         .req_id = m->h.req_id,
@@ -858,6 +875,7 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     for (uint32_t i = 0; i < m->h.count; i++)
         rkv_pull_row(&t->shard, t, s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
                      out + (size_t)i * out_bytes);
+    po->mutex_unlock(s->hmu);
     rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
 }
@@ -1968,6 +1986,8 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         goto free_server;
     if ((rc = port->ops->cond_create(port, &s->cv)) < 0)
         goto destroy_mutex;
+    if ((rc = port->ops->mutex_create(port, &s->hmu)) < 0)
+        goto destroy_cond;
     struct rkv_engine_cfg ec;
     rkv_cfg_engine(cfg, s->server_id, &ec);
     /* A client never has more requests in flight than its credits; a peer
@@ -1976,7 +1996,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     ec.max_backlog = 4 * cfg->rx_depth + s->n_servers;
     rc = rkv_engine_create(port, nic, &ec, srv_on_msg, srv_on_peer, s, &s->eng, err, err_len);
     if (rc < 0)
-        goto destroy_cond;
+        goto destroy_hmu;
     if (s->server_id == 0 && (rc = srv_table_init(s)) < 0)
         goto destroy_engine;
     /* The shard is whole (restored, when restarting) before anyone can ask. */
@@ -2003,6 +2023,8 @@ destroy_engine:
     srv_wal_free(s);
     rkv_engine_destroy(s->eng);
     srv_free_conns(s);
+destroy_hmu:
+    port->ops->mutex_destroy(s->hmu);
 destroy_cond:
     port->ops->cond_destroy(s->cv);
 destroy_mutex:
@@ -2056,15 +2078,22 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
     atomic_store(&s->test_corrupt_row, row);
 }
 
+/* Once it returns, no push or pull runs the handler it replaced. */
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
-    return rkv_handler_register_at(&s->ht, op, fn, user);
+    s->port->ops->mutex_lock(s->hmu);
+    int rc = rkv_handler_register_at(&s->ht, op, fn, user);
+    s->port->ops->mutex_unlock(s->hmu);
+    return rc;
 }
 
 int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    return rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
+    s->port->ops->mutex_lock(s->hmu);
+    int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
+    s->port->ops->mutex_unlock(s->hmu);
+    return rc;
 }
 
 int rkv_server_run(struct rkv_server *s)
@@ -2143,6 +2172,7 @@ void rkv_server_destroy(struct rkv_server *s)
     rkv_mach_close(&s->mach);
     srv_wal_free(s);
     free(s->acks);
+    s->port->ops->mutex_destroy(s->hmu);
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);
     if (s->own_port_nic)

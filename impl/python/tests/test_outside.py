@@ -6,6 +6,8 @@ import gc
 import multiprocessing
 import os
 import pickle
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -108,3 +110,39 @@ def test_nul_in_a_setting_is_refused():
         rkv.Config().set("num_workers\0typo", 2)
     with pytest.raises(TypeError):
         rkv.Config().set(7, 2)
+
+
+def test_pull_handler_unregistered_while_pulled(make_cluster):
+    # The server's engine task called the handler it had checked, read
+    # again per row: unregistered in between, a NULL function (SIGSEGV).
+    P = rkv.PULL_CUSTOM
+
+    def fn(row, state, out, param):
+        out[:] = row.sum()
+
+    cl = make_cluster(servers_per_machine=1,
+                      setup=lambda s: s.register_pull_handler(P, fn, out_mult=0, out_add=1))
+    c = cl.client(output="numpy")
+    c.register_pull_handler(P, fn, out_mult=0, out_add=1)
+    c.init_data("emb", (2000, 4), "float32")
+    stop = threading.Event()
+    pulled, wrong = [], []
+
+    def puller():
+        while not stop.is_set():
+            try:
+                c.pull("emb", np.arange(1000, 2000), handler=P)  # machine 1's rows
+                pulled.append(1)
+            except rkv.Error as e:
+                if e.code != -rkv.ENOHANDLER:  # while unregistered: said
+                    wrong.append(e)
+    t = threading.Thread(target=puller, daemon=True)
+    t.start()
+    for _ in range(100):
+        cl.servers[1].register_pull_handler(P, None)
+        time.sleep(0.001)
+        cl.servers[1].register_pull_handler(P, fn, out_mult=0, out_add=1)
+        time.sleep(0.001)
+    stop.set()
+    t.join(30)
+    assert not t.is_alive() and pulled and not wrong, wrong
