@@ -75,6 +75,7 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
 int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user);
 int rkv_server_run(struct rkv_server *srv);
+void rkv_server_stop(struct rkv_server *srv);
 const char *rkv_server_errmsg(const struct rkv_server *srv);
 void rkv_server_destroy(struct rkv_server *srv);
 

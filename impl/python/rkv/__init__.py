@@ -523,19 +523,44 @@ class Server:
         return _handler_errors(self._pull, hid)
 
     def run(self):
+        """Serves until a client's shut_down() or stop(). Ctrl-C (any exception
+        raised in this thread meanwhile, KeyboardInterrupt above all) stops
+        the server too, and is raised again once it stopped."""
         if self._srv is None:
             _fail(-EINVAL, "server is closed")
         self._running = True
+        out = []
+        # The C call blocks until stopped, where Python never runs its
+        # signal handlers: Ctrl-C was ignored and the process had to be
+        # killed, leaving its /dev/shm segments. It runs in a helper
+        # thread; this one waits in slices, so a signal reaches it.
+        t = threading.Thread(target=lambda: out.append(lib.rkv_server_run(self._srv)),
+                             name="rkv-server-run", daemon=True)
         try:
-            rc = lib.rkv_server_run(self._srv)
+            t.start()
+            try:
+                while t.is_alive():
+                    t.join(0.2)
+            except BaseException:
+                lib.rkv_server_stop(self._srv)
+                t.join()
+                raise
         finally:
             self._running = False
+        rc = out[0] if out else -EINVAL
         if rc < 0:
             _fail(rc, ffi.string(lib.rkv_server_errmsg(self._srv)).decode(errors="replace"))
 
+    def stop(self):
+        """Makes run() return, from any thread (rkv_server_stop): for a server
+        whose workers are gone without a shut_down(), or the program's own
+        stop. Then close() it."""
+        if self._srv is not None and self._pid == os.getpid():
+            lib.rkv_server_stop(self._srv)
+
     def close(self):
         if getattr(self, "_running", False):
-            _fail(-EINVAL, "server is running: a client's shut_down() stops it first")
+            _fail(-EINVAL, "server is running: stop() it, or a client's shut_down(), first")
         if getattr(self, "_srv", None) is not None:
             if self._pid == os.getpid():  # not in a forked child, which lacks its threads
                 lib.rkv_server_destroy(self._srv)

@@ -146,3 +146,47 @@ def test_pull_handler_unregistered_while_pulled(make_cluster):
     stop.set()
     t.join(30)
     assert not t.is_alive() and pulled and not wrong, wrong
+
+
+def test_server_stop_and_ctrl_c(tmp_path):
+    # rkv_server_stop was not in the binding: a server whose worker left
+    # without shut_down() could not be stopped, and Ctrl-C was ignored by
+    # run() (killed, it left its /dev/shm segments).
+    import signal
+    import subprocess
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+    t = threading.Thread(target=s.run)
+    t.start()
+    time.sleep(0.2)
+    s.stop()
+    t.join(10)
+    assert not t.is_alive()
+    s.close()
+    prefix = "rkv-pytest-%d" % os.getpid()
+    script = (
+        "import rkv, sys\n"
+        "s = rkv.Server(rkv.Config(cluster=%r, num_workers=1, shm_prefix=%r), server_id=0)\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    s.run()\n"
+        "except KeyboardInterrupt:\n"
+        "    s.close()\n"
+        "    sys.exit(7)\n" % (path, prefix))
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=dict(os.environ))
+    assert p.stdout.readline().strip() == b"ready"
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    try:
+        rc = p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise AssertionError("Ctrl-C did not stop rkv.Server.run()")
+    assert rc == 7
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+    assert not left, left
