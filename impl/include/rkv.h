@@ -188,6 +188,8 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_MAX_PUSH_SLOTS 65536u
 #define RKV_MAX_CTRL_BUF_BYTES (64u << 20)
 #define RKV_MAX_RX_BYTES (1ull << 30)
+/* Tensors a cluster holds (rkv_client_init_data past it: -RKV_ELIMIT). */
+#define RKV_MAX_TENSORS 1024u
 
 struct rkv_machine {
     char host[RKV_HOST_MAX + 1]; /* NUL-terminated: create refuses one that is not (-RKV_ECONFIG) */
@@ -392,7 +394,12 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * sent (-RKV_EINVAL, nothing created, the connections untouched): an empty
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
  * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book, with
- * more than 2^32-1 rows, or with an entry >= n_machines. */
+ * more than 2^32-1 rows, or with an entry >= n_machines. One that fails on
+ * a server part way (no room for a machine's shard: -RKV_ENOMEM) leaves
+ * the name reserved for that desc until the servers restart: the same desc
+ * may be tried again (once there is room), another one under that name is
+ * -RKV_EEXIST saying so; list and meta do not show it. The cluster holds
+ * at most RKV_MAX_TENSORS tensors (-RKV_ELIMIT past them). */
 RKV_API int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 RKV_API int rkv_client_meta(struct rkv_client *cli, const char *name,
                             struct rkv_tensor_meta *meta_p);

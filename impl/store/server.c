@@ -612,6 +612,13 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     }
     if (t) {
         const char *field = srv_differs(t, w, m->u.tensor.book, m->u.tensor.local);
+        if (field && s->server_id == 0 && !t->ready)
+            return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
+                            "tensor '%s': an init_data of it that did not complete (or is under "
+                            "way) holds the name with another description (its %s differs); "
+                            "the same description may be tried again, another needs another "
+                            "name or a restart of the servers",
+                            w->name, field);
         if (field)
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
                             "tensor '%s' exists with another description (its %s differs)", w->name,
@@ -620,6 +627,11 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         return 0;
     }
     uint32_t id = op == 0 ? s->n_tensors + 1 : m->h.tensor_id;
+    if (op == 0 && id > RKV_MAX_TENSORS)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                        "tensor '%s': the cluster holds %u tensors already, its limit "
+                        "(RKV_MAX_TENSORS)",
+                        w->name, RKV_MAX_TENSORS);
     /* op 1 creates the machine's segment: only its first server may. */
     int role_ok = op == 0   ? s->server_id == 0
                   : op == 1 ? s->local_id == 0 && s->server_id != 0

@@ -19,7 +19,6 @@
 /* Row locks are striped: enough stripes that unrelated rows rarely share one,
  * few enough that the header stays one small page run. */
 #define RKV_SHARD_LOCKS 4096u
-#define RKV_MAX_TENSORS 1024u
 _Static_assert(RKV_MAX_TENSORS == RKV_PROTO_MAX_TENSORS, "a LIST_REPLY holds every tensor");
 #define RKV_CLIENT_NODE_BASE 0x10000u
 _Static_assert(RKV_CLIENT_NODE_BASE == RKV_MAX_SERVERS,

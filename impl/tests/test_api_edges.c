@@ -887,6 +887,33 @@ static void test_local_shard_after_server_destroyed(void **state)
     cluster_stop(&c);
 }
 
+/* The cluster's tensor limit is said as a limit: the 1,025th tensor was
+ * "bad INIT phase 0 for id 1025" (-RKV_EINVAL), naming no limit. */
+static void test_tensor_limit_is_named(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    struct rkv_tensor_desc d = {
+        .dtype = RKV_F32, .rows = 2, .row_len = 1, .policy = RKV_PART_RANGE};
+    for (uint32_t i = 0; i < RKV_MAX_TENSORS; i++) {
+        snprintf(d.name, sizeof(d.name), "t%u", i);
+        if (rkv_client_init_data(cli, &d) < 0)
+            fail_msg("tensor %u: %s", i, rkv_client_errmsg(cli));
+    }
+    snprintf(d.name, sizeof(d.name), "one-more");
+    assert_int_equal(rkv_client_init_data(cli, &d), -RKV_ELIMIT);
+    assert_msg(cli, "the cluster holds 1024 tensors already, its limit (RKV_MAX_TENSORS)");
+    snprintf(d.name, sizeof(d.name), "t7"); /* one that exists: still idempotent */
+    assert_int_equal(rkv_client_init_data(cli, &d), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1091,6 +1118,7 @@ int main(void)
         cmocka_unit_test(test_push_too_big_applies_nothing),
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
+        cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_empty_calls),
         cmocka_unit_test(test_init_mismatch),
