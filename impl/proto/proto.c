@@ -869,10 +869,11 @@ size_t rkv_proto_enc_slot(void *buf, struct rkv_hdr *h, const struct rkv_slot_de
 }
 
 /* Longer texts are cut: an error report must never fail to encode. */
-size_t rkv_proto_enc_error(void *buf, struct rkv_hdr *h, const char *text)
+size_t rkv_proto_enc_error(void *buf, size_t cap, struct rkv_hdr *h, const char *text)
 {
-    assert(h->type == RKV_MSG_ERROR && text);
-    size_t n = strnlen(text, RKV_PROTO_TEXT_MAX);
+    assert(h->type == RKV_MSG_ERROR && text && cap >= RKV_PROTO_HDR_BYTES);
+    size_t room = cap - RKV_PROTO_HDR_BYTES;
+    size_t n = strnlen(text, room < RKV_PROTO_TEXT_MAX ? room : RKV_PROTO_TEXT_MAX);
     memcpy(enc_begin(buf, h, n), text, n);
     return enc_total(h);
 }

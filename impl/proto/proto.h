@@ -227,7 +227,11 @@ size_t rkv_proto_enc_pull_zc(void *buf, struct rkv_hdr *h, const struct rkv_slot
 size_t rkv_proto_enc_pull_reply(void *buf, struct rkv_hdr *h);
 size_t rkv_proto_enc_rndv_start(void *buf, struct rkv_hdr *h, uint64_t bytes);
 size_t rkv_proto_enc_slot(void *buf, struct rkv_hdr *h, const struct rkv_slot_desc *s);
-size_t rkv_proto_enc_error(void *buf, struct rkv_hdr *h, const char *text);
+/* ERROR into a buffer of cap bytes (at least the header): the text is cut
+ * to what fits and to RKV_PROTO_TEXT_MAX. A server's replies go in
+ * ctrl_buf_bytes buffers, as small as 256 bytes: a long text ran past
+ * them. */
+size_t rkv_proto_enc_error(void *buf, size_t cap, struct rkv_hdr *h, const char *text);
 size_t rkv_proto_enc_addr(void *buf, struct rkv_hdr *h, const struct rkv_wire_addr *a);
 /* Rewrites the engine's flow-control fields of an encoded header in place
  * (credits returned and slot released are only known at post time). */

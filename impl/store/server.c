@@ -234,7 +234,7 @@ static void srv_reply(struct rkv_server *s, struct rkv_peer *peer, struct rkv_hd
     if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
         return;
     h->sender = s->server_id;
-    size_t len = text ? rkv_proto_enc_error(rkv_engine_tx_buf(tx), h, text)
+    size_t len = text ? rkv_proto_enc_error(rkv_engine_tx_buf(tx), s->cfg.ctrl_buf_bytes, h, text)
                       : rkv_proto_enc_empty(rkv_engine_tx_buf(tx), h);
     rkv_engine_reply(s->eng, peer, tx, len);
 }
@@ -467,7 +467,10 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         return srv_hello_reply(s, peer, m->h.req_id, i);
     }
     if (s->n_hellos >= s->cfg.n_workers)
-        return srv_status(s, peer, m, 0, -RKV_ELIMIT, "more clients than n_workers joined");
+        return srv_status(s, peer, m, 0, -RKV_ELIMIT,
+                          "every one of the n_workers client ids was handed out already (a "
+                          "client that left keeps its id: a job that starts over restarts the "
+                          "servers too; an observer client reads the catalogue without one)");
     c->hello = 1;
     s->hellos[s->n_hellos++] = (struct srv_hello){.peer = peer,
                                                   .machine = m->u.hello.machine_id,
@@ -1471,7 +1474,7 @@ static void srv_send_ack(struct rkv_server *s, const struct srv_ack *a, int rc, 
     if (rc < 0) {
         h.type = RKV_MSG_ERROR;
         h.status = rc;
-        len = rkv_proto_enc_error(rkv_engine_tx_buf(tx), &h, why);
+        len = rkv_proto_enc_error(rkv_engine_tx_buf(tx), s->cfg.ctrl_buf_bytes, &h, why);
     } else {
         len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
     }

@@ -203,7 +203,7 @@ static size_t enc_sample(uint8_t *buf, int type)
     case RKV_MSG_RNDV_REPLY:
         return rkv_proto_enc_slot(buf, &h, &d);
     case RKV_MSG_ERROR:
-        return rkv_proto_enc_error(buf, &h, "no such tensor");
+        return rkv_proto_enc_error(buf, 64 + RKV_PROTO_TEXT_MAX, &h, "no such tensor");
     case RKV_MSG_LIST_REPLY: {
         struct rkv_wire_tensor t0 = sample_tensor(RKV_PART_RANGE);
         struct rkv_wire_tensor t1 = sample_tensor(RKV_PART_EXPLICIT);
@@ -440,13 +440,20 @@ static void test_roundtrip_error(void **state)
     memset(text, 'x', sizeof(text) - 1);
     text[sizeof(text) - 1] = '\0';
     struct rkv_hdr h = hdr_of(RKV_MSG_ERROR);
-    n = rkv_proto_enc_error(b, &h, text);
+    n = rkv_proto_enc_error(b, 64 + 2 * RKV_PROTO_TEXT_MAX, &h, text);
     assert_int_equal(n, 64 + RKV_PROTO_TEXT_MAX);
     expect_ok(b, n, &m);
     assert_int_equal(strlen(m.u.error.text), RKV_PROTO_TEXT_MAX);
+    /* And to the buffer's room: a server's 256-byte reply buffer held 192
+     * bytes of text, and a longer one ran 64 bytes past it. */
+    h = hdr_of(RKV_MSG_ERROR);
+    n = rkv_proto_enc_error(b, 256, &h, text);
+    assert_int_equal(n, 256);
+    expect_ok(b, n, &m);
+    assert_int_equal(strlen(m.u.error.text), 256 - 64);
 
     h = hdr_of(RKV_MSG_ERROR);
-    n = rkv_proto_enc_error(b, &h, "");
+    n = rkv_proto_enc_error(b, 64, &h, "");
     assert_int_equal(n, 64);
     expect_ok(b, n, &m);
     assert_string_equal(m.u.error.text, "");

@@ -234,7 +234,7 @@ static void test_bookkeeping_mistakes(void **state)
     assert_int_equal(m.u.hello_reply.n_servers, 3);
     peer_open(&q0, c.base);
     expect_error(&q0, enc_hello(&q0, 13, RKV_ID_NONE, fp), 13, -RKV_ELIMIT,
-                 "more clients than n_workers joined");
+                 "every one of the n_workers client ids was handed out already");
     /* An acknowledgement is nothing a server expects: the connection goes,
      * and the server goes on serving the others. */
     peer_send(&q0, enc_empty(&q0, RKV_MSG_PUSH_ACK, 14));
