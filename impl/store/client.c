@@ -2019,8 +2019,11 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need
     srv->has_pslot = 0;
     int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &srv->pslot);
     if (rc < 0)
-        return rkv_errf(c->err, sizeof(c->err), rc, "pull: no %llu-byte reply slot: %s",
-                        (unsigned long long)need, rkv_strerror(rc));
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "pull: no %llu-byte reply slot: %s (max_slot_bytes %llu: pull fewer ids "
+                        "at once)",
+                        (unsigned long long)need, rkv_strerror(rc),
+                        (unsigned long long)c->cfg.max_slot_bytes);
     srv->has_pslot = 1;
     return 0;
 }

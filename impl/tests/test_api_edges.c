@@ -808,6 +808,9 @@ static void test_push_too_big_applies_nothing(void **state)
     for (size_t i = 0; i < 3 * 1024; i++)
         if (got[i] != 0.0f)
             fail_msg("row %llu was applied", (unsigned long long)probe[i / 1024]);
+    /* A pull's part too big for a reply slot names the setting. */
+    assert_true(rkv_client_pull(cli, "big", ids, 7, got) < 0);
+    assert_msg(cli, "max_slot_bytes 16384: pull fewer ids at once");
     /* Parts that fit go through, on every machine. */
     push_ok(cli, "big", ids, 3, rows, RKV_OP_SUM);
     pull_ok(cli, "big", probe, 3, got);
