@@ -168,6 +168,13 @@ int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_l
             return rkv_errf(err, err_len, -RKV_ECONFIG,
                             "config: machine %u: host is not terminated (at most %u characters)", m,
                             RKV_HOST_MAX);
+        /* Port 0 would listen on a port the kernel picks, which no client
+         * or announced address knows (a cluster file refuses it too). */
+        if (mc->base_port == 0)
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: machine %u (%s): base_port 0; its servers listen at "
+                            "base_port + their local index",
+                            m, mc->host);
         if (mc->servers == 0 || mc->servers > 256 || (uint32_t)mc->base_port + mc->servers > 65536)
             return rkv_errf(err, err_len, -RKV_ECONFIG,
                             "config: machine %u (%s): need 1..256 servers within the port range", m,

@@ -144,6 +144,11 @@ static void test_config_zeroed_refused(void **state)
     assert_string_equal(err, "config: machine 0: host is not terminated (at most 63 characters)");
     assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "host is not terminated"));
+    /* Port 0 listened on a port the kernel picked, that no client knew. */
+    snprintf(m.host, sizeof(m.host), "127.0.0.1");
+    m.base_port = 0;
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "base_port 0"));
     assert_null(cli);
     assert_null(srv);
 }
