@@ -676,9 +676,29 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
         if (d->signo)
             return 1; /* the caller stops them */
     }
+    /* SIGTERM first: a server stops on it as on a SHUTDOWN and writes its
+     * fault counts (one no SHUTDOWN reached, its worker's connection
+     * broken by the fault, read 0 when killed outright); SIGKILL 2 s on. */
     for (uint32_t i = 0; i < d->n_servers; i++) {
         if (d->servers[i] > 0) {
-            fprintf(stderr, "%s: server %u did not exit; killing it\n", d->cmd, i);
+            fprintf(stderr, "%s: server %u did not exit; stopping it\n", d->cmd, i);
+            kill(d->servers[i], SIGTERM);
+        }
+    }
+    for (int waited = 0; waited < 20; waited++) {
+        int left = 0;
+        for (uint32_t i = 0; i < d->n_servers; i++) {
+            if (d->servers[i] > 0 && waitpid(d->servers[i], NULL, WNOHANG) == d->servers[i])
+                d->servers[i] = 0;
+            left += d->servers[i] > 0;
+        }
+        if (!left)
+            return 1;
+        demo_nap(d, 100);
+    }
+    for (uint32_t i = 0; i < d->n_servers; i++) {
+        if (d->servers[i] > 0) {
+            fprintf(stderr, "%s: server %u did not stop; killing it\n", d->cmd, i);
             kill(d->servers[i], SIGKILL);
             waitpid(d->servers[i], NULL, 0);
             d->servers[i] = 0;
@@ -1372,9 +1392,10 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         return RKV_EXIT_STORE; /* demo_finish stops the children */
     uint32_t survivor_errors = 0;
     int procs_ok = run_reap_workers(d, &survivor_errors);
-    /* A crashed worker 0 cannot shut the servers down: do not wait long. */
-    if (demo_wait_servers(d, d->n_faults ? 3 : 30) && !d->n_faults)
-        procs_ok = 0;
+    /* A crashed worker 0, or one whose connection a fault broke, cannot
+     * shut the servers down: do not wait long. */
+    int faulty = d->n_faults || d->nic_faults;
+    int servers_stopped = demo_wait_servers(d, faulty ? 3 : 30);
     if (d->signo)
         return RKV_EXIT_STORE;
     double t1_s = rkv_timed_now_s();
@@ -1399,6 +1420,12 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         r.survivor_errors = survivor_errors;
         snprintf(r.faults, sizeof(r.faults), "%s", d->fault_log);
     }
+    /* Servers the launcher had to stop are a failure unless a node was
+     * gone or a connection broke: then the SHUTDOWN may have had no way
+     * to them (the twin stops them too). It was a FAIL without a reason
+     * whenever the broken connection was worker 0's. */
+    if (servers_stopped && (!r.fault_run || r.must_complete))
+        r.processes_ok = 0; /* demo_wait_servers said which */
     *r_p = r;
     return rkv_launch_verdict(r_p);
 }

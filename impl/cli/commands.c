@@ -1,4 +1,6 @@
 /* rkv server / worker / config. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +31,42 @@ static int cmd_wants_help(int argc, char **argv)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
             return 1;
     return 0;
+}
+
+/* SIGTERM and SIGINT stop a server as a worker's SHUTDOWN does: it stops
+ * serving, writes its fault counts and removes its machine's segments.
+ * Killed, it left the segments in /dev/shm, and its fault counts were
+ * never written, so a run whose fault broke the worker that would have
+ * shut it down judged the fault as not fired. (A crash fault is SIGKILL,
+ * which keeps them, as a crash does.) SIGUSR2 ends the wait once the
+ * server stopped otherwise. */
+struct cmd_stopper {
+    pthread_t thr;
+    sigset_t set;
+    struct rkv_server *srv;
+    int signo; /* the signal that stopped it, or 0 */
+};
+
+static void *cmd_stopper_main(void *arg)
+{
+    struct cmd_stopper *st = arg;
+    int sig = 0;
+    if (sigwait(&st->set, &sig) == 0 && sig != SIGUSR2) {
+        st->signo = sig;
+        fprintf(stderr, "rkv server: stopping on %s\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        rkv_server_stop(st->srv);
+    }
+    return NULL;
+}
+
+/* Before the server's threads exist, so that they inherit the mask. */
+static void cmd_stopper_block(struct cmd_stopper *st)
+{
+    sigemptyset(&st->set);
+    sigaddset(&st->set, SIGTERM);
+    sigaddset(&st->set, SIGINT);
+    sigaddset(&st->set, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &st->set, NULL);
 }
 
 int cmd_server(int argc, char **argv)
@@ -66,6 +104,8 @@ int cmd_server(int argc, char **argv)
     }
     struct rkv_server *srv = NULL;
     struct cmd_node nd;
+    struct cmd_stopper st = {.signo = 0};
+    cmd_stopper_block(&st);
     char err[512], node[32];
     snprintf(node, sizeof(node), "s%u.%u", cfg.machine_id, local);
     rc = cmd_node_open(&s, &cfg, node, cfg.seed, &nd, err, sizeof(err));
@@ -82,9 +122,17 @@ int cmd_server(int argc, char **argv)
         fprintf(stderr, "rkv server: %s\n", err);
         return rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
     }
+    st.srv = srv;
+    int stopper = pthread_create(&st.thr, NULL, cmd_stopper_main, &st) == 0;
     rc = rkv_server_run(srv);
+    if (stopper) {
+        pthread_kill(st.thr, SIGUSR2); /* ignored if a signal stopped it already */
+        pthread_join(st.thr, NULL);
+    }
     rkv_server_destroy(srv);
     cmd_node_close(&nd);
+    if (st.signo) /* as the shell reports a process the signal ended */
+        return 128 + st.signo;
     return rc < 0 ? RKV_EXIT_STORE : RKV_EXIT_OK;
 }
 

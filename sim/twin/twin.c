@@ -52,7 +52,7 @@ struct twin_node {
     int crashed;               /* by a fault (1), or stopped by the twin after the workers (2) */
     uint32_t client_id;        /* workers: the id server 0 gave it (names are spawn order) */
     struct rkv_nic *fault_nic; /* drop / delay / link_down aimed at it, else NULL */
-    struct rkv_nic_fault_stats fst; /* its counts, taken when the node closes */
+    struct rkv_nic_fault_stats fst; /* its counts, summed over its lives (twin_take_fault_stats) */
     uint64_t slowed_rows;           /* slow_cpu: rows handled while slowed */
     /* A crash with restart_after_s: when it died, when it came back. */
     double crash_s, restart_s;
@@ -148,11 +148,29 @@ undo_port:
     return rc;
 }
 
+/* What the node's NIC fault did, added to its counts: at a clean close, and
+ * before the twin stops the node (a crash fault, a server no SHUTDOWN
+ * reached, the run's limit). Taken only at a clean close, they read 0 for
+ * a server the twin stopped itself: "0 transmissions lost" under a log of
+ * broken connections, and the fault judged not fired. */
+static void twin_take_fault_stats(struct twin_node *nd)
+{
+    if (!nd->fault_nic)
+        return;
+    struct rkv_nic_fault_stats st;
+    rkv_nic_fault_stats(nd->fault_nic, &st);
+    nd->fst.messages += st.messages;
+    nd->fst.dropped += st.dropped;
+    nd->fst.delayed += st.delayed;
+    nd->fst.held_down += st.held_down;
+    nd->fst.broken += st.broken;
+    nd->fault_nic = NULL; /* counted once */
+}
+
 static void twin_close(struct twin_node *nd, struct rkv_port *port, struct rkv_nic *nic)
 {
     nd->port = NULL;
-    if (nd->fault_nic)
-        rkv_nic_fault_stats(nd->fault_nic, &nd->fst);
+    twin_take_fault_stats(nd);
     nd->slowed_rows = sim_port_slowed_rows(port);
     nic->ops->close(nic);
     sim_nic_drain(sim_port_nic(port)); /* its last DISCONNECTs must reach the peers */
@@ -543,6 +561,7 @@ static void twin_faults(int argc, char **argv)
             continue; /* already gone: nothing left to crash */
         nd->crashed = 1;
         nd->end_s = nd->crash_s = simgrid_get_clock();
+        twin_take_fault_stats(nd);
         sim_port_crash(nd->port);
         nd->port = NULL;
         fprintf(stderr, "rkv: fault: %s crashed at %.6f s (simulated)\n", nd->name, nd->end_s);
@@ -556,6 +575,7 @@ static void twin_faults(int argc, char **argv)
         struct twin_node *nd = &t->nodes[i];
         if (nd->is_server && !nd->finished && !nd->crashed && nd->port) {
             nd->crashed = 2;
+            twin_take_fault_stats(nd);
             sim_port_crash(nd->port);
             nd->port = NULL;
         }
@@ -576,6 +596,8 @@ static void twin_limit(int argc, char **argv)
     sg_actor_daemonize(sg_actor_self());
     sg_actor_sleep_until(t->max_sim_s);
     t->limit_hit = 1;
+    for (uint32_t i = 0; i < t->n_nodes; i++)
+        twin_take_fault_stats(&t->nodes[i]);
     sg_actor_kill_all();
 }
 
