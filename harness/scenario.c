@@ -110,6 +110,10 @@ static int sc_scalar(struct sc_ctx *c, const char *name, struct fy_node *key, st
     if (!v || fy_node_get_type(v) != FYNT_SCALAR)
         return sc_fail(c, key, "%s: expected a single value, got a %s", name,
                        v && fy_node_get_type(v) == FYNT_SEQUENCE ? "list" : "mapping");
+    /* "rounds:" with nothing after it: an empty scalar without a place of
+     * its own, whose error named no line. */
+    if (!*sc_str(v) && !sc_mark(v).line)
+        return sc_fail(c, key, "%s: no value", name);
     return 0;
 }
 
@@ -758,7 +762,8 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     case 1:
         return sc_double(c, "bandwidth_gbps", k, v, 1e-6, 1e6, &sc->sim_bandwidth_gbps);
     case 2:
-        return sc_double(c, "latency_us", k, v, 0, 1e9, &sc->sim_latency_us);
+        /* 0 stood for "not given" and ran the default 1 us: refused. */
+        return sc_double(c, "latency_us", k, v, 1e-6, 1e9, &sc->sim_latency_us);
     case 3:
         return sc_double(c, "jitter", k, v, 0, 1, &sc->sim_jitter);
     case 4:

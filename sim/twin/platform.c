@@ -17,7 +17,7 @@ void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p)
     p->topology = sc->sim_platform[0] ? sc->sim_platform : "star";
     /* A 4:1 oversubscribed backbone unless the scenario says otherwise. */
     p->backbone_gbps =
-        sc->sim_backbone_gbps > 0 ? sc->sim_backbone_gbps : p->gbps * (sc->machines + 3) / 4;
+        sc->sim_backbone_gbps > 0 ? sc->sim_backbone_gbps : p->gbps * sc->machines / 4;
     uint32_t leaf = !strcmp(p->topology, "rail") ? SIM_DEFAULT_RAIL_UNIT : SIM_DEFAULT_LEAF;
     p->leaf_machines = sc->sim_leaf_machines ? sc->sim_leaf_machines
                        : sc->machines < leaf ? sc->machines
