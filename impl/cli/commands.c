@@ -155,6 +155,27 @@ static int cmd_scenario(const struct cmd_settings *s, const struct rkv_config *c
                                    : rkv_scenario_builtin(cfg, wl->rows, wl->rounds, sc_p);
     if (rc == 0 && (rc = rkv_oracle_check_scenario(*sc_p, err, sizeof(err))) < 0)
         rkv_scenario_free(*sc_p);
+    /* The oracle replays the pushes of every worker the file declares: in
+     * another cluster it expected pushes nobody made and said a value was
+     * wrong (exit 1, corruption) where the launch did not match. */
+    if (rc == 0 && *s->val[CMD_SCENARIO]) {
+        const struct rkv_scenario *sc = *sc_p;
+        int same = sc->machines == cfg->n_machines && rkv_scenario_workers(sc) == cfg->n_workers;
+        for (uint32_t m = 0; same && m < cfg->n_machines; m++)
+            same = cfg->machines[m].servers == sc->servers_per_machine;
+        if (!same) {
+            snprintf(err, sizeof(err),
+                     "%s describes %u machine(s) of %u server(s) and %u worker(s), but this "
+                     "cluster has %u machine(s), %u server(s) on machine 0, and %u "
+                     "worker(s): launch the cluster the file describes (rkv run FILE "
+                     "--backend tcp starts it)",
+                     s->val[CMD_SCENARIO], sc->machines, sc->servers_per_machine,
+                     rkv_scenario_workers(sc), cfg->n_machines, cfg->machines[0].servers,
+                     cfg->n_workers);
+            rkv_scenario_free(*sc_p);
+            rc = -RKV_ECONFIG;
+        }
+    }
     if (rc < 0) {
         fprintf(stderr, "rkv: %s\n", rc == -RKV_ENOMEM ? "out of memory" : err);
         return RKV_EXIT_USAGE;

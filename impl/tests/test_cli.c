@@ -461,6 +461,11 @@ static void test_server_and_worker_errors(void **state)
                "bad-dtype.yaml:4:32: dtype: expected one of f32");
     expect_run("", "worker --scenario " SCEN_DIR "/bad/mixed-without-barrier.yaml", 2,
                "without a barrier between them");
+    /* A file for another cluster: its oracle expected pushes from workers
+     * that do not exist and said a value was wrong (exit 1). */
+    expect_run("", "worker --num-workers 1 --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "quickstart.yaml describes 2 machine(s) of 2 server(s) and 4 worker(s), but this "
+               "cluster has 1 machine(s), 1 server(s) on machine 0, and 1 worker(s)");
 }
 
 /* A port another program listens on: the server names it and exits 3; a
