@@ -957,8 +957,10 @@ static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
         rc = -1;
     }
     struct rkv_scenario *sc = NULL; /* rkv demo: the workers' built-in scenario */
+    /* And the timed phase's t_bench after them (timed.c): its segments
+     * were left in /dev/shm by a Ctrl-C during that phase. */
     if (rc == 0 && !d->n_tensors && rkv_scenario_builtin(&cfg, wl.rows, wl.rounds, &sc) == 0)
-        d->n_tensors = sc->n_tensors;
+        d->n_tensors = sc->n_tensors + 1;
     rkv_scenario_free(sc);
     snprintf(d->shm_prefix, sizeof(d->shm_prefix), "%s", cfg.shm_prefix);
     d->n_machines_shm = cfg.n_machines;

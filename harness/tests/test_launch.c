@@ -521,6 +521,48 @@ static void test_children_die_with_launcher(void **state)
     stop_launcher(SIGKILL);
 }
 
+/* Ctrl-C on `rkv demo` in its timed phase: the phase's tensor (t_bench,
+ * made after the checked phases' five) left its two 32 MiB segments in
+ * /dev/shm, the launcher counting only the five. Waits until they exist,
+ * then interrupts. */
+static void test_demo_sigint_in_timed_phase(void **state)
+{
+    (void)state;
+    char prefix[48], t6[64];
+    snprintf(prefix, sizeof(prefix), "rkv-demo-int-%d", (int)getpid());
+    snprintf(t6, sizeof(t6), "%s-m0-t6", prefix);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        char arg[64];
+        snprintf(arg, sizeof(arg), "--shm-prefix=%s", prefix);
+        execl(RKV_BIN, RKV_BIN, "demo", "--num-workers", "2", "--value-bytes", "1048576",
+              "--rounds", "1000", arg, (char *)NULL);
+        _exit(127);
+    }
+    int seen = 0;
+    for (int i = 0; i < 600 && !seen; i++) {
+        usleep(20000);
+        seen = segments_with(t6) > 0;
+    }
+    assert_int_equal(kill(pid, SIGINT), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!seen)
+        fail_msg("the demo never reached its timed phase (no %s)", t6);
+    if (segments_with(prefix) != 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -f /dev/shm/%s-*", prefix);
+        int left = segments_with(prefix);
+        if (system(cmd) != 0)
+            print_message("could not remove /dev/shm/%s-*\n", prefix);
+        fail_msg("%d segments %s-* left after Ctrl-C", left, prefix);
+    }
+}
+
 /* ---- ps-lite's conventions: DMLC_* variables and a scheduler ---- */
 
 /* launch_env.sh's output files, read back into out. */
@@ -818,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_sigterm_stops_everything),
         cmocka_unit_test(test_sigint_stops_everything),
         cmocka_unit_test(test_children_die_with_launcher),
+        cmocka_unit_test(test_demo_sigint_in_timed_phase),
         cmocka_unit_test(test_pslite_one_machine),
         cmocka_unit_test(test_pslite_two_machines),
         cmocka_unit_test(test_pslite_interface),
