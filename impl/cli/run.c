@@ -81,8 +81,8 @@ static void run_usage(void)
 /* Splits argv into the scenario file, --out DIR, and settings flags. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
                     const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
-                    const char **progress, const char **max_sim, const char **cfg, char **rest,
-                    int *n_rest)
+                    const char **progress, const char **max_sim, int *dry_run, const char **cfg,
+                    char **rest, int *n_rest)
 {
     *n_rest = 0;
     static const char *const valued[] = {"--out",    "--cfg",      "--progress", "--trace",
@@ -112,7 +112,7 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
         else if (!strcmp(argv[i], "--plot"))
             *plot = 1;
         else if (!strcmp(argv[i], "--dry-run"))
-            ; /* the only mode --launcher has: rkv starts no remote processes itself */
+            *dry_run = 1; /* the only mode --launcher has: rkv starts no remote processes */
         else if (!strncmp(argv[i], "--out=", 6))
             *out = argv[i] + 6;
         else if (strncmp(argv[i], "--", 2) && !*file)
@@ -157,13 +157,20 @@ int cmd_run(int argc, char **argv, const char *self)
     const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
     struct cmd_twin_args ta = {.cfg = cfg};
     int n_rest;
-    int plot = 0, out_made = 0;
+    int plot = 0, out_made = 0, dry_run = 0;
     int ar = rest && cfg ? run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta,
-                                    &progress, &max_sim, cfg, rest, &n_rest)
+                                    &progress, &max_sim, &dry_run, cfg, rest, &n_rest)
                          : -1;
     if (ar < 0) {
         if (ar == -1) /* -2: said which flag lacks its value */
             fprintf(stderr, "rkv run: which scenario? (usage: rkv run FILE ...)\n");
+        free(rest);
+        free(cfg);
+        return RKV_EXIT_USAGE;
+    }
+    if (dry_run && !launcher) { /* it ran the whole scenario */
+        fprintf(stderr, "rkv run: --dry-run prints a cluster launcher's command line: it goes with "
+                        "--launcher mpirun|srun\n");
         free(rest);
         free(cfg);
         return RKV_EXIT_USAGE;
@@ -219,9 +226,9 @@ int cmd_run(int argc, char **argv, const char *self)
         code = cmd_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
-    if (ta.n_cfg || progress || max_sim) {
-        fprintf(stderr,
-                "rkv run: --cfg, --progress and --max-sim-s are twin options (--backend sim)\n");
+    if (ta.n_cfg || progress || max_sim || jitter) {
+        fprintf(stderr, "rkv run: --cfg, --progress, --max-sim-s and --jitter are twin options "
+                        "(--backend sim)\n");
         goto out;
     }
     struct rkv_launch_opts lo = {.self = self, .settings = &s, .file = file, .trace = trace};

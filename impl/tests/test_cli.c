@@ -615,6 +615,12 @@ static void test_run_reports(void **state)
     expect_run("", args, 2, "rkv run: --jitter: expected 0..1");
     assert_int_equal(stat(p, &st), 0);
     assert_int_equal(rmdir(p), 0);
+    /* Ignored before: --jitter on tcp, --dry-run without a launcher (it
+     * ran the whole scenario). */
+    snprintf(args, sizeof(args), "run %s --backend tcp --jitter 0.5", yaml);
+    expect_run("", args, 2, "--jitter are twin options");
+    snprintf(args, sizeof(args), "run %s --dry-run", yaml);
+    expect_run("", args, 2, "--dry-run prints a cluster launcher's command line");
     unlink(dir);
     unlink(yaml);
 }
