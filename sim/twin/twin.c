@@ -569,6 +569,15 @@ static void twin_faults(int argc, char **argv)
                !twin_workers_done(t))
             sim_cv_wait(&t->w, &t->phase_cv, NULL, NULL, 1e-3);
         struct twin_node *nd = twin_node_named(t, f->target);
+        /* At 0 s this actor runs before the nodes have opened anything: it
+         * skipped the crash as of a node already gone ("none fired", where
+         * tcp kills the process as it starts). A node half made (its
+         * actors created, not started) cannot be killed safely: it crashes
+         * once it is up, a microsecond on at most 1 ms. */
+        for (int k = 0; k < 1000 && nd && !nd->port && !nd->finished && !nd->crashed; k++)
+            sg_actor_sleep_for(1e-6);
+        if (nd && nd->port && simgrid_get_clock() == 0)
+            sg_actor_sleep_for(1e-6);
         if (!nd || nd->finished || nd->crashed || !nd->port)
             continue; /* already gone: nothing left to crash */
         nd->crashed = 1;
