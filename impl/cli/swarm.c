@@ -60,7 +60,7 @@ static int swarm_num(const char *flag, const char *v, double min, double max, do
 
 /* *open: "A..", until --minutes; kept apart from last, since a closed
  * range may end at UINT64_MAX too. */
-static int swarm_seeds(const char *v, uint64_t *first, uint64_t *last, int *open)
+static int swarm_seeds(const char *flag, const char *v, uint64_t *first, uint64_t *last, int *open)
 {
     *open = 0;
     char *end;
@@ -85,7 +85,7 @@ static int swarm_seeds(const char *v, uint64_t *first, uint64_t *last, int *open
         goto bad;
     return 0;
 bad:
-    fprintf(stderr, "rkv swarm: --seeds: expected A..B, A.. or A (A <= B), got \"%s\"\n", v);
+    fprintf(stderr, "rkv swarm: %s: expected A..B, A.. or A (A <= B), got \"%s\"\n", flag, v);
     return -1;
 }
 
@@ -105,14 +105,17 @@ static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, i
         if (!strcmp(a, "--print")) {
             uint64_t last;
             int o;
-            if (swarm_seeds(v, pseed, &last, &o) < 0)
+            if (swarm_seeds(a, v, pseed, &last, &o) < 0)
                 return -1;
+            if (o || last != *pseed) /* it printed the first of a range */
+                return fprintf(stderr, "rkv swarm: --print: expected one seed, got \"%s\"\n", v),
+                       -1;
             *print = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             sr->verbose = 1;
             continue;
         } else if (!strcmp(a, "--seeds")) {
-            if (swarm_seeds(v, &sr->first, &sr->last, &open) < 0)
+            if (swarm_seeds(a, v, &sr->first, &sr->last, &open) < 0)
                 return -1;
             have_seeds = 1;
         } else if (!strcmp(a, "--minutes")) {

@@ -463,6 +463,8 @@ static void test_server_and_worker_errors(void **state)
                "without a barrier between them");
     /* A file for another cluster: its oracle expected pushes from workers
      * that do not exist and said a value was wrong (exit 1). */
+    expect_run("", "swarm --print -1", 2, "rkv swarm: --print: expected A..B");
+    expect_run("", "swarm --print 5..9", 2, "rkv swarm: --print: expected one seed");
     expect_run("", "worker --num-workers 1 --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "quickstart.yaml describes 2 machine(s) of 2 server(s) and 4 worker(s), but this "
                "cluster has 1 machine(s), 1 server(s) on machine 0, and 1 worker(s)");
