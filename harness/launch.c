@@ -85,6 +85,7 @@ struct demo {
     char seed_buf[24];
     uint32_t n_faults, next_fault;
     int client0_phase;
+    int server_failed; /* a server exited on an error while the workers ran */
     /* Crash faults after a phase: client 0 waits at the phase's end until
      * this launcher has fired them (one byte per such phase on the gate
      * pipe, whose read end every worker inherits), so that the crash lands
@@ -480,6 +481,30 @@ static void demo_signals_close(struct demo *d)
 
 /* Reads every worker's stdout at once until all of them closed it: a worker
  * blocked on a full pipe would stall the others at the next barrier. */
+/* A server that exited on an error (a port taken, say) while the workers
+ * run: they would wait out connect-retry-ms and the request timeout (60 s
+ * before a verdict without a reason); they are stopped at once, and the
+ * run fails saying which server. A server ending with 0 did so on a
+ * SHUTDOWN, after the workers' last barrier. */
+static void demo_check_servers(struct demo *d)
+{
+    for (uint32_t i = 0; i < d->n_servers && !d->server_failed; i++) {
+        int st;
+        if (d->servers[i] <= 0 || waitpid(d->servers[i], &st, WNOHANG) != d->servers[i])
+            continue;
+        d->servers[i] = 0;
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+            continue;
+        d->server_failed = 1;
+        fprintf(stderr,
+                "%s: server %u exited with status %d while the workers ran; stopping them\n",
+                d->cmd, i, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+        for (uint32_t w = 0; w < d->n_workers; w++)
+            if (d->workers[w] > 0)
+                kill(d->workers[w], SIGTERM);
+    }
+}
+
 static void demo_collect(struct demo *d)
 {
     struct pollfd pf[DEMO_MAX_PROCS + 1];
@@ -491,7 +516,12 @@ static void demo_collect(struct demo *d)
     }
     pf[d->n_workers] = (struct pollfd){.fd = d->sig_fd, .events = POLLIN};
     while (open_n > 0 && !demo_signalled(d)) {
-        if (poll(pf, d->n_workers + 1, demo_fire_faults(d)) < 0 && errno != EINTR)
+        int wait_ms = demo_fire_faults(d);
+        if (!d->n_faults && !d->nic_faults) { /* else servers die on purpose */
+            demo_check_servers(d);
+            wait_ms = wait_ms < 0 || wait_ms > 200 ? 200 : wait_ms;
+        }
+        if (poll(pf, d->n_workers + 1, wait_ms) < 0 && errno != EINTR)
             break;
         for (uint32_t i = 0; i < d->n_workers; i++) {
             if (pf[i].fd < 0 || !pf[i].revents)
@@ -1397,7 +1427,9 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     /* A crashed worker 0, or one whose connection a fault broke, cannot
      * shut the servers down: do not wait long. */
     int faulty = d->n_faults || d->nic_faults;
-    int servers_stopped = demo_wait_servers(d, faulty ? 3 : 30);
+    int servers_stopped = demo_wait_servers(d, faulty || d->server_failed ? 3 : 30);
+    if (d->server_failed)
+        procs_ok = 0;
     if (d->signo)
         return RKV_EXIT_STORE;
     double t1_s = rkv_timed_now_s();

@@ -499,6 +499,31 @@ static void test_server_port_taken(void **state)
              "rkv-cli-%d",
              port, (int)getpid());
     expect_run("", args, 3, "rkv worker: ");
+    /* Under `rkv run`, a server that cannot start stops the run at once,
+     * saying which: its workers waited out connect-retry-ms and the request
+     * timeout (60 s), then a FAIL without a reason. */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    a = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    port = ntohs(a.sin_port);
+    char yaml[64];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-taken-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+            "tensors:\n  - {name: t, rows: 100}\n"
+            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
+            "tcp: {base_port: %u}\n",
+            port - 1);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
+    expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
+    close(fd);
+    unlink(yaml);
 }
 
 static void test_node_errors(void **state)
