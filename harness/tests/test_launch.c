@@ -178,7 +178,10 @@ static void test_real_mpirun(void **state)
              "%s/quickstart.yaml 2>/dev/null",
              test_port() + 1, getuid() == 0 ? "--allow-run-as-root" : "", RKV_BIN, SCEN_DIR);
     assert_int_equal(sh(cmd), 0);
-    assert_int_equal(count("errors=0 "), 12);
+    /* Not the workers' PHASE lines: mpirun forwards each rank's output in
+     * chunks and splices them, so a long line can be cut by another
+     * rank's (seen under load: "errorsSTATS {..."). The verdict rank's
+     * PASS needs every worker's report, checked by the oracle. */
     assert_int_equal(count("| phase | pushes |"), 1);
     assert_int_equal(count("verdict: "), 1);
     assert_non_null(strstr(out, "verdict: PASS (every pulled value matched the oracle)"));
