@@ -124,7 +124,7 @@ static int sc_u64(struct sc_ctx *c, const char *name, struct fy_node *key, struc
     if (rc < 0)
         return rc;
     const char *s = sc_str(v);
-    uint64_t x;
+    uint64_t x = 0;
     if (rkv_parse_u64(s, &x) < 0)
         return sc_fail(c, v, "%s: expected %s integer, got \"%s\"", name,
                        min > 0 ? "a positive" : "a non-negative", s);

@@ -188,9 +188,13 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
                 size_t err_len)
 {
     const char *str = s->val[k];
-    if (rkv_parse_u64(str, v) < 0)
-        return rkv_errf(err, err_len, -1, "%s: expected a non-negative integer, got \"%s\" (%s)",
-                        cmd_opts[k].name, str, s->src[k]);
+    uint64_t x = 0;
+    if (rkv_parse_u64(str, &x) < 0) {
+        rkv_errf(err, err_len, -1, "%s: expected a non-negative integer, got \"%s\" (%s)",
+                 cmd_opts[k].name, str, s->src[k]);
+        return -1; /* a constant: -O3's callers see *v set whenever 0 is returned */
+    }
+    *v = x;
     return 0;
 }
 
@@ -379,9 +383,11 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
     uint64_t x = 0; /* set on success; GCC -O3 warns otherwise */
     if (cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
-    if (x > UINT32_MAX)
-        return rkv_errf(err, err_len, -1, "%s: %llu is too large", cmd_opts[k].name,
-                        (unsigned long long)x);
+    if (x > UINT32_MAX) {
+        rkv_errf(err, err_len, -1, "%s: %llu is too large", cmd_opts[k].name,
+                 (unsigned long long)x);
+        return -1;
+    }
     *v = (uint32_t)x;
     return 0;
 }
@@ -425,7 +431,7 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
 static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                               size_t err_len)
 {
-    uint32_t nm, spm, port;
+    uint32_t nm = 0, spm = 0, port = 0;
     if (cmd_u32(s, CMD_MACHINES, &nm, err, err_len) ||
         cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len) ||
         cmd_u32(s, CMD_BASE_PORT, &port, err, err_len))
@@ -544,7 +550,7 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     rkv_config_defaults(cfg);
     if (cmd_check_limits(s, err, err_len) < 0)
         return -1; /* before the cluster file or anything else is allocated */
-    uint32_t spm;
+    uint32_t spm = 0;
     uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
     if (cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
@@ -553,7 +559,7 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
                                   : cmd_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
-    uint32_t ll, busy;
+    uint32_t ll = 0, busy = 0;
     if (cmd_u32(s, CMD_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
         cmd_u32(s, CMD_MACHINE_ID, &cfg->machine_id, err, err_len) ||
         cmd_u32(s, CMD_TIMEOUT_MS, &cfg->timeout_ms, err, err_len) ||

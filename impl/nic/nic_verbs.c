@@ -2294,7 +2294,7 @@ static int vb_env_u64(struct rkv_port *port, const char *const *names, uint64_t 
         const char *s = getenv(*names);
         if (!s || !*s)
             continue;
-        uint64_t v;
+        uint64_t v = 0;
         if (rkv_parse_u64(s, &v) < 0 || v < lo || v > hi) {
             RKV_LOGE(port, "nic verbs: %s=\"%s\": expected a number in [%llu, %llu]", *names, s,
                      (unsigned long long)lo, (unsigned long long)hi);
