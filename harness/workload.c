@@ -77,14 +77,17 @@ static void wl_stats_clear(struct wl_stats *st)
 
 static void wl_export(const struct wl_stats *w, struct rkv_wl_phase_stats *st)
 {
-    *st = (struct rkv_wl_phase_stats){.pushes = w->pushes,
-                                      .pulls = w->pulls,
-                                      .bytes = w->bytes,
-                                      .checks = w->checks,
-                                      .skipped = w->skipped,
-                                      .errors = w->errors,
-                                      .wall_s = w->wall_s,
-                                      .max_us = w->max_us};
+    /* Field by field: a compound literal of the whole struct may be built
+     * on the stack first, 8.5 KiB deep in an actor's stack in the twin. */
+    memset(st->hist, 0, sizeof(st->hist));
+    st->pushes = w->pushes;
+    st->pulls = w->pulls;
+    st->bytes = w->bytes;
+    st->checks = w->checks;
+    st->skipped = w->skipped;
+    st->errors = w->errors;
+    st->wall_s = w->wall_s;
+    st->max_us = w->max_us;
     for (uint32_t i = 0; i < w->n; i++)
         st->hist[w->lo + i] = w->hist[i];
     memcpy(st->first_error, w->first_error, sizeof(st->first_error));
@@ -405,27 +408,29 @@ static uint32_t wl_epoch_last(const struct rkv_scenario *sc, uint32_t first)
 static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                   uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
                   struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase,
-                  rkv_wl_stats_fn on_stats, void *user);
+                  rkv_wl_stats_fn on_stats, void *user, struct rkv_wl_phase_stats *scratch);
 
 int rkv_wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log)
 {
-    return wl_run(cli, port, sc, worker, stats, log, NULL, NULL, NULL, NULL, NULL);
+    return wl_run(cli, port, sc, worker, stats, log, NULL, NULL, NULL, NULL, NULL, NULL);
 }
 
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, FILE *log, struct rkv_oracle *shared,
-                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user)
+                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user,
+                      struct rkv_wl_phase_stats *scratch)
 {
     assert(on_stats);
-    return wl_run(cli, port, sc, worker, NULL, log, shared, NULL, on_phase, on_stats, user);
+    return wl_run(cli, port, sc, worker, NULL, log, shared, NULL, on_phase, on_stats, user,
+                  scratch);
 }
 
 int rkv_wl_run_pinned(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log, FILE *pins,
                       rkv_wl_phase_fn on_phase, void *user)
 {
-    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, NULL, user);
+    return wl_run(cli, port, sc, worker, stats, log, NULL, pins, on_phase, NULL, user, NULL);
 }
 
 /* The most phases one epoch holds: the stats a streamed run keeps. */
@@ -444,12 +449,12 @@ static uint32_t wl_max_epoch(const struct rkv_scenario *sc)
  * epoch that starts at win_first; phases outside it were never run) and
  * clears the window for the next epoch. */
 static int wl_hand_over(uint32_t worker, struct wl_stats *win, uint32_t win_n, uint32_t win_first,
-                        uint32_t *done, uint32_t upto, rkv_wl_stats_fn on_stats, void *user)
+                        uint32_t *done, uint32_t upto, rkv_wl_stats_fn on_stats, void *user,
+                        struct rkv_wl_phase_stats *scratch)
 {
     static const struct rkv_wl_phase_stats zero;
-    /* Whole only for the moment it is handed over: the next worker's
-     * hand-over reuses the memory. */
-    struct rkv_wl_phase_stats *one = malloc(sizeof(*one));
+    /* Whole only for the moment it is handed over. */
+    struct rkv_wl_phase_stats *one = scratch ? scratch : malloc(sizeof(*one));
     int rc = one ? 0 : -RKV_ENOMEM;
     for (; *done < upto; (*done)++) {
         uint32_t i = *done - win_first;
@@ -460,14 +465,15 @@ static int wl_hand_over(uint32_t worker, struct wl_stats *win, uint32_t win_n, u
     }
     for (uint32_t i = 0; i < win_n; i++)
         wl_stats_clear(&win[i]);
-    free(one);
+    if (!scratch)
+        free(one);
     return rc;
 }
 
 static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                   uint32_t worker, struct rkv_wl_phase_stats *stats, FILE *log,
                   struct rkv_oracle *shared, FILE *pins, rkv_wl_phase_fn on_phase,
-                  rkv_wl_stats_fn on_stats, void *user)
+                  rkv_wl_stats_fn on_stats, void *user, struct rkv_wl_phase_stats *scratch)
 {
     struct wl_node n = {.cli = cli,
                         .port = port,
@@ -520,7 +526,7 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
         if (rc == 0 && worker == 0)
             fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
         if (!stats && rc == 0)
-            rc = wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user);
+            rc = wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user, scratch);
         first = last + 1;
     }
 out:
@@ -533,7 +539,8 @@ out:
     rkv_oracle_destroy(n.oracle);
 free_win:
     if (!stats) {
-        int hr = wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user);
+        int hr = wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user,
+                              scratch);
         rc = rc < 0 ? rc : hr;
     }
     for (uint32_t p = 0; p < win_n; p++) {
@@ -547,11 +554,17 @@ free_win:
 
 void rkv_wl_print(FILE *out, uint32_t worker, uint32_t phase, const struct rkv_wl_phase_stats *st)
 {
+    rkv_wl_print_as(out, worker, phase, st, st->bytes);
+}
+
+void rkv_wl_print_as(FILE *out, uint32_t worker, uint32_t phase,
+                     const struct rkv_wl_phase_stats *st, uint64_t bytes)
+{
     fprintf(out,
             "PHASE w=%u p=%u pushes=%llu pulls=%llu bytes=%llu checks=%llu skipped=%llu "
             "errors=%llu wall_s=%.9f max_us=%.3f hist=",
             worker, phase, (unsigned long long)st->pushes, (unsigned long long)st->pulls,
-            (unsigned long long)st->bytes, (unsigned long long)st->checks,
+            (unsigned long long)bytes, (unsigned long long)st->checks,
             (unsigned long long)st->skipped, (unsigned long long)st->errors, st->wall_s,
             st->max_us);
     int first = 1;

@@ -40,9 +40,15 @@ typedef void (*rkv_wl_phase_fn)(void *user, uint32_t worker, uint32_t phase);
  * times the twin's thousands of workers. st is valid during the call only. */
 typedef void (*rkv_wl_stats_fn)(void *user, uint32_t worker, uint32_t phase,
                                 const struct rkv_wl_phase_stats *st);
+/* scratch (may be NULL: one is allocated per hand-over) is where a phase's
+ * stats are made whole for on_stats: the twin's workers, actors of one
+ * thread that hand over without yielding, share one, where a buffer of
+ * their own, 8.5 KiB malloc'd and freed per epoch and worker, made malloc
+ * consolidate its fast bins each time. */
 int rkv_wl_run_shared(struct rkv_client *cli, struct rkv_port *port, const struct rkv_scenario *sc,
                       uint32_t worker, FILE *log, struct rkv_oracle *shared,
-                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user);
+                      rkv_wl_phase_fn on_phase, rkv_wl_stats_fn on_stats, void *user,
+                      struct rkv_wl_phase_stats *scratch);
 
 /* rkv_wl_run_shared without a shared oracle, whose pinned assign winners
  * (rkv_oracle_set_pin_log) are written to pins (a worker process's stdout,
@@ -60,6 +66,10 @@ double rkv_wl_percentile_us(const struct rkv_wl_phase_stats *st, double q);
 
 /* One line per phase, parsed back by the launcher. */
 void rkv_wl_print(FILE *out, uint32_t worker, uint32_t phase, const struct rkv_wl_phase_stats *st);
+/* The same, reporting `bytes` moved instead of st->bytes (the twin's
+ * payload-less runs report the declared rows, not the thin ones). */
+void rkv_wl_print_as(FILE *out, uint32_t worker, uint32_t phase,
+                     const struct rkv_wl_phase_stats *st, uint64_t bytes);
 int rkv_wl_parse(const char *line, uint32_t *worker_p, uint32_t *phase_p,
                  struct rkv_wl_phase_stats *st);
 

@@ -179,8 +179,10 @@ struct rkv_msg {
     } u;
 };
 
-/* Validates buf[0..len) completely and fills msg. Returns 0, or -RKV_EPROTO
- * with a message naming the offending field in err. Never reads outside buf. */
+/* Validates buf[0..len) completely and fills msg: its header and the member
+ * of its union for its type (the other members are left as they were).
+ * Returns 0, or -RKV_EPROTO with a message naming the offending field in
+ * err, msg untouched. Never reads outside buf. */
 int rkv_proto_decode(const void *buf, size_t len, struct rkv_msg *msg, char *err, size_t err_len);
 
 /* Checks only the header (for stream transports that need the length
