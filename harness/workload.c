@@ -503,8 +503,8 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
                 worker, rkv_strerror(rc));
         goto out;
     }
-    if ((rc = wl_init(&n)) < 0 ||
-        (rc = wl_check_list(&n, &win[0])) < 0 || (rc = rkv_client_barrier(cli)) < 0)
+    if ((rc = wl_init(&n)) < 0 || (rc = wl_check_list(&n, &win[0])) < 0 ||
+        (rc = rkv_client_barrier(cli)) < 0)
         goto out;
     for (uint32_t first = 0; first < sc->n_phases && rc == 0;) {
         uint32_t last = wl_epoch_last(sc, first);
@@ -539,8 +539,8 @@ out:
     rkv_oracle_destroy(n.oracle);
 free_win:
     if (!stats) {
-        int hr = wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user,
-                              scratch);
+        int hr =
+            wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user, scratch);
         rc = rc < 0 ? rc : hr;
     }
     for (uint32_t p = 0; p < win_n; p++) {
