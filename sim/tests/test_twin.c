@@ -292,6 +292,16 @@ static void test_cfg_and_progress(void **state)
         assert_int_equal(run(args), 2);
         assert_non_null(strstr(out, "expected 64..65536 (KiB)"));
     }
+    /* Parallel contexts: wrong values, then SIGSEGV. */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg contexts/nthreads:2"), 2);
+    assert_non_null(strstr(out, "only contexts/nthreads:1 is supported"));
+    run_pass("run " SCEN_DIR "/quickstart.yaml --cfg contexts/nthreads:1");
+    /* Models that end the process on meeting the platform: the Constant
+     * model aborts on a link, ns-3 divided by zero (SIGFPE). */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/model:Constant"), 2);
+    assert_non_null(strstr(out, "there is no link in the Constant network model"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/model:ns-3"), 2);
+    assert_non_null(strstr(out, "--cfg: SimGrid"));
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg novalue"), 2);
     assert_non_null(strstr(out, "expected KEY:VALUE"));
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --progress soon"), 2);

@@ -663,10 +663,12 @@ static int twin_cfg_ok(const char *kv)
     return 1;
 }
 
-/* SimGrid ends the process (an uncaught exception) on an unknown key or a
- * bad value: try the arguments in a child first and turn its complaint into
- * an error. */
-static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
+/* SimGrid ends the process on an unknown key or a bad value (an uncaught
+ * exception), and some models end it when they meet the platform: the
+ * Constant model aborts on the first link, ns-3 divides by zero (SIGFPE).
+ * Try the arguments and the platform in a child first and turn its
+ * complaint into an error. */
+static int twin_cfg_try(int argc, char **argv, const char *platform, char *err, size_t err_len)
 {
     int fd[2];
     if (pipe(fd) < 0)
@@ -684,6 +686,7 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
         close(fd[0]);
         close(fd[1]);
         simgrid_init(&argc, argv);
+        simgrid_load_platform(platform);
         rkv_child_exit(0);
     }
     close(fd[1]);
@@ -702,7 +705,23 @@ static int twin_cfg_try(int argc, char **argv, char *err, size_t err_len)
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
     const char *why = strstr(msg, "Uncaught exception ");
-    why = why ? why + 19 : "SimGrid ended the process";
+    if (why) {
+        why += 19;
+    } else if ((why = strstr(msg, "/CRITICAL] ")) != NULL) {
+        why += 11;
+    } else {
+        char sig[64];
+        if (WIFSIGNALED(status))
+            snprintf(sig, sizeof(sig), "signal %d, %s", WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+        else
+            snprintf(sig, sizeof(sig), "exit status %d", WEXITSTATUS(status));
+        snprintf(err, err_len,
+                 "--cfg: SimGrid ended the process (%s) loading the platform with this "
+                 "configuration",
+                 sig);
+        return -RKV_ECONFIG;
+    }
     snprintf(err, err_len, "--cfg: SimGrid rejected the configuration: %.*s",
              (int)strcspn(why, "\n"), why);
     return -RKV_ECONFIG;
@@ -814,7 +833,7 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
     t->sg_argv = argv;
     t->sg_argc = argc;
     if (rc == 0 && o->n_cfg)
-        rc = twin_cfg_try(argc, argv, err, err_len);
+        rc = twin_cfg_try(argc, argv, platform, err, err_len);
     if (rc < 0)
         return rc;
     /* simgrid_init consumes the options it knows, moving pointers out of
@@ -833,6 +852,16 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
                         "--cfg contexts/stack-size:%d: expected %d..%d (KiB): an actor's stack "
                         "has no guard page, so a smaller one overflows into its neighbour",
                         stack_kib, TWIN_STACK_MIN_KIB, TWIN_STACK_MAX_KIB);
+    /* Parallel contexts run actors on several threads at once; the twin's
+     * world (its NIC and CPU models, the shared oracle, the report) is one
+     * thread's, unlocked: with 2 threads quickstart reported wrong values,
+     * then crashed. */
+    int nthreads = sg_cfg_get_int("contexts/nthreads");
+    if (nthreads != 1)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "--cfg contexts/nthreads:%d: the twin runs its nodes on one thread "
+                        "(its models are not locked); only contexts/nthreads:1 is supported",
+                        nthreads);
     rc = rkv_twin_maps_check(4ull * t->n_nodes, sg_cfg_get_int("contexts/guard-size"),
                              twin_max_map_count(), err, err_len);
     if (rc < 0)
