@@ -152,6 +152,22 @@ static uint64_t gen_zipf(struct rkv_wl_gen *g, uint64_t rows)
     return lo;
 }
 
+/* The i-th row (from 0) that is not in the machine's pool (sorted, n_pool
+ * rows): the first pool[j] with pool[j] - j > i (rows before it that are
+ * not local) is past it, so it is i + j. */
+static uint64_t gen_nth_remote(const struct rkv_wl_gen *g, uint64_t i)
+{
+    uint64_t lo = 0, hi = g->n_pool;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (g->pool[mid] - mid > i)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return i + lo;
+}
+
 static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint64_t rows,
                        uint32_t k)
 {
@@ -169,13 +185,18 @@ static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint6
             return g->pool[rkv_rng_below(&g->rng, g->n_pool)];
         break;
     case RKV_KEYS_REMOTE_ONLY:
-        /* Rejection sampling; a one-machine cluster has no remote rows. */
+        /* Rejection sampling: cheap while most rows are remote. */
         for (int tries = 0; tries < 64 && g->sc->machines > 1; tries++) {
             uint64_t r = rkv_rng_below(&g->rng, rows);
             if (g->machine_of[r] != g->machine)
                 return r;
         }
-        break;
+        /* A machine that owns most rows misses every time (one remote row
+         * in 100: 0.99^64, every other id), and a uniform row was taken
+         * instead, local as often as not: draw among the remote ones. */
+        if (g->n_pool < rows)
+            return gen_nth_remote(g, rkv_rng_below(&g->rng, rows - g->n_pool));
+        break; /* none: a one-machine cluster */
     default:
         break;
     }

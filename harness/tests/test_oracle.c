@@ -1,5 +1,6 @@
 /* The oracle's API fed reads directly: concurrent assigns must settle on one
- * winner that every later read agrees with. */
+ * winner that every later read agrees with; the request streams draw the
+ * keys their phase names. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,10 +97,54 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
     rkv_scenario_free(sc);
 }
 
+/* A book of 99 rows on machine 0 and 1 on machine 1: the rejection
+ * sampler found that one remote row in 64 tries about half the time, and
+ * then drew a uniform row instead, a local one 99 times in 100. Every id
+ * of worker 0's remote-only stream is row 99; worker 1's never is. */
+static void test_remote_only_draws_only_remote_rows(void **state)
+{
+    (void)state;
+    char text[1024];
+    int n = snprintf(text, sizeof(text),
+                     "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                     "tensors:\n"
+                     "  - {name: t, rows: 100, partition: explicit, book: [");
+    for (int r = 0; r < 100; r++)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "%s%d", r ? ", " : "", r == 99);
+    snprintf(text + n, sizeof(text) - (size_t)n,
+             "]}\n"
+             "workload:\n"
+             "  - {name: far, tensor: t, pull: 1.0, ids_per_request: 16, keys: remote-only,\n"
+             "     rounds: 50}\n");
+    struct rkv_scenario *sc = load(text);
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    for (uint32_t w = 0; w < 2; w++) {
+        struct rkv_wl_gen g;
+        rkv_wl_gen_init(&g, o, 0, w);
+        assert_non_null(g.ids);
+        for (uint32_t r = 0; r < 50; r++) {
+            struct rkv_wl_req q;
+            rkv_wl_gen_next(&g, &q);
+            for (uint32_t k = 0; k < q.n; k++) {
+                if (w == 0 && q.ids[k] != 99)
+                    fail_msg("worker 0, round %u: row %llu is its own", r,
+                             (unsigned long long)q.ids[k]);
+                if (w == 1 && q.ids[k] == 99)
+                    fail_msg("worker 1, round %u: row 99 is its own", r);
+            }
+        }
+        rkv_wl_gen_free(&g);
+    }
+    rkv_oracle_destroy(o);
+    rkv_scenario_free(sc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
+        cmocka_unit_test(test_remote_only_draws_only_remote_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
