@@ -168,6 +168,25 @@ static uint64_t gen_nth_remote(const struct rkv_wl_gen *g, uint64_t i)
     return i + lo;
 }
 
+int rkv_wl_gen_check(const struct rkv_wl_gen *g, char *why, size_t why_len)
+{
+    const struct rkv_sc_phase *p = &g->sc->phases[g->phase];
+    const struct rkv_sc_tensor *t = &g->sc->tensors[p->tensor];
+    if (p->keys == RKV_KEYS_LOCAL_ONLY && g->n_pool == 0)
+        snprintf(why, why_len,
+                 "phase \"%s\": keys: local-only, but machine %u (worker w%u) owns no rows of "
+                 "tensor \"%s\"",
+                 p->name, g->machine, g->worker, t->desc.name);
+    else if (p->keys == RKV_KEYS_REMOTE_ONLY && g->n_pool >= t->desc.rows)
+        snprintf(why, why_len,
+                 "phase \"%s\": keys: remote-only, but machine %u (worker w%u) owns every row "
+                 "of tensor \"%s\", so it has no remote rows",
+                 p->name, g->machine, g->worker, t->desc.name);
+    else
+        return 0;
+    return -RKV_ECONFIG;
+}
+
 static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint64_t rows,
                        uint32_t k)
 {
@@ -196,7 +215,7 @@ static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint6
          * instead, local as often as not: draw among the remote ones. */
         if (g->n_pool < rows)
             return gen_nth_remote(g, rkv_rng_below(&g->rng, rows - g->n_pool));
-        break; /* none: a one-machine cluster */
+        break; /* none (rkv_wl_gen_check) */
     default:
         break;
     }
@@ -462,7 +481,10 @@ static int or_replay(struct rkv_oracle *o, uint32_t worker, or_visit_fn fn, void
         if (!g.ids)
             return -RKV_ENOMEM;
         struct rkv_wl_req req;
-        for (uint32_t r = 0; r < o->sc->phases[p].rounds; r++) {
+        char why[256];
+        /* Such a worker sends nothing in the phase (wl_phase fails it). */
+        uint32_t rounds = rkv_wl_gen_check(&g, why, sizeof(why)) < 0 ? 0 : o->sc->phases[p].rounds;
+        for (uint32_t r = 0; r < rounds; r++) {
             rkv_wl_gen_next(&g, &req);
             if (req.push)
                 fn(o, worker, p, r, &req, arg);
