@@ -467,6 +467,7 @@ struct sc_phase_build {
     struct rkv_sc_phase *p;
     double push, pull;
     int has_push, has_pull;
+    struct fy_node *key[PF_COUNT_]; /* each given key, for sc_phase_applies' errors */
 };
 
 static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
@@ -477,6 +478,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     static const char *const keys[] = {"uniform", "zipf", "sequential", "local-only",
                                        "remote-only"};
     int i, rc;
+    b->key[f] = k;
     switch (f) {
     case PF_NAME:
         return sc_name(c, "name", k, v, p->name, sizeof(p->name));
@@ -532,6 +534,42 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     }
 }
 
+/* A key that cannot act on its phase was accepted and ignored: the run
+ * did something else than the file said (lr: 0.01 on a sum phase pushed
+ * plain sums). Each one is refused where it stands. */
+static int sc_phase_applies(struct sc_ctx *c, const struct sc_phase_build *b)
+{
+    const struct rkv_sc_phase *p = b->p;
+    static const char *const ops[] = {
+        [RKV_OP_ASSIGN] = "assign", [RKV_OP_SUM] = "sum", [RKV_OP_SGD] = "sgd"};
+    static const char *const keys[] = {[RKV_KEYS_UNIFORM] = "uniform",
+                                       [RKV_KEYS_ZIPF] = "zipf",
+                                       [RKV_KEYS_SEQUENTIAL] = "sequential",
+                                       [RKV_KEYS_LOCAL_ONLY] = "local-only",
+                                       [RKV_KEYS_REMOTE_ONLY] = "remote-only"};
+    if (b->key[PF_OP] && b->push <= 0)
+        return sc_fail(c, b->key[PF_OP],
+                       "workload[] \"%s\": push_op: the phase never pushes (push: 0), so no "
+                       "push op applies",
+                       p->name);
+    if (b->key[PF_LR] && p->push_op != RKV_OP_SGD)
+        return sc_fail(c, b->key[PF_LR],
+                       "workload[] \"%s\": lr applies to push_op: sgd only, the phase's push_op "
+                       "is %s",
+                       p->name, ops[p->push_op]);
+    if (b->key[PF_ZIPF] && p->keys != RKV_KEYS_ZIPF)
+        return sc_fail(c, b->key[PF_ZIPF],
+                       "workload[] \"%s\": zipf_s applies to keys: zipf only, the phase's keys "
+                       "are %s",
+                       p->name, keys[p->keys]);
+    if (b->key[PF_PULL_HANDLER] && b->pull <= 0)
+        return sc_fail(c, b->key[PF_PULL_HANDLER],
+                       "workload[] \"%s\": pull_handler: the phase never pulls (pull: 0), so no "
+                       "pull handler applies",
+                       p->name);
+    return 0;
+}
+
 static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
 {
     struct rkv_scenario *sc = c->sc;
@@ -563,6 +601,8 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
         return sc_fail(c, at, "workload[] \"%s\": push + pull must be 1, got %g", p->name,
                        b.push + b.pull);
     p->push_fraction = b.push;
+    if ((rc = sc_phase_applies(c, &b)) < 0)
+        return rc;
     const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
     if (p->push_op == RKV_OP_SGD && t->desc.dtype != RKV_F32 && t->desc.dtype != RKV_F64)
         return sc_fail(c, at, "workload[] \"%s\": sgd needs a f32 or f64 tensor, \"%s\" is %s",

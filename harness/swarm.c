@@ -497,14 +497,16 @@ static void sw_yaml_phase(const struct rkv_swarm_spec *sp, uint32_t i, FILE *out
      * them) are written uniform: the rows local-only drew there anyway,
      * and near enough those remote-only did. */
     int keys = sw_keys_exist(sp, p) ? p->keys : 0;
-    fprintf(out,
-            "  - name: p%u\n    tensor: t%u\n    push: %g\n    push_op: %s\n"
-            "    ids_per_request: %u\n    keys: %s\n    rounds: %u\n    barrier_after: %s\n",
-            i, p->tensor, p->push, sw_ops[p->op], p->ids, sw_keys[keys], p->rounds,
-            p->barrier_after ? "true" : "false");
-    if (p->op == 2)
+    fprintf(out, "  - name: p%u\n    tensor: t%u\n    push: %g\n", i, p->tensor, p->push);
+    /* The loader refuses keys that cannot act: no op without pushes, lr
+     * for sgd only, zipf_s for zipf only. */
+    if (p->push > 0)
+        fprintf(out, "    push_op: %s\n", sw_ops[p->op]);
+    fprintf(out, "    ids_per_request: %u\n    keys: %s\n    rounds: %u\n    barrier_after: %s\n",
+            p->ids, sw_keys[keys], p->rounds, p->barrier_after ? "true" : "false");
+    if (p->op == 2 && p->push > 0)
         fprintf(out, "    lr: %g\n", p->lr);
-    if (p->keys == 1)
+    if (keys == 1)
         fprintf(out, "    zipf_s: %g\n", p->zipf_s);
     if (p->think_us)
         fprintf(out, "    think_us: %u\n", p->think_us);
