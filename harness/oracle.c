@@ -152,6 +152,41 @@ static uint64_t gen_zipf(struct rkv_wl_gen *g, uint64_t rows)
     return lo;
 }
 
+/* The i-th row (from 0) that is not in the machine's pool (sorted, n_pool
+ * rows): the first pool[j] with pool[j] - j > i (rows before it that are
+ * not local) is past it, so it is i + j. */
+static uint64_t gen_nth_remote(const struct rkv_wl_gen *g, uint64_t i)
+{
+    uint64_t lo = 0, hi = g->n_pool;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (g->pool[mid] - mid > i)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return i + lo;
+}
+
+int rkv_wl_gen_check(const struct rkv_wl_gen *g, char *why, size_t why_len)
+{
+    const struct rkv_sc_phase *p = &g->sc->phases[g->phase];
+    const struct rkv_sc_tensor *t = &g->sc->tensors[p->tensor];
+    if (p->keys == RKV_KEYS_LOCAL_ONLY && g->n_pool == 0)
+        snprintf(why, why_len,
+                 "phase \"%s\": keys: local-only, but machine %u (worker w%u) owns no rows of "
+                 "tensor \"%s\"",
+                 p->name, g->machine, g->worker, t->desc.name);
+    else if (p->keys == RKV_KEYS_REMOTE_ONLY && g->n_pool >= t->desc.rows)
+        snprintf(why, why_len,
+                 "phase \"%s\": keys: remote-only, but machine %u (worker w%u) owns every row "
+                 "of tensor \"%s\", so it has no remote rows",
+                 p->name, g->machine, g->worker, t->desc.name);
+    else
+        return 0;
+    return -RKV_ECONFIG;
+}
+
 static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint64_t rows,
                        uint32_t k)
 {
@@ -169,13 +204,18 @@ static uint64_t gen_id(struct rkv_wl_gen *g, const struct rkv_sc_phase *p, uint6
             return g->pool[rkv_rng_below(&g->rng, g->n_pool)];
         break;
     case RKV_KEYS_REMOTE_ONLY:
-        /* Rejection sampling; a one-machine cluster has no remote rows. */
+        /* Rejection sampling: cheap while most rows are remote. */
         for (int tries = 0; tries < 64 && g->sc->machines > 1; tries++) {
             uint64_t r = rkv_rng_below(&g->rng, rows);
             if (g->machine_of[r] != g->machine)
                 return r;
         }
-        break;
+        /* A machine that owns most rows misses every time (one remote row
+         * in 100: 0.99^64, every other id), and a uniform row was taken
+         * instead, local as often as not: draw among the remote ones. */
+        if (g->n_pool < rows)
+            return gen_nth_remote(g, rkv_rng_below(&g->rng, rows - g->n_pool));
+        break; /* none (rkv_wl_gen_check) */
     default:
         break;
     }
@@ -441,7 +481,10 @@ static int or_replay(struct rkv_oracle *o, uint32_t worker, or_visit_fn fn, void
         if (!g.ids)
             return -RKV_ENOMEM;
         struct rkv_wl_req req;
-        for (uint32_t r = 0; r < o->sc->phases[p].rounds; r++) {
+        char why[256];
+        /* Such a worker sends nothing in the phase (wl_phase fails it). */
+        uint32_t rounds = rkv_wl_gen_check(&g, why, sizeof(why)) < 0 ? 0 : o->sc->phases[p].rounds;
+        for (uint32_t r = 0; r < rounds; r++) {
             rkv_wl_gen_next(&g, &req);
             if (req.push)
                 fn(o, worker, p, r, &req, arg);

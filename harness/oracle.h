@@ -61,6 +61,12 @@ void rkv_oracle_destroy(struct rkv_oracle *o);
 int rkv_oracle_check_scenario(const struct rkv_scenario *sc, char *err, size_t err_len);
 
 void rkv_wl_gen_init(struct rkv_wl_gen *g, struct rkv_oracle *o, uint32_t phase, uint32_t worker);
+/* 0 when the phase's keys exist for this worker; -RKV_ECONFIG with why
+ * when they do not (local-only on a machine that owns no rows of the
+ * tensor, remote-only on one that owns them all), where the stream would
+ * draw uniform rows instead. The loader refuses such files; a scenario
+ * built in code is checked here. */
+int rkv_wl_gen_check(const struct rkv_wl_gen *g, char *why, size_t why_len);
 void rkv_wl_gen_next(struct rkv_wl_gen *g, struct rkv_wl_req *req);
 void rkv_wl_gen_free(struct rkv_wl_gen *g);
 

@@ -467,6 +467,7 @@ struct sc_phase_build {
     struct rkv_sc_phase *p;
     double push, pull;
     int has_push, has_pull;
+    struct fy_node *key[PF_COUNT_]; /* each given key, for sc_phase_applies' errors */
 };
 
 static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, struct fy_node *v)
@@ -477,6 +478,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     static const char *const keys[] = {"uniform", "zipf", "sequential", "local-only",
                                        "remote-only"};
     int i, rc;
+    b->key[f] = k;
     switch (f) {
     case PF_NAME:
         return sc_name(c, "name", k, v, p->name, sizeof(p->name));
@@ -511,6 +513,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     case PF_IDS:
         return sc_u32(c, "ids_per_request", k, v, 1, 1u << 20, &p->ids_per_request);
     case PF_KEYS:
+        p->keys_mark = sc_mark(v);
         rc = sc_enum(c, "keys", k, v, keys, 5, &i);
         p->keys = (enum rkv_sc_keys)(i + 1);
         return rc;
@@ -529,6 +532,42 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     default:
         return sc_u32(c, "think_us", k, v, 0, 10000000, &p->think_us);
     }
+}
+
+/* A key that cannot act on its phase was accepted and ignored: the run
+ * did something else than the file said (lr: 0.01 on a sum phase pushed
+ * plain sums). Each one is refused where it stands. */
+static int sc_phase_applies(struct sc_ctx *c, const struct sc_phase_build *b)
+{
+    const struct rkv_sc_phase *p = b->p;
+    static const char *const ops[] = {
+        [RKV_OP_ASSIGN] = "assign", [RKV_OP_SUM] = "sum", [RKV_OP_SGD] = "sgd"};
+    static const char *const keys[] = {[RKV_KEYS_UNIFORM] = "uniform",
+                                       [RKV_KEYS_ZIPF] = "zipf",
+                                       [RKV_KEYS_SEQUENTIAL] = "sequential",
+                                       [RKV_KEYS_LOCAL_ONLY] = "local-only",
+                                       [RKV_KEYS_REMOTE_ONLY] = "remote-only"};
+    if (b->key[PF_OP] && b->push <= 0)
+        return sc_fail(c, b->key[PF_OP],
+                       "workload[] \"%s\": push_op: the phase never pushes (push: 0), so no "
+                       "push op applies",
+                       p->name);
+    if (b->key[PF_LR] && p->push_op != RKV_OP_SGD)
+        return sc_fail(c, b->key[PF_LR],
+                       "workload[] \"%s\": lr applies to push_op: sgd only, the phase's push_op "
+                       "is %s",
+                       p->name, ops[p->push_op]);
+    if (b->key[PF_ZIPF] && p->keys != RKV_KEYS_ZIPF)
+        return sc_fail(c, b->key[PF_ZIPF],
+                       "workload[] \"%s\": zipf_s applies to keys: zipf only, the phase's keys "
+                       "are %s",
+                       p->name, keys[p->keys]);
+    if (b->key[PF_PULL_HANDLER] && b->pull <= 0)
+        return sc_fail(c, b->key[PF_PULL_HANDLER],
+                       "workload[] \"%s\": pull_handler: the phase never pulls (pull: 0), so no "
+                       "pull handler applies",
+                       p->name);
+    return 0;
 }
 
 static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
@@ -562,6 +601,8 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
         return sc_fail(c, at, "workload[] \"%s\": push + pull must be 1, got %g", p->name,
                        b.push + b.pull);
     p->push_fraction = b.push;
+    if ((rc = sc_phase_applies(c, &b)) < 0)
+        return rc;
     const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
     if (p->push_op == RKV_OP_SGD && t->desc.dtype != RKV_F32 && t->desc.dtype != RKV_F64)
         return sc_fail(c, at, "workload[] \"%s\": sgd needs a f32 or f64 tensor, \"%s\" is %s",
@@ -1053,13 +1094,6 @@ static int sc_local(struct sc_ctx *c, struct rkv_sc_tensor *t, uint32_t machines
 static int sc_check_books(struct sc_ctx *c)
 {
     struct rkv_scenario *sc = c->sc;
-    /* It ran uniform keys instead, saying nothing. */
-    for (uint32_t i = 0; i < sc->n_phases; i++)
-        if (sc->phases[i].keys == RKV_KEYS_REMOTE_ONLY && sc->machines < 2)
-            return sc_fail_mark(c, sc->phases[i].mark,
-                                "phase \"%s\": keys: remote-only needs 2 machines or more (one "
-                                "machine has no remote rows)",
-                                sc->phases[i].name);
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
         struct rkv_sc_tensor *t = &sc->tensors[i];
         for (uint64_t r = 0; t->book && r < t->desc.rows; r++)
@@ -1075,6 +1109,72 @@ static int sc_check_books(struct sc_ctx *c)
             return rc;
     }
     return 0;
+}
+
+/* Phase i draws keys: local-only from the rows a worker's machine owns,
+ * remote-only from the others. A machine with none of those had its
+ * workers draw uniform rows instead (local ones for remote-only), saying
+ * nothing. The partition is known at load (policy, rows, machines, book),
+ * so that is refused here, naming the first such machine and a worker on
+ * it. first_worker[m]: the lowest worker on machine m, or UINT32_MAX. */
+static int sc_check_phase_keys(struct sc_ctx *c, uint32_t i, const uint32_t *first_worker)
+{
+    const struct rkv_scenario *sc = c->sc;
+    const struct rkv_sc_phase *p = &sc->phases[i];
+    int local = p->keys == RKV_KEYS_LOCAL_ONLY;
+    struct rkv_sc_mark at = p->keys_mark.line ? p->keys_mark : p->mark;
+    if (!local && sc->machines < 2)
+        return sc_fail_mark(c, at,
+                            "phase \"%s\": keys: remote-only needs 2 machines or more (one "
+                            "machine has no remote rows)",
+                            p->name);
+    const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
+    static const char *const parts[] = {
+        [RKV_PART_RANGE] = "range", [RKV_PART_HASH] = "hash", [RKV_PART_EXPLICIT] = "explicit"};
+    struct rkv_pbook pb;
+    char why[256];
+    if (rkv_pbook_init(&pb, t->desc.policy, t->desc.rows, sc->machines, t->book, why, sizeof(why)) <
+        0)
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": %s", t->desc.name, why);
+    int rc = 0;
+    for (uint32_t m = 0; rc == 0 && m < sc->machines; m++) {
+        uint64_t own = rkv_pbook_local_rows(&pb, m);
+        if (first_worker[m] == UINT32_MAX || (local ? own > 0 : own < t->desc.rows))
+            continue;
+        rc = sc_fail_mark(c, at,
+                          "phase \"%s\": keys: %s, but machine %u (worker w%u) owns %s tensor "
+                          "\"%s\" (partition: %s, rows: %llu, machines: %u)%s",
+                          p->name, local ? "local-only" : "remote-only", m, first_worker[m],
+                          local ? "no rows of" : "every row of", t->desc.name,
+                          parts[t->desc.policy], (unsigned long long)t->desc.rows, sc->machines,
+                          local ? "" : ", so it has no remote rows");
+    }
+    rkv_pbook_free(&pb);
+    return rc;
+}
+
+static int sc_check_keys(struct sc_ctx *c)
+{
+    const struct rkv_scenario *sc = c->sc;
+    uint32_t i = 0;
+    while (i < sc->n_phases && sc->phases[i].keys != RKV_KEYS_LOCAL_ONLY &&
+           sc->phases[i].keys != RKV_KEYS_REMOTE_ONLY)
+        i++;
+    if (i == sc->n_phases)
+        return 0;
+    uint32_t *first_worker = malloc(sc->machines * sizeof(*first_worker));
+    if (!first_worker)
+        return sc_fail_mark(c, sc->phases[i].mark, "phase \"%s\": keys: out of memory",
+                            sc->phases[i].name);
+    memset(first_worker, 0xff, sc->machines * sizeof(*first_worker));
+    for (uint32_t w = rkv_scenario_workers(sc); w-- > 0;)
+        first_worker[rkv_scenario_worker_machine(sc, w)] = w;
+    int rc = 0;
+    for (; rc == 0 && i < sc->n_phases; i++)
+        if (sc->phases[i].keys == RKV_KEYS_LOCAL_ONLY || sc->phases[i].keys == RKV_KEYS_REMOTE_ONLY)
+            rc = sc_check_phase_keys(c, i, first_worker);
+    free(first_worker);
+    return rc;
 }
 
 static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
@@ -1411,7 +1511,7 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
                  path);
         rc = -RKV_ECONFIG;
     } else if ((rc = sc_no_alias(&c, root, 0)) == 0 && (rc = sc_sections(&c, root)) == 0 &&
-               (rc = sc_check_books(&c)) == 0) {
+               (rc = sc_check_books(&c)) == 0 && (rc = sc_check_keys(&c)) == 0) {
         rc = sc_check_faults(sc, err, err_len);
     }
     fy_document_destroy(doc);

@@ -19,6 +19,7 @@
 #include "harness/swarm.h"
 #include "harness/timed.h"
 #include "port/port.h"
+#include "store/pbook.h"
 
 /* What keeps a case well under a second of wall time on average: requests of
  * every worker over every phase, and elements of a tensor (each is checked
@@ -453,19 +454,59 @@ static void sw_yaml_tensor(const struct rkv_swarm_tensor *t, uint32_t i, FILE *o
         fprintf(out, "    optimizer_state: true\n");
 }
 
-static void sw_yaml_phase(const struct rkv_swarm_phase *p, uint32_t i, uint32_t machines, FILE *out)
+/* Rows of tensor t that machine m owns, as the store partitions them. */
+static uint64_t sw_local_rows(const struct rkv_swarm_spec *sp, const struct rkv_swarm_tensor *t,
+                              uint32_t m)
 {
-    /* One machine has no remote rows (the loader refuses remote-only
-     * there): such a phase ran uniform keys, and is written so. */
-    int keys = p->keys == 4 && machines < 2 ? 0 : p->keys;
-    fprintf(out,
-            "  - name: p%u\n    tensor: t%u\n    push: %g\n    push_op: %s\n"
-            "    ids_per_request: %u\n    keys: %s\n    rounds: %u\n    barrier_after: %s\n",
-            i, p->tensor, p->push, sw_ops[p->op], p->ids, sw_keys[keys], p->rounds,
-            p->barrier_after ? "true" : "false");
-    if (p->op == 2)
+    uint64_t n = 0;
+    if (t->partition == 2) { /* the book repeats over the rows */
+        for (uint64_t r = 0; r < t->rows; r++)
+            n += t->book[r % t->n_book] == m;
+        return n;
+    }
+    struct rkv_pbook pb;
+    if (rkv_pbook_init(&pb, t->partition ? RKV_PART_HASH : RKV_PART_RANGE, t->rows, sp->machines,
+                       NULL, NULL, 0) < 0)
+        return 0;
+    n = rkv_pbook_local_rows(&pb, m);
+    rkv_pbook_free(&pb);
+    return n;
+}
+
+/* local-only (3) needs every machine with workers to own rows of the
+ * phase's tensor, remote-only (4) to leave some to others; the loader
+ * refuses anything else (one machine, a book that skips one, fewer rows
+ * than machines). */
+static int sw_keys_exist(const struct rkv_swarm_spec *sp, const struct rkv_swarm_phase *p)
+{
+    if (p->keys != 3 && p->keys != 4)
+        return 1;
+    const struct rkv_swarm_tensor *t = &sp->tensors[p->tensor];
+    for (uint32_t m = 0; m < sp->machines && m * sp->workers_per_machine < sw_workers(sp); m++) {
+        uint64_t own = sw_local_rows(sp, t, m);
+        if (p->keys == 3 ? own == 0 : own == t->rows)
+            return 0;
+    }
+    return 1;
+}
+
+static void sw_yaml_phase(const struct rkv_swarm_spec *sp, uint32_t i, FILE *out)
+{
+    const struct rkv_swarm_phase *p = &sp->phases[i];
+    /* Keys that some worker's machine cannot draw (the loader refuses
+     * them) are written uniform: the rows local-only drew there anyway,
+     * and near enough those remote-only did. */
+    int keys = sw_keys_exist(sp, p) ? p->keys : 0;
+    fprintf(out, "  - name: p%u\n    tensor: t%u\n    push: %g\n", i, p->tensor, p->push);
+    /* The loader refuses keys that cannot act: no op without pushes, lr
+     * for sgd only, zipf_s for zipf only. */
+    if (p->push > 0)
+        fprintf(out, "    push_op: %s\n", sw_ops[p->op]);
+    fprintf(out, "    ids_per_request: %u\n    keys: %s\n    rounds: %u\n    barrier_after: %s\n",
+            p->ids, sw_keys[keys], p->rounds, p->barrier_after ? "true" : "false");
+    if (p->op == 2 && p->push > 0)
         fprintf(out, "    lr: %g\n", p->lr);
-    if (p->keys == 1)
+    if (keys == 1)
         fprintf(out, "    zipf_s: %g\n", p->zipf_s);
     if (p->think_us)
         fprintf(out, "    think_us: %u\n", p->think_us);
@@ -529,7 +570,7 @@ int rkv_swarm_yaml(const struct rkv_swarm_spec *sp, const char *note, FILE *out)
         sw_yaml_tensor(&sp->tensors[i], i, out);
     fprintf(out, "workload:\n");
     for (uint32_t i = 0; i < sp->n_phases; i++)
-        sw_yaml_phase(&sp->phases[i], i, sp->machines, out);
+        sw_yaml_phase(sp, i, out);
     if (sp->n_faults) {
         fprintf(out, "faults:\n");
         for (uint32_t i = 0; i < sp->n_faults; i++)

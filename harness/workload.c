@@ -245,6 +245,14 @@ static int wl_phase(struct wl_node *n, uint32_t phase, struct wl_stats *st)
     rkv_wl_gen_init(&g, n->oracle, phase, n->me);
     if (!g.ids)
         return -RKV_ENOMEM;
+    char why[256];
+    if (rkv_wl_gen_check(&g, why, sizeof(why)) < 0) {
+        /* Other keys than the phase's would be no run of it: the phase
+         * fails, and the run goes on to its barriers with the others. */
+        wl_error(n, st, why);
+        rkv_wl_gen_free(&g);
+        return 0;
+    }
     uint64_t t0 = n->port->ops->now_ns(n->port), shown = t0;
     int rc = 0;
     for (uint32_t r = 0; r < p->rounds && rc == 0; r++) {

@@ -1,5 +1,6 @@
 /* The oracle's API fed reads directly: concurrent assigns must settle on one
- * winner that every later read agrees with. */
+ * winner that every later read agrees with; the request streams draw the
+ * keys their phase names, or say they cannot. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,10 +97,105 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
     rkv_scenario_free(sc);
 }
 
+/* A book of 99 rows on machine 0 and 1 on machine 1: the rejection
+ * sampler found that one remote row in 64 tries about half the time, and
+ * then drew a uniform row instead, a local one 99 times in 100. Every id
+ * of worker 0's remote-only stream is row 99; worker 1's never is. */
+static void test_remote_only_draws_only_remote_rows(void **state)
+{
+    (void)state;
+    char text[1024];
+    int n = snprintf(text, sizeof(text),
+                     "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                     "tensors:\n"
+                     "  - {name: t, rows: 100, partition: explicit, book: [");
+    for (int r = 0; r < 100; r++)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, "%s%d", r ? ", " : "", r == 99);
+    snprintf(text + n, sizeof(text) - (size_t)n,
+             "]}\n"
+             "workload:\n"
+             "  - {name: far, tensor: t, pull: 1.0, ids_per_request: 16, keys: remote-only,\n"
+             "     rounds: 50}\n");
+    struct rkv_scenario *sc = load(text);
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    char why[256];
+    for (uint32_t w = 0; w < 2; w++) {
+        struct rkv_wl_gen g;
+        rkv_wl_gen_init(&g, o, 0, w);
+        assert_non_null(g.ids);
+        assert_int_equal(rkv_wl_gen_check(&g, why, sizeof(why)), 0);
+        for (uint32_t r = 0; r < 50; r++) {
+            struct rkv_wl_req q;
+            rkv_wl_gen_next(&g, &q);
+            for (uint32_t k = 0; k < q.n; k++) {
+                if (w == 0 && q.ids[k] != 99)
+                    fail_msg("worker 0, round %u: row %llu is its own", r,
+                             (unsigned long long)q.ids[k]);
+                if (w == 1 && q.ids[k] == 99)
+                    fail_msg("worker 1, round %u: row 99 is its own", r);
+            }
+        }
+        rkv_wl_gen_free(&g);
+    }
+    rkv_oracle_destroy(o);
+    rkv_scenario_free(sc);
+}
+
+/* A scenario built in code skips the loader's check: the stream of a
+ * worker whose machine owns no rows (local-only) or all of them
+ * (remote-only) says so instead of drawing uniform rows. */
+static void test_keys_that_do_not_exist_are_named(void **state)
+{
+    (void)state;
+    struct rkv_scenario *sc =
+        load("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+             "tensors:\n"
+             "  - {name: t, rows: 4, partition: explicit, book: [0]}\n"
+             "workload:\n"
+             "  - {name: near, tensor: t, pull: 1.0, rounds: 1}\n");
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    char why[256];
+    static const struct {
+        enum rkv_sc_keys keys;
+        uint32_t worker;
+        const char *want; /* NULL: the keys exist */
+    } cases[] = {
+        {RKV_KEYS_LOCAL_ONLY, 0, NULL},
+        {RKV_KEYS_LOCAL_ONLY, 1,
+         "phase \"near\": keys: local-only, but machine 1 (worker w1) owns no rows of tensor "
+         "\"t\""},
+        {RKV_KEYS_REMOTE_ONLY, 0,
+         "phase \"near\": keys: remote-only, but machine 0 (worker w0) owns every row of tensor "
+         "\"t\", so it has no remote rows"},
+        {RKV_KEYS_REMOTE_ONLY, 1, NULL},
+        {RKV_KEYS_UNIFORM, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sc->phases[0].keys = cases[i].keys;
+        struct rkv_wl_gen g;
+        rkv_wl_gen_init(&g, o, 0, cases[i].worker);
+        assert_non_null(g.ids);
+        int rc = rkv_wl_gen_check(&g, why, sizeof(why));
+        if (!cases[i].want) {
+            assert_int_equal(rc, 0);
+        } else {
+            assert_int_equal(rc, -RKV_ECONFIG);
+            assert_string_equal(why, cases[i].want);
+        }
+        rkv_wl_gen_free(&g);
+    }
+    rkv_oracle_destroy(o);
+    rkv_scenario_free(sc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
+        cmocka_unit_test(test_remote_only_draws_only_remote_rows),
+        cmocka_unit_test(test_keys_that_do_not_exist_are_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

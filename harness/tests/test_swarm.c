@@ -201,6 +201,70 @@ static void test_every_reduction_loads(void **state)
     rm_dir(dir);
 }
 
+/* The writer gives the loader only keys that act: local-only where every
+ * machine with workers owns rows of the tensor, remote-only where none
+ * owns them all, else uniform (the rows those keys drew); a phase that
+ * never pushes names no push op, and lr goes with sgd only. */
+static void test_written_phases_have_only_keys_that_act(void **state)
+{
+    (void)state;
+    char *dir = tmp_dir();
+    struct rkv_swarm_spec sp;
+    rkv_swarm_generate(1, &sp);
+    sp.machines = 2;
+    sp.workers_per_machine = 1;
+    sp.workers = 0;
+    sp.durable = 0;
+    sp.n_faults = 0;
+    sp.n_tensors = 1;
+    sp.tensors[0] = (struct rkv_swarm_tensor){.rows = 1, .shape = {1}, .n_shape = 1, .n_book = 1};
+    sp.n_phases = 1;
+    sp.phases[0] = (struct rkv_swarm_phase){.push = 0,
+                                            .op = 2,
+                                            .lr = 0.25,
+                                            .ids = 1,
+                                            .keys = 3,
+                                            .zipf_s = 1.1,
+                                            .rounds = 1,
+                                            .barrier_after = 1};
+    static const struct {
+        int partition; /* 0 range, 2 explicit with book [0] */
+        uint64_t rows;
+        uint32_t workers; /* 0: both machines */
+        double push;
+        int keys;
+        const char *want, *absent;
+    } cases[] = {
+        /* range: 1 row over 2 machines leaves machine 0 none */
+        {0, 1, 0, 0, 3, "keys: uniform\n", "push_op"},
+        {0, 2, 0, 0, 3, "keys: local-only\n", "lr:"},
+        {0, 1, 0, 0.5, 4, "keys: uniform\n", "keys: remote-only"},
+        {0, 2, 0, 0.5, 4, "keys: remote-only\n", "keys: uniform"},
+        /* book [0]: machine 1 owns nothing, machine 0 everything */
+        {2, 4, 0, 1, 3, "keys: uniform\n", "keys: local-only"},
+        {2, 4, 1, 1, 3, "keys: local-only\n", "keys: uniform"}, /* machine 1 runs no worker */
+        {2, 4, 1, 1, 4, "keys: uniform\n", "keys: remote-only"},
+        {2, 4, 0, 1, 1, "zipf_s: ", "keys: uniform"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sp.tensors[0].partition = cases[i].partition;
+        sp.tensors[0].rows = cases[i].rows;
+        sp.workers = cases[i].workers;
+        sp.phases[0].push = cases[i].push;
+        sp.phases[0].keys = cases[i].keys;
+        rkv_swarm_normalize(&sp);
+        char *y = yaml_of(&sp);
+        if (!strstr(y, cases[i].want) || strstr(y, cases[i].absent))
+            fail_msg("case %zu: expected \"%s\" and no \"%s\":\n%s", i, cases[i].want,
+                     cases[i].absent, y);
+        if (cases[i].push > 0 && (!strstr(y, "push_op: sgd\n") || !strstr(y, "lr: 0.25\n")))
+            fail_msg("case %zu: a pushing sgd phase lost its op or lr:\n%s", i, y);
+        free(y);
+        assert_loads(&sp, dir);
+    }
+    rm_dir(dir);
+}
+
 static void test_same_failure_ignores_numbers(void **state)
 {
     (void)state;
@@ -457,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_generation_is_a_function_of_the_seed),
         cmocka_unit_test(test_every_generated_file_loads_and_covers_the_space),
         cmocka_unit_test(test_every_reduction_loads),
+        cmocka_unit_test(test_written_phases_have_only_keys_that_act),
         cmocka_unit_test(test_same_failure_ignores_numbers),
         cmocka_unit_test(test_pool_turns_a_crash_and_a_hang_into_failures),
         cmocka_unit_test(test_compare_reports_another_trace),
