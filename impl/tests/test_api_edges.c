@@ -149,6 +149,17 @@ static void test_config_zeroed_refused(void **state)
     m.base_port = 0;
     assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "base_port 0"));
+    /* Which of the machine's numbers is wrong, not "within the port range". */
+    m.base_port = 65535;
+    m.servers = 2;
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_string_equal(err, "config: machine 0 (127.0.0.1): base_port 65535 + 2 servers runs "
+                             "past port 65535 (its servers listen at base_port + their local "
+                             "index)");
+    m.base_port = 1000;
+    m.servers = 300;
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_string_equal(err, "config: machine 0 (127.0.0.1): servers 300, expected 1..256");
     assert_null(cli);
     assert_null(srv);
 }
