@@ -724,6 +724,10 @@ static void test_failed_push_applies_nothing(void **state)
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, RKV_OP_CUSTOM, 0), -RKV_ENOHANDLER);
     assert_msg(cli, "rkv_client_register_handler");
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, RKV_OP_ADAGRAD, 0.1), -RKV_EINVAL);
+    assert_msg(cli, "adagrad needs per-row optimizer state, and 't' was created without it");
+    assert_msg(cli, "with_state");
+    /* an integer tensor's problem is its dtype, state or not */
+    assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_ADAGRAD, 0.1), -RKV_EDTYPE);
     assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_SGD, 0.1), -RKV_EDTYPE);
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, 5, 0), -RKV_ENOHANDLER);
     uint64_t bad_last[4] = {3, 60, 60, 100};
