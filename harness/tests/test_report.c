@@ -110,6 +110,18 @@ static void test_report_json_round_trips_names(void **state)
     }
     assert_true(json_is_true(json_object_get(doc, "passed")));
     json_decref(doc);
+    /* Bounds print as given: 0.001 was "<= 0.0" and 0.000001 ">= 0.000". */
+    sc->expect_max_p99_us = 0.001;
+    sc->expect_min_gbps = 0.000001;
+    char *text = NULL;
+    size_t text_len = 0;
+    m = open_memstream(&text, &text_len);
+    assert_non_null(m);
+    rkv_report_print(&r, m, "tcp");
+    fclose(m);
+    if (!strstr(text, "us <= 0.001: miss") || !strstr(text, "GB/s >= 1e-06: pass"))
+        fail_msg("bounds misprinted:\n%s", text);
+    free(text);
     /* the plots take the same names (gnuplot from ci/deps, when present) */
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
         if (rkv_report_plot(&r, dir, "tcp", err, sizeof(err)) < 0)
