@@ -1413,6 +1413,18 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
     if (i && f->at_s < sc->faults[i - 1].at_s)
         return sc_fault_fail(sc, i, RKV_SC_F_AT_S, err, err_len,
                              "at_s: expected faults in time order");
+    /* Whichever of two such crashes comes first leaves nothing for the
+     * other: the run failed on a fault that did not fire, saying no more
+     * than FAIL. With a restart between them both can fire. */
+    for (uint32_t j = 0; j < i && !strcmp(f->kind, "crash") && f->restart_after_s <= 0; j++) {
+        const struct rkv_sc_fault *g = &sc->faults[j];
+        if (!strcmp(g->kind, "crash") && !strcmp(g->target, f->target) && g->restart_after_s <= 0)
+            return sc_fault_fail(sc, i, RKV_SC_F_TARGET, err, err_len,
+                                 "target: %s crashes in faults[%u] already and neither crash "
+                                 "restarts it (restart_after_s): a node gone for good cannot "
+                                 "crash again",
+                                 f->target, j);
+    }
     return 0;
 }
 

@@ -110,6 +110,31 @@ static void test_report_json_round_trips_names(void **state)
     }
     assert_true(json_is_true(json_object_get(doc, "passed")));
     json_decref(doc);
+    /* Bounds print as given: 0.001 was "<= 0.0" and 0.000001 ">= 0.000". */
+    sc->expect_max_p99_us = 0.001;
+    sc->expect_min_gbps = 0.000001;
+    char *text = NULL;
+    size_t text_len = 0;
+    m = open_memstream(&text, &text_len);
+    assert_non_null(m);
+    rkv_report_print(&r, m, "tcp");
+    fclose(m);
+    if (!strstr(text, "us <= 0.001: miss") || !strstr(text, "GB/s >= 1e-06: pass"))
+        fail_msg("bounds misprinted:\n%s", text);
+    free(text);
+    /* A fault run failed on a fault that did not fire (a second crash of a
+     * node restarted too late): the verdict was a bare "FAIL". */
+    r.fault_run = 1;
+    r.faults_fired = 0;
+    m = open_memstream(&text, &text_len);
+    assert_non_null(m);
+    rkv_report_print(&r, m, "tcp");
+    fclose(m);
+    if (!strstr(text, "verdict: FAIL (not every fault fired, see \"faults:\" above (a node "
+                      "already down cannot crash"))
+        fail_msg("no reason given:\n%s", text);
+    free(text);
+    r.fault_run = 0;
     /* the plots take the same names (gnuplot from ci/deps, when present) */
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
         if (rkv_report_plot(&r, dir, "tcp", err, sizeof(err)) < 0)

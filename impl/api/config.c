@@ -384,8 +384,8 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
     if (cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > UINT32_MAX) {
-        rkv_errf(err, err_len, -1, "%s: %llu is too large", cmd_opts[k].name,
-                 (unsigned long long)x);
+        rkv_errf(err, err_len, -1, "%s: %llu is too large (%s)", cmd_opts[k].name,
+                 (unsigned long long)x, s->src[k]);
         return -1;
     }
     *v = (uint32_t)x;
@@ -436,14 +436,32 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
         cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len) ||
         cmd_u32(s, CMD_BASE_PORT, &port, err, err_len))
         return -1;
-    if (*s->val[CMD_NUM_SERVERS] && cmd_u32(s, CMD_NUM_SERVERS, &spm, err, err_len))
-        return -1;
-    if (nm == 0 || nm > RKV_MAX_MACHINES || spm == 0 || spm > 256 || port == 0 ||
-        port + (uint64_t)nm * spm > 65536)
+    enum cmd_key spm_key = CMD_SERVERS_PER_MACHINE;
+    if (*s->val[CMD_NUM_SERVERS]) {
+        spm_key = CMD_NUM_SERVERS;
+        if (cmd_u32(s, spm_key, &spm, err, err_len))
+            return -1;
+    }
+    /* Each check names the setting and where its value came from: a
+     * RKV_BASE_PORT or DMLC_NUM_SERVER left in the environment is not
+     * something the user typed on this command line. */
+    if (nm == 0 || nm > RKV_MAX_MACHINES)
+        return rkv_errf(err, err_len, -1, "machines %u (%s): expected 1..%u", nm,
+                        s->src[CMD_MACHINES], RKV_MAX_MACHINES);
+    if (spm == 0 || spm > 256)
+        return rkv_errf(err, err_len, -1, "%s %u (%s): expected 1..256 servers per machine",
+                        cmd_opts[spm_key].name, spm, s->src[spm_key]);
+    if (port == 0 || port > 65535)
+        return rkv_errf(err, err_len, -1, "base-port %u (%s): expected 1..65535", port,
+                        s->src[CMD_BASE_PORT]);
+    uint64_t last = port + (uint64_t)nm * spm - 1;
+    if (last > 65535)
         return rkv_errf(err, err_len, -1,
-                        "need 1..%u machines of 1..256 servers within the "
-                        "port range",
-                        RKV_MAX_MACHINES);
+                        "base-port %u (%s): %u machine%s of %u server%s need%s ports %u..%llu, "
+                        "past 65535 (server i of machine m listens on base-port + m * "
+                        "servers-per-machine + i)",
+                        port, s->src[CMD_BASE_PORT], nm, nm == 1 ? "" : "s", spm,
+                        spm == 1 ? "" : "s", nm == 1 ? "s" : "", port, (unsigned long long)last);
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
@@ -541,6 +559,32 @@ static int cmd_verbs(const struct cmd_settings *s, struct rkv_verbs_config *v, c
         return rkv_errf(err, err_len, -1,
                         "verbs-mtu: %d is not an RDMA MTU (256, 512, 1024, 2048 or 4096; %s)",
                         v->mtu, s->src[CMD_VERBS_MTU]);
+    return 0;
+}
+
+int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
+                      uint32_t *local_p, char *err, size_t err_len)
+{
+    uint64_t sid = 0;
+    if (cmd_get_u64(s, CMD_SERVER_ID, &sid, err, err_len) < 0)
+        return -1;
+    uint64_t local = sid, total = 0;
+    uint32_t m = 0;
+    while (m < cfg->n_machines && local >= cfg->machines[m].servers)
+        local -= cfg->machines[m++].servers;
+    if (m == cfg->n_machines) {
+        for (uint32_t i = 0; i < cfg->n_machines; i++)
+            total += cfg->machines[i].servers;
+        assert(total > 0); /* every machine has 1..256 servers */
+        return rkv_errf(err, err_len, -1,
+                        "server-id %llu (%s): expected 0..%llu, the ids of the cluster's %llu "
+                        "server%s on %u machine%s",
+                        (unsigned long long)sid, s->src[CMD_SERVER_ID],
+                        (unsigned long long)(total - 1), (unsigned long long)total,
+                        total == 1 ? "" : "s", cfg->n_machines, cfg->n_machines == 1 ? "" : "s");
+    }
+    *m_p = m;
+    *local_p = (uint32_t)local;
     return 0;
 }
 

@@ -90,6 +90,12 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
  * if none is), as DGL's clients find their machine in ip_config.txt. */
 int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
 
+/* The machine and local index of the global server id set by server-id
+ * (machine 0's servers first, then machine 1's...). 0, or -1 with a message
+ * naming the value, its source and the cluster's ids when it is past them. */
+int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
+                      uint32_t *local_p, char *err, size_t err_len);
+
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
 int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len);

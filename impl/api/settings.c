@@ -88,21 +88,15 @@ static int set_server_local(const struct cmd_settings *s, struct rkv_config *cfg
     int mid_set = !strcmp(s->src[CMD_MACHINE_ID], "flag");
     if (mid_set && !sid_set)
         return 0;
-    uint64_t sid;
-    if (cmd_get_u64(s, CMD_SERVER_ID, &sid, err, err_len) < 0)
+    uint32_t m = 0, local = 0;
+    if (cmd_server_locate(s, cfg, &m, &local, err, err_len) < 0)
         return -RKV_ECONFIG;
-    uint32_t m = 0;
-    while (m < cfg->n_machines && sid >= cfg->machines[m].servers)
-        sid -= cfg->machines[m++].servers;
-    if (m == cfg->n_machines)
-        return rkv_errf(err, err_len, -RKV_ECONFIG, "server-id %s: the cluster has fewer servers",
-                        s->val[CMD_SERVER_ID]);
     if (mid_set && m != cfg->machine_id)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "server-id %s is a server of machine %u, but machine-id says %u",
                         s->val[CMD_SERVER_ID], m, cfg->machine_id);
     cfg->machine_id = m;
-    *local_p = (uint32_t)sid;
+    *local_p = local;
     return 0;
 }
 

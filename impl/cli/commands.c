@@ -84,23 +84,14 @@ int cmd_server(int argc, char **argv)
         return rc;
     uint32_t local = 0;
     if (*s.val[CMD_SERVER_ID]) {
-        uint64_t sid;
         char err[256];
-        if (cmd_get_u64(&s, CMD_SERVER_ID, &sid, err, sizeof(err)) < 0) {
+        uint32_t m = 0;
+        if (cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv: %s\n", err);
             free(cfg.machines);
             return RKV_EXIT_USAGE;
         }
-        uint32_t m = 0;
-        while (m < cfg.n_machines && sid >= cfg.machines[m].servers)
-            sid -= cfg.machines[m++].servers;
-        if (m == cfg.n_machines) {
-            fprintf(stderr, "rkv: server-id is larger than the cluster\n");
-            free(cfg.machines);
-            return RKV_EXIT_USAGE;
-        }
         cfg.machine_id = m;
-        local = (uint32_t)sid;
     }
     struct rkv_server *srv = NULL;
     struct cmd_node nd;

@@ -1859,6 +1859,16 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must be finite", name,
                         op == RKV_OP_SGD ? "sgd" : "adagrad", param);
+    /* The generic message below would read "op 3 on f32: invalid argument",
+     * which tells nobody that the state is decided once, by init_data. */
+    if (op == RKV_OP_ADAGRAD && !t->meta.with_state &&
+        rkv_handler_check(c->ht, op, t->meta.dtype, 1) == 0)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "push to '%s': adagrad needs per-row optimizer state, and '%s' was "
+                        "created without it (create it with with_state set: "
+                        "rkv_tensor_desc.with_state = 1, init_data(..., with_state=True) in "
+                        "Python)",
+                        t->meta.name, t->meta.name);
     /* Everything that can fail is checked before any row is sent or
      * applied, so that such a push applies nothing. A custom op is checked
      * against this client's handlers: the servers' cannot be seen from

@@ -175,10 +175,15 @@ int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_l
                             "config: machine %u (%s): base_port 0; its servers listen at "
                             "base_port + their local index",
                             m, mc->host);
-        if (mc->servers == 0 || mc->servers > 256 || (uint32_t)mc->base_port + mc->servers > 65536)
+        if (mc->servers == 0 || mc->servers > 256)
             return rkv_errf(err, err_len, -RKV_ECONFIG,
-                            "config: machine %u (%s): need 1..256 servers within the port range", m,
-                            mc->host);
+                            "config: machine %u (%s): servers %u, expected 1..256", m, mc->host,
+                            mc->servers);
+        if ((uint32_t)mc->base_port + mc->servers > 65536)
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: machine %u (%s): base_port %u + %u servers runs past port "
+                            "65535 (its servers listen at base_port + their local index)",
+                            m, mc->host, mc->base_port, mc->servers);
     }
     if (rkv_cfg_n_servers(cfg) > RKV_MAX_SERVERS)
         return rkv_errf(err, err_len, -RKV_ECONFIG,

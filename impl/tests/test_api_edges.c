@@ -149,6 +149,17 @@ static void test_config_zeroed_refused(void **state)
     m.base_port = 0;
     assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "base_port 0"));
+    /* Which of the machine's numbers is wrong, not "within the port range". */
+    m.base_port = 65535;
+    m.servers = 2;
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_string_equal(err, "config: machine 0 (127.0.0.1): base_port 65535 + 2 servers runs "
+                             "past port 65535 (its servers listen at base_port + their local "
+                             "index)");
+    m.base_port = 1000;
+    m.servers = 300;
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_string_equal(err, "config: machine 0 (127.0.0.1): servers 300, expected 1..256");
     assert_null(cli);
     assert_null(srv);
 }
@@ -713,6 +724,10 @@ static void test_failed_push_applies_nothing(void **state)
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, RKV_OP_CUSTOM, 0), -RKV_ENOHANDLER);
     assert_msg(cli, "rkv_client_register_handler");
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, RKV_OP_ADAGRAD, 0.1), -RKV_EINVAL);
+    assert_msg(cli, "adagrad needs per-row optimizer state, and 't' was created without it");
+    assert_msg(cli, "with_state");
+    /* an integer tensor's problem is its dtype, state or not */
+    assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_ADAGRAD, 0.1), -RKV_EDTYPE);
     assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_SGD, 0.1), -RKV_EDTYPE);
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, 5, 0), -RKV_ENOHANDLER);
     uint64_t bad_last[4] = {3, 60, 60, 100};

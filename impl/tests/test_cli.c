@@ -292,13 +292,24 @@ static void config_fails(const char *want, int argc, ...)
 static void test_settings_that_make_no_cluster(void **state)
 {
     (void)state;
-    const char *range = "need 1..65536 machines of 1..256 servers within the port range";
-    config_fails(range, 2, "--machines", "0");
-    config_fails(range, 2, "--machines", "65537");
-    config_fails(range, 2, "--servers-per-machine", "300");
-    config_fails(range, 4, "--base-port", "65535", "--servers-per-machine", "2");
-    config_fails(range, 2, "--base-port", "0");
-    config_fails(range, 2, "--num-servers", "0");
+    /* Each names the setting, its value and where the value came from. */
+    config_fails("machines 0 (flag): expected 1..65536", 2, "--machines", "0");
+    config_fails("machines 65537 (flag): expected 1..65536", 2, "--machines", "65537");
+    config_fails("servers-per-machine 300 (flag): expected 1..256 servers per machine", 2,
+                 "--servers-per-machine", "300");
+    config_fails("base-port 65535 (flag): 1 machine of 2 servers needs ports 65535..65536, past "
+                 "65535",
+                 4, "--base-port", "65535", "--servers-per-machine", "2");
+    config_fails("base-port 65000 (flag): 3 machines of 256 servers need ports 65000..65767", 6,
+                 "--base-port", "65000", "--machines", "3", "--servers-per-machine", "256");
+    config_fails("base-port 0 (flag): expected 1..65535", 2, "--base-port", "0");
+    config_fails("num-servers 0 (flag): expected 1..256", 2, "--num-servers", "0");
+    setenv("RKV_BASE_PORT", "70000", 1);
+    config_fails("base-port 70000 (env RKV_BASE_PORT): expected 1..65535", 0);
+    unsetenv("RKV_BASE_PORT");
+    setenv("DMLC_PS_ROOT_PORT", "5000000000", 1);
+    config_fails("base-port: 5000000000 is too large (env DMLC_PS_ROOT_PORT)", 0);
+    unsetenv("DMLC_PS_ROOT_PORT");
     config_fails("num-servers: expected a non-negative integer, got \"two\"", 2, "--num-servers",
                  "two");
     config_fails("servers-per-machine: 5000000000 is too large", 2, "--servers-per-machine",
@@ -441,8 +452,12 @@ static void test_server_and_worker_errors(void **state)
     (void)state;
     expect_run("", "server --server-id one", 2, "rkv: server-id: expected a non-negative integer");
     expect_run("", "server --servers-per-machine 2 --server-id 2", 2,
-               "rkv: server-id is larger than the cluster");
-    expect_run("", "server --machines 0", 2, "need 1..65536 machines");
+               "rkv: server-id 2 (flag): expected 0..1, the ids of the cluster's 2 "
+               "servers on 1 machine\n");
+    expect_run("DGL_SERVER_ID=9 ", "server --machines 2", 2,
+               "rkv: server-id 9 (env DGL_SERVER_ID): expected 0..1, the ids of the "
+               "cluster's 2 servers on 2 machines");
+    expect_run("", "server --machines 0", 2, "machines 0 (flag): expected 1..65536");
     expect_run("", "server --backend carrier-pigeon", 2,
                "rkv server: backend 'carrier-pigeon' is not built in");
     expect_run("", "worker --backend carrier-pigeon", 2,

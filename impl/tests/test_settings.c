@@ -294,9 +294,20 @@ static void test_cluster_file_and_server_id(void **state)
     assert_non_null(strstr(err, "server-id 3 is a server of machine 1, but machine-id says 0"));
     unsetenv("DGL_SERVER_ID");
     rkv_settings_destroy(env);
+    /* Past the cluster: the value, where it came from and the valid ids. */
+    setenv("DGL_SERVER_ID", "7", 1);
+    env = make();
+    assert_int_equal(rkv_settings_set(env, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(env, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
+    unsetenv("DGL_SERVER_ID");
+    rkv_settings_destroy(env);
+    if (!strstr(err, "server-id 7 (env DGL_SERVER_ID): expected 0..4, the ids of the cluster's "
+                     "5 servers on 2 machines"))
+        fail_msg("got \"%s\"", err);
     assert_int_equal(rkv_settings_set(set, "server-id", "5", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
-    assert_non_null(strstr(err, "server-id"));
+    if (!strstr(err, "server-id 5 (flag): expected 0..4"))
+        fail_msg("got \"%s\"", err);
     f = fopen(path, "w");
     assert_non_null(f);
     fputs("127.0.0.1 41000 2\n127.0.0.1 port 2\n", f);

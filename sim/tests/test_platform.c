@@ -27,6 +27,7 @@
 #include <xbt/dynar.h>
 
 #include "harness/tests/rkv_run.h"
+#include "sim/twin/sim_plat.h"
 #include "sim/twin/twin.h"
 
 #define BYTES 1e6    /* per flow */
@@ -289,12 +290,35 @@ static void test_scenarios_on_each_fabric(void **state)
     printf("# sim-fattree3 (1,024 nodes): %s twice; sim-rail: %s\n", a, c);
 }
 
+/* The fabric line reads as English at any size: 2 machines made "1 leaves
+ * of 2 machines, 1 pods of 8 leaves". */
+static void test_describe_counts_one_in_the_singular(void **state)
+{
+    (void)state;
+    struct rkv_scenario sc = {.machines = 2};
+    char buf[256];
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "fattree3");
+    sim_plat_describe(&sc, buf, sizeof(buf));
+    assert_string_equal(buf, "1 leaf of 2 machines, 1 pod of 8 leaves; uplinks 1:1 at the leaves, "
+                             "1:1 at the pods");
+    sc.machines = 1;
+    sc.sim_pod_leaves = 1;
+    sim_plat_describe(&sc, buf, sizeof(buf));
+    assert_string_equal(buf, "1 leaf of 1 machine, 1 pod of 1 leaf; uplinks 1:1 at the leaves, "
+                             "1:1 at the pods");
+    sc.sim_rails = 1;
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "rail");
+    sim_plat_describe(&sc, buf, sizeof(buf));
+    assert_string_equal(buf, "1 unit of 1 machine with 1 rail; rail leaves' uplinks 1:1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fattree3_routes_and_oversubscription),
         cmocka_unit_test(test_rail_routes_and_oversubscription),
         cmocka_unit_test(test_scenarios_on_each_fabric),
+        cmocka_unit_test(test_describe_counts_one_in_the_singular),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

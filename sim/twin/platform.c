@@ -35,15 +35,18 @@ void sim_plat_describe(const struct rkv_scenario *sc, char *buf, size_t len)
     sim_plat_defaults(sc, &p);
     uint32_t leaves = (sc->machines + p.leaf_machines - 1) / p.leaf_machines;
     buf[0] = 0;
+    uint32_t pods = (leaves + p.pod_leaves - 1) / p.pod_leaves;
     if (!sc->sim_platform_file[0] && !strcmp(p.topology, "fattree3"))
         snprintf(buf, len,
-                 "%u leaves of %u machines, %u pods of %u leaves; uplinks %g:1 at the leaves, "
+                 "%u %s of %u machine%s, %u pod%s of %u %s; uplinks %g:1 at the leaves, "
                  "%g:1 at the pods",
-                 leaves, p.leaf_machines, (leaves + p.pod_leaves - 1) / p.pod_leaves, p.pod_leaves,
-                 p.oversub, p.pod_oversub);
+                 leaves, leaves == 1 ? "leaf" : "leaves", p.leaf_machines,
+                 p.leaf_machines == 1 ? "" : "s", pods, pods == 1 ? "" : "s", p.pod_leaves,
+                 p.pod_leaves == 1 ? "leaf" : "leaves", p.oversub, p.pod_oversub);
     else if (!sc->sim_platform_file[0] && !strcmp(p.topology, "rail"))
-        snprintf(buf, len, "%u units of %u machines with %u rails; rail leaves' uplinks %g:1",
-                 leaves, p.leaf_machines, p.rails, p.oversub);
+        snprintf(buf, len, "%u unit%s of %u machine%s with %u rail%s; rail leaves' uplinks %g:1",
+                 leaves, leaves == 1 ? "" : "s", p.leaf_machines, p.leaf_machines == 1 ? "" : "s",
+                 p.rails, p.rails == 1 ? "" : "s", p.oversub);
 }
 
 static void plat_head(FILE *f)

@@ -32,6 +32,7 @@ Not here yet: custom push handlers written in Python (push takes a custom
 op's number, registered in C).
 """
 import collections
+import operator
 import os
 import sys
 import threading
@@ -200,6 +201,27 @@ def _as_numpy(x):
     return np.asarray(x)
 
 
+def _ids_from_list(ids):
+    """A list or tuple of integer-like objects (Python, numpy or torch
+    integers) that numpy made float64 or object: it promotes np.uint64 with a
+    Python int to float64 ([np.uint64(1), 2]), which rounds ids past 2^53, and
+    makes ints past int64 objects. Read one by one, exactly; an element that
+    is no integer (1.5, None) is refused by name."""
+    vals = []
+    for i, v in enumerate(ids):
+        try:
+            vals.append(operator.index(v))
+        except TypeError:
+            _fail(-EINVAL, "ids: expected integers, got %r (%s) at index %d"
+                  % (v, type(v).__name__, i))
+    lo, hi = min(vals), max(vals)
+    if lo < 0:
+        _fail(-ERANGE, "ids: row id %d is negative" % lo)
+    if hi > 0xFFFFFFFFFFFFFFFF:
+        _fail(-ERANGE, "ids: row id %d does not fit in 64 bits" % hi, OverflowError)
+    return np.array(vals, dtype=np.uint64)
+
+
 def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
@@ -211,6 +233,8 @@ def _ids_array(ids):
               ValueError)
     if a.size == 0:
         return np.empty(0, dtype=np.uint64)
+    if a.dtype.kind in "fO" and isinstance(ids, (list, tuple)):
+        a = _ids_from_list(ids)
     if a.dtype.kind not in "iu":
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
@@ -252,6 +276,13 @@ def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
         ret = h.fn(r, st, o, param)
         if ret is not None:
             ret = _as_numpy(ret)
+            # What the reply cannot hold (1e300 in float32 became inf, 1.5
+            # in int32 became 1) is the handler's error, as a push's would
+            # be: the row is poisoned and the message names the value. The
+            # usual return, of the reply's own dtype, costs one comparison.
+            if ret.dtype != dtype:
+                ret = _cast_fit(ret, dtype, "pull handler %r returned a value for a %s reply"
+                                % (h.fn, dtype))
             o[...] = ret.reshape(o.shape) if ret.size == o.size else ret
         ffi.memmove(out, o, out_len * size)
     except BaseException:  # noqa: B902 - nothing may unwind into C
@@ -349,8 +380,10 @@ _PULL_HANDLER_DOC = """Registers pull handler `hid` (PULL_CUSTOM..PULL_MAX-1,
         and use it only where the servers run in this Python process (a
         server started by the rkv binary cannot run it). A handler that
         raises gets its rows poisoned (NaN, or the dtype's minimum) and its
-        first tracebacks printed; pull_handler_errors(hid) counts them.
-        Shut the servers down and close clients before the interpreter
+        first tracebacks printed; pull_handler_errors(hid) counts them. So
+        does one that returns what the tensor's dtype cannot hold, as push
+        refuses it (1e300 for float32, 1.5 or 2**40 for int32: rkv.Error
+        ERANGE or EDTYPE naming the value, not inf or a truncation). Shut the servers down and close clients before the interpreter
         exits. A Python handler costs some 16 us a row (its threads take
         turns at the GIL) against 0.3 us for a plain pull: write hot ones
         in C."""
@@ -381,27 +414,33 @@ def _index_array(x, what, n, dtype=np.uint64):
 
 def _cast_rows(m, a):
     """Values a for tensor m as its dtype, refused before anything is sent
-    unless every one fits: integers (of any width and sign) into integers in
-    range, integers and floats into floats that do not overflow to inf
-    (floats round, as any float arithmetic does); never floats into
-    integers, nor bools, complex or objects."""
-    if a.dtype.kind not in "iuf" or (m.dtype.kind == "i" and a.dtype.kind == "f"):
-        _fail(-EDTYPE, "tensor '%s' holds %s; cannot take %s data" % (m.name, m.dtype, a.dtype))
-    if np.can_cast(a.dtype, m.dtype, "safe") or a.size == 0:
-        return a.astype(m.dtype)
-    if m.dtype.kind == "i":
-        info = np.iinfo(m.dtype)
+    unless every one fits (_cast_fit)."""
+    return _cast_fit(a, m.dtype, "tensor '%s' holds %s" % (m.name, m.dtype))
+
+
+def _cast_fit(a, dtype, what):
+    """a as dtype if every value fits: integers (of any width and sign) into
+    integers in range, integers and floats into floats that do not overflow
+    to inf (floats round, as any float arithmetic does); never floats into
+    integers, nor bools, complex or objects. rkv.Error otherwise, its message
+    starting with what."""
+    if a.dtype.kind not in "iuf" or (dtype.kind == "i" and a.dtype.kind == "f"):
+        _fail(-EDTYPE, "%s; cannot take %s data" % (what, a.dtype))
+    if np.can_cast(a.dtype, dtype, "safe") or a.size == 0:
+        return a.astype(dtype)
+    if dtype.kind == "i":
+        info = np.iinfo(dtype)
         lo, hi = int(a.min()), int(a.max())
         if lo < info.min or hi > info.max:
-            _fail(-ERANGE, "tensor '%s' holds %s: value %d does not fit"
-                  % (m.name, m.dtype, lo if lo < info.min else hi), OverflowError)
-        return a.astype(m.dtype)
+            _fail(-ERANGE, "%s: value %d does not fit" % (what, lo if lo < info.min else hi),
+                  OverflowError)
+        return a.astype(dtype)
     with np.errstate(over="ignore"):
-        b = a.astype(m.dtype)
+        b = a.astype(dtype)
     bad = np.flatnonzero(np.isinf(b) & np.isfinite(a))
     if bad.size:
-        _fail(-ERANGE, "tensor '%s' holds %s: value %r does not fit"
-              % (m.name, m.dtype, a.reshape(-1)[bad[0]].item()), OverflowError)
+        _fail(-ERANGE, "%s: value %r does not fit" % (what, a.reshape(-1)[bad[0]].item()),
+              OverflowError)
     return b
 
 

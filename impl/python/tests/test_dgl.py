@@ -220,6 +220,10 @@ def _row_and_twice(row, state, out, param):
     return np.concatenate([row, 2 * row])
 
 
+def _huge(row, state, out, param):
+    return 1e300
+
+
 def _raises(row, state, out, param):
     raise ValueError("handler bug")
 
@@ -264,6 +268,20 @@ def test_python_pull_handlers(make_cluster, capfd):
     assert c.pull_handler_errors(rkv.PULL_CUSTOM + 2) == 1
     assert sum(s.pull_handler_errors(rkv.PULL_CUSTOM + 2) for s in cl.servers) == 3
     assert "handler bug" in capfd.readouterr().err
+
+    # A value the reply's dtype cannot hold is the handler's error, as it
+    # would be a push's: poisoned and said, not inf (1e300 in float32).
+    c.register_pull_handler(rkv.PULL_CUSTOM + 5, _huge)
+    assert np.isnan(c.pull("emb", [10], handler=rkv.PULL_CUSTOM + 5)).all()
+    assert c.pull_handler_errors(rkv.PULL_CUSTOM + 5) == 1
+    err = capfd.readouterr().err
+    assert "returned a value for a float32 reply: value 1e+300 does not fit" in err
+    assert "RuntimeWarning" not in err
+    c.init_data("ints", (100, 2), "int32")
+    got = c.pull("ints", [10], handler=rkv.PULL_CUSTOM + 5)
+    assert (got == np.iinfo(np.int32).min).all()  # not the integer 1e300 wrapped to
+    assert c.pull_handler_errors(rkv.PULL_CUSTOM + 5) == 2
+    assert "int32 reply; cannot take float64 data" in capfd.readouterr().err
 
     # A server that disagrees on the reply length, or lacks the handler.
     with pytest.raises(rkv.Error) as e:

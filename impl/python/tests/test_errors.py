@@ -25,7 +25,9 @@ def test_errors_are_exceptions_with_codes(client):
     assert code_of(client.push, "i", [0], np.ones((1, 2))) == -rkv.EDTYPE  # float into int
     assert code_of(client.push, "e", [0], np.ones((1, 2)), op="median") == -rkv.EINVAL
     assert code_of(client.push, "e", [0], np.ones((1, 2)), op=40) == -rkv.ENOHANDLER
-    assert code_of(client.push, "e", [0], np.ones((1, 2)), op="adagrad") < 0  # no state
+    e = pytest.raises(rkv.Error, client.push, "e", [0], np.ones((1, 2)), op="adagrad").value
+    assert e.code == -rkv.EINVAL and "'e' was created without it" in e.message  # no state
+    assert "with_state=True" in e.message
     assert code_of(client.init_data, "e", (11, 2), "float32") == -rkv.EEXIST
     assert code_of(client.init_data, "x", (10, 2), "float16") == -rkv.EDTYPE
     assert code_of(client.pull, "e", [0.5]) == -rkv.EINVAL

@@ -74,6 +74,28 @@ def test_ids_must_be_one_dimensional(client):
         refused(ValueError, client.push, "emb", ids, np.zeros((4, 4), dtype=np.float32))
 
 
+def test_ids_mixing_numpy_and_python_integers(client):
+    """numpy makes [np.uint64(1), 2] float64 (refused as floats, and ids past
+    2^53 would round); such a list is read element by element."""
+    client.init_data("emb", (10, 2), "float32")
+    client.push("emb", [np.uint64(1), 2, np.int32(3)], np.ones((3, 2)), op="assign")
+    got = client.pull("emb", [np.uint64(1), 4, torch.tensor(2)]).numpy()
+    np.testing.assert_array_equal(got, [[1, 1], [0, 0], [1, 1]])
+    big = 2**53 + 1
+    np.testing.assert_array_equal(rkv._ids_array([np.uint64(big), 2]), [big, 2])
+    np.testing.assert_array_equal(rkv._ids_array((2**64 - 1, np.uint64(0))), [2**64 - 1, 0])
+    e = refused(rkv.Error, client.pull, "emb", [np.uint64(1), 1.5])
+    assert e.code == -rkv.EINVAL and "got 1.5 (float) at index 1" in e.message
+    e = refused(rkv.Error, client.pull, "emb", [1.0, 2])  # a float, even a whole one
+    assert e.code == -rkv.EINVAL
+    e = refused(rkv.Error, client.pull, "emb", [np.uint64(1), -1])
+    assert e.code == -rkv.ERANGE and "row id -1 is negative" in e.message
+    e = refused(OverflowError, client.pull, "emb", [2**64, 1])
+    assert e.code == -rkv.ERANGE and "does not fit in 64 bits" in e.message
+    e = refused(rkv.Error, client.pull, "emb", [np.uint64(12), 1])
+    assert e.code == -rkv.ERANGE  # past the tensor's rows, said by the store
+
+
 def test_names_with_nul_are_refused(client):
     e = refused(ValueError, client.init_data, "a\0b", (10, 4), "float32")
     assert e.code == -rkv.EINVAL and "NUL" in e.message
