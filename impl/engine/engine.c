@@ -1492,6 +1492,14 @@ static void eng_on_wc_peer(struct rkv_engine *e, const struct rkv_wc *wc)
     eng_on_recv(e, p, wc);
 }
 
+/* Ends the NIC wait of the progress task (or of an inline poller), once
+ * stopping is set: each sees it when its poll returns. */
+static void eng_wake_poller(struct rkv_engine *e)
+{
+    if (e->nic->ops->poll_wake)
+        e->nic->ops->poll_wake(e->nic);
+}
+
 /* Polls the NIC once (waiting up to timeout_ms) and handles what came.
  * Returns the completions handled, or -1 once the engine is stopping. */
 static int eng_poll_batch(struct rkv_engine *e, uint32_t timeout_ms)
@@ -1503,6 +1511,9 @@ static int eng_poll_batch(struct rkv_engine *e, uint32_t timeout_ms)
     if (e->stopping) {
         eng_unlock(e);
         e->port->ops->mutex_unlock(e->poll_mu);
+        /* The wake-up of rkv_engine_stop may have ended this poll, not the
+         * progress task's: pass it on. */
+        eng_wake_poller(e);
         return -1;
     }
     for (int i = 0; i < n; i++)
@@ -1737,6 +1748,7 @@ void rkv_engine_stop(struct rkv_engine *e)
     eng_lock(e);
     e->stopping = 1;
     eng_unlock(e);
+    eng_wake_poller(e); /* not to sit out the progress task's ENG_POLL_MS */
     if (e->task)
         e->port->ops->task_join(e->port, e->task);
     e->task = NULL;

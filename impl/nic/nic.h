@@ -163,6 +163,14 @@ struct rkv_nic_ops {
      * the wait only because no other task runs in between. */
     int (*cq_wait)(struct rkv_nic *nic, uint32_t timeout_ms);
     int (*cq_doorbell)(struct rkv_nic *nic, struct rkv_cond *cv);
+    /* Optional (NULL: a waiting poll sits out its timeout). Any thread:
+     * the poll or cq_wait waiting now, or else the next one, returns at
+     * once with what the CQ holds (perhaps nothing). One wake-up, taken by
+     * the first poll it ends. Why: a stopping engine joins its progress
+     * task, which waits in poll with a 50 ms timeout; without this each
+     * node's stop took up to that long (and a twin run's simulated end
+     * came 50 ms after its workload's). */
+    void (*poll_wake)(struct rkv_nic *nic);
     /* Per-peer remote access (NULL: none; then REMOTE_WRITE regions are
      * open to every connection that learns their rkey). mr_grant returns
      * an rkey under which qp's peer, and only it, may write anywhere in mr

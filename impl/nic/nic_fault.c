@@ -65,6 +65,7 @@ struct flt_nic {
     struct rkv_cond *cv;
     struct rkv_task *timer;
     int stop;
+    int poll_woken; /* mu: poll_wake; flt_poll returns at its next pass */
     struct flt_qp *qps;
     struct flt_in *in_head, *in_tail;
     struct rkv_nic_fault_stats st;
@@ -457,10 +458,27 @@ static int flt_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t ti
     for (;;) {
         int got = flt_poll_once(n, wc, max, timeout_ms);
         uint64_t now = flt_now(n);
-        if (got != 0 || now >= deadline)
+        flt_lock(n);
+        int woken = n->poll_woken;
+        n->poll_woken = 0;
+        flt_unlock(n);
+        if (got != 0 || woken || now >= deadline)
             return got;
         timeout_ms = (uint32_t)((deadline - now + 999999) / 1000000);
     }
+}
+
+/* The inner NIC ends the wait; the flag keeps flt_poll from waiting again
+ * for the rest of its timeout. An inner NIC without the op: the wait runs
+ * out as before. */
+static void flt_poll_wake(struct rkv_nic *nic)
+{
+    struct flt_nic *n = (struct flt_nic *)nic;
+    flt_lock(n);
+    n->poll_woken = 1;
+    flt_unlock(n);
+    if (n->inner->ops->poll_wake)
+        n->inner->ops->poll_wake(n->inner);
 }
 
 static void flt_qp_close(struct rkv_qp *qp)
@@ -562,6 +580,7 @@ static const struct rkv_nic_ops flt_ops = {
     .post_recv = flt_post_recv,
     .post_write = flt_post_write,
     .poll = flt_poll,
+    .poll_wake = flt_poll_wake,
     .qp_close = flt_qp_close,
     .local_addr = flt_local_addr,
     .close = flt_close,

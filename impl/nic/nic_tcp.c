@@ -193,6 +193,7 @@ struct tcp_nic {
     struct rkv_cond *cq_space;    /* the progress task waits on it when the CQ is full */
     struct rkv_nic_cq cq;         /* the core's soft CQ */
     int stopping;
+    int poll_woken; /* mu: poll_wake; the next poll returns at once */
     struct tcp_qp *qps; /* every QP not yet reaped */
     /* The QP whose socket the rx owner is reading into user memory
      * right now; qp_close waits until it is not the one being closed, so
@@ -1681,7 +1682,7 @@ static int tcp_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t ti
     n->pollers++;
     for (;;) {
         got = cq_take(n, wc, max);
-        if (got > 0 || n->stopping)
+        if (got > 0 || n->stopping || n->poll_woken)
             break;
         /* One inline round even with no time to wait: a busy poller reads. */
         int late = tcp_now_ns(n) >= deadline_ns;
@@ -1693,9 +1694,22 @@ static int tcp_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t ti
             break;
     }
     n->pollers--;
+    n->poll_woken = 0;
     n->poller_left_ns = tcp_now_ns(n);
     tcp_unlock(n);
     return got;
+}
+
+/* A poller waits on cq_nonempty, or reads inline in epoll_wait (the
+ * eventfd ends that). */
+static void tcp_poll_wake(struct rkv_nic *nic)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    tcp_lock(n);
+    n->poll_woken = 1;
+    n->base.port->ops->cond_broadcast(n->cq_nonempty);
+    tcp_unlock(n);
+    tcp_wake(n);
 }
 
 /* ---- open and close ---- */
@@ -1855,4 +1869,5 @@ const struct rkv_nic_ops rkv_nic_tcp_ops = {
     .poll = tcp_poll,
     .qp_close = tcp_qp_close,
     .close = tcp_close,
+    .poll_wake = tcp_poll_wake,
 };

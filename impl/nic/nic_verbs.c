@@ -266,6 +266,7 @@ struct vb_nic {
     /* state */
     struct rkv_mutex *mu;
     int stopping;                        /* mu */
+    int poll_woken;                      /* mu: poll_wake; the next poll returns at once */
     struct rkv_nic_cq soft;              /* mu: the core's soft CQ */
     struct vb_qp *qps;                   /* mu: every QP not reaped yet */
     struct vb_qp *hash[VB_HASH_BUCKETS]; /* mu: QPs whose ibv QP lives, by qp_num */
@@ -2119,6 +2120,16 @@ static void vb_wait(struct vb_nic *n, int timeout_ms)
     }
 }
 
+/* The poller sleeps in vb_wait on the completion channel and the wake fd. */
+static void vb_poll_wake(struct rkv_nic *nic)
+{
+    struct vb_nic *n = vb_nic_of(nic);
+    vb_lock(n);
+    n->poll_woken = 1;
+    vb_unlock(n);
+    vb_kick(n->poll_wake_fd);
+}
+
 static int vb_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t timeout_ms)
 {
     struct vb_nic *n = vb_nic_of(nic);
@@ -2133,9 +2144,10 @@ static int vb_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
                 n->armed = 1;
             got = vb_take(n, wc, max);
         }
-        int stopping = n->stopping;
+        int stopping = n->stopping, woken = n->poll_woken;
+        n->poll_woken = 0;
         vb_unlock(n);
-        if (got > 0 || stopping)
+        if (got > 0 || stopping || woken)
             return got;
         uint64_t now = vb_now_ns(n);
         if (now >= deadline_ns)
@@ -2726,6 +2738,7 @@ const struct rkv_nic_ops rkv_nic_verbs_ops = {
     .post_recv = vb_post_recv,
     .post_write = vb_post_write,
     .poll = vb_poll,
+    .poll_wake = vb_poll_wake,
     .qp_close = vb_qp_close,
     .local_addr = vb_local_addr,
     .close = vb_close,

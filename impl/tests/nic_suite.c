@@ -681,6 +681,56 @@ static void test_local_addr(void **state)
     assert_true(f->a->ops->local_addr(f->a, f->host, f->port, tiny, sizeof(tiny)) < 0);
 }
 
+/* poll_wake, as rkv_engine_stop uses it: from another task, it ends the
+ * poll waiting now (asked for 60 s) at once, with nothing; the wake-up is
+ * used up by it (the next poll waits as asked: its lower bound holds on
+ * any host), and the NIC works on. The 30 s bound only tells "at once"
+ * from the 60 s the poll asked for; in simulated time it is exact. */
+struct wake_poller {
+    struct rkv_port *port;
+    struct rkv_nic *nic;
+    int got;
+    uint64_t took_ns;
+};
+
+static void wake_poller_main(void *arg)
+{
+    struct wake_poller *wp = arg;
+    uint64_t t0 = wp->port->ops->now_ns(wp->port);
+    struct rkv_wc wc;
+    wp->got = nic_poll_one(wp->nic, &wc, 60000);
+    wp->took_ns = wp->port->ops->now_ns(wp->port) - t0;
+}
+
+static void test_poll_wake(void **state)
+{
+    struct nic_fx *f = *state;
+    if (!f->a->ops->poll_wake) {
+        NIC_SUITE_UNSUPPORTED(f, "poll_wake");
+        return;
+    }
+    const struct rkv_port_ops *po = f->pa->ops;
+    struct wake_poller wp = {.port = f->pa, .nic = f->a, .got = -1};
+    struct rkv_task *t = NULL;
+    assert_int_equal(po->task_start(f->pa, "poller", wake_poller_main, &wp, &t), 0);
+    po->sleep_ns(f->pa, 20000000); /* the task is in its poll by then */
+    f->a->ops->poll_wake(f->a);
+    assert_int_equal(po->task_join(f->pa, t), 0);
+    assert_int_equal(wp.got, 0);
+    if (wp.took_ns > 30000000000ull)
+        fail_msg("%s: a woken poll waited %.1f s", f->env->name, wp.took_ns * 1e-9);
+    /* Used up: the next poll waits its timeout out. */
+    uint64_t t0 = po->now_ns(f->pa);
+    nic_expect_quiet(f, f->a);
+    assert_true(po->now_ns(f->pa) - t0 >= (uint64_t)f->env->quiet_ms * 1000000 / 2);
+    /* A wake-up with nobody polling ends the next poll. */
+    f->a->ops->poll_wake(f->a);
+    wake_poller_main(&wp);
+    assert_int_equal(wp.got, 0);
+    assert_true(wp.took_ns < 30000000000ull);
+    nic_check_send(f, f->qa, f->qb, 9);
+}
+
 /* ---- the run ---- */
 
 #define SUITE_T(fn)                                                                                \
@@ -709,6 +759,7 @@ int nic_suite_run(const struct nic_suite_env *env)
         SUITE_T(test_local_addr),
         SUITE_T(test_shared_receives),
         SUITE_T(test_grant_is_per_peer),
+        SUITE_T(test_poll_wake),
     };
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
         tests[i].initial_state = (void *)env;

@@ -218,6 +218,7 @@ struct sim_nic {
     /* The deadline for which a wake-up of the pollers sits on the timer's
      * heap (INFINITY: none; sn_poll_arm). */
     double poll_armed_at;
+    int poll_woken; /* poll_wake: the next poll or cq_wait returns at once */
     /* The node's timed condition waits (port_sim.c), woken at their
      * deadline by this NIC's timer actor (sn_cv_arm). */
     struct sim_timer cv_timer;
@@ -1553,7 +1554,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
         double now = simgrid_get_clock();
         /* Within 1 ps is the deadline: the timer wakes at a time computed
          * as now + (deadline - now), which may miss it by a rounding. */
-        if (got || max == 0 || now + 1e-12 >= deadline)
+        if (got || max == 0 || n->poll_woken || now + 1e-12 >= deadline)
             break;
         sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, sn_poll_arm(n, deadline) ? -1 : deadline - now);
         sim_cpu_mark(n->w);
@@ -1562,6 +1563,7 @@ static int sn_poll(struct rkv_nic *nic, struct rkv_wc *wc, int max, uint32_t tim
      * (sn_rx_cpu), and a send's completion is a local CQ entry. Charging
      * every polled completion charged a request-reply pair 6 times where
      * the calibration divides the CPU it measured by 4. */
+    n->poll_woken = 0;
     sim_cpu_mark(n->w);
     return got;
 }
@@ -1573,11 +1575,12 @@ static int sn_cq_wait(struct rkv_nic *nic, uint32_t timeout_ms)
     sim_cpu_settle(n->w);
     for (;;) {
         double now = simgrid_get_clock();
-        if (n->cq.len || now + 1e-12 >= deadline) /* 1 ps: as sn_poll */
+        if (n->cq.len || n->poll_woken || now + 1e-12 >= deadline) /* 1 ps: as sn_poll */
             break;
         sim_cv_wait(n->w, &n->cq_cv, NULL, NULL, sn_poll_arm(n, deadline) ? -1 : deadline - now);
         sim_cpu_mark(n->w);
     }
+    n->poll_woken = 0;
     sim_cpu_mark(n->w);
     return n->cq.len > 0;
 }
@@ -1594,6 +1597,14 @@ static int sn_cq_doorbell(struct rkv_nic *nic, struct rkv_cond *cv)
     if (!cv && n->cq.len)
         sim_cv_broadcast(&n->cq_cv);
     return n->cq.len > 0;
+}
+
+/* From any actor: the world runs one at a time, so no lock. */
+static void sn_poll_wake(struct rkv_nic *nic)
+{
+    struct sim_nic *n = sn_of(nic);
+    n->poll_woken = 1;
+    sim_cv_broadcast(&n->cq_cv);
 }
 
 /* ---- the shared receive pool ---- */
@@ -1793,5 +1804,6 @@ const struct rkv_nic_ops rkv_nic_sim_ops = {
     .qp_inline_bytes = sn_qp_inline_bytes,
     .cq_wait = sn_cq_wait,
     .cq_doorbell = sn_cq_doorbell,
+    .poll_wake = sn_poll_wake,
     .in_process = 1, /* a simulated network inside the twin's one process */
 };
