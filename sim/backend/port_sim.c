@@ -561,16 +561,108 @@ static void sp_shm_free_all(struct sim_world *w)
 
 /* ---- logging and lifetime ---- */
 
+/* Shapes are few (one per log call site that fires many times); beyond
+ * SIM_LOG_SHAPES lines print unfolded. */
+#define SIM_LOG_SHAPES 256
+#define SIM_LOG_SHAPE_BYTES 160
+
+struct sim_log_shape {
+    uint64_t key; /* 0: free slot */
+    int level;
+    uint64_t seen;
+    double last_t;      /* the last folded line's simulated time */
+    char last_node[32]; /* and its node */
+    char text[SIM_LOG_SHAPE_BYTES];
+};
+
+struct sim_log_fold {
+    struct sim_log_shape slot[SIM_LOG_SHAPES];
+    uint32_t used;
+};
+
+int sim_log_fold_start(struct sim_world *w)
+{
+    if (!w->log_fold)
+        w->log_fold = calloc(1, sizeof(*w->log_fold));
+    return w->log_fold ? 0 : -RKV_ENOMEM;
+}
+
+static const char *const sp_level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+
+static const char *sp_level_name(int level)
+{
+    return level >= 0 && level < 4 ? sp_level_names[level] : "LOG";
+}
+
+/* Prints the count of each shape's lines not printed, then forgets them. */
+void sim_log_fold_end(struct sim_world *w)
+{
+    struct sim_log_fold *f = w->log_fold;
+    if (!f)
+        return;
+    for (uint32_t i = 0; i < SIM_LOG_SHAPES; i++) {
+        const struct sim_log_shape *sh = &f->slot[i];
+        if (sh->key && sh->seen > SIM_LOG_FOLD_SHOWN)
+            fprintf(stderr,
+                    "[sim %.9f] %s twin: %llu more lines like \"%s\" (the last from %s); "
+                    "--log-level 2 prints each\n",
+                    sh->last_t, sp_level_name(sh->level),
+                    (unsigned long long)(sh->seen - SIM_LOG_FOLD_SHOWN), sh->text, sh->last_node);
+    }
+    free(f);
+    w->log_fold = NULL;
+}
+
+/* 1 when msg is to be printed: one of the first of its shape, or no
+ * room to count it. Tables in slot order are printed at the end, so the
+ * summary lines come in a fixed order for a given run. */
+static int sp_log_fold(struct sim_log_fold *f, int level, const char *msg, const char *node)
+{
+    char text[SIM_LOG_SHAPE_BYTES];
+    size_t n = 0;
+    uint64_t key = 0xcbf29ce484222325ull ^ (uint64_t)(level + 1);
+    for (const char *c = msg; *c; c++) {
+        char ch = *c;
+        if (ch >= '0' && ch <= '9') {
+            while (c[1] >= '0' && c[1] <= '9')
+                c++;
+            ch = '#';
+        }
+        key = (key ^ (unsigned char)ch) * 0x100000001b3ull;
+        if (n + 1 < sizeof(text))
+            text[n++] = ch;
+    }
+    text[n] = 0;
+    key |= 1; /* never 0, the free slot's mark */
+    for (uint32_t i = 0, h = (uint32_t)(key >> 32) % SIM_LOG_SHAPES; i < SIM_LOG_SHAPES;
+         i++, h = (h + 1) % SIM_LOG_SHAPES) {
+        struct sim_log_shape *sh = &f->slot[h];
+        if (!sh->key) {
+            *sh = (struct sim_log_shape){.key = key, .level = level, .seen = 1};
+            memcpy(sh->text, text, n + 1);
+            f->used++;
+            return 1;
+        }
+        if (sh->key == key && sh->level == level) {
+            if (++sh->seen <= SIM_LOG_FOLD_SHOWN)
+                return 1;
+            sh->last_t = simgrid_get_clock();
+            snprintf(sh->last_node, sizeof(sh->last_node), "%s", node);
+            return 0;
+        }
+    }
+    return 1; /* full: unfolded */
+}
+
 static void sp_vlog(struct rkv_port *p, int level, const char *fmt, va_list ap)
 {
-    static const char *const names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
-    char line[1024];
-    int n = snprintf(line, sizeof(line), "[sim %.9f] %s %s: ", simgrid_get_clock(),
-                     level >= 0 && level < 4 ? names[level] : "LOG", p->node);
-    if (n < 0 || (size_t)n >= sizeof(line))
+    char msg[1024];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    struct sim_world *w = sp_of(p)->w;
+    if (w->log_fold && !sp_log_fold(w->log_fold, level, msg, p->node))
         return;
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    fprintf(stderr, "%s\n", line);
+    fprintf(stderr, "[sim %.9f] %s %s: %s\n", simgrid_get_clock(), sp_level_name(level), p->node,
+            msg);
 }
 
 static void sp_destroy(struct rkv_port *p)

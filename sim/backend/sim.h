@@ -138,6 +138,10 @@ struct sim_world {
      * time (0: never), checked as events are logged. */
     double progress_s, progress_last_s;
     uint32_t nodes_total, nodes_finished;
+    /* Nodes' log lines folded by shape (port_sim.c, sp_vlog): set by the
+     * twin at its default log level, where 16,384 servers each said they
+     * stopped. NULL: every line printed. */
+    struct sim_log_fold *log_fold;
 };
 
 int sim_world_init(struct sim_world *w, uint64_t seed);
@@ -153,6 +157,13 @@ void sim_world_trace_name(struct sim_world *w, uint32_t pid, uint32_t tid, const
 
 /* ---- port ---- */
 /* A node on `host`; `machine`/`tid` name it in traces. */
+/* Nodes' log lines of one shape (the line with its numbers taken out) are
+ * printed SIM_LOG_FOLD_SHOWN times; the rest are counted, and
+ * sim_log_fold_end prints one line per shape for them. */
+#define SIM_LOG_FOLD_SHOWN 3
+int sim_log_fold_start(struct sim_world *w);
+void sim_log_fold_end(struct sim_world *w);
+
 int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int log_level,
                     uint64_t seed, uint32_t machine, uint32_t tid, struct rkv_port **port_p);
 struct sim_world *sim_port_world(struct rkv_port *p);

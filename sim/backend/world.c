@@ -55,6 +55,7 @@ void sim_world_fini(struct sim_world *w)
     sim_cpu_fini(w);
     sim_cv_pool_fini(w);
     sim_ats_fini(&w->ats); /* after every user took its own off */
+    free(w->log_fold); /* a run that ended early: its counts are moot */
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");
         fclose(w->trace);

@@ -376,6 +376,37 @@ static void test_settings_reach_the_twin(void **state)
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --rx-depth 2"), 2);
 }
 
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+/* Eight servers each say they stopped: at the default log level three
+ * lines show and one counts the other five (at 65,536 nodes it was 16,384
+ * lines); at --log-level 2 each shows, and nothing is counted. */
+static void test_log_lines_folded(void **state)
+{
+    (void)state;
+    write_file("twin-fold.yaml", "seed: 1\n"
+                                 "cluster: {machines: 8, servers_per_machine: 1, "
+                                 "workers_per_machine: 1}\n"
+                                 "tensors:\n"
+                                 "  - {name: t, dtype: f32, rows: 64, shape: [4]}\n"
+                                 "workload:\n"
+                                 "  - {name: p, tensor: t, push: 0.5, rounds: 2}\n"
+                                 "sim: {platform: star}\n");
+    run_pass("run twin-fold.yaml");
+    assert_int_equal(count_of(out, ": stopping: SHUTDOWN from client 0"), 3);
+    assert_non_null(strstr(out, "WARN twin: 5 more lines like \"server #: stopping: SHUTDOWN "
+                                "from client #\" (the last from s"));
+    run_pass("run twin-fold.yaml --log-level 2");
+    assert_int_equal(count_of(out, ": stopping: SHUTDOWN from client 0"), 8);
+    assert_null(strstr(out, "more lines like"));
+}
+
 /* A run still going at its simulated-time limit ends as a FAIL naming the
  * nodes still running; SimGrid aborted the process tearing the world down
  * ("Cannot destroy semaphore since someone is still using it"). Here with
@@ -568,6 +599,7 @@ int main(void)
         cmocka_unit_test(test_settings_reach_the_twin),
         cmocka_unit_test(test_payloadless_reports_declared_bytes),
         cmocka_unit_test(test_simulated_time_limit),
+        cmocka_unit_test(test_log_lines_folded),
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_nic_and_cpu_faults),
         cmocka_unit_test(test_restart_durable),
