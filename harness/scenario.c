@@ -295,6 +295,8 @@ struct sc_tensor_build {
     struct fy_node *book_key;
     struct fy_node *local_key; /* local_order, for errors */
     int has_local_file;
+    /* init_seed and local_seed, for errors: each seeds one choice only. */
+    struct fy_node *init_seed_key, *local_seed_key;
 };
 
 static int sc_path(struct sc_ctx *c, const char *name, struct fy_node *key, struct fy_node *v,
@@ -340,6 +342,7 @@ static int sc_tensor_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
         b->t->local_order = i;
         return rc;
     case TF_LOCAL_SEED:
+        b->local_seed_key = k;
         return sc_u64(c, "local_seed", k, v, 1, UINT64_MAX, &b->t->local_seed);
     case TF_LOCAL_FILE:
         b->has_local_file = 1;
@@ -370,6 +373,7 @@ static int sc_tensor_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
         d->init = (enum rkv_init)i;
         return rc;
     case TF_SEED:
+        b->init_seed_key = k;
         return sc_u64(c, "init_seed", k, v, 0, UINT64_MAX, &d->init_seed);
     default:
         return sc_bool(c, "optimizer_state", k, v, &d->with_state);
@@ -437,6 +441,17 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     if ((t->local_order == RKV_SC_LOCAL_FILE) != b.has_local_file)
         return sc_fail(c, b.local_key ? b.local_key : at,
                        "tensors[]: \"%s\": local_file is needed exactly when local_order is file",
+                       t->desc.name);
+    /* A seed that seeds nothing was ignored: the user thought the rows
+     * or the order depended on it. */
+    if (b.init_seed_key && t->desc.init != RKV_INIT_UNIFORM)
+        return sc_fail(c, b.init_seed_key,
+                       "tensors[]: \"%s\": init_seed seeds init: uniform only (this tensor "
+                       "starts at zeros)",
+                       t->desc.name);
+    if (b.local_seed_key && t->local_order != RKV_SC_LOCAL_PERMUTED)
+        return sc_fail(c, b.local_seed_key,
+                       "tensors[]: \"%s\": local_seed seeds local_order: permuted only",
                        t->desc.name);
     return b.book ? sc_book(c, &b, sc->machines ? sc->machines : 1) : 0;
 }
