@@ -22,6 +22,7 @@ struct sc_ctx {
     char *err;
     size_t err_len;
     struct rkv_scenario *sc;
+    struct fy_node *backbone_key; /* sim.backbone_gbps, checked against the platform */
 };
 
 /* Position of a node: scalars carry a token; for collections the caller
@@ -606,6 +607,12 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     int rc = sc_map(c, "workload[]", at, item, sc_phase_fields, PF_COUNT_, sc_phase_field, &b);
     if (rc < 0)
         return rc;
+    /* after_phase picks the first phase of a name, and the report's rows
+     * and report.json could not tell two apart. */
+    for (uint32_t i = 0; i + 1 < sc->n_phases; i++)
+        if (!strcmp(sc->phases[i].name, p->name))
+            return sc_fail_mark(c, p->mark, "workload[]: name \"%s\" used twice (phase %u)",
+                                p->name, i + 1);
     if (!b.has_push && !b.has_pull)
         b.push = b.pull = 0.5;
     else if (!b.has_pull)
@@ -831,6 +838,7 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
                            strerror(errno));
         return rc;
     case 5:
+        c->backbone_key = k;
         return sc_double(c, "backbone_gbps", k, v, 1e-6, 1e9, &sc->sim_backbone_gbps);
     case 6:
         return sc_u32(c, "cores", k, v, 1, 4096, &sc->sim_cores);
@@ -976,6 +984,10 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
         (rc = sc_list(c, "tensors", t.key[TOP_TENSORS], t.val[TOP_TENSORS], sc_tensor)) < 0 ||
         (rc = sc_list(c, "workload", t.key[TOP_WORKLOAD], t.val[TOP_WORKLOAD], sc_phase)) < 0)
         return rc;
+    /* `workload: []` ran the cluster, checked no value and passed. */
+    if (sc->n_phases == 0)
+        return sc_fail(c, t.key[TOP_WORKLOAD],
+                       "workload: expected at least one phase (an empty workload checks nothing)");
     if (t.key[TOP_FAULTS] && fy_node_get_type(t.val[TOP_FAULTS]) != FYNT_SCALAR &&
         (rc = sc_list(c, "faults", t.key[TOP_FAULTS], t.val[TOP_FAULTS], sc_fault)) < 0)
         return rc;
@@ -988,6 +1000,13 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 16,
                                        sc_sim_field, sc)) < 0)
         return rc;
+    /* Only the cluster platform has a backbone; elsewhere the value was
+     * dropped without a word (and a platform file brings its own links). */
+    if (c->backbone_key && (strcmp(sc->sim_platform, "cluster") || sc->sim_platform_file[0]))
+        return sc_fail(c, c->backbone_key, "backbone_gbps: only for platform cluster, not %s",
+                       sc->sim_platform_file[0] ? "platform_file"
+                       : sc->sim_platform[0]    ? sc->sim_platform
+                                                : "star (the default)");
     if (t.key[TOP_VERBS] && (rc = sc_map(c, "verbs", t.key[TOP_VERBS], t.val[TOP_VERBS],
                                          sc_verbs_fields, 3, sc_verbs_field, sc)) < 0)
         return rc;
