@@ -525,7 +525,14 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         p->push_op = i == 0 ? RKV_OP_ASSIGN : i == 1 ? RKV_OP_SUM : RKV_OP_SGD;
         return rc;
     case PF_LR:
-        return sc_double(c, "lr", k, v, 0, 1e6, &p->lr);
+        rc = sc_double(c, "lr", k, v, 0, 1e6, &p->lr);
+        /* An sgd step of 0 leaves every row as it was: a lost or doubled
+         * push would pass unseen, so the oracle would check nothing. */
+        if (rc == 0 && p->lr == 0)
+            return sc_fail(c, v,
+                           "lr: expected a step above 0 (lr 0 changes no row, so no push "
+                           "could be checked)");
+        return rc;
     case PF_IDS:
         return sc_u32(c, "ids_per_request", k, v, 1, 1u << 20, &p->ids_per_request);
     case PF_KEYS:
