@@ -580,6 +580,24 @@ static void test_restart_durable(void **state)
             fail_msg("rkv %s: exit %d\n%s", args, rc, out);
         assert_non_null(strstr(out, "s0.0 crashed at"));
     }
+    /* A restart due after the run's end (here --max-sim-s) never
+     * happened: the run used to pass as one with a server gone for good
+     * ("the faults fired"),
+     * without the check the restart was for; tcp counts it unfired too. */
+    write_file("twin-late-restart.yaml",
+               "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1,\n"
+               "          durable: true, retry_ms: 100}\n"
+               "tensors:\n"
+               "  - {name: t, rows: 64, shape: [4]}\n"
+               "workload:\n"
+               "  - {name: a, tensor: t, rounds: 5}\n"
+               "  - {name: b, tensor: t, rounds: 5}\n"
+               "faults:\n"
+               "  - {kind: crash, target: s1.0, after_phase: a, restart_after_s: 100}\n");
+    int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", "run twin-late-restart.yaml --max-sim-s 10");
+    if (rc != 3 || !strstr(out, "verdict: FAIL (not every fault fired"))
+        fail_msg("late restart: exit %d\n%s", rc, out);
+    assert_non_null(strstr(out, "not restarted (restart_after_s 100: the run ended first)"));
 }
 
 int main(void)

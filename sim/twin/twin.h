@@ -49,6 +49,7 @@ struct rkv_twin_result {
     /* NIC and CPU faults: each touched something; connections they broke. */
     int faults_fired;
     uint32_t crash_faults, restarted;
+    uint32_t restarts_missed; /* servers down at the end whose crash asked for a restart */
     uint64_t broken;
     char faults[1024];
     char survivor_error[320]; /* the first survivor's error, as an example */

@@ -24,7 +24,8 @@ int rkv_twin_report(struct rkv_report *r_p, const struct rkv_scenario *sc,
     r.sim_sched_wakes = res->sched_wakes;
     if (sc->n_faults) {
         r.fault_run = 1;
-        r.faults_fired = res->crashed == res->crash_faults && res->faults_fired;
+        r.faults_fired =
+            res->crashed == res->crash_faults && !res->restarts_missed && res->faults_fired;
         /* Nothing may be lost unless a node is gone for good or a
          * connection broke: then every worker must finish every phase. */
         r.must_complete = res->crash_faults == res->restarted && !res->broken;
