@@ -598,6 +598,14 @@ static void test_restart_durable(void **state)
     if (rc != 3 || !strstr(out, "verdict: FAIL (not every fault fired"))
         fail_msg("late restart: exit %d\n%s", rc, out);
     assert_non_null(strstr(out, "not restarted (restart_after_s 100: the run ended first)"));
+    /* Without the limit the restart came at 100 s, after the workers had
+     * gone and the other server was stopped: the server then waited for a
+     * SHUTDOWN until the 3600 s limit and the verdict named a live lock. */
+    rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", "run twin-late-restart.yaml");
+    if (rc != 3 || !strstr(out, "verdict: FAIL (not every fault fired"))
+        fail_msg("late restart, no limit: exit %d\n%s", rc, out);
+    assert_non_null(strstr(out, "not restarted (restart_after_s 100: the run ended first)"));
+    assert_null(strstr(out, "--max-sim-s"));
 }
 
 int main(void)
