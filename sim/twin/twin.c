@@ -1010,6 +1010,11 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
                                    : rkv_strerror(nd->rc));
         }
     }
+    /* The clock reached the limit: the run's simulated time is that, not
+     * the last end of a node (0.000038 s for a run stopped at 0.0005 s,
+     * and no time nor trace hash at all when no node had ended). */
+    if (t->limit_hit && res->sim_s < t->max_sim_s)
+        res->sim_s = t->max_sim_s;
     if (t->limit_hit && !named_err)
         twin_gather_limit(t, res);
     if (t->sc->n_faults)
