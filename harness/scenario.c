@@ -23,6 +23,7 @@ struct sc_ctx {
     size_t err_len;
     struct rkv_scenario *sc;
     struct fy_node *backbone_key; /* sim.backbone_gbps, checked against the platform */
+    struct fy_node *sim_key[16];  /* sim's keys by field, for checks made once it is read */
 };
 
 /* Position of a node: scalars carry a token; for collections the caller
@@ -701,9 +702,15 @@ static int sc_expect_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
         sc->oracle_strict = 1;
         return rc;
     }
-    if (f == 1)
-        return sc_double(c, "min_throughput_gbps", k, v, 0, 1e6, &sc->expect_min_gbps);
-    return sc_double(c, "max_p99_us", k, v, 0, 1e12, &sc->expect_max_p99_us);
+    /* 0 is "no bound" to the report, which then said nothing of a bound
+     * the file gave: refused rather than dropped. */
+    double *out = f == 1 ? &sc->expect_min_gbps : &sc->expect_max_p99_us;
+    int rc = f == 1 ? sc_double(c, "min_throughput_gbps", k, v, 0, 1e6, out)
+                    : sc_double(c, "max_p99_us", k, v, 0, 1e12, out);
+    if (rc == 0 && *out == 0)
+        return sc_fail(c, v, "%s: expected a bound above 0 (leave the key out for none)",
+                       f == 1 ? "min_throughput_gbps" : "max_p99_us");
+    return rc;
 }
 
 static const char *const sc_tcp_fields[] = {"base_port"};
@@ -821,6 +828,8 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     static const char *const solvers[] = {"maxmin", "fairbottleneck"};
     static const char *const schedulers[] = {"share", "cores"};
     int i, rc;
+    if (f >= 0 && f < 16)
+        c->sim_key[f] = k;
     switch (f) {
     case 0:
         if (v && fy_node_get_type(v) == FYNT_MAPPING)
@@ -1007,6 +1016,16 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (t.key[TOP_SIM] && (rc = sc_map(c, "sim", t.key[TOP_SIM], t.val[TOP_SIM], sc_sim_fields, 16,
                                        sc_sim_field, sc)) < 0)
         return rc;
+    /* A platform file brings its own hosts (their cores) and links: these
+     * keys only shape the platforms the twin writes, and were dropped
+     * without a word beside one (platform: fattree3 ran the file's). */
+    static const int built_only[] = {0, 1, 2, 6}; /* platform, bandwidth, latency, cores */
+    for (size_t i = 0; sc->sim_platform_file[0] && i < 4; i++)
+        if (c->sim_key[built_only[i]])
+            return sc_fail(c, c->sim_key[built_only[i]],
+                           "%s: not used with platform_file (the file gives the hosts, their "
+                           "cores and the links); give one or the other",
+                           sc_sim_fields[built_only[i]]);
     /* Only the cluster platform has a backbone; elsewhere the value was
      * dropped without a word (and a platform file brings its own links). */
     if (c->backbone_key && (strcmp(sc->sim_platform, "cluster") || sc->sim_platform_file[0]))
