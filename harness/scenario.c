@@ -1365,11 +1365,18 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
 static int sc_node_ok(const struct rkv_scenario *sc, const char *name)
 {
     unsigned m, l, w;
-    char tail;
-    if (sscanf(name, "s%u.%u%c", &m, &l, &tail) == 2)
-        return m < sc->machines && l < sc->servers_per_machine;
-    if (sscanf(name, "w%u%c", &w, &tail) == 1)
-        return w < rkv_scenario_workers(sc);
+    char tail, canon[48];
+    /* Only the names the nodes have: %u also took "w01", "w+1", "w 1" and
+     * "w4294967297" (as w1), which then matched no node, and the fault
+     * failed the run as "none fired" without naming the target. */
+    if (sscanf(name, "s%u.%u%c", &m, &l, &tail) == 2) {
+        snprintf(canon, sizeof(canon), "s%u.%u", m, l);
+        return !strcmp(canon, name) && m < sc->machines && l < sc->servers_per_machine;
+    }
+    if (sscanf(name, "w%u%c", &w, &tail) == 1) {
+        snprintf(canon, sizeof(canon), "w%u", w);
+        return !strcmp(canon, name) && w < rkv_scenario_workers(sc);
+    }
     return 0;
 }
 
