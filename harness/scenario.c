@@ -829,7 +829,7 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     static const char *const schedulers[] = {"share", "cores"};
     int i, rc;
     if (f >= 0 && f < 16)
-        c->sim_key[f] = k;
+        c->sim_key[f] = k; /* "wake_us" is field 15 */
     switch (f) {
     case 0:
         if (v && fy_node_get_type(v) == FYNT_MAPPING)
@@ -1026,6 +1026,11 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
                            "%s: not used with platform_file (the file gives the hosts, their "
                            "cores and the links); give one or the other",
                            sc_sim_fields[built_only[i]]);
+    /* wake_us is the time an idle core of the per-core run queues takes;
+     * the shared cores (scheduler: share, the default) have no such core,
+     * and the value was dropped (the trace hash equalled the run without). */
+    if (sc->sim_wake_us > 0 && !sc->sim_sched_cores)
+        return sc_fail(c, c->sim_key[15], "wake_us: only with scheduler: cores");
     /* Only the cluster platform has a backbone; elsewhere the value was
      * dropped without a word (and a platform file brings its own links). */
     if (c->backbone_key && (strcmp(sc->sim_platform, "cluster") || sc->sim_platform_file[0]))
