@@ -1448,6 +1448,35 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
     const char *why = sc_fault_incomplete(f, &field);
     if (*why)
         return sc_fault_fail(sc, i, field, err, err_len, "%s %s", f->kind, why);
+    /* A field the kind does not read was dropped without a word: a crash
+     * with duration_s 0.1 (meant as an outage) killed the node for good,
+     * a delay's retransmit_ms or a drop's factor did nothing. */
+    static const struct {
+        const char *kind;
+        unsigned fields; /* bits by RKV_SC_F_*, beyond kind, target and at_s */
+    } takes[] = {
+        {"crash", 1u << RKV_SC_F_AFTER_PHASE | 1u << RKV_SC_F_RESTART_AFTER_S |
+                      1u << RKV_SC_F_MACHINE_LOST},
+        {"drop", 1u << RKV_SC_F_FRACTION | 1u << RKV_SC_F_DURATION_S | 1u << RKV_SC_F_RETRANSMIT_MS},
+        {"delay", 1u << RKV_SC_F_FRACTION | 1u << RKV_SC_F_DURATION_S | 1u << RKV_SC_F_DELAY_MS},
+        {"link_down", 1u << RKV_SC_F_DURATION_S | 1u << RKV_SC_F_RETRANSMIT_MS},
+        {"slow_cpu", 1u << RKV_SC_F_DURATION_S | 1u << RKV_SC_F_FACTOR},
+    };
+    for (size_t k = 0; k < sizeof(takes) / sizeof(takes[0]); k++) {
+        if (strcmp(takes[k].kind, f->kind) != 0)
+            continue;
+        for (int g = RKV_SC_F_AT_S + 1; g < RKV_SC_F_COUNT_; g++) {
+            if (!f->field_mark[g].line || (takes[k].fields >> g & 1))
+                continue;
+            char list[160] = "at_s";
+            size_t n = strlen(list);
+            for (int h = RKV_SC_F_AT_S + 1; h < RKV_SC_F_COUNT_; h++)
+                if (takes[k].fields >> h & 1)
+                    n += (size_t)snprintf(list + n, sizeof(list) - n, ", %s", sc_fault_fields[h]);
+            return sc_fault_fail(sc, i, g, err, err_len, "%s: a %s fault does not use it (it takes %s)",
+                                 sc_fault_fields[g], f->kind, list);
+        }
+    }
     unsigned m, l;
     if (f->machine_lost && sscanf(f->target, "s%u.%u", &m, &l) == 2) {
         /* A lost machine takes every process on it. Another server left
