@@ -596,6 +596,22 @@ struct bad_req {
     const char *logged; /* the rejection's log line */
 };
 
+/* The client adds context to the error it holds, formatting into the
+ * buffer it reads from: a twin run whose worker gave up on a dead server
+ * said "push: machine 1 still unreachable after retrying for 5000 ms (1
+ * attempts): push: machine 1 still unreachable after ... (1 attempts): died". */
+static void test_errf_into_its_own_argument(void **state)
+{
+    (void)state;
+    char err[256] = "died";
+    assert_int_equal(rkv_errf(err, sizeof(err), -RKV_EPEERDEAD, "push: machine %u: %s", 1u, err),
+                     -RKV_EPEERDEAD);
+    assert_string_equal(err, "push: machine 1: died");
+    char small[8] = "abc";
+    rkv_errf(small, sizeof(small), -RKV_EIO, "x: %s: longer", small);
+    assert_string_equal(small, "x: abc:");
+}
+
 static void test_bad_requests(void **state)
 {
     struct env *env = *state;
@@ -1832,6 +1848,7 @@ int main(void)
     env.next_port = (uint16_t)(10000 + (getpid() * 7) % 9000);
     printf("test_hostile: backend %s on %s\n", env.backend, env.host);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errf_into_its_own_argument),
         cmocka_unit_test_prestate(test_bad_requests, &env),
         cmocka_unit_test_prestate(test_slot_abuse, &env),
         cmocka_unit_test_prestate(test_cross_peer_slot, &env),

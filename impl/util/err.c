@@ -1,5 +1,7 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "util/util.h"
 
@@ -36,10 +38,22 @@ const char *rkv_strerror(int err)
 int rkv_errf(char *err, size_t err_len, int code, const char *fmt, ...)
 {
     if (err && err_len) {
+        /* Formatted apart, then copied: callers add context to the error
+         * already in err (rkv_errf(c->err, ..., "push: ...: %s", c->err)),
+         * and vsnprintf into its own argument is undefined; glibc wrote
+         * "push: machine 1 still unreachable ...: push: machine 1 still
+         * unreachable ...: died". */
+        char local[1024];
+        char *tmp = err_len <= sizeof(local) ? local : malloc(err_len);
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
+        vsnprintf(tmp ? tmp : err, err_len, fmt, ap);
         va_end(ap);
+        if (tmp) {
+            memcpy(err, tmp, strlen(tmp) + 1);
+            if (tmp != local)
+                free(tmp);
+        }
     }
     return code;
 }
