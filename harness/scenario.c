@@ -615,6 +615,10 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     int rc = sc_map(c, "workload[]", at, item, sc_phase_fields, PF_COUNT_, sc_phase_field, &b);
     if (rc < 0)
         return rc;
+    /* Without it the phase ran on the first tensor, whichever that was. */
+    if (!b.key[PF_TENSOR])
+        return sc_fail_mark(c, p->mark, "workload[] \"%s\": tensor is required (one of tensors)",
+                            p->name);
     /* after_phase picks the first phase of a name, and the report's rows
      * and report.json could not tell two apart. */
     for (uint32_t i = 0; i + 1 < sc->n_phases; i++)
@@ -1439,6 +1443,11 @@ static int sc_fault_fail(const struct rkv_scenario *sc, uint32_t i, int field, c
 static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, size_t err_len)
 {
     struct rkv_sc_fault *f = (struct rkv_sc_fault *)&sc->faults[i];
+    /* Without a kind the fault ran as none of them and failed the run as
+     * "not every fault fired" ("faults:  s1.0: 0 messages ..."). */
+    if (!f->kind[0])
+        return sc_fault_fail(sc, i, -1, err, err_len,
+                             "kind: required (crash, drop, delay, link_down or slow_cpu)");
     if (!sc_node_ok(sc, f->target))
         return sc_fault_fail(sc, i, RKV_SC_F_TARGET, err, err_len,
                              "target: expected a node of the cluster (s<machine>.<server> or "
