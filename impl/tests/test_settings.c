@@ -169,6 +169,20 @@ static void test_host_list(void **state)
     assert_int_equal(rkv_settings_set(set, "host", longer, err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "longer than"));
+    /* An address with a port (DMLC_PS_ROOT_URI=host:port) or a stray byte
+     * is refused here, not met as "cannot listen ... is the port in use?"
+     * when a server starts; IPv6 addresses keep their colons. */
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1,10.78.0.2:9000", err, sizeof(err)),
+                     0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"10.78.0.2:9000\" has a port"));
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1 ", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "byte 0x20 at 10"));
+    assert_int_equal(rkv_settings_set(set, "host", "::1,fe80::1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[1].host, "fe80::1");
+    rkv_config_release(&cfg);
     /* A shm prefix past the config's 31 bytes is refused, not cut (two
      * clusters differing past the cut shared their segments). */
     assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1", err, sizeof(err)), 0);
