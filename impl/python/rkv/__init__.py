@@ -186,17 +186,30 @@ def _is_torch_dtype(x):
     return t is not None and isinstance(x, t.dtype)
 
 
-def _as_numpy(x):
-    """An ndarray over x's memory where it can (torch CPU tensors share theirs)."""
+def _as_numpy(x, values=False):
+    """An ndarray over x's memory where it can (torch CPU tensors share theirs).
+    values: x holds values (rows), not ids or an out=: a bfloat16 tensor, which
+    numpy has no dtype for, comes as float32 (exactly: every bfloat16 is a
+    float32), so mixed-precision gradients push as float16 ones do."""
     if type(x) is np.ndarray:
         return x
     if _is_torch(x):
         x = x.detach()
+        # A meta tensor has a shape and no data (torch raised NotImplementedError
+        # from .cpu()); a sparse one raised a TypeError read as a dtype's.
+        if x.device.type == "meta":
+            _fail(-EINVAL, "a tensor on the 'meta' device has no data to send or receive",
+                  ValueError)
+        if x.layout != _torch().strided:
+            _fail(-EINVAL, "a %s tensor: expected a dense one (use .to_dense())"
+                  % str(x.layout).replace("torch.", ""), TypeError)
         if x.device.type != "cpu":
             x = x.cpu()
+        if values and x.dtype == _torch().bfloat16:
+            x = x.float()
         try:
             return x.numpy()
-        except TypeError as e:  # bfloat16 and the like have no numpy dtype
+        except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
             _fail(-EDTYPE, "tensor of %s: %s" % (x.dtype, e))
     return np.asarray(x)
 
@@ -275,7 +288,7 @@ def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
         o = np.zeros(out_len, dtype=dtype)
         ret = h.fn(r, st, o, param)
         if ret is not None:
-            ret = _as_numpy(ret)
+            ret = _as_numpy(ret, values=True)
             # What the reply cannot hold (1e300 in float32 became inf, 1.5
             # in int32 became 1) is the handler's error, as a push's would
             # be: the row is poisoned and the message names the value. The
@@ -921,7 +934,7 @@ class Client:
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
         if fill is not None:
-            values = _as_numpy(fill(shape, dt))
+            values = _as_numpy(fill(shape, dt), values=True)
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))
@@ -938,7 +951,7 @@ class Client:
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
-        a = _as_numpy(data)
+        a = _as_numpy(data, values=True)
         if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
                 (a.ndim == 0 or a.shape[0] == n):
             return a
@@ -1028,6 +1041,19 @@ class Client:
                 if not isinstance(out, np.ndarray) and not _is_torch(out):
                     _fail(-EINVAL, "out: expected a numpy array or a torch tensor, got %s"
                           % type(out).__name__, TypeError)
+                if _is_torch(out):
+                    # bfloat16 holds no store dtype's every value (and numpy has no
+                    # bfloat16: torch's "unsupported ScalarType" said nothing of out).
+                    if out.dtype == _torch().bfloat16:
+                        _fail(-EDTYPE, "out: bfloat16 cannot hold every %s value of tensor %r "
+                              "(use %s, or a wider type)" % (m.dtype, name, m.dtype), TypeError)
+                    # As torch's own out= functions: a contiguous one was written
+                    # behind autograd's back, another one failed in copy_() after
+                    # the pull, as "a leaf Variable that requires grad".
+                    if out.requires_grad:
+                        _fail(-EINVAL, "out: requires grad (torch's out= functions refuse "
+                              "those too): pull into out.detach(), or without out=",
+                              ValueError)
                 o = _as_numpy(out)
                 if o.size != n * out_len:
                     _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, out_len))
