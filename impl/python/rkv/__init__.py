@@ -542,6 +542,14 @@ def _as_config(config):
     _fail(-EINVAL, "config: expected rkv.Config, a dict of settings or a cluster file path")
 
 
+def _run_then_set(fn, args, out, done):
+    """A helper thread's body: out gets fn(*args), then done is set."""
+    try:
+        out.append(fn(*args))
+    finally:
+        done.set()
+
+
 class Server:
     """One server of the cluster. server_id is global (machine 0's servers first);
     without it, local_id-th server of the config's machine-id. Listens at once;
@@ -586,16 +594,21 @@ class Server:
         # signal handlers: Ctrl-C was ignored and the process had to be
         # killed, leaving its /dev/shm segments. It runs in a helper
         # thread; this one waits in slices, so a signal reaches it.
-        t = threading.Thread(target=lambda: out.append(lib.rkv_server_run(self._srv)),
-                             name="rkv-server-run", daemon=True)
+        # An Event, not Thread.join: a join that KeyboardInterrupt interrupts
+        # marks the thread stopped while it still runs (CPython gh-90882,
+        # in 3.11), and a later join returned at once: close() in the
+        # caller's except then freed the server under rkv_server_run.
+        done = threading.Event()
         try:
-            t.start()
+            threading.Thread(target=_run_then_set, args=(lib.rkv_server_run, (self._srv,), out,
+                                                         done),
+                             name="rkv-server-run", daemon=True).start()
             try:
-                while t.is_alive():
-                    t.join(0.2)
+                while not done.wait(0.2):
+                    pass
             except BaseException:
                 lib.rkv_server_stop(self._srv)
-                t.join()
+                done.wait()
                 raise
         finally:
             self._running = False
@@ -772,6 +785,7 @@ class Client:
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
         self._output = output
+        self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self.observer = bool(observer)
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
@@ -783,6 +797,12 @@ class Client:
     def _live(self):
         if self._cli is None:
             _fail(-ESHUTDOWN, "client is closed")
+        if self._stuck is not None:
+            if not self._stuck.is_set():
+                _fail(-EINVAL, "this client's barrier() was interrupted (KeyboardInterrupt) and "
+                      "still waits for the other workers to enter it: no call can use the "
+                      "client until it is done")
+            self._stuck = None
         # A forked child (a DataLoader worker, multiprocessing's fork) has
         # the client's memory but not its threads: its requests waited out
         # timeout_ms, and its credits broke the parent's connection.
@@ -1107,14 +1127,38 @@ class Client:
             if rc < 0 and self._orphan_error is None:
                 self._orphan_error = (rc, msg)
 
+    def _interruptible(self, fn, *args):
+        """fn(*args), a C call that may block for good (a barrier waits for the
+        slowest worker, however long): in the main thread it runs in a helper
+        thread while this one waits in slices, so that Ctrl-C raises
+        KeyboardInterrupt (Python runs signal handlers only between bytecodes:
+        a worker whose peer never came could only be killed). The call goes
+        on after the interrupt; the client refuses calls until it ends
+        (_live), and close() leaves it to the process's exit."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args)  # signals are the main thread's alone
+        out, done = [], threading.Event()
+        try:
+            threading.Thread(target=_run_then_set, args=(fn, args, out, done),
+                             name="rkv-barrier", daemon=True).start()
+            while not done.wait(0.2):
+                pass
+        except BaseException:
+            if not done.is_set():
+                self._stuck = done
+            raise
+        return out[0] if out else -EINVAL
+
     def barrier(self):
         """Returns when every client entered it (this client's pushes in flight
         are waited for first). Raises the error of a push whose handle was
-        dropped unwaited, if one failed since the last barrier."""
+        dropped unwaited, if one failed since the last barrier. Ctrl-C
+        interrupts it (in the main thread); the barrier then goes on without
+        the caller, and the client refuses every call until it is done."""
         with self._lock:
             cli = self._live()
             self._reap_orphans()
-            rc = lib.rkv_client_barrier(cli)
+            rc = self._interruptible(lib.rkv_client_barrier, cli)
             if rc < 0:
                 _fail(rc, self._errmsg())
             err, self._orphan_error = self._orphan_error, None
@@ -1176,6 +1220,12 @@ class Client:
         if lock is None or self._cli is None:
             return
         if self._pid != os.getpid():  # a forked child: the client's threads are not here
+            self._cli = None
+            return
+        stuck = getattr(self, "_stuck", None)
+        if stuck is not None and not stuck.is_set():
+            # An interrupted barrier is still in the C client: freeing it under
+            # that call would crash; the process's exit takes it.
             self._cli = None
             return
         with lock:
