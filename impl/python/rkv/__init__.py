@@ -242,8 +242,12 @@ def _ids_array(ids):
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
-        _fail(-EINVAL, "ids: expected a 1-D sequence of integers, got shape %s" % (a.shape,),
-              ValueError)
+        # np.asarray made a set, a dict or a generator one 0-d object: "got
+        # shape ()" said nothing of what was passed.
+        got = "a %s" % type(ids).__name__ if a.dtype == object and a.ndim == 0 else \
+            "shape %s" % (a.shape,)
+        _fail(-EINVAL, "ids: expected a 1-D sequence of integers (a list, tuple, range, numpy "
+              "array or torch tensor), got %s" % got, ValueError)
     if a.size == 0:
         return np.empty(0, dtype=np.uint64)
     if a.dtype.kind in "fO" and isinstance(ids, (list, tuple)):

@@ -72,6 +72,11 @@ def test_ids_must_be_one_dimensional(client):
         e = refused(ValueError, client.pull, "emb", ids)
         assert "1-D" in e.message and e.code == -rkv.EINVAL
         refused(ValueError, client.push, "emb", ids, np.zeros((4, 4), dtype=np.float32))
+    # A set or a generator became one 0-d object: "got shape ()" named no culprit.
+    for ids, kind in (({1, 2}, "a set"), ((i for i in range(2)), "a generator"),
+                      ({1: 2}, "a dict")):
+        e = refused(ValueError, client.pull, "emb", ids)
+        assert e.message.endswith("got %s" % kind), e.message
 
 
 def test_ids_mixing_numpy_and_python_integers(client):
