@@ -970,7 +970,8 @@ class Client:
 
     def get_data_meta(self, name):
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
-        when pull returns torch tensors."""
+        when pull returns torch tensors. Unlike DGL's, shape is (rows, row_len),
+        or (rows,) for one element a row, whatever shape init_data was given."""
         m = self._m(name)
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
