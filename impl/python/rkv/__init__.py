@@ -574,10 +574,20 @@ class Server:
         self.machine_id = cfg.machine_id
         self.local_id = local
 
-    def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
+    def _live(self):
         if self._srv is None:
             _fail(-EINVAL, "server is closed")
-        _register_pull(lib.rkv_server_register_pull_handler, self._srv, self._pull, hid, fn,
+        # rkv_server_create started the server's threads, which a forked child
+        # (multiprocessing's fork: Process(target=server.run)) lacks: its run()
+        # waited for good, while the parent's threads served the connections.
+        if self._pid != os.getpid():
+            _fail(-EINVAL, "this rkv.Server was made in process %d, and this is process %d (a "
+                  "forked child): make the Server in the process that runs it (or use the "
+                  "'spawn' start method)" % (self._pid, os.getpid()))
+        return self._srv
+
+    def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
+        _register_pull(lib.rkv_server_register_pull_handler, self._live(), self._pull, hid, fn,
                        out_mult, out_add, user)
 
     register_pull_handler.__doc__ = _PULL_HANDLER_DOC
@@ -590,8 +600,7 @@ class Server:
         """Serves until a client's shut_down() or stop(). Ctrl-C (any exception
         raised in this thread meanwhile, KeyboardInterrupt above all) stops
         the server too, and is raised again once it stopped."""
-        if self._srv is None:
-            _fail(-EINVAL, "server is closed")
+        self._live()
         self._running = True
         out = []
         # The C call blocks until stopped, where Python never runs its

@@ -6,6 +6,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import select
 import threading
 import time
 
@@ -236,3 +237,40 @@ def test_ctrl_c_interrupts_a_barrier(make_cluster):
     for t in ts:
         t.join(30)
     assert not any(t.is_alive() for t in ts)
+
+
+def test_server_refused_in_a_forked_child(tmp_path):
+    # A Server made before a fork (multiprocessing's Process(target=s.run))
+    # ran in the child without the threads rkv_server_create started: run()
+    # waited for good while the parent's threads served its connections.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report how run() ended, then leave at once
+        code = 1
+        try:
+            s.run()
+        except rkv.Error as e:
+            code = 7 if e.code == -rkv.EINVAL and "forked child" in e.message else 3
+            try:
+                s.register_pull_handler(rkv.PULL_CUSTOM, lambda *a: None, 0, 1)
+            except rkv.Error as e2:
+                code = code if "forked child" in e2.message else 4
+        os.write(w, bytes([code]))
+        os._exit(0)
+    os.close(w)
+    try:
+        ready = select.select([r], [], [], 10)[0]
+        got = os.read(r, 1) if ready else b""
+    finally:
+        os.close(r)
+        if not got:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        s.close()
+    assert got, "Server.run() in a forked child did not return"
+    assert got == bytes([7]), got
