@@ -1043,7 +1043,8 @@ class Client:
 
     def pull(self, name, ids, out=None, handler=None, param=0.0):
         """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
-        without torch). With out (a tensor or array of that many elements), pulls
+        without torch). With out (a tensor or array of that many elements, flat
+        or of n rows), pulls
         into out's memory when it is contiguous and of the tensor's dtype; an out of
         another type must hold every value (int32 into int64 or float64, not int16:
         EDTYPE, also a TypeError), and a read-only one is refused (EINVAL).
@@ -1091,6 +1092,12 @@ class Client:
                 o = _as_numpy(out)
                 if o.size != n * out_len:
                     _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, out_len))
+                # Flat (n x L elements), or n rows as push takes them: an out of
+                # (3, 2) for 2 rows of 3, or a transposed (L, n) view, was filled
+                # in its own C order, each row spread over its rows, silently.
+                if o.ndim >= 2 and o.shape[0] != n:
+                    _fail(-EDTYPE, "out: shape %s for %d rows of %d: expected (%d, ...) or flat"
+                          % (tuple(o.shape), n, out_len, n))
                 # Only where every value fits: int32 2**31-1 came out as -1 in an
                 # int16 out, 1000.7 as -24 in an int8 one, "2147" in a string one.
                 if o.dtype != m.dtype and not (o.dtype.kind in "iuf" and

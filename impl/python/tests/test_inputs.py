@@ -231,3 +231,24 @@ def test_torch_tensors_of_mixed_precision_and_without_data(client):
     o = torch.zeros(1, 3, requires_grad=True)
     client.pull("m", [1], out=o.detach())
     assert o.detach().tolist() == client.pull("m", [1]).tolist()
+
+
+def test_out_of_another_row_count_is_refused(client):
+    """An out= of the right size but not n rows ((3, 2) for 2 rows of 3, the
+    transposed view of an (n, L) array) was filled in its own order, each
+    row spread over the wrong rows, without an error. Flat ones still take
+    the rows in order."""
+    client.init_data("o", (4, 3), "float32")
+    want = np.arange(12, dtype=np.float32).reshape(4, 3)
+    client.push("o", range(4), want, op="assign")
+    for bad in (np.zeros((3, 2), np.float32), np.zeros((2, 3), np.float32).T,
+                torch.zeros(3, 2)):
+        e = refused(rkv.Error, client.pull, "o", [0, 1], out=bad)
+        assert e.code == -rkv.EDTYPE and "for 2 rows of 3" in e.message
+        assert not bad.sum()
+    flat = np.zeros(6, np.float32)
+    client.pull("o", [2, 0], out=flat)
+    np.testing.assert_array_equal(flat, want[[2, 0]].reshape(-1))
+    rows = np.zeros((2, 3, 1), np.float64)
+    client.pull("o", [3, 1], out=rows)
+    np.testing.assert_array_equal(rows[..., 0], want[[3, 1]])
