@@ -415,6 +415,23 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
         if (l > RKV_HOST_MAX)
             return rkv_errf(err, err_len, -1, "host: \"%s\": an address longer than %d characters",
                             hosts, RKV_HOST_MAX);
+        /* As the cluster file's hosts (cmd_parse_line): "10.0.0.1:9000"
+         * (DMLC_PS_ROOT_URI given a port) or a stray space was taken as a
+         * name and failed only when a server listened, with "is the port in
+         * use?", or as clients retrying a connection for connect-retry-ms.
+         * An IPv6 address has more than one colon. */
+        const char *colon = memchr(e, ':', l);
+        if (colon && !memchr(colon + 1, ':', l - (size_t)(colon + 1 - e)))
+            return rkv_errf(err, err_len, -1,
+                            "host: \"%s\": \"%.*s\" has a port; give the address alone and the "
+                            "port as base-port (RKV_BASE_PORT, DMLC_PS_ROOT_PORT)",
+                            hosts, (int)l, e);
+        for (size_t i = 0; i < l; i++)
+            if ((unsigned char)e[i] <= ' ' || (unsigned char)e[i] >= 0x7f)
+                return rkv_errf(err, err_len, -1,
+                                "host: \"%s\": byte 0x%02x at %zu is no part of a host name or "
+                                "address",
+                                hosts, (unsigned char)e[i], (size_t)(e - hosts) + i + 1);
         e += l;
         if (!*e)
             break;

@@ -111,8 +111,26 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
     struct rkv_config built;
     uint32_t local;
     int rc = -RKV_ECONFIG;
-    if (cmd_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0 ||
-        cmd_build_config(s, &built, err, err_len) < 0)
+    if (cmd_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0)
+        goto free_settings;
+    /* DMLC_ROLE without a cluster file is ps-lite's launch (`rkv node`,
+     * harness/pslite.c): DMLC_PS_ROOT_PORT is the scheduler's port and the
+     * scheduler numbers the servers. Nothing here registers with one: a
+     * program (the Python binding) under such an environment built a
+     * one-machine cluster whose server 0 listened on the scheduler's port,
+     * and its workers never reached the servers the scheduler placed. */
+    if (!strcmp(s->src[CMD_ROLE], "env DMLC_ROLE") && !*s->val[CMD_CLUSTER]) {
+        rkv_errf(err, err_len, -1,
+                 "DMLC_ROLE=%s without a cluster file is ps-lite's launch, where "
+                 "DMLC_PS_ROOT_PORT is the scheduler's port and the scheduler numbers the "
+                 "servers; a program configured by name does not register with a scheduler: "
+                 "run such nodes as `rkv node`, or give a cluster file (cluster, RKV_CLUSTER, "
+                 "DGL_IP_CONFIG), or set role / RKV_ROLE (rkv's convention: the root address "
+                 "is server 0's)",
+                 s->val[CMD_ROLE]);
+        goto free_settings;
+    }
+    if (cmd_build_config(s, &built, err, err_len) < 0)
         goto free_settings;
     if ((rc = set_server_local(s, &built, &local, err, err_len)) < 0) {
         rkv_config_release(&built);

@@ -169,6 +169,20 @@ static void test_host_list(void **state)
     assert_int_equal(rkv_settings_set(set, "host", longer, err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "longer than"));
+    /* An address with a port (DMLC_PS_ROOT_URI=host:port) or a stray byte
+     * is refused here, not met as "cannot listen ... is the port in use?"
+     * when a server starts; IPv6 addresses keep their colons. */
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1,10.78.0.2:9000", err, sizeof(err)),
+                     0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"10.78.0.2:9000\" has a port"));
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1 ", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "byte 0x20 at 10"));
+    assert_int_equal(rkv_settings_set(set, "host", "::1,fe80::1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[1].host, "fe80::1");
+    rkv_config_release(&cfg);
     /* A shm prefix past the config's 31 bytes is refused, not cut (two
      * clusters differing past the cut shared their segments). */
     assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1", err, sizeof(err)), 0);
@@ -318,6 +332,45 @@ static void test_cluster_file_and_server_id(void **state)
     rkv_settings_destroy(set);
 }
 
+/* DMLC_ROLE without a cluster file is ps-lite's launch, whose scheduler only
+ * `rkv node` talks to: a program configured by name built a one-machine
+ * cluster whose server 0 listened on the scheduler's DMLC_PS_ROOT_PORT. It
+ * is refused saying so; with a cluster file, or the role given here or as
+ * RKV_ROLE (rkv's convention), DMLC_ROLE is no launch and builds as before. */
+static void test_pslite_role_without_scheduler(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "";
+    struct rkv_config cfg;
+    unsetenv("RKV_ROLE");
+    unsetenv("RKV_CLUSTER");
+    unsetenv("DGL_IP_CONFIG");
+    setenv("DMLC_ROLE", "server", 1);
+    setenv("DMLC_PS_ROOT_PORT", "41500", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "DMLC_ROLE=server without a cluster file is ps-lite's launch"))
+        fail_msg("got \"%s\"", err);
+    assert_int_equal(rkv_settings_set(set, "role", "server", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_machines, 1);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-psl-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n", f);
+    fclose(f);
+    set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unlink(path);
+    unsetenv("DMLC_ROLE");
+    unsetenv("DMLC_PS_ROOT_PORT");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_cluster_file_and_server_id),
         cmocka_unit_test(test_host_list),
         cmocka_unit_test(test_verbs_settings),
+        cmocka_unit_test(test_pslite_role_without_scheduler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

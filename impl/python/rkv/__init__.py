@@ -186,17 +186,30 @@ def _is_torch_dtype(x):
     return t is not None and isinstance(x, t.dtype)
 
 
-def _as_numpy(x):
-    """An ndarray over x's memory where it can (torch CPU tensors share theirs)."""
+def _as_numpy(x, values=False):
+    """An ndarray over x's memory where it can (torch CPU tensors share theirs).
+    values: x holds values (rows), not ids or an out=: a bfloat16 tensor, which
+    numpy has no dtype for, comes as float32 (exactly: every bfloat16 is a
+    float32), so mixed-precision gradients push as float16 ones do."""
     if type(x) is np.ndarray:
         return x
     if _is_torch(x):
         x = x.detach()
+        # A meta tensor has a shape and no data (torch raised NotImplementedError
+        # from .cpu()); a sparse one raised a TypeError read as a dtype's.
+        if x.device.type == "meta":
+            _fail(-EINVAL, "a tensor on the 'meta' device has no data to send or receive",
+                  ValueError)
+        if x.layout != _torch().strided:
+            _fail(-EINVAL, "a %s tensor: expected a dense one (use .to_dense())"
+                  % str(x.layout).replace("torch.", ""), TypeError)
         if x.device.type != "cpu":
             x = x.cpu()
+        if values and x.dtype == _torch().bfloat16:
+            x = x.float()
         try:
             return x.numpy()
-        except TypeError as e:  # bfloat16 and the like have no numpy dtype
+        except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
             _fail(-EDTYPE, "tensor of %s: %s" % (x.dtype, e))
     return np.asarray(x)
 
@@ -229,8 +242,12 @@ def _ids_array(ids):
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
-        _fail(-EINVAL, "ids: expected a 1-D sequence of integers, got shape %s" % (a.shape,),
-              ValueError)
+        # np.asarray made a set, a dict or a generator one 0-d object: "got
+        # shape ()" said nothing of what was passed.
+        got = "a %s" % type(ids).__name__ if a.dtype == object and a.ndim == 0 else \
+            "shape %s" % (a.shape,)
+        _fail(-EINVAL, "ids: expected a 1-D sequence of integers (a list, tuple, range, numpy "
+              "array or torch tensor), got %s" % got, ValueError)
     if a.size == 0:
         return np.empty(0, dtype=np.uint64)
     if a.dtype.kind in "fO" and isinstance(ids, (list, tuple)):
@@ -275,7 +292,7 @@ def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
         o = np.zeros(out_len, dtype=dtype)
         ret = h.fn(r, st, o, param)
         if ret is not None:
-            ret = _as_numpy(ret)
+            ret = _as_numpy(ret, values=True)
             # What the reply cannot hold (1e300 in float32 became inf, 1.5
             # in int32 became 1) is the handler's error, as a push's would
             # be: the row is poisoned and the message names the value. The
@@ -529,6 +546,14 @@ def _as_config(config):
     _fail(-EINVAL, "config: expected rkv.Config, a dict of settings or a cluster file path")
 
 
+def _run_then_set(fn, args, out, done):
+    """A helper thread's body: out gets fn(*args), then done is set."""
+    try:
+        out.append(fn(*args))
+    finally:
+        done.set()
+
+
 class Server:
     """One server of the cluster. server_id is global (machine 0's servers first);
     without it, local_id-th server of the config's machine-id. Listens at once;
@@ -549,10 +574,20 @@ class Server:
         self.machine_id = cfg.machine_id
         self.local_id = local
 
-    def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
+    def _live(self):
         if self._srv is None:
             _fail(-EINVAL, "server is closed")
-        _register_pull(lib.rkv_server_register_pull_handler, self._srv, self._pull, hid, fn,
+        # rkv_server_create started the server's threads, which a forked child
+        # (multiprocessing's fork: Process(target=server.run)) lacks: its run()
+        # waited for good, while the parent's threads served the connections.
+        if self._pid != os.getpid():
+            _fail(-EINVAL, "this rkv.Server was made in process %d, and this is process %d (a "
+                  "forked child): make the Server in the process that runs it (or use the "
+                  "'spawn' start method)" % (self._pid, os.getpid()))
+        return self._srv
+
+    def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
+        _register_pull(lib.rkv_server_register_pull_handler, self._live(), self._pull, hid, fn,
                        out_mult, out_add, user)
 
     register_pull_handler.__doc__ = _PULL_HANDLER_DOC
@@ -565,24 +600,28 @@ class Server:
         """Serves until a client's shut_down() or stop(). Ctrl-C (any exception
         raised in this thread meanwhile, KeyboardInterrupt above all) stops
         the server too, and is raised again once it stopped."""
-        if self._srv is None:
-            _fail(-EINVAL, "server is closed")
+        self._live()
         self._running = True
         out = []
         # The C call blocks until stopped, where Python never runs its
         # signal handlers: Ctrl-C was ignored and the process had to be
         # killed, leaving its /dev/shm segments. It runs in a helper
         # thread; this one waits in slices, so a signal reaches it.
-        t = threading.Thread(target=lambda: out.append(lib.rkv_server_run(self._srv)),
-                             name="rkv-server-run", daemon=True)
+        # An Event, not Thread.join: a join that KeyboardInterrupt interrupts
+        # marks the thread stopped while it still runs (CPython gh-90882,
+        # in 3.11), and a later join returned at once: close() in the
+        # caller's except then freed the server under rkv_server_run.
+        done = threading.Event()
         try:
-            t.start()
+            threading.Thread(target=_run_then_set, args=(lib.rkv_server_run, (self._srv,), out,
+                                                         done),
+                             name="rkv-server-run", daemon=True).start()
             try:
-                while t.is_alive():
-                    t.join(0.2)
+                while not done.wait(0.2):
+                    pass
             except BaseException:
                 lib.rkv_server_stop(self._srv)
-                t.join()
+                done.wait()
                 raise
         finally:
             self._running = False
@@ -759,6 +798,7 @@ class Client:
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
         self._output = output
+        self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self.observer = bool(observer)
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
@@ -770,6 +810,12 @@ class Client:
     def _live(self):
         if self._cli is None:
             _fail(-ESHUTDOWN, "client is closed")
+        if self._stuck is not None:
+            if not self._stuck.is_set():
+                _fail(-EINVAL, "this client's barrier() was interrupted (KeyboardInterrupt) and "
+                      "still waits for the other workers to enter it: no call can use the "
+                      "client until it is done")
+            self._stuck = None
         # A forked child (a DataLoader worker, multiprocessing's fork) has
         # the client's memory but not its threads: its requests waited out
         # timeout_ms, and its credits broke the parent's connection.
@@ -921,7 +967,7 @@ class Client:
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
         if fill is not None:
-            values = _as_numpy(fill(shape, dt))
+            values = _as_numpy(fill(shape, dt), values=True)
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))
@@ -933,12 +979,13 @@ class Client:
 
     def get_data_meta(self, name):
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
-        when pull returns torch tensors."""
+        when pull returns torch tensors. Unlike DGL's, shape is (rows, row_len),
+        or (rows,) for one element a row, whatever shape init_data was given."""
         m = self._m(name)
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
-        a = _as_numpy(data)
+        a = _as_numpy(data, values=True)
         if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
                 (a.ndim == 0 or a.shape[0] == n):
             return a
@@ -996,7 +1043,8 @@ class Client:
 
     def pull(self, name, ids, out=None, handler=None, param=0.0):
         """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
-        without torch). With out (a tensor or array of that many elements), pulls
+        without torch). With out (a tensor or array of that many elements, flat
+        or of n rows), pulls
         into out's memory when it is contiguous and of the tensor's dtype; an out of
         another type must hold every value (int32 into int64 or float64, not int16:
         EDTYPE, also a TypeError), and a read-only one is refused (EINVAL).
@@ -1028,9 +1076,28 @@ class Client:
                 if not isinstance(out, np.ndarray) and not _is_torch(out):
                     _fail(-EINVAL, "out: expected a numpy array or a torch tensor, got %s"
                           % type(out).__name__, TypeError)
+                if _is_torch(out):
+                    # bfloat16 holds no store dtype's every value (and numpy has no
+                    # bfloat16: torch's "unsupported ScalarType" said nothing of out).
+                    if out.dtype == _torch().bfloat16:
+                        _fail(-EDTYPE, "out: bfloat16 cannot hold every %s value of tensor %r "
+                              "(use %s, or a wider type)" % (m.dtype, name, m.dtype), TypeError)
+                    # As torch's own out= functions: a contiguous one was written
+                    # behind autograd's back, another one failed in copy_() after
+                    # the pull, as "a leaf Variable that requires grad".
+                    if out.requires_grad:
+                        _fail(-EINVAL, "out: requires grad (torch's out= functions refuse "
+                              "those too): pull into out.detach(), or without out=",
+                              ValueError)
                 o = _as_numpy(out)
                 if o.size != n * out_len:
                     _fail(-EDTYPE, "out: %d elements for %d rows of %d" % (o.size, n, out_len))
+                # Flat (n x L elements), or n rows as push takes them: an out of
+                # (3, 2) for 2 rows of 3, or a transposed (L, n) view, was filled
+                # in its own C order, each row spread over its rows, silently.
+                if o.ndim >= 2 and o.shape[0] != n:
+                    _fail(-EDTYPE, "out: shape %s for %d rows of %d: expected (%d, ...) or flat"
+                          % (tuple(o.shape), n, out_len, n))
                 # Only where every value fits: int32 2**31-1 came out as -1 in an
                 # int16 out, 1000.7 as -24 in an int8 one, "2147" in a string one.
                 if o.dtype != m.dtype and not (o.dtype.kind in "iuf" and
@@ -1081,14 +1148,38 @@ class Client:
             if rc < 0 and self._orphan_error is None:
                 self._orphan_error = (rc, msg)
 
+    def _interruptible(self, fn, *args):
+        """fn(*args), a C call that may block for good (a barrier waits for the
+        slowest worker, however long): in the main thread it runs in a helper
+        thread while this one waits in slices, so that Ctrl-C raises
+        KeyboardInterrupt (Python runs signal handlers only between bytecodes:
+        a worker whose peer never came could only be killed). The call goes
+        on after the interrupt; the client refuses calls until it ends
+        (_live), and close() leaves it to the process's exit."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn(*args)  # signals are the main thread's alone
+        out, done = [], threading.Event()
+        try:
+            threading.Thread(target=_run_then_set, args=(fn, args, out, done),
+                             name="rkv-barrier", daemon=True).start()
+            while not done.wait(0.2):
+                pass
+        except BaseException:
+            if not done.is_set():
+                self._stuck = done
+            raise
+        return out[0] if out else -EINVAL
+
     def barrier(self):
         """Returns when every client entered it (this client's pushes in flight
         are waited for first). Raises the error of a push whose handle was
-        dropped unwaited, if one failed since the last barrier."""
+        dropped unwaited, if one failed since the last barrier. Ctrl-C
+        interrupts it (in the main thread); the barrier then goes on without
+        the caller, and the client refuses every call until it is done."""
         with self._lock:
             cli = self._live()
             self._reap_orphans()
-            rc = lib.rkv_client_barrier(cli)
+            rc = self._interruptible(lib.rkv_client_barrier, cli)
             if rc < 0:
                 _fail(rc, self._errmsg())
             err, self._orphan_error = self._orphan_error, None
@@ -1150,6 +1241,12 @@ class Client:
         if lock is None or self._cli is None:
             return
         if self._pid != os.getpid():  # a forked child: the client's threads are not here
+            self._cli = None
+            return
+        stuck = getattr(self, "_stuck", None)
+        if stuck is not None and not stuck.is_set():
+            # An interrupted barrier is still in the C client: freeing it under
+            # that call would crash; the process's exit takes it.
             self._cli = None
             return
         with lock:

@@ -59,3 +59,23 @@ def test_error_carries_code_name_and_message():
     e = rkv.Error(-rkv.ETIMEDOUT, "pull timed out")
     assert e.code == -3 and e.name == "RKV_ETIMEDOUT" and "pull timed out" in str(e)
     assert rkv.strerror(-rkv.ETIMEDOUT) == "request timed out"
+
+
+def test_pslite_environment_is_not_taken_for_a_cluster(monkeypatch, tmp_path):
+    # Under ps-lite's launch (DMLC_ROLE, no cluster file) DMLC_PS_ROOT_PORT
+    # is the scheduler's port: rkv.Server() built a one-machine cluster and
+    # listened on it, never registering with the scheduler.
+    for k in ("RKV_ROLE", "RKV_CLUSTER", "DGL_IP_CONFIG"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DMLC_ROLE", "server")
+    monkeypatch.setenv("DMLC_PS_ROOT_PORT", "41900")
+    monkeypatch.setenv("DMLC_NUM_SERVER", "2")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Server()
+    assert e.value.code == -rkv.ECONFIG and "ps-lite's launch" in e.value.message
+    assert "rkv node" in e.value.message
+    # rkv's own convention given here, or a cluster file, builds as before.
+    assert rkv.Config(role="server").build()[0].n_machines == 1
+    p = tmp_path / "ip.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2

@@ -72,6 +72,11 @@ def test_ids_must_be_one_dimensional(client):
         e = refused(ValueError, client.pull, "emb", ids)
         assert "1-D" in e.message and e.code == -rkv.EINVAL
         refused(ValueError, client.push, "emb", ids, np.zeros((4, 4), dtype=np.float32))
+    # A set or a generator became one 0-d object: "got shape ()" named no culprit.
+    for ids, kind in (({1, 2}, "a set"), ((i for i in range(2)), "a generator"),
+                      ({1: 2}, "a dict")):
+        e = refused(ValueError, client.pull, "emb", ids)
+        assert e.message.endswith("got %s" % kind), e.message
 
 
 def test_ids_mixing_numpy_and_python_integers(client):
@@ -180,3 +185,70 @@ def test_arguments_that_are_not_what_they_look_like(client):
     np.testing.assert_array_equal(client.pull("a", [0]).numpy(), [[0, 0, 0, 0]])
     client.push("a", [0], rows, op="sgd", lr=np.float32(0.5))
     np.testing.assert_array_equal(client.pull("a", [0]).numpy(), [[-0.5] * 4])
+
+
+def test_torch_tensors_of_mixed_precision_and_without_data(client):
+    """bfloat16 rows (mixed-precision gradients) were refused with torch's
+    "Got unsupported ScalarType BFloat16", though float16 ones pushed; they
+    come as float32, exactly. A meta tensor raised torch's bare
+    NotImplementedError, a sparse one an EDTYPE; an out= of bfloat16 said
+    nothing of out, and one requiring grad was written behind autograd
+    (contiguous) or failed in copy_() after the pull (not)."""
+    client.init_data("m", (6, 3), "float32")
+    client.init_data("m64", (6, 3), "float64")
+    g = torch.tensor([[1.5, -2.0, 3.0e38], [0.0078125, 256.0, -1.0]], dtype=torch.bfloat16)
+    client.push("m", [1, 4], g, op="assign")
+    assert torch.equal(client.pull("m", [1, 4]), g.float())
+    client.push("m64", [5], g[1:], op="assign")
+    assert torch.equal(client.pull("m64", [5]), g[1:].double())
+    client.push("m", [1, 1], g, op="sum")  # duplicates apply once each
+    assert torch.equal(client.pull("m", [1]), g[:1].float() * 2 + g[1:].float())
+    client.init_data("b", (4, 2), "float32",
+                     init=lambda shape, dt: torch.ones(shape, dtype=torch.bfloat16))
+    assert client.pull("b", [3]).tolist() == [[1.0, 1.0]]
+    # Still no floats into integers, bfloat16 ones included; nor bfloat16 ids.
+    client.init_data("n", (4, 2), "int64")
+    e = refused(rkv.Error, client.push, "n", [0], torch.ones(1, 2, dtype=torch.bfloat16))
+    assert e.code == -rkv.EDTYPE
+    refused(rkv.Error, client.pull, "m", torch.tensor([1], dtype=torch.bfloat16))
+
+    meta = torch.ones(1, 3, device="meta")
+    for call in (lambda: client.push("m", [0], meta),
+                 lambda: client.pull("m", torch.tensor([0], device="meta")),
+                 lambda: client.pull("m", [0], out=torch.empty(1, 3, device="meta"))):
+        e = refused(ValueError, call)
+        assert e.code == -rkv.EINVAL and "'meta' device" in e.message
+    e = refused(TypeError, client.push, "m", [0], torch.ones(1, 3).to_sparse())
+    assert e.code == -rkv.EINVAL and "to_dense" in e.message
+
+    e = refused(TypeError, client.pull, "m", [1], out=torch.zeros(1, 3, dtype=torch.bfloat16))
+    assert e.code == -rkv.EDTYPE and "out: bfloat16" in e.message
+    for o in (torch.zeros(1, 3, requires_grad=True),
+              torch.zeros(3, 1, requires_grad=True).t()):
+        e = refused(ValueError, client.pull, "m", [1], out=o)
+        assert e.code == -rkv.EINVAL and "requires grad" in e.message
+        assert o.abs().sum().item() == 0
+    o = torch.zeros(1, 3, requires_grad=True)
+    client.pull("m", [1], out=o.detach())
+    assert o.detach().tolist() == client.pull("m", [1]).tolist()
+
+
+def test_out_of_another_row_count_is_refused(client):
+    """An out= of the right size but not n rows ((3, 2) for 2 rows of 3, the
+    transposed view of an (n, L) array) was filled in its own order, each
+    row spread over the wrong rows, without an error. Flat ones still take
+    the rows in order."""
+    client.init_data("o", (4, 3), "float32")
+    want = np.arange(12, dtype=np.float32).reshape(4, 3)
+    client.push("o", range(4), want, op="assign")
+    for bad in (np.zeros((3, 2), np.float32), np.zeros((2, 3), np.float32).T,
+                torch.zeros(3, 2)):
+        e = refused(rkv.Error, client.pull, "o", [0, 1], out=bad)
+        assert e.code == -rkv.EDTYPE and "for 2 rows of 3" in e.message
+        assert not bad.sum()
+    flat = np.zeros(6, np.float32)
+    client.pull("o", [2, 0], out=flat)
+    np.testing.assert_array_equal(flat, want[[2, 0]].reshape(-1))
+    rows = np.zeros((2, 3, 1), np.float64)
+    client.pull("o", [3, 1], out=rows)
+    np.testing.assert_array_equal(rows[..., 0], want[[3, 1]])

@@ -6,6 +6,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import select
 import threading
 import time
 
@@ -190,3 +191,86 @@ def test_server_stop_and_ctrl_c(tmp_path):
     assert rc == 7
     left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
     assert not left, left
+
+
+def test_ctrl_c_interrupts_a_barrier(make_cluster):
+    # A barrier waits for the slowest worker, however long; its C call held
+    # the main thread, where Python never ran its SIGINT handler: a trainer
+    # whose peer never came ignored Ctrl-C and had to be killed.
+    import signal
+    cluster = make_cluster(machines=1, servers_per_machine=1, workers=2)
+    made = [None, None]
+    ts = [threading.Thread(target=lambda i=i: made.__setitem__(i, cluster.client()))
+          for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    a, b = made
+    a.init_data("x", (4,), "float32")
+    # Whatever happens, b enters after 8 s: before the fix, that ended a's
+    # barrier, and the pending SIGINT was raised only then.
+    late = threading.Timer(8, b.barrier)
+    late.start()
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        a.barrier()
+    assert time.monotonic() - t0 < 5, "Ctrl-C waited for the barrier's end"
+    # The barrier goes on without its caller: the client says so until it ends.
+    with pytest.raises(rkv.Error) as e:
+        a.pull("x", [0])
+    assert e.value.code == -rkv.EINVAL and "interrupted" in e.value.message
+    late.join(30)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            got = a.pull("x", [1, 2])
+            break
+        except rkv.Error:
+            assert time.monotonic() < deadline, "the interrupted barrier never ended"
+            time.sleep(0.05)
+    assert got.tolist() == [0.0, 0.0]
+    ts = [threading.Thread(target=c.barrier) for c in (a, b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert not any(t.is_alive() for t in ts)
+
+
+def test_server_refused_in_a_forked_child(tmp_path):
+    # A Server made before a fork (multiprocessing's Process(target=s.run))
+    # ran in the child without the threads rkv_server_create started: run()
+    # waited for good while the parent's threads served its connections.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report how run() ended, then leave at once
+        code = 1
+        try:
+            s.run()
+        except rkv.Error as e:
+            code = 7 if e.code == -rkv.EINVAL and "forked child" in e.message else 3
+            try:
+                s.register_pull_handler(rkv.PULL_CUSTOM, lambda *a: None, 0, 1)
+            except rkv.Error as e2:
+                code = code if "forked child" in e2.message else 4
+        os.write(w, bytes([code]))
+        os._exit(0)
+    os.close(w)
+    try:
+        ready = select.select([r], [], [], 10)[0]
+        got = os.read(r, 1) if ready else b""
+    finally:
+        os.close(r)
+        if not got:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        s.close()
+    assert got, "Server.run() in a forked child did not return"
+    assert got == bytes([7]), got
