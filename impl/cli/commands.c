@@ -405,6 +405,7 @@ int cmd_node(int argc, char **argv)
                "node has its place.\n"
                "Under a launcher, worker 0 prints the verdict table of `rkv run` (every\n"
                "worker's report reaches it over the store) and exits 1 or 3 when it fails;\n"
+               "the other workers exit 0 once their report is out (their failures are in it);\n"
                "--out DIR: it also writes DIR/report.json and DIR/report.md.\n");
         return RKV_EXIT_OK;
     }
