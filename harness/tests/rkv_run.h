@@ -3,11 +3,21 @@
 #define RKV_TEST_RKV_RUN_H
 
 #include <stdio.h>
+#include <string.h>
 #include <sys/wait.h>
 
 static char out[1 << 20];
 
 /* Runs a shell command; keeps its output in out, returns its exit code. */
+/* How many times needle occurs in the last command's output. */
+static inline int out_count(const char *needle)
+{
+    int n = 0;
+    for (const char *s = out; (s = strstr(s, needle)) != NULL; s++)
+        n++;
+    return n;
+}
+
 static inline int sh(const char *cmd)
 {
     FILE *p = popen(cmd, "r");

@@ -32,14 +32,6 @@ static unsigned test_port(void)
     return 28000 + (unsigned)(getpid() % 300) * 10; /* this binary's range */
 }
 
-static int count(const char *needle)
-{
-    int n = 0;
-    for (const char *s = out; (s = strstr(s, needle)) != NULL; s++)
-        n++;
-    return n;
-}
-
 static void test_dry_run(void **state)
 {
     (void)state;
@@ -71,12 +63,12 @@ static void test_slurm_variables(void **state)
              "rc=0; for j in $(jobs -p); do wait $j || rc=1; done; exit $rc",
              test_port(), RKV_BIN, SCEN_DIR, dir);
     assert_int_equal(sh(cmd), 0);
-    assert_int_equal(count("PHASE w="), 12); /* 4 workers x 3 phases */
-    assert_int_equal(count("errors=0 "), 12);
+    assert_int_equal(out_count("PHASE w="), 12); /* 4 workers x 3 phases */
+    assert_int_equal(out_count("errors=0 "), 12);
     /* Nobody was told where servers 1..3 are: they announced it to server 0. */
     assert_non_null(strstr(out, "(4 of 4 known)"));
-    assert_int_equal(count("| phase | pushes |"), 1);
-    assert_int_equal(count("verdict: "), 1);
+    assert_int_equal(out_count("| phase | pushes |"), 1);
+    assert_int_equal(out_count("verdict: "), 1);
     assert_non_null(strstr(out, "verdict: PASS (every pulled value matched the oracle)"));
     /* 4 workers x 50 rounds of the first phase, all of them counted */
     assert_non_null(strstr(out, "| warmup-sum | "));
@@ -130,7 +122,7 @@ static int slurm_ranks(const char *env, int kill_one)
  * several), cut at its EXIT line; its status in *exit_p. */
 static const char *verdict_rank(int *exit_p)
 {
-    if (count("verdict: ") != 1)
+    if (out_count("verdict: ") != 1)
         return NULL;
     const char *v = strstr(out, "verdict: "), *start = out;
     for (const char *s = out; (s = strstr(s, "=== rank ")) != NULL && s < v; s++)
@@ -182,8 +174,8 @@ static void test_real_mpirun(void **state)
      * chunks and splices them, so a long line can be cut by another
      * rank's (seen under load: "errorsSTATS {..."). The verdict rank's
      * PASS needs every worker's report, checked by the oracle. */
-    assert_int_equal(count("| phase | pushes |"), 1);
-    assert_int_equal(count("verdict: "), 1);
+    assert_int_equal(out_count("| phase | pushes |"), 1);
+    assert_int_equal(out_count("verdict: "), 1);
     assert_non_null(strstr(out, "verdict: PASS (every pulled value matched the oracle)"));
     /* A wrong value: the table says so and mpirun fails. */
     snprintf(cmd, sizeof(cmd),
@@ -191,7 +183,7 @@ static void test_real_mpirun(void **state)
              "--scenario %s/quickstart.yaml 2>/dev/null",
              test_port() + 1, getuid() == 0 ? "--allow-run-as-root" : "", RKV_BIN, SCEN_DIR);
     int rc = sh(cmd);
-    if (rc == 0 || count("verdict: ") != 1 || !strstr(out, "verdict: FAIL") ||
+    if (rc == 0 || out_count("verdict: ") != 1 || !strstr(out, "verdict: FAIL") ||
         !strstr(out, "row 17 [0]: expected 0, got 1"))
         fail_msg("mpirun with a corrupted row: exit %d:\n%s", rc, out);
 }
@@ -598,8 +590,8 @@ static void test_pslite_one_machine(void **state)
     assert_non_null(strstr(out, "rkv scheduler: 2 servers and 2 workers on 1 machines"));
     assert_non_null(strstr(out, "made this node server 0, on machine 0 of 1 (127.0.0.1)"));
     assert_non_null(strstr(out, "made this node server 1, on machine 0 of 1 (127.0.0.1)"));
-    assert_int_equal(count("RESULT worker="), 2);
-    assert_int_equal(count(" errors=0 "), 2 + 2 * 5); /* RESULT and PHASE lines */
+    assert_int_equal(out_count("RESULT worker="), 2);
+    assert_int_equal(out_count(" errors=0 "), 2 + 2 * 5); /* RESULT and PHASE lines */
 }
 
 /* Two machines, told apart by DMLC_NODE_HOST (two loopback addresses):
@@ -620,9 +612,9 @@ static void test_pslite_two_machines(void **state)
                  id, id / 2, id / 2 + 1);
         assert_non_null(strstr(out, want));
     }
-    assert_int_equal(count("put this node on machine 1 of 2 (127.0.0.2)"), 2);
-    assert_int_equal(count("RESULT worker="), 4);
-    assert_int_equal(count(" errors=0 "), 4 + 4 * 5);
+    assert_int_equal(out_count("put this node on machine 1 of 2 (127.0.0.2)"), 2);
+    assert_int_equal(out_count("RESULT worker="), 4);
+    assert_int_equal(out_count(" errors=0 "), 4 + 4 * 5);
 }
 
 /* DMLC_INTERFACE names the interface whose address a node announces. */
@@ -676,8 +668,8 @@ static void test_dgl_two_machines(void **state)
             print_message("could not remove /dev/shm/rkv-%u-*\n", test_port() + 5);
         fail_msg("DGL-style launch failed:\n%s", out);
     }
-    assert_int_equal(count("RESULT worker="), 4);
-    assert_int_equal(count(" errors=0 "), 4 + 4 * 5);
+    assert_int_equal(out_count("RESULT worker="), 4);
+    assert_int_equal(out_count(" errors=0 "), 4 + 4 * 5);
 }
 
 /* What goes wrong in a ps-lite launch is named, and nobody hangs. */
@@ -690,7 +682,7 @@ static void test_pslite_errors(void **state)
     assert_int_equal(pslite_launch("NODE_HOSTS='127.0.0.1 127.0.0.3'", 1, 2, prefix), 1);
     assert_non_null(strstr(out, "rkv scheduler: a worker registered from 127.0.0.3, where no "
                                 "server runs"));
-    assert_int_equal(count("rkv worker: scheduler: a worker registered from 127.0.0.3"), 2);
+    assert_int_equal(out_count("rkv worker: scheduler: a worker registered from 127.0.0.3"), 2);
     const char *quick = "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 "
                         "RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=300";
     /* No scheduler. */
@@ -704,7 +696,7 @@ static void test_pslite_errors(void **state)
     char want[128];
     snprintf(want, sizeof(want), "rkv server: waiting for the scheduler at 127.0.0.1:%u ",
              test_port() + 5);
-    assert_int_equal(count(want), 1);
+    assert_int_equal(out_count(want), 1);
     snprintf(cmd, sizeof(cmd),
              "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 "
              "RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=14700 DMLC_PS_ROOT_PORT=%u "
@@ -715,7 +707,7 @@ static void test_pslite_errors(void **state)
              test_port() + 5);
     /* Two in its 15 s: at the start and 10 s on (give or take a loaded
      * host's delay: no exact second is asserted). */
-    if (count(want) != 2 || !strstr(out, "; 0 s so far, giving up in "))
+    if (out_count(want) != 2 || !strstr(out, "; 0 s so far, giving up in "))
         fail_msg("expected 2 lines \"%s\", at 0 s and 10 s on:\n%s", want, out);
     /* A node whose DMLC_NUM_SERVER differs from the scheduler's. 2 s, not
      * quick's 300 ms: on a loaded host the scheduler took longer than that

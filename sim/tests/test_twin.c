@@ -376,14 +376,6 @@ static void test_settings_reach_the_twin(void **state)
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --rx-depth 2"), 2);
 }
 
-static int count_of(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
-        n++;
-    return n;
-}
-
 /* Eight servers each say they stopped: at the default log level three
  * lines show and one counts the other five (at 65,536 nodes it was 16,384
  * lines); at --log-level 2 each shows, and nothing is counted. */
@@ -399,11 +391,11 @@ static void test_log_lines_folded(void **state)
                                  "  - {name: p, tensor: t, push: 0.5, rounds: 2}\n"
                                  "sim: {platform: star}\n");
     run_pass("run twin-fold.yaml");
-    assert_int_equal(count_of(out, ": stopping: SHUTDOWN from client 0"), 3);
+    assert_int_equal(out_count(": stopping: SHUTDOWN from client 0"), 3);
     assert_non_null(strstr(out, "WARN twin: 5 more lines like \"server #: stopping: SHUTDOWN "
                                 "from client #\" (the last from s"));
     run_pass("run twin-fold.yaml --log-level 2");
-    assert_int_equal(count_of(out, ": stopping: SHUTDOWN from client 0"), 8);
+    assert_int_equal(out_count(": stopping: SHUTDOWN from client 0"), 8);
     assert_null(strstr(out, "more lines like"));
 }
 
