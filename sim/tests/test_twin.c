@@ -4,6 +4,7 @@
  * trace, a payload-less scale run, and clear errors for bad platforms. */
 #include <dirent.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -603,6 +604,73 @@ static void test_restart_durable(void **state)
     assert_null(strstr(out, "--max-sim-s"));
 }
 
+/* The durable run's directory in /tmp of process pid, or "" (it names its
+ * pid: tests running at once do not see each other's). */
+static void durable_dir_of(pid_t pid, char *dir, size_t len)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "rkv-twin-durable.%d.", (int)pid);
+    dir[0] = 0;
+    DIR *d = opendir("/tmp");
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (!strncmp(e->d_name, prefix, strlen(prefix)))
+            snprintf(dir, len, "/tmp/%s", e->d_name);
+    closedir(d);
+}
+
+/* A durable run ended by Ctrl-C or SIGKILL (the swarm's timeout, a
+ * launcher) left its snapshots in /tmp, ~2 MB a run: the twin removed
+ * them only on its way out. */
+static void test_durable_dir_removed_when_killed(void **state)
+{
+    (void)state;
+    write_file("twin-durable-long.yaml",
+               "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1,\n"
+               "          durable: true}\n"
+               "tensors:\n"
+               "  - {name: t, rows: 64, shape: [4]}\n"
+               "workload:\n"
+               "  - {name: long, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4,\n"
+               "     rounds: 100000}\n");
+    const int sigs[] = {SIGINT, SIGKILL};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+            execl(RKV_BIN, "rkv", "run", "twin-durable-long.yaml", (char *)NULL);
+            _exit(127);
+        }
+        char dir[300] = "";
+        for (int ms = 0; !dir[0] && ms < 60000; ms += 5) {
+            durable_dir_of(pid, dir, sizeof(dir));
+            if (!dir[0])
+                usleep(5000);
+        }
+        if (!dir[0]) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            fail_msg("no /tmp/rkv-twin-durable.%d.* within 60 s", (int)pid);
+        }
+        usleep(200 * 1000); /* its snapshots being written */
+        int st = 0;
+        assert_int_equal(kill(pid, sigs[i]), 0);
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0));
+        int gone = 0;
+        for (int ms = 0; !gone && ms < 10000; ms += 10) {
+            gone = access(dir, F_OK) != 0;
+            if (!gone)
+                usleep(10 * 1000);
+        }
+        if (!gone)
+            fail_msg("signal %d: %s still there 10 s after the run ended", sigs[i], dir);
+    }
+    unlink("twin-durable-long.yaml");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_nic_and_cpu_faults),
         cmocka_unit_test(test_restart_durable),
+        cmocka_unit_test(test_durable_dir_removed_when_killed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <errno.h>
 
@@ -82,14 +84,18 @@ struct twin {
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
     char **sg_argv; /* simgrid_init's arguments, sg_argc of them (owned) */
     int sg_argc;
-    char **sg_view;   /* the array simgrid_init was given (it reorders it; kept for the run) */
-    double max_sim_s; /* the run's end in simulated time (twin_limit) */
-    int limit_hit;    /* nodes were still running at max_sim_s */
+    char **sg_view;      /* the array simgrid_init was given (it reorders it; kept for the run) */
+    double max_sim_s;    /* the run's end in simulated time (twin_limit) */
+    int limit_hit;       /* nodes were still running at max_sim_s */
     int servers_stopped; /* twin_faults ended the run: a restart due later is not made */
     /* Where a worker's phase stats are made whole for the report: one for
      * all workers, who hand over one at a time (actors of one thread, and
      * twin_on_stats makes no simcall). */
     struct rkv_wl_phase_stats *hand_over;
+    /* A durable run's directory reaper (twin_durable_reaper): its pid and
+     * the write end of its pipe, or 0 and -1. */
+    pid_t reaper;
+    int reaper_fd;
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -416,6 +422,56 @@ static void twin_take_store(struct rkv_config *c, const struct rkv_config *u)
     memcpy(c->secret_file, u->secret_file, sizeof(c->secret_file));
 }
 
+/* A durable run's snapshots must not outlive it however it ends: Ctrl-C,
+ * a launcher's or the swarm's SIGKILL, a crash. A signal handler would need
+ * a global and would not see SIGKILL, so a small child process holds the
+ * read end of a pipe whose write end only this process has: once this
+ * process is gone, for whatever reason, its read returns 0 and it removes
+ * the directory. It ignores the terminal's signals (Ctrl-C reaches the
+ * whole process group) and holds none of this process's other descriptors:
+ * a caller reading this process's output to its end is not kept waiting.
+ * Forked before any node or SimGrid thread exists. Without it (fork or
+ * pipe failed) the run goes on, and only an abnormal end leaves the
+ * directory behind. */
+static void twin_durable_reaper(struct twin *t)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return;
+    }
+    if (pid == 0) {
+        int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP};
+        for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+            signal(sigs[i], SIG_IGN);
+        int rd = fcntl(p[0], F_DUPFD, 16);
+        if (rd < 0)
+            _exit(1);
+        close_range(3, (unsigned)rd - 1, 0);
+        close_range((unsigned)rd + 1, ~0u, 0);
+        int nul = open("/dev/null", O_RDWR);
+        for (int fd = 0; nul >= 0 && fd < 3; fd++)
+            if (fd != nul)
+                dup2(nul, fd);
+        if (nul > 2)
+            close(nul);
+        char c;
+        ssize_t r;
+        do
+            r = read(rd, &c, 1);
+        while (r != 0 && (r > 0 || errno == EINTR));
+        rkv_file_remove_dir(t->cfg.durable_dir);
+        _exit(0);
+    }
+    close(p[0]);
+    t->reaper = pid;
+    t->reaper_fd = p[1];
+}
+
 static int twin_config(struct twin *t, const struct rkv_twin_opts *o)
 {
     const struct rkv_scenario *sc = t->sc;
@@ -440,9 +496,11 @@ static int twin_config(struct twin *t, const struct rkv_twin_opts *o)
     t->cfg.log_level = t->log_level;
     if (sc->durable) {
         /* Snapshots are real files; their I/O takes no simulated time. */
-        snprintf(t->cfg.durable_dir, sizeof(t->cfg.durable_dir), "/tmp/rkv-twin-durable.XXXXXX");
+        snprintf(t->cfg.durable_dir, sizeof(t->cfg.durable_dir), "/tmp/rkv-twin-durable.%d.XXXXXX",
+                 (int)getpid());
         if (!mkdtemp(t->cfg.durable_dir))
             return -RKV_EIO;
+        twin_durable_reaper(t);
     }
     if (sc->sim_payloadless) {
         /* Thin rows keep every message small: small receive buffers keep
@@ -986,10 +1044,10 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
              * (tcp's launcher counts such a fault unfired too). */
             if (nd->fault && nd->fault->restart_after_s > 0) {
                 res->restarts_missed++;
-                fl += (size_t)snprintf(
-                    res->faults + fl, fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
-                    ", not restarted (restart_after_s %g: the run ended first)",
-                    nd->fault->restart_after_s);
+                fl += (size_t)snprintf(res->faults + fl,
+                                       fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
+                                       ", not restarted (restart_after_s %g: the run ended first)",
+                                       nd->fault->restart_after_s);
             }
             continue;
         }
@@ -1027,6 +1085,13 @@ static void twin_remove_durable(struct twin *t)
 {
     if (t->cfg.durable_dir[0])
         rkv_file_remove_dir(t->cfg.durable_dir);
+    if (t->reaper > 0) { /* it wakes, finds nothing to remove, and exits */
+        close(t->reaper_fd);
+        while (waitpid(t->reaper, NULL, 0) < 0 && errno == EINTR)
+            ;
+        t->reaper = 0;
+        t->reaper_fd = -1;
+    }
 }
 
 static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
@@ -1112,6 +1177,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                      .log_level = o->log_level,
                      .test_corrupt_row = o->test_corrupt_row,
                      .client0_phase = -1,
+                     .reaper_fd = -1,
                      .max_sim_s = o->max_sim_s > 0 ? o->max_sim_s : 3600};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";
