@@ -992,31 +992,59 @@ static void bench_usage(FILE *out)
         "this machine's shard costs; --help for each).\n");
 }
 
-static int bench_parse_sizes(struct bench *b, const char *list)
+static int bench_parse_sizes(struct bench *b, const char *list, char *err, size_t el)
 {
     b->n_sizes = 0;
     while (*list) {
         char *end;
         unsigned long long v = strtoull(list, &end, 10);
-        if (end == list || v < 4 || v % 4 || v > (64u << 20) || b->n_sizes == BENCH_MAX_SIZES)
+        if (end == list || v < 4 || v % 4 || v > (64u << 20) || b->n_sizes == BENCH_MAX_SIZES) {
+            snprintf(err, el,
+                     "--sizes: expected up to %d value sizes in bytes, multiples of 4 from 4 to "
+                     "64 MiB, separated by spaces or commas; \"%.40s\" is not",
+                     BENCH_MAX_SIZES, list);
             return -1;
+        }
         b->sizes[b->n_sizes++] = (uint32_t)v;
         list = end + strspn(end, " ,");
     }
+    if (!b->n_sizes)
+        snprintf(err, el, "--sizes: no sizes given");
     return b->n_sizes ? 0 : -1;
 }
 
-static int bench_args(struct bench *b, int argc, char **argv)
+/* An integer flag's value: the whole of it, within [lo, hi]. */
+static int bench_int(const char *flag, const char *v, long lo, long hi, int *out, char *err,
+                     size_t el)
 {
-    if (argc < 1)
-        return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi)
+        return snprintf(err, el, "%s: expected an integer in %ld..%ld, got \"%s\"", flag, lo, hi,
+                        v),
+               -1;
+    *out = (int)x;
+    return 0;
+}
+
+/* The command line; on a usage error, err says which argument and why. */
+static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t el)
+{
     static const char *names[] = {"tcp", "shm", "verbs"};
     int mode = -1;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; argc >= 1 && i < 3; i++)
         if (!strcmp(argv[0], names[i]))
             mode = i;
-    if (mode < 0)
+    if (mode < 0) {
+        if (argc < 1)
+            snprintf(err, el, "which backend? expected tcp, shm or verbs (or durable, local)");
+        else
+            snprintf(err, el,
+                     "unknown backend \"%s\": expected tcp, shm or verbs (or durable, local)",
+                     argv[0]);
         return -1;
+    }
     b->mode = (enum bench_mode)mode;
     b->mode_name = names[mode];
     b->reps = 5;
@@ -1025,32 +1053,44 @@ static int bench_args(struct bench *b, int argc, char **argv)
     const char *sizes =
         b->mode == BENCH_VERBS ? "4096 65536 1048576" : "4096 65536 1048576 16777216";
     for (int i = 1; i < argc; i++) {
-        char *end = NULL;
-        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            b->reps = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(argv[i], "--iperf-seconds") && i + 1 < argc)
-            b->iperf_s = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
-            sizes = argv[++i];
-        else if (!strcmp(argv[i], "--json"))
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0, verbs = b->mode == BENCH_VERBS;
+        if (!strcmp(a, "--json")) {
             b->json = 1;
-        else if (!strcmp(argv[i], "--port") && i + 1 < argc && b->mode == BENCH_VERBS)
-            b->port_flag = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(argv[i], "--gid-index") && i + 1 < argc && b->mode == BENCH_VERBS)
-            b->gid_flag = (int)strtol(argv[++i], &end, 10);
-        else if (!strncmp(argv[i], "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
+            continue;
+        }
+        int takes = !strcmp(a, "--reps") || !strcmp(a, "--iperf-seconds") ||
+                    !strcmp(a, "--sizes") || (verbs && !strcmp(a, "--port")) ||
+                    (verbs && !strcmp(a, "--gid-index"));
+        if (takes && !v) {
+            snprintf(err, el, "%s: needs a value", a);
+            return -1;
+        }
+        if (!strcmp(a, "--reps"))
+            rc = bench_int(a, v, 1, BENCH_MAX_REPS, &b->reps, err, el);
+        else if (!strcmp(a, "--iperf-seconds"))
+            rc = bench_int(a, v, 1, 60, &b->iperf_s, err, el);
+        else if (!strcmp(a, "--sizes"))
+            sizes = v;
+        else if (verbs && !strcmp(a, "--port"))
+            rc = bench_int(a, v, 1, 255, &b->port_flag, err, el);
+        else if (verbs && !strcmp(a, "--gid-index"))
+            rc = bench_int(a, v, 0, 255, &b->gid_flag, err, el);
+        else if (!strncmp(a, "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
             b->extra[b->n_extra++] = argv[i]; /* a setting, and its value if it has one */
-            if (!strchr(argv[i], '=') && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+            if (!strchr(a, '=') && v && strncmp(v, "--", 2))
                 b->extra[b->n_extra++] = argv[++i];
-        } else
+            continue;
+        } else {
+            snprintf(err, el, "%s: %s", a,
+                     strncmp(a, "--", 2) ? "unexpected argument" : "too many settings");
             return -1;
-        if (end && *end)
+        }
+        if (rc < 0)
             return -1;
+        i += takes;
     }
-    if (b->reps < 1 || b->reps > BENCH_MAX_REPS || b->iperf_s < 1 || b->iperf_s > 60 ||
-        b->port_flag == 0 || b->port_flag > 255 || b->gid_flag < -1 || b->gid_flag > 255)
-        return -1;
-    return bench_parse_sizes(b, sizes);
+    return bench_parse_sizes(b, sizes, err, el);
 }
 
 /* The busy-poll setting the clusters get, as they will read it. */
@@ -1143,7 +1183,9 @@ int cmd_bench(int argc, char **argv, const char *self)
         return RKV_EXIT_STORE;
     int code = RKV_EXIT_USAGE;
     b->self = self;
-    if (bench_args(b, argc, argv) < 0) {
+    char err[256] = "";
+    if (bench_args(b, argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv bench: %s\n\n", err);
         bench_usage(stderr);
         goto out;
     }

@@ -293,7 +293,20 @@ static void test_usage(void **state)
     assert_int_equal(run_rkv("", "bench"), 2);
     assert_int_equal(run_rkv("", "bench udp"), 2);
     assert_int_equal(run_rkv("", "bench tcp --reps 0"), 2);
+    /* A usage error names its argument first (it printed only the usage). */
+    assert_non_null(strstr(out, "rkv bench: --reps: expected an integer in 1..99, got \"0\""));
+    assert_int_equal(run_rkv("", "bench tcp --reps 3x"), 2);
+    assert_non_null(strstr(out, "--reps: expected an integer in 1..99, got \"3x\""));
+    assert_int_equal(run_rkv("", "bench tcp --reps"), 2);
+    assert_non_null(strstr(out, "rkv bench: --reps: needs a value"));
+    assert_int_equal(run_rkv("", "bench foo"), 2);
+    assert_non_null(strstr(out, "rkv bench: unknown backend \"foo\""));
+    assert_int_equal(run_rkv("", "bench"), 2);
+    assert_non_null(strstr(out, "rkv bench: which backend?"));
+    assert_int_equal(run_rkv("", "bench tcp stray"), 2);
+    assert_non_null(strstr(out, "rkv bench: stray: unexpected argument"));
     assert_int_equal(run_rkv("", "bench shm --sizes 4097"), 2);
+    assert_non_null(strstr(out, "--sizes: expected up to 8 value sizes"));
     assert_int_equal(run_rkv("", "bench shm --sizes 'x'"), 2);
     assert_int_equal(run_rkv("", "bench shm --reps 1 --sizes 4096 --no-such-setting 1"), 2);
     /* verbs: the port and GID overrides are checked; an address no RDMA
