@@ -605,11 +605,50 @@ int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg
     return 0;
 }
 
+int cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len)
+{
+    /* Only `rkv node` dispatches on the role; everything else built with it
+     * unread, so DMLC_ROLE=sever started a worker's program as if no role
+     * had been given. ps-lite and DGL compare these words exactly. */
+    static const char *const roles[] = {"", "server", "worker", "client", "scheduler"};
+    for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+        if (!strcmp(s->val[CMD_ROLE], roles[i]))
+            return 0;
+    return rkv_errf(err, err_len, -1,
+                    "role: unknown \"%s\" (%s); expected server, worker, client (DGL's word for "
+                    "a worker) or scheduler",
+                    s->val[CMD_ROLE], s->src[CMD_ROLE]);
+}
+
+/* DGL_NUM_SERVER is DGL's servers per machine, every machine's (its launch
+ * sets it from --num_servers). A cluster file in the older
+ * "host port servers" form that says otherwise for a machine left one of
+ * the two wrong, silently: the file's count won. servers-per-machine set
+ * under rkv's own names keeps its meaning there, the count of the lines
+ * that give none. */
+static int cmd_check_dgl_servers(const struct cmd_settings *s, const struct rkv_config *cfg,
+                                 uint32_t spm, char *err, size_t err_len)
+{
+    if (strcmp(s->src[CMD_SERVERS_PER_MACHINE], "env DGL_NUM_SERVER") != 0)
+        return 0;
+    for (uint32_t m = 0; m < cfg->n_machines; m++) {
+        const struct rkv_machine *ma = &cfg->machines[m];
+        if (ma->servers != spm)
+            return rkv_errf(err, err_len, -1,
+                            "DGL_NUM_SERVER=%u (servers on each machine) but the cluster file "
+                            "%s gives machine %u (%s %u) %u server%s: make them agree, or drop "
+                            "one of the two",
+                            spm, s->val[CMD_CLUSTER], m, ma->host, ma->base_port, ma->servers,
+                            ma->servers == 1 ? "" : "s");
+    }
+    return 0;
+}
+
 int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len)
 {
     rkv_config_defaults(cfg);
-    if (cmd_check_limits(s, err, err_len) < 0)
+    if (cmd_check_limits(s, err, err_len) < 0 || cmd_check_role(s, err, err_len) < 0)
         return -1; /* before the cluster file or anything else is allocated */
     uint32_t spm = 0;
     uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
@@ -620,6 +659,8 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
                                   : cmd_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
+    if (*s->val[CMD_CLUSTER] && cmd_check_dgl_servers(s, cfg, spm, err, err_len) < 0)
+        goto free_machines;
     uint32_t ll = 0, busy = 0;
     if (cmd_u32(s, CMD_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
         cmd_u32(s, CMD_MACHINE_ID, &cfg->machine_id, err, err_len) ||

@@ -371,6 +371,81 @@ static void test_pslite_role_without_scheduler(void **state)
     unsetenv("DMLC_PS_ROOT_PORT");
 }
 
+/* A role no launcher uses (DMLC_ROLE=sever) was built as if none had been
+ * given; every word ps-lite and DGL use still builds. */
+static void test_unknown_role_refused(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    unsetenv("RKV_ROLE");
+    unsetenv("DGL_ROLE");
+    setenv("DMLC_ROLE", "sever", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "role: unknown \"sever\" (env DMLC_ROLE); expected server, worker, client"))
+        fail_msg("got \"%s\"", err);
+    unsetenv("DMLC_ROLE");
+    setenv("DGL_ROLE", "Client", 1);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"Client\" (env DGL_ROLE)"));
+    unsetenv("DGL_ROLE");
+    assert_int_equal(rkv_settings_set(set, "role", "", err, sizeof(err)), 0);
+    static const char *const ok[] = {"", "server", "worker", "client"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        assert_int_equal(rkv_settings_set(set, "role", ok[i], err, sizeof(err)), 0);
+        assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+        rkv_config_release(&cfg);
+    }
+    assert_int_equal(rkv_settings_set(set, "role", "wroker", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"wroker\" (flag)"));
+    rkv_settings_destroy(set);
+}
+
+/* DGL_NUM_SERVER is DGL's servers on every machine: a cluster file whose
+ * server column says otherwise was silently taken over it. rkv's own
+ * servers-per-machine keeps its meaning (the count of lines without one). */
+static void test_dgl_num_server_against_cluster_file(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "";
+    struct rkv_config cfg;
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-dgl-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    unsetenv("RKV_SERVERS_PER_MACHINE");
+    setenv("DGL_NUM_SERVER", "2", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "DGL_NUM_SERVER=2 (servers on each machine) but the cluster file") ||
+        !strstr(err, "gives machine 1 (127.0.0.1 41002) 3 servers"))
+        fail_msg("got \"%s\"", err);
+    /* Agreeing, or a file without the column: builds. */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002\n", f);
+    fclose(f);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machines[1].servers, 2);
+    rkv_config_release(&cfg);
+    /* rkv's name for it, given here, is the default count as before. */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    assert_int_equal(rkv_settings_set(set, "servers-per-machine", "2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machines[1].servers, 3);
+    rkv_config_release(&cfg);
+    unsetenv("DGL_NUM_SERVER");
+    rkv_settings_destroy(set);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +458,8 @@ int main(void)
         cmocka_unit_test(test_host_list),
         cmocka_unit_test(test_verbs_settings),
         cmocka_unit_test(test_pslite_role_without_scheduler),
+        cmocka_unit_test(test_unknown_role_refused),
+        cmocka_unit_test(test_dgl_num_server_against_cluster_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -79,3 +79,37 @@ def test_pslite_environment_is_not_taken_for_a_cluster(monkeypatch, tmp_path):
     p = tmp_path / "ip.txt"
     p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+
+
+def test_a_role_typo_is_refused(monkeypatch):
+    # DMLC_ROLE=sever built a config as if no role had been given.
+    for k in ("RKV_ROLE", "DGL_ROLE", "DMLC_ROLE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DMLC_ROLE", "sever")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config().build()
+    assert e.value.code == -rkv.ECONFIG
+    assert 'role: unknown "sever" (env DMLC_ROLE)' in e.value.message
+    assert "server, worker, client" in e.value.message and "scheduler" in e.value.message
+    monkeypatch.delenv("DMLC_ROLE")
+    monkeypatch.setenv("DGL_ROLE", "trainer")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config().build()
+    assert '"trainer" (env DGL_ROLE)' in e.value.message
+    assert rkv.Config(role="client").build()[0].n_machines == 1  # DGL's word
+
+
+def test_dgl_num_server_disagreeing_with_the_cluster_file(monkeypatch, tmp_path):
+    # DGL_NUM_SERVER is DGL's servers per machine; the file's column won silently.
+    monkeypatch.delenv("RKV_SERVERS_PER_MACHINE", raising=False)
+    monkeypatch.setenv("DGL_NUM_SERVER", "1")
+    p = tmp_path / "ip_config.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p)).build()
+    assert e.value.code == -rkv.ECONFIG
+    assert "DGL_NUM_SERVER=1" in e.value.message and "2 servers" in e.value.message
+    monkeypatch.setenv("DGL_NUM_SERVER", "2")
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+    p.write_text("127.0.0.1 41000\n127.0.0.1 41002\n")  # DGL's own form: the count is DGL's
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
