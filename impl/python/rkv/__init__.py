@@ -904,7 +904,7 @@ class Client:
     get_data_name_list = data_name_list
 
     # -- the API --
-    def init_data(self, name, shape, dtype, part_policy="range", init="zeros", seed=0,
+    def init_data(self, name, shape, dtype, part_policy="range", init="zeros", seed=None,
                   with_state=False, local_index=None):
         """Creates tensor `name` of shape (rows, *row_shape) on every machine
         (idempotent for the same arguments). The store keeps the row length:
@@ -916,9 +916,10 @@ class Client:
         on each machine the indices of its rows must be a permutation of
         0..n-1 (EINVAL naming the first bad row otherwise). Without it a
         row's index is the count of earlier rows on its machine.
-        init: "zeros", "uniform" (seeded, in
+        init: "zeros", "uniform" (seeded by seed, default 0, in
         [-1, 1)), or a function (shape, dtype) -> values that this client then
-        assigns to every row (call it from one client, then barrier).
+        assigns to every row (call it from one client, then barrier); a seed
+        with another init is refused (it would be ignored).
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
         encoded = _name_bytes(name)
@@ -962,7 +963,12 @@ class Client:
         if init not in ("zeros", "uniform"):
             _fail(-EINVAL, "init %r: expected zeros, uniform or a function" % (init,))
         d.init = lib.RKV_INIT_UNIFORM if init == "uniform" else lib.RKV_INIT_ZEROS
-        d.init_seed = _int_arg(seed, "seed", 0, (1 << 64) - 1)
+        d.init_seed = 0 if seed is None else _int_arg(seed, "seed", 0, (1 << 64) - 1)
+        # The store reads the seed only for uniform rows: seed=S with zeros
+        # (or a function) built the same tensor whatever S was.
+        if seed is not None and init != "uniform":
+            _fail(-EINVAL, "seed %r: only init='uniform' takes a seed, not init=%s"
+                  % (seed, "a function" if fill is not None else repr(init)), ValueError)
         d.with_state = 1 if with_state else 0
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)

@@ -171,7 +171,8 @@ def test_arguments_that_are_not_what_they_look_like(client):
     e = refused(OverflowError, client.init_data, "a", (10, 4), "float32", seed=-1)
     assert "seed" in e.message
     assert "a" not in client.data_name_list()
-    client.init_data("a", (10, 4), "float32", seed=2**64 - 1)
+    client.init_data("s", (10, 4), "float32", init="uniform", seed=2**64 - 1)
+    client.init_data("a", (10, 4), "float32")
     rows = np.ones((1, 4), np.float32)
     e = refused(TypeError, client.push, "a", [0], rows, op=2.7)
     assert "op" in e.message and e.code == -rkv.EINVAL
@@ -252,3 +253,19 @@ def test_out_of_another_row_count_is_refused(client):
     rows = np.zeros((2, 3, 1), np.float64)
     client.pull("o", [3, 1], out=rows)
     np.testing.assert_array_equal(rows[..., 0], want[[3, 1]])
+
+
+def test_seed_without_uniform_init_is_refused(client):
+    # init="zeros" (the default) ignored the seed: two calls with different
+    # seeds made the same tensor, and neither said so.
+    e = refused(ValueError, client.init_data, "z", (10, 4), "float32", seed=5)
+    assert e.code == -rkv.EINVAL and "seed 5" in e.message and "uniform" in e.message
+    e = refused(ValueError, client.init_data, "z", (10, 4), "float32", init="zeros", seed=0)
+    assert "init='zeros'" in e.message
+    e = refused(ValueError, client.init_data, "z", (10, 4), "float32",
+                init=lambda shape, dt: np.ones(shape, dt), seed=1)
+    assert "a function" in e.message
+    assert "z" not in client.data_name_list()
+    client.init_data("z", (10, 4), "float32")
+    client.init_data("u", (10, 4), "float32", init="uniform", seed=5)
+    client.init_data("u0", (10, 4), "float32", init="uniform")  # seed 0, as before
