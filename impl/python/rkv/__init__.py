@@ -969,7 +969,11 @@ class Client:
         if seed is not None and init != "uniform":
             _fail(-EINVAL, "seed %r: only init='uniform' takes a seed, not init=%s"
                   % (seed, "a function" if fill is not None else repr(init)), ValueError)
-        d.with_state = 1 if with_state else 0
+        # Any truthy object was state: with_state="no" made it.
+        if not isinstance(with_state, (bool, int, np.bool_, np.integer)) or \
+                int(with_state) not in (0, 1):
+            _fail(-EINVAL, "with_state %r: expected True or False" % (with_state,), TypeError)
+        d.with_state = int(with_state)
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
         if fill is not None:
@@ -1002,16 +1006,23 @@ class Client:
                   % (m.name, n, n, m.row_shape, a.shape))
         return np.ascontiguousarray(a, dtype=m.dtype)
 
-    def push(self, name, ids, data, op="sum", lr=0.0, async_=False):
+    def push(self, name, ids, data, op="sum", lr=None, async_=False):
         """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
-        data) or "adagrad", or a registered custom op's number. Returns once every
-        server acknowledged; with async_=True returns a PushHandle at once."""
+        data) or "adagrad" (both need lr; assign and sum take none), or a
+        registered custom op's number (lr is its parameter, default 0). Returns
+        once every server acknowledged; with async_=True returns a PushHandle at once."""
         m = self._meta.get(name) or self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
         if code is None:
             _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
                   % op)
-        lr = _real_arg(lr, "lr")
+        # lr defaulted to 0.0: op="sgd" without one pushed row -= 0 * grad,
+        # nothing, and said nothing; one given to a sum was ignored.
+        if lr is None and code in (_OPS["sgd"], _OPS["adagrad"]):
+            _fail(-EINVAL, "lr: op %r needs a learning rate (lr=...)" % (op,), TypeError)
+        if lr is not None and code in (_OPS["assign"], _OPS["sum"]):
+            _fail(-EINVAL, "lr %r: op %r takes no learning rate" % (lr, op), ValueError)
+        lr = 0.0 if lr is None else _real_arg(lr, "lr")
         ida = _ids_array(ids)
         n = ida.size
         rows = self._rows(m, data, n)

@@ -269,3 +269,30 @@ def test_seed_without_uniform_init_is_refused(client):
     client.init_data("z", (10, 4), "float32")
     client.init_data("u", (10, 4), "float32", init="uniform", seed=5)
     client.init_data("u0", (10, 4), "float32", init="uniform")  # seed 0, as before
+
+
+def test_learning_rate_where_the_op_reads_one(client):
+    # lr defaulted to 0.0: op="sgd" without one applied row -= 0 * grad and
+    # returned as if it had trained; an lr given to a sum was ignored.
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for op in ("sgd", "adagrad", 2, 3):
+        e = refused(TypeError, client.push, "w", [0], g, op=op)
+        assert e.code == -rkv.EINVAL and "needs a learning rate" in e.message
+    for op in ("sum", "assign", 0, 1):
+        e = refused(ValueError, client.push, "w", [0], g, op=op, lr=0.1)
+        assert "takes no learning rate" in e.message
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+    client.push("w", [0], g, op="sgd", lr=0.5)
+    client.push("w", [0], g, op="sum")
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0.5, 0.5]])
+
+
+def test_with_state_is_a_bool(client):
+    # Any truthy object made state: with_state="no" kept some.
+    for v in ("no", "False", 2, None, 0.0):
+        e = refused(TypeError, client.init_data, "s", (10, 2), "float32", with_state=v)
+        assert "with_state" in e.message
+    assert "s" not in client.data_name_list()
+    client.init_data("s", (10, 2), "float32", with_state=np.bool_(False))
+    assert not client.list()[0].with_state
