@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/config.h"
@@ -683,9 +684,17 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     if (*secret_file) {
         /* The NIC reads it when it opens (so a long secret is not cut to
          * rkv_config.secret's size); said here if it cannot. */
-        if (access(secret_file, R_OK) != 0) {
+        struct stat st;
+        if (access(secret_file, R_OK) != 0 || stat(secret_file, &st) != 0) {
             rkv_errf(err, err_len, -1, "secret-file: cannot read %s: %s", secret_file,
                      strerror(errno));
+            goto free_machines;
+        }
+        /* Either read as a secret of no bytes: a cluster anyone may join,
+         * when its user asked for one only they can. */
+        if (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size == 0)) {
+            rkv_errf(err, err_len, -1, "secret-file: %s is %s, not a secret", secret_file,
+                     S_ISDIR(st.st_mode) ? "a directory" : "empty");
             goto free_machines;
         }
         if (strlen(secret_file) >= sizeof(cfg->secret_file)) {

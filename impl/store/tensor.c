@@ -348,7 +348,10 @@ int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, si
         snprintf(path, sizeof(path), "%.*s", (int)sizeof(cfg->secret_file), cfg->secret_file);
         int rc = rkv_nic_read_secret_file(nic, path);
         if (rc < 0)
-            return rkv_errf(err, err_len, rc, "cannot read the secret file %s", path);
+            return rkv_errf(err, err_len, rc,
+                            "cannot read the secret file %s (missing, unreadable, a directory "
+                            "or empty: the log says which)",
+                            path);
     } /* else the NIC's own, from the environment */
     return 0;
 }

@@ -274,3 +274,23 @@ def test_server_refused_in_a_forked_child(tmp_path):
         s.close()
     assert got, "Server.run() in a forked child did not return"
     assert got == bytes([7]), got
+
+
+def test_a_secret_file_that_holds_no_secret_is_refused(tmp_path, monkeypatch):
+    # A directory (fopen opens one, fread fails) or an empty file was read
+    # as an empty secret: the server ran open to anyone, its user having
+    # asked for a secret.
+    monkeypatch.delenv("RKV_TOKEN", raising=False)
+    monkeypatch.delenv("RKV_SECRET_FILE", raising=False)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    newline = tmp_path / "newline"
+    newline.write_text("\n")
+    from launch import free_ports
+    for path, why in ((tmp_path, "a directory"), (empty, "empty"), (newline, None)):
+        cfg = rkv.Config(base_port=free_ports(1), secret_file=str(path))
+        with pytest.raises(rkv.Error) as e:
+            rkv.Server(cfg, server_id=0).close()
+        assert e.value.code == -rkv.ECONFIG and "secret" in e.value.message
+        if why:
+            assert why in e.value.message
