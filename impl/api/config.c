@@ -240,6 +240,14 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
                         "%s:%d: host \"%s\": write the port after a space (\"%.*s %s\"), not a "
                         "colon",
                         path, ln, host, (int)(colon - host), host, colon + 1);
+    /* "host,port" (a CSV habit) was taken as one host name and failed only
+     * when a server listened or a client dialled. */
+    const char *comma = strchr(host, ',');
+    if (comma)
+        return rkv_errf(err, err_len, -1,
+                        "%s:%d: host \"%s\": a comma; separate the fields with spaces "
+                        "(\"host base_port servers\")",
+                        path, ln, host);
     for (const char *c = host; *c; c++)
         if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
             return rkv_errf(err, err_len, -1,
@@ -344,6 +352,16 @@ int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
         char *hash = strchr(line, '#');
         if (hash)
             *hash = 0;
+        /* A file with CR line ends (old Mac editors) is one line here: its
+         * first machine was taken and the rest dropped without a word. */
+        char *cr = strchr(line, '\r');
+        if (cr && cr[1] && cr[1] != '\n') {
+            rc = rkv_errf(err, err_len, -1,
+                          "%s:%d: a carriage return inside the line (CR line ends?): end each "
+                          "machine's line with a newline",
+                          path, ln);
+            break;
+        }
         line[strcspn(line, "\r\n")] = 0;
         char *p = line;
         if (ln == 1 && !memcmp(p, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark (an editor's) */
@@ -483,7 +501,7 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
-    int discover = strcmp(s->val[CMD_DISCOVER], "0") != 0;
+    int discover = strcmp(s->val[CMD_DISCOVER], "1") == 0; /* 0 or 1: cmd_build_config */
     for (uint32_t m = 0; m < nm; m++) {
         if ((m == 0 || !discover) && /* else learned from server 0 at start */
             cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host, sizeof(cfg->machines[m].host),
@@ -655,6 +673,11 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
     if (cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
+    /* Anything but "0" was on: discover=no or =false left every machine
+     * but 0 without a host, waiting for an announcement. */
+    if (strcmp(s->val[CMD_DISCOVER], "0") && strcmp(s->val[CMD_DISCOVER], "1"))
+        return rkv_errf(err, err_len, -1, "discover: expected 0 or 1, got \"%s\" (%s)",
+                        s->val[CMD_DISCOVER], s->src[CMD_DISCOVER]);
     int rc = *s->val[CMD_CLUSTER] ? cmd_cluster_parse(s->val[CMD_CLUSTER], spm, &cfg->machines,
                                                       &cfg->n_machines, err, err_len)
                                   : cmd_local_machines(s, cfg, err, err_len);

@@ -446,6 +446,88 @@ static void test_dgl_num_server_against_cluster_file(void **state)
     unlink(path);
 }
 
+/* Cluster files as editors and habits write them: blank lines, comments,
+ * tabs, CRLF and no final newline build; CR-only line ends (the rest of the
+ * file was dropped after the first machine) and "host,port" (one host name,
+ * failing only when dialled) are refused naming the line. */
+static void cluster_builds(const char *text, uint32_t n_machines)
+{
+    char path[64], err[512] = "";
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-odd-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    int rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    unlink(path);
+    rkv_settings_destroy(set);
+    if (rc != 0)
+        fail_msg("\"%s\": %s", text, err);
+    assert_int_equal(cfg.n_machines, n_machines);
+    rkv_config_release(&cfg);
+}
+
+static void cluster_refused(const char *text, const char *want)
+{
+    char path[64], err[512] = "";
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-odd-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    int rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    unlink(path);
+    rkv_settings_destroy(set);
+    if (rc != -RKV_ECONFIG || !strstr(err, want))
+        fail_msg("\"%s\": rc %d, \"%s\" (expected \"%s\")", text, rc, err, want);
+}
+
+static void test_cluster_file_as_written(void **state)
+{
+    (void)state;
+    unsetenv("DGL_NUM_SERVER");
+    unsetenv("RKV_SERVERS_PER_MACHINE");
+    cluster_builds("\n# c\n  127.0.0.1\t41000   # m0\r\n\r\n\t127.0.0.2  41000\n", 2);
+    cluster_builds("127.0.0.1 41000", 1);
+    cluster_builds("127.0.0.1 41000 2\r\n127.0.0.1 41002 2\r\n", 2);
+    cluster_refused("127.0.0.1 41000\r127.0.0.2 41000\r",
+                    ":1: a carriage return inside the line (CR line ends?)");
+    cluster_refused("127.0.0.1 41000\n127.0.0.2,41000\n",
+                    ":2: host \"127.0.0.2,41000\": a comma; separate the fields with spaces");
+}
+
+/* discover=no (anything but "0") was on. */
+static void test_discover_is_0_or_1(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    struct rkv_settings *set = make();
+    static const char *const bad[] = {"no", "yes", "2", "false", "true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rkv_settings_set(set, "discover", bad[i], err, sizeof(err)), 0);
+        assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+        assert_non_null(strstr(err, "discover: expected 0 or 1"));
+    }
+    assert_int_equal(rkv_settings_set(set, "machines", "2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "host", "10.0.0.1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "discover", "0", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[1].host, "10.0.0.1");
+    rkv_config_release(&cfg);
+    assert_int_equal(rkv_settings_set(set, "discover", "1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[1].host, "");
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -460,6 +542,8 @@ int main(void)
         cmocka_unit_test(test_pslite_role_without_scheduler),
         cmocka_unit_test(test_unknown_role_refused),
         cmocka_unit_test(test_dgl_num_server_against_cluster_file),
+        cmocka_unit_test(test_cluster_file_as_written),
+        cmocka_unit_test(test_discover_is_0_or_1),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
