@@ -663,6 +663,30 @@ static int cmd_check_dgl_servers(const struct cmd_settings *s, const struct rkv_
     return 0;
 }
 
+/* num-servers (DMLC_NUM_SERVER, ps-lite's count of every server) beside a
+ * cluster file, which says how many there are: one that disagrees was
+ * ignored, and a launch sized by it waited for servers that never came or
+ * started some the cluster has no id for. */
+static int cmd_check_total_servers(const struct cmd_settings *s, const struct rkv_config *cfg,
+                                   char *err, size_t err_len)
+{
+    if (!*s->val[CMD_NUM_SERVERS])
+        return 0;
+    uint64_t want = 0, total = 0;
+    if (cmd_get_u64(s, CMD_NUM_SERVERS, &want, err, err_len) < 0)
+        return -1;
+    for (uint32_t m = 0; m < cfg->n_machines; m++)
+        total += cfg->machines[m].servers;
+    if (want != total)
+        return rkv_errf(err, err_len, -1,
+                        "num-servers %llu (%s) but the cluster file %s has %llu server%s on %u "
+                        "machine%s: make them agree, or drop num-servers",
+                        (unsigned long long)want, s->src[CMD_NUM_SERVERS], s->val[CMD_CLUSTER],
+                        (unsigned long long)total, total == 1 ? "" : "s", cfg->n_machines,
+                        cfg->n_machines == 1 ? "" : "s");
+    return 0;
+}
+
 int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len)
 {
@@ -683,7 +707,8 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
                                   : cmd_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
-    if (*s->val[CMD_CLUSTER] && cmd_check_dgl_servers(s, cfg, spm, err, err_len) < 0)
+    if (*s->val[CMD_CLUSTER] && (cmd_check_dgl_servers(s, cfg, spm, err, err_len) < 0 ||
+                                 cmd_check_total_servers(s, cfg, err, err_len) < 0))
         goto free_machines;
     uint32_t ll = 0, busy = 0;
     if (cmd_u32(s, CMD_NUM_WORKERS, &cfg->n_workers, err, err_len) ||

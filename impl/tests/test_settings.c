@@ -502,6 +502,34 @@ static void test_cluster_file_as_written(void **state)
                     ":2: host \"127.0.0.2,41000\": a comma; separate the fields with spaces");
 }
 
+/* DMLC_NUM_SERVER (every server, in ps-lite) beside a cluster file that
+ * says otherwise was ignored. */
+static void test_num_servers_against_cluster_file(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "";
+    struct rkv_config cfg;
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-ns-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    unsetenv("RKV_NUM_SERVERS");
+    setenv("DMLC_NUM_SERVER", "4", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    unsetenv("DMLC_NUM_SERVER");
+    if (!strstr(err, "num-servers 4 (env DMLC_NUM_SERVER) but the cluster file") ||
+        !strstr(err, "has 5 servers on 2 machines"))
+        fail_msg("got \"%s\"", err);
+    assert_int_equal(rkv_settings_set(set, "num-servers", "5", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unlink(path);
+}
+
 /* discover=no (anything but "0") was on. */
 static void test_discover_is_0_or_1(void **state)
 {
@@ -544,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_dgl_num_server_against_cluster_file),
         cmocka_unit_test(test_cluster_file_as_written),
         cmocka_unit_test(test_discover_is_0_or_1),
+        cmocka_unit_test(test_num_servers_against_cluster_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

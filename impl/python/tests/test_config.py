@@ -77,7 +77,7 @@ def test_pslite_environment_is_not_taken_for_a_cluster(monkeypatch, tmp_path):
     # rkv's own convention given here, or a cluster file, builds as before.
     assert rkv.Config(role="server").build()[0].n_machines == 1
     p = tmp_path / "ip.txt"
-    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    p.write_text("127.0.0.1 41000 1\n127.0.0.1 41002 1\n")  # DMLC_NUM_SERVER=2 servers
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
 
 
@@ -112,4 +112,21 @@ def test_dgl_num_server_disagreeing_with_the_cluster_file(monkeypatch, tmp_path)
     monkeypatch.setenv("DGL_NUM_SERVER", "2")
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
     p.write_text("127.0.0.1 41000\n127.0.0.1 41002\n")  # DGL's own form: the count is DGL's
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+
+
+def test_dmlc_num_server_disagreeing_with_the_cluster_file(monkeypatch, tmp_path):
+    # ps-lite's DMLC_NUM_SERVER counts every server; beside a cluster file
+    # that says otherwise it was ignored.
+    for k in ("RKV_NUM_SERVERS", "RKV_ROLE", "DMLC_ROLE", "DGL_NUM_SERVER"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DMLC_NUM_SERVER", "3")
+    p = tmp_path / "ip_config.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p)).build()
+    assert e.value.code == -rkv.ECONFIG
+    assert "num-servers 3 (env DMLC_NUM_SERVER)" in e.value.message
+    assert "has 4 servers on 2 machines" in e.value.message
+    monkeypatch.setenv("DMLC_NUM_SERVER", "4")
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
