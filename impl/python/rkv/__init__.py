@@ -562,7 +562,13 @@ class Server:
     def __init__(self, config=None, server_id=None, local_id=None):
         cfg, local = _as_config(config).copy(server_id=server_id).build()
         if local_id is not None:
-            local = _int_arg(local_id, "local_id", 0, 255)
+            lid = _int_arg(local_id, "local_id", 0, 255)
+            # local_id replaced the server_id's local index: Server(server_id=1,
+            # local_id=0) became machine 0's server 0, not server 1.
+            if server_id is not None and lid != local:
+                _fail(-EINVAL, "server_id %r is server %d of machine %d, but local_id says %d: "
+                      "give one of them" % (server_id, local, cfg.machine_id, lid), ValueError)
+            local = lid
         p = ffi.new("struct rkv_server **")
         err = _errbuf()
         rc = lib.rkv_server_create(cfg, local, p, err, _ERR_LEN)

@@ -294,3 +294,17 @@ def test_a_secret_file_that_holds_no_secret_is_refused(tmp_path, monkeypatch):
         assert e.value.code == -rkv.ECONFIG and "secret" in e.value.message
         if why:
             assert why in e.value.message
+
+
+def test_server_id_and_a_disagreeing_local_id(tmp_path):
+    # local_id replaced server_id's local index: server_id=1 with local_id=0
+    # served as server 0, a second server 0 on machine 0.
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(4), 2, 2)
+    cfg = rkv.Config(cluster=path)
+    with pytest.raises(rkv.Error) as e:
+        rkv.Server(cfg, server_id=1, local_id=0)
+    assert isinstance(e.value, ValueError) and e.value.code == -rkv.EINVAL
+    assert "server_id 1 is server 1 of machine 0, but local_id says 0" in e.value.message
+    with rkv.Server(cfg, server_id=3, local_id=1) as s:  # agreeing: as before
+        assert (s.machine_id, s.local_id) == (1, 1)
