@@ -1064,7 +1064,7 @@ class Client:
         self._call(lib.rkv_client_pull_len, m.bname, hid, n)
         return n[0]
 
-    def pull(self, name, ids, out=None, handler=None, param=0.0):
+    def pull(self, name, ids, out=None, handler=None, param=None):
         """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
         without torch). With out (a tensor or array of that many elements, flat
         or of n rows), pulls
@@ -1074,11 +1074,18 @@ class Client:
         handler (DGL's _udf_pull_handler) says what each row's reply is:
         None or "rows" the row; "with_state" the row then its optimizer state
         (shape (n, 2 * row_len); tensors created with_state); or a custom
-        handler's id (see register_pull_handler), called with param; replies
+        handler's id (see register_pull_handler), called with param (default 0;
+        refused with the others, which take none); replies
         of L = pull_len(name, handler) elements are (n, L), or (n,) for L 1.
         Unknown handlers raise ENOHANDLER before anything is sent."""
         m = self._meta.get(name) or self._m(name)
         hid = _handler_id(handler)
+        # Only a custom handler reads param: pull(name, ids, param=0.5)
+        # without one returned the rows as if param meant nothing.
+        if param is not None and hid in (PULL_ROWS, PULL_WITH_STATE):
+            _fail(-EINVAL, "param %r: only a custom pull handler takes one (handler=%r)"
+                  % (param, handler), ValueError)
+        param = 0.0 if param is None else _real_arg(param, "param")
         ida = _ids_array(ids)
         n = ida.size
         # The reply length is the client's registration's, read under the same
@@ -1138,8 +1145,7 @@ class Client:
             if hid == PULL_ROWS:
                 rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
             else:
-                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid,
-                                              _real_arg(param, "param"))
+                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
             if rc < 0:
                 _fail(rc, self._errmsg())
         if out is None:

@@ -296,3 +296,15 @@ def test_with_state_is_a_bool(client):
     assert "s" not in client.data_name_list()
     client.init_data("s", (10, 2), "float32", with_state=np.bool_(False))
     assert not client.list()[0].with_state
+
+
+def test_pull_param_only_with_a_custom_handler(client):
+    # param without a custom handler was ignored: the rows came back as if
+    # it meant nothing.
+    client.init_data("p", (10, 2), "float32", with_state=True)
+    for handler in (None, "rows", "with_state", rkv.PULL_ROWS):
+        e = refused(ValueError, client.pull, "p", [0], handler=handler, param=0.5)
+        assert e.code == -rkv.EINVAL and "only a custom pull handler" in e.message
+    assert client.pull("p", [0, 1], handler="with_state").shape == (2, 4)
+    e = refused(ValueError, client.pull, "p", [0], handler=rkv.PULL_CUSTOM, param=float("nan"))
+    assert "finite" in e.message
