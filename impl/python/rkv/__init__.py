@@ -997,6 +997,7 @@ class Client:
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
         when pull returns torch tensors. Unlike DGL's, shape is (rows, row_len),
         or (rows,) for one element a row, whatever shape init_data was given."""
+        self._live()  # from the cache too: after close() it answered as if open
         m = self._m(name)
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
@@ -1054,6 +1055,7 @@ class Client:
 
     def pull_len(self, name, handler):
         """Elements per row that pull(name, ids, handler=handler) returns."""
+        self._live()
         m = self._meta.get(name) or self._m(name)
         return self._pull_len(m, _handler_id(handler))
 

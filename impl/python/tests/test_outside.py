@@ -308,3 +308,16 @@ def test_server_id_and_a_disagreeing_local_id(tmp_path):
     assert "server_id 1 is server 1 of machine 0, but local_id says 0" in e.value.message
     with rkv.Server(cfg, server_id=3, local_id=1) as s:  # agreeing: as before
         assert (s.machine_id, s.local_id) == (1, 1)
+
+
+def test_meta_after_close_says_closed(cluster):
+    # get_data_meta and pull_len answered from the client's cache after
+    # close(), where every other call says the client is closed.
+    c = cluster.client()
+    c.init_data("t", (10, 4), "float32")
+    assert c.get_data_meta("t")[1] == (10, 4) and c.pull_len("t", None) == 4
+    cluster.stop()
+    for call in (lambda: c.get_data_meta("t"), lambda: c.pull_len("t", None)):
+        with pytest.raises(rkv.Error) as e:
+            call()
+        assert e.value.code == -rkv.ESHUTDOWN and "closed" in e.value.message
