@@ -360,6 +360,10 @@ RKV_API void rkv_server_destroy(struct rkv_server *srv);
 
 /* ---- client (worker) ---- */
 struct rkv_client;
+/* A NULL client or server (a create whose failure went unchecked) is
+ * refused by every call that returns an int (-RKV_EINVAL); the others do
+ * nothing or return 0, RKV_CLIENT_OBSERVER (rkv_client_id) or a message
+ * saying so (rkv_client_errmsg, rkv_server_errmsg). */
 
 /* Joins server 0 and blocks until all cfg->n_workers clients joined and it
  * assigned ids (or the connect retry time + cfg->timeout_ms passed). Other

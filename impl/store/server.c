@@ -2096,6 +2096,8 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
 /* Once it returns, no push or pull runs the handler it replaced. */
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
+    if (!s) /* a create whose failure went unchecked: it crashed */
+        return -RKV_EINVAL;
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_handler_register_at(&s->ht, op, fn, user);
     s->port->ops->mutex_unlock(s->hmu);
@@ -2105,6 +2107,8 @@ int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn,
 int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
+    if (!s)
+        return -RKV_EINVAL;
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
     s->port->ops->mutex_unlock(s->hmu);
@@ -2113,6 +2117,8 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
 
 int rkv_server_run(struct rkv_server *s)
 {
+    if (!s)
+        return -RKV_EINVAL;
     /* A restart's replay that waited for the custom handlers registered
      * since create; only then does the server listen. */
     if (s->replay_pending) {
@@ -2143,6 +2149,8 @@ int rkv_server_run(struct rkv_server *s)
 
 void rkv_server_stop(struct rkv_server *s)
 {
+    if (!s)
+        return;
     /* Only the flag run waits on: shut and the shards' closed flags are
      * the engine thread's, set by a client's SHUTDOWN. */
     s->port->ops->mutex_lock(s->mu);
@@ -2153,6 +2161,8 @@ void rkv_server_stop(struct rkv_server *s)
 
 const char *rkv_server_errmsg(const struct rkv_server *s)
 {
+    if (!s)
+        return "server is NULL (did its rkv_server_create fail?)";
     return s->err;
 }
 
