@@ -803,6 +803,7 @@ class Client:
         self._orphans = []  # of them, those whose PushHandle was dropped
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
+        self._registered = {}  # address -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self.observer = bool(observer)
@@ -1217,16 +1218,39 @@ class Client:
         if err is not None:
             _fail(err[0], "a push whose handle was dropped failed: %s" % err[1])
 
+    def _region(self, array, what):
+        """array's own memory (a numpy array or a CPU torch tensor, C-contiguous
+        and writable) as (ndarray, address)."""
+        # Anything else is converted into a temporary, freed on return: a list,
+        # a GPU tensor. Registered, its address stayed in the cache, and the
+        # next buffer malloc put there was taken as registered.
+        if not isinstance(array, np.ndarray) and not _is_torch(array):
+            _fail(-EINVAL, "%s: expected a numpy array or a CPU torch tensor (its memory is "
+                  "what is registered), got %s" % (what, type(array).__name__), TypeError)
+        if _is_torch(array) and array.device.type != "cpu":
+            _fail(-EINVAL, "%s: a tensor on %s; only CPU memory can be registered"
+                  % (what, array.device), ValueError)
+        a = _as_numpy(array)
+        if not a.flags.c_contiguous or not a.flags.writeable:
+            _fail(-EINVAL, "%s: expected a C-contiguous, writable array" % what, ValueError)
+        p = ffi.from_buffer(a, require_writable=True)
+        return a, p
+
     def register(self, array):
         """Keeps array's memory registered for zero-copy pulls and pushes (see
-        rkv_client_register) until deregister(array)."""
-        a = _as_numpy(array)
-        p = ffi.from_buffer(a, require_writable=True)
+        rkv_client_register) until deregister(array). The client holds the
+        array until then: memory freed while registered and reused at the same
+        address would be taken as registered."""
+        a, p = self._region(array, "register")
         self._call(lib.rkv_client_register, p, a.nbytes)
+        self._registered[int(ffi.cast("uintptr_t", p))] = a
 
     def deregister(self, array):
-        a = _as_numpy(array)
-        self._call(lib.rkv_client_deregister, ffi.from_buffer(a, require_writable=True))
+        a, p = self._region(array, "deregister")
+        try:
+            self._call(lib.rkv_client_deregister, p)
+        finally:  # also when the cache had dropped it (least recently used)
+            self._registered.pop(int(ffi.cast("uintptr_t", p)), None)
 
     def stats(self, reset=False):
         """This client's counters (rkv_client_stats), as a dict:
@@ -1289,6 +1313,7 @@ class Client:
                 rec.dropped = True
             self._inflight.clear()
             self._orphans.clear()
+            self._registered.clear()
 
     def __enter__(self):
         return self

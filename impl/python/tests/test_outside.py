@@ -321,3 +321,35 @@ def test_meta_after_close_says_closed(cluster):
         with pytest.raises(rkv.Error) as e:
             call()
         assert e.value.code == -rkv.ESHUTDOWN and "closed" in e.value.message
+
+
+def test_register_keeps_its_memory_and_refuses_temporaries(cluster):
+    # register([..]) registered a temporary array freed on return, and a
+    # registered array the caller dropped was freed: the next buffer malloc
+    # put at that address was taken as registered (deregister(np.zeros(10))
+    # of an array never registered "succeeded").
+    import weakref
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    for bad, kind in (([1.0, 2.0], TypeError), ((1, 2), TypeError),
+                      (np.zeros((8, 8))[:, 0], ValueError)):
+        with pytest.raises(rkv.Error) as e:
+            c.register(bad)
+        assert isinstance(e.value, kind) and e.value.code == -rkv.EINVAL
+    ro = np.zeros(8)
+    ro.flags.writeable = False
+    with pytest.raises(rkv.Error):
+        c.register(ro)
+    a = np.zeros((4, 4), np.float32)
+    ref = weakref.ref(a)
+    c.register(a)
+    del a
+    gc.collect()
+    assert ref() is not None, "a registered array was freed while registered"
+    c.pull("t", [0, 1, 2, 3], out=ref())  # into the registered memory
+    c.deregister(ref())
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(rkv.Error) as e:
+        c.deregister(np.zeros((4, 4), np.float32))
+    assert "no registration" in e.value.message
