@@ -981,14 +981,22 @@ class Client:
                 int(with_state) not in (0, 1):
             _fail(-EINVAL, "with_state %r: expected True or False" % (with_state,), TypeError)
         d.with_state = int(with_state)
-        self._call(lib.rkv_client_init_data, d)
-        self._meta.pop(name, None)
+        values = None
         if fill is not None:
+            # Called and checked before the tensor exists: a function that
+            # raised or gave the wrong count or type left a tensor of zeros
+            # behind, which a corrected retry then met as already there.
             values = _as_numpy(fill(shape, dt), values=True)
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))
+            if values.dtype != dt:
+                values = _cast_fit(values, dt, "init function: tensor '%s' holds %s"
+                                   % (name, dt))
             values = values.reshape(shape[0], d.row_len)
+        self._call(lib.rkv_client_init_data, d)
+        self._meta.pop(name, None)
+        if values is not None:
             step = max(1, (64 << 20) // (d.row_len * dt.itemsize))  # 64 MiB per push
             for r in range(0, shape[0], step):
                 self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),

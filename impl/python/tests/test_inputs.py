@@ -308,3 +308,23 @@ def test_pull_param_only_with_a_custom_handler(client):
     assert client.pull("p", [0, 1], handler="with_state").shape == (2, 4)
     e = refused(ValueError, client.pull, "p", [0], handler=rkv.PULL_CUSTOM, param=float("nan"))
     assert "finite" in e.message
+
+
+def test_init_function_checked_before_the_tensor_exists(client):
+    # A function giving the wrong count or type (or raising) left a tensor
+    # of zeros behind.
+    bad = (lambda shape, dt: np.ones(7),
+           lambda shape, dt: None,
+           lambda shape, dt: np.full(shape, 0.5),  # floats into an int tensor
+           lambda shape, dt: np.full(shape, 2**40))  # does not fit int32
+    for i, fn in enumerate(bad):
+        with pytest.raises(rkv.Error):
+            client.init_data("fn%d" % i, (4, 2), "int32", init=fn)
+
+    def boom(shape, dt):
+        raise RuntimeError("no data")
+    with pytest.raises(RuntimeError):
+        client.init_data("fn9", (4, 2), "int32", init=boom)
+    assert not any(n.startswith("fn") for n in client.data_name_list())
+    client.init_data("fn0", (4, 2), "int32", init=lambda shape, dt: np.arange(8).reshape(shape))
+    np.testing.assert_array_equal(client.pull("fn0", [3]).numpy(), [[6, 7]])
