@@ -134,6 +134,14 @@ def _int_arg(v, what, lo, hi):
     return v
 
 
+def _bool_arg(v, what):
+    """A flag: True/False (or 0/1 of any integer type). Any truthy object was
+    taken as True: with_state="no" made state, async_="no" an async push."""
+    if not isinstance(v, (bool, int, np.bool_, np.integer)) or int(v) not in (0, 1):
+        _fail(-EINVAL, "%s %r: expected True or False" % (what, v), TypeError)
+    return bool(v)
+
+
 def _real_arg(v, what):
     """A finite float argument (a learning rate, a handler's param)."""
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -976,11 +984,7 @@ class Client:
         if seed is not None and init != "uniform":
             _fail(-EINVAL, "seed %r: only init='uniform' takes a seed, not init=%s"
                   % (seed, "a function" if fill is not None else repr(init)), ValueError)
-        # Any truthy object was state: with_state="no" made it.
-        if not isinstance(with_state, (bool, int, np.bool_, np.integer)) or \
-                int(with_state) not in (0, 1):
-            _fail(-EINVAL, "with_state %r: expected True or False" % (with_state,), TypeError)
-        d.with_state = int(with_state)
+        d.with_state = int(_bool_arg(with_state, "with_state"))
         values = None
         if fill is not None:
             # Called and checked before the tensor exists: a function that
@@ -1039,6 +1043,7 @@ class Client:
         if lr is not None and code in (_OPS["assign"], _OPS["sum"]):
             _fail(-EINVAL, "lr %r: op %r takes no learning rate" % (lr, op), ValueError)
         lr = 0.0 if lr is None else _real_arg(lr, "lr")
+        async_ = _bool_arg(async_, "async_")
         ida = _ids_array(ids)
         n = ida.size
         rows = self._rows(m, data, n)
@@ -1272,6 +1277,7 @@ class Client:
         from its issue to its wait), "servers" the requests each call sent to
         each server (only servers this client talked to). reset=True zeroes
         the counters after reading them."""
+        reset = _bool_arg(reset, "reset")
         with self._lock:
             cli = self._live()
             st = ffi.new("struct rkv_op_stats *")

@@ -328,3 +328,18 @@ def test_init_function_checked_before_the_tensor_exists(client):
     assert not any(n.startswith("fn") for n in client.data_name_list())
     client.init_data("fn0", (4, 2), "int32", init=lambda shape, dt: np.arange(8).reshape(shape))
     np.testing.assert_array_equal(client.pull("fn0", [3]).numpy(), [[6, 7]])
+
+
+def test_flags_are_bools(client):
+    # async_="no" pushed asynchronously (and returned a handle), reset="no"
+    # zeroed the counters: any truthy object was True.
+    client.init_data("b", (10, 2), "float32")
+    g = np.ones((1, 2), np.float32)
+    for v in ("no", 2, None, 1.0):
+        e = refused(TypeError, client.push, "b", [0], g, async_=v)
+        assert "async_" in e.message
+        e = refused(TypeError, client.stats, reset=v)
+        assert "reset" in e.message
+    np.testing.assert_array_equal(client.pull("b", [0]).numpy(), [[0, 0]])
+    assert client.push("b", [0], g, async_=np.bool_(False)) is None
+    assert client.stats()["ops"]["push"]["count"] >= 1
