@@ -420,7 +420,12 @@ def _index_array(x, what, n, dtype=np.uint64):
     or truncated by a cast."""
     if isinstance(x, (str, bytes)):
         _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
-    a = _as_numpy(x).reshape(-1)
+    a = _as_numpy(x)
+    # Flattened, a (2, 2) book was taken for 4 rows in its C order, and a
+    # list of pairs [(row, machine), ...] as alternating entries.
+    if a.ndim != 1:
+        _fail(-EINVAL, "%s: expected one entry per row (1-D), got shape %s" % (what, a.shape),
+              ValueError)
     if a.size and a.dtype.kind not in "iu":
         _fail(-EINVAL, "%s: expected integers, got %s" % (what, a.dtype))
     if a.size != n:
