@@ -219,7 +219,10 @@ def _as_numpy(x, values=False):
             return x.numpy()
         except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
             _fail(-EDTYPE, "tensor of %s: %s" % (x.dtype, e))
-    return np.asarray(x)
+    try:
+        return np.asarray(x)
+    except ValueError as e:  # ragged lists: numpy's own error, not an rkv.Error
+        _fail(-EINVAL, "cannot read %s as an array: %s" % (type(x).__name__, e), ValueError)
 
 
 def _ids_from_list(ids):

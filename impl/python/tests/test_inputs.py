@@ -343,3 +343,12 @@ def test_flags_are_bools(client):
     np.testing.assert_array_equal(client.pull("b", [0]).numpy(), [[0, 0]])
     assert client.push("b", [0], g, async_=np.bool_(False)) is None
     assert client.stats()["ops"]["push"]["count"] >= 1
+
+
+def test_ragged_rows_are_an_rkv_error(client):
+    # numpy's own ValueError escaped, not an rkv.Error with a code.
+    client.init_data("r", (10, 3), "float32")
+    e = refused(ValueError, client.push, "r", [1, 2], [[1, 2, 3], [1, 2]])
+    assert e.code == -rkv.EINVAL and "cannot read list as an array" in e.message
+    e = refused(ValueError, client.pull, "r", [[1], [2, 3]])
+    assert e.code == -rkv.EINVAL
