@@ -397,7 +397,8 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * rows. A desc the servers could not take is refused before anything is
  * sent (-RKV_EINVAL, nothing created, the connections untouched): an empty
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
- * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book, with
+ * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a
+ * book with another policy), with
  * more than 2^32-1 rows, or with an entry >= n_machines. One that fails on
  * a server part way (no room for a machine's shard: -RKV_ENOMEM) leaves
  * the name reserved for that desc until the servers restart: the same desc

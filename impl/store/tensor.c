@@ -91,6 +91,14 @@ int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *e, size_t el)
                         (int)d->policy);
     if (d->policy == RKV_PART_EXPLICIT && !d->book)
         return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': RKV_PART_EXPLICIT without a book", n);
+    /* The wire carries a book only for EXPLICIT: one given with another
+     * policy (the policy left as RANGE by mistake) was dropped, and the
+     * rows went where the policy put them. */
+    if (d->policy != RKV_PART_EXPLICIT && d->book)
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': a book with policy %d, which ignores it (a book needs "
+                        "RKV_PART_EXPLICIT)",
+                        n, (int)d->policy);
     if (d->policy == RKV_PART_EXPLICIT && d->rows > UINT32_MAX) /* the wire's book_len: 32 bits */
         return rkv_errf(e, el, -RKV_EINVAL,
                         "init_data '%s': an explicit book holds at most 2^32-1 rows, not %llu", n,
