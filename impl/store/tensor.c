@@ -91,6 +91,9 @@ int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *e, size_t el)
                         (int)d->policy);
     if (d->policy == RKV_PART_EXPLICIT && !d->book)
         return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': RKV_PART_EXPLICIT without a book", n);
+    if (d->policy != RKV_PART_EXPLICIT && d->local_index) /* said first: the cause of both */
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': a local index needs the EXPLICIT policy (a book)", n);
     /* The wire carries a book only for EXPLICIT: one given with another
      * policy (the policy left as RANGE by mistake) was dropped, and the
      * rows went where the policy put them. */
