@@ -491,6 +491,10 @@ class Config:
         if not isinstance(key, str):
             _fail(-EINVAL, "setting name %r: expected a str" % (key,), TypeError)
         key = key.replace("_", "-")
+        # str(None) was the value: cluster=None read a file named "None".
+        if value is None:
+            _fail(-EINVAL, "setting %r = None: give a value, or leave the setting out (the "
+                  "environment or the default then decides)" % key, TypeError)
         if isinstance(value, bool):
             value = int(value)
         value = str(value)

@@ -130,3 +130,13 @@ def test_dmlc_num_server_disagreeing_with_the_cluster_file(monkeypatch, tmp_path
     assert "has 4 servers on 2 machines" in e.value.message
     monkeypatch.setenv("DMLC_NUM_SERVER", "4")
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+
+
+def test_a_setting_of_none_is_refused():
+    # Config(cluster=None) read a cluster file named "None"; num_workers=None
+    # said 'expected a non-negative integer, got "None"'.
+    for kw in ({"cluster": None}, {"num_workers": None}):
+        with pytest.raises(rkv.Error) as e:
+            rkv.Config(**kw)
+        assert isinstance(e.value, TypeError) and "= None" in e.value.message
+    assert rkv.Config(num_workers=2).copy(cluster=None).get("cluster") is None  # copy skips it
