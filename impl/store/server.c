@@ -1919,10 +1919,14 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
     uint16_t tcp_port = (uint16_t)(mc->base_port + s->local_id);
     /* A machine whose host the config does not name listens everywhere. */
     int rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
+    /* A host that does not resolve is a configuration error (the NIC's
+     * ECONFIG): "is the port in use?" sent its user after the wrong cause. */
     if (rc < 0)
-        return rkv_errf(err, err_len, rc,
-                        "server %u: cannot listen on %s:%u (%s); is the port in use?", s->server_id,
-                        mc->host, tcp_port, rkv_strerror(rc));
+        return rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); %s",
+                        s->server_id, mc->host, tcp_port, rkv_strerror(rc),
+                        rc == -RKV_ECONFIG
+                            ? "does the host name resolve? (the log says why)"
+                            : "is the port in use? (or the address not this machine's)");
     if ((rc = rkv_engine_start(s->eng)) < 0)
         return rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
     /* Only a server whose machine the config gives no host announces itself:

@@ -353,3 +353,16 @@ def test_register_keeps_its_memory_and_refuses_temporaries(cluster):
     with pytest.raises(rkv.Error) as e:
         c.deregister(np.zeros((4, 4), np.float32))
     assert "no registration" in e.value.message
+
+
+def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
+    # "cannot listen on no-such-host.invalid:P (bad configuration); is the
+    # port in use?" sent the user after the wrong cause.
+    from launch import free_ports
+    p = tmp_path / "ip.txt"
+    p.write_text("no-such-host.invalid %d 1\n" % free_ports(1))
+    with pytest.raises(rkv.Error) as e:
+        rkv.Server(rkv.Config(cluster=str(p)), server_id=0)
+    assert e.value.code == -rkv.ECONFIG
+    assert "does the host name resolve?" in e.value.message
+    assert "port in use" not in e.value.message
