@@ -1019,7 +1019,18 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
     if (*s->val[CMD_CLUSTER]) { /* DGL's ip_config.txt: its ports, its servers */
         struct rkv_machine *ms;
         uint32_t nm, total = 0;
-        if (cmd_cluster_parse(s->val[CMD_CLUSTER], (uint32_t)spm, &ms, &nm, err, sizeof(err)) < 0) {
+        /* Lines without a count get servers-per-machine, as every node
+         * reads the file (cmd_build_config); num-servers is then the
+         * file's total, checked there. It was the lines' count here, and
+         * the launcher started servers the nodes had no id for. */
+        uint64_t line_spm = 0;
+        if (cmd_get_u64(s, CMD_SERVERS_PER_MACHINE, &line_spm, err, sizeof(err)) < 0 ||
+            line_spm > 256) {
+            fprintf(stderr, "%s: %s\n", d->cmd, err[0] ? err : "servers-per-machine: 1..256");
+            return -1;
+        }
+        if (cmd_cluster_parse(s->val[CMD_CLUSTER], (uint32_t)line_spm, &ms, &nm, err, sizeof(err)) <
+            0) {
             fprintf(stderr, "%s: %s\n", d->cmd, err);
             return -1;
         }

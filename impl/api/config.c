@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/config.h"
@@ -239,6 +240,14 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
                         "%s:%d: host \"%s\": write the port after a space (\"%.*s %s\"), not a "
                         "colon",
                         path, ln, host, (int)(colon - host), host, colon + 1);
+    /* "host,port" (a CSV habit) was taken as one host name and failed only
+     * when a server listened or a client dialled. */
+    const char *comma = strchr(host, ',');
+    if (comma)
+        return rkv_errf(err, err_len, -1,
+                        "%s:%d: host \"%s\": a comma; separate the fields with spaces "
+                        "(\"host base_port servers\")",
+                        path, ln, host);
     for (const char *c = host; *c; c++)
         if ((unsigned char)*c <= ' ' || (unsigned char)*c >= 0x7f)
             return rkv_errf(err, err_len, -1,
@@ -343,6 +352,16 @@ int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_mac
         char *hash = strchr(line, '#');
         if (hash)
             *hash = 0;
+        /* A file with CR line ends (old Mac editors) is one line here: its
+         * first machine was taken and the rest dropped without a word. */
+        char *cr = strchr(line, '\r');
+        if (cr && cr[1] && cr[1] != '\n') {
+            rc = rkv_errf(err, err_len, -1,
+                          "%s:%d: a carriage return inside the line (CR line ends?): end each "
+                          "machine's line with a newline",
+                          path, ln);
+            break;
+        }
         line[strcspn(line, "\r\n")] = 0;
         char *p = line;
         if (ln == 1 && !memcmp(p, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark (an editor's) */
@@ -482,7 +501,7 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
-    int discover = strcmp(s->val[CMD_DISCOVER], "0") != 0;
+    int discover = strcmp(s->val[CMD_DISCOVER], "1") == 0; /* 0 or 1: cmd_build_config */
     for (uint32_t m = 0; m < nm; m++) {
         if ((m == 0 || !discover) && /* else learned from server 0 at start */
             cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host, sizeof(cfg->machines[m].host),
@@ -605,21 +624,92 @@ int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg
     return 0;
 }
 
+int cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len)
+{
+    /* Only `rkv node` dispatches on the role; everything else built with it
+     * unread, so DMLC_ROLE=sever started a worker's program as if no role
+     * had been given. ps-lite and DGL compare these words exactly. */
+    static const char *const roles[] = {"", "server", "worker", "client", "scheduler"};
+    for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+        if (!strcmp(s->val[CMD_ROLE], roles[i]))
+            return 0;
+    return rkv_errf(err, err_len, -1,
+                    "role: unknown \"%s\" (%s); expected server, worker, client (DGL's word for "
+                    "a worker) or scheduler",
+                    s->val[CMD_ROLE], s->src[CMD_ROLE]);
+}
+
+/* DGL_NUM_SERVER is DGL's servers per machine, every machine's (its launch
+ * sets it from --num_servers). A cluster file in the older
+ * "host port servers" form that says otherwise for a machine left one of
+ * the two wrong, silently: the file's count won. servers-per-machine set
+ * under rkv's own names keeps its meaning there, the count of the lines
+ * that give none. */
+static int cmd_check_dgl_servers(const struct cmd_settings *s, const struct rkv_config *cfg,
+                                 uint32_t spm, char *err, size_t err_len)
+{
+    if (strcmp(s->src[CMD_SERVERS_PER_MACHINE], "env DGL_NUM_SERVER") != 0)
+        return 0;
+    for (uint32_t m = 0; m < cfg->n_machines; m++) {
+        const struct rkv_machine *ma = &cfg->machines[m];
+        if (ma->servers != spm)
+            return rkv_errf(err, err_len, -1,
+                            "DGL_NUM_SERVER=%u (servers on each machine) but the cluster file "
+                            "%s gives machine %u (%s %u) %u server%s: make them agree, or drop "
+                            "one of the two",
+                            spm, s->val[CMD_CLUSTER], m, ma->host, ma->base_port, ma->servers,
+                            ma->servers == 1 ? "" : "s");
+    }
+    return 0;
+}
+
+/* num-servers (DMLC_NUM_SERVER, ps-lite's count of every server) beside a
+ * cluster file, which says how many there are: one that disagrees was
+ * ignored, and a launch sized by it waited for servers that never came or
+ * started some the cluster has no id for. */
+static int cmd_check_total_servers(const struct cmd_settings *s, const struct rkv_config *cfg,
+                                   char *err, size_t err_len)
+{
+    if (!*s->val[CMD_NUM_SERVERS])
+        return 0;
+    uint64_t want = 0, total = 0;
+    if (cmd_get_u64(s, CMD_NUM_SERVERS, &want, err, err_len) < 0)
+        return -1;
+    for (uint32_t m = 0; m < cfg->n_machines; m++)
+        total += cfg->machines[m].servers;
+    if (want != total)
+        return rkv_errf(err, err_len, -1,
+                        "num-servers %llu (%s) but the cluster file %s has %llu server%s on %u "
+                        "machine%s: make them agree, or drop num-servers",
+                        (unsigned long long)want, s->src[CMD_NUM_SERVERS], s->val[CMD_CLUSTER],
+                        (unsigned long long)total, total == 1 ? "" : "s", cfg->n_machines,
+                        cfg->n_machines == 1 ? "" : "s");
+    return 0;
+}
+
 int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len)
 {
     rkv_config_defaults(cfg);
-    if (cmd_check_limits(s, err, err_len) < 0)
+    if (cmd_check_limits(s, err, err_len) < 0 || cmd_check_role(s, err, err_len) < 0)
         return -1; /* before the cluster file or anything else is allocated */
     uint32_t spm = 0;
     uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
     if (cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len))
         return -1;
+    /* Anything but "0" was on: discover=no or =false left every machine
+     * but 0 without a host, waiting for an announcement. */
+    if (strcmp(s->val[CMD_DISCOVER], "0") && strcmp(s->val[CMD_DISCOVER], "1"))
+        return rkv_errf(err, err_len, -1, "discover: expected 0 or 1, got \"%s\" (%s)",
+                        s->val[CMD_DISCOVER], s->src[CMD_DISCOVER]);
     int rc = *s->val[CMD_CLUSTER] ? cmd_cluster_parse(s->val[CMD_CLUSTER], spm, &cfg->machines,
                                                       &cfg->n_machines, err, err_len)
                                   : cmd_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
+    if (*s->val[CMD_CLUSTER] && (cmd_check_dgl_servers(s, cfg, spm, err, err_len) < 0 ||
+                                 cmd_check_total_servers(s, cfg, err, err_len) < 0))
+        goto free_machines;
     uint32_t ll = 0, busy = 0;
     if (cmd_u32(s, CMD_NUM_WORKERS, &cfg->n_workers, err, err_len) ||
         cmd_u32(s, CMD_MACHINE_ID, &cfg->machine_id, err, err_len) ||
@@ -642,9 +732,17 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     if (*secret_file) {
         /* The NIC reads it when it opens (so a long secret is not cut to
          * rkv_config.secret's size); said here if it cannot. */
-        if (access(secret_file, R_OK) != 0) {
+        struct stat st;
+        if (access(secret_file, R_OK) != 0 || stat(secret_file, &st) != 0) {
             rkv_errf(err, err_len, -1, "secret-file: cannot read %s: %s", secret_file,
                      strerror(errno));
+            goto free_machines;
+        }
+        /* Either read as a secret of no bytes: a cluster anyone may join,
+         * when its user asked for one only they can. */
+        if (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && st.st_size == 0)) {
+            rkv_errf(err, err_len, -1, "secret-file: %s is %s, not a secret", secret_file,
+                     S_ISDIR(st.st_mode) ? "a directory" : "empty");
             goto free_machines;
         }
         if (strlen(secret_file) >= sizeof(cfg->secret_file)) {

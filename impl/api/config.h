@@ -96,6 +96,10 @@ int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
 int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
                       uint32_t *local_p, char *err, size_t err_len);
 
+/* 0 if the role is one of ps-lite's and DGL's words (server, worker,
+ * client, scheduler) or unset; else -1 with a message listing them. */
+int cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len);
+
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
 int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                      size_t err_len);

@@ -119,6 +119,9 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
      * program (the Python binding) under such an environment built a
      * one-machine cluster whose server 0 listened on the scheduler's port,
      * and its workers never reached the servers the scheduler placed. */
+    /* A typo first: DMLC_ROLE=sever is no ps-lite launch either. */
+    if (cmd_check_role(s, err, err_len) < 0)
+        goto free_settings;
     if (!strcmp(s->src[CMD_ROLE], "env DMLC_ROLE") && !*s->val[CMD_CLUSTER]) {
         rkv_errf(err, err_len, -1,
                  "DMLC_ROLE=%s without a cluster file is ps-lite's launch, where "

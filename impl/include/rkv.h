@@ -360,6 +360,10 @@ RKV_API void rkv_server_destroy(struct rkv_server *srv);
 
 /* ---- client (worker) ---- */
 struct rkv_client;
+/* A NULL client or server (a create whose failure went unchecked) is
+ * refused by every call that returns an int (-RKV_EINVAL); the others do
+ * nothing or return 0, RKV_CLIENT_OBSERVER (rkv_client_id) or a message
+ * saying so (rkv_client_errmsg, rkv_server_errmsg). */
 
 /* Joins server 0 and blocks until all cfg->n_workers clients joined and it
  * assigned ids (or the connect retry time + cfg->timeout_ms passed). Other
@@ -393,7 +397,8 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * rows. A desc the servers could not take is refused before anything is
  * sent (-RKV_EINVAL, nothing created, the connections untouched): an empty
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
- * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book, with
+ * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a
+ * book with another policy), with
  * more than 2^32-1 rows, or with an entry >= n_machines. One that fails on
  * a server part way (no room for a machine's shard: -RKV_ENOMEM) leaves
  * the name reserved for that desc until the servers restart: the same desc

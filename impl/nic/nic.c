@@ -49,7 +49,16 @@ int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path)
     }
     char buf[RKV_NIC_SECRET_MAX + 1];
     size_t n = fread(buf, 1, sizeof(buf), f);
+    /* fopen opens a directory for reading and fread then fails (EISDIR):
+     * taken as an empty secret, the node ran with none, open to anyone,
+     * while its user had given it one. */
+    int rd_errno = ferror(f) ? errno : 0;
     fclose(f);
+    if (rd_errno) {
+        sodium_memzero(buf, sizeof(buf));
+        RKV_LOGE(nic->port, "nic: cannot read the secret file %s: %s", path, strerror(rd_errno));
+        return -RKV_ECONFIG;
+    }
     if (n > RKV_NIC_SECRET_MAX) {
         RKV_LOGE(nic->port, "nic: the secret file %s is longer than %u bytes", path,
                  RKV_NIC_SECRET_MAX);
@@ -60,6 +69,11 @@ int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path)
         n--;
     if (n > 0 && buf[n - 1] == '\r')
         n--;
+    if (n == 0) { /* no secret at all, the same opening as a directory's */
+        RKV_LOGE(nic->port,
+                 "nic: the secret file %s is empty (a secret of no bytes lets anyone in)", path);
+        return -RKV_ECONFIG;
+    }
     rkv_nic_set_secret(nic, buf, n);
     sodium_memzero(buf, sizeof(buf));
     return 0;

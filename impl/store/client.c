@@ -1963,9 +1963,19 @@ static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
     return cp->o.t ? (uint64_t)n * cp->o.t->row_bytes : 0;
 }
 
+/* A NULL client (a create whose failure went unchecked) crashed every call
+ * (SIGSEGV); refused with no client to hold a message, which
+ * rkv_client_errmsg(NULL) gives. */
+#define CLI_NULL_REFUSED(c)                                                                        \
+    do {                                                                                           \
+        if (!(c))                                                                                  \
+            return -RKV_EINVAL;                                                                    \
+    } while (0)
+
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
+    CLI_NULL_REFUSED(c);
     /* Nothing is sent without a place for the handle: it could never be
      * waited for. Not counted, as no push began. */
     if (!pending_p)
@@ -1981,6 +1991,7 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
 
 int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
+    CLI_NULL_REFUSED(c);
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
     /* Another client's push would be freed from the wrong list, and that
@@ -1998,6 +2009,7 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
     struct cli_push cp = {.reqs = NULL}; /* cli_push_send sets them */
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
@@ -2234,6 +2246,7 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
 
 int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
+    CLI_NULL_REFUSED(c);
     if (!len_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "pull_len: len_p is NULL");
     struct rkv_tensor *t;
@@ -2290,6 +2303,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
 int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PULL);
     uint64_t bytes = 0;
     int rc = cli_pull_with(c, name, ids, n, rows_out, handler, param, &bytes);
@@ -2333,12 +2347,14 @@ static int cli_barrier(struct rkv_client *c)
 
 int rkv_client_barrier(struct rkv_client *c)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end(c, RKV_STATS_BARRIER, &k, cli_barrier(c), 0, 0);
 }
 
 int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
 }
@@ -2650,18 +2666,37 @@ struct rkv_port *rkv_client_port(struct rkv_client *c)
 
 uint32_t rkv_client_id(const struct rkv_client *c)
 {
+    if (!c)
+        return RKV_CLIENT_OBSERVER; /* no worker's id */
     return c->id;
 }
 
 int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
-    return rkv_handler_register_at(&c->ht, op, fn, user);
+    CLI_NULL_REFUSED(c);
+    int rc = rkv_handler_register_at(&c->ht, op, fn, user);
+    /* Refused with the message of whatever call failed before. */
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        rc == -RKV_ENOMEM ? "register handler %d: out of memory"
+                                          : "register handler %d: custom ops are %d..%d",
+                        op, RKV_OP_CUSTOM, RKV_OP_MAX - 1);
+    return 0;
 }
 
 int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    return rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
+    CLI_NULL_REFUSED(c);
+    int rc = rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
+    if (rc == -RKV_ENOMEM)
+        return rkv_errf(c->err, sizeof(c->err), rc, "register pull handler %d: out of memory", id);
+    if (rc < 0)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "register pull handler %d: custom ids are %d..%d, and out_mult and out_add "
+                        "may not both be 0 (a reply of no elements)",
+                        id, RKV_PULL_CUSTOM, RKV_OP_MAX - 1);
+    return 0;
 }
 
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -2709,6 +2744,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 
 int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 {
+    CLI_NULL_REFUSED(c);
     int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
@@ -2718,6 +2754,7 @@ int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 
 int rkv_client_deregister(struct rkv_client *c, void *addr)
 {
+    CLI_NULL_REFUSED(c);
     int rc = rkv_regcache_remove(rkv_engine_regcache(c->eng), addr);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "deregister %p: no registration starts there",
@@ -2732,24 +2769,28 @@ void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *s
 
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
 }
 
 int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
 }
 
 int rkv_client_shutdown_servers(struct rkv_client *c)
 {
+    CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
 }
 
 int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
+    CLI_NULL_REFUSED(c);
     if (!st_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS)
@@ -2761,6 +2802,7 @@ int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 
 int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
 {
+    CLI_NULL_REFUSED(c);
     if (!st_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS || server >= c->n_servers)
@@ -2785,11 +2827,15 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
 
 uint32_t rkv_client_n_servers(const struct rkv_client *c)
 {
+    if (!c)
+        return 0;
     return c->n_servers;
 }
 
 void rkv_client_stats_reset(struct rkv_client *c)
 {
+    if (!c)
+        return;
     memset(c->ops, 0, sizeof(c->ops));
     memset(c->call_sample, 0, sizeof(c->call_sample)); /* the next ones are timed */
     cli_lock(c);
@@ -2805,6 +2851,8 @@ void rkv_client_stats_reset(struct rkv_client *c)
 
 const char *rkv_client_errmsg(const struct rkv_client *c)
 {
+    if (!c)
+        return "client is NULL (did its rkv_client_create fail?)";
     return c->err;
 }
 

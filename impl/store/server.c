@@ -1919,10 +1919,14 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
     uint16_t tcp_port = (uint16_t)(mc->base_port + s->local_id);
     /* A machine whose host the config does not name listens everywhere. */
     int rc = rkv_engine_listen(s->eng, mc->host[0] ? mc->host : "0.0.0.0", tcp_port);
+    /* A host that does not resolve is a configuration error (the NIC's
+     * ECONFIG): "is the port in use?" sent its user after the wrong cause. */
     if (rc < 0)
-        return rkv_errf(err, err_len, rc,
-                        "server %u: cannot listen on %s:%u (%s); is the port in use?", s->server_id,
-                        mc->host, tcp_port, rkv_strerror(rc));
+        return rkv_errf(err, err_len, rc, "server %u: cannot listen on %s:%u (%s); %s",
+                        s->server_id, mc->host, tcp_port, rkv_strerror(rc),
+                        rc == -RKV_ECONFIG
+                            ? "does the host name resolve? (the log says why)"
+                            : "is the port in use? (or the address not this machine's)");
     if ((rc = rkv_engine_start(s->eng)) < 0)
         return rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
     /* Only a server whose machine the config gives no host announces itself:
@@ -2096,6 +2100,8 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
 /* Once it returns, no push or pull runs the handler it replaced. */
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
+    if (!s) /* a create whose failure went unchecked: it crashed */
+        return -RKV_EINVAL;
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_handler_register_at(&s->ht, op, fn, user);
     s->port->ops->mutex_unlock(s->hmu);
@@ -2105,6 +2111,8 @@ int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn,
 int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
+    if (!s)
+        return -RKV_EINVAL;
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
     s->port->ops->mutex_unlock(s->hmu);
@@ -2113,6 +2121,8 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
 
 int rkv_server_run(struct rkv_server *s)
 {
+    if (!s)
+        return -RKV_EINVAL;
     /* A restart's replay that waited for the custom handlers registered
      * since create; only then does the server listen. */
     if (s->replay_pending) {
@@ -2143,6 +2153,8 @@ int rkv_server_run(struct rkv_server *s)
 
 void rkv_server_stop(struct rkv_server *s)
 {
+    if (!s)
+        return;
     /* Only the flag run waits on: shut and the shards' closed flags are
      * the engine thread's, set by a client's SHUTDOWN. */
     s->port->ops->mutex_lock(s->mu);
@@ -2153,6 +2165,8 @@ void rkv_server_stop(struct rkv_server *s)
 
 const char *rkv_server_errmsg(const struct rkv_server *s)
 {
+    if (!s)
+        return "server is NULL (did its rkv_server_create fail?)";
     return s->err;
 }
 

@@ -91,6 +91,17 @@ int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *e, size_t el)
                         (int)d->policy);
     if (d->policy == RKV_PART_EXPLICIT && !d->book)
         return rkv_errf(e, el, -RKV_EINVAL, "init_data '%s': RKV_PART_EXPLICIT without a book", n);
+    if (d->policy != RKV_PART_EXPLICIT && d->local_index) /* said first: the cause of both */
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': a local index needs the EXPLICIT policy (a book)", n);
+    /* The wire carries a book only for EXPLICIT: one given with another
+     * policy (the policy left as RANGE by mistake) was dropped, and the
+     * rows went where the policy put them. */
+    if (d->policy != RKV_PART_EXPLICIT && d->book)
+        return rkv_errf(e, el, -RKV_EINVAL,
+                        "init_data '%s': a book with policy %d, which ignores it (a book needs "
+                        "RKV_PART_EXPLICIT)",
+                        n, (int)d->policy);
     if (d->policy == RKV_PART_EXPLICIT && d->rows > UINT32_MAX) /* the wire's book_len: 32 bits */
         return rkv_errf(e, el, -RKV_EINVAL,
                         "init_data '%s': an explicit book holds at most 2^32-1 rows, not %llu", n,
@@ -348,7 +359,10 @@ int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, si
         snprintf(path, sizeof(path), "%.*s", (int)sizeof(cfg->secret_file), cfg->secret_file);
         int rc = rkv_nic_read_secret_file(nic, path);
         if (rc < 0)
-            return rkv_errf(err, err_len, rc, "cannot read the secret file %s", path);
+            return rkv_errf(err, err_len, rc,
+                            "cannot read the secret file %s (missing, unreadable, a directory "
+                            "or empty: the log says which)",
+                            path);
     } /* else the NIC's own, from the environment */
     return 0;
 }

@@ -300,6 +300,11 @@ static void test_null_pointers_refused(void **state)
     assert_msg(cli, "stats: st_p is NULL");
     assert_int_equal(rkv_client_peer_stats(cli, 0, RKV_STATS_PUSH, NULL), -RKV_EINVAL);
     assert_msg(cli, "stats: st_p is NULL");
+    /* A refused registration says why; it left the last call's message. */
+    assert_int_equal(rkv_client_register_handler(cli, 3, NULL, NULL), -RKV_EINVAL);
+    assert_msg(cli, "register handler 3: custom ops are 16..63");
+    assert_int_equal(rkv_client_register_pull_handler(cli, 1, NULL, 1, 0, NULL), -RKV_EINVAL);
+    assert_msg(cli, "register pull handler 1: custom ids are 16..63");
     assert_int_equal(rkv_client_stats(cli, RKV_STATS_PUSH, &st), 0);
     assert_int_equal(st.count, pushes); /* the refused push_async began nothing */
     pull_ok(cli, "t", ids, 2, got);
@@ -308,6 +313,55 @@ static void test_null_pointers_refused(void **state)
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
     cluster_stop(&c);
+}
+
+/* Regression: a NULL client or server (a create whose failure went
+ * unchecked) crashed every call (SIGSEGV in rkv_client_n_servers,
+ * rkv_server_errmsg, ...). Each is refused or harmless. */
+static void test_null_handles_refused(void **state)
+{
+    (void)state;
+    uint64_t id = 0;
+    float row[4] = {0};
+    size_t n = 0;
+    uint32_t len = 0;
+    struct rkv_op_stats st;
+    struct rkv_tensor_meta meta;
+    struct rkv_client *cli = NULL;
+    struct rkv_server *srv = NULL;
+    struct rkv_pending *pend = NULL;
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), -RKV_EINVAL);
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, row, RKV_OP_SUM, 0), -RKV_EINVAL);
+    assert_int_equal(rkv_client_push_async(cli, "t", &id, 1, row, RKV_OP_SUM, 0, &pend),
+                     -RKV_EINVAL);
+    assert_null(pend);
+    assert_int_equal(rkv_client_wait(cli, pend), -RKV_EINVAL);
+    assert_int_equal(rkv_client_pull(cli, "t", &id, 1, row), -RKV_EINVAL);
+    assert_int_equal(rkv_client_pull_with(cli, "t", &id, 1, row, 0, 0), -RKV_EINVAL);
+    assert_int_equal(rkv_client_pull_len(cli, "t", 0, &len), -RKV_EINVAL);
+    assert_int_equal(rkv_client_barrier(cli), -RKV_EINVAL);
+    assert_int_equal(rkv_client_meta(cli, "t", &meta), -RKV_EINVAL);
+    assert_int_equal(rkv_client_list(cli, NULL, 0, &n), -RKV_EINVAL);
+    assert_int_equal(rkv_client_shutdown_servers(cli), -RKV_EINVAL);
+    assert_int_equal(rkv_client_register(cli, row, sizeof(row)), -RKV_EINVAL);
+    assert_int_equal(rkv_client_deregister(cli, row), -RKV_EINVAL);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, NULL, NULL), -RKV_EINVAL);
+    assert_int_equal(rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM, NULL, 1, 0, NULL),
+                     -RKV_EINVAL);
+    assert_int_equal(rkv_client_stats(cli, 0, &st), -RKV_EINVAL);
+    assert_int_equal(rkv_client_peer_stats(cli, 0, 0, &st), -RKV_EINVAL);
+    assert_int_equal(rkv_client_n_servers(cli), 0);
+    assert_int_equal(rkv_client_id(cli), RKV_CLIENT_OBSERVER);
+    rkv_client_stats_reset(cli);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "client is NULL"));
+    rkv_client_destroy(cli);
+    assert_int_equal(rkv_server_register_handler(srv, RKV_OP_CUSTOM, NULL, NULL), -RKV_EINVAL);
+    assert_int_equal(rkv_server_register_pull_handler(srv, RKV_PULL_CUSTOM, NULL, 1, 0, NULL),
+                     -RKV_EINVAL);
+    assert_int_equal(rkv_server_run(srv), -RKV_EINVAL);
+    rkv_server_stop(srv);
+    assert_non_null(strstr(rkv_server_errmsg(srv), "server is NULL"));
+    rkv_server_destroy(srv);
 }
 
 /* Regression: a server create that failed after making its machine's
@@ -555,6 +609,14 @@ static void test_bad_desc_refused_by_client(void **state)
         {{.name = "z", .dtype = RKV_F32, .rows = 4, .row_len = 1, .policy = 7}, "policy 7"},
         {{.name = "z", .dtype = RKV_F32, .rows = 4, .row_len = 1, .policy = RKV_PART_EXPLICIT},
          "without a book"},
+        /* The book was dropped and the rows placed by range. */
+        {{.name = "z",
+          .dtype = RKV_F32,
+          .rows = 4,
+          .row_len = 1,
+          .policy = RKV_PART_RANGE,
+          .book = bad_book},
+         "a book with policy 1, which ignores it"},
         {{.name = "z",
           .dtype = RKV_F32,
           .rows = 4,
@@ -670,6 +732,10 @@ static void test_desc_check_agrees_with_decoder(void **state)
         /* A book holds rows entries: only small ones exist here. */
         int have_book = d.book && d.rows <= 16;
         if (d.policy == RKV_PART_EXPLICIT && d.book && !have_book)
+            continue;
+        /* Refused by the client alone: the wire has no book for them
+         * (test_bad_desc_refused_by_client). */
+        if (d.policy != RKV_PART_EXPLICIT && d.book)
             continue;
         int ok = client_accepts(&d), decodes = decoder_accepts(&d, have_book);
         if (ok != decodes)
@@ -1130,6 +1196,7 @@ int main(void)
         cmocka_unit_test(test_config_zeroed_refused),
         cmocka_unit_test(test_config_bounds_refused),
         cmocka_unit_test(test_null_pointers_refused),
+        cmocka_unit_test(test_null_handles_refused),
         cmocka_unit_test(test_failed_create_leaves_no_shm),
         cmocka_unit_test(test_server_stop_without_a_client),
         cmocka_unit_test(test_bad_desc_refused_by_client),

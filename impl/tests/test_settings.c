@@ -371,6 +371,191 @@ static void test_pslite_role_without_scheduler(void **state)
     unsetenv("DMLC_PS_ROOT_PORT");
 }
 
+/* A role no launcher uses (DMLC_ROLE=sever) was built as if none had been
+ * given; every word ps-lite and DGL use still builds. */
+static void test_unknown_role_refused(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    unsetenv("RKV_ROLE");
+    unsetenv("DGL_ROLE");
+    setenv("DMLC_ROLE", "sever", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "role: unknown \"sever\" (env DMLC_ROLE); expected server, worker, client"))
+        fail_msg("got \"%s\"", err);
+    unsetenv("DMLC_ROLE");
+    setenv("DGL_ROLE", "Client", 1);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"Client\" (env DGL_ROLE)"));
+    unsetenv("DGL_ROLE");
+    assert_int_equal(rkv_settings_set(set, "role", "", err, sizeof(err)), 0);
+    static const char *const ok[] = {"", "server", "worker", "client"};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        assert_int_equal(rkv_settings_set(set, "role", ok[i], err, sizeof(err)), 0);
+        assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+        rkv_config_release(&cfg);
+    }
+    assert_int_equal(rkv_settings_set(set, "role", "wroker", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"wroker\" (flag)"));
+    rkv_settings_destroy(set);
+}
+
+/* DGL_NUM_SERVER is DGL's servers on every machine: a cluster file whose
+ * server column says otherwise was silently taken over it. rkv's own
+ * servers-per-machine keeps its meaning (the count of lines without one). */
+static void test_dgl_num_server_against_cluster_file(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "";
+    struct rkv_config cfg;
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-dgl-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    unsetenv("RKV_SERVERS_PER_MACHINE");
+    setenv("DGL_NUM_SERVER", "2", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "DGL_NUM_SERVER=2 (servers on each machine) but the cluster file") ||
+        !strstr(err, "gives machine 1 (127.0.0.1 41002) 3 servers"))
+        fail_msg("got \"%s\"", err);
+    /* Agreeing, or a file without the column: builds. */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002\n", f);
+    fclose(f);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machines[1].servers, 2);
+    rkv_config_release(&cfg);
+    /* rkv's name for it, given here, is the default count as before. */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    assert_int_equal(rkv_settings_set(set, "servers-per-machine", "2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machines[1].servers, 3);
+    rkv_config_release(&cfg);
+    unsetenv("DGL_NUM_SERVER");
+    rkv_settings_destroy(set);
+    unlink(path);
+}
+
+/* Cluster files as editors and habits write them: blank lines, comments,
+ * tabs, CRLF and no final newline build; CR-only line ends (the rest of the
+ * file was dropped after the first machine) and "host,port" (one host name,
+ * failing only when dialled) are refused naming the line. */
+static void cluster_builds(const char *text, uint32_t n_machines)
+{
+    char path[64], err[512] = "";
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-odd-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    int rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    unlink(path);
+    rkv_settings_destroy(set);
+    if (rc != 0)
+        fail_msg("\"%s\": %s", text, err);
+    assert_int_equal(cfg.n_machines, n_machines);
+    rkv_config_release(&cfg);
+}
+
+static void cluster_refused(const char *text, const char *want)
+{
+    char path[64], err[512] = "";
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-odd-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    int rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    unlink(path);
+    rkv_settings_destroy(set);
+    if (rc != -RKV_ECONFIG || !strstr(err, want))
+        fail_msg("\"%s\": rc %d, \"%s\" (expected \"%s\")", text, rc, err, want);
+}
+
+static void test_cluster_file_as_written(void **state)
+{
+    (void)state;
+    unsetenv("DGL_NUM_SERVER");
+    unsetenv("RKV_SERVERS_PER_MACHINE");
+    cluster_builds("\n# c\n  127.0.0.1\t41000   # m0\r\n\r\n\t127.0.0.2  41000\n", 2);
+    cluster_builds("127.0.0.1 41000", 1);
+    cluster_builds("127.0.0.1 41000 2\r\n127.0.0.1 41002 2\r\n", 2);
+    cluster_refused("127.0.0.1 41000\r127.0.0.2 41000\r",
+                    ":1: a carriage return inside the line (CR line ends?)");
+    cluster_refused("127.0.0.1 41000\n127.0.0.2,41000\n",
+                    ":2: host \"127.0.0.2,41000\": a comma; separate the fields with spaces");
+}
+
+/* DMLC_NUM_SERVER (every server, in ps-lite) beside a cluster file that
+ * says otherwise was ignored. */
+static void test_num_servers_against_cluster_file(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "";
+    struct rkv_config cfg;
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-ns-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    unsetenv("RKV_NUM_SERVERS");
+    setenv("DMLC_NUM_SERVER", "4", 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    unsetenv("DMLC_NUM_SERVER");
+    if (!strstr(err, "num-servers 4 (env DMLC_NUM_SERVER) but the cluster file") ||
+        !strstr(err, "has 5 servers on 2 machines"))
+        fail_msg("got \"%s\"", err);
+    assert_int_equal(rkv_settings_set(set, "num-servers", "5", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unlink(path);
+}
+
+/* discover=no (anything but "0") was on. */
+static void test_discover_is_0_or_1(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    struct rkv_settings *set = make();
+    static const char *const bad[] = {"no", "yes", "2", "false", "true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rkv_settings_set(set, "discover", bad[i], err, sizeof(err)), 0);
+        assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+        assert_non_null(strstr(err, "discover: expected 0 or 1"));
+    }
+    assert_int_equal(rkv_settings_set(set, "machines", "2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "host", "10.0.0.1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "discover", "0", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[1].host, "10.0.0.1");
+    rkv_config_release(&cfg);
+    assert_int_equal(rkv_settings_set(set, "discover", "1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_string_equal(cfg.machines[1].host, "");
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +568,11 @@ int main(void)
         cmocka_unit_test(test_host_list),
         cmocka_unit_test(test_verbs_settings),
         cmocka_unit_test(test_pslite_role_without_scheduler),
+        cmocka_unit_test(test_unknown_role_refused),
+        cmocka_unit_test(test_dgl_num_server_against_cluster_file),
+        cmocka_unit_test(test_cluster_file_as_written),
+        cmocka_unit_test(test_discover_is_0_or_1),
+        cmocka_unit_test(test_num_servers_against_cluster_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -134,6 +134,14 @@ def _int_arg(v, what, lo, hi):
     return v
 
 
+def _bool_arg(v, what):
+    """A flag: True/False (or 0/1 of any integer type). Any truthy object was
+    taken as True: with_state="no" made state, async_="no" an async push."""
+    if not isinstance(v, (bool, int, np.bool_, np.integer)) or int(v) not in (0, 1):
+        _fail(-EINVAL, "%s %r: expected True or False" % (what, v), TypeError)
+    return bool(v)
+
+
 def _real_arg(v, what):
     """A finite float argument (a learning rate, a handler's param)."""
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -211,7 +219,10 @@ def _as_numpy(x, values=False):
             return x.numpy()
         except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
             _fail(-EDTYPE, "tensor of %s: %s" % (x.dtype, e))
-    return np.asarray(x)
+    try:
+        return np.asarray(x)
+    except ValueError as e:  # ragged lists: numpy's own error, not an rkv.Error
+        _fail(-EINVAL, "cannot read %s as an array: %s" % (type(x).__name__, e), ValueError)
 
 
 def _ids_from_list(ids):
@@ -412,7 +423,12 @@ def _index_array(x, what, n, dtype=np.uint64):
     or truncated by a cast."""
     if isinstance(x, (str, bytes)):
         _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
-    a = _as_numpy(x).reshape(-1)
+    a = _as_numpy(x)
+    # Flattened, a (2, 2) book was taken for 4 rows in its C order, and a
+    # list of pairs [(row, machine), ...] as alternating entries.
+    if a.ndim != 1:
+        _fail(-EINVAL, "%s: expected one entry per row (1-D), got shape %s" % (what, a.shape),
+              ValueError)
     if a.size and a.dtype.kind not in "iu":
         _fail(-EINVAL, "%s: expected integers, got %s" % (what, a.dtype))
     if a.size != n:
@@ -475,6 +491,10 @@ class Config:
         if not isinstance(key, str):
             _fail(-EINVAL, "setting name %r: expected a str" % (key,), TypeError)
         key = key.replace("_", "-")
+        # str(None) was the value: cluster=None read a file named "None".
+        if value is None:
+            _fail(-EINVAL, "setting %r = None: give a value, or leave the setting out (the "
+                  "environment or the default then decides)" % key, TypeError)
         if isinstance(value, bool):
             value = int(value)
         value = str(value)
@@ -562,7 +582,13 @@ class Server:
     def __init__(self, config=None, server_id=None, local_id=None):
         cfg, local = _as_config(config).copy(server_id=server_id).build()
         if local_id is not None:
-            local = _int_arg(local_id, "local_id", 0, 255)
+            lid = _int_arg(local_id, "local_id", 0, 255)
+            # local_id replaced the server_id's local index: Server(server_id=1,
+            # local_id=0) became machine 0's server 0, not server 1.
+            if server_id is not None and lid != local:
+                _fail(-EINVAL, "server_id %r is server %d of machine %d, but local_id says %d: "
+                      "give one of them" % (server_id, local, cfg.machine_id, lid), ValueError)
+            local = lid
         p = ffi.new("struct rkv_server **")
         err = _errbuf()
         rc = lib.rkv_server_create(cfg, local, p, err, _ERR_LEN)
@@ -797,6 +823,7 @@ class Client:
         self._orphans = []  # of them, those whose PushHandle was dropped
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
+        self._registered = {}  # address -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self.observer = bool(observer)
@@ -904,7 +931,7 @@ class Client:
     get_data_name_list = data_name_list
 
     # -- the API --
-    def init_data(self, name, shape, dtype, part_policy="range", init="zeros", seed=0,
+    def init_data(self, name, shape, dtype, part_policy="range", init="zeros", seed=None,
                   with_state=False, local_index=None):
         """Creates tensor `name` of shape (rows, *row_shape) on every machine
         (idempotent for the same arguments). The store keeps the row length:
@@ -916,9 +943,10 @@ class Client:
         on each machine the indices of its rows must be a permutation of
         0..n-1 (EINVAL naming the first bad row otherwise). Without it a
         row's index is the count of earlier rows on its machine.
-        init: "zeros", "uniform" (seeded, in
+        init: "zeros", "uniform" (seeded by seed, default 0, in
         [-1, 1)), or a function (shape, dtype) -> values that this client then
-        assigns to every row (call it from one client, then barrier).
+        assigns to every row (call it from one client, then barrier); a seed
+        with another init is refused (it would be ignored).
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
         encoded = _name_bytes(name)
@@ -962,16 +990,29 @@ class Client:
         if init not in ("zeros", "uniform"):
             _fail(-EINVAL, "init %r: expected zeros, uniform or a function" % (init,))
         d.init = lib.RKV_INIT_UNIFORM if init == "uniform" else lib.RKV_INIT_ZEROS
-        d.init_seed = _int_arg(seed, "seed", 0, (1 << 64) - 1)
-        d.with_state = 1 if with_state else 0
-        self._call(lib.rkv_client_init_data, d)
-        self._meta.pop(name, None)
+        d.init_seed = 0 if seed is None else _int_arg(seed, "seed", 0, (1 << 64) - 1)
+        # The store reads the seed only for uniform rows: seed=S with zeros
+        # (or a function) built the same tensor whatever S was.
+        if seed is not None and init != "uniform":
+            _fail(-EINVAL, "seed %r: only init='uniform' takes a seed, not init=%s"
+                  % (seed, "a function" if fill is not None else repr(init)), ValueError)
+        d.with_state = int(_bool_arg(with_state, "with_state"))
+        values = None
         if fill is not None:
+            # Called and checked before the tensor exists: a function that
+            # raised or gave the wrong count or type left a tensor of zeros
+            # behind, which a corrected retry then met as already there.
             values = _as_numpy(fill(shape, dt), values=True)
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))
+            if values.dtype != dt:
+                values = _cast_fit(values, dt, "init function: tensor '%s' holds %s"
+                                   % (name, dt))
             values = values.reshape(shape[0], d.row_len)
+        self._call(lib.rkv_client_init_data, d)
+        self._meta.pop(name, None)
+        if values is not None:
             step = max(1, (64 << 20) // (d.row_len * dt.itemsize))  # 64 MiB per push
             for r in range(0, shape[0], step):
                 self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),
@@ -981,6 +1022,7 @@ class Client:
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
         when pull returns torch tensors. Unlike DGL's, shape is (rows, row_len),
         or (rows,) for one element a row, whatever shape init_data was given."""
+        self._live()  # from the cache too: after close() it answered as if open
         m = self._m(name)
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
@@ -996,16 +1038,24 @@ class Client:
                   % (m.name, n, n, m.row_shape, a.shape))
         return np.ascontiguousarray(a, dtype=m.dtype)
 
-    def push(self, name, ids, data, op="sum", lr=0.0, async_=False):
+    def push(self, name, ids, data, op="sum", lr=None, async_=False):
         """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
-        data) or "adagrad", or a registered custom op's number. Returns once every
-        server acknowledged; with async_=True returns a PushHandle at once."""
+        data) or "adagrad" (both need lr; assign and sum take none), or a
+        registered custom op's number (lr is its parameter, default 0). Returns
+        once every server acknowledged; with async_=True returns a PushHandle at once."""
         m = self._meta.get(name) or self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
         if code is None:
             _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
                   % op)
-        lr = _real_arg(lr, "lr")
+        # lr defaulted to 0.0: op="sgd" without one pushed row -= 0 * grad,
+        # nothing, and said nothing; one given to a sum was ignored.
+        if lr is None and code in (_OPS["sgd"], _OPS["adagrad"]):
+            _fail(-EINVAL, "lr: op %r needs a learning rate (lr=...)" % (op,), TypeError)
+        if lr is not None and code in (_OPS["assign"], _OPS["sum"]):
+            _fail(-EINVAL, "lr %r: op %r takes no learning rate" % (lr, op), ValueError)
+        lr = 0.0 if lr is None else _real_arg(lr, "lr")
+        async_ = _bool_arg(async_, "async_")
         ida = _ids_array(ids)
         n = ida.size
         rows = self._rows(m, data, n)
@@ -1031,6 +1081,7 @@ class Client:
 
     def pull_len(self, name, handler):
         """Elements per row that pull(name, ids, handler=handler) returns."""
+        self._live()
         m = self._meta.get(name) or self._m(name)
         return self._pull_len(m, _handler_id(handler))
 
@@ -1041,7 +1092,7 @@ class Client:
         self._call(lib.rkv_client_pull_len, m.bname, hid, n)
         return n[0]
 
-    def pull(self, name, ids, out=None, handler=None, param=0.0):
+    def pull(self, name, ids, out=None, handler=None, param=None):
         """Rows ids[i] in ids' order, shape (n, row_len) or (n,): a torch tensor (numpy
         without torch). With out (a tensor or array of that many elements, flat
         or of n rows), pulls
@@ -1051,11 +1102,18 @@ class Client:
         handler (DGL's _udf_pull_handler) says what each row's reply is:
         None or "rows" the row; "with_state" the row then its optimizer state
         (shape (n, 2 * row_len); tensors created with_state); or a custom
-        handler's id (see register_pull_handler), called with param; replies
+        handler's id (see register_pull_handler), called with param (default 0;
+        refused with the others, which take none); replies
         of L = pull_len(name, handler) elements are (n, L), or (n,) for L 1.
         Unknown handlers raise ENOHANDLER before anything is sent."""
         m = self._meta.get(name) or self._m(name)
         hid = _handler_id(handler)
+        # Only a custom handler reads param: pull(name, ids, param=0.5)
+        # without one returned the rows as if param meant nothing.
+        if param is not None and hid in (PULL_ROWS, PULL_WITH_STATE):
+            _fail(-EINVAL, "param %r: only a custom pull handler takes one (handler=%r)"
+                  % (param, handler), ValueError)
+        param = 0.0 if param is None else _real_arg(param, "param")
         ida = _ids_array(ids)
         n = ida.size
         # The reply length is the client's registration's, read under the same
@@ -1115,8 +1173,7 @@ class Client:
             if hid == PULL_ROWS:
                 rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
             else:
-                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid,
-                                              _real_arg(param, "param"))
+                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
             if rc < 0:
                 _fail(rc, self._errmsg())
         if out is None:
@@ -1186,16 +1243,39 @@ class Client:
         if err is not None:
             _fail(err[0], "a push whose handle was dropped failed: %s" % err[1])
 
+    def _region(self, array, what):
+        """array's own memory (a numpy array or a CPU torch tensor, C-contiguous
+        and writable) as (ndarray, address)."""
+        # Anything else is converted into a temporary, freed on return: a list,
+        # a GPU tensor. Registered, its address stayed in the cache, and the
+        # next buffer malloc put there was taken as registered.
+        if not isinstance(array, np.ndarray) and not _is_torch(array):
+            _fail(-EINVAL, "%s: expected a numpy array or a CPU torch tensor (its memory is "
+                  "what is registered), got %s" % (what, type(array).__name__), TypeError)
+        if _is_torch(array) and array.device.type != "cpu":
+            _fail(-EINVAL, "%s: a tensor on %s; only CPU memory can be registered"
+                  % (what, array.device), ValueError)
+        a = _as_numpy(array)
+        if not a.flags.c_contiguous or not a.flags.writeable:
+            _fail(-EINVAL, "%s: expected a C-contiguous, writable array" % what, ValueError)
+        p = ffi.from_buffer(a, require_writable=True)
+        return a, p
+
     def register(self, array):
         """Keeps array's memory registered for zero-copy pulls and pushes (see
-        rkv_client_register) until deregister(array)."""
-        a = _as_numpy(array)
-        p = ffi.from_buffer(a, require_writable=True)
+        rkv_client_register) until deregister(array). The client holds the
+        array until then: memory freed while registered and reused at the same
+        address would be taken as registered."""
+        a, p = self._region(array, "register")
         self._call(lib.rkv_client_register, p, a.nbytes)
+        self._registered[int(ffi.cast("uintptr_t", p))] = a
 
     def deregister(self, array):
-        a = _as_numpy(array)
-        self._call(lib.rkv_client_deregister, ffi.from_buffer(a, require_writable=True))
+        a, p = self._region(array, "deregister")
+        try:
+            self._call(lib.rkv_client_deregister, p)
+        finally:  # also when the cache had dropped it (least recently used)
+            self._registered.pop(int(ffi.cast("uintptr_t", p)), None)
 
     def stats(self, reset=False):
         """This client's counters (rkv_client_stats), as a dict:
@@ -1209,6 +1289,7 @@ class Client:
         from its issue to its wait), "servers" the requests each call sent to
         each server (only servers this client talked to). reset=True zeroes
         the counters after reading them."""
+        reset = _bool_arg(reset, "reset")
         with self._lock:
             cli = self._live()
             st = ffi.new("struct rkv_op_stats *")
@@ -1258,6 +1339,7 @@ class Client:
                 rec.dropped = True
             self._inflight.clear()
             self._orphans.clear()
+            self._registered.clear()
 
     def __enter__(self):
         return self

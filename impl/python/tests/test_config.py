@@ -77,5 +77,66 @@ def test_pslite_environment_is_not_taken_for_a_cluster(monkeypatch, tmp_path):
     # rkv's own convention given here, or a cluster file, builds as before.
     assert rkv.Config(role="server").build()[0].n_machines == 1
     p = tmp_path / "ip.txt"
-    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    p.write_text("127.0.0.1 41000 1\n127.0.0.1 41002 1\n")  # DMLC_NUM_SERVER=2 servers
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+
+
+def test_a_role_typo_is_refused(monkeypatch):
+    # DMLC_ROLE=sever built a config as if no role had been given.
+    for k in ("RKV_ROLE", "DGL_ROLE", "DMLC_ROLE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DMLC_ROLE", "sever")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config().build()
+    assert e.value.code == -rkv.ECONFIG
+    assert 'role: unknown "sever" (env DMLC_ROLE)' in e.value.message
+    assert "server, worker, client" in e.value.message and "scheduler" in e.value.message
+    monkeypatch.delenv("DMLC_ROLE")
+    monkeypatch.setenv("DGL_ROLE", "trainer")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config().build()
+    assert '"trainer" (env DGL_ROLE)' in e.value.message
+    assert rkv.Config(role="client").build()[0].n_machines == 1  # DGL's word
+
+
+def test_dgl_num_server_disagreeing_with_the_cluster_file(monkeypatch, tmp_path):
+    # DGL_NUM_SERVER is DGL's servers per machine; the file's column won silently.
+    monkeypatch.delenv("RKV_SERVERS_PER_MACHINE", raising=False)
+    monkeypatch.setenv("DGL_NUM_SERVER", "1")
+    p = tmp_path / "ip_config.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p)).build()
+    assert e.value.code == -rkv.ECONFIG
+    assert "DGL_NUM_SERVER=1" in e.value.message and "2 servers" in e.value.message
+    monkeypatch.setenv("DGL_NUM_SERVER", "2")
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+    p.write_text("127.0.0.1 41000\n127.0.0.1 41002\n")  # DGL's own form: the count is DGL's
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+
+
+def test_dmlc_num_server_disagreeing_with_the_cluster_file(monkeypatch, tmp_path):
+    # ps-lite's DMLC_NUM_SERVER counts every server; beside a cluster file
+    # that says otherwise it was ignored.
+    for k in ("RKV_NUM_SERVERS", "RKV_ROLE", "DMLC_ROLE", "DGL_NUM_SERVER"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DMLC_NUM_SERVER", "3")
+    p = tmp_path / "ip_config.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p)).build()
+    assert e.value.code == -rkv.ECONFIG
+    assert "num-servers 3 (env DMLC_NUM_SERVER)" in e.value.message
+    assert "has 4 servers on 2 machines" in e.value.message
+    monkeypatch.setenv("DMLC_NUM_SERVER", "4")
+    assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
+
+
+def test_a_setting_of_none_is_refused():
+    # Config(cluster=None) read a cluster file named "None"; num_workers=None
+    # said 'expected a non-negative integer, got "None"'.
+    for kw in ({"cluster": None}, {"num_workers": None}):
+        with pytest.raises(rkv.Error) as e:
+            rkv.Config(**kw)
+        assert isinstance(e.value, TypeError) and "= None" in e.value.message
+    assert rkv.Config(num_workers=2).copy(cluster=None).get("cluster") is None  # copy skips it

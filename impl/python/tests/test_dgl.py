@@ -398,3 +398,17 @@ def test_c_pull_handler(make_cluster, tmp_path):
     assert got.shape == (4, 2)
     want = rows.max(axis=1) * 3 + 0.5
     np.testing.assert_allclose(got, np.stack([want, want], axis=1), rtol=1e-6)
+
+
+def test_book_and_local_index_are_1d(cluster):
+    # A 2-D book (or a list of (row, machine) pairs) was flattened and taken
+    # for rows in its C order.
+    c = cluster.client()
+    for kw in ({"part_policy": [[0, 1], [0, 1]]},
+               {"part_policy": np.array([[0], [1], [0], [1]])},
+               {"part_policy": [0, 1, 0, 1], "local_index": [[0, 0], [1, 1]]}):
+        with pytest.raises(rkv.Error) as e:
+            c.init_data("b", (4, 2), "float32", **kw)
+        assert isinstance(e.value, ValueError) and "1-D" in e.value.message
+    assert "b" not in c.data_name_list()
+    c.init_data("b", (4, 2), "float32", part_policy=np.array([0, 1, 0, 1]))

@@ -25,7 +25,8 @@ def test_errors_are_exceptions_with_codes(client):
     assert code_of(client.push, "i", [0], np.ones((1, 2))) == -rkv.EDTYPE  # float into int
     assert code_of(client.push, "e", [0], np.ones((1, 2)), op="median") == -rkv.EINVAL
     assert code_of(client.push, "e", [0], np.ones((1, 2)), op=40) == -rkv.ENOHANDLER
-    e = pytest.raises(rkv.Error, client.push, "e", [0], np.ones((1, 2)), op="adagrad").value
+    e = pytest.raises(rkv.Error, client.push, "e", [0], np.ones((1, 2)), op="adagrad",
+                      lr=0.1).value
     assert e.code == -rkv.EINVAL and "'e' was created without it" in e.message  # no state
     assert "with_state=True" in e.message
     assert code_of(client.init_data, "e", (11, 2), "float32") == -rkv.EEXIST

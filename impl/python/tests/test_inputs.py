@@ -171,7 +171,8 @@ def test_arguments_that_are_not_what_they_look_like(client):
     e = refused(OverflowError, client.init_data, "a", (10, 4), "float32", seed=-1)
     assert "seed" in e.message
     assert "a" not in client.data_name_list()
-    client.init_data("a", (10, 4), "float32", seed=2**64 - 1)
+    client.init_data("s", (10, 4), "float32", init="uniform", seed=2**64 - 1)
+    client.init_data("a", (10, 4), "float32")
     rows = np.ones((1, 4), np.float32)
     e = refused(TypeError, client.push, "a", [0], rows, op=2.7)
     assert "op" in e.message and e.code == -rkv.EINVAL
@@ -252,3 +253,102 @@ def test_out_of_another_row_count_is_refused(client):
     rows = np.zeros((2, 3, 1), np.float64)
     client.pull("o", [3, 1], out=rows)
     np.testing.assert_array_equal(rows[..., 0], want[[3, 1]])
+
+
+def test_seed_without_uniform_init_is_refused(client):
+    # init="zeros" (the default) ignored the seed: two calls with different
+    # seeds made the same tensor, and neither said so.
+    e = refused(ValueError, client.init_data, "z", (10, 4), "float32", seed=5)
+    assert e.code == -rkv.EINVAL and "seed 5" in e.message and "uniform" in e.message
+    e = refused(ValueError, client.init_data, "z", (10, 4), "float32", init="zeros", seed=0)
+    assert "init='zeros'" in e.message
+    e = refused(ValueError, client.init_data, "z", (10, 4), "float32",
+                init=lambda shape, dt: np.ones(shape, dt), seed=1)
+    assert "a function" in e.message
+    assert "z" not in client.data_name_list()
+    client.init_data("z", (10, 4), "float32")
+    client.init_data("u", (10, 4), "float32", init="uniform", seed=5)
+    client.init_data("u0", (10, 4), "float32", init="uniform")  # seed 0, as before
+
+
+def test_learning_rate_where_the_op_reads_one(client):
+    # lr defaulted to 0.0: op="sgd" without one applied row -= 0 * grad and
+    # returned as if it had trained; an lr given to a sum was ignored.
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for op in ("sgd", "adagrad", 2, 3):
+        e = refused(TypeError, client.push, "w", [0], g, op=op)
+        assert e.code == -rkv.EINVAL and "needs a learning rate" in e.message
+    for op in ("sum", "assign", 0, 1):
+        e = refused(ValueError, client.push, "w", [0], g, op=op, lr=0.1)
+        assert "takes no learning rate" in e.message
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+    client.push("w", [0], g, op="sgd", lr=0.5)
+    client.push("w", [0], g, op="sum")
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0.5, 0.5]])
+
+
+def test_with_state_is_a_bool(client):
+    # Any truthy object made state: with_state="no" kept some.
+    for v in ("no", "False", 2, None, 0.0):
+        e = refused(TypeError, client.init_data, "s", (10, 2), "float32", with_state=v)
+        assert "with_state" in e.message
+    assert "s" not in client.data_name_list()
+    client.init_data("s", (10, 2), "float32", with_state=np.bool_(False))
+    assert not client.list()[0].with_state
+
+
+def test_pull_param_only_with_a_custom_handler(client):
+    # param without a custom handler was ignored: the rows came back as if
+    # it meant nothing.
+    client.init_data("p", (10, 2), "float32", with_state=True)
+    for handler in (None, "rows", "with_state", rkv.PULL_ROWS):
+        e = refused(ValueError, client.pull, "p", [0], handler=handler, param=0.5)
+        assert e.code == -rkv.EINVAL and "only a custom pull handler" in e.message
+    assert client.pull("p", [0, 1], handler="with_state").shape == (2, 4)
+    e = refused(ValueError, client.pull, "p", [0], handler=rkv.PULL_CUSTOM, param=float("nan"))
+    assert "finite" in e.message
+
+
+def test_init_function_checked_before_the_tensor_exists(client):
+    # A function giving the wrong count or type (or raising) left a tensor
+    # of zeros behind.
+    bad = (lambda shape, dt: np.ones(7),
+           lambda shape, dt: None,
+           lambda shape, dt: np.full(shape, 0.5),  # floats into an int tensor
+           lambda shape, dt: np.full(shape, 2**40))  # does not fit int32
+    for i, fn in enumerate(bad):
+        with pytest.raises(rkv.Error):
+            client.init_data("fn%d" % i, (4, 2), "int32", init=fn)
+
+    def boom(shape, dt):
+        raise RuntimeError("no data")
+    with pytest.raises(RuntimeError):
+        client.init_data("fn9", (4, 2), "int32", init=boom)
+    assert not any(n.startswith("fn") for n in client.data_name_list())
+    client.init_data("fn0", (4, 2), "int32", init=lambda shape, dt: np.arange(8).reshape(shape))
+    np.testing.assert_array_equal(client.pull("fn0", [3]).numpy(), [[6, 7]])
+
+
+def test_flags_are_bools(client):
+    # async_="no" pushed asynchronously (and returned a handle), reset="no"
+    # zeroed the counters: any truthy object was True.
+    client.init_data("b", (10, 2), "float32")
+    g = np.ones((1, 2), np.float32)
+    for v in ("no", 2, None, 1.0):
+        e = refused(TypeError, client.push, "b", [0], g, async_=v)
+        assert "async_" in e.message
+        e = refused(TypeError, client.stats, reset=v)
+        assert "reset" in e.message
+    np.testing.assert_array_equal(client.pull("b", [0]).numpy(), [[0, 0]])
+    assert client.push("b", [0], g, async_=np.bool_(False)) is None
+    assert client.stats()["ops"]["push"]["count"] >= 1
+
+
+def test_ragged_rows_are_an_rkv_error(client):
+    # numpy's own ValueError escaped, not an rkv.Error with a code.
+    client.init_data("r", (10, 3), "float32")
+    e = refused(ValueError, client.push, "r", [1, 2], [[1, 2, 3], [1, 2]])
+    assert e.code == -rkv.EINVAL and "cannot read list as an array" in e.message
+    e = refused(ValueError, client.pull, "r", [[1], [2, 3]])
+    assert e.code == -rkv.EINVAL

@@ -274,3 +274,95 @@ def test_server_refused_in_a_forked_child(tmp_path):
         s.close()
     assert got, "Server.run() in a forked child did not return"
     assert got == bytes([7]), got
+
+
+def test_a_secret_file_that_holds_no_secret_is_refused(tmp_path, monkeypatch):
+    # A directory (fopen opens one, fread fails) or an empty file was read
+    # as an empty secret: the server ran open to anyone, its user having
+    # asked for a secret.
+    monkeypatch.delenv("RKV_TOKEN", raising=False)
+    monkeypatch.delenv("RKV_SECRET_FILE", raising=False)
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    newline = tmp_path / "newline"
+    newline.write_text("\n")
+    from launch import free_ports
+    for path, why in ((tmp_path, "a directory"), (empty, "empty"), (newline, None)):
+        cfg = rkv.Config(base_port=free_ports(1), secret_file=str(path))
+        with pytest.raises(rkv.Error) as e:
+            rkv.Server(cfg, server_id=0).close()
+        assert e.value.code == -rkv.ECONFIG and "secret" in e.value.message
+        if why:
+            assert why in e.value.message
+
+
+def test_server_id_and_a_disagreeing_local_id(tmp_path):
+    # local_id replaced server_id's local index: server_id=1 with local_id=0
+    # served as server 0, a second server 0 on machine 0.
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(4), 2, 2)
+    cfg = rkv.Config(cluster=path)
+    with pytest.raises(rkv.Error) as e:
+        rkv.Server(cfg, server_id=1, local_id=0)
+    assert isinstance(e.value, ValueError) and e.value.code == -rkv.EINVAL
+    assert "server_id 1 is server 1 of machine 0, but local_id says 0" in e.value.message
+    with rkv.Server(cfg, server_id=3, local_id=1) as s:  # agreeing: as before
+        assert (s.machine_id, s.local_id) == (1, 1)
+
+
+def test_meta_after_close_says_closed(cluster):
+    # get_data_meta and pull_len answered from the client's cache after
+    # close(), where every other call says the client is closed.
+    c = cluster.client()
+    c.init_data("t", (10, 4), "float32")
+    assert c.get_data_meta("t")[1] == (10, 4) and c.pull_len("t", None) == 4
+    cluster.stop()
+    for call in (lambda: c.get_data_meta("t"), lambda: c.pull_len("t", None)):
+        with pytest.raises(rkv.Error) as e:
+            call()
+        assert e.value.code == -rkv.ESHUTDOWN and "closed" in e.value.message
+
+
+def test_register_keeps_its_memory_and_refuses_temporaries(cluster):
+    # register([..]) registered a temporary array freed on return, and a
+    # registered array the caller dropped was freed: the next buffer malloc
+    # put at that address was taken as registered (deregister(np.zeros(10))
+    # of an array never registered "succeeded").
+    import weakref
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    for bad, kind in (([1.0, 2.0], TypeError), ((1, 2), TypeError),
+                      (np.zeros((8, 8))[:, 0], ValueError)):
+        with pytest.raises(rkv.Error) as e:
+            c.register(bad)
+        assert isinstance(e.value, kind) and e.value.code == -rkv.EINVAL
+    ro = np.zeros(8)
+    ro.flags.writeable = False
+    with pytest.raises(rkv.Error):
+        c.register(ro)
+    a = np.zeros((4, 4), np.float32)
+    ref = weakref.ref(a)
+    c.register(a)
+    del a
+    gc.collect()
+    assert ref() is not None, "a registered array was freed while registered"
+    c.pull("t", [0, 1, 2, 3], out=ref())  # into the registered memory
+    c.deregister(ref())
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(rkv.Error) as e:
+        c.deregister(np.zeros((4, 4), np.float32))
+    assert "no registration" in e.value.message
+
+
+def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
+    # "cannot listen on no-such-host.invalid:P (bad configuration); is the
+    # port in use?" sent the user after the wrong cause.
+    from launch import free_ports
+    p = tmp_path / "ip.txt"
+    p.write_text("no-such-host.invalid %d 1\n" % free_ports(1))
+    with pytest.raises(rkv.Error) as e:
+        rkv.Server(rkv.Config(cluster=str(p)), server_id=0)
+    assert e.value.code == -rkv.ECONFIG
+    assert "does the host name resolve?" in e.value.message
+    assert "port in use" not in e.value.message
