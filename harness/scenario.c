@@ -546,6 +546,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     case PF_ROUNDS:
         return sc_u32(c, "rounds", k, v, 1, 10000000, &p->rounds);
     case PF_BARRIER:
+        p->barrier_mark = sc_mark(v);
         return sc_bool(c, "barrier_after", k, v, &p->barrier_after);
     case PF_PULL_HANDLER: {
         static const char *const handlers[] = {"rows", "with_state"};
@@ -1008,6 +1009,16 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (sc->n_phases == 0)
         return sc_fail(c, t.key[TOP_WORKLOAD],
                        "workload: expected at least one phase (an empty workload checks nothing)");
+    /* Every run ends with a barrier: the servers may stop only once every
+     * worker is done, and every row the last epoch wrote is verified after
+     * it. A "false" there was overridden without a word. */
+    const struct rkv_sc_phase *last = &sc->phases[sc->n_phases - 1];
+    if (!last->barrier_after)
+        return sc_fail_mark(c, last->barrier_mark,
+                            "workload[] \"%s\": barrier_after: false on the last phase, but "
+                            "every run ends with a barrier (the workers meet, then every row "
+                            "is verified and the servers stop); leave the key out or set it true",
+                            last->name);
     if (t.key[TOP_FAULTS] && fy_node_get_type(t.val[TOP_FAULTS]) != FYNT_SCALAR &&
         (rc = sc_list(c, "faults", t.key[TOP_FAULTS], t.val[TOP_FAULTS], sc_fault)) < 0)
         return rc;

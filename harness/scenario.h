@@ -57,6 +57,7 @@ struct rkv_sc_phase {
     int pull_handler; /* RKV_PULL_ROWS, or RKV_PULL_WITH_STATE (rkv_client_pull_with) */
     struct rkv_sc_mark mark, push_op_mark; /* the phase's first key; push_op's value */
     struct rkv_sc_mark keys_mark;          /* keys' value (line 0: not given) */
+    struct rkv_sc_mark barrier_mark;       /* barrier_after's value (line 0: not given) */
 };
 
 /* A fault's fields, in the order of the loader's table (for marks). */

@@ -400,6 +400,9 @@ void rkv_swarm_normalize(struct rkv_swarm_spec *sp)
         for (uint32_t b = 0; b < t->n_book; b++)
             t->book[b] %= sp->machines;
     }
+    /* Every run ends with a barrier, and the loader refuses a last phase
+     * that says otherwise (a shrink that drops phases makes a new last). */
+    sp->phases[sp->n_phases - 1].barrier_after = 1;
     /* An epoch (phases up to a barrier) may not mix assign with sum/sgd on
      * one tensor: a barrier goes before the phase that would. */
     int kind[RKV_SWARM_MAX_TENSORS] = {0};
