@@ -24,6 +24,9 @@ struct sc_ctx {
     struct rkv_scenario *sc;
     struct fy_node *backbone_key; /* sim.backbone_gbps, checked against the platform */
     struct fy_node *sim_key[16];  /* sim's keys by field, for checks made once it is read */
+    /* Each explicit tensor's book and its key, expanded over the rows only
+     * once sc_check_size has seen that the rows fit. */
+    struct fy_node *book[RKV_SC_MAX_TENSORS], *book_key[RKV_SC_MAX_TENSORS];
 };
 
 /* Position of a node: scalars carry a token; for collections the caller
@@ -383,21 +386,22 @@ static int sc_tensor_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
 }
 
 /* The book repeats cyclically over the rows: [0, 1, 1] is a 1:2 split. */
-static int sc_book(struct sc_ctx *c, struct sc_tensor_build *b, uint32_t machines)
+static int sc_book(struct sc_ctx *c, uint32_t i, uint32_t machines)
 {
-    struct rkv_sc_tensor *t = b->t;
-    int n = fy_node_sequence_item_count(b->book);
+    struct rkv_sc_tensor *t = &c->sc->tensors[i];
+    struct fy_node *book = c->book[i], *book_key = c->book_key[i];
+    int n = fy_node_sequence_item_count(book);
     uint32_t *pat = calloc((size_t)n, sizeof(*pat));
     t->book = calloc(t->desc.rows, sizeof(*t->book));
     if (!pat || !t->book) {
         free(pat);
-        return sc_fail(c, b->book_key, "book: out of memory");
+        return sc_fail(c, book_key, "book: out of memory");
     }
     void *it = NULL;
     struct fy_node *e;
-    int i = 0, rc = 0;
-    while (rc == 0 && (e = fy_node_sequence_iterate(b->book, &it)) != NULL)
-        rc = sc_u32(c, "book", b->book_key, e, 0, machines - 1, &pat[i++]);
+    int k = 0, rc = 0;
+    while (rc == 0 && (e = fy_node_sequence_iterate(book, &it)) != NULL)
+        rc = sc_u32(c, "book", book_key, e, 0, machines - 1, &pat[k++]);
     for (uint64_t r = 0; rc == 0 && r < t->desc.rows; r++)
         t->book[r] = pat[r % (uint64_t)n];
     free(pat);
@@ -455,7 +459,9 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
         return sc_fail(c, b.local_seed_key,
                        "tensors[]: \"%s\": local_seed seeds local_order: permuted only",
                        t->desc.name);
-    return b.book ? sc_book(c, &b, sc->machines ? sc->machines : 1) : 0;
+    c->book[sc->n_tensors - 1] = b.book;
+    c->book_key[sc->n_tensors - 1] = b.book_key;
+    return 0;
 }
 
 /* ---- workload phases ---- */
@@ -1176,6 +1182,9 @@ static int sc_check_books(struct sc_ctx *c)
     struct rkv_scenario *sc = c->sc;
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
         struct rkv_sc_tensor *t = &sc->tensors[i];
+        int rc = c->book[i] ? sc_book(c, i, sc->machines) : 0;
+        if (rc < 0)
+            return rc;
         for (uint64_t r = 0; t->book && r < t->desc.rows; r++)
             if (t->book[r] >= sc->machines) {
                 int n = rkv_scenario_where(sc, t->mark, c->err, c->err_len);
@@ -1184,7 +1193,7 @@ static int sc_check_books(struct sc_ctx *c)
                          t->desc.name, t->book[r], sc->machines);
                 return -RKV_ECONFIG;
             }
-        int rc = t->local_order != RKV_SC_LOCAL_BOOK ? sc_local(c, t, sc->machines, sc->seed) : 0;
+        rc = t->local_order != RKV_SC_LOCAL_BOOK ? sc_local(c, t, sc->machines, sc->seed) : 0;
         if (rc < 0)
             return rc;
     }
@@ -1255,6 +1264,51 @@ static int sc_check_keys(struct sc_ctx *c)
             rc = sc_check_phase_keys(c, i, first_worker);
     free(first_worker);
     return rc;
+}
+
+/* The oracle's state for tensor i, as or_tensor_init allocates it: the
+ * expected values (one element per row when payloadless: the twin's rows
+ * are thin), a candidate per assigning worker, and the per-row fields. */
+static double sc_oracle_bytes(const struct rkv_scenario *sc, uint32_t i, int thin)
+{
+    const struct rkv_sc_tensor *t = &sc->tensors[i];
+    double elems = thin ? 1 : t->desc.row_len, cands = 1;
+    for (uint32_t p = 0; p < sc->n_phases; p++)
+        if (sc->phases[p].tensor == i && sc->phases[p].push_op == RKV_OP_ASSIGN)
+            cands = rkv_scenario_workers(sc);
+    return (double)t->desc.rows * (8 * elems + 12 * cands + 36);
+}
+
+/* A tensor the oracle cannot hold failed far from its line: the twin said
+ * "out of memory" and nothing more, and one just small enough to be
+ * allocated was touched row by row until the kernel killed the run. */
+static int sc_check_size(struct sc_ctx *c)
+{
+    const struct rkv_scenario *sc = c->sc;
+    const double max = (double)RKV_SC_MAX_ORACLE_BYTES;
+    double total = 0;
+    for (uint32_t i = 0; i < sc->n_tensors; i++) {
+        double b = sc_oracle_bytes(sc, i, sc->sim_payloadless);
+        total += b;
+        if (total <= max)
+            continue;
+        const struct rkv_sc_tensor *t = &sc->tensors[i];
+        /* Thin rows help only when the row count alone fits. */
+        int thin_fits = !sc->sim_payloadless && total - b + sc_oracle_bytes(sc, i, 1) <= max;
+        return sc_fail_mark(c, t->mark,
+                            "tensor \"%s\": %llu rows of %u elements need %.3g GiB of oracle "
+                            "state%s, past the %llu GiB a scenario may use (the oracle keeps "
+                            "every row's expected value: 8 B per element, ~48 B per row); "
+                            "fewer rows%s",
+                            t->desc.name, (unsigned long long)t->desc.rows,
+                            sc->sim_payloadless ? 1 : t->desc.row_len, b / (1 << 30),
+                            b <= max ? " (with the tensors before it)" : "",
+                            RKV_SC_MAX_ORACLE_BYTES >> 30,
+                            thin_fits ? " or elements, or sim.payloadless: true in the twin"
+                            : sc->sim_payloadless ? " (sim.payloadless: one element per row)"
+                                                  : "");
+    }
+    return 0;
 }
 
 static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
@@ -1644,7 +1698,8 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
                  path);
         rc = -RKV_ECONFIG;
     } else if ((rc = sc_no_alias(&c, root, 0)) == 0 && (rc = sc_sections(&c, root)) == 0 &&
-               (rc = sc_check_books(&c)) == 0 && (rc = sc_check_keys(&c)) == 0) {
+               (rc = sc_check_size(&c)) == 0 && (rc = sc_check_books(&c)) == 0 &&
+               (rc = sc_check_keys(&c)) == 0) {
         rc = sc_check_faults(sc, err, err_len);
     }
     fy_document_destroy(doc);

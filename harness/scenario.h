@@ -13,6 +13,11 @@
 #define RKV_SC_MAX_PHASES 256
 #define RKV_SC_MAX_SHAPE 4
 #define RKV_SC_MAX_FAULTS 32
+/* What the oracle may keep (each worker's, or the twin's one): its state
+ * for every row of every tensor, 8 B per element, 12 B per row per worker
+ * that assigns it, ~36 B per row more (harness/oracle.c); the twin holds
+ * the shards beside it in its one process. scenarios/README.md. */
+#define RKV_SC_MAX_ORACLE_BYTES (8ull << 30)
 
 enum rkv_sc_keys {
     RKV_KEYS_UNIFORM = 1,
