@@ -1471,6 +1471,16 @@ static const char *sc_fault_incomplete(const struct rkv_sc_fault *f, int *field_
     if (!strcmp(f->kind, "link_down") && f->duration_s <= 0)
         return *field_p = RKV_SC_F_DURATION_S,
                "duration_s: expected how long the link is down (> 0)";
+    /* The crash waited for both, whichever came later: one of the two
+     * was ignored, and the file did not say which the user meant. */
+    if (f->after_phase[0] && f->field_mark[RKV_SC_F_AT_S].line)
+        return *field_p = RKV_SC_F_AT_S,
+               "at_s: give at_s or after_phase, not both (a crash fires at a time or once a "
+               "phase is done)";
+    if (!strcmp(f->kind, "slow_cpu") && f->target[0] != 's')
+        return *field_p = RKV_SC_F_TARGET,
+               "target: expected a server (s<machine>.<server>): it slows a server's handlers, "
+               "the CPU work the twin models";
     if (!strcmp(f->kind, "slow_cpu") && f->factor <= 1)
         return *field_p = RKV_SC_F_FACTOR,
                "factor: expected how many times slower the CPU is (> 1)";
@@ -1522,6 +1532,11 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
     const char *why = sc_fault_incomplete(f, &field);
     if (*why)
         return sc_fault_fail(sc, i, field, err, err_len, "%s %s", f->kind, why);
+    /* Refused by the twin only once the run had started, without a line. */
+    if (!strcmp(f->kind, "slow_cpu") && sc->sim_row_cost_ns <= 0)
+        return sc_fault_fail(sc, i, RKV_SC_F_KIND, err, err_len,
+                             "slow_cpu: needs sim.row_cost_ns > 0 (it multiplies the server CPU "
+                             "work the twin charges per row, which is 0 without it)");
     /* A field the kind does not read was dropped without a word: a crash
      * with duration_s 0.1 (meant as an outage) killed the node for good,
      * a delay's retransmit_ms or a drop's factor did nothing. */
