@@ -200,8 +200,9 @@ static void test_too_big_tensor_says_why(void **state)
     for (int b = 0; b < 2; b++) {
         snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
         int rc = run_rkv("", args);
-        if (rc != 2 || !strstr(out, ":3:6: tensor \"t\": 4294967296 rows of 1048576 elements "
-                                    "need") ||
+        if (rc != 2 ||
+            !strstr(out, ":3:6: tensor \"t\": 4294967296 rows of 1048576 elements "
+                         "need") ||
             !strstr(out, "GiB of oracle state, past the 8 GiB a scenario may use"))
             fail_msg("%s: exit %d:\n%s", backends[b], rc, out);
     }
