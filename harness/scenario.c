@@ -859,10 +859,20 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     case 4:
         rc = sc_path(c, "platform_file", k, v, sc->path, sc->sim_platform_file,
                      sizeof(sc->sim_platform_file));
-        /* SimGrid aborts the process on a file it cannot open. */
+        sc->sim_platform_file_mark = sc_mark(v);
+        /* SimGrid aborts the process on a file it cannot open, on an empty
+         * one (/dev/null), and waits forever on a FIFO. */
         if (rc == 0 && access(sc->sim_platform_file, R_OK) != 0)
             return sc_fail(c, v, "platform_file: cannot read %s: %s", sc->sim_platform_file,
                            strerror(errno));
+        struct stat st;
+        if (rc == 0 && (stat(sc->sim_platform_file, &st) != 0 || !S_ISREG(st.st_mode) ||
+                        st.st_size == 0))
+            return sc_fail(c, v, "platform_file: %s is %s, not a SimGrid platform (XML)",
+                           sc->sim_platform_file,
+                           S_ISDIR(st.st_mode)   ? "a directory"
+                           : S_ISREG(st.st_mode) ? "empty"
+                                                 : "not a regular file");
         return rc;
     case 5:
         c->backbone_key = k;

@@ -119,6 +119,7 @@ struct rkv_scenario {
     /* The twin (sim/README.md): 0 / "" mean the documented defaults. */
     char sim_platform[64];       /* star, cluster, fattree, fattree3, rail or loopback */
     char sim_platform_file[256]; /* a SimGrid platform XML instead (relative to the file) */
+    struct rkv_sc_mark sim_platform_file_mark; /* its value, for the twin's errors */
     double sim_bandwidth_gbps, sim_latency_us, sim_jitter;
     double sim_backbone_gbps; /* cluster: the shared backbone */
     /* platform: {topology: fattree3 | rail, ...}; 0 = the default (sim/README.md) */
