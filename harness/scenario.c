@@ -1035,7 +1035,14 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
                             "every run ends with a barrier (the workers meet, then every row "
                             "is verified and the servers stop); leave the key out or set it true",
                             last->name);
-    if (t.key[TOP_FAULTS] && fy_node_get_type(t.val[TOP_FAULTS]) != FYNT_SCALAR &&
+    /* `faults:` with nothing (or null) is no faults; any other scalar
+     * (`faults: crash`) ran without faults and passed. */
+    const char *nf = t.key[TOP_FAULTS] && (!t.val[TOP_FAULTS] ||
+                                           fy_node_get_type(t.val[TOP_FAULTS]) == FYNT_SCALAR)
+                         ? sc_str(t.val[TOP_FAULTS])
+                         : NULL;
+    int no_faults = nf && (!*nf || !strcmp(nf, "~") || !strcmp(nf, "null"));
+    if (t.key[TOP_FAULTS] && !no_faults &&
         (rc = sc_list(c, "faults", t.key[TOP_FAULTS], t.val[TOP_FAULTS], sc_fault)) < 0)
         return rc;
     if (t.key[TOP_EXPECT] && (rc = sc_map(c, "expect", t.key[TOP_EXPECT], t.val[TOP_EXPECT],
