@@ -541,6 +541,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
                            "could be checked)");
         return rc;
     case PF_IDS:
+        p->ids_mark = sc_mark(v);
         return sc_u32(c, "ids_per_request", k, v, 1, 1u << 20, &p->ids_per_request);
     case PF_KEYS:
         p->keys_mark = sc_mark(v);
@@ -1302,6 +1303,23 @@ static double sc_oracle_bytes(const struct rkv_scenario *sc, uint32_t i, int thi
 static int sc_check_size(struct sc_ctx *c)
 {
     const struct rkv_scenario *sc = c->sc;
+    /* A request too large to allocate stopped every worker with "cannot
+     * allocate the buffers of the largest request" and no line. */
+    for (uint32_t i = 0; i < sc->n_phases; i++) {
+        const struct rkv_sc_phase *p = &sc->phases[i];
+        const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
+        double row = (double)rkv_dtype_size(t->desc.dtype) *
+                     (sc->sim_payloadless ? 1 : t->desc.row_len) *
+                     (p->pull_handler == RKV_PULL_WITH_STATE ? 2 : 1);
+        if (p->ids_per_request * row > (double)RKV_SC_MAX_REQUEST_BYTES)
+            return sc_fail_mark(c, p->ids_mark.line ? p->ids_mark : p->mark,
+                                "workload[] \"%s\": ids_per_request: %u rows of %.0f B (tensor "
+                                "\"%s\") are %.3g GiB a request, past the %llu GiB a message "
+                                "may carry (the store's default max_slot_bytes)",
+                                p->name, p->ids_per_request, row, t->desc.name,
+                                p->ids_per_request * row / (1 << 30),
+                                RKV_SC_MAX_REQUEST_BYTES >> 30);
+    }
     const double max = (double)RKV_SC_MAX_ORACLE_BYTES;
     double total = 0;
     for (uint32_t i = 0; i < sc->n_tensors; i++) {

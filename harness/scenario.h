@@ -18,6 +18,10 @@
  * that assigns it, ~36 B per row more (harness/oracle.c); the twin holds
  * the shards beside it in its one process. scenarios/README.md. */
 #define RKV_SC_MAX_ORACLE_BYTES (8ull << 30)
+/* A phase's request: ids_per_request rows (twice that for with_state
+ * pulls), at most the store's default max_slot_bytes, its largest message;
+ * each worker holds two such buffers. */
+#define RKV_SC_MAX_REQUEST_BYTES (1ull << 30)
 
 enum rkv_sc_keys {
     RKV_KEYS_UNIFORM = 1,
@@ -63,6 +67,7 @@ struct rkv_sc_phase {
     struct rkv_sc_mark mark, push_op_mark; /* the phase's first key; push_op's value */
     struct rkv_sc_mark keys_mark;          /* keys' value (line 0: not given) */
     struct rkv_sc_mark barrier_mark;       /* barrier_after's value (line 0: not given) */
+    struct rkv_sc_mark ids_mark;           /* ids_per_request's value (line 0: not given) */
 };
 
 /* A fault's fields, in the order of the loader's table (for marks). */
