@@ -867,8 +867,8 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
             return sc_fail(c, v, "platform_file: cannot read %s: %s", sc->sim_platform_file,
                            strerror(errno));
         struct stat st;
-        if (rc == 0 && (stat(sc->sim_platform_file, &st) != 0 || !S_ISREG(st.st_mode) ||
-                        st.st_size == 0))
+        if (rc == 0 &&
+            (stat(sc->sim_platform_file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0))
             return sc_fail(c, v, "platform_file: %s is %s, not a SimGrid platform (XML)",
                            sc->sim_platform_file,
                            S_ISDIR(st.st_mode)   ? "a directory"
@@ -1139,6 +1139,12 @@ static int sc_local_permuted(struct rkv_sc_tensor *t, uint32_t machines, uint64_
 /* local_order file: rows whitespace-separated indices. */
 static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
 {
+    /* A directory read as "0 entries", and a FIFO blocked the open. */
+    struct stat st;
+    if (stat(t->local_file, &st) == 0 && !S_ISREG(st.st_mode))
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": local_file %s: %s, not a file of indices",
+                            t->desc.name, t->local_file,
+                            S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
     FILE *f = fopen(t->local_file, "r");
     if (!f)
         return sc_fail_mark(c, t->mark, "tensor \"%s\": local_file %s: %s", t->desc.name,
@@ -1422,6 +1428,16 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(err, err_len, "%s: is a directory, not a scenario file", path);
+        return -RKV_ECONFIG;
+    }
+    /* The file is read three times (this check, the document check,
+     * libfyaml): a pipe (`rkv run <(...)`) was empty by the second and read
+     * as "empty scenario", and a FIFO without a writer blocked the open. */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, err_len,
+                 "%s: not a regular file (%s): a scenario is read more than once; write it to "
+                 "a file first",
+                 path, S_ISFIFO(st.st_mode) ? "a pipe" : "a device or socket");
         return -RKV_ECONFIG;
     }
     FILE *f = fopen(path, "rb");

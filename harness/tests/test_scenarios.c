@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,6 +210,45 @@ static void test_too_big_tensor_says_why(void **state)
     unlink(yaml);
 }
 
+/* The loader reads a scenario more than once: `rkv run <(...)` read as
+ * "empty scenario", and a FIFO without a writer blocked the run (as did one
+ * named by local_file). Each is refused by name; timeout ends a hang. */
+static void test_pipes_and_fifos_are_refused(void **state)
+{
+    (void)state;
+    char fifo[64], yaml[64], args[512];
+    snprintf(fifo, sizeof(fifo), "/tmp/rkv-fifo-%d", (int)getpid());
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-fifo-%d.yaml", (int)getpid());
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(args, sizeof(args), "timeout 20 %s run %s 2>&1", RKV_BIN, fifo);
+    int rc = sh(args);
+    if (rc != 2 || !strstr(out, ": not a regular file (a pipe): a scenario is read more than once"))
+        fail_msg("a FIFO: exit %d:\n%s", rc, out);
+    snprintf(args, sizeof(args), "timeout 20 %s run /dev/null 2>&1", RKV_BIN);
+    rc = sh(args);
+    if (rc != 2 || !strstr(out, "/dev/null: not a regular file (a device or socket)"))
+        fail_msg("/dev/null: exit %d:\n%s", rc, out);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+            "tensors:\n"
+            "  - {name: t, rows: 4, partition: explicit, book: [0, 1], local_order: file,\n"
+            "     local_file: %s}\n"
+            "workload:\n"
+            "  - {name: p, tensor: t}\n",
+            fifo);
+    fclose(f);
+    snprintf(args, sizeof(args), "timeout 20 %s run %s 2>&1", RKV_BIN, yaml);
+    rc = sh(args);
+    if (rc != 2 || !strstr(out, ":3:6: tensor \"t\": local_file ") ||
+        !strstr(out, ": not a regular file, not a file of indices"))
+        fail_msg("local_file a FIFO: exit %d:\n%s", rc, out);
+    unlink(yaml);
+    unlink(fifo);
+}
+
 static void test_readme_example_and_reports(void **state)
 {
     (void)state;
@@ -264,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
+        cmocka_unit_test(test_pipes_and_fifos_are_refused),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),
