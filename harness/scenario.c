@@ -119,6 +119,12 @@ static int sc_scalar(struct sc_ctx *c, const char *name, struct fy_node *key, st
      * its own, whose error named no line. */
     if (!*sc_str(v) && !sc_mark(v).line)
         return sc_fail(c, key, "%s: no value", name);
+    /* A quoted "t\0x" is a NUL inside the value: read up to it, the rest
+     * was dropped ("64\0junk" was rows 64, "t\0x" the tensor t). */
+    size_t len = 0;
+    const char *raw = fy_node_get_scalar(v, &len);
+    if (raw && memchr(raw, 0, len))
+        return sc_fail(c, v, "%s: a NUL character (\\0) inside the value", name);
     return 0;
 }
 
@@ -231,6 +237,10 @@ static int sc_map(struct sc_ctx *c, const char *what, struct fy_node *at, struct
     while ((p = fy_node_mapping_iterate(map, &it)) != NULL) {
         struct fy_node *k = fy_node_pair_key(p), *v = fy_node_pair_value(p);
         const char *ks = sc_str(k);
+        size_t klen = 0;
+        const char *kraw = fy_node_get_type(k) == FYNT_SCALAR ? fy_node_get_scalar(k, &klen) : NULL;
+        if (kraw && memchr(kraw, 0, klen)) /* "rounds\0x" read as rounds */
+            return sc_fail(c, k, "a key with a NUL character (\\0) in %s", what);
         int f = -1;
         for (int i = 0; i < n_fields && f < 0; i++)
             if (!strcmp(ks, fields[i]))
@@ -1297,10 +1307,14 @@ static double sc_oracle_bytes(const struct rkv_scenario *sc, uint32_t i, int thi
 {
     const struct rkv_sc_tensor *t = &sc->tensors[i];
     double elems = thin ? 1 : t->desc.row_len, cands = 1;
-    for (uint32_t p = 0; p < sc->n_phases; p++)
+    double zipf = 0; /* a phase drawing zipf keys: the cumulative weights, a double per row */
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
         if (sc->phases[p].tensor == i && sc->phases[p].push_op == RKV_OP_ASSIGN)
             cands = rkv_scenario_workers(sc);
-    return (double)t->desc.rows * (8 * elems + 12 * cands + 36);
+        if (sc->phases[p].tensor == i && sc->phases[p].keys == RKV_KEYS_ZIPF)
+            zipf = 8;
+    }
+    return (double)t->desc.rows * (8 * elems + 12 * cands + 36 + zipf);
 }
 
 /* A tensor the oracle cannot hold failed far from its line: the twin said
