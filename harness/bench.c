@@ -35,6 +35,7 @@
 #include "cli/cli.h"
 #include "harness/limits.h"
 #include "harness/probe_tcp.h"
+#include "util/util.h"
 
 #define BENCH_MAX_SIZES 8
 #define BENCH_MAX_REPS 99
@@ -992,31 +993,47 @@ static void bench_usage(FILE *out)
         "this machine's shard costs; --help for each).\n");
 }
 
-static int bench_parse_sizes(struct bench *b, const char *list)
+static int bench_parse_sizes(struct bench *b, const char *list, char *err, size_t err_len)
 {
     b->n_sizes = 0;
     while (*list) {
         char *end;
         unsigned long long v = strtoull(list, &end, 10);
         if (end == list || v < 4 || v % 4 || v > (64u << 20) || b->n_sizes == BENCH_MAX_SIZES)
-            return -1;
+            return rkv_errf(err, err_len, -1,
+                            "--sizes: expected up to %d value sizes in bytes, multiples of 4 in "
+                            "4..64 MiB, got \"%s\"",
+                            BENCH_MAX_SIZES, list);
         b->sizes[b->n_sizes++] = (uint32_t)v;
         list = end + strspn(end, " ,");
     }
-    return b->n_sizes ? 0 : -1;
+    return b->n_sizes ? 0 : rkv_errf(err, err_len, -1, "--sizes: expected at least one size");
 }
 
-static int bench_args(struct bench *b, int argc, char **argv)
+/* An integer flag in lo..hi: (int)strtol took "4294967301" as 5. */
+static int bench_int(const char *flag, const char *s, long lo, long hi, int *out, char *err,
+                     size_t err_len)
 {
-    if (argc < 1)
-        return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        return rkv_errf(err, err_len, -1, "%s: expected %ld..%ld, got \"%s\"", flag, lo, hi, s);
+    *out = (int)v;
+    return 0;
+}
+
+/* Says what is wrong in err (the usage follows it). */
+static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t err_len)
+{
     static const char *names[] = {"tcp", "shm", "verbs"};
     int mode = -1;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; argc >= 1 && i < 3; i++)
         if (!strcmp(argv[0], names[i]))
             mode = i;
     if (mode < 0)
-        return -1;
+        return rkv_errf(err, err_len, -1, "expected a mode (tcp, shm or verbs)%s%s%s",
+                        argc ? ", got \"" : "", argc ? argv[0] : "", argc ? "\"" : "");
     b->mode = (enum bench_mode)mode;
     b->mode_name = names[mode];
     b->reps = 5;
@@ -1024,33 +1041,32 @@ static int bench_args(struct bench *b, int argc, char **argv)
     b->port_flag = b->gid_flag = -1;
     const char *sizes =
         b->mode == BENCH_VERBS ? "4096 65536 1048576" : "4096 65536 1048576 16777216";
-    for (int i = 1; i < argc; i++) {
-        char *end = NULL;
-        if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            b->reps = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(argv[i], "--iperf-seconds") && i + 1 < argc)
-            b->iperf_s = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+    int rc = 0;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc, verbs = b->mode == BENCH_VERBS;
+        if (!strcmp(a, "--reps") && has_value)
+            rc = bench_int(a, argv[++i], 1, BENCH_MAX_REPS, &b->reps, err, err_len);
+        else if (!strcmp(a, "--iperf-seconds") && has_value)
+            rc = bench_int(a, argv[++i], 1, 60, &b->iperf_s, err, err_len);
+        else if (!strcmp(a, "--sizes") && has_value)
             sizes = argv[++i];
-        else if (!strcmp(argv[i], "--json"))
+        else if (!strcmp(a, "--json"))
             b->json = 1;
-        else if (!strcmp(argv[i], "--port") && i + 1 < argc && b->mode == BENCH_VERBS)
-            b->port_flag = (int)strtol(argv[++i], &end, 10);
-        else if (!strcmp(argv[i], "--gid-index") && i + 1 < argc && b->mode == BENCH_VERBS)
-            b->gid_flag = (int)strtol(argv[++i], &end, 10);
-        else if (!strncmp(argv[i], "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
+        else if (!strcmp(a, "--port") && has_value && verbs)
+            rc = bench_int(a, argv[++i], 1, 255, &b->port_flag, err, err_len);
+        else if (!strcmp(a, "--gid-index") && has_value && verbs)
+            rc = bench_int(a, argv[++i], 0, 255, &b->gid_flag, err, err_len);
+        else if (!strncmp(a, "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
             b->extra[b->n_extra++] = argv[i]; /* a setting, and its value if it has one */
-            if (!strchr(argv[i], '=') && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
+            if (!strchr(a, '=') && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
                 b->extra[b->n_extra++] = argv[++i];
         } else
-            return -1;
-        if (end && *end)
-            return -1;
+            rc = rkv_errf(err, err_len, -1, "%s: %s", a,
+                          !strncmp(a, "--", 2) ? "needs a value, or too many settings"
+                                               : "unexpected argument");
     }
-    if (b->reps < 1 || b->reps > BENCH_MAX_REPS || b->iperf_s < 1 || b->iperf_s > 60 ||
-        b->port_flag == 0 || b->port_flag > 255 || b->gid_flag < -1 || b->gid_flag > 255)
-        return -1;
-    return bench_parse_sizes(b, sizes);
+    return rc < 0 ? rc : bench_parse_sizes(b, sizes, err, err_len);
 }
 
 /* The busy-poll setting the clusters get, as they will read it. */
@@ -1143,7 +1159,9 @@ int cmd_bench(int argc, char **argv, const char *self)
         return RKV_EXIT_STORE;
     int code = RKV_EXIT_USAGE;
     b->self = self;
-    if (bench_args(b, argc, argv) < 0) {
+    char err[256] = "";
+    if (bench_args(b, argc, argv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv bench: %s\n", err);
         bench_usage(stderr);
         goto out;
     }
