@@ -561,6 +561,14 @@ static void test_node_errors(void **state)
     expect_run(env, "node --scenario /nonexistent/s.yaml", 2,
                "rkv node: /nonexistent/s.yaml: cannot open");
     expect_run(no_rank, "node --no-such-flag 1", 2, "rkv: unknown flag '--no-such-flag'");
+    /* "abc" was rank 0 (every such process server 0); a rank past the
+     * size ran as a worker the scenario does not have. */
+    snprintf(env, sizeof(env), "%s SLURM_PROCID=abc SLURM_NTASKS=8", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: SLURM_PROCID=abc, SLURM_NTASKS=8: expected a rank below a size");
+    snprintf(env, sizeof(env), "%s PMI_RANK=8 PMI_SIZE=8", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: PMI_RANK=8, PMI_SIZE=8: expected a rank below a size");
 }
 
 static void test_bench_verbs_without_a_device(void **state)
