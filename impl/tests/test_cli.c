@@ -655,6 +655,10 @@ static void test_run_reports(void **state)
         expect_run("", args, 3, "rkv run: cannot write the trace /dev/full");
         assert_null(strstr(out, "trace: /dev/full"));
     }
+    /* One it cannot open is a usage error with the reason, as on tcp (it
+     * exited 3 with "cannot write the trace /tmp"). */
+    snprintf(args, sizeof(args), "run %s --trace /tmp", yaml);
+    expect_run("", args, 2, "rkv run: twin: --trace: cannot write /tmp: Is a directory");
     /* A run refused after its --out was made leaves no empty directory
      * behind (it did); one that existed before stays. */
     snprintf(args, sizeof(args), "run %s --out %s.e --jitter 7", yaml, dir);

@@ -1156,8 +1156,9 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         t.w.sends_inline = 1;
     }
     if (o->trace_path && !(t.w.trace = fopen(o->trace_path, "w"))) {
-        snprintf(res->error, sizeof(res->error), "cannot write the trace %s", o->trace_path);
-        rc = -RKV_EIO;
+        /* A path that cannot be opened is the user's, as on tcp (exit 2). */
+        rc = rkv_errf(res->error, sizeof(res->error), -RKV_ECONFIG, "--trace: cannot write %s: %s",
+                      o->trace_path, strerror(errno));
         goto fini_world;
     }
     if (t.w.trace)
