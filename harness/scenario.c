@@ -1101,6 +1101,15 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
                        "cluster: machines x servers_per_machine = %llu servers, but the wire "
                        "format names at most %u (RKV_MAX_SERVERS)",
                        (unsigned long long)sc->machines * sc->servers_per_machine, RKV_MAX_SERVERS);
+    /* As for the servers: the store refused the count only once every
+     * node had been deployed (the client's config check). */
+    uint64_t workers = sc->workers_total ? sc->workers_total
+                                         : (uint64_t)sc->machines * sc->workers_per_machine;
+    if (workers > RKV_MAX_WORKERS)
+        return sc_fail_mark(c, sc->workers_total ? sc->workers_mark : sc_mark(t.key[TOP_CLUSTER]),
+                            "cluster: %llu workers, but the wire format names at most %u clients "
+                            "(RKV_MAX_WORKERS)",
+                            (unsigned long long)workers, RKV_MAX_WORKERS);
     if (sc->workers_total > sc->machines * sc->workers_per_machine) {
         struct rkv_sc_mark m = sc->workers_mark;
         return sc_fail_mark(c, m,
