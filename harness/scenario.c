@@ -1674,9 +1674,16 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
                                  "after_phase: no phase named \"%s\"", f->after_phase);
         f->after_phase_ix = p;
     }
+    /* An after_phase crash has no at_s of its own: the message said
+     * "at_s" of a fault that gave none. */
     if (i && f->at_s < sc->faults[i - 1].at_s)
         return sc_fault_fail(sc, i, RKV_SC_F_AT_S, err, err_len,
-                             "at_s: expected faults in time order");
+                             "at_s: expected faults in time order (at_s %g, after faults[%u]'s "
+                             "%g%s)",
+                             f->at_s, i - 1, sc->faults[i - 1].at_s,
+                             f->after_phase[0] ? "; a fault with after_phase counts as at_s 0, so "
+                                                 "list it before those with a time"
+                                               : "");
     /* Whichever of two such crashes comes first leaves nothing for the
      * other: the run failed on a fault that did not fire, saying no more
      * than FAIL. With a restart between them both can fire. */
