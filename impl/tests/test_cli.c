@@ -431,6 +431,12 @@ static void test_usage(void **state)
                "RKV_TIMEOUT_MS)");
     expect_run("", "config --dump --rows 0", 2, "rkv config: workload needs rows");
     expect_run("", "", 2, NULL);
+    /* A twin-sized file on tcp said "need 1..512 servers and workers", as
+     * if the file had none; refused before any process starts. */
+    expect_run("", "run " SCEN_DIR "/sim-4096.yaml --backend tcp", 2,
+               "rkv run: 1024 servers (1024 machines x 1) and 3072 workers: a run on this host "
+               "starts 1..512 of each");
+    expect_run("", "demo --num-workers 600", 2, "and 600 workers: a run on this host starts");
 }
 
 /* The library says its version at run time: the header's, in full. */
