@@ -1103,8 +1103,8 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
                        (unsigned long long)sc->machines * sc->servers_per_machine, RKV_MAX_SERVERS);
     /* As for the servers: the store refused the count only once every
      * node had been deployed (the client's config check). */
-    uint64_t workers = sc->workers_total ? sc->workers_total
-                                         : (uint64_t)sc->machines * sc->workers_per_machine;
+    uint64_t workers =
+        sc->workers_total ? sc->workers_total : (uint64_t)sc->machines * sc->workers_per_machine;
     if (workers > RKV_MAX_WORKERS)
         return sc_fail_mark(c, sc->workers_total ? sc->workers_mark : sc_mark(t.key[TOP_CLUSTER]),
                             "cluster: %llu workers, but the wire format names at most %u clients "
@@ -1756,6 +1756,14 @@ double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, 
 
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)
 {
+    /* sc->path is cut at 255 bytes, and paths in the file are relative to
+     * its directory: a cut one named another (a parent) directory. */
+    if (strlen(path) >= sizeof(((struct rkv_scenario *)0)->path)) {
+        snprintf(err, err_len, "...%s: a scenario path of %zu bytes, past the %zu it may have",
+                 path + strlen(path) - 60, strlen(path),
+                 sizeof(((struct rkv_scenario *)0)->path) - 1);
+        return -RKV_ECONFIG;
+    }
     int crc = sc_check_text(path, err, err_len);
     if (crc == 0)
         crc = sc_check_one_document(path, err, err_len);

@@ -247,6 +247,12 @@ static void test_pipes_and_fifos_are_refused(void **state)
         fail_msg("local_file a FIFO: exit %d:\n%s", rc, out);
     unlink(yaml);
     unlink(fifo);
+    /* A path past sc->path was cut, and local_file or platform_file were
+     * then looked for in the directory the cut left. */
+    snprintf(args, sizeof(args), "%s run /tmp/%0300d.yaml 2>&1", RKV_BIN, 0);
+    rc = sh(args);
+    if (rc != 2 || !strstr(out, ".yaml: a scenario path of 310 bytes, past the 255"))
+        fail_msg("a long path: exit %d:\n%s", rc, out);
 }
 
 static void test_readme_example_and_reports(void **state)
