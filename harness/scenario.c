@@ -1425,18 +1425,31 @@ static int sc_check_one_document(const char *path, char *err, size_t err_len)
     if (!f)
         return 0; /* sc_check_text said why */
     char buf[256];
-    unsigned line = 0;
+    unsigned line = 0, ended = 0; /* ended: the line of a "..." after content */
     int at_start = 1, content = 0, rc = 0;
     while (rc == 0 && fgets(buf, sizeof(buf), f)) {
         size_t len = strlen(buf);
         if (at_start) {
             line++;
             const char *p = buf + strspn(buf, " \t");
-            if (!strncmp(buf, "---", 3) && (!buf[3] || strchr(" \t\r\n#", buf[3])) && content) {
+            int marker = (!strncmp(buf, "---", 3) || !strncmp(buf, "...", 3)) &&
+                         (!buf[3] || strchr(" \t\r\n#", buf[3]));
+            if (marker && buf[0] == '-' && content) {
                 snprintf(err, err_len,
                          "%s:%u:1: a second YAML document: a scenario is one document", path, line);
                 rc = -RKV_ECONFIG;
-            } else if (*p && *p != '#' && *p != '\n' && *p != '\r' && strncmp(buf, "---", 3)) {
+            } else if (marker && buf[0] == '.') {
+                ended = content ? line : ended;
+            } else if (*p && *p != '#' && *p != '\n' && *p != '\r' && !marker) {
+                /* After "...", content is a second document without a
+                 * "---", and was dropped as silently (faults and all). */
+                if (ended) {
+                    snprintf(err, err_len,
+                             "%s:%u:1: a second YAML document (the first ends with \"...\" on "
+                             "line %u): a scenario is one document",
+                             path, line, ended);
+                    rc = -RKV_ECONFIG;
+                }
                 content = 1;
             }
         }
