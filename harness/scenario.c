@@ -1080,6 +1080,16 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
      * and the value was dropped (the trace hash equalled the run without). */
     if (sc->sim_wake_us > 0 && !sc->sim_sched_cores)
         return sc_fail(c, c->sim_key[15], "wake_us: only with scheduler: cores");
+    /* The twin runs crash faults on the shared cores (a killed actor may
+     * hold a core of a run queue), and ran such a file on them without a
+     * word. */
+    for (uint32_t i = 0; sc->sim_sched_cores && i < sc->n_faults; i++)
+        if (!strcmp(sc->faults[i].kind, "crash"))
+            return sc_fail(c, c->sim_key[14],
+                           "scheduler: cores does not run with crash faults (faults[%u]: a "
+                           "killed node may hold a core of a run queue); the twin runs them on "
+                           "scheduler: share",
+                           i);
     /* Only the cluster platform has a backbone; elsewhere the value was
      * dropped without a word (and a platform file brings its own links). */
     if (c->backbone_key && (strcmp(sc->sim_platform, "cluster") || sc->sim_platform_file[0]))

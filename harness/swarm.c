@@ -425,6 +425,11 @@ void rkv_swarm_normalize(struct rkv_swarm_spec *sp)
     if (!sp->durable)
         sp->retry_ms = 0;
     sw_normalize_faults(sp);
+    /* The twin runs crash faults on the shared cores, and the loader
+     * refuses scheduler: cores beside one (the runs are the same). */
+    for (uint32_t i = 0; i < sp->n_faults; i++)
+        if (sp->faults[i].kind == RKV_SWF_CRASH)
+            sp->sched_cores = 0;
 }
 
 /* ---- YAML ---- */
