@@ -1492,6 +1492,13 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
     int code = RKV_EXIT_USAGE;
     struct rkv_trace_run trun;
     char err[512];
+    /* payloadless thins rows in the twin only: here every worker holds the
+     * declared rows' oracle and requests (the loader checked thin ones). */
+    if (sc->sim_payloadless && rkv_scenario_check_size(sc, 0, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        free(d);
+        return RKV_EXIT_USAGE;
+    }
     if (o->trace && rkv_trace_run_start(&trun, o->trace, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         free(d);

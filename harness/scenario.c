@@ -1339,7 +1339,9 @@ static double sc_oracle_bytes(const struct rkv_scenario *sc, uint32_t i, int thi
 /* A tensor the oracle cannot hold failed far from its line: the twin said
  * "out of memory" and nothing more, and one just small enough to be
  * allocated was touched row by row until the kernel killed the run. */
-static int sc_check_size(struct sc_ctx *c)
+/* thin: rows of one element (the twin's payloadless runs); a real backend
+ * carries and checks the declared rows, payloadless or not. */
+static int sc_check_size(struct sc_ctx *c, int thin)
 {
     const struct rkv_scenario *sc = c->sc;
     /* A request too large to allocate stopped every worker with "cannot
@@ -1348,7 +1350,7 @@ static int sc_check_size(struct sc_ctx *c)
         const struct rkv_sc_phase *p = &sc->phases[i];
         const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
         double row = (double)rkv_dtype_size(t->desc.dtype) *
-                     (sc->sim_payloadless ? 1 : t->desc.row_len) *
+                     (thin ? 1 : t->desc.row_len) *
                      (p->pull_handler == RKV_PULL_WITH_STATE ? 2 : 1);
         if (p->ids_per_request * row > (double)RKV_SC_MAX_REQUEST_BYTES)
             return sc_fail_mark(c, p->ids_mark.line ? p->ids_mark : p->mark,
@@ -1362,27 +1364,36 @@ static int sc_check_size(struct sc_ctx *c)
     const double max = (double)RKV_SC_MAX_ORACLE_BYTES;
     double total = 0;
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
-        double b = sc_oracle_bytes(sc, i, sc->sim_payloadless);
+        double b = sc_oracle_bytes(sc, i, thin);
         total += b;
         if (total <= max)
             continue;
         const struct rkv_sc_tensor *t = &sc->tensors[i];
         /* Thin rows help only when the row count alone fits. */
-        int thin_fits = !sc->sim_payloadless && total - b + sc_oracle_bytes(sc, i, 1) <= max;
+        int thin_fits = !thin && total - b + sc_oracle_bytes(sc, i, 1) <= max;
         return sc_fail_mark(c, t->mark,
                             "tensor \"%s\": %llu rows of %u elements need %.3g GiB of oracle "
                             "state%s, past the %llu GiB a scenario may use (the oracle keeps "
                             "every row's expected value: 8 B per element, ~48 B per row); "
                             "fewer rows%s",
                             t->desc.name, (unsigned long long)t->desc.rows,
-                            sc->sim_payloadless ? 1 : t->desc.row_len, b / (1 << 30),
+                            thin ? 1 : t->desc.row_len, b / (1 << 30),
                             b <= max ? " (with the tensors before it)" : "",
                             RKV_SC_MAX_ORACLE_BYTES >> 30,
-                            thin_fits ? " or elements, or sim.payloadless: true in the twin"
-                            : sc->sim_payloadless ? " (sim.payloadless: one element per row)"
+                            thin_fits && sc->sim_payloadless
+                                ? " or elements (sim.payloadless thins rows in the twin only)"
+                            : thin_fits ? " or elements, or sim.payloadless: true in the twin"
+                            : thin ? " (sim.payloadless: one element per row)"
                                                   : "");
     }
     return 0;
+}
+
+int rkv_scenario_check_size(const struct rkv_scenario *sc, int thin, char *err, size_t err_len)
+{
+    struct sc_ctx c = {
+        .path = sc->path, .err = err, .err_len = err_len, .sc = (struct rkv_scenario *)sc};
+    return sc_check_size(&c, thin);
 }
 
 static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
@@ -1825,7 +1836,7 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
                  path);
         rc = -RKV_ECONFIG;
     } else if ((rc = sc_no_alias(&c, root, 0)) == 0 && (rc = sc_sections(&c, root)) == 0 &&
-               (rc = sc_check_size(&c)) == 0 && (rc = sc_check_books(&c)) == 0 &&
+               (rc = sc_check_size(&c, sc->sim_payloadless)) == 0 && (rc = sc_check_books(&c)) == 0 &&
                (rc = sc_check_keys(&c)) == 0) {
         rc = sc_check_faults(sc, err, err_len);
     }

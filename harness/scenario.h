@@ -157,6 +157,11 @@ void rkv_scenario_free(struct rkv_scenario *sc);
  * returns its length. Checks made after loading name positions with it. */
 int rkv_scenario_where(const struct rkv_scenario *sc, struct rkv_sc_mark m, char *buf, size_t len);
 
+/* The request and oracle limits (RKV_SC_MAX_*) for rows of one element
+ * (thin: the twin's payloadless runs) or the declared ones (a real
+ * backend, which ignores payloadless); the loader checks the twin's. */
+int rkv_scenario_check_size(const struct rkv_scenario *sc, int thin, char *err, size_t err_len);
+
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
 /* The machine worker w runs on (the twin, the launcher and the oracle agree). */
 uint32_t rkv_scenario_worker_machine(const struct rkv_scenario *sc, uint32_t w);

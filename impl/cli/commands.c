@@ -342,7 +342,7 @@ static int node_from_scenario(int argc, char **argv, const struct cmd_settings *
     struct rkv_verdict_opts verdict = {.out_dir = out_dir};
     verdict.t0_s = rkv_timed_now_s();
     char err[512];
-    struct rkv_scenario *sc;
+    struct rkv_scenario *sc = NULL;
     uint32_t rank, size;
     int rrc = node_rank(&rank, &size);
     if (rrc < 0) {
@@ -351,8 +351,11 @@ static int node_from_scenario(int argc, char **argv, const struct cmd_settings *
                             "PMI_RANK) and no --role\n");
         return RKV_EXIT_USAGE;
     }
-    if (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) < 0) {
+    /* payloadless thins rows in the twin only (the loader checked thin). */
+    if (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) < 0 ||
+        (sc->sim_payloadless && rkv_scenario_check_size(sc, 0, err, sizeof(err)) < 0)) {
         fprintf(stderr, "rkv node: %s\n", err);
+        rkv_scenario_free(sc);
         return RKV_EXIT_USAGE;
     }
     uint32_t S = rkv_scenario_servers(sc), W = rkv_scenario_workers(sc);

@@ -437,6 +437,27 @@ static void test_usage(void **state)
                "rkv run: 1024 servers (1024 machines x 1) and 3072 workers: a run on this host "
                "starts 1..512 of each");
     expect_run("", "demo --num-workers 600", 2, "and 600 workers: a run on this host starts");
+    /* payloadless thins rows in the twin only: on tcp each worker built the
+     * declared rows' oracle (32 GiB here), which the loader had not counted. */
+    char yaml[64], args[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-thin-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 1048576, shape: [4096]}\n"
+          "workload:\n"
+          "  - {name: p, tensor: t, rounds: 2}\n"
+          "sim: {payloadless: true}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
+    expect_run("", args, 2, ":3:6: tensor \"t\": 1048576 rows of 4096 elements need 32 GiB");
+    assert_non_null(strstr(out, "(sim.payloadless thins rows in the twin only)"));
+    snprintf(args, sizeof(args), "node --scenario %s", yaml);
+    expect_run("PMI_RANK=0 PMI_SIZE=4", args, 2, "rkv node: ");
+    assert_non_null(strstr(out, "need 32 GiB of oracle state"));
+    unlink(yaml);
 }
 
 /* The library says its version at run time: the header's, in full. */
