@@ -66,6 +66,13 @@ static void test_cluster_file_errors(void **state)
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
     cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
+    { /* a directory read as empty: "no machines" */
+        struct rkv_machine *m = NULL;
+        uint32_t n = 0;
+        char err[512] = "";
+        assert_int_equal(cmd_cluster_parse("/tmp", 1, &m, &n, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "/tmp: is a directory, not a cluster file"));
+    }
     /* Taken as host names, these failed when a server listened, with "is
      * the port in use?". */
     cluster_fails("10.0.0.1:9000\n",
