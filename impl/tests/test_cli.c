@@ -444,6 +444,9 @@ static void test_usage(void **state)
                "rkv run: 1024 servers (1024 machines x 1) and 3072 workers: a run on this host "
                "starts 1..512 of each");
     expect_run("", "demo --num-workers 600", 2, "and 600 workers: a run on this host starts");
+    /* read as empty: "needs backend, host_cores and bandwidth_gbps" */
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --calibration /tmp", 2,
+               "rkv run: /tmp: is a directory, not a calibration file");
     /* payloadless thins rows in the twin only: on tcp each worker built the
      * declared rows' oracle (32 GiB here), which the loader had not counted. */
     char yaml[64], args[128];
