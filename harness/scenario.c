@@ -1461,6 +1461,9 @@ static int sc_check_one_document(const char *path, char *err, size_t err_len)
                 rc = -RKV_ECONFIG;
             } else if (marker && buf[0] == '.') {
                 ended = content ? line : ended;
+            } else if (buf[0] == '%' && !content) {
+                /* a directive (%YAML 1.2) before the "---": not content,
+                 * or that "---" read as a second document */
             } else if (*p && *p != '#' && *p != '\n' && *p != '\r' && !marker) {
                 /* After "...", content is a second document without a
                  * "---", and was dropped as silently (faults and all). */

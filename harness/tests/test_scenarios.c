@@ -255,6 +255,31 @@ static void test_pipes_and_fifos_are_refused(void **state)
         fail_msg("a long path: exit %d:\n%s", rc, out);
 }
 
+/* A %YAML directive and its "---" make one document: the "---" after the
+ * directive was taken for a second document and the file refused. */
+static void test_yaml_directive(void **state)
+{
+    (void)state;
+    char yaml[64], args[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-directive-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("%YAML 1.2\n"
+          "---\n"
+          "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 64}\n"
+          "workload:\n"
+          "  - {name: p, tensor: t, rounds: 2}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s", yaml);
+    int rc = run_rkv("", args);
+    if (rc != 0 || !strstr(out, "verdict: PASS"))
+        fail_msg("exit %d:\n%s", rc, out);
+    unlink(yaml);
+}
+
 static void test_readme_example_and_reports(void **state)
 {
     (void)state;
@@ -311,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
         cmocka_unit_test(test_pipes_and_fifos_are_refused),
+        cmocka_unit_test(test_yaml_directive),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),
