@@ -35,6 +35,7 @@
 #include "cli/cli.h"
 #include "harness/limits.h"
 #include "harness/probe_tcp.h"
+#include "util/util.h"
 
 #define BENCH_MAX_SIZES 8
 #define BENCH_MAX_REPS 99
@@ -992,59 +993,47 @@ static void bench_usage(FILE *out)
         "this machine's shard costs; --help for each).\n");
 }
 
-static int bench_parse_sizes(struct bench *b, const char *list, char *err, size_t el)
+static int bench_parse_sizes(struct bench *b, const char *list, char *err, size_t err_len)
 {
     b->n_sizes = 0;
     while (*list) {
         char *end;
         unsigned long long v = strtoull(list, &end, 10);
-        if (end == list || v < 4 || v % 4 || v > (64u << 20) || b->n_sizes == BENCH_MAX_SIZES) {
-            snprintf(err, el,
-                     "--sizes: expected up to %d value sizes in bytes, multiples of 4 from 4 to "
-                     "64 MiB, separated by spaces or commas; \"%.40s\" is not",
-                     BENCH_MAX_SIZES, list);
-            return -1;
-        }
+        if (end == list || v < 4 || v % 4 || v > (64u << 20) || b->n_sizes == BENCH_MAX_SIZES)
+            return rkv_errf(err, err_len, -1,
+                            "--sizes: expected up to %d value sizes in bytes, multiples of 4 in "
+                            "4..64 MiB, got \"%s\"",
+                            BENCH_MAX_SIZES, list);
         b->sizes[b->n_sizes++] = (uint32_t)v;
         list = end + strspn(end, " ,");
     }
-    if (!b->n_sizes)
-        snprintf(err, el, "--sizes: no sizes given");
-    return b->n_sizes ? 0 : -1;
+    return b->n_sizes ? 0 : rkv_errf(err, err_len, -1, "--sizes: expected at least one size");
 }
 
-/* An integer flag's value: the whole of it, within [lo, hi]. */
-static int bench_int(const char *flag, const char *v, long lo, long hi, int *out, char *err,
-                     size_t el)
+/* An integer flag in lo..hi: (int)strtol took "4294967301" as 5. */
+static int bench_int(const char *flag, const char *s, long lo, long hi, int *out, char *err,
+                     size_t err_len)
 {
     char *end;
     errno = 0;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi)
-        return snprintf(err, el, "%s: expected an integer in %ld..%ld, got \"%s\"", flag, lo, hi,
-                        v),
-               -1;
-    *out = (int)x;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi)
+        return rkv_errf(err, err_len, -1, "%s: expected %ld..%ld, got \"%s\"", flag, lo, hi, s);
+    *out = (int)v;
     return 0;
 }
 
-/* The command line; on a usage error, err says which argument and why. */
-static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t el)
+/* Says what is wrong in err (the usage follows it). */
+static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t err_len)
 {
     static const char *names[] = {"tcp", "shm", "verbs"};
     int mode = -1;
     for (int i = 0; argc >= 1 && i < 3; i++)
         if (!strcmp(argv[0], names[i]))
             mode = i;
-    if (mode < 0) {
-        if (argc < 1)
-            snprintf(err, el, "which backend? expected tcp, shm or verbs (or durable, local)");
-        else
-            snprintf(err, el,
-                     "unknown backend \"%s\": expected tcp, shm or verbs (or durable, local)",
-                     argv[0]);
-        return -1;
-    }
+    if (mode < 0)
+        return rkv_errf(err, err_len, -1, "expected a mode (tcp, shm or verbs)%s%s%s",
+                        argc ? ", got \"" : "", argc ? argv[0] : "", argc ? "\"" : "");
     b->mode = (enum bench_mode)mode;
     b->mode_name = names[mode];
     b->reps = 5;
@@ -1052,45 +1041,32 @@ static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t 
     b->port_flag = b->gid_flag = -1;
     const char *sizes =
         b->mode == BENCH_VERBS ? "4096 65536 1048576" : "4096 65536 1048576 16777216";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0, verbs = b->mode == BENCH_VERBS;
-        if (!strcmp(a, "--json")) {
+    int rc = 0;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc, verbs = b->mode == BENCH_VERBS;
+        if (!strcmp(a, "--reps") && has_value)
+            rc = bench_int(a, argv[++i], 1, BENCH_MAX_REPS, &b->reps, err, err_len);
+        else if (!strcmp(a, "--iperf-seconds") && has_value)
+            rc = bench_int(a, argv[++i], 1, 60, &b->iperf_s, err, err_len);
+        else if (!strcmp(a, "--sizes") && has_value)
+            sizes = argv[++i];
+        else if (!strcmp(a, "--json"))
             b->json = 1;
-            continue;
-        }
-        int takes = !strcmp(a, "--reps") || !strcmp(a, "--iperf-seconds") ||
-                    !strcmp(a, "--sizes") || (verbs && !strcmp(a, "--port")) ||
-                    (verbs && !strcmp(a, "--gid-index"));
-        if (takes && !v) {
-            snprintf(err, el, "%s: needs a value", a);
-            return -1;
-        }
-        if (!strcmp(a, "--reps"))
-            rc = bench_int(a, v, 1, BENCH_MAX_REPS, &b->reps, err, el);
-        else if (!strcmp(a, "--iperf-seconds"))
-            rc = bench_int(a, v, 1, 60, &b->iperf_s, err, el);
-        else if (!strcmp(a, "--sizes"))
-            sizes = v;
-        else if (verbs && !strcmp(a, "--port"))
-            rc = bench_int(a, v, 1, 255, &b->port_flag, err, el);
-        else if (verbs && !strcmp(a, "--gid-index"))
-            rc = bench_int(a, v, 0, 255, &b->gid_flag, err, el);
+        else if (!strcmp(a, "--port") && has_value && verbs)
+            rc = bench_int(a, argv[++i], 1, 255, &b->port_flag, err, err_len);
+        else if (!strcmp(a, "--gid-index") && has_value && verbs)
+            rc = bench_int(a, argv[++i], 0, 255, &b->gid_flag, err, err_len);
         else if (!strncmp(a, "--", 2) && b->n_extra + 2 <= BENCH_MAX_EXTRA) {
             b->extra[b->n_extra++] = argv[i]; /* a setting, and its value if it has one */
-            if (!strchr(a, '=') && v && strncmp(v, "--", 2))
+            if (!strchr(a, '=') && i + 1 < argc && strncmp(argv[i + 1], "--", 2))
                 b->extra[b->n_extra++] = argv[++i];
-            continue;
-        } else {
-            snprintf(err, el, "%s: %s", a,
-                     strncmp(a, "--", 2) ? "unexpected argument" : "too many settings");
-            return -1;
-        }
-        if (rc < 0)
-            return -1;
-        i += takes;
+        } else
+            rc = rkv_errf(err, err_len, -1, "%s: %s", a,
+                          !strncmp(a, "--", 2) ? "needs a value, or too many settings"
+                                               : "unexpected argument");
     }
-    return bench_parse_sizes(b, sizes, err, el);
+    return rc < 0 ? rc : bench_parse_sizes(b, sizes, err, err_len);
 }
 
 /* The busy-poll setting the clusters get, as they will read it. */
@@ -1185,7 +1161,7 @@ int cmd_bench(int argc, char **argv, const char *self)
     b->self = self;
     char err[256] = "";
     if (bench_args(b, argc, argv, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv bench: %s\n\n", err);
+        fprintf(stderr, "rkv bench: %s\n", err);
         bench_usage(stderr);
         goto out;
     }

@@ -110,7 +110,8 @@ int rkv_bench_local(int argc, char **argv)
         } else if (!strcmp(argv[i], "--calls") && i + 1 < argc) {
             calls = strtoull(argv[++i], &end, 10);
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            reps = (int)strtol(argv[++i], &end, 10);
+            long v = strtol(argv[++i], &end, 10);
+            reps = v < 1 || v > BL_MAX_REPS ? 0 : (int)v; /* (int) took 2^32 + 1 as 1 */
         } else {
             bl_usage(stderr);
             return RKV_EXIT_USAGE;

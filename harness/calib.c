@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "harness/calib.h"
 #include "harness/scenario.h"
@@ -93,6 +94,14 @@ static int calib_set(struct rkv_calib *c, const char *k, const char *v, char *wh
 
 int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_len)
 {
+    /* A directory opens and reads as empty: "needs backend, ..." */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(err, err_len, "%s: is a directory, not a calibration file (rkv calibrate "
+                               "writes one)",
+                 path);
+        return -RKV_ECONFIG;
+    }
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, err_len, "%s: cannot open the calibration file (rkv calibrate writes one)",

@@ -1012,7 +1012,17 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
         cmd_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
         cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
         spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
-        fprintf(stderr, "%s: %s\n", d->cmd, err[0] ? err : "need 1..512 servers and workers");
+        /* Say what was asked: a twin-sized scenario on tcp read as if the
+         * file held no servers. */
+        if (!err[0])
+            snprintf(err, sizeof(err),
+                     "%llu servers (%llu machines x %llu) and %llu workers: a run on this host "
+                     "starts 1..%d of each, and at most 256 servers per machine%s",
+                     (unsigned long long)(m * spm), (unsigned long long)m, (unsigned long long)spm,
+                     (unsigned long long)w, DEMO_MAX_PROCS,
+                     strcmp(d->cmd, "rkv run") ? ""
+                                               : " (larger clusters: the twin, --backend sim)");
+        fprintf(stderr, "%s: %s\n", d->cmd, err);
         return -1;
     }
     d->n_workers = (uint32_t)w;
@@ -1493,6 +1503,13 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
     int code = RKV_EXIT_USAGE;
     struct rkv_trace_run trun;
     char err[512];
+    /* payloadless thins rows in the twin only: here every worker holds the
+     * declared rows' oracle and requests (the loader checked thin ones). */
+    if (sc->sim_payloadless && rkv_scenario_check_size(sc, 0, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        free(d);
+        return RKV_EXIT_USAGE;
+    }
     if (o->trace && rkv_trace_run_start(&trun, o->trace, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         free(d);

@@ -24,6 +24,9 @@ struct sc_ctx {
     struct rkv_scenario *sc;
     struct fy_node *backbone_key; /* sim.backbone_gbps, checked against the platform */
     struct fy_node *sim_key[16];  /* sim's keys by field, for checks made once it is read */
+    /* Each explicit tensor's book and its key, expanded over the rows only
+     * once sc_check_size has seen that the rows fit. */
+    struct fy_node *book[RKV_SC_MAX_TENSORS], *book_key[RKV_SC_MAX_TENSORS];
 };
 
 /* Position of a node: scalars carry a token; for collections the caller
@@ -116,6 +119,12 @@ static int sc_scalar(struct sc_ctx *c, const char *name, struct fy_node *key, st
      * its own, whose error named no line. */
     if (!*sc_str(v) && !sc_mark(v).line)
         return sc_fail(c, key, "%s: no value", name);
+    /* A quoted "t\0x" is a NUL inside the value: read up to it, the rest
+     * was dropped ("64\0junk" was rows 64, "t\0x" the tensor t). */
+    size_t len = 0;
+    const char *raw = fy_node_get_scalar(v, &len);
+    if (raw && memchr(raw, 0, len))
+        return sc_fail(c, v, "%s: a NUL character (\\0) inside the value", name);
     return 0;
 }
 
@@ -228,6 +237,10 @@ static int sc_map(struct sc_ctx *c, const char *what, struct fy_node *at, struct
     while ((p = fy_node_mapping_iterate(map, &it)) != NULL) {
         struct fy_node *k = fy_node_pair_key(p), *v = fy_node_pair_value(p);
         const char *ks = sc_str(k);
+        size_t klen = 0;
+        const char *kraw = fy_node_get_type(k) == FYNT_SCALAR ? fy_node_get_scalar(k, &klen) : NULL;
+        if (kraw && memchr(kraw, 0, klen)) /* "rounds\0x" read as rounds */
+            return sc_fail(c, k, "a key with a NUL character (\\0) in %s", what);
         int f = -1;
         for (int i = 0; i < n_fields && f < 0; i++)
             if (!strcmp(ks, fields[i]))
@@ -383,21 +396,22 @@ static int sc_tensor_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k
 }
 
 /* The book repeats cyclically over the rows: [0, 1, 1] is a 1:2 split. */
-static int sc_book(struct sc_ctx *c, struct sc_tensor_build *b, uint32_t machines)
+static int sc_book(struct sc_ctx *c, uint32_t i, uint32_t machines)
 {
-    struct rkv_sc_tensor *t = b->t;
-    int n = fy_node_sequence_item_count(b->book);
+    struct rkv_sc_tensor *t = &c->sc->tensors[i];
+    struct fy_node *book = c->book[i], *book_key = c->book_key[i];
+    int n = fy_node_sequence_item_count(book);
     uint32_t *pat = calloc((size_t)n, sizeof(*pat));
     t->book = calloc(t->desc.rows, sizeof(*t->book));
     if (!pat || !t->book) {
         free(pat);
-        return sc_fail(c, b->book_key, "book: out of memory");
+        return sc_fail(c, book_key, "book: out of memory");
     }
     void *it = NULL;
     struct fy_node *e;
-    int i = 0, rc = 0;
-    while (rc == 0 && (e = fy_node_sequence_iterate(b->book, &it)) != NULL)
-        rc = sc_u32(c, "book", b->book_key, e, 0, machines - 1, &pat[i++]);
+    int k = 0, rc = 0;
+    while (rc == 0 && (e = fy_node_sequence_iterate(book, &it)) != NULL)
+        rc = sc_u32(c, "book", book_key, e, 0, machines - 1, &pat[k++]);
     for (uint64_t r = 0; rc == 0 && r < t->desc.rows; r++)
         t->book[r] = pat[r % (uint64_t)n];
     free(pat);
@@ -455,7 +469,9 @@ static int sc_tensor(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
         return sc_fail(c, b.local_seed_key,
                        "tensors[]: \"%s\": local_seed seeds local_order: permuted only",
                        t->desc.name);
-    return b.book ? sc_book(c, &b, sc->machines ? sc->machines : 1) : 0;
+    c->book[sc->n_tensors - 1] = b.book;
+    c->book_key[sc->n_tensors - 1] = b.book_key;
+    return 0;
 }
 
 /* ---- workload phases ---- */
@@ -535,6 +551,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
                            "could be checked)");
         return rc;
     case PF_IDS:
+        p->ids_mark = sc_mark(v);
         return sc_u32(c, "ids_per_request", k, v, 1, 1u << 20, &p->ids_per_request);
     case PF_KEYS:
         p->keys_mark = sc_mark(v);
@@ -546,6 +563,7 @@ static int sc_phase_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
     case PF_ROUNDS:
         return sc_u32(c, "rounds", k, v, 1, 10000000, &p->rounds);
     case PF_BARRIER:
+        p->barrier_mark = sc_mark(v);
         return sc_bool(c, "barrier_after", k, v, &p->barrier_after);
     case PF_PULL_HANDLER: {
         static const char *const handlers[] = {"rows", "with_state"};
@@ -852,10 +870,20 @@ static int sc_sim_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k, s
     case 4:
         rc = sc_path(c, "platform_file", k, v, sc->path, sc->sim_platform_file,
                      sizeof(sc->sim_platform_file));
-        /* SimGrid aborts the process on a file it cannot open. */
+        sc->sim_platform_file_mark = sc_mark(v);
+        /* SimGrid aborts the process on a file it cannot open, on an empty
+         * one (/dev/null), and waits forever on a FIFO. */
         if (rc == 0 && access(sc->sim_platform_file, R_OK) != 0)
             return sc_fail(c, v, "platform_file: cannot read %s: %s", sc->sim_platform_file,
                            strerror(errno));
+        struct stat st;
+        if (rc == 0 &&
+            (stat(sc->sim_platform_file, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0))
+            return sc_fail(c, v, "platform_file: %s is %s, not a SimGrid platform (XML)",
+                           sc->sim_platform_file,
+                           S_ISDIR(st.st_mode)   ? "a directory"
+                           : S_ISREG(st.st_mode) ? "empty"
+                                                 : "not a regular file");
         return rc;
     case 5:
         c->backbone_key = k;
@@ -1008,7 +1036,24 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
     if (sc->n_phases == 0)
         return sc_fail(c, t.key[TOP_WORKLOAD],
                        "workload: expected at least one phase (an empty workload checks nothing)");
-    if (t.key[TOP_FAULTS] && fy_node_get_type(t.val[TOP_FAULTS]) != FYNT_SCALAR &&
+    /* Every run ends with a barrier: the servers may stop only once every
+     * worker is done, and every row the last epoch wrote is verified after
+     * it. A "false" there was overridden without a word. */
+    const struct rkv_sc_phase *last = &sc->phases[sc->n_phases - 1];
+    if (!last->barrier_after)
+        return sc_fail_mark(c, last->barrier_mark,
+                            "workload[] \"%s\": barrier_after: false on the last phase, but "
+                            "every run ends with a barrier (the workers meet, then every row "
+                            "is verified and the servers stop); leave the key out or set it true",
+                            last->name);
+    /* `faults:` with nothing (or null) is no faults; any other scalar
+     * (`faults: crash`) ran without faults and passed. */
+    const char *nf = t.key[TOP_FAULTS] && (!t.val[TOP_FAULTS] ||
+                                           fy_node_get_type(t.val[TOP_FAULTS]) == FYNT_SCALAR)
+                         ? sc_str(t.val[TOP_FAULTS])
+                         : NULL;
+    int no_faults = nf && (!*nf || !strcmp(nf, "~") || !strcmp(nf, "null"));
+    if (t.key[TOP_FAULTS] && !no_faults &&
         (rc = sc_list(c, "faults", t.key[TOP_FAULTS], t.val[TOP_FAULTS], sc_fault)) < 0)
         return rc;
     if (t.key[TOP_EXPECT] && (rc = sc_map(c, "expect", t.key[TOP_EXPECT], t.val[TOP_EXPECT],
@@ -1035,6 +1080,16 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
      * and the value was dropped (the trace hash equalled the run without). */
     if (sc->sim_wake_us > 0 && !sc->sim_sched_cores)
         return sc_fail(c, c->sim_key[15], "wake_us: only with scheduler: cores");
+    /* The twin runs crash faults on the shared cores (a killed actor may
+     * hold a core of a run queue), and ran such a file on them without a
+     * word. */
+    for (uint32_t i = 0; sc->sim_sched_cores && i < sc->n_faults; i++)
+        if (!strcmp(sc->faults[i].kind, "crash"))
+            return sc_fail(c, c->sim_key[14],
+                           "scheduler: cores does not run with crash faults (faults[%u]: a "
+                           "killed node may hold a core of a run queue); the twin runs them on "
+                           "scheduler: share",
+                           i);
     /* Only the cluster platform has a backbone; elsewhere the value was
      * dropped without a word (and a platform file brings its own links). */
     if (c->backbone_key && (strcmp(sc->sim_platform, "cluster") || sc->sim_platform_file[0]))
@@ -1056,6 +1111,15 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
                        "cluster: machines x servers_per_machine = %llu servers, but the wire "
                        "format names at most %u (RKV_MAX_SERVERS)",
                        (unsigned long long)sc->machines * sc->servers_per_machine, RKV_MAX_SERVERS);
+    /* As for the servers: the store refused the count only once every
+     * node had been deployed (the client's config check). */
+    uint64_t workers =
+        sc->workers_total ? sc->workers_total : (uint64_t)sc->machines * sc->workers_per_machine;
+    if (workers > RKV_MAX_WORKERS)
+        return sc_fail_mark(c, sc->workers_total ? sc->workers_mark : sc_mark(t.key[TOP_CLUSTER]),
+                            "cluster: %llu workers, but the wire format names at most %u clients "
+                            "(RKV_MAX_WORKERS)",
+                            (unsigned long long)workers, RKV_MAX_WORKERS);
     if (sc->workers_total > sc->machines * sc->workers_per_machine) {
         struct rkv_sc_mark m = sc->workers_mark;
         return sc_fail_mark(c, m,
@@ -1104,6 +1168,12 @@ static int sc_local_permuted(struct rkv_sc_tensor *t, uint32_t machines, uint64_
 /* local_order file: rows whitespace-separated indices. */
 static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
 {
+    /* A directory read as "0 entries", and a FIFO blocked the open. */
+    struct stat st;
+    if (stat(t->local_file, &st) == 0 && !S_ISREG(st.st_mode))
+        return sc_fail_mark(c, t->mark, "tensor \"%s\": local_file %s: %s, not a file of indices",
+                            t->desc.name, t->local_file,
+                            S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
     FILE *f = fopen(t->local_file, "r");
     if (!f)
         return sc_fail_mark(c, t->mark, "tensor \"%s\": local_file %s: %s", t->desc.name,
@@ -1165,6 +1235,9 @@ static int sc_check_books(struct sc_ctx *c)
     struct rkv_scenario *sc = c->sc;
     for (uint32_t i = 0; i < sc->n_tensors; i++) {
         struct rkv_sc_tensor *t = &sc->tensors[i];
+        int rc = c->book[i] ? sc_book(c, i, sc->machines) : 0;
+        if (rc < 0)
+            return rc;
         for (uint64_t r = 0; t->book && r < t->desc.rows; r++)
             if (t->book[r] >= sc->machines) {
                 int n = rkv_scenario_where(sc, t->mark, c->err, c->err_len);
@@ -1173,7 +1246,7 @@ static int sc_check_books(struct sc_ctx *c)
                          t->desc.name, t->book[r], sc->machines);
                 return -RKV_ECONFIG;
             }
-        int rc = t->local_order != RKV_SC_LOCAL_BOOK ? sc_local(c, t, sc->machines, sc->seed) : 0;
+        rc = t->local_order != RKV_SC_LOCAL_BOOK ? sc_local(c, t, sc->machines, sc->seed) : 0;
         if (rc < 0)
             return rc;
     }
@@ -1246,6 +1319,83 @@ static int sc_check_keys(struct sc_ctx *c)
     return rc;
 }
 
+/* The oracle's state for tensor i, as or_tensor_init allocates it: the
+ * expected values (one element per row when payloadless: the twin's rows
+ * are thin), a candidate per assigning worker, and the per-row fields. */
+static double sc_oracle_bytes(const struct rkv_scenario *sc, uint32_t i, int thin)
+{
+    const struct rkv_sc_tensor *t = &sc->tensors[i];
+    double elems = thin ? 1 : t->desc.row_len, cands = 1;
+    double zipf = 0; /* a phase drawing zipf keys: the cumulative weights, a double per row */
+    for (uint32_t p = 0; p < sc->n_phases; p++) {
+        if (sc->phases[p].tensor == i && sc->phases[p].push_op == RKV_OP_ASSIGN)
+            cands = rkv_scenario_workers(sc);
+        if (sc->phases[p].tensor == i && sc->phases[p].keys == RKV_KEYS_ZIPF)
+            zipf = 8;
+    }
+    return (double)t->desc.rows * (8 * elems + 12 * cands + 36 + zipf);
+}
+
+/* A tensor the oracle cannot hold failed far from its line: the twin said
+ * "out of memory" and nothing more, and one just small enough to be
+ * allocated was touched row by row until the kernel killed the run. */
+/* thin: rows of one element (the twin's payloadless runs); a real backend
+ * carries and checks the declared rows, payloadless or not. */
+static int sc_check_size(struct sc_ctx *c, int thin)
+{
+    const struct rkv_scenario *sc = c->sc;
+    /* A request too large to allocate stopped every worker with "cannot
+     * allocate the buffers of the largest request" and no line. */
+    for (uint32_t i = 0; i < sc->n_phases; i++) {
+        const struct rkv_sc_phase *p = &sc->phases[i];
+        const struct rkv_sc_tensor *t = &sc->tensors[p->tensor];
+        double row = (double)rkv_dtype_size(t->desc.dtype) *
+                     (thin ? 1 : t->desc.row_len) *
+                     (p->pull_handler == RKV_PULL_WITH_STATE ? 2 : 1);
+        if (p->ids_per_request * row > (double)RKV_SC_MAX_REQUEST_BYTES)
+            return sc_fail_mark(c, p->ids_mark.line ? p->ids_mark : p->mark,
+                                "workload[] \"%s\": ids_per_request: %u rows of %.0f B (tensor "
+                                "\"%s\") are %.3g GiB a request, past the %llu GiB a message "
+                                "may carry (the store's default max_slot_bytes)",
+                                p->name, p->ids_per_request, row, t->desc.name,
+                                p->ids_per_request * row / (1 << 30),
+                                RKV_SC_MAX_REQUEST_BYTES >> 30);
+    }
+    const double max = (double)RKV_SC_MAX_ORACLE_BYTES;
+    double total = 0;
+    for (uint32_t i = 0; i < sc->n_tensors; i++) {
+        double b = sc_oracle_bytes(sc, i, thin);
+        total += b;
+        if (total <= max)
+            continue;
+        const struct rkv_sc_tensor *t = &sc->tensors[i];
+        /* Thin rows help only when the row count alone fits. */
+        int thin_fits = !thin && total - b + sc_oracle_bytes(sc, i, 1) <= max;
+        return sc_fail_mark(c, t->mark,
+                            "tensor \"%s\": %llu rows of %u elements need %.3g GiB of oracle "
+                            "state%s, past the %llu GiB a scenario may use (the oracle keeps "
+                            "every row's expected value: 8 B per element, ~48 B per row); "
+                            "fewer rows%s",
+                            t->desc.name, (unsigned long long)t->desc.rows,
+                            thin ? 1 : t->desc.row_len, b / (1 << 30),
+                            b <= max ? " (with the tensors before it)" : "",
+                            RKV_SC_MAX_ORACLE_BYTES >> 30,
+                            thin_fits && sc->sim_payloadless
+                                ? " or elements (sim.payloadless thins rows in the twin only)"
+                            : thin_fits ? " or elements, or sim.payloadless: true in the twin"
+                            : thin ? " (sim.payloadless: one element per row)"
+                                                  : "");
+    }
+    return 0;
+}
+
+int rkv_scenario_check_size(const struct rkv_scenario *sc, int thin, char *err, size_t err_len)
+{
+    struct sc_ctx c = {
+        .path = sc->path, .err = err, .err_len = err_len, .sc = (struct rkv_scenario *)sc};
+    return sc_check_size(&c, thin);
+}
+
 static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
 {
     void *it = NULL;
@@ -1296,18 +1446,34 @@ static int sc_check_one_document(const char *path, char *err, size_t err_len)
     if (!f)
         return 0; /* sc_check_text said why */
     char buf[256];
-    unsigned line = 0;
+    unsigned line = 0, ended = 0; /* ended: the line of a "..." after content */
     int at_start = 1, content = 0, rc = 0;
     while (rc == 0 && fgets(buf, sizeof(buf), f)) {
         size_t len = strlen(buf);
         if (at_start) {
             line++;
             const char *p = buf + strspn(buf, " \t");
-            if (!strncmp(buf, "---", 3) && (!buf[3] || strchr(" \t\r\n#", buf[3])) && content) {
+            int marker = (!strncmp(buf, "---", 3) || !strncmp(buf, "...", 3)) &&
+                         (!buf[3] || strchr(" \t\r\n#", buf[3]));
+            if (marker && buf[0] == '-' && content) {
                 snprintf(err, err_len,
                          "%s:%u:1: a second YAML document: a scenario is one document", path, line);
                 rc = -RKV_ECONFIG;
-            } else if (*p && *p != '#' && *p != '\n' && *p != '\r' && strncmp(buf, "---", 3)) {
+            } else if (marker && buf[0] == '.') {
+                ended = content ? line : ended;
+            } else if (buf[0] == '%' && !content) {
+                /* a directive (%YAML 1.2) before the "---": not content,
+                 * or that "---" read as a second document */
+            } else if (*p && *p != '#' && *p != '\n' && *p != '\r' && !marker) {
+                /* After "...", content is a second document without a
+                 * "---", and was dropped as silently (faults and all). */
+                if (ended) {
+                    snprintf(err, err_len,
+                             "%s:%u:1: a second YAML document (the first ends with \"...\" on "
+                             "line %u): a scenario is one document",
+                             path, line, ended);
+                    rc = -RKV_ECONFIG;
+                }
                 content = 1;
             }
         }
@@ -1322,6 +1488,16 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         snprintf(err, err_len, "%s: is a directory, not a scenario file", path);
+        return -RKV_ECONFIG;
+    }
+    /* The file is read three times (this check, the document check,
+     * libfyaml): a pipe (`rkv run <(...)`) was empty by the second and read
+     * as "empty scenario", and a FIFO without a writer blocked the open. */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, err_len,
+                 "%s: not a regular file (%s): a scenario is read more than once; write it to "
+                 "a file first",
+                 path, S_ISFIFO(st.st_mode) ? "a pipe" : "a device or socket");
         return -RKV_ECONFIG;
     }
     FILE *f = fopen(path, "rb");
@@ -1406,6 +1582,16 @@ static const char *sc_fault_incomplete(const struct rkv_sc_fault *f, int *field_
     if (!strcmp(f->kind, "link_down") && f->duration_s <= 0)
         return *field_p = RKV_SC_F_DURATION_S,
                "duration_s: expected how long the link is down (> 0)";
+    /* The crash waited for both, whichever came later: one of the two
+     * was ignored, and the file did not say which the user meant. */
+    if (f->after_phase[0] && f->field_mark[RKV_SC_F_AT_S].line)
+        return *field_p = RKV_SC_F_AT_S,
+               "at_s: give at_s or after_phase, not both (a crash fires at a time or once a "
+               "phase is done)";
+    if (!strcmp(f->kind, "slow_cpu") && f->target[0] != 's')
+        return *field_p = RKV_SC_F_TARGET,
+               "target: expected a server (s<machine>.<server>): it slows a server's handlers, "
+               "the CPU work the twin models";
     if (!strcmp(f->kind, "slow_cpu") && f->factor <= 1)
         return *field_p = RKV_SC_F_FACTOR,
                "factor: expected how many times slower the CPU is (> 1)";
@@ -1457,6 +1643,11 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
     const char *why = sc_fault_incomplete(f, &field);
     if (*why)
         return sc_fault_fail(sc, i, field, err, err_len, "%s %s", f->kind, why);
+    /* Refused by the twin only once the run had started, without a line. */
+    if (!strcmp(f->kind, "slow_cpu") && sc->sim_row_cost_ns <= 0)
+        return sc_fault_fail(sc, i, RKV_SC_F_KIND, err, err_len,
+                             "slow_cpu: needs sim.row_cost_ns > 0 (it multiplies the server CPU "
+                             "work the twin charges per row, which is 0 without it)");
     /* A field the kind does not read was dropped without a word: a crash
      * with duration_s 0.1 (meant as an outage) killed the node for good,
      * a delay's retransmit_ms or a drop's factor did nothing. */
@@ -1520,9 +1711,16 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
                                  "after_phase: no phase named \"%s\"", f->after_phase);
         f->after_phase_ix = p;
     }
+    /* An after_phase crash has no at_s of its own: the message said
+     * "at_s" of a fault that gave none. */
     if (i && f->at_s < sc->faults[i - 1].at_s)
         return sc_fault_fail(sc, i, RKV_SC_F_AT_S, err, err_len,
-                             "at_s: expected faults in time order");
+                             "at_s: expected faults in time order (at_s %g, after faults[%u]'s "
+                             "%g%s)",
+                             f->at_s, i - 1, sc->faults[i - 1].at_s,
+                             f->after_phase[0] ? "; a fault with after_phase counts as at_s 0, so "
+                                                 "list it before those with a time"
+                                               : "");
     /* Whichever of two such crashes comes first leaves nothing for the
      * other: the run failed on a fault that did not fire, saying no more
      * than FAIL. With a restart between them both can fire. */
@@ -1595,6 +1793,14 @@ double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, 
 
 int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, size_t err_len)
 {
+    /* sc->path is cut at 255 bytes, and paths in the file are relative to
+     * its directory: a cut one named another (a parent) directory. */
+    if (strlen(path) >= sizeof(((struct rkv_scenario *)0)->path)) {
+        snprintf(err, err_len, "...%s: a scenario path of %zu bytes, past the %zu it may have",
+                 path + strlen(path) - 60, strlen(path),
+                 sizeof(((struct rkv_scenario *)0)->path) - 1);
+        return -RKV_ECONFIG;
+    }
     int crc = sc_check_text(path, err, err_len);
     if (crc == 0)
         crc = sc_check_one_document(path, err, err_len);
@@ -1633,7 +1839,8 @@ int rkv_scenario_load(const char *path, struct rkv_scenario **sc_p, char *err, s
                  path);
         rc = -RKV_ECONFIG;
     } else if ((rc = sc_no_alias(&c, root, 0)) == 0 && (rc = sc_sections(&c, root)) == 0 &&
-               (rc = sc_check_books(&c)) == 0 && (rc = sc_check_keys(&c)) == 0) {
+               (rc = sc_check_size(&c, sc->sim_payloadless)) == 0 && (rc = sc_check_books(&c)) == 0 &&
+               (rc = sc_check_keys(&c)) == 0) {
         rc = sc_check_faults(sc, err, err_len);
     }
     fy_document_destroy(doc);

@@ -13,6 +13,15 @@
 #define RKV_SC_MAX_PHASES 256
 #define RKV_SC_MAX_SHAPE 4
 #define RKV_SC_MAX_FAULTS 32
+/* What the oracle may keep (each worker's, or the twin's one): its state
+ * for every row of every tensor, 8 B per element, 12 B per row per worker
+ * that assigns it, ~36 B per row more (harness/oracle.c); the twin holds
+ * the shards beside it in its one process. scenarios/README.md. */
+#define RKV_SC_MAX_ORACLE_BYTES (8ull << 30)
+/* A phase's request: ids_per_request rows (twice that for with_state
+ * pulls), at most the store's default max_slot_bytes, its largest message;
+ * each worker holds two such buffers. */
+#define RKV_SC_MAX_REQUEST_BYTES (1ull << 30)
 
 enum rkv_sc_keys {
     RKV_KEYS_UNIFORM = 1,
@@ -57,6 +66,8 @@ struct rkv_sc_phase {
     int pull_handler; /* RKV_PULL_ROWS, or RKV_PULL_WITH_STATE (rkv_client_pull_with) */
     struct rkv_sc_mark mark, push_op_mark; /* the phase's first key; push_op's value */
     struct rkv_sc_mark keys_mark;          /* keys' value (line 0: not given) */
+    struct rkv_sc_mark barrier_mark;       /* barrier_after's value (line 0: not given) */
+    struct rkv_sc_mark ids_mark;           /* ids_per_request's value (line 0: not given) */
 };
 
 /* A fault's fields, in the order of the loader's table (for marks). */
@@ -113,6 +124,7 @@ struct rkv_scenario {
     /* The twin (sim/README.md): 0 / "" mean the documented defaults. */
     char sim_platform[64];       /* star, cluster, fattree, fattree3, rail or loopback */
     char sim_platform_file[256]; /* a SimGrid platform XML instead (relative to the file) */
+    struct rkv_sc_mark sim_platform_file_mark; /* its value, for the twin's errors */
     double sim_bandwidth_gbps, sim_latency_us, sim_jitter;
     double sim_backbone_gbps; /* cluster: the shared backbone */
     /* platform: {topology: fattree3 | rail, ...}; 0 = the default (sim/README.md) */
@@ -144,6 +156,11 @@ void rkv_scenario_free(struct rkv_scenario *sc);
 /* Writes "path:line:col: " (or "path: " when m has no line) into buf;
  * returns its length. Checks made after loading name positions with it. */
 int rkv_scenario_where(const struct rkv_scenario *sc, struct rkv_sc_mark m, char *buf, size_t len);
+
+/* The request and oracle limits (RKV_SC_MAX_*) for rows of one element
+ * (thin: the twin's payloadless runs) or the declared ones (a real
+ * backend, which ignores payloadless); the loader checks the twin's. */
+int rkv_scenario_check_size(const struct rkv_scenario *sc, int thin, char *err, size_t err_len);
 
 uint32_t rkv_scenario_workers(const struct rkv_scenario *sc);
 /* The machine worker w runs on (the twin, the launcher and the oracle agree). */

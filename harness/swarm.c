@@ -400,6 +400,9 @@ void rkv_swarm_normalize(struct rkv_swarm_spec *sp)
         for (uint32_t b = 0; b < t->n_book; b++)
             t->book[b] %= sp->machines;
     }
+    /* Every run ends with a barrier, and the loader refuses a last phase
+     * that says otherwise (a shrink that drops phases makes a new last). */
+    sp->phases[sp->n_phases - 1].barrier_after = 1;
     /* An epoch (phases up to a barrier) may not mix assign with sum/sgd on
      * one tensor: a barrier goes before the phase that would. */
     int kind[RKV_SWARM_MAX_TENSORS] = {0};
@@ -422,6 +425,11 @@ void rkv_swarm_normalize(struct rkv_swarm_spec *sp)
     if (!sp->durable)
         sp->retry_ms = 0;
     sw_normalize_faults(sp);
+    /* The twin runs crash faults on the shared cores, and the loader
+     * refuses scheduler: cores beside one (the runs are the same). */
+    for (uint32_t i = 0; i < sp->n_faults; i++)
+        if (sp->faults[i].kind == RKV_SWF_CRASH)
+            sp->sched_cores = 0;
 }
 
 /* ---- YAML ---- */

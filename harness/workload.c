@@ -509,7 +509,7 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
     if ((rc = wl_alloc(&n)) < 0) {
         fprintf(log, "rkv: worker %u: cannot allocate the buffers of the largest request: %s\n",
                 worker, rkv_strerror(rc));
-        goto out;
+        goto free_bufs; /* said: the client has no message of it */
     }
     if ((rc = wl_init(&n)) < 0 || (rc = wl_check_list(&n, &win[0])) < 0 ||
         (rc = rkv_client_barrier(cli)) < 0)
@@ -540,6 +540,7 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
 out:
     if (rc < 0)
         fprintf(log, "rkv: worker %u stopped: %s\n", worker, rkv_client_errmsg(cli));
+free_bufs:
     free(n.rows);
     free(n.got);
     free(n.with_state);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,11 +178,11 @@ static void test_crash_after_phase_lands_between_phases(void **state)
         fail_msg("out of phase order: exit %d:\n%s", rc, out);
 }
 
-/* A tensor too big for this host (2^32 rows of 4 MiB): the workers cannot
- * make the oracle's state (48 GiB) and say so, and the run fails at once
- * (on tcp it ended FAIL with no reason anywhere). On a host where that
- * much can be reserved, the shard cannot (8 PiB), and worker 0 says so.
- * Under ASan the huge calloc must return NULL, as glibc's does. */
+/* A tensor too big for the oracle (2^32 rows of 4 MiB): on tcp the workers
+ * once failed to make its state (48 GiB), the twin said only "out of
+ * memory", and one just small enough was allocated and touched until the
+ * kernel killed the run. The loader refuses it on every backend, at the
+ * tensor's line, before anything is allocated. */
 static void test_too_big_tensor_says_why(void **state)
 {
     (void)state;
@@ -191,16 +192,90 @@ static void test_too_big_tensor_says_why(void **state)
     assert_non_null(f);
     fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
           "tensors:\n"
-          "  - {name: t, rows: 4294967296, shape: [1048576]}\n"
+          "  - {name: t, rows: 4294967296, shape: [1048576], partition: explicit, book: [0, 1]}\n"
           "workload:\n"
           "  - {name: p, tensor: t, pull: 1.0, rounds: 1}\n",
           f);
     fclose(f);
-    snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
-    int rc = run_rkv("ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=0", args);
-    if (rc != 3 ||
-        (!strstr(out, "cannot make the oracle's state for this scenario: out of memory") &&
-         !strstr(out, "rkv: init of tensor \"t\": ")))
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("", args);
+        if (rc != 2 ||
+            !strstr(out, ":3:6: tensor \"t\": 4294967296 rows of 1048576 elements "
+                         "need") ||
+            !strstr(out, "GiB of oracle state, past the 8 GiB a scenario may use"))
+            fail_msg("%s: exit %d:\n%s", backends[b], rc, out);
+    }
+    unlink(yaml);
+}
+
+/* The loader reads a scenario more than once: `rkv run <(...)` read as
+ * "empty scenario", and a FIFO without a writer blocked the run (as did one
+ * named by local_file). Each is refused by name; timeout ends a hang. */
+static void test_pipes_and_fifos_are_refused(void **state)
+{
+    (void)state;
+    char fifo[64], yaml[64], args[512];
+    snprintf(fifo, sizeof(fifo), "/tmp/rkv-fifo-%d", (int)getpid());
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-fifo-%d.yaml", (int)getpid());
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(args, sizeof(args), "timeout 20 %s run %s 2>&1", RKV_BIN, fifo);
+    int rc = sh(args);
+    if (rc != 2 || !strstr(out, ": not a regular file (a pipe): a scenario is read more than once"))
+        fail_msg("a FIFO: exit %d:\n%s", rc, out);
+    snprintf(args, sizeof(args), "timeout 20 %s run /dev/null 2>&1", RKV_BIN);
+    rc = sh(args);
+    if (rc != 2 || !strstr(out, "/dev/null: not a regular file (a device or socket)"))
+        fail_msg("/dev/null: exit %d:\n%s", rc, out);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+            "tensors:\n"
+            "  - {name: t, rows: 4, partition: explicit, book: [0, 1], local_order: file,\n"
+            "     local_file: %s}\n"
+            "workload:\n"
+            "  - {name: p, tensor: t}\n",
+            fifo);
+    fclose(f);
+    snprintf(args, sizeof(args), "timeout 20 %s run %s 2>&1", RKV_BIN, yaml);
+    rc = sh(args);
+    if (rc != 2 || !strstr(out, ":3:6: tensor \"t\": local_file ") ||
+        !strstr(out, ": not a regular file, not a file of indices"))
+        fail_msg("local_file a FIFO: exit %d:\n%s", rc, out);
+    unlink(yaml);
+    unlink(fifo);
+    /* A path past sc->path was cut, and local_file or platform_file were
+     * then looked for in the directory the cut left. */
+    snprintf(args, sizeof(args), "%s run /tmp/%0300d.yaml 2>&1", RKV_BIN, 0);
+    rc = sh(args);
+    if (rc != 2 || !strstr(out, ".yaml: a scenario path of 310 bytes, past the 255"))
+        fail_msg("a long path: exit %d:\n%s", rc, out);
+}
+
+/* A %YAML directive and its "---" make one document: the "---" after the
+ * directive was taken for a second document and the file refused. */
+static void test_yaml_directive(void **state)
+{
+    (void)state;
+    char yaml[64], args[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-directive-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("%YAML 1.2\n"
+          "---\n"
+          "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 64}\n"
+          "workload:\n"
+          "  - {name: p, tensor: t, rounds: 2}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s", yaml);
+    int rc = run_rkv("", args);
+    if (rc != 0 || !strstr(out, "verdict: PASS"))
         fail_msg("exit %d:\n%s", rc, out);
     unlink(yaml);
 }
@@ -260,6 +335,8 @@ int main(void)
         cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
+        cmocka_unit_test(test_pipes_and_fifos_are_refused),
+        cmocka_unit_test(test_yaml_directive),
         cmocka_unit_test(test_oracle_catches_a_corrupted_server),
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),

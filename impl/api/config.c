@@ -326,6 +326,11 @@ static int cmd_cluster_line(FILE *f, char *line, size_t cap, size_t *len)
 int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len)
 {
+    /* A directory opens and reads as empty: "no machines" said of /tmp.
+     * (A pipe is read once, and may be one: --cluster <(...).) */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return rkv_errf(err, err_len, -1, "%s: is a directory, not a cluster file", path);
     FILE *f = fopen(path, "r");
     if (!f)
         return rkv_errf(err, err_len, -1, "%s: cannot open: %s", path, strerror(errno));

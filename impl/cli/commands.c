@@ -306,7 +306,10 @@ static int cmd_verdict_take_out(int *argc, char **argv, const char **out_p)
     return 0;
 }
 
-/* Rank and size from the launcher that started us (Open MPI, Slurm, PMI). */
+/* Rank and size from the launcher that started us (Open MPI, Slurm, PMI):
+ * -1 none, -2 a pair that is not a rank below a size (said on stderr).
+ * strtoul read "abc" as rank 0 (every such process became server 0) and
+ * a rank past the size ran as a worker the scenario does not have. */
 static int node_rank(uint32_t *rank, uint32_t *size)
 {
     static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
@@ -314,11 +317,17 @@ static int node_rank(uint32_t *rank, uint32_t *size)
                                           {"PMI_RANK", "PMI_SIZE"}};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char *r = getenv(vars[i][0]), *n = getenv(vars[i][1]);
-        if (r && n && *r && *n) {
-            *rank = (uint32_t)strtoul(r, NULL, 10);
-            *size = (uint32_t)strtoul(n, NULL, 10);
-            return 0;
+        if (!r || !n || !*r || !*n)
+            continue;
+        uint64_t rv, nv;
+        if (rkv_parse_u64(r, &rv) < 0 || rkv_parse_u64(n, &nv) < 0 || nv > UINT32_MAX || rv >= nv) {
+            fprintf(stderr, "rkv node: %s=%s, %s=%s: expected a rank below a size\n", vars[i][0], r,
+                    vars[i][1], n);
+            return -2;
         }
+        *rank = (uint32_t)rv;
+        *size = (uint32_t)nv;
+        return 0;
     }
     return -1;
 }
@@ -333,15 +342,20 @@ static int node_from_scenario(int argc, char **argv, const struct cmd_settings *
     struct rkv_verdict_opts verdict = {.out_dir = out_dir};
     verdict.t0_s = rkv_timed_now_s();
     char err[512];
-    struct rkv_scenario *sc;
+    struct rkv_scenario *sc = NULL;
     uint32_t rank, size;
-    if (node_rank(&rank, &size) < 0) {
-        fprintf(stderr, "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or "
-                        "PMI_RANK) and no --role\n");
+    int rrc = node_rank(&rank, &size);
+    if (rrc < 0) {
+        if (rrc == -1)
+            fprintf(stderr, "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or "
+                            "PMI_RANK) and no --role\n");
         return RKV_EXIT_USAGE;
     }
-    if (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) < 0) {
+    /* payloadless thins rows in the twin only (the loader checked thin). */
+    if (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) < 0 ||
+        (sc->sim_payloadless && rkv_scenario_check_size(sc, 0, err, sizeof(err)) < 0)) {
         fprintf(stderr, "rkv node: %s\n", err);
+        rkv_scenario_free(sc);
         return RKV_EXIT_USAGE;
     }
     uint32_t S = rkv_scenario_servers(sc), W = rkv_scenario_workers(sc);

@@ -66,6 +66,13 @@ static void test_cluster_file_errors(void **state)
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
     cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
+    { /* a directory read as empty: "no machines" */
+        struct rkv_machine *m = NULL;
+        uint32_t n = 0;
+        char err[512] = "";
+        assert_int_equal(cmd_cluster_parse("/tmp", 1, &m, &n, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, "/tmp: is a directory, not a cluster file"));
+    }
     /* Taken as host names, these failed when a server listened, with "is
      * the port in use?". */
     cluster_fails("10.0.0.1:9000\n",
@@ -431,6 +438,36 @@ static void test_usage(void **state)
                "RKV_TIMEOUT_MS)");
     expect_run("", "config --dump --rows 0", 2, "rkv config: workload needs rows");
     expect_run("", "", 2, NULL);
+    /* A twin-sized file on tcp said "need 1..512 servers and workers", as
+     * if the file had none; refused before any process starts. */
+    expect_run("", "run " SCEN_DIR "/sim-4096.yaml --backend tcp", 2,
+               "rkv run: 1024 servers (1024 machines x 1) and 3072 workers: a run on this host "
+               "starts 1..512 of each");
+    expect_run("", "demo --num-workers 600", 2, "and 600 workers: a run on this host starts");
+    /* read as empty: "needs backend, host_cores and bandwidth_gbps" */
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --calibration /tmp", 2,
+               "rkv run: /tmp: is a directory, not a calibration file");
+    /* payloadless thins rows in the twin only: on tcp each worker built the
+     * declared rows' oracle (32 GiB here), which the loader had not counted. */
+    char yaml[64], args[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-thin-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 1048576, shape: [4096]}\n"
+          "workload:\n"
+          "  - {name: p, tensor: t, rounds: 2}\n"
+          "sim: {payloadless: true}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
+    expect_run("", args, 2, ":3:6: tensor \"t\": 1048576 rows of 4096 elements need 32 GiB");
+    assert_non_null(strstr(out, "(sim.payloadless thins rows in the twin only)"));
+    snprintf(args, sizeof(args), "node --scenario %s", yaml);
+    expect_run("PMI_RANK=0 PMI_SIZE=4", args, 2, "rkv node: ");
+    assert_non_null(strstr(out, "need 32 GiB of oracle state"));
+    unlink(yaml);
 }
 
 /* The library says its version at run time: the header's, in full. */
@@ -561,6 +598,14 @@ static void test_node_errors(void **state)
     expect_run(env, "node --scenario /nonexistent/s.yaml", 2,
                "rkv node: /nonexistent/s.yaml: cannot open");
     expect_run(no_rank, "node --no-such-flag 1", 2, "rkv: unknown flag '--no-such-flag'");
+    /* "abc" was rank 0 (every such process server 0); a rank past the
+     * size ran as a worker the scenario does not have. */
+    snprintf(env, sizeof(env), "%s SLURM_PROCID=abc SLURM_NTASKS=8", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: SLURM_PROCID=abc, SLURM_NTASKS=8: expected a rank below a size");
+    snprintf(env, sizeof(env), "%s PMI_RANK=8 PMI_SIZE=8", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: PMI_RANK=8, PMI_SIZE=8: expected a rank below a size");
 }
 
 static void test_bench_verbs_without_a_device(void **state)
@@ -647,6 +692,10 @@ static void test_run_reports(void **state)
         expect_run("", args, 3, "rkv run: cannot write the trace /dev/full");
         assert_null(strstr(out, "trace: /dev/full"));
     }
+    /* One it cannot open is a usage error with the reason, as on tcp (it
+     * exited 3 with "cannot write the trace /tmp"). */
+    snprintf(args, sizeof(args), "run %s --trace /tmp", yaml);
+    expect_run("", args, 2, "rkv run: twin: --trace: cannot write /tmp: Is a directory");
     /* A run refused after its --out was made leaves no empty directory
      * behind (it did); one that existed before stays. */
     snprintf(args, sizeof(args), "run %s --out %s.e --jitter 7", yaml, dir);

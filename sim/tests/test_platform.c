@@ -290,8 +290,9 @@ static void test_scenarios_on_each_fabric(void **state)
     printf("# sim-fattree3 (1,024 nodes): %s twice; sim-rail: %s\n", a, c);
 }
 
-/* The fabric line reads as English at any size: 2 machines made "1 leaves
- * of 2 machines, 1 pods of 8 leaves". */
+/* The fabric line reads as English at any size and says what was built:
+ * 2 machines made "1 leaves of 2 machines, 1 pods of 8 leaves", then "1
+ * pod of 8 leaves" (it holds one), and 20 machines "2 leaves of 16". */
 static void test_describe_counts_one_in_the_singular(void **state)
 {
     (void)state;
@@ -299,8 +300,16 @@ static void test_describe_counts_one_in_the_singular(void **state)
     char buf[256];
     snprintf(sc.sim_platform, sizeof(sc.sim_platform), "fattree3");
     sim_plat_describe(&sc, buf, sizeof(buf));
-    assert_string_equal(buf, "1 leaf of 2 machines, 1 pod of 8 leaves; uplinks 1:1 at the leaves, "
+    assert_string_equal(buf, "1 leaf of 2 machines, 1 pod of 1 leaf; uplinks 1:1 at the leaves, "
                              "1:1 at the pods");
+    sc.machines = 20;
+    sim_plat_describe(&sc, buf, sizeof(buf));
+    assert_string_equal(buf, "2 leaves of up to 16 machines, 1 pod of 2 leaves; uplinks 1:1 at "
+                             "the leaves, 1:1 at the pods");
+    sc.machines = 200; /* 13 leaves, pods of 8 */
+    sim_plat_describe(&sc, buf, sizeof(buf));
+    assert_string_equal(buf, "13 leaves of up to 16 machines, 2 pods of up to 8 leaves; uplinks "
+                             "1:1 at the leaves, 1:1 at the pods");
     sc.machines = 1;
     sc.sim_pod_leaves = 1;
     sim_plat_describe(&sc, buf, sizeof(buf));

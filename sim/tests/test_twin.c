@@ -218,6 +218,24 @@ static void test_platform_without_the_hosts_is_an_error(void **state)
     assert_int_equal(run("run twin-bad.yaml"), 2);
     assert_non_null(strstr(out, "twin-bad.yaml:"));
     assert_non_null(strstr(out, "platform: expected one of star, cluster, fattree"));
+    /* A file SimGrid cannot parse aborted the run (exit 134, no word); an
+     * empty one or /dev/null did too, and a directory said only "input in
+     * flex scanner failed". */
+    write_file("twin-junk.xml", "not xml <<<\n");
+    quickstart_with("twin-junk.yaml", "sim: {platform_file: twin-junk.xml}\n");
+    assert_int_equal(run("run twin-junk.yaml"), 2);
+    assert_non_null(strstr(out, "twin-junk.yaml:"));
+    assert_non_null(strstr(out, "platform_file twin-junk.xml: SimGrid ended the process"));
+    static const char *const not_files[][2] = {{"/dev/null", "not a regular file"},
+                                               {"/tmp", "a directory"}};
+    for (int i = 0; i < 2; i++) {
+        char sim[128];
+        snprintf(sim, sizeof(sim), "sim: {platform_file: %s}\n", not_files[i][0]);
+        quickstart_with("twin-junk.yaml", sim);
+        assert_int_equal(run("run twin-junk.yaml"), 2);
+        assert_non_null(strstr(out, "twin-junk.yaml:"));
+        assert_non_null(strstr(out, not_files[i][1]));
+    }
 }
 
 static void test_chrome_trace(void **state)

@@ -22,7 +22,14 @@ void sim_plat_defaults(const struct rkv_scenario *sc, struct sim_plat *p)
     p->leaf_machines = sc->sim_leaf_machines ? sc->sim_leaf_machines
                        : sc->machines < leaf ? sc->machines
                                              : leaf;
-    p->pod_leaves = sc->sim_pod_leaves ? sc->sim_pod_leaves : SIM_DEFAULT_POD;
+    /* As the leaf: a default pod no larger than the leaves there are (2
+     * machines were "1 pod of 8 leaves"). One pod has no core links, so
+     * the routes are the same. */
+    uint32_t leaves =
+        (sc->machines + p->leaf_machines - 1) / (p->leaf_machines ? p->leaf_machines : 1);
+    p->pod_leaves = sc->sim_pod_leaves         ? sc->sim_pod_leaves
+                    : leaves < SIM_DEFAULT_POD ? (leaves ? leaves : 1)
+                                               : SIM_DEFAULT_POD;
     p->rails = sc->sim_rails ? sc->sim_rails : SIM_DEFAULT_RAILS;
     p->oversub = sc->sim_oversub > 0 ? sc->sim_oversub : 1;
     p->pod_oversub = sc->sim_pod_oversub > 0 ? sc->sim_pod_oversub : 1;
@@ -36,17 +43,21 @@ void sim_plat_describe(const struct rkv_scenario *sc, char *buf, size_t len)
     uint32_t leaves = (sc->machines + p.leaf_machines - 1) / p.leaf_machines;
     buf[0] = 0;
     uint32_t pods = (leaves + p.pod_leaves - 1) / p.pod_leaves;
+    /* A last leaf (pod, unit) that is not full: "up to", or 20 machines
+     * read as "2 leaves of 16 machines". */
+    const char *leaf_up = sc->machines % p.leaf_machines ? "up to " : "";
+    const char *pod_up = leaves % p.pod_leaves ? "up to " : "";
     if (!sc->sim_platform_file[0] && !strcmp(p.topology, "fattree3"))
         snprintf(buf, len,
-                 "%u %s of %u machine%s, %u pod%s of %u %s; uplinks %g:1 at the leaves, "
+                 "%u %s of %s%u machine%s, %u pod%s of %s%u %s; uplinks %g:1 at the leaves, "
                  "%g:1 at the pods",
-                 leaves, leaves == 1 ? "leaf" : "leaves", p.leaf_machines,
-                 p.leaf_machines == 1 ? "" : "s", pods, pods == 1 ? "" : "s", p.pod_leaves,
+                 leaves, leaves == 1 ? "leaf" : "leaves", leaf_up, p.leaf_machines,
+                 p.leaf_machines == 1 ? "" : "s", pods, pods == 1 ? "" : "s", pod_up, p.pod_leaves,
                  p.pod_leaves == 1 ? "leaf" : "leaves", p.oversub, p.pod_oversub);
     else if (!sc->sim_platform_file[0] && !strcmp(p.topology, "rail"))
-        snprintf(buf, len, "%u unit%s of %u machine%s with %u rail%s; rail leaves' uplinks %g:1",
-                 leaves, leaves == 1 ? "" : "s", p.leaf_machines, p.leaf_machines == 1 ? "" : "s",
-                 p.rails, p.rails == 1 ? "" : "s", p.oversub);
+        snprintf(buf, len, "%u unit%s of %s%u machine%s with %u rail%s; rail leaves' uplinks %g:1",
+                 leaves, leaves == 1 ? "" : "s", leaf_up, p.leaf_machines,
+                 p.leaf_machines == 1 ? "" : "s", p.rails, p.rails == 1 ? "" : "s", p.oversub);
 }
 
 static void plat_head(FILE *f)

@@ -736,7 +736,9 @@ static int twin_cfg_ok(const char *kv)
  * Constant model aborts on the first link, ns-3 divides by zero (SIGFPE).
  * Try the arguments and the platform in a child first and turn its
  * complaint into an error. */
-static int twin_cfg_try(int argc, char **argv, const char *platform, char *err, size_t err_len)
+/* what: the prefix of the error, "--cfg: " or (file) the platform file's place. */
+static int twin_cfg_try(int argc, char **argv, const char *platform, const char *what, int file,
+                        char *err, size_t err_len)
 {
     int fd[2];
     if (pipe(fd) < 0)
@@ -784,15 +786,12 @@ static int twin_cfg_try(int argc, char **argv, const char *platform, char *err, 
                      strsignal(WTERMSIG(status)));
         else
             snprintf(sig, sizeof(sig), "exit status %d", WEXITSTATUS(status));
-        snprintf(err, err_len,
-                 "--cfg: SimGrid ended the process (%s) loading the platform with this "
-                 "configuration",
-                 sig);
-        return -RKV_ECONFIG;
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "%sSimGrid ended the process (%s) loading the platform%s", what, sig,
+                        file ? " (is it SimGrid XML?)" : " with this configuration");
     }
-    snprintf(err, err_len, "--cfg: SimGrid rejected the configuration: %.*s",
-             (int)strcspn(why, "\n"), why);
-    return -RKV_ECONFIG;
+    return rkv_errf(err, err_len, -RKV_ECONFIG, "%sSimGrid rejected the %s: %.*s", what,
+                    file ? "platform" : "configuration", (int)strcspn(why, "\n"), why);
 }
 
 /* Actor stacks (SimGrid 3.32 callocs each one when contexts/guard-size is
@@ -900,8 +899,17 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
     /* simgrid_init keeps pointers into argv: it lives as long as the run. */
     t->sg_argv = argv;
     t->sg_argc = argc;
-    if (rc == 0 && o->n_cfg)
-        rc = twin_cfg_try(argc, argv, platform, err, err_len);
+    /* A user's platform file is SimGrid's to parse, and a malformed one
+     * (or an empty one) aborted the whole run without a word. */
+    char what[400] = "--cfg: ";
+    int file_only = sc->sim_platform_file[0] && !o->n_cfg;
+    if (sc->sim_platform_file[0]) {
+        int n = snprintf(what, sizeof(what), "%s", o->n_cfg ? "--cfg with " : "");
+        n += rkv_scenario_where(sc, sc->sim_platform_file_mark, what + n, sizeof(what) - (size_t)n);
+        snprintf(what + n, sizeof(what) - (size_t)n, "platform_file %s: ", sc->sim_platform_file);
+    }
+    if (rc == 0 && (o->n_cfg || sc->sim_platform_file[0]))
+        rc = twin_cfg_try(argc, argv, platform, what, file_only, err, err_len);
     if (rc < 0)
         return rc;
     /* simgrid_init consumes the options it knows, moving pointers out of
@@ -1214,8 +1222,9 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         t.w.sends_inline = 1;
     }
     if (o->trace_path && !(t.w.trace = fopen(o->trace_path, "w"))) {
-        snprintf(res->error, sizeof(res->error), "cannot write the trace %s", o->trace_path);
-        rc = -RKV_EIO;
+        /* A path that cannot be opened is the user's, as on tcp (exit 2). */
+        rc = rkv_errf(res->error, sizeof(res->error), -RKV_ECONFIG, "--trace: cannot write %s: %s",
+                      o->trace_path, strerror(errno));
         goto fini_world;
     }
     if (t.w.trace)
