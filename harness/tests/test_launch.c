@@ -756,6 +756,42 @@ static void test_pslite_errors(void **state)
                                 "(env DGL_IP_CONFIG) gives every node its address and id"));
 }
 
+/* The scheduler's address as launch scripts get it wrong: padded with a
+ * space, an IPv6 address (the rendezvous is IPv4), a port in it, a list.
+ * Each is refused at once, by every role, naming DMLC_PS_ROOT_URI and what
+ * to give instead (getaddrinfo's "Name or service not known" named
+ * neither, and a worker took it for a store error, exit 3). */
+static void test_pslite_root_uri(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *uri, *role, *want;
+    } cases[] = {
+        {" localhost ", "scheduler",
+         "byte 0x20 at 1 is no part of a host name or address "
+         "(env DMLC_PS_ROOT_URI)"},
+        {" localhost ", "worker",
+         "byte 0x20 at 1 is no part of a host name or address "
+         "(env DMLC_PS_ROOT_URI)"},
+        {"::1", "scheduler", "scheduler host '::1' (env DMLC_PS_ROOT_URI): "},
+        {"::1", "worker", "; give the scheduler's IPv4 address or a name with one"},
+        {"127.0.0.1:9000", "server", "has a port; give the address alone"},
+        {"127.0.0.1,127.0.0.2", "worker", "the scheduler has one address, not a list"},
+    };
+    char cmd[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd),
+                 "DMLC_PS_ROOT_URI='%s' DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+                 "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=300 "
+                 "DMLC_ROLE=%s %s node 2>&1",
+                 cases[i].uri, test_port() + 5, cases[i].role, RKV_BIN);
+        int rc = sh(cmd);
+        if (rc != 2 || !strstr(out, cases[i].want))
+            fail_msg("DMLC_PS_ROOT_URI='%s' DMLC_ROLE=%s: exit %d, want 2 and \"%s\":\n%s",
+                     cases[i].uri, cases[i].role, rc, cases[i].want, out);
+    }
+}
+
 /* Ports a launcher picked stay reserved against other launchers until its
  * run ends (two runs started together once picked the same ports, and a
  * server failed "Address already in use"), yet its own servers can listen
@@ -860,6 +896,7 @@ int main(void)
         cmocka_unit_test(test_pslite_two_machines),
         cmocka_unit_test(test_pslite_interface),
         cmocka_unit_test(test_pslite_errors),
+        cmocka_unit_test(test_pslite_root_uri),
         cmocka_unit_test(test_dgl_two_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
