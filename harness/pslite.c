@@ -383,8 +383,18 @@ static int psl_listen(const struct psl_cfg *cfg, int *fd_p)
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
         bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0) {
-        fprintf(stderr, "rkv scheduler: cannot listen on %s:%u: %s\n", cfg->root_host,
-                cfg->root_port, strerror(errno));
+        /* A second scheduler on one port (two jobs given one
+         * DMLC_PS_ROOT_PORT) was told only "Address already in use". */
+        int e = errno;
+        const char *todo =
+            e == EADDRINUSE
+                ? "; another scheduler, or another program, listens there: stop it, or give "
+                  "this job its own DMLC_PS_ROOT_PORT (its servers take the ports after it)"
+            : e == EADDRNOTAVAIL ? "; that is not an address of this host: run the scheduler where "
+                                   "DMLC_PS_ROOT_URI points"
+                                 : "";
+        fprintf(stderr, "rkv scheduler: cannot listen on %s:%u (%s): %s%s\n", cfg->root_host,
+                cfg->root_port, cfg->root_src, strerror(e), todo);
         if (fd >= 0)
             close(fd);
         return RKV_EXIT_STORE;

@@ -792,6 +792,26 @@ static void test_pslite_root_uri(void **state)
     }
 }
 
+/* Two jobs given one DMLC_PS_ROOT_PORT: the second scheduler says what to
+ * do about it (it said only "Address already in use"); the first goes on. */
+static void test_pslite_scheduler_twice(void **state)
+{
+    (void)state;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+             "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=1500 RKV_TIMEOUT_MS=1500; "
+             "DMLC_ROLE=scheduler %s node >/dev/null 2>&1 & "
+             "for i in $(seq 50); do bash -c ': >/dev/tcp/127.0.0.1/%u' 2>/dev/null && break; "
+             "sleep 0.05; done; "
+             "DMLC_ROLE=scheduler %s node 2>&1; rc=$?; kill $! 2>/dev/null; wait; exit $rc",
+             test_port() + 5, RKV_BIN, test_port() + 5, RKV_BIN);
+    assert_int_equal(sh(cmd), 3);
+    assert_non_null(strstr(out, "(env DMLC_PS_ROOT_URI): Address already in use; another "
+                                "scheduler, or another program, listens there: stop it, or give "
+                                "this job its own DMLC_PS_ROOT_PORT"));
+}
+
 /* Ports a launcher picked stay reserved against other launchers until its
  * run ends (two runs started together once picked the same ports, and a
  * server failed "Address already in use"), yet its own servers can listen
@@ -897,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_pslite_interface),
         cmocka_unit_test(test_pslite_errors),
         cmocka_unit_test(test_pslite_root_uri),
+        cmocka_unit_test(test_pslite_scheduler_twice),
         cmocka_unit_test(test_dgl_two_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
