@@ -812,6 +812,27 @@ static void test_pslite_scheduler_twice(void **state)
                                 "this job its own DMLC_PS_ROOT_PORT"));
 }
 
+/* A worker whose workload settings are refused says so before it registers:
+ * refused after, it had been counted, and its server waited for it forever.
+ * Now the scheduler fails the launch and the server exits 3 within its wait. */
+static void test_pslite_worker_refused_early(void **state)
+{
+    (void)state;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+             "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=1000 RKV_TIMEOUT_MS=1000 RKV_ROWS=64; "
+             "DMLC_ROLE=scheduler timeout 30 %s node 2>&1 & "
+             "DMLC_ROLE=server timeout 30 %s node 2>&1 & s=$!; "
+             "RKV_ROUNDS=5000 DMLC_ROLE=worker timeout 30 %s node 2>&1; echo worker=$?; "
+             "wait $s; echo server=$?; wait",
+             test_port() + 5, RKV_BIN, RKV_BIN, RKV_BIN);
+    assert_int_equal(sh(cmd), 0);
+    if (!strstr(out, "worker=2") || !strstr(out, "server=3") ||
+        !strstr(out, "rounds 5000 from env RKV_ROUNDS) (before registering with the scheduler)"))
+        fail_msg("want worker=2 refused before registering, server=3 (not 124, a hang):\n%s", out);
+}
+
 /* Ports a launcher picked stay reserved against other launchers until its
  * run ends (two runs started together once picked the same ports, and a
  * server failed "Address already in use"), yet its own servers can listen
@@ -918,6 +939,7 @@ int main(void)
         cmocka_unit_test(test_pslite_errors),
         cmocka_unit_test(test_pslite_root_uri),
         cmocka_unit_test(test_pslite_scheduler_twice),
+        cmocka_unit_test(test_pslite_worker_refused_early),
         cmocka_unit_test(test_dgl_two_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
