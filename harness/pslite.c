@@ -63,6 +63,7 @@ static uint64_t psl_now_ms(void)
 /* The counts and the root's address every node and the scheduler agree on. */
 struct psl_cfg {
     const char *root_host;
+    const char *root_src; /* where root_host came from, for its errors: "env DMLC_PS_ROOT_URI" */
     uint16_t root_port;
     uint32_t n_servers, n_workers;
     uint64_t wait_ms; /* connect-retry-ms + timeout-ms: how long a rendezvous may take */
@@ -95,7 +96,21 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
         !*s->val[CMD_NODE_HOST] && if_nametoindex(s->val[CMD_INTERFACE]) == 0)
         return rkv_errf(err, err_len, -1, "interface: no interface \"%s\" on this host (%s)",
                         s->val[CMD_INTERFACE], s->src[CMD_INTERFACE]);
+    /* The root's address is checked here, as the cluster's hosts are: " localhost "
+     * or "10.0.0.1:9000" reached getaddrinfo and failed as "host ' localhost ': Name
+     * or service not known", naming neither the variable nor what to give. */
+    char one[RKV_HOST_MAX + 1];
+    if (strchr(s->val[CMD_HOST], ','))
+        return rkv_errf(err, err_len, -1,
+                        "host \"%s\" (%s): the scheduler has one address, not a list",
+                        s->val[CMD_HOST], s->src[CMD_HOST]);
+    if (cmd_host_pick(s->val[CMD_HOST], 0, one, sizeof(one), err, err_len) < 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, err_len - n, " (%s)", s->src[CMD_HOST]);
+        return -1;
+    }
     *c = (struct psl_cfg){.root_host = s->val[CMD_HOST],
+                          .root_src = s->src[CMD_HOST],
                           .root_port = (uint16_t)port,
                           .n_servers = (uint32_t)ns,
                           .n_workers = (uint32_t)nw,
@@ -103,15 +118,19 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
     return 0;
 }
 
-static int psl_addr(const char *host, uint16_t port, struct sockaddr_in *a, char *err,
-                    size_t err_len)
+static int psl_addr(const struct psl_cfg *cfg, struct sockaddr_in *a, char *err, size_t err_len)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
+    int rc = getaddrinfo(cfg->root_host, NULL, &hints, &res);
+    /* The rendezvous is IPv4 only (as ps-lite's): "::1" failed with
+     * "Address family for hostname not supported" and no way out. */
     if (rc != 0)
-        return rkv_errf(err, err_len, -1, "host '%s': %s", host, gai_strerror(rc));
+        return rkv_errf(err, err_len, -1,
+                        "scheduler host '%s' (%s): %s; give the scheduler's IPv4 address or a "
+                        "name with one (the ps-lite rendezvous runs over IPv4)",
+                        cfg->root_host, cfg->root_src, gai_strerror(rc));
     *a = *(struct sockaddr_in *)res->ai_addr;
-    a->sin_port = htons(port);
+    a->sin_port = htons(cfg->root_port);
     freeaddrinfo(res);
     return 0;
 }
@@ -356,16 +375,26 @@ static int psl_gather(struct psl_sched *sc, int lfd, struct pollfd *pfd)
 static int psl_listen(const struct psl_cfg *cfg, int *fd_p)
 {
     struct sockaddr_in a;
-    char err[256];
-    if (psl_addr(cfg->root_host, cfg->root_port, &a, err, sizeof(err)) < 0) {
+    char err[512];
+    if (psl_addr(cfg, &a, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv scheduler: %s\n", err);
         return RKV_EXIT_USAGE;
     }
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
         bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 128) < 0) {
-        fprintf(stderr, "rkv scheduler: cannot listen on %s:%u: %s\n", cfg->root_host,
-                cfg->root_port, strerror(errno));
+        /* A second scheduler on one port (two jobs given one
+         * DMLC_PS_ROOT_PORT) was told only "Address already in use". */
+        int e = errno;
+        const char *todo =
+            e == EADDRINUSE
+                ? "; another scheduler, or another program, listens there: stop it, or give "
+                  "this job its own DMLC_PS_ROOT_PORT (its servers take the ports after it)"
+            : e == EADDRNOTAVAIL ? "; that is not an address of this host: run the scheduler where "
+                                   "DMLC_PS_ROOT_URI points"
+                                 : "";
+        fprintf(stderr, "rkv scheduler: cannot listen on %s:%u (%s): %s%s\n", cfg->root_host,
+                cfg->root_port, cfg->root_src, strerror(e), todo);
         if (fd >= 0)
             close(fd);
         return RKV_EXIT_STORE;
@@ -464,13 +493,14 @@ static int psl_my_host(const struct cmd_settings *s, int fd, char *host, size_t 
 /* Connects to the scheduler, retrying while it is not up yet; says on
  * stderr that it waits, and for what, when it starts and every
  * PSL_WAIT_SAY_MS (it waited the whole connect-retry-ms + timeout-ms, a
- * minute by default, without a word). */
+ * minute by default, without a word). Returns the socket, -RKV_ECONFIG when
+ * the scheduler's address does not resolve, else -1; err says why. */
 static int psl_connect(const struct psl_cfg *cfg, const char *who, uint64_t deadline, char *err,
                        size_t err_len)
 {
     struct sockaddr_in a;
-    if (psl_addr(cfg->root_host, cfg->root_port, &a, err, err_len) < 0)
-        return -1;
+    if (psl_addr(cfg, &a, err, err_len) < 0)
+        return -RKV_ECONFIG; /* a usage error, not a store one: exit 2 */
     uint64_t t0 = psl_now_ms(), say = t0;
     for (;;) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -552,7 +582,7 @@ static int psl_rendezvous(const struct cmd_settings *s, const struct psl_cfg *cf
     uint64_t deadline = psl_now_ms() + cfg->wait_ms;
     int fd = psl_connect(cfg, is_server ? "rkv server" : "rkv worker", deadline, err, err_len);
     if (fd < 0)
-        return RKV_EXIT_STORE;
+        return fd == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
     int code = RKV_EXIT_USAGE;
     if (psl_my_host(s, fd, host, host_len, err, err_len) < 0)
         goto close_fd;

@@ -47,7 +47,10 @@ int rkv_timed_workload_load(const struct cmd_settings *s, struct rkv_timed_workl
         rounds > 1000)
         return rkv_errf(err, err_len, -1,
                         "workload needs rows 1..2^24, value-bytes a multiple of 4 up to 64 MiB, "
-                        "rounds 1..1000");
+                        "rounds 1..1000 (got rows %llu from %s, value-bytes %llu from %s, "
+                        "rounds %llu from %s)",
+                        (unsigned long long)rows, s->src[CMD_ROWS], (unsigned long long)vb,
+                        s->src[CMD_VALUE_BYTES], (unsigned long long)rounds, s->src[CMD_ROUNDS]);
     *wl = (struct rkv_timed_workload){
         .rows = rows, .value_bytes = (uint32_t)vb, .rounds = (uint32_t)rounds};
     return 0;
@@ -152,7 +155,7 @@ static int timed_pass(struct timed *x, const struct timed_rows *r, int kind, uin
  * their passes cannot overlap at all. Its start and duration in *t0_p and
  * *dt_p (rkv_timed_now_s's clock, shared by the host's processes). */
 static int timed_pass_together(struct timed *x, const struct timed_rows *r, int kind, uint64_t ops,
-                         double *t0_p, double *dt_p)
+                               double *t0_p, double *dt_p)
 {
     uint32_t turns = x->serial ? x->cfg->n_workers : 1;
     assert(!x->serial || x->w < x->cfg->n_workers);

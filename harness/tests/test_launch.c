@@ -756,6 +756,83 @@ static void test_pslite_errors(void **state)
                                 "(env DGL_IP_CONFIG) gives every node its address and id"));
 }
 
+/* The scheduler's address as launch scripts get it wrong: padded with a
+ * space, an IPv6 address (the rendezvous is IPv4), a port in it, a list.
+ * Each is refused at once, by every role, naming DMLC_PS_ROOT_URI and what
+ * to give instead (getaddrinfo's "Name or service not known" named
+ * neither, and a worker took it for a store error, exit 3). */
+static void test_pslite_root_uri(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *uri, *role, *want;
+    } cases[] = {
+        {" localhost ", "scheduler",
+         "byte 0x20 at 1 is no part of a host name or address "
+         "(env DMLC_PS_ROOT_URI)"},
+        {" localhost ", "worker",
+         "byte 0x20 at 1 is no part of a host name or address "
+         "(env DMLC_PS_ROOT_URI)"},
+        {"::1", "scheduler", "scheduler host '::1' (env DMLC_PS_ROOT_URI): "},
+        {"::1", "worker", "; give the scheduler's IPv4 address or a name with one"},
+        {"127.0.0.1:9000", "server", "has a port; give the address alone"},
+        {"127.0.0.1,127.0.0.2", "worker", "the scheduler has one address, not a list"},
+    };
+    char cmd[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(cmd, sizeof(cmd),
+                 "DMLC_PS_ROOT_URI='%s' DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+                 "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=300 "
+                 "DMLC_ROLE=%s %s node 2>&1",
+                 cases[i].uri, test_port() + 5, cases[i].role, RKV_BIN);
+        int rc = sh(cmd);
+        if (rc != 2 || !strstr(out, cases[i].want))
+            fail_msg("DMLC_PS_ROOT_URI='%s' DMLC_ROLE=%s: exit %d, want 2 and \"%s\":\n%s",
+                     cases[i].uri, cases[i].role, rc, cases[i].want, out);
+    }
+}
+
+/* Two jobs given one DMLC_PS_ROOT_PORT: the second scheduler says what to
+ * do about it (it said only "Address already in use"); the first goes on. */
+static void test_pslite_scheduler_twice(void **state)
+{
+    (void)state;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+             "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=1500 RKV_TIMEOUT_MS=1500; "
+             "DMLC_ROLE=scheduler %s node >/dev/null 2>&1 & "
+             "for i in $(seq 50); do bash -c ': >/dev/tcp/127.0.0.1/%u' 2>/dev/null && break; "
+             "sleep 0.05; done; "
+             "DMLC_ROLE=scheduler %s node 2>&1; rc=$?; kill $! 2>/dev/null; wait; exit $rc",
+             test_port() + 5, RKV_BIN, test_port() + 5, RKV_BIN);
+    assert_int_equal(sh(cmd), 3);
+    assert_non_null(strstr(out, "(env DMLC_PS_ROOT_URI): Address already in use; another "
+                                "scheduler, or another program, listens there: stop it, or give "
+                                "this job its own DMLC_PS_ROOT_PORT"));
+}
+
+/* A worker whose workload settings are refused says so before it registers:
+ * refused after, it had been counted, and its server waited for it forever.
+ * Now the scheduler fails the launch and the server exits 3 within its wait. */
+static void test_pslite_worker_refused_early(void **state)
+{
+    (void)state;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "export DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+             "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=1000 RKV_TIMEOUT_MS=1000 RKV_ROWS=64; "
+             "DMLC_ROLE=scheduler timeout 30 %s node 2>&1 & "
+             "DMLC_ROLE=server timeout 30 %s node 2>&1 & s=$!; "
+             "RKV_ROUNDS=5000 DMLC_ROLE=worker timeout 30 %s node 2>&1; echo worker=$?; "
+             "wait $s; echo server=$?; wait",
+             test_port() + 5, RKV_BIN, RKV_BIN, RKV_BIN);
+    assert_int_equal(sh(cmd), 0);
+    if (!strstr(out, "worker=2") || !strstr(out, "server=3") ||
+        !strstr(out, "rounds 5000 from env RKV_ROUNDS) (before registering with the scheduler)"))
+        fail_msg("want worker=2 refused before registering, server=3 (not 124, a hang):\n%s", out);
+}
+
 /* Ports a launcher picked stay reserved against other launchers until its
  * run ends (two runs started together once picked the same ports, and a
  * server failed "Address already in use"), yet its own servers can listen
@@ -860,6 +937,9 @@ int main(void)
         cmocka_unit_test(test_pslite_two_machines),
         cmocka_unit_test(test_pslite_interface),
         cmocka_unit_test(test_pslite_errors),
+        cmocka_unit_test(test_pslite_root_uri),
+        cmocka_unit_test(test_pslite_scheduler_twice),
+        cmocka_unit_test(test_pslite_worker_refused_early),
         cmocka_unit_test(test_dgl_two_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

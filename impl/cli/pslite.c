@@ -11,6 +11,8 @@
 
 #include "cli/cli.h"
 #include "harness/pslite.h"
+#include "harness/scenario.h"
+#include "harness/timed.h"
 
 /* Runs as `rkv server|worker ARGS --cluster TABLE --server-id|--machine-id N`. */
 static int psl_run(int argc, char **argv, int is_server, const char *ans, const char *host)
@@ -57,10 +59,32 @@ static int psl_run(int argc, char **argv, int is_server, const char *ans, const 
     return code;
 }
 
+/* A worker's own settings, checked before it registers: one refused after
+ * (RKV_ROUNDS=5000, an unreadable --scenario) had been counted by the
+ * scheduler, so the job started, and its servers waited for it forever.
+ * Refused here, it never registers and the scheduler fails the launch. */
+static int psl_worker_precheck(const struct cmd_settings *s)
+{
+    struct rkv_timed_workload wl;
+    struct rkv_scenario *sc = NULL;
+    char err[512];
+    if (rkv_timed_workload_load(s, &wl, err, sizeof(err)) == 0 &&
+        (!*s->val[CMD_SCENARIO] ||
+         rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) == 0)) {
+        rkv_scenario_free(sc);
+        return RKV_EXIT_OK;
+    }
+    fprintf(stderr, "rkv worker: %s (before registering with the scheduler)\n", err);
+    return RKV_EXIT_USAGE;
+}
+
 int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server)
 {
-    char host[RKV_HOST_MAX + 1], *ans;
-    int code = rkv_pslite_place(s, is_server, &ans, host, sizeof(host));
+    char host[RKV_HOST_MAX + 1], *ans = NULL;
+    int code = is_server ? RKV_EXIT_OK : psl_worker_precheck(s);
+    if (code != RKV_EXIT_OK)
+        return code;
+    code = rkv_pslite_place(s, is_server, &ans, host, sizeof(host));
     if (code == RKV_EXIT_OK)
         code = psl_run(argc, argv, is_server, ans, host);
     free(ans);
