@@ -238,7 +238,9 @@ static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
         code = rkv_verdict_node(cli, &cfg, sc, rep, rep_len, wl_rc, code, verdict);
         free(rep);
     } else if (rkv_client_id(cli) == 0 && rkv_client_shutdown_servers(cli) < 0) {
-        fprintf(stderr, "rkv worker: shutdown: %s\n", rkv_client_errmsg(cli));
+        /* Its messages mostly begin "shutdown: " already. */
+        const char *msg = rkv_client_errmsg(cli);
+        fprintf(stderr, "rkv worker: %s%s\n", strncmp(msg, "shutdown", 8) ? "shutdown: " : "", msg);
         if (code == RKV_EXIT_OK)
             code = RKV_EXIT_STORE;
     }

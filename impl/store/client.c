@@ -2429,11 +2429,15 @@ static int cli_shutdown_servers(struct rkv_client *c)
     int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "shutdown");
     free(asked);
     free(reqs);
-    if (rc < 0)
+    if (rc < 0) {
+        /* first is that server's own message, often "shutdown: ..." too. */
+        const char *why = strncmp(first, "shutdown: ", 10) ? first : first + 10;
         return rkv_errf(c->err, sizeof(c->err), rc,
-                        "shutdown: %u server(s) could not be asked to exit (%s%s), and may still "
-                        "run; the first: %s",
-                        n_unreached, unreached, n_unreached > 8 ? ", ..." : "", first);
+                        "shutdown: could not ask %s %s%s to exit (%u in all; a server not asked "
+                        "may still run); the first: %s",
+                        n_unreached == 1 ? "server" : "servers", unreached,
+                        n_unreached > 8 ? ", ..." : "", n_unreached, why);
+    }
     return wrc;
 }
 

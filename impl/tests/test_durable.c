@@ -1095,7 +1095,7 @@ static void test_machine_lost_without_durable_fails_fast(void **state)
     assert_non_null(strstr(rkv_client_errmsg(cli), "server 1"));
     /* Server 0 is stopped all the same; the dead one is named. */
     assert_int_equal(rkv_client_shutdown_servers(cli), -RKV_EPEERDEAD);
-    assert_non_null(strstr(rkv_client_errmsg(cli), "could not be asked to exit (1)"));
+    assert_non_null(strstr(rkv_client_errmsg(cli), "could not ask server 1 to exit (1 in all"));
     rkv_client_destroy(cli);
     assert_int_equal(wait_exit(s0), 0);
 }
