@@ -461,7 +461,9 @@ RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, cons
                                   struct rkv_pending **pending_p);
 /* Waits for the acks of a push (or the timeout) and frees it; returns as
  * rkv_client_push would have. pending must be one of cli's not waited for
- * yet; one of another client is refused (-RKV_EINVAL) and left alone. */
+ * yet; one of another client, or one waited for already, is refused
+ * (-RKV_EINVAL) and not read (a freed handle whose address a later
+ * push_async of cli reused names that push). */
 RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
 /* Registers addr..addr+len for zero-copy pushes and pulls (see
  * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or

@@ -153,6 +153,9 @@ struct rkv_client {
      * applied in issue order and visible to later pulls (servers of one
      * machine do not order each other's work). */
     struct rkv_pending *pending;
+    /* The oldest of them: rkv_client_wait finds its handle searching from
+     * both ends, in one step for waits in issue order or in reverse. */
+    struct rkv_pending *pending_tail;
     struct rkv_idmap pins; /* machine -> server id << 32 | pushes out (struct cli_pin) */
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
@@ -1773,6 +1776,8 @@ static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
         c->pending = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    else if (c->pending_tail == p)
+        c->pending_tail = p->prev;
     free(p->order);
     free(p->start);
     free(p->mach);
@@ -1952,6 +1957,8 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
     p->next = c->pending;
     if (p->next)
         p->next->prev = p;
+    else
+        c->pending_tail = p;
     c->pending = p;
     *pending_p = p;
     return 0;
@@ -1961,6 +1968,22 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
 static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
 {
     return cp->o.t ? (uint64_t)n * cp->o.t->row_bytes : 0;
+}
+
+/* Whether p is one of c's pushes in flight, found without reading *p: a
+ * handle waited for already is freed memory, and one of another client is
+ * on that client's list. Searched from both ends at once, so that waits
+ * in issue order (or in reverse) cost one step each, not the list. */
+static int cli_pending_mine(const struct rkv_client *c, const struct rkv_pending *p)
+{
+    const struct rkv_pending *a = c->pending, *b = c->pending_tail;
+    for (; a && b; a = a->next, b = b->prev) {
+        if (a == p || b == p)
+            return 1;
+        if (a == b || a->next == b)
+            return 0; /* met in the middle */
+    }
+    return 0;
 }
 
 /* A NULL client (a create whose failure went unchecked) crashed every call
@@ -1994,11 +2017,15 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
     CLI_NULL_REFUSED(c);
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
-    /* Another client's push would be freed from the wrong list, and that
-     * client's destroy then crashed on it. It stays that client's. */
-    if (pending->owner != c)
+    /* A second wait for one push read and freed it again (a double free);
+     * another client's push would be freed from the wrong list, and that
+     * client's destroy then crashed on it. Neither is read: it stays that
+     * client's. */
+    if (!cli_pending_mine(c, pending))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "wait: that push was made by another client; wait for it there");
+                        "wait: that push is not one of this client's in flight: it was waited for "
+                        "already, or made by another client (wait for it there)");
+    assert(pending->owner == c);
     int rc = cli_push_end(c, &pending->cp);
     uint64_t n = pending->cp.g.start[pending->cp.g.n]; /* the push's ids */
     cli_call_end(c, RKV_STATS_PUSH, &pending->clock, rc, n, cli_push_bytes(&pending->cp, n));

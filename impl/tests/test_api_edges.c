@@ -1185,6 +1185,88 @@ static void test_shutdown_names_unreachable(void **state)
     cluster_stop(&c); /* server 0 was stopped all the same */
 }
 
+/* Thousands of pushes in flight to one remote and one co-located row: a
+ * pull in the middle and one after see the last push issued before them
+ * (rkv.h: issue order), a barrier with them in flight returns, and their
+ * waits, in issue order, reverse and interleaved, each get 0. Regression:
+ * a second wait for one push (or a wait for a push already waited for)
+ * read the freed handle and freed it again; it is refused, nothing read.
+ * Ids near UINT64_MAX are out of range, named, for every call. */
+static void test_async_in_flight(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    enum { N = 3000 };
+    struct rkv_pending **ps = calloc(N, sizeof(*ps));
+    float(*rows)[8] = calloc(N, sizeof(*rows));
+    uint64_t ids[2] = {3, 70};
+    assert_non_null(ps);
+    assert_non_null(rows);
+    float got[8];
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < 8; j++)
+            rows[i][j] = (float)i;
+        if (rkv_client_push_async(cli, "t", ids, 2, rows[i], RKV_OP_ASSIGN, 0, &ps[i]) < 0)
+            fail_msg("push_async %d: %s", i, rkv_client_errmsg(cli));
+        if (i == N / 2) {
+            pull_ok(cli, "t", ids, 2, got);
+            for (int j = 0; j < 8; j++)
+                assert_true(got[j] == (float)i);
+        }
+    }
+    pull_ok(cli, "t", ids, 2, got);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == (float)(N - 1));
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    /* The first third in issue order, the last third in reverse, the
+     * middle from both ends in turn. */
+    for (int i = 0; i < N / 3; i++)
+        assert_int_equal(rkv_client_wait(cli, ps[i]), 0);
+    for (int i = N - 1; i >= 2 * N / 3; i--)
+        assert_int_equal(rkv_client_wait(cli, ps[i]), 0);
+    for (int lo = N / 3, hi = 2 * N / 3 - 1; lo <= hi; lo++, hi--) {
+        assert_int_equal(rkv_client_wait(cli, ps[lo]), 0);
+        if (hi != lo)
+            assert_int_equal(rkv_client_wait(cli, ps[hi]), 0);
+    }
+    /* Waited for already: refused, whether others are in flight or not. */
+    assert_int_equal(rkv_client_wait(cli, ps[0]), -RKV_EINVAL);
+    assert_msg(cli, "waited for already");
+    struct rkv_pending *p = NULL;
+    assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, rows[1], RKV_OP_SUM, 0, &p), 0);
+    assert_int_equal(rkv_client_wait(cli, ps[N - 1]), -RKV_EINVAL);
+    assert_int_equal(rkv_client_wait(cli, p), 0);
+    assert_int_equal(rkv_client_wait(cli, p), -RKV_EINVAL);
+    pull_ok(cli, "t", ids, 2, got);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == (float)(N - 1) + 1.0f); /* the sum applied once */
+    uint64_t big[3] = {UINT64_MAX, UINT64_MAX - 1, 100};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(rkv_client_push(cli, "t", &big[k], 1, rows[0], RKV_OP_SUM, 0),
+                         -RKV_ERANGE);
+        assert_msg(cli, "out of range (rows 100)");
+        assert_int_equal(rkv_client_pull(cli, "t", &big[k], 1, got), -RKV_ERANGE);
+        p = (struct rkv_pending *)&p; /* set to NULL on failure */
+        assert_int_equal(rkv_client_push_async(cli, "t", &big[k], 1, rows[0], RKV_OP_SUM, 0, &p),
+                         -RKV_ERANGE);
+        assert_null(p);
+    }
+    /* Never waited for: rkv_client_destroy frees them. */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, rows[i], RKV_OP_SUM, 0, &ps[i]),
+                         0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+    free(ps);
+    free(rows);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1213,6 +1295,7 @@ int main(void)
         cmocka_unit_test(test_empty_calls),
         cmocka_unit_test(test_init_mismatch),
         cmocka_unit_test(test_calls_after_shutdown),
+        cmocka_unit_test(test_async_in_flight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
