@@ -16,6 +16,10 @@
  *
  * Thread safety: one rkv_client may be used by one application thread at a
  * time; an rkv_server is driven by the thread that calls rkv_server_run().
+ * A client call that returns int, made while another call of the same
+ * client is under way (from a second thread, or from a handler the client
+ * runs), is refused with -RKV_EINVAL saying so, and does nothing; the
+ * other call is unaffected. rkv_client_destroy must not overlap any call.
  */
 #ifndef RKV_H
 #define RKV_H

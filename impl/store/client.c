@@ -4,6 +4,7 @@
  * task completes them. The two meet under cli->mu. */
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,8 @@ struct rkv_client {
     uint64_t *call_lost;
     struct cli_server **drop_srv;
     int *drop_unanswered;
+    /* An application call is under way (cli_enter). */
+    atomic_int busy;
     char err[256];
 };
 
@@ -1995,8 +1998,32 @@ static int cli_pending_mine(const struct rkv_client *c, const struct rkv_pending
             return -RKV_EINVAL;                                                                    \
     } while (0)
 
-int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                          const void *rows, int op, double param, struct rkv_pending **pending_p)
+/* A client serves one application thread at a time (rkv.h): its call
+ * state (grouping arrays, reply slots, the err buffer) is unshared. A call
+ * made while another is under way, from a second thread or from a handler
+ * the client runs, corrupted that state (a crash, or a wrong answer); it is
+ * refused instead, before it touches any. The message may interleave with
+ * the other call's: text only. */
+static int cli_enter(struct rkv_client *c, const char *what)
+{
+    if (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "%s: this client is in another call (used by two threads at once, or "
+                        "from a handler it runs); a client serves one thread at a time: refused, "
+                        "nothing done",
+                        what);
+    return 0;
+}
+
+static void cli_leave(struct rkv_client *c)
+{
+    assert(atomic_load_explicit(&c->busy, memory_order_relaxed));
+    atomic_store_explicit(&c->busy, 0, memory_order_release);
+}
+
+static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                              const void *rows, int op, double param,
+                              struct rkv_pending **pending_p)
 {
     CLI_NULL_REFUSED(c);
     /* Nothing is sent without a place for the handle: it could never be
@@ -2012,7 +2039,19 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
     return rc;
 }
 
-int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
+int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **pending_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "push_async");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_push_async(c, name, ids, n, rows, op, param, pending_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
     CLI_NULL_REFUSED(c);
     if (!pending)
@@ -2033,8 +2072,19 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
     return rc;
 }
 
-int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                    const void *rows, int op, double param)
+int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "wait");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_wait(c, pending);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                        const void *rows, int op, double param)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
@@ -2044,6 +2094,18 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
         rc = cli_push_end(c, &cp);
     k = cli_call_sent(c, k);
     return cli_call_end(c, RKV_STATS_PUSH, &k, rc, n, cli_push_bytes(&cp, n));
+}
+
+int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                    const void *rows, int op, double param)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "push");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_push(c, name, ids, n, rows, op, param);
+    cli_leave(c);
+    return rc;
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -2265,13 +2327,22 @@ static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
     o->mr = NULL;
 }
 
+static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                             void *rows_out, int handler, double param);
+
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
-    return rkv_client_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0);
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "pull");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0);
+    cli_leave(c);
+    return rc;
 }
 
-int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
+static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
     CLI_NULL_REFUSED(c);
     if (!len_p)
@@ -2281,6 +2352,17 @@ int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uin
     if (rc < 0)
         return rc;
     return rkv_pull_check(c->pt, handler, t, len_p, c->err, sizeof(c->err));
+}
+
+int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "pull_len");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_pull_len(c, name, handler, len_p);
+    cli_leave(c);
+    return rc;
 }
 
 static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -2327,8 +2409,8 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     return rc;
 }
 
-int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                         void *rows_out, int handler, double param)
+static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                             void *rows_out, int handler, double param)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PULL);
@@ -2336,6 +2418,18 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     int rc = cli_pull_with(c, name, ids, n, rows_out, handler, param, &bytes);
     k = cli_call_sent(c, k);
     return cli_call_end(c, RKV_STATS_PULL, &k, rc, n, bytes);
+}
+
+int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "pull_with");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_pull_with(c, name, ids, n, rows_out, handler, param);
+    cli_leave(c);
+    return rc;
 }
 
 /* ---- barrier, shutdown ---- */
@@ -2372,18 +2466,40 @@ static int cli_barrier(struct rkv_client *c)
     return 0;
 }
 
-int rkv_client_barrier(struct rkv_client *c)
+static int cli_api_barrier(struct rkv_client *c)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end(c, RKV_STATS_BARRIER, &k, cli_barrier(c), 0, 0);
 }
 
-int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+int rkv_client_barrier(struct rkv_client *c)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "barrier");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_barrier(c);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
+}
+
+int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "init_data");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_init_data(c, d);
+    cli_leave(c);
+    return rc;
 }
 
 static int cli_shutdown_servers(struct rkv_client *c)
@@ -2698,7 +2814,7 @@ uint32_t rkv_client_id(const struct rkv_client *c)
     return c->id;
 }
 
-int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
+static int cli_api_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
     CLI_NULL_REFUSED(c);
     int rc = rkv_handler_register_at(&c->ht, op, fn, user);
@@ -2711,8 +2827,19 @@ int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn,
     return 0;
 }
 
-int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
-                                     uint32_t out_mult, uint32_t out_add, void *user)
+int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "register_handler");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_register_handler(c, op, fn, user);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
+                                         uint32_t out_mult, uint32_t out_add, void *user)
 {
     CLI_NULL_REFUSED(c);
     int rc = rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
@@ -2724,6 +2851,18 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
                         "may not both be 0 (a reply of no elements)",
                         id, RKV_PULL_CUSTOM, RKV_OP_MAX - 1);
     return 0;
+}
+
+int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "register_pull_handler");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_register_pull_handler(c, id, fn, out_mult, out_add, user);
+    cli_leave(c);
+    return rc;
 }
 
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -2769,7 +2908,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
     }
 }
 
-int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
+static int cli_api_register(struct rkv_client *c, void *addr, size_t len)
 {
     CLI_NULL_REFUSED(c);
     int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
@@ -2779,7 +2918,18 @@ int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
     return 0;
 }
 
-int rkv_client_deregister(struct rkv_client *c, void *addr)
+int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "register");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_register(c, addr, len);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_deregister(struct rkv_client *c, void *addr)
 {
     CLI_NULL_REFUSED(c);
     int rc = rkv_regcache_remove(rkv_engine_regcache(c->eng), addr);
@@ -2789,33 +2939,78 @@ int rkv_client_deregister(struct rkv_client *c, void *addr)
     return 0;
 }
 
+int rkv_client_deregister(struct rkv_client *c, void *addr)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "deregister");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_deregister(c, addr);
+    cli_leave(c);
+    return rc;
+}
+
 void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *st_p)
 {
     *st_p = c->zst;
 }
 
-int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+static int cli_api_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
 }
 
-int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "meta");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_meta(c, name, meta_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
+                        size_t *n_p)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
 }
 
-int rkv_client_shutdown_servers(struct rkv_client *c)
+int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "list");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_list(c, metas, cap, n_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_shutdown_servers(struct rkv_client *c)
 {
     CLI_NULL_REFUSED(c);
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
 }
 
-int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
+int rkv_client_shutdown_servers(struct rkv_client *c)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "shutdown_servers");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_shutdown_servers(c);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
     CLI_NULL_REFUSED(c);
     if (!st_p)
@@ -2827,7 +3022,19 @@ int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
     return 0;
 }
 
-int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
+int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "stats");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_stats(c, op, st_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_peer_stats(struct rkv_client *c, uint32_t server, int op,
+                              struct rkv_op_stats *st_p)
 {
     CLI_NULL_REFUSED(c);
     if (!st_p)
@@ -2850,6 +3057,17 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
         memset(st_p, 0, sizeof(*st_p));
     cli_unlock(c);
     return 0;
+}
+
+int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "peer_stats");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_peer_stats(c, server, op, st_p);
+    cli_leave(c);
+    return rc;
 }
 
 uint32_t rkv_client_n_servers(const struct rkv_client *c)

@@ -1267,6 +1267,64 @@ static void test_async_in_flight(void **state)
     free(rows);
 }
 
+/* Regression: one client used by two threads at once (rkv.h: one at a
+ * time) crashed in cli_abandon_slots, each call reusing the other's
+ * grouping arrays and reply slots. Now a call that meets another under way
+ * is refused (-RKV_EINVAL, saying so) and does nothing: the sums that
+ * succeeded are all the row holds. */
+struct two_users {
+    struct rkv_client *cli;
+    float add;      /* what each of this thread's pushes adds */
+    int pushes_ok;  /* succeeded */
+    int other_errs; /* failed another way than "in another call" */
+};
+
+static void *two_users_main(void *arg)
+{
+    struct two_users *u = arg;
+    uint64_t ids[4] = {1, 60, 2, 61};
+    float rows[16], got[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = u->add;
+    for (int i = 0; i < 2000; i++) {
+        int push = !(i & 1);
+        int rc = push ? rkv_client_push(u->cli, "t", ids, 4, rows, RKV_OP_SUM, 0)
+                      : rkv_client_pull(u->cli, "t", ids, 4, got);
+        if (rc == 0)
+            u->pushes_ok += push;
+        else if (rc != -RKV_EINVAL)
+            u->other_errs++;
+    }
+    return NULL;
+}
+
+static void test_client_from_two_threads(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct two_users u[2] = {{.cli = cli, .add = 1.0f}, {.cli = cli, .add = 1000.0f}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, two_users_main, &u[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(u[0].other_errs + u[1].other_errs, 0);
+    uint64_t ids[4] = {1, 60, 2, 61};
+    float got[16];
+    pull_ok(cli, "t", ids, 4, got);
+    float want = (float)u[0].pushes_ok + 1000.0f * (float)u[1].pushes_ok;
+    for (int i = 0; i < 16; i++)
+        assert_true(got[i] == want);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1296,6 +1354,7 @@ int main(void)
         cmocka_unit_test(test_init_mismatch),
         cmocka_unit_test(test_calls_after_shutdown),
         cmocka_unit_test(test_async_in_flight),
+        cmocka_unit_test(test_client_from_two_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
