@@ -1325,6 +1325,119 @@ static void test_client_from_two_threads(void **state)
     cluster_stop(&c);
 }
 
+/* Two clients creating the same names at once: for an identical desc both
+ * succeed; for another row_len exactly one does, the other gets
+ * -RKV_EEXIST, and both then see the winner's shape and can pull it. */
+struct init_racer {
+    struct rkv_client *cli;
+    uint32_t row_len; /* of the even names; the odd ones are T_F32's */
+    int rc[20];
+};
+
+static void *init_racer_main(void *arg)
+{
+    struct init_racer *r = arg;
+    for (int i = 0; i < 20; i++) {
+        struct rkv_tensor_desc d = T_F32;
+        snprintf(d.name, sizeof(d.name), "race%d", i);
+        if (i % 2 == 0)
+            d.row_len = r->row_len;
+        r->rc[i] = rkv_client_init_data(r->cli, &d);
+    }
+    return NULL;
+}
+
+static void test_init_data_race(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    struct init_racer r[2] = {{.cli = a, .row_len = 4}, {.cli = b, .row_len = 8}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, init_racer_main, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 20; i++) {
+        char nm[16];
+        snprintf(nm, sizeof(nm), "race%d", i);
+        uint32_t want = 4;
+        if (i % 2 == 0) {
+            assert_true((r[0].rc[i] == 0) != (r[1].rc[i] == 0));
+            assert_int_equal(r[0].rc[i] + r[1].rc[i], -RKV_EEXIST);
+            want = r[0].rc[i] == 0 ? 4 : 8;
+        } else {
+            assert_int_equal(r[0].rc[i], 0);
+            assert_int_equal(r[1].rc[i], 0);
+        }
+        struct rkv_tensor_meta ma, mb;
+        assert_int_equal(rkv_client_meta(a, nm, &ma), 0);
+        assert_int_equal(rkv_client_meta(b, nm, &mb), 0);
+        assert_int_equal(ma.row_len, want);
+        assert_int_equal(mb.row_len, want);
+        uint64_t ids[2] = {1, 70};
+        float got[16];
+        pull_ok(a, nm, ids, 2, got);
+        pull_ok(b, nm, ids, 2, got);
+    }
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
+/* A custom push handler that calls back into the client running it (a
+ * co-located row) is refused (-RKV_EINVAL) instead of re-entering the
+ * call under way, which held the row's lock and the call's arrays. */
+struct reenter {
+    struct rkv_client *cli;
+    int rc;
+    int calls;
+};
+
+static void h_reenter(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n,
+                      double param, void *user)
+{
+    (void)dt;
+    (void)st;
+    (void)param;
+    struct reenter *re = user;
+    uint64_t id = 1;
+    float got[4];
+    re->rc = rkv_client_pull(re->cli, "t", &id, 1, got);
+    re->calls++;
+    for (size_t i = 0; i < n; i++)
+        ((float *)row)[i] += ((const float *)in)[i];
+}
+
+static void test_handler_reentry_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct reenter re = {.cli = cli, .rc = 1};
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_reenter, &re), 0);
+    uint64_t id = 1;
+    float rows[4] = {1, 2, 3, 4}, got[4];
+    push_ok(cli, "t", &id, 1, rows, RKV_OP_CUSTOM);
+    assert_int_equal(re.calls, 1);
+    assert_int_equal(re.rc, -RKV_EINVAL);
+    pull_ok(cli, "t", &id, 1, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1355,6 +1468,8 @@ int main(void)
         cmocka_unit_test(test_calls_after_shutdown),
         cmocka_unit_test(test_async_in_flight),
         cmocka_unit_test(test_client_from_two_threads),
+        cmocka_unit_test(test_init_data_race),
+        cmocka_unit_test(test_handler_reentry_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
