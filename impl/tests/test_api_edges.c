@@ -1438,6 +1438,71 @@ static void test_handler_reentry_refused(void **state)
     cluster_stop(&c);
 }
 
+/* A barrier with another client's pushes in flight: after it, every one
+ * of them is visible (rkv.h). A server destroyed under a pulling client:
+ * the pull fails -RKV_EPEERDEAD naming it, no hang; shutdown names it. */
+struct puller {
+    struct rkv_client *cli;
+    int n_ok, last_rc;
+    char msg[256];
+};
+static void *puller_main(void *arg)
+{
+    struct puller *u = arg;
+    uint64_t ids[2] = {1, 70};
+    float got[8];
+    for (;;) {
+        int rc = rkv_client_pull(u->cli, "t", ids, 2, got);
+        if (rc < 0) {
+            u->last_rc = rc;
+            snprintf(u->msg, sizeof(u->msg), "%s", rkv_client_errmsg(u->cli));
+            return NULL;
+        }
+        u->n_ok++;
+    }
+}
+static void test_barrier_in_flight_server_gone(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    /* barrier with async pushes in flight: b sees them after */
+    uint64_t ids[2] = {1, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    struct rkv_pending *p[50];
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(rkv_client_push_async(a, "t", ids, 2, rows, RKV_OP_SUM, 0, &p[i]), 0);
+    barrier_both(a, b);
+    assert_int_equal(rkv_client_pull(b, "t", ids, 2, got), 0);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == 50.0f * rows[j]);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(rkv_client_wait(a, p[i]), 0);
+    struct puller u = {.cli = b};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, puller_main, &u), 0);
+    usleep(200000);
+    rkv_server_stop(c.srv[1][0]);
+    pthread_join(c.thr[1][0], NULL);
+    rkv_server_destroy(c.srv[1][0]);
+    c.in_process[1] = 0;
+    pthread_join(th, NULL);
+    assert_int_equal(u.last_rc, -RKV_EPEERDEAD);
+    assert_non_null(strstr(u.msg, "server 1"));
+    assert_int_equal(rkv_client_shutdown_servers(a), -RKV_EPEERDEAD);
+    assert_msg(a, "server 1 is gone");
+    rkv_server_stop(c.srv[0][0]);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1470,6 +1535,7 @@ int main(void)
         cmocka_unit_test(test_client_from_two_threads),
         cmocka_unit_test(test_init_data_race),
         cmocka_unit_test(test_handler_reentry_refused),
+        cmocka_unit_test(test_barrier_in_flight_server_gone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
