@@ -2105,6 +2105,13 @@ int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn,
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_handler_register_at(&s->ht, op, fn, user);
     s->port->ops->mutex_unlock(s->hmu);
+    /* It returned the code alone: rkv_server_errmsg then gave the message
+     * of whatever failed before, or nothing. As the client's says it. */
+    if (rc < 0)
+        return rkv_errf(s->err, sizeof(s->err), rc,
+                        rc == -RKV_ENOMEM ? "register handler %d: out of memory"
+                                          : "register handler %d: custom ops are %d..%d",
+                        op, RKV_OP_CUSTOM, RKV_OP_MAX - 1);
     return rc;
 }
 
@@ -2116,6 +2123,13 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
     s->port->ops->mutex_unlock(s->hmu);
+    if (rc == -RKV_ENOMEM)
+        return rkv_errf(s->err, sizeof(s->err), rc, "register pull handler %d: out of memory", id);
+    if (rc < 0)
+        return rkv_errf(s->err, sizeof(s->err), rc,
+                        "register pull handler %d: custom ids are %d..%d, and out_mult and out_add "
+                        "may not both be 0 (a reply of no elements)",
+                        id, RKV_PULL_CUSTOM, RKV_OP_MAX - 1);
     return rc;
 }
 

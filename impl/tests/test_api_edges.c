@@ -1503,6 +1503,60 @@ static void test_barrier_in_flight_server_gone(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: rkv_server_register_handler and _register_pull_handler
+ * refused an op or id out of range with -RKV_EINVAL and no message
+ * (rkv_server_errmsg gave the last one, or ""). Each says which range. */
+static void h_nop(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n, double param,
+                  void *user)
+{
+    (void)dt;
+    (void)row;
+    (void)st;
+    (void)in;
+    (void)n;
+    (void)param;
+    (void)user;
+}
+
+static void p_nop(enum rkv_dtype dt, const void *row, const void *st, size_t row_len, void *out,
+                  size_t out_len, double param, void *user)
+{
+    (void)dt;
+    (void)row;
+    (void)st;
+    (void)row_len;
+    (void)out;
+    (void)out_len;
+    (void)param;
+    (void)user;
+}
+
+static void test_server_register_refusal_named(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_server *s = c.srv[0][0];
+    const int bad[] = {RKV_OP_SUM, 4, RKV_OP_CUSTOM - 1, RKV_OP_MAX, -1};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rkv_server_register_handler(s, bad[i], h_nop, NULL), -RKV_EINVAL);
+        assert_non_null(strstr(rkv_server_errmsg(s), "custom ops are 16..63"));
+        assert_int_equal(rkv_server_register_pull_handler(s, bad[i], p_nop, 1, 0, NULL),
+                         -RKV_EINVAL);
+        assert_non_null(strstr(rkv_server_errmsg(s), "custom ids are 16..63"));
+    }
+    assert_int_equal(rkv_server_register_pull_handler(s, RKV_PULL_CUSTOM, p_nop, 0, 0, NULL),
+                     -RKV_EINVAL);
+    assert_non_null(strstr(rkv_server_errmsg(s), "may not both be 0"));
+    assert_int_equal(rkv_server_register_handler(s, RKV_OP_CUSTOM, h_nop, NULL), 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1536,6 +1590,7 @@ int main(void)
         cmocka_unit_test(test_init_data_race),
         cmocka_unit_test(test_handler_reentry_refused),
         cmocka_unit_test(test_barrier_in_flight_server_gone),
+        cmocka_unit_test(test_server_register_refusal_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
