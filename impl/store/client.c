@@ -872,8 +872,16 @@ static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
 
 static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor **t_p)
 {
-    if (!name || !name[0] || strlen(name) > RKV_NAME_MAX)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "tensor name empty or too long");
+    /* One message for the three read "empty or too long" for a NULL name,
+     * which rkv.h promises is refused naming the pointer. */
+    if (!name)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "tensor name is NULL");
+    size_t len = strnlen(name, RKV_NAME_MAX + 1);
+    if (len == 0 || len > RKV_NAME_MAX)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        len ? "tensor name '%.16s...' is over RKV_NAME_MAX (%d) bytes"
+                            : "tensor name is empty",
+                        name, RKV_NAME_MAX);
     struct rkv_tensor *t = cli_find_name(c, name);
     if (t) {
         *t_p = t;

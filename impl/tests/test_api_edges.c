@@ -1061,6 +1061,17 @@ static void test_empty_calls(void **state)
     /* It said "meta: server 0: no such tensor", naming no tensor. */
     assert_non_null(strstr(rkv_client_errmsg(cli), "no tensor named 'nope' in the cluster"));
     assert_int_equal(rkv_client_push(cli, "t", NULL, 0, NULL, RKV_OP_CUSTOM, 0), -RKV_ENOHANDLER);
+    /* Regression: a NULL name read "tensor name empty or too long". */
+    assert_int_equal(rkv_client_pull(cli, NULL, NULL, 0, NULL), -RKV_EINVAL);
+    assert_msg(cli, "tensor name is NULL");
+    assert_int_equal(rkv_client_push(cli, "", NULL, 0, NULL, RKV_OP_SUM, 0), -RKV_EINVAL);
+    assert_msg(cli, "tensor name is empty");
+    char longname[100];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = 0;
+    struct rkv_tensor_meta m;
+    assert_int_equal(rkv_client_meta(cli, longname, &m), -RKV_EINVAL);
+    assert_msg(cli, "is over RKV_NAME_MAX (63) bytes");
     uint64_t ids[2] = {1, 80};
     float got[8];
     pull_ok(cli, "t", ids, 2, got);
