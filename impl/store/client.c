@@ -2033,7 +2033,7 @@ static int cli_api_push_async(struct rkv_client *c, const char *name, const uint
                               const void *rows, int op, double param,
                               struct rkv_pending **pending_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     /* Nothing is sent without a place for the handle: it could never be
      * waited for. Not counted, as no push began. */
     if (!pending_p)
@@ -2061,7 +2061,7 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
 
 static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
     /* A second wait for one push read and freed it again (a double free);
@@ -2094,7 +2094,7 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                         const void *rows, int op, double param)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
     struct cli_push cp = {.reqs = NULL}; /* cli_push_send sets them */
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
@@ -2352,7 +2352,7 @@ int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids,
 
 static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     if (!len_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "pull_len: len_p is NULL");
     struct rkv_tensor *t;
@@ -2420,7 +2420,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
 static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                              void *rows_out, int handler, double param)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PULL);
     uint64_t bytes = 0;
     int rc = cli_pull_with(c, name, ids, n, rows_out, handler, param, &bytes);
@@ -2476,7 +2476,7 @@ static int cli_barrier(struct rkv_client *c)
 
 static int cli_api_barrier(struct rkv_client *c)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end(c, RKV_STATS_BARRIER, &k, cli_barrier(c), 0, 0);
 }
@@ -2494,7 +2494,7 @@ int rkv_client_barrier(struct rkv_client *c)
 
 static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
 }
@@ -2824,7 +2824,7 @@ uint32_t rkv_client_id(const struct rkv_client *c)
 
 static int cli_api_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_handler_register_at(&c->ht, op, fn, user);
     /* Refused with the message of whatever call failed before. */
     if (rc < 0)
@@ -2849,7 +2849,7 @@ int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn,
 static int cli_api_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
                                          uint32_t out_mult, uint32_t out_add, void *user)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
     if (rc == -RKV_ENOMEM)
         return rkv_errf(c->err, sizeof(c->err), rc, "register pull handler %d: out of memory", id);
@@ -2918,7 +2918,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 
 static int cli_api_register(struct rkv_client *c, void *addr, size_t len)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
@@ -2939,7 +2939,7 @@ int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 
 static int cli_api_deregister(struct rkv_client *c, void *addr)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_regcache_remove(rkv_engine_regcache(c->eng), addr);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "deregister %p: no registration starts there",
@@ -2965,7 +2965,7 @@ void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *s
 
 static int cli_api_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
 }
@@ -2984,7 +2984,7 @@ int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_me
 static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
                         size_t *n_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
 }
@@ -3002,7 +3002,7 @@ int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 
 static int cli_api_shutdown_servers(struct rkv_client *c)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
     return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
 }
@@ -3020,7 +3020,7 @@ int rkv_client_shutdown_servers(struct rkv_client *c)
 
 static int cli_api_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     if (!st_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS)
@@ -3044,7 +3044,7 @@ int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 static int cli_api_peer_stats(struct rkv_client *c, uint32_t server, int op,
                               struct rkv_op_stats *st_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     if (!st_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS || server >= c->n_servers)
