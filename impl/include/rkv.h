@@ -16,6 +16,10 @@
  *
  * Thread safety: one rkv_client may be used by one application thread at a
  * time; an rkv_server is driven by the thread that calls rkv_server_run().
+ * A client call that returns int, made while another call of the same
+ * client is under way (from a second thread, or from a handler the client
+ * runs), is refused with -RKV_EINVAL saying so, and does nothing; the
+ * other call is unaffected. rkv_client_destroy must not overlap any call.
  */
 #ifndef RKV_H
 #define RKV_H
@@ -461,7 +465,9 @@ RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, cons
                                   struct rkv_pending **pending_p);
 /* Waits for the acks of a push (or the timeout) and frees it; returns as
  * rkv_client_push would have. pending must be one of cli's not waited for
- * yet; one of another client is refused (-RKV_EINVAL) and left alone. */
+ * yet; one of another client, or one waited for already, is refused
+ * (-RKV_EINVAL) and not read (a freed handle whose address a later
+ * push_async of cli reused names that push). */
 RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending);
 /* Registers addr..addr+len for zero-copy pushes and pulls (see
  * rkv_config.zero_copy_bytes) until rkv_client_deregister(addr) or

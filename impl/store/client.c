@@ -4,6 +4,7 @@
  * task completes them. The two meet under cli->mu. */
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,9 @@ struct rkv_client {
      * applied in issue order and visible to later pulls (servers of one
      * machine do not order each other's work). */
     struct rkv_pending *pending;
+    /* The oldest of them: rkv_client_wait finds its handle searching from
+     * both ends, in one step for waits in issue order or in reverse. */
+    struct rkv_pending *pending_tail;
     struct rkv_idmap pins; /* machine -> server id << 32 | pushes out (struct cli_pin) */
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
@@ -166,6 +170,8 @@ struct rkv_client {
     uint64_t *call_lost;
     struct cli_server **drop_srv;
     int *drop_unanswered;
+    /* An application call is under way (cli_enter). */
+    atomic_int busy;
     char err[256];
 };
 
@@ -866,8 +872,16 @@ static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
 
 static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor **t_p)
 {
-    if (!name || !name[0] || strlen(name) > RKV_NAME_MAX)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "tensor name empty or too long");
+    /* One message for the three read "empty or too long" for a NULL name,
+     * which rkv.h promises is refused naming the pointer. */
+    if (!name)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "tensor name is NULL");
+    size_t len = strnlen(name, RKV_NAME_MAX + 1);
+    if (len == 0 || len > RKV_NAME_MAX)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        len ? "tensor name '%.16s...' is over RKV_NAME_MAX (%d) bytes"
+                            : "tensor name is empty",
+                        name, RKV_NAME_MAX);
     struct rkv_tensor *t = cli_find_name(c, name);
     if (t) {
         *t_p = t;
@@ -1773,6 +1787,8 @@ static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
         c->pending = p->next;
     if (p->next)
         p->next->prev = p->prev;
+    else if (c->pending_tail == p)
+        c->pending_tail = p->prev;
     free(p->order);
     free(p->start);
     free(p->mach);
@@ -1952,6 +1968,8 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
     p->next = c->pending;
     if (p->next)
         p->next->prev = p;
+    else
+        c->pending_tail = p;
     c->pending = p;
     *pending_p = p;
     return 0;
@@ -1963,6 +1981,22 @@ static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
     return cp->o.t ? (uint64_t)n * cp->o.t->row_bytes : 0;
 }
 
+/* Whether p is one of c's pushes in flight, found without reading *p: a
+ * handle waited for already is freed memory, and one of another client is
+ * on that client's list. Searched from both ends at once, so that waits
+ * in issue order (or in reverse) cost one step each, not the list. */
+static int cli_pending_mine(const struct rkv_client *c, const struct rkv_pending *p)
+{
+    const struct rkv_pending *a = c->pending, *b = c->pending_tail;
+    for (; a && b; a = a->next, b = b->prev) {
+        if (a == p || b == p)
+            return 1;
+        if (a == b || a->next == b)
+            return 0; /* met in the middle */
+    }
+    return 0;
+}
+
 /* A NULL client (a create whose failure went unchecked) crashed every call
  * (SIGSEGV); refused with no client to hold a message, which
  * rkv_client_errmsg(NULL) gives. */
@@ -1972,10 +2006,34 @@ static uint64_t cli_push_bytes(const struct cli_push *cp, size_t n)
             return -RKV_EINVAL;                                                                    \
     } while (0)
 
-int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                          const void *rows, int op, double param, struct rkv_pending **pending_p)
+/* A client serves one application thread at a time (rkv.h): its call
+ * state (grouping arrays, reply slots, the err buffer) is unshared. A call
+ * made while another is under way, from a second thread or from a handler
+ * the client runs, corrupted that state (a crash, or a wrong answer); it is
+ * refused instead, before it touches any. The message may interleave with
+ * the other call's: text only. */
+static int cli_enter(struct rkv_client *c, const char *what)
 {
-    CLI_NULL_REFUSED(c);
+    if (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "%s: this client is in another call (used by two threads at once, or "
+                        "from a handler it runs); a client serves one thread at a time: refused, "
+                        "nothing done",
+                        what);
+    return 0;
+}
+
+static void cli_leave(struct rkv_client *c)
+{
+    assert(atomic_load_explicit(&c->busy, memory_order_relaxed));
+    atomic_store_explicit(&c->busy, 0, memory_order_release);
+}
+
+static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                              const void *rows, int op, double param,
+                              struct rkv_pending **pending_p)
+{
+    assert(c); /* rkv_client_* refused NULL */
     /* Nothing is sent without a place for the handle: it could never be
      * waited for. Not counted, as no push began. */
     if (!pending_p)
@@ -1989,16 +2047,32 @@ int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t
     return rc;
 }
 
-int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
+int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                          const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "push_async");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_push_async(c, name, ids, n, rows, op, param, pending_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
+{
+    assert(c); /* rkv_client_* refused NULL */
     if (!pending)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "wait: no push to wait for");
-    /* Another client's push would be freed from the wrong list, and that
-     * client's destroy then crashed on it. It stays that client's. */
-    if (pending->owner != c)
+    /* A second wait for one push read and freed it again (a double free);
+     * another client's push would be freed from the wrong list, and that
+     * client's destroy then crashed on it. Neither is read: it stays that
+     * client's. */
+    if (!cli_pending_mine(c, pending))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "wait: that push was made by another client; wait for it there");
+                        "wait: that push is not one of this client's in flight: it was waited for "
+                        "already, or made by another client (wait for it there)");
+    assert(pending->owner == c);
     int rc = cli_push_end(c, &pending->cp);
     uint64_t n = pending->cp.g.start[pending->cp.g.n]; /* the push's ids */
     cli_call_end(c, RKV_STATS_PUSH, &pending->clock, rc, n, cli_push_bytes(&pending->cp, n));
@@ -2006,10 +2080,21 @@ int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
     return rc;
 }
 
-int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                    const void *rows, int op, double param)
+int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "wait");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_wait(c, pending);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                        const void *rows, int op, double param)
+{
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PUSH);
     struct cli_push cp = {.reqs = NULL}; /* cli_push_send sets them */
     int rc = cli_push_send(c, name, ids, n, rows, op, param, &cp);
@@ -2017,6 +2102,18 @@ int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids,
         rc = cli_push_end(c, &cp);
     k = cli_call_sent(c, k);
     return cli_call_end(c, RKV_STATS_PUSH, &k, rc, n, cli_push_bytes(&cp, n));
+}
+
+int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                    const void *rows, int op, double param)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "push");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_push(c, name, ids, n, rows, op, param);
+    cli_leave(c);
+    return rc;
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -2238,15 +2335,24 @@ static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
     o->mr = NULL;
 }
 
+static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                             void *rows_out, int handler, double param);
+
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
-    return rkv_client_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0);
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "pull");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0);
+    cli_leave(c);
+    return rc;
 }
 
-int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
+static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     if (!len_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "pull_len: len_p is NULL");
     struct rkv_tensor *t;
@@ -2254,6 +2360,17 @@ int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uin
     if (rc < 0)
         return rc;
     return rkv_pull_check(c->pt, handler, t, len_p, c->err, sizeof(c->err));
+}
+
+int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "pull_len");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_pull_len(c, name, handler, len_p);
+    cli_leave(c);
+    return rc;
 }
 
 static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -2300,15 +2417,27 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     return rc;
 }
 
-int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
-                         void *rows_out, int handler, double param)
+static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                             void *rows_out, int handler, double param)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin_rows(c, RKV_STATS_PULL);
     uint64_t bytes = 0;
     int rc = cli_pull_with(c, name, ids, n, rows_out, handler, param, &bytes);
     k = cli_call_sent(c, k);
     return cli_call_end(c, RKV_STATS_PULL, &k, rc, n, bytes);
+}
+
+int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
+                         void *rows_out, int handler, double param)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "pull_with");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_pull_with(c, name, ids, n, rows_out, handler, param);
+    cli_leave(c);
+    return rc;
 }
 
 /* ---- barrier, shutdown ---- */
@@ -2345,18 +2474,40 @@ static int cli_barrier(struct rkv_client *c)
     return 0;
 }
 
+static int cli_api_barrier(struct rkv_client *c)
+{
+    assert(c); /* rkv_client_* refused NULL */
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end(c, RKV_STATS_BARRIER, &k, cli_barrier(c), 0, 0);
+}
+
 int rkv_client_barrier(struct rkv_client *c)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "barrier");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_barrier(c);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
+{
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
-    return cli_call_end(c, RKV_STATS_BARRIER, &k, cli_barrier(c), 0, 0);
+    return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
 }
 
 int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     CLI_NULL_REFUSED(c);
-    struct cli_clock k = cli_call_begin(c);
-    return cli_call_end(c, RKV_STATS_INIT, &k, cli_init_data(c, d), 0, 0);
+    int rc = cli_enter(c, "init_data");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_init_data(c, d);
+    cli_leave(c);
+    return rc;
 }
 
 static int cli_shutdown_servers(struct rkv_client *c)
@@ -2675,9 +2826,9 @@ uint32_t rkv_client_id(const struct rkv_client *c)
     return c->id;
 }
 
-int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
+static int cli_api_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_handler_register_at(&c->ht, op, fn, user);
     /* Refused with the message of whatever call failed before. */
     if (rc < 0)
@@ -2688,10 +2839,21 @@ int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn,
     return 0;
 }
 
-int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
-                                     uint32_t out_mult, uint32_t out_add, void *user)
+int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "register_handler");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_register_handler(c, op, fn, user);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
+                                         uint32_t out_mult, uint32_t out_add, void *user)
+{
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_pull_register_at(&c->pt, id, fn, out_mult, out_add, user);
     if (rc == -RKV_ENOMEM)
         return rkv_errf(c->err, sizeof(c->err), rc, "register pull handler %d: out of memory", id);
@@ -2701,6 +2863,18 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
                         "may not both be 0 (a reply of no elements)",
                         id, RKV_PULL_CUSTOM, RKV_OP_MAX - 1);
     return 0;
+}
+
+int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
+                                     uint32_t out_mult, uint32_t out_add, void *user)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "register_pull_handler");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_register_pull_handler(c, id, fn, out_mult, out_add, user);
+    cli_leave(c);
+    return rc;
 }
 
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -2746,9 +2920,9 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
     }
 }
 
-int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
+static int cli_api_register(struct rkv_client *c, void *addr, size_t len)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
@@ -2756,9 +2930,20 @@ int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
     return 0;
 }
 
-int rkv_client_deregister(struct rkv_client *c, void *addr)
+int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "register");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_register(c, addr, len);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_deregister(struct rkv_client *c, void *addr)
+{
+    assert(c); /* rkv_client_* refused NULL */
     int rc = rkv_regcache_remove(rkv_engine_regcache(c->eng), addr);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "deregister %p: no registration starts there",
@@ -2766,35 +2951,80 @@ int rkv_client_deregister(struct rkv_client *c, void *addr)
     return 0;
 }
 
+int rkv_client_deregister(struct rkv_client *c, void *addr)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "deregister");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_deregister(c, addr);
+    cli_leave(c);
+    return rc;
+}
+
 void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *st_p)
 {
     *st_p = c->zst;
 }
 
+static int cli_api_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
+{
+    assert(c); /* rkv_client_* refused NULL */
+    struct cli_clock k = cli_call_begin(c);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
+}
+
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "meta");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_meta(c, name, meta_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
+                        size_t *n_p)
+{
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
-    return cli_call_end_as(c, RKV_STATS_OTHER, "meta", &k, cli_meta(c, name, meta_p), 0, 0);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
 }
 
 int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "list");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_list(c, metas, cap, n_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_shutdown_servers(struct rkv_client *c)
+{
+    assert(c); /* rkv_client_* refused NULL */
     struct cli_clock k = cli_call_begin(c);
-    return cli_call_end_as(c, RKV_STATS_OTHER, "list", &k, cli_list(c, metas, cap, n_p), 0, 0);
+    return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
 }
 
 int rkv_client_shutdown_servers(struct rkv_client *c)
 {
     CLI_NULL_REFUSED(c);
-    struct cli_clock k = cli_call_begin(c);
-    return cli_call_end_as(c, RKV_STATS_OTHER, "shutdown", &k, cli_shutdown_servers(c), 0, 0);
+    int rc = cli_enter(c, "shutdown_servers");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_shutdown_servers(c);
+    cli_leave(c);
+    return rc;
 }
 
-int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
+static int cli_api_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
-    CLI_NULL_REFUSED(c);
+    assert(c); /* rkv_client_* refused NULL */
     if (!st_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS)
@@ -2804,9 +3034,21 @@ int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
     return 0;
 }
 
-int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
+int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
     CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "stats");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_stats(c, op, st_p);
+    cli_leave(c);
+    return rc;
+}
+
+static int cli_api_peer_stats(struct rkv_client *c, uint32_t server, int op,
+                              struct rkv_op_stats *st_p)
+{
+    assert(c); /* rkv_client_* refused NULL */
     if (!st_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "stats: st_p is NULL");
     if (op < 0 || op >= RKV_STATS_OPS || server >= c->n_servers)
@@ -2827,6 +3069,17 @@ int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct 
         memset(st_p, 0, sizeof(*st_p));
     cli_unlock(c);
     return 0;
+}
+
+int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
+{
+    CLI_NULL_REFUSED(c);
+    int rc = cli_enter(c, "peer_stats");
+    if (rc < 0)
+        return rc;
+    rc = cli_api_peer_stats(c, server, op, st_p);
+    cli_leave(c);
+    return rc;
 }
 
 uint32_t rkv_client_n_servers(const struct rkv_client *c)

@@ -106,7 +106,9 @@ struct rkv_server {
      * barrier can complete from then on, so waiters fail instead of hanging. */
     uint32_t client_gone;
     uint64_t presume_ns; /* 1 + when srv_presume_gone last looked (0: never) */
-    uint64_t n_msgs;
+    /* Counted by the engine's progress task, read by rkv_server_run's last
+     * log line, which a late message could race (TSan saw it). */
+    _Atomic uint64_t n_msgs;
     /* Address discovery (machines whose host the config leaves empty):
      * server 0 keeps every server's address as they register; the others
      * register once at start. */
@@ -123,7 +125,7 @@ struct rkv_server {
      * that fails after it unlinks it; a segment it attached to or restored
      * from a snapshot may be in use by the machine's other servers. */
     int mach_made;
-    uint64_t n_dups; /* retried pushes acknowledged without applying them again */
+    _Atomic uint64_t n_dups; /* retried pushes acknowledged without applying them again */
     /* Durable mode. acks..dur_stop are under mu; snapw is the task's. */
     int durable;
     struct rkv_snap_writer *snapw;
@@ -804,7 +806,7 @@ static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const st
     if (rc == 0 && !dup)
         rkv_port_handler_work(s->port, m->h.count);
     if (dup) {
-        s->n_dups++;
+        atomic_fetch_add_explicit(&s->n_dups, 1, memory_order_relaxed);
         RKV_LOGI(s->port, "client %u: push %llx was applied before; acknowledging it again", client,
                  (unsigned long long)m->h.req_id);
     }
@@ -1296,7 +1298,7 @@ static int srv_is_request(int type)
 static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_server *s = user;
-    s->n_msgs++;
+    atomic_fetch_add_explicit(&s->n_msgs, 1, memory_order_relaxed);
     if (s->shut && srv_is_request(m->h.type)) {
         char why[64];
         snprintf(why, sizeof(why), "server %u is shutting down", s->server_id);
@@ -2105,6 +2107,13 @@ int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn,
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_handler_register_at(&s->ht, op, fn, user);
     s->port->ops->mutex_unlock(s->hmu);
+    /* It returned the code alone: rkv_server_errmsg then gave the message
+     * of whatever failed before, or nothing. As the client's says it. */
+    if (rc < 0)
+        return rkv_errf(s->err, sizeof(s->err), rc,
+                        rc == -RKV_ENOMEM ? "register handler %d: out of memory"
+                                          : "register handler %d: custom ops are %d..%d",
+                        op, RKV_OP_CUSTOM, RKV_OP_MAX - 1);
     return rc;
 }
 
@@ -2116,6 +2125,13 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
     s->port->ops->mutex_unlock(s->hmu);
+    if (rc == -RKV_ENOMEM)
+        return rkv_errf(s->err, sizeof(s->err), rc, "register pull handler %d: out of memory", id);
+    if (rc < 0)
+        return rkv_errf(s->err, sizeof(s->err), rc,
+                        "register pull handler %d: custom ids are %d..%d, and out_mult and out_add "
+                        "may not both be 0 (a reply of no elements)",
+                        id, RKV_PULL_CUSTOM, RKV_OP_MAX - 1);
     return rc;
 }
 
@@ -2144,10 +2160,11 @@ int rkv_server_run(struct rkv_server *s)
      * request timeout: a later reply would find its requester gone. */
     (void)rkv_engine_linger(s->eng, s->cfg.timeout_ms);
     RKV_LOGI(s->port, "server %u stopping after %llu messages", s->server_id,
-             (unsigned long long)s->n_msgs);
-    if (s->n_dups)
+             (unsigned long long)atomic_load_explicit(&s->n_msgs, memory_order_relaxed));
+    uint64_t dups = atomic_load_explicit(&s->n_dups, memory_order_relaxed);
+    if (dups)
         RKV_LOGI(s->port, "server %u: %llu retried pushes were acknowledged without reapplying",
-                 s->server_id, (unsigned long long)s->n_dups);
+                 s->server_id, (unsigned long long)dups);
     return 0;
 }
 

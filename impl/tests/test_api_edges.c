@@ -1061,6 +1061,17 @@ static void test_empty_calls(void **state)
     /* It said "meta: server 0: no such tensor", naming no tensor. */
     assert_non_null(strstr(rkv_client_errmsg(cli), "no tensor named 'nope' in the cluster"));
     assert_int_equal(rkv_client_push(cli, "t", NULL, 0, NULL, RKV_OP_CUSTOM, 0), -RKV_ENOHANDLER);
+    /* Regression: a NULL name read "tensor name empty or too long". */
+    assert_int_equal(rkv_client_pull(cli, NULL, NULL, 0, NULL), -RKV_EINVAL);
+    assert_msg(cli, "tensor name is NULL");
+    assert_int_equal(rkv_client_push(cli, "", NULL, 0, NULL, RKV_OP_SUM, 0), -RKV_EINVAL);
+    assert_msg(cli, "tensor name is empty");
+    char longname[100];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = 0;
+    struct rkv_tensor_meta m;
+    assert_int_equal(rkv_client_meta(cli, longname, &m), -RKV_EINVAL);
+    assert_msg(cli, "is over RKV_NAME_MAX (63) bytes");
     uint64_t ids[2] = {1, 80};
     float got[8];
     pull_ok(cli, "t", ids, 2, got);
@@ -1186,6 +1197,378 @@ static void test_shutdown_names_unreachable(void **state)
     cluster_stop(&c); /* server 0 was stopped all the same */
 }
 
+/* Thousands of pushes in flight to one remote and one co-located row: a
+ * pull in the middle and one after see the last push issued before them
+ * (rkv.h: issue order), a barrier with them in flight returns, and their
+ * waits, in issue order, reverse and interleaved, each get 0. Regression:
+ * a second wait for one push (or a wait for a push already waited for)
+ * read the freed handle and freed it again; it is refused, nothing read.
+ * Ids near UINT64_MAX are out of range, named, for every call. */
+static void test_async_in_flight(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    enum { N = 3000 };
+    struct rkv_pending **ps = calloc(N, sizeof(*ps));
+    float(*rows)[8] = calloc(N, sizeof(*rows));
+    uint64_t ids[2] = {3, 70};
+    assert_non_null(ps);
+    assert_non_null(rows);
+    float got[8];
+    for (int i = 0; i < N; i++) {
+        for (int j = 0; j < 8; j++)
+            rows[i][j] = (float)i;
+        if (rkv_client_push_async(cli, "t", ids, 2, rows[i], RKV_OP_ASSIGN, 0, &ps[i]) < 0)
+            fail_msg("push_async %d: %s", i, rkv_client_errmsg(cli));
+        if (i == N / 2) {
+            pull_ok(cli, "t", ids, 2, got);
+            for (int j = 0; j < 8; j++)
+                assert_true(got[j] == (float)i);
+        }
+    }
+    pull_ok(cli, "t", ids, 2, got);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == (float)(N - 1));
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    /* The first third in issue order, the last third in reverse, the
+     * middle from both ends in turn. */
+    for (int i = 0; i < N / 3; i++)
+        assert_int_equal(rkv_client_wait(cli, ps[i]), 0);
+    for (int i = N - 1; i >= 2 * N / 3; i--)
+        assert_int_equal(rkv_client_wait(cli, ps[i]), 0);
+    for (int lo = N / 3, hi = 2 * N / 3 - 1; lo <= hi; lo++, hi--) {
+        assert_int_equal(rkv_client_wait(cli, ps[lo]), 0);
+        if (hi != lo)
+            assert_int_equal(rkv_client_wait(cli, ps[hi]), 0);
+    }
+    /* Waited for already: refused, whether others are in flight or not. */
+    assert_int_equal(rkv_client_wait(cli, ps[0]), -RKV_EINVAL);
+    assert_msg(cli, "waited for already");
+    struct rkv_pending *p = NULL;
+    assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, rows[1], RKV_OP_SUM, 0, &p), 0);
+    assert_int_equal(rkv_client_wait(cli, ps[N - 1]), -RKV_EINVAL);
+    assert_int_equal(rkv_client_wait(cli, p), 0);
+    assert_int_equal(rkv_client_wait(cli, p), -RKV_EINVAL);
+    pull_ok(cli, "t", ids, 2, got);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == (float)(N - 1) + 1.0f); /* the sum applied once */
+    uint64_t big[3] = {UINT64_MAX, UINT64_MAX - 1, 100};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(rkv_client_push(cli, "t", &big[k], 1, rows[0], RKV_OP_SUM, 0),
+                         -RKV_ERANGE);
+        assert_msg(cli, "out of range (rows 100)");
+        assert_int_equal(rkv_client_pull(cli, "t", &big[k], 1, got), -RKV_ERANGE);
+        p = (struct rkv_pending *)&p; /* set to NULL on failure */
+        assert_int_equal(rkv_client_push_async(cli, "t", &big[k], 1, rows[0], RKV_OP_SUM, 0, &p),
+                         -RKV_ERANGE);
+        assert_null(p);
+    }
+    /* Never waited for: rkv_client_destroy frees them. */
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(rkv_client_push_async(cli, "t", ids, 2, rows[i], RKV_OP_SUM, 0, &ps[i]),
+                         0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+    free(ps);
+    free(rows);
+}
+
+/* Regression: one client used by two threads at once (rkv.h: one at a
+ * time) crashed in cli_abandon_slots, each call reusing the other's
+ * grouping arrays and reply slots. Now a call that meets another under way
+ * is refused (-RKV_EINVAL, saying so) and does nothing: the sums that
+ * succeeded are all the row holds. */
+struct two_users {
+    struct rkv_client *cli;
+    float add;      /* what each of this thread's pushes adds */
+    int pushes_ok;  /* succeeded */
+    int other_errs; /* failed another way than "in another call" */
+};
+
+static void *two_users_main(void *arg)
+{
+    struct two_users *u = arg;
+    uint64_t ids[4] = {1, 60, 2, 61};
+    float rows[16], got[16];
+    for (int i = 0; i < 16; i++)
+        rows[i] = u->add;
+    for (int i = 0; i < 2000; i++) {
+        int push = !(i & 1);
+        int rc = push ? rkv_client_push(u->cli, "t", ids, 4, rows, RKV_OP_SUM, 0)
+                      : rkv_client_pull(u->cli, "t", ids, 4, got);
+        if (rc == 0)
+            u->pushes_ok += push;
+        else if (rc != -RKV_EINVAL)
+            u->other_errs++;
+    }
+    return NULL;
+}
+
+static void test_client_from_two_threads(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct two_users u[2] = {{.cli = cli, .add = 1.0f}, {.cli = cli, .add = 1000.0f}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, two_users_main, &u[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    assert_int_equal(u[0].other_errs + u[1].other_errs, 0);
+    uint64_t ids[4] = {1, 60, 2, 61};
+    float got[16];
+    pull_ok(cli, "t", ids, 4, got);
+    float want = (float)u[0].pushes_ok + 1000.0f * (float)u[1].pushes_ok;
+    for (int i = 0; i < 16; i++)
+        assert_true(got[i] == want);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* Two clients creating the same names at once: for an identical desc both
+ * succeed; for another row_len exactly one does, the other gets
+ * -RKV_EEXIST, and both then see the winner's shape and can pull it. */
+struct init_racer {
+    struct rkv_client *cli;
+    uint32_t row_len; /* of the even names; the odd ones are T_F32's */
+    int rc[20];
+};
+
+static void *init_racer_main(void *arg)
+{
+    struct init_racer *r = arg;
+    for (int i = 0; i < 20; i++) {
+        struct rkv_tensor_desc d = T_F32;
+        snprintf(d.name, sizeof(d.name), "race%d", i);
+        if (i % 2 == 0)
+            d.row_len = r->row_len;
+        r->rc[i] = rkv_client_init_data(r->cli, &d);
+    }
+    return NULL;
+}
+
+static void test_init_data_race(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    struct init_racer r[2] = {{.cli = a, .row_len = 4}, {.cli = b, .row_len = 8}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, init_racer_main, &r[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 20; i++) {
+        char nm[16];
+        snprintf(nm, sizeof(nm), "race%d", i);
+        uint32_t want = 4;
+        if (i % 2 == 0) {
+            assert_true((r[0].rc[i] == 0) != (r[1].rc[i] == 0));
+            assert_int_equal(r[0].rc[i] + r[1].rc[i], -RKV_EEXIST);
+            want = r[0].rc[i] == 0 ? 4 : 8;
+        } else {
+            assert_int_equal(r[0].rc[i], 0);
+            assert_int_equal(r[1].rc[i], 0);
+        }
+        struct rkv_tensor_meta ma, mb;
+        assert_int_equal(rkv_client_meta(a, nm, &ma), 0);
+        assert_int_equal(rkv_client_meta(b, nm, &mb), 0);
+        assert_int_equal(ma.row_len, want);
+        assert_int_equal(mb.row_len, want);
+        uint64_t ids[2] = {1, 70};
+        float got[16];
+        pull_ok(a, nm, ids, 2, got);
+        pull_ok(b, nm, ids, 2, got);
+    }
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
+/* A custom push handler that calls back into the client running it (a
+ * co-located row) is refused (-RKV_EINVAL) instead of re-entering the
+ * call under way, which held the row's lock and the call's arrays. */
+struct reenter {
+    struct rkv_client *cli;
+    int rc;
+    int calls;
+};
+
+static void h_reenter(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n,
+                      double param, void *user)
+{
+    (void)dt;
+    (void)st;
+    (void)param;
+    struct reenter *re = user;
+    uint64_t id = 1;
+    float got[4];
+    re->rc = rkv_client_pull(re->cli, "t", &id, 1, got);
+    re->calls++;
+    for (size_t i = 0; i < n; i++)
+        ((float *)row)[i] += ((const float *)in)[i];
+}
+
+static void test_handler_reentry_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct reenter re = {.cli = cli, .rc = 1};
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_reenter, &re), 0);
+    uint64_t id = 1;
+    float rows[4] = {1, 2, 3, 4}, got[4];
+    push_ok(cli, "t", &id, 1, rows, RKV_OP_CUSTOM);
+    assert_int_equal(re.calls, 1);
+    assert_int_equal(re.rc, -RKV_EINVAL);
+    pull_ok(cli, "t", &id, 1, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* A barrier with another client's pushes in flight: after it, every one
+ * of them is visible (rkv.h). A server destroyed under a pulling client:
+ * the pull fails -RKV_EPEERDEAD naming it, no hang; shutdown names it. */
+struct puller {
+    struct rkv_client *cli;
+    int n_ok, last_rc;
+    char msg[256];
+};
+static void *puller_main(void *arg)
+{
+    struct puller *u = arg;
+    uint64_t ids[2] = {1, 70};
+    float got[8];
+    for (;;) {
+        int rc = rkv_client_pull(u->cli, "t", ids, 2, got);
+        if (rc < 0) {
+            u->last_rc = rc;
+            snprintf(u->msg, sizeof(u->msg), "%s", rkv_client_errmsg(u->cli));
+            return NULL;
+        }
+        u->n_ok++;
+    }
+}
+static void test_barrier_in_flight_server_gone(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    /* barrier with async pushes in flight: b sees them after */
+    uint64_t ids[2] = {1, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    struct rkv_pending *p[50];
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(rkv_client_push_async(a, "t", ids, 2, rows, RKV_OP_SUM, 0, &p[i]), 0);
+    barrier_both(a, b);
+    assert_int_equal(rkv_client_pull(b, "t", ids, 2, got), 0);
+    for (int j = 0; j < 8; j++)
+        assert_true(got[j] == 50.0f * rows[j]);
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(rkv_client_wait(a, p[i]), 0);
+    struct puller u = {.cli = b};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, puller_main, &u), 0);
+    usleep(200000);
+    rkv_server_stop(c.srv[1][0]);
+    pthread_join(c.thr[1][0], NULL);
+    rkv_server_destroy(c.srv[1][0]);
+    c.in_process[1] = 0;
+    pthread_join(th, NULL);
+    assert_int_equal(u.last_rc, -RKV_EPEERDEAD);
+    assert_non_null(strstr(u.msg, "server 1"));
+    assert_int_equal(rkv_client_shutdown_servers(a), -RKV_EPEERDEAD);
+    assert_msg(a, "server 1 is gone");
+    rkv_server_stop(c.srv[0][0]);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
+/* Regression: rkv_server_register_handler and _register_pull_handler
+ * refused an op or id out of range with -RKV_EINVAL and no message
+ * (rkv_server_errmsg gave the last one, or ""). Each says which range. */
+static void h_nop(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n, double param,
+                  void *user)
+{
+    (void)dt;
+    (void)row;
+    (void)st;
+    (void)in;
+    (void)n;
+    (void)param;
+    (void)user;
+}
+
+static void p_nop(enum rkv_dtype dt, const void *row, const void *st, size_t row_len, void *out,
+                  size_t out_len, double param, void *user)
+{
+    (void)dt;
+    (void)row;
+    (void)st;
+    (void)row_len;
+    (void)out;
+    (void)out_len;
+    (void)param;
+    (void)user;
+}
+
+static void test_server_register_refusal_named(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_server *s = c.srv[0][0];
+    const int bad[] = {RKV_OP_SUM, 4, RKV_OP_CUSTOM - 1, RKV_OP_MAX, -1};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(rkv_server_register_handler(s, bad[i], h_nop, NULL), -RKV_EINVAL);
+        assert_non_null(strstr(rkv_server_errmsg(s), "custom ops are 16..63"));
+        assert_int_equal(rkv_server_register_pull_handler(s, bad[i], p_nop, 1, 0, NULL),
+                         -RKV_EINVAL);
+        assert_non_null(strstr(rkv_server_errmsg(s), "custom ids are 16..63"));
+    }
+    assert_int_equal(rkv_server_register_pull_handler(s, RKV_PULL_CUSTOM, p_nop, 0, 0, NULL),
+                     -RKV_EINVAL);
+    assert_non_null(strstr(rkv_server_errmsg(s), "may not both be 0"));
+    assert_int_equal(rkv_server_register_handler(s, RKV_OP_CUSTOM, h_nop, NULL), 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1214,6 +1597,12 @@ int main(void)
         cmocka_unit_test(test_empty_calls),
         cmocka_unit_test(test_init_mismatch),
         cmocka_unit_test(test_calls_after_shutdown),
+        cmocka_unit_test(test_async_in_flight),
+        cmocka_unit_test(test_client_from_two_threads),
+        cmocka_unit_test(test_init_data_race),
+        cmocka_unit_test(test_handler_reentry_refused),
+        cmocka_unit_test(test_barrier_in_flight_server_gone),
+        cmocka_unit_test(test_server_register_refusal_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
