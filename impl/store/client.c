@@ -1997,15 +1997,6 @@ static int cli_pending_mine(const struct rkv_client *c, const struct rkv_pending
     return 0;
 }
 
-/* A NULL client (a create whose failure went unchecked) crashed every call
- * (SIGSEGV); refused with no client to hold a message, which
- * rkv_client_errmsg(NULL) gives. */
-#define CLI_NULL_REFUSED(c)                                                                        \
-    do {                                                                                           \
-        if (!(c))                                                                                  \
-            return -RKV_EINVAL;                                                                    \
-    } while (0)
-
 /* A client serves one application thread at a time (rkv.h): its call
  * state (grouping arrays, reply slots, the err buffer) is unshared. A call
  * made while another is under way, from a second thread or from a handler
@@ -2029,6 +2020,23 @@ static void cli_leave(struct rkv_client *c)
     atomic_store_explicit(&c->busy, 0, memory_order_release);
 }
 
+/* The body of every public rkv_client_* call that returns an int: call, a
+ * cli_api_* function, under cli_enter/cli_leave. A NULL client (a create
+ * whose failure went unchecked) crashed every call (SIGSEGV); it is
+ * refused with no client to hold a message, which rkv_client_errmsg(NULL)
+ * gives. */
+#define CLI_CALL(c, what, call)                                                                    \
+    do {                                                                                           \
+        if (!(c))                                                                                  \
+            return -RKV_EINVAL;                                                                    \
+        int cli_rc_ = cli_enter((c), (what));                                                      \
+        if (cli_rc_ < 0)                                                                           \
+            return cli_rc_;                                                                        \
+        cli_rc_ = (call);                                                                          \
+        cli_leave(c);                                                                              \
+        return cli_rc_;                                                                            \
+    } while (0)
+
 static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                               const void *rows, int op, double param,
                               struct rkv_pending **pending_p)
@@ -2050,13 +2058,7 @@ static int cli_api_push_async(struct rkv_client *c, const char *name, const uint
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "push_async");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_push_async(c, name, ids, n, rows, op, param, pending_p);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "push_async", cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
 }
 
 static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
@@ -2082,13 +2084,7 @@ static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
 
 int rkv_client_wait(struct rkv_client *c, struct rkv_pending *pending)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "wait");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_wait(c, pending);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "wait", cli_api_wait(c, pending));
 }
 
 static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -2107,13 +2103,7 @@ static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "push");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_push(c, name, ids, n, rows, op, param);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "push", cli_api_push(c, name, ids, n, rows, op, param));
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -2341,13 +2331,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "pull");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "pull", cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
 }
 
 static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
@@ -2364,13 +2348,7 @@ static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler,
 
 int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "pull_len");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_pull_len(c, name, handler, len_p);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "pull_len", cli_api_pull_len(c, name, handler, len_p));
 }
 
 static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
@@ -2431,13 +2409,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "pull_with");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_pull_with(c, name, ids, n, rows_out, handler, param);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "pull_with", cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
 }
 
 /* ---- barrier, shutdown ---- */
@@ -2483,13 +2455,7 @@ static int cli_api_barrier(struct rkv_client *c)
 
 int rkv_client_barrier(struct rkv_client *c)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "barrier");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_barrier(c);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "barrier", cli_api_barrier(c));
 }
 
 static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
@@ -2501,13 +2467,7 @@ static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc 
 
 int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "init_data");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_init_data(c, d);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "init_data", cli_api_init_data(c, d));
 }
 
 static int cli_shutdown_servers(struct rkv_client *c)
@@ -2841,13 +2801,7 @@ static int cli_api_register_handler(struct rkv_client *c, int op, rkv_handler_fn
 
 int rkv_client_register_handler(struct rkv_client *c, int op, rkv_handler_fn fn, void *user)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "register_handler");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_register_handler(c, op, fn, user);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "register_handler", cli_api_register_handler(c, op, fn, user));
 }
 
 static int cli_api_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
@@ -2868,13 +2822,8 @@ static int cli_api_register_pull_handler(struct rkv_client *c, int id, rkv_pull_
 int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "register_pull_handler");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_register_pull_handler(c, id, fn, out_mult, out_add, user);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "register_pull_handler",
+             cli_api_register_pull_handler(c, id, fn, out_mult, out_add, user));
 }
 
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -2932,13 +2881,7 @@ static int cli_api_register(struct rkv_client *c, void *addr, size_t len)
 
 int rkv_client_register(struct rkv_client *c, void *addr, size_t len)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "register");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_register(c, addr, len);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "register", cli_api_register(c, addr, len));
 }
 
 static int cli_api_deregister(struct rkv_client *c, void *addr)
@@ -2953,13 +2896,7 @@ static int cli_api_deregister(struct rkv_client *c, void *addr)
 
 int rkv_client_deregister(struct rkv_client *c, void *addr)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "deregister");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_deregister(c, addr);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "deregister", cli_api_deregister(c, addr));
 }
 
 void rkv_client_get_zc_stats(struct rkv_client *c, struct rkv_client_zc_stats *st_p)
@@ -2976,13 +2913,7 @@ static int cli_api_meta(struct rkv_client *c, const char *name, struct rkv_tenso
 
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "meta");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_meta(c, name, meta_p);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "meta", cli_api_meta(c, name, meta_p));
 }
 
 static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -2995,13 +2926,7 @@ static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, siz
 
 int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "list");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_list(c, metas, cap, n_p);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "list", cli_api_list(c, metas, cap, n_p));
 }
 
 static int cli_api_shutdown_servers(struct rkv_client *c)
@@ -3013,13 +2938,7 @@ static int cli_api_shutdown_servers(struct rkv_client *c)
 
 int rkv_client_shutdown_servers(struct rkv_client *c)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "shutdown_servers");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_shutdown_servers(c);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "shutdown_servers", cli_api_shutdown_servers(c));
 }
 
 static int cli_api_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
@@ -3036,13 +2955,7 @@ static int cli_api_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p
 
 int rkv_client_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "stats");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_stats(c, op, st_p);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "stats", cli_api_stats(c, op, st_p));
 }
 
 static int cli_api_peer_stats(struct rkv_client *c, uint32_t server, int op,
@@ -3073,13 +2986,7 @@ static int cli_api_peer_stats(struct rkv_client *c, uint32_t server, int op,
 
 int rkv_client_peer_stats(struct rkv_client *c, uint32_t server, int op, struct rkv_op_stats *st_p)
 {
-    CLI_NULL_REFUSED(c);
-    int rc = cli_enter(c, "peer_stats");
-    if (rc < 0)
-        return rc;
-    rc = cli_api_peer_stats(c, server, op, st_p);
-    cli_leave(c);
-    return rc;
+    CLI_CALL(c, "peer_stats", cli_api_peer_stats(c, server, op, st_p));
 }
 
 uint32_t rkv_client_n_servers(const struct rkv_client *c)
