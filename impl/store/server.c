@@ -1011,7 +1011,35 @@ static void srv_on_pull_zc(struct rkv_server *s, struct rkv_peer *peer, const st
  * for longer than a live client takes to re-join (its retry window: it
  * re-joins at its next call) is taken to have left. Looked at when a
  * barrier arrives, which each waiting client re-sends every timeout_ms. */
-static void srv_fail_barrier(struct rkv_server *s, uint32_t gone);
+/* Empties the barrier before any of its waiters is answered, and returns
+ * how many there were (they stay in s->barrier[0..n) until the next
+ * arrival, which no answer makes). An answer whose post fails closes its
+ * connection at once, and the close takes its waiter out of the barrier
+ * (srv_on_peer): answering while the waiters were still in it skipped the
+ * one moved into the closed one's place, which then got no answer and
+ * stayed in barrier_at, so that every later barrier waited for ever (rkv
+ * swarm, seed 15933: a link down while two workers waited). */
+static uint32_t srv_barrier_take(struct rkv_server *s)
+{
+    uint32_t n = s->n_barrier;
+    s->n_barrier = 0;
+    for (uint32_t i = 0; i < n; i++)
+        s->barrier_at[s->barrier[i].client] = 0;
+    return n;
+}
+
+/* Every client inside the barrier gets the error now. */
+static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
+{
+    char why[128];
+    snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", gone, s->cfg.n_workers);
+    uint32_t n = srv_barrier_take(s);
+    for (uint32_t i = 0; i < n; i++) {
+        struct rkv_hdr h = {
+            .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = -RKV_EPEERDEAD};
+        srv_reply(s, s->barrier[i].peer, &h, why);
+    }
+}
 
 static void srv_presume_gone(struct rkv_server *s)
 {
@@ -1093,14 +1121,13 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
         s->barriers_done--;
         RKV_LOGE(s->port, "server 0: cannot record barrier %u: %s", next, why);
     }
-    for (uint32_t i = 0; i < s->n_barrier; i++) {
+    uint32_t n = srv_barrier_take(s);
+    for (uint32_t i = 0; i < n; i++) {
         struct rkv_hdr h = {.type = rc < 0 ? RKV_MSG_ERROR : RKV_MSG_BARRIER_REPLY,
                             .req_id = s->barrier[i].req_id,
                             .status = rc};
-        s->barrier_at[s->barrier[i].client] = 0;
         srv_reply(s, s->barrier[i].peer, &h, rc < 0 ? why : NULL);
     }
-    s->n_barrier = 0;
 }
 
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -1202,9 +1229,12 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
     srv_status(s, peer, m, RKV_MSG_REGISTER_ACK, 0, NULL);
     if (s->n_registered < s->n_servers)
         return;
-    for (uint32_t i = 0; i < s->n_table_wait; i++)
-        srv_send_table(s, s->table_wait[i].peer, s->table_wait[i].req_id);
+    /* Emptied first, as the barrier is (srv_barrier_take): a send that
+     * fails closes its connection, whose close takes its entry out. */
+    uint32_t n = s->n_table_wait;
     s->n_table_wait = 0;
+    for (uint32_t i = 0; i < n; i++)
+        srv_send_table(s, s->table_wait[i].peer, s->table_wait[i].req_id);
 }
 
 static void srv_on_register_ack(struct rkv_server *s, const struct rkv_msg *m)
@@ -1351,20 +1381,6 @@ static uint32_t srv_client_id(const struct rkv_server *s, const struct rkv_peer 
 {
     const struct srv_conn *c = srv_conn_of(peer);
     return s->server_id == 0 && c ? c->client_id : RKV_ID_NONE;
-}
-
-/* Every client inside the barrier gets the error now. */
-static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
-{
-    char why[128];
-    snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", gone, s->cfg.n_workers);
-    for (uint32_t i = 0; i < s->n_barrier; i++) {
-        struct rkv_hdr h = {
-            .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = -RKV_EPEERDEAD};
-        s->barrier_at[s->barrier[i].client] = 0;
-        srv_reply(s, s->barrier[i].peer, &h, why);
-    }
-    s->n_barrier = 0;
 }
 
 /* Whether server state still points at peer after it went: the id table
