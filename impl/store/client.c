@@ -1885,6 +1885,15 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                         "rkv_tensor_desc.with_state = 1, init_data(..., with_state=True) in "
                         "Python)",
                         t->meta.name, t->meta.name);
+    /* Nor does "op 2 on i32: dtype or row length mismatch" say that the
+     * optimizers compute in floating point whatever the rows passed. */
+    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) &&
+        rkv_handler_check(c->ht, op, t->meta.dtype, 1) == -RKV_EDTYPE)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EDTYPE,
+                        "push to '%s': %s needs a floating-point tensor (f32 or f64), and '%s' "
+                        "holds %s; integer tensors take assign and sum",
+                        t->meta.name, op == RKV_OP_SGD ? "sgd" : "adagrad", t->meta.name,
+                        rkv_dtype_name(t->meta.dtype));
     /* Everything that can fail is checked before any row is sent or
      * applied, so that such a push applies nothing. A custom op is checked
      * against this client's handlers: the servers' cannot be seen from

@@ -352,3 +352,16 @@ def test_ragged_rows_are_an_rkv_error(client):
     assert e.code == -rkv.EINVAL and "cannot read list as an array" in e.message
     e = refused(ValueError, client.pull, "r", [[1], [2, 3]])
     assert e.code == -rkv.EINVAL
+
+
+def test_optimizers_on_an_integer_tensor_say_they_need_floats(client):
+    # The message was "op 2 on i32: dtype or row length mismatch", which
+    # reads as the gradients' fault; it now says what sgd/adagrad need.
+    client.init_data("counts", (10, 3), "int32", with_state=True)
+    for op in ("sgd", "adagrad"):
+        e = refused(rkv.Error, client.push, "counts", [1, 2], np.ones((2, 3), np.int32), op=op,
+                    lr=0.1)
+        assert e.code == -rkv.EDTYPE
+        assert "%s needs a floating-point tensor (f32 or f64), and 'counts' holds i32" % op \
+            in e.message, e.message
+    np.testing.assert_array_equal(client.pull("counts", [1, 2]).numpy(), np.zeros((2, 3)))
