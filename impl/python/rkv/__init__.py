@@ -445,6 +445,29 @@ def _index_array(x, what, n, dtype=np.uint64):
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+def _overlaps_itself(a):
+    """Whether two elements of a share memory (a torch expand() or an
+    as_strided view): rows pulled into one overwrote each other, silently
+    (torch's copy_ raised for some such views only after the pull)."""
+    if a.size <= 1 or a.flags.c_contiguous or a.flags.f_contiguous:
+        return False
+    # Dims sorted by stride, each past the span of those inside it: the
+    # layout of every slice, transpose or permutation of an array.
+    span = a.itemsize
+    for stride, n in sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride < span:
+            break
+        span = stride * n
+    else:
+        return False
+    # Another layout: compare every element's byte offset.
+    offs = np.zeros(1, dtype=np.int64)
+    for s, n in zip(a.strides, a.shape):
+        offs = (offs[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
+    offs.sort()
+    return bool(np.any(np.diff(offs) < a.itemsize))
+
+
 def _cast_rows(m, a):
     """Values a for tensor m as its dtype, refused before anything is sent
     unless every one fits (_cast_fit)."""
@@ -1164,6 +1187,10 @@ class Client:
                           "a wider type)" % (o.dtype, m.dtype, name, m.dtype), TypeError)
                 if not o.flags.writeable:
                     _fail(-EINVAL, "out: read-only", ValueError)
+                if _overlaps_itself(o):
+                    _fail(-EINVAL, "out: shape %s with strides %s puts several elements at "
+                          "one address (an expand() or as_strided view): pull into an array "
+                          "of its own memory" % (tuple(o.shape), o.strides), ValueError)
                 shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else copy
                 if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
                     target = o

@@ -365,3 +365,32 @@ def test_optimizers_on_an_integer_tensor_say_they_need_floats(client):
         assert "%s needs a floating-point tensor (f32 or f64), and 'counts' holds i32" % op \
             in e.message, e.message
     np.testing.assert_array_equal(client.pull("counts", [1, 2]).numpy(), np.zeros((2, 3)))
+
+
+def test_out_whose_elements_share_memory_is_refused(client):
+    # An out with several elements at one address took the rows over each
+    # other: numpy's and torch's as_strided views silently (row 1's values
+    # in row 0), torch's expand() with a RuntimeError after the pull.
+    client.init_data("ov", (10, 3), "float32")
+    client.push("ov", [1, 2], np.arange(6, dtype=np.float32).reshape(2, 3), op="assign")
+    base = np.zeros(4, np.float32)
+    tbase = torch.zeros(4)
+    for out in (np.lib.stride_tricks.as_strided(base, (2, 3), (4, 4)),
+                tbase.as_strided((2, 3), (1, 1)), torch.zeros(3).expand(2, 3)):
+        e = refused(ValueError, client.pull, "ov", [1, 2], out=out)
+        assert e.code == -rkv.EINVAL and "several elements at one address" in e.message
+    assert not base.any() and not tbase.any()
+    # Views without overlap still take the rows in place: a transpose, a
+    # slice, and dims that interleave (offsets 0, 8, 16 and 12, 20, 28 bytes).
+    want = client.pull("ov", [1, 2]).numpy()
+    buf = np.zeros(8, np.float32)
+    inter = np.lib.stride_tricks.as_strided(buf, (2, 3), (12, 8))
+    client.pull("ov", [1, 2], out=inter)
+    np.testing.assert_array_equal(inter, want)
+    assert buf[3] == want[1, 0]
+    tr = torch.zeros(3, 2).t()
+    client.pull("ov", [1, 2], out=tr)
+    np.testing.assert_array_equal(tr.numpy(), want)
+    sl = torch.zeros(2, 6)
+    client.pull("ov", [1, 2], out=sl[:, ::2])
+    np.testing.assert_array_equal(sl[:, ::2].numpy(), want)
