@@ -713,7 +713,10 @@ def _name_bytes(name):
     without NUL (C would read "a\\0b" as "a")."""
     if not isinstance(name, str):
         _fail(-EINVAL, "tensor name %r: expected a str" % (name,), TypeError)
-    encoded = name.encode()
+    try:
+        encoded = name.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate: raised bare from every call
+        _fail(-EINVAL, "tensor name %r: not valid UTF-8 (%s)" % (name, e.reason), ValueError)
     if b"\0" in encoded:
         _fail(-EINVAL, "tensor name %r: has a NUL byte" % name, ValueError)
     if len(encoded) > lib.RKV_NAME_MAX or not encoded:

@@ -113,6 +113,22 @@ def test_names_with_nul_are_refused(client):
     assert client.data_name_list() == ["a"]
 
 
+def test_names_that_are_not_utf8_are_refused(client):
+    # A lone surrogate (os.fsdecode of a non-UTF-8 file name) raised a bare
+    # UnicodeEncodeError from every call taking a name.
+    bad = "emb\udc80"
+    e = refused(ValueError, client.init_data, bad, (10, 4), "float32")
+    assert e.code == -rkv.EINVAL and "not valid UTF-8" in e.message
+    refused(ValueError, client.pull, bad, [1])
+    refused(ValueError, client.push, bad, [1], np.zeros((1, 4), dtype=np.float32))
+    refused(ValueError, client.get_data_meta, bad)
+    assert client.data_name_list() == []
+    client.init_data("émb😀", (10, 2), "float64")  # any other Unicode is a name
+    client.push("émb😀", [7], [[1.5, -2.0]], op="assign")
+    np.testing.assert_array_equal(client.pull("émb😀", [7]).numpy(), [[1.5, -2.0]])
+    assert client.data_name_list() == ["émb😀"]
+
+
 def test_out_must_be_an_array(client):
     client.init_data("emb", (10, 2), "float32")
     out = [[0.0, 0.0]]
