@@ -744,6 +744,9 @@ TensorMeta.__doc__ = """A tensor as Client.list() gives it: dtype as get_data_me
 shape (rows, row_len) or (rows,), part_policy "range", "hash" or "explicit"."""
 
 
+# A push message's header (RKV_PROTO_HDR_BYTES, 64), with room to spare.
+_MSG_HDR_BYTES = 256
+
 # Pushes whose handle was dropped that may wait for a barrier; past it,
 # the older half is waited for at the next push (bounded memory for a
 # fire-and-forget loop that never calls barrier()).
@@ -855,6 +858,7 @@ class Client:
         self.observer = bool(observer)
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
+        self._max_slot_bytes = cfg.max_slot_bytes  # the largest push message (init's fill)
 
     # -- helpers --
     def _errmsg(self):
@@ -1036,10 +1040,18 @@ class Client:
                 values = _cast_fit(values, dt, "init function: tensor '%s' holds %s"
                                    % (name, dt))
             values = values.reshape(shape[0], d.row_len)
+            # The fill's pushes go in messages of at most max_slot_bytes: one
+            # over it failed (ELIMIT) after the tensor was made, left zeros.
+            row_bytes = 8 + d.row_len * dt.itemsize  # an id and a row
+            step = min((64 << 20) // row_bytes,
+                       (self._max_slot_bytes - _MSG_HDR_BYTES) // row_bytes)
+            if step < 1:
+                _fail(-ELIMIT, "init function: a row of tensor '%s' (%d bytes) does not fit in "
+                      "one message of max_slot_bytes %d: raise max_slot_bytes"
+                      % (name, row_bytes - 8, self._max_slot_bytes))
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
         if values is not None:
-            step = max(1, (64 << 20) // (d.row_len * dt.itemsize))  # 64 MiB per push
             for r in range(0, shape[0], step):
                 self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),
                           values[r:r + step], op="assign")
