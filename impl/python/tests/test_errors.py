@@ -88,3 +88,17 @@ def test_init_function_fills_in_messages_of_max_slot_bytes(make_cluster):
         c.init_data("wide", (4, 1 << 18), "float32", init=lambda shape, dt: np.ones(shape, dt))
     assert e.value.code == -rkv.ELIMIT and "max_slot_bytes 1048576" in e.value.message
     assert c.data_name_list() == ["big"]
+
+
+def test_a_pull_over_max_slot_bytes_says_how_big_and_what_to_do(make_cluster):
+    # It said "pull: server 2: reply larger than max_slot_bytes": neither how
+    # large nor what to do.
+    cl = make_cluster(max_slot_bytes=1 << 20)
+    c = cl.client()
+    c.init_data("big", (100000, 16), "float32")
+    with pytest.raises(rkv.Error) as e:
+        c.pull("big", np.arange(50000, 100000))  # machine 1's rows: 3.2 MB
+    assert e.value.code == -rkv.ELIMIT
+    assert "rows of 'big': a " in e.value.message, e.value.message
+    assert "over max_slot_bytes 1048576 (pull fewer ids at once)" in e.value.message
+    assert c.pull("big", np.arange(50000, 60000)).shape == (10000, 16)
