@@ -194,13 +194,20 @@ def _is_torch_dtype(x):
     return t is not None and isinstance(x, t.dtype)
 
 
-def _as_numpy(x, values=False):
+def _as_numpy(x, values=False, what=None):
     """An ndarray over x's memory where it can (torch CPU tensors share theirs).
     values: x holds values (rows), not ids or an out=: a bfloat16 tensor, which
     numpy has no dtype for, comes as float32 (exactly: every bfloat16 is a
-    float32), so mixed-precision gradients push as float16 ones do."""
+    float32), so mixed-precision gradients push as float16 ones do.
+    what: x is read (ids, rows, a book), named so: a masked array with
+    masked entries is refused (an out= or a registered buffer is written)."""
     if type(x) is np.ndarray:
         return x
+    # np.asarray drops the mask: the masked entries' hidden data was sent as
+    # ids or values, silently.
+    if what is not None and isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        _fail(-EINVAL, "%s: a masked array with %d masked entries (their data would be "
+              "taken): fill or compress it first" % (what, np.ma.count_masked(x)), ValueError)
     if _is_torch(x):
         x = x.detach()
         # A meta tensor has a shape and no data (torch raised NotImplementedError
@@ -249,7 +256,7 @@ def _ids_from_list(ids):
 def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
-    a = _as_numpy(ids)
+    a = _as_numpy(ids, what="ids")
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
@@ -423,7 +430,7 @@ def _index_array(x, what, n, dtype=np.uint64):
     or truncated by a cast."""
     if isinstance(x, (str, bytes)):
         _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
-    a = _as_numpy(x)
+    a = _as_numpy(x, what=what)
     # Flattened, a (2, 2) book was taken for 4 rows in its C order, and a
     # list of pairs [(row, machine), ...] as alternating entries.
     if a.ndim != 1:
@@ -1032,7 +1039,7 @@ class Client:
             # Called and checked before the tensor exists: a function that
             # raised or gave the wrong count or type left a tensor of zeros
             # behind, which a corrected retry then met as already there.
-            values = _as_numpy(fill(shape, dt), values=True)
+            values = _as_numpy(fill(shape, dt), values=True, what="init function")
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))
@@ -1065,7 +1072,7 @@ class Client:
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
-        a = _as_numpy(data, values=True)
+        a = _as_numpy(data, values=True, what="tensor '%s': data" % m.name)
         if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
                 (a.ndim == 0 or a.shape[0] == n):
             return a

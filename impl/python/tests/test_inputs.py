@@ -410,3 +410,28 @@ def test_out_whose_elements_share_memory_is_refused(client):
     sl = torch.zeros(2, 6)
     client.pull("ov", [1, 2], out=sl[:, ::2])
     np.testing.assert_array_equal(sl[:, ::2].numpy(), want)
+
+
+def test_masked_arrays_with_masked_entries_are_refused(client):
+    # np.asarray dropped the mask: the masked entries' hidden data went out
+    # as ids (row 0 here) or as values, silently.
+    client.init_data("mk", (10, 2), "float32", init=lambda s, dt: np.ones(s, dt))
+    ids = np.ma.array([1, 0], mask=[False, True])
+    e = refused(ValueError, client.pull, "mk", ids)
+    assert e.code == -rkv.EINVAL and "ids: a masked array with 1 masked entries" in e.message
+    refused(ValueError, client.push, "mk", ids, np.zeros((2, 2), np.float32), op="assign")
+    data = np.ma.array(np.full((2, 2), 5, np.float32), mask=[[False, False], [True, False]])
+    e = refused(ValueError, client.push, "mk", [1, 2], data, op="assign")
+    assert "tensor 'mk': data: a masked array" in e.message
+    refused(ValueError, client.init_data, "mk2", (2, 2), "float32", init=lambda s, dt: data)
+    refused(ValueError, client.init_data, "mk3", (2, 2), "float32",
+            part_policy=np.ma.array([0, 1], mask=[True, False]))
+    np.testing.assert_array_equal(client.pull("mk", [0, 1, 2]).numpy(), np.ones((3, 2)))
+    assert client.data_name_list() == ["mk"]
+    # Without masked entries they are arrays as any other, and an out= is
+    # written whatever its mask.
+    client.push("mk", np.ma.array([1, 2]), np.ma.array(np.full((2, 2), 3, np.float32)),
+                op="assign")
+    out = np.ma.array(np.zeros((2, 2), np.float32), mask=[[True, False], [False, False]])
+    client.pull("mk", [1, 2], out=out)
+    np.testing.assert_array_equal(out.data, np.full((2, 2), 3))
