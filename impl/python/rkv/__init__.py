@@ -270,6 +270,8 @@ def _ids_array(ids):
         return np.empty(0, dtype=np.uint64)
     if a.dtype.kind in "fO" and isinstance(ids, (list, tuple)):
         a = _ids_from_list(ids)
+    elif a.dtype == object:  # Python ints (past int64 too), as a list's are read
+        a = _ids_from_list(a)
     if a.dtype.kind not in "iu":
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:

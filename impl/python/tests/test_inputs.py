@@ -435,3 +435,17 @@ def test_masked_arrays_with_masked_entries_are_refused(client):
     out = np.ma.array(np.zeros((2, 2), np.float32), mask=[[True, False], [False, False]])
     client.pull("mk", [1, 2], out=out)
     np.testing.assert_array_equal(out.data, np.full((2, 2), 3))
+
+
+def test_ids_in_an_object_array_are_read_as_a_list_is(client):
+    # np.array of Python ints (an object array: one past int64, or from a
+    # pandas column) was refused as "expected integers, got object".
+    client.init_data("ob", (10,), "int64", init=lambda s, dt: np.arange(10))
+    ids = np.array([3, 7, 3], dtype=object)
+    np.testing.assert_array_equal(client.pull("ob", ids).numpy(), [3, 7, 3])
+    e = refused(rkv.Error, client.pull, "ob", np.array([3, 1.5], dtype=object))
+    assert e.code == -rkv.EINVAL and "got 1.5 (float) at index 1" in e.message
+    e = refused(OverflowError, client.pull, "ob", np.array([2 ** 64, 1], dtype=object))
+    assert "does not fit in 64 bits" in e.message
+    e = refused(rkv.Error, client.pull, "ob", np.array([2 ** 63, 1], dtype=object))
+    assert e.code == -rkv.ERANGE  # past the rows, said by the store
