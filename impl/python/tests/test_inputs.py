@@ -449,3 +449,15 @@ def test_ids_in_an_object_array_are_read_as_a_list_is(client):
     assert "does not fit in 64 bits" in e.message
     e = refused(rkv.Error, client.pull, "ob", np.array([2 ** 63, 1], dtype=object))
     assert e.code == -rkv.ERANGE  # past the rows, said by the store
+
+
+def test_pull_with_ids_inside_out(client):
+    # One buffer reused in place, ids in its first row: the second id was read
+    # after row 1's values had overwritten it (row 3 came back for row 4).
+    client.init_data("al", (10, 2), "int64", init=lambda s, dt: np.arange(20).reshape(10, 2))
+    buf = np.array([[1, 4], [0, 0]], np.int64)
+    client.pull("al", buf.ravel()[:2], out=buf)
+    np.testing.assert_array_equal(buf, [[2, 3], [8, 9]])
+    t = torch.tensor([[2, 3], [0, 0]])
+    client.pull("al", t.view(-1)[:2], out=t)
+    np.testing.assert_array_equal(t.numpy(), [[4, 5], [6, 7]])
