@@ -984,7 +984,9 @@ class Client:
         row's index is the count of earlier rows on its machine.
         init: "zeros", "uniform" (seeded by seed, default 0, in
         [-1, 1)), or a function (shape, dtype) -> values that this client then
-        assigns to every row (call it from one client, then barrier); a seed
+        assigns to every row when the call creates the tensor (an existing one
+        keeps its rows, as with the others; call it from one client, then
+        barrier); a seed
         with another init is refused (it would be ignored).
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
@@ -1058,9 +1060,19 @@ class Client:
                 _fail(-ELIMIT, "init function: a row of tensor '%s' (%d bytes) does not fit in "
                       "one message of max_slot_bytes %d: raise max_slot_bytes"
                       % (name, row_bytes - 8, self._max_slot_bytes))
+        existed = False
+        if values is not None:
+            # A second init_data (a restarted trainer) assigned the function's
+            # values again over every trained row, silently.
+            cm = ffi.new("struct rkv_tensor_meta *")
+            with self._lock:
+                rc = lib.rkv_client_meta(self._live(), encoded, cm)
+                if rc < 0 and rc != -ENOTENSOR:
+                    _fail(rc, self._errmsg())
+            existed = rc == 0
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
-        if values is not None:
+        if values is not None and not existed:
             for r in range(0, shape[0], step):
                 self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),
                           values[r:r + step], op="assign")
