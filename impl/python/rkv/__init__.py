@@ -1157,7 +1157,8 @@ class Client:
         or of n rows), pulls
         into out's memory when it is contiguous and of the tensor's dtype; an out of
         another type must hold every value (int32 into int64 or float64, not int16:
-        EDTYPE, also a TypeError), and a read-only one is refused (EINVAL).
+        EDTYPE, also a TypeError), and a read-only one, or one with several
+        elements at one address (an expand()), is refused (EINVAL).
         handler (DGL's _udf_pull_handler) says what each row's reply is:
         None or "rows" the row; "with_state" the row then its optimizer state
         (shape (n, 2 * row_len); tensors created with_state); or a custom
