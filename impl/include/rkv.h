@@ -480,7 +480,8 @@ RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending)
  * Buffers never registered are registered for the duration of each call. */
 RKV_API int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
 RKV_API int rkv_client_deregister(struct rkv_client *cli, void *addr);
-/* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed).
+/* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed;
+ * ids may lie inside rows_out: they are copied first then).
  * n = 0 reads nothing and returns 0 (ids and rows_out may be NULL). After
  * the servers were asked to exit: -RKV_ESHUTDOWN, as for a push. */
 RKV_API int rkv_client_pull(struct rkv_client *cli, const char *name, const uint64_t *ids, size_t n,

@@ -57,6 +57,7 @@ struct rkv_config {
     uint32_t n_machines;
     uint32_t n_workers;
     uint32_t machine_id;
+    uint64_t max_slot_bytes;
     ...;
 };
 

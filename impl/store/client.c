@@ -1885,6 +1885,15 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                         "rkv_tensor_desc.with_state = 1, init_data(..., with_state=True) in "
                         "Python)",
                         t->meta.name, t->meta.name);
+    /* Nor does "op 2 on i32: dtype or row length mismatch" say that the
+     * optimizers compute in floating point whatever the rows passed. */
+    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) &&
+        rkv_handler_check(c->ht, op, t->meta.dtype, 1) == -RKV_EDTYPE)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EDTYPE,
+                        "push to '%s': %s needs a floating-point tensor (f32 or f64), and '%s' "
+                        "holds %s; integer tensors take assign and sum",
+                        t->meta.name, op == RKV_OP_SGD ? "sgd" : "adagrad", t->meta.name,
+                        rkv_dtype_name(t->meta.dtype));
     /* Everything that can fail is checked before any row is sent or
      * applied, so that such a push applies nothing. A custom op is checked
      * against this client's handlers: the servers' cannot be seen from
@@ -2351,6 +2360,12 @@ int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uin
     CLI_CALL(c, "pull_len", cli_api_pull_len(c, name, handler, len_p));
 }
 
+static int cli_spans_overlap(const void *a, size_t a_len, const void *b, size_t b_len)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return a_len && b_len && x < y + b_len && y < x + a_len;
+}
+
 static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param, uint64_t *bytes_p)
 {
@@ -2369,6 +2384,15 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         return rc;
     size_t out_bytes = (size_t)out_len * rkv_dtype_size(t->meta.dtype);
     *bytes_p = (uint64_t)n * out_bytes;
+    /* ids inside rows_out (a buffer reused in place) were overwritten by
+     * the rows pulled before them, and the later ones read as other ids. */
+    uint64_t *ids_copy = NULL;
+    if (cli_spans_overlap(ids, n * sizeof(*ids), rows_out, n * out_bytes)) {
+        if (!(ids_copy = malloc(n * sizeof(*ids))))
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "pull: out of memory");
+        memcpy(ids_copy, ids, n * sizeof(*ids));
+        ids = ids_copy;
+    }
     struct cli_req **reqs = c->call_reqs;
     uint64_t *lost = c->call_lost;
     size_t nreq;
@@ -2376,8 +2400,10 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct cli_op o = {
         .t = t, .ids = ids, .out = rows_out, .op = handler, .param = param, .out_bytes = out_bytes};
     if (cli_group_cnt(&g, lk) > 0 && t->mapped &&
-        ((rc = cli_check_local(c, t, "pull")) < 0 || (rc = cli_local_fresh(c)) < 0))
+        ((rc = cli_check_local(c, t, "pull")) < 0 || (rc = cli_local_fresh(c)) < 0)) {
+        free(ids_copy);
         return rc;
+    }
     int call_reg = 0;
     /* Zero copy writes rows as stored: a handler's replies are staged. */
     if (handler == RKV_PULL_ROWS)
@@ -2392,6 +2418,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");
     cli_zc_end(c, &o, call_reg);
+    free(ids_copy);
     return rc;
 }
 

@@ -850,6 +850,22 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
 
+/* A pull whose reply could not be allocated: said with its size, since
+ * "reply larger than max_slot_bytes" told the caller neither how large nor
+ * what to do. */
+static int srv_pull_too_big(struct rkv_server *s, const struct rkv_tensor *t, uint32_t n,
+                            uint64_t len, int rc)
+{
+    if (len <= s->cfg.max_slot_bytes)
+        return rkv_errf(s->err, sizeof(s->err), rc, "pull of %u rows of '%s': %s", n, t->meta.name,
+                        rkv_strerror(rc));
+    return rkv_errf(s->err, sizeof(s->err), rc,
+                    "pull of %u rows of '%s': a %llu-byte reply, over max_slot_bytes %llu "
+                    "(pull fewer ids at once)",
+                    n, t->meta.name, (unsigned long long)len,
+                    (unsigned long long)s->cfg.max_slot_bytes);
+}
+
 /* Each reply row is what pull handler op writes for the row, out_len
  * elements computed under the row's lock (op 0: the row itself). */
 static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -875,9 +891,10 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     struct rkv_tx *tx;
     if (len > m->u.pull.reply_to.cap || (rc = rkv_engine_tx_alloc(s->eng, len, &tx)) < 0) {
         po->mutex_unlock(s->hmu);
-        return len > m->u.pull.reply_to.cap
-                   ? srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot")
-                   : srv_status(s, peer, m, 0, rc, "reply larger than max_slot_bytes");
+        if (len > m->u.pull.reply_to.cap)
+            return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
+        srv_pull_too_big(s, t, m->h.count, len, rc);
+        return srv_status(s, peer, m, 0, rc, s->err);
     }
     uint8_t *buf = rkv_engine_tx_buf(tx);
     struct rkv_hdr h = {.type = RKV_MSG_PULL_REPLY,
@@ -949,7 +966,7 @@ static int srv_pull_zc_staged(struct rkv_server *s, struct rkv_peer *peer, struc
     int rc =
         rkv_engine_tx_alloc(s->eng, bytes < RKV_PROTO_HDR_BYTES ? RKV_PROTO_HDR_BYTES : bytes, &tx);
     if (rc < 0)
-        return rkv_errf(s->err, sizeof(s->err), rc, "reply larger than max_slot_bytes");
+        return srv_pull_too_big(s, t, n, bytes, rc);
     struct rkv_engine_put *puts = malloc((size_t)n * sizeof(*puts));
     if (!puts) {
         rkv_engine_tx_free(s->eng, tx);

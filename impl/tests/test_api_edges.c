@@ -794,7 +794,9 @@ static void test_failed_push_applies_nothing(void **state)
     assert_msg(cli, "with_state");
     /* an integer tensor's problem is its dtype, state or not */
     assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_ADAGRAD, 0.1), -RKV_EDTYPE);
+    assert_msg(cli, "adagrad needs a floating-point tensor (f32 or f64), and 'ti' holds i32");
     assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_SGD, 0.1), -RKV_EDTYPE);
+    assert_msg(cli, "sgd needs a floating-point tensor (f32 or f64), and 'ti' holds i32");
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, 5, 0), -RKV_ENOHANDLER);
     uint64_t bad_last[4] = {3, 60, 60, 100};
     assert_int_equal(rkv_client_push(cli, "t", bad_last, 4, rows, RKV_OP_SUM, 0), -RKV_ERANGE);
@@ -1034,6 +1036,46 @@ static void test_duplicate_ids(void **state)
     for (int j = 0; j < 4; j++) {
         assert_true(got[j] == 4.0f);     /* row 3: the 4th row given */
         assert_true(got[4 + j] == 5.0f); /* row 60: the 5th */
+    }
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* Regression: a pull whose ids lie inside its rows_out (one buffer reused
+ * in place) read the later ids after the rows pulled before them had
+ * overwritten them: {3, 40, ...} read row 3, then row 1003 (out of range). */
+static void test_pull_ids_inside_rows_out(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    struct rkv_tensor_desc d = {
+        .name = "u", .dtype = RKV_I64, .rows = 100, .row_len = 2, .policy = RKV_PART_RANGE};
+    assert_int_equal(rkv_client_init_data(cli, &d), 0);
+    uint64_t all[100];
+    int64_t rows[200];
+    for (int r = 0; r < 100; r++) {
+        all[r] = (uint64_t)r;
+        rows[2 * r] = 1000 + r;
+        rows[2 * r + 1] = 2000 + r;
+    }
+    push_ok(cli, "u", all, 100, rows, RKV_OP_ASSIGN);
+    const uint64_t want[4] = {3, 40, 60, 7}; /* local, local, remote, local */
+    /* The ids start at row 0, 1 or 2 of the rows pulled into the same buffer. */
+    for (int at = 0; at < 3; at++) {
+        int64_t buf[8 + 4];
+        memset(buf, 0, sizeof(buf));
+        memcpy(buf + 2 * at, want, sizeof(want));
+        const uint64_t *ids = (const uint64_t *)(void *)(buf + 2 * at);
+        assert_int_equal(rkv_client_pull(cli, "u", ids, 4, buf), 0);
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(buf[2 * i], 1000 + (int64_t)want[i]);
+            assert_int_equal(buf[2 * i + 1], 2000 + (int64_t)want[i]);
+        }
     }
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
@@ -1594,6 +1636,7 @@ int main(void)
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_duplicate_ids),
+        cmocka_unit_test(test_pull_ids_inside_rows_out),
         cmocka_unit_test(test_empty_calls),
         cmocka_unit_test(test_init_mismatch),
         cmocka_unit_test(test_calls_after_shutdown),

@@ -194,13 +194,20 @@ def _is_torch_dtype(x):
     return t is not None and isinstance(x, t.dtype)
 
 
-def _as_numpy(x, values=False):
+def _as_numpy(x, values=False, what=None):
     """An ndarray over x's memory where it can (torch CPU tensors share theirs).
     values: x holds values (rows), not ids or an out=: a bfloat16 tensor, which
     numpy has no dtype for, comes as float32 (exactly: every bfloat16 is a
-    float32), so mixed-precision gradients push as float16 ones do."""
+    float32), so mixed-precision gradients push as float16 ones do.
+    what: x is read (ids, rows, a book), named so: a masked array with
+    masked entries is refused (an out= or a registered buffer is written)."""
     if type(x) is np.ndarray:
         return x
+    # np.asarray drops the mask: the masked entries' hidden data was sent as
+    # ids or values, silently.
+    if what is not None and isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        _fail(-EINVAL, "%s: a masked array with %d masked entries (their data would be "
+              "taken): fill or compress it first" % (what, np.ma.count_masked(x)), ValueError)
     if _is_torch(x):
         x = x.detach()
         # A meta tensor has a shape and no data (torch raised NotImplementedError
@@ -249,7 +256,7 @@ def _ids_from_list(ids):
 def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
-    a = _as_numpy(ids)
+    a = _as_numpy(ids, what="ids")
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
@@ -263,6 +270,8 @@ def _ids_array(ids):
         return np.empty(0, dtype=np.uint64)
     if a.dtype.kind in "fO" and isinstance(ids, (list, tuple)):
         a = _ids_from_list(ids)
+    elif a.dtype == object:  # Python ints (past int64 too), as a list's are read
+        a = _ids_from_list(a)
     if a.dtype.kind not in "iu":
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
@@ -423,7 +432,7 @@ def _index_array(x, what, n, dtype=np.uint64):
     or truncated by a cast."""
     if isinstance(x, (str, bytes)):
         _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
-    a = _as_numpy(x)
+    a = _as_numpy(x, what=what)
     # Flattened, a (2, 2) book was taken for 4 rows in its C order, and a
     # list of pairs [(row, machine), ...] as alternating entries.
     if a.ndim != 1:
@@ -443,6 +452,29 @@ def _index_array(x, what, n, dtype=np.uint64):
         if bad.size:
             _fail(-EINVAL, "%s: row %d has %d (over %d)" % (what, bad[0], a[bad[0]], top))
     return np.ascontiguousarray(a, dtype=dtype)
+
+
+def _overlaps_itself(a):
+    """Whether two elements of a share memory (a torch expand() or an
+    as_strided view): rows pulled into one overwrote each other, silently
+    (torch's copy_ raised for some such views only after the pull)."""
+    if a.size <= 1 or a.flags.c_contiguous or a.flags.f_contiguous:
+        return False
+    # Dims sorted by stride, each past the span of those inside it: the
+    # layout of every slice, transpose or permutation of an array.
+    span = a.itemsize
+    for stride, n in sorted((abs(s), n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride < span:
+            break
+        span = stride * n
+    else:
+        return False
+    # Another layout: compare every element's byte offset.
+    offs = np.zeros(1, dtype=np.int64)
+    for s, n in zip(a.strides, a.shape):
+        offs = (offs[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
+    offs.sort()
+    return bool(np.any(np.diff(offs) < a.itemsize))
 
 
 def _cast_rows(m, a):
@@ -690,7 +722,10 @@ def _name_bytes(name):
     without NUL (C would read "a\\0b" as "a")."""
     if not isinstance(name, str):
         _fail(-EINVAL, "tensor name %r: expected a str" % (name,), TypeError)
-    encoded = name.encode()
+    try:
+        encoded = name.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate: raised bare from every call
+        _fail(-EINVAL, "tensor name %r: not valid UTF-8 (%s)" % (name, e.reason), ValueError)
     if b"\0" in encoded:
         _fail(-EINVAL, "tensor name %r: has a NUL byte" % name, ValueError)
     if len(encoded) > lib.RKV_NAME_MAX or not encoded:
@@ -717,6 +752,9 @@ TensorMeta = collections.namedtuple("TensorMeta", "name dtype shape part_policy 
 TensorMeta.__doc__ = """A tensor as Client.list() gives it: dtype as get_data_meta's,
 shape (rows, row_len) or (rows,), part_policy "range", "hash" or "explicit"."""
 
+
+# A push message's header (RKV_PROTO_HDR_BYTES, 64), with room to spare.
+_MSG_HDR_BYTES = 256
 
 # Pushes whose handle was dropped that may wait for a barrier; past it,
 # the older half is waited for at the next push (bounded memory for a
@@ -829,6 +867,7 @@ class Client:
         self.observer = bool(observer)
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
+        self._max_slot_bytes = cfg.max_slot_bytes  # the largest push message (init's fill)
 
     # -- helpers --
     def _errmsg(self):
@@ -945,7 +984,9 @@ class Client:
         row's index is the count of earlier rows on its machine.
         init: "zeros", "uniform" (seeded by seed, default 0, in
         [-1, 1)), or a function (shape, dtype) -> values that this client then
-        assigns to every row (call it from one client, then barrier); a seed
+        assigns to every row when the call creates the tensor (an existing one
+        keeps its rows, as with the others; call it from one client, then
+        barrier); a seed
         with another init is refused (it would be ignored).
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
@@ -1002,7 +1043,7 @@ class Client:
             # Called and checked before the tensor exists: a function that
             # raised or gave the wrong count or type left a tensor of zeros
             # behind, which a corrected retry then met as already there.
-            values = _as_numpy(fill(shape, dt), values=True)
+            values = _as_numpy(fill(shape, dt), values=True, what="init function")
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))
@@ -1010,10 +1051,28 @@ class Client:
                 values = _cast_fit(values, dt, "init function: tensor '%s' holds %s"
                                    % (name, dt))
             values = values.reshape(shape[0], d.row_len)
+            # The fill's pushes go in messages of at most max_slot_bytes: one
+            # over it failed (ELIMIT) after the tensor was made, left zeros.
+            row_bytes = 8 + d.row_len * dt.itemsize  # an id and a row
+            step = min((64 << 20) // row_bytes,
+                       (self._max_slot_bytes - _MSG_HDR_BYTES) // row_bytes)
+            if step < 1:
+                _fail(-ELIMIT, "init function: a row of tensor '%s' (%d bytes) does not fit in "
+                      "one message of max_slot_bytes %d: raise max_slot_bytes"
+                      % (name, row_bytes - 8, self._max_slot_bytes))
+        existed = False
+        if values is not None:
+            # A second init_data (a restarted trainer) assigned the function's
+            # values again over every trained row, silently.
+            cm = ffi.new("struct rkv_tensor_meta *")
+            with self._lock:
+                rc = lib.rkv_client_meta(self._live(), encoded, cm)
+                if rc < 0 and rc != -ENOTENSOR:
+                    _fail(rc, self._errmsg())
+            existed = rc == 0
         self._call(lib.rkv_client_init_data, d)
         self._meta.pop(name, None)
-        if values is not None:
-            step = max(1, (64 << 20) // (d.row_len * dt.itemsize))  # 64 MiB per push
+        if values is not None and not existed:
             for r in range(0, shape[0], step):
                 self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),
                           values[r:r + step], op="assign")
@@ -1027,7 +1086,7 @@ class Client:
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
-        a = _as_numpy(data, values=True)
+        a = _as_numpy(data, values=True, what="tensor '%s': data" % m.name)
         if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
                 (a.ndim == 0 or a.shape[0] == n):
             return a
@@ -1098,7 +1157,8 @@ class Client:
         or of n rows), pulls
         into out's memory when it is contiguous and of the tensor's dtype; an out of
         another type must hold every value (int32 into int64 or float64, not int16:
-        EDTYPE, also a TypeError), and a read-only one is refused (EINVAL).
+        EDTYPE, also a TypeError), and a read-only one, or one with several
+        elements at one address (an expand()), is refused (EINVAL).
         handler (DGL's _udf_pull_handler) says what each row's reply is:
         None or "rows" the row; "with_state" the row then its optimizer state
         (shape (n, 2 * row_len); tensors created with_state); or a custom
@@ -1164,6 +1224,10 @@ class Client:
                           "a wider type)" % (o.dtype, m.dtype, name, m.dtype), TypeError)
                 if not o.flags.writeable:
                     _fail(-EINVAL, "out: read-only", ValueError)
+                if _overlaps_itself(o):
+                    _fail(-EINVAL, "out: shape %s with strides %s puts several elements at "
+                          "one address (an expand() or as_strided view): pull into an array "
+                          "of its own memory" % (tuple(o.shape), o.strides), ValueError)
                 shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else copy
                 if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
                     target = o

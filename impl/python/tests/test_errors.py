@@ -71,3 +71,34 @@ def test_running_server_cannot_be_closed(cluster):
 def test_init_function_of_the_wrong_size(client):
     assert code_of(client.init_data, "g", (4, 2), "float32",
                    init=lambda shape, dt: np.zeros(3, dtype=dt)) == -rkv.EDTYPE
+
+
+def test_init_function_fills_in_messages_of_max_slot_bytes(make_cluster):
+    # The fill pushed 64 MiB at a time: with max_slot_bytes 1 MiB that was
+    # ELIMIT after the tensor was made, which then held zeros (and a retry
+    # of the same init_data met it as already there, and failed the same).
+    cl = make_cluster(max_slot_bytes=1 << 20)
+    c = cl.client()
+    want = np.arange(100000 * 16, dtype=np.float32).reshape(100000, 16)
+    c.init_data("big", (100000, 16), "float32", init=lambda shape, dt: want)
+    for ids in (np.arange(0, 100000, 997), np.arange(99990, 100000)):
+        np.testing.assert_array_equal(c.pull("big", ids).numpy(), want[ids])
+    # A row too big for one message: refused before the tensor exists.
+    with pytest.raises(rkv.Error) as e:
+        c.init_data("wide", (4, 1 << 18), "float32", init=lambda shape, dt: np.ones(shape, dt))
+    assert e.value.code == -rkv.ELIMIT and "max_slot_bytes 1048576" in e.value.message
+    assert c.data_name_list() == ["big"]
+
+
+def test_a_pull_over_max_slot_bytes_says_how_big_and_what_to_do(make_cluster):
+    # It said "pull: server 2: reply larger than max_slot_bytes": neither how
+    # large nor what to do.
+    cl = make_cluster(max_slot_bytes=1 << 20)
+    c = cl.client()
+    c.init_data("big", (100000, 16), "float32")
+    with pytest.raises(rkv.Error) as e:
+        c.pull("big", np.arange(50000, 100000))  # machine 1's rows: 3.2 MB
+    assert e.value.code == -rkv.ELIMIT
+    assert "rows of 'big': a " in e.value.message, e.value.message
+    assert "over max_slot_bytes 1048576 (pull fewer ids at once)" in e.value.message
+    assert c.pull("big", np.arange(50000, 60000)).shape == (10000, 16)

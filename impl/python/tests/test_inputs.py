@@ -113,6 +113,22 @@ def test_names_with_nul_are_refused(client):
     assert client.data_name_list() == ["a"]
 
 
+def test_names_that_are_not_utf8_are_refused(client):
+    # A lone surrogate (os.fsdecode of a non-UTF-8 file name) raised a bare
+    # UnicodeEncodeError from every call taking a name.
+    bad = "emb\udc80"
+    e = refused(ValueError, client.init_data, bad, (10, 4), "float32")
+    assert e.code == -rkv.EINVAL and "not valid UTF-8" in e.message
+    refused(ValueError, client.pull, bad, [1])
+    refused(ValueError, client.push, bad, [1], np.zeros((1, 4), dtype=np.float32))
+    refused(ValueError, client.get_data_meta, bad)
+    assert client.data_name_list() == []
+    client.init_data("émb😀", (10, 2), "float64")  # any other Unicode is a name
+    client.push("émb😀", [7], [[1.5, -2.0]], op="assign")
+    np.testing.assert_array_equal(client.pull("émb😀", [7]).numpy(), [[1.5, -2.0]])
+    assert client.data_name_list() == ["émb😀"]
+
+
 def test_out_must_be_an_array(client):
     client.init_data("emb", (10, 2), "float32")
     out = [[0.0, 0.0]]
@@ -352,3 +368,96 @@ def test_ragged_rows_are_an_rkv_error(client):
     assert e.code == -rkv.EINVAL and "cannot read list as an array" in e.message
     e = refused(ValueError, client.pull, "r", [[1], [2, 3]])
     assert e.code == -rkv.EINVAL
+
+
+def test_optimizers_on_an_integer_tensor_say_they_need_floats(client):
+    # The message was "op 2 on i32: dtype or row length mismatch", which
+    # reads as the gradients' fault; it now says what sgd/adagrad need.
+    client.init_data("counts", (10, 3), "int32", with_state=True)
+    for op in ("sgd", "adagrad"):
+        e = refused(rkv.Error, client.push, "counts", [1, 2], np.ones((2, 3), np.int32), op=op,
+                    lr=0.1)
+        assert e.code == -rkv.EDTYPE
+        assert "%s needs a floating-point tensor (f32 or f64), and 'counts' holds i32" % op \
+            in e.message, e.message
+    np.testing.assert_array_equal(client.pull("counts", [1, 2]).numpy(), np.zeros((2, 3)))
+
+
+def test_out_whose_elements_share_memory_is_refused(client):
+    # An out with several elements at one address took the rows over each
+    # other: numpy's and torch's as_strided views silently (row 1's values
+    # in row 0), torch's expand() with a RuntimeError after the pull.
+    client.init_data("ov", (10, 3), "float32")
+    client.push("ov", [1, 2], np.arange(6, dtype=np.float32).reshape(2, 3), op="assign")
+    base = np.zeros(4, np.float32)
+    tbase = torch.zeros(4)
+    for out in (np.lib.stride_tricks.as_strided(base, (2, 3), (4, 4)),
+                tbase.as_strided((2, 3), (1, 1)), torch.zeros(3).expand(2, 3)):
+        e = refused(ValueError, client.pull, "ov", [1, 2], out=out)
+        assert e.code == -rkv.EINVAL and "several elements at one address" in e.message
+    assert not base.any() and not tbase.any()
+    # Views without overlap still take the rows in place: a transpose, a
+    # slice, and dims that interleave (offsets 0, 8, 16 and 12, 20, 28 bytes).
+    want = client.pull("ov", [1, 2]).numpy()
+    buf = np.zeros(8, np.float32)
+    inter = np.lib.stride_tricks.as_strided(buf, (2, 3), (12, 8))
+    client.pull("ov", [1, 2], out=inter)
+    np.testing.assert_array_equal(inter, want)
+    assert buf[3] == want[1, 0]
+    tr = torch.zeros(3, 2).t()
+    client.pull("ov", [1, 2], out=tr)
+    np.testing.assert_array_equal(tr.numpy(), want)
+    sl = torch.zeros(2, 6)
+    client.pull("ov", [1, 2], out=sl[:, ::2])
+    np.testing.assert_array_equal(sl[:, ::2].numpy(), want)
+
+
+def test_masked_arrays_with_masked_entries_are_refused(client):
+    # np.asarray dropped the mask: the masked entries' hidden data went out
+    # as ids (row 0 here) or as values, silently.
+    client.init_data("mk", (10, 2), "float32", init=lambda s, dt: np.ones(s, dt))
+    ids = np.ma.array([1, 0], mask=[False, True])
+    e = refused(ValueError, client.pull, "mk", ids)
+    assert e.code == -rkv.EINVAL and "ids: a masked array with 1 masked entries" in e.message
+    refused(ValueError, client.push, "mk", ids, np.zeros((2, 2), np.float32), op="assign")
+    data = np.ma.array(np.full((2, 2), 5, np.float32), mask=[[False, False], [True, False]])
+    e = refused(ValueError, client.push, "mk", [1, 2], data, op="assign")
+    assert "tensor 'mk': data: a masked array" in e.message
+    refused(ValueError, client.init_data, "mk2", (2, 2), "float32", init=lambda s, dt: data)
+    refused(ValueError, client.init_data, "mk3", (2, 2), "float32",
+            part_policy=np.ma.array([0, 1], mask=[True, False]))
+    np.testing.assert_array_equal(client.pull("mk", [0, 1, 2]).numpy(), np.ones((3, 2)))
+    assert client.data_name_list() == ["mk"]
+    # Without masked entries they are arrays as any other, and an out= is
+    # written whatever its mask.
+    client.push("mk", np.ma.array([1, 2]), np.ma.array(np.full((2, 2), 3, np.float32)),
+                op="assign")
+    out = np.ma.array(np.zeros((2, 2), np.float32), mask=[[True, False], [False, False]])
+    client.pull("mk", [1, 2], out=out)
+    np.testing.assert_array_equal(out.data, np.full((2, 2), 3))
+
+
+def test_ids_in_an_object_array_are_read_as_a_list_is(client):
+    # np.array of Python ints (an object array: one past int64, or from a
+    # pandas column) was refused as "expected integers, got object".
+    client.init_data("ob", (10,), "int64", init=lambda s, dt: np.arange(10))
+    ids = np.array([3, 7, 3], dtype=object)
+    np.testing.assert_array_equal(client.pull("ob", ids).numpy(), [3, 7, 3])
+    e = refused(rkv.Error, client.pull, "ob", np.array([3, 1.5], dtype=object))
+    assert e.code == -rkv.EINVAL and "got 1.5 (float) at index 1" in e.message
+    e = refused(OverflowError, client.pull, "ob", np.array([2 ** 64, 1], dtype=object))
+    assert "does not fit in 64 bits" in e.message
+    e = refused(rkv.Error, client.pull, "ob", np.array([2 ** 63, 1], dtype=object))
+    assert e.code == -rkv.ERANGE  # past the rows, said by the store
+
+
+def test_pull_with_ids_inside_out(client):
+    # One buffer reused in place, ids in its first row: the second id was read
+    # after row 1's values had overwritten it (row 3 came back for row 4).
+    client.init_data("al", (10, 2), "int64", init=lambda s, dt: np.arange(20).reshape(10, 2))
+    buf = np.array([[1, 4], [0, 0]], np.int64)
+    client.pull("al", buf.ravel()[:2], out=buf)
+    np.testing.assert_array_equal(buf, [[2, 3], [8, 9]])
+    t = torch.tensor([[2, 3], [0, 0]])
+    client.pull("al", t.view(-1)[:2], out=t)
+    np.testing.assert_array_equal(t.numpy(), [[4, 5], [6, 7]])

@@ -229,3 +229,21 @@ def test_no_copy_of_memory_the_store_can_use(client):
     assert client._rows(m, trows, 4).__array_interface__["data"][0] == trows.data_ptr()
     # Strided or of another dtype: a contiguous copy of the tensor's dtype.
     assert not np.shares_memory(client._rows(m, np.ones((4, 8), np.float32)[:, ::2], 4), rows)
+
+
+def test_init_function_fills_only_a_tensor_it_creates(client):
+    # A second init_data with the same arguments (a restarted trainer) is a
+    # no-op for the store, but the function's values were assigned again
+    # over every trained row.
+    def ones(shape, dt):
+        return np.ones(shape, dt)
+
+    client.init_data("e", (ROWS, 2), "float32", init=ones)
+    client.push("e", [1, ROWS - 1], np.full((2, 2), 5, np.float32))
+    client.init_data("e", (ROWS, 2), "float32", init=ones)
+    np.testing.assert_array_equal(client.pull("e", [0, 1, ROWS - 1]).numpy(),
+                                  [[1, 1], [6, 6], [6, 6]])
+    with pytest.raises(rkv.Error) as e:  # another desc: refused, rows kept
+        client.init_data("e", (ROWS, 2), "float64", init=ones)
+    assert e.value.code == -rkv.EEXIST
+    np.testing.assert_array_equal(client.pull("e", [1]).numpy(), [[6, 6]])
