@@ -761,6 +761,13 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         rkv_errf(err, err_len, -1, "busy-poll: expected 0 or 1, got %u", busy);
         goto free_machines;
     }
+    /* 99 (or ps-lite's PS_VERBOSE=9) was taken as debug without a word. */
+    if (ll > RKV_LOG_DEBUG) {
+        rkv_errf(err, err_len, -1,
+                 "log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got %u (%s)", ll,
+                 s->src[CMD_LOG_LEVEL]);
+        goto free_machines;
+    }
     cfg->busy_poll = (int)busy;
     if (cmd_verbs(s, &cfg->verbs, err, err_len) < 0)
         goto free_machines;

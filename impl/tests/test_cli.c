@@ -349,6 +349,13 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("config: timeout_ms must be > 0", 2, "--timeout-ms", "0");
     config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
                  "loud");
+    config_fails("log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got 99 (flag)", 2,
+                 "--log-level", "99");
+    setenv("PS_VERBOSE", "9", 1); /* ps-lite's name for it */
+    config_fails("log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got 9 (env "
+                 "PS_VERBOSE)",
+                 0);
+    unsetenv("PS_VERBOSE");
     config_fails("retry-ms: expected", 2, "--retry-ms", "soon");
     config_fails("busy-poll: expected 0 or 1, got 2", 2, "--busy-poll", "2");
     static char long_dir[600];
