@@ -141,6 +141,15 @@ static int cmd_find_flag(const char *name, size_t len)
     return -1;
 }
 
+/* Whether a word is one of the settings' flags (--name or --name=...). */
+static int cmd_names_flag(const char *a)
+{
+    if (strncmp(a, "--", 2) != 0)
+        return 0;
+    const char *eq = strchr(a + 2, '=');
+    return cmd_find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2)) >= 0;
+}
+
 static void cmd_load_env(struct cmd_settings *s, int k)
 {
     char names[128];
@@ -175,6 +184,13 @@ int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, 
             return rkv_errf(err, err_len, -1, "unknown flag '%s' (see --help)", a);
         if (eq) {
             s->val[k] = eq + 1;
+        } else if (i + 1 < argc && cmd_names_flag(argv[i + 1])) {
+            /* "--durable-dir --seed 5" made a directory named --seed and
+             * then refused "5"; at the end of the line it was taken. */
+            return rkv_errf(err, err_len, -1,
+                            "flag '%s' needs a value, got the flag '%s' (a value that is a "
+                            "flag's name goes as %s=VALUE)",
+                            a, argv[i + 1], a);
         } else if (i + 1 < argc) {
             s->val[k] = argv[++i];
         } else {

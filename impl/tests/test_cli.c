@@ -254,6 +254,16 @@ static void test_flags_and_env(void **state)
     assert_string_equal(err, "flag '--rows' needs a value");
     assert_int_equal(load(&s, err, sizeof(err), 1, "--row=5"), -1);
     assert_string_equal(err, "unknown flag '--row=5' (see --help)");
+    /* A flag is no value: "--durable-dir --seed" made a directory "--seed". */
+    assert_int_equal(load(&s, err, sizeof(err), 2, "--durable-dir", "--seed"), -1);
+    assert_string_equal(err, "flag '--durable-dir' needs a value, got the flag '--seed' (a value "
+                             "that is a flag's name goes as --durable-dir=VALUE)");
+    assert_int_equal(load(&s, err, sizeof(err), 3, "--shm-prefix", "--rows=5", "x"), -1);
+    assert_non_null(strstr(err, "got the flag '--rows=5'"));
+    assert_int_equal(load(&s, err, sizeof(err), 2, "--durable-dir", "--not-a-flag"), 0);
+    assert_string_equal(s.val[CMD_DURABLE_DIR], "--not-a-flag");
+    assert_int_equal(load(&s, err, sizeof(err), 1, "--durable-dir=--seed"), 0);
+    assert_string_equal(s.val[CMD_DURABLE_DIR], "--seed");
     /* --name=value and --name value; a flag beats the env var, the env var
      * (or an alias of it) beats the default, and each says where it came from. */
     assert_int_equal(setenv("DMLC_NUM_WORKER", "6", 1), 0);
