@@ -634,6 +634,26 @@ static void test_bench_verbs_without_a_device(void **state)
     expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
 }
 
+/* A bench's settings are checked before anything starts (an unknown one
+ * failed in the first cluster, after the limits were measured); the shape
+ * of its clusters is its own (a --num-workers here won over it, under
+ * figures named for another shape); busy-poll is read for tcp too (it was
+ * for verbs only: --busy-poll 1 measured busy polling in both modes). */
+static void test_bench_settings_before_start(void **state)
+{
+    (void)state;
+    expect_run("", "bench shm --reps 1 --unknown-setting 1", 2,
+               "rkv bench: unknown flag '--unknown-setting'");
+    assert_null(strstr(out, "repetition"));
+    expect_run("", "bench shm --reps 1 --num-workers 4", 2,
+               "rkv bench: --num-workers: the bench sets it for each cluster it measures");
+    expect_run("", "bench tcp --reps 1 --value-bytes 4096", 2, "--value-bytes (--sizes gives");
+    expect_run("", "bench tcp --reps 1 --busy-poll 2", 2, "rkv bench: busy-poll: expected 0 or 1");
+    assert_null(strstr(out, "repetition"));
+    expect_run("", "bench shm --reps 1 --timeout-ms 0", 2, "rkv bench: config: timeout_ms");
+    assert_null(strstr(out, "repetition"));
+}
+
 /* Regression: rkv demo passes busy-poll on to its workers (it did not, so
  * `rkv bench verbs --busy-poll 1` measured the blocking mode twice); each
  * worker reports the setting it ran with. */
@@ -750,6 +770,7 @@ int main(void)
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_run_reports),
     };
