@@ -634,6 +634,29 @@ static void test_bench_verbs_without_a_device(void **state)
     expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
 }
 
+/* rkv ls with no store there: it waited the workers' connect-retry-ms (30 s)
+ * before saying so; now 2 s unless the setting is given, and it says where
+ * it looked and what to check. */
+static void test_ls_without_a_store(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    close(fd); /* a port nobody listens on */
+    char args[128], want[128];
+    unsigned port = ntohs(a.sin_port);
+    snprintf(args, sizeof(args), "ls --base-port %u", port);
+    snprintf(want, sizeof(want),
+             "rkv ls: cannot connect to server 0 at 127.0.0.1:%u within 2000 ms", port);
+    expect_run("", args, 3, want);
+    assert_non_null(strstr(out, "is the store running?"));
+    snprintf(want, sizeof(want), "at 127.0.0.1:%u within 300 ms", port);
+    expect_run("RKV_CONNECT_RETRY_MS=300", args, 3, want);
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -770,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_run_reports),
