@@ -657,6 +657,40 @@ static void test_ls_without_a_store(void **state)
     expect_run("RKV_CONNECT_RETRY_MS=300", args, 3, want);
 }
 
+/* Scenario integers are read as scenarios/README.md says: decimal with
+ * leading zeros, or 0x hex; other notations are refused at their line. */
+static void test_scenario_integers(void **state)
+{
+    (void)state;
+    char yaml[64], args[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-ints-%d.yaml", (int)getpid());
+    static const struct {
+        const char *machines, *want;
+        int code;
+    } cases[] = {{"0x2", "rkv node --scenario", 0}, /* 2 x 10 servers + 2 workers */
+                 {"02", "rkv node --scenario", 0},
+                 {"0o2", ":1:21: machines: expected a positive integer, got \"0o2\"", 2},
+                 {"+2", ":1:21: machines: expected a positive integer, got \"+2\"", 2},
+                 {"2e0", ":1:21: machines: expected a positive integer, got \"2e0\"", 2}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        FILE *f = fopen(yaml, "w");
+        assert_non_null(f);
+        fprintf(f,
+                "cluster: {machines: %s, servers_per_machine: 010, workers_per_machine: 1}\n"
+                "tensors:\n"
+                "  - {name: t, rows: 0x40}\n"
+                "workload:\n"
+                "  - {name: p, tensor: t, rounds: 1}\n",
+                cases[i].machines);
+        fclose(f);
+        snprintf(args, sizeof(args), "run %s --launcher mpirun --dry-run", yaml);
+        expect_run("", args, cases[i].code, cases[i].want);
+        if (cases[i].code == 0)
+            assert_non_null(strstr(out, "-np 22 "));
+    }
+    unlink(yaml);
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -793,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_scenario_integers),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
