@@ -691,6 +691,27 @@ static void test_scenario_integers(void **state)
     unlink(yaml);
 }
 
+/* rkv calibrate checks what it was given before it measures: a --out in
+ * no directory failed after the measuring (a minute of it), --machines 2x
+ * was 2, and --machines without --platform-xml was ignored. */
+static void test_calibrate_args_before_measuring(void **state)
+{
+    (void)state;
+    expect_run("", "calibrate --quick --out /nonexistent-dir/cal.txt", 2,
+               "rkv calibrate: --out \"/nonexistent-dir/cal.txt\": cannot write it: No such file");
+    assert_null(strstr(out, "stream")); /* nothing measured */
+    expect_run("", "calibrate --quick --out /tmp", 2,
+               "--out \"/tmp\": cannot write it: a directory");
+    expect_run("", "calibrate --quick --platform-xml /nonexistent-dir/p.xml", 2,
+               "--platform-xml \"/nonexistent-dir/p.xml\": cannot write it");
+    expect_run("", "calibrate --quick --platform-xml /tmp/p.xml --machines 2x", 2,
+               "--machines: expected 1..65536, got \"2x\"");
+    expect_run("", "calibrate --quick --machines 4", 2,
+               "rkv calibrate: --machines goes with --platform-xml FILE");
+    expect_run("", "calibrate --quick --out", 2, "rkv calibrate: --out needs a value");
+    assert_int_equal(access("rkv-calibration.txt", F_OK), -1); /* no file left behind */
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -828,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
         cmocka_unit_test(test_scenario_integers),
+        cmocka_unit_test(test_calibrate_args_before_measuring),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
