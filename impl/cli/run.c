@@ -123,18 +123,50 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
     return *file ? 0 : -1;
 }
 
-/* Beyond one host rkv uses the cluster's launcher: this prints the line. */
-static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc)
+/* A word of the printed command line, quoted for a POSIX shell if it needs it. */
+static void run_print_word(const char *w)
+{
+    if (*w &&
+        strspn(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=,@+-") ==
+            strlen(w)) {
+        printf(" %s", w);
+        return;
+    }
+    printf(" '");
+    for (const char *c = w; *c; c++)
+        fputs(*c == '\'' ? "'\\''" : (char[]){*c, 0}, stdout);
+    putchar('\'');
+}
+
+/* Beyond one host rkv uses the cluster's launcher: this prints the line,
+ * with the settings and --out given to rkv run (they were dropped without
+ * a word, so each rank ran with the defaults). */
+static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc,
+                            const char *out_dir, char **rest, int n_rest)
 {
     uint32_t n = rkv_scenario_servers(sc) + rkv_scenario_workers(sc);
-    if (!strcmp(launcher, "mpirun"))
-        printf("mpirun --oversubscribe -np %u rkv node --scenario %s\n", n, file);
-    else if (!strcmp(launcher, "srun"))
-        printf("srun --ntasks %u rkv node --scenario %s\n", n, file);
-    else {
+    struct cmd_settings s;
+    char err[512];
+    if (strcmp(launcher, "mpirun") && strcmp(launcher, "srun")) {
         fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
         return RKV_EXIT_USAGE;
     }
+    if (cmd_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    if (!strcmp(launcher, "mpirun"))
+        printf("mpirun --oversubscribe -np %u rkv node --scenario", n);
+    else
+        printf("srun --ntasks %u rkv node --scenario", n);
+    run_print_word(file);
+    if (out_dir) {
+        printf(" --out");
+        run_print_word(out_dir);
+    }
+    for (int i = 0; i < n_rest; i++)
+        run_print_word(rest[i]);
+    putchar('\n');
     printf("# ranks 0..%u are servers, the rest workers; on several hosts add --cluster FILE "
            "(one 'host base_port servers' line per machine)\n",
            rkv_scenario_servers(sc) - 1);
@@ -181,8 +213,13 @@ int cmd_run(int argc, char **argv, const char *self)
     int code = RKV_EXIT_USAGE;
     if (rkv_launch_load(file, &sc) < 0)
         goto out;
+    if (launcher && (plot || ta.trace || ta.n_cfg || jitter || progress || max_sim)) {
+        fprintf(stderr, "rkv run: --launcher prints a command line that takes no --plot, "
+                        "--trace, --cfg, --jitter, --progress or --max-sim-s\n");
+        goto out;
+    }
     if (launcher) {
-        code = run_print_launch(launcher, file, sc);
+        code = run_print_launch(launcher, file, sc, out_dir, rest, n_rest);
         goto out;
     }
     if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)

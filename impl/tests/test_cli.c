@@ -712,6 +712,24 @@ static void test_calibrate_args_before_measuring(void **state)
     assert_int_equal(access("rkv-calibration.txt", F_OK), -1); /* no file left behind */
 }
 
+/* rkv run --launcher prints a line that keeps the settings and --out given
+ * to it (they were dropped without a word: every rank ran on defaults),
+ * checked and quoted for the shell; twin and local options are refused. */
+static void test_launcher_line_keeps_settings(void **state)
+{
+    (void)state;
+    expect_run("",
+               "run " SCEN_DIR "/quickstart.yaml --launcher mpirun --dry-run --seed 3 "
+               "--timeout-ms=5000 --out 'my dir' --host \"it's\"",
+               0,
+               "rkv node --scenario " SCEN_DIR "/quickstart.yaml --out 'my dir' --seed 3 "
+               "--timeout-ms=5000 --host 'it'\\''s'\n");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --sed 3", 2,
+               "rkv run: unknown flag '--sed'");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --plot", 2,
+               "rkv run: --launcher prints a command line that takes no --plot");
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -850,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_bench_verbs_without_a_device),
         cmocka_unit_test(test_scenario_integers),
         cmocka_unit_test(test_calibrate_args_before_measuring),
+        cmocka_unit_test(test_launcher_line_keeps_settings),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
