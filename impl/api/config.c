@@ -808,6 +808,15 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
                  sizeof(cfg->shm_prefix) - 1, s->val[CMD_SHM_PREFIX]);
         goto free_machines;
     }
+    /* A POSIX shared-memory name is one '/' and a file name: "a/b" failed
+     * in shm_open as an I/O error (exit 3), the setting unnamed. */
+    if (strchr(s->val[CMD_SHM_PREFIX], '/')) {
+        rkv_errf(err, err_len, -1,
+                 "shm-prefix: \"%s\" (%s): a '/' cannot be in a shared-memory "
+                 "name",
+                 s->val[CMD_SHM_PREFIX], s->src[CMD_SHM_PREFIX]);
+        goto free_machines;
+    }
     if (*s->val[CMD_SHM_PREFIX])
         snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "%s", s->val[CMD_SHM_PREFIX]);
     else

@@ -367,6 +367,8 @@ static void test_settings_that_make_no_cluster(void **state)
                  0);
     unsetenv("PS_VERBOSE");
     config_fails("retry-ms: expected", 2, "--retry-ms", "soon");
+    config_fails("shm-prefix: \"jobs/a\" (flag): a '/' cannot be in a shared-memory name", 2,
+                 "--shm-prefix", "jobs/a");
     config_fails("busy-poll: expected 0 or 1, got 2", 2, "--busy-poll", "2");
     static char long_dir[600];
     memset(long_dir, 'd', sizeof(long_dir) - 1);
