@@ -732,6 +732,30 @@ static void test_launcher_line_keeps_settings(void **state)
                "rkv run: --launcher prints a command line that takes no --plot");
 }
 
+/* rkv run --predict checks its flags and settings before it calibrates:
+ * "--calibration" last calibrated anew as if it were not there, --bogus was
+ * refused after the calibration, --repeat 2x was 2. */
+static void test_predict_args_before_calibrating(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        {"--predict --calibration", "rkv run: --calibration needs a value"},
+        {"--predict --bogus 1", "rkv run: unknown flag '--bogus'"},
+        {"--predict --timeout-ms 0", "rkv run: config: timeout_ms must be > 0"},
+        {"--predict --repeat 2x", "rkv run: --repeat: expected 1..15"},
+        {"--calibration /nonexistent/cal.txt --host h",
+         "rkv run: --host has no meaning in the twin"},
+    };
+    char args[256];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(args, sizeof(args), "run " SCEN_DIR "/quickstart.yaml %s", cases[i].args);
+        expect_run("", args, 2, cases[i].want);
+        assert_null(strstr(out, "calibrating"));
+    }
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -871,6 +895,7 @@ int main(void)
         cmocka_unit_test(test_scenario_integers),
         cmocka_unit_test(test_calibrate_args_before_measuring),
         cmocka_unit_test(test_launcher_line_keeps_settings),
+        cmocka_unit_test(test_predict_args_before_calibrating),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
