@@ -756,6 +756,25 @@ static void test_predict_args_before_calibrating(void **state)
     }
 }
 
+/* rkv bench durable: --help is exit 0, a wrong flag is named (the usage
+ * came alone), sizes cannot wrap ("--large-mib -1" was 2^64 - 1 MiB), and an
+ * --only that names no case is refused (it measured the disk, ran no case
+ * and exited 0). */
+static void test_bench_durable_args(void **state)
+{
+    (void)state;
+    expect_run("", "bench durable --help", 0, "usage: rkv bench durable");
+    expect_run("", "bench durable --bogus", 2, "rkv bench durable: unknown argument \"--bogus\"");
+    expect_run("", "bench durable --large-mib -1", 2,
+               "rkv bench durable: --large-mib: expected 2..1048575 MiB, got \"-1\"");
+    expect_run("", "bench durable --large-mib 99999999999999", 2, "--large-mib: expected");
+    expect_run("", "bench durable --prewrite-mib 4x", 2, "--prewrite-mib: expected 0..");
+    expect_run("", "bench durable --seconds", 2, "rkv bench durable: --seconds needs a value");
+    expect_run("", "bench durable --only typo", 2,
+               "rkv bench durable: --only \"typo\": no case's name holds it");
+    assert_null(strstr(out, "figure"));
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -896,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_calibrate_args_before_measuring),
         cmocka_unit_test(test_launcher_line_keeps_settings),
         cmocka_unit_test(test_predict_args_before_calibrating),
+        cmocka_unit_test(test_bench_durable_args),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
