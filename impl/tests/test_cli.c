@@ -775,6 +775,19 @@ static void test_bench_durable_args(void **state)
     assert_null(strstr(out, "figure"));
 }
 
+/* rkv bench local: "--calls -5" and a count past 2^64 were 2^64 - 1 calls
+ * (a run with no end); a wrong flag is named (the usage came alone). */
+static void test_bench_local_args(void **state)
+{
+    (void)state;
+    expect_run("timeout 20", "bench local --calls -5", 2,
+               "rkv bench local: --calls: expected 1..1000000000, got \"-5\"");
+    expect_run("timeout 20", "bench local --calls 99999999999999999999", 2,
+               "rkv bench local: --calls: expected 1..1000000000");
+    expect_run("", "bench local --bogus", 2, "rkv bench local: unknown argument \"--bogus\"");
+    expect_run("", "bench local --reps", 2, "rkv bench local: --reps needs a value");
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -916,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_launcher_line_keeps_settings),
         cmocka_unit_test(test_predict_args_before_calibrating),
         cmocka_unit_test(test_bench_durable_args),
+        cmocka_unit_test(test_bench_local_args),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
