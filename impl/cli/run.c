@@ -78,7 +78,22 @@ static void run_usage(void)
            "The format of FILE: scenarios/README.md.\n");
 }
 
-/* Splits argv into the scenario file, --out DIR, and settings flags. */
+/* The value of flag name at argv[*i], as "--name VALUE" or "--name=VALUE"
+ * (*i moves past it), or NULL when argv[*i] is another word. */
+static const char *run_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n))
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] || *i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
+}
+
+/* Splits argv into the scenario file, --out DIR, and settings flags. Each
+ * valued flag takes "--flag=VALUE" too: "--trace=t.json" was an unknown flag. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
                     const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
                     const char **progress, const char **max_sim, int *dry_run, const char **cfg,
@@ -92,29 +107,25 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
             return -2;
         }
+    const char **dest[] = {out, NULL, progress, &ta->trace, jitter, launcher, max_sim};
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            *out = argv[++i];
-        else if (!strcmp(argv[i], "--cfg") && i + 1 < argc)
-            cfg[ta->n_cfg++] = argv[++i];
-        else if (!strncmp(argv[i], "--cfg=", 6))
-            cfg[ta->n_cfg++] = argv[i] + 6;
-        else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
-            *progress = argv[++i];
-        else if (!strcmp(argv[i], "--max-sim-s") && i + 1 < argc)
-            *max_sim = argv[++i];
-        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
-            ta->trace = argv[++i];
-        else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
-            *jitter = argv[++i];
-        else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
-            *launcher = argv[++i];
+        const char *v = NULL;
+        int k = -1; /* the valued flag at argv[i] */
+        for (size_t j = 0; j < sizeof(valued) / sizeof(valued[0]) && !v; j++)
+            if ((v = run_value(argc, argv, &i, valued[j])) != NULL)
+                k = (int)j;
+        if (v && !*v) {
+            fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
+            return -2;
+        }
+        if (v && !dest[k]) /* --cfg, repeatable */
+            cfg[ta->n_cfg++] = v;
+        else if (v)
+            *dest[k] = v;
         else if (!strcmp(argv[i], "--plot"))
             *plot = 1;
         else if (!strcmp(argv[i], "--dry-run"))
             *dry_run = 1; /* the only mode --launcher has: rkv starts no remote processes */
-        else if (!strncmp(argv[i], "--out=", 6))
-            *out = argv[i] + 6;
         else if (strncmp(argv[i], "--", 2) && !*file)
             *file = argv[i];
         else

@@ -788,6 +788,23 @@ static void test_bench_local_args(void **state)
     expect_run("", "bench local --reps", 2, "rkv bench local: --reps needs a value");
 }
 
+/* rkv run's own valued flags take --flag=VALUE as --out and --cfg did
+ * ("--trace=t.json" was "unknown flag"); an empty value is named. */
+static void test_run_flags_with_equals(void **state)
+{
+    (void)state;
+    char trace[64], args[256];
+    snprintf(trace, sizeof(trace), "/tmp/rkv-cli-trace-%d.json", (int)getpid());
+    snprintf(args, sizeof(args), "run " SCEN_DIR "/quickstart.yaml --trace=%s --progress=5", trace);
+    expect_run("", args, 0, "verdict: PASS");
+    assert_int_equal(access(trace, F_OK), 0);
+    unlink(trace);
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --jitter=2", 2,
+               "rkv run: --jitter: expected 0..1, got \"2\"");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher=srun", 0, "srun --ntasks 8");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --out=", 2, "rkv run: --out needs a value");
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -930,6 +947,7 @@ int main(void)
         cmocka_unit_test(test_predict_args_before_calibrating),
         cmocka_unit_test(test_bench_durable_args),
         cmocka_unit_test(test_bench_local_args),
+        cmocka_unit_test(test_run_flags_with_equals),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
