@@ -259,9 +259,13 @@ int cmd_worker(int argc, char **argv)
 int cmd_config(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv) || argc == 0 || strcmp(argv[0], "--dump") != 0) {
-        printf("usage: rkv config --dump [settings]\n"
-               "Prints every setting, its value, default, env var, aliases and source.\n");
-        return argc == 0 || cmd_wants_help(argc, argv) ? RKV_EXIT_OK : RKV_EXIT_USAGE;
+        int ok = argc == 0 || cmd_wants_help(argc, argv);
+        if (!ok) /* "--list" was answered with the usage alone */
+            fprintf(stderr, "rkv config: expected --dump first, got \"%s\"\n", argv[0]);
+        fprintf(ok ? stdout : stderr,
+                "usage: rkv config --dump [settings]\n"
+                "Prints every setting, its value, default, env var, aliases and source.\n");
+        return ok ? RKV_EXIT_OK : RKV_EXIT_USAGE;
     }
     struct cmd_settings s;
     char err[512];

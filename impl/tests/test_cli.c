@@ -449,6 +449,7 @@ static void test_usage(void **state)
     expect_run("", "node --help", 0, "usage: rkv node [--role server|worker|scheduler]");
     expect_run("", "config", 0, "usage: rkv config --dump");
     expect_run("", "config --list", 2, "usage: rkv config --dump");
+    assert_non_null(strstr(out, "rkv config: expected --dump first, got \"--list\""));
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
     /* --dump checks the settings as rkv run does (it showed "abc", exit 0) */
     expect_run("", "config --dump", 0, "timeout-ms");
