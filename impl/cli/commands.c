@@ -349,6 +349,25 @@ static int node_from_scenario(int argc, char **argv, const struct cmd_settings *
     verdict.t0_s = rkv_timed_now_s();
     char err[512];
     struct rkv_scenario *sc = NULL;
+    /* The cluster's shape is the file's, each process's place its rank's:
+     * these flags were overridden by the ones added below (the last flag
+     * wins), so --num-workers 3 ran as the file's 4 without a word. */
+    static const struct {
+        enum cmd_key k;
+        const char *flag;
+    } owned[] = {
+        {CMD_MACHINES, "--machines"},       {CMD_SERVERS_PER_MACHINE, "--servers-per-machine"},
+        {CMD_NUM_SERVERS, "--num-servers"}, {CMD_NUM_WORKERS, "--num-workers"},
+        {CMD_MACHINE_ID, "--machine-id"},   {CMD_SERVER_ID, "--server-id"}};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
+        if (!strcmp(s->src[owned[i].k], "flag")) {
+            fprintf(stderr,
+                    "rkv node: %s: with --scenario the file's cluster section sets the shape "
+                    "and the launcher's rank each process's place\n",
+                    owned[i].flag);
+            return RKV_EXIT_USAGE;
+        }
+    }
     uint32_t rank, size;
     int rrc = node_rank(&rank, &size);
     if (rrc < 0) {

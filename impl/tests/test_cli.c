@@ -626,6 +626,14 @@ static void test_node_errors(void **state)
     snprintf(env, sizeof(env), "%s PMI_RANK=8 PMI_SIZE=8", no_rank);
     expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "rkv node: PMI_RANK=8, PMI_SIZE=8: expected a rank below a size");
+    /* The file's shape won over these without a word (--num-workers 3 ran
+     * as the file's 4). */
+    snprintf(env, sizeof(env), "%s PMI_RANK=7 PMI_SIZE=8", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml --num-workers 3", 2,
+               "rkv node: --num-workers: with --scenario the file's cluster section sets the "
+               "shape");
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml --server-id 1", 2,
+               "rkv node: --server-id: with --scenario");
 }
 
 static void test_bench_verbs_without_a_device(void **state)
