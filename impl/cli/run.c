@@ -166,6 +166,8 @@ static int run_print_launch(const char *launcher, const char *file, const struct
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    if (cmd_node_refuse_owned(&s, "rkv run") < 0) /* as rkv node will */
+        return RKV_EXIT_USAGE;
     if (!strcmp(launcher, "mpirun"))
         printf("mpirun --oversubscribe -np %u rkv node --scenario", n);
     else

@@ -630,8 +630,7 @@ static void test_node_errors(void **state)
      * as the file's 4). */
     snprintf(env, sizeof(env), "%s PMI_RANK=7 PMI_SIZE=8", no_rank);
     expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml --num-workers 3", 2,
-               "rkv node: --num-workers: with --scenario the file's cluster section sets the "
-               "shape");
+               "rkv node: --num-workers: with --scenario the file sets the cluster's shape");
     expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml --server-id 1", 2,
                "rkv node: --server-id: with --scenario");
 }
@@ -737,6 +736,8 @@ static void test_launcher_line_keeps_settings(void **state)
                "--timeout-ms=5000 --host 'it'\\''s'\n");
     expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --sed 3", 2,
                "rkv run: unknown flag '--sed'");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --rows 9", 2,
+               "rkv run: --rows: with --scenario the file sets the cluster's shape and workload");
     expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --plot", 2,
                "rkv run: --launcher prints a command line that takes no --plot");
 }
