@@ -901,6 +901,16 @@ static void test_run_reports(void **state)
     assert_int_equal(stat(p, &st), 0);
     snprintf(args, sizeof(args), "rm -rf %s.d", dir);
     assert_int_equal(system(args), 0);
+    /* The twin says where its plots went, as a tcp run does (without --out
+     * they landed in the working directory unsaid). */
+    if (access("/usr/bin/gnuplot", X_OK) == 0) {
+        snprintf(args, sizeof(args), "run %s --plot --out %s.p", yaml, dir);
+        char want[256];
+        snprintf(want, sizeof(want), "plots: %s.p/latency_cdf.png, %s.p/throughput.png", dir, dir);
+        expect_run("", args, 0, want);
+        snprintf(args, sizeof(args), "rm -rf %s.p", dir);
+        assert_int_equal(system(args), 0);
+    }
     snprintf(args, sizeof(args), "run %s --log-level loud", yaml);
     expect_run("", args, 2, "rkv run: log-level: expected a non-negative integer");
     /* A trace the twin could not write failed the run, as on tcp (it exited
