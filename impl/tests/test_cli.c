@@ -815,6 +815,30 @@ static void test_run_flags_with_equals(void **state)
     expect_run("", "run " SCEN_DIR "/quickstart.yaml --out=", 2, "rkv run: --out needs a value");
 }
 
+/* A YAML syntax error is said where it is: libfyaml counts lines and
+ * columns from 1, and 1 more was added (a duplicate key on 2:1 was 3:2). */
+static void test_yaml_syntax_positions(void **state)
+{
+    (void)state;
+    char yaml[64], args[128], want[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-syntax-%d.yaml", (int)getpid());
+    static const struct {
+        const char *text, *at;
+    } cases[] = {{"x: 1\nx: 2\n", ":2:1: YAML syntax: duplicate key"},
+                 {"cluster: {machines: 2\ntensors:\n", ":2:8: YAML syntax: missing comma"},
+                 {"a: 1\nb: [1, 2\n", ":3:1: YAML syntax: flow sequence without a closing"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        FILE *f = fopen(yaml, "w");
+        assert_non_null(f);
+        fputs(cases[i].text, f);
+        fclose(f);
+        snprintf(args, sizeof(args), "run %s", yaml);
+        snprintf(want, sizeof(want), "%s%s", yaml, cases[i].at);
+        expect_run("", args, 2, want);
+    }
+    unlink(yaml);
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -968,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_bench_durable_args),
         cmocka_unit_test(test_bench_local_args),
         cmocka_unit_test(test_run_flags_with_equals),
+        cmocka_unit_test(test_yaml_syntax_positions),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
