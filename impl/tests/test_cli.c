@@ -839,6 +839,24 @@ static void test_yaml_syntax_positions(void **state)
     unlink(yaml);
 }
 
+/* A calibration file that gives a key twice (a hand edit) is refused at
+ * the second line: the last value was taken without a word. */
+static void test_calibration_key_twice(void **state)
+{
+    (void)state;
+    char path[64], args[256];
+    snprintf(path, sizeof(path), "/tmp/rkv-cli-calib-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("backend = tcp\nhost_cores = 2\nbandwidth_gbps = 5\nbandwidth_gbps = 50\n", f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run " SCEN_DIR "/quickstart.yaml --calibration %s", path);
+    char want[128];
+    snprintf(want, sizeof(want), "rkv run: %s:4: bandwidth_gbps is given twice (line 3 too)", path);
+    expect_run("", args, 2, want);
+    unlink(path);
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -993,6 +1011,7 @@ int main(void)
         cmocka_unit_test(test_bench_local_args),
         cmocka_unit_test(test_run_flags_with_equals),
         cmocka_unit_test(test_yaml_syntax_positions),
+        cmocka_unit_test(test_calibration_key_twice),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
