@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -857,6 +858,25 @@ static void test_calibration_key_twice(void **state)
     unlink(path);
 }
 
+/* Workers that failed (here: every connection idle 1 ms dropped) may not
+ * have shut the servers down: the launcher waited 30 s for them without a
+ * word, as it does not after a fault; now a few seconds, then it stops them
+ * and says so. */
+static void test_demo_stops_servers_after_failed_workers(void **state)
+{
+    (void)state;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char args[128];
+    snprintf(args, sizeof(args), "demo --idle-timeout-ms 1 --base-port %u",
+             41000 + (unsigned)(getpid() % 500) * 2 * 4);
+    expect_run("timeout 60", args, 3, "rkv demo: worker process");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (s > 20)
+        fail_msg("rkv demo took %.1f s to stop after its workers failed:\n%s", s, out);
+}
+
 /* A bench's settings are checked before anything starts (an unknown one
  * failed in the first cluster, after the limits were measured); the shape
  * of its clusters is its own (a --num-workers here won over it, under
@@ -1012,6 +1032,7 @@ int main(void)
         cmocka_unit_test(test_run_flags_with_equals),
         cmocka_unit_test(test_yaml_syntax_positions),
         cmocka_unit_test(test_calibration_key_twice),
+        cmocka_unit_test(test_demo_stops_servers_after_failed_workers),
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
