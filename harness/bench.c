@@ -987,7 +987,9 @@ static void bench_usage(FILE *out)
         "              verbs: \"4096 65536 1048576\")\n"
         "  --json      one JSON object instead of lines and a table\n"
         "Prints `figure NAME VALUE UNIT` and `ratio NAME/LIMIT VALUE` lines, then a\n"
-        "Markdown table. Other flags are settings every cluster gets (rkv config --dump).\n"
+        "Markdown table. Other flags are settings every cluster gets (rkv config --dump),\n"
+        "checked before anything starts; the clusters' shape (machines, servers, workers,\n"
+        "rows, rounds, value bytes, backend) is the bench's own.\n"
         "Exit 0 ok, 1 a value differed, 2 usage error, 3 store or tool error.\n"
         "Also: rkv bench durable, and rkv bench local (what a 1-row call served from\n"
         "this machine's shard costs; --help for each).\n");
@@ -1069,26 +1071,58 @@ static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t 
     return rc < 0 ? rc : bench_parse_sizes(b, sizes, err, err_len);
 }
 
-/* The busy-poll setting the clusters get, as they will read it. */
-static int bench_poll_mode(struct bench *b)
+/* The settings flags, checked before anything starts as every cluster will
+ * check them (an unknown one failed only in the first cluster, after the
+ * limits were measured), and the busy-poll setting the clusters get (read
+ * for verbs only: a tcp run with --busy-poll 1 measured busy polling twice
+ * and named one of the two "block"). The shape of each cluster is the
+ * bench's: a --num-workers given here won over it (the last flag wins), and
+ * figures named 1x1 were measured on another shape. */
+static int bench_check_settings(struct bench *b, char *err, size_t err_len)
 {
+    static const struct {
+        enum cmd_key key;
+        const char *flag;
+    } shape[] = {{CMD_MACHINES, "--machines"},
+                 {CMD_SERVERS_PER_MACHINE, "--servers-per-machine"},
+                 {CMD_NUM_SERVERS, "--num-servers"},
+                 {CMD_NUM_WORKERS, "--num-workers"},
+                 {CMD_CLUSTER, "--cluster"},
+                 {CMD_VALUE_BYTES, "--value-bytes (--sizes gives them)"},
+                 {CMD_ROWS, "--rows"},
+                 {CMD_ROUNDS, "--rounds"},
+                 {CMD_BACKEND, "--backend"},
+                 {CMD_HOST, "--host (verbs: RKV_HOST)"}};
     struct cmd_settings *s = calloc(1, sizeof(*s));
-    char err[256] = "out of memory";
+    if (!s)
+        return rkv_errf(err, err_len, -1, "out of memory");
     uint64_t v = 0;
-    int rc = s ? cmd_settings_load(s, b->n_extra, b->extra, err, sizeof(err)) : -1;
-    if (rc == 0)
-        rc = cmd_get_u64(s, CMD_BUSY_POLL, &v, err, sizeof(err));
-    if (rc == 0 && v > 1) {
-        snprintf(err, sizeof(err), "busy-poll: expected 0 or 1, got %llu", (unsigned long long)v);
-        rc = -1;
+    int rc = cmd_settings_load(s, b->n_extra, b->extra, err, err_len);
+    for (size_t i = 0; rc == 0 && i < sizeof(shape) / sizeof(shape[0]); i++)
+        if (!strcmp(s->src[shape[i].key], "flag") &&
+            (shape[i].key != CMD_HOST || b->mode == BENCH_VERBS))
+            rc = rkv_errf(err, err_len, -1, "%s: the bench sets it for each cluster it measures",
+                          shape[i].flag);
+    /* As the first cluster gets them: its shape flags, then these. */
+    char *argv[8 + BENCH_MAX_EXTRA] = {"--machines",
+                                       "1",
+                                       "--servers-per-machine",
+                                       "1",
+                                       "--num-workers",
+                                       "1",
+                                       "--backend",
+                                       b->mode == BENCH_VERBS ? "verbs" : "tcp"};
+    for (int i = 0; i < b->n_extra; i++)
+        argv[8 + i] = b->extra[i];
+    struct rkv_config cfg;
+    if (rc == 0 && (rc = cmd_settings_load(s, 8 + b->n_extra, argv, err, err_len)) == 0 &&
+        (rc = cmd_build_config(s, &cfg, err, err_len)) == 0) {
+        free(cfg.machines);
+        rc = cmd_get_u64(s, CMD_BUSY_POLL, &v, err, err_len); /* 0 or 1: cmd_build_config */
     }
     free(s);
-    if (rc < 0) {
-        fprintf(stderr, "rkv bench: %s\n", err);
-        return -1;
-    }
     b->busy_poll = (int)v;
-    return 0;
+    return rc;
 }
 
 /* Which limit the throughput ratios use, and whether it can be measured. */
@@ -1139,7 +1173,7 @@ static int bench_prepare(struct bench *b)
                       "clusters' machines alternate over the hosts");
     if (!strncmp(b->end[0].dev, "rxe", 3))
         bench_note(b, "soft-RoCE is an emulator: only the ratios mean something");
-    return bench_poll_mode(b);
+    return 0;
 }
 
 int cmd_bench(int argc, char **argv, const char *self)
@@ -1159,10 +1193,14 @@ int cmd_bench(int argc, char **argv, const char *self)
         return RKV_EXIT_STORE;
     int code = RKV_EXIT_USAGE;
     b->self = self;
-    char err[256] = "";
+    char err[512] = "";
     if (bench_args(b, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv bench: %s\n", err);
         bench_usage(stderr);
+        goto out;
+    }
+    if (bench_check_settings(b, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv bench: %s\n", err);
         goto out;
     }
     if (bench_prepare(b) < 0) {

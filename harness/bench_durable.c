@@ -28,6 +28,7 @@
 #include "rkv.h"
 #include "store/store_int.h"
 #include "store/wal.h"
+#include "util/util.h"
 
 #define BD_MAX_WORKERS 8u
 
@@ -388,7 +389,22 @@ static void bd_size(char *buf, size_t len, uint64_t bytes)
         snprintf(buf, len, "%lluK", (unsigned long long)(bytes >> 10));
 }
 
-static int bd_args(struct bd_opts *o, int argc, char **argv)
+/* A whole number of MiB in lo..hi, as bytes. */
+static int bd_mib(const char *flag, const char *v, uint64_t lo, uint64_t hi, uint64_t *bytes,
+                  char *err, size_t err_len)
+{
+    uint64_t x = 0;
+    if (rkv_parse_u64(v, &x) < 0 || x < lo || x > hi)
+        return rkv_errf(err, err_len, -1, "%s: expected %llu..%llu MiB, got \"%s\"", flag,
+                        (unsigned long long)lo, (unsigned long long)hi, v);
+    *bytes = x << 20;
+    return 0;
+}
+
+/* 1 when the flags ask for help. A wrong flag was answered with the usage
+ * alone, and --help with exit 2; "--large-mib 99999999999999" wrapped
+ * around when shifted to bytes, and "-1" was 2^64 - 1 MiB. */
+static int bd_args(struct bd_opts *o, int argc, char **argv, char *err, size_t err_len)
 {
     *o = (struct bd_opts){.dir = "/tmp",
                           .small_bytes = 1ull << 20,
@@ -397,39 +413,84 @@ static int bd_args(struct bd_opts *o, int argc, char **argv)
                           .prewrite = UINT64_MAX,
                           .base_port = (uint16_t)(24000 + getpid() % 2000 * 2)};
     for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end = NULL;
-        if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+        int rc = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return 1;
+        if (!v && (!strcmp(a, "--dir") || !strcmp(a, "--large-mib") || !strcmp(a, "--seconds") ||
+                   !strcmp(a, "--only") || !strcmp(a, "--prewrite-mib")))
+            return rkv_errf(err, err_len, -1, "%s needs a value", a);
+        if (!strcmp(a, "--dir")) {
             o->dir = argv[++i];
-        else if (!strcmp(argv[i], "--large-mib") && i + 1 < argc)
-            o->large_bytes = strtoull(argv[++i], &end, 10) << 20;
-        else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+        } else if (!strcmp(a, "--large-mib")) { /* a log holds less than 1 TiB (wal.h) */
+            rc = bd_mib(a, argv[++i], 2, (1u << 20) - 1, &o->large_bytes, err, err_len);
+        } else if (!strcmp(a, "--seconds")) {
             o->seconds = strtod(argv[++i], &end);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            if (*end || !*argv[i] || !(o->seconds > 0 && o->seconds <= 60))
+                rc = rkv_errf(err, err_len, -1, "--seconds: expected (0, 60], got \"%s\"", argv[i]);
+        } else if (!strcmp(a, "--only")) {
             o->only = argv[++i];
-        else if (!strcmp(argv[i], "--prewrite-mib") && i + 1 < argc)
-            o->prewrite = strtoull(argv[++i], &end, 10) << 20;
-        else
-            return -1;
-        if (end && *end)
-            return -1;
+        } else if (!strcmp(a, "--prewrite-mib")) {
+            rc = bd_mib(a, argv[++i], 0, (1u << 20) - 1, &o->prewrite, err, err_len);
+        } else {
+            rc = rkv_errf(err, err_len, -1, "unknown argument \"%s\"", a);
+        }
+        if (rc < 0)
+            return rc;
     }
-    return o->large_bytes >= (2ull << 20) && o->seconds > 0 && o->seconds <= 60 ? 0 : -1;
+    return 0;
+}
+
+/* Whether --only names a case: one that named none ran nothing and
+ * exited 0. */
+static int bd_only_matches(const struct bd_opts *o)
+{
+    static const uint32_t workers[] = {1, 8}, rows[] = {4096, 1u << 20};
+    const uint64_t shards[] = {o->small_bytes, o->large_bytes};
+    for (int s = 0; s < 2; s++)
+        for (int rb = 0; rb < 2; rb++)
+            for (int wk = 0; wk < 2; wk++) {
+                char rs[16], ss[16], name[96];
+                bd_size(rs, sizeof(rs), rows[rb]);
+                bd_size(ss, sizeof(ss), shards[s]);
+                snprintf(name, sizeof(name), "push.%s.%uw.shard%s", rs, workers[wk], ss);
+                if (strstr(name, o->only))
+                    return 1;
+            }
+    return strstr("recovery", o->only) != NULL;
+}
+
+static void bd_usage(FILE *out)
+{
+    fprintf(out, "usage: rkv bench durable [--dir DIR] [--large-mib N] [--seconds S]\n"
+                 "                         [--only CASE] [--prewrite-mib N]\n"
+                 "  push rate with and without durable mode (1 and 8 workers, 4 KiB and\n"
+                 "  1 MiB rows, 1 MiB and N MiB shards; default 256, the issue's 1024),\n"
+                 "  the large shard's durable rate over the small one's, the fdatasync\n"
+                 "  rate of DIR's disk and the recovery time of a killed server (an N MiB\n"
+                 "  shard, about N MiB of log); --only runs the cases whose name holds\n"
+                 "  CASE (push.1M.8w, shard1G, recovery); logs are written with zeros\n"
+                 "  ahead (durable-log-prewrite) as far as they grow between checkpoints,\n"
+                 "  or N MiB (0: they grow by appending)\n");
 }
 
 int rkv_bench_durable(int argc, char **argv)
 {
     struct bd_opts o;
-    if (bd_args(&o, argc, argv) < 0) {
-        fprintf(stderr, "usage: rkv bench durable [--dir DIR] [--large-mib N] [--seconds S]\n"
-                        "                         [--only CASE] [--prewrite-mib N]\n"
-                        "  push rate with and without durable mode (1 and 8 workers, 4 KiB and\n"
-                        "  1 MiB rows, 1 MiB and N MiB shards; default 256, the issue's 1024),\n"
-                        "  the large shard's durable rate over the small one's, the fdatasync\n"
-                        "  rate of DIR's disk and the recovery time of a killed server (an N MiB\n"
-                        "  shard, about N MiB of log); --only runs the cases whose name holds\n"
-                        "  CASE (push.1M.8w, shard1G, recovery); logs are written with zeros\n"
-                        "  ahead (durable-log-prewrite) as far as they grow between checkpoints,\n"
-                        "  or N MiB (0: they grow by appending)\n");
+    char err[256];
+    int args = bd_args(&o, argc, argv, err, sizeof(err));
+    if (args != 0) {
+        if (args < 0)
+            fprintf(stderr, "rkv bench durable: %s\n", err);
+        bd_usage(args < 0 ? stderr : stdout);
+        return args < 0 ? RKV_EXIT_USAGE : RKV_EXIT_OK;
+    }
+    if (o.only && !bd_only_matches(&o)) {
+        fprintf(stderr,
+                "rkv bench durable: --only \"%s\": no case's name holds it (push.4K.1w.shard1M, "
+                "push.1M.8w..., recovery)\n",
+                o.only);
         return RKV_EXIT_USAGE;
     }
     char tmpl[512];

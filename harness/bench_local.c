@@ -23,10 +23,13 @@
 #include "harness/bench_local.h"
 #include "harness/launch.h"
 #include "rkv.h"
+#include "util/util.h"
 
 #define BL_ROWS 1024u /* 16 KiB of 16-byte rows: in cache, like a hot table */
 #define BL_ROW_LEN 4u
 #define BL_MAX_REPS 101
+/* calls per measurement: a second or two of them at most each, not days */
+#define BL_MAX_CALLS 1000000000ull
 
 static uint64_t bl_clock(clockid_t id)
 {
@@ -93,7 +96,7 @@ static void bl_usage(FILE *out)
             "  1-row pulls and pushes served from this machine's shared-memory shard\n"
             "  by the client itself (one machine, one server thread, one client):\n"
             "  CPU ns per call and calls per second, each repetition and the median.\n"
-            "  --calls  calls per measurement (default 1000000)\n"
+            "  --calls  calls per measurement, 1..1000000000 (default 1000000)\n"
             "  --reps   repetitions, 1..%d (default 5)\n",
             BL_MAX_REPS);
 }
@@ -103,24 +106,28 @@ int rkv_bench_local(int argc, char **argv)
     uint64_t calls = 1000000;
     int reps = 5;
     for (int i = 0; i < argc; i++) {
-        char *end = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        const char *a = argv[i];
+        uint64_t v = 0, max = !strcmp(a, "--calls") ? BL_MAX_CALLS : BL_MAX_REPS;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             bl_usage(stdout);
             return RKV_EXIT_OK;
-        } else if (!strcmp(argv[i], "--calls") && i + 1 < argc) {
-            calls = strtoull(argv[++i], &end, 10);
-        } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
-            long v = strtol(argv[++i], &end, 10);
-            reps = v < 1 || v > BL_MAX_REPS ? 0 : (int)v; /* (int) took 2^32 + 1 as 1 */
+        } else if (strcmp(a, "--calls") && strcmp(a, "--reps")) {
+            fprintf(stderr, "rkv bench local: unknown argument \"%s\"\n", a);
+        } else if (i + 1 == argc) {
+            fprintf(stderr, "rkv bench local: %s needs a value\n", a);
+        } else if (rkv_parse_u64(argv[++i], &v) < 0 || v < 1 || v > max) {
+            /* "-5" or 2^64 + 1 calls were 2^64 - 1 (no end); (int) took 2^32 + 1 reps as 1 */
+            fprintf(stderr, "rkv bench local: %s: expected 1..%llu, got \"%s\"\n", a,
+                    (unsigned long long)max, argv[i]);
         } else {
-            bl_usage(stderr);
-            return RKV_EXIT_USAGE;
+            if (!strcmp(a, "--calls"))
+                calls = v;
+            else
+                reps = (int)v;
+            continue;
         }
-        if (!end || *end || calls == 0 || reps < 1 || reps > BL_MAX_REPS) {
-            fprintf(stderr, "rkv bench local: bad value '%s'\n", argv[i]);
-            bl_usage(stderr);
-            return RKV_EXIT_USAGE;
-        }
+        bl_usage(stderr);
+        return RKV_EXIT_USAGE;
     }
     struct rkv_machine m = {.servers = 1};
     snprintf(m.host, sizeof(m.host), "127.0.0.1");

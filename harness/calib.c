@@ -92,6 +92,10 @@ static int calib_set(struct rkv_calib *c, const char *k, const char *v, char *wh
     return -1;
 }
 
+/* Keys a calibration file has (rkv_calib_write: a dozen, and its notes'
+ * measured_ ones). */
+#define CALIB_MAX_KEYS 64
+
 int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_len)
 {
     /* A directory opens and reads as empty: "needs backend, ..." */
@@ -111,6 +115,12 @@ int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_
     *c = (struct rkv_calib){.host_cores = 0};
     char line[512], why[256];
     int rc = 0;
+    /* A key given twice (a hand edit) took the last value without a word. */
+    struct {
+        char key[32];
+        unsigned ln;
+    } seen[CALIB_MAX_KEYS];
+    unsigned n_seen = 0;
     for (unsigned ln = 1; fgets(line, sizeof(line), f); ln++) {
         char *s = calib_trim(line);
         if (!*s || *s == '#')
@@ -125,7 +135,21 @@ int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_
             break;
         }
         *eq = 0;
-        if (calib_set(c, calib_trim(s), calib_trim(eq + 1), why, sizeof(why)) < 0) {
+        const char *key = calib_trim(s);
+        for (unsigned i = 0; i < n_seen && rc == 0; i++) {
+            if (!strcmp(seen[i].key, key)) {
+                snprintf(err, err_len, "%s:%u: %s is given twice (line %u too)", path, ln, key,
+                         seen[i].ln);
+                rc = -RKV_ECONFIG;
+            }
+        }
+        if (rc < 0)
+            break;
+        if (n_seen < CALIB_MAX_KEYS && strlen(key) < sizeof(seen[0].key)) {
+            snprintf(seen[n_seen].key, sizeof(seen[0].key), "%s", key);
+            seen[n_seen++].ln = ln;
+        }
+        if (calib_set(c, key, calib_trim(eq + 1), why, sizeof(why)) < 0) {
             snprintf(err, err_len, "%s:%u: %s", path, ln, why);
             rc = -RKV_ECONFIG;
             break;

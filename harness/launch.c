@@ -1123,7 +1123,9 @@ static int demo_cluster(struct demo *dp)
         if (dp->res[i].errors)
             ok = 0;
     }
-    if (demo_wait_servers(dp, 30))
+    /* A worker that failed may be worker 0, which shuts the servers down:
+     * the wait was the full 30 s, without a word, as the faults' is not. */
+    if (demo_wait_servers(dp, ok ? 30 : 3))
         ok = 0;
     return ok;
 }
@@ -1448,7 +1450,7 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
     /* A crashed worker 0, or one whose connection a fault broke, cannot
      * shut the servers down: do not wait long. */
     int faulty = d->n_faults || d->nic_faults;
-    int servers_stopped = demo_wait_servers(d, faulty || d->server_failed ? 3 : 30);
+    int servers_stopped = demo_wait_servers(d, faulty || d->server_failed || !procs_ok ? 3 : 30);
     if (d->server_failed)
         procs_ok = 0;
     if (d->signo)

@@ -1405,8 +1405,10 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
                         diag ? "empty scenario (expected cluster, tensors, workload)"
                              : "cannot read or parse the file"),
                -RKV_ECONFIG;
-    snprintf(c->err, c->err_len, "%s:%d:%d: YAML syntax: %s", c->path, e->line + 1, e->column + 1,
-             e->msg);
+    /* libfyaml's diagnostic positions count from 1 already: a duplicate key
+     * on line 2, column 1 was said at 3:2. */
+    snprintf(c->err, c->err_len, "%s:%d:%d: YAML syntax: %s", c->path, e->line > 0 ? e->line : 1,
+             e->column > 0 ? e->column : 1, e->msg);
     return -RKV_ECONFIG;
 }
 

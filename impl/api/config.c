@@ -141,6 +141,15 @@ static int cmd_find_flag(const char *name, size_t len)
     return -1;
 }
 
+/* Whether a word is one of the settings' flags (--name or --name=...). */
+static int cmd_names_flag(const char *a)
+{
+    if (strncmp(a, "--", 2) != 0)
+        return 0;
+    const char *eq = strchr(a + 2, '=');
+    return cmd_find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2)) >= 0;
+}
+
 static void cmd_load_env(struct cmd_settings *s, int k)
 {
     char names[128];
@@ -175,6 +184,13 @@ int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, 
             return rkv_errf(err, err_len, -1, "unknown flag '%s' (see --help)", a);
         if (eq) {
             s->val[k] = eq + 1;
+        } else if (i + 1 < argc && cmd_names_flag(argv[i + 1])) {
+            /* "--durable-dir --seed 5" made a directory named --seed and
+             * then refused "5"; at the end of the line it was taken. */
+            return rkv_errf(err, err_len, -1,
+                            "flag '%s' needs a value, got the flag '%s' (a value that is a "
+                            "flag's name goes as %s=VALUE)",
+                            a, argv[i + 1], a);
         } else if (i + 1 < argc) {
             s->val[k] = argv[++i];
         } else {
@@ -761,6 +777,13 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         rkv_errf(err, err_len, -1, "busy-poll: expected 0 or 1, got %u", busy);
         goto free_machines;
     }
+    /* 99 (or ps-lite's PS_VERBOSE=9) was taken as debug without a word. */
+    if (ll > RKV_LOG_DEBUG) {
+        rkv_errf(err, err_len, -1,
+                 "log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got %u (%s)", ll,
+                 s->src[CMD_LOG_LEVEL]);
+        goto free_machines;
+    }
     cfg->busy_poll = (int)busy;
     if (cmd_verbs(s, &cfg->verbs, err, err_len) < 0)
         goto free_machines;
@@ -783,6 +806,15 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     if (strlen(s->val[CMD_SHM_PREFIX]) >= sizeof(cfg->shm_prefix)) {
         rkv_errf(err, err_len, -1, "shm-prefix: longer than %zu bytes: \"%s\"",
                  sizeof(cfg->shm_prefix) - 1, s->val[CMD_SHM_PREFIX]);
+        goto free_machines;
+    }
+    /* A POSIX shared-memory name is one '/' and a file name: "a/b" failed
+     * in shm_open as an I/O error (exit 3), the setting unnamed. */
+    if (strchr(s->val[CMD_SHM_PREFIX], '/')) {
+        rkv_errf(err, err_len, -1,
+                 "shm-prefix: \"%s\" (%s): a '/' cannot be in a shared-memory "
+                 "name",
+                 s->val[CMD_SHM_PREFIX], s->src[CMD_SHM_PREFIX]);
         goto free_machines;
     }
     if (*s->val[CMD_SHM_PREFIX])

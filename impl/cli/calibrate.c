@@ -1,11 +1,16 @@
 /* rkv calibrate: its flags and help (the measuring is harness/calibrate.c). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "harness/calib.h"
 #include "harness/scenario.h"
+#include "util/util.h"
 
 #if RKV_WITH_SIM
 #include "sim/twin/twin.h"
@@ -41,9 +46,32 @@ static int cal_xml(const struct rkv_calib *c, const char *path, uint32_t machine
 }
 #endif
 
+/* Whether the file flag names (--out, --platform-xml) can be written, tried
+ * before the measuring: a path in no directory failed after a minute of it.
+ * A file this call made is removed again. */
+static int cal_writable(const char *flag, const char *path)
+{
+    struct stat st;
+    int existed = stat(path, &st) == 0;
+    int fd = *path && !(existed && S_ISDIR(st.st_mode))
+                 ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
+                 : -1;
+    if (fd < 0) {
+        fprintf(stderr, "rkv calibrate: %s \"%s\": cannot write it: %s\n", flag, path,
+                !*path                           ? "an empty path"
+                : existed && S_ISDIR(st.st_mode) ? "a directory"
+                                                 : strerror(errno));
+        return -1;
+    }
+    close(fd);
+    if (!existed)
+        unlink(path);
+    return 0;
+}
+
 int cmd_calibrate(int argc, char **argv, const char *self)
 {
-    const char *backend = "tcp", *out = "rkv-calibration.txt", *xml = NULL;
+    const char *backend = "tcp", *out = "rkv-calibration.txt", *xml = NULL, *machines_arg = "";
     int quick = 0;
     unsigned long machines = 2;
     for (int i = 0; i < argc; i++) {
@@ -57,9 +85,16 @@ int cmd_calibrate(int argc, char **argv, const char *self)
         } else if (!strcmp(argv[i], "--platform-xml") && i + 1 < argc) {
             xml = argv[++i];
         } else if (!strcmp(argv[i], "--machines") && i + 1 < argc) {
-            machines = strtoul(argv[++i], NULL, 10);
+            uint64_t m = 0; /* "2x" was 2 */
+            machines_arg = argv[++i];
+            machines = rkv_parse_u64(machines_arg, &m) < 0 || m > 65536 ? 0 : (unsigned long)m;
         } else if (!strcmp(argv[i], "--quick")) {
             quick = 1;
+        } else if (i + 1 == argc &&
+                   (!strcmp(argv[i], "--backend") || !strcmp(argv[i], "--out") ||
+                    !strcmp(argv[i], "--platform-xml") || !strcmp(argv[i], "--machines"))) {
+            fprintf(stderr, "rkv calibrate: %s needs a value\n", argv[i]);
+            return RKV_EXIT_USAGE;
         } else {
             fprintf(stderr, "rkv calibrate: unknown argument \"%s\" (see --help)\n", argv[i]);
             return RKV_EXIT_USAGE;
@@ -70,9 +105,15 @@ int cmd_calibrate(int argc, char **argv, const char *self)
         return RKV_EXIT_USAGE;
     }
     if (machines < 1 || machines > 65536) {
-        fprintf(stderr, "rkv calibrate: --machines: expected 1..65536\n");
+        fprintf(stderr, "rkv calibrate: --machines: expected 1..65536, got \"%s\"\n", machines_arg);
         return RKV_EXIT_USAGE;
     }
+    if (*machines_arg && !xml) { /* it sizes the platform file only: it was ignored */
+        fprintf(stderr, "rkv calibrate: --machines goes with --platform-xml FILE\n");
+        return RKV_EXIT_USAGE;
+    }
+    if (cal_writable("--out", out) < 0 || (xml && cal_writable("--platform-xml", xml) < 0))
+        return RKV_EXIT_USAGE;
     struct rkv_calib c;
     char err[600];
     int rc = rkv_calibrate(self, backend, quick, out, CMD_TWIN, &c, err, sizeof(err));

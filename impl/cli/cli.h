@@ -17,6 +17,11 @@
  * server` / `rkv worker` in the place the scheduler gave. */
 int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_server);
 
+/* 0, or -1 said on stderr (who: "rkv node") when a flag sets what `rkv
+ * node --scenario` takes from the file and the launcher's rank (machines,
+ * servers, workers, machine and server id, the workload's sizes). */
+int cmd_node_refuse_owned(const struct cmd_settings *s, const char *who);
+
 int cmd_server(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_config(int argc, char **argv);

@@ -259,9 +259,13 @@ int cmd_worker(int argc, char **argv)
 int cmd_config(int argc, char **argv)
 {
     if (cmd_wants_help(argc, argv) || argc == 0 || strcmp(argv[0], "--dump") != 0) {
-        printf("usage: rkv config --dump [settings]\n"
-               "Prints every setting, its value, default, env var, aliases and source.\n");
-        return argc == 0 || cmd_wants_help(argc, argv) ? RKV_EXIT_OK : RKV_EXIT_USAGE;
+        int ok = argc == 0 || cmd_wants_help(argc, argv);
+        if (!ok) /* "--list" was answered with the usage alone */
+            fprintf(stderr, "rkv config: expected --dump first, got \"%s\"\n", argv[0]);
+        fprintf(ok ? stdout : stderr,
+                "usage: rkv config --dump [settings]\n"
+                "Prints every setting, its value, default, env var, aliases and source.\n");
+        return ok ? RKV_EXIT_OK : RKV_EXIT_USAGE;
     }
     struct cmd_settings s;
     char err[512];
@@ -334,6 +338,35 @@ static int node_rank(uint32_t *rank, uint32_t *size)
     return -1;
 }
 
+int cmd_node_refuse_owned(const struct cmd_settings *s, const char *who)
+{
+    /* The flags node_from_scenario adds from the file and the rank won over
+     * these (the last flag wins): --num-workers 3 ran as the file's 4, and
+     * the workers ran the file's workload whatever --rows said. */
+    static const struct {
+        enum cmd_key k;
+        const char *flag;
+    } owned[] = {{CMD_MACHINES, "--machines"},
+                 {CMD_SERVERS_PER_MACHINE, "--servers-per-machine"},
+                 {CMD_NUM_SERVERS, "--num-servers"},
+                 {CMD_NUM_WORKERS, "--num-workers"},
+                 {CMD_MACHINE_ID, "--machine-id"},
+                 {CMD_SERVER_ID, "--server-id"},
+                 {CMD_ROWS, "--rows"},
+                 {CMD_VALUE_BYTES, "--value-bytes"},
+                 {CMD_ROUNDS, "--rounds"}};
+    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
+        if (!strcmp(s->src[owned[i].k], "flag")) {
+            fprintf(stderr,
+                    "%s: %s: with --scenario the file sets the cluster's shape and workload, "
+                    "and the launcher's rank each process's place\n",
+                    who, owned[i].flag);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* `rkv node --scenario FILE` under a launcher: ranks 0..S-1 are the servers,
  * the rest the workers, machine by machine. Every rank derives the same
  * cluster from the scenario; hosts come from --cluster (one line per
@@ -345,6 +378,8 @@ static int node_from_scenario(int argc, char **argv, const struct cmd_settings *
     verdict.t0_s = rkv_timed_now_s();
     char err[512];
     struct rkv_scenario *sc = NULL;
+    if (cmd_node_refuse_owned(s, "rkv node") < 0)
+        return RKV_EXIT_USAGE;
     uint32_t rank, size;
     int rrc = node_rank(&rank, &size);
     if (rrc < 0) {

@@ -9,6 +9,9 @@
 
 /* Tensors a LIST reply can hold (the store's limit). */
 #define LS_MAX_TENSORS 1024u
+/* How long ls waits for server 0 unless connect-retry-ms is set: it asks a
+ * store that runs, and waited the workers' 30 s for one that did not. */
+#define LS_CONNECT_RETRY_MS 2000u
 
 static const char *ls_policy_name(enum rkv_policy p)
 {
@@ -25,10 +28,13 @@ static const char *ls_policy_name(enum rkv_policy p)
 
 static void ls_usage(FILE *out)
 {
-    fprintf(out, "usage: rkv ls --cluster FILE [settings]\n"
-                 "Lists every tensor of the running store (asked of server 0, without taking a\n"
-                 "worker slot): id, name, dtype, rows, row length, partition policy and whether\n"
-                 "it has optimizer state.\n\n");
+    fprintf(out,
+            "usage: rkv ls --cluster FILE [settings]\n"
+            "Lists every tensor of the running store (asked of server 0, without taking a\n"
+            "worker slot): id, name, dtype, rows, row length, partition policy and whether\n"
+            "it has optimizer state. It waits %u ms for server 0 unless --connect-retry-ms\n"
+            "says otherwise.\n\n",
+            LS_CONNECT_RETRY_MS);
     cmd_settings_help(out);
 }
 
@@ -59,6 +65,8 @@ int cmd_ls(int argc, char **argv)
         fprintf(stderr, "rkv ls: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    if (!strcmp(s.src[CMD_CONNECT_RETRY_MS], "default"))
+        cfg.connect_retry_ms = LS_CONNECT_RETRY_MS;
     struct rkv_tensor_meta *metas = calloc(LS_MAX_TENSORS, sizeof(*metas));
     struct rkv_client *cli = NULL;
     struct cmd_node nd;
@@ -71,7 +79,11 @@ int cmd_ls(int argc, char **argv)
         goto free_metas;
     }
     if ((rc = rkv_client_create_observer_on(nd.port, nd.nic, &cfg, &cli, err, sizeof(err))) < 0) {
-        fprintf(stderr, "rkv ls: %s\n", err);
+        fprintf(stderr, "rkv ls: %s%s\n", err,
+                rc == -RKV_EPEERDEAD ? " (is the store running? ls asks server 0 where --cluster, "
+                                       "or --host and --base-port, say; --connect-retry-ms MS "
+                                       "waits longer for one that is starting)"
+                                     : "");
         code = rc == -RKV_ECONFIG ? RKV_EXIT_USAGE : RKV_EXIT_STORE;
         goto close_node;
     }

@@ -14,6 +14,7 @@
 #include "harness/oracle.h"
 #include "harness/report.h"
 #include "harness/scenario.h"
+#include "util/util.h"
 
 #define PRED_MAX_REPEAT 15
 #define PRED_MAX_ARGS RKV_PREDICT_MAX_FLAGS
@@ -39,6 +40,13 @@ int cmd_predict_wanted(int argc, char **argv)
 static int pred_parse(int argc, char **argv, struct pred_args *a)
 {
     *a = (struct pred_args){.repeat = 1};
+    static const char *const valued[] = {"--calibration", "--repeat", "--out", "--trace",
+                                         "--backend"};
+    for (size_t k = 0; argc > 0 && k < sizeof(valued) / sizeof(valued[0]); k++)
+        if (!strcmp(argv[argc - 1], valued[k])) { /* "--calibration" last calibrated anew */
+            fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
+            return -1;
+        }
     for (int i = 0; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--predict")) {
@@ -48,7 +56,8 @@ static int pred_parse(int argc, char **argv, struct pred_args *a)
         } else if (!strncmp(argv[i], "--calibration=", 14)) {
             a->calib = argv[i] + 14;
         } else if (!strcmp(argv[i], "--repeat") && v) {
-            a->repeat = (unsigned)strtoul(argv[++i], NULL, 10);
+            uint64_t r = 0; /* "2x" was 2 */
+            a->repeat = rkv_parse_u64(argv[++i], &r) < 0 || r > PRED_MAX_REPEAT ? 0 : (unsigned)r;
         } else if (!strcmp(argv[i], "--out") && v) {
             a->out_dir = argv[++i];
         } else if (!strcmp(argv[i], "--trace") && v) {
@@ -61,6 +70,9 @@ static int pred_parse(int argc, char **argv, struct pred_args *a)
             a->file = argv[i];
         } else if (a->n_pass < PRED_MAX_ARGS) {
             a->pass[a->n_pass++] = argv[i];
+        } else { /* they were dropped */
+            fprintf(stderr, "rkv run: more than %d settings arguments\n", PRED_MAX_ARGS);
+            return -1;
         }
     }
     if (!a->file) {
@@ -108,6 +120,17 @@ static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_sce
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    /* The settings, checked as the runs will check them before a quick
+     * calibration: --bogus was refused only after it. */
+    struct cmd_settings s;
+    struct rkv_config store;
+    unsigned store_set;
+    if (cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0 ||
+        rkv_launch_twin_store(&s, *sc_p, !a->predict, &store, &store_set, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    free(store.machines);
     if (a->calib) {
         if (rkv_calib_load(a->calib, c, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);

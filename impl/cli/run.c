@@ -78,7 +78,22 @@ static void run_usage(void)
            "The format of FILE: scenarios/README.md.\n");
 }
 
-/* Splits argv into the scenario file, --out DIR, and settings flags. */
+/* The value of flag name at argv[*i], as "--name VALUE" or "--name=VALUE"
+ * (*i moves past it), or NULL when argv[*i] is another word. */
+static const char *run_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n))
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] || *i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
+}
+
+/* Splits argv into the scenario file, --out DIR, and settings flags. Each
+ * valued flag takes "--flag=VALUE" too: "--trace=t.json" was an unknown flag. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
                     const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
                     const char **progress, const char **max_sim, int *dry_run, const char **cfg,
@@ -92,29 +107,25 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
             return -2;
         }
+    const char **dest[] = {out, NULL, progress, &ta->trace, jitter, launcher, max_sim};
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            *out = argv[++i];
-        else if (!strcmp(argv[i], "--cfg") && i + 1 < argc)
-            cfg[ta->n_cfg++] = argv[++i];
-        else if (!strncmp(argv[i], "--cfg=", 6))
-            cfg[ta->n_cfg++] = argv[i] + 6;
-        else if (!strcmp(argv[i], "--progress") && i + 1 < argc)
-            *progress = argv[++i];
-        else if (!strcmp(argv[i], "--max-sim-s") && i + 1 < argc)
-            *max_sim = argv[++i];
-        else if (!strcmp(argv[i], "--trace") && i + 1 < argc)
-            ta->trace = argv[++i];
-        else if (!strcmp(argv[i], "--jitter") && i + 1 < argc)
-            *jitter = argv[++i];
-        else if (!strcmp(argv[i], "--launcher") && i + 1 < argc)
-            *launcher = argv[++i];
+        const char *v = NULL;
+        int k = -1; /* the valued flag at argv[i] */
+        for (size_t j = 0; j < sizeof(valued) / sizeof(valued[0]) && !v; j++)
+            if ((v = run_value(argc, argv, &i, valued[j])) != NULL)
+                k = (int)j;
+        if (v && !*v) {
+            fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
+            return -2;
+        }
+        if (v && !dest[k]) /* --cfg, repeatable */
+            cfg[ta->n_cfg++] = v;
+        else if (v)
+            *dest[k] = v;
         else if (!strcmp(argv[i], "--plot"))
             *plot = 1;
         else if (!strcmp(argv[i], "--dry-run"))
             *dry_run = 1; /* the only mode --launcher has: rkv starts no remote processes */
-        else if (!strncmp(argv[i], "--out=", 6))
-            *out = argv[i] + 6;
         else if (strncmp(argv[i], "--", 2) && !*file)
             *file = argv[i];
         else
@@ -123,18 +134,52 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
     return *file ? 0 : -1;
 }
 
-/* Beyond one host rkv uses the cluster's launcher: this prints the line. */
-static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc)
+/* A word of the printed command line, quoted for a POSIX shell if it needs it. */
+static void run_print_word(const char *w)
+{
+    if (*w &&
+        strspn(w, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./:=,@+-") ==
+            strlen(w)) {
+        printf(" %s", w);
+        return;
+    }
+    printf(" '");
+    for (const char *c = w; *c; c++)
+        fputs(*c == '\'' ? "'\\''" : (char[]){*c, 0}, stdout);
+    putchar('\'');
+}
+
+/* Beyond one host rkv uses the cluster's launcher: this prints the line,
+ * with the settings and --out given to rkv run (they were dropped without
+ * a word, so each rank ran with the defaults). */
+static int run_print_launch(const char *launcher, const char *file, const struct rkv_scenario *sc,
+                            const char *out_dir, char **rest, int n_rest)
 {
     uint32_t n = rkv_scenario_servers(sc) + rkv_scenario_workers(sc);
-    if (!strcmp(launcher, "mpirun"))
-        printf("mpirun --oversubscribe -np %u rkv node --scenario %s\n", n, file);
-    else if (!strcmp(launcher, "srun"))
-        printf("srun --ntasks %u rkv node --scenario %s\n", n, file);
-    else {
+    struct cmd_settings s;
+    char err[512];
+    if (strcmp(launcher, "mpirun") && strcmp(launcher, "srun")) {
         fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
         return RKV_EXIT_USAGE;
     }
+    if (cmd_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    if (cmd_node_refuse_owned(&s, "rkv run") < 0) /* as rkv node will */
+        return RKV_EXIT_USAGE;
+    if (!strcmp(launcher, "mpirun"))
+        printf("mpirun --oversubscribe -np %u rkv node --scenario", n);
+    else
+        printf("srun --ntasks %u rkv node --scenario", n);
+    run_print_word(file);
+    if (out_dir) {
+        printf(" --out");
+        run_print_word(out_dir);
+    }
+    for (int i = 0; i < n_rest; i++)
+        run_print_word(rest[i]);
+    putchar('\n');
     printf("# ranks 0..%u are servers, the rest workers; on several hosts add --cluster FILE "
            "(one 'host base_port servers' line per machine)\n",
            rkv_scenario_servers(sc) - 1);
@@ -181,8 +226,13 @@ int cmd_run(int argc, char **argv, const char *self)
     int code = RKV_EXIT_USAGE;
     if (rkv_launch_load(file, &sc) < 0)
         goto out;
+    if (launcher && (plot || ta.trace || ta.n_cfg || jitter || progress || max_sim)) {
+        fprintf(stderr, "rkv run: --launcher prints a command line that takes no --plot, "
+                        "--trace, --cfg, --jitter, --progress or --max-sim-s\n");
+        goto out;
+    }
     if (launcher) {
-        code = run_print_launch(launcher, file, sc);
+        code = run_print_launch(launcher, file, sc, out_dir, rest, n_rest);
         goto out;
     }
     if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)

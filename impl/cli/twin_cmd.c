@@ -27,6 +27,9 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     char err[256];
     if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", "sim", err, sizeof(err)) < 0)
         fprintf(stderr, "rkv run: --plot: %s\n", err);
+    else if (plot) /* as a tcp run says it: without --out they land in this directory */
+        printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
+               out_dir ? out_dir : ".");
     int passed = rkv_report_passed(&r), wrong = 0;
     for (uint32_t p = 0; p < sc->n_phases; p++)
         wrong |= r.phase[p].errors > 0;

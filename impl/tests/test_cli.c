@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -254,6 +255,16 @@ static void test_flags_and_env(void **state)
     assert_string_equal(err, "flag '--rows' needs a value");
     assert_int_equal(load(&s, err, sizeof(err), 1, "--row=5"), -1);
     assert_string_equal(err, "unknown flag '--row=5' (see --help)");
+    /* A flag is no value: "--durable-dir --seed" made a directory "--seed". */
+    assert_int_equal(load(&s, err, sizeof(err), 2, "--durable-dir", "--seed"), -1);
+    assert_string_equal(err, "flag '--durable-dir' needs a value, got the flag '--seed' (a value "
+                             "that is a flag's name goes as --durable-dir=VALUE)");
+    assert_int_equal(load(&s, err, sizeof(err), 3, "--shm-prefix", "--rows=5", "x"), -1);
+    assert_non_null(strstr(err, "got the flag '--rows=5'"));
+    assert_int_equal(load(&s, err, sizeof(err), 2, "--durable-dir", "--not-a-flag"), 0);
+    assert_string_equal(s.val[CMD_DURABLE_DIR], "--not-a-flag");
+    assert_int_equal(load(&s, err, sizeof(err), 1, "--durable-dir=--seed"), 0);
+    assert_string_equal(s.val[CMD_DURABLE_DIR], "--seed");
     /* --name=value and --name value; a flag beats the env var, the env var
      * (or an alias of it) beats the default, and each says where it came from. */
     assert_int_equal(setenv("DMLC_NUM_WORKER", "6", 1), 0);
@@ -349,7 +360,16 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("config: timeout_ms must be > 0", 2, "--timeout-ms", "0");
     config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
                  "loud");
+    config_fails("log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got 99 (flag)", 2,
+                 "--log-level", "99");
+    setenv("PS_VERBOSE", "9", 1); /* ps-lite's name for it */
+    config_fails("log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got 9 (env "
+                 "PS_VERBOSE)",
+                 0);
+    unsetenv("PS_VERBOSE");
     config_fails("retry-ms: expected", 2, "--retry-ms", "soon");
+    config_fails("shm-prefix: \"jobs/a\" (flag): a '/' cannot be in a shared-memory name", 2,
+                 "--shm-prefix", "jobs/a");
     config_fails("busy-poll: expected 0 or 1, got 2", 2, "--busy-poll", "2");
     static char long_dir[600];
     memset(long_dir, 'd', sizeof(long_dir) - 1);
@@ -430,6 +450,7 @@ static void test_usage(void **state)
     expect_run("", "node --help", 0, "usage: rkv node [--role server|worker|scheduler]");
     expect_run("", "config", 0, "usage: rkv config --dump");
     expect_run("", "config --list", 2, "usage: rkv config --dump");
+    assert_non_null(strstr(out, "rkv config: expected --dump first, got \"--list\""));
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
     /* --dump checks the settings as rkv run does (it showed "abc", exit 0) */
     expect_run("", "config --dump", 0, "timeout-ms");
@@ -606,6 +627,13 @@ static void test_node_errors(void **state)
     snprintf(env, sizeof(env), "%s PMI_RANK=8 PMI_SIZE=8", no_rank);
     expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "rkv node: PMI_RANK=8, PMI_SIZE=8: expected a rank below a size");
+    /* The file's shape won over these without a word (--num-workers 3 ran
+     * as the file's 4). */
+    snprintf(env, sizeof(env), "%s PMI_RANK=7 PMI_SIZE=8", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml --num-workers 3", 2,
+               "rkv node: --num-workers: with --scenario the file sets the cluster's shape");
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml --server-id 1", 2,
+               "rkv node: --server-id: with --scenario");
 }
 
 static void test_bench_verbs_without_a_device(void **state)
@@ -615,6 +643,258 @@ static void test_bench_verbs_without_a_device(void **state)
                "rkv bench verbs: no RDMA port owns 10.9.9.9 on RKV_VERBS_DEV no-such-dev0");
     expect_run("", "bench tcp --reps 2x", 2, "usage: rkv bench");
     expect_run("", "bench tcp --iperf-seconds 0", 2, "usage: rkv bench");
+}
+
+/* rkv ls with no store there: it waited the workers' connect-retry-ms (30 s)
+ * before saying so; now 2 s unless the setting is given, and it says where
+ * it looked and what to check. */
+static void test_ls_without_a_store(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    close(fd); /* a port nobody listens on */
+    char args[128], want[128];
+    unsigned port = ntohs(a.sin_port);
+    snprintf(args, sizeof(args), "ls --base-port %u", port);
+    snprintf(want, sizeof(want),
+             "rkv ls: cannot connect to server 0 at 127.0.0.1:%u within 2000 ms", port);
+    expect_run("", args, 3, want);
+    assert_non_null(strstr(out, "is the store running?"));
+    snprintf(want, sizeof(want), "at 127.0.0.1:%u within 300 ms", port);
+    expect_run("RKV_CONNECT_RETRY_MS=300", args, 3, want);
+}
+
+/* Scenario integers are read as scenarios/README.md says: decimal with
+ * leading zeros, or 0x hex; other notations are refused at their line. */
+static void test_scenario_integers(void **state)
+{
+    (void)state;
+    char yaml[64], args[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-ints-%d.yaml", (int)getpid());
+    static const struct {
+        const char *machines, *want;
+        int code;
+    } cases[] = {{"0x2", "rkv node --scenario", 0}, /* 2 x 10 servers + 2 workers */
+                 {"02", "rkv node --scenario", 0},
+                 {"0o2", ":1:21: machines: expected a positive integer, got \"0o2\"", 2},
+                 {"+2", ":1:21: machines: expected a positive integer, got \"+2\"", 2},
+                 {"2e0", ":1:21: machines: expected a positive integer, got \"2e0\"", 2}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        FILE *f = fopen(yaml, "w");
+        assert_non_null(f);
+        fprintf(f,
+                "cluster: {machines: %s, servers_per_machine: 010, workers_per_machine: 1}\n"
+                "tensors:\n"
+                "  - {name: t, rows: 0x40}\n"
+                "workload:\n"
+                "  - {name: p, tensor: t, rounds: 1}\n",
+                cases[i].machines);
+        fclose(f);
+        snprintf(args, sizeof(args), "run %s --launcher mpirun --dry-run", yaml);
+        expect_run("", args, cases[i].code, cases[i].want);
+        if (cases[i].code == 0)
+            assert_non_null(strstr(out, "-np 22 "));
+    }
+    unlink(yaml);
+}
+
+/* rkv calibrate checks what it was given before it measures: a --out in
+ * no directory failed after the measuring (a minute of it), --machines 2x
+ * was 2, and --machines without --platform-xml was ignored. */
+static void test_calibrate_args_before_measuring(void **state)
+{
+    (void)state;
+    expect_run("", "calibrate --quick --out /nonexistent-dir/cal.txt", 2,
+               "rkv calibrate: --out \"/nonexistent-dir/cal.txt\": cannot write it: No such file");
+    assert_null(strstr(out, "stream")); /* nothing measured */
+    expect_run("", "calibrate --quick --out /tmp", 2,
+               "--out \"/tmp\": cannot write it: a directory");
+    expect_run("", "calibrate --quick --platform-xml /nonexistent-dir/p.xml", 2,
+               "--platform-xml \"/nonexistent-dir/p.xml\": cannot write it");
+    expect_run("", "calibrate --quick --platform-xml /tmp/p.xml --machines 2x", 2,
+               "--machines: expected 1..65536, got \"2x\"");
+    expect_run("", "calibrate --quick --machines 4", 2,
+               "rkv calibrate: --machines goes with --platform-xml FILE");
+    expect_run("", "calibrate --quick --out", 2, "rkv calibrate: --out needs a value");
+    assert_int_equal(access("rkv-calibration.txt", F_OK), -1); /* no file left behind */
+}
+
+/* rkv run --launcher prints a line that keeps the settings and --out given
+ * to it (they were dropped without a word: every rank ran on defaults),
+ * checked and quoted for the shell; twin and local options are refused. */
+static void test_launcher_line_keeps_settings(void **state)
+{
+    (void)state;
+    expect_run("",
+               "run " SCEN_DIR "/quickstart.yaml --launcher mpirun --dry-run --seed 3 "
+               "--timeout-ms=5000 --out 'my dir' --host \"it's\"",
+               0,
+               "rkv node --scenario " SCEN_DIR "/quickstart.yaml --out 'my dir' --seed 3 "
+               "--timeout-ms=5000 --host 'it'\\''s'\n");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --sed 3", 2,
+               "rkv run: unknown flag '--sed'");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --rows 9", 2,
+               "rkv run: --rows: with --scenario the file sets the cluster's shape and workload");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher srun --plot", 2,
+               "rkv run: --launcher prints a command line that takes no --plot");
+}
+
+/* rkv run --predict checks its flags and settings before it calibrates:
+ * "--calibration" last calibrated anew as if it were not there, --bogus was
+ * refused after the calibration, --repeat 2x was 2. */
+static void test_predict_args_before_calibrating(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args, *want;
+    } cases[] = {
+        {"--predict --calibration", "rkv run: --calibration needs a value"},
+        {"--predict --bogus 1", "rkv run: unknown flag '--bogus'"},
+        {"--predict --timeout-ms 0", "rkv run: config: timeout_ms must be > 0"},
+        {"--predict --repeat 2x", "rkv run: --repeat: expected 1..15"},
+        {"--calibration /nonexistent/cal.txt --host h",
+         "rkv run: --host has no meaning in the twin"},
+    };
+    char args[256];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(args, sizeof(args), "run " SCEN_DIR "/quickstart.yaml %s", cases[i].args);
+        expect_run("", args, 2, cases[i].want);
+        assert_null(strstr(out, "calibrating"));
+    }
+}
+
+/* rkv bench durable: --help is exit 0, a wrong flag is named (the usage
+ * came alone), sizes cannot wrap ("--large-mib -1" was 2^64 - 1 MiB), and an
+ * --only that names no case is refused (it measured the disk, ran no case
+ * and exited 0). */
+static void test_bench_durable_args(void **state)
+{
+    (void)state;
+    expect_run("", "bench durable --help", 0, "usage: rkv bench durable");
+    expect_run("", "bench durable --bogus", 2, "rkv bench durable: unknown argument \"--bogus\"");
+    expect_run("", "bench durable --large-mib -1", 2,
+               "rkv bench durable: --large-mib: expected 2..1048575 MiB, got \"-1\"");
+    expect_run("", "bench durable --large-mib 99999999999999", 2, "--large-mib: expected");
+    expect_run("", "bench durable --prewrite-mib 4x", 2, "--prewrite-mib: expected 0..");
+    expect_run("", "bench durable --seconds", 2, "rkv bench durable: --seconds needs a value");
+    expect_run("", "bench durable --only typo", 2,
+               "rkv bench durable: --only \"typo\": no case's name holds it");
+    assert_null(strstr(out, "figure"));
+}
+
+/* rkv bench local: "--calls -5" and a count past 2^64 were 2^64 - 1 calls
+ * (a run with no end); a wrong flag is named (the usage came alone). */
+static void test_bench_local_args(void **state)
+{
+    (void)state;
+    expect_run("timeout 20", "bench local --calls -5", 2,
+               "rkv bench local: --calls: expected 1..1000000000, got \"-5\"");
+    expect_run("timeout 20", "bench local --calls 99999999999999999999", 2,
+               "rkv bench local: --calls: expected 1..1000000000");
+    expect_run("", "bench local --bogus", 2, "rkv bench local: unknown argument \"--bogus\"");
+    expect_run("", "bench local --reps", 2, "rkv bench local: --reps needs a value");
+}
+
+/* rkv run's own valued flags take --flag=VALUE as --out and --cfg did
+ * ("--trace=t.json" was "unknown flag"); an empty value is named. */
+static void test_run_flags_with_equals(void **state)
+{
+    (void)state;
+    char trace[64], args[256];
+    snprintf(trace, sizeof(trace), "/tmp/rkv-cli-trace-%d.json", (int)getpid());
+    snprintf(args, sizeof(args), "run " SCEN_DIR "/quickstart.yaml --trace=%s --progress=5", trace);
+    expect_run("", args, 0, "verdict: PASS");
+    assert_int_equal(access(trace, F_OK), 0);
+    unlink(trace);
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --jitter=2", 2,
+               "rkv run: --jitter: expected 0..1, got \"2\"");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --launcher=srun", 0, "srun --ntasks 8");
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --out=", 2, "rkv run: --out needs a value");
+}
+
+/* A YAML syntax error is said where it is: libfyaml counts lines and
+ * columns from 1, and 1 more was added (a duplicate key on 2:1 was 3:2). */
+static void test_yaml_syntax_positions(void **state)
+{
+    (void)state;
+    char yaml[64], args[128], want[128];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-syntax-%d.yaml", (int)getpid());
+    static const struct {
+        const char *text, *at;
+    } cases[] = {{"x: 1\nx: 2\n", ":2:1: YAML syntax: duplicate key"},
+                 {"cluster: {machines: 2\ntensors:\n", ":2:8: YAML syntax: missing comma"},
+                 {"a: 1\nb: [1, 2\n", ":3:1: YAML syntax: flow sequence without a closing"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        FILE *f = fopen(yaml, "w");
+        assert_non_null(f);
+        fputs(cases[i].text, f);
+        fclose(f);
+        snprintf(args, sizeof(args), "run %s", yaml);
+        snprintf(want, sizeof(want), "%s%s", yaml, cases[i].at);
+        expect_run("", args, 2, want);
+    }
+    unlink(yaml);
+}
+
+/* A calibration file that gives a key twice (a hand edit) is refused at
+ * the second line: the last value was taken without a word. */
+static void test_calibration_key_twice(void **state)
+{
+    (void)state;
+    char path[64], args[256];
+    snprintf(path, sizeof(path), "/tmp/rkv-cli-calib-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("backend = tcp\nhost_cores = 2\nbandwidth_gbps = 5\nbandwidth_gbps = 50\n", f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run " SCEN_DIR "/quickstart.yaml --calibration %s", path);
+    char want[128];
+    snprintf(want, sizeof(want), "rkv run: %s:4: bandwidth_gbps is given twice (line 3 too)", path);
+    expect_run("", args, 2, want);
+    unlink(path);
+}
+
+/* Workers that failed (here: every connection idle 1 ms dropped) may not
+ * have shut the servers down: the launcher waited 30 s for them without a
+ * word, as it does not after a fault; now a few seconds, then it stops them
+ * and says so. */
+static void test_demo_stops_servers_after_failed_workers(void **state)
+{
+    (void)state;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char args[128];
+    snprintf(args, sizeof(args), "demo --idle-timeout-ms 1 --base-port %u",
+             41000 + (unsigned)(getpid() % 500) * 2 * 4);
+    expect_run("timeout 60", args, 3, "rkv demo: worker process");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (s > 20)
+        fail_msg("rkv demo took %.1f s to stop after its workers failed:\n%s", s, out);
+}
+
+/* A bench's settings are checked before anything starts (an unknown one
+ * failed in the first cluster, after the limits were measured); the shape
+ * of its clusters is its own (a --num-workers here won over it, under
+ * figures named for another shape); busy-poll is read for tcp too (it was
+ * for verbs only: --busy-poll 1 measured busy polling in both modes). */
+static void test_bench_settings_before_start(void **state)
+{
+    (void)state;
+    expect_run("", "bench shm --reps 1 --unknown-setting 1", 2,
+               "rkv bench: unknown flag '--unknown-setting'");
+    assert_null(strstr(out, "repetition"));
+    expect_run("", "bench shm --reps 1 --num-workers 4", 2,
+               "rkv bench: --num-workers: the bench sets it for each cluster it measures");
+    expect_run("", "bench tcp --reps 1 --value-bytes 4096", 2, "--value-bytes (--sizes gives");
+    expect_run("", "bench tcp --reps 1 --busy-poll 2", 2, "rkv bench: busy-poll: expected 0 or 1");
+    assert_null(strstr(out, "repetition"));
+    expect_run("", "bench shm --reps 1 --timeout-ms 0", 2, "rkv bench: config: timeout_ms");
+    assert_null(strstr(out, "repetition"));
 }
 
 /* Regression: rkv demo passes busy-poll on to its workers (it did not, so
@@ -683,6 +963,16 @@ static void test_run_reports(void **state)
     assert_int_equal(stat(p, &st), 0);
     snprintf(args, sizeof(args), "rm -rf %s.d", dir);
     assert_int_equal(system(args), 0);
+    /* The twin says where its plots went, as a tcp run does (without --out
+     * they landed in the working directory unsaid). */
+    if (access("/usr/bin/gnuplot", X_OK) == 0) {
+        snprintf(args, sizeof(args), "run %s --plot --out %s.p", yaml, dir);
+        char want[256];
+        snprintf(want, sizeof(want), "plots: %s.p/latency_cdf.png, %s.p/throughput.png", dir, dir);
+        expect_run("", args, 0, want);
+        snprintf(args, sizeof(args), "rm -rf %s.p", dir);
+        assert_int_equal(system(args), 0);
+    }
     snprintf(args, sizeof(args), "run %s --log-level loud", yaml);
     expect_run("", args, 2, "rkv run: log-level: expected a non-negative integer");
     /* A trace the twin could not write failed the run, as on tcp (it exited
@@ -733,6 +1023,18 @@ int main(void)
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
         cmocka_unit_test(test_bench_verbs_without_a_device),
+        cmocka_unit_test(test_scenario_integers),
+        cmocka_unit_test(test_calibrate_args_before_measuring),
+        cmocka_unit_test(test_launcher_line_keeps_settings),
+        cmocka_unit_test(test_predict_args_before_calibrating),
+        cmocka_unit_test(test_bench_durable_args),
+        cmocka_unit_test(test_bench_local_args),
+        cmocka_unit_test(test_run_flags_with_equals),
+        cmocka_unit_test(test_yaml_syntax_positions),
+        cmocka_unit_test(test_calibration_key_twice),
+        cmocka_unit_test(test_demo_stops_servers_after_failed_workers),
+        cmocka_unit_test(test_ls_without_a_store),
+        cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_run_reports),
     };
