@@ -527,6 +527,11 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
         if ((m == 0 || !discover) && /* else learned from server 0 at start */
             cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host, sizeof(cfg->machines[m].host),
                           err, err_len) < 0) {
+            /* Named: an RKV_HOST or DMLC_PS_ROOT_URI left in the environment
+             * was read as "host: ..." by a command with no --host. */
+            size_t k = strlen(err);
+            if (k < err_len)
+                snprintf(err + k, err_len - k, " (%s)", s->src[CMD_HOST]);
             free(cfg->machines);
             cfg->machines = NULL;
             return -1;
