@@ -574,7 +574,10 @@ static int peer_retire_idle(struct rkv_engine *e, struct rkv_peer *p)
  * (retiring idle slots of other keys when this side's half of the peer's
  * slot budget is used up). Returns 1 when tx may be posted now, 0 when it
  * waits: for its rendezvous reply, or for a busy slot to be released (every
- * release runs the waiting queue again). */
+ * release runs the waiting queue again); -RKV_EPEERDEAD when a RETIRE or
+ * RNDV_START it posted failed, which killed the peer: the kill gave back
+ * every tx of the waiting queue, tx too when it was queued there (it is
+ * not touched after the kill), and ran on_peer without the lock. */
 static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
@@ -589,9 +592,16 @@ static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     if (tx->rndv_asked)
         return 0;
     uint32_t budget = e->cfg.max_slots / 2;
-    while (p->n_rslots + p->rndv_inflight >= budget)
+    while (p->n_rslots + p->rndv_inflight >= budget) {
         if (!peer_retire_idle(e, p))
             return 0;
+        /* A RETIRE whose post failed killed the peer, and the kill put tx
+         * back in the pool when it waited in the queue: writing
+         * rndv_asked into it then left a pooled buffer that, reused for a
+         * large message, never asked for a slot and waited for ever. */
+        if (p->dead)
+            return -RKV_EPEERDEAD;
+    }
     struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
                         .req_id = eng_req_of(tx->buf),
                         .tensor_id = key >> 8,
@@ -600,7 +610,7 @@ static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     p->rndv_inflight++;
     e->st.rndv_starts++;
     peer_ctrl(e, p, &h, NULL, tx->len + tx->ext_bytes);
-    return 0;
+    return p->dead ? -RKV_EPEERDEAD : 0;
 }
 
 /* Starts waiting transmits in order, up to the first large one that still
@@ -612,8 +622,8 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
     RKV_ASSERT_HELD(e->port, e->mu);
     struct rkv_tx *tx;
     while (!p->dead && (tx = p->waiting.head) != NULL) {
-        if (tx->kind == ENG_TX_SLOT && !peer_acquire(e, p, tx))
-            return;
+        if (tx->kind == ENG_TX_SLOT && peer_acquire(e, p, tx) <= 0)
+            return; /* waits, or the peer died and the queue went with it */
         txq_pop(&p->waiting);
         peer_post(e, p, tx);
     }
@@ -622,8 +632,17 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
 static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     tx->kind = ENG_TX_SLOT;
-    if (!p->waiting.head && peer_acquire(e, p, tx))
+    if (p->waiting.head) {
+        txq_push(&p->waiting, tx);
+        return 0;
+    }
+    int rc = peer_acquire(e, p, tx);
+    if (rc > 0)
         return peer_post(e, p, tx);
+    if (rc < 0) { /* not queued yet: the kill did not take it */
+        tx_put(e, tx);
+        return rc;
+    }
     txq_push(&p->waiting, tx);
     return 0;
 }

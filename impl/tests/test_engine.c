@@ -131,6 +131,108 @@ static void test_drop_peer_wait_bounded(void **state)
     eng_side_close(&a);
 }
 
+/* The engine's counters of s, read under its lock. */
+static struct rkv_engine_stats eng_stats(struct eng_side *s)
+{
+    struct rkv_engine_stats st;
+    rkv_engine_get_stats(s->eng, &st);
+    return st;
+}
+
+static void eng_set_hold(struct eng_side *s, int hold)
+{
+    s->port->ops->mutex_lock(s->mu);
+    s->hold = hold;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+}
+
+/* Waits (2 s at most) until done(s) holds, looking every 5 ms. */
+static int eng_until(struct eng_side *s, int (*done)(struct eng_side *, uint64_t), uint64_t arg)
+{
+    uint64_t deadline = s->port->ops->now_ns(s->port) + 2000000000ull;
+    while (!done(s, arg) && s->port->ops->now_ns(s->port) < deadline)
+        s->port->ops->sleep_ns(s->port, 5000000ull);
+    return done(s, arg);
+}
+
+static int eng_released(struct eng_side *s, uint64_t n)
+{
+    return eng_stats(s).releases >= n;
+}
+
+static int eng_credited(struct eng_side *s, uint64_t n)
+{
+    return eng_stats(s).credit_msgs >= n;
+}
+
+static int eng_holding(struct eng_side *s, uint64_t unused)
+{
+    (void)unused;
+    s->port->ops->mutex_lock(s->mu);
+    int h = s->holding;
+    s->port->ops->mutex_unlock(s->mu);
+    return h;
+}
+
+/* Regression: a large message waiting for a slot, whose turn came with a
+ * release, retired an idle slot of another key to make room; the RETIRE's
+ * post failed (the connection had just broken), which killed the peer, and
+ * the kill gave every waiting message back to the pool, this one too. The
+ * engine went on with it: it marked the pooled buffer as having asked for
+ * a rendezvous, so the next large message that got it (here to another
+ * peer) never asked for a slot and waited for ever. */
+static void test_retire_kill_leaves_pool_clean(void **state)
+{
+    (void)state;
+    struct eng_side a, b, c;
+    eng_side_open(&a, &nic_suite_tcp_env, "a", &(struct eng_side_cfg){.rx_depth = 16});
+    /* max_slots 4: b may hold two slots at a (half of them). */
+    eng_side_open(&b, &nic_suite_tcp_env, "b",
+                  &(struct eng_side_cfg){.rx_depth = 16, .max_slots = 4, .busy_poll = 1});
+    eng_pair_connect(&a, &b);
+    assert_non_null(eng_wait_peer(&a));
+    /* Two keys, two cached slots, both given back: the budget is used up. */
+    eng_send_push(&b, 1, 1, 4, 4096);
+    eng_wait_seen(&a, 1);
+    eng_send_push(&b, 2, 2, 4, 4096);
+    eng_wait_seen(&a, 2);
+    assert_true(eng_until(&b, eng_released, 2));
+    /* Both slots busy while a holds its progress task in on_msg; a third
+     * key finds nothing to retire and waits in the queue. */
+    eng_set_hold(&a, 1);
+    eng_send_push(&b, 3, 1, 4, 4096);
+    eng_send_push(&b, 4, 2, 4, 4096);
+    assert_true(eng_until(&a, eng_holding, 0));
+    eng_send_push(&b, 5, 3, 4, 4096);
+    assert_int_equal(eng_stats(&b).rndv_starts, 2);
+    /* b polls only here from now on: its NIC's reader takes the release a
+     * sends, then the end of the connection a closes after it. */
+    rkv_engine_inline_begin(b.eng);
+    uint64_t credits = eng_stats(&a).credit_msgs;
+    eng_set_hold(&a, 0);
+    eng_wait_seen(&a, 4);
+    assert_true(eng_until(&a, eng_credited, credits + 1));
+    a.port->ops->sleep_ns(a.port, 100000000ull);
+    assert_int_equal(rkv_engine_drop_peer_wait(a.eng, a.peer, 1000), 0);
+    b.port->ops->sleep_ns(b.port, 100000000ull);
+    /* The release runs b's queue: its head retires the idle slot, whose
+     * post fails on the broken connection. */
+    rkv_engine_poll_inline(b.eng);
+    rkv_engine_inline_end(b.eng);
+    assert_true(rkv_peer_dead(b.peer));
+    /* The buffer the kill gave back serves a large message to another
+     * peer: it asks for its slot and arrives. */
+    eng_side_open(&c, &nic_suite_tcp_env, "c", &(struct eng_side_cfg){.rx_depth = 16});
+    eng_pair_connect(&c, &b);
+    eng_send_push(&b, 6, 4, 4, 4096);
+    eng_wait_seen(&c, 1);
+    assert_int_equal(c.bad, 0);
+    eng_side_close(&b);
+    eng_side_close(&c);
+    eng_side_close(&a);
+}
+
 int main(void)
 {
     int failed = engine_suite_run(&nic_suite_tcp_env);
@@ -138,6 +240,7 @@ int main(void)
         cmocka_unit_test(test_inline_poll_takes_over),
         cmocka_unit_test(test_put_tx_failed_midway_holds_buffer),
         cmocka_unit_test(test_drop_peer_wait_bounded),
+        cmocka_unit_test(test_retire_kill_leaves_pool_clean),
     };
     return failed + cmocka_run_group_tests_name("engine over tcp only", tests, NULL, NULL);
 }
