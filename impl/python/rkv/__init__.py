@@ -529,6 +529,10 @@ class Config:
                   "environment or the default then decides)" % key, TypeError)
         if isinstance(value, bool):
             value = int(value)
+        # str(b"ip.txt") is "b'ip.txt'": a path given as bytes named a file
+        # that does not exist.
+        if isinstance(value, (bytes, bytearray)):
+            value = os.fsdecode(bytes(value))
         value = str(value)
         # C reads "ip.txt\0.bak" as "ip.txt": the rest would go unseen.
         if "\0" in key or "\0" in value:
@@ -703,6 +707,9 @@ class Server:
             self._srv = None
 
     def __enter__(self):
+        # "with" on a closed one went in, and failed only at its first call.
+        if self._srv is None:
+            _fail(-EINVAL, "server is closed")
         return self
 
     def __exit__(self, *exc):
@@ -1087,12 +1094,15 @@ class Client:
 
     def _rows(self, m, data, n):
         a = _as_numpy(data, values=True, what="tensor '%s': data" % m.name)
+        wide = a.ndim >= 2 and int(np.prod(a.shape[1:])) != m.row_len
         if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
-                (a.ndim == 0 or a.shape[0] == n):
+                (a.ndim == 0 or a.shape[0] == n) and not wide:
             return a
         if a.dtype != m.dtype and not (a.size == 0 and n == 0):  # [] is no rows of any dtype
             a = _cast_rows(m, a)
-        if a.size != n * m.row_len or (a.ndim > 0 and a.shape[0] != n and n > 0):
+        # An empty push's rows have no elements to count: a (0, 5) for rows
+        # of 3 was taken, where (1, 5) is refused.
+        if a.size != n * m.row_len or (a.ndim > 0 and a.shape[0] != n and n > 0) or wide:
             _fail(-EDTYPE, "tensor '%s': %d ids need %d x %s values, got shape %s"
                   % (m.name, n, n, m.row_shape, a.shape))
         return np.ascontiguousarray(a, dtype=m.dtype)
@@ -1213,7 +1223,7 @@ class Client:
                 # Flat (n x L elements), or n rows as push takes them: an out of
                 # (3, 2) for 2 rows of 3, or a transposed (L, n) view, was filled
                 # in its own C order, each row spread over its rows, silently.
-                if o.ndim >= 2 and o.shape[0] != n:
+                if o.ndim >= 2 and (o.shape[0] != n or int(np.prod(o.shape[1:])) != out_len):
                     _fail(-EDTYPE, "out: shape %s for %d rows of %d: expected (%d, ...) or flat"
                           % (tuple(o.shape), n, out_len, n))
                 # Only where every value fits: int32 2**31-1 came out as -1 in an
@@ -1406,6 +1416,9 @@ class Client:
             self._registered.clear()
 
     def __enter__(self):
+        # "with" on a closed one went in, and failed only at its first call.
+        if self._cli is None:
+            _fail(-ESHUTDOWN, "client is closed")
         return self
 
     def __exit__(self, *exc):

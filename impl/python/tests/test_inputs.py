@@ -3,6 +3,8 @@ cast to the tensor's dtype only where every value fits, ids are 1-D
 integers (an empty list too), names have no NUL byte, out is an array.
 Refusals are rkv.Error, and also Python's own OverflowError, ValueError or
 TypeError where one fits."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -461,3 +463,34 @@ def test_pull_with_ids_inside_out(client):
     t = torch.tensor([[2, 3], [0, 0]])
     client.pull("al", t.view(-1)[:2], out=t)
     np.testing.assert_array_equal(t.numpy(), [[4, 5], [6, 7]])
+
+
+def test_empty_rows_of_another_width_are_refused(client):
+    """A push or pull of no ids took rows of any width ((0, 5) for rows of 3),
+    where one id with (1, 5) is refused: the same mistake, said either way."""
+    client.init_data("w", (4, 3), "float32")
+    for bad in (np.zeros((0, 5), np.float32), torch.zeros(0, 2), np.zeros((0, 3, 2))):
+        e = refused(rkv.Error, client.push, "w", [], bad)
+        assert e.code == -rkv.EDTYPE and "0 ids need 0 x" in e.message, e.message
+        e = refused(rkv.Error, client.pull, "w", [], out=bad)
+        assert e.code == -rkv.EDTYPE and "for 0 rows of 3" in e.message, e.message
+    client.push("w", [], np.zeros((0, 3), np.float32))
+    client.push("w", [], np.zeros((0, 3, 1), np.float32))
+    client.pull("w", [], out=np.zeros((0, 3), np.float32))
+
+
+def test_with_on_a_closed_client(cluster):
+    """`with` on a closed client went in, and failed only at its first call."""
+    c = cluster.client()
+    assert c.__enter__() is c  # a live one goes in
+    c.shut_down()
+    c.close()
+    assert refused(rkv.Error, c.__enter__).code == -rkv.ESHUTDOWN
+
+
+def test_a_path_given_as_bytes_is_the_path(tmp_path):
+    """Config(cluster=b"ip.txt") read a file named "b'ip.txt'"."""
+    f = tmp_path / "ip.txt"
+    f.write_text("127.0.0.1 7700\n")
+    assert rkv.Config(cluster=os.fsencode(str(f))).get("cluster") == str(f)
+    assert rkv.Config(cluster=bytearray(os.fsencode(str(f)))).get("cluster") == str(f)
