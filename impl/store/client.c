@@ -780,13 +780,23 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
 /* After attempt `attempt` of a request to server 0 failed with rc: 0 when
  * it is to be sent again (server 0 is gone, the budget is not spent: this
  * slept the backoff and redialled it), else the error to return. */
-static int cli_again0(struct rkv_client *c, int rc, uint64_t start, uint64_t retry_budget_ms,
-                      uint64_t *backoff_ms, uint32_t attempt, const char *what)
+static int cli_again0(struct rkv_client *c, int rc, int send_refused, uint64_t start,
+                      uint64_t retry_budget_ms, uint64_t *backoff_ms, uint32_t attempt,
+                      const char *what)
 {
     struct cli_server *srv = c->srv0;
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t deadline = start + retry_budget_ms * 1000000ull;
-    if (rc != -RKV_EPEERDEAD || !retry_budget_ms || c->observer || !cli_srv_dead(c, srv))
+    /* A send refused with EPEERDEAD met a dead connection whatever srv->dead
+     * says yet: the engine marks its peer dead, then runs cli_on_peer
+     * outside its lock, and a send in between failed the call at once
+     * instead of retrying (test_durable, once in CI: "server 0: peer
+     * disconnected or died" right after server 0 was killed). The retry's
+     * backoff gives cli_on_peer its turn, and cli_revive then redials. An
+     * EPEERDEAD in a reply, with the connection up, is server 0's answer
+     * (a barrier failed by a client that left). */
+    if (rc != -RKV_EPEERDEAD || !retry_budget_ms || c->observer ||
+        (!send_refused && !cli_srv_dead(c, srv)))
         return rc;
     uint64_t now = po->now_ns(c->port);
     if (now >= deadline)
@@ -825,6 +835,7 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
         struct rkv_hdr h = *h0;
         struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
         int rc = cli_send_simple(c, srv, &h, body, &r, what);
+        int send_refused = rc == -RKV_EPEERDEAD;
         if (rc == 0) {
             rc = cli_wait_keep(c, &r, 1, wait_ms, what);
             if (rc == 0) {
@@ -837,7 +848,8 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
             }
             cli_release(c, &r, 1);
         }
-        if ((rc = cli_again0(c, rc, start, retry_budget_ms, &backoff_ms, attempt, what)) < 0)
+        if ((rc = cli_again0(c, rc, send_refused, start, retry_budget_ms, &backoff_ms, attempt,
+                             what)) < 0)
             return rc;
     }
 }
@@ -2891,7 +2903,7 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
     for (uint32_t attempt = 1;; attempt++) {
         int rc = cli_list_once(c, metas, cap, n_p);
         if (rc == 0 ||
-            (rc = cli_again0(c, rc, start, c->cfg.retry_ms, &backoff_ms, attempt, "list")) < 0)
+            (rc = cli_again0(c, rc, 0, start, c->cfg.retry_ms, &backoff_ms, attempt, "list")) < 0)
             return rc;
     }
 }
