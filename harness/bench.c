@@ -17,6 +17,7 @@
  *   verbs: over an RDMA device (ci/softroce), vs perftest's ib_write_bw and
  *          ib_write_lat on the same device; the smallest size once more with
  *          the other busy-poll setting, for the latency in both modes */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1080,29 +1081,28 @@ static int bench_args(struct bench *b, int argc, char **argv, char *err, size_t 
  * figures named 1x1 were measured on another shape. */
 static int bench_check_settings(struct bench *b, char *err, size_t err_len)
 {
-    static const struct {
-        enum cmd_key key;
-        const char *flag;
-    } shape[] = {{CMD_MACHINES, "--machines"},
-                 {CMD_SERVERS_PER_MACHINE, "--servers-per-machine"},
-                 {CMD_NUM_SERVERS, "--num-servers"},
-                 {CMD_NUM_WORKERS, "--num-workers"},
-                 {CMD_CLUSTER, "--cluster"},
-                 {CMD_VALUE_BYTES, "--value-bytes (--sizes gives them)"},
-                 {CMD_ROWS, "--rows"},
-                 {CMD_ROUNDS, "--rounds"},
-                 {CMD_BACKEND, "--backend"},
-                 {CMD_HOST, "--host (verbs: RKV_HOST)"}};
+    /* verbs takes its host from RKV_HOST (as the launcher gives it); tcp's
+     * clusters are on loopback, where --host is only checked. */
+    static const enum cmd_key shape[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE,
+                                         CMD_NUM_SERVERS, CMD_NUM_WORKERS,
+                                         CMD_CLUSTER,     CMD_VALUE_BYTES,
+                                         CMD_ROWS,        CMD_ROUNDS,
+                                         CMD_BACKEND,     CMD_HOST};
+    size_t n_shape = sizeof(shape) / sizeof(shape[0]);
+    assert(shape[n_shape - 1] == CMD_HOST);
+    n_shape -= b->mode != BENCH_VERBS;
     struct cmd_settings *s = calloc(1, sizeof(*s));
     if (!s)
         return rkv_errf(err, err_len, -1, "out of memory");
     uint64_t v = 0;
     int rc = cmd_settings_load(s, b->n_extra, b->extra, err, err_len);
-    for (size_t i = 0; rc == 0 && i < sizeof(shape) / sizeof(shape[0]); i++)
-        if (!strcmp(s->src[shape[i].key], "flag") &&
-            (shape[i].key != CMD_HOST || b->mode == BENCH_VERBS))
-            rc = rkv_errf(err, err_len, -1, "%s: the bench sets it for each cluster it measures",
-                          shape[i].flag);
+    int given = rc == 0 ? cmd_first_flag(s, shape, n_shape) : -1;
+    if (given >= 0)
+        rc = rkv_errf(err, err_len, -1, "%s%s: the bench sets it for each cluster it measures",
+                      cmd_key_flag(shape[given]),
+                      shape[given] == CMD_VALUE_BYTES ? " (--sizes gives them)"
+                      : shape[given] == CMD_HOST      ? " (verbs: RKV_HOST)"
+                                                      : "");
     /* As the first cluster gets them: its shape flags, then these. */
     char *argv[8 + BENCH_MAX_EXTRA] = {"--machines",
                                        "1",

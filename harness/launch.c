@@ -879,60 +879,29 @@ static int demo_setup(struct demo *d, struct cmd_settings *s, int argc, char **a
     return demo_configure(d, s);
 }
 
-/* The flag each setting reaches a child by. NULL: the launcher sets it for
- * each child itself (role, machine, server). Every other setting is passed
- * to every child, default or not, so that the child's own environment
- * cannot make it see another value than the launcher checked. */
-static const char *const demo_flags[CMD_KEY_COUNT_] = {
-    [CMD_CLUSTER] = "--cluster",
-    [CMD_HOST] = "--host",
-    [CMD_BASE_PORT] = "--base-port",
-    [CMD_MACHINES] = "--machines",
-    [CMD_SERVERS_PER_MACHINE] = "--servers-per-machine",
-    [CMD_NUM_SERVERS] = "--num-servers",
-    [CMD_NUM_WORKERS] = "--num-workers",
-    [CMD_BACKEND] = "--backend",
-    [CMD_TIMEOUT_MS] = "--timeout-ms",
-    [CMD_CONNECT_RETRY_MS] = "--connect-retry-ms",
-    [CMD_RX_DEPTH] = "--rx-depth",
-    [CMD_CTRL_BUF_BYTES] = "--ctrl-buf-bytes",
-    [CMD_SLOTS] = "--slots",
-    [CMD_MAX_SLOT_BYTES] = "--max-slot-bytes",
-    [CMD_SHM_PREFIX] = "--shm-prefix",
-    [CMD_SEED] = "--seed",
-    [CMD_LOG_LEVEL] = "--log-level",
-    [CMD_ROWS] = "--rows",
-    [CMD_VALUE_BYTES] = "--value-bytes",
-    [CMD_ROUNDS] = "--rounds",
-    [CMD_SCENARIO] = "--scenario",
-    [CMD_DISCOVER] = "--discover",
-    [CMD_DURABLE_DIR] = "--durable-dir",
-    [CMD_DURABLE_LOG_PREWRITE] = "--durable-log-prewrite",
-    [CMD_RETRY_MS] = "--retry-ms",
-    [CMD_ZERO_COPY_BYTES] = "--zero-copy-bytes",
-    [CMD_BUSY_POLL] = "--busy-poll",
-    [CMD_SECRET_FILE] = "--secret-file",
-    [CMD_HELLO_TIMEOUT_MS] = "--hello-timeout-ms",
-    [CMD_IDLE_TIMEOUT_MS] = "--idle-timeout-ms",
-    [CMD_NODE_HOST] = "--node-host",
-    [CMD_INTERFACE] = "--interface",
-    [CMD_VERBS_DEV] = "--verbs-dev",
-    [CMD_VERBS_TOS] = "--verbs-tos",
-    [CMD_VERBS_SL] = "--verbs-sl",
-    [CMD_VERBS_GID_INDEX] = "--verbs-gid-index",
-    [CMD_VERBS_MTU] = "--verbs-mtu",
-    [CMD_VERBS_SRQ_DEPTH] = "--verbs-srq-depth",
-};
+/* The settings the launcher sets for each child itself (role, machine,
+ * server). Every other setting is passed to every child by its flag,
+ * default or not, so that the child's own environment cannot make it see
+ * another value than the launcher checked. */
+static const enum cmd_key demo_per_child[] = {CMD_ROLE, CMD_MACHINE_ID, CMD_SERVER_ID};
+
+static int demo_is_per_child(int k)
+{
+    for (size_t i = 0; i < sizeof(demo_per_child) / sizeof(demo_per_child[0]); i++)
+        if ((int)demo_per_child[i] == k)
+            return 1;
+    return 0;
+}
 
 int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
 {
     int n = 0;
     for (int k = 0; k < CMD_KEY_COUNT_; k++) {
-        if (!demo_flags[k])
+        if (demo_is_per_child(k))
             continue;
         if (n + 2 > cap)
             return -1;
-        argv[n++] = (char *)demo_flags[k];
+        argv[n++] = (char *)cmd_key_flag((enum cmd_key)k);
         argv[n++] = (char *)s->val[k];
     }
     return n;
@@ -941,18 +910,11 @@ int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
 /* The settings the launcher sets per child, given to the launcher itself. */
 static int demo_refuse_per_child(const struct demo *d, const struct cmd_settings *s)
 {
-    static const struct {
-        enum cmd_key k;
-        const char *flag;
-    } per_child[] = {
-        {CMD_ROLE, "--role"}, {CMD_MACHINE_ID, "--machine-id"}, {CMD_SERVER_ID, "--server-id"}};
-    for (size_t i = 0; i < sizeof(per_child) / sizeof(per_child[0]); i++) {
-        assert(!demo_flags[per_child[i].k]);
-        if (!strcmp(s->src[per_child[i].k], "flag")) {
-            fprintf(stderr, "%s: %s: the launcher sets it for each process it starts\n", d->cmd,
-                    per_child[i].flag);
-            return -1;
-        }
+    int i = cmd_first_flag(s, demo_per_child, sizeof(demo_per_child) / sizeof(demo_per_child[0]));
+    if (i >= 0) {
+        fprintf(stderr, "%s: %s: the launcher sets it for each process it starts\n", d->cmd,
+                cmd_key_flag(demo_per_child[i]));
+        return -1;
     }
     return 0;
 }
@@ -1251,12 +1213,11 @@ static int run_refuse_sized(const struct cmd_settings *s)
                                          CMD_CLUSTER,     CMD_SCENARIO,
                                          CMD_ROWS,        CMD_VALUE_BYTES,
                                          CMD_ROUNDS};
-    for (size_t i = 0; i < sizeof(sized) / sizeof(sized[0]); i++) {
-        if (!strcmp(s->src[sized[i]], "flag")) {
-            fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
-                    demo_flags[sized[i]]);
-            return -1;
-        }
+    int i = cmd_first_flag(s, sized, sizeof(sized) / sizeof(sized[0]));
+    if (i >= 0) {
+        fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
+                cmd_key_flag(sized[i]));
+        return -1;
     }
     return 0;
 }
@@ -1589,15 +1550,14 @@ int rkv_launch_twin_store(const struct cmd_settings *s, const struct rkv_scenari
                                          CMD_INTERFACE,      CMD_VERBS_DEV,       CMD_VERBS_TOS,
                                          CMD_VERBS_SL,       CMD_VERBS_GID_INDEX, CMD_VERBS_MTU,
                                          CMD_VERBS_SRQ_DEPTH};
-    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
-        if (refuse_owned && !strcmp(s->src[owned[i]], "flag")) {
-            snprintf(err, err_len,
-                     "%s has no meaning in the twin (it names its own hosts, ports and "
-                     "segments; the scenario's sim: section is its network): drop it, or run "
-                     "on a real backend (--backend tcp|verbs)",
-                     demo_flags[owned[i]]);
-            return -1;
-        }
+    int given = refuse_owned ? cmd_first_flag(s, owned, sizeof(owned) / sizeof(owned[0])) : -1;
+    if (given >= 0) {
+        snprintf(err, err_len,
+                 "%s has no meaning in the twin (it names its own hosts, ports and "
+                 "segments; the scenario's sim: section is its network): drop it, or run "
+                 "on a real backend (--backend tcp|verbs)",
+                 cmd_key_flag(owned[given]));
+        return -1;
     }
     if (cmd_build_config(s, cfg, err, err_len) < 0)
         return -1;

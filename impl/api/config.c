@@ -17,7 +17,10 @@
 #include "util/util.h"
 
 struct cmd_opt {
-    const char *name; /* flag --name (dashes), env RKV_NAME (upper, underscores) */
+    /* "--name": the flag, and from its third character the setting's name
+     * in messages (one string, so the launcher, the bench and the node
+     * name a flag as the parser reads it); env RKV_NAME. */
+    const char *flag;
     const char *env;
     const char *aliases; /* space-separated env vars accepted too */
     const char *def;
@@ -25,118 +28,133 @@ struct cmd_opt {
 };
 
 static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
-    [CMD_ROLE] = {"role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
+    [CMD_ROLE] = {"--role", "RKV_ROLE", "DMLC_ROLE DGL_ROLE", "",
                   "server, worker (DGL: client) or scheduler (`rkv node`; DMLC_ROLE: ps-lite's "
                   "launch, ids from the scheduler)"},
     [CMD_CLUSTER] =
-        {"cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
+        {"--cluster", "RKV_CLUSTER", "DGL_IP_CONFIG", "",
          "cluster file (DGL's ip_config.txt): 'host [base_port [servers]]' per machine"},
-    [CMD_HOST] = {"host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
+    [CMD_HOST] = {"--host", "RKV_HOST", "DMLC_PS_ROOT_URI", "127.0.0.1",
                   "host of the machines without a cluster file; A,B,...: machine m on the "
                   "(m mod n)-th (the launcher gives each process its machine's as RKV_HOST)"},
-    [CMD_BASE_PORT] = {"base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
+    [CMD_BASE_PORT] = {"--base-port", "RKV_BASE_PORT", "DMLC_PS_ROOT_PORT", "29500",
                        "first server port of a one-machine cluster"},
-    [CMD_MACHINES] = {"machines", "RKV_MACHINES", "", "1",
+    [CMD_MACHINES] = {"--machines", "RKV_MACHINES", "", "1",
                       "machines simulated on this host by `rkv demo`"},
-    [CMD_SERVERS_PER_MACHINE] = {"servers-per-machine", "RKV_SERVERS_PER_MACHINE", "DGL_NUM_SERVER",
-                                 "1", "servers sharing each machine's shard"},
-    [CMD_NUM_SERVERS] = {"num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
+    [CMD_SERVERS_PER_MACHINE] = {"--servers-per-machine", "RKV_SERVERS_PER_MACHINE",
+                                 "DGL_NUM_SERVER", "1", "servers sharing each machine's shard"},
+    [CMD_NUM_SERVERS] = {"--num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
                          "total servers (one-machine cluster: sets servers-per-machine)"},
-    [CMD_NUM_WORKERS] = {"num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1",
+    [CMD_NUM_WORKERS] = {"--num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1",
                          "workers (clients) that will join"},
-    [CMD_MACHINE_ID] = {"machine-id", "RKV_MACHINE_ID", "", "0",
+    [CMD_MACHINE_ID] = {"--machine-id", "RKV_MACHINE_ID", "", "0",
                         "machine this process runs on (index in the cluster file)"},
-    [CMD_SERVER_ID] = {"server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "",
+    [CMD_SERVER_ID] = {"--server-id", "RKV_SERVER_ID", "DGL_SERVER_ID", "",
                        "global server id (sets machine-id and the local index)"},
-    [CMD_BACKEND] = {"backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp, verbs, sim"},
-    [CMD_TIMEOUT_MS] = {"timeout-ms", "RKV_TIMEOUT_MS", "", "30000",
+    [CMD_BACKEND] = {"--backend", "RKV_BACKEND", "", "tcp", "NIC backend: tcp, verbs, sim"},
+    [CMD_TIMEOUT_MS] = {"--timeout-ms", "RKV_TIMEOUT_MS", "", "30000",
                         "per-request timeout (not a barrier's: it waits for the slowest worker)"},
-    [CMD_CONNECT_RETRY_MS] = {"connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000",
+    [CMD_CONNECT_RETRY_MS] = {"--connect-retry-ms", "RKV_CONNECT_RETRY_MS", "", "30000",
                               "how long clients retry connecting to servers that are not up yet"},
-    [CMD_RX_DEPTH] = {"rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64",
+    [CMD_RX_DEPTH] = {"--rx-depth", "RKV_RX_DEPTH", "BYTEPS_RDMA_RX_DEPTH", "64",
                       "posted receive buffers per connection (same on every node)"},
-    [CMD_CTRL_BUF_BYTES] = {"ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192",
+    [CMD_CTRL_BUF_BYTES] = {"--ctrl-buf-bytes", "RKV_CTRL_BUF_BYTES", "", "8192",
                             "largest message sent inline; larger ones use the rendezvous"},
-    [CMD_SLOTS] = {"slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
-    [CMD_MAX_SLOT_BYTES] = {"max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824",
+    [CMD_SLOTS] = {"--slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
+    [CMD_MAX_SLOT_BYTES] = {"--max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824",
                             "largest single message"},
-    [CMD_SHM_PREFIX] = {"shm-prefix", "RKV_SHM_PREFIX", "", "",
+    [CMD_SHM_PREFIX] = {"--shm-prefix", "RKV_SHM_PREFIX", "", "",
                         "shared-memory name prefix (default rkv-<base port>)"},
-    [CMD_SEED] = {"seed", "RKV_SEED", "", "1", "seed of every random choice"},
-    [CMD_LOG_LEVEL] = {"log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1",
+    [CMD_SEED] = {"--seed", "RKV_SEED", "", "1", "seed of every random choice"},
+    [CMD_LOG_LEVEL] = {"--log-level", "RKV_LOG_LEVEL", "PS_VERBOSE", "1",
                        "0 error, 1 warn, 2 info, 3 debug"},
-    [CMD_ROWS] = {"rows", "RKV_ROWS", "", "4096", "workload: rows per tensor"},
-    [CMD_VALUE_BYTES] = {"value-bytes", "RKV_VALUE_BYTES", "", "65536",
+    [CMD_ROWS] = {"--rows", "RKV_ROWS", "", "4096", "workload: rows per tensor"},
+    [CMD_VALUE_BYTES] = {"--value-bytes", "RKV_VALUE_BYTES", "", "65536",
                          "workload: bytes per row in the timed phase"},
-    [CMD_ROUNDS] = {"rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
-    [CMD_SCENARIO] = {"scenario", "RKV_SCENARIO", "", "",
+    [CMD_ROUNDS] = {"--rounds", "RKV_ROUNDS", "", "3", "workload: rounds of each checked phase"},
+    [CMD_SCENARIO] = {"--scenario", "RKV_SCENARIO", "", "",
                       "workers run this scenario file's workload"},
-    [CMD_DISCOVER] = {"discover", "RKV_DISCOVER", "", "0",
+    [CMD_DISCOVER] = {"--discover", "RKV_DISCOVER", "", "0",
                       "1: only machine 0's host is known; the other servers announce their "
                       "address to server 0"},
-    [CMD_DURABLE_DIR] = {"durable-dir", "RKV_DURABLE_DIR", "", "",
+    [CMD_DURABLE_DIR] = {"--durable-dir", "RKV_DURABLE_DIR", "", "",
                          "durable mode: a push is acknowledged once a snapshot holding it is "
                          "synced here; a restarted server loads its machine's snapshot"},
-    [CMD_DURABLE_LOG_PREWRITE] = {"durable-log-prewrite", "RKV_DURABLE_LOG_PREWRITE", "", "0",
+    [CMD_DURABLE_LOG_PREWRITE] = {"--durable-log-prewrite", "RKV_DURABLE_LOG_PREWRITE", "", "0",
                                   "durable mode: bytes of zeros a new log file is written with "
                                   "(and one spare kept) so that commits overwrite disk blocks "
                                   "instead of growing the file; 0: logs grow, reused after a "
                                   "checkpoint"},
-    [CMD_RETRY_MS] = {"retry-ms", "RKV_RETRY_MS", "", "0",
+    [CMD_RETRY_MS] = {"--retry-ms", "RKV_RETRY_MS", "", "0",
                       "clients retry requests to a dead server this long (it may restart); "
                       "0: fail at once with a dead-peer error"},
-    [CMD_ZERO_COPY_BYTES] = {"zero-copy-bytes", "RKV_ZERO_COPY_BYTES", "", "65536",
+    [CMD_ZERO_COPY_BYTES] = {"--zero-copy-bytes", "RKV_ZERO_COPY_BYTES", "", "65536",
                              "a push or pull part for one remote server of at least this many "
                              "row bytes moves from/to the caller's buffer without a copy; 0: "
                              "never"},
-    [CMD_BUSY_POLL] = {"busy-poll", "RKV_BUSY_POLL", "", "0",
+    [CMD_BUSY_POLL] = {"--busy-poll", "RKV_BUSY_POLL", "", "0",
                        "1: a client call polls the NIC itself while it waits, and a node "
                        "spins for 20 ms after each completion before it sleeps (lowest "
                        "latency, a core per spinning thread); 0: threads sleep until woken"},
     /* The secret itself only from a file or RKV_TOKEN: a flag's value is
      * visible to every user of the host (ps). */
-    [CMD_SECRET_FILE] = {"secret-file", "RKV_SECRET_FILE", "", "",
+    [CMD_SECRET_FILE] = {"--secret-file", "RKV_SECRET_FILE", "", "",
                          "file holding the cluster's shared secret (any text; one trailing "
                          "newline ignored); else RKV_TOKEN's text; none: anyone who reaches a "
                          "server's port can join"},
-    [CMD_HELLO_TIMEOUT_MS] = {"hello-timeout-ms", "RKV_HELLO_TIMEOUT_MS", "", "5000",
+    [CMD_HELLO_TIMEOUT_MS] = {"--hello-timeout-ms", "RKV_HELLO_TIMEOUT_MS", "", "5000",
                               "a connection that has not proved the secret by then is dropped"},
-    [CMD_IDLE_TIMEOUT_MS] = {"idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
+    [CMD_IDLE_TIMEOUT_MS] = {"--idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
                              "a connection to a server that sends no message this long is "
                              "dropped (clients redial with retry-ms); 0: never"},
-    [CMD_NODE_HOST] = {"node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
+    [CMD_NODE_HOST] = {"--node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
                        "under DMLC_ROLE: the address this node gives the scheduler (default: "
                        "--interface's, else the one it reached the scheduler from)"},
-    [CMD_INTERFACE] = {"interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
+    [CMD_INTERFACE] = {"--interface", "RKV_INTERFACE", "DMLC_INTERFACE", "",
                        "under DMLC_ROLE: the network interface whose IPv4 address this node "
                        "gives the scheduler"},
     /* The verbs NIC's own knobs; their env vars are the ones it read before
      * they were settings. Empty: the NIC's default. */
-    [CMD_VERBS_DEV] = {"verbs-dev", "RKV_VERBS_DEV", "", "",
+    [CMD_VERBS_DEV] = {"--verbs-dev", "RKV_VERBS_DEV", "", "",
                        "verbs: the RDMA device, NAME or NAME:PORT (default: the port that owns "
                        "this node's host address, else the first active one)"},
-    [CMD_VERBS_TOS] = {"verbs-tos", "RKV_VERBS_TOS", "", "",
+    [CMD_VERBS_TOS] = {"--verbs-tos", "RKV_VERBS_TOS", "", "",
                        "verbs: IP traffic class of RoCE v2 packets, 0..255 (a PFC fabric's "
                        "lossless class; default rdma_cm's)"},
-    [CMD_VERBS_SL] = {"verbs-sl", "RKV_VERBS_SL", "", "",
+    [CMD_VERBS_SL] = {"--verbs-sl", "RKV_VERBS_SL", "", "",
                       "verbs: InfiniBand service level, 0..15 (default the path's)"},
-    [CMD_VERBS_GID_INDEX] = {"verbs-gid-index", "RKV_VERBS_GID_INDEX", "", "",
+    [CMD_VERBS_GID_INDEX] = {"--verbs-gid-index", "RKV_VERBS_GID_INDEX", "", "",
                              "verbs: source GID index on RoCE, 0..65535 (default rdma_cm's)"},
-    [CMD_VERBS_MTU] = {"verbs-mtu", "RKV_VERBS_MTU", "", "",
+    [CMD_VERBS_MTU] = {"--verbs-mtu", "RKV_VERBS_MTU", "", "",
                        "verbs: the largest path MTU this node announces and uses: 256, 512, "
                        "1024, 2048 or 4096 (default the port's; a connection takes the smaller "
                        "end's)"},
-    [CMD_VERBS_SRQ_DEPTH] = {"verbs-srq-depth", "RKV_VERBS_SRQ_DEPTH", "", "",
+    [CMD_VERBS_SRQ_DEPTH] = {"--verbs-srq-depth", "RKV_VERBS_SRQ_DEPTH", "", "",
                              "verbs: most buffers of the NIC's shared receive pool, 0..1048576 "
                              "(0: a receive queue per peer; default 16384)"},
 };
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cmd_opts) / sizeof(cmd_opts[0]) == CMD_KEY_COUNT_, "settings table");
+#define CMD_NAME(k) (cmd_opts[k].flag + 2)
+
+const char *cmd_key_flag(enum cmd_key k)
+{
+    assert(k >= 0 && k < CMD_KEY_COUNT_ && !strncmp(cmd_opts[k].flag, "--", 2));
+    return cmd_opts[k].flag;
+}
+
+int cmd_first_flag(const struct cmd_settings *s, const enum cmd_key *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s->src[keys[i]], "flag"))
+            return (int)i;
+    return -1;
+}
 
 static int cmd_find_flag(const char *name, size_t len)
 {
     for (int k = 0; k < CMD_KEY_COUNT_; k++)
-        if (strlen(cmd_opts[k].name) == len && strncmp(cmd_opts[k].name, name, len) == 0)
+        if (strlen(CMD_NAME(k)) == len && strncmp(CMD_NAME(k), name, len) == 0)
             return k;
     return -1;
 }
@@ -208,7 +226,7 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
     uint64_t x = 0;
     if (rkv_parse_u64(str, &x) < 0) {
         rkv_errf(err, err_len, -1, "%s: expected a non-negative integer, got \"%s\" (%s)",
-                 cmd_opts[k].name, str, s->src[k]);
+                 CMD_NAME(k), str, s->src[k]);
         return -1; /* a constant: -O3's callers see *v set whenever 0 is returned */
     }
     *v = x;
@@ -220,7 +238,7 @@ void cmd_settings_dump(const struct cmd_settings *s, FILE *out)
     fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", "setting", "value", "default", "env var",
             "aliases", "source");
     for (int k = 0; k < CMD_KEY_COUNT_; k++)
-        fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", cmd_opts[k].name,
+        fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", CMD_NAME(k),
                 *s->val[k] ? s->val[k] : "-", *cmd_opts[k].def ? cmd_opts[k].def : "-",
                 cmd_opts[k].env, *cmd_opts[k].aliases ? cmd_opts[k].aliases : "-", s->src[k]);
 }
@@ -229,7 +247,7 @@ void cmd_settings_help(FILE *out)
 {
     fprintf(out, "settings (flag --name VALUE, env var, or alias; flags win over env):\n");
     for (int k = 0; k < CMD_KEY_COUNT_; k++)
-        fprintf(out, "  --%-20s %-24s %s [default: %s]\n", cmd_opts[k].name, cmd_opts[k].env,
+        fprintf(out, "  --%-20s %-24s %s [default: %s]\n", CMD_NAME(k), cmd_opts[k].env,
                 cmd_opts[k].help, *cmd_opts[k].def ? cmd_opts[k].def : "none");
 }
 
@@ -424,8 +442,8 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
     if (cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > UINT32_MAX) {
-        rkv_errf(err, err_len, -1, "%s: %llu is too large (%s)", cmd_opts[k].name,
-                 (unsigned long long)x, s->src[k]);
+        rkv_errf(err, err_len, -1, "%s: %llu is too large (%s)", CMD_NAME(k), (unsigned long long)x,
+                 s->src[k]);
         return -1;
     }
     *v = (uint32_t)x;
@@ -507,7 +525,7 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
                         s->src[CMD_MACHINES], RKV_MAX_MACHINES);
     if (spm == 0 || spm > 256)
         return rkv_errf(err, err_len, -1, "%s %u (%s): expected 1..256 servers per machine",
-                        cmd_opts[spm_key].name, spm, s->src[spm_key]);
+                        CMD_NAME(spm_key), spm, s->src[spm_key]);
     if (port == 0 || port > 65535)
         return rkv_errf(err, err_len, -1, "base-port %u (%s): expected 1..65535", port,
                         s->src[CMD_BASE_PORT]);
@@ -570,7 +588,7 @@ static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_
             return -1;
         if (v[l->key] > l->max)
             return rkv_errf(err, err_len, -1, "%s: %llu is above the limit %llu (%s; %s)",
-                            cmd_opts[l->key].name, (unsigned long long)v[l->key],
+                            CMD_NAME(l->key), (unsigned long long)v[l->key],
                             (unsigned long long)l->max, l->why, s->src[l->key]);
     }
     uint64_t rx = v[CMD_RX_DEPTH] * v[CMD_CTRL_BUF_BYTES]; /* both bounded: no overflow */
@@ -594,7 +612,7 @@ static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, 
     if (cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > (uint64_t)max)
-        return rkv_errf(err, err_len, -1, "%s: %llu is out of range 0..%d (%s)", cmd_opts[k].name,
+        return rkv_errf(err, err_len, -1, "%s: %llu is out of range 0..%d (%s)", CMD_NAME(k),
                         (unsigned long long)x, max, s->src[k]);
     *v = (int)x;
     *set |= bit;

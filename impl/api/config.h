@@ -67,6 +67,15 @@ struct cmd_settings {
  * with a message in err. */
 int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len);
 void cmd_settings_dump(const struct cmd_settings *s, FILE *out);
+
+/* The flag setting k is given by ("--machines"), as the parser reads it. */
+const char *cmd_key_flag(enum cmd_key k);
+
+/* The index in keys[0..n) of the first setting given as a flag on the
+ * command line, or -1. A caller that sets these itself (the launcher per
+ * child, the bench per cluster, a scenario for its cluster) refuses them
+ * by hand rather than let its own value win without a word. */
+int cmd_first_flag(const struct cmd_settings *s, const enum cmd_key *keys, size_t n);
 void cmd_settings_help(FILE *out);
 int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
                 size_t err_len);

@@ -343,26 +343,16 @@ int cmd_node_refuse_owned(const struct cmd_settings *s, const char *who)
     /* The flags node_from_scenario adds from the file and the rank won over
      * these (the last flag wins): --num-workers 3 ran as the file's 4, and
      * the workers ran the file's workload whatever --rows said. */
-    static const struct {
-        enum cmd_key k;
-        const char *flag;
-    } owned[] = {{CMD_MACHINES, "--machines"},
-                 {CMD_SERVERS_PER_MACHINE, "--servers-per-machine"},
-                 {CMD_NUM_SERVERS, "--num-servers"},
-                 {CMD_NUM_WORKERS, "--num-workers"},
-                 {CMD_MACHINE_ID, "--machine-id"},
-                 {CMD_SERVER_ID, "--server-id"},
-                 {CMD_ROWS, "--rows"},
-                 {CMD_VALUE_BYTES, "--value-bytes"},
-                 {CMD_ROUNDS, "--rounds"}};
-    for (size_t i = 0; i < sizeof(owned) / sizeof(owned[0]); i++) {
-        if (!strcmp(s->src[owned[i].k], "flag")) {
-            fprintf(stderr,
-                    "%s: %s: with --scenario the file sets the cluster's shape and workload, "
-                    "and the launcher's rank each process's place\n",
-                    who, owned[i].flag);
-            return -1;
-        }
+    static const enum cmd_key owned[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE, CMD_NUM_SERVERS,
+                                         CMD_NUM_WORKERS, CMD_MACHINE_ID,          CMD_SERVER_ID,
+                                         CMD_ROWS,        CMD_VALUE_BYTES,         CMD_ROUNDS};
+    int i = cmd_first_flag(s, owned, sizeof(owned) / sizeof(owned[0]));
+    if (i >= 0) {
+        fprintf(stderr,
+                "%s: %s: with --scenario the file sets the cluster's shape and workload, "
+                "and the launcher's rank each process's place\n",
+                who, cmd_key_flag(owned[i]));
+        return -1;
     }
     return 0;
 }
