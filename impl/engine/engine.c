@@ -104,7 +104,8 @@ struct rkv_peer {
     struct rkv_qp *qp;     /* NULL once disconnected */
     void *user;
     struct rkv_peer *touched_next;
-    uint32_t *releases; /* slot ids to give back (a stack of lslot_cap) */
+    struct rkv_peer *down_next; /* on eng->down while down_due */
+    uint32_t *releases;         /* slot ids to give back (a stack of lslot_cap) */
     uint8_t *rx_mem;
     struct rkv_mr *rx_mr;
     struct eng_lslot *lslots; /* lslot_cap entries, grown up to max_slots */
@@ -125,6 +126,7 @@ struct rkv_peer {
     uint8_t closed;   /* killed, and its QP closed by the NIC (drop_peer_wait) */
     uint8_t released; /* the owner holds no pointer to it: freed once closed */
     uint8_t waited;   /* a drop_peer_wait holds it */
+    uint8_t down_due; /* killed; on_peer(down) runs at the end of the next poll batch */
 };
 
 struct eng_closing {
@@ -164,6 +166,13 @@ struct rkv_engine {
      * hand may still name them, and the NIC frees a QP soon after close. */
     struct eng_closing *closing;
     uint32_t n_closing, cap_closing;
+    /* Killed peers whose owner has not been told yet. A kill may come from
+     * any thread that sends (a server's durable task acknowledging, a
+     * client's caller): on_peer runs where on_msg does, in a poll batch
+     * under poll_mu, so the owner's state needs no lock of its own against
+     * its message handler, and no loop that sends sees its own entries
+     * change under it. */
+    struct rkv_peer *down;
     struct rkv_peer *zombies; /* half-built peers, freed at destroy */
     struct rkv_tx *all_tx;
     struct rkv_tx *free_small;
@@ -384,6 +393,8 @@ static uint32_t peer_next_release(struct rkv_peer *p, int reply)
 }
 
 static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify);
+static void eng_wake_poller(struct rkv_engine *e);
+static void eng_down_forget(struct rkv_engine *e, struct rkv_peer *p);
 
 /* Posts tx now; the caller checked credits. */
 static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
@@ -577,7 +588,8 @@ static int peer_retire_idle(struct rkv_engine *e, struct rkv_peer *p)
  * release runs the waiting queue again); -RKV_EPEERDEAD when a RETIRE or
  * RNDV_START it posted failed, which killed the peer: the kill gave back
  * every tx of the waiting queue, tx too when it was queued there (it is
- * not touched after the kill), and ran on_peer without the lock. */
+ * not touched after the kill); the owner hears of it from the next poll
+ * batch. */
 static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
@@ -818,8 +830,8 @@ static int peer_put_one(struct rkv_engine *e, struct rkv_peer *p, const struct r
  * post kills the peer, so there is no usable QP to post it on. tx waits
  * among the peer's in-flight ones instead: eng_close_deferred gives those
  * back once qp_close returned (nic.h: the NIC lets go of buffers posted on
- * the QP), and destroy closes every QP. The kill's on_peer callback ran
- * unlocked, so the close may have happened already. */
+ * the QP), and destroy closes every QP. The close may have happened
+ * already: eng_defer_close closes at once when it cannot queue. */
 static void peer_hold_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
@@ -1185,6 +1197,7 @@ void rkv_engine_peer_release(struct rkv_engine *e, struct rkv_peer *p)
     assert(!p->released);
     p->released = 1;
     peer_kill(e, p, 0); /* no-op for a dead peer */
+    eng_down_forget(e, p);
     /* Not closed yet: eng_close_deferred reclaims it when it closes it. */
     if (p->closed)
         peer_reclaim(e, p);
@@ -1206,7 +1219,39 @@ static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
         tx_put(e, tx);
     while ((tx = txq_pop(&p->waiting)) != NULL)
         tx_put(e, tx);
-    if (notify && e->on_peer) {
+    if (notify && e->on_peer && !p->released) {
+        assert(!p->down_due); /* one kill per peer: its qp is gone now */
+        p->down_due = 1;
+        p->down_next = e->down;
+        e->down = p;
+        eng_wake_poller(e); /* a sender's kill: the poller may be asleep */
+    }
+}
+
+/* The owner released p: it hears nothing more of it. */
+static void eng_down_forget(struct rkv_engine *e, struct rkv_peer *p)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    if (!p->down_due)
+        return;
+    for (struct rkv_peer **pp = &e->down; *pp; pp = &(*pp)->down_next) {
+        if (*pp == p) {
+            *pp = p->down_next;
+            break;
+        }
+    }
+    p->down_due = 0;
+}
+
+/* The poller (poll_mu held) tells each killed peer's owner, the engine
+ * lock dropped as for on_msg; kills during a callback join the list. */
+static void eng_down_notify(struct rkv_engine *e)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    struct rkv_peer *p;
+    while ((p = e->down) != NULL) {
+        e->down = p->down_next;
+        p->down_due = 0;
         eng_unlock(e);
         e->on_peer(e->user, p, 0);
         eng_lock(e);
@@ -1543,6 +1588,7 @@ static int eng_poll_batch(struct rkv_engine *e, uint32_t timeout_ms)
     }
     e->touched = NULL;
     eng_close_deferred(e);
+    eng_down_notify(e);
     eng_unlock(e);
     e->port->ops->mutex_unlock(e->poll_mu);
     return n;

@@ -20,7 +20,11 @@
  *    wait in a per-peer backlog, so no caller ever blocks inside the engine.
  *
  * Threads: one progress task polls the NIC and calls on_msg/on_peer without
- * the engine lock held. Sends may come from any task, including callbacks.
+ * the engine lock held. Sends may come from any task, including callbacks;
+ * a send that finds the connection broken kills the peer and returns
+ * -RKV_EPEERDEAD, and on_peer(down) follows from the next poll batch, never
+ * from inside the send: a callback never runs on a sending thread, nor
+ * under a loop that sends.
  * With busy_poll, a thread waiting for a reply may take the progress task's
  * place (rkv_engine_poll_inline): one poller at a time, so per-connection
  * order holds whichever thread runs the callbacks.
@@ -73,7 +77,8 @@ struct rkv_engine_cfg {
  * When a message the engine could not deliver was a request, on_msg receives
  * a synthesized RKV_MSG_ERROR with that request's req_id and the error. */
 typedef void (*rkv_engine_msg_fn)(void *user, struct rkv_peer *peer, const struct rkv_msg *msg);
-/* up = 1 for a new passive-side connection, 0 when a peer is gone. */
+/* up = 1 for a new passive-side connection, 0 when a peer is gone: once
+ * per peer, in a poll batch, and not after rkv_engine_peer_release. */
 typedef void (*rkv_engine_peer_fn)(void *user, struct rkv_peer *peer, int up);
 
 int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_engine_cfg *cfg,

@@ -53,6 +53,8 @@ static void on_peer(void *user, struct rkv_peer *peer, int up)
     s->port->ops->mutex_lock(s->mu);
     if (up)
         s->peer = peer;
+    else
+        s->downs++;
     s->port->ops->cond_broadcast(s->cv);
     s->port->ops->mutex_unlock(s->mu);
 }

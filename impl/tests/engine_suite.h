@@ -35,6 +35,7 @@ struct eng_side {
     int inline_check; /* count messages handled off inline_thread */
     pthread_t inline_thread;
     int off_thread;
+    int downs; /* on_peer(down) calls */
 };
 
 struct eng_side_cfg {

@@ -233,6 +233,55 @@ static void test_retire_kill_leaves_pool_clean(void **state)
     eng_side_close(&a);
 }
 
+static int eng_downs(struct eng_side *s)
+{
+    s->port->ops->mutex_lock(s->mu);
+    int n = s->downs;
+    s->port->ops->mutex_unlock(s->mu);
+    return n;
+}
+
+/* Regression: a send that found the connection broken killed the peer and
+ * ran on_peer(down) at once, on the sending thread. A server's durable
+ * task, acknowledging to a client that had gone, so ran the server's
+ * handler for a gone client beside the progress task's message handler,
+ * both changing the barrier and hello tables unlocked. The owner now hears
+ * of it from the next poll batch, where on_msg runs too. */
+static void test_send_kill_told_from_poll(void **state)
+{
+    (void)state;
+    struct eng_side a, b;
+    eng_side_open(&a, &nic_suite_tcp_env, "a", &(struct eng_side_cfg){.rx_depth = 16});
+    eng_side_open(&b, &nic_suite_tcp_env, "b",
+                  &(struct eng_side_cfg){.rx_depth = 16, .busy_poll = 1});
+    eng_pair_connect(&a, &b);
+    assert_non_null(eng_wait_peer(&a));
+    eng_send_push(&b, 1, 1, 1, 16);
+    eng_wait_seen(&a, 1);
+    /* b's progress task stands aside: only this thread polls b from now. */
+    rkv_engine_inline_begin(b.eng);
+    assert_int_equal(rkv_engine_drop_peer_wait(a.eng, a.peer, 1000), 0);
+    int rc = 0;
+    for (int i = 0; i < 200 && rc == 0; i++) {
+        b.port->ops->sleep_ns(b.port, 5000000ull); /* b's NIC reader sees the end */
+        struct rkv_tx *tx;
+        assert_int_equal(rkv_engine_tx_alloc(b.eng, 256, &tx), 0);
+        struct rkv_hdr h = {.type = RKV_MSG_BARRIER, .req_id = 2 + (uint64_t)i};
+        size_t len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
+        rc = rkv_engine_send(b.eng, b.peer, tx, len);
+    }
+    assert_int_equal(rc, -RKV_EPEERDEAD);
+    assert_true(rkv_peer_dead(b.peer));
+    assert_int_equal(eng_downs(&b), 0); /* not inside the send */
+    rkv_engine_poll_inline(b.eng);
+    assert_int_equal(eng_downs(&b), 1);
+    rkv_engine_poll_inline(b.eng);
+    assert_int_equal(eng_downs(&b), 1); /* once */
+    rkv_engine_inline_end(b.eng);
+    eng_side_close(&b);
+    eng_side_close(&a);
+}
+
 int main(void)
 {
     int failed = engine_suite_run(&nic_suite_tcp_env);
@@ -241,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_put_tx_failed_midway_holds_buffer),
         cmocka_unit_test(test_drop_peer_wait_bounded),
         cmocka_unit_test(test_retire_kill_leaves_pool_clean),
+        cmocka_unit_test(test_send_kill_told_from_poll),
     };
     return failed + cmocka_run_group_tests_name("engine over tcp only", tests, NULL, NULL);
 }
