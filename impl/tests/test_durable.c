@@ -1091,7 +1091,9 @@ static void test_machine_lost_without_durable_fails_fast(void **state)
         rc = rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0);
     uint64_t took = mono_ms() - t0;
     assert_int_equal(rc, -RKV_EPEERDEAD);
-    assert_true(took < 2000);
+    /* Half the timeout, not a figure: a loaded host (ASan, two cores) is
+     * slow, but a hang until the timeout is another thing. */
+    assert_true(took < c.cfg.timeout_ms / 2);
     assert_non_null(strstr(rkv_client_errmsg(cli), "server 1"));
     /* Server 0 is stopped all the same; the dead one is named. */
     assert_int_equal(rkv_client_shutdown_servers(cli), -RKV_EPEERDEAD);
@@ -1619,7 +1621,10 @@ static void test_dead_lock_holder_taken_over(void **state)
     (void)state;
     struct cluster c;
     cluster_config(&c, 1, 0);
-    c.cfg.timeout_ms = 4000;
+    /* A lock held for good fails the push at this timeout. No bound on how
+     * soon it goes through: under three suites on two cores the push once
+     * took past 4 s (the take-over itself looks every 20 ms). */
+    c.cfg.timeout_ms = 30000;
     char log1[128];
     snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
     pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
@@ -1662,9 +1667,7 @@ static void test_dead_lock_holder_taken_over(void **state)
     assert_int_equal(kill(holder, SIGKILL), 0);
     uint64_t id = 60;
     float one[4] = {1, 1, 1, 1};
-    uint64_t t0 = mono_ms();
     assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
-    assert_true(mono_ms() - t0 < 3000);
     assert_true(pull_row60(cli) == 1.0f);
     assert_true(file_contains(log1, "took over a lock (tag 7)"));
     assert_int_equal(wait_exit(holder), 128 + SIGKILL);
@@ -2128,6 +2131,7 @@ static void test_barrier_after_server0_restart_knows_who_left(void **state)
     cluster_config(&c, 1, 0);
     c.cfg.n_workers = 2;
     c.cfg.retry_ms = 10000;
+    c.cfg.timeout_ms = 30000;
     pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
     pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
     struct client_arg b = {.cfg = &c.cfg};
@@ -2155,7 +2159,9 @@ static void test_barrier_after_server0_restart_knows_who_left(void **state)
     snprintf(want, sizeof(want), "client %u left", gone);
     if (!strstr(rkv_client_errmsg(a), want))
         fail_msg("%s", rkv_client_errmsg(a));
-    assert_true(mono_ms() - t0 < 4000); /* not the request's timeout */
+    /* Not the request's timeout (half of it: the restarted server 0 may
+     * start slowly on a loaded host). */
+    assert_true(mono_ms() - t0 < c.cfg.timeout_ms / 2);
     assert_int_equal(rkv_client_shutdown_servers(a), 0);
     rkv_client_destroy(a);
     assert_int_equal(wait_exit(s0), 0);
