@@ -724,15 +724,28 @@ class _Meta:
                  "with_state")
 
 
+def _name_str(raw):
+    """A tensor's name as the store holds it (bytes) as Python shows it: UTF-8,
+    with each byte that is no part of valid UTF-8 as a lone surrogate
+    U+DC80..U+DCFF (surrogateescape, as os.fsdecode reads a file name), so
+    that a name made from C in another encoding comes back to the store as
+    the same bytes (_name_bytes), not as U+FFFD, which named no tensor."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _name_bytes(name):
-    """A tensor's name as the C side takes it: 1..RKV_NAME_MAX bytes of UTF-8,
-    without NUL (C would read "a\\0b" as "a")."""
+    """A tensor's name as the C side takes it: 1..RKV_NAME_MAX bytes, without
+    NUL (C would read "a\\0b" as "a"): the str's UTF-8, with U+DC80..U+DCFF
+    standing for the bytes 0x80..0xff (surrogateescape, as os.fsencode and
+    _name_str)."""
     if not isinstance(name, str):
         _fail(-EINVAL, "tensor name %r: expected a str" % (name,), TypeError)
     try:
-        encoded = name.encode()
-    except UnicodeEncodeError as e:  # a lone surrogate: raised bare from every call
-        _fail(-EINVAL, "tensor name %r: not valid UTF-8 (%s)" % (name, e.reason), ValueError)
+        encoded = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:  # another lone surrogate: raised bare from every call
+        _fail(-EINVAL, "tensor name %r: not valid UTF-8 (%s; U+DC80..U+DCFF alone stand for "
+              "the bytes 0x80..0xff, as os.fsencode takes them)" % (name, e.reason),
+              ValueError)
     if b"\0" in encoded:
         _fail(-EINVAL, "tensor name %r: has a NUL byte" % name, ValueError)
     if len(encoded) > lib.RKV_NAME_MAX or not encoded:
@@ -743,7 +756,7 @@ def _name_bytes(name):
 def _meta_of(cm, name):
     m = _Meta()
     m.name = name
-    m.bname = name.encode()
+    m.bname = _name_bytes(name)
     m.dtype = _NP_OF[cm.dtype]
     m.rows = cm.rows
     m.row_len = cm.row_len
@@ -963,7 +976,7 @@ class Client:
                 metas = ffi.new("struct rkv_tensor_meta[]", cap)
             out = []
             for i in range(n[0]):
-                name = ffi.string(metas[i].name).decode(errors="replace")
+                name = _name_str(ffi.string(metas[i].name))
                 m = _meta_of(metas[i], name)
                 self._meta.setdefault(name, m)
                 out.append(TensorMeta(name, self._dtype_out(m.dtype), (m.rows,) + m.row_shape,

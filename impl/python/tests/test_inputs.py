@@ -116,9 +116,10 @@ def test_names_with_nul_are_refused(client):
 
 
 def test_names_that_are_not_utf8_are_refused(client):
-    # A lone surrogate (os.fsdecode of a non-UTF-8 file name) raised a bare
-    # UnicodeEncodeError from every call taking a name.
-    bad = "emb\udc80"
+    # A lone surrogate raised a bare UnicodeEncodeError from every call
+    # taking a name. U+DC80..U+DCFF stand for the bytes 0x80..0xff (as
+    # os.fsencode takes them, see the next test); any other is refused.
+    bad = "emb\ud800"
     e = refused(ValueError, client.init_data, bad, (10, 4), "float32")
     assert e.code == -rkv.EINVAL and "not valid UTF-8" in e.message
     refused(ValueError, client.pull, bad, [1])
@@ -129,6 +130,39 @@ def test_names_that_are_not_utf8_are_refused(client):
     client.push("émb😀", [7], [[1.5, -2.0]], op="assign")
     np.testing.assert_array_equal(client.pull("émb😀", [7]).numpy(), [[1.5, -2.0]])
     assert client.data_name_list() == ["émb😀"]
+
+
+def _init_from_c(client, raw, rows, row_len):
+    d = rkv.ffi.new("struct rkv_tensor_desc *")
+    d.name = raw
+    d.dtype = rkv.lib.RKV_F32
+    d.rows = rows
+    d.row_len = row_len
+    d.policy = rkv.lib.RKV_PART_RANGE
+    assert rkv.lib.rkv_client_init_data(client._cli, d) == 0
+
+
+def test_a_name_made_in_c_that_is_not_utf8_round_trips(client):
+    # list() showed b"emb\xff" (a Latin-1 name made from C) as "emb\ufffd",
+    # and that name reached no tensor: ENOTENSOR from push and pull. Names
+    # are decoded as os.fsdecode decodes file names (surrogateescape) and
+    # encoded back to the same bytes.
+    _init_from_c(client, b"emb\xff", 10, 2)
+    _init_from_c(client, "caf\xe9".encode("latin-1"), 10, 2)
+    names = client.data_name_list()
+    assert names == ["emb\udcff", "caf\udce9"]
+    assert names[1].encode("utf-8", "surrogateescape") == b"caf\xe9"
+    for name in names:
+        client.push(name, [3], [[1.0, 2.0]], op="assign")
+        np.testing.assert_array_equal(client.pull(name, [3]).numpy(), [[1.0, 2.0]])
+        assert client.get_data_meta(name)[1] == (10, 2)
+        client.init_data(name, (10, 2), "float32")  # the same tensor: idempotent
+    assert [m.name for m in client.list()] == names
+    # A name Python makes so is the bytes C sees.
+    client.init_data("x\udc80", (4,), "float32")
+    cm = rkv.ffi.new("struct rkv_tensor_meta *")
+    assert rkv.lib.rkv_client_meta(client._cli, b"x\x80", cm) == 0 and cm.rows == 4
+    assert client.data_name_list() == names + ["x\udc80"]
 
 
 def test_out_must_be_an_array(client):
