@@ -480,15 +480,54 @@ def _overlaps_itself(a):
 def _cast_rows(m, a):
     """Values a for tensor m as its dtype, refused before anything is sent
     unless every one fits (_cast_fit)."""
-    return _cast_fit(a, m.dtype, "tensor '%s' holds %s" % (m.name, m.dtype))
+    return _cast_fit(a, m.dtype, "data: tensor '%s' holds %s" % (m.name, m.dtype))
+
+
+def _out_of_range(what, v, dtype):
+    # An int of hundreds of digits is said by its size.
+    text = "%r" % v if not isinstance(v, int) or abs(v) < 10**30 else \
+        ("-2**%d or less" if v < 0 else "2**%d or more") % (abs(v).bit_length() - 1)
+    _fail(-ERANGE, "%s: value %s is out of range for %s" % (what, text, dtype), OverflowError)
+
+
+def _object_numbers(a, dtype, what):
+    """An object array of Python numbers (what numpy makes of a list holding
+    an int past 64 bits: [2**64], [-2**63 - 1], [1.5, 2**70]) as int64 or
+    float64 values, each checked against dtype: one out of its range is
+    refused naming it (it was "cannot take object data", which said nothing
+    of the value); an element that is no real number is refused naming it
+    and its index."""
+    flat = a.reshape(-1)
+    floats = dtype.kind == "f" or any(isinstance(v, (float, np.floating)) for v in flat)
+    vals = []
+    for i, v in enumerate(flat):
+        if isinstance(v, (bool, np.bool_)) or \
+                not isinstance(v, (int, float, np.integer, np.floating)):
+            _fail(-EDTYPE, "%s; cannot take %s data (%r at index %d)"
+                  % (what, type(v).__name__, v, i))
+        if isinstance(v, (float, np.floating)) and dtype.kind == "i":
+            _fail(-EDTYPE, "%s; cannot take float data (%r at index %d)" % (what, v, i))
+        if floats:
+            try:
+                vals.append(float(v))
+            except OverflowError:  # an int past float64's range
+                _out_of_range(what, v, dtype)
+        else:
+            info = np.iinfo(dtype)
+            if not info.min <= int(v) <= info.max:
+                _out_of_range(what, int(v), dtype)
+            vals.append(int(v))
+    return np.array(vals, dtype=np.float64 if floats else dtype).reshape(a.shape)
 
 
 def _cast_fit(a, dtype, what):
-    """a as dtype if every value fits: integers (of any width and sign) into
-    integers in range, integers and floats into floats that do not overflow
-    to inf (floats round, as any float arithmetic does); never floats into
-    integers, nor bools, complex or objects. rkv.Error otherwise, its message
-    starting with what."""
+    """a as dtype if every value fits: integers (of any width and sign, Python's
+    past 64 bits too) into integers in range, integers and floats into
+    floats that do not overflow to inf (floats round, as any float
+    arithmetic does); never floats into integers, nor bools, complex or
+    other objects. rkv.Error otherwise, its message starting with what."""
+    if a.dtype == object and a.size:
+        a = _object_numbers(a, dtype, what)
     if a.dtype.kind not in "iuf" or (dtype.kind == "i" and a.dtype.kind == "f"):
         _fail(-EDTYPE, "%s; cannot take %s data" % (what, a.dtype))
     if np.can_cast(a.dtype, dtype, "safe") or a.size == 0:
@@ -497,15 +536,13 @@ def _cast_fit(a, dtype, what):
         info = np.iinfo(dtype)
         lo, hi = int(a.min()), int(a.max())
         if lo < info.min or hi > info.max:
-            _fail(-ERANGE, "%s: value %d does not fit" % (what, lo if lo < info.min else hi),
-                  OverflowError)
+            _out_of_range(what, lo if lo < info.min else hi, dtype)
         return a.astype(dtype)
     with np.errstate(over="ignore"):
         b = a.astype(dtype)
     bad = np.flatnonzero(np.isinf(b) & np.isfinite(a))
     if bad.size:
-        _fail(-ERANGE, "%s: value %r does not fit" % (what, a.reshape(-1)[bad[0]].item()),
-              OverflowError)
+        _out_of_range(what, a.reshape(-1)[bad[0]].item(), dtype)
     return b
 
 

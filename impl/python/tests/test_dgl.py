@@ -275,7 +275,7 @@ def test_python_pull_handlers(make_cluster, capfd):
     assert np.isnan(c.pull("emb", [10], handler=rkv.PULL_CUSTOM + 5)).all()
     assert c.pull_handler_errors(rkv.PULL_CUSTOM + 5) == 1
     err = capfd.readouterr().err
-    assert "returned a value for a float32 reply: value 1e+300 does not fit" in err
+    assert "returned a value for a float32 reply: value 1e+300 is out of range for float32" in err
     assert "RuntimeWarning" not in err
     c.init_data("ints", (100, 2), "int32")
     got = c.pull("ints", [10], handler=rkv.PULL_CUSTOM + 5)

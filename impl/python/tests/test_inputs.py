@@ -165,6 +165,35 @@ def test_a_name_made_in_c_that_is_not_utf8_round_trips(client):
     assert client.data_name_list() == names + ["x\udc80"]
 
 
+def test_python_ints_out_of_range_say_so(client):
+    # [2**64] into an int64 tensor said "cannot take object data" (numpy
+    # makes such a list an object array), which named neither the value
+    # nor its range.
+    client.init_data("i", (10,), "int64")
+    client.init_data("f", (10, 2), "float32")
+    for bad in ([2**64], [-2**63 - 1], np.array([2**64], dtype=object)):
+        e = refused(OverflowError, client.push, "i", [1], bad, op="assign")
+        assert e.code == -rkv.ERANGE and e.message.startswith("data: tensor 'i'")
+        assert "value %d is out of range for int64" % int(bad[0]) in e.message, e.message
+    e = refused(OverflowError, client.push, "f", [1], [[2**1024, 0]], op="assign")
+    assert "data: tensor 'f'" in e.message
+    assert "value 2**1024 or more is out of range for float32" in e.message, e.message
+    e = refused(OverflowError, client.push, "f", [1], [[1.5, 2**200]], op="assign")
+    assert "out of range for float32" in e.message
+    e = refused(OverflowError, client.push, "i", [2**64], [1], op="assign")
+    assert "ids" in e.message and "does not fit in 64 bits" in e.message
+    # What is no number is said as such, at its index.
+    e = refused(rkv.Error, client.push, "i", [1, 2], [7, None], op="assign")
+    assert e.code == -rkv.EDTYPE and "NoneType data (None at index 1)" in e.message
+    e = refused(rkv.Error, client.push, "i", [1, 2], [1.5, 2**64], op="assign")
+    assert e.code == -rkv.EDTYPE and "float data (1.5 at index 0)" in e.message
+    # Within range they are taken, past 64 bits of numpy's reading included.
+    client.push("i", [1, 2], np.array([2**63 - 1, -2**63], dtype=object), op="assign")
+    client.push("f", [1], [[2**70, 0.5]], op="assign")
+    np.testing.assert_array_equal(client.pull("i", [1, 2]).numpy(), [2**63 - 1, -2**63])
+    np.testing.assert_array_equal(client.pull("f", [1]).numpy(), [[2.0**70, 0.5]])
+
+
 def test_out_must_be_an_array(client):
     client.init_data("emb", (10, 2), "float32")
     out = [[0.0, 0.0]]
