@@ -143,8 +143,19 @@ def _bool_arg(v, what):
 
 
 def _real_arg(v, what):
-    """A finite float argument (a learning rate, a handler's param)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+    """A finite float argument (a learning rate, a handler's param): a Python
+    or numpy number, or a 0-d numpy array or torch tensor holding one (what
+    a scheduler or torch arithmetic gives: torch.tensor(0.1) was refused)."""
+    if _is_torch(v) or isinstance(v, np.ndarray):
+        if tuple(v.shape) != ():
+            _fail(-EINVAL, "%s: expected a number or a 0-d array or tensor, got %s of shape %s"
+                  % (what, type(v).__name__, tuple(v.shape)), TypeError)
+        try:
+            v = v.item() if _is_torch(v) else v[()]
+        except (RuntimeError, NotImplementedError) as e:  # a meta tensor has no value
+            _fail(-EINVAL, "%s: cannot read the tensor's value: %s" % (what, e), ValueError)
+    if isinstance(v, (bool, np.bool_)) or \
+            not isinstance(v, (int, float, np.integer, np.floating)):
         _fail(-EINVAL, "%s: expected a number, got %r" % (what, v), TypeError)
     f = float(v)
     if f != f or f in (float("inf"), float("-inf")):
@@ -1174,6 +1185,11 @@ class Client:
         if lr is not None and code in (_OPS["assign"], _OPS["sum"]):
             _fail(-EINVAL, "lr %r: op %r takes no learning rate" % (lr, op), ValueError)
         lr = 0.0 if lr is None else _real_arg(lr, "lr")
+        # As torch.optim refuses one: row -= lr * data with lr < 0 climbs the
+        # gradient (a custom op's parameter may be anything).
+        if lr < 0 and code in (_OPS["sgd"], _OPS["adagrad"]):
+            _fail(-EINVAL, "lr %r: a learning rate must not be negative (op %r applies "
+                  "row -= lr * ...)" % (lr, op), ValueError)
         async_ = _bool_arg(async_, "async_")
         ida = _ids_array(ids)
         n = ida.size

@@ -194,6 +194,40 @@ def test_python_ints_out_of_range_say_so(client):
     np.testing.assert_array_equal(client.pull("f", [1]).numpy(), [[2.0**70, 0.5]])
 
 
+def test_learning_rate_as_a_0d_tensor_or_array(client):
+    # torch.tensor(0.1) (what a scheduler or torch arithmetic gives) and
+    # np.array(0.1) were refused: "lr: expected a number".
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for lr in (torch.tensor(0.5), np.array(0.5), torch.tensor(0.5, dtype=torch.float64,
+                                                                requires_grad=True),
+               np.float16(0.5), torch.tensor(1) / 2):
+        client.push("w", [0], np.zeros((1, 2), np.float32), op="assign")
+        client.push("w", [0], g, op="sgd", lr=lr)
+        np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[-0.5, -0.5]])
+    client.push("w", [1], g, op="adagrad", lr=torch.tensor(0.25))
+    for bad in (torch.tensor([0.5]), np.array([0.5]), torch.tensor(True), np.array(True),
+                torch.tensor(1 + 2j)):
+        e = refused(TypeError, client.push, "w", [0], g, op="sgd", lr=bad)
+        assert e.code == -rkv.EINVAL and "lr" in e.message
+    e = refused(ValueError, client.push, "w", [0], g, op="sgd", lr=torch.tensor(float("nan")))
+    assert "finite" in e.message
+
+
+def test_negative_learning_rate_is_refused(client):
+    # lr=-0.1 climbed the gradient without a word (torch.optim refuses it).
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for op in ("sgd", "adagrad", 2, 3):
+        for lr in (-0.1, np.array(-1.0), torch.tensor(-1e-30)):
+            e = refused(ValueError, client.push, "w", [0], g, op=op, lr=lr)
+            assert e.code == -rkv.EINVAL and "must not be negative" in e.message
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+    client.push("w", [0], g, op="sgd", lr=0.0)  # a schedule's end: nothing changes
+    client.push("w", [0], g, op="sgd", lr=-0.0)
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+
+
 def test_out_must_be_an_array(client):
     client.init_data("emb", (10, 2), "float32")
     out = [[0.0, 0.0]]
