@@ -929,7 +929,7 @@ class Client:
         self._orphans = []  # of them, those whose PushHandle was dropped
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
-        self._registered = {}  # address -> array, for register()
+        self._registered = {}  # (address, bytes) -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self.observer = bool(observer)
@@ -1407,15 +1407,57 @@ class Client:
         array until then: memory freed while registered and reused at the same
         address would be taken as registered."""
         a, p = self._region(array, "register")
-        self._call(lib.rkv_client_register, p, a.nbytes)
-        self._registered[int(ffi.cast("uintptr_t", p))] = a
+        with self._lock:
+            rc = lib.rkv_client_register(self._live(), p, a.nbytes)
+            if rc < 0:
+                _fail(rc, self._errmsg())
+            self._registered[(int(ffi.cast("uintptr_t", p)), a.nbytes)] = a
 
     def deregister(self, array):
+        """Ends register(array): array must be the same memory (address and
+        size) as an array given to register() and not deregistered since,
+        such as that array itself. A view inside a registered array is
+        refused (EINVAL, also a ValueError) naming the region it lies in:
+        deregistering it would have dropped the whole region's registration
+        (a view at its start) or nothing. A registration the store dropped
+        meanwhile (past 64 regions or 4 GiB, least recently used first) is
+        deregistered without error."""
         a, p = self._region(array, "deregister")
-        try:
-            self._call(lib.rkv_client_deregister, p)
-        finally:  # also when the cache had dropped it (least recently used)
-            self._registered.pop(int(ffi.cast("uintptr_t", p)), None)
+        addr, size = int(ffi.cast("uintptr_t", p)), a.nbytes
+        with self._lock:
+            cli = self._live()
+            key = (addr, size)
+            if key not in self._registered:
+                self._not_registered(addr, size)
+            del self._registered[key]
+            # The C side drops every registration that starts at addr, and
+            # registers a region inside one it has only once (a view of a
+            # registered array was no registration of its own): -EINVAL then,
+            # as for one its cache evicted. The arrays still registered that
+            # lay inside what was dropped are registered again.
+            rc = lib.rkv_client_deregister(cli, p)
+            if rc < 0 and rc != -EINVAL:
+                _fail(rc, self._errmsg())
+            end = addr + max([size] + [n for (b, n) in self._registered if b == addr])
+            again = sorted(((n, b) for (b, n) in self._registered if addr <= b < end),
+                           reverse=True)
+            for n, b in again:
+                rc = lib.rkv_client_register(cli, ffi.cast("void *", b), n)
+                if rc < 0:
+                    del self._registered[(b, n)]
+                    _fail(rc, "deregister: done, but the %d registered bytes at %#x it shared "
+                          "a registration with could not be registered again (no longer "
+                          "registered): %s" % (n, b, self._errmsg()))
+
+    def _not_registered(self, addr, size):
+        """Raises the error of a deregister of memory register() was not given."""
+        for (b, n) in sorted(self._registered):
+            if b <= addr and addr + size <= b + n:
+                _fail(-EINVAL, "deregister: the %d bytes at %#x were not registered themselves: "
+                      "they lie inside the %d bytes at %#x (offset %d) that register() was "
+                      "given: deregister that array" % (size, addr, n, b, addr - b), ValueError)
+        _fail(-EINVAL, "deregister: no registration of the %d bytes at %#x: register() was not "
+              "given them (or they were deregistered already)" % (size, addr), ValueError)
 
     def stats(self, reset=False):
         """This client's counters (rkv_client_stats), as a dict:

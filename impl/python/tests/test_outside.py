@@ -355,6 +355,52 @@ def test_register_keeps_its_memory_and_refuses_temporaries(cluster):
     assert "no registration" in e.value.message
 
 
+def _c_registered(c, a):
+    """Whether the C client holds a registration that starts at array a (its
+    deregister succeeds; a is then registered again)."""
+    p = rkv.ffi.from_buffer(a)
+    if rkv.lib.rkv_client_deregister(c._cli, p) < 0:
+        return False
+    assert rkv.lib.rkv_client_register(c._cli, p, a.nbytes) == 0
+    return True
+
+
+def test_deregister_names_what_was_registered(cluster):
+    # deregister(a[10:20]) of a registered a said "deregister 0x...: no
+    # registration starts there", deregister(a[:20]) dropped a's whole
+    # registration and succeeded, and a view registered inside a (which the
+    # C cache does not register twice) could not be deregistered at all.
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    a = np.zeros((100, 4), np.float32)
+    c.register(a)
+    for view, off in ((a[10:20], 160), (a[:20], 0), (a.reshape(-1)[1:], 4)):
+        with pytest.raises(rkv.Error) as e:
+            c.deregister(view)
+        assert isinstance(e.value, ValueError) and e.value.code == -rkv.EINVAL
+        assert "lie inside the 1600 bytes at" in e.value.message, e.value.message
+        assert "(offset %d)" % off in e.value.message and "deregister that array" in \
+            e.value.message
+    assert list(c._registered.values())[0] is a  # still registered
+    # A view registered itself is deregistered as itself, a's registration
+    # staying; a view at a's start too (C drops every registration that
+    # starts there: the binding registers a again).
+    for view in (a[10:20], a[:20]):
+        c.register(view)
+        c.deregister(view)
+        assert [x is a for x in c._registered.values()] == [True]
+        assert _c_registered(c, a)
+        c.pull("t", list(range(100)), out=a)
+    with pytest.raises(rkv.Error) as e:
+        c.deregister(a[:20])
+    assert "lie inside" in e.value.message
+    c.deregister(a)
+    assert not c._registered
+    with pytest.raises(rkv.Error) as e:
+        c.deregister(a)
+    assert "no registration" in e.value.message and "deregistered already" in e.value.message
+
+
 def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
     # "cannot listen on no-such-host.invalid:P (bad configuration); is the
     # port in use?" sent the user after the wrong cause.
