@@ -977,7 +977,9 @@ class Client:
         return t.from_numpy(arr)
 
     def _m(self, name):
-        m = self._meta.get(name)
+        # Only a str can be a key: a list as the name raised a bare
+        # "unhashable type" from the lookup.
+        m = self._meta.get(name) if isinstance(name, str) else None
         if m is None:
             cm = ffi.new("struct rkv_tensor_meta *")
             self._call(lib.rkv_client_meta, _name_bytes(name), cm)
@@ -1173,7 +1175,7 @@ class Client:
         data) or "adagrad" (both need lr; assign and sum take none), or a
         registered custom op's number (lr is its parameter, default 0). Returns
         once every server acknowledged; with async_=True returns a PushHandle at once."""
-        m = self._meta.get(name) or self._m(name)
+        m = self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
         if code is None:
             _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
@@ -1217,7 +1219,7 @@ class Client:
     def pull_len(self, name, handler):
         """Elements per row that pull(name, ids, handler=handler) returns."""
         self._live()
-        m = self._meta.get(name) or self._m(name)
+        m = self._m(name)
         return self._pull_len(m, _handler_id(handler))
 
     def _pull_len(self, m, hid):
@@ -1242,7 +1244,7 @@ class Client:
         refused with the others, which take none); replies
         of L = pull_len(name, handler) elements are (n, L), or (n,) for L 1.
         Unknown handlers raise ENOHANDLER before anything is sent."""
-        m = self._meta.get(name) or self._m(name)
+        m = self._m(name)
         hid = _handler_id(handler)
         # Only a custom handler reads param: pull(name, ids, param=0.5)
         # without one returned the rows as if param meant nothing.

@@ -115,6 +115,18 @@ def test_names_with_nul_are_refused(client):
     assert client.data_name_list() == ["a"]
 
 
+def test_names_that_are_not_hashable_are_rkv_errors(client):
+    # pull(["emb"], ids) raised a bare "unhashable type: 'list'" from the
+    # binding's cache of metas, where a name of another type is rkv.Error.
+    client.init_data("emb", (10, 4), "float32")
+    rows = np.zeros((1, 4), np.float32)
+    for name in (["emb"], {"emb": 1}, np.array(["emb"])):
+        for call in (lambda: client.pull(name, [1]), lambda: client.push(name, [1], rows),
+                     lambda: client.pull_len(name, "rows"), lambda: client.get_data_meta(name)):
+            e = refused(TypeError, call)
+            assert e.code == -rkv.EINVAL and "expected a str" in e.message
+
+
 def test_names_that_are_not_utf8_are_refused(client):
     # A lone surrogate raised a bare UnicodeEncodeError from every call
     # taking a name. U+DC80..U+DCFF stand for the bytes 0x80..0xff (as
