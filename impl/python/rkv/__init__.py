@@ -108,6 +108,10 @@ _KINDS = {OverflowError: _OverflowError, ValueError: _ValueError, TypeError: _Ty
 
 
 def strerror(code):
+    """rkv_strerror: what code (either sign) means; any other int is unknown."""
+    code = operator.index(code)
+    if not -(1 << 31) < code < 1 << 31:  # past C's int: cffi raised OverflowError
+        code = lib.RKV_ERR_MAX_
     return ffi.string(lib.rkv_strerror(code)).decode()
 
 
@@ -564,7 +568,17 @@ class Config:
 
     def __init__(self, settings=None, **kw):
         self._values = {}
-        for k, v in dict(settings or {}, **kw).items():
+        # Config("ip.txt") raised dict()'s bare "dictionary update sequence
+        # element #0 has length 1", and a pathlib.Path "not iterable".
+        if isinstance(settings, (str, bytes, bytearray, os.PathLike)):
+            _fail(-EINVAL, "settings %r: expected a dict of settings (a cluster file is "
+                  "Config(cluster=%r))" % (settings, settings), TypeError)
+        try:
+            settings = dict(settings or {}, **kw)
+        except (TypeError, ValueError) as e:
+            _fail(-EINVAL, "settings %r: expected a dict of settings (%s)" % (settings, e),
+                  TypeError)
+        for k, v in settings.items():
             self.set(k, v)
 
     def set(self, key, value):
@@ -581,16 +595,28 @@ class Config:
         # that does not exist.
         if isinstance(value, (bytes, bytearray)):
             value = os.fsdecode(bytes(value))
+        elif isinstance(value, os.PathLike):  # str() of an os.DirEntry is its repr
+            value = os.fsdecode(value)
         value = str(value)
         # C reads "ip.txt\0.bak" as "ip.txt": the rest would go unseen.
         if "\0" in key or "\0" in value:
             _fail(-EINVAL, "setting %r = %r: has a NUL byte" % (key, value), ValueError)
+        # The C side reads bytes: os.fsencode's, the inverse of the
+        # os.fsdecode above (a path of bytes that are not UTF-8 raised a
+        # bare UnicodeEncodeError); a lone surrogate it cannot take is refused.
+        try:
+            os.fsencode(key), os.fsencode(value)
+        except UnicodeEncodeError as e:
+            _fail(-EINVAL, "setting %r = %r: not valid UTF-8 (%s)" % (key, value, e.reason),
+                  ValueError)
         with _Settings() as s:  # the C parser says whether the key exists
             s.set(key, value)
         self._values[key] = value
         return self
 
     def get(self, key):
+        if not isinstance(key, str):
+            _fail(-EINVAL, "setting name %r: expected a str" % (key,), TypeError)
         return self._values.get(key.replace("_", "-"))
 
     def copy(self, **kw):
@@ -629,7 +655,7 @@ class _Settings:
 
     def set(self, key, value):
         err = _errbuf()
-        rc = lib.rkv_settings_set(self.ptr, key.encode(), value.encode(), err, _ERR_LEN)
+        rc = lib.rkv_settings_set(self.ptr, os.fsencode(key), os.fsencode(value), err, _ERR_LEN)
         if rc < 0:
             _raise_err(rc, err)
 
@@ -645,9 +671,12 @@ def _as_config(config):
         return config
     if isinstance(config, dict):
         return Config(config)
-    if isinstance(config, str):
-        return Config(cluster=config)
-    _fail(-EINVAL, "config: expected rkv.Config, a dict of settings or a cluster file path")
+    # A pathlib.Path (or bytes) was refused as no cluster file path.
+    if isinstance(config, (str, bytes, bytearray, os.PathLike)):
+        return Config(cluster=os.fsdecode(config) if not isinstance(config, bytearray)
+                      else os.fsdecode(bytes(config)))
+    _fail(-EINVAL, "config: expected rkv.Config, a dict of settings or a cluster file path, "
+          "got %s" % type(config).__name__, TypeError)
 
 
 def _run_then_set(fn, args, out, done):
