@@ -1438,6 +1438,11 @@ class Client:
         array until then: memory freed while registered and reused at the same
         address would be taken as registered."""
         a, p = self._region(array, "register")
+        # The C side's "register 0 bytes at 0x...: invalid argument" said
+        # nothing of why.
+        if a.nbytes == 0:
+            _fail(-EINVAL, "register: an empty array (shape %s) has no memory to register"
+                  % (a.shape,), ValueError)
         with self._lock:
             rc = lib.rkv_client_register(self._live(), p, a.nbytes)
             if rc < 0:

@@ -399,6 +399,11 @@ def test_deregister_names_what_was_registered(cluster):
     with pytest.raises(rkv.Error) as e:
         c.deregister(a)
     assert "no registration" in e.value.message and "deregistered already" in e.value.message
+    # An empty array was refused by the C side as "register 0 bytes at 0x...:
+    # invalid argument".
+    with pytest.raises(rkv.Error) as e:
+        c.register(np.zeros((0, 4), np.float32))
+    assert isinstance(e.value, ValueError) and "an empty array (shape (0, 4))" in e.value.message
 
 
 def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
