@@ -679,6 +679,17 @@ def _as_config(config):
           "got %s" % type(config).__name__, TypeError)
 
 
+def _no_copy(obj, kind, other):
+    """copy.copy, copy.deepcopy and pickle of a Client or Server: refused. A
+    shallow copy shared the C object, and whichever of the two was
+    collected first destroyed it under the other (a segfault at its next
+    call); pickle raised cffi's bare "cannot pickle '_CDataBase' object"."""
+    _fail(-EINVAL, "an rkv.%s cannot be copied or pickled: it is this process's own %s (share "
+          "the object itself; another process makes %s)"
+          % (kind, "connection to the store" if kind == "Client" else "server", other),
+          TypeError)
+
+
 def _run_then_set(fn, args, out, done):
     """A helper thread's body: out gets fn(*args), then done is set."""
     try:
@@ -788,6 +799,9 @@ class Server:
         if self._srv is None:
             _fail(-EINVAL, "server is closed")
         return self
+
+    def __reduce_ex__(self, protocol):
+        _no_copy(self, "Server", "a Server of its own")
 
     def __exit__(self, *exc):
         self.close()
@@ -1564,6 +1578,9 @@ class Client:
         if self._cli is None:
             _fail(-ESHUTDOWN, "client is closed")
         return self
+
+    def __reduce_ex__(self, protocol):
+        _no_copy(self, "Client", "a Client of its own")
 
     def __exit__(self, *exc):
         self.close()

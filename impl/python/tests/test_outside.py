@@ -406,6 +406,25 @@ def test_deregister_names_what_was_registered(cluster):
     assert isinstance(e.value, ValueError) and "an empty array (shape (0, 4))" in e.value.message
 
 
+def test_client_and_server_are_not_copied(cluster):
+    # copy.copy(client) (as a shallow copy of an object holding one does)
+    # shared the C client: the copy's collection destroyed it, and the
+    # original's next call was a segfault. pickle raised cffi's bare
+    # "cannot pickle '_CDataBase' object".
+    import copy
+    c = cluster.client()
+    c.init_data("t", (10, 2), "float32")
+    for obj in (c, cluster.servers[0]):
+        for fn in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(rkv.Error) as e:
+                fn(obj)
+            assert isinstance(e.value, TypeError) and e.value.code == -rkv.EINVAL
+            assert "cannot be copied or pickled" in e.value.message
+    gc.collect()
+    c.push("t", [1], [[1.0, 2.0]], op="assign")
+    np.testing.assert_array_equal(c.pull("t", [1]).numpy(), [[1.0, 2.0]])
+
+
 def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
     # "cannot listen on no-such-host.invalid:P (bad configuration); is the
     # port in use?" sent the user after the wrong cause.
