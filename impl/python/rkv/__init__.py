@@ -679,6 +679,40 @@ def _as_config(config):
           "got %s" % type(config).__name__, TypeError)
 
 
+def _create_interruptibly(create, cfg, p, err):
+    """create(cfg, p, err, _ERR_LEN), which waits for every worker to join (up
+    to connect_retry_ms + timeout_ms, a minute by default): in the main
+    thread it runs in a helper thread while this one waits in slices, so
+    that Ctrl-C raises KeyboardInterrupt at once (it was raised only once the
+    wait timed out). A client the abandoned call still makes is destroyed by
+    the helper."""
+    if threading.current_thread() is not threading.main_thread():
+        return create(cfg, p, err, _ERR_LEN)
+    out, done, lock = [], threading.Event(), threading.Lock()
+    abandoned = []
+
+    def body():
+        rc = create(cfg, p, err, _ERR_LEN)
+        with lock:
+            out.append(rc)
+            if abandoned and rc >= 0:
+                lib.rkv_client_destroy(p[0])
+        done.set()
+
+    threading.Thread(target=body, name="rkv-client-create", daemon=True).start()
+    try:
+        while not done.wait(0.2):
+            pass
+    except BaseException:
+        with lock:
+            if not out:
+                abandoned.append(True)
+            elif out[0] >= 0:  # made just as the interrupt came
+                lib.rkv_client_destroy(p[0])
+        raise
+    return out[0]
+
+
 def _no_copy(obj, kind, other):
     """copy.copy, copy.deepcopy and pickle of a Client or Server: refused. A
     shallow copy shared the C object, and whichever of the two was
@@ -944,7 +978,7 @@ def _op_stats(st):
 
 class Client:
     """A worker's connection to the store. Blocks until all num-workers clients
-    joined. machine_id overrides the config's (which machine this trainer runs
+    joined (Ctrl-C interrupts the wait in the main thread). machine_id overrides the config's (which machine this trainer runs
     on: its rows there move through shared memory). output: "torch" or "numpy"
     for what pull returns; "auto" is torch when it can be imported.
     One thread at a time uses the C client: calls from several threads queue.
@@ -961,7 +995,7 @@ class Client:
         p = ffi.new("struct rkv_client **")
         err = _errbuf()
         create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
-        rc = create(cfg, p, err, _ERR_LEN)
+        rc = _create_interruptibly(create, cfg, p, err)
         if rc < 0:
             _raise_err(rc, err)
         self._cli = p[0]

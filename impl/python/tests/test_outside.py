@@ -239,6 +239,21 @@ def test_ctrl_c_interrupts_a_barrier(make_cluster):
     assert not any(t.is_alive() for t in ts)
 
 
+def test_ctrl_c_interrupts_a_client_waiting_for_the_others(make_cluster):
+    # rkv.Client() waits for every worker to join, up to connect_retry_ms +
+    # timeout_ms (a minute by default), in a C call that held the main
+    # thread: Ctrl-C was raised only once that wait timed out (here 20 s).
+    import signal
+    cluster = make_cluster(machines=1, servers_per_machine=1, workers=2)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        rkv.Client(cluster.config)
+    assert time.monotonic() - t0 < 5, "Ctrl-C waited for the other workers"
+    for s in cluster.servers:  # no client to shut them down
+        s.stop()
+
+
 def test_server_refused_in_a_forked_child(tmp_path):
     # A Server made before a fork (multiprocessing's Process(target=s.run))
     # ran in the child without the threads rkv_server_create started: run()
