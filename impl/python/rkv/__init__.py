@@ -453,6 +453,23 @@ def _index_array(x, what, n, dtype=np.uint64):
     if a.ndim != 1:
         _fail(-EINVAL, "%s: expected one entry per row (1-D), got shape %s" % (what, a.shape),
               ValueError)
+    top = np.iinfo(dtype).max
+    if a.size and a.dtype == object:
+        # What numpy makes of a list holding an int past 64 bits: it was
+        # refused as "expected integers, got object". Read one by one.
+        vals = []
+        for i, v in enumerate(a):
+            if isinstance(v, (bool, np.bool_)):
+                _fail(-EINVAL, "%s: row %d has %r: expected integers" % (what, i, v))
+            try:
+                v = operator.index(v)
+            except TypeError:
+                _fail(-EINVAL, "%s: row %d has %r: expected integers" % (what, i, v))
+            if not 0 <= v <= top:
+                _fail(-EINVAL, "%s: row %d has %d%s" % (what, i, v,
+                                                        " (over %d)" % top if v > 0 else ""))
+            vals.append(v)
+        a = np.array(vals, dtype=dtype)
     if a.size and a.dtype.kind not in "iu":
         _fail(-EINVAL, "%s: expected integers, got %s" % (what, a.dtype))
     if a.size != n:
@@ -461,7 +478,6 @@ def _index_array(x, what, n, dtype=np.uint64):
         bad = np.flatnonzero(a < 0)
         if bad.size:
             _fail(-EINVAL, "%s: row %d has %d" % (what, bad[0], a[bad[0]]))
-    top = np.iinfo(dtype).max
     if a.size and a.dtype.itemsize > np.dtype(dtype).itemsize:
         bad = np.flatnonzero(a.astype(np.uint64) > top)
         if bad.size:
