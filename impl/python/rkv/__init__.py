@@ -161,7 +161,11 @@ def _real_arg(v, what):
     if isinstance(v, (bool, np.bool_)) or \
             not isinstance(v, (int, float, np.integer, np.floating)):
         _fail(-EINVAL, "%s: expected a number, got %r" % (what, v), TypeError)
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an int past float64's range raised it bare
+        _fail(-EINVAL, "%s: expected a finite number, got an int of %d bits"
+              % (what, int(v).bit_length()), OverflowError)
     if f != f or f in (float("inf"), float("-inf")):
         _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
     return f

@@ -224,6 +224,11 @@ def test_learning_rate_as_a_0d_tensor_or_array(client):
         assert e.code == -rkv.EINVAL and "lr" in e.message
     e = refused(ValueError, client.push, "w", [0], g, op="sgd", lr=torch.tensor(float("nan")))
     assert "finite" in e.message
+    # An int past float64's range raised float()'s bare OverflowError.
+    e = refused(OverflowError, client.push, "w", [0], g, op="sgd", lr=2**2000)
+    assert e.code == -rkv.EINVAL and "lr: expected a finite number" in e.message
+    e = refused(OverflowError, client.pull, "w", [0], handler=rkv.PULL_CUSTOM, param=-2**1100)
+    assert "param: expected a finite number" in e.message
 
 
 def test_negative_learning_rate_is_refused(client):
