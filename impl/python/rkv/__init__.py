@@ -998,9 +998,10 @@ def _op_stats(st):
 
 class Client:
     """A worker's connection to the store. Blocks until all num-workers clients
-    joined (Ctrl-C interrupts the wait in the main thread). machine_id overrides the config's (which machine this trainer runs
-    on: its rows there move through shared memory). output: "torch" or "numpy"
-    for what pull returns; "auto" is torch when it can be imported.
+    joined (Ctrl-C interrupts the wait in the main thread). machine_id
+    overrides the config's (which machine this trainer runs on: its rows
+    there move through shared memory). output: "torch" or "numpy" for what
+    pull returns; "auto" is torch when it can be imported.
     One thread at a time uses the C client: calls from several threads queue.
     observer=True: a client that reads the catalogue only (list(),
     data_name_list(), get_data_meta()): it joins server 0 without being one
