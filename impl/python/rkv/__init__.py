@@ -108,6 +108,10 @@ _KINDS = {OverflowError: _OverflowError, ValueError: _ValueError, TypeError: _Ty
 
 
 def strerror(code):
+    """rkv_strerror: what code (either sign) means; any other int is unknown."""
+    code = operator.index(code)
+    if not -(1 << 31) < code < 1 << 31:  # past C's int: cffi raised OverflowError
+        code = lib.RKV_ERR_MAX_
     return ffi.string(lib.rkv_strerror(code)).decode()
 
 
@@ -143,10 +147,25 @@ def _bool_arg(v, what):
 
 
 def _real_arg(v, what):
-    """A finite float argument (a learning rate, a handler's param)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+    """A finite float argument (a learning rate, a handler's param): a Python
+    or numpy number, or a 0-d numpy array or torch tensor holding one (what
+    a scheduler or torch arithmetic gives: torch.tensor(0.1) was refused)."""
+    if _is_torch(v) or isinstance(v, np.ndarray):
+        if tuple(v.shape) != ():
+            _fail(-EINVAL, "%s: expected a number or a 0-d array or tensor, got %s of shape %s"
+                  % (what, type(v).__name__, tuple(v.shape)), TypeError)
+        try:
+            v = v.item() if _is_torch(v) else v[()]
+        except (RuntimeError, NotImplementedError) as e:  # a meta tensor has no value
+            _fail(-EINVAL, "%s: cannot read the tensor's value: %s" % (what, e), ValueError)
+    if isinstance(v, (bool, np.bool_)) or \
+            not isinstance(v, (int, float, np.integer, np.floating)):
         _fail(-EINVAL, "%s: expected a number, got %r" % (what, v), TypeError)
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an int past float64's range raised it bare
+        _fail(-EINVAL, "%s: expected a finite number, got an int of %d bits"
+              % (what, int(v).bit_length()), OverflowError)
     if f != f or f in (float("inf"), float("-inf")):
         _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
     return f
@@ -438,6 +457,23 @@ def _index_array(x, what, n, dtype=np.uint64):
     if a.ndim != 1:
         _fail(-EINVAL, "%s: expected one entry per row (1-D), got shape %s" % (what, a.shape),
               ValueError)
+    top = np.iinfo(dtype).max
+    if a.size and a.dtype == object:
+        # What numpy makes of a list holding an int past 64 bits: it was
+        # refused as "expected integers, got object". Read one by one.
+        vals = []
+        for i, v in enumerate(a):
+            if isinstance(v, (bool, np.bool_)):
+                _fail(-EINVAL, "%s: row %d has %r: expected integers" % (what, i, v))
+            try:
+                v = operator.index(v)
+            except TypeError:
+                _fail(-EINVAL, "%s: row %d has %r: expected integers" % (what, i, v))
+            if not 0 <= v <= top:
+                _fail(-EINVAL, "%s: row %d has %d%s" % (what, i, v,
+                                                        " (over %d)" % top if v > 0 else ""))
+            vals.append(v)
+        a = np.array(vals, dtype=dtype)
     if a.size and a.dtype.kind not in "iu":
         _fail(-EINVAL, "%s: expected integers, got %s" % (what, a.dtype))
     if a.size != n:
@@ -446,7 +482,6 @@ def _index_array(x, what, n, dtype=np.uint64):
         bad = np.flatnonzero(a < 0)
         if bad.size:
             _fail(-EINVAL, "%s: row %d has %d" % (what, bad[0], a[bad[0]]))
-    top = np.iinfo(dtype).max
     if a.size and a.dtype.itemsize > np.dtype(dtype).itemsize:
         bad = np.flatnonzero(a.astype(np.uint64) > top)
         if bad.size:
@@ -480,15 +515,54 @@ def _overlaps_itself(a):
 def _cast_rows(m, a):
     """Values a for tensor m as its dtype, refused before anything is sent
     unless every one fits (_cast_fit)."""
-    return _cast_fit(a, m.dtype, "tensor '%s' holds %s" % (m.name, m.dtype))
+    return _cast_fit(a, m.dtype, "data: tensor '%s' holds %s" % (m.name, m.dtype))
+
+
+def _out_of_range(what, v, dtype):
+    # An int of hundreds of digits is said by its size.
+    text = "%r" % v if not isinstance(v, int) or abs(v) < 10**30 else \
+        ("-2**%d or less" if v < 0 else "2**%d or more") % (abs(v).bit_length() - 1)
+    _fail(-ERANGE, "%s: value %s is out of range for %s" % (what, text, dtype), OverflowError)
+
+
+def _object_numbers(a, dtype, what):
+    """An object array of Python numbers (what numpy makes of a list holding
+    an int past 64 bits: [2**64], [-2**63 - 1], [1.5, 2**70]) as int64 or
+    float64 values, each checked against dtype: one out of its range is
+    refused naming it (it was "cannot take object data", which said nothing
+    of the value); an element that is no real number is refused naming it
+    and its index."""
+    flat = a.reshape(-1)
+    floats = dtype.kind == "f" or any(isinstance(v, (float, np.floating)) for v in flat)
+    vals = []
+    for i, v in enumerate(flat):
+        if isinstance(v, (bool, np.bool_)) or \
+                not isinstance(v, (int, float, np.integer, np.floating)):
+            _fail(-EDTYPE, "%s; cannot take %s data (%r at index %d)"
+                  % (what, type(v).__name__, v, i))
+        if isinstance(v, (float, np.floating)) and dtype.kind == "i":
+            _fail(-EDTYPE, "%s; cannot take float data (%r at index %d)" % (what, v, i))
+        if floats:
+            try:
+                vals.append(float(v))
+            except OverflowError:  # an int past float64's range
+                _out_of_range(what, v, dtype)
+        else:
+            info = np.iinfo(dtype)
+            if not info.min <= int(v) <= info.max:
+                _out_of_range(what, int(v), dtype)
+            vals.append(int(v))
+    return np.array(vals, dtype=np.float64 if floats else dtype).reshape(a.shape)
 
 
 def _cast_fit(a, dtype, what):
-    """a as dtype if every value fits: integers (of any width and sign) into
-    integers in range, integers and floats into floats that do not overflow
-    to inf (floats round, as any float arithmetic does); never floats into
-    integers, nor bools, complex or objects. rkv.Error otherwise, its message
-    starting with what."""
+    """a as dtype if every value fits: integers (of any width and sign, Python's
+    past 64 bits too) into integers in range, integers and floats into
+    floats that do not overflow to inf (floats round, as any float
+    arithmetic does); never floats into integers, nor bools, complex or
+    other objects. rkv.Error otherwise, its message starting with what."""
+    if a.dtype == object and a.size:
+        a = _object_numbers(a, dtype, what)
     if a.dtype.kind not in "iuf" or (dtype.kind == "i" and a.dtype.kind == "f"):
         _fail(-EDTYPE, "%s; cannot take %s data" % (what, a.dtype))
     if np.can_cast(a.dtype, dtype, "safe") or a.size == 0:
@@ -497,15 +571,13 @@ def _cast_fit(a, dtype, what):
         info = np.iinfo(dtype)
         lo, hi = int(a.min()), int(a.max())
         if lo < info.min or hi > info.max:
-            _fail(-ERANGE, "%s: value %d does not fit" % (what, lo if lo < info.min else hi),
-                  OverflowError)
+            _out_of_range(what, lo if lo < info.min else hi, dtype)
         return a.astype(dtype)
     with np.errstate(over="ignore"):
         b = a.astype(dtype)
     bad = np.flatnonzero(np.isinf(b) & np.isfinite(a))
     if bad.size:
-        _fail(-ERANGE, "%s: value %r does not fit" % (what, a.reshape(-1)[bad[0]].item()),
-              OverflowError)
+        _out_of_range(what, a.reshape(-1)[bad[0]].item(), dtype)
     return b
 
 
@@ -516,7 +588,17 @@ class Config:
 
     def __init__(self, settings=None, **kw):
         self._values = {}
-        for k, v in dict(settings or {}, **kw).items():
+        # Config("ip.txt") raised dict()'s bare "dictionary update sequence
+        # element #0 has length 1", and a pathlib.Path "not iterable".
+        if isinstance(settings, (str, bytes, bytearray, os.PathLike)):
+            _fail(-EINVAL, "settings %r: expected a dict of settings (a cluster file is "
+                  "Config(cluster=%r))" % (settings, settings), TypeError)
+        try:
+            settings = dict(settings or {}, **kw)
+        except (TypeError, ValueError) as e:
+            _fail(-EINVAL, "settings %r: expected a dict of settings (%s)" % (settings, e),
+                  TypeError)
+        for k, v in settings.items():
             self.set(k, v)
 
     def set(self, key, value):
@@ -533,16 +615,28 @@ class Config:
         # that does not exist.
         if isinstance(value, (bytes, bytearray)):
             value = os.fsdecode(bytes(value))
+        elif isinstance(value, os.PathLike):  # str() of an os.DirEntry is its repr
+            value = os.fsdecode(value)
         value = str(value)
         # C reads "ip.txt\0.bak" as "ip.txt": the rest would go unseen.
         if "\0" in key or "\0" in value:
             _fail(-EINVAL, "setting %r = %r: has a NUL byte" % (key, value), ValueError)
+        # The C side reads bytes: os.fsencode's, the inverse of the
+        # os.fsdecode above (a path of bytes that are not UTF-8 raised a
+        # bare UnicodeEncodeError); a lone surrogate it cannot take is refused.
+        try:
+            os.fsencode(key), os.fsencode(value)
+        except UnicodeEncodeError as e:
+            _fail(-EINVAL, "setting %r = %r: not valid UTF-8 (%s)" % (key, value, e.reason),
+                  ValueError)
         with _Settings() as s:  # the C parser says whether the key exists
             s.set(key, value)
         self._values[key] = value
         return self
 
     def get(self, key):
+        if not isinstance(key, str):
+            _fail(-EINVAL, "setting name %r: expected a str" % (key,), TypeError)
         return self._values.get(key.replace("_", "-"))
 
     def copy(self, **kw):
@@ -581,7 +675,7 @@ class _Settings:
 
     def set(self, key, value):
         err = _errbuf()
-        rc = lib.rkv_settings_set(self.ptr, key.encode(), value.encode(), err, _ERR_LEN)
+        rc = lib.rkv_settings_set(self.ptr, os.fsencode(key), os.fsencode(value), err, _ERR_LEN)
         if rc < 0:
             _raise_err(rc, err)
 
@@ -597,9 +691,57 @@ def _as_config(config):
         return config
     if isinstance(config, dict):
         return Config(config)
-    if isinstance(config, str):
-        return Config(cluster=config)
-    _fail(-EINVAL, "config: expected rkv.Config, a dict of settings or a cluster file path")
+    # A pathlib.Path (or bytes) was refused as no cluster file path.
+    if isinstance(config, (str, bytes, bytearray, os.PathLike)):
+        return Config(cluster=os.fsdecode(config) if not isinstance(config, bytearray)
+                      else os.fsdecode(bytes(config)))
+    _fail(-EINVAL, "config: expected rkv.Config, a dict of settings or a cluster file path, "
+          "got %s" % type(config).__name__, TypeError)
+
+
+def _create_interruptibly(create, cfg, p, err):
+    """create(cfg, p, err, _ERR_LEN), which waits for every worker to join (up
+    to connect_retry_ms + timeout_ms, a minute by default): in the main
+    thread it runs in a helper thread while this one waits in slices, so
+    that Ctrl-C raises KeyboardInterrupt at once (it was raised only once the
+    wait timed out). A client the abandoned call still makes is destroyed by
+    the helper."""
+    if threading.current_thread() is not threading.main_thread():
+        return create(cfg, p, err, _ERR_LEN)
+    out, done, lock = [], threading.Event(), threading.Lock()
+    abandoned = []
+
+    def body():
+        rc = create(cfg, p, err, _ERR_LEN)
+        with lock:
+            out.append(rc)
+            if abandoned and rc >= 0:
+                lib.rkv_client_destroy(p[0])
+        done.set()
+
+    threading.Thread(target=body, name="rkv-client-create", daemon=True).start()
+    try:
+        while not done.wait(0.2):
+            pass
+    except BaseException:
+        with lock:
+            if not out:
+                abandoned.append(True)
+            elif out[0] >= 0:  # made just as the interrupt came
+                lib.rkv_client_destroy(p[0])
+        raise
+    return out[0]
+
+
+def _no_copy(obj, kind, other):
+    """copy.copy, copy.deepcopy and pickle of a Client or Server: refused. A
+    shallow copy shared the C object, and whichever of the two was
+    collected first destroyed it under the other (a segfault at its next
+    call); pickle raised cffi's bare "cannot pickle '_CDataBase' object"."""
+    _fail(-EINVAL, "an rkv.%s cannot be copied or pickled: it is this process's own %s (share "
+          "the object itself; another process makes %s)"
+          % (kind, "connection to the store" if kind == "Client" else "server", other),
+          TypeError)
 
 
 def _run_then_set(fn, args, out, done):
@@ -712,6 +854,9 @@ class Server:
             _fail(-EINVAL, "server is closed")
         return self
 
+    def __reduce_ex__(self, protocol):
+        _no_copy(self, "Server", "a Server of its own")
+
     def __exit__(self, *exc):
         self.close()
 
@@ -724,15 +869,28 @@ class _Meta:
                  "with_state")
 
 
+def _name_str(raw):
+    """A tensor's name as the store holds it (bytes) as Python shows it: UTF-8,
+    with each byte that is no part of valid UTF-8 as a lone surrogate
+    U+DC80..U+DCFF (surrogateescape, as os.fsdecode reads a file name), so
+    that a name made from C in another encoding comes back to the store as
+    the same bytes (_name_bytes), not as U+FFFD, which named no tensor."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _name_bytes(name):
-    """A tensor's name as the C side takes it: 1..RKV_NAME_MAX bytes of UTF-8,
-    without NUL (C would read "a\\0b" as "a")."""
+    """A tensor's name as the C side takes it: 1..RKV_NAME_MAX bytes, without
+    NUL (C would read "a\\0b" as "a"): the str's UTF-8, with U+DC80..U+DCFF
+    standing for the bytes 0x80..0xff (surrogateescape, as os.fsencode and
+    _name_str)."""
     if not isinstance(name, str):
         _fail(-EINVAL, "tensor name %r: expected a str" % (name,), TypeError)
     try:
-        encoded = name.encode()
-    except UnicodeEncodeError as e:  # a lone surrogate: raised bare from every call
-        _fail(-EINVAL, "tensor name %r: not valid UTF-8 (%s)" % (name, e.reason), ValueError)
+        encoded = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as e:  # another lone surrogate: raised bare from every call
+        _fail(-EINVAL, "tensor name %r: not valid UTF-8 (%s; U+DC80..U+DCFF alone stand for "
+              "the bytes 0x80..0xff, as os.fsencode takes them)" % (name, e.reason),
+              ValueError)
     if b"\0" in encoded:
         _fail(-EINVAL, "tensor name %r: has a NUL byte" % name, ValueError)
     if len(encoded) > lib.RKV_NAME_MAX or not encoded:
@@ -743,7 +901,7 @@ def _name_bytes(name):
 def _meta_of(cm, name):
     m = _Meta()
     m.name = name
-    m.bname = name.encode()
+    m.bname = _name_bytes(name)
     m.dtype = _NP_OF[cm.dtype]
     m.rows = cm.rows
     m.row_len = cm.row_len
@@ -840,9 +998,10 @@ def _op_stats(st):
 
 class Client:
     """A worker's connection to the store. Blocks until all num-workers clients
-    joined. machine_id overrides the config's (which machine this trainer runs
-    on: its rows there move through shared memory). output: "torch" or "numpy"
-    for what pull returns; "auto" is torch when it can be imported.
+    joined (Ctrl-C interrupts the wait in the main thread). machine_id
+    overrides the config's (which machine this trainer runs on: its rows
+    there move through shared memory). output: "torch" or "numpy" for what
+    pull returns; "auto" is torch when it can be imported.
     One thread at a time uses the C client: calls from several threads queue.
     observer=True: a client that reads the catalogue only (list(),
     data_name_list(), get_data_meta()): it joins server 0 without being one
@@ -857,7 +1016,7 @@ class Client:
         p = ffi.new("struct rkv_client **")
         err = _errbuf()
         create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
-        rc = create(cfg, p, err, _ERR_LEN)
+        rc = _create_interruptibly(create, cfg, p, err)
         if rc < 0:
             _raise_err(rc, err)
         self._cli = p[0]
@@ -868,7 +1027,7 @@ class Client:
         self._orphans = []  # of them, those whose PushHandle was dropped
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
-        self._registered = {}  # address -> array, for register()
+        self._registered = {}  # (address, bytes) -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self.observer = bool(observer)
@@ -916,7 +1075,9 @@ class Client:
         return t.from_numpy(arr)
 
     def _m(self, name):
-        m = self._meta.get(name)
+        # Only a str can be a key: a list as the name raised a bare
+        # "unhashable type" from the lookup.
+        m = self._meta.get(name) if isinstance(name, str) else None
         if m is None:
             cm = ffi.new("struct rkv_tensor_meta *")
             self._call(lib.rkv_client_meta, _name_bytes(name), cm)
@@ -963,7 +1124,7 @@ class Client:
                 metas = ffi.new("struct rkv_tensor_meta[]", cap)
             out = []
             for i in range(n[0]):
-                name = ffi.string(metas[i].name).decode(errors="replace")
+                name = _name_str(ffi.string(metas[i].name))
                 m = _meta_of(metas[i], name)
                 self._meta.setdefault(name, m)
                 out.append(TensorMeta(name, self._dtype_out(m.dtype), (m.rows,) + m.row_shape,
@@ -1112,7 +1273,7 @@ class Client:
         data) or "adagrad" (both need lr; assign and sum take none), or a
         registered custom op's number (lr is its parameter, default 0). Returns
         once every server acknowledged; with async_=True returns a PushHandle at once."""
-        m = self._meta.get(name) or self._m(name)
+        m = self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
         if code is None:
             _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
@@ -1124,6 +1285,11 @@ class Client:
         if lr is not None and code in (_OPS["assign"], _OPS["sum"]):
             _fail(-EINVAL, "lr %r: op %r takes no learning rate" % (lr, op), ValueError)
         lr = 0.0 if lr is None else _real_arg(lr, "lr")
+        # As torch.optim refuses one: row -= lr * data with lr < 0 climbs the
+        # gradient (a custom op's parameter may be anything).
+        if lr < 0 and code in (_OPS["sgd"], _OPS["adagrad"]):
+            _fail(-EINVAL, "lr %r: a learning rate must not be negative (op %r applies "
+                  "row -= lr * ...)" % (lr, op), ValueError)
         async_ = _bool_arg(async_, "async_")
         ida = _ids_array(ids)
         n = ida.size
@@ -1151,7 +1317,7 @@ class Client:
     def pull_len(self, name, handler):
         """Elements per row that pull(name, ids, handler=handler) returns."""
         self._live()
-        m = self._meta.get(name) or self._m(name)
+        m = self._m(name)
         return self._pull_len(m, _handler_id(handler))
 
     def _pull_len(self, m, hid):
@@ -1176,7 +1342,7 @@ class Client:
         refused with the others, which take none); replies
         of L = pull_len(name, handler) elements are (n, L), or (n,) for L 1.
         Unknown handlers raise ENOHANDLER before anything is sent."""
-        m = self._meta.get(name) or self._m(name)
+        m = self._m(name)
         hid = _handler_id(handler)
         # Only a custom handler reads param: pull(name, ids, param=0.5)
         # without one returned the rows as if param meant nothing.
@@ -1341,15 +1507,62 @@ class Client:
         array until then: memory freed while registered and reused at the same
         address would be taken as registered."""
         a, p = self._region(array, "register")
-        self._call(lib.rkv_client_register, p, a.nbytes)
-        self._registered[int(ffi.cast("uintptr_t", p))] = a
+        # The C side's "register 0 bytes at 0x...: invalid argument" said
+        # nothing of why.
+        if a.nbytes == 0:
+            _fail(-EINVAL, "register: an empty array (shape %s) has no memory to register"
+                  % (a.shape,), ValueError)
+        with self._lock:
+            rc = lib.rkv_client_register(self._live(), p, a.nbytes)
+            if rc < 0:
+                _fail(rc, self._errmsg())
+            self._registered[(int(ffi.cast("uintptr_t", p)), a.nbytes)] = a
 
     def deregister(self, array):
+        """Ends register(array): array must be the same memory (address and
+        size) as an array given to register() and not deregistered since,
+        such as that array itself. A view inside a registered array is
+        refused (EINVAL, also a ValueError) naming the region it lies in:
+        deregistering it would have dropped the whole region's registration
+        (a view at its start) or nothing. A registration the store dropped
+        meanwhile (past 64 regions or 4 GiB, least recently used first) is
+        deregistered without error."""
         a, p = self._region(array, "deregister")
-        try:
-            self._call(lib.rkv_client_deregister, p)
-        finally:  # also when the cache had dropped it (least recently used)
-            self._registered.pop(int(ffi.cast("uintptr_t", p)), None)
+        addr, size = int(ffi.cast("uintptr_t", p)), a.nbytes
+        with self._lock:
+            cli = self._live()
+            key = (addr, size)
+            if key not in self._registered:
+                self._not_registered(addr, size)
+            del self._registered[key]
+            # The C side drops every registration that starts at addr, and
+            # registers a region inside one it has only once (a view of a
+            # registered array was no registration of its own): -EINVAL then,
+            # as for one its cache evicted. The arrays still registered that
+            # lay inside what was dropped are registered again.
+            rc = lib.rkv_client_deregister(cli, p)
+            if rc < 0 and rc != -EINVAL:
+                _fail(rc, self._errmsg())
+            end = addr + max([size] + [n for (b, n) in self._registered if b == addr])
+            again = sorted(((n, b) for (b, n) in self._registered if addr <= b < end),
+                           reverse=True)
+            for n, b in again:
+                rc = lib.rkv_client_register(cli, ffi.cast("void *", b), n)
+                if rc < 0:
+                    del self._registered[(b, n)]
+                    _fail(rc, "deregister: done, but the %d registered bytes at %#x it shared "
+                          "a registration with could not be registered again (no longer "
+                          "registered): %s" % (n, b, self._errmsg()))
+
+    def _not_registered(self, addr, size):
+        """Raises the error of a deregister of memory register() was not given."""
+        for (b, n) in sorted(self._registered):
+            if b <= addr and addr + size <= b + n:
+                _fail(-EINVAL, "deregister: the %d bytes at %#x were not registered themselves: "
+                      "they lie inside the %d bytes at %#x (offset %d) that register() was "
+                      "given: deregister that array" % (size, addr, n, b, addr - b), ValueError)
+        _fail(-EINVAL, "deregister: no registration of the %d bytes at %#x: register() was not "
+              "given them (or they were deregistered already)" % (size, addr), ValueError)
 
     def stats(self, reset=False):
         """This client's counters (rkv_client_stats), as a dict:
@@ -1420,6 +1633,9 @@ class Client:
         if self._cli is None:
             _fail(-ESHUTDOWN, "client is closed")
         return self
+
+    def __reduce_ex__(self, protocol):
+        _no_copy(self, "Client", "a Client of its own")
 
     def __exit__(self, *exc):
         self.close()

@@ -1,4 +1,7 @@
 """rkv.Config: the CLI's setting names, env vars and cluster file, through rkv_settings_*."""
+import os
+import pathlib
+
 import pytest
 
 import rkv
@@ -140,3 +143,56 @@ def test_a_setting_of_none_is_refused():
             rkv.Config(**kw)
         assert isinstance(e.value, TypeError) and "= None" in e.value.message
     assert rkv.Config(num_workers=2).copy(cluster=None).get("cluster") is None  # copy skips it
+
+
+def test_a_path_object_or_bytes_is_a_cluster_file(tmp_path):
+    # rkv.Client(pathlib.Path("ip.txt")) (and bytes) was refused as "expected
+    # rkv.Config, a dict of settings or a cluster file path".
+    for path in (tmp_path / "missing.txt", os.fsencode(tmp_path / "missing.txt")):
+        for make in (rkv.Client, rkv.Server):
+            with pytest.raises(rkv.Error) as e:
+                make(path)
+            assert e.value.code == -rkv.ECONFIG and "missing.txt: cannot open" in e.value.message
+    p = tmp_path / "ip.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 3\n")
+    cfg, local = rkv.Config(cluster=p, server_id=3).build()  # a Path as a setting's value
+    assert (cfg.n_machines, cfg.machine_id, local) == (2, 1, 1)
+    with pytest.raises(rkv.Error) as e:
+        rkv.Client(3.5)
+    assert isinstance(e.value, TypeError) and "got float" in e.value.message
+
+
+def test_settings_that_are_no_dict_are_rkv_errors():
+    # rkv.Config("ip.txt") raised dict()'s bare ValueError "dictionary update
+    # sequence element #0 has length 1; 2 is required", a Path a TypeError
+    # "not iterable"; Config().get(None) an AttributeError.
+    for bad in ("ip.txt", pathlib.Path("ip.txt"), b"ip.txt", [1, 2], 5):
+        with pytest.raises(rkv.Error) as e:
+            rkv.Config(bad)
+        assert isinstance(e.value, TypeError) and e.value.code == -rkv.EINVAL
+        assert "expected a dict of settings" in e.value.message
+    assert "Config(cluster='ip.txt')" in str(pytest.raises(rkv.Error, rkv.Config, "ip.txt").value)
+    assert rkv.Config([("num_workers", 2)]).get("num_workers") == "2"
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config().get(None)
+    assert isinstance(e.value, TypeError) and "expected a str" in e.value.message
+
+
+def test_a_path_that_is_not_utf8_reaches_the_file(tmp_path):
+    # A cluster path of bytes that are not UTF-8 (as bytes, or os.fsdecode'd
+    # to a str with U+DC80..U+DCFF) raised a bare UnicodeEncodeError.
+    d = os.fsencode(tmp_path)
+    p = os.path.join(d, b"ip\xff.txt")
+    with open(p, "w") as f:
+        f.write("127.0.0.1 41000 2\n")
+    for path in (p, os.fsdecode(p)):
+        cfg, _ = rkv.Config(cluster=path).build()
+        assert cfg.n_machines == 1
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster="ip\ud800.txt")
+    assert isinstance(e.value, ValueError) and "not valid UTF-8" in e.value.message
+
+
+def test_strerror_of_any_int():
+    assert rkv.strerror(-rkv.ETIMEDOUT) == rkv.strerror(rkv.ETIMEDOUT) == "request timed out"
+    assert rkv.strerror(2**40) == rkv.strerror(999)  # cffi raised OverflowError

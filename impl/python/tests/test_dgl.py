@@ -275,7 +275,7 @@ def test_python_pull_handlers(make_cluster, capfd):
     assert np.isnan(c.pull("emb", [10], handler=rkv.PULL_CUSTOM + 5)).all()
     assert c.pull_handler_errors(rkv.PULL_CUSTOM + 5) == 1
     err = capfd.readouterr().err
-    assert "returned a value for a float32 reply: value 1e+300 does not fit" in err
+    assert "returned a value for a float32 reply: value 1e+300 is out of range for float32" in err
     assert "RuntimeWarning" not in err
     c.init_data("ints", (100, 2), "int32")
     got = c.pull("ints", [10], handler=rkv.PULL_CUSTOM + 5)
@@ -412,3 +412,25 @@ def test_book_and_local_index_are_1d(cluster):
         assert isinstance(e.value, ValueError) and "1-D" in e.value.message
     assert "b" not in c.data_name_list()
     c.init_data("b", (4, 2), "float32", part_policy=np.array([0, 1, 0, 1]))
+
+
+def test_book_and_local_index_past_64_bits_name_the_row(cluster):
+    # A book or local_index holding a Python int past 64 bits (numpy makes
+    # the list an object array) was refused as "expected integers, got
+    # object", naming neither the row nor the value.
+    c = cluster.client()
+    for kw, want in (({"part_policy": [0, 2**64]}, "part_policy (the book): row 1 has "
+                      "18446744073709551616 (over 4294967295)"),
+                     ({"part_policy": [-2**64, 0]}, "part_policy (the book): row 0 has "
+                      "-18446744073709551616"),
+                     ({"part_policy": [0, 1], "local_index": [0, 2**64]},
+                      "local_index: row 1 has 18446744073709551616 (over 18446744073709551615)"),
+                     ({"part_policy": [0, None]}, "row 1 has None: expected integers"),
+                     ({"part_policy": [True, 2**64]}, "row 0 has True: expected integers")):
+        with pytest.raises(rkv.Error) as e:
+            c.init_data("b", (2, 2), "float32", **kw)
+        assert e.value.code == -rkv.EINVAL and want in e.value.message, e.value.message
+    assert "b" not in c.data_name_list()
+    c.init_data("b", (2, 2), "float32", part_policy=np.array([0, 1], dtype=object),
+                local_index=np.array([0, 0], dtype=object))
+    assert c.get_data_meta("b")[2] == "explicit"

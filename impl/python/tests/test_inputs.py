@@ -115,10 +115,23 @@ def test_names_with_nul_are_refused(client):
     assert client.data_name_list() == ["a"]
 
 
+def test_names_that_are_not_hashable_are_rkv_errors(client):
+    # pull(["emb"], ids) raised a bare "unhashable type: 'list'" from the
+    # binding's cache of metas, where a name of another type is rkv.Error.
+    client.init_data("emb", (10, 4), "float32")
+    rows = np.zeros((1, 4), np.float32)
+    for name in (["emb"], {"emb": 1}, np.array(["emb"])):
+        for call in (lambda: client.pull(name, [1]), lambda: client.push(name, [1], rows),
+                     lambda: client.pull_len(name, "rows"), lambda: client.get_data_meta(name)):
+            e = refused(TypeError, call)
+            assert e.code == -rkv.EINVAL and "expected a str" in e.message
+
+
 def test_names_that_are_not_utf8_are_refused(client):
-    # A lone surrogate (os.fsdecode of a non-UTF-8 file name) raised a bare
-    # UnicodeEncodeError from every call taking a name.
-    bad = "emb\udc80"
+    # A lone surrogate raised a bare UnicodeEncodeError from every call
+    # taking a name. U+DC80..U+DCFF stand for the bytes 0x80..0xff (as
+    # os.fsencode takes them, see the next test); any other is refused.
+    bad = "emb\ud800"
     e = refused(ValueError, client.init_data, bad, (10, 4), "float32")
     assert e.code == -rkv.EINVAL and "not valid UTF-8" in e.message
     refused(ValueError, client.pull, bad, [1])
@@ -129,6 +142,107 @@ def test_names_that_are_not_utf8_are_refused(client):
     client.push("émb😀", [7], [[1.5, -2.0]], op="assign")
     np.testing.assert_array_equal(client.pull("émb😀", [7]).numpy(), [[1.5, -2.0]])
     assert client.data_name_list() == ["émb😀"]
+
+
+def _init_from_c(client, raw, rows, row_len):
+    d = rkv.ffi.new("struct rkv_tensor_desc *")
+    d.name = raw
+    d.dtype = rkv.lib.RKV_F32
+    d.rows = rows
+    d.row_len = row_len
+    d.policy = rkv.lib.RKV_PART_RANGE
+    assert rkv.lib.rkv_client_init_data(client._cli, d) == 0
+
+
+def test_a_name_made_in_c_that_is_not_utf8_round_trips(client):
+    # list() showed b"emb\xff" (a Latin-1 name made from C) as "emb\ufffd",
+    # and that name reached no tensor: ENOTENSOR from push and pull. Names
+    # are decoded as os.fsdecode decodes file names (surrogateescape) and
+    # encoded back to the same bytes.
+    _init_from_c(client, b"emb\xff", 10, 2)
+    _init_from_c(client, "caf\xe9".encode("latin-1"), 10, 2)
+    names = client.data_name_list()
+    assert names == ["emb\udcff", "caf\udce9"]
+    assert names[1].encode("utf-8", "surrogateescape") == b"caf\xe9"
+    for name in names:
+        client.push(name, [3], [[1.0, 2.0]], op="assign")
+        np.testing.assert_array_equal(client.pull(name, [3]).numpy(), [[1.0, 2.0]])
+        assert client.get_data_meta(name)[1] == (10, 2)
+        client.init_data(name, (10, 2), "float32")  # the same tensor: idempotent
+    assert [m.name for m in client.list()] == names
+    # A name Python makes so is the bytes C sees.
+    client.init_data("x\udc80", (4,), "float32")
+    cm = rkv.ffi.new("struct rkv_tensor_meta *")
+    assert rkv.lib.rkv_client_meta(client._cli, b"x\x80", cm) == 0 and cm.rows == 4
+    assert client.data_name_list() == names + ["x\udc80"]
+
+
+def test_python_ints_out_of_range_say_so(client):
+    # [2**64] into an int64 tensor said "cannot take object data" (numpy
+    # makes such a list an object array), which named neither the value
+    # nor its range.
+    client.init_data("i", (10,), "int64")
+    client.init_data("f", (10, 2), "float32")
+    for bad in ([2**64], [-2**63 - 1], np.array([2**64], dtype=object)):
+        e = refused(OverflowError, client.push, "i", [1], bad, op="assign")
+        assert e.code == -rkv.ERANGE and e.message.startswith("data: tensor 'i'")
+        assert "value %d is out of range for int64" % int(bad[0]) in e.message, e.message
+    e = refused(OverflowError, client.push, "f", [1], [[2**1024, 0]], op="assign")
+    assert "data: tensor 'f'" in e.message
+    assert "value 2**1024 or more is out of range for float32" in e.message, e.message
+    e = refused(OverflowError, client.push, "f", [1], [[1.5, 2**200]], op="assign")
+    assert "out of range for float32" in e.message
+    e = refused(OverflowError, client.push, "i", [2**64], [1], op="assign")
+    assert "ids" in e.message and "does not fit in 64 bits" in e.message
+    # What is no number is said as such, at its index.
+    e = refused(rkv.Error, client.push, "i", [1, 2], [7, None], op="assign")
+    assert e.code == -rkv.EDTYPE and "NoneType data (None at index 1)" in e.message
+    e = refused(rkv.Error, client.push, "i", [1, 2], [1.5, 2**64], op="assign")
+    assert e.code == -rkv.EDTYPE and "float data (1.5 at index 0)" in e.message
+    # Within range they are taken, past 64 bits of numpy's reading included.
+    client.push("i", [1, 2], np.array([2**63 - 1, -2**63], dtype=object), op="assign")
+    client.push("f", [1], [[2**70, 0.5]], op="assign")
+    np.testing.assert_array_equal(client.pull("i", [1, 2]).numpy(), [2**63 - 1, -2**63])
+    np.testing.assert_array_equal(client.pull("f", [1]).numpy(), [[2.0**70, 0.5]])
+
+
+def test_learning_rate_as_a_0d_tensor_or_array(client):
+    # torch.tensor(0.1) (what a scheduler or torch arithmetic gives) and
+    # np.array(0.1) were refused: "lr: expected a number".
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for lr in (torch.tensor(0.5), np.array(0.5), torch.tensor(0.5, dtype=torch.float64,
+                                                                requires_grad=True),
+               np.float16(0.5), torch.tensor(1) / 2):
+        client.push("w", [0], np.zeros((1, 2), np.float32), op="assign")
+        client.push("w", [0], g, op="sgd", lr=lr)
+        np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[-0.5, -0.5]])
+    client.push("w", [1], g, op="adagrad", lr=torch.tensor(0.25))
+    for bad in (torch.tensor([0.5]), np.array([0.5]), torch.tensor(True), np.array(True),
+                torch.tensor(1 + 2j)):
+        e = refused(TypeError, client.push, "w", [0], g, op="sgd", lr=bad)
+        assert e.code == -rkv.EINVAL and "lr" in e.message
+    e = refused(ValueError, client.push, "w", [0], g, op="sgd", lr=torch.tensor(float("nan")))
+    assert "finite" in e.message
+    # An int past float64's range raised float()'s bare OverflowError.
+    e = refused(OverflowError, client.push, "w", [0], g, op="sgd", lr=2**2000)
+    assert e.code == -rkv.EINVAL and "lr: expected a finite number" in e.message
+    e = refused(OverflowError, client.pull, "w", [0], handler=rkv.PULL_CUSTOM, param=-2**1100)
+    assert "param: expected a finite number" in e.message
+
+
+def test_negative_learning_rate_is_refused(client):
+    # lr=-0.1 climbed the gradient without a word (torch.optim refuses it).
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for op in ("sgd", "adagrad", 2, 3):
+        for lr in (-0.1, np.array(-1.0), torch.tensor(-1e-30)):
+            e = refused(ValueError, client.push, "w", [0], g, op=op, lr=lr)
+            assert e.code == -rkv.EINVAL and "must not be negative" in e.message
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+    client.push("w", [0], g, op="sgd", lr=0.0)  # a schedule's end: nothing changes
+    client.push("w", [0], g, op="sgd", lr=-0.0)
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
 
 
 def test_out_must_be_an_array(client):

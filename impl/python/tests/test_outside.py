@@ -239,6 +239,21 @@ def test_ctrl_c_interrupts_a_barrier(make_cluster):
     assert not any(t.is_alive() for t in ts)
 
 
+def test_ctrl_c_interrupts_a_client_waiting_for_the_others(make_cluster):
+    # rkv.Client() waits for every worker to join, up to connect_retry_ms +
+    # timeout_ms (a minute by default), in a C call that held the main
+    # thread: Ctrl-C was raised only once that wait timed out (here 20 s).
+    import signal
+    cluster = make_cluster(machines=1, servers_per_machine=1, workers=2)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        rkv.Client(cluster.config)
+    assert time.monotonic() - t0 < 5, "Ctrl-C waited for the other workers"
+    for s in cluster.servers:  # no client to shut them down
+        s.stop()
+
+
 def test_server_refused_in_a_forked_child(tmp_path):
     # A Server made before a fork (multiprocessing's Process(target=s.run))
     # ran in the child without the threads rkv_server_create started: run()
@@ -353,6 +368,76 @@ def test_register_keeps_its_memory_and_refuses_temporaries(cluster):
     with pytest.raises(rkv.Error) as e:
         c.deregister(np.zeros((4, 4), np.float32))
     assert "no registration" in e.value.message
+
+
+def _c_registered(c, a):
+    """Whether the C client holds a registration that starts at array a (its
+    deregister succeeds; a is then registered again)."""
+    p = rkv.ffi.from_buffer(a)
+    if rkv.lib.rkv_client_deregister(c._cli, p) < 0:
+        return False
+    assert rkv.lib.rkv_client_register(c._cli, p, a.nbytes) == 0
+    return True
+
+
+def test_deregister_names_what_was_registered(cluster):
+    # deregister(a[10:20]) of a registered a said "deregister 0x...: no
+    # registration starts there", deregister(a[:20]) dropped a's whole
+    # registration and succeeded, and a view registered inside a (which the
+    # C cache does not register twice) could not be deregistered at all.
+    c = cluster.client()
+    c.init_data("t", (100, 4), "float32")
+    a = np.zeros((100, 4), np.float32)
+    c.register(a)
+    for view, off in ((a[10:20], 160), (a[:20], 0), (a.reshape(-1)[1:], 4)):
+        with pytest.raises(rkv.Error) as e:
+            c.deregister(view)
+        assert isinstance(e.value, ValueError) and e.value.code == -rkv.EINVAL
+        assert "lie inside the 1600 bytes at" in e.value.message, e.value.message
+        assert "(offset %d)" % off in e.value.message and "deregister that array" in \
+            e.value.message
+    assert list(c._registered.values())[0] is a  # still registered
+    # A view registered itself is deregistered as itself, a's registration
+    # staying; a view at a's start too (C drops every registration that
+    # starts there: the binding registers a again).
+    for view in (a[10:20], a[:20]):
+        c.register(view)
+        c.deregister(view)
+        assert [x is a for x in c._registered.values()] == [True]
+        assert _c_registered(c, a)
+        c.pull("t", list(range(100)), out=a)
+    with pytest.raises(rkv.Error) as e:
+        c.deregister(a[:20])
+    assert "lie inside" in e.value.message
+    c.deregister(a)
+    assert not c._registered
+    with pytest.raises(rkv.Error) as e:
+        c.deregister(a)
+    assert "no registration" in e.value.message and "deregistered already" in e.value.message
+    # An empty array was refused by the C side as "register 0 bytes at 0x...:
+    # invalid argument".
+    with pytest.raises(rkv.Error) as e:
+        c.register(np.zeros((0, 4), np.float32))
+    assert isinstance(e.value, ValueError) and "an empty array (shape (0, 4))" in e.value.message
+
+
+def test_client_and_server_are_not_copied(cluster):
+    # copy.copy(client) (as a shallow copy of an object holding one does)
+    # shared the C client: the copy's collection destroyed it, and the
+    # original's next call was a segfault. pickle raised cffi's bare
+    # "cannot pickle '_CDataBase' object".
+    import copy
+    c = cluster.client()
+    c.init_data("t", (10, 2), "float32")
+    for obj in (c, cluster.servers[0]):
+        for fn in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(rkv.Error) as e:
+                fn(obj)
+            assert isinstance(e.value, TypeError) and e.value.code == -rkv.EINVAL
+            assert "cannot be copied or pickled" in e.value.message
+    gc.collect()
+    c.push("t", [1], [[1.0, 2.0]], op="assign")
+    np.testing.assert_array_equal(c.pull("t", [1]).numpy(), [[1.0, 2.0]])
 
 
 def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
