@@ -266,6 +266,7 @@ static const struct {
     {CMD_CTRL_BUF_BYTES, "--ctrl-buf-bytes", "4096", "RKV_CTRL_BUF_BYTES"},
     {CMD_SLOTS, "--slots", "9", "RKV_SLOTS"},
     {CMD_MAX_SLOT_BYTES, "--max-slot-bytes", "1048576", "RKV_MAX_SLOT_BYTES"},
+    {CMD_SLOT_MEM_BYTES, "--slot-mem-bytes", "8388608", "RKV_SLOT_MEM_BYTES"},
     {CMD_SHM_PREFIX, "--shm-prefix", "rkv-launch-test", "RKV_SHM_PREFIX"},
     {CMD_SEED, "--seed", "99", "RKV_SEED"},
     {CMD_LOG_LEVEL, "--log-level", "3", "PS_VERBOSE"},

@@ -63,6 +63,9 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
     [CMD_SLOTS] = {"--slots", "RKV_SLOTS", "", "64", "rendezvous/reply slots per connection"},
     [CMD_MAX_SLOT_BYTES] = {"--max-slot-bytes", "RKV_MAX_SLOT_BYTES", "", "1073741824",
                             "largest single message"},
+    [CMD_SLOT_MEM_BYTES] = {"--slot-mem-bytes", "RKV_SLOT_MEM_BYTES", "", "0",
+                            "most bytes of rendezvous slots a node grants its peers, all together "
+                            "(0: 4 GiB, or max-slot-bytes if larger)"},
     [CMD_SHM_PREFIX] = {"--shm-prefix", "RKV_SHM_PREFIX", "", "",
                         "shared-memory name prefix (default rkv-<base port>)"},
     [CMD_SEED] = {"--seed", "RKV_SEED", "", "1", "seed of every random choice"},
@@ -763,6 +766,7 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         cmd_u32(s, CMD_CTRL_BUF_BYTES, &cfg->ctrl_buf_bytes, err, err_len) ||
         cmd_u32(s, CMD_SLOTS, &cfg->push_slots, err, err_len) ||
         cmd_get_u64(s, CMD_MAX_SLOT_BYTES, &slot, err, err_len) ||
+        cmd_get_u64(s, CMD_SLOT_MEM_BYTES, &cfg->slot_mem_bytes, err, err_len) ||
         cmd_get_u64(s, CMD_SEED, &seed, err, err_len) ||
         cmd_u32(s, CMD_LOG_LEVEL, &ll, err, err_len) ||
         cmd_u32(s, CMD_RETRY_MS, &cfg->retry_ms, err, err_len) ||

@@ -29,6 +29,7 @@ enum cmd_key {
     CMD_CTRL_BUF_BYTES,
     CMD_SLOTS,
     CMD_MAX_SLOT_BYTES,
+    CMD_SLOT_MEM_BYTES,
     CMD_SHM_PREFIX,
     CMD_SEED,
     CMD_LOG_LEVEL,

@@ -39,6 +39,12 @@
  * a NIC's reader does not take over from a poller that is only busy. */
 #define ENG_POLL_GAP_NS 10000000ull
 #define ENG_MIN_SLOT_BYTES 4096u
+/* A slot the granter asked back (RNDV_REVOKE) is given back when its
+ * holder is done with it: a holder that keeps it longer than
+ * cfg.revoke_grace_ms (this by default) after the ask, or after the last
+ * message written into it, is dropped. */
+#define ENG_REVOKE_GRACE_MS 10000u
+#define ENG_REVOKE_CHECK_NS 100000000ull
 /* Free transmit buffers kept for reuse, by bytes: beyond it they are freed. */
 #define ENG_TX_CACHE_BYTES (256u << 20)
 /* Pause between connection attempts to a peer that is not up yet. */
@@ -80,7 +86,10 @@ struct eng_lslot {
     void *grant; /* the NIC's per-peer grant of mr (nic.h mr_grant), or NULL */
     uint8_t *buf;
     uint64_t cap;
-    int state; /* enum eng_lslot_state */
+    uint64_t used;      /* eng->use_tick when a message last came in it (least recent goes first) */
+    uint64_t revoke_ns; /* asked back then (or a message came in it since) */
+    int state;          /* enum eng_lslot_state */
+    int revoking;       /* asked back: counted in eng->revoking_bytes */
 };
 
 /* A slot the peer granted us, cached per (tensor, type) key. */
@@ -88,6 +97,19 @@ struct eng_rslot {
     uint32_t key;
     struct rkv_slot_desc d;
     int busy;
+    int revoked; /* the granter wants it back: retired once released */
+};
+
+/* A peer's ask for a slot that waits for slot memory (at most one per
+ * peer, as an engine asks only for the head of its queue). */
+struct eng_ask {
+    struct eng_ask *next;
+    struct rkv_peer *peer;
+    uint64_t req_id;
+    uint64_t bytes;
+    uint64_t cap;
+    uint32_t tensor_id;
+    uint16_t op;
 };
 
 struct eng_txq {
@@ -105,6 +127,7 @@ struct rkv_peer {
     void *user;
     struct rkv_peer *touched_next;
     struct rkv_peer *down_next; /* on eng->down while down_due */
+    struct eng_ask *ask;        /* its ask waiting for slot memory, or NULL */
     uint32_t *releases;         /* slot ids to give back (a stack of lslot_cap) */
     uint8_t *rx_mem;
     struct rkv_mr *rx_mr;
@@ -173,6 +196,16 @@ struct rkv_engine {
      * its message handler, and no loop that sends sees its own entries
      * change under it. */
     struct rkv_peer *down;
+    /* Slot memory (cfg.slot_mem_bytes): what peers hold, what was asked
+     * back from them, and the asks that wait for it, first come first
+     * served; slots go back least recently used first. */
+    uint64_t granted_bytes;
+    uint64_t revoking_bytes;
+    uint32_t n_revoking;
+    uint64_t asked_bytes; /* the waiting asks' slots */
+    struct eng_ask *asks, *asks_tail;
+    uint64_t use_tick;
+    uint64_t revoke_check_ns;
     struct rkv_peer *zombies; /* half-built peers, freed at destroy */
     struct rkv_tx *all_tx;
     struct rkv_tx *free_small;
@@ -180,10 +213,10 @@ struct rkv_engine {
     struct rkv_tx *free_large;
     size_t free_large_bytes;
     struct rkv_engine_stats st;
-    uint8_t *srq_mem;                           /* the NIC's shared receive pool (NULL: per peer) */
-    uint32_t srq_count;                         /* its buffers, ctrl_buf_bytes each */
-    uint32_t max_backlog;                       /* cfg.max_backlog, or ENG_MAX_QUEUED */
-    struct rkv_ratelim lim_backlog, lim_reject; /* per-connection warnings */
+    uint8_t *srq_mem;     /* the NIC's shared receive pool (NULL: per peer) */
+    uint32_t srq_count;   /* its buffers, ctrl_buf_bytes each */
+    uint32_t max_backlog; /* cfg.max_backlog, or ENG_MAX_QUEUED */
+    struct rkv_ratelim lim_backlog, lim_reject, lim_slot; /* per-connection warnings */
 };
 
 static void eng_lock(struct rkv_engine *e)
@@ -395,6 +428,9 @@ static uint32_t peer_next_release(struct rkv_peer *p, int reply)
 static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify);
 static void eng_wake_poller(struct rkv_engine *e);
 static void eng_down_forget(struct rkv_engine *e, struct rkv_peer *p);
+struct eng_ask;
+static void eng_ask_unlink(struct rkv_engine *e, struct eng_ask *a);
+static void eng_serve_asks(struct rkv_engine *e);
 
 /* Posts tx now; the caller checked credits. */
 static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
@@ -559,24 +595,39 @@ static void eng_fail_tx(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     m.h.type = RKV_MSG_ERROR;
     m.h.req_id = eng_req_of(tx->buf);
     m.h.status = err;
-    snprintf(m.u.error.text, sizeof(m.u.error.text), "rendezvous failed: %s", rkv_strerror(err));
+    if (err == -RKV_ELIMIT)
+        snprintf(m.u.error.text, sizeof(m.u.error.text),
+                 "the peer refused a slot for a %llu-byte message: a limit there was hit (its "
+                 "slot_mem_bytes, max_slot_bytes or slots per connection; its log says which)",
+                 (unsigned long long)(tx->len + tx->ext_bytes));
+    else
+        snprintf(m.u.error.text, sizeof(m.u.error.text), "rendezvous failed: %s",
+                 rkv_strerror(err));
     tx_put(e, tx);
     eng_unlock(e);
     e->on_msg(e->user, p, &m);
     eng_lock(e);
 }
 
-/* Gives up an idle cached slot (the granter frees it on RNDV_RETIRE), to
- * make room in the slot budget. Returns 0 when every slot is busy. */
+/* Gives up the cached slot rslots[i] (the granter frees it on
+ * RNDV_RETIRE). A failed post kills the peer. */
+static void peer_retire_at(struct rkv_engine *e, struct rkv_peer *p, uint32_t i)
+{
+    assert(i < p->n_rslots && !p->rslots[i].busy);
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_RETIRE, .count = p->rslots[i].d.slot};
+    p->rslots[i] = p->rslots[--p->n_rslots];
+    peer_ctrl(e, p, &h, NULL, 0);
+}
+
+/* Gives up an idle cached slot, to make room in the slot budget. Returns 0
+ * when every slot is busy. */
 static int peer_retire_idle(struct rkv_engine *e, struct rkv_peer *p)
 {
     for (uint32_t i = 0; i < p->n_rslots; i++) {
-        if (p->rslots[i].busy)
-            continue;
-        struct rkv_hdr h = {.type = RKV_MSG_RNDV_RETIRE, .count = p->rslots[i].d.slot};
-        p->rslots[i] = p->rslots[--p->n_rslots];
-        peer_ctrl(e, p, &h, NULL, 0);
-        return 1;
+        if (!p->rslots[i].busy) {
+            peer_retire_at(e, p, i);
+            return 1;
+        }
     }
     return 0;
 }
@@ -934,6 +985,9 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     }
     struct eng_lslot *s = &p->lslots[i];
     uint64_t cap = eng_round_cap(e, bytes);
+    if (state == ENG_SLOT_GRANTED && e->cfg.slot_mem_bytes &&
+        cap > e->cfg.slot_mem_bytes - e->granted_bytes)
+        return -RKV_ELIMIT;
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
         return -RKV_ENOMEM;
     /* A slot is one peer's: where the NIC can, only that peer's connection
@@ -954,6 +1008,8 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     }
     s->cap = cap;
     s->state = state;
+    if (state == ENG_SLOT_GRANTED)
+        e->granted_bytes += cap;
     *d = (struct rkv_slot_desc){
         .addr = (uint64_t)(uintptr_t)s->buf, .rkey = rkey, .slot = i, .cap = cap};
     return 0;
@@ -974,6 +1030,15 @@ static void peer_lslot_free(struct rkv_engine *e, struct eng_lslot *s)
 {
     if (s->state == ENG_SLOT_FREE)
         return;
+    if (s->state == ENG_SLOT_GRANTED) {
+        assert(e->granted_bytes >= s->cap);
+        e->granted_bytes -= s->cap;
+    }
+    if (s->revoking) {
+        assert(e->revoking_bytes >= s->cap && e->n_revoking > 0);
+        e->revoking_bytes -= s->cap;
+        e->n_revoking--;
+    }
     if (s->grant)
         e->nic->ops->mr_revoke(e->nic, s->grant);
     e->nic->ops->dereg_mr(e->nic, s->mr);
@@ -1188,7 +1253,10 @@ static void eng_close_deferred(struct rkv_engine *e)
         if (p->released)
             peer_reclaim(e, p);
     }
+    int any = e->n_closing > 0;
     e->n_closing = 0;
+    if (any && e->asks)
+        eng_serve_asks(e);
 }
 
 void rkv_engine_peer_release(struct rkv_engine *e, struct rkv_peer *p)
@@ -1219,6 +1287,8 @@ static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
         tx_put(e, tx);
     while ((tx = txq_pop(&p->waiting)) != NULL)
         tx_put(e, tx);
+    if (p->ask) /* the asks behind it are served at its close, with its slots */
+        eng_ask_unlink(e, p->ask);
     if (notify && e->on_peer && !p->released) {
         assert(!p->down_due); /* one kill per peer: its qp is gone now */
         p->down_due = 1;
@@ -1317,26 +1387,206 @@ static void peer_take_release(struct rkv_peer *p, uint32_t release)
     for (uint32_t i = 0; i < p->n_rslots; i++) {
         if (p->rslots[i].d.slot == release - 1) {
             p->rslots[i].busy = 0;
+            if (p->rslots[i].revoked) /* asked back while we wrote into it */
+                peer_retire_at(p->eng, p, i);
             return;
         }
     }
 }
 
+/* The granter wants a slot back (its slot memory is short): given back
+ * now when idle, else when its release comes. Not ours any more: our
+ * RETIRE of it crossed the ask. */
+static void eng_on_rndv_revoke(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
+{
+    for (uint32_t i = 0; i < p->n_rslots; i++) {
+        if (p->rslots[i].d.slot != m->h.count)
+            continue;
+        if (p->rslots[i].busy)
+            p->rslots[i].revoked = 1;
+        else
+            peer_retire_at(e, p, i);
+        return;
+    }
+}
+
+/* ---- slot memory: grants, asks that wait, slots asked back ---- */
+
+static void eng_ask_unlink(struct rkv_engine *e, struct eng_ask *a)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    struct eng_ask **pp = &e->asks, *prev = NULL;
+    while (*pp != a) {
+        prev = *pp;
+        pp = &(*pp)->next;
+        assert(*pp); /* every ask is on the list */
+    }
+    *pp = a->next;
+    if (e->asks_tail == a)
+        e->asks_tail = prev;
+    assert(e->asked_bytes >= a->cap);
+    e->asked_bytes -= a->cap;
+    a->peer->ask = NULL;
+    free(a);
+}
+
+/* Asks holders for slots back, least recently used first, until the free
+ * memory and what is on its way back cover the asks that wait. A holder
+ * that is closing gives its slots back at its close. */
+static void eng_revoke_for_asks(struct rkv_engine *e)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    const uint64_t bound = e->cfg.slot_mem_bytes;
+    assert(e->granted_bytes <= bound && e->revoking_bytes <= e->granted_bytes);
+    while (e->asks && bound - e->granted_bytes + e->revoking_bytes < e->asked_bytes) {
+        struct rkv_peer *vp = NULL;
+        struct eng_lslot *v = NULL;
+        for (struct rkv_peer *q = e->peers; q; q = q->next) {
+            for (uint32_t i = 0; !q->dead && i < q->lslot_cap; i++) {
+                struct eng_lslot *l = &q->lslots[i];
+                if (l->state == ENG_SLOT_GRANTED && !l->revoking && (!v || l->used < v->used)) {
+                    v = l;
+                    vp = q;
+                }
+            }
+        }
+        if (!v)
+            return;
+        v->revoking = 1;
+        v->revoke_ns = e->port->ops->now_ns(e->port);
+        e->revoking_bytes += v->cap;
+        e->n_revoking++;
+        e->st.slot_revokes++;
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_REVOKE, .count = (uint32_t)(v - vp->lslots)};
+        peer_ctrl(e, vp, &h, NULL, 0); /* a failed post kills vp: its slots go at its close */
+    }
+}
+
+static void eng_grant(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h, uint64_t bytes);
+
+/* Grants the asks that wait, in order, while memory is free. */
+static void eng_serve_asks(struct rkv_engine *e)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    struct eng_ask *a;
+    while ((a = e->asks) != NULL && a->cap <= e->cfg.slot_mem_bytes - e->granted_bytes) {
+        struct rkv_peer *p = a->peer;
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY,
+                            .req_id = a->req_id,
+                            .tensor_id = a->tensor_id,
+                            .op = a->op};
+        uint64_t bytes = a->bytes;
+        eng_ask_unlink(e, a);
+        eng_grant(e, p, &h, bytes);
+    }
+    eng_revoke_for_asks(e);
+}
+
+/* A holder that keeps a slot it was asked back for the grace
+ * (since the ask, or since its last message in it) is dropped: its slots
+ * come back at its close. Looked at every ENG_REVOKE_CHECK_NS while any
+ * slot is asked back. */
+static void eng_revoke_overdue(struct rkv_engine *e)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    uint64_t now = e->port->ops->now_ns(e->port);
+    if (now < e->revoke_check_ns)
+        return;
+    e->revoke_check_ns = now + ENG_REVOKE_CHECK_NS;
+    for (struct rkv_peer *q = e->peers; q; q = q->next) {
+        for (uint32_t i = 0; !q->dead && i < q->lslot_cap; i++) {
+            const struct eng_lslot *l = &q->lslots[i];
+            if (l->state == ENG_SLOT_GRANTED && l->revoking &&
+                now - l->revoke_ns > (uint64_t)e->cfg.revoke_grace_ms * 1000000ull) {
+                RKV_LOGW(e->port,
+                         "engine: a peer kept a %llu-byte slot %u ms after it was asked "
+                         "for it back; dropping it",
+                         (unsigned long long)l->cap, e->cfg.revoke_grace_ms);
+                peer_kill(e, q, 1);
+            }
+        }
+    }
+}
+
+/* Grants p a slot for a message of `bytes` and answers its ask (h, an
+ * RNDV_REPLY), or refuses it saying why. */
+static void eng_grant(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h, uint64_t bytes)
+{
+    struct rkv_slot_desc d = {0};
+    int rc = p->ask ? -RKV_ELIMIT : peer_lslot_new(e, p, bytes, ENG_SLOT_GRANTED, &d);
+    uint64_t quiet = 0;
+    if (rc < 0 &&
+        rkv_ratelim_ok(&e->lim_slot, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet)) {
+        const struct rkv_engine_cfg *c = &e->cfg;
+        char why[128];
+        /* A full memory bound is back-pressure the sender meets by giving
+         * slots back: info; the rest are a peer asking past its limits. */
+        int level = RKV_LOG_WARN;
+        if (rc != -RKV_ELIMIT)
+            snprintf(why, sizeof(why), "%s", rkv_strerror(rc));
+        else if (p->ask)
+            snprintf(why, sizeof(why), "the peer's last ask still waits for slot memory");
+        else if (bytes > c->max_slot_bytes)
+            snprintf(why, sizeof(why), "above max_slot_bytes %llu",
+                     (unsigned long long)c->max_slot_bytes);
+        else if (c->slot_mem_bytes && eng_round_cap(e, bytes) > c->slot_mem_bytes)
+            snprintf(why, sizeof(why), "its slot of %llu bytes is more than slot_mem_bytes %llu",
+                     (unsigned long long)eng_round_cap(e, bytes),
+                     (unsigned long long)c->slot_mem_bytes);
+        else if (c->slot_mem_bytes &&
+                 eng_round_cap(e, bytes) > c->slot_mem_bytes - e->granted_bytes) {
+            level = RKV_LOG_INFO;
+            snprintf(why, sizeof(why), "%llu of slot_mem_bytes %llu are granted to peers",
+                     (unsigned long long)e->granted_bytes, (unsigned long long)c->slot_mem_bytes);
+        } else {
+            snprintf(why, sizeof(why), "the peer holds all %u of its slots", c->max_slots);
+        }
+        rkv_port_log(e->port, level,
+                     "engine: refusing a %llu-byte slot: %s (%llu such lines suppressed)",
+                     (unsigned long long)bytes, why, (unsigned long long)quiet);
+    }
+    if (rc < 0) {
+        h->status = rc;
+        d = (struct rkv_slot_desc){.cap = RKV_PROTO_HDR_BYTES};
+    }
+    peer_ctrl(e, p, h, &d, 0);
+}
+
+/* An ask whose slot does not fit in the free slot memory, or that comes
+ * while others wait, waits for it (first come, first served): slots are
+ * asked back from their holders meanwhile. One that could never fit, or a
+ * second one from a peer, is refused at once. */
 static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
     struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY,
                         .req_id = m->h.req_id,
                         .tensor_id = m->h.tensor_id,
                         .op = m->h.op};
-    struct rkv_slot_desc d = {0};
-    int rc = peer_lslot_new(e, p, m->u.rndv_bytes, ENG_SLOT_GRANTED, &d);
-    if (rc < 0) {
-        RKV_LOGW(e->port, "engine: refusing a %llu-byte slot: %s",
-                 (unsigned long long)m->u.rndv_bytes, rkv_strerror(rc));
-        h.status = rc;
-        d = (struct rkv_slot_desc){.cap = RKV_PROTO_HDR_BYTES};
-    }
-    peer_ctrl(e, p, &h, &d, 0);
+    const uint64_t bound = e->cfg.slot_mem_bytes, bytes = m->u.rndv_bytes;
+    const uint64_t cap = bytes <= e->cfg.max_slot_bytes ? eng_round_cap(e, bytes) : UINT64_MAX;
+    if (!bound || cap > bound || p->ask || (!e->asks && cap <= bound - e->granted_bytes))
+        return eng_grant(e, p, &h, bytes);
+    struct eng_ask *a = malloc(sizeof(*a));
+    if (!a)
+        return eng_grant(e, p, &h, bytes); /* refused for want of memory, as it would be */
+    *a = (struct eng_ask){.peer = p,
+                          .req_id = m->h.req_id,
+                          .bytes = bytes,
+                          .cap = cap,
+                          .tensor_id = m->h.tensor_id,
+                          .op = m->h.op};
+    if (e->asks_tail)
+        e->asks_tail->next = a;
+    else
+        e->asks = a;
+    e->asks_tail = a;
+    e->asked_bytes += cap;
+    p->ask = a;
+    e->st.slot_waits++;
+    RKV_LOGD(e->port, "engine: a %llu-byte slot waits for slot memory (%llu of %llu granted)",
+             (unsigned long long)bytes, (unsigned long long)e->granted_bytes,
+             (unsigned long long)bound);
+    eng_revoke_for_asks(e);
 }
 
 static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
@@ -1348,6 +1598,17 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
     if (m->h.status < 0) {
         /* Only the head of the queue asks, so the refusal is for it. */
         if (head && head->rndv_asked && eng_key_of(head->buf) == key) {
+            /* A limit at the granter (its slot memory, or our slots there):
+             * an idle slot we keep there goes back first (the RETIRE goes
+             * ahead of the new ask on the connection), and we ask again;
+             * each round retires one, so this ends. */
+            if (m->h.status == -RKV_ELIMIT && peer_retire_idle(e, p)) {
+                if (p->dead)
+                    return; /* the RETIRE's post failed: the kill took the queue */
+                head->rndv_asked = 0;
+                peer_run_waiting(e, p);
+                return;
+            }
             txq_pop(&p->waiting);
             eng_fail_tx(e, p, head, m->h.status);
         }
@@ -1372,9 +1633,10 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
 static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
     uint32_t s = m->h.count;
-    if (s < p->lslot_cap && p->lslots[s].state == ENG_SLOT_GRANTED)
+    if (s < p->lslot_cap && p->lslots[s].state == ENG_SLOT_GRANTED) {
         peer_lslot_free(e, &p->lslots[s]);
-    else
+        eng_serve_asks(e);
+    } else
         RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
 }
 
@@ -1416,6 +1678,9 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
         break;
     case RKV_MSG_RNDV_RETIRE:
         eng_on_rndv_retire(e, p, m);
+        break;
+    case RKV_MSG_RNDV_REVOKE:
+        eng_on_rndv_revoke(e, p, m);
         break;
     default:
         p->release_due = granted_slot;
@@ -1482,6 +1747,9 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
         if (rkv_proto_decode(p->lslots[s].buf, len, &m, why, sizeof(why)) < 0)
             return eng_reject(e, p, why);
         int granted = p->lslots[s].state == ENG_SLOT_GRANTED;
+        p->lslots[s].used = ++e->use_tick;
+        if (p->lslots[s].revoking) /* its holder was busy with it: the grace starts again */
+            p->lslots[s].revoke_ns = e->port->ops->now_ns(e->port);
         eng_dispatch(e, p, &m, granted ? s + 1 : 0);
     }
     if (e->srq_mem) {
@@ -1588,6 +1856,8 @@ static int eng_poll_batch(struct rkv_engine *e, uint32_t timeout_ms)
     }
     e->touched = NULL;
     eng_close_deferred(e);
+    if (e->n_revoking)
+        eng_revoke_overdue(e);
     eng_down_notify(e);
     eng_unlock(e);
     e->port->ops->mutex_unlock(e->poll_mu);
@@ -1765,6 +2035,8 @@ int rkv_engine_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     e->port = port;
     e->nic = nic;
     e->cfg = *cfg;
+    if (!e->cfg.revoke_grace_ms)
+        e->cfg.revoke_grace_ms = ENG_REVOKE_GRACE_MS;
     e->max_backlog = cfg->max_backlog ? cfg->max_backlog : ENG_MAX_QUEUED;
     e->on_msg = on_msg;
     e->on_peer = on_peer;
@@ -1836,6 +2108,12 @@ void rkv_engine_destroy(struct rkv_engine *e)
     if (e->cfg.reg_cache_entries)
         rkv_regcache_fini(&e->regs);
     free(e->closing);
+    struct eng_ask *a;
+    while ((a = e->asks) != NULL) {
+        e->asks = a->next;
+        a->peer->ask = NULL;
+        free(a);
+    }
     struct rkv_peer *p;
     while ((p = e->peers) != NULL) {
         e->peers = p->next;

@@ -54,6 +54,15 @@ struct rkv_engine_cfg {
     uint32_t ctrl_buf_bytes; /* max SEND size (>= 256) */
     uint32_t max_slots;      /* receive slots per peer (granted + owned) */
     uint64_t max_slot_bytes; /* largest message accepted via a slot */
+    /* Bytes of slots granted to peers, all together (0: no bound). A peer's
+     * RNDV_START past it is refused with -RKV_ELIMIT; its sender retires
+     * an idle slot of its own here and asks again before it gives up. */
+    uint64_t slot_mem_bytes;
+    /* How long a holder may keep a slot asked back from it (RNDV_REVOKE),
+     * counted from the ask or its last message in it, before it is dropped
+     * (0: 10 s). Well inside a request's timeout, so that the asks waiting
+     * for the memory are served before their requests give up. */
+    uint32_t revoke_grace_ms;
     /* Busy polling: the progress task polls the NIC without sleeping, and
      * a thread waiting for a reply may run the progress itself
      * (rkv_engine_poll_inline). Costs a core per spinning thread. */
@@ -238,6 +247,9 @@ struct rkv_engine_stats {
     uint64_t sends, writes, rndv_starts, rndv_hits, backlogged, credit_msgs, rejected, releases;
     uint64_t puts;        /* plain writes: zero-copy rows and message pieces */
     uint64_t tx_inflight; /* posted, neither completed nor reclaimed */
+    /* Slot memory (slot_mem_bytes): asks that waited for it, slots asked
+     * back from their holders for them. */
+    uint64_t slot_waits, slot_revokes;
 };
 void rkv_engine_get_stats(struct rkv_engine *eng, struct rkv_engine_stats *st_p);
 

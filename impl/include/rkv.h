@@ -192,6 +192,8 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_MAX_PUSH_SLOTS 65536u
 #define RKV_MAX_CTRL_BUF_BYTES (64u << 20)
 #define RKV_MAX_RX_BYTES (1ull << 30)
+/* rkv_config.slot_mem_bytes's default (4 GiB). */
+#define RKV_SLOT_MEM_DEFAULT_BYTES (4ull << 30)
 /* Tensors a cluster holds (rkv_client_init_data past it: -RKV_ELIMIT). */
 #define RKV_MAX_TENSORS 1024u
 
@@ -220,6 +222,19 @@ struct rkv_config {
     uint32_t ctrl_buf_bytes; /* size of each control (SEND) buffer */
     uint32_t push_slots;     /* rendezvous slots a server grants per client */
     uint64_t max_slot_bytes; /* largest single message via rendezvous */
+    /* The most memory a node holds in rendezvous slots its peers asked for,
+     * all peers together (each slot is sized to its message, rounded up to
+     * a power of two, kept by its peer for later messages of the same
+     * tensor and op, and registered with the NIC: pinned on verbs). An ask
+     * that does not fit waits, first come first served, while the node
+     * asks the holders of the least recently used slots to give them back;
+     * a holder that keeps one past a quarter of timeout_ms is dropped. A
+     * message whose slot alone is larger fails with -RKV_ELIMIT. Without a
+     * bound, push_slots x max_slot_bytes per connection (64 GiB with the
+     * defaults) was what any one peer could make a server allocate. 0 (the
+     * default): RKV_SLOT_MEM_DEFAULT_BYTES, or max_slot_bytes when that is
+     * larger; else at least max_slot_bytes (-RKV_ECONFIG below it). */
+    uint64_t slot_mem_bytes;
     uint64_t seed;
     int log_level; /* 0 error, 1 warn, 2 info, 3 debug */
     /* Durable mode when not empty: servers acknowledge a push only once a

@@ -96,6 +96,7 @@ static const char *const proto_type_names[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_CREDIT] = "CREDIT",
     [RKV_MSG_ERROR] = "ERROR",
     [RKV_MSG_RNDV_RETIRE] = "RNDV_RETIRE",
+    [RKV_MSG_RNDV_REVOKE] = "RNDV_REVOKE",
     [RKV_MSG_REGISTER] = "REGISTER",
     [RKV_MSG_REGISTER_ACK] = "REGISTER_ACK",
     [RKV_MSG_TABLE] = "TABLE",

@@ -90,6 +90,7 @@ enum rkv_msg_type {
     RKV_MSG_PULL_DONE,   /* server -> client: the rows of a PULL_ZC are all written */
     RKV_MSG_LIST,        /* client -> server 0: every tensor's description, please */
     RKV_MSG_LIST_REPLY,  /* count entries (server 0's ready tensors) */
+    RKV_MSG_RNDV_REVOKE, /* the granter wants a slot back (id in count): RETIRE it once idle */
     RKV_MSG_TYPE_MAX_    /* one past the last */
 };
 

@@ -155,6 +155,14 @@ uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint3
     return n + local;
 }
 
+uint64_t rkv_cfg_slot_mem(const struct rkv_config *cfg)
+{
+    if (cfg->slot_mem_bytes)
+        return cfg->slot_mem_bytes;
+    return cfg->max_slot_bytes > RKV_SLOT_MEM_DEFAULT_BYTES ? cfg->max_slot_bytes
+                                                            : RKV_SLOT_MEM_DEFAULT_BYTES;
+}
+
 void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec)
 {
     *ec = (struct rkv_engine_cfg){.node_id = node_id,
@@ -162,6 +170,8 @@ void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_e
                                   .ctrl_buf_bytes = cfg->ctrl_buf_bytes,
                                   .max_slots = cfg->push_slots,
                                   .max_slot_bytes = cfg->max_slot_bytes,
+                                  .slot_mem_bytes = rkv_cfg_slot_mem(cfg),
+                                  .revoke_grace_ms = cfg->timeout_ms / 4 ? cfg->timeout_ms / 4 : 1,
                                   .busy_poll = cfg->busy_poll};
 }
 
@@ -261,6 +271,12 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         "config: rx_depth x ctrl_buf_bytes = %u x %u bytes of receive buffers per "
                         "connection, above the limit of %llu MiB",
                         cfg->rx_depth, cfg->ctrl_buf_bytes, RKV_MAX_RX_BYTES >> 20);
+    if (cfg->slot_mem_bytes && cfg->slot_mem_bytes < cfg->max_slot_bytes)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: slot_mem_bytes %llu is below max_slot_bytes %llu: a message of "
+                        "the largest size could never get a slot (0: the default, %llu GiB)",
+                        (unsigned long long)cfg->slot_mem_bytes,
+                        (unsigned long long)cfg->max_slot_bytes, RKV_SLOT_MEM_DEFAULT_BYTES >> 30);
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
     /* A log's byte offsets are below 1 TiB (its LSNs, wal.h). */

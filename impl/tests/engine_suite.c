@@ -27,6 +27,10 @@ static void on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
         s->peer = peer;
     if (s->inline_check && !pthread_equal(pthread_self(), s->inline_thread))
         s->off_thread++;
+    if (m->h.type == RKV_MSG_ERROR) {
+        s->n_errors++;
+        s->last_error = m->h.status;
+    }
     if (s->n_seen < ENG_SUITE_MAX_SEEN) {
         s->seen[s->n_seen] = m->h.req_id;
         /* Check the payload bytes really arrived (push rows = req_id byte). */
@@ -76,6 +80,7 @@ void eng_side_open(struct eng_side *s, const struct nic_suite_env *env, const ch
                                 .ctrl_buf_bytes = 1024,
                                 .max_slots = cfg->max_slots ? cfg->max_slots : 8,
                                 .max_slot_bytes = 1 << 24,
+                                .slot_mem_bytes = cfg->slot_mem_bytes,
                                 .busy_poll = cfg->busy_poll};
     char err[128];
     assert_int_equal(

@@ -35,13 +35,16 @@ struct eng_side {
     int inline_check; /* count messages handled off inline_thread */
     pthread_t inline_thread;
     int off_thread;
-    int downs; /* on_peer(down) calls */
+    int downs;      /* on_peer(down) calls */
+    int n_errors;   /* RKV_MSG_ERRORs the engine made up for requests it could not deliver */
+    int last_error; /* the last one's status */
 };
 
 struct eng_side_cfg {
     uint32_t rx_depth;
     uint32_t max_slots; /* 0: 8 */
     int busy_poll;
+    uint64_t slot_mem_bytes;            /* 0: no bound */
     const struct rkv_nic_fault *faults; /* wrap the NIC in the fault NIC when n_faults > 0 */
     uint32_t n_faults;
 };

@@ -206,6 +206,13 @@ static void test_config_bounds_refused(void **state)
     assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "rx_depth x ctrl_buf_bytes = 4096 x 1048576"));
     c.cfg = ok;
+    /* A bound on slot memory below the largest message: that message could
+     * never be sent. */
+    c.cfg.slot_mem_bytes = c.cfg.max_slot_bytes - 1;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "slot_mem_bytes"));
+    assert_non_null(strstr(err, "is below max_slot_bytes"));
+    c.cfg = ok;
     c.cfg.n_workers = RKV_MAX_WORKERS + 1;
     assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "need 1..65536 workers, got 65537"));

@@ -282,6 +282,71 @@ static void test_send_kill_told_from_poll(void **state)
     eng_side_close(&a);
 }
 
+static int eng_errors(struct eng_side *s, uint64_t n)
+{
+    s->port->ops->mutex_lock(s->mu);
+    int got = s->n_errors >= (int)n;
+    s->port->ops->mutex_unlock(s->mu);
+    return got;
+}
+
+/* The slots a node grants its peers are bounded all together
+ * (slot_mem_bytes): push_slots x max_slot_bytes per connection was what
+ * one peer could make a server allocate, 64 GiB with the defaults. An ask
+ * that does not fit waits while the granter asks holders for idle slots
+ * back (least recently used first), so one peer's cached slots do not
+ * starve another's; a slot that can never fit is refused (-RKV_ELIMIT),
+ * leaving the connection as it was. */
+static void test_slot_memory_bounded(void **state)
+{
+    (void)state;
+    struct eng_side a, b, c;
+    /* 4 rows of 4 KiB take a 32 KiB slot: a grants one such at a time. */
+    eng_side_open(&a, &nic_suite_tcp_env, "a",
+                  &(struct eng_side_cfg){.rx_depth = 16, .slot_mem_bytes = 32 << 10});
+    eng_side_open(&b, &nic_suite_tcp_env, "b", &(struct eng_side_cfg){.rx_depth = 16});
+    eng_side_open(&c, &nic_suite_tcp_env, "c", &(struct eng_side_cfg){.rx_depth = 16});
+    char host[64];
+    uint16_t port;
+    assert_int_equal(a.env->listen(a.env->ctx, a.nic, host, sizeof(host), &port), 0);
+    assert_int_equal(rkv_engine_connect(b.eng, host, port, 2000, &b.peer), 0);
+    assert_int_equal(rkv_engine_connect(c.eng, host, port, 2000, &c.peer), 0);
+    assert_non_null(eng_wait_peer(&a));
+    eng_send_push(&b, 1, 1, 4, 4096);
+    eng_wait_seen(&a, 1);
+    assert_true(eng_until(&b, eng_released, 1));
+    /* Another key of b's: it waits until b gave its first slot back. */
+    eng_send_push(&b, 2, 2, 4, 4096);
+    eng_wait_seen(&a, 2);
+    assert_int_equal(eng_stats(&a).slot_waits, 1);
+    assert_int_equal(eng_stats(&a).slot_revokes, 1);
+    assert_true(eng_until(&b, eng_released, 2));
+    /* Another peer: b's idle slot is asked back for it. */
+    eng_send_push(&c, 3, 1, 4, 4096);
+    eng_wait_seen(&a, 3);
+    assert_int_equal(eng_stats(&a).slot_revokes, 2);
+    assert_true(eng_until(&c, eng_released, 1));
+    /* ...and b's own next one takes c's back. */
+    eng_send_push(&b, 4, 2, 4, 4096);
+    eng_wait_seen(&a, 4);
+    assert_int_equal(eng_stats(&a).slot_revokes, 3);
+    /* 64 KiB never fits: refused, and failed. */
+    eng_send_push(&b, 5, 3, 8, 4096);
+    assert_true(eng_until(&b, eng_errors, 1));
+    assert_int_equal(b.last_error, -RKV_ELIMIT);
+    /* The connections go on, within the bound. */
+    eng_send_push(&c, 6, 1, 4, 4096);
+    eng_wait_seen(&a, 5);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(a.seen[i], i < 4 ? i + 1 : 6);
+    assert_int_equal(a.bad, 0);
+    assert_false(rkv_peer_dead(b.peer));
+    assert_false(rkv_peer_dead(c.peer));
+    eng_side_close(&c);
+    eng_side_close(&b);
+    eng_side_close(&a);
+}
+
 int main(void)
 {
     int failed = engine_suite_run(&nic_suite_tcp_env);
@@ -291,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_drop_peer_wait_bounded),
         cmocka_unit_test(test_retire_kill_leaves_pool_clean),
         cmocka_unit_test(test_send_kill_told_from_poll),
+        cmocka_unit_test(test_slot_memory_bounded),
     };
     return failed + cmocka_run_group_tests_name("engine over tcp only", tests, NULL, NULL);
 }

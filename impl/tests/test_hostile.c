@@ -746,6 +746,75 @@ static size_t enc_big_push(struct evil *e)
     return enc_push(e, BIG_ID, 1, BIG_ROW_LEN * 4, &id);
 }
 
+/* A hoarder: asks the server for slots of max_slot_bytes each, as many as
+ * the credits it never returns allow, under distinct keys, and neither
+ * uses them nor gives them back when asked. The slots a node grants are
+ * bounded all together (slot_mem_bytes), where push_slots x max_slot_bytes
+ * per connection (64 GiB with the defaults) was allocated, and pinned on
+ * verbs, for one peer's asking; the well-behaved client's ask waits while
+ * the server asks for slots back, and the hoarder, which keeps them past
+ * the grace (a quarter of the request timeout), is dropped. */
+static void test_slot_memory_hoard(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    const uint64_t bound = c.cfg.max_slot_bytes > RKV_SLOT_MEM_DEFAULT_BYTES
+                               ? c.cfg.max_slot_bytes
+                               : RKV_SLOT_MEM_DEFAULT_BYTES;
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    const uint32_t asks = c.cfg.push_slots / 2;
+    for (uint32_t i = 0; i < asks; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
+                            .req_id = 0x100 + i,
+                            .tensor_id = 100 + i,
+                            .sender = 0x666,
+                            .op = RKV_MSG_PUSH};
+        evil_send(&e, rkv_proto_enc_rndv_start(e.tx, &h, c.cfg.max_slot_bytes));
+    }
+    /* Every ask is answered but one that waits for memory, while the
+     * server asks for one of the hoarder's slots back. */
+    uint64_t granted = 0;
+    uint32_t answered = 0, refused = 0, revokes = 0;
+    while (answered < asks && !(answered == asks - 1 && revokes > 0)) {
+        struct rkv_msg m;
+        assert_int_equal(evil_next(&e, &m), 0);
+        if (m.h.type == RKV_MSG_RNDV_REVOKE) {
+            revokes++;
+            continue;
+        }
+        assert_int_equal(m.h.type, RKV_MSG_RNDV_REPLY);
+        answered++;
+        if (m.h.status == 0) {
+            granted += m.u.slot.cap;
+        } else {
+            /* verbs may refuse to pin before the bound: ENOMEM */
+            assert_true(m.h.status == -RKV_ELIMIT || m.h.status == -RKV_ENOMEM);
+            refused++;
+        }
+    }
+    printf("slot hoard: %llu bytes granted, %u of %u refused, %u asked back (bound %llu)\n",
+           (unsigned long long)granted, refused, asks, revokes, (unsigned long long)bound);
+    assert_true(granted <= bound);
+    assert_true(refused >= asks - 1 - bound / c.cfg.max_slot_bytes);
+    /* The others are served: their slots wait for the hoarder's memory,
+     * which comes back when it is dropped. */
+    check_serving(&c, 1);
+    if (revokes > 0) { /* tcp; verbs may have refused to pin before the bound */
+        evil_expect_dropped(&e);
+        assert_true(logcap_count(log, "after it was asked for it back; dropping it") == 1);
+    }
+    evil_close(&e);
+    check_serving(&c, 2);
+    cluster_stop(&c);
+}
+
 enum slot_attack {
     ATK_PAST_END,  /* starts inside the slot, ends past it */
     ATK_BEFORE,    /* ends inside the slot, starts before it */
@@ -1851,6 +1920,7 @@ int main(void)
         cmocka_unit_test(test_errf_into_its_own_argument),
         cmocka_unit_test_prestate(test_bad_requests, &env),
         cmocka_unit_test_prestate(test_slot_abuse, &env),
+        cmocka_unit_test_prestate(test_slot_memory_hoard, &env),
         cmocka_unit_test_prestate(test_cross_peer_slot, &env),
         cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
