@@ -541,6 +541,23 @@ static void test_server_and_worker_errors(void **state)
     expect_run("", "worker --num-workers 1 --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "quickstart.yaml describes 2 machine(s) of 2 server(s) and 4 worker(s), but this "
                "cluster has 1 machine(s), 1 server(s) on machine 0, and 1 worker(s)");
+    /* The file's workload won over these without a word: the worker pushed
+     * the file's rows whatever --rows said. Under every way to start one. */
+    const char *shape = "--machines 2 --servers-per-machine 2 --num-workers 4 --connect-retry-ms "
+                        "200 --scenario " SCEN_DIR "/quickstart.yaml";
+    char args[512];
+    snprintf(args, sizeof(args), "worker %s --rows 5", shape);
+    expect_run("", args, 2,
+               "rkv worker: --rows: with --scenario the file sets the workload (its tensors' rows");
+    snprintf(args, sizeof(args), "node --role worker %s --rounds=3", shape);
+    expect_run("", args, 2, "rkv worker: --rounds: with --scenario the file sets the workload");
+    /* ps-lite's launch: refused before it registers with the scheduler. */
+    snprintf(args, sizeof(args), "node %s --value-bytes 64", shape);
+    expect_run("timeout 20 env DMLC_ROLE=worker DMLC_PS_ROOT_PORT=1", args, 2,
+               "rkv worker: --value-bytes: with --scenario the file sets the workload");
+    /* From the environment they are ambient, as for every command: not refused. */
+    snprintf(args, sizeof(args), "worker %s", shape);
+    expect_run("RKV_ROWS=5", args, 3, "rkv worker: cannot connect to server 0");
 }
 
 /* A port another program listens on: the server names it and exits 3; a
@@ -758,6 +775,11 @@ static void test_predict_args_before_calibrating(void **state)
         {"--predict --repeat 2x", "rkv run: --repeat: expected 1..15"},
         {"--calibration /nonexistent/cal.txt --host h",
          "rkv run: --host has no meaning in the twin"},
+        /* The twin ran the file's workload and cluster whatever these said. */
+        {"--calibration /nonexistent/cal.txt --rows 5",
+         "rkv run: --rows: the scenario file decides the cluster and workload"},
+        {"--predict --num-workers 3",
+         "rkv run: --num-workers: the scenario file decides the cluster and workload"},
     };
     char args[256];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
