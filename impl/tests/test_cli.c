@@ -683,6 +683,16 @@ static void test_ls_without_a_store(void **state)
     assert_non_null(strstr(out, "is the store running?"));
     snprintf(want, sizeof(want), "at 127.0.0.1:%u within 300 ms", port);
     expect_run("RKV_CONNECT_RETRY_MS=300", args, 3, want);
+    /* Nothing listened there: the connection was refused, which read "peer
+     * disconnected or died", as if one had been made and lost. */
+    assert_non_null(strstr(out, "within 300 ms: connection refused (nothing listening"));
+    assert_null(strstr(out, "disconnected or died"));
+    snprintf(args, sizeof(args), "worker --base-port %u --connect-retry-ms 200", port);
+    snprintf(want, sizeof(want),
+             "rkv worker: cannot connect to server 0 at 127.0.0.1:%u within 200 ms: connection "
+             "refused",
+             port);
+    expect_run("", args, 3, want);
 }
 
 /* Scenario integers are read as scenarios/README.md says: decimal with
