@@ -358,6 +358,13 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("push_slots >= 2", 2, "--slots", "1");
     config_fails("max_slot_bytes >= ctrl_buf_bytes", 2, "--max-slot-bytes", "1000");
     config_fails("config: timeout_ms must be > 0", 2, "--timeout-ms", "0");
+    /* 1 was taken, and every run failed: connections idled out at once. */
+    config_fails("idle-timeout-ms: 1 (flag) is below the minimum 1000 ms (0: off): clients send "
+                 "no keepalive",
+                 2, "--idle-timeout-ms", "1");
+    setenv("RKV_IDLE_TIMEOUT_MS", "999", 1);
+    config_fails("idle-timeout-ms: 999 (env RKV_IDLE_TIMEOUT_MS) is below the minimum 1000 ms", 0);
+    unsetenv("RKV_IDLE_TIMEOUT_MS");
     config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
                  "loud");
     config_fails("log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got 99 (flag)", 2,
@@ -890,17 +897,17 @@ static void test_calibration_key_twice(void **state)
     unlink(path);
 }
 
-/* Workers that failed (here: every connection idle 1 ms dropped) may not
- * have shut the servers down: the launcher waited 30 s for them without a
- * word, as it does not after a fault; now a few seconds, then it stops them
- * and says so. */
+/* Workers that failed (here: none could join within 1 ms of the others)
+ * may not have shut the servers down: the launcher waited 30 s for them
+ * without a word, as it does not after a fault; now a few seconds, then it
+ * stops them and says so. */
 static void test_demo_stops_servers_after_failed_workers(void **state)
 {
     (void)state;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char args[128];
-    snprintf(args, sizeof(args), "demo --idle-timeout-ms 1 --base-port %u",
+    snprintf(args, sizeof(args), "demo --timeout-ms 1 --connect-retry-ms 1 --base-port %u",
              41000 + (unsigned)(getpid() % 500) * 2 * 4);
     expect_run("timeout 60", args, 3, "rkv demo: worker process");
     clock_gettime(CLOCK_MONOTONIC, &t1);
