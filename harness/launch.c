@@ -896,8 +896,12 @@ static int demo_is_per_child(int k)
 int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
 {
     int n = 0;
+    /* A scenario's workers run its workload, and refuse the built-in
+     * one's flags beside it (cmd_worker_refuse_workload). */
+    int scenario = *s->val[CMD_SCENARIO] != 0;
     for (int k = 0; k < CMD_KEY_COUNT_; k++) {
-        if (demo_is_per_child(k))
+        if (demo_is_per_child(k) ||
+            (scenario && (k == CMD_ROWS || k == CMD_VALUE_BYTES || k == CMD_ROUNDS)))
             continue;
         if (n + 2 > cap)
             return -1;
@@ -1206,7 +1210,7 @@ int rkv_launch_load(const char *file, struct rkv_scenario **sc)
 
 /* The scenario's cluster: flags that would size another one are refused
  * (on every backend), not silently replaced. */
-static int run_refuse_sized(const struct cmd_settings *s)
+int rkv_launch_refuse_sized(const struct cmd_settings *s)
 {
     static const enum cmd_key sized[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE,
                                          CMD_NUM_SERVERS, CMD_NUM_WORKERS,
@@ -1526,7 +1530,7 @@ int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int arg
         fprintf(stderr, "rkv run: %s\n", err);
         return -1;
     }
-    if (run_refuse_sized(s) < 0)
+    if (rkv_launch_refuse_sized(s) < 0)
         return -1;
     uint64_t seed;
     if (strcmp(s->src[CMD_SEED], "default") != 0) {

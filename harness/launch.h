@@ -79,6 +79,10 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
                       int plot);
 /* The scenario file, loaded and checked by the oracle (0, or -1 said on stderr). */
 int rkv_launch_load(const char *file, struct rkv_scenario **sc);
+/* 0, or -1 said on stderr ("rkv run: --rows: ...") when a flag sizes
+ * another cluster or workload than a scenario file's (machines, servers,
+ * workers, cluster, scenario, rows, value-bytes, rounds). */
+int rkv_launch_refuse_sized(const struct cmd_settings *s);
 /* The settings of a run from flags: those that would size another cluster
  * than sc's are refused, --seed replaces sc's (0, or -1 said on stderr). */
 int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int argc, char **argv);
@@ -124,7 +128,8 @@ int rkv_launch_worker_run(struct rkv_client *cli, const struct rkv_config *cfg,
                           int bench, FILE *lines, int *wl_rc_p);
 
 /* The flags that give a node every setting of s but the ones the launcher
- * sets per node (role, machine-id, server-id): pairs of flag and value into
+ * sets per node (role, machine-id, server-id), and with a scenario the
+ * built-in workload's (rows, value-bytes, rounds): pairs of flag and value into
  * argv (up to cap entries, pointing into s and static strings). Returns the
  * count, or -1 if cap is too small. */
 int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -837,6 +838,55 @@ int rkv_swarm_same_failure(const struct rkv_swarm_outcome *a, const struct rkv_s
 
 /* ---- the process pool ---- */
 
+/* Stopping signals (rkv_swarm_signals_open): blocked in this process and
+ * read from sw_sig_fd where the pool waits; the children get sw_old_mask
+ * back. */
+static int sw_sig_fd = -1;
+static int sw_signo;
+static sigset_t sw_old_mask;
+
+int rkv_swarm_signals_open(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    assert(sw_sig_fd < 0);
+    sw_signo = 0;
+    if (sigprocmask(SIG_BLOCK, &set, &sw_old_mask) < 0)
+        return -1;
+    sw_sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sw_sig_fd < 0) {
+        sigprocmask(SIG_SETMASK, &sw_old_mask, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+int rkv_swarm_signalled(void)
+{
+    struct signalfd_siginfo si;
+    if (!sw_signo && sw_sig_fd >= 0 && read(sw_sig_fd, &si, sizeof(si)) == sizeof(si))
+        sw_signo = (int)si.ssi_signo;
+    return sw_signo;
+}
+
+void rkv_swarm_signals_close(void)
+{
+    if (sw_sig_fd < 0)
+        return;
+    rkv_swarm_signalled(); /* one that came after the pool last looked */
+    close(sw_sig_fd);
+    sw_sig_fd = -1;
+    if (sw_signo)
+        signal(sw_signo, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &sw_old_mask, NULL);
+    /* The caller returns 128 + signo if this does not end the process. */
+    if (sw_signo)
+        raise(sw_signo);
+}
+
 struct sw_child {
     pid_t pid;
     int fd;
@@ -852,6 +902,13 @@ static void sw_child_main(struct rkv_swarm_job *job, int fd, rkv_swarm_run_fn fn
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
         rkv_child_exit(9);
+    /* The stopping signals are the swarm's to read, not the case's: a case
+     * stopped by them ends by them. */
+    if (sw_sig_fd >= 0) {
+        close(sw_sig_fd);
+        sw_sig_fd = -1;
+        sigprocmask(SIG_SETMASK, &sw_old_mask, NULL);
+    }
     int log = open(job->log ? job->log : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (log >= 0) {
         dup2(log, 1);
@@ -938,6 +995,16 @@ static void sw_reap(struct sw_child *c, struct rkv_swarm_job *job, int timed_out
     job->out.wall_s = wall;
 }
 
+/* A case the swarm stops: killed and reaped, its job left as it was. */
+static void sw_kill(struct sw_child *c)
+{
+    kill(c->pid, SIGKILL);
+    while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    close(c->fd);
+    c->fd = -1;
+}
+
 static void sw_not_started(struct rkv_swarm_job *job)
 {
     memset(&job->out, 0, sizeof(job->out));
@@ -951,11 +1018,20 @@ int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, do
     assert(max_jobs >= 1 && max_jobs <= RKV_SWARM_MAX_JOBS);
     struct sw_child kids[RKV_SWARM_MAX_JOBS];
     struct rkv_swarm_job *job_of[RKV_SWARM_MAX_JOBS];
-    struct pollfd pfd[RKV_SWARM_MAX_JOBS];
+    struct pollfd pfd[RKV_SWARM_MAX_JOBS + 1]; /* and the stopping signals' */
     int fds[RKV_SWARM_MAX_JOBS + 1];
     uint32_t running = 0;
     int failed = 0, more = 1;
     while (more || running) {
+        /* Stopped: the running cases are killed, not reported (a case that
+         * a Ctrl-C of the terminal killed too is no failure), and no more
+         * start. */
+        if (rkv_swarm_signalled()) {
+            for (uint32_t i = 0; i < running; i++)
+                sw_kill(&kids[i]);
+            errno = EINTR;
+            return -1;
+        }
         /* A new case starts as soon as one ends: one slow case holds one slot. */
         while (running < max_jobs && more && !failed) {
             struct rkv_swarm_job *job = feed->next(feed->user);
@@ -983,8 +1059,11 @@ int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, do
             soonest = left < soonest ? left : soonest;
         }
         int ms = soonest <= 0 ? 0 : (int)(soonest * 1000) + 1;
-        if (poll(pfd, running, ms) < 0 && errno != EINTR)
+        pfd[running] = (struct pollfd){.fd = sw_sig_fd, .events = POLLIN}; /* -1: ignored */
+        if (poll(pfd, running + 1, ms) < 0 && errno != EINTR)
             failed = errno;
+        if (rkv_swarm_signalled())
+            continue; /* before any child's end is read as its verdict */
         now = rkv_timed_now_s();
         for (uint32_t i = 0; i < running;) {
             struct sw_child *c = &kids[i];

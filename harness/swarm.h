@@ -177,4 +177,15 @@ struct rkv_swarm_feed {
 int rkv_swarm_pool_feed(const struct rkv_swarm_feed *feed, uint32_t max_jobs, double timeout_s,
                         rkv_swarm_run_fn fn, void *user);
 
+/* Stopping signals (SIGINT, SIGTERM, SIGHUP) for a swarm that must clean up
+ * after itself: open blocks them and has the pool watch for them (0, or -1
+ * with errno). Once one came, rkv_swarm_signalled() returns it and every
+ * pool call kills its running cases without reporting them (their jobs stay
+ * as they were: done is not called) and returns -1 with errno EINTR. close
+ * undoes open and raises the signal again with its default action, so
+ * that whoever sent it sees the process end by it. */
+int rkv_swarm_signals_open(void);
+int rkv_swarm_signalled(void);
+void rkv_swarm_signals_close(void);
+
 #endif

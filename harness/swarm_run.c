@@ -360,7 +360,7 @@ static void swarm_shrink_all(struct swarm_run *sr)
     qsort(sr->fails, sr->n_fails, sizeof(*sr->fails), swarm_fail_cmp);
     for (uint32_t i = 0; i < sr->n_fails && sr->cs.shrink_runs; i++) {
         struct swarm_fail *f = &sr->fails[i];
-        if (sr->n_shrunk == sr->max_shrinks)
+        if (sr->n_shrunk == sr->max_shrinks || rkv_swarm_signalled())
             break;
         if (f->out.verdict == RKV_SWV_NONDET || f->out.verdict == RKV_SWV_INVALID ||
             swarm_seen(sr, &f->out))
@@ -461,6 +461,22 @@ static struct rkv_swarm_job *swarm_feed_next(void *user)
     return &sl->job;
 }
 
+/* Stopped: the files of the seeds still in flight, whose cases were
+ * killed unreported (a seed's file and logs are otherwise removed or kept
+ * as a failure once it ended). */
+static void swarm_forget_in_flight(struct swarm_run *sr)
+{
+    for (uint32_t i = 0; i <= RKV_SWARM_MAX_JOBS; i++) {
+        struct swarm_slot *sl = &sr->slots[i];
+        if (!sl->used)
+            continue;
+        unlink(sl->path);
+        unlink(sl->log);
+        unlink(sl->rlog);
+        sl->used = 0;
+    }
+}
+
 static void swarm_summary(const struct swarm_run *sr, double wall_s)
 {
     uint64_t failed = 0;
@@ -522,21 +538,43 @@ int rkv_swarm_search(const struct rkv_swarm_search_opts *o)
         free(sr.fails);
         return RKV_EXIT_STORE;
     }
+    /* Killed, it left DIR/work behind with the files of the seeds in
+     * flight (its cases died with it, by PR_SET_PDEATHSIG). */
+    if (rkv_swarm_signals_open() < 0) {
+        fprintf(stderr, "rkv swarm: cannot watch for stopping signals: %s\n", strerror(errno));
+        free(sr.fails);
+        free(sr.slots);
+        rmdir(sr.cs.work_dir);
+        return RKV_EXIT_STORE;
+    }
     double t0 = sr.t0_s = sr.shown_s = rkv_timed_now_s();
     sr.next_seed = sr.first;
     struct rkv_swarm_feed feed = {.next = swarm_feed_next, .done = swarm_feed_done, .user = &sr};
     int rc = rkv_swarm_pool_feed(&feed, sr.cs.jobs, sr.cs.timeout_s, swarm_case, &sr.cs);
-    if (rc < 0)
+    if (rc < 0 && !rkv_swarm_signalled())
         fprintf(stderr, "rkv swarm: cannot start a case: %s\n", strerror(errno));
     double seeds_s = rkv_timed_now_s() - t0;
     swarm_shrink_all(&sr);
     swarm_summary(&sr, seeds_s);
-    rmdir(sr.cs.work_dir);
+    int signo = rkv_swarm_signalled();
+    if (signo)
+        swarm_forget_in_flight(&sr);
+    if (rmdir(sr.cs.work_dir) < 0 && errno != ENOENT && signo)
+        fprintf(stderr, "rkv swarm: cannot remove %s: %s\n", sr.cs.work_dir, strerror(errno));
+    if (signo)
+        fprintf(stderr,
+                "rkv swarm: stopped by %s: its cases were killed and %s removed; the "
+                "failures found so far are kept in %s/\n",
+                strsignal(signo), sr.cs.work_dir, sr.out_dir);
+    fflush(stdout);
     uint64_t failed = 0;
     for (int v = 0; v < RKV_SWV_COUNT_; v++)
         failed += rkv_swarm_failed(v) ? sr.by_verdict[v] : 0;
     free(sr.fails);
     free(sr.slots);
+    rkv_swarm_signals_close(); /* raises the signal again: ends here if it came */
+    if (signo)                 /* as the shell reports a process the signal ended */
+        return 128 + signo;
     if (rc < 0)
         return RKV_EXIT_STORE;
     return failed ? RKV_EXIT_CHECK : RKV_EXIT_OK;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -515,6 +516,66 @@ static void test_the_command_says_what_is_wrong(void **state)
     rm_dir(dir);
 }
 
+/* Whether dir/work holds a seed's file: a case is in flight. */
+static int work_has_a_seed(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "ls '%s'/work/seed-*.yaml >/dev/null 2>&1", dir);
+    return system(cmd) == 0;
+}
+
+/* Stopped by a signal (a `timeout`, a Ctrl-C, a batch system's SIGTERM),
+ * it left OUT/work behind with the files of the seeds in flight: it now
+ * kills its cases, removes OUT/work, says so and ends by that signal. */
+static void test_the_command_cleans_up_when_stopped(void **state)
+{
+    (void)state;
+    const int sigs[] = {SIGTERM, SIGINT};
+    for (size_t k = 0; k < sizeof(sigs) / sizeof(sigs[0]); k++) {
+        char *dir = tmp_dir(), log[600], work[600], seeds[32] = "1..1000000";
+        snprintf(log, sizeof(log), "%s.log", dir);
+        snprintf(work, sizeof(work), "%s/work", dir);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            freopen(log, "w", stdout);
+            dup2(fileno(stdout), 2);
+            /* SIGINT as from a terminal: not ignored as a shell's background job's is. */
+            signal(SIGINT, SIG_DFL);
+            execl(RKV_BIN, RKV_BIN, "swarm", "--seeds", seeds, "--jobs", "2", "--out", dir,
+                  (char *)NULL);
+            _exit(127);
+        }
+        int t = 0;
+        while (!work_has_a_seed(dir) && t++ < 600) /* 60 s */
+            usleep(100000);
+        assert_true(work_has_a_seed(dir));
+        assert_int_equal(kill(pid, sigs[k]), 0);
+        int st = 0;
+        for (t = 0; t < 300 && waitpid(pid, &st, WNOHANG) == 0; t++) /* 30 s */
+            usleep(100000);
+        if (t == 300) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fail_msg("rkv swarm did not end within 30 s of %s", strsignal(sigs[k]));
+        }
+        FILE *f = fopen(log, "r");
+        assert_non_null(f);
+        size_t n = fread(out, 1, sizeof(out) - 1, f);
+        out[n] = 0;
+        fclose(f);
+        unlink(log);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != sigs[k])
+            fail_msg("rkv swarm: status 0x%x, expected the end by %s:\n%s", st, strsignal(sigs[k]),
+                     out);
+        if (access(work, F_OK) == 0)
+            fail_msg("%s is left after %s:\n%s", work, strsignal(sigs[k]), out);
+        assert_non_null(strstr(out, "rkv swarm: stopped by"));
+        assert_non_null(strstr(out, "removed; the failures found so far are kept in"));
+        rm_dir(dir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -530,6 +591,7 @@ int main(void)
         cmocka_unit_test(test_a_step_triggered_crash_waits_cheaply),
         cmocka_unit_test(test_the_command_keeps_and_shrinks_a_failure),
         cmocka_unit_test(test_the_command_says_what_is_wrong),
+        cmocka_unit_test(test_the_command_cleans_up_when_stopped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

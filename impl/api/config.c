@@ -109,7 +109,8 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
                               "a connection that has not proved the secret by then is dropped"},
     [CMD_IDLE_TIMEOUT_MS] = {"--idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
                              "a connection to a server that sends no message this long is "
-                             "dropped (clients redial with retry-ms); 0: never"},
+                             "dropped (clients redial with retry-ms; a client waiting in a "
+                             "barrier sends none); 0: never, else at least 1000"},
     [CMD_NODE_HOST] = {"--node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
                        "under DMLC_ROLE: the address this node gives the scheduler (default: "
                        "--interface's, else the one it reached the scheduler from)"},
@@ -136,6 +137,8 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
                              "verbs: most buffers of the NIC's shared receive pool, 0..1048576 "
                              "(0: a receive queue per peer; default 16384)"},
 };
+/* The help of idle-timeout-ms says its floor in a literal. */
+_Static_assert(RKV_MIN_IDLE_TIMEOUT_MS == 1000, "idle-timeout-ms's help names 1000");
 /* Every setting has a row: a missing one would be a NULL name at run time. */
 _Static_assert(sizeof(cmd_opts) / sizeof(cmd_opts[0]) == CMD_KEY_COUNT_, "settings table");
 #define CMD_NAME(k) (cmd_opts[k].flag + 2)
@@ -802,6 +805,13 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     }
     if (busy > 1) {
         rkv_errf(err, err_len, -1, "busy-poll: expected 0 or 1, got %u", busy);
+        goto free_machines;
+    }
+    /* rkv_cfg_check refuses it too, naming the field: here the setting. */
+    if (cfg->idle_timeout_ms && cfg->idle_timeout_ms < RKV_MIN_IDLE_TIMEOUT_MS) {
+        rkv_errf(err, err_len, -1,
+                 "idle-timeout-ms: %u (%s) is below the minimum %u ms (0: off): " RKV_IDLE_WHY,
+                 cfg->idle_timeout_ms, s->src[CMD_IDLE_TIMEOUT_MS], RKV_MIN_IDLE_TIMEOUT_MS);
         goto free_machines;
     }
     /* 99 (or ps-lite's PS_VERBOSE=9) was taken as debug without a word. */

@@ -22,6 +22,11 @@ int cmd_pslite_node(int argc, char **argv, const struct cmd_settings *s, int is_
  * servers, workers, machine and server id, the workload's sizes). */
 int cmd_node_refuse_owned(const struct cmd_settings *s, const char *who);
 
+/* 0, or -1 said on stderr when a worker given --scenario is also given a
+ * flag of the built-in workload (rows, value-bytes, rounds), which the
+ * file's workload replaces. */
+int cmd_worker_refuse_workload(const struct cmd_settings *s, const char *who);
+
 int cmd_server(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_config(int argc, char **argv);

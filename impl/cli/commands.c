@@ -177,6 +177,22 @@ static int cmd_scenario(const struct cmd_settings *s, const struct rkv_config *c
     return 0;
 }
 
+int cmd_worker_refuse_workload(const struct cmd_settings *s, const char *who)
+{
+    /* With a scenario the worker runs the file's phases and no timed
+     * phase: --rows 5 was checked, then the file's rows were pushed. */
+    static const enum cmd_key wl[] = {CMD_ROWS, CMD_VALUE_BYTES, CMD_ROUNDS};
+    int i = *s->val[CMD_SCENARIO] ? cmd_first_flag(s, wl, sizeof(wl) / sizeof(wl[0])) : -1;
+    if (i >= 0) {
+        fprintf(stderr,
+                "%s: %s: with --scenario the file sets the workload (its tensors' rows, its "
+                "phases' rounds); drop the flag, or drop --scenario for the built-in workload\n",
+                who, cmd_key_flag(wl[i]));
+        return -1;
+    }
+    return 0;
+}
+
 /* verdict: under a launcher (`rkv node --scenario`), the report goes to
  * worker 0, which prints the verdict and shuts the servers down. */
 static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
@@ -196,6 +212,10 @@ static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
     int rc = cmd_load(argc, argv, &s, &cfg);
     if (rc)
         return rc;
+    if (cmd_worker_refuse_workload(&s, "rkv worker") < 0) {
+        free(cfg.machines);
+        return RKV_EXIT_USAGE;
+    }
     /* DGL's clients are not told their machine: it is the first line of
      * ip_config.txt naming an address of theirs. */
     uint32_t local_m;

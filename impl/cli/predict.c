@@ -125,8 +125,15 @@ static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_sce
     struct cmd_settings s;
     struct rkv_config store;
     unsigned store_set;
-    if (cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0 ||
-        rkv_launch_twin_store(&s, *sc_p, !a->predict, &store, &store_set, err, sizeof(err)) < 0) {
+    if (cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
+    /* As `rkv run FILE` refuses them: the twin ran the file's workload and
+     * cluster whatever --rows or --num-workers said, and passed. */
+    if (rkv_launch_refuse_sized(&s) < 0)
+        return RKV_EXIT_USAGE;
+    if (rkv_launch_twin_store(&s, *sc_p, !a->predict, &store, &store_set, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }

@@ -68,6 +68,8 @@ static int psl_worker_precheck(const struct cmd_settings *s)
     struct rkv_timed_workload wl;
     struct rkv_scenario *sc = NULL;
     char err[512];
+    if (cmd_worker_refuse_workload(s, "rkv worker") < 0)
+        return RKV_EXIT_USAGE;
     if (rkv_timed_workload_load(s, &wl, err, sizeof(err)) == 0 &&
         (!*s->val[CMD_SCENARIO] ||
          rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) == 0)) {

@@ -41,7 +41,9 @@ static void swarm_usage(FILE *out)
             "                   (default 4; 1: every seed; 0: none; failures always replay)\n"
             "  --print SEED     print the scenario of SEED and exit\n"
             "  --verbose        a line per seed: its verdict and wall time\n"
-            "exit: 0 every seed passed, 1 a seed failed, 2 usage, 3 the swarm itself failed\n");
+            "exit: 0 every seed passed, 1 a seed failed, 2 usage, 3 the swarm itself failed;\n"
+            "SIGINT, SIGTERM or SIGHUP kill its cases, remove DIR/work (the failures found so\n"
+            "far stay in DIR) and end it by that signal (a shell reports 128 + its number)\n");
 }
 
 static int swarm_num(const char *flag, const char *v, double min, double max, double *out)

@@ -1206,6 +1206,18 @@ int rkv_engine_connect_retry(struct rkv_engine *e, const char *host, uint16_t po
     return rc;
 }
 
+const char *rkv_engine_connect_strerror(int rc)
+{
+    /* The NIC contract (nic.h): connect gives -RKV_EPEERDEAD for a refusal:
+     * on tcp ECONNREFUSED or ECONNRESET (no one listening at the address),
+     * or a hang-up before the hello ended. The code stays EPEERDEAD, which
+     * callers retry on. */
+    if (rc == -RKV_EPEERDEAD)
+        return "connection refused (nothing listening at that address, or it hung up during "
+               "the handshake)";
+    return rkv_strerror(rc);
+}
+
 int rkv_engine_listen(struct rkv_engine *e, const char *host, uint16_t port)
 {
     return e->nic->ops->listen(e->nic, host, port);

@@ -100,6 +100,11 @@ int rkv_engine_connect(struct rkv_engine *eng, const char *host, uint16_t port, 
  * after the nodes that connect to them. */
 int rkv_engine_connect_retry(struct rkv_engine *eng, const char *host, uint16_t port,
                              uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p);
+/* What a failed rkv_engine_connect(_retry) means, for a message that names
+ * the address: rkv_strerror(rc), but for -RKV_EPEERDEAD, which a NIC's
+ * connect returns when the peer refused the connection (rkv_strerror's
+ * "peer disconnected or died" spoke of a connection that never was). */
+const char *rkv_engine_connect_strerror(int rc);
 /* Starts the progress task. */
 int rkv_engine_start(struct rkv_engine *eng);
 

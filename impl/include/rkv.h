@@ -196,6 +196,12 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_SLOT_MEM_DEFAULT_BYTES (4ull << 30)
 /* Tensors a cluster holds (rkv_client_init_data past it: -RKV_ELIMIT). */
 #define RKV_MAX_TENSORS 1024u
+/* The shortest idle_timeout_ms but 0 (off). Clients send no keepalive: a
+ * live client is silent while it waits for a reply, or in a barrier for
+ * the slowest worker, and a server that dropped it then failed the call
+ * (and the barrier of every worker); the server also looks for idle
+ * connections only every 100 ms. */
+#define RKV_MIN_IDLE_TIMEOUT_MS 1000u
 
 struct rkv_machine {
     char host[RKV_HOST_MAX + 1]; /* NUL-terminated: create refuses one that is not (-RKV_ECONFIG) */
@@ -285,7 +291,9 @@ struct rkv_config {
     /* A connection to a server that has not proved the secret within
      * hello_timeout_ms (default 5000; 0: never, which lets silent
      * connections hold descriptors) is dropped; so is one that sends no
-     * message for idle_timeout_ms (default 0: never). */
+     * message for idle_timeout_ms (default 0: never; else at least
+     * RKV_MIN_IDLE_TIMEOUT_MS, and clients need retry_ms to redial: a
+     * client waiting in a barrier sends nothing). */
     uint32_t hello_timeout_ms;
     uint32_t idle_timeout_ms;
     /* The verbs NIC (the tcp and sim ones ignore it). Zero (the default):

@@ -737,7 +737,7 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "cannot connect to server %u at %s:%u within %u ms: %s", srv->id, srv->host,
-                        srv->port, budget_ms, rkv_strerror(rc));
+                        srv->port, budget_ms, rkv_engine_connect_strerror(rc));
     rkv_peer_set_user(srv->peer, srv);
     return 0;
 }

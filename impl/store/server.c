@@ -1302,7 +1302,7 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
                                   s->cfg.connect_retry_ms, &peer);
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "server %u: server 0 at %s:%u unreachable: %s",
-                        s->server_id, m0->host, m0->base_port, rkv_strerror(rc));
+                        s->server_id, m0->host, m0->base_port, rkv_engine_connect_strerror(rc));
     struct rkv_tx *tx;
     if ((rc = rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx)) < 0)
         return rkv_errf(err, err_len, rc, "out of memory");

@@ -25,6 +25,12 @@ _Static_assert(RKV_CLIENT_NODE_BASE == RKV_MAX_SERVERS,
                "server node ids are below the client base");
 /* rkv_config.zero_copy_bytes by default (measured: see README, Benchmarks). */
 #define RKV_ZERO_COPY_DEFAULT_BYTES (64u << 10)
+/* Why idle_timeout_ms has a floor (RKV_MIN_IDLE_TIMEOUT_MS), said where
+ * the config and where the setting is refused. */
+#define RKV_IDLE_WHY                                                                               \
+    "clients send no keepalive, so a live client is silent while it waits for a reply or in a "    \
+    "barrier for the slowest worker, and a shorter timeout dropped it in mid-run (with the "       \
+    "timeout on, clients also need retry-ms to redial)"
 
 /* Lives at the start of every shard segment, shared by all processes of a
  * machine. Lock words are process-shared because they are plain atomics. */

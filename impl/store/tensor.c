@@ -279,6 +279,10 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         (unsigned long long)cfg->max_slot_bytes, RKV_SLOT_MEM_DEFAULT_BYTES >> 30);
     if (cfg->timeout_ms == 0)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: timeout_ms must be > 0");
+    if (cfg->idle_timeout_ms && cfg->idle_timeout_ms < RKV_MIN_IDLE_TIMEOUT_MS)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: idle_timeout_ms %u is below %u (0: never): " RKV_IDLE_WHY,
+                        cfg->idle_timeout_ms, RKV_MIN_IDLE_TIMEOUT_MS);
     /* A log's byte offsets are below 1 TiB (its LSNs, wal.h). */
     if (cfg->durable_log_prewrite >= (1ull << 40))
         return rkv_errf(err, err_len, -RKV_ECONFIG,

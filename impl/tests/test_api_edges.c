@@ -132,6 +132,16 @@ static void test_config_zeroed_refused(void **state)
     z.max_slot_bytes = d.max_slot_bytes;
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "timeout_ms must be > 0"));
+    /* 1 ms dropped every client in mid-run: none sends a keepalive, and one
+     * waiting for a reply or in a barrier is silent. */
+    z.timeout_ms = d.timeout_ms;
+    z.idle_timeout_ms = RKV_MIN_IDLE_TIMEOUT_MS - 1;
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "config: idle_timeout_ms 999 is below 1000 (0: never): clients "
+                                "send no keepalive"));
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "idle_timeout_ms 999 is below 1000"));
+    z.idle_timeout_ms = 0;
     memset(z.backend, 'x', sizeof(z.backend)); /* no terminator */
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "not terminated"));

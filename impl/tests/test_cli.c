@@ -358,6 +358,13 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("push_slots >= 2", 2, "--slots", "1");
     config_fails("max_slot_bytes >= ctrl_buf_bytes", 2, "--max-slot-bytes", "1000");
     config_fails("config: timeout_ms must be > 0", 2, "--timeout-ms", "0");
+    /* 1 was taken, and every run failed: connections idled out at once. */
+    config_fails("idle-timeout-ms: 1 (flag) is below the minimum 1000 ms (0: off): clients send "
+                 "no keepalive",
+                 2, "--idle-timeout-ms", "1");
+    setenv("RKV_IDLE_TIMEOUT_MS", "999", 1);
+    config_fails("idle-timeout-ms: 999 (env RKV_IDLE_TIMEOUT_MS) is below the minimum 1000 ms", 0);
+    unsetenv("RKV_IDLE_TIMEOUT_MS");
     config_fails("log-level: expected a non-negative integer, got \"loud\"", 2, "--log-level",
                  "loud");
     config_fails("log-level: expected 0..3 (0 error, 1 warn, 2 info, 3 debug), got 99 (flag)", 2,
@@ -541,6 +548,23 @@ static void test_server_and_worker_errors(void **state)
     expect_run("", "worker --num-workers 1 --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "quickstart.yaml describes 2 machine(s) of 2 server(s) and 4 worker(s), but this "
                "cluster has 1 machine(s), 1 server(s) on machine 0, and 1 worker(s)");
+    /* The file's workload won over these without a word: the worker pushed
+     * the file's rows whatever --rows said. Under every way to start one. */
+    const char *shape = "--machines 2 --servers-per-machine 2 --num-workers 4 --connect-retry-ms "
+                        "200 --scenario " SCEN_DIR "/quickstart.yaml";
+    char args[512];
+    snprintf(args, sizeof(args), "worker %s --rows 5", shape);
+    expect_run("", args, 2,
+               "rkv worker: --rows: with --scenario the file sets the workload (its tensors' rows");
+    snprintf(args, sizeof(args), "node --role worker %s --rounds=3", shape);
+    expect_run("", args, 2, "rkv worker: --rounds: with --scenario the file sets the workload");
+    /* ps-lite's launch: refused before it registers with the scheduler. */
+    snprintf(args, sizeof(args), "node %s --value-bytes 64", shape);
+    expect_run("timeout 20 env DMLC_ROLE=worker DMLC_PS_ROOT_PORT=1", args, 2,
+               "rkv worker: --value-bytes: with --scenario the file sets the workload");
+    /* From the environment they are ambient, as for every command: not refused. */
+    snprintf(args, sizeof(args), "worker %s", shape);
+    expect_run("RKV_ROWS=5", args, 3, "rkv worker: cannot connect to server 0");
 }
 
 /* A port another program listens on: the server names it and exits 3; a
@@ -666,6 +690,16 @@ static void test_ls_without_a_store(void **state)
     assert_non_null(strstr(out, "is the store running?"));
     snprintf(want, sizeof(want), "at 127.0.0.1:%u within 300 ms", port);
     expect_run("RKV_CONNECT_RETRY_MS=300", args, 3, want);
+    /* Nothing listened there: the connection was refused, which read "peer
+     * disconnected or died", as if one had been made and lost. */
+    assert_non_null(strstr(out, "within 300 ms: connection refused (nothing listening"));
+    assert_null(strstr(out, "disconnected or died"));
+    snprintf(args, sizeof(args), "worker --base-port %u --connect-retry-ms 200", port);
+    snprintf(want, sizeof(want),
+             "rkv worker: cannot connect to server 0 at 127.0.0.1:%u within 200 ms: connection "
+             "refused",
+             port);
+    expect_run("", args, 3, want);
 }
 
 /* Scenario integers are read as scenarios/README.md says: decimal with
@@ -758,6 +792,11 @@ static void test_predict_args_before_calibrating(void **state)
         {"--predict --repeat 2x", "rkv run: --repeat: expected 1..15"},
         {"--calibration /nonexistent/cal.txt --host h",
          "rkv run: --host has no meaning in the twin"},
+        /* The twin ran the file's workload and cluster whatever these said. */
+        {"--calibration /nonexistent/cal.txt --rows 5",
+         "rkv run: --rows: the scenario file decides the cluster and workload"},
+        {"--predict --num-workers 3",
+         "rkv run: --num-workers: the scenario file decides the cluster and workload"},
     };
     char args[256];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -858,17 +897,17 @@ static void test_calibration_key_twice(void **state)
     unlink(path);
 }
 
-/* Workers that failed (here: every connection idle 1 ms dropped) may not
- * have shut the servers down: the launcher waited 30 s for them without a
- * word, as it does not after a fault; now a few seconds, then it stops them
- * and says so. */
+/* Workers that failed (here: none could join within 1 ms of the others)
+ * may not have shut the servers down: the launcher waited 30 s for them
+ * without a word, as it does not after a fault; now a few seconds, then it
+ * stops them and says so. */
 static void test_demo_stops_servers_after_failed_workers(void **state)
 {
     (void)state;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char args[128];
-    snprintf(args, sizeof(args), "demo --idle-timeout-ms 1 --base-port %u",
+    snprintf(args, sizeof(args), "demo --timeout-ms 1 --connect-retry-ms 1 --base-port %u",
              41000 + (unsigned)(getpid() % 500) * 2 * 4);
     expect_run("timeout 60", args, 3, "rkv demo: worker process");
     clock_gettime(CLOCK_MONOTONIC, &t1);
