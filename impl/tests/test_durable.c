@@ -971,7 +971,15 @@ static void run_crash_under_pushes(int lose_memory, uint32_t servers1)
             assert_true(
                 file_contains(log1b[l], "every push acknowledged before the crash is in it"));
         } else {
-            assert_true(file_contains(log1b[l], "restarted: serving machine 1's shared memory"));
+            /* Killed between two applies, its memory is served as it is;
+             * killed in the middle of one (as happens now and then under
+             * a loaded host), a lone server rolls the machine back to the
+             * snapshot, and one beside others keeps it and says so: every
+             * acknowledged push is there either way, as checked below. */
+            assert_true(
+                file_contains(log1b[l], "restarted: serving machine 1's shared memory") ||
+                file_contains(log1b[l], "but it died applying a push: rolled the machine back") ||
+                file_contains(log1b[l], "and died applying pushes of"));
         }
         char rejoined[64];
         snprintf(rejoined, sizeof(rejoined), "server %u re-joined", 1 + l);
