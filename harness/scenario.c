@@ -1576,6 +1576,12 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
 /* How long the parser may take over a file of SC_MAX_FILE_BYTES at most. */
 #define SC_PARSE_PROBE_MS 20000u
 
+/* What the probe's child tells its parent through a shared page. */
+struct sc_probe_page {
+    struct fy_mark at; /* the end of the last event parsed */
+    int done;          /* set once the parse returned, whatever it found */
+};
+
 /* libfyaml 0.7 (Debian 12's) crashes on some malformed files: "- ? o:\t:"
  * writes through NULL (fuzz_scenario), and its tracker lists more
  * (issues 118, 122, 188). A scenario file is a user's input, and bad
@@ -1588,18 +1594,23 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
 static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, char *err,
                           size_t err_len)
 {
-    struct fy_mark *at =
-        mmap(NULL, sizeof(*at), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (at == MAP_FAILED)
+    struct sc_probe_page *pg =
+        mmap(NULL, sizeof(*pg), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (pg == MAP_FAILED)
         return 0;
-    *at = (struct fy_mark){0};
+    *pg = (struct sc_probe_page){0};
     fflush(NULL); /* nothing buffered is written twice */
     pid_t pid = fork();
     if (pid < 0) {
-        munmap(at, sizeof(*at));
+        munmap(pg, sizeof(*pg));
         return 0;
     }
     if (pid == 0) {
+        /* A crash ends the child, whatever handlers it inherited (a
+         * sanitizer's or a fuzzer's would report it as the parent's). */
+        static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+        for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); i++)
+            signal(fatal[i], SIG_DFL);
         /* Events first, each one's end noted; then the document, as the
          * parse here builds it. */
         struct fy_parser *fyp = fy_parser_create(pcfg);
@@ -1608,12 +1619,13 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
             while ((ev = fy_parser_parse(fyp)) != NULL) {
                 const struct fy_mark *m = fy_event_end_mark(ev);
                 if (m)
-                    *at = *m;
+                    pg->at = *m;
                 fy_parser_event_free(fyp, ev);
             }
         }
         fy_parser_destroy(fyp);
         fy_document_destroy(fy_document_build_from_file(pcfg, path));
+        pg->done = 1;
         rkv_child_exit(0);
     }
     int status = 0, rc = 0;
@@ -1627,7 +1639,7 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
             snprintf(err, err_len,
                      "%s:%d:%d: the YAML parser (libfyaml) did not finish within %u s after "
                      "here: the file is malformed in a way it cannot handle; check its syntax",
-                     path, at->line + 1, at->column + 1, SC_PARSE_PROBE_MS / 1000);
+                     path, pg->at.line + 1, pg->at.column + 1, SC_PARSE_PROBE_MS / 1000);
             rc = -RKV_ECONFIG;
             break;
         }
@@ -1636,15 +1648,23 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
         if (nap.tv_nsec < 10000000)
             nap.tv_nsec *= 2;
     }
-    if (rc == 0 && got > 0 && WIFSIGNALED(status)) {
+    /* Not done: it crashed (by a signal, or a sanitizer's exit). A child
+     * reaped by someone else (got < 0) is not known to have failed. */
+    if (rc == 0 && got > 0 && !pg->done) {
+        char how[64];
+        if (WIFSIGNALED(status))
+            snprintf(how, sizeof(how), "signal %d, %s", WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+        else
+            snprintf(how, sizeof(how), "exit %d", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
         snprintf(err, err_len,
-                 "%s:%d:%d: the YAML parser (libfyaml) crashed on this file after here (signal "
-                 "%d, %s): it is malformed in a way the parser cannot handle; check its syntax "
-                 "(explicit keys '?', tabs, line ends)",
-                 path, at->line + 1, at->column + 1, WTERMSIG(status), strsignal(WTERMSIG(status)));
+                 "%s:%d:%d: the YAML parser (libfyaml) crashed on this file after here (%s): it "
+                 "is malformed in a way the parser cannot handle; check its syntax (explicit "
+                 "keys '?', tabs, line ends)",
+                 path, pg->at.line + 1, pg->at.column + 1, how);
         rc = -RKV_ECONFIG;
     }
-    munmap(at, sizeof(*at));
+    munmap(pg, sizeof(*pg));
     return rc;
 }
 

@@ -1008,8 +1008,10 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     }
     s->cap = cap;
     s->state = state;
-    if (state == ENG_SLOT_GRANTED)
+    if (state == ENG_SLOT_GRANTED) {
         e->granted_bytes += cap;
+        s->used = ++e->use_tick; /* not the first asked back before its first message */
+    }
     *d = (struct rkv_slot_desc){
         .addr = (uint64_t)(uintptr_t)s->buf, .rkey = rkey, .slot = i, .cap = cap};
     return 0;
