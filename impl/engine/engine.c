@@ -332,6 +332,16 @@ static size_t eng_round_cap(const struct rkv_engine *e, size_t len)
     return cap;
 }
 
+/* A granted slot's size: rounded up as a buffer is, so that it serves the
+ * key's later messages too, but never past max_slot_bytes, which no
+ * message exceeds (slot_mem_bytes >= max_slot_bytes then fits any). */
+static uint64_t eng_slot_cap(const struct rkv_engine *e, uint64_t bytes)
+{
+    uint64_t cap = eng_round_cap(e, bytes);
+    return cap > e->cfg.max_slot_bytes && bytes <= e->cfg.max_slot_bytes ? e->cfg.max_slot_bytes
+                                                                         : cap;
+}
+
 static int tx_get(struct rkv_engine *e, size_t len, struct rkv_tx **tx_p)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
@@ -984,7 +994,7 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
         p->releases = rel;
     }
     struct eng_lslot *s = &p->lslots[i];
-    uint64_t cap = eng_round_cap(e, bytes);
+    uint64_t cap = eng_slot_cap(e, bytes);
     if (state == ENG_SLOT_GRANTED && e->cfg.slot_mem_bytes &&
         cap > e->cfg.slot_mem_bytes - e->granted_bytes)
         return -RKV_ELIMIT;
@@ -1543,12 +1553,12 @@ static void eng_grant(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *
         else if (bytes > c->max_slot_bytes)
             snprintf(why, sizeof(why), "above max_slot_bytes %llu",
                      (unsigned long long)c->max_slot_bytes);
-        else if (c->slot_mem_bytes && eng_round_cap(e, bytes) > c->slot_mem_bytes)
+        else if (c->slot_mem_bytes && eng_slot_cap(e, bytes) > c->slot_mem_bytes)
             snprintf(why, sizeof(why), "its slot of %llu bytes is more than slot_mem_bytes %llu",
-                     (unsigned long long)eng_round_cap(e, bytes),
+                     (unsigned long long)eng_slot_cap(e, bytes),
                      (unsigned long long)c->slot_mem_bytes);
         else if (c->slot_mem_bytes &&
-                 eng_round_cap(e, bytes) > c->slot_mem_bytes - e->granted_bytes) {
+                 eng_slot_cap(e, bytes) > c->slot_mem_bytes - e->granted_bytes) {
             level = RKV_LOG_INFO;
             snprintf(why, sizeof(why), "%llu of slot_mem_bytes %llu are granted to peers",
                      (unsigned long long)e->granted_bytes, (unsigned long long)c->slot_mem_bytes);
@@ -1577,7 +1587,7 @@ static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const st
                         .tensor_id = m->h.tensor_id,
                         .op = m->h.op};
     const uint64_t bound = e->cfg.slot_mem_bytes, bytes = m->u.rndv_bytes;
-    const uint64_t cap = bytes <= e->cfg.max_slot_bytes ? eng_round_cap(e, bytes) : UINT64_MAX;
+    const uint64_t cap = bytes <= e->cfg.max_slot_bytes ? eng_slot_cap(e, bytes) : UINT64_MAX;
     if (!bound || cap > bound || p->ask || (!e->asks && cap <= bound - e->granted_bytes))
         return eng_grant(e, p, &h, bytes);
     struct eng_ask *a = malloc(sizeof(*a));

@@ -79,7 +79,8 @@ void eng_side_open(struct eng_side *s, const struct nic_suite_env *env, const ch
                                 .rx_depth = cfg->rx_depth,
                                 .ctrl_buf_bytes = 1024,
                                 .max_slots = cfg->max_slots ? cfg->max_slots : 8,
-                                .max_slot_bytes = 1 << 24,
+                                .max_slot_bytes =
+                                    cfg->max_slot_bytes ? cfg->max_slot_bytes : 1u << 24,
                                 .slot_mem_bytes = cfg->slot_mem_bytes,
                                 .busy_poll = cfg->busy_poll};
     char err[128];

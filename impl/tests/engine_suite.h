@@ -45,6 +45,7 @@ struct eng_side_cfg {
     uint32_t max_slots; /* 0: 8 */
     int busy_poll;
     uint64_t slot_mem_bytes;            /* 0: no bound */
+    uint64_t max_slot_bytes;            /* 0: 16 MiB */
     const struct rkv_nic_fault *faults; /* wrap the NIC in the fault NIC when n_faults > 0 */
     uint32_t n_faults;
 };

@@ -347,6 +347,27 @@ static void test_slot_memory_bounded(void **state)
     eng_side_close(&a);
 }
 
+/* A slot is rounded up to a power of two for reuse, but not past
+ * max_slot_bytes: with both limits at 48 KiB, a 40 KiB message asked for
+ * a 64 KiB slot, which the slot memory could never hold, and failed. */
+static void test_slot_cap_within_max_slot_bytes(void **state)
+{
+    (void)state;
+    struct eng_side a, b;
+    eng_side_open(&a, &nic_suite_tcp_env, "a",
+                  &(struct eng_side_cfg){
+                      .rx_depth = 16, .slot_mem_bytes = 48 << 10, .max_slot_bytes = 48 << 10});
+    eng_side_open(&b, &nic_suite_tcp_env, "b", &(struct eng_side_cfg){.rx_depth = 16});
+    eng_pair_connect(&a, &b);
+    assert_non_null(eng_wait_peer(&a));
+    eng_send_push(&b, 1, 1, 10, 4096); /* 40 KiB of rows */
+    eng_wait_seen(&a, 1);
+    assert_int_equal(a.bad, 0);
+    assert_int_equal(b.n_errors, 0);
+    eng_side_close(&b);
+    eng_side_close(&a);
+}
+
 int main(void)
 {
     int failed = engine_suite_run(&nic_suite_tcp_env);
@@ -357,6 +378,7 @@ int main(void)
         cmocka_unit_test(test_retire_kill_leaves_pool_clean),
         cmocka_unit_test(test_send_kill_told_from_poll),
         cmocka_unit_test(test_slot_memory_bounded),
+        cmocka_unit_test(test_slot_cap_within_max_slot_bytes),
     };
     return failed + cmocka_run_group_tests_name("engine over tcp only", tests, NULL, NULL);
 }
