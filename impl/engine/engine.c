@@ -1460,8 +1460,10 @@ static void eng_ask_unlink(struct rkv_engine *e, struct eng_ask *a)
 static void eng_revoke_for_asks(struct rkv_engine *e)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
+    if (!e->asks) /* none waits (always so without a bound) */
+        return;
     const uint64_t bound = e->cfg.slot_mem_bytes;
-    assert(e->granted_bytes <= bound && e->revoking_bytes <= e->granted_bytes);
+    assert(bound && e->granted_bytes <= bound && e->revoking_bytes <= e->granted_bytes);
     while (e->asks && bound - e->granted_bytes + e->revoking_bytes < e->asked_bytes) {
         struct rkv_peer *vp = NULL;
         struct eng_lslot *v = NULL;

@@ -1567,7 +1567,13 @@ static void test_barrier_in_flight_server_gone(void **state)
     assert_int_equal(u.last_rc, -RKV_EPEERDEAD);
     assert_non_null(strstr(u.msg, "server 1"));
     assert_int_equal(rkv_client_shutdown_servers(a), -RKV_EPEERDEAD);
-    assert_msg(a, "server 1 is gone");
+    /* Whether a's progress task saw the connection end before the call
+     * ("is gone") or while its SHUTDOWN was out ("connection lost") is a
+     * race (it went the second way once under ASan): server 1 is named. */
+    assert_msg(a, "server 1");
+    if (!strstr(rkv_client_errmsg(a), "is gone") &&
+        !strstr(rkv_client_errmsg(a), "connection lost"))
+        fail_msg("%s", rkv_client_errmsg(a));
     rkv_server_stop(c.srv[0][0]);
     rkv_client_destroy(b);
     rkv_client_destroy(a);
