@@ -192,7 +192,8 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_MAX_PUSH_SLOTS 65536u
 #define RKV_MAX_CTRL_BUF_BYTES (64u << 20)
 #define RKV_MAX_RX_BYTES (1ull << 30)
-/* rkv_config.slot_mem_bytes's default (4 GiB). */
+/* rkv_config.slot_mem_bytes's default at most (4 GiB; a quarter of a
+ * smaller host's memory). */
 #define RKV_SLOT_MEM_DEFAULT_BYTES (4ull << 30)
 /* Tensors a cluster holds (rkv_client_init_data past it: -RKV_ELIMIT). */
 #define RKV_MAX_TENSORS 1024u
@@ -238,8 +239,9 @@ struct rkv_config {
      * message whose slot alone is larger fails with -RKV_ELIMIT. Without a
      * bound, push_slots x max_slot_bytes per connection (64 GiB with the
      * defaults) was what any one peer could make a server allocate. 0 (the
-     * default): RKV_SLOT_MEM_DEFAULT_BYTES, or max_slot_bytes when that is
-     * larger; else at least max_slot_bytes (-RKV_ECONFIG below it). */
+     * default): a quarter of the host's memory, at most
+     * RKV_SLOT_MEM_DEFAULT_BYTES (in the twin that), and at least
+     * max_slot_bytes; else at least max_slot_bytes (-RKV_ECONFIG below). */
     uint64_t slot_mem_bytes;
     uint64_t seed;
     int log_level; /* 0 error, 1 warn, 2 info, 3 debug */

@@ -491,6 +491,14 @@ static void posix_destroy(struct rkv_port *p)
     free(p->impl);
 }
 
+/* Physical memory (sysconf), 0 if the host does not say. */
+static uint64_t posix_mem_bytes(struct rkv_port *p)
+{
+    (void)p;
+    long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
+    return page > 0 && phys > 0 ? (uint64_t)page * (uint64_t)phys : 0;
+}
+
 static const struct rkv_port_ops posix_ops = {
     .name = "posix",
     .task_start = posix_task_start,
@@ -514,6 +522,7 @@ static const struct rkv_port_ops posix_ops = {
     .vlog = posix_vlog,
     .proc_self = posix_proc_self,
     .proc_alive = posix_proc_alive,
+    .mem_bytes = posix_mem_bytes,
     .destroy = posix_destroy,
 };
 

@@ -2722,7 +2722,7 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     if ((rc = port->ops->cond_create(port, &c->cv)) < 0)
         goto destroy_mutex;
     struct rkv_engine_cfg ec;
-    rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE, &ec);
+    rkv_cfg_engine(cfg, port, RKV_CLIENT_NODE_BASE, &ec);
     /* rkv_client_register: the application thread's. */
     ec.reg_cache_entries = CLI_REG_MAX_ENTRIES;
     ec.reg_cache_bytes = CLI_REG_MAX_BYTES;

@@ -2043,7 +2043,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     if ((rc = port->ops->mutex_create(port, &s->hmu)) < 0)
         goto destroy_cond;
     struct rkv_engine_cfg ec;
-    rkv_cfg_engine(cfg, s->server_id, &ec);
+    rkv_cfg_engine(cfg, port, s->server_id, &ec);
     /* A client never has more requests in flight than its credits; a peer
      * that takes replies and returns none is dropped before it can pile up
      * more than a few windows (and one address table) of them. */

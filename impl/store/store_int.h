@@ -288,9 +288,11 @@ int rkv_tensor_desc_check(const struct rkv_tensor_desc *d, char *err, size_t err
 /* The configuration both roles derive from struct rkv_config. */
 uint32_t rkv_cfg_n_servers(const struct rkv_config *cfg);
 uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint32_t local);
-/* slot_mem_bytes with its default resolved (rkv.h). */
-uint64_t rkv_cfg_slot_mem(const struct rkv_config *cfg);
-void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec);
+/* slot_mem_bytes with its default resolved (rkv.h) on a host of this much
+ * memory (0: unknown). */
+uint64_t rkv_cfg_slot_mem(const struct rkv_config *cfg, uint64_t host_mem_bytes);
+void rkv_cfg_engine(const struct rkv_config *cfg, struct rkv_port *port, uint32_t node_id,
+                    struct rkv_engine_cfg *ec);
 int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len);
 /* Its machine-table part, O(machines): what rkv_cluster_create checks once
  * for every node made from a config that shares the table it builds. */

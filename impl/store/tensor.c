@@ -155,22 +155,28 @@ uint32_t rkv_cfg_server_id(const struct rkv_config *cfg, uint32_t machine, uint3
     return n + local;
 }
 
-uint64_t rkv_cfg_slot_mem(const struct rkv_config *cfg)
+uint64_t rkv_cfg_slot_mem(const struct rkv_config *cfg, uint64_t host_mem_bytes)
 {
     if (cfg->slot_mem_bytes)
         return cfg->slot_mem_bytes;
-    return cfg->max_slot_bytes > RKV_SLOT_MEM_DEFAULT_BYTES ? cfg->max_slot_bytes
-                                                            : RKV_SLOT_MEM_DEFAULT_BYTES;
+    /* Slots are pinned on verbs: 4 GiB of them in a 4 GiB VM was the OOM
+     * killer (test_hostile's hoarder on soft-RoCE). */
+    uint64_t b = RKV_SLOT_MEM_DEFAULT_BYTES;
+    if (host_mem_bytes && host_mem_bytes / 4 < b)
+        b = host_mem_bytes / 4;
+    return cfg->max_slot_bytes > b ? cfg->max_slot_bytes : b;
 }
 
-void rkv_cfg_engine(const struct rkv_config *cfg, uint32_t node_id, struct rkv_engine_cfg *ec)
+void rkv_cfg_engine(const struct rkv_config *cfg, struct rkv_port *port, uint32_t node_id,
+                    struct rkv_engine_cfg *ec)
 {
     *ec = (struct rkv_engine_cfg){.node_id = node_id,
                                   .rx_depth = cfg->rx_depth,
                                   .ctrl_buf_bytes = cfg->ctrl_buf_bytes,
                                   .max_slots = cfg->push_slots,
                                   .max_slot_bytes = cfg->max_slot_bytes,
-                                  .slot_mem_bytes = rkv_cfg_slot_mem(cfg),
+                                  .slot_mem_bytes = rkv_cfg_slot_mem(
+                                      cfg, port->ops->mem_bytes ? port->ops->mem_bytes(port) : 0),
                                   .revoke_grace_ms = cfg->timeout_ms / 4 ? cfg->timeout_ms / 4 : 1,
                                   .busy_poll = cfg->busy_poll};
 }

@@ -186,6 +186,23 @@ static int shm_left(const char *prefix)
  * server, and every client's connect then failed with "configured limit
  * reached" (a tcp connection posts at most 65,536 receives), naming no
  * setting. The bounds the CLI had are rkv_cfg_check's now. */
+/* The default slot memory follows the host: 4 GiB of pinned slots in a
+ * 4 GiB VM (soft-RoCE) was the OOM killer. A quarter of its memory, at
+ * most 4 GiB, never below max_slot_bytes; a value set is kept. */
+static void test_slot_mem_default_follows_the_host(void **state)
+{
+    (void)state;
+    struct rkv_config cfg;
+    rkv_config_defaults(&cfg);
+    cfg.max_slot_bytes = 256ull << 20;
+    assert_int_equal(rkv_cfg_slot_mem(&cfg, 4ull << 30), 1ull << 30);
+    assert_int_equal(rkv_cfg_slot_mem(&cfg, 64ull << 30), RKV_SLOT_MEM_DEFAULT_BYTES);
+    assert_int_equal(rkv_cfg_slot_mem(&cfg, 0), RKV_SLOT_MEM_DEFAULT_BYTES);
+    assert_int_equal(rkv_cfg_slot_mem(&cfg, 512ull << 20), 256ull << 20);
+    cfg.slot_mem_bytes = 3ull << 30;
+    assert_int_equal(rkv_cfg_slot_mem(&cfg, 4ull << 30), 3ull << 30);
+}
+
 static void test_config_bounds_refused(void **state)
 {
     (void)state;
@@ -1643,6 +1660,7 @@ int main(void)
         cmocka_unit_test(test_second_server0_leaves_running_segment), /* forks too */
         cmocka_unit_test(test_config_filled_by_hand),
         cmocka_unit_test(test_config_zeroed_refused),
+        cmocka_unit_test(test_slot_mem_default_follows_the_host),
         cmocka_unit_test(test_config_bounds_refused),
         cmocka_unit_test(test_null_pointers_refused),
         cmocka_unit_test(test_null_handles_refused),

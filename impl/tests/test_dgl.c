@@ -500,7 +500,7 @@ static void raw_open(struct raw *r, const struct rkv_config *cfg, const struct r
     char err[256];
     assert_int_equal(rkv_node_open(cfg, "raw", 99, &r->port, &r->nic, err, sizeof(err)), 0);
     struct rkv_engine_cfg ec;
-    rkv_cfg_engine(cfg, RKV_CLIENT_NODE_BASE + 77, &ec);
+    rkv_cfg_engine(cfg, r->port, RKV_CLIENT_NODE_BASE + 77, &ec);
     assert_int_equal(
         rkv_engine_create(r->port, r->nic, &ec, raw_on_msg, raw_on_peer, r, &r->eng, err, 256), 0);
     assert_int_equal(rkv_engine_start(r->eng), 0);

@@ -763,9 +763,10 @@ static void test_slot_memory_hoard(void **state)
     cluster_tensors(&c);
     struct logcap *log = &c.srv_node[1].log;
     logcap_reset(log);
-    const uint64_t bound = c.cfg.max_slot_bytes > RKV_SLOT_MEM_DEFAULT_BYTES
-                               ? c.cfg.max_slot_bytes
-                               : RKV_SLOT_MEM_DEFAULT_BYTES;
+    /* The default bound, as the server's port sizes it from this host. */
+    struct rkv_port *sp = c.srv_node[1].port;
+    const uint64_t bound =
+        rkv_cfg_slot_mem(&c.cfg, sp->ops->mem_bytes ? sp->ops->mem_bytes(sp) : 0);
     struct evil e;
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
