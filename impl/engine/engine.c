@@ -1539,7 +1539,9 @@ static void eng_revoke_overdue(struct rkv_engine *e)
 static void eng_grant(struct rkv_engine *e, struct rkv_peer *p, struct rkv_hdr *h, uint64_t bytes)
 {
     struct rkv_slot_desc d = {0};
-    int rc = p->ask ? -RKV_ELIMIT : peer_lslot_new(e, p, bytes, ENG_SLOT_GRANTED, &d);
+    int rc = p->dead  ? -RKV_EPEERDEAD
+             : p->ask ? -RKV_ELIMIT
+                      : peer_lslot_new(e, p, bytes, ENG_SLOT_GRANTED, &d);
     uint64_t quiet = 0;
     if (rc < 0 &&
         rkv_ratelim_ok(&e->lim_slot, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet)) {
@@ -1590,7 +1592,9 @@ static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const st
                         .op = m->h.op};
     const uint64_t bound = e->cfg.slot_mem_bytes, bytes = m->u.rndv_bytes;
     const uint64_t cap = bytes <= e->cfg.max_slot_bytes ? eng_slot_cap(e, bytes) : UINT64_MAX;
-    if (!bound || cap > bound || p->ask || (!e->asks && cap <= bound - e->granted_bytes))
+    /* A peer killed earlier in this dispatch (a RETIRE its release caused
+     * failed) is not queued: its ask would outlive it. */
+    if (!bound || p->dead || cap > bound || p->ask || (!e->asks && cap <= bound - e->granted_bytes))
         return eng_grant(e, p, &h, bytes);
     struct eng_ask *a = malloc(sizeof(*a));
     if (!a)
