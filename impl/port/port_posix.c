@@ -289,6 +289,13 @@ static int posix_shm_open(struct rkv_port *p, const char *name, int create, int 
 
 /* Sizes a new segment (ftruncate zero-fills) or checks an existing one is
  * big enough, so that touching the mapping cannot raise SIGBUS. */
+static uint64_t posix_mem_bytes(struct rkv_port *p)
+{
+    (void)p;
+    long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
+    return page > 0 && phys > 0 ? (uint64_t)page * (uint64_t)phys : 0;
+}
+
 static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t bytes, int create)
 {
     if (create) {
@@ -297,14 +304,13 @@ static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t b
          * mapping below populates it, and a tensor bigger than that filled
          * /dev/shm for the whole host and ended in the OOM killer. */
         struct statvfs vs;
-        long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
-        uint64_t room = UINT64_MAX;
+        uint64_t room = UINT64_MAX, mem = posix_mem_bytes(p);
         /* A tmpfs mounted without a size limit reports 0 blocks: then
          * only memory bounds it. */
         if (fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0 && vs.f_blocks > 0)
             room = (uint64_t)vs.f_bavail * vs.f_frsize;
-        if (page > 0 && phys > 0 && (uint64_t)page * (uint64_t)phys < room)
-            room = (uint64_t)page * (uint64_t)phys;
+        if (mem > 0 && mem < room)
+            room = mem;
         if (bytes > room) {
             RKV_LOGE(p,
                      "shm %s: needs %zu bytes, but the shared-memory filesystem has %llu free "
@@ -492,13 +498,6 @@ static void posix_destroy(struct rkv_port *p)
 }
 
 /* Physical memory (sysconf), 0 if the host does not say. */
-static uint64_t posix_mem_bytes(struct rkv_port *p)
-{
-    (void)p;
-    long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
-    return page > 0 && phys > 0 ? (uint64_t)page * (uint64_t)phys : 0;
-}
-
 static const struct rkv_port_ops posix_ops = {
     .name = "posix",
     .task_start = posix_task_start,
