@@ -19,7 +19,8 @@
 
 struct nic_suite_env {
     const char *name;  /* "tcp", "fault(tcp)", "sim", "verbs" */
-    uint32_t wait_ms;  /* every wait for something that must happen */
+    uint32_t wait_ms;  /* every wait for something that must happen (generous: only a failure waits
+                          it out) */
     uint32_t quiet_ms; /* every check that something does not happen */
     /* Opens a NIC on a port of its own; node names one ("a", "b", "c"). */
     int (*open)(void *ctx, const char *node, struct rkv_port **port_p, struct rkv_nic **nic_p);

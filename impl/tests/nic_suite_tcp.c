@@ -63,14 +63,14 @@ static int tcp_env_listen(void *ctx, struct rkv_nic *nic, char *host, size_t hos
 }
 
 const struct nic_suite_env nic_suite_tcp_env = {.name = "tcp",
-                                                .wait_ms = 2000,
+                                                .wait_ms = 10000,
                                                 .quiet_ms = 200,
                                                 .open = tcp_env_open,
                                                 .close = tcp_env_close,
                                                 .listen = tcp_env_listen};
 
 const struct nic_suite_env nic_suite_fault_tcp_env = {.name = "fault(tcp)",
-                                                      .wait_ms = 2000,
+                                                      .wait_ms = 10000,
                                                       .quiet_ms = 200,
                                                       .open = fault_env_open,
                                                       .close = tcp_env_close,

@@ -185,8 +185,10 @@ static void test_no_peer_stats(void **state)
     cluster_stop(&c);
 }
 
-/* A push whose server takes 20 ms lands in the bucket of 2^24 ns (16.8 ms
- * to 33.6 ms), per call and per server, and nowhere else. */
+/* A push whose server takes 20 ms is counted once, per call and per
+ * server, in the bucket that holds its time: 2^24 ns (16.8 ms to 33.6 ms)
+ * or, on a loaded host, a later one, never an earlier one. (It asserted
+ * 2^24 exactly, and a coverage build on a busy host took over 33.6 ms.) */
 static void test_latency_bucket(void **state)
 {
     (void)state;
@@ -207,9 +209,10 @@ static void test_latency_bucket(void **state)
         want++;
     assert_int_equal(want, 24);
     struct rkv_op_stats a = op_stats(cli, RKV_STATS_PUSH), b = peer_stats(cli, 1, RKV_STATS_PUSH);
-    /* Loopback adds microseconds, not 13 ms: the bucket is 2^24 ns. */
-    assert_int_equal(a.hist[want], 1);
-    assert_int_equal(b.hist[want], 1);
+    assert_int_equal(a.timed, 1);
+    assert_int_equal(b.timed, 1);
+    for (uint32_t k = 0; k < want; k++) /* not faster than the handler */
+        assert_true(a.hist[k] == 0 && b.hist[k] == 0);
     assert_true(a.max_ns >= SLOW_NS && b.max_ns >= SLOW_NS && b.max_ns <= a.max_ns);
     assert_consistent(&a);
     assert_consistent(&b);
