@@ -1041,6 +1041,46 @@ static void test_tensor_limit_is_named(void **state)
     cluster_stop(&c);
 }
 
+/* init_data waits for a large shard to be made: a server answers once it
+ * populated its machine's shard, which takes time in proportion to it
+ * (MAP_POPULATE), so the wait is timeout_ms plus 8 ms per MiB of the
+ * largest shard. With the bare timeout_ms, a 4 GiB shard per machine timed
+ * out under a 10 s timeout (past some tens of GiB, under the default 30 s)
+ * while the servers went on and made it. Here 512 MiB per machine against
+ * a 100 ms timeout_ms. */
+static void test_init_waits_for_a_large_shard(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 100);
+    c.cfg.connect_retry_ms = 20000;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    struct rkv_tensor_desc d = {.name = "big",
+                                .dtype = RKV_F32,
+                                .rows = 1ull << 27,
+                                .row_len = 2,
+                                .policy = RKV_PART_RANGE};
+    int rc = rkv_client_init_data(cli, &d);
+    if (rc == -RKV_ENOMEM) { /* a host without 1 GiB of /dev/shm to spare */
+        rkv_client_shutdown_servers(cli);
+        rkv_client_destroy(cli);
+        cluster_stop(&c);
+        skip();
+    }
+    if (rc < 0)
+        fail_msg("init_data of 512 MiB per machine: %s", rkv_client_errmsg(cli));
+    uint64_t ids[2] = {1, (1ull << 27) - 1};
+    float rows[4] = {1, 2, 3, 4}, got[4];
+    push_ok(cli, "big", ids, 2, rows, RKV_OP_ASSIGN);
+    pull_ok(cli, "big", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1678,6 +1718,7 @@ int main(void)
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_tensor_limit_is_named),
+        cmocka_unit_test(test_init_waits_for_a_large_shard),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_pull_ids_inside_rows_out),
         cmocka_unit_test(test_empty_calls),
