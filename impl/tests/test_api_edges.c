@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1081,6 +1082,63 @@ static void test_init_waits_for_a_large_shard(void **state)
     cluster_stop(&c);
 }
 
+/* A server whose open-file limit cannot hold a connection per worker says
+ * so when it starts, naming the limit (it turned workers away one by one,
+ * and they failed their hello saying that fewer workers had joined); a low
+ * soft limit under a high hard one is raised instead. Each server runs in
+ * a child process, with its limit. */
+static int fd_limit_child(const struct cluster *c, rlim_t soft, rlim_t hard, const char *log)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {.rlim_cur = soft, .rlim_max = hard};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || !freopen(log, "w", stderr))
+            _exit(2);
+        struct rkv_config cfg = c->cfg;
+        cfg.n_workers = 100;
+        cfg.log_level = RKV_LOG_WARN;
+        struct rkv_server *srv;
+        char err[256];
+        if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
+            fprintf(stderr, "create: %s\n", err);
+            _exit(3);
+        }
+        int raised = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 100 + 2 + 32;
+        rkv_server_destroy(srv);
+        _exit(raised ? 0 : 4);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_server_names_a_low_fd_limit(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char log[64], text[4096] = "";
+    snprintf(log, sizeof(log), "/tmp/rkv-fdlimit-%d.log", (int)getpid());
+    assert_int_equal(fd_limit_child(&c, 40, 40, log), 4);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+    fclose(f);
+    if (!strstr(text, "server 0: the open-file limit (RLIMIT_NOFILE, ulimit -n) is 40, below the "
+                      "134 descriptors this server may need"))
+        fail_msg("no warning naming the limit:\n%s", text);
+    assert_int_equal(fd_limit_child(&c, 40, 4096, log), 0);
+    f = fopen(log, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+    fclose(f);
+    assert_null(strstr(text, "open-file limit"));
+    unlink(log);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1719,6 +1777,7 @@ int main(void)
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_init_waits_for_a_large_shard),
+        cmocka_unit_test(test_server_names_a_low_fd_limit),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_pull_ids_inside_rows_out),
         cmocka_unit_test(test_empty_calls),
