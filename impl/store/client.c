@@ -549,13 +549,27 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     assert(cli_srv_sane(c, srv)); /* not cli_owns_srv: this is the engine's thread */
     cli_lock(c);
     srv->dead = 1;
+    uint32_t failed = 0;
     for (struct cli_req *r = c->reqs; r; r = r->next)
-        if (r->srv == srv && !r->done)
+        if (r->srv == srv && !r->done) {
             cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
+            failed++;
+        }
     int expected = c->stopping;
     cli_unlock(c);
-    if (!expected)
-        RKV_LOGW(c->port, "lost the connection to server %u", srv->id);
+    /* A warning only when it cost a request: an idle connection that ends
+     * is also how every other worker sees one worker's
+     * rkv_client_shutdown_servers, and 256 workers x 128 servers printed
+     * 9,812 such warnings at the clean end of a run. A later call to that
+     * server fails naming it. */
+    if (expected)
+        return;
+    if (failed)
+        RKV_LOGW(c->port, "lost the connection to server %u (%u request%s failed)", srv->id, failed,
+                 failed == 1 ? "" : "s");
+    else
+        RKV_LOGI(c->port, "lost the connection to server %u (no request was waiting on it)",
+                 srv->id);
 }
 
 /* ---- sending ---- */
