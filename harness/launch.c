@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -301,13 +302,43 @@ int rkv_launch_free_ports(uint32_t n, uint16_t *base_p, int *hold)
     return -1;
 }
 
+/* Why a child could not be started, with the limit that is the usual
+ * cause: descriptors (a pipe per worker) or processes. */
+static void demo_spawn_failed(const struct demo *d, const char *role, uint32_t val,
+                              const char *what)
+{
+    int e = errno;
+    struct rlimit rl;
+    char limit[160] = "";
+    int res = e == EAGAIN ? RLIMIT_NPROC : RLIMIT_NOFILE;
+    if ((e == EMFILE || e == ENFILE || e == EAGAIN) && getrlimit(res, &rl) == 0)
+        snprintf(limit, sizeof(limit), " (%s limit %llu, ulimit %s)",
+                 res == RLIMIT_NPROC ? "process" : "open-file", (unsigned long long)rl.rlim_cur,
+                 res == RLIMIT_NPROC ? "-u" : "-n");
+    fprintf(stderr, "%s: cannot start %s %u: %s: %s%s; stopping the run\n", d->cmd, role, val, what,
+            strerror(e), limit);
+}
+
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
                         const char *node, int *out_fd)
 {
     int pipefd[2] = {-1, -1};
-    if (out_fd && pipe(pipefd) < 0)
+    if (out_fd && pipe(pipefd) < 0) {
+        /* Said here, with the limit: the caller stops the run (a worker
+         * that never started read as one that "exited with status 0",
+         * after the others waited a hello timeout for it). */
+        demo_spawn_failed(d, role, val, "pipe");
         return -1;
+    }
     pid_t pid = fork();
+    if (pid < 0) {
+        demo_spawn_failed(d, role, val, "fork");
+        if (out_fd) {
+            close(pipefd[0]);
+            close(pipefd[1]);
+        }
+        return -1;
+    }
     if (pid == 0) {
         /* Die with the launcher, whatever kills it; if it died before the
          * prctl, getppid() is no longer it. The stopping signals it blocked
@@ -964,6 +995,39 @@ static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
     return rc;
 }
 
+/* Open files: this launcher holds a port per server (until they bind) and
+ * a pipe per worker; a server holds a connection per worker and per server
+ * it talks to, a worker one per server, each with a few of its own. The
+ * soft limit is raised as far as the hard one allows (the children inherit
+ * it); a hard limit below the need is refused now, naming it: past it the
+ * launcher's ports ran out ("no 128 free consecutive ports") or its pipes
+ * did (workers never started, the rest waited for them), and a server
+ * turned workers away until their hello timed out. */
+static int demo_fd_room(const struct demo *d)
+{
+    uint64_t need = (uint64_t)d->n_servers + d->n_workers + 64;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+        fprintf(stderr,
+                "%s: %u servers and %u workers need about %llu open files in a process (a "
+                "connection per peer; this launcher a port per server and a pipe per worker), "
+                "but the open-file limit is %llu (hard limit %llu): raise it (ulimit -n %llu)\n",
+                d->cmd, d->n_servers, d->n_workers, (unsigned long long)need,
+                (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+                (unsigned long long)need);
+        return -1;
+    }
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        fprintf(stderr, "%s: cannot raise the open-file limit to %llu: %s\n", d->cmd,
+                (unsigned long long)need, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* Sizes the run from the settings, checks them, and builds the flags every
  * child gets. */
 static int demo_configure(struct demo *d, struct cmd_settings *s)
@@ -1024,6 +1088,10 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
         d->n_servers = (uint32_t)(m * spm);
         d->servers_per_machine = (uint32_t)spm;
         d->hosts = strchr(s->val[CMD_HOST], ',') ? s->val[CMD_HOST] : NULL;
+    }
+    if (demo_fd_room(d) < 0)
+        return -1;
+    if (!*s->val[CMD_CLUSTER]) {
         if (strcmp(s->src[CMD_BASE_PORT], "default") == 0) {
             uint16_t base;
             if (rkv_launch_free_ports(d->n_servers, &base, d->port_hold) < 0) {
@@ -1060,15 +1128,18 @@ int rkv_launch_demo(int argc, char **argv, const char *self)
 }
 
 /* Starts the servers and workers, waits for all of them and reads each
- * worker's RESULT line. Returns 1 when every process ended cleanly. */
+ * worker's RESULT line. Returns 1 when every process ended cleanly, -1 when
+ * one could not be started. */
 static int demo_cluster(struct demo *dp)
 {
     int ok = 1;
     for (uint32_t i = 0; i < dp->n_servers; i++)
-        dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL, NULL);
+        if ((dp->servers[i] = demo_spawn(dp, "server", "--server-id", i, NULL, NULL)) < 0)
+            return -1; /* said; demo_finish stops the others */
     for (uint32_t i = 0; i < dp->n_workers; i++)
-        dp->workers[i] =
-            demo_spawn(dp, "worker", "--machine-id", i % dp->machines, NULL, &dp->out_fd[i]);
+        if ((dp->workers[i] = demo_spawn(dp, "worker", "--machine-id", i % dp->machines, NULL,
+                                         &dp->out_fd[i])) < 0)
+            return -1;
     demo_collect(dp);
     if (dp->signo)
         return 0; /* demo_finish stops them */
@@ -1098,7 +1169,7 @@ static int demo_cluster(struct demo *dp)
 
 static int demo_exit_code(const struct demo *dp, int ok)
 {
-    if (ok)
+    if (ok > 0)
         return RKV_EXIT_OK;
     for (uint32_t i = 0; i < dp->n_workers; i++)
         if (dp->res[i].errors)
@@ -1152,7 +1223,7 @@ static int demo_run(struct demo *dp, int argc, char **argv)
            dp->n_servers, dp->n_workers, s.val[CMD_BACKEND]);
     fflush(stdout);
     int ok = demo_cluster(dp);
-    if (dp->signo)
+    if (dp->signo || ok < 0)
         return RKV_EXIT_STORE;
     demo_report(dp, strtoull(s.val[CMD_VALUE_BYTES], NULL, 0));
     ok = demo_verdict(dp, &s, ok);
@@ -1400,12 +1471,16 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         snprintf(node, sizeof(node), "s%u.%u", i / sc->servers_per_machine,
                  i % sc->servers_per_machine);
         d->servers[i] = demo_spawn(d, "server", "--server-id", i, node, NULL);
+        if (d->servers[i] < 0)
+            return RKV_EXIT_STORE; /* said; demo_finish stops the others */
     }
     for (uint32_t i = 0; i < d->n_workers; i++) {
         char node[32];
         snprintf(node, sizeof(node), "w%u", i);
         d->workers[i] = demo_spawn(d, "worker", "--machine-id", rkv_scenario_worker_machine(sc, i),
                                    node, &d->out_fd[i]);
+        if (d->workers[i] < 0)
+            return RKV_EXIT_STORE;
     }
     demo_collect(d);
     if (d->signo)

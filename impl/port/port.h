@@ -73,6 +73,11 @@ struct rkv_port_ops {
      * the slot memory a node grants (rkv.h slot_mem_bytes). NULL (the
      * twin: every node alike, whatever the host) or 0: unknown. */
     uint64_t (*mem_bytes)(struct rkv_port *p);
+    /* Room for `need` open descriptors (a node's connections): 0 when the
+     * limit allows them, after raising the soft limit towards the hard one
+     * if that was needed; -1 when the hard limit is lower, with the limit
+     * in *limit_p. NULL (the twin: no descriptors): always room. */
+    int (*fd_room)(struct rkv_port *p, uint64_t need, uint64_t *limit_p);
     void (*destroy)(struct rkv_port *p);
 };
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -296,6 +297,24 @@ static uint64_t posix_mem_bytes(struct rkv_port *p)
     return page > 0 && phys > 0 ? (uint64_t)page * (uint64_t)phys : 0;
 }
 
+/* Raises RLIMIT_NOFILE's soft limit to `need` where the hard one allows
+ * (a server holds a connection per worker: 1,024, the usual soft limit,
+ * turned workers away past it). */
+static int posix_fd_room(struct rkv_port *p, uint64_t need, uint64_t *limit_p)
+{
+    (void)p;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            return 0;
+    }
+    *limit_p = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need ? rl.rlim_max : rl.rlim_cur;
+    return -1;
+}
+
 static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t bytes, int create)
 {
     if (create) {
@@ -522,6 +541,7 @@ static const struct rkv_port_ops posix_ops = {
     .proc_self = posix_proc_self,
     .proc_alive = posix_proc_alive,
     .mem_bytes = posix_mem_bytes,
+    .fd_room = posix_fd_room,
     .destroy = posix_destroy,
 };
 

@@ -89,6 +89,9 @@ struct cli_server {
 };
 
 struct rkv_client {
+    /* How long an INIT phase may take (cli_init_wait_ms): the call in
+     * progress's, set before its first phase. */
+    uint64_t init_wait_ms;
     struct rkv_config cfg;
     /* Drawn at the first HELLO and sent in every one: server 0 lets a
      * client re-join under its id only with the nonce it first joined with. */
@@ -546,13 +549,27 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     assert(cli_srv_sane(c, srv)); /* not cli_owns_srv: this is the engine's thread */
     cli_lock(c);
     srv->dead = 1;
+    uint32_t failed = 0;
     for (struct cli_req *r = c->reqs; r; r = r->next)
-        if (r->srv == srv && !r->done)
+        if (r->srv == srv && !r->done) {
             cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
+            failed++;
+        }
     int expected = c->stopping;
     cli_unlock(c);
-    if (!expected)
-        RKV_LOGW(c->port, "lost the connection to server %u", srv->id);
+    /* A warning only when it cost a request: an idle connection that ends
+     * is also how every other worker sees one worker's
+     * rkv_client_shutdown_servers, and 256 workers x 128 servers printed
+     * 9,812 such warnings at the clean end of a run. A later call to that
+     * server fails naming it. */
+    if (expected)
+        return;
+    if (failed)
+        RKV_LOGW(c->port, "lost the connection to server %u (%u request%s failed)", srv->id, failed,
+                 failed == 1 ? "" : "s");
+    else
+        RKV_LOGI(c->port, "lost the connection to server %u (no request was waiting on it)",
+                 srv->id);
 }
 
 /* ---- sending ---- */
@@ -942,6 +959,30 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
 
 /* ---- init ---- */
 
+/* How long to wait for an INIT phase: timeout_ms plus 8 ms per MiB of the
+ * largest machine's shard (128 MiB/s). A server answers once it made and
+ * populated its machine's shard (MAP_POPULATE: the page tables, and
+ * /dev/shm's pages, filled up front; in durable mode the snapshot written
+ * too), which takes time in proportion to the shard: a 4 GiB shard per
+ * machine took over 10 s on a loaded host, so past some tens of GiB every
+ * init_data timed out under the default 30 s while the servers went on and
+ * made the tensor. */
+#define CLI_INIT_MS_PER_MIB 8u
+static uint64_t cli_init_wait_ms(const struct rkv_tensor *t, uint32_t n_machines,
+                                 uint32_t timeout_ms)
+{
+    uint64_t most = 0;
+    for (uint32_t m = 0; m < n_machines; m++) {
+        uint64_t r = rkv_pbook_local_rows(&t->pb, m);
+        most = r > most ? r : most;
+    }
+    /* rows <= 2^40 and row_bytes <= 2^30: each product stays below 2^51. */
+    uint64_t mib = most >= (1u << 20) ? (most >> 20) * t->row_bytes : most * t->row_bytes >> 20;
+    if (t->meta.with_state)
+        mib *= 2; /* the optimizer state beside each row */
+    return (uint64_t)timeout_ms + mib * CLI_INIT_MS_PER_MIB;
+}
+
 /* The tensor w of description d, with d's book and local index. */
 static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t phase, uint32_t id,
                          const struct rkv_wire_tensor *w, const struct rkv_tensor_desc *d,
@@ -981,7 +1022,7 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
         if (rc == 0)
             rc = cli_send_init(c, srv, phase, id, w, d, &r);
         if (r) {
-            int wrc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
+            int wrc = cli_wait_keep(c, &r, 1, c->init_wait_ms, "init_data");
             if (rc == 0 && wrc == 0 && id_p)
                 *id_p = r->u32; /* phase 0's answer: the tensor's id */
             cli_release(c, &r, 1);
@@ -1035,7 +1076,7 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
             rc = 0;
         }
     }
-    int wrc = cli_wait_keep(c, reqs, n, c->cfg.timeout_ms, "init_data");
+    int wrc = cli_wait_keep(c, reqs, n, c->init_wait_ms, "init_data");
     if (rc == 0 && wrc < 0 && c->cfg.retry_ms) {
         /* Only what a dead server lost is retried; any other failure is
          * the call's. */
@@ -1072,7 +1113,7 @@ static int cli_init0(struct rkv_client *c, uint16_t phase, uint32_t id,
     struct cli_req *r = NULL;
     int rc = cli_send_init(c, c->srv0, phase, id, w, d, &r);
     if (r) {
-        int wrc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "init_data");
+        int wrc = cli_wait_keep(c, &r, 1, c->init_wait_ms, "init_data");
         if (rc == 0 && wrc == 0 && id_p)
             *id_p = r->u32;
         cli_release(c, &r, 1);
@@ -1110,6 +1151,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
                                     c->err, sizeof(c->err));
     if (rc < 0)
         return rc;
+    c->init_wait_ms = cli_init_wait_ms(&probe, c->cfg.n_machines, c->cfg.timeout_ms);
     rkv_tensor_free(&probe);
     uint32_t id = 0;
     if ((rc = cli_init0(c, 0, 0, &w, d, &id)) < 0)

@@ -1971,6 +1971,18 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
         return rc;
     RKV_LOGI(s->port, "server %u listening on %s:%u%s", s->server_id, mc->host, tcp_port,
              s->durable ? " (durable)" : "");
+    /* A connection per worker and per server (server 0 hears from every
+     * one), and a few of its own. Said now, with the limit: past it the
+     * NIC turned workers away one by one, and they failed their hello
+     * minutes later saying that fewer workers had joined. */
+    uint64_t need = (uint64_t)s->cfg.n_workers + s->n_servers + 32, limit = 0;
+    if (s->port->ops->fd_room && s->port->ops->fd_room(s->port, need, &limit) < 0)
+        RKV_LOGW(s->port,
+                 "server %u: the open-file limit (RLIMIT_NOFILE, ulimit -n) is %llu, below the "
+                 "%llu descriptors this server may need (a connection per worker and per "
+                 "server: %u and %u): peers past it are turned away; raise it on this host",
+                 s->server_id, (unsigned long long)limit, (unsigned long long)need,
+                 s->cfg.n_workers, s->n_servers);
     /* Once per server, at the default level: an open door is a choice to
      * make knowingly. (A NIC whose peers are all in this process, as the
      * twin's, has no door.) */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1041,6 +1042,178 @@ static void test_tensor_limit_is_named(void **state)
     cluster_stop(&c);
 }
 
+/* init_data waits for a large shard to be made: a server answers once it
+ * populated its machine's shard, which takes time in proportion to it
+ * (MAP_POPULATE), so the wait is timeout_ms plus 8 ms per MiB of the
+ * largest shard. With the bare timeout_ms, a 4 GiB shard per machine timed
+ * out under a 10 s timeout (past some tens of GiB, under the default 30 s)
+ * while the servers went on and made it. Here 512 MiB per machine against
+ * a 100 ms timeout_ms. */
+static void test_init_waits_for_a_large_shard(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 100);
+    c.cfg.connect_retry_ms = 20000;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    struct rkv_tensor_desc d = {.name = "big",
+                                .dtype = RKV_F32,
+                                .rows = 1ull << 27,
+                                .row_len = 2,
+                                .policy = RKV_PART_RANGE};
+    int rc = rkv_client_init_data(cli, &d);
+    if (rc == -RKV_ENOMEM) { /* a host without 1 GiB of /dev/shm to spare */
+        rkv_client_shutdown_servers(cli);
+        rkv_client_destroy(cli);
+        cluster_stop(&c);
+        skip();
+    }
+    if (rc < 0)
+        fail_msg("init_data of 512 MiB per machine: %s", rkv_client_errmsg(cli));
+    uint64_t ids[2] = {1, (1ull << 27) - 1};
+    float rows[4] = {1, 2, 3, 4}, got[4];
+    push_ok(cli, "big", ids, 2, rows, RKV_OP_ASSIGN);
+    pull_ok(cli, "big", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* A server whose open-file limit cannot hold a connection per worker says
+ * so when it starts, naming the limit (it turned workers away one by one,
+ * and they failed their hello saying that fewer workers had joined); a low
+ * soft limit under a high hard one is raised instead. Each server runs in
+ * a child process, with its limit. */
+static int fd_limit_child(const struct cluster *c, rlim_t soft, rlim_t hard, const char *log)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {.rlim_cur = soft, .rlim_max = hard};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || !freopen(log, "w", stderr))
+            _exit(2);
+        struct rkv_config cfg = c->cfg;
+        cfg.n_workers = 100;
+        cfg.log_level = RKV_LOG_WARN;
+        struct rkv_server *srv;
+        char err[256];
+        if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
+            fprintf(stderr, "create: %s\n", err);
+            _exit(3);
+        }
+        int raised = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur >= 100 + 2 + 32;
+        rkv_server_destroy(srv);
+        _exit(raised ? 0 : 4);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_server_names_a_low_fd_limit(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char log[64], text[4096] = "";
+    snprintf(log, sizeof(log), "/tmp/rkv-fdlimit-%d.log", (int)getpid());
+    assert_int_equal(fd_limit_child(&c, 40, 40, log), 4);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+    fclose(f);
+    if (!strstr(text, "server 0: the open-file limit (RLIMIT_NOFILE, ulimit -n) is 40, below the "
+                      "134 descriptors this server may need"))
+        fail_msg("no warning naming the limit:\n%s", text);
+    assert_int_equal(fd_limit_child(&c, 40, 4096, log), 0);
+    f = fopen(log, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+    fclose(f);
+    assert_null(strstr(text, "open-file limit"));
+    unlink(log);
+}
+
+/* The other workers see one worker's rkv_client_shutdown_servers as their
+ * connections ending while idle: that is no warning (256 workers x 128
+ * servers printed 9,812 "lost the connection" warnings at the clean end of
+ * a run); a request it fails still is. Worker b runs in a child process
+ * forked before the servers' threads, its stderr in a file. */
+static void test_idle_connection_loss_is_quiet(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    char log[64];
+    snprintf(log, sizeof(log), "/tmp/rkv-idle-loss-%d.log", (int)getpid());
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char b;
+        close(go[1]);
+        close(ready[0]);
+        if (!freopen(log, "w", stderr) || read(go[0], &b, 1) != 1)
+            _exit(2);
+        struct rkv_config cfg = c.cfg;
+        cfg.log_level = RKV_LOG_WARN;
+        struct rkv_client *cli;
+        char err[256];
+        if (rkv_client_create(&cfg, &cli, err, sizeof(err)) < 0) {
+            fprintf(stderr, "client: %s\n", err);
+            _exit(3);
+        }
+        float rows[8];
+        uint64_t ids[2] = {1, 90}; /* one row of each machine: both connections up */
+        if (rkv_client_init_data(cli, &T_F32) < 0 || rkv_client_pull(cli, "t", ids, 2, rows) < 0)
+            _exit(4);
+        if (write(ready[1], "r", 1) != 1 || read(go[0], &b, 1) != 1)
+            _exit(5);
+        usleep(500000); /* the servers closed before "go": their ends arrive */
+        fflush(stderr);
+        _exit(0);
+    }
+    stray_child = pid;
+    close(ready[1]); /* a child that fails ends the wait for "ready" */
+    close(go[0]);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    struct rkv_client *a = client_join(&c);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    cluster_stop(&c);
+    assert_int_equal(write(go[1], "g", 1), 1);
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    stray_child = 0;
+    rkv_client_destroy(a);
+    char text[4096] = "";
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    text[fread(text, 1, sizeof(text) - 1, f)] = 0;
+    fclose(f);
+    unlink(log);
+    close(go[1]);
+    close(ready[0]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("worker b: status %d:\n%s", st, text);
+    if (strstr(text, "lost the connection"))
+        fail_msg("an idle connection's end was a warning:\n%s", text);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1678,6 +1851,9 @@ int main(void)
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_tensor_limit_is_named),
+        cmocka_unit_test(test_init_waits_for_a_large_shard),
+        cmocka_unit_test(test_server_names_a_low_fd_limit),
+        cmocka_unit_test(test_idle_connection_loss_is_quiet),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_pull_ids_inside_rows_out),
         cmocka_unit_test(test_empty_calls),

@@ -1045,6 +1045,43 @@ static void test_run_reports(void **state)
     unlink(yaml);
 }
 
+/* A cluster larger than the open-file limit allows: refused before anything
+ * starts, naming the limit (under `ulimit -n 40`, 2 servers and 40 workers
+ * left the launcher without pipes: the workers it could not start "exited
+ * with status 0" and the others waited a hello timeout for them). A low
+ * soft limit under a high hard one is raised instead. */
+static void test_run_open_file_limit(void **state)
+{
+    (void)state;
+    char yaml[64], args[160];
+    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-nofile-%d.yaml", (int)getpid());
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 20}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 64}\n"
+          "workload:\n"
+          "  - {name: warm, tensor: t, rounds: 1}\n",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
+    expect_run("timeout 60 prlimit --nofile=40:40", args, 2,
+               "2 servers and 40 workers need about 106 open files in a process");
+    assert_non_null(strstr(out, "the open-file limit is 40 (hard limit 40): raise it"));
+    assert_null(strstr(out, "exited with status"));
+    f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+          "tensors:\n"
+          "  - {name: t, rows: 64}\n"
+          "workload:\n"
+          "  - {name: warm, tensor: t, rounds: 1}\n",
+          f);
+    fclose(f);
+    expect_run("timeout 60 prlimit --nofile=40:4096", args, 0, "verdict: PASS");
+    unlink(yaml);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1076,6 +1113,7 @@ int main(void)
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_run_reports),
+        cmocka_unit_test(test_run_open_file_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
