@@ -562,6 +562,18 @@ static void test_server_and_worker_errors(void **state)
     snprintf(args, sizeof(args), "node %s --value-bytes 64", shape);
     expect_run("timeout 20 env DMLC_ROLE=worker DMLC_PS_ROOT_PORT=1", args, 2,
                "rkv worker: --value-bytes: with --scenario the file sets the workload");
+    /* A file for another cluster, or one the oracle refuses, was found only
+     * once the scheduler had formed the job: the worker exited 2 and its
+     * servers waited for it forever. Port 1: no scheduler; a worker that
+     * got past the check waits for one until `timeout` ends it (124). */
+    const char *psl = "timeout 20 env DMLC_ROLE=worker DMLC_PS_ROOT_URI=127.0.0.1 "
+                      "DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2";
+    expect_run(psl, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "quickstart.yaml describes 4 server(s) and 4 worker(s), but num-servers is 2 (env "
+               "DMLC_NUM_SERVER) and num-workers 2 (env DMLC_NUM_WORKER): launch the cluster the "
+               "file describes (before registering with the scheduler)");
+    expect_run(psl, "node --scenario " SCEN_DIR "/bad/mixed-without-barrier.yaml", 2,
+               "set barrier_after on the phase before (before registering with the scheduler)");
     /* From the environment they are ambient, as for every command: not refused. */
     snprintf(args, sizeof(args), "worker %s", shape);
     expect_run("RKV_ROWS=5", args, 3, "rkv worker: cannot connect to server 0");
