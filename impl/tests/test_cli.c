@@ -651,6 +651,10 @@ static void test_node_errors(void **state)
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK)");
+    /* A rank without its size was "no launcher rank (..., PMI_RANK)". */
+    snprintf(env, sizeof(env), "%s -u PMI_SIZE PMI_RANK=0", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: PMI_RANK=0 is set but PMI_SIZE is not: expected a rank and a size");
     snprintf(env, sizeof(env), "%s PMI_RANK=0 PMI_SIZE=8", no_rank);
     expect_run(env, "node --scenario /nonexistent/s.yaml", 2,
                "rkv node: /nonexistent/s.yaml: cannot open");
