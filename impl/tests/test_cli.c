@@ -449,6 +449,11 @@ static void test_usage(void **state)
     (void)state;
     expect_run("", "server --help", 0, "usage: rkv server [--server-id N");
     expect_run("", "server --help", 0, "--rx-depth"); /* the settings follow */
+    /* It said "once a snapshot holding it is synced": a push is acked once
+     * its machine's write-ahead log is synced (the snapshot checkpoints). */
+    expect_run("", "server --help", 0,
+               "durable mode: a push is acknowledged once it is synced in its machine's "
+               "write-ahead log here");
     /* Said as what they are (they were "empty scenario", "unknown flag"). */
     expect_run("", "run /tmp", 2, "rkv run: /tmp: is a directory, not a scenario file");
     expect_run("", "run x.yaml --cfg", 2, "rkv run: --cfg needs a value");
