@@ -477,6 +477,16 @@ static void test_usage(void **state)
                "rkv run: 1024 servers (1024 machines x 1) and 3072 workers: a run on this host "
                "starts 1..512 of each");
     expect_run("", "demo --num-workers 600", 2, "and 600 workers: a run on this host starts");
+    /* A durable directory that is not there: every server said so after
+     * the launch and the run ended "exited with status 2 while the workers
+     * ran", exit 3; README: every setting is checked once, before. */
+    expect_run(
+        "", "run " SCEN_DIR "/quickstart.yaml --backend tcp --durable-dir /nonexistent/rkv-dd", 2,
+        "rkv run: durable-dir (flag): durable_dir /nonexistent/rkv-dd: No such file or "
+        "directory");
+    expect_run(
+        "RKV_DURABLE_DIR=/dev/null", "demo", 2,
+        "rkv demo: durable-dir (env RKV_DURABLE_DIR): durable_dir /dev/null: not a directory");
     /* read as empty: "needs backend, host_cores and bandwidth_gbps" */
     expect_run("", "run " SCEN_DIR "/quickstart.yaml --calibration /tmp", 2,
                "rkv run: /tmp: is a directory, not a calibration file");
