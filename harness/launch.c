@@ -983,6 +983,14 @@ static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
                 d->cmd, cfg.backend, rkv_nic_find("verbs") ? ", verbs" : "");
         rc = -1;
     }
+    /* Every server started here opens it: a missing one was found by each
+     * server after the launch (one line per server, "exited with status 2
+     * while the workers ran", exit 3) rather than checked once, before. */
+    if (rc == 0 && cfg.durable_dir[0] &&
+        rkv_file_check_dir(cfg.durable_dir, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: durable-dir (%s): %s\n", d->cmd, s->src[CMD_DURABLE_DIR], err);
+        rc = -1;
+    }
     struct rkv_scenario *sc = NULL; /* rkv demo: the workers' built-in scenario */
     /* And the timed phase's t_bench after them (timed.c): its segments
      * were left in /dev/shm by a Ctrl-C during that phase. */

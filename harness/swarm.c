@@ -188,7 +188,7 @@ static void sw_gen_fault(struct rkv_rng *r, const struct rkv_swarm_spec *sp,
     if (f->kind != RKV_SWF_CRASH)
         f->at_s = f->at_s > 1e-5 ? 1e-5 : f->at_s;
     else if (f->at_s == 0)
-        f->at_s = 1e-5; /* at 0 the twin's nodes have not started: nothing to kill */
+        f->at_s = 1e-5; /* at 0 the node dies as it starts (a microsecond on): it tests little */
     switch (f->kind) {
     case RKV_SWF_CRASH:
         /* After the last phase the target has finished: nothing to crash.

@@ -82,8 +82,9 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
                       "1: only machine 0's host is known; the other servers announce their "
                       "address to server 0"},
     [CMD_DURABLE_DIR] = {"--durable-dir", "RKV_DURABLE_DIR", "", "",
-                         "durable mode: a push is acknowledged once a snapshot holding it is "
-                         "synced here; a restarted server loads its machine's snapshot"},
+                         "durable mode: a push is acknowledged once it is synced in its machine's "
+                         "write-ahead log here; a restarted server loads its machine's snapshot "
+                         "and replays its logs"},
     [CMD_DURABLE_LOG_PREWRITE] = {"--durable-log-prewrite", "RKV_DURABLE_LOG_PREWRITE", "", "0",
                                   "durable mode: bytes of zeros a new log file is written with "
                                   "(and one spare kept) so that commits overwrite disk blocks "

@@ -333,18 +333,27 @@ static int cmd_verdict_take_out(int *argc, char **argv, const char **out_p)
 }
 
 /* Rank and size from the launcher that started us (Open MPI, Slurm, PMI):
- * -1 none, -2 a pair that is not a rank below a size (said on stderr).
- * strtoul read "abc" as rank 0 (every such process became server 0) and
- * a rank past the size ran as a worker the scenario does not have. */
+ * -1 none, -2 a pair that is not a rank below a size, or half a pair (said
+ * on stderr). strtoul read "abc" as rank 0 (every such process became
+ * server 0) and a rank past the size ran as a worker the scenario does not
+ * have; a rank without its size (PMI_RANK=0 alone) was said to be "no
+ * launcher rank", naming the very variable that was set. */
 static int node_rank(uint32_t *rank, uint32_t *size)
 {
     static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
                                           {"SLURM_PROCID", "SLURM_NTASKS"},
                                           {"PMI_RANK", "PMI_SIZE"}};
+    /* The first launcher whose rank is set without its size (a size alone
+     * is ambient: Slurm's salloc shell sets SLURM_NTASKS, not SLURM_PROCID). */
+    int half = -1;
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         const char *r = getenv(vars[i][0]), *n = getenv(vars[i][1]);
-        if (!r || !n || !*r || !*n)
+        int has_r = r && *r, has_n = n && *n;
+        if (!has_r || !has_n) {
+            if (has_r && half < 0)
+                half = (int)i;
             continue;
+        }
         uint64_t rv, nv;
         if (rkv_parse_u64(r, &rv) < 0 || rkv_parse_u64(n, &nv) < 0 || nv > UINT32_MAX || rv >= nv) {
             fprintf(stderr, "rkv node: %s=%s, %s=%s: expected a rank below a size\n", vars[i][0], r,
@@ -354,6 +363,11 @@ static int node_rank(uint32_t *rank, uint32_t *size)
         *rank = (uint32_t)rv;
         *size = (uint32_t)nv;
         return 0;
+    }
+    if (half >= 0) {
+        fprintf(stderr, "rkv node: %s=%s is set but %s is not: expected a rank and a size\n",
+                vars[half][0], getenv(vars[half][0]), vars[half][1]);
+        return -2;
     }
     return -1;
 }

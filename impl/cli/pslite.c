@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "harness/oracle.h"
 #include "harness/pslite.h"
 #include "harness/scenario.h"
 #include "harness/timed.h"
+#include "util/util.h"
 
 /* Runs as `rkv server|worker ARGS --cluster TABLE --server-id|--machine-id N`. */
 static int psl_run(int argc, char **argv, int is_server, const char *ans, const char *host)
@@ -59,6 +61,30 @@ static int psl_run(int argc, char **argv, int is_server, const char *ans, const 
     return code;
 }
 
+/* What of --scenario's cluster the worker can check before it registers:
+ * the oracle's epoch check, and the totals DMLC_NUM_SERVER and
+ * DMLC_NUM_WORKER give (the machines are the scheduler's to group). Both
+ * were checked only after the scheduler answered (cmd_scenario), when the
+ * job had formed: the worker exited 2 and its servers waited forever. */
+static int psl_scenario_precheck(const struct cmd_settings *s, const struct rkv_scenario *sc,
+                                 char *err, size_t err_len)
+{
+    uint64_t ns, nw;
+    if (rkv_oracle_check_scenario(sc, err, err_len) < 0)
+        return -1;
+    if (cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
+        cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0)
+        return -1;
+    if (ns != rkv_scenario_servers(sc) || nw != rkv_scenario_workers(sc))
+        return rkv_errf(err, err_len, -1,
+                        "%s describes %u server(s) and %u worker(s), but num-servers is %llu "
+                        "(%s) and num-workers %llu (%s): launch the cluster the file describes",
+                        s->val[CMD_SCENARIO], rkv_scenario_servers(sc), rkv_scenario_workers(sc),
+                        (unsigned long long)ns, s->src[CMD_NUM_SERVERS], (unsigned long long)nw,
+                        s->src[CMD_NUM_WORKERS]);
+    return 0;
+}
+
 /* A worker's own settings, checked before it registers: one refused after
  * (RKV_ROUNDS=5000, an unreadable --scenario) had been counted by the
  * scheduler, so the job started, and its servers waited for it forever.
@@ -72,10 +98,12 @@ static int psl_worker_precheck(const struct cmd_settings *s)
         return RKV_EXIT_USAGE;
     if (rkv_timed_workload_load(s, &wl, err, sizeof(err)) == 0 &&
         (!*s->val[CMD_SCENARIO] ||
-         rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) == 0)) {
+         (rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, sizeof(err)) == 0 &&
+          psl_scenario_precheck(s, sc, err, sizeof(err)) == 0))) {
         rkv_scenario_free(sc);
         return RKV_EXIT_OK;
     }
+    rkv_scenario_free(sc);
     fprintf(stderr, "rkv worker: %s (before registering with the scheduler)\n", err);
     return RKV_EXIT_USAGE;
 }

@@ -245,12 +245,14 @@ struct rkv_config {
     uint64_t slot_mem_bytes;
     uint64_t seed;
     int log_level; /* 0 error, 1 warn, 2 info, 3 debug */
-    /* Durable mode when not empty: servers acknowledge a push only once a
-     * snapshot of their machine's shard holding it is on disk in this
-     * directory (group commit: pushes acknowledged together share one
-     * fsync), co-located clients push through a server, and a server
-     * created where its machine's snapshot exists restarts from it. Every
-     * node of a cluster must agree on durable or not (HELLO checks it). */
+    /* Durable mode when not empty: servers acknowledge a push only once it
+     * is synced in their machine's write-ahead log in this directory
+     * (rkv-m<machine>.<generation>.wal; group commit: pushes acknowledged
+     * together share one fdatasync; the machine's snapshot rkv-m<machine>.snap
+     * is a checkpoint), co-located clients push through a server, and a
+     * server created where its machine's snapshot exists restarts from it
+     * plus the replay of its logs. Every node of a cluster must agree on
+     * durable or not (HELLO checks it). */
     char durable_dir[256];
     /* Durable mode: a new log file (when no spare of an earlier log is
      * there to reuse) is written with this many bytes of zeros and synced

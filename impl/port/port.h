@@ -23,6 +23,12 @@ enum rkv_log_level { RKV_LOG_ERROR = 0, RKV_LOG_WARN = 1, RKV_LOG_INFO = 2, RKV_
 
 typedef void (*rkv_task_fn)(void *arg);
 
+/* The process id inside a proc_self id, for messages that name a holder:
+ * POSIX keeps the pid in the low bits (the process's start time above, so
+ * that a reused pid is another process); the twin's actor ids are small. */
+#define RKV_PORT_PROC_PID_BITS 22
+#define RKV_PORT_PROC_PID(id) ((uint64_t)(id) & ((1ull << RKV_PORT_PROC_PID_BITS) - 1))
+
 struct rkv_port_ops {
     const char *name;
     /* Starts fn(arg) concurrently (a thread, or an actor on the node's host). */

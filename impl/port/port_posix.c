@@ -443,7 +443,7 @@ static void posix_vlog(struct rkv_port *p, int level, const char *fmt, va_list a
  * process once reused, or in another pid namespace sharing /dev/shm (a
  * container started with --ipc=host), which was then taken for the one
  * that made a segment or holds a lock. */
-#define PROC_PID_BITS 22
+#define PROC_PID_BITS RKV_PORT_PROC_PID_BITS
 
 /* From /proc/PID/stat: its state letter and start time (field 22); -1
  * without /proc or that process. */

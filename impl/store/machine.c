@@ -80,13 +80,14 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
 {
     char name[96];
     rkv_mach_name(name, sizeof(name), prefix, machine);
-    if (mach_live_maker(port, name))
+    /* The README promises the refusal names the process that holds it. */
+    uint64_t maker = mach_live_maker(port, name);
+    if (maker)
         return rkv_errf(err, err_len, -RKV_EEXIST,
-                        "machine segment %s is in use by a running server of machine %u with shm "
-                        "prefix \"%s\" (another cluster on the same port or shm prefix? `fuser -v "
-                        "/dev/shm%s` names it): stop it, or give this one another port or "
-                        "shm_prefix",
-                        name, machine, prefix, name);
+                        "machine segment %s is in use by a running server (process %llu) of "
+                        "machine %u with shm prefix \"%s\" (another cluster on the same port or "
+                        "shm prefix?): stop it, or give this one another port or shm_prefix",
+                        name, (unsigned long long)RKV_PORT_PROC_PID(maker), machine, prefix);
     port->ops->shm_unlink(port, name); /* left by a crashed earlier run */
     size_t bytes = mach_bytes(n_clients);
     void *addr;

@@ -54,7 +54,7 @@ struct srv_conn {
     struct srv_conn *prev, *next; /* s->conns, under s->mu: freed at destroy */
 };
 
-/* A reply held back until a snapshot holding its request is durable. */
+/* A reply held back until its request is synced in the machine's log. */
 struct srv_ack {
     struct rkv_peer *peer; /* kept until this is sent (srv_conn.acks_pending) */
     struct rkv_hdr h;

@@ -449,6 +449,11 @@ static void test_usage(void **state)
     (void)state;
     expect_run("", "server --help", 0, "usage: rkv server [--server-id N");
     expect_run("", "server --help", 0, "--rx-depth"); /* the settings follow */
+    /* It said "once a snapshot holding it is synced": a push is acked once
+     * its machine's write-ahead log is synced (the snapshot checkpoints). */
+    expect_run("", "server --help", 0,
+               "durable mode: a push is acknowledged once it is synced in its machine's "
+               "write-ahead log here");
     /* Said as what they are (they were "empty scenario", "unknown flag"). */
     expect_run("", "run /tmp", 2, "rkv run: /tmp: is a directory, not a scenario file");
     expect_run("", "run x.yaml --cfg", 2, "rkv run: --cfg needs a value");
@@ -472,6 +477,16 @@ static void test_usage(void **state)
                "rkv run: 1024 servers (1024 machines x 1) and 3072 workers: a run on this host "
                "starts 1..512 of each");
     expect_run("", "demo --num-workers 600", 2, "and 600 workers: a run on this host starts");
+    /* A durable directory that is not there: every server said so after
+     * the launch and the run ended "exited with status 2 while the workers
+     * ran", exit 3; README: every setting is checked once, before. */
+    expect_run(
+        "", "run " SCEN_DIR "/quickstart.yaml --backend tcp --durable-dir /nonexistent/rkv-dd", 2,
+        "rkv run: durable-dir (flag): durable_dir /nonexistent/rkv-dd: No such file or "
+        "directory");
+    expect_run(
+        "RKV_DURABLE_DIR=/dev/null", "demo", 2,
+        "rkv demo: durable-dir (env RKV_DURABLE_DIR): durable_dir /dev/null: not a directory");
     /* read as empty: "needs backend, host_cores and bandwidth_gbps" */
     expect_run("", "run " SCEN_DIR "/quickstart.yaml --calibration /tmp", 2,
                "rkv run: /tmp: is a directory, not a calibration file");
@@ -562,6 +577,18 @@ static void test_server_and_worker_errors(void **state)
     snprintf(args, sizeof(args), "node %s --value-bytes 64", shape);
     expect_run("timeout 20 env DMLC_ROLE=worker DMLC_PS_ROOT_PORT=1", args, 2,
                "rkv worker: --value-bytes: with --scenario the file sets the workload");
+    /* A file for another cluster, or one the oracle refuses, was found only
+     * once the scheduler had formed the job: the worker exited 2 and its
+     * servers waited for it forever. Port 1: no scheduler; a worker that
+     * got past the check waits for one until `timeout` ends it (124). */
+    const char *psl = "timeout 20 env DMLC_ROLE=worker DMLC_PS_ROOT_URI=127.0.0.1 "
+                      "DMLC_PS_ROOT_PORT=1 DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2";
+    expect_run(psl, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "quickstart.yaml describes 4 server(s) and 4 worker(s), but num-servers is 2 (env "
+               "DMLC_NUM_SERVER) and num-workers 2 (env DMLC_NUM_WORKER): launch the cluster the "
+               "file describes (before registering with the scheduler)");
+    expect_run(psl, "node --scenario " SCEN_DIR "/bad/mixed-without-barrier.yaml", 2,
+               "set barrier_after on the phase before (before registering with the scheduler)");
     /* From the environment they are ambient, as for every command: not refused. */
     snprintf(args, sizeof(args), "worker %s", shape);
     expect_run("RKV_ROWS=5", args, 3, "rkv worker: cannot connect to server 0");
@@ -639,6 +666,10 @@ static void test_node_errors(void **state)
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK)");
+    /* A rank without its size was "no launcher rank (..., PMI_RANK)". */
+    snprintf(env, sizeof(env), "%s -u PMI_SIZE PMI_RANK=0", no_rank);
+    expect_run(env, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
+               "rkv node: PMI_RANK=0 is set but PMI_SIZE is not: expected a rank and a size");
     snprintf(env, sizeof(env), "%s PMI_RANK=0 PMI_SIZE=8", no_rank);
     expect_run(env, "node --scenario /nonexistent/s.yaml", 2,
                "rkv node: /nonexistent/s.yaml: cannot open");
