@@ -301,8 +301,18 @@ int cmd_config(int argc, char **argv)
         fprintf(stderr, "rkv config: %s\n", err);
         return RKV_EXIT_USAGE;
     }
+    /* A backend no command knows (rkv run names them) and a server id
+     * given that names no server of the cluster (rkv server refuses it) were
+     * shown with exit 0. An id left at its default belongs to no one yet. */
+    uint32_t sm = 0, sl = 0;
+    int bad = 0;
+    if (strcmp(cfg.backend, "tcp") && strcmp(cfg.backend, "verbs") && strcmp(cfg.backend, "sim"))
+        bad = snprintf(err, sizeof(err), "backend: unknown \"%s\" (known: tcp, verbs, sim)",
+                       cfg.backend) > 0;
+    else if (strcmp(s.src[CMD_SERVER_ID], "default") != 0)
+        bad = cmd_server_locate(&s, &cfg, &sm, &sl, err, sizeof(err)) < 0;
     free(cfg.machines);
-    if (rkv_timed_workload_load(&s, &wl, err, sizeof(err)) < 0) {
+    if (bad || rkv_timed_workload_load(&s, &wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv config: %s\n", err);
         return RKV_EXIT_USAGE;
     }

@@ -470,6 +470,16 @@ static void test_usage(void **state)
                "rkv config: timeout-ms: expected a non-negative integer, got \"abc\" (env "
                "RKV_TIMEOUT_MS)");
     expect_run("", "config --dump --rows 0", 2, "rkv config: workload needs rows");
+    /* ... and as rkv run and rkv server refuse them (all three showed exit 0) */
+    expect_run("", "config --dump --backend foo", 2,
+               "rkv config: backend: unknown \"foo\" (known: tcp, verbs, sim)");
+    expect_run("DGL_SERVER_ID=x", "config --dump", 2,
+               "rkv config: server-id: expected a non-negative integer, got \"x\" (env "
+               "DGL_SERVER_ID)");
+    expect_run("RKV_SERVER_ID=3", "config --dump", 2,
+               "rkv config: server-id 3 (env RKV_SERVER_ID)");
+    expect_run("RKV_SERVER_ID=0", "config --dump", 0, "server-id");
+    expect_run("", "config --dump --backend sim", 0, "backend");
     expect_run("", "", 2, NULL);
     /* A twin-sized file on tcp said "need 1..512 servers and workers", as
      * if the file had none; refused before any process starts. */
