@@ -1596,12 +1596,8 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
         code = code == RKV_EXIT_OK ? RKV_EXIT_STORE : code; /* the report was asked for */
     }
-    char err[256];
-    if (plot && rkv_report_plot(&r, out_dir ? out_dir : ".", backend, err, sizeof(err)) < 0)
-        fprintf(stderr, "rkv run: --plot: %s\n", err);
-    else if (plot)
-        printf("plots: %s/latency_cdf.png, %s/throughput.png\n", out_dir ? out_dir : ".",
-               out_dir ? out_dir : ".");
+    if (plot)
+        rkv_report_plot_and_say(&r, out_dir, backend);
     rkv_report_free(&r);
     return code;
 }

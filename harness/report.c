@@ -1,5 +1,6 @@
 /* The verdict table and report files of `rkv run`. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -545,6 +546,11 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
 {
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
         return snprintf(err, err_len, "cannot create %s: %s", dir, strerror(errno)), -RKV_EIO;
+    /* The script names its files by absolute path: with a relative --out
+     * (report/) it ran only from where rkv run had been started. */
+    char abs[PATH_MAX];
+    if (realpath(dir, abs) && strlen(abs) < 400)
+        dir = abs;
     int instant;
     double floor_us = rep_cdf_floor_us(r, &instant);
     if (rep_plot_data(r, dir, floor_us) < 0)
@@ -600,4 +606,19 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
                         st),
                -RKV_EIO;
     return 0;
+}
+
+void rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend)
+{
+    char err[256];
+    const char *d = dir ? dir : ".";
+    if (rkv_report_plot(r, d, backend, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv run: --plot: %s\n", err);
+        return;
+    }
+    /* --out report/ printed report//latency_cdf.png */
+    int n = (int)strlen(d);
+    while (n > 1 && d[n - 1] == '/')
+        n--;
+    printf("plots: %.*s/latency_cdf.png, %.*s/throughput.png\n", n, d, n, d);
 }

@@ -322,6 +322,23 @@ static void test_plot_names_run_and_shows_every_line(void **state)
         assert_non_null(strstr(dat, "# phase 2\n1.0"));
         free(dat);
     }
+    /* A relative directory (--out report/): the script names its files by
+     * absolute path, so it runs from anywhere, not only from where rkv run
+     * was started. */
+    char cwd[512], rel[64], want[160];
+    assert_non_null(getcwd(cwd, sizeof(cwd)));
+    assert_int_equal(chdir("/tmp"), 0);
+    snprintf(rel, sizeof(rel), "rkv-plot-%d.d/", (int)getpid());
+    int prc = rkv_report_plot(&r, rel, "tcp", err, sizeof(err));
+    assert_int_equal(chdir(cwd), 0);
+    if (prc < 0)
+        fail_msg("plot: %s", err);
+    snprintf(path, sizeof(path), "%s/plots.gp", dir);
+    char *gp = slurp(path);
+    snprintf(want, sizeof(want), "'%s/throughput.png'", dir);
+    if (!strstr(gp, want))
+        fail_msg("no %s in:\n%s", want, gp);
+    free(gp);
     rkv_report_free(&r);
     rkv_scenario_free(sc);
     free(st);
