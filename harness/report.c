@@ -548,9 +548,11 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
         return snprintf(err, err_len, "cannot create %s: %s", dir, strerror(errno)), -RKV_EIO;
     /* The script names its files by absolute path: with a relative --out
      * (report/) it ran only from where rkv run had been started. */
-    char abs[PATH_MAX];
-    if (realpath(dir, abs) && strlen(abs) < 400)
-        dir = abs;
+    char abs[PATH_MAX], short_abs[400];
+    if (realpath(dir, abs) && strlen(abs) < sizeof(short_abs)) {
+        memcpy(short_abs, abs, strlen(abs) + 1);
+        dir = short_abs;
+    }
     int instant;
     double floor_us = rep_cdf_floor_us(r, &instant);
     if (rep_plot_data(r, dir, floor_us) < 0)
