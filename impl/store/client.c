@@ -807,8 +807,10 @@ static int cli_again0(struct rkv_client *c, int rc, int send_refused, uint64_t s
     /* A send refused with EPEERDEAD met a dead connection whatever srv->dead
      * says yet: the engine marks its peer dead, then runs cli_on_peer
      * outside its lock, and a send in between failed the call at once
-     * instead of retrying (test_durable, once in CI: "server 0: peer
-     * disconnected or died" right after server 0 was killed). The retry's
+     * instead of retrying (test_durable, in CI a barrier once and a list
+     * once: "server 0: peer disconnected or died" right after server 0 was
+     * killed; test_durable *_retried_after_server0_restart hold the
+     * notification to open that window every time). The retry's
      * backoff gives cli_on_peer its turn, and cli_revive then redials. An
      * EPEERDEAD in a reply, with the connection up, is server 0's answer
      * (a barrier failed by a client that left). */
@@ -2907,12 +2909,15 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
              cli_api_register_pull_handler(c, id, fn, out_mult, out_add, user));
 }
 
+/* *send_refused_p: the request never left (cli_again0 says why that
+ * matters). */
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
-                         size_t *n_p)
+                         size_t *n_p, int *send_refused_p)
 {
     struct cli_server *srv = c->srv0;
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
     struct rkv_tx *tx;
+    *send_refused_p = 1;
     int rc = cli_begin(c, srv, RKV_MSG_LIST_REPLY, 0, 0, 0, RKV_PROTO_HDR_BYTES, "list", &r, &tx);
     if (rc < 0)
         return rc;
@@ -2925,6 +2930,7 @@ static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, si
     size_t len = rkv_proto_enc_empty(rkv_engine_tx_buf(tx), &h);
     if ((rc = cli_submit(c, srv, r, tx, len, &r)) < 0)
         return rc;
+    *send_refused_p = 0;
     rc = cli_wait_keep(c, &r, 1, c->cfg.timeout_ms, "list");
     uint32_t total = r->u32;
     cli_release(c, &r, 1);
@@ -2943,9 +2949,11 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
     uint64_t start = c->port->ops->now_ns(c->port), backoff_ms = 10;
     for (uint32_t attempt = 1;; attempt++) {
-        int rc = cli_list_once(c, metas, cap, n_p);
-        if (rc == 0 ||
-            (rc = cli_again0(c, rc, 0, start, c->cfg.retry_ms, &backoff_ms, attempt, "list")) < 0)
+        int send_refused;
+        int rc = cli_list_once(c, metas, cap, n_p, &send_refused);
+        send_refused = send_refused && rc == -RKV_EPEERDEAD;
+        if (rc == 0 || (rc = cli_again0(c, rc, send_refused, start, c->cfg.retry_ms, &backoff_ms,
+                                        attempt, "list")) < 0)
             return rc;
     }
 }
