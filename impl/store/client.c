@@ -794,14 +794,13 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     return 0;
 }
 
-/* After attempt `attempt` of a request to server 0 failed with rc: 0 when
- * it is to be sent again (server 0 is gone, the budget is not spent: this
- * slept the backoff and redialled it), else the error to return. */
-static int cli_again0(struct rkv_client *c, int rc, int send_refused, uint64_t start,
-                      uint64_t retry_budget_ms, uint64_t *backoff_ms, uint32_t attempt,
-                      const char *what)
+/* After attempt `attempt` of a request to srv failed with rc: 0 when it is
+ * to be sent again (srv is gone, the budget is not spent: this slept the
+ * backoff and redialled it), else the error to return. */
+static int cli_again(struct rkv_client *c, struct cli_server *srv, int rc, int send_refused,
+                     uint64_t start, uint64_t retry_budget_ms, uint64_t *backoff_ms,
+                     uint32_t attempt, const char *what)
 {
-    struct cli_server *srv = c->srv0;
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t deadline = start + retry_budget_ms * 1000000ull;
     /* A send refused with EPEERDEAD met a dead connection whatever srv->dead
@@ -820,9 +819,9 @@ static int cli_again0(struct rkv_client *c, int rc, int send_refused, uint64_t s
     uint64_t now = po->now_ns(c->port);
     if (now >= deadline)
         return rkv_errf(c->err, sizeof(c->err), rc,
-                        "%s: server 0 still unreachable after retrying for %llu ms (%u "
+                        "%s: server %u still unreachable after retrying for %llu ms (%u "
                         "attempts): %s",
-                        what, (unsigned long long)retry_budget_ms, attempt, c->err);
+                        what, srv->id, (unsigned long long)retry_budget_ms, attempt, c->err);
     uint64_t left_ms = (deadline - now) / 1000000ull;
     po->sleep_ns(c->port, (*backoff_ms < left_ms ? *backoff_ms
                            : left_ms             ? left_ms
@@ -867,8 +866,8 @@ static int cli_call0(struct rkv_client *c, const struct rkv_hdr *h0, const struc
             }
             cli_release(c, &r, 1);
         }
-        if ((rc = cli_again0(c, rc, send_refused, start, retry_budget_ms, &backoff_ms, attempt,
-                             what)) < 0)
+        if ((rc = cli_again(c, srv, rc, send_refused, start, retry_budget_ms, &backoff_ms, attempt,
+                            what)) < 0)
             return rc;
     }
 }
@@ -2608,10 +2607,18 @@ static int cli_shutdown_servers(struct rkv_client *c)
                 src = rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "shutdown: server %u: %s",
                                srv->id, c->err);
         }
-        if (src == 0 && (src = cli_send_simple(c, srv, &h, NULL, &reqs[n], "shutdown")) == 0) {
-            n++;
-            continue;
+        /* A send refused by a dead connection the client has not heard of
+         * yet (cli_again) meets a server that died since; it may be back. */
+        uint64_t start = c->port->ops->now_ns(c->port), backoff_ms = 10;
+        for (uint32_t attempt = 1; src == 0; attempt++) {
+            if ((src = cli_send_simple(c, srv, &h, NULL, &reqs[n], "shutdown")) == 0) {
+                n++;
+                break;
+            }
+            src = cli_again(c, srv, src, 1, start, budget_ms, &backoff_ms, attempt, "shutdown");
         }
+        if (src == 0)
+            continue;
         if (rc == 0) {
             rc = src;
             snprintf(first, sizeof(first), "%s", c->err);
@@ -2909,7 +2916,7 @@ int rkv_client_register_pull_handler(struct rkv_client *c, int id, rkv_pull_fn f
              cli_api_register_pull_handler(c, id, fn, out_mult, out_add, user));
 }
 
-/* *send_refused_p: the request never left (cli_again0 says why that
+/* *send_refused_p: the request never left (cli_again says why that
  * matters). */
 static int cli_list_once(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
                          size_t *n_p, int *send_refused_p)
@@ -2952,8 +2959,8 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
         int send_refused;
         int rc = cli_list_once(c, metas, cap, n_p, &send_refused);
         send_refused = send_refused && rc == -RKV_EPEERDEAD;
-        if (rc == 0 || (rc = cli_again0(c, rc, send_refused, start, c->cfg.retry_ms, &backoff_ms,
-                                        attempt, "list")) < 0)
+        if (rc == 0 || (rc = cli_again(c, c->srv0, rc, send_refused, start, c->cfg.retry_ms,
+                                       &backoff_ms, attempt, "list")) < 0)
             return rc;
     }
 }
