@@ -1423,8 +1423,17 @@ static int cli_check_call(struct rkv_client *c, const char *what, const uint64_t
  * shard, which this client reads and writes directly, is served no more. */
 static int cli_check_local(struct rkv_client *c, const struct rkv_tensor *t, const char *what)
 {
-    if (!t->mapped || !atomic_load(&t->shard.hdr->closed))
+    unsigned st = t->mapped ? atomic_load(&t->shard.hdr->closed) : 0;
+    if (!st)
         return 0;
+    if (st == RKV_SHARD_MOVED) /* cli_local_follow did not get the new one */
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
+                        "%s: tensor %s's shard on machine %u (this one) was made anew by a "
+                        "restarted server%s",
+                        what, t->meta.name, c->cfg.machine_id,
+                        c->cfg.retry_ms && c->cfg.durable_dir[0]
+                            ? ", and this machine's servers were not back within retry_ms"
+                            : "; a client follows that only in durable mode with retry_ms");
     return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
                     "%s: the servers of machine %u (this one) were asked to exit or stopped: "
                     "its shard is served no more",
@@ -1625,6 +1634,50 @@ static int cli_local_fresh(struct rkv_client *c)
         }
     }
     return 0;
+}
+
+/* Durable mode with retries: the shard this client maps for t was made
+ * anew by a restarted server of this machine (RKV_SHARD_MOVED). The client
+ * may not have heard of the restart yet (its progress task tells it when
+ * the connection's end is seen), and reading on would give the old rows:
+ * so it waits, within retry_ms, for this machine's servers to be seen
+ * dying and back, which maps the new segments (cli_revive). What is left
+ * undone, cli_check_local refuses. */
+static int cli_local_follow(struct rkv_client *c, const struct rkv_tensor *t)
+{
+    if (!c->cfg.durable_dir[0] || !c->cfg.retry_ms || !t->mapped ||
+        atomic_load(&t->shard.hdr->closed) != RKV_SHARD_MOVED)
+        return 0;
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t deadline = po->now_ns(c->port) + (uint64_t)c->cfg.retry_ms * 1000000ull;
+    uint32_t first = rkv_cluster_server_id(c->cl, c->cfg.machine_id, 0);
+    uint32_t last = first + c->cfg.machines[c->cfg.machine_id].servers;
+    RKV_LOGI(c->port, "tensor %s: this machine's shard was made anew; following it", t->meta.name);
+    for (uint64_t backoff_ms = 1;;) {
+        for (uint32_t k = first; k < last; k++) {
+            struct cli_server *srv = cli_srv(c, k);
+            if (!srv)
+                return -RKV_ENOMEM;
+            uint64_t now = po->now_ns(c->port);
+            if (!cli_srv_dead(c, srv) || now >= deadline)
+                continue;
+            int rc = cli_revive(c, srv, (deadline - now) / 1000000ull);
+            if (rc < 0 && rc != -RKV_EPEERDEAD)
+                return rc;
+        }
+        /* The remap in cli_revive made t's mapping the new segment's. */
+        if (!t->mapped || atomic_load(&t->shard.hdr->closed) != RKV_SHARD_MOVED)
+            return 0;
+        uint64_t now = po->now_ns(c->port);
+        if (now >= deadline)
+            return 0;
+        uint64_t left_ms = (deadline - now) / 1000000ull;
+        po->sleep_ns(c->port, (backoff_ms < left_ms ? backoff_ms
+                               : left_ms            ? left_ms
+                                                    : 1) *
+                                  1000000ull);
+        backoff_ms = backoff_ms * 2 < 100 ? backoff_ms * 2 : 100;
+    }
 }
 
 /* After the first round: every part lost to a dead server (lost[], and the
@@ -2455,7 +2508,8 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct cli_op o = {
         .t = t, .ids = ids, .out = rows_out, .op = handler, .param = param, .out_bytes = out_bytes};
     if (cli_group_cnt(&g, lk) > 0 && t->mapped &&
-        ((rc = cli_check_local(c, t, "pull")) < 0 || (rc = cli_local_fresh(c)) < 0)) {
+        ((rc = cli_local_follow(c, t)) < 0 || (rc = cli_check_local(c, t, "pull")) < 0 ||
+         (rc = cli_local_fresh(c)) < 0)) {
         free(ids_copy);
         return rc;
     }

@@ -575,9 +575,10 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
         (rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
                               &s->mach, s->err, sizeof(s->err))) < 0)
         return rc;
-    /* A segment left by a crashed earlier run of this cluster is stale. */
+    /* A segment left by a crashed earlier run of this cluster is stale;
+     * a co-located client that still maps it learns so (RKV_SHARD_MOVED). */
     if (create)
-        s->port->ops->shm_unlink(s->port, name);
+        rkv_shard_retire(s->port, name);
     rc = rkv_shard_map_local(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
                              t->meta.with_state, rkv_shard_book_len(&t->meta), t->pb.user_local,
                              create, &t->shard, s->err, sizeof(s->err));
@@ -1163,7 +1164,7 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
         struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
         if (t && t->mapped)
-            atomic_store(&t->shard.hdr->closed, 1);
+            atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
     }
     s->shut = 1;
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
@@ -2247,13 +2248,14 @@ void rkv_server_destroy(struct rkv_server *s)
          * SHUTDOWN). Closed first, then unlinked. Not in durable mode: a
          * restarted server restores the machine from its snapshot, the
          * clients' pushes go through a server, and their pulls map the
-         * new shard once they see the restart (cli_local_fresh). */
+         * new shard: the segment says it moved (rkv_shard_retire), so they
+         * need not have heard of the restart yet (cli_local_follow). */
         if (t && t->mapped && !s->cfg.durable_dir[0])
-            atomic_store(&t->shard.hdr->closed, 1);
+            atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
         if (t) {
             char name[96];
             rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
-            s->port->ops->shm_unlink(s->port, name);
+            rkv_shard_retire(s->port, name);
         }
     }
     srv_free_tensors(s); /* their registrations go through the engine */

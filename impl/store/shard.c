@@ -90,6 +90,21 @@ void rkv_shard_unmap(struct rkv_shard *sh)
     memset(sh, 0, sizeof(*sh));
 }
 
+void rkv_shard_retire(struct rkv_port *port, const char *name)
+{
+    void *addr;
+    /* The header alone: the shape does not matter, only that it is a
+     * shard (a foreign or torn segment of this name is just removed). */
+    if (port->ops->shm_map(port, name, sizeof(struct rkv_shard_hdr), 0, &addr) == 0) {
+        struct rkv_shard_hdr *h = addr;
+        unsigned was = 0;
+        if (h->magic == RKV_SHARD_MAGIC)
+            atomic_compare_exchange_strong(&h->closed, &was, RKV_SHARD_MOVED);
+        port->ops->shm_unmap(port, addr, sizeof(struct rkv_shard_hdr));
+    }
+    port->ops->shm_unlink(port, name);
+}
+
 static atomic_uint *shard_lock_word(struct rkv_shard *sh, uint64_t local_row)
 {
     return &sh->hdr->locks[rkv_mix64(local_row) % RKV_SHARD_LOCKS];

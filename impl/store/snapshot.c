@@ -839,8 +839,8 @@ static int snap_restore_tensor(const struct rkv_snap_tensor *t, struct rkv_port 
 {
     char name[96];
     rkv_shard_name(name, sizeof(name), prefix, machine, t->id);
-    if (create)
-        port->ops->shm_unlink(port, name);
+    if (create) /* a co-located client mapping the old one is told it moved */
+        rkv_shard_retire(port, name);
     struct rkv_shard sh;
     int rc =
         rkv_shard_map_local(port, name, t->local_rows, (size_t)t->row_bytes, (int)t->with_state,

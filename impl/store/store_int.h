@@ -16,6 +16,8 @@
 #include "store/pbook.h"
 
 #define RKV_SHARD_MAGIC 0x53564b52444853ull /* "SHDRKVS" */
+#define RKV_SHARD_CLOSED 1u
+#define RKV_SHARD_MOVED 2u
 /* Row locks are striped: enough stripes that unrelated rows rarely share one,
  * few enough that the header stays one small page run. */
 #define RKV_SHARD_LOCKS 4096u
@@ -39,9 +41,13 @@ struct rkv_shard_hdr {
     uint64_t local_rows;
     uint64_t row_bytes;
     uint64_t with_state;
-    /* Set by a server of the machine that was asked to exit: co-located
-     * clients then refuse to read or write the shard (-RKV_ESHUTDOWN)
-     * rather than act on a store that is going away. */
+    /* RKV_SHARD_CLOSED, set by a server of the machine that was asked to
+     * exit: co-located clients then refuse to read or write the shard
+     * (-RKV_ESHUTDOWN) rather than act on a store that is going away.
+     * RKV_SHARD_MOVED, set before the segment's name is unlinked for a
+     * new one (a restarted server restored the machine anew, or a durable
+     * server stopped): a co-located client that still maps this one must
+     * map the new one, not go on reading rows nobody writes. */
     atomic_uint closed;
     uint32_t pad;
     atomic_uint locks[RKV_SHARD_LOCKS];
@@ -115,6 +121,9 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
 /* The book_len a tensor's segment carries (rows for EXPLICIT, else 0). */
 uint64_t rkv_shard_book_len(const struct rkv_tensor_meta *m);
 void rkv_shard_unmap(struct rkv_shard *sh);
+/* Unlinks the segment of this name, first marking it RKV_SHARD_MOVED (a
+ * closed one stays closed) for whoever still maps it. No segment: nothing. */
+void rkv_shard_retire(struct rkv_port *port, const char *name);
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row);
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row);
 /* Frees the row locks held under sh->owner's tag (a dead predecessor's). */
