@@ -330,7 +330,12 @@ static void test_unanswered_request_closes(void **state)
     assert_non_null(buf);
     assert_int_equal(rkv_client_pull(cli, "big", ids, 3, buf), -RKV_EPEERDEAD);
     assert_int_equal(rkv_client_pull(cli, "big", ids, 3, buf), -RKV_EPEERDEAD);
-    assert_non_null(strstr(rkv_client_errmsg(cli), "server 1 is gone"));
+    /* "is gone" once the client heard of the death; before (its progress
+     * task is told after the engine marked the connection dead, and a
+     * loaded host can hold it there), the refused send's own words. */
+    const char *msg = rkv_client_errmsg(cli);
+    if (!strstr(msg, "server 1 is gone") && !strstr(msg, "server 1: peer disconnected or died"))
+        fail_msg("a call to a dead server 1 said: %s", msg);
     free(buf);
     rkv_client_get_zc_stats(cli, &st);
     assert_int_equal(st.drops, 2);
