@@ -794,6 +794,18 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     return 0;
 }
 
+/* A retry's backoff: sleeps *backoff_ms, at most until deadline (and at
+ * least 1 ms), then doubles it up to cap_ms. deadline is not past. */
+static void cli_nap(struct rkv_client *c, uint64_t deadline, uint64_t *backoff_ms, uint64_t cap_ms)
+{
+    const struct rkv_port_ops *po = c->port->ops;
+    uint64_t now = po->now_ns(c->port);
+    uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull : 0;
+    uint64_t nap_ms = *backoff_ms < left_ms ? *backoff_ms : left_ms;
+    po->sleep_ns(c->port, (nap_ms ? nap_ms : 1) * 1000000ull);
+    *backoff_ms = *backoff_ms * 2 < cap_ms ? *backoff_ms * 2 : cap_ms;
+}
+
 /* After attempt `attempt` of a request to srv failed with rc: 0 when it is
  * to be sent again (srv is gone, the budget is not spent: this slept the
  * backoff and redialled it), else the error to return. */
@@ -822,12 +834,7 @@ static int cli_again(struct rkv_client *c, struct cli_server *srv, int rc, int s
                         "%s: server %u still unreachable after retrying for %llu ms (%u "
                         "attempts): %s",
                         what, srv->id, (unsigned long long)retry_budget_ms, attempt, c->err);
-    uint64_t left_ms = (deadline - now) / 1000000ull;
-    po->sleep_ns(c->port, (*backoff_ms < left_ms ? *backoff_ms
-                           : left_ms             ? left_ms
-                                                 : 1) *
-                              1000000ull);
-    *backoff_ms = *backoff_ms * 2 < 1000 ? *backoff_ms * 2 : 1000;
+    cli_nap(c, deadline, backoff_ms, 1000);
     now = po->now_ns(c->port);
     rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 1);
     if (rc < 0 && rc != -RKV_EPEERDEAD)
@@ -1037,12 +1044,7 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
                             "init_data: server %u still unreachable after retrying for %u ms (%u "
                             "attempts): %s",
                             srv->id, c->cfg.retry_ms, attempt, c->err);
-        uint64_t left_ms = (deadline - now) / 1000000ull;
-        po->sleep_ns(c->port, (backoff_ms < left_ms ? backoff_ms
-                               : left_ms            ? left_ms
-                                                    : 1) *
-                                  1000000ull);
-        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+        cli_nap(c, deadline, &backoff_ms, 1000);
     }
 }
 
@@ -1596,10 +1598,7 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
                             "%s: machine %u still unreachable after retrying for %u ms (%u "
                             "attempts): %s",
                             what, m, c->cfg.retry_ms, attempt, c->err);
-        uint64_t nap_ms =
-            backoff_ms < (deadline - now) / 1000000ull ? backoff_ms : (deadline - now) / 1000000ull;
-        po->sleep_ns(c->port, (nap_ms ? nap_ms : 1) * 1000000ull);
-        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+        cli_nap(c, deadline, &backoff_ms, 1000);
     }
 }
 
@@ -1629,8 +1628,7 @@ static int cli_local_fresh(struct rkv_client *c)
                 break;
             if (rc != -RKV_EPEERDEAD)
                 return rc;
-            po->sleep_ns(c->port, backoff_ms * 1000000ull);
-            backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+            cli_nap(c, deadline, &backoff_ms, 1000);
         }
     }
     return 0;
@@ -1671,12 +1669,7 @@ static int cli_local_follow(struct rkv_client *c, const struct rkv_tensor *t)
         uint64_t now = po->now_ns(c->port);
         if (now >= deadline)
             return 0;
-        uint64_t left_ms = (deadline - now) / 1000000ull;
-        po->sleep_ns(c->port, (backoff_ms < left_ms ? backoff_ms
-                               : left_ms            ? left_ms
-                                                    : 1) *
-                                  1000000ull);
-        backoff_ms = backoff_ms * 2 < 100 ? backoff_ms * 2 : 100;
+        cli_nap(c, deadline, &backoff_ms, 100);
     }
 }
 
@@ -2743,8 +2736,7 @@ static int cli_join0(struct rkv_client *c, uint64_t wait_ms)
         srv->peer = NULL;
         srv->dead = 0;
         cli_unlock(c);
-        po->sleep_ns(c->port, backoff_ms * 1000000ull);
-        backoff_ms = backoff_ms * 2 < 1000 ? backoff_ms * 2 : 1000;
+        cli_nap(c, deadline, &backoff_ms, 1000);
     }
 }
 
