@@ -542,6 +542,8 @@ static void test_the_command_cleans_up_when_stopped(void **state)
             dup2(fileno(stdout), 2);
             /* SIGINT as from a terminal: not ignored as a shell's background job's is. */
             signal(SIGINT, SIG_DFL);
+            /* Its own group: a failure below kills its cases with it. */
+            setpgid(0, 0);
             /* A backstop: a test killed before its kill below (by ctest's
              * timeout, say) must not leave a million seeds running; a
              * pending alarm survives exec. */
@@ -550,13 +552,14 @@ static void test_the_command_cleans_up_when_stopped(void **state)
                   (char *)NULL);
             _exit(127);
         }
+        setpgid(pid, pid); /* as the child does: whichever runs first */
         /* What the loop saw is what counts: asked again, the case seen may
          * have ended and its file gone (CI's coverage run hit that). */
         int t = 0, seen = 0;
         while (!(seen = work_has_a_seed(dir)) && t++ < 600) /* 60 s */
             usleep(100000);
         if (!seen) { /* stopped here, not left running (it ran 2.5 h once) */
-            kill(pid, SIGKILL);
+            kill(-pid, SIGKILL);
             waitpid(pid, NULL, 0);
             fail_msg("rkv swarm --seeds %s ran no case within 60 s", seeds);
         }
@@ -565,7 +568,7 @@ static void test_the_command_cleans_up_when_stopped(void **state)
         for (t = 0; t < 300 && waitpid(pid, &st, WNOHANG) == 0; t++) /* 30 s */
             usleep(100000);
         if (t == 300) {
-            kill(pid, SIGKILL);
+            kill(-pid, SIGKILL);
             waitpid(pid, &st, 0);
             fail_msg("rkv swarm did not end within 30 s of %s", strsignal(sigs[k]));
         }

@@ -632,12 +632,22 @@ static int cli_alive(struct rkv_client *c, struct cli_server *srv, const char *w
 
 /* Servers other than 0 are joined on first use: a worker that talks to a
  * few of a thousand servers holds a few connections, not a thousand. */
+static int cli_remap(struct rkv_client *c, int only_moved);
+
 static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
 {
     if (c->observer && !srv->peer) /* it joins no server: only server 0's catalogue */
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "an observer client talks to server 0 only (list, meta)");
-    return srv->peer ? 0 : cli_hello(c, srv, c->id, c->cfg.timeout_ms);
+    if (srv->peer)
+        return 0;
+    int rc = cli_hello(c, srv, c->id, c->cfg.timeout_ms);
+    /* A first hello to a server of this machine after a restart replaced
+     * its segments (RKV_SHARD_MOVED): the server answers once they are
+     * whole, so map them now (cli_local_follow waits on no one else). */
+    if (rc == 0 && srv->machine == c->cfg.machine_id)
+        rc = cli_remap(c, 1);
+    return rc;
 }
 
 /* A request expecting `expect` back from srv, and a transmit buffer of len
@@ -834,7 +844,11 @@ static int cli_again(struct rkv_client *c, struct cli_server *srv, int rc, int s
                         "%s: server %u still unreachable after retrying for %llu ms (%u "
                         "attempts): %s",
                         what, srv->id, (unsigned long long)retry_budget_ms, attempt, c->err);
-    cli_nap(c, deadline, backoff_ms, 1000);
+    /* At most an eighth of the budget: a server back late in it is still
+     * redialled with time left for the hello (a 2 s shutdown budget once
+     * napped 1 s, and its last redial had 1 ms). */
+    uint64_t cap_ms = retry_budget_ms / 8 < 10 ? 10 : retry_budget_ms / 8;
+    cli_nap(c, deadline, backoff_ms, cap_ms < 1000 ? cap_ms : 1000);
     now = po->now_ns(c->port);
     rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 1);
     if (rc < 0 && rc != -RKV_EPEERDEAD)
@@ -1422,20 +1436,23 @@ static int cli_check_call(struct rkv_client *c, const char *what, const uint64_t
 }
 
 /* Whether this machine's servers were asked to exit (by any client): its
- * shard, which this client reads and writes directly, is served no more. */
-static int cli_check_local(struct rkv_client *c, const struct rkv_tensor *t, const char *what)
+ * shard, which this client reads and writes directly, is served no more.
+ * uses_rows: the call reads or writes the segment's rows itself (a durable
+ * push goes through a server, and a segment that moved is its business). */
+static int cli_check_local(struct rkv_client *c, const struct rkv_tensor *t, const char *what,
+                           int uses_rows)
 {
     unsigned st = t->mapped ? atomic_load(&t->shard.hdr->closed) : 0;
-    if (!st)
+    if (!st || (st == RKV_SHARD_MOVED && !uses_rows))
         return 0;
     if (st == RKV_SHARD_MOVED) /* cli_local_follow did not get the new one */
         return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
-                        "%s: tensor %s's shard on machine %u (this one) was made anew by a "
-                        "restarted server%s",
+                        "%s: tensor %s's shard on machine %u (this one) was replaced or removed "
+                        "(its server stopped or restarted)%s",
                         what, t->meta.name, c->cfg.machine_id,
                         c->cfg.retry_ms && c->cfg.durable_dir[0]
                             ? ", and this machine's servers were not back within retry_ms"
-                            : "; a client follows that only in durable mode with retry_ms");
+                            : "; a client follows a restart only in durable mode with retry_ms");
     return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
                     "%s: the servers of machine %u (this one) were asked to exit or stopped: "
                     "its shard is served no more",
@@ -1502,12 +1519,14 @@ static int cli_fanout(struct rkv_client *c, const struct cli_op *o, const struct
 
 /* A restarted server of this machine may have made the shard anew (the
  * machine's memory was lost with it): map the segments again by name, or
- * direct reads would go on seeing the old ones. */
-static int cli_remap_local(struct rkv_client *c)
+ * direct reads would go on seeing the old ones. only_moved: just those
+ * marked RKV_SHARD_MOVED. */
+static int cli_remap(struct rkv_client *c, int only_moved)
 {
     for (uint32_t i = 1; i <= c->max_tensor; i++) {
         struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
-        if (!t || !t->mapped)
+        if (!t || !t->mapped ||
+            (only_moved && atomic_load(&t->shard.hdr->closed) != RKV_SHARD_MOVED))
             continue;
         rkv_shard_unmap(&t->shard);
         t->mapped = 0;
@@ -1543,7 +1562,7 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
     rc = cli_hello(c, srv, c->id, wait_ms ? wait_ms : 1);
     c->connect_budget_ms = 0;
     if (rc == 0 && srv->machine == c->cfg.machine_id)
-        rc = cli_remap_local(c);
+        rc = cli_remap(c, 0);
     if (rc < 0 && srv->peer) {
         rkv_engine_drop_peer(c->eng, srv->peer);
         cli_lock(c);
@@ -1639,8 +1658,9 @@ static int cli_local_fresh(struct rkv_client *c)
  * may not have heard of the restart yet (its progress task tells it when
  * the connection's end is seen), and reading on would give the old rows:
  * so it waits, within retry_ms, for this machine's servers to be seen
- * dying and back, which maps the new segments (cli_revive). What is left
- * undone, cli_check_local refuses. */
+ * dying and back, which maps the new segments (cli_revive; a first hello
+ * to one maps them too, cli_ensure). What is left undone, cli_check_local
+ * refuses. */
 static int cli_local_follow(struct rkv_client *c, const struct rkv_tensor *t)
 {
     if (!c->cfg.durable_dir[0] || !c->cfg.retry_ms || !t->mapped ||
@@ -1657,7 +1677,10 @@ static int cli_local_follow(struct rkv_client *c, const struct rkv_tensor *t)
             if (!srv)
                 return -RKV_ENOMEM;
             uint64_t now = po->now_ns(c->port);
-            if (!cli_srv_dead(c, srv) || now >= deadline)
+            /* One this client never talked to (it only pulled here) is
+             * dialled too: only a hello to a server of this machine maps
+             * the new segments, and tells they are whole. */
+            if ((srv->peer && !cli_srv_dead(c, srv)) || now >= deadline)
                 continue;
             int rc = cli_revive(c, srv, (deadline - now) / 1000000ull);
             if (rc < 0 && rc != -RKV_EPEERDEAD)
@@ -2014,16 +2037,13 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
     }
     uint32_t lk = cli_group_find(&cp->g, c->cfg.machine_id);
     uint32_t lcnt = cli_group_cnt(&cp->g, lk);
-    if (lcnt > 0 && (rc = cli_check_local(c, t, "push")) < 0)
+    int via_server = c->cfg.durable_dir[0] != 0;
+    if (lcnt > 0 && (rc = cli_check_local(c, t, "push", !via_server)) < 0)
         return rc;
     /* Durable mode: the ack of a server is the promise, so co-located rows
      * take the network too. */
-    cp->o = (struct cli_op){.t = t,
-                            .ids = ids,
-                            .rows = rows,
-                            .op = op,
-                            .param = param,
-                            .via_server = c->cfg.durable_dir[0] != 0};
+    cp->o = (struct cli_op){
+        .t = t, .ids = ids, .rows = rows, .op = op, .param = param, .via_server = via_server};
     if ((rc = cli_push_sizes_ok(c, &cp->o, &cp->g)) < 0)
         return rc;
     cli_zc_begin(c, &cp->g, &cp->o, n, &cp->call_reg);
@@ -2501,7 +2521,7 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct cli_op o = {
         .t = t, .ids = ids, .out = rows_out, .op = handler, .param = param, .out_bytes = out_bytes};
     if (cli_group_cnt(&g, lk) > 0 && t->mapped &&
-        ((rc = cli_local_follow(c, t)) < 0 || (rc = cli_check_local(c, t, "pull")) < 0 ||
+        ((rc = cli_local_follow(c, t)) < 0 || (rc = cli_check_local(c, t, "pull", 1)) < 0 ||
          (rc = cli_local_fresh(c)) < 0)) {
         free(ids_copy);
         return rc;
@@ -2599,6 +2619,48 @@ int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     CLI_CALL(c, "init_data", cli_api_init_data(c, d));
 }
 
+/* After shutdown's wait: the servers whose connection died before they
+ * answered (they crashed, maybe after the send; with retries they may be
+ * back) are asked again, each within budget_ms. Any other failure is the
+ * call's as it was: nothing is asked again then. */
+static int cli_shutdown_again(struct rkv_client *c, struct cli_req **reqs, size_t n,
+                              uint32_t budget_ms)
+{
+    int other = 0;
+    cli_lock(c);
+    for (size_t k = 0; k < n; k++) {
+        int st = reqs[k]->done ? reqs[k]->status : -RKV_ETIMEDOUT;
+        other |= st < 0 && st != -RKV_EPEERDEAD;
+    }
+    cli_unlock(c);
+    if (other)
+        return -RKV_EPEERDEAD; /* cli_wait_keep's message names the first */
+    int rc = 0;
+    char first[sizeof(c->err)] = "";
+    for (size_t k = 0; k < n; k++) {
+        if (reqs[k]->status != -RKV_EPEERDEAD) /* done: the engine writes it no more */
+            continue;
+        struct cli_server *srv = reqs[k]->srv;
+        uint64_t start = c->port->ops->now_ns(c->port), backoff_ms = 10;
+        int src = -RKV_EPEERDEAD;
+        for (uint32_t attempt = 1;; attempt++) {
+            if ((src = cli_again(c, srv, src, 1, start, budget_ms, &backoff_ms, attempt,
+                                 "shutdown")) < 0)
+                break;
+            struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
+            struct cli_req *r = NULL;
+            if ((src = cli_send_simple(c, srv, &h, NULL, &r, "shutdown")) == 0 &&
+                (src = cli_wait(c, &r, 1, c->cfg.timeout_ms, "shutdown")) == 0)
+                break;
+        }
+        if (src < 0 && rc == 0) {
+            rc = src;
+            snprintf(first, sizeof(first), "%s", c->err);
+        }
+    }
+    return rc < 0 ? rkv_errf(c->err, sizeof(c->err), rc, "%s", first) : 0;
+}
+
 static int cli_shutdown_servers(struct rkv_client *c)
 {
     int rc = cli_check_open(c, "shutdown");
@@ -2621,6 +2683,9 @@ static int cli_shutdown_servers(struct rkv_client *c)
      * failure is the call's, with the servers that could not be asked. */
     char first[sizeof(c->err)] = "", unreached[96] = "";
     uint32_t n_unreached = 0;
+    /* With retries on, a server seen dying may be back (restarted), and
+     * it has to stop as well; a short try, it is not worth a long wait. */
+    uint32_t budget_ms = c->cfg.retry_ms < 2000 ? c->cfg.retry_ms : 2000;
     cli_lock(c);
     c->stopping = 1;
     cli_unlock(c);
@@ -2644,9 +2709,6 @@ static int cli_shutdown_servers(struct rkv_client *c)
             continue;
         asked[i] = 1;
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
-        /* With retries on, a server seen dying may be back (restarted), and
-         * it has to stop as well; a short try, it is not worth a long wait. */
-        uint32_t budget_ms = c->cfg.retry_ms < 2000 ? c->cfg.retry_ms : 2000;
         int src = 0;
         if (cli_srv_dead(c, srv) && !cli_srv_redial(c, srv)) {
             src = budget_ms ? cli_revive(c, srv, budget_ms) : cli_dead(c, srv, "shutdown");
@@ -2674,7 +2736,10 @@ static int cli_shutdown_servers(struct rkv_client *c)
         if (n_unreached++ < 8 && used + 12 < sizeof(unreached))
             snprintf(unreached + used, sizeof(unreached) - used, "%s%u", used ? ", " : "", srv->id);
     }
-    int wrc = cli_wait(c, reqs, n, c->cfg.timeout_ms, "shutdown");
+    int wrc = cli_wait_keep(c, reqs, n, c->cfg.timeout_ms, "shutdown");
+    if (wrc == -RKV_EPEERDEAD && budget_ms)
+        wrc = cli_shutdown_again(c, reqs, n, budget_ms);
+    cli_release(c, reqs, n);
     free(asked);
     free(reqs);
     if (rc < 0) {

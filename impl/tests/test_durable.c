@@ -72,7 +72,7 @@ void *__real_rkv_peer_user(const struct rkv_peer *peer);
 void *__wrap_rkv_peer_user(const struct rkv_peer *peer);
 static _Atomic uint64_t down_hold_until_ns;
 static atomic_uint down_held; /* notifications held since down_hold */
-static pid_t test_pid;
+static _Atomic pid_t test_pid;
 
 static uint64_t mono_ns(void)
 {
@@ -83,7 +83,7 @@ static uint64_t mono_ns(void)
 
 static void down_hold(unsigned ms)
 {
-    test_pid = getpid();
+    atomic_store(&test_pid, getpid());
     atomic_store(&down_held, 0);
     atomic_store(&down_hold_until_ns, mono_ns() + ms * 1000000ull);
 }
@@ -91,7 +91,10 @@ static void down_hold(unsigned ms)
 void *__wrap_rkv_peer_user(const struct rkv_peer *peer)
 {
     uint64_t until = atomic_load(&down_hold_until_ns), now;
-    if (until && getpid() == test_pid && rkv_peer_dead(peer) && (now = mono_ns()) < until) {
+    /* Cheapest first; the unlocked read of the peer's flag comes only
+     * inside a hold (no TSan run forks like this binary does). */
+    if (until && (now = mono_ns()) < until && getpid() == atomic_load(&test_pid) &&
+        rkv_peer_dead(peer)) {
         struct timespec ts = {.tv_sec = (time_t)((until - now) / 1000000000ull),
                               .tv_nsec = (long)((until - now) % 1000000000ull)};
         while (nanosleep(&ts, &ts) < 0)
@@ -505,6 +508,20 @@ struct cluster {
     pthread_t thr0;
 };
 
+struct client_arg {
+    const struct rkv_config *cfg;
+    struct rkv_client *cli;
+    char err[256];
+};
+
+static void *client_create_main(void *arg)
+{
+    struct client_arg *a = arg;
+    if (rkv_client_create(a->cfg, &a->cli, a->err, sizeof(a->err)) < 0)
+        a->cli = NULL;
+    return NULL;
+}
+
 static void *server_main(void *arg)
 {
     rkv_server_run(arg);
@@ -694,7 +711,11 @@ static void run_exactly_once(uint32_t client_machine)
 
     /* The machine is lost and comes back from its snapshot, before the
      * client hears of it (every notification held): a remote pull meets a
-     * dead connection, a local one a shard made anew. */
+     * dead connection, a local one a shard made anew. First server 1 hears
+     * of the raw client's hang-up: held, it would hold server 1's progress
+     * task, its destroy would wait for it, and the hold would be over
+     * before its connections closed. */
+    usleep(300 * 1000);
     down_hold(1000);
     rkv_server_destroy(c.srv[1]);
     c.srv[1] = server_create(&c, 1);
@@ -2127,7 +2148,8 @@ static void server0_restart_then(enum after_restart ask)
     if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    down_hold(1500);
+    /* Shutdown's budget is 2 s: released within it, with time to redial. */
+    down_hold(ask == ASK_SHUTDOWN ? 800 : 1500);
     assert_int_equal(kill(s0, SIGKILL), 0);
     assert_int_equal(wait_exit(s0), 128 + SIGKILL);
     unlink_machine_shm(&c.cfg, 0);
@@ -2156,7 +2178,8 @@ static void server0_restart_then(enum after_restart ask)
     }
     if (rc < 0)
         fail_msg("after server 0's restart: %s", rkv_client_errmsg(cli));
-    assert_int_equal(atomic_load(&down_held), 1); /* the hold happened */
+    /* The hold happened (server 1 may have stopped inside it too). */
+    assert_true(atomic_load(&down_held) >= 1);
     assert_int_equal(n, 1);
     assert_string_equal(metas[0].name, "t");
     if (ask != ASK_SHUTDOWN)
@@ -2195,18 +2218,104 @@ static void test_shutdown_reaches_restarted_server0(void **state)
     server0_restart_then(ASK_SHUTDOWN);
 }
 
-struct client_arg {
-    const struct rkv_config *cfg;
-    struct rkv_client *cli;
+/* Two workers on machine 1 while its server restarts, before they hear of
+ * it (every notification held): one pushes (durable: through a server, so
+ * the replaced shard is no reason to refuse it), the other only ever
+ * pulled (its machine's rows come from the shard, so it never connected
+ * to server 1) and must still map the restored shard, not read the old. */
+static void test_colocated_workers_follow_an_unheard_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 5000;
+    c.srv[0] = server_create(&c, 0);
+    assert_int_equal(pthread_create(&c.thr0, NULL, server_main, c.srv[0]), 0);
+    c.srv[1] = server_create(&c, 1);
+    struct rkv_config ccfg = c.cfg;
+    ccfg.machine_id = 1;
+    struct client_arg b = {.cfg = &ccfg};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, client_create_main, &b), 0);
+    struct rkv_client *a;
     char err[256];
+    if (rkv_client_create(&ccfg, &a, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (!b.cli)
+        fail_msg("second worker: %s", b.err);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1}, two[4] = {2, 2, 2, 2};
+    assert_int_equal(rkv_client_push(a, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_true(pull_row60(b.cli) == 1.0f); /* from the shard: no connection to server 1 */
+    down_hold(1000);
+    rkv_server_destroy(c.srv[1]);
+    c.srv[1] = server_create(&c, 1);
+    if (rkv_client_push(a, "t", &id, 1, two, RKV_OP_SUM, 0) < 0)
+        fail_msg("push after the restart: %s", rkv_client_errmsg(a));
+    assert_true(pull_row60(b.cli) == 3.0f);
+    assert_true(pull_row60(a) == 3.0f);
+    assert_true(atomic_load(&down_held) >= 1);
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(a);
+    rkv_client_destroy(b.cli);
+    pthread_join(c.thr0, NULL);
+    rkv_server_destroy(c.srv[0]);
+    rkv_server_destroy(c.srv[1]);
+    remove_tree(c.dir);
+}
+
+struct shutdown_arg {
+    struct rkv_client *cli;
+    int rc;
+    char err[512];
 };
 
-static void *client_create_main(void *arg)
+static void *shutdown_main(void *arg)
 {
-    struct client_arg *a = arg;
-    if (rkv_client_create(a->cfg, &a->cli, a->err, sizeof(a->err)) < 0)
-        a->cli = NULL;
+    struct shutdown_arg *a = arg;
+    a->rc = rkv_client_shutdown_servers(a->cli);
+    snprintf(a->err, sizeof(a->err), "%s", rkv_client_errmsg(a->cli));
     return NULL;
+}
+
+/* Server 0 takes the SHUTDOWN into its socket and dies before it answers
+ * (stopped, then killed), and comes back: the send had succeeded, the
+ * wait ends with the connection lost, and the restarted server 0 must be
+ * asked again (CI's coverage run met this order under load: "shutdown:
+ * server 0: connection lost"). */
+static void test_shutdown_asks_again_a_server_that_died_unanswering(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct shutdown_arg a = {0};
+    char err[256];
+    if (rkv_client_create(&c.cfg, &a.cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(a.cli, &T_F32), 0);
+    assert_int_equal(kill(s0, SIGSTOP), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, shutdown_main, &a), 0);
+    /* Which comes first, the send or the kill, is the host's to decide;
+     * this makes the send first likely, and either order must end well. */
+    usleep(300 * 1000);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 0);
+    s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (a.rc < 0)
+        fail_msg("shutdown: %s", a.err);
+    rkv_client_destroy(a.cli);
+    assert_int_equal(wait_exit(s0), 0); /* the restarted server 0 was asked too */
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
 }
 
 /* Client id's flags in the coordination record (coord.h), or -1. */
@@ -2348,6 +2457,9 @@ int main(void)
         cmocka_unit_test_teardown(test_meta_retried_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_barrier_retried_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_shutdown_reaches_restarted_server0, reap_children),
+        cmocka_unit_test_teardown(test_shutdown_asks_again_a_server_that_died_unanswering,
+                                  reap_children),
+        cmocka_unit_test(test_colocated_workers_follow_an_unheard_restart),
         cmocka_unit_test(test_coord_client_flags),
         cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
