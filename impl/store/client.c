@@ -3000,10 +3000,15 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 {
     if ((!metas && cap) || !n_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
+    /* As meta: after shutdown_servers server 0 answered while it lingered,
+     * then the call failed with -RKV_EPEERDEAD ("server 0 is gone"). */
+    int rc = cli_check_open(c, "list");
+    if (rc < 0)
+        return rc;
     uint64_t start = c->port->ops->now_ns(c->port), backoff_ms = 10;
     for (uint32_t attempt = 1;; attempt++) {
         int send_refused;
-        int rc = cli_list_once(c, metas, cap, n_p, &send_refused);
+        rc = cli_list_once(c, metas, cap, n_p, &send_refused);
         send_refused = send_refused && rc == -RKV_EPEERDEAD;
         if (rc == 0 || (rc = cli_again(c, c->srv0, rc, send_refused, start, c->cfg.retry_ms,
                                        &backoff_ms, attempt, "list")) < 0)
