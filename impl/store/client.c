@@ -2474,8 +2474,14 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct cli_groups g;
     uint32_t out_len;
     int rc = cli_check_open(c, "pull");
-    if (rc < 0 || (rc = cli_check_call(c, "pull", ids, n, rows_out)) < 0 ||
-        (rc = cli_tensor(c, name, &t)) < 0)
+    if (rc < 0 || (rc = cli_check_call(c, "pull", ids, n, rows_out)) < 0)
+        return rc;
+    /* As push: an observer's pull of n = 0 returned 0 (only its requests
+     * were refused), though rkv.h says it only lists and reads metas. */
+    if (c->observer)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "pull: an observer client only lists tensors and reads their metas");
+    if ((rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     /* Unknown handlers and tensors they do not apply to fail here, before
      * anything is sent. */

@@ -467,3 +467,19 @@ def test_list_after_shut_down_says_shut_down(cluster):
             call()
         assert e.value.code == -rkv.ESHUTDOWN, e.value
     c.close()  # the servers were shut down: the fixture only joins them
+
+
+def test_observer_pull_of_no_ids_is_refused_as_its_push(cluster):
+    # rkv.h: an observer lists and reads metas, every other call is EINVAL.
+    # push([]) was refused, pull([]) returned an empty array.
+    c = cluster.client()
+    c.init_data("t", (10, 2), "float32")
+    obs = rkv.Client(cluster.config, observer=True)
+    try:
+        for call in (lambda: obs.push("t", [], []), lambda: obs.pull("t", []),
+                     lambda: obs.pull("t", [1])):
+            with pytest.raises(rkv.Error) as e:
+                call()
+            assert e.value.code == -rkv.EINVAL and "observer" in e.value.message, e.value
+    finally:
+        obs.close()
