@@ -2494,8 +2494,14 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct cli_groups g;
     uint32_t out_len;
     int rc = cli_check_open(c, "pull");
-    if (rc < 0 || (rc = cli_check_call(c, "pull", ids, n, rows_out)) < 0 ||
-        (rc = cli_tensor(c, name, &t)) < 0)
+    if (rc < 0 || (rc = cli_check_call(c, "pull", ids, n, rows_out)) < 0)
+        return rc;
+    /* As push: an observer's pull of n = 0 returned 0 (only its requests
+     * were refused), though rkv.h says it only lists and reads metas. */
+    if (c->observer)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "pull: an observer client only lists tensors and reads their metas");
+    if ((rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     /* Unknown handlers and tensors they do not apply to fail here, before
      * anything is sent. */
@@ -3065,10 +3071,15 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 {
     if ((!metas && cap) || !n_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "list: NULL output");
+    /* As meta: after shutdown_servers server 0 answered while it lingered,
+     * then the call failed with -RKV_EPEERDEAD ("server 0 is gone"). */
+    int rc = cli_check_open(c, "list");
+    if (rc < 0)
+        return rc;
     uint64_t start = c->port->ops->now_ns(c->port), backoff_ms = 10;
     for (uint32_t attempt = 1;; attempt++) {
         int send_refused;
-        int rc = cli_list_once(c, metas, cap, n_p, &send_refused);
+        rc = cli_list_once(c, metas, cap, n_p, &send_refused);
         send_refused = send_refused && rc == -RKV_EPEERDEAD;
         if (rc == 0 || (rc = cli_again(c, c->srv0, rc, send_refused, start, c->cfg.retry_ms,
                                        &backoff_ms, attempt, "list")) < 0)

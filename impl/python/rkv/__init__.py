@@ -23,7 +23,7 @@ network.
 The rest of DGL's KVStore: ``c.data_name_list()`` / ``c.list()`` (every
 tensor, also from ``rkv.Client(config, observer=True)``, a process that joins
 a running job without being one of its workers); ``init_data(...,
-part_policy=book, local_index=l2g)`` (DGL's set_global2local); pull
+part_policy=book, local_index=g2l)`` (DGL's set_global2local); pull
 handlers: ``c.pull(name, ids, handler="with_state")`` returns each row with
 its optimizer state, and ``register_pull_handler(id, fn)`` on every Server
 and the pulling clients adds one, written in C or in Python.

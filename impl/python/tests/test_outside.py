@@ -451,3 +451,35 @@ def test_an_unresolvable_host_is_not_called_a_port_in_use(tmp_path):
     assert e.value.code == -rkv.ECONFIG
     assert "does the host name resolve?" in e.value.message
     assert "port in use" not in e.value.message
+
+
+def test_list_after_shut_down_says_shut_down(cluster):
+    # rkv.h: after shutdown_servers every call of that client that needs a
+    # server fails with ESHUTDOWN. list() still answered from server 0 while
+    # it lingered, then raised EPEERDEAD ("server 0 is gone") once it was
+    # destroyed; get_data_meta() of the same name raised ESHUTDOWN.
+    c = cluster.client()
+    c.init_data("t", (10, 2), "float32")
+    assert c.data_name_list() == ["t"]
+    c.shut_down()
+    for call in (c.list, c.data_name_list, lambda: c.get_data_meta("u")):
+        with pytest.raises(rkv.Error) as e:
+            call()
+        assert e.value.code == -rkv.ESHUTDOWN, e.value
+    c.close()  # the servers were shut down: the fixture only joins them
+
+
+def test_observer_pull_of_no_ids_is_refused_as_its_push(cluster):
+    # rkv.h: an observer lists and reads metas, every other call is EINVAL.
+    # push([]) was refused, pull([]) returned an empty array.
+    c = cluster.client()
+    c.init_data("t", (10, 2), "float32")
+    obs = rkv.Client(cluster.config, observer=True)
+    try:
+        for call in (lambda: obs.push("t", [], []), lambda: obs.pull("t", []),
+                     lambda: obs.pull("t", [1])):
+            with pytest.raises(rkv.Error) as e:
+                call()
+            assert e.value.code == -rkv.EINVAL and "observer" in e.value.message, e.value
+    finally:
+        obs.close()
