@@ -959,6 +959,25 @@ static void unlink_machine_shm(const struct rkv_config *cfg, uint32_t m)
     }
 }
 
+/* Waits (up to 20 s) until a server listens on m's first port: a client
+ * call with a short retry budget (shutdown's 2 s) is made once the
+ * restarted server can answer, however slowly the host started it. */
+static void wait_listening(const struct rkv_machine *m)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(m->base_port)};
+    assert_int_equal(inet_pton(AF_INET, "127.0.0.1", &a.sin_addr), 1);
+    for (int i = 0; i < 2000; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fd >= 0);
+        int ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        close(fd);
+        if (ok)
+            return;
+        usleep(10 * 1000);
+    }
+    fail_msg("nothing listens on port %u after 20 s", m->base_port);
+}
+
 static int wait_exit(pid_t pid)
 {
     int st;
@@ -2154,6 +2173,7 @@ static void server0_restart_then(enum after_restart ask)
     assert_int_equal(wait_exit(s0), 128 + SIGKILL);
     unlink_machine_shm(&c.cfg, 0);
     s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    wait_listening(&c.machines[0]);
     int rc;
     struct rkv_tensor_meta metas[4];
     size_t n = 0;
