@@ -1422,16 +1422,26 @@ static struct cli_server *cli_pick(struct rkv_client *c, uint32_t machine)
     return pin.n ? cli_srv(c, pin.srv) : cli_pick_any(c, machine);
 }
 
-/* The arguments of a push or pull (rows: its rows or the pull's output). */
+/* Whether this client may push or pull (not after shutdown_servers, not
+ * an observer), and the call's arguments (rows: its rows or the pull's
+ * output). Before the tensor's lookup and n = 0's early end: an observer's
+ * push_async returned 0 and a handle whose wait failed, and its pull of no
+ * ids returned 0, though rkv.h says it only lists and reads metas. */
 static int cli_check_call(struct rkv_client *c, const char *what, const uint64_t *ids, size_t n,
                           const void *rows)
 {
+    int rc = cli_check_open(c, what);
+    if (rc < 0)
+        return rc;
     if (n > UINT32_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "%s: %zu ids, at most 2^32-1", what,
                         n);
     if (n && (!ids || !rows))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "%s: %zu ids but ids or rows NULL",
                         what, n);
+    if (c->observer)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "%s: an observer client only lists tensors and reads their metas", what);
     return 0;
 }
 
@@ -1981,15 +1991,8 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                          const void *rows, int op, double param, struct cli_push *cp)
 {
     struct rkv_tensor *t;
-    int rc = cli_check_open(c, "push");
-    if (rc < 0 || (rc = cli_check_call(c, "push", ids, n, rows)) < 0)
-        return rc;
-    /* Before the tensor's lookup and n = 0's early end: push_async with an
-     * observer returned 0 and a handle whose wait failed. */
-    if (c->observer)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "push: an observer client only lists tensors and reads their metas");
-    if ((rc = cli_tensor(c, name, &t)) < 0)
+    int rc = cli_check_call(c, "push", ids, n, rows);
+    if (rc < 0 || (rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
@@ -2493,15 +2496,8 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
     struct rkv_tensor *t;
     struct cli_groups g;
     uint32_t out_len;
-    int rc = cli_check_open(c, "pull");
-    if (rc < 0 || (rc = cli_check_call(c, "pull", ids, n, rows_out)) < 0)
-        return rc;
-    /* As push: an observer's pull of n = 0 returned 0 (only its requests
-     * were refused), though rkv.h says it only lists and reads metas. */
-    if (c->observer)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "pull: an observer client only lists tensors and reads their metas");
-    if ((rc = cli_tensor(c, name, &t)) < 0)
+    int rc = cli_check_call(c, "pull", ids, n, rows_out);
+    if (rc < 0 || (rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     /* Unknown handlers and tensors they do not apply to fail here, before
      * anything is sent. */
