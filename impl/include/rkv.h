@@ -93,7 +93,10 @@ enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
  * rkv_client_register_handler() on every client that pushes them: a client
  * refuses to push a custom op it has not registered (-RKV_ENOHANDLER,
  * nothing applied), since it cannot see the servers' handlers (outside
- * durable mode it applies the op to its own machine's rows itself). */
+ * durable mode it applies the op to its own machine's rows itself).
+ * SGD's and ADAGRAD's param (the learning rate) must be finite and not
+ * negative (-RKV_EINVAL, nothing applied). Integer sums wrap around on
+ * overflow, as numpy's do. */
 enum rkv_push_op {
     RKV_OP_ASSIGN = 0,
     RKV_OP_SUM = 1,

@@ -1997,11 +1997,18 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
     if (op < 0 || op >= RKV_OP_MAX)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
     /* A NaN or infinite learning rate turns every row it touches into NaN
-     * on every server, for good. */
+     * on every server, for good; a negative one climbs the gradient (the
+     * Python binding and torch.optim refuse it too; a custom op's param is
+     * the handler's business). */
     if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && !isfinite(param))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must be finite", name,
                         op == RKV_OP_SGD ? "sgd" : "adagrad", param);
+    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && param < 0)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "push to '%s': %s with learning rate %g; it must not be negative "
+                        "(the op applies row -= lr * ...)",
+                        name, op == RKV_OP_SGD ? "sgd" : "adagrad", param);
     /* The generic message below would read "op 3 on f32: invalid argument",
      * which tells nobody that the state is decided once, by init_data. */
     if (op == RKV_OP_ADAGRAD && !t->meta.with_state &&

@@ -82,6 +82,14 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
     rkv_mach_name(name, sizeof(name), prefix, machine);
     /* The README promises the refusal names the process that holds it. */
     uint64_t maker = mach_live_maker(port, name);
+    /* "Another cluster" misleads when the holder is the caller itself (a
+     * second server object for the same machine and id in one process). */
+    if (maker && port->ops->proc_self && maker == port->ops->proc_self(port))
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "machine segment %s is in use by a running server (process %llu: this "
+                        "process) of machine %u with shm prefix \"%s\": this process already "
+                        "runs that server; destroy it before making another",
+                        name, (unsigned long long)RKV_PORT_PROC_PID(maker), machine, prefix);
     if (maker)
         return rkv_errf(err, err_len, -RKV_EEXIST,
                         "machine segment %s is in use by a running server (process %llu) of "

@@ -281,9 +281,12 @@ static void test_second_server0_leaves_running_segment(void **state)
         fail_msg("a crashed run's segment was not replaced: %s", err);
     assert_int_equal(stat(path, &live), 0);
     assert_int_equal(rkv_server_create(&c.cfg, 0, &dup, err, sizeof(err)), -RKV_EEXIST);
-    /* README: refused "naming its process" (it named none, only `fuser`). */
-    char who[64];
-    snprintf(who, sizeof(who), "is in use by a running server (process %d) of machine 0",
+    /* README: refused "naming its process" (it named none, only `fuser`);
+     * here the holder is this process, and it says so rather than blame
+     * "another cluster". */
+    char who[96];
+    snprintf(who, sizeof(who),
+             "is in use by a running server (process %d: this process) of machine 0",
              (int)getpid());
     if (!strstr(err, who))
         fail_msg("unclear refusal (expected \"%s\"): %s", who, err);
@@ -291,6 +294,43 @@ static void test_second_server0_leaves_running_segment(void **state)
     assert_int_equal(stat(path, &after), 0);
     assert_true(after.st_ino == live.st_ino);
     rkv_server_destroy(srv);
+    assert_false(shm_left(c.cfg.shm_prefix));
+    /* Held by a live server of another process: that process is named,
+     * with the likelier cause. */
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rkv_server *s = NULL;
+        close(go[1]);
+        close(ready[0]);
+        int made = rkv_server_create(&c.cfg, 0, &s, err, sizeof(err)) == 0;
+        (void)!write(ready[1], made ? "y" : "n", 1);
+        if (!made)
+            _exit(1);
+        char b;
+        (void)!read(go[0], &b, 1); /* until the parent has tried */
+        rkv_server_destroy(s);
+        _exit(0);
+    }
+    close(go[0]);
+    close(ready[1]);
+    char made = 0;
+    assert_int_equal(read(ready[0], &made, 1), 1);
+    close(ready[0]);
+    assert_int_equal(made, 'y');
+    int rc = rkv_server_create(&c.cfg, 0, &dup, err, sizeof(err));
+    assert_int_equal(rc, -RKV_EEXIST);
+    snprintf(who, sizeof(who), "is in use by a running server (process %d) of machine 0",
+             (int)pid);
+    if (!strstr(err, who) || !strstr(err, "another cluster"))
+        fail_msg("unclear refusal (expected \"%s\"): %s", who, err);
+    assert_int_equal(write(go[1], "x", 1), 1);
+    close(go[1]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     assert_false(shm_left(c.cfg.shm_prefix));
 }
 
@@ -609,6 +649,9 @@ static void test_wait_through_another_client(void **state)
     assert_int_equal(rkv_client_push(a, "t", ids, 2, rows, RKV_OP_SGD, NAN), -RKV_EINVAL);
     assert_non_null(strstr(rkv_client_errmsg(a), "learning rate nan; it must be finite"));
     assert_int_equal(rkv_client_push(b, "t", ids, 2, rows, RKV_OP_SGD, INFINITY), -RKV_EINVAL);
+    /* Nor one that climbs the gradient (torch.optim refuses it too). */
+    assert_int_equal(rkv_client_push(a, "t", ids, 2, rows, RKV_OP_SGD, -0.5), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(a), "must not be negative"));
     pull_ok(b, "t", ids, 2, got);
     assert_memory_equal(got, rows, sizeof(rows));
     assert_int_equal(rkv_client_shutdown_servers(a), 0);
