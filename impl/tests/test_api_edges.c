@@ -323,8 +323,7 @@ static void test_second_server0_leaves_running_segment(void **state)
     assert_int_equal(made, 'y');
     int rc = rkv_server_create(&c.cfg, 0, &dup, err, sizeof(err));
     assert_int_equal(rc, -RKV_EEXIST);
-    snprintf(who, sizeof(who), "is in use by a running server (process %d) of machine 0",
-             (int)pid);
+    snprintf(who, sizeof(who), "is in use by a running server (process %d) of machine 0", (int)pid);
     if (!strstr(err, who) || !strstr(err, "another cluster"))
         fail_msg("unclear refusal (expected \"%s\"): %s", who, err);
     assert_int_equal(write(go[1], "x", 1), 1);
