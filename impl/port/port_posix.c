@@ -288,7 +288,7 @@ static int posix_shm_open(struct rkv_port *p, const char *name, int create, int 
     return -RKV_EIO;
 }
 
-/* Sizes a new segment (ftruncate zero-fills) or checks an existing one is
+/* Sizes a new segment (reserving its room, zero-filled) or checks an existing one is
  * big enough, so that touching the mapping cannot raise SIGBUS. */
 static uint64_t posix_mem_bytes(struct rkv_port *p)
 {
@@ -337,7 +337,25 @@ static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t b
                      name, bytes, (unsigned long long)room);
             return -RKV_ENOMEM;
         }
-        if (ftruncate(fd, (off_t)bytes) != 0) {
+        /* The check above is only a snapshot: another job may fill the
+         * filesystem before this one touches its pages, and a page of a
+         * sparse segment that finds no room is SIGBUS at first touch (in a
+         * push, in any process that maps it). posix_fallocate takes the
+         * room now, or says it is not there. */
+        int e, tries = 0;
+        do /* tmpfs stops a long reservation for any signal: go on with it */
+            e = posix_fallocate(fd, 0, (off_t)bytes);
+        while (e == EINTR && ++tries < 100);
+        if (e == ENOSPC || e == ENOMEM) {
+            RKV_LOGE(p,
+                     "shm %s: needs %zu bytes, but the shared-memory filesystem filled up "
+                     "(another job?) before they could be reserved",
+                     name, bytes);
+            return -RKV_ENOMEM;
+        }
+        /* A filesystem without fallocate (EOPNOTSUPP, EINVAL): sized as
+         * before, sparse, with the check above as the only guard. */
+        if (e != 0 && ftruncate(fd, (off_t)bytes) != 0) {
             RKV_LOGE(p, "shm %s: cannot size it to %zu bytes: %s", name, bytes, strerror(errno));
             return -RKV_EIO;
         }

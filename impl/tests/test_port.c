@@ -11,6 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,6 +328,81 @@ static void test_shm(void **state)
     p->ops->destroy(p);
 }
 
+/* The space check of a new segment, made stale on purpose: this test is
+ * linked with -Wl,--wrap=fstatvfs (CMakeLists.txt), and while stale_room
+ * is set the shared-memory filesystem looks empty, as it did to a job that
+ * checked just before another job filled it. */
+static int stale_room;
+int __real_fstatvfs(int fd, struct statvfs *vs);
+int __wrap_fstatvfs(int fd, struct statvfs *vs)
+{
+    int rc = __real_fstatvfs(fd, vs);
+    if (rc == 0 && stale_room)
+        vs->f_bavail = vs->f_blocks;
+    return rc;
+}
+
+/* Regression: a segment sized while the filesystem still had room, which
+ * another job took before the pages were touched, was sparse: its first
+ * touch past the room was SIGBUS (in a push, in every process mapping
+ * it). Its room is reserved at creation now, or it is refused. Runs in a
+ * child with a 1 MiB tmpfs on /dev/shm in its own mount namespace (root
+ * only: skipped otherwise). */
+static void test_shm_room_taken_after_the_check(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGBUS, SIG_DFL); /* cmocka's handler would turn it into a failed step */
+        if (unshare(CLONE_NEWNS) != 0)
+            _exit(77);
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+            mount("rkv-test", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+            _exit(78);
+        struct rkv_port *p = NULL;
+        if (rkv_port_posix_create("t", RKV_LOG_ERROR, 42, &p) != 0)
+            _exit(79);
+        void *a = NULL, *b = NULL;
+        /* Another job's 768 KiB, then this one's 512 KiB, checked against
+         * an empty filesystem. */
+        if (p->ops->shm_map(p, "/rkv-test-other", 768 << 10, 1, &a) != 0)
+            _exit(80);
+        stale_room = 1;
+        int rc = p->ops->shm_map(p, "/rkv-test-mine", 512 << 10, 1, &b);
+        stale_room = 0;
+        if (rc == 0) {
+            memset(b, 1, 512 << 10); /* SIGBUS without the reservation */
+            _exit(81);
+        }
+        if (rc != -RKV_ENOMEM)
+            _exit(82);
+        if (p->ops->shm_map(p, "/rkv-test-mine", 4096, 0, &b) != -RKV_ENOTENSOR)
+            _exit(83); /* the refused one left behind */
+        /* Once the other job is gone it fits. */
+        p->ops->shm_unmap(p, a, 768 << 10);
+        p->ops->shm_unlink(p, "/rkv-test-other");
+        if (p->ops->shm_map(p, "/rkv-test-mine", 512 << 10, 1, &b) != 0)
+            _exit(84);
+        memset(b, 1, 512 << 10);
+        p->ops->shm_unmap(p, b, 512 << 10);
+        p->ops->shm_unlink(p, "/rkv-test-mine");
+        p->ops->destroy(p);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFEXITED(status) && (WEXITSTATUS(status) == 77 || WEXITSTATUS(status) == 78)) {
+        print_message("skipped: no private mount namespace with a tmpfs (needs root)\n");
+        return;
+    }
+    if (WIFSIGNALED(status))
+        fail_msg("the segment's child died of signal %d (SIGBUS is %d)", WTERMSIG(status), SIGBUS);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) != 0)
+        fail_msg("the segment's child failed at step %d", WEXITSTATUS(status));
+}
+
 /* ---- logging ---- */
 
 static void test_log_line(void **state)
@@ -367,6 +446,7 @@ int main(void)
         cmocka_unit_test(test_mutex_held),
         cmocka_unit_test(test_sleep_and_clock),
         cmocka_unit_test(test_shm),
+        cmocka_unit_test(test_shm_room_taken_after_the_check),
         cmocka_unit_test(test_proc_alive),
         cmocka_unit_test(test_log_line),
     };
