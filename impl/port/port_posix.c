@@ -288,8 +288,7 @@ static int posix_shm_open(struct rkv_port *p, const char *name, int create, int 
     return -RKV_EIO;
 }
 
-/* Sizes a new segment (reserving its room, zero-filled) or checks an existing one is
- * big enough, so that touching the mapping cannot raise SIGBUS. */
+/* The host's memory, a bound on any segment. */
 static uint64_t posix_mem_bytes(struct rkv_port *p)
 {
     (void)p;
@@ -315,6 +314,8 @@ static int posix_fd_room(struct rkv_port *p, uint64_t need, uint64_t *limit_p)
     return -1;
 }
 
+/* Sizes a new segment (reserving its room, zero-filled) or checks an existing one is
+ * big enough, so that touching the mapping cannot raise SIGBUS. */
 static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t bytes, int create)
 {
     if (create) {
