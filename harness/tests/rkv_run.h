@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "tmp_scenario.h"
+
 static char out[1 << 20];
 
 /* Runs a shell command; keeps its output in out, returns its exit code. */

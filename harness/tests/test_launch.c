@@ -26,6 +26,7 @@
 #include "harness/launch.h"
 #include "harness/report.h"
 #include "harness/tests/rkv_run.h"
+#include "harness/tests/tmp_scenario.h"
 
 static unsigned test_port(void)
 {
@@ -425,13 +426,9 @@ static const char endless[] =
 static void stop_launcher(int sig)
 {
     char yaml[64], prefix[48], arg_prefix[80];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-launch-%d.yaml", (int)getpid());
+    tmp_scenario(yaml, sizeof(yaml), "launch", endless);
     snprintf(prefix, sizeof(prefix), "rkv-lt%d-%d", (int)getpid(), sig);
     snprintf(arg_prefix, sizeof(arg_prefix), "--shm-prefix=%s", prefix);
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs(endless, f);
-    fclose(f);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {

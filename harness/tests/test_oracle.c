@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "harness/oracle.h"
+#include "harness/tests/tmp_scenario.h"
 
 /* Two workers assign row 0 (the only row) in every request of one phase:
  * after the barrier the row holds worker 0's last write or worker 1's. */
@@ -29,11 +30,7 @@ static const char two_writers[] =
 static struct rkv_scenario *load(const char *text)
 {
     char path[64], err[256];
-    snprintf(path, sizeof(path), "/tmp/rkv-oracle-%d.yaml", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    tmp_scenario(path, sizeof(path), "oracle", text);
     struct rkv_scenario *sc;
     if (rkv_scenario_load(path, &sc, err, sizeof(err)) < 0)
         fail_msg("%s", err);

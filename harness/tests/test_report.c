@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "harness/report.h"
+#include "harness/tests/tmp_scenario.h"
 #include "harness/workload.h"
 
 static void add_ns(struct rkv_wl_phase_stats *st, uint64_t ns)
@@ -61,12 +62,8 @@ static void test_report_json_round_trips_names(void **state)
 {
     (void)state;
     char yaml[64], dir[64], err[256];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-report-%d.yaml", (int)getpid());
+    tmp_scenario(yaml, sizeof(yaml), "report", yaml_text);
     snprintf(dir, sizeof(dir), "/tmp/rkv-report-%d.d", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs(yaml_text, f);
-    fclose(f);
     struct rkv_scenario *sc;
     if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
         fail_msg("%s", err);
@@ -141,7 +138,7 @@ static void test_report_json_round_trips_names(void **state)
             fail_msg("plot: %s", err);
         for (int i = 0; i < 2; i++) {
             snprintf(path, sizeof(path), "%s/%s", dir, i ? "throughput.png" : "latency_cdf.png");
-            f = fopen(path, "rb");
+            FILE *f = fopen(path, "rb");
             assert_non_null(f);
             unsigned char magic[4] = {0};
             assert_int_equal(fread(magic, 1, 4, f), 4);
@@ -166,17 +163,13 @@ static void test_report_compares_pinned_winners(void **state)
 {
     (void)state;
     char yaml[64], err[256];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-pins-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 3}\n"
-          "tensors:\n"
-          "  - {name: t, rows: 8}\n"
-          "workload:\n"
-          "  - {name: race, tensor: t, push: 1.0, push_op: assign, rounds: 2}\n"
-          "  - {name: read, tensor: t, push: 0, rounds: 2}\n",
-          f);
-    fclose(f);
+    tmp_scenario(yaml, sizeof(yaml), "pins",
+                 "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 3}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 8}\n"
+                 "workload:\n"
+                 "  - {name: race, tensor: t, push: 1.0, push_op: assign, rounds: 2}\n"
+                 "  - {name: read, tensor: t, push: 0, rounds: 2}\n");
     struct rkv_scenario *sc;
     if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
         fail_msg("%s", err);
@@ -246,16 +239,13 @@ static void test_plot_names_run_and_shows_every_line(void **state)
     if (access("/usr/bin/gnuplot", X_OK) != 0)
         skip();
     char yaml[64], dir[64], err[256], path[128];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-plot-%d.yaml", (int)getpid());
+    tmp_scenario(
+        yaml, sizeof(yaml), "plot",
+        "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+        "tensors:\n  - {name: t, rows: 64}\n"
+        "workload:\n  - {name: one, tensor: t, rounds: 2}\n"
+        "  - {name: two, tensor: t, rounds: 2}\n  - {name: three, tensor: t, rounds: 2}\n");
     snprintf(dir, sizeof(dir), "/tmp/rkv-plot-%d.d", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n  - {name: t, rows: 64}\n"
-          "workload:\n  - {name: one, tensor: t, rounds: 2}\n"
-          "  - {name: two, tensor: t, rounds: 2}\n  - {name: three, tensor: t, rounds: 2}\n",
-          f);
-    fclose(f);
     struct rkv_scenario *sc;
     if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
         fail_msg("%s", err);

@@ -18,6 +18,7 @@
 
 #include "harness/report.h"
 #include "harness/report_gather.h"
+#include "harness/tests/tmp_scenario.h"
 #include "rkv.h"
 
 #define TWO_MACHINES_PORT_LO 31500 /* this binary's range */
@@ -30,17 +31,14 @@
 static struct rkv_scenario *load_scenario(void)
 {
     char path[64], err[512];
-    snprintf(path, sizeof(path), "/tmp/rkv-gather-%d.yaml", (int)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n"
-          "  - {name: t, dtype: f32, rows: 100, shape: [4]}\n"
-          "workload:\n"
-          "  - {name: a, tensor: t, push: 0.5, push_op: assign, ids_per_request: 4, rounds: 5}\n"
-          "  - {name: s, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, rounds: 5}\n",
-          f);
-    fclose(f);
+    tmp_scenario(
+        path, sizeof(path), "gather",
+        "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+        "tensors:\n"
+        "  - {name: t, dtype: f32, rows: 100, shape: [4]}\n"
+        "workload:\n"
+        "  - {name: a, tensor: t, push: 0.5, push_op: assign, ids_per_request: 4, rounds: 5}\n"
+        "  - {name: s, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, rounds: 5}\n");
     struct rkv_scenario *sc;
     int rc = rkv_scenario_load(path, &sc, err, sizeof(err));
     unlink(path);

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "harness/tests/rkv_run.h"
+#include "harness/tests/tmp_scenario.h"
 
 static int list_yaml(const char *dir, char names[][256], int max)
 {
@@ -133,16 +134,13 @@ static void test_oracle_checks_every_row_after_a_barrier(void **state)
 {
     (void)state;
     char yaml[64], args[256];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-every-row-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n"
-          "  - {name: big, dtype: f32, rows: 50000, shape: [1]}\n"
-          "workload:\n"
-          "  - {name: push, tensor: big, push: 1.0, push_op: sum, ids_per_request: 1, rounds: 1}\n",
-          f);
-    fclose(f);
+    tmp_scenario(
+        yaml, sizeof(yaml), "every-row",
+        "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+        "tensors:\n"
+        "  - {name: big, dtype: f32, rows: 50000, shape: [1]}\n"
+        "workload:\n"
+        "  - {name: push, tensor: big, push: 1.0, push_op: sum, ids_per_request: 1, rounds: 1}\n");
     static const char *const backends[] = {"sim", "tcp"};
     for (int b = 0; b < 2; b++) {
         snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
@@ -187,16 +185,13 @@ static void test_too_big_tensor_says_why(void **state)
 {
     (void)state;
     char yaml[64], args[256];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-huge-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n"
-          "  - {name: t, rows: 4294967296, shape: [1048576], partition: explicit, book: [0, 1]}\n"
-          "workload:\n"
-          "  - {name: p, tensor: t, pull: 1.0, rounds: 1}\n",
-          f);
-    fclose(f);
+    tmp_scenario(
+        yaml, sizeof(yaml), "huge",
+        "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+        "tensors:\n"
+        "  - {name: t, rows: 4294967296, shape: [1048576], partition: explicit, book: [0, 1]}\n"
+        "workload:\n"
+        "  - {name: p, tensor: t, pull: 1.0, rounds: 1}\n");
     static const char *const backends[] = {"tcp", "sim"};
     for (int b = 0; b < 2; b++) {
         snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
@@ -261,18 +256,14 @@ static void test_yaml_directive(void **state)
 {
     (void)state;
     char yaml[64], args[128];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-directive-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("%YAML 1.2\n"
-          "---\n"
-          "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n"
-          "  - {name: t, rows: 64}\n"
-          "workload:\n"
-          "  - {name: p, tensor: t, rounds: 2}\n",
-          f);
-    fclose(f);
+    tmp_scenario(yaml, sizeof(yaml), "directive",
+                 "%YAML 1.2\n"
+                 "---\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 64}\n"
+                 "workload:\n"
+                 "  - {name: p, tensor: t, rounds: 2}\n");
     snprintf(args, sizeof(args), "run %s", yaml);
     int rc = run_rkv("", args);
     if (rc != 0 || !strstr(out, "verdict: PASS"))
@@ -289,14 +280,10 @@ static void test_parse_waits_for_a_busy_host(void **state)
 {
     (void)state;
     char yaml[64], args[128];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-busy-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n  - {name: t, rows: 8}\n"
-          "workload:\n  - {name: p, tensor: t, rounds: 1}\n",
-          f);
-    fclose(f);
+    tmp_scenario(yaml, sizeof(yaml), "busy",
+                 "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n  - {name: t, rows: 8}\n"
+                 "workload:\n  - {name: p, tensor: t, rounds: 1}\n");
     snprintf(args, sizeof(args), "run %s", yaml);
     int rc = run_rkv("RKV_TEST_PARSE_PROBE_STALL_MS=21000", args);
     if (rc != 0 || !strstr(out, "verdict: PASS"))

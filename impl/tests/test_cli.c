@@ -22,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "harness/tests/rkv_run.h"
+#include "harness/tests/tmp_scenario.h"
 
 static char path[64];
 
@@ -503,17 +504,13 @@ static void test_usage(void **state)
     /* payloadless thins rows in the twin only: on tcp each worker built the
      * declared rows' oracle (32 GiB here), which the loader had not counted. */
     char yaml[64], args[128];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-thin-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n"
-          "  - {name: t, rows: 1048576, shape: [4096]}\n"
-          "workload:\n"
-          "  - {name: p, tensor: t, rounds: 2}\n"
-          "sim: {payloadless: true}\n",
-          f);
-    fclose(f);
+    tmp_scenario(yaml, sizeof(yaml), "thin",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 1048576, shape: [4096]}\n"
+                 "workload:\n"
+                 "  - {name: p, tensor: t, rounds: 2}\n"
+                 "sim: {payloadless: true}\n");
     snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
     expect_run("", args, 2, ":3:6: tensor \"t\": 1048576 rows of 4096 elements need 32 GiB");
     assert_non_null(strstr(out, "(sim.payloadless thins rows in the twin only)"));
@@ -902,17 +899,13 @@ static void test_yaml_syntax_positions(void **state)
 {
     (void)state;
     char yaml[64], args[128], want[128];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-syntax-%d.yaml", (int)getpid());
     static const struct {
         const char *text, *at;
     } cases[] = {{"x: 1\nx: 2\n", ":2:1: YAML syntax: duplicate key"},
                  {"cluster: {machines: 2\ntensors:\n", ":2:8: YAML syntax: missing comma"},
                  {"a: 1\nb: [1, 2\n", ":3:1: YAML syntax: flow sequence without a closing"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        FILE *f = fopen(yaml, "w");
-        assert_non_null(f);
-        fputs(cases[i].text, f);
-        fclose(f);
+        tmp_scenario(yaml, sizeof(yaml), "cli-syntax", cases[i].text);
         snprintf(args, sizeof(args), "run %s", yaml);
         snprintf(want, sizeof(want), "%s%s", yaml, cases[i].at);
         expect_run("", args, 2, want);
@@ -1005,13 +998,9 @@ static void test_run_reports(void **state)
 {
     (void)state;
     char yaml[64], dir[64], args[256];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-%d.yaml", (int)getpid());
+    tmp_scenario(yaml, sizeof(yaml), "cli", tiny);
     snprintf(dir, sizeof(dir), "/tmp/rkv-cli-%d.file", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs(tiny, f);
-    fclose(f);
-    f = fopen(dir, "w"); /* a file where the report directory should go */
+    FILE *f = fopen(dir, "w"); /* a file where the report directory should go */
     assert_non_null(f);
     fclose(f);
     /* A report that cannot be written is refused before the run (it was
@@ -1096,30 +1085,23 @@ static void test_run_open_file_limit(void **state)
 {
     (void)state;
     char yaml[64], args[160];
-    snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-nofile-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 20}\n"
-          "tensors:\n"
-          "  - {name: t, rows: 64}\n"
-          "workload:\n"
-          "  - {name: warm, tensor: t, rounds: 1}\n",
-          f);
-    fclose(f);
+    tmp_scenario(yaml, sizeof(yaml), "cli-nofile",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 20}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 64}\n"
+                 "workload:\n"
+                 "  - {name: warm, tensor: t, rounds: 1}\n");
     snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
     expect_run("timeout 60 prlimit --nofile=40:40", args, 2,
                "2 servers and 40 workers need about 106 open files in a process");
     assert_non_null(strstr(out, "the open-file limit is 40 (hard limit 40): raise it"));
     assert_null(strstr(out, "exited with status"));
-    f = fopen(yaml, "w");
-    assert_non_null(f);
-    fputs("cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-          "tensors:\n"
-          "  - {name: t, rows: 64}\n"
-          "workload:\n"
-          "  - {name: warm, tensor: t, rounds: 1}\n",
-          f);
-    fclose(f);
+    tmp_scenario(yaml, sizeof(yaml), "cli-nofile",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 64}\n"
+                 "workload:\n"
+                 "  - {name: warm, tensor: t, rounds: 1}\n");
     expect_run("timeout 60 prlimit --nofile=40:4096", args, 0, "verdict: PASS");
     unlink(yaml);
 }
