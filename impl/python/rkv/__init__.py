@@ -32,6 +32,8 @@ Not here yet: custom push handlers written in Python (push takes a custom
 op's number, registered in C).
 """
 import collections
+import decimal
+import numbers
 import operator
 import os
 import sys
@@ -147,9 +149,12 @@ def _bool_arg(v, what):
 
 
 def _real_arg(v, what):
-    """A finite float argument (a learning rate, a handler's param): a Python
-    or numpy number, or a 0-d numpy array or torch tensor holding one (what
-    a scheduler or torch arithmetic gives: torch.tensor(0.1) was refused)."""
+    """A finite float argument (a learning rate, a handler's param): any real
+    scalar (numbers.Real: Python's and numpy's, fractions.Fraction too, which
+    was refused), a decimal.Decimal (not registered as numbers.Real, yet a
+    real number all the same: taken as float() rounds it), or a 0-d numpy
+    array or torch tensor holding one (what a scheduler or torch arithmetic
+    gives: torch.tensor(0.1) was refused)."""
     if _is_torch(v) or isinstance(v, np.ndarray):
         if tuple(v.shape) != ():
             _fail(-EINVAL, "%s: expected a number or a 0-d array or tensor, got %s of shape %s"
@@ -158,14 +163,17 @@ def _real_arg(v, what):
             v = v.item() if _is_torch(v) else v[()]
         except (RuntimeError, NotImplementedError) as e:  # a meta tensor has no value
             _fail(-EINVAL, "%s: cannot read the tensor's value: %s" % (what, e), ValueError)
-    if isinstance(v, (bool, np.bool_)) or \
-            not isinstance(v, (int, float, np.integer, np.floating)):
-        _fail(-EINVAL, "%s: expected a number, got %r" % (what, v), TypeError)
+    # A bool is an int to Python, but lr=True is a mistake, not 1.0.
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, decimal.Decimal)):
+        _fail(-EINVAL, "%s: expected a real number, got %r" % (what, v), TypeError)
     try:
         f = float(v)
-    except OverflowError:  # an int past float64's range raised it bare
-        _fail(-EINVAL, "%s: expected a finite number, got an int of %d bits"
-              % (what, int(v).bit_length()), OverflowError)
+    except OverflowError:  # an int or Fraction past float64's range raised it bare
+        _fail(-EINVAL, "%s: expected a finite number, got %s" % (
+            what, "an int of %d bits" % int(v).bit_length() if isinstance(v, numbers.Integral)
+            else "a %s past float64's range" % type(v).__name__), OverflowError)
+    except ValueError:  # a signalling Decimal NaN cannot become a float
+        _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
     if f != f or f in (float("inf"), float("-inf")):
         _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
     return f

@@ -231,6 +231,55 @@ def test_learning_rate_as_a_0d_tensor_or_array(client):
     assert "param: expected a finite number" in e.message
 
 
+def _param_of_the_pull(row, state, out, param):
+    out[...] = param
+
+
+def test_learning_rate_and_param_as_any_real_number(make_cluster):
+    # lr=Fraction(1, 2) was refused ("expected a number"), though a Fraction
+    # is a numbers.Real as float is. A Decimal is not registered as one, but
+    # is a real number: taken as float() rounds it. NaN, inf and what float64
+    # cannot hold are refused whatever type carries them.
+    from decimal import Decimal
+    from fractions import Fraction
+
+    def setup(s):
+        s.register_pull_handler(rkv.PULL_CUSTOM, _param_of_the_pull, out_mult=0, out_add=1)
+
+    client = make_cluster(setup=setup).client()
+    client.register_pull_handler(rkv.PULL_CUSTOM, _param_of_the_pull, out_mult=0, out_add=1)
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for lr in (Fraction(1, 2), Decimal("0.5"), Fraction(np.int64(1), 2)):
+        client.push("w", [0], np.zeros((1, 2), np.float32), op="assign")
+        client.push("w", [0], g, op="sgd", lr=lr)
+        np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[-0.5, -0.5]])
+    client.push("w", [1], g, op="adagrad", lr=Fraction(1, 4))
+    # A custom handler's param goes through the same check (machine 0's row
+    # 0 is the client's own handler's, machine 1's row 9 a server's).
+    for param, want in ((Fraction(3, 4), 0.75), (Decimal("-0.25"), -0.25),
+                        (Fraction(1, 3), np.float32(1 / 3))):
+        got = client.pull("w", [0, 9], handler=rkv.PULL_CUSTOM, param=param).numpy()
+        np.testing.assert_array_equal(got, [want, want])
+    for bad in (Decimal("NaN"), Decimal("sNaN"), Decimal("Infinity"), Decimal("-1e400"),
+                Decimal("1e400")):
+        e = refused(ValueError, client.push, "w", [0], g, op="sgd", lr=bad)
+        assert e.code == -rkv.EINVAL and "lr: expected a finite number" in e.message, e.message
+    e = refused(OverflowError, client.push, "w", [0], g, op="sgd", lr=Fraction(10**400, 3))
+    assert "lr: expected a finite number, got a Fraction past float64's range" in e.message
+    e = refused(OverflowError, client.pull, "w", [0], handler=rkv.PULL_CUSTOM, param=2**1100)
+    assert "param: expected a finite number, got an int of 1101 bits" in e.message
+    for op in ("sgd", "adagrad"):
+        for lr in (Fraction(-1, 10), Decimal("-0.1")):
+            e = refused(ValueError, client.push, "w", [0], g, op=op, lr=lr)
+            assert "must not be negative" in e.message
+    # Still refused: what is no real number, or a bool taken for one.
+    for bad in (True, np.bool_(False), "0.5", 1 + 0j, np.complex64(1), [0.5]):
+        e = refused(TypeError, client.push, "w", [0], g, op="sgd", lr=bad)
+        assert e.code == -rkv.EINVAL and "lr" in e.message
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[-0.5, -0.5]])
+
+
 def test_negative_learning_rate_is_refused(client):
     # lr=-0.1 climbed the gradient without a word (torch.optim refuses it).
     client.init_data("w", (10, 2), "float32", with_state=True)
