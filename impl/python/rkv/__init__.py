@@ -1082,15 +1082,24 @@ class Client:
             return arr
         return t.from_numpy(arr)
 
-    def _m(self, name):
+    def _m(self, name, ask=False):
+        """Tensor name's meta, from this process's cache once looked up.
+        ask: for a call that answers from the meta alone (get_data_meta,
+        pull_len): the C client is asked even so, and refuses as it refuses
+        a name not cached (after shut_down() a cached name was answered
+        while any other failed with ESHUTDOWN). It answers a name it looked
+        up from its own table, without a request (one that only list() gave
+        costs one request, once). push and pull need not ask: their own C
+        call refuses them."""
         # Only a str can be a key: a list as the name raised a bare
         # "unhashable type" from the lookup.
         m = self._meta.get(name) if isinstance(name, str) else None
-        if m is None:
+        if m is None or ask:
             cm = ffi.new("struct rkv_tensor_meta *")
             self._call(lib.rkv_client_meta, _name_bytes(name), cm)
-            m = _meta_of(cm, name)
-            self._meta[name] = m  # tensors are never dropped or reshaped
+            if m is None:
+                m = _meta_of(cm, name)
+                self._meta[name] = m  # tensors are never dropped or reshaped
         return m
 
     def _dtype_out(self, dt):
@@ -1257,8 +1266,8 @@ class Client:
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
         when pull returns torch tensors. Unlike DGL's, shape is (rows, row_len),
         or (rows,) for one element a row, whatever shape init_data was given."""
-        self._live()  # from the cache too: after close() it answered as if open
-        m = self._m(name)
+        self._live()  # before the name's checks, as every call says it is closed
+        m = self._m(name, ask=True)
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
@@ -1325,7 +1334,7 @@ class Client:
     def pull_len(self, name, handler):
         """Elements per row that pull(name, ids, handler=handler) returns."""
         self._live()
-        m = self._m(name)
+        m = self._m(name, ask=True)
         return self._pull_len(m, _handler_id(handler))
 
     def _pull_len(self, m, hid):
