@@ -259,6 +259,19 @@ def _as_numpy(x, values=False, what=None):
         _fail(-EINVAL, "cannot read %s as an array: %s" % (type(x).__name__, e), ValueError)
 
 
+def _c_array(a, dtype):
+    """a as a C-contiguous array of dtype whose memory is aligned for that
+    dtype, as the uint64_t * or float * C reads it through must be; a itself
+    when it is so already. np.ascontiguousarray kept an array np.frombuffer
+    made at an offset that is no multiple of its itemsize, and C read its
+    elements at unaligned addresses (undefined behaviour, even where x86
+    tolerates it). numpy's flags.aligned is the C compiler's alignment of
+    the type (for each dtype the store holds, its itemsize); the copy numpy
+    makes is aligned."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.flags.aligned else a.copy()
+
+
 def _ids_from_list(ids):
     """A list or tuple of integer-like objects (Python, numpy or torch
     integers) that numpy made float64 or object: it promotes np.uint64 with a
@@ -284,7 +297,7 @@ def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
     a = _as_numpy(ids, what="ids")
-    if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
+    if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous and a.flags.aligned:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
         # np.asarray made a set, a dict or a generator one 0-d object: "got
@@ -303,9 +316,9 @@ def _ids_array(ids):
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
         _fail(-ERANGE, "ids: row id %d is negative" % a.min())
-    if a.dtype == np.int64 and a.flags.c_contiguous:
+    if a.dtype == np.int64 and a.flags.c_contiguous and a.flags.aligned:
         return a.view(np.uint64)
-    return np.ascontiguousarray(a, dtype=np.uint64)
+    return _c_array(a, np.uint64)
 
 
 class _PyPull:
@@ -494,7 +507,7 @@ def _index_array(x, what, n, dtype=np.uint64):
         bad = np.flatnonzero(a.astype(np.uint64) > top)
         if bad.size:
             _fail(-EINVAL, "%s: row %d has %d (over %d)" % (what, bad[0], a[bad[0]], top))
-    return np.ascontiguousarray(a, dtype=dtype)
+    return _c_array(a, dtype)
 
 
 def _overlaps_itself(a):
@@ -1273,8 +1286,8 @@ class Client:
     def _rows(self, m, data, n):
         a = _as_numpy(data, values=True, what="tensor '%s': data" % m.name)
         wide = a.ndim >= 2 and int(np.prod(a.shape[1:])) != m.row_len
-        if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
-                (a.ndim == 0 or a.shape[0] == n) and not wide:
+        if a.dtype == m.dtype and a.flags.c_contiguous and a.flags.aligned and \
+                a.size == n * m.row_len and (a.ndim == 0 or a.shape[0] == n) and not wide:
             return a
         if a.dtype != m.dtype and not (a.size == 0 and n == 0):  # [] is no rows of any dtype
             a = _cast_rows(m, a)
@@ -1283,7 +1296,7 @@ class Client:
         if a.size != n * m.row_len or (a.ndim > 0 and a.shape[0] != n and n > 0) or wide:
             _fail(-EDTYPE, "tensor '%s': %d ids need %d x %s values, got shape %s"
                   % (m.name, n, n, m.row_shape, a.shape))
-        return np.ascontiguousarray(a, dtype=m.dtype)
+        return _c_array(a, m.dtype)
 
     def push(self, name, ids, data, op="sum", lr=None, async_=False):
         """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
@@ -1422,7 +1435,11 @@ class Client:
                           "one address (an expand() or as_strided view): pull into an array "
                           "of its own memory" % (tuple(o.shape), o.strides), ValueError)
                 shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else copy
-                if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
+                # An out at an address C may not write its dtype's elements at
+                # (np.frombuffer with an offset no multiple of the itemsize)
+                # gets the rows through an aligned temporary, copied into it.
+                if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.aligned and \
+                        o.flags.writeable and shared:
                     target = o
             buf = target if target is not None else np.empty((n,) + row_shape, dtype=m.dtype)
             pids = ffi.from_buffer("uint64_t[]", ida)
@@ -1522,8 +1539,19 @@ class Client:
         """Keeps array's memory registered for zero-copy pulls and pushes (see
         rkv_client_register) until deregister(array). The client holds the
         array until then: memory freed while registered and reused at the same
-        address would be taken as registered."""
+        address would be taken as registered. An array not aligned for its
+        dtype is refused (EINVAL, also a ValueError)."""
         a, p = self._region(array, "register")
+        # push and pull hand C an aligned copy of rows at an odd address
+        # (_c_array), never this memory: its registration would go unused,
+        # and zero-copy with it, silently. The memory must stay where it is,
+        # so it is refused rather than copied.
+        if not a.flags.aligned:
+            _fail(-EINVAL, "register: the array's memory at %#x is not aligned for its %s "
+                  "elements (to %d bytes: np.frombuffer with an offset no multiple of it?): push "
+                  "and pull would copy it, never use it in place; register an aligned array "
+                  "(np.empty's are)" % (int(ffi.cast("uintptr_t", p)), a.dtype,
+                                        a.dtype.alignment), ValueError)
         # The C side's "register 0 bytes at 0x...: invalid argument" said
         # nothing of why.
         if a.nbytes == 0:
