@@ -1299,9 +1299,13 @@ class Client:
         return _c_array(a, m.dtype)
 
     def push(self, name, ids, data, op="sum", lr=None, async_=False):
-        """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
-        data) or "adagrad" (both need lr; assign and sum take none), or a
-        registered custom op's number (lr is its parameter, default 0). Returns
+        """Applies data[i] to row ids[i] with op: "sum" (the default, as
+        ps-lite's; DGL's KVClient.push assigns by default: pass op="assign"
+        for that), "assign", "sgd" (row -= lr * data) or "adagrad" (both need
+        lr; assign and sum take none), or a registered custom op's number (lr
+        is its parameter, default 0). A sum into an integer tensor wraps
+        around on overflow, as numpy's integers do (int64: 2**62 + 2**62 is
+        -2**63); the data itself must fit the dtype (else ERANGE). Returns
         once every server acknowledged; with async_=True returns a PushHandle at once."""
         m = self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
