@@ -99,7 +99,7 @@ enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
  * overflow, as numpy's do. */
 enum rkv_push_op {
     RKV_OP_ASSIGN = 0,
-    RKV_OP_SUM = 1,
+    RKV_OP_SUM = 1,     /* row += grad; integer dtypes wrap around on overflow (two's complement) */
     RKV_OP_SGD = 2,     /* row -= param * grad */
     RKV_OP_ADAGRAD = 3, /* state += grad^2; row -= param * grad / (sqrt(state) + 1e-10) */
     RKV_OP_CUSTOM = 16,

@@ -2284,6 +2284,15 @@ static int cli_pull_begin(struct rkv_client *c, const struct cli_op *o, struct c
                           struct rkv_tx **tx_p, struct rkv_hdr *h)
 {
     int expect = type == RKV_MSG_PULL_ZC ? RKV_MSG_PULL_DONE : RKV_MSG_PULL_REPLY;
+    /* An id costs the request 8 bytes (12 zero-copy), more than a reply row
+     * of one 4-byte element: the request, not the reply, can be what is
+     * over the limit, and cli_begin said so without what to do. */
+    if (len > c->cfg.max_slot_bytes)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                        "pull from '%s': its %u ids for server %u make a %llu-byte request, over "
+                        "max_slot_bytes %llu (pull fewer ids at once)",
+                        o->t->meta.name, cnt, srv->id, (unsigned long long)len,
+                        (unsigned long long)c->cfg.max_slot_bytes);
     int rc =
         cli_begin(c, srv, expect, 0, cnt, (uint64_t)cnt * o->out_bytes, len, "pull", r_p, tx_p);
     if (rc < 0)

@@ -32,6 +32,8 @@ Not here yet: custom push handlers written in Python (push takes a custom
 op's number, registered in C).
 """
 import collections
+import decimal
+import numbers
 import operator
 import os
 import sys
@@ -147,9 +149,12 @@ def _bool_arg(v, what):
 
 
 def _real_arg(v, what):
-    """A finite float argument (a learning rate, a handler's param): a Python
-    or numpy number, or a 0-d numpy array or torch tensor holding one (what
-    a scheduler or torch arithmetic gives: torch.tensor(0.1) was refused)."""
+    """A finite float argument (a learning rate, a handler's param): any real
+    scalar (numbers.Real: Python's and numpy's, fractions.Fraction too, which
+    was refused), a decimal.Decimal (not registered as numbers.Real, yet a
+    real number all the same: taken as float() rounds it), or a 0-d numpy
+    array or torch tensor holding one (what a scheduler or torch arithmetic
+    gives: torch.tensor(0.1) was refused)."""
     if _is_torch(v) or isinstance(v, np.ndarray):
         if tuple(v.shape) != ():
             _fail(-EINVAL, "%s: expected a number or a 0-d array or tensor, got %s of shape %s"
@@ -158,14 +163,17 @@ def _real_arg(v, what):
             v = v.item() if _is_torch(v) else v[()]
         except (RuntimeError, NotImplementedError) as e:  # a meta tensor has no value
             _fail(-EINVAL, "%s: cannot read the tensor's value: %s" % (what, e), ValueError)
-    if isinstance(v, (bool, np.bool_)) or \
-            not isinstance(v, (int, float, np.integer, np.floating)):
-        _fail(-EINVAL, "%s: expected a number, got %r" % (what, v), TypeError)
+    # A bool is an int to Python, but lr=True is a mistake, not 1.0.
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, decimal.Decimal)):
+        _fail(-EINVAL, "%s: expected a real number, got %r" % (what, v), TypeError)
     try:
         f = float(v)
-    except OverflowError:  # an int past float64's range raised it bare
-        _fail(-EINVAL, "%s: expected a finite number, got an int of %d bits"
-              % (what, int(v).bit_length()), OverflowError)
+    except OverflowError:  # an int or Fraction past float64's range raised it bare
+        _fail(-EINVAL, "%s: expected a finite number, got %s" % (
+            what, "an int of %d bits" % int(v).bit_length() if isinstance(v, numbers.Integral)
+            else "a %s past float64's range" % type(v).__name__), OverflowError)
+    except ValueError:  # a signalling Decimal NaN cannot become a float
+        _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
     if f != f or f in (float("inf"), float("-inf")):
         _fail(-EINVAL, "%s: expected a finite number, got %r" % (what, v), ValueError)
     return f
@@ -251,6 +259,19 @@ def _as_numpy(x, values=False, what=None):
         _fail(-EINVAL, "cannot read %s as an array: %s" % (type(x).__name__, e), ValueError)
 
 
+def _c_array(a, dtype):
+    """a as a C-contiguous array of dtype whose memory is aligned for that
+    dtype, as the uint64_t * or float * C reads it through must be; a itself
+    when it is so already. np.ascontiguousarray kept an array np.frombuffer
+    made at an offset that is no multiple of its itemsize, and C read its
+    elements at unaligned addresses (undefined behaviour, even where x86
+    tolerates it). numpy's flags.aligned is the C compiler's alignment of
+    the type (for each dtype the store holds, its itemsize); the copy numpy
+    makes is aligned."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    return a if a.flags.aligned else a.copy()
+
+
 def _ids_from_list(ids):
     """A list or tuple of integer-like objects (Python, numpy or torch
     integers) that numpy made float64 or object: it promotes np.uint64 with a
@@ -276,7 +297,7 @@ def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
     a = _as_numpy(ids, what="ids")
-    if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous:
+    if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous and a.flags.aligned:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
         # np.asarray made a set, a dict or a generator one 0-d object: "got
@@ -295,9 +316,9 @@ def _ids_array(ids):
         _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
         _fail(-ERANGE, "ids: row id %d is negative" % a.min())
-    if a.dtype == np.int64 and a.flags.c_contiguous:
+    if a.dtype == np.int64 and a.flags.c_contiguous and a.flags.aligned:
         return a.view(np.uint64)
-    return np.ascontiguousarray(a, dtype=np.uint64)
+    return _c_array(a, np.uint64)
 
 
 class _PyPull:
@@ -486,7 +507,7 @@ def _index_array(x, what, n, dtype=np.uint64):
         bad = np.flatnonzero(a.astype(np.uint64) > top)
         if bad.size:
             _fail(-EINVAL, "%s: row %d has %d (over %d)" % (what, bad[0], a[bad[0]], top))
-    return np.ascontiguousarray(a, dtype=dtype)
+    return _c_array(a, dtype)
 
 
 def _overlaps_itself(a):
@@ -1074,15 +1095,24 @@ class Client:
             return arr
         return t.from_numpy(arr)
 
-    def _m(self, name):
+    def _m(self, name, ask=False):
+        """Tensor name's meta, from this process's cache once looked up.
+        ask: for a call that answers from the meta alone (get_data_meta,
+        pull_len): the C client is asked even so, and refuses as it refuses
+        a name not cached (after shut_down() a cached name was answered
+        while any other failed with ESHUTDOWN). It answers a name it looked
+        up from its own table, without a request (one that only list() gave
+        costs one request, once). push and pull need not ask: their own C
+        call refuses them."""
         # Only a str can be a key: a list as the name raised a bare
         # "unhashable type" from the lookup.
         m = self._meta.get(name) if isinstance(name, str) else None
-        if m is None:
+        if m is None or ask:
             cm = ffi.new("struct rkv_tensor_meta *")
             self._call(lib.rkv_client_meta, _name_bytes(name), cm)
-            m = _meta_of(cm, name)
-            self._meta[name] = m  # tensors are never dropped or reshaped
+            if m is None:
+                m = _meta_of(cm, name)
+                self._meta[name] = m  # tensors are never dropped or reshaped
         return m
 
     def _dtype_out(self, dt):
@@ -1249,15 +1279,15 @@ class Client:
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's
         when pull returns torch tensors. Unlike DGL's, shape is (rows, row_len),
         or (rows,) for one element a row, whatever shape init_data was given."""
-        self._live()  # from the cache too: after close() it answered as if open
-        m = self._m(name)
+        self._live()  # before the name's checks, as every call says it is closed
+        m = self._m(name, ask=True)
         return self._dtype_out(m.dtype), (m.rows,) + m.row_shape, m.policy
 
     def _rows(self, m, data, n):
         a = _as_numpy(data, values=True, what="tensor '%s': data" % m.name)
         wide = a.ndim >= 2 and int(np.prod(a.shape[1:])) != m.row_len
-        if a.dtype == m.dtype and a.flags.c_contiguous and a.size == n * m.row_len and \
-                (a.ndim == 0 or a.shape[0] == n) and not wide:
+        if a.dtype == m.dtype and a.flags.c_contiguous and a.flags.aligned and \
+                a.size == n * m.row_len and (a.ndim == 0 or a.shape[0] == n) and not wide:
             return a
         if a.dtype != m.dtype and not (a.size == 0 and n == 0):  # [] is no rows of any dtype
             a = _cast_rows(m, a)
@@ -1266,12 +1296,16 @@ class Client:
         if a.size != n * m.row_len or (a.ndim > 0 and a.shape[0] != n and n > 0) or wide:
             _fail(-EDTYPE, "tensor '%s': %d ids need %d x %s values, got shape %s"
                   % (m.name, n, n, m.row_shape, a.shape))
-        return np.ascontiguousarray(a, dtype=m.dtype)
+        return _c_array(a, m.dtype)
 
     def push(self, name, ids, data, op="sum", lr=None, async_=False):
-        """Applies data[i] to row ids[i] with op: "assign", "sum", "sgd" (row -= lr *
-        data) or "adagrad" (both need lr; assign and sum take none), or a
-        registered custom op's number (lr is its parameter, default 0). Returns
+        """Applies data[i] to row ids[i] with op: "sum" (the default, as
+        ps-lite's; DGL's KVClient.push assigns by default: pass op="assign"
+        for that), "assign", "sgd" (row -= lr * data) or "adagrad" (both need
+        lr; assign and sum take none), or a registered custom op's number (lr
+        is its parameter, default 0). A sum into an integer tensor wraps
+        around on overflow, as numpy's integers do (int64: 2**62 + 2**62 is
+        -2**63); the data itself must fit the dtype (else ERANGE). Returns
         once every server acknowledged; with async_=True returns a PushHandle at once."""
         m = self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
@@ -1317,7 +1351,7 @@ class Client:
     def pull_len(self, name, handler):
         """Elements per row that pull(name, ids, handler=handler) returns."""
         self._live()
-        m = self._m(name)
+        m = self._m(name, ask=True)
         return self._pull_len(m, _handler_id(handler))
 
     def _pull_len(self, m, hid):
@@ -1405,7 +1439,11 @@ class Client:
                           "one address (an expand() or as_strided view): pull into an array "
                           "of its own memory" % (tuple(o.shape), o.strides), ValueError)
                 shared = o is out or not _is_torch(out) or out.device.type == "cpu"  # else copy
-                if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.writeable and shared:
+                # An out at an address C may not write its dtype's elements at
+                # (np.frombuffer with an offset no multiple of the itemsize)
+                # gets the rows through an aligned temporary, copied into it.
+                if o.dtype == m.dtype and o.flags.c_contiguous and o.flags.aligned and \
+                        o.flags.writeable and shared:
                     target = o
             buf = target if target is not None else np.empty((n,) + row_shape, dtype=m.dtype)
             pids = ffi.from_buffer("uint64_t[]", ida)
@@ -1505,8 +1543,19 @@ class Client:
         """Keeps array's memory registered for zero-copy pulls and pushes (see
         rkv_client_register) until deregister(array). The client holds the
         array until then: memory freed while registered and reused at the same
-        address would be taken as registered."""
+        address would be taken as registered. An array not aligned for its
+        dtype is refused (EINVAL, also a ValueError)."""
         a, p = self._region(array, "register")
+        # push and pull hand C an aligned copy of rows at an odd address
+        # (_c_array), never this memory: its registration would go unused,
+        # and zero-copy with it, silently. The memory must stay where it is,
+        # so it is refused rather than copied.
+        if not a.flags.aligned:
+            _fail(-EINVAL, "register: the array's memory at %#x is not aligned for its %s "
+                  "elements (to %d bytes: np.frombuffer with an offset no multiple of it?): push "
+                  "and pull would copy it, never use it in place; register an aligned array "
+                  "(np.empty's are)" % (int(ffi.cast("uintptr_t", p)), a.dtype,
+                                        a.dtype.alignment), ValueError)
         # The C side's "register 0 bytes at 0x...: invalid argument" said
         # nothing of why.
         if a.nbytes == 0:

@@ -1,5 +1,7 @@
 """Bad input raises rkv.Error with the store's code and message; the client and
 the servers keep working afterwards."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -102,3 +104,29 @@ def test_a_pull_over_max_slot_bytes_says_how_big_and_what_to_do(make_cluster):
     assert "rows of 'big': a " in e.value.message, e.value.message
     assert "over max_slot_bytes 1048576 (pull fewer ids at once)" in e.value.message
     assert c.pull("big", np.arange(50000, 60000)).shape == (10000, 16)
+
+
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_a_pull_whose_request_is_over_max_slot_bytes_says_what_to_do(make_cluster, zero_copy):
+    # A pull sends 8 bytes an id (12 zero-copy): with rows of one 4-byte
+    # element its request outgrows max_slot_bytes before its reply does, and
+    # that said "pull: 80088-byte message: configured limit reached
+    # (max_slot_bytes 65536)", without the advice the reply's and a push's
+    # give.
+    settings = {"zero_copy_bytes": 4096} if zero_copy else {}
+    cl = make_cluster(servers_per_machine=1, max_slot_bytes=1 << 16, **settings)
+    c = cl.client(output="numpy")
+    c.init_data("one", (20000,), "float32")
+    ids = np.arange(10000, 20000)  # machine 1's: 10000 ids, a 40064-byte reply
+    out = np.zeros(ids.size, np.float32)
+    with pytest.raises(rkv.Error) as e:
+        c.pull("one", ids, out=out)
+    assert e.value.code == -rkv.ELIMIT
+    m = re.search(r"pull from 'one': its 10000 ids for server 1 make a (\d+)-byte request, "
+                  r"over max_slot_bytes 65536 \(pull fewer ids at once\)", e.value.message)
+    assert m, e.value.message
+    per_id = 12 if zero_copy else 8
+    assert ids.size * per_id < int(m.group(1)) <= ids.size * per_id + 256  # and its header
+    c.push("one", ids[:5000], np.arange(5000), op="assign")
+    np.testing.assert_array_equal(c.pull("one", ids[:5000], out=out[:5000]), np.arange(5000))
+    assert c.stats()["ops"]["pull"]["errors"] == 1

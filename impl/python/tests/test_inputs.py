@@ -231,6 +231,55 @@ def test_learning_rate_as_a_0d_tensor_or_array(client):
     assert "param: expected a finite number" in e.message
 
 
+def _param_of_the_pull(row, state, out, param):
+    out[...] = param
+
+
+def test_learning_rate_and_param_as_any_real_number(make_cluster):
+    # lr=Fraction(1, 2) was refused ("expected a number"), though a Fraction
+    # is a numbers.Real as float is. A Decimal is not registered as one, but
+    # is a real number: taken as float() rounds it. NaN, inf and what float64
+    # cannot hold are refused whatever type carries them.
+    from decimal import Decimal
+    from fractions import Fraction
+
+    def setup(s):
+        s.register_pull_handler(rkv.PULL_CUSTOM, _param_of_the_pull, out_mult=0, out_add=1)
+
+    client = make_cluster(setup=setup).client()
+    client.register_pull_handler(rkv.PULL_CUSTOM, _param_of_the_pull, out_mult=0, out_add=1)
+    client.init_data("w", (10, 2), "float32", with_state=True)
+    g = np.ones((1, 2), np.float32)
+    for lr in (Fraction(1, 2), Decimal("0.5"), Fraction(np.int64(1), 2)):
+        client.push("w", [0], np.zeros((1, 2), np.float32), op="assign")
+        client.push("w", [0], g, op="sgd", lr=lr)
+        np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[-0.5, -0.5]])
+    client.push("w", [1], g, op="adagrad", lr=Fraction(1, 4))
+    # A custom handler's param goes through the same check (machine 0's row
+    # 0 is the client's own handler's, machine 1's row 9 a server's).
+    for param, want in ((Fraction(3, 4), 0.75), (Decimal("-0.25"), -0.25),
+                        (Fraction(1, 3), np.float32(1 / 3))):
+        got = client.pull("w", [0, 9], handler=rkv.PULL_CUSTOM, param=param).numpy()
+        np.testing.assert_array_equal(got, [want, want])
+    for bad in (Decimal("NaN"), Decimal("sNaN"), Decimal("Infinity"), Decimal("-1e400"),
+                Decimal("1e400")):
+        e = refused(ValueError, client.push, "w", [0], g, op="sgd", lr=bad)
+        assert e.code == -rkv.EINVAL and "lr: expected a finite number" in e.message, e.message
+    e = refused(OverflowError, client.push, "w", [0], g, op="sgd", lr=Fraction(10**400, 3))
+    assert "lr: expected a finite number, got a Fraction past float64's range" in e.message
+    e = refused(OverflowError, client.pull, "w", [0], handler=rkv.PULL_CUSTOM, param=2**1100)
+    assert "param: expected a finite number, got an int of 1101 bits" in e.message
+    for op in ("sgd", "adagrad"):
+        for lr in (Fraction(-1, 10), Decimal("-0.1")):
+            e = refused(ValueError, client.push, "w", [0], g, op=op, lr=lr)
+            assert "must not be negative" in e.message
+    # Still refused: what is no real number, or a bool taken for one.
+    for bad in (True, np.bool_(False), "0.5", 1 + 0j, np.complex64(1), [0.5]):
+        e = refused(TypeError, client.push, "w", [0], g, op="sgd", lr=bad)
+        assert e.code == -rkv.EINVAL and "lr" in e.message
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[-0.5, -0.5]])
+
+
 def test_negative_learning_rate_is_refused(client):
     # lr=-0.1 climbed the gradient without a word (torch.optim refuses it).
     client.init_data("w", (10, 2), "float32", with_state=True)
@@ -591,6 +640,112 @@ def test_empty_rows_of_another_width_are_refused(client):
     client.push("w", [], np.zeros((0, 3), np.float32))
     client.push("w", [], np.zeros((0, 3, 1), np.float32))
     client.pull("w", [], out=np.zeros((0, 3), np.float32))
+
+
+class _CSpy:
+    """rkv's cffi lib as rkv calls it, recording the address of each array
+    push, pull and init_data hand C: (what, address, alignment C needs).
+    itemsize: that of the tensor the test pushes and pulls."""
+
+    def __init__(self, lib, ffi):
+        self._lib, self._ffi, self.seen, self.itemsize = lib, ffi, [], 8
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def _note(self, what, p, align):
+        if p != self._ffi.NULL:
+            self.seen.append((what, int(self._ffi.cast("uintptr_t", p)), align))
+
+    def rkv_client_push(self, cli, name, ids, n, rows, *rest):
+        self._note("push ids", ids, 8)
+        self._note("push rows", rows, self.itemsize)
+        return self._lib.rkv_client_push(cli, name, ids, n, rows, *rest)
+
+    def rkv_client_push_async(self, cli, name, ids, n, rows, *rest):
+        self._note("async push ids", ids, 8)
+        self._note("async push rows", rows, self.itemsize)
+        return self._lib.rkv_client_push_async(cli, name, ids, n, rows, *rest)
+
+    def rkv_client_pull(self, cli, name, ids, n, out):
+        self._note("pull ids", ids, 8)
+        self._note("pull out", out, self.itemsize)
+        return self._lib.rkv_client_pull(cli, name, ids, n, out)
+
+    def rkv_client_init_data(self, cli, d):
+        self._note("book", d.book, 4)
+        self._note("local_index", d.local_index, 8)
+        return self._lib.rkv_client_init_data(cli, d)
+
+
+def _unaligned(values, dtype, offset=1):
+    """values as dtype in a writable buffer, offset bytes in: what
+    np.frombuffer gives for rows read from a packed file or message."""
+    v = np.asarray(values, dtype=dtype)
+    a = np.frombuffer(bytearray(offset + v.nbytes), dtype=dtype, offset=offset,
+                      count=v.size).reshape(v.shape)
+    a[...] = v
+    assert not a.flags.aligned and a.flags.c_contiguous and a.flags.writeable
+    return a
+
+
+def test_unaligned_arrays_reach_c_aligned(client, monkeypatch):
+    # Arrays np.frombuffer made at an offset no multiple of their itemsize
+    # (numpy calls them unaligned) were handed to C as they were: ids, rows,
+    # out= and an init's book and local index, which C reads through
+    # uint64_t *, float *... (undefined behaviour, even where x86 tolerates
+    # it). C gets aligned memory (a copy where need be), the values are
+    # exact, and an unaligned out= receives the rows all the same.
+    spy = _CSpy(rkv.lib, rkv.ffi)
+    monkeypatch.setattr(rkv, "lib", spy)
+
+    def c_got_aligned():
+        assert spy.seen, "nothing was handed to C"
+        for what, addr, align in spy.seen:
+            assert addr % align == 0, "%s at %#x, not aligned to %d" % (what, addr, align)
+        del spy.seen[:]
+
+    ids = [3, 15, 0, 19]  # machine 0's rows (the client's shared memory) and machine 1's
+    for name, dtype, shape in (("f", np.float32, (4, 3)), ("d", np.float64, (4,)),
+                               ("i", np.int64, (4, 2))):
+        client.init_data(name, (20,) + shape[1:], np.dtype(dtype).name)
+        spy.itemsize = np.dtype(dtype).itemsize
+        del spy.seen[:]
+        want = (np.arange(np.prod(shape)) * 3 + 1).reshape(shape).astype(dtype)
+        for idx in (_unaligned(ids, np.uint64), _unaligned(ids, np.int64, 3)):
+            client.push(name, idx, _unaligned(want, dtype, 2), op="assign")
+            c_got_aligned()
+            np.testing.assert_array_equal(client.pull(name, idx).numpy(), want)
+            c_got_aligned()
+        client.push(name, _unaligned(ids, np.uint64, 5), _unaligned(want, dtype, 1),
+                    async_=True).wait()  # a sum: every row now twice what it was
+        c_got_aligned()
+        out = _unaligned(np.zeros(shape), dtype, 4 if spy.itemsize == 8 else 2)
+        assert client.pull(name, ids, out=out) is out
+        c_got_aligned()
+        np.testing.assert_array_equal(out, 2 * want)
+        t = torch.frombuffer(bytearray(1 + out.nbytes), dtype=getattr(torch, str(out.dtype)),
+                             offset=1, count=out.size).view(shape)
+        assert client.pull(name, ids, out=t) is t
+        c_got_aligned()
+        np.testing.assert_array_equal(t.numpy(), 2 * want)
+
+    # A partition book and local index read from bytes, as the rows above.
+    book = _unaligned([1, 0, 1, 0, 1, 0], np.uint32)
+    local = _unaligned([0, 2, 2, 0, 1, 1], np.uint64, 3)
+    client.init_data("b", (6, 2), "int64", part_policy=book, local_index=local)
+    c_got_aligned()
+    spy.itemsize = 8
+    rows = np.arange(12, dtype=np.int64).reshape(6, 2) - 6
+    client.push("b", np.arange(6), rows, op="assign")
+    np.testing.assert_array_equal(client.pull("b", np.arange(6)[::-1]).numpy(), rows[::-1])
+    c_got_aligned()
+
+    # Registered memory must stay where it is: an unaligned array is refused
+    # (push and pull would only ever use an aligned copy of it).
+    e = refused(ValueError, client.register, _unaligned(np.zeros(8), np.float32))
+    assert e.code == -rkv.EINVAL and "not aligned for its float32 elements" in e.message
+    client.register(np.zeros(8, np.float32))
 
 
 def test_with_on_a_closed_client(cluster):

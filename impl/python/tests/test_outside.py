@@ -469,6 +469,39 @@ def test_list_after_shut_down_says_shut_down(cluster):
     c.close()  # the servers were shut down: the fixture only joins them
 
 
+def test_cached_metas_after_shut_down_say_shut_down(cluster):
+    # get_data_meta and pull_len of a name looked up before (or listed)
+    # answered from the client's cache after shut_down(), where list() and
+    # a name not cached raised ESHUTDOWN. Both raise what list() raises:
+    # rkv.Error itself, ESHUTDOWN, "<call>: the servers were asked to exit".
+    c = cluster.client()
+    c.init_data("t", (10, 4), "float32")
+    c.init_data("s", (10, 2), "float32", with_state=True)
+    c.init_data("l", (10, 3), "int64")
+    assert c.get_data_meta("t")[1] == (10, 4) and c.pull_len("t", None) == 4
+    assert c.pull_len("s", "with_state") == 4
+    assert [m.name for m in c.list()] == ["t", "s", "l"]  # "l" known from list() alone
+    c.shut_down()
+
+    def error_of(call):
+        with pytest.raises(rkv.Error) as e:
+            call()
+        return e.value
+
+    listed = error_of(c.list)
+    assert type(listed) is rkv.Error and listed.code == -rkv.ESHUTDOWN
+    assert listed.message == "list: the servers were asked to exit " \
+        "(rkv_client_shutdown_servers)"
+    uncached = error_of(lambda: c.get_data_meta("never"))
+    assert uncached.message == "meta: " + listed.message[len("list: "):]
+    for call in (lambda: c.get_data_meta("t"), lambda: c.get_data_meta("l"),
+                 lambda: c.pull_len("t", None), lambda: c.pull_len("s", "with_state"),
+                 lambda: c.pull_len("never", None)):
+        e = error_of(call)
+        assert (type(e), e.code, e.message) == (rkv.Error, uncached.code, uncached.message)
+    c.close()  # the servers were shut down: the fixture only joins them
+
+
 def test_observer_pull_of_no_ids_is_refused_as_its_push(cluster):
     # rkv.h: an observer lists and reads metas, every other call is EINVAL.
     # push([]) was refused, pull([]) returned an empty array.

@@ -36,6 +36,26 @@ def test_assign_sum_pull_each_dtype(client, dt, kind):
     assert client.get_data_meta(name) == (got.dtype, (ROWS, 3), "range")
 
 
+@pytest.mark.parametrize("dt", [np.int32, np.int64])
+def test_push_sums_by_default_and_integer_sums_wrap_as_numpys(client, dt):
+    # What push's docstring and the README say: op defaults to "sum" (as
+    # ps-lite's push; DGL's default handler assigns), and an integer sum
+    # wraps around on overflow as numpy's does, on this machine's rows (the
+    # client's own) and machine 1's (a server's) alike.
+    name = "w_%s" % np.dtype(dt).name
+    client.init_data(name, (ROWS, 2), np.dtype(dt).name)
+    ids = np.array([0, ROWS - 1])
+    top = np.iinfo(dt).max
+    half = np.full((2, 2), (top >> 1) + 1, dtype=dt)  # 2**62 for int64
+    client.push(name, ids, half)
+    client.push(name, ids, half)
+    want = half + half  # numpy's wrap: -2**63 for int64
+    assert (want == np.iinfo(dt).min).all()
+    np.testing.assert_array_equal(client.pull(name, ids).numpy(), want)
+    client.push(name, ids, np.full((2, 2), -1, dtype=dt))  # and back, past the minimum
+    np.testing.assert_array_equal(client.pull(name, ids).numpy(), np.full((2, 2), top, dt))
+
+
 @pytest.mark.parametrize("idt", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
                                  np.int64, np.uint64])
 def test_ids_of_every_integer_type(client, idt):
