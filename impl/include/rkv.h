@@ -95,8 +95,7 @@ enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
  * nothing applied), since it cannot see the servers' handlers (outside
  * durable mode it applies the op to its own machine's rows itself).
  * SGD's and ADAGRAD's param (the learning rate) must be finite and not
- * negative (-RKV_EINVAL, nothing applied). Integer sums wrap around on
- * overflow, as numpy's do. */
+ * negative (-RKV_EINVAL, nothing applied). */
 enum rkv_push_op {
     RKV_OP_ASSIGN = 0,
     RKV_OP_SUM = 1,     /* row += grad; integer dtypes wrap around on overflow (two's complement) */
