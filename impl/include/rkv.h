@@ -530,7 +530,8 @@ RKV_API int rkv_client_pull(struct rkv_client *cli, const char *name, const uint
 RKV_API int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_t *ids,
                                  size_t n, void *rows_out, int handler, double param);
 /* Elements per row that rkv_client_pull_with(name, handler) returns. Same
- * errors as its checks. */
+ * errors as its checks (-RKV_ESHUTDOWN after the servers were asked to
+ * exit, as rkv_client_meta). */
 RKV_API int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler,
                                 uint32_t *len_p);
 /* Returns when every client has entered the barrier, however long that

@@ -2489,8 +2489,10 @@ static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler,
     if (!len_p)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL, "pull_len: len_p is NULL");
     struct rkv_tensor *t;
-    int rc = cli_tensor(c, name, &t);
-    if (rc < 0)
+    /* As meta: after a shutdown it answered a tensor this client had seen
+     * from its table and refused one it had not. */
+    int rc = cli_check_open(c, "pull_len");
+    if (rc < 0 || (rc = cli_tensor(c, name, &t)) < 0)
         return rc;
     return rkv_pull_check(c->pt, handler, t, len_p, c->err, sizeof(c->err));
 }

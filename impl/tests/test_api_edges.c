@@ -1445,6 +1445,13 @@ static void test_calls_after_shutdown(void **state)
     assert_int_equal(rkv_client_pull(a, "t", remote, 1, got), -RKV_ESHUTDOWN);
     assert_int_equal(rkv_client_barrier(a), -RKV_ESHUTDOWN);
     assert_int_equal(rkv_client_shutdown_servers(a), -RKV_ESHUTDOWN);
+    /* Queries of a tensor a knows answer as meta does (pull_len answered
+     * from the client's table, as if a pull could still follow). */
+    struct rkv_tensor_meta m;
+    uint32_t len = 0;
+    assert_int_equal(rkv_client_meta(a, "t", &m), -RKV_ESHUTDOWN);
+    assert_int_equal(rkv_client_pull_len(a, "t", 0, &len), -RKV_ESHUTDOWN);
+    assert_msg(a, "pull_len: the servers were asked to exit");
     /* b did not ask, but its machine's servers are gone: its co-located
      * rows are served no more. */
     assert_int_equal(rkv_client_push(b, "t", local, 2, rows, RKV_OP_SUM, 0), -RKV_ESHUTDOWN);
