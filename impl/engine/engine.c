@@ -702,13 +702,34 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
     }
 }
 
+/* Queues tx behind the rendezvous at the head of the waiting queue. The
+ * queue is bounded as the backlog is: a peer that never answers our
+ * RNDV_START (or grants a slot too small for the message) and keeps
+ * sending requests would otherwise have every reply queued here for ever. */
+static int peer_wait_slot(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    if (p->waiting.n >= e->max_backlog) {
+        uint64_t quiet = 0;
+        if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST,
+                           &quiet))
+            RKV_LOGW(e->port,
+                     "engine: %u messages wait behind a rendezvous the peer does not answer; "
+                     "dropping it (%llu such lines suppressed)",
+                     p->waiting.n, (unsigned long long)quiet);
+        tx_put(e, tx);
+        peer_kill(e, p, 1);
+        return -RKV_ELIMIT;
+    }
+    txq_push(&p->waiting, tx);
+    return 0;
+}
+
 static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     tx->kind = ENG_TX_SLOT;
-    if (p->waiting.head) {
-        txq_push(&p->waiting, tx);
-        return 0;
-    }
+    if (p->waiting.head)
+        return peer_wait_slot(e, p, tx);
     int rc = peer_acquire(e, p, tx);
     if (rc > 0)
         return peer_post(e, p, tx);
@@ -769,7 +790,7 @@ static int eng_send_locked(struct rkv_engine *e, struct rkv_peer *p, struct rkv_
         tx->kind = ENG_TX_SEND;
         rc = 0;
         if (p->waiting.head) /* keep order behind a rendezvous in progress */
-            txq_push(&p->waiting, tx);
+            rc = peer_wait_slot(e, p, tx);
         else
             rc = peer_post(e, p, tx);
     } else {
@@ -819,7 +840,7 @@ int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
     tx->reply = 1;
     int rc = 0;
     if (p->waiting.head && !p->dead) /* keep order behind a rendezvous */
-        txq_push(&p->waiting, tx);
+        rc = peer_wait_slot(e, p, tx);
     else
         rc = peer_post(e, p, tx);
     eng_unlock(e);

@@ -1086,6 +1086,57 @@ static void test_rendezvous_reply_to_nowhere(void **state)
     cluster_stop(&c);
 }
 
+/* A reply larger than a SEND goes by rendezvous: the server asks the
+ * client for a slot, and what it sends that client afterwards waits behind
+ * the ask, to keep the connection's order. A client that never answers the
+ * ask, and goes on sending requests, had every reply queued behind it
+ * without bound (a reply buffer each, the server's memory); the queue is
+ * bounded as the credit backlog is, and the peer dropped past it. */
+#define BOOK_ROWS 4096 /* an explicit book of 16 KiB: its META_REPLY needs a slot */
+#define UNANSWERED_REQUESTS 3000
+
+static void test_rendezvous_unanswered(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    static uint32_t book[BOOK_ROWS];
+    for (uint32_t r = 0; r < BOOK_ROWS; r++)
+        book[r] = r % 2;
+    const struct rkv_tensor_desc booked = {.name = "booked",
+                                           .dtype = RKV_F32,
+                                           .rows = BOOK_ROWS,
+                                           .row_len = 1,
+                                           .policy = RKV_PART_EXPLICIT,
+                                           .book = book};
+    assert_int_equal(rkv_client_init_data(c.cli, &booked), 0);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    struct rkv_hdr h = {.type = RKV_MSG_META, .req_id = 0x78, .sender = 0x666};
+    evil_send(&e, rkv_proto_enc_meta(e.tx, &h, "booked"));
+    struct rkv_msg m;
+    assert_int_equal(evil_next(&e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_RNDV_START); /* never answered */
+    /* Requests whose replies (ERRORs: row 100 does not exist) queue behind it. */
+    uint64_t bad = 100;
+    size_t len = enc_push(&e, SMALL_ID, 1, SMALL_ROW_BYTES, &bad);
+    struct rkv_sge s = {.addr = e.tx, .len = (uint32_t)len, .mr = e.tx_mr};
+    int sent = 0;
+    while (sent < UNANSWERED_REQUESTS && e.nd.nic->ops->post_send(e.qp, 1, &s, 0) == 0)
+        sent++;
+    printf("rendezvous unanswered: %d requests sent\n", sent);
+    evil_expect_dropped(&e);
+    evil_close(&e);
+    expect_logged_once(log, NULL, "behind a rendezvous the peer does not answer");
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
 /* ---- 4: a flood of connections ---- */
 
 static int tcp_dial(const struct rkv_machine *m)
@@ -1925,6 +1976,7 @@ int main(void)
         cmocka_unit_test_prestate(test_cross_peer_slot, &env),
         cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
+        cmocka_unit_test_prestate(test_rendezvous_unanswered, &env),
         cmocka_unit_test_prestate(test_connection_flood, &env),
         cmocka_unit_test_prestate(test_text_secret, &env),
         cmocka_unit_test_prestate(test_connection_churn, &env),
