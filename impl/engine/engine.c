@@ -1687,8 +1687,18 @@ static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const s
     if (s < p->lslot_cap && p->lslots[s].state == ENG_SLOT_GRANTED) {
         peer_lslot_free(e, &p->lslots[s]);
         eng_serve_asks(e);
-    } else
-        RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
+        return;
+    }
+    /* Rate-limited: a peer may send it in a loop (it harms nothing else,
+     * so the peer is not dropped for it). */
+    uint64_t quiet = 0;
+    if (rkv_ratelim_ok(&e->lim_slot, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(e->port,
+                 "engine: peer retired slot %u, which it was not granted (%llu such lines "
+                 "suppressed)",
+                 s, (unsigned long long)quiet);
+    else
+        RKV_LOGD(e->port, "engine: peer retired slot %u, which it was not granted", s);
 }
 
 /* on_msg under a "recv TYPE" span (the handler's time on this thread),

@@ -1935,6 +1935,56 @@ static void test_warnings_rate_limited(void **state)
     cluster_stop(&c);
 }
 
+/* Messages a peer may send in a loop without being dropped for them: a
+ * RETIRE of a slot it was never granted, and an ERROR (which no client
+ * sends a server). Each was a warning line per message. */
+#define STRAY_RETIRES 1000
+#define STRAY_ERRORS 200 /* each is answered: fewer than the credit backlog bound */
+
+static void wait_lines(struct logcap *lc, const char *needle, int n)
+{
+    for (int waited_ms = 0; logcap_count(lc, needle) < n && waited_ms < (int)WAIT_MS;
+         waited_ms += 10)
+        usleep(10000);
+    assert_int_equal(logcap_count(lc, needle), n);
+}
+
+static void test_stray_messages_rate_limited(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    for (int i = 0; i < STRAY_RETIRES; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_RETIRE, .count = 9999, .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_empty(e.tx, &h));
+    }
+    for (int i = 0; i < STRAY_ERRORS; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_ERROR,
+                            .req_id = 0x1000 + (uint64_t)i,
+                            .status = -RKV_EIO,
+                            .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_error(e.tx, EV_CTRL, &h, "not a reply to anything"));
+    }
+    wait_lines(log, "which it was not granted", STRAY_RETIRES);
+    wait_lines(log, "failed: not a reply to anything", STRAY_ERRORS);
+    int w_retire = logcap_count(log, "L1 engine: peer retired slot");
+    int w_error = logcap_count(log, "L1 reply to request");
+    printf("stray messages: %d of %d RETIRE lines and %d of %d ERROR lines are warnings\n",
+           w_retire, STRAY_RETIRES, w_error, STRAY_ERRORS);
+    assert_true(w_retire >= 1 && w_retire <= (int)RKV_RATELIM_BURST);
+    assert_true(w_error >= 1 && w_error <= (int)RKV_RATELIM_BURST);
+    evil_close(&e);
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1987,6 +2037,7 @@ int main(void)
         cmocka_unit_test_prestate(test_identity, &env),
         cmocka_unit_test_prestate(test_push_sender_is_the_connection, &env),
         cmocka_unit_test_prestate(test_warnings_rate_limited, &env),
+        cmocka_unit_test_prestate(test_stray_messages_rate_limited, &env),
     };
     /* RKV_TEST_FILTER=test_credit_hog (a glob) runs only what it names. */
     const char *filter = getenv("RKV_TEST_FILTER");
