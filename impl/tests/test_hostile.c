@@ -1006,6 +1006,7 @@ struct evil_server {
     pthread_t thr;
     atomic_int stop; /* written once by the test thread, read by the server's */
     uint32_t n_rndv;
+    uint32_t hello_id; /* nonzero: the client id every HELLO_REPLY gives */
 };
 
 static void evil_reply(struct evil *e, const struct rkv_msg *m)
@@ -1045,6 +1046,8 @@ static void *evil_server_main(void *arg)
             if (rkv_proto_decode(r->buf, r->len, &m, why, sizeof(why)) < 0)
                 continue;
             es->n_rndv += m.h.type == RKV_MSG_RNDV_START;
+            if (m.h.type == RKV_MSG_HELLO && es->hello_id)
+                m.u.hello.want_id = es->hello_id;
             if (e->qp && !e->down)
                 evil_reply(e, &m);
         }
@@ -1084,6 +1087,43 @@ static void test_rendezvous_reply_to_nowhere(void **state)
     pthread_join(es.thr, NULL);
     evil_close(&es.e);
     cluster_stop(&c);
+}
+
+/* A hostile server 0 hands the joining client an id past num_workers: the
+ * client refuses it, where it took it, and rkv_client_id() then named a
+ * worker that does not exist (callers index per-worker arrays with it). */
+static void test_client_id_past_workers(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    memset(&c, 0, sizeof(c));
+    struct evil_server es = {.hello_id = 7};
+    evil_open(&es.e, env);
+    struct rkv_nic *n = es.e.nd.nic;
+    for (int attempt = 0;; attempt++) {
+        assert_true(attempt < 50);
+        uint16_t base = env->next_port++;
+        if (env->next_port > 18990)
+            env->next_port = 10000;
+        cluster_config(&c, env, 1, base);
+        if (port_free(base) && n->ops->listen(n, c.machines[0].host, base) == 0)
+            break;
+    }
+    assert_int_equal(pthread_create(&es.thr, NULL, evil_server_main, &es), 0);
+    char err[256] = "";
+    node_open(&c.cli_node, env, "w");
+    c.cfg.connect_retry_ms = 0;
+    int rc =
+        rkv_client_create_on(c.cli_node.port, c.cli_node.nic, &c.cfg, &c.cli, err, sizeof(err));
+    printf("client given id 7 of 1 worker: %s: %s\n", rkv_strerror(rc), err);
+    if (rc == 0)
+        rkv_client_destroy(c.cli);
+    assert_int_equal(rc, -RKV_EPROTO);
+    assert_non_null(strstr(err, "bad id 7"));
+    node_close(&c.cli_node);
+    atomic_store(&es.stop, 1);
+    pthread_join(es.thr, NULL);
+    evil_close(&es.e);
 }
 
 /* A reply larger than a SEND goes by rendezvous: the server asks the
@@ -2027,6 +2067,7 @@ int main(void)
         cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_unanswered, &env),
+        cmocka_unit_test_prestate(test_client_id_past_workers, &env),
         cmocka_unit_test_prestate(test_connection_flood, &env),
         cmocka_unit_test_prestate(test_text_secret, &env),
         cmocka_unit_test_prestate(test_connection_churn, &env),
