@@ -1640,6 +1640,8 @@ static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const st
     eng_revoke_for_asks(e);
 }
 
+static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
+
 static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
     uint32_t key = (m->h.tensor_id << 8) | (m->h.op & 0xff);
@@ -1666,11 +1668,11 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
         peer_run_waiting(e, p);
         return;
     }
-    if (p->n_rslots >= e->cfg.max_slots) {
-        RKV_LOGW(e->port, "engine: peer granted more slots than max_slots; dropping it");
-        peer_kill(e, p, 1);
-        return;
-    }
+    /* A protocol error like any malformed message, logged rate-limited
+     * with them: a line per connection was a flood from peers that come
+     * and go. */
+    if (p->n_rslots >= e->cfg.max_slots)
+        return eng_reject(e, p, "peer granted more slots than max_slots");
     if (p->n_rslots == p->rslot_cap && eng_slots_grow((void **)&p->rslots, &p->rslot_cap,
                                                       sizeof(*p->rslots), e->cfg.max_slots) < 0) {
         RKV_LOGW(e->port, "engine: out of memory for a granted slot; dropping the peer");
@@ -1716,7 +1718,6 @@ static void eng_traced_msg(struct rkv_engine *e, struct rkv_peer *p, const struc
 }
 
 /* Internal types are handled here; the rest go to the owner, unlocked. */
-static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
 
 static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m,
                          uint32_t granted_slot)

@@ -2025,6 +2025,64 @@ static void test_stray_messages_rate_limited(void **state)
     cluster_stop(&c);
 }
 
+/* Flow control that lies: credits returned that were never given, and
+ * slots granted past max_slots, on connection after connection. Each is a
+ * protocol error that drops the connection, logged as malformed messages
+ * are: rate-limited across connections (the second was a warning line per
+ * connection). */
+#define SLOT_GRANTERS 40
+
+static void evil_reconnect(struct evil *e, const struct rkv_machine *m)
+{
+    if (e->qp)
+        e->nd.nic->ops->qp_close(e->qp);
+    e->qp = NULL;
+    e->down = 0;
+    e->q_len = 0;
+    evil_connect(e, m);
+}
+
+static void test_flow_control_lies(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    const uint16_t lies[] = {1, UINT16_MAX};
+    for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+        evil_reconnect(&e, &c.machines[1]);
+        struct rkv_hdr h = {.type = RKV_MSG_CREDIT, .credits = lies[i], .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_empty(e.tx, &h));
+        evil_expect_dropped(&e);
+    }
+    wait_lines(log, "more credits than it was given", 2);
+    check_serving(&c, 1);
+    const struct rkv_slot_desc d = {.addr = 0x1000, .rkey = 1, .cap = 1 << 20};
+    for (int k = 0; k < SLOT_GRANTERS; k++) {
+        evil_reconnect(&e, &c.machines[1]);
+        for (uint32_t i = 0; i <= c.cfg.push_slots; i++) {
+            struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY,
+                                .tensor_id = 100 + i,
+                                .op = RKV_MSG_PUSH_ACK,
+                                .sender = 0x666};
+            evil_send(&e, rkv_proto_enc_slot(e.tx, &h, &d));
+        }
+        evil_expect_dropped(&e);
+    }
+    evil_close(&e);
+    wait_lines(log, "more slots than max_slots", SLOT_GRANTERS);
+    int warned = logcap_count(log, " L1 engine: ");
+    printf("flow control lies: %d of %d drop lines are warnings\n", warned, SLOT_GRANTERS + 2);
+    assert_true(warned >= 1 && warned <= (int)RKV_RATELIM_BURST);
+    check_serving(&c, 2);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -2079,6 +2137,7 @@ int main(void)
         cmocka_unit_test_prestate(test_push_sender_is_the_connection, &env),
         cmocka_unit_test_prestate(test_warnings_rate_limited, &env),
         cmocka_unit_test_prestate(test_stray_messages_rate_limited, &env),
+        cmocka_unit_test_prestate(test_flow_control_lies, &env),
     };
     /* RKV_TEST_FILTER=test_credit_hog (a glob) runs only what it names. */
     const char *filter = getenv("RKV_TEST_FILTER");
