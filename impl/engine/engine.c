@@ -702,13 +702,34 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
     }
 }
 
+/* Queues tx behind the rendezvous at the head of the waiting queue. The
+ * queue is bounded as the backlog is: a peer that never answers our
+ * RNDV_START (or grants a slot too small for the message) and keeps
+ * sending requests would otherwise have every reply queued here for ever. */
+static int peer_wait_slot(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    if (p->waiting.n >= e->max_backlog) {
+        uint64_t quiet = 0;
+        if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST,
+                           &quiet))
+            RKV_LOGW(e->port,
+                     "engine: %u messages wait behind a rendezvous the peer does not answer; "
+                     "dropping it (%llu such lines suppressed)",
+                     p->waiting.n, (unsigned long long)quiet);
+        tx_put(e, tx);
+        peer_kill(e, p, 1);
+        return -RKV_ELIMIT;
+    }
+    txq_push(&p->waiting, tx);
+    return 0;
+}
+
 static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     tx->kind = ENG_TX_SLOT;
-    if (p->waiting.head) {
-        txq_push(&p->waiting, tx);
-        return 0;
-    }
+    if (p->waiting.head)
+        return peer_wait_slot(e, p, tx);
     int rc = peer_acquire(e, p, tx);
     if (rc > 0)
         return peer_post(e, p, tx);
@@ -769,7 +790,7 @@ static int eng_send_locked(struct rkv_engine *e, struct rkv_peer *p, struct rkv_
         tx->kind = ENG_TX_SEND;
         rc = 0;
         if (p->waiting.head) /* keep order behind a rendezvous in progress */
-            txq_push(&p->waiting, tx);
+            rc = peer_wait_slot(e, p, tx);
         else
             rc = peer_post(e, p, tx);
     } else {
@@ -819,7 +840,7 @@ int rkv_engine_write(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
     tx->reply = 1;
     int rc = 0;
     if (p->waiting.head && !p->dead) /* keep order behind a rendezvous */
-        txq_push(&p->waiting, tx);
+        rc = peer_wait_slot(e, p, tx);
     else
         rc = peer_post(e, p, tx);
     eng_unlock(e);
@@ -1619,6 +1640,8 @@ static void eng_on_rndv_start(struct rkv_engine *e, struct rkv_peer *p, const st
     eng_revoke_for_asks(e);
 }
 
+static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
+
 static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m)
 {
     uint32_t key = (m->h.tensor_id << 8) | (m->h.op & 0xff);
@@ -1645,11 +1668,11 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
         peer_run_waiting(e, p);
         return;
     }
-    if (p->n_rslots >= e->cfg.max_slots) {
-        RKV_LOGW(e->port, "engine: peer granted more slots than max_slots; dropping it");
-        peer_kill(e, p, 1);
-        return;
-    }
+    /* A protocol error like any malformed message, logged rate-limited
+     * with them: a line per connection was a flood from peers that come
+     * and go. */
+    if (p->n_rslots >= e->cfg.max_slots)
+        return eng_reject(e, p, "peer granted more slots than max_slots");
     if (p->n_rslots == p->rslot_cap && eng_slots_grow((void **)&p->rslots, &p->rslot_cap,
                                                       sizeof(*p->rslots), e->cfg.max_slots) < 0) {
         RKV_LOGW(e->port, "engine: out of memory for a granted slot; dropping the peer");
@@ -1666,8 +1689,18 @@ static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const s
     if (s < p->lslot_cap && p->lslots[s].state == ENG_SLOT_GRANTED) {
         peer_lslot_free(e, &p->lslots[s]);
         eng_serve_asks(e);
-    } else
-        RKV_LOGW(e->port, "engine: peer retired slot %u, which it was not granted", s);
+        return;
+    }
+    /* Rate-limited: a peer may send it in a loop (it harms nothing else,
+     * so the peer is not dropped for it). */
+    uint64_t quiet = 0;
+    if (rkv_ratelim_ok(&e->lim_slot, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(e->port,
+                 "engine: peer retired slot %u, which it was not granted (%llu such lines "
+                 "suppressed)",
+                 s, (unsigned long long)quiet);
+    else
+        RKV_LOGD(e->port, "engine: peer retired slot %u, which it was not granted", s);
 }
 
 /* on_msg under a "recv TYPE" span (the handler's time on this thread),
@@ -1685,7 +1718,6 @@ static void eng_traced_msg(struct rkv_engine *e, struct rkv_peer *p, const struc
 }
 
 /* Internal types are handled here; the rest go to the owner, unlocked. */
-static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why);
 
 static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_msg *m,
                          uint32_t granted_slot)

@@ -797,9 +797,12 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
                         (unsigned long long)wait_ms, c->cfg.n_workers);
     if (rc < 0)
         return rc;
-    if (got == RKV_ID_NONE || (want != RKV_ID_NONE && got != want))
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EPROTO, "hello: bad id from server %u",
-                        srv->id);
+    /* An id past n_workers from a lying server 0 would index the caller's
+     * per-worker arrays (rkv_client_id: the harness's workers, DGL's ranks). */
+    if (got == RKV_ID_NONE || got >= c->cfg.n_workers || (want != RKV_ID_NONE && got != want))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EPROTO,
+                        "hello: bad id %u from server %u (num_workers %u)", got, srv->id,
+                        c->cfg.n_workers);
     c->id = got;
     return 0;
 }

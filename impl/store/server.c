@@ -1379,9 +1379,16 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
         return srv_on_list(s, peer, m);
     case RKV_MSG_ERROR:
         /* The engine could not deliver one of our replies (e.g. the client
-         * refused a rendezvous slot): fail that request with a small one. */
-        RKV_LOGW(s->port, "reply to request %llu failed: %s", (unsigned long long)m->h.req_id,
-                 m->u.error.text);
+         * refused a rendezvous slot): fail that request with a small one.
+         * A peer may send ERRORs too, in a loop: the line is rate-limited. */
+        srv_conn_warn(s, "reply to request %llu failed: %s", (unsigned long long)m->h.req_id,
+                      m->u.error.text);
+        /* On a connection this server opened (to server 0, to register) no
+         * request of the peer's is ours to fail: an ERROR there is server
+         * 0's refusal, and answering it made server 0 answer ours, and so
+         * on for ever. */
+        if (!srv_conn_of(peer))
+            return;
         return srv_status(s, peer, m, 0, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
                           m->u.error.text);
     default:

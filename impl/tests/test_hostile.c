@@ -1006,6 +1006,7 @@ struct evil_server {
     pthread_t thr;
     atomic_int stop; /* written once by the test thread, read by the server's */
     uint32_t n_rndv;
+    uint32_t hello_id; /* nonzero: the client id every HELLO_REPLY gives */
 };
 
 static void evil_reply(struct evil *e, const struct rkv_msg *m)
@@ -1045,6 +1046,8 @@ static void *evil_server_main(void *arg)
             if (rkv_proto_decode(r->buf, r->len, &m, why, sizeof(why)) < 0)
                 continue;
             es->n_rndv += m.h.type == RKV_MSG_RNDV_START;
+            if (m.h.type == RKV_MSG_HELLO && es->hello_id)
+                m.u.hello.want_id = es->hello_id;
             if (e->qp && !e->down)
                 evil_reply(e, &m);
         }
@@ -1083,6 +1086,94 @@ static void test_rendezvous_reply_to_nowhere(void **state)
     atomic_store(&es.stop, 1);
     pthread_join(es.thr, NULL);
     evil_close(&es.e);
+    cluster_stop(&c);
+}
+
+/* A hostile server 0 hands the joining client an id past num_workers: the
+ * client refuses it, where it took it, and rkv_client_id() then named a
+ * worker that does not exist (callers index per-worker arrays with it). */
+static void test_client_id_past_workers(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    memset(&c, 0, sizeof(c));
+    struct evil_server es = {.hello_id = 7};
+    evil_open(&es.e, env);
+    struct rkv_nic *n = es.e.nd.nic;
+    for (int attempt = 0;; attempt++) {
+        assert_true(attempt < 50);
+        uint16_t base = env->next_port++;
+        if (env->next_port > 18990)
+            env->next_port = 10000;
+        cluster_config(&c, env, 1, base);
+        if (port_free(base) && n->ops->listen(n, c.machines[0].host, base) == 0)
+            break;
+    }
+    assert_int_equal(pthread_create(&es.thr, NULL, evil_server_main, &es), 0);
+    char err[256] = "";
+    node_open(&c.cli_node, env, "w");
+    c.cfg.connect_retry_ms = 0;
+    int rc =
+        rkv_client_create_on(c.cli_node.port, c.cli_node.nic, &c.cfg, &c.cli, err, sizeof(err));
+    printf("client given id 7 of 1 worker: %s: %s\n", rkv_strerror(rc), err);
+    if (rc == 0)
+        rkv_client_destroy(c.cli);
+    assert_int_equal(rc, -RKV_EPROTO);
+    assert_non_null(strstr(err, "bad id 7"));
+    node_close(&c.cli_node);
+    atomic_store(&es.stop, 1);
+    pthread_join(es.thr, NULL);
+    evil_close(&es.e);
+}
+
+/* A reply larger than a SEND goes by rendezvous: the server asks the
+ * client for a slot, and what it sends that client afterwards waits behind
+ * the ask, to keep the connection's order. A client that never answers the
+ * ask, and goes on sending requests, had every reply queued behind it
+ * without bound (a reply buffer each, the server's memory); the queue is
+ * bounded as the credit backlog is, and the peer dropped past it. */
+#define BOOK_ROWS 4096 /* an explicit book of 16 KiB: its META_REPLY needs a slot */
+#define UNANSWERED_REQUESTS 3000
+
+static void test_rendezvous_unanswered(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    static uint32_t book[BOOK_ROWS];
+    for (uint32_t r = 0; r < BOOK_ROWS; r++)
+        book[r] = r % 2;
+    const struct rkv_tensor_desc booked = {.name = "booked",
+                                           .dtype = RKV_F32,
+                                           .rows = BOOK_ROWS,
+                                           .row_len = 1,
+                                           .policy = RKV_PART_EXPLICIT,
+                                           .book = book};
+    assert_int_equal(rkv_client_init_data(c.cli, &booked), 0);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    struct rkv_hdr h = {.type = RKV_MSG_META, .req_id = 0x78, .sender = 0x666};
+    evil_send(&e, rkv_proto_enc_meta(e.tx, &h, "booked"));
+    struct rkv_msg m;
+    assert_int_equal(evil_next(&e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_RNDV_START); /* never answered */
+    /* Requests whose replies (ERRORs: row 100 does not exist) queue behind it. */
+    uint64_t bad = 100;
+    size_t len = enc_push(&e, SMALL_ID, 1, SMALL_ROW_BYTES, &bad);
+    struct rkv_sge s = {.addr = e.tx, .len = (uint32_t)len, .mr = e.tx_mr};
+    int sent = 0;
+    while (sent < UNANSWERED_REQUESTS && e.nd.nic->ops->post_send(e.qp, 1, &s, 0) == 0)
+        sent++;
+    printf("rendezvous unanswered: %d requests sent\n", sent);
+    evil_expect_dropped(&e);
+    evil_close(&e);
+    expect_logged_once(log, NULL, "behind a rendezvous the peer does not answer");
+    check_serving(&c, 1);
     cluster_stop(&c);
 }
 
@@ -1884,6 +1975,114 @@ static void test_warnings_rate_limited(void **state)
     cluster_stop(&c);
 }
 
+/* Messages a peer may send in a loop without being dropped for them: a
+ * RETIRE of a slot it was never granted, and an ERROR (which no client
+ * sends a server). Each was a warning line per message. */
+#define STRAY_RETIRES 1000
+#define STRAY_ERRORS 200 /* each is answered: fewer than the credit backlog bound */
+
+static void wait_lines(struct logcap *lc, const char *needle, int n)
+{
+    for (int waited_ms = 0; logcap_count(lc, needle) < n && waited_ms < (int)WAIT_MS;
+         waited_ms += 10)
+        usleep(10000);
+    assert_int_equal(logcap_count(lc, needle), n);
+}
+
+static void test_stray_messages_rate_limited(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    for (int i = 0; i < STRAY_RETIRES; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_RETIRE, .count = 9999, .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_empty(e.tx, &h));
+    }
+    for (int i = 0; i < STRAY_ERRORS; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_ERROR,
+                            .req_id = 0x1000 + (uint64_t)i,
+                            .status = -RKV_EIO,
+                            .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_error(e.tx, EV_CTRL, &h, "not a reply to anything"));
+    }
+    wait_lines(log, "which it was not granted", STRAY_RETIRES);
+    wait_lines(log, "failed: not a reply to anything", STRAY_ERRORS);
+    int w_retire = logcap_count(log, "L1 engine: peer retired slot");
+    int w_error = logcap_count(log, "L1 reply to request");
+    printf("stray messages: %d of %d RETIRE lines and %d of %d ERROR lines are warnings\n",
+           w_retire, STRAY_RETIRES, w_error, STRAY_ERRORS);
+    assert_true(w_retire >= 1 && w_retire <= (int)RKV_RATELIM_BURST);
+    assert_true(w_error >= 1 && w_error <= (int)RKV_RATELIM_BURST);
+    evil_close(&e);
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
+/* Flow control that lies: credits returned that were never given, and
+ * slots granted past max_slots, on connection after connection. Each is a
+ * protocol error that drops the connection, logged as malformed messages
+ * are: rate-limited across connections (the second was a warning line per
+ * connection). */
+#define SLOT_GRANTERS 40
+
+static void evil_reconnect(struct evil *e, const struct rkv_machine *m)
+{
+    if (e->qp)
+        e->nd.nic->ops->qp_close(e->qp);
+    e->qp = NULL;
+    e->down = 0;
+    e->q_len = 0;
+    evil_connect(e, m);
+}
+
+static void test_flow_control_lies(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    const uint16_t lies[] = {1, UINT16_MAX};
+    for (size_t i = 0; i < sizeof(lies) / sizeof(lies[0]); i++) {
+        evil_reconnect(&e, &c.machines[1]);
+        struct rkv_hdr h = {.type = RKV_MSG_CREDIT, .credits = lies[i], .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_empty(e.tx, &h));
+        evil_expect_dropped(&e);
+    }
+    wait_lines(log, "more credits than it was given", 2);
+    check_serving(&c, 1);
+    const struct rkv_slot_desc d = {.addr = 0x1000, .rkey = 1, .cap = 1 << 20};
+    for (int k = 0; k < SLOT_GRANTERS; k++) {
+        evil_reconnect(&e, &c.machines[1]);
+        for (uint32_t i = 0; i <= c.cfg.push_slots; i++) {
+            struct rkv_hdr h = {.type = RKV_MSG_RNDV_REPLY,
+                                .tensor_id = 100 + i,
+                                .op = RKV_MSG_PUSH_ACK,
+                                .sender = 0x666};
+            evil_send(&e, rkv_proto_enc_slot(e.tx, &h, &d));
+        }
+        evil_expect_dropped(&e);
+    }
+    evil_close(&e);
+    wait_lines(log, "more slots than max_slots", SLOT_GRANTERS);
+    int warned = logcap_count(log, " L1 engine: ");
+    printf("flow control lies: %d of %d drop lines are warnings\n", warned, SLOT_GRANTERS + 2);
+    assert_true(warned >= 1 && warned <= (int)RKV_RATELIM_BURST);
+    check_serving(&c, 2);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1925,6 +2124,8 @@ int main(void)
         cmocka_unit_test_prestate(test_cross_peer_slot, &env),
         cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
+        cmocka_unit_test_prestate(test_rendezvous_unanswered, &env),
+        cmocka_unit_test_prestate(test_client_id_past_workers, &env),
         cmocka_unit_test_prestate(test_connection_flood, &env),
         cmocka_unit_test_prestate(test_text_secret, &env),
         cmocka_unit_test_prestate(test_connection_churn, &env),
@@ -1935,6 +2136,8 @@ int main(void)
         cmocka_unit_test_prestate(test_identity, &env),
         cmocka_unit_test_prestate(test_push_sender_is_the_connection, &env),
         cmocka_unit_test_prestate(test_warnings_rate_limited, &env),
+        cmocka_unit_test_prestate(test_stray_messages_rate_limited, &env),
+        cmocka_unit_test_prestate(test_flow_control_lies, &env),
     };
     /* RKV_TEST_FILTER=test_credit_hog (a glob) runs only what it names. */
     const char *filter = getenv("RKV_TEST_FILTER");
