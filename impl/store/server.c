@@ -118,6 +118,11 @@ struct rkv_server {
     uint32_t n_table_wait;
     struct rkv_peer **table_peer; /* server 0: the connection each server registered on */
     int register_acked;           /* others: server 0 has our address */
+    /* Or server 0 refused it (its status; its reason in register_why):
+     * srv_register ends at once with that reason, rather than wait out
+     * timeout_ms and say "see its log". */
+    int register_refused;
+    char register_why[RKV_PROTO_TEXT_MAX + 1];
     /* The machine segment: local 0 makes it at create, the others attach at
      * their first INIT (or at create when restarting). */
     struct rkv_mach mach;
@@ -1313,15 +1318,34 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
         return rkv_errf(err, err_len, rc, "server %u: cannot register with server 0", s->server_id);
     uint64_t deadline = s->port->ops->now_ns(s->port) + s->cfg.timeout_ms * 1000000ull;
     s->port->ops->mutex_lock(s->mu);
-    while (!s->register_acked && s->port->ops->now_ns(s->port) < deadline)
+    while (!s->register_acked && !s->register_refused && s->port->ops->now_ns(s->port) < deadline)
         s->port->ops->cond_wait(s->cv, s->mu, 100000000ull);
-    int acked = s->register_acked;
+    int acked = s->register_acked, refused = s->register_refused;
+    char why[sizeof(s->register_why)];
+    memcpy(why, s->register_why, sizeof(why));
     s->port->ops->mutex_unlock(s->mu);
+    if (!acked && refused)
+        return rkv_errf(err, err_len, refused,
+                        "server %u: server 0 refused our address (%s:%u): %s", s->server_id, a.host,
+                        my_port, why);
     if (!acked)
         return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
                         "server %u: server 0 did not accept our address (%s:%u); see its log",
                         s->server_id, a.host, my_port);
     return 0;
+}
+
+/* An ERROR on a connection this server opened: the only request it
+ * sends there is its REGISTER, so this is server 0's refusal of it. */
+static void srv_on_register_refused(struct rkv_server *s, const struct rkv_msg *m)
+{
+    s->port->ops->mutex_lock(s->mu);
+    if (!s->register_acked && !s->register_refused) {
+        s->register_refused = m->h.status < 0 ? m->h.status : -RKV_EPROTO;
+        snprintf(s->register_why, sizeof(s->register_why), "%s", m->u.error.text);
+        s->port->ops->cond_broadcast(s->cv);
+    }
+    s->port->ops->mutex_unlock(s->mu);
 }
 
 /* A message that asks this server for work (a SHUTDOWN asks it to stop). */
@@ -1387,8 +1411,10 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
          * request of the peer's is ours to fail: an ERROR there is server
          * 0's refusal, and answering it made server 0 answer ours, and so
          * on for ever. */
-        if (!srv_conn_of(peer))
+        if (!srv_conn_of(peer)) {
+            srv_on_register_refused(s, m);
             return;
+        }
         return srv_status(s, peer, m, 0, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
                           m->u.error.text);
     default:

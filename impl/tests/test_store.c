@@ -262,6 +262,42 @@ static void test_named_server_starts_alone(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a server of a machine without a host whose REGISTER server 0
+ * refused (here: it is of another cluster) waited out timeout_ms, then said
+ * "server 0 did not accept our address; see its log"; and its ERROR in
+ * answer to server 0's made them answer each other for ever. It fails at
+ * once now, with server 0's reason, and server 0 serves on. */
+static void test_refused_register_says_why(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 60000); /* a wait for the timeout would be a minute */
+    c.machines[1].host[0] = 0;
+    c.cfg.connect_retry_ms = 300;
+    char err[512];
+    c.cfg.machine_id = 0;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &c.srv[0][0], err, sizeof(err)), 0);
+    assert_int_equal(pthread_create(&c.thr[0][0], NULL, server_main, c.srv[0][0]), 0);
+    c.in_process[0] = 1;
+    struct rkv_config other = c.cfg;
+    other.machine_id = 1;
+    snprintf(other.shm_prefix, sizeof(other.shm_prefix), "rkvs-other-%d", (int)getpid());
+    struct rkv_server *s = NULL;
+    int rc = rkv_server_create(&other, 0, &s, err, sizeof(err));
+    assert_null(s);
+    if (rc != -RKV_ECONFIG || !strstr(err, "server 0 refused our address") ||
+        !strstr(err, "another cluster"))
+        fail_msg("expected server 0's refusal with its reason, got %d: %s", rc, err);
+    /* Server 0 still registers the right one, and serves. */
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    check_good_roundtrip(cli, 3);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Regression: a client configured for another cluster (here: another shm
  * prefix) that reaches our ports is turned away at HELLO, instead of
  * joining and reading someone else's rows. */
@@ -690,6 +726,7 @@ int main(void)
         cmocka_unit_test(test_barrier_fails_when_a_worker_leaves),
         cmocka_unit_test(test_push_async),
         cmocka_unit_test(test_named_server_starts_alone),
+        cmocka_unit_test(test_refused_register_says_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
