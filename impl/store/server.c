@@ -1336,16 +1336,21 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
 }
 
 /* An ERROR on a connection this server opened: the only request it
- * sends there is its REGISTER, so this is server 0's refusal of it. */
+ * sends there is its REGISTER, so the first is server 0's refusal of it.
+ * Any later one is only logged (rate-limited: it may come in a loop). */
 static void srv_on_register_refused(struct rkv_server *s, const struct rkv_msg *m)
 {
     s->port->ops->mutex_lock(s->mu);
-    if (!s->register_acked && !s->register_refused) {
+    int first = !s->register_acked && !s->register_refused;
+    if (first) {
         s->register_refused = m->h.status < 0 ? m->h.status : -RKV_EPROTO;
         snprintf(s->register_why, sizeof(s->register_why), "%s", m->u.error.text);
         s->port->ops->cond_broadcast(s->cv);
     }
     s->port->ops->mutex_unlock(s->mu);
+    if (!first)
+        srv_conn_warn(s, "server 0 sent an error on this server's own connection: %s",
+                      m->u.error.text);
 }
 
 /* A message that asks this server for work (a SHUTDOWN asks it to stop). */
@@ -1402,19 +1407,17 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
     case RKV_MSG_LIST:
         return srv_on_list(s, peer, m);
     case RKV_MSG_ERROR:
+        /* On a connection this server opened (to server 0, to register) no
+         * request of the peer's is ours to fail: an ERROR there is server
+         * 0's refusal, and answering it made server 0 answer ours, and so
+         * on for ever. */
+        if (!srv_conn_of(peer))
+            return srv_on_register_refused(s, m);
         /* The engine could not deliver one of our replies (e.g. the client
          * refused a rendezvous slot): fail that request with a small one.
          * A peer may send ERRORs too, in a loop: the line is rate-limited. */
         srv_conn_warn(s, "reply to request %llu failed: %s", (unsigned long long)m->h.req_id,
                       m->u.error.text);
-        /* On a connection this server opened (to server 0, to register) no
-         * request of the peer's is ours to fail: an ERROR there is server
-         * 0's refusal, and answering it made server 0 answer ours, and so
-         * on for ever. */
-        if (!srv_conn_of(peer)) {
-            srv_on_register_refused(s, m);
-            return;
-        }
         return srv_status(s, peer, m, 0, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
                           m->u.error.text);
     default:
