@@ -42,6 +42,7 @@ struct or_own {
     uint32_t worker, tensor; /* worker == OR_NONE: empty slot */
     struct or_cand last;     /* phase == OR_NONE: no assign */
     uint64_t delta;          /* offset of L doubles in own_pool */
+    double round_err;        /* the store's rounding of those sums (or_round_err) */
 };
 
 struct rkv_oracle {
@@ -535,6 +536,21 @@ static double or_push_term(struct rkv_oracle *o, uint32_t phase, uint32_t w, uin
     return p->push_op == RKV_OP_SGD ? -p->lr * v : v;
 }
 
+/* What one of the store's adds to a row may round away, most being the
+ * largest |partial sum| + |term| over the row's elements.
+ * Each of the store's adds rounds its term and its sum, by up to an ulp
+ * of the sum; with a fixed lr that error is not random but biased (the
+ * same term rounds the same way), so it grows with the number of adds, not
+ * its root: after thousands of f32 sgd pushes to one row it passes 1e-4
+ * (found by rkv swarm, seed 708). The bound follows the oracle's own
+ * partial sums; the store's order differs, hence the margin of 4 ulps per
+ * add. A missing or doubled push still shows while adds x 4 ulps stays
+ * below lr. */
+static double or_round_err(const struct or_tensor *ot, double most)
+{
+    return 4.0 * (ot->t->desc.dtype == RKV_F32 ? 0x1.0p-24 : 0x1.0p-53) * (1.0 + most);
+}
+
 /* Folds one push into the expected state: sums into delta, assigns into
  * the worker's last write (tmp_last). */
 static void or_fold(struct rkv_oracle *o, uint32_t w, uint32_t phase, uint32_t round,
@@ -555,17 +571,8 @@ static void or_fold(struct rkv_oracle *o, uint32_t w, uint32_t phase, uint32_t r
             *d += t;
             most = fmax(most, fabs(*d) + fabs(t));
         }
-        /* Each of the store's adds rounds its term and its sum, by up to
-         * an ulp of the sum; with a fixed lr that error is not random but
-         * biased (the same term rounds the same way), so it grows with
-         * the number of adds, not its root: after thousands of f32 sgd
-         * pushes to one row it passes 1e-4 (found by rkv swarm, seed 708).
-         * The bound follows the oracle's own partial sums; the store's
-         * order differs, hence the margin of 4 ulps per add. A missing or
-         * doubled push still shows while adds x 4 ulps stays below lr. */
         if (ot->inexact)
-            ot->round_err[r] +=
-                4.0 * (ot->t->desc.dtype == RKV_F32 ? 0x1.0p-24 : 0x1.0p-53) * (1.0 + most);
+            ot->round_err[r] += or_round_err(ot, most);
     }
 }
 
@@ -641,8 +648,21 @@ int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, u
             e->last = (struct or_cand){.worker = worker, .phase = phase, .round = round};
             continue;
         }
-        for (uint32_t j = 0; j < ot->L; j++)
-            o->own_pool[e->delta + j] += or_push_term(o, phase, worker, round, r, j);
+        /* A read of a row only this worker writes is checked mid-phase
+         * against the worker's own sums: the store rounded each of those
+         * adds too (the epochs before are in round_err[r]). Without it, sums
+         * that cancel to about 0 were held to 1e-4 after hundreds of f32 sgd
+         * adds (rkv swarm, seed 88964). Partial sums here include the rows'
+         * delta so far, as the store's running value does. */
+        double most = 0;
+        for (uint32_t j = 0; j < ot->L; j++) {
+            double t = or_push_term(o, phase, worker, round, r, j);
+            double *d = &o->own_pool[e->delta + j];
+            *d += t;
+            most = fmax(most, fabs(ot->delta[r * ot->L + j] + *d) + fabs(t));
+        }
+        if (ot->inexact)
+            e->round_err += or_round_err(ot, most);
     }
     return 0;
 }
@@ -673,8 +693,8 @@ static double or_base(struct rkv_oracle *o, const struct or_tensor *ot, uint32_t
 
 /* Does `got` equal candidate c plus the deltas, element by element? */
 static int or_match(struct rkv_oracle *o, uint32_t ti, const struct or_cand *c, uint64_t row,
-                    int own_assign, const double *own, const void *got, uint32_t *bad_j,
-                    double *want_p)
+                    int own_assign, const double *own, double own_err, const void *got,
+                    uint32_t *bad_j, double *want_p)
 {
     const struct or_tensor *ot = &o->t[ti];
     for (uint32_t j = 0; j < ot->L; j++) {
@@ -687,7 +707,7 @@ static int or_match(struct rkv_oracle *o, uint32_t ti, const struct or_cand *c, 
         if (ot->t->desc.dtype == RKV_F32)
             want = (double)(float)want;
         double g = or_got(ot->t, got, j), diff = fabs(g - want);
-        double tol = ot->inexact ? 1e-4 * (1.0 + fabs(want)) + ot->round_err[row] : 0.0;
+        double tol = ot->inexact ? 1e-4 * (1.0 + fabs(want)) + ot->round_err[row] + own_err : 0.0;
         if (diff > tol || g != g) {
             *bad_j = j;
             *want_p = want;
@@ -712,6 +732,7 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     struct or_tensor *ot = &o->t[ti];
     assert(row < ot->rows);
     const double *own = NULL;
+    double own_err = 0;
     struct or_cand *cands = &ot->cand[row * ot->ccap];
     uint32_t n = ot->n_cand[row];
     int own_assign = 0;
@@ -722,6 +743,7 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
         const struct or_own *e = wr == worker ? or_own_find(o, worker, ti, row) : NULL;
         if (e) {
             own = &o->own_pool[e->delta];
+            own_err = e->round_err;
             if (e->last.phase != OR_NONE) {
                 cands = (struct or_cand *)&e->last;
                 n = 1;
@@ -733,8 +755,8 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     double want = 0;
     for (uint32_t i = 0; i < n; i++) {
         /* Mixing is rejected per epoch, so an own assign has no own sum. */
-        if (!or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own, got, &bad_j,
-                      &want))
+        if (!or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : own,
+                      own_assign ? 0 : own_err, got, &bad_j, &want))
             continue;
         /* Concurrent assigns settled on one winner by the barrier: the
          * first read that tells which pins it, and every later read (by
