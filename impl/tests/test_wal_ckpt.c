@@ -1077,6 +1077,79 @@ static void test_failed_checkpoint_leaves_no_log_gap(void **state)
     fix_close(&f);
 }
 
+/* Log gen damaged before its last group commit (a record's header: the
+ * records end there, the records after it are never acknowledged ones as
+ * far as log gen tells) while log gen + 1 after it holds records: the
+ * records lost in log gen were acknowledged, or at least the replay would
+ * apply log gen + 1's pushes over a hole. Refused, as a torn end before a
+ * log with records is, naming log gen and the offset; and refused again at
+ * the next restart: the refusal once voided the damage's evidence first
+ * (the records past the end, the torn append), and the restart after it
+ * replayed over the hole without a word. */
+static void run_damage_before_later_log(int torn)
+{
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[512], logg[160], want[96];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    for (int i = 0; i < DMG_RECS; i++) {
+        dmg_push(&f, t, (uint64_t)i, (float)(i + 1));
+        if (i % 2 == 1)
+            assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    }
+    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    uint8_t *img;
+    size_t len;
+    read_whole(logg, &img, &len);
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    dmg_push(&f, t, 6, 7);
+    dmg_push(&f, t, 7, 8);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    /* A crash before the swap, with log gen damaged: record 4's header
+     * (record 5 past the end), or record 5's body (a torn end). */
+    size_t rs = rkv_wal_record_bytes(1, DMG_ROW_LEN * 4);
+    uint64_t at = RKV_WAL_HDR_BYTES + (torn ? 5 : 4) * rs;
+    img[at + (torn ? RKV_WAL_REC_BYTES : 8)] ^= 1;
+    write_whole(logg, img, len);
+    free(img);
+    snprintf(want, sizeof(want), "byte %llu", (unsigned long long)at);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct rkv_snap snap;
+        if (rkv_snap_read(f.tmp, 0, &snap, err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+        assert_int_equal(snap.generation, gen);
+        if (rkv_snap_rollback(&snap, f.port, f.cfg.shm_prefix, &f.mc, err, sizeof(err)) < 0 ||
+            rkv_wal_set_copies(&f.w, &snap, err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+        rkv_snap_free(&snap);
+        struct rkv_wal_replay r = {0};
+        err[0] = 0;
+        int rc = rkv_wal_recover(&f.w, LINEAGE, gen, &f.tensors, NULL, 0, &r, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, logg) || !strstr(err, want))
+            fail_msg("restart %d: rc %d, %llu records replayed, expected a refusal naming %s "
+                     "and %s: %s",
+                     attempt, rc, (unsigned long long)r.records, logg, want, err);
+    }
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+static void test_damage_before_later_log_refused(void **state)
+{
+    (void)state;
+    run_damage_before_later_log(0);
+}
+
+static void test_torn_end_before_later_log_refused_again(void **state)
+{
+    (void)state;
+    run_damage_before_later_log(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1098,6 +1171,8 @@ int main(void)
         cmocka_unit_test(test_log_lengths_and_order),
         cmocka_unit_test(test_log_not_a_file),
         cmocka_unit_test(test_failed_checkpoint_leaves_no_log_gap),
+        cmocka_unit_test(test_damage_before_later_log_refused),
+        cmocka_unit_test(test_torn_end_before_later_log_refused_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
