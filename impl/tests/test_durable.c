@@ -2068,6 +2068,39 @@ static void test_coord_client_flags(void **state)
     free(buf);
 }
 
+/* The snapshot cut at every length, one more byte, and every bit of every
+ * byte flipped: each refused (-RKV_EIO) naming the file, never read. */
+static void test_snapshot_every_cut_and_bit(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    uint8_t *bad = malloc(f.len + 1);
+    assert_non_null(bad);
+    char err[256];
+    struct rkv_snap got;
+    for (size_t n = 0; n <= f.len + 1; n++) {
+        if (n == f.len)
+            continue;
+        memcpy(bad, f.buf, f.len);
+        bad[f.len] = 0;
+        err[0] = 0;
+        int rc = rkv_snap_decode(f.path, bad, n, 1, &got, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, f.path))
+            fail_msg("cut at %zu of %zu: rc %d: %s", n, f.len, rc, err);
+    }
+    for (size_t i = 0; i < f.len * 8; i++) {
+        memcpy(bad, f.buf, f.len);
+        bad[i / 8] ^= (uint8_t)(1u << (i % 8));
+        err[0] = 0;
+        int rc = rkv_snap_decode(f.path, bad, f.len, 1, &got, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, f.path))
+            fail_msg("bit %zu of byte %zu flipped: rc %d: %s", i % 8, i / 8, rc, err);
+    }
+    free(bad);
+    fixture_free(&f);
+}
+
 /* A raw client of server 0 that joins (id handed out once all joined). */
 static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
 {
@@ -2508,6 +2541,7 @@ int main(void)
                                   reap_children),
         cmocka_unit_test(test_colocated_workers_follow_an_unheard_restart),
         cmocka_unit_test(test_coord_client_flags),
+        cmocka_unit_test(test_snapshot_every_cut_and_bit),
         cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
