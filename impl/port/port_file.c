@@ -91,7 +91,9 @@ unlink_tmp:
 
 int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the file's place would block the open until
+     * a writer came, i.e. a restart hung forever; it is refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return rkv_errf(err, err_len, errno == ENOENT ? -RKV_ENOTENSOR : -RKV_EIO,
                         "cannot open %s: %s", path, strerror(errno));
@@ -100,6 +102,13 @@ int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, s
     int rc = -RKV_EIO;
     if (fstat(fd, &st) != 0) {
         rkv_errf(err, err_len, rc, "cannot stat %s: %s", path, strerror(errno));
+        goto close_file;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rkv_errf(err, err_len, rc, "%s is not a regular file (%s)", path,
+                 S_ISDIR(st.st_mode)    ? "a directory"
+                 : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                        : "a device or socket");
         goto close_file;
     }
     size_t len = (size_t)st.st_size;

@@ -51,7 +51,6 @@ void rkv_coord_encode(const struct rkv_coord *c, uint64_t wall_ns, uint8_t *out)
 int rkv_coord_decode(const uint8_t *buf, size_t len, const char *path, struct rkv_coord *c,
                      char *err, size_t err_len)
 {
-    size_t want = rkv_coord_bytes(c->n_workers, c->n_servers);
     if (len < RKV_COORD_HDR_BYTES || rkv_get64(buf) != RKV_COORD_MAGIC)
         return rkv_errf(err, err_len, -RKV_EIO, "%s: not a coordination record (%zu bytes, magic)",
                         path, len);
@@ -60,18 +59,22 @@ int rkv_coord_decode(const uint8_t *buf, size_t len, const char *path, struct rk
     if (version != RKV_COORD_VERSION && version != 1)
         return rkv_errf(err, err_len, -RKV_EIO, "%s: version %u, this build reads %u", path,
                         version, RKV_COORD_VERSION);
+    /* Whole and intact as its own sizes say before anything it says is
+     * believed: a bit flipped in its sizes or fingerprint read as another
+     * configuration's record, which a first start removes as an earlier
+     * run's (and a restart refused as such). */
+    size_t own = rkv_coord_bytes(n_workers, n_servers);
+    if (len != own)
+        return rkv_errf(err, err_len, -RKV_EIO,
+                        "%s: %zu bytes, its header says %zu (torn or corrupted)", path, len, own);
+    if (rkv_get32(buf + len - 4) != rkv_crc32c(0, buf, len - 4))
+        return rkv_errf(err, err_len, -RKV_EIO, "%s: CRC-32C mismatch (corrupted)", path);
     if (rkv_get64(buf + 16) != c->fingerprint || n_workers != c->n_workers ||
         n_servers != c->n_servers)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "%s was written by another cluster configuration (%u workers, %u servers; "
                         "this one has %u and %u, or machines, ports or shm prefix differ)",
                         path, n_workers, n_servers, c->n_workers, c->n_servers);
-    if (len != want)
-        return rkv_errf(err, err_len, -RKV_EIO, "%s: %zu bytes, expected %zu (torn?)", path, len,
-                        want);
-    uint32_t crc = rkv_get32(buf + len - 4);
-    if (crc != rkv_crc32c(0, buf, len - 4))
-        return rkv_errf(err, err_len, -RKV_EIO, "%s: CRC-32C mismatch (corrupted)", path);
     if (ids_given != 0 && ids_given != n_workers)
         return rkv_errf(err, err_len, -RKV_EIO, "%s: %u ids handed out of %u", path, ids_given,
                         n_workers);

@@ -714,10 +714,13 @@ static int snap_write_tensors(struct rkv_snap_writer *w, struct snap_out *o,
 /* Under snap_lock: the client sequences copied (and the log switched) at
  * once under the copy lock, the rows chunk by chunk after; each written as
  * it is copied, never the whole shard in memory. */
+/* *begun_p: set once the hooks' before_copy succeeded (the log of gen made),
+ * from when generation gen exists on disk. */
 static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_tensor *ts,
-                      uint64_t *seqs, char *err, size_t err_len)
+                      uint64_t *seqs, int *begun_p, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
+    *begun_p = 0;
     assert(rkv_live_held(&h->snap_lock, w->mc->owner));
     struct rkv_snap s = {.version = RKV_SNAP_VERSION,
                          .machine = w->machine,
@@ -748,6 +751,7 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
         rkv_file_close(o.fd);
         return rc;
     }
+    *begun_p = 1;
     rkv_mach_copy_begin(w->mc);
     s.wall_ns = rkv_file_wall_ns();
     for (uint32_t c = 0; c < h->n_clients; c++)
@@ -802,7 +806,16 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
     /* Published before the copy: a server that reads a smaller value knows
      * its pushes were applied before this copy began. */
     atomic_store(&h->snap_started, gen);
-    rc = snap_write(w, gen, w->ts, w->seqs, err, err_len);
+    int begun;
+    rc = snap_write(w, gen, w->ts, w->seqs, &begun, err, err_len);
+    if (rc < 0 && !begun)
+        /* Nothing of gen exists (no log, no copy: its temp file or memory
+         * was refused first): the next attempt takes its number again.
+         * Taking the next one left a gap in the logs (G, then G + 2), and
+         * recovery, which reads logs gen, gen + 1, ... up to the first
+         * missing one, silently dropped the logs after the gap. A server
+         * that read gen meanwhile only asks for one snapshot more. */
+        atomic_store(&h->snap_started, gen - 1);
     if (rc == 0) {
         atomic_store(&h->snap_durable, gen);
         if (w->hooks.after_durable)

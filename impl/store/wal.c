@@ -1096,6 +1096,40 @@ static int wal_settle(struct rkv_wal *w, const char *path, const struct wal_end 
     return rc;
 }
 
+/* Whether a log after gen (gen + 1, ... up to the first missing one or one
+ * of another lineage) holds a complete record of its own at its start:
+ * its name in path then. */
+static int wal_later_records(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *path,
+                             size_t path_len, int *found_p, char *err, size_t err_len)
+{
+    *found_p = 0;
+    for (uint64_t g = gen + 1; g <= gen + RKV_WAL_MAX_CHAIN && !*found_p; g++) {
+        struct wal_rd rd;
+        wal_path(w, g, path, path_len);
+        int rc = wal_rd_open(&rd, path, err, err_len);
+        if (rc == -RKV_ENOTENSOR)
+            return 0;
+        if (rc < 0)
+            return rc;
+        const uint8_t *p = NULL;
+        uint64_t at = RKV_WAL_HDR_BYTES, body = 0;
+        if (rd.size >= at + RKV_WAL_REC_BYTES)
+            p = wal_rd_at(&rd, 0, at + RKV_WAL_REC_BYTES, &rc, err, err_len);
+        int stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
+        if (p && !stale && wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&
+            rkv_mul_ok(rkv_get64(p + at + 24), 8 + rkv_get64(p + at + 32), &body) &&
+            rkv_add_ok(body, 7, &body) && (body &= ~7ull) <= rd.size - at - RKV_WAL_REC_BYTES &&
+            (p = wal_rd_at(&rd, at, RKV_WAL_REC_BYTES + body, &rc, err, err_len)))
+            *found_p = rkv_get32(p + 52) == rkv_crc32c(0, p + RKV_WAL_REC_BYTES, (size_t)body);
+        wal_rd_close(&rd);
+        if (rc < 0)
+            return rc;
+        if (stale)
+            return 0;
+    }
+    return 0;
+}
+
 int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
                     const struct rkv_tensor_table *tensors, const struct rkv_handler_table *ht,
                     int flags, struct rkv_wal_replay *r, char *err, size_t err_len)
@@ -1107,8 +1141,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
     assert(!start || RKV_WAL_GEN(start) >= gen);
     r->paused_lsn = 0;
     uint64_t end = 0, hwm = 0;
-    const char *torn_in = NULL;
-    char path[512], torn_path[512];
+    char path[512], later[512];
     for (uint64_t g = start ? RKV_WAL_GEN(start) : gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
         struct wal_rd rd;
         wal_path(w, g, path, sizeof(path));
@@ -1156,7 +1189,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             continue;
         }
         struct wal_end e = {0};
-        uint64_t before = r->records + r->dups, past = 0;
+        uint64_t past = 0;
         uint64_t limit = rc == 0 ? wal_scan_limit(&rd, hdr) : 0;
         uint64_t mark = rc == 0 ? rkv_get64(hdr + 48) : 0;
         uint64_t from = start && g == RKV_WAL_GEN(start) ? RKV_WAL_OFF(start) : RKV_WAL_HDR_BYTES;
@@ -1169,6 +1202,22 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             rc = wal_check_end(&rd, g, lineage, &e, limit, &past, err, err_len);
         if (rc == 0 && limit > e.good)
             r->scanned += limit - e.good;
+        /* An end torn, or with records of this log past it, before a later
+         * log that holds records: a record lost in this log was
+         * acknowledged (a checkpoint synced this log whole before the
+         * later one's records were acknowledged), or the later log's
+         * records would apply over a hole. Refused before anything is
+         * voided: voided, the evidence was gone and the next restart
+         * replayed the later log over the hole without a word. */
+        int found = 0;
+        if (rc == 0 && (e.torn || past) &&
+            (rc = wal_later_records(w, lineage, g, later, sizeof(later), &found, err, err_len)) ==
+                0 &&
+            found)
+            rc = WAL_BAD("log %s: its records end at byte %llu (%s%s), but log %s after it "
+                         "holds records",
+                         path, (unsigned long long)e.good, e.what,
+                         past ? "; records of it lie past there" : "", later);
         /* A second pass over the tail only when there is something to
          * void. */
         if (rc == 0 && past)
@@ -1180,20 +1229,14 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             r->paused_lsn = RKV_WAL_LSN(g, e.good);
             return 0;
         }
-        if (rc == 0 && torn_in && r->records + r->dups > before)
-            rc = WAL_BAD("log %s: torn at its end, but log %s after it holds records", torn_path,
-                         path);
         if (rc == 0)
             rc = wal_settle(w, path, &e, err, err_len);
         if (rc < 0)
             return rc;
         r->logs++;
         r->bytes += e.good;
-        if (e.torn) {
+        if (e.torn)
             r->torn++;
-            snprintf(torn_path, sizeof(torn_path), "%s", path);
-            torn_in = torn_path;
-        }
         end = RKV_WAL_LSN(g, e.good);
         /* Without a mark (an earlier build's log), the whole file was read
          * and its records past the end voided: the next append sets one. */

@@ -77,9 +77,14 @@
  * snapshot does not hold, ids out of range) is refused with the file, the
  * byte offset and what. So is the end itself when a later record of this
  * log says the log was durable past it (its "durable" field): a synced
- * record no longer reads, i.e. corruption, not a crash. Recovery reads a
- * log through a window (and the largest record), never the file whole:
- * the file may be much longer than its records. It scans the tail past the
+ * record no longer reads, i.e. corruption, not a crash; and so is an end
+ * torn, or with records of this log past it, before a later log holding
+ * records (refused before anything is voided, so at every restart). A
+ * damaged record among the last group commit's, with none after it in
+ * the log, cannot be told from a torn tail: it ends the records there.
+ * Recovery reads a log through a window (and the largest record), never
+ * the file whole: the file may be much longer than its records. It scans
+ * the tail past the
  * end for such records (and voids the log's records there, wal_void_past)
  * up to the header's high-water mark only, not to the file's end: a log
  * written ahead up to 1 TiB (durable_log_prewrite) was read whole at every

@@ -2068,6 +2068,96 @@ static void test_coord_client_flags(void **state)
     free(buf);
 }
 
+/* The snapshot cut at every length, one more byte, and every bit of every
+ * byte flipped: each refused (-RKV_EIO) naming the file, never read. */
+static void test_snapshot_every_cut_and_bit(void **state)
+{
+    (void)state;
+    struct snap_fixture f;
+    fixture_build(&f);
+    uint8_t *bad = malloc(f.len + 1);
+    assert_non_null(bad);
+    char err[256];
+    struct rkv_snap got;
+    for (size_t n = 0; n <= f.len + 1; n++) {
+        if (n == f.len)
+            continue;
+        memcpy(bad, f.buf, f.len);
+        bad[f.len] = 0;
+        err[0] = 0;
+        int rc = rkv_snap_decode(f.path, bad, n, 1, &got, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, f.path))
+            fail_msg("cut at %zu of %zu: rc %d: %s", n, f.len, rc, err);
+    }
+    for (size_t i = 0; i < f.len * 8; i++) {
+        memcpy(bad, f.buf, f.len);
+        bad[i / 8] ^= (uint8_t)(1u << (i % 8));
+        err[0] = 0;
+        int rc = rkv_snap_decode(f.path, bad, f.len, 1, &got, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, f.path))
+            fail_msg("bit %zu of byte %zu flipped: rc %d: %s", i % 8, i / 8, rc, err);
+    }
+    free(bad);
+    fixture_free(&f);
+}
+
+/* Server 0's coordination record cut at every length and every bit of it
+ * flipped: refused as corrupted (-RKV_EIO), never read, and never taken
+ * for another configuration's record (-RKV_ECONFIG), which a first start
+ * removes as an earlier run's. A record of another configuration, whole,
+ * still is one. */
+static void test_coord_every_cut_and_bit(void **state)
+{
+    (void)state;
+    struct rkv_coord_client cl[2] = {{.machine = 0, .nonce = 11}, {.machine = 1, .nonce = 12}},
+                            got[2];
+    struct rkv_coord_addr ad[2] = {{.port = 7000, .host = "10.0.0.1"}, {0}}, gad[2];
+    struct rkv_coord c = {.fingerprint = 7,
+                          .n_workers = 2,
+                          .n_servers = 2,
+                          .ids_given = 2,
+                          .barriers_done = 3,
+                          .clients = cl,
+                          .addrs = ad};
+    size_t len = rkv_coord_bytes(2, 2);
+    uint8_t *buf = malloc(len), *bad = malloc(len);
+    assert_non_null(buf);
+    assert_non_null(bad);
+    rkv_coord_encode(&c, 1, buf);
+    struct rkv_coord d = {
+        .fingerprint = 7, .n_workers = 2, .n_servers = 2, .clients = got, .addrs = gad};
+    char err[256];
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), 0);
+    for (size_t n = 0; n < len; n++) {
+        err[0] = 0;
+        int rc = rkv_coord_decode(buf, n, "rec", &d, err, sizeof(err));
+        if (rc != -RKV_EIO || strncmp(err, "rec", 3) != 0)
+            fail_msg("cut at %zu of %zu: rc %d: %s", n, len, rc, err);
+    }
+    for (size_t i = 0; i < len * 8; i++) {
+        memcpy(bad, buf, len);
+        bad[i / 8] ^= (uint8_t)(1u << (i % 8));
+        err[0] = 0;
+        int rc = rkv_coord_decode(bad, len, "rec", &d, err, sizeof(err));
+        if (rc != -RKV_EIO || strncmp(err, "rec", 3) != 0)
+            fail_msg("bit %zu of byte %zu flipped: rc %d: %s", i % 8, i / 8, rc, err);
+    }
+    struct rkv_coord other = {.fingerprint = 8, .n_workers = 2, .n_servers = 2};
+    assert_int_equal(rkv_coord_decode(buf, len, "rec", &other, err, sizeof(err)), -RKV_ECONFIG);
+    struct rkv_coord_client cl3[3] = {{0}};
+    struct rkv_coord c3 = {
+        .fingerprint = 7, .n_workers = 3, .n_servers = 2, .clients = cl3, .addrs = ad};
+    size_t len3 = rkv_coord_bytes(3, 2);
+    uint8_t *buf3 = malloc(len3);
+    assert_non_null(buf3);
+    rkv_coord_encode(&c3, 1, buf3);
+    assert_int_equal(rkv_coord_decode(buf3, len3, "rec", &d, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "another cluster configuration"));
+    free(buf3);
+    free(bad);
+    free(buf);
+}
+
 /* A raw client of server 0 that joins (id handed out once all joined). */
 static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64_t nonce)
 {
@@ -2508,6 +2598,8 @@ int main(void)
                                   reap_children),
         cmocka_unit_test(test_colocated_workers_follow_an_unheard_restart),
         cmocka_unit_test(test_coord_client_flags),
+        cmocka_unit_test(test_snapshot_every_cut_and_bit),
+        cmocka_unit_test(test_coord_every_cut_and_bit),
         cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),

@@ -24,6 +24,7 @@
 #include "store/snapshot.h"
 #include "store/store_int.h"
 #include "store/wal.h"
+#include "util/util.h"
 
 #define LINEAGE 0x1234u
 
@@ -320,14 +321,15 @@ static void test_recovery_memory_bounded(void **state)
     fix_close(&f);
 }
 
-/* Tensor 1 of the fixture's machine: `rows` rows of 256 floats, all
+/* Tensor 1 of the fixture's machine: `rows` rows of `row_len` floats, all
  * local, published in the machine's table (snapshots hold it). */
-static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows, int with_state)
+static struct rkv_tensor *fix_tensor_shape(struct fix *f, uint64_t rows, uint32_t row_len,
+                                           int with_state)
 {
     char err[256], name[96];
     struct rkv_wire_tensor wt = {.dtype = RKV_F32,
                                  .policy = RKV_PART_RANGE,
-                                 .row_len = 256,
+                                 .row_len = row_len,
                                  .rows = rows,
                                  .with_state = (uint32_t)with_state};
     snprintf(wt.name, sizeof(wt.name), "t");
@@ -344,6 +346,11 @@ static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows, int with
     assert_int_equal(rkv_tensor_put(&f->tensors, 1, t), 0);
     rkv_mach_publish(&f->mc, t);
     return t;
+}
+
+static struct rkv_tensor *fix_tensor_rows(struct fix *f, uint64_t rows, int with_state)
+{
+    return fix_tensor_shape(f, rows, 256, with_state);
 }
 
 static struct rkv_tensor *fix_tensor(struct fix *f)
@@ -708,6 +715,441 @@ static void test_copy_lsn_of_another_log_refused(void **state)
     fix_close(&f);
 }
 
+/* ---- damaged logs ----
+ * A log of DMG_RECS one-row pushes (record i adds i + 1 to row i), synced
+ * after every second one, so that records 2..5 each say the log was
+ * durable up to an earlier record: record 2 up to byte off[2], records 4
+ * and 5 up to off[4]. The last two are the last group commit's: nothing
+ * on disk tells a synced pair from an unsynced one, so damage there reads
+ * as a torn tail. Each probe writes a damaged copy and recovers it. */
+#define DMG_RECS 6
+#define DMG_ROW_LEN 2u
+
+struct dmg {
+    struct fix f;
+    struct rkv_tensor *t;
+    char log1[160];
+    uint8_t *img; /* the undamaged log */
+    size_t len;
+    uint64_t off[DMG_RECS + 1]; /* record i at off[i]; the end at off[DMG_RECS] */
+};
+
+static void dmg_push(struct fix *f, struct rkv_tensor *t, uint64_t row, float v)
+{
+    float vals[DMG_ROW_LEN];
+    char err[256];
+    for (unsigned i = 0; i < DMG_ROW_LEN; i++)
+        vals[i] = v;
+    struct rkv_wal_push p = {.tensor_id = 1,
+                             .client = UINT32_MAX,
+                             .op = RKV_OP_SUM,
+                             .count = 1,
+                             .ids = &row,
+                             .rows = (const uint8_t *)vals};
+    int dup = 0;
+    if (rkv_wal_push(&f->w, t, NULL, &p, &dup, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+}
+
+static void read_whole(const char *path, uint8_t **buf_p, size_t *len_p)
+{
+    char err[256];
+    if (rkv_file_read(path, buf_p, len_p, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+}
+
+static void write_whole(const char *path, const uint8_t *buf, size_t len)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(buf, 1, len, fp), len);
+    assert_int_equal(fclose(fp), 0);
+}
+
+static void dmg_open(struct dmg *d)
+{
+    char err[256];
+    fix_open(&d->f, 0);
+    d->t = fix_tensor_shape(&d->f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&d->f);
+    for (int i = 0; i < DMG_RECS; i++) {
+        dmg_push(&d->f, d->t, (uint64_t)i, (float)(i + 1));
+        if (i % 2 == 1 && rkv_wal_sync(&d->f.w, err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+    }
+    rkv_wal_stop(&d->f.w);
+    rkv_wal_free(&d->f.w);
+    d->f.wal_on = d->f.wal_started = 0;
+    snprintf(d->log1, sizeof(d->log1), "%s/rkv-m0.1.wal", d->f.dir);
+    read_whole(d->log1, &d->img, &d->len);
+    size_t rs = rkv_wal_record_bytes(1, DMG_ROW_LEN * 4);
+    for (int i = 0; i <= DMG_RECS; i++)
+        d->off[i] = RKV_WAL_HDR_BYTES + (uint64_t)i * rs;
+    assert_int_equal(d->len, d->off[DMG_RECS]);
+    assert_int_equal(rkv_get64(d->img + d->off[2] + 64), RKV_WAL_LSN(1, d->off[2]));
+    assert_int_equal(rkv_get64(d->img + d->off[5] + 64), RKV_WAL_LSN(1, d->off[4]));
+}
+
+static void dmg_close(struct dmg *d)
+{
+    free(d->img);
+    fix_tensor_free(&d->f);
+    fix_close(&d->f);
+}
+
+/* Recovers log 1 holding buf, from empty rows: the return code, and in
+ * *mask_p the records applied (bit i: record i). A row holding anything
+ * but 0 or i + 1 is a wrong restore. */
+static int dmg_recover(struct dmg *d, const uint8_t *buf, size_t len, unsigned *mask_p,
+                       struct rkv_wal_replay *r, char *err, size_t err_len)
+{
+    write_whole(d->log1, buf, len);
+    memset(d->t->shard.data, 0, 16 * d->t->row_bytes);
+    struct rkv_wal w;
+    rkv_wal_init(&w, d->f.port, &d->f.mc, &d->f.tensors, &d->f.cfg);
+    memset(r, 0, sizeof(*r));
+    int rc = rkv_wal_recover(&w, LINEAGE, 1, &d->f.tensors, NULL, 0, r, err, err_len);
+    rkv_wal_free(&w);
+    *mask_p = 0;
+    for (unsigned i = 0; i < 16; i++) {
+        float v;
+        memcpy(&v, d->t->shard.data + i * d->t->row_bytes, 4);
+        if (v == (float)(i + 1) && i < DMG_RECS)
+            *mask_p |= 1u << i;
+        else if (v != 0)
+            fail_msg("row %u holds %g after recovery: a wrong restore", i, (double)v);
+    }
+    return rc;
+}
+
+/* The record holding byte b of the log (DMG_RECS: none). */
+static int dmg_record_of(const struct dmg *d, uint64_t b)
+{
+    for (int i = 0; i < DMG_RECS; i++)
+        if (b >= d->off[i] && b < d->off[i + 1])
+            return i;
+    return DMG_RECS;
+}
+
+/* Damage whose first byte lies in record i: refused, naming the log and
+ * record i's offset, when a record after the damage says the log was
+ * durable past it (records 0..3); else the records before i are kept and
+ * the rest dropped as a torn tail would be. Never a crash, never another
+ * prefix, never a row that no record accounts for. */
+static void dmg_expect(struct dmg *d, const uint8_t *buf, size_t len, int i, const char *what)
+{
+    char err[512] = "", want[64];
+    unsigned mask;
+    struct rkv_wal_replay r;
+    int rc = dmg_recover(d, buf, len, &mask, &r, err, sizeof(err));
+    if (i < 4) {
+        snprintf(want, sizeof(want), "record at byte %llu", (unsigned long long)d->off[i]);
+        if (rc != -RKV_EIO || !strstr(err, d->log1) || !strstr(err, want))
+            fail_msg("%s: rc %d, expected a refusal naming %s and '%s', got: %s", what, rc, d->log1,
+                     want, err);
+    } else if (rc != 0 || mask != (1u << i) - 1) {
+        fail_msg("%s: rc %d, records applied %#x, expected %#x: %s", what, rc, mask, (1u << i) - 1,
+                 err);
+    }
+}
+
+/* The log cut at every length (a crash of a file system that lost the
+ * tail, or an operator's copy cut short): what remains of the header is
+ * refused, an empty file is a log never written to, and past the header
+ * every complete record is kept, the partial one (if any) dropped. */
+static void test_log_truncated_at_every_byte(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    char err[512];
+    struct rkv_wal_replay r;
+    unsigned mask;
+    for (size_t n = 0; n <= d.len; n++) {
+        err[0] = 0;
+        int rc = dmg_recover(&d, d.img, n, &mask, &r, err, sizeof(err));
+        if (n > 0 && n < RKV_WAL_HDR_BYTES) {
+            if (rc != -RKV_EIO || !strstr(err, "truncated") || !strstr(err, d.log1))
+                fail_msg("cut at %zu: rc %d: %s", n, rc, err);
+            continue;
+        }
+        int whole = n < RKV_WAL_HDR_BYTES ? 0 : dmg_record_of(&d, n);
+        if (n == d.len)
+            whole = DMG_RECS;
+        if (rc != 0 || mask != (1u << whole) - 1)
+            fail_msg("cut at %zu: rc %d, records applied %#x, expected %#x: %s", n, rc, mask,
+                     (1u << whole) - 1, err);
+        /* A record cut within its body is an interrupted append. */
+        assert_int_equal(r.torn, n < d.len && n >= RKV_WAL_HDR_BYTES &&
+                                     n - d.off[whole] >= RKV_WAL_REC_BYTES);
+    }
+    dmg_close(&d);
+}
+
+/* One bit flipped in every byte of the log (a bit of each byte in turn):
+ * the header is refused, a record per dmg_expect. */
+static void test_log_bit_flipped_at_every_byte(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    uint8_t *bad = malloc(d.len);
+    assert_non_null(bad);
+    char err[512], what[64];
+    unsigned mask;
+    struct rkv_wal_replay r;
+    for (size_t b = 0; b < d.len; b++) {
+        memcpy(bad, d.img, d.len);
+        bad[b] ^= (uint8_t)(1u << (b % 8));
+        snprintf(what, sizeof(what), "bit %zu of byte %zu flipped", b % 8, b);
+        if (b >= RKV_WAL_HDR_BYTES) {
+            dmg_expect(&d, bad, d.len, dmg_record_of(&d, b), what);
+            continue;
+        }
+        err[0] = 0;
+        int rc = dmg_recover(&d, bad, d.len, &mask, &r, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, d.log1))
+            fail_msg("%s: rc %d: %s", what, rc, err);
+    }
+    free(bad);
+    dmg_close(&d);
+}
+
+/* A block of 64 zeros at every 8-byte place (a sector lost, a hole). */
+static void test_log_zeroed_blocks(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    uint8_t *bad = malloc(d.len);
+    assert_non_null(bad);
+    char what[64];
+    for (size_t b = RKV_WAL_HDR_BYTES; b < d.len; b += 8) {
+        memcpy(bad, d.img, d.len);
+        memset(bad + b, 0, d.len - b < 64 ? d.len - b : 64);
+        snprintf(what, sizeof(what), "64 zeros at byte %zu", b);
+        dmg_expect(&d, bad, d.len, dmg_record_of(&d, b), what);
+    }
+    free(bad);
+    dmg_close(&d);
+}
+
+/* Record i's header rewritten (its CRCs made good again): rows `count`. */
+static void dmg_set_count(struct dmg *d, uint8_t *buf, int i, uint64_t count)
+{
+    uint8_t *rec = buf + d->off[i];
+    rkv_put64(rec + 24, count);
+    rkv_put32(rec + 76, rkv_crc32c(0, rec, 76));
+}
+
+/* Records whose header checks but whose length cannot be (an operator's
+ * edit, or a writer's bug): no allocation of what it says, a refusal or a
+ * torn tail; and records in another order, or twice. */
+static void test_log_lengths_and_order(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    uint8_t *bad = malloc(d.len);
+    assert_non_null(bad);
+    size_t rs = (size_t)(d.off[1] - d.off[0]);
+    char err[512];
+    unsigned mask;
+    struct rkv_wal_replay r;
+    static const uint64_t counts[] = {0, 1000, 1ull << 40, UINT64_MAX / 16, UINT64_MAX};
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+        memcpy(bad, d.img, d.len);
+        dmg_set_count(&d, bad, 2, counts[k]);
+        dmg_expect(&d, bad, d.len, 2, "record 2's count");
+        memcpy(bad, d.img, d.len);
+        dmg_set_count(&d, bad, 5, counts[k]);
+        err[0] = 0;
+        int rc = dmg_recover(&d, bad, d.len, &mask, &r, err, sizeof(err));
+        /* 0 rows, or a size that overflows, cannot be; a body past the
+         * end of the file is an interrupted append. */
+        if (counts[k] == 0 || counts[k] == UINT64_MAX) {
+            if (rc != -RKV_EIO || !strstr(err, "impossible sizes") || !strstr(err, d.log1))
+                fail_msg("count %llu: rc %d: %s", (unsigned long long)counts[k], rc, err);
+        } else if (rc != 0 || mask != 0x1f || r.torn != 1) {
+            fail_msg("count %llu of the last record: rc %d, mask %#x: %s",
+                     (unsigned long long)counts[k], rc, mask, err);
+        }
+    }
+    /* Records 2 and 3 swapped, record 1 twice: the second copy is not at
+     * its place, and a record after it says the log was durable there. */
+    memcpy(bad, d.img, d.len);
+    memcpy(bad + d.off[2], d.img + d.off[3], rs);
+    memcpy(bad + d.off[3], d.img + d.off[2], rs);
+    dmg_expect(&d, bad, d.len, 2, "records 2 and 3 swapped");
+    memcpy(bad, d.img, d.len);
+    memcpy(bad + d.off[2], d.img + d.off[1], rs);
+    dmg_expect(&d, bad, d.len, 2, "record 1 again in place of record 2");
+    /* The log again after itself (a copy appended twice): the second copy
+     * names other places and is not read. */
+    uint8_t *twice = malloc(2 * d.len);
+    assert_non_null(twice);
+    memcpy(twice, d.img, d.len);
+    memcpy(twice + d.len, d.img, d.len);
+    assert_int_equal(dmg_recover(&d, twice, 2 * d.len, &mask, &r, err, sizeof(err)), 0);
+    assert_int_equal(mask, (1u << DMG_RECS) - 1);
+    free(twice);
+    free(bad);
+    dmg_close(&d);
+}
+
+/* The log file replaced by a directory, or a symlink to one, or a
+ * dangling symlink: a clear refusal, not an empty log made in its place
+ * (which would drop every record the file held). */
+static void test_log_not_a_file(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    char err[512], aside[200];
+    unsigned mask;
+    struct rkv_wal_replay r;
+    snprintf(aside, sizeof(aside), "%s/aside", d.f.dir);
+    assert_int_equal(rename(d.log1, aside), 0);
+    assert_int_equal(mkdir(d.log1, 0755), 0);
+    struct rkv_wal w;
+    rkv_wal_init(&w, d.f.port, &d.f.mc, &d.f.tensors, &d.f.cfg);
+    memset(&r, 0, sizeof(r));
+    int rc = rkv_wal_recover(&w, LINEAGE, 1, &d.f.tensors, NULL, 0, &r, err, sizeof(err));
+    if (rc >= 0 || !strstr(err, d.log1))
+        fail_msg("a directory in place of the log: rc %d: %s", rc, err);
+    assert_int_equal(rmdir(d.log1), 0);
+    /* A symlink to the log file works as the file does. */
+    assert_int_equal(symlink(aside, d.log1), 0);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(rkv_wal_recover(&w, LINEAGE, 1, &d.f.tensors, NULL, 0, &r, err, sizeof(err)),
+                     0);
+    assert_int_equal(r.records, DMG_RECS);
+    rkv_wal_free(&w);
+    assert_int_equal(unlink(d.log1), 0);
+    (void)mask;
+    dmg_close(&d);
+}
+
+/* A checkpoint that fails before it makes its log (here its temp file is
+ * a directory: snap_file_open fails; so would a full disk or no memory)
+ * leaves no log of its generation. The next one's log must follow the
+ * current one without a gap: recovery reads logs gen, gen + 1, ... and
+ * stops at the first missing one. It took the next number, and a crash
+ * before its swap left logs G and G + 2: recovery replayed log G only and
+ * silently dropped every acknowledged push of log G + 2. */
+static void test_failed_checkpoint_leaves_no_log_gap(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[256], logg[160], spare[160];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 0, 1);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    unlink(f.tmp);
+    assert_int_equal(mkdir(f.tmp, 0755), 0);
+    assert_true(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)) < 0);
+    assert_int_equal(rmdir(f.tmp), 0);
+    dmg_push(&f, t, 1, 2);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t next = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 2, 3);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    /* A crash before the swap: snapshot gen (under the temp name now) and
+     * its log (a spare now, if the checkpoint let it go). */
+    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
+    if (access(logg, F_OK) != 0)
+        assert_int_equal(rename(spare, logg), 0);
+    assert_int_equal(generation_of(f.tmp), gen);
+    uint8_t want[3 * DMG_ROW_LEN * 4];
+    memcpy(want, t->shard.data, sizeof(want));
+    struct rkv_wal_replay r;
+    recover_and_compare(&f, f.tmp, want, sizeof(want), 0, &r);
+    assert_int_equal(r.records, 3);
+    assert_int_equal(next, gen + 1); /* the failed attempt's number taken again */
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+/* Log gen damaged before its last group commit (a record's header: the
+ * records end there, the records after it are never acknowledged ones as
+ * far as log gen tells) while log gen + 1 after it holds records: the
+ * records lost in log gen were acknowledged, or at least the replay would
+ * apply log gen + 1's pushes over a hole. Refused, as a torn end before a
+ * log with records is, naming log gen and the offset; and refused again at
+ * the next restart: the refusal once voided the damage's evidence first
+ * (the records past the end, the torn append), and the restart after it
+ * replayed over the hole without a word. */
+static void run_damage_before_later_log(int torn)
+{
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[512], logg[160], want[96];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    for (int i = 0; i < DMG_RECS; i++) {
+        dmg_push(&f, t, (uint64_t)i, (float)(i + 1));
+        if (i % 2 == 1)
+            assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    }
+    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    uint8_t *img;
+    size_t len;
+    read_whole(logg, &img, &len);
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    dmg_push(&f, t, 6, 7);
+    dmg_push(&f, t, 7, 8);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    /* A crash before the swap, with log gen damaged: record 4's header
+     * (record 5 past the end), or record 5's body (a torn end). */
+    size_t rs = rkv_wal_record_bytes(1, DMG_ROW_LEN * 4);
+    uint64_t at = RKV_WAL_HDR_BYTES + (torn ? 5 : 4) * rs;
+    img[at + (torn ? RKV_WAL_REC_BYTES : 8)] ^= 1;
+    write_whole(logg, img, len);
+    free(img);
+    snprintf(want, sizeof(want), "byte %llu", (unsigned long long)at);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct rkv_snap snap;
+        if (rkv_snap_read(f.tmp, 0, &snap, err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+        assert_int_equal(snap.generation, gen);
+        if (rkv_snap_rollback(&snap, f.port, f.cfg.shm_prefix, &f.mc, err, sizeof(err)) < 0 ||
+            rkv_wal_set_copies(&f.w, &snap, err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+        rkv_snap_free(&snap);
+        struct rkv_wal_replay r = {0};
+        err[0] = 0;
+        int rc = rkv_wal_recover(&f.w, LINEAGE, gen, &f.tensors, NULL, 0, &r, err, sizeof(err));
+        if (rc != -RKV_EIO || !strstr(err, logg) || !strstr(err, want))
+            fail_msg("restart %d: rc %d, %llu records replayed, expected a refusal naming %s "
+                     "and %s: %s",
+                     attempt, rc, (unsigned long long)r.records, logg, want, err);
+    }
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+static void test_damage_before_later_log_refused(void **state)
+{
+    (void)state;
+    run_damage_before_later_log(0);
+}
+
+static void test_torn_end_before_later_log_refused_again(void **state)
+{
+    (void)state;
+    run_damage_before_later_log(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -723,6 +1165,14 @@ int main(void)
         cmocka_unit_test(test_fuzzy_checkpoint_with_state),
         cmocka_unit_test(test_copy_lsn_of_another_log_refused),
         cmocka_unit_test(test_failed_sync_healed_only_by_a_later_switch),
+        cmocka_unit_test(test_log_truncated_at_every_byte),
+        cmocka_unit_test(test_log_bit_flipped_at_every_byte),
+        cmocka_unit_test(test_log_zeroed_blocks),
+        cmocka_unit_test(test_log_lengths_and_order),
+        cmocka_unit_test(test_log_not_a_file),
+        cmocka_unit_test(test_failed_checkpoint_leaves_no_log_gap),
+        cmocka_unit_test(test_damage_before_later_log_refused),
+        cmocka_unit_test(test_torn_end_before_later_log_refused_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
