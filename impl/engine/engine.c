@@ -494,6 +494,20 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
     return 0;
 }
 
+/* A queue of p's (n messages, what they wait for in why) reached
+ * max_backlog: tx goes, and the peer with it, logged rate-limited. */
+static int peer_drop_hog(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, uint32_t n,
+                         const char *why)
+{
+    uint64_t quiet = 0;
+    if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet))
+        RKV_LOGW(e->port, "engine: %u messages %s; dropping it (%llu such lines suppressed)", n,
+                 why, (unsigned long long)quiet);
+    tx_put(e, tx);
+    peer_kill(e, p, 1);
+    return -RKV_ELIMIT;
+}
+
 /* One credit is held back for CREDIT messages, so returning credits can
  * never be blocked by a full window. */
 static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
@@ -504,20 +518,11 @@ static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         return -RKV_EPEERDEAD;
     }
     if (p->backlog.head || p->credits <= 1) {
-        if (p->backlog.n >= e->max_backlog) {
-            /* A peer that takes but never returns credits, or a caller that
-             * outruns the network without bound: both are errors. */
-            uint64_t quiet = 0;
-            if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST,
-                               &quiet))
-                RKV_LOGW(e->port,
-                         "engine: %u messages wait for credits the peer does not return; "
-                         "dropping it (%llu such lines suppressed)",
-                         p->backlog.n, (unsigned long long)quiet);
-            tx_put(e, tx);
-            peer_kill(e, p, 1);
-            return -RKV_ELIMIT;
-        }
+        /* A peer that takes but never returns credits, or a caller that
+         * outruns the network without bound: both are errors. */
+        if (p->backlog.n >= e->max_backlog)
+            return peer_drop_hog(e, p, tx, p->backlog.n,
+                                 "wait for credits the peer does not return");
         txq_push(&p->backlog, tx);
         e->st.backlogged++;
         return 0;
@@ -709,18 +714,9 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
 static int peer_wait_slot(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
-    if (p->waiting.n >= e->max_backlog) {
-        uint64_t quiet = 0;
-        if (rkv_ratelim_ok(&e->lim_backlog, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST,
-                           &quiet))
-            RKV_LOGW(e->port,
-                     "engine: %u messages wait behind a rendezvous the peer does not answer; "
-                     "dropping it (%llu such lines suppressed)",
-                     p->waiting.n, (unsigned long long)quiet);
-        tx_put(e, tx);
-        peer_kill(e, p, 1);
-        return -RKV_ELIMIT;
-    }
+    if (p->waiting.n >= e->max_backlog)
+        return peer_drop_hog(e, p, tx, p->waiting.n,
+                             "wait behind a rendezvous the peer does not answer");
     txq_push(&p->waiting, tx);
     return 0;
 }
