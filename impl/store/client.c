@@ -96,6 +96,8 @@ struct rkv_client {
     /* Drawn at the first HELLO and sent in every one: server 0 lets a
      * client re-join under its id only with the nonce it first joined with. */
     uint64_t hello_nonce;
+    /* Replies from a server other than the one asked (cli_on_msg). */
+    struct rkv_ratelim lim_foreign;
     /* cfg.machines and what is derived from it: the config's shared one,
      * or own_cl (cluster.h). fp: the cluster's fingerprint, computed once. */
     const struct rkv_cluster *cl;
@@ -529,10 +531,26 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
 static void cli_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_client *c = user;
-    (void)peer;
+    /* The connection's server (NULL: one left behind by a reconnect). */
+    const struct cli_server *from = rkv_peer_user(peer);
     cli_lock(c);
     struct cli_req *r = cli_req_find(c, m->h.req_id);
-    if (r && !r->done)
+    if (r && !r->done && r->srv != from) {
+        /* Request ids are one sequence for all servers, so a server can
+         * guess the ids of requests sent to others: only the server asked
+         * answers. Its connection stays (the answer may be a stale one). */
+        char who[48] = "a connection no longer in use";
+        if (from)
+            snprintf(who, sizeof(who), "server %u", from->id);
+        uint64_t quiet = 0;
+        if (rkv_ratelim_ok(&c->lim_foreign, c->port->ops->now_ns(c->port), RKV_RATELIM_BURST,
+                           &quiet))
+            RKV_LOGW(c->port,
+                     "dropping a reply (%s, req %llu) from %s: that request went to server %u "
+                     "(%llu such lines suppressed)",
+                     rkv_msg_type_name(m->h.type), (unsigned long long)m->h.req_id, who, r->srv->id,
+                     (unsigned long long)quiet);
+    } else if (r && !r->done)
         cli_on_reply(c, r, m);
     else
         RKV_LOGD(c->port, "dropping a late or unknown %s (req %llu)", rkv_msg_type_name(m->h.type),

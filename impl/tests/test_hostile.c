@@ -1006,7 +1006,11 @@ struct evil_server {
     pthread_t thr;
     atomic_int stop; /* written once by the test thread, read by the server's */
     uint32_t n_rndv;
-    uint32_t hello_id; /* nonzero: the client id every HELLO_REPLY gives */
+    uint32_t hello_id;      /* nonzero: the client id every HELLO_REPLY gives */
+    uint32_t push_delay_ms; /* each PUSH_ACK sent this late */
+    /* Nonzero: each PUSH is first answered for the ids around it with an
+     * ERROR carrying this text, as if those requests had been ours. */
+    const char *forge;
 };
 
 static void evil_reply(struct evil *e, const struct rkv_msg *m)
@@ -1025,6 +1029,9 @@ static void evil_reply(struct evil *e, const struct rkv_msg *m)
         return evil_send(e, rkv_proto_enc_slot(e->tx, &h, &NOWHERE));
     case RKV_MSG_PUSH:
         h.type = RKV_MSG_PUSH_ACK;
+        return evil_send(e, rkv_proto_enc_empty(e->tx, &h));
+    case RKV_MSG_SHUTDOWN:
+        h.type = RKV_MSG_SHUTDOWN_ACK;
         return evil_send(e, rkv_proto_enc_empty(e->tx, &h));
     default:
         return;
@@ -1048,6 +1055,15 @@ static void *evil_server_main(void *arg)
             es->n_rndv += m.h.type == RKV_MSG_RNDV_START;
             if (m.h.type == RKV_MSG_HELLO && es->hello_id)
                 m.u.hello.want_id = es->hello_id;
+            if (m.h.type == RKV_MSG_PUSH && es->forge && e->qp && !e->down)
+                for (uint64_t id = m.h.req_id - 3; id <= m.h.req_id + 3; id++) {
+                    if (id == m.h.req_id)
+                        continue;
+                    struct rkv_hdr h = {.type = RKV_MSG_ERROR, .req_id = id, .status = -RKV_EINVAL};
+                    evil_send(e, rkv_proto_enc_error(e->tx, EV_CTRL, &h, es->forge));
+                }
+            if (m.h.type == RKV_MSG_PUSH && es->push_delay_ms)
+                usleep(es->push_delay_ms * 1000u);
             if (e->qp && !e->down)
                 evil_reply(e, &m);
         }
@@ -1124,6 +1140,56 @@ static void test_client_id_past_workers(void **state)
     atomic_store(&es.stop, 1);
     pthread_join(es.thr, NULL);
     evil_close(&es.e);
+}
+
+/* Request ids are one sequence for all of a client's servers, so a server
+ * can guess the ids of requests sent to the others. Server 2 answers, for
+ * the ids around each PUSH it gets, with an ERROR, while server 1 (also
+ * hostile, but only slow) has not yet acknowledged its part of the same
+ * push: the client took server 2's word for server 1's request, and the
+ * push failed with server 2's text. Only the server asked may answer. */
+static void test_reply_from_another_server(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 3, 1);
+    struct evil_server slow = {.push_delay_ms = 500};
+    struct evil_server liar = {.forge = "forged by server 2"};
+    struct evil_server *es[2] = {&slow, &liar};
+    for (int k = 0; k < 2; k++) {
+        evil_open(&es[k]->e, env);
+        struct rkv_nic *n = es[k]->e.nd.nic;
+        const struct rkv_machine *m = &c.machines[1 + k];
+        if (n->ops->listen(n, m->host, m->base_port) < 0)
+            fail_msg("a hostile server cannot listen on %s:%u", m->host, m->base_port);
+        assert_int_equal(pthread_create(&es[k]->thr, NULL, evil_server_main, es[k]), 0);
+    }
+    cluster_join(&c, env);
+    assert_int_equal(rkv_client_init_data(c.cli, &T_SMALL), 0);
+    struct logcap *log = &c.cli_node.log;
+    logcap_reset(log);
+    /* Row 40 lives on server 1, 70 on server 2: one push, one request to each. */
+    float rows[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint64_t ids[2] = {40, 70};
+    int rc = rkv_client_push(c.cli, "small", ids, 2, rows, RKV_OP_ASSIGN, 0);
+    printf("push with a forged answer for server 1's part: %s: %s\n", rkv_strerror(rc),
+           rc < 0 ? rkv_client_errmsg(c.cli) : "");
+    assert_int_equal(rc, 0);
+    assert_true(logcap_count(log, "that request went to server 1") >= 1);
+    assert_int_equal(logcap_count(log, "forged by server 2"), 0);
+    /* Server 0, which is real, still serves. */
+    uint64_t id0 = 3;
+    float got[4];
+    assert_int_equal(rkv_client_push(c.cli, "small", &id0, 1, rows, RKV_OP_ASSIGN, 0), 0);
+    assert_int_equal(rkv_client_pull(c.cli, "small", &id0, 1, got), 0);
+    assert_memory_equal(got, rows, sizeof(got));
+    cluster_halt(&c);
+    for (int k = 0; k < 2; k++) {
+        atomic_store(&es[k]->stop, 1);
+        pthread_join(es[k]->thr, NULL);
+        evil_close(&es[k]->e);
+    }
+    cluster_free(&c);
 }
 
 /* A reply larger than a SEND goes by rendezvous: the server asks the
@@ -2126,6 +2192,7 @@ int main(void)
         cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
         cmocka_unit_test_prestate(test_rendezvous_unanswered, &env),
         cmocka_unit_test_prestate(test_client_id_past_workers, &env),
+        cmocka_unit_test_prestate(test_reply_from_another_server, &env),
         cmocka_unit_test_prestate(test_connection_flood, &env),
         cmocka_unit_test_prestate(test_text_secret, &env),
         cmocka_unit_test_prestate(test_connection_churn, &env),
