@@ -49,7 +49,12 @@
 #include "rkv.h"
 
 #define RKV_PROTO_MAGIC 0x31564b52u /* "RKV1" read as little-endian u32 */
-#define RKV_PROTO_VERSION 1
+/* Bumped whenever a type or a field is added or changes meaning. Types
+ * were added under 1 as the store grew (REGISTER, PULL_ZC, LIST, last
+ * RNDV_REVOKE); 2 is the set below. A peer of another build is refused at
+ * its first message, naming both versions, instead of dropping the
+ * connection mid-run at a type it does not know. */
+#define RKV_PROTO_VERSION 2
 #define RKV_PROTO_HDR_BYTES 64
 #define RKV_PROTO_TENSOR_BYTES 104
 #define RKV_PROTO_SLOT_BYTES 24

@@ -557,7 +557,8 @@ static void test_reject_header_fields(void **state)
     MUTATE(v[O_MAGIC] ^= 1, "magic");
     MUTATE(w32(v, O_MAGIC, 0x52564b31), "magic"); /* big-endian "RKV1" */
     MUTATE(v[O_VERSION] = 0, "version");
-    MUTATE(v[O_VERSION] = 2, "version");
+    MUTATE(v[O_VERSION] = 1, "version"); /* the builds before RNDV_REVOKE */
+    MUTATE(v[O_VERSION] = RKV_PROTO_VERSION + 1, "version");
     MUTATE(v[O_TYPE] = 0, "type 0");
     MUTATE(v[O_TYPE] = RKV_MSG_TYPE_MAX_, "type");
     MUTATE(v[O_TYPE] = 0xff, "type 255");
