@@ -46,7 +46,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -66,7 +68,14 @@
 #define TCP_HDR_BYTES 32
 #define TCP_MAX_FRAME_BYTES (1u << 30)
 
-enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
+/* KEEPALIVE: no payload, no completion; it only tells an accepting side
+ * with an idle timeout that the connecting side is alive (tcp_keepalive). */
+enum tcp_kind {
+    TCP_KIND_SEND = 1,
+    TCP_KIND_WRITE = 2,
+    TCP_KIND_WRITE_IMM = 3,
+    TCP_KIND_KEEPALIVE = 4
+};
 
 /* Connection hello, before any frame: a challenge-response on the shared
  * secret (nic.h), four messages of one layout
@@ -95,7 +104,7 @@ enum tcp_kind { TCP_KIND_SEND = 1, TCP_KIND_WRITE = 2, TCP_KIND_WRITE_IMM = 3 };
 #define TCP_CQ_MAX (1u << 20)      /* completions waiting for poll() */
 #define TCP_RECV_MAX (1u << 16)    /* posted receives per QP */
 static_assert(TCP_RECV_MAX >= RKV_MAX_RX_DEPTH, "a connection posts rx_depth receives");
-#define TCP_MR_SLOT_BITS 20        /* rkey = (random:12 | slot:20) ^ secret */
+#define TCP_MR_SLOT_BITS 20 /* rkey = (random:12 | slot:20) ^ secret */
 #define TCP_MR_MAX (1u << TCP_MR_SLOT_BITS)
 #define TCP_LISTEN_MAX 16
 #define TCP_LISTEN_BACKLOG 128
@@ -169,6 +178,7 @@ struct tcp_qp {
     int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
     int announced;         /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
     int passive;           /* accepted here: the hello and idle timeouts apply */
+    uint64_t last_tx_ns;   /* send_mu: a frame last went then (connecting side, idle timeout) */
     struct tcp_qp *next;   /* mu: nic->qps */
     struct tcp_rx rx;
 };
@@ -193,7 +203,7 @@ struct tcp_nic {
     struct rkv_cond *cq_space;    /* the progress task waits on it when the CQ is full */
     struct rkv_nic_cq cq;         /* the core's soft CQ */
     int stopping;
-    int poll_woken; /* mu: poll_wake; the next poll returns at once */
+    int poll_woken;     /* mu: poll_wake; the next poll returns at once */
     struct tcp_qp *qps; /* every QP not yet reaped */
     /* The QP whose socket the rx owner is reading into user memory
      * right now; qp_close waits until it is not the one being closed, so
@@ -274,8 +284,10 @@ static int frame_decode(const uint8_t *h, struct tcp_frame *f, char *why, size_t
                             .imm = rkv_nic_get32(h + 12),
                             .remote_addr = rkv_nic_get64(h + 16),
                             .rkey = rkv_nic_get32(h + 24)};
-    if (f->kind < TCP_KIND_SEND || f->kind > TCP_KIND_WRITE_IMM)
+    if (f->kind < TCP_KIND_SEND || f->kind > TCP_KIND_KEEPALIVE)
         return rkv_errf(why, why_len, -RKV_EPROTO, "unknown frame kind %u", f->kind);
+    if (f->kind == TCP_KIND_KEEPALIVE && f->len)
+        return rkv_errf(why, why_len, -RKV_EPROTO, "keepalive frame with %u payload bytes", f->len);
     if (f->len > TCP_MAX_FRAME_BYTES)
         return rkv_errf(why, why_len, -RKV_EPROTO, "frame of %u bytes exceeds the %u limit", f->len,
                         TCP_MAX_FRAME_BYTES);
@@ -620,9 +632,10 @@ static int rx_begin_frame(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_
     if (frame_decode(rx->hdr, &rx->f, why, why_len) < 0)
         return TCP_RX_DEAD;
     uint8_t *dst = NULL;
-    if (rx->f.kind != TCP_KIND_SEND && mr_target(n, &rx->f, &dst, why, why_len) < 0)
+    int write = rx->f.kind == TCP_KIND_WRITE || rx->f.kind == TCP_KIND_WRITE_IMM;
+    if (write && mr_target(n, &rx->f, &dst, why, why_len) < 0)
         return TCP_RX_DEAD;
-    if (rx->f.kind != TCP_KIND_WRITE) {
+    if (rx->f.kind == TCP_KIND_SEND || rx->f.kind == TCP_KIND_WRITE_IMM) {
         int st = rx_take_recv(n, qp, why, why_len);
         if (st != TCP_RX_OK)
             return st;
@@ -645,7 +658,7 @@ static void rx_end_frame(struct tcp_nic *n, struct tcp_qp *qp)
     /* Whole frames only: a peer trickling one byte a second stays idle. */
     if (n->base.idle_timeout_ms)
         rx->last_msg_ns = tcp_now_ns(n);
-    if (rx->f.kind == TCP_KIND_WRITE)
+    if (rx->f.kind == TCP_KIND_WRITE || rx->f.kind == TCP_KIND_KEEPALIVE)
         return;
     struct rkv_wc wc = {.wr_id = rx->recv.wr_id, .status = RKV_WC_SUCCESS, .byte_len = rx->f.len};
     if (rx->f.kind == TCP_KIND_SEND) {
@@ -887,7 +900,7 @@ static int qp_new(struct tcp_nic *n, int fd, const struct sockaddr *sa, socklen_
     qp->rx.hello_done = active;
     qp->announced = active;
     qp->passive = !active;
-    qp->rx.born_ns = qp->rx.last_msg_ns = tcp_now_ns(n);
+    qp->rx.born_ns = qp->rx.last_msg_ns = qp->last_tx_ns = tcp_now_ns(n);
     rkv_nic_addr_name(sa, sl, qp->peer, sizeof(qp->peer));
     ring_init(&qp->recvs, sizeof(struct tcp_recv), TCP_RECV_MAX);
     int one = 1;
@@ -1329,7 +1342,8 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
     struct iovec iov[2] = {{.iov_base = hdr, .iov_len = sizeof(hdr)},
                            {.iov_base = payload, .iov_len = f->len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = f->len ? 2 : 1};
-    uint64_t deadline_ns = tcp_now_ns(n) + (uint64_t)n->send_timeout_ms * 1000000;
+    uint64_t start_ns = tcp_now_ns(n);
+    uint64_t deadline_ns = start_ns + (uint64_t)n->send_timeout_ms * 1000000;
     char why[96] = "";
     while (mh.msg_iovlen > 0 && !why[0]) {
         ssize_t w = sendmsg(qp->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE from a dead peer */
@@ -1340,8 +1354,10 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
         else if (qp_wait_writable(n, qp, deadline_ns) < 0)
             snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
     }
-    if (!why[0])
+    if (!why[0]) {
+        qp->last_tx_ns = start_ns;
         return 0;
+    }
     qp->send_dead = 1;
     /* The rx owner sees the shutdown and reports DISCONNECTED. */
     shutdown(qp->fd, SHUT_RDWR);
@@ -1522,8 +1538,39 @@ static int tcp_cq_roomy(struct tcp_nic *n)
 
 /* One round of the rx owner: a batch of readiness events, waiting up to
  * timeout_ms (-1: until one comes). Returns 1 once the NIC is stopping. */
+/* Rx owner: a KEEPALIVE frame on a connection of ours that sent nothing
+ * for a third of the idle timeout. A client waits for a reply, or in a
+ * barrier for the slowest worker, in silence; the server's idle timeout
+ * (this node's configuration is taken to be the cluster's) dropped it in
+ * mid-call. Never waits: the reader may not wait behind a send blocked on a
+ * peer that waits for it to read, so a busy send lock or unsent bytes
+ * (the connection is not idle then) put it off to the next sweep. */
+static void tcp_keepalive(struct tcp_nic *n, struct tcp_qp *qp, uint64_t now, uint64_t every_ns)
+{
+    const struct rkv_port_ops *po = n->base.port->ops;
+    if (!po->mutex_trylock(qp->send_mu))
+        return;
+    int unsent = 0;
+    if (!qp->send_dead && qp->fd >= 0 && now - qp->last_tx_ns >= every_ns &&
+        ioctl(qp->fd, SIOCOUTQ, &unsent) == 0 && unsent == 0) {
+        uint8_t hdr[TCP_HDR_BYTES];
+        frame_encode(&(struct tcp_frame){.kind = TCP_KIND_KEEPALIVE}, hdr);
+        /* An empty send queue takes a header whole. */
+        ssize_t w = send(qp->fd, hdr, sizeof(hdr), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w == (ssize_t)sizeof(hdr)) {
+            qp->last_tx_ns = now;
+        } else if (w > 0) { /* the stream is out of step for good */
+            qp->send_dead = 1;
+            shutdown(qp->fd, SHUT_RDWR);
+            RKV_LOGW(n->base.port, "nic tcp: a keepalive to %s went out cut short", qp->peer);
+        } /* else the send fails the same way next time, and says so there */
+    }
+    po->mutex_unlock(qp->send_mu);
+}
+
 /* Rx owner: breaks accepted connections that did not prove the secret
- * within the hello timeout, or completed no frame within the idle timeout.
+ * within the hello timeout, or completed no frame within the idle timeout,
+ * and keeps the connections this node made alive (tcp_keepalive).
  * Returns 1 when it broke any (they are reaped at the end of the round). */
 static int tcp_sweep(struct tcp_nic *n)
 {
@@ -1534,6 +1581,20 @@ static int tcp_sweep(struct tcp_nic *n)
     n->next_sweep_ns = now + TCP_SWEEP_NS;
     uint64_t hello_ns = (uint64_t)b->hello_timeout_ms * 1000000,
              idle_ns = (uint64_t)b->idle_timeout_ms * 1000000;
+    if (idle_ns) {
+        /* Only this reader takes QPs off the list, so one stays in it while
+         * the lock is given up (others are only added, at its head). */
+        tcp_lock(n);
+        for (struct tcp_qp *qp = n->qps;; qp = qp->next) {
+            while (qp && (qp->passive || qp->core.closed || !qp->announced))
+                qp = qp->next;
+            tcp_unlock(n);
+            if (!qp)
+                break;
+            tcp_keepalive(n, qp, now, idle_ns / 3);
+            tcp_lock(n);
+        }
+    }
     int broke = 0;
     for (;;) {
         struct tcp_qp *late[TCP_SWEEP_BATCH];
@@ -1626,8 +1687,9 @@ static void tcp_progress(void *arg)
     while (tcp_task_turn(n) == 0) {
         n->task_asked = 0;
         /* A listening NIC wakes up now and then to drop accepted
-         * connections past their hello or idle timeout (tcp_sweep). */
-        int wait_ms = n->listeners ? (int)(TCP_SWEEP_NS / 1000000) : -1;
+         * connections past their hello or idle timeout, and one with an
+         * idle timeout to keep its own alive (tcp_sweep). */
+        int wait_ms = n->listeners || n->base.idle_timeout_ms ? (int)(TCP_SWEEP_NS / 1000000) : -1;
         tcp_unlock(n);
         int stop = tcp_rx_round(n, wait_ms);
         tcp_lock(n);
@@ -1656,6 +1718,9 @@ static void tcp_poll_wait(struct tcp_nic *n, uint64_t deadline_ns, int *asked)
         n->rounds[TCP_RX_POLLER]++;
         tcp_unlock(n);
         uint64_t left_ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
+        /* A long wait (a barrier) keeps sweeping, as the task does. */
+        if (n->base.idle_timeout_ms && left_ms > TCP_SWEEP_NS / 1000000)
+            left_ms = TCP_SWEEP_NS / 1000000;
         tcp_rx_round(n, left_ms > INT_MAX ? INT_MAX : (int)left_ms);
         tcp_lock(n);
         n->rx_owner = TCP_RX_NOBODY;

@@ -38,6 +38,11 @@ struct rkv_port_ops {
     int (*task_join)(struct rkv_port *p, struct rkv_task *t);
     int (*mutex_create)(struct rkv_port *p, struct rkv_mutex **m_p);
     void (*mutex_lock)(struct rkv_mutex *m);
+    /* Takes m only if nobody holds it: 1 when taken, else 0. For a task
+     * that must not wait behind a holder blocked on something it is
+     * itself supposed to do (the TCP NIC's reader, which may not wait
+     * behind a send blocked on a peer that waits for it to read). */
+    int (*mutex_trylock)(struct rkv_mutex *m);
     void (*mutex_unlock)(struct rkv_mutex *m);
     void (*mutex_destroy)(struct rkv_mutex *m);
     /* 1 when the calling task holds m, else 0: for assertions

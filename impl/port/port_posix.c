@@ -147,6 +147,16 @@ static void posix_mutex_lock(struct rkv_mutex *m)
     atomic_store_explicit(&m->owner, posix_self(), memory_order_relaxed);
 }
 
+static int posix_mutex_trylock(struct rkv_mutex *m)
+{
+    int rc = pthread_mutex_trylock(&m->m);
+    assert(rc == 0 || rc == EBUSY);
+    if (rc != 0)
+        return 0;
+    atomic_store_explicit(&m->owner, posix_self(), memory_order_relaxed);
+    return 1;
+}
+
 static void posix_mutex_unlock(struct rkv_mutex *m)
 {
     assert(atomic_load_explicit(&m->owner, memory_order_relaxed) == posix_self());
@@ -542,6 +552,7 @@ static const struct rkv_port_ops posix_ops = {
     .task_join = posix_task_join,
     .mutex_create = posix_mutex_create,
     .mutex_lock = posix_mutex_lock,
+    .mutex_trylock = posix_mutex_trylock,
     .mutex_unlock = posix_mutex_unlock,
     .mutex_destroy = posix_mutex_destroy,
     .mutex_held = posix_mutex_held,

@@ -30,9 +30,9 @@ _Static_assert(RKV_CLIENT_NODE_BASE == RKV_MAX_SERVERS,
 /* Why idle_timeout_ms has a floor (RKV_MIN_IDLE_TIMEOUT_MS), said where
  * the config and where the setting is refused. */
 #define RKV_IDLE_WHY                                                                               \
-    "clients send no keepalive, so a live client is silent while it waits for a reply or in a "    \
-    "barrier for the slowest worker, and a shorter timeout dropped it in mid-run (with the "       \
-    "timeout on, clients also need retry-ms to redial)"
+    "a client sends a keepalive after a third of it in silence, and connections are looked at "    \
+    "only every 100 ms, so a shorter timeout leaves a loaded host no slack (clients need the "     \
+    "same setting to send keepalives)"
 
 /* Lives at the start of every shard segment, shared by all processes of a
  * machine. Lock words are process-shared because they are plain atomics. */

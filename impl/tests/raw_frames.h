@@ -11,7 +11,7 @@
 
 #define RAW_MAGIC 0x544b5652u
 #define RAW_HDR_BYTES 32
-enum { RAW_SEND = 1, RAW_WRITE = 2, RAW_WRITE_IMM = 3 };
+enum { RAW_SEND = 1, RAW_WRITE = 2, RAW_WRITE_IMM = 3, RAW_KEEPALIVE = 4 };
 
 /* Writes a frame header claiming `len` payload bytes, then `n` real bytes. */
 static inline void raw_send_frame(int fd, int kind, uint32_t len, const void *body, size_t n)

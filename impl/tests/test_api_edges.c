@@ -133,13 +133,13 @@ static void test_config_zeroed_refused(void **state)
     z.max_slot_bytes = d.max_slot_bytes;
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "timeout_ms must be > 0"));
-    /* 1 ms dropped every client in mid-run: none sends a keepalive, and one
-     * waiting for a reply or in a barrier is silent. */
+    /* 1 ms dropped every client in mid-run: keepalives go after a third of
+     * the timeout in silence, looked for every 100 ms. */
     z.timeout_ms = d.timeout_ms;
     z.idle_timeout_ms = RKV_MIN_IDLE_TIMEOUT_MS - 1;
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
-    assert_non_null(strstr(err, "config: idle_timeout_ms 999 is below 1000 (0: never): clients "
-                                "send no keepalive"));
+    assert_non_null(strstr(err, "config: idle_timeout_ms 999 is below 1000 (0: never): a client "
+                                "sends a keepalive"));
     assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "idle_timeout_ms 999 is below 1000"));
     z.idle_timeout_ms = 0;
@@ -1260,6 +1260,64 @@ static void test_idle_connection_loss_is_quiet(void **state)
         fail_msg("an idle connection's end was a warning:\n%s", text);
 }
 
+/* Worker b, late to the barrier: it joins with a, then comes to the
+ * barrier 3.5 s later, while a waits there in silence. */
+struct late_worker {
+    struct cluster *c;
+    int rc;
+    char err[256];
+};
+
+static void *late_worker_main(void *arg)
+{
+    struct late_worker *w = arg;
+    struct rkv_client *b;
+    w->rc = rkv_client_create(&w->c->cfg, &b, w->err, sizeof(w->err));
+    if (w->rc < 0)
+        return NULL;
+    usleep(3500 * 1000);
+    w->rc = rkv_client_barrier(b);
+    if (w->rc < 0)
+        snprintf(w->err, sizeof(w->err), "%s", rkv_client_errmsg(b));
+    rkv_client_destroy(b);
+    return NULL;
+}
+
+/* With idle_timeout_ms set (the least, 1 s), a worker that waits 3.5 s in
+ * a barrier for a late one sends nothing while it waits: the servers
+ * dropped it as idle, and without retry_ms its barrier failed, "connection
+ * lost" (and, with it, every worker's). Its NIC now sends keepalives. */
+static void test_barrier_outlasts_idle_timeout(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 20000);
+    c.cfg.n_workers = 2;
+    c.cfg.idle_timeout_ms = RKV_MIN_IDLE_TIMEOUT_MS;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct late_worker w = {.c = &c};
+    pthread_t thr;
+    assert_int_equal(pthread_create(&thr, NULL, late_worker_main, &w), 0);
+    struct rkv_client *a = client_join(&c);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    uint64_t ids[2] = {1, 90}; /* one row of each machine: both connections up */
+    push_ok(a, "t", ids, 2, rows, RKV_OP_ASSIGN);
+    int rc = rkv_client_barrier(a);
+    if (rc < 0)
+        fail_msg("worker a's barrier: %s", rkv_client_errmsg(a));
+    pthread_join(thr, NULL);
+    if (w.rc < 0)
+        fail_msg("worker b: %s", w.err);
+    /* And a's connection to machine 1, idle as long, still serves. */
+    assert_int_equal(rkv_client_pull(a, "t", ids, 2, got), 0);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    cluster_stop(&c);
+    rkv_client_destroy(a);
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1907,6 +1965,7 @@ int main(void)
         cmocka_unit_test(test_init_waits_for_a_large_shard),
         cmocka_unit_test(test_server_names_a_low_fd_limit),
         cmocka_unit_test(test_idle_connection_loss_is_quiet),
+        cmocka_unit_test(test_barrier_outlasts_idle_timeout),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_pull_ids_inside_rows_out),
         cmocka_unit_test(test_empty_calls),

@@ -360,8 +360,8 @@ static void test_settings_that_make_no_cluster(void **state)
     config_fails("max_slot_bytes >= ctrl_buf_bytes", 2, "--max-slot-bytes", "1000");
     config_fails("config: timeout_ms must be > 0", 2, "--timeout-ms", "0");
     /* 1 was taken, and every run failed: connections idled out at once. */
-    config_fails("idle-timeout-ms: 1 (flag) is below the minimum 1000 ms (0: off): clients send "
-                 "no keepalive",
+    config_fails("idle-timeout-ms: 1 (flag) is below the minimum 1000 ms (0: off): a client sends "
+                 "a keepalive",
                  2, "--idle-timeout-ms", "1");
     setenv("RKV_IDLE_TIMEOUT_MS", "999", 1);
     config_fails("idle-timeout-ms: 999 (env RKV_IDLE_TIMEOUT_MS) is below the minimum 1000 ms", 0);

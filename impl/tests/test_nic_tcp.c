@@ -190,6 +190,20 @@ static void test_token_raw_peers(void **state)
     nic_check_send(f, f->qa, f->qb, 22);
 }
 
+/* A KEEPALIVE frame completes nothing and keeps the connection; one that
+ * claims a payload is a broken peer, dropped. */
+static void test_keepalive_frames(void **state)
+{
+    struct nic_fx *f = *state;
+    struct rkv_qp *qb;
+    int fd = raw_connect(f, &qb);
+    raw_send_frame(fd, RAW_KEEPALIVE, 0, NULL, 0);
+    raw_send_frame(fd, RAW_KEEPALIVE, 0, NULL, 0);
+    nic_expect_quiet(f, f->b);
+    raw_send_frame(fd, RAW_KEEPALIVE, 8, "garbage!", 8);
+    raw_expect_dropped(f, fd, qb); /* and closes both ends */
+}
+
 /* A flood of connections that never say hello (and some that say a wrong
  * one): none is announced, and the listener keeps serving its real peer. */
 static void test_connection_flood(void **state)
@@ -284,6 +298,7 @@ int main(void)
         T(test_raw_valid_frames), T(test_raw_bad_magic),       T(test_raw_unknown_kind),
         T(test_raw_huge_frame),   T(test_listen_by_name),      T(test_token_raw_peers),
         T(test_connection_flood), T(test_poller_reads_inline), T(test_reads_without_a_poller),
+        T(test_keepalive_frames),
     };
 #undef T
     return failed + cmocka_run_group_tests_name("tcp only", tests, NULL, NULL);

@@ -187,6 +187,15 @@ static void sp_mutex_lock(struct rkv_mutex *m)
     sim_cpu_mark(m->w);
 }
 
+static int sp_mutex_trylock(struct rkv_mutex *m)
+{
+    assert(m->owner != sg_actor_self()); /* not recursive */
+    if (m->owner)
+        return 0;
+    m->owner = sg_actor_self();
+    return 1;
+}
+
 static void sp_mutex_unlock(struct rkv_mutex *m)
 {
     assert(m->owner == sg_actor_self());
@@ -681,6 +690,7 @@ static const struct rkv_port_ops sim_port_ops = {
     .task_join = sp_task_join,
     .mutex_create = sp_mutex_create,
     .mutex_lock = sp_mutex_lock,
+    .mutex_trylock = sp_mutex_trylock,
     .mutex_unlock = sp_mutex_unlock,
     .mutex_destroy = sp_mutex_destroy,
     .mutex_held = sp_mutex_held,
