@@ -53,8 +53,12 @@ extern "Python" void _rkv_py_pull(enum rkv_dtype dt, const void *row, const void
                                   size_t row_len, void *out, size_t out_len, double param,
                                   void *user);
 
+struct rkv_machine {
+    ...;
+};
 struct rkv_config {
     uint32_t n_machines;
+    struct rkv_machine *machines;
     uint32_t n_workers;
     uint32_t machine_id;
     uint64_t max_slot_bytes;

@@ -445,6 +445,25 @@ static int cli_wait(struct rkv_client *c, struct cli_req **reqs, size_t n, uint6
 
 /* ---- engine callbacks (progress task) ---- */
 
+/* A pull reply of another shape than the request's fails it. Rows of
+ * another length are almost always a pull handler registered with another
+ * out_mult or out_add on the server than on this client ("does not match
+ * the request" said neither which nor why). */
+static void cli_pull_mismatch(struct rkv_client *c, struct cli_req *r, const struct rkv_msg *m)
+{
+    char why[RKV_PROTO_TEXT_MAX];
+    if (m->h.count != r->count)
+        snprintf(why, sizeof(why), "pull reply of %u rows for a request of %u", m->h.count,
+                 r->count);
+    else
+        snprintf(why, sizeof(why),
+                 "pull reply rows of %u bytes, this client expects %zu: the pull handler "
+                 "replies another length on that server (register it with the same out_mult "
+                 "and out_add on servers and clients)",
+                 m->h.row_bytes, r->row_bytes);
+    cli_req_finish(c, r, -RKV_EPROTO, why);
+}
+
 static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct rkv_msg *m)
 {
     RKV_ASSERT_HELD(c->port, c->mu);
@@ -511,11 +530,11 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
     }
     case RKV_MSG_PULL_DONE:
         if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
-            return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
+            return cli_pull_mismatch(c, r, m);
         break; /* the rows are in place already */
     case RKV_MSG_PULL_REPLY:
         if (m->h.count != r->count || m->h.row_bytes != r->row_bytes)
-            return cli_req_finish(c, r, -RKV_EPROTO, "pull reply does not match the request");
+            return cli_pull_mismatch(c, r, m);
         for (uint32_t i = 0; i < r->count; i++)
             memcpy(r->out + (size_t)r->pos[i] * r->row_bytes, m->u.rows + (size_t)i * r->row_bytes,
                    r->row_bytes);

@@ -897,8 +897,17 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     struct rkv_tx *tx;
     if (len > m->u.pull.reply_to.cap || (rc = rkv_engine_tx_alloc(s->eng, len, &tx)) < 0) {
         po->mutex_unlock(s->hmu);
-        if (len > m->u.pull.reply_to.cap)
-            return srv_status(s, peer, m, 0, -RKV_ELIMIT, "reply larger than the offered slot");
+        if (len > m->u.pull.reply_to.cap) {
+            /* A client expects a shorter reply row: almost always a pull
+             * handler registered with another out_mult or out_add there. */
+            rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                     "reply larger than the offered slot: pull handler %d replies %zu bytes a "
+                     "row here, %llu for %u rows, over the %llu offered (registered with "
+                     "another out_mult or out_add on the client?)",
+                     (int)m->h.op, out_bytes, (unsigned long long)len, m->h.count,
+                     (unsigned long long)m->u.pull.reply_to.cap);
+            return srv_status(s, peer, m, 0, -RKV_ELIMIT, s->err);
+        }
         srv_pull_too_big(s, t, m->h.count, len, rc);
         return srv_status(s, peer, m, 0, rc, s->err);
     }

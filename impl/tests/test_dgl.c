@@ -353,6 +353,11 @@ static void test_pull_handlers(void **state)
     /* Machine 1's server replies 3 elements per row for this one. */
     assert_int_equal(
         rkv_server_register_pull_handler(c.srv[1][0], RKV_PULL_CUSTOM + 2, p_sum, 0, 3, NULL), 0);
+    /* And 1 MiB per row for this one, more than any reply slot the
+     * client offers it. */
+    assert_int_equal(rkv_server_register_pull_handler(c.srv[1][0], RKV_PULL_CUSTOM + 4, p_sum,
+                                                      1u << 16, 0, NULL),
+                     0);
     struct rkv_client *cli = client_join(&c);
     assert_int_equal(
         rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM, p_sum, 0, 1, &cli_calls), 0);
@@ -416,6 +421,16 @@ static void test_pull_handlers(void **state)
     assert_non_null(strstr(rkv_client_errmsg(cli), "pull handler 17 is not registered"));
     assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 1, sums, RKV_PULL_CUSTOM + 2, 0),
                      -RKV_EPROTO);
+    /* Each says what differs and why ("pull reply does not match the
+     * request" said neither). */
+    assert_non_null(strstr(rkv_client_errmsg(cli), "rows of 12 bytes, this client expects 4"));
+    assert_non_null(strstr(rkv_client_errmsg(cli), "same out_mult and out_add"));
+    assert_int_equal(rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM + 4, p_sum, 0, 1, NULL),
+                     0);
+    assert_int_equal(rkv_client_pull_with(cli, "opt", ids, 1, sums, RKV_PULL_CUSTOM + 4, 0),
+                     -RKV_ELIMIT);
+    assert_non_null(strstr(rkv_client_errmsg(cli), "pull handler 20 replies 1048576 bytes a row"));
+    assert_non_null(strstr(rkv_client_errmsg(cli), "another out_mult or out_add on the client"));
     /* The plain pull still works after all that. */
     OK(cli, rkv_client_pull(cli, "opt", ids, 3, rows));
     /* Replies larger than the control buffers, alternating with plain pulls

@@ -720,38 +720,87 @@ def _as_config(config):
           "got %s" % type(config).__name__, TypeError)
 
 
-def _create_interruptibly(create, cfg, p, err):
-    """create(cfg, p, err, _ERR_LEN), which waits for every worker to join (up
-    to connect_retry_ms + timeout_ms, a minute by default): in the main
-    thread it runs in a helper thread while this one waits in slices, so
-    that Ctrl-C raises KeyboardInterrupt at once (it was raised only once the
-    wait timed out). A client the abandoned call still makes is destroyed by
-    the helper."""
-    if threading.current_thread() is not threading.main_thread():
-        return create(cfg, p, err, _ERR_LEN)
-    out, done, lock = [], threading.Event(), threading.Lock()
-    abandoned = []
+class _Join:
+    """One rkv_client_create (or _observer) call running in a helper thread:
+    what it was given, and once it returns, rc with the client or the error.
+    rc and abandoned are read and written under _joins_lock."""
 
-    def body():
-        rc = create(cfg, p, err, _ERR_LEN)
-        with lock:
-            out.append(rc)
-            if abandoned and rc >= 0:
-                lib.rkv_client_destroy(p[0])
-        done.set()
+    def __init__(self, create, cfg, key):
+        self.create = create
+        self.cfg = cfg  # the helper reads it until the call returns
+        self.key = key
+        self.p = ffi.new("struct rkv_client **")
+        self.err = _errbuf()
+        self.rc = None  # once the call returned
+        self.abandoned = False  # its caller was interrupted and nobody took it over
+        self.done = threading.Event()
 
-    threading.Thread(target=body, name="rkv-client-create", daemon=True).start()
+    def run(self):
+        rc = self.create(self.cfg, self.p, self.err, _ERR_LEN)
+        with _joins_lock:
+            self.rc = rc
+            if self.abandoned:
+                _joins.remove(self)
+                if rc >= 0:  # nobody took it over: it leaves, as a killed worker's does
+                    lib.rkv_client_destroy(self.p[0])
+        self.done.set()
+
+
+# Creates whose caller a Ctrl-C interrupted while they waited for the other
+# workers: the C call goes on, its HELLO holding a worker's place at server 0.
+_joins = []
+_joins_lock = threading.Lock()
+
+
+def _config_key(create, cfg):
+    """What a client create is given, as bytes: two creates with equal keys
+    join the same cluster as the same kind of client on the same machine."""
+    raw = bytearray(ffi.buffer(cfg))
+    # The machine table by value, not where this build's copy of it lies.
+    at, size = ffi.offsetof("struct rkv_config", "machines"), ffi.sizeof("void *")
+    raw[at:at + size] = bytes(size)
+    machines = ffi.buffer(cfg.machines, cfg.n_machines * ffi.sizeof("struct rkv_machine"))
+    return (create, bytes(raw), bytes(machines))
+
+
+def _create_interruptibly(create, cfg):
+    """create(cfg, ...), which waits for every worker to join (up to
+    connect_retry_ms + timeout_ms, a minute by default): in the main thread
+    it runs in a helper thread while this one waits in slices, so that Ctrl-C
+    raises KeyboardInterrupt at once (it was raised only once the wait timed
+    out). Returns (rc, client pointer, error text).
+
+    The interrupted call goes on, its HELLO holding a worker's place at server
+    0: a create with the same config in this process takes it over and waits
+    for it (one that sent a HELLO of its own took a second place: Ctrl-C,
+    then the same rkv.Client() again, as in a notebook, left the last worker
+    refused with ELIMIT, and the interrupted client left the job once every
+    place was taken). One that nobody takes over is destroyed when it
+    returns, as a killed worker's connection goes."""
+    key = _config_key(create, cfg)
+    with _joins_lock:
+        job = next((j for j in _joins if j.key == key), None)
+        if job is not None:  # taken over: its client is this call's
+            _joins.remove(job)
+            job.abandoned = False
+    if job is None:
+        job = _Join(create, cfg, key)
+        if threading.current_thread() is not threading.main_thread():
+            job.run()  # signals are the main thread's alone: nothing interrupts it
+        else:
+            threading.Thread(target=job.run, name="rkv-client-create", daemon=True).start()
     try:
-        while not done.wait(0.2):
+        while not job.done.wait(0.2):
             pass
     except BaseException:
-        with lock:
-            if not out:
-                abandoned.append(True)
-            elif out[0] >= 0:  # made just as the interrupt came
-                lib.rkv_client_destroy(p[0])
+        with _joins_lock:
+            if job.rc is None:
+                job.abandoned = True
+                _joins.append(job)
+            elif job.rc >= 0:  # made just as the interrupt came
+                lib.rkv_client_destroy(job.p[0])
         raise
-    return out[0]
+    return job.rc, job.p[0], ffi.string(job.err).decode(errors="replace")
 
 
 def _no_copy(obj, kind, other):
@@ -1019,7 +1068,9 @@ def _op_stats(st):
 
 class Client:
     """A worker's connection to the store. Blocks until all num-workers clients
-    joined (Ctrl-C interrupts the wait in the main thread). machine_id
+    joined (Ctrl-C interrupts the wait in the main thread; the same Client()
+    again in this process takes over the interrupted one's place, which is
+    otherwise given up once the others joined). machine_id
     overrides the config's (which machine this trainer runs on: its rows
     there move through shared memory). output: "torch" or "numpy" for what
     pull returns; "auto" is torch when it can be imported.
@@ -1034,13 +1085,11 @@ class Client:
         if output not in ("auto", "torch", "numpy"):
             _fail(-EINVAL, "output: expected auto, torch or numpy, got %r" % (output,))
         cfg, _ = _as_config(config).copy(machine_id=machine_id).build()
-        p = ffi.new("struct rkv_client **")
-        err = _errbuf()
         create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
-        rc = _create_interruptibly(create, cfg, p, err)
+        rc, cli, err = _create_interruptibly(create, cfg)
         if rc < 0:
-            _raise_err(rc, err)
-        self._cli = p[0]
+            _fail(rc, err or strerror(rc))
+        self._cli = cli
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._meta = {}

@@ -254,6 +254,44 @@ def test_ctrl_c_interrupts_a_client_waiting_for_the_others(make_cluster):
         s.stop()
 
 
+def test_client_made_again_after_ctrl_c_takes_the_interrupted_place(make_cluster):
+    # Ctrl-C in rkv.Client() while the other worker had not come, then the
+    # same rkv.Client() again (a notebook cell run twice): the interrupted
+    # call's HELLO still held a place at server 0 and the new one took a
+    # second, so the other worker was refused (ELIMIT: "every one of the
+    # n_workers client ids was handed out already") and the interrupted
+    # client, once it got its id, was destroyed: it left the job.
+    import signal
+    cluster = make_cluster(machines=1, servers_per_machine=1, workers=2)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        rkv.Client(cluster.config)
+    other, errors = [], []
+
+    def late_worker():
+        time.sleep(1)
+        try:
+            other.append(cluster.client())
+        except rkv.Error as e:
+            errors.append(e)
+
+    t = threading.Thread(target=late_worker)
+    t.start()
+    again = cluster.client()
+    t.join(30)
+    assert not errors, errors
+    assert sorted([again.client_id, other[0].client_id]) == [0, 1]
+    again.init_data("x", (4,), "float32")
+    ts = [threading.Thread(target=c.barrier) for c in (again, other[0])]
+    for b in ts:
+        b.start()
+    for b in ts:
+        b.join(30)
+    assert not any(b.is_alive() for b in ts), "a barrier of both workers never ended"
+    again.push("x", [1], [2.0], op="sum")
+    assert np.asarray(other[0].pull("x", [1])).tolist() == [2.0]
+
+
 def test_server_refused_in_a_forked_child(tmp_path):
     # A Server made before a fork (multiprocessing's Process(target=s.run))
     # ran in the child without the threads rkv_server_create started: run()
