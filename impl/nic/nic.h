@@ -224,9 +224,11 @@ struct rkv_nic {
     /* Connection limits (set before listen; rkv_config's, or the defaults):
      * a passive-side connection that has not proved the secret within
      * hello_timeout_ms is dropped; one that completes no message for
-     * idle_timeout_ms is dropped (0: never). */
+     * idle_timeout_ms is dropped (0: never), and a node with it set keeps
+     * the connections it made alive. Atomic: the NIC's task reads it from
+     * its start, and the node sets it after the NIC is open. */
     uint32_t hello_timeout_ms;
-    uint32_t idle_timeout_ms;
+    _Atomic uint32_t idle_timeout_ms;
     /* The longest the user may leave the NIC unpolled while its poller is
      * busy with what it polled: a polling policy figure, so the user's
      * (the engine sets it, rkv_nic_set_poll_gap). A backend whose posts can
