@@ -3,6 +3,10 @@
  * Plain functions, not port ops: file I/O neither blocks a simulated clock
  * nor deadlocks an actor, so the twin uses the host's files as they are (it
  * charges no simulated time for an fsync). No globals.
+ *
+ * Every file opened here is a regular file: a symbolic link in its place
+ * is not followed, and it, a directory, a FIFO or a device is refused
+ * (-RKV_EIO, "<path> is not a regular file (...)"), never blocked on.
  */
 #ifndef RKV_PORT_FILE_H
 #define RKV_PORT_FILE_H

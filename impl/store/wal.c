@@ -508,14 +508,20 @@ static int wal_zero_fill(int fd, uint64_t from, uint64_t to, const char *path, c
     return rc;
 }
 
-/* A spare's file (*fd_p, named from), else -RKV_ENOTENSOR. */
+/* A spare's file (*fd_p, named from), else -RKV_ENOTENSOR. A spare that is
+ * not a regular file (a symbolic link, whose target the log would be
+ * written into) is not used, and said so: the log is made fresh, and the
+ * next log let go takes the spare's name. */
 static int wal_take_spare(struct rkv_wal *w, char *from, size_t from_len, int *fd_p)
 {
     char why[256];
     for (uint32_t k = 0; k < RKV_WAL_SPARES; k++) {
         wal_spare_path(w, k, from, from_len);
-        if (rkv_file_open(from, 0, fd_p, why, sizeof(why)) == 0)
+        int rc = rkv_file_open(from, 0, fd_p, why, sizeof(why));
+        if (rc == 0)
             return 0;
+        if (rc != -RKV_ENOTENSOR)
+            RKV_LOGW(w->port, "machine %u: spare log not used: %s", w->machine, why);
     }
     return -RKV_ENOTENSOR;
 }

@@ -997,9 +997,11 @@ static void test_log_lengths_and_order(void **state)
     dmg_close(&d);
 }
 
-/* The log file replaced by a directory, or a symlink to one, or a
- * dangling symlink: a clear refusal, not an empty log made in its place
- * (which would drop every record the file held). */
+/* The log file replaced by a directory, or by a symlink (to the log file
+ * itself): a clear refusal, not an empty log made in its place (which
+ * would drop every record the file held). A symlink is not followed: a log
+ * becomes a spare and a spare a log by renames, and the link's target was
+ * then written over. */
 static void test_log_not_a_file(void **state)
 {
     (void)state;
@@ -1018,16 +1020,53 @@ static void test_log_not_a_file(void **state)
     if (rc >= 0 || !strstr(err, d.log1))
         fail_msg("a directory in place of the log: rc %d: %s", rc, err);
     assert_int_equal(rmdir(d.log1), 0);
-    /* A symlink to the log file works as the file does. */
     assert_int_equal(symlink(aside, d.log1), 0);
     memset(&r, 0, sizeof(r));
-    assert_int_equal(rkv_wal_recover(&w, LINEAGE, 1, &d.f.tensors, NULL, 0, &r, err, sizeof(err)),
-                     0);
-    assert_int_equal(r.records, DMG_RECS);
+    rc = rkv_wal_recover(&w, LINEAGE, 1, &d.f.tensors, NULL, 0, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, "symbolic link"))
+        fail_msg("a symlink in place of the log: rc %d: %s", rc, err);
+    assert_int_equal(r.records, 0);
     rkv_wal_free(&w);
     assert_int_equal(unlink(d.log1), 0);
     (void)mask;
     dmg_close(&d);
+}
+
+/* A spare log that is a symlink (to a file of someone else's) is not
+ * used, and its target is left as it was: a checkpoint made its log from
+ * the spare by writing the header through the link and renaming the link
+ * to the log's name, and every push after it went into the target. */
+static void test_spare_symlink_not_followed(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    char victim[128], spare[128], logg[128], err[256];
+    snprintf(victim, sizeof(victim), "%s/victim", f.dir);
+    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
+    uint8_t img[4096], *got;
+    size_t len;
+    for (size_t i = 0; i < sizeof(img); i++)
+        img[i] = (uint8_t)(i * 7 + 1);
+    write_whole(victim, img, sizeof(img));
+    assert_int_equal(symlink(victim, spare), 0);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 1, 2);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    read_whole(victim, &got, &len);
+    if (len != sizeof(img) || memcmp(got, img, len) != 0)
+        fail_msg("%s, the target of spare %s, was written (%zu bytes now)", victim, spare, len);
+    free(got);
+    struct stat st;
+    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    assert_int_equal(lstat(logg, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    fix_tensor_free(&f);
+    fix_close(&f);
 }
 
 /* A checkpoint that fails before it makes its log (here its temp file is
@@ -1170,6 +1209,7 @@ int main(void)
         cmocka_unit_test(test_log_zeroed_blocks),
         cmocka_unit_test(test_log_lengths_and_order),
         cmocka_unit_test(test_log_not_a_file),
+        cmocka_unit_test(test_spare_symlink_not_followed),
         cmocka_unit_test(test_failed_checkpoint_leaves_no_log_gap),
         cmocka_unit_test(test_damage_before_later_log_refused),
         cmocka_unit_test(test_torn_end_before_later_log_refused_again),
