@@ -221,6 +221,30 @@ uint64_t rkv_file_wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int rkv_file_list(const char *dir, int (*fn)(void *arg, const char *name), void *arg, char *err,
+                  size_t err_len)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot list directory %s: %s", dir,
+                        strerror(errno));
+    int rc = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno != 0)
+                rc = rkv_errf(err, err_len, -RKV_EIO, "cannot list directory %s: %s", dir,
+                              strerror(errno));
+            break;
+        }
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && fn(arg, e->d_name))
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
 void rkv_file_remove_dir(const char *dir)
 {
     DIR *d = opendir(dir);

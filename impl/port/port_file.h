@@ -26,6 +26,12 @@ int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, co
 int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len);
 /* 0 when dir is an existing directory, -RKV_ECONFIG naming it otherwise. */
 int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
+/* Calls fn(arg, name) for each entry of dir but "." and "..", in the
+ * directory's order, until fn returns non-zero. fn may rename or remove
+ * entries (such an entry may still be named once after). -RKV_EIO naming
+ * dir when it cannot be read. */
+int rkv_file_list(const char *dir, int (*fn)(void *arg, const char *name), void *arg, char *err,
+                  size_t err_len);
 /* Removes the files directly in dir, then dir (a run's scratch snapshot
  * directory); best effort, silent. */
 void rkv_file_remove_dir(const char *dir);

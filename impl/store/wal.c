@@ -25,6 +25,25 @@ static void wal_path(const struct rkv_wal *w, uint64_t gen, char *buf, size_t le
     snprintf(buf, len, "%s/%s", w->dir, name);
 }
 
+/* The generation of directory entry `name` when it is a log of this
+ * machine (exactly as rkv_wal_file_name writes it), else 0. */
+static uint64_t wal_gen_of(const struct rkv_wal *w, const char *name)
+{
+    char prefix[32], again[64];
+    size_t n = (size_t)snprintf(prefix, sizeof(prefix), "rkv-m%u.", w->machine);
+    if (strncmp(name, prefix, n) != 0)
+        return 0;
+    uint64_t gen = 0;
+    const char *p = name + n;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (gen > (UINT64_MAX - 9) / 10)
+            return 0;
+        gen = gen * 10 + (uint64_t)(*p - '0');
+    }
+    rkv_wal_file_name(again, sizeof(again), w->machine, gen);
+    return strcmp(p, ".wal") == 0 && strcmp(again, name) == 0 ? gen : 0;
+}
+
 /* Spare k (a log let go, or zeros written ahead), and a fresh file's name
  * until it is complete. */
 static void wal_spare_path(const struct rkv_wal *w, uint32_t k, char *buf, size_t len)
@@ -593,6 +612,26 @@ static void wal_retire(struct rkv_wal *w, const char *path)
     rkv_file_unlink(path);
 }
 
+/* The logs a checkpoint lets go (wal_after_durable): those below `below`,
+ * at most RKV_WAL_MAX_CHAIN at a time (the rest at the next checkpoint). */
+struct wal_retiring {
+    struct rkv_wal *w;
+    uint64_t below;
+    uint32_t n;
+};
+
+static int wal_retire_listed(void *arg, const char *name)
+{
+    struct wal_retiring *r = arg;
+    uint64_t gen = wal_gen_of(r->w, name);
+    char path[512];
+    if (gen == 0 || gen >= r->below)
+        return 0;
+    wal_path(r->w, gen, path, sizeof(path));
+    wal_retire(r->w, path);
+    return ++r->n >= RKV_WAL_MAX_CHAIN;
+}
+
 /* With durable_log_prewrite, a spare is ready before the log needs it: the
  * zeros are written here, by the checkpoint task, not by a commit. */
 static void wal_stock_spare(struct rkv_wal *w)
@@ -708,7 +747,6 @@ static int wal_before_swap(void *user, uint64_t gen, char *err, size_t err_len)
 static void wal_after_durable(void *user, uint64_t gen)
 {
     struct rkv_wal *w = user;
-    char path[512];
     w->n_checkpoints++;
     /* Whatever a failed sync of a log before this snapshot's left unsure
      * is in its copy (every chunk was copied after the switch, the client
@@ -721,15 +759,15 @@ static void wal_after_durable(void *user, uint64_t gen)
         ;
     if (w->sync.fd >= 0 && w->sync.gen < gen)
         wal_file_close(&w->sync);
-    for (uint64_t g = gen - 1; g >= 1 && gen - g <= RKV_WAL_MAX_CHAIN; g--) {
-        int fd;
-        char why[256];
-        wal_path(w, g, path, sizeof(path));
-        if (rkv_file_open(path, 0, &fd, why, sizeof(why)) < 0)
-            break;
-        rkv_file_close(fd);
-        wal_retire(w, path);
-    }
+    /* Every log of this machine below gen that the directory holds: a walk
+     * down from gen - 1 stopped at the first missing one, and the logs past
+     * a gap (an older build's failed checkpoint took the next number: logs
+     * G and G + 2) stayed for good. */
+    struct wal_retiring r = {.w = w, .below = gen};
+    char why[256];
+    if (rkv_file_list(w->dir, wal_retire_listed, &r, why, sizeof(why)) < 0)
+        RKV_LOGW(w->port, "machine %u: the logs before generation %llu were not let go: %s",
+                 w->machine, (unsigned long long)gen, why);
     wal_stock_spare(w);
 }
 

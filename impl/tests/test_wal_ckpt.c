@@ -1069,6 +1069,51 @@ static void test_spare_symlink_not_followed(void **state)
     fix_close(&f);
 }
 
+static int exists_in(const char *dir, const char *name)
+{
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* A checkpoint lets go of every log of its machine below its generation,
+ * past a gap too: an older build's failed checkpoint took the next number
+ * (logs G and G + 2), and the walk down from the new generation stopped at
+ * the first missing log, so that the logs below the gap stayed for good.
+ * Files that are not this machine's logs, or above, are left alone. */
+static void test_retire_past_a_gap(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[256], path[160];
+    for (int i = 0; i < 2; i++) /* logs 1 and 2 let go */
+        assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)),
+                         0);
+    assert_int_equal(atomic_load(&h->snap_durable), 3);
+    static const char *const left[] = {"rkv-m0.1.wal", "rkv-m1.1.wal", "rkv-m0.01.wal",
+                                       "rkv-m0.1.wal.old", "rkv-m0.9.wal"};
+    for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", f.dir, left[i]);
+        write_whole(path, (const uint8_t *)"x", 1);
+    }
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    assert_int_equal(atomic_load(&h->snap_durable), 4);
+    if (exists_in(f.dir, "rkv-m0.1.wal"))
+        fail_msg("log 1, below the gap at log 2, outlived checkpoint 4");
+    assert_false(exists_in(f.dir, "rkv-m0.3.wal"));
+    assert_true(exists_in(f.dir, "rkv-m0.4.wal"));
+    for (size_t i = 1; i < sizeof(left) / sizeof(left[0]); i++)
+        if (!exists_in(f.dir, left[i]))
+            fail_msg("%s, not a log of machine 0 below generation 4, was removed", left[i]);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
 /* A checkpoint that fails before it makes its log (here its temp file is
  * a directory: snap_file_open fails; so would a full disk or no memory)
  * leaves no log of its generation. The next one's log must follow the
@@ -1210,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_log_lengths_and_order),
         cmocka_unit_test(test_log_not_a_file),
         cmocka_unit_test(test_spare_symlink_not_followed),
+        cmocka_unit_test(test_retire_past_a_gap),
         cmocka_unit_test(test_failed_checkpoint_leaves_no_log_gap),
         cmocka_unit_test(test_damage_before_later_log_refused),
         cmocka_unit_test(test_torn_end_before_later_log_refused_again),
