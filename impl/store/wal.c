@@ -1140,6 +1140,40 @@ static int wal_settle(struct rkv_wal *w, const char *path, const struct wal_end 
     return rc;
 }
 
+/* What a log file's start says, read before its replay. */
+struct wal_peek {
+    uint64_t size;
+    int stale;   /* its header is of another lineage's (an older run's) */
+    int records; /* it holds a complete record of this log at its start */
+};
+
+/* Reads log g's header and first record (path its name): -RKV_ENOTENSOR
+ * when absent. */
+static int wal_peek(uint64_t lineage, uint64_t g, const char *path, struct wal_peek *pk, char *err,
+                    size_t err_len)
+{
+    struct wal_rd rd;
+    memset(pk, 0, sizeof(*pk));
+    int rc = wal_rd_open(&rd, path, err, err_len);
+    if (rc < 0)
+        return rc;
+    pk->size = rd.size;
+    const uint8_t *p = NULL;
+    uint64_t at = RKV_WAL_HDR_BYTES, body = 0;
+    if (rd.size >= at)
+        p = wal_rd_at(&rd, 0, at + (rd.size >= at + RKV_WAL_REC_BYTES ? RKV_WAL_REC_BYTES : 0), &rc,
+                      err, err_len);
+    pk->stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
+    if (p && !pk->stale && rd.size >= at + RKV_WAL_REC_BYTES &&
+        wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&
+        rkv_mul_ok(rkv_get64(p + at + 24), 8 + rkv_get64(p + at + 32), &body) &&
+        rkv_add_ok(body, 7, &body) && (body &= ~7ull) <= rd.size - at - RKV_WAL_REC_BYTES &&
+        (p = wal_rd_at(&rd, at, RKV_WAL_REC_BYTES + body, &rc, err, err_len)))
+        pk->records = rkv_get32(p + 52) == rkv_crc32c(0, p + RKV_WAL_REC_BYTES, (size_t)body);
+    wal_rd_close(&rd);
+    return rc;
+}
+
 /* Whether a log after gen (gen + 1, ... up to the first missing one or one
  * of another lineage) holds a complete record of its own at its start:
  * its name in path then. */
@@ -1147,29 +1181,104 @@ static int wal_later_records(struct rkv_wal *w, uint64_t lineage, uint64_t gen, 
                              size_t path_len, int *found_p, char *err, size_t err_len)
 {
     *found_p = 0;
-    for (uint64_t g = gen + 1; g <= gen + RKV_WAL_MAX_CHAIN && !*found_p; g++) {
-        struct wal_rd rd;
+    for (uint64_t g = gen + 1; g <= gen + RKV_WAL_MAX_CHAIN; g++) {
+        struct wal_peek pk;
         wal_path(w, g, path, path_len);
-        int rc = wal_rd_open(&rd, path, err, err_len);
+        int rc = wal_peek(lineage, g, path, &pk, err, err_len);
         if (rc == -RKV_ENOTENSOR)
             return 0;
         if (rc < 0)
             return rc;
-        const uint8_t *p = NULL;
-        uint64_t at = RKV_WAL_HDR_BYTES, body = 0;
-        if (rd.size >= at + RKV_WAL_REC_BYTES)
-            p = wal_rd_at(&rd, 0, at + RKV_WAL_REC_BYTES, &rc, err, err_len);
-        int stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
-        if (p && !stale && wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&
-            rkv_mul_ok(rkv_get64(p + at + 24), 8 + rkv_get64(p + at + 32), &body) &&
-            rkv_add_ok(body, 7, &body) && (body &= ~7ull) <= rd.size - at - RKV_WAL_REC_BYTES &&
-            (p = wal_rd_at(&rd, at, RKV_WAL_REC_BYTES + body, &rc, err, err_len)))
-            *found_p = rkv_get32(p + 52) == rkv_crc32c(0, p + RKV_WAL_REC_BYTES, (size_t)body);
-        wal_rd_close(&rd);
+        if (pk.stale)
+            return 0;
+        if ((*found_p = pk.records))
+            return 0;
+    }
+    return 0;
+}
+
+/* The generations in [from, from + RKV_WAL_MAX_CHAIN) of the logs of this
+ * machine that the directory holds. */
+struct wal_listed {
+    const struct rkv_wal *w;
+    uint64_t from;
+    uint8_t bits[(RKV_WAL_MAX_CHAIN + 7) / 8];
+};
+
+static int wal_note_listed(void *arg, const char *name)
+{
+    struct wal_listed *l = arg;
+    uint64_t g = wal_gen_of(l->w, name);
+    if (g >= l->from && g - l->from < RKV_WAL_MAX_CHAIN)
+        l->bits[(g - l->from) / 8] |= (uint8_t)(1u << ((g - l->from) % 8));
+    return 0;
+}
+
+static int wal_is_listed(const struct wal_listed *l, uint64_t g)
+{
+    return g >= l->from && g - l->from < RKV_WAL_MAX_CHAIN &&
+           (l->bits[(g - l->from) / 8] >> ((g - l->from) % 8) & 1);
+}
+
+/* The largest copy LSN of the replay's snapshot (rkv_wal_set_copies), in
+ * its own log; 0 when it has none: copied without a log (a build before
+ * the log) or of no rows. */
+static uint64_t wal_copied_to(const struct rkv_wal *w)
+{
+    uint64_t max = 0;
+    for (uint32_t id = 0; w->copies && id <= RKV_MAX_TENSORS; id++)
+        max = w->copies[id].lsn_max > max ? w->copies[id].lsn_max : max;
+    return max;
+}
+
+/* Before anything is applied or changed: the replay reads logs gen, gen +
+ * 1, ... up to the first missing one (or one of an older run's lineage),
+ * and a log missing there left the logs after it unread, their pushes
+ * lost without a word. Refused: the snapshot's own log missing when the
+ * snapshot was copied from it (a copy LSN names it: a checkpoint makes its
+ * log, durable, before its copy, and the pushes acknowledged after the
+ * copy are in it), and a log of this lineage holding records after the
+ * first missing one. Else the snapshot never had log gen (copied by a
+ * build before the log, or of no rows), and the recovery makes it. */
+static int wal_check_chain(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *err,
+                           size_t err_len)
+{
+    struct wal_listed l = {.w = w, .from = gen};
+    int rc = rkv_file_list(w->dir, wal_note_listed, &l, err, err_len);
+    if (rc < 0)
+        return rc;
+    struct wal_peek pk = {0};
+    char path[512], later[512];
+    uint64_t g = gen, copied = wal_copied_to(w);
+    for (; wal_is_listed(&l, g); g++) {
+        wal_path(w, g, path, sizeof(path));
+        if ((rc = wal_peek(lineage, g, path, &pk, err, err_len)) == -RKV_ENOTENSOR)
+            break; /* gone since the listing */
         if (rc < 0)
             return rc;
-        if (stale)
-            return 0;
+        if (pk.stale)
+            break;
+    }
+    wal_path(w, g, path, sizeof(path));
+    const char *gone = pk.stale ? "is an older run's (another lineage)" : "is missing";
+    if (g == gen && copied)
+        return WAL_BAD("log %s %s, but snapshot generation %llu was copied from it (up to byte "
+                       "%llu of it): the pushes acknowledged after the snapshot were in it; "
+                       "refused, nothing changed",
+                       path, gone, (unsigned long long)gen,
+                       (unsigned long long)RKV_WAL_OFF(copied));
+    for (uint64_t n = g + 1; n < gen + RKV_WAL_MAX_CHAIN; n++) {
+        if (!wal_is_listed(&l, n))
+            continue;
+        wal_path(w, n, later, sizeof(later));
+        if ((rc = wal_peek(lineage, n, later, &pk, err, err_len)) == -RKV_ENOTENSOR)
+            continue;
+        if (rc < 0)
+            return rc;
+        if (pk.records)
+            return WAL_BAD("log %s %s, but log %s after it holds records of this lineage: "
+                           "the replay would stop before them; refused, nothing changed",
+                           path, gone, later);
     }
     return 0;
 }
@@ -1186,6 +1295,11 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
     r->paused_lsn = 0;
     uint64_t end = 0, hwm = 0;
     char path[512], later[512];
+    if (!start) {
+        int rc = wal_check_chain(w, lineage, gen, err, err_len);
+        if (rc < 0)
+            return rc;
+    }
     for (uint64_t g = start ? RKV_WAL_GEN(start) : gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
         struct wal_rd rd;
         wal_path(w, g, path, sizeof(path));
@@ -1287,6 +1401,12 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         hwm = RKV_WAL_LSN(g, mark > e.good ? mark : e.good);
     }
     if (end == 0) {
+        /* A log the snapshot never had (wal_check_chain): made, and said. */
+        wal_path(w, gen, path, sizeof(path));
+        RKV_LOGW(w->port,
+                 "log %s: none of this lineage; snapshot generation %llu holds no place in it "
+                 "(copied by a build before the log, or of no rows): made",
+                 path, (unsigned long long)gen);
         int rc = wal_create(w, lineage, gen, err, err_len);
         if (rc < 0)
             return rc;

@@ -27,10 +27,17 @@
  * chunk holds pushes of log G that must not outlive their records), and,
  * once the snapshot is durable, lets the logs before G go: renamed to
  * spares while
- * there is room, else removed. A crash at any point leaves snapshot S and
+ * there is room, else removed (every log of the machine below G that the
+ * directory holds). A crash at any point leaves snapshot S and
  * logs S, S+1, ... that together hold every acknowledged push: recovery
  * replays them in order of generation, a record's row skipped where the
- * snapshot's chunk was copied after it (rkv_wal_set_copies).
+ * snapshot's chunk was copied after it (rkv_wal_set_copies). So a log
+ * missing there is refused before anything is applied, naming it: log S
+ * when the snapshot was copied from it (any copy LSN names it; it was
+ * made durable before the copy), and any log of the lineage holding
+ * records after the first missing one (the replay would stop before it).
+ * Only a snapshot copied without a log (a build before the log, or of no
+ * rows) gets an empty log S, with a warning.
  *
  * Why spares (as PostgreSQL recycles WAL segments and RocksDB's
  * recycle_log_file_num does): a group commit's fdatasync of an appending
@@ -286,8 +293,9 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
 
 /* Replays the logs of snapshot generation gen (gen, gen+1, ...) into the
  * machine's tensors (by id, already in shared memory), cutting a torn tail,
- * refusing a corrupted record; then points the machine's log state at the
- * end (creating log gen when there is none). No other server of the
+ * refusing a corrupted record or a missing log (see above); then points
+ * the machine's log state at the end (creating log gen when the snapshot
+ * never had one). No other server of the
  * machine may run meanwhile. When it pauses (r->paused_lsn set, returns 0),
  * it has applied the records before that one only and set nothing else up;
  * called again with the same r, it resumes there. */
