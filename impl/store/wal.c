@@ -997,9 +997,10 @@ static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage)
 }
 
 /* Walks one log's records from byte `from` up to the first place that holds
- * no complete record of this log. */
+ * no complete record of this log. prev_end: where the log before it ended
+ * (an LSN; 0: not read), checked against what its records say of it. */
 static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uint64_t lineage,
-                          uint64_t from, const struct rkv_tensor_table *tensors,
+                          uint64_t from, uint64_t prev_end, const struct rkv_tensor_table *tensors,
                           const struct rkv_handler_table *ht, int flags, struct rkv_wal_replay *r,
                           struct wal_end *e, char *err, size_t err_len)
 {
@@ -1021,6 +1022,20 @@ static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, ui
         if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get32(rec + 4) != RKV_WAL_REC_PUSH)
             return WAL_BAD("log %s: record at byte %llu: bad magic or unknown type %u", path,
                            (unsigned long long)off, rkv_get32(rec + 4));
+        /* Appended while a checkpoint switched logs, before it synced the
+         * log before: the record says how far that log was durable, and
+         * its records cannot end short of it (cut at a record boundary, or
+         * damaged there). */
+        uint64_t durable = rkv_get64(rec + 64);
+        if (prev_end && RKV_WAL_GEN(durable) == RKV_WAL_GEN(prev_end) && durable > prev_end) {
+            char prev[512];
+            wal_path(w, RKV_WAL_GEN(prev_end), prev, sizeof(prev));
+            return WAL_BAD("log %s: its records end at byte %llu, but the record at byte %llu of "
+                           "log %s after it was appended once it was durable up to byte %llu "
+                           "(cut short, or damaged: records synced there are gone)",
+                           prev, (unsigned long long)RKV_WAL_OFF(prev_end), (unsigned long long)off,
+                           path, (unsigned long long)RKV_WAL_OFF(durable));
+        }
         if (count == 0 || !rkv_mul_ok(count, 8 + row_bytes, &body) || !rkv_add_ok(body, 7, &body))
             return WAL_BAD("log %s: record at byte %llu: impossible sizes (%llu rows of %llu "
                            "bytes)",
@@ -1258,6 +1273,12 @@ static int wal_check_chain(struct rkv_wal *w, uint64_t lineage, uint64_t gen, ch
             return rc;
         if (pk.stale)
             break;
+        if (g == gen && copied && pk.size < RKV_WAL_OFF(copied))
+            return WAL_BAD("log %s: %llu bytes, but snapshot generation %llu was copied from it "
+                           "when its records reached byte %llu (made durable before the "
+                           "snapshot was): cut short; refused, nothing changed",
+                           path, (unsigned long long)pk.size, (unsigned long long)gen,
+                           (unsigned long long)RKV_WAL_OFF(copied));
     }
     wal_path(w, g, path, sizeof(path));
     const char *gone = pk.stale ? "is an older run's (another lineage)" : "is missing";
@@ -1293,7 +1314,8 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         memset(r, 0, sizeof(*r));
     assert(!start || RKV_WAL_GEN(start) >= gen);
     r->paused_lsn = 0;
-    uint64_t end = 0, hwm = 0;
+    /* Resumed: where the logs before the paused one ended. */
+    uint64_t end = start ? r->end_lsn : 0, hwm = 0, copied = wal_copied_to(w);
     char path[512], later[512];
     if (!start) {
         int rc = wal_check_chain(w, lineage, gen, err, err_len);
@@ -1355,9 +1377,19 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             rc = WAL_BAD("log %s: shorter (%llu bytes) than where its replay paused (%llu)", path,
                          (unsigned long long)len, (unsigned long long)from);
         if (rc == 0)
-            rc = wal_replay_log(w, &rd, g, lineage, from, tensors, ht, flags, r, &e, err, err_len);
+            rc = wal_replay_log(w, &rd, g, lineage, from, end, tensors, ht, flags, r, &e, err,
+                                err_len);
         if (rc == 0)
             rc = wal_check_end(&rd, g, lineage, &e, limit, &past, err, err_len);
+        /* The snapshot's own log ends at its largest copy LSN or past it:
+         * its records up to there were synced before the snapshot took its
+         * name (wal_before_swap). Refused before anything is voided. */
+        if (rc == 0 && g == gen && e.good < RKV_WAL_OFF(copied))
+            rc = WAL_BAD("log %s: its records end at byte %llu (%s), but snapshot generation "
+                         "%llu was copied from it when they reached byte %llu (made durable "
+                         "before the snapshot was): cut short, or damaged",
+                         path, (unsigned long long)e.good, e.what, (unsigned long long)gen,
+                         (unsigned long long)RKV_WAL_OFF(copied));
         if (rc == 0 && limit > e.good)
             r->scanned += limit - e.good;
         /* An end torn, or with records of this log past it, before a later
@@ -1385,6 +1417,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             /* Nothing after it was applied, and nothing is voided or set
              * up: the resumed replay reads on from here. */
             r->paused_lsn = RKV_WAL_LSN(g, e.good);
+            r->end_lsn = end;
             return 0;
         }
         if (rc == 0)

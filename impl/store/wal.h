@@ -89,6 +89,22 @@
  * records (refused before anything is voided, so at every restart). A
  * damaged record among the last group commit's, with none after it in
  * the log, cannot be told from a torn tail: it ends the records there.
+ * A log cut exactly at a record boundary (truncated by hand or by a file
+ * system that lost its tail, or zeros from a record's start on) reads as
+ * a clean end. It is refused where something says the log went further:
+ * for the snapshot's own log, its largest copy LSN (records up to there
+ * were synced before the snapshot took its name; a file shorter than that
+ * is refused before anything is applied); for a log before another, the
+ * durable field of a record of the next log appended while a checkpoint
+ * switched logs (before its sync of the old log moved the durable LSN into
+ * the new one). Past those, nothing in the format tells the cut from a
+ * clean end, and the records cut off, acknowledged or not, are lost
+ * without a word: a log's header is written before its records and holds
+ * no end, a log's end is written only in later records' durable fields
+ * (the last group commit's in none), and a client's sequences on one
+ * machine have gaps (its pushes to other machines). What a cut can take
+ * so: the last log's records past the snapshot's copy, and an earlier
+ * log's records past its last group commit before the next log began.
  * Recovery reads a log through a window (and the largest record), never
  * the file whole: the file may be much longer than its records. It scans
  * the tail past the
@@ -273,6 +289,7 @@ struct rkv_wal_replay {
     uint64_t rows_in_copy;
     /* Bytes past the logs' ends looked through for records of theirs. */
     uint64_t scanned;
+    /* Where the logs replayed end (paused: those before the paused one). */
     uint64_t end_lsn;
     /* Not 0: the replay paused before the record at this LSN, whose custom
      * op pause_op had no handler (RKV_WAL_PAUSE_CUSTOM). */

@@ -1275,7 +1275,7 @@ static void craft_log(struct fix *f, const struct rkv_tensor *t, uint64_t g, uin
                              .rows = (const uint8_t *)vals};
     size_t n = rkv_wal_record_bytes(1, t->row_bytes);
     assert_true(RKV_WAL_HDR_BYTES + n <= sizeof(buf));
-    rkv_wal_encode_header(buf, 0, lineage, g, f->w.fingerprint, 0);
+    rkv_wal_encode_header(buf, 0, lineage, g, rkv_cfg_fingerprint(&f->cfg), 0);
     rkv_wal_encode_record(buf + RKV_WAL_HDR_BYTES, &p, t->row_bytes,
                           RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES), durable, lineage);
     char path[160];
@@ -1355,6 +1355,101 @@ static void test_log_gap_refused(void **state)
     fix_close(&f);
 }
 
+/* Log 1 holding buf recovered after a snapshot of generation 1 whose one
+ * chunk (every row) was copied at copy_lsn. */
+static int dmg_recover_copied(struct dmg *d, const uint8_t *buf, size_t len, uint64_t copy_lsn,
+                              struct rkv_wal_replay *r, char *err, size_t err_len)
+{
+    write_whole(d->log1, buf, len);
+    uint8_t lsns[8];
+    rkv_put64(lsns, copy_lsn);
+    struct rkv_snap_tensor st = {.id = 1,
+                                 .local_rows = 16,
+                                 .row_bytes = d->t->row_bytes,
+                                 .chunk_rows = 16,
+                                 .copy_lsn = lsns};
+    struct rkv_snap s = {.machine = 0, .generation = 1, .n_tensors = 1, .tensors = &st};
+    struct rkv_wal w;
+    rkv_wal_init(&w, d->f.port, &d->f.mc, &d->f.tensors, &d->f.cfg);
+    if (rkv_wal_set_copies(&w, &s, err, err_len) < 0)
+        fail_msg("%s", err);
+    memset(r, 0, sizeof(*r));
+    err[0] = 0;
+    int rc = rkv_wal_recover(&w, LINEAGE, 1, &d->f.tensors, NULL, 0, r, err, err_len);
+    rkv_wal_free(&w);
+    return rc;
+}
+
+/* The snapshot's own log cut at a record boundary below where the
+ * snapshot's copy found its end (those records were synced before the
+ * snapshot took its name): refused naming the log, the truncated file
+ * before anything is applied. It read as a clean end, and the records cut
+ * off, acknowledged, were lost without a word. A cut at or past the copy
+ * cannot be told from a clean end (wal.h) and replays. */
+static void test_own_log_cut_below_copy_refused(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    char err[512], want[64];
+    struct rkv_wal_replay r;
+    uint64_t copy = RKV_WAL_LSN(1, d.off[4]);
+    int rc = dmg_recover_copied(&d, d.img, (size_t)d.off[3], copy, &r, err, sizeof(err));
+    snprintf(want, sizeof(want), "reached byte %llu", (unsigned long long)d.off[4]);
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, want))
+        fail_msg("log cut at byte %llu, copied at %llu: rc %d, %llu records replayed: %s",
+                 (unsigned long long)d.off[3], (unsigned long long)d.off[4], rc,
+                 (unsigned long long)r.records, err);
+    assert_int_equal(r.records, 0);
+    /* Zeros from record 3 on, the file as long as it was. */
+    uint8_t *bad = malloc(d.len);
+    assert_non_null(bad);
+    memcpy(bad, d.img, d.len);
+    memset(bad + d.off[3], 0, d.len - d.off[3]);
+    rc = dmg_recover_copied(&d, bad, d.len, copy, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, want))
+        fail_msg("log zeroed from byte %llu, copied at %llu: rc %d: %s",
+                 (unsigned long long)d.off[3], (unsigned long long)d.off[4], rc, err);
+    free(bad);
+    for (int i = 4; i <= DMG_RECS; i++) {
+        assert_int_equal(
+            dmg_recover_copied(&d, d.img, (size_t)d.off[i], copy, &r, err, sizeof(err)), 0);
+        assert_int_equal(r.records, i);
+    }
+    dmg_close(&d);
+}
+
+/* A log cut at a record boundary while the next log holds a record
+ * appended once the log was durable past the cut (a checkpoint's switch:
+ * the record's durable field still names the log before): refused naming
+ * both. It read as a clean end and the next log's records applied over
+ * the hole. */
+static void test_log_cut_below_next_logs_durable_refused(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    char err[512], log2[160], want[96];
+    unsigned mask;
+    struct rkv_wal_replay r;
+    /* Log 2's record adds 0 (dmg_recover checks every row). */
+    craft_log(&d.f, d.t, 2, LINEAGE, 0, 0, RKV_WAL_LSN(1, d.off[6]));
+    log_path(&d.f, 2, log2, sizeof(log2));
+    int rc = dmg_recover(&d, d.img, (size_t)d.off[4], &mask, &r, err, sizeof(err));
+    snprintf(want, sizeof(want), "durable up to byte %llu", (unsigned long long)d.off[6]);
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, log2) || !strstr(err, want))
+        fail_msg("log 1 cut at byte %llu before log 2: rc %d, records applied %#x: %s",
+                 (unsigned long long)d.off[4], rc, mask, err);
+    /* Whole, it replays with log 2; so does a log 2 appended once log 1
+     * was durable only up to the cut. */
+    assert_int_equal(dmg_recover(&d, d.img, d.len, &mask, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.records, DMG_RECS + 1);
+    craft_log(&d.f, d.t, 2, LINEAGE, 0, 0, RKV_WAL_LSN(1, d.off[4]));
+    assert_int_equal(dmg_recover(&d, d.img, (size_t)d.off[4], &mask, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.records, 5);
+    dmg_close(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1382,6 +1477,8 @@ int main(void)
         cmocka_unit_test(test_torn_end_before_later_log_refused_again),
         cmocka_unit_test(test_own_log_missing_refused),
         cmocka_unit_test(test_log_gap_refused),
+        cmocka_unit_test(test_own_log_cut_below_copy_refused),
+        cmocka_unit_test(test_log_cut_below_next_logs_durable_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
