@@ -31,6 +31,52 @@ static int file_write_all(int fd, const uint8_t *p, size_t len)
     return 0;
 }
 
+/* What a file in a durable file's place is, when it is not a regular file. */
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISLNK(mode)  ? "a symbolic link, not followed"
+                            : "a device or socket";
+}
+
+/* Opens path (flags: access and O_CREAT, O_TRUNC) as a durable file, which
+ * is a regular file or refused. Never through a symbolic link
+ * (O_NOFOLLOW): rkv renames its files into each other's places (a log to a
+ * spare and back, a snapshot and its temp file), and a link in one of them
+ * had its target written over, wherever it pointed. Never blocking on a
+ * FIFO or a device either (O_NONBLOCK, dropped once the file is known to be
+ * regular). verb names the step in an error. -RKV_ENOTENSOR when absent
+ * (without O_CREAT), else -RKV_EIO naming the path. */
+static int file_open_regular(const char *path, int flags, const char *verb, int *fd_p, char *err,
+                             size_t err_len)
+{
+    struct stat st;
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    int e = errno;
+    if (fd < 0 && (e == ELOOP || e == EISDIR || e == ENXIO) && lstat(path, &st) == 0 &&
+        !S_ISREG(st.st_mode))
+        return rkv_errf(err, err_len, -RKV_EIO, "%s is not a regular file (%s)", path,
+                        file_kind(st.st_mode));
+    if (fd < 0)
+        return rkv_errf(err, err_len, e == ENOENT && !(flags & O_CREAT) ? -RKV_ENOTENSOR : -RKV_EIO,
+                        "cannot %s %s: %s", verb, path, strerror(e));
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = rkv_errf(err, err_len, -RKV_EIO, "cannot stat %s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = rkv_errf(err, err_len, -RKV_EIO, "%s is not a regular file (%s)", path,
+                      file_kind(st.st_mode));
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = rkv_errf(err, err_len, -RKV_EIO, "cannot set %s blocking: %s", path, strerror(errno));
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    *fd_p = fd;
+    return 0;
+}
+
 /* The directory entry of a rename is durable only once the directory is. */
 static int file_sync_dir(const char *dir)
 {
@@ -53,9 +99,10 @@ int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, co
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
         (size_t)snprintf(tmp, sizeof(tmp), "%s/%s", dir, tmp_name) >= sizeof(tmp))
         return rkv_errf(err, err_len, -RKV_EINVAL, "durable dir path too long: %s", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return rkv_errf(err, err_len, -RKV_EIO, "cannot create %s: %s", tmp, strerror(errno));
+    int fd;
+    int rc = file_open_regular(tmp, O_WRONLY | O_CREAT | O_TRUNC, "create", &fd, err, err_len);
+    if (rc < 0)
+        return rc;
     const char *step = "write";
     if (file_write_all(fd, buf, len) < 0)
         goto close_file;
@@ -91,24 +138,17 @@ unlink_tmp:
 
 int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len)
 {
-    /* O_NONBLOCK: a FIFO in the file's place would block the open until
-     * a writer came, i.e. a restart hung forever; it is refused below. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0)
-        return rkv_errf(err, err_len, errno == ENOENT ? -RKV_ENOTENSOR : -RKV_EIO,
-                        "cannot open %s: %s", path, strerror(errno));
+    /* A FIFO in the file's place would block the open until a writer came,
+     * i.e. a restart hung forever: file_open_regular refuses it at once. */
+    int fd;
+    int rc = file_open_regular(path, O_RDONLY, "open", &fd, err, err_len);
+    if (rc < 0)
+        return rc;
     struct stat st;
     uint8_t *buf = NULL;
-    int rc = -RKV_EIO;
+    rc = -RKV_EIO;
     if (fstat(fd, &st) != 0) {
         rkv_errf(err, err_len, rc, "cannot stat %s: %s", path, strerror(errno));
-        goto close_file;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rkv_errf(err, err_len, rc, "%s is not a regular file (%s)", path,
-                 S_ISDIR(st.st_mode)    ? "a directory"
-                 : S_ISFIFO(st.st_mode) ? "a FIFO"
-                                        : "a device or socket");
         goto close_file;
     }
     size_t len = (size_t)st.st_size;
@@ -181,6 +221,30 @@ uint64_t rkv_file_wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+int rkv_file_list(const char *dir, int (*fn)(void *arg, const char *name), void *arg, char *err,
+                  size_t err_len)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot list directory %s: %s", dir,
+                        strerror(errno));
+    int rc = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            if (errno != 0)
+                rc = rkv_errf(err, err_len, -RKV_EIO, "cannot list directory %s: %s", dir,
+                              strerror(errno));
+            break;
+        }
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && fn(arg, e->d_name))
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
 void rkv_file_remove_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -202,12 +266,7 @@ void rkv_file_remove_dir(const char *dir)
 
 int rkv_file_open(const char *path, int create, int *fd_p, char *err, size_t err_len)
 {
-    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
-    if (fd < 0)
-        return rkv_errf(err, err_len, errno == ENOENT && !create ? -RKV_ENOTENSOR : -RKV_EIO,
-                        "cannot open %s: %s", path, strerror(errno));
-    *fd_p = fd;
-    return 0;
+    return file_open_regular(path, O_RDWR | (create ? O_CREAT : 0), "open", fd_p, err, err_len);
 }
 
 void rkv_file_close(int fd)

@@ -3,6 +3,10 @@
  * Plain functions, not port ops: file I/O neither blocks a simulated clock
  * nor deadlocks an actor, so the twin uses the host's files as they are (it
  * charges no simulated time for an fsync). No globals.
+ *
+ * Every file opened here is a regular file: a symbolic link in its place
+ * is not followed, and it, a directory, a FIFO or a device is refused
+ * (-RKV_EIO, "<path> is not a regular file (...)"), never blocked on.
  */
 #ifndef RKV_PORT_FILE_H
 #define RKV_PORT_FILE_H
@@ -22,6 +26,12 @@ int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, co
 int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len);
 /* 0 when dir is an existing directory, -RKV_ECONFIG naming it otherwise. */
 int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
+/* Calls fn(arg, name) for each entry of dir but "." and "..", in the
+ * directory's order, until fn returns non-zero. fn may rename or remove
+ * entries (such an entry may still be named once after). -RKV_EIO naming
+ * dir when it cannot be read. */
+int rkv_file_list(const char *dir, int (*fn)(void *arg, const char *name), void *arg, char *err,
+                  size_t err_len);
 /* Removes the files directly in dir, then dir (a run's scratch snapshot
  * directory); best effort, silent. */
 void rkv_file_remove_dir(const char *dir);

@@ -25,6 +25,25 @@ static void wal_path(const struct rkv_wal *w, uint64_t gen, char *buf, size_t le
     snprintf(buf, len, "%s/%s", w->dir, name);
 }
 
+/* The generation of directory entry `name` when it is a log of this
+ * machine (exactly as rkv_wal_file_name writes it), else 0. */
+static uint64_t wal_gen_of(const struct rkv_wal *w, const char *name)
+{
+    char prefix[32], again[64];
+    size_t n = (size_t)snprintf(prefix, sizeof(prefix), "rkv-m%u.", w->machine);
+    if (strncmp(name, prefix, n) != 0)
+        return 0;
+    uint64_t gen = 0;
+    const char *p = name + n;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (gen > (UINT64_MAX - 9) / 10)
+            return 0;
+        gen = gen * 10 + (uint64_t)(*p - '0');
+    }
+    rkv_wal_file_name(again, sizeof(again), w->machine, gen);
+    return strcmp(p, ".wal") == 0 && strcmp(again, name) == 0 ? gen : 0;
+}
+
 /* Spare k (a log let go, or zeros written ahead), and a fresh file's name
  * until it is complete. */
 static void wal_spare_path(const struct rkv_wal *w, uint32_t k, char *buf, size_t len)
@@ -508,14 +527,20 @@ static int wal_zero_fill(int fd, uint64_t from, uint64_t to, const char *path, c
     return rc;
 }
 
-/* A spare's file (*fd_p, named from), else -RKV_ENOTENSOR. */
+/* A spare's file (*fd_p, named from), else -RKV_ENOTENSOR. A spare that is
+ * not a regular file (a symbolic link, whose target the log would be
+ * written into) is not used, and said so: the log is made fresh, and the
+ * next log let go takes the spare's name. */
 static int wal_take_spare(struct rkv_wal *w, char *from, size_t from_len, int *fd_p)
 {
     char why[256];
     for (uint32_t k = 0; k < RKV_WAL_SPARES; k++) {
         wal_spare_path(w, k, from, from_len);
-        if (rkv_file_open(from, 0, fd_p, why, sizeof(why)) == 0)
+        int rc = rkv_file_open(from, 0, fd_p, why, sizeof(why));
+        if (rc == 0)
             return 0;
+        if (rc != -RKV_ENOTENSOR)
+            RKV_LOGW(w->port, "machine %u: spare log not used: %s", w->machine, why);
     }
     return -RKV_ENOTENSOR;
 }
@@ -585,6 +610,26 @@ static void wal_retire(struct rkv_wal *w, const char *path)
         break;
     }
     rkv_file_unlink(path);
+}
+
+/* The logs a checkpoint lets go (wal_after_durable): those below `below`,
+ * at most RKV_WAL_MAX_CHAIN at a time (the rest at the next checkpoint). */
+struct wal_retiring {
+    struct rkv_wal *w;
+    uint64_t below;
+    uint32_t n;
+};
+
+static int wal_retire_listed(void *arg, const char *name)
+{
+    struct wal_retiring *r = arg;
+    uint64_t gen = wal_gen_of(r->w, name);
+    char path[512];
+    if (gen == 0 || gen >= r->below)
+        return 0;
+    wal_path(r->w, gen, path, sizeof(path));
+    wal_retire(r->w, path);
+    return ++r->n >= RKV_WAL_MAX_CHAIN;
 }
 
 /* With durable_log_prewrite, a spare is ready before the log needs it: the
@@ -702,7 +747,6 @@ static int wal_before_swap(void *user, uint64_t gen, char *err, size_t err_len)
 static void wal_after_durable(void *user, uint64_t gen)
 {
     struct rkv_wal *w = user;
-    char path[512];
     w->n_checkpoints++;
     /* Whatever a failed sync of a log before this snapshot's left unsure
      * is in its copy (every chunk was copied after the switch, the client
@@ -715,15 +759,15 @@ static void wal_after_durable(void *user, uint64_t gen)
         ;
     if (w->sync.fd >= 0 && w->sync.gen < gen)
         wal_file_close(&w->sync);
-    for (uint64_t g = gen - 1; g >= 1 && gen - g <= RKV_WAL_MAX_CHAIN; g--) {
-        int fd;
-        char why[256];
-        wal_path(w, g, path, sizeof(path));
-        if (rkv_file_open(path, 0, &fd, why, sizeof(why)) < 0)
-            break;
-        rkv_file_close(fd);
-        wal_retire(w, path);
-    }
+    /* Every log of this machine below gen that the directory holds: a walk
+     * down from gen - 1 stopped at the first missing one, and the logs past
+     * a gap (an older build's failed checkpoint took the next number: logs
+     * G and G + 2) stayed for good. */
+    struct wal_retiring r = {.w = w, .below = gen};
+    char why[256];
+    if (rkv_file_list(w->dir, wal_retire_listed, &r, why, sizeof(why)) < 0)
+        RKV_LOGW(w->port, "machine %u: the logs before generation %llu were not let go: %s",
+                 w->machine, (unsigned long long)gen, why);
     wal_stock_spare(w);
 }
 
@@ -953,9 +997,10 @@ static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage)
 }
 
 /* Walks one log's records from byte `from` up to the first place that holds
- * no complete record of this log. */
+ * no complete record of this log. prev_end: where the log before it ended
+ * (an LSN; 0: not read), checked against what its records say of it. */
 static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uint64_t lineage,
-                          uint64_t from, const struct rkv_tensor_table *tensors,
+                          uint64_t from, uint64_t prev_end, const struct rkv_tensor_table *tensors,
                           const struct rkv_handler_table *ht, int flags, struct rkv_wal_replay *r,
                           struct wal_end *e, char *err, size_t err_len)
 {
@@ -977,6 +1022,20 @@ static int wal_replay_log(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, ui
         if (rkv_get32(rec) != RKV_WAL_REC_MAGIC || rkv_get32(rec + 4) != RKV_WAL_REC_PUSH)
             return WAL_BAD("log %s: record at byte %llu: bad magic or unknown type %u", path,
                            (unsigned long long)off, rkv_get32(rec + 4));
+        /* Appended while a checkpoint switched logs, before it synced the
+         * log before: the record says how far that log was durable, and
+         * its records cannot end short of it (cut at a record boundary, or
+         * damaged there). */
+        uint64_t durable = rkv_get64(rec + 64);
+        if (prev_end && RKV_WAL_GEN(durable) == RKV_WAL_GEN(prev_end) && durable > prev_end) {
+            char prev[512];
+            wal_path(w, RKV_WAL_GEN(prev_end), prev, sizeof(prev));
+            return WAL_BAD("log %s: its records end at byte %llu, but the record at byte %llu of "
+                           "log %s after it was appended once it was durable up to byte %llu "
+                           "(cut short, or damaged: records synced there are gone)",
+                           prev, (unsigned long long)RKV_WAL_OFF(prev_end), (unsigned long long)off,
+                           path, (unsigned long long)RKV_WAL_OFF(durable));
+        }
         if (count == 0 || !rkv_mul_ok(count, 8 + row_bytes, &body) || !rkv_add_ok(body, 7, &body))
             return WAL_BAD("log %s: record at byte %llu: impossible sizes (%llu rows of %llu "
                            "bytes)",
@@ -1096,6 +1155,40 @@ static int wal_settle(struct rkv_wal *w, const char *path, const struct wal_end 
     return rc;
 }
 
+/* What a log file's start says, read before its replay. */
+struct wal_peek {
+    uint64_t size;
+    int stale;   /* its header is of another lineage's (an older run's) */
+    int records; /* it holds a complete record of this log at its start */
+};
+
+/* Reads log g's header and first record (path its name): -RKV_ENOTENSOR
+ * when absent. */
+static int wal_peek(uint64_t lineage, uint64_t g, const char *path, struct wal_peek *pk, char *err,
+                    size_t err_len)
+{
+    struct wal_rd rd;
+    memset(pk, 0, sizeof(*pk));
+    int rc = wal_rd_open(&rd, path, err, err_len);
+    if (rc < 0)
+        return rc;
+    pk->size = rd.size;
+    const uint8_t *p = NULL;
+    uint64_t at = RKV_WAL_HDR_BYTES, body = 0;
+    if (rd.size >= at)
+        p = wal_rd_at(&rd, 0, at + (rd.size >= at + RKV_WAL_REC_BYTES ? RKV_WAL_REC_BYTES : 0), &rc,
+                      err, err_len);
+    pk->stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
+    if (p && !pk->stale && rd.size >= at + RKV_WAL_REC_BYTES &&
+        wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&
+        rkv_mul_ok(rkv_get64(p + at + 24), 8 + rkv_get64(p + at + 32), &body) &&
+        rkv_add_ok(body, 7, &body) && (body &= ~7ull) <= rd.size - at - RKV_WAL_REC_BYTES &&
+        (p = wal_rd_at(&rd, at, RKV_WAL_REC_BYTES + body, &rc, err, err_len)))
+        pk->records = rkv_get32(p + 52) == rkv_crc32c(0, p + RKV_WAL_REC_BYTES, (size_t)body);
+    wal_rd_close(&rd);
+    return rc;
+}
+
 /* Whether a log after gen (gen + 1, ... up to the first missing one or one
  * of another lineage) holds a complete record of its own at its start:
  * its name in path then. */
@@ -1103,29 +1196,110 @@ static int wal_later_records(struct rkv_wal *w, uint64_t lineage, uint64_t gen, 
                              size_t path_len, int *found_p, char *err, size_t err_len)
 {
     *found_p = 0;
-    for (uint64_t g = gen + 1; g <= gen + RKV_WAL_MAX_CHAIN && !*found_p; g++) {
-        struct wal_rd rd;
+    for (uint64_t g = gen + 1; g <= gen + RKV_WAL_MAX_CHAIN; g++) {
+        struct wal_peek pk;
         wal_path(w, g, path, path_len);
-        int rc = wal_rd_open(&rd, path, err, err_len);
+        int rc = wal_peek(lineage, g, path, &pk, err, err_len);
         if (rc == -RKV_ENOTENSOR)
             return 0;
         if (rc < 0)
             return rc;
-        const uint8_t *p = NULL;
-        uint64_t at = RKV_WAL_HDR_BYTES, body = 0;
-        if (rd.size >= at + RKV_WAL_REC_BYTES)
-            p = wal_rd_at(&rd, 0, at + RKV_WAL_REC_BYTES, &rc, err, err_len);
-        int stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
-        if (p && !stale && wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&
-            rkv_mul_ok(rkv_get64(p + at + 24), 8 + rkv_get64(p + at + 32), &body) &&
-            rkv_add_ok(body, 7, &body) && (body &= ~7ull) <= rd.size - at - RKV_WAL_REC_BYTES &&
-            (p = wal_rd_at(&rd, at, RKV_WAL_REC_BYTES + body, &rc, err, err_len)))
-            *found_p = rkv_get32(p + 52) == rkv_crc32c(0, p + RKV_WAL_REC_BYTES, (size_t)body);
-        wal_rd_close(&rd);
+        if (pk.stale)
+            return 0;
+        if ((*found_p = pk.records))
+            return 0;
+    }
+    return 0;
+}
+
+/* The generations in [from, from + RKV_WAL_MAX_CHAIN) of the logs of this
+ * machine that the directory holds. */
+struct wal_listed {
+    const struct rkv_wal *w;
+    uint64_t from;
+    uint8_t bits[(RKV_WAL_MAX_CHAIN + 7) / 8];
+};
+
+static int wal_note_listed(void *arg, const char *name)
+{
+    struct wal_listed *l = arg;
+    uint64_t g = wal_gen_of(l->w, name);
+    if (g >= l->from && g - l->from < RKV_WAL_MAX_CHAIN)
+        l->bits[(g - l->from) / 8] |= (uint8_t)(1u << ((g - l->from) % 8));
+    return 0;
+}
+
+static int wal_is_listed(const struct wal_listed *l, uint64_t g)
+{
+    return g >= l->from && g - l->from < RKV_WAL_MAX_CHAIN &&
+           (l->bits[(g - l->from) / 8] >> ((g - l->from) % 8) & 1);
+}
+
+/* The largest copy LSN of the replay's snapshot (rkv_wal_set_copies), in
+ * its own log; 0 when it has none: copied without a log (a build before
+ * the log) or of no rows. */
+static uint64_t wal_copied_to(const struct rkv_wal *w)
+{
+    uint64_t max = 0;
+    for (uint32_t id = 0; w->copies && id <= RKV_MAX_TENSORS; id++)
+        max = w->copies[id].lsn_max > max ? w->copies[id].lsn_max : max;
+    return max;
+}
+
+/* Before anything is applied or changed: the replay reads logs gen, gen +
+ * 1, ... up to the first missing one (or one of an older run's lineage),
+ * and a log missing there left the logs after it unread, their pushes
+ * lost without a word. Refused: the snapshot's own log missing when the
+ * snapshot was copied from it (a copy LSN names it: a checkpoint makes its
+ * log, durable, before its copy, and the pushes acknowledged after the
+ * copy are in it), and a log of this lineage holding records after the
+ * first missing one. Else the snapshot never had log gen (copied by a
+ * build before the log, or of no rows), and the recovery makes it. */
+static int wal_check_chain(struct rkv_wal *w, uint64_t lineage, uint64_t gen, char *err,
+                           size_t err_len)
+{
+    struct wal_listed l = {.w = w, .from = gen};
+    int rc = rkv_file_list(w->dir, wal_note_listed, &l, err, err_len);
+    if (rc < 0)
+        return rc;
+    struct wal_peek pk = {0};
+    char path[512], later[512];
+    uint64_t g = gen, copied = wal_copied_to(w);
+    for (; wal_is_listed(&l, g); g++) {
+        wal_path(w, g, path, sizeof(path));
+        if ((rc = wal_peek(lineage, g, path, &pk, err, err_len)) == -RKV_ENOTENSOR)
+            break; /* gone since the listing */
         if (rc < 0)
             return rc;
-        if (stale)
-            return 0;
+        if (pk.stale)
+            break;
+        if (g == gen && copied && pk.size < RKV_WAL_OFF(copied))
+            return WAL_BAD("log %s: %llu bytes, but snapshot generation %llu was copied from it "
+                           "when its records reached byte %llu (made durable before the "
+                           "snapshot was): cut short; refused, nothing changed",
+                           path, (unsigned long long)pk.size, (unsigned long long)gen,
+                           (unsigned long long)RKV_WAL_OFF(copied));
+    }
+    wal_path(w, g, path, sizeof(path));
+    const char *gone = pk.stale ? "is an older run's (another lineage)" : "is missing";
+    if (g == gen && copied)
+        return WAL_BAD("log %s %s, but snapshot generation %llu was copied from it (up to byte "
+                       "%llu of it): the pushes acknowledged after the snapshot were in it; "
+                       "refused, nothing changed",
+                       path, gone, (unsigned long long)gen,
+                       (unsigned long long)RKV_WAL_OFF(copied));
+    for (uint64_t n = g + 1; n < gen + RKV_WAL_MAX_CHAIN; n++) {
+        if (!wal_is_listed(&l, n))
+            continue;
+        wal_path(w, n, later, sizeof(later));
+        if ((rc = wal_peek(lineage, n, later, &pk, err, err_len)) == -RKV_ENOTENSOR)
+            continue;
+        if (rc < 0)
+            return rc;
+        if (pk.records)
+            return WAL_BAD("log %s %s, but log %s after it holds records of this lineage: "
+                           "the replay would stop before them; refused, nothing changed",
+                           path, gone, later);
     }
     return 0;
 }
@@ -1140,8 +1314,14 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         memset(r, 0, sizeof(*r));
     assert(!start || RKV_WAL_GEN(start) >= gen);
     r->paused_lsn = 0;
-    uint64_t end = 0, hwm = 0;
+    /* Resumed: where the logs before the paused one ended. */
+    uint64_t end = start ? r->end_lsn : 0, hwm = 0, copied = wal_copied_to(w);
     char path[512], later[512];
+    if (!start) {
+        int rc = wal_check_chain(w, lineage, gen, err, err_len);
+        if (rc < 0)
+            return rc;
+    }
     for (uint64_t g = start ? RKV_WAL_GEN(start) : gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
         struct wal_rd rd;
         wal_path(w, g, path, sizeof(path));
@@ -1197,9 +1377,19 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             rc = WAL_BAD("log %s: shorter (%llu bytes) than where its replay paused (%llu)", path,
                          (unsigned long long)len, (unsigned long long)from);
         if (rc == 0)
-            rc = wal_replay_log(w, &rd, g, lineage, from, tensors, ht, flags, r, &e, err, err_len);
+            rc = wal_replay_log(w, &rd, g, lineage, from, end, tensors, ht, flags, r, &e, err,
+                                err_len);
         if (rc == 0)
             rc = wal_check_end(&rd, g, lineage, &e, limit, &past, err, err_len);
+        /* The snapshot's own log ends at its largest copy LSN or past it:
+         * its records up to there were synced before the snapshot took its
+         * name (wal_before_swap). Refused before anything is voided. */
+        if (rc == 0 && g == gen && e.good < RKV_WAL_OFF(copied))
+            rc = WAL_BAD("log %s: its records end at byte %llu (%s), but snapshot generation "
+                         "%llu was copied from it when they reached byte %llu (made durable "
+                         "before the snapshot was): cut short, or damaged",
+                         path, (unsigned long long)e.good, e.what, (unsigned long long)gen,
+                         (unsigned long long)RKV_WAL_OFF(copied));
         if (rc == 0 && limit > e.good)
             r->scanned += limit - e.good;
         /* An end torn, or with records of this log past it, before a later
@@ -1227,6 +1417,7 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
             /* Nothing after it was applied, and nothing is voided or set
              * up: the resumed replay reads on from here. */
             r->paused_lsn = RKV_WAL_LSN(g, e.good);
+            r->end_lsn = end;
             return 0;
         }
         if (rc == 0)
@@ -1243,6 +1434,12 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         hwm = RKV_WAL_LSN(g, mark > e.good ? mark : e.good);
     }
     if (end == 0) {
+        /* A log the snapshot never had (wal_check_chain): made, and said. */
+        wal_path(w, gen, path, sizeof(path));
+        RKV_LOGW(w->port,
+                 "log %s: none of this lineage; snapshot generation %llu holds no place in it "
+                 "(copied by a build before the log, or of no rows): made",
+                 path, (unsigned long long)gen);
         int rc = wal_create(w, lineage, gen, err, err_len);
         if (rc < 0)
             return rc;

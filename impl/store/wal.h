@@ -27,10 +27,17 @@
  * chunk holds pushes of log G that must not outlive their records), and,
  * once the snapshot is durable, lets the logs before G go: renamed to
  * spares while
- * there is room, else removed. A crash at any point leaves snapshot S and
+ * there is room, else removed (every log of the machine below G that the
+ * directory holds). A crash at any point leaves snapshot S and
  * logs S, S+1, ... that together hold every acknowledged push: recovery
  * replays them in order of generation, a record's row skipped where the
- * snapshot's chunk was copied after it (rkv_wal_set_copies).
+ * snapshot's chunk was copied after it (rkv_wal_set_copies). So a log
+ * missing there is refused before anything is applied, naming it: log S
+ * when the snapshot was copied from it (any copy LSN names it; it was
+ * made durable before the copy), and any log of the lineage holding
+ * records after the first missing one (the replay would stop before it).
+ * Only a snapshot copied without a log (a build before the log, or of no
+ * rows) gets an empty log S, with a warning.
  *
  * Why spares (as PostgreSQL recycles WAL segments and RocksDB's
  * recycle_log_file_num does): a group commit's fdatasync of an appending
@@ -82,6 +89,22 @@
  * records (refused before anything is voided, so at every restart). A
  * damaged record among the last group commit's, with none after it in
  * the log, cannot be told from a torn tail: it ends the records there.
+ * A log cut exactly at a record boundary (truncated by hand or by a file
+ * system that lost its tail, or zeros from a record's start on) reads as
+ * a clean end. It is refused where something says the log went further:
+ * for the snapshot's own log, its largest copy LSN (records up to there
+ * were synced before the snapshot took its name; a file shorter than that
+ * is refused before anything is applied); for a log before another, the
+ * durable field of a record of the next log appended while a checkpoint
+ * switched logs (before its sync of the old log moved the durable LSN into
+ * the new one). Past those, nothing in the format tells the cut from a
+ * clean end, and the records cut off, acknowledged or not, are lost
+ * without a word: a log's header is written before its records and holds
+ * no end, a log's end is written only in later records' durable fields
+ * (the last group commit's in none), and a client's sequences on one
+ * machine have gaps (its pushes to other machines). What a cut can take
+ * so: the last log's records past the snapshot's copy, and an earlier
+ * log's records past its last group commit before the next log began.
  * Recovery reads a log through a window (and the largest record), never
  * the file whole: the file may be much longer than its records. It scans
  * the tail past the
@@ -266,6 +289,7 @@ struct rkv_wal_replay {
     uint64_t rows_in_copy;
     /* Bytes past the logs' ends looked through for records of theirs. */
     uint64_t scanned;
+    /* Where the logs replayed end (paused: those before the paused one). */
     uint64_t end_lsn;
     /* Not 0: the replay paused before the record at this LSN, whose custom
      * op pause_op had no handler (RKV_WAL_PAUSE_CUSTOM). */
@@ -286,8 +310,9 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
 
 /* Replays the logs of snapshot generation gen (gen, gen+1, ...) into the
  * machine's tensors (by id, already in shared memory), cutting a torn tail,
- * refusing a corrupted record; then points the machine's log state at the
- * end (creating log gen when there is none). No other server of the
+ * refusing a corrupted record or a missing log (see above); then points
+ * the machine's log state at the end (creating log gen when the snapshot
+ * never had one). No other server of the
  * machine may run meanwhile. When it pauses (r->paused_lsn set, returns 0),
  * it has applied the records before that one only and set nothing else up;
  * called again with the same r, it resumes there. */

@@ -1,7 +1,8 @@
 /* Durable files where the file system says no: a directory that is not
  * there or is a file, a path too long, a rename onto a directory, a read of
- * something that is not a file. Each fails with the step and the path, and
- * leaves no temp file behind; what works round-trips. */
+ * something that is not a file, a symlink in a file's place. Each fails
+ * with the step and the path, and leaves no temp file behind; what works
+ * round-trips. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -125,6 +126,71 @@ static void test_read_errors(void **state)
     unlink(p);
 }
 
+/* A durable file's name held by a symlink, a FIFO or a directory: opened
+ * for writing, created, replaced or read, each is refused by name, and
+ * the link's target is neither written nor made. rkv renames its files
+ * into each other's places (a log to a spare and back, a snapshot and its
+ * temp file), and a link in one of them had its target written over. */
+static void test_not_regular_refused(void **state)
+{
+    (void)state;
+    char err[512], target[128], link[128], fifo[128], want[200];
+    snprintf(target, sizeof(target), "%s/target", dir);
+    snprintf(link, sizeof(link), "%s/link", dir);
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    assert_int_equal(fputs("theirs", f), 1);
+    fclose(f);
+    assert_int_equal(symlink(target, link), 0);
+    snprintf(want, sizeof(want), "%s is not a regular file (a symbolic link, not followed)", link);
+    int fd = -1;
+    for (int create = 0; create <= 1; create++) {
+        assert_int_equal(rkv_file_open(link, create, &fd, err, sizeof(err)), -RKV_EIO);
+        if (!strstr(err, want))
+            fail_msg("open (create %d): expected \"%s\", got \"%s\"", create, want, err);
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(rkv_file_read(link, &buf, &len, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, want));
+    assert_null(buf);
+    assert_int_equal(rkv_file_replace(dir, "f", "link", "mine", 4, NULL, err, sizeof(err)),
+                     -RKV_EIO);
+    assert_non_null(strstr(err, want));
+    assert_false(exists(dir, "f"));
+    /* The target is as it was; a dangling link's target is not made. */
+    assert_int_equal(rkv_file_read(target, &buf, &len, err, sizeof(err)), 0);
+    assert_int_equal(len, 6);
+    assert_memory_equal(buf, "theirs", 6);
+    free(buf);
+    assert_int_equal(unlink(target), 0);
+    assert_int_equal(rkv_file_open(link, 1, &fd, err, sizeof(err)), -RKV_EIO);
+    assert_false(exists(dir, "target"));
+    /* A FIFO, opened for writing or replaced: refused at once, no hang. */
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    snprintf(want, sizeof(want), "%s is not a regular file (a FIFO)", fifo);
+    for (int create = 0; create <= 1; create++) {
+        assert_int_equal(rkv_file_open(fifo, create, &fd, err, sizeof(err)), -RKV_EIO);
+        if (!strstr(err, want))
+            fail_msg("open (create %d): expected \"%s\", got \"%s\"", create, want, err);
+    }
+    assert_int_equal(rkv_file_replace(dir, "f", "fifo", "mine", 4, NULL, err, sizeof(err)),
+                     -RKV_EIO);
+    assert_non_null(strstr(err, want));
+    /* A directory, opened for writing. */
+    snprintf(want, sizeof(want), "%s is not a regular file (a directory)", dir);
+    assert_int_equal(rkv_file_open(dir, 0, &fd, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, want));
+    /* A regular file opens, and writes. */
+    assert_int_equal(rkv_file_open(target, 1, &fd, err, sizeof(err)), 0);
+    assert_int_equal(rkv_file_pwrite(fd, "ok", 2, 0, target, err, sizeof(err)), 0);
+    rkv_file_close(fd);
+    unlink(link);
+    unlink(fifo);
+    unlink(target);
+}
+
 static void test_check_dir(void **state)
 {
     (void)state;
@@ -151,6 +217,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replace_and_read, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replace_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_regular_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_dir, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

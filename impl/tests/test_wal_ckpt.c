@@ -997,9 +997,11 @@ static void test_log_lengths_and_order(void **state)
     dmg_close(&d);
 }
 
-/* The log file replaced by a directory, or a symlink to one, or a
- * dangling symlink: a clear refusal, not an empty log made in its place
- * (which would drop every record the file held). */
+/* The log file replaced by a directory, or by a symlink (to the log file
+ * itself): a clear refusal, not an empty log made in its place (which
+ * would drop every record the file held). A symlink is not followed: a log
+ * becomes a spare and a spare a log by renames, and the link's target was
+ * then written over. */
 static void test_log_not_a_file(void **state)
 {
     (void)state;
@@ -1018,16 +1020,98 @@ static void test_log_not_a_file(void **state)
     if (rc >= 0 || !strstr(err, d.log1))
         fail_msg("a directory in place of the log: rc %d: %s", rc, err);
     assert_int_equal(rmdir(d.log1), 0);
-    /* A symlink to the log file works as the file does. */
     assert_int_equal(symlink(aside, d.log1), 0);
     memset(&r, 0, sizeof(r));
-    assert_int_equal(rkv_wal_recover(&w, LINEAGE, 1, &d.f.tensors, NULL, 0, &r, err, sizeof(err)),
-                     0);
-    assert_int_equal(r.records, DMG_RECS);
+    rc = rkv_wal_recover(&w, LINEAGE, 1, &d.f.tensors, NULL, 0, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, "symbolic link"))
+        fail_msg("a symlink in place of the log: rc %d: %s", rc, err);
+    assert_int_equal(r.records, 0);
     rkv_wal_free(&w);
     assert_int_equal(unlink(d.log1), 0);
     (void)mask;
     dmg_close(&d);
+}
+
+/* A spare log that is a symlink (to a file of someone else's) is not
+ * used, and its target is left as it was: a checkpoint made its log from
+ * the spare by writing the header through the link and renaming the link
+ * to the log's name, and every push after it went into the target. */
+static void test_spare_symlink_not_followed(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    char victim[128], spare[128], logg[128], err[256];
+    snprintf(victim, sizeof(victim), "%s/victim", f.dir);
+    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
+    uint8_t img[4096], *got;
+    size_t len;
+    for (size_t i = 0; i < sizeof(img); i++)
+        img[i] = (uint8_t)(i * 7 + 1);
+    write_whole(victim, img, sizeof(img));
+    assert_int_equal(symlink(victim, spare), 0);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 1, 2);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    read_whole(victim, &got, &len);
+    if (len != sizeof(img) || memcmp(got, img, len) != 0)
+        fail_msg("%s, the target of spare %s, was written (%zu bytes now)", victim, spare, len);
+    free(got);
+    struct stat st;
+    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    assert_int_equal(lstat(logg, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+static int exists_in(const char *dir, const char *name)
+{
+    char path[256];
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* A checkpoint lets go of every log of its machine below its generation,
+ * past a gap too: an older build's failed checkpoint took the next number
+ * (logs G and G + 2), and the walk down from the new generation stopped at
+ * the first missing log, so that the logs below the gap stayed for good.
+ * Files that are not this machine's logs, or above, are left alone. */
+static void test_retire_past_a_gap(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[256], path[160];
+    for (int i = 0; i < 2; i++) /* logs 1 and 2 let go */
+        assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)),
+                         0);
+    assert_int_equal(atomic_load(&h->snap_durable), 3);
+    static const char *const left[] = {"rkv-m0.1.wal", "rkv-m1.1.wal", "rkv-m0.01.wal",
+                                       "rkv-m0.1.wal.old", "rkv-m0.9.wal"};
+    for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", f.dir, left[i]);
+        write_whole(path, (const uint8_t *)"x", 1);
+    }
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    assert_int_equal(atomic_load(&h->snap_durable), 4);
+    if (exists_in(f.dir, "rkv-m0.1.wal"))
+        fail_msg("log 1, below the gap at log 2, outlived checkpoint 4");
+    assert_false(exists_in(f.dir, "rkv-m0.3.wal"));
+    assert_true(exists_in(f.dir, "rkv-m0.4.wal"));
+    for (size_t i = 1; i < sizeof(left) / sizeof(left[0]); i++)
+        if (!exists_in(f.dir, left[i]))
+            fail_msg("%s, not a log of machine 0 below generation 4, was removed", left[i]);
+    fix_tensor_free(&f);
+    fix_close(&f);
 }
 
 /* A checkpoint that fails before it makes its log (here its temp file is
@@ -1150,6 +1234,222 @@ static void test_torn_end_before_later_log_refused_again(void **state)
     run_damage_before_later_log(1);
 }
 
+/* Rolls the machine back to snapshot file `path` and recovers its logs. */
+static int recover_from(struct fix *f, const char *path, struct rkv_wal_replay *r, char *err,
+                        size_t err_len)
+{
+    struct rkv_snap snap;
+    if (rkv_snap_read(path, 0, &snap, err, err_len) < 0)
+        fail_msg("%s", err);
+    if (rkv_snap_rollback(&snap, f->port, f->cfg.shm_prefix, &f->mc, err, err_len) < 0 ||
+        rkv_wal_set_copies(&f->w, &snap, err, err_len) < 0)
+        fail_msg("%s", err);
+    memset(r, 0, sizeof(*r));
+    err[0] = 0;
+    int rc =
+        rkv_wal_recover(&f->w, LINEAGE, snap.generation, &f->tensors, NULL, 0, r, err, err_len);
+    rkv_snap_free(&snap);
+    return rc;
+}
+
+static void log_path(const struct fix *f, uint64_t g, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/rkv-m0.%llu.wal", f->dir, (unsigned long long)g);
+}
+
+/* Log g of the fixture's machine, of `lineage`, made by hand: its header
+ * and one record, a sum of v into row `row`, appended when the machine's
+ * log was durable up to `durable`. */
+static void craft_log(struct fix *f, const struct rkv_tensor *t, uint64_t g, uint64_t lineage,
+                      uint64_t row, float v, uint64_t durable)
+{
+    uint8_t buf[RKV_WAL_HDR_BYTES + 256];
+    float vals[DMG_ROW_LEN];
+    for (unsigned i = 0; i < DMG_ROW_LEN; i++)
+        vals[i] = v;
+    struct rkv_wal_push p = {.tensor_id = 1,
+                             .client = UINT32_MAX,
+                             .op = RKV_OP_SUM,
+                             .count = 1,
+                             .ids = &row,
+                             .rows = (const uint8_t *)vals};
+    size_t n = rkv_wal_record_bytes(1, t->row_bytes);
+    assert_true(RKV_WAL_HDR_BYTES + n <= sizeof(buf));
+    rkv_wal_encode_header(buf, 0, lineage, g, rkv_cfg_fingerprint(&f->cfg), 0);
+    rkv_wal_encode_record(buf + RKV_WAL_HDR_BYTES, &p, t->row_bytes,
+                          RKV_WAL_LSN(g, RKV_WAL_HDR_BYTES), durable, lineage);
+    char path[160];
+    log_path(f, g, path, sizeof(path));
+    write_whole(path, buf, RKV_WAL_HDR_BYTES + n);
+}
+
+/* The snapshot's own log missing (moved away, deleted by hand) while the
+ * snapshot was copied from it: refused by name before anything is applied
+ * or made. An empty log was made in its place without a word, and the
+ * pushes acknowledged after the snapshot were gone for good. */
+static void test_own_log_missing_refused(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[512], logg[160], aside[160];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 0, 1);
+    dmg_push(&f, t, 1, 2);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    log_path(&f, gen, logg, sizeof(logg));
+    snprintf(aside, sizeof(aside), "%s/aside", f.dir);
+    assert_int_equal(rename(logg, aside), 0);
+    struct rkv_wal_replay r;
+    int rc = recover_from(&f, f.snap, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, logg) || !strstr(err, "is missing"))
+        fail_msg("log %s moved away: rc %d, expected a refusal naming it: %s", logg, rc, err);
+    assert_int_equal(r.records, 0);
+    assert_int_equal(access(logg, F_OK), -1); /* nothing made in its place */
+    /* Back in its place, it replays. */
+    assert_int_equal(rename(aside, logg), 0);
+    assert_int_equal(recover_from(&f, f.snap, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.records, 2);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+/* A log missing after the snapshot's own (an older build's failed
+ * checkpoint skipped its number, or a log deleted by hand) while a log
+ * after it holds records of this lineage: refused naming both, before
+ * anything is applied. The replay stopped at the gap, and the later log's
+ * pushes were lost without a word (its file then written over by the
+ * checkpoint that took its number). A later log of an older run's
+ * lineage is no gap. */
+static void test_log_gap_refused(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[512], missing[160], later[160];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 0, 1);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    craft_log(&f, t, gen + 2, LINEAGE, 5, 6, RKV_WAL_LSN(gen + 2, RKV_WAL_HDR_BYTES));
+    log_path(&f, gen + 1, missing, sizeof(missing));
+    log_path(&f, gen + 2, later, sizeof(later));
+    struct rkv_wal_replay r;
+    int rc = recover_from(&f, f.snap, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, missing) || !strstr(err, later))
+        fail_msg("log %s missing before %s: rc %d, %llu records replayed, expected a refusal "
+                 "naming both: %s",
+                 missing, later, rc, (unsigned long long)r.records, err);
+    assert_int_equal(r.records, 0);
+    craft_log(&f, t, gen + 2, LINEAGE + 1, 5, 6, RKV_WAL_LSN(gen + 2, RKV_WAL_HDR_BYTES));
+    assert_int_equal(recover_from(&f, f.snap, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.records, 1);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+/* Log 1 holding buf recovered after a snapshot of generation 1 whose one
+ * chunk (every row) was copied at copy_lsn. */
+static int dmg_recover_copied(struct dmg *d, const uint8_t *buf, size_t len, uint64_t copy_lsn,
+                              struct rkv_wal_replay *r, char *err, size_t err_len)
+{
+    write_whole(d->log1, buf, len);
+    uint8_t lsns[8];
+    rkv_put64(lsns, copy_lsn);
+    struct rkv_snap_tensor st = {.id = 1,
+                                 .local_rows = 16,
+                                 .row_bytes = d->t->row_bytes,
+                                 .chunk_rows = 16,
+                                 .copy_lsn = lsns};
+    struct rkv_snap s = {.machine = 0, .generation = 1, .n_tensors = 1, .tensors = &st};
+    struct rkv_wal w;
+    rkv_wal_init(&w, d->f.port, &d->f.mc, &d->f.tensors, &d->f.cfg);
+    if (rkv_wal_set_copies(&w, &s, err, err_len) < 0)
+        fail_msg("%s", err);
+    memset(r, 0, sizeof(*r));
+    err[0] = 0;
+    int rc = rkv_wal_recover(&w, LINEAGE, 1, &d->f.tensors, NULL, 0, r, err, err_len);
+    rkv_wal_free(&w);
+    return rc;
+}
+
+/* The snapshot's own log cut at a record boundary below where the
+ * snapshot's copy found its end (those records were synced before the
+ * snapshot took its name): refused naming the log, the truncated file
+ * before anything is applied. It read as a clean end, and the records cut
+ * off, acknowledged, were lost without a word. A cut at or past the copy
+ * cannot be told from a clean end (wal.h) and replays. */
+static void test_own_log_cut_below_copy_refused(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    char err[512], want[64];
+    struct rkv_wal_replay r;
+    uint64_t copy = RKV_WAL_LSN(1, d.off[4]);
+    int rc = dmg_recover_copied(&d, d.img, (size_t)d.off[3], copy, &r, err, sizeof(err));
+    snprintf(want, sizeof(want), "reached byte %llu", (unsigned long long)d.off[4]);
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, want))
+        fail_msg("log cut at byte %llu, copied at %llu: rc %d, %llu records replayed: %s",
+                 (unsigned long long)d.off[3], (unsigned long long)d.off[4], rc,
+                 (unsigned long long)r.records, err);
+    assert_int_equal(r.records, 0);
+    /* Zeros from record 3 on, the file as long as it was. */
+    uint8_t *bad = malloc(d.len);
+    assert_non_null(bad);
+    memcpy(bad, d.img, d.len);
+    memset(bad + d.off[3], 0, d.len - d.off[3]);
+    rc = dmg_recover_copied(&d, bad, d.len, copy, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, want))
+        fail_msg("log zeroed from byte %llu, copied at %llu: rc %d: %s",
+                 (unsigned long long)d.off[3], (unsigned long long)d.off[4], rc, err);
+    free(bad);
+    for (int i = 4; i <= DMG_RECS; i++) {
+        assert_int_equal(
+            dmg_recover_copied(&d, d.img, (size_t)d.off[i], copy, &r, err, sizeof(err)), 0);
+        assert_int_equal(r.records, i);
+    }
+    dmg_close(&d);
+}
+
+/* A log cut at a record boundary while the next log holds a record
+ * appended once the log was durable past the cut (a checkpoint's switch:
+ * the record's durable field still names the log before): refused naming
+ * both. It read as a clean end and the next log's records applied over
+ * the hole. */
+static void test_log_cut_below_next_logs_durable_refused(void **state)
+{
+    (void)state;
+    struct dmg d;
+    dmg_open(&d);
+    char err[512], log2[160], want[96];
+    unsigned mask;
+    struct rkv_wal_replay r;
+    /* Log 2's record adds 0 (dmg_recover checks every row). */
+    craft_log(&d.f, d.t, 2, LINEAGE, 0, 0, RKV_WAL_LSN(1, d.off[6]));
+    log_path(&d.f, 2, log2, sizeof(log2));
+    int rc = dmg_recover(&d, d.img, (size_t)d.off[4], &mask, &r, err, sizeof(err));
+    snprintf(want, sizeof(want), "durable up to byte %llu", (unsigned long long)d.off[6]);
+    if (rc != -RKV_EIO || !strstr(err, d.log1) || !strstr(err, log2) || !strstr(err, want))
+        fail_msg("log 1 cut at byte %llu before log 2: rc %d, records applied %#x: %s",
+                 (unsigned long long)d.off[4], rc, mask, err);
+    /* Whole, it replays with log 2; so does a log 2 appended once log 1
+     * was durable only up to the cut. */
+    assert_int_equal(dmg_recover(&d, d.img, d.len, &mask, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.records, DMG_RECS + 1);
+    craft_log(&d.f, d.t, 2, LINEAGE, 0, 0, RKV_WAL_LSN(1, d.off[4]));
+    assert_int_equal(dmg_recover(&d, d.img, (size_t)d.off[4], &mask, &r, err, sizeof(err)), 0);
+    assert_int_equal(r.records, 5);
+    dmg_close(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1170,9 +1470,15 @@ int main(void)
         cmocka_unit_test(test_log_zeroed_blocks),
         cmocka_unit_test(test_log_lengths_and_order),
         cmocka_unit_test(test_log_not_a_file),
+        cmocka_unit_test(test_spare_symlink_not_followed),
+        cmocka_unit_test(test_retire_past_a_gap),
         cmocka_unit_test(test_failed_checkpoint_leaves_no_log_gap),
         cmocka_unit_test(test_damage_before_later_log_refused),
         cmocka_unit_test(test_torn_end_before_later_log_refused_again),
+        cmocka_unit_test(test_own_log_missing_refused),
+        cmocka_unit_test(test_log_gap_refused),
+        cmocka_unit_test(test_own_log_cut_below_copy_refused),
+        cmocka_unit_test(test_log_cut_below_next_logs_durable_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
