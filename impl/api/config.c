@@ -276,8 +276,14 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
         return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
                         RKV_HOST_MAX);
     /* Taken as a name, these failed only when a server listened, with
-     * "is the port in use?". An IPv6 address has more than one colon. */
-    const char *colon = strchr(host, ':');
+     * "is the port in use?". An IPv6 address has more than one colon, and
+     * may be in brackets ("[::1]"), but not with a port after them. */
+    const char *colon = strchr(host, ':'), *bracket = strstr(host, "]:");
+    if (host[0] == '[' && bracket)
+        return rkv_errf(err, err_len, -1,
+                        "%s:%d: host \"%s\": write the port after a space (\"%.*s %s\"), not a "
+                        "colon",
+                        path, ln, host, (int)(bracket + 1 - host), host, bracket + 2);
     if (colon && !strchr(colon + 1, ':'))
         return rkv_errf(err, err_len, -1,
                         "%s:%d: host \"%s\": write the port after a space (\"%.*s %s\"), not a "
@@ -487,8 +493,9 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
          * name and failed only when a server listened, with "is the port in
          * use?", or as clients retrying a connection for connect-retry-ms.
          * An IPv6 address has more than one colon. */
-        const char *colon = memchr(e, ':', l);
-        if (colon && !memchr(colon + 1, ':', l - (size_t)(colon + 1 - e)))
+        const char *colon = memchr(e, ':', l), *bracket = memchr(e, ']', l);
+        if ((e[0] == '[' && bracket && bracket + 1 < e + l) ||
+            (colon && !memchr(colon + 1, ':', l - (size_t)(colon + 1 - e))))
             return rkv_errf(err, err_len, -1,
                             "host: \"%s\": \"%.*s\" has a port; give the address alone and the "
                             "port as base-port (RKV_BASE_PORT, DMLC_PS_ROOT_PORT)",

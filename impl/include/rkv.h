@@ -382,7 +382,9 @@ RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv
  * sent every reply it owes (a lossy link retransmits them) or
  * cfg.timeout_ms passed, as TCP's close does. Then call
  * rkv_server_destroy(): server 0 of a machine removes the machine's shared
- * memory there (a server killed by a signal leaves it behind). */
+ * memory there (a server killed by a signal leaves it behind). One thread
+ * at a time: a call while another thread is in it is -RKV_EINVAL (said in
+ * the server's log). */
 RKV_API int rkv_server_run(struct rkv_server *srv);
 /* Makes rkv_server_run() return, from any thread: for a server whose
  * cluster never formed (no client will ever shut it down) or the

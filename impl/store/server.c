@@ -79,6 +79,7 @@ struct rkv_server {
      * engine task runs it; it crashed calling a NULL one. */
     struct rkv_mutex *hmu;
     int stop;
+    int running; /* mu: a thread is in rkv_server_run */
     /* A SHUTDOWN arrived: later requests are refused (-RKV_ESHUTDOWN), so
      * that the linger before exiting ends. The engine's callbacks only. */
     int shut;
@@ -2226,10 +2227,34 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
     return rc;
 }
 
+static int srv_run(struct rkv_server *s);
+
 int rkv_server_run(struct rkv_server *s)
 {
     if (!s)
         return -RKV_EINVAL;
+    /* One thread at a time: a second one ran a restart's pending replay
+     * beside the first, and its return let the caller destroy the server
+     * under the other. Said in the log: s->err is the running call's. */
+    s->port->ops->mutex_lock(s->mu);
+    int busy = s->running;
+    s->running = 1;
+    s->port->ops->mutex_unlock(s->mu);
+    if (busy) {
+        RKV_LOGE(s->port, "server %u: rkv_server_run: another thread runs it already",
+                 s->server_id);
+        return -RKV_EINVAL;
+    }
+    int rc = srv_run(s);
+    s->port->ops->mutex_lock(s->mu);
+    s->running = 0;
+    s->port->ops->mutex_unlock(s->mu);
+    return rc;
+}
+
+/* rkv_server_run, in the one thread that runs it. */
+static int srv_run(struct rkv_server *s)
+{
     /* A restart's replay that waited for the custom handlers registered
      * since create; only then does the server listen. */
     if (s->replay_pending) {

@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1318,6 +1319,50 @@ static void test_barrier_outlasts_idle_timeout(void **state)
     rkv_client_destroy(a);
 }
 
+struct runner {
+    struct rkv_server *srv;
+    int rc;
+    atomic_int *returned;
+};
+
+static void *runner_main(void *arg)
+{
+    struct runner *r = arg;
+    r->rc = rkv_server_run(r->srv);
+    atomic_fetch_add(r->returned, 1);
+    return NULL;
+}
+
+/* rkv_server_run from two threads at once: both served, both ran a
+ * restart's pending replay, and the first to return let its caller destroy
+ * the server under the other. The second is refused at once. */
+static void test_server_run_twice_at_once(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_machines = 1;
+    struct rkv_server *srv;
+    char err[256];
+    if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    atomic_int returned = 0;
+    struct runner r[2] = {{srv, 1, &returned}, {srv, 1, &returned}};
+    pthread_t thr[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&thr[k], NULL, runner_main, &r[k]), 0);
+    for (int ms = 0; atomic_load(&returned) == 0 && ms < 5000; ms += 10)
+        usleep(10000);
+    int early = atomic_load(&returned);
+    rkv_server_stop(srv);
+    for (int k = 0; k < 2; k++)
+        pthread_join(thr[k], NULL);
+    rkv_server_destroy(srv);
+    assert_int_equal(early, 1); /* one refused at once, one served */
+    assert_true((r[0].rc == -RKV_EINVAL && r[1].rc == 0) ||
+                (r[1].rc == -RKV_EINVAL && r[0].rc == 0));
+}
+
 /* Duplicate ids, as rkv.h says: a sum adds each occurrence, an assign
  * keeps the last, on co-located and remote rows alike. */
 static void test_duplicate_ids(void **state)
@@ -1966,6 +2011,7 @@ int main(void)
         cmocka_unit_test(test_server_names_a_low_fd_limit),
         cmocka_unit_test(test_idle_connection_loss_is_quiet),
         cmocka_unit_test(test_barrier_outlasts_idle_timeout),
+        cmocka_unit_test(test_server_run_twice_at_once),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_pull_ids_inside_rows_out),
         cmocka_unit_test(test_empty_calls),

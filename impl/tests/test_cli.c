@@ -150,6 +150,16 @@ static void test_cluster_file_forms(void **state)
     assert_string_equal(m[0].host, "10.0.0.1");
     assert_string_equal(m[1].host, "::1");
     free(m);
+    /* In brackets too, as URLs write it (the NIC resolves it without
+     * them); but a port goes after a space there as well. */
+    write_cluster("[::1] 9100\n");
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_string_equal(m[0].host, "[::1]");
+    free(m);
+    write_cluster("[::1]:9100\n");
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), -1);
+    unlink(path);
+    assert_non_null(strstr(err, "write the port after a space (\"[::1] 9100\")"));
 }
 
 /* DGL's ip_config.txt as DGL writes it today: one IP per line, the port
@@ -548,7 +558,10 @@ static void test_server_and_worker_errors(void **state)
     expect_run("", "server --backend carrier-pigeon", 2,
                "rkv server: backend 'carrier-pigeon' is not built in");
     expect_run("", "worker --backend carrier-pigeon", 2,
-               "rkv worker: backend 'carrier-pigeon' is not built in");
+               "rkv worker: backend 'carrier-pigeon' is not built in (this build has: tcp");
+    /* The twin's backend is no node's: said so, with what to run instead. */
+    expect_run("", "server --backend sim", 2, "backend 'sim' is not built in (this build has: tcp");
+    expect_run("", "server --backend sim", 2, "sim is the twin's, which runs a whole scenario");
     expect_run("", "worker --rows 0", 2, "rkv: workload needs rows 1..2^24");
     expect_run("", "worker --num-workers 1000000000", 2,
                "rkv: num-workers: 1000000000 is above the limit 65536");

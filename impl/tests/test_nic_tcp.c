@@ -161,6 +161,32 @@ static void test_listen_by_name(void **state)
     assert_int_equal(f->a->ops->connect(f->a, "no-such-host.invalid", port, WAIT_MS, &bad) < 0, 1);
 }
 
+/* An IPv6 address in brackets, as URLs and cluster files write it:
+ * getaddrinfo refused "[::1]" ("cannot resolve"), so a server listening
+ * there failed to start. */
+static void test_bracketed_ipv6(void **state)
+{
+    struct nic_fx *f = *state;
+    if (f->b->ops->listen(f->b, "[::1]", 0) != 0) {
+        int fd = socket(AF_INET6, SOCK_STREAM, 0);
+        struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+        int v6 = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (!v6)
+            skip(); /* no IPv6 loopback on this host */
+        fail_msg("listen on [::1] failed while ::1 is bindable");
+    }
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(f->b, &port), 0);
+    struct rkv_qp *qa, *qb;
+    assert_int_equal(f->a->ops->connect(f->a, "[::1]", port, WAIT_MS, &qa), 0);
+    struct rkv_wc wc;
+    nic_expect_wc(f, f->b, NULL, RKV_WC_CONNECTED, &wc);
+    qb = wc.qp;
+    nic_check_send(f, qa, qb, 16);
+}
+
 /* Raw peers: a wrong token and a non-rkv hello are dropped without ever
  * showing up as connections; one with the right token is welcomed. */
 static void test_token_raw_peers(void **state)
@@ -298,7 +324,7 @@ int main(void)
         T(test_raw_valid_frames), T(test_raw_bad_magic),       T(test_raw_unknown_kind),
         T(test_raw_huge_frame),   T(test_listen_by_name),      T(test_token_raw_peers),
         T(test_connection_flood), T(test_poller_reads_inline), T(test_reads_without_a_poller),
-        T(test_keepalive_frames),
+        T(test_keepalive_frames), T(test_bracketed_ipv6),
     };
 #undef T
     return failed + cmocka_run_group_tests_name("tcp only", tests, NULL, NULL);

@@ -183,6 +183,13 @@ static void test_host_list(void **state)
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
     assert_string_equal(cfg.machines[1].host, "fe80::1");
     rkv_config_release(&cfg);
+    /* In brackets as well, but with no port after them either. */
+    assert_int_equal(rkv_settings_set(set, "host", "[::1]", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    rkv_config_release(&cfg);
+    assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1,[::1]:9000", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "\"[::1]:9000\" has a port"));
     /* A shm prefix past the config's 31 bytes is refused, not cut (two
      * clusters differing past the cut shared their segments). */
     assert_int_equal(rkv_settings_set(set, "host", "10.77.0.1", err, sizeof(err)), 0);

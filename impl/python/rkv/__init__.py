@@ -136,7 +136,11 @@ def _int_arg(v, what, lo, hi):
         _fail(-EINVAL, "%s: expected an integer in %d..%d, got %r" % (what, lo, hi, v), TypeError)
     v = int(v)
     if not lo <= v <= hi:
-        _fail(-EINVAL, "%s: %d is outside %d..%d" % (what, v, lo, hi), OverflowError)
+        # A value C's type cannot hold (too large, or negative where it is
+        # unsigned) is Python's OverflowError; one it holds but rkv refuses
+        # (a shape of 0 rows) is a ValueError, as Python's own are.
+        kind = ValueError if 0 <= v < lo else OverflowError
+        _fail(-EINVAL, "%s: %d is outside %d..%d" % (what, v, lo, hi), kind)
     return v
 
 
@@ -844,6 +848,7 @@ class Server:
             _raise_err(rc, err)
         self._srv = p[0]
         self._pid = os.getpid()
+        self._run_lock = threading.Lock()  # guards _running
         self._pull = {}
         self.machine_id = cfg.machine_id
         self.local_id = local
@@ -875,7 +880,13 @@ class Server:
         raised in this thread meanwhile, KeyboardInterrupt above all) stops
         the server too, and is raised again once it stopped."""
         self._live()
-        self._running = True
+        # One thread at a time (as rkv_server_run): a second run() set
+        # _running again, the first's return cleared it under the second,
+        # and close() then freed the server the second still ran.
+        with self._run_lock:
+            if getattr(self, "_running", False):
+                _fail(-EINVAL, "run(): another thread runs this server already")
+            self._running = True
         out = []
         # The C call blocks until stopped, where Python never runs its
         # signal handlers: Ctrl-C was ignored and the process had to be

@@ -347,7 +347,9 @@ def test_arguments_that_are_not_what_they_look_like(client):
     e = refused(rkv.Error, client.init_data, "a", (10, 2**62 + 1, 4), "float32")
     assert e.code == -rkv.EINVAL and "at most 4294967295" in e.message
     refused(OverflowError, client.init_data, "a", (2**64, 4), "float32")
-    refused(OverflowError, client.init_data, "a", (0, 4), "float32")
+    # Zero rows fit C's type and are refused by rkv: a ValueError.
+    e = refused(ValueError, client.init_data, "a", (0, 4), "float32")
+    assert not isinstance(e, OverflowError) and "0 is outside 1.." in e.message
     assert refused(rkv.Error, client.init_data, "a", (10, 4), None).code == -rkv.EDTYPE
     e = refused(OverflowError, client.init_data, "a", (10, 4), "float32", seed=-1)
     assert "seed" in e.message

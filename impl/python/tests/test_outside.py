@@ -292,6 +292,32 @@ def test_client_made_again_after_ctrl_c_takes_the_interrupted_place(make_cluster
     assert np.asarray(other[0].pull("x", [1])).tolist() == [2.0]
 
 
+def test_server_run_from_two_threads_refused(tmp_path):
+    # Two threads in run() at once: the first to return cleared _running
+    # under the other, so close() freed the server the other still ran.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+    first = threading.Thread(target=s.run)
+    first.start()
+    try:
+        deadline = time.time() + 10
+        while not getattr(s, "_running", False) and time.time() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(rkv.Error) as e:
+            s.run()
+        assert e.value.code == -rkv.EINVAL and "another thread runs" in e.value.message
+        with pytest.raises(rkv.Error):  # still running: not freed under it
+            s.close()
+    finally:
+        s.stop()
+        first.join(30)
+    assert not first.is_alive()
+    s.close()
+
+
 def test_server_refused_in_a_forked_child(tmp_path):
     # A Server made before a fork (multiprocessing's Process(target=s.run))
     # ran in the child without the threads rkv_server_create started: run()
