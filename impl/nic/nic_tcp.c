@@ -80,7 +80,7 @@ enum tcp_kind {
 /* Connection hello, before any frame: a challenge-response on the shared
  * secret (nic.h), four messages of one layout
  *   0 u32 magic | 4 u32 version or status | 8 u8[32] nonce or MAC
- *   connecting -> accepting  "RVKH" version 2, its nonce cn
+ *   connecting -> accepting  "RVKH" version 3, its nonce cn
  *   accepting -> connecting  "RVKC" 0, a fresh nonce sn
  *   connecting -> accepting  "RVKP" 0, MAC("rkv tcp client", sn, cn)
  *   accepting -> connecting  "RVKA" 0 (welcome) or 1 (wrong MAC, then it
@@ -94,7 +94,10 @@ enum tcp_kind {
 #define TCP_PROOF_MAGIC 0x504b5652u /* "RVKP" */
 #define TCP_ACK_MAGIC 0x414b5652u   /* "RVKA" */
 #define TCP_AUTH_BYTES (8 + RKV_NIC_AUTH_MAC_BYTES)
-#define TCP_HELLO_VERSION 2
+/* The frame format's too: 3 added KEEPALIVE frames, which a build of 2
+ * dropped the connection at ("unknown frame kind 4"); it is refused at
+ * the hello instead. */
+#define TCP_HELLO_VERSION 3
 /* The rx owner looks for connections past their hello or idle timeout this
  * often at most. */
 #define TCP_SWEEP_NS 100000000ull

@@ -31,6 +31,7 @@ static inline void raw_send_frame(int fd, int kind, uint32_t len, const void *bo
  * nic_tcp.c): the 40-byte messages of both sides. */
 #define RAW_AUTH_BYTES 40
 #define RAW_HELLO_MAGIC 0x484b5652u /* "RVKH" */
+#define RAW_HELLO_VERSION 3
 #define RAW_CHAL_MAGIC 0x434b5652u  /* "RVKC" */
 #define RAW_PROOF_MAGIC 0x504b5652u /* "RVKP" */
 #define RAW_ACK_MAGIC 0x414b5652u   /* "RVKA" */
@@ -78,7 +79,7 @@ static inline int raw_hello(int fd, const char *secret)
         return -1;
     uint8_t b[RAW_AUTH_BYTES], cn[32], sn[32], mac[32];
     randombytes_buf(cn, sizeof(cn));
-    raw_auth_msg(b, RAW_HELLO_MAGIC, 2, cn);
+    raw_auth_msg(b, RAW_HELLO_MAGIC, RAW_HELLO_VERSION, cn);
     if (write(fd, b, sizeof(b)) != (ssize_t)sizeof(b) || raw_read_all(fd, b, sizeof(b)) < 0)
         return -1;
     uint32_t magic, status;

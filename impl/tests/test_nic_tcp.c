@@ -217,7 +217,9 @@ static void test_token_raw_peers(void **state)
 }
 
 /* A KEEPALIVE frame completes nothing and keeps the connection; one that
- * claims a payload is a broken peer, dropped. */
+ * claims a payload is a broken peer, dropped. A peer of the frame format
+ * before them (hello version 2) is refused at its hello: it would have
+ * dropped the connection at the first keepalive. */
 static void test_keepalive_frames(void **state)
 {
     struct nic_fx *f = *state;
@@ -228,6 +230,17 @@ static void test_keepalive_frames(void **state)
     nic_expect_quiet(f, f->b);
     raw_send_frame(fd, RAW_KEEPALIVE, 8, "garbage!", 8);
     raw_expect_dropped(f, fd, qb); /* and closes both ends */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(f->port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    uint8_t old[RAW_AUTH_BYTES], nonce[32] = {0};
+    raw_auth_msg(old, RAW_HELLO_MAGIC, 2, nonce);
+    assert_int_equal(write(fd, old, sizeof(old)), (ssize_t)sizeof(old));
+    char b;
+    assert_true(read(fd, &b, 1) <= 0); /* closed without an answer */
+    close(fd);
+    nic_expect_quiet(f, f->b);
 }
 
 /* A flood of connections that never say hello (and some that say a wrong
