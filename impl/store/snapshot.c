@@ -802,7 +802,17 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
         w->n_shared++; /* another server's snapshot began after our pushes */
         goto unlock;
     }
-    uint64_t gen = atomic_load(&h->snap_started) + 1;
+    /* After the last durable snapshot and the log being appended: not
+     * after snap_started, which a checkpoint that died (killed in its temp
+     * file's open, or zero-filling its log) between taking its number and
+     * making its log left raised. The next one took the number after it:
+     * logs G - 1 and G + 1, and a crash before that snapshot's swap left a
+     * gap that recovery refuses, every push being on disk. Whatever such a
+     * checkpoint made of its number (a log with no record yet: the switch
+     * to it comes under this lock) is made again. */
+    uint64_t gen = atomic_load(&h->snap_durable);
+    uint64_t log_gen = w->hooks.log_gen ? w->hooks.log_gen(w->hooks.user) : 0;
+    gen = (log_gen > gen ? log_gen : gen) + 1;
     /* Published before the copy: a server that reads a smaller value knows
      * its pushes were applied before this copy began. */
     atomic_store(&h->snap_started, gen);

@@ -118,6 +118,11 @@ void rkv_snap_file_name(char *buf, size_t len, uint32_t machine);
  * swapped in, and once the snapshot of generation gen is durable. */
 struct rkv_snap_hooks {
     void *user;
+    /* The generation of the log being appended (0: none). A snapshot's
+     * number follows it and the last durable snapshot's, never
+     * snap_started alone: a checkpoint that died after taking its number
+     * and before making its log left snap_started ahead of every log. */
+    uint64_t (*log_gen)(void *user);
     int (*before_copy)(void *user, uint64_t gen, char *err, size_t err_len);
     void (*during_copy)(void *user, uint64_t gen);
     int (*after_copy)(void *user, uint64_t gen, char *err, size_t err_len);

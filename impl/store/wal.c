@@ -771,9 +771,16 @@ static void wal_after_durable(void *user, uint64_t gen)
     wal_stock_spare(w);
 }
 
+static uint64_t wal_log_gen(void *user)
+{
+    const struct rkv_wal *w = user;
+    return RKV_WAL_GEN(atomic_load(&w->mc->hdr->wal_end));
+}
+
 void rkv_wal_hook(struct rkv_wal *w, struct rkv_snap_writer *sw)
 {
     sw->hooks = (struct rkv_snap_hooks){.user = w,
+                                        .log_gen = wal_log_gen,
                                         .before_copy = wal_before_copy,
                                         .during_copy = wal_during_copy,
                                         .after_copy = wal_after_copy,

@@ -1161,6 +1161,49 @@ static void test_failed_checkpoint_leaves_no_log_gap(void **state)
     fix_close(&f);
 }
 
+/* A checkpoint that died after taking its number (snap_started raised)
+ * and before making its log: the machine's memory outlives it, and the
+ * next checkpoint took the number after it, so its log followed log G - 1
+ * as log G + 1. A crash before that snapshot's swap left snapshot G - 1 and
+ * logs G - 1 and G + 1, every push on disk, and recovery refused the gap.
+ * The next checkpoint takes number G. */
+static void test_dead_checkpoint_number_reused(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
+    fix_wal(&f);
+    struct rkv_mach_hdr *h = f.mc.hdr;
+    char err[256], logg[160], spare[160];
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t gen = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 0, 1);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    atomic_store(&h->snap_started, gen + 1); /* the dead checkpoint's number */
+    dmg_push(&f, t, 1, 2);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
+    uint64_t next = atomic_load(&h->snap_durable);
+    dmg_push(&f, t, 2, 3);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    /* A crash before the swap: snapshot gen (under the temp name now) and
+     * its log (a spare now, if the checkpoint let it go). */
+    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
+    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
+    if (access(logg, F_OK) != 0)
+        assert_int_equal(rename(spare, logg), 0);
+    assert_int_equal(generation_of(f.tmp), gen);
+    uint8_t want[3 * DMG_ROW_LEN * 4];
+    memcpy(want, t->shard.data, sizeof(want));
+    struct rkv_wal_replay r;
+    recover_and_compare(&f, f.tmp, want, sizeof(want), 0, &r);
+    assert_int_equal(r.records, 3);
+    assert_int_equal(next, gen + 1); /* the dead checkpoint's number taken again */
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
 /* Log gen damaged before its last group commit (a record's header: the
  * records end there, the records after it are never acknowledged ones as
  * far as log gen tells) while log gen + 1 after it holds records: the
@@ -1473,6 +1516,7 @@ int main(void)
         cmocka_unit_test(test_spare_symlink_not_followed),
         cmocka_unit_test(test_retire_past_a_gap),
         cmocka_unit_test(test_failed_checkpoint_leaves_no_log_gap),
+        cmocka_unit_test(test_dead_checkpoint_number_reused),
         cmocka_unit_test(test_damage_before_later_log_refused),
         cmocka_unit_test(test_torn_end_before_later_log_refused_again),
         cmocka_unit_test(test_own_log_missing_refused),
