@@ -1791,12 +1791,24 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
     uint32_t torn = rkv_mach_reclaim(&s->mach);
     if (torn && s->cfg.machines[mach].servers == 1) {
         int rc = rkv_snap_rollback(snap, s->port, s->cfg.shm_prefix, &s->mach, err, err_len);
+        /* Rolled back (or in part), the memory is no state of the machine
+         * until the log is replayed over it: with the lineage left, a
+         * refused replay (a damaged or missing log) was forgotten at the
+         * next start, which found the torn flag cleared and served the
+         * snapshot's rows as holding every acknowledged push. Lineage 0
+         * sends the next start to a restore from the snapshot, and to the
+         * same refusal. */
+        rkv_snap_publish_lineage(&s->mach, 0);
         if (rc == 0)
             rc = srv_adopt(s, 1, err, err_len);
         if (rc == 0)
             rc = srv_replay(s, snap, err, err_len);
         if (rc < 0)
             return rc;
+        if (s->replay_pending)
+            s->replay_publish = 1; /* once the replay is whole */
+        else
+            rkv_snap_publish_lineage(&s->mach, snap->lineage);
         RKV_LOGW(s->port,
                  "server %u restarted while machine %u's memory survived, but it died applying "
                  "a push: rolled the machine back to snapshot %s (generation %llu), which holds "

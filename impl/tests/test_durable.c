@@ -5,6 +5,7 @@
  * with durable mode and retries every acknowledged push is there exactly
  * once; without, survivors fail fast with -RKV_EPEERDEAD. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -873,6 +874,7 @@ static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, uint32_t lo
     char err[256];
     if (rkv_server_create(&cfg, local, &srv, err, sizeof(err)) < 0) {
         fprintf(stderr, "server %u.%u: %s\n", m, local, err);
+        fflush(stderr); /* a file now: _exit would drop what is buffered */
         _exit(3);
     }
     rkv_server_run(srv);
@@ -1117,6 +1119,28 @@ static void test_server_crash_under_pushes_durable(void **state)
     run_crash_under_pushes(0, 1);
 }
 
+/* What a server of machine 1 (killed) leaves when it dies applying a push
+ * of row 60: client 0's entry locked under server 1.0's tag (local id 0 +
+ * 1), half the row written. */
+static void leave_torn_push(const struct cluster *c)
+{
+    char err[256];
+    struct rkv_port *port;
+    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
+    struct rkv_mach mc;
+    assert_int_equal(rkv_mach_attach(port, c->cfg.shm_prefix, 1, 1, 9, &mc, err, sizeof(err)), 0);
+    atomic_store(&mc.hdr->clients[0].lock, 1);
+    struct rkv_shard sh;
+    char name[96];
+    rkv_shard_name(name, sizeof(name), c->cfg.shm_prefix, 1, 1);
+    assert_int_equal(rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)), 0);
+    ((float *)(void *)sh.data)[10 * 4] = 99.0f;                       /* row 60 is local row 10 */
+    atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 1); /* and its row lock */
+    rkv_shard_unmap(&sh);
+    rkv_mach_close(&mc);
+    port->ops->destroy(port);
+}
+
 /* The server died in the middle of applying a push (a client entry and a
  * row are left as it left them): alone on its machine, its restart rolls
  * the surviving memory back to the snapshot instead of serving a push
@@ -1139,22 +1163,7 @@ static void test_torn_push_rolled_back(void **state)
     assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
     assert_int_equal(kill(s1, SIGKILL), 0);
     assert_int_equal(wait_exit(s1), 128 + SIGKILL);
-    /* What a death mid-apply leaves: client 0's entry locked under server
-     * 1.0's tag (local id 0 + 1), half the row written. */
-    struct rkv_port *port;
-    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
-    struct rkv_mach mc;
-    assert_int_equal(rkv_mach_attach(port, c.cfg.shm_prefix, 1, 1, 9, &mc, err, sizeof(err)), 0);
-    atomic_store(&mc.hdr->clients[0].lock, 1);
-    struct rkv_shard sh;
-    char name[96];
-    rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
-    assert_int_equal(rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)), 0);
-    ((float *)(void *)sh.data)[10 * 4] = 99.0f;                       /* row 60 is local row 10 */
-    atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 1); /* and its row lock */
-    rkv_shard_unmap(&sh);
-    rkv_mach_close(&mc);
-    port->ops->destroy(port);
+    leave_torn_push(&c);
     char log1b[128];
     snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", c.dir);
     pid_t s1b = spawn_server(&c.cfg, 1, 0, log1b);
@@ -1172,6 +1181,72 @@ static void test_torn_push_rolled_back(void **state)
     rkv_client_destroy(cli);
     assert_int_equal(wait_exit(s0), 0);
     assert_int_equal(wait_exit(s1b), 0);
+    remove_tree(c.dir);
+}
+
+/* The same, but the restart's replay over the rolled-back memory is
+ * refused (machine 1's log is a directory for a while): the memory held
+ * the snapshot's rows without the log's, the torn flag was cleared, and
+ * the next start served it as "every push acknowledged so far". The
+ * acknowledged sum vanished without a word. It must restore and replay. */
+static void test_torn_rollback_refused_then_restored(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    leave_torn_push(&c);
+    /* Machine 1's log (rkv-m1.G.wal, the push's record in it) out of the
+     * way, a directory in its place. */
+    char wal[512] = "", aside[560];
+    DIR *d = opendir(c.dir);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strncmp(e->d_name, "rkv-m1.", 7) == 0 && e->d_name[7] >= '1' && e->d_name[7] <= '9' &&
+            strstr(e->d_name, ".wal"))
+            snprintf(wal, sizeof(wal), "%s/%s", c.dir, e->d_name);
+    closedir(d);
+    assert_true(wal[0]);
+    snprintf(aside, sizeof(aside), "%s.aside", wal);
+    assert_int_equal(rename(wal, aside), 0);
+    assert_int_equal(mkdir(wal, 0755), 0);
+    char log1b[128], log1c[128];
+    snprintf(log1b, sizeof(log1b), "%s/s1-refused.log", c.dir);
+    pid_t s1b = spawn_server(&c.cfg, 1, 0, log1b);
+    int st = wait_exit(s1b);
+    if (st == 0)
+        show_log(log1b);
+    assert_int_not_equal(st, 0);
+    if (!file_contains(log1b, "not a regular file"))
+        show_log(log1b);
+    assert_true(file_contains(log1b, "not a regular file"));
+    assert_int_equal(rmdir(wal), 0);
+    assert_int_equal(rename(aside, wal), 0);
+    snprintf(log1c, sizeof(log1c), "%s/s1-restored.log", c.dir);
+    pid_t s1c = spawn_server(&c.cfg, 1, 0, log1c);
+    float got[4];
+    assert_int_equal(rkv_client_pull(cli, "t", &id, 1, got), 0); /* reconnects */
+    if (memcmp(got, one, sizeof(one)) != 0) {
+        show_log(log1c);
+        fail_msg("row 60 after the restart: %g, the acknowledged sum was 1", got[0]);
+    }
+    assert_true(file_contains(log1c, "restarted from snapshot"));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1c), 0);
     remove_tree(c.dir);
 }
 
@@ -2578,6 +2653,7 @@ int main(void)
         cmocka_unit_test_teardown(test_server_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_machine_of_two_servers_lost_durable, reap_children),
         cmocka_unit_test_teardown(test_torn_push_rolled_back, reap_children),
+        cmocka_unit_test_teardown(test_torn_rollback_refused_then_restored, reap_children),
         cmocka_unit_test_teardown(test_exactly_once_across_restart, reap_children),
         cmocka_unit_test_teardown(test_colocated_client_follows_restart, reap_children),
         cmocka_unit_test_teardown(test_wal_replayed_after_kill, reap_children),
