@@ -868,6 +868,8 @@ static void qp_drive(struct tcp_nic *n, struct tcp_qp *qp)
         return;
     }
     qp->rx.stalled = stall;
+    if (!stall) /* the stall's silence was ours: the idle timeout starts again */
+        qp->rx.last_msg_ns = tcp_now_ns(n);
 }
 
 static void qp_on_event(struct tcp_nic *n, struct tcp_qp *qp, uint32_t events)
@@ -1554,7 +1556,9 @@ static void tcp_keepalive(struct tcp_nic *n, struct tcp_qp *qp, uint64_t now, ui
     if (!po->mutex_trylock(qp->send_mu))
         return;
     int unsent = 0;
-    if (!qp->send_dead && qp->fd >= 0 && now - qp->last_tx_ns >= every_ns &&
+    /* last_tx_ns may be after now: a send that began since the sweep read
+     * the clock. */
+    if (!qp->send_dead && qp->fd >= 0 && now > qp->last_tx_ns && now - qp->last_tx_ns >= every_ns &&
         ioctl(qp->fd, SIOCOUTQ, &unsent) == 0 && unsent == 0) {
         uint8_t hdr[TCP_HDR_BYTES];
         frame_encode(&(struct tcp_frame){.kind = TCP_KIND_KEEPALIVE}, hdr);
@@ -1607,8 +1611,10 @@ static int tcp_sweep(struct tcp_nic *n)
             if (!qp->passive || qp->fd < 0 || qp->core.closed)
                 continue;
             const struct tcp_rx *rx = &qp->rx;
+            /* A connection stalled for want of a receive (RNR) is not read:
+             * its silence is this node's, not the peer's. */
             if ((!rx->hello_done && hello_ns && now - rx->born_ns > hello_ns) ||
-                (rx->hello_done && idle_ns && now - rx->last_msg_ns > idle_ns))
+                (rx->hello_done && !rx->stalled && idle_ns && now - rx->last_msg_ns > idle_ns))
                 late[n_late++] = qp;
         }
         tcp_unlock(n);

@@ -161,6 +161,33 @@ static void test_listen_by_name(void **state)
     assert_int_equal(f->a->ops->connect(f->a, "no-such-host.invalid", port, WAIT_MS, &bad) < 0, 1);
 }
 
+/* A connection stalled for want of a posted receive (RNR) is not read, so
+ * its peer's frames, keepalives too, complete nothing: with an idle timeout
+ * the accepting side dropped a live peer for its own slowness. */
+static void test_stalled_not_idle(void **state)
+{
+    struct nic_fx *f = *state;
+    atomic_store(&f->a->idle_timeout_ms, RKV_MIN_IDLE_TIMEOUT_MS);
+    atomic_store(&f->b->idle_timeout_ms, RKV_MIN_IDLE_TIMEOUT_MS);
+    nic_fill(f->abuf, 1000, 31);
+    struct rkv_sge ss = nic_sge(f->abuf, 1000, f->amr);
+    assert_int_equal(f->a->ops->post_send(f->qa, 5, &ss, 1), 0);
+    struct rkv_wc wc;
+    nic_expect_wc(f, f->a, f->qa, RKV_WC_SEND, &wc);
+    /* Two and a half idle timeouts with no receive posted at b. */
+    for (int i = 0; i < 25; i++) {
+        assert_int_equal(nic_poll_one(f->b, &wc, 100), 0);
+        assert_int_equal(nic_poll_one(f->a, &wc, 0), 0);
+    }
+    memset(f->bloc, 0, 4096);
+    struct rkv_sge rs = nic_sge(f->bloc, 4096, f->blmr); /* the suite's receive buffer */
+    assert_int_equal(f->b->ops->post_recv(f->qb, 78, &rs), 0);
+    nic_expect_wc(f, f->b, f->qb, RKV_WC_RECV, &wc);
+    assert_int_equal(wc.wr_id, 78);
+    assert_memory_equal(f->bloc, f->abuf, 1000);
+    nic_check_send(f, f->qa, f->qb, 26);
+}
+
 /* An IPv6 address in brackets, as URLs and cluster files write it:
  * getaddrinfo refused "[::1]" ("cannot resolve"), so a server listening
  * there failed to start. */
@@ -337,7 +364,7 @@ int main(void)
         T(test_raw_valid_frames), T(test_raw_bad_magic),       T(test_raw_unknown_kind),
         T(test_raw_huge_frame),   T(test_listen_by_name),      T(test_token_raw_peers),
         T(test_connection_flood), T(test_poller_reads_inline), T(test_reads_without_a_poller),
-        T(test_keepalive_frames), T(test_bracketed_ipv6),
+        T(test_keepalive_frames), T(test_bracketed_ipv6),      T(test_stalled_not_idle),
     };
 #undef T
     return failed + cmocka_run_group_tests_name("tcp only", tests, NULL, NULL);
