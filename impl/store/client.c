@@ -550,9 +550,10 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
 static void cli_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_client *c = user;
-    /* The connection's server (NULL: one left behind by a reconnect). */
-    const struct cli_server *from = rkv_peer_user(peer);
     cli_lock(c);
+    /* The connection's server (NULL: one left behind by a reconnect); set
+     * under the lock (cli_connect, cli_revive). */
+    const struct cli_server *from = rkv_peer_user(peer);
     struct cli_req *r = cli_req_find(c, m->h.req_id);
     if (r && !r->done && r->srv != from) {
         /* Request ids are one sequence for all servers, so a server can
@@ -802,7 +803,9 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "cannot connect to server %u at %s:%u within %u ms: %s", srv->id, srv->host,
                         srv->port, budget_ms, rkv_engine_connect_strerror(rc));
+    cli_lock(c); /* cli_on_msg reads it under the lock */
     rkv_peer_set_user(srv->peer, srv);
+    cli_unlock(c);
     return 0;
 }
 

@@ -906,7 +906,16 @@ class Server:
                     pass
             except BaseException:
                 lib.rkv_server_stop(self._srv)
-                done.wait()
+                # A second Ctrl-C here ended this wait, and the finally
+                # below cleared _running while rkv_server_run still ran:
+                # close() then freed the server under it. The stop is
+                # asked; its linger is bounded by timeout_ms.
+                while True:
+                    try:
+                        done.wait()
+                        break
+                    except BaseException:
+                        continue
                 raise
         finally:
             self._running = False
