@@ -1141,6 +1141,28 @@ static void leave_torn_push(const struct cluster *c)
     port->ops->destroy(port);
 }
 
+/* Two machines, one server each, a client with retries whose push of 1s
+ * into row 60 (machine 1's) was acknowledged; then machine 1's server is
+ * killed leaving that push torn (leave_torn_push). Returns server 0. */
+static pid_t tear_machine1(struct cluster *c, uint32_t retry_ms, struct rkv_client **cli_p)
+{
+    cluster_config(c, 1, 0);
+    c->cfg.retry_ms = retry_ms;
+    pid_t s0 = spawn_server(&c->cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c->cfg, 1, 0, "/dev/null");
+    char err[256];
+    if (rkv_client_create(&c->cfg, cli_p, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(*cli_p, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(*cli_p, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    leave_torn_push(c);
+    return s0;
+}
+
 /* The server died in the middle of applying a push (a client entry and a
  * row are left as it left them): alone on its machine, its restart rolls
  * the surviving memory back to the snapshot instead of serving a push
@@ -1149,21 +1171,10 @@ static void test_torn_push_rolled_back(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 1, 0);
-    c.cfg.retry_ms = 5000;
-    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
     struct rkv_client *cli;
-    char err[256];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    pid_t s0 = tear_machine1(&c, 5000, &cli);
     uint64_t id = 60;
     float one[4] = {1, 1, 1, 1};
-    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
-    assert_int_equal(kill(s1, SIGKILL), 0);
-    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
-    leave_torn_push(&c);
     char log1b[128];
     snprintf(log1b, sizeof(log1b), "%s/s1-restarted.log", c.dir);
     pid_t s1b = spawn_server(&c.cfg, 1, 0, log1b);
@@ -1193,21 +1204,10 @@ static void test_torn_rollback_refused_then_restored(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 1, 0);
-    c.cfg.retry_ms = 10000;
-    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
     struct rkv_client *cli;
-    char err[256];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    pid_t s0 = tear_machine1(&c, 10000, &cli);
     uint64_t id = 60;
     float one[4] = {1, 1, 1, 1};
-    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
-    assert_int_equal(kill(s1, SIGKILL), 0);
-    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
-    leave_torn_push(&c);
     /* Machine 1's log (rkv-m1.G.wal, the push's record in it) out of the
      * way, a directory in its place. */
     char wal[512] = "", aside[560];

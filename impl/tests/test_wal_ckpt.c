@@ -1114,16 +1114,20 @@ static void test_retire_past_a_gap(void **state)
     fix_close(&f);
 }
 
-/* A checkpoint that fails before it makes its log (here its temp file is
- * a directory: snap_file_open fails; so would a full disk or no memory)
- * leaves no log of its generation. The next one's log must follow the
- * current one without a gap: recovery reads logs gen, gen + 1, ... and
- * stops at the first missing one. It took the next number, and a crash
- * before its swap left logs G and G + 2: recovery replayed log G only and
- * silently dropped every acknowledged push of log G + 2. */
-static void test_failed_checkpoint_leaves_no_log_gap(void **state)
+/* The ways a checkpoint can end without its log: it fails before making it
+ * (FAILED: its temp file is a directory, so snap_file_open fails; so would
+ * a full disk or no memory), or it dies between taking its number
+ * (snap_started raised) and making it (DIED: killed, the machine's memory
+ * outliving it). Either way the next checkpoint's log must follow the
+ * current one without a gap: recovery reads logs gen, gen + 1, ... It took
+ * the number after the lost one, and a crash before its swap left logs G
+ * and G + 2: recovery replayed log G only and silently dropped every
+ * acknowledged push of log G + 2 (FAILED), or refused the gap with every
+ * push on disk (DIED, since recovery checks the chain). */
+enum lost_ckpt { LOST_FAILED, LOST_DIED };
+
+static void run_checkpoint_number_kept(enum lost_ckpt how)
 {
-    (void)state;
     struct fix f;
     fix_open(&f, 0);
     struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
@@ -1134,10 +1138,14 @@ static void test_failed_checkpoint_leaves_no_log_gap(void **state)
     uint64_t gen = atomic_load(&h->snap_durable);
     dmg_push(&f, t, 0, 1);
     assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
-    unlink(f.tmp);
-    assert_int_equal(mkdir(f.tmp, 0755), 0);
-    assert_true(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)) < 0);
-    assert_int_equal(rmdir(f.tmp), 0);
+    if (how == LOST_FAILED) {
+        unlink(f.tmp);
+        assert_int_equal(mkdir(f.tmp, 0755), 0);
+        assert_true(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)) < 0);
+        assert_int_equal(rmdir(f.tmp), 0);
+    } else {
+        atomic_store(&h->snap_started, gen + 1); /* the dead checkpoint's number */
+    }
     dmg_push(&f, t, 1, 2);
     assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
     assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
@@ -1156,52 +1164,21 @@ static void test_failed_checkpoint_leaves_no_log_gap(void **state)
     struct rkv_wal_replay r;
     recover_and_compare(&f, f.tmp, want, sizeof(want), 0, &r);
     assert_int_equal(r.records, 3);
-    assert_int_equal(next, gen + 1); /* the failed attempt's number taken again */
+    assert_int_equal(next, gen + 1); /* the lost checkpoint's number taken again */
     fix_tensor_free(&f);
     fix_close(&f);
 }
 
-/* A checkpoint that died after taking its number (snap_started raised)
- * and before making its log: the machine's memory outlives it, and the
- * next checkpoint took the number after it, so its log followed log G - 1
- * as log G + 1. A crash before that snapshot's swap left snapshot G - 1 and
- * logs G - 1 and G + 1, every push on disk, and recovery refused the gap.
- * The next checkpoint takes number G. */
+static void test_failed_checkpoint_leaves_no_log_gap(void **state)
+{
+    (void)state;
+    run_checkpoint_number_kept(LOST_FAILED);
+}
+
 static void test_dead_checkpoint_number_reused(void **state)
 {
     (void)state;
-    struct fix f;
-    fix_open(&f, 0);
-    struct rkv_tensor *t = fix_tensor_shape(&f, 16, DMG_ROW_LEN, 0);
-    fix_wal(&f);
-    struct rkv_mach_hdr *h = f.mc.hdr;
-    char err[256], logg[160], spare[160];
-    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
-    uint64_t gen = atomic_load(&h->snap_durable);
-    dmg_push(&f, t, 0, 1);
-    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
-    atomic_store(&h->snap_started, gen + 1); /* the dead checkpoint's number */
-    dmg_push(&f, t, 1, 2);
-    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
-    assert_int_equal(rkv_wal_commit(&f.w, 1, atomic_load(&h->snap_started), err, sizeof(err)), 0);
-    uint64_t next = atomic_load(&h->snap_durable);
-    dmg_push(&f, t, 2, 3);
-    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
-    /* A crash before the swap: snapshot gen (under the temp name now) and
-     * its log (a spare now, if the checkpoint let it go). */
-    snprintf(logg, sizeof(logg), "%s/rkv-m0.%llu.wal", f.dir, (unsigned long long)gen);
-    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
-    if (access(logg, F_OK) != 0)
-        assert_int_equal(rename(spare, logg), 0);
-    assert_int_equal(generation_of(f.tmp), gen);
-    uint8_t want[3 * DMG_ROW_LEN * 4];
-    memcpy(want, t->shard.data, sizeof(want));
-    struct rkv_wal_replay r;
-    recover_and_compare(&f, f.tmp, want, sizeof(want), 0, &r);
-    assert_int_equal(r.records, 3);
-    assert_int_equal(next, gen + 1); /* the dead checkpoint's number taken again */
-    fix_tensor_free(&f);
-    fix_close(&f);
+    run_checkpoint_number_kept(LOST_DIED);
 }
 
 /* Log gen damaged before its last group commit (a record's header: the
