@@ -1541,8 +1541,6 @@ static int tcp_cq_roomy(struct tcp_nic *n)
     return roomy;
 }
 
-/* One round of the rx owner: a batch of readiness events, waiting up to
- * timeout_ms (-1: until one comes). Returns 1 once the NIC is stopping. */
 /* Rx owner: a KEEPALIVE frame on a connection of ours that sent nothing
  * for a third of the idle timeout. A client waits for a reply, or in a
  * barrier for the slowest worker, in silence; the server's idle timeout
@@ -1635,6 +1633,8 @@ static int tcp_sweep(struct tcp_nic *n)
     }
 }
 
+/* One round of the rx owner: a batch of readiness events, waiting up to
+ * timeout_ms (-1: until one comes). Returns 1 once the NIC is stopping. */
 static int tcp_rx_round(struct tcp_nic *n, int timeout_ms)
 {
     struct epoll_event evs[TCP_EPOLL_BATCH];
