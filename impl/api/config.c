@@ -111,9 +111,8 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
                               "a connection that has not proved the secret by then is dropped"},
     [CMD_IDLE_TIMEOUT_MS] = {"--idle-timeout-ms", "RKV_IDLE_TIMEOUT_MS", "", "0",
                              "tcp: a connection to a server that sends no message this long "
-                             "is dropped; a node with it set sends keepalives on its own "
-                             "connections (give clients the servers' setting); 0: never, "
-                             "else at least 1000"},
+                             "is dropped (clients send keepalives at a third of the timeout "
+                             "the server announces); 0: never, else at least 1000"},
     [CMD_NODE_HOST] = {"--node-host", "RKV_NODE_HOST", "DMLC_NODE_HOST", "",
                        "under DMLC_ROLE: the address this node gives the scheduler (default: "
                        "--interface's, else the one it reached the scheduler from)"},

@@ -199,10 +199,10 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_SLOT_MEM_DEFAULT_BYTES (4ull << 30)
 /* Tensors a cluster holds (rkv_client_init_data past it: -RKV_ELIMIT). */
 #define RKV_MAX_TENSORS 1024u
-/* The shortest idle_timeout_ms but 0 (off). A node keeps the connections
- * it made alive with a keepalive after a third of it in silence, and
- * connections are looked at only every 100 ms: a shorter timeout leaves a
- * loaded host no slack. */
+/* The shortest idle_timeout_ms but 0 (off). A client keeps its connections
+ * alive with a keepalive after a third of it in silence, and connections
+ * are looked at only every 100 ms: a shorter timeout leaves a loaded host
+ * no slack. */
 #define RKV_MIN_IDLE_TIMEOUT_MS 1000u
 
 struct rkv_machine {
@@ -297,11 +297,11 @@ struct rkv_config {
      * hello_timeout_ms (default 5000; 0: never, which lets silent
      * connections hold descriptors) is dropped; so is one that sends no
      * message for idle_timeout_ms (tcp; default 0: never; else at least
-     * RKV_MIN_IDLE_TIMEOUT_MS). A node with it set sends a keepalive on
-     * each connection it made after a third of it in silence, so a client
-     * waiting in a barrier, or idle between calls, stays and a stopped or
-     * hung process goes: give clients the servers' setting (a client
-     * without it is dropped when silent, and needs retry_ms to redial). */
+     * RKV_MIN_IDLE_TIMEOUT_MS). A server says its setting when a node
+     * connects, and the node sends a keepalive on that connection after a
+     * third of it in silence, whatever its own setting: a client waiting in
+     * a barrier, or idle between calls, stays; a stopped or hung process
+     * goes. */
     uint32_t hello_timeout_ms;
     uint32_t idle_timeout_ms;
     /* The verbs NIC (the tcp and sim ones ignore it). Zero (the default):

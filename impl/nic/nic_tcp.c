@@ -81,7 +81,8 @@ enum tcp_kind {
  * secret (nic.h), four messages of one layout
  *   0 u32 magic | 4 u32 version or status | 8 u8[32] nonce or MAC
  *   connecting -> accepting  "RVKH" version 3, its nonce cn
- *   accepting -> connecting  "RVKC" 0, a fresh nonce sn
+ *   accepting -> connecting  "RVKC" its idle timeout in ms (0: none), a
+ *                            fresh nonce sn
  *   connecting -> accepting  "RVKP" 0, MAC("rkv tcp client", sn, cn)
  *   accepting -> connecting  "RVKA" 0 (welcome) or 1 (wrong MAC, then it
  *                            closes), MAC("rkv tcp server", cn, sn)
@@ -182,6 +183,7 @@ struct tcp_qp {
     int announced;         /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
     int passive;           /* accepted here: the hello and idle timeouts apply */
     uint64_t last_tx_ns;   /* send_mu: a frame last went then (connecting side, idle timeout) */
+    uint64_t ka_every_ns;  /* mu: connecting side, a keepalive after this silence (0: none) */
     struct tcp_qp *next;   /* mu: nic->qps */
     struct tcp_rx rx;
 };
@@ -206,7 +208,10 @@ struct tcp_nic {
     struct rkv_cond *cq_space;    /* the progress task waits on it when the CQ is full */
     struct rkv_nic_cq cq;         /* the core's soft CQ */
     int stopping;
-    int poll_woken;     /* mu: poll_wake; the next poll returns at once */
+    int poll_woken; /* mu: poll_wake; the next poll returns at once */
+    /* A connection this node made has a keepalive (ka_every_ns): the
+     * reader sweeps every TCP_SWEEP_NS from then on. */
+    atomic_int keepalives;
     struct tcp_qp *qps; /* every QP not yet reaped */
     /* The QP whose socket the rx owner is reading into user memory
      * right now; qp_close waits until it is not the one being closed, so
@@ -744,7 +749,10 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
         }
         memcpy(rx->cnonce, rx->auth + 8, sizeof(rx->cnonce));
         rkv_nic_auth_nonce(rx->snonce);
-        auth_encode(out, TCP_CHAL_MAGIC, 0, rx->snonce);
+        /* The challenge says this side's idle timeout, so that the
+         * connecting side keeps the connection alive whatever its own
+         * setting (a client started without it was dropped in a barrier). */
+        auth_encode(out, TCP_CHAL_MAGIC, atomic_load(&n->base.idle_timeout_ms), rx->snonce);
         rx->auth_phase = 1;
     } else {
         int ok = rkv_nic_get32(rx->auth) == TCP_PROOF_MAGIC &&
@@ -1014,7 +1022,7 @@ static int tcp_auth_read(struct tcp_nic *n, int fd, uint8_t *b, uint64_t deadlin
 /* Connecting side: the challenge-response of the hello (layout above), on
  * the bare socket (the rx owner does not know it yet). */
 static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
-                     uint64_t deadline_ns)
+                     uint64_t deadline_ns, uint32_t *idle_ms_p)
 {
     uint8_t cn[RKV_NIC_AUTH_NONCE_BYTES], sn[RKV_NIC_AUTH_NONCE_BYTES], b[TCP_AUTH_BYTES];
     uint8_t mac[RKV_NIC_AUTH_MAC_BYTES];
@@ -1025,8 +1033,9 @@ static int tcp_hello(struct tcp_nic *n, int fd, const char *host, uint16_t port,
     int rc = tcp_auth_read(n, fd, b, deadline_ns);
     if (rc < 0)
         return rc;
-    if (rkv_nic_get32(b) != TCP_CHAL_MAGIC || rkv_nic_get32(b + 4) != 0)
+    if (rkv_nic_get32(b) != TCP_CHAL_MAGIC)
         return -RKV_EPROTO;
+    *idle_ms_p = rkv_nic_get32(b + 4);
     memcpy(sn, b + 8, sizeof(sn));
     rkv_nic_auth_mac(&n->base, "rkv tcp client", sn, sizeof(sn), cn, sizeof(cn), mac);
     auth_encode(b, TCP_PROOF_MAGIC, 0, mac);
@@ -1072,12 +1081,20 @@ static int tcp_connect(struct rkv_nic *nic, const char *host, uint16_t port, uin
             break;
     }
     struct tcp_qp *qp = NULL;
-    if (rc == 0 && (rc = tcp_hello(n, fd, host, port, deadline_ns)) < 0)
+    uint32_t idle_ms = 0; /* the accepting side's idle timeout */
+    if (rc == 0 && (rc = tcp_hello(n, fd, host, port, deadline_ns, &idle_ms)) < 0)
         close(fd);
     if (rc == 0) {
         rc = qp_new(n, fd, ai->ai_addr, ai->ai_addrlen, 1, &qp);
         if (rc < 0)
             close(fd);
+    }
+    if (rc == 0 && idle_ms) {
+        tcp_lock(n);
+        qp->ka_every_ns = (uint64_t)idle_ms * 1000000 / 3;
+        tcp_unlock(n);
+        if (atomic_exchange(&n->keepalives, 1) == 0)
+            tcp_wake(n); /* a task waiting for events without end sweeps from now on */
     }
     freeaddrinfo(res);
     if (rc < 0)
@@ -1542,12 +1559,12 @@ static int tcp_cq_roomy(struct tcp_nic *n)
 }
 
 /* Rx owner: a KEEPALIVE frame on a connection of ours that sent nothing
- * for a third of the idle timeout. A client waits for a reply, or in a
- * barrier for the slowest worker, in silence; the server's idle timeout
- * (this node's configuration is taken to be the cluster's) dropped it in
- * mid-call. Never waits: the reader may not wait behind a send blocked on a
- * peer that waits for it to read, so a busy send lock or unsent bytes
- * (the connection is not idle then) put it off to the next sweep. */
+ * for a third of the accepting side's idle timeout (its hello's challenge
+ * says it). A client waits for a reply, or in a barrier for the slowest
+ * worker, in silence, and that timeout dropped it in mid-call. Never
+ * waits: the reader may not wait behind a send blocked on a peer that
+ * waits for it to read, so a busy send lock or unsent bytes (the
+ * connection is not idle then) put it off to the next sweep. */
 static void tcp_keepalive(struct tcp_nic *n, struct tcp_qp *qp, uint64_t now, uint64_t every_ns)
 {
     const struct rkv_port_ops *po = n->base.port->ops;
@@ -1581,22 +1598,24 @@ static int tcp_sweep(struct tcp_nic *n)
 {
     const struct rkv_nic *b = &n->base;
     uint64_t now = tcp_now_ns(n);
-    if (now < n->next_sweep_ns || (!b->hello_timeout_ms && !b->idle_timeout_ms))
+    if (now < n->next_sweep_ns ||
+        (!b->hello_timeout_ms && !b->idle_timeout_ms && !atomic_load(&n->keepalives)))
         return 0;
     n->next_sweep_ns = now + TCP_SWEEP_NS;
     uint64_t hello_ns = (uint64_t)b->hello_timeout_ms * 1000000,
              idle_ns = (uint64_t)b->idle_timeout_ms * 1000000;
-    if (idle_ns) {
+    if (atomic_load(&n->keepalives)) {
         /* Only this reader takes QPs off the list, so one stays in it while
          * the lock is given up (others are only added, at its head). */
         tcp_lock(n);
         for (struct tcp_qp *qp = n->qps;; qp = qp->next) {
-            while (qp && (qp->passive || qp->core.closed || !qp->announced))
+            while (qp && (!qp->ka_every_ns || qp->core.closed))
                 qp = qp->next;
+            uint64_t every_ns = qp ? qp->ka_every_ns : 0;
             tcp_unlock(n);
             if (!qp)
                 break;
-            tcp_keepalive(n, qp, now, idle_ns / 3);
+            tcp_keepalive(n, qp, now, every_ns);
             tcp_lock(n);
         }
     }
@@ -1696,9 +1715,10 @@ static void tcp_progress(void *arg)
     while (tcp_task_turn(n) == 0) {
         n->task_asked = 0;
         /* A listening NIC wakes up now and then to drop accepted
-         * connections past their hello or idle timeout, and one with an
-         * idle timeout to keep its own alive (tcp_sweep). */
-        int wait_ms = n->listeners || n->base.idle_timeout_ms ? (int)(TCP_SWEEP_NS / 1000000) : -1;
+         * connections past their hello or idle timeout, and one whose
+         * connections need keepalives to send them (tcp_sweep). */
+        int wait_ms =
+            n->listeners || atomic_load(&n->keepalives) ? (int)(TCP_SWEEP_NS / 1000000) : -1;
         tcp_unlock(n);
         int stop = tcp_rx_round(n, wait_ms);
         tcp_lock(n);
@@ -1728,7 +1748,7 @@ static void tcp_poll_wait(struct tcp_nic *n, uint64_t deadline_ns, int *asked)
         tcp_unlock(n);
         uint64_t left_ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
         /* A long wait (a barrier) keeps sweeping, as the task does. */
-        if (n->base.idle_timeout_ms && left_ms > TCP_SWEEP_NS / 1000000)
+        if (atomic_load(&n->keepalives) && left_ms > TCP_SWEEP_NS / 1000000)
             left_ms = TCP_SWEEP_NS / 1000000;
         tcp_rx_round(n, left_ms > INT_MAX ? INT_MAX : (int)left_ms);
         tcp_lock(n);

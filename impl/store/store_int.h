@@ -31,8 +31,7 @@ _Static_assert(RKV_CLIENT_NODE_BASE == RKV_MAX_SERVERS,
  * the config and where the setting is refused. */
 #define RKV_IDLE_WHY                                                                               \
     "a client sends a keepalive after a third of it in silence, and connections are looked at "    \
-    "only every 100 ms, so a shorter timeout leaves a loaded host no slack (clients need the "     \
-    "same setting to send keepalives)"
+    "only every 100 ms, so a shorter timeout leaves a loaded host no slack"
 
 /* Lives at the start of every shard segment, shared by all processes of a
  * machine. Lock words are process-shared because they are plain atomics. */

@@ -1284,10 +1284,13 @@ static void *late_worker_main(void *arg)
     return NULL;
 }
 
-/* With idle_timeout_ms set (the least, 1 s), a worker that waits 3.5 s in
- * a barrier for a late one sends nothing while it waits: the servers
- * dropped it as idle, and without retry_ms its barrier failed, "connection
- * lost" (and, with it, every worker's). Its NIC now sends keepalives. */
+/* With idle_timeout_ms set on the servers (the least, 1 s), a worker that
+ * waits 3.5 s in a barrier for a late one sends nothing while it waits:
+ * the servers dropped it as idle, and without retry_ms its barrier failed,
+ * "connection lost" (and, with it, every worker's). Its NIC now sends
+ * keepalives at a third of the timeout the server's hello announced; the
+ * workers here have no idle setting of their own, as when only the servers
+ * were started with --idle-timeout-ms. */
 static void test_barrier_outlasts_idle_timeout(void **state)
 {
     (void)state;
@@ -1297,6 +1300,7 @@ static void test_barrier_outlasts_idle_timeout(void **state)
     c.cfg.idle_timeout_ms = RKV_MIN_IDLE_TIMEOUT_MS;
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
+    c.cfg.idle_timeout_ms = 0; /* the workers' */
     struct late_worker w = {.c = &c};
     pthread_t thr;
     assert_int_equal(pthread_create(&thr, NULL, late_worker_main, &w), 0);

@@ -161,13 +161,33 @@ static void test_listen_by_name(void **state)
     assert_int_equal(f->a->ops->connect(f->a, "no-such-host.invalid", port, WAIT_MS, &bad) < 0, 1);
 }
 
+/* The accepting side's hello says its idle timeout, and the connecting
+ * side keeps the connection alive whatever its own setting, also when
+ * nobody polls it (its reader task sweeps): a's connection to b, idle for
+ * two and a half of b's timeouts, still carries a message. */
+static void test_keepalive_from_announced_timeout(void **state)
+{
+    struct nic_fx *f = *state;
+    /* The fixture's connection came before the timeout: it announced none. */
+    f->a->ops->qp_close(f->qa);
+    f->b->ops->qp_close(f->qb);
+    f->qa = f->qb = NULL;
+    atomic_store(&f->b->idle_timeout_ms, RKV_MIN_IDLE_TIMEOUT_MS);
+    assert_int_equal(atomic_load(&f->a->idle_timeout_ms), 0);
+    struct rkv_qp *qa, *qb;
+    nic_connect_pair(f, &qa, &qb);
+    usleep(2500 * 1000); /* a is not polled meanwhile */
+    nic_check_send(f, qa, qb, 27);
+    f->a->ops->qp_close(qa);
+    f->b->ops->qp_close(qb);
+}
+
 /* A connection stalled for want of a posted receive (RNR) is not read, so
  * its peer's frames, keepalives too, complete nothing: with an idle timeout
  * the accepting side dropped a live peer for its own slowness. */
 static void test_stalled_not_idle(void **state)
 {
     struct nic_fx *f = *state;
-    atomic_store(&f->a->idle_timeout_ms, RKV_MIN_IDLE_TIMEOUT_MS);
     atomic_store(&f->b->idle_timeout_ms, RKV_MIN_IDLE_TIMEOUT_MS);
     nic_fill(f->abuf, 1000, 31);
     struct rkv_sge ss = nic_sge(f->abuf, 1000, f->amr);
@@ -361,10 +381,19 @@ int main(void)
     cmocka_unit_test_prestate_setup_teardown(fn, nic_fx_setup, nic_fx_teardown,                    \
                                              (void *)&nic_suite_tcp_env)
     const struct CMUnitTest tests[] = {
-        T(test_raw_valid_frames), T(test_raw_bad_magic),       T(test_raw_unknown_kind),
-        T(test_raw_huge_frame),   T(test_listen_by_name),      T(test_token_raw_peers),
-        T(test_connection_flood), T(test_poller_reads_inline), T(test_reads_without_a_poller),
-        T(test_keepalive_frames), T(test_bracketed_ipv6),      T(test_stalled_not_idle),
+        T(test_raw_valid_frames),
+        T(test_raw_bad_magic),
+        T(test_raw_unknown_kind),
+        T(test_raw_huge_frame),
+        T(test_listen_by_name),
+        T(test_token_raw_peers),
+        T(test_connection_flood),
+        T(test_poller_reads_inline),
+        T(test_reads_without_a_poller),
+        T(test_keepalive_frames),
+        T(test_bracketed_ipv6),
+        T(test_stalled_not_idle),
+        T(test_keepalive_from_announced_timeout),
     };
 #undef T
     return failed + cmocka_run_group_tests_name("tcp only", tests, NULL, NULL);
