@@ -495,30 +495,12 @@ static int peer_post_now(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
     return 0;
 }
 
-/* A warning a peer can cause over and over: at most RKV_RATELIM_BURST per
- * interval of lim, with the count of those suppressed; the rest at debug
- * level, so that a hostile peer cannot flood the log. */
-__attribute__((format(printf, 3, 4))) static void
-eng_warn_limited(struct rkv_engine *e, struct rkv_ratelim *lim, const char *fmt, ...)
-{
-    char line[320];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    uint64_t quiet = 0;
-    if (rkv_ratelim_ok(lim, e->port->ops->now_ns(e->port), RKV_RATELIM_BURST, &quiet))
-        RKV_LOGW(e->port, "%s (%llu such lines suppressed)", line, (unsigned long long)quiet);
-    else
-        RKV_LOGD(e->port, "%s", line);
-}
-
 /* A queue of p's (n messages, what they wait for in why) reached
  * max_backlog: tx goes, and the peer with it, logged rate-limited. */
 static int peer_drop_hog(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, uint32_t n,
                          const char *why)
 {
-    eng_warn_limited(e, &e->lim_backlog, "engine: %u messages %s; dropping it", n, why);
+    rkv_port_warn_limited(e->port, &e->lim_backlog, "engine: %u messages %s; dropping it", n, why);
     tx_put(e, tx);
     peer_kill(e, p, 1);
     return -RKV_ELIMIT;
@@ -1705,7 +1687,8 @@ static void eng_on_rndv_retire(struct rkv_engine *e, struct rkv_peer *p, const s
     }
     /* Rate-limited: a peer may send it in a loop (it harms nothing else,
      * so the peer is not dropped for it). */
-    eng_warn_limited(e, &e->lim_slot, "engine: peer retired slot %u, which it was not granted", s);
+    rkv_port_warn_limited(e->port, &e->lim_slot,
+                          "engine: peer retired slot %u, which it was not granted", s);
 }
 
 /* on_msg under a "recv TYPE" span (the handler's time on this thread),
@@ -1771,8 +1754,8 @@ static void eng_dispatch(struct rkv_engine *e, struct rkv_peer *p, const struct 
 static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why)
 {
     e->st.rejected++;
-    eng_warn_limited(e, &e->lim_reject, "engine: closing connection after malformed message: %s",
-                     why);
+    rkv_port_warn_limited(e->port, &e->lim_reject,
+                          "engine: closing connection after malformed message: %s", why);
     peer_kill(e, p, 1);
 }
 

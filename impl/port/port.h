@@ -121,6 +121,13 @@ int rkv_port_posix_create(const char *node, int log_level, uint64_t seed, struct
 
 void rkv_port_log(struct rkv_port *p, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+struct rkv_ratelim;
+/* A warning a peer can cause over and over: at most RKV_RATELIM_BURST per
+ * interval of lim (util.h), each with the count of those suppressed since
+ * the last; the rest at debug level, so that a hostile peer cannot flood
+ * the log. The caller holds whatever guards lim. */
+void rkv_port_warn_limited(struct rkv_port *p, struct rkv_ratelim *lim, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static inline void rkv_port_handler_work(struct rkv_port *p, uint64_t rows)
 {
     if (p->ops->handler_work)

@@ -562,14 +562,11 @@ static void cli_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
         char who[48] = "a connection no longer in use";
         if (from)
             snprintf(who, sizeof(who), "server %u", from->id);
-        uint64_t quiet = 0;
-        if (rkv_ratelim_ok(&c->lim_foreign, c->port->ops->now_ns(c->port), RKV_RATELIM_BURST,
-                           &quiet))
-            RKV_LOGW(c->port,
-                     "dropping a reply (%s, req %llu) from %s: that request went to server %u "
-                     "(%llu such lines suppressed)",
-                     rkv_msg_type_name(m->h.type), (unsigned long long)m->h.req_id, who, r->srv->id,
-                     (unsigned long long)quiet);
+        rkv_port_warn_limited(c->port, &c->lim_foreign,
+                              "dropping a reply (%s, req %llu) from %s: that request went to "
+                              "server %u",
+                              rkv_msg_type_name(m->h.type), (unsigned long long)m->h.req_id, who,
+                              r->srv->id);
     } else if (r && !r->done)
         cli_on_reply(c, r, m);
     else

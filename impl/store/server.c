@@ -161,23 +161,6 @@ static struct srv_conn *srv_conn_of(const struct rkv_peer *peer)
     return rkv_peer_user(peer);
 }
 
-/* A per-connection warning: at most RKV_RATELIM_BURST per 10 s, then the
- * count of those suppressed, so that a hostile peer cannot flood the log. */
-__attribute__((format(printf, 2, 3))) static void srv_conn_warn(struct rkv_server *s,
-                                                                const char *fmt, ...)
-{
-    char line[320];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    uint64_t quiet = 0;
-    if (rkv_ratelim_ok(&s->lim_conn, s->port->ops->now_ns(s->port), RKV_RATELIM_BURST, &quiet))
-        RKV_LOGW(s->port, "%s (%llu such lines suppressed)", line, (unsigned long long)quiet);
-    else
-        RKV_LOGD(s->port, "%s", line);
-}
-
 static void srv_on_peer(void *user, struct rkv_peer *peer, int up);
 
 /* After the engine is gone (no callback runs any more): what the
@@ -431,10 +414,11 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
     if (!c)
         return srv_status(s, peer, m, 0, -RKV_EINVAL, "HELLO on a connection this server opened");
     if (c->hello) {
-        srv_conn_warn(s,
-                      "server %u: a second HELLO on one connection (client id %d): protocol "
-                      "error, dropping it",
-                      s->server_id, c->client_id == RKV_ID_NONE ? -1 : (int)c->client_id);
+        rkv_port_warn_limited(
+            s->port, &s->lim_conn,
+            "server %u: a second HELLO on one connection (client id %d): protocol "
+            "error, dropping it",
+            s->server_id, c->client_id == RKV_ID_NONE ? -1 : (int)c->client_id);
         return srv_drop(s, peer);
     }
     if (m->u.hello.cluster != s->fp)
@@ -447,8 +431,9 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         if (s->server_id == 0) {
             const char *bad = srv_rejoin(s, peer, m);
             if (bad) {
-                srv_conn_warn(s, "server 0: refused a HELLO for client id %u: %s",
-                              m->u.hello.want_id, bad);
+                rkv_port_warn_limited(s->port, &s->lim_conn,
+                                      "server 0: refused a HELLO for client id %u: %s",
+                                      m->u.hello.want_id, bad);
                 return srv_status(s, peer, m, 0, -RKV_EINVAL, bad);
             }
         } else {
@@ -1167,8 +1152,10 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
 {
     const struct srv_conn *c = srv_conn_of(peer);
     if (!c || c->client_id == RKV_ID_NONE) {
-        srv_conn_warn(s, "server %u: refused a SHUTDOWN from a connection that is no joined client",
-                      s->server_id);
+        rkv_port_warn_limited(
+            s->port, &s->lim_conn,
+            "server %u: refused a SHUTDOWN from a connection that is no joined client",
+            s->server_id);
         return srv_status(s, peer, m, 0, -RKV_EINVAL,
                           "SHUTDOWN only from a joined client (HELLO first)");
     }
@@ -1359,8 +1346,9 @@ static void srv_on_register_refused(struct rkv_server *s, const struct rkv_msg *
     }
     s->port->ops->mutex_unlock(s->mu);
     if (!first)
-        srv_conn_warn(s, "server 0 sent an error on this server's own connection: %s",
-                      m->u.error.text);
+        rkv_port_warn_limited(s->port, &s->lim_conn,
+                              "server 0 sent an error on this server's own connection: %s",
+                              m->u.error.text);
 }
 
 /* A message that asks this server for work (a SHUTDOWN asks it to stop). */
@@ -1426,13 +1414,14 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
         /* The engine could not deliver one of our replies (e.g. the client
          * refused a rendezvous slot): fail that request with a small one.
          * A peer may send ERRORs too, in a loop: the line is rate-limited. */
-        srv_conn_warn(s, "reply to request %llu failed: %s", (unsigned long long)m->h.req_id,
-                      m->u.error.text);
+        rkv_port_warn_limited(s->port, &s->lim_conn, "reply to request %llu failed: %s",
+                              (unsigned long long)m->h.req_id, m->u.error.text);
         return srv_status(s, peer, m, 0, m->h.status < 0 ? m->h.status : -RKV_EPROTO,
                           m->u.error.text);
     default:
         /* Replies and errors are never addressed to a server. */
-        srv_conn_warn(s, "unexpected %s from a peer; closing it", rkv_msg_type_name(m->h.type));
+        rkv_port_warn_limited(s->port, &s->lim_conn, "unexpected %s from a peer; closing it",
+                              rkv_msg_type_name(m->h.type));
         if (srv_conn_of(peer))
             srv_drop(s, peer);
         else
@@ -1473,8 +1462,9 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
     if (up) {
         struct srv_conn *c = calloc(1, sizeof(*c));
         if (!c) {
-            srv_conn_warn(s, "server %u: out of memory for a new connection; dropping it",
-                          s->server_id);
+            rkv_port_warn_limited(s->port, &s->lim_conn,
+                                  "server %u: out of memory for a new connection; dropping it",
+                                  s->server_id);
             return rkv_engine_peer_release(s->eng, peer);
         }
         c->client_id = RKV_ID_NONE;
