@@ -144,6 +144,7 @@ struct rkv_peer {
     uint32_t lslot_cap, rslot_cap;
     uint32_t n_rslots;
     uint32_t rndv_inflight;
+    uint32_t slot_budget; /* slots of the peer's this side holds at most (rkv_engine_peer_grant) */
     /* 0 or 1 each */
     uint8_t dead;
     uint8_t touched;  /* saw traffic in this poll batch (on eng->touched) */
@@ -667,7 +668,7 @@ static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     }
     if (tx->rndv_asked)
         return 0;
-    uint32_t budget = e->cfg.max_slots / 2;
+    uint32_t budget = p->slot_budget ? p->slot_budget : e->cfg.max_slots / 2;
     while (p->n_rslots + p->rndv_inflight >= budget) {
         if (!peer_retire_idle(e, p))
             return 0;
@@ -1401,6 +1402,17 @@ int rkv_engine_drop_peer_wait(struct rkv_engine *e, struct rkv_peer *p, uint32_t
         peer_reclaim(e, p);
     eng_unlock(e);
     return rc;
+}
+
+void rkv_engine_peer_grant(struct rkv_engine *e, struct rkv_peer *p, uint32_t max_slots)
+{
+    eng_lock(e);
+    /* Half, as against a peer of this node's own max_slots: a slot being
+     * retired still counts on the peer's side while its successor is
+     * asked for. */
+    uint32_t least = max_slots < e->cfg.max_slots ? max_slots : e->cfg.max_slots;
+    p->slot_budget = least / 2 ? least / 2 : 1;
+    eng_unlock(e);
 }
 
 void rkv_peer_set_user(struct rkv_peer *p, void *user)

@@ -235,6 +235,12 @@ int rkv_engine_slot_alloc(struct rkv_engine *eng, struct rkv_peer *peer, uint64_
                           struct rkv_slot_desc *desc_p);
 void rkv_engine_slot_free(struct rkv_engine *eng, struct rkv_peer *peer, uint32_t slot);
 
+/* The peer grants this side at most max_slots rendezvous slots (its own
+ * max_slots, which it told in a handshake): this side asks for no more
+ * than half of that or of its own, whichever is less. Without it a client
+ * of push_slots 64 asked a server of 2 for 32, and pushes past its grant
+ * failed with -RKV_ELIMIT. Not under the engine's lock (a callback may). */
+void rkv_engine_peer_grant(struct rkv_engine *eng, struct rkv_peer *peer, uint32_t max_slots);
 void rkv_peer_set_user(struct rkv_peer *peer, void *user);
 void *rkv_peer_user(const struct rkv_peer *peer);
 int rkv_peer_dead(const struct rkv_peer *peer);

@@ -226,6 +226,10 @@ struct rkv_config {
      * ctrl_buf_bytes 256..RKV_MAX_CTRL_BUF_BYTES and their product (the
      * receive buffers of one connection) at most RKV_MAX_RX_BYTES,
      * push_slots 2..RKV_MAX_PUSH_SLOTS, n_workers 1..RKV_MAX_WORKERS. */
+    /* rx_depth and ctrl_buf_bytes: the same on every node (a client whose
+     * differ from a server's is refused at join, -RKV_ECONFIG naming both);
+     * push_slots is the server's: a client asks a server for at most half
+     * of the server's or its own, whichever is less. */
     uint32_t rx_depth;       /* posted receive buffers per connection */
     uint32_t ctrl_buf_bytes; /* size of each control (SEND) buffer */
     uint32_t push_slots;     /* rendezvous slots a server grants per client */

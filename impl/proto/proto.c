@@ -60,7 +60,7 @@ static const uint64_t proto_max_payload = (1ull << 30) + (64ull << 10);
 #define PROTO_BODY_VARIABLE UINT32_MAX
 static const uint32_t proto_fixed_body[RKV_MSG_TYPE_MAX_] = {
     [RKV_MSG_HELLO] = 24,
-    [RKV_MSG_HELLO_REPLY] = 16,
+    [RKV_MSG_HELLO_REPLY] = 24,
     [RKV_MSG_INIT] = PROTO_BODY_VARIABLE,
     [RKV_MSG_META] = RKV_NAME_MAX + 1,
     [RKV_MSG_META_REPLY] = PROTO_BODY_VARIABLE,
@@ -577,6 +577,8 @@ static void dec_hello(const uint8_t *b, struct rkv_msg *m)
     m->u.hello_reply.n_workers = ld32(b + 4);
     m->u.hello_reply.rx_depth = ld32(b + 8);
     m->u.hello_reply.n_servers = ld32(b + 12);
+    m->u.hello_reply.ctrl_buf_bytes = ld32(b + 16);
+    m->u.hello_reply.push_slots = ld32(b + 20);
 }
 
 /* Body of a message whose header passed rkv_proto_decode_hdr and whose
@@ -750,15 +752,16 @@ size_t rkv_proto_enc_addr(void *buf, struct rkv_hdr *h, const struct rkv_wire_ad
     return enc_total(h);
 }
 
-size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h, uint32_t client_id,
-                                 uint32_t n_workers, uint32_t rx_depth, uint32_t n_servers)
+size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h, const struct rkv_wire_hello_reply *r)
 {
     assert(h->type == RKV_MSG_HELLO_REPLY);
     uint8_t *b = enc_begin(buf, h, proto_fixed_body[RKV_MSG_HELLO_REPLY]);
-    st32(b, client_id);
-    st32(b + 4, n_workers);
-    st32(b + 8, rx_depth);
-    st32(b + 12, n_servers);
+    st32(b, r->client_id);
+    st32(b + 4, r->n_workers);
+    st32(b + 8, r->rx_depth);
+    st32(b + 12, r->n_servers);
+    st32(b + 16, r->ctrl_buf_bytes);
+    st32(b + 20, r->push_slots);
     return enc_total(h);
 }
 

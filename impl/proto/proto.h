@@ -14,7 +14,8 @@
  * Bodies (payload_len must equal exactly what the type needs):
  *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce,
  *                u64 cluster (fingerprint of the cluster the sender belongs to)    (24)
- *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers        (16)
+ *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers,
+ *                u32 ctrl_buf_bytes, u32 push_slots (the server's settings)           (24)
  *   INIT, META_REPLY  tensor (104) + book (book_len x u32); header count 0, or 1
  *                when a local index follows: zero padding to 8 bytes, then
  *                book_len x u64 (row r's index on machine book[r]; each < rows)
@@ -124,6 +125,14 @@ struct rkv_slot_desc {
     uint64_t cap;
 };
 
+/* The server's settings a client must agree with (cli_on_reply): both
+ * sides post receives of rx_depth x ctrl_buf_bytes, and push_slots is what
+ * the server grants each client. */
+struct rkv_wire_hello_reply {
+    uint32_t client_id, n_workers, rx_depth, n_servers;
+    uint32_t ctrl_buf_bytes, push_slots;
+};
+
 struct rkv_wire_tensor {
     char name[RKV_NAME_MAX + 1];
     uint32_t dtype;
@@ -147,9 +156,7 @@ struct rkv_msg {
             uint64_t nonce;
             uint64_t cluster;
         } hello;
-        struct {
-            uint32_t client_id, n_workers, rx_depth, n_servers;
-        } hello_reply;
+        struct rkv_wire_hello_reply hello_reply;
         struct {
             struct rkv_wire_tensor t;
             const uint32_t *book;    /* t.book_len entries, or NULL */
@@ -204,8 +211,8 @@ uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint
 size_t rkv_proto_put_hdr(void *buf, const struct rkv_hdr *h);
 size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, uint32_t machine_id, uint32_t want_id,
                            uint64_t nonce, uint64_t cluster);
-size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h, uint32_t client_id,
-                                 uint32_t n_workers, uint32_t rx_depth, uint32_t n_servers);
+size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h,
+                                 const struct rkv_wire_hello_reply *r);
 size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,
                             const uint32_t *book);
 /* The same with a local index (book_len entries, or NULL for none): sets

@@ -471,11 +471,27 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
     if (m->h.type != r->expect && m->h.type != RKV_MSG_ERROR)
         return cli_req_finish(c, r, -RKV_EPROTO, "reply of the wrong type");
     switch (m->h.type) {
-    case RKV_MSG_HELLO_REPLY:
-        r->u32 = m->u.hello_reply.client_id;
-        if (m->u.hello_reply.rx_depth != c->cfg.rx_depth)
-            return cli_req_finish(c, r, -RKV_ECONFIG, "server uses another rx_depth");
+    case RKV_MSG_HELLO_REPLY: {
+        const struct rkv_wire_hello_reply *hr = &m->u.hello_reply;
+        r->u32 = hr->client_id;
+        /* Both sides post receives of rx_depth x ctrl_buf_bytes and send
+         * into the other's: a larger SEND than the peer posted broke the
+         * connection at the first message between the two sizes. */
+        if (hr->rx_depth != c->cfg.rx_depth || hr->ctrl_buf_bytes != c->cfg.ctrl_buf_bytes) {
+            char why[160];
+            snprintf(why, sizeof(why),
+                     "server uses rx_depth %u and ctrl_buf_bytes %u, this client %u and %u: "
+                     "every node needs the same",
+                     hr->rx_depth, hr->ctrl_buf_bytes, c->cfg.rx_depth, c->cfg.ctrl_buf_bytes);
+            return cli_req_finish(c, r, -RKV_ECONFIG, why);
+        }
+        if (hr->push_slots < 2)
+            return cli_req_finish(c, r, -RKV_EPROTO, "server grants fewer than 2 push slots");
+        /* push_slots is the server's grant to each client. */
+        if (r->srv && r->srv->peer)
+            rkv_engine_peer_grant(c->eng, r->srv->peer, hr->push_slots);
         break;
+    }
     case RKV_MSG_INIT_REPLY:
         r->u32 = m->h.tensor_id;
         break;

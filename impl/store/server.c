@@ -260,8 +260,13 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
     if (rkv_engine_tx_alloc(s->eng, s->cfg.ctrl_buf_bytes, &tx) < 0)
         return;
     struct rkv_hdr h = {.type = RKV_MSG_HELLO_REPLY, .req_id = req, .sender = s->server_id};
-    size_t len = rkv_proto_enc_hello_reply(rkv_engine_tx_buf(tx), &h, id, s->cfg.n_workers,
-                                           s->cfg.rx_depth, s->n_servers);
+    struct rkv_wire_hello_reply r = {.client_id = id,
+                                     .n_workers = s->cfg.n_workers,
+                                     .rx_depth = s->cfg.rx_depth,
+                                     .n_servers = s->n_servers,
+                                     .ctrl_buf_bytes = s->cfg.ctrl_buf_bytes,
+                                     .push_slots = s->cfg.push_slots};
+    size_t len = rkv_proto_enc_hello_reply(rkv_engine_tx_buf(tx), &h, &r);
     rkv_engine_reply(s->eng, peer, tx, len);
 }
 

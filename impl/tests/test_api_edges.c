@@ -1960,6 +1960,78 @@ static void p_nop(enum rkv_dtype dt, const void *row, const void *st, size_t row
     (void)user;
 }
 
+/* Regression: ctrl_buf_bytes was not compared at join (rx_depth was). A
+ * client of 8192 joined servers of 4096; its first SEND between the two
+ * sizes overflowed the server's posted receive and broke the connection,
+ * and shutdown_servers then could not reach that server. Refused at join
+ * now, in either direction, naming both values. */
+static void test_ctrl_buf_bytes_must_agree(void **state)
+{
+    (void)state;
+    for (int dir = 0; dir < 2; dir++) {
+        struct cluster c;
+        cluster_config(&c, 5000);
+        c.cfg.ctrl_buf_bytes = dir ? 8192 : 4096;
+        cluster_start_server(&c, 0);
+        cluster_start_server(&c, 1);
+        struct rkv_config cc = c.cfg;
+        cc.ctrl_buf_bytes = dir ? 4096 : 8192;
+        struct rkv_client *cli = NULL;
+        char err[512];
+        assert_int_equal(rkv_client_create(&cc, &cli, err, sizeof(err)), -RKV_ECONFIG);
+        if (!strstr(err, dir ? "ctrl_buf_bytes 8192, this client 64 and 4096"
+                             : "ctrl_buf_bytes 4096, this client 64 and 8192"))
+            fail_msg("%s", err);
+        for (uint32_t m = 0; m < 2; m++)
+            rkv_server_stop(c.srv[m][0]);
+        cluster_stop(&c);
+    }
+}
+
+/* Regression: push_slots is what a server grants each client, but a
+ * client asked for half of its own. A client of 64 against servers of 2
+ * asked for 32 slots at once, and the async pushes past the server's 2
+ * failed with -RKV_ELIMIT, their rows not applied. The server says its
+ * grant in the join reply. */
+static void test_push_slots_are_the_servers_grant(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.push_slots = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_config cc = c.cfg;
+    cc.push_slots = 64;
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&cc, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    enum { N = 16, LEN = 3000 }; /* 12 KB rows: past ctrl_buf_bytes, so rendezvous */
+    const struct rkv_tensor_desc d = {
+        .name = "big", .dtype = RKV_F32, .rows = 100, .row_len = LEN, .policy = RKV_PART_RANGE};
+    assert_int_equal(rkv_client_init_data(cli, &d), 0);
+    static float rows[N][LEN], got[N][LEN];
+    uint64_t ids[N];
+    struct rkv_pending *p[N];
+    for (int k = 0; k < N; k++) {
+        ids[k] = 60 + (uint64_t)k; /* machine 1's */
+        for (int j = 0; j < LEN; j++)
+            rows[k][j] = (float)(k + 1);
+        if (rkv_client_push_async(cli, "big", &ids[k], 1, rows[k], RKV_OP_SUM, 0, &p[k]) < 0)
+            fail_msg("push_async %d: %s", k, rkv_client_errmsg(cli));
+    }
+    for (int k = 0; k < N; k++)
+        if (rkv_client_wait(cli, p[k]) < 0)
+            fail_msg("push %d: %s", k, rkv_client_errmsg(cli));
+    assert_int_equal(rkv_client_pull(cli, "big", ids, N, got), 0);
+    for (int k = 0; k < N; k++)
+        assert_true(got[k][0] == (float)(k + 1) && got[k][LEN - 1] == (float)(k + 1));
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 static void test_server_register_refusal_named(void **state)
 {
     (void)state;
@@ -2027,6 +2099,12 @@ int main(void)
         cmocka_unit_test(test_handler_reentry_refused),
         cmocka_unit_test(test_barrier_in_flight_server_gone),
         cmocka_unit_test(test_server_register_refusal_named),
+        cmocka_unit_test(test_ctrl_buf_bytes_must_agree),
+        cmocka_unit_test(test_push_slots_are_the_servers_grant),
     };
+    /* RKV_TEST_FILTER=test_push_* (a glob) runs only what it names. */
+    const char *filter = getenv("RKV_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

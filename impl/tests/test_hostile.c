@@ -1019,7 +1019,15 @@ static void evil_reply(struct evil *e, const struct rkv_msg *m)
     switch (m->h.type) {
     case RKV_MSG_HELLO:
         h.type = RKV_MSG_HELLO_REPLY;
-        return evil_send(e, rkv_proto_enc_hello_reply(e->tx, &h, m->u.hello.want_id, 1, 64, 3));
+        {
+            struct rkv_wire_hello_reply r = {.client_id = m->u.hello.want_id,
+                                             .n_workers = 1,
+                                             .rx_depth = EV_RX,
+                                             .n_servers = 3,
+                                             .ctrl_buf_bytes = EV_CTRL,
+                                             .push_slots = 64};
+            return evil_send(e, rkv_proto_enc_hello_reply(e->tx, &h, &r));
+        }
     case RKV_MSG_INIT:
         h.type = RKV_MSG_INIT_REPLY;
         return evil_send(e, rkv_proto_enc_empty(e->tx, &h));

@@ -133,6 +133,13 @@ static void expect_ok(const uint8_t *buf, size_t len, struct rkv_msg *m)
 
 static const uint32_t sample_book[5] = {2, 0, 1, 1, 0};
 
+static const struct rkv_wire_hello_reply HELLO_REPLY_SAMPLE = {.client_id = 4,
+                                                               .n_workers = 8,
+                                                               .rx_depth = 32,
+                                                               .n_servers = 6,
+                                                               .ctrl_buf_bytes = 4096,
+                                                               .push_slots = 16};
+
 static struct rkv_wire_tensor sample_tensor(enum rkv_policy policy)
 {
     struct rkv_wire_tensor t = {.dtype = RKV_F32,
@@ -182,7 +189,7 @@ static size_t enc_sample(uint8_t *buf, int type)
     case RKV_MSG_HELLO:
         return rkv_proto_enc_hello(buf, &h, 3, RKV_ID_NONE, 0xabcdef, 0x5eed);
     case RKV_MSG_HELLO_REPLY:
-        return rkv_proto_enc_hello_reply(buf, &h, 4, 8, 32, 6);
+        return rkv_proto_enc_hello_reply(buf, &h, &HELLO_REPLY_SAMPLE);
     case RKV_MSG_INIT: {
         struct rkv_wire_tensor t = sample_tensor(RKV_PART_RANGE);
         return rkv_proto_enc_tensor(buf, &h, &t, NULL);
@@ -252,14 +259,16 @@ static void test_roundtrip_hello(void **state)
     assert_int_equal(m.u.hello.cluster, 0x5eed);
 
     h = hdr_of(RKV_MSG_HELLO_REPLY);
-    n = rkv_proto_enc_hello_reply(b, &h, 4, 8, 32, 6);
-    assert_int_equal(n, 64 + 16);
+    n = rkv_proto_enc_hello_reply(b, &h, &HELLO_REPLY_SAMPLE);
+    assert_int_equal(n, 64 + 24);
     expect_ok(b, n, &m);
     assert_hdr_equal(&m.h, &h);
     assert_int_equal(m.u.hello_reply.client_id, 4);
     assert_int_equal(m.u.hello_reply.n_workers, 8);
     assert_int_equal(m.u.hello_reply.rx_depth, 32);
     assert_int_equal(m.u.hello_reply.n_servers, 6);
+    assert_int_equal(m.u.hello_reply.ctrl_buf_bytes, 4096);
+    assert_int_equal(m.u.hello_reply.push_slots, 16);
     free(b);
 }
 
