@@ -1104,6 +1104,9 @@ class Client:
     def __init__(self, config=None, machine_id=None, output="auto", observer=False):
         if output not in ("auto", "torch", "numpy"):
             _fail(-EINVAL, "output: expected auto, torch or numpy, got %r" % (output,))
+        # Any truthy object made an observer (observer="no"), any falsy one a
+        # worker (observer=[]): checked before anything joins.
+        observer = _bool_arg(observer, "observer")
         cfg, _ = _as_config(config).copy(machine_id=machine_id).build()
         create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
         rc, cli, err = _create_interruptibly(create, cfg)
@@ -1120,7 +1123,7 @@ class Client:
         self._registered = {}  # (address, bytes) -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
-        self.observer = bool(observer)
+        self.observer = observer
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
         self._max_slot_bytes = cfg.max_slot_bytes  # the largest push message (init's fill)

@@ -528,6 +528,21 @@ def test_flags_are_bools(client):
     assert client.stats()["ops"]["push"]["count"] >= 1
 
 
+def test_observer_is_a_bool(cluster):
+    # observer="no" made an observer client, observer=[] a worker: any
+    # truthy object was True.
+    w = cluster.client()  # the one worker (num_workers=1)
+    for v in ("no", "False", [], 2, None, 1.0):
+        e = refused(TypeError, rkv.Client, cluster.config, observer=v)
+        assert e.code == -rkv.EINVAL and "observer" in e.message
+    obs = rkv.Client(cluster.config, observer=np.bool_(True))
+    try:
+        assert obs.observer is True and obs.client_id is None
+    finally:
+        obs.close()
+    assert w.observer is False and w.client_id == 0
+
+
 def test_ragged_rows_are_an_rkv_error(client):
     # numpy's own ValueError escaped, not an rkv.Error with a code.
     client.init_data("r", (10, 3), "float32")
