@@ -32,6 +32,7 @@ Not here yet: custom push handlers written in Python (push takes a custom
 op's number, registered in C).
 """
 import collections
+import collections.abc
 import decimal
 import numbers
 import operator
@@ -1264,6 +1265,19 @@ class Client:
         if isinstance(shape, (str, bytes)):
             _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers" % (shape,),
                   TypeError)
+        # A set's or a dict's order is not the caller's: shape={10, 4} was
+        # taken in the set's iteration order, a dict by its keys.
+        if isinstance(shape, (collections.abc.Set, collections.abc.Mapping)):
+            _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers in order, got "
+                  "a %s (%s)" % (shape, type(shape).__name__,
+                                 "unordered" if isinstance(shape, collections.abc.Set)
+                                 else "a mapping: its keys would be the shape"), TypeError)
+        # A 0-d array or tensor has __len__ but no elements: iterating raised
+        # a bare TypeError ("iteration over a 0-d array"). Refused as a 0-d
+        # one among the dims is (_int_arg), rather than guessed to be the rows.
+        if (isinstance(shape, np.ndarray) or _is_torch(shape)) and shape.ndim == 0:
+            _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers, got a 0-d %s "
+                  "(give its .item())" % (shape, type(shape).__name__), TypeError)
         dims = shape if hasattr(shape, "__len__") else (shape,)
         shape = tuple(_int_arg(s, "shape %r" % (tuple(dims),), 1, (1 << 64) - 1) for s in dims)
         if not shape:

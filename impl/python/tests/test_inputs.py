@@ -371,6 +371,23 @@ def test_arguments_that_are_not_what_they_look_like(client):
     np.testing.assert_array_equal(client.pull("a", [0]).numpy(), [[-0.5] * 4])
 
 
+def test_shapes_without_elements_or_order_are_refused(client):
+    # A 0-d array or tensor raised a bare TypeError ("iteration over a 0-d
+    # array"); a set was taken in its iteration order, a dict by its keys.
+    for shape in (np.array(10), torch.tensor(10)):
+        e = refused(TypeError, client.init_data, "a", shape, "float32")
+        assert e.code == -rkv.EINVAL and "0-d" in e.message and "shape" in e.message
+    for shape, kind in (({10, 4}, "set"), (frozenset({10, 4}), "frozenset"),
+                        ({10: 4}, "dict"), ({10: 1, 4: 1}.keys(), "dict_keys")):
+        e = refused(TypeError, client.init_data, "a", shape, "float32")
+        assert e.code == -rkv.EINVAL and "got a %s (" % kind in e.message, e.message
+    assert client.data_name_list() == []
+    # Ordered sequences and integer scalars are read as before.
+    client.init_data("a", np.array([10, 4]), "float32")
+    client.init_data("b", np.int64(10), "float32")
+    assert [m.shape for m in client.list()] == [(10, 4), (10,)]
+
+
 def test_torch_tensors_of_mixed_precision_and_without_data(client):
     """bfloat16 rows (mixed-precision gradients) were refused with torch's
     "Got unsupported ScalarType BFloat16", though float16 ones pushed; they
