@@ -277,14 +277,28 @@ def _c_array(a, dtype):
     return a if a.flags.aligned else a.copy()
 
 
+_BOOLS = frozenset((bool, np.bool_))
+
+
+def _has_bool(x):
+    """Whether list or tuple x holds a bool (Python's or numpy's), which
+    np.asarray makes an integer when an integer is next to it."""
+    return isinstance(x, (list, tuple)) and not _BOOLS.isdisjoint(map(type, x))
+
+
 def _ids_from_list(ids):
     """A list or tuple of integer-like objects (Python, numpy or torch
     integers) that numpy made float64 or object: it promotes np.uint64 with a
     Python int to float64 ([np.uint64(1), 2]), which rounds ids past 2^53, and
     makes ints past int64 objects. Read one by one, exactly; an element that
-    is no integer (1.5, None) is refused by name."""
+    is no integer (1.5, None, True) is refused by name."""
     vals = []
     for i, v in enumerate(ids):
+        # operator.index takes True for 1: a bool is no row id, as a bool
+        # array is none.
+        if isinstance(v, (bool, np.bool_)):
+            _fail(-EINVAL, "ids: expected integers, got %r (bool) at index %d" % (v, i),
+                  TypeError)
         try:
             vals.append(operator.index(v))
         except TypeError:
@@ -302,6 +316,11 @@ def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
     a = _as_numpy(ids, what="ids")
+    # numpy reads [1, True] as the ids [1, 1] (and [np.uint64(1), np.True_]
+    # as uint64): a list or tuple holding a bool is read one by one, which
+    # refuses it.
+    if _has_bool(ids):
+        a = _ids_from_list(ids)
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous and a.flags.aligned:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
@@ -478,6 +497,8 @@ def _index_array(x, what, n, dtype=np.uint64):
     if isinstance(x, (str, bytes)):
         _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
     a = _as_numpy(x, what=what)
+    if _has_bool(x):  # np.asarray made [0, True] the entries [0, 1]
+        a = np.array(x, dtype=object)  # refused below, naming the row
     # Flattened, a (2, 2) book was taken for 4 rows in its C order, and a
     # list of pairs [(row, machine), ...] as alternating entries.
     if a.ndim != 1:
@@ -607,6 +628,11 @@ def _cast_fit(a, dtype, what):
     return b
 
 
+# The settings whose value is 0 or 1 (impl/api/config.c checks both): the
+# only ones a bool is given to.
+_FLAG_SETTINGS = ("discover", "busy-poll")
+
+
 class Config:
     """The store's settings by the rkv binary's names (`rkv config --dump`):
     Config(cluster="ip.txt", num_workers=4, rx_depth=128); '_' stands for '-'.
@@ -635,7 +661,13 @@ class Config:
         if value is None:
             _fail(-EINVAL, "setting %r = None: give a value, or leave the setting out (the "
                   "environment or the default then decides)" % key, TypeError)
-        if isinstance(value, bool):
+        if isinstance(value, (bool, np.bool_)):
+            # A bool is the value of a 0/1 setting only: as an int it made
+            # machine_id=True machine 1 and server_id=True server 1.
+            if key not in _FLAG_SETTINGS:
+                _fail(-EINVAL, "setting %r = %r: expected a number or a text, not a bool (only "
+                      "%s take True/False)" % (key, value, " and ".join(_FLAG_SETTINGS)),
+                      TypeError)
             value = int(value)
         # str(b"ip.txt") is "b'ip.txt'": a path given as bytes named a file
         # that does not exist.

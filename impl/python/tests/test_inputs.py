@@ -636,6 +636,22 @@ def test_masked_arrays_with_masked_entries_are_refused(client):
     np.testing.assert_array_equal(out.data, np.full((2, 2), 3))
 
 
+def test_bools_are_no_ids(client):
+    # numpy read [1, True] as the ids [1, 1] (a bool array was refused), and
+    # a book [0, True] as machines 0 and 1.
+    client.init_data("bi", (10,), "int64", init=lambda s, dt: np.arange(10))
+    for ids in ([1, True], (np.False_, 2), [np.uint64(1), np.True_], [True],
+                np.array([1, True], dtype=object)):
+        e = refused(TypeError, client.pull, "bi", ids)
+        assert e.code == -rkv.EINVAL and "(bool) at index" in e.message, e.message
+        refused(TypeError, client.push, "bi", ids, np.zeros(len(ids), np.int64), op="assign")
+    np.testing.assert_array_equal(client.pull("bi", [1, 0]).numpy(), [1, 0])
+    for book in ([0, True], (0, np.True_)):
+        e = refused(rkv.Error, client.init_data, "bb", (2,), "int64", part_policy=book)
+        assert e.code == -rkv.EINVAL and "row 1 has True" in e.message, e.message
+    assert "bb" not in client.data_name_list()
+
+
 def test_ids_in_an_object_array_are_read_as_a_list_is(client):
     # np.array of Python ints (an object array: one past int64, or from a
     # pandas column) was refused as "expected integers, got object".
