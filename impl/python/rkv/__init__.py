@@ -32,6 +32,7 @@ Not here yet: custom push handlers written in Python (push takes a custom
 op's number, registered in C).
 """
 import collections
+import collections.abc
 import decimal
 import numbers
 import operator
@@ -276,14 +277,28 @@ def _c_array(a, dtype):
     return a if a.flags.aligned else a.copy()
 
 
+_BOOLS = frozenset((bool, np.bool_))
+
+
+def _has_bool(x):
+    """Whether list or tuple x holds a bool (Python's or numpy's), which
+    np.asarray makes an integer when an integer is next to it."""
+    return isinstance(x, (list, tuple)) and not _BOOLS.isdisjoint(map(type, x))
+
+
 def _ids_from_list(ids):
     """A list or tuple of integer-like objects (Python, numpy or torch
     integers) that numpy made float64 or object: it promotes np.uint64 with a
     Python int to float64 ([np.uint64(1), 2]), which rounds ids past 2^53, and
     makes ints past int64 objects. Read one by one, exactly; an element that
-    is no integer (1.5, None) is refused by name."""
+    is no integer (1.5, None, True) is refused by name."""
     vals = []
     for i, v in enumerate(ids):
+        # operator.index takes True for 1: a bool is no row id, as a bool
+        # array is none.
+        if isinstance(v, (bool, np.bool_)):
+            _fail(-EINVAL, "ids: expected integers, got %r (bool) at index %d" % (v, i),
+                  TypeError)
         try:
             vals.append(operator.index(v))
         except TypeError:
@@ -301,6 +316,11 @@ def _ids_array(ids):
     """ids (1-D integers) as contiguous uint64, without a copy when they are so
     already (or int64 >= 0). An empty sequence is no ids, whatever its dtype."""
     a = _as_numpy(ids, what="ids")
+    # numpy reads [1, True] as the ids [1, 1] (and [np.uint64(1), np.True_]
+    # as uint64): a list or tuple holding a bool is read one by one, which
+    # refuses it.
+    if _has_bool(ids):
+        a = _ids_from_list(ids)
     if a.dtype == np.uint64 and a.ndim == 1 and a.flags.c_contiguous and a.flags.aligned:
         return a  # the common case, as cheap as it can be
     if a.ndim != 1:
@@ -477,6 +497,8 @@ def _index_array(x, what, n, dtype=np.uint64):
     if isinstance(x, (str, bytes)):
         _fail(-EINVAL, "%s: expected a sequence of integers, got %r" % (what, x))
     a = _as_numpy(x, what=what)
+    if _has_bool(x):  # np.asarray made [0, True] the entries [0, 1]
+        a = np.array(x, dtype=object)  # refused below, naming the row
     # Flattened, a (2, 2) book was taken for 4 rows in its C order, and a
     # list of pairs [(row, machine), ...] as alternating entries.
     if a.ndim != 1:
@@ -606,6 +628,11 @@ def _cast_fit(a, dtype, what):
     return b
 
 
+# The settings whose value is 0 or 1 (impl/api/config.c checks both): the
+# only ones a bool is given to.
+_FLAG_SETTINGS = ("discover", "busy-poll")
+
+
 class Config:
     """The store's settings by the rkv binary's names (`rkv config --dump`):
     Config(cluster="ip.txt", num_workers=4, rx_depth=128); '_' stands for '-'.
@@ -634,7 +661,13 @@ class Config:
         if value is None:
             _fail(-EINVAL, "setting %r = None: give a value, or leave the setting out (the "
                   "environment or the default then decides)" % key, TypeError)
-        if isinstance(value, bool):
+        if isinstance(value, (bool, np.bool_)):
+            # A bool is the value of a 0/1 setting only: as an int it made
+            # machine_id=True machine 1 and server_id=True server 1.
+            if key not in _FLAG_SETTINGS:
+                _fail(-EINVAL, "setting %r = %r: expected a number or a text, not a bool (only "
+                      "%s take True/False)" % (key, value, " and ".join(_FLAG_SETTINGS)),
+                      TypeError)
             value = int(value)
         # str(b"ip.txt") is "b'ip.txt'": a path given as bytes named a file
         # that does not exist.
@@ -1104,6 +1137,9 @@ class Client:
     def __init__(self, config=None, machine_id=None, output="auto", observer=False):
         if output not in ("auto", "torch", "numpy"):
             _fail(-EINVAL, "output: expected auto, torch or numpy, got %r" % (output,))
+        # Any truthy object made an observer (observer="no"), any falsy one a
+        # worker (observer=[]): checked before anything joins.
+        observer = _bool_arg(observer, "observer")
         cfg, _ = _as_config(config).copy(machine_id=machine_id).build()
         create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
         rc, cli, err = _create_interruptibly(create, cfg)
@@ -1120,7 +1156,7 @@ class Client:
         self._registered = {}  # (address, bytes) -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
-        self.observer = bool(observer)
+        self.observer = observer
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
         self._max_slot_bytes = cfg.max_slot_bytes  # the largest push message (init's fill)
@@ -1261,6 +1297,19 @@ class Client:
         if isinstance(shape, (str, bytes)):
             _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers" % (shape,),
                   TypeError)
+        # A set's or a dict's order is not the caller's: shape={10, 4} was
+        # taken in the set's iteration order, a dict by its keys.
+        if isinstance(shape, (collections.abc.Set, collections.abc.Mapping)):
+            _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers in order, got "
+                  "a %s (%s)" % (shape, type(shape).__name__,
+                                 "unordered" if isinstance(shape, collections.abc.Set)
+                                 else "a mapping: its keys would be the shape"), TypeError)
+        # A 0-d array or tensor has __len__ but no elements: iterating raised
+        # a bare TypeError ("iteration over a 0-d array"). Refused as a 0-d
+        # one among the dims is (_int_arg), rather than guessed to be the rows.
+        if (isinstance(shape, np.ndarray) or _is_torch(shape)) and shape.ndim == 0:
+            _fail(-EINVAL, "shape %r: expected (rows, *row_shape) of integers, got a 0-d %s "
+                  "(give its .item())" % (shape, type(shape).__name__), TypeError)
         dims = shape if hasattr(shape, "__len__") else (shape,)
         shape = tuple(_int_arg(s, "shape %r" % (tuple(dims),), 1, (1 << 64) - 1) for s in dims)
         if not shape:

@@ -2,6 +2,7 @@
 import os
 import pathlib
 
+import numpy as np
 import pytest
 
 import rkv
@@ -143,6 +144,31 @@ def test_a_setting_of_none_is_refused():
             rkv.Config(**kw)
         assert isinstance(e.value, TypeError) and "= None" in e.value.message
     assert rkv.Config(num_workers=2).copy(cluster=None).get("cluster") is None  # copy skips it
+
+
+def test_a_bool_is_the_value_of_a_0_1_setting_only(tmp_path):
+    # A bool became an int: machine_id=True was machine 1, server_id=True
+    # server 1 (Client's and Server's too), while local_id=True was refused.
+    p = tmp_path / "ip.txt"
+    p.write_text("127.0.0.1 41000 2\n127.0.0.1 41002 2\n")
+    for key in ("machine_id", "server_id", "num_workers", "rx_depth", "cluster"):
+        for v in (True, np.bool_(False)):
+            with pytest.raises(rkv.Error) as e:
+                rkv.Config(dict({"cluster": str(p)}, **{key: v}))
+            assert isinstance(e.value, TypeError) and e.value.code == -rkv.EINVAL
+            assert "%r = %r" % (key.replace("_", "-"), v) in e.value.message, e.value.message
+    for make, kw in ((rkv.Client, {"machine_id": True}), (rkv.Server, {"server_id": True})):
+        with pytest.raises(rkv.Error) as e:
+            make(str(p), **kw)
+        assert isinstance(e.value, TypeError) and "not a bool" in e.value.message
+    # The 0/1 settings take one, numpy's too; the ids take ints.
+    for v, text in ((True, "1"), (np.bool_(False), "0")):
+        c = rkv.Config(busy_poll=v, discover=v)
+        assert c.get("busy_poll") == c.get("discover") == text
+        c.build()  # both read as 0/1
+    cfg, local = rkv.Config(cluster=str(p), server_id=1).build()
+    assert (cfg.machine_id, local) == (0, 1)
+    assert rkv.Config(cluster=str(p), machine_id=1).build()[0].machine_id == 1
 
 
 def test_a_path_object_or_bytes_is_a_cluster_file(tmp_path):

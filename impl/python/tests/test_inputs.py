@@ -371,6 +371,23 @@ def test_arguments_that_are_not_what_they_look_like(client):
     np.testing.assert_array_equal(client.pull("a", [0]).numpy(), [[-0.5] * 4])
 
 
+def test_shapes_without_elements_or_order_are_refused(client):
+    # A 0-d array or tensor raised a bare TypeError ("iteration over a 0-d
+    # array"); a set was taken in its iteration order, a dict by its keys.
+    for shape in (np.array(10), torch.tensor(10)):
+        e = refused(TypeError, client.init_data, "a", shape, "float32")
+        assert e.code == -rkv.EINVAL and "0-d" in e.message and "shape" in e.message
+    for shape, kind in (({10, 4}, "set"), (frozenset({10, 4}), "frozenset"),
+                        ({10: 4}, "dict"), ({10: 1, 4: 1}.keys(), "dict_keys")):
+        e = refused(TypeError, client.init_data, "a", shape, "float32")
+        assert e.code == -rkv.EINVAL and "got a %s (" % kind in e.message, e.message
+    assert client.data_name_list() == []
+    # Ordered sequences and integer scalars are read as before.
+    client.init_data("a", np.array([10, 4]), "float32")
+    client.init_data("b", np.int64(10), "float32")
+    assert [m.shape for m in client.list()] == [(10, 4), (10,)]
+
+
 def test_torch_tensors_of_mixed_precision_and_without_data(client):
     """bfloat16 rows (mixed-precision gradients) were refused with torch's
     "Got unsupported ScalarType BFloat16", though float16 ones pushed; they
@@ -528,6 +545,21 @@ def test_flags_are_bools(client):
     assert client.stats()["ops"]["push"]["count"] >= 1
 
 
+def test_observer_is_a_bool(cluster):
+    # observer="no" made an observer client, observer=[] a worker: any
+    # truthy object was True.
+    w = cluster.client()  # the one worker (num_workers=1)
+    for v in ("no", "False", [], 2, None, 1.0):
+        e = refused(TypeError, rkv.Client, cluster.config, observer=v)
+        assert e.code == -rkv.EINVAL and "observer" in e.message
+    obs = rkv.Client(cluster.config, observer=np.bool_(True))
+    try:
+        assert obs.observer is True and obs.client_id is None
+    finally:
+        obs.close()
+    assert w.observer is False and w.client_id == 0
+
+
 def test_ragged_rows_are_an_rkv_error(client):
     # numpy's own ValueError escaped, not an rkv.Error with a code.
     client.init_data("r", (10, 3), "float32")
@@ -602,6 +634,22 @@ def test_masked_arrays_with_masked_entries_are_refused(client):
     out = np.ma.array(np.zeros((2, 2), np.float32), mask=[[True, False], [False, False]])
     client.pull("mk", [1, 2], out=out)
     np.testing.assert_array_equal(out.data, np.full((2, 2), 3))
+
+
+def test_bools_are_no_ids(client):
+    # numpy read [1, True] as the ids [1, 1] (a bool array was refused), and
+    # a book [0, True] as machines 0 and 1.
+    client.init_data("bi", (10,), "int64", init=lambda s, dt: np.arange(10))
+    for ids in ([1, True], (np.False_, 2), [np.uint64(1), np.True_], [True],
+                np.array([1, True], dtype=object)):
+        e = refused(TypeError, client.pull, "bi", ids)
+        assert e.code == -rkv.EINVAL and "(bool) at index" in e.message, e.message
+        refused(TypeError, client.push, "bi", ids, np.zeros(len(ids), np.int64), op="assign")
+    np.testing.assert_array_equal(client.pull("bi", [1, 0]).numpy(), [1, 0])
+    for book in ([0, True], (0, np.True_)):
+        e = refused(rkv.Error, client.init_data, "bb", (2,), "int64", part_policy=book)
+        assert e.code == -rkv.EINVAL and "row 1 has True" in e.message, e.message
+    assert "bb" not in client.data_name_list()
 
 
 def test_ids_in_an_object_array_are_read_as_a_list_is(client):
