@@ -2657,13 +2657,17 @@ static int cli_barrier(struct rkv_client *c)
      * fails when server 0 is gone (past retry_ms) or says a worker left. */
     const struct rkv_port_ops *po = c->port->ops;
     uint64_t start = po->now_ns(c->port);
+    /* Rate-limited: with a short timeout_ms (1 ms) a worker waiting 2 s
+     * for a late one wrote 1,829 of these lines. */
+    struct rkv_ratelim lim = {0};
     while ((rc = cli_call0(c, &h, NULL, c->cfg.timeout_ms, c->cfg.retry_ms, "barrier", &r)) ==
            -RKV_ETIMEDOUT)
-        RKV_LOGW(c->port,
-                 "barrier %u: still waiting after %llu s for every worker to enter it (server 0 "
-                 "answers for all %u)",
-                 h.count, (unsigned long long)((po->now_ns(c->port) - start) / 1000000000ull),
-                 c->cfg.n_workers);
+        rkv_port_warn_limited(
+            c->port, &lim,
+            "barrier %u: still waiting after %llu s for every worker to enter it (server 0 "
+            "answers for all %u)",
+            h.count, (unsigned long long)((po->now_ns(c->port) - start) / 1000000000ull),
+            c->cfg.n_workers);
     if (rc < 0)
         return rc;
     cli_release(c, &r, 1);

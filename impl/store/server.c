@@ -1901,6 +1901,10 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     if (rc == -RKV_ENOTENSOR) { /* a new lineage */
         if (s->local_id != 0)
             return 0;
+        /* Logs that hold records without their snapshot were started over
+         * in silence, and overwritten (a snapshot removed by hand). */
+        if ((rc = rkv_wal_refuse_orphans(s->wal, err, err_len)) < 0)
+            return rc;
         uint64_t lineage = rkv_mix64(rkv_rng_next(&s->port->rng) ^ rkv_file_wall_ns()) | 1;
         RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
                  (unsigned long long)lineage);

@@ -246,6 +246,18 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         "config: %s is empty (rkv_config_defaults() sets every field: start from "
                         "it)",
                         !cfg->backend[0] ? "backend" : "shm_prefix");
+    /* As the CLI refuses them: "a/b" failed in shm_open as an I/O error,
+     * and a log level or busy_poll out of range was taken in silence. */
+    if (strchr(cfg->shm_prefix, '/'))
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: shm_prefix \"%s\": a '/' cannot be in a shared-memory name",
+                        cfg->shm_prefix);
+    if (cfg->log_level < 0 || cfg->log_level > 3)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: log_level %d: expected 0 (errors) .. 3 (debug)", cfg->log_level);
+    if (cfg->busy_poll != 0 && cfg->busy_poll != 1)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "config: busy_poll %d: expected 0 or 1",
+                        cfg->busy_poll);
     /* Other machines may leave their host empty (they register with server 0),
      * but everybody must know where server 0 is. */
     if (!cfg->machines[0].host[0])

@@ -903,6 +903,62 @@ static int wal_all_zero(const uint8_t *p, size_t n)
     return 1;
 }
 
+/* rkv_wal_refuse_orphans: a log of this machine past generation 1 or with
+ * something past its header, found while there is no snapshot. */
+struct wal_orphans {
+    struct rkv_wal *w;
+    char *err;
+    size_t err_len;
+    int rc;
+};
+
+static int wal_orphan_listed(void *arg, const char *name)
+{
+    struct wal_orphans *o = arg;
+    uint64_t gen = wal_gen_of(o->w, name);
+    char path[512];
+    if (gen == 0)
+        return 0;
+    wal_path(o->w, gen, path, sizeof(path));
+    struct wal_rd rd;
+    int rc = wal_rd_open(&rd, path, o->err, o->err_len);
+    if (rc == -RKV_ENOTENSOR) /* gone since listed */
+        return 0;
+    /* Log 2 is made by the second checkpoint, the first's snapshot
+     * complete (a clean stop checkpoints: its log holds only a header). */
+    if (rc == 0 && gen >= 2)
+        rc = rkv_errf(o->err, o->err_len, -RKV_ECONFIG,
+                      "durable mode: machine %u has no snapshot in %s, but its log %s is of "
+                      "generation %llu: the snapshot was lost or removed, and a new run would "
+                      "start over in silence; restore the snapshot, or move the machine's logs "
+                      "(rkv-m%u.*.wal) away to start anew",
+                      o->w->machine, o->w->dir, path, (unsigned long long)gen, o->w->machine);
+    if (rc == 0 && rd.size > RKV_WAL_HDR_BYTES) {
+        uint64_t n = rd.size - RKV_WAL_HDR_BYTES;
+        n = n < RKV_WAL_REC_BYTES ? n : RKV_WAL_REC_BYTES;
+        const uint8_t *b = wal_rd_at(&rd, RKV_WAL_HDR_BYTES, n, &rc, o->err, o->err_len);
+        if (b && !wal_all_zero(b, (size_t)n))
+            rc = rkv_errf(o->err, o->err_len, -RKV_ECONFIG,
+                          "durable mode: machine %u has no snapshot in %s, but its log %s holds "
+                          "records (%llu bytes): the snapshot was lost or removed, and a new "
+                          "run would overwrite what the log holds; restore the snapshot, or "
+                          "move the machine's logs (rkv-m%u.*.wal) away to start anew",
+                          o->w->machine, o->w->dir, path, (unsigned long long)rd.size,
+                          o->w->machine);
+    }
+    if (rd.fd >= 0)
+        wal_rd_close(&rd);
+    o->rc = rc;
+    return rc < 0;
+}
+
+int rkv_wal_refuse_orphans(struct rkv_wal *w, char *err, size_t err_len)
+{
+    struct wal_orphans o = {.w = w, .err = err, .err_len = err_len};
+    int rc = rkv_file_list(w->dir, wal_orphan_listed, &o, err, err_len);
+    return rc < 0 ? rc : o.rc;
+}
+
 /* Returned by the replay when it stops before a record whose custom op has
  * no handler yet (RKV_WAL_PAUSE_CUSTOM). */
 #define WAL_PAUSED 1

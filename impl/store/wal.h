@@ -276,6 +276,13 @@ int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len);
 int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, size_t err_len);
 /* Bytes in the current log (what a checkpoint would let go). */
 uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w);
+/* A machine without a snapshot (a first start): -RKV_ECONFIG naming a log
+ * of this machine in the directory of generation 2 or more, or holding
+ * records (its snapshot was lost or removed: a new run would start over in
+ * silence and overwrite them). Log 1 of its header alone, or zeros after
+ * it, is a first checkpoint that died before its snapshot, and is no
+ * reason. */
+int rkv_wal_refuse_orphans(struct rkv_wal *w, char *err, size_t err_len);
 /* A restarted server beside the machine's surviving memory: voids whatever
  * a dead server wrote past the last complete record. */
 int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len);

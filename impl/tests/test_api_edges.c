@@ -247,6 +247,23 @@ static void test_config_bounds_refused(void **state)
     c.cfg.n_workers = RKV_MAX_WORKERS + 1;
     assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "need 1..65536 workers, got 65537"));
+    /* As the CLI refuses them: "a/b" failed in shm_open as an I/O error;
+     * a log level or busy_poll out of range was taken. */
+    c.cfg = ok;
+    snprintf(c.cfg.shm_prefix, sizeof(c.cfg.shm_prefix), "a/b");
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "shm_prefix \"a/b\": a '/' cannot be"));
+    const int levels[] = {-5, 4, 99}, polls[] = {-1, 2, 7};
+    for (int i = 0; i < 3; i++) {
+        c.cfg = ok;
+        c.cfg.log_level = levels[i];
+        assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
+        assert_non_null(strstr(err, "log_level"));
+        c.cfg = ok;
+        c.cfg.busy_poll = polls[i];
+        assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+        assert_non_null(strstr(err, "busy_poll"));
+    }
     assert_null(srv);
     assert_null(cli);
     assert_false(shm_left(ok.shm_prefix));

@@ -2480,6 +2480,43 @@ static void test_colocated_workers_follow_an_unheard_restart(void **state)
     remove_tree(c.dir);
 }
 
+/* A machine whose snapshot was removed by hand, its logs left: refused at
+ * the server's create, naming the log, where a new run used to start in
+ * silence (the pushes gone, the old logs written over). */
+static void test_snapshot_removed_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.srv[0] = server_create(&c, 0);
+    assert_int_equal(pthread_create(&c.thr0, NULL, server_main, c.srv[0]), 0);
+    c.srv[1] = server_create(&c, 1);
+    struct rkv_client *cli;
+    char err[512];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    pthread_join(c.thr0, NULL);
+    rkv_server_destroy(c.srv[0]);
+    rkv_server_destroy(c.srv[1]);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/rkv-m1.snap", c.dir);
+    assert_int_equal(unlink(path), 0);
+    struct rkv_config cfg = c.cfg;
+    cfg.machine_id = 1;
+    struct rkv_server *srv = NULL;
+    int rc = rkv_server_create(&cfg, 0, &srv, err, sizeof(err));
+    if (rc != -RKV_ECONFIG || !strstr(err, "rkv-m1.") || !strstr(err, "no snapshot"))
+        fail_msg("rc %d: %s", rc, err);
+    assert_null(srv);
+    remove_tree(c.dir);
+}
+
 struct shutdown_arg {
     struct rkv_client *cli;
     int rc;
@@ -2689,6 +2726,7 @@ int main(void)
         cmocka_unit_test_teardown(test_shutdown_asks_again_a_server_that_died_unanswering,
                                   reap_children),
         cmocka_unit_test(test_colocated_workers_follow_an_unheard_restart),
+        cmocka_unit_test(test_snapshot_removed_refused),
         cmocka_unit_test(test_coord_client_flags),
         cmocka_unit_test(test_snapshot_every_cut_and_bit),
         cmocka_unit_test(test_coord_every_cut_and_bit),

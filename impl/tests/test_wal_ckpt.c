@@ -1338,6 +1338,54 @@ static void test_own_log_missing_refused(void **state)
     fix_close(&f);
 }
 
+static void write_file(const char *path, const void *buf, size_t n)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(buf, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* A machine with no snapshot starts a new run, and in durable mode its
+ * logs go with the old one. Logs that say a snapshot was there (log 2 or
+ * later: a clean stop leaves one of a header alone) or that hold records
+ * are refused, naming the log: a snapshot removed by hand started over in
+ * silence, and random bytes in rkv-m0.1.wal were written over. Log 1 of a
+ * header alone (a first checkpoint dead before its snapshot) and a spare
+ * are no reason. */
+static void test_logs_without_snapshot_refused(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    rkv_wal_init(&f.w, f.port, &f.mc, &f.tensors, &f.cfg);
+    f.wal_on = 1;
+    char err[512], path[160], spare[200];
+    uint8_t hdr[RKV_WAL_HDR_BYTES + RKV_WAL_REC_BYTES] = {0};
+    rkv_wal_encode_header(hdr, 0, LINEAGE, 1, f.w.fingerprint, 0);
+    assert_int_equal(rkv_wal_refuse_orphans(&f.w, err, sizeof(err)), 0); /* empty */
+    log_path(&f, 1, path, sizeof(path));
+    write_file(path, hdr, RKV_WAL_HDR_BYTES);
+    snprintf(spare, sizeof(spare), "%s/rkv-m0.free0.wal", f.dir);
+    write_file(spare, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123", 68);
+    assert_int_equal(rkv_wal_refuse_orphans(&f.w, err, sizeof(err)), 0);
+    write_file(path, hdr, sizeof(hdr)); /* zeros after the header: written ahead */
+    assert_int_equal(rkv_wal_refuse_orphans(&f.w, err, sizeof(err)), 0);
+    hdr[RKV_WAL_HDR_BYTES + 5] = 1; /* something past it */
+    write_file(path, hdr, sizeof(hdr));
+    int rc = rkv_wal_refuse_orphans(&f.w, err, sizeof(err));
+    if (rc != -RKV_ECONFIG || !strstr(err, path) || !strstr(err, "holds records"))
+        fail_msg("rc %d: %s", rc, err);
+    assert_int_equal(unlink(path), 0);
+    log_path(&f, 2, path, sizeof(path));
+    rkv_wal_encode_header(hdr, 0, LINEAGE, 2, f.w.fingerprint, 0);
+    write_file(path, hdr, RKV_WAL_HDR_BYTES);
+    rc = rkv_wal_refuse_orphans(&f.w, err, sizeof(err));
+    if (rc != -RKV_ECONFIG || !strstr(err, path) || !strstr(err, "generation 2"))
+        fail_msg("rc %d: %s", rc, err);
+    fix_close(&f);
+}
+
 /* A log missing after the snapshot's own (an older build's failed
  * checkpoint skipped its number, or a log deleted by hand) while a log
  * after it holds records of this lineage: refused naming both, before
@@ -1498,6 +1546,7 @@ int main(void)
         cmocka_unit_test(test_torn_end_before_later_log_refused_again),
         cmocka_unit_test(test_own_log_missing_refused),
         cmocka_unit_test(test_log_gap_refused),
+        cmocka_unit_test(test_logs_without_snapshot_refused),
         cmocka_unit_test(test_own_log_cut_below_copy_refused),
         cmocka_unit_test(test_log_cut_below_next_logs_durable_refused),
     };
