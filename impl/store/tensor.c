@@ -247,8 +247,10 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         "it)",
                         !cfg->backend[0] ? "backend" : "shm_prefix");
     /* As the CLI refuses them: "a/b" failed in shm_open as an I/O error,
-     * and a log level or busy_poll out of range was taken in silence. */
-    if (strchr(cfg->shm_prefix, '/'))
+     * and a log level or busy_poll out of range was taken in silence. A
+     * leading '/' is no part of the name (shm_open skips it: the twin's
+     * "/rkv-twin", a caller's "/job"). */
+    if (strchr(cfg->shm_prefix + strspn(cfg->shm_prefix, "/"), '/'))
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: shm_prefix \"%s\": a '/' cannot be in a shared-memory name",
                         cfg->shm_prefix);
