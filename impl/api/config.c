@@ -263,16 +263,45 @@ void cmd_settings_help(FILE *out)
 
 /* ---- cluster file ---- */
 
+/* A number field of a cluster file, 1..max, read as a flag's value is
+ * (rkv_parse_u64): strtoul took a sign and wrapped, so "+31800" and
+ * "-18446744073709519816" were port 31800 and "-18446744073709551615" one
+ * server. A refused value is quoted with its unprintable bytes as \xNN:
+ * printed as they were, "1\x01" read as "got \"1\"". */
+static int cmd_line_number(const char *path, int ln, const char *name, const char *field,
+                           uint64_t max, uint64_t *v, char *err, size_t err_len)
+{
+    uint64_t x = 0;
+    if (rkv_parse_u64(field, &x) == 0 && x >= 1 && x <= max) {
+        *v = x;
+        return 0;
+    }
+    char shown[4 * 512 + 1]; /* a field is shorter than a line */
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)field; *c && n + 5 <= sizeof(shown); c++) {
+        if (*c < 0x20 || *c >= 0x7f)
+            n += (size_t)snprintf(shown + n, sizeof(shown) - n, "\\x%02x", *c);
+        else
+            shown[n++] = (char)*c;
+    }
+    shown[n] = 0;
+    return rkv_errf(err, err_len, -1, "%s:%d: %s: expected 1..%llu, got \"%s\"", path, ln, name,
+                    (unsigned long long)max, shown);
+}
+
 /* DGL's ip_config.txt: "IP", "IP PORT" or the older "IP PORT SERVERS". */
 static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default_servers,
                           struct rkv_machine *m, char *err, size_t err_len)
 {
+    /* Fields are separated by any white space, as the line's leading white
+     * space is skipped (isspace): a \v or \f after the count made
+     * 'servers: expected 1..256, got "1"', the byte invisible. */
+    static const char ws[] = " \t\n\v\f\r";
     char *save = NULL;
-    char *host = strtok_r(line, " \t", &save);
-    char *port = strtok_r(NULL, " \t", &save);
-    char *servers = strtok_r(NULL, " \t", &save);
-    char *extra = strtok_r(NULL, " \t", &save);
-    char *end;
+    char *host = strtok_r(line, ws, &save);
+    char *port = strtok_r(NULL, ws, &save);
+    char *servers = strtok_r(NULL, ws, &save);
+    char *extra = strtok_r(NULL, ws, &save);
     if (strlen(host) > RKV_HOST_MAX)
         return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
                         RKV_HOST_MAX);
@@ -304,28 +333,18 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
                             "%s:%d: host \"%s\": byte 0x%02x at %d is no part of a host name or "
                             "address",
                             path, ln, host, (unsigned char)*c, (int)(c - host) + 1);
-    unsigned long p = CMD_DGL_DEFAULT_PORT;
-    if (port) {
-        p = strtoul(port, &end, 10);
-        if (*end || p == 0 || p > 65535)
-            return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"",
-                            path, ln, port);
-    }
-    unsigned long n = default_servers;
-    if (servers) {
-        n = strtoul(servers, &end, 10);
-        if (*end || n == 0 || n > 256)
-            return rkv_errf(err, err_len, -1, "%s:%d: servers: expected 1..256, got \"%s\"", path,
-                            ln, servers);
-    }
+    uint64_t p = CMD_DGL_DEFAULT_PORT, n = default_servers;
+    if ((port && cmd_line_number(path, ln, "base_port", port, 65535, &p, err, err_len) < 0) ||
+        (servers && cmd_line_number(path, ln, "servers", servers, 256, &n, err, err_len) < 0))
+        return -1;
     if (extra)
         return rkv_errf(err, err_len, -1, "%s:%d: unexpected \"%s\" after the server count", path,
                         ln, extra);
     if (p + n - 1 > 65535)
         return rkv_errf(err, err_len, -1,
-                        "%s:%d: %lu servers from port %lu run past port 65535 (server i of a "
+                        "%s:%d: %llu servers from port %llu run past port 65535 (server i of a "
                         "machine listens on base_port + i)",
-                        path, ln, n, p);
+                        path, ln, (unsigned long long)n, (unsigned long long)p);
     snprintf(m->host, sizeof(m->host), "%s", host);
     m->base_port = (uint16_t)p;
     m->servers = (uint32_t)n;

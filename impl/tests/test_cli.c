@@ -67,6 +67,20 @@ static void test_cluster_file_errors(void **state)
                   ":1: unexpected \"extra\" after the server count");
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
+    /* Read as a flag's number is: strtoul took a sign and wrapped, and these
+     * were port 31800 and one server. */
+    cluster_fails("127.0.0.1 +31800 1\n", ":1: base_port: expected 1..65535, got \"+31800\"");
+    cluster_fails("127.0.0.1 -18446744073709519816 1\n",
+                  ":1: base_port: expected 1..65535, got \"-18446744073709519816\"");
+    cluster_fails("127.0.0.1 31800 -18446744073709551615\n",
+                  ":1: servers: expected 1..256, got \"-18446744073709551615\"");
+    cluster_fails("127.0.0.1 31800 -1\n", ":1: servers: expected 1..256, got \"-1\"");
+    cluster_fails("127.0.0.1 31800 18446744073709551617\n",
+                  ":1: servers: expected 1..256, got \"18446744073709551617\"");
+    /* An unprintable byte is shown, not sent to the terminal as itself. */
+    cluster_fails("127.0.0.1 31800 1\x01\n", ":1: servers: expected 1..256, got \"1\\x01\"");
+    cluster_fails("127.0.0.1 31800\xc2\xa0 1\n",
+                  ":1: base_port: expected 1..65535, got \"31800\\xc2\\xa0\"");
     cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
     { /* a directory read as empty: "no machines" */
         struct rkv_machine *m = NULL;
@@ -136,6 +150,17 @@ static void test_cluster_file_forms(void **state)
     assert_string_equal(m[0].host, "10.0.0.1");
     assert_int_equal(m[0].base_port, 9000);
     assert_int_equal(m[0].servers, 3);
+    assert_string_equal(m[1].host, "10.0.0.2");
+    assert_int_equal(m[1].base_port, 9100);
+    assert_int_equal(m[1].servers, 2);
+    free(m);
+    /* Any white space separates fields, as it is skipped before the host: a
+     * \v or \f at the end was 'servers: expected 1..256, got "1"'. */
+    write_cluster("10.0.0.1 9000 1\v\n10.0.0.2\f9100\v2 \f\r\n");
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 2);
+    assert_int_equal(m[0].servers, 1);
     assert_string_equal(m[1].host, "10.0.0.2");
     assert_int_equal(m[1].base_port, 9100);
     assert_int_equal(m[1].servers, 2);
