@@ -1041,15 +1041,19 @@ static int demo_fd_room(const struct demo *d)
 static int demo_configure(struct demo *d, struct cmd_settings *s)
 {
     char err[512] = "";
-    uint64_t m, spm, w;
-    /* --num-servers replaces servers-per-machine, as in cmd_build_config */
-    enum cmd_key spm_key = *s->val[CMD_NUM_SERVERS] ? CMD_NUM_SERVERS : CMD_SERVERS_PER_MACHINE;
+    uint64_t w;
+    uint32_t m32 = 0, spm32 = 0;
     if (demo_refuse_per_child(d, s) < 0)
         return -1;
-    if (cmd_get_u64(s, CMD_MACHINES, &m, err, sizeof(err)) < 0 ||
-        cmd_get_u64(s, spm_key, &spm, err, sizeof(err)) < 0 ||
-        cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || m == 0 || spm == 0 ||
-        spm > 256 || w == 0 || m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
+    /* The cluster every node will build (num-servers: every machine's
+     * servers together), unless a cluster file gives it. */
+    if (!*s->val[CMD_CLUSTER] && cmd_local_shape(s, &m32, &spm32, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: %s\n", d->cmd, err);
+        return -1;
+    }
+    uint64_t m = m32, spm = spm32;
+    if (cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || w == 0 ||
+        m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
         /* Say what was asked: a twin-sized scenario on tcp read as if the
          * file held no servers. */
         if (!err[0])
@@ -1095,6 +1099,11 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
         d->machines = (uint32_t)m;
         d->n_servers = (uint32_t)(m * spm);
         d->servers_per_machine = (uint32_t)spm;
+        /* The children get every setting: servers-per-machine as the count
+         * found here, so that it agrees with num-servers over machines in
+         * each (rkv demo's default 2 would not). */
+        snprintf(d->bufs[CMD_SERVERS_PER_MACHINE], sizeof(d->bufs[0]), "%u", spm32);
+        s->val[CMD_SERVERS_PER_MACHINE] = d->bufs[CMD_SERVERS_PER_MACHINE];
         d->hosts = strchr(s->val[CMD_HOST], ',') ? s->val[CMD_HOST] : NULL;
     }
     if (demo_fd_room(d) < 0)

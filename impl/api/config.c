@@ -43,8 +43,10 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
                       "machines simulated on this host by `rkv demo`"},
     [CMD_SERVERS_PER_MACHINE] = {"--servers-per-machine", "RKV_SERVERS_PER_MACHINE",
                                  "DGL_NUM_SERVER", "1", "servers sharing each machine's shard"},
-    [CMD_NUM_SERVERS] = {"--num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
-                         "total servers (one-machine cluster: sets servers-per-machine)"},
+    [CMD_NUM_SERVERS] =
+        {"--num-servers", "RKV_NUM_SERVERS", "DMLC_NUM_SERVER", "",
+         "total servers, every machine's (without a cluster file: machines must divide it, "
+         "and each machine gets num-servers / machines)"},
     [CMD_NUM_WORKERS] = {"--num-workers", "RKV_NUM_WORKERS", "DMLC_NUM_WORKER DGL_NUM_CLIENT", "1",
                          "workers (clients) that will join"},
     [CMD_MACHINE_ID] = {"--machine-id", "RKV_MACHINE_ID", "", "0",
@@ -261,16 +263,45 @@ void cmd_settings_help(FILE *out)
 
 /* ---- cluster file ---- */
 
+/* A number field of a cluster file, 1..max, read as a flag's value is
+ * (rkv_parse_u64): strtoul took a sign and wrapped, so "+31800" and
+ * "-18446744073709519816" were port 31800 and "-18446744073709551615" one
+ * server. A refused value is quoted with its unprintable bytes as \xNN:
+ * printed as they were, "1\x01" read as "got \"1\"". */
+static int cmd_line_number(const char *path, int ln, const char *name, const char *field,
+                           uint64_t max, uint64_t *v, char *err, size_t err_len)
+{
+    uint64_t x = 0;
+    if (rkv_parse_u64(field, &x) == 0 && x >= 1 && x <= max) {
+        *v = x;
+        return 0;
+    }
+    char shown[4 * 512 + 1]; /* a field is shorter than a line */
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)field; *c && n + 5 <= sizeof(shown); c++) {
+        if (*c < 0x20 || *c >= 0x7f)
+            n += (size_t)snprintf(shown + n, sizeof(shown) - n, "\\x%02x", *c);
+        else
+            shown[n++] = (char)*c;
+    }
+    shown[n] = 0;
+    return rkv_errf(err, err_len, -1, "%s:%d: %s: expected 1..%llu, got \"%s\"", path, ln, name,
+                    (unsigned long long)max, shown);
+}
+
 /* DGL's ip_config.txt: "IP", "IP PORT" or the older "IP PORT SERVERS". */
 static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default_servers,
                           struct rkv_machine *m, char *err, size_t err_len)
 {
+    /* Fields are separated by any white space, as the line's leading white
+     * space is skipped (isspace): a \v or \f after the count made
+     * 'servers: expected 1..256, got "1"', the byte invisible. */
+    static const char ws[] = " \t\n\v\f\r";
     char *save = NULL;
-    char *host = strtok_r(line, " \t", &save);
-    char *port = strtok_r(NULL, " \t", &save);
-    char *servers = strtok_r(NULL, " \t", &save);
-    char *extra = strtok_r(NULL, " \t", &save);
-    char *end;
+    char *host = strtok_r(line, ws, &save);
+    char *port = strtok_r(NULL, ws, &save);
+    char *servers = strtok_r(NULL, ws, &save);
+    char *extra = strtok_r(NULL, ws, &save);
     if (strlen(host) > RKV_HOST_MAX)
         return rkv_errf(err, err_len, -1, "%s:%d: host name longer than %d characters", path, ln,
                         RKV_HOST_MAX);
@@ -302,28 +333,18 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
                             "%s:%d: host \"%s\": byte 0x%02x at %d is no part of a host name or "
                             "address",
                             path, ln, host, (unsigned char)*c, (int)(c - host) + 1);
-    unsigned long p = CMD_DGL_DEFAULT_PORT;
-    if (port) {
-        p = strtoul(port, &end, 10);
-        if (*end || p == 0 || p > 65535)
-            return rkv_errf(err, err_len, -1, "%s:%d: base_port: expected 1..65535, got \"%s\"",
-                            path, ln, port);
-    }
-    unsigned long n = default_servers;
-    if (servers) {
-        n = strtoul(servers, &end, 10);
-        if (*end || n == 0 || n > 256)
-            return rkv_errf(err, err_len, -1, "%s:%d: servers: expected 1..256, got \"%s\"", path,
-                            ln, servers);
-    }
+    uint64_t p = CMD_DGL_DEFAULT_PORT, n = default_servers;
+    if ((port && cmd_line_number(path, ln, "base_port", port, 65535, &p, err, err_len) < 0) ||
+        (servers && cmd_line_number(path, ln, "servers", servers, 256, &n, err, err_len) < 0))
+        return -1;
     if (extra)
         return rkv_errf(err, err_len, -1, "%s:%d: unexpected \"%s\" after the server count", path,
                         ln, extra);
     if (p + n - 1 > 65535)
         return rkv_errf(err, err_len, -1,
-                        "%s:%d: %lu servers from port %lu run past port 65535 (server i of a "
+                        "%s:%d: %llu servers from port %llu run past port 65535 (server i of a "
                         "machine listens on base_port + i)",
-                        path, ln, n, p);
+                        path, ln, (unsigned long long)n, (unsigned long long)p);
     snprintf(m->host, sizeof(m->host), "%s", host);
     m->base_port = (uint16_t)p;
     m->servers = (uint32_t)n;
@@ -516,31 +537,68 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
     return 0;
 }
 
+int cmd_local_shape(const struct cmd_settings *s, uint32_t *nm_p, uint32_t *spm_p, char *err,
+                    size_t err_len)
+{
+    uint32_t nm = 0, spm = 0, total = 0;
+    if (cmd_u32(s, CMD_MACHINES, &nm, err, err_len) ||
+        cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len))
+        return -1;
+    /* Each check names the setting and where its value came from: a
+     * DMLC_NUM_SERVER or DGL_NUM_SERVER left in the environment is not
+     * something the user typed on this command line. */
+    if (nm == 0 || nm > RKV_MAX_MACHINES)
+        return rkv_errf(err, err_len, -1, "machines %u (%s): expected 1..%u", nm,
+                        s->src[CMD_MACHINES], RKV_MAX_MACHINES);
+    enum cmd_key spm_key = CMD_SERVERS_PER_MACHINE;
+    if (*s->val[CMD_NUM_SERVERS]) {
+        /* num-servers counts every machine's servers (ps-lite's
+         * DMLC_NUM_SERVER). It was taken as each machine's: --machines 2
+         * --num-servers 4 made 8 servers, and --server-id 7 started. */
+        spm_key = CMD_NUM_SERVERS;
+        if (cmd_u32(s, CMD_NUM_SERVERS, &total, err, err_len))
+            return -1;
+        if (total % nm)
+            return rkv_errf(err, err_len, -1,
+                            "num-servers %u (%s) over machines %u (%s): not a whole number of "
+                            "servers per machine (num-servers counts every machine's servers "
+                            "together)",
+                            total, s->src[CMD_NUM_SERVERS], nm, s->src[CMD_MACHINES]);
+        /* One machine: num-servers is its count, whatever
+         * servers-per-machine says, as it always was. */
+        if (nm > 1 && strcmp(s->src[CMD_SERVERS_PER_MACHINE], "default") != 0 && spm != total / nm)
+            return rkv_errf(err, err_len, -1,
+                            "num-servers %u (%s) over machines %u (%s) is %u server%s per "
+                            "machine, but servers-per-machine is %u (%s): make them agree, or "
+                            "drop one",
+                            total, s->src[CMD_NUM_SERVERS], nm, s->src[CMD_MACHINES], total / nm,
+                            total / nm == 1 ? "" : "s", spm, s->src[CMD_SERVERS_PER_MACHINE]);
+        spm = total / nm;
+    }
+    if (spm == 0 || spm > 256) {
+        if (spm_key == CMD_NUM_SERVERS && nm > 1)
+            return rkv_errf(err, err_len, -1,
+                            "num-servers %u (%s) over machines %u (%s) is %u per machine: "
+                            "expected 1..256 servers per machine",
+                            total, s->src[CMD_NUM_SERVERS], nm, s->src[CMD_MACHINES], spm);
+        return rkv_errf(err, err_len, -1, "%s %u (%s): expected 1..256 servers per machine",
+                        CMD_NAME(spm_key), spm, s->src[spm_key]);
+    }
+    *nm_p = nm;
+    *spm_p = spm;
+    return 0;
+}
+
 /* Without a cluster file: `machines` machines on host's address (or on its
  * list's, round robin), consecutive ports. */
 static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                               size_t err_len)
 {
     uint32_t nm = 0, spm = 0, port = 0;
-    if (cmd_u32(s, CMD_MACHINES, &nm, err, err_len) ||
-        cmd_u32(s, CMD_SERVERS_PER_MACHINE, &spm, err, err_len) ||
+    if (cmd_local_shape(s, &nm, &spm, err, err_len) < 0 ||
         cmd_u32(s, CMD_BASE_PORT, &port, err, err_len))
         return -1;
-    enum cmd_key spm_key = CMD_SERVERS_PER_MACHINE;
-    if (*s->val[CMD_NUM_SERVERS]) {
-        spm_key = CMD_NUM_SERVERS;
-        if (cmd_u32(s, spm_key, &spm, err, err_len))
-            return -1;
-    }
-    /* Each check names the setting and where its value came from: a
-     * RKV_BASE_PORT or DMLC_NUM_SERVER left in the environment is not
-     * something the user typed on this command line. */
-    if (nm == 0 || nm > RKV_MAX_MACHINES)
-        return rkv_errf(err, err_len, -1, "machines %u (%s): expected 1..%u", nm,
-                        s->src[CMD_MACHINES], RKV_MAX_MACHINES);
-    if (spm == 0 || spm > 256)
-        return rkv_errf(err, err_len, -1, "%s %u (%s): expected 1..256 servers per machine",
-                        CMD_NAME(spm_key), spm, s->src[spm_key]);
+    /* Named with its source: an RKV_BASE_PORT left in the environment. */
     if (port == 0 || port > 65535)
         return rkv_errf(err, err_len, -1, "base-port %u (%s): expected 1..65535", port,
                         s->src[CMD_BASE_PORT]);

@@ -90,6 +90,16 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
 int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
                       uint32_t *n_p, char *err, size_t err_len);
 
+/* The machines and the servers on each of a cluster without a cluster file:
+ * machines, and servers-per-machine or, when given, num-servers / machines
+ * (num-servers counts every machine's servers; one that machines does not
+ * divide, or that disagrees with a servers-per-machine not left at its
+ * default, is refused). 0, or -1 with a message naming the settings and
+ * where their values came from. cmd_build_config sizes the cluster so; the
+ * launcher, which starts its servers, must too. */
+int cmd_local_shape(const struct cmd_settings *s, uint32_t *nm_p, uint32_t *spm_p, char *err,
+                    size_t err_len);
+
 /* Machine m's address from the host setting: "A,B,C" puts machine m on
  * the (m mod 3)-th, a single address is every machine's. 0, or -1 with a
  * message when an element is empty or longer than RKV_HOST_MAX. */

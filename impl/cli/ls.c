@@ -38,12 +38,36 @@ static void ls_usage(FILE *out)
     cmd_settings_help(out);
 }
 
+/* A tensor's name as ls prints it: any bytes a client gave, so a newline
+ * made a row of its own and an escape sequence reached the terminal. Bytes
+ * outside printable ASCII are written \xNN, and a backslash \\, so that
+ * the printed name tells every name apart. */
+static const char *ls_name(const char *name, size_t len, char *buf, size_t cap)
+{
+    size_t n = 0;
+    const unsigned char *c = (const unsigned char *)name;
+    for (const unsigned char *end = c + len; c < end && *c && n + 5 <= cap; c++) {
+        if (*c == '\\') {
+            buf[n++] = '\\';
+            buf[n++] = '\\';
+        } else if (*c < 0x20 || *c >= 0x7f) {
+            n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", *c);
+        } else {
+            buf[n++] = (char)*c;
+        }
+    }
+    buf[n] = 0;
+    return buf;
+}
+
 static void ls_print(FILE *out, const struct rkv_tensor_meta *m, size_t n)
 {
+    char name[4 * sizeof(m->name) + 1]; /* every byte as \xNN */
     fprintf(out, "%-4s %-24s %-5s %12s %8s %-8s %s\n", "id", "name", "dtype", "rows", "row_len",
             "policy", "state");
     for (size_t i = 0; i < n; i++)
-        fprintf(out, "%-4u %-24s %-5s %12llu %8u %-8s %s\n", m[i].id, m[i].name,
+        fprintf(out, "%-4u %-24s %-5s %12llu %8u %-8s %s\n", m[i].id,
+                ls_name(m[i].name, sizeof(m[i].name), name, sizeof(name)),
                 rkv_dtype_name(m[i].dtype), (unsigned long long)m[i].rows, m[i].row_len,
                 ls_policy_name(m[i].policy), m[i].with_state ? "yes" : "no");
     fprintf(out, "%zu tensor%s\n", n, n == 1 ? "" : "s");

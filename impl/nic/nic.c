@@ -40,13 +40,12 @@ int rkv_nic_open_to_strangers(const struct rkv_nic *nic)
     return !nic->has_secret && !nic->ops->in_process;
 }
 
-int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path)
+int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path, char *err, size_t err_len)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) {
-        RKV_LOGE(nic->port, "nic: cannot read the secret file %s: %s", path, strerror(errno));
-        return -RKV_ECONFIG;
-    }
+    if (!f)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "cannot read the secret file %s: %s", path,
+                        strerror(errno));
     char buf[RKV_NIC_SECRET_MAX + 1];
     size_t n = fread(buf, 1, sizeof(buf), f);
     /* fopen opens a directory for reading and fread then fails (EISDIR):
@@ -56,24 +55,22 @@ int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path)
     fclose(f);
     if (rd_errno) {
         sodium_memzero(buf, sizeof(buf));
-        RKV_LOGE(nic->port, "nic: cannot read the secret file %s: %s", path, strerror(rd_errno));
-        return -RKV_ECONFIG;
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "cannot read the secret file %s: %s", path,
+                        strerror(rd_errno));
     }
     if (n > RKV_NIC_SECRET_MAX) {
-        RKV_LOGE(nic->port, "nic: the secret file %s is longer than %u bytes", path,
-                 RKV_NIC_SECRET_MAX);
-        return -RKV_ECONFIG;
+        sodium_memzero(buf, sizeof(buf));
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "the secret file %s is longer than %u bytes",
+                        path, RKV_NIC_SECRET_MAX);
     }
     /* Files written by echo end in a newline that is not part of the secret. */
     if (n > 0 && buf[n - 1] == '\n')
         n--;
     if (n > 0 && buf[n - 1] == '\r')
         n--;
-    if (n == 0) { /* no secret at all, the same opening as a directory's */
-        RKV_LOGE(nic->port,
-                 "nic: the secret file %s is empty (a secret of no bytes lets anyone in)", path);
-        return -RKV_ECONFIG;
-    }
+    if (n == 0) /* no secret at all, the same opening as a directory's */
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "the secret file %s is empty (a secret of no bytes lets anyone in)", path);
     rkv_nic_set_secret(nic, buf, n);
     sodium_memzero(buf, sizeof(buf));
     return 0;
@@ -85,8 +82,14 @@ int rkv_nic_base_init(struct rkv_nic *nic, const struct rkv_nic_ops *ops, struct
     atomic_init(&nic->poll_gap_ns, RKV_NIC_POLL_GAP_NS);
     nic->max_msg_bytes = UINT32_MAX; /* the backend lowers it */
     const char *file = getenv("RKV_SECRET_FILE");
-    if (file && *file)
-        return rkv_nic_read_secret_file(nic, file);
+    if (file && *file) {
+        /* No caller's message buffer here: the reason goes to the log. */
+        char err[512];
+        int rc = rkv_nic_read_secret_file(nic, file, err, sizeof(err));
+        if (rc < 0)
+            RKV_LOGE(port, "nic: %s", err);
+        return rc;
+    }
     const char *tok = getenv("RKV_TOKEN");
     rkv_nic_set_secret(nic, tok ? tok : "", tok ? strlen(tok) : 0);
     return 0;

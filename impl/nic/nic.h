@@ -255,8 +255,9 @@ void rkv_nic_set_poll_gap(struct rkv_nic *nic, uint64_t gap_ns);
 /* Replaces the secret (rkv_config.secret); before listen/connect. */
 void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len);
 /* Replaces the secret by the text of the file at path (one trailing newline
- * dropped); -RKV_ECONFIG, logged, if it cannot be read or is too long. */
-int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path);
+ * dropped); -RKV_ECONFIG with the reason in err (missing, unreadable, a
+ * directory, empty, or longer than RKV_NIC_SECRET_MAX) if it cannot. */
+int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path, char *err, size_t err_len);
 /* 1 when a peer outside this process could join without a secret: the
  * transport under any decorators (the innermost NIC, which holds the
  * secret) was given none and is not in_process. The store warns then. */

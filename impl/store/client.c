@@ -3180,7 +3180,16 @@ static int cli_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t 
 static int cli_api_register(struct rkv_client *c, void *addr, size_t len)
 {
     assert(c); /* rkv_client_* refused NULL */
-    int rc = rkv_regcache_add(rkv_engine_regcache(c->eng), addr, len);
+    struct rkv_regcache *cache = rkv_engine_regcache(c->eng);
+    int rc = rkv_regcache_add(cache, addr, len);
+    /* The cache's bound (CLI_REG_MAX_BYTES, no setting), named: 5 GiB was
+     * "configured limit reached", which named neither. */
+    if (rc == -RKV_ELIMIT && len > cache->max_bytes)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "register %zu bytes at %p: above the limit of %llu GiB a client keeps "
+                        "registered (a buffer not registered is registered by each call for "
+                        "itself)",
+                        len, addr, (unsigned long long)(cache->max_bytes >> 30));
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc, "register %zu bytes at %p: %s", len, addr,
                         rkv_strerror(rc));

@@ -398,12 +398,11 @@ int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, si
         /* Bounded: the field is a C string only if the caller ended it. */
         char path[sizeof(cfg->secret_file) + 1];
         snprintf(path, sizeof(path), "%.*s", (int)sizeof(cfg->secret_file), cfg->secret_file);
-        int rc = rkv_nic_read_secret_file(nic, path);
+        /* Its message says why: it was "(missing, unreadable, a directory
+         * or empty: the log says which)" when the file was too long. */
+        int rc = rkv_nic_read_secret_file(nic, path, err, err_len);
         if (rc < 0)
-            return rkv_errf(err, err_len, rc,
-                            "cannot read the secret file %s (missing, unreadable, a directory "
-                            "or empty: the log says which)",
-                            path);
+            return rc;
     } /* else the NIC's own, from the environment */
     return 0;
 }

@@ -1106,6 +1106,57 @@ static void test_tensor_limit_is_named(void **state)
     cluster_stop(&c);
 }
 
+/* rkv_client_register past the registration cache's bound said
+ * "configured limit reached", naming no limit (and none is configured). */
+static void test_register_limit_is_named(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    static char buf[64];
+    /* Refused by its length before anything is registered: no 5 GiB needed. */
+    assert_int_equal(rkv_client_register(cli, buf, 5ull << 30), -RKV_ELIMIT);
+    assert_msg(cli, "register 5368709120 bytes at");
+    assert_msg(cli, "above the limit of 4 GiB a client keeps registered");
+    assert_int_equal(rkv_client_register(cli, buf, sizeof(buf)), 0);
+    assert_int_equal(rkv_client_deregister(cli, buf), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
+/* A secret file too long to be read was refused with "(missing,
+ * unreadable, a directory or empty: the log says which)": only the log
+ * said "longer than 4096 bytes". The returned message says it now. */
+static void test_secret_file_too_long_is_named(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    char path[64], err[512] = "";
+    snprintf(path, sizeof(path), "/tmp/rkve-secret-%d", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 4097; i++)
+        fputc('s', f);
+    fclose(f);
+    struct rkv_config cfg = c.cfg;
+    snprintf(cfg.secret_file, sizeof(cfg.secret_file), "%s", path);
+    struct rkv_server *srv = NULL;
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_null(srv);
+    if (!strstr(err, "the secret file") || !strstr(err, "is longer than 4096 bytes"))
+        fail_msg("got \"%s\"", err);
+    struct rkv_client *cli = NULL;
+    assert_int_equal(rkv_client_create(&cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "is longer than 4096 bytes"));
+    unlink(path);
+    assert_false(shm_left(cfg.shm_prefix));
+}
+
 /* init_data waits for a large shard to be made: a server answers once it
  * populated its machine's shard, which takes time in proportion to it
  * (MAP_POPULATE), so the wait is timeout_ms plus 8 ms per MiB of the
@@ -2100,6 +2151,8 @@ int main(void)
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_tensor_limit_is_named),
+        cmocka_unit_test(test_register_limit_is_named),
+        cmocka_unit_test(test_secret_file_too_long_is_named),
         cmocka_unit_test(test_init_waits_for_a_large_shard),
         cmocka_unit_test(test_server_names_a_low_fd_limit),
         cmocka_unit_test(test_idle_connection_loss_is_quiet),

@@ -67,6 +67,20 @@ static void test_cluster_file_errors(void **state)
                   ":1: unexpected \"extra\" after the server count");
     cluster_fails("10.0.0.1 9000 2 3\n", ":1: unexpected \"3\" after the server count");
     cluster_fails("10.0.0.1 0\n", ":1: base_port: expected 1..65535, got \"0\"");
+    /* Read as a flag's number is: strtoul took a sign and wrapped, and these
+     * were port 31800 and one server. */
+    cluster_fails("127.0.0.1 +31800 1\n", ":1: base_port: expected 1..65535, got \"+31800\"");
+    cluster_fails("127.0.0.1 -18446744073709519816 1\n",
+                  ":1: base_port: expected 1..65535, got \"-18446744073709519816\"");
+    cluster_fails("127.0.0.1 31800 -18446744073709551615\n",
+                  ":1: servers: expected 1..256, got \"-18446744073709551615\"");
+    cluster_fails("127.0.0.1 31800 -1\n", ":1: servers: expected 1..256, got \"-1\"");
+    cluster_fails("127.0.0.1 31800 18446744073709551617\n",
+                  ":1: servers: expected 1..256, got \"18446744073709551617\"");
+    /* An unprintable byte is shown, not sent to the terminal as itself. */
+    cluster_fails("127.0.0.1 31800 1\x01\n", ":1: servers: expected 1..256, got \"1\\x01\"");
+    cluster_fails("127.0.0.1 31800\xc2\xa0 1\n",
+                  ":1: base_port: expected 1..65535, got \"31800\\xc2\\xa0\"");
     cluster_fails("# nothing\n\n   \n", ": no machines (expected 'host [base_port [servers]]'");
     { /* a directory read as empty: "no machines" */
         struct rkv_machine *m = NULL;
@@ -136,6 +150,17 @@ static void test_cluster_file_forms(void **state)
     assert_string_equal(m[0].host, "10.0.0.1");
     assert_int_equal(m[0].base_port, 9000);
     assert_int_equal(m[0].servers, 3);
+    assert_string_equal(m[1].host, "10.0.0.2");
+    assert_int_equal(m[1].base_port, 9100);
+    assert_int_equal(m[1].servers, 2);
+    free(m);
+    /* Any white space separates fields, as it is skipped before the host: a
+     * \v or \f at the end was 'servers: expected 1..256, got "1"'. */
+    write_cluster("10.0.0.1 9000 1\v\n10.0.0.2\f9100\v2 \f\r\n");
+    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 2);
+    assert_int_equal(m[0].servers, 1);
     assert_string_equal(m[1].host, "10.0.0.2");
     assert_int_equal(m[1].base_port, 9100);
     assert_int_equal(m[1].servers, 2);
@@ -402,7 +427,7 @@ static void test_settings_that_make_no_cluster(void **state)
 static void test_settings_that_make_a_cluster(void **state)
 {
     (void)state;
-    static char *argv[] = {"--machines",    "3",        "--num-servers", "2",
+    static char *argv[] = {"--machines",    "3",        "--num-servers", "6",
                            "--discover",    "1",        "--shm-prefix",  "mine",
                            "--host",        "10.1.1.1", "--base-port",   "7000",
                            "--num-workers", "4"};
@@ -442,6 +467,69 @@ static void test_settings_that_make_a_cluster(void **state)
     assert_int_equal(cfg.machines[0].servers, 3);
     assert_int_equal(cfg.machines[1].servers, 1);
     assert_string_equal(cfg.shm_prefix, "rkv-9000");
+    free(cfg.machines);
+}
+
+/* num-servers (DMLC_NUM_SERVER) counts every machine's servers, as its help
+ * says: without a cluster file it was taken as each machine's, and
+ * `rkv server --machines 2 --num-servers 4 --server-id 7` started server 7
+ * of 8. */
+static void test_num_servers_counts_every_machine(void **state)
+{
+    (void)state;
+    struct cmd_settings s;
+    struct rkv_config cfg;
+    char err[512];
+    uint32_t m = 0, local = 0;
+    assert_int_equal(load(&s, err, sizeof(err), 8, "--machines", "2", "--num-servers", "4",
+                          "--server-id", "7", "--base-port", "31600"),
+                     0);
+    if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(cfg.n_machines, 2);
+    assert_int_equal(cfg.machines[0].servers, 2);
+    assert_int_equal(cfg.machines[1].servers, 2);
+    assert_int_equal(cfg.machines[1].base_port, 31602);
+    assert_int_equal(cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "server-id 7 (flag): expected 0..3, the ids of the cluster's 4 "
+                                "servers on 2 machines"));
+    s.val[CMD_SERVER_ID] = "3";
+    assert_int_equal(cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)), 0);
+    assert_int_equal(m, 1);
+    assert_int_equal(local, 1);
+    free(cfg.machines);
+    /* A count machines do not divide, named with both sources. */
+    config_fails("num-servers 3 (flag) over machines 2 (flag): not a whole number of servers per "
+                 "machine",
+                 4, "--machines", "2", "--num-servers", "3");
+    setenv("DMLC_NUM_SERVER", "5", 1);
+    setenv("RKV_MACHINES", "2", 1);
+    config_fails("num-servers 5 (env DMLC_NUM_SERVER) over machines 2 (env RKV_MACHINES)", 0);
+    unsetenv("RKV_MACHINES");
+    unsetenv("DMLC_NUM_SERVER");
+    config_fails("num-servers 1024 (flag) over machines 2 (flag) is 512 per machine: expected "
+                 "1..256 servers per machine",
+                 4, "--machines", "2", "--num-servers", "1024");
+    /* servers-per-machine given too (not its default): they must agree. */
+    config_fails("num-servers 4 (flag) over machines 2 (flag) is 2 servers per machine, but "
+                 "servers-per-machine is 3 (flag): make them agree",
+                 6, "--machines", "2", "--num-servers", "4", "--servers-per-machine", "3");
+    setenv("DGL_NUM_SERVER", "1", 1);
+    config_fails("but servers-per-machine is 1 (env DGL_NUM_SERVER)", 4, "--machines", "2",
+                 "--num-servers", "4");
+    unsetenv("DGL_NUM_SERVER");
+    assert_int_equal(load(&s, err, sizeof(err), 6, "--machines", "2", "--num-servers", "4",
+                          "--servers-per-machine", "2"),
+                     0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machines[1].servers, 2);
+    free(cfg.machines);
+    /* One machine: num-servers is its count, as before. */
+    assert_int_equal(
+        load(&s, err, sizeof(err), 4, "--num-servers", "3", "--servers-per-machine", "5"), 0);
+    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_machines, 1);
+    assert_int_equal(cfg.machines[0].servers, 3);
     free(cfg.machines);
 }
 
@@ -997,6 +1085,18 @@ static void test_demo_passes_busy_poll(void **state)
     expect_run("", args, 0, "0 of 1 workers busy-polled");
 }
 
+/* rkv demo sizes its cluster as its nodes do: num-servers is every
+ * machine's servers together (it started 2 machines x 2, and passed its
+ * own servers-per-machine of 2 beside it to every node). */
+static void test_demo_num_servers_in_all(void **state)
+{
+    (void)state;
+    expect_run("", "demo --num-servers 2 --num-workers 1 --rows 64 --rounds 1 --value-bytes 4096",
+               0, "| 1 | 2 / 2 |");
+    expect_run("", "demo --num-servers 3", 2,
+               "rkv demo: num-servers 3 (flag) over machines 2 (default): not a whole number");
+}
+
 /* ---- rkv run: reports that cannot be written, bounds, and its settings ---- */
 
 static const char tiny[] =
@@ -1130,6 +1230,7 @@ int main(void)
         cmocka_unit_test(test_flags_and_env),
         cmocka_unit_test(test_settings_that_make_no_cluster),
         cmocka_unit_test(test_settings_that_make_a_cluster),
+        cmocka_unit_test(test_num_servers_counts_every_machine),
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_server_and_worker_errors),
@@ -1149,6 +1250,7 @@ int main(void)
         cmocka_unit_test(test_ls_without_a_store),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
+        cmocka_unit_test(test_demo_num_servers_in_all),
         cmocka_unit_test(test_run_reports),
         cmocka_unit_test(test_run_open_file_limit),
     };

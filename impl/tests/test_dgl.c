@@ -155,6 +155,21 @@ static void test_ls_command(void **state)
     assert_int_equal(rkv_client_init_data(obs, &d), -RKV_EINVAL);
     assert_non_null(strstr(rkv_client_errmsg(obs), "observer"));
     rkv_client_destroy(obs);
+    /* A name is any bytes its client gave: printed as they were, a newline
+     * made a row of its own and an escape sequence reached the terminal.
+     * Unprintable bytes are \xNN, and a backslash \\. */
+    struct rkv_tensor_desc evil = {.name = "evil\n2  fake  f64\x1b[31mRED",
+                                   .dtype = RKV_F64,
+                                   .rows = 2,
+                                   .row_len = 1,
+                                   .policy = RKV_PART_RANGE};
+    OK(cli, rkv_client_init_data(cli, &evil));
+    snprintf(evil.name, sizeof(evil.name), "back\\x41slash");
+    OK(cli, rkv_client_init_data(cli, &evil));
+    rc = run_rkv("", args);
+    if (rc != 0 || !strstr(out, "2    evil\\x0a2  fake  f64\\x1b[31mRED f64") ||
+        !strstr(out, "3    back\\\\x41slash") || strchr(out, '\x1b') || !strstr(out, "3 tensors\n"))
+        fail_msg("rkv %s: exit %d, output:\n%s", args, rc, out);
     /* No store there: a named error, exit 3. */
     f = fopen(path, "w");
     assert_non_null(f);

@@ -537,6 +537,41 @@ static void test_num_servers_against_cluster_file(void **state)
     unlink(path);
 }
 
+/* Without a cluster file num-servers is every machine's servers too (the
+ * Python Config's num_servers comes here): machines=2, num_servers=3,
+ * server_id=5 built 2 machines of 3 servers, and server 5 of 6. */
+static void test_num_servers_over_machines(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    uint32_t local = 99;
+    unsetenv("RKV_NUM_SERVERS");
+    unsetenv("DMLC_NUM_SERVER");
+    unsetenv("DGL_NUM_SERVER");
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "machines", "2", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "num-servers", "3", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "server-id", "5", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "num-servers 3 (flag) over machines 2 (flag): not a whole number of servers "
+                     "per machine"))
+        fail_msg("got \"%s\"", err);
+    assert_int_equal(rkv_settings_set(set, "num-servers", "4", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "server-id 5 (flag): expected 0..3"))
+        fail_msg("got \"%s\"", err);
+    assert_int_equal(rkv_settings_set(set, "server-id", "3", err, sizeof(err)), 0);
+    if (rkv_settings_build(set, &cfg, &local, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(cfg.n_machines, 2);
+    assert_int_equal(cfg.machines[0].servers, 2);
+    assert_int_equal(cfg.machine_id, 1);
+    assert_int_equal(local, 1);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+}
+
 /* discover=no (anything but "0") was on. */
 static void test_discover_is_0_or_1(void **state)
 {
@@ -580,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_cluster_file_as_written),
         cmocka_unit_test(test_discover_is_0_or_1),
         cmocka_unit_test(test_num_servers_against_cluster_file),
+        cmocka_unit_test(test_num_servers_over_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
