@@ -59,7 +59,7 @@ static const uint64_t proto_max_payload = (1ull << 30) + (64ull << 10);
 /* Body sizes of fixed-size types; PROTO_BODY_VARIABLE for the others. */
 #define PROTO_BODY_VARIABLE UINT32_MAX
 static const uint32_t proto_fixed_body[RKV_MSG_TYPE_MAX_] = {
-    [RKV_MSG_HELLO] = 24,
+    [RKV_MSG_HELLO] = 32,
     [RKV_MSG_HELLO_REPLY] = 24,
     [RKV_MSG_INIT] = PROTO_BODY_VARIABLE,
     [RKV_MSG_META] = RKV_NAME_MAX + 1,
@@ -571,6 +571,8 @@ static void dec_hello(const uint8_t *b, struct rkv_msg *m)
         m->u.hello.want_id = ld32(b + 4);
         m->u.hello.nonce = ld64(b + 8);
         m->u.hello.cluster = ld64(b + 16);
+        m->u.hello.rx_depth = ld32(b + 24);
+        m->u.hello.ctrl_buf_bytes = ld32(b + 28);
         return;
     }
     m->u.hello_reply.client_id = ld32(b);
@@ -728,15 +730,16 @@ static size_t enc_total(const struct rkv_hdr *h)
     return RKV_PROTO_HDR_BYTES + (size_t)h->payload_len;
 }
 
-size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, uint32_t machine_id, uint32_t want_id,
-                           uint64_t nonce, uint64_t cluster)
+size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, const struct rkv_wire_hello *w)
 {
     assert(h->type == RKV_MSG_HELLO);
     uint8_t *b = enc_begin(buf, h, proto_fixed_body[RKV_MSG_HELLO]);
-    st32(b, machine_id);
-    st32(b + 4, want_id);
-    st64(b + 8, nonce);
-    st64(b + 16, cluster);
+    st32(b, w->machine_id);
+    st32(b + 4, w->want_id);
+    st64(b + 8, w->nonce);
+    st64(b + 16, w->cluster);
+    st32(b + 24, w->rx_depth);
+    st32(b + 28, w->ctrl_buf_bytes);
     return enc_total(h);
 }
 

@@ -13,7 +13,8 @@
  *
  * Bodies (payload_len must equal exactly what the type needs):
  *   HELLO        u32 machine_id, u32 want_id (RKV_ID_NONE = assign), u64 nonce,
- *                u64 cluster (fingerprint of the cluster the sender belongs to)    (24)
+ *                u64 cluster (fingerprint of the cluster the sender belongs to),
+ *                u32 rx_depth, u32 ctrl_buf_bytes (the sender's settings)          (32)
  *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers,
  *                u32 ctrl_buf_bytes, u32 push_slots (the server's settings)           (24)
  *   INIT, META_REPLY  tensor (104) + book (book_len x u32); header count 0, or 1
@@ -125,6 +126,16 @@ struct rkv_slot_desc {
     uint64_t cap;
 };
 
+/* A client's join (or re-join) to a server. rx_depth and ctrl_buf_bytes:
+ * both sides post receives of that many and that size, so a server refuses
+ * a client of others before it counts it (srv_on_hello). */
+struct rkv_wire_hello {
+    uint32_t machine_id, want_id;
+    uint64_t nonce;
+    uint64_t cluster;
+    uint32_t rx_depth, ctrl_buf_bytes;
+};
+
 /* The server's settings a client must agree with (cli_on_reply): both
  * sides post receives of rx_depth x ctrl_buf_bytes, and push_slots is what
  * the server grants each client. */
@@ -151,11 +162,7 @@ struct rkv_wire_tensor {
 struct rkv_msg {
     struct rkv_hdr h;
     union {
-        struct {
-            uint32_t machine_id, want_id;
-            uint64_t nonce;
-            uint64_t cluster;
-        } hello;
+        struct rkv_wire_hello hello;
         struct rkv_wire_hello_reply hello_reply;
         struct {
             struct rkv_wire_tensor t;
@@ -209,8 +216,7 @@ uint64_t rkv_proto_body_bytes(int type, uint32_t count, uint32_t row_bytes, uint
 /* Encoders write at buf (which must hold HDR_BYTES + body) and return the
  * total message length. h->payload_len is computed, not taken from h. */
 size_t rkv_proto_put_hdr(void *buf, const struct rkv_hdr *h);
-size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, uint32_t machine_id, uint32_t want_id,
-                           uint64_t nonce, uint64_t cluster);
+size_t rkv_proto_enc_hello(void *buf, struct rkv_hdr *h, const struct rkv_wire_hello *w);
 size_t rkv_proto_enc_hello_reply(void *buf, struct rkv_hdr *h,
                                  const struct rkv_wire_hello_reply *r);
 size_t rkv_proto_enc_tensor(void *buf, struct rkv_hdr *h, const struct rkv_wire_tensor *t,

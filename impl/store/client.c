@@ -792,10 +792,13 @@ static int cli_send_simple(struct rkv_client *c, struct cli_server *srv, struct 
     h->sender = RKV_CLIENT_NODE_BASE + c->id;
     void *buf = rkv_engine_tx_buf(tx);
     size_t len;
-    if (h->type == RKV_MSG_HELLO)
-        len = rkv_proto_enc_hello(buf, h, body->u.hello.machine_id, body->u.hello.want_id,
-                                  body->u.hello.nonce, c->fp);
-    else if (h->type == RKV_MSG_META)
+    if (h->type == RKV_MSG_HELLO) {
+        struct rkv_wire_hello w = body->u.hello;
+        w.cluster = c->fp;
+        w.rx_depth = c->cfg.rx_depth;
+        w.ctrl_buf_bytes = c->cfg.ctrl_buf_bytes;
+        len = rkv_proto_enc_hello(buf, h, &w);
+    } else if (h->type == RKV_MSG_META)
         len = rkv_proto_enc_meta(buf, h, body->u.name);
     else
         len = rkv_proto_enc_empty(buf, h);

@@ -430,6 +430,19 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         return srv_status(s, peer, m, 0, -RKV_ECONFIG,
                           "this server belongs to another cluster (machines, ports, workers, "
                           "shm prefix or durable mode differ)");
+    /* Refused before the client is counted: a client refused only by
+     * itself, at the reply, had taken a worker's place, and the job could
+     * not start again without restarting the servers. */
+    if (m->u.hello.rx_depth != s->cfg.rx_depth ||
+        m->u.hello.ctrl_buf_bytes != s->cfg.ctrl_buf_bytes) {
+        char why[RKV_PROTO_TEXT_MAX];
+        snprintf(why, sizeof(why),
+                 "server %u uses rx_depth %u and ctrl_buf_bytes %u, this client %u and %u: "
+                 "every node needs the same",
+                 s->server_id, s->cfg.rx_depth, s->cfg.ctrl_buf_bytes, m->u.hello.rx_depth,
+                 m->u.hello.ctrl_buf_bytes);
+        return srv_status(s, peer, m, 0, -RKV_ECONFIG, why);
+    }
     if (m->u.hello.want_id != RKV_ID_NONE) {
         if (m->u.hello.want_id >= s->cfg.n_workers)
             return srv_status(s, peer, m, 0, -RKV_EINVAL, "client id out of range");

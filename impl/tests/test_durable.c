@@ -638,7 +638,13 @@ static void raw_open(struct rawcli *r, const struct rkv_config *cfg, uint32_t ma
     struct rkv_tx *tx;
     assert_int_equal(rkv_engine_tx_alloc(r->eng, len, &tx), 0);
     struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1, .sender = RKV_CLIENT_NODE_BASE};
-    len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, machine, 0, 7, rkv_cfg_fingerprint(cfg));
+    struct rkv_wire_hello w = {.machine_id = machine,
+                               .want_id = 0,
+                               .nonce = 7,
+                               .cluster = rkv_cfg_fingerprint(cfg),
+                               .rx_depth = cfg->rx_depth,
+                               .ctrl_buf_bytes = cfg->ctrl_buf_bytes};
+    len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, &w);
     assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
     r->port->ops->mutex_lock(r->mu);
     while (r->got == 0)
@@ -2264,8 +2270,12 @@ static void raw_join_send(struct rawcli *r, const struct rkv_config *cfg, uint64
     struct rkv_tx *tx;
     assert_int_equal(rkv_engine_tx_alloc(r->eng, 256, &tx), 0);
     struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1, .sender = RKV_CLIENT_NODE_BASE};
-    size_t len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, 0, RKV_ID_NONE, nonce,
-                                     rkv_cfg_fingerprint(cfg));
+    struct rkv_wire_hello w = {.want_id = RKV_ID_NONE,
+                               .nonce = nonce,
+                               .cluster = rkv_cfg_fingerprint(cfg),
+                               .rx_depth = cfg->rx_depth,
+                               .ctrl_buf_bytes = cfg->ctrl_buf_bytes};
+    size_t len = rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, &w);
     assert_int_equal(rkv_engine_send(r->eng, r->peer, tx, len), 0);
 }
 

@@ -1589,7 +1589,12 @@ static void test_connection_churn(void **state)
         if (i % 2) { /* a whole client: HELLO (claiming an id) and its reply */
             static uint8_t msg[256] __attribute__((aligned(8)));
             struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1};
-            size_t len = rkv_proto_enc_hello(msg, &h, 0, 0, 1, rkv_cfg_fingerprint(&c.cfg));
+            struct rkv_wire_hello w = {.want_id = 0,
+                                       .nonce = 1,
+                                       .cluster = rkv_cfg_fingerprint(&c.cfg),
+                                       .rx_depth = c.cfg.rx_depth,
+                                       .ctrl_buf_bytes = c.cfg.ctrl_buf_bytes};
+            size_t len = rkv_proto_enc_hello(msg, &h, &w);
             assert_int_equal(raw_request(fd, msg, len), RKV_MSG_HELLO_REPLY);
         }
         if (i >= 500) { /* an abortive close: 20,000 orderly ones left as many TIME_WAIT
@@ -1836,7 +1841,12 @@ static void test_descriptor_exhaustion(void **state)
 static int evil_hello(struct evil *e, const struct cluster *c, uint32_t want, uint64_t nonce)
 {
     struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 0x77, .sender = 0x666};
-    size_t len = rkv_proto_enc_hello(e->tx, &h, 0, want, nonce, rkv_cfg_fingerprint(&c->cfg));
+    struct rkv_wire_hello w = {.want_id = want,
+                               .nonce = nonce,
+                               .cluster = rkv_cfg_fingerprint(&c->cfg),
+                               .rx_depth = c->cfg.rx_depth,
+                               .ctrl_buf_bytes = c->cfg.ctrl_buf_bytes};
+    size_t len = rkv_proto_enc_hello(e->tx, &h, &w);
     return evil_request(e, len, RKV_MSG_HELLO_REPLY);
 }
 
@@ -1945,7 +1955,12 @@ static void test_identity(void **state)
     evil_connect(&e, &c.machines[1]);
     assert_int_equal(evil_hello(&e, &c, 0, 1), 0);
     struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 0x77};
-    evil_send(&e, rkv_proto_enc_hello(e.tx, &h, 0, 1, 1, rkv_cfg_fingerprint(&c.cfg)));
+    struct rkv_wire_hello w = {.want_id = 1,
+                               .nonce = 1,
+                               .cluster = rkv_cfg_fingerprint(&c.cfg),
+                               .rx_depth = c.cfg.rx_depth,
+                               .ctrl_buf_bytes = c.cfg.ctrl_buf_bytes};
+    evil_send(&e, rkv_proto_enc_hello(e.tx, &h, &w));
     evil_expect_dropped(&e);
     evil_close(&e);
     expect_logged_once(&c.srv_node[1].log, NULL, "a second HELLO on one connection");

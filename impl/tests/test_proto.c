@@ -133,6 +133,13 @@ static void expect_ok(const uint8_t *buf, size_t len, struct rkv_msg *m)
 
 static const uint32_t sample_book[5] = {2, 0, 1, 1, 0};
 
+static const struct rkv_wire_hello HELLO_SAMPLE = {.machine_id = 3,
+                                                   .want_id = RKV_ID_NONE,
+                                                   .nonce = 0xabcdef,
+                                                   .cluster = 0x5eed,
+                                                   .rx_depth = 128,
+                                                   .ctrl_buf_bytes = 2048};
+
 static const struct rkv_wire_hello_reply HELLO_REPLY_SAMPLE = {.client_id = 4,
                                                                .n_workers = 8,
                                                                .rx_depth = 32,
@@ -187,7 +194,7 @@ static size_t enc_sample(uint8_t *buf, int type)
     struct rkv_slot_desc d = {.addr = 0x7f0000001000, .rkey = 11, .slot = 2, .cap = 1 << 20};
     switch (type) {
     case RKV_MSG_HELLO:
-        return rkv_proto_enc_hello(buf, &h, 3, RKV_ID_NONE, 0xabcdef, 0x5eed);
+        return rkv_proto_enc_hello(buf, &h, &HELLO_SAMPLE);
     case RKV_MSG_HELLO_REPLY:
         return rkv_proto_enc_hello_reply(buf, &h, &HELLO_REPLY_SAMPLE);
     case RKV_MSG_INIT: {
@@ -248,15 +255,17 @@ static void test_roundtrip_hello(void **state)
     uint8_t *b = buf_new();
     struct rkv_msg m;
     struct rkv_hdr h = hdr_of(RKV_MSG_HELLO);
-    size_t n = rkv_proto_enc_hello(b, &h, 3, RKV_ID_NONE, 0xabcdef, 0x5eed);
-    assert_int_equal(n, 64 + 24);
-    assert_int_equal(h.payload_len, 24);
+    size_t n = rkv_proto_enc_hello(b, &h, &HELLO_SAMPLE);
+    assert_int_equal(n, 64 + 32);
+    assert_int_equal(h.payload_len, 32);
     expect_ok(b, n, &m);
     assert_hdr_equal(&m.h, &h);
     assert_int_equal(m.u.hello.machine_id, 3);
     assert_int_equal(m.u.hello.want_id, RKV_ID_NONE);
     assert_int_equal(m.u.hello.nonce, 0xabcdef);
     assert_int_equal(m.u.hello.cluster, 0x5eed);
+    assert_int_equal(m.u.hello.rx_depth, 128);
+    assert_int_equal(m.u.hello.ctrl_buf_bytes, 2048);
 
     h = hdr_of(RKV_MSG_HELLO_REPLY);
     n = rkv_proto_enc_hello_reply(b, &h, &HELLO_REPLY_SAMPLE);
@@ -531,7 +540,7 @@ static void test_type_names_and_sizes(void **state)
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_INIT, 9, 9, 5), 104 + 20);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_META_REPLY, 0, 0, UINT32_MAX),
                      104 + 4ull * UINT32_MAX);
-    assert_int_equal(rkv_proto_body_bytes(RKV_MSG_HELLO, 5, 5, 5), 24);
+    assert_int_equal(rkv_proto_body_bytes(RKV_MSG_HELLO, 5, 5, 5), 32);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_META, 0, 0, 0), 64);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_RNDV_START, 0, 0, 0), 8);
     assert_int_equal(rkv_proto_body_bytes(RKV_MSG_RNDV_REPLY, 0, 0, 0), 24);

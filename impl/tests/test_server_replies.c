@@ -116,7 +116,14 @@ static void expect_error(struct peer *p, size_t len, uint64_t req, int status, c
 static size_t enc_hello(struct peer *p, uint64_t req, uint32_t want, uint64_t cluster)
 {
     struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = req};
-    return rkv_proto_enc_hello(p->tx, &h, 0, want, 0x1234 + req, cluster);
+    struct rkv_config d; /* the servers' settings here */
+    rkv_config_defaults(&d);
+    struct rkv_wire_hello w = {.want_id = want,
+                               .nonce = 0x1234 + req,
+                               .cluster = cluster,
+                               .rx_depth = d.rx_depth,
+                               .ctrl_buf_bytes = d.ctrl_buf_bytes};
+    return rkv_proto_enc_hello(p->tx, &h, &w);
 }
 
 static size_t enc_register(struct peer *p, uint64_t req, uint64_t cluster, uint32_t id,
