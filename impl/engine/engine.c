@@ -668,8 +668,7 @@ static int peer_acquire(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx 
     }
     if (tx->rndv_asked)
         return 0;
-    uint32_t budget = p->slot_budget ? p->slot_budget : e->cfg.max_slots / 2;
-    while (p->n_rslots + p->rndv_inflight >= budget) {
+    while (p->n_rslots + p->rndv_inflight >= p->slot_budget) {
         if (!peer_retire_idle(e, p))
             return 0;
         /* A RETIRE whose post failed killed the peer, and the kill put tx
@@ -1162,7 +1161,8 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
         return -RKV_ENOMEM;
     p->eng = e;
     p->credits = c->rx_depth;
-    if (e->srq_mem) { /* receives come from the NIC's shared pool */
+    p->slot_budget = c->max_slots / 2; /* until the peer says its grant */
+    if (e->srq_mem) {                  /* receives come from the NIC's shared pool */
         p->qp = qp;
         rkv_qp_set_ctx(qp, p);
         p->next = e->peers;

@@ -924,28 +924,25 @@ static int wal_orphan_listed(void *arg, const char *name)
     int rc = wal_rd_open(&rd, path, o->err, o->err_len);
     if (rc == -RKV_ENOTENSOR) /* gone since listed */
         return 0;
+    char why[64] = "";
     /* Log 2 is made by the second checkpoint, the first's snapshot
      * complete (a clean stop checkpoints: its log holds only a header). */
     if (rc == 0 && gen >= 2)
-        rc = rkv_errf(o->err, o->err_len, -RKV_ECONFIG,
-                      "durable mode: machine %u has no snapshot in %s, but its log %s is of "
-                      "generation %llu: the snapshot was lost or removed, and a new run would "
-                      "start over in silence; restore the snapshot, or move the machine's logs "
-                      "(rkv-m%u.*.wal) away to start anew",
-                      o->w->machine, o->w->dir, path, (unsigned long long)gen, o->w->machine);
-    if (rc == 0 && rd.size > RKV_WAL_HDR_BYTES) {
+        snprintf(why, sizeof(why), "is of generation %llu", (unsigned long long)gen);
+    if (rc == 0 && !why[0] && rd.size > RKV_WAL_HDR_BYTES) {
         uint64_t n = rd.size - RKV_WAL_HDR_BYTES;
         n = n < RKV_WAL_REC_BYTES ? n : RKV_WAL_REC_BYTES;
         const uint8_t *b = wal_rd_at(&rd, RKV_WAL_HDR_BYTES, n, &rc, o->err, o->err_len);
         if (b && !wal_all_zero(b, (size_t)n))
-            rc = rkv_errf(o->err, o->err_len, -RKV_ECONFIG,
-                          "durable mode: machine %u has no snapshot in %s, but its log %s holds "
-                          "records (%llu bytes): the snapshot was lost or removed, and a new "
-                          "run would overwrite what the log holds; restore the snapshot, or "
-                          "move the machine's logs (rkv-m%u.*.wal) away to start anew",
-                          o->w->machine, o->w->dir, path, (unsigned long long)rd.size,
-                          o->w->machine);
+            snprintf(why, sizeof(why), "holds records (%llu bytes)", (unsigned long long)rd.size);
     }
+    if (why[0])
+        rc = rkv_errf(o->err, o->err_len, -RKV_ECONFIG,
+                      "durable mode: machine %u has no snapshot in %s, but its log %s %s: the "
+                      "snapshot was lost or removed, and a new run would start over in silence "
+                      "and overwrite its logs; restore the snapshot, or move the machine's logs "
+                      "(rkv-m%u.*.wal) away to start anew",
+                      o->w->machine, o->w->dir, path, why, o->w->machine);
     if (rd.fd >= 0)
         wal_rd_close(&rd);
     o->rc = rc;
