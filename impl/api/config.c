@@ -913,8 +913,10 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         goto free_machines;
     }
     /* A POSIX shared-memory name is one '/' and a file name: "a/b" failed
-     * in shm_open as an I/O error (exit 3), the setting unnamed. */
-    if (strchr(s->val[CMD_SHM_PREFIX], '/')) {
+     * in shm_open as an I/O error (exit 3), the setting unnamed. A leading
+     * '/' is the name's own, which shm_open skips: rkv_cfg_check takes it
+     * from the C API, and so does the command line. */
+    if (strchr(s->val[CMD_SHM_PREFIX] + (s->val[CMD_SHM_PREFIX][0] == '/'), '/')) {
         rkv_errf(err, err_len, -1,
                  "shm-prefix: \"%s\" (%s): a '/' cannot be in a shared-memory "
                  "name",
