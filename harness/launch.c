@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -80,6 +81,9 @@ struct demo {
     /* Durable runs: the snapshot directory this run made; its shm prefix
      * and tensor count name the segments a machine loss takes away. */
     char durable_dir[64];
+    /* The cluster's secret when the user gave none (demo_secret): a file
+     * of this run's, removed at its end. */
+    char secret_file[PATH_MAX];
     char shm_prefix[40];
     uint32_t n_tensors;
     char retry_buf[16];
@@ -1038,6 +1042,55 @@ static int demo_fd_room(const struct demo *d)
 
 /* Sizes the run from the settings, checks them, and builds the flags every
  * child gets. */
+/* A cluster this launcher starts is open to anyone who reaches its ports
+ * unless it has a secret: each server said so (NO SHARED SECRET), and any
+ * local user could join a CI run's cluster, write its tensors and stop it.
+ * Unless the user gave one (--secret-file, RKV_SECRET_FILE or RKV_TOKEN,
+ * which the children inherit), the launcher makes one for this run: 32
+ * random bytes in a file only this user reads (mkstemp: 0600), in $TMPDIR
+ * or /tmp, passed to every child by its flag and removed at the end. */
+static int demo_secret(struct demo *d, struct cmd_settings *s)
+{
+    if (*s->val[CMD_SECRET_FILE] || getenv("RKV_TOKEN"))
+        return 0;
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    int len = snprintf(d->secret_file, sizeof(d->secret_file), "%s/rkv-secret.XXXXXX", tmp);
+    if (len < 0 || (size_t)len >= sizeof(d->secret_file)) {
+        fprintf(stderr, "%s: TMPDIR is too long for this run's secret file\n", d->cmd);
+        d->secret_file[0] = 0;
+        return -1;
+    }
+    int fd = mkstemp(d->secret_file);
+    if (fd < 0) {
+        fprintf(stderr, "%s: cannot make this run's secret file in %s: %s\n", d->cmd, tmp,
+                strerror(errno));
+        d->secret_file[0] = 0;
+        return -1;
+    }
+    uint8_t key[32];
+    char hex[2 * sizeof(key) + 2];
+    ssize_t got = getrandom(key, sizeof(key), 0);
+    for (size_t i = 0; i < sizeof(key); i++)
+        snprintf(hex + 2 * i, 3, "%02x", key[i]);
+    hex[2 * sizeof(key)] = '\n';
+    int ok = got == (ssize_t)sizeof(key) &&
+             write(fd, hex, 2 * sizeof(key) + 1) == (ssize_t)(2 * sizeof(key) + 1);
+    int err = errno;
+    close(fd);
+    if (!ok) {
+        fprintf(stderr, "%s: cannot write this run's secret file %s: %s\n", d->cmd,
+                d->secret_file, got == (ssize_t)sizeof(key) ? strerror(err) : "no random bytes");
+        unlink(d->secret_file);
+        d->secret_file[0] = 0;
+        return -1;
+    }
+    s->val[CMD_SECRET_FILE] = d->secret_file;
+    s->src[CMD_SECRET_FILE] = "launcher";
+    return 0;
+}
+
 static int demo_configure(struct demo *d, struct cmd_settings *s)
 {
     char err[512] = "";
@@ -1120,7 +1173,7 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
             s->val[CMD_BASE_PORT] = d->bufs[CMD_BASE_PORT];
         }
     }
-    if (demo_check_settings(d, s) < 0)
+    if (demo_secret(d, s) < 0 || demo_check_settings(d, s) < 0)
         return -1;
     d->nargs = rkv_launch_args(s, d->args, DEMO_MAX_ARGS);
     assert(d->nargs > 0); /* DEMO_MAX_ARGS holds every setting */
@@ -1226,6 +1279,9 @@ static int demo_finish(struct demo *d, int code)
     if (d->durable_dir[0])
         rkv_file_remove_dir(d->durable_dir);
     d->durable_dir[0] = 0;
+    if (d->secret_file[0]) /* after the children: a restarted server reads it */
+        unlink(d->secret_file);
+    d->secret_file[0] = 0;
     int signo = d->signo;
     demo_signals_close(d);
     return signo ? 128 + signo : code;

@@ -353,6 +353,37 @@ static void test_demo_durable_dir(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The processes a run starts share a secret of the run's unless the user
+ * gave one: they served anyone who reached their ports, and said so
+ * (NO SHARED SECRET, a line per server). The file is gone at the end. */
+static void test_run_makes_its_own_secret(void **state)
+{
+    (void)state;
+    char dir[64], cmd[512];
+    snprintf(dir, sizeof(dir), "/tmp/rkv-secret-test-%d.XXXXXX", (int)getpid());
+    assert_non_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "env -u RKV_TOKEN -u RKV_SECRET_FILE TMPDIR=%s %s run %s/quickstart.yaml --backend "
+             "tcp 2>&1",
+             dir, RKV_BIN, SCEN_DIR);
+    assert_int_equal(sh(cmd), 0);
+    if (out_count("NO SHARED SECRET"))
+        fail_msg("a server ran without a secret:\n%s", out);
+    snprintf(cmd, sizeof(cmd), "ls -A %s", dir);
+    assert_int_equal(sh(cmd), 0);
+    if (out[0])
+        fail_msg("left in TMPDIR after the run: %s", out);
+    /* The user's own secret is the run's: no file is made. */
+    snprintf(cmd, sizeof(cmd),
+             "env RKV_TOKEN=users-own TMPDIR=%s %s demo --machines 2 --servers-per-machine 1 "
+             "--num-workers 2 --rows 64 --rounds 1 --value-bytes 4096 2>&1; ls -A %s",
+             dir, RKV_BIN, dir);
+    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(out_count("NO SHARED SECRET"), 0);
+    assert_int_equal(out_count("rkv-secret."), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* --host A,B: machine 0's servers listen on A, machine 1's on B (the
  * two-host verbs runs' hook), and a cluster over the list runs; an empty
  * address in it is one line and exit 2. */
@@ -926,6 +957,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings_once),
         cmocka_unit_test(test_every_setting_reaches_children),
         cmocka_unit_test(test_demo_durable_dir),
+        cmocka_unit_test(test_run_makes_its_own_secret),
         cmocka_unit_test(test_demo_host_list),
         cmocka_unit_test(test_sigterm_stops_everything),
         cmocka_unit_test(test_sigint_stops_everything),
