@@ -2059,11 +2059,11 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
      * on every server, for good; a negative one climbs the gradient (the
      * Python binding and torch.optim refuse it too; a custom op's param is
      * the handler's business). */
-    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && !isfinite(param))
+    if (rkv_handler_check_param(op, param) < 0 && !isfinite(param))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must be finite", name,
                         op == RKV_OP_SGD ? "sgd" : "adagrad", param);
-    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && param < 0)
+    if (rkv_handler_check_param(op, param) < 0)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must not be negative "
                         "(the op applies row -= lr * ...)",
