@@ -1543,6 +1543,7 @@ struct cli_op {
      * or NULL when no part of the call is large enough. */
     struct rkv_mr *mr;
     uint64_t span;
+    int cached; /* mr is rkv_client_register's, taken from the cache until cli_zc_end */
 };
 
 static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struct cli_op *o,
@@ -2059,11 +2060,11 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
      * on every server, for good; a negative one climbs the gradient (the
      * Python binding and torch.optim refuse it too; a custom op's param is
      * the handler's business). */
-    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && !isfinite(param))
+    if (rkv_handler_check_param(op, param) < 0 && !isfinite(param))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must be finite", name,
                         op == RKV_OP_SGD ? "sgd" : "adagrad", param);
-    if ((op == RKV_OP_SGD || op == RKV_OP_ADAGRAD) && param < 0)
+    if (rkv_handler_check_param(op, param) < 0)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must not be negative "
                         "(the op applies row -= lr * ...)",
@@ -2499,6 +2500,7 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
 {
     *call_reg_p = 0;
     o->mr = NULL;
+    o->cached = 0;
     o->span = (uint64_t)n * o->t->row_bytes;
     uint64_t best = 0;
     for (uint32_t k = 0; k < g->n; k++)
@@ -2507,8 +2509,12 @@ static void cli_zc_begin(struct rkv_client *c, const struct cli_groups *g, struc
     if (!c->cfg.zero_copy_bytes || best * o->t->row_bytes < c->cfg.zero_copy_bytes)
         return;
     const void *base = o->out ? (const void *)o->out : (const void *)o->rows;
-    o->mr = rkv_regcache_find(rkv_engine_regcache(c->eng), base, o->span);
+    /* Held until cli_zc_end: a push_async reads through it until its wait,
+     * and the caller may deregister the region (or a register evict it)
+     * before then. */
+    o->mr = rkv_regcache_take(rkv_engine_regcache(c->eng), base, o->span);
     if (o->mr) {
+        o->cached = 1;
         c->zst.cache_hits++;
         return;
     }
@@ -2530,7 +2536,10 @@ static void cli_zc_end(struct rkv_client *c, struct cli_op *o, int call_reg)
 {
     if (call_reg)
         rkv_engine_dereg_mr(c->eng, o->mr);
+    else if (o->cached)
+        rkv_regcache_put(rkv_engine_regcache(c->eng), o->mr);
     o->mr = NULL;
+    o->cached = 0;
 }
 
 static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,

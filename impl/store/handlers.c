@@ -56,6 +56,13 @@ int rkv_handler_check(const struct rkv_handler_table *t, int op, enum rkv_dtype 
     }
 }
 
+int rkv_handler_check_param(int op, double param)
+{
+    if (op != RKV_OP_SGD && op != RKV_OP_ADAGRAD)
+        return 0;
+    return isfinite(param) && param >= 0 ? 0 : -RKV_EINVAL;
+}
+
 /* ---- sum ---- */
 
 static void sum_f32(float *r, const float *x, size_t n)

@@ -29,6 +29,13 @@ int rkv_handler_apply(const struct rkv_handler_table *t, int op, enum rkv_dtype 
 /* Same checks as rkv_handler_apply without touching anything (lets a server
  * reject a whole request before applying any row of it). */
 int rkv_handler_check(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, int has_state);
+/* The param of a built-in op: SGD's and ADAGRAD's learning rate must be
+ * finite and not negative (-RKV_EINVAL); the others' is not read, and a
+ * custom op's is its handler's business (0). Made by the client before it
+ * sends a push and by a server before it applies or logs one: a server
+ * took any lr a PUSH said, and one NaN made every row it named NaN for
+ * good. */
+int rkv_handler_check_param(int op, double param);
 /* rkv_handler_apply for an op that rkv_handler_check accepted for dt and
  * state: a request's rows are checked once, not once each. */
 void rkv_handler_run(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, void *row,

@@ -852,6 +852,14 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (t)
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.push.ids, m->h.count, s->err,
                                   sizeof(s->err));
+    /* The client refuses such a learning rate before it sends; a peer that
+     * does not was obeyed: a NaN made every row it named NaN for good. So
+     * it is refused here too, before anything is logged or applied. */
+    if (rc == 0 && rkv_handler_check_param(m->h.op, m->h.param) < 0)
+        rc = rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                      "tensor '%s': push op %u with learning rate %g; it must be finite and not "
+                      "negative",
+                      t->meta.name, m->h.op, m->h.param);
     const struct srv_conn *c = srv_conn_of(peer);
     if (rc == 0)
         rc = srv_apply_once(s, t, m, c ? c->client_id : RKV_ID_NONE);

@@ -1683,6 +1683,80 @@ static void test_shutdown_names_unreachable(void **state)
  * a second wait for one push (or a wait for a push already waited for)
  * read the freed handle and freed it again; it is refused, nothing read.
  * Ids near UINT64_MAX are out of range, named, for every call. */
+/* rkv_client_register's regions may be dropped while a push_async whose
+ * rows lie inside one is in flight: by rkv_client_deregister, or by a
+ * register past the 64 regions evicting the least recently used (rkv.h:
+ * "calls then register that memory for themselves"). The rows stay valid
+ * (the caller keeps them until the wait) but the registration is gone: a
+ * push waiting for its rendezvous slot then posted its rows under a freed
+ * registration (freed memory read by the NIC's bounds check; the push
+ * failed with -RKV_EINVAL, or was sent from a region nobody owned). The
+ * registration now lives until the last push that took it is waited for. */
+#define ZC_ROW_LEN 4096 /* f32: 16 KiB rows, pushed 4 at a time through a rendezvous slot */
+
+static void test_deregister_under_async_push(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.zero_copy_bytes = 1; /* every remote part zero-copy */
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    const struct rkv_tensor_desc d = {.name = "zc",
+                                      .dtype = RKV_F32,
+                                      .rows = 100,
+                                      .row_len = ZC_ROW_LEN,
+                                      .policy = RKV_PART_RANGE};
+    assert_int_equal(rkv_client_init_data(cli, &d), 0);
+    enum { ROUNDS = 200, N = 4 };
+    float *rows = malloc(sizeof(float) * N * ZC_ROW_LEN);
+    float *got = malloc(sizeof(float) * N * ZC_ROW_LEN);
+    static char other[65][64]; /* for evictions */
+    assert_non_null(rows);
+    assert_non_null(got);
+    uint64_t ids[N] = {60, 70, 80, 99}; /* machine 1's */
+    for (int r = 0; r < ROUNDS; r++) {
+        for (size_t j = 0; j < (size_t)N * ZC_ROW_LEN; j++)
+            rows[j] = (float)r + (float)(j % 97);
+        assert_int_equal(rkv_client_register(cli, rows, sizeof(float) * N * ZC_ROW_LEN), 0);
+        struct rkv_pending *p = NULL;
+        if (rkv_client_push_async(cli, "zc", ids, N, rows, RKV_OP_ASSIGN, 0, &p) < 0)
+            fail_msg("push_async: %s", rkv_client_errmsg(cli));
+        if (r % 2 == 0) {
+            assert_int_equal(rkv_client_deregister(cli, rows), 0);
+        } else { /* 64 regions more: rows' registration is the least recently used */
+            for (int k = 0; k < 65; k++)
+                assert_int_equal(rkv_client_register(cli, other[k], sizeof(other[k])), 0);
+        }
+        /* Memory freed by this thread is what its next allocations of that
+         * size get: scribbled over, a registration freed under the push
+         * shows in its result, not only under valgrind. */
+        void *scribble[8];
+        for (int k = 0; k < 8; k++) {
+            scribble[k] = malloc(48);
+            assert_non_null(scribble[k]);
+            memset(scribble[k], 0xa5, 48);
+        }
+        int rc = rkv_client_wait(cli, p);
+        for (int k = 0; k < 8; k++)
+            free(scribble[k]);
+        if (rc < 0)
+            fail_msg("round %d: wait: %s", r, rkv_client_errmsg(cli));
+        pull_ok(cli, "zc", ids, N, got);
+        assert_memory_equal(got, rows, sizeof(float) * N * ZC_ROW_LEN);
+        for (int k = 0; k < 65; k++)
+            rkv_client_deregister(cli, other[k]); /* some were evicted: -RKV_EINVAL */
+    }
+    /* Dropped registrations are gone for good once nothing uses them. */
+    assert_int_equal(rkv_client_deregister(cli, rows), -RKV_EINVAL);
+    free(rows);
+    free(got);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 static void test_async_in_flight(void **state)
 {
     (void)state;
@@ -2175,6 +2249,7 @@ int main(void)
         cmocka_unit_test(test_init_mismatch),
         cmocka_unit_test(test_calls_after_shutdown),
         cmocka_unit_test(test_async_in_flight),
+        cmocka_unit_test(test_deregister_under_async_push),
         cmocka_unit_test(test_client_from_two_threads),
         cmocka_unit_test(test_init_data_race),
         cmocka_unit_test(test_handler_reentry_refused),

@@ -15,6 +15,7 @@
  * rdma_cm can bind to an RDMA device (verbs). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -2028,6 +2029,67 @@ static void test_push_sender_is_the_connection(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The learning rate of an SGD or ADAGRAD push must be finite and not
+ * negative (rkv.h). The C client refuses such a push before sending it,
+ * but a server took whatever a PUSH said: one PUSH with lr NaN turned the
+ * rows it named into NaN on that server for good (row -= NaN * grad), and
+ * a negative one climbed the gradient. The server now refuses it
+ * (-RKV_EINVAL) before anything is applied, and the rows stay as they were. */
+static void test_push_learning_rate_checked(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    uint64_t id = 60; /* machine 1's */
+    float before[4] = {1, 2, 3, 4}, got[4];
+    assert_int_equal(rkv_client_push(c.cli, "small", &id, 1, before, RKV_OP_ASSIGN, 0), 0);
+    struct logcap *log = &c.srv_node[1].log;
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    const struct {
+        int op;
+        double lr;
+    } bad[] = {
+        {RKV_OP_SGD, NAN}, {RKV_OP_SGD, INFINITY}, {RKV_OP_SGD, -0.5}, {RKV_OP_SGD, -INFINITY}};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        printf("push op %d with learning rate %g\n", bad[i].op, bad[i].lr);
+        logcap_reset(log);
+        float grad[4] = {1, 1, 1, 1};
+        struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                            .req_id = 0x77,
+                            .tensor_id = SMALL_ID,
+                            .count = 1,
+                            .row_bytes = SMALL_ROW_BYTES,
+                            .op = (uint16_t)bad[i].op,
+                            .param = bad[i].lr};
+        size_t len = rkv_proto_enc_push(e.tx, &h, &id, grad);
+        assert_int_equal(evil_request(&e, len, RKV_MSG_PUSH_ACK), -RKV_EINVAL);
+        expect_logged_once(log, "learning rate", "rejecting PUSH");
+        assert_int_equal(rkv_client_pull(c.cli, "small", &id, 1, got), 0);
+        assert_memory_equal(got, before, sizeof(before));
+    }
+    /* A good one on the same connection is applied. */
+    float grad[4] = {1, 1, 1, 1};
+    struct rkv_hdr h = {.type = RKV_MSG_PUSH,
+                        .req_id = 0x77,
+                        .tensor_id = SMALL_ID,
+                        .count = 1,
+                        .row_bytes = SMALL_ROW_BYTES,
+                        .op = RKV_OP_SGD,
+                        .param = 1.0};
+    size_t len = rkv_proto_enc_push(e.tx, &h, &id, grad);
+    assert_int_equal(evil_request(&e, len, RKV_MSG_PUSH_ACK), 0);
+    evil_close(&e);
+    assert_int_equal(rkv_client_pull(c.cli, "small", &id, 1, got), 0);
+    const float after[4] = {0, 1, 2, 3};
+    assert_memory_equal(got, after, sizeof(after));
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
 /* Per-connection warnings are rate-limited: a thousand peers that each
  * send a malformed message leave a bounded number of lines, and the line
  * after a quiet spell says how many were suppressed. */
@@ -2225,6 +2287,7 @@ int main(void)
         cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
         cmocka_unit_test_prestate(test_identity, &env),
         cmocka_unit_test_prestate(test_push_sender_is_the_connection, &env),
+        cmocka_unit_test_prestate(test_push_learning_rate_checked, &env),
         cmocka_unit_test_prestate(test_warnings_rate_limited, &env),
         cmocka_unit_test_prestate(test_stray_messages_rate_limited, &env),
         cmocka_unit_test_prestate(test_flow_control_lies, &env),

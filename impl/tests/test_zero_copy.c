@@ -121,6 +121,31 @@ static void test_regcache_bounds(void **state)
     assert_int_equal(rkv_regcache_remove(&rc, d), -RKV_EINVAL);
     assert_int_equal(rc.n, 0);
     assert_int_equal(rkv_regcache_add(&rc, a, mib), 0);
+    /* A taken registration leaves the cache when removed or evicted, and
+     * stays registered (usable) until its takers put it back. */
+    struct rkv_mr *ma = rkv_regcache_take(&rc, a, mib);
+    struct rkv_mr *ma2 = rkv_regcache_take(&rc, a + 1, 10);
+    assert_true(ma && ma == ma2);
+    assert_int_equal(rkv_regcache_remove(&rc, a), 0);
+    assert_null(rkv_regcache_find(&rc, a, 1));
+    assert_int_equal(rc.n, 0);
+    assert_int_equal(rc.n_retired, 1);
+    assert_ptr_equal(ma->nic, nic); /* still registered */
+    rkv_regcache_put(&rc, ma);
+    assert_int_equal(rc.n_retired, 1);
+    rkv_regcache_put(&rc, ma2); /* the last taker: deregistered now */
+    assert_int_equal(rc.n_retired, 0);
+    assert_int_equal(rkv_regcache_add(&rc, a, mib), 0);
+    assert_int_equal(rkv_regcache_add(&rc, b, mib), 0);
+    ma = rkv_regcache_take(&rc, a, mib);
+    assert_non_null(rkv_regcache_find(&rc, b, 1)); /* a is the least recently used */
+    assert_int_equal(rkv_regcache_add(&rc, d, mib), 0);
+    assert_null(rkv_regcache_find(&rc, a, 1));
+    assert_int_equal(rc.n_retired, 1);
+    rkv_regcache_put(&rc, ma);
+    assert_int_equal(rc.n_retired, 0);
+    ma = rkv_regcache_take(&rc, b, 1); /* fini deregisters one still taken too */
+    assert_non_null(ma);
     rkv_regcache_fini(&rc); /* deregisters what is left */
     free(a);
     free(b);
