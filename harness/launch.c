@@ -1080,8 +1080,8 @@ static int demo_secret(struct demo *d, struct cmd_settings *s)
     int err = errno;
     close(fd);
     if (!ok) {
-        fprintf(stderr, "%s: cannot write this run's secret file %s: %s\n", d->cmd,
-                d->secret_file, got == (ssize_t)sizeof(key) ? strerror(err) : "no random bytes");
+        fprintf(stderr, "%s: cannot write this run's secret file %s: %s\n", d->cmd, d->secret_file,
+                got == (ssize_t)sizeof(key) ? strerror(err) : "no random bytes");
         unlink(d->secret_file);
         d->secret_file[0] = 0;
         return -1;

@@ -6,7 +6,15 @@
  * state machine that reads payloads straight into their final place (the
  * posted receive buffer, or the registered region a WRITE names), so
  * emulated one-sided writes cost no extra copy. Sends run on the posting
- * thread under a per-QP send mutex, with a bounded blocking write.
+ * thread under a per-QP send mutex. A frame the socket does not take goes
+ * on waiting for the peer to read only briefly (TCP_SEND_STALL_NS): then
+ * its rest is copied to the QP's queue of unsent bytes (bounded per QP and
+ * per NIC), which the rx owner writes when the socket is writable and every
+ * later frame of the QP follows. A peer that stops reading (stopped in a
+ * debugger, its host gone without a reset, or hostile) so holds up neither
+ * the thread that posts nor the peers it serves next. Past the bounds, and
+ * for a frame larger than a QP's bound, the sender waits as before, up to
+ * TCP_SEND_TIMEOUT_MS.
  *
  * Who reads. A thread that polls an empty CQ reads the sockets itself
  * (inline): a reply then wakes the thread that wants it and nobody else,
@@ -105,8 +113,15 @@ enum tcp_kind {
 #define TCP_SWEEP_BATCH 64
 
 #define TCP_SEND_TIMEOUT_MS 30000u /* a peer that stops reading fails the sender */
-#define TCP_CQ_MAX (1u << 20)      /* completions waiting for poll() */
-#define TCP_RECV_MAX (1u << 16)    /* posted receives per QP */
+/* A socket that took nothing for this long while a frame waits: the rest
+ * of the frame is queued (below), not waited for. Long enough that a peer
+ * which reads keeps a large frame on the direct path (no copy). */
+#define TCP_SEND_STALL_NS 2000000ull
+#define TCP_PEND_QP_MAX (64u << 20)     /* unsent bytes one QP may queue */
+#define TCP_PEND_NIC_MAX (512ull << 20) /* and all the QPs of a NIC together */
+#define TCP_PEND_KEEP (1u << 20)        /* a drained queue keeps a buffer this small */
+#define TCP_CQ_MAX (1u << 20)           /* completions waiting for poll() */
+#define TCP_RECV_MAX (1u << 16)         /* posted receives per QP */
 static_assert(TCP_RECV_MAX >= RKV_MAX_RX_DEPTH, "a connection posts rx_depth receives");
 #define TCP_MR_SLOT_BITS 20 /* rkey = (random:12 | slot:20) ^ secret */
 #define TCP_MR_MAX (1u << TCP_MR_SLOT_BITS)
@@ -175,16 +190,22 @@ struct tcp_qp {
     struct tcp_nic *nic;
     char peer[64]; /* "host:port", for log lines */
     struct rkv_mutex *send_mu;
-    int fd;                /* see the lock comment at the top */
-    int send_dead;         /* send_mu: posting fails with -RKV_EPEERDEAD */
-    struct tcp_ring recvs; /* mu: posted receives, FIFO of struct tcp_recv */
-    int rnr;               /* mu: the rx owner wants a kick on post_recv */
-    int disconnected;      /* mu: the connection is gone (and said so, unless closed) */
-    int announced;         /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
-    int passive;           /* accepted here: the hello and idle timeouts apply */
-    uint64_t last_tx_ns;   /* send_mu: a frame last went then (connecting side, idle timeout) */
-    uint64_t ka_every_ns;  /* mu: connecting side, a keepalive after this silence (0: none) */
-    struct tcp_qp *next;   /* mu: nic->qps */
+    int fd;        /* see the lock comment at the top */
+    int send_dead; /* send_mu: posting fails with -RKV_EPEERDEAD */
+    /* send_mu: bytes of whole frames the socket did not take yet, from
+     * pend_off to pend_len, which go out before anything else on the QP. */
+    uint8_t *pend;
+    size_t pend_off, pend_len, pend_cap;
+    uint64_t pend_moved_ns; /* send_mu: the queue last lost bytes (or began) then */
+    int out_armed;          /* mu: EPOLLOUT is in the QP's epoll interest */
+    struct tcp_ring recvs;  /* mu: posted receives, FIFO of struct tcp_recv */
+    int rnr;                /* mu: the rx owner wants a kick on post_recv */
+    int disconnected;       /* mu: the connection is gone (and said so, unless closed) */
+    int announced;          /* mu: the user saw RKV_WC_CONNECTED (or connect() returned it) */
+    int passive;            /* accepted here: the hello and idle timeouts apply */
+    uint64_t last_tx_ns;    /* send_mu: a frame last went then (connecting side, idle timeout) */
+    uint64_t ka_every_ns;   /* mu: connecting side, a keepalive after this silence (0: none) */
+    struct tcp_qp *next;    /* mu: nic->qps */
     struct tcp_rx rx;
 };
 
@@ -201,7 +222,8 @@ struct tcp_nic {
     int epfd;
     int wakefd; /* eventfd: stop, qp_close and RNR kicks */
     uint32_t send_timeout_ms;
-    struct rkv_task *task; /* the progress task */
+    atomic_size_t pend_total; /* unsent bytes queued over all QPs */
+    struct rkv_task *task;    /* the progress task */
 
     struct rkv_mutex *mu;
     struct rkv_cond *cq_nonempty; /* poll() waits on it */
@@ -406,7 +428,7 @@ static void cq_emit(struct tcp_nic *n, struct tcp_qp *qp, struct rkv_wc wc)
 
 static void qp_free(struct tcp_nic *n, struct tcp_qp *qp)
 {
-    assert(qp->fd < 0 && qp->core.cq_refs == 0);
+    assert(qp->fd < 0 && qp->core.cq_refs == 0 && !qp->pend);
     ring_free(&qp->recvs);
     n->base.port->ops->mutex_destroy(qp->send_mu);
     free(qp);
@@ -448,6 +470,25 @@ static int tcp_epoll_set(struct tcp_nic *n, int op, int fd, uint32_t events, str
     return -RKV_EIO;
 }
 
+/* mu held (qp->fd stays open while it is). The QP's epoll interest:
+ * EPOLLIN, traded for EPOLLRDHUP while stalled for want of a receive,
+ * and EPOLLOUT while unsent bytes are queued. */
+static int qp_epoll_update(struct tcp_nic *n, struct tcp_qp *qp)
+{
+    RKV_ASSERT_HELD(n->base.port, n->mu);
+    uint32_t events = (qp->rx.stalled ? EPOLLRDHUP : EPOLLIN) | (qp->out_armed ? EPOLLOUT : 0);
+    return tcp_epoll_set(n, EPOLL_CTL_MOD, qp->fd, events, &qp->src);
+}
+
+/* send_mu held. Drops the queue of unsent bytes (the connection is gone). */
+static void pend_free(struct tcp_nic *n, struct tcp_qp *qp)
+{
+    atomic_fetch_sub(&n->pend_total, qp->pend_len - qp->pend_off);
+    free(qp->pend);
+    qp->pend = NULL;
+    qp->pend_off = qp->pend_len = qp->pend_cap = 0;
+}
+
 /* ---- connection teardown ---- */
 
 /* The rx owner only. Shuts the connection, closes the descriptor and, unless
@@ -466,6 +507,8 @@ static void qp_break(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     close(qp->fd);
     qp->fd = -1;
     qp->send_dead = 1;
+    qp->out_armed = 0;
+    pend_free(n, qp);
     port->ops->mutex_unlock(qp->send_mu);
     int report = qp->announced && !qp->core.closed && !qp->disconnected;
     /* Nobody holds a QP that was never announced: free it now, or a flood
@@ -870,20 +913,28 @@ static void qp_drive(struct tcp_nic *n, struct tcp_qp *qp)
     /* Level-triggered epoll would report the unread bytes forever while we
      * wait for a receive, so trade EPOLLIN for EPOLLRDHUP: a peer that goes
      * away meanwhile is still noticed (ERR and HUP are always reported). */
-    uint32_t events = stall ? EPOLLRDHUP : EPOLLIN;
-    if (tcp_epoll_set(n, EPOLL_CTL_MOD, qp->fd, events, &qp->src) < 0) {
+    tcp_lock(n);
+    qp->rx.stalled = stall;
+    int rc = qp_epoll_update(n, qp);
+    if (rc < 0)
+        qp->rx.stalled = !stall;
+    tcp_unlock(n);
+    if (rc < 0) {
         qp_break(n, qp, "cannot change its epoll interest");
         return;
     }
-    qp->rx.stalled = stall;
     if (!stall) /* the stall's silence was ours: the idle timeout starts again */
         qp->rx.last_msg_ns = tcp_now_ns(n);
 }
+
+static void qp_on_writable(struct tcp_nic *n, struct tcp_qp *qp);
 
 static void qp_on_event(struct tcp_nic *n, struct tcp_qp *qp, uint32_t events)
 {
     if (qp->fd < 0) /* broken earlier in this batch */
         return;
+    if (events & EPOLLOUT)
+        qp_on_writable(n, qp);
     if (!qp->rx.stalled) {
         qp_drive(n, qp);
         return;
@@ -1338,7 +1389,8 @@ static void iov_advance(struct msghdr *mh, size_t bytes)
     }
 }
 
-/* send_mu held. Returns 0 when writable (or broken: the next send says which). */
+/* send_mu held. Returns 0 when writable (or broken: the next send says
+ * which), -RKV_ETIMEDOUT at deadline_ns. */
 static int qp_wait_writable(struct tcp_nic *n, struct tcp_qp *qp, uint64_t deadline_ns)
 {
     for (;;) {
@@ -1354,8 +1406,111 @@ static int qp_wait_writable(struct tcp_nic *n, struct tcp_qp *qp, uint64_t deadl
     }
 }
 
-/* send_mu held. Writes the whole frame or gives the connection up: a frame
- * cut short would desynchronise the stream for good. */
+static size_t iov_bytes(const struct msghdr *mh)
+{
+    size_t b = 0;
+    for (size_t i = 0; i < mh->msg_iovlen; i++)
+        b += mh->msg_iov[i].iov_len;
+    return b;
+}
+
+/* send_mu held. Room in the queues for more unsent bytes. */
+static int pend_room(struct tcp_nic *n, const struct tcp_qp *qp, size_t more)
+{
+    return qp->pend_len - qp->pend_off + more <= TCP_PEND_QP_MAX &&
+           atomic_load(&n->pend_total) + more <= TCP_PEND_NIC_MAX;
+}
+
+/* send_mu held, pend_room checked. Copies what mh still holds to the end
+ * of the queue (the caller may reuse its buffer once the post returns). */
+static int pend_append(struct tcp_nic *n, struct tcp_qp *qp, const struct msghdr *mh)
+{
+    size_t more = iov_bytes(mh), used = qp->pend_len - qp->pend_off;
+    if (qp->pend_off) { /* what went out is not kept */
+        memmove(qp->pend, qp->pend + qp->pend_off, used);
+        qp->pend_off = 0;
+        qp->pend_len = used;
+    }
+    if (used + more > qp->pend_cap) {
+        size_t cap = qp->pend_cap ? qp->pend_cap : 64u << 10;
+        while (cap < used + more)
+            cap *= 2;
+        uint8_t *b = realloc(qp->pend, cap);
+        if (!b)
+            return -RKV_ENOMEM;
+        qp->pend = b;
+        qp->pend_cap = cap;
+    }
+    for (size_t i = 0; i < mh->msg_iovlen; i++) {
+        memcpy(qp->pend + qp->pend_len, mh->msg_iov[i].iov_base, mh->msg_iov[i].iov_len);
+        qp->pend_len += mh->msg_iov[i].iov_len;
+    }
+    atomic_fetch_add(&n->pend_total, more);
+    return 0;
+}
+
+/* send_mu held. Asks the rx owner to write the queue when the socket is
+ * writable (on), or to stop asking (off: the queue is empty, or the poster
+ * writes it itself). */
+static int pend_arm(struct tcp_nic *n, struct tcp_qp *qp, int on)
+{
+    int rc = 0;
+    tcp_lock(n);
+    if (qp->out_armed != on && qp->fd >= 0) {
+        qp->out_armed = on;
+        if ((rc = qp_epoll_update(n, qp)) < 0)
+            qp->out_armed = !on;
+    }
+    tcp_unlock(n);
+    return rc;
+}
+
+/* send_mu held. Writes what the socket takes of the queue, without
+ * waiting. 0 (bytes may remain), or -1 with why set: the connection is
+ * unusable. */
+static int pend_flush(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_len)
+{
+    while (qp->pend_off < qp->pend_len) {
+        ssize_t w = send(qp->fd, qp->pend + qp->pend_off, qp->pend_len - qp->pend_off,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) {
+            qp->pend_off += (size_t)w;
+            atomic_fetch_sub(&n->pend_total, (size_t)w);
+            qp->pend_moved_ns = tcp_now_ns(n);
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return 0;
+        snprintf(why, why_len, "%s", w < 0 ? strerror(errno) : "the socket took nothing");
+        return -1;
+    }
+    qp->pend_off = qp->pend_len = 0;
+    if (qp->pend_cap > TCP_PEND_KEEP) {
+        free(qp->pend);
+        qp->pend = NULL;
+        qp->pend_cap = 0;
+    }
+    return 0;
+}
+
+static int pend_empty(const struct tcp_qp *qp)
+{
+    return qp->pend_off == qp->pend_len;
+}
+
+/* send_mu held. The connection cannot carry another frame: the rx owner
+ * sees the shutdown and reports DISCONNECTED. */
+static int qp_send_failed(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
+{
+    qp->send_dead = 1;
+    shutdown(qp->fd, SHUT_RDWR);
+    RKV_LOGW(n->base.port, "nic tcp: sending to %s failed: %s", qp->peer, why);
+    return -RKV_EPEERDEAD;
+}
+
+/* send_mu held. Writes the whole frame, queues what the socket does not
+ * take within TCP_SEND_STALL_NS (room permitting), or gives the connection
+ * up: a frame cut short would desynchronise the stream for good. */
 static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_frame *f,
                          void *payload)
 {
@@ -1364,27 +1519,92 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
     struct iovec iov[2] = {{.iov_base = hdr, .iov_len = sizeof(hdr)},
                            {.iov_base = payload, .iov_len = f->len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = f->len ? 2 : 1};
-    uint64_t start_ns = tcp_now_ns(n);
-    uint64_t deadline_ns = start_ns + (uint64_t)n->send_timeout_ms * 1000000;
+    uint64_t start_ns = tcp_now_ns(n), timeout_ns = (uint64_t)n->send_timeout_ms * 1000000;
+    uint64_t deadline_ns = start_ns + timeout_ns;
     char why[96] = "";
-    while (mh.msg_iovlen > 0 && !why[0]) {
-        ssize_t w = sendmsg(qp->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE from a dead peer */
-        if (w >= 0)
-            iov_advance(&mh, (size_t)w);
-        else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            snprintf(why, sizeof(why), "%s", strerror(errno));
-        else if (qp_wait_writable(n, qp, deadline_ns) < 0)
+    if (!pend_empty(qp)) {
+        /* Frames keep their order: this one goes behind the queue. */
+        if (pend_flush(n, qp, why, sizeof(why)) < 0)
+            return qp_send_failed(n, qp, why);
+        if (pend_empty(qp) && pend_arm(n, qp, 0) < 0)
+            return qp_send_failed(n, qp, "cannot change its epoll interest");
+        /* pend_moved_ns may be after start_ns: the flush just now moved it. */
+        if (!pend_empty(qp) && start_ns > qp->pend_moved_ns &&
+            start_ns - qp->pend_moved_ns >= timeout_ns) {
             snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
+            return qp_send_failed(n, qp, why);
+        }
+        if (!pend_empty(qp) && pend_room(n, qp, iov_bytes(&mh)) && pend_append(n, qp, &mh) == 0) {
+            qp->last_tx_ns = start_ns;
+            return 0;
+        }
+        /* No room: wait for the queue to drain, writing it here (the rx
+         * owner is told to leave it alone meanwhile). */
+        if (pend_arm(n, qp, 0) < 0)
+            return qp_send_failed(n, qp, "cannot change its epoll interest");
+        while (!pend_empty(qp)) {
+            int rc = qp_wait_writable(n, qp, deadline_ns);
+            if (rc == -RKV_ETIMEDOUT)
+                snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
+            else if (rc < 0)
+                snprintf(why, sizeof(why), "poll failed");
+            if (rc < 0 || pend_flush(n, qp, why, sizeof(why)) < 0)
+                return qp_send_failed(n, qp, why);
+        }
     }
-    if (!why[0]) {
-        qp->last_tx_ns = start_ns;
-        return 0;
+    uint64_t moved_ns = start_ns; /* the socket last took bytes of this frame then */
+    while (mh.msg_iovlen > 0) {
+        ssize_t w = sendmsg(qp->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE from a dead peer */
+        if (w >= 0) {
+            if (w > 0)
+                moved_ns = tcp_now_ns(n);
+            iov_advance(&mh, (size_t)w);
+            continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return qp_send_failed(n, qp, strerror(errno));
+        uint64_t now = tcp_now_ns(n);
+        int room = pend_room(n, qp, iov_bytes(&mh));
+        if (room && now - moved_ns >= TCP_SEND_STALL_NS) {
+            if (pend_append(n, qp, &mh) == 0) {
+                qp->pend_moved_ns = now;
+                if (pend_arm(n, qp, 1) < 0)
+                    return qp_send_failed(n, qp, "cannot change its epoll interest");
+                break;
+            }
+            room = 0; /* no memory for it: wait, as without a queue */
+        }
+        uint64_t until = room && moved_ns + TCP_SEND_STALL_NS < deadline_ns
+                             ? moved_ns + TCP_SEND_STALL_NS
+                             : deadline_ns;
+        int rc = qp_wait_writable(n, qp, until);
+        if (rc == -RKV_ETIMEDOUT && until == deadline_ns) {
+            snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
+            return qp_send_failed(n, qp, why);
+        }
+        if (rc < 0 && rc != -RKV_ETIMEDOUT)
+            return qp_send_failed(n, qp, "poll failed");
     }
-    qp->send_dead = 1;
-    /* The rx owner sees the shutdown and reports DISCONNECTED. */
-    shutdown(qp->fd, SHUT_RDWR);
-    RKV_LOGW(n->base.port, "nic tcp: sending to %s failed: %s", qp->peer, why);
-    return -RKV_EPEERDEAD;
+    qp->last_tx_ns = start_ns;
+    return 0;
+}
+
+/* Rx owner: the socket of a QP with queued bytes is writable. Never waits
+ * for send_mu (its holder may be waiting for this reader): a busy lock
+ * means a poster, which writes the queue itself. */
+static void qp_on_writable(struct tcp_nic *n, struct tcp_qp *qp)
+{
+    const struct rkv_port_ops *po = n->base.port->ops;
+    if (!po->mutex_trylock(qp->send_mu))
+        return;
+    char why[96] = "";
+    if (!qp->send_dead && qp->fd >= 0 && pend_flush(n, qp, why, sizeof(why)) < 0)
+        (void)qp_send_failed(n, qp, why);
+    /* Dead, or nothing left to write: level-triggered, EPOLLOUT would
+     * report the writable socket again and again. */
+    if ((qp->send_dead || pend_empty(qp)) && pend_arm(n, qp, 0) < 0 && !qp->send_dead)
+        (void)qp_send_failed(n, qp, "cannot change its epoll interest");
+    po->mutex_unlock(qp->send_mu);
 }
 
 static int qp_post(struct tcp_qp *qp, uint64_t wr_id, const struct rkv_sge *sge,
@@ -1573,8 +1793,8 @@ static void tcp_keepalive(struct tcp_nic *n, struct tcp_qp *qp, uint64_t now, ui
     int unsent = 0;
     /* last_tx_ns may be after now: a send that began since the sweep read
      * the clock. */
-    if (!qp->send_dead && qp->fd >= 0 && now > qp->last_tx_ns && now - qp->last_tx_ns >= every_ns &&
-        ioctl(qp->fd, SIOCOUTQ, &unsent) == 0 && unsent == 0) {
+    if (!qp->send_dead && qp->fd >= 0 && pend_empty(qp) && now > qp->last_tx_ns &&
+        now - qp->last_tx_ns >= every_ns && ioctl(qp->fd, SIOCOUTQ, &unsent) == 0 && unsent == 0) {
         uint8_t hdr[TCP_HDR_BYTES];
         frame_encode(&(struct tcp_frame){.kind = TCP_KIND_KEEPALIVE}, hdr);
         /* An empty send queue takes a header whole. */

@@ -1762,6 +1762,54 @@ static void test_silent_and_slow(void **state)
     cluster_stop(&c);
 }
 
+/* A peer that asks for large replies and never reads its socket (or one
+ * stopped in a debugger, or whose host is gone without a reset): the
+ * server's sends to it cannot complete. Every other client must still be
+ * served meanwhile, not wait for the server to give that peer up. */
+#define NOREAD_IDS 400 /* x 16 KiB rows: a 6.5 MB reply, past the socket buffers */
+
+static void test_peer_that_never_reads(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int small = 4096; /* before connect: the window it advertises stays small */
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(c.machines[1].base_port)};
+    assert_int_equal(inet_pton(AF_INET, c.machines[1].host, &a.sin_addr), 1);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(raw_hello(fd, env_secret()), 0);
+    static uint64_t ids[NOREAD_IDS];
+    for (int i = 0; i < NOREAD_IDS; i++)
+        ids[i] = 60;
+    static uint8_t msg[EV_CTRL];
+    struct rkv_slot_desc to = {.addr = 64, .rkey = 1, .cap = 1u << 30};
+    for (int k = 0; k < 4; k++) {
+        struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                            .req_id = 0x77 + (uint64_t)k,
+                            .tensor_id = BIG_ID,
+                            .count = NOREAD_IDS,
+                            .row_bytes = BIG_ROW_LEN * 4};
+        size_t len = rkv_proto_enc_pull(msg, &h, &to, ids);
+        assert_true(len <= sizeof(msg));
+        raw_send_frame(fd, RAW_SEND, (uint32_t)len, msg, len);
+    }
+    usleep(300000); /* the server is writing the replies by now */
+    /* Within the client's own timeout: the server blocked in a send to
+     * the peer for up to 30 s, and the request timed out. */
+    check_serving(&c, 2);
+    close(fd);
+    check_serving(&c, 3);
+    cluster_stop(&c);
+}
+
 /* A server process with few descriptors (RLIMIT_NOFILE) and a crowd of
  * silent connections: a real worker still gets in and is served. */
 static void test_descriptor_exhaustion(void **state)
@@ -2283,6 +2331,7 @@ int main(void)
         cmocka_unit_test_prestate(test_connection_churn, &env),
         cmocka_unit_test_prestate(test_credit_hog, &env),
         cmocka_unit_test_prestate(test_silent_and_slow, &env),
+        cmocka_unit_test_prestate(test_peer_that_never_reads, &env),
         cmocka_unit_test_prestate(test_descriptor_exhaustion, &env),
         cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
         cmocka_unit_test_prestate(test_identity, &env),

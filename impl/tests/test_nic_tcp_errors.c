@@ -325,6 +325,73 @@ static void test_send_waits_for_a_stalled_receiver(void **state)
     free(dst);
 }
 
+/* A receiver that reads nothing for a while (no receive posted): each
+ * post still returns at once with its frame queued, in order, from a
+ * buffer the caller changes right after (copies_at_post); the frames
+ * arrive whole and in order once the receiver reads. The posts waited for
+ * the receiver, up to the send timeout, and then failed. */
+#define QUEUED_FRAMES 8
+#define QUEUED_BYTES (3u << 20)
+
+static void test_posts_queue_behind_a_stalled_receiver(void **state)
+{
+    (void)state;
+    struct nicp a, b;
+    nic_open(&a, "a");
+    nic_open(&b, "b");
+    assert_int_equal(b.nic->ops->listen(b.nic, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
+    struct rkv_qp *qa;
+    assert_int_equal(a.nic->ops->connect(a.nic, "127.0.0.1", port, WAIT_MS, &qa), 0);
+    struct rkv_wc wc;
+    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+    struct rkv_qp *qb = wc.qp;
+    uint8_t *src = malloc(QUEUED_BYTES), *dst = calloc(QUEUED_FRAMES, QUEUED_BYTES);
+    assert_true(src && dst);
+    struct rkv_mr *smr, *dmr;
+    assert_int_equal(a.nic->ops->reg_mr(a.nic, src, QUEUED_BYTES, RKV_ACCESS_LOCAL, &smr), 0);
+    assert_int_equal(b.nic->ops->reg_mr(b.nic, dst, (size_t)QUEUED_FRAMES * QUEUED_BYTES,
+                                        RKV_ACCESS_LOCAL, &dmr),
+                     0);
+    for (int k = 0; k < QUEUED_FRAMES; k++) {
+        for (size_t i = 0; i < QUEUED_BYTES; i++)
+            src[i] = (uint8_t)(i * 7 + (size_t)k * 13 + (i >> 16));
+        struct rkv_sge s = {.addr = src, .len = QUEUED_BYTES - (uint32_t)k, .mr = smr};
+        assert_int_equal(a.nic->ops->post_send(qa, 100 + (uint64_t)k, &s, 1), 0);
+    }
+    memset(src, 0xee, QUEUED_BYTES); /* the NIC has its own copy of what it did not send */
+    for (int k = 0; k < QUEUED_FRAMES; k++) {
+        struct rkv_sge rs = {
+            .addr = dst + (size_t)k * QUEUED_BYTES, .len = QUEUED_BYTES, .mr = dmr};
+        assert_int_equal(b.nic->ops->post_recv(qb, 200 + (uint64_t)k, &rs), 0);
+    }
+    for (int k = 0; k < QUEUED_FRAMES; k++) {
+        assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+        assert_int_equal(wc.opcode, RKV_WC_RECV);
+        assert_int_equal(wc.status, RKV_WC_SUCCESS);
+        assert_int_equal(wc.wr_id, 200 + (uint64_t)k);
+        assert_int_equal(wc.byte_len, QUEUED_BYTES - (uint32_t)k);
+        const uint8_t *got = dst + (size_t)k * QUEUED_BYTES;
+        for (size_t i = 0; i < wc.byte_len; i++)
+            if (got[i] != (uint8_t)(i * 7 + (size_t)k * 13 + (i >> 16)))
+                fail_msg("frame %d byte %zu: %u", k, i, got[i]);
+    }
+    for (int k = 0; k < QUEUED_FRAMES; k++) {
+        assert_int_equal(a.nic->ops->poll(a.nic, &wc, 1, WAIT_MS), 1);
+        assert_int_equal(wc.opcode, RKV_WC_SEND);
+        assert_int_equal(wc.wr_id, 100 + (uint64_t)k);
+    }
+    a.nic->ops->qp_close(qa);
+    b.nic->ops->qp_close(qb);
+    a.nic->ops->dereg_mr(a.nic, smr);
+    b.nic->ops->dereg_mr(b.nic, dmr);
+    nic_close(&a);
+    nic_close(&b);
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -335,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_peers_that_are_not_rkv),
         cmocka_unit_test(test_peer_resets),
         cmocka_unit_test(test_send_waits_for_a_stalled_receiver),
+        cmocka_unit_test(test_posts_queue_behind_a_stalled_receiver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
