@@ -424,7 +424,9 @@ def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
         _fail(-EINVAL, "pull handler id %d: custom ones are %d..%d (%d and %d are built in)"
               % (hid, PULL_CUSTOM, PULL_MAX - 1, PULL_ROWS, PULL_WITH_STATE))
     for what, v in (("out_mult", out_mult), ("out_add", out_add)):
-        if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 32:
+        # A bool is an int to Python: out_mult=True was taken as 1.
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or \
+                not 0 <= v < 1 << 32:
             _fail(-EINVAL, "pull handler %d: %s %r is not a uint32" % (hid, what, v))
     if fn is not None and out_mult == 0 and out_add == 0:
         _fail(-EINVAL, "pull handler %d: out_mult and out_add are both 0 (an empty reply)" % hid)
