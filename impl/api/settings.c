@@ -51,10 +51,10 @@ int rkv_settings_set(struct rkv_settings *set, const char *key, const char *valu
         flag[2 + i] = key[i] == '_' ? '-' : key[i];
     flag[2 + klen] = '=';
     memcpy(flag + 3 + klen, value, vlen + 1);
-    /* The CLI's parser says whether the key exists (its message names it). */
-    struct cmd_settings probe;
-    char msg[256];
-    if (cmd_settings_load(&probe, 1, &flag, msg, sizeof(msg)) < 0) {
+    /* The CLI's table says whether the key exists (asked by name: loading
+     * the settings would also read the environment, and a conflict there is
+     * rkv_settings_build's to report, not an unknown key). */
+    if (cmd_find_setting(flag + 2, klen) < 0) {
         free(flag);
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "setting \"%s\": unknown (rkv config --dump "
