@@ -410,6 +410,47 @@ static void test_unknown_role_refused(void **state)
     rkv_settings_destroy(set);
 }
 
+/* DGL's trainers are not told their machine: the first line of the cluster
+ * file naming an address of their host is theirs, as `rkv worker` finds it.
+ * Built by name (the Python binding), every trainer was machine 0's. The
+ * first line here is a documentation address (RFC 5737), no host's. */
+static void test_cluster_file_finds_this_host(void **state)
+{
+    (void)state;
+    char path[64], err[256] = "";
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("192.0.2.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    unsetenv("RKV_MACHINE_ID");
+    unsetenv("RKV_SERVER_ID");
+    unsetenv("DGL_SERVER_ID");
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    uint32_t local = 99;
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 1);
+    assert_int_equal(local, 0);
+    rkv_config_release(&cfg);
+    /* A machine or a server id given says otherwise. */
+    assert_int_equal(rkv_settings_set(set, "server-id", "1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 0);
+    assert_int_equal(local, 1);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "machine-id", "0", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unlink(path);
+}
+
 /* Two launchers' names of one setting in the environment with two values:
  * the first in the table won without a word (DMLC_NUM_WORKER=3 beside
  * DGL_NUM_CLIENT=4 made 3 workers, DMLC_ROLE=server beside DGL_ROLE=client
@@ -666,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_pslite_role_without_scheduler),
         cmocka_unit_test(test_unknown_role_refused),
         cmocka_unit_test(test_env_names_that_disagree),
+        cmocka_unit_test(test_cluster_file_finds_this_host),
         cmocka_unit_test(test_dgl_num_server_against_cluster_file),
         cmocka_unit_test(test_cluster_file_as_written),
         cmocka_unit_test(test_discover_is_0_or_1),
