@@ -76,6 +76,24 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
         return rkv_errf(err, err_len, -1,
                         "num-servers: DMLC_NUM_SERVER (or RKV_NUM_SERVERS) is needed with "
                         "DMLC_ROLE");
+    /* ps-lite refuses a node without any of the four. Their defaults were
+     * taken here without a word: a worker whose launch script lost
+     * DMLC_PS_ROOT_URI waited out its retries for a scheduler at
+     * 127.0.0.1:29500, then said "launch one" of the one that ran, and a
+     * job without DMLC_NUM_WORKER counted on one worker. */
+    static const struct {
+        enum cmd_key k;
+        const char *what;
+    } needed[] = {{CMD_NUM_WORKERS, "num-workers: DMLC_NUM_WORKER (or RKV_NUM_WORKERS)"},
+                  {CMD_HOST, "host: DMLC_PS_ROOT_URI (or RKV_HOST), the scheduler's address,"},
+                  {CMD_BASE_PORT, "base-port: DMLC_PS_ROOT_PORT (or RKV_BASE_PORT), the "
+                                  "scheduler's port,"}};
+    for (size_t i = 0; i < sizeof(needed) / sizeof(needed[0]); i++)
+        if (!strcmp(s->src[needed[i].k], "default"))
+            return rkv_errf(err, err_len, -1,
+                            "%s is needed with DMLC_ROLE (every node and the "
+                            "scheduler are given the same)",
+                            needed[i].what);
     if (cmd_get_u64(s, CMD_BASE_PORT, &port, err, err_len) < 0 ||
         cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
         cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0 ||

@@ -778,6 +778,37 @@ static void test_pslite_errors(void **state)
              RKV_BIN);
     assert_int_equal(sh(cmd), 2);
     assert_non_null(strstr(out, "num-servers: DMLC_NUM_SERVER (or RKV_NUM_SERVERS) is needed"));
+    /* Nor without the other three, unset or empty, in any role (each was
+     * its default: a worker without DMLC_PS_ROOT_URI waited for a
+     * scheduler at 127.0.0.1:29500, and the job counted on one worker). */
+    static const struct {
+        const char *unset, *want;
+    } missing[] = {
+        {"DMLC_NUM_WORKER", "num-workers: DMLC_NUM_WORKER (or RKV_NUM_WORKERS) is needed with "
+                            "DMLC_ROLE"},
+        {"DMLC_PS_ROOT_URI", "host: DMLC_PS_ROOT_URI (or RKV_HOST), the scheduler's address, is "
+                             "needed with DMLC_ROLE"},
+        {"DMLC_PS_ROOT_PORT", "base-port: DMLC_PS_ROOT_PORT (or RKV_BASE_PORT), the scheduler's "
+                              "port, is needed with DMLC_ROLE"},
+    };
+    static const char *const roles[] = {"scheduler", "server", "worker"};
+    for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
+        for (size_t r = 0; r < 3; r++) {
+            for (int empty = 0; empty < 2; empty++) {
+                snprintf(cmd, sizeof(cmd),
+                         "env -u RKV_NUM_WORKERS -u RKV_HOST -u RKV_BASE_PORT -u DGL_NUM_CLIENT "
+                         "DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=%u DMLC_NUM_SERVER=1 "
+                         "DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=300 RKV_TIMEOUT_MS=300 "
+                         "DMLC_ROLE=%s sh -c '%s%s%s %s node' 2>&1",
+                         test_port() + 5, roles[r], empty ? "" : "unset ", missing[i].unset,
+                         empty ? "=" : ";", RKV_BIN);
+                int rc = sh(cmd);
+                if (rc != 2 || !strstr(out, missing[i].want))
+                    fail_msg("%s %s, role %s: exit %d, want 2 and \"%s\":\n%s", missing[i].unset,
+                             empty ? "empty" : "unset", roles[r], rc, missing[i].want, out);
+            }
+        }
+    }
     snprintf(cmd, sizeof(cmd), "DMLC_ROLE=scheduler DGL_IP_CONFIG=/some/ip_config.txt %s node 2>&1",
              RKV_BIN);
     assert_int_equal(sh(cmd), 0);

@@ -178,6 +178,47 @@ static int cmd_names_flag(const char *a)
     return cmd_find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2)) >= 0;
 }
 
+int cmd_find_setting(const char *name, size_t len)
+{
+    return cmd_find_flag(name, len);
+}
+
+/* Two values of one setting are the same: the same text, the same number
+ * ("4" and "04"), or DGL's "client" and "worker". */
+static int cmd_same_value(enum cmd_key k, const char *a, const char *b)
+{
+    uint64_t x, y;
+    if (!strcmp(a, b) || (rkv_parse_u64(a, &x) == 0 && rkv_parse_u64(b, &y) == 0 && x == y))
+        return 1;
+    int wa = !strcmp(a, "worker") || !strcmp(a, "client");
+    int wb = !strcmp(b, "worker") || !strcmp(b, "client");
+    return k == CMD_ROLE && wa && wb;
+}
+
+/* A setting taken from an alias (RKV_NAME unset), whose other aliases in
+ * the environment say otherwise: the first in the table won without a word
+ * (DMLC_NUM_WORKER=3 beside DGL_NUM_CLIENT=4 was 3 workers; DMLC_ROLE=server
+ * beside DGL_ROLE=client a server). Which launcher's value was meant is not
+ * ours to guess: refused, naming both. RKV_NAME, set, is the user's own
+ * choice over every alias; a flag settles it too. */
+static int cmd_check_env_agrees(const struct cmd_settings *s, int k, char *err, size_t err_len)
+{
+    if (strncmp(s->src[k], "env ", 4) != 0 || !strcmp(s->src[k] + 4, cmd_opts[k].env))
+        return 0;
+    char names[128];
+    snprintf(names, sizeof(names), "%s", cmd_opts[k].aliases);
+    for (char *save = NULL, *n = strtok_r(names, " ", &save); n; n = strtok_r(NULL, " ", &save)) {
+        const char *v = getenv(n);
+        if (v && *v && !cmd_same_value((enum cmd_key)k, s->val[k], v))
+            return rkv_errf(err, err_len, -1,
+                            "%s: %s=%s but %s=%s: two launchers' names for this setting with two "
+                            "values; unset one, or give %s or --%s",
+                            CMD_NAME(k), s->src[k] + 4, s->val[k], n, v, cmd_opts[k].env,
+                            CMD_NAME(k));
+    }
+    return 0;
+}
+
 static void cmd_load_env(struct cmd_settings *s, int k)
 {
     char names[128];
@@ -226,6 +267,9 @@ int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, 
         }
         s->src[k] = "flag";
     }
+    for (int k = 0; k < CMD_KEY_COUNT_; k++)
+        if (cmd_check_env_agrees(s, k, err, err_len) < 0)
+            return -1;
     return 0;
 }
 

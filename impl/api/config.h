@@ -69,6 +69,9 @@ struct cmd_settings {
 int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len);
 void cmd_settings_dump(const struct cmd_settings *s, FILE *out);
 
+/* The setting named name[0..len) ("machines", no dashes), or -1. */
+int cmd_find_setting(const char *name, size_t len);
+
 /* The flag setting k is given by ("--machines"), as the parser reads it. */
 const char *cmd_key_flag(enum cmd_key k);
 

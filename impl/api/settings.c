@@ -51,10 +51,10 @@ int rkv_settings_set(struct rkv_settings *set, const char *key, const char *valu
         flag[2 + i] = key[i] == '_' ? '-' : key[i];
     flag[2 + klen] = '=';
     memcpy(flag + 3 + klen, value, vlen + 1);
-    /* The CLI's parser says whether the key exists (its message names it). */
-    struct cmd_settings probe;
-    char msg[256];
-    if (cmd_settings_load(&probe, 1, &flag, msg, sizeof(msg)) < 0) {
+    /* The CLI's table says whether the key exists (asked by name: loading
+     * the settings would also read the environment, and a conflict there is
+     * rkv_settings_build's to report, not an unknown key). */
+    if (cmd_find_setting(flag + 2, klen) < 0) {
         free(flag);
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "setting \"%s\": unknown (rkv config --dump "
@@ -139,6 +139,15 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
         rkv_config_release(&built);
         goto free_settings;
     }
+    /* DGL's clients are not told their machine: it is the first line of
+     * ip_config.txt naming an address of their host, as `rkv worker` finds
+     * it (commands.c). Built here, every program and the Python binding
+     * under DGL's launch took machine 0 on every host: a trainer on
+     * machine 1's host mapped machine 0's shard, which is not there. */
+    uint32_t here;
+    if (*s->val[CMD_CLUSTER] && !strcmp(s->src[CMD_MACHINE_ID], "default") &&
+        !*s->val[CMD_SERVER_ID] && cmd_local_machine(&built, &here) == 0)
+        built.machine_id = here;
     *cfg = built;
     if (local_server_p)
         *local_server_p = local;

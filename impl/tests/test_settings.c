@@ -410,6 +410,101 @@ static void test_unknown_role_refused(void **state)
     rkv_settings_destroy(set);
 }
 
+/* DGL's trainers are not told their machine: the first line of the cluster
+ * file naming an address of their host is theirs, as `rkv worker` finds it.
+ * Built by name (the Python binding), every trainer was machine 0's. The
+ * first line here is a documentation address (RFC 5737), no host's. */
+static void test_cluster_file_finds_this_host(void **state)
+{
+    (void)state;
+    char path[64], err[256] = "";
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("192.0.2.1 41000 2\n127.0.0.1 41002 3\n", f);
+    fclose(f);
+    unsetenv("RKV_MACHINE_ID");
+    unsetenv("RKV_SERVER_ID");
+    unsetenv("DGL_SERVER_ID");
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    struct rkv_config cfg;
+    uint32_t local = 99;
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 1);
+    assert_int_equal(local, 0);
+    rkv_config_release(&cfg);
+    /* A machine or a server id given says otherwise. */
+    assert_int_equal(rkv_settings_set(set, "server-id", "1", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 0);
+    assert_int_equal(local, 1);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    set = make();
+    assert_int_equal(rkv_settings_set(set, "cluster", path, err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "machine-id", "0", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
+    assert_int_equal(cfg.machine_id, 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unlink(path);
+}
+
+/* Two launchers' names of one setting in the environment with two values:
+ * the first in the table won without a word (DMLC_NUM_WORKER=3 beside
+ * DGL_NUM_CLIENT=4 made 3 workers, DMLC_ROLE=server beside DGL_ROLE=client
+ * a server). Refused naming both; the same value twice, "client" for
+ * "worker", RKV_NAME (the user's own choice) or a setting given by name
+ * settles it. */
+static void test_env_names_that_disagree(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    unsetenv("RKV_NUM_WORKERS");
+    setenv("DMLC_NUM_WORKER", "3", 1);
+    setenv("DGL_NUM_CLIENT", "4", 1);
+    struct rkv_settings *set = make();
+    /* Setting another key is no place for the environment's quarrel. */
+    assert_int_equal(rkv_settings_set(set, "rows", "8", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "num-workers: DMLC_NUM_WORKER=3 but DGL_NUM_CLIENT=4") ||
+        !strstr(err, "give RKV_NUM_WORKERS or --num-workers"))
+        fail_msg("got \"%s\"", err);
+    setenv("DGL_NUM_CLIENT", "03", 1); /* the same number */
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_workers, 3);
+    rkv_config_release(&cfg);
+    setenv("DGL_NUM_CLIENT", "4", 1);
+    setenv("RKV_NUM_WORKERS", "5", 1);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_workers, 5);
+    rkv_config_release(&cfg);
+    unsetenv("RKV_NUM_WORKERS");
+    assert_int_equal(rkv_settings_set(set, "num_workers", "4", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    assert_int_equal(cfg.n_workers, 4);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unsetenv("DMLC_NUM_WORKER");
+    unsetenv("DGL_NUM_CLIENT");
+    set = make();
+    unsetenv("RKV_ROLE");
+    setenv("DMLC_ROLE", "worker", 1);
+    setenv("DGL_ROLE", "client", 1);
+    assert_int_equal(rkv_settings_set(set, "cluster", "/dev/null", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_null(strstr(err, "role:")); /* the same role: /dev/null's "no machines" */
+    setenv("DMLC_ROLE", "server", 1);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "role: DMLC_ROLE=server but DGL_ROLE=client"))
+        fail_msg("got \"%s\"", err);
+    unsetenv("DMLC_ROLE");
+    unsetenv("DGL_ROLE");
+    rkv_settings_destroy(set);
+}
+
 /* DGL_NUM_SERVER is DGL's servers on every machine: a cluster file whose
  * server column says otherwise was silently taken over it. rkv's own
  * servers-per-machine keeps its meaning (the count of lines without one). */
@@ -611,6 +706,8 @@ int main(void)
         cmocka_unit_test(test_verbs_settings),
         cmocka_unit_test(test_pslite_role_without_scheduler),
         cmocka_unit_test(test_unknown_role_refused),
+        cmocka_unit_test(test_env_names_that_disagree),
+        cmocka_unit_test(test_cluster_file_finds_this_host),
         cmocka_unit_test(test_dgl_num_server_against_cluster_file),
         cmocka_unit_test(test_cluster_file_as_written),
         cmocka_unit_test(test_discover_is_0_or_1),

@@ -424,7 +424,9 @@ def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
         _fail(-EINVAL, "pull handler id %d: custom ones are %d..%d (%d and %d are built in)"
               % (hid, PULL_CUSTOM, PULL_MAX - 1, PULL_ROWS, PULL_WITH_STATE))
     for what, v in (("out_mult", out_mult), ("out_add", out_add)):
-        if not isinstance(v, (int, np.integer)) or not 0 <= v < 1 << 32:
+        # A bool is an int to Python: out_mult=True was taken as 1.
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or \
+                not 0 <= v < 1 << 32:
             _fail(-EINVAL, "pull handler %d: %s %r is not a uint32" % (hid, what, v))
     if fn is not None and out_mult == 0 and out_add == 0:
         _fail(-EINVAL, "pull handler %d: out_mult and out_add are both 0 (an empty reply)" % hid)
@@ -557,6 +559,19 @@ def _overlaps_itself(a):
         offs = (offs[:, None] + np.arange(n, dtype=np.int64) * s).ravel()
     offs.sort()
     return bool(np.any(np.diff(offs) < a.itemsize))
+
+
+def _holds_every(src, dst):
+    """Whether every value of dtype src is one of dtype dst (a pull's out=).
+    numpy's "safe" casts take int64 into float64, whose 53-bit significand
+    rounds integers past 2**53: an int64 tensor's 2**53 + 1 pulled into a
+    float64 out came back as 2**53, silently."""
+    if dst.kind not in "iuf" or not np.can_cast(src, dst, "safe"):
+        return False
+    if src.kind in "iu" and dst.kind == "f":
+        bits = 8 * src.itemsize - (src.kind == "i")  # magnitude bits of the integer
+        return bits <= np.finfo(dst).nmant + 1
+    return True
 
 
 def _cast_rows(m, a):
@@ -1484,8 +1499,9 @@ class Client:
         without torch). With out (a tensor or array of that many elements, flat
         or of n rows), pulls
         into out's memory when it is contiguous and of the tensor's dtype; an out of
-        another type must hold every value (int32 into int64 or float64, not int16:
-        EDTYPE, also a TypeError), and a read-only one, or one with several
+        another type must hold every value (int32 into int64 or float64, not int16,
+        nor int64 into float64, which rounds past 2**53: EDTYPE, also a
+        TypeError), and a read-only one, or one with several
         elements at one address (an expand()), is refused (EINVAL).
         handler (DGL's _udf_pull_handler) says what each row's reply is:
         None or "rows" the row; "with_state" the row then its optimizer state
@@ -1546,8 +1562,7 @@ class Client:
                           % (tuple(o.shape), n, out_len, n))
                 # Only where every value fits: int32 2**31-1 came out as -1 in an
                 # int16 out, 1000.7 as -24 in an int8 one, "2147" in a string one.
-                if o.dtype != m.dtype and not (o.dtype.kind in "iuf" and
-                                               np.can_cast(m.dtype, o.dtype, "safe")):
+                if o.dtype != m.dtype and not _holds_every(m.dtype, o.dtype):
                     _fail(-EDTYPE, "out: %s cannot hold every %s value of tensor %r (use %s, or "
                           "a wider type)" % (o.dtype, m.dtype, name, m.dtype), TypeError)
                 if not o.flags.writeable:

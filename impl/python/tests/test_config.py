@@ -85,6 +85,21 @@ def test_pslite_environment_is_not_taken_for_a_cluster(monkeypatch, tmp_path):
     assert rkv.Config(cluster=str(p)).build()[0].n_machines == 2
 
 
+def test_a_dgl_trainer_finds_its_machine(monkeypatch, tmp_path):
+    # DGL's launch tells a trainer no machine: the first line of ip_config.txt
+    # naming an address of its host is its machine, as `rkv worker` finds it.
+    # rkv.Client() under DGL_ROLE=client was machine 0 on every host, and a
+    # trainer on machine 1's host mapped machine 0's shard.
+    for k in ("RKV_MACHINE_ID", "RKV_SERVER_ID", "DGL_SERVER_ID"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("DGL_ROLE", "client")
+    p = tmp_path / "ip_config.txt"
+    p.write_text("192.0.2.1 41000\n127.0.0.1 41000\n")  # 192.0.2.1: no host's (RFC 5737)
+    monkeypatch.setenv("DGL_IP_CONFIG", str(p))
+    assert rkv.Config().build()[0].machine_id == 1
+    assert rkv.Config(machine_id=0).build()[0].machine_id == 0
+
+
 def test_a_role_typo_is_refused(monkeypatch):
     # DMLC_ROLE=sever built a config as if no role had been given.
     for k in ("RKV_ROLE", "DGL_ROLE", "DMLC_ROLE"):

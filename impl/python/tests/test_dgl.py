@@ -337,7 +337,9 @@ def test_register_pull_handler_refused(make_cluster):
             with pytest.raises(rkv.Error) as e:
                 reg(hid, _raises)
             assert e.value.code == -rkv.EINVAL, hid
-        for kw in ({"out_mult": 0, "out_add": 0}, {"out_mult": -1}, {"out_add": 1 << 32}):
+        # A bool is no length: out_mult=True was taken as 1.
+        for kw in ({"out_mult": 0, "out_add": 0}, {"out_mult": -1}, {"out_add": 1 << 32},
+                   {"out_mult": True}, {"out_mult": 0, "out_add": np.True_}):
             with pytest.raises(rkv.Error) as e:
                 reg(rkv.PULL_CUSTOM, _raises, **kw)
             assert e.value.code == -rkv.EINVAL, kw

@@ -335,6 +335,25 @@ def test_out_of_a_narrower_type_is_refused(client):
     assert e.code == -rkv.EINVAL and "read-only" in e.message
 
 
+def test_out_that_rounds_integers_is_refused(client):
+    """numpy calls int64 into float64 a safe cast, but float64 holds integers
+    exactly only up to 2**53: an int64 tensor's 2**53 + 1 pulled into a
+    float64 out came back as 2**53, and 2**62 + 3 as 2**62, silently."""
+    client.init_data("i", (10, 2), "int64")
+    client.push("i", [1], np.array([[2**53 + 1, 2**62 + 3]], np.int64), op="assign")
+    for out in (np.zeros((1, 2), np.float64), torch.zeros(1, 2, dtype=torch.float64),
+                np.zeros((1, 2), np.float32)):
+        before = out.copy() if isinstance(out, np.ndarray) else out.clone()
+        e = refused(TypeError, client.pull, "i", [1], out=out)
+        assert e.code == -rkv.EDTYPE and "int64" in e.message and "'i'" in e.message
+        assert (out == before).all()
+    # An int32 tensor's every value is a float64.
+    client.init_data("i32", (10, 2), "int32")
+    client.push("i32", [1], np.array([[2**31 - 1, -2**31]], np.int32), op="assign")
+    got = client.pull("i32", [1], out=np.zeros((1, 2), np.float64))
+    assert got.tolist() == [[2**31 - 1, -2**31]]
+
+
 def test_arguments_that_are_not_what_they_look_like(client):
     """Floats, None and values C cannot hold were turned into other numbers
     (shape 10.9 into 10 rows, op 2.7 into sgd, dtype None into float64, a row
