@@ -192,7 +192,7 @@ static int sc_bool(struct sc_ctx *c, const char *name, struct fy_node *key, stru
     else if (!strcmp(s, "false") || !strcmp(s, "no"))
         *out = 0;
     else
-        return sc_fail(c, v, "%s: expected true or false, got \"%s\"", name, s);
+        return sc_fail(c, v, "%s: expected true or false (or yes or no), got \"%s\"", name, s);
     return 0;
 }
 
