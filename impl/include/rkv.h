@@ -447,7 +447,7 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * -RKV_EEXIST saying so; list and meta do not show it. The cluster holds
  * at most RKV_MAX_TENSORS tensors (-RKV_ELIMIT past them). A server answers
  * once its machine's shard is made and populated, which takes time in
- * proportion to it: each step waits timeout_ms plus 8 ms per MiB of the
+ * proportion to it: each step waits timeout_ms plus 32 ms per MiB of the
  * largest machine's shard. */
 RKV_API int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 RKV_API int rkv_client_meta(struct rkv_client *cli, const char *name,

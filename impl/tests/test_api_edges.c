@@ -1159,7 +1159,7 @@ static void test_secret_file_too_long_is_named(void **state)
 
 /* init_data waits for a large shard to be made: a server answers once it
  * populated its machine's shard, which takes time in proportion to it
- * (MAP_POPULATE), so the wait is timeout_ms plus 8 ms per MiB of the
+ * (MAP_POPULATE), so the wait is timeout_ms plus 32 ms per MiB of the
  * largest shard. With the bare timeout_ms, a 4 GiB shard per machine timed
  * out under a 10 s timeout (past some tens of GiB, under the default 30 s)
  * while the servers went on and made it. Here 512 MiB per machine against
