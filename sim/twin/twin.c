@@ -1208,6 +1208,10 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
      * times and counted (sim.h); asked for more, the user gets each. */
     if (t.log_level <= RKV_LOG_WARN && (rc = sim_log_fold_start(&t.w)) < 0)
         goto fini_world;
+    /* One receive pool per node instead of rx_depth buffers per
+     * connection (~27 connection sides per node in sim-4096, up to one
+     * per server in a worker that reads rows from all of them). */
+    t.w.srq = 1;
     if (sc->sim_payloadless) {
         rc = -RKV_ENOMEM;
         if (!(thin = twin_thin(sc)))
@@ -1216,9 +1220,6 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         t.sc = thin;
         t.w.sizer = twin_sizer;
         t.w.sizer_user = &t;
-        /* One receive pool per node instead of rx_depth buffers per
-         * connection (~27 connection sides per node in sim-4096). */
-        t.w.srq = 1;
         t.w.sends_inline = 1;
     }
     if (o->trace_path && !(t.w.trace = fopen(o->trace_path, "w"))) {
