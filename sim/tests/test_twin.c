@@ -259,6 +259,20 @@ static void test_chrome_trace(void **state)
     assert_true(n > 2 && buf[n - 1] == '}' && buf[n - 2] == ']');
 }
 
+/* AddressSanitizer's shadow memory and quarantine put a run's RSS past
+ * any budget set for the run itself (211 MB here against 75 MB): under it
+ * the run is checked, its memory is not. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TWIN_RSS_MEANINGFUL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TWIN_RSS_MEANINGFUL 0
+#endif
+#endif
+#ifndef TWIN_RSS_MEANINGFUL
+#define TWIN_RSS_MEANINGFUL 1
+#endif
+
 /* A run with payload takes its receive buffers from the node's shared pool,
  * not rx_depth x ctrl_buf_bytes (512 KiB) per connection side, of which
  * the sim NIC wrote a fresh buffer (a new resident page) with every
@@ -301,7 +315,7 @@ static void test_payload_receives_from_the_pool(void **state)
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_int_equal(n, (ssize_t)sizeof(v));
     assert_int_equal(v[0], 1);
-    if (v[1] > 150 * 1024)
+    if (TWIN_RSS_MEANINGFUL && v[1] > 150 * 1024)
         fail_msg("peak RSS %ld KiB, over the 150 MiB budget", v[1]);
 }
 
