@@ -256,6 +256,21 @@ static void test_peer_resets(void **state)
     nic_close(&p);
 }
 
+/* Two NICs on loopback, a connected to b: qa is a's end, *qb_p b's. */
+static void nic_pair(struct nicp *a, struct nicp *b, struct rkv_qp **qa_p, struct rkv_qp **qb_p)
+{
+    nic_open(a, "a");
+    nic_open(b, "b");
+    assert_int_equal(b->nic->ops->listen(b->nic, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(b->nic, &port), 0);
+    assert_int_equal(a->nic->ops->connect(a->nic, "127.0.0.1", port, WAIT_MS, qa_p), 0);
+    struct rkv_wc wc;
+    assert_int_equal(b->nic->ops->poll(b->nic, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_CONNECTED);
+    *qb_p = wc.qp;
+}
+
 /* ---- a large SEND into a receiver with no receive posted ---- */
 
 struct big_send {
@@ -279,16 +294,9 @@ static void test_send_waits_for_a_stalled_receiver(void **state)
 {
     (void)state;
     struct nicp a, b;
-    nic_open(&a, "a");
-    nic_open(&b, "b");
-    assert_int_equal(b.nic->ops->listen(b.nic, "127.0.0.1", 0), 0);
-    uint16_t port;
-    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
-    struct rkv_qp *qa;
-    assert_int_equal(a.nic->ops->connect(a.nic, "127.0.0.1", port, WAIT_MS, &qa), 0);
+    struct rkv_qp *qa, *qb;
+    nic_pair(&a, &b, &qa, &qb);
     struct rkv_wc wc;
-    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
-    struct rkv_qp *qb = wc.qp;
     uint8_t *src = malloc(BIG_BYTES), *dst = calloc(1, BIG_BYTES);
     assert_true(src && dst);
     for (size_t i = 0; i < BIG_BYTES; i++)
@@ -337,16 +345,9 @@ static void test_posts_queue_behind_a_stalled_receiver(void **state)
 {
     (void)state;
     struct nicp a, b;
-    nic_open(&a, "a");
-    nic_open(&b, "b");
-    assert_int_equal(b.nic->ops->listen(b.nic, "127.0.0.1", 0), 0);
-    uint16_t port;
-    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
-    struct rkv_qp *qa;
-    assert_int_equal(a.nic->ops->connect(a.nic, "127.0.0.1", port, WAIT_MS, &qa), 0);
+    struct rkv_qp *qa, *qb;
+    nic_pair(&a, &b, &qa, &qb);
     struct rkv_wc wc;
-    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
-    struct rkv_qp *qb = wc.qp;
     uint8_t *src = malloc(QUEUED_BYTES), *dst = calloc(QUEUED_FRAMES, QUEUED_BYTES);
     assert_true(src && dst);
     struct rkv_mr *smr, *dmr;
@@ -399,15 +400,8 @@ static void test_nic_closed_with_bytes_queued(void **state)
 {
     (void)state;
     struct nicp a, b;
-    nic_open(&a, "a");
-    nic_open(&b, "b");
-    assert_int_equal(b.nic->ops->listen(b.nic, "127.0.0.1", 0), 0);
-    uint16_t port;
-    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
-    struct rkv_qp *qa;
-    assert_int_equal(a.nic->ops->connect(a.nic, "127.0.0.1", port, WAIT_MS, &qa), 0);
-    struct rkv_wc wc;
-    assert_int_equal(b.nic->ops->poll(b.nic, &wc, 1, WAIT_MS), 1);
+    struct rkv_qp *qa, *qb;
+    nic_pair(&a, &b, &qa, &qb);
     uint8_t *src = calloc(1, QUEUED_BYTES);
     assert_non_null(src);
     struct rkv_mr *smr;
