@@ -1254,10 +1254,14 @@ static void test_rendezvous_unanswered(void **state)
 
 /* ---- 4: a flood of connections ---- */
 
-static int tcp_dial(const struct rkv_machine *m)
+/* rcvbuf: the socket's receive buffer, set before connect so that the
+ * window it advertises stays that small (0: the system's). */
+static int tcp_dial_rcvbuf(const struct rkv_machine *m, int rcvbuf)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
+    if (rcvbuf)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(m->base_port)};
     assert_int_equal(inet_pton(AF_INET, m->host, &a.sin_addr), 1);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -1266,6 +1270,11 @@ static int tcp_dial(const struct rkv_machine *m)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
+}
+
+static int tcp_dial(const struct rkv_machine *m)
+{
+    return tcp_dial_rcvbuf(m, 0);
 }
 
 /* The secret the test's nodes were opened with (RKV_TOKEN's text), or NULL. */
@@ -1778,13 +1787,7 @@ static void test_peer_that_never_reads(void **state)
     cluster_join(&c, env);
     cluster_tensors(&c);
     check_serving(&c, 1);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    int small = 4096; /* before connect: the window it advertises stays small */
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(c.machines[1].base_port)};
-    assert_int_equal(inet_pton(AF_INET, c.machines[1].host, &a.sin_addr), 1);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
     assert_int_equal(raw_hello(fd, env_secret()), 0);
     static uint64_t ids[NOREAD_IDS];
     for (int i = 0; i < NOREAD_IDS; i++)
