@@ -721,9 +721,16 @@ static int cli_begin(struct rkv_client *c, struct cli_server *srv, int expect, u
     if (rc < 0) {
         if (r)
             cli_release(c, &r, 1);
-        return rkv_errf(
-            c->err, sizeof(c->err), rc, "%s: %llu-byte message: %s (max_slot_bytes %llu)", what,
-            (unsigned long long)len, rkv_strerror(rc), (unsigned long long)c->cfg.max_slot_bytes);
+        /* The bound is named only where it is the reason: an 88-byte
+         * message "out of memory (max_slot_bytes 1073741824)" sent readers
+         * after the wrong setting. */
+        if (rc == -RKV_ELIMIT)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "%s: %llu-byte message: %s (max_slot_bytes %llu)", what,
+                            (unsigned long long)len, rkv_strerror(rc),
+                            (unsigned long long)c->cfg.max_slot_bytes);
+        return rkv_errf(c->err, sizeof(c->err), rc, "%s: %llu-byte message: %s", what,
+                        (unsigned long long)len, rkv_strerror(rc));
     }
     *r_p = r;
     return 0;
@@ -1994,9 +2001,30 @@ static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
     free(p);
 }
 
-/* Out of memory for a machine's pin: the push goes on unpinned (a later
- * call may pick another server of that machine), which costs ordering
- * between servers of one machine, not correctness of this push. */
+/* Makes the pin of every machine the push sends to before anything is
+ * sent. A pin that could not be made after the send (out of memory) let
+ * the next push_async take another server of that machine and overtake
+ * this one there: "pushes to one row apply in issue order" broken in
+ * silence, and in durable mode the overtaken push acknowledged as a
+ * duplicate without being applied. Entries are never removed, so cli_pin
+ * finds them. */
+static int cli_pins_reserve(struct rkv_client *c, const struct cli_op *o,
+                            const struct cli_groups *g)
+{
+    for (uint32_t k = 0; k < g->n; k++) {
+        if (g->mach[k] == c->cfg.machine_id && o->t->mapped && !o->via_server)
+            continue; /* applied in place (cli_push_local): no server to pin */
+        if (!rkv_idmap_get(&c->pins, g->mach[k]))
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM,
+                            "push to '%s': out of memory for the order of pushes to machine %u; "
+                            "nothing was applied",
+                            o->t->meta.name, g->mach[k]);
+    }
+    return 0;
+}
+
+/* Counts a push in (delta 1) or out (-1) of the pins cli_pins_reserve
+ * made for its machines. */
 static void cli_pin(struct rkv_client *c, const struct cli_push *cp, int delta)
 {
     assert(delta == 1 || delta == -1);
@@ -2004,18 +2032,12 @@ static void cli_pin(struct rkv_client *c, const struct cli_push *cp, int delta)
     for (size_t i = 0; i < cp->nreq; i++) {
         const struct cli_server *srv = cp->reqs[i]->srv;
         assert(cli_owns_srv(c, srv));
-        uint64_t *v = delta > 0 ? rkv_idmap_get(&c->pins, srv->machine)
-                                : rkv_idmap_find(&c->pins, srv->machine);
-        if (!v)
-            continue;
+        uint64_t *v = rkv_idmap_find(&c->pins, srv->machine);
+        assert(v); /* cli_pins_reserve made it */
         struct cli_pin pin = cli_pin_of(*v);
         /* Pushes in flight to a machine all went to its pinned server
-         * (cli_pick), unless their pin could not be made: then another
-         * push may have pinned another server since, and theirs is not
-         * counted in it. */
-        assert(delta < 0 || pin.n == 0 || pin.srv == srv->id);
-        if (delta < 0 && (pin.n == 0 || pin.srv != srv->id))
-            continue; /* its pin could not be made */
+         * (cli_pick). */
+        assert(pin.n == 0 || pin.srv == srv->id);
         if (delta > 0 && pin.n == 0)
             pin.srv = srv->id;
         pin.n = (uint32_t)((int)pin.n + delta);
@@ -2119,8 +2141,19 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
         .t = t, .ids = ids, .rows = rows, .op = op, .param = param, .via_server = via_server};
     if ((rc = cli_push_sizes_ok(c, &cp->o, &cp->g)) < 0)
         return rc;
+    if ((rc = cli_pins_reserve(c, &cp->o, &cp->g)) < 0)
+        return rc;
     cli_zc_begin(c, &cp->g, &cp->o, n, &cp->call_reg);
     rc = cli_fanout(c, &cp->o, &cp->g, cli_push_remote, cp->reqs, &cp->nreq, cp->lost);
+    if (rc < 0 && cp->nreq == 0) {
+        /* The first remote part could not be made or posted (out of
+         * memory, a server known dead): nothing went out and nothing was
+         * applied, so it is the call's own error. push_async returned a
+         * handle whose wait failed, where rkv.h says errors found before
+         * anything was sent come from push_async itself. */
+        cli_zc_end(c, &cp->o, cp->call_reg);
+        return rc;
+    }
     if (rc == 0 && t->mapped && lcnt > 0 && !cp->o.via_server)
         cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[lk], lcnt, op, param);
     cp->rc = rc;

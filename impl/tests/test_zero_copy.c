@@ -453,10 +453,12 @@ static void push_fails_midway(int async)
     fill(rows, ids, n, BIG_LEN, 8);
     int rc;
     if (async) {
-        struct rkv_pending *p;
-        assert_int_equal(rkv_client_push_async(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0, &p), 0);
-        assert_non_null(p);
-        rc = rkv_client_wait(cli, p);
+        /* Its only remote part broke before its header went: nothing was
+         * applied, and the NIC let go of the rows, so push_async says so
+         * itself (as rkv.h has it for errors before anything was sent). */
+        struct rkv_pending *p = (struct rkv_pending *)&p;
+        rc = rkv_client_push_async(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0, &p);
+        assert_null(p);
     } else {
         rc = rkv_client_push(cli, "big", ids, n, rows, RKV_OP_ASSIGN, 0);
     }

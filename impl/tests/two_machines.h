@@ -86,7 +86,7 @@ static void cluster_config_spm(struct cluster *c, uint32_t timeout_ms, uint32_t 
              (int)getpid(), base);
 }
 
-static void cluster_config(struct cluster *c, uint32_t timeout_ms)
+static inline void cluster_config(struct cluster *c, uint32_t timeout_ms)
 {
     cluster_config_spm(c, timeout_ms, 1);
 }
@@ -118,7 +118,7 @@ static void cluster_stop(struct cluster *c)
     }
 }
 
-static struct rkv_client *client_join(struct cluster *c)
+static inline struct rkv_client *client_join(struct cluster *c)
 {
     struct rkv_client *cli;
     char err[256];
