@@ -427,6 +427,8 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
         uint32_t sid = r->srv ? r->srv->id : 0;
         if (r->done && r->text && r->text[0])
             rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s", what, sid, r->text);
+        else if (r->done) /* "out of memory after 3000 ms" read as a wait that never was */
+            rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s", what, sid, rkv_strerror(st));
         else
             rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s after %llu ms", what, sid,
                      rkv_strerror(st), (unsigned long long)timeout_ms);

@@ -1,15 +1,18 @@
-/* The client under allocation failure: each allocation of one call, in
- * turn, made to fail (the servers, and the client's own progress thread,
- * allocate as usual). What must hold whichever one fails: the call either
- * fails before sending anything, and then applied nothing, or its result
- * is what it says; and the order the API promises ("pushes to one row
- * apply in issue order") is kept.
+/* The client and servers under allocation failure: each allocation of one
+ * call, in turn, made to fail, either on the calling thread only (the
+ * servers and the client's own progress thread allocate as usual) or on
+ * any thread. What must hold whichever one fails: the call either fails
+ * before sending anything, and then applied nothing, or its result is
+ * what it says; its message says what happened; the order the API
+ * promises ("pushes to one row apply in issue order") is kept; and the
+ * next call, without the failure, works.
  *
  * The failures come from this binary's own malloc, calloc, realloc,
  * posix_memalign and aligned_alloc, which forward to glibc's and fail the
- * one call a per-thread countdown names. A sanitizer's runtime owns those
- * names, so under ASan or TSan the tests skip. */
+ * one call a countdown names. A sanitizer's runtime owns those names, so
+ * under ASan or TSan the tests skip. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,8 +56,18 @@ extern void *__libc_realloc(void *p, size_t n);
 extern void *__libc_memalign(size_t align, size_t n);
 extern void __libc_free(void *p);
 
+/* The same over every thread (the servers' too): -1, or the count left. */
+static _Atomic long fail_any = -1;
+static _Atomic int failed_any;
+
 static int fail_now(void)
 {
+    if (atomic_load_explicit(&fail_any, memory_order_relaxed) >= 0 &&
+        atomic_fetch_sub(&fail_any, 1) == 0) {
+        atomic_store(&failed_any, 1);
+        errno = ENOMEM;
+        return 1;
+    }
     if (fail_in < 0)
         return 0;
     if (fail_in-- > 0)
@@ -356,11 +369,63 @@ static void test_calls_under_allocation_failure(void **state)
     cluster_stop(&c);
 }
 
+/* A tensor's creation, with each allocation of any thread (the client's,
+ * the servers', their engines') failed in turn: init_data fails with a
+ * message or succeeds; a failure is said as it is, not as a timeout; and
+ * the same init_data again, without the failure, makes a tensor that
+ * works on every machine. */
+static void test_init_under_allocation_failure(void **state)
+{
+    (void)state;
+    if (UNDER_SANITIZER)
+        skip();
+    struct cluster c;
+    cluster_config_spm(&c, 3000, 2);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T), 0);
+    const uint64_t ids[2] = {3, 77};
+    connect_both(cli, 2, 3, ids[1]);
+    int n;
+    for (n = 0; n < 400; n++) {
+        struct rkv_tensor_desc d = T;
+        snprintf(d.name, sizeof(d.name), "u%d", n);
+        atomic_store(&failed_any, 0);
+        atomic_store(&fail_any, n);
+        int rc = rkv_client_init_data(cli, &d);
+        atomic_store(&fail_any, -1);
+        int hit = atomic_load(&failed_any);
+        if (!hit && rc < 0)
+            fail_msg("init_data failed without a failed allocation: %s", rkv_client_errmsg(cli));
+        if (rc < 0 && (!strstr(rkv_client_errmsg(cli), rkv_strerror(rc)) ||
+                       (rc != -RKV_ETIMEDOUT && strstr(rkv_client_errmsg(cli), " ms"))))
+            fail_msg("allocation %d failed: init_data said \"%s\" for %s", n,
+                     rkv_client_errmsg(cli), rkv_strerror(rc));
+        if (rc < 0 && rkv_client_init_data(cli, &d) < 0)
+            fail_msg("allocation %d failed (%s); init_data again failed: %s", n, rkv_strerror(rc),
+                     rkv_client_errmsg(cli));
+        float rows[8] = {1, 1, 1, 1, 2, 2, 2, 2}, got[8];
+        if (rkv_client_push(cli, d.name, ids, 2, rows, RKV_OP_SUM, 0) < 0 ||
+            rkv_client_pull(cli, d.name, ids, 2, got) < 0)
+            fail_msg("allocation %d failed: the tensor made then does not work: %s", n,
+                     rkv_client_errmsg(cli));
+        assert_memory_equal(got, rows, sizeof(rows));
+        if (!hit)
+            break;
+    }
+    printf("init_data: %d allocations on every thread\n", n);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_order_under_allocation_failure),
         cmocka_unit_test(test_calls_under_allocation_failure),
+        cmocka_unit_test(test_init_under_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
