@@ -478,7 +478,8 @@ RKV_API int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *meta
  *    -RKV_ESHUTDOWN: the servers were asked to exit (by this client, or,
  *    for rows of this machine's shard, by any);
  *  - otherwise (a server died, timed out, or refused its part: a server
- *    without a custom handler the client has), some of it: this machine's
+ *    without a custom handler the client has; or this client ran out of
+ *    memory between two machines' parts), some of it: this machine's
  *    rows (applied by the call itself, unless in durable mode), and the rows
  *    of each server that acknowledged or applied its part before the
  *    failure. Which servers failed is in rkv_client_errmsg. Repeating an

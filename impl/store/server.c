@@ -56,6 +56,7 @@ struct srv_conn {
 
 /* A reply held back until its request is synced in the machine's log. */
 struct srv_ack {
+    struct srv_ack *next;
     struct rkv_peer *peer; /* kept until this is sent (srv_conn.acks_pending) */
     struct rkv_hdr h;
 };
@@ -137,8 +138,8 @@ struct rkv_server {
     struct rkv_snap_writer *snapw;
     struct rkv_wal *wal; /* the machine's log: pushes append, the task syncs */
     struct rkv_task *dur_task;
-    struct srv_ack *acks;
-    uint32_t n_acks, cap_acks;
+    struct srv_ack *acks, *acks_tail; /* oldest first */
+    uint32_t n_acks;
     int dur_stop;
     uint64_t n_durable_acks;
     /* A restart's replay of the machine's log, which pauses at create
@@ -674,44 +675,64 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
 }
 
 /* Durable mode: the reply waits for the durable task's next snapshot.
- * Returns 0, or an error for the caller to reply with at once. */
-static int srv_defer(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m, int type,
-                     uint32_t tensor_id)
+ * Its place in the queue is taken before the request is applied, so that
+ * a full queue or a failed allocation refuses the request with nothing
+ * applied: made after, such a failure answered an error for a push that
+ * was applied and logged. */
+static int srv_ack_take(struct rkv_server *s, struct srv_ack **a_p)
 {
-    int rc = 0;
+    *a_p = NULL;
+    if (!s->durable)
+        return 0;
     s->port->ops->mutex_lock(s->mu);
-    if (s->n_acks == s->cap_acks) {
-        uint32_t cap = s->cap_acks ? s->cap_acks * 2 : 64;
-        struct srv_ack *na = cap <= SRV_MAX_ACKS ? realloc(s->acks, cap * sizeof(*na)) : NULL;
-        if (!na) {
-            rc = rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
-                          "%u acknowledgements already wait for a snapshot", s->n_acks);
-            goto unlock;
-        }
-        s->acks = na;
-        s->cap_acks = cap;
-    }
-    s->acks[s->n_acks++] = (struct srv_ack){
+    uint32_t n = s->n_acks;
+    s->port->ops->mutex_unlock(s->mu);
+    /* Only this server's progress task adds: n can only fall meanwhile. */
+    if (n >= SRV_MAX_ACKS)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                        "%u acknowledgements already wait for a snapshot (the disk is slower "
+                        "than the pushes)",
+                        n);
+    if (!(*a_p = malloc(sizeof(**a_p))))
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM,
+                        "out of memory for an acknowledgement waiting for a snapshot");
+    return 0;
+}
+
+/* Queues a (from srv_ack_take) to be sent after the next snapshot. */
+static void srv_defer(struct rkv_server *s, struct srv_ack *a, struct rkv_peer *peer,
+                      const struct rkv_msg *m, int type, uint32_t tensor_id)
+{
+    assert(s->durable && a);
+    *a = (struct srv_ack){
         .peer = peer, .h = {.type = (uint8_t)type, .req_id = m->h.req_id, .tensor_id = tensor_id}};
+    s->port->ops->mutex_lock(s->mu);
+    if (s->acks_tail)
+        s->acks_tail->next = a;
+    else
+        s->acks = a;
+    s->acks_tail = a;
+    s->n_acks++;
     struct srv_conn *c = srv_conn_of(peer);
     if (c)
         c->acks_pending++;
     s->port->ops->cond_broadcast(s->cv);
-unlock:
     s->port->ops->mutex_unlock(s->mu);
-    return rc;
 }
 
 static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     uint32_t id = 0;
-    int rc = srv_init_tensor(s, m, &id);
+    struct srv_ack *a = NULL;
     /* A tensor acknowledged in durable mode is in the snapshot, so pushes
      * to it can be retried after a restart. The commit (op 3) changes
      * nothing on disk. */
-    if (rc == 0 && s->durable && m->h.op != 3 &&
-        (rc = srv_defer(s, peer, m, RKV_MSG_INIT_REPLY, id)) == 0)
-        return;
+    int rc = m->h.op != 3 ? srv_ack_take(s, &a) : 0;
+    if (rc == 0)
+        rc = srv_init_tensor(s, m, &id);
+    if (rc == 0 && a)
+        return srv_defer(s, a, peer, m, RKV_MSG_INIT_REPLY, id);
+    free(a);
     struct rkv_msg r = *m;
     r.h.tensor_id = id;
     srv_status(s, peer, &r, RKV_MSG_INIT_REPLY, rc, rc < 0 ? s->err : NULL);
@@ -861,10 +882,14 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
                       "negative",
                       t->meta.name, m->h.op, m->h.param);
     const struct srv_conn *c = srv_conn_of(peer);
+    struct srv_ack *a = NULL;
+    if (rc == 0)
+        rc = srv_ack_take(s, &a);
     if (rc == 0)
         rc = srv_apply_once(s, t, m, c ? c->client_id : RKV_ID_NONE);
-    if (rc == 0 && s->durable && (rc = srv_defer(s, peer, m, RKV_MSG_PUSH_ACK, t->meta.id)) == 0)
-        return;
+    if (rc == 0 && a)
+        return srv_defer(s, a, peer, m, RKV_MSG_PUSH_ACK, t->meta.id);
+    free(a);
     srv_status(s, peer, m, RKV_MSG_PUSH_ACK, rc, rc < 0 ? s->err : NULL);
 }
 
@@ -1608,24 +1633,26 @@ static void srv_durable_main(void *arg)
             break;
         struct srv_ack *batch = s->acks;
         uint32_t n = s->n_acks;
-        s->acks = NULL;
-        s->n_acks = s->cap_acks = 0;
+        s->acks = s->acks_tail = NULL;
+        s->n_acks = 0;
         o->mutex_unlock(s->mu);
         /* Read after every request of the batch was applied. */
         uint64_t seen = atomic_load(&s->mach.hdr->snap_started);
         char why[RKV_PROTO_TEXT_MAX];
         int ckpt = 0; /* a new tensor is in no log: it needs a snapshot */
-        for (uint32_t i = 0; i < n; i++)
-            ckpt |= batch[i].h.type == RKV_MSG_INIT_REPLY;
+        for (const struct srv_ack *a = batch; a; a = a->next)
+            ckpt |= a->h.type == RKV_MSG_INIT_REPLY;
         int rc = rkv_wal_commit(s->wal, ckpt, seen, why, sizeof(why));
         if (rc < 0)
             RKV_LOGE(s->port, "%s failed, %u requests fail with it: %s",
                      ckpt ? "snapshot" : "log sync", n, why);
-        for (uint32_t i = 0; i < n; i++) {
-            srv_send_ack(s, &batch[i], rc, why);
-            srv_ack_done(s, &batch[i]);
+        while (batch) {
+            struct srv_ack *a = batch;
+            batch = a->next;
+            srv_send_ack(s, a, rc, why);
+            srv_ack_done(s, a);
+            free(a);
         }
-        free(batch);
         o->mutex_lock(s->mu);
         if (rc == 0)
             s->n_durable_acks += n;
@@ -2366,7 +2393,11 @@ void rkv_server_destroy(struct rkv_server *s)
         rkv_mach_unlink(s->port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);
     srv_wal_free(s);
-    free(s->acks);
+    while (s->acks) {
+        struct srv_ack *a = s->acks;
+        s->acks = a->next;
+        free(a);
+    }
     s->port->ops->mutex_destroy(s->hmu);
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);

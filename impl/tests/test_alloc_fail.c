@@ -420,12 +420,87 @@ static void test_init_under_allocation_failure(void **state)
     cluster_stop(&c);
 }
 
+/* Durable mode (every push goes through a server, whose acknowledgement
+ * waits for the log): each allocation of a push's, on any thread, failed
+ * in turn. A server that answers its part with an error must not have
+ * applied it: its acknowledgement's place was allocated after the push was
+ * applied and logged, so a failure there answered an error for an applied
+ * push. A failure in this client may leave one machine's part applied (the
+ * parts go one after another); rkv.h says so. */
+static void test_durable_push_under_allocation_failure(void **state)
+{
+    (void)state;
+    if (UNDER_SANITIZER)
+        skip();
+    struct cluster c;
+    cluster_config_spm(&c, 3000, 2);
+    char dir[] = "/tmp/rkv-alloc-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(c.cfg.durable_dir, sizeof(c.cfg.durable_dir), "%s", dir);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T), 0);
+    const uint64_t ids[2] = {3, 77}; /* machine 0's, machine 1's */
+    connect_both(cli, 2, 3, ids[1]);
+    float base[8], got[8];
+    assert_int_equal(rkv_client_pull(cli, "t", ids, 2, base), 0);
+    /* The other threads allocate too (the durable task, the progress
+     * tasks), so which allocation the countdown meets varies: sweeps go on
+     * until one met a server's. */
+    int refused_by_server = 0;
+    for (int sweep = 0; sweep < 10 && !refused_by_server; sweep++) {
+        for (int k = CALL_PUSH; k <= CALL_PUSH_ASYNC; k++) {
+            int n;
+            for (n = 0; n < 400; n++) {
+                float rows[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+                atomic_store(&failed_any, 0);
+                atomic_store(&fail_any, n);
+                int rc = do_call(cli, (enum call)k, ids, rows);
+                atomic_store(&fail_any, -1);
+                int hit = atomic_load(&failed_any);
+                char msg[512];
+                snprintf(msg, sizeof(msg), "%s", rkv_client_errmsg(cli));
+                if (rkv_client_pull(cli, "t", ids, 2, got) < 0)
+                    fail_msg("%s, allocation %d failed; the next pull failed: %s", call_name[k], n,
+                             rkv_client_errmsg(cli));
+                for (int r = 0; r < 2; r++) {
+                    float d = got[4 * r] - base[4 * r];
+                    /* Machine r's servers are 2r and 2r + 1. */
+                    char srv_a[32], srv_b[32];
+                    snprintf(srv_a, sizeof(srv_a), "server %d:", 2 * r);
+                    snprintf(srv_b, sizeof(srv_b), "server %d:", 2 * r + 1);
+                    int refused = rc < 0 && (strstr(msg, srv_a) || strstr(msg, srv_b));
+                    refused_by_server += refused;
+                    if (rc == 0 ? d != 1.0f : (refused ? d != 0.0f : (d != 0.0f && d != 1.0f)))
+                        fail_msg("%s, allocation %d failed (%s): row %llu moved by %g",
+                                 call_name[k], n, rc < 0 ? msg : "it succeeded",
+                                 (unsigned long long)ids[r], (double)d);
+                }
+                memcpy(base, got, sizeof(base));
+                if (!hit)
+                    break;
+            }
+            printf("durable %s: %d allocations\n", call_name[k], n);
+        }
+    }
+    printf("durable: %d parts refused by a server\n", refused_by_server);
+    assert_true(refused_by_server > 0); /* the server side was reached */
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_order_under_allocation_failure),
         cmocka_unit_test(test_calls_under_allocation_failure),
         cmocka_unit_test(test_init_under_allocation_failure),
+        cmocka_unit_test(test_durable_push_under_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
