@@ -31,7 +31,8 @@ int rkv_nic_resolve(struct rkv_port *port, const char *who, const char *host, ui
         return 0;
     RKV_LOGE(port, "%s: cannot resolve %s:%u: %s", who, host ? host : "*", port_no,
              gai_strerror(rc));
-    return rc == EAI_NONAME ? -RKV_ECONFIG : -RKV_EIO;
+    /* getaddrinfo allocates: its failure to is memory, not I/O. */
+    return rc == EAI_NONAME ? -RKV_ECONFIG : rc == EAI_MEMORY ? -RKV_ENOMEM : -RKV_EIO;
 }
 
 /* A connected UDP socket sends nothing, but getsockname() then names the

@@ -494,6 +494,47 @@ static void test_durable_push_under_allocation_failure(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Joining (the port, the NIC, connecting, HELLO), with each allocation of
+ * the calling thread failed in turn, on a fresh cluster each time: the
+ * error is -RKV_ENOMEM and says so ("cannot connect ...: I/O error" was
+ * getaddrinfo's EAI_MEMORY; "cannot open the tcp NIC" said no why); and
+ * the same create again, without the failure, joins and works. */
+static void test_join_under_allocation_failure(void **state)
+{
+    (void)state;
+    if (UNDER_SANITIZER)
+        skip();
+    int n;
+    for (n = 0; n < 400; n++) {
+        struct cluster c;
+        cluster_config_spm(&c, 3000, 2);
+        cluster_start_server(&c, 0);
+        cluster_start_server(&c, 1);
+        struct rkv_client *cli = NULL;
+        char err[256] = "";
+        fail_alloc(n);
+        int rc = rkv_client_create(&c.cfg, &cli, err, sizeof(err));
+        int hit = fail_done();
+        if (rc < 0) {
+            assert_null(cli);
+            if (rc != -RKV_ENOMEM || !strstr(err, "out of memory"))
+                fail_msg("allocation %d failed: rkv_client_create gave %d: %s", n, rc, err);
+            if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+                fail_msg("allocation %d failed; the next create failed: %s", n, err);
+        }
+        if (rkv_client_init_data(cli, &T) < 0)
+            fail_msg("allocation %d failed (%s): then init_data failed: %s", n,
+                     rc < 0 ? "create failed" : "create succeeded", rkv_client_errmsg(cli));
+        assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+        rkv_client_destroy(cli);
+        cluster_stop(&c);
+        if (!hit)
+            break;
+    }
+    printf("rkv_client_create: %d allocations\n", n);
+    assert_true(n > 0 && n < 400);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +542,7 @@ int main(void)
         cmocka_unit_test(test_calls_under_allocation_failure),
         cmocka_unit_test(test_init_under_allocation_failure),
         cmocka_unit_test(test_durable_push_under_allocation_failure),
+        cmocka_unit_test(test_join_under_allocation_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
