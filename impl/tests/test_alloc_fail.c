@@ -544,5 +544,9 @@ int main(void)
         cmocka_unit_test(test_durable_push_under_allocation_failure),
         cmocka_unit_test(test_join_under_allocation_failure),
     };
+    /* RKV_TEST_FILTER=test_join* (a glob) runs only what it names. */
+    const char *filter = getenv("RKV_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
