@@ -1020,8 +1020,6 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     t = r->t;
     r->t = NULL;
     cli_release(c, &r, 1);
-    if (rc < 0)
-        return rc;
     assert(t && t->meta.id >= 1 && t->meta.id <= RKV_MAX_TENSORS);
     uint32_t id = t->meta.id;
     struct rkv_tensor *had = rkv_tensor_at(&c->tensors, id);
