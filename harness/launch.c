@@ -484,11 +484,30 @@ static void demo_stop_children(struct demo *d)
 
 /* Once every child is gone: the shared memory of each machine of the run.
  * A killed server leaves its segments behind (a restart would need them),
- * and nobody but the launcher that killed it knows they are garbage. */
+ * and nobody but the launcher that killed it knows they are garbage. But
+ * a machine segment whose maker still runs is no child's of this run (they
+ * are all reaped by now): another cluster with the same shm prefix (a second
+ * `rkv run --base-port P` beside the first, whose servers were refused with
+ * "in use by a running server") made it, and removing its segments broke
+ * that cluster mid-run (its workers: "shard ...: cannot map"). */
 static void demo_remove_segments(const struct demo *d)
 {
-    for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++)
+    struct rkv_port *port = NULL;
+    if (d->shm_prefix[0] && d->n_machines_shm && rkv_port_posix_create("launch", 0, 0, &port) < 0)
+        port = NULL; /* no memory: removed as before, unchecked */
+    for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++) {
+        uint64_t maker = port ? rkv_mach_live_maker(port, d->shm_prefix, m) : 0;
+        if (maker) {
+            fprintf(stderr,
+                    "%s: machine %u's shared memory (shm prefix \"%s\") left in place: process "
+                    "%llu, not one of this run's, uses it\n",
+                    d->cmd, m, d->shm_prefix, (unsigned long long)RKV_PORT_PROC_PID(maker));
+            continue;
+        }
         demo_lose_machine(d, m);
+    }
+    if (port)
+        port->ops->destroy(port);
 }
 
 /* Undoes demo_signals_open. A signal that stopped the run is raised again
