@@ -33,6 +33,7 @@
 #include "harness/trace_merge.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/node.h"
 #include "store/server_int.h"
 #include "store/store_int.h"
 
@@ -492,11 +493,8 @@ static void demo_stop_children(struct demo *d)
  * that cluster mid-run (its workers: "shard ...: cannot map"). */
 static void demo_remove_segments(const struct demo *d)
 {
-    struct rkv_port *port = NULL;
-    if (d->shm_prefix[0] && d->n_machines_shm && rkv_port_posix_create("launch", 0, 0, &port) < 0)
-        port = NULL; /* no memory: removed as before, unchecked */
     for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++) {
-        uint64_t maker = port ? rkv_mach_live_maker(port, d->shm_prefix, m) : 0;
+        uint64_t maker = rkv_node_shm_maker(d->shm_prefix, m);
         if (maker) {
             fprintf(stderr,
                     "%s: machine %u's shared memory (shm prefix \"%s\") left in place: process "
@@ -506,8 +504,6 @@ static void demo_remove_segments(const struct demo *d)
         }
         demo_lose_machine(d, m);
     }
-    if (port)
-        port->ops->destroy(port);
 }
 
 /* Undoes demo_signals_open. A signal that stopped the run is raised again
