@@ -33,6 +33,7 @@
 #include "harness/trace_merge.h"
 #include "nic/nic.h"
 #include "port/port_file.h"
+#include "store/node.h"
 #include "store/server_int.h"
 #include "store/store_int.h"
 
@@ -484,11 +485,25 @@ static void demo_stop_children(struct demo *d)
 
 /* Once every child is gone: the shared memory of each machine of the run.
  * A killed server leaves its segments behind (a restart would need them),
- * and nobody but the launcher that killed it knows they are garbage. */
+ * and nobody but the launcher that killed it knows they are garbage. But
+ * a machine segment whose maker still runs is no child's of this run (they
+ * are all reaped by now): another cluster with the same shm prefix (a second
+ * `rkv run --base-port P` beside the first, whose servers were refused with
+ * "in use by a running server") made it, and removing its segments broke
+ * that cluster mid-run (its workers: "shard ...: cannot map"). */
 static void demo_remove_segments(const struct demo *d)
 {
-    for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++)
+    for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++) {
+        uint64_t maker = rkv_node_shm_maker(d->shm_prefix, m);
+        if (maker) {
+            fprintf(stderr,
+                    "%s: machine %u's shared memory (shm prefix \"%s\") left in place: process "
+                    "%llu, not one of this run's, uses it\n",
+                    d->cmd, m, d->shm_prefix, (unsigned long long)RKV_PORT_PROC_PID(maker));
+            continue;
+        }
         demo_lose_machine(d, m);
+    }
 }
 
 /* Undoes demo_signals_open. A signal that stopped the run is raised again

@@ -545,6 +545,56 @@ static void test_children_die_with_launcher(void **state)
     stop_launcher(SIGKILL);
 }
 
+/* Two runs with one shm prefix on one host (a second `rkv run --base-port
+ * P` started beside the first, or the same --shm-prefix): the second's
+ * servers are refused ("in use by a running server"), and that is all it
+ * may do. Its launcher's clean-up removed the first run's segments too,
+ * every machine's: the first run's workers then failed ("shard ...: cannot
+ * map ... (unknown tensor)") or it ran on with its shared memory gone from
+ * /dev/shm. */
+static void test_second_run_leaves_the_first_alone(void **state)
+{
+    (void)state;
+    char yaml[64], prefix[48], arg_prefix[80];
+    tmp_scenario(yaml, sizeof(yaml), "launch-first", endless);
+    snprintf(prefix, sizeof(prefix), "rkv-lt%d-twice", (int)getpid());
+    snprintf(arg_prefix, sizeof(arg_prefix), "--shm-prefix=%s", prefix);
+    pid_t first = fork();
+    assert_true(first >= 0);
+    if (first == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        execl(RKV_BIN, RKV_BIN, "run", yaml, "--backend", "tcp", arg_prefix, (char *)NULL);
+        _exit(127);
+    }
+    pid_t kids[16];
+    int n = 0;
+    for (int i = 0; i < 200 && (n < 8 || segments_with(prefix) < 4); i++) {
+        usleep(50000);
+        n = children_of(first, kids, 16);
+    }
+    int before = segments_with(prefix);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s run %s/quickstart.yaml --backend tcp %s > /dev/null 2>&1",
+             RKV_BIN, SCEN_DIR, arg_prefix);
+    int second = n == 8 && before == 4 ? system(cmd) : -1;
+    int after = segments_with(prefix);
+    int first_ran = waitpid(first, NULL, WNOHANG) == 0;
+    kill(first, SIGTERM); /* it cleans up its own */
+    int st;
+    assert_int_equal(waitpid(first, &st, 0), first);
+    unlink(yaml);
+    if (n != 8 || before != 4)
+        fail_msg("the first run started %d processes and %d segments, expected 8 and 4", n, before);
+    assert_true(WIFEXITED(second) && WEXITSTATUS(second) != 0); /* refused */
+    if (after != before || !first_ran)
+        fail_msg("the second run left %d of the first run's %d segments (first run %s)", after,
+                 before, first_ran ? "still running" : "ended");
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    assert_int_equal(segments_with(prefix), 0);
+}
+
 /* Ctrl-C on `rkv demo` in its timed phase: the phase's tensor (t_bench,
  * made after the checked phases' five) left its two 32 MiB segments in
  * /dev/shm, the launcher counting only the five. Waits until they exist,
@@ -993,6 +1043,7 @@ int main(void)
         cmocka_unit_test(test_sigterm_stops_everything),
         cmocka_unit_test(test_sigint_stops_everything),
         cmocka_unit_test(test_children_die_with_launcher),
+        cmocka_unit_test(test_second_run_leaves_the_first_alone),
         cmocka_unit_test(test_demo_sigint_in_timed_phase),
         cmocka_unit_test(test_pslite_one_machine),
         cmocka_unit_test(test_pslite_two_machines),

@@ -74,6 +74,13 @@ static uint64_t mach_live_maker(struct rkv_port *port, const char *name)
     return maker && port->ops->proc_alive(port, maker) ? maker : 0;
 }
 
+uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t machine)
+{
+    char name[96];
+    rkv_mach_name(name, sizeof(name), prefix, machine);
+    return mach_live_maker(port, name);
+}
+
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len)

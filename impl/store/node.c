@@ -74,3 +74,13 @@ void rkv_node_close(struct rkv_port *port, struct rkv_nic *nic)
     nic->ops->close(nic);
     port->ops->destroy(port);
 }
+
+uint64_t rkv_node_shm_maker(const char *prefix, uint32_t machine)
+{
+    struct rkv_port *port;
+    if (rkv_port_posix_create("shm", 0, 0, &port) < 0)
+        return 0;
+    uint64_t maker = rkv_mach_live_maker(port, prefix, machine);
+    port->ops->destroy(port);
+    return maker;
+}

@@ -23,6 +23,10 @@ const struct rkv_nic_ops *rkv_nic_find(const char *name);
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
                   struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len);
 void rkv_node_close(struct rkv_port *port, struct rkv_nic *nic);
+/* The process (port proc_self id) that made machine's shared-memory
+ * segment under prefix on this host, while it runs; else 0 (no segment of
+ * this build, or its maker ended). */
+uint64_t rkv_node_shm_maker(const char *prefix, uint32_t machine);
 
 /* A server, a client or an observer (a client that only lists and reads
  * the cluster's tensors) on the port and NIC given, which outlive it. */

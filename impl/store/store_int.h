@@ -235,6 +235,11 @@ void rkv_mach_name(char *buf, size_t len, const char *prefix, uint32_t machine);
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len);
+/* The maker (port proc_self) of machine's segment under prefix while that
+ * process runs; 0 when there is no such segment of this build or its maker
+ * has ended. A launcher whose own servers are all gone reads a live maker
+ * as another cluster's, whose segments are not its to remove. */
+uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t machine);
 /* -RKV_ENOTENSOR when it does not exist (yet). */
 int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint32_t owner, struct rkv_mach *mc, char *err, size_t err_len);
