@@ -45,11 +45,14 @@
 /* ---- the allocator, with one failure on demand ---- */
 
 /* -1: allocate as usual; n >= 0: the n-th allocation from now, counted
- * from 0, fails (once). Per thread: the call under test runs on this one. */
-/* volatile: the compiler takes malloc for the builtin, which touches no
+ * from 0, fails (once). Per thread: the call under test runs on this one.
+ * volatile: the compiler takes malloc for the builtin, which touches no
  * variable of ours, and kept `failed` in a register across the call. */
 static _Thread_local volatile long fail_in = -1;
 static _Thread_local volatile int failed;
+/* The same over every thread (the servers' too): -1, or the count left. */
+static _Atomic long fail_any = -1;
+static _Atomic int failed_any;
 
 #if !UNDER_SANITIZER
 extern void *__libc_malloc(size_t n);
@@ -57,10 +60,6 @@ extern void *__libc_calloc(size_t k, size_t n);
 extern void *__libc_realloc(void *p, size_t n);
 extern void *__libc_memalign(size_t align, size_t n);
 extern void __libc_free(void *p);
-
-/* The same over every thread (the servers' too): -1, or the count left. */
-static _Atomic long fail_any = -1;
-static _Atomic int failed_any;
 
 static int fail_now(void)
 {
@@ -145,6 +144,7 @@ static int injection_works(void)
     cfg.n_machines = 1;
     cfg.machines = &m;
     cfg.n_workers = 1;
+    cfg.connect_retry_ms = 1; /* without the failure: port 1 refuses at once */
     struct rkv_client *cli = NULL;
     char err[128];
     fail_alloc(0); /* the first is the node's port, before any connect */
