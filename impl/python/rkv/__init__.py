@@ -414,17 +414,47 @@ class _PyPull:
         self.handle = ffi.new_handle(self)
 
 
-@ffi.def_extern()
+def _py_pull_onerror(exc, value, tb):
+    """What cffi calls for an exception _rkv_py_pull let out: one raised as
+    it starts, before its try, where Python runs the signal handlers that
+    became due while the thread was in C (a Ctrl-C during a long pull lands
+    there). cffi printed it as ignored and the reply row kept whatever its
+    buffer held. The row is poisoned, and a KeyboardInterrupt kept for the
+    client's pull to raise, as _rkv_py_pull does for one in the handler."""
+    while tb is not None and tb.tb_frame.f_code is not _rkv_py_pull.__code__:
+        tb = tb.tb_next
+    if tb is None:
+        return
+    a = tb.tb_frame.f_locals
+    dtype = _NP_OF[a["dt"]]
+    bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    ffi.memmove(a["out"], np.full(a["out_len"], bad, dtype=dtype), a["out_len"] * dtype.itemsize)
+    pull = getattr(_in_handler, "pull", None)
+    if pull is not None and not isinstance(value, Exception):
+        pull.append(value)
+
+
+@ffi.def_extern(onerror=_py_pull_onerror)
 def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
     """Runs a Python pull handler for one row. cffi took the GIL first (this
     runs on a server's or a co-located client's thread, under the row's
     lock). The handler sees copies, so a view kept past the call never
     reaches the store's memory; a handler that raises gets its reply row
     poisoned (NaN, or the dtype's minimum for integers) rather than left as
-    whatever the buffer held, since the C call has no way to fail."""
+    whatever the buffer held, since the C call has no way to fail.
+    A KeyboardInterrupt (Ctrl-C) or SystemExit in a handler that a client's
+    pull runs in this thread is kept for that pull to raise once its C
+    call returns, and the pull's remaining rows are poisoned without
+    calling the handler: it was swallowed as one handler error, and the
+    pull went on and returned a NaN row as if it were data."""
     h = ffi.from_handle(user)
     dtype = _NP_OF[dt]
     size = dtype.itemsize
+    bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    pull = getattr(_in_handler, "pull", None)  # the client pull this thread is in, if any
+    if pull:  # interrupted: the pull is given up, its rows are not computed
+        ffi.memmove(out, np.full(out_len, bad, dtype=dtype), out_len * size)
+        return
     _in_handler.depth = getattr(_in_handler, "depth", 0) + 1
     try:
         r = np.frombuffer(ffi.buffer(row, row_len * size), dtype=dtype).copy()
@@ -444,13 +474,15 @@ def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
                                 % (h.fn, dtype))
             o[...] = ret.reshape(o.shape) if ret.size == o.size else ret
         ffi.memmove(out, o, out_len * size)
-    except BaseException:  # noqa: B902 - nothing may unwind into C
-        h.errors += 1
-        if h.errors <= 3:
-            sys.stderr.write("rkv: pull handler %r raised (its reply row is poisoned):\n"
-                             % (h.fn,))
-            traceback.print_exc()
-        bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    except BaseException as e:  # noqa: B902 - nothing may unwind into C
+        if pull is not None and not isinstance(e, Exception):
+            pull.append(e)  # the pull raises it (a server's thread has none to raise it)
+        else:
+            h.errors += 1
+            if h.errors <= 3:
+                sys.stderr.write("rkv: pull handler %r raised (its reply row is poisoned):\n"
+                                 % (h.fn,))
+                traceback.print_exc()
         ffi.memmove(out, np.full(out_len, bad, dtype=dtype), out_len * size)
     finally:
         _in_handler.depth -= 1
@@ -542,7 +574,9 @@ _PULL_HANDLER_DOC = """Registers pull handler `hid` (PULL_CUSTOM..PULL_MAX-1,
         call rkv from it (the calling client is busy: a Client call there
         is refused, rkv.Error EINVAL),
         and use it only where the servers run in this Python process (a
-        server started by the rkv binary cannot run it). A handler that
+        server started by the rkv binary cannot run it). A Ctrl-C while
+        a pull runs this client's handlers ends the pull with
+        KeyboardInterrupt (its rows are not computed). A handler that
         raises gets its rows poisoned (NaN, or the dtype's minimum) and its
         first tracebacks printed; pull_handler_errors(hid) counts them. So
         does one that returns what the tensor's dtype cannot hold, as push
@@ -1665,7 +1699,15 @@ class Client:
             if hid == PULL_ROWS:
                 rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
             else:
-                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
+                # The handlers this client runs for its machine's rows run in
+                # this thread: a Ctrl-C in one is raised here (_rkv_py_pull).
+                interrupted = _in_handler.pull = []
+                try:
+                    rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
+                finally:
+                    _in_handler.pull = None
+                if interrupted:
+                    raise interrupted[0]
             if rc < 0:
                 _fail(rc, self._errmsg())
         if out is None:

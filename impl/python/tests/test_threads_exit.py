@@ -159,3 +159,52 @@ print("made", len([f for f in os.listdir("/dev/shm") if f.startswith(%r)]) > 0, 
         assert out == "made True\n", (out, err)
         assert rc == (0 if ending == "pass" else 1), err
         assert not left, (ending, left)
+
+
+def test_ctrl_c_in_a_pull_handler_interrupts_the_pull(tmp_path):
+    # A client runs Python pull handlers for its machine's rows in the
+    # pulling thread, the main one here, where Ctrl-C is raised: inside the
+    # handler (or as it starts, before its try, where Python runs the signal
+    # handlers due). It was swallowed as a handler error, or printed as
+    # "Exception ignored from cffi callback", and the pull went on and
+    # returned, with a NaN row (or one of np.empty's bytes) among its data.
+    prefix = "rkv-pytest-sigint-%d" % os.getpid()
+    rc, out, err = _run(tmp_path, """
+import signal
+import numpy as np
+calls = [0]
+
+def h(row, state, out, param):
+    calls[0] += 1
+    if calls[0] == 2000:
+        os.kill(os.getpid(), signal.SIGINT)
+    return row * 2
+
+def setup(s):
+    s.register_pull_handler(rkv.PULL_CUSTOM, h)
+
+cfg, srvs = cluster(sys.argv[1], 1, 1, 1, %r, setup)
+c = rkv.Client(cfg, output="numpy")
+c.register_pull_handler(rkv.PULL_CUSTOM, h)
+n = 300000
+c.init_data("e", (n,), "float32")
+c.push("e", np.arange(n), np.ones(n, np.float32), op="assign")
+for how in ("in the handler", "from another thread"):
+    calls[0] = 0 if how == "in the handler" else -10**9
+    if how == "from another thread":
+        # Mostly raised as a handler starts: the signal came while this
+        # thread was in C, between two rows.
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        r = c.pull("e", np.arange(n), handler=rkv.PULL_CUSTOM)
+        print("returned", int(np.isnan(r).sum()), int((r == 2).sum()))
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", 0 < calls[0] + (how != "in the handler") * 10**9 < n)
+    r = c.pull("e", np.arange(0, n, 97), handler=rkv.PULL_CUSTOM)  # the client is fine
+    print(bool((r == 2).all()), c.pull_handler_errors(rkv.PULL_CUSTOM))
+stop(c, srvs)
+""" % prefix)
+    assert rc == 0, err
+    assert out.splitlines() == ["KeyboardInterrupt True", "True 0"] * 2, (out, err)
+    assert "Exception ignored" not in err, err
+    assert not _left(prefix)
