@@ -362,44 +362,23 @@ def _ids_array(ids):
     return _c_array(a, np.uint64)
 
 
-# Per thread: how many Python pull handlers it is in (_CallLock refuses
-# client calls there).
+# Per thread: how many Python pull handlers it is in (Client._lock refuses
+# client calls there), and the client pull it is in (_rkv_py_pull).
 _in_handler = threading.local()
 
 
-class _CallLock:
-    """A client's lock, held across each C call: calls from several threads
-    queue. A call made while the calling thread holds it already, or from
-    inside a Python pull handler, is refused (rkv.Error EINVAL), as rkv.h
-    says the C client refuses a call made from a handler it runs: the
-    client's own pull runs the handler for this machine's rows in the
-    pulling thread, which held the lock, and a call there waited for itself
-    for good (Ctrl-C too was swallowed by the handler); one on a server's
-    thread waited for the pull, which waited for the handler's row, until
-    timeout_ms."""
-
-    __slots__ = ("_lock", "_owner")
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._owner = None  # the thread holding it (only ever compared to the caller's)
-
-    def __enter__(self):
-        me = threading.get_ident()
-        if getattr(_in_handler, "depth", 0):
-            _fail(-EINVAL, "a call of an rkv.Client from inside a pull handler: the store "
-                  "runs handlers while a pull waits for their rows (it would deadlock); call "
-                  "the client outside the handler")
-        if self._owner == me:
-            _fail(-EINVAL, "a call of this rkv.Client from inside one of its own calls (it "
-                  "would wait for itself)")
-        self._lock.acquire()
-        self._owner = me
-        return self
-
-    def __exit__(self, *exc):
-        self._owner = None
-        self._lock.release()
+def _no_call_from_a_handler():
+    """Refuses a Client call made inside a Python pull handler (rkv.Error
+    EINVAL), as rkv.h says the C client refuses a call made from a handler
+    it runs. The client's own pull runs the handler for its machine's rows
+    in the pulling thread, which holds the client's lock: a call there
+    waited for that lock for good (and the handler swallowed Ctrl-C); one on
+    a server's thread waited for the pull, which waited for the handler's
+    row, until timeout_ms."""
+    if getattr(_in_handler, "depth", 0):
+        _fail(-EINVAL, "a call of an rkv.Client from inside a pull handler: the store runs "
+              "handlers while a pull waits for their rows (it would deadlock); call the "
+              "client outside the handler")
 
 
 class _PyPull:
@@ -1276,7 +1255,7 @@ class Client:
             _fail(rc, err or strerror(rc))
         self._cli = cli
         self._pid = os.getpid()
-        self._lock = _CallLock()
+        self._call_lock = threading.Lock()
         self._meta = {}
         self._inflight = set()  # _Push records not waited for
         self._orphans = []  # of them, those whose PushHandle was dropped
@@ -1292,6 +1271,16 @@ class Client:
         _live_clients.add(self)
 
     # -- helpers --
+    @property
+    def _lock(self):
+        """The lock every call holds across its C calls (calls from several
+        threads queue): refused inside a pull handler, before it is taken.
+        A plain Lock, entered by `with` itself: a wrapper's __enter__ in
+        Python could be interrupted (KeyboardInterrupt) between acquiring it
+        and returning, and leave it held for good."""
+        _no_call_from_a_handler()
+        return self._call_lock
+
     def _errmsg(self):
         return ffi.string(lib.rkv_client_errmsg(self._cli)).decode(errors="replace")
 
@@ -1911,39 +1900,53 @@ class Client:
     def _close_at_exit(self):
         """Closes the client as the interpreter exits (_at_exit), before the
         servers of this process, unless another thread is in one of its
-        calls (the process's exit takes that one)."""
-        lock = getattr(self, "_lock", None)
-        if lock is None or lock._owner is not None:
+        calls (a daemon thread's barrier may never end: the process's exit
+        takes that client)."""
+        lock = getattr(self, "_call_lock", None)
+        if lock is None or not self._close_first() or not lock.acquire(False):
             return
         try:
-            self.close()
-        except Error:  # a call began meanwhile in another thread
-            pass
+            self._close_held()
+        finally:
+            lock.release()
 
     def close(self):
         """Frees the client (pushes in flight never waited for are dropped)."""
         lock = getattr(self, "_lock", None)
-        if lock is None or self._cli is None:
+        if lock is None or not self._close_first():
             return
+        with lock:
+            self._close_held()
+
+    def _close_first(self):
+        """What close() does before it takes the lock: False when there is
+        nothing more to do."""
+        if self._cli is None:
+            return False
         if self._pid != os.getpid():  # a forked child: the client's threads are not here
             self._cli = None
-            return
+            return False
         stuck = getattr(self, "_stuck", None)
         if stuck is not None and not stuck.is_set():
             # An interrupted barrier is still in the C client: freeing it under
             # that call would crash; the process's exit takes it.
             self._cli = None
+            return False
+        return True
+
+    def _close_held(self):
+        """The rest of close(), the lock held."""
+        if self._cli is None:  # closed by another thread meanwhile
             return
-        with lock:
-            lib.rkv_client_destroy(self._cli)
-            self._cli = None
-            for rec in self._inflight:
-                rec.pending = None
-                rec.keep = None
-                rec.dropped = True
-            self._inflight.clear()
-            self._orphans.clear()
-            self._registered.clear()
+        lib.rkv_client_destroy(self._cli)
+        self._cli = None
+        for rec in self._inflight:
+            rec.pending = None
+            rec.keep = None
+            rec.dropped = True
+        self._inflight.clear()
+        self._orphans.clear()
+        self._registered.clear()
 
     def __enter__(self):
         # "with" on a closed one went in, and failed only at its first call.

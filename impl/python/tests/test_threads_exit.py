@@ -40,9 +40,10 @@ def stop(c, srvs):
 """ % os.path.join(HERE, "..", "examples")
 
 
-def _run(tmp_path, body, timeout=90):
+def _run(tmp_path, body, prefix, timeout=90):
     """body after PRELUDE in a fresh python; (returncode, stdout, stderr).
-    A run past timeout is killed and fails the test (a hang)."""
+    A run past timeout is killed and fails the test (a hang); the shared
+    memory it left under prefix is removed."""
     p = subprocess.Popen([sys.executable, "-c", PRELUDE + body, str(tmp_path)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
     try:
@@ -50,6 +51,8 @@ def _run(tmp_path, body, timeout=90):
     except subprocess.TimeoutExpired:
         p.kill()
         out, err = p.communicate()
+        for f in _left(prefix):
+            os.unlink(os.path.join("/dev/shm", f))
         raise AssertionError("hung (killed after %d s); stdout %r stderr %r"
                              % (timeout, out[-2000:], err[-2000:]))
     return p.returncode, out.decode(), err.decode()
@@ -91,7 +94,7 @@ for t in ts:
 for g in got:
     print(g)
 stop(c, srvs)
-""" % prefix)
+""" % prefix, prefix)
     assert rc == 0, err
     lines = out.splitlines()
     assert lines == ["torch [%d.0, %d.0]" % (i, 99 - i) for i in range(8)], out
@@ -131,7 +134,7 @@ print(c.pull("e", [1, 9], handler=rkv.PULL_CUSTOM).tolist())  # machine 0's row,
 print(sorted(seen))
 print([d.name for d in c.list()])  # the client is fine afterwards
 stop(c, srvs)
-""" % prefix)
+""" % prefix, prefix)
     assert rc == 0, err
     assert out.splitlines() == ["[2.0, 18.0]", "['RKV_EINVAL True', 'RKV_EINVAL True']",
                                 "['e']"], out
@@ -152,7 +155,7 @@ for _ in range(4):
     c.push("e", list(range(0, 100000, 7)), [[1.0] * 8] * len(range(0, 100000, 7)), async_=True)
 print("made", len([f for f in os.listdir("/dev/shm") if f.startswith(%r)]) > 0, flush=True)
 %s
-""" % (prefix, prefix, ending))
+""" % (prefix, prefix, ending), prefix)
         left = _left(prefix)
         for f in left:  # RAM until reboot otherwise
             os.unlink(os.path.join("/dev/shm", f))
@@ -203,7 +206,7 @@ for how in ("in the handler", "from another thread"):
     r = c.pull("e", np.arange(0, n, 97), handler=rkv.PULL_CUSTOM)  # the client is fine
     print(bool((r == 2).all()), c.pull_handler_errors(rkv.PULL_CUSTOM))
 stop(c, srvs)
-""" % prefix)
+""" % prefix, prefix)
     assert rc == 0, err
     assert out.splitlines() == ["KeyboardInterrupt True", "True 0"] * 2, (out, err)
     assert "Exception ignored" not in err, err
