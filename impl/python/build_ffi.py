@@ -62,6 +62,7 @@ struct rkv_config {
     uint32_t n_workers;
     uint32_t machine_id;
     uint64_t max_slot_bytes;
+    uint32_t timeout_ms;
     ...;
 };
 

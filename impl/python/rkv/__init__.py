@@ -18,7 +18,8 @@ Every failure raises ``rkv.Error`` with ``.code`` (the negative -RKV_E* code)
 and ``.message`` (for bad arguments, one that is also TypeError, ValueError
 or OverflowError). Data is cast to a tensor's dtype only where every value
 fits, before anything is sent. Calls release the GIL while they wait on the
-network.
+network. Servers and clients still open when the interpreter exits (once its
+non-daemon threads ended) are stopped and closed then.
 
 The rest of DGL's KVStore: ``c.data_name_list()`` / ``c.list()`` (every
 tensor, also from ``rkv.Client(config, observer=True)``, a process that joins
@@ -31,6 +32,7 @@ and the pulling clients adds one, written in C or in Python.
 Not here yet: custom push handlers written in Python (push takes a custom
 op's number, registered in C).
 """
+import atexit
 import collections
 import collections.abc
 import decimal
@@ -39,7 +41,9 @@ import operator
 import os
 import sys
 import threading
+import time
 import traceback
+import weakref
 
 import numpy as np
 
@@ -190,19 +194,32 @@ def _raise_err(rc, err):
 
 def _torch():
     """torch when the program uses it or it is installed, else None (imported lazily:
-    servers and numpy-only programs never pay for it)."""
-    t = sys.modules.get("torch")
-    if t is None:
-        try:
-            import torch as t
-        except ImportError:
-            return None
-    return t
+    servers and numpy-only programs never pay for it). The import statement,
+    not sys.modules: while another thread imports torch (the first pulls of
+    a program's trainer threads, which never imported it), sys.modules holds
+    the module half made, and its missing attributes raised AttributeError
+    ("partially initialized module 'torch' has no attribute 'from_numpy'")
+    from every pull but the importing thread's. The statement waits for
+    that import to finish."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _torch_attr(name):
+    """torch.<name> when torch is imported (or being imported by another
+    thread and has got that far), else None: never imports it. A module half
+    made by another thread's import lacked Tensor or dtype (AttributeError
+    from a call given numpy arrays); an object no torch is in place of is
+    not torch's."""
+    return getattr(sys.modules.get("torch"), name, None)
 
 
 def _is_torch(x):
-    t = sys.modules.get("torch")
-    return t is not None and isinstance(x, t.Tensor)
+    t = _torch_attr("Tensor")
+    return t is not None and isinstance(x, t)
 
 
 def _np_dtype(dtype):
@@ -222,8 +239,8 @@ def _np_dtype(dtype):
 
 
 def _is_torch_dtype(x):
-    t = sys.modules.get("torch")
-    return t is not None and isinstance(x, t.dtype)
+    t = _torch_attr("dtype")
+    return t is not None and isinstance(x, t)
 
 
 def _as_numpy(x, values=False, what=None):
@@ -345,6 +362,25 @@ def _ids_array(ids):
     return _c_array(a, np.uint64)
 
 
+# Per thread: how many Python pull handlers it is in (Client._lock refuses
+# client calls there), and the client pull it is in (_rkv_py_pull).
+_in_handler = threading.local()
+
+
+def _no_call_from_a_handler():
+    """Refuses a Client call made inside a Python pull handler (rkv.Error
+    EINVAL), as rkv.h says the C client refuses a call made from a handler
+    it runs. The client's own pull runs the handler for its machine's rows
+    in the pulling thread, which holds the client's lock: a call there
+    waited for that lock for good (and the handler swallowed Ctrl-C); one on
+    a server's thread waited for the pull, which waited for the handler's
+    row, until timeout_ms."""
+    if getattr(_in_handler, "depth", 0):
+        _fail(-EINVAL, "a call of an rkv.Client from inside a pull handler: the store runs "
+              "handlers while a pull waits for their rows (it would deadlock); call the "
+              "client outside the handler")
+
+
 class _PyPull:
     """A pull handler written in Python, as the store calls it: fn, the cffi
     handle the C side holds as `user`, and how many of its calls raised."""
@@ -357,17 +393,48 @@ class _PyPull:
         self.handle = ffi.new_handle(self)
 
 
-@ffi.def_extern()
+def _py_pull_onerror(exc, value, tb):
+    """What cffi calls for an exception _rkv_py_pull let out: one raised as
+    it starts, before its try, where Python runs the signal handlers that
+    became due while the thread was in C (a Ctrl-C during a long pull lands
+    there). cffi printed it as ignored and the reply row kept whatever its
+    buffer held. The row is poisoned, and a KeyboardInterrupt kept for the
+    client's pull to raise, as _rkv_py_pull does for one in the handler."""
+    while tb is not None and tb.tb_frame.f_code is not _rkv_py_pull.__code__:
+        tb = tb.tb_next
+    if tb is None:
+        return
+    a = tb.tb_frame.f_locals
+    dtype = _NP_OF[a["dt"]]
+    bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    ffi.memmove(a["out"], np.full(a["out_len"], bad, dtype=dtype), a["out_len"] * dtype.itemsize)
+    pull = getattr(_in_handler, "pull", None)
+    if pull is not None and not isinstance(value, Exception):
+        pull.append(value)
+
+
+@ffi.def_extern(onerror=_py_pull_onerror)
 def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
     """Runs a Python pull handler for one row. cffi took the GIL first (this
     runs on a server's or a co-located client's thread, under the row's
     lock). The handler sees copies, so a view kept past the call never
     reaches the store's memory; a handler that raises gets its reply row
     poisoned (NaN, or the dtype's minimum for integers) rather than left as
-    whatever the buffer held, since the C call has no way to fail."""
+    whatever the buffer held, since the C call has no way to fail.
+    A KeyboardInterrupt (Ctrl-C) or SystemExit in a handler that a client's
+    pull runs in this thread is kept for that pull to raise once its C
+    call returns, and the pull's remaining rows are poisoned without
+    calling the handler: it was swallowed as one handler error, and the
+    pull went on and returned a NaN row as if it were data."""
     h = ffi.from_handle(user)
     dtype = _NP_OF[dt]
     size = dtype.itemsize
+    bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    pull = getattr(_in_handler, "pull", None)  # the client pull this thread is in, if any
+    if pull:  # interrupted: the pull is given up, its rows are not computed
+        ffi.memmove(out, np.full(out_len, bad, dtype=dtype), out_len * size)
+        return
+    _in_handler.depth = getattr(_in_handler, "depth", 0) + 1
     try:
         r = np.frombuffer(ffi.buffer(row, row_len * size), dtype=dtype).copy()
         st = None
@@ -386,14 +453,18 @@ def _rkv_py_pull(dt, row, state, row_len, out, out_len, param, user):
                                 % (h.fn, dtype))
             o[...] = ret.reshape(o.shape) if ret.size == o.size else ret
         ffi.memmove(out, o, out_len * size)
-    except BaseException:  # noqa: B902 - nothing may unwind into C
-        h.errors += 1
-        if h.errors <= 3:
-            sys.stderr.write("rkv: pull handler %r raised (its reply row is poisoned):\n"
-                             % (h.fn,))
-            traceback.print_exc()
-        bad = np.nan if dtype.kind == "f" else np.iinfo(dtype).min
+    except BaseException as e:  # noqa: B902 - nothing may unwind into C
+        if pull is not None and not isinstance(e, Exception):
+            pull.append(e)  # the pull raises it (a server's thread has none to raise it)
+        else:
+            h.errors += 1
+            if h.errors <= 3:
+                sys.stderr.write("rkv: pull handler %r raised (its reply row is poisoned):\n"
+                                 % (h.fn,))
+                traceback.print_exc()
         ffi.memmove(out, np.full(out_len, bad, dtype=dtype), out_len * size)
+    finally:
+        _in_handler.depth -= 1
 
 
 def _handler_id(handler):
@@ -479,9 +550,12 @@ _PULL_HANDLER_DOC = """Registers pull handler `hid` (PULL_CUSTOM..PULL_MAX-1,
         length to fill in place, or return the values (a scalar fills every
         element). A Python handler runs on the store's threads, one row at a
         time under that row's lock, holding the GIL: keep it short, never
-        call rkv from it (the calling client is busy: it would deadlock),
+        call rkv from it (the calling client is busy: a Client call there
+        is refused, rkv.Error EINVAL),
         and use it only where the servers run in this Python process (a
-        server started by the rkv binary cannot run it). A handler that
+        server started by the rkv binary cannot run it). A Ctrl-C while
+        a pull runs this client's handlers ends the pull with
+        KeyboardInterrupt (its rows are not computed). A handler that
         raises gets its rows poisoned (NaN, or the dtype's minimum) and its
         first tracebacks printed; pull_handler_errors(hid) counts them. So
         does one that returns what the tensor's dtype cannot hold, as push
@@ -900,6 +974,8 @@ class Server:
         self._pull = {}
         self.machine_id = cfg.machine_id
         self.local_id = local
+        self._timeout_ms = cfg.timeout_ms  # run()'s linger once stopped
+        _live_servers.add(self)
 
     def _live(self):
         if self._srv is None:
@@ -932,6 +1008,7 @@ class Server:
         # _running again, the first's return cleared it under the second,
         # and close() then freed the server the second still ran.
         with self._run_lock:
+            self._live()  # the exit's close (_close_at_exit) may have come meanwhile
             if getattr(self, "_running", False):
                 _fail(-EINVAL, "run(): another thread runs this server already")
             self._running = True
@@ -977,6 +1054,21 @@ class Server:
         stop. Then close() it."""
         if self._srv is not None and self._pid == os.getpid():
             lib.rkv_server_stop(self._srv)
+
+    def _close_at_exit(self):
+        """Stops and closes the server as the interpreter exits (_at_exit):
+        run() in a daemon thread was killed at exit, and the machine's
+        shared memory (the size of its shard) stayed in /dev/shm."""
+        if getattr(self, "_srv", None) is None or self._pid != os.getpid():
+            return
+        lib.rkv_server_stop(self._srv)
+        # run() returns once it lingered (at most timeout_ms) for replies owed.
+        end = time.monotonic() + self._timeout_ms / 1000.0 + 5.0
+        while getattr(self, "_running", False) and time.monotonic() < end:
+            time.sleep(0.02)
+        with self._run_lock:  # against a run() starting now
+            if not getattr(self, "_running", False):
+                self.close()
 
     def close(self):
         if getattr(self, "_running", False):
@@ -1142,7 +1234,8 @@ class Client:
     overrides the config's (which machine this trainer runs on: its rows
     there move through shared memory). output: "torch" or "numpy" for what
     pull returns; "auto" is torch when it can be imported.
-    One thread at a time uses the C client: calls from several threads queue.
+    One thread at a time uses the C client: calls from several threads queue;
+    one from inside a pull handler is refused (EINVAL).
     observer=True: a client that reads the catalogue only (list(),
     data_name_list(), get_data_meta()): it joins server 0 without being one
     of the num_workers clients, so it neither waits for them nor can push,
@@ -1162,7 +1255,7 @@ class Client:
             _fail(rc, err or strerror(rc))
         self._cli = cli
         self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._call_lock = threading.Lock()
         self._meta = {}
         self._inflight = set()  # _Push records not waited for
         self._orphans = []  # of them, those whose PushHandle was dropped
@@ -1175,8 +1268,19 @@ class Client:
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
         self._max_slot_bytes = cfg.max_slot_bytes  # the largest push message (init's fill)
+        _live_clients.add(self)
 
     # -- helpers --
+    @property
+    def _lock(self):
+        """The lock every call holds across its C calls (calls from several
+        threads queue): refused inside a pull handler, before it is taken.
+        A plain Lock, entered by `with` itself: a wrapper's __enter__ in
+        Python could be interrupted (KeyboardInterrupt) between acquiring it
+        and returning, and leave it held for good."""
+        _no_call_from_a_handler()
+        return self._call_lock
+
     def _errmsg(self):
         return ffi.string(lib.rkv_client_errmsg(self._cli)).decode(errors="replace")
 
@@ -1584,7 +1688,15 @@ class Client:
             if hid == PULL_ROWS:
                 rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
             else:
-                rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
+                # The handlers this client runs for its machine's rows run in
+                # this thread: a Ctrl-C in one is raised here (_rkv_py_pull).
+                interrupted = _in_handler.pull = []
+                try:
+                    rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
+                finally:
+                    _in_handler.pull = None
+                if interrupted:
+                    raise interrupted[0]
             if rc < 0:
                 _fail(rc, self._errmsg())
         if out is None:
@@ -1785,30 +1897,56 @@ class Client:
         """Asks every server to stop (their run() returns)."""
         self._call(lib.rkv_client_shutdown_servers)
 
+    def _close_at_exit(self):
+        """Closes the client as the interpreter exits (_at_exit), before the
+        servers of this process, unless another thread is in one of its
+        calls (a daemon thread's barrier may never end: the process's exit
+        takes that client)."""
+        lock = getattr(self, "_call_lock", None)
+        if lock is None or not self._close_first() or not lock.acquire(False):
+            return
+        try:
+            self._close_held()
+        finally:
+            lock.release()
+
     def close(self):
         """Frees the client (pushes in flight never waited for are dropped)."""
         lock = getattr(self, "_lock", None)
-        if lock is None or self._cli is None:
+        if lock is None or not self._close_first():
             return
+        with lock:
+            self._close_held()
+
+    def _close_first(self):
+        """What close() does before it takes the lock: False when there is
+        nothing more to do."""
+        if self._cli is None:
+            return False
         if self._pid != os.getpid():  # a forked child: the client's threads are not here
             self._cli = None
-            return
+            return False
         stuck = getattr(self, "_stuck", None)
         if stuck is not None and not stuck.is_set():
             # An interrupted barrier is still in the C client: freeing it under
             # that call would crash; the process's exit takes it.
             self._cli = None
+            return False
+        return True
+
+    def _close_held(self):
+        """The rest of close(), the lock held."""
+        if self._cli is None:  # closed by another thread meanwhile
             return
-        with lock:
-            lib.rkv_client_destroy(self._cli)
-            self._cli = None
-            for rec in self._inflight:
-                rec.pending = None
-                rec.keep = None
-                rec.dropped = True
-            self._inflight.clear()
-            self._orphans.clear()
-            self._registered.clear()
+        lib.rkv_client_destroy(self._cli)
+        self._cli = None
+        for rec in self._inflight:
+            rec.pending = None
+            rec.keep = None
+            rec.dropped = True
+        self._inflight.clear()
+        self._orphans.clear()
+        self._registered.clear()
 
     def __enter__(self):
         # "with" on a closed one went in, and failed only at its first call.
@@ -1824,3 +1962,24 @@ class Client:
 
     def __del__(self):
         self.close()
+
+
+# The Servers and Clients of this process not closed yet.
+_live_servers = weakref.WeakSet()
+_live_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _at_exit():
+    """At the interpreter's exit, once its non-daemon threads ended: closes
+    the clients and servers still open. A server whose run() a daemon thread
+    ran (as in a test or a notebook, or a trainer that raised before
+    shut_down()) was killed with the process, and its machine's shared
+    memory, a shard's worth, stayed in /dev/shm until reboot; a Python pull
+    handler could be called by its threads while the interpreter was being
+    torn down. Registered at import: a program's own atexit functions,
+    registered later, run before it."""
+    for c in list(_live_clients):
+        c._close_at_exit()
+    for srv in list(_live_servers):
+        srv._close_at_exit()
