@@ -451,29 +451,46 @@ static const char endless[] =
     "workload:\n"
     "  - {name: long, tensor: t, push: 0.5, push_op: sum, rounds: 10000000, think_us: 1000}\n";
 
-/* Starts `rkv run` on the endless scenario, waits until its 8 children
- * run and their segments exist, sends sig to the launcher alone, and checks
- * that it ends by it leaving no child and no segment. */
-static void stop_launcher(int sig)
+/* Starts `rkv run` on the endless scenario (written to yaml, named after
+ * tag) with --shm-prefix=prefix, its stdout (and stderr when quiet) to
+ * /dev/null, and waits up to 10 s for its 8 children and their 4
+ * segments. Returns the launcher's pid; its children in kids (16), their
+ * number in *n_p. */
+static pid_t start_endless(const char *tag, const char *prefix, int quiet, char *yaml,
+                           size_t yaml_len, pid_t *kids, int *n_p)
 {
-    char yaml[64], prefix[48], arg_prefix[80];
-    tmp_scenario(yaml, sizeof(yaml), "launch", endless);
-    snprintf(prefix, sizeof(prefix), "rkv-lt%d-%d", (int)getpid(), sig);
+    char arg_prefix[80];
+    tmp_scenario(yaml, yaml_len, tag, endless);
     snprintf(arg_prefix, sizeof(arg_prefix), "--shm-prefix=%s", prefix);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, STDOUT_FILENO);
+        if (quiet)
+            dup2(null, STDERR_FILENO);
         execl(RKV_BIN, RKV_BIN, "run", yaml, "--backend", "tcp", arg_prefix, (char *)NULL);
         _exit(127);
     }
-    pid_t kids[16];
     int n = 0;
     for (int i = 0; i < 200 && (n < 8 || segments_with(prefix) < 4); i++) {
         usleep(50000);
         n = children_of(pid, kids, 16);
     }
+    *n_p = n;
+    return pid;
+}
+
+/* Starts `rkv run` on the endless scenario, waits until its 8 children
+ * run and their segments exist, sends sig to the launcher alone, and checks
+ * that it ends by it leaving no child and no segment. */
+static void stop_launcher(int sig)
+{
+    char yaml[64], prefix[48];
+    snprintf(prefix, sizeof(prefix), "rkv-lt%d-%d", (int)getpid(), sig);
+    pid_t kids[16];
+    int n;
+    pid_t pid = start_endless("launch", prefix, 0, yaml, sizeof(yaml), kids, &n);
     if (n != 8) {
         kill(pid, SIGTERM); /* a failing test leaves nothing running either */
         waitpid(pid, NULL, 0);
@@ -555,29 +572,16 @@ static void test_children_die_with_launcher(void **state)
 static void test_second_run_leaves_the_first_alone(void **state)
 {
     (void)state;
-    char yaml[64], prefix[48], arg_prefix[80];
-    tmp_scenario(yaml, sizeof(yaml), "launch-first", endless);
+    char yaml[64], prefix[48];
     snprintf(prefix, sizeof(prefix), "rkv-lt%d-twice", (int)getpid());
-    snprintf(arg_prefix, sizeof(arg_prefix), "--shm-prefix=%s", prefix);
-    pid_t first = fork();
-    assert_true(first >= 0);
-    if (first == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, STDOUT_FILENO);
-        dup2(null, STDERR_FILENO);
-        execl(RKV_BIN, RKV_BIN, "run", yaml, "--backend", "tcp", arg_prefix, (char *)NULL);
-        _exit(127);
-    }
     pid_t kids[16];
-    int n = 0;
-    for (int i = 0; i < 200 && (n < 8 || segments_with(prefix) < 4); i++) {
-        usleep(50000);
-        n = children_of(first, kids, 16);
-    }
+    int n;
+    pid_t first = start_endless("launch-first", prefix, 1, yaml, sizeof(yaml), kids, &n);
     int before = segments_with(prefix);
     char cmd[512];
-    snprintf(cmd, sizeof(cmd), "%s run %s/quickstart.yaml --backend tcp %s > /dev/null 2>&1",
-             RKV_BIN, SCEN_DIR, arg_prefix);
+    snprintf(cmd, sizeof(cmd),
+             "%s run %s/quickstart.yaml --backend tcp --shm-prefix=%s > /dev/null 2>&1", RKV_BIN,
+             SCEN_DIR, prefix);
     int second = n == 8 && before == 4 ? system(cmd) : -1;
     int after = segments_with(prefix);
     int first_ran = waitpid(first, NULL, WNOHANG) == 0;

@@ -131,6 +131,19 @@ static int fail_done(void)
     return failed;
 }
 
+/* The same for the n-th allocation of any thread. */
+static void fail_alloc_any(long n)
+{
+    atomic_store(&failed_any, 0);
+    atomic_store(&fail_any, n);
+}
+
+static int fail_done_any(void)
+{
+    atomic_store(&fail_any, -1);
+    return atomic_load(&failed_any);
+}
+
 /* Whether rkv's allocations reach this binary's allocator: not under a
  * sanitizer, nor under valgrind without
  * --soname-synonyms=somalloc=nouserintercepts (it replaces malloc in the
@@ -295,6 +308,28 @@ static void test_push_order_under_allocation_failure(void **state)
     cluster_stop(&c);
 }
 
+/* Two machines of two servers, a client of machine 0 joined to both of
+ * machine 1's servers, T made; durable_dir: "" or the servers' log
+ * directory. Returns the client; connected_stop ends it all. */
+static struct rkv_client *connected_start(struct cluster *c, const char *durable_dir)
+{
+    cluster_config_spm(c, 3000, 2);
+    snprintf(c->cfg.durable_dir, sizeof(c->cfg.durable_dir), "%s", durable_dir);
+    cluster_start_server(c, 0);
+    cluster_start_server(c, 1);
+    struct rkv_client *cli = client_join(c);
+    assert_int_equal(rkv_client_init_data(cli, &T), 0);
+    connect_both(cli, 2, 3, 77);
+    return cli;
+}
+
+static void connected_stop(struct cluster *c, struct rkv_client *cli)
+{
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(c);
+}
+
 enum call { CALL_PUSH, CALL_PUSH_ASYNC, CALL_PULL, CALL_BARRIER, CALL_META, CALL_LIST, CALL_N };
 static const char *const call_name[CALL_N] = {"push",    "push_async", "pull",
                                               "barrier", "meta",       "list"};
@@ -348,14 +383,9 @@ static void test_calls_under_allocation_failure(void **state)
     if (!injection_works())
         skip();
     struct cluster c;
-    cluster_config_spm(&c, 3000, 2);
-    cluster_start_server(&c, 0);
-    cluster_start_server(&c, 1);
-    struct rkv_client *cli = client_join(&c);
-    assert_int_equal(rkv_client_init_data(cli, &T), 0);
+    struct rkv_client *cli = connected_start(&c, "");
     const uint64_t ids[2] = {3, 77}; /* machine 0's, machine 1's */
     float base[8], got[8];
-    connect_both(cli, 2, 3, ids[1]);
     assert_int_equal(rkv_client_pull(cli, "t", ids, 2, base), 0);
     for (int k = 0; k < CALL_N; k++) {
         int n, failures = 0;
@@ -389,9 +419,7 @@ static void test_calls_under_allocation_failure(void **state)
         }
         printf("%s: %d allocations, %d of them failed the call\n", call_name[k], n, failures);
     }
-    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
-    rkv_client_destroy(cli);
-    cluster_stop(&c);
+    connected_stop(&c, cli);
 }
 
 /* A tensor's creation, with each allocation of any thread (the client's,
@@ -405,22 +433,15 @@ static void test_init_under_allocation_failure(void **state)
     if (!injection_works())
         skip();
     struct cluster c;
-    cluster_config_spm(&c, 3000, 2);
-    cluster_start_server(&c, 0);
-    cluster_start_server(&c, 1);
-    struct rkv_client *cli = client_join(&c);
-    assert_int_equal(rkv_client_init_data(cli, &T), 0);
+    struct rkv_client *cli = connected_start(&c, "");
     const uint64_t ids[2] = {3, 77};
-    connect_both(cli, 2, 3, ids[1]);
     int n;
     for (n = 0; n < 400; n++) {
         struct rkv_tensor_desc d = T;
         snprintf(d.name, sizeof(d.name), "u%d", n);
-        atomic_store(&failed_any, 0);
-        atomic_store(&fail_any, n);
+        fail_alloc_any(n);
         int rc = rkv_client_init_data(cli, &d);
-        atomic_store(&fail_any, -1);
-        int hit = atomic_load(&failed_any);
+        int hit = fail_done_any();
         if (!hit && rc < 0)
             fail_msg("init_data failed without a failed allocation: %s", rkv_client_errmsg(cli));
         if (rc < 0 && (!strstr(rkv_client_errmsg(cli), rkv_strerror(rc)) ||
@@ -440,9 +461,7 @@ static void test_init_under_allocation_failure(void **state)
             break;
     }
     printf("init_data: %d allocations on every thread\n", n);
-    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
-    rkv_client_destroy(cli);
-    cluster_stop(&c);
+    connected_stop(&c, cli);
 }
 
 /* Durable mode (every push goes through a server, whose acknowledgement
@@ -458,16 +477,10 @@ static void test_durable_push_under_allocation_failure(void **state)
     if (!injection_works())
         skip();
     struct cluster c;
-    cluster_config_spm(&c, 3000, 2);
     char dir[] = "/tmp/rkv-alloc-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    snprintf(c.cfg.durable_dir, sizeof(c.cfg.durable_dir), "%s", dir);
-    cluster_start_server(&c, 0);
-    cluster_start_server(&c, 1);
-    struct rkv_client *cli = client_join(&c);
-    assert_int_equal(rkv_client_init_data(cli, &T), 0);
+    struct rkv_client *cli = connected_start(&c, dir);
     const uint64_t ids[2] = {3, 77}; /* machine 0's, machine 1's */
-    connect_both(cli, 2, 3, ids[1]);
     float base[8], got[8];
     assert_int_equal(rkv_client_pull(cli, "t", ids, 2, base), 0);
     /* The other threads allocate too (the durable task, the progress
@@ -479,11 +492,9 @@ static void test_durable_push_under_allocation_failure(void **state)
             int n;
             for (n = 0; n < 400; n++) {
                 float rows[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-                atomic_store(&failed_any, 0);
-                atomic_store(&fail_any, n);
+                fail_alloc_any(n);
                 int rc = do_call(cli, (enum call)k, ids, rows);
-                atomic_store(&fail_any, -1);
-                int hit = atomic_load(&failed_any);
+                int hit = fail_done_any();
                 char msg[512];
                 snprintf(msg, sizeof(msg), "%s", rkv_client_errmsg(cli));
                 if (rkv_client_pull(cli, "t", ids, 2, got) < 0)
@@ -511,9 +522,7 @@ static void test_durable_push_under_allocation_failure(void **state)
     }
     printf("durable: %d parts refused by a server\n", refused_by_server);
     assert_true(refused_by_server > 0); /* the server side was reached */
-    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
-    rkv_client_destroy(cli);
-    cluster_stop(&c);
+    connected_stop(&c, cli);
     char cmd[64];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
