@@ -301,7 +301,9 @@ static void test_gather_missing_and_garbage(void **state)
     double t0 = now_s();
     assert_int_equal(rkv_report_gather(cli[0], sc, 300000000ull, &g, err, sizeof(err)), 0);
     double waited = now_s() - t0;
-    assert_true(waited >= 0.3 && waited < 3);
+    /* The deadline, not a hang: the upper bound is far from it, so that a
+     * loaded host cannot fail it. */
+    assert_true(waited >= 0.3 && waited < 30);
     assert_int_equal(g.missing, 1);
     assert_non_null(g.blk[0].text);
     assert_null(g.blk[1].text);
@@ -316,8 +318,10 @@ static void test_gather_missing_and_garbage(void **state)
     assert_true(used <= 2 * RKV_REPORT_ROW_BYTES);
     assert_int_equal(rkv_client_push(cli[1], RKV_REPORT_TENSOR, ids, 2, blk, RKV_OP_ASSIGN, 0), 0);
     t0 = now_s();
-    assert_int_equal(rkv_report_gather(cli[0], sc, 5000000000ull, &g, err, sizeof(err)), 0);
-    assert_true(now_s() - t0 < 2.5);
+    /* "At once": well before a deadline far enough out that a loaded
+     * host's scheduling cannot reach it. */
+    assert_int_equal(rkv_report_gather(cli[0], sc, 60000000000ull, &g, err, sizeof(err)), 0);
+    assert_true(now_s() - t0 < 30);
     assert_int_equal(g.missing, 1);
     assert_null(g.blk[1].text);
     assert_non_null(strstr(g.why[1], "a bad PHASE line: PHASE w=0"));

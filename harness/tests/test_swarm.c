@@ -411,8 +411,11 @@ static void test_the_shrinker_reduces_a_real_failure(void **state)
 /* Found by the swarm: a crash triggered by client 0's phase, in a run where
  * a worker's link broke before it joined (so the others wait out the 60 s
  * hello timeout), made the twin's fault actor wake every simulated
- * microsecond: 6e7 wake-ups, over a minute of wall time. It ends at once. */
-static void test_a_step_triggered_crash_waits_cheaply(void **state)
+ * microsecond: 6e7 wake-ups, over a minute of wall time, and the swarm's
+ * wall-time limit called it TIMEOUT. The case passes; that the actor wakes
+ * only for phase and worker ends is counted in test_twin
+ * (test_step_triggered_crash_wakes_only_for_events), not timed here. */
+static void test_a_step_triggered_crash_after_a_hello_timeout(void **state)
 {
     (void)state;
     char *dir = tmp_dir(), path[600];
@@ -429,13 +432,12 @@ static void test_a_step_triggered_crash_waits_cheaply(void **state)
           f);
     assert_int_equal(fclose(f), 0);
     struct rkv_swarm_runner cs = swarm_in(dir, UINT64_MAX);
-    cs.timeout_s = 20;
+    cs.timeout_s = 120; /* a sanitizer or coverage build on a busy host */
     struct rkv_swarm_job job = {.path = path};
     assert_int_equal(rkv_swarm_run_files(&cs, &job, 1), 0);
     if (job.out.verdict != RKV_SWV_PASS)
         fail_msg("%s: %s", rkv_swarm_verdict_name(job.out.verdict), job.out.what);
-    assert_true(job.out.sim_s > 60);  /* the workers did wait out the timeout */
-    assert_true(job.out.wall_s < 10); /* without the wall time it used to take */
+    assert_true(job.out.sim_s > 60); /* the workers did wait out the timeout */
     rm_dir(dir);
 }
 
@@ -601,7 +603,7 @@ int main(void)
         cmocka_unit_test(test_compare_reports_another_trace),
         cmocka_unit_test(test_a_rerun_gives_the_same_trace),
         cmocka_unit_test(test_the_shrinker_reduces_a_real_failure),
-        cmocka_unit_test(test_a_step_triggered_crash_waits_cheaply),
+        cmocka_unit_test(test_a_step_triggered_crash_after_a_hello_timeout),
         cmocka_unit_test(test_the_command_keeps_and_shrinks_a_failure),
         cmocka_unit_test(test_the_command_says_what_is_wrong),
         cmocka_unit_test(test_the_command_cleans_up_when_stopped),

@@ -593,6 +593,45 @@ static void test_crash_faults(void **state)
     }
 }
 
+/* A crash due after client 0's first phase, in a run where a worker's link
+ * broke before it joined, so the others wait out the 60 s hello timeout
+ * (found by rkv swarm). The fault actor used to poll every simulated
+ * microsecond, 6e7 wake-ups, then every millisecond, 60,000; it now wakes
+ * for client 0's phase ends and the workers' ends only. Counted, not timed. */
+static void test_step_triggered_crash_wakes_only_for_events(void **state)
+{
+    (void)state;
+    char path[64], args[128];
+    tmp_scenario(path, sizeof(path), "step",
+                 "seed: 1\n"
+                 "cluster: {machines: 1, servers_per_machine: 2, workers_per_machine: 2}\n"
+                 "tensors:\n  - {name: t, rows: 8}\n"
+                 "workload:\n  - {name: a, tensor: t, rounds: 2}\n"
+                 "  - {name: b, tensor: t, rounds: 2}\n"
+                 "faults:\n"
+                 "  - {kind: link_down, target: w1, at_s: 0, duration_s: 0.01, retransmit_ms: 1}\n"
+                 "  - {kind: crash, target: s0.1, after_phase: a}\n");
+    snprintf(args, sizeof(args), "run %s", path);
+    int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
+    unlink(path);
+    if (rc != 0 || !strstr(out, "verdict: PASS"))
+        fail_msg("rkv %s: exit %d\n%s", args, rc, out);
+    double sim = 0;
+    const char *t = strstr(out, "simulated time ");
+    assert_non_null(t);
+    assert_int_equal(sscanf(t, "simulated time %lf", &sim), 1);
+    if (sim < 60)
+        fail_msg("simulated time %.6f s: the workers did not wait out the hello timeout\n%s", sim,
+                 out);
+    unsigned long long wakes = ~0ull;
+    t = strstr(out, "the fault actor woke ");
+    assert_non_null(t);
+    assert_int_equal(sscanf(t, "the fault actor woke %llu", &wakes), 1);
+    /* Two workers, two phases: a wake-up for each end at most. */
+    if (wakes > 4)
+        fail_msg("the fault actor woke %llu times in %.0f simulated s\n%s", wakes, sim, out);
+}
+
 /* Drop, delay, link_down and slow_cpu lose nothing: every worker finishes
  * every phase with every value right, under three seeds of jitter, and the
  * report counts what each fault did (one that touched nothing fails). */
@@ -772,6 +811,7 @@ int main(void)
         cmocka_unit_test(test_simulated_time_limit),
         cmocka_unit_test(test_log_lines_folded),
         cmocka_unit_test(test_crash_faults),
+        cmocka_unit_test(test_step_triggered_crash_wakes_only_for_events),
         cmocka_unit_test(test_payload_receives_from_the_pool),
         cmocka_unit_test(test_nic_and_cpu_faults),
         cmocka_unit_test(test_restart_durable),

@@ -78,8 +78,11 @@ struct twin {
      * measured CPU: each worker then has its own, as each real worker
      * process does (twin_run). */
     struct rkv_oracle *oracle;
-    int32_t client0_phase;  /* last phase client 0 finished (-1: none): after_phase faults */
-    struct sim_cv phase_cv; /* broadcast when it changes: the fault actor waits on it */
+    int32_t client0_phase; /* last phase client 0 finished (-1: none): after_phase faults */
+    /* Broadcast when client 0 ends a phase or a worker ends: the fault
+     * actor waits on it for both, and wakes for nothing else. */
+    struct sim_cv phase_cv;
+    uint64_t fault_wakes; /* the fault actor's wake-ups on phase_cv */
     /* Payload-less: the store carries thin rows, the network sees these. */
     uint64_t declared_row_bytes[RKV_SC_MAX_TENSORS + 1]; /* by tensor id (1-based) */
     char **sg_argv; /* simgrid_init's arguments, sg_argc of them (owned) */
@@ -369,6 +372,7 @@ static void twin_worker(int argc, char **argv)
     nd->finished = 1;
     nd->end_s = simgrid_get_clock();
     nd->t->w.nodes_finished++;
+    sim_cv_broadcast(&nd->t->phase_cv); /* twin_workers_done may have changed */
 }
 
 /* ---- payload-less sizing ---- */
@@ -618,6 +622,14 @@ static void twin_plan_restart(struct twin *t, struct twin_node *nd, const struct
     sg_actor_start(a, twin_restarter, 0, NULL);
 }
 
+/* The fault actor's wait for client 0's next phase or a worker's end. No
+ * timeout: twin_limit ends a run whose workers never end. */
+static void twin_fault_wait(struct twin *t)
+{
+    sim_cv_wait(&t->w, &t->phase_cv, NULL, NULL, -1);
+    t->fault_wakes++;
+}
+
 /* Injects the scenario's crash faults at their simulated times, then, since
  * a crashed worker 0 cannot shut the servers down, stops the servers still
  * running a second after the last worker ended. */
@@ -633,13 +645,14 @@ static void twin_faults(int argc, char **argv)
         if (f->at_s > simgrid_get_clock())
             sg_actor_sleep_until(f->at_s);
         /* A step trigger: the same file means the same moment on every
-         * backend. Woken when client 0 ends a phase, and every millisecond
-         * to see whether the workers are done: polling every microsecond
-         * cost 6e7 wake-ups (a minute of wall time) while workers waited
-         * out a 60 s timeout, found by rkv swarm. */
+         * backend. Woken only when client 0 ends a phase or a worker ends:
+         * polling every microsecond cost 6e7 wake-ups (a minute of wall
+         * time) while workers waited out a 60 s timeout, found by rkv
+         * swarm; polling every millisecond still cost one per simulated
+         * millisecond. */
         while (f->after_phase[0] && t->client0_phase < (int32_t)f->after_phase_ix &&
                !twin_workers_done(t))
-            sim_cv_wait(&t->w, &t->phase_cv, NULL, NULL, 1e-3);
+            twin_fault_wait(t);
         struct twin_node *nd = twin_node_named(t, f->target);
         /* At 0 s this actor runs before the nodes have opened anything: it
          * skipped the crash as of a node already gone ("none fired", where
@@ -663,7 +676,9 @@ static void twin_faults(int argc, char **argv)
             twin_plan_restart(t, nd, f);
     }
     while (!twin_workers_done(t))
-        sg_actor_sleep_for(1e-3);
+        twin_fault_wait(t);
+    fprintf(stderr, "rkv: faults: the fault actor woke %llu times for phase and worker ends\n",
+            (unsigned long long)t->fault_wakes);
     sg_actor_sleep_for(1.0);
     t->servers_stopped = 1;
     for (uint32_t i = 0; i < t->n_nodes; i++) {
