@@ -229,6 +229,12 @@ struct rkv_nic {
      * its start, and the node sets it after the NIC is open. */
     uint32_t hello_timeout_ms;
     _Atomic uint32_t idle_timeout_ms;
+    /* The longest a post may wait, blocked, on a peer that takes no byte
+     * (0: the backend's own bound). A backend whose posts can block until
+     * the peer reads (tcp) gives that peer up past it: the posting thread
+     * (a server's, serving every client) is not held by one peer that
+     * stopped reading for longer than this. */
+    _Atomic uint32_t send_wait_ms;
     /* The longest the user may leave the NIC unpolled while its poller is
      * busy with what it polled: a polling policy figure, so the user's
      * (the engine sets it, rkv_nic_set_poll_gap). A backend whose posts can
@@ -242,6 +248,9 @@ struct rkv_nic {
 };
 
 #define RKV_NIC_HELLO_TIMEOUT_MS 5000u
+/* send_wait_ms's floor: TCP's own retransmission waits (200 ms at least,
+ * doubling) stay well inside it. */
+#define RKV_NIC_SEND_WAIT_MIN_MS 1000u
 /* poll_gap_ns of a NIC nobody set it for (one driven by hand, in tests). */
 #define RKV_NIC_POLL_GAP_NS 10000000ull
 

@@ -13,8 +13,12 @@
  * later frame of the QP follows. A peer that stops reading (stopped in a
  * debugger, its host gone without a reset, or hostile) so holds up neither
  * the thread that posts nor the peers it serves next. Past the bounds, and
- * for a frame larger than a QP's bound, the sender waits as before, up to
- * TCP_SEND_TIMEOUT_MS.
+ * for a frame larger than a QP's bound, the sender waits while the peer
+ * takes bytes, and gives it up once it has taken none for the NIC's send
+ * wait (rkv_nic.send_wait_ms: a quarter of the request timeout), not
+ * longer: a server's posting thread serves every other client meanwhile.
+ * A queue that has not moved for TCP_SEND_TIMEOUT_MS is given up at the
+ * next post even when it has room.
  *
  * Who reads. A thread that polls an empty CQ reads the sockets itself
  * (inline): a reply then wakes the thread that wants it and nobody else,
@@ -112,7 +116,7 @@ enum tcp_kind {
 #define TCP_SWEEP_NS 100000000ull
 #define TCP_SWEEP_BATCH 64
 
-#define TCP_SEND_TIMEOUT_MS 30000u /* a peer that stops reading fails the sender */
+#define TCP_SEND_TIMEOUT_MS 30000u /* a queue this still fails the sender (and caps the wait) */
 /* A socket that took nothing for this long while a frame waits: the rest
  * of the frame is queued (below), not waited for. Long enough that a peer
  * which reads keeps a large frame on the direct path (no copy). */
@@ -1511,9 +1515,25 @@ static int qp_send_failed(struct tcp_nic *n, struct tcp_qp *qp, const char *why)
     return -RKV_EPEERDEAD;
 }
 
+/* How long a post waits, blocked, on a peer that takes no byte. */
+static uint64_t tcp_send_wait_ns(const struct tcp_nic *n)
+{
+    uint32_t ms = atomic_load(&n->base.send_wait_ms);
+    if (!ms || ms > n->send_timeout_ms)
+        ms = n->send_timeout_ms;
+    return (uint64_t)ms * 1000000;
+}
+
 /* send_mu held. Writes the whole frame, queues what the socket does not
  * take within TCP_SEND_STALL_NS (room permitting), or gives the connection
- * up: a frame cut short would desynchronise the stream for good. */
+ * up: a frame cut short would desynchronise the stream for good. Where
+ * there is no room, it waits while the peer takes bytes, and gives the
+ * peer up once it has taken none for the send wait (tcp_send_wait_ns):
+ * the wait used to run to TCP_SEND_TIMEOUT_MS from the post, whatever
+ * the peer did, so that a peer that asked for replies past its queue's
+ * bound and read none held a server's engine, and every other client's
+ * requests, for 30 s, while a large frame to a slow reader that kept
+ * reading failed after 30 s. */
 static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_frame *f,
                          void *payload)
 {
@@ -1523,7 +1543,7 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
                            {.iov_base = payload, .iov_len = f->len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = f->len ? 2 : 1};
     uint64_t start_ns = tcp_now_ns(n), timeout_ns = (uint64_t)n->send_timeout_ms * 1000000;
-    uint64_t deadline_ns = start_ns + timeout_ns;
+    uint64_t wait_ns = tcp_send_wait_ns(n);
     char why[96] = "";
     if (!pend_empty(qp)) {
         /* Frames keep their order: this one goes behind the queue. */
@@ -1542,13 +1562,15 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
             return 0;
         }
         /* No room: wait for the queue to drain, writing it here (the rx
-         * owner is told to leave it alone meanwhile). */
+         * owner is told to leave it alone meanwhile), while it moves. A
+         * queue that has not moved for the send wait is given up at once. */
         if (pend_arm(n, qp, 0) < 0)
             return qp_send_failed(n, qp, "cannot change its epoll interest");
         while (!pend_empty(qp)) {
-            int rc = qp_wait_writable(n, qp, deadline_ns);
+            int rc = qp_wait_writable(n, qp, qp->pend_moved_ns + wait_ns);
             if (rc == -RKV_ETIMEDOUT)
-                snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
+                snprintf(why, sizeof(why), "the peer read nothing for %llu ms, %zu bytes queued",
+                         (unsigned long long)(wait_ns / 1000000), qp->pend_len - qp->pend_off);
             else if (rc < 0)
                 snprintf(why, sizeof(why), "poll failed");
             if (rc < 0 || pend_flush(n, qp, why, sizeof(why)) < 0)
@@ -1577,12 +1599,14 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
             }
             room = 0; /* no memory for it: wait, as without a queue */
         }
+        uint64_t deadline_ns = moved_ns + wait_ns; /* from the last byte the peer took */
         uint64_t until = room && moved_ns + TCP_SEND_STALL_NS < deadline_ns
                              ? moved_ns + TCP_SEND_STALL_NS
                              : deadline_ns;
         int rc = qp_wait_writable(n, qp, until);
         if (rc == -RKV_ETIMEDOUT && until == deadline_ns) {
-            snprintf(why, sizeof(why), "the peer read nothing for %u ms", n->send_timeout_ms);
+            snprintf(why, sizeof(why), "the peer read nothing for %llu ms",
+                     (unsigned long long)(wait_ns / 1000000));
             return qp_send_failed(n, qp, why);
         }
         if (rc < 0 && rc != -RKV_ETIMEDOUT)

@@ -391,6 +391,12 @@ int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, si
     }
     nic->hello_timeout_ms = cfg->hello_timeout_ms;
     nic->idle_timeout_ms = cfg->idle_timeout_ms;
+    /* A quarter of a request's time: a server blocked on one peer that
+     * reads nothing gives it up while the others' requests, queued behind
+     * it, still have time to be served (a stopped worker holding a server
+     * for the whole timeout timed every other worker's requests out). */
+    nic->send_wait_ms = cfg->timeout_ms / 4 > RKV_NIC_SEND_WAIT_MIN_MS ? cfg->timeout_ms / 4
+                                                                       : RKV_NIC_SEND_WAIT_MIN_MS;
     size_t secret_len = strnlen(cfg->secret, sizeof(cfg->secret));
     if (secret_len) {
         rkv_nic_set_secret(nic, cfg->secret, secret_len);

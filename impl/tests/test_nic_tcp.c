@@ -349,7 +349,7 @@ static void test_poller_reads_inline(void **state)
  * stays away (one blocked in a send to a peer blocked sending to it would
  * otherwise never read again). 64 MiB do not fit in the sockets' buffers,
  * so the post returns only if b reads meanwhile; with nobody reading it
- * fails after TCP_SEND_TIMEOUT_MS. */
+ * fails once b has taken nothing for the NIC's send wait. */
 static void test_reads_without_a_poller(void **state)
 {
     struct nic_fx *f = *state;
