@@ -368,7 +368,9 @@ struct rkv_server;
 RKV_API int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id,
                               struct rkv_server **srv_p, char *err, size_t err_len);
 /* Registers custom push op `op` (RKV_OP_CUSTOM..RKV_OP_MAX-1; -RKV_EINVAL
- * otherwise); a NULL fn unregisters. */
+ * otherwise); a NULL fn unregisters. This and the pull handlers'
+ * registration, called from inside a handler the server runs, are refused
+ * with -RKV_EINVAL (the handler holds the tables they change). */
 RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn,
                                         void *user);
 /* Registers pull handler `id` (RKV_PULL_CUSTOM..RKV_OP_MAX-1): a pulled row

@@ -2250,11 +2250,24 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
     atomic_store(&s->test_corrupt_row, row);
 }
 
+/* 1 when the caller runs inside one of this server's handlers (push or
+ * pull), which run holding hmu: a registration there waited for the lock
+ * its own thread held, and the server served nobody again. */
+static int srv_in_handler(struct rkv_server *s)
+{
+    return s->port->ops->mutex_held(s->hmu);
+}
+
 /* Once it returns, no push or pull runs the handler it replaced. */
 int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn, void *user)
 {
     if (!s) /* a create whose failure went unchecked: it crashed */
         return -RKV_EINVAL;
+    if (srv_in_handler(s))
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                        "register handler %d: called from inside a handler this server runs, "
+                        "which holds the handler tables: register from another thread",
+                        op);
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_handler_register_at(&s->ht, op, fn, user);
     s->port->ops->mutex_unlock(s->hmu);
@@ -2273,6 +2286,11 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
 {
     if (!s)
         return -RKV_EINVAL;
+    if (srv_in_handler(s))
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                        "register pull handler %d: called from inside a handler this server "
+                        "runs, which holds the handler tables: register from another thread",
+                        id);
     s->port->ops->mutex_lock(s->hmu);
     int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
     s->port->ops->mutex_unlock(s->hmu);

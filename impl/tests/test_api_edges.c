@@ -2185,6 +2185,87 @@ static void test_push_slots_are_the_servers_grant(void **state)
     cluster_stop(&c);
 }
 
+/* A server's handlers that register a handler on their own server, as a
+ * lazily set-up program might: refused (-RKV_EINVAL, named), where the
+ * registration waited for the handler lock its own thread held, and the
+ * server answered nobody again (the pull timed out, the shutdown hung). */
+struct srv_reenter {
+    struct rkv_server *srv;
+    int push_rc, pull_rc, calls;
+    char msg[256];
+};
+
+static void h_srv_reenter(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n,
+                          double param, void *user)
+{
+    (void)dt;
+    (void)st;
+    (void)param;
+    struct srv_reenter *re = user;
+    if (re->srv) { /* the server's; the client's own copy (co-located rows) has none */
+        re->push_rc = rkv_server_register_handler(re->srv, RKV_OP_CUSTOM + 1, h_nop, NULL);
+        snprintf(re->msg, sizeof(re->msg), "%s", rkv_server_errmsg(re->srv));
+        re->calls++;
+    }
+    for (size_t i = 0; i < n; i++)
+        ((float *)row)[i] += ((const float *)in)[i];
+}
+
+static void p_srv_reenter(enum rkv_dtype dt, const void *row, const void *st, size_t row_len,
+                          void *out, size_t out_len, double param, void *user)
+{
+    (void)dt;
+    (void)st;
+    (void)param;
+    struct srv_reenter *re = user;
+    if (re->srv) {
+        re->pull_rc =
+            rkv_server_register_pull_handler(re->srv, RKV_PULL_CUSTOM + 1, p_nop, 1, 0, NULL);
+        re->calls++;
+    }
+    memcpy(out, row, (out_len < row_len ? out_len : row_len) * sizeof(float));
+}
+
+static void test_server_handler_reentry_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct srv_reenter re[2] = {{.srv = c.srv[0][0], .push_rc = 1, .pull_rc = 1},
+                                {.srv = c.srv[1][0], .push_rc = 1, .pull_rc = 1}},
+                       mine = {0};
+    for (int m = 0; m < 2; m++) {
+        assert_int_equal(
+            rkv_server_register_handler(c.srv[m][0], RKV_OP_CUSTOM, h_srv_reenter, &re[m]), 0);
+        assert_int_equal(rkv_server_register_pull_handler(c.srv[m][0], RKV_PULL_CUSTOM,
+                                                          p_srv_reenter, 1, 0, &re[m]),
+                         0);
+    }
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_srv_reenter, &mine), 0);
+    assert_int_equal(
+        rkv_client_register_pull_handler(cli, RKV_PULL_CUSTOM, p_srv_reenter, 1, 0, &mine), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 70; /* machine 1's: its server runs the handlers */
+    float rows[4] = {1, 2, 3, 4}, got[4] = {0};
+    push_ok(cli, "t", &id, 1, rows, RKV_OP_CUSTOM);
+    assert_int_equal(re[1].push_rc, -RKV_EINVAL);
+    if (!strstr(re[1].msg, "called from inside a handler this server runs"))
+        fail_msg("%s", re[1].msg);
+    if (rkv_client_pull_with(cli, "t", &id, 1, got, RKV_PULL_CUSTOM, 0) < 0)
+        fail_msg("pull: %s", rkv_client_errmsg(cli));
+    assert_int_equal(re[1].pull_rc, -RKV_EINVAL);
+    assert_int_equal(re[1].calls, 2);
+    assert_memory_equal(got, rows, sizeof(rows));
+    /* Outside a handler, from another thread while it runs: allowed. */
+    assert_int_equal(rkv_server_register_handler(c.srv[1][0], RKV_OP_CUSTOM + 1, h_nop, NULL), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 static void test_server_register_refusal_named(void **state)
 {
     (void)state;
@@ -2253,6 +2334,7 @@ int main(void)
         cmocka_unit_test(test_client_from_two_threads),
         cmocka_unit_test(test_init_data_race),
         cmocka_unit_test(test_handler_reentry_refused),
+        cmocka_unit_test(test_server_handler_reentry_refused),
         cmocka_unit_test(test_barrier_in_flight_server_gone),
         cmocka_unit_test(test_server_register_refusal_named),
         cmocka_unit_test(test_ctrl_buf_bytes_must_agree),
