@@ -17,8 +17,8 @@
  * takes bytes, and gives it up once it has taken none for the NIC's send
  * wait (rkv_nic.send_wait_ms: a quarter of the request timeout), not
  * longer: a server's posting thread serves every other client meanwhile.
- * A queue that has not moved for TCP_SEND_TIMEOUT_MS is given up at the
- * next post even when it has room.
+ * A queue that has not moved for as long is given up by the rx owner's
+ * sweep (tcp_sweep), whether or not anything more is posted behind it.
  *
  * Who reads. A thread that polls an empty CQ reads the sockets itself
  * (inline): a reply then wakes the thread that wants it and nobody else,
@@ -210,6 +210,9 @@ struct tcp_qp {
     uint64_t last_tx_ns;    /* send_mu: a frame last went then (connecting side, idle timeout) */
     uint64_t ka_every_ns;   /* mu: connecting side, a keepalive after this silence (0: none) */
     struct tcp_qp *next;    /* mu: nic->qps */
+    /* pend_moved_ns while the queue holds bytes, 0 while it is empty: what
+     * the rx owner's sweep reads (it does not take send_mu). */
+    _Atomic uint64_t pend_still_ns;
     struct tcp_rx rx;
 };
 
@@ -494,6 +497,7 @@ static void pend_free(struct tcp_nic *n, struct tcp_qp *qp)
     free(qp->pend);
     qp->pend = NULL;
     qp->pend_off = qp->pend_len = qp->pend_cap = 0;
+    atomic_store(&qp->pend_still_ns, 0);
 }
 
 /* ---- connection teardown ---- */
@@ -1484,6 +1488,7 @@ static int pend_flush(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t wh
             qp->pend_off += (size_t)w;
             atomic_fetch_sub(&n->pend_total, (size_t)w);
             qp->pend_moved_ns = tcp_now_ns(n);
+            atomic_store(&qp->pend_still_ns, qp->pend_moved_ns);
             continue;
         }
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
@@ -1492,6 +1497,7 @@ static int pend_flush(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t wh
         return -1;
     }
     qp->pend_off = qp->pend_len = 0;
+    atomic_store(&qp->pend_still_ns, 0);
     if (qp->pend_cap > TCP_PEND_KEEP) {
         free(qp->pend);
         qp->pend = NULL;
@@ -1593,6 +1599,7 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
         if (room && now - moved_ns >= TCP_SEND_STALL_NS) {
             if (pend_append(n, qp, &mh) == 0) {
                 qp->pend_moved_ns = now;
+                atomic_store(&qp->pend_still_ns, now);
                 if (pend_arm(n, qp, 1) < 0)
                     return qp_send_failed(n, qp, "cannot change its epoll interest");
                 break;
@@ -1845,12 +1852,12 @@ static int tcp_sweep(struct tcp_nic *n)
 {
     const struct rkv_nic *b = &n->base;
     uint64_t now = tcp_now_ns(n);
-    if (now < n->next_sweep_ns ||
-        (!b->hello_timeout_ms && !b->idle_timeout_ms && !atomic_load(&n->keepalives)))
+    if (now < n->next_sweep_ns || (!b->hello_timeout_ms && !b->idle_timeout_ms &&
+                                   !atomic_load(&n->keepalives) && !atomic_load(&n->pend_total)))
         return 0;
     n->next_sweep_ns = now + TCP_SWEEP_NS;
     uint64_t hello_ns = (uint64_t)b->hello_timeout_ms * 1000000,
-             idle_ns = (uint64_t)b->idle_timeout_ms * 1000000;
+             idle_ns = (uint64_t)b->idle_timeout_ms * 1000000, wait_ns = tcp_send_wait_ns(n);
     if (atomic_load(&n->keepalives)) {
         /* Only this reader takes QPs off the list, so one stays in it while
          * the lock is given up (others are only added, at its head). */
@@ -1872,7 +1879,18 @@ static int tcp_sweep(struct tcp_nic *n)
         int n_late = 0;
         tcp_lock(n);
         for (struct tcp_qp *qp = n->qps; qp && n_late < TCP_SWEEP_BATCH; qp = qp->next) {
-            if (!qp->passive || qp->fd < 0 || qp->core.closed)
+            if (qp->fd < 0 || qp->core.closed)
+                continue;
+            /* A peer that took none of the bytes queued for it for the send
+             * wait, any QP: the wait a blocked post gives it (qp_send_frame),
+             * here for a queue nobody posts behind, which held its memory
+             * (up to TCP_PEND_QP_MAX) for as long as the peer stayed. */
+            uint64_t still = atomic_load(&qp->pend_still_ns);
+            if (still && now > still && now - still >= wait_ns) {
+                late[n_late++] = qp;
+                continue;
+            }
+            if (!qp->passive)
                 continue;
             const struct tcp_rx *rx = &qp->rx;
             /* A connection stalled for want of a receive (RNR) is not read:
@@ -1884,8 +1902,15 @@ static int tcp_sweep(struct tcp_nic *n)
         tcp_unlock(n);
         for (int i = 0; i < n_late; i++) {
             struct tcp_qp *qp = late[i];
-            uint64_t quiet = 0;
-            if (rkv_ratelim_ok(&n->lim_timeout, now, RKV_RATELIM_BURST, &quiet))
+            uint64_t quiet = 0, still = atomic_load(&qp->pend_still_ns);
+            int say = rkv_ratelim_ok(&n->lim_timeout, now, RKV_RATELIM_BURST, &quiet);
+            if (say && still && now > still && now - still >= wait_ns)
+                RKV_LOGW(b->port,
+                         "nic tcp: dropping %s: it read none of the bytes queued for it within "
+                         "%llu ms (%llu such lines suppressed)",
+                         qp->peer, (unsigned long long)(wait_ns / 1000000),
+                         (unsigned long long)quiet);
+            else if (say)
                 RKV_LOGW(b->port,
                          "nic tcp: dropping %s: %s within %u ms (%llu such lines suppressed)",
                          qp->peer, qp->rx.hello_done ? "no message" : "no authenticated hello",
@@ -1962,10 +1987,12 @@ static void tcp_progress(void *arg)
     while (tcp_task_turn(n) == 0) {
         n->task_asked = 0;
         /* A listening NIC wakes up now and then to drop accepted
-         * connections past their hello or idle timeout, and one whose
-         * connections need keepalives to send them (tcp_sweep). */
-        int wait_ms =
-            n->listeners || atomic_load(&n->keepalives) ? (int)(TCP_SWEEP_NS / 1000000) : -1;
+         * connections past their hello or idle timeout, one whose
+         * connections need keepalives to send them, and one with bytes
+         * queued to see whether their peers read them (tcp_sweep). */
+        int wait_ms = n->listeners || atomic_load(&n->keepalives) || atomic_load(&n->pend_total)
+                          ? (int)(TCP_SWEEP_NS / 1000000)
+                          : -1;
         tcp_unlock(n);
         int stop = tcp_rx_round(n, wait_ms);
         tcp_lock(n);
@@ -1995,7 +2022,8 @@ static void tcp_poll_wait(struct tcp_nic *n, uint64_t deadline_ns, int *asked)
         tcp_unlock(n);
         uint64_t left_ms = now < deadline_ns ? (deadline_ns - now + 999999) / 1000000 : 0;
         /* A long wait (a barrier) keeps sweeping, as the task does. */
-        if (atomic_load(&n->keepalives) && left_ms > TCP_SWEEP_NS / 1000000)
+        if ((atomic_load(&n->keepalives) || atomic_load(&n->pend_total)) &&
+            left_ms > TCP_SWEEP_NS / 1000000)
             left_ms = TCP_SWEEP_NS / 1000000;
         tcp_rx_round(n, left_ms > INT_MAX ? INT_MAX : (int)left_ms);
         tcp_lock(n);

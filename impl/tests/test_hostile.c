@@ -1830,6 +1830,26 @@ static int drain_to_end(int fd, uint32_t timeout_ms)
     }
 }
 
+/* Sends k pulls of NOREAD_IDS big rows each on fd, reading nothing. */
+static void noread_pulls(int fd, int k)
+{
+    static uint64_t ids[NOREAD_IDS];
+    for (int i = 0; i < NOREAD_IDS; i++)
+        ids[i] = 60;
+    static uint8_t msg[EV_CTRL];
+    struct rkv_slot_desc to = {.addr = 64, .rkey = 1, .cap = 1u << 30};
+    for (int j = 0; j < k; j++) {
+        struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                            .req_id = 0x77 + (uint64_t)j,
+                            .tensor_id = BIG_ID,
+                            .count = NOREAD_IDS,
+                            .row_bytes = BIG_ROW_LEN * 4};
+        size_t len = rkv_proto_enc_pull(msg, &h, &to, ids);
+        assert_true(len <= sizeof(msg));
+        raw_send_frame(fd, RAW_SEND, (uint32_t)len, msg, len);
+    }
+}
+
 static void test_peer_that_never_reads(void **state)
 {
     struct env *env = *state;
@@ -1842,21 +1862,7 @@ static void test_peer_that_never_reads(void **state)
     check_serving(&c, 1);
     int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
     assert_int_equal(raw_hello(fd, env_secret()), 0);
-    static uint64_t ids[NOREAD_IDS];
-    for (int i = 0; i < NOREAD_IDS; i++)
-        ids[i] = 60;
-    static uint8_t msg[EV_CTRL];
-    struct rkv_slot_desc to = {.addr = 64, .rkey = 1, .cap = 1u << 30};
-    for (int k = 0; k < NOREAD_PULLS; k++) {
-        struct rkv_hdr h = {.type = RKV_MSG_PULL,
-                            .req_id = 0x77 + (uint64_t)k,
-                            .tensor_id = BIG_ID,
-                            .count = NOREAD_IDS,
-                            .row_bytes = BIG_ROW_LEN * 4};
-        size_t len = rkv_proto_enc_pull(msg, &h, &to, ids);
-        assert_true(len <= sizeof(msg));
-        raw_send_frame(fd, RAW_SEND, (uint32_t)len, msg, len);
-    }
+    noread_pulls(fd, NOREAD_PULLS);
     usleep(300000); /* the server is writing the replies by now */
     /* Within the client's own timeout: the server blocked in a send to
      * the peer for up to 30 s, and the request timed out. */
@@ -1866,6 +1872,72 @@ static void test_peer_that_never_reads(void **state)
     assert_true(drain_to_end(fd, WAIT_MS));
     close(fd);
     check_serving(&c, 3);
+    cluster_stop(&c);
+}
+
+/* The state of the server's side of fd's connection in /proc/net/tcp (1:
+ * established), or -1 when it has none (closed and gone). IPv4 only. */
+static int server_side_state(int fd)
+{
+    struct sockaddr_in me, srv;
+    socklen_t l1 = sizeof(me), l2 = sizeof(srv);
+    if (getsockname(fd, (struct sockaddr *)&me, &l1) < 0 ||
+        getpeername(fd, (struct sockaddr *)&srv, &l2) < 0)
+        return -1;
+    char local[32], rem[32], line[512];
+    snprintf(local, sizeof(local), "%08X:%04X", (unsigned)srv.sin_addr.s_addr,
+             (unsigned)ntohs(srv.sin_port));
+    snprintf(rem, sizeof(rem), "%08X:%04X", (unsigned)me.sin_addr.s_addr,
+             (unsigned)ntohs(me.sin_port));
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        return -1;
+    int st = -1;
+    while (fgets(line, sizeof(line), f)) {
+        char a[32], b[32];
+        unsigned x;
+        if (sscanf(line, " %*u: %31s %31s %x", a, b, &x) == 3 && !strcmp(a, local) &&
+            !strcmp(b, rem)) {
+            st = (int)x;
+            break;
+        }
+    }
+    fclose(f);
+    return st;
+}
+
+/* A peer that asks for replies that fit the server's queue for it, reads
+ * none and says nothing more. No post ever waits behind that queue, so the
+ * 26 MB stayed queued, and the connection open, for as long as the peer
+ * liked (the idle timeout is off by default; a queue 30 s still was given
+ * up only at the next post to it). The server now drops a peer that read
+ * none of its queue for the send wait (a quarter of the request timeout),
+ * posts or not. Seen from /proc/net/tcp, not by reading: reading would
+ * move the queue. */
+static void test_peer_that_never_reads_and_goes_quiet(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    if (access("/proc/net/tcp", R_OK) != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
+    assert_int_equal(raw_hello(fd, env_secret()), 0);
+    assert_int_equal(server_side_state(fd), 1);
+    noread_pulls(fd, 4);
+    int st = 1;
+    for (int i = 0; i < (int)(2 * WAIT_MS / 50) && (st = server_side_state(fd)) == 1; i++)
+        usleep(50000);
+    if (st == 1)
+        fail_msg("the server kept the connection of a peer that read nothing for %u ms",
+                 2 * WAIT_MS);
+    check_serving(&c, 2);
+    close(fd);
     cluster_stop(&c);
 }
 
@@ -2391,6 +2463,7 @@ int main(void)
         cmocka_unit_test_prestate(test_credit_hog, &env),
         cmocka_unit_test_prestate(test_silent_and_slow, &env),
         cmocka_unit_test_prestate(test_peer_that_never_reads, &env),
+        cmocka_unit_test_prestate(test_peer_that_never_reads_and_goes_quiet, &env),
         cmocka_unit_test_prestate(test_descriptor_exhaustion, &env),
         cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
         cmocka_unit_test_prestate(test_identity, &env),
