@@ -121,6 +121,11 @@ enum tcp_kind {
  * of the frame is queued (below), not waited for. Long enough that a peer
  * which reads keeps a large frame on the direct path (no copy). */
 #define TCP_SEND_STALL_NS 2000000ull
+/* A post that waits for its peer (no room to queue) goes on waiting past
+ * the send wait only while the peer reads at least this fast on average
+ * (100 ns a byte: 10 MB/s), or one that read a byte a second would hold
+ * the posting thread as long as it liked. */
+#define TCP_SEND_NS_PER_BYTE 100ull
 #define TCP_PEND_QP_MAX (64u << 20)     /* unsent bytes one QP may queue */
 #define TCP_PEND_NIC_MAX (512ull << 20) /* and all the QPs of a NIC together */
 #define TCP_PEND_KEEP (1u << 20)        /* a drained queue keeps a buffer this small */
@@ -1530,6 +1535,32 @@ static uint64_t tcp_send_wait_ns(const struct tcp_nic *n)
     return (uint64_t)ms * 1000000;
 }
 
+/* When a post waiting for its peer gives it up: once the peer took no
+ * byte for the send wait since last_ns, or fewer bytes since the post
+ * began (taken) than TCP_SEND_NS_PER_BYTE allows past a send wait of
+ * grace. why gets which. */
+struct tcp_send_wait {
+    uint64_t start_ns, last_ns, taken, wait_ns;
+};
+
+static uint64_t send_deadline(const struct tcp_send_wait *w)
+{
+    uint64_t idle = w->last_ns + w->wait_ns;
+    uint64_t slow = w->start_ns + w->wait_ns + w->taken * TCP_SEND_NS_PER_BYTE;
+    return idle < slow ? idle : slow;
+}
+
+static void send_gave_up(const struct tcp_send_wait *w, uint64_t now, size_t queued, char *why,
+                         size_t why_len)
+{
+    if (now >= w->last_ns + w->wait_ns)
+        snprintf(why, why_len, "the peer read nothing for %llu ms, %zu bytes waiting",
+                 (unsigned long long)(w->wait_ns / 1000000), queued);
+    else
+        snprintf(why, why_len, "the peer read %llu bytes in %llu ms (slower than 10 MB/s)",
+                 (unsigned long long)w->taken, (unsigned long long)((now - w->start_ns) / 1000000));
+}
+
 /* send_mu held. Writes the whole frame, queues what the socket does not
  * take within TCP_SEND_STALL_NS (room permitting), or gives the connection
  * up: a frame cut short would desynchronise the stream for good. Where
@@ -1549,8 +1580,8 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
                            {.iov_base = payload, .iov_len = f->len}};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = f->len ? 2 : 1};
     uint64_t start_ns = tcp_now_ns(n), timeout_ns = (uint64_t)n->send_timeout_ms * 1000000;
-    uint64_t wait_ns = tcp_send_wait_ns(n);
-    char why[96] = "";
+    struct tcp_send_wait sw = {.start_ns = start_ns, .wait_ns = tcp_send_wait_ns(n)};
+    char why[112] = "";
     if (!pend_empty(qp)) {
         /* Frames keep their order: this one goes behind the queue. */
         if (pend_flush(n, qp, why, sizeof(why)) < 0)
@@ -1568,19 +1599,22 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
             return 0;
         }
         /* No room: wait for the queue to drain, writing it here (the rx
-         * owner is told to leave it alone meanwhile), while it moves. A
-         * queue that has not moved for the send wait is given up at once. */
+         * owner is told to leave it alone meanwhile), while the peer reads
+         * (send_deadline). A queue that has not moved for the send wait is
+         * given up at once. */
         if (pend_arm(n, qp, 0) < 0)
             return qp_send_failed(n, qp, "cannot change its epoll interest");
         while (!pend_empty(qp)) {
-            int rc = qp_wait_writable(n, qp, qp->pend_moved_ns + wait_ns);
+            sw.last_ns = qp->pend_moved_ns;
+            int rc = qp_wait_writable(n, qp, send_deadline(&sw));
+            size_t before = qp->pend_len - qp->pend_off;
             if (rc == -RKV_ETIMEDOUT)
-                snprintf(why, sizeof(why), "the peer read nothing for %llu ms, %zu bytes queued",
-                         (unsigned long long)(wait_ns / 1000000), qp->pend_len - qp->pend_off);
+                send_gave_up(&sw, tcp_now_ns(n), before, why, sizeof(why));
             else if (rc < 0)
                 snprintf(why, sizeof(why), "poll failed");
             if (rc < 0 || pend_flush(n, qp, why, sizeof(why)) < 0)
                 return qp_send_failed(n, qp, why);
+            sw.taken += before - (qp->pend_len - qp->pend_off);
         }
     }
     uint64_t moved_ns = start_ns; /* the socket last took bytes of this frame then */
@@ -1589,6 +1623,7 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
         if (w >= 0) {
             if (w > 0)
                 moved_ns = tcp_now_ns(n);
+            sw.taken += (uint64_t)w;
             iov_advance(&mh, (size_t)w);
             continue;
         }
@@ -1606,14 +1641,14 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
             }
             room = 0; /* no memory for it: wait, as without a queue */
         }
-        uint64_t deadline_ns = moved_ns + wait_ns; /* from the last byte the peer took */
+        sw.last_ns = moved_ns;
+        uint64_t deadline_ns = send_deadline(&sw);
         uint64_t until = room && moved_ns + TCP_SEND_STALL_NS < deadline_ns
                              ? moved_ns + TCP_SEND_STALL_NS
                              : deadline_ns;
         int rc = qp_wait_writable(n, qp, until);
         if (rc == -RKV_ETIMEDOUT && until == deadline_ns) {
-            snprintf(why, sizeof(why), "the peer read nothing for %llu ms",
-                     (unsigned long long)(wait_ns / 1000000));
+            send_gave_up(&sw, tcp_now_ns(n), iov_bytes(&mh), why, sizeof(why));
             return qp_send_failed(n, qp, why);
         }
         if (rc < 0 && rc != -RKV_ETIMEDOUT)

@@ -1941,6 +1941,67 @@ static void test_peer_that_never_reads_and_goes_quiet(void **state)
     cluster_stop(&c);
 }
 
+/* Reads at most 8 KiB every 5 ms (1.6 MB/s) until told to stop or the end:
+ * often enough that the server's queue for it moves every second or so. */
+struct slow_reader {
+    int fd;
+    atomic_int stop;
+    int ended;
+};
+
+static void *slow_reader_main(void *arg)
+{
+    struct slow_reader *r = arg;
+    static uint8_t buf[8192];
+    while (!atomic_load(&r->stop)) {
+        ssize_t k = recv(r->fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            r->ended = 1;
+            break;
+        }
+        usleep(5000);
+    }
+    return NULL;
+}
+
+/* A peer that asks for replies past its queue's bound and reads them at a
+ * trickle (1.6 MB/s: the 100 MB would take a minute). Every byte it took
+ * counted as progress, so the server's post behind the full queue waited
+ * for the queue to drain (before that, 30 s), and every other client's
+ * requests timed out. A post waits past the send wait only while the peer
+ * reads at 10 MB/s or more on average. */
+static void test_peer_that_reads_slowly(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    if (access("/proc/net/tcp", R_OK) != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    struct slow_reader r = {.fd = tcp_dial_rcvbuf(&c.machines[1], 4096)};
+    assert_int_equal(raw_hello(r.fd, env_secret()), 0);
+    noread_pulls(r.fd, NOREAD_PULLS);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_reader_main, &r), 0);
+    usleep(300000); /* the server is writing the replies by now */
+    check_serving(&c, 2);
+    /* And it gave the peer up (its side closed), while the peer read on. */
+    int st = 1;
+    for (int i = 0; i < (int)(WAIT_MS / 50) && (st = server_side_state(r.fd)) == 1; i++)
+        usleep(50000);
+    atomic_store(&r.stop, 1);
+    pthread_join(t, NULL);
+    if (st == 1)
+        fail_msg("the server kept the connection of a peer reading at 1.6 MB/s");
+    close(r.fd);
+    check_serving(&c, 3);
+    cluster_stop(&c);
+}
+
 /* A server process with few descriptors (RLIMIT_NOFILE) and a crowd of
  * silent connections: a real worker still gets in and is served. */
 static void test_descriptor_exhaustion(void **state)
@@ -2464,6 +2525,7 @@ int main(void)
         cmocka_unit_test_prestate(test_silent_and_slow, &env),
         cmocka_unit_test_prestate(test_peer_that_never_reads, &env),
         cmocka_unit_test_prestate(test_peer_that_never_reads_and_goes_quiet, &env),
+        cmocka_unit_test_prestate(test_peer_that_reads_slowly, &env),
         cmocka_unit_test_prestate(test_descriptor_exhaustion, &env),
         cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
         cmocka_unit_test_prestate(test_identity, &env),
