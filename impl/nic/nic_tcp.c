@@ -15,8 +15,9 @@
  * the thread that posts nor the peers it serves next. Past the bounds, and
  * for a frame larger than a QP's bound, the sender waits while the peer
  * takes bytes, and gives it up once it has taken none for the NIC's send
- * wait (rkv_nic.send_wait_ms: a quarter of the request timeout), not
- * longer: a server's posting thread serves every other client meanwhile.
+ * wait (rkv_nic.send_wait_ms: a quarter of the request timeout), or has
+ * taken them slower than TCP_SEND_NS_PER_BYTE past it: a server's posting
+ * thread serves every other client meanwhile.
  * A queue that has not moved for as long is given up by the rx owner's
  * sweep (tcp_sweep), whether or not anything more is posted behind it.
  *
@@ -1565,7 +1566,8 @@ static void send_gave_up(const struct tcp_send_wait *w, uint64_t now, size_t que
  * take within TCP_SEND_STALL_NS (room permitting), or gives the connection
  * up: a frame cut short would desynchronise the stream for good. Where
  * there is no room, it waits while the peer takes bytes, and gives the
- * peer up once it has taken none for the send wait (tcp_send_wait_ns):
+ * peer up at send_deadline (nothing taken for the send wait, or too
+ * slowly past it):
  * the wait used to run to TCP_SEND_TIMEOUT_MS from the post, whatever
  * the peer did, so that a peer that asked for replies past its queue's
  * bound and read none held a server's engine, and every other client's
