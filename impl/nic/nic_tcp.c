@@ -122,6 +122,11 @@ enum tcp_kind {
  * of the frame is queued (below), not waited for. Long enough that a peer
  * which reads keeps a large frame on the direct path (no copy). */
 #define TCP_SEND_STALL_NS 2000000ull
+/* And one that takes it slower than this (1 ns a byte: 1 GB/s) past that
+ * much: the rest is queued too. A peer that read a few KiB every few ms
+ * kept every frame on the direct path, and the posting thread (a server's)
+ * waited for it at its pace. */
+#define TCP_SEND_DIRECT_NS_PER_BYTE 1ull
 /* A post that waits for its peer (no room to queue) goes on waiting past
  * the send wait only while the peer reads at least this fast on average
  * (100 ns a byte: 10 MB/s), or one that read a byte a second would hold
@@ -1443,14 +1448,17 @@ static int pend_room(struct tcp_nic *n, const struct tcp_qp *qp, size_t more)
 static int pend_append(struct tcp_nic *n, struct tcp_qp *qp, const struct msghdr *mh)
 {
     size_t more = iov_bytes(mh), used = qp->pend_len - qp->pend_off;
-    if (qp->pend_off) { /* what went out is not kept */
+    /* What went out is not kept, once the end has no room: moving what is
+     * left down at every append moved up to the whole bound (64 MiB) for
+     * each frame a slow peer's queue took. */
+    if (qp->pend_off && qp->pend_cap - qp->pend_len < more) {
         memmove(qp->pend, qp->pend + qp->pend_off, used);
         qp->pend_off = 0;
         qp->pend_len = used;
     }
-    if (used + more > qp->pend_cap) {
+    if (qp->pend_len + more > qp->pend_cap) { /* pend_off is 0 here, or it fits */
         size_t cap = qp->pend_cap ? qp->pend_cap : 64u << 10;
-        while (cap < used + more)
+        while (cap < qp->pend_len + more)
             cap *= 2;
         uint8_t *b = realloc(qp->pend, cap);
         if (!b)
@@ -1633,7 +1641,10 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
             return qp_send_failed(n, qp, strerror(errno));
         uint64_t now = tcp_now_ns(n);
         int room = pend_room(n, qp, iov_bytes(&mh));
-        if (room && now - moved_ns >= TCP_SEND_STALL_NS) {
+        uint64_t queue_at = start_ns + TCP_SEND_STALL_NS + sw.taken * TCP_SEND_DIRECT_NS_PER_BYTE;
+        if (moved_ns + TCP_SEND_STALL_NS < queue_at)
+            queue_at = moved_ns + TCP_SEND_STALL_NS;
+        if (room && now >= queue_at) {
             if (pend_append(n, qp, &mh) == 0) {
                 qp->pend_moved_ns = now;
                 atomic_store(&qp->pend_still_ns, now);
@@ -1645,9 +1656,7 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
         }
         sw.last_ns = moved_ns;
         uint64_t deadline_ns = send_deadline(&sw);
-        uint64_t until = room && moved_ns + TCP_SEND_STALL_NS < deadline_ns
-                             ? moved_ns + TCP_SEND_STALL_NS
-                             : deadline_ns;
+        uint64_t until = room && queue_at < deadline_ns ? queue_at : deadline_ns;
         int rc = qp_wait_writable(n, qp, until);
         if (rc == -RKV_ETIMEDOUT && until == deadline_ns) {
             send_gave_up(&sw, tcp_now_ns(n), iov_bytes(&mh), why, sizeof(why));
