@@ -231,9 +231,10 @@ struct rkv_nic {
     _Atomic uint32_t idle_timeout_ms;
     /* The longest a post may wait, blocked, on a peer that takes no byte
      * (0: the backend's own bound). A backend whose posts can block until
-     * the peer reads (tcp) gives that peer up past it: the posting thread
-     * (a server's, serving every client) is not held by one peer that
-     * stopped reading for longer than this. */
+     * the peer reads (tcp) gives that peer up past it, and past it one that
+     * reads slower than the backend's floor rate: the posting thread (a
+     * server's, serving every client) is not held by one peer that stopped
+     * reading, or reads at a trickle, for longer than this. */
     _Atomic uint32_t send_wait_ms;
     /* The longest the user may leave the NIC unpolled while its poller is
      * busy with what it polled: a polling policy figure, so the user's
