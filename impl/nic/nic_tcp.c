@@ -117,10 +117,10 @@ enum tcp_kind {
 #define TCP_SWEEP_NS 100000000ull
 #define TCP_SWEEP_BATCH 64
 
-#define TCP_SEND_TIMEOUT_MS 30000u /* a queue this still fails the sender (and caps the wait) */
+#define TCP_SEND_TIMEOUT_MS 30000u /* a queue this still fails the sender; caps the send wait */
 /* A socket that took nothing for this long while a frame waits: the rest
  * of the frame is queued (below), not waited for. Long enough that a peer
- * which reads keeps a large frame on the direct path (no copy). */
+ * which reads fast keeps a large frame on the direct path (no copy). */
 #define TCP_SEND_STALL_NS 2000000ull
 /* And one that takes it slower than this (1 ns a byte: 1 GB/s) past that
  * much: the rest is queued too. A peer that read a few KiB every few ms
@@ -129,9 +129,10 @@ enum tcp_kind {
 #define TCP_SEND_DIRECT_NS_PER_BYTE 1ull
 /* A post that waits for its peer (no room to queue) goes on waiting past
  * the send wait only while the peer reads at least this fast on average
- * (100 ns a byte: 10 MB/s), or one that read a byte a second would hold
- * the posting thread as long as it liked. */
-#define TCP_SEND_NS_PER_BYTE 100ull
+ * (200 ns a byte: 5 MB/s), or one that read a byte a second would hold
+ * the posting thread as long as it liked. Low enough for one peer's share
+ * of a shared 1 Gb/s link. */
+#define TCP_SEND_NS_PER_BYTE 200ull
 #define TCP_PEND_QP_MAX (64u << 20)     /* unsent bytes one QP may queue */
 #define TCP_PEND_NIC_MAX (512ull << 20) /* and all the QPs of a NIC together */
 #define TCP_PEND_KEEP (1u << 20)        /* a drained queue keeps a buffer this small */
@@ -1470,7 +1471,10 @@ static int pend_append(struct tcp_nic *n, struct tcp_qp *qp, const struct msghdr
         memcpy(qp->pend + qp->pend_len, mh->msg_iov[i].iov_base, mh->msg_iov[i].iov_len);
         qp->pend_len += mh->msg_iov[i].iov_len;
     }
-    atomic_fetch_add(&n->pend_total, more);
+    /* A task or poller waiting for events without end sweeps from now on
+     * (tcp_sweep looks for queues nobody reads). */
+    if (atomic_fetch_add(&n->pend_total, more) == 0)
+        tcp_wake(n);
     return 0;
 }
 
@@ -1566,8 +1570,33 @@ static void send_gave_up(const struct tcp_send_wait *w, uint64_t now, size_t que
         snprintf(why, why_len, "the peer read nothing for %llu ms, %zu bytes waiting",
                  (unsigned long long)(w->wait_ns / 1000000), queued);
     else
-        snprintf(why, why_len, "the peer read %llu bytes in %llu ms (slower than 10 MB/s)",
+        snprintf(why, why_len, "the peer read %llu bytes in %llu ms (slower than 5 MB/s)",
                  (unsigned long long)w->taken, (unsigned long long)((now - w->start_ns) / 1000000));
+}
+
+/* send_mu held, the rx owner told to leave the queue alone. Writes the
+ * queue while the peer reads (send_deadline) until it is empty or, with
+ * room > 0, has room for that many more bytes. 0, or -1 with why set. */
+static int pend_drain(struct tcp_nic *n, struct tcp_qp *qp, struct tcp_send_wait *sw, size_t room,
+                      char *why, size_t why_len)
+{
+    while (!pend_empty(qp) && !(room && pend_room(n, qp, room))) {
+        sw->last_ns = qp->pend_moved_ns;
+        int rc = qp_wait_writable(n, qp, send_deadline(sw));
+        size_t before = qp->pend_len - qp->pend_off;
+        if (rc == -RKV_ETIMEDOUT) {
+            send_gave_up(sw, tcp_now_ns(n), before, why, why_len);
+            return -1;
+        }
+        if (rc < 0) {
+            snprintf(why, why_len, "poll failed");
+            return -1;
+        }
+        if (pend_flush(n, qp, why, why_len) < 0)
+            return -1;
+        sw->taken += before - (qp->pend_len - qp->pend_off);
+    }
+    return 0;
 }
 
 /* send_mu held. Writes the whole frame, queues what the socket does not
@@ -1608,26 +1637,30 @@ static int qp_send_frame(struct tcp_nic *n, struct tcp_qp *qp, const struct tcp_
             qp->last_tx_ns = start_ns;
             return 0;
         }
-        /* No room: wait for the queue to drain, writing it here (the rx
-         * owner is told to leave it alone meanwhile), while the peer reads
-         * (send_deadline). A queue that has not moved for the send wait is
-         * given up at once. */
-        if (pend_arm(n, qp, 0) < 0)
-            return qp_send_failed(n, qp, "cannot change its epoll interest");
-        while (!pend_empty(qp)) {
-            sw.last_ns = qp->pend_moved_ns;
-            int rc = qp_wait_writable(n, qp, send_deadline(&sw));
-            size_t before = qp->pend_len - qp->pend_off;
-            if (rc == -RKV_ETIMEDOUT)
-                send_gave_up(&sw, tcp_now_ns(n), before, why, sizeof(why));
-            else if (rc < 0)
-                snprintf(why, sizeof(why), "poll failed");
-            if (rc < 0 || pend_flush(n, qp, why, sizeof(why)) < 0)
+        /* No room: write the queue here (the rx owner is told to leave it
+         * alone meanwhile) until it has room for this frame, while the peer
+         * reads (send_deadline), then queue the frame behind it. A queue
+         * that has not moved for the send wait is given up at once. */
+        if (!pend_empty(qp)) {
+            size_t more = iov_bytes(&mh);
+            if (pend_arm(n, qp, 0) < 0)
+                return qp_send_failed(n, qp, "cannot change its epoll interest");
+            if (pend_drain(n, qp, &sw, more, why, sizeof(why)) < 0)
                 return qp_send_failed(n, qp, why);
-            sw.taken += before - (qp->pend_len - qp->pend_off);
+            if (!pend_empty(qp) && pend_append(n, qp, &mh) == 0) {
+                if (pend_arm(n, qp, 1) < 0)
+                    return qp_send_failed(n, qp, "cannot change its epoll interest");
+                qp->last_tx_ns = start_ns;
+                return 0;
+            }
+            /* No memory for it: the queue goes first, then the frame. */
+            if (pend_drain(n, qp, &sw, 0, why, sizeof(why)) < 0)
+                return qp_send_failed(n, qp, why);
         }
     }
-    uint64_t moved_ns = start_ns; /* the socket last took bytes of this frame then */
+    /* The socket last took bytes of this frame then: now, not the post's
+     * start, after a drain that may have taken longer than the send wait. */
+    uint64_t moved_ns = tcp_now_ns(n);
     while (mh.msg_iovlen > 0) {
         ssize_t w = sendmsg(qp->fd, &mh, MSG_NOSIGNAL); /* no SIGPIPE from a dead peer */
         if (w >= 0) {
@@ -1922,17 +1955,19 @@ static int tcp_sweep(struct tcp_nic *n)
     int broke = 0;
     for (;;) {
         struct tcp_qp *late[TCP_SWEEP_BATCH];
-        int n_late = 0;
+        int still_q[TCP_SWEEP_BATCH]; /* late for its queue, not a timeout */
+        int n_late = 0, n_broke = 0;
         tcp_lock(n);
         for (struct tcp_qp *qp = n->qps; qp && n_late < TCP_SWEEP_BATCH; qp = qp->next) {
             if (qp->fd < 0 || qp->core.closed)
                 continue;
-            /* A peer that took none of the bytes queued for it for the send
-             * wait, any QP: the wait a blocked post gives it (qp_send_frame),
+            /* A queue of unsent bytes that did not move for the send wait,
+             * any QP: the wait a blocked post gives its peer (qp_send_frame),
              * here for a queue nobody posts behind, which held its memory
              * (up to TCP_PEND_QP_MAX) for as long as the peer stayed. */
             uint64_t still = atomic_load(&qp->pend_still_ns);
             if (still && now > still && now - still >= wait_ns) {
+                still_q[n_late] = 1;
                 late[n_late++] = qp;
                 continue;
             }
@@ -1942,30 +1977,54 @@ static int tcp_sweep(struct tcp_nic *n)
             /* A connection stalled for want of a receive (RNR) is not read:
              * its silence is this node's, not the peer's. */
             if ((!rx->hello_done && hello_ns && now - rx->born_ns > hello_ns) ||
-                (rx->hello_done && !rx->stalled && idle_ns && now - rx->last_msg_ns > idle_ns))
+                (rx->hello_done && !rx->stalled && idle_ns && now - rx->last_msg_ns > idle_ns)) {
+                still_q[n_late] = 0;
                 late[n_late++] = qp;
+            }
         }
         tcp_unlock(n);
         for (int i = 0; i < n_late; i++) {
             struct tcp_qp *qp = late[i];
-            uint64_t quiet = 0, still = atomic_load(&qp->pend_still_ns);
-            int say = rkv_ratelim_ok(&n->lim_timeout, now, RKV_RATELIM_BURST, &quiet);
-            if (say && still && now > still && now - still >= wait_ns)
+            /* A still queue may be this node's doing, not the peer's: the
+             * EPOLLOUT that would have written it not handled yet (a full
+             * batch, a full CQ, this process stopped). Written here first;
+             * a queue the socket takes bytes of is not given up. One a
+             * poster holds is the poster's to give up (send_deadline). */
+            if (still_q[i]) {
+                const struct rkv_port_ops *po = b->port->ops;
+                if (!po->mutex_trylock(qp->send_mu))
+                    continue;
+                char why[96] = "";
+                int dead = qp->send_dead || qp->fd < 0;
+                if (!dead && pend_flush(n, qp, why, sizeof(why)) < 0)
+                    dead = 1;
+                uint64_t still = atomic_load(&qp->pend_still_ns);
+                po->mutex_unlock(qp->send_mu);
+                if (!dead && (!still || tcp_now_ns(n) - still < wait_ns))
+                    continue; /* it moved, or drained */
+            }
+            uint64_t quiet = 0;
+            if (!rkv_ratelim_ok(&n->lim_timeout, now, RKV_RATELIM_BURST, &quiet))
+                RKV_LOGD(b->port, "nic tcp: dropping %s", qp->peer);
+            else if (still_q[i])
                 RKV_LOGW(b->port,
-                         "nic tcp: dropping %s: it read none of the bytes queued for it within "
-                         "%llu ms (%llu such lines suppressed)",
+                         "nic tcp: dropping %s: its socket took none of the bytes queued for it "
+                         "within %llu ms (%llu such lines suppressed)",
                          qp->peer, (unsigned long long)(wait_ns / 1000000),
                          (unsigned long long)quiet);
-            else if (say)
+            else
                 RKV_LOGW(b->port,
                          "nic tcp: dropping %s: %s within %u ms (%llu such lines suppressed)",
                          qp->peer, qp->rx.hello_done ? "no message" : "no authenticated hello",
                          qp->rx.hello_done ? b->idle_timeout_ms : b->hello_timeout_ms,
                          (unsigned long long)quiet);
             qp_break(n, qp, NULL);
+            n_broke++;
         }
-        broke |= n_late > 0;
-        if (n_late < TCP_SWEEP_BATCH)
+        broke |= n_broke > 0;
+        /* A full batch may hide more; one that broke nothing (queues that
+         * moved, or that posters hold) would be found again as it was. */
+        if (n_late < TCP_SWEEP_BATCH || n_broke == 0)
             return broke;
     }
 }

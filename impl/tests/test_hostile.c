@@ -1950,6 +1950,39 @@ static void test_peer_that_never_reads_and_goes_quiet(void **state)
     cluster_stop(&c);
 }
 
+/* A peer that reads its replies slowly (8 KiB every 40 ms, 200 KB/s) and
+ * asks for nothing more: not a peer to drop. The sweep saw the server's
+ * queue for it still, since the kernel reports a socket writable only once
+ * a third of its buffer is free (several seconds at that pace), and
+ * dropped it as one that read nothing; it now writes the queue first and
+ * drops only a socket that takes none of it. */
+static void test_peer_that_reads_at_a_crawl_is_kept(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    if (access("/proc/net/tcp", R_OK) != 0)
+        skip();
+    struct cluster c;
+    noread_cluster(&c, env);
+    int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
+    assert_int_equal(raw_hello(fd, env_secret()), 0);
+    assert_int_equal(server_side_state(fd), 1);
+    noread_pulls(fd, 4);
+    static uint8_t buf[8192];
+    /* Three send waits (WAIT_MS / 4 each) of reading at a crawl. */
+    for (int i = 0; i < (int)(3 * WAIT_MS / 4 / 40); i++) {
+        ssize_t k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            fail_msg("the server dropped a peer that read at 200 KB/s, after %d ms", i * 40);
+        usleep(40000);
+    }
+    assert_int_equal(server_side_state(fd), 1);
+    check_serving(&c, 2);
+    close(fd);
+    cluster_stop(&c);
+}
+
 /* Reads at most 8 KiB every 5 ms (1.6 MB/s) until told to stop or the end:
  * often enough that the server's queue for it moves every second or so. */
 struct slow_reader {
@@ -1978,7 +2011,7 @@ static void *slow_reader_main(void *arg)
  * counted as progress, so the server's post behind the full queue waited
  * for the queue to drain (before that, 30 s), and every other client's
  * requests timed out. A post waits past the send wait only while the peer
- * reads at 10 MB/s or more on average. */
+ * reads at 5 MB/s or more on average. */
 static void test_peer_that_reads_slowly(void **state)
 {
     struct env *env = *state;
@@ -1990,6 +2023,7 @@ static void test_peer_that_reads_slowly(void **state)
     noread_cluster(&c, env);
     struct slow_reader r = {.fd = tcp_dial_rcvbuf(&c.machines[1], 4096)};
     assert_int_equal(raw_hello(r.fd, env_secret()), 0);
+    assert_int_equal(server_side_state(r.fd), 1);
     noread_pulls(r.fd, NOREAD_PULLS);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, slow_reader_main, &r), 0);
@@ -2532,6 +2566,7 @@ int main(void)
         cmocka_unit_test_prestate(test_peer_that_never_reads, &env),
         cmocka_unit_test_prestate(test_peer_that_never_reads_and_goes_quiet, &env),
         cmocka_unit_test_prestate(test_peer_that_reads_slowly, &env),
+        cmocka_unit_test_prestate(test_peer_that_reads_at_a_crawl_is_kept, &env),
         cmocka_unit_test_prestate(test_descriptor_exhaustion, &env),
         cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
         cmocka_unit_test_prestate(test_identity, &env),
