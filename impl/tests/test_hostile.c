@@ -1810,9 +1810,9 @@ static void test_silent_and_slow(void **state)
 #define NOREAD_PULLS 16
 /* The good client's request timeout in the clusters a peer that does not
  * read attacks, whose servers have WAIT_MS (a send wait of a quarter of
- * it). Under the send wait before the fix (30 s from the post), well over
- * the server's send wait plus the time it takes to queue 100 MB of
- * replies on a loaded host (ThreadSanitizer took 5-7 s). */
+ * it). Below the 30 s a server waited before the fix, so the tests fail
+ * without it; well over the send wait plus the time it takes to queue
+ * 100 MB of replies on a loaded host (ThreadSanitizer took 5-7 s). */
 #define NOREAD_TIMEOUT_MS 25000u
 
 static void noread_cluster(struct cluster *c, struct env *env)
