@@ -1815,13 +1815,76 @@ static void test_silent_and_slow(void **state)
  * 100 MB of replies on a loaded host (ThreadSanitizer took 5-7 s). */
 #define NOREAD_TIMEOUT_MS 25000u
 
-static void noread_cluster(struct cluster *c, struct env *env)
+/* The state of the server's side of fd's connection in /proc/net/tcp (1:
+ * established), or -1 when it has none (closed and gone). IPv4 only. */
+static int server_side_state(int fd)
 {
+    struct sockaddr_in me, srv;
+    socklen_t l1 = sizeof(me), l2 = sizeof(srv);
+    if (getsockname(fd, (struct sockaddr *)&me, &l1) < 0 ||
+        getpeername(fd, (struct sockaddr *)&srv, &l2) < 0)
+        return -1;
+    char local[32], rem[32], line[512];
+    snprintf(local, sizeof(local), "%08X:%04X", (unsigned)srv.sin_addr.s_addr,
+             (unsigned)ntohs(srv.sin_port));
+    snprintf(rem, sizeof(rem), "%08X:%04X", (unsigned)me.sin_addr.s_addr,
+             (unsigned)ntohs(me.sin_port));
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (!f)
+        return -1;
+    int st = -1;
+    while (fgets(line, sizeof(line), f)) {
+        char a[32], b[32];
+        unsigned x;
+        if (sscanf(line, " %*u: %31s %31s %x", a, b, &x) == 3 && !strcmp(a, local) &&
+            !strcmp(b, rem)) {
+            st = (int)x;
+            break;
+        }
+    }
+    fclose(f);
+    return st;
+}
+
+/* A cluster served (round 1) and a hostile peer's connection to machine 1,
+ * past its hello, with a receive buffer of 4 KiB: its fd. Skips unless the
+ * backend is tcp and, with proc, /proc/net/tcp shows the server's side
+ * (established, checked). */
+static int noread_peer(struct cluster *c, struct env *env, int proc)
+{
+    if (strcmp(env->backend, "tcp") != 0 || (proc && access("/proc/net/tcp", R_OK) != 0))
+        skip();
     cluster_start(c, env, 2, 2);
     c->cfg.timeout_ms = NOREAD_TIMEOUT_MS; /* the good client's alone */
     cluster_join(c, env);
     cluster_tensors(c);
     check_serving(c, 1);
+    int fd = tcp_dial_rcvbuf(&c->machines[1], 4096);
+    assert_int_equal(raw_hello(fd, env_secret()), 0);
+    if (proc)
+        assert_int_equal(server_side_state(fd), 1);
+    return fd;
+}
+
+/* Waits up to NOREAD_TIMEOUT_MS for the server's side of fd to close: 1
+ * when it did, without reading fd. */
+static int server_side_closes(int fd)
+{
+    for (uint32_t waited = 0; waited < NOREAD_TIMEOUT_MS; waited += 50) {
+        if (server_side_state(fd) != 1)
+            return 1;
+        usleep(50000);
+    }
+    return server_side_state(fd) != 1;
+}
+
+/* One read of what fd has now, without waiting: 0 once the connection has
+ * ended (or failed), else 1. */
+static int read_some(int fd)
+{
+    static _Thread_local uint8_t buf[8192];
+    ssize_t k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    return !(k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR));
 }
 
 /* Reads fd until the peer ends the connection (1) or timeout_ms pass (0). */
@@ -1867,13 +1930,8 @@ static void noread_pulls(int fd, int k)
 
 static void test_peer_that_never_reads(void **state)
 {
-    struct env *env = *state;
-    if (strcmp(env->backend, "tcp") != 0)
-        skip();
     struct cluster c;
-    noread_cluster(&c, env);
-    int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
-    assert_int_equal(raw_hello(fd, env_secret()), 0);
+    int fd = noread_peer(&c, *state, 0);
     noread_pulls(fd, NOREAD_PULLS);
     usleep(300000); /* the server is writing the replies by now */
     /* Within the client's own timeout: the server blocked in a send to
@@ -1887,37 +1945,6 @@ static void test_peer_that_never_reads(void **state)
     cluster_stop(&c);
 }
 
-/* The state of the server's side of fd's connection in /proc/net/tcp (1:
- * established), or -1 when it has none (closed and gone). IPv4 only. */
-static int server_side_state(int fd)
-{
-    struct sockaddr_in me, srv;
-    socklen_t l1 = sizeof(me), l2 = sizeof(srv);
-    if (getsockname(fd, (struct sockaddr *)&me, &l1) < 0 ||
-        getpeername(fd, (struct sockaddr *)&srv, &l2) < 0)
-        return -1;
-    char local[32], rem[32], line[512];
-    snprintf(local, sizeof(local), "%08X:%04X", (unsigned)srv.sin_addr.s_addr,
-             (unsigned)ntohs(srv.sin_port));
-    snprintf(rem, sizeof(rem), "%08X:%04X", (unsigned)me.sin_addr.s_addr,
-             (unsigned)ntohs(me.sin_port));
-    FILE *f = fopen("/proc/net/tcp", "r");
-    if (!f)
-        return -1;
-    int st = -1;
-    while (fgets(line, sizeof(line), f)) {
-        char a[32], b[32];
-        unsigned x;
-        if (sscanf(line, " %*u: %31s %31s %x", a, b, &x) == 3 && !strcmp(a, local) &&
-            !strcmp(b, rem)) {
-            st = (int)x;
-            break;
-        }
-    }
-    fclose(f);
-    return st;
-}
-
 /* A peer that asks for replies that fit the server's queue for it, reads
  * none and says nothing more. No post ever waits behind that queue, so the
  * 26 MB stayed queued, and the connection open, for as long as the peer
@@ -1928,21 +1955,10 @@ static int server_side_state(int fd)
  * move the queue. */
 static void test_peer_that_never_reads_and_goes_quiet(void **state)
 {
-    struct env *env = *state;
-    if (strcmp(env->backend, "tcp") != 0)
-        skip();
-    if (access("/proc/net/tcp", R_OK) != 0)
-        skip();
     struct cluster c;
-    noread_cluster(&c, env);
-    int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
-    assert_int_equal(raw_hello(fd, env_secret()), 0);
-    assert_int_equal(server_side_state(fd), 1);
+    int fd = noread_peer(&c, *state, 1);
     noread_pulls(fd, 4);
-    int st = 1;
-    for (int i = 0; i < (int)(NOREAD_TIMEOUT_MS / 50) && (st = server_side_state(fd)) == 1; i++)
-        usleep(50000);
-    if (st == 1)
+    if (!server_side_closes(fd))
         fail_msg("the server kept the connection of a peer that read nothing for %u ms",
                  NOREAD_TIMEOUT_MS);
     check_serving(&c, 2);
@@ -1958,22 +1974,12 @@ static void test_peer_that_never_reads_and_goes_quiet(void **state)
  * drops only a socket that takes none of it. */
 static void test_peer_that_reads_at_a_crawl_is_kept(void **state)
 {
-    struct env *env = *state;
-    if (strcmp(env->backend, "tcp") != 0)
-        skip();
-    if (access("/proc/net/tcp", R_OK) != 0)
-        skip();
     struct cluster c;
-    noread_cluster(&c, env);
-    int fd = tcp_dial_rcvbuf(&c.machines[1], 4096);
-    assert_int_equal(raw_hello(fd, env_secret()), 0);
-    assert_int_equal(server_side_state(fd), 1);
+    int fd = noread_peer(&c, *state, 1);
     noread_pulls(fd, 4);
-    static uint8_t buf[8192];
     /* Three send waits (WAIT_MS / 4 each) of reading at a crawl. */
     for (int i = 0; i < (int)(3 * WAIT_MS / 4 / 40); i++) {
-        ssize_t k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        if (!read_some(fd))
             fail_msg("the server dropped a peer that read at 200 KB/s, after %d ms", i * 40);
         usleep(40000);
     }
@@ -1988,21 +1994,13 @@ static void test_peer_that_reads_at_a_crawl_is_kept(void **state)
 struct slow_reader {
     int fd;
     atomic_int stop;
-    int ended;
 };
 
 static void *slow_reader_main(void *arg)
 {
     struct slow_reader *r = arg;
-    static uint8_t buf[8192];
-    while (!atomic_load(&r->stop)) {
-        ssize_t k = recv(r->fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            r->ended = 1;
-            break;
-        }
+    while (!atomic_load(&r->stop) && read_some(r->fd))
         usleep(5000);
-    }
     return NULL;
 }
 
@@ -2014,28 +2012,18 @@ static void *slow_reader_main(void *arg)
  * reads at 5 MB/s or more on average. */
 static void test_peer_that_reads_slowly(void **state)
 {
-    struct env *env = *state;
-    if (strcmp(env->backend, "tcp") != 0)
-        skip();
-    if (access("/proc/net/tcp", R_OK) != 0)
-        skip();
     struct cluster c;
-    noread_cluster(&c, env);
-    struct slow_reader r = {.fd = tcp_dial_rcvbuf(&c.machines[1], 4096)};
-    assert_int_equal(raw_hello(r.fd, env_secret()), 0);
-    assert_int_equal(server_side_state(r.fd), 1);
+    struct slow_reader r = {.fd = noread_peer(&c, *state, 1)};
     noread_pulls(r.fd, NOREAD_PULLS);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, slow_reader_main, &r), 0);
     usleep(300000); /* the server is writing the replies by now */
     check_serving(&c, 2);
     /* And it gave the peer up (its side closed), while the peer read on. */
-    int st = 1;
-    for (int i = 0; i < (int)(NOREAD_TIMEOUT_MS / 50) && (st = server_side_state(r.fd)) == 1; i++)
-        usleep(50000);
+    int closed = server_side_closes(r.fd);
     atomic_store(&r.stop, 1);
     pthread_join(t, NULL);
-    if (st == 1)
+    if (!closed)
         fail_msg("the server kept the connection of a peer reading at 1.6 MB/s");
     close(r.fd);
     check_serving(&c, 3);

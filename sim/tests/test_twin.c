@@ -31,6 +31,16 @@ static void run_pass(const char *args)
         fail_msg("rkv %s: exit %d\n%s", args, rc, out);
 }
 
+/* The simulated time the last run's report printed. */
+static double out_sim_s(void)
+{
+    double sim = -1;
+    const char *t = strstr(out, "simulated time ");
+    if (!t || sscanf(t, "simulated time %lf", &sim) != 1)
+        fail_msg("no simulated time in:\n%s", out);
+    return sim;
+}
+
 /* The event-trace hash printed by a twin run. */
 static void hash_of(const char *args, char hash[17])
 {
@@ -145,12 +155,9 @@ static void test_cpu_charged_is_reported(void **state)
     quickstart_with("twin-cpu.yaml", "sim: {platform: star, cores: 2, msg_cost_ns: 20000}\n");
     run_pass("run twin-cpu.yaml");
     const char *c = strstr(out, "CPU charged in the twin: ");
-    const char *t = strstr(out, "simulated time ");
     assert_non_null(c);
-    assert_non_null(t);
-    double cpu = 0, node = -1, sim = 0;
+    double cpu = 0, node = -1, sim = out_sim_s();
     assert_int_equal(sscanf(c, "CPU charged in the twin: %lf core-s, %lf", &cpu, &node), 2);
-    assert_int_equal(sscanf(t, "simulated time %lf", &sim), 1);
     printf("# msg_cost_ns 20000: %.4f core-s charged (node code %.4f) in %.4f s\n", cpu, node, sim);
     assert_true(cpu > 0);
     assert_true(node == 0); /* no measured CPU without a calibration */
@@ -167,11 +174,10 @@ static void queue_run(const char *sim, double *t, double *cpu, long *wakes)
 {
     quickstart_with("twin-queue.yaml", sim);
     run_pass("run twin-queue.yaml");
-    const char *ts = strstr(out, "simulated time "), *cs = strstr(out, "CPU charged in the twin: ");
+    const char *cs = strstr(out, "CPU charged in the twin: ");
     const char *qs = strstr(out, "The cores were per-core run queues: ");
-    assert_non_null(ts);
     assert_non_null(cs);
-    assert_int_equal(sscanf(ts, "simulated time %lf", t), 1);
+    *t = out_sim_s();
     assert_int_equal(sscanf(cs, "CPU charged in the twin: %lf", cpu), 1);
     *wakes = -1;
     if (qs)
@@ -506,10 +512,7 @@ static void test_simulated_time_limit(void **state)
     /* The run ends with its work (about 1.4 ms): a node's stop does not
      * sit out its progress task's 50 ms poll (nic.h poll_wake), which
      * made every run's simulated time 50 ms at least. */
-    const char *t = strstr(out, "simulated time ");
-    double sim = 1;
-    assert_non_null(t);
-    assert_int_equal(sscanf(t, "simulated time %lf", &sim), 1);
+    double sim = out_sim_s();
     if (sim > 0.005)
         fail_msg("simulated time %.6f s: the stop waited out a poll timeout\n%s", sim, out);
     char path[64], args[256];
@@ -616,15 +619,12 @@ static void test_step_triggered_crash_wakes_only_for_events(void **state)
     unlink(path);
     if (rc != 0 || !strstr(out, "verdict: PASS"))
         fail_msg("rkv %s: exit %d\n%s", args, rc, out);
-    double sim = 0;
-    const char *t = strstr(out, "simulated time ");
-    assert_non_null(t);
-    assert_int_equal(sscanf(t, "simulated time %lf", &sim), 1);
+    double sim = out_sim_s();
     if (sim < 60)
         fail_msg("simulated time %.6f s: the workers did not wait out the hello timeout\n%s", sim,
                  out);
     unsigned long long wakes = ~0ull;
-    t = strstr(out, "the fault actor woke ");
+    const char *t = strstr(out, "the fault actor woke ");
     assert_non_null(t);
     assert_int_equal(sscanf(t, "the fault actor woke %llu", &wakes), 1);
     /* Two workers, two phases: a wake-up for each end at most. */
