@@ -30,17 +30,9 @@
 #define TWO_MACHINES_PORT_SPAN 998
 #define TWO_MACHINES_TAG "rkva"
 #include "two_machines.h"
+#include "under_sanitizer.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
+#define UNDER_SANITIZER (UNDER_ASAN || UNDER_TSAN)
 
 /* ---- the allocator, with one failure on demand ---- */
 

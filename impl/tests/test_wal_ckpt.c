@@ -24,6 +24,7 @@
 #include "store/snapshot.h"
 #include "store/store_int.h"
 #include "store/wal.h"
+#include "under_sanitizer.h"
 #include "util/util.h"
 
 #define LINEAGE 0x1234u
@@ -254,17 +255,6 @@ static void test_one_checkpoint_per_long_log(void **state)
     assert_int_equal(f.sw.n_shared, 1);
     fix_close(&f);
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
 
 /* The process's address space now, in bytes (/proc/self/statm). */
 static uint64_t vm_bytes(void)
