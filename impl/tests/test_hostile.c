@@ -77,6 +77,7 @@ struct env {
     char durable_dir[64];    /* "": not durable */
     uint64_t slot_mem_bytes; /* 0: the default, sized from the host */
     uint64_t max_slot_bytes; /* 0: the default */
+    uint32_t live_servers;   /* server threads started and not joined */
 };
 
 /* ---- log capture ---- */
@@ -231,6 +232,7 @@ struct cluster {
     pthread_t thr[MAX_MACHINES];
     struct node cli_node;
     struct rkv_client *cli;
+    struct env *env;
 };
 
 static void *server_main(void *arg)
@@ -319,8 +321,11 @@ static void cluster_start(struct cluster *c, struct env *env, uint32_t n_machine
     }
     if (!c->srv[0])
         fail_msg("no free ports for the servers: %s", err);
-    for (uint32_t m = 0; m < n_real; m++)
+    c->env = env;
+    for (uint32_t m = 0; m < n_real; m++) {
         assert_int_equal(pthread_create(&c->thr[m], NULL, server_main, c->srv[m]), 0);
+        env->live_servers++;
+    }
 }
 
 /* The well-behaved client, on machine 0 (its rows of other machines cross
@@ -341,8 +346,10 @@ static void cluster_halt(struct cluster *c)
      * the call names it (-RKV_EPEERDEAD); the real ones stop (joined below). */
     int rc = rkv_client_shutdown_servers(c->cli);
     assert_true(rc == 0 || (c->n_real < c->cfg.n_machines && rc == -RKV_EPEERDEAD));
-    for (uint32_t m = 0; m < c->n_real; m++)
+    for (uint32_t m = 0; m < c->n_real; m++) {
         pthread_join(c->thr[m], NULL);
+        c->env->live_servers--;
+    }
 }
 
 static void cluster_free(struct cluster *c)
@@ -2496,6 +2503,24 @@ static void test_flow_control_lies(void **state)
     cluster_stop(&c);
 }
 
+/* A test that failed part way (cmocka jumps out of it) leaves its servers'
+ * threads running, logging through nodes on the dead test's stack: the
+ * next test would fail on their leftovers (an assertion in the port's log,
+ * once), naming itself instead. Stop the run at the test that failed. */
+static int after_test(void **state)
+{
+    struct env *env = *state;
+    if (env->live_servers > 0) {
+        fflush(stdout);
+        fprintf(stderr,
+                "test_hostile: the test above ended with %u server threads still running; "
+                "stopping here, as the tests after it would meet them\n",
+                env->live_servers);
+        _exit(1);
+    }
+    return 0;
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -2529,34 +2554,35 @@ int main(void)
      * connections of parallel tests would take them. */
     env.next_port = (uint16_t)(10000 + (getpid() * 7) % 9000);
     printf("test_hostile: backend %s on %s\n", env.backend, env.host);
+#define HOSTILE_TEST(f) cmocka_unit_test_prestate_setup_teardown(f, NULL, after_test, &env)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errf_into_its_own_argument),
-        cmocka_unit_test_prestate(test_bad_requests, &env),
-        cmocka_unit_test_prestate(test_slot_abuse, &env),
-        cmocka_unit_test_prestate(test_slot_memory_hoard, &env),
-        cmocka_unit_test_prestate(test_cross_peer_slot, &env),
-        cmocka_unit_test_prestate(test_pull_reply_to_nowhere, &env),
-        cmocka_unit_test_prestate(test_rendezvous_reply_to_nowhere, &env),
-        cmocka_unit_test_prestate(test_rendezvous_unanswered, &env),
-        cmocka_unit_test_prestate(test_client_id_past_workers, &env),
-        cmocka_unit_test_prestate(test_reply_from_another_server, &env),
-        cmocka_unit_test_prestate(test_connection_flood, &env),
-        cmocka_unit_test_prestate(test_text_secret, &env),
-        cmocka_unit_test_prestate(test_connection_churn, &env),
-        cmocka_unit_test_prestate(test_credit_hog, &env),
-        cmocka_unit_test_prestate(test_silent_and_slow, &env),
-        cmocka_unit_test_prestate(test_peer_that_never_reads, &env),
-        cmocka_unit_test_prestate(test_peer_that_never_reads_and_goes_quiet, &env),
-        cmocka_unit_test_prestate(test_peer_that_reads_slowly, &env),
-        cmocka_unit_test_prestate(test_peer_that_reads_at_a_crawl_is_kept, &env),
-        cmocka_unit_test_prestate(test_descriptor_exhaustion, &env),
-        cmocka_unit_test_prestate(test_shutdown_needs_a_client, &env),
-        cmocka_unit_test_prestate(test_identity, &env),
-        cmocka_unit_test_prestate(test_push_sender_is_the_connection, &env),
-        cmocka_unit_test_prestate(test_push_learning_rate_checked, &env),
-        cmocka_unit_test_prestate(test_warnings_rate_limited, &env),
-        cmocka_unit_test_prestate(test_stray_messages_rate_limited, &env),
-        cmocka_unit_test_prestate(test_flow_control_lies, &env),
+        HOSTILE_TEST(test_bad_requests),
+        HOSTILE_TEST(test_slot_abuse),
+        HOSTILE_TEST(test_slot_memory_hoard),
+        HOSTILE_TEST(test_cross_peer_slot),
+        HOSTILE_TEST(test_pull_reply_to_nowhere),
+        HOSTILE_TEST(test_rendezvous_reply_to_nowhere),
+        HOSTILE_TEST(test_rendezvous_unanswered),
+        HOSTILE_TEST(test_client_id_past_workers),
+        HOSTILE_TEST(test_reply_from_another_server),
+        HOSTILE_TEST(test_connection_flood),
+        HOSTILE_TEST(test_text_secret),
+        HOSTILE_TEST(test_connection_churn),
+        HOSTILE_TEST(test_credit_hog),
+        HOSTILE_TEST(test_silent_and_slow),
+        HOSTILE_TEST(test_peer_that_never_reads),
+        HOSTILE_TEST(test_peer_that_never_reads_and_goes_quiet),
+        HOSTILE_TEST(test_peer_that_reads_slowly),
+        HOSTILE_TEST(test_peer_that_reads_at_a_crawl_is_kept),
+        HOSTILE_TEST(test_descriptor_exhaustion),
+        HOSTILE_TEST(test_shutdown_needs_a_client),
+        HOSTILE_TEST(test_identity),
+        HOSTILE_TEST(test_push_sender_is_the_connection),
+        HOSTILE_TEST(test_push_learning_rate_checked),
+        HOSTILE_TEST(test_warnings_rate_limited),
+        HOSTILE_TEST(test_stray_messages_rate_limited),
+        HOSTILE_TEST(test_flow_control_lies),
     };
     /* RKV_TEST_FILTER=test_credit_hog (a glob) runs only what it names. */
     const char *filter = getenv("RKV_TEST_FILTER");
