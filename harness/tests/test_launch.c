@@ -473,7 +473,7 @@ static pid_t start_endless(const char *tag, const char *prefix, int quiet, char 
         _exit(127);
     }
     int n = 0;
-    for (int i = 0; i < 200 && (n < 8 || segments_with(prefix) < 4); i++) {
+    for (int i = 0; i < 600 && (n < 8 || segments_with(prefix) < 4); i++) {
         usleep(50000);
         n = children_of(pid, kids, 16);
     }
@@ -518,7 +518,7 @@ static void stop_launcher(int sig)
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     if (sig == SIGKILL) { /* nobody is left to clean: the children die with it */
-        for (int i = 0; i < 40; i++) {
+        for (int i = 0; i < 400; i++) {
             int alive = 0;
             for (int k = 0; k < n; k++)
                 alive += !process_gone(kids[k]);

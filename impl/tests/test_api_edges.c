@@ -1163,16 +1163,28 @@ static void test_secret_file_too_long_is_named(void **state)
  * largest shard. With the bare timeout_ms, a 4 GiB shard per machine timed
  * out under a 10 s timeout (past some tens of GiB, under the default 30 s)
  * while the servers went on and made it. Here 512 MiB per machine against
- * a 100 ms timeout_ms. */
+ * a 100 ms timeout_ms. Only that client's join and init_data run on 100
+ * ms: its pushes, pulls and shutdown go through a second client on 10 s,
+ * as a loaded host (ThreadSanitizer, next to the populating) can take
+ * longer than 100 ms to answer them. */
 static void test_init_waits_for_a_large_shard(void **state)
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 100);
+    cluster_config(&c, 10000);
+    c.cfg.n_workers = 2;
     c.cfg.connect_retry_ms = 20000;
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
-    struct rkv_client *cli = client_join(&c);
+    struct rkv_config quick = c.cfg;
+    quick.timeout_ms = 100;
+    struct rkv_client *cli, *other;
+    char err[256];
+    pthread_t t; /* server 0 answers a hello once both have joined */
+    assert_int_equal(pthread_create(&t, NULL, join_thread, &c), 0);
+    if (rkv_client_create(&quick, &cli, err, sizeof(err)) < 0)
+        fail_msg("client on 100 ms: %s", err);
+    assert_int_equal(pthread_join(t, (void **)&other), 0);
     struct rkv_tensor_desc d = {.name = "big",
                                 .dtype = RKV_F32,
                                 .rows = 1ull << 27,
@@ -1180,20 +1192,23 @@ static void test_init_waits_for_a_large_shard(void **state)
                                 .policy = RKV_PART_RANGE};
     int rc = rkv_client_init_data(cli, &d);
     if (rc == -RKV_ENOMEM) { /* a host without 1 GiB of /dev/shm to spare */
-        rkv_client_shutdown_servers(cli);
+        rkv_client_shutdown_servers(other);
         rkv_client_destroy(cli);
+        rkv_client_destroy(other);
         cluster_stop(&c);
         skip();
     }
     if (rc < 0)
         fail_msg("init_data of 512 MiB per machine: %s", rkv_client_errmsg(cli));
+    assert_int_equal(rkv_client_init_data(other, &d), 0); /* made already: it attaches */
     uint64_t ids[2] = {1, (1ull << 27) - 1};
     float rows[4] = {1, 2, 3, 4}, got[4];
-    push_ok(cli, "big", ids, 2, rows, RKV_OP_ASSIGN);
-    pull_ok(cli, "big", ids, 2, got);
+    push_ok(other, "big", ids, 2, rows, RKV_OP_ASSIGN);
+    pull_ok(other, "big", ids, 2, got);
     assert_memory_equal(got, rows, sizeof(rows));
-    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    assert_int_equal(rkv_client_shutdown_servers(other), 0);
     rkv_client_destroy(cli);
+    rkv_client_destroy(other);
     cluster_stop(&c);
 }
 

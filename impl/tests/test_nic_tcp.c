@@ -314,7 +314,7 @@ static void test_connection_flood(void **state)
     nic_check_send(f, f->qa, f->qb, 24);
     /* ...and the NIC freed every one of them: only the real QP is left. */
     int left = 0;
-    for (int i = 0; i < 200 && (left = rkv_nic_tcp_qp_count(f->b)) != 1; i++)
+    for (int i = 0; i < 2000 && (left = rkv_nic_tcp_qp_count(f->b)) != 1; i++)
         usleep(10000);
     assert_int_equal(left, 1);
 }

@@ -269,7 +269,7 @@ static void test_proc_alive(void **state)
     close(ready[1]);
     assert_int_equal(id & ((1u << 22) - 1), (uint64_t)child);
     assert_true(id != self);
-    for (int i = 0; i < 1000; i++) { /* exited, not reaped: a zombie */
+    for (int i = 0; i < 10000; i++) { /* exited, not reaped: a zombie */
         char path[64], buf[256];
         snprintf(path, sizeof(path), "/proc/%d/stat", (int)child);
         FILE *f = fopen(path, "r");
