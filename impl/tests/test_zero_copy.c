@@ -409,8 +409,8 @@ static uint64_t seed_hold_then_break(double fraction, uint32_t *losses_p)
 static void push_fails_midway(int async)
 {
     /* From the client's first message. The setup before it (join, init,
-     * one push) takes 10-100 ms; 4 s leaves room for a loaded host under
-     * ThreadSanitizer, where the test fails, naming it, if it does not. */
+     * one push) must end first; 4 s (1.5 s before) leaves room for a loaded
+     * host under ThreadSanitizer. A setup that runs into it fails, naming it. */
     const uint64_t window_ns = 4000000000ull;
     const uint64_t resend_ns = 200000000ull; /* the first piece is held n x this */
     uint32_t losses = 0;
