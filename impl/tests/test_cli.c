@@ -256,6 +256,16 @@ static void test_cluster_file_duplicates(void **state)
     cluster_fails("10.0.0.1\n10.0.0.1\n", ":2: 10.0.0.1 ports 30050..30050 overlap line 1's");
     cluster_fails("127.0.0.1 9000 3\n127.0.0.1 9002 1\n",
                   ":2: 127.0.0.1 ports 9002..9002 overlap line 1's (127.0.0.1 ports 9000..9002)");
+    /* One host written two ways: the same address, a name in another case.
+     * Compared as written, each pair passed, and the second server failed
+     * at listen ("is the port in use?"). */
+    cluster_fails("::1 9000 1\n[::1] 9000 1\n",
+                  ":2: [::1] ports 9000..9000 overlap line 1's (::1 ports 9000..9000)");
+    cluster_fails("0:0:0:0:0:0:0:1 9000 2\n::1 9001\n",
+                  ":2: ::1 ports 9001..9001 overlap line 1's");
+    cluster_fails("127.0.0.1 9000\n::ffff:127.0.0.1 9000\n",
+                  ":2: ::ffff:127.0.0.1 ports 9000..9000 overlap line 1's");
+    cluster_fails("node1 9000\nNODE1 9000\n", ":2: NODE1 ports 9000..9000 overlap line 1's");
     /* One host, ports apart: two machines, as tests on one host use. */
     write_cluster("127.0.0.1 9000 2\n127.0.0.1 9002 2\n");
     struct rkv_machine *m = NULL;
@@ -264,6 +274,13 @@ static void test_cluster_file_duplicates(void **state)
     assert_int_equal(cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
+    free(m);
+    /* Other hosts, whatever their spelling shares: no overlap. */
+    write_cluster("::1 9000\n::2 9000\n127.0.0.1 9000\n127.0.0.2 9000\nnode1 9000\nnode10 9000\n"
+                  "[::3] 9000\n");
+    assert_int_equal(cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
+    unlink(path);
+    assert_int_equal(n, 7);
     free(m);
 }
 
