@@ -1,11 +1,11 @@
 /* Settings: one table says every setting's flag, env var, aliases for
  * ps-lite/DGL users, default and meaning; `rkv config --dump` prints it
  * with the source each value came from. */
+#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,12 +409,8 @@ struct cmd_host_key {
 
 static void cmd_host_key(const char *host, struct cmd_host_key *k)
 {
-    char bare[RKV_HOST_MAX + 1];
-    size_t len = strlen(host);
-    if (len >= 2 && host[0] == '[' && host[len - 1] == ']')
-        snprintf(bare, sizeof(bare), "%.*s", (int)(len - 2), host + 1);
-    else
-        snprintf(bare, sizeof(bare), "%s", host);
+    char buf[RKV_HOST_MAX + 1];
+    const char *bare = rkv_host_bare(host, buf, sizeof(buf));
     memset(k, 0, sizeof(*k));
     static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
     if (inet_pton(AF_INET, bare, k->addr) == 1) {

@@ -10,20 +10,14 @@
 #include "nic/nic_inet.h"
 #include "port/port.h"
 #include "rkv.h"
+#include "util/util.h"
 
 int rkv_nic_resolve(struct rkv_port *port, const char *who, const char *host, uint16_t port_no,
                     int passive, struct addrinfo **res_p)
 {
     char serv[8], bare[256];
     snprintf(serv, sizeof(serv), "%u", port_no);
-    /* "[::1]", as URLs and DGL users write an IPv6 address: getaddrinfo
-     * takes it without the brackets only ("cannot resolve [::1]"). */
-    size_t hl = host ? strlen(host) : 0;
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']' && hl - 2 < sizeof(bare)) {
-        memcpy(bare, host + 1, hl - 2);
-        bare[hl - 2] = 0;
-        host = bare;
-    }
+    host = rkv_host_bare(host, bare, sizeof(bare)); /* "cannot resolve [::1]" */
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
     int rc = getaddrinfo(host, serv, &hints, res_p);

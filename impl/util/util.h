@@ -19,6 +19,11 @@ int rkv_errf(char *err, size_t err_len, int code, const char *fmt, ...)
  * is not one or does not fit 64 bits. */
 int rkv_parse_u64(const char *s, uint64_t *v);
 
+/* host without the brackets of "[::1]", as URLs and DGL users write an
+ * IPv6 address (getaddrinfo and inet_pton take it only without), copied
+ * into buf; host itself when it has none or they do not fit buf. */
+const char *rkv_host_bare(const char *host, char *buf, size_t len);
+
 /* Host-order integers at any alignment in a file's bytes (the snapshot and
  * the log, whose little-endian formats assert the host's order). A put
  * returns the byte after what it wrote. */
