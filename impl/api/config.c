@@ -1028,19 +1028,30 @@ free_machines:
     return -1;
 }
 
-/* Whether host names an IPv4 address of this machine: binding a socket to it
+/* Whether host names an address of this machine: binding a socket to it
  * succeeds only then (all of 127.0.0.0/8 is this machine's). */
 static int cmd_host_is_local(const char *host)
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *res;
+    /* IPv6 too: a cluster file of IPv6 addresses ("::1", "[fd00::2]")
+     * found no machine and every DGL client took machine 0. */
+    char bare[RKV_HOST_MAX + 1];
+    host = rkv_host_bare(host, bare, sizeof(bare));
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM}, *res;
     if (!host[0] || getaddrinfo(host, NULL, &hints, &res) != 0)
         return 0;
     int local = 0;
     for (struct addrinfo *a = res; a && !local; a = a->ai_next) {
-        int fd = socket(AF_INET, SOCK_DGRAM, 0);
-        struct sockaddr_in sa = *(struct sockaddr_in *)a->ai_addr;
-        sa.sin_port = 0;
-        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        struct sockaddr_storage sa;
+        if (a->ai_addrlen > sizeof(sa) || (a->ai_family != AF_INET && a->ai_family != AF_INET6))
+            continue;
+        memcpy(&sa, a->ai_addr, a->ai_addrlen);
+        if (a->ai_family == AF_INET)
+            ((struct sockaddr_in *)&sa)->sin_port = 0;
+        else
+            ((struct sockaddr_in6 *)&sa)->sin6_port = 0;
+        /* Binding succeeds only to an address of this host. */
+        int fd = socket(a->ai_family, SOCK_DGRAM, 0);
+        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, a->ai_addrlen) == 0;
         if (fd >= 0)
             close(fd);
     }

@@ -246,6 +246,41 @@ static void test_local_machine(void **state)
     assert_int_equal(id, 1); /* untouched */
 }
 
+/* 1 when this host has IPv6's loopback (a container may not). */
+static int have_ipv6_loopback(void)
+{
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_DGRAM, 0);
+    int ok = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* An IPv6 cluster file: the client's machine is found by its IPv6
+ * addresses too, written bare or in brackets (it was looked for among
+ * IPv4 addresses only, so every DGL client took machine 0). 2001:db8::/32
+ * is reserved for documentation. */
+static void test_local_machine_ipv6(void **state)
+{
+    (void)state;
+    if (!have_ipv6_loopback())
+        skip();
+    struct rkv_machine m[4] = {
+        {"192.0.2.1", 9000, 1}, {"2001:db8::1", 9000, 1}, {"[::1]", 9100, 1}, {"::1", 9200, 1}};
+    struct rkv_config cfg = {.n_machines = 4, .machines = m};
+    uint32_t id = 99;
+    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(id, 2);
+    m[2] = (struct rkv_machine){"2001:db8::2", 9100, 1};
+    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(id, 3);
+    cfg.n_machines = 3;
+    id = 99;
+    assert_int_equal(cmd_local_machine(&cfg, &id), -1);
+    assert_int_equal(id, 99);
+}
+
 /* A machine listed twice is refused with both line numbers (it passed, and
  * its second server failed later with a misleading error). */
 static void test_cluster_file_duplicates(void **state)
@@ -1253,6 +1288,7 @@ int main(void)
         cmocka_unit_test(test_cluster_file_dgl_forms),
         cmocka_unit_test(test_cluster_file_duplicates),
         cmocka_unit_test(test_local_machine),
+        cmocka_unit_test(test_local_machine_ipv6),
         cmocka_unit_test(test_flags_and_env),
         cmocka_unit_test(test_settings_that_make_no_cluster),
         cmocka_unit_test(test_settings_that_make_a_cluster),
