@@ -69,6 +69,7 @@ enum rkv_err {
     RKV_ESHUTDOWN = 14,  /* the store is shutting down */
     RKV_ELIMIT = 15,     /* a configured limit (pool, credits, size) was hit */
     RKV_EINUSE = 16,     /* the call failed and the NIC may still use the caller's rows */
+    RKV_EINTR = 17,      /* the call was interrupted (rkv_client_interrupt) */
     RKV_ERR_MAX_
 };
 
@@ -556,6 +557,15 @@ RKV_API int rkv_client_barrier(struct rkv_client *cli);
  * may still be running. Afterwards every call of this client that needs a
  * server (this one too) returns -RKV_ESHUTDOWN. */
 RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
+/* Interrupts the client's calls, from another thread (a watcher of
+ * signals: Ctrl-C in the Python binding). While on != 0, a call's wait for
+ * its servers ends at once with -RKV_EINTR, as if its timeout had passed
+ * then, and it leaves what a timed-out call leaves: a push may or may not
+ * have been applied, a zero-copy connection is closed (-RKV_EINUSE if it
+ * does not close in time), late replies are dropped. Every call that has
+ * to wait fails so until on = 0; calls served from this machine's shared
+ * memory go on. Returns 0, or -RKV_EINVAL for a NULL client. */
+RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on);
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
 RKV_API void rkv_client_destroy(struct rkv_client *cli);
 

@@ -110,6 +110,7 @@ int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_
                          void *rows_out, int handler, double param);
 int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler, uint32_t *len_p);
 int rkv_client_barrier(struct rkv_client *cli);
+int rkv_client_interrupt(struct rkv_client *cli, int on);
 int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);
 void rkv_client_destroy(struct rkv_client *cli);

@@ -177,6 +177,8 @@ struct rkv_client {
     int *drop_unanswered;
     /* An application call is under way (cli_enter). */
     atomic_int busy;
+    /* rkv_client_interrupt's: waits end at once while set (any thread). */
+    atomic_int interrupted;
     char err[256];
 };
 
@@ -401,7 +403,7 @@ static int cli_reqs_done(void *arg)
     assert(w->next <= w->n);
     while (w->next < w->n && w->reqs[w->next]->done)
         w->next++;
-    return w->next == w->n;
+    return w->next == w->n || atomic_load(&w->c->interrupted);
 }
 
 /* Waits for every request in reqs[0..n) or the deadline. Returns the first
@@ -409,7 +411,8 @@ static int cli_reqs_done(void *arg)
 static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, uint64_t timeout_ms,
                          const char *what)
 {
-    uint64_t deadline = c->port->ops->now_ns(c->port) + timeout_ms * 1000000ull;
+    uint64_t start = c->port->ops->now_ns(c->port);
+    uint64_t deadline = start + timeout_ms * 1000000ull;
     int rc = 0;
     assert(n == 0 || reqs);
     for (size_t i = 0; i < n; i++)
@@ -418,9 +421,12 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
     /* The engine's polling policy: busy polling, sleeping, the deadline. */
     struct cli_wait_set w = {.c = c, .reqs = reqs, .n = n};
     (void)rkv_engine_wait(c->eng, cli_reqs_done, &w, c->mu, c->cv, deadline);
+    /* Those not done by now are abandoned as at a timeout: interrupted. */
+    int cut = atomic_load(&c->interrupted);
+    uint64_t waited_ms = (c->port->ops->now_ns(c->port) - start) / 1000000ull;
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct cli_req *r = reqs[i];
-        int st = r->done ? r->status : -RKV_ETIMEDOUT;
+        int st = r->done ? r->status : cut ? -RKV_EINTR : -RKV_ETIMEDOUT;
         if (st == 0)
             continue;
         rc = st;
@@ -431,7 +437,7 @@ static int cli_wait_keep(struct rkv_client *c, struct cli_req **reqs, size_t n, 
             rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s", what, sid, rkv_strerror(st));
         else
             rkv_errf(c->err, sizeof(c->err), st, "%s: server %u: %s after %llu ms", what, sid,
-                     rkv_strerror(st), (unsigned long long)timeout_ms);
+                     rkv_strerror(st), (unsigned long long)(cut ? waited_ms : timeout_ms));
     }
     cli_unlock(c);
     return rc;
@@ -906,6 +912,9 @@ static int cli_again(struct rkv_client *c, struct cli_server *srv, int rc, int s
     if (rc != -RKV_EPEERDEAD || !retry_budget_ms || c->observer ||
         (!send_refused && !cli_srv_dead(c, srv)))
         return rc;
+    if (atomic_load(&c->interrupted))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR, "%s: server %u: interrupted (%s)",
+                        what, srv->id, c->err);
     uint64_t now = po->now_ns(c->port);
     if (now >= deadline)
         return rkv_errf(c->err, sizeof(c->err), rc,
@@ -3383,6 +3392,19 @@ const char *rkv_client_errmsg(const struct rkv_client *c)
     if (!c)
         return "client is NULL (did its rkv_client_create fail?)";
     return c->err;
+}
+
+int rkv_client_interrupt(struct rkv_client *c, int on)
+{
+    if (!c)
+        return -RKV_EINVAL;
+    atomic_store(&c->interrupted, on != 0);
+    if (on) { /* a wait asleep on cv looks again */
+        cli_lock(c);
+        c->port->ops->cond_broadcast(c->cv);
+        cli_unlock(c);
+    }
+    return 0;
 }
 
 void rkv_client_destroy(struct rkv_client *c)

@@ -939,6 +939,96 @@ static void test_failed_push_applies_nothing(void **state)
     cluster_stop(&c);
 }
 
+/* A handler that holds its server until the test opens the gate. */
+struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int entered, open;
+};
+
+static void h_gated(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n, double param,
+                    void *user)
+{
+    struct gate *g = user;
+    pthread_mutex_lock(&g->mu);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    h_add10(dt, row, st, in, n, param, NULL);
+}
+
+struct interrupter {
+    struct gate *g;
+    struct rkv_client *cli;
+};
+
+/* Interrupts the client once the server is inside the handler. */
+static void *interrupt_thread(void *arg)
+{
+    struct interrupter *it = arg;
+    pthread_mutex_lock(&it->g->mu);
+    while (!it->g->entered)
+        pthread_cond_wait(&it->g->cv, &it->g->mu);
+    pthread_mutex_unlock(&it->g->mu);
+    (void)rkv_client_interrupt(it->cli, 1);
+    return NULL;
+}
+
+/* rkv_client_interrupt from another thread ends a call waiting on a server
+ * that does not answer (its handler is held, timeout_ms is 30 s) with
+ * -RKV_EINTR while the server still holds the request; calls that wait
+ * fail so until it is turned off; then the client works again, and the
+ * interrupted push, which the server went on to apply, is seen. The
+ * binding's Ctrl-C goes through it: a pull from a hung server held the
+ * Python program for timeout_ms. */
+static void test_interrupt_ends_a_wait(void **state)
+{
+    (void)state;
+    struct gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct cluster c;
+    cluster_config(&c, 30000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    assert_int_equal(rkv_server_register_handler(c.srv[1][0], RKV_OP_CUSTOM, h_gated, &g), 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_gated, &g), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_interrupt(NULL, 1), -RKV_EINVAL);
+    uint64_t remote = 60, local = 3;
+    float rows[4] = {1, 1, 1, 1}, got[4];
+    pthread_t t;
+    struct interrupter it = {.g = &g, .cli = cli};
+    assert_int_equal(pthread_create(&t, NULL, interrupt_thread, &it), 0);
+    int rc = rkv_client_push(cli, "t", &remote, 1, rows, RKV_OP_CUSTOM, 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    pthread_mutex_lock(&g.mu);
+    int was_open = g.open;
+    pthread_mutex_unlock(&g.mu);
+    assert_false(was_open); /* returned while the server still held it */
+    assert_int_equal(rc, -RKV_EINTR);
+    assert_msg(cli, "interrupted");
+    /* While on, a call that has to wait fails at once; one served from
+     * this machine's shared memory goes on. */
+    assert_int_equal(rkv_client_pull(cli, "t", &remote, 1, got), -RKV_EINTR);
+    pull_ok(cli, "t", &local, 1, got);
+    assert_int_equal(rkv_client_interrupt(cli, 0), 0);
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    pull_ok(cli, "t", &remote, 1, got);
+    for (int j = 0; j < 4; j++)
+        assert_true(got[j] == 10.0f); /* the push went on at the server */
+    push_ok(cli, "t", &remote, 1, rows, RKV_OP_SUM);
+    pull_ok(cli, "t", &remote, 1, got);
+    assert_true(got[0] == 11.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* A push whose part for one machine is over max_slot_bytes: refused
  * before any part is sent. Found from outside with three machines: the
  * part for machine 1 went out and was applied, the one for machine 2
@@ -2328,6 +2418,7 @@ int main(void)
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
+        cmocka_unit_test(test_interrupt_ends_a_wait),
         cmocka_unit_test(test_push_too_big_applies_nothing),
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),

@@ -23,6 +23,7 @@ static const char *const rkv_err_names[RKV_ERR_MAX_] = {
     [RKV_ESHUTDOWN] = "store is shutting down",
     [RKV_ELIMIT] = "configured limit reached",
     [RKV_EINUSE] = "failed, and the NIC may still use the caller's buffer",
+    [RKV_EINTR] = "interrupted",
 };
 
 const char *rkv_strerror(int err)

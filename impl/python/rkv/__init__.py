@@ -39,6 +39,7 @@ import decimal
 import numbers
 import operator
 import os
+import signal
 import sys
 import threading
 import time
@@ -61,10 +62,10 @@ _PULL_NAMES = {"rows": PULL_ROWS, "with_state": PULL_WITH_STATE}
 
 # Error codes, as enum rkv_err in rkv.h (an Error's .code is the negation).
 (EINVAL, ENOMEM, ETIMEDOUT, EPEERDEAD, EPROTO, ENOTENSOR, ERANGE, EDTYPE, EEXIST, EIO, EACCESS,
- ENOHANDLER, ECONFIG, ESHUTDOWN, ELIMIT, EINUSE) = range(1, 17)
+ ENOHANDLER, ECONFIG, ESHUTDOWN, ELIMIT, EINUSE, EINTR) = range(1, 18)
 _ERR_NAMES = ["OK", "EINVAL", "ENOMEM", "ETIMEDOUT", "EPEERDEAD", "EPROTO", "ENOTENSOR", "ERANGE",
               "EDTYPE", "EEXIST", "EIO", "EACCESS", "ENOHANDLER", "ECONFIG", "ESHUTDOWN",
-              "ELIMIT", "EINUSE"]
+              "ELIMIT", "EINUSE", "EINTR"]
 # A code added to rkv.h fails the import here rather than misnaming errors.
 assert len(_ERR_NAMES) == lib.RKV_ERR_MAX_, "rkv.h has error codes this module does not name"
 __all__ += _ERR_NAMES[1:]
@@ -77,6 +78,89 @@ _POLICY_NAMES = {lib.RKV_PART_RANGE: "range", lib.RKV_PART_HASH: "hash",
 _DTYPES = {np.dtype(np.float32): lib.RKV_F32, np.dtype(np.float64): lib.RKV_F64,
            np.dtype(np.int32): lib.RKV_I32, np.dtype(np.int64): lib.RKV_I64}
 _NP_OF = {v: k for k, v in _DTYPES.items()}
+
+
+# Ctrl-C in a call that waits for servers (pull, push, init_data, ...): the
+# C call held the main thread, where Python runs its signal handlers, until
+# timeout_ms (30 s by default) when a server did not answer. Python writes
+# each signal's number to its wakeup fd (signal.set_wakeup_fd) as the
+# signal comes; a watcher thread reading it interrupts the clients whose
+# main-thread call is in C (rkv_client_interrupt), the call returns as at a
+# timeout, and Python raises KeyboardInterrupt. Nothing per call but a lock
+# and a dict entry: a helper thread per call, as barrier() uses, would cost
+# every pull a thread hand-off. Only while nobody else owns the wakeup fd
+# (asyncio's loop sets it for its signal handlers), and only while SIGINT's
+# handler is Python's default (a program's own handler decides itself).
+_sig_lock = threading.Lock()
+_sig_calls = {}  # id(client) -> Client with a main-thread call in C
+_sig_watch = None  # None: not tried yet; then True (watching) or False
+_MAIN_IDENT = threading.main_thread().ident
+
+
+def _sig_watch_loop(r):
+    while True:
+        try:
+            data = os.read(r, 512)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGINT not in data or \
+                signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            continue
+        with _sig_lock:  # close() takes a client out under it before freeing it
+            for c in list(_sig_calls.values()):
+                if c._cli is not None:
+                    c._sig_cut = True  # first: the call's end looks at it
+                    lib.rkv_client_interrupt(c._cli, 1)
+
+
+def _sig_watch_start():
+    try:
+        r, w = os.pipe()
+    except OSError:
+        return False
+    os.set_blocking(w, False)
+    try:
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):  # not the main interpreter's main thread
+        os.close(r)
+        os.close(w)
+        return False
+    if old != -1:  # someone else's: leave it to them
+        signal.set_wakeup_fd(old)
+        os.close(r)
+        os.close(w)
+        return False
+    threading.Thread(target=_sig_watch_loop, args=(r,), name="rkv-sigint", daemon=True).start()
+    return True
+
+
+def _sig_watching():
+    """True in the main thread once the watcher runs (started here)."""
+    global _sig_watch
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if _sig_watch is None:
+        _sig_watch = _sig_watch_start()
+    return _sig_watch
+
+
+def _sig_after_fork():
+    # The child has the wakeup fd but not the watcher thread: start again.
+    global _sig_watch
+    if _sig_watch:
+        try:
+            signal.set_wakeup_fd(-1)
+            _sig_watch = None
+        except ValueError:  # forked from another thread than the main one
+            _sig_watch = False
+    _sig_calls.clear()
+
+
+os.register_at_fork(after_in_child=_sig_after_fork)
 
 
 class Error(Exception):
@@ -1264,6 +1348,7 @@ class Client:
         self._registered = {}  # (address, bytes) -> array, for register()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
+        self._sig_cut = False  # _sig_watch_loop interrupted the call in C (_sig_lock)
         self.observer = observer
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
@@ -1304,10 +1389,36 @@ class Client:
 
     def _call(self, fn, *args):
         with self._lock:
-            rc = fn(self._live(), *args)
+            rc = self._cut(fn, self._live(), *args)
             if rc < 0:
                 _fail(rc, self._errmsg())
         return rc
+
+    def _cut(self, fn, *args):
+        """fn(*args), a C call of this client that may wait for servers:
+        in the main thread Ctrl-C interrupts it (_sig_watch_loop). The lock
+        held. Without _sig_lock on the way (the watcher takes it, and close()
+        to take the client out): a dict's item set and deleted are atomic,
+        and a signal that comes as the call ends may leave the client
+        interrupted, which the next call here turns off first."""
+        if threading.get_ident() != _MAIN_IDENT or (_sig_watch is not True and not _sig_watching()):
+            return fn(*args)
+        if self._sig_cut:
+            self._sig_clear()
+        key = id(self)
+        _sig_calls[key] = self
+        try:
+            return fn(*args)
+        finally:
+            del _sig_calls[key]
+            if self._sig_cut:
+                self._sig_clear()
+
+    def _sig_clear(self):
+        with _sig_lock:
+            if self._sig_cut and self._cli is not None:
+                lib.rkv_client_interrupt(self._cli, 0)
+            self._sig_cut = False
 
     def _wrap(self, arr):
         if self._output == "numpy":
@@ -1369,7 +1480,7 @@ class Client:
             cap = 0
             metas = ffi.NULL
             while True:
-                rc = lib.rkv_client_list(cli, metas, cap, n)
+                rc = self._cut(lib.rkv_client_list, cli, metas, cap, n)
                 if rc < 0:
                     _fail(rc, self._errmsg())
                 if n[0] <= cap:
@@ -1501,7 +1612,7 @@ class Client:
             # values again over every trained row, silently.
             cm = ffi.new("struct rkv_tensor_meta *")
             with self._lock:
-                rc = lib.rkv_client_meta(self._live(), encoded, cm)
+                rc = self._cut(lib.rkv_client_meta, self._live(), encoded, cm)
                 if rc < 0 and rc != -ENOTENSOR:
                     _fail(rc, self._errmsg())
             existed = rc == 0
@@ -1571,9 +1682,10 @@ class Client:
         with self._lock:
             cli = self._live()
             if async_:
-                rc = lib.rkv_client_push_async(cli, m.bname, pids, n, prows, code, lr, pp)
+                rc = self._cut(lib.rkv_client_push_async, cli, m.bname, pids, n, prows, code, lr,
+                               pp)
             else:
-                rc = lib.rkv_client_push(cli, m.bname, pids, n, prows, code, lr)
+                rc = self._cut(lib.rkv_client_push, cli, m.bname, pids, n, prows, code, lr)
             if rc < 0:
                 _fail(rc, self._errmsg())
             if not async_:
@@ -1686,13 +1798,14 @@ class Client:
             pids = ffi.from_buffer("uint64_t[]", ida)
             pbuf = ffi.from_buffer(buf, require_writable=True)
             if hid == PULL_ROWS:
-                rc = lib.rkv_client_pull(cli, m.bname, pids, n, pbuf)
+                rc = self._cut(lib.rkv_client_pull, cli, m.bname, pids, n, pbuf)
             else:
                 # The handlers this client runs for its machine's rows run in
                 # this thread: a Ctrl-C in one is raised here (_rkv_py_pull).
                 interrupted = _in_handler.pull = []
                 try:
-                    rc = lib.rkv_client_pull_with(cli, m.bname, pids, n, pbuf, hid, param)
+                    rc = self._cut(lib.rkv_client_pull_with, cli, m.bname, pids, n, pbuf, hid,
+                                   param)
                 finally:
                     _in_handler.pull = None
                 if interrupted:
@@ -1710,7 +1823,7 @@ class Client:
 
     def _wait_rec(self, rec):
         """Waits for one push (the lock held): (rc, message)."""
-        rc = lib.rkv_client_wait(self._cli, rec.pending)
+        rc = self._cut(lib.rkv_client_wait, self._cli, rec.pending)
         rec.pending = None
         rec.keep = None
         self._inflight.discard(rec)
@@ -1938,6 +2051,8 @@ class Client:
         """The rest of close(), the lock held."""
         if self._cli is None:  # closed by another thread meanwhile
             return
+        with _sig_lock:  # the watcher interrupts no freed client
+            _sig_calls.pop(id(self), None)
         lib.rkv_client_destroy(self._cli)
         self._cli = None
         for rec in self._inflight:

@@ -239,6 +239,42 @@ def test_ctrl_c_interrupts_a_barrier(make_cluster):
     assert not any(t.is_alive() for t in ts)
 
 
+def test_ctrl_c_interrupts_a_pull_from_a_server_that_does_not_answer(make_cluster):
+    # A pull (push, init_data, ...) waits up to timeout_ms (30 s by default,
+    # 10 s here) for a server that does not answer, in a C call that held
+    # the main thread, where Python runs its signal handlers: Ctrl-C was
+    # raised only once the pull timed out. Server 1's pull handler holds
+    # the reply until the test lets it go.
+    import signal
+    entered, release = threading.Event(), threading.Event()
+
+    def held(row, state, out, param):
+        entered.set()
+        release.wait(60)
+        return 1.0
+
+    cluster = make_cluster(machines=2, servers_per_machine=1, workers=1,
+                           setup=lambda s: s.register_pull_handler(rkv.PULL_CUSTOM, held))
+    c = cluster.client(output="numpy")
+    c.init_data("t", (100, 4), "float32")
+    c.register_pull_handler(rkv.PULL_CUSTOM, lambda row, state, out, param: 2.0)
+    threading.Thread(target=lambda: entered.wait(20) and os.kill(os.getpid(), signal.SIGINT),
+                     daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.pull("t", [60], handler=rkv.PULL_CUSTOM)  # row 60: machine 1's
+        took = time.monotonic() - t0
+    finally:
+        release.set()
+    assert entered.is_set()
+    assert took < 5, "Ctrl-C waited %.1f s for the pull's timeout" % took
+    # The client is not left interrupted: its calls wait for servers again.
+    assert c.pull("t", [60], handler=rkv.PULL_CUSTOM).tolist() == [[1.0] * 4]
+    c.push("t", [60], np.ones((1, 4), np.float32), op="sum")
+    assert c.pull("t", [60, 3]).tolist() == [[1.0] * 4, [0.0] * 4]
+
+
 def test_ctrl_c_interrupts_a_client_waiting_for_the_others(make_cluster):
     # rkv.Client() waits for every worker to join, up to connect_retry_ms +
     # timeout_ms (a minute by default), in a C call that held the main
