@@ -95,6 +95,7 @@ _sig_lock = threading.Lock()
 _sig_calls = {}  # id(client) -> Client with a main-thread call in C
 _sig_watch = None  # None: not tried yet; then True (watching) or False
 _MAIN_IDENT = threading.main_thread().ident
+_sig_fds = ()  # the pipe's two ends while watching
 
 
 def _sig_watch_loop(r):
@@ -118,6 +119,7 @@ def _sig_watch_loop(r):
 
 
 def _sig_watch_start():
+    global _sig_fds
     try:
         r, w = os.pipe()
     except OSError:
@@ -134,6 +136,7 @@ def _sig_watch_start():
         os.close(r)
         os.close(w)
         return False
+    _sig_fds = (r, w)
     threading.Thread(target=_sig_watch_loop, args=(r,), name="rkv-sigint", daemon=True).start()
     return True
 
@@ -150,13 +153,18 @@ def _sig_watching():
 
 def _sig_after_fork():
     # The child has the wakeup fd but not the watcher thread: start again.
-    global _sig_watch
+    global _sig_watch, _sig_fds, _MAIN_IDENT
+    _MAIN_IDENT = threading.main_thread().ident
     if _sig_watch:
         try:
             signal.set_wakeup_fd(-1)
             _sig_watch = None
         except ValueError:  # forked from another thread than the main one
             _sig_watch = False
+        else:
+            for fd in _sig_fds:
+                os.close(fd)
+            _sig_fds = ()
     _sig_calls.clear()
 
 
