@@ -548,7 +548,8 @@ RKV_API int rkv_client_pull_len(struct rkv_client *cli, const char *name, int ha
                                 uint32_t *len_p);
 /* Returns when every client has entered the barrier, however long that
  * takes (timeout_ms does not end it: a warning is logged each timeout_ms
- * it waits). Fails when a client left the cluster or server 0 is gone. */
+ * it waits; rkv_client_interrupt does). Fails when a client left the
+ * cluster or server 0 is gone. */
 RKV_API int rkv_client_barrier(struct rkv_client *cli);
 /* Asks every server to exit its run loop (any client may call it), each
  * whatever became of the others. Returns 0 once every server acknowledged;
@@ -565,7 +566,7 @@ RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
  * does not close in time), late replies are dropped. Every call that has
  * to wait fails so until on = 0; calls served from this machine's shared
  * memory go on. Returns 0, or -RKV_EINVAL for a NULL client. */
-RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on);
+RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on); /* not during destroy */
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
 RKV_API void rkv_client_destroy(struct rkv_client *cli);
 

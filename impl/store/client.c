@@ -913,8 +913,8 @@ static int cli_again(struct rkv_client *c, struct cli_server *srv, int rc, int s
         (!send_refused && !cli_srv_dead(c, srv)))
         return rc;
     if (atomic_load(&c->interrupted))
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR, "%s: server %u: interrupted (%s)",
-                        what, srv->id, c->err);
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR, "%s: server %u: interrupted (%s)", what,
+                        srv->id, c->err);
     uint64_t now = po->now_ns(c->port);
     if (now >= deadline)
         return rkv_errf(c->err, sizeof(c->err), rc,
