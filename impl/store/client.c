@@ -1130,6 +1130,10 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
         }
         if (rc != -RKV_EPEERDEAD)
             return rc;
+        if (atomic_load(&c->interrupted))
+            return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                            "init_data: server %u: interrupted while retrying (%s)", srv->id,
+                            c->err);
         now = po->now_ns(c->port);
         if (now >= deadline)
             return rkv_errf(c->err, sizeof(c->err), rc,
@@ -1700,6 +1704,9 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
         }
         if (rc != -RKV_EPEERDEAD)
             return rc;
+        if (atomic_load(&c->interrupted))
+            return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                            "%s: machine %u: interrupted while retrying (%s)", what, m, c->err);
         now = po->now_ns(c->port);
         if (now >= deadline)
             return rkv_errf(c->err, sizeof(c->err), rc,
@@ -1736,6 +1743,10 @@ static int cli_local_fresh(struct rkv_client *c)
                 break;
             if (rc != -RKV_EPEERDEAD)
                 return rc;
+            if (atomic_load(&c->interrupted))
+                return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                                "pull: server %u of this machine: interrupted while retrying (%s)",
+                                k, c->err);
             cli_nap(c, deadline, &backoff_ms, 1000);
         }
     }

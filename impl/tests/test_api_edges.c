@@ -1029,6 +1029,46 @@ static void test_interrupt_ends_a_wait(void **state)
     cluster_stop(&c);
 }
 
+static void *interrupt_later(void *arg)
+{
+    usleep(300000);
+    (void)rkv_client_interrupt(arg, 1);
+    return NULL;
+}
+
+/* With retry_ms, a call that met its server gone redials it until the
+ * budget is spent (30 s here): rkv_client_interrupt ends that too. */
+static void test_interrupt_ends_retries(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    c.cfg.connect_retry_ms = 300;
+    c.cfg.retry_ms = 30000;
+    /* Fork while this process has one thread (see test_store). */
+    pid_t child = fork_server(&c, 1);
+    cluster_start_server(&c, 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    kill(child, SIGKILL);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    stray_child = 0;
+    forget_machine_shm(&c, 1);
+    uint64_t remote = 70;
+    float got[4];
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, interrupt_later, cli), 0);
+    int rc = rkv_client_pull(cli, "t", &remote, 1, got);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    printf("pull from a server gone, interrupted: %s\n", rkv_client_errmsg(cli));
+    assert_int_equal(rc, -RKV_EINTR);
+    assert_msg(cli, "interrupted");
+    assert_int_equal(rkv_client_interrupt(cli, 0), 0);
+    rkv_server_stop(c.srv[0][0]); /* shutdown_servers would retry server 1 for 30 s */
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* A push whose part for one machine is over max_slot_bytes: refused
  * before any part is sent. Found from outside with three machines: the
  * part for machine 1 went out and was applied, the one for machine 2
@@ -2419,6 +2459,7 @@ int main(void)
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_interrupt_ends_a_wait),
+        cmocka_unit_test(test_interrupt_ends_retries),
         cmocka_unit_test(test_push_too_big_applies_nothing),
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
