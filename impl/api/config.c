@@ -1045,13 +1045,25 @@ static int cmd_host_is_local(const char *host)
         if (a->ai_addrlen > sizeof(sa) || (a->ai_family != AF_INET && a->ai_family != AF_INET6))
             continue;
         memcpy(&sa, a->ai_addr, a->ai_addrlen);
-        if (a->ai_family == AF_INET)
+        int family = a->ai_family;
+        socklen_t len = a->ai_addrlen;
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&sa;
+        if (family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+            /* ::ffff:a.b.c.d is a.b.c.d (a v6 socket would not bind it
+             * with net.ipv6.bindv6only set). */
+            struct sockaddr_in s4 = {.sin_family = AF_INET};
+            memcpy(&s4.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
+            memcpy(&sa, &s4, sizeof(s4));
+            family = AF_INET;
+            len = sizeof(s4);
+        }
+        if (family == AF_INET)
             ((struct sockaddr_in *)&sa)->sin_port = 0;
         else
-            ((struct sockaddr_in6 *)&sa)->sin6_port = 0;
+            s6->sin6_port = 0;
         /* Binding succeeds only to an address of this host. */
-        int fd = socket(a->ai_family, SOCK_DGRAM, 0);
-        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, a->ai_addrlen) == 0;
+        int fd = socket(family, SOCK_DGRAM, 0);
+        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, len) == 0;
         if (fd >= 0)
             close(fd);
     }

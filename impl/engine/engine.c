@@ -1220,13 +1220,16 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
 }
 
 int rkv_engine_connect_retry(struct rkv_engine *e, const char *host, uint16_t port,
-                             uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p)
+                             uint32_t timeout_ms, uint32_t retry_ms, const atomic_int *cancel,
+                             struct rkv_peer **peer_p)
 {
     struct rkv_port *pt = e->port;
     uint64_t deadline = pt->ops->now_ns(pt) + (uint64_t)retry_ms * 1000000ull;
     int rc;
     while ((rc = rkv_engine_connect(e, host, port, timeout_ms, peer_p)) == -RKV_EPEERDEAD ||
            rc == -RKV_ETIMEDOUT) {
+        if (cancel && atomic_load(cancel))
+            return -RKV_EINTR;
         if (pt->ops->now_ns(pt) >= deadline)
             break;
         pt->ops->sleep_ns(pt, ENG_CONNECT_RETRY_NS);

@@ -37,6 +37,7 @@
 #ifndef RKV_ENGINE_H
 #define RKV_ENGINE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -97,9 +98,12 @@ int rkv_engine_listen(struct rkv_engine *eng, const char *host, uint16_t port);
 int rkv_engine_connect(struct rkv_engine *eng, const char *host, uint16_t port, uint32_t timeout_ms,
                        struct rkv_peer **peer_p);
 /* Retries a refused or timed-out connect for retry_ms: peers may start
- * after the nodes that connect to them. */
+ * after the nodes that connect to them. Stops between attempts with
+ * -RKV_EINTR once *cancel (if not NULL) is set: a client's
+ * rkv_client_interrupt. */
 int rkv_engine_connect_retry(struct rkv_engine *eng, const char *host, uint16_t port,
-                             uint32_t timeout_ms, uint32_t retry_ms, struct rkv_peer **peer_p);
+                             uint32_t timeout_ms, uint32_t retry_ms, const atomic_int *cancel,
+                             struct rkv_peer **peer_p);
 /* What a failed rkv_engine_connect(_retry) means, for a message that names
  * the address: rkv_strerror(rc), but for -RKV_EPEERDEAD, which a NIC's
  * connect returns when the peer refused the connection (rkv_strerror's

@@ -559,13 +559,15 @@ RKV_API int rkv_client_barrier(struct rkv_client *cli);
  * server (this one too) returns -RKV_ESHUTDOWN. */
 RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
 /* Interrupts the client's calls, from another thread (a watcher of
- * signals: Ctrl-C in the Python binding). While on != 0, a call's wait for
- * its servers ends at once with -RKV_EINTR, as if its timeout had passed
- * then, and it leaves what a timed-out call leaves: a push may or may not
- * have been applied, a zero-copy connection is closed (-RKV_EINUSE if it
- * does not close in time), late replies are dropped. Every call that has
- * to wait fails so until on = 0; calls served from this machine's shared
- * memory go on. Returns 0, or -RKV_EINVAL for a NULL client. */
+ * signals: Ctrl-C in the Python binding). While on != 0, a call waiting
+ * for its servers (or redialling one, with retry_ms) stops at once with
+ * -RKV_EINTR, as if its timeout had passed then, and leaves what a
+ * timed-out call leaves: a push may or may not have been applied, a
+ * zero-copy connection is closed (-RKV_EINUSE if it does not close within
+ * timeout_ms), late replies are dropped. Every call that would send to the
+ * servers (push, pull, barrier, init_data, meta, list, shutdown) is refused
+ * with -RKV_EINTR, nothing sent, until on = 0; rkv_client_wait ends at once
+ * (and frees the handle). Returns 0, or -RKV_EINVAL for a NULL client. */
 RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on); /* not during destroy */
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
 RKV_API void rkv_client_destroy(struct rkv_client *cli);

@@ -10,6 +10,79 @@ import sys
 
 import cffi
 
+# C the binding needs besides librkv, for the Ctrl-C watcher
+# (rkv/__init__.py, _sig_watch_loop): when did the SIGINT whose byte it
+# read come? A call the main thread began after it must not be cut (Python
+# raised that signal's KeyboardInterrupt before the call: a `finally:
+# c.shut_down()`), and the watcher may run long after the byte came (it
+# needs the GIL, and a core). rkv_py_sigint_hook wraps Python's own C
+# handler of SIGINT with one that notes the time (CLOCK_MONOTONIC, as
+# time.monotonic_ns) before Python's handler writes the byte;
+# rkv_py_read_stamped reads the pipe with the GIL released and gives that
+# time, or the time the read returned if Python's handler was installed
+# again since (signal.signal replaces the wrapper).
+HELPERS = r"""
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct sigaction rkv_py_prev;
+static _Atomic uint64_t rkv_py_sigint_ns;
+
+static uint64_t rkv_py_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void rkv_py_sigint(int sig, siginfo_t *si, void *uc)
+{
+    atomic_store(&rkv_py_sigint_ns, rkv_py_now_ns());
+    if (rkv_py_prev.sa_flags & SA_SIGINFO)
+        rkv_py_prev.sa_sigaction(sig, si, uc);
+    else if (rkv_py_prev.sa_handler != SIG_DFL && rkv_py_prev.sa_handler != SIG_IGN)
+        rkv_py_prev.sa_handler(sig);
+}
+
+static int rkv_py_hooked(void)
+{
+    struct sigaction now;
+    return sigaction(SIGINT, NULL, &now) == 0 && (now.sa_flags & SA_SIGINFO) &&
+           now.sa_sigaction == rkv_py_sigint;
+}
+
+/* 0 when hooked (or already), -1 when SIGINT is not Python's to wrap. */
+static int rkv_py_sigint_hook(void)
+{
+    if (rkv_py_hooked())
+        return 0;
+    struct sigaction prev, sa;
+    if (sigaction(SIGINT, NULL, &prev) != 0 || (prev.sa_flags & SA_SIGINFO) ||
+        prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = rkv_py_sigint;
+    sa.sa_mask = prev.sa_mask;
+    sa.sa_flags = prev.sa_flags | SA_SIGINFO;
+    rkv_py_prev = prev;
+    return sigaction(SIGINT, &sa, NULL);
+}
+
+static long rkv_py_read_stamped(int fd, unsigned char *buf, size_t len, uint64_t *ns_p)
+{
+    ssize_t n;
+    do
+        n = read(fd, buf, len);
+    while (n < 0 && errno == EINTR);
+    *ns_p = rkv_py_hooked() ? atomic_load(&rkv_py_sigint_ns) : rkv_py_now_ns();
+    return (long)n;
+}
+"""
+
 CDEF = r"""
 enum rkv_dtype { RKV_F32 = 1, RKV_F64 = 2, RKV_I32 = 3, RKV_I64 = 4 };
 enum rkv_policy { RKV_PART_RANGE = 1, RKV_PART_HASH = 2, RKV_PART_EXPLICIT = 3 };
@@ -111,6 +184,8 @@ int rkv_client_pull_with(struct rkv_client *cli, const char *name, const uint64_
 int rkv_client_pull_len(struct rkv_client *cli, const char *name, int handler, uint32_t *len_p);
 int rkv_client_barrier(struct rkv_client *cli);
 int rkv_client_interrupt(struct rkv_client *cli, int on);
+long rkv_py_read_stamped(int fd, unsigned char *buf, size_t len, uint64_t *ns_p);
+int rkv_py_sigint_hook(void);
 int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);
 void rkv_client_destroy(struct rkv_client *cli);
@@ -142,7 +217,7 @@ def main():
     out = sys.argv[1]
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
-    ffi.set_source("rkv._rkv", "#include <rkv.h>")
+    ffi.set_source("rkv._rkv", "#include <rkv.h>\n" + HELPERS)
     ffi.emit_c_code(out)
 
 

@@ -829,7 +829,10 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
         cli_unlock(c);
     }
     int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms, budget_ms,
-                                      &srv->peer);
+                                      &c->interrupted, &srv->peer);
+    if (rc == -RKV_EINTR)
+        return rkv_errf(c->err, sizeof(c->err), rc, "connecting to server %u at %s:%u: interrupted",
+                        srv->id, srv->host, srv->port);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "cannot connect to server %u at %s:%u within %u ms: %s", srv->id, srv->host,
@@ -2293,6 +2296,26 @@ static void cli_leave(struct rkv_client *c)
         return cli_rc_;                                                                            \
     } while (0)
 
+/* CLI_CALL for a call that sends to servers: while rkv_client_interrupt is
+ * on it is refused before anything is sent (a push sent and then cut short
+ * would be applied while its caller was told it failed). */
+#define CLI_CALL_SENDS(c, what, call)                                                              \
+    do {                                                                                           \
+        if (!(c))                                                                                  \
+            return -RKV_EINVAL;                                                                    \
+        int cli_rc_ = cli_enter((c), (what));                                                      \
+        if (cli_rc_ < 0)                                                                           \
+            return cli_rc_;                                                                        \
+        if (atomic_load(&(c)->interrupted))                                                        \
+            cli_rc_ =                                                                              \
+                rkv_errf((c)->err, sizeof((c)->err), -RKV_EINTR,                                   \
+                         "%s: interrupted (rkv_client_interrupt): refused, nothing sent", (what)); \
+        else                                                                                       \
+            cli_rc_ = (call);                                                                      \
+        cli_leave(c);                                                                              \
+        return cli_rc_;                                                                            \
+    } while (0)
+
 static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                               const void *rows, int op, double param,
                               struct rkv_pending **pending_p)
@@ -2314,7 +2337,8 @@ static int cli_api_push_async(struct rkv_client *c, const char *name, const uint
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
-    CLI_CALL(c, "push_async", cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
+    CLI_CALL_SENDS(c, "push_async",
+                   cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
 }
 
 static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
@@ -2359,7 +2383,7 @@ static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    CLI_CALL(c, "push", cli_api_push(c, name, ids, n, rows, op, param));
+    CLI_CALL_SENDS(c, "push", cli_api_push(c, name, ids, n, rows, op, param));
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -2604,7 +2628,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
-    CLI_CALL(c, "pull", cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
+    CLI_CALL_SENDS(c, "pull", cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
 }
 
 static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
@@ -2623,7 +2647,7 @@ static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler,
 
 int rkv_client_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
 {
-    CLI_CALL(c, "pull_len", cli_api_pull_len(c, name, handler, len_p));
+    CLI_CALL_SENDS(c, "pull_len", cli_api_pull_len(c, name, handler, len_p));
 }
 
 static int cli_spans_overlap(const void *a, size_t a_len, const void *b, size_t b_len)
@@ -2702,7 +2726,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param)
 {
-    CLI_CALL(c, "pull_with", cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
+    CLI_CALL_SENDS(c, "pull_with", cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
 }
 
 /* ---- barrier, shutdown ---- */
@@ -2752,7 +2776,7 @@ static int cli_api_barrier(struct rkv_client *c)
 
 int rkv_client_barrier(struct rkv_client *c)
 {
-    CLI_CALL(c, "barrier", cli_api_barrier(c));
+    CLI_CALL_SENDS(c, "barrier", cli_api_barrier(c));
 }
 
 static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
@@ -2764,7 +2788,7 @@ static int cli_api_init_data(struct rkv_client *c, const struct rkv_tensor_desc 
 
 int rkv_client_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
-    CLI_CALL(c, "init_data", cli_api_init_data(c, d));
+    CLI_CALL_SENDS(c, "init_data", cli_api_init_data(c, d));
 }
 
 /* After shutdown's wait: the servers whose connection died before they
@@ -3298,7 +3322,7 @@ static int cli_api_meta(struct rkv_client *c, const char *name, struct rkv_tenso
 
 int rkv_client_meta(struct rkv_client *c, const char *name, struct rkv_tensor_meta *meta_p)
 {
-    CLI_CALL(c, "meta", cli_api_meta(c, name, meta_p));
+    CLI_CALL_SENDS(c, "meta", cli_api_meta(c, name, meta_p));
 }
 
 static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap,
@@ -3311,7 +3335,7 @@ static int cli_api_list(struct rkv_client *c, struct rkv_tensor_meta *metas, siz
 
 int rkv_client_list(struct rkv_client *c, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p)
 {
-    CLI_CALL(c, "list", cli_api_list(c, metas, cap, n_p));
+    CLI_CALL_SENDS(c, "list", cli_api_list(c, metas, cap, n_p));
 }
 
 static int cli_api_shutdown_servers(struct rkv_client *c)
@@ -3323,7 +3347,7 @@ static int cli_api_shutdown_servers(struct rkv_client *c)
 
 int rkv_client_shutdown_servers(struct rkv_client *c)
 {
-    CLI_CALL(c, "shutdown_servers", cli_api_shutdown_servers(c));
+    CLI_CALL_SENDS(c, "shutdown_servers", cli_api_shutdown_servers(c));
 }
 
 static int cli_api_stats(struct rkv_client *c, int op, struct rkv_op_stats *st_p)

@@ -1353,7 +1353,7 @@ static int srv_register(struct rkv_server *s, uint16_t my_port, char *err, size_
                         m0->host);
     struct rkv_peer *peer;
     rc = rkv_engine_connect_retry(s->eng, m0->host, m0->base_port, s->cfg.timeout_ms,
-                                  s->cfg.connect_retry_ms, &peer);
+                                  s->cfg.connect_retry_ms, NULL, &peer);
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "server %u: server 0 at %s:%u unreachable: %s",
                         s->server_id, m0->host, m0->base_port, rkv_engine_connect_strerror(rc));

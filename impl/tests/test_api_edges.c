@@ -1009,10 +1009,13 @@ static void test_interrupt_ends_a_wait(void **state)
     assert_false(was_open); /* returned while the server still held it */
     assert_int_equal(rc, -RKV_EINTR);
     assert_msg(cli, "interrupted");
-    /* While on, a call that has to wait fails at once; one served from
-     * this machine's shared memory goes on. */
+    /* While on, calls that would send are refused, nothing sent (this
+     * push's 1s never reach the rows), local rows or not. */
     assert_int_equal(rkv_client_pull(cli, "t", &remote, 1, got), -RKV_EINTR);
-    pull_ok(cli, "t", &local, 1, got);
+    assert_int_equal(rkv_client_pull(cli, "t", &local, 1, got), -RKV_EINTR);
+    assert_int_equal(rkv_client_push(cli, "t", &remote, 1, rows, RKV_OP_SUM, 0), -RKV_EINTR);
+    assert_int_equal(rkv_client_push(cli, "t", &local, 1, rows, RKV_OP_SUM, 0), -RKV_EINTR);
+    assert_msg(cli, "nothing sent");
     assert_int_equal(rkv_client_interrupt(cli, 0), 0);
     pthread_mutex_lock(&g.mu);
     g.open = 1;
@@ -1020,7 +1023,10 @@ static void test_interrupt_ends_a_wait(void **state)
     pthread_mutex_unlock(&g.mu);
     pull_ok(cli, "t", &remote, 1, got);
     for (int j = 0; j < 4; j++)
-        assert_true(got[j] == 10.0f); /* the push went on at the server */
+        assert_true(got[j] == 10.0f); /* the interrupted push went on at the server */
+    pull_ok(cli, "t", &local, 1, got);
+    for (int j = 0; j < 4; j++)
+        assert_true(got[j] == 0.0f);
     push_ok(cli, "t", &remote, 1, rows, RKV_OP_SUM);
     pull_ok(cli, "t", &remote, 1, got);
     assert_true(got[0] == 11.0f);
@@ -1037,13 +1043,14 @@ static void *interrupt_later(void *arg)
 }
 
 /* With retry_ms, a call that met its server gone redials it until the
- * budget is spent (30 s here): rkv_client_interrupt ends that too. */
+ * budget is spent, each redial trying to connect for connect_retry_ms
+ * (30 s each here): rkv_client_interrupt ends both. */
 static void test_interrupt_ends_retries(void **state)
 {
     (void)state;
     struct cluster c;
     cluster_config(&c, 2000);
-    c.cfg.connect_retry_ms = 300;
+    c.cfg.connect_retry_ms = 30000;
     c.cfg.retry_ms = 30000;
     /* Fork while this process has one thread (see test_store). */
     pid_t child = fork_server(&c, 1);
@@ -1063,6 +1070,9 @@ static void test_interrupt_ends_retries(void **state)
     printf("pull from a server gone, interrupted: %s\n", rkv_client_errmsg(cli));
     assert_int_equal(rc, -RKV_EINTR);
     assert_msg(cli, "interrupted");
+    /* Ended in the connect's retries, not after their 30 s. */
+    if (strstr(rkv_client_errmsg(cli), "cannot connect"))
+        fail_msg("the connect ran its budget out: %s", rkv_client_errmsg(cli));
     assert_int_equal(rkv_client_interrupt(cli, 0), 0);
     rkv_server_stop(c.srv[0][0]); /* shutdown_servers would retry server 1 for 30 s */
     rkv_client_destroy(cli);

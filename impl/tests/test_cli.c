@@ -275,6 +275,10 @@ static void test_local_machine_ipv6(void **state)
     m[2] = (struct rkv_machine){"2001:db8::2", 9100, 1};
     assert_int_equal(cmd_local_machine(&cfg, &id), 0);
     assert_int_equal(id, 3);
+    m[3] = (struct rkv_machine){"::ffff:127.0.0.1", 9200, 1}; /* IPv4 written as IPv6 */
+    id = 99;
+    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(id, 3);
     cfg.n_machines = 3;
     id = 99;
     assert_int_equal(cmd_local_machine(&cfg, &id), -1);

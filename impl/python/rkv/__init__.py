@@ -99,22 +99,21 @@ _sig_fds = ()  # the pipe's two ends while watching
 
 
 def _sig_watch_loop(r):
+    buf, stamp = ffi.new("unsigned char[]", 512), ffi.new("uint64_t *")
     while True:
-        try:
-            data = os.read(r, 512)
-        except InterruptedError:
-            continue
-        except OSError:
+        n = lib.rkv_py_read_stamped(r, buf, 512, stamp)
+        if n <= 0:
             return
-        if not data:
-            return
-        if signal.SIGINT not in data or \
+        if signal.SIGINT not in ffi.unpack(buf, n) or \
                 signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
             continue
         with _sig_lock:  # close() takes a client out under it before freeing it
             for c in list(_sig_calls.values()):
-                if c._cli is not None:
-                    c._sig_cut = True  # first: the call's end looks at it
+                # Not a call begun after the signal: Python raised its
+                # KeyboardInterrupt before that call (a `finally:
+                # c.shut_down()` would be cut short).
+                if c._cli is not None and c._sig_t0 < stamp[0]:
+                    c._sig_cut = True
                     lib.rkv_client_interrupt(c._cli, 1)
 
 
@@ -137,6 +136,7 @@ def _sig_watch_start():
         os.close(w)
         return False
     _sig_fds = (r, w)
+    lib.rkv_py_sigint_hook()  # else the watcher stamps the bytes as it reads them
     threading.Thread(target=_sig_watch_loop, args=(r,), name="rkv-sigint", daemon=True).start()
     return True
 
@@ -152,8 +152,10 @@ def _sig_watching():
 
 
 def _sig_after_fork():
-    # The child has the wakeup fd but not the watcher thread: start again.
-    global _sig_watch, _sig_fds, _MAIN_IDENT
+    # The child has the wakeup fd but not the watcher thread: start again
+    # (and a lock the watcher may have held at the fork).
+    global _sig_watch, _sig_fds, _MAIN_IDENT, _sig_lock
+    _sig_lock = threading.Lock()
     _MAIN_IDENT = threading.main_thread().ident
     if _sig_watch:
         try:
@@ -1357,6 +1359,7 @@ class Client:
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self._sig_cut = False  # _sig_watch_loop interrupted the call in C (_sig_lock)
+        self._sig_t0 = 0  # when the main thread's call in C began (time.monotonic_ns)
         self.observer = observer
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
@@ -1405,22 +1408,23 @@ class Client:
     def _cut(self, fn, *args):
         """fn(*args), a C call of this client that may wait for servers:
         in the main thread Ctrl-C interrupts it (_sig_watch_loop). The lock
-        held. Without _sig_lock on the way (the watcher takes it, and close()
-        to take the client out): a dict's item set and deleted are atomic,
-        and a signal that comes as the call ends may leave the client
-        interrupted, which the next call here turns off first."""
+        held. A KeyboardInterrupt inside the finally below may leave the
+        client interrupted: the next call here turns that off first."""
         if threading.get_ident() != _MAIN_IDENT or (_sig_watch is not True and not _sig_watching()):
             return fn(*args)
         if self._sig_cut:
             self._sig_clear()
         key = id(self)
+        self._sig_t0 = time.monotonic_ns()
         _sig_calls[key] = self
         try:
             return fn(*args)
         finally:
-            del _sig_calls[key]
-            if self._sig_cut:
-                self._sig_clear()
+            with _sig_lock:  # the watcher acts under it: never after this
+                _sig_calls.pop(key, None)
+                if self._sig_cut:
+                    lib.rkv_client_interrupt(self._cli, 0)
+                    self._sig_cut = False
 
     def _sig_clear(self):
         with _sig_lock:
@@ -1689,17 +1693,31 @@ class Client:
         pp = ffi.new("struct rkv_pending **") if async_ else None
         with self._lock:
             cli = self._live()
-            if async_:
+            if not async_:
+                rc = self._cut(lib.rkv_client_push, cli, m.bname, pids, n, prows, code, lr)
+                if rc < 0:
+                    _fail(rc, self._errmsg())
+                return None
+            try:
                 rc = self._cut(lib.rkv_client_push_async, cli, m.bname, pids, n, prows, code, lr,
                                pp)
-            else:
-                rc = self._cut(lib.rkv_client_push, cli, m.bname, pids, n, prows, code, lr)
+            finally:
+                # Kept even when a KeyboardInterrupt (Ctrl-C that came
+                # during the call) is raised on its way out: the rows stay
+                # alive while the NIC may read them, and the push is
+                # waited for at the next barrier() as a dropped handle's.
+                if pp[0] != ffi.NULL:
+                    rec = _Push(pp[0], (ida, rows, pids, prows))
+                    self._inflight.add(rec)
+                    self._orphans.append(rec)
             if rc < 0:
                 _fail(rc, self._errmsg())
-            if not async_:
-                return None
-            rec = _Push(pp[0], (ida, rows, pids, prows))
-            self._inflight.add(rec)
+            # Its handle waits for it (a collection meanwhile may have
+            # appended a dropped handle's after it).
+            if self._orphans[-1] is rec:
+                self._orphans.pop()
+            else:
+                self._orphans.remove(rec)
             h = PushHandle(self, rec)
             if len(self._orphans) > _MAX_ORPHANS:
                 self._reap_orphans(len(self._orphans) // 2)
@@ -1831,10 +1849,15 @@ class Client:
 
     def _wait_rec(self, rec):
         """Waits for one push (the lock held): (rc, message)."""
-        rc = self._cut(lib.rkv_client_wait, self._cli, rec.pending)
+        # The handle is the C call's from here (it frees it, whatever it
+        # returns): forgotten before, in case a KeyboardInterrupt is raised
+        # on the call's way out; the rows live on in `keep` until then.
+        pending, keep = rec.pending, rec.keep
         rec.pending = None
         rec.keep = None
         self._inflight.discard(rec)
+        rc = self._cut(lib.rkv_client_wait, self._cli, pending)
+        del keep
         return rc, (self._errmsg() if rc < 0 else None)
 
     def _reap_orphans(self, n=None):

@@ -275,6 +275,31 @@ def test_ctrl_c_interrupts_a_pull_from_a_server_that_does_not_answer(make_cluste
     assert c.pull("t", [60, 3]).tolist() == [[1.0] * 4, [0.0] * 4]
 
 
+def test_ctrl_c_raised_in_python_does_not_cut_the_next_call(make_cluster):
+    # A Ctrl-C that came while the main thread ran Python is raised there
+    # as KeyboardInterrupt; the watcher of signals (which interrupts calls
+    # in C) gets the GIL only later, often once the main thread is in its
+    # next call: a `finally: c.shut_down()` or an `except` that pulls. It
+    # interrupted that call (41 of 50 pulls here failed with EINTR).
+    import signal
+    cluster = make_cluster(machines=2, servers_per_machine=1, workers=1)
+    c = cluster.client(output="numpy")
+    c.init_data("t", (100, 4), "float32")
+    c.pull("t", [60])
+    cut = []
+    for _ in range(50):
+        threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            while True:
+                pass
+        except KeyboardInterrupt:
+            try:
+                c.pull("t", [60])  # machine 1's row: the call waits in C
+            except rkv.Error as e:
+                cut.append(e)
+    assert not cut, "%d of 50 pulls cut by the Ctrl-C before them: %s" % (len(cut), cut[0])
+
+
 def test_ctrl_c_interrupts_a_client_waiting_for_the_others(make_cluster):
     # rkv.Client() waits for every worker to join, up to connect_retry_ms +
     # timeout_ms (a minute by default), in a C call that held the main
