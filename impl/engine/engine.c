@@ -1226,6 +1226,8 @@ int rkv_engine_connect_retry(struct rkv_engine *e, const char *host, uint16_t po
     struct rkv_port *pt = e->port;
     uint64_t deadline = pt->ops->now_ns(pt) + (uint64_t)retry_ms * 1000000ull;
     int rc;
+    if (cancel && atomic_load(cancel))
+        return -RKV_EINTR;
     while ((rc = rkv_engine_connect(e, host, port, timeout_ms, peer_p)) == -RKV_EPEERDEAD ||
            rc == -RKV_ETIMEDOUT) {
         if (cancel && atomic_load(cancel))

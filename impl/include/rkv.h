@@ -559,15 +559,17 @@ RKV_API int rkv_client_barrier(struct rkv_client *cli);
  * server (this one too) returns -RKV_ESHUTDOWN. */
 RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
 /* Interrupts the client's calls, from another thread (a watcher of
- * signals: Ctrl-C in the Python binding). While on != 0, a call waiting
- * for its servers (or redialling one, with retry_ms) stops at once with
- * -RKV_EINTR, as if its timeout had passed then, and leaves what a
- * timed-out call leaves: a push may or may not have been applied, a
- * zero-copy connection is closed (-RKV_EINUSE if it does not close within
- * timeout_ms), late replies are dropped. Every call that would send to the
- * servers (push, pull, barrier, init_data, meta, list, shutdown) is refused
- * with -RKV_EINTR, nothing sent, until on = 0; rkv_client_wait ends at once
- * (and frees the handle). Returns 0, or -RKV_EINVAL for a NULL client. */
+ * signals: Ctrl-C in the Python binding; it takes the client's lock, so
+ * not from a signal handler). While on != 0, a call waiting for its
+ * servers, or redialling one (between connect attempts), stops at once
+ * with -RKV_EINTR, as if its timeout had passed then, and leaves what a
+ * timed-out call leaves: a push may or may not have been applied, late
+ * replies are dropped, a zero-copy connection is closed (which may take up
+ * to timeout_ms; -RKV_EINUSE if it does not close). Until on = 0, the
+ * calls that would send to the servers (push, push_async, pull, pull_with,
+ * pull_len, barrier, init_data, meta, list, shutdown_servers) are refused
+ * with -RKV_EINTR, nothing sent; rkv_client_wait stops waiting as above and
+ * frees the handle. Returns 0, or -RKV_EINVAL for a NULL client. */
 RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on); /* not during destroy */
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);
 RKV_API void rkv_client_destroy(struct rkv_client *cli);

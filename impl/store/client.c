@@ -1793,8 +1793,8 @@ static int cli_local_follow(struct rkv_client *c, const struct rkv_tensor *t)
         if (!t->mapped || atomic_load(&t->shard.hdr->closed) != RKV_SHARD_MOVED)
             return 0;
         uint64_t now = po->now_ns(c->port);
-        if (now >= deadline)
-            return 0;
+        if (now >= deadline || atomic_load(&c->interrupted))
+            return 0; /* cli_check_local refuses what is left undone */
         cli_nap(c, deadline, &backoff_ms, 100);
     }
 }

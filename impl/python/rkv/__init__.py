@@ -91,7 +91,8 @@ _NP_OF = {v: k for k, v in _DTYPES.items()}
 # every pull a thread hand-off. Only while nobody else owns the wakeup fd
 # (asyncio's loop sets it for its signal handlers), and only while SIGINT's
 # handler is Python's default (a program's own handler decides itself).
-_sig_lock = threading.Lock()
+# Re-entrant: a collection in a section under it may close() a client.
+_sig_lock = threading.RLock()
 _sig_calls = {}  # id(client) -> Client with a main-thread call in C
 _sig_watch = None  # None: not tried yet; then True (watching) or False
 _MAIN_IDENT = threading.main_thread().ident
@@ -155,7 +156,7 @@ def _sig_after_fork():
     # The child has the wakeup fd but not the watcher thread: start again
     # (and a lock the watcher may have held at the fork).
     global _sig_watch, _sig_fds, _MAIN_IDENT, _sig_lock
-    _sig_lock = threading.Lock()
+    _sig_lock = threading.RLock()
     _MAIN_IDENT = threading.main_thread().ident
     if _sig_watch:
         try:
@@ -1356,6 +1357,7 @@ class Client:
         self._orphan_error = None  # the first failure among them, for barrier()
         self._pull = {}
         self._registered = {}  # (address, bytes) -> array, for register()
+        self._kept = []  # rows of pushes whose wait a KeyboardInterrupt cut, until close()
         self._output = output
         self._stuck = None  # a barrier a Ctrl-C interrupted: an Event set when it ends
         self._sig_cut = False  # _sig_watch_loop interrupted the call in C (_sig_lock)
@@ -1396,6 +1398,11 @@ class Client:
             _fail(-EINVAL, "this rkv.Client was made in process %d, and this is process %d (a "
                   "forked child): make a Client in this process (or use the 'spawn' start "
                   "method)" % (self._pid, os.getpid()))
+        # Every call comes here holding the client's lock, so no call of it
+        # is in C: an interrupt still on was left by a KeyboardInterrupt in
+        # _cut's finally, and would refuse this call (any thread's).
+        if self._sig_cut:
+            self._sig_clear()
         return self._cli
 
     def _call(self, fn, *args):
@@ -1712,13 +1719,13 @@ class Client:
                     self._orphans.append(rec)
             if rc < 0:
                 _fail(rc, self._errmsg())
+            h = PushHandle(self, rec)
             # Its handle waits for it (a collection meanwhile may have
             # appended a dropped handle's after it).
             if self._orphans[-1] is rec:
                 self._orphans.pop()
             else:
                 self._orphans.remove(rec)
-            h = PushHandle(self, rec)
             if len(self._orphans) > _MAX_ORPHANS:
                 self._reap_orphans(len(self._orphans) // 2)
         return h
@@ -1770,7 +1777,7 @@ class Client:
                 out_len, row_shape = m.row_len, m.row_shape
             else:
                 lp = ffi.new("uint32_t *")
-                rc = lib.rkv_client_pull_len(cli, m.bname, hid, lp)
+                rc = self._cut(lib.rkv_client_pull_len, cli, m.bname, hid, lp)
                 if rc < 0:
                     _fail(rc, self._errmsg())
                 out_len = lp[0]
@@ -1849,15 +1856,19 @@ class Client:
 
     def _wait_rec(self, rec):
         """Waits for one push (the lock held): (rc, message)."""
-        # The handle is the C call's from here (it frees it, whatever it
-        # returns): forgotten before, in case a KeyboardInterrupt is raised
-        # on the call's way out; the rows live on in `keep` until then.
+        # The handle is the C call's from here (it frees it): forgotten
+        # before, in case a KeyboardInterrupt is raised on the call's way
+        # out. Raised before the call began (it may be), the push is still in
+        # flight: its rows are kept until close() (which stops the NIC).
         pending, keep = rec.pending, rec.keep
         rec.pending = None
         rec.keep = None
         self._inflight.discard(rec)
-        rc = self._cut(lib.rkv_client_wait, self._cli, pending)
-        del keep
+        try:
+            rc = self._cut(lib.rkv_client_wait, self._cli, pending)
+        except BaseException:
+            self._kept.append(keep)
+            raise
         return rc, (self._errmsg() if rc < 0 else None)
 
     def _reap_orphans(self, n=None):
@@ -1865,10 +1876,14 @@ class Client:
         first failure is kept for barrier() to raise. The lock held."""
         k = len(self._orphans) if n is None else n
         batch, self._orphans[:k] = self._orphans[:k], []
-        for rec in batch:
+        for i, rec in enumerate(batch):
             if rec.pending is None:
                 continue
-            rc, msg = self._wait_rec(rec)
+            try:
+                rc, msg = self._wait_rec(rec)
+            except BaseException:  # Ctrl-C: the rest are waited for later
+                self._orphans[:0] = batch[i + 1:]
+                raise
             if rc < 0 and self._orphan_error is None:
                 self._orphan_error = (rc, msg)
 
@@ -2093,6 +2108,7 @@ class Client:
         self._inflight.clear()
         self._orphans.clear()
         self._registered.clear()
+        self._kept.clear()
 
     def __enter__(self):
         # "with" on a closed one went in, and failed only at its first call.
