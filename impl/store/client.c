@@ -2279,42 +2279,38 @@ static void cli_leave(struct rkv_client *c)
     atomic_store_explicit(&c->busy, 0, memory_order_release);
 }
 
+/* cli_enter for a call that sends to servers: while rkv_client_interrupt
+ * is on it is refused before anything is sent (a push sent and then cut
+ * short would be applied while its caller was told it failed). */
+static int cli_enter_sending(struct rkv_client *c, const char *what)
+{
+    int rc = cli_enter(c, what);
+    if (rc == 0 && atomic_load(&c->interrupted)) {
+        cli_leave(c);
+        rc = rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                      "%s: interrupted (rkv_client_interrupt): refused, nothing sent", what);
+    }
+    return rc;
+}
+
 /* The body of every public rkv_client_* call that returns an int: call, a
- * cli_api_* function, under cli_enter/cli_leave. A NULL client (a create
- * whose failure went unchecked) crashed every call (SIGSEGV); it is
- * refused with no client to hold a message, which rkv_client_errmsg(NULL)
- * gives. */
-#define CLI_CALL(c, what, call)                                                                    \
+ * cli_api_* function, between enter (cli_enter, or cli_enter_sending for a
+ * call that sends) and cli_leave. A NULL client (a create whose failure
+ * went unchecked) crashed every call (SIGSEGV); it is refused with no
+ * client to hold a message, which rkv_client_errmsg(NULL) gives. */
+#define CLI_CALL_VIA(enter, c, what, call)                                                         \
     do {                                                                                           \
         if (!(c))                                                                                  \
             return -RKV_EINVAL;                                                                    \
-        int cli_rc_ = cli_enter((c), (what));                                                      \
+        int cli_rc_ = enter((c), (what));                                                          \
         if (cli_rc_ < 0)                                                                           \
             return cli_rc_;                                                                        \
         cli_rc_ = (call);                                                                          \
         cli_leave(c);                                                                              \
         return cli_rc_;                                                                            \
     } while (0)
-
-/* CLI_CALL for a call that sends to servers: while rkv_client_interrupt is
- * on it is refused before anything is sent (a push sent and then cut short
- * would be applied while its caller was told it failed). */
-#define CLI_CALL_SENDS(c, what, call)                                                              \
-    do {                                                                                           \
-        if (!(c))                                                                                  \
-            return -RKV_EINVAL;                                                                    \
-        int cli_rc_ = cli_enter((c), (what));                                                      \
-        if (cli_rc_ < 0)                                                                           \
-            return cli_rc_;                                                                        \
-        if (atomic_load(&(c)->interrupted))                                                        \
-            cli_rc_ =                                                                              \
-                rkv_errf((c)->err, sizeof((c)->err), -RKV_EINTR,                                   \
-                         "%s: interrupted (rkv_client_interrupt): refused, nothing sent", (what)); \
-        else                                                                                       \
-            cli_rc_ = (call);                                                                      \
-        cli_leave(c);                                                                              \
-        return cli_rc_;                                                                            \
-    } while (0)
+#define CLI_CALL(c, what, call) CLI_CALL_VIA(cli_enter, c, what, call)
+#define CLI_CALL_SENDS(c, what, call) CLI_CALL_VIA(cli_enter_sending, c, what, call)
 
 static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                               const void *rows, int op, double param,

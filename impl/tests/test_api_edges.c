@@ -1057,10 +1057,7 @@ static void test_interrupt_ends_retries(void **state)
     cluster_start_server(&c, 0);
     struct rkv_client *cli = client_join(&c);
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    kill(child, SIGKILL);
-    assert_int_equal(waitpid(child, NULL, 0), child);
-    stray_child = 0;
-    forget_machine_shm(&c, 1);
+    kill_forked_server(&c, child, 1);
     uint64_t remote = 70;
     float got[4];
     pthread_t t;
@@ -1806,15 +1803,7 @@ static void test_shutdown_names_unreachable(void **state)
     cluster_start_server(&c, 0);
     struct rkv_client *cli = client_join(&c);
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    kill(child, SIGKILL);
-    assert_int_equal(waitpid(child, NULL, 0), child);
-    stray_child = 0;
-    /* What the killed server leaves, its killer removes. */
-    char name[128];
-    snprintf(name, sizeof(name), "/%s-m1-meta", c.cfg.shm_prefix);
-    shm_unlink(name);
-    snprintf(name, sizeof(name), "/%s-m1-t1", c.cfg.shm_prefix);
-    shm_unlink(name);
+    kill_forked_server(&c, child, 1); /* and what it left, its killer removes */
     uint64_t remote[1] = {70};
     float got[4];
     int rc = 0;

@@ -159,6 +159,15 @@ static inline void forget_machine_shm(const struct cluster *c, uint32_t m)
     closedir(d);
 }
 
+/* Kills machine m's forked server (fork_server) and removes what it left. */
+static inline void kill_forked_server(const struct cluster *c, pid_t child, uint32_t m)
+{
+    kill(child, SIGKILL);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    stray_child = 0;
+    forget_machine_shm(c, m);
+}
+
 /* Forks machine m's server process and waits until it listens (or failed
  * to). Fork while the test process has one thread. */
 static inline pid_t fork_server(struct cluster *c, uint32_t m)
