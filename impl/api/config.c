@@ -397,74 +397,25 @@ static int cmd_parse_line(const char *path, int ln, char *line, uint32_t default
     return 0;
 }
 
-/* A host as the duplicate check compares it: an address by its bytes
- * (brackets off, an IPv4-mapped IPv6 address as the IPv4 one: "[::1]",
- * "::1" and "0:0:0:0:0:0:0:1" are one host), a name without regard to case
- * (DNS names are case-insensitive). Names are not resolved: a cluster file
- * of thousands of machines would wait on DNS for each line. */
-struct cmd_host_key {
-    int family; /* AF_INET, AF_INET6, or 0: a name */
-    unsigned char addr[16];
-};
-
-static void cmd_host_key(const char *host, struct cmd_host_key *k)
-{
-    char buf[RKV_HOST_MAX + 1];
-    const char *bare = rkv_host_bare(host, buf, sizeof(buf));
-    memset(k, 0, sizeof(*k));
-    static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    if (inet_pton(AF_INET, bare, k->addr) == 1) {
-        k->family = AF_INET;
-    } else if (inet_pton(AF_INET6, bare, k->addr) == 1) {
-        k->family = AF_INET6;
-        if (!memcmp(k->addr, v4mapped, sizeof(v4mapped))) {
-            memmove(k->addr, k->addr + 12, 4);
-            memset(k->addr + 4, 0, 12);
-            k->family = AF_INET;
-        }
-    }
-}
-
-static int cmd_same_host(const struct rkv_machine *a, const struct cmd_host_key *ka,
-                         const struct rkv_machine *b, const struct cmd_host_key *kb)
-{
-    if (ka->family != kb->family)
-        return 0;
-    return ka->family ? !memcmp(ka->addr, kb->addr, sizeof(ka->addr))
-                      : !strcasecmp(a->host, b->host);
-}
-
 /* Two lines naming one host whose port ranges meet would put two servers on
  * one port: the second fails far from the cause ("address in use", or a
- * client talking to the wrong server). Hosts compare as cmd_host_key says. */
+ * client talking to the wrong server). Hosts compare as
+ * rkv_machines_overlap says. */
 static int cmd_check_duplicates(const char *path, const struct rkv_machine *ms, const int *lns,
                                 uint32_t n, char *err, size_t err_len)
 {
-    struct cmd_host_key *keys = calloc(n ? n : 1, sizeof(*keys));
-    if (!keys)
+    uint32_t i, j;
+    int found = rkv_machines_overlap(ms, n, &i, &j);
+    if (found < 0)
         return rkv_errf(err, err_len, -1, "%s: out of memory checking %u machines", path, n);
-    for (uint32_t i = 0; i < n; i++)
-        cmd_host_key(ms[i].host, &keys[i]);
-    int rc = 0;
-    for (uint32_t j = 1; j < n && rc == 0; j++) {
-        const struct rkv_machine *b = &ms[j];
-        for (uint32_t i = 0; i < j; i++) {
-            const struct rkv_machine *a = &ms[i];
-            if (b->base_port >= a->base_port + a->servers ||
-                a->base_port >= b->base_port + b->servers ||
-                !cmd_same_host(a, &keys[i], b, &keys[j]))
-                continue;
-            rc = rkv_errf(err, err_len, -1,
-                          "%s:%d: %s ports %u..%u overlap line %d's (%s ports %u..%u): a "
-                          "machine is listed once, and machines on one host need distinct "
-                          "ports",
-                          path, lns[j], b->host, b->base_port, b->base_port + b->servers - 1,
-                          lns[i], a->host, a->base_port, a->base_port + a->servers - 1);
-            break;
-        }
-    }
-    free(keys);
-    return rc;
+    if (!found)
+        return 0;
+    const struct rkv_machine *a = &ms[i], *b = &ms[j];
+    return rkv_errf(err, err_len, -1,
+                    "%s:%d: %s ports %u..%u overlap line %d's (%s ports %u..%u): a machine is "
+                    "listed once, and machines on one host need distinct ports",
+                    path, lns[j], b->host, b->base_port, b->base_port + b->servers - 1, lns[i],
+                    a->host, a->base_port, a->base_port + a->servers - 1);
 }
 
 /* fgets that says how many bytes it read, NUL bytes included (strlen

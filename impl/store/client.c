@@ -833,6 +833,12 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
     if (rc == -RKV_EINTR)
         return rkv_errf(c->err, sizeof(c->err), rc, "connecting to server %u at %s:%u: interrupted",
                         srv->id, srv->host, srv->port);
+    /* "within 0 ms" read as if nothing had been tried. */
+    if (rc < 0 && budget_ms == 0)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "cannot connect to server %u at %s:%u (one attempt: connect_retry_ms 0): "
+                        "%s",
+                        srv->id, srv->host, srv->port, rkv_engine_connect_strerror(rc));
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "cannot connect to server %u at %s:%u within %u ms: %s", srv->id, srv->host,

@@ -216,6 +216,25 @@ int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_l
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: %u servers, but the wire format names at most %u",
                         rkv_cfg_n_servers(cfg), RKV_MAX_SERVERS);
+    /* A machine listed twice (or two on one host whose ports meet) put two
+     * servers on one port: the second failed at listen, or, a client
+     * reaching the first for the second's rows, at HELLO, far from the
+     * cause. A cluster file was checked so; a table a program fills was
+     * not. */
+    uint32_t a, b;
+    int dup = rkv_machines_overlap(cfg->machines, cfg->n_machines, &a, &b);
+    if (dup < 0)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "config: out of memory checking %u machines",
+                        cfg->n_machines);
+    if (dup) {
+        const struct rkv_machine *ma = &cfg->machines[a], *mb = &cfg->machines[b];
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: machine %u (%s ports %u..%u) overlaps machine %u (%s ports "
+                        "%u..%u): a machine is listed once, and machines on one host need "
+                        "distinct ports",
+                        b, mb->host, mb->base_port, mb->base_port + mb->servers - 1, a, ma->host,
+                        ma->base_port, ma->base_port + ma->servers - 1);
+    }
     return 0;
 }
 

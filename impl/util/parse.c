@@ -29,13 +29,3 @@ int rkv_parse_u64(const char *s, uint64_t *v)
     *v = x;
     return 0;
 }
-
-const char *rkv_host_bare(const char *host, char *buf, size_t len)
-{
-    size_t hl = host ? strlen(host) : 0;
-    if (hl < 2 || host[0] != '[' || host[hl - 1] != ']' || hl - 2 >= len)
-        return host;
-    memcpy(buf, host + 1, hl - 2);
-    buf[hl - 2] = 0;
-    return buf;
-}

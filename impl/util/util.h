@@ -24,6 +24,15 @@ int rkv_parse_u64(const char *s, uint64_t *v);
  * into buf; host itself when it has none or they do not fit buf. */
 const char *rkv_host_bare(const char *host, char *buf, size_t len);
 
+/* Two machines of ms that would put two servers on one port: one host
+ * (an address by its bytes, brackets off, an IPv4-mapped IPv6 address as
+ * the IPv4 one; a name without regard to case, not resolved) and port
+ * ranges (base_port, servers) that meet. Empty hosts (announced at run
+ * time) are not compared. 1 with the pair's indices (*a_p < *b_p), 0 when
+ * there is none, -1 out of memory. O(n log n): a table of 16,384
+ * machines is checked per node. */
+int rkv_machines_overlap(const struct rkv_machine *ms, uint32_t n, uint32_t *a_p, uint32_t *b_p);
+
 /* Host-order integers at any alignment in a file's bytes (the snapshot and
  * the log, whose little-endian formats assert the host's order). A put
  * returns the byte after what it wrote. */
