@@ -382,11 +382,12 @@ RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_hand
  * range, or out_mult and out_add both 0. */
 RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
                                              uint32_t out_mult, uint32_t out_add, void *user);
-/* The server serves from rkv_server_create() on, on threads of its own;
- * this blocks the calling thread until a client calls
- * rkv_client_shutdown_servers() (or rkv_server_stop() is called). Then it refuses new
- * requests (-RKV_ESHUTDOWN) and, before returning, lingers until the NIC
- * sent every reply it owes (a lossy link retransmits them) or
+/* The server serves from rkv_server_create() on, on threads of its own,
+ * until rkv_server_destroy(); this blocks the calling thread until a client
+ * calls rkv_client_shutdown_servers(), after which the server refuses new
+ * requests (-RKV_ESHUTDOWN), or until rkv_server_stop() is called, after
+ * which it still answers them (see there). Before returning it lingers
+ * until the NIC sent every reply it owes (a lossy link retransmits them) or
  * cfg.timeout_ms passed, as TCP's close does. Then call
  * rkv_server_destroy(): server 0 of a machine removes the machine's shared
  * memory there (a server killed by a signal leaves it behind). One thread
@@ -395,9 +396,11 @@ RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv
 RKV_API int rkv_server_run(struct rkv_server *srv);
 /* Makes rkv_server_run() return, from any thread: for a server whose
  * cluster never formed (no client will ever shut it down) or the
- * application's own stop. It goes on serving until rkv_server_destroy();
- * a call before rkv_server_run() makes that return at once. Not from a
- * signal handler (it takes a lock). */
+ * application's own stop. It goes on serving until rkv_server_destroy()
+ * (which is what ends its connections): clients with retry_ms in durable
+ * mode then redial the server restarted in its place, where one told
+ * -RKV_ESHUTDOWN meanwhile would fail. A call before rkv_server_run() makes
+ * that return at once. Not from a signal handler (it takes a lock). */
 RKV_API void rkv_server_stop(struct rkv_server *srv);
 RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
 RKV_API void rkv_server_destroy(struct rkv_server *srv);

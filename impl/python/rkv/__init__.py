@@ -1045,8 +1045,11 @@ def _run_then_set(fn, args, out, done):
 
 class Server:
     """One server of the cluster. server_id is global (machine 0's servers first);
-    without it, local_id-th server of the config's machine-id. Listens at once;
-    run() serves until a client calls shut_down()."""
+    without it, local_id-th server of the config's machine-id. Serves from its
+    creation, on threads of its own, until close(); run() blocks until a
+    client calls shut_down() (after which the server refuses new requests,
+    ESHUTDOWN) or stop() is called (after which it still answers them: close()
+    it to stop serving)."""
 
     def __init__(self, config=None, server_id=None, local_id=None):
         cfg, local = _as_config(config).copy(server_id=server_id).build()
@@ -1095,9 +1098,10 @@ class Server:
         return _handler_errors(self._pull, hid)
 
     def run(self):
-        """Serves until a client's shut_down() or stop(). Ctrl-C (any exception
+        """Blocks until a client's shut_down() or stop(). Ctrl-C (any exception
         raised in this thread meanwhile, KeyboardInterrupt above all) stops
-        the server too, and is raised again once it stopped."""
+        it too, and is raised again once run() ended. The server answers
+        requests until close() (or the process's exit) all the same."""
         self._live()
         # One thread at a time (as rkv_server_run): a second run() set
         # _running again, the first's return cleared it under the second,
@@ -1146,7 +1150,9 @@ class Server:
     def stop(self):
         """Makes run() return, from any thread (rkv_server_stop): for a server
         whose workers are gone without a shut_down(), or the program's own
-        stop. Then close() it."""
+        stop. The server still answers requests until close() (clients with
+        retry_ms in durable mode then redial one restarted in its place,
+        where one refused meanwhile would fail)."""
         if self._srv is not None and self._pid == os.getpid():
             lib.rkv_server_stop(self._srv)
 
@@ -1255,20 +1261,24 @@ _MAX_ORPHANS = 1024
 class _Push:
     """A push in flight as its client keeps it: the C handle and the arrays
     the NIC reads from, until it is waited for."""
-    __slots__ = ("pending", "keep", "dropped")
+    __slots__ = ("pending", "keep", "dropped", "outcome", "waiting")
 
     def __init__(self, pending, keep):
         self.pending = pending
         self.keep = keep
         self.dropped = False  # close() dropped it unwaited
+        self.outcome = None  # (rc, message) once waited for
+        self.waiting = False  # a thread is in its C wait
 
 
 class PushHandle:
     """A push in flight (push(..., async_=True)): wait() returns once every server
-    acknowledged it, or raises its error. The ids and rows it was given are
-    read until then: do not change them. A handle dropped unwaited (DGL's
-    fire-and-forget push) is waited for by the client at its next barrier(),
-    which raises the first such push's error, or sooner once many are left."""
+    acknowledged it, or raises its error; again, or from several threads at
+    once, each returns (or raises) the same once it is known. The ids and
+    rows it was given are read until then: do not change them. A handle
+    dropped unwaited (DGL's fire-and-forget push) is waited for by the client
+    at its next barrier(), which raises the first such push's error, or
+    sooner once many are left."""
 
     def __init__(self, client, rec):
         self._client = client
@@ -1276,19 +1286,30 @@ class PushHandle:
 
     def wait(self):
         c, rec = self._client, self._rec
-        if rec.pending is None:
+        # Looked at again under the lock: a second thread that saw it
+        # pending before the first took the lock handed C a handle already
+        # freed (None: a cffi TypeError), and one that came later was told
+        # "already waited for" while the push was still in flight.
+        if rec.pending is not None or rec.waiting:
+            with c._lock:  # the thread waiting holds it: its outcome is ours
+                if rec.pending is not None:
+                    c._live()
+                    c._wait_rec(rec)
+        if rec.outcome is None:
             if rec.dropped:
                 _fail(-ESHUTDOWN, "client is closed (its pushes in flight were dropped)")
-            _fail(-EINVAL, "push handle: already waited for")
-        with c._lock:
-            c._live()
-            rc, msg = c._wait_rec(rec)
+            # _wait_rec's call was cut by a KeyboardInterrupt (Ctrl-C).
+            _fail(-EINTR, "push handle: its wait was interrupted (KeyboardInterrupt): whether "
+                  "the push was applied is unknown")
+        rc, msg = rec.outcome
         if rc < 0:
             _fail(rc, msg)
 
     @property
     def done(self):
-        return self._rec.pending is None
+        """Whether wait() would return (or raise) at once."""
+        rec = self._rec
+        return rec.pending is None and not rec.waiting
 
     def __del__(self):
         # No lock here (a collection may run inside any call, the client's
@@ -1861,15 +1882,22 @@ class Client:
         # out. Raised before the call began (it may be), the push is still in
         # flight: its rows are kept until close() (which stops the NIC).
         pending, keep = rec.pending, rec.keep
-        rec.pending = None
-        rec.keep = None
-        self._inflight.discard(rec)
+        rec.waiting = True  # first: done is never true while it is in flight
         try:
-            rc = self._cut(lib.rkv_client_wait, self._cli, pending)
-        except BaseException:
+            rec.pending = None
+            rec.keep = None
+            self._inflight.discard(rec)
+            try:
+                rc = self._cut(lib.rkv_client_wait, self._cli, pending)
+            except BaseException:
+                self._kept.append(keep)
+                raise
+        finally:
+            rec.waiting = False
+        if rc == -EINUSE:  # the NIC may still read the rows (rkv.h): kept until close()
             self._kept.append(keep)
-            raise
-        return rc, (self._errmsg() if rc < 0 else None)
+        rec.outcome = (rc, self._errmsg() if rc < 0 else None)
+        return rec.outcome
 
     def _reap_orphans(self, n=None):
         """Waits for the oldest n (all) pushes whose handle was dropped; the

@@ -641,3 +641,62 @@ def test_observer_pull_of_no_ids_is_refused_as_its_push(cluster):
             assert e.value.code == -rkv.EINVAL and "observer" in e.value.message, e.value
     finally:
         obs.close()
+
+
+def test_push_handle_waited_from_two_threads(make_cluster):
+    # A second thread's wait() on a handle another thread was waiting for
+    # raised "already waited for" at once while the push was still in
+    # flight (or, one bytecode earlier, a cffi TypeError: the freed handle
+    # handed to C as None). Each now returns once the push is acknowledged.
+    # Server 1's engine is held inside a pull handler (client a's pull), so
+    # client b's push to it waits behind.
+    entered, release = threading.Event(), threading.Event()
+
+    def held(row, state, out, param):
+        entered.set()
+        release.wait(60)
+        return 1.0
+
+    cluster = make_cluster(machines=2, servers_per_machine=1, workers=2,
+                           setup=lambda s: s.register_pull_handler(rkv.PULL_CUSTOM, held))
+    made = [None, None]
+    ts = [threading.Thread(target=lambda i=i: made.__setitem__(i, cluster.client(output="numpy")))
+          for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    a, b = made
+    a.init_data("t", (100, 4), "float32")
+    a.register_pull_handler(rkv.PULL_CUSTOM, lambda row, state, out, param: 2.0)
+    assert b.pull("t", [61]).tolist() == [[0.0] * 4]  # b's connection to server 1: up first
+    puller = threading.Thread(target=lambda: a.pull("t", [60], handler=rkv.PULL_CUSTOM))
+    puller.start()
+    try:
+        assert entered.wait(20)
+        h = b.push("t", [61], np.ones((1, 4), np.float32), op="sum", async_=True)
+        out = []
+
+        def waiter():
+            try:
+                out.append(h.wait())
+            except Exception as e:  # noqa: BLE001 - reported below
+                out.append(e)
+        w1 = threading.Thread(target=waiter)
+        w1.start()
+        while not h._rec.waiting and w1.is_alive():
+            time.sleep(0.005)
+        assert not h.done  # being waited for: not done
+        w2 = threading.Thread(target=waiter)
+        w2.start()
+        w2.join(0.5)
+        assert w2.is_alive(), "the second wait() returned while the push was held: %r" % out
+    finally:
+        release.set()
+    puller.join(20)
+    w1.join(20)
+    w2.join(20)
+    assert out == [None, None]
+    assert h.done
+    assert h.wait() is None  # and again: the same outcome
+    assert b.pull("t", [61]).tolist() == [[1.0] * 4]  # applied once

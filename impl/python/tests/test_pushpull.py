@@ -152,9 +152,10 @@ def test_async_push(client):
         h.wait()
         assert h.done
     assert torch.all(client.pull("a", ids) == 10)
-    with pytest.raises(rkv.Error) as e:
-        handles[0].wait()
-    assert e.value.code == -rkv.EINVAL
+    # Again: the same outcome, as a future's result() (it raised EINVAL,
+    # "already waited for", and so did a second thread's wait() while the
+    # first still waited: test_outside test_push_handle_waited_from_two_threads).
+    assert handles[0].wait() is None
     # A pull sees every push issued before it, waited for or not.
     h = client.push("a", [0], np.ones((1, 1024), dtype=np.float32), op="sum", async_=True)
     assert torch.all(client.pull("a", [0]) == 11)
