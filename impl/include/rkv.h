@@ -7,8 +7,8 @@
  *
  * Pointers: the object a function works on (cli, srv, set) must be one its
  * create made (the _destroy functions also take NULL). Every other pointer
- * is required unless its function says it may be NULL: err with err_len 0
- * (no message then), ids and rows of a call with n = 0, metas with cap 0,
+ * is required unless its function says it may be NULL: err (no message
+ * then, whatever err_len), ids and rows of a call with n = 0, metas with cap 0,
  * local_server_p, a handler fn (NULL unregisters). A NULL required pointer
  * is refused with -RKV_EINVAL and a message naming it (in err, or in the
  * object's errmsg), and nothing is done; rkv_config_defaults(NULL) does
@@ -209,7 +209,7 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 struct rkv_machine {
     char host[RKV_HOST_MAX + 1]; /* NUL-terminated: create refuses one that is not (-RKV_ECONFIG) */
     uint16_t base_port;
-    uint32_t servers; /* servers on this machine (ports base_port..+servers-1) */
+    uint32_t servers; /* servers on this machine, 1..256 (ports base_port..+servers-1) */
 };
 
 struct rkv_cluster; /* internal (rkv_config.shared) */
@@ -234,7 +234,7 @@ struct rkv_config {
     uint32_t rx_depth;       /* posted receive buffers per connection */
     uint32_t ctrl_buf_bytes; /* size of each control (SEND) buffer */
     uint32_t push_slots;     /* rendezvous slots a server grants per client */
-    uint64_t max_slot_bytes; /* largest single message via rendezvous */
+    uint64_t max_slot_bytes; /* largest single message via rendezvous (>= ctrl_buf_bytes) */
     /* The most memory a node holds in rendezvous slots its peers asked for,
      * all peers together (each slot is sized to its message, rounded up to
      * a power of two, kept by its peer for later messages of the same

@@ -185,9 +185,13 @@ static int rkv_cfg_check_verbs(const struct rkv_verbs_config *v, char *err, size
 
 int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_len)
 {
-    if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES || !cfg->machines)
+    if (cfg->n_machines == 0 || cfg->n_machines > RKV_MAX_MACHINES)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need 1..%u machines, got %u",
                         RKV_MAX_MACHINES, cfg->n_machines);
+    /* A required pointer (rkv.h): it said "need 1..65536 machines, got 1". */
+    if (!cfg->machines)
+        return rkv_errf(err, err_len, -RKV_EINVAL, "config: machines is NULL (n_machines %u)",
+                        cfg->n_machines);
     for (uint32_t m = 0; m < cfg->n_machines; m++) {
         const struct rkv_machine *mc = &cfg->machines[m];
         /* First: every message below and later prints the host. */
@@ -289,8 +293,13 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     if (cfg->rx_depth < 4 || cfg->ctrl_buf_bytes < 256 || cfg->push_slots < 2 ||
         cfg->max_slot_bytes < cfg->ctrl_buf_bytes)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
-                        "config: need rx_depth >= 4, ctrl_buf_bytes >= 256, push_slots >= 2, "
-                        "max_slot_bytes >= ctrl_buf_bytes (got %u, %u, %u, %llu)%s",
+                        "config: %s out of range: need rx_depth >= 4, ctrl_buf_bytes >= 256, "
+                        "push_slots >= 2, max_slot_bytes >= ctrl_buf_bytes (got %u, %u, %u, "
+                        "%llu)%s",
+                        cfg->rx_depth < 4           ? "rx_depth"
+                        : cfg->ctrl_buf_bytes < 256 ? "ctrl_buf_bytes"
+                        : cfg->push_slots < 2       ? "push_slots"
+                                                    : "max_slot_bytes",
                         cfg->rx_depth, cfg->ctrl_buf_bytes, cfg->push_slots,
                         (unsigned long long)cfg->max_slot_bytes,
                         cfg->rx_depth == 0 && cfg->ctrl_buf_bytes == 0

@@ -205,6 +205,13 @@ static void test_config_machines_overlap(void **state)
     cfg.machine_id = 1;
     assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "machine 2 ([::ffff:10.0.0.1] ports 9001..9001) overlaps"));
+    /* A NULL table with machines to read is a NULL required pointer
+     * (-RKV_EINVAL naming it), not "need 1..65536 machines, got 4". */
+    cfg.machines = NULL;
+    assert_int_equal(rkv_client_create(&cfg, &cli, err, sizeof(err)), -RKV_EINVAL);
+    assert_string_equal(err, "config: machines is NULL (n_machines 4)");
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EINVAL);
+    cfg.machines = m;
     snprintf(m[2].host, sizeof(m[2].host), "NODE-X");
     m[2].base_port = 9000;
     assert_int_equal(rkv_client_create(&cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
@@ -295,6 +302,12 @@ static void test_config_bounds_refused(void **state)
     c.cfg.max_slot_bytes = c.cfg.ctrl_buf_bytes;
     assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "rx_depth x ctrl_buf_bytes = 4096 x 1048576"));
+    c.cfg = ok;
+    /* The one field below its bound is named first (four bounds and four
+     * numbers left the reader to find which). */
+    c.cfg.max_slot_bytes = c.cfg.ctrl_buf_bytes - 1;
+    assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "config: max_slot_bytes out of range: need rx_depth >= 4"));
     c.cfg = ok;
     /* A bound on slot memory below the largest message: that message could
      * never be sent. */

@@ -84,6 +84,7 @@ struct sim_shm {
     void **views; /* the memfd's mappings, one per map */
     uint32_t maps;
     int unlinked;
+    int in_arena; /* addr lies in the world's shm_arena */
     struct sim_shm *next, *prev; /* the world's list */
     struct sim_shm *hnext;       /* its name's bucket */
 };
@@ -400,17 +401,51 @@ static int sp_shm_view(struct sim_shm *s, void **addr_p)
     return 0;
 }
 
+/* The address space every segment of a run without measured CPU is carved
+ * from. A mapping per segment did not merge with its neighbours (actor
+ * stacks, mapped without MAP_NORESERVE, came between them): two mappings
+ * per machine, and a cluster of 33,000 machines (1 server and 1 worker
+ * each) passed vm.max_map_count (65,530) and ended in SimGrid's
+ * std::bad_alloc. Reserved, not committed: pages are made on first touch,
+ * as a real segment's. */
+#define SIM_SHM_ARENA_BYTES (1ull << 40)
+
+/* bytes of the arena, page-aligned, or NULL (no reservation: the host
+ * refuses one so large, as with vm.overcommit_memory=2; or it is used up:
+ * a mapping of its own then). A freed segment's pages go back to the
+ * kernel (sp_shm_free); its addresses are not reused. */
+static void *sp_shm_arena(struct sim_world *w, size_t bytes)
+{
+    if (!w->shm_arena_tried) {
+        w->shm_arena_tried = 1;
+        void *a = mmap(NULL, SIM_SHM_ARENA_BYTES, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (a != MAP_FAILED) {
+            w->shm_arena = a;
+            w->shm_arena_len = SIM_SHM_ARENA_BYTES;
+            w->shm_free_all = sp_shm_free_all; /* which unmaps it */
+        }
+    }
+    size_t page = 4096, len = (bytes + page - 1) & ~(page - 1);
+    if (!w->shm_arena || len > w->shm_arena_len - w->shm_arena_used)
+        return NULL;
+    void *p = w->shm_arena + w->shm_arena_used;
+    w->shm_arena_used += len;
+    return p;
+}
+
 static struct sim_shm *sp_shm_new(struct sim_world *w, const char *name, size_t bytes)
 {
     struct sim_shm *s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
     s->fd = -1;
-    if (!w->cpu_measured) {
+    if (!w->cpu_measured && (s->addr = sp_shm_arena(w, bytes ? bytes : 1)) != NULL) {
+        s->in_arena = 1;
+    } else if (!w->cpu_measured) {
         /* Pages on demand, as a real segment's: a machine's segments are
          * sized for their most (about 160 KiB each) and mostly untouched in
-         * a payload-less run; calloc made them resident (26 KiB a node).
-         * Adjacent anonymous mappings merge: no map count per segment. */
+         * a payload-less run; calloc made them resident (26 KiB a node). */
         s->addr = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (s->addr == MAP_FAILED) {
@@ -439,7 +474,9 @@ static void sp_shm_free(struct sim_shm *s)
     if (s->fd >= 0)
         close(s->fd);
     free(s->views);
-    if (s->addr)
+    if (s->addr && s->in_arena) /* the pages back, the addresses not (no split mapping) */
+        madvise(s->addr, s->bytes ? s->bytes : 1, MADV_DONTNEED);
+    else if (s->addr)
         munmap(s->addr, s->bytes ? s->bytes : 1);
     free(s);
 }
@@ -566,6 +603,11 @@ static void sp_shm_free_all(struct sim_world *w)
     }
     free(w->shm_buckets);
     w->shm_buckets = NULL;
+    if (w->shm_arena)
+        munmap(w->shm_arena, w->shm_arena_len);
+    w->shm_arena = NULL;
+    w->shm_arena_len = w->shm_arena_used = 0;
+    w->shm_arena_tried = 0;
 }
 
 /* ---- logging and lifetime ---- */

@@ -115,6 +115,11 @@ struct sim_world {
     /* shms by name (SIM_SHM_BUCKETS chains, made with the first segment):
      * every node looks its machine's segments up, among 2 per machine. */
     struct sim_shm **shm_buckets;
+    /* Where the segments' pages come from without measured CPU
+     * (port_sim.c sp_shm_arena): one reservation, bump-allocated. */
+    char *shm_arena;
+    size_t shm_arena_len, shm_arena_used;
+    int shm_arena_tried;
     struct sim_nic **nics; /* index = NIC id */
     uint32_t n_nics, nic_cap;
     /* The NICs' shared receive units, by machine (sim/backend/nic_sim.c);
