@@ -84,7 +84,7 @@ struct sim_shm {
     void **views; /* the memfd's mappings, one per map */
     uint32_t maps;
     int unlinked;
-    int in_arena; /* addr lies in the world's shm_arena */
+    int in_arena;                /* addr lies in the world's shm_arena */
     struct sim_shm *next, *prev; /* the world's list */
     struct sim_shm *hnext;       /* its name's bucket */
 };

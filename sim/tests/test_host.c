@@ -6,6 +6,7 @@
  * (sim/backend/port_sim.c): with measured CPU every node's map is a mapping of its
  * own, as a process's is. Its mutexes know their holding actor. Each case
  * runs SimGrid in a child (it cannot be initialised twice). */
+#include <malloc.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -273,6 +274,86 @@ static void test_shm_maps_per_node(void **state)
     }
 }
 
+/* Lines of /proc/self/maps: the process's mappings. */
+static int maps_count(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    int n = 0, ch;
+    while ((ch = getc(f)) != EOF)
+        n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+enum { SEGS = 3000 };
+
+struct segs_case {
+    int made;  /* segments mapped */
+    int grown; /* mappings more at the end than at the start */
+};
+
+static void segs_actor(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct shm_run *r = sg_actor_self_get_data();
+    struct segs_case *c = (struct segs_case *)r->c;
+    struct rkv_port *p;
+    if (sim_port_create(r->w, sg_host_self(), "n0", 0, 1, 0, 0, &p) < 0)
+        return;
+    /* As in a twin run: each machine's segments made between actor stacks
+     * (256 KiB chunks, each mapped: rkv_twin_stacks_mmapped), and touched. */
+    static void *stacks[SEGS];
+    int before = maps_count();
+    for (int i = 0; i < SEGS; i++) {
+        char name[32];
+        void *a = NULL;
+        snprintf(name, sizeof(name), "seg%d", i);
+        stacks[i] = calloc(256 * 1024, 1);
+        if (!stacks[i] || p->ops->shm_map(p, name, 160 * 1024, 1, &a) < 0)
+            break;
+        memset(a, 1, 64);
+        ((char *)stacks[i])[256 * 1024 - 1] = 1;
+        c->made++;
+    }
+    c->grown = maps_count() - before;
+}
+
+static int segs_run(void *arg)
+{
+    struct sim_world w;
+    if (sc_start(&w, 1) < 0)
+        return -1;
+    /* As in the twin (rkv_twin_stacks_mmapped, before anything is freed):
+     * every stack a mapping of its own, the threshold at 128 KiB. */
+    mallopt(M_MMAP_MAX, INT32_MAX);
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    struct shm_run run = {.w = &w, .c = arg};
+    sg_actor_t a = sg_actor_init("a", sg_host_by_name("h"));
+    sg_actor_set_data(a, &run);
+    sg_actor_start(a, segs_actor, 0, NULL);
+    simgrid_run();
+    return 0;
+}
+
+/* Regression: every segment was a mapping of its own, which did not merge
+ * with the actor stacks mapped between them: two mappings per machine, and
+ * a twin of 33,000 machines passed vm.max_map_count (65,530) and aborted
+ * in SimGrid (std::bad_alloc). Segments now come from one reservation. */
+static void test_shm_segments_take_no_mapping_each(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    skip(); /* the sanitizers' allocator maps large chunks its own way */
+#endif
+    struct segs_case c = {0};
+    sc_child(segs_run, &c, sizeof(c));
+    assert_int_equal(c.made, SEGS);
+    if (c.grown > 100)
+        fail_msg("%d segments between %d stacks made %d more mappings", SEGS, SEGS, c.grown);
+}
+
 /* ---- mutexes ---- */
 
 /* What each actor saw of mutex_held: 1 held, 0 not. */
@@ -398,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_long_burst_yields_at_its_slice),
         cmocka_unit_test(test_idle_core_costs_wake_us),
         cmocka_unit_test(test_shm_maps_per_node),
+        cmocka_unit_test(test_shm_segments_take_no_mapping_each),
         cmocka_unit_test(test_mutex_held_is_per_actor),
         cmocka_unit_test(test_listeners_grow),
     };
