@@ -424,10 +424,20 @@ static void *sp_shm_arena(struct sim_world *w, size_t bytes)
             w->shm_arena = a;
             w->shm_arena_len = SIM_SHM_ARENA_BYTES;
             w->shm_free_all = sp_shm_free_all; /* which unmaps it */
+            /* Small pages, as each segment had in a mapping of its own: on
+             * a host whose transparent huge pages are "always", a touch
+             * would make 2 MiB resident over ~13 machines' segments. And
+             * no 1 TiB in a core dump. */
+            (void)madvise(a, SIM_SHM_ARENA_BYTES, MADV_NOHUGEPAGE);
+            (void)madvise(a, SIM_SHM_ARENA_BYTES, MADV_DONTDUMP);
         }
     }
-    size_t page = 4096, len = (bytes + page - 1) & ~(page - 1);
-    if (!w->shm_arena || len > w->shm_arena_len - w->shm_arena_used)
+    long pg = sysconf(_SC_PAGESIZE); /* 16 or 64 KiB on some arm64 and ppc64le kernels */
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    if (!w->shm_arena || bytes > w->shm_arena_len - w->shm_arena_used)
+        return NULL;
+    size_t len = (bytes + page - 1) & ~(page - 1);
+    if (len > w->shm_arena_len - w->shm_arena_used)
         return NULL;
     void *p = w->shm_arena + w->shm_arena_used;
     w->shm_arena_used += len;

@@ -292,6 +292,7 @@ enum { SEGS = 3000 };
 struct segs_case {
     int made;  /* segments mapped */
     int grown; /* mappings more at the end than at the start */
+    int arena; /* the reservation was made (refused under a low ulimit -v) */
 };
 
 static void segs_actor(int argc, char **argv)
@@ -318,6 +319,7 @@ static void segs_actor(int argc, char **argv)
         c->made++;
     }
     c->grown = maps_count() - before;
+    c->arena = r->w->shm_arena != NULL;
 }
 
 static int segs_run(void *arg)
@@ -350,6 +352,8 @@ static void test_shm_segments_take_no_mapping_each(void **state)
     struct segs_case c = {0};
     sc_child(segs_run, &c, sizeof(c));
     assert_int_equal(c.made, SEGS);
+    if (!c.arena)
+        skip(); /* a mapping per segment then, as before: what a host that refuses 1 TiB gets */
     if (c.grown > 100)
         fail_msg("%d segments between %d stacks made %d more mappings", SEGS, SEGS, c.grown);
 }

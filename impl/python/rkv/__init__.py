@@ -1286,21 +1286,18 @@ class PushHandle:
 
     def wait(self):
         c, rec = self._client, self._rec
-        # Looked at again under the lock: a second thread that saw it
-        # pending before the first took the lock handed C a handle already
-        # freed (None: a cffi TypeError), and one that came later was told
-        # "already waited for" while the push was still in flight.
-        if rec.pending is not None or rec.waiting:
-            with c._lock:  # the thread waiting holds it: its outcome is ours
-                if rec.pending is not None:
+        # Looked at again under the lock, which a thread waiting holds: a
+        # second thread that saw it pending before the first took the lock
+        # handed C a handle already freed (None: a cffi TypeError), and one
+        # that came later was told "already waited for" while the push was
+        # still in flight. Its outcome, once known, is everyone's.
+        if rec.outcome is None and not rec.dropped:
+            with c._lock:
+                if rec.outcome is None and not rec.dropped:
                     c._live()
                     c._wait_rec(rec)
         if rec.outcome is None:
-            if rec.dropped:
-                _fail(-ESHUTDOWN, "client is closed (its pushes in flight were dropped)")
-            # _wait_rec's call was cut by a KeyboardInterrupt (Ctrl-C).
-            _fail(-EINTR, "push handle: its wait was interrupted (KeyboardInterrupt): whether "
-                  "the push was applied is unknown")
+            _fail(-ESHUTDOWN, "client is closed (its pushes in flight were dropped)")
         rc, msg = rec.outcome
         if rc < 0:
             _fail(rc, msg)
@@ -1309,7 +1306,7 @@ class PushHandle:
     def done(self):
         """Whether wait() would return (or raise) at once."""
         rec = self._rec
-        return rec.pending is None and not rec.waiting
+        return rec.outcome is not None or rec.dropped
 
     def __del__(self):
         # No lock here (a collection may run inside any call, the client's
@@ -1876,27 +1873,32 @@ class Client:
         return out
 
     def _wait_rec(self, rec):
-        """Waits for one push (the lock held): (rc, message)."""
+        """Waits for one push (the lock held): (rc, message), also kept as
+        rec.outcome, which is set whatever happens here (a KeyboardInterrupt
+        too: then -EINTR, the push's fate unknown)."""
         # The handle is the C call's from here (it frees it): forgotten
         # before, in case a KeyboardInterrupt is raised on the call's way
-        # out. Raised before the call began (it may be), the push is still in
-        # flight: its rows are kept until close() (which stops the NIC).
+        # out. The rows are kept until close() (which stops the NIC) unless
+        # the call said the NIC is done with them: a KeyboardInterrupt
+        # before the call began (the push still in flight) or after it
+        # returned (its rc lost), or -EINUSE, keeps them.
         pending, keep = rec.pending, rec.keep
-        rec.waiting = True  # first: done is never true while it is in flight
+        rec.waiting = True
+        released = False
         try:
             rec.pending = None
             rec.keep = None
             self._inflight.discard(rec)
-            try:
-                rc = self._cut(lib.rkv_client_wait, self._cli, pending)
-            except BaseException:
-                self._kept.append(keep)
-                raise
+            rc = self._cut(lib.rkv_client_wait, self._cli, pending)
+            rec.outcome = (rc, self._errmsg() if rc < 0 else None)
+            released = rc != -EINUSE  # EINUSE: the NIC may still read the rows (rkv.h)
         finally:
+            if not released:
+                self._kept.append(keep)
+            if rec.outcome is None:
+                rec.outcome = (-EINTR, "push handle: its wait was interrupted "
+                               "(KeyboardInterrupt): whether the push was applied is unknown")
             rec.waiting = False
-        if rc == -EINUSE:  # the NIC may still read the rows (rkv.h): kept until close()
-            self._kept.append(keep)
-        rec.outcome = (rc, self._errmsg() if rc < 0 else None)
         return rec.outcome
 
     def _reap_orphans(self, n=None):

@@ -700,3 +700,31 @@ def test_push_handle_waited_from_two_threads(make_cluster):
     assert h.done
     assert h.wait() is None  # and again: the same outcome
     assert b.pull("t", [61]).tolist() == [[1.0] * 4]  # applied once
+
+
+def test_push_handle_wait_cut_by_keyboard_interrupt(cluster):
+    # A KeyboardInterrupt raised as the C wait returned (its rc lost): the
+    # handle said done only once its outcome was set, which an interrupt
+    # could skip (done then false for good, or another thread told
+    # "interrupted" about a push that had finished); the rows were dropped
+    # while the NIC might still read them. Now the outcome is EINTR, said
+    # to every later wait(), and the rows stay until close().
+    c = cluster.client(output="numpy")
+    c.init_data("t", (100, 4), "float32")
+    rows = np.ones((1, 4), np.float32)
+    h = c.push("t", [70], rows, op="sum", async_=True)
+    real = c._cut
+
+    def cut_then_interrupt(fn, *args):
+        real(fn, *args)
+        raise KeyboardInterrupt
+    c._cut = cut_then_interrupt
+    with pytest.raises(KeyboardInterrupt):
+        h.wait()
+    c._cut = real
+    assert h.done
+    with pytest.raises(rkv.Error) as ei:
+        h.wait()
+    assert ei.value.code == -rkv.EINTR and "interrupted" in ei.value.message
+    assert any(k is not None and any(x is rows for x in k) for k in c._kept)
+    assert c.pull("t", [70]).tolist() == [[1.0] * 4]
