@@ -59,8 +59,9 @@ struct cmd_twin_args {
     const char *trace;      /* --trace FILE, or NULL */
     const char *const *cfg; /* --cfg KEY:VALUE, n_cfg of them: SimGrid configuration */
     unsigned n_cfg;
-    double progress_s; /* --progress S: a progress line every S s of wall time (0: 10) */
-    double max_sim_s;  /* --max-sim-s S: the run's end in simulated time (0: 3600) */
+    double progress_s;      /* --progress S: a progress line every S s of wall time (0: 10) */
+    double max_sim_s;       /* --max-sim-s S: the run's end in simulated time (0: 3600) */
+    uint64_t mem_floor_mib; /* --mem-floor-mib N: stop when the host has less available (0: 2 %) */
 };
 int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const char *out_dir,
                  int plot, const struct cmd_twin_args *a);

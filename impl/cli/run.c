@@ -11,6 +11,7 @@
 #include "harness/calib.h"
 #include "harness/launch.h"
 #include "harness/scenario.h"
+#include "util/util.h"
 
 static void demo_usage(void)
 {
@@ -75,6 +76,8 @@ static void run_usage(void)
            "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
            "  --max-sim-s S   (sim) end the run at S simulated seconds (3600): nodes still\n"
            "                  running then fail it, named in the verdict\n"
+           "  --mem-floor-mib N (sim) stop with an error (exit 3) when the host has less than\n"
+           "                  N MiB of memory available (2 %% of its memory, at least 256)\n"
            "The format of FILE: scenarios/README.md.\n");
 }
 
@@ -96,18 +99,19 @@ static const char *run_value(int argc, char **argv, int *i, const char *name)
  * valued flag takes "--flag=VALUE" too: "--trace=t.json" was an unknown flag. */
 static int run_args(int argc, char **argv, const char **file, const char **out,
                     const char **launcher, const char **jitter, int *plot, struct cmd_twin_args *ta,
-                    const char **progress, const char **max_sim, int *dry_run, const char **cfg,
-                    char **rest, int *n_rest)
+                    const char **progress, const char **max_sim, const char **mem_floor,
+                    int *dry_run, const char **cfg, char **rest, int *n_rest)
 {
     *n_rest = 0;
-    static const char *const valued[] = {"--out",    "--cfg",      "--progress", "--trace",
-                                         "--jitter", "--launcher", "--max-sim-s"};
+    static const char *const valued[] = {"--out",       "--cfg",          "--progress",
+                                         "--trace",     "--jitter",       "--launcher",
+                                         "--max-sim-s", "--mem-floor-mib"};
     for (size_t k = 0; argc > 0 && k < sizeof(valued) / sizeof(valued[0]); k++)
         if (!strcmp(argv[argc - 1], valued[k])) { /* said, not "unknown flag" */
             fprintf(stderr, "rkv run: %s needs a value\n", valued[k]);
             return -2;
         }
-    const char **dest[] = {out, NULL, progress, &ta->trace, jitter, launcher, max_sim};
+    const char **dest[] = {out, NULL, progress, &ta->trace, jitter, launcher, max_sim, mem_floor};
     for (int i = 0; i < argc; i++) {
         const char *v = NULL;
         int k = -1; /* the valued flag at argv[i] */
@@ -197,14 +201,14 @@ int cmd_run(int argc, char **argv, const char *self)
         }
     }
     const char *file = NULL, *out_dir = NULL, *launcher = NULL, *jitter = NULL;
-    const char *progress = NULL, *max_sim = NULL;
+    const char *progress = NULL, *max_sim = NULL, *mem_floor = NULL;
     char **rest = calloc((size_t)argc + 1, sizeof(*rest));
     const char **cfg = calloc((size_t)argc + 1, sizeof(*cfg));
     struct cmd_twin_args ta = {.cfg = cfg};
     int n_rest;
     int plot = 0, out_made = 0, dry_run = 0;
     int ar = rest && cfg ? run_args(argc, argv, &file, &out_dir, &launcher, &jitter, &plot, &ta,
-                                    &progress, &max_sim, &dry_run, cfg, rest, &n_rest)
+                                    &progress, &max_sim, &mem_floor, &dry_run, cfg, rest, &n_rest)
                          : -1;
     if (ar < 0) {
         if (ar == -1) /* -2: said which flag lacks its value */
@@ -226,9 +230,9 @@ int cmd_run(int argc, char **argv, const char *self)
     int code = RKV_EXIT_USAGE;
     if (rkv_launch_load(file, &sc) < 0)
         goto out;
-    if (launcher && (plot || ta.trace || ta.n_cfg || jitter || progress || max_sim)) {
+    if (launcher && (plot || ta.trace || ta.n_cfg || jitter || progress || max_sim || mem_floor)) {
         fprintf(stderr, "rkv run: --launcher prints a command line that takes no --plot, "
-                        "--trace, --cfg, --jitter, --progress or --max-sim-s\n");
+                        "--trace, --cfg, --jitter, --progress, --max-sim-s or --mem-floor-mib\n");
         goto out;
     }
     if (launcher) {
@@ -270,15 +274,24 @@ int cmd_run(int argc, char **argv, const char *self)
             goto out;
         }
     }
+    if (mem_floor) {
+        uint64_t v;
+        if (rkv_parse_u64(mem_floor, &v) < 0 || v == 0 || v > (1ull << 30)) {
+            fprintf(stderr, "rkv run: --mem-floor-mib: expected MiB in 1..%llu, got \"%s\"\n",
+                    1ull << 30, mem_floor);
+            goto out;
+        }
+        ta.mem_floor_mib = v;
+    }
     if (!strcmp(s.val[CMD_BACKEND], "sim")) {
         /* The twin takes the store's settings (cmd_run_twin): a bad one is
          * refused there too, not ignored. */
         code = cmd_run_twin(sc, &s, out_dir, plot, &ta);
         goto out;
     }
-    if (ta.n_cfg || progress || max_sim || jitter) {
-        fprintf(stderr, "rkv run: --cfg, --progress, --max-sim-s and --jitter are twin options "
-                        "(--backend sim)\n");
+    if (ta.n_cfg || progress || max_sim || mem_floor || jitter) {
+        fprintf(stderr, "rkv run: --cfg, --progress, --max-sim-s, --mem-floor-mib and --jitter "
+                        "are twin options (--backend sim)\n");
         goto out;
     }
     struct rkv_launch_opts lo = {.self = self, .settings = &s, .file = file, .trace = trace};

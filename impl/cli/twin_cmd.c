@@ -76,6 +76,7 @@ int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const ch
                               .test_corrupt_row = UINT64_MAX,
                               .progress_s = a->progress_s,
                               .max_sim_s = a->max_sim_s,
+                              .mem_floor_mib = a->mem_floor_mib,
                               .cfg = a->cfg,
                               .n_cfg = a->n_cfg};
     const char *bad = getenv("RKV_TEST_CORRUPT_ROW"); /* the oracle self-test, as on tcp */

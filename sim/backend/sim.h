@@ -142,6 +142,13 @@ struct sim_world {
     /* Progress on long runs: a line on stderr every progress_s of wall
      * time (0: never), checked as events are logged. */
     double progress_s, progress_last_s;
+    /* The host's memory floor (sim_world_event): when MemAvailable falls
+     * below mem_floor_bytes (0: not watched), mem_low is called, which
+     * does not return (the twin says so and exits): the kernel's OOM
+     * killer ended a run past the host's memory with SIGKILL and no word. */
+    uint64_t mem_floor_bytes;
+    double mem_last_s;
+    void (*mem_low)(struct sim_world *w, uint64_t avail_bytes);
     uint32_t nodes_total, nodes_finished;
     /* Nodes' log lines folded by shape (port_sim.c, sp_vlog): set by the
      * twin at its default log level, where 16,384 servers each said they
@@ -155,6 +162,9 @@ void sim_world_fini(struct sim_world *w);
 void sim_world_event(struct sim_world *w, const uint64_t *v, int n);
 /* Wall-clock seconds (CLOCK_MONOTONIC): progress lines and the report. */
 double sim_world_wall(void);
+/* The host's memory (/proc/meminfo) in bytes, or 0 when unknown. */
+uint64_t sim_mem_available(void);
+uint64_t sim_mem_total(void);
 /* One complete ("X") event in the Chrome trace; no-op without a trace. */
 void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
                      uint32_t tid, double t0_s, double t1_s, uint64_t bytes);

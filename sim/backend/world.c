@@ -55,7 +55,7 @@ void sim_world_fini(struct sim_world *w)
     sim_cpu_fini(w);
     sim_cv_pool_fini(w);
     sim_ats_fini(&w->ats); /* after every user took its own off */
-    free(w->log_fold); /* a run that ended early: its counts are moot */
+    free(w->log_fold);     /* a run that ended early: its counts are moot */
     if (w->trace) {
         fprintf(w->trace, "\n]}\n");
         fclose(w->trace);
@@ -171,6 +171,15 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
     w->events++;
     /* The wall clock is read every 64 events: cheap, and far more often than
      * once per progress_s at any rate the twin reaches. */
+    if ((w->events & 63) == 0 && w->mem_floor_bytes && w->mem_low) {
+        double now = sim_world_wall();
+        if (now - w->mem_last_s >= 1.0) { /* /proc/meminfo once a second */
+            w->mem_last_s = now;
+            uint64_t avail = sim_mem_available();
+            if (avail && avail < w->mem_floor_bytes)
+                w->mem_low(w, avail);
+        }
+    }
     if (w->progress_s > 0 && (w->events & 63) == 0) {
         double now = sim_world_wall();
         if (w->progress_last_s == 0)
@@ -183,6 +192,33 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
                     w->nodes_total);
         }
     }
+}
+
+/* A field of /proc/meminfo in bytes ("MemAvailable:"), or 0 when it
+ * cannot be read. */
+static uint64_t sim_meminfo(const char *key)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long long kb = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, key, n) && sscanf(line + n, "%llu", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+uint64_t sim_mem_available(void)
+{
+    return sim_meminfo("MemAvailable:");
+}
+
+uint64_t sim_mem_total(void)
+{
+    return sim_meminfo("MemTotal:");
 }
 
 double sim_world_wall(void)

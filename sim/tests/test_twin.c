@@ -530,6 +530,28 @@ static void test_simulated_time_limit(void **state)
     assert_non_null(strstr(out, "are twin options"));
 }
 
+/* A twin past the host's memory was ended by the kernel's OOM killer
+ * (SIGKILL: "Killed" and nothing else; 33,000 machines of 1 server and 1
+ * worker each, whose workers all reach the same 100 servers, at 23 GB).
+ * Below the floor of available memory it stops with a line saying so and
+ * exit 3. Here the floor is set above any host's memory. */
+static void test_memory_floor(void **state)
+{
+    (void)state;
+    const char *asan = "ASAN_OPTIONS=detect_leaks=0";
+    int rc = run_rkv(asan, "run " SCEN_DIR "/quickstart.yaml --mem-floor-mib 1073741824");
+    if (rc != 3 || !strstr(out, "rkv: twin: stopped: the host has "))
+        fail_msg("exit %d\n%s", rc, out);
+    assert_non_null(strstr(out, "below the floor of 1073741824 MiB (--mem-floor-mib)"));
+    assert_non_null(strstr(out, "need more memory than the host has"));
+    /* The default floor (2 % of the host's memory) leaves a run alone. */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml"), 0);
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --mem-floor-mib 0"), 2);
+    assert_non_null(strstr(out, "--mem-floor-mib: expected MiB in 1.."));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --backend tcp --mem-floor-mib 5"), 2);
+    assert_non_null(strstr(out, "are twin options"));
+}
+
 /* The MiB of a phase's row: column 4 of its table row. */
 static double phase_mib(const char *phase)
 {
@@ -809,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_settings_reach_the_twin),
         cmocka_unit_test(test_payloadless_reports_declared_bytes),
         cmocka_unit_test(test_simulated_time_limit),
+        cmocka_unit_test(test_memory_floor),
         cmocka_unit_test(test_log_lines_folded),
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_step_triggered_crash_wakes_only_for_events),

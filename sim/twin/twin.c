@@ -711,6 +711,36 @@ static void twin_limit(int argc, char **argv)
     sg_actor_kill_all();
 }
 
+/* The host is about to run out of memory (sim_world_event): better a
+ * line that says so than the kernel's SIGKILL, which left a user with
+ * "Killed" and a twin of a cluster too large for the host. No report: the
+ * run is cut short. Exit 3, the run's failure (README's exit codes). */
+static void twin_mem_low(struct sim_world *w, uint64_t avail)
+{
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        long size;
+        if (fscanf(f, "%ld %ld", &size, &pages) != 2)
+            pages = 0;
+        fclose(f);
+    }
+    uint64_t rss = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+    fflush(stdout);
+    fprintf(stderr,
+            "rkv: twin: stopped: the host has %llu MiB of memory available, below the floor of "
+            "%llu MiB (--mem-floor-mib), with %llu MiB resident in this run, at simulated %.6f "
+            "s, %llu network events, %u of %u nodes finished. This cluster and workload need "
+            "more memory than the host has: fewer machines, or fewer connections per worker "
+            "(each pair of a worker and a server it reaches holds a connection on both sides; "
+            "sim/README.md, \"Memory per node\")\n",
+            (unsigned long long)(avail >> 20), (unsigned long long)(w->mem_floor_bytes >> 20),
+            (unsigned long long)(rss >> 20), simgrid_get_clock(), (unsigned long long)w->events,
+            w->nodes_finished, w->nodes_total);
+    fflush(stderr);
+    _exit(3);
+}
+
 static void twin_spawn(struct twin *t)
 {
     if (t->sc->n_faults) {
@@ -1274,6 +1304,12 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     twin_spawn(&t);
     t.w.nodes_total = t.n_nodes;
     t.w.progress_s = o->progress_s < 0 ? 0 : o->progress_s > 0 ? o->progress_s : 10;
+    uint64_t total = sim_mem_total(), floor_b = total / 50;
+    t.w.mem_floor_bytes = o->mem_floor_mib           ? o->mem_floor_mib << 20
+                          : !total                   ? 0
+                          : floor_b < (256ull << 20) ? 256ull << 20
+                                                     : floor_b;
+    t.w.mem_low = twin_mem_low;
     double w0 = sim_world_wall();
     simgrid_run(); /* to the last node's end, or twin_limit's */
     res->wall_s = sim_world_wall() - w0;

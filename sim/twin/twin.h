@@ -15,6 +15,9 @@ struct rkv_twin_opts {
     double max_sim_s;          /* 0: 3600 simulated seconds */
     uint64_t test_corrupt_row; /* rkv_config's oracle self-test hook (UINT64_MAX: off) */
     double progress_s;         /* a progress line on stderr this often (wall s); 0: 10; < 0: off */
+    /* Stop with an error (exit 3) when the host's available memory falls
+     * below this many MiB; 0: 2 % of its memory, at least 256 MiB. */
+    uint64_t mem_floor_mib;
     /* SimGrid configuration passed through ("KEY:VALUE", as SimGrid's
      * --cfg), applied after the twin's own so that they override them. */
     const char *const *cfg;
