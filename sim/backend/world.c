@@ -170,27 +170,27 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
     }
     w->events++;
     /* The wall clock is read every 64 events: cheap, and far more often than
-     * once per progress_s at any rate the twin reaches. */
-    if ((w->events & 63) == 0 && w->mem_floor_bytes && w->mem_low) {
-        double now = sim_world_wall();
-        if (now - w->mem_last_s >= 1.0) { /* /proc/meminfo once a second */
-            w->mem_last_s = now;
-            uint64_t avail = sim_mem_available();
-            if (avail && avail < w->mem_floor_bytes)
-                w->mem_low(w, avail);
-        }
+     * once per progress_s, or per second of the memory floor, at any rate
+     * the twin reaches. */
+    int watch_mem = w->mem_floor_bytes && w->mem_low;
+    if ((w->events & 63) || (w->progress_s <= 0 && !watch_mem))
+        return;
+    double now = sim_world_wall();
+    if (watch_mem && now - w->mem_last_s >= 1.0) { /* /proc/meminfo once a second */
+        w->mem_last_s = now;
+        uint64_t avail = sim_mem_available();
+        if (avail && avail < w->mem_floor_bytes)
+            w->mem_low(w, avail);
     }
-    if (w->progress_s > 0 && (w->events & 63) == 0) {
-        double now = sim_world_wall();
-        if (w->progress_last_s == 0)
-            w->progress_last_s = now;
-        else if (now - w->progress_last_s >= w->progress_s) {
-            w->progress_last_s = now;
-            fprintf(stderr,
-                    "rkv: twin: simulated %.6f s, %llu network events, %u of %u nodes finished\n",
-                    simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished,
-                    w->nodes_total);
-        }
+    if (w->progress_s <= 0)
+        return;
+    if (w->progress_last_s == 0)
+        w->progress_last_s = now;
+    else if (now - w->progress_last_s >= w->progress_s) {
+        w->progress_last_s = now;
+        fprintf(
+            stderr, "rkv: twin: simulated %.6f s, %llu network events, %u of %u nodes finished\n",
+            simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished, w->nodes_total);
     }
 }
 

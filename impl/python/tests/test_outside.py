@@ -193,20 +193,41 @@ def test_server_stop_and_ctrl_c(tmp_path):
     assert not left, left
 
 
+def _clients_at_once(cluster, n, **kw):
+    """n clients of cluster, made in threads: each blocks until all joined."""
+    made = [None] * n
+    ts = [threading.Thread(target=lambda i=i: made.__setitem__(i, cluster.client(**kw)))
+          for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    return made
+
+
+def _held_cluster(make_cluster, workers):
+    """2 machines x 1 server whose custom pull handler holds its reply (and
+    its server's engine) until release is set; entered is set once a
+    server is inside it."""
+    entered, release = threading.Event(), threading.Event()
+
+    def held(row, state, out, param):
+        entered.set()
+        release.wait(60)
+        return 1.0
+
+    cluster = make_cluster(machines=2, servers_per_machine=1, workers=workers,
+                           setup=lambda s: s.register_pull_handler(rkv.PULL_CUSTOM, held))
+    return cluster, entered, release
+
+
 def test_ctrl_c_interrupts_a_barrier(make_cluster):
     # A barrier waits for the slowest worker, however long; its C call held
     # the main thread, where Python never ran its SIGINT handler: a trainer
     # whose peer never came ignored Ctrl-C and had to be killed.
     import signal
     cluster = make_cluster(machines=1, servers_per_machine=1, workers=2)
-    made = [None, None]
-    ts = [threading.Thread(target=lambda i=i: made.__setitem__(i, cluster.client()))
-          for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
-    a, b = made
+    a, b = _clients_at_once(cluster, 2)
     a.init_data("x", (4,), "float32")
     # Whatever happens, b enters after 8 s: before the fix, that ended a's
     # barrier, and the pending SIGINT was raised only then.
@@ -246,15 +267,7 @@ def test_ctrl_c_interrupts_a_pull_from_a_server_that_does_not_answer(make_cluste
     # raised only once the pull timed out. Server 1's pull handler holds
     # the reply until the test lets it go.
     import signal
-    entered, release = threading.Event(), threading.Event()
-
-    def held(row, state, out, param):
-        entered.set()
-        release.wait(60)
-        return 1.0
-
-    cluster = make_cluster(machines=2, servers_per_machine=1, workers=1,
-                           setup=lambda s: s.register_pull_handler(rkv.PULL_CUSTOM, held))
+    cluster, entered, release = _held_cluster(make_cluster, workers=1)
     c = cluster.client(output="numpy")
     c.init_data("t", (100, 4), "float32")
     c.register_pull_handler(rkv.PULL_CUSTOM, lambda row, state, out, param: 2.0)
@@ -650,23 +663,8 @@ def test_push_handle_waited_from_two_threads(make_cluster):
     # handed to C as None). Each now returns once the push is acknowledged.
     # Server 1's engine is held inside a pull handler (client a's pull), so
     # client b's push to it waits behind.
-    entered, release = threading.Event(), threading.Event()
-
-    def held(row, state, out, param):
-        entered.set()
-        release.wait(60)
-        return 1.0
-
-    cluster = make_cluster(machines=2, servers_per_machine=1, workers=2,
-                           setup=lambda s: s.register_pull_handler(rkv.PULL_CUSTOM, held))
-    made = [None, None]
-    ts = [threading.Thread(target=lambda i=i: made.__setitem__(i, cluster.client(output="numpy")))
-          for i in range(2)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(30)
-    a, b = made
+    cluster, entered, release = _held_cluster(make_cluster, workers=2)
+    a, b = _clients_at_once(cluster, 2, output="numpy")
     a.init_data("t", (100, 4), "float32")
     a.register_pull_handler(rkv.PULL_CUSTOM, lambda row, state, out, param: 2.0)
     assert b.pull("t", [61]).tolist() == [[0.0] * 4]  # b's connection to server 1: up first
