@@ -1248,6 +1248,14 @@ const char *rkv_engine_connect_strerror(int rc)
     if (rc == -RKV_EPEERDEAD)
         return "connection refused (nothing listening at that address, or it hung up during "
                "the handshake)";
+    /* A wrong port is a common launch mistake: another service there
+     * answers, or accepts and says nothing, and "malformed or unexpected
+     * wire message" or "request timed out" alone did not point at it. */
+    if (rc == -RKV_EPROTO)
+        return "the peer there does not speak rkv's handshake (another service on that port?)";
+    if (rc == -RKV_ETIMEDOUT)
+        return "no answer to rkv's handshake within timeout_ms (a host that drops the "
+               "connection, or another service on that port)";
     return rkv_strerror(rc);
 }
 

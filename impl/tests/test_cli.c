@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -906,6 +908,58 @@ static void test_ls_without_a_store(void **state)
     expect_run("", args, 3, want);
 }
 
+/* A listener on 127.0.0.1 that is not rkv: it sends `say` to every
+ * connection and keeps it open. Returns the child's pid; *port_p its port. */
+static pid_t other_service(const char *say, unsigned *port_p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    *port_p = ntohs(a.sin_port);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (;;) {
+            /* Each connection stays open (a service waiting for more)
+             * until the test kills this child. */
+            int c = accept(fd, NULL, NULL);
+            if (c >= 0 && write(c, say, strlen(say)) < 0)
+                close(c);
+        }
+    }
+    close(fd);
+    return pid;
+}
+
+/* A wrong port where another service listens: its answer read "malformed
+ * or unexpected wire message", its silence "request timed out", neither
+ * pointing at the port. */
+static void test_connect_to_another_service(void **state)
+{
+    (void)state;
+    static const char *says[] = {
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n"
+        "<html><body>bad request, and more than one header's worth of it</body></html>\r\n",
+        "SSH-2.0-OpenSSH_9.2\r\n"};
+    static const char *want[] = {"does not speak rkv's handshake (another service on that port?)",
+                                 "no answer to rkv's handshake within timeout_ms"};
+    for (int i = 0; i < 2; i++) {
+        unsigned port;
+        pid_t pid = other_service(says[i], &port);
+        char args[160];
+        snprintf(args, sizeof(args),
+                 "worker --base-port %u --connect-retry-ms 300 --timeout-ms 300", port);
+        int rc = run_rkv("", args);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        if (rc != 3 || !strstr(out, want[i]))
+            fail_msg("rkv %s: exit %d, output:\n%s\n(expected \"%s\")", args, rc, out, want[i]);
+    }
+}
+
 /* Scenario integers are read as scenarios/README.md says: decimal with
  * leading zeros, or 0x hex; other notations are refused at their line. */
 static void test_scenario_integers(void **state)
@@ -1314,6 +1368,7 @@ int main(void)
         cmocka_unit_test(test_calibration_key_twice),
         cmocka_unit_test(test_demo_stops_servers_after_failed_workers),
         cmocka_unit_test(test_ls_without_a_store),
+        cmocka_unit_test(test_connect_to_another_service),
         cmocka_unit_test(test_bench_settings_before_start),
         cmocka_unit_test(test_demo_passes_busy_poll),
         cmocka_unit_test(test_demo_num_servers_in_all),
