@@ -318,7 +318,10 @@ static int cmd_line_number(const char *path, int ln, const char *name, const cha
                            uint64_t max, uint64_t *v, char *err, size_t err_len)
 {
     uint64_t x = 0;
-    if (rkv_parse_u64(field, &x) == 0 && x >= 1 && x <= max) {
+    /* Decimal only: DGL reads ip_config.txt with int(), which refuses
+     * "0x7000"; taken as hex here, one file named two clusters. */
+    int hex = field[0] == '0' && (field[1] == 'x' || field[1] == 'X');
+    if (!hex && rkv_parse_u64(field, &x) == 0 && x >= 1 && x <= max) {
         *v = x;
         return 0;
     }
@@ -331,8 +334,8 @@ static int cmd_line_number(const char *path, int ln, const char *name, const cha
             shown[n++] = (char)*c;
     }
     shown[n] = 0;
-    return rkv_errf(err, err_len, -1, "%s:%d: %s: expected 1..%llu, got \"%s\"", path, ln, name,
-                    (unsigned long long)max, shown);
+    return rkv_errf(err, err_len, -1, "%s:%d: %s: expected 1..%llu%s, got \"%s\"", path, ln, name,
+                    (unsigned long long)max, hex ? " in decimal" : "", shown);
 }
 
 /* DGL's ip_config.txt: "IP", "IP PORT" or the older "IP PORT SERVERS". */

@@ -72,6 +72,10 @@ static void test_cluster_file_errors(void **state)
     /* Read as a flag's number is: strtoul took a sign and wrapped, and these
      * were port 31800 and one server. */
     cluster_fails("127.0.0.1 +31800 1\n", ":1: base_port: expected 1..65535, got \"+31800\"");
+    /* DGL's int() refuses hex; it was taken as port 28672 */
+    cluster_fails("127.0.0.1 0x7000 1\n",
+                  ":1: base_port: expected 1..65535 in decimal, got \"0x7000\"");
+    cluster_fails("127.0.0.1 29500 0X2\n", ":1: servers: expected 1..");
     cluster_fails("127.0.0.1 -18446744073709519816 1\n",
                   ":1: base_port: expected 1..65535, got \"-18446744073709519816\"");
     cluster_fails("127.0.0.1 31800 -18446744073709551615\n",
