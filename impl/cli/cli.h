@@ -61,7 +61,8 @@ struct cmd_twin_args {
     unsigned n_cfg;
     double progress_s;      /* --progress S: a progress line every S s of wall time (0: 10) */
     double max_sim_s;       /* --max-sim-s S: the run's end in simulated time (0: 3600) */
-    uint64_t mem_floor_mib; /* --mem-floor-mib N: stop when the host has less available (0: 2 %) */
+    uint64_t mem_floor_mib; /* --mem-floor-mib N: stop when the host or cgroup has less left (0:
+                               default) */
 };
 int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const char *out_dir,
                  int plot, const struct cmd_twin_args *a);

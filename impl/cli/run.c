@@ -76,8 +76,9 @@ static void run_usage(void)
            "  --progress S    (sim) a progress line on stderr every S s of wall time (10)\n"
            "  --max-sim-s S   (sim) end the run at S simulated seconds (3600): nodes still\n"
            "                  running then fail it, named in the verdict\n"
-           "  --mem-floor-mib N (sim) stop with an error (exit 3) when the host has less than\n"
-           "                  N MiB of memory available (2 %% of its memory, at least 256)\n"
+           "  --mem-floor-mib N (sim) stop with an error (exit 3) when the host, or the memory\n"
+           "                  cgroup the run is in, has less than N MiB left (2 %% of its\n"
+           "                  memory, at least 256 MiB, at most an eighth)\n"
            "The format of FILE: scenarios/README.md.\n");
 }
 

@@ -31,6 +31,8 @@ struct sim_waiter;
  * charged for (payload-less runs carry thin rows but model the full ones). */
 typedef uint64_t (*sim_sizer_fn)(void *user, const void *buf, uint32_t len);
 
+struct sim_hostmem;
+
 struct sim_world {
     uint64_t seed;
     double jitter;      /* extra delivery delay, fraction of the message's own network time */
@@ -142,13 +144,16 @@ struct sim_world {
     /* Progress on long runs: a line on stderr every progress_s of wall
      * time (0: never), checked as events are logged. */
     double progress_s, progress_last_s;
-    /* The host's memory floor (sim_world_event): when MemAvailable falls
-     * below mem_floor_bytes (0: not watched), mem_low is called, which
-     * does not return (the twin says so and exits): the kernel's OOM
-     * killer ended a run past the host's memory with SIGKILL and no word. */
+    /* The memory floor (sim_world_event): when the memory left to this
+     * process (the host's MemAvailable, or its memory cgroup's headroom,
+     * the smaller) falls below mem_floor_bytes (0: not watched), mem_low
+     * is called, which does not return (the twin says so and exits): the
+     * kernel's OOM killer ended a run past the host's memory with SIGKILL
+     * and no word. */
     uint64_t mem_floor_bytes;
     double mem_last_s;
-    void (*mem_low)(struct sim_world *w, uint64_t avail_bytes);
+    int mem_near; /* under 8 floors left at the last read: read more often */
+    void (*mem_low)(struct sim_world *w, const struct sim_hostmem *m);
     uint32_t nodes_total, nodes_finished;
     /* Nodes' log lines folded by shape (port_sim.c, sp_vlog): set by the
      * twin at its default log level, where 16,384 servers each said they
@@ -162,9 +167,23 @@ void sim_world_fini(struct sim_world *w);
 void sim_world_event(struct sim_world *w, const uint64_t *v, int n);
 /* Wall-clock seconds (CLOCK_MONOTONIC): progress lines and the report. */
 double sim_world_wall(void);
-/* The host's memory (/proc/meminfo) in bytes, or 0 when unknown. */
-uint64_t sim_mem_available(void);
-uint64_t sim_mem_total(void);
+/* The memory this process may still take (hostmem.c): the host's
+ * (/proc/meminfo), and its memory cgroup's where one sets a limit (v1 or
+ * v2; the tightest of the cgroup and its ancestors). Bytes; 0: unknown.
+ * root prefixes /proc and /sys ("" or NULL: this host's). */
+struct sim_hostmem {
+    uint64_t avail, total;      /* MemAvailable, MemTotal */
+    uint64_t cg_limit, cg_used; /* cg_limit 0: no cgroup limit; cg_used less inactive page cache */
+};
+/* 0, or -1 when /proc/meminfo could not be read (the cgroup's may be). */
+int sim_hostmem_read(const char *root, struct sim_hostmem *m);
+/* Bytes left before the host or the cgroup runs out; UINT64_MAX unknown. */
+uint64_t sim_hostmem_left(const struct sim_hostmem *m);
+/* 1 when the cgroup, not the host, is what runs out first. */
+int sim_hostmem_cgroup_binds(const struct sim_hostmem *m);
+/* The memory this process could have at most: MemTotal or the cgroup's
+ * limit, the smaller; 0 unknown. */
+uint64_t sim_hostmem_size(const struct sim_hostmem *m);
 /* One complete ("X") event in the Chrome trace; no-op without a trace. */
 void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
                      uint32_t tid, double t0_s, double t1_s, uint64_t bytes);

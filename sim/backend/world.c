@@ -176,11 +176,17 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
     if ((w->events & 63) || (w->progress_s <= 0 && !watch_mem))
         return;
     double now = sim_world_wall();
-    if (watch_mem && now - w->mem_last_s >= 1.0) { /* /proc/meminfo once a second */
+    /* /proc and /sys once a second, every 50 ms when less than 8 floors
+     * are left: a run that starts its nodes takes ~250 MiB a second, past
+     * a small cgroup's floor between two reads a second apart. */
+    if (watch_mem && now - w->mem_last_s >= (w->mem_near ? 0.05 : 1.0)) {
         w->mem_last_s = now;
-        uint64_t avail = sim_mem_available();
-        if (avail && avail < w->mem_floor_bytes)
-            w->mem_low(w, avail);
+        struct sim_hostmem m;
+        (void)sim_hostmem_read(NULL, &m);
+        uint64_t left = sim_hostmem_left(&m);
+        if (left < w->mem_floor_bytes)
+            w->mem_low(w, &m);
+        w->mem_near = left / 8 < w->mem_floor_bytes;
     }
     if (w->progress_s <= 0)
         return;
@@ -192,33 +198,6 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
             stderr, "rkv: twin: simulated %.6f s, %llu network events, %u of %u nodes finished\n",
             simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished, w->nodes_total);
     }
-}
-
-/* A field of /proc/meminfo in bytes ("MemAvailable:"), or 0 when it
- * cannot be read. */
-static uint64_t sim_meminfo(const char *key)
-{
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f)
-        return 0;
-    char line[128];
-    unsigned long long kb = 0;
-    size_t n = strlen(key);
-    while (fgets(line, sizeof(line), f))
-        if (!strncmp(line, key, n) && sscanf(line + n, "%llu", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
-uint64_t sim_mem_available(void)
-{
-    return sim_meminfo("MemAvailable:");
-}
-
-uint64_t sim_mem_total(void)
-{
-    return sim_meminfo("MemTotal:");
 }
 
 double sim_world_wall(void)

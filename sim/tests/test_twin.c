@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -552,6 +553,74 @@ static void test_memory_floor(void **state)
     assert_non_null(strstr(out, "are twin options"));
 }
 
+/* A memory cgroup under this process's own, limited to limit_mib (cgroup
+ * v1's memory controller, or v2 where this process's cgroup delegates
+ * memory). 0 and its directory, or -1 where none can be made here (not
+ * root, no such hierarchy). */
+static int mem_cgroup_make(unsigned limit_mib, char *dir, size_t len)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return -1;
+    char line[1024], v1[1024] = "", v2[1024] = "";
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = 0;
+        if (!strcmp(line, "0") && !c1[1])
+            snprintf(v2, sizeof(v2), "%s", c2 + 1);
+        else if (strstr(c1 + 1, "memory"))
+            snprintf(v1, sizeof(v1), "%s", c2 + 1);
+    }
+    fclose(f);
+    char lim[32], file[1200];
+    if (*v1) {
+        snprintf(dir, len, "/sys/fs/cgroup/memory%s/rkv-test-%d", strcmp(v1, "/") ? v1 : "",
+                 (int)getpid());
+        snprintf(file, sizeof(file), "%s/memory.limit_in_bytes", dir);
+    } else if (*v2) {
+        snprintf(dir, len, "/sys/fs/cgroup%s/rkv-test-%d", strcmp(v2, "/") ? v2 : "",
+                 (int)getpid());
+        snprintf(file, sizeof(file), "%s/memory.max", dir);
+    } else
+        return -1;
+    if (mkdir(dir, 0755) < 0)
+        return -1;
+    snprintf(lim, sizeof(lim), "%llu", (unsigned long long)limit_mib << 20);
+    f = fopen(file, "w");
+    if (!f || fputs(lim, f) < 0 || fclose(f) != 0) {
+        rmdir(dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* A run in a memory cgroup smaller than it needs (a CI container's limit
+ * on a host with memory to spare): the cgroup's OOM killer ended it with
+ * SIGKILL and no word while the host's MemAvailable stayed far above the
+ * floor. Now the floor reads the cgroup's headroom too. sim-4096 peaks at
+ * ~380 MiB; the cgroup allows 256. */
+static void test_memory_floor_in_a_cgroup(void **state)
+{
+    (void)state;
+    char dir[1100];
+    if (mem_cgroup_make(256, dir, sizeof(dir)) < 0)
+        skip();
+    char cmd[2600];
+    snprintf(cmd, sizeof(cmd),
+             "sh -c 'echo $$ > %s/cgroup.procs && exec env ASAN_OPTIONS=detect_leaks=0 %s run "
+             "%s/sim-4096.yaml' 2>&1",
+             dir, RKV_BIN, SCEN_DIR);
+    int rc = sh(cmd);
+    rmdir(dir);
+    if (rc != 3 || !strstr(out, "rkv: twin: stopped: the memory cgroup this run is in (limit "
+                                "256 MiB) has "))
+        fail_msg("exit %d\n%s", rc, out);
+    assert_non_null(strstr(out, "need more memory than the cgroup allows"));
+}
+
 /* The MiB of a phase's row: column 4 of its table row. */
 static double phase_mib(const char *phase)
 {
@@ -832,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_payloadless_reports_declared_bytes),
         cmocka_unit_test(test_simulated_time_limit),
         cmocka_unit_test(test_memory_floor),
+        cmocka_unit_test(test_memory_floor_in_a_cgroup),
         cmocka_unit_test(test_log_lines_folded),
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_step_triggered_crash_wakes_only_for_events),

@@ -711,11 +711,12 @@ static void twin_limit(int argc, char **argv)
     sg_actor_kill_all();
 }
 
-/* The host is about to run out of memory (sim_world_event): better a
- * line that says so than the kernel's SIGKILL, which left a user with
- * "Killed" and a twin of a cluster too large for the host. No report: the
- * run is cut short. Exit 3, the run's failure (README's exit codes). */
-static void twin_mem_low(struct sim_world *w, uint64_t avail)
+/* The host, or the memory cgroup the run is in, is about to run out of
+ * memory (sim_world_event): better a line that says so than the kernel's
+ * SIGKILL, which left a user with "Killed" and a twin of a cluster too
+ * large for the host. No report: the run is cut short. Exit 3, the run's
+ * failure (README's exit codes). */
+static void twin_mem_low(struct sim_world *w, const struct sim_hostmem *m)
 {
     long pages = 0;
     FILE *f = fopen("/proc/self/statm", "r");
@@ -726,19 +727,42 @@ static void twin_mem_low(struct sim_world *w, uint64_t avail)
         fclose(f);
     }
     uint64_t rss = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+    char where[160];
+    if (sim_hostmem_cgroup_binds(m))
+        snprintf(where, sizeof(where),
+                 "the memory cgroup this run is in (limit %llu MiB) has %llu MiB left",
+                 (unsigned long long)(m->cg_limit >> 20),
+                 (unsigned long long)(sim_hostmem_left(m) >> 20));
+    else
+        snprintf(where, sizeof(where), "the host has %llu MiB of memory available",
+                 (unsigned long long)(sim_hostmem_left(m) >> 20));
     fflush(stdout);
     fprintf(stderr,
-            "rkv: twin: stopped: the host has %llu MiB of memory available, below the floor of "
-            "%llu MiB (--mem-floor-mib), with %llu MiB resident in this run, at simulated %.6f "
-            "s, %llu network events, %u of %u nodes finished. This cluster and workload need "
-            "more memory than the host has: fewer machines, or fewer connections per worker "
-            "(each pair of a worker and a server it reaches holds a connection on both sides; "
-            "sim/README.md, \"Memory per node\")\n",
-            (unsigned long long)(avail >> 20), (unsigned long long)(w->mem_floor_bytes >> 20),
-            (unsigned long long)(rss >> 20), simgrid_get_clock(), (unsigned long long)w->events,
-            w->nodes_finished, w->nodes_total);
+            "rkv: twin: stopped: %s, below the floor of %llu MiB (--mem-floor-mib), with %llu "
+            "MiB resident in this run, at simulated %.6f s, %llu network events, %u of %u nodes "
+            "finished. This cluster and workload need more memory than %s: fewer machines, or "
+            "fewer connections per worker (each pair of a worker and a server it reaches holds "
+            "a connection on both sides; sim/README.md, \"Memory per node\")\n",
+            where, (unsigned long long)(w->mem_floor_bytes >> 20), (unsigned long long)(rss >> 20),
+            simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished, w->nodes_total,
+            sim_hostmem_cgroup_binds(m) ? "the cgroup allows" : "the host has");
     fflush(stderr);
     _exit(3);
+}
+
+/* The default floor: 2 % of the memory this run could have (the host's,
+ * or its cgroup's limit), at least 256 MiB, but at most an eighth of it:
+ * a 1 GiB CI container keeps 128 MiB, not a quarter. 0: not known. */
+static uint64_t twin_mem_floor(void)
+{
+    struct sim_hostmem m;
+    (void)sim_hostmem_read(NULL, &m);
+    uint64_t size = sim_hostmem_size(&m), floor_b = size / 50;
+    if (floor_b < (256ull << 20))
+        floor_b = 256ull << 20;
+    if (floor_b > size / 8)
+        floor_b = size / 8;
+    return floor_b;
 }
 
 static void twin_spawn(struct twin *t)
@@ -1304,11 +1328,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     twin_spawn(&t);
     t.w.nodes_total = t.n_nodes;
     t.w.progress_s = o->progress_s < 0 ? 0 : o->progress_s > 0 ? o->progress_s : 10;
-    uint64_t total = sim_mem_total(), floor_b = total / 50;
-    t.w.mem_floor_bytes = o->mem_floor_mib           ? o->mem_floor_mib << 20
-                          : !total                   ? 0
-                          : floor_b < (256ull << 20) ? 256ull << 20
-                                                     : floor_b;
+    t.w.mem_floor_bytes = o->mem_floor_mib ? o->mem_floor_mib << 20 : twin_mem_floor();
     t.w.mem_low = twin_mem_low;
     double w0 = sim_world_wall();
     simgrid_run(); /* to the last node's end, or twin_limit's */
