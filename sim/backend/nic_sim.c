@@ -1287,6 +1287,7 @@ static int sn_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic_
 {
     (void)dev;
     struct sim_world *w = sim_port_world(port);
+    sim_world_mem_tick(w); /* a starting node: no network event yet */
     struct sim_nic *n = calloc(1, sizeof(*n));
     if (!n)
         return -RKV_ENOMEM;

@@ -121,6 +121,7 @@ static void sp_task_main(int argc, char **argv)
 static int sp_task_start(struct rkv_port *p, const char *name, rkv_task_fn fn, void *arg,
                          struct rkv_task **task_p)
 {
+    sim_world_mem_tick(sp_of(p)->w); /* a starting node: no network event yet */
     struct rkv_task *t = calloc(1, sizeof(*t));
     if (!t)
         return -RKV_ENOMEM;

@@ -152,7 +152,8 @@ struct sim_world {
      * and no word. */
     uint64_t mem_floor_bytes;
     double mem_last_s;
-    int mem_near; /* under 8 floors left at the last read: read more often */
+    int mem_near;       /* under 8 floors left at the last read: read more often */
+    uint32_t mem_ticks; /* sim_world_mem_tick's calls */
     void (*mem_low)(struct sim_world *w, const struct sim_hostmem *m);
     uint32_t nodes_total, nodes_finished;
     /* Nodes' log lines folded by shape (port_sim.c, sp_vlog): set by the
@@ -165,6 +166,12 @@ int sim_world_init(struct sim_world *w, uint64_t seed);
 void sim_world_fini(struct sim_world *w);
 /* Mixes one event into the run's hash (order-sensitive). */
 void sim_world_event(struct sim_world *w, const uint64_t *v, int n);
+/* Reads the memory left now and calls mem_low below the floor (set up
+ * before the run's events: a big cluster's setup takes memory too). */
+void sim_world_mem_check(struct sim_world *w);
+/* sim_world_mem_check every 64 calls: from what a starting node does
+ * (spawn, NIC open, task start), where no network event happens yet. */
+void sim_world_mem_tick(struct sim_world *w);
 /* Wall-clock seconds (CLOCK_MONOTONIC): progress lines and the report. */
 double sim_world_wall(void);
 /* The memory this process may still take (hostmem.c): the host's

@@ -181,12 +181,7 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
      * a small cgroup's floor between two reads a second apart. */
     if (watch_mem && now - w->mem_last_s >= (w->mem_near ? 0.05 : 1.0)) {
         w->mem_last_s = now;
-        struct sim_hostmem m;
-        (void)sim_hostmem_read(NULL, &m);
-        uint64_t left = sim_hostmem_left(&m);
-        if (left < w->mem_floor_bytes)
-            w->mem_low(w, &m);
-        w->mem_near = left / 8 < w->mem_floor_bytes;
+        sim_world_mem_check(w);
     }
     if (w->progress_s <= 0)
         return;
@@ -198,6 +193,24 @@ void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
             stderr, "rkv: twin: simulated %.6f s, %llu network events, %u of %u nodes finished\n",
             simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished, w->nodes_total);
     }
+}
+
+void sim_world_mem_check(struct sim_world *w)
+{
+    if (!w->mem_floor_bytes || !w->mem_low)
+        return;
+    struct sim_hostmem m;
+    (void)sim_hostmem_read(NULL, &m);
+    uint64_t left = sim_hostmem_left(&m);
+    if (left < w->mem_floor_bytes)
+        w->mem_low(w, &m);
+    w->mem_near = left / 8 < w->mem_floor_bytes;
+}
+
+void sim_world_mem_tick(struct sim_world *w)
+{
+    if (!(++w->mem_ticks & 63))
+        sim_world_mem_check(w);
 }
 
 double sim_world_wall(void)

@@ -777,6 +777,7 @@ static void twin_spawn(struct twin *t)
         (void)sim_nic_rx_prepare(&t->w, m, twin_host(t, m));
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
+        sim_world_mem_tick(&t->w); /* the memory floor, before any network event */
         sim_world_trace_name(&t->w, nd->machine, nd->tid, nd->name);
         sg_actor_t a = sg_actor_init(nd->name, twin_host(t, nd->machine));
         sg_actor_set_data(a, nd);
@@ -1325,11 +1326,11 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
         unlink(platform);
     if (rc < 0)
         goto free_all;
-    twin_spawn(&t);
     t.w.nodes_total = t.n_nodes;
     t.w.progress_s = o->progress_s < 0 ? 0 : o->progress_s > 0 ? o->progress_s : 10;
     t.w.mem_floor_bytes = o->mem_floor_mib ? o->mem_floor_mib << 20 : twin_mem_floor();
     t.w.mem_low = twin_mem_low;
+    twin_spawn(&t);
     double w0 = sim_world_wall();
     simgrid_run(); /* to the last node's end, or twin_limit's */
     res->wall_s = sim_world_wall() - w0;
