@@ -101,8 +101,9 @@ int rkv_calib_load(const char *path, struct rkv_calib *c, char *err, size_t err_
     /* A directory opens and reads as empty: "needs backend, ..." */
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(err, err_len, "%s: is a directory, not a calibration file (rkv calibrate "
-                               "writes one)",
+        snprintf(err, err_len,
+                 "%s: is a directory, not a calibration file (rkv calibrate "
+                 "writes one)",
                  path);
         return -RKV_ECONFIG;
     }

@@ -766,8 +766,11 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
             ot->cand[row * ot->ccap] = won;
             ot->n_cand[row] = 1;
             if (o->pin_log)
-                fprintf(o->pin_log, "PIN t=%u r=%llu w=%u p=%u n=%u\n", ti, (unsigned long long)row,
-                        won.worker, won.phase, won.round);
+                /* e: the epoch (its first phase). Each epoch's assigns have a
+                 * winner of their own: compared across epochs, a row
+                 * assigned again after a barrier was "two winners". */
+                fprintf(o->pin_log, "PIN t=%u r=%llu e=%u w=%u p=%u n=%u\n", ti,
+                        (unsigned long long)row, o->ep_first, won.worker, won.phase, won.round);
         }
         return 0;
     }

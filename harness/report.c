@@ -19,25 +19,27 @@ extern char **environ; /* the process environment, handed to gnuplot */
 /* One pinned winner of concurrent assigns, as a worker's oracle printed it. */
 struct rep_pin {
     uint64_t row;
-    uint32_t tensor, worker, phase, round; /* tensor UINT32_MAX: empty slot */
-    uint32_t reader;                       /* the output it came from */
+    uint32_t tensor, epoch, worker, phase, round; /* tensor UINT32_MAX: empty slot */
+    uint32_t reader;                              /* the output it came from */
 };
 
 static int rep_pin_parse(const char *line, const struct rkv_scenario *sc, struct rep_pin *p)
 {
-    unsigned t, w, ph, n;
+    unsigned t, e, w, ph, n;
     unsigned long long row;
-    if (sscanf(line, "PIN t=%u r=%llu w=%u p=%u n=%u", &t, &row, &w, &ph, &n) != 5 ||
-        t >= sc->n_tensors || row >= sc->tensors[t].desc.rows || ph >= sc->n_phases)
+    if (sscanf(line, "PIN t=%u r=%llu e=%u w=%u p=%u n=%u", &t, &row, &e, &w, &ph, &n) != 6 ||
+        t >= sc->n_tensors || row >= sc->tensors[t].desc.rows || ph >= sc->n_phases ||
+        e >= sc->n_phases)
         return -1;
-    *p = (struct rep_pin){.row = row, .tensor = t, .worker = w, .phase = ph, .round = n};
+    *p =
+        (struct rep_pin){.row = row, .tensor = t, .epoch = e, .worker = w, .phase = ph, .round = n};
     return 0;
 }
 
 /* Each worker process pins the winner of a contested row at its first
- * read (harness/oracle.h); two processes that pinned different winners saw
- * the store disagree with itself. Counted as an error of the assign's
- * phase. */
+ * read of an epoch (harness/oracle.h); two processes that pinned different
+ * winners in one epoch saw the store disagree with itself. Counted as an
+ * error of the assign's phase. */
 static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_workers)
 {
     const struct rkv_scenario *sc = r->sc;
@@ -61,9 +63,12 @@ static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_wo
             struct rep_pin p;
             if (!strncmp(line, "PIN ", 4) && rep_pin_parse(line, sc, &p) == 0) {
                 p.reader = w;
-                uint64_t i = rkv_mix64(p.row * 0x9e3779b97f4a7c15ull ^ p.tensor) & (cap - 1);
-                while (tab[i].tensor != UINT32_MAX &&
-                       (tab[i].tensor != p.tensor || tab[i].row != p.row))
+                uint64_t i =
+                    rkv_mix64(p.row * 0x9e3779b97f4a7c15ull ^ p.tensor ^ (uint64_t)p.epoch << 32) &
+                    (cap - 1);
+                while (
+                    tab[i].tensor != UINT32_MAX &&
+                    (tab[i].tensor != p.tensor || tab[i].row != p.row || tab[i].epoch != p.epoch))
                     i = (i + 1) & (cap - 1);
                 struct rep_pin *e = &tab[i];
                 if (e->tensor == UINT32_MAX) {

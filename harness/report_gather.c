@@ -136,9 +136,11 @@ static int rg_check_line(const char *line, const struct rkv_scenario *sc, uint32
         return 0;
     }
     if (!strncmp(line, "PIN ", 4)) {
-        if (sscanf(line, "PIN t=%u r=%llu w=%u p=%u n=%u%n", &t, &row, &w, &p, &n, &off) != 5 ||
+        unsigned e;
+        if (sscanf(line, "PIN t=%u r=%llu e=%u w=%u p=%u n=%u%n", &t, &row, &e, &w, &p, &n, &off) !=
+                6 ||
             line[off] || t >= sc->n_tensors || row >= sc->tensors[t].desc.rows ||
-            w >= rkv_scenario_workers(sc) || p >= sc->n_phases)
+            e >= sc->n_phases || w >= rkv_scenario_workers(sc) || p >= sc->n_phases)
             return rkv_errf(why, why_len, -RKV_EPROTO, "a bad PIN line: %.80s", line);
         return 0;
     }

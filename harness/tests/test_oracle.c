@@ -89,7 +89,7 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 0, a, why, sizeof(why)), -1);
     rkv_oracle_destroy(o);
     fclose(pins);
-    assert_string_equal(log, "PIN t=0 r=0 w=1 p=0 n=2\n");
+    assert_string_equal(log, "PIN t=0 r=0 e=0 w=1 p=0 n=2\n");
     free(log);
     rkv_scenario_free(sc);
 }

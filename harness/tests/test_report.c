@@ -190,10 +190,10 @@ static void test_report_compares_pinned_winners(void **state)
         free(buf);
     }
     char agree0[8192], agree1[8192], other[8192];
-    snprintf(agree0, sizeof(agree0), "PIN t=0 r=5 w=2 p=0 n=1\nPIN t=0 r=6 w=0 p=0 n=0\n%s",
+    snprintf(agree0, sizeof(agree0), "PIN t=0 r=5 e=0 w=2 p=0 n=1\nPIN t=0 r=6 e=0 w=0 p=0 n=0\n%s",
              phases[0]);
-    snprintf(agree1, sizeof(agree1), "PIN t=0 r=5 w=2 p=0 n=1\n%s", phases[1]);
-    snprintf(other, sizeof(other), "PIN t=0 r=6 w=1 p=0 n=1\n%s", phases[1]);
+    snprintf(agree1, sizeof(agree1), "PIN t=0 r=5 e=0 w=2 p=0 n=1\n%s", phases[1]);
+    snprintf(other, sizeof(other), "PIN t=0 r=6 e=0 w=1 p=0 n=1\n%s", phases[1]);
     struct rkv_report r;
     char *same[3] = {agree0, agree1, agree1};
     assert_int_equal(rkv_report_collect(&r, sc, same, 3), 0);

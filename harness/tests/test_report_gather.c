@@ -50,7 +50,7 @@ static struct rkv_scenario *load_scenario(void)
 static const char GOOD_W1[] =
     "PHASE w=1 p=0 pushes=3 pulls=2 bytes=320 checks=8 skipped=0 errors=0 wall_s=0.001 "
     "max_us=40.0 hist=200:5\n"
-    "PIN t=0 r=7 w=0 p=0 n=2\n"
+    "PIN t=0 r=7 e=0 w=0 p=0 n=2\n"
     "PHASE w=1 p=1 pushes=2 pulls=3 bytes=320 checks=12 skipped=1 errors=0 wall_s=0.002 "
     "max_us=50.0 hist=-\n";
 
@@ -96,7 +96,7 @@ static void test_block_too_small(void **state)
     struct rkv_scenario *sc = load_scenario();
     struct rkv_report_block b;
     char why[200];
-    size_t phases = strlen(GOOD_W1) - strlen("PIN t=0 r=7 w=0 p=0 n=2\n");
+    size_t phases = strlen(GOOD_W1) - strlen("PIN t=0 r=7 e=0 w=0 p=0 n=2\n");
     assert_int_equal(
         roundtrip(sc, RKV_REPORT_HDR_BYTES + phases, 1, 0, GOOD_W1, &b, why, sizeof(why)), 0);
     assert_int_equal(b.pins_dropped, 1);
@@ -140,10 +140,12 @@ static void test_block_rules(void **state)
          "a bad PHASE line", 0},
         {"FIRSTERR w=1 p=9 x\n", "a bad FIRSTERR line", 0},
         {"FIRSTERR w=1 p=0 x\nFIRSTERR w=1 p=0 y\n", "a bad FIRSTERR line", 0},
-        {"PIN t=0 r=100 w=0 p=0 n=1\n", "a bad PIN line", 0},
-        {"PIN t=1 r=1 w=0 p=0 n=1\n", "a bad PIN line", 0},
-        {"PIN t=0 r=1 w=2 p=0 n=1\n", "a bad PIN line", 0},
-        {"PIN t=0 r=1 w=0 p=0 n=1 extra\n", "a bad PIN line", 0},
+        {"PIN t=0 r=100 e=0 w=0 p=0 n=1\n", "a bad PIN line", 0},
+        {"PIN t=1 r=1 e=0 w=0 p=0 n=1\n", "a bad PIN line", 0},
+        {"PIN t=0 r=1 e=0 w=2 p=0 n=1\n", "a bad PIN line", 0},
+        {"PIN t=0 r=1 e=0 w=0 p=0 n=1 extra\n", "a bad PIN line", 0},
+        {"PIN t=0 r=1 e=9 w=0 p=0 n=1\n", "a bad PIN line", 0},
+        {"PIN t=0 r=1 w=0 p=0 n=1\n", "a bad PIN line", 0}, /* without its epoch */
         {"verdict: PASS\n", "an unknown line", 0},
         {"FIRSTERR w=1 p=0 \x1b[2Jhidden\n", "control character 0x1b", 0},
         {"", "a bad header", 7},

@@ -155,6 +155,36 @@ static void test_oracle_checks_every_row_after_a_barrier(void **state)
     unlink(yaml);
 }
 
+/* Two workers assign one row in two epochs (a barrier between): each
+ * epoch has its own winner. On tcp each worker process pins the winner it
+ * reads, and the launcher compared the pins across epochs: "worker
+ * process 1 read the assign of worker 0 (phase "a" round 19), worker
+ * process 1 that of worker 0 (phase "b" round 19): two winners", FAIL on
+ * every seed for a correct run (an outside tester's file). */
+static void test_assign_again_after_a_barrier(void **state)
+{
+    (void)state;
+    char yaml[64], args[256];
+    tmp_scenario(yaml, sizeof(yaml), "assign-epochs",
+                 "seed: 1\n"
+                 "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 2}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 1}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: t, push: 0.5, push_op: assign, ids_per_request: 1, "
+                 "rounds: 20}\n"
+                 "  - {name: b, tensor: t, push: 0.5, push_op: assign, ids_per_request: 1, "
+                 "rounds: 20}\n");
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("", args);
+        if (rc != 0 || !strstr(out, "verdict: PASS"))
+            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
+    }
+    unlink(yaml);
+}
+
 /* A crash after a phase lands between that phase and the next: client 0
  * waits at the phase's end until the launcher fired it. The phase after is
  * one row: without that wait client 0 could finish the run before the
@@ -344,6 +374,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_scenarios_fail_precisely),
         cmocka_unit_test(test_every_regression_scenario_passes),
+        cmocka_unit_test(test_assign_again_after_a_barrier),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
         cmocka_unit_test(test_pipes_and_fifos_are_refused),
