@@ -757,6 +757,36 @@ static void test_nic_and_cpu_faults(void **state)
  * exact (no acknowledged push lost, none applied twice), under three seeds
  * of jitter; one seed twice gives one trace (snapshot I/O takes no
  * simulated time). */
+/* A durable server crashed and restarted twice: each crash counts. The
+ * twin kept one crash per node, and its second made "not every fault
+ * fired", FAIL, where tcp passed (an outside tester's file). */
+static void test_restart_twice(void **state)
+{
+    (void)state;
+    char yaml[64], args[256];
+    tmp_scenario(yaml, sizeof(yaml), "restart-twice",
+                 "seed: 4\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2, "
+                 "durable: true, retry_ms: 30000}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, "
+                 "rounds: 3000}\n"
+                 "  - {name: b, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, "
+                 "rounds: 3000}\n"
+                 "faults:\n"
+                 "  - {kind: crash, target: s1.0, at_s: 0.06, restart_after_s: 0.01}\n"
+                 "  - {kind: crash, target: s1.0, at_s: 0.09, restart_after_s: 0.01}\n");
+    snprintf(args, sizeof(args), "run %s", yaml);
+    int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
+    unlink(yaml);
+    if (rc != 0 || !strstr(out, "verdict: PASS (the faults fired"))
+        fail_msg("exit %d\n%s", rc, out);
+    assert_non_null(strstr(out, "faults: s1.0 crashed at 0.060000 s, restarted at 0.070000 s; "
+                                "s1.0 crashed at 0.090000 s, restarted at 0.100000 s"));
+}
+
 static void test_restart_durable(void **state)
 {
     (void)state;
@@ -908,6 +938,7 @@ int main(void)
         cmocka_unit_test(test_payload_receives_from_the_pool),
         cmocka_unit_test(test_nic_and_cpu_faults),
         cmocka_unit_test(test_restart_durable),
+        cmocka_unit_test(test_restart_twice),
         cmocka_unit_test(test_durable_dir_removed_when_killed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

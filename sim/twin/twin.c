@@ -56,10 +56,15 @@ struct twin_node {
     struct rkv_nic *fault_nic; /* drop / delay / link_down aimed at it, else NULL */
     struct rkv_nic_fault_stats fst; /* its counts, summed over its lives (twin_take_fault_stats) */
     uint64_t slowed_rows;           /* slow_cpu: rows handled while slowed */
-    /* A crash with restart_after_s: when it died, when it came back. */
-    double crash_s, restart_s;
-    int restarted;
-    const struct rkv_sc_fault *fault; /* the crash fault that killed it */
+    const struct rkv_sc_fault *fault; /* the crash fault that killed it last */
+};
+
+/* One crash fault that fired: a node may crash, come back and crash again
+ * (durable servers with restart_after_s), and each counts. */
+struct twin_crash {
+    uint32_t node;
+    double crash_s, restart_s; /* restart_s < 0: not (yet) restarted */
+    const struct rkv_sc_fault *f;
 };
 
 struct twin {
@@ -99,6 +104,11 @@ struct twin {
      * the write end of its pipe, or 0 and -1. */
     pid_t reaper;
     int reaper_fd;
+    /* The crashes that fired, in order: at most one per crash fault. A
+     * node's own record kept only its last, and a server crashed and
+     * restarted twice read "not every fault fired". */
+    struct twin_crash *crashes;
+    uint32_t n_crashes;
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -534,7 +544,8 @@ static int twin_nodes(struct twin *t)
     t->n_workers = rkv_scenario_workers(sc);
     t->n_nodes = t->n_servers + t->n_workers;
     t->nodes = calloc(t->n_nodes, sizeof(*t->nodes));
-    if (!t->nodes)
+    t->crashes = calloc(sc->n_faults ? sc->n_faults : 1, sizeof(*t->crashes));
+    if (!t->nodes || !t->crashes)
         return -RKV_ENOMEM;
     uint32_t k = 0;
     for (uint32_t m = 0; m < sc->machines; m++) {
@@ -604,9 +615,17 @@ static void twin_restarter(int argc, char **argv)
     nd->rc = 0;
     nd->err[0] = 0;
     nd->fault_nic = NULL;
-    nd->restarted = 1;
-    nd->restart_s = simgrid_get_clock();
-    fprintf(stderr, "rkv: fault: %s restarted at %.6f s (simulated)\n", nd->name, nd->restart_s);
+    struct twin *t = nd->t;
+    uint32_t me = (uint32_t)(nd - t->nodes);
+    for (uint32_t i = t->n_crashes; i-- > 0;) {
+        if (t->crashes[i].node == me) {
+            assert(t->crashes[i].restart_s < 0);
+            t->crashes[i].restart_s = simgrid_get_clock();
+            break;
+        }
+    }
+    fprintf(stderr, "rkv: fault: %s restarted at %.6f s (simulated)\n", nd->name,
+            simgrid_get_clock());
     twin_server(0, NULL);
 }
 
@@ -667,7 +686,10 @@ static void twin_faults(int argc, char **argv)
             continue; /* already gone: nothing left to crash */
         nd->crashed = 1;
         nd->fault = f; /* the crash it is down for, restart or not (twin_gather) */
-        nd->end_s = nd->crash_s = simgrid_get_clock();
+        nd->end_s = simgrid_get_clock();
+        assert(t->n_crashes < sc->n_faults);
+        t->crashes[t->n_crashes++] = (struct twin_crash){
+            .node = (uint32_t)(nd - t->nodes), .crash_s = nd->end_s, .restart_s = -1, .f = f};
         twin_take_fault_stats(nd);
         sim_port_crash(nd->port);
         nd->port = NULL;
@@ -1099,36 +1121,8 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
         if (!nd->is_server && nd->finished)
             res->outs[nd->local] = nd->out; /* ownership moves to res */
         res->sim_s = nd->end_s > res->sim_s ? nd->end_s : res->sim_s;
-        if (nd->restarted) {
-            res->crashed++;
-            res->restarted++;
-            fl += (size_t)snprintf(
-                res->faults + fl, fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
-                "%s%s crashed at %.6f s%s, restarted at %.6f s", fl ? "; " : "", nd->name,
-                nd->crash_s, nd->fault->machine_lost ? " with its machine's memory" : "",
-                nd->restart_s);
-        }
-        if (nd->crashed == 1) {
-            res->crashed++;
-            char who[48] = "";
-            if (!nd->is_server && nd->client_id != RKV_ID_NONE)
-                snprintf(who, sizeof(who), " (client %u)", nd->client_id);
-            fl += (size_t)snprintf(
-                res->faults + fl, fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
-                "%s%s%s crashed at %.6f s", fl ? "; " : "", nd->name, who, nd->end_s);
-            /* Its restart was due after the run ended: the crash fired but
-             * the restart did not, and the run, judged as one with a node
-             * gone for good, passed without the check the restart was for
-             * (tcp's launcher counts such a fault unfired too). */
-            if (nd->fault && nd->fault->restart_after_s > 0) {
-                res->restarts_missed++;
-                fl += (size_t)snprintf(res->faults + fl,
-                                       fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0,
-                                       ", not restarted (restart_after_s %g: the run ended first)",
-                                       nd->fault->restart_after_s);
-            }
-            continue;
-        }
+        if (nd->crashed == 1)
+            continue; /* down at the end: its crashes are counted below */
         /* With faults, a survivor may end with a named store error; it must end. */
         int bad = t->sc->n_faults ? !nd->finished && !nd->crashed : nd->rc < 0 || !nd->finished;
         if (t->sc->n_faults && nd->finished && nd->rc < 0 && !nd->is_server &&
@@ -1144,6 +1138,36 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
                      !nd->finished ? TWIN_UNFINISHED
                      : nd->err[0]  ? nd->err
                                    : rkv_strerror(nd->rc));
+        }
+    }
+    for (uint32_t i = 0; i < t->n_crashes; i++) {
+        const struct twin_crash *c = &t->crashes[i];
+        const struct twin_node *nd = &t->nodes[c->node];
+        size_t room = fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0;
+        res->crashed++;
+        if (c->restart_s >= 0) {
+            res->restarted++;
+            fl += (size_t)snprintf(
+                res->faults + fl, room, "%s%s crashed at %.6f s%s, restarted at %.6f s",
+                fl ? "; " : "", nd->name, c->crash_s,
+                c->f->machine_lost ? " with its machine's memory" : "", c->restart_s);
+            continue;
+        }
+        char who[48] = "";
+        if (!nd->is_server && nd->client_id != RKV_ID_NONE)
+            snprintf(who, sizeof(who), " (client %u)", nd->client_id);
+        fl += (size_t)snprintf(res->faults + fl, room, "%s%s%s crashed at %.6f s", fl ? "; " : "",
+                               nd->name, who, c->crash_s);
+        /* Its restart was due after the run ended: the crash fired but the
+         * restart did not, and the run, judged as one with a node gone for
+         * good, passed without the check the restart was for (tcp's
+         * launcher counts such a fault unfired too). */
+        if (c->f->restart_after_s > 0) {
+            res->restarts_missed++;
+            room = fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0;
+            fl += (size_t)snprintf(res->faults + fl, room,
+                                   ", not restarted (restart_after_s %g: the run ended first)",
+                                   c->f->restart_after_s);
         }
     }
     /* The clock reached the limit: the run's simulated time is that, not
@@ -1357,6 +1381,7 @@ free_all:
     twin_remove_durable(&t);
     rkv_oracle_destroy(t.oracle);
     free(t.nodes);
+    free(t.crashes);
     rkv_cluster_destroy(t.cluster);
     free(t.machines);
     for (int i = 0; i < t.sg_argc; i++)
