@@ -1504,10 +1504,8 @@ static int run_fault_stats(struct demo *d, const struct rkv_scenario *sc, uint64
                    "FAULTSTAT node=%*s messages=%llu dropped=%llu delayed=%llu held=%llu "
                    "broken=%llu",
                    &msgs, &drop, &dly, &held, &brk);
-        if (f) {
-            fclose(f);
-            unlink(path);
-        }
+        if (f)
+            fclose(f); /* unlinked below: two faults on one node read its one file */
         if (!strcmp(sf->kind, "drop") ? !drop : !strcmp(sf->kind, "delay") ? !dly : !held)
             fired = 0;
         *broken_p += brk;
@@ -1516,6 +1514,11 @@ static int run_fault_stats(struct demo *d, const struct rkv_scenario *sc, uint64
                  "%s%s %s: %llu messages in its window, %llu transmissions lost, %llu delayed, "
                  "%llu held by the link, %llu connections broken",
                  l ? "; " : "", sf->kind, sf->target, msgs, drop, dly, held, brk);
+    }
+    for (uint32_t i = 0; i < sc->n_faults; i++) {
+        char path[128];
+        snprintf(path, sizeof(path), "%s/%s", d->fault_dir, sc->faults[i].target);
+        unlink(path);
     }
     rmdir(d->fault_dir);
     return fired;

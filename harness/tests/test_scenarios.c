@@ -185,6 +185,36 @@ static void test_assign_again_after_a_barrier(void **state)
     unlink(yaml);
 }
 
+/* Two NIC faults on one node (drop and delay from 0 s): on tcp the first
+ * read the node's fault counts and removed their file, and the second
+ * found none: "delay s1.0: 0 messages in its window", "not every fault
+ * fired", FAIL where the twin passed (an outside tester's file). */
+static void test_two_nic_faults_on_one_node(void **state)
+{
+    (void)state;
+    char yaml[64], args[256];
+    tmp_scenario(yaml, sizeof(yaml), "two-nic-faults",
+                 "seed: 1\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n"
+                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, "
+                 "rounds: 10}\n"
+                 "faults:\n"
+                 "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 0}\n"
+                 "  - {kind: delay, target: s1.0, fraction: 0.3, delay_ms: 1, at_s: 0}\n");
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("", args);
+        if (rc != 0 || !strstr(out, "verdict: PASS (the faults fired"))
+            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
+        assert_null(strstr(out, "delay s1.0: 0 messages"));
+    }
+    unlink(yaml);
+}
+
 /* A crash after a phase lands between that phase and the next: client 0
  * waits at the phase's end until the launcher fired it. The phase after is
  * one row: without that wait client 0 could finish the run before the
@@ -375,6 +405,7 @@ int main(void)
         cmocka_unit_test(test_bad_scenarios_fail_precisely),
         cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_assign_again_after_a_barrier),
+        cmocka_unit_test(test_two_nic_faults_on_one_node),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
         cmocka_unit_test(test_pipes_and_fifos_are_refused),
