@@ -246,6 +246,51 @@ static void test_platform_without_the_hosts_is_an_error(void **state)
     }
 }
 
+/* What SimGrid meets only mid-run, and aborted on (exit 134, a backtrace),
+ * is found before the run: a link of no bandwidth or a negative latency,
+ * two machines with no route between them (SimGrid crashed looking it up;
+ * with messages of 1 KiB or less, which the twin charges itself, the run
+ * passed as if they cost nothing), and a model setting that fails only
+ * with a transfer. Each is exit 2 naming it (an outside tester's files). */
+static void test_platform_checked_before_the_run(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *zone, *want;
+    } cases[] = {
+        {"<link id=\"l\" bandwidth=\"0Bps\" latency=\"1us\"/>\n"
+         "<route src=\"m0\" dst=\"m1\"><link_ctn id=\"l\"/></route>\n",
+         "link l has bandwidth 0 B/s"},
+        {"<link id=\"l\" bandwidth=\"10GBps\" latency=\"-1us\"/>\n"
+         "<route src=\"m0\" dst=\"m1\"><link_ctn id=\"l\"/></route>\n",
+         "latency -1e-06 s"},
+        {"<link id=\"l\" bandwidth=\"10GBps\" latency=\"1us\"/>\n", "no route from m0 to m1"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char xml[1024];
+        snprintf(xml, sizeof(xml),
+                 "<?xml version='1.0'?>\n"
+                 "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+                 "<platform version=\"4.1\"><zone id=\"z\" routing=\"Full\">\n"
+                 "<host id=\"m0\" speed=\"1Gf\" core=\"4\"/><host id=\"m1\" speed=\"1Gf\" "
+                 "core=\"4\"/>\n%s</zone></platform>\n",
+                 cases[i].zone);
+        write_file("twin-probe.xml", xml);
+        quickstart_with("twin-probe.yaml", "sim: {platform_file: twin-probe.xml}\n");
+        int rc = run("run twin-probe.yaml");
+        if (rc != 2 || !strstr(out, "platform_file twin-probe.xml: ") ||
+            !strstr(out, cases[i].want))
+            fail_msg("case %d: exit %d\n%s", i, rc, out);
+    }
+    unlink("twin-probe.xml");
+    unlink("twin-probe.yaml");
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/bandwidth-factor:0"), 2);
+    assert_non_null(strstr(out, "Bandwidth factor cannot be 0"));
+    run_pass("run " SCEN_DIR "/quickstart.yaml --cfg network/latency-factor:2");
+    /* SimGrid's keys with capitals were "expected KEY:VALUE". */
+    run_pass("run " SCEN_DIR "/quickstart.yaml --cfg network/TCP-gamma:4194304");
+}
+
 static void test_chrome_trace(void **state)
 {
     (void)state;
@@ -923,6 +968,7 @@ int main(void)
         cmocka_unit_test(test_scenarios_pass_under_jitter),
         cmocka_unit_test(test_every_platform),
         cmocka_unit_test(test_platform_without_the_hosts_is_an_error),
+        cmocka_unit_test(test_platform_checked_before_the_run),
         cmocka_unit_test(test_chrome_trace),
         cmocka_unit_test(test_payloadless_scale_run),
         cmocka_unit_test(test_large_cluster_loads),

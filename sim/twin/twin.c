@@ -17,7 +17,10 @@
 #include <simgrid/actor.h>
 #include <simgrid/engine.h>
 #include <simgrid/host.h>
+#include <simgrid/link.h>
+#include <simgrid/mailbox.h>
 #include <xbt/config.h>
+#include <xbt/dynar.h>
 #include <xbt/log.h>
 
 #include "harness/child_exit.h"
@@ -818,9 +821,124 @@ static int twin_cfg_ok(const char *kv)
     if (!colon || colon == kv || !colon[1])
         return 0;
     for (const char *p = kv; p < colon; p++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789/-_", *p))
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-_", *p))
             return 0;
     return 1;
+}
+
+/* What --cfg contexts/stack-size may set, in KiB: the deepest actor uses 5
+ * pages, SimGrid's switch frames come on top, and with no guard page an
+ * overflow writes into the neighbouring stack (a tester's 16 KiB ended in
+ * SIGSEGV, 0 and -5 were taken). The top keeps 4 stacks per node within
+ * the address space of a 65,536-node run. */
+#define TWIN_STACK_MIN_KIB 64
+#define TWIN_STACK_MAX_KIB 65536
+
+/* The probe's two actors: a 1 MiB and a 64-byte message from m0 to m1
+ * through SimGrid's own transfers (the twin's small messages bypass them),
+ * so that a model or factor that fails only when a transfer is made
+ * (network/bandwidth-factor:0) fails in the child. */
+static void twin_probe_send(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    sg_mailbox_t mb = sg_mailbox_by_name("rkv-probe");
+    static char big, small;
+    sg_mailbox_put(mb, &big, 1 << 20);
+    sg_mailbox_put(mb, &small, 64);
+}
+
+static void twin_probe_recv(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    sg_mailbox_t mb = sg_mailbox_by_name("rkv-probe");
+    (void)sg_mailbox_get(mb);
+    (void)sg_mailbox_get(mb);
+}
+
+/* What the child says if SimGrid crashes looking a route up: a signal
+ * handler can reach nothing else (the child exits from it). */
+static char twin_probe_said[256];
+
+static void twin_probe_crashed(int sig)
+{
+    (void)sig;
+    ssize_t w = write(2, twin_probe_said, strlen(twin_probe_said));
+    (void)w;
+    _exit(3);
+}
+
+static sg_host_t twin_probe_host(uint32_t m)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "m%u", m);
+    sg_host_t h = sg_host_by_name(name);
+    return h ? h : sg_host_by_name(SIM_LOOPBACK_HOST);
+}
+
+/* In the child: what SimGrid would meet only mid-run and abort on (a link
+ * of no bandwidth or a negative latency, two machines with no route
+ * between them) said as "rkv-check: ..." and exit 3; then a transfer.
+ * Routes: every pair up to 64 machines, else each machine to and from m0
+ * and to the next. Machines of a platform file with no host m<i> share
+ * the loopback host (twin_host). */
+static void twin_probe(uint32_t machines)
+{
+    sg_link_t *links = sg_link_list();
+    for (size_t i = 0; links && i < sg_link_count(); i++) {
+        double bw = sg_link_get_bandwidth(links[i]), lat = sg_link_get_latency(links[i]);
+        if (!(bw > 0) || !(lat >= 0) || !isfinite(lat)) {
+            fprintf(stderr,
+                    "rkv-check: link %s has bandwidth %g B/s and latency %g s: a link "
+                    "needs a bandwidth above 0 and a latency of 0 or more\n",
+                    sg_link_get_name(links[i]), bw, lat);
+            rkv_child_exit(3);
+        }
+    }
+    free(links);
+    for (uint32_t a = 0; a < machines; a++) {
+        for (uint32_t k = 0; k < (machines <= 64 ? machines : 3); k++) {
+            uint32_t b = machines <= 64 ? k : k == 0 ? 0 : k == 1 ? (a + 1) % machines : a;
+            const_sg_host_t from = twin_probe_host(k == 2 ? 0 : a), to = twin_probe_host(b);
+            if (!from || !to || from == to)
+                continue;
+            /* A Full zone without a route between two hosts: SimGrid
+             * 3.32 dereferences the missing entry (SIGSEGV), which the
+             * handler turns into this line; a missing route between
+             * zones throws (the child aborts, its message kept). */
+            snprintf(twin_probe_said, sizeof(twin_probe_said),
+                     "rkv-check: no route from %s to %s: every machine the scenario uses must "
+                     "reach every other\n",
+                     sg_host_get_name(from), sg_host_get_name(to));
+            signal(SIGSEGV, twin_probe_crashed);
+            xbt_dynar_t route = xbt_dynar_new(sizeof(sg_link_t), NULL);
+            sg_host_get_route(from, to, route);
+            signal(SIGSEGV, SIG_DFL);
+            unsigned long hops = xbt_dynar_length(route);
+            xbt_dynar_free(&route);
+            if (!hops) {
+                fputs(twin_probe_said, stderr);
+                rkv_child_exit(3);
+            }
+            double bw = sg_host_get_route_bandwidth(from, to);
+            if (!(bw > 0)) {
+                fprintf(stderr,
+                        "rkv-check: the route from %s to %s has bandwidth %g B/s: every "
+                        "machine the scenario uses must reach every other\n",
+                        sg_host_get_name(from), sg_host_get_name(to), bw);
+                rkv_child_exit(3);
+            }
+        }
+    }
+    sg_host_t h0 = twin_probe_host(0), h1 = twin_probe_host(machines > 1 ? 1 : 0);
+    /* Settings the parent refuses with their own words (twin_engine):
+     * actors made under them would crash here first. */
+    int kib = sg_cfg_get_int("contexts/stack-size");
+    if (!h0 || !h1 || kib < TWIN_STACK_MIN_KIB || kib > TWIN_STACK_MAX_KIB ||
+        sg_cfg_get_int("contexts/nthreads") != 1)
+        return;
+    sg_actor_create("rkv-probe-send", h0, twin_probe_send, 0, NULL);
+    sg_actor_create("rkv-probe-recv", h1, twin_probe_recv, 0, NULL);
+    simgrid_run();
 }
 
 /* SimGrid ends the process on an unknown key or a bad value (an uncaught
@@ -829,8 +947,8 @@ static int twin_cfg_ok(const char *kv)
  * Try the arguments and the platform in a child first and turn its
  * complaint into an error. */
 /* what: the prefix of the error, "--cfg: " or (file) the platform file's place. */
-static int twin_cfg_try(int argc, char **argv, const char *platform, const char *what, int file,
-                        char *err, size_t err_len)
+static int twin_cfg_try(int argc, char **argv, const char *platform, uint32_t machines,
+                        const char *what, int file, char *err, size_t err_len)
 {
     int fd[2];
     if (pipe(fd) < 0)
@@ -849,6 +967,7 @@ static int twin_cfg_try(int argc, char **argv, const char *platform, const char 
         close(fd[1]);
         simgrid_init(&argc, argv);
         simgrid_load_platform(platform);
+        twin_probe(machines);
         rkv_child_exit(0);
     }
     close(fd[1]);
@@ -866,7 +985,11 @@ static int twin_cfg_try(int argc, char **argv, const char *platform, const char 
         ;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return 0;
-    const char *why = strstr(msg, "Uncaught exception ");
+    const char *why = strstr(msg, "rkv-check: ");
+    if (why)
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "%s%.*s", what, (int)strcspn(why + 11, "\n"),
+                        why + 11);
+    why = strstr(msg, "Uncaught exception ");
     if (why) {
         why += 19;
     } else if ((why = strstr(msg, "/CRITICAL] ")) != NULL) {
@@ -900,13 +1023,6 @@ static int twin_cfg_try(int argc, char **argv, const char *platform, const char 
  * No guard page: one would split every stack into two mappings that the
  * kernel cannot merge, past vm.max_map_count (65,530) from ~12,000 nodes. */
 #define TWIN_STACK_KIB_STR "255"
-/* What --cfg contexts/stack-size may set, in KiB: the deepest actor uses 5
- * pages, SimGrid's switch frames come on top, and with no guard page an
- * overflow writes into the neighbouring stack (a tester's 16 KiB ended in
- * SIGSEGV, 0 and -5 were taken). The top keeps 4 stacks per node within
- * the address space of a 65,536-node run. */
-#define TWIN_STACK_MIN_KIB 64
-#define TWIN_STACK_MAX_KIB 65536
 
 /* Every stack its own anonymous mapping, touched only as deep as it is
  * used (adjacent ones merge into one kernel mapping: 216 mappings with
@@ -1001,7 +1117,7 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
         snprintf(what + n, sizeof(what) - (size_t)n, "platform_file %s: ", sc->sim_platform_file);
     }
     if (rc == 0 && (o->n_cfg || sc->sim_platform_file[0]))
-        rc = twin_cfg_try(argc, argv, platform, what, file_only, err, err_len);
+        rc = twin_cfg_try(argc, argv, platform, sc->machines, what, file_only, err, err_len);
     if (rc < 0)
         return rc;
     /* simgrid_init consumes the options it knows, moving pointers out of
