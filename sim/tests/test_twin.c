@@ -537,6 +537,25 @@ static void test_log_lines_folded(void **state)
  * the limit lowered, and at the default 3,600 s with a server that no
  * shutdown reaches (its workers timed out over 1 kbit/s links). The nodes
  * stopped are abandoned as a crash's are: leaks are not counted. */
+/* Workers that never join (a round trip longer than the connect time):
+ * no SHUTDOWN could come, and the servers waited for one until
+ * --max-sim-s (3,600 simulated seconds, 35 s of wall time at 1e6), with a
+ * verdict that named no limit. The twin stops them a second after the
+ * last worker ended on its error (an outside tester's file). */
+static void test_workers_that_never_join_end_the_run(void **state)
+{
+    (void)state;
+    quickstart_with("twin-far.yaml", "sim: {latency_us: 2e7}\n");
+    int rc = run("run twin-far.yaml --max-sim-s 1000000");
+    unlink("twin-far.yaml");
+    if (rc != 3 || !strstr(out, "verdict: FAIL") || !strstr(out, "cannot connect to server 0"))
+        fail_msg("exit %d\n%s", rc, out);
+    double sim_s = out_sim_s();
+    if (!(sim_s < 100))
+        fail_msg("simulated %g s\n%s", sim_s, out);
+    assert_null(strstr(out, "reached its limit"));
+}
+
 static void test_simulated_time_limit(void **state)
 {
     (void)state;
@@ -976,6 +995,7 @@ int main(void)
         cmocka_unit_test(test_settings_reach_the_twin),
         cmocka_unit_test(test_payloadless_reports_declared_bytes),
         cmocka_unit_test(test_simulated_time_limit),
+        cmocka_unit_test(test_workers_that_never_join_end_the_run),
         cmocka_unit_test(test_memory_floor),
         cmocka_unit_test(test_memory_floor_in_a_cgroup),
         cmocka_unit_test(test_log_lines_folded),

@@ -99,6 +99,7 @@ struct twin {
     double max_sim_s;    /* the run's end in simulated time (twin_limit) */
     int limit_hit;       /* nodes were still running at max_sim_s */
     int servers_stopped; /* twin_faults ended the run: a restart due later is not made */
+    int stopper_made;    /* twin_worker_ended made the stopper */
     /* Where a worker's phase stats are made whole for the report: one for
      * all workers, who hand over one at a time (actors of one thread, and
      * twin_on_stats makes no simcall). */
@@ -203,6 +204,8 @@ static void twin_close(struct twin_node *nd, struct rkv_port *port, struct rkv_n
     sim_nic_drain(sim_port_nic(port)); /* its last DISCONNECTs must reach the peers */
     port->ops->destroy(port);
 }
+
+static void twin_worker_ended(struct twin_node *nd);
 
 static void twin_server(int argc, char **argv)
 {
@@ -365,8 +368,14 @@ static void twin_worker(int argc, char **argv)
     struct twin_node *nd = sg_actor_self_get_data();
     struct rkv_port *port;
     struct rkv_nic *nic;
-    if ((nd->rc = twin_open(nd, &port, &nic)) < 0)
+    if ((nd->rc = twin_open(nd, &port, &nic)) < 0) {
+        nd->finished = 1; /* ended on its error, as below */
+        nd->end_s = simgrid_get_clock();
+        nd->t->w.nodes_finished++;
+        sim_cv_broadcast(&nd->t->phase_cv);
+        twin_worker_ended(nd);
         return;
+    }
     struct rkv_config cfg = nd->t->cfg;
     cfg.machine_id = nd->machine;
     struct rkv_client *cli;
@@ -386,6 +395,7 @@ static void twin_worker(int argc, char **argv)
     nd->end_s = simgrid_get_clock();
     nd->t->w.nodes_finished++;
     sim_cv_broadcast(&nd->t->phase_cv); /* twin_workers_done may have changed */
+    twin_worker_ended(nd);
 }
 
 /* ---- payload-less sizing ---- */
@@ -652,6 +662,21 @@ static void twin_fault_wait(struct twin *t)
     t->fault_wakes++;
 }
 
+/* Stops the servers still running, as a crash stops them (crashed 2). */
+static void twin_stop_servers(struct twin *t)
+{
+    t->servers_stopped = 1;
+    for (uint32_t i = 0; i < t->n_nodes; i++) {
+        struct twin_node *nd = &t->nodes[i];
+        if (nd->is_server && !nd->finished && !nd->crashed && nd->port) {
+            nd->crashed = 2;
+            twin_take_fault_stats(nd);
+            sim_port_crash(nd->port);
+            nd->port = NULL;
+        }
+    }
+}
+
 /* Injects the scenario's crash faults at their simulated times, then, since
  * a crashed worker 0 cannot shut the servers down, stops the servers still
  * running a second after the last worker ended. */
@@ -705,16 +730,37 @@ static void twin_faults(int argc, char **argv)
     fprintf(stderr, "rkv: faults: the fault actor woke %llu times for phase and worker ends\n",
             (unsigned long long)t->fault_wakes);
     sg_actor_sleep_for(1.0);
-    t->servers_stopped = 1;
-    for (uint32_t i = 0; i < t->n_nodes; i++) {
-        struct twin_node *nd = &t->nodes[i];
-        if (nd->is_server && !nd->finished && !nd->crashed && nd->port) {
-            nd->crashed = 2;
-            twin_take_fault_stats(nd);
-            sim_port_crash(nd->port);
-            nd->port = NULL;
-        }
-    }
+    twin_stop_servers(t);
+}
+
+/* A run without faults whose workers all ended, one of them on an error:
+ * no SHUTDOWN may come (worker 0 never joined, or its shutdown failed),
+ * and the servers waited for one until --max-sim-s, an hour of simulated
+ * time (a cluster whose workers could not connect: 35 s of wall time at
+ * --max-sim-s 1000000), the verdict naming no limit. Made only then, so a
+ * passing run's actors and events are as they were. */
+static void twin_stopper(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    struct twin *t = sg_actor_self_get_data();
+    sg_actor_sleep_for(1.0);
+    twin_stop_servers(t);
+}
+
+static void twin_worker_ended(struct twin_node *nd)
+{
+    struct twin *t = nd->t;
+    if (t->sc->n_faults || t->stopper_made || !twin_workers_done(t))
+        return;
+    int failed = 0;
+    for (uint32_t i = 0; i < t->n_nodes && !failed; i++)
+        failed = !t->nodes[i].is_server && t->nodes[i].rc < 0;
+    if (!failed)
+        return;
+    t->stopper_made = 1;
+    sg_actor_t a = sg_actor_init("stopper", twin_host(t, 0));
+    sg_actor_set_data(a, t);
+    sg_actor_start(a, twin_stopper, 0, NULL);
 }
 
 /* The run's end in simulated time. Nodes still running then (a live lock
