@@ -665,6 +665,17 @@ static int sc_phase(struct sc_ctx *c, struct fy_node *at, struct fy_node *item)
     if (p->push_op == RKV_OP_SGD && t->desc.dtype != RKV_F32 && t->desc.dtype != RKV_F64)
         return sc_fail(c, at, "workload[] \"%s\": sgd needs a f32 or f64 tensor, \"%s\" is %s",
                        p->name, t->desc.name, rkv_dtype_name(t->desc.dtype));
+    /* A step below the dtype's resolution at the rows' scale (|values| up
+     * to 1 before the phase, terms lr x -8..8) changes nothing the oracle
+     * can tell from rounding: lr 1e-300 on f32 rounds to 0 and the phase
+     * checked nothing, as lr 0 would. 16 ulps of 1.0: the oracle allows 4
+     * per add (or_round_err). */
+    double step_min = 16 * (t->desc.dtype == RKV_F32 ? 0x1.0p-23 : 0x1.0p-52);
+    if (p->push_op == RKV_OP_SGD && p->lr < step_min)
+        return sc_fail(c, at,
+                       "workload[] \"%s\": lr %g is below what %s shows (at least %g: a smaller "
+                       "step is lost in rounding, so no push could be checked)",
+                       p->name, p->lr, rkv_dtype_name(t->desc.dtype), step_min);
     if (p->pull_handler == RKV_PULL_WITH_STATE && !t->desc.with_state)
         return sc_fail(c, at,
                        "workload[] \"%s\": pull_handler with_state needs a tensor with "
@@ -711,8 +722,16 @@ static int sc_fault_field(struct sc_ctx *c, void *obj, int f, struct fy_node *k,
         return sc_double(c, "retransmit_ms", k, v, 0.001, 1e6, &fl->retransmit_ms);
     case 8:
         return sc_double(c, "factor", k, v, 1, 1e6, &fl->factor);
-    case 9:
-        return sc_double(c, "restart_after_s", k, v, 0, 1e6, &fl->restart_after_s);
+    case 9: {
+        /* 0 was taken as "no restart" without a word; leaving the key out
+         * says that. */
+        int rc = sc_double(c, "restart_after_s", k, v, 0, 1e6, &fl->restart_after_s);
+        if (rc == 0 && fl->restart_after_s == 0)
+            return sc_fail(c, v,
+                           "restart_after_s: expected a time above 0 (leave it out for a crash "
+                           "the node does not come back from)");
+        return rc;
+    }
     default:
         return sc_bool(c, "machine_lost", k, v, &fl->machine_lost);
     }
