@@ -25,6 +25,7 @@
 #include "harness/aggregate.h"
 #include "harness/client_stats.h"
 #include "harness/launch.h"
+#include "harness/reaper.h"
 #include "harness/limits.h"
 #include "harness/oracle.h"
 #include "harness/workload.h"
@@ -51,7 +52,12 @@ struct demo {
     int sig_fd;
     int signo; /* the signal that stopped the run, 0 if none */
     sigset_t old_mask;
-    pid_t parent;                  /* this process, for the children's getppid() check */
+    pid_t parent; /* this process, for the children's getppid() check */
+    /* Removes what demo_finish would (segments, secret file, scratch
+     * directories) if this process dies without it: made at the first
+     * spawn, when they are all named (demo_reap). */
+    struct rkv_reaper reaper;
+    int reaper_tried;
     uint32_t n_machines_shm;       /* machines whose segments this run removes at the end */
     int port_hold[DEMO_MAX_PROCS]; /* rkv_launch_free_ports' reservations, closed at the end */
     uint32_t n_port_hold;
@@ -120,6 +126,7 @@ struct demo {
 
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
                         const char *node, int *out_fd);
+static void demo_reap(void *arg);
 static int demo_kill_due(struct demo *d);
 static void demo_gate_release(struct demo *d);
 
@@ -327,6 +334,10 @@ static void demo_spawn_failed(const struct demo *d, const char *role, uint32_t v
 static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint32_t val,
                         const char *node, int *out_fd)
 {
+    if (!d->reaper_tried) {
+        d->reaper_tried = 1;
+        (void)rkv_reaper_start(&d->reaper, demo_reap, d);
+    }
     int pipefd[2] = {-1, -1};
     if (out_fd && pipe(pipefd) < 0) {
         /* Said here, with the limit: the caller stops the run (a worker
@@ -491,6 +502,34 @@ static void demo_stop_children(struct demo *d)
  * `rkv run --base-port P` beside the first, whose servers were refused with
  * "in use by a running server") made it, and removing its segments broke
  * that cluster mid-run (its workers: "shard ...: cannot map"). */
+static void demo_remove_segments(const struct demo *d);
+
+/* In the reaper, once this launcher is gone without cleaning (SIGKILL of
+ * it or of its process group): the children die with it (PDEATHSIG), but
+ * may still hold their segments for a moment, so a segment whose maker
+ * lives is tried again for up to 2 s; then it is someone else's. */
+static void demo_reap(void *arg)
+{
+    const struct demo *d = arg;
+    if (d->secret_file[0])
+        unlink(d->secret_file);
+    if (d->fault_dir[0] && d->nic_faults)
+        rkv_file_remove_dir(d->fault_dir);
+    if (d->durable_dir[0])
+        rkv_file_remove_dir(d->durable_dir);
+    for (int tries = 0; tries < 20; tries++) {
+        int live = 0;
+        for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++)
+            live += rkv_node_shm_maker(d->shm_prefix, m) != 0;
+        if (!live)
+            break;
+        usleep(100 * 1000);
+    }
+    struct demo quiet = *d;
+    quiet.cmd = "rkv (the reaper of a run that was killed)";
+    demo_remove_segments(&quiet);
+}
+
 static void demo_remove_segments(const struct demo *d)
 {
     for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++) {
@@ -1297,6 +1336,7 @@ static int demo_finish(struct demo *d, int code)
     if (d->secret_file[0]) /* after the children: a restarted server reads it */
         unlink(d->secret_file);
     d->secret_file[0] = 0;
+    rkv_reaper_done(&d->reaper); /* all removed: it exits without a look */
     int signo = d->signo;
     demo_signals_close(d);
     return signo ? 128 + signo : code;

@@ -4,6 +4,7 @@
  * the example of scenarios/README.md runs. */
 #include <dirent.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -215,6 +216,73 @@ static void test_two_nic_faults_on_one_node(void **state)
     unlink(yaml);
 }
 
+/* Whether /dev/shm holds a segment whose name starts with prefix. */
+static int shm_with_prefix(const char *prefix)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d)) != NULL;)
+        found = !strncmp(e->d_name, prefix, strlen(prefix));
+    closedir(d);
+    return found;
+}
+
+/* A tcp run SIGKILLed, alone or with its whole process group (`timeout -s
+ * KILL`, a CI job's end): its shared-memory segments and its 0600 secret
+ * file stayed behind, since nothing of the run was left to remove them
+ * (an outside tester). The reaper, in a session of its own, removes them. */
+static void test_killed_tcp_run_leaves_nothing(void **state)
+{
+    (void)state;
+    char yaml[64], tmpdir[64], prefix[64], shm_arg[80];
+    tmp_scenario(yaml, sizeof(yaml), "killed",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 100, shape: [16]}\n"
+                 "workload:\n"
+                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, "
+                 "rounds: 10000000}\n");
+    for (int group = 0; group < 2; group++) {
+        snprintf(tmpdir, sizeof(tmpdir), "/tmp/rkv-killed-%d-%d", (int)getpid(), group);
+        snprintf(prefix, sizeof(prefix), "rkvkilled%d%d", (int)getpid(), group);
+        snprintf(shm_arg, sizeof(shm_arg), "--shm-prefix=%s", prefix);
+        assert_int_equal(mkdir(tmpdir, 0700), 0);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            setpgid(0, 0);
+            setenv("TMPDIR", tmpdir, 1);
+            if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+                _exit(126);
+            execl(RKV_BIN, "rkv", "run", yaml, "--backend", "tcp", shm_arg, (char *)NULL);
+            _exit(127);
+        }
+        int up = 0;
+        for (int ms = 0; !up && ms < 60000; ms += 10) {
+            up = shm_with_prefix(prefix);
+            if (!up)
+                usleep(10 * 1000);
+        }
+        usleep(300 * 1000); /* the workers pushing */
+        assert_int_equal(kill(group ? -pid : pid, SIGKILL), 0);
+        assert_int_equal(waitpid(pid, NULL, 0), pid);
+        if (!up)
+            fail_msg("no segment of prefix %s within 60 s", prefix);
+        int gone = 0;
+        for (int ms = 0; !gone && ms < 10000; ms += 10) {
+            gone = !shm_with_prefix(prefix) && rmdir(tmpdir) == 0;
+            if (!gone)
+                usleep(10 * 1000);
+        }
+        if (!gone)
+            fail_msg("SIGKILL%s: segments %s* or the secret file in %s still there 10 s later",
+                     group ? " to the process group" : "", prefix, tmpdir);
+    }
+    unlink(yaml);
+}
+
 /* A crash after a phase lands between that phase and the next: client 0
  * waits at the phase's end until the launcher fired it. The phase after is
  * one row: without that wait client 0 could finish the run before the
@@ -406,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_assign_again_after_a_barrier),
         cmocka_unit_test(test_two_nic_faults_on_one_node),
+        cmocka_unit_test(test_killed_tcp_run_leaves_nothing),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
         cmocka_unit_test(test_pipes_and_fifos_are_refused),

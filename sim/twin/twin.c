@@ -26,6 +26,7 @@
 #include "harness/child_exit.h"
 #include "harness/client_stats.h"
 #include "harness/oracle.h"
+#include "harness/reaper.h"
 #include "port/port_file.h"
 #include "nic/nic_fault.h"
 #include "harness/workload.h"
@@ -104,10 +105,7 @@ struct twin {
      * all workers, who hand over one at a time (actors of one thread, and
      * twin_on_stats makes no simcall). */
     struct rkv_wl_phase_stats *hand_over;
-    /* A durable run's directory reaper (twin_durable_reaper): its pid and
-     * the write end of its pipe, or 0 and -1. */
-    pid_t reaper;
-    int reaper_fd;
+    struct rkv_reaper reaper; /* a durable run's directory reaper (twin_reap) */
     /* The crashes that fired, in order: at most one per crash fault. A
      * node's own record kept only its last, and a server crashed and
      * restarted twice read "not every fault fired". */
@@ -450,53 +448,12 @@ static void twin_take_store(struct rkv_config *c, const struct rkv_config *u)
 }
 
 /* A durable run's snapshots must not outlive it however it ends: Ctrl-C,
- * a launcher's or the swarm's SIGKILL, a crash. A signal handler would need
- * a global and would not see SIGKILL, so a small child process holds the
- * read end of a pipe whose write end only this process has: once this
- * process is gone, for whatever reason, its read returns 0 and it removes
- * the directory. It ignores the terminal's signals (Ctrl-C reaches the
- * whole process group) and holds none of this process's other descriptors:
- * a caller reading this process's output to its end is not kept waiting.
- * Forked before any node or SimGrid thread exists. Without it (fork or
- * pipe failed) the run goes on, and only an abnormal end leaves the
- * directory behind. */
-static void twin_durable_reaper(struct twin *t)
+ * a launcher's or the swarm's SIGKILL (of the process group too), a crash
+ * (harness/reaper.h). */
+static void twin_reap(void *arg)
 {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return;
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(p[0]);
-        close(p[1]);
-        return;
-    }
-    if (pid == 0) {
-        int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP};
-        for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-            signal(sigs[i], SIG_IGN);
-        int rd = fcntl(p[0], F_DUPFD, 16);
-        if (rd < 0)
-            _exit(1);
-        close_range(3, (unsigned)rd - 1, 0);
-        close_range((unsigned)rd + 1, ~0u, 0);
-        int nul = open("/dev/null", O_RDWR);
-        for (int fd = 0; nul >= 0 && fd < 3; fd++)
-            if (fd != nul)
-                dup2(nul, fd);
-        if (nul > 2)
-            close(nul);
-        char c;
-        ssize_t r;
-        do
-            r = read(rd, &c, 1);
-        while (r != 0 && (r > 0 || errno == EINTR));
-        rkv_file_remove_dir(t->cfg.durable_dir);
-        _exit(0);
-    }
-    close(p[0]);
-    t->reaper = pid;
-    t->reaper_fd = p[1];
+    struct twin *t = arg;
+    rkv_file_remove_dir(t->cfg.durable_dir);
 }
 
 static int twin_config(struct twin *t, const struct rkv_twin_opts *o)
@@ -527,7 +484,7 @@ static int twin_config(struct twin *t, const struct rkv_twin_opts *o)
                  (int)getpid());
         if (!mkdtemp(t->cfg.durable_dir))
             return -RKV_EIO;
-        twin_durable_reaper(t);
+        (void)rkv_reaper_start(&t->reaper, twin_reap, t); /* before any node or thread */
     }
     if (sc->sim_payloadless) {
         /* Thin rows keep every message small: small receive buffers keep
@@ -1349,13 +1306,7 @@ static void twin_remove_durable(struct twin *t)
 {
     if (t->cfg.durable_dir[0])
         rkv_file_remove_dir(t->cfg.durable_dir);
-    if (t->reaper > 0) { /* it wakes, finds nothing to remove, and exits */
-        close(t->reaper_fd);
-        while (waitpid(t->reaper, NULL, 0) < 0 && errno == EINTR)
-            ;
-        t->reaper = 0;
-        t->reaper_fd = -1;
-    }
+    rkv_reaper_done(&t->reaper);
 }
 
 static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
@@ -1441,7 +1392,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                      .log_level = o->log_level,
                      .test_corrupt_row = o->test_corrupt_row,
                      .client0_phase = -1,
-                     .reaper_fd = -1,
+                     .reaper = {.fd = -1},
                      .max_sim_s = o->max_sim_s > 0 ? o->max_sim_s : 3600};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";
