@@ -223,8 +223,16 @@ static int sc_name(struct sc_ctx *c, const char *name, struct fy_node *key, stru
         return rc;
     const char *s = sc_str(v);
     if (!*s || strlen(s) >= out_len)
-        return sc_fail(c, v, "%s: expected a name of 1..%zu characters, got \"%s\"", name,
+        return sc_fail(c, v, "%s: expected a name of 1..%zu bytes (UTF-8), got \"%s\"", name,
                        out_len - 1, s);
+    /* Names are printed in the report's tables and lines: a newline, a
+     * control character or a '|' broke report.md and the table on stdout. */
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f || *p == '|')
+            return sc_fail(c, v,
+                           "%s: a name holds no control character and no '|' (it is printed in "
+                           "the report's tables), got byte 0x%02x at %zu",
+                           name, *p, (size_t)(p - (const unsigned char *)s));
     snprintf(out, out_len, "%s", s);
     return 0;
 }
