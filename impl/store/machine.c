@@ -81,6 +81,36 @@ uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t
     return mach_live_maker(port, name);
 }
 
+/* Removes a crashed run's machine segment and the tensor shards its table
+ * names: the segment alone was removed, and each kill -9 and restart left
+ * the shards in /dev/shm (memory) until reboot, even once the new run shut
+ * down cleanly. A segment of another build (another layout) is removed
+ * alone, as before: its table cannot be read. */
+static void mach_unlink_stale(struct rkv_port *port, const char *prefix, uint32_t machine,
+                              const char *name)
+{
+    void *addr;
+    if (port->ops->shm_map(port, name, sizeof(struct rkv_mach_hdr), 0, &addr) == 0) {
+        const struct rkv_mach_hdr *h = addr;
+        if (h->magic == mach_magic()) {
+            /* Ids are handed out in order, and a shard is made before its
+             * entry is published (rkv_mach_publish): a crash in between
+             * leaves the shard one past the last entry. */
+            uint32_t last = 0;
+            for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++)
+                if (h->tensors[t].present || h->tensors[t].desc.name[0])
+                    last = t;
+            for (uint32_t t = 1; t <= last + 1 && t <= RKV_MAX_TENSORS; t++) {
+                char shard[128];
+                rkv_shard_name(shard, sizeof(shard), prefix, machine, t);
+                port->ops->shm_unlink(port, shard);
+            }
+        }
+        port->ops->shm_unmap(port, addr, sizeof(struct rkv_mach_hdr));
+    }
+    port->ops->shm_unlink(port, name);
+}
+
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len)
@@ -103,7 +133,7 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
                         "machine %u with shm prefix \"%s\" (another cluster on the same port or "
                         "shm prefix?): stop it, or give this one another port or shm_prefix",
                         name, (unsigned long long)RKV_PORT_PROC_PID(maker), machine, prefix);
-    port->ops->shm_unlink(port, name); /* left by a crashed earlier run */
+    mach_unlink_stale(port, prefix, machine, name); /* left by a crashed earlier run */
     size_t bytes = mach_bytes(n_clients);
     void *addr;
     int rc = port->ops->shm_map(port, name, bytes, 1, &addr);

@@ -425,6 +425,42 @@ static void test_second_server0_leaves_running_segment(void **state)
     assert_false(shm_left(c.cfg.shm_prefix));
 }
 
+/* A crashed run's tensor shards go with its machine segment: the new
+ * server 0 of the machine removed the segment alone, and every kill -9
+ * and restart left the shards in /dev/shm (memory) until reboot, even
+ * after the new run's clean shutdown (an outside tester). */
+static void test_crashed_run_shards_removed(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    char err[256];
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* a run that made a tensor, then crashed: no destroy */
+        cluster_start_server(&c, 0);
+        cluster_start_server(&c, 1);
+        struct rkv_client *cli = client_join(&c);
+        _exit(rkv_client_init_data(cli, &T_F32) == 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char shard[160];
+    snprintf(shard, sizeof(shard), "/dev/shm/%s-m0-t1", c.cfg.shm_prefix);
+    assert_int_equal(access(shard, F_OK), 0); /* left by the crash */
+    for (uint32_t m = 0; m < 2; m++) {
+        struct rkv_server *srv = NULL;
+        c.cfg.machine_id = m;
+        if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+            fail_msg("machine %u: %s", m, err);
+        rkv_server_destroy(srv);
+    }
+    c.cfg.machine_id = 0;
+    if (shm_left(c.cfg.shm_prefix))
+        fail_msg("segments of %s left after the restarted servers ended", c.cfg.shm_prefix);
+}
+
 /* Regression: NULL pointers the header does not forbid crashed the API
  * (SIGSEGV). Each is refused with -RKV_EINVAL and a message naming it, and
  * nothing is done: no segment made, no push counted or sent. */
@@ -2516,7 +2552,8 @@ int main(void)
     atexit(kill_stray_child);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shutdown_names_unreachable), /* forks: first, single-threaded */
-        cmocka_unit_test(test_second_server0_leaves_running_segment), /* forks too */
+        cmocka_unit_test(test_second_server0_leaves_running_segment),
+        cmocka_unit_test(test_crashed_run_shards_removed), /* forks too */
         cmocka_unit_test(test_config_filled_by_hand),
         cmocka_unit_test(test_config_zeroed_refused),
         cmocka_unit_test(test_config_machines_overlap),
