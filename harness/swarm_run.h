@@ -18,7 +18,14 @@ struct rkv_swarm_runner {
     /* The oracle's self-test (rkv_twin_opts.test_corrupt_row, UINT64_MAX:
      * off): the one place the swarm touches that hook. */
     uint64_t test_corrupt_row;
-    rkv_launch_twin_fn twin; /* runs each case (not NULL) */
+    rkv_launch_twin_fn twin; /* runs each case in the twin (not NULL) */
+    /* NULL or "sim": the twin. "tcp": each case as `rkv run --backend tcp`
+     * runs it, a process per node on loopback, exe their binary: the same
+     * files, checked by the same oracle in each worker process and the
+     * launcher's cross-process checks, which the twin's one shared oracle
+     * never exercises (a tcp-only false FAIL went unseen by 2,400 seeds). */
+    const char *backend;
+    const char *exe;
 };
 
 /* Runs scenario files as cases in the twin (jobs[i].out gets each verdict). */

@@ -485,6 +485,32 @@ static void test_the_command_keeps_and_shrinks_a_failure(void **state)
     rm_dir(dir);
 }
 
+/* --backend tcp: the same generated files as processes on loopback,
+ * checked by each worker's oracle and the launcher's checks across them
+ * (a tcp-only false FAIL, pins compared across epochs, went unseen by
+ * seeds run in the twin alone). A clean seed passes there, and a row the
+ * servers corrupt is found there too. */
+static void test_the_command_on_tcp(void **state)
+{
+    (void)state;
+    char *dir = tmp_dir(), args[1024], want[64];
+    uint64_t a = fault_free_seed(1);
+    snprintf(args, sizeof(args), "swarm --backend tcp --seeds %llu --out %s", (unsigned long long)a,
+             dir);
+    int rc = run_rkv("", args);
+    if (rc != 0 || !strstr(out, "1 seeds"))
+        fail_msg("rkv %s: exit %d\n%s", args, rc, out);
+    snprintf(args, sizeof(args), "swarm --backend tcp --seeds %llu --shrink-runs 0 --out %s",
+             (unsigned long long)a, dir);
+    assert_int_equal(run_rkv("RKV_TEST_CORRUPT_ROW=0", args), 1);
+    snprintf(want, sizeof(want), "seed %llu: FAIL (wrong value)", (unsigned long long)a);
+    if (!strstr(out, want))
+        fail_msg("expected \"%s\":\n%s", want, out);
+    assert_int_equal(run_rkv("", "swarm --backend verbs"), 2);
+    assert_non_null(strstr(out, "--backend: expected sim or tcp"));
+    rm_dir(dir);
+}
+
 /* The top of the seed range is a seed like any other (a closed range
  * ending at 2^64-1 was taken for "A.." and wanted --minutes), and a flag
  * without its value is named (--print alone exited 2 saying nothing). */
@@ -606,6 +632,7 @@ int main(void)
         cmocka_unit_test(test_a_step_triggered_crash_after_a_hello_timeout),
         cmocka_unit_test(test_the_command_keeps_and_shrinks_a_failure),
         cmocka_unit_test(test_the_command_says_what_is_wrong),
+        cmocka_unit_test(test_the_command_on_tcp),
         cmocka_unit_test(test_the_command_cleans_up_when_stopped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "harness/swarm_run.h"
@@ -23,7 +24,7 @@ static void swarm_usage(FILE *out)
     fprintf(out,
             "usage: rkv swarm [--seeds A..B | --seeds A.. --minutes M | --minutes M] [--jobs N]\n"
             "                 [--out DIR] [--timeout S] [--shrink-runs N] [--shrink-minutes M]\n"
-            "                 [--replay-every K] [--verbose]\n"
+            "                 [--replay-every K] [--backend sim|tcp] [--verbose]\n"
             "       rkv swarm --print SEED\n"
             "Each seed generates one random scenario (written as a file, loaded as one), runs it\n"
             "in the twin in a child process, and checks it with the oracle. A failure prints the\n"
@@ -39,6 +40,10 @@ static void swarm_usage(FILE *out)
             "                   count as hung after 20 s)\n"
             "  --replay-every K run every K-th seed twice and compare the event traces\n"
             "                   (default 4; 1: every seed; 0: none; failures always replay)\n"
+            "  --backend tcp    run each case as `rkv run --backend tcp` does: a process per\n"
+            "                   node on loopback (the launcher's checks across processes;\n"
+            "                   no event trace: a replay compares verdicts; default\n"
+            "                   --replay-every 0); default sim, the twin\n"
             "  --print SEED     print the scenario of SEED and exit\n"
             "  --verbose        a line per seed: its verdict and wall time\n"
             "exit: 0 every seed passed, 1 a seed failed, 2 usage, 3 the swarm itself failed;\n"
@@ -94,10 +99,10 @@ bad:
 static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, int *print,
                       uint64_t *pseed)
 {
-    int have_seeds = 0, open = 0;
+    int have_seeds = 0, open = 0, replay_set = 0;
     static const char *const valued[] = {
-        "--print",   "--seeds",       "--minutes",        "--jobs",        "--out",
-        "--timeout", "--shrink-runs", "--shrink-minutes", "--replay-every"};
+        "--print",   "--seeds",       "--minutes",        "--jobs",         "--out",
+        "--timeout", "--shrink-runs", "--shrink-minutes", "--replay-every", "--backend"};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
@@ -146,6 +151,13 @@ static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, i
             if (swarm_num(a, v, 0, 1e9, &x) < 0)
                 return -1;
             sr->replay_every = (uint32_t)x;
+            replay_set = 1;
+        } else if (!strcmp(a, "--backend")) {
+            if (strcmp(v, "sim") != 0 && strcmp(v, "tcp") != 0)
+                return fprintf(stderr, "rkv swarm: --backend: expected sim or tcp, got \"%s\"\n",
+                               v),
+                       -1;
+            sr->runner.backend = v;
         } else {
             fprintf(stderr, "rkv swarm: unknown argument '%s'\n", a);
             swarm_usage(stderr);
@@ -153,6 +165,10 @@ static int swarm_args(struct rkv_swarm_search_opts *sr, int argc, char **argv, i
         }
         i++;
     }
+    /* On tcp a passing run has no trace to compare: its replay would only
+     * double the time (a failure is still run again before its shrink). */
+    if (sr->runner.backend && !strcmp(sr->runner.backend, "tcp") && !replay_set)
+        sr->replay_every = 0;
     if (open && sr->minutes <= 0) {
         fprintf(stderr, "rkv swarm: --seeds A.. needs --minutes\n");
         return -1;
@@ -188,6 +204,14 @@ int cmd_swarm(int argc, char **argv)
     }
     so.runner.test_corrupt_row = swarm_test_hook();
     so.runner.twin = CMD_TWIN;
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0) {
+        fprintf(stderr, "rkv swarm: cannot find this binary (/proc/self/exe) for the nodes\n");
+        return RKV_EXIT_STORE;
+    }
+    exe[n] = 0;
+    so.runner.exe = exe;
     return rkv_swarm_search(&so);
 }
 #else
