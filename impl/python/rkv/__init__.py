@@ -296,10 +296,42 @@ def _torch():
     ("partially initialized module 'torch' has no attribute 'from_numpy'")
     from every pull but the importing thread's. The statement waits for
     that import to finish."""
+    if "torch" not in sys.modules and threading.current_thread() is threading.main_thread():
+        return _torch_import_whole()
     try:
         import torch
     except ImportError:
         return None
+    return torch
+
+
+def _torch_import_whole():
+    """The first import of torch, in the main thread, with Ctrl-C held until
+    it is done (then raised as KeyboardInterrupt): a Ctrl-C during the
+    import (1.3 s here, within a first pull) left torch half made in
+    sys.modules, and every later pull of the process raised "NameError:
+    name '_C' is not defined"."""
+    prev = signal.getsignal(signal.SIGINT)
+    held = []
+    swapped = False
+    if prev is not None:  # None: a handler not installed from Python, left alone
+        try:
+            signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+            swapped = True
+        except ValueError:  # not the main interpreter
+            pass
+    try:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+    finally:
+        if swapped:
+            signal.signal(signal.SIGINT, prev)
+            if held and callable(prev):
+                prev(signal.SIGINT, None)  # Python's default raises KeyboardInterrupt
+            elif held and prev == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
     return torch
 
 

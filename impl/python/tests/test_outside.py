@@ -726,3 +726,45 @@ def test_push_handle_wait_cut_by_keyboard_interrupt(cluster):
     assert ei.value.code == -rkv.EINTR and "interrupted" in ei.value.message
     assert any(k is not None and any(x is rows for x in k) for k in c._kept)
     assert c.pull("t", [70]).tolist() == [[1.0] * 4]
+
+
+FIRST_PULL_CUT = r"""
+import os, signal, sys, threading
+import rkv
+assert "torch" not in sys.modules
+c = rkv.Client(rkv.Config(cluster=sys.argv[1], num_workers=1, timeout_ms=10000,
+                          connect_retry_ms=10000))
+c.init_data("x", (10, 2), "float32", init="zeros")
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    c.pull("x", [1, 2])
+    first = "done"
+except KeyboardInterrupt:
+    first = "interrupted"
+got = c.pull("x", [1, 2])
+print(first, type(got).__module__, list(got.shape))
+c.shut_down()
+"""
+
+
+def test_ctrl_c_during_the_first_pull_leaves_torch_whole(make_cluster):
+    """The first pull imports torch (output "auto"; 1.3 s here): a Ctrl-C
+    during that import left torch half made, and every later pull raised
+    "NameError: name '_C' is not defined" (an outside tester). The import
+    now finishes first; the Ctrl-C is raised after it."""
+    import subprocess
+    import sys
+    try:
+        import torch  # noqa: F401  (only to know it can be imported)
+    except ImportError:
+        pytest.skip("no torch here")
+    cl = make_cluster(machines=1, servers_per_machine=1, workers=1)
+    here = os.path.dirname(rkv.__file__)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(here))
+    out = subprocess.run([sys.executable, "-c", FIRST_PULL_CUT, cl.path], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, module, shape = out.stdout.split(maxsplit=2)
+    assert first in ("interrupted", "done")
+    assert module == "torch" and shape.strip() == "[2, 2]"
+
