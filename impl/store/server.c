@@ -427,10 +427,13 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
             s->server_id, c->client_id == RKV_ID_NONE ? -1 : (int)c->client_id);
         return srv_drop(s, peer);
     }
-    if (m->u.hello.cluster != s->fp)
-        return srv_status(s, peer, m, 0, -RKV_ECONFIG,
-                          "this server belongs to another cluster (machines, ports, workers, "
-                          "shm prefix or durable mode differ)");
+    if (m->u.hello.cluster != s->fp) {
+        char why[RKV_PROTO_TEXT_MAX], diff[RKV_PROTO_TEXT_MAX - 64];
+        rkv_fingerprint_diff(s->fp, m->u.hello.cluster, "this server", "this client", diff,
+                             sizeof(diff));
+        snprintf(why, sizeof(why), "this server belongs to another cluster: %s", diff);
+        return srv_status(s, peer, m, 0, -RKV_ECONFIG, why);
+    }
     /* Refused before the client is counted: a client refused only by
      * itself, at the reply, had taken a worker's place, and the job could
      * not start again without restarting the servers. */
@@ -1973,11 +1976,12 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     }
     if (rc < 0)
         return rc; /* a torn or corrupted snapshot is refused, never half-used */
+    char diff[320];
+    rkv_fingerprint_diff(s->fp, snap.fingerprint, "this server", "the snapshot's", diff,
+                         sizeof(diff));
     if (snap.fingerprint != s->fp)
         rc = rkv_errf(err, err_len, -RKV_ECONFIG,
-                      "snapshot %s was written by another cluster configuration (machines, "
-                      "ports, workers or shm prefix differ)",
-                      path);
+                      "snapshot %s was written by another cluster configuration: %s", path, diff);
     else
         rc = srv_restart(s, &snap, path, err, err_len);
     rkv_snap_free(&snap);

@@ -313,6 +313,10 @@ int rkv_cfg_check_machines(const struct rkv_config *cfg, char *err, size_t err_l
 /* Identifies a cluster (machines, ports, servers, workers, shm prefix): a
  * client that reached a server of another cluster is told so at HELLO. */
 uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg);
+/* What differs between two fingerprints, in words ("the workers differ:
+ * <me> counts 2, <them> 3"; parts joined by "; "). */
+void rkv_fingerprint_diff(uint64_t mine, uint64_t theirs, const char *me, const char *them,
+                          char *buf, size_t len);
 /* Gives nic the config's secret (its text or its file, when set) and
  * connection limits; -RKV_ECONFIG if the secret file cannot be read. */
 int rkv_cfg_nic(const struct rkv_config *cfg, struct rkv_nic *nic, char *err, size_t err_len);

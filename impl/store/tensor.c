@@ -340,22 +340,64 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     return rkv_cfg_check_verbs(&cfg->verbs, err, err_len);
 }
 
+/* Made of parts, so that a node refused for another cluster is told which
+ * part differs (it read "machines, ports, workers, shm prefix or durable
+ * mode differ", and a DGL job whose trainers counted other workers than its
+ * servers was left to guess): bits 0..31 a hash of the machine table,
+ * 32..47 n_workers - 1 (1..65536), 48..62 a hash of the shm prefix, 63
+ * durable mode. */
+#define FP_WORKERS_SHIFT 32
+#define FP_PREFIX_SHIFT 48
+#define FP_DURABLE (1ull << 63)
+
 uint64_t rkv_cfg_fingerprint(const struct rkv_config *cfg)
 {
-    uint64_t h = rkv_mix64(cfg->n_machines ^ ((uint64_t)cfg->n_workers << 32));
+    uint64_t h = rkv_mix64(cfg->n_machines);
     for (uint32_t m = 0; m < cfg->n_machines; m++) {
         const struct rkv_machine *mc = &cfg->machines[m];
         h = rkv_mix64(h ^ mc->base_port ^ ((uint64_t)mc->servers << 16));
         for (const char *c = mc->host; *c; c++)
             h = rkv_mix64(h ^ (uint8_t)*c);
     }
+    uint64_t p = rkv_mix64(0x7072656669780000ull);
     for (const char *c = cfg->shm_prefix; *c; c++)
-        h = rkv_mix64(h ^ (uint8_t)*c);
+        p = rkv_mix64(p ^ (uint8_t)*c);
+    uint64_t fp = (h & 0xffffffffull) |
+                  (uint64_t)((cfg->n_workers - 1u) & 0xffffu) << FP_WORKERS_SHIFT |
+                  (p & 0x7fffull) << FP_PREFIX_SHIFT;
     /* A non-durable client would write the shard around the snapshots and
      * take acknowledgements that promise nothing. */
     if (cfg->durable_dir[0])
-        h = rkv_mix64(h ^ 0x64757261626c65ull);
-    return h;
+        fp |= FP_DURABLE;
+    return fp;
+}
+
+void rkv_fingerprint_diff(uint64_t mine, uint64_t theirs, const char *me, const char *them,
+                          char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    if ((mine ^ theirs) & 0xffffffffull)
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+                              "%sthe machines differ (hosts, ports or servers per machine)",
+                              n ? "; " : "");
+    unsigned wm = (unsigned)((mine >> FP_WORKERS_SHIFT) & 0xffff) + 1,
+             wt = (unsigned)((theirs >> FP_WORKERS_SHIFT) & 0xffff) + 1;
+    if (wm != wt)
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+                              "%sthe workers differ: %s counts %u, %s %u (num-workers, "
+                              "DGL_NUM_CLIENT or DMLC_NUM_WORKER must agree on every node)",
+                              n ? "; " : "", me, wm, them, wt);
+    if ((mine ^ theirs) & 0x7fffull << FP_PREFIX_SHIFT)
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%sthe shm prefix differs",
+                              n ? "; " : "");
+    if ((mine ^ theirs) & FP_DURABLE)
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+                              "%sdurable mode differs: %s is %sdurable, %s %s", n ? "; " : "", me,
+                              mine & FP_DURABLE ? "" : "not ", them,
+                              theirs & FP_DURABLE ? "is" : "is not");
+    if (!n)
+        snprintf(buf, len, "the clusters are the same");
 }
 
 void rkv_config_defaults(struct rkv_config *cfg)

@@ -201,6 +201,28 @@ static void test_bookkeeping_mistakes(void **state)
     peer_open(&p0, c.base);
     expect_error(&p0, enc_empty(&p0, RKV_MSG_BARRIER, 3), 3, -RKV_EINVAL, "barrier before hello");
     expect_error(&p0, enc_hello(&p0, 4, 5, fp), 4, -RKV_EINVAL, "client id out of range");
+    /* Another cluster is told what differs: it read "machines, ports,
+     * workers, shm prefix or durable mode differ" whatever it was (a DGL
+     * job whose trainers counted 3 workers, its servers 1). */
+    struct rkv_config other = c.cfg;
+    other.n_workers = c.cfg.n_workers + 2;
+    char want[160];
+    snprintf(want, sizeof(want),
+             "this server belongs to another cluster: the workers differ: this server counts "
+             "%u, this client %u",
+             c.cfg.n_workers, other.n_workers);
+    peer_close(&p0);
+    peer_open(&p0, c.base);
+    expect_error(&p0, enc_hello(&p0, 4, RKV_ID_NONE, rkv_cfg_fingerprint(&other)), 4, -RKV_ECONFIG,
+                 want);
+    other.shm_prefix[0] ^= 1; /* another prefix of the same length */
+    other.n_workers = c.cfg.n_workers;
+    peer_close(&p0);
+    peer_open(&p0, c.base);
+    expect_error(&p0, enc_hello(&p0, 4, RKV_ID_NONE, rkv_cfg_fingerprint(&other)), 4, -RKV_ECONFIG,
+                 "this server belongs to another cluster: the shm prefix differs");
+    peer_close(&p0);
+    peer_open(&p0, c.base);
     /* Machine 1's server is not known yet: the TABLE request waits for it;
      * a second one is more than the one worker could make. */
     peer_send(&p0, enc_empty(&p0, RKV_MSG_TABLE, 5));
