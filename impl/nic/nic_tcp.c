@@ -186,6 +186,9 @@ struct tcp_rx {
     int stalled;        /* RNR: waiting for a post_recv, EPOLLIN dropped */
     struct tcp_frame f; /* the accepted header */
     uint8_t *dst;
+    /* A WRITE's region, as found at its header: checked again under mr_mu
+     * before each read into it (rx_read_payload). */
+    const struct rkv_mr *mr;
     size_t got;           /* payload bytes landed */
     struct tcp_recv recv; /* the receive this frame consumes (SEND, WRITE_IMM) */
     int hello_done;       /* the connection hello was checked (accepted side) */
@@ -609,16 +612,22 @@ static const struct rkv_mr *mr_find(const struct tcp_nic *n, uint32_t rkey)
 }
 
 /* Resolves where a WRITE lands, inside a region registered for remote writes.
- * The pointer is used after mr_mu is dropped: that is safe because the engine
- * never deregisters (or frees) a region a peer may still write into. */
-static int mr_target(struct tcp_nic *n, const struct tcp_frame *f, uint8_t **dst_p, char *why,
-                     size_t why_len)
+ * The region may go before the payload has come: a peer's own slot is
+ * retired only after its writes (one connection, in order), but an rkey
+ * is good on every connection of this NIC, and a hostile peer that held a
+ * WRITE's payload back while another connection of its retired the slot
+ * had the rest written into freed memory (heap corruption, SIGSEGV). So
+ * the payload is read under mr_mu, the region checked again each time
+ * (rx_read_payload). */
+static int mr_target(struct tcp_nic *n, const struct tcp_frame *f, uint8_t **dst_p,
+                     const struct rkv_mr **mr_p, char *why, size_t why_len)
 {
     struct rkv_port *port = n->base.port;
     port->ops->mutex_lock(n->mr_mu);
-    int rc = rkv_nic_write_target(mr_find(n, f->rkey), f->rkey, f->remote_addr, f->len, dst_p, why,
-                                  why_len);
+    const struct rkv_mr *mr = mr_find(n, f->rkey);
+    int rc = rkv_nic_write_target(mr, f->rkey, f->remote_addr, f->len, dst_p, why, why_len);
     port->ops->mutex_unlock(n->mr_mu);
+    *mr_p = mr;
     return rc;
 }
 
@@ -706,8 +715,9 @@ static int rx_begin_frame(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_
     if (frame_decode(rx->hdr, &rx->f, why, why_len) < 0)
         return TCP_RX_DEAD;
     uint8_t *dst = NULL;
+    const struct rkv_mr *mr = NULL;
     int write = rx->f.kind == TCP_KIND_WRITE || rx->f.kind == TCP_KIND_WRITE_IMM;
-    if (write && mr_target(n, &rx->f, &dst, why, why_len) < 0)
+    if (write && mr_target(n, &rx->f, &dst, &mr, why, why_len) < 0)
         return TCP_RX_DEAD;
     if (rx->f.kind == TCP_KIND_SEND || rx->f.kind == TCP_KIND_WRITE_IMM) {
         int st = rx_take_recv(n, qp, why, why_len);
@@ -717,6 +727,7 @@ static int rx_begin_frame(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_
             dst = rx->recv.addr;
     }
     rx->dst = dst;
+    rx->mr = mr;
     rx->got = 0;
     rx->hdr_got = 0;
     rx->in_payload = 1;
@@ -854,7 +865,8 @@ static int rx_hello(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *
 
 /* Reads the payload into its destination and, in the same call, the start
  * of the next header: one syscall per small frame instead of two. */
-static int rx_read_payload(struct tcp_qp *qp, size_t *budget, char *why, size_t why_len)
+static int rx_read_payload(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget, char *why,
+                           size_t why_len)
 {
     struct tcp_rx *rx = &qp->rx;
     assert(rx->hdr_got == 0);
@@ -866,7 +878,22 @@ static int rx_read_payload(struct tcp_qp *qp, size_t *budget, char *why, size_t 
         iov[0].iov_len = *budget; /* bytes past it would belong to this payload */
         iovcnt = 1;
     }
+    /* A WRITE lands only while its region is registered (mr_target): held
+     * across the read, so that a dereg waits for it and frees after. */
+    struct rkv_port *port = n->base.port;
+    if (rx->mr)
+        port->ops->mutex_lock(n->mr_mu);
+    if (rx->mr && mr_find(n, rx->f.rkey) != rx->mr) {
+        port->ops->mutex_unlock(n->mr_mu);
+        rkv_errf(why, why_len, 0,
+                 "the region of its WRITE (rkey 0x%x) was deregistered before the payload came: "
+                 "a write into memory this node gave back",
+                 rx->f.rkey);
+        return TCP_RX_DEAD;
+    }
     ssize_t r = readv(qp->fd, iov, iovcnt);
+    if (rx->mr)
+        port->ops->mutex_unlock(n->mr_mu);
     int st = rx_read_status(r, budget, why, why_len);
     if (st != TCP_RX_OK)
         return st;
@@ -901,7 +928,7 @@ static int rx_drive(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_t why_
             continue;
         }
         if (rx->in_payload)
-            st = budget ? rx_read_payload(qp, &budget, why, why_len) : TCP_RX_WAIT;
+            st = budget ? rx_read_payload(n, qp, &budget, why, why_len) : TCP_RX_WAIT;
         else if (rx->hdr_got == TCP_HDR_BYTES)
             st = rx_begin_frame(n, qp, why, why_len);
         else

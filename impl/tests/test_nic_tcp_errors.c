@@ -256,6 +256,85 @@ static void test_peer_resets(void **state)
     nic_close(&p);
 }
 
+struct hello_arg {
+    int fd, rc;
+};
+
+static void *hello_main(void *arg)
+{
+    struct hello_arg *ha = arg;
+    ha->rc = raw_hello(ha->fd, NULL);
+    return NULL;
+}
+
+/* A WRITE whose region is deregistered while its payload is still coming
+ * (a hostile peer holds the payload back while another connection of its
+ * retires the slot): the rest landed in memory the node had freed (heap
+ * corruption, SIGSEGV; found by an outside tester). Now the NIC drops the
+ * writer's connection, and the region's memory is not touched after the
+ * dereg returned. */
+static void test_write_into_a_region_deregistered_mid_payload(void **state)
+{
+    (void)state;
+    enum { REGION = 64 << 10, FIRST = 4096 };
+    struct nicp b;
+    nic_open(&b, "b");
+    assert_int_equal(b.nic->ops->listen(b.nic, "127.0.0.1", 0), 0);
+    uint16_t port;
+    assert_int_equal(rkv_nic_tcp_bound_port(b.nic, &port), 0);
+    uint8_t *region = calloc(1, REGION), *payload = malloc(REGION);
+    assert_true(region && payload);
+    memset(payload, 0xab, REGION);
+    struct rkv_mr *mr;
+    assert_int_equal(b.nic->ops->reg_mr(b.nic, region, REGION, RKV_ACCESS_REMOTE_WRITE, &mr), 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    struct rkv_wc wc;
+    /* raw_hello waits for b's answers, which b gives only while it polls. */
+    struct hello_arg ha = {.fd = fd, .rc = -1};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, hello_main, &ha), 0);
+    for (int i = 0; i < 100; i++)
+        if (b.nic->ops->poll(b.nic, &wc, 1, 50) == 1 && wc.opcode == RKV_WC_CONNECTED)
+            break;
+    pthread_join(t, NULL);
+    int welcomed = ha.rc == 0;
+    assert_int_equal(welcomed, 1);
+    uint8_t h[RAW_HDR_BYTES] = {0};
+    uint32_t magic = RAW_MAGIC, len = REGION, rkey = mr->rkey;
+    uint64_t addr = (uint64_t)(uintptr_t)region;
+    memcpy(h, &magic, 4);
+    h[4] = RAW_WRITE;
+    memcpy(h + 8, &len, 4);
+    memcpy(h + 16, &addr, 8);
+    memcpy(h + 24, &rkey, 4);
+    assert_int_equal(write(fd, h, sizeof(h)), (ssize_t)sizeof(h));
+    assert_int_equal(write(fd, payload, FIRST), FIRST);
+    for (int i = 0; i < 200 && region[FIRST - 1] != 0xab; i++)
+        (void)b.nic->ops->poll(b.nic, &wc, 1, 10);
+    assert_int_equal(region[FIRST - 1], 0xab); /* the first part landed */
+    b.nic->ops->dereg_mr(b.nic, mr);
+    memset(region, 0, REGION); /* as good as freed: nothing may land here now */
+    assert_int_equal(write(fd, payload + FIRST, REGION - FIRST), REGION - FIRST);
+    int dropped = 0;
+    for (int i = 0; i < 200 && !dropped; i++) {
+        (void)b.nic->ops->poll(b.nic, &wc, 1, 10);
+        char c;
+        ssize_t r = recv(fd, &c, 1, MSG_DONTWAIT);
+        dropped = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+    assert_true(dropped);
+    for (size_t i = 0; i < REGION; i++)
+        if (region[i])
+            fail_msg("byte %zu of the deregistered region was written (0x%02x)", i, region[i]);
+    close(fd);
+    nic_close(&b);
+    free(region);
+    free(payload);
+}
+
 /* Two NICs on loopback, a connected to b: qa is a's end, *qb_p b's. */
 static void nic_pair(struct nicp *a, struct nicp *b, struct rkv_qp **qa_p, struct rkv_qp **qb_p)
 {
@@ -424,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_bad_registrations),
         cmocka_unit_test(test_peers_that_are_not_rkv),
         cmocka_unit_test(test_peer_resets),
+        cmocka_unit_test(test_write_into_a_region_deregistered_mid_payload),
         cmocka_unit_test(test_send_waits_for_a_stalled_receiver),
         cmocka_unit_test(test_posts_queue_behind_a_stalled_receiver),
         cmocka_unit_test(test_nic_closed_with_bytes_queued),
