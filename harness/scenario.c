@@ -226,9 +226,10 @@ static int sc_name(struct sc_ctx *c, const char *name, struct fy_node *key, stru
         return sc_fail(c, v, "%s: expected a name of 1..%zu bytes (UTF-8), got \"%s\"", name,
                        out_len - 1, s);
     /* Names are printed in the report's tables and lines: a newline, a
-     * control character or a '|' broke report.md and the table on stdout. */
+     * control character or a '|' broke report.md and the table on stdout
+     * (a tab does not; report.json escapes it). */
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f || *p == '|')
+        if ((*p < 0x20 && *p != '\t') || *p == 0x7f || *p == '|')
             return sc_fail(c, v,
                            "%s: a name holds no control character and no '|' (it is printed in "
                            "the report's tables), got byte 0x%02x at %zu",
