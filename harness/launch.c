@@ -513,10 +513,9 @@ static void demo_reap(void *arg)
     const struct demo *d = arg;
     if (d->secret_file[0])
         unlink(d->secret_file);
-    if (d->fault_dir[0] && d->nic_faults)
-        rkv_file_remove_dir(d->fault_dir);
-    if (d->durable_dir[0])
-        rkv_file_remove_dir(d->durable_dir);
+    /* The launcher's end reaches this read before its children get their
+     * PDEATHSIG: their segments, and the files a server may still be
+     * writing into the durable directory, are looked at once they are gone. */
     for (int tries = 0; tries < 20; tries++) {
         int live = 0;
         for (uint32_t m = 0; d->shm_prefix[0] && m < d->n_machines_shm; m++)
@@ -525,6 +524,13 @@ static void demo_reap(void *arg)
             break;
         usleep(100 * 1000);
     }
+    const char *dirs[2] = {d->fault_dir[0] && d->nic_faults ? d->fault_dir : "", d->durable_dir};
+    for (int k = 0; k < 2; k++) /* a file made during a pass left it: again */
+        for (int tries = 0; dirs[k][0] && tries < 5 && access(dirs[k], F_OK) == 0; tries++) {
+            rkv_file_remove_dir(dirs[k]);
+            if (access(dirs[k], F_OK) == 0)
+                usleep(100 * 1000);
+        }
     struct demo quiet = *d;
     quiet.cmd = "rkv (the reaper of a run that was killed)";
     demo_remove_segments(&quiet);

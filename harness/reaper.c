@@ -8,25 +8,46 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "util/util.h"
+
 #define REAPER_DONE 'D'
+
+/* Every descriptor but keep: close_range, else one by one (a kernel before
+ * 5.9, or a seccomp profile that refuses it). Held here, the run's
+ * descriptors would keep a reader of its output waiting. */
+static void reaper_close_all_but(int keep)
+{
+    if (close_range(3, (unsigned)keep - 1, 0) == 0 && close_range((unsigned)keep + 1, ~0u, 0) == 0)
+        return;
+    struct rlimit rl;
+    int top =
+        getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 1u << 20 ? (int)rl.rlim_cur : 1 << 20;
+    for (int fd = 3; fd < top; fd++)
+        if (fd != keep)
+            close(fd);
+}
 
 int rkv_reaper_start(struct rkv_reaper *r, void (*clean)(void *arg), void *arg)
 {
-    r->pid = 0;
-    r->fd = -1;
+    /* A socket pair, not a pipe: rkv_reaper_done writes with MSG_NOSIGNAL,
+     * so a reaper that is already gone (killed on its own) is an EPIPE, not
+     * a SIGPIPE that ended the run at its verdict. */
     int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) < 0)
+        return -RKV_EIO;
     pid_t pid = fork();
     if (pid < 0) {
         close(p[0]);
         close(p[1]);
-        return -1;
+        return -RKV_EIO;
     }
     if (pid == 0) {
+        close(p[1]);                      /* only the run holds it: its end is the EOF read below */
         setsid();                         /* out of the run's process group and terminal */
         prctl(PR_SET_NAME, "rkv-reaper"); /* told apart from the run's nodes in ps */
         int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP};
@@ -35,10 +56,7 @@ int rkv_reaper_start(struct rkv_reaper *r, void (*clean)(void *arg), void *arg)
         int rd = fcntl(p[0], F_DUPFD, 16);
         if (rd < 0)
             _exit(1);
-        /* A caller reading the run's output to its end is not kept
-         * waiting by a descriptor held here. */
-        close_range(3, (unsigned)rd - 1, 0);
-        close_range((unsigned)rd + 1, ~0u, 0);
+        reaper_close_all_but(rd);
         int nul = open("/dev/null", O_RDWR);
         for (int fd = 0; nul >= 0 && fd < 3; fd++)
             if (fd != nul)
@@ -55,8 +73,7 @@ int rkv_reaper_start(struct rkv_reaper *r, void (*clean)(void *arg), void *arg)
         _exit(0);
     }
     close(p[0]);
-    r->pid = pid;
-    r->fd = p[1];
+    *r = (struct rkv_reaper){.pid = pid, .fd = p[1]};
     return 0;
 }
 
@@ -65,12 +82,11 @@ void rkv_reaper_done(struct rkv_reaper *r)
     if (r->pid <= 0)
         return;
     char c = REAPER_DONE;
-    if (write(r->fd, &c, 1) != 1) {
-        /* it cleans instead: what this run made is gone already */
+    if (send(r->fd, &c, 1, MSG_NOSIGNAL) != 1) {
+        /* gone already (killed on its own): nothing left to tell it */
     }
     close(r->fd);
     while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
         ;
-    r->pid = 0;
-    r->fd = -1;
+    *r = (struct rkv_reaper){.fd = -1};
 }

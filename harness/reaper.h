@@ -15,8 +15,9 @@ struct rkv_reaper {
  * process is gone (the read end of a pipe only this process writes), then
  * calls clean(arg) there, in its copy of this process's memory as of now:
  * what clean reads must be set before. It ignores the terminal's signals
- * and holds none of this process's descriptors. Returns 0, or -1 when it
- * could not (the run goes on; only an abnormal end leaves things then). */
+ * and holds none of this process's descriptors. Returns 0, or -RKV_EIO
+ * when it could not (r untouched; the run goes on, and only an abnormal
+ * end leaves things then). */
 int rkv_reaper_start(struct rkv_reaper *r, void (*clean)(void *arg), void *arg);
 /* The run cleaned up after itself: the reaper exits without cleaning
  * (a later run may already use the same names), and is waited for. */

@@ -186,6 +186,7 @@ int rkv_client_barrier(struct rkv_client *cli);
 int rkv_client_interrupt(struct rkv_client *cli, int on);
 long rkv_py_read_stamped(int fd, unsigned char *buf, size_t len, uint64_t *ns_p);
 int rkv_py_sigint_hook(void);
+int rkv_py_hooked(void);
 int rkv_client_shutdown_servers(struct rkv_client *cli);
 const char *rkv_client_errmsg(const struct rkv_client *cli);
 void rkv_client_destroy(struct rkv_client *cli);

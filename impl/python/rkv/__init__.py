@@ -328,6 +328,12 @@ def _torch_import_whole():
     finally:
         if swapped:
             signal.signal(signal.SIGINT, prev)
+            # signal.signal put Python's own C handler back, without the
+            # watcher's stamping wrapper (build_ffi.py): again, or every
+            # later Ctrl-C is stamped when the watcher reads it, and a call
+            # begun in between (a `finally: shut_down()`) is cut.
+            if _sig_watch:
+                lib.rkv_py_sigint_hook()
             if held and callable(prev):
                 prev(signal.SIGINT, None)  # Python's default raises KeyboardInterrupt
             elif held and prev == signal.SIG_DFL:
