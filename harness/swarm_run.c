@@ -115,10 +115,11 @@ static void swarm_case(void *user, const char *path, struct rkv_swarm_outcome *o
         }
         struct rkv_launch_opts lo = {.self = "rkv", .exe = cs->exe, .settings = &s, .file = path};
         int code = rkv_launch_run(sc, cs->backend, &lo, &r);
-        if (!r.sc) /* the nodes never ran: said on this case's log */
-            swarm_what(o, RKV_SWV_NODE,
-                       "rkv run --backend %s ended with exit %d before its nodes ran", cs->backend,
-                       code);
+        if (!r.sc) /* no report: the launcher said why on this case's log */
+            swarm_what(
+                o, RKV_SWV_NODE,
+                "rkv run --backend %s ended with exit %d without a report (its log says why)",
+                cs->backend, code);
         else
             swarm_classify(&r, o);
     } else {

@@ -1252,10 +1252,11 @@ const char *rkv_engine_connect_strerror(int rc)
      * answers, or accepts and says nothing, and "malformed or unexpected
      * wire message" or "request timed out" alone did not point at it. */
     if (rc == -RKV_EPROTO)
-        return "the peer there does not speak rkv's handshake (another service on that port?)";
+        return "the peer there does not speak rkv's handshake (another service on that port?), "
+               "or is an rkv node of another build or setting (its log says which)";
     if (rc == -RKV_ETIMEDOUT)
         return "no answer to rkv's handshake within timeout_ms (a host that drops the "
-               "connection, or another service on that port)";
+               "connection or has no route, or another service on that port)";
     return rkv_strerror(rc);
 }
 

@@ -367,6 +367,10 @@ static void twin_worker(int argc, char **argv)
     struct rkv_port *port;
     struct rkv_nic *nic;
     if ((nd->rc = twin_open(nd, &port, &nic)) < 0) {
+        /* With faults a worker that never started must not pass as a
+         * survivor that ended on a store error: it stays unfinished. */
+        if (nd->t->sc->n_faults)
+            return;
         nd->finished = 1; /* ended on its error, as below */
         nd->end_s = simgrid_get_clock();
         nd->t->w.nodes_finished++;
@@ -912,10 +916,11 @@ static void twin_probe(uint32_t machines)
                      "rkv-check: no route from %s to %s: every machine the scenario uses must "
                      "reach every other\n",
                      sg_host_get_name(from), sg_host_get_name(to));
-            signal(SIGSEGV, twin_probe_crashed);
+            struct sigaction crashed = {.sa_handler = twin_probe_crashed}, simgrids;
+            sigaction(SIGSEGV, &crashed, &simgrids); /* SimGrid's own put back after */
             xbt_dynar_t route = xbt_dynar_new(sizeof(sg_link_t), NULL);
             sg_host_get_route(from, to, route);
-            signal(SIGSEGV, SIG_DFL);
+            sigaction(SIGSEGV, &simgrids, NULL);
             unsigned long hops = xbt_dynar_length(route);
             xbt_dynar_free(&route);
             if (!hops) {
