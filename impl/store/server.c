@@ -1981,7 +1981,10 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
                          sizeof(diff));
     if (snap.fingerprint != s->fp)
         rc = rkv_errf(err, err_len, -RKV_ECONFIG,
-                      "snapshot %s was written by another cluster configuration: %s", path, diff);
+                      "snapshot %s was written by another cluster configuration, or by a build "
+                      "of rkv before 2026-12-05 (another fingerprint; start that directory "
+                      "over): %s",
+                      path, diff);
     else
         rc = srv_restart(s, &snap, path, err, err_len);
     rkv_snap_free(&snap);
