@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "sim/backend/sim.h"
+#include "util/util.h"
 
 #define HM_PATH_MAX 1024
 
@@ -142,8 +143,8 @@ static int hm_v1(const char *root, struct sim_hostmem *m)
     /* "No limit" is the page counter's largest value, 2^63 less a page. */
     if (limit >= (1ull << 62))
         return 0;
-    m->cg_limit = limit;
-    m->cg_used = hm_unreclaimable(dir, usage, "total_inactive_file");
+    m->cg_limit_bytes = limit;
+    m->cg_used_bytes = hm_unreclaimable(dir, usage, "total_inactive_file");
     return 0;
 }
 
@@ -174,8 +175,8 @@ static int hm_v2(const char *root, struct sim_hostmem *m)
             uint64_t left = used < max ? max - used : 0;
             if (left < best_left) {
                 best_left = left;
-                m->cg_limit = max;
-                m->cg_used = used;
+                m->cg_limit_bytes = max;
+                m->cg_used_bytes = used;
             }
         }
         char *slash = strrchr(dir, '/');
@@ -193,8 +194,8 @@ int sim_hostmem_read(const char *root, struct sim_hostmem *m)
     if (!root)
         root = "";
     snprintf(path, sizeof(path), "%s/proc/meminfo", root);
-    int rc = hm_key(path, "MemAvailable", 1024, &m->avail);
-    (void)hm_key(path, "MemTotal", 1024, &m->total);
+    int rc = hm_key(path, "MemAvailable", 1024, &m->avail_bytes) < 0 ? -RKV_EIO : 0;
+    (void)hm_key(path, "MemTotal", 1024, &m->total_bytes);
     if (hm_v1(root, m) < 0)
         (void)hm_v2(root, m);
     return rc;
@@ -202,9 +203,10 @@ int sim_hostmem_read(const char *root, struct sim_hostmem *m)
 
 uint64_t sim_hostmem_left(const struct sim_hostmem *m)
 {
-    uint64_t left = m->avail ? m->avail : UINT64_MAX;
-    if (m->cg_limit) {
-        uint64_t cg = m->cg_used < m->cg_limit ? m->cg_limit - m->cg_used : 0;
+    uint64_t left = m->avail_bytes ? m->avail_bytes : UINT64_MAX;
+    if (m->cg_limit_bytes) {
+        uint64_t cg =
+            m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
         if (cg < left)
             left = cg;
     }
@@ -213,15 +215,15 @@ uint64_t sim_hostmem_left(const struct sim_hostmem *m)
 
 int sim_hostmem_cgroup_binds(const struct sim_hostmem *m)
 {
-    if (!m->cg_limit)
+    if (!m->cg_limit_bytes)
         return 0;
-    uint64_t cg = m->cg_used < m->cg_limit ? m->cg_limit - m->cg_used : 0;
-    return !m->avail || cg < m->avail;
+    uint64_t cg = m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
+    return !m->avail_bytes || cg < m->avail_bytes;
 }
 
 uint64_t sim_hostmem_size(const struct sim_hostmem *m)
 {
-    if (m->cg_limit && (!m->total || m->cg_limit < m->total))
-        return m->cg_limit;
-    return m->total;
+    if (m->cg_limit_bytes && (!m->total_bytes || m->cg_limit_bytes < m->total_bytes))
+        return m->cg_limit_bytes;
+    return m->total_bytes;
 }

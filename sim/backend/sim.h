@@ -179,10 +179,11 @@ double sim_world_wall(void);
  * v2; the tightest of the cgroup and its ancestors). Bytes; 0: unknown.
  * root prefixes /proc and /sys ("" or NULL: this host's). */
 struct sim_hostmem {
-    uint64_t avail, total;      /* MemAvailable, MemTotal */
-    uint64_t cg_limit, cg_used; /* cg_limit 0: no cgroup limit; cg_used less inactive page cache */
+    uint64_t avail_bytes, total_bytes; /* MemAvailable, MemTotal */
+    /* cg_limit_bytes 0: no cgroup limit; cg_used_bytes less inactive page cache */
+    uint64_t cg_limit_bytes, cg_used_bytes;
 };
-/* 0, or -1 when /proc/meminfo could not be read (the cgroup's may be). */
+/* 0, or -RKV_EIO when /proc/meminfo could not be read (the cgroup's may be). */
 int sim_hostmem_read(const char *root, struct sim_hostmem *m);
 /* Bytes left before the host or the cgroup runs out; UINT64_MAX unknown. */
 uint64_t sim_hostmem_left(const struct sim_hostmem *m);

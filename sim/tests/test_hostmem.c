@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "rkv.h"
 #include "sim/backend/sim.h"
 
 #define MIB (1ull << 20)
@@ -68,11 +69,11 @@ static void test_host_only(void **state)
     put("proc/self/cgroup", "0::/\n");
     struct sim_hostmem m;
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.avail, 20480000ull * 1024);
-    assert_int_equal(m.total, 24576000ull * 1024);
-    assert_int_equal(m.cg_limit, 0);
-    assert_int_equal(sim_hostmem_left(&m), m.avail);
-    assert_int_equal(sim_hostmem_size(&m), m.total);
+    assert_int_equal(m.avail_bytes, 20480000ull * 1024);
+    assert_int_equal(m.total_bytes, 24576000ull * 1024);
+    assert_int_equal(m.cg_limit_bytes, 0);
+    assert_int_equal(sim_hostmem_left(&m), m.avail_bytes);
+    assert_int_equal(sim_hostmem_size(&m), m.total_bytes);
     assert_false(sim_hostmem_cgroup_binds(&m));
 }
 
@@ -89,8 +90,8 @@ static void test_v1_limit(void **state)
         "209715200\n");
     struct sim_hostmem m;
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.cg_limit, 1024 * MIB);
-    assert_int_equal(m.cg_used, 500 * MIB);
+    assert_int_equal(m.cg_limit_bytes, 1024 * MIB);
+    assert_int_equal(m.cg_used_bytes, 500 * MIB);
     assert_int_equal(sim_hostmem_left(&m), 524 * MIB);
     assert_int_equal(sim_hostmem_size(&m), 1024 * MIB);
     assert_true(sim_hostmem_cgroup_binds(&m));
@@ -99,14 +100,14 @@ static void test_v1_limit(void **state)
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "hierarchical_memory_limit 805306368\ntotal_inactive_file 0\n");
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.cg_limit, 768 * MIB);
+    assert_int_equal(m.cg_limit_bytes, 768 * MIB);
     assert_int_equal(sim_hostmem_left(&m), 68 * MIB);
     /* No limit anywhere: the page counter's largest value. */
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "hierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 0\n");
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.cg_limit, 0);
-    assert_int_equal(sim_hostmem_left(&m), m.avail);
+    assert_int_equal(m.cg_limit_bytes, 0);
+    assert_int_equal(sim_hostmem_left(&m), m.avail_bytes);
 }
 
 /* v2: 2 GiB on the cgroup, 1.5 GiB on its parent, none at the top; and a
@@ -126,8 +127,8 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/ci/job/step/memory.current", "1073741824\n");
     struct sim_hostmem m;
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.cg_limit, 1536 * MIB); /* the parent's: 612 MiB left against 1 GiB */
-    assert_int_equal(m.cg_used, 924 * MIB);
+    assert_int_equal(m.cg_limit_bytes, 1536 * MIB); /* the parent's: 612 MiB left against 1 GiB */
+    assert_int_equal(m.cg_used_bytes, 924 * MIB);
     assert_int_equal(sim_hostmem_left(&m), 612 * MIB);
     assert_int_equal(sim_hostmem_size(&m), 1536 * MIB);
     /* A container without a cgroup namespace: its /proc/self/cgroup path
@@ -139,7 +140,7 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/memory.max", "4294967296\n");
     put("sys/fs/cgroup/memory.current", "4093640704\n"); /* 3904 MiB */
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.cg_limit, 4096 * MIB);
+    assert_int_equal(m.cg_limit_bytes, 4096 * MIB);
     assert_int_equal(sim_hostmem_left(&m), 192 * MIB);
     assert_true(sim_hostmem_cgroup_binds(&m));
 }
@@ -153,12 +154,12 @@ static void test_hybrid(void **state)
     put("sys/fs/cgroup/unified/user/s1/memory.current", "268435456\n");
     struct sim_hostmem m;
     assert_int_equal(sim_hostmem_read(root, &m), 0);
-    assert_int_equal(m.cg_limit, 512 * MIB);
+    assert_int_equal(m.cg_limit_bytes, 512 * MIB);
     assert_int_equal(sim_hostmem_left(&m), 256 * MIB);
     /* Nothing readable at all: unknown, and nothing watched on it. */
     teardown(NULL);
     mkdir(root, 0755);
-    assert_int_equal(sim_hostmem_read(root, &m), -1);
+    assert_int_equal(sim_hostmem_read(root, &m), -RKV_EIO);
     assert_int_equal(sim_hostmem_left(&m), UINT64_MAX);
     assert_int_equal(sim_hostmem_size(&m), 0);
 }

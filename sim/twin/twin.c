@@ -763,7 +763,7 @@ static void twin_mem_low(struct sim_world *w, const struct sim_hostmem *m)
     if (sim_hostmem_cgroup_binds(m))
         snprintf(where, sizeof(where),
                  "the memory cgroup this run is in (limit %llu MiB) has %llu MiB left",
-                 (unsigned long long)(m->cg_limit >> 20),
+                 (unsigned long long)(m->cg_limit_bytes >> 20),
                  (unsigned long long)(sim_hostmem_left(m) >> 20));
     else
         snprintf(where, sizeof(where), "the host has %llu MiB of memory available",
