@@ -231,8 +231,8 @@ static int sc_name(struct sc_ctx *c, const char *name, struct fy_node *key, stru
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         if ((*p < 0x20 && *p != '\t') || *p == 0x7f || *p == '|')
             return sc_fail(c, v,
-                           "%s: a name holds no control character and no '|' (it is printed in "
-                           "the report's tables), got byte 0x%02x at %zu",
+                           "%s: a name holds no control character but tab and no '|' (it is "
+                           "printed in the report's tables), got byte 0x%02x at %zu",
                            name, *p, (size_t)(p - (const unsigned char *)s));
     snprintf(out, out_len, "%s", s);
     return 0;
