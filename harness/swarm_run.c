@@ -115,7 +115,12 @@ static void swarm_case(void *user, const char *path, struct rkv_swarm_outcome *o
         }
         struct rkv_launch_opts lo = {.self = "rkv", .exe = cs->exe, .settings = &s, .file = path};
         int code = rkv_launch_run(sc, cs->backend, &lo, &r);
-        if (!r.sc) /* no report: the launcher said why on this case's log */
+        if (!r.sc && code == RKV_EXIT_USAGE) /* a file the twin runs and tcp cannot */
+            swarm_what(o, RKV_SWV_VACUOUS,
+                       "not run on %s: the launcher refused it (a slow_cpu fault, or more "
+                       "processes than one host starts; its log says which)",
+                       cs->backend);
+        else if (!r.sc) /* no report: the launcher said why on this case's log */
             swarm_what(
                 o, RKV_SWV_NODE,
                 "rkv run --backend %s ended with exit %d without a report (its log says why)",
