@@ -506,6 +506,21 @@ static void test_the_command_on_tcp(void **state)
     snprintf(want, sizeof(want), "seed %llu: FAIL (wrong value)", (unsigned long long)a);
     if (!strstr(out, want))
         fail_msg("expected \"%s\":\n%s", want, out);
+    /* A file tcp cannot run (a slow_cpu fault is the twin's alone) is
+     * vacuous there: it read as a failure, "ended with exit 2". */
+    struct rkv_swarm_spec sp;
+    uint64_t slow = 1;
+    for (int found = 0; !found; slow++) {
+        rkv_swarm_generate(slow, &sp);
+        for (uint32_t i = 0; i < sp.n_faults && !found; i++)
+            found = sp.faults[i].kind == RKV_SWF_SLOW_CPU;
+    }
+    slow--;
+    snprintf(args, sizeof(args), "swarm --backend tcp --seeds %llu --verbose --out %s",
+             (unsigned long long)slow, dir);
+    rc = run_rkv("", args);
+    if (rc != 0 || !strstr(out, "vacuous") || !strstr(out, "not run on tcp"))
+        fail_msg("rkv %s: exit %d\n%s", args, rc, out);
     assert_int_equal(run_rkv("", "swarm --backend verbs"), 2);
     assert_non_null(strstr(out, "--backend: expected sim or tcp"));
     rm_dir(dir);
