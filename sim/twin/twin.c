@@ -1040,11 +1040,16 @@ static int twin_cfg_try(int argc, char **argv, const char *platform, uint32_t ma
  * past either, stacks came from the heap and calloc zeroed up to its top
  * pad for each: at 65,536 nodes 10 GB resident a minute after the start,
  * before any actor ran. Setting M_MMAP_MAX lifts the cap and also stops
- * the threshold from moving (mallopt(3)): it stays at 128 KiB, under the
- * stacks. For the run's process. */
+ * the threshold from moving (mallopt(3)), but leaves it where it is: one
+ * already moved by a large block freed before (SimGrid's platform of
+ * 16,384 machines grows and frees vectors of hundreds of KiB) sent every
+ * stack to the heap again, 21 GB resident a minute into a 65,536-node run
+ * on this session's host. So the threshold is set back to glibc's
+ * default, 128 KiB, under the stacks. For the run's process. */
 void rkv_twin_stacks_mmapped(void)
 {
     mallopt(M_MMAP_MAX, INT32_MAX);
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
 /* vm.max_map_count, or 0 when it cannot be read (then nothing is checked). */
