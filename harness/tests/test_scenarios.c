@@ -156,6 +156,20 @@ static void test_oracle_checks_every_row_after_a_barrier(void **state)
     unlink(yaml);
 }
 
+/* Runs yaml on tcp and in the twin: each must exit 0 printing want, and
+ * never unwanted (NULL: no such check). */
+static void passes_on_both_backends(const char *yaml, const char *want, const char *unwanted)
+{
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        char args[256];
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("", args);
+        if (rc != 0 || !strstr(out, want) || (unwanted && strstr(out, unwanted)))
+            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
+    }
+}
+
 /* Two workers assign one row in two epochs (a barrier between): each
  * epoch has its own winner. On tcp each worker process pins the winner it
  * reads, and the launcher compared the pins across epochs: "worker
@@ -165,7 +179,7 @@ static void test_oracle_checks_every_row_after_a_barrier(void **state)
 static void test_assign_again_after_a_barrier(void **state)
 {
     (void)state;
-    char yaml[64], args[256];
+    char yaml[64];
     tmp_scenario(yaml, sizeof(yaml), "assign-epochs",
                  "seed: 1\n"
                  "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 2}\n"
@@ -176,13 +190,7 @@ static void test_assign_again_after_a_barrier(void **state)
                  "rounds: 20}\n"
                  "  - {name: b, tensor: t, push: 0.5, push_op: assign, ids_per_request: 1, "
                  "rounds: 20}\n");
-    static const char *const backends[] = {"tcp", "sim"};
-    for (int b = 0; b < 2; b++) {
-        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
-        int rc = run_rkv("", args);
-        if (rc != 0 || !strstr(out, "verdict: PASS"))
-            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
-    }
+    passes_on_both_backends(yaml, "verdict: PASS", NULL);
     unlink(yaml);
 }
 
@@ -193,7 +201,7 @@ static void test_assign_again_after_a_barrier(void **state)
 static void test_two_nic_faults_on_one_node(void **state)
 {
     (void)state;
-    char yaml[64], args[256];
+    char yaml[64];
     tmp_scenario(yaml, sizeof(yaml), "two-nic-faults",
                  "seed: 1\n"
                  "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
@@ -205,14 +213,7 @@ static void test_two_nic_faults_on_one_node(void **state)
                  "faults:\n"
                  "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 0}\n"
                  "  - {kind: delay, target: s1.0, fraction: 0.3, delay_ms: 1, at_s: 0}\n");
-    static const char *const backends[] = {"tcp", "sim"};
-    for (int b = 0; b < 2; b++) {
-        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
-        int rc = run_rkv("", args);
-        if (rc != 0 || !strstr(out, "verdict: PASS (the faults fired"))
-            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
-        assert_null(strstr(out, "delay s1.0: 0 messages"));
-    }
+    passes_on_both_backends(yaml, "verdict: PASS (the faults fired", "delay s1.0: 0 messages");
     unlink(yaml);
 }
 

@@ -201,24 +201,23 @@ int sim_hostmem_read(const char *root, struct sim_hostmem *m)
     return rc;
 }
 
+/* What the cgroup has left (UINT64_MAX: no limit). */
+static uint64_t hm_cgroup_left(const struct sim_hostmem *m)
+{
+    if (!m->cg_limit_bytes)
+        return UINT64_MAX;
+    return m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
+}
+
 uint64_t sim_hostmem_left(const struct sim_hostmem *m)
 {
-    uint64_t left = m->avail_bytes ? m->avail_bytes : UINT64_MAX;
-    if (m->cg_limit_bytes) {
-        uint64_t cg =
-            m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
-        if (cg < left)
-            left = cg;
-    }
-    return left;
+    uint64_t host = m->avail_bytes ? m->avail_bytes : UINT64_MAX, cg = hm_cgroup_left(m);
+    return cg < host ? cg : host;
 }
 
 int sim_hostmem_cgroup_binds(const struct sim_hostmem *m)
 {
-    if (!m->cg_limit_bytes)
-        return 0;
-    uint64_t cg = m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
-    return !m->avail_bytes || cg < m->avail_bytes;
+    return m->cg_limit_bytes && (!m->avail_bytes || hm_cgroup_left(m) < m->avail_bytes);
 }
 
 uint64_t sim_hostmem_size(const struct sim_hostmem *m)

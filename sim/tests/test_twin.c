@@ -816,11 +816,6 @@ static void test_nic_and_cpu_faults(void **state)
     assert_non_null(strstr(out, "slow_cpu is modelled by the twin only"));
 }
 
-/* Durable restart: a server lost with its machine's memory comes back from
- * its snapshot; workers retry and finish every phase with every value
- * exact (no acknowledged push lost, none applied twice), under three seeds
- * of jitter; one seed twice gives one trace (snapshot I/O takes no
- * simulated time). */
 /* A durable server crashed and restarted twice: each crash counts. The
  * twin kept one crash per node, and its second made "not every fault
  * fired", FAIL, where tcp passed (an outside tester's file). */
@@ -851,6 +846,11 @@ static void test_restart_twice(void **state)
                                 "s1.0 crashed at 0.090000 s, restarted at 0.100000 s"));
 }
 
+/* Durable restart: a server lost with its machine's memory comes back from
+ * its snapshot; workers retry and finish every phase with every value
+ * exact (no acknowledged push lost, none applied twice), under three seeds
+ * of jitter; one seed twice gives one trace (snapshot I/O takes no
+ * simulated time). */
 static void test_restart_durable(void **state)
 {
     (void)state;

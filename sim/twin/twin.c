@@ -369,13 +369,8 @@ static void twin_worker(int argc, char **argv)
     if ((nd->rc = twin_open(nd, &port, &nic)) < 0) {
         /* With faults a worker that never started must not pass as a
          * survivor that ended on a store error: it stays unfinished. */
-        if (nd->t->sc->n_faults)
-            return;
-        nd->finished = 1; /* ended on its error, as below */
-        nd->end_s = simgrid_get_clock();
-        nd->t->w.nodes_finished++;
-        sim_cv_broadcast(&nd->t->phase_cv);
-        twin_worker_ended(nd);
+        if (!nd->t->sc->n_faults)
+            twin_worker_ended(nd); /* on its error */
         return;
     }
     struct rkv_config cfg = nd->t->cfg;
@@ -393,10 +388,6 @@ static void twin_worker(int argc, char **argv)
         rkv_client_destroy(cli);
     }
     twin_close(nd, port, nic);
-    nd->finished = 1;
-    nd->end_s = simgrid_get_clock();
-    nd->t->w.nodes_finished++;
-    sim_cv_broadcast(&nd->t->phase_cv); /* twin_workers_done may have changed */
     twin_worker_ended(nd);
 }
 
@@ -708,9 +699,16 @@ static void twin_stopper(int argc, char **argv)
     twin_stop_servers(t);
 }
 
+/* A worker ended: it is finished (its rc says how), the fault actor is
+ * woken, and without faults a stopper is made if the servers may wait for
+ * a SHUTDOWN that cannot come (twin_stopper). */
 static void twin_worker_ended(struct twin_node *nd)
 {
     struct twin *t = nd->t;
+    nd->finished = 1;
+    nd->end_s = simgrid_get_clock();
+    t->w.nodes_finished++;
+    sim_cv_broadcast(&t->phase_cv); /* twin_workers_done may have changed */
     if (t->sc->n_faults || t->stopper_made || !twin_workers_done(t))
         return;
     int failed = 0;
