@@ -447,7 +447,10 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a
  * book with another policy), with
  * more than 2^32-1 rows, or with an entry >= n_machines. One that fails on
- * a server part way (no room for a machine's shard: -RKV_ENOMEM) leaves
+ * a server part way (no room for a machine's shard: -RKV_ENOMEM, saying
+ * which room: /dev/shm's free space, or the memory the host or the server's
+ * memory cgroup has left, less a 32nd of its size kept for the processes)
+ * leaves
  * the name reserved for that desc until the servers restart: the same desc
  * may be tried again (once there is room), another one under that name is
  * -RKV_EEXIST saying so; list and meta do not show it. The cluster holds

@@ -84,6 +84,11 @@ struct rkv_port_ops {
      * the slot memory a node grants (rkv.h slot_mem_bytes). NULL (the
      * twin: every node alike, whatever the host) or 0: unknown. */
     uint64_t (*mem_bytes)(struct rkv_port *p);
+    /* Whether a new shm segment of `bytes` would fit the memory left for
+     * it (shm_map checks the same, but says why only in the log): 0, or
+     * -RKV_ENOMEM with the reason in err. NULL (the twin, whose memory
+     * floor watches the whole process): always. */
+    int (*shm_room)(struct rkv_port *p, uint64_t bytes, char *err, size_t err_len);
     /* Room for `need` open descriptors (a node's connections): 0 when the
      * limit allows them, after raising the soft limit towards the hard one
      * if that was needed; -1 when the hard limit is lower, with the limit

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "port/hostmem.h"
 #include "port/port.h"
 #include "util/util.h"
 
@@ -324,28 +325,70 @@ static int posix_fd_room(struct rkv_port *p, uint64_t need, uint64_t *limit_p)
     return -1;
 }
 
+/* The memory a new segment bigger than it must leave to the processes
+ * themselves: a 32nd of what this process could have (the host's memory
+ * or its cgroup's limit), at least 16 MiB. */
+#define POSIX_SHM_KEEP_MIN (16ull << 20)
+
+/* Whether a new segment of `bytes` fits: the shared-memory filesystem's
+ * free space, and the memory this process may still take (the host's
+ * MemAvailable, or what its memory cgroup has left where that is less),
+ * less what the processes need beside it. The filesystem alone was the
+ * check before: a tmpfs is sized by the host's memory, so in a container
+ * whose cgroup allows 256 MiB a 512 MiB tensor passed, and the cgroup's
+ * OOM killer ended the server with SIGKILL as the segment was filled. */
+static int posix_shm_room(struct rkv_port *p, uint64_t bytes, char *err, size_t err_len)
+{
+    (void)p;
+    struct statvfs vs;
+    /* A tmpfs mounted without a size limit reports 0 blocks: then only
+     * memory bounds it. */
+    if (statvfs("/dev/shm", &vs) == 0 && vs.f_frsize > 0 && vs.f_blocks > 0 &&
+        bytes > (uint64_t)vs.f_bavail * vs.f_frsize)
+        return rkv_errf(err, err_len, -RKV_ENOMEM,
+                        "needs %llu MiB, but the shared-memory filesystem (/dev/shm) has %llu MiB "
+                        "free",
+                        (unsigned long long)(bytes >> 20),
+                        (unsigned long long)(((uint64_t)vs.f_bavail * vs.f_frsize) >> 20));
+    struct port_hostmem m;
+    (void)port_hostmem_read(NULL, &m);
+    uint64_t left = port_hostmem_left(&m), size = port_hostmem_size(&m);
+    if (left == UINT64_MAX)
+        return 0; /* neither /proc nor a cgroup says: the filesystem's check alone */
+    uint64_t keep = size / 32 > POSIX_SHM_KEEP_MIN ? size / 32 : POSIX_SHM_KEEP_MIN;
+    /* A segment smaller than the reserve is held to the memory left
+     * alone: a host short of memory still starts a node (its machine
+     * segment is a few KiB). */
+    if (bytes <= left && (bytes <= keep || left - bytes >= keep))
+        return 0;
+    if (port_hostmem_cgroup_binds(&m))
+        return rkv_errf(err, err_len, -RKV_ENOMEM,
+                        "needs %llu MiB, but the memory cgroup this process is in (limit %llu MiB) "
+                        "has %llu MiB left, and %llu MiB of it stay for the processes",
+                        (unsigned long long)(bytes >> 20),
+                        (unsigned long long)(m.cg_limit_bytes >> 20),
+                        (unsigned long long)(left >> 20), (unsigned long long)(keep >> 20));
+    return rkv_errf(err, err_len, -RKV_ENOMEM,
+                    "needs %llu MiB, but the host has %llu MiB of memory available, and %llu MiB "
+                    "of it stay for the processes",
+                    (unsigned long long)(bytes >> 20), (unsigned long long)(left >> 20),
+                    (unsigned long long)(keep >> 20));
+}
+
 /* Sizes a new segment (reserving its room, zero-filled) or checks an existing one is
  * big enough, so that touching the mapping cannot raise SIGBUS. */
 static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t bytes, int create)
 {
     if (create) {
         /* A segment must fit the shared-memory filesystem's free space
-         * (and memory): sizing it always succeeds (it is sparse), but the
+         * and memory: sizing it always succeeds (it is sparse), but the
          * mapping below populates it, and a tensor bigger than that filled
-         * /dev/shm for the whole host and ended in the OOM killer. */
-        struct statvfs vs;
-        uint64_t room = UINT64_MAX, mem = posix_mem_bytes(p);
-        /* A tmpfs mounted without a size limit reports 0 blocks: then
-         * only memory bounds it. */
-        if (fstatvfs(fd, &vs) == 0 && vs.f_frsize > 0 && vs.f_blocks > 0)
-            room = (uint64_t)vs.f_bavail * vs.f_frsize;
-        if (mem > 0 && mem < room)
-            room = mem;
-        if (bytes > room) {
-            RKV_LOGE(p,
-                     "shm %s: needs %zu bytes, but the shared-memory filesystem has %llu free "
-                     "(or the host has less memory)",
-                     name, bytes, (unsigned long long)room);
+         * /dev/shm for the whole host and ended in the OOM killer. The
+         * store asks first (shm_room) to tell its caller; this is for
+         * every other segment. */
+        char why[256];
+        if (posix_shm_room(p, bytes, why, sizeof(why)) < 0) {
+            RKV_LOGE(p, "shm %s: %s", name, why);
             return -RKV_ENOMEM;
         }
         /* The check above is only a snapshot: another job may fill the
@@ -571,6 +614,7 @@ static const struct rkv_port_ops posix_ops = {
     .proc_self = posix_proc_self,
     .proc_alive = posix_proc_alive,
     .mem_bytes = posix_mem_bytes,
+    .shm_room = posix_shm_room,
     .fd_room = posix_fd_room,
     .destroy = posix_destroy,
 };

@@ -48,6 +48,11 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
     uint64_t local_off = total & ~7ull;
     if (has_local && !rkv_add_ok(local_off, local_bytes, &total))
         return rkv_errf(err, err_len, -RKV_ELIMIT, "shard %s: size overflows", name);
+    /* Asked before the segment is made, so that the caller learns why
+     * (shm_map says it only in this node's log). */
+    char why[256];
+    if (create && port->ops->shm_room && port->ops->shm_room(port, total, why, sizeof(why)) < 0)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "shard %s: %s", name, why);
     void *addr;
     int rc = port->ops->shm_map(port, name, total, create, &addr);
     if (rc < 0)

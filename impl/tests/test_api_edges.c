@@ -32,6 +32,7 @@
 #define TWO_MACHINES_PORT_SPAN 1998
 #define TWO_MACHINES_TAG "rkve"
 #include "two_machines.h"
+#include "mem_cgroup.h"
 
 /* Range policy: rows 0..49 on machine 0 (the client's: co-located), 50..99
  * on machine 1 (over the network). */
@@ -1326,6 +1327,62 @@ static void test_local_shard_after_server_destroyed(void **state)
     cluster_stop(&c);
 }
 
+/* A tensor bigger than the memory cgroup the servers run in (a
+ * container's limit on a host with more): the shard was checked against
+ * /dev/shm's free space and the host's memory, both 24 GiB here, so the
+ * servers filled it and the cgroup's OOM killer ended the process with
+ * SIGKILL. Now the INIT is refused naming the cgroup, before anything is
+ * made, and the cluster goes on. The nodes run in a child in a 256 MiB
+ * cgroup; each machine's shard of the tensor is 512 MiB. */
+static void test_shard_bigger_than_the_cgroup(void **state)
+{
+    (void)state;
+    char dir[1100];
+    if (mem_cgroup_make(256, dir, sizeof(dir)) < 0)
+        skip();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (mem_cgroup_enter(dir) < 0)
+            _exit(20);
+        struct cluster c;
+        cluster_config(&c, 20000);
+        cluster_start_server(&c, 0);
+        cluster_start_server(&c, 1);
+        struct rkv_client *cli = client_join(&c);
+        struct rkv_tensor_desc big = {.name = "big",
+                                      .dtype = RKV_F32,
+                                      .rows = 2 * 131072,
+                                      .row_len = 1024,
+                                      .policy = RKV_PART_RANGE};
+        int rc = rkv_client_init_data(cli, &big);
+        const char *msg = rkv_client_errmsg(cli);
+        int code = 0;
+        if (rc != -RKV_ENOMEM || !strstr(msg, "needs 512 MiB, but the memory cgroup this process "
+                                              "is in (limit 256 MiB) has "))
+            code = 21;
+        if (code)
+            fprintf(stderr, "init_data of 1 GiB: %d %s\n", rc, msg);
+        if (!code && rkv_client_init_data(cli, &T_F32) < 0)
+            code = 22;
+        float row[4] = {1, 2, 3, 4}, got[4];
+        uint64_t id = 70;
+        if (!code && (rkv_client_push(cli, "t", &id, 1, row, RKV_OP_ASSIGN, 0) < 0 ||
+                      rkv_client_pull(cli, "t", &id, 1, got) < 0 || memcmp(got, row, sizeof(row))))
+            code = 23;
+        rkv_client_shutdown_servers(cli);
+        rkv_client_destroy(cli);
+        cluster_stop(&c);
+        _exit(code);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    rmdir(dir);
+    if (WIFSIGNALED(st))
+        fail_msg("the nodes were killed by signal %d (the cgroup's OOM killer)", WTERMSIG(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* The cluster's tensor limit is said as a limit: the 1,025th tensor was
  * "bad INIT phase 0 for id 1025" (-RKV_EINVAL), naming no limit. */
 static void test_tensor_limit_is_named(void **state)
@@ -2574,6 +2631,7 @@ int main(void)
         cmocka_unit_test(test_push_too_big_applies_nothing),
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
+        cmocka_unit_test(test_shard_bigger_than_the_cgroup),
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_register_limit_is_named),
         cmocka_unit_test(test_secret_file_too_long_is_named),

@@ -31,7 +31,7 @@ struct sim_waiter;
  * charged for (payload-less runs carry thin rows but model the full ones). */
 typedef uint64_t (*sim_sizer_fn)(void *user, const void *buf, uint32_t len);
 
-struct sim_hostmem;
+struct port_hostmem;
 
 struct sim_world {
     uint64_t seed;
@@ -154,7 +154,7 @@ struct sim_world {
     double mem_last_s;
     int mem_near;       /* under 8 floors left at the last read: read more often */
     uint32_t mem_ticks; /* sim_world_mem_tick's calls */
-    void (*mem_low)(struct sim_world *w, const struct sim_hostmem *m);
+    void (*mem_low)(struct sim_world *w, const struct port_hostmem *m);
     uint32_t nodes_total, nodes_finished;
     /* Nodes' log lines folded by shape (port_sim.c, sp_vlog): set by the
      * twin at its default log level, where 16,384 servers each said they
@@ -174,24 +174,6 @@ void sim_world_mem_check(struct sim_world *w);
 void sim_world_mem_tick(struct sim_world *w);
 /* Wall-clock seconds (CLOCK_MONOTONIC): progress lines and the report. */
 double sim_world_wall(void);
-/* The memory this process may still take (hostmem.c): the host's
- * (/proc/meminfo), and its memory cgroup's where one sets a limit (v1 or
- * v2; the tightest of the cgroup and its ancestors). Bytes; 0: unknown.
- * root prefixes /proc and /sys ("" or NULL: this host's). */
-struct sim_hostmem {
-    uint64_t avail_bytes, total_bytes; /* MemAvailable, MemTotal */
-    /* cg_limit_bytes 0: no cgroup limit; cg_used_bytes less inactive page cache */
-    uint64_t cg_limit_bytes, cg_used_bytes;
-};
-/* 0, or -RKV_EIO when /proc/meminfo could not be read (the cgroup's may be). */
-int sim_hostmem_read(const char *root, struct sim_hostmem *m);
-/* Bytes left before the host or the cgroup runs out; UINT64_MAX unknown. */
-uint64_t sim_hostmem_left(const struct sim_hostmem *m);
-/* 1 when the cgroup, not the host, is what runs out first. */
-int sim_hostmem_cgroup_binds(const struct sim_hostmem *m);
-/* The memory this process could have at most: MemTotal or the cgroup's
- * limit, the smaller; 0 unknown. */
-uint64_t sim_hostmem_size(const struct sim_hostmem *m);
 /* One complete ("X") event in the Chrome trace; no-op without a trace. */
 void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
                      uint32_t tid, double t0_s, double t1_s, uint64_t bytes);

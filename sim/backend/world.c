@@ -8,6 +8,7 @@
 
 #include <simgrid/engine.h>
 
+#include "port/hostmem.h"
 #include "rkv.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
@@ -199,9 +200,9 @@ void sim_world_mem_check(struct sim_world *w)
 {
     if (!w->mem_floor_bytes || !w->mem_low)
         return;
-    struct sim_hostmem m;
-    (void)sim_hostmem_read(NULL, &m);
-    uint64_t left = sim_hostmem_left(&m);
+    struct port_hostmem m;
+    (void)port_hostmem_read(NULL, &m);
+    uint64_t left = port_hostmem_left(&m);
     if (left < w->mem_floor_bytes)
         w->mem_low(w, &m);
     w->mem_near = left / 8 < w->mem_floor_bytes;

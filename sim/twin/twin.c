@@ -27,6 +27,7 @@
 #include "harness/client_stats.h"
 #include "harness/oracle.h"
 #include "harness/reaper.h"
+#include "port/hostmem.h"
 #include "port/port_file.h"
 #include "nic/nic_fault.h"
 #include "harness/workload.h"
@@ -746,7 +747,7 @@ static void twin_limit(int argc, char **argv)
  * SIGKILL, which left a user with "Killed" and a twin of a cluster too
  * large for the host. No report: the run is cut short. Exit 3, the run's
  * failure (README's exit codes). */
-static void twin_mem_low(struct sim_world *w, const struct sim_hostmem *m)
+static void twin_mem_low(struct sim_world *w, const struct port_hostmem *m)
 {
     long pages = 0;
     FILE *f = fopen("/proc/self/statm", "r");
@@ -758,14 +759,14 @@ static void twin_mem_low(struct sim_world *w, const struct sim_hostmem *m)
     }
     uint64_t rss = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
     char where[160];
-    if (sim_hostmem_cgroup_binds(m))
+    if (port_hostmem_cgroup_binds(m))
         snprintf(where, sizeof(where),
                  "the memory cgroup this run is in (limit %llu MiB) has %llu MiB left",
                  (unsigned long long)(m->cg_limit_bytes >> 20),
-                 (unsigned long long)(sim_hostmem_left(m) >> 20));
+                 (unsigned long long)(port_hostmem_left(m) >> 20));
     else
         snprintf(where, sizeof(where), "the host has %llu MiB of memory available",
-                 (unsigned long long)(sim_hostmem_left(m) >> 20));
+                 (unsigned long long)(port_hostmem_left(m) >> 20));
     fflush(stdout);
     fprintf(stderr,
             "rkv: twin: stopped: %s, below the floor of %llu MiB (--mem-floor-mib), with %llu "
@@ -775,7 +776,7 @@ static void twin_mem_low(struct sim_world *w, const struct sim_hostmem *m)
             "a connection on both sides; sim/README.md, \"Memory per node\")\n",
             where, (unsigned long long)(w->mem_floor_bytes >> 20), (unsigned long long)(rss >> 20),
             simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished, w->nodes_total,
-            sim_hostmem_cgroup_binds(m) ? "the cgroup allows" : "the host has");
+            port_hostmem_cgroup_binds(m) ? "the cgroup allows" : "the host has");
     fflush(stderr);
     _exit(3);
 }
@@ -785,9 +786,9 @@ static void twin_mem_low(struct sim_world *w, const struct sim_hostmem *m)
  * a 1 GiB CI container keeps 128 MiB, not a quarter. 0: not known. */
 static uint64_t twin_mem_floor(void)
 {
-    struct sim_hostmem m;
-    (void)sim_hostmem_read(NULL, &m);
-    uint64_t size = sim_hostmem_size(&m), floor_b = size / 50;
+    struct port_hostmem m;
+    (void)port_hostmem_read(NULL, &m);
+    uint64_t size = port_hostmem_size(&m), floor_b = size / 50;
     if (floor_b < (256ull << 20))
         floor_b = 256ull << 20;
     if (floor_b > size / 8)

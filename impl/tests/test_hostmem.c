@@ -1,4 +1,4 @@
-/* The memory a twin run may still take (sim/backend/hostmem.c), read from
+/* The memory this process may still take (impl/port/hostmem.c), read from
  * a made-up /proc and /sys: the host's MemAvailable alone; a cgroup v1
  * memory limit (hierarchical, page cache not counted); cgroup v2 limits
  * on the cgroup and an ancestor (the tighter wins); a hybrid host (v2 at
@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "rkv.h"
-#include "sim/backend/sim.h"
+#include "port/hostmem.h"
 
 #define MIB (1ull << 20)
 
@@ -67,14 +67,14 @@ static void test_host_only(void **state)
 {
     (void)state;
     put("proc/self/cgroup", "0::/\n");
-    struct sim_hostmem m;
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    struct port_hostmem m;
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.avail_bytes, 20480000ull * 1024);
     assert_int_equal(m.total_bytes, 24576000ull * 1024);
     assert_int_equal(m.cg_limit_bytes, 0);
-    assert_int_equal(sim_hostmem_left(&m), m.avail_bytes);
-    assert_int_equal(sim_hostmem_size(&m), m.total_bytes);
-    assert_false(sim_hostmem_cgroup_binds(&m));
+    assert_int_equal(port_hostmem_left(&m), m.avail_bytes);
+    assert_int_equal(port_hostmem_size(&m), m.total_bytes);
+    assert_false(port_hostmem_cgroup_binds(&m));
 }
 
 /* v1, as on this project's CI machines: the limit 1 GiB set on the job's
@@ -88,26 +88,26 @@ static void test_v1_limit(void **state)
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "cache 1\nrss 2\nhierarchical_memory_limit 1073741824\ntotal_inactive_file "
         "209715200\n");
-    struct sim_hostmem m;
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    struct port_hostmem m;
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 1024 * MIB);
     assert_int_equal(m.cg_used_bytes, 500 * MIB);
-    assert_int_equal(sim_hostmem_left(&m), 524 * MIB);
-    assert_int_equal(sim_hostmem_size(&m), 1024 * MIB);
-    assert_true(sim_hostmem_cgroup_binds(&m));
+    assert_int_equal(port_hostmem_left(&m), 524 * MIB);
+    assert_int_equal(port_hostmem_size(&m), 1024 * MIB);
+    assert_true(port_hostmem_cgroup_binds(&m));
     /* A limit on an ancestor shows as the hierarchical one. */
     put("sys/fs/cgroup/memory/jobs/j1/memory.limit_in_bytes", "9223372036854771712\n");
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "hierarchical_memory_limit 805306368\ntotal_inactive_file 0\n");
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 768 * MIB);
-    assert_int_equal(sim_hostmem_left(&m), 68 * MIB);
+    assert_int_equal(port_hostmem_left(&m), 68 * MIB);
     /* No limit anywhere: the page counter's largest value. */
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "hierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 0\n");
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 0);
-    assert_int_equal(sim_hostmem_left(&m), m.avail_bytes);
+    assert_int_equal(port_hostmem_left(&m), m.avail_bytes);
 }
 
 /* v2: 2 GiB on the cgroup, 1.5 GiB on its parent, none at the top; and a
@@ -125,12 +125,12 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/ci/job/memory.stat", "anon 1\ninactive_file 104857600\n");
     put("sys/fs/cgroup/ci/job/step/memory.max", "2147483648\n");
     put("sys/fs/cgroup/ci/job/step/memory.current", "1073741824\n");
-    struct sim_hostmem m;
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    struct port_hostmem m;
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 1536 * MIB); /* the parent's: 612 MiB left against 1 GiB */
     assert_int_equal(m.cg_used_bytes, 924 * MIB);
-    assert_int_equal(sim_hostmem_left(&m), 612 * MIB);
-    assert_int_equal(sim_hostmem_size(&m), 1536 * MIB);
+    assert_int_equal(port_hostmem_left(&m), 612 * MIB);
+    assert_int_equal(port_hostmem_size(&m), 1536 * MIB);
     /* A container without a cgroup namespace: its /proc/self/cgroup path
      * is the host's, not under the mount; the mount's root is its own. */
     teardown(NULL);
@@ -139,10 +139,10 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/cgroup.controllers", "memory\n");
     put("sys/fs/cgroup/memory.max", "4294967296\n");
     put("sys/fs/cgroup/memory.current", "4093640704\n"); /* 3904 MiB */
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 4096 * MIB);
-    assert_int_equal(sim_hostmem_left(&m), 192 * MIB);
-    assert_true(sim_hostmem_cgroup_binds(&m));
+    assert_int_equal(port_hostmem_left(&m), 192 * MIB);
+    assert_true(port_hostmem_cgroup_binds(&m));
 }
 
 /* A hybrid host: v1 controllers without memory, v2 at .../unified. */
@@ -152,16 +152,16 @@ static void test_hybrid(void **state)
     put("proc/self/cgroup", "3:cpu,cpuacct:/a\n0::/user/s1\n");
     put("sys/fs/cgroup/unified/user/s1/memory.max", "536870912\n");
     put("sys/fs/cgroup/unified/user/s1/memory.current", "268435456\n");
-    struct sim_hostmem m;
-    assert_int_equal(sim_hostmem_read(root, &m), 0);
+    struct port_hostmem m;
+    assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 512 * MIB);
-    assert_int_equal(sim_hostmem_left(&m), 256 * MIB);
+    assert_int_equal(port_hostmem_left(&m), 256 * MIB);
     /* Nothing readable at all: unknown, and nothing watched on it. */
     teardown(NULL);
     mkdir(root, 0755);
-    assert_int_equal(sim_hostmem_read(root, &m), -RKV_EIO);
-    assert_int_equal(sim_hostmem_left(&m), UINT64_MAX);
-    assert_int_equal(sim_hostmem_size(&m), 0);
+    assert_int_equal(port_hostmem_read(root, &m), -RKV_EIO);
+    assert_int_equal(port_hostmem_left(&m), UINT64_MAX);
+    assert_int_equal(port_hostmem_size(&m), 0);
 }
 
 int main(void)

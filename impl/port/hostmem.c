@@ -3,7 +3,8 @@
  * CI container, a batch job's allocation), what that cgroup has left. In
  * a container with a 4 GiB limit on a 24 GiB host the cgroup's OOM killer
  * strikes while MemAvailable still reads 20 GiB: a floor on MemAvailable
- * alone never saw it coming (sim_world_event, the twin's memory floor).
+ * alone never saw it coming (the twin's memory floor, sim_world_event;
+ * a tensor's shard, port_posix.c posix_shm_size).
  *
  * Read from files only (no libcgroup): cgroup v1's memory controller and
  * cgroup v2, each where /proc/self/cgroup places this process, or at the
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/backend/sim.h"
+#include "port/hostmem.h"
 #include "util/util.h"
 
 #define HM_PATH_MAX 1024
@@ -125,7 +126,7 @@ static int hm_cgroup_dir(const char *mount, const char *cg, const char *probe, c
 
 /* cgroup v1: memory.stat's hierarchical_memory_limit is already the
  * smallest limit of the cgroup and its ancestors. */
-static int hm_v1(const char *root, struct sim_hostmem *m)
+static int hm_v1(const char *root, struct port_hostmem *m)
 {
     char cg[HM_PATH_MAX], mount[HM_PATH_MAX], dir[HM_PATH_MAX], path[HM_PATH_MAX];
     snprintf(mount, sizeof(mount), "%s/sys/fs/cgroup/memory", root);
@@ -150,7 +151,7 @@ static int hm_v1(const char *root, struct sim_hostmem *m)
 
 /* cgroup v2: limits are per level, so the tightest of the cgroup and its
  * ancestors up to the mount. */
-static int hm_v2(const char *root, struct sim_hostmem *m)
+static int hm_v2(const char *root, struct port_hostmem *m)
 {
     char cg[HM_PATH_MAX], mount[HM_PATH_MAX], dir[HM_PATH_MAX], probe[HM_PATH_MAX + 32];
     if (hm_cgroup_path(root, "", cg, sizeof(cg)) < 0)
@@ -187,10 +188,10 @@ static int hm_v2(const char *root, struct sim_hostmem *m)
     return 0;
 }
 
-int sim_hostmem_read(const char *root, struct sim_hostmem *m)
+int port_hostmem_read(const char *root, struct port_hostmem *m)
 {
     char path[HM_PATH_MAX];
-    *m = (struct sim_hostmem){0};
+    *m = (struct port_hostmem){0};
     if (!root)
         root = "";
     snprintf(path, sizeof(path), "%s/proc/meminfo", root);
@@ -202,25 +203,25 @@ int sim_hostmem_read(const char *root, struct sim_hostmem *m)
 }
 
 /* What the cgroup has left (UINT64_MAX: no limit). */
-static uint64_t hm_cgroup_left(const struct sim_hostmem *m)
+static uint64_t hm_cgroup_left(const struct port_hostmem *m)
 {
     if (!m->cg_limit_bytes)
         return UINT64_MAX;
     return m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
 }
 
-uint64_t sim_hostmem_left(const struct sim_hostmem *m)
+uint64_t port_hostmem_left(const struct port_hostmem *m)
 {
     uint64_t host = m->avail_bytes ? m->avail_bytes : UINT64_MAX, cg = hm_cgroup_left(m);
     return cg < host ? cg : host;
 }
 
-int sim_hostmem_cgroup_binds(const struct sim_hostmem *m)
+int port_hostmem_cgroup_binds(const struct port_hostmem *m)
 {
     return m->cg_limit_bytes && (!m->avail_bytes || hm_cgroup_left(m) < m->avail_bytes);
 }
 
-uint64_t sim_hostmem_size(const struct sim_hostmem *m)
+uint64_t port_hostmem_size(const struct port_hostmem *m)
 {
     if (m->cg_limit_bytes && (!m->total_bytes || m->cg_limit_bytes < m->total_bytes))
         return m->cg_limit_bytes;
