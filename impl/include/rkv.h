@@ -245,7 +245,8 @@ struct rkv_config {
      * message whose slot alone is larger fails with -RKV_ELIMIT. Without a
      * bound, push_slots x max_slot_bytes per connection (64 GiB with the
      * defaults) was what any one peer could make a server allocate. 0 (the
-     * default): a quarter of the host's memory, at most
+     * default): a quarter of the host's memory (or of its memory cgroup's
+     * limit, where lower), at most
      * RKV_SLOT_MEM_DEFAULT_BYTES (in the twin that), and at least
      * max_slot_bytes; else at least max_slot_bytes (-RKV_ECONFIG below). */
     uint64_t slot_mem_bytes;

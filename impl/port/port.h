@@ -80,7 +80,8 @@ struct rkv_port_ops {
      * backend that cannot tell: holders are then never presumed dead. */
     uint64_t (*proc_self)(struct rkv_port *p);
     int (*proc_alive)(struct rkv_port *p, uint64_t id);
-    /* The host's physical memory in bytes, which sizes defaults such as
+    /* The memory this process could have in bytes (the host's, or its
+     * memory cgroup's limit where lower), which sizes defaults such as
      * the slot memory a node grants (rkv.h slot_mem_bytes). NULL (the
      * twin: every node alike, whatever the host) or 0: unknown. */
     uint64_t (*mem_bytes)(struct rkv_port *p);

@@ -299,10 +299,19 @@ static int posix_shm_open(struct rkv_port *p, const char *name, int create, int 
     return -RKV_EIO;
 }
 
-/* The host's memory, a bound on any segment. */
+/* The memory this process could have: the host's, or its memory cgroup's
+ * limit where that is lower. It sizes the slot memory a node grants by
+ * default (a quarter of it): by the host's alone, a server in a 256 MiB
+ * container on a 24 GiB host let its peers make it pin 4 GiB, far past
+ * what its cgroup's OOM killer allows. */
 static uint64_t posix_mem_bytes(struct rkv_port *p)
 {
     (void)p;
+    struct port_hostmem m;
+    (void)port_hostmem_read(NULL, &m);
+    uint64_t size = port_hostmem_size(&m);
+    if (size)
+        return size;
     long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
     return page > 0 && phys > 0 ? (uint64_t)page * (uint64_t)phys : 0;
 }
@@ -337,19 +346,30 @@ static int posix_fd_room(struct rkv_port *p, uint64_t need, uint64_t *limit_p)
  * check before: a tmpfs is sized by the host's memory, so in a container
  * whose cgroup allows 256 MiB a 512 MiB tensor passed, and the cgroup's
  * OOM killer ended the server with SIGKILL as the segment was filled. */
-static int posix_shm_room(struct rkv_port *p, uint64_t bytes, char *err, size_t err_len)
+/* A size for a message: MiB, or KiB below 16 MiB (a segment of a few
+ * pages read "needs 0 MiB"). */
+static const char *posix_size(char *buf, size_t len, uint64_t b)
 {
-    (void)p;
+    if (b >= (16ull << 20))
+        snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
+    else
+        snprintf(buf, len, "%llu KiB", (unsigned long long)((b + 1023) >> 10));
+    return buf;
+}
+
+static int posix_room(int fd, uint64_t bytes, char *err, size_t err_len)
+{
+    char need[32], have[32], lim[32], kept[32];
+    posix_size(need, sizeof(need), bytes);
     struct statvfs vs;
-    /* A tmpfs mounted without a size limit reports 0 blocks: then only
-     * memory bounds it. */
-    if (statvfs("/dev/shm", &vs) == 0 && vs.f_frsize > 0 && vs.f_blocks > 0 &&
-        bytes > (uint64_t)vs.f_bavail * vs.f_frsize)
+    /* The segment's own filesystem when it is open (fd >= 0), else where
+     * glibc's shm_open puts segments. A tmpfs mounted without a size
+     * limit reports 0 blocks: then only memory bounds it. */
+    if ((fd >= 0 ? fstatvfs(fd, &vs) : statvfs("/dev/shm", &vs)) == 0 && vs.f_frsize > 0 &&
+        vs.f_blocks > 0 && bytes > (uint64_t)vs.f_bavail * vs.f_frsize)
         return rkv_errf(err, err_len, -RKV_ENOMEM,
-                        "needs %llu MiB, but the shared-memory filesystem (/dev/shm) has %llu MiB "
-                        "free",
-                        (unsigned long long)(bytes >> 20),
-                        (unsigned long long)(((uint64_t)vs.f_bavail * vs.f_frsize) >> 20));
+                        "needs %s, but the shared-memory filesystem (/dev/shm) has %s free", need,
+                        posix_size(have, sizeof(have), (uint64_t)vs.f_bavail * vs.f_frsize));
     struct port_hostmem m;
     (void)port_hostmem_read(NULL, &m);
     uint64_t left = port_hostmem_left(&m), size = port_hostmem_size(&m);
@@ -361,18 +381,23 @@ static int posix_shm_room(struct rkv_port *p, uint64_t bytes, char *err, size_t 
      * segment is a few KiB). */
     if (bytes <= left && (bytes <= keep || left - bytes >= keep))
         return 0;
+    posix_size(have, sizeof(have), left);
+    posix_size(kept, sizeof(kept), keep);
     if (port_hostmem_cgroup_binds(&m))
         return rkv_errf(err, err_len, -RKV_ENOMEM,
-                        "needs %llu MiB, but the memory cgroup this process is in (limit %llu MiB) "
-                        "has %llu MiB left, and %llu MiB of it stay for the processes",
-                        (unsigned long long)(bytes >> 20),
-                        (unsigned long long)(m.cg_limit_bytes >> 20),
-                        (unsigned long long)(left >> 20), (unsigned long long)(keep >> 20));
+                        "needs %s, but the memory cgroup this process is in (limit %s) has %s "
+                        "left, and %s of it stay for the processes",
+                        need, posix_size(lim, sizeof(lim), m.cg_limit_bytes), have, kept);
     return rkv_errf(err, err_len, -RKV_ENOMEM,
-                    "needs %llu MiB, but the host has %llu MiB of memory available, and %llu MiB "
-                    "of it stay for the processes",
-                    (unsigned long long)(bytes >> 20), (unsigned long long)(left >> 20),
-                    (unsigned long long)(keep >> 20));
+                    "needs %s, but the host has %s of memory available, and %s of it stay for "
+                    "the processes",
+                    need, have, kept);
+}
+
+static int posix_shm_room(struct rkv_port *p, uint64_t bytes, char *err, size_t err_len)
+{
+    (void)p;
+    return posix_room(-1, bytes, err, err_len);
 }
 
 /* Sizes a new segment (reserving its room, zero-filled) or checks an existing one is
@@ -387,7 +412,7 @@ static int posix_shm_size(struct rkv_port *p, const char *name, int fd, size_t b
          * store asks first (shm_room) to tell its caller; this is for
          * every other segment. */
         char why[256];
-        if (posix_shm_room(p, bytes, why, sizeof(why)) < 0) {
+        if (posix_room(fd, bytes, why, sizeof(why)) < 0) {
             RKV_LOGE(p, "shm %s: %s", name, why);
             return -RKV_ENOMEM;
         }

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mem_cgroup.h"
 #include "port/port.h"
 #include "rkv.h"
 
@@ -403,6 +404,38 @@ static void test_shm_room_taken_after_the_check(void **state)
         fail_msg("the segment's child failed at step %d", WEXITSTATUS(status));
 }
 
+/* The memory a node sizes its defaults by (the slot memory it grants is
+ * a quarter of it) is its memory cgroup's limit where that is below the
+ * host's: it was the host's 24 GiB in a 256 MiB cgroup, so a server let
+ * its peers make it pin 4 GiB of slots. Runs in a child in a 256 MiB
+ * cgroup (root only: skipped otherwise). */
+static void test_mem_bytes_is_the_cgroup_limit(void **state)
+{
+    (void)state;
+    char dir[1100];
+    if (mem_cgroup_make(256, dir, sizeof(dir)) < 0)
+        skip();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rkv_port *p = NULL;
+        if (mem_cgroup_enter(dir) < 0 || rkv_port_posix_create("t", RKV_LOG_ERROR, 42, &p) != 0)
+            _exit(20);
+        uint64_t b = p->ops->mem_bytes(p);
+        p->ops->destroy(p);
+        if (b != 256ull << 20) {
+            fprintf(stderr, "mem_bytes %llu\n", (unsigned long long)b);
+            _exit(21);
+        }
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    rmdir(dir);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* ---- logging ---- */
 
 static void test_log_line(void **state)
@@ -446,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_mutex_held),
         cmocka_unit_test(test_sleep_and_clock),
         cmocka_unit_test(test_shm),
+        cmocka_unit_test(test_mem_bytes_is_the_cgroup_limit),
         cmocka_unit_test(test_shm_room_taken_after_the_check),
         cmocka_unit_test(test_proc_alive),
         cmocka_unit_test(test_log_line),
