@@ -368,8 +368,10 @@ static int posix_room(int fd, uint64_t bytes, char *err, size_t err_len)
     if ((fd >= 0 ? fstatvfs(fd, &vs) : statvfs("/dev/shm", &vs)) == 0 && vs.f_frsize > 0 &&
         vs.f_blocks > 0 && bytes > (uint64_t)vs.f_bavail * vs.f_frsize)
         return rkv_errf(err, err_len, -RKV_ENOMEM,
-                        "needs %s, but the shared-memory filesystem (/dev/shm) has %s free", need,
-                        posix_size(have, sizeof(have), (uint64_t)vs.f_bavail * vs.f_frsize));
+                        "needs %s, but the shared-memory filesystem (/dev/shm) has %s free (a "
+                        "container's is 64 MiB unless given more: docker run --shm-size, a "
+                        "Kubernetes emptyDir of medium Memory)",
+                        need, posix_size(have, sizeof(have), (uint64_t)vs.f_bavail * vs.f_frsize));
     struct port_hostmem m;
     (void)port_hostmem_read(NULL, &m);
     uint64_t left = port_hostmem_left(&m), size = port_hostmem_size(&m);
