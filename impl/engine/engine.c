@@ -1785,6 +1785,58 @@ static void eng_reject(struct rkv_engine *e, struct rkv_peer *p, const char *why
     peer_kill(e, p, 1);
 }
 
+/* Decodes a message that came in a rendezvous slot. The slot stays open
+ * to its peer's WRITEs while the message is handled (tcp lands them from
+ * its own thread once the engine has been away 10 ms; a verbs device at
+ * any time), so nothing that is checked and then used to address memory
+ * may be read from it twice: a peer rewrote a PUSH's ids between
+ * rkv_tensor_check_ids and the apply, and the server wrote, or read back
+ * to it, memory outside the shard (SIGSEGV; the shard's header in a
+ * PULL_REPLY). A PUSH's ids are copied out after the decode (the decoder
+ * does not look at them; the server checks the copy); a PUSH's and a
+ * PULL_REPLY's rows are values, read once, and stay in the slot; every
+ * other message (a PULL's ids, PULL_ZC's positions, a tensor's book, a
+ * list) is copied whole and decoded from the copy, since the decoder
+ * checks its entries. *own_p: what to free after the dispatch (NULL:
+ * nothing). */
+static int eng_decode_slot(const uint8_t *buf, uint64_t len, uint8_t type, struct rkv_msg *m,
+                           void **own_p, char *why, size_t why_len)
+{
+    *own_p = NULL;
+    if (type == RKV_MSG_PUSH || type == RKV_MSG_PULL_REPLY) {
+        int rc = rkv_proto_decode(buf, len, m, why, why_len);
+        if (rc < 0)
+            return rc;
+        /* The header is read again by the decode: a type rewritten since
+         * would be decoded with its arrays in the slot. */
+        if (m->h.type != type)
+            return rkv_errf(why, why_len, -RKV_EPROTO,
+                            "the message in a slot changed while it was read");
+        if (type == RKV_MSG_PULL_REPLY || !m->h.count)
+            return 0;
+        uint64_t *ids = malloc((size_t)m->h.count * sizeof(*ids));
+        if (!ids)
+            return rkv_errf(why, why_len, -RKV_ENOMEM, "out of memory for a PUSH's %u ids",
+                            m->h.count);
+        memcpy(ids, m->u.push.ids, (size_t)m->h.count * sizeof(*ids));
+        m->u.push.ids = ids;
+        *own_p = ids;
+        return 0;
+    }
+    uint8_t *copy = malloc((size_t)len);
+    if (!copy)
+        return rkv_errf(why, why_len, -RKV_ENOMEM, "out of memory for a %llu-byte message",
+                        (unsigned long long)len);
+    memcpy(copy, buf, (size_t)len);
+    int rc = rkv_proto_decode(copy, len, m, why, why_len);
+    if (rc < 0) {
+        free(copy);
+        return rc;
+    }
+    *own_p = copy;
+    return 0;
+}
+
 static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_wc *wc)
 {
     uint32_t i = (uint32_t)(wc->wr_id >> (e->srq_mem ? 8 : 3));
@@ -1814,13 +1866,15 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
             return eng_reject(e, p, "message longer than its slot");
         if (RKV_PROTO_HDR_BYTES + hh.payload_len > len)
             len = RKV_PROTO_HDR_BYTES + hh.payload_len;
-        if (rkv_proto_decode(p->lslots[s].buf, len, &m, why, sizeof(why)) < 0)
+        void *own = NULL;
+        if (eng_decode_slot(p->lslots[s].buf, len, hh.type, &m, &own, why, sizeof(why)) < 0)
             return eng_reject(e, p, why);
         int granted = p->lslots[s].state == ENG_SLOT_GRANTED;
         p->lslots[s].used = ++e->use_tick;
         if (p->lslots[s].revoking) /* its holder was busy with it: the grace starts again */
             p->lslots[s].revoke_ns = e->port->ops->now_ns(e->port);
         eng_dispatch(e, p, &m, granted ? s + 1 : 0);
+        free(own);
     }
     if (e->srq_mem) {
         /* eng_on_wc gives the shared buffer back; the credit is the peer's. */

@@ -973,6 +973,92 @@ static void test_cross_peer_slot(void **state)
     cluster_stop(&c);
 }
 
+/* The gate of test_slot_rewritten_while_handled's custom op: its first
+ * row waits until the test opens it; every row gets 1 added. */
+static atomic_int gate_entered, gate_open;
+
+static void h_gated_add1(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n,
+                         double param, void *user)
+{
+    (void)dt, (void)st, (void)in, (void)n, (void)param, (void)user;
+    if (!atomic_exchange(&gate_entered, 1))
+        for (int ms = 0; ms < (int)WAIT_MS && !atomic_load(&gate_open); ms++)
+            usleep(1000);
+    ((float *)row)[0] += 1;
+}
+
+/* A peer rewrites the ids of its PUSH in the slot while the server applies
+ * it. The slot stays open to its WRITEs meanwhile (tcp lands them once the
+ * engine has been away from the NIC 10 ms; a verbs device at any time):
+ * the server checked the ids, then read each again to apply its row, so
+ * an id rewritten past the shard made it write outside it (SIGSEGV), and
+ * a pull's read back memory before it. Now the ids are the server's own
+ * copy: the rewrite is not seen. Here the second id is rewritten from 61
+ * to 62 (both machine 1's, so without the fix row 62 got the add in
+ * silence, where an id past the shard would crash the test). */
+static void test_slot_rewritten_while_handled(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    atomic_store(&gate_entered, 0);
+    atomic_store(&gate_open, 0);
+    assert_int_equal(rkv_server_register_handler(c.srv[1], RKV_OP_CUSTOM, h_gated_add1, NULL), 0);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    const uint32_t rb = BIG_ROW_LEN * 4;
+    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
+                        .req_id = 0x77,
+                        .tensor_id = BIG_ID,
+                        .sender = 0x666,
+                        .op = RKV_MSG_PUSH};
+    evil_send(&e, rkv_proto_enc_rndv_start(e.tx, &h, RKV_PROTO_HDR_BYTES + 2 * (8 + rb)));
+    struct rkv_msg m;
+    assert_int_equal(evil_next(&e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_RNDV_REPLY);
+    assert_int_equal(m.h.status, 0);
+    struct rkv_slot_desc d = m.u.slot;
+    uint64_t ids[2] = {60, 61};
+    struct rkv_hdr ph = {.type = RKV_MSG_PUSH,
+                         .req_id = 0x77,
+                         .tensor_id = BIG_ID,
+                         .sender = 0x666,
+                         .op = RKV_OP_CUSTOM,
+                         .count = 2,
+                         .row_bytes = rb};
+    size_t len = rkv_proto_enc_push(e.tx, &ph, ids, NULL);
+    memset(e.tx + RKV_PROTO_HDR_BYTES + sizeof(ids), 0, 2 * (size_t)rb);
+    evil_write(&e, d.addr, d.rkey, (uint32_t)len, 1, d.slot);
+    for (int ms = 0; ms < (int)WAIT_MS && !atomic_load(&gate_entered); ms++)
+        usleep(1000);
+    assert_true(atomic_load(&gate_entered));
+    /* The handler holds row 60; the second id becomes 62 in the slot. The
+     * server's slot is this process's memory: the test sees it land. */
+    uint64_t rewritten = 62;
+    memcpy(e.tx, &rewritten, 8);
+    const uint64_t at = d.addr + RKV_PROTO_HDR_BYTES + 8;
+    evil_write(&e, at, d.rkey, 8, 0, 0);
+    volatile const uint64_t *slot_id = (const uint64_t *)(uintptr_t)at;
+    for (int ms = 0; ms < (int)WAIT_MS && *slot_id != rewritten; ms++)
+        usleep(1000);
+    assert_int_equal(*slot_id, rewritten);
+    atomic_store(&gate_open, 1);
+    assert_int_equal(evil_next(&e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_PUSH_ACK);
+    evil_close(&e);
+    static float got[2 * BIG_ROW_LEN];
+    uint64_t want[2] = {61, 62};
+    assert_int_equal(rkv_client_pull(c.cli, T_BIG.name, want, 2, got), 0);
+    if (got[0] != 1.0f || got[BIG_ROW_LEN] != 0.0f)
+        fail_msg("row 61 holds %g and row 62 %g: the rewritten id was applied", got[0],
+                 got[BIG_ROW_LEN]);
+    check_serving(&c, 40);
+    cluster_stop(&c);
+}
+
 /* ---- 3: a rendezvous answered with a slot outside any region ---- */
 
 /* A bad slot: an address no region covers and a key nobody issued. */
@@ -2576,6 +2662,7 @@ int main(void)
         HOSTILE_TEST(test_slot_abuse),
         HOSTILE_TEST(test_slot_memory_hoard),
         HOSTILE_TEST(test_cross_peer_slot),
+        HOSTILE_TEST(test_slot_rewritten_while_handled),
         HOSTILE_TEST(test_pull_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_unanswered),
