@@ -1153,9 +1153,12 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
                           "barrier before hello: this connection holds no client id");
     /* count: the client's barrier number (1, 2, ...; 0: the next one). A
      * number already completed is a retry whose reply was lost (server 0
-     * died after completing it): answered at once. Wrapping arithmetic. */
+     * died after completing it): answered at once. Wrapping arithmetic,
+     * over the barriers that did complete only: 2^32-1 asked before any
+     * had was answered as done. */
     uint32_t next = (uint32_t)(s->barriers_done + 1), want = m->h.count ? m->h.count : next;
-    if (want != next && (int32_t)(next - want) > 0)
+    uint32_t back = next - want;
+    if (back && back < (1u << 31) && back <= s->barriers_done)
         return srv_status(s, peer, m, RKV_MSG_BARRIER_REPLY, 0, NULL);
     if (want != next) {
         char why[128];

@@ -261,6 +261,23 @@ static void test_bookkeeping_mistakes(void **state)
     assert_int_equal(m.h.type, RKV_MSG_HELLO_REPLY);
     assert_int_equal(m.u.hello_reply.client_id, 0);
     assert_int_equal(m.u.hello_reply.n_servers, 3);
+    /* A barrier numbered before any that completed is no retry of one: a
+     * count of 2^32-1 from the start was answered as done, in wrapping
+     * arithmetic. Barrier 1 completes (one worker), and asked again it is
+     * a retry, answered at once. */
+    struct rkv_hdr bh = {.type = RKV_MSG_BARRIER, .req_id = 16, .count = UINT32_MAX};
+    expect_error(&p0, rkv_proto_enc_empty(p0.tx, &bh), 16, -RKV_EINVAL,
+                 "barrier 4294967295 asked, but barrier 1 is the next to complete");
+    for (uint64_t req = 17; req <= 18; req++) {
+        bh = (struct rkv_hdr){.type = RKV_MSG_BARRIER, .req_id = req, .count = 1};
+        peer_send(&p0, rkv_proto_enc_empty(p0.tx, &bh));
+        assert_int_equal(peer_next(&p0, &m, WAIT_MS), 0);
+        assert_int_equal(m.h.type, RKV_MSG_BARRIER_REPLY);
+        assert_int_equal(m.h.req_id, req);
+    }
+    bh = (struct rkv_hdr){.type = RKV_MSG_BARRIER, .req_id = 19, .count = 3};
+    expect_error(&p0, rkv_proto_enc_empty(p0.tx, &bh), 19, -RKV_EINVAL,
+                 "barrier 3 asked, but barrier 2 is the next to complete");
     peer_open(&q0, c.base);
     expect_error(&q0, enc_hello(&q0, 13, RKV_ID_NONE, fp), 13, -RKV_ELIMIT,
                  "every one of the n_workers client ids was handed out already");
