@@ -715,6 +715,23 @@ static int peer_wait_slot(struct rkv_engine *e, struct rkv_peer *p, struct rkv_t
     if (p->waiting.n >= e->max_backlog)
         return peer_drop_hog(e, p, tx, p->waiting.n,
                              "wait behind a rendezvous the peer does not answer");
+    /* And by bytes, for replies (what a peer makes this node allocate;
+     * a node's own messages are its caller's memory): a peer that asked
+     * for 16 MiB META replies and answered none of their rendezvous had
+     * 60 of them, 1 GB, held for it within the count. Past the slot
+     * memory, which bounds what this node grants all its peers, it goes. */
+    uint64_t held = tx->reply ? tx->cap : 0;
+    for (const struct rkv_tx *t = p->waiting.head; t && held; t = t->next)
+        held += t->reply ? t->cap : 0;
+    if (e->cfg.slot_mem_bytes && held > e->cfg.slot_mem_bytes) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "wait behind a rendezvous the peer does not answer, with %llu MiB of replies, "
+                 "past slot_mem_bytes (%llu MiB)",
+                 (unsigned long long)(held >> 20),
+                 (unsigned long long)(e->cfg.slot_mem_bytes >> 20));
+        return peer_drop_hog(e, p, tx, p->waiting.n + 1, why);
+    }
     txq_push(&p->waiting, tx);
     return 0;
 }

@@ -1321,7 +1321,53 @@ static void test_reply_from_another_server(void **state)
  * ask, and goes on sending requests, had every reply queued behind it
  * without bound (a reply buffer each, the server's memory); the queue is
  * bounded as the credit backlog is, and the peer dropped past it. */
-#define BOOK_ROWS 4096 /* an explicit book of 16 KiB: its META_REPLY needs a slot */
+#define BOOK_ROWS                                                                                  \
+    4096 /* Replies held behind a rendezvous the peer does not answer are bounded                  \
+          * by bytes too: a peer that asked for META replies of a tensor with a big                \
+          * book (16 MiB each there) and answered none of their RNDV_STARTs had                    \
+          * 1 GB held for it per connection, within the count (max_backlog). Here                  \
+          * 1 MiB replies against 8 MiB of slot memory: the peer is dropped by the                 \
+          * ninth, not after 258. */
+#define HELD_BOOK_ROWS (1u << 18)
+static void test_replies_held_behind_a_rendezvous(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    env->max_slot_bytes = 4ull << 20;
+    env->slot_mem_bytes = 8ull << 20;
+    cluster_start(&c, env, 2, 2);
+    env->max_slot_bytes = env->slot_mem_bytes = 0;
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    static uint32_t book[HELD_BOOK_ROWS];
+    for (uint32_t r = 0; r < HELD_BOOK_ROWS; r++)
+        book[r] = r % 2;
+    const struct rkv_tensor_desc booked = {.name = "booked-big",
+                                           .dtype = RKV_F32,
+                                           .rows = HELD_BOOK_ROWS,
+                                           .row_len = 1,
+                                           .policy = RKV_PART_EXPLICIT,
+                                           .book = book};
+    if (rkv_client_init_data(c.cli, &booked) < 0)
+        fail_msg("init: %s", rkv_client_errmsg(c.cli));
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    for (uint64_t i = 0; i < 16; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_META, .req_id = 0x100 + i, .sender = 0x666};
+        evil_send(&e, rkv_proto_enc_meta(e.tx, &h, "booked-big"));
+    }
+    evil_expect_dropped(&e);
+    evil_close(&e);
+    expect_logged_once(log, "past slot_mem_bytes (8 MiB)",
+                       "behind a rendezvous the peer does not answer");
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
+/* an explicit book of 16 KiB: its META_REPLY needs a slot */
 #define UNANSWERED_REQUESTS 3000
 
 static void test_rendezvous_unanswered(void **state)
@@ -2666,6 +2712,7 @@ int main(void)
         HOSTILE_TEST(test_pull_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_unanswered),
+        HOSTILE_TEST(test_replies_held_behind_a_rendezvous),
         HOSTILE_TEST(test_client_id_past_workers),
         HOSTILE_TEST(test_reply_from_another_server),
         HOSTILE_TEST(test_connection_flood),
