@@ -20,6 +20,19 @@
  * client is under way (from a second thread, or from a handler the client
  * runs), is refused with -RKV_EINVAL saying so, and does nothing; the
  * other call is unaffected. rkv_client_destroy must not overlap any call.
+ *
+ * fork(): a client or server belongs to the process that created it. A
+ * fork()ed child has its memory but not its threads, and shares its
+ * sockets and shared memory with the parent: every rkv_client_* and
+ * rkv_server_* call that returns int, made in such a child, is refused at
+ * once with -RKV_EINVAL ("... was created by process P; this is a forked
+ * child: create a new client in the child"), nothing sent (the void ones,
+ * rkv_client_stats_reset and rkv_server_stop, do nothing). There
+ * rkv_client_destroy and rkv_server_destroy free the object's own memory
+ * and unmap its shared memory, and leave the rest to the parent: nothing
+ * is sent, no socket is shut down, no thread joined, no segment unlinked
+ * (the child keeps its copies of the descriptors, close-on-exec, until it
+ * execs or exits). Create new ones in the child instead.
  */
 #ifndef RKV_H
 #define RKV_H

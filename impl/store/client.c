@@ -179,6 +179,9 @@ struct rkv_client {
     atomic_int busy;
     /* rkv_client_interrupt's: waits end at once while set (any thread). */
     atomic_int interrupted;
+    /* The process that created it (rkv_port_pid): every call compares,
+     * and a forked child's are refused (cli_forked). */
+    int pid;
     char err[256];
 };
 
@@ -2262,6 +2265,23 @@ static int cli_pending_mine(const struct rkv_client *c, const struct rkv_pending
     return 0;
 }
 
+/* A fork()ed child has the client's memory but none of its threads, and
+ * shares its sockets with the parent: a child's pull waited out timeout_ms
+ * (no progress task read the reply) while its request and credits, sent on
+ * the parent's connection, made the server drop that connection ("peer
+ * returned more credits than it was given"). Refused at once, before
+ * anything is touched; the message is the child's own copy. */
+static int cli_forked(struct rkv_client *c, const char *what)
+{
+    int pid = rkv_port_pid();
+    if (c->pid == pid)
+        return 0;
+    return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                    "%s: this client was created by process %d; this is a forked child (process "
+                    "%d): create a new client in the child",
+                    what, c->pid, pid);
+}
+
 /* A client serves one application thread at a time (rkv.h): its call
  * state (grouping arrays, reply slots, the err buffer) is unshared. A call
  * made while another is under way, from a second thread or from a handler
@@ -2308,7 +2328,9 @@ static int cli_enter_sending(struct rkv_client *c, const char *what)
     do {                                                                                           \
         if (!(c))                                                                                  \
             return -RKV_EINVAL;                                                                    \
-        int cli_rc_ = enter((c), (what));                                                          \
+        int cli_rc_ = cli_forked((c), (what));                                                     \
+        if (cli_rc_ == 0)                                                                          \
+            cli_rc_ = enter((c), (what));                                                          \
         if (cli_rc_ < 0)                                                                           \
             return cli_rc_;                                                                        \
         cli_rc_ = (call);                                                                          \
@@ -3064,6 +3086,7 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     c->nic = nic;
     c->observer = observer;
     c->id = observer ? RKV_ID_NONE : 0;
+    c->pid = rkv_port_pid();
     if ((rc = rkv_cluster_of(cfg, &c->cl, &c->own_cl, err, err_len)) < 0)
         goto free_client;
     c->cfg.machines = (struct rkv_machine *)(uintptr_t)c->cl->machines; /* read only */
@@ -3409,7 +3432,8 @@ uint32_t rkv_client_n_servers(const struct rkv_client *c)
 
 void rkv_client_stats_reset(struct rkv_client *c)
 {
-    if (!c)
+    /* Not in a forked child: the lock may have been held at the fork. */
+    if (!c || c->pid != rkv_port_pid())
         return;
     memset(c->ops, 0, sizeof(c->ops));
     memset(c->call_sample, 0, sizeof(c->call_sample)); /* the next ones are timed */
@@ -3435,6 +3459,9 @@ int rkv_client_interrupt(struct rkv_client *c, int on)
 {
     if (!c)
         return -RKV_EINVAL;
+    int rc = cli_forked(c, "interrupt");
+    if (rc < 0)
+        return rc;
     atomic_store(&c->interrupted, on != 0);
     if (on) { /* a wait asleep on cv looks again */
         cli_lock(c);
@@ -3444,18 +3471,12 @@ int rkv_client_interrupt(struct rkv_client *c, int on)
     return 0;
 }
 
-void rkv_client_destroy(struct rkv_client *c)
+/* The client's own memory, in rkv_client_destroy's order: pushes never
+ * waited for, tensors (their shards unmapped), requests, tables. */
+static void cli_free_own(struct rkv_client *c)
 {
-    if (!c)
-        return;
-    rkv_engine_stop(c->eng);
-    /* The QPs are closed: no peer can write into registered memory now, nor
-     * read the rows of a push nobody waited for. */
-    while (c->pending) {
-        cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
+    while (c->pending)
         cli_pending_free(c, c->pending);
-    }
-    rkv_engine_destroy(c->eng); /* and the cache's registrations */
     for (uint32_t i = 1; i <= c->max_tensor; i++) {
         struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
         if (t) {
@@ -3470,6 +3491,39 @@ void rkv_client_destroy(struct rkv_client *c)
         free(r->text);
         free(r);
     }
+}
+
+/* rkv_client_destroy in a forked child: what it shares with the parent is
+ * left alone. Stopping the engine joined threads the child does not have
+ * (it hung), and closing the NIC's connections shut down (shutdown(2))
+ * the parent's sockets: the parent lost every server. The engine, the NIC,
+ * the port and the locks (a parent thread may have held one at the fork)
+ * stay in the child's memory, their descriptors open (close-on-exec) until
+ * it execs or exits; shared memory is unmapped, never unlinked. */
+static void cli_destroy_forked(struct rkv_client *c)
+{
+    cli_free_own(c);
+    cli_free_tables(c);
+    free(c);
+}
+
+void rkv_client_destroy(struct rkv_client *c)
+{
+    if (!c)
+        return;
+    if (c->pid != rkv_port_pid()) {
+        cli_destroy_forked(c);
+        return;
+    }
+    rkv_engine_stop(c->eng);
+    /* The QPs are closed: no peer can write into registered memory now, nor
+     * read the rows of a push nobody waited for. */
+    while (c->pending) {
+        cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
+        cli_pending_free(c, c->pending);
+    }
+    rkv_engine_destroy(c->eng); /* and the cache's registrations */
+    cli_free_own(c);
     c->port->ops->cond_destroy(c->cv);
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)

@@ -1956,6 +1956,88 @@ static void test_calls_after_shutdown(void **state)
     cluster_stop(&c);
 }
 
+/* What the forked child of test_forked_child_refused checks: 0, or the
+ * number of the first check that failed (its exit status). */
+static int forked_child_checks(struct cluster *c, struct rkv_client *cli)
+{
+    uint64_t ids[2] = {0, 50};
+    float got[8], rows[8] = {0};
+    struct rkv_pending *pend = NULL;
+    char want[96];
+    snprintf(want, sizeof(want), "created by process %d; this is a forked child", (int)getppid());
+    if (rkv_client_pull(cli, "t", ids, 2, got) != -RKV_EINVAL)
+        return 1;
+    if (!strstr(rkv_client_errmsg(cli), want) ||
+        !strstr(rkv_client_errmsg(cli), "create a new client in the child"))
+        return 2;
+    if (rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0) != -RKV_EINVAL ||
+        rkv_client_push_async(cli, "t", ids, 2, rows, RKV_OP_SUM, 0, &pend) != -RKV_EINVAL ||
+        rkv_client_barrier(cli) != -RKV_EINVAL || rkv_client_interrupt(cli, 1) != -RKV_EINVAL)
+        return 3;
+    if (rkv_server_run(c->srv[0][0]) != -RKV_EINVAL ||
+        !strstr(rkv_server_errmsg(c->srv[0][0]), "this is a forked child") ||
+        rkv_server_register_handler(c->srv[1][0], RKV_OP_CUSTOM, NULL, NULL) != -RKV_EINVAL)
+        return 4;
+    rkv_server_stop(c->srv[0][0]); /* nothing: the parent's run goes on */
+    rkv_client_destroy(cli);
+    rkv_server_destroy(c->srv[0][0]);
+    rkv_server_destroy(c->srv[1][0]);
+    return 0;
+}
+
+/* Regression (an outside tester): a client or server used in a fork()ed
+ * child, which has its memory but none of its threads. The child's
+ * rkv_client_destroy hung and shut down the parent's sockets (the parent
+ * then had "server 1 is gone"); its pull timed out and broke the parent's
+ * connection with credits the server never gave; a server created in the
+ * parent never returned from rkv_server_run in the child. Each call is
+ * refused at once naming the fork, and the child's destroys leave the
+ * parent's connections, threads and shared memory alone: the parent's
+ * pushes and pulls, local and remote, go on. The child runs under an alarm
+ * (a hang is SIGALRM). */
+static void test_forked_child_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t ids[2] = {0, 50};
+    float got[8], rows[8];
+    for (int i = 0; i < 8; i++)
+        rows[i] = (float)i + 1;
+    push_ok(cli, "t", ids, 2, rows, RKV_OP_ASSIGN);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        _exit(forked_child_checks(&c, cli));
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the forked child: %s %d", WIFEXITED(status) ? "failed check" : "killed by signal",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    char meta[160];
+    snprintf(meta, sizeof(meta), "/dev/shm/%s-m0-meta", c.cfg.shm_prefix);
+    assert_int_equal(access(meta, F_OK), 0); /* not unlinked by the child */
+    memset(got, 0, sizeof(got));
+    pull_ok(cli, "t", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    push_ok(cli, "t", ids, 2, rows, RKV_OP_SUM);
+    pull_ok(cli, "t", ids, 2, got);
+    for (int i = 0; i < 8; i++)
+        assert_true(got[i] == 2 * rows[i]);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+    assert_false(shm_left(c.cfg.shm_prefix));
+}
+
 /* Regression: rkv_client_shutdown_servers returned 0 when a server was
  * unreachable (one seen dying was skipped), and such a server may keep
  * running. The call now fails naming it, and still stops the others. */
@@ -2611,6 +2693,7 @@ int main(void)
         cmocka_unit_test(test_shutdown_names_unreachable), /* forks: first, single-threaded */
         cmocka_unit_test(test_second_server0_leaves_running_segment),
         cmocka_unit_test(test_crashed_run_shards_removed), /* forks too */
+        cmocka_unit_test(test_forked_child_refused),
         cmocka_unit_test(test_config_filled_by_hand),
         cmocka_unit_test(test_config_zeroed_refused),
         cmocka_unit_test(test_config_machines_overlap),
