@@ -19,7 +19,10 @@
  * A client call that returns int, made while another call of the same
  * client is under way (from a second thread, or from a handler the client
  * runs), is refused with -RKV_EINVAL saying so, and does nothing; the
- * other call is unaffected. rkv_client_destroy must not overlap any call.
+ * other call is unaffected, its rkv_client_errmsg too: the refusal's
+ * message is kept for the refused thread alone, which reads it (until its
+ * next call of the client) where the other threads read their calls'.
+ * rkv_client_destroy must not overlap any call.
  *
  * fork(): a client or server belongs to the process that created it. A
  * fork()ed child has its memory but not its threads, and shares its
