@@ -463,7 +463,13 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
  * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a
  * book with another policy), with
- * more than 2^32-1 rows, or with an entry >= n_machines. One that fails on
+ * more than 2^32-1 rows, or with an entry >= n_machines. So is, with
+ * -RKV_ELIMIT naming both sizes, a desc one of whose rows no push could
+ * carry to a server, in a cluster of several machines or in durable mode:
+ * a push message of one row (the row, its 8-byte id and a 64-byte header)
+ * over this client's cfg.max_slot_bytes (a tensor's optimizer state is not
+ * pushed; a pull of one row with it, two rows' worth, is refused by that
+ * pull alone, saying to raise max_slot_bytes). One that fails on
  * a server part way (no room for a machine's shard: -RKV_ENOMEM, saying
  * which room: /dev/shm's free space, or the memory the host or the server's
  * memory cgroup has left, less a 32nd of its size kept for the processes)

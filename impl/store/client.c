@@ -1281,6 +1281,35 @@ static int cli_init0(struct rkv_client *c, uint16_t phase, uint32_t id,
     return rc;
 }
 
+/* The PUSH message of cnt rows of t for one server: the header, then an
+ * id and a row each. The one size both the push (cli_push_sizes_ok) and
+ * init_data's check of a single row use. */
+static uint64_t cli_push_msg_bytes(const struct rkv_tensor *t, uint32_t cnt)
+{
+    return RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+}
+
+/* A tensor one of whose rows no PUSH can carry to a server (its message
+ * alone over max_slot_bytes) was created, and every push of its remote
+ * rows then failed advising "push fewer ids" for one id. Rows go over the
+ * network in a cluster of several machines, and in durable mode (through
+ * this machine's servers too). A pull reply is smaller (no ids), and a
+ * tensor's optimizer state is never pushed: pulling it with the state
+ * (two rows a row) is refused by that pull alone. */
+static int cli_init_row_fits(struct rkv_client *c, const struct rkv_tensor *t)
+{
+    uint64_t one = cli_push_msg_bytes(t, 1);
+    if ((c->cfg.n_machines < 2 && !c->cfg.durable_dir[0]) || one <= c->cfg.max_slot_bytes)
+        return 0;
+    return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                    "init_data '%s': one row (%zu bytes) makes a %llu-byte push message with its "
+                    "header and id, over max_slot_bytes %llu, so no push could carry it to a "
+                    "server: raise max_slot_bytes to at least %llu (or shorten the rows); "
+                    "refused before anything was sent",
+                    t->meta.name, t->row_bytes, (unsigned long long)one,
+                    (unsigned long long)c->cfg.max_slot_bytes, (unsigned long long)one);
+}
+
 static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
@@ -1309,7 +1338,10 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     if (rc < 0)
         return rc;
     c->init_wait_ms = cli_init_wait_ms(&probe, c->cfg.n_machines, c->cfg.timeout_ms);
+    rc = cli_init_row_fits(c, &probe);
     rkv_tensor_free(&probe);
+    if (rc < 0)
+        return rc;
     uint32_t id = 0;
     if ((rc = cli_init0(c, 0, 0, &w, d, &id)) < 0)
         return rc;
@@ -2135,7 +2167,17 @@ static int cli_push_sizes_ok(struct rkv_client *c, const struct cli_op *o,
         if (g->mach[k] == c->cfg.machine_id && t->mapped && !o->via_server)
             continue; /* applied in place (cli_push_local) */
         uint32_t cnt = cli_group_cnt(g, k);
-        uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+        uint64_t len = cli_push_msg_bytes(t, cnt);
+        /* One row too large for any push, where fewer ids cannot help: a
+         * tensor another client made with a larger max_slot_bytes
+         * (cli_init_row_fits refuses it here). */
+        if (len > c->cfg.max_slot_bytes && cnt == 1)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                            "push to '%s': one row for machine %u makes a %llu-byte message, "
+                            "over max_slot_bytes %llu; nothing was applied (no push can carry "
+                            "this row: raise max_slot_bytes to at least %llu)",
+                            t->meta.name, g->mach[k], (unsigned long long)len,
+                            (unsigned long long)c->cfg.max_slot_bytes, (unsigned long long)len);
         if (len > c->cfg.max_slot_bytes)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
                             "push to '%s': its %u rows for machine %u make a %llu-byte message, "
@@ -2469,7 +2511,7 @@ static void cli_settle_pending(struct rkv_client *c)
 /* The reply slot of a server, grown when a reply needs more room. After a
  * timeout it is abandoned (a late reply may still land in it) and the next
  * pull makes a fresh one; abandoned slots are freed with the client. */
-static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need)
+static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint32_t cnt, uint64_t need)
 {
     assert(cli_owns_srv(c, srv) && srv->peer); /* the slot is the connection's */
     assert(need >= RKV_PROTO_HDR_BYTES);
@@ -2479,6 +2521,14 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need
         rkv_engine_slot_free(c->eng, srv->peer, srv->pslot.slot);
     srv->has_pslot = 0;
     int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &srv->pslot);
+    /* A reply of one row (a pull with the optimizer state replies two
+     * rows' worth a row) that no slot can hold: fewer ids cannot help. */
+    if (rc < 0 && cnt == 1 && need > c->cfg.max_slot_bytes)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "pull: one row's reply is %llu bytes, over max_slot_bytes %llu (raise "
+                        "max_slot_bytes to at least %llu)",
+                        (unsigned long long)need, (unsigned long long)c->cfg.max_slot_bytes,
+                        (unsigned long long)need);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "pull: no %llu-byte reply slot: %s (max_slot_bytes %llu: pull fewer ids "
@@ -2562,7 +2612,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * o->out_bytes;
     rc = cli_ensure(c, srv);
     if (rc == 0)
-        rc = cli_pslot(c, srv, need);
+        rc = cli_pslot(c, srv, cnt, need);
     if (rc < 0)
         return rc;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;

@@ -908,11 +908,11 @@ static int srv_pull_too_big(struct rkv_server *s, const struct rkv_tensor *t, ui
     if (len <= s->cfg.max_slot_bytes)
         return rkv_errf(s->err, sizeof(s->err), rc, "pull of %u rows of '%s': %s", n, t->meta.name,
                         rkv_strerror(rc));
-    return rkv_errf(s->err, sizeof(s->err), rc,
-                    "pull of %u rows of '%s': a %llu-byte reply, over max_slot_bytes %llu "
-                    "(pull fewer ids at once)",
-                    n, t->meta.name, (unsigned long long)len,
-                    (unsigned long long)s->cfg.max_slot_bytes);
+    return rkv_errf(
+        s->err, sizeof(s->err), rc,
+        "pull of %u rows of '%s': a %llu-byte reply, over max_slot_bytes %llu (%s)", n,
+        t->meta.name, (unsigned long long)len, (unsigned long long)s->cfg.max_slot_bytes,
+        n == 1 ? "raise max_slot_bytes: one row cannot be split" : "pull fewer ids at once");
 }
 
 /* Each reply row is what pull handler op writes for the row, out_len

@@ -1261,6 +1261,96 @@ static void test_push_too_big_applies_nothing(void **state)
     }
 }
 
+struct small_slot_join {
+    struct rkv_config cfg;
+    struct rkv_client *cli;
+    char err[256];
+};
+
+static void *small_slot_join_main(void *arg)
+{
+    struct small_slot_join *j = arg;
+    if (rkv_client_create(&j->cfg, &j->cli, j->err, sizeof(j->err)) < 0)
+        j->cli = NULL;
+    return NULL;
+}
+
+/* Regression (an outside tester, t9/t13/t22): init_data accepted a tensor
+ * one of whose rows no push could carry to a server, its message (64-byte
+ * header, 8-byte id, the row) over max_slot_bytes, and every push of a
+ * remote row then failed advising "push fewer ids at once" for one id.
+ * init_data now refuses it before anything is sent, exactly at the push's
+ * own size (a row 72 bytes under max_slot_bytes fits, 4 bytes more do not;
+ * optimizer state is not pushed, so with_state changes nothing); and a
+ * push or pull of one such row of a tensor another client made (with a
+ * larger max_slot_bytes) says to raise max_slot_bytes. Client small has
+ * max_slot_bytes 64 KiB and no zero copy (a zero-copy pull needs no reply
+ * slot), client big the defaults. */
+static void test_row_over_max_slot_bytes_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct small_slot_join j = {.cfg = c.cfg};
+    j.cfg.max_slot_bytes = 65536;
+    j.cfg.zero_copy_bytes = 0; /* pulled rows come through a reply slot */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, small_slot_join_main, &j), 0);
+    struct rkv_client *big = client_join(&c);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (!j.cli)
+        fail_msg("client small: %s", j.err);
+    struct rkv_client *small = j.cli;
+    /* HASH: odd rows on machine 1, across the network. */
+    struct rkv_tensor_desc d = {
+        .name = "r64k", .dtype = RKV_F32, .rows = 4, .row_len = 16384, .policy = RKV_PART_HASH};
+    assert_int_equal(rkv_client_init_data(small, &d), -RKV_ELIMIT);
+    assert_msg(small, "one row (65536 bytes) makes a 65608-byte push message");
+    assert_msg(small, "over max_slot_bytes 65536");
+    assert_msg(small, "raise max_slot_bytes to at least 65608");
+    size_t n = 99;
+    assert_int_equal(rkv_client_list(small, NULL, 0, &n), 0);
+    assert_int_equal(n, 0); /* nothing sent, nothing made */
+    /* The limit is the push's to the byte: 65536 - 72 bytes of row fit. */
+    static float rows[16384], got[2 * 16384];
+    struct rkv_tensor_desc fit = {.name = "fit",
+                                  .dtype = RKV_F32,
+                                  .rows = 4,
+                                  .row_len = (65536 - 72) / 4,
+                                  .policy = RKV_PART_HASH,
+                                  .with_state = 1};
+    if (rkv_client_init_data(small, &fit) < 0)
+        fail_msg("a row that fits: %s", rkv_client_errmsg(small));
+    uint64_t remote = 1;
+    push_ok(small, "fit", &remote, 1, rows, RKV_OP_ADAGRAD);
+    pull_ok(small, "fit", &remote, 1, got);
+    /* Its state comes with a pull of two rows' worth: that pull alone is
+     * refused, saying what would help. */
+    assert_true(rkv_client_pull_with(small, "fit", &remote, 1, got, RKV_PULL_WITH_STATE, 0) < 0);
+    assert_msg(small, "raise max_slot_bytes");
+    struct rkv_tensor_desc over = fit;
+    snprintf(over.name, sizeof(over.name), "over");
+    over.row_len++;
+    assert_int_equal(rkv_client_init_data(small, &over), -RKV_ELIMIT);
+    assert_msg(small, "over max_slot_bytes 65536");
+    /* Made by the other client: one row is one row too many for small. */
+    if (rkv_client_init_data(big, &d) < 0)
+        fail_msg("client big: %s", rkv_client_errmsg(big));
+    assert_int_equal(rkv_client_push(small, "r64k", &remote, 1, rows, RKV_OP_SUM, 0), -RKV_ELIMIT);
+    assert_msg(small, "one row for machine 1 makes a 65608-byte message");
+    assert_msg(small, "raise max_slot_bytes to at least 65608");
+    assert_true(rkv_client_pull(small, "r64k", &remote, 1, got) < 0);
+    assert_msg(small, "raise max_slot_bytes to at least 65600");
+    push_ok(big, "r64k", &remote, 1, rows, RKV_OP_SUM);
+    assert_int_equal(rkv_client_shutdown_servers(big), 0);
+    rkv_client_destroy(small);
+    rkv_client_destroy(big);
+    cluster_stop(&c);
+}
+
 /* An observer's push is refused when it is made: push_async returned 0
  * and a handle whose wait failed, and a push of no ids returned 0. Its
  * shutdown said every server "could not be asked to exit, and may still
@@ -2795,6 +2885,7 @@ int main(void)
         cmocka_unit_test(test_interrupt_ends_a_wait),
         cmocka_unit_test(test_interrupt_ends_retries),
         cmocka_unit_test(test_push_too_big_applies_nothing),
+        cmocka_unit_test(test_row_over_max_slot_bytes_refused),
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_shard_bigger_than_the_cgroup),
