@@ -597,7 +597,9 @@ RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
  * to timeout_ms; -RKV_EINUSE if it does not close). Until on = 0, the
  * calls that would send to the servers (push, push_async, pull, pull_with,
  * pull_len, barrier, init_data, meta, list, shutdown_servers) are refused
- * with -RKV_EINTR, nothing sent; rkv_client_wait stops waiting as above and
+ * with -RKV_EINTR, nothing sent (a push or pull of n = 0 sends nothing: it
+ * returns 0, unless its tensor is one this client would first have to ask
+ * server 0 about); rkv_client_wait stops waiting as above and
  * frees the handle. Returns 0, or -RKV_EINVAL for a NULL client. */
 RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on); /* not during destroy */
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);

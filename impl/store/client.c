@@ -1073,6 +1073,12 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
         *t_p = t;
         return 0;
     }
+    /* A call let in while interrupted (a push or pull of no ids) sends
+     * nothing all the same. */
+    if (atomic_load(&c->interrupted))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                        "tensor '%s': interrupted (rkv_client_interrupt): refused, nothing sent",
+                        name);
     struct rkv_hdr h = {.type = RKV_MSG_META};
     struct rkv_msg body;
     snprintf(body.u.name, sizeof(body.u.name), "%s", name);
@@ -2429,6 +2435,16 @@ static int cli_enter_sending(struct rkv_client *c, const char *what)
     } while (0)
 #define CLI_CALL(c, what, call) CLI_CALL_VIA(cli_enter, c, what, call)
 #define CLI_CALL_SENDS(c, what, call) CLI_CALL_VIA(cli_enter_sending, c, what, call)
+/* A push or pull of n ids: one of none moves no row and, its tensor known
+ * here, sends nothing, so an interrupt does not refuse it (rkv.h: n = 0
+ * returns 0; it was -RKV_EINTR). One that would ask server 0 for its
+ * tensor is refused in cli_tensor. */
+#define CLI_CALL_ROWS(c, what, n, call)                                                            \
+    do {                                                                                           \
+        if ((n) == 0)                                                                              \
+            CLI_CALL(c, what, call);                                                               \
+        CLI_CALL_SENDS(c, what, call);                                                             \
+    } while (0)
 
 static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                               const void *rows, int op, double param,
@@ -2451,8 +2467,8 @@ static int cli_api_push_async(struct rkv_client *c, const char *name, const uint
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
-    CLI_CALL_SENDS(c, "push_async",
-                   cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
+    CLI_CALL_ROWS(c, "push_async", n,
+                  cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
 }
 
 static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
@@ -2497,7 +2513,7 @@ static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    CLI_CALL_SENDS(c, "push", cli_api_push(c, name, ids, n, rows, op, param));
+    CLI_CALL_ROWS(c, "push", n, cli_api_push(c, name, ids, n, rows, op, param));
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -2750,7 +2766,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
-    CLI_CALL_SENDS(c, "pull", cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
+    CLI_CALL_ROWS(c, "pull", n, cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
 }
 
 static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
@@ -2848,7 +2864,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param)
 {
-    CLI_CALL_SENDS(c, "pull_with", cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
+    CLI_CALL_ROWS(c, "pull_with", n, cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
 }
 
 /* ---- barrier, shutdown ---- */

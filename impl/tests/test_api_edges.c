@@ -1127,6 +1127,17 @@ static void test_interrupt_ends_a_wait(void **state)
     assert_int_equal(rkv_client_push(cli, "t", &remote, 1, rows, RKV_OP_SUM, 0), -RKV_EINTR);
     assert_int_equal(rkv_client_push(cli, "t", &local, 1, rows, RKV_OP_SUM, 0), -RKV_EINTR);
     assert_msg(cli, "nothing sent");
+    /* Calls of no ids send nothing: they return 0 as rkv.h says of n = 0
+     * (they were -RKV_EINTR), but for a tensor this client would have to
+     * ask server 0 about. */
+    assert_int_equal(rkv_client_pull(cli, "t", NULL, 0, NULL), 0);
+    assert_int_equal(rkv_client_pull_with(cli, "t", NULL, 0, NULL, RKV_PULL_ROWS, 0), 0);
+    assert_int_equal(rkv_client_push(cli, "t", NULL, 0, NULL, RKV_OP_SUM, 0), 0);
+    struct rkv_pending *none = NULL;
+    assert_int_equal(rkv_client_push_async(cli, "t", NULL, 0, NULL, RKV_OP_SUM, 0, &none), 0);
+    assert_int_equal(rkv_client_wait(cli, none), 0);
+    assert_int_equal(rkv_client_pull(cli, "unseen", NULL, 0, NULL), -RKV_EINTR);
+    assert_msg(cli, "nothing sent");
     assert_int_equal(rkv_client_interrupt(cli, 0), 0);
     pthread_mutex_lock(&g.mu);
     g.open = 1;
