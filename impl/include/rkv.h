@@ -19,7 +19,23 @@
  * A client call that returns int, made while another call of the same
  * client is under way (from a second thread, or from a handler the client
  * runs), is refused with -RKV_EINVAL saying so, and does nothing; the
- * other call is unaffected. rkv_client_destroy must not overlap any call.
+ * other call is unaffected, its rkv_client_errmsg too: the refusal's
+ * message is kept for the refused thread alone, which reads it (until its
+ * next call of the client) where the other threads read their calls'.
+ * rkv_client_destroy must not overlap any call.
+ *
+ * fork(): a client or server belongs to the process that created it. A
+ * fork()ed child has its memory but not its threads, and shares its
+ * sockets and shared memory with the parent: every rkv_client_* and
+ * rkv_server_* call that returns int, made in such a child, is refused at
+ * once with -RKV_EINVAL ("... was created by process P; this is a forked
+ * child: create a new client in the child"), nothing sent (the void ones,
+ * rkv_client_stats_reset and rkv_server_stop, do nothing). There
+ * rkv_client_destroy and rkv_server_destroy free the object's own memory
+ * and unmap its shared memory, and leave the rest to the parent: nothing
+ * is sent, no socket is shut down, no thread joined, no segment unlinked
+ * (the child keeps its copies of the descriptors, close-on-exec, until it
+ * execs or exits). Create new ones in the child instead.
  */
 #ifndef RKV_H
 #define RKV_H
@@ -447,7 +463,13 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
  * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a
  * book with another policy), with
- * more than 2^32-1 rows, or with an entry >= n_machines. One that fails on
+ * more than 2^32-1 rows, or with an entry >= n_machines. So is, with
+ * -RKV_ELIMIT naming both sizes, a desc one of whose rows no push could
+ * carry to a server, in a cluster of several machines or in durable mode:
+ * a push message of one row (the row, its 8-byte id and a 64-byte header)
+ * over this client's cfg.max_slot_bytes (a tensor's optimizer state is not
+ * pushed; a pull of one row with it, two rows' worth, is refused by that
+ * pull alone, saying to raise max_slot_bytes). One that fails on
  * a server part way (no room for a machine's shard: -RKV_ENOMEM, saying
  * which room: /dev/shm's free space, or the memory the host or the server's
  * memory cgroup has left, less a 32nd of its size kept for the processes)
@@ -575,7 +597,9 @@ RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
  * to timeout_ms; -RKV_EINUSE if it does not close). Until on = 0, the
  * calls that would send to the servers (push, push_async, pull, pull_with,
  * pull_len, barrier, init_data, meta, list, shutdown_servers) are refused
- * with -RKV_EINTR, nothing sent; rkv_client_wait stops waiting as above and
+ * with -RKV_EINTR, nothing sent (a push or pull of n = 0 sends nothing: it
+ * returns 0, unless its tensor is one this client would first have to ask
+ * server 0 about); rkv_client_wait stops waiting as above and
  * frees the handle. Returns 0, or -RKV_EINVAL for a NULL client. */
 RKV_API int rkv_client_interrupt(struct rkv_client *cli, int on); /* not during destroy */
 RKV_API const char *rkv_client_errmsg(const struct rkv_client *cli);

@@ -134,6 +134,14 @@ struct rkv_ratelim;
  * the log. The caller holds whatever guards lim. */
 void rkv_port_warn_limited(struct rkv_port *p, struct rkv_ratelim *lim, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The calling process's id (getpid()), process-wide rather than per node:
+ * the public API compares it with its object's creator on every call, so
+ * that a fork()ed child, which has the object's memory but not its threads,
+ * is refused instead of sharing the parent's connections. Cached (getpid
+ * is a system call since glibc 2.25, dearer than a local pull) and
+ * refreshed in a fork's child by a pthread_atfork handler; a raw clone(2)
+ * that skips the handlers keeps the parent's id. */
+int rkv_port_pid(void);
 static inline void rkv_port_handler_work(struct rkv_port *p, uint64_t rows)
 {
     if (p->ops->handler_work)

@@ -4,6 +4,7 @@
  * task completes them. The two meet under cli->mu. */
 #include <assert.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,8 +180,56 @@ struct rkv_client {
     atomic_int busy;
     /* rkv_client_interrupt's: waits end at once while set (any thread). */
     atomic_int interrupted;
+    /* The process that created it (rkv_port_pid): every call compares,
+     * and a forked child's are refused (cli_forked). */
+    int pid;
+    /* Unique in the process (cli_serials): a refusal kept by a thread
+     * (cli_refused) names its client by address and serial, so that a
+     * client made later at a freed one's address is not taken for it. */
+    uint64_t serial;
+    /* The message of the last call that owned the client (cli_enter let it
+     * in); refusals of calls that never did are per thread (cli_refused). */
     char err[256];
 };
+
+static atomic_uint_fast64_t cli_serials;
+
+/* A call refused before it owns its client (cli_enter: another call is
+ * under way; cli_forked) must not write c->err: that is the running
+ * call's, and rkv.h promises it is unaffected (its caller read the other
+ * thread's "in another call" as its own call's reason, 74 of 3,000
+ * failures in an outside tester's run). Its message is kept here instead,
+ * for the refused thread alone: rkv_client_errmsg(cli) from that thread
+ * returns it while its last call on cli is the refused one (cli_owned
+ * forgets it when the thread's next call on cli gets in, or leaves). */
+static _Thread_local struct cli_refusal {
+    const struct rkv_client *cli;
+    uint64_t serial;
+    char err[256];
+} cli_refused;
+
+static int cli_refuse(const struct rkv_client *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cli_refuse(const struct rkv_client *c, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cli_refused.err, sizeof(cli_refused.err), fmt, ap);
+    va_end(ap);
+    cli_refused.cli = c;
+    cli_refused.serial = c->serial;
+    return rc;
+}
+
+/* This thread's last call on c owns it (or ended): its message is c->err
+ * again. A refusal inside the call (a handler the call runs calling the
+ * client) is forgotten when the call leaves, as the caller then reads the
+ * call's own message. */
+static inline void cli_owned(const struct rkv_client *c)
+{
+    if (cli_refused.cli == c)
+        cli_refused.cli = NULL;
+}
 
 static void cli_lock(struct rkv_client *c)
 {
@@ -1024,6 +1073,12 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
         *t_p = t;
         return 0;
     }
+    /* A call let in while interrupted (a push or pull of no ids) sends
+     * nothing all the same. */
+    if (atomic_load(&c->interrupted))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                        "tensor '%s': interrupted (rkv_client_interrupt): refused, nothing sent",
+                        name);
     struct rkv_hdr h = {.type = RKV_MSG_META};
     struct rkv_msg body;
     snprintf(body.u.name, sizeof(body.u.name), "%s", name);
@@ -1232,6 +1287,35 @@ static int cli_init0(struct rkv_client *c, uint16_t phase, uint32_t id,
     return rc;
 }
 
+/* The PUSH message of cnt rows of t for one server: the header, then an
+ * id and a row each. The one size both the push (cli_push_sizes_ok) and
+ * init_data's check of a single row use. */
+static uint64_t cli_push_msg_bytes(const struct rkv_tensor *t, uint32_t cnt)
+{
+    return RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+}
+
+/* A tensor one of whose rows no PUSH can carry to a server (its message
+ * alone over max_slot_bytes) was created, and every push of its remote
+ * rows then failed advising "push fewer ids" for one id. Rows go over the
+ * network in a cluster of several machines, and in durable mode (through
+ * this machine's servers too). A pull reply is smaller (no ids), and a
+ * tensor's optimizer state is never pushed: pulling it with the state
+ * (two rows a row) is refused by that pull alone. */
+static int cli_init_row_fits(struct rkv_client *c, const struct rkv_tensor *t)
+{
+    uint64_t one = cli_push_msg_bytes(t, 1);
+    if ((c->cfg.n_machines < 2 && !c->cfg.durable_dir[0]) || one <= c->cfg.max_slot_bytes)
+        return 0;
+    return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                    "init_data '%s': one row (%zu bytes) makes a %llu-byte push message with its "
+                    "header and id, over max_slot_bytes %llu, so no push could carry it to a "
+                    "server: raise max_slot_bytes to at least %llu (or shorten the rows); "
+                    "refused before anything was sent",
+                    t->meta.name, t->row_bytes, (unsigned long long)one,
+                    (unsigned long long)c->cfg.max_slot_bytes, (unsigned long long)one);
+}
+
 static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
@@ -1260,7 +1344,10 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     if (rc < 0)
         return rc;
     c->init_wait_ms = cli_init_wait_ms(&probe, c->cfg.n_machines, c->cfg.timeout_ms);
+    rc = cli_init_row_fits(c, &probe);
     rkv_tensor_free(&probe);
+    if (rc < 0)
+        return rc;
     uint32_t id = 0;
     if ((rc = cli_init0(c, 0, 0, &w, d, &id)) < 0)
         return rc;
@@ -2086,7 +2173,17 @@ static int cli_push_sizes_ok(struct rkv_client *c, const struct cli_op *o,
         if (g->mach[k] == c->cfg.machine_id && t->mapped && !o->via_server)
             continue; /* applied in place (cli_push_local) */
         uint32_t cnt = cli_group_cnt(g, k);
-        uint64_t len = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * (8 + t->row_bytes);
+        uint64_t len = cli_push_msg_bytes(t, cnt);
+        /* One row too large for any push, where fewer ids cannot help: a
+         * tensor another client made with a larger max_slot_bytes
+         * (cli_init_row_fits refuses it here). */
+        if (len > c->cfg.max_slot_bytes && cnt == 1)
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                            "push to '%s': one row for machine %u makes a %llu-byte message, "
+                            "over max_slot_bytes %llu; nothing was applied (no push can carry "
+                            "this row: raise max_slot_bytes to at least %llu)",
+                            t->meta.name, g->mach[k], (unsigned long long)len,
+                            (unsigned long long)c->cfg.max_slot_bytes, (unsigned long long)len);
         if (len > c->cfg.max_slot_bytes)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
                             "push to '%s': its %u rows for machine %u make a %llu-byte message, "
@@ -2262,26 +2359,45 @@ static int cli_pending_mine(const struct rkv_client *c, const struct rkv_pending
     return 0;
 }
 
+/* A fork()ed child has the client's memory but none of its threads, and
+ * shares its sockets with the parent: a child's pull waited out timeout_ms
+ * (no progress task read the reply) while its request and credits, sent on
+ * the parent's connection, made the server drop that connection ("peer
+ * returned more credits than it was given"). Refused at once, before
+ * anything is touched; the message is the child's own copy. */
+static int cli_forked(struct rkv_client *c, const char *what)
+{
+    int pid = rkv_port_pid();
+    if (c->pid == pid)
+        return 0;
+    return cli_refuse(c, -RKV_EINVAL,
+                      "%s: this client was created by process %d; this is a forked child (process "
+                      "%d): create a new client in the child",
+                      what, c->pid, pid);
+}
+
 /* A client serves one application thread at a time (rkv.h): its call
  * state (grouping arrays, reply slots, the err buffer) is unshared. A call
  * made while another is under way, from a second thread or from a handler
  * the client runs, corrupted that state (a crash, or a wrong answer); it is
- * refused instead, before it touches any. The message may interleave with
- * the other call's: text only. */
+ * refused instead, before it touches any, and its message is the refused
+ * thread's own (cli_refuse). */
 static int cli_enter(struct rkv_client *c, const char *what)
 {
     if (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire))
-        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "%s: this client is in another call (used by two threads at once, or "
-                        "from a handler it runs); a client serves one thread at a time: refused, "
-                        "nothing done",
-                        what);
+        return cli_refuse(c, -RKV_EINVAL,
+                          "%s: this client is in another call (used by two threads at once, or "
+                          "from a handler it runs); a client serves one thread at a time: refused, "
+                          "nothing done",
+                          what);
+    cli_owned(c);
     return 0;
 }
 
 static void cli_leave(struct rkv_client *c)
 {
     assert(atomic_load_explicit(&c->busy, memory_order_relaxed));
+    cli_owned(c);
     atomic_store_explicit(&c->busy, 0, memory_order_release);
 }
 
@@ -2308,7 +2424,9 @@ static int cli_enter_sending(struct rkv_client *c, const char *what)
     do {                                                                                           \
         if (!(c))                                                                                  \
             return -RKV_EINVAL;                                                                    \
-        int cli_rc_ = enter((c), (what));                                                          \
+        int cli_rc_ = cli_forked((c), (what));                                                     \
+        if (cli_rc_ == 0)                                                                          \
+            cli_rc_ = enter((c), (what));                                                          \
         if (cli_rc_ < 0)                                                                           \
             return cli_rc_;                                                                        \
         cli_rc_ = (call);                                                                          \
@@ -2317,6 +2435,16 @@ static int cli_enter_sending(struct rkv_client *c, const char *what)
     } while (0)
 #define CLI_CALL(c, what, call) CLI_CALL_VIA(cli_enter, c, what, call)
 #define CLI_CALL_SENDS(c, what, call) CLI_CALL_VIA(cli_enter_sending, c, what, call)
+/* A push or pull of n ids: one of none moves no row and, its tensor known
+ * here, sends nothing, so an interrupt does not refuse it (rkv.h: n = 0
+ * returns 0; it was -RKV_EINTR). One that would ask server 0 for its
+ * tensor is refused in cli_tensor. */
+#define CLI_CALL_ROWS(c, what, n, call)                                                            \
+    do {                                                                                           \
+        if ((n) == 0)                                                                              \
+            CLI_CALL(c, what, call);                                                               \
+        CLI_CALL_SENDS(c, what, call);                                                             \
+    } while (0)
 
 static int cli_api_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                               const void *rows, int op, double param,
@@ -2339,8 +2467,8 @@ static int cli_api_push_async(struct rkv_client *c, const char *name, const uint
 int rkv_client_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
-    CLI_CALL_SENDS(c, "push_async",
-                   cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
+    CLI_CALL_ROWS(c, "push_async", n,
+                  cli_api_push_async(c, name, ids, n, rows, op, param, pending_p));
 }
 
 static int cli_api_wait(struct rkv_client *c, struct rkv_pending *pending)
@@ -2385,7 +2513,7 @@ static int cli_api_push(struct rkv_client *c, const char *name, const uint64_t *
 int rkv_client_push(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     const void *rows, int op, double param)
 {
-    CLI_CALL_SENDS(c, "push", cli_api_push(c, name, ids, n, rows, op, param));
+    CLI_CALL_ROWS(c, "push", n, cli_api_push(c, name, ids, n, rows, op, param));
 }
 
 /* Every push in flight answered or timed out (their own waits still report
@@ -2399,7 +2527,7 @@ static void cli_settle_pending(struct rkv_client *c)
 /* The reply slot of a server, grown when a reply needs more room. After a
  * timeout it is abandoned (a late reply may still land in it) and the next
  * pull makes a fresh one; abandoned slots are freed with the client. */
-static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need)
+static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint32_t cnt, uint64_t need)
 {
     assert(cli_owns_srv(c, srv) && srv->peer); /* the slot is the connection's */
     assert(need >= RKV_PROTO_HDR_BYTES);
@@ -2409,6 +2537,14 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint64_t need
         rkv_engine_slot_free(c->eng, srv->peer, srv->pslot.slot);
     srv->has_pslot = 0;
     int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &srv->pslot);
+    /* A reply of one row (a pull with the optimizer state replies two
+     * rows' worth a row) that no slot can hold: fewer ids cannot help. */
+    if (rc < 0 && cnt == 1 && need > c->cfg.max_slot_bytes)
+        return rkv_errf(c->err, sizeof(c->err), rc,
+                        "pull: one row's reply is %llu bytes, over max_slot_bytes %llu (raise "
+                        "max_slot_bytes to at least %llu)",
+                        (unsigned long long)need, (unsigned long long)c->cfg.max_slot_bytes,
+                        (unsigned long long)need);
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "pull: no %llu-byte reply slot: %s (max_slot_bytes %llu: pull fewer ids "
@@ -2492,7 +2628,7 @@ static int cli_pull_remote(struct rkv_client *c, const struct cli_op *o, struct 
     uint64_t need = RKV_PROTO_HDR_BYTES + (uint64_t)cnt * o->out_bytes;
     rc = cli_ensure(c, srv);
     if (rc == 0)
-        rc = cli_pslot(c, srv, need);
+        rc = cli_pslot(c, srv, cnt, need);
     if (rc < 0)
         return rc;
     uint64_t len = RKV_PROTO_HDR_BYTES + RKV_PROTO_SLOT_BYTES + (uint64_t)cnt * 8;
@@ -2630,7 +2766,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                     void *rows_out)
 {
-    CLI_CALL_SENDS(c, "pull", cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
+    CLI_CALL_ROWS(c, "pull", n, cli_api_pull_with(c, name, ids, n, rows_out, RKV_PULL_ROWS, 0));
 }
 
 static int cli_api_pull_len(struct rkv_client *c, const char *name, int handler, uint32_t *len_p)
@@ -2728,7 +2864,7 @@ static int cli_api_pull_with(struct rkv_client *c, const char *name, const uint6
 int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                          void *rows_out, int handler, double param)
 {
-    CLI_CALL_SENDS(c, "pull_with", cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
+    CLI_CALL_ROWS(c, "pull_with", n, cli_api_pull_with(c, name, ids, n, rows_out, handler, param));
 }
 
 /* ---- barrier, shutdown ---- */
@@ -3064,6 +3200,8 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     c->nic = nic;
     c->observer = observer;
     c->id = observer ? RKV_ID_NONE : 0;
+    c->pid = rkv_port_pid();
+    c->serial = atomic_fetch_add(&cli_serials, 1) + 1;
     if ((rc = rkv_cluster_of(cfg, &c->cl, &c->own_cl, err, err_len)) < 0)
         goto free_client;
     c->cfg.machines = (struct rkv_machine *)(uintptr_t)c->cl->machines; /* read only */
@@ -3409,7 +3547,8 @@ uint32_t rkv_client_n_servers(const struct rkv_client *c)
 
 void rkv_client_stats_reset(struct rkv_client *c)
 {
-    if (!c)
+    /* Not in a forked child: the lock may have been held at the fork. */
+    if (!c || c->pid != rkv_port_pid())
         return;
     memset(c->ops, 0, sizeof(c->ops));
     memset(c->call_sample, 0, sizeof(c->call_sample)); /* the next ones are timed */
@@ -3428,6 +3567,8 @@ const char *rkv_client_errmsg(const struct rkv_client *c)
 {
     if (!c)
         return "client is NULL (did its rkv_client_create fail?)";
+    if (cli_refused.cli == c && cli_refused.serial == c->serial)
+        return cli_refused.err;
     return c->err;
 }
 
@@ -3435,6 +3576,9 @@ int rkv_client_interrupt(struct rkv_client *c, int on)
 {
     if (!c)
         return -RKV_EINVAL;
+    int rc = cli_forked(c, "interrupt");
+    if (rc < 0)
+        return rc;
     atomic_store(&c->interrupted, on != 0);
     if (on) { /* a wait asleep on cv looks again */
         cli_lock(c);
@@ -3444,18 +3588,12 @@ int rkv_client_interrupt(struct rkv_client *c, int on)
     return 0;
 }
 
-void rkv_client_destroy(struct rkv_client *c)
+/* The client's own memory, in rkv_client_destroy's order: pushes never
+ * waited for, tensors (their shards unmapped), requests, tables. */
+static void cli_free_own(struct rkv_client *c)
 {
-    if (!c)
-        return;
-    rkv_engine_stop(c->eng);
-    /* The QPs are closed: no peer can write into registered memory now, nor
-     * read the rows of a push nobody waited for. */
-    while (c->pending) {
-        cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
+    while (c->pending)
         cli_pending_free(c, c->pending);
-    }
-    rkv_engine_destroy(c->eng); /* and the cache's registrations */
     for (uint32_t i = 1; i <= c->max_tensor; i++) {
         struct rkv_tensor *t = rkv_tensor_at(&c->tensors, i);
         if (t) {
@@ -3470,6 +3608,39 @@ void rkv_client_destroy(struct rkv_client *c)
         free(r->text);
         free(r);
     }
+}
+
+/* rkv_client_destroy in a forked child: what it shares with the parent is
+ * left alone. Stopping the engine joined threads the child does not have
+ * (it hung), and closing the NIC's connections shut down (shutdown(2))
+ * the parent's sockets: the parent lost every server. The engine, the NIC,
+ * the port and the locks (a parent thread may have held one at the fork)
+ * stay in the child's memory, their descriptors open (close-on-exec) until
+ * it execs or exits; shared memory is unmapped, never unlinked. */
+static void cli_destroy_forked(struct rkv_client *c)
+{
+    cli_free_own(c);
+    cli_free_tables(c);
+    free(c);
+}
+
+void rkv_client_destroy(struct rkv_client *c)
+{
+    if (!c)
+        return;
+    if (c->pid != rkv_port_pid()) {
+        cli_destroy_forked(c);
+        return;
+    }
+    rkv_engine_stop(c->eng);
+    /* The QPs are closed: no peer can write into registered memory now, nor
+     * read the rows of a push nobody waited for. */
+    while (c->pending) {
+        cli_zc_end(c, &c->pending->cp.o, c->pending->cp.call_reg);
+        cli_pending_free(c, c->pending);
+    }
+    rkv_engine_destroy(c->eng); /* and the cache's registrations */
+    cli_free_own(c);
     c->port->ops->cond_destroy(c->cv);
     c->port->ops->mutex_destroy(c->mu);
     if (c->own_port_nic)

@@ -154,6 +154,9 @@ struct rkv_server {
     /* Per-connection warnings (progress task), rate-limited. */
     struct rkv_ratelim lim_conn;
     struct srv_conn *conns; /* mu: every connection's, until released */
+    /* The process that created it (rkv_port_pid): a forked child's calls
+     * are refused (srv_forked). */
+    int pid;
     char err[256];
 };
 
@@ -905,11 +908,11 @@ static int srv_pull_too_big(struct rkv_server *s, const struct rkv_tensor *t, ui
     if (len <= s->cfg.max_slot_bytes)
         return rkv_errf(s->err, sizeof(s->err), rc, "pull of %u rows of '%s': %s", n, t->meta.name,
                         rkv_strerror(rc));
-    return rkv_errf(s->err, sizeof(s->err), rc,
-                    "pull of %u rows of '%s': a %llu-byte reply, over max_slot_bytes %llu "
-                    "(pull fewer ids at once)",
-                    n, t->meta.name, (unsigned long long)len,
-                    (unsigned long long)s->cfg.max_slot_bytes);
+    return rkv_errf(
+        s->err, sizeof(s->err), rc,
+        "pull of %u rows of '%s': a %llu-byte reply, over max_slot_bytes %llu (%s)", n,
+        t->meta.name, (unsigned long long)len, (unsigned long long)s->cfg.max_slot_bytes,
+        n == 1 ? "raise max_slot_bytes: one row cannot be split" : "pull fewer ids at once");
 }
 
 /* Each reply row is what pull handler op writes for the row, out_len
@@ -2146,6 +2149,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     s->port = port;
     s->nic = nic;
     s->local_id = local_id;
+    s->pid = rkv_port_pid();
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
     if ((rc = rkv_cluster_of(cfg, &s->cl, &s->own_cl, err, err_len)) < 0)
         goto free_server;
@@ -2260,6 +2264,21 @@ void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
     atomic_store(&s->test_corrupt_row, row);
 }
 
+/* A fork()ed child has the server's memory but not its threads: its
+ * rkv_server_run waited for a stop no thread of the child would ever
+ * make, while the parent's threads went on serving the connections.
+ * Refused at once; the message is the child's own copy. */
+static int srv_forked(struct rkv_server *s, const char *what)
+{
+    int pid = rkv_port_pid();
+    if (s->pid == pid)
+        return 0;
+    return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                    "%s: this server was created by process %d; this is a forked child (process "
+                    "%d): create a new server in the child",
+                    what, s->pid, pid);
+}
+
 /* 1 when the caller runs inside one of this server's handlers (push or
  * pull), which run holding hmu: a registration there waited for the lock
  * its own thread held, and the server served nobody again. */
@@ -2273,13 +2292,16 @@ int rkv_server_register_handler(struct rkv_server *s, int op, rkv_handler_fn fn,
 {
     if (!s) /* a create whose failure went unchecked: it crashed */
         return -RKV_EINVAL;
+    int rc = srv_forked(s, "register handler");
+    if (rc < 0)
+        return rc;
     if (srv_in_handler(s))
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
                         "register handler %d: called from inside a handler this server runs, "
                         "which holds the handler tables: register from another thread",
                         op);
     s->port->ops->mutex_lock(s->hmu);
-    int rc = rkv_handler_register_at(&s->ht, op, fn, user);
+    rc = rkv_handler_register_at(&s->ht, op, fn, user);
     s->port->ops->mutex_unlock(s->hmu);
     /* It returned the code alone: rkv_server_errmsg then gave the message
      * of whatever failed before, or nothing. As the client's says it. */
@@ -2296,13 +2318,16 @@ int rkv_server_register_pull_handler(struct rkv_server *s, int id, rkv_pull_fn f
 {
     if (!s)
         return -RKV_EINVAL;
+    int rc = srv_forked(s, "register pull handler");
+    if (rc < 0)
+        return rc;
     if (srv_in_handler(s))
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
                         "register pull handler %d: called from inside a handler this server "
                         "runs, which holds the handler tables: register from another thread",
                         id);
     s->port->ops->mutex_lock(s->hmu);
-    int rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
+    rc = rkv_pull_register_at(&s->pt, id, fn, out_mult, out_add, user);
     s->port->ops->mutex_unlock(s->hmu);
     if (rc == -RKV_ENOMEM)
         return rkv_errf(s->err, sizeof(s->err), rc, "register pull handler %d: out of memory", id);
@@ -2320,6 +2345,9 @@ int rkv_server_run(struct rkv_server *s)
 {
     if (!s)
         return -RKV_EINVAL;
+    int rc = srv_forked(s, "rkv_server_run");
+    if (rc < 0)
+        return rc;
     /* One thread at a time: a second one ran a restart's pending replay
      * beside the first, and its return let the caller destroy the server
      * under the other. Said in the log: s->err is the running call's. */
@@ -2332,7 +2360,7 @@ int rkv_server_run(struct rkv_server *s)
                  s->server_id);
         return -RKV_EINVAL;
     }
-    int rc = srv_run(s);
+    rc = srv_run(s);
     s->port->ops->mutex_lock(s->mu);
     s->running = 0;
     s->port->ops->mutex_unlock(s->mu);
@@ -2373,7 +2401,9 @@ static int srv_run(struct rkv_server *s)
 
 void rkv_server_stop(struct rkv_server *s)
 {
-    if (!s)
+    /* Not in a forked child: the lock may have been held at the fork, and
+     * no run of the child's can be waiting (it was refused). */
+    if (!s || s->pid != rkv_port_pid())
         return;
     /* Only the flag run waits on: shut and the shards' closed flags are
      * the engine thread's, set by a client's SHUTDOWN. */
@@ -2390,10 +2420,58 @@ const char *rkv_server_errmsg(const struct rkv_server *s)
     return s->err;
 }
 
+/* What the server holds in its own memory alone. */
+static void srv_free_own(struct rkv_server *s)
+{
+    while (s->acks) {
+        struct srv_ack *a = s->acks;
+        s->acks = a->next;
+        free(a);
+    }
+    rkv_cluster_destroy(s->own_cl);
+    free(s->hellos);
+    free(s->barrier);
+    free(s->barrier_at);
+    free(s->table);
+    free(s->table_peer);
+    free(s->table_wait);
+    free(s->ht);
+    free(s->pt);
+    free(s);
+}
+
+/* rkv_server_destroy in a forked child: what it shares with the parent is
+ * left alone. The durable task and the engine's threads are the parent's
+ * (joining them hung), their connections and log files are the parent's
+ * (closing the NIC shut down its sockets; a checkpoint would race the
+ * parent's), and the machine's segments are still in use there (server 0's
+ * destroy unlinked them and marked its shards closed). The shards and the
+ * machine segment are unmapped, never unlinked; the engine, NIC, port, log
+ * and locks stay in the child's memory, their descriptors open
+ * (close-on-exec) until it execs or exits. */
+static void srv_destroy_forked(struct rkv_server *s)
+{
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        if (t) { /* its registration is the parent's NIC's */
+            rkv_tensor_free(t);
+            free(t);
+        }
+    }
+    rkv_tensor_table_free(&s->tensors);
+    rkv_mach_close(&s->mach);
+    srv_free_conns(s);
+    srv_free_own(s);
+}
+
 void rkv_server_destroy(struct rkv_server *s)
 {
     if (!s)
         return;
+    if (s->pid != rkv_port_pid()) {
+        srv_destroy_forked(s);
+        return;
+    }
     srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_stop(s->eng);
     srv_free_conns(s);
@@ -2421,24 +2499,10 @@ void rkv_server_destroy(struct rkv_server *s)
         rkv_mach_unlink(s->port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);
     srv_wal_free(s);
-    while (s->acks) {
-        struct srv_ack *a = s->acks;
-        s->acks = a->next;
-        free(a);
-    }
     s->port->ops->mutex_destroy(s->hmu);
     s->port->ops->cond_destroy(s->cv);
     s->port->ops->mutex_destroy(s->mu);
     if (s->own_port_nic)
         rkv_node_close(s->port, s->nic);
-    rkv_cluster_destroy(s->own_cl);
-    free(s->hellos);
-    free(s->barrier);
-    free(s->barrier_at);
-    free(s->table);
-    free(s->table_peer);
-    free(s->table_wait);
-    free(s->ht);
-    free(s->pt);
-    free(s);
+    srv_free_own(s);
 }
