@@ -152,6 +152,7 @@ struct rkv_peer {
     uint8_t released; /* the owner holds no pointer to it: freed once closed */
     uint8_t waited;   /* a drop_peer_wait holds it */
     uint8_t down_due; /* killed; on_peer(down) runs at the end of the next poll batch */
+    uint8_t incoming; /* made by the other side, live: counted in eng->n_incoming */
 };
 
 struct eng_closing {
@@ -184,6 +185,7 @@ struct rkv_engine {
     int stopped;              /* rkv_engine_stop ran: no QP is open */
     struct rkv_regcache regs; /* cfg.reg_cache_entries > 0 */
     struct rkv_peer *peers;
+    uint32_t n_incoming; /* live peers that connected to this node (cfg.max_incoming) */
     /* Peers with traffic in the current poll batch: a server with thousands
      * of clients must not walk all of them after every batch. */
     struct rkv_peer *touched;
@@ -1351,6 +1353,11 @@ static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
     if (!p->qp)
         return;
     p->dead = 1;
+    if (p->incoming) {
+        assert(e->n_incoming > 0);
+        p->incoming = 0;
+        e->n_incoming--;
+    }
     eng_defer_close(e, p->qp, p);
     p->qp = NULL;
     struct rkv_tx *tx;
@@ -1904,6 +1911,17 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
 
 static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
 {
+    /* Each peer is bounded; the peers were not: 2,000 connections that
+     * proved the secret and used their receive buffers held 1.1 GB of a
+     * server, up to the descriptor limit (an outside tester). */
+    if (e->cfg.max_incoming && e->n_incoming >= e->cfg.max_incoming) {
+        rkv_port_warn_limited(e->port, &e->lim_reject,
+                              "engine: %u connections to this node already, its bound (twice the "
+                              "cluster's workers and servers, and 64): refusing another",
+                              e->n_incoming);
+        eng_defer_close(e, qp, NULL);
+        return;
+    }
     struct rkv_peer *p;
     int rc = peer_new(e, qp, &p);
     if (rc < 0) {
@@ -1913,6 +1931,8 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
                      "engine: cannot set up an incoming connection: %s", rkv_strerror(rc));
         return; /* peer_new closes qp */
     }
+    p->incoming = 1;
+    e->n_incoming++;
     if (e->on_peer) {
         eng_unlock(e);
         e->on_peer(e->user, p, 1);

@@ -73,6 +73,9 @@ struct rkv_engine_cfg {
      * server sets a few windows' worth: a client never has more requests
      * in flight than it has credits. */
     uint32_t max_backlog;
+    /* Live connections other nodes made to this one, at most (0: no
+     * bound); one past it is closed as it comes, logged rate-limited. */
+    uint32_t max_incoming;
     /* The registration cache of memory the application keeps registered
      * (rkv_engine_regcache; a client's rkv_client_register): its bounds,
      * or 0 for none. */

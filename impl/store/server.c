@@ -2180,6 +2180,12 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
      * that takes replies and returns none is dropped before it can pile up
      * more than a few windows (and one address table) of them. */
     ec.max_backlog = 4 * cfg->rx_depth + s->n_servers;
+    /* Every worker and server connects once, observers (rkv ls) and a
+     * reconnect whose old connection is not yet seen gone come on top:
+     * twice that, and 64, bounds what peers with the secret can make this
+     * server hold in connections (each up to rx_depth x ctrl_buf_bytes). */
+    uint64_t conns = 2 * ((uint64_t)cfg->n_workers + s->n_servers) + 64;
+    ec.max_incoming = conns > UINT32_MAX ? UINT32_MAX : (uint32_t)conns;
     rc = rkv_engine_create(port, nic, &ec, srv_on_msg, srv_on_peer, s, &s->eng, err, err_len);
     if (rc < 0)
         goto destroy_hmu;
