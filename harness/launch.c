@@ -116,6 +116,8 @@ struct demo {
      * (else their progress lines bury the figures). NULL: inherited. */
     FILE *child_err;
     struct rkv_trace_run *trace; /* rkv run --trace: where the children's spans go, or NULL */
+    const char *trace_out;       /* --trace's file, written by demo_finish */
+    int trace_rc;                /* rkv_trace_run_end's */
     /* The host setting when it lists several addresses (machines without a
      * cluster file, round robin over them; NULL otherwise): each child gets
      * its machine's as RKV_HOST, the address a node's verbs NIC picks its
@@ -524,8 +526,9 @@ static void demo_reap(void *arg)
             break;
         usleep(100 * 1000);
     }
-    const char *dirs[2] = {d->fault_dir[0] && d->nic_faults ? d->fault_dir : "", d->durable_dir};
-    for (int k = 0; k < 2; k++) /* a file made during a pass left it: again */
+    const char *dirs[3] = {d->fault_dir[0] && d->nic_faults ? d->fault_dir : "", d->durable_dir,
+                           d->trace ? d->trace->dir : ""};
+    for (int k = 0; k < 3; k++) /* a file made during a pass left it: again */
         for (int tries = 0; dirs[k][0] && tries < 5 && access(dirs[k], F_OK) == 0; tries++) {
             rkv_file_remove_dir(dirs[k]);
             if (access(dirs[k], F_OK) == 0)
@@ -1342,6 +1345,13 @@ static int demo_finish(struct demo *d, int code)
     if (d->secret_file[0]) /* after the children: a restarted server reads it */
         unlink(d->secret_file);
     d->secret_file[0] = 0;
+    /* The trace is merged before a stopping signal is raised again, which
+     * ends this process: its scratch directory stayed behind, and the
+     * trace file was left empty. */
+    if (d->trace) {
+        d->trace_rc = rkv_trace_run_end(d->trace, d->trace_out, stdout);
+        d->trace = NULL;
+    }
     rkv_reaper_done(&d->reaper); /* all removed: it exits without a look */
     int signo = d->signo;
     demo_signals_close(d);
@@ -1695,6 +1705,7 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
         return RKV_EXIT_USAGE;
     }
     d->trace = o->trace ? &trun : NULL;
+    d->trace_out = o->trace;
     demo_start(d, "rkv run", o->self);
     d->exe = o->exe;
     if (run_configure(d, o->settings, sc, o->file ? o->file : sc->path) == 0) {
@@ -1703,8 +1714,8 @@ int rkv_launch_run(struct rkv_scenario *sc, const char *backend, const struct rk
         fflush(stdout);
         code = run_cluster(d, sc, backend, r_p);
     }
-    code = demo_finish(d, code);
-    if (d->trace && rkv_trace_run_end(d->trace, o->trace, stdout) < 0 && code == RKV_EXIT_OK)
+    code = demo_finish(d, code); /* ends the trace too */
+    if (o->trace && d->trace_rc < 0 && code == RKV_EXIT_OK)
         code = RKV_EXIT_STORE;
     for (uint32_t i = 0; i < DEMO_MAX_PROCS; i++)
         free(d->out[i]);

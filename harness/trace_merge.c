@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,12 @@ int rkv_trace_run_start(struct rkv_trace_run *tr, const char *out_path, char *er
         return rkv_errf(err, err_len, -RKV_EIO, "--trace: cannot write %s: %s", out_path,
                         strerror(errno));
     fclose(probe);
-    snprintf(tr->dir, sizeof(tr->dir), "/tmp/rkv-trace.XXXXXX");
+    /* Where the run's other scratch goes (the secret file): TMPDIR. */
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    if ((size_t)snprintf(tr->dir, sizeof(tr->dir), "%s/rkv-trace.XXXXXX", tmp) >= sizeof(tr->dir))
+        snprintf(tr->dir, sizeof(tr->dir), "/tmp/rkv-trace.XXXXXX");
     if (!mkdtemp(tr->dir)) {
         tr->dir[0] = 0;
         return rkv_errf(err, err_len, -RKV_EIO, "--trace: cannot make a directory: %s",
@@ -82,7 +88,18 @@ int rkv_trace_run_start(struct rkv_trace_run *tr, const char *out_path, char *er
     }
     tr->port = ntohs(sa.sin_port);
     atomic_store(&tr->stop, 0);
-    if (pthread_create(&tr->thread, NULL, tm_clock_main, tr) != 0) {
+    /* The clock thread takes no signal: the launcher reads SIGINT, SIGTERM
+     * and SIGHUP from a signalfd with them blocked (launch.c), but only
+     * in the threads that blocked them; made before that, this thread took
+     * a Ctrl-C with the default action, and the launcher died without
+     * stopping its processes, leaving the trace's directory and an empty
+     * trace file. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int prc = pthread_create(&tr->thread, NULL, tm_clock_main, tr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (prc != 0) {
         rkv_trace_run_finish(tr, NULL, NULL, NULL, 0);
         return rkv_errf(err, err_len, -RKV_EIO, "--trace: cannot start the clock server");
     }
@@ -92,7 +109,7 @@ int rkv_trace_run_start(struct rkv_trace_run *tr, const char *out_path, char *er
 
 void rkv_trace_run_child_env(const struct rkv_trace_run *tr, const char *node)
 {
-    char path[128], clock[32], name[32];
+    char path[256], clock[32], name[32];
     /* A restarted node is a process of its own: node-r2, node-r3, ... */
     snprintf(name, sizeof(name), "%s", node);
     snprintf(path, sizeof(path), "%s/%s.jsonl", tr->dir, name);

@@ -16,8 +16,8 @@
 
 /* A run being traced: the children's files and the clock server. */
 struct rkv_trace_run {
-    char dir[64]; /* the children's files, <node>.jsonl; removed by finish */
-    int fd;       /* the clock server's UDP socket, bound to 127.0.0.1 */
+    char dir[200]; /* the children's files, <node>.jsonl; removed by finish */
+    int fd;        /* the clock server's UDP socket, bound to 127.0.0.1 */
     uint16_t port;
     pthread_t thread;
     int running;

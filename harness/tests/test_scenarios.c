@@ -284,6 +284,81 @@ static void test_killed_tcp_run_leaves_nothing(void **state)
     unlink(yaml);
 }
 
+/* Ctrl-C on a traced tcp run: the launcher's trace clock thread was made
+ * before the stopping signals were blocked, took the SIGINT with the
+ * default action, and the launcher died at once: its processes ran on,
+ * their segments and the trace's scratch directory stayed, and the trace
+ * file was empty. Now the run stops as an untraced one does, leaves
+ * nothing in TMPDIR or /dev/shm, and the trace holds what was recorded. */
+static void test_interrupted_traced_tcp_run(void **state)
+{
+    (void)state;
+    char yaml[64], tmpdir[64], prefix[64], shm_arg[80], trace[96], outf[96];
+    tmp_scenario(yaml, sizeof(yaml), "traced",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 100, shape: [16]}\n"
+                 "workload:\n"
+                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, "
+                 "rounds: 10000000}\n");
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/rkv-traced-%d", (int)getpid());
+    snprintf(prefix, sizeof(prefix), "rkvtraced%d", (int)getpid());
+    snprintf(shm_arg, sizeof(shm_arg), "--shm-prefix=%s", prefix);
+    snprintf(trace, sizeof(trace), "/tmp/rkv-traced-%d.json", (int)getpid());
+    snprintf(outf, sizeof(outf), "/tmp/rkv-traced-%d.out", (int)getpid());
+    assert_int_equal(mkdir(tmpdir, 0700), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("TMPDIR", tmpdir, 1);
+        if (!freopen(outf, "w", stdout) || dup2(fileno(stdout), 2) < 0)
+            _exit(126);
+        execl(RKV_BIN, "rkv", "run", yaml, "--backend", "tcp", shm_arg, "--trace", trace,
+              (char *)NULL);
+        _exit(127);
+    }
+    int up = 0;
+    for (int ms = 0; !up && ms < 60000; ms += 10) {
+        up = shm_with_prefix(prefix);
+        if (!up)
+            usleep(10 * 1000);
+    }
+    usleep(300 * 1000);                     /* the workers pushing */
+    assert_int_equal(kill(pid, SIGINT), 0); /* the launcher alone, as `kill -INT` */
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = fopen(outf, "r");
+    if (f) {
+        text = calloc(1, 1 << 20);
+        len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+    }
+    unlink(outf);
+    if (!up)
+        fail_msg("no segment of prefix %s within 60 s", prefix);
+    /* The launcher stopped its processes and said so. */
+    if (!text || !strstr(text, "stopped by Interrupt"))
+        fail_msg("status 0x%x, no \"stopped by Interrupt\" in:\n%.*s", st, (int)len,
+                 text ? text : "");
+    free(text);
+    int gone = 0;
+    for (int ms = 0; !gone && ms < 10000; ms += 10) {
+        gone = !shm_with_prefix(prefix) && rmdir(tmpdir) == 0;
+        if (!gone)
+            usleep(10 * 1000);
+    }
+    if (!gone)
+        fail_msg("segments %s* or scratch files in %s still there 10 s after the Ctrl-C", prefix,
+                 tmpdir);
+    struct stat sb;
+    assert_int_equal(stat(trace, &sb), 0);
+    assert_true(sb.st_size > 2); /* the spans recorded before the stop */
+    unlink(trace);
+    unlink(yaml);
+}
+
 /* A crash after a phase lands between that phase and the next: client 0
  * waits at the phase's end until the launcher fired it. The phase after is
  * one row: without that wait client 0 could finish the run before the
@@ -476,6 +551,7 @@ int main(void)
         cmocka_unit_test(test_assign_again_after_a_barrier),
         cmocka_unit_test(test_two_nic_faults_on_one_node),
         cmocka_unit_test(test_killed_tcp_run_leaves_nothing),
+        cmocka_unit_test(test_interrupted_traced_tcp_run),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
         cmocka_unit_test(test_pipes_and_fifos_are_refused),
