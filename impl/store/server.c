@@ -830,6 +830,20 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
 static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const struct rkv_msg *m,
                             uint32_t client)
 {
+    /* The log reads the rows three times (the record's CRC, its write, the
+     * apply), and a push that came in a rendezvous slot is open to its
+     * peer's writes meanwhile (engine.c eng_decode_slot): a peer that
+     * rewrote a row between the CRC and the write left a record that
+     * reads as torn, and every acknowledged push logged after it was lost
+     * at the next restart. They are read from one copy of this server's. */
+    size_t bytes = (size_t)m->h.count * t->row_bytes;
+    uint8_t *rows = bytes ? malloc(bytes) : NULL;
+    if (bytes && !rows)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM,
+                        "tensor '%s': out of memory for a push's %zu bytes of rows", t->meta.name,
+                        bytes);
+    if (bytes)
+        memcpy(rows, m->u.push.rows, bytes);
     struct rkv_wal_push p = {.tensor_id = t->meta.id,
                              .client = client < s->cfg.n_workers ? client : UINT32_MAX,
                              .seq = m->h.req_id,
@@ -837,9 +851,10 @@ static int srv_apply_logged(struct rkv_server *s, struct rkv_tensor *t, const st
                              .param = m->h.param,
                              .count = m->h.count,
                              .ids = m->u.push.ids,
-                             .rows = m->u.push.rows};
+                             .rows = rows};
     int dup = 0;
     int rc = rkv_wal_push(s->wal, t, s->ht, &p, &dup, s->err, sizeof(s->err));
+    free(rows);
     if (rc == 0 && !dup)
         rkv_port_handler_work(s->port, m->h.count);
     if (dup) {

@@ -973,39 +973,53 @@ static void test_cross_peer_slot(void **state)
     cluster_stop(&c);
 }
 
-/* The gate of test_slot_rewritten_while_handled's custom op: its first
- * row waits until the test opens it; every row gets 1 added. */
+/* The gate of slot_rewritten_while_handled's custom op: its first row
+ * waits until the test opens it; every row gets the first element of its
+ * input added. */
 static atomic_int gate_entered, gate_open;
 
-static void h_gated_add1(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n,
-                         double param, void *user)
+static void h_gated_add(enum rkv_dtype dt, void *row, void *st, const void *in, size_t n,
+                        double param, void *user)
 {
-    (void)dt, (void)st, (void)in, (void)n, (void)param, (void)user;
+    (void)dt, (void)st, (void)n, (void)param, (void)user;
     if (!atomic_exchange(&gate_entered, 1))
         for (int ms = 0; ms < (int)WAIT_MS && !atomic_load(&gate_open); ms++)
             usleep(1000);
-    ((float *)row)[0] += 1;
+    ((float *)row)[0] += ((const float *)in)[0];
 }
 
-/* A peer rewrites the ids of its PUSH in the slot while the server applies
- * it. The slot stays open to its WRITEs meanwhile (tcp lands them once the
- * engine has been away from the NIC 10 ms; a verbs device at any time):
- * the server checked the ids, then read each again to apply its row, so
- * an id rewritten past the shard made it write outside it (SIGSEGV), and
- * a pull's read back memory before it. Now the ids are the server's own
- * copy: the rewrite is not seen. Here the second id is rewritten from 61
- * to 62 (both machine 1's, so without the fix row 62 got the add in
- * silence, where an id past the shard would crash the test). */
-static void test_slot_rewritten_while_handled(void **state)
+/* A peer rewrites its PUSH in the slot while the server applies it. The
+ * slot stays open to its WRITEs meanwhile (tcp lands them once the engine
+ * has been away from the NIC 10 ms; a verbs device at any time).
+ * - ids (durable 0): the server checked the ids, then read each again to
+ *   apply its row, so an id rewritten past the shard made it write
+ *   outside it (SIGSEGV), and a pull's read back memory before it. Here
+ *   the second id goes from 61 to 62 (both machine 1's: without the fix
+ *   row 62 got the add in silence, where an id past the shard would crash
+ *   the test).
+ * - rows (durable 1): the log read the rows for the record's CRC, for its
+ *   write and for the apply: a row rewritten between two of them made a
+ *   record that reads as torn (every later acknowledged push lost at the
+ *   next restart), or one that differs from what was applied. Here the
+ *   second row's value goes from 1 to 99 after the first was logged:
+ *   without the fix 99 was applied and 1 logged.
+ * Now both are the server's own copies: the rewrite is not seen. */
+static void slot_rewritten_while_handled(struct env *env, int durable)
 {
-    struct env *env = *state;
+    char dir[64] = "";
+    if (durable) {
+        snprintf(env->durable_dir, sizeof(env->durable_dir), "/tmp/rkvh-dur-XXXXXX");
+        assert_non_null(mkdtemp(env->durable_dir));
+        snprintf(dir, sizeof(dir), "%s", env->durable_dir);
+    }
     struct cluster c;
     cluster_start(&c, env, 2, 2);
+    env->durable_dir[0] = 0;
     cluster_join(&c, env);
     cluster_tensors(&c);
     atomic_store(&gate_entered, 0);
     atomic_store(&gate_open, 0);
-    assert_int_equal(rkv_server_register_handler(c.srv[1], RKV_OP_CUSTOM, h_gated_add1, NULL), 0);
+    assert_int_equal(rkv_server_register_handler(c.srv[1], RKV_OP_CUSTOM, h_gated_add, NULL), 0);
     struct evil e;
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
@@ -1030,21 +1044,37 @@ static void test_slot_rewritten_while_handled(void **state)
                          .count = 2,
                          .row_bytes = rb};
     size_t len = rkv_proto_enc_push(e.tx, &ph, ids, NULL);
-    memset(e.tx + RKV_PROTO_HDR_BYTES + sizeof(ids), 0, 2 * (size_t)rb);
+    float *rows = (float *)(void *)(e.tx + RKV_PROTO_HDR_BYTES + sizeof(ids));
+    memset(rows, 0, 2 * (size_t)rb);
+    rows[0] = rows[BIG_ROW_LEN] = 1.0f;
     evil_write(&e, d.addr, d.rkey, (uint32_t)len, 1, d.slot);
     for (int ms = 0; ms < (int)WAIT_MS && !atomic_load(&gate_entered); ms++)
         usleep(1000);
     assert_true(atomic_load(&gate_entered));
-    /* The handler holds row 60; the second id becomes 62 in the slot. The
-     * server's slot is this process's memory: the test sees it land. */
+    /* The handler holds row 60; the second id becomes 62 (or the second
+     * row's first value 99) in the slot. */
     uint64_t rewritten = 62;
-    memcpy(e.tx, &rewritten, 8);
-    const uint64_t at = d.addr + RKV_PROTO_HDR_BYTES + 8;
-    evil_write(&e, at, d.rkey, 8, 0, 0);
-    volatile const uint64_t *slot_id = (const uint64_t *)(uintptr_t)at;
-    for (int ms = 0; ms < (int)WAIT_MS && *slot_id != rewritten; ms++)
+    float rewritten_row = 99.0f;
+    const uint64_t at = durable ? d.addr + RKV_PROTO_HDR_BYTES + sizeof(ids) + rb
+                                : d.addr + RKV_PROTO_HDR_BYTES + 8;
+    if (durable)
+        memcpy(e.tx, &rewritten_row, sizeof(rewritten_row));
+    else
+        memcpy(e.tx, &rewritten, sizeof(rewritten));
+    evil_write(&e, at, d.rkey, durable ? 4 : 8, 0, 0);
+#if UNDER_TSAN
+    /* The slot is this process's memory, but reading it while the
+     * server's NIC thread writes it is a race by ThreadSanitizer's rules:
+     * a while for the write to land instead (without the fix the test may
+     * then pass without having shown anything). */
+    usleep(300 * 1000);
+#else
+    /* The server's slot is this process's memory: the test sees it land. */
+    volatile const uint8_t *landed = (const uint8_t *)(uintptr_t)at;
+    for (int ms = 0; ms < (int)WAIT_MS && memcmp((const void *)landed, e.tx, durable ? 4 : 8); ms++)
         usleep(1000);
-    assert_int_equal(*slot_id, rewritten);
+    assert_memory_equal((const void *)landed, e.tx, durable ? 4 : 8);
+#endif
     atomic_store(&gate_open, 1);
     assert_int_equal(evil_next(&e, &m), 0);
     assert_int_equal(m.h.type, RKV_MSG_PUSH_ACK);
@@ -1053,10 +1083,25 @@ static void test_slot_rewritten_while_handled(void **state)
     uint64_t want[2] = {61, 62};
     assert_int_equal(rkv_client_pull(c.cli, T_BIG.name, want, 2, got), 0);
     if (got[0] != 1.0f || got[BIG_ROW_LEN] != 0.0f)
-        fail_msg("row 61 holds %g and row 62 %g: the rewritten id was applied", got[0],
-                 got[BIG_ROW_LEN]);
+        fail_msg("row 61 holds %g and row 62 %g: the rewritten %s was applied", got[0],
+                 got[BIG_ROW_LEN], durable ? "row" : "id");
     check_serving(&c, 40);
     cluster_stop(&c);
+    if (durable) {
+        char cmd[96];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
+static void test_slot_rewritten_while_handled(void **state)
+{
+    slot_rewritten_while_handled(*state, 0);
+}
+
+static void test_slot_rewritten_while_logged(void **state)
+{
+    slot_rewritten_while_handled(*state, 1);
 }
 
 /* ---- 3: a rendezvous answered with a slot outside any region ---- */
@@ -2779,6 +2824,7 @@ int main(void)
         HOSTILE_TEST(test_slot_memory_hoard),
         HOSTILE_TEST(test_cross_peer_slot),
         HOSTILE_TEST(test_slot_rewritten_while_handled),
+        HOSTILE_TEST(test_slot_rewritten_while_logged),
         HOSTILE_TEST(test_pull_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_unanswered),
