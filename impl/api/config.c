@@ -69,8 +69,8 @@ static const struct cmd_opt cmd_opts[CMD_KEY_COUNT_] = {
                             "largest single message"},
     [CMD_SLOT_MEM_BYTES] = {"--slot-mem-bytes", "RKV_SLOT_MEM_BYTES", "", "0",
                             "most bytes of rendezvous slots a node grants its peers, all together "
-                            "(0: a quarter of the host's memory, at most 4 GiB, at least "
-                            "max-slot-bytes)"},
+                            "(0: a quarter of the host's memory, or of its memory cgroup's limit "
+                            "where lower, at most 4 GiB, at least max-slot-bytes)"},
     [CMD_SHM_PREFIX] = {"--shm-prefix", "RKV_SHM_PREFIX", "", "",
                         "shared-memory name prefix (default rkv-<base port>)"},
     [CMD_SEED] = {"--seed", "RKV_SEED", "", "1", "seed of every random choice"},

@@ -472,7 +472,8 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * pull alone, saying to raise max_slot_bytes). One that fails on
  * a server part way (no room for a machine's shard: -RKV_ENOMEM, saying
  * which room: /dev/shm's free space, or the memory the host or the server's
- * memory cgroup has left, less a 32nd of its size kept for the processes)
+ * memory cgroup has left, less a 32nd of its size, 16 MiB to 1 GiB, kept
+ * for the processes)
  * leaves
  * the name reserved for that desc until the servers restart: the same desc
  * may be tried again (once there is room), another one under that name is

@@ -65,15 +65,25 @@ static int hm_num(const char *dir, const char *name, uint64_t *v)
     return 0;
 }
 
-/* Memory a cgroup holds that reclaim cannot give back: its usage less the
- * page cache not in active use, which the kernel drops before it kills. */
-static uint64_t hm_unreclaimable(const char *dir, uint64_t usage, const char *inactive_key)
+/* Memory a cgroup holds that reclaim cannot give back: its usage less its
+ * file pages (both LRU lists: the kernel reclaims active page cache too
+ * before it kills, and MemAvailable counts it as available on the host's
+ * side). Inactive pages alone were counted first: a job that had streamed
+ * its dataset through the page cache read as out of memory, mostly active
+ * cache, and its tensors were refused. tmpfs and shared memory are on the
+ * anonymous lists, so they count as used. prefix: "total_" (v1) or "". */
+static uint64_t hm_unreclaimable(const char *dir, uint64_t usage, const char *prefix)
 {
-    char path[HM_PATH_MAX];
-    uint64_t inactive = 0;
-    if ((size_t)snprintf(path, sizeof(path), "%s/memory.stat", dir) < sizeof(path))
-        (void)hm_key(path, inactive_key, 1, &inactive);
-    return inactive < usage ? usage - inactive : 0;
+    char path[HM_PATH_MAX], key[64];
+    uint64_t inactive = 0, active = 0;
+    if ((size_t)snprintf(path, sizeof(path), "%s/memory.stat", dir) < sizeof(path)) {
+        snprintf(key, sizeof(key), "%sinactive_file", prefix);
+        (void)hm_key(path, key, 1, &inactive);
+        snprintf(key, sizeof(key), "%sactive_file", prefix);
+        (void)hm_key(path, key, 1, &active);
+    }
+    uint64_t file = inactive + active;
+    return file < usage ? usage - file : 0;
 }
 
 /* This process's path in the hierarchy whose /proc/self/cgroup line has
@@ -145,7 +155,8 @@ static int hm_v1(const char *root, struct port_hostmem *m)
     if (limit >= (1ull << 62))
         return 0;
     m->cg_limit_bytes = limit;
-    m->cg_used_bytes = hm_unreclaimable(dir, usage, "total_inactive_file");
+    m->cg_used_bytes = hm_unreclaimable(dir, usage, "total_");
+    m->cg_min_limit_bytes = limit;
     return 0;
 }
 
@@ -172,7 +183,9 @@ static int hm_v2(const char *root, struct port_hostmem *m)
         uint64_t max, cur;
         if (hm_num(dir, "memory.max", &max) == 0 && max != UINT64_MAX &&
             hm_num(dir, "memory.current", &cur) == 0) {
-            uint64_t used = hm_unreclaimable(dir, cur, "inactive_file");
+            if (!m->cg_min_limit_bytes || max < m->cg_min_limit_bytes)
+                m->cg_min_limit_bytes = max;
+            uint64_t used = hm_unreclaimable(dir, cur, "");
             uint64_t left = used < max ? max - used : 0;
             if (left < best_left) {
                 best_left = left;
@@ -223,7 +236,8 @@ int port_hostmem_cgroup_binds(const struct port_hostmem *m)
 
 uint64_t port_hostmem_size(const struct port_hostmem *m)
 {
-    if (m->cg_limit_bytes && (!m->total_bytes || m->cg_limit_bytes < m->total_bytes))
-        return m->cg_limit_bytes;
+    uint64_t lim = m->cg_min_limit_bytes;
+    if (lim && (!m->total_bytes || lim < m->total_bytes))
+        return lim;
     return m->total_bytes;
 }

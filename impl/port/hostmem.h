@@ -14,8 +14,11 @@
  * host's; tests give a made-up tree). */
 struct port_hostmem {
     uint64_t avail_bytes, total_bytes; /* MemAvailable, MemTotal */
-    /* cg_limit_bytes 0: no cgroup limit; cg_used_bytes less inactive page cache */
-    uint64_t cg_limit_bytes, cg_used_bytes;
+    /* cg_limit_bytes 0: no cgroup limit; else the limit of the level (the
+     * cgroup or an ancestor) with the least left, and cg_used_bytes what
+     * that level holds less its page cache. cg_min_limit_bytes: the
+     * smallest limit of them all (v2 sets each level's own). */
+    uint64_t cg_limit_bytes, cg_used_bytes, cg_min_limit_bytes;
 };
 /* 0, or -RKV_EIO when /proc/meminfo could not be read (the cgroup's may be). */
 int port_hostmem_read(const char *root, struct port_hostmem *m);

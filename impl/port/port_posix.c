@@ -336,8 +336,10 @@ static int posix_fd_room(struct rkv_port *p, uint64_t need, uint64_t *limit_p)
 
 /* The memory a new segment bigger than it must leave to the processes
  * themselves: a 32nd of what this process could have (the host's memory
- * or its cgroup's limit), at least 16 MiB. */
+ * or its cgroup's limit), at least 16 MiB, at most 1 GiB (a 32nd of a
+ * 1 TiB host refused a 100 GiB tensor with 120 GiB available). */
 #define POSIX_SHM_KEEP_MIN (16ull << 20)
+#define POSIX_SHM_KEEP_MAX (1ull << 30)
 
 /* Whether a new segment of `bytes` fits: the shared-memory filesystem's
  * free space, and the memory this process may still take (the host's
@@ -378,6 +380,8 @@ static int posix_room(int fd, uint64_t bytes, char *err, size_t err_len)
     if (left == UINT64_MAX)
         return 0; /* neither /proc nor a cgroup says: the filesystem's check alone */
     uint64_t keep = size / 32 > POSIX_SHM_KEEP_MIN ? size / 32 : POSIX_SHM_KEEP_MIN;
+    if (keep > POSIX_SHM_KEEP_MAX)
+        keep = POSIX_SHM_KEEP_MAX;
     /* A segment smaller than the reserve is held to the memory left
      * alone: a host short of memory still starts a node (its machine
      * segment is a few KiB). */

@@ -323,7 +323,8 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: slot_mem_bytes %llu is below max_slot_bytes %llu: a message of "
                         "the largest size could never get a slot (0: the default, a quarter of the "
-                        "host's memory, at most %llu GiB and at least max_slot_bytes)",
+                        "host's memory or of its memory cgroup's limit, at most %llu GiB and at "
+                        "least max_slot_bytes)",
                         (unsigned long long)cfg->slot_mem_bytes,
                         (unsigned long long)cfg->max_slot_bytes, RKV_SLOT_MEM_DEFAULT_BYTES >> 30);
     if (cfg->timeout_ms == 0)

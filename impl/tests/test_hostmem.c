@@ -78,7 +78,9 @@ static void test_host_only(void **state)
 }
 
 /* v1, as on this project's CI machines: the limit 1 GiB set on the job's
- * cgroup, 700 MiB used of which 200 MiB inactive page cache. */
+ * cgroup, 700 MiB used of which 200 MiB inactive page cache and 100 MiB
+ * active: both reclaimable (active cache counted as used refused a job's
+ * tensors after it had streamed its dataset through the cache). */
 static void test_v1_limit(void **state)
 {
     (void)state;
@@ -87,12 +89,12 @@ static void test_v1_limit(void **state)
     put("sys/fs/cgroup/memory/jobs/j1/memory.limit_in_bytes", "1073741824\n");
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "cache 1\nrss 2\nhierarchical_memory_limit 1073741824\ntotal_inactive_file "
-        "209715200\n");
+        "209715200\ntotal_active_file 104857600\ninactive_file 5\nactive_file 7\n");
     struct port_hostmem m;
     assert_int_equal(port_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 1024 * MIB);
-    assert_int_equal(m.cg_used_bytes, 500 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 524 * MIB);
+    assert_int_equal(m.cg_used_bytes, 400 * MIB);
+    assert_int_equal(port_hostmem_left(&m), 624 * MIB);
     assert_int_equal(port_hostmem_size(&m), 1024 * MIB);
     assert_true(port_hostmem_cgroup_binds(&m));
     /* A limit on an ancestor shows as the hierarchical one. */
@@ -122,7 +124,8 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/ci/memory.current", "1000\n");
     put("sys/fs/cgroup/ci/job/memory.max", "1610612736\n");
     put("sys/fs/cgroup/ci/job/memory.current", "1073741824\n");
-    put("sys/fs/cgroup/ci/job/memory.stat", "anon 1\ninactive_file 104857600\n");
+    put("sys/fs/cgroup/ci/job/memory.stat",
+        "anon 1\nactive_file 52428800\ninactive_file 52428800\nshmem 9\n");
     put("sys/fs/cgroup/ci/job/step/memory.max", "2147483648\n");
     put("sys/fs/cgroup/ci/job/step/memory.current", "1073741824\n");
     struct port_hostmem m;
@@ -131,6 +134,17 @@ static void test_v2_limits(void **state)
     assert_int_equal(m.cg_used_bytes, 924 * MIB);
     assert_int_equal(port_hostmem_left(&m), 612 * MIB);
     assert_int_equal(port_hostmem_size(&m), 1536 * MIB);
+    /* The smallest limit sizes what the process may have, whichever level
+     * has the least left: a child of 1 GiB under a parent of 1.5 GiB with
+     * 100 MiB left is 1 GiB in size. */
+    put("sys/fs/cgroup/ci/job/step/memory.max", "1073741824\n");
+    put("sys/fs/cgroup/ci/job/step/memory.current", "0\n");
+    put("sys/fs/cgroup/ci/job/memory.current", "1572864000\n");
+    put("sys/fs/cgroup/ci/job/memory.stat", "anon 1\n");
+    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(m.cg_limit_bytes, 1536 * MIB);
+    assert_int_equal(port_hostmem_left(&m), 36 * MIB);
+    assert_int_equal(port_hostmem_size(&m), 1024 * MIB);
     /* A container without a cgroup namespace: its /proc/self/cgroup path
      * is the host's, not under the mount; the mount's root is its own. */
     teardown(NULL);
