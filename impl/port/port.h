@@ -79,6 +79,11 @@ struct rkv_port_ops {
      * still runs (0: it died, so its locks may be taken over). NULL in a
      * backend that cannot tell: holders are then never presumed dead. */
     uint64_t (*proc_self)(struct rkv_port *p);
+    /* An id of the calling task (POSIX: its thread; the twin: its actor),
+     * never 0, for state kept per caller in an object rather than in
+     * thread-local storage (the twin's actors share one thread). NULL:
+     * callers are not told apart. */
+    uint64_t (*task_self)(struct rkv_port *p);
     int (*proc_alive)(struct rkv_port *p, uint64_t id);
     /* The memory this process could have in bytes (the host's, or its
      * memory cgroup's limit where lower), which sizes defaults such as

@@ -576,6 +576,13 @@ static int posix_proc_stat(pid_t pid, char *state, uint64_t *start)
     return end == s ? -1 : 0;
 }
 
+static uint64_t posix_task_self(struct rkv_port *p)
+{
+    (void)p;
+    uint64_t t = (uint64_t)(uintptr_t)pthread_self();
+    return t ? t : 1;
+}
+
 static uint64_t posix_proc_self(struct rkv_port *p)
 {
     struct posix_port *pp = p->impl;
@@ -643,6 +650,7 @@ static const struct rkv_port_ops posix_ops = {
     .shm_unlink = posix_shm_unlink,
     .vlog = posix_vlog,
     .proc_self = posix_proc_self,
+    .task_self = posix_task_self,
     .proc_alive = posix_proc_alive,
     .mem_bytes = posix_mem_bytes,
     .shm_room = posix_shm_room,

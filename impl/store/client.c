@@ -183,52 +183,53 @@ struct rkv_client {
     /* The process that created it (rkv_port_pid): every call compares,
      * and a forked child's are refused (cli_forked). */
     int pid;
-    /* Unique in the process (cli_serials): a refusal kept by a thread
-     * (cli_refused) names its client by address and serial, so that a
-     * client made later at a freed one's address is not taken for it. */
-    uint64_t serial;
     /* The message of the last call that owned the client (cli_enter let it
-     * in); refusals of calls that never did are per thread (cli_refused). */
+     * in); a refusal of a call that never did is kept apart (refused_*). */
     char err[256];
+    /* A call refused before it owns the client (cli_enter: another call is
+     * under way; cli_forked) must not write err: that is the running
+     * call's, and rkv.h promises it is unaffected (its caller read the
+     * other thread's "in another call" as its own call's reason, 74 of
+     * 3,000 failures in an outside tester's run). The refusal is kept
+     * here, with the refused task (port task_self), for it alone:
+     * rkv_client_errmsg from that task returns it until its next call on
+     * the client gets in. Per client rather than thread-local: the twin's
+     * nodes share one thread. refused_lock guards the text against two
+     * refusals at once; a reader racing a second refusal may read that
+     * one's text, a refusal all the same. */
+    atomic_flag refused_lock;
+    _Atomic uint64_t refused_task;
+    char refused_err[256];
 };
 
-static atomic_uint_fast64_t cli_serials;
-
-/* A call refused before it owns its client (cli_enter: another call is
- * under way; cli_forked) must not write c->err: that is the running
- * call's, and rkv.h promises it is unaffected (its caller read the other
- * thread's "in another call" as its own call's reason, 74 of 3,000
- * failures in an outside tester's run). Its message is kept here instead,
- * for the refused thread alone: rkv_client_errmsg(cli) from that thread
- * returns it while its last call on cli is the refused one (cli_owned
- * forgets it when the thread's next call on cli gets in, or leaves). */
-static _Thread_local struct cli_refusal {
-    const struct rkv_client *cli;
-    uint64_t serial;
-    char err[256];
-} cli_refused;
-
-static int cli_refuse(const struct rkv_client *c, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int cli_refuse(const struct rkv_client *c, int rc, const char *fmt, ...)
+static uint64_t cli_task(const struct rkv_client *c)
 {
+    return c->port->ops->task_self ? c->port->ops->task_self(c->port) : 1;
+}
+
+static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
+{
+    while (atomic_flag_test_and_set_explicit(&c->refused_lock, memory_order_acquire))
+        ; /* a vsnprintf long at most */
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cli_refused.err, sizeof(cli_refused.err), fmt, ap);
+    vsnprintf(c->refused_err, sizeof(c->refused_err), fmt, ap);
     va_end(ap);
-    cli_refused.cli = c;
-    cli_refused.serial = c->serial;
+    atomic_store(&c->refused_task, cli_task(c));
+    atomic_flag_clear_explicit(&c->refused_lock, memory_order_release);
     return rc;
 }
 
-/* This thread's last call on c owns it (or ended): its message is c->err
- * again. A refusal inside the call (a handler the call runs calling the
- * client) is forgotten when the call leaves, as the caller then reads the
- * call's own message. */
-static inline void cli_owned(const struct rkv_client *c)
+/* The calling task's call owns c (or ended): its message is c->err again.
+ * A refusal inside the call (a handler the call runs calling the client)
+ * is forgotten when the call leaves, as the caller then reads the call's
+ * own message. */
+static inline void cli_owned(struct rkv_client *c)
 {
-    if (cli_refused.cli == c)
-        cli_refused.cli = NULL;
+    uint64_t me = cli_task(c);
+    (void)atomic_compare_exchange_strong(&c->refused_task, &me, 0);
 }
 
 static void cli_lock(struct rkv_client *c)
@@ -3201,7 +3202,7 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     c->observer = observer;
     c->id = observer ? RKV_ID_NONE : 0;
     c->pid = rkv_port_pid();
-    c->serial = atomic_fetch_add(&cli_serials, 1) + 1;
+    atomic_flag_clear(&c->refused_lock);
     if ((rc = rkv_cluster_of(cfg, &c->cl, &c->own_cl, err, err_len)) < 0)
         goto free_client;
     c->cfg.machines = (struct rkv_machine *)(uintptr_t)c->cl->machines; /* read only */
@@ -3567,8 +3568,9 @@ const char *rkv_client_errmsg(const struct rkv_client *c)
 {
     if (!c)
         return "client is NULL (did its rkv_client_create fail?)";
-    if (cli_refused.cli == c && cli_refused.serial == c->serial)
-        return cli_refused.err;
+    uint64_t by = atomic_load(&c->refused_task);
+    if (by && by == cli_task(c))
+        return c->refused_err;
     return c->err;
 }
 

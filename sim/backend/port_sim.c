@@ -322,6 +322,13 @@ static uint64_t sp_proc_self(struct rkv_port *p)
     return (uint64_t)sg_actor_self_get_pid();
 }
 
+/* The actor: the twin's tasks share one thread (maestro's pid 0 is 1). */
+static uint64_t sp_task_self(struct rkv_port *p)
+{
+    (void)p;
+    return (uint64_t)sg_actor_self_get_pid() + 1;
+}
+
 static int sp_proc_alive(struct rkv_port *p, uint64_t id)
 {
     (void)p;
@@ -761,6 +768,7 @@ static const struct rkv_port_ops sim_port_ops = {
     .vlog = sp_vlog,
     .handler_work = sp_handler_work,
     .proc_self = sp_proc_self,
+    .task_self = sp_task_self,
     .proc_alive = sp_proc_alive,
     .destroy = sp_destroy,
 };
