@@ -220,7 +220,7 @@ struct rkv_engine {
     uint8_t *srq_mem;     /* the NIC's shared receive pool (NULL: per peer) */
     uint32_t srq_count;   /* its buffers, ctrl_buf_bytes each */
     uint32_t max_backlog; /* cfg.max_backlog, or ENG_MAX_QUEUED */
-    struct rkv_ratelim lim_backlog, lim_reject, lim_slot; /* per-connection warnings */
+    struct rkv_ratelim lim_backlog, lim_reject, lim_slot, lim_conns; /* per-connection warnings */
 };
 
 static void eng_lock(struct rkv_engine *e)
@@ -722,9 +722,10 @@ static int peer_wait_slot(struct rkv_engine *e, struct rkv_peer *p, struct rkv_t
      * for 16 MiB META replies and answered none of their rendezvous had
      * 60 of them, 1 GB, held for it within the count. Past the slot
      * memory, which bounds what this node grants all its peers, it goes. */
-    uint64_t held = tx->reply ? tx->cap : 0;
+    /* The messages' lengths: a reply may sit in a larger pooled buffer. */
+    uint64_t held = tx->reply ? tx->len : 0;
     for (const struct rkv_tx *t = p->waiting.head; t && held; t = t->next)
-        held += t->reply ? t->cap : 0;
+        held += t->reply ? t->len : 0;
     if (e->cfg.slot_mem_bytes && held > e->cfg.slot_mem_bytes) {
         char why[160];
         snprintf(why, sizeof(why),
@@ -1891,7 +1892,12 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
         if (RKV_PROTO_HDR_BYTES + hh.payload_len > len)
             len = RKV_PROTO_HDR_BYTES + hh.payload_len;
         void *own = NULL;
-        if (eng_decode_slot(p->lslots[s].buf, len, hh.type, &m, &own, why, sizeof(why)) < 0)
+        int rc = eng_decode_slot(p->lslots[s].buf, len, hh.type, &m, &own, why, sizeof(why));
+        if (rc == -RKV_ENOMEM) { /* not the peer's fault: no "malformed" count */
+            rkv_port_warn_limited(e->port, &e->lim_reject, "engine: closing a connection: %s", why);
+            return peer_kill(e, p, 1);
+        }
+        if (rc < 0)
             return eng_reject(e, p, why);
         int granted = p->lslots[s].state == ENG_SLOT_GRANTED;
         p->lslots[s].used = ++e->use_tick;
@@ -1915,9 +1921,9 @@ static void eng_on_connected(struct rkv_engine *e, struct rkv_qp *qp)
      * proved the secret and used their receive buffers held 1.1 GB of a
      * server, up to the descriptor limit (an outside tester). */
     if (e->cfg.max_incoming && e->n_incoming >= e->cfg.max_incoming) {
-        rkv_port_warn_limited(e->port, &e->lim_reject,
-                              "engine: %u connections to this node already, its bound (twice the "
-                              "cluster's workers and servers, and 64): refusing another",
+        rkv_port_warn_limited(e->port, &e->lim_conns,
+                              "engine: %u connections to this node already, its bound: refusing "
+                              "another",
                               e->n_incoming);
         eng_defer_close(e, qp, NULL);
         return;

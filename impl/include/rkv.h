@@ -124,7 +124,11 @@ enum rkv_push_op {
 
 /* A custom push handler: apply n_elems elements of `in` to `row` (and `state`,
  * which is NULL unless the tensor was created with optimizer state). It runs
- * under the row's lock, on a server or in a co-located client. */
+ * under the row's lock, on a server or in a co-located client. Outside
+ * durable mode a large push's `in` is read where its sender wrote it (a
+ * rendezvous slot the sender may still write into): read each element
+ * once, and copy what you check before using it (an offset or an index
+ * carried in a row), or a peer can change it in between. */
 typedef void (*rkv_handler_fn)(enum rkv_dtype dt, void *row, void *state, const void *in,
                                size_t n_elems, double param, void *user);
 
