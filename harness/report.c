@@ -109,6 +109,27 @@ static int rep_add_stats(struct rkv_report *r, const char *text, const char *eol
     return json_array_append_new(r->stats, one) < 0 ? -RKV_ENOMEM : 0;
 }
 
+/* A STOPPED line (rkv_wl_print_as): the worker did not finish that phase,
+ * whose PHASE line came just before it and was counted. */
+static void rep_stopped(struct rkv_report *r, const char *line, const char *eol, int *stopped_p)
+{
+    unsigned w, p;
+    int off = -1;
+    if (sscanf(line, "STOPPED w=%u p=%u %n", &w, &p, &off) != 2 || off < 0 || p >= r->sc->n_phases)
+        return;
+    if (r->reported[p])
+        r->reported[p]--;
+    if (!*stopped_p) {
+        *stopped_p = 1;
+        r->workers_stopped++;
+    }
+    int n = (int)((eol ? (size_t)(eol - line) : strlen(line)) - (size_t)off);
+    if (!r->stop_error[0] && strncmp(line + off, "-", (size_t)n) != 0)
+        snprintf(r->stop_error, sizeof(r->stop_error),
+                 "w%u stopped before finishing phase \"%s\": %.*s", w, r->sc->phases[p].name, n,
+                 line + off);
+}
+
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers)
 {
@@ -121,6 +142,7 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
         return -RKV_ENOMEM;
     struct rkv_wl_phase_stats st;
     for (uint32_t w = 0; w < n_workers; w++) {
+        int stopped = 0;
         for (const char *line = outs[w]; line && *line;) {
             const char *eol = strchr(line, '\n');
             uint32_t wk, p;
@@ -142,6 +164,8 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
                 int rc = rep_add_stats(r, line + 6, eol);
                 if (rc < 0)
                     return rc;
+            } else if (!strncmp(line, "STOPPED ", 8)) {
+                rep_stopped(r, line, eol, &stopped);
             } else if (!strncmp(line, "FIRSTERR ", 9) && !r->first_error[0]) {
                 size_t n = (eol ? (size_t)(eol - line) : strlen(line)) - 9;
                 snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
@@ -181,7 +205,8 @@ int rkv_report_passed(const struct rkv_report *r)
 static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t len)
 {
     if (!r->processes_ok) {
-        snprintf(buf, len, "a process failed%s%s", r->node_error[0] ? ": " : "", r->node_error);
+        const char *why = r->node_error[0] ? r->node_error : r->stop_error;
+        snprintf(buf, len, "a process failed%s%s", why[0] ? ": " : "", why);
         return;
     }
     for (uint32_t p = 0; p < r->sc->n_phases; p++) {
@@ -207,6 +232,44 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
     }
     snprintf(buf, len, "%u surviving worker%s ended on a store error, and nothing may be lost",
              r->survivor_errors, r->survivor_errors == 1 ? "" : "s");
+}
+
+void rkv_report_fail_reason(const struct rkv_report *r, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (rkv_report_passed(r))
+        return;
+    if (r->fault_run) {
+        rep_fault_fail_reason(r, buf, len);
+        return;
+    }
+    /* The first error, with its node, and how many workers stopped: a run
+     * that failed on a store error said a bare "FAIL", its cause only on
+     * stderr (tcp) or on a line of its own (the twin), and neither reached
+     * report.md nor report.json (an outside tester). */
+    char count[96] = "";
+    if (r->workers_stopped)
+        snprintf(count, sizeof(count), "; %u of %u workers stopped on a store error",
+                 r->workers_stopped, r->n_workers);
+    if (!r->processes_ok || r->workers_stopped) {
+        const char *why = r->node_error[0]   ? r->node_error
+                          : r->stop_error[0] ? r->stop_error
+                                             : "a process failed (its error is on stderr)";
+        snprintf(buf, len, "%s%s", why, count);
+        return;
+    }
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        if (r->phase[p].errors) {
+            snprintf(buf, len, "phase %s: %llu wrong value%s pulled", r->sc->phases[p].name,
+                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s");
+            return;
+        }
+        if (r->reported[p] != r->n_workers) {
+            snprintf(buf, len, "phase %s: %u of %u workers finished it", r->sc->phases[p].name,
+                     r->reported[p], r->n_workers);
+            return;
+        }
+    }
 }
 
 static double rep_gbps(const struct rkv_wl_phase_stats *m)
@@ -274,7 +337,7 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 r->faults[0] ? r->faults : "none fired", r->survivor_errors,
                 r->survivor_error[0] ? ", e.g. " : "", r->survivor_error);
         if (!rkv_report_passed(r)) {
-            char why[640];
+            char why[1024];
             rep_fault_fail_reason(r, why, sizeof(why));
             fprintf(out, "\nverdict: FAIL (%s)\n", why);
             return;
@@ -286,8 +349,13 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                                    "hanging, and no pulled value was wrong)");
         return;
     }
-    fprintf(out, "\nverdict: %s\n",
-            rkv_report_passed(r) ? "PASS (every pulled value matched the oracle)" : "FAIL");
+    if (rkv_report_passed(r)) {
+        fprintf(out, "\nverdict: PASS (every pulled value matched the oracle)\n");
+        return;
+    }
+    char why[1024];
+    rkv_report_fail_reason(r, why, sizeof(why));
+    fprintf(out, "\nverdict: FAIL (%s)\n", why);
 }
 
 /* A JSON integer for a uint64 that may not fit jansson's signed one. */
@@ -334,6 +402,16 @@ static json_t *rep_json(const struct rkv_report *r, const char *backend)
     }
     bad |= json_object_set_new(root, "phases", phases);
     phases = NULL;
+    /* A failed run says why: "passed": false was all it had. Absent from a
+     * passing run's report, which keeps its fields as they were. */
+    if (!rkv_report_passed(r)) {
+        char why[1024];
+        rkv_report_fail_reason(r, why, sizeof(why));
+        bad |= json_object_set_new(root, "failure",
+                                   json_pack("{s:s, s:I, s:I}", "reason", why, "workers_stopped",
+                                             (json_int_t)r->workers_stopped, "workers",
+                                             (json_int_t)r->n_workers));
+    }
     /* The clients' own counters: per operation and per server, summed over
      * workers, and each worker's. */
     if (r->stats)
