@@ -424,6 +424,17 @@ fail:
     return NULL;
 }
 
+/* Closes f, 0 or -RKV_EIO (errno set) if any write to it failed: a full
+ * disk left 0-byte files that were said to be written. */
+static int rep_close(FILE *f)
+{
+    int bad = ferror(f), saved = errno;
+    if (fclose(f) != 0)
+        return -RKV_EIO;
+    errno = bad ? (saved ? saved : EIO) : errno;
+    return bad ? -RKV_EIO : 0;
+}
+
 int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend)
 {
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
@@ -442,8 +453,7 @@ int rkv_report_write(const struct rkv_report *r, const char *dir, const char *ba
     if (!f)
         return -RKV_EIO;
     rkv_report_print(r, f, backend);
-    fclose(f);
-    return 0;
+    return rep_close(f);
 }
 
 int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max)
@@ -546,14 +556,14 @@ static int rep_plot_data(const struct rkv_report *r, const char *dir, double flo
         }
         fprintf(f, "\n\n");
     }
-    fclose(f);
+    if (rep_close(f) < 0)
+        return -RKV_EIO;
     snprintf(path, sizeof(path), "%s/throughput.dat", dir);
     if (!(f = fopen(path, "w")))
         return -RKV_EIO;
     for (uint32_t p = 0; p < r->sc->n_phases; p++)
         fprintf(f, "%u %.6f\n", p, rep_gbps(&r->phase[p]));
-    fclose(f);
-    return 0;
+    return rep_close(f);
 }
 
 /* A plot's title: what it shows, then the scenario, the backend and what
@@ -639,7 +649,9 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
     int instant;
     double floor_us = rep_cdf_floor_us(r, &instant);
     if (rep_plot_data(r, dir, floor_us) < 0)
-        return snprintf(err, err_len, "cannot write the plot data into %s", dir), -RKV_EIO;
+        return snprintf(err, err_len, "cannot write the plot data into %s: %s", dir,
+                        strerror(errno)),
+               -RKV_EIO;
     char path[512];
     snprintf(path, sizeof(path), "%s/plots.gp", dir);
     FILE *f = fopen(path, "w");
@@ -667,7 +679,16 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
     fprintf(f, ")\nset yrange [0:*]\nplot ");
     rep_gp_path(f, dir, "throughput.dat");
     fprintf(f, " using 1:2 with boxes lc rgb '%s' notitle\n", rep_colours[0]);
-    fclose(f);
+    if (rep_close(f) < 0)
+        return snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno)), -RKV_EIO;
+    /* Last run's plots are not this run's: only what gnuplot makes now may
+     * be found below. */
+    static const char *const pngs[] = {"latency_cdf.png", "throughput.png"};
+    char png[600];
+    for (int i = 0; i < 2; i++) {
+        snprintf(png, sizeof(png), "%s/%s", dir, pngs[i]);
+        (void)unlink(png);
+    }
     /* gnuplot gets the script's path as an argument, without a shell: no
      * quoting of the path, and no pipe that a missing gnuplot would close
      * under us (SIGPIPE killed the run when it was fed on stdin). */
@@ -685,25 +706,38 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
             ;
         st = w == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
     }
-    if (st != 0)
+    if (st == 127)
         return snprintf(err, err_len,
-                        "gnuplot failed (exit %d); install it with: apt-get install gnuplot-nox",
-                        st),
+                        "gnuplot not found on PATH (exit 127); install it with: apt-get install "
+                        "gnuplot-nox"),
                -RKV_EIO;
+    if (st != 0)
+        return snprintf(err, err_len, "gnuplot failed (exit %d), its complaint above", st),
+               -RKV_EIO;
+    /* gnuplot exits 0 when it cannot write a PNG (a full disk): the plots
+     * were said to be there. */
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        snprintf(png, sizeof(png), "%s/%s", dir, pngs[i]);
+        if (stat(png, &sb) < 0 || sb.st_size == 0)
+            return snprintf(err, err_len, "gnuplot did not write %s (a full disk?)", png), -RKV_EIO;
+    }
     return 0;
 }
 
-void rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend)
+int rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend)
 {
-    char err[256];
+    char err[700];
     const char *d = dir ? dir : ".";
-    if (rkv_report_plot(r, d, backend, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv run: --plot: %s\n", err);
-        return;
+    int rc = rkv_report_plot(r, d, backend, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "rkv run: --plot: no plots: %s\n", err);
+        return rc;
     }
     /* --out report/ printed report//latency_cdf.png */
     int n = (int)strlen(d);
     while (n > 1 && d[n - 1] == '/')
         n--;
     printf("plots: %.*s/latency_cdf.png, %.*s/throughput.png\n", n, d, n, d);
+    return 0;
 }

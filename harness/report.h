@@ -65,7 +65,8 @@ int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max);
 int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *backend, char *err,
                     size_t err_len);
 /* Plots into dir (NULL: this directory) with --plot, and says where they
- * went, or why not, as `rkv run` does on every backend. */
-void rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend);
+ * went, or why not, as `rkv run` does on every backend: 0, or -RKV_EIO
+ * when they were not made (the run then exits 3). */
+int rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend);
 
 #endif
