@@ -1736,8 +1736,10 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
         code = code == RKV_EXIT_OK ? RKV_EXIT_STORE : code; /* the report was asked for */
     }
-    if (plot)
-        rkv_report_plot_and_say(&r, out_dir, backend);
+    /* Plots that were asked for and not made are the run's failure, as a
+     * --trace that could not be written is (it exited 0). */
+    if (plot && rkv_report_plot_and_say(&r, out_dir, backend) < 0 && code == RKV_EXIT_OK)
+        code = RKV_EXIT_STORE;
     rkv_report_free(&r);
     return code;
 }

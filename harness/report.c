@@ -109,6 +109,27 @@ static int rep_add_stats(struct rkv_report *r, const char *text, const char *eol
     return json_array_append_new(r->stats, one) < 0 ? -RKV_ENOMEM : 0;
 }
 
+/* A STOPPED line (rkv_wl_print_as): the worker did not finish that phase,
+ * whose PHASE line came just before it and was counted. */
+static void rep_stopped(struct rkv_report *r, const char *line, const char *eol, int *stopped_p)
+{
+    unsigned w, p;
+    int off = -1;
+    if (sscanf(line, "STOPPED w=%u p=%u %n", &w, &p, &off) != 2 || off < 0 || p >= r->sc->n_phases)
+        return;
+    if (r->reported[p])
+        r->reported[p]--;
+    if (!*stopped_p) {
+        *stopped_p = 1;
+        r->workers_stopped++;
+    }
+    int n = (int)((eol ? (size_t)(eol - line) : strlen(line)) - (size_t)off);
+    if (!r->stop_error[0] && strncmp(line + off, "-", (size_t)n) != 0)
+        snprintf(r->stop_error, sizeof(r->stop_error),
+                 "w%u stopped before finishing phase \"%s\": %.*s", w, r->sc->phases[p].name, n,
+                 line + off);
+}
+
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
                        uint32_t n_workers)
 {
@@ -121,6 +142,7 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
         return -RKV_ENOMEM;
     struct rkv_wl_phase_stats st;
     for (uint32_t w = 0; w < n_workers; w++) {
+        int stopped = 0;
         for (const char *line = outs[w]; line && *line;) {
             const char *eol = strchr(line, '\n');
             uint32_t wk, p;
@@ -142,6 +164,8 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
                 int rc = rep_add_stats(r, line + 6, eol);
                 if (rc < 0)
                     return rc;
+            } else if (!strncmp(line, "STOPPED ", 8)) {
+                rep_stopped(r, line, eol, &stopped);
             } else if (!strncmp(line, "FIRSTERR ", 9) && !r->first_error[0]) {
                 size_t n = (eol ? (size_t)(eol - line) : strlen(line)) - 9;
                 snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
@@ -181,7 +205,8 @@ int rkv_report_passed(const struct rkv_report *r)
 static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t len)
 {
     if (!r->processes_ok) {
-        snprintf(buf, len, "a process failed%s%s", r->node_error[0] ? ": " : "", r->node_error);
+        const char *why = r->node_error[0] ? r->node_error : r->stop_error;
+        snprintf(buf, len, "a process failed%s%s", why[0] ? ": " : "", why);
         return;
     }
     for (uint32_t p = 0; p < r->sc->n_phases; p++) {
@@ -207,6 +232,44 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
     }
     snprintf(buf, len, "%u surviving worker%s ended on a store error, and nothing may be lost",
              r->survivor_errors, r->survivor_errors == 1 ? "" : "s");
+}
+
+void rkv_report_fail_reason(const struct rkv_report *r, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (rkv_report_passed(r))
+        return;
+    if (r->fault_run) {
+        rep_fault_fail_reason(r, buf, len);
+        return;
+    }
+    /* The first error, with its node, and how many workers stopped: a run
+     * that failed on a store error said a bare "FAIL", its cause only on
+     * stderr (tcp) or on a line of its own (the twin), and neither reached
+     * report.md nor report.json (an outside tester). */
+    char count[96] = "";
+    if (r->workers_stopped)
+        snprintf(count, sizeof(count), "; %u of %u workers stopped on a store error",
+                 r->workers_stopped, r->n_workers);
+    if (!r->processes_ok || r->workers_stopped) {
+        const char *why = r->node_error[0]   ? r->node_error
+                          : r->stop_error[0] ? r->stop_error
+                                             : "a process failed (its error is on stderr)";
+        snprintf(buf, len, "%s%s", why, count);
+        return;
+    }
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        if (r->phase[p].errors) {
+            snprintf(buf, len, "phase %s: %llu wrong value%s pulled", r->sc->phases[p].name,
+                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s");
+            return;
+        }
+        if (r->reported[p] != r->n_workers) {
+            snprintf(buf, len, "phase %s: %u of %u workers finished it", r->sc->phases[p].name,
+                     r->reported[p], r->n_workers);
+            return;
+        }
+    }
 }
 
 static double rep_gbps(const struct rkv_wl_phase_stats *m)
@@ -274,7 +337,7 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 r->faults[0] ? r->faults : "none fired", r->survivor_errors,
                 r->survivor_error[0] ? ", e.g. " : "", r->survivor_error);
         if (!rkv_report_passed(r)) {
-            char why[640];
+            char why[1024];
             rep_fault_fail_reason(r, why, sizeof(why));
             fprintf(out, "\nverdict: FAIL (%s)\n", why);
             return;
@@ -286,8 +349,13 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                                    "hanging, and no pulled value was wrong)");
         return;
     }
-    fprintf(out, "\nverdict: %s\n",
-            rkv_report_passed(r) ? "PASS (every pulled value matched the oracle)" : "FAIL");
+    if (rkv_report_passed(r)) {
+        fprintf(out, "\nverdict: PASS (every pulled value matched the oracle)\n");
+        return;
+    }
+    char why[1024];
+    rkv_report_fail_reason(r, why, sizeof(why));
+    fprintf(out, "\nverdict: FAIL (%s)\n", why);
 }
 
 /* A JSON integer for a uint64 that may not fit jansson's signed one. */
@@ -334,6 +402,16 @@ static json_t *rep_json(const struct rkv_report *r, const char *backend)
     }
     bad |= json_object_set_new(root, "phases", phases);
     phases = NULL;
+    /* A failed run says why: "passed": false was all it had. Absent from a
+     * passing run's report, which keeps its fields as they were. */
+    if (!rkv_report_passed(r)) {
+        char why[1024];
+        rkv_report_fail_reason(r, why, sizeof(why));
+        bad |= json_object_set_new(root, "failure",
+                                   json_pack("{s:s, s:I, s:I}", "reason", why, "workers_stopped",
+                                             (json_int_t)r->workers_stopped, "workers",
+                                             (json_int_t)r->n_workers));
+    }
     /* The clients' own counters: per operation and per server, summed over
      * workers, and each worker's. */
     if (r->stats)
@@ -344,6 +422,17 @@ fail:
     json_decref(phases);
     json_decref(root);
     return NULL;
+}
+
+/* Closes f, 0 or -RKV_EIO (errno set) if any write to it failed: a full
+ * disk left 0-byte files that were said to be written. */
+static int rep_close(FILE *f)
+{
+    int bad = ferror(f), saved = errno;
+    if (fclose(f) != 0)
+        return -RKV_EIO;
+    errno = bad ? (saved ? saved : EIO) : errno;
+    return bad ? -RKV_EIO : 0;
 }
 
 int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend)
@@ -364,8 +453,7 @@ int rkv_report_write(const struct rkv_report *r, const char *dir, const char *ba
     if (!f)
         return -RKV_EIO;
     rkv_report_print(r, f, backend);
-    fclose(f);
-    return 0;
+    return rep_close(f);
 }
 
 int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max)
@@ -468,14 +556,14 @@ static int rep_plot_data(const struct rkv_report *r, const char *dir, double flo
         }
         fprintf(f, "\n\n");
     }
-    fclose(f);
+    if (rep_close(f) < 0)
+        return -RKV_EIO;
     snprintf(path, sizeof(path), "%s/throughput.dat", dir);
     if (!(f = fopen(path, "w")))
         return -RKV_EIO;
     for (uint32_t p = 0; p < r->sc->n_phases; p++)
         fprintf(f, "%u %.6f\n", p, rep_gbps(&r->phase[p]));
-    fclose(f);
-    return 0;
+    return rep_close(f);
 }
 
 /* A plot's title: what it shows, then the scenario, the backend and what
@@ -561,7 +649,9 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
     int instant;
     double floor_us = rep_cdf_floor_us(r, &instant);
     if (rep_plot_data(r, dir, floor_us) < 0)
-        return snprintf(err, err_len, "cannot write the plot data into %s", dir), -RKV_EIO;
+        return snprintf(err, err_len, "cannot write the plot data into %s: %s", dir,
+                        strerror(errno)),
+               -RKV_EIO;
     char path[512];
     snprintf(path, sizeof(path), "%s/plots.gp", dir);
     FILE *f = fopen(path, "w");
@@ -589,7 +679,16 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
     fprintf(f, ")\nset yrange [0:*]\nplot ");
     rep_gp_path(f, dir, "throughput.dat");
     fprintf(f, " using 1:2 with boxes lc rgb '%s' notitle\n", rep_colours[0]);
-    fclose(f);
+    if (rep_close(f) < 0)
+        return snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno)), -RKV_EIO;
+    /* Last run's plots are not this run's: only what gnuplot makes now may
+     * be found below. */
+    static const char *const pngs[] = {"latency_cdf.png", "throughput.png"};
+    char png[600];
+    for (int i = 0; i < 2; i++) {
+        snprintf(png, sizeof(png), "%s/%s", dir, pngs[i]);
+        (void)unlink(png);
+    }
     /* gnuplot gets the script's path as an argument, without a shell: no
      * quoting of the path, and no pipe that a missing gnuplot would close
      * under us (SIGPIPE killed the run when it was fed on stdin). */
@@ -607,25 +706,38 @@ int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *bac
             ;
         st = w == pid && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
     }
-    if (st != 0)
+    if (st == 127)
         return snprintf(err, err_len,
-                        "gnuplot failed (exit %d); install it with: apt-get install gnuplot-nox",
-                        st),
+                        "gnuplot not found on PATH (exit 127); install it with: apt-get install "
+                        "gnuplot-nox"),
                -RKV_EIO;
+    if (st != 0)
+        return snprintf(err, err_len, "gnuplot failed (exit %d), its complaint above", st),
+               -RKV_EIO;
+    /* gnuplot exits 0 when it cannot write a PNG (a full disk): the plots
+     * were said to be there. */
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        snprintf(png, sizeof(png), "%s/%s", dir, pngs[i]);
+        if (stat(png, &sb) < 0 || sb.st_size == 0)
+            return snprintf(err, err_len, "gnuplot did not write %s (a full disk?)", png), -RKV_EIO;
+    }
     return 0;
 }
 
-void rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend)
+int rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend)
 {
-    char err[256];
+    char err[700];
     const char *d = dir ? dir : ".";
-    if (rkv_report_plot(r, d, backend, err, sizeof(err)) < 0) {
-        fprintf(stderr, "rkv run: --plot: %s\n", err);
-        return;
+    int rc = rkv_report_plot(r, d, backend, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "rkv run: --plot: no plots: %s\n", err);
+        return rc;
     }
     /* --out report/ printed report//latency_cdf.png */
     int n = (int)strlen(d);
     while (n > 1 && d[n - 1] == '/')
         n--;
     printf("plots: %.*s/latency_cdf.png, %.*s/throughput.png\n", n, d, n, d);
+    return 0;
 }

@@ -35,6 +35,12 @@ struct rkv_report {
      * JSON array; NULL when none printed any (the twin's workers). */
     struct json_t *stats;
     char node_error[512]; /* the twin: why a node failed (processes_ok 0), or why it refused */
+    /* Workers that stopped on a store error (their STOPPED lines), and the
+     * first one's error with its node: "w0 stopped before finishing phase
+     * ...: <error>". The phases they did not finish are not counted in
+     * reported[]. */
+    uint32_t workers_stopped;
+    char stop_error[400];
 };
 
 /* Parses the stdout of every worker (PHASE, FIRSTERR and STATS lines). */
@@ -43,6 +49,9 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
 void rkv_report_free(struct rkv_report *r);
 /* 1 when every worker reported every phase with no oracle error. */
 int rkv_report_passed(const struct rkv_report *r);
+/* Why the run failed, in one line (the verdict's parenthesis, report.json's
+ * "failure"); "" when it passed. */
+void rkv_report_fail_reason(const struct rkv_report *r, char *buf, size_t len);
 void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend);
 /* Writes report.json and report.md into dir (created if missing). */
 int rkv_report_write(const struct rkv_report *r, const char *dir, const char *backend);
@@ -56,7 +65,8 @@ int rkv_report_read_phase_wall_s(const char *dir, double *s, uint32_t max);
 int rkv_report_plot(const struct rkv_report *r, const char *dir, const char *backend, char *err,
                     size_t err_len);
 /* Plots into dir (NULL: this directory) with --plot, and says where they
- * went, or why not, as `rkv run` does on every backend. */
-void rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend);
+ * went, or why not, as `rkv run` does on every backend: 0, or -RKV_EIO
+ * when they were not made (the run then exits 3). */
+int rkv_report_plot_and_say(const struct rkv_report *r, const char *dir, const char *backend);
 
 #endif

@@ -110,7 +110,8 @@ size_t rkv_report_block_used(const uint8_t *buf, uint64_t block_bytes, uint32_t 
 }
 
 /* One line of worker's text against the report's grammar; seen[] marks
- * the phases that had their PHASE (bit 0) and FIRSTERR (bit 1) line. */
+ * the phases that had their PHASE (bit 0), FIRSTERR (bit 1) and STOPPED
+ * (bit 2) line. */
 static int rg_check_line(const char *line, const struct rkv_scenario *sc, uint32_t worker,
                          uint8_t *seen, char *why, size_t why_len)
 {
@@ -133,6 +134,13 @@ static int rg_check_line(const char *line, const struct rkv_scenario *sc, uint32
             p >= sc->n_phases || (seen[p] & 2))
             return rkv_errf(why, why_len, -RKV_EPROTO, "a bad FIRSTERR line: %.80s", line);
         seen[p] |= 2;
+        return 0;
+    }
+    if (!strncmp(line, "STOPPED ", 8)) { /* after its phase's PHASE line, once */
+        if (sscanf(line, "STOPPED w=%u p=%u %n", &w, &p, &off) != 2 || off < 0 || w != worker ||
+            p >= sc->n_phases || !(seen[p] & 1) || (seen[p] & 4))
+            return rkv_errf(why, why_len, -RKV_EPROTO, "a bad STOPPED line: %.80s", line);
+        seen[p] |= 4;
         return 0;
     }
     if (!strncmp(line, "PIN ", 4)) {

@@ -456,20 +456,29 @@ static uint32_t wl_max_epoch(const struct rkv_scenario *sc)
 /* Streamed runs: hands phases [*done, upto) to on_stats (win holds the
  * epoch that starts at win_first; phases outside it were never run) and
  * clears the window for the next epoch. */
+/* stop_why: the run stopped on this store error, and none of these phases
+ * was verified (NULL: it did not stop). */
 static int wl_hand_over(uint32_t worker, struct wl_stats *win, uint32_t win_n, uint32_t win_first,
                         uint32_t *done, uint32_t upto, rkv_wl_stats_fn on_stats, void *user,
-                        struct rkv_wl_phase_stats *scratch)
+                        struct rkv_wl_phase_stats *scratch, const char *stop_why)
 {
     static const struct rkv_wl_phase_stats zero;
     /* Whole only for the moment it is handed over. */
     struct rkv_wl_phase_stats *one = scratch ? scratch : malloc(sizeof(*one));
     int rc = one ? 0 : -RKV_ENOMEM;
-    for (; *done < upto; (*done)++) {
+    for (uint32_t first = *done; *done < upto; (*done)++) {
         uint32_t i = *done - win_first;
         int in_win = *done >= win_first && i < win_n;
         if (one && in_win)
             wl_export(&win[i], one);
-        on_stats(user, worker, *done, one && in_win ? one : &zero);
+        else if (one && stop_why)
+            memset(one, 0, sizeof(*one));
+        if (one && (in_win || stop_why)) {
+            one->stopped = stop_why != NULL;
+            snprintf(one->stop_error, sizeof(one->stop_error), "%s",
+                     stop_why && *done == first ? stop_why : "");
+        }
+        on_stats(user, worker, *done, one && (in_win || stop_why) ? one : &zero);
     }
     for (uint32_t i = 0; i < win_n; i++)
         wl_stats_clear(&win[i]);
@@ -491,6 +500,8 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
                         .log = log};
     /* win[p - base]: every phase (base 0), or a streamed run's epoch. */
     uint32_t win_n = stats ? sc->n_phases : wl_max_epoch(sc), base = 0, done = 0;
+    uint32_t verified = 0; /* phases whose epoch was verified */
+    char stop_why[256] = "";
     struct wl_stats *win = calloc(win_n, sizeof(*win));
     if (!win)
         return -RKV_ENOMEM;
@@ -531,15 +542,20 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
         /* Nobody pushes the next epoch while another worker still verifies. */
         if (rc == 0)
             rc = rkv_client_barrier(cli);
+        if (rc == 0)
+            verified = last + 1;
         if (rc == 0 && worker == 0)
             fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
         if (!stats && rc == 0)
-            rc = wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user, scratch);
+            rc = wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user, scratch,
+                              NULL);
         first = last + 1;
     }
 out:
-    if (rc < 0)
+    if (rc < 0) {
         fprintf(log, "rkv: worker %u stopped: %s\n", worker, rkv_client_errmsg(cli));
+        snprintf(stop_why, sizeof(stop_why), "%s", rkv_client_errmsg(cli));
+    }
 free_bufs:
     free(n.rows);
     free(n.got);
@@ -547,14 +563,23 @@ free_bufs:
     free(n.verify_ids);
     rkv_oracle_destroy(n.oracle);
 free_win:
+    /* The report must not show a phase this worker never finished as
+     * passed: every phase was printed, all zero past the error, and a run
+     * that failed on a store error read "pass" in each (an outside tester). */
+    if (rc < 0 && !stop_why[0])
+        snprintf(stop_why, sizeof(stop_why), "%s", rkv_strerror(rc));
     if (!stats) {
-        int hr =
-            wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user, scratch);
+        int hr = wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user,
+                              scratch, rc < 0 ? stop_why : NULL);
         rc = rc < 0 ? rc : hr;
     }
     for (uint32_t p = 0; p < win_n; p++) {
-        if (stats)
+        if (stats) {
             wl_export(&win[p], &stats[p]);
+            stats[p].stopped = rc < 0 && p >= verified;
+            snprintf(stats[p].stop_error, sizeof(stats[p].stop_error), "%s",
+                     rc < 0 && p == verified ? stop_why : "");
+        }
         wl_stats_clear(&win[p]);
     }
     free(win);
@@ -586,6 +611,12 @@ void rkv_wl_print_as(FILE *out, uint32_t worker, uint32_t phase,
     fprintf(out, "%s\n", first ? "-" : "");
     if (st->errors)
         fprintf(out, "FIRSTERR w=%u p=%u %s\n", worker, phase, st->first_error);
+    if (st->stopped) { /* one line whatever the error holds */
+        fprintf(out, "STOPPED w=%u p=%u ", worker, phase);
+        for (const char *c = st->stop_error[0] ? st->stop_error : "-"; *c; c++)
+            fputc((unsigned char)*c < 0x20 || *c == 0x7f ? ' ' : *c, out);
+        fputc('\n', out);
+    }
 }
 
 int rkv_wl_parse(const char *line, uint32_t *worker_p, uint32_t *phase_p,

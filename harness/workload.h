@@ -19,6 +19,12 @@ struct rkv_wl_phase_stats {
     double max_us;
     uint64_t hist[RKV_WL_HIST];
     char first_error[320];
+    /* The worker stopped on a store error before this phase's epoch was
+     * verified: its counts are what it did, not a phase it finished (a
+     * STOPPED line after its PHASE line). stop_error: the error, on the
+     * first such phase only. */
+    int stopped;
+    char stop_error[256];
 };
 
 /* Runs every phase of sc as worker `worker`; stats has sc->n_phases entries.

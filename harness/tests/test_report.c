@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "harness/report.h"
+#include "harness/tests/rkv_run.h"
 #include "harness/tests/tmp_scenario.h"
 #include "harness/workload.h"
 
@@ -339,6 +340,51 @@ static void test_plot_names_run_and_shows_every_line(void **state)
     unlink(yaml);
 }
 
+/* --plot said "plots: ..." and exited 0 when it made none: with gnuplot
+ * missing from PATH (its "exit 127" on stderr only), and on a full disk,
+ * where the data files were written empty and no PNG was made (an outside
+ * tester). A plot data file that is /dev/full stands for the full disk:
+ * every write to it fails with ENOSPC. Each run must exit 3, say why, and
+ * name no plot. */
+static void test_plots_not_made_fail_the_run(void **state)
+{
+    (void)state;
+    char yaml[64], cmd[1024];
+    tmp_scenario(yaml, sizeof(yaml), "plotfail",
+                 "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 8, shape: [4]}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: t, push: 0.5, ids_per_request: 2, rounds: 4}\n");
+    const char *dir = "plotfail-out";
+    static const char *const backends[] = {"sim", "tcp"};
+    for (int b = 0; b < 2; b++) {
+        snprintf(
+            cmd, sizeof(cmd),
+            "rm -rf %s; timeout 120 env PATH=/nonexistent %s run %s --backend %s --out %s --plot "
+            "2>&1",
+            dir, RKV_BIN, yaml, backends[b], dir);
+        int rc = sh(cmd);
+        if (rc != 3 || strstr(out, "\nplots: ") ||
+            !strstr(out, "--plot: no plots: gnuplot not found"))
+            fail_msg("%s, no gnuplot: exit %d:\n%s", backends[b], rc, out);
+        if (access("/usr/bin/gnuplot", X_OK) != 0)
+            continue; /* the full disk needs a gnuplot that would have run */
+        snprintf(cmd, sizeof(cmd),
+                 "rm -rf %s && mkdir %s && ln -s /dev/full %s/latency_cdf.dat && timeout 120 %s "
+                 "run %s --backend %s --out %s --plot 2>&1",
+                 dir, dir, dir, RKV_BIN, yaml, backends[b], dir);
+        rc = sh(cmd);
+        if (rc != 3 || strstr(out, "\nplots: ") ||
+            !strstr(out, "--plot: no plots: cannot write the plot data into") ||
+            !strstr(out, "No space left on device"))
+            fail_msg("%s, full disk: exit %d:\n%s", backends[b], rc, out);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(sh(cmd), 0);
+    unlink(yaml);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_percentiles_never_above_max),
         cmocka_unit_test(test_report_json_round_trips_names),
         cmocka_unit_test(test_report_compares_pinned_winners),
+        cmocka_unit_test(test_plots_not_made_fail_the_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -543,6 +543,58 @@ static void test_readme_example_and_reports(void **state)
     }
 }
 
+/* The whole of one small file into buf (NUL-terminated). */
+static void slurp(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("%s: not written", path);
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = 0;
+    fclose(f);
+}
+
+/* A run that failed on a store error said a bare "verdict: FAIL" on stdout
+ * and in report.md, report.json only "passed": false, the cause on stderr
+ * alone, and showed its phases, never finished, as "pass" (an outside
+ * tester). Now the verdict and report.json name the first error with its
+ * node and how many workers stopped, and the phases read INCOMPLETE. */
+static void test_store_error_named_in_every_report(void **state)
+{
+    (void)state;
+    char yaml[64], args[512], text[8192];
+    tmp_scenario(yaml, sizeof(yaml), "wide",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n"
+                 "  - {name: wide, rows: 4, shape: [32768]}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: wide, push: 0.5, ids_per_request: 1, rounds: 2}\n"
+                 "  - {name: b, tensor: wide, pull: 1.0, ids_per_request: 1, rounds: 2}\n");
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        /* stdout alone: the cause was always on stderr. */
+        snprintf(args, sizeof(args),
+                 "%s run %s --backend %s --max-slot-bytes 65536 --out store-error-out 2>/dev/null",
+                 RKV_BIN, yaml, backends[b]);
+        int rc = sh(args);
+        const char *v = strstr(out, "verdict: FAIL (w");
+        if (rc != 3 || !v || !strstr(v, "over max_slot_bytes 65536") ||
+            !strstr(v, "2 of 2 workers stopped on a store error") || strstr(out, "| pass |") ||
+            out_count("| INCOMPLETE |") != 2)
+            fail_msg("%s: exit %d:\n%s", backends[b], rc, out);
+        slurp("store-error-out/report.md", text, sizeof(text));
+        if (!strstr(text, "verdict: FAIL (w") || !strstr(text, "over max_slot_bytes 65536") ||
+            strstr(text, "| pass |"))
+            fail_msg("%s: report.md:\n%s", backends[b], text);
+        slurp("store-error-out/report.json", text, sizeof(text));
+        if (!strstr(text, "\"failure\": {") || !strstr(text, "over max_slot_bytes 65536") ||
+            !strstr(text, "\"workers_stopped\": 2"))
+            fail_msg("%s: report.json:\n%s", backends[b], text);
+        assert_int_equal(sh("rm -rf store-error-out"), 0);
+    }
+    unlink(yaml);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -561,6 +613,11 @@ int main(void)
         cmocka_unit_test(test_oracle_checks_every_row_after_a_barrier),
         cmocka_unit_test(test_readme_example_and_reports),
         cmocka_unit_test(test_every_scenario_passes),
+        cmocka_unit_test(test_store_error_named_in_every_report),
     };
+    /* RKV_TEST_FILTER=test_yaml_* (a glob) runs only what it names. */
+    const char *filter = getenv("RKV_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

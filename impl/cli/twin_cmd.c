@@ -24,8 +24,10 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     int unwritten = out_dir && rkv_report_write(&r, out_dir, "sim") < 0;
     if (unwritten)
         fprintf(stderr, "rkv run: cannot write the report into %s\n", out_dir);
-    if (plot) /* as a tcp run says it: without --out they land in this directory */
-        rkv_report_plot_and_say(&r, out_dir, "sim");
+    /* As a tcp run says it: without --out they land in this directory.
+     * Plots asked for and not made fail the run as an unwritten report does. */
+    if (plot && rkv_report_plot_and_say(&r, out_dir, "sim") < 0)
+        unwritten = 1;
     int passed = rkv_report_passed(&r), wrong = 0;
     for (uint32_t p = 0; p < sc->n_phases; p++)
         wrong |= r.phase[p].errors > 0;

@@ -8,6 +8,7 @@
 #ifndef RKV_SIM_H
 #define RKV_SIM_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -155,12 +156,22 @@ struct sim_world {
     int mem_near;       /* under 8 floors left at the last read: read more often */
     uint32_t mem_ticks; /* sim_world_mem_tick's calls */
     void (*mem_low)(struct sim_world *w, const struct port_hostmem *m);
+    /* Called on the next event once sim_world_signo is set, and does not
+     * return (the twin closes its trace and ends by the signal): the
+     * simulation has no other place where a Ctrl-C can stop it between
+     * two events. NULL: the signal is not looked at. */
+    void (*on_signal)(struct sim_world *w, int signo);
     uint32_t nodes_total, nodes_finished;
     /* Nodes' log lines folded by shape (port_sim.c, sp_vlog): set by the
      * twin at its default log level, where 16,384 servers each said they
      * stopped. NULL: every line printed. */
     struct sim_log_fold *log_fold;
 };
+
+/* A stopping signal (SIGINT, SIGTERM, SIGHUP) that arrived, or 0: set by
+ * the twin's handler (the only thing a handler may do), read by
+ * sim_world_event. */
+extern volatile sig_atomic_t sim_world_signo;
 
 int sim_world_init(struct sim_world *w, uint64_t seed);
 void sim_world_fini(struct sim_world *w);

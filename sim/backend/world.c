@@ -162,8 +162,12 @@ void sim_world_unlisten(struct sim_world *w, uint32_t nic)
     w->nic_listeners[nic] = NULL;
 }
 
+volatile sig_atomic_t sim_world_signo;
+
 void sim_world_event(struct sim_world *w, const uint64_t *v, int n)
 {
+    if (sim_world_signo && w->on_signal)
+        w->on_signal(w, (int)sim_world_signo);
     for (int i = 0; i < n; i++) {
         uint64_t x = v[i];
         for (int b = 0; b < 8; b++, x >>= 8)

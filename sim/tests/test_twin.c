@@ -941,6 +941,72 @@ static void test_durable_dir_removed_when_killed(void **state)
     unlink("twin-durable-long.yaml");
 }
 
+/* Ctrl-C on a twin run ended it with exit 1 ("a value differed") and no
+ * word, SimGrid's own SIGINT handler calling exit(1), its --trace cut
+ * mid-record; SIGTERM killed it (143) with the same trace (an outside
+ * tester). Now either stops the run with a line on stderr, the durable
+ * directory removed by the run itself, the trace closed whole, and the
+ * process ended by the signal, as a tcp run ends. */
+static void test_stopping_signal_ends_the_run_by_it(void **state)
+{
+    (void)state;
+    write_file("twin-stop-long.yaml",
+               "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1,\n"
+               "          durable: true}\n"
+               "tensors:\n"
+               "  - {name: t, rows: 64, shape: [4]}\n"
+               "workload:\n"
+               "  - {name: long, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4,\n"
+               "     rounds: 100000}\n");
+    const int sigs[] = {SIGINT, SIGTERM};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            freopen("/dev/null", "w", stdout);
+            freopen("twin-stop.err", "w", stderr);
+            execl(RKV_BIN, "rkv", "run", "twin-stop-long.yaml", "--trace", "twin-stop.json",
+                  (char *)NULL);
+            _exit(127);
+        }
+        char dir[300] = "";
+        for (int ms = 0; !dir[0] && ms < 60000; ms += 5) {
+            durable_dir_of(pid, dir, sizeof(dir));
+            if (!dir[0])
+                usleep(5000);
+        }
+        if (!dir[0]) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            fail_msg("no /tmp/rkv-twin-durable.%d.* within 60 s", (int)pid);
+        }
+        usleep(300 * 1000); /* well into the simulation */
+        int st = 0;
+        assert_int_equal(kill(pid, sigs[i]), 0);
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFSIGNALED(st) || WTERMSIG(st) != sigs[i])
+            fail_msg("signal %d: the run ended with %s %d", sigs[i],
+                     WIFSIGNALED(st) ? "signal" : "exit",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        /* Removed by the run before it ended, not later by its reaper. */
+        assert_int_not_equal(access(dir, F_OK), 0);
+        assert_int_equal(sh("cat twin-stop.err"), 0);
+        char said[96];
+        snprintf(said, sizeof(said), "rkv run: stopped by %s at simulated ", strsignal(sigs[i]));
+        if (!strstr(out, said) || !strstr(out, "durable directory was removed"))
+            fail_msg("signal %d: stderr:\n%s", sigs[i], out);
+        /* A whole JSON document: the closing of traceEvents is there. */
+        assert_int_equal(sh("tail -c 4 twin-stop.json | od -An -c | tr -d ' '"), 0);
+        if (!strstr(out, "]}\\n"))
+            fail_msg("signal %d: the trace ends with %s", sigs[i], out);
+        assert_int_equal(sh("head -c 40 twin-stop.json"), 0);
+        assert_non_null(strstr(out, "{\"displayTimeUnit\""));
+    }
+    unlink("twin-stop-long.yaml");
+    unlink("twin-stop.err");
+    unlink("twin-stop.json");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -970,6 +1036,11 @@ int main(void)
         cmocka_unit_test(test_restart_durable),
         cmocka_unit_test(test_restart_twice),
         cmocka_unit_test(test_durable_dir_removed_when_killed),
+        cmocka_unit_test(test_stopping_signal_ends_the_run_by_it),
     };
+    /* RKV_TEST_FILTER=test_crash_* (a glob) runs only what it names. */
+    const char *filter = getenv("RKV_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * backends' processes would have printed. */
 #include <malloc.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +113,9 @@ struct twin {
      * restarted twice read "not every fault fired". */
     struct twin_crash *crashes;
     uint32_t n_crashes;
+    const char *trace_path;      /* --trace, or NULL */
+    int sim_started;             /* simgrid_run was called: the clock means something */
+    struct sigaction sig_old[3]; /* the stopping signals' handlers before the run */
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -1318,6 +1322,79 @@ static void twin_remove_durable(struct twin *t)
     rkv_reaper_done(&t->reaper);
 }
 
+/* The stopping signals the twin takes over (twin_signals_take). */
+static const int twin_stop_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+static void twin_signal_caught(int signo)
+{
+    if (!sim_world_signo)
+        sim_world_signo = signo;
+}
+
+/* SimGrid's simgrid_init installs a SIGINT handler that calls exit(1):
+ * Ctrl-C ended a run with the code of "a value differed", no word, a trace
+ * cut mid-record; SIGTERM and SIGHUP killed it with the same trace. The
+ * handler only notes the signal; the run stops on its next event
+ * (twin_stop). Called again after simgrid_init; old: NULL then. */
+static void twin_signals_take(struct sigaction *old)
+{
+    struct sigaction sa = {.sa_handler = twin_signal_caught, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; i++)
+        sigaction(twin_stop_signals[i], &sa, old ? &old[i] : NULL);
+}
+
+static void twin_signals_give_back(const struct sigaction *old)
+{
+    for (int i = 0; i < 3; i++)
+        sigaction(twin_stop_signals[i], &old[i], NULL);
+}
+
+/* A stopping signal arrived: the run ends here with no verdict, as a tcp
+ * run does (harness/launch.c, demo_signals_close): its trace closed whole,
+ * a valid trace of what ran until now (removed if that cannot be written),
+ * its durable directory removed, a line on stderr, and the process ended
+ * by the signal (128 + signo to a shell). Called between two events, never
+ * from the handler. Does not return. */
+static _Noreturn void twin_stop(struct twin *t, int signo)
+{
+    char trace[400] = "", when[160] = "before the simulation started";
+    fflush(stdout);
+    if (t->w.trace) {
+        int bad = fprintf(t->w.trace, "\n]}\n") < 0 || ferror(t->w.trace);
+        bad |= fclose(t->w.trace) != 0;
+        t->w.trace = NULL;
+        if (bad)
+            unlink(t->trace_path);
+        snprintf(trace, sizeof(trace),
+                 bad ? "; the trace %s could not be written whole and was removed"
+                     : "; the trace %s holds what ran until then",
+                 t->trace_path);
+    }
+    int durable = t->cfg.durable_dir[0] != 0;
+    twin_remove_durable(t);
+    if (t->sim_started)
+        snprintf(when, sizeof(when),
+                 "at simulated %.6f s (%llu network events, %u of %u nodes finished)",
+                 simgrid_get_clock(), (unsigned long long)t->w.events, t->w.nodes_finished,
+                 t->n_nodes);
+    fprintf(stderr, "rkv run: stopped by %s %s: no verdict%s%s\n", strsignal(signo), when,
+            durable ? "; its durable directory was removed" : "", trace);
+    fflush(stderr);
+    signal(signo, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signo);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(signo);
+    _exit(128 + signo);
+}
+
+static void twin_on_signal(struct sim_world *w, int signo)
+{
+    twin_stop((struct twin *)((char *)w - offsetof(struct twin, w)), signo);
+}
+
 static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
 {
     for (uint32_t i = 0; i < declared->n_tensors; i++) {
@@ -1402,12 +1479,17 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                      .test_corrupt_row = o->test_corrupt_row,
                      .client0_phase = -1,
                      .reaper = {.fd = -1},
+                     .trace_path = o->trace_path,
                      .max_sim_s = o->max_sim_s > 0 ? o->max_sim_s : 3600};
     struct rkv_scenario *thin = NULL;
     char platform[300] = "";
     int rc = sim_world_init(&t.w, sc->seed);
     if (rc < 0)
         return rc;
+    /* From here on a stopping signal stops the run through twin_stop. */
+    sim_world_signo = 0;
+    twin_signals_take(t.sig_old);
+    t.w.on_signal = twin_on_signal;
     t.w.jitter = sc->sim_jitter;
     t.w.msg_cpu_s = sc->sim_msg_cost_ns * 1e-9;
     t.w.row_cost_ns = sc->sim_row_cost_ns;
@@ -1477,8 +1559,14 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.mem_floor_bytes = o->mem_floor_mib ? o->mem_floor_mib << 20 : twin_mem_floor();
     t.w.mem_low = twin_mem_low;
     twin_spawn(&t);
+    twin_signals_take(NULL); /* simgrid_init put SimGrid's own SIGINT handler in */
+    if (sim_world_signo)
+        twin_stop(&t, (int)sim_world_signo);
+    t.sim_started = 1;
     double w0 = sim_world_wall();
-    simgrid_run(); /* to the last node's end, or twin_limit's */
+    simgrid_run();       /* to the last node's end, or twin_limit's */
+    if (sim_world_signo) /* it came with the last events */
+        twin_stop(&t, (int)sim_world_signo);
     res->wall_s = sim_world_wall() - w0;
     sim_log_fold_end(&t.w); /* before the report */
     res->events = t.w.events;
@@ -1498,6 +1586,8 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                      o->trace_path, strerror(errno));
     }
 free_all:
+    if (sim_world_signo) /* during the setup, which failed (a --cfg probe's child stopped too) */
+        twin_stop(&t, (int)sim_world_signo);
     free(t.hand_over);
     sim_cv_destroy(&t.phase_cv);
     twin_remove_durable(&t);
@@ -1513,6 +1603,9 @@ free_all:
 fini_world:
     sim_world_fini(&t.w);
     free(thin);
+    /* The report is written after: a signal now ends the process as it
+     * would without the twin. */
+    twin_signals_give_back(t.sig_old);
     return rc;
 }
 
