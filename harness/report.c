@@ -200,6 +200,27 @@ int rkv_report_passed(const struct rkv_report *r)
     return 1;
 }
 
+/* The first phase with a wrong value, or (all_finish) one that not every
+ * worker finished, said in buf (unfinished: what follows in why_more);
+ * 1 when there is one. */
+static int rep_phase_fail_reason(const struct rkv_report *r, int all_finish, const char *why_more,
+                                 char *buf, size_t len)
+{
+    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
+        if (r->phase[p].errors) {
+            snprintf(buf, len, "phase %s: %llu wrong value%s pulled", r->sc->phases[p].name,
+                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s");
+            return 1;
+        }
+        if (all_finish && r->reported[p] != r->n_workers) {
+            snprintf(buf, len, "phase %s: %u of %u workers finished it%s", r->sc->phases[p].name,
+                     r->reported[p], r->n_workers, why_more);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Why a fault run failed, in rkv_report_passed's order: it said only
  * "FAIL" when a fault did not fire (a second crash of a node). */
 static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t len)
@@ -209,20 +230,11 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
         snprintf(buf, len, "a process failed%s%s", why[0] ? ": " : "", why);
         return;
     }
-    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
-        if (r->phase[p].errors) {
-            snprintf(buf, len, "phase %s: %llu wrong value%s pulled", r->sc->phases[p].name,
-                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s");
-            return;
-        }
-        if (r->must_complete && r->reported[p] != r->n_workers) {
-            snprintf(buf, len,
-                     "phase %s: %u of %u workers finished it, and nothing may be lost (no node "
-                     "gone for good, no connection broken)",
-                     r->sc->phases[p].name, r->reported[p], r->n_workers);
-            return;
-        }
-    }
+    if (rep_phase_fail_reason(r, r->must_complete,
+                              ", and nothing may be lost (no node gone for good, no connection "
+                              "broken)",
+                              buf, len))
+        return;
     if (!r->faults_fired) {
         snprintf(buf, len,
                  "not every fault fired, see \"faults:\" above (a node already down cannot "
@@ -258,18 +270,7 @@ void rkv_report_fail_reason(const struct rkv_report *r, char *buf, size_t len)
         snprintf(buf, len, "%s%s", why, count);
         return;
     }
-    for (uint32_t p = 0; p < r->sc->n_phases; p++) {
-        if (r->phase[p].errors) {
-            snprintf(buf, len, "phase %s: %llu wrong value%s pulled", r->sc->phases[p].name,
-                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s");
-            return;
-        }
-        if (r->reported[p] != r->n_workers) {
-            snprintf(buf, len, "phase %s: %u of %u workers finished it", r->sc->phases[p].name,
-                     r->reported[p], r->n_workers);
-            return;
-        }
-    }
+    (void)rep_phase_fail_reason(r, 1, "", buf, len);
 }
 
 static double rep_gbps(const struct rkv_wl_phase_stats *m)

@@ -230,6 +230,38 @@ static int shm_with_prefix(const char *prefix)
     return found;
 }
 
+/* A tcp run long enough to be stopped from outside while it pushes. */
+#define LONG_TCP_RUN                                                                               \
+    "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"                     \
+    "tensors:\n"                                                                                   \
+    "  - {name: t, rows: 100, shape: [16]}\n"                                                      \
+    "workload:\n"                                                                                  \
+    "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, rounds: 10000000}\n"
+
+/* 1 once a segment of the run's prefix exists (its servers are up), 0
+ * after 60 s without one. */
+static int wait_segments(const char *prefix)
+{
+    for (int ms = 0; ms < 60000; ms += 10) {
+        if (shm_with_prefix(prefix))
+            return 1;
+        usleep(10 * 1000);
+    }
+    return 0;
+}
+
+/* 1 once the run's segments are gone and its TMPDIR is empty (removed
+ * here), 0 if not within 10 s. */
+static int left_nothing(const char *prefix, const char *tmpdir)
+{
+    for (int ms = 0; ms < 10000; ms += 10) {
+        if (!shm_with_prefix(prefix) && rmdir(tmpdir) == 0)
+            return 1;
+        usleep(10 * 1000);
+    }
+    return 0;
+}
+
 /* A tcp run SIGKILLed, alone or with its whole process group (`timeout -s
  * KILL`, a CI job's end): its shared-memory segments and its 0600 secret
  * file stayed behind, since nothing of the run was left to remove them
@@ -238,13 +270,7 @@ static void test_killed_tcp_run_leaves_nothing(void **state)
 {
     (void)state;
     char yaml[64], tmpdir[64], prefix[64], shm_arg[80];
-    tmp_scenario(yaml, sizeof(yaml), "killed",
-                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-                 "tensors:\n"
-                 "  - {name: t, rows: 100, shape: [16]}\n"
-                 "workload:\n"
-                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, "
-                 "rounds: 10000000}\n");
+    tmp_scenario(yaml, sizeof(yaml), "killed", LONG_TCP_RUN);
     for (int group = 0; group < 2; group++) {
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/rkv-killed-%d-%d", (int)getpid(), group);
         snprintf(prefix, sizeof(prefix), "rkvkilled%d%d", (int)getpid(), group);
@@ -260,24 +286,13 @@ static void test_killed_tcp_run_leaves_nothing(void **state)
             execl(RKV_BIN, "rkv", "run", yaml, "--backend", "tcp", shm_arg, (char *)NULL);
             _exit(127);
         }
-        int up = 0;
-        for (int ms = 0; !up && ms < 60000; ms += 10) {
-            up = shm_with_prefix(prefix);
-            if (!up)
-                usleep(10 * 1000);
-        }
+        int up = wait_segments(prefix);
         usleep(300 * 1000); /* the workers pushing */
         assert_int_equal(kill(group ? -pid : pid, SIGKILL), 0);
         assert_int_equal(waitpid(pid, NULL, 0), pid);
         if (!up)
             fail_msg("no segment of prefix %s within 60 s", prefix);
-        int gone = 0;
-        for (int ms = 0; !gone && ms < 10000; ms += 10) {
-            gone = !shm_with_prefix(prefix) && rmdir(tmpdir) == 0;
-            if (!gone)
-                usleep(10 * 1000);
-        }
-        if (!gone)
+        if (!left_nothing(prefix, tmpdir))
             fail_msg("SIGKILL%s: segments %s* or the secret file in %s still there 10 s later",
                      group ? " to the process group" : "", prefix, tmpdir);
     }
@@ -294,13 +309,7 @@ static void test_interrupted_traced_tcp_run(void **state)
 {
     (void)state;
     char yaml[64], tmpdir[64], prefix[64], shm_arg[80], trace[96], outf[96];
-    tmp_scenario(yaml, sizeof(yaml), "traced",
-                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-                 "tensors:\n"
-                 "  - {name: t, rows: 100, shape: [16]}\n"
-                 "workload:\n"
-                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 4, "
-                 "rounds: 10000000}\n");
+    tmp_scenario(yaml, sizeof(yaml), "traced", LONG_TCP_RUN);
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/rkv-traced-%d", (int)getpid());
     snprintf(prefix, sizeof(prefix), "rkvtraced%d", (int)getpid());
     snprintf(shm_arg, sizeof(shm_arg), "--shm-prefix=%s", prefix);
@@ -317,12 +326,7 @@ static void test_interrupted_traced_tcp_run(void **state)
               (char *)NULL);
         _exit(127);
     }
-    int up = 0;
-    for (int ms = 0; !up && ms < 60000; ms += 10) {
-        up = shm_with_prefix(prefix);
-        if (!up)
-            usleep(10 * 1000);
-    }
+    int up = wait_segments(prefix);
     usleep(300 * 1000);                     /* the workers pushing */
     assert_int_equal(kill(pid, SIGINT), 0); /* the launcher alone, as `kill -INT` */
     int st;
@@ -343,13 +347,7 @@ static void test_interrupted_traced_tcp_run(void **state)
         fail_msg("status 0x%x, no \"stopped by Interrupt\" in:\n%.*s", st, (int)len,
                  text ? text : "");
     free(text);
-    int gone = 0;
-    for (int ms = 0; !gone && ms < 10000; ms += 10) {
-        gone = !shm_with_prefix(prefix) && rmdir(tmpdir) == 0;
-        if (!gone)
-            usleep(10 * 1000);
-    }
-    if (!gone)
+    if (!left_nothing(prefix, tmpdir))
         fail_msg("segments %s* or scratch files in %s still there 10 s after the Ctrl-C", prefix,
                  tmpdir);
     struct stat sb;

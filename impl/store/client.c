@@ -228,6 +228,9 @@ static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
  * own message. */
 static inline void cli_owned(struct rkv_client *c)
 {
+    /* Every call enters and leaves here: nothing kept is the usual case. */
+    if (!atomic_load_explicit(&c->refused_task, memory_order_relaxed))
+        return;
     uint64_t me = cli_task(c);
     (void)atomic_compare_exchange_strong(&c->refused_task, &me, 0);
 }

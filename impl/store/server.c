@@ -2149,6 +2149,27 @@ static int srv_check_create(const struct rkv_config *cfg, uint32_t local_id,
     return 0;
 }
 
+/* What the server holds in its own memory alone, freed last (create's
+ * failure path, destroy and a forked child's destroy). */
+static void srv_free_own(struct rkv_server *s)
+{
+    while (s->acks) {
+        struct srv_ack *a = s->acks;
+        s->acks = a->next;
+        free(a);
+    }
+    rkv_cluster_destroy(s->own_cl);
+    free(s->hellos);
+    free(s->barrier);
+    free(s->barrier_at);
+    free(s->table);
+    free(s->table_peer);
+    free(s->table_wait);
+    free(s->ht);
+    free(s->pt);
+    free(s);
+}
+
 /* cfg, local_id and srv_p passed srv_check_create. */
 static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct rkv_config *cfg,
                       uint32_t local_id, struct rkv_server **srv_p, char *err, size_t err_len)
@@ -2237,16 +2258,7 @@ destroy_cond:
 destroy_mutex:
     port->ops->mutex_destroy(s->mu);
 free_server:
-    rkv_cluster_destroy(s->own_cl);
-    free(s->hellos);
-    free(s->barrier);
-    free(s->barrier_at);
-    free(s->table);
-    free(s->table_peer);
-    free(s->table_wait);
-    free(s->ht);
-    free(s->pt);
-    free(s);
+    srv_free_own(s);
     if (rc == -RKV_ENOMEM)
         rkv_errf(err, err_len, rc, "out of memory");
     return rc;
@@ -2439,26 +2451,6 @@ const char *rkv_server_errmsg(const struct rkv_server *s)
     if (!s)
         return "server is NULL (did its rkv_server_create fail?)";
     return s->err;
-}
-
-/* What the server holds in its own memory alone. */
-static void srv_free_own(struct rkv_server *s)
-{
-    while (s->acks) {
-        struct srv_ack *a = s->acks;
-        s->acks = a->next;
-        free(a);
-    }
-    rkv_cluster_destroy(s->own_cl);
-    free(s->hellos);
-    free(s->barrier);
-    free(s->barrier_at);
-    free(s->table);
-    free(s->table_peer);
-    free(s->table_wait);
-    free(s->ht);
-    free(s->pt);
-    free(s);
 }
 
 /* rkv_server_destroy in a forked child: what it shares with the parent is

@@ -1273,20 +1273,6 @@ static void test_push_too_big_applies_nothing(void **state)
     }
 }
 
-struct small_slot_join {
-    struct rkv_config cfg;
-    struct rkv_client *cli;
-    char err[256];
-};
-
-static void *small_slot_join_main(void *arg)
-{
-    struct small_slot_join *j = arg;
-    if (rkv_client_create(&j->cfg, &j->cli, j->err, sizeof(j->err)) < 0)
-        j->cli = NULL;
-    return NULL;
-}
-
 /* Regression (an outside tester, t9/t13/t22): init_data accepted a tensor
  * one of whose rows no push could carry to a server, its message (64-byte
  * header, 8-byte id, the row) over max_slot_bytes, and every push of a
@@ -1306,16 +1292,14 @@ static void test_row_over_max_slot_bytes_refused(void **state)
     c.cfg.n_workers = 2;
     cluster_start_server(&c, 0);
     cluster_start_server(&c, 1);
-    struct small_slot_join j = {.cfg = c.cfg};
-    j.cfg.max_slot_bytes = 65536;
-    j.cfg.zero_copy_bytes = 0; /* pulled rows come through a reply slot */
+    /* Both join at once (two workers): small with its own settings. */
+    struct cluster cs = c;
+    cs.cfg.max_slot_bytes = 65536;
+    cs.cfg.zero_copy_bytes = 0; /* pulled rows come through a reply slot */
     pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, small_slot_join_main, &j), 0);
-    struct rkv_client *big = client_join(&c);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    if (!j.cli)
-        fail_msg("client small: %s", j.err);
-    struct rkv_client *small = j.cli;
+    assert_int_equal(pthread_create(&th, NULL, join_thread, &cs), 0);
+    struct rkv_client *big = client_join(&c), *small;
+    assert_int_equal(pthread_join(th, (void **)&small), 0);
     /* HASH: odd rows on machine 1, across the network. */
     struct rkv_tensor_desc d = {
         .name = "r64k", .dtype = RKV_F32, .rows = 4, .row_len = 16384, .policy = RKV_PART_HASH};

@@ -738,20 +738,26 @@ static void test_bad_requests(void **state)
 #define BIG_PUSH_BYTES (RKV_PROTO_HDR_BYTES + 8 + BIG_ROW_LEN * 4)
 
 /* Asks the server for a slot for one big-row PUSH, as an engine would. */
-static struct rkv_slot_desc evil_rendezvous(struct evil *e)
+/* A slot for a big-row PUSH of `bytes`, granted by the server. */
+static struct rkv_slot_desc evil_rendezvous_for(struct evil *e, uint64_t bytes)
 {
     struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
                         .req_id = 0x77,
                         .tensor_id = BIG_ID,
                         .sender = 0x666,
                         .op = RKV_MSG_PUSH};
-    evil_send(e, rkv_proto_enc_rndv_start(e->tx, &h, BIG_PUSH_BYTES));
+    evil_send(e, rkv_proto_enc_rndv_start(e->tx, &h, bytes));
     struct rkv_msg m;
     assert_int_equal(evil_next(e, &m), 0);
     assert_int_equal(m.h.type, RKV_MSG_RNDV_REPLY);
     assert_int_equal(m.h.status, 0);
-    assert_true(m.u.slot.cap >= BIG_PUSH_BYTES);
+    assert_true(m.u.slot.cap >= bytes);
     return m.u.slot;
+}
+
+static struct rkv_slot_desc evil_rendezvous(struct evil *e)
+{
+    return evil_rendezvous_for(e, BIG_PUSH_BYTES);
 }
 
 /* Encodes a good big-row PUSH of row 60 into tx. */
@@ -1024,17 +1030,8 @@ static void slot_rewritten_while_handled(struct env *env, int durable)
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
     const uint32_t rb = BIG_ROW_LEN * 4;
-    struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
-                        .req_id = 0x77,
-                        .tensor_id = BIG_ID,
-                        .sender = 0x666,
-                        .op = RKV_MSG_PUSH};
-    evil_send(&e, rkv_proto_enc_rndv_start(e.tx, &h, RKV_PROTO_HDR_BYTES + 2 * (8 + rb)));
+    struct rkv_slot_desc d = evil_rendezvous_for(&e, RKV_PROTO_HDR_BYTES + 2 * (8 + rb));
     struct rkv_msg m;
-    assert_int_equal(evil_next(&e, &m), 0);
-    assert_int_equal(m.h.type, RKV_MSG_RNDV_REPLY);
-    assert_int_equal(m.h.status, 0);
-    struct rkv_slot_desc d = m.u.slot;
     uint64_t ids[2] = {60, 61};
     struct rkv_hdr ph = {.type = RKV_MSG_PUSH,
                          .req_id = 0x77,
@@ -1360,6 +1357,23 @@ static void test_reply_from_another_server(void **state)
     cluster_free(&c);
 }
 
+/* A tensor with an explicit book of `rows` rows (alternating machines),
+ * whose META_REPLY (the book, 4 bytes a row) is larger than a SEND. */
+static void init_booked(struct cluster *c, const char *name, uint32_t rows)
+{
+    uint32_t *book = malloc((size_t)rows * sizeof(*book));
+    assert_non_null(book);
+    for (uint32_t r = 0; r < rows; r++)
+        book[r] = r % 2;
+    struct rkv_tensor_desc d = {
+        .dtype = RKV_F32, .rows = rows, .row_len = 1, .policy = RKV_PART_EXPLICIT, .book = book};
+    snprintf(d.name, sizeof(d.name), "%s", name);
+    int rc = rkv_client_init_data(c->cli, &d);
+    free(book);
+    if (rc < 0)
+        fail_msg("init %s: %s", name, rkv_client_errmsg(c->cli));
+}
+
 /* Replies held behind a rendezvous the peer does not answer are bounded
  * by bytes too: a peer that asked for META replies of a tensor with a big
  * book (16 MiB each there) and answered none of their RNDV_STARTs had
@@ -1377,17 +1391,7 @@ static void test_replies_held_behind_a_rendezvous(void **state)
     env->max_slot_bytes = env->slot_mem_bytes = 0;
     cluster_join(&c, env);
     cluster_tensors(&c);
-    static uint32_t book[HELD_BOOK_ROWS];
-    for (uint32_t r = 0; r < HELD_BOOK_ROWS; r++)
-        book[r] = r % 2;
-    const struct rkv_tensor_desc booked = {.name = "booked-big",
-                                           .dtype = RKV_F32,
-                                           .rows = HELD_BOOK_ROWS,
-                                           .row_len = 1,
-                                           .policy = RKV_PART_EXPLICIT,
-                                           .book = book};
-    if (rkv_client_init_data(c.cli, &booked) < 0)
-        fail_msg("init: %s", rkv_client_errmsg(c.cli));
+    init_booked(&c, "booked-big", HELD_BOOK_ROWS);
     struct logcap *log = &c.srv_node[1].log;
     logcap_reset(log);
     struct evil e;
@@ -1421,16 +1425,7 @@ static void test_rendezvous_unanswered(void **state)
     cluster_start(&c, env, 2, 2);
     cluster_join(&c, env);
     cluster_tensors(&c);
-    static uint32_t book[BOOK_ROWS];
-    for (uint32_t r = 0; r < BOOK_ROWS; r++)
-        book[r] = r % 2;
-    const struct rkv_tensor_desc booked = {.name = "booked",
-                                           .dtype = RKV_F32,
-                                           .rows = BOOK_ROWS,
-                                           .row_len = 1,
-                                           .policy = RKV_PART_EXPLICIT,
-                                           .book = book};
-    assert_int_equal(rkv_client_init_data(c.cli, &booked), 0);
+    init_booked(&c, "booked", BOOK_ROWS);
     struct logcap *log = &c.srv_node[1].log;
     logcap_reset(log);
     struct evil e;

@@ -895,6 +895,23 @@ static void durable_dir_of(pid_t pid, char *dir, size_t len)
     closedir(d);
 }
 
+/* The durable directory of the twin run pid, waited for (its nodes are
+ * up); the run is killed and the test fails if none comes in 60 s. */
+static void wait_durable_dir(pid_t pid, char *dir, size_t len)
+{
+    dir[0] = 0;
+    for (int ms = 0; !dir[0] && ms < 60000; ms += 5) {
+        durable_dir_of(pid, dir, len);
+        if (!dir[0])
+            usleep(5000);
+    }
+    if (!dir[0]) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fail_msg("no /tmp/rkv-twin-durable.%d.* within 60 s", (int)pid);
+    }
+}
+
 /* A durable run ended by Ctrl-C or SIGKILL (the swarm's timeout, a
  * launcher) left its snapshots in /tmp, ~2 MB a run: the twin removed
  * them only on its way out. */
@@ -925,17 +942,8 @@ static void test_durable_dir_removed_when_killed(void **state)
             execl(RKV_BIN, "rkv", "run", "twin-durable-long.yaml", (char *)NULL);
             _exit(127);
         }
-        char dir[300] = "";
-        for (int ms = 0; !dir[0] && ms < 60000; ms += 5) {
-            durable_dir_of(pid, dir, sizeof(dir));
-            if (!dir[0])
-                usleep(5000);
-        }
-        if (!dir[0]) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            fail_msg("no /tmp/rkv-twin-durable.%d.* within 60 s", (int)pid);
-        }
+        char dir[300];
+        wait_durable_dir(pid, dir, sizeof(dir));
         usleep(200 * 1000); /* its snapshots being written */
         int st = 0;
         assert_int_equal(kill(group ? -pid : pid, sigs[i]), 0);
@@ -982,17 +990,8 @@ static void test_stopping_signal_ends_the_run_by_it(void **state)
                   (char *)NULL);
             _exit(127);
         }
-        char dir[300] = "";
-        for (int ms = 0; !dir[0] && ms < 60000; ms += 5) {
-            durable_dir_of(pid, dir, sizeof(dir));
-            if (!dir[0])
-                usleep(5000);
-        }
-        if (!dir[0]) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-            fail_msg("no /tmp/rkv-twin-durable.%d.* within 60 s", (int)pid);
-        }
+        char dir[300];
+        wait_durable_dir(pid, dir, sizeof(dir));
         usleep(300 * 1000); /* well into the simulation */
         int st = 0;
         assert_int_equal(kill(pid, sigs[i]), 0);
