@@ -1045,6 +1045,14 @@ static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
         fprintf(stderr, "%s: backend: unknown \"%s\" (known: tcp%s, sim)\n", d->cmd, cfg.backend,
                 rkv_nic_find("verbs") ? ", verbs" : "");
         rc = -1;
+    } else if (!strcmp(cfg.backend, "verbs") && !rkv_nic_find("verbs")) {
+        /* It read "cannot run as processes on this host (tcp)", as if the
+         * host lacked a device: the build lacks the backend. */
+        fprintf(stderr,
+                "%s: backend: this build has no verbs (configure with -DRKV_WITH_VERBS=ON, "
+                "which needs rdma-core's libibverbs-dev and librdmacm-dev); it has tcp and sim\n",
+                d->cmd);
+        rc = -1;
     } else if (!rkv_nic_find(cfg.backend) || !strcmp(cfg.backend, "sim")) {
         fprintf(stderr, "%s: backend: \"%s\" cannot run as processes on this host (tcp%s)\n",
                 d->cmd, cfg.backend, rkv_nic_find("verbs") ? ", verbs" : "");

@@ -221,6 +221,12 @@ static void test_bad_settings_once(void **state)
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend nosuch", ", sim)");
     /* a known one that cannot run as processes keeps its own message */
     expect_one_error("demo --backend sim", "rkv demo: backend: \"sim\" cannot run as processes");
+#if !RKV_WITH_VERBS
+    /* a backend this build lacks is named as the build's, not the host's */
+    expect_one_error(
+        "run " SCEN_DIR "/quickstart.yaml --backend verbs",
+        "rkv run: backend: this build has no verbs (configure with -DRKV_WITH_VERBS=ON");
+#endif
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend tcp --rx-depth abc",
                      "rkv run: rx-depth: expected a non-negative integer, got \"abc\"");
     expect_one_error("demo --backend foo", "rkv demo: backend: unknown \"foo\"");

@@ -185,6 +185,14 @@ int cmd_find_setting(const char *name, size_t len)
     return cmd_find_flag(name, len);
 }
 
+int cmd_flag_takes_next(int argc, char **argv, int i)
+{
+    const char *a = argv[i];
+    return strncmp(a, "--", 2) == 0 && !strchr(a + 2, '=') &&
+           cmd_find_flag(a + 2, strlen(a + 2)) >= 0 && i + 1 < argc &&
+           strncmp(argv[i + 1], "--", 2) != 0;
+}
+
 /* Two values of one setting are the same: the same text, the same number
  * ("4" and "04"), or DGL's "client" and "worker". */
 static int cmd_same_value(enum cmd_key k, const char *a, const char *b)

@@ -72,6 +72,12 @@ void cmd_settings_dump(const struct cmd_settings *s, FILE *out);
 /* The setting named name[0..len) ("machines", no dashes), or -1. */
 int cmd_find_setting(const char *name, size_t len);
 
+/* Whether argv[i] is a setting's flag whose value is the next word
+ * ("--backend tcp"), for a command line that also takes a positional word:
+ * "rkv run --backend tcp FILE" took "tcp" for the scenario file. A next
+ * word that is a flag is left for cmd_settings_load to refuse. */
+int cmd_flag_takes_next(int argc, char **argv, int i);
+
 /* The flag setting k is given by ("--machines"), as the parser reads it. */
 const char *cmd_key_flag(enum cmd_key k);
 

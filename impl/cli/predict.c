@@ -68,6 +68,9 @@ static int pred_parse(int argc, char **argv, struct pred_args *a)
             a->backend = argv[++i];
         } else if (strncmp(argv[i], "--", 2) && !a->file) {
             a->file = argv[i];
+        } else if (a->n_pass + 1 < PRED_MAX_ARGS && cmd_flag_takes_next(argc, argv, i)) {
+            a->pass[a->n_pass++] = argv[i++]; /* the value is not the file */
+            a->pass[a->n_pass++] = argv[i];
         } else if (a->n_pass < PRED_MAX_ARGS) {
             a->pass[a->n_pass++] = argv[i];
         } else { /* they were dropped */

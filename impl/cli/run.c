@@ -134,7 +134,10 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             *dry_run = 1; /* the only mode --launcher has: rkv starts no remote processes */
         else if (strncmp(argv[i], "--", 2) && !*file)
             *file = argv[i];
-        else
+        else if (cmd_flag_takes_next(argc, argv, i)) { /* the value is not the file */
+            rest[(*n_rest)++] = argv[i++];
+            rest[(*n_rest)++] = argv[i];
+        } else
             rest[(*n_rest)++] = argv[i];
     }
     return *file ? 0 : -1;

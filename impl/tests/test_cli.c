@@ -1117,6 +1117,22 @@ static void test_run_flags_with_equals(void **state)
     expect_run("", "run " SCEN_DIR "/quickstart.yaml --out=", 2, "rkv run: --out needs a value");
 }
 
+/* Settings' flags go before the scenario file as well as after it: "rkv
+ * run --backend tcp FILE" took "tcp" for the file ("tcp: cannot open"), and
+ * "rkv run --calibration C --seed 5 FILE" took "5". */
+static void test_run_settings_before_the_file(void **state)
+{
+    (void)state;
+    expect_run("", "run --seed 7 " SCEN_DIR "/quickstart.yaml", 0, "verdict: PASS");
+    expect_run("", "run --backend sim --rx-depth=16 " SCEN_DIR "/quickstart.yaml", 0,
+               "verdict: PASS");
+    expect_run("", "run --timeout-ms --seed 5 " SCEN_DIR "/quickstart.yaml", 2,
+               "flag '--timeout-ms' needs a value, got the flag '--seed'");
+    expect_run("", "run --calibration /nonexistent/cal.txt --host h " SCEN_DIR "/quickstart.yaml",
+               2, "rkv run: --host has no meaning in the twin");
+    expect_run("", "run --seed 7", 2, "rkv run: which scenario?");
+}
+
 /* A YAML syntax error is said where it is: libfyaml counts lines and
  * columns from 1, and 1 more was added (a duplicate key on 2:1 was 3:2). */
 static void test_yaml_syntax_positions(void **state)
@@ -1371,6 +1387,7 @@ int main(void)
         cmocka_unit_test(test_bench_durable_args),
         cmocka_unit_test(test_bench_local_args),
         cmocka_unit_test(test_run_flags_with_equals),
+        cmocka_unit_test(test_run_settings_before_the_file),
         cmocka_unit_test(test_yaml_syntax_positions),
         cmocka_unit_test(test_calibration_key_twice),
         cmocka_unit_test(test_demo_stops_servers_after_failed_workers),
