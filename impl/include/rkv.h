@@ -537,7 +537,13 @@ struct rkv_pending;
  * sent are returned here (*pending_p is then NULL); the others by the wait,
  * which every pending push needs exactly once (rkv_client_destroy frees
  * the ones never waited for). A barrier first waits for this client's
- * pushes in flight. A NULL pending_p is -RKV_EINVAL, nothing sent. */
+ * pushes in flight. A NULL pending_p is -RKV_EINVAL, nothing sent.
+ * At most RKV_MAX_ASYNC_REQS requests (one per server a push reaches) of
+ * pushes in flight may be unanswered: past it, push_async first waits
+ * until the oldest are (it does not wait for them in the caller's stead:
+ * each still needs its rkv_client_wait), up to timeout_ms, after which it
+ * fails with -RKV_ETIMEDOUT and sends nothing. */
+#define RKV_MAX_ASYNC_REQS 4096u
 RKV_API int rkv_client_push_async(struct rkv_client *cli, const char *name, const uint64_t *ids,
                                   size_t n, const void *rows, int op, double param,
                                   struct rkv_pending **pending_p);

@@ -85,6 +85,12 @@ struct rkv_port_ops {
      * callers are not told apart. */
     uint64_t (*task_self)(struct rkv_port *p);
     int (*proc_alive)(struct rkv_port *p, uint64_t id);
+    /* Which process ids proc_self's are (POSIX: the pid namespace's
+     * inode; the twin: 1), so that an id recorded in shared memory is
+     * judged only by a process that sees the same ids: containers that
+     * share /dev/shm but not their pid namespace would take each other's
+     * live pids for dead. 0 or NULL: unknown (ids never presumed dead). */
+    uint64_t (*proc_ns)(struct rkv_port *p);
     /* The memory this process could have in bytes (the host's, or its
      * memory cgroup's limit where lower), which sizes defaults such as
      * the slot memory a node grants (rkv.h slot_mem_bytes). NULL (the

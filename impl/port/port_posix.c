@@ -586,7 +586,9 @@ static uint64_t posix_task_self(struct rkv_port *p)
 static uint64_t posix_proc_self(struct rkv_port *p)
 {
     struct posix_port *pp = p->impl;
-    pid_t pid = getpid();
+    /* Cached, refreshed at fork (rkv_port_pid): a co-located client asks
+     * at every row lock, and getpid() is a system call. */
+    pid_t pid = (pid_t)rkv_port_pid();
     if (atomic_load_explicit(&pp->self_pid, memory_order_acquire) == pid)
         return atomic_load_explicit(&pp->self_id, memory_order_relaxed);
     char state;
@@ -615,6 +617,15 @@ static int posix_proc_alive(struct rkv_port *p, uint64_t id)
     if (posix_proc_stat(pid, &state, &now_start) < 0)
         return 1; /* no /proc: kill() said it exists */
     return state != 'Z' && state != 'X' && (start == 0 || start == now_start);
+}
+
+static uint64_t posix_proc_ns(struct rkv_port *p)
+{
+    (void)p;
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) < 0)
+        return 0;
+    return (uint64_t)st.st_ino;
 }
 
 /* ---- lifetime ---- */
@@ -652,6 +663,7 @@ static const struct rkv_port_ops posix_ops = {
     .proc_self = posix_proc_self,
     .task_self = posix_task_self,
     .proc_alive = posix_proc_alive,
+    .proc_ns = posix_proc_ns,
     .mem_bytes = posix_mem_bytes,
     .shm_room = posix_shm_room,
     .fd_room = posix_fd_room,

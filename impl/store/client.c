@@ -163,6 +163,11 @@ struct rkv_client {
     /* The oldest of them: rkv_client_wait finds its handle searching from
      * both ends, in one step for waits in issue order or in reverse. */
     struct rkv_pending *pending_tail;
+    /* The oldest push in flight not yet seen answered, and the requests of
+     * those that may not be (each counted until seen answered or waited
+     * for): push_async bounds them (cli_async_room). */
+    struct rkv_pending *pending_open;
+    uint64_t async_reqs;
     struct rkv_idmap pins; /* machine -> server id << 32 | pushes out (struct cli_pin) */
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
@@ -185,7 +190,7 @@ struct rkv_client {
     int pid;
     /* The message of the last call that owned the client (cli_enter let it
      * in); a refusal of a call that never did is kept apart (refused_*). */
-    char err[256];
+    char err[512];
     /* A call refused before it owns the client (cli_enter: another call is
      * under way; cli_forked) must not write err: that is the running
      * call's, and rkv.h promises it is unaffected (its caller read the
@@ -2101,10 +2106,15 @@ struct rkv_pending {
     struct cli_push cp;
     uint32_t *order, *start, *mach;
     struct cli_clock clock; /* the call's, counted by its wait */
+    uint32_t open_reqs;     /* its requests in c->async_reqs: 0 once seen answered */
 };
 
 static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
 {
+    assert(c->async_reqs >= p->open_reqs);
+    c->async_reqs -= p->open_reqs;
+    if (c->pending_open == p) /* the next newer one, none of which was seen answered */
+        c->pending_open = p->prev;
     if (p->prev)
         p->prev->next = p->next;
     else if (c->pending == p)
@@ -2300,10 +2310,64 @@ static int cli_push_end(struct rkv_client *c, struct cli_push *cp)
     return rc;
 }
 
+/* Whether every request in reqs[0..n) has its answer (a reply, or a
+ * failure the wait will report), waiting for them until deadline. Reads
+ * nothing else of them: their push's wait still does that. */
+static int cli_reqs_answered(struct rkv_client *c, struct cli_req **reqs, size_t n,
+                             uint64_t deadline)
+{
+    cli_lock(c);
+    struct cli_wait_set w = {.c = c, .reqs = reqs, .n = n};
+    (void)rkv_engine_wait(c->eng, cli_reqs_done, &w, c->mu, c->cv, deadline);
+    while (w.next < n && reqs[w.next]->done)
+        w.next++;
+    cli_unlock(c);
+    return w.next == n;
+}
+
+/* Holds a push_async back while RKV_MAX_ASYNC_REQS requests of earlier
+ * ones may be unanswered, until the oldest are: without it a caller that
+ * issued faster than the servers answered queued without bound (4 KB a
+ * push), until the engine took a peer that far behind for one that keeps
+ * its credits and dropped the connection to a live server (65,536
+ * messages waiting: every push in flight to it failed, and every later
+ * call said it was gone). ps-lite's sender waits the same way. Gives up,
+ * nothing sent, when the oldest is not answered within timeout_ms. */
+static int cli_async_room(struct rkv_client *c)
+{
+    if (c->async_reqs < RKV_MAX_ASYNC_REQS)
+        return 0;
+    uint64_t deadline = c->port->ops->now_ns(c->port) + (uint64_t)c->cfg.timeout_ms * 1000000ull;
+    while (c->async_reqs >= RKV_MAX_ASYNC_REQS) {
+        struct rkv_pending *p = c->pending_open;
+        assert(p && p->open_reqs > 0);
+        if (!cli_reqs_answered(c, p->cp.reqs, p->cp.nreq, deadline)) {
+            if (atomic_load(&c->interrupted))
+                return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
+                                "push: interrupted while %llu requests of earlier pushes were "
+                                "in flight (at most %u): nothing sent",
+                                (unsigned long long)c->async_reqs, RKV_MAX_ASYNC_REQS);
+            return rkv_errf(c->err, sizeof(c->err), -RKV_ETIMEDOUT,
+                            "push: %llu requests of earlier pushes in flight (at most %u), and "
+                            "the oldest had no answer within timeout_ms (%u ms): nothing sent; "
+                            "wait for earlier pushes",
+                            (unsigned long long)c->async_reqs, RKV_MAX_ASYNC_REQS,
+                            c->cfg.timeout_ms);
+        }
+        c->async_reqs -= p->open_reqs;
+        p->open_reqs = 0;
+        c->pending_open = p->prev;
+    }
+    return 0;
+}
+
 static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t *ids, size_t n,
                           const void *rows, int op, double param, struct rkv_pending **pending_p)
 {
     *pending_p = NULL;
+    int rc = cli_async_room(c);
+    if (rc < 0)
+        return rc;
     /* A push of n ids touches at most n machines. */
     size_t ng = n ? n : 1;
     struct rkv_pending *p = calloc(1, sizeof(*p));
@@ -2320,7 +2384,7 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
             cli_pending_free(c, p);
         return rkv_errf(c->err, sizeof(c->err), -RKV_ENOMEM, "push: out of memory");
     }
-    int rc = cli_push_send(c, name, ids, n, rows, op, param, &p->cp);
+    rc = cli_push_send(c, name, ids, n, rows, op, param, &p->cp);
     if (rc < 0) {
         cli_pending_free(c, p);
         return rc;
@@ -2337,6 +2401,10 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
     else
         c->pending_tail = p;
     c->pending = p;
+    p->open_reqs = (uint32_t)p->cp.nreq;
+    c->async_reqs += p->open_reqs;
+    if (!c->pending_open)
+        c->pending_open = p;
     *pending_p = p;
     return 0;
 }

@@ -135,6 +135,11 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
                         name, (unsigned long long)RKV_PORT_PROC_PID(maker), machine, prefix);
     mach_unlink_stale(port, prefix, machine, name); /* left by a crashed earlier run */
     size_t bytes = mach_bytes(n_clients);
+    /* Asked first, as for a shard: the caller's message said only "out of
+     * memory", the reason (a full /dev/shm) was in the log alone. */
+    char why[256];
+    if (port->ops->shm_room && port->ops->shm_room(port, bytes, why, sizeof(why)) < 0)
+        return rkv_errf(err, err_len, -RKV_ENOMEM, "machine segment %s: %s", name, why);
     void *addr;
     int rc = port->ops->shm_map(port, name, bytes, 1, &addr);
     if (rc < 0)

@@ -157,7 +157,7 @@ struct rkv_server {
     /* The process that created it (rkv_port_pid): a forked child's calls
      * are refused (srv_forked). */
     int pid;
-    char err[256];
+    char err[512];
 };
 
 static struct srv_conn *srv_conn_of(const struct rkv_peer *peer)
@@ -2181,6 +2181,8 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     struct rkv_server *s = calloc(1, sizeof(*s));
     if (!s)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
+    if (err && err_len) /* a step that fails says why here; see free_server */
+        err[0] = 0;
     s->cfg = *cfg;
     s->port = port;
     s->nic = nic;
@@ -2259,7 +2261,10 @@ destroy_mutex:
     port->ops->mutex_destroy(s->mu);
 free_server:
     srv_free_own(s);
-    if (rc == -RKV_ENOMEM)
+    /* For the steps that say nothing (an allocation): a step's own reason
+     * ("machine segment ...: needs 138 KiB, but /dev/shm has 100 KiB
+     * free") was replaced by "out of memory". */
+    if (rc == -RKV_ENOMEM && err && err_len && !err[0])
         rkv_errf(err, err_len, rc, "out of memory");
     return rc;
 }

@@ -11,6 +11,8 @@
 
 /* Bounded spinning before yielding: critical sections are one row copy. */
 #define SHARD_SPINS 64
+/* Yields between two looks at a lock holder's liveness. */
+#define SHARD_LIVE_CHECK_YIELDS 256u
 
 void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine, uint32_t tensor)
 {
@@ -59,7 +61,9 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
         return rkv_errf(err, err_len, rc, "shard %s: cannot map %llu bytes (%s); check /dev/shm",
                         name, (unsigned long long)total, rkv_strerror(rc));
     struct rkv_shard_hdr *h = addr;
+    uint64_t ns = port->ops->proc_ns ? port->ops->proc_ns(port) : 0;
     if (create) {
+        h->pidns = ns;
         h->local_rows = local_rows;
         h->row_bytes = row_bytes;
         h->with_state = !!with_state;
@@ -80,6 +84,7 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
                              .local_rows = local_rows,
                              .row_bytes = row_bytes,
                              .book_len = book_len};
+    sh->track = ns != 0 && h->pidns == ns && port->ops->proc_self && port->ops->proc_alive;
     sh->state = with_state ? sh->data + data_bytes : NULL;
     if (book_len)
         sh->book = (uint32_t *)(void *)(sh->data + data_bytes * (with_state ? 2 : 1));
@@ -110,29 +115,65 @@ void rkv_shard_retire(struct rkv_port *port, const char *name)
     port->ops->shm_unlink(port, name);
 }
 
-static atomic_uint *shard_lock_word(struct rkv_shard *sh, uint64_t local_row)
+static uint32_t shard_lock_index(uint64_t local_row)
 {
-    return &sh->hdr->locks[rkv_mix64(local_row) % RKV_SHARD_LOCKS];
+    return (uint32_t)(rkv_mix64(local_row) % RKV_SHARD_LOCKS);
+}
+
+/* Takes word i over from a holder that died holding it. The CAS on the
+ * holder lets one waiter win, and a holder is recorded only while it
+ * holds the word (set after taking it, cleared before letting it go), so
+ * a dead process recorded there is one that never let it go. Returns 1
+ * when this task now holds the word. */
+static int shard_take_over(struct rkv_shard *sh, uint32_t i, unsigned tag, uint64_t self)
+{
+    const struct rkv_port_ops *o = sh->port->ops;
+    _Atomic uint64_t *holder = &sh->hdr->holders[i];
+    uint64_t dead = atomic_load(holder);
+    if (dead == 0 || dead == self || o->proc_alive(sh->port, dead))
+        return 0;
+    if (!atomic_compare_exchange_strong(holder, &dead, self))
+        return 0;
+    unsigned was = atomic_exchange_explicit(&sh->hdr->locks[i], tag, memory_order_acquire);
+    RKV_LOGW(sh->port,
+             "shard: took a row lock (tag %u) over from process %llu, which died holding it: "
+             "the rows under it may hold part of that process's push",
+             was, (unsigned long long)RKV_PORT_PROC_PID(dead));
+    return 1;
 }
 
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
 {
-    atomic_uint *w = shard_lock_word(sh, local_row);
-    for (unsigned spins = 0;; spins++) {
+    uint32_t i = shard_lock_index(local_row);
+    atomic_uint *w = &sh->hdr->locks[i];
+    unsigned tag = sh->owner ? sh->owner : ~0u;
+    uint64_t self = sh->track ? sh->port->ops->proc_self(sh->port) : 0;
+    for (unsigned spins = 0, yields = 0;; spins++) {
         unsigned expect = 0;
-        if (atomic_compare_exchange_weak_explicit(w, &expect, sh->owner ? sh->owner : ~0u,
-                                                  memory_order_acquire, memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(w, &expect, tag, memory_order_acquire,
+                                                  memory_order_relaxed)) {
+            if (self)
+                atomic_store_explicit(&sh->hdr->holders[i], self, memory_order_relaxed);
             return;
+        }
         if (spins >= SHARD_SPINS) {
             sh->port->ops->yield(sh->port);
             spins = 0;
+            /* A look at the holder reads /proc: rarely, and only once the
+             * holder has had far longer than a row's copy. */
+            if (self && ++yields % SHARD_LIVE_CHECK_YIELDS == 0 &&
+                shard_take_over(sh, i, tag, self))
+                return;
         }
     }
 }
 
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
 {
-    atomic_store_explicit(shard_lock_word(sh, local_row), 0, memory_order_release);
+    uint32_t i = shard_lock_index(local_row);
+    if (sh->track) /* before the word: a holder recorded is one that holds it */
+        atomic_store_explicit(&sh->hdr->holders[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&sh->hdr->locks[i], 0, memory_order_release);
 }
 
 uint32_t rkv_shard_reclaim(struct rkv_shard *sh)
@@ -140,6 +181,9 @@ uint32_t rkv_shard_reclaim(struct rkv_shard *sh)
     uint32_t n = 0;
     for (uint32_t i = 0; i < RKV_SHARD_LOCKS && sh->owner; i++) {
         unsigned expect = sh->owner;
+        if (atomic_load(&sh->hdr->locks[i]) != expect)
+            continue;
+        atomic_store(&sh->hdr->holders[i], 0);
         n += atomic_compare_exchange_strong(&sh->hdr->locks[i], &expect, 0);
     }
     return n;

@@ -50,6 +50,15 @@ struct rkv_shard_hdr {
     atomic_uint closed;
     uint32_t pad;
     atomic_uint locks[RKV_SHARD_LOCKS];
+    /* The pid namespace of the segment's maker (port proc_ns; 0: unknown),
+     * and for each lock word the process holding it (port proc_self, set
+     * after the word is taken, cleared before it is let go; 0: none
+     * recorded). A waiter of the maker's namespace takes a word over from
+     * a holder that died holding it: a co-located client killed inside a
+     * push (an OOM kill) held its row's lock for good, and the server and
+     * every other process of the machine spun on it for ever. */
+    uint64_t pidns;
+    _Atomic uint64_t holders[RKV_SHARD_LOCKS];
 };
 
 /* Segment layout: header | data | state (with_state) | book (EXPLICIT: one
@@ -65,6 +74,9 @@ struct rkv_shard {
     uint32_t *book;  /* book_len entries, or NULL */
     uint64_t *local; /* book_len entries: a user-given local index (rkv_shard_map_local), or NULL */
     uint32_t owner;  /* tag written into row locks it holds (0: an untagged ~0u) */
+    /* Of the segment maker's pid namespace: records its holders, and takes
+     * a dead one's lock over (struct rkv_shard_hdr holders). */
+    int track;
     uint64_t local_rows;
     size_t row_bytes;
     uint64_t book_len;

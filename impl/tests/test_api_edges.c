@@ -7,6 +7,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1471,6 +1473,42 @@ static void test_shard_bigger_than_the_cgroup(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A server whose machine segment /dev/shm has no room for says so in its
+ * create's message: it read "out of memory", the reason in the log alone.
+ * /dev/shm is a 100 KiB tmpfs in a mount namespace of a forked child's
+ * own (root only: skipped otherwise). */
+static void test_server_create_says_shm_is_full(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=100k") < 0)
+            _exit(77);
+        struct cluster c;
+        cluster_config(&c, 5000);
+        struct rkv_config cfg = c.cfg;
+        struct rkv_server *srv = NULL;
+        char err[512] = "";
+        int rc = rkv_server_create(&cfg, 0, &srv, err, sizeof(err));
+        if (rc != -RKV_ENOMEM || !strstr(err, "machine segment") ||
+            !strstr(err, "but the shared-memory filesystem (/dev/shm) has")) {
+            fprintf(stderr, "server create with /dev/shm full: %d %s\n", rc, err);
+            _exit(21);
+        }
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77)
+        skip(); /* no mount namespace here (a container without CAP_SYS_ADMIN) */
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* The cluster's tensor limit is said as a limit: the 1,025th tensor was
  * "bad INIT phase 0 for id 1025" (-RKV_EINVAL), naming no limit. */
 static void test_tensor_limit_is_named(void **state)
@@ -2242,6 +2280,56 @@ static void test_deregister_under_async_push(void **state)
     cluster_stop(&c);
 }
 
+/* Pushes in flight are bounded (RKV_MAX_ASYNC_REQS requests unanswered):
+ * a caller issuing faster than the servers answer is held back. Without
+ * the bound 100,000 of them queued 4 KB each in the client until its
+ * engine took the server for one that keeps its credits and dropped it:
+ * every push in flight failed, and every later call said the live server
+ * was gone. With the server stopped, the push past the bound fails after
+ * timeout_ms with nothing sent; once it runs again every push applies. */
+static void test_async_pushes_bounded(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    pid_t child = fork_server(&c, 1);
+    cluster_start_server(&c, 0);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    enum { N = 100000 };
+    struct rkv_pending **ps = calloc(N, sizeof(*ps));
+    assert_non_null(ps);
+    uint64_t remote = 70;
+    const float one[4] = {1, 1, 1, 1};
+    assert_int_equal(kill(child, SIGSTOP), 0);
+    int i = 0;
+    for (; i < (int)RKV_MAX_ASYNC_REQS; i++)
+        if (rkv_client_push_async(cli, "t", &remote, 1, one, RKV_OP_SUM, 0, &ps[i]) < 0)
+            fail_msg("push_async %d: %s", i, rkv_client_errmsg(cli));
+    struct rkv_pending *p = NULL;
+    assert_int_equal(rkv_client_push_async(cli, "t", &remote, 1, one, RKV_OP_SUM, 0, &p),
+                     -RKV_ETIMEDOUT);
+    assert_null(p);
+    assert_msg(cli, "requests of earlier pushes in flight (at most 4096)");
+    assert_msg(cli, "nothing sent");
+    assert_int_equal(kill(child, SIGCONT), 0);
+    for (; i < N; i++)
+        if (rkv_client_push_async(cli, "t", &remote, 1, one, RKV_OP_SUM, 0, &ps[i]) < 0)
+            fail_msg("push_async %d: %s", i, rkv_client_errmsg(cli));
+    for (i = 0; i < N; i++)
+        if (rkv_client_wait(cli, ps[i]) < 0)
+            fail_msg("wait %d: %s", i, rkv_client_errmsg(cli));
+    float got[4];
+    pull_ok(cli, "t", &remote, 1, got);
+    assert_true(got[0] == (float)N); /* each applied once; the refused one not at all */
+    free(ps);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    stray_child = 0;
+}
+
 static void test_async_in_flight(void **state)
 {
     (void)state;
@@ -2891,6 +2979,7 @@ int main(void)
         cmocka_unit_test(test_observer_refused_at_once),
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_shard_bigger_than_the_cgroup),
+        cmocka_unit_test(test_server_create_says_shm_is_full),
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_register_limit_is_named),
         cmocka_unit_test(test_secret_file_too_long_is_named),
@@ -2905,6 +2994,7 @@ int main(void)
         cmocka_unit_test(test_init_mismatch),
         cmocka_unit_test(test_calls_after_shutdown),
         cmocka_unit_test(test_async_in_flight),
+        cmocka_unit_test(test_async_pushes_bounded),
         cmocka_unit_test(test_deregister_under_async_push),
         cmocka_unit_test(test_client_from_two_threads),
         cmocka_unit_test(test_refusal_keeps_the_running_calls_message),

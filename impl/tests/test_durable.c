@@ -1880,6 +1880,69 @@ static void test_dead_lock_holder_taken_over(void **state)
     remove_tree(c.dir);
 }
 
+/* A co-located client killed inside a push (an OOM kill) holds its row's
+ * lock: the machine's server takes it over instead of spinning on it for
+ * ever, which held every later request to that server (and the server's
+ * own exit) until it was killed. Not durable: a client then applies its
+ * machine's rows itself. The holder is not reaped until the push went
+ * through: a zombie holds nothing either. */
+static void test_dead_client_row_lock_taken_over(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.cfg.timeout_ms = 30000; /* a lock held for good fails the push at this */
+    make_tmpdir(c.dir, sizeof(c.dir));
+    char log1[128];
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    c.cfg.log_level = 1;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, log1);
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        /* As a co-located client does (its tag, rkv_shard_lock), frozen
+         * inside the push of row 60 (machine 1's local row 10). */
+        struct rkv_port *port;
+        struct rkv_shard sh;
+        char name[96];
+        rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
+        if (rkv_port_posix_create("holder", 0, 1, &port) < 0 ||
+            rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
+            _exit(3);
+        sh.owner = RKV_CLIENT_NODE_BASE + 5;
+        rkv_shard_lock(&sh, 10);
+        if (write(ready[1], "+", 1) != 1)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    child_add(holder);
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    assert_int_equal(kill(holder, SIGKILL), 0);
+    uint64_t id = 60;
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_true(pull_row60(cli) == 1.0f);
+    assert_true(file_contains(log1, "took a row lock (tag 65541) over from process"));
+    assert_int_equal(wait_exit(holder), 128 + SIGKILL);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+}
+
 /* ---- a custom op in the log ---- */
 
 /* Not commutative: a replay in another order, or twice, gives another row. */
@@ -2823,6 +2886,7 @@ int main(void)
         cmocka_unit_test_teardown(test_barrier_after_server0_restart_knows_who_left, reap_children),
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
+        cmocka_unit_test_teardown(test_dead_client_row_lock_taken_over, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),

@@ -335,6 +335,13 @@ static int sp_proc_alive(struct rkv_port *p, uint64_t id)
     return id != 0 && sg_actor_by_pid((aid_t)id) != NULL;
 }
 
+/* Every actor's pid is of this one process. */
+static uint64_t sp_proc_ns(struct rkv_port *p)
+{
+    (void)p;
+    return 1;
+}
+
 static void sp_handler_work(struct rkv_port *p, uint64_t rows)
 {
     struct sim_port *sp = sp_of(p);
@@ -770,6 +777,7 @@ static const struct rkv_port_ops sim_port_ops = {
     .proc_self = sp_proc_self,
     .task_self = sp_task_self,
     .proc_alive = sp_proc_alive,
+    .proc_ns = sp_proc_ns,
     .destroy = sp_destroy,
 };
 
