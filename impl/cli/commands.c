@@ -520,8 +520,15 @@ int cmd_node(int argc, char **argv)
     if (worker) /* "client" is DGL's word (DGL_ROLE=client) */
         return cmd_worker(argc, argv);
     fprintf(stderr,
-            "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)\n",
-            s.val[CMD_ROLE], s.src[CMD_ROLE]);
+            "rkv node: role: expected server, worker (or client) or scheduler, got \"%s\" (%s)%s\n",
+            s.val[CMD_ROLE], s.src[CMD_ROLE],
+            /* BytePS's: its launcher runs a server and a worker in one
+             * process. Said, so that a BytePS user is not left guessing. */
+            !strcmp(s.val[CMD_ROLE], "joint")
+                ? "; BytePS's joint role (a server and a worker in one process) is two nodes "
+                  "here: start DMLC_ROLE=server and DMLC_ROLE=worker on the host, which share "
+                  "its shard"
+                : "");
     return RKV_EXIT_USAGE;
 }
 

@@ -561,7 +561,9 @@ RKV_API int rkv_client_wait(struct rkv_client *cli, struct rkv_pending *pending)
  * registration cannot see a buffer freed and allocated again at the same
  * address). At most 64 regions and 4 GiB; beyond, the least recently used
  * registration is dropped (calls then register that memory for themselves).
- * Buffers never registered are registered for the duration of each call. */
+ * Buffers never registered are registered for the duration of each call.
+ * Registrations are not counted: registering memory again that a
+ * registration holds is one registration, which one deregister removes. */
 RKV_API int rkv_client_register(struct rkv_client *cli, void *addr, size_t len);
 RKV_API int rkv_client_deregister(struct rkv_client *cli, void *addr);
 /* Fills rows_out[i] with row ids[i], in the caller's order (duplicates allowed;

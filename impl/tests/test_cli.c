@@ -843,6 +843,8 @@ static void test_node_errors(void **state)
         "rkv node: role: expected server, worker (or client) or scheduler, got \"boss\" (flag)");
     snprintf(env, sizeof(env), "%s DMLC_ROLE=boss", no_rank);
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
+    snprintf(env, sizeof(env), "%s DMLC_ROLE=joint", no_rank);
+    expect_run(env, "node", 2, "BytePS's joint role (a server and a worker in one process) is two");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK)");
     /* A rank without its size was "no launcher rank (..., PMI_RANK)". */

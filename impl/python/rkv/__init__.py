@@ -404,6 +404,14 @@ def _as_numpy(x, values=False, what=None):
             x = x.cpu()
         if values and x.dtype == _torch().bfloat16:
             x = x.float()
+        # Rows or ids, only read: a negated or conjugated view (x._neg_view(),
+        # z.conj().imag) is resolved into a copy, which numpy() refused. An
+        # out= or a registered buffer (no `what`) must be the memory itself.
+        if values or what is not None:
+            if hasattr(x, "is_neg") and x.is_neg():
+                x = x.resolve_neg()
+            if hasattr(x, "is_conj") and x.is_conj():
+                x = x.resolve_conj()
         try:
             return x.numpy()
         except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
@@ -1590,8 +1598,10 @@ class Client:
         on each machine the indices of its rows must be a permutation of
         0..n-1 (EINVAL naming the first bad row otherwise). Without it a
         row's index is the count of earlier rows on its machine.
-        init: "zeros", "uniform" (seeded by seed, default 0, in
-        [-1, 1)), or a function (shape, dtype) -> values that this client then
+        init: "zeros", "uniform" (seeded by seed, default 0; floats in
+        [-1, 1), integers floor(1000 u) for such a u), or a function
+        (shape, dtype) -> values (dtype as given: a torch dtype stays one, as
+        DGL's init functions take it; else numpy's) that this client then
         assigns to every row when the call creates the tensor (an existing one
         keeps its rows, as with the others; call it from one client, then
         barrier); a seed
@@ -1664,7 +1674,11 @@ class Client:
             # Called and checked before the tensor exists: a function that
             # raised or gave the wrong count or type left a tensor of zeros
             # behind, which a corrected retry then met as already there.
-            values = _as_numpy(fill(shape, dt), values=True, what="init function")
+            # DGL's init functions take the framework's dtype: one given as a
+            # torch dtype reaches the function as that (torch.zeros(shape,
+            # dtype=np.float32) is a TypeError), others as numpy's.
+            values = _as_numpy(fill(shape, dtype if _is_torch_dtype(dtype) else dt),
+                               values=True, what="init function")
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))

@@ -426,6 +426,14 @@ def test_torch_tensors_of_mixed_precision_and_without_data(client):
     client.init_data("b", (4, 2), "float32",
                      init=lambda shape, dt: torch.ones(shape, dtype=torch.bfloat16))
     assert client.pull("b", [3]).tolist() == [[1.0, 1.0]]
+    # DGL's init function, given the torch dtype it was given (it got numpy's:
+    # torch.zeros refused it with a TypeError).
+    client.init_data("dglf", (4, 2), torch.float32,
+                     init=lambda shape, dt: torch.full(shape, 2.0, dtype=dt))
+    assert client.pull("dglf", [0, 3]).tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    # Negated views are values too (numpy() refused them): pushed resolved.
+    client.push("m", [2], torch.tensor([[1.0, 2.0, 3.0]])._neg_view(), op="assign")
+    assert client.pull("m", [2]).tolist() == [[-1.0, -2.0, -3.0]]
     # Still no floats into integers, bfloat16 ones included; nor bfloat16 ids.
     client.init_data("n", (4, 2), "int64")
     e = refused(rkv.Error, client.push, "n", [0], torch.ones(1, 2, dtype=torch.bfloat16))
