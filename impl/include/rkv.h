@@ -240,9 +240,14 @@ struct rkv_config {
     uint32_t n_workers;           /* total clients that will connect */
     uint32_t machine_id;          /* this process's machine */
     char backend[16];             /* "tcp" */
-    char shm_prefix[32];          /* namespace of shm segments ("rkv-<cluster>") */
-    uint32_t timeout_ms;          /* per request; also connect */
-    uint32_t connect_retry_ms;    /* keep retrying connect this long */
+    /* Namespace of the machine's shm segments: "rkv" from
+     * rkv_config_defaults (the rkv binary, rkv_settings and the Python
+     * binding make it "rkv-<machine 0's base port>"). Two clusters on one
+     * host need different ones: a second server of a name in use is
+     * refused (-RKV_EEXIST, naming the process that holds it). */
+    char shm_prefix[32];
+    uint32_t timeout_ms;       /* per request; also connect */
+    uint32_t connect_retry_ms; /* keep retrying connect this long */
     /* Bounded (-RKV_ECONFIG past a bound): rx_depth 4..RKV_MAX_RX_DEPTH,
      * ctrl_buf_bytes 256..RKV_MAX_CTRL_BUF_BYTES and their product (the
      * receive buffers of one connection) at most RKV_MAX_RX_BYTES,
@@ -293,7 +298,12 @@ struct rkv_config {
     /* A client whose request meets a dead server (-RKV_EPEERDEAD) retries it
      * with backoff for this long, reconnecting to the server's address as
      * server 0 knows it then (a restarted server re-registers); in durable
-     * mode a retried push is applied once. 0 (the default): fail at once. */
+     * mode a retried push is applied once. 0 (the default): fail at once,
+     * and a server this client lost (its process killed, or it dropped this
+     * client: silent past its idle_timeout_ms while stopped, say) stays
+     * lost to it: every later call to it fails at once with -RKV_EPEERDEAD,
+     * shutdown_servers included, even if the server runs on. A client that
+     * must ride over such a loss sets retry_ms. */
     uint32_t retry_ms;
     /* Zero copy: a pull's or push's part for one remote server of at least
      * this many row bytes moves between the NIC and the caller's buffer

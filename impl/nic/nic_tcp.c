@@ -2254,14 +2254,18 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
     if (rc < 0)
         goto undo_rx_turn;
     rc = -RKV_EIO;
+    /* Out of descriptors is a limit the caller can raise (ulimit -n): said
+     * as one, where "I/O error" left the reason to the log. */
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (n->epfd < 0) {
         RKV_LOGE(port, "nic tcp: epoll_create1 failed: %s", strerror(errno));
+        rc = errno == EMFILE || errno == ENFILE ? -RKV_ELIMIT : -RKV_EIO;
         goto undo_mr_mu;
     }
     n->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (n->wakefd < 0) {
         RKV_LOGE(port, "nic tcp: eventfd failed: %s", strerror(errno));
+        rc = errno == EMFILE || errno == ENFILE ? -RKV_ELIMIT : -RKV_EIO;
         goto undo_epoll;
     }
     rc = tcp_epoll_set(n, EPOLL_CTL_ADD, n->wakefd, EPOLLIN, &n->wake_src);

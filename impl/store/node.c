@@ -59,8 +59,12 @@ int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
     /* the verbs device setting (empty: the NIC's own choice); others ignore it */
     if ((rc = ops->open(*port_p, cfg->verbs.dev[0] ? cfg->verbs.dev : NULL, nic_p)) < 0) {
         (*port_p)->ops->destroy(*port_p);
-        return rkv_errf(err, err_len, rc, "cannot open the %s NIC: %s", ops->name,
-                        rkv_strerror(rc));
+        return rkv_errf(err, err_len, rc, "cannot open the %s NIC: %s%s", ops->name,
+                        rkv_strerror(rc),
+                        rc == -RKV_ELIMIT && !strcmp(ops->name, "tcp")
+                            ? " (this process is out of file descriptors: raise ulimit -n, or "
+                              "make fewer nodes in it)"
+                            : "");
     }
     if ((rc = rkv_cfg_nic(cfg, *nic_p, err, err_len)) < 0) {
         rkv_node_close(*port_p, *nic_p);

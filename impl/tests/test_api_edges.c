@@ -1509,6 +1509,37 @@ static void test_server_create_says_shm_is_full(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A client made in a process out of descriptors says so: it was "cannot
+ * open the tcp NIC: I/O error", the reason in the log alone. In a forked
+ * child whose every descriptor up to a limit of 64 is taken. */
+static void test_client_out_of_descriptors_said(void **state)
+{
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct cluster c;
+        cluster_config(&c, 2000);
+        struct rlimit rl = {.rlim_cur = 64, .rlim_max = 64};
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            _exit(20);
+        while (dup(0) >= 0) /* until EMFILE */
+            ;
+        struct rkv_client *cli = NULL;
+        char err[512] = "";
+        int rc = rkv_client_create(&c.cfg, &cli, err, sizeof(err));
+        if (rc != -RKV_ELIMIT || !strstr(err, "out of file descriptors: raise ulimit -n")) {
+            fprintf(stderr, "client create out of descriptors: %d %s\n", rc, err);
+            _exit(21);
+        }
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* The cluster's tensor limit is said as a limit: the 1,025th tensor was
  * "bad INIT phase 0 for id 1025" (-RKV_EINVAL), naming no limit. */
 static void test_tensor_limit_is_named(void **state)
@@ -2980,6 +3011,7 @@ int main(void)
         cmocka_unit_test(test_local_shard_after_server_destroyed),
         cmocka_unit_test(test_shard_bigger_than_the_cgroup),
         cmocka_unit_test(test_server_create_says_shm_is_full),
+        cmocka_unit_test(test_client_out_of_descriptors_said),
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_register_limit_is_named),
         cmocka_unit_test(test_secret_file_too_long_is_named),
