@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -187,6 +188,80 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len)
     if (!S_ISDIR(st.st_mode))
         return rkv_errf(err, err_len, -RKV_ECONFIG, "durable_dir %s: not a directory", dir);
     return 0;
+}
+
+/* The claim's file holds "<identity>\n" then "process <pid> claimed it at
+ * <time>\n"; only the first line is compared. */
+static int file_claim_read(int fd, char *buf, size_t len)
+{
+    ssize_t r = pread(fd, buf, len - 1, 0);
+    if (r < 0)
+        return -1;
+    buf[r] = 0;
+    return 0;
+}
+
+int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p, char *err,
+                   size_t err_len)
+{
+    char path[1100];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rkv_errf(err, err_len, errno == EROFS || errno == EACCES ? -RKV_ECONFIG : -RKV_EIO,
+                        "cannot create %s: %s (the durable directory must be writable)", path,
+                        strerror(errno));
+    size_t idlen = strlen(identity);
+    char got[512];
+    for (int tries = 0;; tries++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            /* Nobody holds it: ours now, whoever held it before. */
+            char line[640];
+            int n = snprintf(line, sizeof(line), "%s\nprocess %d claimed it\n", identity,
+                             (int)getpid());
+            if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+                int e = errno;
+                close(fd);
+                return rkv_errf(err, err_len, -RKV_EIO, "cannot write %s: %s", path, strerror(e));
+            }
+            /* Shared from here, for the others of this identity. The
+             * conversion is not atomic: another process may claim it in
+             * between, which the read below sees. */
+            if (flock(fd, LOCK_SH) < 0)
+                break;
+        } else if (errno != EWOULDBLOCK || flock(fd, LOCK_SH | LOCK_NB) < 0) {
+            if (errno != EWOULDBLOCK || tries >= 2000)
+                break;
+            /* Another process is writing its identity (it holds it alone
+             * for that long only). */
+            usleep(1000);
+            continue;
+        }
+        if (file_claim_read(fd, got, sizeof(got)) < 0)
+            break;
+        if (got[0] == 0) { /* a claimer that died before writing: again */
+            flock(fd, LOCK_UN);
+            continue;
+        }
+        if (strncmp(got, identity, idlen) == 0 && got[idlen] == '\n') {
+            *fd_p = fd;
+            return 0;
+        }
+        close(fd);
+        char *nl = strchr(got, '\n');
+        if (nl)
+            *nl = ' ';
+        nl = strchr(got, '\n');
+        if (nl)
+            *nl = 0;
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "%s is held by a running server of another cluster (%s); two clusters "
+                        "cannot share a durable directory: give this one its own",
+                        path, got);
+    }
+    int e = errno;
+    close(fd);
+    return rkv_errf(err, err_len, -RKV_EIO, "cannot lock %s: %s", path, strerror(e));
 }
 
 void rkv_file_format_utc(uint64_t wall_ns, char *buf, size_t len)

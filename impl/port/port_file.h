@@ -26,6 +26,14 @@ int rkv_file_replace(const char *dir, const char *name, const char *tmp_name, co
 int rkv_file_read(const char *path, uint8_t **buf_p, size_t *len_p, char *err, size_t err_len);
 /* 0 when dir is an existing directory, -RKV_ECONFIG naming it otherwise. */
 int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
+/* Claims dir/name for the holders of one identity (a text line) at a time:
+ * the first process to take it writes its identity there; every later one
+ * of the same identity shares it, one of another identity is refused
+ * (-RKV_EEXIST, err naming what holds it) while any holder lives. The
+ * claim is a lock on the open file (flock), so it goes with the process;
+ * *fd_p holds it until rkv_file_close. */
+int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p, char *err,
+                   size_t err_len);
 /* Calls fn(arg, name) for each entry of dir but "." and "..", in the
  * directory's order, until fn returns non-zero. fn may rename or remove
  * entries (such an entry may still be named once after). -RKV_EIO naming

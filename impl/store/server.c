@@ -135,6 +135,9 @@ struct rkv_server {
     _Atomic uint64_t n_dups; /* retried pushes acknowledged without applying them again */
     /* Durable mode. acks..dur_stop are under mu; snapw is the task's. */
     int durable;
+    /* Durable mode: this machine's claim on the directory (rkv_file_claim
+     * of rkv-m<M>.lock), held while the server lives; -1: none. */
+    int dir_claim;
     struct rkv_snap_writer *snapw;
     struct rkv_wal *wal; /* the machine's log: pushes append, the task syncs */
     struct rkv_task *dur_task;
@@ -1962,6 +1965,17 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     int rc = rkv_file_check_dir(s->cfg.durable_dir, err, err_len);
     if (rc < 0)
         return rc;
+    /* Before any file is read or written: two clusters started on one
+     * empty directory both ran, each overwriting the other's log and
+     * snapshot (a snapshot of another cluster is refused only once one
+     * exists), and what either acknowledged was lost at its next restart.
+     * The machine's servers (one cluster) share the claim. */
+    char claim[64], who[200];
+    snprintf(claim, sizeof(claim), "rkv-m%u.lock", mach);
+    snprintf(who, sizeof(who), "rkv cluster %016llx, shm prefix \"%s\", machine %u",
+             (unsigned long long)s->fp, s->cfg.shm_prefix, mach);
+    if ((rc = rkv_file_claim(s->cfg.durable_dir, claim, who, &s->dir_claim, err, err_len)) < 0)
+        return rc;
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     rkv_wal_init(s->wal, s->port, &s->mach, &s->tensors, &s->cfg);
@@ -2153,6 +2167,8 @@ static int srv_check_create(const struct rkv_config *cfg, uint32_t local_id,
  * failure path, destroy and a forked child's destroy). */
 static void srv_free_own(struct rkv_server *s)
 {
+    if (s->dir_claim >= 0) /* last: the files are closed */
+        rkv_file_close(s->dir_claim);
     while (s->acks) {
         struct srv_ack *a = s->acks;
         s->acks = a->next;
@@ -2183,6 +2199,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     if (err && err_len) /* a step that fails says why here; see free_server */
         err[0] = 0;
+    s->dir_claim = -1;
     s->cfg = *cfg;
     s->port = port;
     s->nic = nic;

@@ -1304,6 +1304,43 @@ static void test_machine_lost_without_durable_fails_fast(void **state)
     assert_int_equal(wait_exit(s0), 0);
 }
 
+/* One durable directory, one cluster at a time: two clusters started on
+ * one empty directory both ran, each overwriting the other's log and
+ * snapshot, until one's restart was refused ("written by another cluster
+ * configuration") with what it had acknowledged lost. The second is now
+ * refused at its create, before it touches a file; once the first is gone
+ * the directory is free again. */
+static void test_durable_dir_one_cluster_at_a_time(void **state)
+{
+    (void)state;
+    struct cluster a, b;
+    cluster_config(&a, 1, 0);
+    cluster_config(&b, 1, 0);
+    remove_tree(b.dir);
+    memcpy(b.dir, a.dir, sizeof(b.dir));
+    snprintf(b.cfg.durable_dir, sizeof(b.cfg.durable_dir), "%s", a.dir);
+    snprintf(b.cfg.shm_prefix, sizeof(b.cfg.shm_prefix), "rkvd-%d-b", (int)getpid());
+    a.srv[0] = server_create(&a, 0);
+    struct rkv_config cfg = b.cfg;
+    cfg.machine_id = 0;
+    struct rkv_server *srv = NULL;
+    char err[512] = "";
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EEXIST);
+    if (!strstr(err, "rkv-m0.lock is held by a running server of another cluster (rkv cluster ") ||
+        !strstr(err, "two clusters cannot share a durable directory"))
+        fail_msg("%s", err);
+    /* Not machine 0's files: another machine's claim is its own. */
+    cfg.machine_id = 1;
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), 0);
+    rkv_server_destroy(srv);
+    rkv_server_destroy(a.srv[0]);
+    cfg.machine_id = 0;
+    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("the directory is free again: %s", err);
+    rkv_server_destroy(srv);
+    remove_tree(a.dir);
+}
+
 /* A machine segment made by another build (its header laid out otherwise:
  * here an earlier build's magic, without the layout bits) is refused by
  * name, not read with this build's layout: a machine's servers restarted
@@ -2887,6 +2924,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_dead_client_row_lock_taken_over, reap_children),
+        cmocka_unit_test(test_durable_dir_one_cluster_at_a_time),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),

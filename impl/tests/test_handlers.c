@@ -93,6 +93,38 @@ static void test_adagrad(void **state)
     assert_float_equal(d[0], 0.5 - 1 / sqrt(8), 1e-12);
 }
 
+/* Where epsilon goes shows only for gradients near it: with g = 1e-6 the
+ * first step is g / (|g| + 1e-10) = 0.9999, where g / sqrt(g^2 + 1e-10)
+ * (a mutant the tests above let through: their gradients are 2, -3, 0)
+ * is 0.0995. */
+static void test_adagrad_small_gradient(void **state)
+{
+    (void)state;
+    double d = 1, ds = 0, dg = 1e-6;
+    float f = 1, fs = 0, fg = 1e-6f;
+    assert_int_equal(rkv_handler_apply(NULL, RKV_OP_ADAGRAD, RKV_F64, &d, &ds, &dg, 1, 1.0), 0);
+    assert_int_equal(rkv_handler_apply(NULL, RKV_OP_ADAGRAD, RKV_F32, &f, &fs, &fg, 1, 1.0), 0);
+    assert_float_equal(d, 1 - 1e-6 / (1e-6 + 1e-10), 1e-15);
+    assert_float_equal(f, 1 - 1e-6 / (1e-6 + 1e-10), 1e-6);
+}
+
+/* A learning rate of 0 (or -0.0) is a step of nothing, accepted: the row
+ * stays (adagrad's state still adds g^2); below 0 is refused. */
+static void test_learning_rate_zero(void **state)
+{
+    (void)state;
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, 0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, 0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, -0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, -0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, -1e-300), -RKV_EINVAL);
+    double d[2] = {3, 4}, ds[2] = {0, 1}, dg[2] = {2, 5};
+    assert_int_equal(rkv_handler_apply(NULL, RKV_OP_SGD, RKV_F64, d, NULL, dg, 2, 0.0), 0);
+    assert_int_equal(rkv_handler_apply(NULL, RKV_OP_ADAGRAD, RKV_F64, d, ds, dg, 2, 0.0), 0);
+    assert_true(d[0] == 3 && d[1] == 4);
+    assert_true(ds[0] == 4 && ds[1] == 26);
+}
+
 static void test_refusals_leave_row(void **state)
 {
     (void)state;
@@ -238,6 +270,8 @@ int main(void)
         cmocka_unit_test(test_sum),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_adagrad_small_gradient),
+        cmocka_unit_test(test_learning_rate_zero),
         cmocka_unit_test(test_refusals_leave_row),
         cmocka_unit_test(test_custom),
         cmocka_unit_test(test_register_range),

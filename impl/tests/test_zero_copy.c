@@ -206,6 +206,42 @@ static void test_pull_scattered_duplicates(void **state)
     cluster_stop(&c);
 }
 
+/* Rows of 64 KiB and more go from the server's shard one write each
+ * (tcp: the NIC has the bytes once the post returns), each to its own
+ * position in the caller's buffer: remote rows interleaved with local
+ * ones, and out of order. A server that wrote the i-th row to slot i
+ * passed every other test but one (a mutant, found from outside). */
+static void test_pull_direct_rows_at_their_positions(void **state)
+{
+    (void)state;
+    enum { LEN = 16384, ROWS = 8 }; /* 64 KiB rows; 0..3 on machine 0, 4..7 on 1 */
+    static const struct rkv_tensor_desc T_HUGE = {
+        .name = "huge", .dtype = RKV_F32, .rows = ROWS, .row_len = LEN, .policy = RKV_PART_RANGE};
+    struct cluster c;
+    zc_config(&c, 20000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_HUGE), 0);
+    uint64_t all[ROWS];
+    for (uint64_t i = 0; i < ROWS; i++)
+        all[i] = i;
+    float *rows = malloc((size_t)ROWS * LEN * sizeof(float));
+    assert_non_null(rows);
+    fill(rows, all, ROWS, LEN, 2);
+    assert_int_equal(rkv_client_push(cli, "huge", all, ROWS, rows, RKV_OP_ASSIGN, 0), 0);
+    static const uint64_t orders[][6] = {{5, 1, 6, 2, 4, 7}, {7, 4, 6, 5, 0, 3}};
+    for (size_t k = 0; k < 2; k++) {
+        memset(rows, 0xee, (size_t)ROWS * LEN * sizeof(float));
+        assert_int_equal(rkv_client_pull(cli, "huge", orders[k], 6, rows), 0);
+        check(rows, orders[k], 6, LEN, 2);
+    }
+    free(rows);
+    rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Pushes read the caller's rows in pieces (runs of consecutive remote
  * positions) and land whole; assign and sum both. */
 static void test_push_pieces(void **state)
@@ -510,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_push_fails_midway),         /* forks */
         cmocka_unit_test(test_push_async_fails_midway),   /* forks */
         cmocka_unit_test(test_pull_scattered_duplicates),
+        cmocka_unit_test(test_pull_direct_rows_at_their_positions),
         cmocka_unit_test(test_push_pieces),
         cmocka_unit_test(test_buffer_freed_between_calls),
     };
