@@ -201,9 +201,15 @@ static int file_claim_read(int fd, char *buf, size_t len)
     return 0;
 }
 
-int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p, char *err,
-                   size_t err_len)
+static int file_claim_is(const char *got, const char *identity, size_t idlen)
 {
+    return strncmp(got, identity, idlen) == 0 && got[idlen] == '\n';
+}
+
+int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p,
+                   int *before_p, char *err, size_t err_len)
+{
+    int before = 0;
     char path[1100];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -216,6 +222,8 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
     for (int tries = 0;; tries++) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             /* Nobody holds it: ours now, whoever held it before. */
+            if (file_claim_read(fd, got, sizeof(got)) == 0 && file_claim_is(got, identity, idlen))
+                before = 1;
             char line[640];
             int n = snprintf(line, sizeof(line), "%s\nprocess %d claimed it\n", identity,
                              (int)getpid());
@@ -236,6 +244,8 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
              * for that long only). */
             usleep(1000);
             continue;
+        } else {
+            before = 1; /* shared with a live holder, which claimed it first */
         }
         if (file_claim_read(fd, got, sizeof(got)) < 0)
             break;
@@ -243,8 +253,10 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
             flock(fd, LOCK_UN);
             continue;
         }
-        if (strncmp(got, identity, idlen) == 0 && got[idlen] == '\n') {
+        if (file_claim_is(got, identity, idlen)) {
             *fd_p = fd;
+            if (before_p)
+                *before_p = before;
             return 0;
         }
         close(fd);

@@ -31,9 +31,10 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
  * of the same identity shares it, one of another identity is refused
  * (-RKV_EEXIST, err naming what holds it) while any holder lives. The
  * claim is a lock on the open file (flock), so it goes with the process;
- * *fd_p holds it until rkv_file_close. */
-int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p, char *err,
-                   size_t err_len);
+ * *fd_p holds it until rkv_file_close. *before_p (may be NULL): the file
+ * named this identity already (an earlier process of it claimed it). */
+int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p,
+                   int *before_p, char *err, size_t err_len);
 /* Calls fn(arg, name) for each entry of dir but "." and "..", in the
  * directory's order, until fn returns non-zero. fn may rename or remove
  * entries (such an entry may still be named once after). -RKV_EIO naming

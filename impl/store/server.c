@@ -349,6 +349,18 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
         rc = 0;
         goto out;
     }
+    if (rc == -RKV_ENOTENSOR && s->n_tensors > 0) {
+        /* Its tensors were made by clients, whose ids the record held (it
+         * is written before any is acknowledged): it was lost, and the
+         * clients that live on met "client ids are not handed out yet". */
+        rc = rkv_errf(err, err_len, -RKV_ECONFIG,
+                      "server 0's coordination record %s/rkv-coord is missing, but its snapshot "
+                      "holds %u tensors, which clients made: the record of their ids is lost "
+                      "(removed by hand?); restore it, or start the job over with an empty "
+                      "directory",
+                      s->cfg.durable_dir, s->n_tensors);
+        goto out;
+    }
     if (rc == -RKV_ENOTENSOR) {
         RKV_LOGW(s->port,
                  "server 0 restarted without a coordination record in %s: no client "
@@ -1974,7 +1986,9 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     snprintf(claim, sizeof(claim), "rkv-m%u.lock", mach);
     snprintf(who, sizeof(who), "rkv cluster %016llx, shm prefix \"%s\", machine %u",
              (unsigned long long)s->fp, s->cfg.shm_prefix, mach);
-    if ((rc = rkv_file_claim(s->cfg.durable_dir, claim, who, &s->dir_claim, err, err_len)) < 0)
+    int ran_here = 0; /* this machine of this cluster claimed the directory before */
+    if ((rc = rkv_file_claim(s->cfg.durable_dir, claim, who, &s->dir_claim, &ran_here, err,
+                             err_len)) < 0)
         return rc;
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
@@ -1992,8 +2006,18 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         if ((rc = rkv_wal_refuse_orphans(s->wal, err, err_len)) < 0)
             return rc;
         uint64_t lineage = rkv_mix64(rkv_rng_next(&s->port->rng) ^ rkv_file_wall_ns()) | 1;
-        RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
-                 (unsigned long long)lineage);
+        /* A warning where this machine ran here before (its claim names
+         * this cluster): one that lost its files starts empty, and a
+         * client's init_data then makes its tensors anew, in silence. */
+        if (ran_here)
+            RKV_LOGW(s->port,
+                     "durable mode: machine %u ran in %s before (%s names this cluster), but "
+                     "there is no snapshot at %s: it starts empty (lineage %llx); if it held "
+                     "rows, they are lost: restore its files",
+                     mach, s->cfg.durable_dir, claim, path, (unsigned long long)lineage);
+        else
+            RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
+                     (unsigned long long)lineage);
         rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
                              &s->mach, err, err_len);
         s->mach_made = rc == 0;

@@ -2209,6 +2209,64 @@ static void test_corrupt_coord_record_refused(void **state)
     unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
 }
 
+/* Files removed by hand, from outside: server 0's coordination record
+ * gone beside a snapshot with tensors (clients made them, so it held their
+ * ids) is refused by name; it read "no client ids were handed out before
+ * the crash" and the clients that lived on met "client ids are not handed
+ * out yet". And a machine that ran in the directory before and lost every
+ * file of its own warns that it starts empty (it said so at INFO only). */
+static void test_lost_files_said(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[512];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/rkv-coord", c.dir);
+    assert_int_equal(unlink(path), 0);
+    struct rkv_config cfg = c.cfg;
+    struct rkv_server *srv = NULL;
+    assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    if (!strstr(err, "coordination record") || !strstr(err, "is missing, but its snapshot holds"))
+        fail_msg("%s", err);
+    unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
+    /* Machine 1 loses every file of its own: its claim stays. */
+    static const char *const gone[] = {"rkv-m1.snap", "rkv-m1.0.wal", "rkv-m1.1.wal",
+                                       "rkv-m1.new.wal"};
+    for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", c.dir, gone[i]);
+        unlink(path);
+    }
+    char log1[600];
+    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
+    cfg.machine_id = 1;
+    cfg.log_level = 1;
+    FILE *saved = fdopen(dup(2), "w");
+    assert_non_null(freopen(log1, "w", stderr));
+    int rc = rkv_server_create(&cfg, 0, &srv, err, sizeof(err));
+    fflush(stderr);
+    assert_int_equal(dup2(fileno(saved), 2), 2);
+    fclose(saved);
+    if (rc < 0)
+        fail_msg("%s", err);
+    rkv_server_destroy(srv);
+    assert_true(file_contains(log1, "machine 1 ran in"));
+    assert_true(file_contains(log1, "it starts empty"));
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
 /* buf's trailing CRC-32C made right after a change. */
 static void coord_recrc(uint8_t *buf, size_t len)
 {
@@ -2925,6 +2983,7 @@ int main(void)
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_dead_client_row_lock_taken_over, reap_children),
         cmocka_unit_test(test_durable_dir_one_cluster_at_a_time),
+        cmocka_unit_test_teardown(test_lost_files_said, reap_children),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
