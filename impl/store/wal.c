@@ -556,8 +556,12 @@ static int wal_fresh(struct rkv_wal *w, char *from, size_t from_len, int *fd_p, 
     if ((rc = rkv_file_truncate(*fd_p, 0, from, err, err_len)) == 0)
         rc = wal_zero_fill(*fd_p, 0, w->prewrite_bytes, from, err, err_len);
     if (rc < 0) {
+        /* What was written of it goes too: a fill that met a full disk
+         * left its zeros there, and the coordination record's next write
+         * found no room either. */
         rkv_file_close(*fd_p);
         *fd_p = -1;
+        rkv_file_unlink(from);
     }
     return rc;
 }

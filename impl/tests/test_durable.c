@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -2267,6 +2269,58 @@ static void test_lost_files_said(void **state)
     unlink_machine_shm(&c.cfg, 1);
 }
 
+/* A log written ahead (durable_log_prewrite) on a disk without the room
+ * fails the create naming the file, and takes what it wrote with it: its
+ * zeros were left filling the disk, and every later write found none. On a
+ * 4 MiB tmpfs in a forked child's own mount namespace (root only). */
+static void test_prewrite_on_a_full_disk_leaves_nothing(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+            mount("tmpfs", c.dir, "tmpfs", 0, "size=4m") < 0)
+            _exit(77);
+        c.cfg.durable_log_prewrite = 64ull << 20;
+        struct rkv_server *s0 = server_create(&c, 0), *s1 = server_create(&c, 1);
+        struct rkv_client *cli;
+        char err[512] = "";
+        if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0) {
+            fprintf(stderr, "client: %s\n", err);
+            _exit(20);
+        }
+        /* The first log is made at the first INIT. */
+        int rc = rkv_client_init_data(cli, &T_F32);
+        if (rc >= 0 || !strstr(rkv_client_errmsg(cli), ".new.wal")) {
+            fprintf(stderr, "prewrite on a full disk: %d %s\n", rc, rkv_client_errmsg(cli));
+            _exit(21);
+        }
+        rkv_client_destroy(cli);
+        rkv_server_destroy(s1);
+        rkv_server_destroy(s0);
+        char path[600];
+        for (int m = 0; m < 2; m++) {
+            snprintf(path, sizeof(path), "%s/rkv-m%d.new.wal", c.dir, m);
+            if (access(path, F_OK) == 0)
+                _exit(22);
+        }
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    remove_tree(c.dir);
+    unlink_machine_shm(&c.cfg, 0);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77)
+        skip();
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* buf's trailing CRC-32C made right after a change. */
 static void coord_recrc(uint8_t *buf, size_t len)
 {
@@ -2984,6 +3038,7 @@ int main(void)
         cmocka_unit_test_teardown(test_dead_client_row_lock_taken_over, reap_children),
         cmocka_unit_test(test_durable_dir_one_cluster_at_a_time),
         cmocka_unit_test_teardown(test_lost_files_said, reap_children),
+        cmocka_unit_test(test_prewrite_on_a_full_disk_leaves_nothing),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
