@@ -1192,7 +1192,8 @@ static int wal_void_past(struct rkv_wal *w, struct wal_rd *rd, uint64_t gen, uin
     }
     if (rc == 0 && voided)
         RKV_LOGW(w->port,
-                 "log %s: %llu records past its end at byte %llu (never acknowledged) voided",
+                 "log %s: %llu records past its end at byte %llu voided (appends a crash "
+                 "interrupted, never acknowledged, unless the file was damaged there)",
                  rd->path, (unsigned long long)voided, (unsigned long long)e->good);
     return rc;
 }
@@ -1213,8 +1214,13 @@ static int wal_settle(struct rkv_wal *w, const char *path, const struct wal_end 
     rkv_file_close(fd);
     if (rc == 0 && e->torn)
         RKV_LOGW(w->port,
-                 "log %s: ends at byte %llu with an append a crash interrupted (%s; never "
-                 "acknowledged), voided",
+                 /* Said as what it most likely is, not as certain: damage to
+                  * the log's last records reads the same (wal.h), and an
+                  * outside tester's flipped tail was called "never
+                  * acknowledged" while it held acknowledged pushes. */
+                 "log %s: ends at byte %llu with a record that does not read whole (%s): an "
+                 "append a crash interrupted, never acknowledged, unless the file was damaged "
+                 "there, which reads the same; voided",
                  path, (unsigned long long)e->good, e->what);
     return rc;
 }

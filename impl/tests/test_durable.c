@@ -1517,7 +1517,7 @@ static void test_wal_torn_tail_cut(void **state)
     pid_t s1b = spawn_server(&w.c.cfg, 1, 0, log1b);
     assert_true(pull_row60(w.cli) == 3.0f);
     snprintf(want, sizeof(want),
-             "ends at byte %llu with an append a crash interrupted (its 24-byte body runs past "
+             "ends at byte %llu with a record that does not read whole (its 24-byte body runs past "
              "the end of the file",
              (unsigned long long)end);
     assert_true(file_contains(log1b, want));
@@ -1757,7 +1757,7 @@ static void test_wal_recovery_across_reused_logs(void **state)
              (unsigned long long)end);
     assert_true(file_contains(log1, want));
     snprintf(want, sizeof(want),
-             "ends at byte %llu with an append a crash interrupted (checksum mismatch over its "
+             "ends at byte %llu with a record that does not read whole (checksum mismatch over its "
              "24-byte body",
              (unsigned long long)end);
     assert_true(file_contains(log1, want));
