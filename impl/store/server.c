@@ -501,9 +501,17 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
     }
     if (s->n_hellos >= s->cfg.n_workers)
         return srv_status(s, peer, m, 0, -RKV_ELIMIT,
-                          "every one of the n_workers client ids was handed out already (a "
-                          "client that left keeps its id: a job that starts over restarts the "
-                          "servers too; an observer client reads the catalogue without one)");
+                          s->durable
+                              /* Restarting the servers does not free them here: the
+                               * hint below sent a durable job's user round in a circle. */
+                              ? "every one of the n_workers client ids was handed out already "
+                                "(durable mode keeps them across restarts, in the directory's "
+                                "rkv-coord: a job that starts over starts with an empty "
+                                "directory; an observer client reads the catalogue without one)"
+                              : "every one of the n_workers client ids was handed out already "
+                                "(a client that left keeps its id: a job that starts over "
+                                "restarts the servers too; an observer client reads the "
+                                "catalogue without one)");
     c->hello = 1;
     s->hellos[s->n_hellos++] = (struct srv_hello){.peer = peer,
                                                   .machine = m->u.hello.machine_id,

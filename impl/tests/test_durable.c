@@ -2321,6 +2321,29 @@ static void test_prewrite_on_a_full_disk_leaves_nothing(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* A worker past n_workers in durable mode is told that the ids are kept
+ * across restarts (rkv-coord): the hint "a job that starts over restarts
+ * the servers too" sent a user who had restarted them round in a circle. */
+static void test_ids_used_up_durable_hint(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.srv[0] = server_create(&c, 0);
+    c.srv[1] = server_create(&c, 1);
+    struct rkv_client *a, *b = NULL;
+    char err[512];
+    if (rkv_client_create(&c.cfg, &a, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_create(&c.cfg, &b, err, sizeof(err)), -RKV_ELIMIT);
+    if (!strstr(err, "durable mode keeps them across restarts, in the directory's rkv-coord"))
+        fail_msg("%s", err);
+    rkv_client_destroy(a);
+    rkv_server_destroy(c.srv[1]);
+    rkv_server_destroy(c.srv[0]);
+    remove_tree(c.dir);
+}
+
 /* buf's trailing CRC-32C made right after a change. */
 static void coord_recrc(uint8_t *buf, size_t len)
 {
@@ -3039,6 +3062,7 @@ int main(void)
         cmocka_unit_test(test_durable_dir_one_cluster_at_a_time),
         cmocka_unit_test_teardown(test_lost_files_said, reap_children),
         cmocka_unit_test(test_prewrite_on_a_full_disk_leaves_nothing),
+        cmocka_unit_test(test_ids_used_up_durable_hint),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
