@@ -276,6 +276,37 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
     return rkv_errf(err, err_len, -RKV_EIO, "cannot lock %s: %s", path, strerror(e));
 }
 
+int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err, size_t err_len)
+{
+    char path[1100], got[128];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rkv_errf(err, err_len, errno == EROFS || errno == EACCES ? -RKV_ECONFIG : -RKV_EIO,
+                        "cannot create %s: %s (the durable directory must be writable)", path,
+                        strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK && file_claim_read(fd, got, sizeof(got)) == 0) {
+            got[strcspn(got, "\n")] = 0;
+            close(fd);
+            return rkv_errf(err, err_len, -RKV_EEXIST, "%s is held by a running %s", path,
+                            got[0] ? got : "process");
+        }
+        close(fd);
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot lock %s: %s", path, strerror(e));
+    }
+    char line[64];
+    int n = snprintf(line, sizeof(line), "process %d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, line, (size_t)n, 0) != n) {
+        int e = errno;
+        close(fd);
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot write %s: %s", path, strerror(e));
+    }
+    *fd_p = fd;
+    return 0;
+}
+
 void rkv_file_format_utc(uint64_t wall_ns, char *buf, size_t len)
 {
     time_t t = (time_t)(wall_ns / 1000000000ull);

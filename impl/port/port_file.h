@@ -35,6 +35,9 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
  * named this identity already (an earlier process of it claimed it). */
 int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p,
                    int *before_p, char *err, size_t err_len);
+/* Claims dir/name for this process alone while it lives (flock): another
+ * process holding it is -RKV_EEXIST, err naming it (the file says which). */
+int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err, size_t err_len);
 /* Calls fn(arg, name) for each entry of dir but "." and "..", in the
  * directory's order, until fn returns non-zero. fn may rename or remove
  * entries (such an entry may still be named once after). -RKV_EIO naming

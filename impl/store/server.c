@@ -138,6 +138,8 @@ struct rkv_server {
     /* Durable mode: this machine's claim on the directory (rkv_file_claim
      * of rkv-m<M>.lock), held while the server lives; -1: none. */
     int dir_claim;
+    /* And this server's own (rkv-m<M>.s<L>.lock), held alone: -1 without. */
+    int srv_claim;
     struct rkv_snap_writer *snapw;
     struct rkv_wal *wal; /* the machine's log: pushes append, the task syncs */
     struct rkv_task *dur_task;
@@ -1998,6 +2000,24 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     if ((rc = rkv_file_claim(s->cfg.durable_dir, claim, who, &s->dir_claim, &ran_here, err,
                              err_len)) < 0)
         return rc;
+    /* A second process of this very server (started twice by a launcher)
+     * attached the machine's memory, wrote a snapshot and a new log, and
+     * only then found its port taken. Not in the twin: its nodes are one
+     * process's actors, and a crashed one's claim is never let go. */
+    if (!s->nic->ops->in_process) {
+        snprintf(claim, sizeof(claim), "rkv-m%u.s%u.lock", mach, s->local_id);
+        if ((rc = rkv_file_claim_alone(s->cfg.durable_dir, claim, &s->srv_claim, err, err_len)) <
+            0) {
+            char why[300];
+            snprintf(why, sizeof(why), "%s", err_len ? err : "");
+            if (rc == -RKV_EEXIST)
+                rkv_errf(err, err_len, rc,
+                         "server %u (machine %u, local %u) runs already: %s; a second one would "
+                         "write the same files",
+                         s->server_id, mach, s->local_id, why);
+            return rc;
+        }
+    }
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     rkv_wal_init(s->wal, s->port, &s->mach, &s->tensors, &s->cfg);
@@ -2199,7 +2219,9 @@ static int srv_check_create(const struct rkv_config *cfg, uint32_t local_id,
  * failure path, destroy and a forked child's destroy). */
 static void srv_free_own(struct rkv_server *s)
 {
-    if (s->dir_claim >= 0) /* last: the files are closed */
+    if (s->srv_claim >= 0) /* last: the files are closed */
+        rkv_file_close(s->srv_claim);
+    if (s->dir_claim >= 0)
         rkv_file_close(s->dir_claim);
     while (s->acks) {
         struct srv_ack *a = s->acks;
@@ -2231,7 +2253,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     if (err && err_len) /* a step that fails says why here; see free_server */
         err[0] = 0;
-    s->dir_claim = -1;
+    s->dir_claim = s->srv_claim = -1;
     s->cfg = *cfg;
     s->port = port;
     s->nic = nic;

@@ -1340,6 +1340,29 @@ static void test_durable_dir_one_cluster_at_a_time(void **state)
     if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0)
         fail_msg("the directory is free again: %s", err);
     rkv_server_destroy(srv);
+    /* The same server started twice (a launcher's retry): the second
+     * process is refused before it touches a file; it attached the
+     * machine's memory, wrote a snapshot and a log, and only then found
+     * its port taken. */
+    a.srv[0] = server_create(&a, 0);
+    pid_t dup_pid = fork();
+    assert_true(dup_pid >= 0);
+    if (dup_pid == 0) {
+        cfg = a.cfg;
+        cfg.machine_id = 0;
+        int rc = rkv_server_create(&cfg, 0, &srv, err, sizeof(err));
+        if (rc != -RKV_EEXIST || !strstr(err, "server 0 (machine 0, local 0) runs already: ") ||
+            !strstr(err, "rkv-m0.s0.lock is held by a running process")) {
+            fprintf(stderr, "the same server twice: %d %s\n", rc, err);
+            _exit(21);
+        }
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(dup_pid, &st, 0), dup_pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    rkv_server_destroy(a.srv[0]);
     remove_tree(a.dir);
 }
 
