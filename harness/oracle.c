@@ -11,10 +11,15 @@
 
 #define OR_NONE 0xffffffffu
 #define OR_MULTI 0xfffffffeu
-#define OR_INIT_PHASE 0xffffffffu
+#define OR_INIT_PHASE 0xffffu /* or_cand.phase: the initial value */
+#define OR_NO_PHASE 0xffffu   /* or_cand.phase: no candidate */
 
+/* A write a row may show: the push of worker in phase and round, at
+ * position pos of its request (only its low 16 bits: what the value
+ * depends on, so that duplicates of one id carry different rows). */
 struct or_cand {
-    uint32_t worker, phase, round;
+    uint32_t worker, round;
+    uint16_t phase, pos;
 };
 
 struct or_tensor {
@@ -40,7 +45,7 @@ struct or_tensor {
 struct or_own {
     uint64_t row;
     uint32_t worker, tensor; /* worker == OR_NONE: empty slot */
-    struct or_cand last;     /* phase == OR_NONE: no assign */
+    struct or_cand last;     /* phase == OR_NO_PHASE: no assign */
     uint64_t delta;          /* offset of L doubles in own_pool */
     double round_err;        /* the store's rounding of those sums (or_round_err) */
 };
@@ -66,11 +71,15 @@ static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
 }
 
 double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
-                    uint32_t worker, uint32_t round, uint32_t j)
+                    uint32_t worker, uint32_t round, uint32_t pos, uint32_t j)
 {
     uint64_t h = rkv_mix64(sc->seed ^
                            rkv_mix64(((uint64_t)tensor << 48) ^ ((uint64_t)phase << 32) ^ worker));
     h = rkv_mix64(h ^ rkv_mix64(row * 0x9e3779b97f4a7c15ull ^ ((uint64_t)round << 20) ^ j));
+    /* The id's position in its request too: duplicates of one id in a
+     * request carried the same row, so an assign that kept the first
+     * instead of the last passed every seed (a mutant found it). */
+    h = rkv_mix64(h ^ (uint64_t)(pos & 0xffffu) * 0xd6e8feb86659fd93ull);
     if (sc->phases[phase].push_op == RKV_OP_ASSIGN)
         return (double)(h & 0xfffff); /* 20 bits: exact in every dtype */
     return (double)(h % 17) - 8.0;    /* small integers: sums stay exact */
@@ -433,7 +442,7 @@ static struct or_own *or_own_get(struct rkv_oracle *o, uint32_t worker, uint32_t
         i = (i + 1) & (o->own_cap - 1);
     e = &o->own[i];
     *e = (struct or_own){.row = row, .worker = worker, .tensor = tensor, .delta = o->pool_len};
-    e->last.phase = OR_NONE;
+    e->last.phase = OR_NO_PHASE;
     memset(&o->own_pool[o->pool_len], 0, L * sizeof(double));
     o->pool_len += L;
     o->own_len++;
@@ -529,10 +538,10 @@ int rkv_oracle_epoch_begin(struct rkv_oracle *o, uint32_t first, uint32_t last)
 }
 
 static double or_push_term(struct rkv_oracle *o, uint32_t phase, uint32_t w, uint32_t round,
-                           uint64_t row, uint32_t j)
+                           uint32_t pos, uint64_t row, uint32_t j)
 {
     const struct rkv_sc_phase *p = &o->sc->phases[phase];
-    double v = rkv_wl_value(o->sc, p->tensor, row, phase, w, round, j);
+    double v = rkv_wl_value(o->sc, p->tensor, row, phase, w, round, pos, j);
     return p->push_op == RKV_OP_SGD ? -p->lr * v : v;
 }
 
@@ -562,12 +571,14 @@ static void or_fold(struct rkv_oracle *o, uint32_t w, uint32_t phase, uint32_t r
     for (uint32_t k = 0; k < req->n; k++) {
         uint64_t r = req->ids[k];
         if (p->push_op == RKV_OP_ASSIGN) {
-            o->tmp_last[r] = (struct or_cand){.worker = w, .phase = phase, .round = round};
+            /* The last occurrence of r in the request wins: it comes last. */
+            o->tmp_last[r] = (struct or_cand){
+                .worker = w, .round = round, .phase = (uint16_t)phase, .pos = (uint16_t)k};
             continue;
         }
         double most = 0;
         for (uint32_t j = 0; j < ot->L; j++) {
-            double t = or_push_term(o, phase, w, round, r, j), *d = &ot->delta[r * ot->L + j];
+            double t = or_push_term(o, phase, w, round, k, r, j), *d = &ot->delta[r * ot->L + j];
             *d += t;
             most = fmax(most, fabs(*d) + fabs(t));
         }
@@ -628,7 +639,7 @@ void rkv_oracle_epoch_end(struct rkv_oracle *o)
             o->ep_first = first;
             o->ep_last = last;
             for (uint64_t r = 0; assigned[i] && r < ot->rows; r++)
-                if (o->tmp_last[r].phase != OR_NONE)
+                if (o->tmp_last[r].phase != OR_NO_PHASE)
                     ot->cand[r * ot->ccap + ot->n_cand[r]++] = o->tmp_last[r];
         }
     }
@@ -645,7 +656,8 @@ int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, u
         if (!e)
             return -RKV_ENOMEM;
         if (p->push_op == RKV_OP_ASSIGN) {
-            e->last = (struct or_cand){.worker = worker, .phase = phase, .round = round};
+            e->last = (struct or_cand){
+                .worker = worker, .round = round, .phase = (uint16_t)phase, .pos = (uint16_t)k};
             continue;
         }
         /* A read of a row only this worker writes is checked mid-phase
@@ -656,7 +668,7 @@ int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, u
          * delta so far, as the store's running value does. */
         double most = 0;
         for (uint32_t j = 0; j < ot->L; j++) {
-            double t = or_push_term(o, phase, worker, round, r, j);
+            double t = or_push_term(o, phase, worker, round, k, r, j);
             double *d = &o->own_pool[e->delta + j];
             *d += t;
             most = fmax(most, fabs(ot->delta[r * ot->L + j] + *d) + fabs(t));
@@ -688,7 +700,7 @@ static double or_base(struct rkv_oracle *o, const struct or_tensor *ot, uint32_t
 {
     if (c->phase == OR_INIT_PHASE)
         return or_init_value(ot->t, row, j);
-    return rkv_wl_value(o->sc, ti, row, c->phase, c->worker, c->round, j);
+    return rkv_wl_value(o->sc, ti, row, c->phase, c->worker, c->round, c->pos, j);
 }
 
 /* Does `got` equal candidate c plus the deltas, element by element? */
@@ -722,8 +734,8 @@ static void or_describe(struct rkv_oracle *o, const struct or_cand *c, char *buf
     if (c->phase == OR_INIT_PHASE)
         snprintf(buf, len, "initial value, no assign since");
     else
-        snprintf(buf, len, "last assigned by worker %u in phase \"%s\" round %u", c->worker,
-                 o->sc->phases[c->phase].name, c->round);
+        snprintf(buf, len, "last assigned by worker %u in phase \"%s\" round %u (position %u)",
+                 c->worker, o->sc->phases[c->phase].name, c->round, (unsigned)c->pos);
 }
 
 int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32_t worker,
@@ -744,7 +756,7 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
         if (e) {
             own = &o->own_pool[e->delta];
             own_err = e->round_err;
-            if (e->last.phase != OR_NONE) {
+            if (e->last.phase != OR_NO_PHASE) {
                 cands = (struct or_cand *)&e->last;
                 n = 1;
                 own_assign = 1;

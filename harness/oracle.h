@@ -70,9 +70,10 @@ int rkv_wl_gen_check(const struct rkv_wl_gen *g, char *why, size_t why_len);
 void rkv_wl_gen_next(struct rkv_wl_gen *g, struct rkv_wl_req *req);
 void rkv_wl_gen_free(struct rkv_wl_gen *g);
 
-/* Value of element j of a push by (worker, phase, round) to row. */
+/* Value of element j of a push by (worker, phase, round) to row, the id
+ * at position pos of its request (duplicate ids carry different rows). */
 double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
-                    uint32_t worker, uint32_t round, uint32_t j);
+                    uint32_t worker, uint32_t round, uint32_t pos, uint32_t j);
 
 /* Starts an epoch at phase `first` (replays every worker's pushes of the
  * epoch to learn who writes which row), and ends it at a barrier (folds the

@@ -168,7 +168,7 @@ static int wl_push(struct wl_node *n, uint32_t phase, uint32_t round, const stru
     for (uint32_t k = 0; k < q->n; k++)
         for (uint32_t j = 0; j < t->desc.row_len; j++)
             wl_store(t, n->rows + k * rb, j,
-                     rkv_wl_value(sc, p->tensor, q->ids[k], phase, n->me, round, j));
+                     rkv_wl_value(sc, p->tensor, q->ids[k], phase, n->me, round, k, j));
     int rc = rkv_client_push(n->cli, t->desc.name, q->ids, q->n, n->rows, p->push_op, p->lr);
     if (rc < 0)
         return rc;

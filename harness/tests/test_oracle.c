@@ -42,7 +42,7 @@ static struct rkv_scenario *load(const char *text)
 static void last_write(const struct rkv_scenario *sc, uint32_t w, float *row)
 {
     for (uint32_t j = 0; j < 4; j++)
-        row[j] = (float)rkv_wl_value(sc, 0, 0, 0, w, 2, j);
+        row[j] = (float)rkv_wl_value(sc, 0, 0, 0, w, 2, 0, j);
 }
 
 static void test_concurrent_assign_winner_is_pinned(void **state)

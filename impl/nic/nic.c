@@ -31,13 +31,24 @@ void rkv_nic_set_secret(struct rkv_nic *nic, const char *text, size_t len)
     nic->has_secret = len > 0;
 }
 
-int rkv_nic_open_to_strangers(const struct rkv_nic *nic)
+/* A decorator (fault) neither holds the secret nor changes who can reach
+ * the transport: the NIC it wraps decides. */
+static const struct rkv_nic *nic_innermost(const struct rkv_nic *nic)
 {
-    /* A decorator (fault) neither holds the secret nor changes who can
-     * reach the transport: the NIC it wraps decides. */
     while (nic->inner)
         nic = nic->inner;
+    return nic;
+}
+
+int rkv_nic_open_to_strangers(const struct rkv_nic *nic)
+{
+    nic = nic_innermost(nic);
     return !nic->has_secret && !nic->ops->in_process;
+}
+
+int rkv_nic_in_process(const struct rkv_nic *nic)
+{
+    return nic_innermost(nic)->ops->in_process;
 }
 
 int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path, char *err, size_t err_len)

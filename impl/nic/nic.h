@@ -272,6 +272,10 @@ int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path, char *err, s
  * transport under any decorators (the innermost NIC, which holds the
  * secret) was given none and is not in_process. The store warns then. */
 int rkv_nic_open_to_strangers(const struct rkv_nic *nic);
+/* Whether every peer the NIC reaches is in this process (the twin's
+ * network), through decorators: their own ops say nothing of it (a fault
+ * decorator in the twin read as a real network). */
+int rkv_nic_in_process(const struct rkv_nic *nic);
 /* MAC over label || a || b with the NIC's key. */
 void rkv_nic_auth_mac(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
                       const uint8_t *b, size_t b_len, uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);

@@ -2004,7 +2004,7 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
      * attached the machine's memory, wrote a snapshot and a new log, and
      * only then found its port taken. Not in the twin: its nodes are one
      * process's actors, and a crashed one's claim is never let go. */
-    if (!s->nic->ops->in_process) {
+    if (!rkv_nic_in_process(s->nic)) {
         snprintf(claim, sizeof(claim), "rkv-m%u.s%u.lock", mach, s->local_id);
         if ((rc = rkv_file_claim_alone(s->cfg.durable_dir, claim, &s->srv_claim, err, err_len)) <
             0) {

@@ -601,6 +601,12 @@ static void twin_restarter(int argc, char **argv)
     fprintf(stderr, "rkv: fault: %s restarted at %.6f s (simulated)\n", nd->name,
             simgrid_get_clock());
     twin_server(0, NULL);
+    /* A fault run names a failed server nowhere else (a survivor's error
+     * is the workers'), and the workers then said only that it could not
+     * be reached: a restart refused by the server's own create hid why. */
+    if (nd->rc < 0)
+        fprintf(stderr, "rkv: fault: %s ended on an error after its restart: %s\n", nd->name,
+                nd->err[0] ? nd->err : rkv_strerror(nd->rc));
 }
 
 static void twin_plan_restart(struct twin *t, struct twin_node *nd, const struct rkv_sc_fault *f)
