@@ -105,6 +105,13 @@ static void sw_gen_tensor(struct rkv_rng *r, struct rkv_swarm_spec *sp, struct r
     t->init_uniform = sw_chance(r, 0.5);
     t->init_seed = rkv_rng_next(r) % 1000;
     t->optimizer_state = sw_chance(r, 0.2);
+    /* Half the explicit books permute their machines' local order (DGL's
+     * global-to-local map): no seed's run had one, and a META reply that
+     * dropped the map passed the swarm. Drawn from a hash, not r, so that
+     * every other choice of a seed stays what it was. */
+    uint64_t h = rkv_mix64(t->init_seed ^ 0x6c6f63616cull ^ t->rows);
+    t->local_permuted = t->partition == 2 && (h & 1);
+    t->local_seed = 1 + (h >> 1) % 1000;
 }
 
 static void sw_gen_phase(struct rkv_rng *r, const struct rkv_swarm_spec *sp,
@@ -455,6 +462,9 @@ static void sw_yaml_tensor(const struct rkv_swarm_tensor *t, uint32_t i, FILE *o
         for (uint32_t k = 0; k < t->n_book; k++)
             fprintf(out, "%s%u", k ? ", " : "", t->book[k]);
         fprintf(out, "]\n");
+        if (t->local_permuted)
+            fprintf(out, "    local_order: permuted\n    local_seed: %llu\n",
+                    (unsigned long long)t->local_seed);
     }
     fprintf(out, "    init: %s\n", t->init_uniform ? "uniform" : "zeros");
     if (t->init_uniform)

@@ -41,6 +41,10 @@ struct rkv_swarm_tensor {
     int init_uniform;
     uint64_t init_seed;
     int optimizer_state;
+    /* An explicit book's rows in each machine's shard in a permuted order
+     * (local_order: permuted, seeded by local_seed), not the book's. */
+    int local_permuted;
+    uint64_t local_seed;
 };
 
 struct rkv_swarm_phase {
