@@ -2258,14 +2258,16 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
      * as one, where "I/O error" left the reason to the log. */
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (n->epfd < 0) {
-        RKV_LOGE(port, "nic tcp: epoll_create1 failed: %s", strerror(errno));
-        rc = errno == EMFILE || errno == ENFILE ? -RKV_ELIMIT : -RKV_EIO;
+        int e = errno; /* before the log line, which may change it */
+        RKV_LOGE(port, "nic tcp: epoll_create1 failed: %s", strerror(e));
+        rc = e == EMFILE || e == ENFILE ? -RKV_ELIMIT : -RKV_EIO;
         goto undo_mr_mu;
     }
     n->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (n->wakefd < 0) {
-        RKV_LOGE(port, "nic tcp: eventfd failed: %s", strerror(errno));
-        rc = errno == EMFILE || errno == ENFILE ? -RKV_ELIMIT : -RKV_EIO;
+        int e = errno;
+        RKV_LOGE(port, "nic tcp: eventfd failed: %s", strerror(e));
+        rc = e == EMFILE || e == ENFILE ? -RKV_ELIMIT : -RKV_EIO;
         goto undo_epoll;
     }
     rc = tcp_epoll_set(n, EPOLL_CTL_ADD, n->wakefd, EPOLLIN, &n->wake_src);

@@ -190,8 +190,8 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len)
     return 0;
 }
 
-/* The claim's file holds "<identity>\n" then "process <pid> claimed it at
- * <time>\n"; only the first line is compared. */
+/* A claim's file holds "<identity>\n" then "process <pid> claimed it\n";
+ * only the first line is compared. */
 static int file_claim_read(int fd, char *buf, size_t len)
 {
     ssize_t r = pread(fd, buf, len - 1, 0);
@@ -206,24 +206,69 @@ static int file_claim_is(const char *got, const char *identity, size_t idlen)
     return strncmp(got, identity, idlen) == 0 && got[idlen] == '\n';
 }
 
+/* flock's errors of a filesystem that has no such locks (Lustre without
+ * -o flock, some FUSE ones): a claim cannot be made there, which is said
+ * and lived with, not a reason to refuse durable mode. */
+static int file_no_flock(int e)
+{
+    return e == ENOSYS || e == ENOLCK || e == EOPNOTSUPP || e == EINVAL;
+}
+
+static int file_flock(int fd, int op)
+{
+    int rc;
+    while ((rc = flock(fd, op)) < 0 && errno == EINTR)
+        ;
+    return rc;
+}
+
+/* Opens dir/name for a claim: the fd, or an error. */
+static int file_claim_open(const char *dir, const char *name, char *path, size_t path_len,
+                           int *fd_p, char *err, size_t err_len)
+{
+    snprintf(path, path_len, "%s/%s", dir, name);
+    *fd_p = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (*fd_p >= 0)
+        return 0;
+    return rkv_errf(err, err_len, errno == EROFS || errno == EACCES ? -RKV_ECONFIG : -RKV_EIO,
+                    "cannot create %s: %s (the durable directory must be writable)", path,
+                    strerror(errno));
+}
+
+/* The end of a claim that flock could not make: 1 (no claim) where the
+ * filesystem has no such locks, with err saying so; else an error. */
+static int file_claim_failed(int fd, int e, const char *path, char *err, size_t err_len)
+{
+    close(fd);
+    if (file_no_flock(e)) {
+        rkv_errf(err, err_len, 0,
+                 "%s cannot be locked on this filesystem (%s): nothing keeps another cluster, "
+                 "or a second process of this server, from writing this directory too",
+                 path, strerror(e));
+        return 1;
+    }
+    return rkv_errf(err, err_len, -RKV_EIO, "cannot lock %s: %s", path, strerror(e));
+}
+
 int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p,
                    int *before_p, char *err, size_t err_len)
 {
-    int before = 0;
-    char path[1100];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return rkv_errf(err, err_len, errno == EROFS || errno == EACCES ? -RKV_ECONFIG : -RKV_EIO,
-                        "cannot create %s: %s (the durable directory must be writable)", path,
-                        strerror(errno));
+    char path[1100], got[512];
+    int fd, rc;
+    *fd_p = -1;
+    if ((rc = file_claim_open(dir, name, path, sizeof(path), &fd, err, err_len)) < 0)
+        return rc;
     size_t idlen = strlen(identity);
-    char got[512];
+    int before = 0;
     for (int tries = 0;; tries++) {
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            /* Nobody holds it: ours now, whoever held it before. */
-            if (file_claim_read(fd, got, sizeof(got)) == 0 && file_claim_is(got, identity, idlen))
-                before = 1;
+        if (tries > 2000) /* a file kept empty or changing while held: not ours to wait on */
+            break;
+        if (file_flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            /* Nobody holds it: ours now, whoever held it before. Only this
+             * path can tell that it was this identity's before: a process
+             * that shares it later joined a live holder. */
+            before =
+                file_claim_read(fd, got, sizeof(got)) == 0 && file_claim_is(got, identity, idlen);
             char line[640];
             int n = snprintf(line, sizeof(line), "%s\nprocess %d claimed it\n", identity,
                              (int)getpid());
@@ -235,22 +280,23 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
             /* Shared from here, for the others of this identity. The
              * conversion is not atomic: another process may claim it in
              * between, which the read below sees. */
-            if (flock(fd, LOCK_SH) < 0)
-                break;
-        } else if (errno != EWOULDBLOCK || flock(fd, LOCK_SH | LOCK_NB) < 0) {
-            if (errno != EWOULDBLOCK || tries >= 2000)
-                break;
+            if (file_flock(fd, LOCK_SH) < 0)
+                return file_claim_failed(fd, errno, path, err, err_len);
+        } else if (errno != EWOULDBLOCK) {
+            return file_claim_failed(fd, errno, path, err, err_len);
+        } else if (file_flock(fd, LOCK_SH | LOCK_NB) < 0) {
+            if (errno != EWOULDBLOCK)
+                return file_claim_failed(fd, errno, path, err, err_len);
             /* Another process is writing its identity (it holds it alone
              * for that long only). */
             usleep(1000);
             continue;
-        } else {
-            before = 1; /* shared with a live holder, which claimed it first */
         }
         if (file_claim_read(fd, got, sizeof(got)) < 0)
             break;
         if (got[0] == 0) { /* a claimer that died before writing: again */
-            flock(fd, LOCK_UN);
+            file_flock(fd, LOCK_UN);
+            usleep(1000);
             continue;
         }
         if (file_claim_is(got, identity, idlen)) {
@@ -260,41 +306,38 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
             return 0;
         }
         close(fd);
-        char *nl = strchr(got, '\n');
-        if (nl)
-            *nl = ' ';
-        nl = strchr(got, '\n');
-        if (nl)
-            *nl = 0;
+        got[strcspn(got, "\n")] = ' ';
+        got[strcspn(got, "\n")] = 0;
         return rkv_errf(err, err_len, -RKV_EEXIST,
-                        "%s is held by a running server of another cluster (%s); two clusters "
-                        "cannot share a durable directory: give this one its own",
+                        "%s is held by a running process of another cluster (a server, or a "
+                        "process forked from one: %s); two clusters cannot share a durable "
+                        "directory: give this one its own",
                         path, got);
     }
     int e = errno;
     close(fd);
-    return rkv_errf(err, err_len, -RKV_EIO, "cannot lock %s: %s", path, strerror(e));
+    return rkv_errf(err, err_len, -RKV_EIO, "cannot claim %s: %s", path,
+                    e ? strerror(e) : "it stayed empty or kept changing");
 }
 
 int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err, size_t err_len)
 {
     char path[1100], got[128];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return rkv_errf(err, err_len, errno == EROFS || errno == EACCES ? -RKV_ECONFIG : -RKV_EIO,
-                        "cannot create %s: %s (the durable directory must be writable)", path,
-                        strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    int fd, rc;
+    *fd_p = -1;
+    if ((rc = file_claim_open(dir, name, path, sizeof(path), &fd, err, err_len)) < 0)
+        return rc;
+    if (file_flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
-        if (e == EWOULDBLOCK && file_claim_read(fd, got, sizeof(got)) == 0) {
-            got[strcspn(got, "\n")] = 0;
-            close(fd);
-            return rkv_errf(err, err_len, -RKV_EEXIST, "%s is held by a running %s", path,
-                            got[0] ? got : "process");
-        }
+        if (e != EWOULDBLOCK)
+            return file_claim_failed(fd, e, path, err, err_len);
+        if (file_claim_read(fd, got, sizeof(got)) < 0)
+            got[0] = 0;
         close(fd);
-        return rkv_errf(err, err_len, -RKV_EIO, "cannot lock %s: %s", path, strerror(e));
+        got[strcspn(got, "\n")] = 0;
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "%s is held by a running %s (or a process forked from it)", path,
+                        got[0] ? got : "process");
     }
     char line[64];
     int n = snprintf(line, sizeof(line), "process %d\n", (int)getpid());

@@ -32,11 +32,14 @@ int rkv_file_check_dir(const char *dir, char *err, size_t err_len);
  * (-RKV_EEXIST, err naming what holds it) while any holder lives. The
  * claim is a lock on the open file (flock), so it goes with the process;
  * *fd_p holds it until rkv_file_close. *before_p (may be NULL): the file
- * named this identity already (an earlier process of it claimed it). */
+ * named this identity already when this process found nobody holding it
+ * (an earlier process of it claimed it). Returns 1, *fd_p -1 and err
+ * saying why, where the filesystem has no flock: no claim was made. */
 int rkv_file_claim(const char *dir, const char *name, const char *identity, int *fd_p,
                    int *before_p, char *err, size_t err_len);
 /* Claims dir/name for this process alone while it lives (flock): another
- * process holding it is -RKV_EEXIST, err naming it (the file says which). */
+ * process holding it is -RKV_EEXIST, err naming it (the file says which);
+ * 1 as rkv_file_claim's without flock. */
 int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err, size_t err_len);
 /* Calls fn(arg, name) for each entry of dir but "." and "..", in the
  * directory's order, until fn returns non-zero. fn may rename or remove

@@ -3,6 +3,7 @@
  * backend keeps no globals, so several nodes can live in one process. */
 #include <assert.h>
 #include <stdatomic.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -600,6 +601,21 @@ static uint64_t posix_proc_self(struct rkv_port *p)
     return id;
 }
 
+/* Threads of process pid (its /proc/PID/task entries), 0 if unknown. */
+static int posix_proc_threads(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 /* A killed process its parent has not reaped yet is a zombie: kill(pid, 0)
  * still succeeds, but it holds nothing any more, so /proc's state decides;
  * and a pid whose process started at another time is another process. */
@@ -616,7 +632,11 @@ static int posix_proc_alive(struct rkv_port *p, uint64_t id)
     uint64_t now_start;
     if (posix_proc_stat(pid, &state, &now_start) < 0)
         return 1; /* no /proc: kill() said it exists */
-    return state != 'Z' && state != 'X' && (start == 0 || start == now_start);
+    if (start != 0 && start != now_start)
+        return 0;
+    if (state == 'Z' && posix_proc_threads(pid) > 1)
+        return 1; /* its main thread ended (pthread_exit), its others run: /proc says 'Z' */
+    return state != 'Z' && state != 'X';
 }
 
 static uint64_t posix_proc_ns(struct rkv_port *p)

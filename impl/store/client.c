@@ -2109,12 +2109,22 @@ struct rkv_pending {
     uint32_t open_reqs;     /* its requests in c->async_reqs: 0 once seen answered */
 };
 
+/* p, or the first newer push after it with requests still counted open
+ * (a push of no remote request, all of its rows applied in place, has
+ * none), or NULL. */
+static struct rkv_pending *cli_pending_next_open(struct rkv_pending *p)
+{
+    while (p && p->open_reqs == 0)
+        p = p->prev;
+    return p;
+}
+
 static void cli_pending_free(struct rkv_client *c, struct rkv_pending *p)
 {
     assert(c->async_reqs >= p->open_reqs);
     c->async_reqs -= p->open_reqs;
-    if (c->pending_open == p) /* the next newer one, none of which was seen answered */
-        c->pending_open = p->prev;
+    if (c->pending_open == p) /* the next newer one with requests open */
+        c->pending_open = cli_pending_next_open(p->prev);
     if (p->prev)
         p->prev->next = p->next;
     else if (c->pending == p)
@@ -2356,7 +2366,7 @@ static int cli_async_room(struct rkv_client *c)
         }
         c->async_reqs -= p->open_reqs;
         p->open_reqs = 0;
-        c->pending_open = p->prev;
+        c->pending_open = cli_pending_next_open(p->prev);
     }
     return 0;
 }
@@ -2403,7 +2413,7 @@ static int cli_push_async(struct rkv_client *c, const char *name, const uint64_t
     c->pending = p;
     p->open_reqs = (uint32_t)p->cp.nreq;
     c->async_reqs += p->open_reqs;
-    if (!c->pending_open)
+    if (!c->pending_open && p->open_reqs) /* every older one's are answered */
         c->pending_open = p;
     *pending_p = p;
     return 0;

@@ -2000,6 +2000,11 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     if ((rc = rkv_file_claim(s->cfg.durable_dir, claim, who, &s->dir_claim, &ran_here, err,
                              err_len)) < 0)
         return rc;
+    if (rc > 0) { /* no flock on this filesystem: said, and durable mode goes on */
+        RKV_LOGW(s->port, "durable mode: %s", err);
+        if (err_len)
+            err[0] = 0; /* not a failure's reason (free_server) */
+    }
     /* A second process of this very server (started twice by a launcher)
      * attached the machine's memory, wrote a snapshot and a new log, and
      * only then found its port taken. Not in the twin: its nodes are one
@@ -2017,6 +2022,9 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
                          s->server_id, mach, s->local_id, why);
             return rc;
         }
+        if (rc > 0)
+            if (err_len)
+                err[0] = 0; /* said once already, for the machine's claim */
     }
     if (!(s->wal = malloc(sizeof(*s->wal))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");

@@ -14,6 +14,16 @@
 /* Yields between two looks at a lock holder's liveness. */
 #define SHARD_LIVE_CHECK_YIELDS 256u
 
+/* The magic with the header's size folded into its free top byte, as the
+ * machine segment's: a process of a build whose header is laid out
+ * otherwise (the lock holders added 32 KiB before the rows) would read
+ * and write rows at the other build's offsets, and is refused instead. */
+uint64_t rkv_shard_magic(void)
+{
+    uint64_t size = sizeof(struct rkv_shard_hdr);
+    return RKV_SHARD_MAGIC | ((size ^ size >> 8 ^ size >> 16) & 0xff) << 56;
+}
+
 void rkv_shard_name(char *buf, size_t len, const char *prefix, uint32_t machine, uint32_t tensor)
 {
     snprintf(buf, len, "/%s-m%u-t%u", prefix, machine, tensor);
@@ -68,8 +78,14 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
         h->row_bytes = row_bytes;
         h->with_state = !!with_state;
         atomic_thread_fence(memory_order_release);
-        h->magic = RKV_SHARD_MAGIC;
-    } else if (h->magic != RKV_SHARD_MAGIC || h->local_rows != local_rows ||
+        h->magic = rkv_shard_magic();
+    } else if ((h->magic & ~(0xffull << 56)) == RKV_SHARD_MAGIC && h->magic != rkv_shard_magic()) {
+        port->ops->shm_unmap(port, addr, total);
+        return rkv_errf(err, err_len, -RKV_EEXIST,
+                        "shard %s was made by another build of rkv (its header is laid out "
+                        "otherwise): run one build on a machine",
+                        name);
+    } else if (h->magic != rkv_shard_magic() || h->local_rows != local_rows ||
                h->row_bytes != row_bytes || h->with_state != (uint64_t) !!with_state) {
         port->ops->shm_unmap(port, addr, total);
         return rkv_errf(err, err_len, -RKV_EEXIST,
@@ -108,7 +124,7 @@ void rkv_shard_retire(struct rkv_port *port, const char *name)
     if (port->ops->shm_map(port, name, sizeof(struct rkv_shard_hdr), 0, &addr) == 0) {
         struct rkv_shard_hdr *h = addr;
         unsigned was = 0;
-        if (h->magic == RKV_SHARD_MAGIC)
+        if ((h->magic & ~(0xffull << 56)) == RKV_SHARD_MAGIC) /* any build's */
             atomic_compare_exchange_strong(&h->closed, &was, RKV_SHARD_MOVED);
         port->ops->shm_unmap(port, addr, sizeof(struct rkv_shard_hdr));
     }
@@ -123,18 +139,28 @@ static uint32_t shard_lock_index(uint64_t local_row)
 /* Takes word i over from a holder that died holding it. The CAS on the
  * holder lets one waiter win, and a holder is recorded only while it
  * holds the word (set after taking it, cleared before letting it go), so
- * a dead process recorded there is one that never let it go. Returns 1
- * when this task now holds the word. */
+ * a dead process recorded there is one that never let it go. The word is
+ * then taken by a CAS from what it held when the holder was read: a
+ * restarted server's reclaim (rkv_shard_reclaim) may have freed it
+ * meanwhile for another to take, which an exchange would have shared.
+ * Returns 1 when this task now holds the word. */
 static int shard_take_over(struct rkv_shard *sh, uint32_t i, unsigned tag, uint64_t self)
 {
     const struct rkv_port_ops *o = sh->port->ops;
     _Atomic uint64_t *holder = &sh->hdr->holders[i];
+    atomic_uint *w = &sh->hdr->locks[i];
+    unsigned was = atomic_load(w);
     uint64_t dead = atomic_load(holder);
-    if (dead == 0 || dead == self || o->proc_alive(sh->port, dead))
+    if (was == 0 || dead == 0 || dead == self || o->proc_alive(sh->port, dead))
         return 0;
     if (!atomic_compare_exchange_strong(holder, &dead, self))
         return 0;
-    unsigned was = atomic_exchange_explicit(&sh->hdr->locks[i], tag, memory_order_acquire);
+    if (!atomic_compare_exchange_strong_explicit(w, &was, tag, memory_order_acquire,
+                                                 memory_order_relaxed)) {
+        uint64_t mine = self; /* not ours after all: the record goes unless another's */
+        atomic_compare_exchange_strong(holder, &mine, 0);
+        return 0;
+    }
     RKV_LOGW(sh->port,
              "shard: took a row lock (tag %u) over from process %llu, which died holding it: "
              "the rows under it may hold part of that process's push",
@@ -183,7 +209,15 @@ uint32_t rkv_shard_reclaim(struct rkv_shard *sh)
         unsigned expect = sh->owner;
         if (atomic_load(&sh->hdr->locks[i]) != expect)
             continue;
-        atomic_store(&sh->hdr->holders[i], 0);
+        /* Through its recorded holder, when there is one: a live one (a
+         * waiter that took the word over, or a new incarnation under the
+         * same tag) keeps it, and a dead one's record goes by CAS, so that
+         * a waiter taking it over at the same time and this cannot both
+         * let it go. */
+        uint64_t h = sh->track ? atomic_load(&sh->hdr->holders[i]) : 0;
+        if (h && (sh->port->ops->proc_alive(sh->port, h) ||
+                  !atomic_compare_exchange_strong(&sh->hdr->holders[i], &h, 0)))
+            continue;
         n += atomic_compare_exchange_strong(&sh->hdr->locks[i], &expect, 0);
     }
     return n;

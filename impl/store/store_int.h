@@ -15,7 +15,9 @@
 #include "store/node.h" /* the composition's entry points (rkv_node_open) */
 #include "store/pbook.h"
 
-#define RKV_SHARD_MAGIC 0x53564b52444853ull /* "SHDRKVS" */
+#define RKV_SHARD_MAGIC 0x53564b52444853ull /* "SHDRKVS"; the top byte: rkv_shard_magic */
+/* What a shard of this build's header layout holds as its magic. */
+uint64_t rkv_shard_magic(void);
 #define RKV_SHARD_CLOSED 1u
 #define RKV_SHARD_MOVED 2u
 /* Row locks are striped: enough stripes that unrelated rows rarely share one,

@@ -1328,7 +1328,8 @@ static void test_durable_dir_one_cluster_at_a_time(void **state)
     struct rkv_server *srv = NULL;
     char err[512] = "";
     assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EEXIST);
-    if (!strstr(err, "rkv-m0.lock is held by a running server of another cluster (rkv cluster ") ||
+    if (!strstr(err, "rkv-m0.lock is held by a running process of another cluster (a server, or a "
+                     "process forked from one: rkv cluster ") ||
         !strstr(err, "two clusters cannot share a durable directory"))
         fail_msg("%s", err);
     /* Not machine 0's files: another machine's claim is its own. */
@@ -1364,6 +1365,51 @@ static void test_durable_dir_one_cluster_at_a_time(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
     rkv_server_destroy(a.srv[0]);
     remove_tree(a.dir);
+}
+
+/* A shard of another build's header layout (the lock holders moved the
+ * rows 32 KiB on) is refused by name, not read and written at this
+ * build's offsets. And a restarted server's reclaim of its predecessor's
+ * row locks leaves a word whose recorded holder lives (a waiter that took
+ * it over, or another incarnation under that tag): freeing it let a third
+ * process in beside it (a reviewer's). A dead holder's word is freed. */
+static void test_shard_layout_and_reclaim(void **state)
+{
+    (void)state;
+    struct rkv_port *port;
+    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
+    char name[96], err[512];
+    snprintf(name, sizeof(name), "/rkvt%d-m0-t1", (int)getpid());
+    struct rkv_shard sh, sh2;
+    assert_int_equal(rkv_shard_map(port, name, 8, 16, 0, 0, 1, &sh, err, sizeof(err)), 0);
+    assert_true(sh.track);
+    uint64_t ok = sh.hdr->magic;
+    sh.hdr->magic = RKV_SHARD_MAGIC; /* the builds' before the layout byte */
+    assert_int_equal(rkv_shard_map(port, name, 8, 16, 0, 0, 0, &sh2, err, sizeof(err)),
+                     -RKV_EEXIST);
+    if (!strstr(err, "was made by another build of rkv (its header is laid out otherwise)"))
+        fail_msg("%s", err);
+    sh.hdr->magic = ok;
+    /* Word of row 3 held under tag 2, its holder this (live) process. */
+    uint32_t i = (uint32_t)(rkv_mix64(3) % RKV_SHARD_LOCKS);
+    atomic_store(&sh.hdr->locks[i], 2);
+    atomic_store(&sh.hdr->holders[i], port->ops->proc_self(port));
+    sh.owner = 2;
+    assert_int_equal(rkv_shard_reclaim(&sh), 0);
+    assert_int_equal(atomic_load(&sh.hdr->locks[i]), 2);
+    /* Its holder dead (a reaped child): freed, and its record with it. */
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    atomic_store(&sh.hdr->holders[i], (uint64_t)child);
+    assert_int_equal(rkv_shard_reclaim(&sh), 1);
+    assert_int_equal(atomic_load(&sh.hdr->locks[i]), 0);
+    assert_int_equal(atomic_load(&sh.hdr->holders[i]), 0);
+    rkv_shard_unmap(&sh);
+    port->ops->shm_unlink(port, name);
+    port->ops->destroy(port);
 }
 
 /* A machine segment made by another build (its header laid out otherwise:
@@ -1875,20 +1921,21 @@ static void test_wal_checkpoint_then_crash(void **state)
     remove_tree(c.dir);
 }
 
-/* A process that dies holding the machine's log lock (it was killed
- * between an append and its apply, holding a client entry and a row lock
- * too): the machine's servers take the lock over, and free those, instead
- * of stalling every push for good. The holder is not reaped
- * until the push went through: a zombie holds nothing either. */
-static void test_dead_lock_holder_taken_over(void **state)
+/* A process that takes locks of machine 1 (hold, in a forked child) and
+ * is killed holding them, before anyone reaps it (a zombie holds nothing
+ * either): a push of row 60 (machine 1's local row 10) must still go
+ * through, and server 1's log say `want`. durable: the cluster's mode. */
+static void dead_holder_case(int durable, void (*hold)(const struct cluster *c), const char *want)
 {
-    (void)state;
     struct cluster c;
-    cluster_config(&c, 1, 0);
+    cluster_config(&c, durable, 0);
+    if (!durable)
+        make_tmpdir(c.dir, sizeof(c.dir)); /* for the log */
     /* A lock held for good fails the push at this timeout. No bound on how
      * soon it goes through: under three suites on two cores the push once
      * took past 4 s (the take-over itself looks every 20 ms). */
     c.cfg.timeout_ms = 30000;
+    c.cfg.log_level = 1;
     char log1[128];
     snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
     pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
@@ -1903,21 +1950,7 @@ static void test_dead_lock_holder_taken_over(void **state)
     pid_t holder = fork();
     assert_true(holder >= 0);
     if (holder == 0) {
-        struct rkv_port *port;
-        struct rkv_mach mc;
-        if (rkv_port_posix_create("holder", 0, 1, &port) < 0 ||
-            rkv_mach_attach(port, c.cfg.shm_prefix, 1, 1, 7, &mc, err, sizeof(err)) < 0)
-            _exit(3);
-        rkv_live_lock(port, &mc.hdr->wal_lock, &mc.hdr->wal_holder, 7);
-        /* ...as a server killed mid-push: client 0's entry and row 60's
-         * (local row 10) row lock held under its tag too. */
-        atomic_store(&mc.hdr->clients[0].lock, 7);
-        struct rkv_shard sh;
-        char name[96];
-        rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
-        if (rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
-            _exit(3);
-        atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 7);
+        hold(&c);
         if (write(ready[1], "+", 1) != 1)
             _exit(3);
         for (;;)
@@ -1933,7 +1966,7 @@ static void test_dead_lock_holder_taken_over(void **state)
     float one[4] = {1, 1, 1, 1};
     assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
     assert_true(pull_row60(cli) == 1.0f);
-    assert_true(file_contains(log1, "took over a lock (tag 7)"));
+    assert_true(file_contains(log1, want));
     assert_int_equal(wait_exit(holder), 128 + SIGKILL);
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
@@ -1942,67 +1975,60 @@ static void test_dead_lock_holder_taken_over(void **state)
     remove_tree(c.dir);
 }
 
+/* As a server killed between a log append and its apply: the log lock,
+ * client 0's entry and row 60's row lock, all under its tag 7. */
+static void hold_as_server(const struct cluster *c)
+{
+    char err[256];
+    struct rkv_port *port;
+    struct rkv_mach mc;
+    struct rkv_shard sh;
+    char name[96];
+    rkv_shard_name(name, sizeof(name), c->cfg.shm_prefix, 1, 1);
+    if (rkv_port_posix_create("holder", 0, 1, &port) < 0 ||
+        rkv_mach_attach(port, c->cfg.shm_prefix, 1, 1, 7, &mc, err, sizeof(err)) < 0 ||
+        rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
+        _exit(3);
+    rkv_live_lock(port, &mc.hdr->wal_lock, &mc.hdr->wal_holder, 7);
+    atomic_store(&mc.hdr->clients[0].lock, 7);
+    atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 7);
+}
+
+/* As a co-located client does (its tag, rkv_shard_lock), frozen inside its
+ * push of row 60. */
+static void hold_as_client(const struct cluster *c)
+{
+    char err[256];
+    struct rkv_port *port;
+    struct rkv_shard sh;
+    char name[96];
+    rkv_shard_name(name, sizeof(name), c->cfg.shm_prefix, 1, 1);
+    if (rkv_port_posix_create("holder", 0, 1, &port) < 0 ||
+        rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
+        _exit(3);
+    sh.owner = RKV_CLIENT_NODE_BASE + 5;
+    rkv_shard_lock(&sh, 10);
+}
+
+/* A process that dies holding the machine's log lock (it was killed
+ * between an append and its apply, holding a client entry and a row lock
+ * too): the machine's servers take the lock over, and free those, instead
+ * of stalling every push for good. */
+static void test_dead_lock_holder_taken_over(void **state)
+{
+    (void)state;
+    dead_holder_case(1, hold_as_server, "took over a lock (tag 7)");
+}
+
 /* A co-located client killed inside a push (an OOM kill) holds its row's
  * lock: the machine's server takes it over instead of spinning on it for
  * ever, which held every later request to that server (and the server's
  * own exit) until it was killed. Not durable: a client then applies its
- * machine's rows itself. The holder is not reaped until the push went
- * through: a zombie holds nothing either. */
+ * machine's rows itself. */
 static void test_dead_client_row_lock_taken_over(void **state)
 {
     (void)state;
-    struct cluster c;
-    cluster_config(&c, 0, 0);
-    c.cfg.timeout_ms = 30000; /* a lock held for good fails the push at this */
-    make_tmpdir(c.dir, sizeof(c.dir));
-    char log1[128];
-    snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
-    c.cfg.log_level = 1;
-    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, 0, log1);
-    struct rkv_client *cli;
-    char err[256];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t holder = fork();
-    assert_true(holder >= 0);
-    if (holder == 0) {
-        /* As a co-located client does (its tag, rkv_shard_lock), frozen
-         * inside the push of row 60 (machine 1's local row 10). */
-        struct rkv_port *port;
-        struct rkv_shard sh;
-        char name[96];
-        rkv_shard_name(name, sizeof(name), c.cfg.shm_prefix, 1, 1);
-        if (rkv_port_posix_create("holder", 0, 1, &port) < 0 ||
-            rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
-            _exit(3);
-        sh.owner = RKV_CLIENT_NODE_BASE + 5;
-        rkv_shard_lock(&sh, 10);
-        if (write(ready[1], "+", 1) != 1)
-            _exit(3);
-        for (;;)
-            pause();
-    }
-    child_add(holder);
-    char b;
-    assert_int_equal(read(ready[0], &b, 1), 1);
-    close(ready[0]);
-    close(ready[1]);
-    assert_int_equal(kill(holder, SIGKILL), 0);
-    uint64_t id = 60;
-    float one[4] = {1, 1, 1, 1};
-    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
-    assert_true(pull_row60(cli) == 1.0f);
-    assert_true(file_contains(log1, "took a row lock (tag 65541) over from process"));
-    assert_int_equal(wait_exit(holder), 128 + SIGKILL);
-    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
-    rkv_client_destroy(cli);
-    assert_int_equal(wait_exit(s0), 0);
-    assert_int_equal(wait_exit(s1), 0);
-    remove_tree(c.dir);
+    dead_holder_case(0, hold_as_client, "took a row lock (tag 65541) over from process");
 }
 
 /* ---- a custom op in the log ---- */
@@ -2364,6 +2390,39 @@ static void test_ids_used_up_durable_hint(void **state)
     rkv_client_destroy(a);
     rkv_server_destroy(c.srv[1]);
     rkv_server_destroy(c.srv[0]);
+    remove_tree(c.dir);
+}
+
+/* A fresh directory, two servers on machine 0, the second one first (a
+ * launcher starts them together): server 0 shares the claim server 1
+ * made, and that is no sign that the machine ran there before; it warned
+ * that its rows might be lost (a reviewer's). */
+static void test_fresh_directory_no_lost_rows_warning(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.machines[0].servers = 2;
+    c.cfg.n_machines = 1; /* machine 1's port is machine 0's second one */
+    c.cfg.log_level = 1;
+    char log0[600];
+    snprintf(log0, sizeof(log0), "%s/s0.log", c.dir);
+    struct rkv_config cfg = c.cfg;
+    struct rkv_server *second = NULL, *first = NULL;
+    char err[512];
+    FILE *saved = fdopen(dup(2), "w");
+    assert_non_null(freopen(log0, "w", stderr));
+    int rc1 = rkv_server_create(&cfg, 1, &second, err, sizeof(err));
+    int rc0 = rc1 < 0 ? rc1 : rkv_server_create(&cfg, 0, &first, err, sizeof(err));
+    fflush(stderr);
+    assert_int_equal(dup2(fileno(saved), 2), 2);
+    fclose(saved);
+    if (rc0 < 0)
+        fail_msg("%s", err);
+    rkv_server_destroy(first);
+    rkv_server_destroy(second);
+    if (file_contains(log0, "ran in"))
+        fail_msg("a fresh directory read as one this machine ran in before");
     remove_tree(c.dir);
 }
 
@@ -3063,6 +3122,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_record_past_end_not_replayed_later, reap_children),
         cmocka_unit_test_teardown(test_wal_empty_log_file_after_records, reap_children),
         cmocka_unit_test(test_machine_segment_of_another_build_refused),
+        cmocka_unit_test(test_shard_layout_and_reclaim),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
         cmocka_unit_test(test_wal_prewrite_too_large_refused),
@@ -3086,6 +3146,7 @@ int main(void)
         cmocka_unit_test_teardown(test_lost_files_said, reap_children),
         cmocka_unit_test(test_prewrite_on_a_full_disk_leaves_nothing),
         cmocka_unit_test(test_ids_used_up_durable_hint),
+        cmocka_unit_test(test_fresh_directory_no_lost_rows_warning),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),

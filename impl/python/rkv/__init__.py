@@ -1601,7 +1601,8 @@ class Client:
         init: "zeros", "uniform" (seeded by seed, default 0; floats in
         [-1, 1), integers floor(1000 u) for such a u), or a function
         (shape, dtype) -> values (dtype as given: a torch dtype stays one, as
-        DGL's init functions take it; else numpy's) that this client then
+        DGL's init functions take it, and the function is called again with
+        numpy's if it raises TypeError; else numpy's) that this client then
         assigns to every row when the call creates the tensor (an existing one
         keeps its rows, as with the others; call it from one client, then
         barrier); a seed
@@ -1675,10 +1676,18 @@ class Client:
             # raised or gave the wrong count or type left a tensor of zeros
             # behind, which a corrected retry then met as already there.
             # DGL's init functions take the framework's dtype: one given as a
-            # torch dtype reaches the function as that (torch.zeros(shape,
-            # dtype=np.float32) is a TypeError), others as numpy's.
-            values = _as_numpy(fill(shape, dtype if _is_torch_dtype(dtype) else dt),
-                               values=True, what="init function")
+            # torch dtype reaches the function as that first (torch.zeros(shape,
+            # dtype=np.float32) is a TypeError), and as numpy's if the function
+            # refuses it with a TypeError (np.full(shape, v, torch.float32) is
+            # one: numpy init functions worked with torch dtypes before).
+            if _is_torch_dtype(dtype):
+                try:
+                    made = fill(shape, dtype)
+                except TypeError:
+                    made = fill(shape, dt)
+            else:
+                made = fill(shape, dt)
+            values = _as_numpy(made, values=True, what="init function")
             if values.size != shape[0] * d.row_len:
                 _fail(-EDTYPE, "init function: %d values for shape %s"
                       % (values.size, shape))

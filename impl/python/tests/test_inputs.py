@@ -431,6 +431,9 @@ def test_torch_tensors_of_mixed_precision_and_without_data(client):
     client.init_data("dglf", (4, 2), torch.float32,
                      init=lambda shape, dt: torch.full(shape, 2.0, dtype=dt))
     assert client.pull("dglf", [0, 3]).tolist() == [[2.0, 2.0], [2.0, 2.0]]
+    # A numpy init function given a torch dtype still works (numpy's dtype on retry).
+    client.init_data("npf", (4, 2), torch.float32, init=lambda shape, dt: np.full(shape, 0.5, dt))
+    assert client.pull("npf", [1]).tolist() == [[0.5, 0.5]]
     # Negated views are values too (numpy() refused them): pushed resolved.
     client.push("m", [2], torch.tensor([[1.0, 2.0, 3.0]])._neg_view(), op="assign")
     assert client.pull("m", [2]).tolist() == [[-1.0, -2.0, -3.0]]
