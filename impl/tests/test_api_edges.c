@@ -2311,6 +2311,38 @@ static void test_deregister_under_async_push(void **state)
     cluster_stop(&c);
 }
 
+/* Until every thread of process pid is stopped (SIGSTOP is sent, not yet
+ * taken, when kill returns). */
+static void wait_stopped(pid_t pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    for (int tries = 0; tries < 10000; tries++) {
+        DIR *d = opendir(dir);
+        assert_non_null(d);
+        int running = 0;
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (e->d_name[0] == '.')
+                continue;
+            char path[400], buf[256];
+            snprintf(path, sizeof(path), "%s/%s/stat", dir, e->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f)
+                continue;
+            size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            const char *st = strrchr(buf, ')');
+            running += st && st[1] == ' ' && st[2] != 'T' && st[2] != 't';
+        }
+        closedir(d);
+        if (!running)
+            return;
+        usleep(1000);
+    }
+    fail_msg("process %d did not stop", (int)pid);
+}
+
 /* Pushes in flight are bounded (RKV_MAX_ASYNC_REQS requests unanswered):
  * a caller issuing faster than the servers answer is held back. Without
  * the bound 100,000 of them queued 4 KB each in the client until its
@@ -2339,6 +2371,7 @@ static void test_async_pushes_bounded(void **state)
     struct rkv_pending *in_place = NULL;
     assert_int_equal(rkv_client_push_async(cli, "t", &local, 1, one, RKV_OP_SUM, 0, &in_place), 0);
     assert_int_equal(kill(child, SIGSTOP), 0);
+    wait_stopped(child);
     int i = 0;
     for (; i < (int)RKV_MAX_ASYNC_REQS; i++)
         if (rkv_client_push_async(cli, "t", &remote, 1, one, RKV_OP_SUM, 0, &ps[i]) < 0)
