@@ -601,17 +601,31 @@ static uint64_t posix_proc_self(struct rkv_port *p)
     return id;
 }
 
-/* Threads of process pid (its /proc/PID/task entries), 0 if unknown. */
-static int posix_proc_threads(pid_t pid)
+/* Threads of process pid that run (their state in /proc/PID/task/TID/stat
+ * is neither Z nor X), 0 if unknown: a process that is exiting shows its
+ * other threads for a moment as they end. */
+static int posix_proc_live_threads(pid_t pid)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
     if (!d)
         return 0;
     int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;)
-        n += e->d_name[0] != '.';
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[64 + sizeof(e->d_name) + 8], buf[256];
+        snprintf(path, sizeof(path), "%s/%s/stat", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[len] = 0;
+        const char *st = strrchr(buf, ')');
+        n += st && st[1] == ' ' && st[2] && st[2] != 'Z' && st[2] != 'X';
+    }
     closedir(d);
     return n;
 }
@@ -634,7 +648,7 @@ static int posix_proc_alive(struct rkv_port *p, uint64_t id)
         return 1; /* no /proc: kill() said it exists */
     if (start != 0 && start != now_start)
         return 0;
-    if (state == 'Z' && posix_proc_threads(pid) > 1)
+    if (state == 'Z' && posix_proc_live_threads(pid) > 0)
         return 1; /* its main thread ended (pthread_exit), its others run: /proc says 'Z' */
     return state != 'Z' && state != 'X';
 }
