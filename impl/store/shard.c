@@ -168,12 +168,22 @@ static int shard_take_over(struct rkv_shard *sh, uint32_t i, unsigned tag, uint6
     return 1;
 }
 
+/* Whether sh's own holds are recorded: a co-located client's (or an
+ * untagged holder's). A server's are not: its death is its restart's to
+ * clean up (rkv_shard_reclaim by its tag), and servers take most row
+ * locks: recording theirs wrote a holder page per shard that the twin's
+ * 65,536 nodes paid 417 MiB for. Any waiter may take a dead client's. */
+static int shard_records(const struct rkv_shard *sh)
+{
+    return sh->track && (sh->owner == 0 || sh->owner >= RKV_CLIENT_NODE_BASE);
+}
+
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
 {
     uint32_t i = shard_lock_index(local_row);
     atomic_uint *w = &sh->hdr->locks[i];
     unsigned tag = sh->owner ? sh->owner : ~0u;
-    uint64_t self = sh->track ? sh->port->ops->proc_self(sh->port) : 0;
+    uint64_t self = shard_records(sh) ? sh->port->ops->proc_self(sh->port) : 0;
     for (unsigned spins = 0, yields = 0;; spins++) {
         unsigned expect = 0;
         if (atomic_compare_exchange_weak_explicit(w, &expect, tag, memory_order_acquire,
@@ -186,9 +196,10 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
             sh->port->ops->yield(sh->port);
             spins = 0;
             /* A look at the holder reads /proc: rarely, and only once the
-             * holder has had far longer than a row's copy. */
-            if (self && ++yields % SHARD_LIVE_CHECK_YIELDS == 0 &&
-                shard_take_over(sh, i, tag, self))
+             * holder has had far longer than a row's copy. A server takes a
+             * word over under its own process (cleared at its unlock). */
+            if (sh->track && ++yields % SHARD_LIVE_CHECK_YIELDS == 0 &&
+                shard_take_over(sh, i, tag, self ? self : sh->port->ops->proc_self(sh->port)))
                 return;
         }
     }
@@ -197,7 +208,10 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
 {
     uint32_t i = shard_lock_index(local_row);
-    if (sh->track) /* before the word: a holder recorded is one that holds it */
+    /* Before the word: a holder recorded is one that holds it. Read first,
+     * so that a server, which records nothing, writes the holder's page
+     * only after a take-over (an untouched page read stays unallocated). */
+    if (sh->track && atomic_load_explicit(&sh->hdr->holders[i], memory_order_relaxed))
         atomic_store_explicit(&sh->hdr->holders[i], 0, memory_order_relaxed);
     atomic_store_explicit(&sh->hdr->locks[i], 0, memory_order_release);
 }
