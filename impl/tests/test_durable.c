@@ -2260,6 +2260,23 @@ static void test_corrupt_coord_record_refused(void **state)
     unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
 }
 
+/* stderr, where a server in this process logs, into path until
+ * stderr_restore(saved). */
+static FILE *stderr_to(const char *path)
+{
+    FILE *saved = fdopen(dup(2), "w");
+    assert_non_null(saved);
+    assert_non_null(freopen(path, "w", stderr));
+    return saved;
+}
+
+static void stderr_restore(FILE *saved)
+{
+    fflush(stderr);
+    assert_int_equal(dup2(fileno(saved), 2), 2);
+    fclose(saved);
+}
+
 /* Files removed by hand, from outside: server 0's coordination record
  * gone beside a snapshot with tensors (clients made them, so it held their
  * ids) is refused by name; it read "no client ids were handed out before
@@ -2303,12 +2320,9 @@ static void test_lost_files_said(void **state)
     snprintf(log1, sizeof(log1), "%s/s1.log", c.dir);
     cfg.machine_id = 1;
     cfg.log_level = 1;
-    FILE *saved = fdopen(dup(2), "w");
-    assert_non_null(freopen(log1, "w", stderr));
+    FILE *saved = stderr_to(log1);
     int rc = rkv_server_create(&cfg, 0, &srv, err, sizeof(err));
-    fflush(stderr);
-    assert_int_equal(dup2(fileno(saved), 2), 2);
-    fclose(saved);
+    stderr_restore(saved);
     if (rc < 0)
         fail_msg("%s", err);
     rkv_server_destroy(srv);
@@ -2410,13 +2424,10 @@ static void test_fresh_directory_no_lost_rows_warning(void **state)
     struct rkv_config cfg = c.cfg;
     struct rkv_server *second = NULL, *first = NULL;
     char err[512];
-    FILE *saved = fdopen(dup(2), "w");
-    assert_non_null(freopen(log0, "w", stderr));
+    FILE *saved = stderr_to(log0);
     int rc1 = rkv_server_create(&cfg, 1, &second, err, sizeof(err));
     int rc0 = rc1 < 0 ? rc1 : rkv_server_create(&cfg, 0, &first, err, sizeof(err));
-    fflush(stderr);
-    assert_int_equal(dup2(fileno(saved), 2), 2);
-    fclose(saved);
+    stderr_restore(saved);
     if (rc0 < 0)
         fail_msg("%s", err);
     rkv_server_destroy(first);

@@ -242,6 +242,20 @@ static void test_sleep_and_clock(void **state)
 
 /* ---- shm ---- */
 
+/* The state letter /proc/PID/stat gives process pid ('Z' a zombie). */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *st = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    return st && st[1] == ' ' ? st[2] : 0;
+}
+
 /* Process liveness, which durable locks and the machine segment's maker
  * rely on: this process is alive; a child that ended is not, reaped or a
  * zombie; and an id whose pid is alive but whose start time is another's
@@ -273,18 +287,8 @@ static void test_proc_alive(void **state)
     close(ready[1]);
     assert_int_equal(id & ((1u << 22) - 1), (uint64_t)child);
     assert_true(id != self);
-    for (int i = 0; i < 10000; i++) { /* exited, not reaped: a zombie */
-        char path[64], buf[256];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)child);
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        if (strstr(buf, ") Z "))
-            break;
+    for (int i = 0; i < 10000 && proc_state(child) != 'Z'; i++) /* exited, not reaped */
         usleep(1000);
-    }
     /* Its main thread shows Z while its other threads (ThreadSanitizer's
      * own) still end, and a process with threads that run lives: dead once
      * they have ended. */
@@ -334,19 +338,9 @@ static void test_proc_alive_without_its_main_thread(void **state)
     assert_int_equal(read(ready[0], &id, sizeof(id)), sizeof(id));
     close(ready[0]);
     close(ready[1]);
-    int zombie_main = 0;
-    for (int i = 0; i < 5000 && !zombie_main; i++) { /* until its main thread is gone */
-        char path[64], buf[256];
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)child);
-        FILE *f = fopen(path, "r");
-        assert_non_null(f);
-        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        zombie_main = strstr(buf, ") Z ") != NULL;
-        if (!zombie_main)
-            usleep(1000);
-    }
+    int zombie_main = 0; /* until its main thread is gone */
+    for (int i = 0; i < 5000 && !(zombie_main = proc_state(child) == 'Z'); i++)
+        usleep(1000);
     int alive = p->ops->proc_alive(p, id);
     /* Ended before any assertion: a failed one left it pausing for ever. */
     assert_int_equal(kill(child, SIGKILL), 0);
