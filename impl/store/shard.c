@@ -197,10 +197,14 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
             spins = 0;
             /* A look at the holder reads /proc: rarely, and only once the
              * holder has had far longer than a row's copy. A server takes a
-             * word over under its own process (cleared at its unlock). */
+             * word over under its own process, then holds it unrecorded as
+             * it holds any other. */
             if (sh->track && ++yields % SHARD_LIVE_CHECK_YIELDS == 0 &&
-                shard_take_over(sh, i, tag, self ? self : sh->port->ops->proc_self(sh->port)))
+                shard_take_over(sh, i, tag, self ? self : sh->port->ops->proc_self(sh->port))) {
+                if (!self)
+                    atomic_store_explicit(&sh->hdr->holders[i], 0, memory_order_relaxed);
                 return;
+            }
         }
     }
 }
@@ -208,10 +212,10 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
 {
     uint32_t i = shard_lock_index(local_row);
-    /* Before the word: a holder recorded is one that holds it. Read first,
-     * so that a server, which records nothing, writes the holder's page
-     * only after a take-over (an untouched page read stays unallocated). */
-    if (sh->track && atomic_load_explicit(&sh->hdr->holders[i], memory_order_relaxed))
+    /* Before the word: a holder recorded is one that holds it. A server
+     * records nothing (not even after a take-over), so its unlock touches
+     * no holder's line. */
+    if (shard_records(sh))
         atomic_store_explicit(&sh->hdr->holders[i], 0, memory_order_relaxed);
     atomic_store_explicit(&sh->hdr->locks[i], 0, memory_order_release);
 }
