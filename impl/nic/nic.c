@@ -51,6 +51,11 @@ int rkv_nic_in_process(const struct rkv_nic *nic)
     return nic_innermost(nic)->ops->in_process;
 }
 
+int rkv_nic_grants(const struct rkv_nic *nic)
+{
+    return nic_innermost(nic)->ops->mr_grant != NULL;
+}
+
 int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path, char *err, size_t err_len)
 {
     FILE *f = fopen(path, "rb");

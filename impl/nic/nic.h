@@ -276,6 +276,9 @@ int rkv_nic_open_to_strangers(const struct rkv_nic *nic);
  * network), through decorators: their own ops say nothing of it (a fault
  * decorator in the twin read as a real network). */
 int rkv_nic_in_process(const struct rkv_nic *nic);
+/* Whether the transport under any decorators has per-peer grants (mr_grant):
+ * a decorator forwards them, and has the op whether the NIC it wraps does. */
+int rkv_nic_grants(const struct rkv_nic *nic);
 /* MAC over label || a || b with the NIC's key. */
 void rkv_nic_auth_mac(const struct rkv_nic *nic, const char *label, const uint8_t *a, size_t a_len,
                       const uint8_t *b, size_t b_len, uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);

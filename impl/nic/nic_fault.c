@@ -17,7 +17,7 @@
 #include "port/port.h"
 #include "util/util.h"
 
-#define FLT_MAX_FAULTS 16
+#define FLT_MAX_FAULTS RKV_NIC_FAULTS_MAX
 #define FLT_IDLE_NS 1000000000ull
 
 enum flt_post { FLT_SEND = 1, FLT_WRITE = 2 };
@@ -46,6 +46,10 @@ struct flt_qp {
     uint32_t in_held;  /* completions of this QP in the held list */
     int posting;       /* tasks posting on inner right now */
     int in_broken;     /* a reply path broke: swallow what follows */
+    /* The wrapped QP reported its connection gone: a post fails now, as on
+     * the NIC itself, instead of being held and flushed later (a held post
+     * returned 0 after the break: test_grant_is_per_peer, fault(tcp)). */
+    int down;
 };
 
 struct flt_in {
@@ -98,17 +102,20 @@ static uint64_t flt_decide(struct flt_nic *n, uint64_t now)
             while (lost <= RKV_FAULT_RETRY_MAX && rkv_rng_double(&n->rng) < f->fraction)
                 lost++;
             n->st.dropped += lost;
+            n->st.acted[i] += lost > 0;
             if (lost > RKV_FAULT_RETRY_MAX)
                 return UINT64_MAX;
             extra += lost * f->delay_ns;
         } else if (f->kind == RKV_FAULT_DELAY) {
             if (rkv_rng_double(&n->rng) < f->fraction) {
                 n->st.delayed++;
+                n->st.acted[i]++;
                 extra += f->delay_ns;
             }
         } else {
             /* The first retransmission at or after the end of the window;
              * a link down for good breaks the connection. */
+            n->st.acted[i]++;
             if (f->end_ns == UINT64_MAX) {
                 n->st.held_down++;
                 return UINT64_MAX;
@@ -225,6 +232,10 @@ static int flt_post(struct flt_qp *q, const struct flt_out *tmpl)
 {
     struct flt_nic *n = q->n;
     flt_lock(n);
+    if (q->down) {
+        flt_unlock(n);
+        return -RKV_EPEERDEAD;
+    }
     uint64_t now = flt_now(n), extra = flt_decide(n, now);
     if (extra == UINT64_MAX) {
         /* The failed post makes the engine close the QP, so the peer sees the
@@ -380,6 +391,7 @@ static int flt_filter_in(struct flt_nic *n, struct rkv_wc *wc, uint64_t now)
     if (extra == UINT64_MAX) {
         n->st.broken++;
         q->in_broken = 1;
+        q->down = 1;
         wc->opcode = RKV_WC_DISCONNECTED;
         wc->status = RKV_WC_FLUSH_ERR;
         RKV_LOGW(n->base.port, "fault nic: %u retransmissions lost, connection broken",
@@ -408,6 +420,8 @@ static int flt_translate(struct flt_nic *n, struct rkv_wc *wc)
     }
     if (!q)
         return 0;
+    if (wc->opcode == RKV_WC_DISCONNECTED)
+        q->down = 1;
     wc->qp = (struct rkv_qp *)q;
     return 1;
 }
@@ -541,6 +555,23 @@ static void flt_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
     n->inner->ops->dereg_mr(n->inner, mr);
 }
 
+/* Grants are the wrapped NIC's, on its QP (rkv_nic_grants tells whether it
+ * has them). */
+static int flt_mr_grant(struct rkv_qp *qp, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p)
+{
+    struct flt_qp *q = (struct flt_qp *)qp;
+    struct rkv_nic *in = q->n->inner;
+    if (!in->ops->mr_grant)
+        return -RKV_EINVAL;
+    return in->ops->mr_grant(q->inner, mr, rkey_p, grant_p);
+}
+
+static void flt_mr_revoke(struct rkv_nic *nic, void *grant)
+{
+    struct flt_nic *n = (struct flt_nic *)nic;
+    n->inner->ops->mr_revoke(n->inner, grant);
+}
+
 static int flt_local_addr(struct rkv_nic *nic, const char *peer_host, uint16_t peer_port, char *buf,
                           size_t len)
 {
@@ -576,6 +607,8 @@ static const struct rkv_nic_ops flt_ops = {
     .connect = flt_connect,
     .reg_mr = flt_reg_mr,
     .dereg_mr = flt_dereg_mr,
+    .mr_grant = flt_mr_grant,
+    .mr_revoke = flt_mr_revoke,
     .post_send = flt_post_send,
     .post_recv = flt_post_recv,
     .post_write = flt_post_write,

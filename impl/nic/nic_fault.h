@@ -28,6 +28,8 @@
 #include "nic/nic.h"
 
 #define RKV_FAULT_RETRY_MAX 7
+/* Faults one wrapper takes. */
+#define RKV_NIC_FAULTS_MAX 16
 
 enum rkv_fault_kind { RKV_FAULT_DROP = 1, RKV_FAULT_DELAY = 2, RKV_FAULT_LINK_DOWN = 3 };
 
@@ -50,6 +52,11 @@ struct rkv_nic_fault_stats {
     /* Posts held back right now: neither handed to the inner NIC yet nor
      * dropped by qp_close. Each still reads its local buffer when it goes. */
     uint64_t queued;
+    /* Per fault, in the order given to the wrapper: the messages it acted
+     * on (lost a transmission of, delayed, held). Whether each fault fired
+     * is its own count: a node's totals had a second window that opened
+     * after the run ended reported as fired (an outside tester). */
+    uint64_t acted[RKV_NIC_FAULTS_MAX];
 };
 
 /* Wraps `inner` (which the wrapper then owns: closing it closes inner). The

@@ -186,9 +186,10 @@ struct tcp_rx {
     int stalled;        /* RNR: waiting for a post_recv, EPOLLIN dropped */
     struct tcp_frame f; /* the accepted header */
     uint8_t *dst;
-    /* A WRITE's region, as found at its header: checked again under mr_mu
-     * before each read into it (rx_read_payload). */
-    const struct rkv_mr *mr;
+    /* A WRITE's region, by its serial (struct tcp_mr; 0: not a WRITE), as
+     * found at its header: checked again under mr_mu before each read into
+     * it (rx_read_payload). */
+    uint64_t mr_serial;
     size_t got;           /* payload bytes landed */
     struct tcp_recv recv; /* the receive this frame consumes (SEND, WRITE_IMM) */
     int hello_done;       /* the connection hello was checked (accepted side) */
@@ -275,6 +276,7 @@ struct tcp_nic {
     struct rkv_mr **mrs; /* slot -> MR; slot = lkey - 1 */
     uint32_t mr_cap, mr_hint;
     uint32_t rkey_secret;
+    uint64_t mr_serial; /* mr_mu: the last region's (struct tcp_mr) */
     struct rkv_rng rng; /* mr_mu: rkey randomness */
     /* Rx owner: log rate limits, and what they counted. */
     uint64_t refused; /* connections refused in the hello */
@@ -589,8 +591,32 @@ static int mr_slot_alloc(struct tcp_nic *n, uint32_t *slot_p)
     return 0;
 }
 
+/* A region as this NIC keeps it: what the user sees, and what only the NIC
+ * knows. */
+struct tcp_mr {
+    struct rkv_mr mr;
+    /* Never reused: a region registered where another was, even at the same
+     * address and under the same rkey (12 bits of salt come back after a few
+     * thousand registrations), is another region to a WRITE begun in the
+     * first (rx_read_payload). */
+    uint64_t serial;
+    /* mr_grant: the one connection that may write, under grant_rkey (0:
+     * none). A peer that learned or guessed a slot's rkey could write
+     * another peer's slot while TCP had no such grants (outside tester: a
+     * victim's acknowledged ASSIGN applied the attacker's rows). */
+    const struct tcp_qp *grantee;
+    uint32_t grant_rkey;
+};
+
+static struct tcp_mr *tcp_mr_of(const struct rkv_mr *mr)
+{
+    return (struct tcp_mr *)(void *)((char *)mr - offsetof(struct tcp_mr, mr));
+}
+
 /* An rkey names its slot, so lookups are O(1), but random salt bits and the
- * per-NIC secret keep a peer from guessing a live key from another one. */
+ * per-NIC secret (from the OS, tcp_open) keep a peer from guessing a live
+ * key from another one; a slot's key is also bound to its peer's
+ * connection (mr_grant), so a guess gains nothing. */
 static uint32_t mr_make_rkey(struct tcp_nic *n, uint32_t slot)
 {
     assert(slot < TCP_MR_MAX);
@@ -602,32 +628,57 @@ static uint32_t mr_make_rkey(struct tcp_nic *n, uint32_t slot)
     }
 }
 
-/* mr_mu held. */
+/* mr_mu held. The region rkey names, under its own key or its grant's. */
 static const struct rkv_mr *mr_find(const struct tcp_nic *n, uint32_t rkey)
 {
     uint32_t slot = (rkey ^ n->rkey_secret) & (TCP_MR_MAX - 1);
-    if (slot >= n->mr_cap || !n->mrs[slot] || n->mrs[slot]->rkey != rkey)
+    if (rkey == 0 || slot >= n->mr_cap || !n->mrs[slot])
         return NULL;
-    return n->mrs[slot];
+    const struct rkv_mr *mr = n->mrs[slot];
+    return mr->rkey == rkey || tcp_mr_of(mr)->grant_rkey == rkey ? mr : NULL;
+}
+
+/* mr_mu held. Where a WRITE of f on qp lands, or why it may not. A region
+ * granted to a connection takes writes under the grant's key from that
+ * connection alone; its own key opens nothing (RKV_ACCESS_REMOTE_GRANT). */
+static int mr_check(const struct tcp_nic *n, const struct tcp_qp *qp, const struct tcp_frame *f,
+                    const struct rkv_mr **mr_p, uint8_t **dst_p, char *why, size_t why_len)
+{
+    const struct rkv_mr *mr = mr_find(n, f->rkey);
+    *mr_p = mr;
+    if (!mr || tcp_mr_of(mr)->grant_rkey != f->rkey)
+        return rkv_nic_write_target(mr, f->rkey, f->remote_addr, f->len, dst_p, why, why_len);
+    if (tcp_mr_of(mr)->grantee != qp)
+        return rkv_errf(why, why_len, -RKV_EACCESS,
+                        "remote access error: write under rkey 0x%08x, which was granted to "
+                        "another connection",
+                        f->rkey);
+    uint64_t base = (uintptr_t)mr->addr;
+    if (!rkv_nic_range_ok(base, mr->len, f->remote_addr, f->len))
+        return rkv_errf(why, why_len, -RKV_EACCESS,
+                        "write of %u bytes at 0x%llx falls outside rkey 0x%08x [0x%llx, +%zu)",
+                        f->len, (unsigned long long)f->remote_addr, f->rkey,
+                        (unsigned long long)base, mr->len);
+    *dst_p = (uint8_t *)mr->addr + (f->remote_addr - base);
+    return 0;
 }
 
 /* Resolves where a WRITE lands, inside a region registered for remote writes.
  * The region may go before the payload has come: a peer's own slot is
- * retired only after its writes (one connection, in order), but an rkey
- * is good on every connection of this NIC, and a hostile peer that held a
- * WRITE's payload back while another connection of its retired the slot
- * had the rest written into freed memory (heap corruption, SIGSEGV). So
- * the payload is read under mr_mu, the region checked again each time
- * (rx_read_payload). */
-static int mr_target(struct tcp_nic *n, const struct tcp_frame *f, uint8_t **dst_p,
-                     const struct rkv_mr **mr_p, char *why, size_t why_len)
+ * retired only after its writes (one connection, in order), but a hostile
+ * peer that held a WRITE's payload back while another connection of its
+ * retired the slot had the rest written into freed memory (heap
+ * corruption, SIGSEGV). So the payload is read under mr_mu, the region
+ * checked again each time, by its serial (rx_read_payload). */
+static int mr_target(struct tcp_nic *n, const struct tcp_qp *qp, const struct tcp_frame *f,
+                     uint8_t **dst_p, uint64_t *serial_p, char *why, size_t why_len)
 {
     struct rkv_port *port = n->base.port;
     port->ops->mutex_lock(n->mr_mu);
-    const struct rkv_mr *mr = mr_find(n, f->rkey);
-    int rc = rkv_nic_write_target(mr, f->rkey, f->remote_addr, f->len, dst_p, why, why_len);
+    const struct rkv_mr *mr;
+    int rc = mr_check(n, qp, f, &mr, dst_p, why, why_len);
+    *serial_p = rc == 0 ? tcp_mr_of(mr)->serial : 0;
     port->ops->mutex_unlock(n->mr_mu);
-    *mr_p = mr;
     return rc;
 }
 
@@ -635,33 +686,76 @@ static int tcp_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, s
 {
     struct tcp_nic *n = tcp_nic_of(nic);
     struct rkv_port *port = n->base.port;
-    if ((!addr && len) || (access & ~RKV_ACCESS_REMOTE_WRITE) || !mr_p ||
-        (uintptr_t)addr + len < (uintptr_t)addr)
+    if ((!addr && len) ||
+        (access != RKV_ACCESS_LOCAL && access != RKV_ACCESS_REMOTE_WRITE &&
+         access != RKV_ACCESS_REMOTE_GRANT) ||
+        !mr_p || (uintptr_t)addr + len < (uintptr_t)addr)
         return -RKV_EINVAL;
-    struct rkv_mr *mr = calloc(1, sizeof(*mr));
-    if (!mr)
+    struct tcp_mr *tm = calloc(1, sizeof(*tm));
+    if (!tm)
         return -RKV_ENOMEM;
     uint32_t slot;
     port->ops->mutex_lock(n->mr_mu);
     int rc = mr_slot_alloc(n, &slot);
     if (rc == 0) {
-        *mr = (struct rkv_mr){.addr = addr,
-                              .len = len,
-                              .lkey = slot + 1,
-                              .rkey = mr_make_rkey(n, slot),
-                              .access = access,
-                              .nic = &n->base,
-                              .impl = n};
-        n->mrs[slot] = mr;
+        tm->mr = (struct rkv_mr){.addr = addr,
+                                 .len = len,
+                                 .lkey = slot + 1,
+                                 .rkey = mr_make_rkey(n, slot),
+                                 .access = access,
+                                 .nic = &n->base,
+                                 .impl = n};
+        tm->serial = ++n->mr_serial;
+        n->mrs[slot] = &tm->mr;
     }
     port->ops->mutex_unlock(n->mr_mu);
     if (rc < 0) {
         RKV_LOGW(port, "nic tcp: cannot register %zu bytes: %s", len, rkv_strerror(rc));
-        free(mr);
+        free(tm);
         return rc;
     }
-    *mr_p = mr;
+    *mr_p = &tm->mr;
     return 0;
+}
+
+/* One grant per region (the engine's slot is one peer's): a second is
+ * -RKV_EINUSE until the first is revoked. */
+static int tcp_mr_grant(struct rkv_qp *q, struct rkv_mr *mr, uint32_t *rkey_p, void **grant_p)
+{
+    struct tcp_qp *qp = tcp_qp_of(q);
+    struct tcp_nic *n = qp->nic;
+    if (!mr || mr->impl != n || !rkey_p || !grant_p || mr->access != RKV_ACCESS_REMOTE_GRANT)
+        return -RKV_EINVAL;
+    struct tcp_mr *tm = tcp_mr_of(mr);
+    int rc = 0;
+    n->base.port->ops->mutex_lock(n->mr_mu);
+    if (tm->grant_rkey) {
+        rc = -RKV_EINUSE;
+    } else {
+        uint32_t key;
+        do
+            key = mr_make_rkey(n, mr->lkey - 1);
+        while (key == mr->rkey);
+        tm->grant_rkey = key;
+        tm->grantee = qp;
+        *rkey_p = key;
+        *grant_p = tm;
+    }
+    n->base.port->ops->mutex_unlock(n->mr_mu);
+    return rc;
+}
+
+static void tcp_mr_revoke(struct rkv_nic *nic, void *grant)
+{
+    struct tcp_nic *n = tcp_nic_of(nic);
+    struct tcp_mr *tm = grant;
+    if (!tm)
+        return;
+    assert(tm->mr.impl == n);
+    n->base.port->ops->mutex_lock(n->mr_mu);
+    tm->grant_rkey = 0;
+    tm->grantee = NULL;
+    n->base.port->ops->mutex_unlock(n->mr_mu);
 }
 
 static void tcp_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
@@ -677,7 +771,7 @@ static void tcp_dereg_mr(struct rkv_nic *nic, struct rkv_mr *mr)
     if (slot < n->mr_hint)
         n->mr_hint = slot;
     n->base.port->ops->mutex_unlock(n->mr_mu);
-    free(mr);
+    free(tcp_mr_of(mr));
 }
 
 /* ---- receive state machine (rx owner) ---- */
@@ -715,9 +809,9 @@ static int rx_begin_frame(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_
     if (frame_decode(rx->hdr, &rx->f, why, why_len) < 0)
         return TCP_RX_DEAD;
     uint8_t *dst = NULL;
-    const struct rkv_mr *mr = NULL;
+    uint64_t serial = 0;
     int write = rx->f.kind == TCP_KIND_WRITE || rx->f.kind == TCP_KIND_WRITE_IMM;
-    if (write && mr_target(n, &rx->f, &dst, &mr, why, why_len) < 0)
+    if (write && mr_target(n, qp, &rx->f, &dst, &serial, why, why_len) < 0)
         return TCP_RX_DEAD;
     if (rx->f.kind == TCP_KIND_SEND || rx->f.kind == TCP_KIND_WRITE_IMM) {
         int st = rx_take_recv(n, qp, why, why_len);
@@ -727,7 +821,7 @@ static int rx_begin_frame(struct tcp_nic *n, struct tcp_qp *qp, char *why, size_
             dst = rx->recv.addr;
     }
     rx->dst = dst;
-    rx->mr = mr;
+    rx->mr_serial = serial;
     rx->got = 0;
     rx->hdr_got = 0;
     rx->in_payload = 1;
@@ -881,18 +975,22 @@ static int rx_read_payload(struct tcp_nic *n, struct tcp_qp *qp, size_t *budget,
     /* A WRITE lands only while its region is registered (mr_target): held
      * across the read, so that a dereg waits for it and frees after. */
     struct rkv_port *port = n->base.port;
-    if (rx->mr)
+    if (rx->mr_serial)
         port->ops->mutex_lock(n->mr_mu);
-    if (rx->mr && mr_find(n, rx->f.rkey) != rx->mr) {
+    const struct rkv_mr *mr = NULL;
+    uint8_t *dst = NULL;
+    if (rx->mr_serial && (mr_check(n, qp, &rx->f, &mr, &dst, why, why_len) < 0 ||
+                          tcp_mr_of(mr)->serial != rx->mr_serial)) {
         port->ops->mutex_unlock(n->mr_mu);
         rkv_errf(why, why_len, 0,
-                 "the region of its WRITE (rkey 0x%x) was deregistered before the payload came: "
-                 "a write into memory this node gave back",
+                 "the region of its WRITE (rkey 0x%x) was deregistered, or its grant to this "
+                 "connection revoked, before the payload came: a write into memory this node "
+                 "gave back",
                  rx->f.rkey);
         return TCP_RX_DEAD;
     }
     ssize_t r = readv(qp->fd, iov, iovcnt);
-    if (rx->mr)
+    if (rx->mr_serial)
         port->ops->mutex_unlock(n->mr_mu);
     int st = rx_read_status(r, budget, why, why_len);
     if (st != TCP_RX_OK)
@@ -2232,8 +2330,15 @@ static int tcp_open(struct rkv_port *port, const char *dev, struct rkv_nic **nic
     n->wake_src.kind = TCP_SRC_WAKE;
     n->send_timeout_ms = TCP_SEND_TIMEOUT_MS;
     rkv_nic_cq_init(&n->cq, TCP_CQ_MAX, qp_free_last, n);
-    rkv_rng_seed(&n->rng, rkv_rng_next(&port->rng), TCP_MAGIC);
-    n->rkey_secret = (uint32_t)rkv_rng_next(&n->rng);
+    /* From the OS, not the port's generator: that one is seeded by the
+     * configuration's seed and the node's name, so a peer that knew both
+     * (the defaults) drew the same rkeys as a server (outside tester). */
+    uint8_t rnd[RKV_NIC_AUTH_NONCE_BYTES];
+    rkv_nic_auth_nonce(rnd);
+    uint64_t seed;
+    memcpy(&seed, rnd, sizeof(seed));
+    memcpy(&n->rkey_secret, rnd + sizeof(seed), sizeof(n->rkey_secret));
+    rkv_rng_seed(&n->rng, seed, TCP_MAGIC);
     n->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     rc = po->mutex_create(port, &n->mu);
     if (rc < 0)
@@ -2317,12 +2422,18 @@ static void tcp_free_all(struct tcp_nic *n)
     while (n->listeners) {
         struct tcp_listener *l = n->listeners;
         n->listeners = l->next;
+        /* Shut, not only closed: a child forked since holds a copy of the
+         * descriptor (until it execs), which kept the port listening and
+         * taken, its backlog filling with clients that then timed out (an
+         * outside tester). A forked child's destroy closes no NIC. */
+        shutdown(l->fd, SHUT_RDWR);
         close(l->fd);
         free(l);
     }
     /* Regions the user did not deregister die with the NIC; their handles too. */
     for (uint32_t i = 0; i < n->mr_cap; i++)
-        free(n->mrs[i]);
+        if (n->mrs[i])
+            free(tcp_mr_of(n->mrs[i]));
     free(n->mrs);
 }
 
@@ -2370,6 +2481,8 @@ const struct rkv_nic_ops rkv_nic_tcp_ops = {
     .connect = tcp_connect,
     .reg_mr = tcp_reg_mr,
     .dereg_mr = tcp_dereg_mr,
+    .mr_grant = tcp_mr_grant,
+    .mr_revoke = tcp_mr_revoke,
     .post_send = tcp_post_send,
     .post_recv = tcp_post_recv,
     .post_write = tcp_post_write,
