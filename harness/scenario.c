@@ -1942,6 +1942,21 @@ uint32_t rkv_scenario_nic_faults(const struct rkv_scenario *sc, const char *node
     return n;
 }
 
+uint32_t rkv_scenario_nic_fault_index(const struct rkv_scenario *sc, uint32_t i)
+{
+    const struct rkv_sc_fault *f = &sc->faults[i];
+    if (strcmp(f->kind, "drop") && strcmp(f->kind, "delay") && strcmp(f->kind, "link_down"))
+        return UINT32_MAX;
+    uint32_t k = 0;
+    for (uint32_t j = 0; j < i; j++) {
+        const struct rkv_sc_fault *g = &sc->faults[j];
+        k += !strcmp(g->target, f->target) &&
+             (!strcmp(g->kind, "drop") || !strcmp(g->kind, "delay") ||
+              !strcmp(g->kind, "link_down"));
+    }
+    return k;
+}
+
 double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, double t_s)
 {
     double factor = 1;

@@ -177,6 +177,10 @@ struct rkv_nic_fault;
  * the fault NIC takes them (impl/nic/nic_fault.h); returns how many. */
 uint32_t rkv_scenario_nic_faults(const struct rkv_scenario *sc, const char *node,
                                  struct rkv_nic_fault *out, uint32_t max);
+/* Where fault i (drop, delay or link_down) is in its node's list from
+ * rkv_scenario_nic_faults (the index of its counts in the wrapper's
+ * stats.acted); UINT32_MAX for other kinds. */
+uint32_t rkv_scenario_nic_fault_index(const struct rkv_scenario *sc, uint32_t i);
 /* The slow_cpu factor of node at scenario time t_s (1 when none applies). */
 double rkv_scenario_cpu_factor(const struct rkv_scenario *sc, const char *node, double t_s);
 

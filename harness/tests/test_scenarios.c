@@ -217,6 +217,37 @@ static void test_two_nic_faults_on_one_node(void **state)
     unlink(yaml);
 }
 
+/* Two drop windows on one node, the second opening long after the run's
+ * end: it never acted, yet the node's counts (the first window's) said
+ * both had fired, and the run passed on both backends (an outside
+ * tester's file). Each fault is judged by its own count now. */
+static void test_fault_that_never_acted_on_a_faulted_node(void **state)
+{
+    (void)state;
+    char yaml[64];
+    tmp_scenario(yaml, sizeof(yaml), "late-window",
+                 "seed: 1\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
+                 "tensors:\n"
+                 "  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n"
+                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, "
+                 "rounds: 10}\n"
+                 "faults:\n"
+                 "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 0}\n"
+                 "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 3000, duration_s: 1}\n");
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        char args[256];
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("", args);
+        if (rc == 0 || !strstr(out, "not every fault fired") ||
+            !strstr(out, "drop s1.0: acted on 0 messages"))
+            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
+    }
+    unlink(yaml);
+}
+
 /* Whether /dev/shm holds a segment whose name starts with prefix. */
 static int shm_with_prefix(const char *prefix)
 {
@@ -600,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_every_regression_scenario_passes),
         cmocka_unit_test(test_assign_again_after_a_barrier),
         cmocka_unit_test(test_two_nic_faults_on_one_node),
+        cmocka_unit_test(test_fault_that_never_acted_on_a_faulted_node),
         cmocka_unit_test(test_killed_tcp_run_leaves_nothing),
         cmocka_unit_test(test_interrupted_traced_tcp_run),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),

@@ -102,10 +102,15 @@ static void node_write_stats(struct cmd_node *nd)
     FILE *f = path && *path ? fopen(path, "w") : NULL;
     if (!f)
         return;
-    fprintf(f, "FAULTSTAT node=%s messages=%llu dropped=%llu delayed=%llu held=%llu broken=%llu\n",
+    fprintf(f,
+            "FAULTSTAT node=%s messages=%llu dropped=%llu delayed=%llu held=%llu broken=%llu "
+            "acted=",
             name ? name : "?", (unsigned long long)st.messages, (unsigned long long)st.dropped,
             (unsigned long long)st.delayed, (unsigned long long)st.held_down,
             (unsigned long long)st.broken);
+    for (int i = 0; i < RKV_NIC_FAULTS_MAX; i++)
+        fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)st.acted[i]);
+    fputc('\n', f);
     fclose(f);
 }
 

@@ -18,6 +18,12 @@ static int twin_report(const struct rkv_scenario *sc, const struct rkv_twin_resu
     struct rkv_report r;
     if (rkv_twin_report(&r, sc, res) < 0)
         return RKV_EXIT_STORE;
+    /* Why a node failed, into the verdict, report.md and report.json as on
+     * every other path (rkv_twin_launch): `rkv run` said only "a process
+     * failed" there, the cause (the --max-sim-s limit, naming the nodes)
+     * on a line of its own (an outside tester). */
+    if (!res->nodes_ok)
+        snprintf(r.node_error, sizeof(r.node_error), "%s", res->error);
     rkv_report_print(&r, stdout, "sim");
     if (!res->nodes_ok)
         printf("node failure: %s\n", res->error);

@@ -124,7 +124,12 @@ enum rkv_push_op {
 
 /* A custom push handler: apply n_elems elements of `in` to `row` (and `state`,
  * which is NULL unless the tensor was created with optimizer state). It runs
- * under the row's lock, on a server or in a co-located client. Outside
+ * under the row's lock, on a server or in a co-located client. That lock is
+ * one of 4096 per tensor shard that the machine's rows share by hash, so a
+ * handler must be short and must not call rkv: a call from it that reaches
+ * a row of the same lock (one row in 4096, on this machine) waits for
+ * itself for good, and a slow handler holds up every process of the
+ * machine that touches such a row, its servers' engines included. Outside
  * durable mode a large push's `in` is read where its sender wrote it (a
  * rendezvous slot the sender may still write into): read each element
  * once, and copy what you check before using it (an offset or an index
@@ -183,7 +188,8 @@ enum rkv_pull_op { RKV_PULL_ROWS = 0, RKV_PULL_WITH_STATE = 1, RKV_PULL_CUSTOM =
 /* A custom pull handler: writes one reply row `out` (out_len elements of dt)
  * from the stored `row` (row_len elements) and its `state` (NULL unless the
  * tensor has optimizer state), with the caller's param. It runs under the
- * row's lock, on a server or in a co-located client, and must not block. */
+ * row's lock, on a server or in a co-located client, and must not block
+ * nor call rkv (the lock is shared, as rkv_handler_fn says). */
 typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *state, size_t row_len,
                             void *out, size_t out_len, double param, void *user);
 
@@ -215,6 +221,11 @@ typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *stat
 #define RKV_MAX_PUSH_SLOTS 65536u
 #define RKV_MAX_CTRL_BUF_BYTES (64u << 20)
 #define RKV_MAX_RX_BYTES (1ull << 30)
+/* rkv_config.max_slot_bytes at most: the largest message the wire format
+ * and every transport carry (1 GiB, the default). Above it a server
+ * accepted the setting and every larger message broke its connection
+ * ("connection lost"), where the error that led there had said to raise it. */
+#define RKV_MAX_SLOT_BYTES (1ull << 30)
 /* rkv_config.slot_mem_bytes's default at most (4 GiB; a quarter of a
  * smaller host's memory). */
 #define RKV_SLOT_MEM_DEFAULT_BYTES (4ull << 30)
@@ -259,7 +270,8 @@ struct rkv_config {
     uint32_t rx_depth;       /* posted receive buffers per connection */
     uint32_t ctrl_buf_bytes; /* size of each control (SEND) buffer */
     uint32_t push_slots;     /* rendezvous slots a server grants per client */
-    uint64_t max_slot_bytes; /* largest single message via rendezvous (>= ctrl_buf_bytes) */
+    uint64_t max_slot_bytes; /* largest single message via rendezvous (ctrl_buf_bytes ..
+                              * RKV_MAX_SLOT_BYTES) */
     /* The most memory a node holds in rendezvous slots its peers asked for,
      * all peers together (each slot is sized to its message, rounded up to
      * a power of two, kept by its peer for later messages of the same
@@ -434,6 +446,9 @@ RKV_API int rkv_server_run(struct rkv_server *srv);
  * that return at once. Not from a signal handler (it takes a lock). */
 RKV_API void rkv_server_stop(struct rkv_server *srv);
 RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
+/* Stops the server and frees it. A thread still in rkv_server_run() is
+ * stopped and waited for first (its call returns; the server is not freed
+ * under it); any other call must not overlap this one. */
 RKV_API void rkv_server_destroy(struct rkv_server *srv);
 
 /* ---- client (worker) ---- */
@@ -615,7 +630,9 @@ RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
  * not from a signal handler). While on != 0, a call waiting for its
  * servers, or redialling one (between connect attempts), stops at once
  * with -RKV_EINTR, as if its timeout had passed then, and leaves what a
- * timed-out call leaves: a push may or may not have been applied, late
+ * timed-out call leaves: a push may or may not have been applied, a
+ * barrier may have been entered (server 0 keeps the entry: the others may
+ * pass it, and this client's next barrier call completes that one), late
  * replies are dropped, a zero-copy connection is closed (which may take up
  * to timeout_ms; -RKV_EINUSE if it does not close). Until on = 0, the
  * calls that would send to the servers (push, push_async, pull, pull_with,

@@ -89,6 +89,13 @@ struct cli_server {
     int counted;
 };
 
+/* A refused call's message, kept for the task it refused (rkv_client_errmsg). */
+#define CLI_REFUSALS 16
+struct cli_refusal {
+    uint64_t task; /* 0: free */
+    char err[256];
+};
+
 struct rkv_client {
     /* How long an INIT phase may take (cli_init_wait_ms): the call in
      * progress's, set before its first phase. */
@@ -199,12 +206,16 @@ struct rkv_client {
      * here, with the refused task (port task_self), for it alone:
      * rkv_client_errmsg from that task returns it until its next call on
      * the client gets in. Per client rather than thread-local: the twin's
-     * nodes share one thread. refused_lock guards the text against two
-     * refusals at once; a reader racing a second refusal may read that
-     * one's text, a refusal all the same. */
+     * nodes share one thread. Each refused task has its own entry (one
+     * slot for all had a third thread read a second's refusal, or the
+     * client's last message: 13 of 28 refusals with three threads, an
+     * outside tester), made on the first refusal; past CLI_REFUSALS tasks
+     * refused at once the oldest entry is reused. refused_lock guards the
+     * entries. */
     atomic_flag refused_lock;
-    _Atomic uint64_t refused_task;
-    char refused_err[256];
+    _Atomic uint32_t n_refused; /* entries with a task: 0, the usual case */
+    uint32_t refused_next;      /* the entry reused next when none is free */
+    struct cli_refusal *refused;
 };
 
 static uint64_t cli_task(const struct rkv_client *c)
@@ -212,18 +223,51 @@ static uint64_t cli_task(const struct rkv_client *c)
     return c->port->ops->task_self ? c->port->ops->task_self(c->port) : 1;
 }
 
+static void cli_refused_lock(struct rkv_client *c)
+{
+    while (atomic_flag_test_and_set_explicit(&c->refused_lock, memory_order_acquire))
+        ; /* a vsnprintf long at most */
+}
+
+static void cli_refused_unlock(struct rkv_client *c)
+{
+    atomic_flag_clear_explicit(&c->refused_lock, memory_order_release);
+}
+
+/* refused_lock held: the entry of task, or NULL. */
+static struct cli_refusal *cli_refusal_of(const struct rkv_client *c, uint64_t task)
+{
+    for (uint32_t i = 0; c->refused && i < CLI_REFUSALS; i++)
+        if (c->refused[i].task == task)
+            return &c->refused[i];
+    return NULL;
+}
+
 static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
 {
-    while (atomic_flag_test_and_set_explicit(&c->refused_lock, memory_order_acquire))
-        ; /* a vsnprintf long at most */
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->refused_err, sizeof(c->refused_err), fmt, ap);
-    va_end(ap);
-    atomic_store(&c->refused_task, cli_task(c));
-    atomic_flag_clear_explicit(&c->refused_lock, memory_order_release);
+    uint64_t me = cli_task(c);
+    cli_refused_lock(c);
+    if (!c->refused)
+        c->refused = calloc(CLI_REFUSALS, sizeof(*c->refused));
+    struct cli_refusal *r = cli_refusal_of(c, me);
+    if (!r)
+        r = cli_refusal_of(c, 0);
+    if (!r && c->refused) {
+        r = &c->refused[c->refused_next];
+        c->refused_next = (c->refused_next + 1) % CLI_REFUSALS;
+    }
+    if (r) { /* out of memory: the refusal goes unsaid, its code says it */
+        if (!r->task)
+            atomic_fetch_add(&c->n_refused, 1);
+        r->task = me;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->err, sizeof(r->err), fmt, ap);
+        va_end(ap);
+    }
+    cli_refused_unlock(c);
     return rc;
 }
 
@@ -234,10 +278,16 @@ static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
 static inline void cli_owned(struct rkv_client *c)
 {
     /* Every call enters and leaves here: nothing kept is the usual case. */
-    if (!atomic_load_explicit(&c->refused_task, memory_order_relaxed))
+    if (!atomic_load_explicit(&c->n_refused, memory_order_relaxed))
         return;
     uint64_t me = cli_task(c);
-    (void)atomic_compare_exchange_strong(&c->refused_task, &me, 0);
+    cli_refused_lock(c);
+    struct cli_refusal *r = cli_refusal_of(c, me);
+    if (r) {
+        r->task = 0;
+        atomic_fetch_sub(&c->n_refused, 1);
+    }
+    cli_refused_unlock(c);
 }
 
 static void cli_lock(struct rkv_client *c)
@@ -913,8 +963,19 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
     if (rc < 0)
         return rc;
     struct rkv_hdr h = {.type = RKV_MSG_HELLO};
-    while (!c->hello_nonce)
-        c->hello_nonce = rkv_rng_next(&c->port->rng);
+    /* The nonce is what proves a re-joining client to be this one (server
+     * 0 gives its id to nobody else): from the OS, except in the twin,
+     * whose runs a seed must repeat. The port's generator is seeded by the
+     * configuration and a stack address, about 30 bits a peer could try. */
+    while (!c->hello_nonce) {
+        if (rkv_nic_in_process(c->nic)) {
+            c->hello_nonce = rkv_rng_next(&c->port->rng);
+        } else {
+            uint8_t rnd[RKV_NIC_AUTH_NONCE_BYTES];
+            rkv_nic_auth_nonce(rnd);
+            memcpy(&c->hello_nonce, rnd, sizeof(c->hello_nonce));
+        }
+    }
     struct rkv_msg body = {
         .u.hello = {.machine_id = c->cfg.machine_id, .want_id = want, .nonce = c->hello_nonce}};
     /* Set by cli_send_simple on success; NULL for GCC's flow analysis at -O3,
@@ -1311,18 +1372,33 @@ static uint64_t cli_push_msg_bytes(const struct rkv_tensor *t, uint32_t cnt)
  * this machine's servers too). A pull reply is smaller (no ids), and a
  * tensor's optimizer state is never pushed: pulling it with the state
  * (two rows a row) is refused by that pull alone. */
+/* What to do about one row whose message of `need` bytes is over
+ * max_slot_bytes: raise the setting, unless no setting can carry it. */
+static const char *cli_raise_hint(uint64_t need, char *buf, size_t len)
+{
+    if (need <= RKV_MAX_SLOT_BYTES)
+        snprintf(buf, len, "raise max_slot_bytes to at least %llu", (unsigned long long)need);
+    else
+        snprintf(buf, len,
+                 "no setting can carry it: one message holds at most %llu bytes "
+                 "(RKV_MAX_SLOT_BYTES); shorten the rows",
+                 RKV_MAX_SLOT_BYTES);
+    return buf;
+}
+
 static int cli_init_row_fits(struct rkv_client *c, const struct rkv_tensor *t)
 {
     uint64_t one = cli_push_msg_bytes(t, 1);
     if ((c->cfg.n_machines < 2 && !c->cfg.durable_dir[0]) || one <= c->cfg.max_slot_bytes)
         return 0;
+    char hint[160];
     return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
                     "init_data '%s': one row (%zu bytes) makes a %llu-byte push message with its "
                     "header and id, over max_slot_bytes %llu, so no push could carry it to a "
-                    "server: raise max_slot_bytes to at least %llu (or shorten the rows); "
-                    "refused before anything was sent",
+                    "server: %s; refused before anything was sent",
                     t->meta.name, t->row_bytes, (unsigned long long)one,
-                    (unsigned long long)c->cfg.max_slot_bytes, (unsigned long long)one);
+                    (unsigned long long)c->cfg.max_slot_bytes,
+                    cli_raise_hint(one, hint, sizeof(hint)));
 }
 
 static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
@@ -2201,13 +2277,15 @@ static int cli_push_sizes_ok(struct rkv_client *c, const struct cli_op *o,
         /* One row too large for any push, where fewer ids cannot help: a
          * tensor another client made with a larger max_slot_bytes
          * (cli_init_row_fits refuses it here). */
+        char hint[160];
         if (len > c->cfg.max_slot_bytes && cnt == 1)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
                             "push to '%s': one row for machine %u makes a %llu-byte message, "
                             "over max_slot_bytes %llu; nothing was applied (no push can carry "
-                            "this row: raise max_slot_bytes to at least %llu)",
+                            "this row: %s)",
                             t->meta.name, g->mach[k], (unsigned long long)len,
-                            (unsigned long long)c->cfg.max_slot_bytes, (unsigned long long)len);
+                            (unsigned long long)c->cfg.max_slot_bytes,
+                            cli_raise_hint(len, hint, sizeof(hint)));
         if (len > c->cfg.max_slot_bytes)
             return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
                             "push to '%s': its %u rows for machine %u make a %llu-byte message, "
@@ -2621,12 +2699,12 @@ static int cli_pslot(struct rkv_client *c, struct cli_server *srv, uint32_t cnt,
     int rc = rkv_engine_slot_alloc(c->eng, srv->peer, need, &srv->pslot);
     /* A reply of one row (a pull with the optimizer state replies two
      * rows' worth a row) that no slot can hold: fewer ids cannot help. */
+    char hint[160];
     if (rc < 0 && cnt == 1 && need > c->cfg.max_slot_bytes)
         return rkv_errf(c->err, sizeof(c->err), rc,
-                        "pull: one row's reply is %llu bytes, over max_slot_bytes %llu (raise "
-                        "max_slot_bytes to at least %llu)",
+                        "pull: one row's reply is %llu bytes, over max_slot_bytes %llu (%s)",
                         (unsigned long long)need, (unsigned long long)c->cfg.max_slot_bytes,
-                        (unsigned long long)need);
+                        cli_raise_hint(need, hint, sizeof(hint)));
     if (rc < 0)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "pull: no %llu-byte reply slot: %s (max_slot_bytes %llu: pull fewer ids "
@@ -3245,6 +3323,7 @@ static void cli_free_tables(struct rkv_client *c)
     rkv_idmap_free(&c->srvs);
     rkv_idmap_free(&c->pins);
     rkv_ptrmap_free(&c->req_by_id); /* also when the client failed to join */
+    free(c->refused);
     rkv_cluster_destroy(c->own_cl);
     free(c->ht);
     free(c->pt);
@@ -3649,10 +3728,13 @@ const char *rkv_client_errmsg(const struct rkv_client *c)
 {
     if (!c)
         return "client is NULL (did its rkv_client_create fail?)";
-    uint64_t by = atomic_load(&c->refused_task);
-    if (by && by == cli_task(c))
-        return c->refused_err;
-    return c->err;
+    if (!atomic_load(&c->n_refused))
+        return c->err;
+    struct rkv_client *w = (struct rkv_client *)c; /* the lock only */
+    cli_refused_lock(w);
+    const struct cli_refusal *r = cli_refusal_of(c, cli_task(c));
+    cli_refused_unlock(w);
+    return r ? r->err : c->err;
 }
 
 int rkv_client_interrupt(struct rkv_client *c, int on)

@@ -952,7 +952,10 @@ static int srv_pull_too_big(struct rkv_server *s, const struct rkv_tensor *t, ui
         s->err, sizeof(s->err), rc,
         "pull of %u rows of '%s': a %llu-byte reply, over max_slot_bytes %llu (%s)", n,
         t->meta.name, (unsigned long long)len, (unsigned long long)s->cfg.max_slot_bytes,
-        n == 1 ? "raise max_slot_bytes: one row cannot be split" : "pull fewer ids at once");
+        n > 1                       ? "pull fewer ids at once"
+        : len <= RKV_MAX_SLOT_BYTES ? "raise max_slot_bytes: one row cannot be split"
+                                    : "one row cannot be split, and no setting carries a message "
+                                      "over RKV_MAX_SLOT_BYTES: shorten the rows");
 }
 
 /* Each reply row is what pull handler op writes for the row, out_len
@@ -1597,8 +1600,13 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
         }
     }
     uint32_t id = srv_client_id(s, peer);
-    if (id != RKV_ID_NONE && s->server_id == 0 && s->n_hellos == s->cfg.n_workers &&
-        id < s->n_hellos && s->hellos[id].peer == peer)
+    int all_ids = id != RKV_ID_NONE && s->n_hellos == s->cfg.n_workers && id < s->n_hellos;
+    /* The client re-joined on another connection before this one's going
+     * was told (both in one batch, while the engine was busy): it has not
+     * left. Counted as gone, every barrier failed from then on. */
+    if (all_ids && s->hellos[id].peer != peer)
+        id = RKV_ID_NONE;
+    if (all_ids && id != RKV_ID_NONE)
         s->hellos[id].away_ns = s->port->ops->now_ns(s->port);
     if (id != RKV_ID_NONE && !s->client_gone) {
         s->client_gone = id + 1;
@@ -2478,8 +2486,10 @@ int rkv_server_run(struct rkv_server *s)
         return -RKV_EINVAL;
     }
     rc = srv_run(s);
+    /* The last touch of s: a destroy waiting for this run frees it next. */
     s->port->ops->mutex_lock(s->mu);
     s->running = 0;
+    s->port->ops->cond_broadcast(s->cv);
     s->port->ops->mutex_unlock(s->mu);
     return rc;
 }
@@ -2569,6 +2579,15 @@ void rkv_server_destroy(struct rkv_server *s)
         srv_destroy_forked(s);
         return;
     }
+    /* A thread still in rkv_server_run is stopped and waited for: destroy
+     * tore the server down under it and then hung in the condition variable
+     * it waited on (an outside tester, every time). */
+    s->port->ops->mutex_lock(s->mu);
+    s->stop = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    while (s->running)
+        s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);
+    s->port->ops->mutex_unlock(s->mu);
     srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_stop(s->eng);
     srv_free_conns(s);

@@ -305,6 +305,12 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
                         cfg->rx_depth == 0 && cfg->ctrl_buf_bytes == 0
                             ? "; rkv_config_defaults() sets every field: start from it"
                             : "");
+    if (cfg->max_slot_bytes > RKV_MAX_SLOT_BYTES)
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "config: max_slot_bytes %llu is above %llu (1 GiB, RKV_MAX_SLOT_BYTES), "
+                        "the largest message the wire format carries: a row or a request "
+                        "larger than that cannot travel in one message at any setting",
+                        (unsigned long long)cfg->max_slot_bytes, RKV_MAX_SLOT_BYTES);
     /* Past these a server accepted the setting and every client's connect
      * failed with "configured limit reached", naming none of them. */
     if (cfg->rx_depth > RKV_MAX_RX_DEPTH || cfg->push_slots > RKV_MAX_PUSH_SLOTS ||

@@ -307,6 +307,14 @@ static void test_config_bounds_refused(void **state)
     assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
     assert_non_null(strstr(err, "rx_depth x ctrl_buf_bytes = 4096 x 1048576"));
     c.cfg = ok;
+    /* Above what one message may carry: a server took it, and every larger
+     * message then broke its connection, where the error that led there
+     * (a pull of one 512 MiB row with its state) had said to raise it. */
+    c.cfg.max_slot_bytes = RKV_MAX_SLOT_BYTES + 1;
+    assert_int_equal(rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "max_slot_bytes 1073741825 is above 1073741824"));
+    assert_int_equal(rkv_client_create(&c.cfg, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    c.cfg = ok;
     /* The one field below its bound is named first (four bounds and four
      * numbers left the reader to find which). */
     c.cfg.max_slot_bytes = c.cfg.ctrl_buf_bytes - 1;
@@ -645,6 +653,40 @@ static void test_server_stop_without_a_client(void **state)
     rkv_server_stop(srv);
     assert_int_equal(rkv_server_run(srv), 0);
     rkv_server_destroy(srv);
+}
+
+static void *server_destroy_thread(void *arg)
+{
+    rkv_server_destroy(arg);
+    return NULL;
+}
+
+/* rkv_server_destroy while another thread is in rkv_server_run: destroy tore
+ * the server down under the run and hung in the condition variable the run
+ * waited on (an outside tester, every time). Now destroy stops the run,
+ * waits for it to return, and then frees. */
+static void test_server_destroy_while_it_runs(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2110);
+    char err[256];
+    struct rkv_server *srv = NULL;
+    if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    pthread_t run, destroy;
+    assert_int_equal(pthread_create(&run, NULL, server_run_thread, srv), 0);
+    usleep(50000); /* run is waiting */
+    assert_int_equal(pthread_create(&destroy, NULL, server_destroy_thread, srv), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    if (pthread_timedjoin_np(destroy, NULL, &until) != 0)
+        fail_msg("rkv_server_destroy did not return within 60 s while rkv_server_run ran");
+    void *ret;
+    assert_int_equal(pthread_timedjoin_np(run, &ret, &until), 0);
+    assert_int_equal((int)(intptr_t)ret, 0);
+    assert_false(shm_left(c.cfg.shm_prefix));
 }
 
 struct barrier_arg {
@@ -1309,6 +1351,15 @@ static void test_row_over_max_slot_bytes_refused(void **state)
     assert_msg(small, "one row (65536 bytes) makes a 65608-byte push message");
     assert_msg(small, "over max_slot_bytes 65536");
     assert_msg(small, "raise max_slot_bytes to at least 65608");
+    /* A row no setting can carry (the largest a row may be, 1 GiB, with a
+     * push's header and id) is not met with "raise max_slot_bytes". */
+    struct rkv_tensor_desc huge = {.name = "huge",
+                                   .dtype = RKV_F64,
+                                   .rows = 2,
+                                   .row_len = (uint32_t)(RKV_MAX_SLOT_BYTES >> 3),
+                                   .policy = RKV_PART_HASH};
+    assert_int_equal(rkv_client_init_data(big, &huge), -RKV_ELIMIT);
+    assert_msg(big, "no setting can carry it");
     size_t n = 99;
     assert_int_equal(rkv_client_list(small, NULL, 0, &n), 0);
     assert_int_equal(n, 0); /* nothing sent, nothing made */
@@ -2113,6 +2164,36 @@ static void test_calls_after_shutdown(void **state)
     cluster_stop(&c);
 }
 
+/* A server's process forks a child that lives on without exec (a data
+ * loader's worker), then destroys its server: the child's copy of the
+ * listening socket kept the port listening and taken, and clients that
+ * dialled it waited out their handshake (an outside tester). The listener
+ * is shut at destroy, which ends it for every copy. */
+static void test_port_free_after_destroy_with_a_forked_child(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2120);
+    char err[256];
+    struct rkv_server *srv = NULL;
+    if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        pause(); /* holds the parent's descriptors until killed */
+        _exit(0);
+    }
+    rkv_server_destroy(srv);
+    srv = NULL;
+    int rc = rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    if (rc < 0)
+        fail_msg("a new server on the destroyed one's port: %s", err);
+    rkv_server_destroy(srv);
+}
+
 /* What the forked child of test_forked_child_refused checks: 0, or the
  * number of the first check that failed (its exit status). */
 static int forked_child_checks(struct cluster *c, struct rkv_client *cli)
@@ -2539,6 +2620,9 @@ struct refusal_seen {
     struct rkv_client *cli;
     int other_rc;        /* the second thread's call, refused */
     char other_msg[256]; /* and its message, as that thread reads it */
+    atomic_int other_called, third_done;
+    int third_rc;        /* a third thread's call, refused after the second's */
+    char third_msg[256]; /* and its message */
     char during[256];    /* the running call's thread's message after that */
     int nested_rc;       /* the running call's thread calling the client again */
     char nested_msg[256];
@@ -2550,7 +2634,21 @@ static void *refused_thread_main(void *arg)
     uint64_t id = 0;
     float got[4];
     r->other_rc = rkv_client_pull(r->cli, "t", &id, 1, got);
+    /* Read after a third thread was refused too: each keeps its own. */
+    atomic_store(&r->other_called, 1);
+    while (!atomic_load(&r->third_done))
+        usleep(1000);
     snprintf(r->other_msg, sizeof(r->other_msg), "%s", rkv_client_errmsg(r->cli));
+    return NULL;
+}
+
+static void *refused_third_main(void *arg)
+{
+    struct refusal_seen *r = arg;
+    uint64_t id = 0;
+    float row[4] = {0};
+    r->third_rc = rkv_client_push(r->cli, "t", &id, 1, row, RKV_OP_SUM, 0);
+    snprintf(r->third_msg, sizeof(r->third_msg), "%s", rkv_client_errmsg(r->cli));
     return NULL;
 }
 
@@ -2561,9 +2659,15 @@ static void refusal_handler(enum rkv_dtype dt, void *row, void *st, const void *
 {
     (void)dt, (void)row, (void)st, (void)in, (void)n, (void)param;
     struct refusal_seen *r = user;
-    pthread_t th;
-    if (pthread_create(&th, NULL, refused_thread_main, r) == 0)
+    pthread_t th, th3;
+    if (pthread_create(&th, NULL, refused_thread_main, r) == 0) {
+        while (!atomic_load(&r->other_called))
+            usleep(1000);
+        if (pthread_create(&th3, NULL, refused_third_main, r) == 0)
+            pthread_join(th3, NULL);
+        atomic_store(&r->third_done, 1);
         pthread_join(th, NULL);
+    }
     snprintf(r->during, sizeof(r->during), "%s", rkv_client_errmsg(r->cli));
     uint64_t id = 0;
     float got[4];
@@ -2601,6 +2705,11 @@ static void test_refusal_keeps_the_running_calls_message(void **state)
     assert_int_equal(r.other_rc, -RKV_EINVAL);
     if (!strstr(r.other_msg, "pull: this client is in another call"))
         fail_msg("the refused thread reads \"%s\"", r.other_msg);
+    /* One slot for all refusals: the second refused thread read the
+     * third's (an outside tester: 13 of 28 with three threads). */
+    assert_int_equal(r.third_rc, -RKV_EINVAL);
+    if (!strstr(r.third_msg, "push: this client is in another call"))
+        fail_msg("the third thread reads \"%s\"", r.third_msg);
     if (strcmp(r.during, mine) != 0)
         fail_msg("the running call's thread reads \"%s\", not its own \"%s\"", r.during, mine);
     assert_int_equal(r.nested_rc, -RKV_EINVAL);
@@ -3037,6 +3146,8 @@ int main(void)
         cmocka_unit_test(test_null_handles_refused),
         cmocka_unit_test(test_failed_create_leaves_no_shm),
         cmocka_unit_test(test_server_stop_without_a_client),
+        cmocka_unit_test(test_server_destroy_while_it_runs),
+        cmocka_unit_test(test_port_free_after_destroy_with_a_forked_child),
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_barrier_waits_past_timeout),
         cmocka_unit_test(test_wait_through_another_client),

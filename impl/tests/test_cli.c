@@ -825,6 +825,20 @@ static void test_server_port_taken(void **state)
     fclose(f);
     snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
     expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
+    /* The same with a NIC fault in the file: servers were not watched in
+     * any run with faults, as if a delay killed servers on purpose (the
+     * workers waited out their timeouts; an outside tester). */
+    f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+            "tensors:\n  - {name: t, rows: 100}\n"
+            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
+            "faults:\n  - {kind: delay, target: w1, fraction: 0.2, delay_ms: 1}\n"
+            "tcp: {base_port: %u}\n",
+            port - 1);
+    fclose(f);
+    expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
     close(fd);
     unlink(yaml);
 }

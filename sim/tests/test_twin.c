@@ -283,6 +283,25 @@ static void test_platform_checked_before_the_run(void **state)
             !strstr(out, cases[i].want))
             fail_msg("case %d: exit %d\n%s", i, rc, out);
     }
+    /* Three machines, m1 -> m2 the one route missing: the check of up to 64
+     * machines took m0 -> m2 for it (the sample of larger clusters), and
+     * SimGrid aborted mid-run (an outside tester's one-way platform). */
+    write_file("twin-probe.xml",
+               "<?xml version='1.0'?>\n"
+               "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+               "<platform version=\"4.1\"><zone id=\"z\" routing=\"Full\">\n"
+               "<host id=\"m0\" speed=\"1Gf\" core=\"4\"/><host id=\"m1\" speed=\"1Gf\" "
+               "core=\"4\"/><host id=\"m2\" speed=\"1Gf\" core=\"4\"/>\n"
+               "<link id=\"l\" bandwidth=\"10GBps\" latency=\"1us\"/>\n"
+               "<route src=\"m0\" dst=\"m1\"><link_ctn id=\"l\"/></route>\n"
+               "<route src=\"m0\" dst=\"m2\"><link_ctn id=\"l\"/></route>\n"
+               "<route src=\"m2\" dst=\"m1\" symmetrical=\"NO\"><link_ctn id=\"l\"/></route>\n"
+               "</zone></platform>\n");
+    quickstart_with("twin-probe.yaml", "sim: {platform_file: twin-probe.xml}\n");
+    assert_int_equal(system("sed -i 's/^  machines: 2$/  machines: 3/' twin-probe.yaml"), 0);
+    int rc = run("run twin-probe.yaml");
+    if (rc != 2 || !strstr(out, "no route from m1 to m2"))
+        fail_msg("one-way route: exit %d\n%s", rc, out);
     unlink("twin-probe.xml");
     unlink("twin-probe.yaml");
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/bandwidth-factor:0"), 2);
@@ -566,6 +585,9 @@ static void test_simulated_time_limit(void **state)
         fail_msg("exit %d\n%s", rc, out);
     assert_non_null(strstr(out, "reached its limit of 0.0002 simulated seconds (--max-sim-s) "
                                 "with 8 of 8 nodes still running (s0.0, s0.1,"));
+    /* In the verdict itself, not only on a line of its own (it said "a
+     * process failed (its error is on stderr)"). */
+    assert_non_null(strstr(out, "verdict: FAIL (the simulation reached its limit"));
     /* The clock's end, not the last node's (none had ended: the line and
      * the trace hash were missing). */
     assert_non_null(strstr(out, "simulated time 0.000200 s"));
