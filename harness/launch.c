@@ -1564,7 +1564,7 @@ static int run_fault_stats(struct demo *d, const struct rkv_scenario *sc, uint64
         uint32_t k = rkv_scenario_nic_fault_index(sc, i);
         if (k == UINT32_MAX)
             continue; /* crash, slow_cpu */
-        char path[128], line[512] = "";
+        char path[128], line[1024] = "";
         snprintf(path, sizeof(path), "%s/%s", d->fault_dir, sf->target);
         FILE *f = fopen(path, "r");
         unsigned long long msgs = 0, drop = 0, dly = 0, held = 0, brk = 0, acted = 0;

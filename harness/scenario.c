@@ -1910,6 +1910,13 @@ static int sc_check_faults(const struct rkv_scenario *sc, char *err, size_t err_
                                  "restart_after_s: a restart needs cluster.durable: true and "
                                  "cluster.retry_ms > 0 (workers wait for the server to come "
                                  "back)");
+        /* A node's NIC takes so many; past them a fault was cut in silence
+         * (and its count read out of bounds). */
+        if (rkv_scenario_nic_fault_index(sc, i) == RKV_NIC_FAULTS_MAX)
+            return sc_fault_fail(sc, i, RKV_SC_F_TARGET, err, err_len,
+                                 "target: at most %d drop, delay and link_down faults on one "
+                                 "node",
+                                 RKV_NIC_FAULTS_MAX);
     }
     return 0;
 }

@@ -14,7 +14,7 @@
 #include "store/node.h"
 #include "util/util.h"
 
-#define NODE_MAX_FAULTS 16
+#define NODE_MAX_FAULTS RKV_NIC_FAULTS_MAX
 
 static int node_faults(const struct cmd_settings *s, struct rkv_nic_fault *f, uint32_t *n_p,
                        char *err, size_t err_len)

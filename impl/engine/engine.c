@@ -148,14 +148,14 @@ struct rkv_peer {
     uint32_t slot_budget; /* slots of the peer's this side holds at most (rkv_engine_peer_grant) */
     /* 0 or 1 each */
     uint8_t dead;
-    uint8_t touched;  /* saw traffic in this poll batch (on eng->touched) */
-    uint8_t closed;   /* killed, and its QP closed by the NIC (drop_peer_wait) */
-    uint8_t released; /* the owner holds no pointer to it: freed once closed */
-    uint8_t waited;   /* a drop_peer_wait holds it */
-    uint8_t down_due; /* killed; on_peer(down) runs at the end of the next poll batch */
-    uint8_t incoming; /* made by the other side, live: counted in eng->n_incoming */
-    uint8_t spoke;    /* a message came from it */
-    uint64_t born_ns; /* it connected then (incoming) */
+    uint8_t touched;    /* saw traffic in this poll batch (on eng->touched) */
+    uint8_t closed;     /* killed, and its QP closed by the NIC (drop_peer_wait) */
+    uint8_t released;   /* the owner holds no pointer to it: freed once closed */
+    uint8_t waited;     /* a drop_peer_wait holds it */
+    uint8_t down_due;   /* killed; on_peer(down) runs at the end of the next poll batch */
+    uint8_t incoming;   /* made by the other side, live: counted in eng->n_incoming */
+    uint8_t identified; /* its owner knows who it is (rkv_engine_peer_identified) */
+    uint64_t born_ns;   /* it connected then (incoming) */
 };
 
 struct eng_closing {
@@ -1470,6 +1470,11 @@ int rkv_peer_dead(const struct rkv_peer *p)
     return p->dead;
 }
 
+void rkv_engine_peer_identified(struct rkv_peer *p)
+{
+    p->identified = 1;
+}
+
 /* ---- receive path ---- */
 
 static void peer_take_release(struct rkv_peer *p, uint32_t release)
@@ -1867,7 +1872,6 @@ static int eng_decode_slot(const uint8_t *buf, uint64_t len, uint8_t type, struc
 
 static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_wc *wc)
 {
-    p->spoke = 1;
     uint32_t i = (uint32_t)(wc->wr_id >> (e->srq_mem ? 8 : 3));
     char why[160];
     struct rkv_msg m;
@@ -1927,25 +1931,26 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
     }
 }
 
-/* At the bound of incoming connections: drops the oldest that has said
- * nothing since it connected, a grace (revoke_grace_ms) or longer ago, to
- * make room. Every rkv node speaks first thing after connecting; 68
- * connections that proved the secret and stayed silent locked every new
- * worker out for good (an outside tester). Returns 1 when one went. */
+/* At the bound of incoming connections: drops the oldest that its owner
+ * never identified (a client's accepted HELLO, a server's registration)
+ * and that connected a grace (revoke_grace_ms) or longer ago, to make room.
+ * 68 connections that proved the secret and never said HELLO locked every
+ * new worker out for good (an outside tester); a message of any other kind
+ * (a CREDIT) does not keep one. Returns 1 when one went. */
 static int eng_evict_silent(struct rkv_engine *e)
 {
     uint64_t now = e->port->ops->now_ns(e->port);
     uint64_t grace = (uint64_t)e->cfg.revoke_grace_ms * 1000000ull;
     struct rkv_peer *oldest = NULL;
     for (struct rkv_peer *q = e->peers; q; q = q->next)
-        if (q->incoming && !q->dead && !q->spoke && now - q->born_ns >= grace &&
+        if (q->incoming && !q->dead && !q->identified && now - q->born_ns >= grace &&
             (!oldest || q->born_ns < oldest->born_ns))
             oldest = q;
     if (!oldest)
         return 0;
     rkv_port_warn_limited(e->port, &e->lim_conns,
                           "engine: %u connections to this node, its bound: dropping one that has "
-                          "said nothing in the %llu ms since it connected, to take another",
+                          "not said who it is in the %llu ms since it connected, to take another",
                           e->n_incoming, (unsigned long long)((now - oldest->born_ns) / 1000000));
     peer_kill(e, oldest, 1);
     return 1;

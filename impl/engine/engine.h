@@ -259,6 +259,11 @@ void rkv_engine_drop_peer(struct rkv_engine *eng, struct rkv_peer *peer);
  * connection that went, so that connections coming and going cost nothing
  * once gone. The peer must not be used after the call. */
 void rkv_engine_peer_release(struct rkv_engine *eng, struct rkv_peer *peer);
+/* The owner knows who peer is (a client's accepted HELLO, a server's
+ * registration): at the bound of incoming connections (cfg.max_incoming)
+ * only peers never identified, connected a grace or longer ago, are dropped
+ * to take a newcomer. From the engine's thread (on_msg). */
+void rkv_engine_peer_identified(struct rkv_peer *peer);
 
 /* Counters for tests and reports. */
 struct rkv_engine_stats {

@@ -448,7 +448,8 @@ RKV_API void rkv_server_stop(struct rkv_server *srv);
 RKV_API const char *rkv_server_errmsg(const struct rkv_server *srv);
 /* Stops the server and frees it. A thread still in rkv_server_run() is
  * stopped and waited for first (its call returns; the server is not freed
- * under it); any other call must not overlap this one. */
+ * under it); any other call must not overlap this one, and it must not be
+ * called from a handler (the server's own thread runs those). */
 RKV_API void rkv_server_destroy(struct rkv_server *srv);
 
 /* ---- client (worker) ---- */

@@ -686,9 +686,7 @@ static int tcp_reg_mr(struct rkv_nic *nic, void *addr, size_t len, int access, s
 {
     struct tcp_nic *n = tcp_nic_of(nic);
     struct rkv_port *port = n->base.port;
-    if ((!addr && len) ||
-        (access != RKV_ACCESS_LOCAL && access != RKV_ACCESS_REMOTE_WRITE &&
-         access != RKV_ACCESS_REMOTE_GRANT) ||
+    if ((!addr && len) || (access & ~(RKV_ACCESS_REMOTE_WRITE | RKV_ACCESS_REMOTE_GRANT)) ||
         !mr_p || (uintptr_t)addr + len < (uintptr_t)addr)
         return -RKV_EINVAL;
     struct tcp_mr *tm = calloc(1, sizeof(*tm));
@@ -724,7 +722,7 @@ static int tcp_mr_grant(struct rkv_qp *q, struct rkv_mr *mr, uint32_t *rkey_p, v
 {
     struct tcp_qp *qp = tcp_qp_of(q);
     struct tcp_nic *n = qp->nic;
-    if (!mr || mr->impl != n || !rkey_p || !grant_p || mr->access != RKV_ACCESS_REMOTE_GRANT)
+    if (!mr || mr->impl != n || !rkey_p || !grant_p || !(mr->access & RKV_ACCESS_REMOTE_GRANT))
         return -RKV_EINVAL;
     struct tcp_mr *tm = tcp_mr_of(mr);
     int rc = 0;

@@ -216,6 +216,9 @@ struct rkv_client {
     _Atomic uint32_t n_refused; /* entries with a task: 0, the usual case */
     uint32_t refused_next;      /* the entry reused next when none is free */
     struct cli_refusal *refused;
+    /* A forked child's refusals, kept without refused_lock: another thread
+     * of the parent may have held it at the fork, for good in the child. */
+    char *forked_err;
 };
 
 static uint64_t cli_task(const struct rkv_client *c)
@@ -247,6 +250,17 @@ static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int cli_refuse(struct rkv_client *c, int rc, const char *fmt, ...)
 {
+    if (c->pid != rkv_port_pid()) { /* the child's one thread */
+        if (!c->forked_err)
+            c->forked_err = malloc(256);
+        if (c->forked_err) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(c->forked_err, 256, fmt, ap);
+            va_end(ap);
+        }
+        return rc;
+    }
     uint64_t me = cli_task(c);
     cli_refused_lock(c);
     if (!c->refused)
@@ -3324,6 +3338,7 @@ static void cli_free_tables(struct rkv_client *c)
     rkv_idmap_free(&c->pins);
     rkv_ptrmap_free(&c->req_by_id); /* also when the client failed to join */
     free(c->refused);
+    free(c->forked_err);
     rkv_cluster_destroy(c->own_cl);
     free(c->ht);
     free(c->pt);
@@ -3728,11 +3743,14 @@ const char *rkv_client_errmsg(const struct rkv_client *c)
 {
     if (!c)
         return "client is NULL (did its rkv_client_create fail?)";
+    if (c->pid != rkv_port_pid())
+        return c->forked_err ? c->forked_err : c->err;
     if (!atomic_load(&c->n_refused))
         return c->err;
+    uint64_t me = cli_task(c);
     struct rkv_client *w = (struct rkv_client *)c; /* the lock only */
     cli_refused_lock(w);
-    const struct cli_refusal *r = cli_refusal_of(c, cli_task(c));
+    const struct cli_refusal *r = cli_refusal_of(c, me);
     cli_refused_unlock(w);
     return r ? r->err : c->err;
 }

@@ -484,6 +484,7 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
             c->client_id = m->u.hello.want_id;
         }
         c->hello = 1;
+        rkv_engine_peer_identified(peer);
         return srv_hello_reply(s, peer, m->h.req_id, m->u.hello.want_id);
     }
     if (s->server_id != 0)
@@ -497,6 +498,7 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
         h->peer = peer;
         h->req_id = m->h.req_id;
         c->hello = 1;
+        rkv_engine_peer_identified(peer);
         c->client_id = i;
         RKV_LOGI(s->port, "client %u joined again (its id was handed out before a restart)", i);
         return srv_hello_reply(s, peer, m->h.req_id, i);
@@ -515,6 +517,7 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
                                 "restarts the servers too; an observer client reads the "
                                 "catalogue without one)");
     c->hello = 1;
+    rkv_engine_peer_identified(peer);
     s->hellos[s->n_hellos++] = (struct srv_hello){.peer = peer,
                                                   .machine = m->u.hello.machine_id,
                                                   .nonce = m->u.hello.nonce,
@@ -1341,6 +1344,7 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
     s->table_peer[a->server_id] = peer;
     if (srv_conn_of(peer))
         srv_conn_of(peer)->registered = 1;
+    rkv_engine_peer_identified(peer);
     if (old && old != peer)
         srv_conn_unkeep(s, old); /* it was kept for its entry only */
     char why[RKV_PROTO_TEXT_MAX];

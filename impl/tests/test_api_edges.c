@@ -22,6 +22,7 @@
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -661,6 +662,33 @@ static void *server_destroy_thread(void *arg)
     return NULL;
 }
 
+static atomic_int run_tid;
+
+static void *server_run_thread_tid(void *arg)
+{
+    atomic_store(&run_tid, (int)syscall(SYS_gettid));
+    return (void *)(intptr_t)rkv_server_run(arg);
+}
+
+/* Whether the run thread sleeps (in rkv_server_run's wait: it does nothing
+ * else that blocks before it), from /proc. */
+static int run_entered(void)
+{
+    int tid = atomic_load(&run_tid);
+    if (!tid)
+        return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] == 'S';
+}
+
 /* rkv_server_destroy while another thread is in rkv_server_run: destroy tore
  * the server down under the run and hung in the condition variable the run
  * waited on (an outside tester, every time). Now destroy stops the run,
@@ -675,8 +703,13 @@ static void test_server_destroy_while_it_runs(void **state)
     if (rkv_server_create(&c.cfg, 0, &srv, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     pthread_t run, destroy;
-    assert_int_equal(pthread_create(&run, NULL, server_run_thread, srv), 0);
-    usleep(50000); /* run is waiting */
+    atomic_store(&run_tid, 0);
+    assert_int_equal(pthread_create(&run, NULL, server_run_thread_tid, srv), 0);
+    /* Run must be in before destroy starts (a destroy that overlaps a run
+     * not yet entered is the caller's race, rkv.h). */
+    for (int i = 0; i < 6000 && !run_entered(); i++)
+        usleep(10000);
+    usleep(50000);
     assert_int_equal(pthread_create(&destroy, NULL, server_destroy_thread, srv), 0);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);

@@ -143,8 +143,8 @@ static double twin_cpu_factor(void *user, double t_s)
  * NIC, its handlers slowed. */
 static int twin_faulty(struct twin_node *nd, struct rkv_port *port, struct rkv_nic **nic)
 {
-    struct rkv_nic_fault f[16];
-    uint32_t n = rkv_scenario_nic_faults(nd->t->sc, nd->name, f, 16);
+    struct rkv_nic_fault f[RKV_NIC_FAULTS_MAX];
+    uint32_t n = rkv_scenario_nic_faults(nd->t->sc, nd->name, f, RKV_NIC_FAULTS_MAX);
     for (uint32_t i = 0; i < nd->t->sc->n_faults; i++)
         if (!strcmp(nd->t->sc->faults[i].kind, "slow_cpu") &&
             !strcmp(nd->t->sc->faults[i].target, nd->name))
