@@ -1447,6 +1447,24 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     rkv_tensor_free(&probe);
     if (rc < 0)
         return rc;
+    /* The description travels whole in each INIT (its book and local
+     * order: 12 bytes a row): past max_slot_bytes a server's connection
+     * broke with "configured limit reached" (a 90M-row relabelled tensor,
+     * an outside tester; with max_slot_bytes raised, "connection lost"). */
+    uint64_t init_len =
+        RKV_PROTO_HDR_BYTES + rkv_proto_tensor_body_bytes(w.book_len, d->local_index != NULL);
+    if (init_len > c->cfg.max_slot_bytes) {
+        char hint[160];
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ELIMIT,
+                        "init_data '%s': its partition book%s (%u rows) make a %llu-byte INIT "
+                        "message, over max_slot_bytes %llu: %s; refused before anything was sent",
+                        d->name, d->local_index ? " and local order" : "", w.book_len,
+                        (unsigned long long)init_len, (unsigned long long)c->cfg.max_slot_bytes,
+                        init_len <= RKV_MAX_SLOT_BYTES
+                            ? cli_raise_hint(init_len, hint, sizeof(hint))
+                            : "no setting can carry it: one message holds at most "
+                              "RKV_MAX_SLOT_BYTES (split the tensor, or give it no local order)");
+    }
     uint32_t id = 0;
     if ((rc = cli_init0(c, 0, 0, &w, d, &id)) < 0)
         return rc;

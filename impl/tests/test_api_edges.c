@@ -1393,6 +1393,26 @@ static void test_row_over_max_slot_bytes_refused(void **state)
                                    .policy = RKV_PART_HASH};
     assert_int_equal(rkv_client_init_data(big, &huge), -RKV_ELIMIT);
     assert_msg(big, "no setting can carry it");
+    /* A description whose book and local order make an INIT over
+     * max_slot_bytes: refused before it is sent (it broke the server's
+     * connection: "configured limit reached"). 6,000 rows x 12 bytes. */
+    enum { BOOKED = 6000 };
+    static uint32_t book[BOOKED];
+    static uint64_t local[BOOKED];
+    for (uint32_t r = 0; r < BOOKED; r++) {
+        book[r] = r & 1;
+        local[r] = r >> 1;
+    }
+    struct rkv_tensor_desc booked = {.name = "booked",
+                                     .dtype = RKV_F32,
+                                     .rows = BOOKED,
+                                     .row_len = 4,
+                                     .policy = RKV_PART_EXPLICIT,
+                                     .book = book,
+                                     .local_index = local};
+    assert_int_equal(rkv_client_init_data(small, &booked), -RKV_ELIMIT);
+    assert_msg(small, "its partition book and local order (6000 rows) make a");
+    assert_msg(small, "raise max_slot_bytes to at least");
     size_t n = 99;
     assert_int_equal(rkv_client_list(small, NULL, 0, &n), 0);
     assert_int_equal(n, 0); /* nothing sent, nothing made */
