@@ -194,6 +194,16 @@ static void test_assign_again_after_a_barrier(void **state)
     unlink(yaml);
 }
 
+/* Two machines of sums, the faults' list to follow. */
+#define SUMS_WITH_FAULTS                                                                           \
+    "seed: 1\n"                                                                                    \
+    "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"                     \
+    "tensors:\n"                                                                                   \
+    "  - {name: t, rows: 64, shape: [4]}\n"                                                        \
+    "workload:\n"                                                                                  \
+    "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, rounds: 10}\n"          \
+    "faults:\n"
+
 /* Two NIC faults on one node (drop and delay from 0 s): on tcp the first
  * read the node's fault counts and removed their file, and the second
  * found none: "delay s1.0: 0 messages in its window", "not every fault
@@ -203,14 +213,7 @@ static void test_two_nic_faults_on_one_node(void **state)
     (void)state;
     char yaml[64];
     tmp_scenario(yaml, sizeof(yaml), "two-nic-faults",
-                 "seed: 1\n"
-                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
-                 "tensors:\n"
-                 "  - {name: t, rows: 64, shape: [4]}\n"
-                 "workload:\n"
-                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, "
-                 "rounds: 10}\n"
-                 "faults:\n"
+                 SUMS_WITH_FAULTS
                  "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 0}\n"
                  "  - {kind: delay, target: s1.0, fraction: 0.3, delay_ms: 1, at_s: 0}\n");
     passes_on_both_backends(yaml, "verdict: PASS (the faults fired",
@@ -227,14 +230,7 @@ static void test_fault_that_never_acted_on_a_faulted_node(void **state)
     (void)state;
     char yaml[64];
     tmp_scenario(yaml, sizeof(yaml), "late-window",
-                 "seed: 1\n"
-                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 2}\n"
-                 "tensors:\n"
-                 "  - {name: t, rows: 64, shape: [4]}\n"
-                 "workload:\n"
-                 "  - {name: p, tensor: t, push: 0.5, push_op: sum, ids_per_request: 8, "
-                 "rounds: 10}\n"
-                 "faults:\n"
+                 SUMS_WITH_FAULTS
                  "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 0}\n"
                  "  - {kind: drop, target: s1.0, fraction: 0.3, at_s: 3000, duration_s: 1}\n");
     static const char *const backends[] = {"tcp", "sim"};

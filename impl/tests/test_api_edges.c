@@ -36,6 +36,7 @@
 #define TWO_MACHINES_TAG "rkve"
 #include "two_machines.h"
 #include "mem_cgroup.h"
+#include "proc_state.h"
 #include "under_sanitizer.h"
 
 /* Range policy: rows 0..49 on machine 0 (the client's: co-located), 50..99
@@ -677,16 +678,9 @@ static int run_entered(void)
     int tid = atomic_load(&run_tid);
     if (!tid)
         return 0;
-    char path[64], buf[256];
+    char path[64];
     snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return 0;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] == 'S';
+    return proc_stat_state(path) == 'S';
 }
 
 /* rkv_server_destroy while another thread is in rkv_server_run: destroy tore
@@ -2458,16 +2452,10 @@ static void wait_stopped(pid_t pid)
         for (struct dirent *e; (e = readdir(d)) != NULL;) {
             if (e->d_name[0] == '.')
                 continue;
-            char path[400], buf[256];
+            char path[400];
             snprintf(path, sizeof(path), "%s/%s/stat", dir, e->d_name);
-            FILE *f = fopen(path, "r");
-            if (!f)
-                continue;
-            size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-            fclose(f);
-            buf[n] = 0;
-            const char *st = strrchr(buf, ')');
-            running += st && st[1] == ' ' && st[2] != 'T' && st[2] != 't';
+            char st = proc_stat_state(path);
+            running += st && st != 'T' && st != 't';
         }
         closedir(d);
         if (!running)

@@ -737,7 +737,20 @@ static void test_bad_requests(void **state)
 #define BIG_ID 2u
 #define BIG_PUSH_BYTES (RKV_PROTO_HDR_BYTES + 8 + BIG_ROW_LEN * 4)
 
-/* Asks the server for a slot for one big-row PUSH, as an engine would. */
+/* Asks for n slots of `bytes` each, for PUSHes of tensors 100.., without
+ * waiting for the answers (a hoarder). */
+static void evil_ask_slots(struct evil *e, uint32_t n, uint64_t bytes)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
+                            .req_id = 0x100 + i,
+                            .tensor_id = 100 + i,
+                            .sender = 0x666,
+                            .op = RKV_MSG_PUSH};
+        evil_send(e, rkv_proto_enc_rndv_start(e->tx, &h, bytes));
+    }
+}
+
 /* A slot for a big-row PUSH of `bytes`, granted by the server. */
 static struct rkv_slot_desc evil_rendezvous_for(struct evil *e, uint64_t bytes)
 {
@@ -806,14 +819,7 @@ static void test_slot_memory_hoard(void **state)
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
     const uint32_t asks = c.cfg.push_slots / 2;
-    for (uint32_t i = 0; i < asks; i++) {
-        struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
-                            .req_id = 0x100 + i,
-                            .tensor_id = 100 + i,
-                            .sender = 0x666,
-                            .op = RKV_MSG_PUSH};
-        evil_send(&e, rkv_proto_enc_rndv_start(e.tx, &h, c.cfg.max_slot_bytes));
-    }
+    evil_ask_slots(&e, asks, c.cfg.max_slot_bytes);
     /* Every ask is answered but one that waits for memory, while the
      * server asks for one of the hoarder's slots back. */
     uint64_t granted = 0;
@@ -872,14 +878,7 @@ static void test_slot_hoarder_that_keeps_writing(void **state)
     enum { ASKS = 5 };
     struct rkv_slot_desc d[ASKS];
     uint32_t n_d = 0, revoked = UINT32_MAX;
-    for (uint32_t i = 0; i < ASKS; i++) {
-        struct rkv_hdr h = {.type = RKV_MSG_RNDV_START,
-                            .req_id = 0x100 + i,
-                            .tensor_id = 100 + i,
-                            .sender = 0x666,
-                            .op = RKV_MSG_PUSH};
-        evil_send(&e, rkv_proto_enc_rndv_start(e.tx, &h, c.cfg.max_slot_bytes));
-    }
+    evil_ask_slots(&e, ASKS, c.cfg.max_slot_bytes);
     /* Four granted; the fifth waits, and one of the four is asked back. */
     while (n_d < ASKS - 1 || revoked == UINT32_MAX) {
         struct rkv_msg m;

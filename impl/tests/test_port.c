@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "mem_cgroup.h"
+#include "proc_state.h"
 #include "port/port.h"
 #include "rkv.h"
 
@@ -245,15 +246,11 @@ static void test_sleep_and_clock(void **state)
 /* The state letter /proc/PID/stat gives process pid ('Z' a zombie). */
 static char proc_state(pid_t pid)
 {
-    char path[64], buf[256];
+    char path[64];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *st = strrchr(buf, ')'); /* "pid (comm) S ..." */
-    return st && st[1] == ' ' ? st[2] : 0;
+    char st = proc_stat_state(path);
+    assert_true(st != 0);
+    return st;
 }
 
 /* Process liveness, which durable locks and the machine segment's maker
