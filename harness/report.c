@@ -114,8 +114,9 @@ static int rep_add_stats(struct rkv_report *r, const char *text, const char *eol
 static void rep_stopped(struct rkv_report *r, const char *line, const char *eol, int *stopped_p)
 {
     unsigned w, p;
-    int off = -1;
-    if (sscanf(line, "STOPPED w=%u p=%u %n", &w, &p, &off) != 2 || off < 0 || p >= r->sc->n_phases)
+    int off = -1, rc = 0;
+    if (sscanf(line, "STOPPED w=%u p=%u rc=%d %n", &w, &p, &rc, &off) != 3 || off < 0 ||
+        p >= r->sc->n_phases)
         return;
     if (r->reported[p])
         r->reported[p]--;
@@ -128,6 +129,9 @@ static void rep_stopped(struct rkv_report *r, const char *line, const char *eol,
         snprintf(r->stop_error, sizeof(r->stop_error),
                  "w%u stopped before finishing phase \"%s\": %.*s", w, r->sc->phases[p].name, n,
                  line + off);
+    if (rc == -RKV_ETIMEDOUT && r->survivor_timeouts++ == 0)
+        snprintf(r->timeout_error, sizeof(r->timeout_error), "w%u in phase \"%s\": %.*s", w,
+                 r->sc->phases[p].name, n, line + off);
 }
 
 int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char *const *outs,
@@ -192,7 +196,13 @@ int rkv_report_passed(const struct rkv_report *r)
         for (uint32_t p = 0; p < r->sc->n_phases; p++)
             if (r->phase[p].errors || (r->must_complete && r->reported[p] != r->n_workers))
                 return 0;
-        return r->faults_fired && (!r->must_complete || r->survivor_errors == 0);
+        /* A crash lets survivors end on the error it caused, but a request
+         * of the workload that timed out met a node that neither answered
+         * nor died: a delay fault past the timeout, or a hang. (A client
+         * that was never let in, server 0 waiting for a worker the faults
+         * took, times out before its workload and prints no STOPPED line.) */
+        return r->faults_fired && !r->survivor_timeouts &&
+               (!r->must_complete || r->survivor_errors == 0);
     }
     for (uint32_t p = 0; p < r->sc->n_phases; p++)
         if (r->reported[p] != r->n_workers || r->phase[p].errors)
@@ -240,6 +250,13 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
                  "not every fault fired, see \"faults:\" above (a node already down cannot "
                  "crash, a NIC fault needs traffic in its window, a restart needs time before "
                  "the run ends)");
+        return;
+    }
+    if (r->survivor_timeouts) {
+        snprintf(buf, len,
+                 "%u surviving worker%s ended on a timeout, where a crash's survivors end on a "
+                 "named error (a peer gone, a client left): %s",
+                 r->survivor_timeouts, r->survivor_timeouts == 1 ? "" : "s", r->timeout_error);
         return;
     }
     snprintf(buf, len, "%u surviving worker%s ended on a store error, and nothing may be lost",
@@ -334,8 +351,11 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
     if (r->first_error[0])
         fprintf(out, "\nfirst wrong value: %s\n", r->first_error);
     if (r->fault_run) {
-        fprintf(out, "\nfaults: %s; %u surviving worker(s) ended on a named store error%s%s\n",
-                r->faults[0] ? r->faults : "none fired", r->survivor_errors,
+        char timeouts[48] = "";
+        if (r->survivor_timeouts)
+            snprintf(timeouts, sizeof(timeouts), " (%u of them a timeout)", r->survivor_timeouts);
+        fprintf(out, "\nfaults: %s; %u surviving worker(s) ended on a store error%s%s%s\n",
+                r->faults[0] ? r->faults : "none fired", r->survivor_errors, timeouts,
                 r->survivor_error[0] ? ", e.g. " : "", r->survivor_error);
         if (!rkv_report_passed(r)) {
             char why[1024];

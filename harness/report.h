@@ -41,6 +41,11 @@ struct rkv_report {
      * reported[]. */
     uint32_t workers_stopped;
     char stop_error[400];
+    /* Of them, those whose error was a timeout, and the first one's error:
+     * a fault run fails on them (a survivor ends on a named error, never a
+     * timeout). */
+    uint32_t survivor_timeouts;
+    char timeout_error[400];
 };
 
 /* Parses the stdout of every worker (PHASE, FIRSTERR and STATS lines). */

@@ -68,6 +68,11 @@ static void swarm_classify(const struct rkv_report *r, struct rkv_swarm_outcome 
         return;
     }
     int v = sc->n_faults ? RKV_SWV_LOST : RKV_SWV_NODE;
+    if (r->survivor_timeouts) {
+        swarm_what(o, v, "a survivor timed out (a crash's survivors end on a named error): %s",
+                   r->timeout_error);
+        return;
+    }
     if (r->survivor_error[0]) {
         swarm_what(o, v, "%s (nothing may be lost: no crash, no connection broken)",
                    r->survivor_error);

@@ -456,11 +456,11 @@ static uint32_t wl_max_epoch(const struct rkv_scenario *sc)
 /* Streamed runs: hands phases [*done, upto) to on_stats (win holds the
  * epoch that starts at win_first; phases outside it were never run) and
  * clears the window for the next epoch. */
-/* stop_why: the run stopped on this store error, and none of these phases
- * was verified (NULL: it did not stop). */
+/* stop_why: the run stopped on this store error (stop_rc), and none of
+ * these phases was verified (NULL: it did not stop). */
 static int wl_hand_over(uint32_t worker, struct wl_stats *win, uint32_t win_n, uint32_t win_first,
                         uint32_t *done, uint32_t upto, rkv_wl_stats_fn on_stats, void *user,
-                        struct rkv_wl_phase_stats *scratch, const char *stop_why)
+                        struct rkv_wl_phase_stats *scratch, const char *stop_why, int stop_rc)
 {
     static const struct rkv_wl_phase_stats zero;
     /* Whole only for the moment it is handed over. */
@@ -475,6 +475,7 @@ static int wl_hand_over(uint32_t worker, struct wl_stats *win, uint32_t win_n, u
             memset(one, 0, sizeof(*one));
         if (one && (in_win || stop_why)) {
             one->stopped = stop_why != NULL;
+            one->stop_rc = stop_why && *done == first ? stop_rc : 0;
             snprintf(one->stop_error, sizeof(one->stop_error), "%s",
                      stop_why && *done == first ? stop_why : "");
         }
@@ -548,7 +549,7 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
             fprintf(log, "rkv: phases %u..%u of %u done\n", first + 1, last + 1, sc->n_phases);
         if (!stats && rc == 0)
             rc = wl_hand_over(worker, win, win_n, base, &done, last + 1, on_stats, user, scratch,
-                              NULL);
+                              NULL, 0);
         first = last + 1;
     }
 out:
@@ -570,13 +571,14 @@ free_win:
         snprintf(stop_why, sizeof(stop_why), "%s", rkv_strerror(rc));
     if (!stats) {
         int hr = wl_hand_over(worker, win, win_n, base, &done, sc->n_phases, on_stats, user,
-                              scratch, rc < 0 ? stop_why : NULL);
+                              scratch, rc < 0 ? stop_why : NULL, rc);
         rc = rc < 0 ? rc : hr;
     }
     for (uint32_t p = 0; p < win_n; p++) {
         if (stats) {
             wl_export(&win[p], &stats[p]);
             stats[p].stopped = rc < 0 && p >= verified;
+            stats[p].stop_rc = rc < 0 && p == verified ? rc : 0;
             snprintf(stats[p].stop_error, sizeof(stats[p].stop_error), "%s",
                      rc < 0 && p == verified ? stop_why : "");
         }
@@ -612,7 +614,7 @@ void rkv_wl_print_as(FILE *out, uint32_t worker, uint32_t phase,
     if (st->errors)
         fprintf(out, "FIRSTERR w=%u p=%u %s\n", worker, phase, st->first_error);
     if (st->stopped) { /* one line whatever the error holds */
-        fprintf(out, "STOPPED w=%u p=%u ", worker, phase);
+        fprintf(out, "STOPPED w=%u p=%u rc=%d ", worker, phase, st->stop_rc);
         for (const char *c = st->stop_error[0] ? st->stop_error : "-"; *c; c++)
             fputc((unsigned char)*c < 0x20 || *c == 0x7f ? ' ' : *c, out);
         fputc('\n', out);

@@ -22,8 +22,9 @@ struct rkv_wl_phase_stats {
     /* The worker stopped on a store error before this phase's epoch was
      * verified: its counts are what it did, not a phase it finished (a
      * STOPPED line after its PHASE line). stop_error: the error, on the
-     * first such phase only. */
+     * first such phase only, and stop_rc its code (negative; 0 elsewhere). */
     int stopped;
+    int stop_rc;
     char stop_error[256];
 };
 

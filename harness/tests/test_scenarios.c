@@ -245,6 +245,32 @@ static void test_fault_that_never_acted_on_a_faulted_node(void **state)
     unlink(yaml);
 }
 
+/* A delay past the request timeout on a server that never crashed, beside
+ * a crash of another: the worker's request timed out, and the run passed
+ * as if the crash had ended it (an outside tester's file). A crash's
+ * survivors end on a named error; a timeout in the workload fails the
+ * run, saying so. The twin alone: on tcp the timeout is wall time. */
+static void test_timeout_beside_a_crash_fails(void **state)
+{
+    (void)state;
+    char yaml[64];
+    tmp_scenario(yaml, sizeof(yaml), "timeout-crash",
+                 "seed: 1\n"
+                 "cluster: {machines: 3, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 4}\n"
+                 "faults:\n"
+                 "  - {kind: delay, target: s1.0, fraction: 1, delay_ms: 3000}\n"
+                 "  - {kind: crash, target: s2.0, at_s: 0.00003}\n");
+    char args[256];
+    snprintf(args, sizeof(args), "run %s --timeout-ms 2000", yaml);
+    int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
+    if (rc != 3 || !strstr(out, "verdict: FAIL (1 surviving worker ended on a timeout") ||
+        !strstr(out, "timed out") || !strstr(out, "(1 of them a timeout)"))
+        fail_msg("exit %d\n%s", rc, out);
+    unlink(yaml);
+}
+
 /* Whether /dev/shm holds a segment whose name starts with prefix. */
 static int shm_with_prefix(const char *prefix)
 {
@@ -629,6 +655,7 @@ int main(void)
         cmocka_unit_test(test_assign_again_after_a_barrier),
         cmocka_unit_test(test_two_nic_faults_on_one_node),
         cmocka_unit_test(test_fault_that_never_acted_on_a_faulted_node),
+        cmocka_unit_test(test_timeout_beside_a_crash_fails),
         cmocka_unit_test(test_killed_tcp_run_leaves_nothing),
         cmocka_unit_test(test_interrupted_traced_tcp_run),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),

@@ -728,7 +728,7 @@ static void test_crash_faults(void **state)
             if (rc != 0 || !strstr(out, "verdict: PASS"))
                 fail_msg("rkv %s: exit %d\n%s", args, rc, out);
             assert_non_null(strstr(out, "crashed at"));
-            assert_non_null(strstr(out, "surviving worker(s) ended on a named store error"));
+            assert_non_null(strstr(out, "surviving worker(s) ended on a store error"));
             assert_null(strstr(out, "timed out"));
             if (*dir) {
                 char cmd[160];
