@@ -139,8 +139,7 @@ static int rg_check_line(const char *line, const struct rkv_scenario *sc, uint32
     if (!strncmp(line, "STOPPED ", 8)) { /* after its phase's PHASE line, once */
         int rc;
         if (sscanf(line, "STOPPED w=%u p=%u rc=%d %n", &w, &p, &rc, &off) != 3 || off < 0 ||
-            rc > 0 || w != worker ||
-            p >= sc->n_phases || !(seen[p] & 1) || (seen[p] & 4))
+            rc > 0 || w != worker || p >= sc->n_phases || !(seen[p] & 1) || (seen[p] & 4))
             return rkv_errf(why, why_len, -RKV_EPROTO, "a bad STOPPED line: %.80s", line);
         seen[p] |= 4;
         return 0;

@@ -1949,6 +1949,18 @@ uint32_t rkv_scenario_nic_faults(const struct rkv_scenario *sc, const char *node
     return n;
 }
 
+uint64_t rkv_scenario_fault_seed(const struct rkv_scenario *sc, const char *node, uint64_t seed)
+{
+    unsigned m, l, w;
+    int off = -1;
+    uint64_t k = 0;
+    if (sscanf(node, "s%u.%u%n", &m, &l, &off) == 2 && off > 0 && !node[off])
+        k = (uint64_t)m * sc->servers_per_machine + l;
+    else if (sscanf(node, "w%u%n", &w, &off) == 1 && off > 0 && !node[off])
+        k = (uint64_t)rkv_scenario_servers(sc) + w;
+    return seed ^ k;
+}
+
 uint32_t rkv_scenario_nic_fault_index(const struct rkv_scenario *sc, uint32_t i)
 {
     const struct rkv_sc_fault *f = &sc->faults[i];

@@ -177,6 +177,11 @@ struct rkv_nic_fault;
  * the fault NIC takes them (impl/nic/nic_fault.h); returns how many. */
 uint32_t rkv_scenario_nic_faults(const struct rkv_scenario *sc, const char *node,
                                  struct rkv_nic_fault *out, uint32_t max);
+/* The seed of node's fault NIC (s<m>.<l> or w<k>) in a run of seed: the
+ * same on every backend, and each node's its own (servers in machine
+ * order, then workers), so that a file's drops and delays fall on the
+ * same messages run after run and tcp draws what the twin draws. */
+uint64_t rkv_scenario_fault_seed(const struct rkv_scenario *sc, const char *node, uint64_t seed);
 /* Where fault i (drop, delay or link_down) is in its node's list from
  * rkv_scenario_nic_faults (the index of its counts in the wrapper's
  * stats.acted); UINT32_MAX for other kinds. */

@@ -271,6 +271,39 @@ static void test_timeout_beside_a_crash_fails(void **state)
     unlink(yaml);
 }
 
+/* A node's drops are drawn from the run's seed and the node's name, as in
+ * the twin: on tcp a worker's fault NIC took its process's seed (its stack
+ * address), so a 5 % drop acted on 0, 1 or 2 messages from run to run and
+ * the verdict flipped ("not every fault fired"; an outside tester). Three
+ * tcp runs and the twin count the same. */
+static void test_fault_draws_are_the_runs_own(void **state)
+{
+    (void)state;
+    char yaml[64];
+    tmp_scenario(yaml, sizeof(yaml), "drop-draws",
+                 "seed: 1\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 40}\n"
+                 "faults:\n  - {kind: drop, target: w1, fraction: 0.05, retransmit_ms: 1}\n");
+    char first[64] = "";
+    for (int run = 0; run < 4; run++) {
+        char args[256];
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, run < 3 ? "tcp" : "sim");
+        int rc = run_rkv("", args);
+        const char *acted = strstr(out, "drop w1: acted on ");
+        if (rc != 0 || !acted)
+            fail_msg("%s: exit %d\n%s", args, rc, out);
+        char count[64];
+        snprintf(count, sizeof(count), "%.*s", (int)(strchr(acted + 18, ' ') - acted), acted);
+        if (!first[0])
+            snprintf(first, sizeof(first), "%s", count);
+        else if (strcmp(first, count) != 0)
+            fail_msg("run %d (%s): \"%s\", run 0: \"%s\"\n%s", run, args, count, first, out);
+    }
+    unlink(yaml);
+}
+
 /* Whether /dev/shm holds a segment whose name starts with prefix. */
 static int shm_with_prefix(const char *prefix)
 {
@@ -656,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_two_nic_faults_on_one_node),
         cmocka_unit_test(test_fault_that_never_acted_on_a_faulted_node),
         cmocka_unit_test(test_timeout_beside_a_crash_fails),
+        cmocka_unit_test(test_fault_draws_are_the_runs_own),
         cmocka_unit_test(test_killed_tcp_run_leaves_nothing),
         cmocka_unit_test(test_interrupted_traced_tcp_run),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),

@@ -16,8 +16,13 @@
 
 #define NODE_MAX_FAULTS RKV_NIC_FAULTS_MAX
 
+/* The faults aimed at this node, and their seed: the scenario's (or the
+ * run's --seed), drawn per node as the twin draws it. The process's own
+ * seed (a worker's differs by its stack address, for its HELLO nonce)
+ * made each run drop other messages: a file's verdict changed from run to
+ * run (an outside tester: a 5 % drop on a worker acted on 0, 1 or 2). */
 static int node_faults(const struct cmd_settings *s, struct rkv_nic_fault *f, uint32_t *n_p,
-                       char *err, size_t err_len)
+                       uint64_t *seed_p, char *err, size_t err_len)
 {
     const char *name = getenv("RKV_FAULT_NODE");
     *n_p = 0;
@@ -27,7 +32,13 @@ static int node_faults(const struct cmd_settings *s, struct rkv_nic_fault *f, ui
     int rc = rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, err_len);
     if (rc < 0)
         return rc;
+    uint64_t seed = sc->seed;
+    char serr[128];
+    if (strcmp(s->src[CMD_SEED], "default") != 0 &&
+        cmd_get_u64(s, CMD_SEED, &seed, serr, sizeof(serr)) < 0)
+        seed = sc->seed; /* refused with its message where the node reads its settings */
     *n_p = rkv_scenario_nic_faults(sc, name, f, NODE_MAX_FAULTS);
+    *seed_p = rkv_scenario_fault_seed(sc, name, seed);
     rkv_scenario_free(sc);
     return 0;
 }
@@ -69,8 +80,9 @@ int cmd_node_open(const struct cmd_settings *s, const struct rkv_config *cfg, co
 {
     struct rkv_nic_fault f[NODE_MAX_FAULTS];
     uint32_t n_f;
+    uint64_t fault_seed = 0;
     memset(nd, 0, sizeof(*nd));
-    int rc = node_faults(s, f, &n_f, err, err_len);
+    int rc = node_faults(s, f, &n_f, &fault_seed, err, err_len);
     if (rc < 0)
         return rc;
     if ((rc = rkv_node_open(cfg, node, seed, &nd->port, &nd->nic, err, err_len)) < 0)
@@ -82,7 +94,7 @@ int cmd_node_open(const struct cmd_settings *s, const struct rkv_config *cfg, co
     if (n_f == 0)
         return 0;
     struct rkv_nic *wrapped;
-    if ((rc = rkv_nic_fault_wrap(nd->nic, f, n_f, seed, &wrapped)) < 0) {
+    if ((rc = rkv_nic_fault_wrap(nd->nic, f, n_f, fault_seed, &wrapped)) < 0) {
         rkv_trace_close(nd->trace);
         nd->trace = NULL;
         rkv_node_close(nd->port, nd->nic);

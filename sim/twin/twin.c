@@ -151,7 +151,8 @@ static int twin_faulty(struct twin_node *nd, struct rkv_port *port, struct rkv_n
             sim_port_set_cpu_factor(port, twin_cpu_factor, nd);
     if (n == 0)
         return 0;
-    int rc = rkv_nic_fault_wrap(*nic, f, n, nd->t->sc->seed ^ nd->tid, nic);
+    int rc = rkv_nic_fault_wrap(*nic, f, n,
+                                rkv_scenario_fault_seed(nd->t->sc, nd->name, nd->t->sc->seed), nic);
     if (rc == 0)
         nd->fault_nic = *nic;
     return rc;
