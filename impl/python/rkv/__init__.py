@@ -1430,6 +1430,9 @@ class Client:
         self.machine_id = cfg.machine_id
         self.num_workers = cfg.n_workers
         self._max_slot_bytes = cfg.max_slot_bytes  # the largest push message (init's fill)
+        # Tensors this client created for an init function whose fill did not
+        # finish (a Ctrl-C, a timeout): a retry fills them again.
+        self._unfilled = set()
         _live_clients.add(self)
 
     # -- helpers --
@@ -1605,8 +1608,11 @@ class Client:
         numpy's if it raises TypeError; else numpy's) that this client then
         assigns to every row when the call creates the tensor (an existing one
         keeps its rows, as with the others; call it from one client, then
-        barrier); a seed
-        with another init is refused (it would be ignored).
+        barrier). A call cut short (Ctrl-C, a timeout) once the tensor was
+        made may have filled part of it: the same call again on this client
+        fills it all; another process cannot tell, so a trainer that died
+        mid-fill leaves rows of zeros behind (restart the servers, or assign
+        them). A seed with another init is refused (it would be ignored).
         with_state: keep optimizer state per row (adagrad needs it; pull's
         handler="with_state" returns it)."""
         encoded = _name_bytes(name)
@@ -1713,13 +1719,25 @@ class Client:
                 rc = self._cut(lib.rkv_client_meta, self._live(), encoded, cm)
                 if rc < 0 and rc != -ENOTENSOR:
                     _fail(rc, self._errmsg())
-            existed = rc == 0
-        self._call(lib.rkv_client_init_data, d)
+            # But one this client made and did not finish filling is filled
+            # again: a Ctrl-C or a timeout between the tensor's making and
+            # the fill's last push, then the same call again, left rows of
+            # zeros and said nothing (an outside tester).
+            existed = rc == 0 and name not in self._unfilled
+            if not existed:
+                self._unfilled.add(name)  # before the call: a cut may come after the making
+        try:
+            self._call(lib.rkv_client_init_data, d)
+        except Error as e:
+            if e.code == -EEXIST:  # another desc's tensor: not this client's to fill
+                self._unfilled.discard(name)
+            raise
         self._meta.pop(name, None)
         if values is not None and not existed:
             for r in range(0, shape[0], step):
                 self.push(name, np.arange(r, min(r + step, shape[0]), dtype=np.uint64),
                           values[r:r + step], op="assign")
+            self._unfilled.discard(name)
 
     def get_data_meta(self, name):
         """(dtype, shape, part_policy) of tensor `name`, as DGL's: dtype is torch's

@@ -778,3 +778,33 @@ def test_ctrl_c_during_the_first_pull_leaves_torch_whole(make_cluster):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["interrupted", "torch", "[2,", "2]", "1", "1"], out.stdout
+
+
+def test_init_function_fill_cut_short_is_filled_again(make_cluster):
+    # A Ctrl-C (or a timeout) between the tensor's making and the fill's
+    # last push, then the same init_data again: the tensor existed, the
+    # fill was skipped, and rows stayed zero without a word.
+    cl = make_cluster(max_slot_bytes=1 << 14)
+    c = cl.client()
+    rows, dim = 2000, 16  # a fill of several pushes at 16 KiB each
+    ones = lambda shape, dt: np.ones(shape, dtype=dt)  # noqa: E731
+    real_push, pushes = c.push, []
+
+    def cut_push(*a, **kw):
+        pushes.append(1)
+        if len(pushes) == 2:
+            raise KeyboardInterrupt
+        return real_push(*a, **kw)
+
+    c.push = cut_push
+    with pytest.raises(KeyboardInterrupt):
+        c.init_data("emb", (rows, dim), "float32", init=ones)
+    c.push = real_push
+    c.init_data("emb", (rows, dim), "float32", init=ones)
+    got = np.concatenate([np.asarray(c.pull("emb", np.arange(r, r + 100, dtype=np.int64)))
+                          for r in range(0, rows, 100)])  # replies within max_slot_bytes
+    assert (got == 1).all(), "%d of %d rows not filled" % ((got != 1).any(axis=1).sum(), rows)
+    # A tensor filled once keeps its rows on a later call (a restarted trainer's).
+    c.push("emb", np.array([5], dtype=np.int64), np.full((1, dim), 2, np.float32), op="assign")
+    c.init_data("emb", (rows, dim), "float32", init=ones)
+    assert np.asarray(c.pull("emb", np.array([5], dtype=np.int64)))[0][0] == 2
