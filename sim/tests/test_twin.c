@@ -707,6 +707,31 @@ static void test_payloadless_reports_declared_bytes(void **state)
         fail_msg("MiB with payloads %.1f, payload-less %.1f", mib[0], mib[1]);
 }
 
+/* A run with payload ends when its work does: each server lingered in
+ * 1 ms naps until its SHUTDOWN ack had gone, so a run whose last SHUTDOWN
+ * came at 35 us said "simulated time 0.001035 s" (an outside tester). */
+static void test_run_ends_with_the_last_ack(void **state)
+{
+    (void)state;
+    char path[64], args[128];
+    tmp_scenario(path, sizeof(path), "linger",
+                 "seed: 1\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 4}\n");
+    snprintf(args, sizeof(args), "run %s --log-level 2", path);
+    run_pass(args);
+    unlink(path);
+    const char *stop = strstr(out, "stopping: SHUTDOWN from client 0");
+    assert_non_null(stop);
+    while (stop > out && strncmp(stop, "[sim ", 5) != 0)
+        stop--;
+    double stop_s = -1, sim = out_sim_s();
+    assert_int_equal(sscanf(stop, "[sim %lf]", &stop_s), 1);
+    if (!(sim >= stop_s && sim - stop_s < 50e-6))
+        fail_msg("the last SHUTDOWN at %.6f s, the run ended at %.6f s\n%s", stop_s, sim, out);
+}
+
 /* Crash faults: the named node dies mid-run, every survivor ends on a named
  * error (no hang, no timeout), nothing pulled was wrong; under three seeds
  * of jitter. A crashed node's memory is abandoned like a killed process's,
@@ -1064,6 +1089,7 @@ int main(void)
         cmocka_unit_test(test_memory_floor_in_a_cgroup),
         cmocka_unit_test(test_log_lines_folded),
         cmocka_unit_test(test_crash_faults),
+        cmocka_unit_test(test_run_ends_with_the_last_ack),
         cmocka_unit_test(test_step_triggered_crash_wakes_only_for_events),
         cmocka_unit_test(test_payload_receives_from_the_pool),
         cmocka_unit_test(test_nic_and_cpu_faults),
