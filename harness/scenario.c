@@ -86,6 +86,11 @@ static int sc_vfail_mark(struct sc_ctx *c, struct rkv_sc_mark m, const char *fmt
                    : snprintf(c->err, c->err_len, "%s: ", c->path);
     if (n >= 0 && (size_t)n < c->err_len)
         vsnprintf(c->err + n, c->err_len - (size_t)n, fmt, ap);
+    /* One line: a value quoted from a block scalar ("rounds: |") carried
+     * its newline into the middle of the error. */
+    for (char *p = c->err; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
     return -RKV_ECONFIG;
 }
 
@@ -175,7 +180,8 @@ static int sc_double(struct sc_ctx *c, const char *name, struct fy_node *key, st
     if (!*s || *end || errno || !isfinite(x))
         return sc_fail(c, v, "%s: expected a number, got \"%s\"", name, s);
     if (x < min || x > max)
-        return sc_fail(c, v, "%s: expected %g..%g, got %g", name, min, max, x);
+        return sc_fail(c, v, "%s: expected %g..%g, got %s", name, min, max,
+                       s); /* as written: %g made 1.0000001 "1" */
     *out = x;
     return 0;
 }

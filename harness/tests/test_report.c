@@ -157,6 +157,84 @@ static void test_report_json_round_trips_names(void **state)
     unlink(yaml);
 }
 
+/* The report's text for outs (one worker) of a fault run or not. */
+static char *print_of(const struct rkv_scenario *sc, char *out, int fault_run, struct rkv_report *r)
+{
+    char *outs[1] = {out};
+    assert_int_equal(rkv_report_collect(r, sc, outs, 1), 0);
+    r->processes_ok = 1;
+    r->fault_run = fault_run;
+    r->faults_fired = 1;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    assert_non_null(m);
+    rkv_report_print(r, m, "sim");
+    fclose(m);
+    return text;
+}
+
+/* A phase that moved bytes in no measured time (rows of the worker's own
+ * machine, read at no simulated cost) printed 0.000 GB/s and its bound a
+ * miss; and a survivor of a fault run that stopped on a timeout (its
+ * STOPPED line's code) passed as if a crash had ended it. */
+static void test_report_zero_time_and_timeouts(void **state)
+{
+    (void)state;
+    char yaml[64], err[256];
+    tmp_scenario(yaml, sizeof(yaml), "report-zero", yaml_text);
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    sc->expect_min_gbps = 0.5;
+    struct rkv_wl_phase_stats st = {.pushes = 4, .pulls = 4, .bytes = 74496};
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    assert_non_null(m);
+    rkv_wl_print(m, 0, 0, &st);
+    st.stopped = 1;
+    st.stop_rc = -RKV_ETIMEDOUT;
+    snprintf(st.stop_error, sizeof(st.stop_error), "pull: server 1: request timed out");
+    rkv_wl_print(m, 0, 1, &st);
+    fclose(m);
+    struct rkv_report r;
+    char *text = print_of(sc, buf, 0, &r);
+    if (!strstr(text, "| 0.1 | n/a |") || !strstr(text, "throughput not measured") ||
+        strstr(text, ": miss"))
+        fail_msg("a phase of no time:\n%s", text);
+    free(text);
+    rkv_report_free(&r);
+    text = print_of(sc, buf, 1, &r);
+    assert_false(rkv_report_passed(&r));
+    if (!strstr(text, "verdict: FAIL (1 surviving worker ended on a timeout") ||
+        !strstr(text, "request timed out"))
+        fail_msg("a survivor's timeout:\n%s", text);
+    free(text);
+    rkv_report_free(&r);
+    /* cluster.workers places fewer workers than the machines' slots: the
+     * header said "(1 servers + 2 workers)" per machine. */
+    sc->workers_per_machine = 2;
+    sc->workers_total = 1;
+    text = print_of(sc, buf, 0, &r);
+    if (!strstr(text, ": 1 machines x 1 servers, 1 workers, seed"))
+        fail_msg("the cluster's line:\n%s", text);
+    free(text);
+    rkv_report_free(&r);
+    /* Another error is a crash's survivor's to end on. */
+    char *other = strstr(buf, "rc=-");
+    assert_non_null(other);
+    memcpy(other, "rc=-4", 5); /* EPEERDEAD, same width */
+    assert_int_equal(-RKV_EPEERDEAD, -4);
+    text = print_of(sc, buf, 1, &r);
+    assert_true(rkv_report_passed(&r));
+    free(text);
+    rkv_report_free(&r);
+    rkv_scenario_free(sc);
+    free(buf);
+    unlink(yaml);
+}
+
 /* Worker processes on tcp each pin the winner of a contested row in their
  * own oracle; the launcher compares them: two winners of one row fail the
  * run, naming the row and both readings. */
@@ -391,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_plot_names_run_and_shows_every_line),
         cmocka_unit_test(test_percentiles_never_above_max),
         cmocka_unit_test(test_report_json_round_trips_names),
+        cmocka_unit_test(test_report_zero_time_and_timeouts),
         cmocka_unit_test(test_report_compares_pinned_winners),
         cmocka_unit_test(test_plots_not_made_fail_the_run),
     };

@@ -307,6 +307,9 @@ static void test_platform_checked_before_the_run(void **state)
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/bandwidth-factor:0"), 2);
     assert_non_null(strstr(out, "Bandwidth factor cannot be 0"));
     run_pass("run " SCEN_DIR "/quickstart.yaml --cfg network/latency-factor:2");
+    /* SimGrid takes it, and pulls came faster than their bandwidth allows. */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/latency-factor:-1"), 2);
+    assert_non_null(strstr(out, "network/latency-factor:-1: expected 0 or more"));
     /* SimGrid's keys with capitals were "expected KEY:VALUE". */
     run_pass("run " SCEN_DIR "/quickstart.yaml --cfg network/TCP-gamma:4194304");
 }
