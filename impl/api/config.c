@@ -1043,3 +1043,30 @@ int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
     }
     return -1;
 }
+
+int cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                       size_t err_len)
+{
+    if (!*s->val[CMD_CLUSTER] || strcmp(s->src[CMD_MACHINE_ID], "default") != 0)
+        return 0;
+    uint32_t here;
+    if (cmd_local_machine(cfg, &here) == 0) {
+        cfg->machine_id = here;
+        return 0;
+    }
+    if (cfg->n_machines < 2)
+        return 0;
+    /* Machine 0 by default: on another host a client mapped machine 0's
+     * shard name, which is not there, or on one host said nothing while
+     * it was not the machine meant (an outside tester). */
+    char hosts[160] = "";
+    size_t hl = 0;
+    for (uint32_t m = 0; m < cfg->n_machines && m < 4 && hl < sizeof(hosts); m++)
+        hl += (size_t)snprintf(hosts + hl, sizeof(hosts) - hl, "%s%s", m ? ", " : "",
+                               cfg->machines[m].host);
+    return rkv_errf(err, err_len, -RKV_ECONFIG,
+                    "cluster file %s: no machine's host (%s%s) is an address of this host, so "
+                    "this client cannot tell which machine it is on: run it on one of them, or "
+                    "give machine-id (--machine-id, RKV_MACHINE_ID)",
+                    s->val[CMD_CLUSTER], hosts, cfg->n_machines > 4 ? ", ..." : "");
+}

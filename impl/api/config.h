@@ -118,6 +118,12 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
 /* The first machine of cfg whose host is an address of this host (0, or -1
  * if none is), as DGL's clients find their machine in ip_config.txt. */
 int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
+/* A client's machine as DGL's are told it: with a cluster file and no
+ * machine-id, the first machine whose host is an address of
+ * this host; -RKV_ECONFIG, said in err, when none is and the cluster has
+ * several machines. */
+int cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                       size_t err_len);
 
 /* The machine and local index of the global server id set by server-id
  * (machine 0's servers first, then machine 1's...). 0, or -1 with a message

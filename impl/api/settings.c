@@ -144,10 +144,11 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
      * it (commands.c). Built here, every program and the Python binding
      * under DGL's launch took machine 0 on every host: a trainer on
      * machine 1's host mapped machine 0's shard, which is not there. */
-    uint32_t here;
-    if (*s->val[CMD_CLUSTER] && !strcmp(s->src[CMD_MACHINE_ID], "default") &&
-        !*s->val[CMD_SERVER_ID] && cmd_local_machine(&built, &here) == 0)
-        built.machine_id = here;
+    /* (A server's machine is its server id's, set above.) */
+    if (!*s->val[CMD_SERVER_ID] && (rc = cmd_client_machine(s, &built, err, err_len)) < 0) {
+        rkv_config_release(&built);
+        goto free_settings;
+    }
     *cfg = built;
     if (local_server_p)
         *local_server_p = local;

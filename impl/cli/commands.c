@@ -83,6 +83,21 @@ int cmd_server(int argc, char **argv)
     if (rc)
         return rc;
     uint32_t local = 0;
+    /* Which server this is: server 0 by default started a second server of
+     * a two-server file as server 0, refused for a "machine segment in use
+     * ... another cluster?" (an outside tester, as DGL_SERVER_ID= left
+     * empty). A machine-id alone names its first server, as documented. */
+    uint32_t n_servers = 0;
+    for (uint32_t m = 0; m < cfg.n_machines; m++)
+        n_servers += cfg.machines[m].servers;
+    if (!*s.val[CMD_SERVER_ID] && !strcmp(s.src[CMD_MACHINE_ID], "default") && n_servers > 1) {
+        fprintf(stderr,
+                "rkv server: which server is this? the cluster has %u servers: give "
+                "--server-id N (RKV_SERVER_ID, DGL_SERVER_ID; 0..%u, machine 0's first)\n",
+                n_servers, n_servers - 1);
+        free(cfg.machines);
+        return RKV_EXIT_USAGE;
+    }
     if (*s.val[CMD_SERVER_ID]) {
         char err[256];
         uint32_t m = 0;
@@ -218,10 +233,12 @@ static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
     }
     /* DGL's clients are not told their machine: it is the first line of
      * ip_config.txt naming an address of theirs. */
-    uint32_t local_m;
-    if (*s.val[CMD_CLUSTER] && strcmp(s.src[CMD_MACHINE_ID], "default") == 0 &&
-        cmd_local_machine(&cfg, &local_m) == 0)
-        cfg.machine_id = local_m;
+    char merr[512];
+    if (cmd_client_machine(&s, &cfg, merr, sizeof(merr)) < 0) {
+        fprintf(stderr, "rkv worker: %s\n", merr);
+        free(cfg.machines);
+        return RKV_EXIT_USAGE;
+    }
     if ((rc = cmd_workload(&s, &wl)) != 0 || (rc = cmd_scenario(&s, &cfg, &wl, &sc)) != 0) {
         free(cfg.machines);
         return rc;

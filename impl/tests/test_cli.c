@@ -722,6 +722,31 @@ static void test_server_and_worker_errors(void **state)
     expect_run("", "server --backend sim", 2, "backend 'sim' is not built in (this build has: tcp");
     expect_run("", "server --backend sim", 2, "sim is the twin's, which runs a whole scenario");
     expect_run("", "worker --rows 0", 2, "rkv: workload needs rows 1..2^24");
+    /* A server of a cluster of several, told none: it started as server 0
+     * (an outside tester; DGL_SERVER_ID left empty did the same). A client
+     * on a host none of the machines is: it took machine 0 in silence. */
+    {
+        char two[64], far[64], args[160];
+        snprintf(two, sizeof(two), "/tmp/rkv-cli-two-%d.txt", (int)getpid());
+        snprintf(far, sizeof(far), "/tmp/rkv-cli-far-%d.txt", (int)getpid());
+        FILE *f = fopen(two, "w");
+        assert_non_null(f);
+        fputs("127.0.0.1 46210 2\n", f);
+        fclose(f);
+        f = fopen(far, "w");
+        assert_non_null(f);
+        fputs("192.0.2.9 46210 1\n192.0.2.8 46210 1\n", f); /* TEST-NET-1: no host's */
+        fclose(f);
+        snprintf(args, sizeof(args), "server --cluster %s", two);
+        expect_run("", args, 2, "which server is this? the cluster has 2 servers");
+        snprintf(args, sizeof(args), "node --cluster %s --role server", two);
+        expect_run("DGL_SERVER_ID=", args, 2, "which server is this?");
+        snprintf(args, sizeof(args), "worker --cluster %s", far);
+        expect_run("", args, 2,
+                   "no machine's host (192.0.2.9, 192.0.2.8) is an address of this host");
+        unlink(two);
+        unlink(far);
+    }
     expect_run("", "worker --num-workers 1000000000", 2,
                "rkv: num-workers: 1000000000 is above the limit 65536");
     expect_run("RKV_RX_DEPTH=1000000000", "server", 2,

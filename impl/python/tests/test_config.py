@@ -45,6 +45,20 @@ def test_cluster_file_and_server_id(tmp_path):
     assert e.value.code == -rkv.ECONFIG and "server-id" in e.value.message
 
 
+def test_client_on_no_machines_host_is_refused(tmp_path):
+    # DGL's clients find their machine in ip_config.txt; on a host that is
+    # none of its machines they took machine 0 without a word.
+    p = tmp_path / "ip.txt"
+    p.write_text("192.0.2.9 41000 1\n192.0.2.8 41000 1\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(cluster=str(p)).build()
+    assert e.value.code == -rkv.ECONFIG and "no machine's host" in e.value.message
+    cfg, _ = rkv.Config(cluster=str(p), machine_id=1).build()  # told: as told
+    assert cfg.machine_id == 1
+    cfg, local = rkv.Config(cluster=str(p)).copy(server_id=1).build()  # a server's is its id's
+    assert (cfg.machine_id, local) == (1, 0)
+
+
 def test_cluster_file_error_names_the_line(tmp_path):
     p = tmp_path / "ip.txt"
     p.write_text("127.0.0.1 41000 2\n127.0.0.1 port 2\n")
