@@ -531,7 +531,11 @@ static int psl_connect(const struct psl_cfg *cfg, const char *who, uint64_t dead
         if (psl_now_ms() >= deadline)
             return rkv_errf(err, err_len, -1,
                             "no scheduler at %s:%u (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT): %s; "
-                            "launch one with DMLC_ROLE=scheduler",
+                            "launch one with DMLC_ROLE=scheduler (a job's scheduler exits once "
+                            "its DMLC_NUM_SERVER servers and DMLC_NUM_WORKER workers "
+                            "registered, so a node started later, a restarted server or one "
+                            "worker too many, finds none: a job whose servers may restart is "
+                            "launched with a cluster file, RKV_CLUSTER or DGL_IP_CONFIG)",
                             cfg->root_host, cfg->root_port, strerror(e));
         uint64_t now = psl_now_ms();
         if (now >= say) {

@@ -327,7 +327,19 @@ int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err
     *fd_p = -1;
     if ((rc = file_claim_open(dir, name, path, sizeof(path), &fd, err, err_len)) < 0)
         return rc;
-    if (file_flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    /* A sibling's probe (rkv_file_claim_held) holds it for a moment: look
+     * again for up to 50 ms before calling it a running process. */
+    int held = 1;
+    for (int i = 0; i < 6 && held; i++) {
+        held = file_flock(fd, LOCK_EX | LOCK_NB) < 0;
+        if (held && (errno != EWOULDBLOCK || i == 5))
+            break;
+        if (held) {
+            struct timespec ts = {.tv_nsec = 10000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (held) {
         int e = errno;
         if (e != EWOULDBLOCK)
             return file_claim_failed(fd, e, path, err, err_len);
@@ -348,6 +360,42 @@ int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err
     }
     *fd_p = fd;
     return 0;
+}
+
+int rkv_file_claim_held(const char *dir, const char *name, char *who, size_t who_len)
+{
+    char path[1100], err[64];
+    int fd;
+    if (who_len)
+        who[0] = 0;
+    if (file_claim_open(dir, name, path, sizeof(path), &fd, err, sizeof(err)) < 0)
+        return 0; /* no such claim can be made: nobody holds it */
+    int held = file_flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+    if (held && who_len) {
+        if (file_claim_read(fd, who, who_len) < 0)
+            who[0] = 0;
+        who[strcspn(who, "\n")] = 0;
+    }
+    close(fd); /* and with it the shared lock, if taken */
+    return held;
+}
+
+int rkv_file_maps_deleted_shm(int pid, const char *shm_name)
+{
+    char path[64], line[1200], want[600];
+    snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+    snprintf(want, sizeof(want), "/dev/shm%s (deleted)", shm_name);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = 0;
+        size_t n = strlen(line), w = strlen(want);
+        found = n >= w && strcmp(line + n - w, want) == 0;
+    }
+    fclose(f);
+    return found;
 }
 
 void rkv_file_format_utc(uint64_t wall_ns, char *buf, size_t len)

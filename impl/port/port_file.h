@@ -41,6 +41,14 @@ int rkv_file_claim(const char *dir, const char *name, const char *identity, int 
  * process holding it is -RKV_EEXIST, err naming it (the file says which);
  * 1 as rkv_file_claim's without flock. */
 int rkv_file_claim_alone(const char *dir, const char *name, int *fd_p, char *err, size_t err_len);
+/* Whether a running process holds dir/name as rkv_file_claim_alone takes it
+ * (1, its "process PID" text in who), or not (0). Looks without keeping
+ * anything: a claim a moment's look delays is waited for by its taker. */
+int rkv_file_claim_held(const char *dir, const char *name, char *who, size_t who_len);
+/* Whether process pid maps the shared-memory segment shm_name ("/name")
+ * after it was removed from /dev/shm (Linux's /proc/PID/maps says
+ * "(deleted)"); 0 when it does not, or that cannot be read. */
+int rkv_file_maps_deleted_shm(int pid, const char *shm_name);
 /* Calls fn(arg, name) for each entry of dir but "." and "..", in the
  * directory's order, until fn returns non-zero. fn may rename or remove
  * entries (such an entry may still be named once after). -RKV_EIO naming

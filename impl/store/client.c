@@ -600,6 +600,19 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
     assert(!r->done && r->id == m->h.req_id && cli_expect_ok(r->expect));
     if (m->h.type != r->expect && m->h.type != RKV_MSG_ERROR)
         return cli_req_finish(c, r, -RKV_EPROTO, "reply of the wrong type");
+    /* The hello's answer names the server that gave it: another one at
+     * this server's address (one host written two ways in the cluster,
+     * "localhost" and "127.0.0.1", on one port) answered as itself, and
+     * the call failed on that server's words ("that client id is held by
+     * a live connection"; an outside tester). */
+    if (r->expect == RKV_MSG_HELLO_REPLY && r->srv && m->h.sender != r->srv->id) {
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "the server at %s:%u answered as server %u: two machines of the cluster name "
+                 "one address (a host written two ways, on one port?)",
+                 r->srv->host ? r->srv->host : "?", r->srv->port, m->h.sender);
+        return cli_req_finish(c, r, -RKV_ECONFIG, why);
+    }
     switch (m->h.type) {
     case RKV_MSG_HELLO_REPLY: {
         const struct rkv_wire_hello_reply *hr = &m->u.hello_reply;

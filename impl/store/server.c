@@ -1954,6 +1954,31 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
         return srv_resume(s, snap, path, err, err_len);
     if (rc == 0)
         rkv_mach_close(&s->mach);
+    /* The machine's memory is gone, but a sibling that still runs serves
+     * it, removed from /dev/shm under it (systemd-logind's RemoveIPC at a
+     * logout, a cleanup script): restored here, the machine was two, and
+     * what the sibling acknowledged went where no pull reads it (an
+     * outside tester: 218 of 256 rows wrong, for good). */
+    /* A sibling restarting beside this one runs too, waiting for the
+     * restore: only one that maps the removed memory is refused for. */
+    char meta[128];
+    rkv_mach_name(meta, sizeof(meta), s->cfg.shm_prefix, mach);
+    for (uint32_t l = 1; !rkv_nic_in_process(s->nic) && l < s->cfg.machines[mach].servers; l++) {
+        char claim[64], who[96];
+        int pid = 0;
+        snprintf(claim, sizeof(claim), "rkv-m%u.s%u.lock", mach, l);
+        if (rkv_file_claim_held(s->cfg.durable_dir, claim, who, sizeof(who)) &&
+            sscanf(who, "process %d", &pid) == 1 && pid > 0 && rkv_file_maps_deleted_shm(pid, meta))
+            return rkv_errf(err, err_len, -RKV_EEXIST,
+                            "machine %u's shared memory is gone (removed from /dev/shm, or the "
+                            "host rebooted), but its server %u (local %u; %s/%s held by %s) "
+                            "still runs, on memory removed under it: restoring the snapshot now "
+                            "would make the machine two; stop every server of machine %u, then "
+                            "start them again (and keep /dev/shm from being cleaned under a "
+                            "running job: systemd's RemoveIPC=no for its user)",
+                            mach, rkv_cluster_server_id(s->cl, mach, l), l, s->cfg.durable_dir,
+                            claim, who[0] ? who : "a process", mach);
+    }
     rc = rkv_snap_restore(snap, s->port, s->cfg.shm_prefix, s->cfg.n_workers, s->local_id + 1,
                           &s->mach, err, err_len);
     if (rc < 0)

@@ -1903,6 +1903,31 @@ static void test_idle_connection_loss_is_quiet(void **state)
         fail_msg("an idle connection's end was a warning:\n%s", text);
 }
 
+/* Two machines of the cluster written as one host two ways on one port
+ * ("127.0.0.1" and "localhost"): the hello meant for server 1 reached
+ * server 0, which refused it as its own client's ("that client id is held
+ * by a live connection"; an outside tester). The answer's sender says who
+ * answered. */
+static void test_hello_answered_by_another_server(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 3000);
+    snprintf(c.machines[1].host, sizeof(c.machines[1].host), "localhost");
+    c.machines[1].base_port = c.machines[0].base_port;
+    cluster_start_server(&c, 0);
+    struct rkv_client *cli = client_join(&c);
+    int rc = rkv_client_init_data(cli, &T_F32);
+    const char *msg = rkv_client_errmsg(cli);
+    if (rc != -RKV_ECONFIG || !strstr(msg, "answered as server 0") ||
+        !strstr(msg, "two machines of the cluster name one address"))
+        fail_msg("rc %d: %s", rc, msg);
+    rkv_client_destroy(cli);
+    rkv_server_stop(c.srv[0][0]);
+    c.in_process[1] = 0;
+    cluster_stop(&c);
+}
+
 /* Worker b, late to the barrier: it joins with a, then comes to the
  * barrier 3.5 s later, while a waits there in silence. */
 struct late_worker {
@@ -3211,6 +3236,7 @@ int main(void)
         cmocka_unit_test(test_server_names_a_low_fd_limit),
         cmocka_unit_test(test_idle_connection_loss_is_quiet),
         cmocka_unit_test(test_barrier_outlasts_idle_timeout),
+        cmocka_unit_test(test_hello_answered_by_another_server),
         cmocka_unit_test(test_server_run_twice_at_once),
         cmocka_unit_test(test_duplicate_ids),
         cmocka_unit_test(test_pull_ids_inside_rows_out),

@@ -1089,6 +1089,25 @@ def _run_then_set(fn, args, out, done):
         done.set()
 
 
+def _term_exit(signo, frame):
+    raise SystemExit(128 + signo)
+
+
+def _term_as_exit():
+    """SIGTERM as SystemExit(143) while a server runs in the main thread,
+    where the default action ends the process without closing anything;
+    a handler the program set is left alone. Returns the handler to put
+    back, or None."""
+    if threading.get_ident() != _MAIN_IDENT:
+        return None
+    try:
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return None
+        return signal.signal(signal.SIGTERM, _term_exit)
+    except (ValueError, OSError):
+        return None
+
+
 class Server:
     """One server of the cluster. server_id is global (machine 0's servers first);
     without it, local_id-th server of the config's machine-id. Serves from its
@@ -1146,7 +1165,12 @@ class Server:
     def run(self):
         """Blocks until a client's shut_down() or stop(). Ctrl-C (any exception
         raised in this thread meanwhile, KeyboardInterrupt above all) stops
-        it too, and is raised again once run() ended. The server answers
+        it too, and is raised again once run() ended. So does SIGTERM (what
+        timeout, Slurm, Kubernetes and launchers send) while run() waits in
+        the main thread and the program set no handler of its own: it is
+        raised as SystemExit(143), so that the exit closes the server and
+        removes its shared memory (the default action killed the process
+        and left the segments in /dev/shm). The server answers
         requests until close() (or the process's exit) all the same."""
         self._live()
         # One thread at a time (as rkv_server_run): a second run() set
@@ -1167,6 +1191,7 @@ class Server:
         # in 3.11), and a later join returned at once: close() in the
         # caller's except then freed the server under rkv_server_run.
         done = threading.Event()
+        term = _term_as_exit()
         try:
             threading.Thread(target=_run_then_set, args=(lib.rkv_server_run, (self._srv,), out,
                                                          done),
@@ -1189,6 +1214,11 @@ class Server:
                 raise
         finally:
             self._running = False
+            if term is not None:
+                try:
+                    signal.signal(signal.SIGTERM, term)
+                except (ValueError, OSError):
+                    pass
         rc = out[0] if out else -EINVAL
         if rc < 0:
             _fail(rc, ffi.string(lib.rkv_server_errmsg(self._srv)).decode(errors="replace"))

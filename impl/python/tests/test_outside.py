@@ -808,3 +808,35 @@ def test_init_function_fill_cut_short_is_filled_again(make_cluster):
     c.push("emb", np.array([5], dtype=np.int64), np.full((1, dim), 2, np.float32), op="assign")
     c.init_data("emb", (rows, dim), "float32", init=ones)
     assert np.asarray(c.pull("emb", np.array([5], dtype=np.int64)))[0][0] == 2
+
+
+def test_server_sigterm_removes_its_shared_memory(tmp_path):
+    # SIGTERM (timeout, Slurm, Kubernetes) took its default action while
+    # run() waited: the process ended at once and its /dev/shm segments
+    # stayed (an outside tester).
+    import signal
+    import subprocess
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    prefix = "rkv-pyterm-%d" % os.getpid()
+    script = (
+        "import rkv\n"
+        "s = rkv.Server(rkv.Config(cluster=%r, num_workers=1, shm_prefix=%r), server_id=0)\n"
+        "print('ready', flush=True)\n"
+        "s.run()\n" % (path, prefix))
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=dict(os.environ))
+    assert p.stdout.readline().strip() == b"ready"
+    assert [f for f in os.listdir("/dev/shm") if f.startswith(prefix)], "no segment to remove"
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise AssertionError("SIGTERM did not stop rkv.Server.run()")
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+    assert rc == 143 and not left, (rc, left)
