@@ -17,7 +17,10 @@
  *                u32 rx_depth, u32 ctrl_buf_bytes (the sender's settings)          (32)
  *   HELLO_REPLY  u32 client_id, u32 n_workers, u32 rx_depth, u32 n_servers,
  *                u32 ctrl_buf_bytes, u32 push_slots (the server's settings)           (24)
- *   INIT, META_REPLY  tensor (104) + book (book_len x u32); header count 0, or 1
+ *   INIT, META_REPLY  tensor (104) + book (book_len x u32); INIT's op is its phase
+ *                (0..3) and, in phases 1 and 2, param 1 says the cluster committed
+ *                the tensor before (a durable machine without it refuses); header
+ *                count 0, or 1
  *                when a local index follows: zero padding to 8 bytes, then
  *                book_len x u64 (row r's index on machine book[r]; each < rows)
  *        tensor: char name[64] NUL-terminated non-empty, u32 dtype, u32 policy,

@@ -100,6 +100,10 @@ struct rkv_client {
     /* How long an INIT phase may take (cli_init_wait_ms): the call in
      * progress's, set before its first phase. */
     uint64_t init_wait_ms;
+    /* The running init_data's tensor was made by the cluster before (server
+     * 0 committed it): its INITs say so (proto.h), and a durable machine
+     * without it lost its files rather than never had it. */
+    int init_committed;
     struct rkv_config cfg;
     /* Drawn at the first HELLO and sent in every one: server 0 lets a
      * client re-join under its id only with the nonce it first joined with. */
@@ -1260,6 +1264,7 @@ static int cli_send_init(struct rkv_client *c, struct cli_server *srv, uint16_t 
                         .req_id = r->id,
                         .tensor_id = id,
                         .op = phase,
+                        .param = phase == 1 || phase == 2 ? c->init_committed : 0,
                         .sender = RKV_CLIENT_NODE_BASE + c->id};
     len = rkv_proto_enc_tensor_local(rkv_engine_tx_buf(tx), &h, w, d->book, local);
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
@@ -1481,6 +1486,15 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
     uint32_t id = 0;
     if ((rc = cli_init0(c, 0, 0, &w, d, &id)) < 0)
         return rc;
+    /* Known here, or to server 0's catalogue (META answers committed
+     * tensors only): a machine restarted on another or an empty durable
+     * directory made it anew as zeros, in silence, when a worker called
+     * init_data again (an outside tester). */
+    struct rkv_tensor *known;
+    char saved[sizeof(c->err)];
+    memcpy(saved, c->err, sizeof(saved));
+    c->init_committed = cli_tensor(c, d->name, &known) == 0;
+    memcpy(c->err, saved, sizeof(saved)); /* a miss is no failure of this call */
     if ((rc = cli_init_phase(c, 1, id, &w, d)) < 0)
         return rc;
     if ((rc = cli_init_phase(c, 2, id, &w, d)) < 0)

@@ -676,6 +676,18 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         *id_p = t->meta.id;
         return 0;
     }
+    /* A tensor the cluster made before (the INIT says so) that this
+     * durable machine does not hold: its files are not the ones it ran on
+     * (another or an empty durable_dir, files lost). Made anew, its rows
+     * read zeros where pushes were acknowledged. */
+    if (s->durable && (op == 1 || op == 2) && m->h.param == 1.0)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ECONFIG,
+                        "tensor '%s' was made by this cluster before, but machine %u does not "
+                        "hold it: its durable directory %s is not the one it ran on (another or "
+                        "an empty one, or its files were lost); restart its servers on that "
+                        "directory (rows made anew here would read zeros where pushes were "
+                        "acknowledged)",
+                        w->name, s->cfg.machine_id, s->cfg.durable_dir);
     uint32_t id = op == 0 ? s->n_tensors + 1 : m->h.tensor_id;
     if (op == 0 && id > RKV_MAX_TENSORS)
         return rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,

@@ -2382,6 +2382,52 @@ static void test_restore_refused_while_a_sibling_serves_removed_memory(void **st
     unlink_machine_shm(&c.cfg, 1);
 }
 
+/* Machine 1 restarted on another (empty) durable directory: it started
+ * fresh, and a worker's init_data of a tensor the cluster had made (as a
+ * restarted trainer calls it) made its rows anew as zeros where pushes were
+ * acknowledged, in silence (an outside tester). Its INIT says the cluster
+ * made the tensor before, and the machine refuses, naming its directory. */
+static void test_machine_on_another_directory_refuses_a_made_tensor(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 10000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[512];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t ids[1] = {90}; /* machine 1's */
+    float row[4] = {1, 2, 3, 4};
+    assert_int_equal(rkv_client_push(cli, "t", ids, 1, row, RKV_OP_ASSIGN, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 1);
+    struct rkv_config other = c.cfg;
+    char dir2[256];
+    make_tmpdir(dir2, sizeof(dir2));
+    snprintf(other.durable_dir, sizeof(other.durable_dir), "%s", dir2);
+    s1 = spawn_server(&other, 1, 0, "/dev/null");
+    wait_listening(&c.machines[1]);
+    int rc = rkv_client_init_data(cli, &T_F32);
+    const char *msg = rkv_client_errmsg(cli);
+    if (rc != -RKV_ECONFIG ||
+        !strstr(msg, "was made by this cluster before, but machine 1 does "
+                     "not hold it") ||
+        !strstr(msg, dir2))
+        fail_msg("rc %d: %s", rc, msg);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
+    remove_tree(dir2);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
 /* A log written ahead (durable_log_prewrite) on a disk without the room
  * fails the create naming the file, and takes what it wrote with it: its
  * zeros were left filling the disk, and every later write found none. On a
@@ -3206,6 +3252,8 @@ int main(void)
         cmocka_unit_test(test_durable_dir_one_cluster_at_a_time),
         cmocka_unit_test_teardown(test_lost_files_said, reap_children),
         cmocka_unit_test_teardown(test_restore_refused_while_a_sibling_serves_removed_memory,
+                                  reap_children),
+        cmocka_unit_test_teardown(test_machine_on_another_directory_refuses_a_made_tensor,
                                   reap_children),
         cmocka_unit_test(test_prewrite_on_a_full_disk_leaves_nothing),
         cmocka_unit_test(test_ids_used_up_durable_hint),

@@ -1234,15 +1234,17 @@ struct evil_server {
     atomic_int stop; /* written once by the test thread, read by the server's */
     uint32_t n_rndv;
     uint32_t hello_id;      /* nonzero: the client id every HELLO_REPLY gives */
+    uint32_t as_server;     /* the server it plays: its messages' sender (a HELLO_REPLY's is
+                             * checked) */
     uint32_t push_delay_ms; /* each PUSH_ACK sent this late */
     /* Nonzero: each PUSH is first answered for the ids around it with an
      * ERROR carrying this text, as if those requests had been ours. */
     const char *forge;
 };
 
-static void evil_reply(struct evil *e, const struct rkv_msg *m)
+static void evil_reply(struct evil *e, const struct rkv_msg *m, uint32_t sender)
 {
-    struct rkv_hdr h = {.req_id = m->h.req_id, .tensor_id = m->h.tensor_id, .sender = 2};
+    struct rkv_hdr h = {.req_id = m->h.req_id, .tensor_id = m->h.tensor_id, .sender = sender};
     switch (m->h.type) {
     case RKV_MSG_HELLO:
         h.type = RKV_MSG_HELLO_REPLY;
@@ -1300,7 +1302,7 @@ static void *evil_server_main(void *arg)
             if (m.h.type == RKV_MSG_PUSH && es->push_delay_ms)
                 usleep(es->push_delay_ms * 1000u);
             if (e->qp && !e->down)
-                evil_reply(e, &m);
+                evil_reply(e, &m, es->as_server);
         }
     }
     return NULL;
@@ -1311,7 +1313,7 @@ static void test_rendezvous_reply_to_nowhere(void **state)
     struct env *env = *state;
     struct cluster c;
     cluster_start(&c, env, 3, 2);
-    struct evil_server es = {0};
+    struct evil_server es = {.as_server = 2};
     evil_open(&es.e, env);
     struct rkv_nic *n = es.e.nd.nic;
     if (n->ops->listen(n, c.machines[2].host, c.machines[2].base_port) < 0)
@@ -1388,8 +1390,8 @@ static void test_reply_from_another_server(void **state)
     struct env *env = *state;
     struct cluster c;
     cluster_start(&c, env, 3, 1);
-    struct evil_server slow = {.push_delay_ms = 500};
-    struct evil_server liar = {.forge = "forged by server 2"};
+    struct evil_server slow = {.push_delay_ms = 500, .as_server = 1};
+    struct evil_server liar = {.forge = "forged by server 2", .as_server = 2};
     struct evil_server *es[2] = {&slow, &liar};
     for (int k = 0; k < 2; k++) {
         evil_open(&es[k]->e, env);

@@ -416,6 +416,11 @@ def _as_numpy(x, values=False, what=None):
             return x.numpy()
         except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
             _fail(-EDTYPE, "tensor of %s: %s" % (x.dtype, e))
+    # A list of tensors: numpy reads each as an object and called equal
+    # shapes "inhomogeneous" (an outside tester). Said as what to do.
+    if isinstance(x, (list, tuple)) and any(_is_torch(v) and v.ndim > 0 for v in x):
+        _fail(-EINVAL, "a %s of torch tensors: give one tensor (torch.stack(rows), or "
+              "torch.cat for ids)" % type(x).__name__, TypeError)
     try:
         return np.asarray(x)
     except ValueError as e:  # ragged lists: numpy's own error, not an rkv.Error

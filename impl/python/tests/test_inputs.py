@@ -81,6 +81,18 @@ def test_ids_must_be_one_dimensional(client):
         assert e.message.endswith("got %s" % kind), e.message
 
 
+def test_list_of_tensors_says_stack(client):
+    # numpy read each tensor as an object: "inhomogeneous shape" for rows
+    # of one shape, and a FutureWarning.
+    client.init_data("emb", (10, 3), "float32")
+    e = refused(TypeError, client.push, "emb", [0, 1], [torch.ones(3), torch.ones(3)])
+    assert "torch.stack" in e.message and e.code == -rkv.EINVAL
+    e = refused(TypeError, client.pull, "emb", [torch.tensor([1]), torch.tensor([9])])
+    assert "torch.cat" in e.message
+    # 0-d tensors in a list are numbers, as before.
+    assert client.pull("emb", [torch.tensor(1), torch.tensor(2)]).shape == (2, 3)
+
+
 def test_ids_mixing_numpy_and_python_integers(client):
     """numpy makes [np.uint64(1), 2] float64 (refused as floats, and ids past
     2^53 would round); such a list is read element by element."""
