@@ -33,6 +33,9 @@ struct flt_out {
     int with_imm;
     uint32_t imm;
     int signaled;
+    /* The post whose retransmissions run out: at due its connection
+     * breaks (and it is flushed) instead of being posted. */
+    int breaks;
 };
 
 struct flt_qp {
@@ -50,6 +53,9 @@ struct flt_qp {
      * the NIC itself, instead of being held and flushed later (a held post
      * returned 0 after the break: test_grant_is_per_peer, fault(tcp)). */
     int down;
+    /* A post drew the break, due later: posts after it queue behind it
+     * and are flushed with it. */
+    int breaking;
 };
 
 struct flt_in {
@@ -82,9 +88,18 @@ static uint64_t flt_now(struct flt_nic *n)
     return n->base.port->ops->now_ns(n->base.port);
 }
 
+/* When a connection breaks, from the first transmission of the message
+ * that breaks it: every one of the RC retry count's transmissions timed
+ * out, each after the fault's retransmission time. */
+static uint64_t flt_break_after(const struct rkv_nic_fault *f, uint64_t extra)
+{
+    return f->break_at_once ? 0 : extra + (uint64_t)(RKV_FAULT_RETRY_MAX + 1) * f->delay_ns;
+}
+
 /* How long the message posted (or received) now is held back:
- * 0 when it passes, UINT64_MAX when its connection breaks. */
-static uint64_t flt_decide(struct flt_nic *n, uint64_t now)
+ * 0 when it passes, UINT64_MAX when its connection breaks, which it
+ * does *brk_p after now. */
+static uint64_t flt_decide(struct flt_nic *n, uint64_t now, uint64_t *brk_p)
 {
     RKV_ASSERT_HELD(n->base.port, n->mu);
     if (n->t0 == UINT64_MAX)
@@ -103,8 +118,10 @@ static uint64_t flt_decide(struct flt_nic *n, uint64_t now)
                 lost++;
             n->st.dropped += lost;
             n->st.acted[i] += lost > 0;
-            if (lost > RKV_FAULT_RETRY_MAX)
+            if (lost > RKV_FAULT_RETRY_MAX) {
+                *brk_p = flt_break_after(f, extra);
                 return UINT64_MAX;
+            }
             extra += lost * f->delay_ns;
         } else if (f->kind == RKV_FAULT_DELAY) {
             if (rkv_rng_double(&n->rng) < f->fraction) {
@@ -118,13 +135,16 @@ static uint64_t flt_decide(struct flt_nic *n, uint64_t now)
             n->st.acted[i]++;
             if (f->end_ns == UINT64_MAX) {
                 n->st.held_down++;
+                *brk_p = flt_break_after(f, extra);
                 return UINT64_MAX;
             }
             uint64_t rto = f->delay_ns, left = f->end_ns - rel;
             uint64_t tries = (left + rto - 1) / rto;
             n->st.held_down++;
-            if (tries > RKV_FAULT_RETRY_MAX)
+            if (tries > RKV_FAULT_RETRY_MAX) {
+                *brk_p = flt_break_after(f, extra);
                 return UINT64_MAX;
+            }
             extra += tries * rto;
         }
     }
@@ -187,6 +207,24 @@ static void flt_flush_out(struct flt_nic *n, struct flt_qp *q, const struct flt_
         RKV_LOGE(n->base.port, "fault nic: out of memory; a flushed completion is lost");
 }
 
+/* A post behind (or at) its connection's break: flushed, and the
+ * break itself (the first such post) said to the engine as the QP's
+ * disconnect, which it answers by closing the QP: the peer sees it go. */
+static void flt_break_out(struct flt_nic *n, struct flt_qp *q, const struct flt_out *o)
+{
+    RKV_ASSERT_HELD(n->base.port, n->mu);
+    flt_flush_out(n, q, o);
+    if (q->down)
+        return;
+    q->down = 1;
+    RKV_LOGW(n->base.port, "fault nic: %u retransmissions lost, connection broken",
+             RKV_FAULT_RETRY_MAX);
+    struct rkv_wc gone = {
+        .qp = (struct rkv_qp *)q, .opcode = RKV_WC_DISCONNECTED, .status = RKV_WC_FLUSH_ERR};
+    if (flt_hold_wc(n, q, &gone, 0) < 0)
+        RKV_LOGE(n->base.port, "fault nic: out of memory; a broken connection is not said");
+}
+
 /* The QP whose first queued post is due earliest (skipping QPs
  * somebody is posting on). */
 static struct flt_qp *flt_next_due(struct flt_nic *n)
@@ -215,13 +253,26 @@ static void flt_timer(void *arg)
         if (!(q->out_head = o->next))
             q->out_tail = NULL;
         n->st.queued--;
+        if (o->breaks || q->down) {
+            flt_break_out(n, q, o);
+            free(o);
+            po->cond_broadcast(n->cv);
+            /* A poller waits in the inner NIC for as long as it was told,
+             * knowing of no held completion then: it looks again. */
+            if (n->inner->ops->poll_wake)
+                n->inner->ops->poll_wake(n->inner);
+            continue;
+        }
         q->posting++;
         flt_unlock(n);
         int rc = flt_post_inner(q, o);
         flt_lock(n);
         q->posting--;
-        if (rc < 0)
+        if (rc < 0) {
             flt_flush_out(n, q, o);
+            if (n->inner->ops->poll_wake)
+                n->inner->ops->poll_wake(n->inner);
+        }
         free(o);
         po->cond_broadcast(n->cv);
     }
@@ -236,17 +287,26 @@ static int flt_post(struct flt_qp *q, const struct flt_out *tmpl)
         flt_unlock(n);
         return -RKV_EPEERDEAD;
     }
-    uint64_t now = flt_now(n), extra = flt_decide(n, now);
-    if (extra == UINT64_MAX) {
-        /* The failed post makes the engine close the QP, so the peer sees the
-         * connection break as it would after retry_cnt was exceeded. */
+    uint64_t now = flt_now(n), brk = 0;
+    /* Behind a break to come, a post draws nothing: it is flushed with it. */
+    uint64_t extra = q->breaking ? 0 : flt_decide(n, now, &brk);
+    int breaks = extra == UINT64_MAX;
+    if (breaks && brk == 0) { /* break_at_once: the failed post makes the engine close the QP */
         n->st.broken++;
         flt_unlock(n);
         RKV_LOGW(n->base.port, "fault nic: %u retransmissions lost, connection broken",
                  RKV_FAULT_RETRY_MAX);
         return -RKV_EPEERDEAD;
     }
-    if (extra == 0 && !q->out_head && !q->posting) {
+    if (breaks) {
+        /* Its retransmissions run out brk from now, as RC's retry_cnt
+         * does: the post is accepted, and then its connection breaks
+         * (flt_timer); it broke at once, seconds early in a fault run. */
+        n->st.broken++;
+        q->breaking = 1;
+        extra = brk;
+    }
+    if (extra == 0 && !q->breaking && !q->out_head && !q->posting) {
         q->posting++;
         flt_unlock(n);
         int rc = flt_post_inner(q, tmpl);
@@ -263,6 +323,7 @@ static int flt_post(struct flt_qp *q, const struct flt_out *tmpl)
     }
     *o = *tmpl;
     o->next = NULL;
+    o->breaks = breaks;
     o->due = now + extra;
     if (o->due < q->out_last)
         o->due = q->out_last;
@@ -372,6 +433,11 @@ static int flt_take_due(struct flt_nic *n, struct rkv_wc *wc, int max, uint64_t 
         struct flt_qp *q = (struct flt_qp *)h->wc.qp;
         if (q && h->wc.opcode != RKV_WC_SEND && h->wc.opcode != RKV_WC_WRITE)
             q->in_held--;
+        if (q && h->wc.opcode == RKV_WC_DISCONNECTED && !q->down) {
+            q->down = 1;
+            RKV_LOGW(n->base.port, "fault nic: %u retransmissions lost, connection broken",
+                     RKV_FAULT_RETRY_MAX);
+        }
         wc[got++] = h->wc;
         free(h);
     }
@@ -387,18 +453,26 @@ static int flt_filter_in(struct flt_nic *n, struct rkv_wc *wc, uint64_t now)
     int data = wc->opcode == RKV_WC_RECV || wc->opcode == RKV_WC_RECV_IMM;
     if (q->in_broken)
         return 0;
-    uint64_t extra = data ? flt_decide(n, now) : 0;
+    uint64_t brk = 0;
+    uint64_t extra = data ? flt_decide(n, now, &brk) : 0;
     if (extra == UINT64_MAX) {
+        /* What follows on the connection is lost with it, and the break is
+         * seen brk from now (held, as RC's retries run out), as the QP's
+         * disconnect; it came at once, seconds early in a fault run. */
         n->st.broken++;
         q->in_broken = 1;
-        q->down = 1;
-        wc->opcode = RKV_WC_DISCONNECTED;
-        wc->status = RKV_WC_FLUSH_ERR;
+        struct rkv_wc gone = {
+            .qp = wc->qp, .opcode = RKV_WC_DISCONNECTED, .status = RKV_WC_FLUSH_ERR};
+        if (brk && flt_hold_wc(n, q, &gone, now + brk) == 0)
+            return 0;
+        q->down = 1; /* at once, or out of memory: said now rather than never */
+        *wc = gone;
         RKV_LOGW(n->base.port, "fault nic: %u retransmissions lost, connection broken",
                  RKV_FAULT_RETRY_MAX);
+        return 1;
     }
     int local = wc->opcode == RKV_WC_SEND || wc->opcode == RKV_WC_WRITE;
-    if (local || (extra == 0 && q->in_held == 0) || extra == UINT64_MAX)
+    if (local || (extra == 0 && q->in_held == 0))
         return 1;
     if (flt_hold_wc(n, q, wc, now + extra) < 0)
         return 1; /* out of memory: deliver rather than lose it */

@@ -8,7 +8,10 @@
  *  - drop:      each transmission of a message is lost with probability
  *               `fraction`; every loss costs one retransmission interval;
  *               after RKV_FAULT_RETRY_MAX losses in a row the connection
- *               breaks (RC's retry_cnt = 7 exceeded), as real hardware does.
+ *               breaks (RC's retry_cnt = 7 exceeded), as real hardware does:
+ *               seen once the last retransmission timed out, that many
+ *               plus one intervals after the message was first sent (its
+ *               post, and those after it, then complete flushed).
  *  - delay:     a `fraction` of messages is held for delay_ns.
  *  - link_down: inside the window no transmission gets through; a message
  *               goes out at the first retransmission after the link is back,
@@ -41,6 +44,12 @@ struct rkv_nic_fault {
                         * processes took to start */
     uint64_t end_ns;   /* UINT64_MAX: until the end */
     uint64_t delay_ns; /* delay: how long; drop, link_down: retransmit interval */
+    /* drop, link_down: a connection they break breaks as the message is
+     * posted (the post fails; a receive turns into the disconnect) rather
+     * than (RKV_FAULT_RETRY_MAX + 1) x delay_ns later as its retransmissions
+     * time out: a NIC that knows the connection is gone (a TCP reset).
+     * Tests use it to fail a post in the middle of a batch. */
+    int break_at_once;
 };
 
 struct rkv_nic_fault_stats {

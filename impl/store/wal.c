@@ -883,9 +883,15 @@ static int wal_check_header(const struct rkv_wal *w, const char *path, const uin
                        "that wrote it and stop them cleanly (a clean stop checkpoints and leaves "
                        "the log empty), then start this build",
                        path);
+    /* A damaged version field read as a version ("format version
+     * 16711682"): the header's checksum tells damage from another build. */
     if (rkv_get32(buf + 8) != RKV_WAL_VERSION && rkv_get32(buf + 8) != 1)
-        return WAL_BAD("log %s: format version %u, this build reads version %u", path,
-                       rkv_get32(buf + 8), RKV_WAL_VERSION);
+        return WAL_BAD("log %s: format version %u, this build reads version %u%s", path,
+                       rkv_get32(buf + 8), RKV_WAL_VERSION,
+                       rkv_get32(buf + 60) != rkv_crc32c(0, buf, 60)
+                           ? ", and the header's checksum does not match: a damaged header more "
+                             "likely than another build's log"
+                           : "");
     if (rkv_get32(buf + 60) != rkv_crc32c(0, buf, 60))
         return WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
     if (rkv_get32(buf + 12) != w->machine)

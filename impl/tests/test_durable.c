@@ -510,6 +510,10 @@ static void test_snapshot_wrong_version(void **state)
     memcpy(f.buf + 8, &v, 4);
     rkv_snap_seal(f.buf, f.len); /* a well-formed file of a future version */
     expect_refused(&f, f.buf, f.len, "format version 3, this build reads versions 1 to 2");
+    /* A byte of the version field flipped: "format version 16711682" said
+     * nothing of the damage (an outside tester). */
+    f.buf[10] ^= 0xff;
+    expect_refused(&f, f.buf, f.len, "the header's checksum does not match: a damaged header");
     fixture_free(&f);
 }
 

@@ -67,8 +67,11 @@ static void test_put_tx_failed_midway_holds_buffer(void **state)
     (void)state;
     /* The link goes down for good 1 ns after b's first message, the first
      * write: its second one, posted later, finds the connection broken. */
-    struct rkv_nic_fault down = {
-        .kind = RKV_FAULT_LINK_DOWN, .start_ns = 1, .end_ns = UINT64_MAX, .delay_ns = 1000000ull};
+    struct rkv_nic_fault down = {.kind = RKV_FAULT_LINK_DOWN,
+                                 .start_ns = 1,
+                                 .end_ns = UINT64_MAX,
+                                 .delay_ns = 1000000ull,
+                                 .break_at_once = 1}; /* the second post itself fails */
     struct eng_side a, b;
     eng_side_open(&a, &nic_suite_tcp_env, "a", &(struct eng_side_cfg){.rx_depth = 16});
     eng_side_open(

@@ -153,29 +153,59 @@ static void test_drop_costs_retransmissions(void **state)
     fx_close(&x);
 }
 
+/* A post on b whose connection breaks: accepted, then, once every
+ * retransmission timed out (8 x rto from the post: the first transmission
+ * and RC's retry_cnt of 7), its flushed completion and the QP's disconnect.
+ * It broke at once, so a fault run's failure detection came seconds early
+ * (an outside tester). Returns how long the break took. */
+static uint64_t break_after_post(struct fx *x)
+{
+    struct rkv_sge s = {.addr = x->bbuf, .len = 1, .mr = x->bmr};
+    uint64_t t0 = now_ns();
+    assert_int_equal(x->b->ops->post_send(x->qb, 1, &s, 1), 0);
+    struct rkv_wc wc;
+    assert_int_equal(x->b->ops->poll(x->b, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_SEND);
+    assert_int_equal(wc.status, RKV_WC_FLUSH_ERR);
+    assert_int_equal(x->b->ops->poll(x->b, &wc, 1, WAIT_MS), 1);
+    assert_int_equal(wc.opcode, RKV_WC_DISCONNECTED);
+    assert_ptr_equal(wc.qp, x->qb);
+    uint64_t took = now_ns() - t0;
+    /* A post after the break fails at once, as on the NIC itself. */
+    assert_int_equal(x->b->ops->post_send(x->qb, 2, &s, 1), -RKV_EPEERDEAD);
+    return took;
+}
+
 /* Every transmission lost: the eighth loss breaks the connection, as RC's
- * retry_cnt does. Outgoing, the post fails; incoming, the receive turns
- * into the QP's disconnect. */
+ * retry_cnt does, after 8 retransmission times. Outgoing, the post's
+ * completion fails; incoming, the receive turns into the QP's disconnect,
+ * as late. */
 static void test_total_loss_breaks_the_connection(void **state)
 {
     (void)state;
     struct rkv_nic_fault f = {
-        .kind = RKV_FAULT_DROP, .fraction = 1, .end_ns = UINT64_MAX, .delay_ns = MS};
+        .kind = RKV_FAULT_DROP, .fraction = 1, .end_ns = UINT64_MAX, .delay_ns = 5 * MS};
     struct fx x;
     fx_open(&x, &f, 1);
-    struct rkv_sge s = {.addr = x.bbuf, .len = 1, .mr = x.bmr};
-    assert_int_equal(x.b->ops->post_send(x.qb, 1, &s, 1), -RKV_EPEERDEAD);
+    assert_true(break_after_post(&x) >= 40 * MS);
+    struct rkv_nic_fault_stats st;
+    rkv_nic_fault_stats(x.b, &st);
+    assert_int_equal(st.broken, 1);
+    fx_close(&x);
+
+    fx_open(&x, &f, 1);
     struct rkv_sge r = {.addr = x.bbuf + 64, .len = 64, .mr = x.bmr};
     assert_int_equal(x.b->ops->post_recv(x.qb, 2, &r), 0);
     struct rkv_sge as = {.addr = x.abuf, .len = 1, .mr = x.amr};
+    uint64_t t0 = now_ns();
     assert_int_equal(x.a->ops->post_send(x.qa, 3, &as, 0), 0);
     struct rkv_wc wc;
     assert_int_equal(x.b->ops->poll(x.b, &wc, 1, WAIT_MS), 1);
     assert_int_equal(wc.opcode, RKV_WC_DISCONNECTED);
     assert_ptr_equal(wc.qp, x.qb);
-    struct rkv_nic_fault_stats st;
+    assert_true(now_ns() - t0 >= 40 * MS);
     rkv_nic_fault_stats(x.b, &st);
-    assert_int_equal(st.broken, 2);
+    assert_int_equal(st.broken, 1);
     /* The engine closes a broken QP; the peer then sees it go. */
     x.b->ops->qp_close(x.qb);
     next_remote(x.a, &wc);
@@ -183,7 +213,8 @@ static void test_total_loss_breaks_the_connection(void **state)
     fx_close(&x);
 }
 
-/* A short outage delays; one longer than 7 retransmissions breaks. */
+/* A short outage delays; one longer than 7 retransmissions breaks, 8 of
+ * them after the post. */
 static void test_link_down(void **state)
 {
     (void)state;
@@ -200,14 +231,13 @@ static void test_link_down(void **state)
 
     f.end_ns = 1000 * MS; /* 100 retransmission intervals */
     fx_open(&x, &f, 1);
-    struct rkv_sge s = {.addr = x.bbuf, .len = 1, .mr = x.bmr};
-    assert_int_equal(x.b->ops->post_send(x.qb, 1, &s, 1), -RKV_EPEERDEAD);
+    uint64_t took = break_after_post(&x);
+    assert_true(took >= 80 * MS && took < 1000 * MS);
     fx_close(&x);
 
     f.end_ns = UINT64_MAX; /* down for good (the retry count once overflowed) */
     fx_open(&x, &f, 1);
-    s = (struct rkv_sge){.addr = x.bbuf, .len = 1, .mr = x.bmr}; /* this fixture's region */
-    assert_int_equal(x.b->ops->post_send(x.qb, 1, &s, 1), -RKV_EPEERDEAD);
+    assert_true(break_after_post(&x) >= 80 * MS);
     fx_close(&x);
 }
 

@@ -455,7 +455,8 @@ static void push_fails_midway(int async)
                                  .fraction = 0.9,
                                  .start_ns = window_ns,
                                  .end_ns = UINT64_MAX,
-                                 .delay_ns = resend_ns};
+                                 .delay_ns = resend_ns,
+                                 .break_at_once = 1}; /* the second piece's post fails */
     struct cluster c;
     zc_config(&c, 20000);
     /* Fork while this process has one thread (see test_store). */
