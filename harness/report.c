@@ -115,8 +115,11 @@ static void rep_stopped(struct rkv_report *r, const char *line, const char *eol,
 {
     unsigned w, p;
     int off = -1, rc = 0;
-    if (sscanf(line, "STOPPED w=%u p=%u rc=%d %n", &w, &p, &rc, &off) != 3 || off < 0 ||
-        p >= r->sc->n_phases)
+    /* Without rc=: a worker of an earlier build (its error's code unknown). */
+    if ((sscanf(line, "STOPPED w=%u p=%u rc=%d %n", &w, &p, &rc, &off) != 3 || off < 0) &&
+        (off = -1, rc = 0, sscanf(line, "STOPPED w=%u p=%u %n", &w, &p, &off) != 2 || off < 0))
+        return;
+    if (p >= r->sc->n_phases)
         return;
     if (r->reported[p])
         r->reported[p]--;

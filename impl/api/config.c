@@ -1065,8 +1065,8 @@ int cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, cha
         hl += (size_t)snprintf(hosts + hl, sizeof(hosts) - hl, "%s%s", m ? ", " : "",
                                cfg->machines[m].host);
     return rkv_errf(err, err_len, -RKV_ECONFIG,
-                    "cluster file %s: no machine's host (%s%s) is an address of this host, so "
-                    "this client cannot tell which machine it is on: run it on one of them, or "
-                    "give machine-id (--machine-id, RKV_MACHINE_ID)",
+                    "cluster file %s: no machine's host (%s%s) is an address of this host (or "
+                    "resolves to one), so this process cannot tell which machine it is on: run "
+                    "it on one of them, or give machine-id (--machine-id, RKV_MACHINE_ID)",
                     s->val[CMD_CLUSTER], hosts, cfg->n_machines > 4 ? ", ..." : "");
 }

@@ -217,6 +217,8 @@ static void flt_break_out(struct flt_nic *n, struct flt_qp *q, const struct flt_
     if (q->down)
         return;
     q->down = 1;
+    if (q->in_broken)
+        return; /* the receive side holds the disconnect already */
     RKV_LOGW(n->base.port, "fault nic: %u retransmissions lost, connection broken",
              RKV_FAULT_RETRY_MAX);
     struct rkv_wc gone = {
@@ -289,7 +291,9 @@ static int flt_post(struct flt_qp *q, const struct flt_out *tmpl)
     }
     uint64_t now = flt_now(n), brk = 0;
     /* Behind a break to come, a post draws nothing: it is flushed with it. */
-    uint64_t extra = q->breaking ? 0 : flt_decide(n, now, &brk);
+    /* Nor one on a connection whose receive side drew it (the break is
+     * one per connection: counted once, said once). */
+    uint64_t extra = q->breaking || q->in_broken ? 0 : flt_decide(n, now, &brk);
     int breaks = extra == UINT64_MAX;
     if (breaks && brk == 0) { /* break_at_once: the failed post makes the engine close the QP */
         n->st.broken++;
@@ -454,7 +458,7 @@ static int flt_filter_in(struct flt_nic *n, struct rkv_wc *wc, uint64_t now)
     if (q->in_broken)
         return 0;
     uint64_t brk = 0;
-    uint64_t extra = data ? flt_decide(n, now, &brk) : 0;
+    uint64_t extra = data && !q->breaking ? flt_decide(n, now, &brk) : 0;
     if (extra == UINT64_MAX) {
         /* What follows on the connection is lost with it, and the break is
          * seen brk from now (held, as RC's retries run out), as the QP's

@@ -1433,6 +1433,30 @@ static int cli_init_row_fits(struct rkv_client *c, const struct rkv_tensor *t)
                     cli_raise_hint(one, hint, sizeof(hint)));
 }
 
+/* Whether the cluster made tensor `name` before: this client knows it, or
+ * server 0's catalogue answers META for it (it answers committed tensors
+ * only). Asked without mapping anything: the machine whose shard is gone
+ * is the one to tell (a lookup that mapped it failed there, and said "not
+ * made"). A failure to ask is "not known", and the call's error text is
+ * left as it was. */
+static int cli_committed(struct rkv_client *c, const char *name)
+{
+    if (cli_find_name(c, name))
+        return 1;
+    struct rkv_hdr h = {.type = RKV_MSG_META};
+    struct rkv_msg body;
+    snprintf(body.u.name, sizeof(body.u.name), "%s", name);
+    struct cli_req *r = NULL;
+    char saved[sizeof(c->err)];
+    memcpy(saved, c->err, sizeof(saved));
+    int rc = cli_call0(c, &h, &body, c->cfg.timeout_ms, c->cfg.retry_ms, "meta", &r);
+    memcpy(c->err, saved, sizeof(saved));
+    if (rc < 0)
+        return 0;
+    cli_release(c, &r, 1); /* and the answer's tensor with it */
+    return 1;
+}
+
 static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
 {
     struct rkv_tensor probe;
@@ -1490,11 +1514,7 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
      * tensors only): a machine restarted on another or an empty durable
      * directory made it anew as zeros, in silence, when a worker called
      * init_data again (an outside tester). */
-    struct rkv_tensor *known;
-    char saved[sizeof(c->err)];
-    memcpy(saved, c->err, sizeof(saved));
-    c->init_committed = cli_tensor(c, d->name, &known) == 0;
-    memcpy(c->err, saved, sizeof(saved)); /* a miss is no failure of this call */
+    c->init_committed = cli_committed(c, d->name);
     if ((rc = cli_init_phase(c, 1, id, &w, d)) < 0)
         return rc;
     if ((rc = cli_init_phase(c, 2, id, &w, d)) < 0)

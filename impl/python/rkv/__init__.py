@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 import weakref
 
 import numpy as np
@@ -416,14 +417,20 @@ def _as_numpy(x, values=False, what=None):
             return x.numpy()
         except (TypeError, RuntimeError) as e:  # complex32 has no numpy dtype; neg/conj views
             _fail(-EDTYPE, "tensor of %s: %s" % (x.dtype, e))
-    # A list of tensors: numpy reads each as an object and called equal
-    # shapes "inhomogeneous" (an outside tester). Said as what to do.
-    if isinstance(x, (list, tuple)) and any(_is_torch(v) and v.ndim > 0 for v in x):
-        _fail(-EINVAL, "a %s of torch tensors: give one tensor (torch.stack(rows), or "
-              "torch.cat for ids)" % type(x).__name__, TypeError)
     try:
+        if isinstance(x, (list, tuple)):
+            # numpy's FutureWarning about tensors in a list comes with the
+            # error said below, or not at all where it converts them.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                return np.asarray(x)
         return np.asarray(x)
     except ValueError as e:  # ragged lists: numpy's own error, not an rkv.Error
+        # A list of tensors that numpy does not take: it called equal shapes
+        # "inhomogeneous" (an outside tester). Said as what to do.
+        if isinstance(x, (list, tuple)) and any(_is_torch(v) and v.ndim > 0 for v in x):
+            _fail(-EINVAL, "a %s of torch tensors: give one tensor (torch.stack(rows), or "
+                  "torch.cat for ids)" % type(x).__name__, TypeError)
         _fail(-EINVAL, "cannot read %s as an array: %s" % (type(x).__name__, e), ValueError)
 
 
@@ -1196,8 +1203,9 @@ class Server:
         # in 3.11), and a later join returned at once: close() in the
         # caller's except then freed the server under rkv_server_run.
         done = threading.Event()
-        term = _term_as_exit()
+        term = None
         try:
+            term = _term_as_exit()  # inside: a SIGTERM right after it is this try's
             threading.Thread(target=_run_then_set, args=(lib.rkv_server_run, (self._srv,), out,
                                                          done),
                              name="rkv-server-run", daemon=True).start()
@@ -1442,6 +1450,11 @@ class Client:
         # Any truthy object made an observer (observer="no"), any falsy one a
         # worker (observer=[]): checked before anything joins.
         observer = _bool_arg(observer, "observer")
+        # An observer talks to server 0 alone and has no machine: one on a
+        # monitoring host none of the cluster's machines is was refused for
+        # not finding its machine there.
+        if observer and machine_id is None and _as_config(config).get("machine-id") is None:
+            machine_id = 0
         cfg, _ = _as_config(config).copy(machine_id=machine_id).build()
         create = lib.rkv_client_create_observer if observer else lib.rkv_client_create
         rc, cli, err = _create_interruptibly(create, cfg)

@@ -57,6 +57,12 @@ def test_client_on_no_machines_host_is_refused(tmp_path):
     assert cfg.machine_id == 1
     cfg, local = rkv.Config(cluster=str(p)).copy(server_id=1).build()  # a server's is its id's
     assert (cfg.machine_id, local) == (1, 0)
+    # An observer has no machine: it is not refused for that (here it then
+    # finds no server 0 to talk to).
+    with pytest.raises(rkv.Error) as e:
+        rkv.Client(rkv.Config(cluster=str(p), connect_retry_ms=100, timeout_ms=100),
+                   observer=True)
+    assert "no machine's host" not in e.value.message, e.value.message
 
 
 def test_cluster_file_error_names_the_line(tmp_path):

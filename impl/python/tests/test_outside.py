@@ -830,7 +830,13 @@ def test_server_sigterm_removes_its_shared_memory(tmp_path):
                          stderr=subprocess.DEVNULL, env=dict(os.environ))
     assert p.stdout.readline().strip() == b"ready"
     assert [f for f in os.listdir("/dev/shm") if f.startswith(prefix)], "no segment to remove"
-    time.sleep(0.3)
+    # 'ready' comes before run() takes SIGTERM: wait until it catches it.
+    for _ in range(1000):
+        with open("/proc/%d/status" % p.pid) as st:
+            cgt = [ln for ln in st if ln.startswith("SigCgt:")]
+        if cgt and int(cgt[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+            break
+        time.sleep(0.01)
     p.send_signal(signal.SIGTERM)
     try:
         rc = p.wait(20)
