@@ -335,6 +335,14 @@ static int snap_decode_tensors(const char *path, const uint8_t *p, const uint8_t
     return 0;
 }
 
+const char *rkv_hdr_damage_hint(const uint8_t *buf, size_t crc_off)
+{
+    return rkv_get32(buf + crc_off) != rkv_crc32c(0, buf, crc_off)
+               ? ", and the header's checksum (where this build keeps it) does not match: a "
+                 "damaged header, unless another build's file has another layout"
+               : "";
+}
+
 int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t machine,
                     struct rkv_snap *s, char *err, size_t err_len)
 {
@@ -345,14 +353,8 @@ int rkv_snap_decode(const char *path, const uint8_t *buf, size_t len, uint32_t m
     if (rkv_get64(buf) != RKV_SNAP_MAGIC)
         return SNAP_BAD("snapshot %s: not an rkv snapshot (bad magic)", path);
     if (rkv_get32(buf + 8) != RKV_SNAP_VERSION && rkv_get32(buf + 8) != 1)
-        return SNAP_BAD(
-            "snapshot %s: format version %u, this build reads versions 1 to %u%s", path,
-            rkv_get32(buf + 8), RKV_SNAP_VERSION,
-            rkv_get32(buf + 68) != rkv_crc32c(0, buf, 68)
-                ? ", and the header's checksum (where this build keeps it) does not "
-                  "match: a damaged header, unless another build's snapshot has another "
-                  "layout"
-                : "");
+        return SNAP_BAD("snapshot %s: format version %u, this build reads versions 1 to %u%s", path,
+                        rkv_get32(buf + 8), RKV_SNAP_VERSION, rkv_hdr_damage_hint(buf, 68));
     if (rkv_get32(buf + 68) != rkv_crc32c(0, buf, 68))
         return SNAP_BAD("snapshot %s: header checksum mismatch (corrupted header)", path);
     uint64_t body = rkv_get64(buf + 56);

@@ -56,6 +56,11 @@
 
 /* CRC-32C (Castagnoli); crc is the value of the bytes before (0 to start). */
 uint32_t rkv_crc32c(uint32_t crc, const void *buf, size_t len);
+/* For a header of an unknown format version whose first crc_off bytes are
+ * sealed by a CRC-32C at crc_off (this build's layout): "" when it holds,
+ * else a hint that the version field is more likely damaged (a flipped
+ * byte read "format version 16711682"). */
+const char *rkv_hdr_damage_hint(const uint8_t *buf, size_t crc_off);
 /* The CRC-32C of A then B, from crc1 (A's) and crc2 (B's, of len2 bytes). */
 uint32_t rkv_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 

@@ -887,12 +887,7 @@ static int wal_check_header(const struct rkv_wal *w, const char *path, const uin
      * 16711682"): the header's checksum tells damage from another build. */
     if (rkv_get32(buf + 8) != RKV_WAL_VERSION && rkv_get32(buf + 8) != 1)
         return WAL_BAD("log %s: format version %u, this build reads version %u%s", path,
-                       rkv_get32(buf + 8), RKV_WAL_VERSION,
-                       rkv_get32(buf + 60) != rkv_crc32c(0, buf, 60)
-                           ? ", and the header's checksum (where this build keeps it) does not "
-                             "match: a damaged header, unless another build's log has another "
-                             "layout"
-                           : "");
+                       rkv_get32(buf + 8), RKV_WAL_VERSION, rkv_hdr_damage_hint(buf, 60));
     if (rkv_get32(buf + 60) != rkv_crc32c(0, buf, 60))
         return WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
     if (rkv_get32(buf + 12) != w->machine)

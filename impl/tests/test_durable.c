@@ -2336,6 +2336,35 @@ static void test_lost_files_said(void **state)
     unlink_machine_shm(&c.cfg, 1);
 }
 
+/* Durable machines 0 (one server) and 1 (servers1), every server a
+ * process (pid[m][l]), and a client that retries a dead server and has
+ * made T_F32, whose snapshot machine 1 then holds. */
+static struct rkv_client *durable_pair_with_tensor(struct cluster *c, uint32_t servers1,
+                                                   pid_t pid[2][2])
+{
+    cluster_config(c, 1, 0);
+    c->machines[1].servers = servers1;
+    c->cfg.retry_ms = 10000; /* the client redials machine 1 after its restart */
+    pid[0][0] = spawn_server(&c->cfg, 0, 0, "/dev/null");
+    for (uint32_t l = 0; l < servers1; l++)
+        pid[1][l] = spawn_server(&c->cfg, 1, l, "/dev/null");
+    struct rkv_client *cli;
+    char err[512];
+    if (rkv_client_create(&c->cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_barrier(cli), 0);
+    return cli;
+}
+
+/* Kills a server of machine 1 (pid) and removes the machine's shared memory. */
+static void machine1_server_lost(struct cluster *c, pid_t pid)
+{
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+    unlink_machine_shm(&c->cfg, 1);
+}
+
 /* Machine 1's shared memory removed from /dev/shm while both its servers
  * ran (systemd-logind's RemoveIPC at a logout), then its first server
  * killed and started again: it restored the snapshot into new memory while
@@ -2346,21 +2375,11 @@ static void test_restore_refused_while_a_sibling_serves_removed_memory(void **st
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 1, 0);
-    c.machines[1].servers = 2;
-    c.cfg.retry_ms = 10000; /* the client redials machine 1 after its restart */
-    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
-    pid_t s10 = spawn_server(&c.cfg, 1, 0, "/dev/null");
-    pid_t s11 = spawn_server(&c.cfg, 1, 1, "/dev/null");
-    struct rkv_client *cli;
+    pid_t pid[2][2];
+    struct rkv_client *cli = durable_pair_with_tensor(&c, 2, pid);
+    pid_t s0 = pid[0][0], s10 = pid[1][0], s11 = pid[1][1];
+    machine1_server_lost(&c, s10);
     char err[1024];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0); /* a snapshot of machine 1 */
-    assert_int_equal(rkv_client_barrier(cli), 0);
-    assert_int_equal(kill(s10, SIGKILL), 0);
-    assert_int_equal(wait_exit(s10), 128 + SIGKILL);
-    unlink_machine_shm(&c.cfg, 1);
     struct rkv_config cfg = c.cfg;
     cfg.machine_id = 1;
     struct rkv_server *srv = NULL;
@@ -2395,21 +2414,13 @@ static void test_machine_on_another_directory_refuses_a_made_tensor(void **state
 {
     (void)state;
     struct cluster c;
-    cluster_config(&c, 1, 0);
-    c.cfg.retry_ms = 10000;
-    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
-    struct rkv_client *cli;
-    char err[512];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    pid_t pid[2][2];
+    struct rkv_client *cli = durable_pair_with_tensor(&c, 1, pid);
+    pid_t s0 = pid[0][0], s1 = pid[1][0];
     uint64_t ids[1] = {90}; /* machine 1's */
     float row[4] = {1, 2, 3, 4};
     assert_int_equal(rkv_client_push(cli, "t", ids, 1, row, RKV_OP_ASSIGN, 0), 0);
-    assert_int_equal(kill(s1, SIGKILL), 0);
-    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
-    unlink_machine_shm(&c.cfg, 1);
+    machine1_server_lost(&c, s1);
     struct rkv_config other = c.cfg;
     char dir2[256];
     make_tmpdir(dir2, sizeof(dir2));
