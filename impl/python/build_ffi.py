@@ -127,6 +127,7 @@ extern "Python" void _rkv_py_pull(enum rkv_dtype dt, const void *row, const void
                                   void *user);
 
 struct rkv_machine {
+    uint32_t servers;
     ...;
 };
 struct rkv_config {

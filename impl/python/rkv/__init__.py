@@ -1129,7 +1129,20 @@ class Server:
     it to stop serving)."""
 
     def __init__(self, config=None, server_id=None, local_id=None):
-        cfg, local = _as_config(config).copy(server_id=server_id).build()
+        conf = _as_config(config)
+        cfg, local = conf.copy(server_id=server_id).build()
+        # Told neither which server nor which machine, in a cluster of
+        # several servers, it became the host's machine's first (as `rkv
+        # server` did): a second one was then refused for a "machine segment
+        # in use ... another cluster?" (an outside tester, DGL_SERVER_ID=).
+        told = [server_id, local_id, conf.get("server-id"), conf.get("machine-id"),
+                os.environ.get("RKV_SERVER_ID"), os.environ.get("DGL_SERVER_ID"),
+                os.environ.get("RKV_MACHINE_ID")]
+        n_servers = sum(cfg.machines[m].servers for m in range(cfg.n_machines))
+        if n_servers > 1 and not any(v is not None and str(v) != "" for v in told):
+            _fail(-ECONFIG, "which server is this? the cluster has %d servers: give server_id "
+                  "(or RKV_SERVER_ID, DGL_SERVER_ID; 0..%d, machine 0's first), or local_id "
+                  "with machine_id" % (n_servers, n_servers - 1), ValueError)
         if local_id is not None:
             lid = _int_arg(local_id, "local_id", 0, 255)
             # local_id replaced the server_id's local index: Server(server_id=1,

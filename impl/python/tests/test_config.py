@@ -65,6 +65,21 @@ def test_client_on_no_machines_host_is_refused(tmp_path):
     assert "no machine's host" not in e.value.message, e.value.message
 
 
+def test_server_told_no_id_is_refused(tmp_path, monkeypatch):
+    # It became server 0 and the real server 0 was refused for a "machine
+    # segment in use": as `rkv server`, it asks which server it is.
+    for k in ("RKV_SERVER_ID", "DGL_SERVER_ID", "RKV_MACHINE_ID"):
+        monkeypatch.delenv(k, raising=False)
+    p = tmp_path / "ip.txt"
+    p.write_text("127.0.0.1 41000 2\n")
+    with pytest.raises(rkv.Error) as e:
+        rkv.Server(rkv.Config(cluster=str(p)))
+    assert e.value.code == -rkv.ECONFIG and "which server is this?" in e.value.message
+    monkeypatch.setenv("DGL_SERVER_ID", "")  # empty is none
+    with pytest.raises(rkv.Error):
+        rkv.Server(rkv.Config(cluster=str(p)))
+
+
 def test_cluster_file_error_names_the_line(tmp_path):
     p = tmp_path / "ip.txt"
     p.write_text("127.0.0.1 41000 2\n127.0.0.1 port 2\n")
