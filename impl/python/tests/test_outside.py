@@ -149,12 +149,44 @@ def test_pull_handler_unregistered_while_pulled(make_cluster):
     assert not t.is_alive() and pulled and not wrong, wrong
 
 
+def _signalled_server(path, prefix, run_code, signo, settle_s=0.0):
+    """A process that makes server 0 of cluster file path (its shared memory
+    named after prefix) and runs run_code, sent signo once it catches it
+    (settle_s later: past 'ready' and into run()). Returns its exit status
+    and the segments it left in /dev/shm."""
+    import subprocess
+    import sys
+    script = (
+        "import rkv, sys\n"
+        "s = rkv.Server(rkv.Config(cluster=%r, num_workers=1, shm_prefix=%r), server_id=0)\n"
+        "print('ready', flush=True)\n" % (path, prefix)) + run_code
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, env=dict(os.environ))
+    assert p.stdout.readline().strip() == b"ready"
+    assert [f for f in os.listdir("/dev/shm") if f.startswith(prefix)], "no segment to remove"
+    # 'ready' comes before run() takes SIGTERM: wait until the signal is caught.
+    for _ in range(1000):
+        with open("/proc/%d/status" % p.pid) as st:
+            cgt = [ln for ln in st if ln.startswith("SigCgt:")]
+        if cgt and int(cgt[0].split()[1], 16) & (1 << (signo - 1)):
+            break
+        time.sleep(0.01)
+    time.sleep(settle_s)
+    p.send_signal(signo)
+    try:
+        rc = p.wait(20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise AssertionError("signal %d did not stop rkv.Server.run()" % signo)
+    return rc, [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+
+
 def test_server_stop_and_ctrl_c(tmp_path):
     # rkv_server_stop was not in the binding: a server whose worker left
     # without shut_down() could not be stopped, and Ctrl-C was ignored by
     # run() (killed, it left its /dev/shm segments).
     import signal
-    import subprocess
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     from launch import free_ports, write_cluster
@@ -167,30 +199,13 @@ def test_server_stop_and_ctrl_c(tmp_path):
     t.join(10)
     assert not t.is_alive()
     s.close()
-    prefix = "rkv-pytest-%d" % os.getpid()
-    script = (
-        "import rkv, sys\n"
-        "s = rkv.Server(rkv.Config(cluster=%r, num_workers=1, shm_prefix=%r), server_id=0)\n"
-        "print('ready', flush=True)\n"
-        "try:\n"
-        "    s.run()\n"
-        "except KeyboardInterrupt:\n"
-        "    s.close()\n"
-        "    sys.exit(7)\n" % (path, prefix))
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=dict(os.environ))
-    assert p.stdout.readline().strip() == b"ready"
-    time.sleep(0.3)
-    p.send_signal(signal.SIGINT)
-    try:
-        rc = p.wait(10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        raise AssertionError("Ctrl-C did not stop rkv.Server.run()")
-    assert rc == 7
-    left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
-    assert not left, left
+    rc, left = _signalled_server(path, "rkv-pytest-%d" % os.getpid(),
+                                 "try:\n"
+                                 "    s.run()\n"
+                                 "except KeyboardInterrupt:\n"
+                                 "    s.close()\n"
+                                 "    sys.exit(7)\n", signal.SIGINT, settle_s=0.3)
+    assert rc == 7 and not left, (rc, left)
 
 
 def _clients_at_once(cluster, n, **kw):
@@ -815,34 +830,10 @@ def test_server_sigterm_removes_its_shared_memory(tmp_path):
     # run() waited: the process ended at once and its /dev/shm segments
     # stayed (an outside tester).
     import signal
-    import subprocess
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
     from launch import free_ports, write_cluster
     path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
-    prefix = "rkv-pyterm-%d" % os.getpid()
-    script = (
-        "import rkv\n"
-        "s = rkv.Server(rkv.Config(cluster=%r, num_workers=1, shm_prefix=%r), server_id=0)\n"
-        "print('ready', flush=True)\n"
-        "s.run()\n" % (path, prefix))
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=dict(os.environ))
-    assert p.stdout.readline().strip() == b"ready"
-    assert [f for f in os.listdir("/dev/shm") if f.startswith(prefix)], "no segment to remove"
-    # 'ready' comes before run() takes SIGTERM: wait until it catches it.
-    for _ in range(1000):
-        with open("/proc/%d/status" % p.pid) as st:
-            cgt = [ln for ln in st if ln.startswith("SigCgt:")]
-        if cgt and int(cgt[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
-            break
-        time.sleep(0.01)
-    p.send_signal(signal.SIGTERM)
-    try:
-        rc = p.wait(20)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-        raise AssertionError("SIGTERM did not stop rkv.Server.run()")
-    left = [f for f in os.listdir("/dev/shm") if f.startswith(prefix)]
+    rc, left = _signalled_server(path, "rkv-pyterm-%d" % os.getpid(), "s.run()\n",
+                                 signal.SIGTERM)
     assert rc == 143 and not left, (rc, left)
