@@ -245,6 +245,37 @@ static void test_fault_that_never_acted_on_a_faulted_node(void **state)
     unlink(yaml);
 }
 
+/* A crash after a phase client 0 never finished (a worker's crash before
+ * it failed the barrier): the trigger never came. The twin crashed the
+ * server anyway as the workers ended and passed, where tcp said not every
+ * fault fired (an outside tester's file). Both say so now, naming only the
+ * crash that fired. */
+static void test_crash_after_a_phase_never_finished(void **state)
+{
+    (void)state;
+    char yaml[64];
+    tmp_scenario(yaml, sizeof(yaml), "never-finished",
+                 "seed: 1\n"
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n  - {name: t, rows: 64, shape: [4]}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: t, push: 0.5, rounds: 4}\n"
+                 "  - {name: b, tensor: t, push: 0.5, rounds: 4}\n"
+                 "faults:\n"
+                 "  - {kind: crash, target: w1, after_phase: a}\n"
+                 "  - {kind: crash, target: s1.0, after_phase: b}\n");
+    static const char *const backends[] = {"tcp", "sim"};
+    for (int b = 0; b < 2; b++) {
+        char args[256];
+        snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
+        int rc = run_rkv("", args);
+        if (rc != 3 || !strstr(out, "verdict: FAIL (not every fault fired") ||
+            strstr(out, "s1.0 crashed"))
+            fail_msg("%s: exit %d\n%s", backends[b], rc, out);
+    }
+    unlink(yaml);
+}
+
 /* A delay past the request timeout on a server that never crashed, beside
  * a crash of another: the worker's request timed out, and the run passed
  * as if the crash had ended it (an outside tester's file). A crash's
@@ -688,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_assign_again_after_a_barrier),
         cmocka_unit_test(test_two_nic_faults_on_one_node),
         cmocka_unit_test(test_fault_that_never_acted_on_a_faulted_node),
+        cmocka_unit_test(test_crash_after_a_phase_never_finished),
         cmocka_unit_test(test_timeout_beside_a_crash_fails),
         cmocka_unit_test(test_fault_draws_are_the_runs_own),
         cmocka_unit_test(test_killed_tcp_run_leaves_nothing),

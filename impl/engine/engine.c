@@ -149,6 +149,7 @@ struct rkv_peer {
     uint32_t n_rslots;
     uint32_t rndv_inflight;
     uint32_t slot_budget; /* slots of the peer's this side holds at most (rkv_engine_peer_grant) */
+    uint64_t held;        /* bytes of replies in backlog and waiting (eng_hold_room) */
     /* 0 or 1 each */
     uint8_t dead;
     uint8_t touched;    /* saw traffic in this poll batch (on eng->touched) */
@@ -226,6 +227,7 @@ struct rkv_engine {
     uint8_t *srq_mem;     /* the NIC's shared receive pool (NULL: per peer) */
     uint32_t srq_count;   /* its buffers, ctrl_buf_bytes each */
     uint32_t max_backlog; /* cfg.max_backlog, or ENG_MAX_QUEUED */
+    uint64_t held_replies; /* every peer's held, bounded by cfg.slot_mem_bytes */
     struct rkv_ratelim lim_backlog, lim_reject, lim_slot, lim_conns; /* per-connection warnings */
 };
 
@@ -286,6 +288,36 @@ static struct rkv_tx *txq_pop(struct eng_txq *q)
     if (!q->head)
         q->tail = NULL;
     q->n--;
+    return tx;
+}
+
+/* A reply is what a peer made this node allocate (a node's own messages
+ * are its caller's memory): counted while it waits in a peer's backlog or
+ * waiting queue, which only these two move it in and out of. */
+static uint64_t tx_held_bytes(const struct rkv_tx *tx)
+{
+    return tx->reply ? tx->len : 0;
+}
+
+static void peer_q_push(struct rkv_engine *e, struct rkv_peer *p, struct eng_txq *q,
+                        struct rkv_tx *tx)
+{
+    assert(q == &p->backlog || q == &p->waiting);
+    p->held += tx_held_bytes(tx);
+    e->held_replies += tx_held_bytes(tx);
+    txq_push(q, tx);
+}
+
+static struct rkv_tx *peer_q_pop(struct rkv_engine *e, struct rkv_peer *p, struct eng_txq *q)
+{
+    assert(q == &p->backlog || q == &p->waiting);
+    struct rkv_tx *tx = txq_pop(q);
+    if (tx) {
+        uint64_t b = tx_held_bytes(tx);
+        assert(p->held >= b && e->held_replies >= b);
+        p->held -= b;
+        e->held_replies -= b;
+    }
     return tx;
 }
 
@@ -515,6 +547,49 @@ static int peer_drop_hog(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
     return -RKV_ELIMIT;
 }
 
+/* Replies held for peers that return no credits or answer no rendezvous
+ * are bounded in bytes, all peers together, by the slot memory (which
+ * bounds what this node grants them): the message count alone let one
+ * peer that named a large pull destination and returned no credits make
+ * a server hold 258 replies of up to max_slot_bytes each (1.3 GB seen,
+ * 258 GiB possible, per connection; an outside tester). Past the bound the
+ * peer holding the most goes, so that a peer with one reply due is not
+ * dropped for another's hoard. Returns 0 when tx may be queued for p, 1
+ * when p holds the most (the caller drops it). */
+static int eng_hold_room(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_tx *tx)
+{
+    RKV_ASSERT_HELD(e->port, e->mu);
+    uint64_t b = tx_held_bytes(tx), lim = e->cfg.slot_mem_bytes;
+    while (lim && b && e->held_replies + b > lim) {
+        struct rkv_peer *big = p;
+        uint64_t most = p->held + b;
+        for (struct rkv_peer *q = e->peers; q; q = q->next)
+            if (!q->dead && q->held > most)
+                big = q, most = q->held;
+        if (big == p)
+            return 1;
+        rkv_port_warn_limited(e->port, &e->lim_backlog,
+                              "engine: replies held for peers reached slot_mem_bytes (%llu MiB); "
+                              "dropping the peer holding the most (%llu MiB), which returns no "
+                              "credits or answers no rendezvous",
+                              (unsigned long long)(lim >> 20), (unsigned long long)(most >> 20));
+        peer_kill(e, big, 1); /* its queues go: held_replies falls by most */
+    }
+    return 0;
+}
+
+/* p holds the most replies, past the slot memory: tx goes, and p. */
+static int peer_drop_hoard(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
+                           uint32_t n, const char *waits_for)
+{
+    char why[200];
+    snprintf(why, sizeof(why),
+             "%s, with %llu MiB of replies held for it, past slot_mem_bytes (%llu MiB)", waits_for,
+             (unsigned long long)((p->held + tx_held_bytes(tx)) >> 20),
+             (unsigned long long)(e->cfg.slot_mem_bytes >> 20));
+    return peer_drop_hog(e, p, tx, n, why);
+}
+
 /* One credit is held back for CREDIT messages, so returning credits can
  * never be blocked by a full window. */
 static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx)
@@ -530,7 +605,10 @@ static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
         if (p->backlog.n >= e->max_backlog)
             return peer_drop_hog(e, p, tx, p->backlog.n,
                                  "wait for credits the peer does not return");
-        txq_push(&p->backlog, tx);
+        if (eng_hold_room(e, p, tx))
+            return peer_drop_hoard(e, p, tx, p->backlog.n + 1,
+                                   "wait for credits the peer does not return");
+        peer_q_push(e, p, &p->backlog, tx);
         e->st.backlogged++;
         return 0;
     }
@@ -540,7 +618,7 @@ static int peer_post(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx
 static void peer_flush_backlog(struct rkv_engine *e, struct rkv_peer *p)
 {
     while (p->backlog.head && p->credits > 1 && !p->dead)
-        peer_post_now(e, p, txq_pop(&p->backlog));
+        peer_post_now(e, p, peer_q_pop(e, p, &p->backlog));
 }
 
 /* Encodes and queues an engine-internal control message. */
@@ -708,7 +786,7 @@ static void peer_run_waiting(struct rkv_engine *e, struct rkv_peer *p)
     while (!p->dead && (tx = p->waiting.head) != NULL) {
         if (tx->kind == ENG_TX_SLOT && peer_acquire(e, p, tx) <= 0)
             return; /* waits, or the peer died and the queue went with it */
-        txq_pop(&p->waiting);
+        peer_q_pop(e, p, &p->waiting);
         peer_post(e, p, tx);
     }
 }
@@ -723,25 +801,13 @@ static int peer_wait_slot(struct rkv_engine *e, struct rkv_peer *p, struct rkv_t
     if (p->waiting.n >= e->max_backlog)
         return peer_drop_hog(e, p, tx, p->waiting.n,
                              "wait behind a rendezvous the peer does not answer");
-    /* And by bytes, for replies (what a peer makes this node allocate;
-     * a node's own messages are its caller's memory): a peer that asked
-     * for 16 MiB META replies and answered none of their rendezvous had
-     * 60 of them, 1 GB, held for it within the count. Past the slot
-     * memory, which bounds what this node grants all its peers, it goes. */
-    /* The messages' lengths: a reply may sit in a larger pooled buffer. */
-    uint64_t held = tx->reply ? tx->len : 0;
-    for (const struct rkv_tx *t = p->waiting.head; t && held; t = t->next)
-        held += t->reply ? t->len : 0;
-    if (e->cfg.slot_mem_bytes && held > e->cfg.slot_mem_bytes) {
-        char why[160];
-        snprintf(why, sizeof(why),
-                 "wait behind a rendezvous the peer does not answer, with %llu MiB of replies, "
-                 "past slot_mem_bytes (%llu MiB)",
-                 (unsigned long long)(held >> 20),
-                 (unsigned long long)(e->cfg.slot_mem_bytes >> 20));
-        return peer_drop_hog(e, p, tx, p->waiting.n + 1, why);
-    }
-    txq_push(&p->waiting, tx);
+    /* And by bytes, for replies: a peer that asked for 16 MiB META replies
+     * and answered none of their rendezvous had 60 of them, 1 GB, held for
+     * it within the count (eng_hold_room). */
+    if (eng_hold_room(e, p, tx))
+        return peer_drop_hoard(e, p, tx, p->waiting.n + 1,
+                               "wait behind a rendezvous the peer does not answer");
+    peer_q_push(e, p, &p->waiting, tx);
     return 0;
 }
 
@@ -757,8 +823,7 @@ static int peer_send_large(struct rkv_engine *e, struct rkv_peer *p, struct rkv_
         tx_put(e, tx);
         return rc;
     }
-    txq_push(&p->waiting, tx);
-    return 0;
+    return peer_wait_slot(e, p, tx);
 }
 
 /* ---- tracing (port->trace, `rkv run --trace` on real backends) ---- */
@@ -1041,6 +1106,13 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
         return -RKV_ELIMIT;
     if (posix_memalign((void **)&s->buf, 64, cap) != 0)
         return -RKV_ENOMEM;
+    /* The peer's header says how long its message is (one written in
+     * pieces completes with the header alone), so what it did not write is
+     * read as its message too: heap memory freed by others' requests went
+     * back to a peer that wrote 64 bytes and claimed 4 KiB, as rows it then
+     * pulled (an outside tester). Zeroed, a slot holds only what its one
+     * peer wrote into it. */
+    memset(s->buf, 0, cap);
     /* A slot is one peer's: where the NIC can, only that peer's connection
      * may write it (a guessed rkey on another is a remote access error). */
     const struct rkv_nic_ops *no = e->nic->ops;
@@ -1141,9 +1213,9 @@ static void peer_free_rx(struct rkv_engine *e, struct rkv_peer *p)
 static void peer_free(struct rkv_engine *e, struct rkv_peer *p)
 {
     struct rkv_tx *tx;
-    while ((tx = txq_pop(&p->backlog)) != NULL)
+    while ((tx = peer_q_pop(e, p, &p->backlog)) != NULL)
         tx_put(e, tx);
-    while ((tx = txq_pop(&p->waiting)) != NULL)
+    while ((tx = peer_q_pop(e, p, &p->waiting)) != NULL)
         tx_put(e, tx);
     peer_free_rx(e, p);
     free(p->lslots);
@@ -1368,9 +1440,9 @@ static void peer_kill(struct rkv_engine *e, struct rkv_peer *p, int notify)
     eng_defer_close(e, p->qp, p);
     p->qp = NULL;
     struct rkv_tx *tx;
-    while ((tx = txq_pop(&p->backlog)) != NULL)
+    while ((tx = peer_q_pop(e, p, &p->backlog)) != NULL)
         tx_put(e, tx);
-    while ((tx = txq_pop(&p->waiting)) != NULL)
+    while ((tx = peer_q_pop(e, p, &p->waiting)) != NULL)
         tx_put(e, tx);
     if (p->ask) /* the asks behind it are served at its close, with its slots */
         eng_ask_unlink(e, p->ask);
@@ -1476,6 +1548,11 @@ int rkv_peer_dead(const struct rkv_peer *p)
 void rkv_engine_peer_identified(struct rkv_peer *p)
 {
     p->identified = 1;
+}
+
+void rkv_engine_peer_superseded(struct rkv_peer *p)
+{
+    p->identified = 0;
 }
 
 /* ---- receive path ---- */
@@ -1718,7 +1795,7 @@ static void eng_on_rndv_reply(struct rkv_engine *e, struct rkv_peer *p, const st
                 peer_run_waiting(e, p);
                 return;
             }
-            txq_pop(&p->waiting);
+            peer_q_pop(e, p, &p->waiting);
             eng_fail_tx(e, p, head, m->h.status);
         }
         peer_run_waiting(e, p);
@@ -1935,11 +2012,14 @@ static void eng_on_recv(struct rkv_engine *e, struct rkv_peer *p, const struct r
 }
 
 /* At the bound of incoming connections: drops the oldest that its owner
- * never identified (a client's accepted HELLO, a server's registration)
+ * never identified (a client's accepted HELLO, a server's registration),
+ * or whose claim a newer connection made (rkv_engine_peer_superseded),
  * and that connected a grace (revoke_grace_ms) or longer ago, to make room.
  * 68 connections that proved the secret and never said HELLO locked every
- * new worker out for good (an outside tester); a message of any other kind
- * (a CREDIT) does not keep one. Returns 1 when one went. */
+ * new worker out for good, and then 72 that each claimed client id 0 or 1
+ * at a server other than 0, which cannot check a claim (outside testers);
+ * a message of any other kind (a CREDIT) does not keep one. Returns 1 when
+ * one went. */
 static int eng_evict_silent(struct rkv_engine *e)
 {
     uint64_t now = e->port->ops->now_ns(e->port);
@@ -1953,7 +2033,8 @@ static int eng_evict_silent(struct rkv_engine *e)
         return 0;
     rkv_port_warn_limited(e->port, &e->lim_conns,
                           "engine: %u connections to this node, its bound: dropping one that has "
-                          "not said who it is in the %llu ms since it connected, to take another",
+                          "not said who it is (or whose claim a newer one made) in the %llu ms "
+                          "since it connected, to take another",
                           e->n_incoming, (unsigned long long)((now - oldest->born_ns) / 1000000));
     peer_kill(e, oldest, 1);
     return 1;

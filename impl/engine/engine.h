@@ -264,6 +264,11 @@ void rkv_engine_peer_release(struct rkv_engine *eng, struct rkv_peer *peer);
  * only peers never identified, connected a grace or longer ago, are dropped
  * to take a newcomer. From the engine's thread (on_msg). */
 void rkv_engine_peer_identified(struct rkv_peer *peer);
+/* A newer connection made peer's claim (the same client id, the same
+ * server's registration): peer counts as never identified again, so that
+ * claims repeated on many connections cannot hold the bound of incoming
+ * connections against newcomers. From the engine's thread (on_msg). */
+void rkv_engine_peer_superseded(struct rkv_peer *peer);
 
 /* Counters for tests and reports. */
 struct rkv_engine_stats {

@@ -621,6 +621,18 @@ static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, 
         assert(n <= RKV_PROTO_TEXT_MAX);
         memcpy(m->u.error.text, b, (size_t)n);
         m->u.error.text[n] = '\0';
+        /* The text goes into logs and error messages as it is: a peer's
+         * newline forged a log line of its own and its escape sequence
+         * reached the terminal (an outside tester). One line, printable. */
+        for (uint32_t i = 0; i < n; i++) {
+            unsigned char ch = (unsigned char)m->u.error.text[i];
+            if (ch == '\n' || ch == '\r' || ch == '\t')
+                m->u.error.text[i] = ' ';
+            else if (ch < 0x20 && ch != '\0')
+                m->u.error.text[i] = '?';
+            else if (ch == 0x7f)
+                m->u.error.text[i] = '?';
+        }
         return 0;
     default:
         assert(n == 0);

@@ -51,6 +51,7 @@ struct srv_conn {
     int gone;
     int kept;
     uint32_t acks_pending;
+    struct rkv_peer *peer;        /* whose user pointer this is */
     struct srv_conn *prev, *next; /* s->conns, under s->mu: freed at destroy */
 };
 
@@ -434,6 +435,27 @@ static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const
     return NULL;
 }
 
+/* A server other than 0, which cannot check a client id's claim: the
+ * live connection that claimed id first holds it, and the others that
+ * claim it count as never identified (rkv_engine_peer_identified), so that
+ * at the bound of incoming connections they go first. Claimed on 72
+ * connections, ids 0 and 1 held the bound and locked every new worker out
+ * (an outside tester); a squatter that comes after a worker cannot make the
+ * worker's connection go either. Returns the live connection other than
+ * c, if any, that claimed id (the oldest such is kept the holder: conns
+ * are newest first, so the last one found). O(connections), once per
+ * HELLO and per claimant that goes. */
+static struct srv_conn *srv_claim_holder(struct rkv_server *s, struct srv_conn *c, uint32_t id)
+{
+    struct srv_conn *holder = NULL;
+    s->port->ops->mutex_lock(s->mu);
+    for (struct srv_conn *o = s->conns; o; o = o->next)
+        if (o != c && o->hello && !o->gone && o->client_id == id && !rkv_peer_dead(o->peer))
+            holder = o;
+    s->port->ops->mutex_unlock(s->mu);
+    return holder;
+}
+
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct srv_conn *c = srv_conn_of(peer);
@@ -482,6 +504,10 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
             /* Server 0 gave it; this server cannot tell (see the README's
              * threat model), but the claim is bound to this connection. */
             c->client_id = m->u.hello.want_id;
+            c->hello = 1;
+            if (!srv_claim_holder(s, c, c->client_id))
+                rkv_engine_peer_identified(peer);
+            return srv_hello_reply(s, peer, m->h.req_id, m->u.hello.want_id);
         }
         c->hello = 1;
         rkv_engine_peer_identified(peer);
@@ -1354,6 +1380,8 @@ static void srv_on_register(struct rkv_server *s, struct rkv_peer *peer, const s
                                     : "replacing a registration whose connection is still open");
     s->table[a->server_id] = *a;
     s->table_peer[a->server_id] = peer;
+    if (old && old != peer)
+        rkv_engine_peer_superseded(old); /* kept (srv_conn.kept) until unkeep below */
     if (srv_conn_of(peer))
         srv_conn_of(peer)->registered = 1;
     rkv_engine_peer_identified(peer);
@@ -1587,6 +1615,7 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
             return rkv_engine_peer_release(s->eng, peer);
         }
         c->client_id = RKV_ID_NONE;
+        c->peer = peer;
         rkv_peer_set_user(peer, c);
         s->port->ops->mutex_lock(s->mu);
         c->next = s->conns;
@@ -1654,6 +1683,14 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
     c->gone = 1;
     c->kept = kept;
     s->port->ops->mutex_unlock(s->mu);
+    /* The oldest live connection still claiming its id holds the id now (a
+     * worker's new connection, come before its old one was seen gone).
+     * Holders are only ever made here and in srv_on_hello, both on this
+     * task, and only a gone connection is released: holder stays. */
+    struct srv_conn *holder;
+    if (s->server_id != 0 && c->hello && c->client_id != RKV_ID_NONE &&
+        (holder = srv_claim_holder(s, c, c->client_id)) != NULL)
+        rkv_engine_peer_identified(holder->peer);
     srv_conn_maybe_release(s, peer);
 }
 

@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -1011,6 +1012,41 @@ static void test_slot_abuse(void **state)
     cluster_stop(&c);
 }
 
+/* A message written in pieces completes with its header, whose length is
+ * believed: a peer that wrote 72 bytes and claimed a 16 KiB row was given
+ * the slot's earlier bytes as its row, heap memory freed by others'
+ * requests (an outside tester pulled a worker's pushed ids and values back
+ * out of it). A slot is zeroed when made: the row comes back zero. glibc
+ * fills every allocation with 0xa5 here (M_PERTURB), so that without it
+ * the row holds what malloc left, whatever ran before. */
+static void test_slot_holds_only_what_was_written(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1); /* row 60 of the big tensor is not zero */
+    mallopt(M_PERTURB, 0x5a);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    struct rkv_slot_desc d = evil_rendezvous(&e);
+    mallopt(M_PERTURB, 0);
+    (void)enc_big_push(&e); /* an ASSIGN of row 60: its header and id only are written */
+    evil_write(&e, d.addr, d.rkey, RKV_PROTO_HDR_BYTES + 8, 1, d.slot);
+    struct rkv_msg m;
+    assert_int_equal(evil_next(&e, &m), 0);
+    assert_int_equal(m.h.type, RKV_MSG_PUSH_ACK);
+    evil_close(&e);
+    static float got[BIG_ROW_LEN], zero[BIG_ROW_LEN];
+    uint64_t id = 60;
+    assert_int_equal(rkv_client_pull(c.cli, T_BIG.name, &id, 1, got), 0);
+    assert_memory_equal(got, zero, sizeof(got));
+    check_serving(&c, 2);
+    cluster_stop(&c);
+}
+
 /* Another peer's slot: b learned (or guessed) the address, rkey and id of
  * the slot the server granted a. The slot is granted to a's connection
  * alone (nic.h mr_grant: a memory window bound to its QP on verbs, the
@@ -1477,6 +1513,51 @@ static void test_replies_held_behind_a_rendezvous(void **state)
     evil_close(&e);
     expect_logged_once(log, "past slot_mem_bytes (8 MiB)",
                        "behind a rendezvous the peer does not answer");
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
+/* Replies waiting for credits are bounded in bytes too: a peer that spent
+ * its credits and then asked for pulls into a destination of its own made
+ * the server hold 258 of them, 64 MiB each (1.3 GB seen; an outside
+ * tester). Past the slot memory (8 MiB here) it is dropped, at the third
+ * reply of 3.2 MiB, not the 258th. */
+#define HOARD_IDS 200
+static void test_replies_held_for_credits_bounded_in_bytes(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    env->max_slot_bytes = 4ull << 20;
+    env->slot_mem_bytes = 8ull << 20;
+    cluster_start(&c, env, 2, 2);
+    env->max_slot_bytes = env->slot_mem_bytes = 0;
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    /* Each answered with an ERROR (row 100 does not exist) that uses one of
+     * its credits: none comes back. */
+    uint64_t bad = 100;
+    for (uint32_t i = 0; i < EV_RX; i++)
+        evil_send(&e, enc_push(&e, SMALL_ID, 1, SMALL_ROW_BYTES, &bad));
+    static uint64_t ids[HOARD_IDS];
+    for (int i = 0; i < HOARD_IDS; i++)
+        ids[i] = 60;
+    struct rkv_slot_desc to = {.addr = NOWHERE.addr, .rkey = NOWHERE.rkey, .cap = 4u << 20};
+    for (uint64_t j = 0; j < 8; j++) {
+        struct rkv_hdr h = {.type = RKV_MSG_PULL,
+                            .req_id = 0x200 + j,
+                            .tensor_id = BIG_ID,
+                            .count = HOARD_IDS,
+                            .row_bytes = BIG_ROW_LEN * 4};
+        evil_send(&e, rkv_proto_enc_pull(e.tx, &h, &to, ids));
+    }
+    evil_expect_dropped(&e);
+    evil_close(&e);
+    expect_logged_once(log, "past slot_mem_bytes (8 MiB)", "credits the peer does not return");
     check_serving(&c, 1);
     cluster_stop(&c);
 }
@@ -1979,6 +2060,56 @@ static void test_connection_churn(void **state)
            before / 1048576.0, after / 1048576.0, CHURN_RSS_BOUND >> 20);
     assert_true(after - before < CHURN_RSS_BOUND);
     check_serving(&c, 2);
+    cluster_stop(&c);
+}
+
+/* Connections that each claim a client id at a server other than 0 (which
+ * cannot check a claim) held the bound as surely as silent ones: 72 that
+ * claimed ids 0 and 1 locked every new worker out (an outside tester).
+ * Only the first live claim of an id counts as identified: the others go
+ * to make room, and the worker that claimed id 0 first is not among them. */
+static void test_claimed_ids_do_not_hold_the_bound(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    int fd[CONN_TRIES], claimed = 0;
+    for (int i = 0; i < CONN_TRIES; i++) {
+        fd[i] = tcp_dial(&c.machines[1]);
+        if (raw_hello(fd[i], env_secret()) < 0)
+            continue; /* closed at the bound */
+        static uint8_t msg[256] __attribute__((aligned(8)));
+        struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1};
+        struct rkv_wire_hello w = {.want_id = 0, /* the cluster's one worker's */
+                                   .nonce = 1,
+                                   .cluster = rkv_cfg_fingerprint(&c.cfg),
+                                   .rx_depth = c.cfg.rx_depth,
+                                   .ctrl_buf_bytes = c.cfg.ctrl_buf_bytes};
+        size_t len = rkv_proto_enc_hello(msg, &h, &w);
+        claimed += raw_request(fd[i], msg, len) == RKV_MSG_HELLO_REPLY;
+    }
+    printf("claimed ids: %d of %d connections claimed client id 0\n", claimed, CONN_TRIES);
+    assert_true(claimed >= 60);
+    usleep((c.cfg.timeout_ms / 4 + 300) * 1000u);
+    struct evil late;
+    evil_open(&late, env);
+    evil_connect(&late, &c.machines[1]);
+    uint64_t past = 100;
+    assert_int_equal(
+        evil_request(&late, enc_push(&late, SMALL_ID, 1, SMALL_ROW_BYTES, &past), RKV_MSG_PUSH_ACK),
+        -RKV_ERANGE);
+    evil_close(&late);
+    assert_true(logcap_count(log, "dropping one that has not said who it is") >= 1);
+    check_serving(&c, 2); /* the worker's own connection was kept */
+    for (int i = 0; i < CONN_TRIES; i++)
+        close(fd[i]);
     cluster_stop(&c);
 }
 
@@ -2981,6 +3112,7 @@ int main(void)
         cmocka_unit_test(test_errf_into_its_own_argument),
         HOSTILE_TEST(test_bad_requests),
         HOSTILE_TEST(test_slot_abuse),
+        HOSTILE_TEST(test_slot_holds_only_what_was_written),
         HOSTILE_TEST(test_slot_memory_hoard),
         HOSTILE_TEST(test_slot_hoarder_that_keeps_writing),
         HOSTILE_TEST(test_cross_peer_slot),
@@ -2990,10 +3122,12 @@ int main(void)
         HOSTILE_TEST(test_rendezvous_reply_to_nowhere),
         HOSTILE_TEST(test_rendezvous_unanswered),
         HOSTILE_TEST(test_replies_held_behind_a_rendezvous),
+        HOSTILE_TEST(test_replies_held_for_credits_bounded_in_bytes),
         HOSTILE_TEST(test_client_id_past_workers),
         HOSTILE_TEST(test_reply_from_another_server),
         HOSTILE_TEST(test_connection_flood),
         HOSTILE_TEST(test_connections_bounded),
+        HOSTILE_TEST(test_claimed_ids_do_not_hold_the_bound),
         HOSTILE_TEST(test_text_secret),
         HOSTILE_TEST(test_connection_churn),
         HOSTILE_TEST(test_credit_hog),

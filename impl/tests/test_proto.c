@@ -475,6 +475,13 @@ static void test_roundtrip_error(void **state)
     assert_int_equal(n, 64);
     expect_ok(b, n, &m);
     assert_string_equal(m.u.error.text, "");
+
+    /* A peer's text is one printable line: its newline forged a log line
+     * of its own, its escape reached the terminal (an outside tester). */
+    h = hdr_of(RKV_MSG_ERROR);
+    n = rkv_proto_enc_error(b, 256, &h, "x\n[0.000001] WARN s1.0: forged\x1b[2J\r\tend\x7f é");
+    expect_ok(b, n, &m);
+    assert_string_equal(m.u.error.text, "x [0.000001] WARN s1.0: forged?[2J  end? é");
     free(b);
 }
 

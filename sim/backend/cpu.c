@@ -100,8 +100,12 @@ struct sim_pcq_actor {
     double last_end_s; /* when it last gave a core back */
 };
 
+/* Actors are named by pid, never by a pointer into w->sched_actors: the
+ * array grows (realloc) when an actor of a higher pid first runs, and a
+ * waiter held a pointer into the freed one (heap corruption, exit 134 or
+ * 139, from 128 nodes on with scheduler: cores; an outside tester). */
 struct pcq_waiter {
-    struct sim_pcq_actor *a;
+    uint32_t pid;
     int32_t core; /* granted, -1 while waiting */
     struct sim_cv cv;
     struct pcq_waiter *next;
@@ -136,7 +140,8 @@ static struct sim_pcq *pcq_of(struct sim_world *w, sg_host_t host)
     return q;
 }
 
-static struct sim_pcq_actor *pcq_actor(struct sim_world *w)
+/* The calling actor's pid, its entry of w->sched_actors made. */
+static uint32_t pcq_actor(struct sim_world *w)
 {
     uint32_t pid = (uint32_t)sg_actor_self_get_pid();
     if (pid >= w->sched_actor_cap) {
@@ -151,7 +156,7 @@ static struct sim_pcq_actor *pcq_actor(struct sim_world *w)
         w->sched_actors = a;
         w->sched_actor_cap = cap;
     }
-    return &w->sched_actors[pid];
+    return pid;
 }
 
 static void pcq_grant(struct pcq_core *c, uint32_t k, struct pcq_waiter *x)
@@ -162,24 +167,25 @@ static void pcq_grant(struct pcq_core *c, uint32_t k, struct pcq_waiter *x)
 }
 
 /* Returns the core the caller now holds; *was_idle when it sat idle. */
-static uint32_t pcq_take(struct sim_pcq *q, struct sim_pcq_actor *a, int *was_idle)
+static uint32_t pcq_take(struct sim_world *w, struct sim_pcq *q, uint32_t pid, int *was_idle)
 {
     double now = simgrid_get_clock();
-    uint32_t home = a->home >= 0 ? (uint32_t)a->home : 0;
+    int32_t was_home = w->sched_actors[pid].home;
+    uint32_t home = was_home >= 0 ? (uint32_t)was_home : 0;
     *was_idle = 0;
     for (uint32_t i = 0; i < q->n; i++) {
         uint32_t k = (home + i) % q->n;
         if (!q->c[k].busy) {
             q->c[k].busy = 1;
             *was_idle = q->c[k].idle_since < now;
-            a->home = (int32_t)k;
+            w->sched_actors[pid].home = (int32_t)k;
             return k;
         }
     }
     struct pcq_waiter *x = calloc(1, sizeof(*x));
     if (!x)
         abort();
-    *x = (struct pcq_waiter){.a = a, .core = -1};
+    *x = (struct pcq_waiter){.pid = pid, .core = -1};
     struct pcq_core *c = &q->c[home];
     if (c->tail)
         c->tail->next = x;
@@ -190,7 +196,7 @@ static uint32_t pcq_take(struct sim_pcq *q, struct sim_pcq_actor *a, int *was_id
         sim_cv_wait(NULL, &x->cv, NULL, NULL, -1);
     uint32_t k = (uint32_t)x->core;
     free(x);
-    a->home = (int32_t)k;
+    w->sched_actors[pid].home = (int32_t)k; /* the array may have moved meanwhile */
     return k;
 }
 
@@ -207,10 +213,10 @@ static struct pcq_waiter *pcq_pop(struct pcq_core *c, struct pcq_waiter *prev)
     return x;
 }
 
-static void pcq_give(struct sim_pcq *q, struct sim_pcq_actor *a, uint32_t k)
+static void pcq_give(struct sim_world *w, struct sim_pcq *q, uint32_t pid, uint32_t k)
 {
     double now = simgrid_get_clock();
-    a->last_end_s = now;
+    w->sched_actors[pid].last_end_s = now;
     struct pcq_core *c = &q->c[k];
     if (c->head) {
         pcq_grant(c, k, pcq_pop(c, NULL));
@@ -219,7 +225,7 @@ static void pcq_give(struct sim_pcq *q, struct sim_pcq_actor *a, uint32_t k)
     for (uint32_t i = 1; i < q->n; i++) { /* newly idle: pull a cold waiter */
         struct pcq_core *o = &q->c[(k + i) % q->n];
         for (struct pcq_waiter *x = o->head, *prev = NULL; x; prev = x, x = x->next)
-            if (now - x->a->last_end_s >= SIM_SCHED_MIGRATION_S) {
+            if (now - w->sched_actors[x->pid].last_end_s >= SIM_SCHED_MIGRATION_S) {
                 pcq_grant(c, k, pcq_pop(o, prev));
                 return;
             }
@@ -231,9 +237,9 @@ static void pcq_give(struct sim_pcq *q, struct sim_pcq_actor *a, uint32_t k)
 static void pcq_run(struct sim_world *w, sg_host_t host, double s)
 {
     struct sim_pcq *q = pcq_of(w, host);
-    struct sim_pcq_actor *a = pcq_actor(w);
+    uint32_t pid = pcq_actor(w);
     int was_idle;
-    uint32_t k = pcq_take(q, a, &was_idle);
+    uint32_t k = pcq_take(w, q, pid, &was_idle);
     if (was_idle) {
         w->sched_wakes++;
         if (w->sched_wake_s > 0)
@@ -243,12 +249,12 @@ static void pcq_run(struct sim_world *w, sg_host_t host, double s)
         sg_actor_sleep_for(SIM_SCHED_SLICE_S);
         s -= SIM_SCHED_SLICE_S;
         if (q->c[k].head) { /* the slice is over: to the queue's tail */
-            pcq_give(q, a, k);
-            k = pcq_take(q, a, &was_idle);
+            pcq_give(w, q, pid, k);
+            k = pcq_take(w, q, pid, &was_idle);
         }
     }
     sg_actor_sleep_for(s);
-    pcq_give(q, a, k);
+    pcq_give(w, q, pid, k);
 }
 
 /* ---- the cores shared (cpu_share) ----
