@@ -234,12 +234,21 @@ static int sc_name(struct sc_ctx *c, const char *name, struct fy_node *key, stru
     /* Names are printed in the report's tables and lines: a newline, a
      * control character or a '|' broke report.md and the table on stdout
      * (a tab does not; report.json escapes it). */
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        /* U+0080..U+009F (C1, UTF-8 0xC2 0x80..0x9F) too: NEL is a newline
+         * to some readers (an outside tester's "p\u0085q"). */
+        size_t at = (size_t)(p - (const unsigned char *)s);
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+            return sc_fail(c, v,
+                           "%s: a name holds no control character but tab and no '|' (it is "
+                           "printed in the report's tables), got U+00%02X (C1) at %zu",
+                           name, p[1], at);
         if ((*p < 0x20 && *p != '\t') || *p == 0x7f || *p == '|')
             return sc_fail(c, v,
                            "%s: a name holds no control character but tab and no '|' (it is "
                            "printed in the report's tables), got byte 0x%02x at %zu",
-                           name, *p, (size_t)(p - (const unsigned char *)s));
+                           name, *p, at);
+    }
     snprintf(out, out_len, "%s", s);
     return 0;
 }
@@ -1054,6 +1063,12 @@ static int sc_sections(struct sc_ctx *c, struct fy_node *root)
 {
     struct rkv_scenario *sc = c->sc;
     struct sc_top t = {0};
+    /* A document with no node ("---" alone) has no place of its own: it
+     * was refused with none, where an empty file says 1:1. */
+    if (!root || (fy_node_get_type(root) == FYNT_SCALAR && !sc_mark(root).line))
+        return sc_fail_mark(c, (struct rkv_sc_mark){1, 1},
+                            "the scenario: expected a mapping of %s: ..., got an empty document",
+                            sc_top_fields[0]);
     int rc = sc_map(c, "the scenario", root, root, sc_top_fields, TOP_N_, sc_top_field, &t);
     if (rc < 0)
         return rc;

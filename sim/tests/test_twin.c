@@ -302,6 +302,24 @@ static void test_platform_checked_before_the_run(void **state)
     int rc = run("run twin-probe.yaml");
     if (rc != 2 || !strstr(out, "no route from m1 to m2"))
         fail_msg("one-way route: exit %d\n%s", rc, out);
+    /* A host of speed 0: SimGrid aborted at the first burst of CPU (an
+     * outside tester's file, with row_cost_ns). */
+    write_file("twin-probe.xml",
+               "<?xml version='1.0'?>\n"
+               "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+               "<platform version=\"4.1\"><zone id=\"z\" routing=\"Full\">\n"
+               "<host id=\"m0\" speed=\"0f\" core=\"4\"/><host id=\"m1\" speed=\"1Gf\" "
+               "core=\"4\"/>\n"
+               "<link id=\"l\" bandwidth=\"10GBps\" latency=\"1us\"/>\n"
+               "<route src=\"m0\" dst=\"m1\"><link_ctn id=\"l\"/></route>\n"
+               "</zone></platform>\n");
+    quickstart_with("twin-probe.yaml", "sim: {platform_file: twin-probe.xml, row_cost_ns: 100}\n");
+    rc = run("run twin-probe.yaml");
+    if (rc != 2 || !strstr(out, "host m0 has speed 0 flop/s"))
+        fail_msg("host of speed 0: exit %d\n%s", rc, out);
+    /* A plugin ended a passing run with SIGSEGV (plugin:link_energy). */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg plugin:link_energy"), 2);
+    assert_non_null(strstr(out, "SimGrid plugins are not supported in the twin"));
     unlink("twin-probe.xml");
     unlink("twin-probe.yaml");
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/bandwidth-factor:0"), 2);
@@ -630,11 +648,20 @@ static void test_memory_floor(void **state)
 {
     (void)state;
     const char *asan = "ASAN_OPTIONS=detect_leaks=0";
-    int rc = run_rkv(asan, "run " SCEN_DIR "/quickstart.yaml --mem-floor-mib 1073741824");
+    unlink("twin-floor.json");
+    int rc = run_rkv(asan, "run " SCEN_DIR
+                           "/quickstart.yaml --mem-floor-mib 1073741824 --trace twin-floor.json");
     if (rc != 3 || !strstr(out, "rkv: twin: stopped: the host has "))
         fail_msg("exit %d\n%s", rc, out);
     assert_non_null(strstr(out, "below the floor of 1073741824 MiB (--mem-floor-mib)"));
     assert_non_null(strstr(out, "need more memory than the host has"));
+    /* Its trace is whole, as a stopping signal's is: it was cut at 4,096
+     * bytes, mid-record (an outside tester). */
+    assert_non_null(strstr(out, "the trace twin-floor.json holds what ran until then"));
+    assert_int_equal(sh("tail -c 4 twin-floor.json | od -An -c | tr -d ' '"), 0);
+    if (!strstr(out, "]}\\n"))
+        fail_msg("the trace ends with %s", out);
+    unlink("twin-floor.json");
     /* The default floor (2 % of the host's memory) leaves a run alone. */
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml"), 0);
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --mem-floor-mib 0"), 2);
