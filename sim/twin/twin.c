@@ -1540,6 +1540,15 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
                      "%s: faults[%u]: slow_cpu slows the CPU work the twin models, a server's "
                      "handlers: it needs a server target (s<m>.<l>) and sim.row_cost_ns > 0",
                      sc->path, i);
+            /* A calibration's cpu = measured puts row_cost_ns to 0: the
+             * refusal read as if the file had not set it (an outside
+             * tester). */
+            static const char hint[] = ", which a calibration with cpu = measured replaces by "
+                                       "the handlers' measured CPU time (run it without "
+                                       "--calibration, or with one of cpu = model)";
+            size_t k = strlen(res->error);
+            if (sc->sim_cpu_measured && k + sizeof(hint) <= sizeof(res->error))
+                memcpy(res->error + k, hint, sizeof(hint));
             return -RKV_ECONFIG;
         }
     }
