@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api/config.h"
+#include "store/node.h"
 #include "util/util.h"
 
 struct rkv_settings {
@@ -135,6 +136,12 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
     }
     if (cmd_build_config(s, &built, err, err_len) < 0)
         goto free_settings;
+    /* Every value checked, as rkv.h says: an unknown backend passed here
+     * and was refused only at create (an outside tester). */
+    if ((rc = rkv_node_backend_check(built.backend, err, err_len)) < 0) {
+        rkv_config_release(&built);
+        goto free_settings;
+    }
     if ((rc = set_server_local(s, &built, &local, err, err_len)) < 0) {
         rkv_config_release(&built);
         goto free_settings;

@@ -337,7 +337,8 @@ struct rkv_config {
      * RKV_TOKEN's text, else none, and then anyone who reaches a server's
      * port can join (servers say so at start). The same on every node. */
     char secret[256];
-    /* A file holding the secret (its text, one trailing newline dropped; up
+    /* A file holding the secret (its text, one trailing newline, LF or CRLF,
+     * dropped; up
      * to 4096 bytes), read when a node opens; an unreadable one is an
      * error. Empty (the default): none. */
     char secret_file[256];
@@ -420,9 +421,10 @@ RKV_API int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_hand
 /* Registers pull handler `id` (RKV_PULL_CUSTOM..RKV_OP_MAX-1): a pulled row
  * of a tensor with row_len elements gives out_mult * row_len + out_add
  * elements of the tensor's dtype (at least 1, at most the largest row).
- * A NULL fn unregisters. Register the same on every server and on the
- * clients that use it, before they pull. -RKV_EINVAL: id outside that
- * range, or out_mult and out_add both 0. */
+ * A NULL fn unregisters (out_mult and out_add are then not read).
+ * Register the same on every server and on the clients that use it, before
+ * they pull. -RKV_EINVAL: id outside that range, or a fn with out_mult and
+ * out_add both 0. */
 RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
                                              uint32_t out_mult, uint32_t out_add, void *user);
 /* The server serves from rkv_server_create() on, on threads of its own,

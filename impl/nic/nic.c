@@ -79,11 +79,14 @@ int rkv_nic_read_secret_file(struct rkv_nic *nic, const char *path, char *err, s
         return rkv_errf(err, err_len, -RKV_ECONFIG, "the secret file %s is longer than %u bytes",
                         path, RKV_NIC_SECRET_MAX);
     }
-    /* Files written by echo end in a newline that is not part of the secret. */
-    if (n > 0 && buf[n - 1] == '\n')
+    /* Files written by echo end in a newline that is not part of the
+     * secret, LF or CRLF. A CR of its own is the secret's (it was dropped
+     * too, and such a secret could not be given in a file). */
+    if (n > 0 && buf[n - 1] == '\n') {
         n--;
-    if (n > 0 && buf[n - 1] == '\r')
-        n--;
+        if (n > 0 && buf[n - 1] == '\r')
+            n--;
+    }
     if (n == 0) /* no secret at all, the same opening as a directory's */
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "the secret file %s is empty (a secret of no bytes lets anyone in)", path);

@@ -26,33 +26,38 @@ const struct rkv_nic_ops *rkv_nic_find(const char *name)
     return NULL;
 }
 
+int rkv_node_backend_check(const char *backend, char *err, size_t err_len)
+{
+    if (rkv_nic_find(backend))
+        return 0;
+    /* Which are, so that a user need not guess: "sim" in particular is the
+     * twin's, a whole cluster in one process, not a node's. */
+    static const char *const built[] = {
+#if RKV_WITH_TCP
+        "tcp",
+#endif
+#if RKV_WITH_VERBS
+        "verbs",
+#endif
+        NULL
+    };
+    char list[64] = "";
+    for (int k = 0; built[k]; k++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "",
+                 built[k]);
+    return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in (this build has: %s%s)",
+                    backend, list[0] ? list : "none",
+                    strcmp(backend, "sim") == 0
+                        ? "; sim is the twin's, which runs a whole scenario: rkv run FILE"
+                        : "");
+}
+
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
                   struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len)
 {
     const struct rkv_nic_ops *ops = rkv_nic_find(cfg->backend);
-    if (!ops) {
-        /* Which are, so that a user need not guess: "sim" in particular is
-         * the twin's, a whole cluster in one process, not a node's. */
-        static const char *const built[] = {
-#if RKV_WITH_TCP
-            "tcp",
-#endif
-#if RKV_WITH_VERBS
-            "verbs",
-#endif
-            NULL
-        };
-        char list[64] = "";
-        for (int k = 0; built[k]; k++)
-            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "",
-                     built[k]);
-        return rkv_errf(err, err_len, -RKV_ECONFIG,
-                        "backend '%s' is not built in (this build has: %s%s)", cfg->backend,
-                        list[0] ? list : "none",
-                        strcmp(cfg->backend, "sim") == 0
-                            ? "; sim is the twin's, which runs a whole scenario: rkv run FILE"
-                            : "");
-    }
+    if (!ops)
+        return rkv_node_backend_check(cfg->backend, err, err_len);
     int rc = rkv_port_posix_create(node, cfg->log_level, seed, port_p);
     if (rc < 0)
         return rkv_errf(err, err_len, rc, "cannot create the OS port: %s", rkv_strerror(rc));

@@ -19,6 +19,8 @@ struct rkv_nic_ops;
 /* The NIC backend by name ("tcp", "verbs"; the twin composes its own);
  * NULL if not built in. */
 const struct rkv_nic_ops *rkv_nic_find(const char *name);
+/* 0 when backend is built in; else -RKV_ECONFIG naming those that are. */
+int rkv_node_backend_check(const char *backend, char *err, size_t err_len);
 /* The POSIX port and the configured NIC of one node (process). */
 int rkv_node_open(const struct rkv_config *cfg, const char *node, uint64_t seed,
                   struct rkv_port **port_p, struct rkv_nic **nic_p, char *err, size_t err_len);

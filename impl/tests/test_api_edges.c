@@ -2214,6 +2214,12 @@ static void test_calls_after_shutdown(void **state)
     uint64_t local[2] = {1, 2}, remote[1] = {70};
     float rows[8] = {1, 1, 1, 1, 1, 1, 1, 1}, got[8];
     push_ok(b, "t", local, 2, rows, RKV_OP_ASSIGN); /* b knows the tensor */
+    /* b made t2 and never used it: init_data did not keep what it made,
+     * and b's first push asked server 0, gone, for it (-RKV_EPEERDEAD,
+     * "meta: server 0 is gone"; an outside tester). */
+    struct rkv_tensor_desc t2 = T_F32;
+    snprintf(t2.name, sizeof(t2.name), "t2");
+    assert_int_equal(rkv_client_init_data(b, &t2), 0);
     assert_int_equal(rkv_client_shutdown_servers(a), 0);
     assert_int_equal(rkv_client_push(a, "t", local, 2, rows, RKV_OP_SUM, 0), -RKV_ESHUTDOWN);
     assert_int_equal(rkv_client_pull(a, "t", remote, 1, got), -RKV_ESHUTDOWN);
@@ -2231,6 +2237,8 @@ static void test_calls_after_shutdown(void **state)
     assert_int_equal(rkv_client_push(b, "t", local, 2, rows, RKV_OP_SUM, 0), -RKV_ESHUTDOWN);
     assert_msg(b, "asked to exit");
     assert_int_equal(rkv_client_pull(b, "t", local, 2, got), -RKV_ESHUTDOWN);
+    assert_int_equal(rkv_client_push(b, "t2", local, 2, rows, RKV_OP_SUM, 0), -RKV_ESHUTDOWN);
+    assert_msg(b, "asked to exit");
     rkv_client_destroy(b);
     rkv_client_destroy(a);
     cluster_stop(&c);

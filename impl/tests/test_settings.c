@@ -68,6 +68,14 @@ static void test_keys_and_env(void **state)
     assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
     assert_int_equal(cfg.n_workers, 8);
     assert_int_equal(cfg.rx_depth, 32);
+    rkv_config_release(&cfg);
+    /* Every value checked at build: an unknown backend passed and was
+     * refused only at create (an outside tester). */
+    assert_int_equal(rkv_settings_set(set, "backend", "xyz", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "backend 'xyz' is not built in (this build has: tcp"));
+    assert_int_equal(rkv_settings_set(set, "backend", "tcp", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), 0);
     assert_int_equal(local, 0);
     rkv_config_release(&cfg);
     unsetenv("DMLC_NUM_WORKER");
