@@ -2802,13 +2802,29 @@ static void server0_restart_then(enum after_restart ask)
     struct cluster c;
     cluster_config(&c, 1, 0);
     c.cfg.retry_ms = 10000;
+    /* META: asked by a second worker, since the one that made the tensor
+     * knows it (init_data keeps it) and asks nobody. */
+    if (ask == ASK_META)
+        c.cfg.n_workers = 2;
     pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
     pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
     struct rkv_client *cli;
     char err[256];
+    struct client_arg other = {.cfg = &c.cfg};
+    pthread_t t;
+    if (ask == ASK_META)
+        assert_int_equal(pthread_create(&t, NULL, client_create_main, &other), 0);
     if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
         fail_msg("%s", err);
+    if (ask == ASK_META) {
+        assert_int_equal(pthread_join(t, NULL), 0);
+        if (!other.cli)
+            fail_msg("second worker: %s", other.err);
+    }
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct rkv_client *maker = cli;
+    if (ask == ASK_META)
+        cli = other.cli;
     /* Shutdown's budget is 2 s: released within it, with time to redial. */
     down_hold(ask == ASK_SHUTDOWN ? 800 : 1500);
     assert_int_equal(kill(s0, SIGKILL), 0);
@@ -2847,6 +2863,8 @@ static void server0_restart_then(enum after_restart ask)
     if (ask != ASK_SHUTDOWN)
         assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
+    if (maker != cli)
+        rkv_client_destroy(maker);
     assert_int_equal(wait_exit(s0), 0);
     assert_int_equal(wait_exit(s1), 0);
     remove_tree(c.dir);
