@@ -89,6 +89,7 @@ struct eng_lslot {
     struct rkv_mr *mr;
     void *grant; /* the NIC's per-peer grant of mr (nic.h mr_grant), or NULL */
     uint8_t *buf;
+    void *raw; /* what free takes: buf, or the calloc'd block buf is aligned in */
     uint64_t cap;
     uint64_t used;      /* eng->use_tick when a message last came in it (least recent goes first) */
     uint64_t revoke_ns; /* asked back then (or its one message in flight came since) */
@@ -150,6 +151,7 @@ struct rkv_peer {
     uint32_t rndv_inflight;
     uint32_t slot_budget; /* slots of the peer's this side holds at most (rkv_engine_peer_grant) */
     uint64_t held;        /* bytes of replies in backlog and waiting (eng_hold_room) */
+    uint32_t n_held;      /* and how many */
     /* 0 or 1 each */
     uint8_t dead;
     uint8_t touched;    /* saw traffic in this poll batch (on eng->touched) */
@@ -304,6 +306,7 @@ static void peer_q_push(struct rkv_engine *e, struct rkv_peer *p, struct eng_txq
 {
     assert(q == &p->backlog || q == &p->waiting);
     p->held += tx_held_bytes(tx);
+    p->n_held += tx->reply != 0;
     e->held_replies += tx_held_bytes(tx);
     txq_push(q, tx);
 }
@@ -314,8 +317,9 @@ static struct rkv_tx *peer_q_pop(struct rkv_engine *e, struct rkv_peer *p, struc
     struct rkv_tx *tx = txq_pop(q);
     if (tx) {
         uint64_t b = tx_held_bytes(tx);
-        assert(p->held >= b && e->held_replies >= b);
+        assert(p->held >= b && e->held_replies >= b && p->n_held >= (tx->reply != 0));
         p->held -= b;
+        p->n_held -= tx->reply != 0;
         e->held_replies -= b;
     }
     return tx;
@@ -552,19 +556,22 @@ static int peer_drop_hog(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx
  * bounds what this node grants them): the message count alone let one
  * peer that named a large pull destination and returned no credits make
  * a server hold 258 replies of up to max_slot_bytes each (1.3 GB seen,
- * 258 GiB possible, per connection; an outside tester). Past the bound the
- * peer holding the most goes, so that a peer with one reply due is not
+ * 258 GiB possible, per connection; an outside tester). A peer's first
+ * reply held is never refused (what any client may be owed: every worker's
+ * META of a large book at once, each waiting for its rendezvous, is no
+ * hoard), only counted; past the bound the peer holding the most among
+ * those holding two or more goes, so that a peer with one reply due is not
  * dropped for another's hoard. Returns 0 when tx may be queued for p, 1
  * when p holds the most (the caller drops it). */
 static int eng_hold_room(struct rkv_engine *e, struct rkv_peer *p, const struct rkv_tx *tx)
 {
     RKV_ASSERT_HELD(e->port, e->mu);
     uint64_t b = tx_held_bytes(tx), lim = e->cfg.slot_mem_bytes;
-    while (lim && b && e->held_replies + b > lim) {
+    while (lim && b && p->n_held && e->held_replies + b > lim) {
         struct rkv_peer *big = p;
         uint64_t most = p->held + b;
         for (struct rkv_peer *q = e->peers; q; q = q->next)
-            if (!q->dead && q->held > most)
+            if (!q->dead && q->n_held >= 2 && q->held > most)
                 big = q, most = q->held;
         if (big == p)
             return 1;
@@ -1104,15 +1111,24 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     if (state == ENG_SLOT_GRANTED && e->cfg.slot_mem_bytes &&
         cap > e->cfg.slot_mem_bytes - e->granted_bytes)
         return -RKV_ELIMIT;
-    if (posix_memalign((void **)&s->buf, 64, cap) != 0)
-        return -RKV_ENOMEM;
-    /* The peer's header says how long its message is (one written in
-     * pieces completes with the header alone), so what it did not write is
-     * read as its message too: heap memory freed by others' requests went
-     * back to a peer that wrote 64 bytes and claimed 4 KiB, as rows it then
-     * pulled (an outside tester). Zeroed, a slot holds only what its one
-     * peer wrote into it. */
-    memset(s->buf, 0, cap);
+    /* A slot granted to a peer is zeroed: the peer's header says how long
+     * its message is (one written in pieces completes with the header
+     * alone), so what it did not write is read as its message too, and
+     * heap memory freed by others' requests went back to a peer that wrote
+     * 64 bytes and claimed 4 KiB, as rows it then pulled (an outside
+     * tester). calloc, which takes a large block zeroed from the kernel
+     * without touching it (a memset of a 1 GiB slot held the engine, and
+     * made all of it resident). A slot this side owns (a pull's reply) is
+     * written by the server it asked. */
+    if (state == ENG_SLOT_GRANTED) {
+        if (!(s->raw = calloc(1, cap + 64)))
+            return -RKV_ENOMEM;
+        s->buf = (uint8_t *)(((uintptr_t)s->raw + 63) & ~(uintptr_t)63);
+    } else {
+        if (posix_memalign(&s->raw, 64, cap) != 0)
+            return -RKV_ENOMEM;
+        s->buf = s->raw;
+    }
     /* A slot is one peer's: where the NIC can, only that peer's connection
      * may write it (a guessed rkey on another is a remote access error). */
     const struct rkv_nic_ops *no = e->nic->ops;
@@ -1123,7 +1139,8 @@ static int peer_lslot_new(struct rkv_engine *e, struct rkv_peer *p, uint64_t byt
     if (rc == 0 && per_peer && (rc = no->mr_grant(p->qp, s->mr, &rkey, &s->grant)) < 0)
         no->dereg_mr(e->nic, s->mr);
     if (rc < 0) {
-        free(s->buf);
+        free(s->raw);
+        s->raw = NULL;
         s->buf = NULL;
         s->mr = NULL;
         s->grant = NULL;
@@ -1167,7 +1184,7 @@ static void peer_lslot_free(struct rkv_engine *e, struct eng_lslot *s)
     if (s->grant)
         e->nic->ops->mr_revoke(e->nic, s->grant);
     e->nic->ops->dereg_mr(e->nic, s->mr);
-    free(s->buf);
+    free(s->raw);
     memset(s, 0, sizeof(*s));
 }
 

@@ -625,13 +625,13 @@ static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, 
          * newline forged a log line of its own and its escape sequence
          * reached the terminal (an outside tester). One line, printable. */
         for (uint32_t i = 0; i < n; i++) {
-            unsigned char ch = (unsigned char)m->u.error.text[i];
-            if (ch == '\n' || ch == '\r' || ch == '\t')
-                m->u.error.text[i] = ' ';
-            else if (ch < 0x20 && ch != '\0')
-                m->u.error.text[i] = '?';
-            else if (ch == 0x7f)
-                m->u.error.text[i] = '?';
+            unsigned char *ch = (unsigned char *)&m->u.error.text[i];
+            if (*ch == '\n' || *ch == '\r' || *ch == '\t')
+                *ch = ' ';
+            else if ((*ch < 0x20 && *ch != '\0') || *ch == 0x7f)
+                *ch = '?';
+            else if (*ch == 0xc2 && i + 1 < n && ch[1] >= 0x80 && ch[1] <= 0x9f)
+                ch[0] = ch[1] = '?'; /* C1 (U+0080..U+009F): NEL, CSI */
         }
         return 0;
     default:

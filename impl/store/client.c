@@ -1157,7 +1157,9 @@ static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
     return rc;
 }
 
-static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor **t_p)
+/* retry_ms: the META's retry budget (the configured one, or 0: once). */
+static int cli_tensor_within(struct rkv_client *c, const char *name, uint32_t retry_ms,
+                             struct rkv_tensor **t_p)
 {
     /* One message for the three read "empty or too long" for a NULL name,
      * which rkv.h promises is refused naming the pointer. */
@@ -1184,7 +1186,7 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     struct rkv_msg body;
     snprintf(body.u.name, sizeof(body.u.name), "%s", name);
     struct cli_req *r = NULL; /* for -O3 flow analysis: set by the call that succeeds */
-    int rc = cli_call0(c, &h, &body, c->cfg.timeout_ms, c->cfg.retry_ms, "meta", &r);
+    int rc = cli_call0(c, &h, &body, c->cfg.timeout_ms, retry_ms, "meta", &r);
     if (rc == -RKV_ENOTENSOR) /* it said "meta: server 0: no such tensor", naming neither */
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "no tensor named '%s' in the cluster (rkv_client_init_data makes it)",
@@ -1217,6 +1219,11 @@ static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor 
     assert(c->max_tensor <= RKV_MAX_TENSORS && cli_find_name(c, name) == t);
     *t_p = t;
     return 0;
+}
+
+static int cli_tensor(struct rkv_client *c, const char *name, struct rkv_tensor **t_p)
+{
+    return cli_tensor_within(c, name, c->cfg.retry_ms, t_p);
 }
 
 /* ---- init ---- */
@@ -1527,11 +1534,12 @@ static int cli_init_data(struct rkv_client *c, const struct rkv_tensor_desc *d)
      * and after a shutdown said "server 0 is gone" where the machine's own
      * servers' exit is -RKV_ESHUTDOWN (an outside tester). The made tensor
      * stands whatever this lookup meets: a failure leaves it to the next
-     * call, as before, and the error text as it was. */
+     * call, as before, and the error text as it was. Asked once, without
+     * the retry budget: a made tensor is not worth a wait for server 0. */
     char saved[sizeof(c->err)];
     memcpy(saved, c->err, sizeof(saved));
     struct rkv_tensor *t;
-    if (cli_tensor(c, d->name, &t) < 0)
+    if (cli_tensor_within(c, d->name, 0, &t) < 0)
         memcpy(c->err, saved, sizeof(saved));
     return 0;
 }

@@ -100,10 +100,16 @@ static void mach_unlink_stale(struct rkv_port *port, const char *prefix, uint32_
             for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++)
                 if (h->tensors[t].present || h->tensors[t].desc.name[0])
                     last = t;
+            /* Retired, not only unlinked: a co-located client of the
+             * crashed run still maps them, and went on writing rows the new
+             * run never reads, its pushes acknowledged, after a barrier
+             * reading what no other worker saw (an outside tester: a
+             * non-durable server killed and restarted). It now learns the
+             * shard moved (RKV_SHARD_MOVED) and follows or fails. */
             for (uint32_t t = 1; t <= last + 1 && t <= RKV_MAX_TENSORS; t++) {
                 char shard[128];
                 rkv_shard_name(shard, sizeof(shard), prefix, machine, t);
-                port->ops->shm_unlink(port, shard);
+                rkv_shard_retire(port, shard);
             }
         }
         port->ops->shm_unmap(port, addr, sizeof(struct rkv_mach_hdr));

@@ -160,6 +160,9 @@ struct rkv_server {
     /* Per-connection warnings (progress task), rate-limited. */
     struct rkv_ratelim lim_conn;
     struct srv_conn *conns; /* mu: every connection's, until released */
+    /* Servers other than 0: client id -> the srv_conn holding its claim
+     * (srv_claim), or 0; the progress task's. */
+    struct rkv_idmap claims;
     /* The process that created it (rkv_port_pid): a forked child's calls
      * are refused (srv_forked). */
     int pid;
@@ -177,6 +180,7 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up);
  * connections still up held. */
 static void srv_free_conns(struct rkv_server *s)
 {
+    rkv_idmap_free(&s->claims);
     for (struct srv_conn *c = s->conns, *next; c; c = next) {
         next = c->next;
         free(c);
@@ -440,20 +444,44 @@ static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const
  * claim it count as never identified (rkv_engine_peer_identified), so that
  * at the bound of incoming connections they go first. Claimed on 72
  * connections, ids 0 and 1 held the bound and locked every new worker out
- * (an outside tester); a squatter that comes after a worker cannot make the
- * worker's connection go either. Returns the live connection other than
- * c, if any, that claimed id (the oldest such is kept the holder: conns
- * are newest first, so the last one found). O(connections), once per
- * HELLO and per claimant that goes. */
-static struct srv_conn *srv_claim_holder(struct rkv_server *s, struct srv_conn *c, uint32_t id)
+ * (an outside tester); a squatter that comes after a worker cannot make
+ * the worker's connection go either. The holder is indexed by id
+ * (s->claims: a lookup per HELLO, where a walk of every connection made a
+ * server's start quadratic in its workers); when it goes, the oldest live
+ * claimant left takes over (a walk, once per holder that goes). Returns 1
+ * when c now holds id. The progress task's, as the index is. */
+static int srv_claim(struct rkv_server *s, struct srv_conn *c, uint32_t id)
 {
-    struct srv_conn *holder = NULL;
+    uint64_t *v = rkv_idmap_get(&s->claims, id);
+    if (!v)
+        return 0; /* out of memory: counted as a claim of no standing */
+    struct srv_conn *holder = (struct srv_conn *)(uintptr_t)*v;
+    if (holder && holder != c && !holder->gone && !rkv_peer_dead(holder->peer))
+        return 0;
+    *v = (uintptr_t)c;
+    return 1;
+}
+
+/* c, which held its id's claim, went: the oldest live connection still
+ * claiming the id holds it now (a worker's new connection, come before its
+ * old one was seen gone). Only a gone connection is released, and c's
+ * entry is cleared here, before it can be: the index never names a freed
+ * one. */
+static void srv_claim_gone(struct rkv_server *s, struct srv_conn *c)
+{
+    uint64_t *v = rkv_idmap_find(&s->claims, c->client_id);
+    if (!v || *v != (uintptr_t)c)
+        return;
+    struct srv_conn *next = NULL;
     s->port->ops->mutex_lock(s->mu);
-    for (struct srv_conn *o = s->conns; o; o = o->next)
-        if (o != c && o->hello && !o->gone && o->client_id == id && !rkv_peer_dead(o->peer))
-            holder = o;
+    for (struct srv_conn *o = s->conns; o; o = o->next) /* newest first: the last found */
+        if (o != c && o->hello && !o->gone && o->client_id == c->client_id &&
+            !rkv_peer_dead(o->peer))
+            next = o;
     s->port->ops->mutex_unlock(s->mu);
-    return holder;
+    *v = (uintptr_t)next;
+    if (next)
+        rkv_engine_peer_identified(next->peer);
 }
 
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -505,7 +533,7 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
              * threat model), but the claim is bound to this connection. */
             c->client_id = m->u.hello.want_id;
             c->hello = 1;
-            if (!srv_claim_holder(s, c, c->client_id))
+            if (srv_claim(s, c, c->client_id))
                 rkv_engine_peer_identified(peer);
             return srv_hello_reply(s, peer, m->h.req_id, m->u.hello.want_id);
         }
@@ -1683,14 +1711,8 @@ static void srv_on_peer(void *user, struct rkv_peer *peer, int up)
     c->gone = 1;
     c->kept = kept;
     s->port->ops->mutex_unlock(s->mu);
-    /* The oldest live connection still claiming its id holds the id now (a
-     * worker's new connection, come before its old one was seen gone).
-     * Holders are only ever made here and in srv_on_hello, both on this
-     * task, and only a gone connection is released: holder stays. */
-    struct srv_conn *holder;
-    if (s->server_id != 0 && c->hello && c->client_id != RKV_ID_NONE &&
-        (holder = srv_claim_holder(s, c, c->client_id)) != NULL)
-        rkv_engine_peer_identified(holder->peer);
+    if (s->server_id != 0 && c->hello && c->client_id != RKV_ID_NONE)
+        srv_claim_gone(s, c);
     srv_conn_maybe_release(s, peer);
 }
 

@@ -2947,6 +2947,50 @@ static void test_colocated_workers_follow_an_unheard_restart(void **state)
     remove_tree(c.dir);
 }
 
+/* Not durable: machine 1's server killed and started again. Its new run
+ * makes the machine segment anew and removes the crashed run's shards,
+ * which the co-located worker still mapped: its pushes were acknowledged
+ * into a shard nobody else read, and after a barrier two workers saw
+ * different rows, with no error anywhere (an outside tester). The shards
+ * are marked moved first: the worker's next push fails, naming why. */
+static void test_colocated_worker_told_of_a_restart_not_durable(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_config ccfg = c.cfg;
+    ccfg.machine_id = 1;
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&ccfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60; /* machine 1's: from the shard this worker maps */
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    wait_listening(&c.machines[1]);
+    int rc = rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0);
+    if (rc != -RKV_EPEERDEAD || !strstr(rkv_client_errmsg(cli), "was replaced or removed"))
+        fail_msg("push after the restart: %d %s", rc, rkv_client_errmsg(cli));
+    float got[4];
+    assert_int_equal(rkv_client_pull(cli, "t", &id, 1, got), -RKV_EPEERDEAD);
+    /* Its connection to server 1 died with the first run (no retry_ms):
+     * the shutdown cannot ask the new one; the test stops it. */
+    (void)rkv_client_shutdown_servers(cli);
+    rkv_client_destroy(cli);
+    kill(s0, SIGKILL);
+    kill(s1, SIGKILL);
+    wait_exit(s0);
+    wait_exit(s1);
+    unlink_machine_shm(&c.cfg, 0);
+    unlink_machine_shm(&c.cfg, 1);
+}
+
 /* A machine whose snapshot was removed by hand, its logs left: refused at
  * the server's create, naming the log, where a new run used to start in
  * silence (the pushes gone, the old logs written over). */
@@ -3273,6 +3317,7 @@ int main(void)
         cmocka_unit_test_teardown(test_shutdown_asks_again_a_server_that_died_unanswering,
                                   reap_children),
         cmocka_unit_test(test_colocated_workers_follow_an_unheard_restart),
+        cmocka_unit_test(test_colocated_worker_told_of_a_restart_not_durable),
         cmocka_unit_test(test_snapshot_removed_refused),
         cmocka_unit_test_teardown(test_full_disk_refused_acked_kept, reap_children),
         cmocka_unit_test(test_coord_client_flags),

@@ -3084,6 +3084,7 @@ static void test_flow_control_lies(void **state)
 static int after_test(void **state)
 {
     struct env *env = *state;
+    mallopt(M_PERTURB, 0); /* a test that failed with it set (test_slot_holds_only...) */
     if (env->live_servers > 0) {
         fflush(stdout);
         fprintf(stderr,

@@ -479,9 +479,10 @@ static void test_roundtrip_error(void **state)
     /* A peer's text is one printable line: its newline forged a log line
      * of its own, its escape reached the terminal (an outside tester). */
     h = hdr_of(RKV_MSG_ERROR);
-    n = rkv_proto_enc_error(b, 256, &h, "x\n[0.000001] WARN s1.0: forged\x1b[2J\r\tend\x7f é");
+    n = rkv_proto_enc_error(b, 256, &h,
+                            "x\n[0.000001] WARN s1.0: forged\x1b[2J\r\tend\x7f \xc2\x85\xc2\x9b é");
     expect_ok(b, n, &m);
-    assert_string_equal(m.u.error.text, "x [0.000001] WARN s1.0: forged?[2J  end? é");
+    assert_string_equal(m.u.error.text, "x [0.000001] WARN s1.0: forged?[2J  end? ???? é");
     free(b);
 }
 
