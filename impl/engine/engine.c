@@ -226,9 +226,9 @@ struct rkv_engine {
     struct rkv_tx *free_large;
     size_t free_large_bytes;
     struct rkv_engine_stats st;
-    uint8_t *srq_mem;     /* the NIC's shared receive pool (NULL: per peer) */
-    uint32_t srq_count;   /* its buffers, ctrl_buf_bytes each */
-    uint32_t max_backlog; /* cfg.max_backlog, or ENG_MAX_QUEUED */
+    uint8_t *srq_mem;      /* the NIC's shared receive pool (NULL: per peer) */
+    uint32_t srq_count;    /* its buffers, ctrl_buf_bytes each */
+    uint32_t max_backlog;  /* cfg.max_backlog, or ENG_MAX_QUEUED */
     uint64_t held_replies; /* every peer's held, bounded by cfg.slot_mem_bytes */
     struct rkv_ratelim lim_backlog, lim_reject, lim_slot, lim_conns; /* per-connection warnings */
 };
@@ -586,8 +586,8 @@ static int eng_hold_room(struct rkv_engine *e, struct rkv_peer *p, const struct 
 }
 
 /* p holds the most replies, past the slot memory: tx goes, and p. */
-static int peer_drop_hoard(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx,
-                           uint32_t n, const char *waits_for)
+static int peer_drop_hoard(struct rkv_engine *e, struct rkv_peer *p, struct rkv_tx *tx, uint32_t n,
+                           const char *waits_for)
 {
     char why[200];
     snprintf(why, sizeof(why),

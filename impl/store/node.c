@@ -43,10 +43,10 @@ int rkv_node_backend_check(const char *backend, char *err, size_t err_len)
     };
     char list[64] = "";
     for (int k = 0; built[k]; k++)
-        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "",
-                 built[k]);
-    return rkv_errf(err, err_len, -RKV_ECONFIG, "backend '%s' is not built in (this build has: %s%s)",
-                    backend, list[0] ? list : "none",
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", k ? ", " : "", built[k]);
+    return rkv_errf(err, err_len, -RKV_ECONFIG,
+                    "backend '%s' is not built in (this build has: %s%s)", backend,
+                    list[0] ? list : "none",
                     strcmp(backend, "sim") == 0
                         ? "; sim is the twin's, which runs a whole scenario: rkv run FILE"
                         : "");

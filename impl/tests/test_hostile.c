@@ -1985,8 +1985,8 @@ static void test_text_secret(void **state)
         fclose(f);
         node_open(&nd, &plain, "cfgfile");
         assert_int_equal(rkv_cfg_nic(&fcfg, nd.nic, err, sizeof(err)), 0);
-        int rc = nd.nic->ops->connect(nd.nic, c.machines[1].host, c.machines[1].base_port,
-                                      WAIT_MS, &qp);
+        int rc =
+            nd.nic->ops->connect(nd.nic, c.machines[1].host, c.machines[1].base_port, WAIT_MS, &qp);
         if (rc == 0)
             nd.nic->ops->qp_close(qp);
         if (rc != ends[i].rc)
