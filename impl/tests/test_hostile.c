@@ -1724,6 +1724,23 @@ static int rdma_host(char *buf, size_t len)
 }
 #endif
 
+/* At the bound of connections to machine 1's server, a grace (a quarter
+ * of timeout_ms) on: a newcomer is served, one that had said nothing (or
+ * made a claim a connection before it made) having gone for it. */
+static void newcomer_after_the_grace(struct env *env, struct cluster *c, struct logcap *log)
+{
+    usleep((c->cfg.timeout_ms / 4 + 300) * 1000u);
+    struct evil late;
+    evil_open(&late, env);
+    evil_connect(&late, &c->machines[1]);
+    uint64_t past = 100;
+    assert_int_equal(
+        evil_request(&late, enc_push(&late, SMALL_ID, 1, SMALL_ROW_BYTES, &past), RKV_MSG_PUSH_ACK),
+        -RKV_ERANGE);
+    evil_close(&late);
+    assert_true(logcap_count(log, "dropping one that has not said who it is") >= 1);
+}
+
 /* Connections that proved the secret are bounded all together, not only
  * each: 2,000 of them, their receive buffers used, held 1.1 GB of a
  * server up to the descriptor limit (an outside tester). The bound here
@@ -1773,16 +1790,7 @@ static void test_connections_bounded(void **state)
      * makes room for a newcomer: connections that proved the secret and
      * never said a word locked every new worker out for good (an outside
      * tester, 68 of them). */
-    usleep((c.cfg.timeout_ms / 4 + 300) * 1000u);
-    struct evil late;
-    evil_open(&late, env);
-    evil_connect(&late, &c.machines[1]);
-    uint64_t past = 100;
-    assert_int_equal(
-        evil_request(&late, enc_push(&late, SMALL_ID, 1, SMALL_ROW_BYTES, &past), RKV_MSG_PUSH_ACK),
-        -RKV_ERANGE);
-    evil_close(&late);
-    assert_true(logcap_count(log, "dropping one that has not said who it is") >= 1);
+    newcomer_after_the_grace(env, &c, log);
     for (int i = 0; i < CONN_TRIES; i++)
         close(fd[i]);
     /* Gone, they no longer count: a peer is served again. */
@@ -2036,6 +2044,20 @@ static int raw_request(int fd, const void *msg, size_t len)
 
 /* Connections that complete the hello and leave, by the thousand: the
  * server's memory stays flat. */
+/* A HELLO on a raw connection claiming client id 0 (a server other than 0
+ * cannot check it); the reply's type, or -1. */
+static int raw_claim_id0(int fd, const struct rkv_config *cfg)
+{
+    static uint8_t msg[256] __attribute__((aligned(8)));
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1};
+    struct rkv_wire_hello w = {.want_id = 0,
+                               .nonce = 1,
+                               .cluster = rkv_cfg_fingerprint(cfg),
+                               .rx_depth = cfg->rx_depth,
+                               .ctrl_buf_bytes = cfg->ctrl_buf_bytes};
+    return raw_request(fd, msg, rkv_proto_enc_hello(msg, &h, &w));
+}
+
 static void test_connection_churn(void **state)
 {
     struct env *env = *state;
@@ -2053,15 +2075,7 @@ static void test_connection_churn(void **state)
         int fd = tcp_dial(&c.machines[1]);
         assert_int_equal(raw_hello(fd, env_secret()), 0);
         if (i % 2) { /* a whole client: HELLO (claiming an id) and its reply */
-            static uint8_t msg[256] __attribute__((aligned(8)));
-            struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1};
-            struct rkv_wire_hello w = {.want_id = 0,
-                                       .nonce = 1,
-                                       .cluster = rkv_cfg_fingerprint(&c.cfg),
-                                       .rx_depth = c.cfg.rx_depth,
-                                       .ctrl_buf_bytes = c.cfg.ctrl_buf_bytes};
-            size_t len = rkv_proto_enc_hello(msg, &h, &w);
-            assert_int_equal(raw_request(fd, msg, len), RKV_MSG_HELLO_REPLY);
+            assert_int_equal(raw_claim_id0(fd, &c.cfg), RKV_MSG_HELLO_REPLY);
         }
         if (i >= 500) { /* an abortive close: 20,000 orderly ones left as many TIME_WAIT
                          * sockets holding ephemeral ports for a minute, which suites
@@ -2105,29 +2119,12 @@ static void test_claimed_ids_do_not_hold_the_bound(void **state)
     for (int i = 0; i < CONN_TRIES; i++) {
         fd[i] = tcp_dial(&c.machines[1]);
         if (raw_hello(fd[i], env_secret()) < 0)
-            continue; /* closed at the bound */
-        static uint8_t msg[256] __attribute__((aligned(8)));
-        struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 1};
-        struct rkv_wire_hello w = {.want_id = 0, /* the cluster's one worker's */
-                                   .nonce = 1,
-                                   .cluster = rkv_cfg_fingerprint(&c.cfg),
-                                   .rx_depth = c.cfg.rx_depth,
-                                   .ctrl_buf_bytes = c.cfg.ctrl_buf_bytes};
-        size_t len = rkv_proto_enc_hello(msg, &h, &w);
-        claimed += raw_request(fd[i], msg, len) == RKV_MSG_HELLO_REPLY;
+            continue;                                                   /* closed at the bound */
+        claimed += raw_claim_id0(fd[i], &c.cfg) == RKV_MSG_HELLO_REPLY; /* the worker's id */
     }
     printf("claimed ids: %d of %d connections claimed client id 0\n", claimed, CONN_TRIES);
     assert_true(claimed >= 60);
-    usleep((c.cfg.timeout_ms / 4 + 300) * 1000u);
-    struct evil late;
-    evil_open(&late, env);
-    evil_connect(&late, &c.machines[1]);
-    uint64_t past = 100;
-    assert_int_equal(
-        evil_request(&late, enc_push(&late, SMALL_ID, 1, SMALL_ROW_BYTES, &past), RKV_MSG_PUSH_ACK),
-        -RKV_ERANGE);
-    evil_close(&late);
-    assert_true(logcap_count(log, "dropping one that has not said who it is") >= 1);
+    newcomer_after_the_grace(env, &c, log);
     check_serving(&c, 2); /* the worker's own connection was kept */
     for (int i = 0; i < CONN_TRIES; i++)
         close(fd[i]);
