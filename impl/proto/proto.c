@@ -560,6 +560,14 @@ static int dec_addr(const uint8_t *b, struct rkv_msg *m, char *err, size_t el)
     const uint8_t *host = b + 16, *nul = memchr(host, 0, RKV_PROTO_HOST_MAX + 1);
     if (!nul || nul == host)
         return rkv_errf(err, el, -RKV_EPROTO, "%s: host empty or not NUL-terminated", tn);
+    /* A name or an address, ASCII: it is logged and dialled as it came,
+     * and a peer's newline forged a log line of server 0's. */
+    for (const uint8_t *p = host; p < nul; p++)
+        if (*p <= ' ' || *p >= 0x7f)
+            return rkv_errf(err, el, -RKV_EPROTO,
+                            "%s: host holds byte 0x%02x at %u (a name or an address is printable "
+                            "ASCII)",
+                            tn, *p, (unsigned)(p - host));
     memcpy(a->host, host, (size_t)(nul - host) + 1);
     return 0;
 }

@@ -630,6 +630,10 @@ static void test_addr_roundtrip_and_bounds(void **state)
     expect_reject(b, n, "host empty or not NUL-terminated");
     b[64 + 16] = 0; /* empty */
     expect_reject(b, n, "host empty or not NUL-terminated");
+    /* Logged and dialled as it came: a newline forged a log line. */
+    n = enc_sample(b, RKV_MSG_REGISTER);
+    memcpy(b + 64 + 16, "10.1\n[0.1] WARN", 16);
+    expect_reject(b, n, "host holds byte 0x0a at 4");
     free(b);
 }
 
