@@ -268,7 +268,9 @@ static void test_crash_after_a_phase_never_finished(void **state)
     for (int b = 0; b < 2; b++) {
         char args[256];
         snprintf(args, sizeof(args), "run %s --backend %s", yaml, backends[b]);
-        int rc = run_rkv("", args);
+        /* A crashed node's memory stays with its killed actors in the twin
+         * (as in the faults-* scenarios' runs above). */
+        int rc = run_rkv("ASAN_OPTIONS=detect_leaks=0", args);
         if (rc != 3 || !strstr(out, "verdict: FAIL (not every fault fired") ||
             strstr(out, "s1.0 crashed"))
             fail_msg("%s: exit %d\n%s", backends[b], rc, out);
