@@ -767,6 +767,12 @@ static void twin_limit(int argc, char **argv)
     sg_actor_kill_all();
 }
 
+/* The twin whose world w is (the world's callbacks get the world alone). */
+static struct twin *twin_of(struct sim_world *w)
+{
+    return (struct twin *)((char *)w - offsetof(struct twin, w));
+}
+
 /* A run cut short: its trace closed whole, a valid trace of what ran
  * until now, or removed if that cannot be written; what became of it in
  * said ("" without a trace). */
@@ -804,7 +810,7 @@ static void twin_mem_low(struct sim_world *w, const struct port_hostmem *m)
     uint64_t rss = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
     /* The trace was cut mid-record (an outside tester's 4,096 bytes). */
     char trace[400];
-    twin_trace_cut((struct twin *)((char *)w - offsetof(struct twin, w)), trace, sizeof(trace));
+    twin_trace_cut(twin_of(w), trace, sizeof(trace));
     char where[160];
     if (port_hostmem_cgroup_binds(m))
         snprintf(where, sizeof(where),
@@ -1461,7 +1467,7 @@ static _Noreturn void twin_stop(struct twin *t, int signo)
 
 static void twin_on_signal(struct sim_world *w, int signo)
 {
-    twin_stop((struct twin *)((char *)w - offsetof(struct twin, w)), signo);
+    twin_stop(twin_of(w), signo);
 }
 
 static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
