@@ -24,6 +24,11 @@ _Static_assert(RKV_CLIENT_OBSERVER == RKV_ID_NONE, "an observer's id is the unas
 /* One message waiting for its reply. */
 struct cli_req {
     struct cli_req *next, *prev; /* the client's list, newest first */
+    /* Its server's list (srv->reqs): a lost connection fails that server's
+     * requests without walking every request of the client. Worker 0's
+     * SHUTDOWN to each of 16,384 servers walked the other 16,383 as each
+     * server went (4.7 % of a 65,536-node twin run). */
+    struct cli_req *snext, *sprev;
     uint64_t id;
     struct cli_server *srv;
     int expect; /* reply type */
@@ -70,6 +75,7 @@ struct cli_server {
     char *own_host;
     uint16_t port;
     int dead;
+    struct cli_req *reqs; /* its requests not yet released, newest first */
     /* Where this server writes pull replies. A pull sends at most one
      * request per server, so one slot per server serves every tensor. */
     struct rkv_slot_desc pslot;
@@ -448,6 +454,10 @@ static struct cli_req *cli_req_new(struct rkv_client *c, struct cli_server *srv,
     if (r->next)
         r->next->prev = r;
     c->reqs = r;
+    r->snext = srv->reqs;
+    if (r->snext)
+        r->snext->sprev = r;
+    srv->reqs = r;
     cli_unlock(c);
     return r;
 }
@@ -463,6 +473,14 @@ static void cli_req_unlink(struct rkv_client *c, struct cli_req *r)
     if (r->next)
         r->next->prev = r->prev;
     r->next = r->prev = NULL;
+    assert(r->sprev ? r->sprev->snext == r : r->srv->reqs == r); /* in its server's, once */
+    if (r->sprev)
+        r->sprev->snext = r->snext;
+    else
+        r->srv->reqs = r->snext;
+    if (r->snext)
+        r->snext->sprev = r->sprev;
+    r->snext = r->sprev = NULL;
     /* A retry's request took over the id: the one it retried stays out. */
     rkv_ptrmap_del(&c->req_by_id, r->id, r);
 }
@@ -748,8 +766,8 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     cli_lock(c);
     srv->dead = 1;
     uint32_t failed = 0;
-    for (struct cli_req *r = c->reqs; r; r = r->next)
-        if (r->srv == srv && !r->done) {
+    for (struct cli_req *r = srv->reqs; r; r = r->snext)
+        if (!r->done) {
             cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
             failed++;
         }
@@ -2929,8 +2947,8 @@ static int cli_drop(struct rkv_client *c, struct cli_server *srv, int unanswered
     srv->dead = 1;
     srv->redial = 1;
     srv->has_pslot = 0; /* the slot belonged to the old connection */
-    for (struct cli_req *r = c->reqs; r; r = r->next)
-        if (r->srv == srv && !r->done)
+    for (struct cli_req *r = srv->reqs; r; r = r->snext)
+        if (!r->done)
             cli_req_finish(c, r, -RKV_ETIMEDOUT, "no answer in time; connection closed");
     c->zst.drops++;
     cli_unlock(c);
