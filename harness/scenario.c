@@ -96,9 +96,19 @@ static int sc_vfail_mark(struct sc_ctx *c, struct rkv_sc_mark m, const char *fmt
 
 static int sc_fail(struct sc_ctx *c, struct fy_node *at, const char *fmt, ...)
 {
+    struct rkv_sc_mark m = sc_mark(at);
+    /* An empty root ("{}", "[]") has no scalar to name: the document's
+     * start does (it was refused with no position at all). */
+    struct fy_document *doc = at && !m.line ? fy_node_document(at) : NULL;
+    if (doc && fy_document_root(doc) == at) {
+        struct fy_document_state *ds = fy_document_get_document_state(doc);
+        const struct fy_mark *dm = ds ? fy_document_state_start_mark(ds) : NULL;
+        if (dm)
+            m = (struct rkv_sc_mark){(uint32_t)dm->line + 1, (uint32_t)dm->column + 1};
+    }
     va_list ap;
     va_start(ap, fmt);
-    int rc = sc_vfail_mark(c, sc_mark(at), fmt, ap);
+    int rc = sc_vfail_mark(c, m, fmt, ap);
     va_end(ap);
     return rc;
 }

@@ -86,8 +86,8 @@ static void test_every_regression_scenario_passes(void **state)
 static void test_bad_scenarios_fail_precisely(void **state)
 {
     (void)state;
-    static char names[128][256];
-    int n = list_yaml(SCEN_DIR "/bad", names, 128);
+    static char names[256][256];
+    int n = list_yaml(SCEN_DIR "/bad", names, 256);
     assert_true(n >= 8);
     for (int i = 0; i < n; i++) {
         FILE *f = fopen(names[i], "r");
