@@ -189,6 +189,8 @@ double sim_world_wall(void);
 void sim_world_trace(struct sim_world *w, const char *name, const char *cat, uint32_t pid,
                      uint32_t tid, double t0_s, double t1_s, uint64_t bytes);
 void sim_world_trace_name(struct sim_world *w, uint32_t pid, uint32_t tid, const char *name);
+/* Names trace process pid (a machine) and sorts it by pid. */
+void sim_world_trace_process(struct sim_world *w, uint32_t pid, const char *name);
 
 /* ---- port ---- */
 /* A node on `host`; `machine`/`tid` name it in traces. */

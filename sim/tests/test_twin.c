@@ -347,6 +347,9 @@ static void test_chrome_trace(void **state)
     assert_int_equal(strncmp(buf, "{\"displayTimeUnit\"", 18), 0);
     assert_non_null(strstr(buf, "\"name\":\"write_imm\""));
     assert_non_null(strstr(buf, "\"name\":\"thread_name\""));
+    /* Each machine named, as a tcp trace names each process. */
+    assert_non_null(strstr(buf, "\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,"
+                                "\"args\":{\"name\":\"machine 1\"}"));
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
         n--;
     assert_true(n > 2 && buf[n - 1] == '}' && buf[n - 2] == ']');

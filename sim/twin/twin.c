@@ -865,8 +865,12 @@ static void twin_spawn(struct twin *t)
         sg_actor_start(f, twin_faults, 0, NULL);
     }
     /* A unit it cannot make (no memory) is made by the machine's first NIC. */
-    for (uint32_t m = 0; m < t->sc->machines; m++)
+    for (uint32_t m = 0; m < t->sc->machines; m++) {
         (void)sim_nic_rx_prepare(&t->w, m, twin_host(t, m));
+        char name[48];
+        snprintf(name, sizeof(name), "machine %u", m);
+        sim_world_trace_process(&t->w, m, name);
+    }
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
         sim_world_mem_tick(&t->w); /* the memory floor, before any network event */
