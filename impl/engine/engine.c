@@ -128,8 +128,11 @@ struct eng_txq {
  * connection side, thousands per process in the twin). */
 struct rkv_peer {
     struct rkv_engine *eng;
-    struct rkv_peer *next; /* engine's list */
-    struct rkv_qp *qp;     /* NULL once disconnected */
+    /* The engine's list it is on (peers or zombies); pprev points at the
+     * pointer to it, so that it leaves in one step: a walk of the list per
+     * peer made a server closing its thousands of connections quadratic. */
+    struct rkv_peer *next, **pprev;
+    struct rkv_qp *qp; /* NULL once disconnected */
     void *user;
     struct rkv_peer *touched_next;
     struct rkv_peer *down_next; /* on eng->down while down_due */
@@ -1216,6 +1219,29 @@ static int peer_post_rx(struct rkv_engine *e, struct rkv_peer *p, uint32_t i)
     return e->nic->ops->post_recv(p->qp, ((uint64_t)i << 3) | ENG_WR_RX, &sge);
 }
 
+static void peer_list_add(struct rkv_peer **head, struct rkv_peer *p)
+{
+    assert(!p->pprev);
+    p->next = *head;
+    if (p->next)
+        p->next->pprev = &p->next;
+    *head = p;
+    p->pprev = head;
+}
+
+/* Off whichever list it is on (none: nothing to do). */
+static void peer_list_del(struct rkv_peer *p)
+{
+    if (!p->pprev)
+        return;
+    assert(*p->pprev == p);
+    *p->pprev = p->next;
+    if (p->next)
+        p->next->pprev = p->pprev;
+    p->next = NULL;
+    p->pprev = NULL;
+}
+
 static void peer_free_rx(struct rkv_engine *e, struct rkv_peer *p)
 {
     for (uint32_t i = 0; i < p->lslot_cap; i++)
@@ -1280,8 +1306,7 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
     if (e->srq_mem) {                  /* receives come from the NIC's shared pool */
         p->qp = qp;
         rkv_qp_set_ctx(qp, p);
-        p->next = e->peers;
-        e->peers = p;
+        peer_list_add(&e->peers, p);
         *peer_p = p;
         return 0;
     }
@@ -1300,16 +1325,14 @@ static int peer_new(struct rkv_engine *e, struct rkv_qp *qp, struct rkv_peer **p
         if (rc < 0)
             goto unset_qp;
     }
-    p->next = e->peers;
-    e->peers = p;
+    peer_list_add(&e->peers, p);
     *peer_p = p;
     return 0;
 unset_qp:
     /* Receives already posted: the NIC may write into rx_mem until the QP
      * is closed, so it is closed first and the peer goes after (a peer that
      * connected and left at once lands here: it must not stay). */
-    p->next = e->zombies;
-    e->zombies = p;
+    peer_list_add(&e->zombies, p);
     p->dead = 1;
     p->released = 1;
     p->qp = NULL;
@@ -1389,14 +1412,7 @@ static void peer_reclaim(struct rkv_engine *e, struct rkv_peer *p)
     assert(p->closed && p->released && !p->qp);
     if (p->waited)
         return; /* drop_peer_wait still looks at it; it reclaims it itself */
-    for (struct rkv_peer **list[2] = {&e->peers, &e->zombies}, ***l = list; l < list + 2; l++) {
-        for (struct rkv_peer **pp = *l; *pp; pp = &(*pp)->next) {
-            if (*pp == p) {
-                *pp = p->next;
-                break;
-            }
-        }
-    }
+    peer_list_del(p);
     assert(!p->inflight.head && !p->backlog.head && !p->waiting.head);
     peer_free(e, p);
 }
@@ -2425,12 +2441,8 @@ void rkv_engine_destroy(struct rkv_engine *e)
         free(a);
     }
     struct rkv_peer *p;
-    while ((p = e->peers) != NULL) {
-        e->peers = p->next;
-        peer_free(e, p);
-    }
-    while ((p = e->zombies) != NULL) {
-        e->zombies = p->next;
+    while ((p = e->peers) != NULL || (p = e->zombies) != NULL) {
+        peer_list_del(p);
         peer_free(e, p);
     }
     struct rkv_tx *tx;

@@ -51,6 +51,9 @@ struct srv_conn {
     int gone;
     int kept;
     uint32_t acks_pending;
+    /* Servers other than 0: it claims an id another live connection held
+     * when it came (s->n_shadow counts these). */
+    int shadow;
     struct rkv_peer *peer;        /* whose user pointer this is */
     struct srv_conn *prev, *next; /* s->conns, under s->mu: freed at destroy */
 };
@@ -163,6 +166,11 @@ struct rkv_server {
     /* Servers other than 0: client id -> the srv_conn holding its claim
      * (srv_claim), or 0; the progress task's. */
     struct rkv_idmap claims;
+    /* Live connections whose claim another held (srv_conn.shadow): none,
+     * and a holder that goes has no successor to look for. Each going
+     * holder walked every connection, quadratic in a server's workers when
+     * they all left at the end of a run. */
+    uint32_t n_shadow;
     /* The process that created it (rkv_port_pid): a forked child's calls
      * are refused (srv_forked). */
     int pid;
@@ -452,12 +460,15 @@ static const char *srv_rejoin(struct rkv_server *s, struct rkv_peer *peer, const
  * when c now holds id. The progress task's, as the index is. */
 static int srv_claim(struct rkv_server *s, struct srv_conn *c, uint32_t id)
 {
+    assert(!c->shadow);
     uint64_t *v = rkv_idmap_get(&s->claims, id);
-    if (!v)
-        return 0; /* out of memory: counted as a claim of no standing */
-    struct srv_conn *holder = (struct srv_conn *)(uintptr_t)*v;
-    if (holder && holder != c && !holder->gone && !rkv_peer_dead(holder->peer))
+    struct srv_conn *holder = v ? (struct srv_conn *)(uintptr_t)*v : NULL;
+    /* Out of memory: a claim of no standing. */
+    if (!v || (holder && holder != c && !holder->gone && !rkv_peer_dead(holder->peer))) {
+        c->shadow = 1;
+        s->n_shadow++;
         return 0;
+    }
     *v = (uintptr_t)c;
     return 1;
 }
@@ -469,19 +480,29 @@ static int srv_claim(struct rkv_server *s, struct srv_conn *c, uint32_t id)
  * one. */
 static void srv_claim_gone(struct rkv_server *s, struct srv_conn *c)
 {
+    if (c->shadow) { /* it held nothing */
+        assert(s->n_shadow > 0);
+        c->shadow = 0;
+        s->n_shadow--;
+        return;
+    }
     uint64_t *v = rkv_idmap_find(&s->claims, c->client_id);
     if (!v || *v != (uintptr_t)c)
         return;
     struct srv_conn *next = NULL;
     s->port->ops->mutex_lock(s->mu);
-    for (struct srv_conn *o = s->conns; o; o = o->next) /* newest first: the last found */
-        if (o != c && o->hello && !o->gone && o->client_id == c->client_id &&
+    for (struct srv_conn *o = s->conns; s->n_shadow && o;
+         o = o->next) /* newest first: the last found */
+        if (o != c && o->shadow && !o->gone && o->client_id == c->client_id &&
             !rkv_peer_dead(o->peer))
             next = o;
     s->port->ops->mutex_unlock(s->mu);
     *v = (uintptr_t)next;
-    if (next)
+    if (next) {
+        next->shadow = 0;
+        s->n_shadow--;
         rkv_engine_peer_identified(next->peer);
+    }
 }
 
 static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)

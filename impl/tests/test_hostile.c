@@ -2131,6 +2131,57 @@ static void test_claimed_ids_do_not_hold_the_bound(void **state)
     cluster_stop(&c);
 }
 
+/* When the connection holding a client id's claim goes, the oldest live
+ * connection still claiming it holds it, and counts as identified: at the
+ * bound of connections the server drops one that never said who it is,
+ * not the heir. (The holder's successor used to be found by a walk of
+ * every connection, for every holder that went; only claims made while
+ * another held the id are looked at now.) */
+static void test_claim_passes_to_the_next_claimant(void **state)
+{
+    struct env *env = *state;
+    if (strcmp(env->backend, "tcp") != 0)
+        skip();
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env); /* the worker does not reach server 1 until the end */
+    struct logcap *log = &c.srv_node[1].log;
+    logcap_reset(log);
+    int holder = tcp_dial(&c.machines[1]), heir = tcp_dial(&c.machines[1]);
+    assert_int_equal(raw_hello(holder, env_secret()), 0);
+    assert_int_equal(raw_claim_id0(holder, &c.cfg), RKV_MSG_HELLO_REPLY);
+    assert_int_equal(raw_hello(heir, env_secret()), 0);
+    assert_int_equal(raw_claim_id0(heir, &c.cfg), RKV_MSG_HELLO_REPLY); /* held: no standing */
+    close(holder);
+    usleep(300000); /* the server sees it go */
+    int fd[CONN_TRIES + 1];
+    for (int i = 0; i < CONN_TRIES; i++) { /* the bound fills with silent ones */
+        fd[i] = tcp_dial(&c.machines[1]);
+        (void)raw_hello(fd[i], env_secret());
+    }
+    /* Past the grace, a newcomer makes room: the oldest silent one goes. */
+    usleep((c.cfg.timeout_ms / 4 + 300) * 1000u);
+    fd[CONN_TRIES] = tcp_dial(&c.machines[1]);
+    assert_int_equal(raw_hello(fd[CONN_TRIES], env_secret()), 0);
+    for (int waited_ms = 0; waited_ms < (int)WAIT_MS &&
+                            logcap_count(log, "dropping one that has not said who it is") < 1;
+         waited_ms += 50)
+        usleep(50000);
+    assert_true(logcap_count(log, "dropping one that has not said who it is") >= 1);
+    usleep(200000);
+    char b;
+    ssize_t r = recv(heir, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+    if (!(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+        fail_msg("the heir to client id 0's claim was dropped at the bound (recv %zd)", r);
+    for (int i = 0; i <= CONN_TRIES; i++)
+        close(fd[i]);
+    close(heir);
+    usleep(300000);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
 #define HOG_REQUESTS 20000
 #define HOG_RSS_BOUND (24l << 20) /* 65,536 queued replies were 321 MB */
 
@@ -3147,6 +3198,7 @@ int main(void)
         HOSTILE_TEST(test_connection_flood),
         HOSTILE_TEST(test_connections_bounded),
         HOSTILE_TEST(test_claimed_ids_do_not_hold_the_bound),
+        HOSTILE_TEST(test_claim_passes_to_the_next_claimant),
         HOSTILE_TEST(test_text_secret),
         HOSTILE_TEST(test_connection_churn),
         HOSTILE_TEST(test_credit_hog),
