@@ -1314,6 +1314,11 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
             rc = cli_send_init(c, srv, phase, id, w, d, &r);
         if (r) {
             int wrc = cli_wait_keep(c, &r, 1, c->init_wait_ms, "init_data");
+            if (rc == 0 && wrc == 0 && (phase == 1 || phase == 2) && r->u32 != id)
+                wrc = rkv_errf(c->err, sizeof(c->err), -RKV_EPROTO,
+                               "init_data '%s': server %u answered with tensor id %u where server "
+                               "0 gave %u",
+                               d->name, srv->id, r->u32, id);
             if (rc == 0 && wrc == 0 && id_p)
                 *id_p = r->u32; /* phase 0's answer: the tensor's id */
             cli_release(c, &r, 1);
@@ -1367,6 +1372,17 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
         }
     }
     int wrc = cli_wait_keep(c, reqs, n, c->init_wait_ms, "init_data");
+    /* A server that answers with another id than server 0's holds another
+     * tensor under the name: the call would pass and every push of its
+     * machine's rows fail "unknown tensor id". */
+    cli_lock(c);
+    for (size_t k = 0; k < n && rc == 0 && wrc == 0; k++)
+        if (reqs[k]->done && reqs[k]->status == 0 && reqs[k]->u32 != id)
+            wrc = rkv_errf(c->err, sizeof(c->err), -RKV_EPROTO,
+                           "init_data '%s': server %u answered with tensor id %u where server 0 "
+                           "gave %u",
+                           d->name, reqs[k]->srv->id, reqs[k]->u32, id);
+    cli_unlock(c);
     if (rc == 0 && wrc < 0 && c->cfg.retry_ms) {
         /* Only what a dead server lost is retried; any other failure is
          * the call's. */

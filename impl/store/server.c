@@ -748,6 +748,16 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
             return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
                             "tensor '%s' exists with another description (its %s differs)", w->name,
                             field);
+        /* Phases 1 and 2 carry server 0's id: answered with this server's
+         * own, the caller's init_data passed, and every push and pull of
+         * this machine's rows then failed "unknown tensor id" (an outside
+         * tester's INIT under another id came first). */
+        if (op != 0 && t->meta.id != m->h.tensor_id)
+            return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
+                            "tensor '%s' is held by server %u under id %u, and this INIT names id "
+                            "%u: the cluster's servers disagree on it (restart them together, or "
+                            "use another name)",
+                            w->name, s->server_id, t->meta.id, m->h.tensor_id);
         *id_p = t->meta.id;
         return 0;
     }
@@ -773,7 +783,13 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     int role_ok = op == 0   ? s->server_id == 0
                   : op == 1 ? s->local_id == 0 && s->server_id != 0
                             : s->local_id != 0;
-    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS || rkv_tensor_at(&s->tensors, id))
+    const struct rkv_tensor *holder = id <= RKV_MAX_TENSORS ? rkv_tensor_at(&s->tensors, id) : NULL;
+    if (holder)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,
+                        "tensor '%s': id %u is held by server %u's tensor '%s' (the cluster's "
+                        "servers disagree on it: restart them together)",
+                        w->name, id, s->server_id, holder->meta.name);
+    if (!role_ok || op > 2 || id == 0 || id > RKV_MAX_TENSORS)
         return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "bad INIT phase %u for id %u", op, id);
     t = calloc(1, sizeof(*t));
     if (!t)
@@ -1353,7 +1369,13 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
                           "SHUTDOWN only from a joined client (HELLO first)");
     }
     /* At the default level: who stopped a server is worth knowing. */
-    RKV_LOGW(s->port, "server %u: stopping: SHUTDOWN from client %u", s->server_id, c->client_id);
+    /* Only server 0 checks an id: elsewhere it is the connection's claim,
+     * and the line named an honest worker as the one that stopped it (an
+     * outside tester's raw connection claimed its id). */
+    RKV_LOGW(s->port,
+             "server %u: stopping: SHUTDOWN from client %u (as its connection says: only "
+             "server 0 checks ids)",
+             s->server_id, c->client_id);
     /* Before the ack: once the asking client hears it, no co-located
      * client may go on writing rows nobody serves any more. */
     for (uint32_t i = 1; i <= s->n_tensors; i++) {

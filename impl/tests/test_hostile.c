@@ -2182,6 +2182,39 @@ static void test_claim_passes_to_the_next_claimant(void **state)
     cluster_stop(&c);
 }
 
+/* A peer that made a name at a server under another id than server 0
+ * gives it: the server answered an honest init_data's INIT with its own id,
+ * the call passed, and every push and pull of that machine's rows failed
+ * "unknown tensor id" (an outside tester). Refused, naming both ids. */
+static void test_init_under_another_id(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    struct rkv_tensor_meta m = {.dtype = T_SMALL.dtype,
+                                .rows = T_SMALL.rows,
+                                .row_len = T_SMALL.row_len,
+                                .policy = T_SMALL.policy};
+    memcpy(m.name, T_SMALL.name, strlen(T_SMALL.name) + 1);
+    struct rkv_wire_tensor w;
+    rkv_tensor_to_wire(&m, &T_SMALL, &w);
+    struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = 0x77, .tensor_id = 3, .op = 1};
+    size_t len = rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL);
+    assert_int_equal(evil_request(&e, len, RKV_MSG_INIT_REPLY), 0);
+    evil_close(&e);
+    int rc = rkv_client_init_data(c.cli, &T_SMALL);
+    printf("init under another id: %d %s\n", rc, rkv_client_errmsg(c.cli));
+    assert_int_equal(rc, -RKV_EEXIST);
+    assert_non_null(strstr(rkv_client_errmsg(c.cli), "under id 3, and this INIT names id 1"));
+    /* Another name is made and served as ever. */
+    assert_int_equal(rkv_client_init_data(c.cli, &T_BIG), 0);
+    cluster_stop(&c);
+}
+
 #define HOG_REQUESTS 20000
 #define HOG_RSS_BOUND (24l << 20) /* 65,536 queued replies were 321 MB */
 
@@ -2678,6 +2711,11 @@ static void test_shutdown_needs_a_client(void **state)
         char line[64];
         snprintf(line, sizeof(line), "L1 server %d: stopping: SHUTDOWN from client 0", m);
         assert_int_equal(logcap_count(&c.srv_node[m].log, line), 1);
+        /* A claim, not a proof, away from server 0: the line named an
+         * honest worker as the one that stopped it (an outside tester). */
+        assert_int_equal(logcap_count(&c.srv_node[m].log, "client 0 (as its connection says: only "
+                                                          "server 0 checks ids)"),
+                         1);
     }
     cluster_free(&c);
 }
@@ -3199,6 +3237,7 @@ int main(void)
         HOSTILE_TEST(test_connections_bounded),
         HOSTILE_TEST(test_claimed_ids_do_not_hold_the_bound),
         HOSTILE_TEST(test_claim_passes_to_the_next_claimant),
+        HOSTILE_TEST(test_init_under_another_id),
         HOSTILE_TEST(test_text_secret),
         HOSTILE_TEST(test_connection_churn),
         HOSTILE_TEST(test_credit_hog),
