@@ -861,6 +861,15 @@ static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struc
 {
     uint32_t id = 0;
     struct srv_ack *a = NULL;
+    /* Every client says hello before it makes a tensor. A raw INIT before
+     * any client joined put a tensor in a durable server 0's snapshot
+     * with no coordination record beside it, and the restarted server
+     * refused to start, blaming a file removed by hand (an outside
+     * tester). */
+    const struct srv_conn *c = srv_conn_of(peer);
+    if (!c || c->client_id == RKV_ID_NONE)
+        return srv_status(s, peer, m, RKV_MSG_INIT_REPLY, -RKV_EINVAL,
+                          "INIT only from a joined client (HELLO first)");
     /* A tensor acknowledged in durable mode is in the snapshot, so pushes
      * to it can be retried after a restart. The commit (op 3) changes
      * nothing on disk. */

@@ -563,6 +563,21 @@ static int raw_request(struct raw *r, struct rkv_tx *tx, size_t len)
     return r->h.status;
 }
 
+/* A client's HELLO claiming id want: servers take an INIT only from a
+ * connection that said one. */
+static int raw_hello(struct raw *r, const struct rkv_config *cfg, uint32_t want)
+{
+    struct rkv_tx *tx;
+    assert_int_equal(rkv_engine_tx_alloc(r->eng, 256, &tx), 0);
+    struct rkv_hdr h = {.type = RKV_MSG_HELLO, .req_id = 4, .sender = 0x10000 + 77};
+    struct rkv_wire_hello w = {.want_id = want,
+                               .nonce = 1,
+                               .cluster = rkv_cfg_fingerprint(cfg),
+                               .rx_depth = cfg->rx_depth,
+                               .ctrl_buf_bytes = cfg->ctrl_buf_bytes};
+    return raw_request(r, tx, rkv_proto_enc_hello(rkv_engine_tx_buf(tx), &h, &w));
+}
+
 static int raw_pull(struct raw *r, int type, uint32_t tensor, uint32_t row_bytes, int op,
                     uint64_t id)
 {
@@ -605,6 +620,7 @@ static void test_servers_check_too(void **state)
     OK(cli, rkv_client_init_data(cli, &plain));
     struct raw r;
     raw_open(&r, &c.cfg, &c.machines[1]); /* server 1 holds rows 50..99 */
+    assert_int_equal(raw_hello(&r, &c.cfg, 0), 0);
     /* An INIT whose local index is no permutation on machine 1. */
     static const uint32_t book[6] = {1, 1, 0, 1, 0, 1};
     static const uint64_t local[6] = {0, 1, 0, 1, 1, 3};

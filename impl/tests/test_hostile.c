@@ -2186,6 +2186,8 @@ static void test_claim_passes_to_the_next_claimant(void **state)
  * gives it: the server answered an honest init_data's INIT with its own id,
  * the call passed, and every push and pull of that machine's rows failed
  * "unknown tensor id" (an outside tester). Refused, naming both ids. */
+static int evil_hello(struct evil *e, const struct cluster *c, uint32_t want, uint64_t nonce);
+
 static void test_init_under_another_id(void **state)
 {
     struct env *env = *state;
@@ -2204,6 +2206,11 @@ static void test_init_under_another_id(void **state)
     rkv_tensor_to_wire(&m, &T_SMALL, &w);
     struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = 0x77, .tensor_id = 3, .op = 1};
     size_t len = rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL);
+    /* Not before a HELLO: a raw INIT before any client joined left a
+     * durable server 0 unable to restart (an outside tester). */
+    assert_int_equal(evil_request(&e, len, RKV_MSG_INIT_REPLY), -RKV_EINVAL);
+    assert_int_equal(evil_hello(&e, &c, 0, 1), 0); /* an id claimed: server 1 cannot check */
+    len = rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL);
     assert_int_equal(evil_request(&e, len, RKV_MSG_INIT_REPLY), 0);
     evil_close(&e);
     int rc = rkv_client_init_data(c.cli, &T_SMALL);
