@@ -1095,11 +1095,11 @@ static int bench_check_settings(struct bench *b, char *err, size_t err_len)
     if (!s)
         return rkv_errf(err, err_len, -1, "out of memory");
     uint64_t v = 0;
-    int rc = cmd_settings_load(s, b->n_extra, b->extra, err, err_len);
-    int given = rc == 0 ? cmd_first_flag(s, shape, n_shape) : -1;
+    int rc = rkv_cmd_settings_load(s, b->n_extra, b->extra, err, err_len);
+    int given = rc == 0 ? rkv_cmd_first_flag(s, shape, n_shape) : -1;
     if (given >= 0)
         rc = rkv_errf(err, err_len, -1, "%s%s: the bench sets it for each cluster it measures",
-                      cmd_key_flag(shape[given]),
+                      rkv_cmd_key_flag(shape[given]),
                       shape[given] == CMD_VALUE_BYTES ? " (--sizes gives them)"
                       : shape[given] == CMD_HOST      ? " (verbs: RKV_HOST)"
                                                       : "");
@@ -1115,10 +1115,10 @@ static int bench_check_settings(struct bench *b, char *err, size_t err_len)
     for (int i = 0; i < b->n_extra; i++)
         argv[8 + i] = b->extra[i];
     struct rkv_config cfg;
-    if (rc == 0 && (rc = cmd_settings_load(s, 8 + b->n_extra, argv, err, err_len)) == 0 &&
-        (rc = cmd_build_config(s, &cfg, err, err_len)) == 0) {
+    if (rc == 0 && (rc = rkv_cmd_settings_load(s, 8 + b->n_extra, argv, err, err_len)) == 0 &&
+        (rc = rkv_cmd_build_config(s, &cfg, err, err_len)) == 0) {
         free(cfg.machines);
-        rc = cmd_get_u64(s, CMD_BUSY_POLL, &v, err, err_len); /* 0 or 1: cmd_build_config */
+        rc = rkv_cmd_get_u64(s, CMD_BUSY_POLL, &v, err, err_len); /* 0 or 1: rkv_cmd_build_config */
     }
     free(s);
     b->busy_poll = (int)v;
@@ -1145,7 +1145,7 @@ static int bench_prepare(struct bench *b)
     char err[160];
     for (int i = 0; i < 2; i++) {
         struct bench_end *e = &b->end[i];
-        if (cmd_host_pick(b->host, i, e->host, sizeof(e->host), err, sizeof(err)) < 0) {
+        if (rkv_cmd_host_pick(b->host, i, e->host, sizeof(e->host), err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv bench verbs: RKV_HOST: %s\n", err);
             return -1;
         }

@@ -258,7 +258,7 @@ static void doc_check_host(struct doc *d, const struct cmd_settings *s)
         n += *c == ',';
     for (uint32_t m = 0; m < n; m++) {
         char host[RKV_HOST_MAX + 1], err[160];
-        if (cmd_host_pick(s->val[CMD_HOST], m, host, sizeof(host), err, sizeof(err)) < 0) {
+        if (rkv_cmd_host_pick(s->val[CMD_HOST], m, host, sizeof(host), err, sizeof(err)) < 0) {
             doc_problem(d, "%s (%s)", err, s->src[CMD_HOST]);
             return;
         }
@@ -398,7 +398,7 @@ static void doc_check_ports(struct doc *d, const struct cmd_settings *s)
 {
     char err[512];
     struct rkv_config cfg;
-    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
+    if (rkv_cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
         doc_problem(d, "the settings do not form a cluster: %s", err);
         return;
     }

@@ -395,7 +395,7 @@ static pid_t demo_spawn(struct demo *d, const char *role, const char *flag, uint
         if (d->hosts) {
             char host[RKV_HOST_MAX + 1], err[160];
             uint32_t m = strcmp(flag, "--server-id") ? val : val / d->servers_per_machine;
-            if (cmd_host_pick(d->hosts, m, host, sizeof(host), err, sizeof(err)) == 0)
+            if (rkv_cmd_host_pick(d->hosts, m, host, sizeof(host), err, sizeof(err)) == 0)
                 setenv("RKV_HOST", host, 1); /* checked by demo_check_settings */
         }
         if (out_fd) {
@@ -938,7 +938,7 @@ static int demo_verdict(const struct demo *d, const struct cmd_settings *s, int 
     struct rkv_config cfg;
     struct rkv_scenario *sc = NULL;
     char err[512];
-    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0)
+    if (rkv_cmd_build_config(s, &cfg, err, sizeof(err)) < 0)
         return 0;
     int rc = rkv_scenario_builtin(&cfg, strtoull(s->val[CMD_ROWS], NULL, 0),
                                   (uint32_t)strtoul(s->val[CMD_ROUNDS], NULL, 0), &sc);
@@ -961,7 +961,7 @@ static int demo_configure(struct demo *d, struct cmd_settings *s);
 static int demo_setup(struct demo *d, struct cmd_settings *s, int argc, char **argv)
 {
     char err[512];
-    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv demo: %s\n", err);
         return -1;
     }
@@ -1007,7 +1007,7 @@ int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
             continue;
         if (n + 2 > cap)
             return -1;
-        argv[n++] = (char *)cmd_key_flag((enum cmd_key)k);
+        argv[n++] = (char *)rkv_cmd_key_flag((enum cmd_key)k);
         argv[n++] = (char *)s->val[k];
     }
     return n;
@@ -1016,10 +1016,11 @@ int rkv_launch_args(const struct cmd_settings *s, char **argv, int cap)
 /* The settings the launcher sets per child, given to the launcher itself. */
 static int demo_refuse_per_child(const struct demo *d, const struct cmd_settings *s)
 {
-    int i = cmd_first_flag(s, demo_per_child, sizeof(demo_per_child) / sizeof(demo_per_child[0]));
+    int i =
+        rkv_cmd_first_flag(s, demo_per_child, sizeof(demo_per_child) / sizeof(demo_per_child[0]));
     if (i >= 0) {
         fprintf(stderr, "%s: %s: the launcher sets it for each process it starts\n", d->cmd,
-                cmd_key_flag(demo_per_child[i]));
+                rkv_cmd_key_flag(demo_per_child[i]));
         return -1;
     }
     return 0;
@@ -1032,7 +1033,7 @@ static int demo_check_settings(struct demo *d, const struct cmd_settings *s)
     char err[512];
     struct rkv_config cfg;
     struct rkv_timed_workload wl;
-    if (cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
+    if (rkv_cmd_build_config(s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         return -1;
     }
@@ -1175,12 +1176,12 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
         return -1;
     /* The cluster every node will build (num-servers: every machine's
      * servers together), unless a cluster file gives it. */
-    if (!*s->val[CMD_CLUSTER] && cmd_local_shape(s, &m32, &spm32, err, sizeof(err)) < 0) {
+    if (!*s->val[CMD_CLUSTER] && rkv_cmd_local_shape(s, &m32, &spm32, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s: %s\n", d->cmd, err);
         return -1;
     }
     uint64_t m = m32, spm = spm32;
-    if (cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || w == 0 ||
+    if (rkv_cmd_get_u64(s, CMD_NUM_WORKERS, &w, err, sizeof(err)) < 0 || w == 0 ||
         m * spm > DEMO_MAX_PROCS || w > DEMO_MAX_PROCS) {
         /* Say what was asked: a twin-sized scenario on tcp read as if the
          * file held no servers. */
@@ -1200,17 +1201,17 @@ static int demo_configure(struct demo *d, struct cmd_settings *s)
         struct rkv_machine *ms;
         uint32_t nm, total = 0;
         /* Lines without a count get servers-per-machine, as every node
-         * reads the file (cmd_build_config); num-servers is then the
+         * reads the file (rkv_cmd_build_config); num-servers is then the
          * file's total, checked there. It was the lines' count here, and
          * the launcher started servers the nodes had no id for. */
         uint64_t line_spm = 0;
-        if (cmd_get_u64(s, CMD_SERVERS_PER_MACHINE, &line_spm, err, sizeof(err)) < 0 ||
+        if (rkv_cmd_get_u64(s, CMD_SERVERS_PER_MACHINE, &line_spm, err, sizeof(err)) < 0 ||
             line_spm > 256) {
             fprintf(stderr, "%s: %s\n", d->cmd, err[0] ? err : "servers-per-machine: 1..256");
             return -1;
         }
-        if (cmd_cluster_parse(s->val[CMD_CLUSTER], (uint32_t)line_spm, &ms, &nm, err, sizeof(err)) <
-            0) {
+        if (rkv_cmd_cluster_parse(s->val[CMD_CLUSTER], (uint32_t)line_spm, &ms, &nm, err,
+                                  sizeof(err)) < 0) {
             fprintf(stderr, "%s: %s\n", d->cmd, err);
             return -1;
         }
@@ -1444,10 +1445,10 @@ int rkv_launch_refuse_sized(const struct cmd_settings *s)
                                          CMD_CLUSTER,     CMD_SCENARIO,
                                          CMD_ROWS,        CMD_VALUE_BYTES,
                                          CMD_ROUNDS};
-    int i = cmd_first_flag(s, sized, sizeof(sized) / sizeof(sized[0]));
+    int i = rkv_cmd_first_flag(s, sized, sizeof(sized) / sizeof(sized[0]));
     if (i >= 0) {
         fprintf(stderr, "rkv run: %s: the scenario file decides the cluster and workload\n",
-                cmd_key_flag(sized[i]));
+                rkv_cmd_key_flag(sized[i]));
         return -1;
     }
     return 0;
@@ -1770,7 +1771,7 @@ int rkv_launch_report(struct rkv_scenario *sc, const struct rkv_launch_opts *o, 
 int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int argc, char **argv)
 {
     char err[512];
-    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return -1;
     }
@@ -1778,7 +1779,7 @@ int rkv_launch_settings(struct rkv_scenario *sc, struct cmd_settings *s, int arg
         return -1;
     uint64_t seed;
     if (strcmp(s->src[CMD_SEED], "default") != 0) {
-        if (cmd_get_u64(s, CMD_SEED, &seed, err, sizeof(err)) < 0) {
+        if (rkv_cmd_get_u64(s, CMD_SEED, &seed, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv run: %s\n", err);
             return -1;
         }
@@ -1798,16 +1799,16 @@ int rkv_launch_twin_store(const struct cmd_settings *s, const struct rkv_scenari
                                          CMD_INTERFACE,      CMD_VERBS_DEV,       CMD_VERBS_TOS,
                                          CMD_VERBS_SL,       CMD_VERBS_GID_INDEX, CMD_VERBS_MTU,
                                          CMD_VERBS_SRQ_DEPTH};
-    int given = refuse_owned ? cmd_first_flag(s, owned, sizeof(owned) / sizeof(owned[0])) : -1;
+    int given = refuse_owned ? rkv_cmd_first_flag(s, owned, sizeof(owned) / sizeof(owned[0])) : -1;
     if (given >= 0) {
         snprintf(err, err_len,
                  "%s has no meaning in the twin (it names its own hosts, ports and "
                  "segments; the scenario's sim: section is its network): drop it, or run "
                  "on a real backend (--backend tcp|verbs)",
-                 cmd_key_flag(owned[given]));
+                 rkv_cmd_key_flag(owned[given]));
         return -1;
     }
-    if (cmd_build_config(s, cfg, err, err_len) < 0)
+    if (rkv_cmd_build_config(s, cfg, err, err_len) < 0)
         return -1;
     if (sc->retry_ms && !strcmp(s->src[CMD_RETRY_MS], "default"))
         cfg->retry_ms = sc->retry_ms; /* as run_configure gives every node */

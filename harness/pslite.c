@@ -94,11 +94,11 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
                             "%s is needed with DMLC_ROLE (every node and the "
                             "scheduler are given the same)",
                             needed[i].what);
-    if (cmd_get_u64(s, CMD_BASE_PORT, &port, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_CONNECT_RETRY_MS, &retry, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_TIMEOUT_MS, &tmo, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, CMD_BASE_PORT, &port, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_CONNECT_RETRY_MS, &retry, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_TIMEOUT_MS, &tmo, err, err_len) < 0)
         return -1;
     /* Servers of one host take root_port + 1 ... root_port + n. */
     if (port == 0 || port + ns > 65535 || ns == 0 || ns > 4096 || nw == 0 || nw > 65536)
@@ -122,7 +122,7 @@ static int psl_cfg_load(const struct cmd_settings *s, struct psl_cfg *c, char *e
         return rkv_errf(err, err_len, -1,
                         "host \"%s\" (%s): the scheduler has one address, not a list",
                         s->val[CMD_HOST], s->src[CMD_HOST]);
-    if (cmd_host_pick(s->val[CMD_HOST], 0, one, sizeof(one), err, err_len) < 0) {
+    if (rkv_cmd_host_pick(s->val[CMD_HOST], 0, one, sizeof(one), err, err_len) < 0) {
         size_t n = strlen(err);
         snprintf(err + n, err_len - n, " (%s)", s->src[CMD_HOST]);
         return -1;

@@ -102,7 +102,7 @@ static void swarm_case(void *user, const char *path, struct rkv_swarm_outcome *o
     struct rkv_report r;
     if (cs->backend && strcmp(cs->backend, "sim") != 0) {
         struct cmd_settings s;
-        if (cmd_settings_load(&s, 0, NULL, err, sizeof(err)) < 0) {
+        if (rkv_cmd_settings_load(&s, 0, NULL, err, sizeof(err)) < 0) {
             swarm_what(o, RKV_SWV_INVALID, "%s", err);
             rkv_scenario_free(sc);
             return;

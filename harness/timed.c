@@ -39,9 +39,9 @@ int rkv_timed_workload_load(const struct cmd_settings *s, struct rkv_timed_workl
                             size_t err_len)
 {
     uint64_t rows, vb, rounds;
-    if (cmd_get_u64(s, CMD_ROWS, &rows, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_VALUE_BYTES, &vb, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_ROUNDS, &rounds, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, CMD_ROWS, &rows, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_VALUE_BYTES, &vb, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_ROUNDS, &rounds, err, err_len) < 0)
         return -1;
     if (rows == 0 || rows > (1u << 24) || vb < 4 || vb % 4 || vb > (64u << 20) || rounds == 0 ||
         rounds > 1000)

@@ -313,22 +313,22 @@ static void test_every_setting_reaches_children(void **state)
         char *pargv[] = {(char *)settings[i].flag, (char *)settings[i].val};
         struct cmd_settings ps, cs;
         char err[256];
-        assert_int_equal(cmd_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
+        assert_int_equal(rkv_cmd_settings_load(&ps, 2, pargv, err, sizeof(err)), 0);
         char *cargv[2 * CMD_KEY_COUNT_];
         int n = rkv_launch_args(&ps, cargv, 2 * CMD_KEY_COUNT_);
         assert_true(n > 0);
-        if (cmd_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
+        if (rkv_cmd_settings_load(&cs, n, cargv, err, sizeof(err)) < 0)
             fail_msg("%s: the child refuses its flags: %s", settings[i].flag, err);
         if (strcmp(cs.val[i], settings[i].val) != 0)
             fail_msg("%s %s reaches the child as \"%s\"", settings[i].flag, settings[i].val,
                      cs.val[i]);
         /* and a setting left at its default is the default in the child,
          * whatever the child's environment says */
-        assert_int_equal(cmd_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
+        assert_int_equal(rkv_cmd_settings_load(&ps, 0, NULL, err, sizeof(err)), 0);
         unsetenv(settings[i].env);
         n = rkv_launch_args(&ps, cargv, 2 * CMD_KEY_COUNT_);
         setenv(settings[i].env, "998", 1);
-        assert_int_equal(cmd_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
+        assert_int_equal(rkv_cmd_settings_load(&cs, n, cargv, err, sizeof(err)), 0);
         if (strcmp(cs.val[i], ps.val[i]) != 0)
             fail_msg("%s: the child took its own environment's \"%s\"", settings[i].flag,
                      cs.val[i]);

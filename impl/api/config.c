@@ -149,13 +149,13 @@ _Static_assert(RKV_MIN_IDLE_TIMEOUT_MS == 1000, "idle-timeout-ms's help names 10
 _Static_assert(sizeof(cmd_opts) / sizeof(cmd_opts[0]) == CMD_KEY_COUNT_, "settings table");
 #define CMD_NAME(k) (cmd_opts[k].flag + 2)
 
-const char *cmd_key_flag(enum cmd_key k)
+const char *rkv_cmd_key_flag(enum cmd_key k)
 {
     assert(k >= 0 && k < CMD_KEY_COUNT_ && !strncmp(cmd_opts[k].flag, "--", 2));
     return cmd_opts[k].flag;
 }
 
-int cmd_first_flag(const struct cmd_settings *s, const enum cmd_key *keys, size_t n)
+int rkv_cmd_first_flag(const struct cmd_settings *s, const enum cmd_key *keys, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(s->src[keys[i]], "flag"))
@@ -180,12 +180,12 @@ static int cmd_names_flag(const char *a)
     return cmd_find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2)) >= 0;
 }
 
-int cmd_find_setting(const char *name, size_t len)
+int rkv_cmd_find_setting(const char *name, size_t len)
 {
     return cmd_find_flag(name, len);
 }
 
-int cmd_flag_takes_next(int argc, char **argv, int i)
+int rkv_cmd_flag_takes_next(int argc, char **argv, int i)
 {
     const char *a = argv[i];
     return strncmp(a, "--", 2) == 0 && !strchr(a + 2, '=') &&
@@ -244,7 +244,7 @@ static void cmd_load_env(struct cmd_settings *s, int k)
     }
 }
 
-int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len)
+int rkv_cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len)
 {
     memset(s, 0, sizeof(*s));
     for (int k = 0; k < CMD_KEY_COUNT_; k++) {
@@ -283,8 +283,8 @@ int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, 
     return 0;
 }
 
-int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
-                size_t err_len)
+int rkv_cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
+                    size_t err_len)
 {
     const char *str = s->val[k];
     uint64_t x = 0;
@@ -297,7 +297,7 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
     return 0;
 }
 
-void cmd_settings_dump(const struct cmd_settings *s, FILE *out)
+void rkv_cmd_settings_dump(const struct cmd_settings *s, FILE *out)
 {
     fprintf(out, "%-20s %-12s %-12s %-24s %-32s %s\n", "setting", "value", "default", "env var",
             "aliases", "source");
@@ -307,7 +307,7 @@ void cmd_settings_dump(const struct cmd_settings *s, FILE *out)
                 cmd_opts[k].env, *cmd_opts[k].aliases ? cmd_opts[k].aliases : "-", s->src[k]);
 }
 
-void cmd_settings_help(FILE *out)
+void rkv_cmd_settings_help(FILE *out)
 {
     fprintf(out, "settings (flag --name VALUE, env var, or alias; flags win over env):\n");
     for (int k = 0; k < CMD_KEY_COUNT_; k++)
@@ -446,8 +446,8 @@ static int cmd_cluster_line(FILE *f, char *line, size_t cap, size_t *len)
     return n > 0;
 }
 
-int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
-                      uint32_t *n_p, char *err, size_t err_len)
+int rkv_cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+                          uint32_t *n_p, char *err, size_t err_len)
 {
     /* A directory opens and reads as empty: "no machines" said of /tmp.
      * (A pipe is read once, and may be one: --cluster <(...).) */
@@ -528,7 +528,7 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
                    size_t err_len)
 {
     uint64_t x = 0; /* set on success; GCC -O3 warns otherwise */
-    if (cmd_get_u64(s, k, &x, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > UINT32_MAX) {
         rkv_errf(err, err_len, -1, "%s: %llu is too large (%s)", CMD_NAME(k), (unsigned long long)x,
@@ -539,8 +539,8 @@ static int cmd_u32(const struct cmd_settings *s, enum cmd_key k, uint32_t *v, ch
     return 0;
 }
 
-int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
-                  size_t err_len)
+int rkv_cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
+                      size_t err_len)
 {
     if (!*hosts) { /* unset: every machine's is empty, as before lists */
         out[0] = 0;
@@ -591,8 +591,8 @@ int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char
     return 0;
 }
 
-int cmd_local_shape(const struct cmd_settings *s, uint32_t *nm_p, uint32_t *spm_p, char *err,
-                    size_t err_len)
+int rkv_cmd_local_shape(const struct cmd_settings *s, uint32_t *nm_p, uint32_t *spm_p, char *err,
+                        size_t err_len)
 {
     uint32_t nm = 0, spm = 0, total = 0;
     if (cmd_u32(s, CMD_MACHINES, &nm, err, err_len) ||
@@ -649,7 +649,7 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
                               size_t err_len)
 {
     uint32_t nm = 0, spm = 0, port = 0;
-    if (cmd_local_shape(s, &nm, &spm, err, err_len) < 0 ||
+    if (rkv_cmd_local_shape(s, &nm, &spm, err, err_len) < 0 ||
         cmd_u32(s, CMD_BASE_PORT, &port, err, err_len))
         return -1;
     /* Named with its source: an RKV_BASE_PORT left in the environment. */
@@ -667,11 +667,11 @@ static int cmd_local_machines(const struct cmd_settings *s, struct rkv_config *c
     cfg->machines = calloc(nm, sizeof(*cfg->machines));
     if (!cfg->machines)
         return rkv_errf(err, err_len, -1, "out of memory");
-    int discover = strcmp(s->val[CMD_DISCOVER], "1") == 0; /* 0 or 1: cmd_build_config */
+    int discover = strcmp(s->val[CMD_DISCOVER], "1") == 0; /* 0 or 1: rkv_cmd_build_config */
     for (uint32_t m = 0; m < nm; m++) {
         if ((m == 0 || !discover) && /* else learned from server 0 at start */
-            cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host, sizeof(cfg->machines[m].host),
-                          err, err_len) < 0) {
+            rkv_cmd_host_pick(s->val[CMD_HOST], m, cfg->machines[m].host,
+                              sizeof(cfg->machines[m].host), err, err_len) < 0) {
             /* Named: an RKV_HOST or DMLC_PS_ROOT_URI left in the environment
              * was read as "host: ..." by a command with no --host. */
             size_t k = strlen(err);
@@ -711,7 +711,7 @@ static int cmd_check_limits(const struct cmd_settings *s, char *err, size_t err_
     uint64_t v[CMD_KEY_COUNT_] = {0};
     for (size_t i = 0; i < sizeof(cmd_limits) / sizeof(cmd_limits[0]); i++) {
         const struct cmd_limit *l = &cmd_limits[i];
-        if (cmd_get_u64(s, l->key, &v[l->key], err, err_len) < 0)
+        if (rkv_cmd_get_u64(s, l->key, &v[l->key], err, err_len) < 0)
             return -1;
         if (v[l->key] > l->max)
             return rkv_errf(err, err_len, -1, "%s: %llu is above the limit %llu (%s; %s)",
@@ -736,7 +736,7 @@ static int cmd_verbs_int(const struct cmd_settings *s, enum cmd_key k, int max, 
     uint64_t x = 0;
     if (!*s->val[k])
         return 0;
-    if (cmd_get_u64(s, k, &x, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, k, &x, err, err_len) < 0)
         return -1;
     if (x > (uint64_t)max)
         return rkv_errf(err, err_len, -1, "%s: %llu is out of range 0..%d (%s)", CMD_NAME(k),
@@ -769,11 +769,11 @@ static int cmd_verbs(const struct cmd_settings *s, struct rkv_verbs_config *v, c
     return 0;
 }
 
-int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
-                      uint32_t *local_p, char *err, size_t err_len)
+int rkv_cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
+                          uint32_t *local_p, char *err, size_t err_len)
 {
     uint64_t sid = 0;
-    if (cmd_get_u64(s, CMD_SERVER_ID, &sid, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, CMD_SERVER_ID, &sid, err, err_len) < 0)
         return -1;
     uint64_t local = sid, total = 0;
     uint32_t m = 0;
@@ -795,7 +795,7 @@ int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg
     return 0;
 }
 
-int cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len)
+int rkv_cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len)
 {
     /* Only `rkv node` dispatches on the role; everything else built with it
      * unread, so DMLC_ROLE=sever started a worker's program as if no role
@@ -844,7 +844,7 @@ static int cmd_check_total_servers(const struct cmd_settings *s, const struct rk
     if (!*s->val[CMD_NUM_SERVERS])
         return 0;
     uint64_t want = 0, total = 0;
-    if (cmd_get_u64(s, CMD_NUM_SERVERS, &want, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, CMD_NUM_SERVERS, &want, err, err_len) < 0)
         return -1;
     for (uint32_t m = 0; m < cfg->n_machines; m++)
         total += cfg->machines[m].servers;
@@ -858,11 +858,11 @@ static int cmd_check_total_servers(const struct cmd_settings *s, const struct rk
     return 0;
 }
 
-int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
-                     size_t err_len)
+int rkv_cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                         size_t err_len)
 {
     rkv_config_defaults(cfg);
-    if (cmd_check_limits(s, err, err_len) < 0 || cmd_check_role(s, err, err_len) < 0)
+    if (cmd_check_limits(s, err, err_len) < 0 || rkv_cmd_check_role(s, err, err_len) < 0)
         return -1; /* before the cluster file or anything else is allocated */
     uint32_t spm = 0;
     uint64_t seed = 0, slot = 0; /* set on success; GCC -O3 warns otherwise */
@@ -873,8 +873,8 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
     if (strcmp(s->val[CMD_DISCOVER], "0") && strcmp(s->val[CMD_DISCOVER], "1"))
         return rkv_errf(err, err_len, -1, "discover: expected 0 or 1, got \"%s\" (%s)",
                         s->val[CMD_DISCOVER], s->src[CMD_DISCOVER]);
-    int rc = *s->val[CMD_CLUSTER] ? cmd_cluster_parse(s->val[CMD_CLUSTER], spm, &cfg->machines,
-                                                      &cfg->n_machines, err, err_len)
+    int rc = *s->val[CMD_CLUSTER] ? rkv_cmd_cluster_parse(s->val[CMD_CLUSTER], spm, &cfg->machines,
+                                                          &cfg->n_machines, err, err_len)
                                   : cmd_local_machines(s, cfg, err, err_len);
     if (rc < 0)
         return -1;
@@ -889,13 +889,13 @@ int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char 
         cmd_u32(s, CMD_RX_DEPTH, &cfg->rx_depth, err, err_len) ||
         cmd_u32(s, CMD_CTRL_BUF_BYTES, &cfg->ctrl_buf_bytes, err, err_len) ||
         cmd_u32(s, CMD_SLOTS, &cfg->push_slots, err, err_len) ||
-        cmd_get_u64(s, CMD_MAX_SLOT_BYTES, &slot, err, err_len) ||
-        cmd_get_u64(s, CMD_SLOT_MEM_BYTES, &cfg->slot_mem_bytes, err, err_len) ||
-        cmd_get_u64(s, CMD_SEED, &seed, err, err_len) ||
+        rkv_cmd_get_u64(s, CMD_MAX_SLOT_BYTES, &slot, err, err_len) ||
+        rkv_cmd_get_u64(s, CMD_SLOT_MEM_BYTES, &cfg->slot_mem_bytes, err, err_len) ||
+        rkv_cmd_get_u64(s, CMD_SEED, &seed, err, err_len) ||
         cmd_u32(s, CMD_LOG_LEVEL, &ll, err, err_len) ||
         cmd_u32(s, CMD_RETRY_MS, &cfg->retry_ms, err, err_len) ||
-        cmd_get_u64(s, CMD_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
-        cmd_get_u64(s, CMD_DURABLE_LOG_PREWRITE, &cfg->durable_log_prewrite, err, err_len) ||
+        rkv_cmd_get_u64(s, CMD_ZERO_COPY_BYTES, &cfg->zero_copy_bytes, err, err_len) ||
+        rkv_cmd_get_u64(s, CMD_DURABLE_LOG_PREWRITE, &cfg->durable_log_prewrite, err, err_len) ||
         cmd_u32(s, CMD_BUSY_POLL, &busy, err, err_len) ||
         cmd_u32(s, CMD_HELLO_TIMEOUT_MS, &cfg->hello_timeout_ms, err, err_len) ||
         cmd_u32(s, CMD_IDLE_TIMEOUT_MS, &cfg->idle_timeout_ms, err, err_len))
@@ -1033,7 +1033,7 @@ static int cmd_host_is_local(const char *host)
     return local;
 }
 
-int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
+int rkv_cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
 {
     for (uint32_t m = 0; m < cfg->n_machines; m++) {
         if (cmd_host_is_local(cfg->machines[m].host)) {
@@ -1044,13 +1044,13 @@ int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p)
     return -1;
 }
 
-int cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
-                       size_t err_len)
+int rkv_cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                           size_t err_len)
 {
     if (!*s->val[CMD_CLUSTER] || strcmp(s->src[CMD_MACHINE_ID], "default") != 0)
         return 0;
     uint32_t here;
-    if (cmd_local_machine(cfg, &here) == 0) {
+    if (rkv_cmd_local_machine(cfg, &here) == 0) {
         cfg->machine_id = here;
         return 0;
     }

@@ -66,29 +66,29 @@ struct cmd_settings {
 /* Loads defaults, then env vars (RKV_* and aliases), then flags from argv
  * (--name=value or --name value). Unknown flags are errors. Returns 0 or -1
  * with a message in err. */
-int cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len);
-void cmd_settings_dump(const struct cmd_settings *s, FILE *out);
+int rkv_cmd_settings_load(struct cmd_settings *s, int argc, char **argv, char *err, size_t err_len);
+void rkv_cmd_settings_dump(const struct cmd_settings *s, FILE *out);
 
 /* The setting named name[0..len) ("machines", no dashes), or -1. */
-int cmd_find_setting(const char *name, size_t len);
+int rkv_cmd_find_setting(const char *name, size_t len);
 
 /* Whether argv[i] is a setting's flag whose value is the next word
  * ("--backend tcp"), for a command line that also takes a positional word:
  * "rkv run --backend tcp FILE" took "tcp" for the scenario file. A next
- * word that is a flag is left for cmd_settings_load to refuse. */
-int cmd_flag_takes_next(int argc, char **argv, int i);
+ * word that is a flag is left for rkv_cmd_settings_load to refuse. */
+int rkv_cmd_flag_takes_next(int argc, char **argv, int i);
 
 /* The flag setting k is given by ("--machines"), as the parser reads it. */
-const char *cmd_key_flag(enum cmd_key k);
+const char *rkv_cmd_key_flag(enum cmd_key k);
 
 /* The index in keys[0..n) of the first setting given as a flag on the
  * command line, or -1. A caller that sets these itself (the launcher per
  * child, the bench per cluster, a scenario for its cluster) refuses them
  * by hand rather than let its own value win without a word. */
-int cmd_first_flag(const struct cmd_settings *s, const enum cmd_key *keys, size_t n);
-void cmd_settings_help(FILE *out);
-int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
-                size_t err_len);
+int rkv_cmd_first_flag(const struct cmd_settings *s, const enum cmd_key *keys, size_t n);
+void rkv_cmd_settings_help(FILE *out);
+int rkv_cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char *err,
+                    size_t err_len);
 
 /* Cluster file: one machine per line, "host [base_port [servers]]" (DGL's
  * ip_config.txt: "IP", "IP PORT", and the older "IP PORT SERVERS"; the port
@@ -96,47 +96,47 @@ int cmd_get_u64(const struct cmd_settings *s, enum cmd_key k, uint64_t *v, char 
  * name file:line and what was expected; a machine listed twice (one host,
  * overlapping ports) is refused with both lines. */
 #define CMD_DGL_DEFAULT_PORT 30050
-int cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
-                      uint32_t *n_p, char *err, size_t err_len);
+int rkv_cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv_machine **m_p,
+                          uint32_t *n_p, char *err, size_t err_len);
 
 /* The machines and the servers on each of a cluster without a cluster file:
  * machines, and servers-per-machine or, when given, num-servers / machines
  * (num-servers counts every machine's servers; one that machines does not
  * divide, or that disagrees with a servers-per-machine not left at its
  * default, is refused). 0, or -1 with a message naming the settings and
- * where their values came from. cmd_build_config sizes the cluster so; the
+ * where their values came from. rkv_cmd_build_config sizes the cluster so; the
  * launcher, which starts its servers, must too. */
-int cmd_local_shape(const struct cmd_settings *s, uint32_t *nm_p, uint32_t *spm_p, char *err,
-                    size_t err_len);
+int rkv_cmd_local_shape(const struct cmd_settings *s, uint32_t *nm_p, uint32_t *spm_p, char *err,
+                        size_t err_len);
 
 /* Machine m's address from the host setting: "A,B,C" puts machine m on
  * the (m mod 3)-th, a single address is every machine's. 0, or -1 with a
  * message when an element is empty or longer than RKV_HOST_MAX. */
-int cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
-                  size_t err_len);
+int rkv_cmd_host_pick(const char *hosts, uint32_t m, char *out, size_t out_len, char *err,
+                      size_t err_len);
 
 /* The first machine of cfg whose host is an address of this host (0, or -1
  * if none is), as DGL's clients find their machine in ip_config.txt. */
-int cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
+int rkv_cmd_local_machine(const struct rkv_config *cfg, uint32_t *m_p);
 /* A client's machine as DGL's are told it: with a cluster file and no
  * machine-id, the first machine whose host is an address of
  * this host; -RKV_ECONFIG, said in err, when none is and the cluster has
  * several machines. */
-int cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
-                       size_t err_len);
+int rkv_cmd_client_machine(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                           size_t err_len);
 
 /* The machine and local index of the global server id set by server-id
  * (machine 0's servers first, then machine 1's...). 0, or -1 with a message
  * naming the value, its source and the cluster's ids when it is past them. */
-int cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
-                      uint32_t *local_p, char *err, size_t err_len);
+int rkv_cmd_server_locate(const struct cmd_settings *s, const struct rkv_config *cfg, uint32_t *m_p,
+                          uint32_t *local_p, char *err, size_t err_len);
 
 /* 0 if the role is one of ps-lite's and DGL's words (server, worker,
  * client, scheduler) or unset; else -1 with a message listing them. */
-int cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len);
+int rkv_cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len);
 
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
-int cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
-                     size_t err_len);
+int rkv_cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
+                         size_t err_len);
 
 #endif

@@ -55,7 +55,7 @@ int rkv_settings_set(struct rkv_settings *set, const char *key, const char *valu
     /* The CLI's table says whether the key exists (asked by name: loading
      * the settings would also read the environment, and a conflict there is
      * rkv_settings_build's to report, not an unknown key). */
-    if (cmd_find_setting(flag + 2, klen) < 0) {
+    if (rkv_cmd_find_setting(flag + 2, klen) < 0) {
         free(flag);
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "setting \"%s\": unknown (rkv config --dump "
@@ -90,7 +90,7 @@ static int set_server_local(const struct cmd_settings *s, struct rkv_config *cfg
     if (mid_set && !sid_set)
         return 0;
     uint32_t m = 0, local = 0;
-    if (cmd_server_locate(s, cfg, &m, &local, err, err_len) < 0)
+    if (rkv_cmd_server_locate(s, cfg, &m, &local, err, err_len) < 0)
         return -RKV_ECONFIG;
     if (mid_set && m != cfg->machine_id)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
@@ -112,7 +112,7 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
     struct rkv_config built;
     uint32_t local;
     int rc = -RKV_ECONFIG;
-    if (cmd_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0)
+    if (rkv_cmd_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0)
         goto free_settings;
     /* DMLC_ROLE without a cluster file is ps-lite's launch (`rkv node`,
      * harness/pslite.c): DMLC_PS_ROOT_PORT is the scheduler's port and the
@@ -121,7 +121,7 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
      * one-machine cluster whose server 0 listened on the scheduler's port,
      * and its workers never reached the servers the scheduler placed. */
     /* A typo first: DMLC_ROLE=sever is no ps-lite launch either. */
-    if (cmd_check_role(s, err, err_len) < 0)
+    if (rkv_cmd_check_role(s, err, err_len) < 0)
         goto free_settings;
     if (!strcmp(s->src[CMD_ROLE], "env DMLC_ROLE") && !*s->val[CMD_CLUSTER]) {
         rkv_errf(err, err_len, -1,
@@ -134,7 +134,7 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
                  s->val[CMD_ROLE]);
         goto free_settings;
     }
-    if (cmd_build_config(s, &built, err, err_len) < 0)
+    if (rkv_cmd_build_config(s, &built, err, err_len) < 0)
         goto free_settings;
     /* Every value checked, as rkv.h says: an unknown backend passed here
      * and was refused only at create (an outside tester). */
@@ -152,7 +152,7 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
      * under DGL's launch took machine 0 on every host: a trainer on
      * machine 1's host mapped machine 0's shard, which is not there. */
     /* (A server's machine is its server id's, set above.) */
-    if (!*s->val[CMD_SERVER_ID] && (rc = cmd_client_machine(s, &built, err, err_len)) < 0) {
+    if (!*s->val[CMD_SERVER_ID] && (rc = rkv_cmd_client_machine(s, &built, err, err_len)) < 0) {
         rkv_config_release(&built);
         goto free_settings;
     }

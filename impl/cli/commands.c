@@ -17,8 +17,8 @@
 static int cmd_load(int argc, char **argv, struct cmd_settings *s, struct rkv_config *cfg)
 {
     char err[512];
-    if (cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
-        cmd_build_config(s, cfg, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(s, argc, argv, err, sizeof(err)) < 0 ||
+        rkv_cmd_build_config(s, cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -74,7 +74,7 @@ int cmd_server(int argc, char **argv)
     if (cmd_wants_help(argc, argv)) {
         printf("usage: rkv server [--server-id N | --machine-id M] [settings]\n"
                "Runs one server until a worker shuts the store down.\n\n");
-        cmd_settings_help(stdout);
+        rkv_cmd_settings_help(stdout);
         return RKV_EXIT_OK;
     }
     struct cmd_settings s;
@@ -101,7 +101,7 @@ int cmd_server(int argc, char **argv)
     if (*s.val[CMD_SERVER_ID]) {
         char err[256];
         uint32_t m = 0;
-        if (cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)) < 0) {
+        if (rkv_cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)) < 0) {
             fprintf(stderr, "rkv: %s\n", err);
             free(cfg.machines);
             return RKV_EXIT_USAGE;
@@ -187,7 +187,8 @@ static int cmd_scenario(const struct cmd_settings *s, const struct rkv_config *c
         return RKV_EXIT_USAGE;
     }
     uint64_t seed;
-    if (strcmp(s->src[CMD_SEED], "default") != 0 && cmd_get_u64(s, CMD_SEED, &seed, err, 1) == 0)
+    if (strcmp(s->src[CMD_SEED], "default") != 0 &&
+        rkv_cmd_get_u64(s, CMD_SEED, &seed, err, 1) == 0)
         (*sc_p)->seed = seed;
     return 0;
 }
@@ -197,12 +198,12 @@ int cmd_worker_refuse_workload(const struct cmd_settings *s, const char *who)
     /* With a scenario the worker runs the file's phases and no timed
      * phase: --rows 5 was checked, then the file's rows were pushed. */
     static const enum cmd_key wl[] = {CMD_ROWS, CMD_VALUE_BYTES, CMD_ROUNDS};
-    int i = *s->val[CMD_SCENARIO] ? cmd_first_flag(s, wl, sizeof(wl) / sizeof(wl[0])) : -1;
+    int i = *s->val[CMD_SCENARIO] ? rkv_cmd_first_flag(s, wl, sizeof(wl) / sizeof(wl[0])) : -1;
     if (i >= 0) {
         fprintf(stderr,
                 "%s: %s: with --scenario the file sets the workload (its tensors' rows, its "
                 "phases' rounds); drop the flag, or drop --scenario for the built-in workload\n",
-                who, cmd_key_flag(wl[i]));
+                who, rkv_cmd_key_flag(wl[i]));
         return -1;
     }
     return 0;
@@ -217,7 +218,7 @@ static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
                "Joins the store and runs the scenario FILE's workload, or the built-in one\n"
                "(--rows, --rounds) followed by a timed phase (--value-bytes); every pulled\n"
                "value is checked by the oracle. Worker 0 then shuts the servers down.\n\n");
-        cmd_settings_help(stdout);
+        rkv_cmd_settings_help(stdout);
         return RKV_EXIT_OK;
     }
     struct cmd_settings s;
@@ -234,7 +235,7 @@ static int worker_main(int argc, char **argv, struct rkv_verdict_opts *verdict)
     /* DGL's clients are not told their machine: it is the first line of
      * ip_config.txt naming an address of theirs. */
     char merr[512];
-    if (cmd_client_machine(&s, &cfg, merr, sizeof(merr)) < 0) {
+    if (rkv_cmd_client_machine(&s, &cfg, merr, sizeof(merr)) < 0) {
         fprintf(stderr, "rkv worker: %s\n", merr);
         free(cfg.machines);
         return RKV_EXIT_USAGE;
@@ -306,7 +307,7 @@ int cmd_config(int argc, char **argv)
     }
     struct cmd_settings s;
     char err[512];
-    if (cmd_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, argc - 1, argv + 1, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -314,7 +315,7 @@ int cmd_config(int argc, char **argv)
      * refuses was shown here as if it were fine, with exit 0. */
     struct rkv_config cfg;
     struct rkv_timed_workload wl;
-    if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+    if (rkv_cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv config: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -327,13 +328,13 @@ int cmd_config(int argc, char **argv)
         bad = snprintf(err, sizeof(err), "backend: unknown \"%s\" (known: tcp, verbs, sim)",
                        cfg.backend) > 0;
     else if (strcmp(s.src[CMD_SERVER_ID], "default") != 0)
-        bad = cmd_server_locate(&s, &cfg, &sm, &sl, err, sizeof(err)) < 0;
+        bad = rkv_cmd_server_locate(&s, &cfg, &sm, &sl, err, sizeof(err)) < 0;
     free(cfg.machines);
     if (bad || rkv_timed_workload_load(&s, &wl, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv config: %s\n", err);
         return RKV_EXIT_USAGE;
     }
-    cmd_settings_dump(&s, stdout);
+    rkv_cmd_settings_dump(&s, stdout);
     return RKV_EXIT_OK;
 }
 
@@ -407,12 +408,12 @@ int cmd_node_refuse_owned(const struct cmd_settings *s, const char *who)
     static const enum cmd_key owned[] = {CMD_MACHINES,    CMD_SERVERS_PER_MACHINE, CMD_NUM_SERVERS,
                                          CMD_NUM_WORKERS, CMD_MACHINE_ID,          CMD_SERVER_ID,
                                          CMD_ROWS,        CMD_VALUE_BYTES,         CMD_ROUNDS};
-    int i = cmd_first_flag(s, owned, sizeof(owned) / sizeof(owned[0]));
+    int i = rkv_cmd_first_flag(s, owned, sizeof(owned) / sizeof(owned[0]));
     if (i >= 0) {
         fprintf(stderr,
                 "%s: %s: with --scenario the file sets the cluster's shape and workload, "
                 "and the launcher's rank each process's place\n",
-                who, cmd_key_flag(owned[i]));
+                who, rkv_cmd_key_flag(owned[i]));
         return -1;
     }
     return 0;
@@ -516,7 +517,7 @@ int cmd_node(int argc, char **argv)
         fprintf(stderr, "rkv node: --out: which directory?\n");
         return RKV_EXIT_USAGE;
     }
-    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -569,7 +570,7 @@ int cmd_doctor(int argc, char **argv)
     }
     struct cmd_settings s;
     char err[512];
-    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv doctor: %s\n", err);
         return RKV_EXIT_USAGE;
     }

@@ -35,7 +35,7 @@ static void ls_usage(FILE *out)
             "it has optimizer state. It waits %u ms for server 0 unless --connect-retry-ms\n"
             "says otherwise.\n\n",
             LS_CONNECT_RETRY_MS);
-    cmd_settings_help(out);
+    rkv_cmd_settings_help(out);
 }
 
 /* A tensor's name as ls prints it: any bytes a client gave, so a newline
@@ -84,8 +84,8 @@ int cmd_ls(int argc, char **argv)
     struct cmd_settings s;
     struct rkv_config cfg;
     char err[512];
-    if (cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0 ||
-        cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, argc, argv, err, sizeof(err)) < 0 ||
+        rkv_cmd_build_config(&s, &cfg, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv ls: %s\n", err);
         return RKV_EXIT_USAGE;
     }

@@ -35,7 +35,7 @@ static int node_faults(const struct cmd_settings *s, struct rkv_nic_fault *f, ui
     uint64_t seed = sc->seed;
     char serr[128];
     if (strcmp(s->src[CMD_SEED], "default") != 0 &&
-        cmd_get_u64(s, CMD_SEED, &seed, serr, sizeof(serr)) < 0)
+        rkv_cmd_get_u64(s, CMD_SEED, &seed, serr, sizeof(serr)) < 0)
         seed = sc->seed; /* refused with its message where the node reads its settings */
     *n_p = rkv_scenario_nic_faults(sc, name, f, NODE_MAX_FAULTS);
     *seed_p = rkv_scenario_fault_seed(sc, name, seed);

@@ -68,7 +68,7 @@ static int pred_parse(int argc, char **argv, struct pred_args *a)
             a->backend = argv[++i];
         } else if (strncmp(argv[i], "--", 2) && !a->file) {
             a->file = argv[i];
-        } else if (a->n_pass + 1 < PRED_MAX_ARGS && cmd_flag_takes_next(argc, argv, i)) {
+        } else if (a->n_pass + 1 < PRED_MAX_ARGS && rkv_cmd_flag_takes_next(argc, argv, i)) {
             a->pass[a->n_pass++] = argv[i++]; /* the value is not the file */
             a->pass[a->n_pass++] = argv[i];
         } else if (a->n_pass < PRED_MAX_ARGS) {
@@ -128,7 +128,7 @@ static int pred_setup(const struct pred_args *a, const char *exe, struct rkv_sce
     struct cmd_settings s;
     struct rkv_config store;
     unsigned store_set;
-    if (cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -188,7 +188,7 @@ static int pred_twin_only(const struct pred_args *a, struct rkv_scenario *sc,
 {
     struct cmd_settings s;
     char err[512];
-    if (cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, a->n_pass, (char **)a->pass, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }
@@ -225,7 +225,7 @@ int cmd_predict(int argc, char **argv, const char *self)
     unsigned store_set;
     char err[512];
     code = RKV_EXIT_USAGE;
-    if (cmd_settings_load(&s, a.n_pass, (char **)a.pass, err, sizeof(err)) < 0 ||
+    if (rkv_cmd_settings_load(&s, a.n_pass, (char **)a.pass, err, sizeof(err)) < 0 ||
         rkv_launch_twin_store(&s, sc, 0, &store, &store_set, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         goto out;

@@ -72,8 +72,8 @@ static int psl_scenario_precheck(const struct cmd_settings *s, const struct rkv_
     uint64_t ns, nw;
     if (rkv_oracle_check_scenario(sc, err, err_len) < 0)
         return -1;
-    if (cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
-        cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0)
+    if (rkv_cmd_get_u64(s, CMD_NUM_SERVERS, &ns, err, err_len) < 0 ||
+        rkv_cmd_get_u64(s, CMD_NUM_WORKERS, &nw, err, err_len) < 0)
         return -1;
     if (ns != rkv_scenario_servers(sc) || nw != rkv_scenario_workers(sc))
         return rkv_errf(err, err_len, -1,

@@ -21,7 +21,7 @@ static void demo_usage(void)
            "2 x 2 and 4), runs the built-in scenario (every value checked by the oracle),\n"
            "then a timed phase; prints throughput next to loopback TCP and memcpy measured\n"
            "in the same run, and the verdict.\n\n");
-    cmd_settings_help(stdout);
+    rkv_cmd_settings_help(stdout);
 }
 
 /* --out is made (one level, as the report writer does) and checked before
@@ -134,7 +134,7 @@ static int run_args(int argc, char **argv, const char **file, const char **out,
             *dry_run = 1; /* the only mode --launcher has: rkv starts no remote processes */
         else if (strncmp(argv[i], "--", 2) && !*file)
             *file = argv[i];
-        else if (cmd_flag_takes_next(argc, argv, i)) { /* the value is not the file */
+        else if (rkv_cmd_flag_takes_next(argc, argv, i)) { /* the value is not the file */
             rest[(*n_rest)++] = argv[i++];
             rest[(*n_rest)++] = argv[i];
         } else
@@ -171,7 +171,7 @@ static int run_print_launch(const char *launcher, const char *file, const struct
         fprintf(stderr, "rkv run: --launcher: expected mpirun or srun, got \"%s\"\n", launcher);
         return RKV_EXIT_USAGE;
     }
-    if (cmd_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
+    if (rkv_cmd_settings_load(&s, n_rest, rest, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }

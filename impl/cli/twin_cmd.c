@@ -48,7 +48,7 @@ int cmd_run_twin(struct rkv_scenario *sc, const struct cmd_settings *s, const ch
     const char *trace = a->trace;
     uint64_t ll = 1;
     char err[256];
-    if (cmd_get_u64(s, CMD_LOG_LEVEL, &ll, err, sizeof(err)) < 0) {
+    if (rkv_cmd_get_u64(s, CMD_LOG_LEVEL, &ll, err, sizeof(err)) < 0) {
         fprintf(stderr, "rkv run: %s\n", err);
         return RKV_EXIT_USAGE;
     }

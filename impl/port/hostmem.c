@@ -201,7 +201,7 @@ static int hm_v2(const char *root, struct port_hostmem *m)
     return 0;
 }
 
-int port_hostmem_read(const char *root, struct port_hostmem *m)
+int rkv_hostmem_read(const char *root, struct port_hostmem *m)
 {
     char path[HM_PATH_MAX];
     *m = (struct port_hostmem){0};
@@ -223,18 +223,18 @@ static uint64_t hm_cgroup_left(const struct port_hostmem *m)
     return m->cg_used_bytes < m->cg_limit_bytes ? m->cg_limit_bytes - m->cg_used_bytes : 0;
 }
 
-uint64_t port_hostmem_left(const struct port_hostmem *m)
+uint64_t rkv_hostmem_left(const struct port_hostmem *m)
 {
     uint64_t host = m->avail_bytes ? m->avail_bytes : UINT64_MAX, cg = hm_cgroup_left(m);
     return cg < host ? cg : host;
 }
 
-int port_hostmem_cgroup_binds(const struct port_hostmem *m)
+int rkv_hostmem_cgroup_binds(const struct port_hostmem *m)
 {
     return m->cg_limit_bytes && (!m->avail_bytes || hm_cgroup_left(m) < m->avail_bytes);
 }
 
-uint64_t port_hostmem_size(const struct port_hostmem *m)
+uint64_t rkv_hostmem_size(const struct port_hostmem *m)
 {
     uint64_t lim = m->cg_min_limit_bytes;
     if (lim && (!m->total_bytes || lim < m->total_bytes))

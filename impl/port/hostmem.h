@@ -21,13 +21,13 @@ struct port_hostmem {
     uint64_t cg_limit_bytes, cg_used_bytes, cg_min_limit_bytes;
 };
 /* 0, or -RKV_EIO when /proc/meminfo could not be read (the cgroup's may be). */
-int port_hostmem_read(const char *root, struct port_hostmem *m);
+int rkv_hostmem_read(const char *root, struct port_hostmem *m);
 /* Bytes left before the host or the cgroup runs out; UINT64_MAX unknown. */
-uint64_t port_hostmem_left(const struct port_hostmem *m);
+uint64_t rkv_hostmem_left(const struct port_hostmem *m);
 /* 1 when the cgroup, not the host, is what runs out first. */
-int port_hostmem_cgroup_binds(const struct port_hostmem *m);
+int rkv_hostmem_cgroup_binds(const struct port_hostmem *m);
 /* The memory this process could have at most: MemTotal or the cgroup's
  * limit, the smaller; 0 unknown. */
-uint64_t port_hostmem_size(const struct port_hostmem *m);
+uint64_t rkv_hostmem_size(const struct port_hostmem *m);
 
 #endif

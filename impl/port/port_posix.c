@@ -309,8 +309,8 @@ static uint64_t posix_mem_bytes(struct rkv_port *p)
 {
     (void)p;
     struct port_hostmem m;
-    (void)port_hostmem_read(NULL, &m);
-    uint64_t size = port_hostmem_size(&m);
+    (void)rkv_hostmem_read(NULL, &m);
+    uint64_t size = rkv_hostmem_size(&m);
     if (size)
         return size;
     long page = sysconf(_SC_PAGESIZE), phys = sysconf(_SC_PHYS_PAGES);
@@ -376,8 +376,8 @@ static int posix_room(int fd, uint64_t bytes, char *err, size_t err_len)
                         "Kubernetes emptyDir of medium Memory)",
                         need, posix_size(have, sizeof(have), (uint64_t)vs.f_bavail * vs.f_frsize));
     struct port_hostmem m;
-    (void)port_hostmem_read(NULL, &m);
-    uint64_t left = port_hostmem_left(&m), size = port_hostmem_size(&m);
+    (void)rkv_hostmem_read(NULL, &m);
+    uint64_t left = rkv_hostmem_left(&m), size = rkv_hostmem_size(&m);
     if (left == UINT64_MAX)
         return 0; /* neither /proc nor a cgroup says: the filesystem's check alone */
     uint64_t keep = size / 32 > POSIX_SHM_KEEP_MIN ? size / 32 : POSIX_SHM_KEEP_MIN;
@@ -390,7 +390,7 @@ static int posix_room(int fd, uint64_t bytes, char *err, size_t err_len)
         return 0;
     posix_size(have, sizeof(have), left);
     posix_size(kept, sizeof(kept), keep);
-    if (port_hostmem_cgroup_binds(&m))
+    if (rkv_hostmem_cgroup_binds(&m))
         return rkv_errf(err, err_len, -RKV_ENOMEM,
                         "needs %s, but the memory cgroup this process is in (limit %s) has %s "
                         "left, and %s of it stay for the processes",

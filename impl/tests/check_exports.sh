@@ -1,9 +1,13 @@
 #!/bin/sh
 # The shared library exports exactly the functions rkv.h declares: nothing
 # internal (it is built with -fvisibility=hidden), and nothing of the header
-# missing (a declaration without RKV_API). Usage: check_exports.sh LIBRKV_SO RKV_H [CC]
+# missing (a declaration without RKV_API). And the static library defines
+# no global symbol outside rkv_: a static link puts every one of them beside
+# the user's own (cmd_get_u64 and port_hostmem_left clashed with a user's
+# helpers of those names, an outside tester).
+# Usage: check_exports.sh LIBRKV_SO RKV_H [CC [LIBRKV_A]]
 set -eu
-lib=$1 hdr=$2 cc=${3:-cc}
+lib=$1 hdr=$2 cc=${3:-cc} archive=${4:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Declarations, from the preprocessed header (comments gone): every
@@ -24,3 +28,14 @@ if ! cmp -s "$tmp/header" "$tmp/lib"; then
   exit 1
 fi
 echo "check_exports: $(wc -l <"$tmp/lib") symbols, exactly the functions of $(basename "$hdr")"
+if [ -n "$archive" ]; then
+  nm -g --defined-only "$archive" 2>/dev/null | awk 'NF == 3 { print $3 }' |
+    grep -v -E '^(rkv_.*|mangle_path|__gcov_.*|__asan_.*|__ubsan_.*|__sanitizer_.*|__llvm_.*)$' |
+    sort -u >"$tmp/outside" || true
+  if [ -s "$tmp/outside" ]; then
+    echo "defined globally by $archive without the rkv_ prefix:"
+    sed 's/^/  /' "$tmp/outside"
+    exit 1
+  fi
+  echo "check_exports: $(basename "$archive") defines no global outside rkv_"
+fi

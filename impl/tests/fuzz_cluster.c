@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[512];
-    if (cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)) == 0)
+    if (rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)) == 0)
         free(m);
     unlink(path);
     return 0;

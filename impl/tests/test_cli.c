@@ -45,7 +45,7 @@ static void cluster_fails(const char *text, const char *want)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[512] = "", full[256];
-    if (cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)) != -1)
+    if (rkv_cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)) != -1)
         fail_msg("%.60s: parsed, expected \"%s\"", text, want);
     assert_null(m);
     snprintf(full, sizeof(full), "%s%s", path, want);
@@ -92,7 +92,7 @@ static void test_cluster_file_errors(void **state)
         struct rkv_machine *m = NULL;
         uint32_t n = 0;
         char err[512] = "";
-        assert_int_equal(cmd_cluster_parse("/tmp", 1, &m, &n, err, sizeof(err)), -1);
+        assert_int_equal(rkv_cmd_cluster_parse("/tmp", 1, &m, &n, err, sizeof(err)), -1);
         assert_non_null(strstr(err, "/tmp: is a directory, not a cluster file"));
     }
     /* Taken as host names, these failed when a server listened, with "is
@@ -120,7 +120,7 @@ static void test_cluster_file_errors(void **state)
     struct rkv_machine *nm = NULL;
     uint32_t nn = 0;
     char nerr[512] = "";
-    assert_int_equal(cmd_cluster_parse(path, 1, &nm, &nn, nerr, sizeof(nerr)), -1);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 1, &nm, &nn, nerr, sizeof(nerr)), -1);
     if (!strstr(nerr, ":2: a NUL byte at line 2"))
         fail_msg("expected \":2: a NUL byte at line 2\", got \"%s\"", nerr);
     unlink(path);
@@ -129,7 +129,7 @@ static void test_cluster_file_errors(void **state)
     memset(maxline, ' ', 510);
     memcpy(maxline, "h1 9000", 7);
     write_cluster(maxline);
-    assert_int_equal(cmd_cluster_parse(path, 1, &nm, &nn, nerr, sizeof(nerr)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 1, &nm, &nn, nerr, sizeof(nerr)), 0);
     assert_int_equal(nn, 1);
     free(nm);
     maxline[510] = ' ';
@@ -138,7 +138,7 @@ static void test_cluster_file_errors(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[512];
-    assert_int_equal(cmd_cluster_parse("/nonexistent/ip.txt", 1, &m, &n, err, sizeof(err)), -1);
+    assert_int_equal(rkv_cmd_cluster_parse("/nonexistent/ip.txt", 1, &m, &n, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "/nonexistent/ip.txt: cannot open: No such file"));
 }
 
@@ -150,7 +150,7 @@ static void test_cluster_file_forms(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[256];
-    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
     assert_string_equal(m[0].host, "10.0.0.1");
@@ -163,7 +163,7 @@ static void test_cluster_file_forms(void **state)
     /* Any white space separates fields, as it is skipped before the host: a
      * \v or \f at the end was 'servers: expected 1..256, got "1"'. */
     write_cluster("10.0.0.1 9000 1\v\n10.0.0.2\f9100\v2 \f\r\n");
-    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
     assert_int_equal(m[0].servers, 1);
@@ -175,7 +175,7 @@ static void test_cluster_file_forms(void **state)
      * an IPv6 address is one, colons and all. */
     write_cluster("\xef\xbb\xbf"
                   "10.0.0.1 9000\n::1 9100\n");
-    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
     assert_string_equal(m[0].host, "10.0.0.1");
@@ -184,11 +184,11 @@ static void test_cluster_file_forms(void **state)
     /* In brackets too, as URLs write it (the NIC resolves it without
      * them); but a port goes after a space there as well. */
     write_cluster("[::1] 9100\n");
-    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     assert_string_equal(m[0].host, "[::1]");
     free(m);
     write_cluster("[::1]:9100\n");
-    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), -1);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), -1);
     unlink(path);
     assert_non_null(strstr(err, "write the port after a space (\"[::1] 9100\")"));
 }
@@ -203,7 +203,7 @@ static void test_cluster_file_dgl_forms(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[256];
-    assert_int_equal(cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 2, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 4);
     assert_string_equal(m[0].host, "10.0.0.1");
@@ -222,11 +222,11 @@ static void test_cluster_file_dgl_forms(void **state)
     setenv("DGL_NUM_CLIENT", "4", 1);
     struct cmd_settings s;
     struct rkv_config cfg;
-    assert_int_equal(cmd_settings_load(&s, 0, NULL, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_settings_load(&s, 0, NULL, err, sizeof(err)), 0);
     unsetenv("DGL_IP_CONFIG");
     unsetenv("DGL_NUM_SERVER");
     unsetenv("DGL_NUM_CLIENT");
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(cfg.n_machines, 2);
     assert_int_equal(cfg.machines[1].base_port, 30050);
@@ -245,10 +245,10 @@ static void test_local_machine(void **state)
         {"192.0.2.1", 9000, 1}, {"127.0.0.1", 9000, 1}, {"localhost", 9100, 1}};
     struct rkv_config cfg = {.n_machines = 3, .machines = m};
     uint32_t id = 99;
-    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(rkv_cmd_local_machine(&cfg, &id), 0);
     assert_int_equal(id, 1);
     cfg.n_machines = 1;
-    assert_int_equal(cmd_local_machine(&cfg, &id), -1);
+    assert_int_equal(rkv_cmd_local_machine(&cfg, &id), -1);
     assert_int_equal(id, 1); /* untouched */
 }
 
@@ -276,18 +276,18 @@ static void test_local_machine_ipv6(void **state)
         {"192.0.2.1", 9000, 1}, {"2001:db8::1", 9000, 1}, {"[::1]", 9100, 1}, {"::1", 9200, 1}};
     struct rkv_config cfg = {.n_machines = 4, .machines = m};
     uint32_t id = 99;
-    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(rkv_cmd_local_machine(&cfg, &id), 0);
     assert_int_equal(id, 2);
     m[2] = (struct rkv_machine){"2001:db8::2", 9100, 1};
-    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(rkv_cmd_local_machine(&cfg, &id), 0);
     assert_int_equal(id, 3);
     m[3] = (struct rkv_machine){"::ffff:127.0.0.1", 9200, 1}; /* IPv4 written as IPv6 */
     id = 99;
-    assert_int_equal(cmd_local_machine(&cfg, &id), 0);
+    assert_int_equal(rkv_cmd_local_machine(&cfg, &id), 0);
     assert_int_equal(id, 3);
     cfg.n_machines = 3;
     id = 99;
-    assert_int_equal(cmd_local_machine(&cfg, &id), -1);
+    assert_int_equal(rkv_cmd_local_machine(&cfg, &id), -1);
     assert_int_equal(id, 99);
 }
 
@@ -316,14 +316,14 @@ static void test_cluster_file_duplicates(void **state)
     struct rkv_machine *m = NULL;
     uint32_t n = 0;
     char err[256];
-    assert_int_equal(cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 2);
     free(m);
     /* Other hosts, whatever their spelling shares: no overlap. */
     write_cluster("::1 9000\n::2 9000\n127.0.0.1 9000\n127.0.0.2 9000\nnode1 9000\nnode10 9000\n"
                   "[::3] 9000\n");
-    assert_int_equal(cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_cluster_parse(path, 1, &m, &n, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(n, 7);
     free(m);
@@ -339,7 +339,7 @@ static int load(struct cmd_settings *s, char *err, size_t err_len, int argc, ...
     for (int i = 0; i < argc; i++)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
-    return cmd_settings_load(s, argc, argv, err, err_len);
+    return rkv_cmd_settings_load(s, argc, argv, err, err_len);
 }
 
 static void test_flags_and_env(void **state)
@@ -378,14 +378,14 @@ static void test_flags_and_env(void **state)
     assert_string_equal(s.src[CMD_SEED], "default");
     uint64_t v;
     assert_int_equal(load(&s, err, sizeof(err), 2, "--seed", "-3"), 0);
-    assert_int_equal(cmd_get_u64(&s, CMD_SEED, &v, err, sizeof(err)), -1);
+    assert_int_equal(rkv_cmd_get_u64(&s, CMD_SEED, &v, err, sizeof(err)), -1);
     assert_string_equal(err, "seed: expected a non-negative integer, got \"-3\" (flag)");
     assert_int_equal(load(&s, err, sizeof(err), 2, "--seed", "0x10"), 0);
-    assert_int_equal(cmd_get_u64(&s, CMD_SEED, &v, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_get_u64(&s, CMD_SEED, &v, err, sizeof(err)), 0);
     assert_int_equal(v, 16);
 }
 
-/* cmd_build_config on these flags must fail with `want` in its message. */
+/* rkv_cmd_build_config on these flags must fail with `want` in its message. */
 static void config_fails(const char *want, int argc, ...)
 {
     static char *argv[32];
@@ -397,8 +397,8 @@ static void config_fails(const char *want, int argc, ...)
     struct cmd_settings s;
     struct rkv_config cfg;
     char err[512] = "";
-    assert_int_equal(cmd_settings_load(&s, argc, argv, err, sizeof(err)), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), -1);
+    assert_int_equal(rkv_cmd_settings_load(&s, argc, argv, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), -1);
     assert_null(cfg.machines);
     if (!strstr(err, want))
         fail_msg("%s %s: expected \"%s\", got \"%s\"", argc > 0 ? argv[0] : "(env)",
@@ -498,8 +498,8 @@ static void test_settings_that_make_a_cluster(void **state)
     struct cmd_settings s;
     struct rkv_config cfg;
     char err[256];
-    assert_int_equal(cmd_settings_load(&s, 14, argv, err, sizeof(err)), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_settings_load(&s, 14, argv, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.n_machines, 3);
     assert_string_equal(cfg.machines[0].host, "10.1.1.1");
     assert_string_equal(cfg.machines[1].host, ""); /* learned from server 0 */
@@ -512,27 +512,27 @@ static void test_settings_that_make_a_cluster(void **state)
     /* A leading '/' is a POSIX shared-memory name's own, taken as the C
      * API (rkv_cfg_check) takes it. */
     static char *argv_slash[] = {"--shm-prefix", "/mine"};
-    assert_int_equal(cmd_settings_load(&s, 2, argv_slash, err, sizeof(err)), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_settings_load(&s, 2, argv_slash, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_string_equal(cfg.shm_prefix, "/mine");
     free(cfg.machines);
     /* Busy polling from its env var, a flag winning over it. */
     static char *argv1[] = {"--busy-poll", "0"};
     setenv("RKV_BUSY_POLL", "1", 1);
-    assert_int_equal(cmd_settings_load(&s, 0, argv1, err, sizeof(err)), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_settings_load(&s, 0, argv1, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.busy_poll, 1);
     free(cfg.machines);
-    assert_int_equal(cmd_settings_load(&s, 2, argv1, err, sizeof(err)), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_settings_load(&s, 2, argv1, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.busy_poll, 0);
     free(cfg.machines);
     unsetenv("RKV_BUSY_POLL");
     /* From a cluster file, servers-per-machine is the default count. */
     write_cluster("10.0.0.1 9000\n10.0.0.2 9500 1\n");
     static char *argv2[] = {"--cluster", path, "--servers-per-machine", "3"};
-    assert_int_equal(cmd_settings_load(&s, 4, argv2, err, sizeof(err)), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_settings_load(&s, 4, argv2, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     unlink(path);
     assert_int_equal(cfg.n_machines, 2);
     assert_int_equal(cfg.machines[0].servers, 3);
@@ -555,17 +555,17 @@ static void test_num_servers_counts_every_machine(void **state)
     assert_int_equal(load(&s, err, sizeof(err), 8, "--machines", "2", "--num-servers", "4",
                           "--server-id", "7", "--base-port", "31600"),
                      0);
-    if (cmd_build_config(&s, &cfg, err, sizeof(err)) < 0)
+    if (rkv_cmd_build_config(&s, &cfg, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     assert_int_equal(cfg.n_machines, 2);
     assert_int_equal(cfg.machines[0].servers, 2);
     assert_int_equal(cfg.machines[1].servers, 2);
     assert_int_equal(cfg.machines[1].base_port, 31602);
-    assert_int_equal(cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)), -1);
+    assert_int_equal(rkv_cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)), -1);
     assert_non_null(strstr(err, "server-id 7 (flag): expected 0..3, the ids of the cluster's 4 "
                                 "servers on 2 machines"));
     s.val[CMD_SERVER_ID] = "3";
-    assert_int_equal(cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_server_locate(&s, &cfg, &m, &local, err, sizeof(err)), 0);
     assert_int_equal(m, 1);
     assert_int_equal(local, 1);
     free(cfg.machines);
@@ -592,13 +592,13 @@ static void test_num_servers_counts_every_machine(void **state)
     assert_int_equal(load(&s, err, sizeof(err), 6, "--machines", "2", "--num-servers", "4",
                           "--servers-per-machine", "2"),
                      0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.machines[1].servers, 2);
     free(cfg.machines);
     /* One machine: num-servers is its count, as before. */
     assert_int_equal(
         load(&s, err, sizeof(err), 4, "--num-servers", "3", "--servers-per-machine", "5"), 0);
-    assert_int_equal(cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(rkv_cmd_build_config(&s, &cfg, err, sizeof(err)), 0);
     assert_int_equal(cfg.n_machines, 1);
     assert_int_equal(cfg.machines[0].servers, 3);
     free(cfg.machines);

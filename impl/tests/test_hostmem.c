@@ -68,13 +68,13 @@ static void test_host_only(void **state)
     (void)state;
     put("proc/self/cgroup", "0::/\n");
     struct port_hostmem m;
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.avail_bytes, 20480000ull * 1024);
     assert_int_equal(m.total_bytes, 24576000ull * 1024);
     assert_int_equal(m.cg_limit_bytes, 0);
-    assert_int_equal(port_hostmem_left(&m), m.avail_bytes);
-    assert_int_equal(port_hostmem_size(&m), m.total_bytes);
-    assert_false(port_hostmem_cgroup_binds(&m));
+    assert_int_equal(rkv_hostmem_left(&m), m.avail_bytes);
+    assert_int_equal(rkv_hostmem_size(&m), m.total_bytes);
+    assert_false(rkv_hostmem_cgroup_binds(&m));
 }
 
 /* v1, as on this project's CI machines: the limit 1 GiB set on the job's
@@ -91,25 +91,25 @@ static void test_v1_limit(void **state)
         "cache 1\nrss 2\nhierarchical_memory_limit 1073741824\ntotal_inactive_file "
         "209715200\ntotal_active_file 104857600\ninactive_file 5\nactive_file 7\n");
     struct port_hostmem m;
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 1024 * MIB);
     assert_int_equal(m.cg_used_bytes, 400 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 624 * MIB);
-    assert_int_equal(port_hostmem_size(&m), 1024 * MIB);
-    assert_true(port_hostmem_cgroup_binds(&m));
+    assert_int_equal(rkv_hostmem_left(&m), 624 * MIB);
+    assert_int_equal(rkv_hostmem_size(&m), 1024 * MIB);
+    assert_true(rkv_hostmem_cgroup_binds(&m));
     /* A limit on an ancestor shows as the hierarchical one. */
     put("sys/fs/cgroup/memory/jobs/j1/memory.limit_in_bytes", "9223372036854771712\n");
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "hierarchical_memory_limit 805306368\ntotal_inactive_file 0\n");
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 768 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 68 * MIB);
+    assert_int_equal(rkv_hostmem_left(&m), 68 * MIB);
     /* No limit anywhere: the page counter's largest value. */
     put("sys/fs/cgroup/memory/jobs/j1/memory.stat",
         "hierarchical_memory_limit 9223372036854771712\ntotal_inactive_file 0\n");
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 0);
-    assert_int_equal(port_hostmem_left(&m), m.avail_bytes);
+    assert_int_equal(rkv_hostmem_left(&m), m.avail_bytes);
 }
 
 /* v2: 2 GiB on the cgroup, 1.5 GiB on its parent, none at the top; and a
@@ -129,11 +129,11 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/ci/job/step/memory.max", "2147483648\n");
     put("sys/fs/cgroup/ci/job/step/memory.current", "1073741824\n");
     struct port_hostmem m;
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 1536 * MIB); /* the parent's: 612 MiB left against 1 GiB */
     assert_int_equal(m.cg_used_bytes, 924 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 612 * MIB);
-    assert_int_equal(port_hostmem_size(&m), 1536 * MIB);
+    assert_int_equal(rkv_hostmem_left(&m), 612 * MIB);
+    assert_int_equal(rkv_hostmem_size(&m), 1536 * MIB);
     /* The smallest limit sizes what the process may have, whichever level
      * has the least left: a child of 1 GiB under a parent of 1.5 GiB with
      * 100 MiB left is 1 GiB in size. */
@@ -141,10 +141,10 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/ci/job/step/memory.current", "0\n");
     put("sys/fs/cgroup/ci/job/memory.current", "1572864000\n");
     put("sys/fs/cgroup/ci/job/memory.stat", "anon 1\n");
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 1536 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 36 * MIB);
-    assert_int_equal(port_hostmem_size(&m), 1024 * MIB);
+    assert_int_equal(rkv_hostmem_left(&m), 36 * MIB);
+    assert_int_equal(rkv_hostmem_size(&m), 1024 * MIB);
     /* A container without a cgroup namespace: its /proc/self/cgroup path
      * is the host's, not under the mount; the mount's root is its own. */
     teardown(NULL);
@@ -153,10 +153,10 @@ static void test_v2_limits(void **state)
     put("sys/fs/cgroup/cgroup.controllers", "memory\n");
     put("sys/fs/cgroup/memory.max", "4294967296\n");
     put("sys/fs/cgroup/memory.current", "4093640704\n"); /* 3904 MiB */
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 4096 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 192 * MIB);
-    assert_true(port_hostmem_cgroup_binds(&m));
+    assert_int_equal(rkv_hostmem_left(&m), 192 * MIB);
+    assert_true(rkv_hostmem_cgroup_binds(&m));
 }
 
 /* A hybrid host: v1 controllers without memory, v2 at .../unified. */
@@ -167,15 +167,15 @@ static void test_hybrid(void **state)
     put("sys/fs/cgroup/unified/user/s1/memory.max", "536870912\n");
     put("sys/fs/cgroup/unified/user/s1/memory.current", "268435456\n");
     struct port_hostmem m;
-    assert_int_equal(port_hostmem_read(root, &m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), 0);
     assert_int_equal(m.cg_limit_bytes, 512 * MIB);
-    assert_int_equal(port_hostmem_left(&m), 256 * MIB);
+    assert_int_equal(rkv_hostmem_left(&m), 256 * MIB);
     /* Nothing readable at all: unknown, and nothing watched on it. */
     teardown(NULL);
     mkdir(root, 0755);
-    assert_int_equal(port_hostmem_read(root, &m), -RKV_EIO);
-    assert_int_equal(port_hostmem_left(&m), UINT64_MAX);
-    assert_int_equal(port_hostmem_size(&m), 0);
+    assert_int_equal(rkv_hostmem_read(root, &m), -RKV_EIO);
+    assert_int_equal(rkv_hostmem_left(&m), UINT64_MAX);
+    assert_int_equal(rkv_hostmem_size(&m), 0);
 }
 
 int main(void)

@@ -205,8 +205,8 @@ void sim_world_mem_check(struct sim_world *w)
     if (!w->mem_floor_bytes || !w->mem_low)
         return;
     struct port_hostmem m;
-    (void)port_hostmem_read(NULL, &m);
-    uint64_t left = port_hostmem_left(&m);
+    (void)rkv_hostmem_read(NULL, &m);
+    uint64_t left = rkv_hostmem_left(&m);
     if (left < w->mem_floor_bytes)
         w->mem_low(w, &m);
     w->mem_near = left / 8 < w->mem_floor_bytes;

@@ -820,14 +820,14 @@ static void twin_mem_low(struct sim_world *w, const struct port_hostmem *m)
     char trace[400];
     twin_trace_cut(twin_of(w), trace, sizeof(trace));
     char where[160];
-    if (port_hostmem_cgroup_binds(m))
+    if (rkv_hostmem_cgroup_binds(m))
         snprintf(where, sizeof(where),
                  "the memory cgroup this run is in (limit %llu MiB) has %llu MiB left",
                  (unsigned long long)(m->cg_limit_bytes >> 20),
-                 (unsigned long long)(port_hostmem_left(m) >> 20));
+                 (unsigned long long)(rkv_hostmem_left(m) >> 20));
     else
         snprintf(where, sizeof(where), "the host has %llu MiB of memory available",
-                 (unsigned long long)(port_hostmem_left(m) >> 20));
+                 (unsigned long long)(rkv_hostmem_left(m) >> 20));
     fflush(stdout);
     fprintf(stderr,
             "rkv: twin: stopped: %s, below the floor of %llu MiB (--mem-floor-mib), with %llu "
@@ -837,7 +837,7 @@ static void twin_mem_low(struct sim_world *w, const struct port_hostmem *m)
             "a connection on both sides; sim/README.md, \"Memory per node\")%s\n",
             where, (unsigned long long)(w->mem_floor_bytes >> 20), (unsigned long long)(rss >> 20),
             simgrid_get_clock(), (unsigned long long)w->events, w->nodes_finished, w->nodes_total,
-            port_hostmem_cgroup_binds(m) ? "the cgroup allows" : "the host has", trace);
+            rkv_hostmem_cgroup_binds(m) ? "the cgroup allows" : "the host has", trace);
     fflush(stderr);
     _exit(3);
 }
@@ -848,8 +848,8 @@ static void twin_mem_low(struct sim_world *w, const struct port_hostmem *m)
 static uint64_t twin_mem_floor(void)
 {
     struct port_hostmem m;
-    (void)port_hostmem_read(NULL, &m);
-    uint64_t size = port_hostmem_size(&m), floor_b = size / 50;
+    (void)rkv_hostmem_read(NULL, &m);
+    uint64_t size = rkv_hostmem_size(&m), floor_b = size / 50;
     if (floor_b < (256ull << 20))
         floor_b = 256ull << 20;
     if (floor_b > size / 8)

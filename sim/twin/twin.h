@@ -22,7 +22,7 @@ struct rkv_twin_opts {
      * --cfg), applied after the twin's own so that they override them. */
     const char *const *cfg;
     uint32_t n_cfg;
-    /* The store's own settings, as cmd_build_config makes them from rkv
+    /* The store's own settings, as rkv_cmd_build_config makes them from rkv
      * run's flags and RKV_* variables: timeouts, retries (the scenario's
      * retry_ms already merged), buffer and slot sizes, zero-copy, busy
      * polling, the secret file. NULL: rkv.h's defaults and the scenario's
