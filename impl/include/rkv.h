@@ -22,7 +22,12 @@
  * other call is unaffected, its rkv_client_errmsg too: the refusal's
  * message is kept for the refused thread alone, which reads it (until its
  * next call of the client) where the other threads read their calls'.
- * rkv_client_destroy must not overlap any call.
+ * rkv_client_destroy must not overlap any call; one that finds a call
+ * still under way on another thread interrupts it (rkv_client_interrupt),
+ * waits up to timeout_ms + 1 s for it to return (-RKV_EINTR, typically),
+ * then frees the client; if it does not return, the client is left
+ * allocated (an error logged) rather than freed under it. The client must
+ * not be used after either.
  *
  * fork(): a client or server belongs to the process that created it. A
  * fork()ed child has its memory but not its threads, and shares its

@@ -3936,6 +3936,26 @@ void rkv_client_destroy(struct rkv_client *c)
         cli_destroy_forked(c);
         return;
     }
+    /* A call still under way on another thread (rkv.h forbids it; it is
+     * the usual slip at a program's end): interrupted, and waited for
+     * before anything goes. The call waited forever on a stopped engine,
+     * reading and writing freed memory (an outside tester). One that does
+     * not end in time keeps the client: a leak, not a use after free. */
+    if (atomic_load_explicit(&c->busy, memory_order_acquire)) {
+        (void)rkv_client_interrupt(c, 1);
+        const struct rkv_port_ops *po = c->port->ops;
+        uint64_t deadline = po->now_ns(c->port) + ((uint64_t)c->cfg.timeout_ms + 1000) * 1000000ull;
+        while (atomic_load_explicit(&c->busy, memory_order_acquire) &&
+               po->now_ns(c->port) < deadline)
+            po->sleep_ns(c->port, 1000000ull);
+        if (atomic_load_explicit(&c->busy, memory_order_acquire)) {
+            RKV_LOGE(c->port,
+                     "rkv_client_destroy: a call on another thread did not end after an "
+                     "interrupt (%u ms): the client is left as it is, not freed",
+                     c->cfg.timeout_ms + 1000);
+            return;
+        }
+    }
     rkv_engine_stop(c->eng);
     /* The QPs are closed: no peer can write into registered memory now, nor
      * read the rows of a push nobody waited for. */

@@ -1239,6 +1239,59 @@ static void *interrupt_later(void *arg)
 /* With retry_ms, a call that met its server gone redials it until the
  * budget is spent, each redial trying to connect for connect_retry_ms
  * (30 s each here): rkv_client_interrupt ends both. */
+struct in_push {
+    struct rkv_client *cli;
+    int rc;
+};
+
+static void *held_push_thread(void *arg)
+{
+    struct in_push *b = arg;
+    uint64_t remote = 60;
+    float rows[4] = {1, 1, 1, 1};
+    b->rc = rkv_client_push(b->cli, "t", &remote, 1, rows, RKV_OP_CUSTOM, 0);
+    return NULL;
+}
+
+/* rkv_client_destroy while another thread waits in a call (rkv.h forbids
+ * the overlap; it is the usual slip at a program's end): the call is
+ * interrupted and waited for before anything is freed. It waited forever
+ * on the stopped engine, reading and writing freed memory (an outside
+ * tester, under valgrind). */
+static void test_destroy_while_a_call_waits(void **state)
+{
+    (void)state;
+    struct gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    struct cluster c;
+    cluster_config(&c, 30000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    assert_int_equal(rkv_server_register_handler(c.srv[1][0], RKV_OP_CUSTOM, h_gated, &g), 0);
+    struct in_push b = {.cli = client_join(&c), .rc = 1};
+    assert_int_equal(rkv_client_register_handler(b.cli, RKV_OP_CUSTOM, h_gated, &g), 0);
+    assert_int_equal(rkv_client_init_data(b.cli, &T_F32), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, held_push_thread, &b), 0);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered) /* the server holds the push: the call waits */
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    rkv_client_destroy(b.cli);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    if (pthread_timedjoin_np(t, NULL, &until) != 0)
+        fail_msg("the push did not return after rkv_client_destroy");
+    assert_int_equal(b.rc, -RKV_EINTR);
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    rkv_server_stop(c.srv[0][0]);
+    rkv_server_stop(c.srv[1][0]);
+    cluster_stop(&c);
+}
+
 static void test_interrupt_ends_retries(void **state)
 {
     (void)state;
@@ -3230,6 +3283,7 @@ int main(void)
         cmocka_unit_test(test_failed_push_applies_nothing),
         cmocka_unit_test(test_interrupt_ends_a_wait),
         cmocka_unit_test(test_interrupt_ends_retries),
+        cmocka_unit_test(test_destroy_while_a_call_waits),
         cmocka_unit_test(test_push_too_big_applies_nothing),
         cmocka_unit_test(test_row_over_max_slot_bytes_refused),
         cmocka_unit_test(test_observer_refused_at_once),
