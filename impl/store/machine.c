@@ -244,8 +244,10 @@ static uint32_t mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic ui
     if (!atomic_compare_exchange_strong(holder, &dead, self))
         return 0;
     unsigned was = atomic_exchange(w, owner);
+    /* The pid: the id packs the process's start time above it, and the
+     * line named process 28932212554565 (an outside tester). */
     RKV_LOGW(port, "took over a lock (tag %u) held by process %llu, which died holding it", was,
-             (unsigned long long)dead);
+             (unsigned long long)RKV_PORT_PROC_PID(dead));
     return was ? was : ~0u;
 }
 
