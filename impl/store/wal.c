@@ -1250,6 +1250,13 @@ static int wal_peek(uint64_t lineage, uint64_t g, const char *path, struct wal_p
     if (rd.size >= at)
         p = wal_rd_at(&rd, 0, at + (rd.size >= at + RKV_WAL_REC_BYTES ? RKV_WAL_REC_BYTES : 0), &rc,
                       err, err_len);
+    /* A damaged header is no older run's: a flipped lineage bit read as
+     * "another lineage", and a later log's records were skipped as an
+     * older run's, or a missing one reported as such (an outside tester). */
+    if (p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get32(p + 60) != rkv_crc32c(0, p, 60)) {
+        wal_rd_close(&rd);
+        return WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
+    }
     pk->stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
     if (p && !pk->stale && rd.size >= at + RKV_WAL_REC_BYTES &&
         wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&

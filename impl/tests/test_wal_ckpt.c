@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1409,6 +1410,19 @@ static void test_log_gap_refused(void **state)
     craft_log(&f, t, gen + 2, LINEAGE + 1, 5, 6, RKV_WAL_LSN(gen + 2, RKV_WAL_HDR_BYTES));
     assert_int_equal(recover_from(&f, f.snap, &r, err, sizeof(err)), 0);
     assert_int_equal(r.records, 1);
+    /* A lineage bit flipped in the later log's header is damage, not an
+     * older run's log: it was read as one, and its records skipped. */
+    craft_log(&f, t, gen + 2, LINEAGE, 5, 6, RKV_WAL_LSN(gen + 2, RKV_WAL_HDR_BYTES));
+    int fd = open(later, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t b20;
+    assert_int_equal(pread(fd, &b20, 1, 20), 1);
+    b20 ^= 1;
+    assert_int_equal(pwrite(fd, &b20, 1, 20), 1);
+    close(fd);
+    rc = recover_from(&f, f.snap, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, later) || !strstr(err, "header checksum mismatch"))
+        fail_msg("a damaged header read as another lineage's: rc %d: %s", rc, err);
     fix_tensor_free(&f);
     fix_close(&f);
 }
