@@ -386,6 +386,45 @@ static void test_pslite_role_without_scheduler(void **state)
     unsetenv("DMLC_PS_ROOT_PORT");
 }
 
+/* DGL's launch always gives its ip_config.txt: DGL_ROLE with DGL_IP_CONFIG
+ * unset or empty built a one-machine cluster on 127.0.0.1:29500 in
+ * silence (an outside tester's launcher had lost the variable). Refused
+ * saying so; with the file, it builds. */
+static void test_dgl_role_without_ip_config(void **state)
+{
+    (void)state;
+    char path[64], err[512] = "";
+    struct rkv_config cfg;
+    unsetenv("RKV_ROLE");
+    unsetenv("DMLC_ROLE");
+    unsetenv("RKV_CLUSTER");
+    setenv("DGL_ROLE", "server", 1);
+    for (int empty = 0; empty < 2; empty++) {
+        if (empty)
+            setenv("DGL_IP_CONFIG", "", 1);
+        else
+            unsetenv("DGL_IP_CONFIG");
+        struct rkv_settings *set = make();
+        assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
+        if (!strstr(err, "DGL_ROLE=server without a cluster file") || !strstr(err, "DGL_IP_CONFIG"))
+            fail_msg("got \"%s\"", err);
+        rkv_settings_destroy(set);
+    }
+    snprintf(path, sizeof(path), "/tmp/rkv-settings-dgl-%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("127.0.0.1 41000\n", f);
+    fclose(f);
+    setenv("DGL_IP_CONFIG", path, 1);
+    struct rkv_settings *set = make();
+    assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), 0);
+    rkv_config_release(&cfg);
+    rkv_settings_destroy(set);
+    unlink(path);
+    unsetenv("DGL_IP_CONFIG");
+    unsetenv("DGL_ROLE");
+}
+
 /* A role no launcher uses (DMLC_ROLE=sever) was built as if none had been
  * given; every word ps-lite and DGL use still builds. */
 static void test_unknown_role_refused(void **state)
@@ -713,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_host_list),
         cmocka_unit_test(test_verbs_settings),
         cmocka_unit_test(test_pslite_role_without_scheduler),
+        cmocka_unit_test(test_dgl_role_without_ip_config),
         cmocka_unit_test(test_unknown_role_refused),
         cmocka_unit_test(test_env_names_that_disagree),
         cmocka_unit_test(test_cluster_file_finds_this_host),
