@@ -3193,6 +3193,14 @@ static int cli_barrier(struct rkv_client *c)
             "answers for all %u)",
             h.count, (unsigned long long)((po->now_ns(c->port) - start) / 1000000000ull),
             c->cfg.n_workers);
+    /* The whole wait, not the last timeout_ms slice of it: an interrupt
+     * 1.5 s into a barrier said "interrupted after 499 ms" (an outside
+     * tester). */
+    if (rc == -RKV_EINTR)
+        rkv_errf(c->err, sizeof(c->err), rc,
+                 "barrier %u: server 0: interrupted after %llu ms of waiting for every worker "
+                 "to enter it",
+                 h.count, (unsigned long long)((po->now_ns(c->port) - start) / 1000000ull));
     if (rc < 0)
         return rc;
     cli_release(c, &r, 1);

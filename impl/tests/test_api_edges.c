@@ -796,6 +796,41 @@ static void test_barrier_waits_past_timeout(void **state)
     cluster_stop(&c);
 }
 
+static void *interrupt_after_1500ms(void *arg)
+{
+    usleep(1500000);
+    (void)rkv_client_interrupt(arg, 1);
+    return NULL;
+}
+
+/* An interrupted barrier says how long it waited in all: 1.5 s into a
+ * barrier re-sent each timeout_ms (500 ms) it said "interrupted after
+ * 499 ms", the last slice (an outside tester). */
+static void test_interrupted_barrier_says_its_whole_wait(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 500);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, interrupt_after_1500ms, a), 0);
+    assert_int_equal(rkv_client_barrier(a), -RKV_EINTR); /* b never comes */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    const char *m = strstr(rkv_client_errmsg(a), "interrupted after ");
+    unsigned long long ms = 0;
+    if (!m || sscanf(m, "interrupted after %llu ms", &ms) != 1 || ms < 1400)
+        fail_msg("got \"%s\"", rkv_client_errmsg(a));
+    assert_int_equal(rkv_client_interrupt(a, 0), 0);
+    assert_int_equal(rkv_client_shutdown_servers(b), 0);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
 /* Regression: a worker of a cluster where fewer workers joined than
  * n_workers got "hello: server 0: request timed out", not why. */
 static void test_fewer_workers_than_configured(void **state)
@@ -3277,6 +3312,7 @@ int main(void)
         cmocka_unit_test(test_port_free_after_destroy_with_a_forked_child),
         cmocka_unit_test(test_bad_desc_refused_by_client),
         cmocka_unit_test(test_barrier_waits_past_timeout),
+        cmocka_unit_test(test_interrupted_barrier_says_its_whole_wait),
         cmocka_unit_test(test_wait_through_another_client),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
