@@ -512,9 +512,13 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * memory cgroup has left, less a 32nd of its size, 16 MiB to 1 GiB, kept
  * for the processes)
  * leaves
- * the name reserved for that desc until the servers restart: the same desc
- * may be tried again (once there is room), another one under that name is
- * -RKV_EEXIST saying so; list and meta do not show it. The cluster holds
+ * the name reserved for that desc until the servers restart, and the shards
+ * already made on the machines that had room keep their memory (/dev/shm)
+ * until then too: the same desc
+ * may be tried again (once there is room; it reuses them), another one
+ * under that name is -RKV_EEXIST saying so; list and meta do not show it.
+ * Machines that share a host (loopback clusters) share its /dev/shm, and
+ * each checks its own shard's room only. The cluster holds
  * at most RKV_MAX_TENSORS tensors (-RKV_ELIMIT past them). A server answers
  * once its machine's shard is made and populated, which takes time in
  * proportion to it: each step waits timeout_ms plus 32 ms per MiB of the
