@@ -795,27 +795,35 @@ int rkv_cmd_server_locate(const struct cmd_settings *s, const struct rkv_config 
     return 0;
 }
 
+/* DGL's launch always gives its ip_config.txt (DGL_IP_CONFIG): a role
+ * from DGL_ROLE with no cluster given any way built a one-machine cluster
+ * on 127.0.0.1:29500 in silence, joining whatever listened there (an
+ * outside tester's launcher had lost the variable). For what runs a node
+ * (the binding, `rkv node`), not for tools a leftover DGL_ROLE in a shell
+ * should not stop. */
+int rkv_cmd_dgl_role_without_cluster(const struct cmd_settings *s, char *err, size_t err_len)
+{
+    if (strcmp(s->src[CMD_ROLE], "env DGL_ROLE") || *s->val[CMD_CLUSTER] ||
+        strcmp(s->src[CMD_HOST], "default") || strcmp(s->src[CMD_MACHINES], "default") ||
+        strcmp(s->src[CMD_DISCOVER], "default"))
+        return 0;
+    return rkv_errf(err, err_len, -1,
+                    "DGL_ROLE=%s without a cluster: DGL's launch gives its ip_config.txt in "
+                    "DGL_IP_CONFIG, which is unset or empty here; set it (or cluster / "
+                    "RKV_CLUSTER, or host and machines) rather than run on a default "
+                    "one-machine cluster",
+                    s->val[CMD_ROLE]);
+}
+
 int rkv_cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len)
 {
     /* Only `rkv node` dispatches on the role; everything else built with it
      * unread, so DMLC_ROLE=sever started a worker's program as if no role
      * had been given. ps-lite and DGL compare these words exactly. */
     static const char *const roles[] = {"", "server", "worker", "client", "scheduler"};
-    int known = 0;
     for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
-        known |= !strcmp(s->val[CMD_ROLE], roles[i]);
-    /* DGL's launch always gives its ip_config.txt (DGL_IP_CONFIG): a role
-     * from DGL_ROLE without one built a one-machine cluster on
-     * 127.0.0.1:29500 in silence, joining whatever listened there (an
-     * outside tester's launcher had lost the variable). */
-    if (known && !strcmp(s->src[CMD_ROLE], "env DGL_ROLE") && !*s->val[CMD_CLUSTER])
-        return rkv_errf(err, err_len, -1,
-                        "DGL_ROLE=%s without a cluster file: DGL's launch gives its ip_config.txt "
-                        "in DGL_IP_CONFIG, which is unset or empty here; set it (or cluster / "
-                        "RKV_CLUSTER), rather than run on a default one-machine cluster",
-                        s->val[CMD_ROLE]);
-    if (known)
-        return 0;
+        if (!strcmp(s->val[CMD_ROLE], roles[i]))
+            return 0;
     return rkv_errf(err, err_len, -1,
                     "role: unknown \"%s\" (%s); expected server, worker, client (DGL's word for "
                     "a worker) or scheduler",

@@ -134,6 +134,8 @@ int rkv_cmd_server_locate(const struct cmd_settings *s, const struct rkv_config 
 /* 0 if the role is one of ps-lite's and DGL's words (server, worker,
  * client, scheduler) or unset; else -1 with a message listing them. */
 int rkv_cmd_check_role(const struct cmd_settings *s, char *err, size_t err_len);
+/* DGL_ROLE with no cluster given: -1 saying so (the binding and `rkv node`). */
+int rkv_cmd_dgl_role_without_cluster(const struct cmd_settings *s, char *err, size_t err_len);
 
 /* Builds an rkv_config (machines owned by the caller, free(cfg->machines)). */
 int rkv_cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,

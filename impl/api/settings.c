@@ -123,6 +123,8 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
     /* A typo first: DMLC_ROLE=sever is no ps-lite launch either. */
     if (rkv_cmd_check_role(s, err, err_len) < 0)
         goto free_settings;
+    if (rkv_cmd_dgl_role_without_cluster(s, err, err_len) < 0)
+        goto free_settings;
     if (!strcmp(s->src[CMD_ROLE], "env DMLC_ROLE") && !*s->val[CMD_CLUSTER]) {
         rkv_errf(err, err_len, -1,
                  "DMLC_ROLE=%s without a cluster file is ps-lite's launch, where "

@@ -533,6 +533,10 @@ int cmd_node(int argc, char **argv)
         return rkv_pslite_scheduler(&s);
     if ((server || worker) && rkv_pslite_mode(&s))
         return cmd_pslite_node(argc, argv, &s, server);
+    if ((server || worker) && rkv_cmd_dgl_role_without_cluster(&s, err, sizeof(err)) < 0) {
+        fprintf(stderr, "rkv node: %s\n", err);
+        return RKV_EXIT_USAGE;
+    }
     if (server)
         return cmd_server(argc, argv);
     if (worker) /* "client" is DGL's word (DGL_ROLE=client) */

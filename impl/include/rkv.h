@@ -495,7 +495,10 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * same dtype, rows, row_len, policy (and book), with_state, init and, for
  * RKV_INIT_UNIFORM, init_seed; a desc that differs in any of them under an
  * existing name: -RKV_EEXIST, naming the field, and the tensor keeps its
- * rows. A desc the servers could not take is refused before anything is
+ * rows. A server that holds the name under another id than server 0's (the
+ * servers disagree: restarted apart, or a peer with the secret made it
+ * first) refuses it: -RKV_EEXIST naming both ids; one that answers with
+ * another id anyway: -RKV_EPROTO naming it. A desc the servers could not take is refused before anything is
  * sent (-RKV_EINVAL, nothing created, the connections untouched): an empty
  * or unterminated name, an unknown dtype, policy or init, rows 0 or above
  * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a

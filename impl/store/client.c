@@ -1374,14 +1374,18 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     int wrc = cli_wait_keep(c, reqs, n, c->init_wait_ms, "init_data");
     /* A server that answers with another id than server 0's holds another
      * tensor under the name: the call would pass and every push of its
-     * machine's rows fail "unknown tensor id". */
+     * machine's rows fail "unknown tensor id". Whatever else failed, and
+     * not undone by the retries below. */
+    int mismatch = 0;
+    char why[256] = "";
     cli_lock(c);
-    for (size_t k = 0; k < n && rc == 0 && wrc == 0; k++)
-        if (reqs[k]->done && reqs[k]->status == 0 && reqs[k]->u32 != id)
-            wrc = rkv_errf(c->err, sizeof(c->err), -RKV_EPROTO,
-                           "init_data '%s': server %u answered with tensor id %u where server 0 "
-                           "gave %u",
-                           d->name, reqs[k]->srv->id, reqs[k]->u32, id);
+    for (size_t k = 0; k < n && !mismatch; k++)
+        if (reqs[k]->done && reqs[k]->status == 0 && reqs[k]->u32 != id) {
+            mismatch = -RKV_EPROTO;
+            snprintf(why, sizeof(why),
+                     "init_data '%s': server %u answered with tensor id %u where server 0 gave %u",
+                     d->name, reqs[k]->srv->id, reqs[k]->u32, id);
+        }
     cli_unlock(c);
     if (rc == 0 && wrc < 0 && c->cfg.retry_ms) {
         /* Only what a dead server lost is retried; any other failure is
@@ -1401,6 +1405,8 @@ static int cli_init_phase(struct rkv_client *c, uint16_t phase, uint32_t id,
     cli_release(c, reqs, n);
     free(reqs);
     rc = rc < 0 ? rc : wrc;
+    if (rc == 0 && mismatch)
+        rc = rkv_errf(c->err, sizeof(c->err), mismatch, "%s", why);
     for (uint32_t i = 1; i < c->n_servers && rc == 0; i++)
         if (lost[i])
             rc = cli_init_retry(c, cli_srv(c, i), phase, id, w, d, NULL); /* made above */
@@ -2703,9 +2709,11 @@ static int cli_enter_sending(struct rkv_client *c, const char *what)
 {
     int rc = cli_enter(c, what);
     if (rc == 0 && atomic_load(&c->interrupted)) {
-        cli_leave(c);
+        /* The message first: rkv_client_destroy frees the client once a
+         * call leaves (its interrupt is what refuses this one). */
         rc = rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
                       "%s: interrupted (rkv_client_interrupt): refused, nothing sent", what);
+        cli_leave(c);
     }
     return rc;
 }
@@ -3196,7 +3204,7 @@ static int cli_barrier(struct rkv_client *c)
     /* The whole wait, not the last timeout_ms slice of it: an interrupt
      * 1.5 s into a barrier said "interrupted after 499 ms" (an outside
      * tester). */
-    if (rc == -RKV_EINTR)
+    if (rc == -RKV_EINTR && strstr(c->err, "interrupted after")) /* not a redial's */
         rkv_errf(c->err, sizeof(c->err), rc,
                  "barrier %u: server 0: interrupted after %llu ms of waiting for every worker "
                  "to enter it",
@@ -3949,17 +3957,25 @@ void rkv_client_destroy(struct rkv_client *c)
      * before anything goes. The call waited forever on a stopped engine,
      * reading and writing freed memory (an outside tester). One that does
      * not end in time keeps the client: a leak, not a use after free. */
-    if (atomic_load_explicit(&c->busy, memory_order_acquire)) {
+    /* Taken for good (busy is never cleared again): a call that comes
+     * after is refused, not run over what is freed. */
+    if (atomic_exchange_explicit(&c->busy, 1, memory_order_acquire)) {
         (void)rkv_client_interrupt(c, 1);
         const struct rkv_port_ops *po = c->port->ops;
         uint64_t deadline = po->now_ns(c->port) + ((uint64_t)c->cfg.timeout_ms + 1000) * 1000000ull;
-        while (atomic_load_explicit(&c->busy, memory_order_acquire) &&
-               po->now_ns(c->port) < deadline)
-            po->sleep_ns(c->port, 1000000ull);
-        if (atomic_load_explicit(&c->busy, memory_order_acquire)) {
+        int taken = 0;
+        while (!taken && po->now_ns(c->port) < deadline) {
+            int free_ = 0;
+            taken = atomic_compare_exchange_strong_explicit(
+                &c->busy, &free_, 1, memory_order_acquire, memory_order_relaxed);
+            if (!taken)
+                po->sleep_ns(c->port, 1000000ull);
+        }
+        if (!taken) {
             RKV_LOGE(c->port,
-                     "rkv_client_destroy: a call on another thread did not end after an "
-                     "interrupt (%u ms): the client is left as it is, not freed",
+                     "rkv_client_destroy: a call under way (on another thread, or the handler "
+                     "this destroy runs in) did not end after an interrupt (%u ms): the client "
+                     "is left as it is, not freed",
                      c->cfg.timeout_ms + 1000);
             return;
         }

@@ -946,7 +946,15 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
     uint32_t id = m->h.tensor_id;
     struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id); /* NULL for 0 and out of range */
     if (!t) {
-        *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "unknown tensor id %u", id);
+        /* What a client meets after this server restarted without durable
+         * mode: say how that reads, not only the id (an outside tester). */
+        uint32_t held = 0;
+        for (uint32_t i = 1; i <= s->n_tensors; i++)
+            held += rkv_tensor_at(&s->tensors, i) != NULL;
+        *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR,
+                         "unknown tensor id %u (this server holds %u tensor%s; one restarted "
+                         "without durable mode holds none made before it)",
+                         id, held, held == 1 ? "" : "s");
         return NULL;
     }
     if (m->h.row_bytes != t->row_bytes) {

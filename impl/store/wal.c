@@ -1254,8 +1254,13 @@ static int wal_peek(uint64_t lineage, uint64_t g, const char *path, struct wal_p
      * "another lineage", and a later log's records were skipped as an
      * older run's, or a missing one reported as such (an outside tester). */
     if (p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get32(p + 60) != rkv_crc32c(0, p, 60)) {
+        uint32_t v = rkv_get32(p + 8);
+        rc = v != RKV_WAL_VERSION && v != 1
+                 ? WAL_BAD("log %s: format version %u, this build reads version %u%s", path, v,
+                           RKV_WAL_VERSION, rkv_hdr_damage_hint(p, 60))
+                 : WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
         wal_rd_close(&rd);
-        return WAL_BAD("log %s: header checksum mismatch (corrupted header)", path);
+        return rc;
     }
     pk->stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
     if (p && !pk->stale && rd.size >= at + RKV_WAL_REC_BYTES &&

@@ -29,9 +29,12 @@ if ! cmp -s "$tmp/header" "$tmp/lib"; then
 fi
 echo "check_exports: $(wc -l <"$tmp/lib") symbols, exactly the functions of $(basename "$hdr")"
 if [ -n "$archive" ]; then
-  nm -g --defined-only "$archive" 2>/dev/null | awk 'NF == 3 { print $3 }' |
+  # nm's failure (an unreadable archive) must not pass as "nothing outside".
+  nm -g --defined-only "$archive" >"$tmp/archive"
+  awk 'NF == 3 { print $3 }' "$tmp/archive" |
     grep -v -E '^(rkv_.*|mangle_path|__gcov_.*|__asan_.*|__ubsan_.*|__sanitizer_.*|__llvm_.*)$' |
     sort -u >"$tmp/outside" || true
+  [ -s "$tmp/archive" ] || { echo "nm listed nothing in $archive"; exit 1; }
   if [ -s "$tmp/outside" ]; then
     echo "defined globally by $archive without the rkv_ prefix:"
     sed 's/^/  /' "$tmp/outside"

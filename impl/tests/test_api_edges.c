@@ -1271,9 +1271,6 @@ static void *interrupt_later(void *arg)
     return NULL;
 }
 
-/* With retry_ms, a call that met its server gone redials it until the
- * budget is spent, each redial trying to connect for connect_retry_ms
- * (30 s each here): rkv_client_interrupt ends both. */
 struct in_push {
     struct rkv_client *cli;
     int rc;
@@ -1327,6 +1324,9 @@ static void test_destroy_while_a_call_waits(void **state)
     cluster_stop(&c);
 }
 
+/* With retry_ms, a call that met its server gone redials it until the
+ * budget is spent, each redial trying to connect for connect_retry_ms
+ * (30 s each here): rkv_client_interrupt ends both. */
 static void test_interrupt_ends_retries(void **state)
 {
     (void)state;

@@ -885,6 +885,11 @@ static void test_node_errors(void **state)
     expect_run(env, "node", 2, "got \"boss\" (env DMLC_ROLE)");
     snprintf(env, sizeof(env), "%s DMLC_ROLE=joint", no_rank);
     expect_run(env, "node", 2, "BytePS's joint role (a server and a worker in one process) is two");
+    /* DGL's launch gives its ip_config.txt: without one, a server on a
+     * default cluster at 127.0.0.1:29500 started in silence (an outside
+     * tester). */
+    snprintf(env, sizeof(env), "%s -u DGL_IP_CONFIG -u RKV_CLUSTER DGL_ROLE=server", no_rank);
+    expect_run(env, "node", 2, "rkv node: DGL_ROLE=server without a cluster: DGL's launch gives");
     expect_run(no_rank, "node --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "rkv node: no launcher rank (OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK)");
     /* A rank without its size was "no launcher rank (..., PMI_RANK)". */

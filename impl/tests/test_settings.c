@@ -406,7 +406,7 @@ static void test_dgl_role_without_ip_config(void **state)
             unsetenv("DGL_IP_CONFIG");
         struct rkv_settings *set = make();
         assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
-        if (!strstr(err, "DGL_ROLE=server without a cluster file") || !strstr(err, "DGL_IP_CONFIG"))
+        if (!strstr(err, "DGL_ROLE=server without a cluster") || !strstr(err, "DGL_IP_CONFIG"))
             fail_msg("got \"%s\"", err);
         rkv_settings_destroy(set);
     }
