@@ -32,7 +32,7 @@ if [ -n "$archive" ]; then
   # nm's failure (an unreadable archive) must not pass as "nothing outside".
   nm -g --defined-only "$archive" >"$tmp/archive"
   awk 'NF == 3 { print $3 }' "$tmp/archive" |
-    grep -v -E '^(rkv_.*|mangle_path|__gcov_.*|__asan_.*|__ubsan_.*|__sanitizer_.*|__llvm_.*)$' |
+    grep -v -E '^(rkv_.*|mangle_path|__gcov_.*|__asan_.*|__odr_asan[._].*|__ubsan_.*|__tsan_.*|__sanitizer_.*|__llvm_.*|__prof[cdnv]_.*)$' |
     sort -u >"$tmp/outside" || true
   [ -s "$tmp/archive" ] || { echo "nm listed nothing in $archive"; exit 1; }
   if [ -s "$tmp/outside" ]; then
