@@ -1177,6 +1177,37 @@ static void h_gated(enum rkv_dtype dt, void *row, void *st, const void *in, size
     h_add10(dt, row, st, in, n, param, NULL);
 }
 
+/* Until the server is inside h_gated (a request it now holds). */
+static void gate_wait_entered(struct gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    while (!g->entered)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(struct gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Two machines with 30 s timeouts, h_gated as RKV_OP_CUSTOM at server 1
+ * and the client, and tensor "t": the client. */
+static struct rkv_client *gated_cluster(struct cluster *c, struct gate *g)
+{
+    cluster_config(c, 30000);
+    cluster_start_server(c, 0);
+    cluster_start_server(c, 1);
+    assert_int_equal(rkv_server_register_handler(c->srv[1][0], RKV_OP_CUSTOM, h_gated, g), 0);
+    struct rkv_client *cli = client_join(c);
+    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_gated, g), 0);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    return cli;
+}
+
 struct interrupter {
     struct gate *g;
     struct rkv_client *cli;
@@ -1186,10 +1217,7 @@ struct interrupter {
 static void *interrupt_thread(void *arg)
 {
     struct interrupter *it = arg;
-    pthread_mutex_lock(&it->g->mu);
-    while (!it->g->entered)
-        pthread_cond_wait(&it->g->cv, &it->g->mu);
-    pthread_mutex_unlock(&it->g->mu);
+    gate_wait_entered(it->g);
     (void)rkv_client_interrupt(it->cli, 1);
     return NULL;
 }
@@ -1206,13 +1234,7 @@ static void test_interrupt_ends_a_wait(void **state)
     (void)state;
     struct gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     struct cluster c;
-    cluster_config(&c, 30000);
-    cluster_start_server(&c, 0);
-    cluster_start_server(&c, 1);
-    assert_int_equal(rkv_server_register_handler(c.srv[1][0], RKV_OP_CUSTOM, h_gated, &g), 0);
-    struct rkv_client *cli = client_join(&c);
-    assert_int_equal(rkv_client_register_handler(cli, RKV_OP_CUSTOM, h_gated, &g), 0);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct rkv_client *cli = gated_cluster(&c, &g);
     assert_int_equal(rkv_client_interrupt(NULL, 1), -RKV_EINVAL);
     uint64_t remote = 60, local = 3;
     float rows[4] = {1, 1, 1, 1}, got[4];
@@ -1246,10 +1268,7 @@ static void test_interrupt_ends_a_wait(void **state)
     assert_int_equal(rkv_client_pull(cli, "unseen", NULL, 0, NULL), -RKV_EINTR);
     assert_msg(cli, "nothing sent");
     assert_int_equal(rkv_client_interrupt(cli, 0), 0);
-    pthread_mutex_lock(&g.mu);
-    g.open = 1;
-    pthread_cond_broadcast(&g.cv);
-    pthread_mutex_unlock(&g.mu);
+    gate_open(&g);
     pull_ok(cli, "t", &remote, 1, got);
     for (int j = 0; j < 4; j++)
         assert_true(got[j] == 10.0f); /* the interrupted push went on at the server */
@@ -1295,19 +1314,10 @@ static void test_destroy_while_a_call_waits(void **state)
     (void)state;
     struct gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     struct cluster c;
-    cluster_config(&c, 30000);
-    cluster_start_server(&c, 0);
-    cluster_start_server(&c, 1);
-    assert_int_equal(rkv_server_register_handler(c.srv[1][0], RKV_OP_CUSTOM, h_gated, &g), 0);
-    struct in_push b = {.cli = client_join(&c), .rc = 1};
-    assert_int_equal(rkv_client_register_handler(b.cli, RKV_OP_CUSTOM, h_gated, &g), 0);
-    assert_int_equal(rkv_client_init_data(b.cli, &T_F32), 0);
+    struct in_push b = {.cli = gated_cluster(&c, &g), .rc = 1};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, held_push_thread, &b), 0);
-    pthread_mutex_lock(&g.mu);
-    while (!g.entered) /* the server holds the push: the call waits */
-        pthread_cond_wait(&g.cv, &g.mu);
-    pthread_mutex_unlock(&g.mu);
+    gate_wait_entered(&g); /* the server holds the push: the call waits */
     rkv_client_destroy(b.cli);
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -1315,10 +1325,7 @@ static void test_destroy_while_a_call_waits(void **state)
     if (pthread_timedjoin_np(t, NULL, &until) != 0)
         fail_msg("the push did not return after rkv_client_destroy");
     assert_int_equal(b.rc, -RKV_EINTR);
-    pthread_mutex_lock(&g.mu);
-    g.open = 1;
-    pthread_cond_broadcast(&g.cv);
-    pthread_mutex_unlock(&g.mu);
+    gate_open(&g);
     rkv_server_stop(c.srv[0][0]);
     rkv_server_stop(c.srv[1][0]);
     cluster_stop(&c);
