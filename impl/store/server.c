@@ -2018,7 +2018,8 @@ static int srv_replay_finish(struct rkv_server *s, char *err, size_t err_len)
  * its memory holds everything the file does and more, and other servers of
  * the machine may be using it. A push our predecessor was applying when it
  * died may be there in part; alone on the machine, we roll back to the
- * snapshot (that push was not acknowledged, its client retries it). */
+ * snapshot (that push was not acknowledged, its client retries it); beside
+ * live servers, the push is finished from its log record. */
 static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const char *path,
                       char *err, size_t err_len)
 {
@@ -2050,11 +2051,12 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
                  "every acknowledged push; unacknowledged ones are retried by their clients",
                  s->server_id, mach, path, (unsigned long long)snap->generation);
     } else if (torn) {
-        RKV_LOGE(s->port,
-                 "server %u restarted beside live servers of machine %u, and died applying "
-                 "pushes of %u clients: kept the shared memory; those pushes (never "
-                 "acknowledged) may be there in part",
-                 s->server_id, mach, torn);
+        /* rkv_wal_trim below finishes the push from its record (the apply
+         * journal, wal.c), and says so. */
+        RKV_LOGW(s->port,
+                 "server %u restarted beside live servers of machine %u, and had died applying "
+                 "a push: kept the shared memory",
+                 s->server_id, mach);
     } else {
         RKV_LOGW(s->port,
                  "server %u restarted: serving machine %u's shared memory (it survived, or the "
@@ -2064,8 +2066,10 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
     }
     if (torn && s->cfg.machines[mach].servers == 1)
         return 0;
-    int rc = rkv_wal_trim(s->wal, err, err_len); /* a dead server's unfinished append */
-    return rc < 0 ? rc : srv_adopt(s, 1, err, err_len);
+    /* The tensors first (and the row locks our predecessor held freed):
+     * the push it died applying is finished in them. */
+    int rc = srv_adopt(s, 1, err, err_len);
+    return rc < 0 ? rc : rkv_wal_trim(s->wal, s->ht, err, err_len);
 }
 
 static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const char *path,

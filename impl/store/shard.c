@@ -47,8 +47,10 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
                         int create, struct rkv_shard *sh, char *err, size_t err_len)
 {
     uint64_t data_bytes, book_bytes, local_bytes = 0, total;
+    uint64_t journal_bytes = (uint64_t)row_bytes * (with_state ? 2 : 1);
     if (!rkv_mul_ok(local_rows, row_bytes, &data_bytes) ||
         !rkv_mul_ok(data_bytes, with_state ? 2 : 1, &total) ||
+        !rkv_add_ok(total, journal_bytes, &total) ||
         !rkv_mul_ok(book_len, sizeof(uint32_t), &book_bytes) ||
         !rkv_add_ok(total, book_bytes, &total) ||
         !rkv_add_ok(total, sizeof(struct rkv_shard_hdr), &total) ||
@@ -60,6 +62,10 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
     uint64_t local_off = total & ~7ull;
     if (has_local && !rkv_add_ok(local_off, local_bytes, &total))
         return rkv_errf(err, err_len, -RKV_ELIMIT, "shard %s: size overflows", name);
+    /* After the rows and state, before the book: where it is does not
+     * depend on a local index, which some mappers of the shard do not ask
+     * for. */
+    uint64_t journal_off = sizeof(struct rkv_shard_hdr) + data_bytes * (with_state ? 2 : 1);
     /* Asked before the segment is made, so that the caller learns why
      * (shm_map says it only in this node's log). */
     char why[256];
@@ -77,6 +83,7 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
         h->local_rows = local_rows;
         h->row_bytes = row_bytes;
         h->with_state = !!with_state;
+        h->journal_off = journal_off;
         atomic_thread_fence(memory_order_release);
         h->magic = rkv_shard_magic();
     } else if ((h->magic & ~(0xffull << 56)) == RKV_SHARD_MAGIC && h->magic != rkv_shard_magic()) {
@@ -86,7 +93,8 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
                         "otherwise): run one build on a machine",
                         name);
     } else if (h->magic != rkv_shard_magic() || h->local_rows != local_rows ||
-               h->row_bytes != row_bytes || h->with_state != (uint64_t) !!with_state) {
+               h->row_bytes != row_bytes || h->with_state != (uint64_t) !!with_state ||
+               h->journal_off != journal_off) {
         port->ops->shm_unmap(port, addr, total);
         return rkv_errf(err, err_len, -RKV_EEXIST,
                         "shard %s exists with another shape (stale segment from an earlier run? "
@@ -103,9 +111,11 @@ int rkv_shard_map_local(struct rkv_port *port, const char *name, uint64_t local_
     sh->track = ns != 0 && h->pidns == ns && port->ops->proc_self && port->ops->proc_alive;
     sh->state = with_state ? sh->data + data_bytes : NULL;
     if (book_len)
-        sh->book = (uint32_t *)(void *)(sh->data + data_bytes * (with_state ? 2 : 1));
+        sh->book =
+            (uint32_t *)(void *)(sh->data + data_bytes * (with_state ? 2 : 1) + journal_bytes);
     if (has_local && book_len)
         sh->local = (uint64_t *)(void *)((uint8_t *)addr + local_off);
+    sh->journal = (uint8_t *)addr + journal_off;
     return 0;
 }
 

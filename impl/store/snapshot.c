@@ -642,6 +642,22 @@ static int snap_reserve(struct rkv_snap_writer *w, const struct rkv_snap *s, cha
     return 0;
 }
 
+/* Under the copy lock: a push a dead server was applying and nobody has
+ * finished yet (the apply journal, wal.c) is in the rows in part, and a
+ * copy of them would keep that part for good (its record lies before the
+ * copy's LSN, so a replay would not apply it again). The checkpoint waits
+ * for the next one, after the push is finished. */
+static int snap_torn_push(struct rkv_snap_writer *w, char *err, size_t err_len)
+{
+    if (!atomic_load(&w->mc->hdr->jr_lsn))
+        return 0;
+    return rkv_errf(err, err_len, -RKV_EIO,
+                    "machine %u: a server died applying a push that is not finished yet (the "
+                    "next push on the machine, or that server's restart, finishes it): no "
+                    "checkpoint until then",
+                    w->machine);
+}
+
 /* Tensor t's rows and state, chunk by chunk, each copied under the copy
  * lock with the log's end then (its copy LSN; snapshot.h) and written
  * outside it; then the copy LSNs. at: where the rows go; *crc_p the body's
@@ -662,6 +678,10 @@ static int snap_write_rows(struct rkv_snap_writer *w, struct snap_out *o,
         rows = rows < t->chunk_rows ? rows : t->chunk_rows;
         size_t bytes = (size_t)(rows * rb);
         rkv_mach_copy_begin(w->mc);
+        if ((rc = snap_torn_push(w, err, err_len)) < 0) {
+            rkv_mach_copy_end(w->mc);
+            break;
+        }
         rkv_put64(w->lsns + k * 8, atomic_load(&h->wal_end));
         memcpy(w->buf, t->data + first * rb, bytes);
         if (t->state)
@@ -761,6 +781,11 @@ static int snap_write(struct rkv_snap_writer *w, uint64_t gen, struct rkv_snap_t
     }
     *begun_p = 1;
     rkv_mach_copy_begin(w->mc);
+    if ((rc = snap_torn_push(w, err, err_len)) < 0) {
+        rkv_mach_copy_end(w->mc);
+        rkv_file_close(o.fd);
+        return rc;
+    }
     s.wall_ns = rkv_file_wall_ns();
     for (uint32_t c = 0; c < h->n_clients; c++)
         seqs[c] = h->clients[c].last_seq;

@@ -61,12 +61,18 @@ struct rkv_shard_hdr {
      * every other process of the machine spun on it for ever. */
     uint64_t pidns;
     _Atomic uint64_t holders[RKV_SHARD_LOCKS];
+    /* The byte offset of the apply journal's row (below). */
+    uint64_t journal_off;
 };
 
-/* Segment layout: header | data | state (with_state) | book (EXPLICIT: one
- * machine id per global row, so that a node that never saw the tensor's
- * INIT, a snapshot writer or a restarted server, can rebuild it) | a
- * user-given local index (u64 per global row, 8-aligned; only when given). */
+/* Segment layout: header | data | state (with_state) | the apply journal's
+ * row and its state row (in durable mode the row a push is about to
+ * change, as it was: wal.c, the apply journal, so that a server that died
+ * inside a push leaves what its successor needs to finish it exactly;
+ * touched only in durable mode) | book (EXPLICIT: one machine id per
+ * global row, so that a node that never saw the tensor's INIT, a snapshot
+ * writer or a restarted server, can rebuild it) | a user-given local index
+ * (u64 per global row, 8-aligned; only when given). */
 struct rkv_shard {
     struct rkv_port *port;
     struct rkv_shard_hdr *hdr;
@@ -75,7 +81,8 @@ struct rkv_shard {
     uint8_t *state;  /* same shape, or NULL */
     uint32_t *book;  /* book_len entries, or NULL */
     uint64_t *local; /* book_len entries: a user-given local index (rkv_shard_map_local), or NULL */
-    uint32_t owner;  /* tag written into row locks it holds (0: an untagged ~0u) */
+    uint8_t *journal; /* one row, then its state row (with_state): the apply journal's */
+    uint32_t owner;   /* tag written into row locks it holds (0: an untagged ~0u) */
     /* Of the segment maker's pid namespace: records its holders, and takes
      * a dead one's lock over (struct rkv_shard_hdr holders). */
     int track;
@@ -231,6 +238,14 @@ struct rkv_mach_hdr {
      * pages, so no later sync can vouch for them; every commit fails until
      * the machine restarts from its files. */
     atomic_uint wal_failed;
+    uint32_t pad2;
+    /* The apply journal (durable mode, wal.c): the push being applied under
+     * wal_lock, so that whoever takes the lock after its holder died
+     * finishes that push exactly. jr_lsn: its record's LSN (0: none);
+     * jr_pos: the index of the row being applied << 1, | 1 once that row's
+     * old content is in its shard's journal row. The rows before it are
+     * applied whole, the rows after it not at all. */
+    _Atomic uint64_t jr_lsn, jr_pos;
     struct rkv_mach_tensor tensors[RKV_MAX_TENSORS + 1]; /* by id */
     struct rkv_mach_client clients[];                    /* n_clients */
 };

@@ -267,12 +267,24 @@ static int wal_cut(struct rkv_wal *w, char *err, size_t err_len)
     return rc < 0 ? rc : wal_void_at(w->app.fd, RKV_WAL_OFF(end), path, err, err_len);
 }
 
-int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len)
+static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht, char *err,
+                           size_t err_len);
+
+int rkv_wal_trim(struct rkv_wal *w, const struct rkv_handler_table *ht, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
+    /* As a push takes them: a checkpoint's copy must not see the rows of
+     * the push being finished half way. */
+    rkv_mach_apply_begin(w->mc);
     rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, w->mc->owner);
     int rc = wal_cut(w, err, err_len);
+    char why[300];
+    /* What this server cannot finish yet (a custom op registered after
+     * create) waits for the next push, here or on a live server. */
+    if (rc == 0 && atomic_load(&h->jr_lsn) && wal_finish_torn(w, ht, why, sizeof(why)) < 0)
+        RKV_LOGW(w->port, "%s", why);
     rkv_live_unlock(&h->wal_lock, &h->wal_holder);
+    rkv_mach_apply_end(w->mc);
     return rc;
 }
 
@@ -374,19 +386,159 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
     return 0;
 }
 
+static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage);
+
+/* ---- the apply journal ----
+ *
+ * A push is applied in place, row by row, into memory the machine's other
+ * servers go on serving when its server dies: a server killed in the
+ * middle left some rows applied, one perhaps half, and its (client,
+ * sequence) not marked; the client's retry then applied the whole push
+ * again (an outside tester: "expected 23, got 19", and the next checkpoint
+ * saved it). Rolling the machine back to its snapshot would stop every
+ * server of the machine. Instead the push's record, published before its
+ * first row is touched, says what the push is, and the journal in the
+ * machine segment (jr_lsn, jr_pos) says how far it went, with the row in
+ * flight's old content in its shard's journal row: whoever takes wal_lock
+ * next (a live server's next push, or the dead one's restart) puts that
+ * row back, applies the rest from the record and marks the sequence, as
+ * if the push had ended. The cost, in durable mode only: a copy of each
+ * row before it changes and two stores into one shared line. */
+
+/* Rows [from, count) of a push whose record is in the log, each one's old
+ * content saved in the shard's journal row before it changes. */
+static void wal_apply_journaled(struct rkv_mach_hdr *h, struct rkv_tensor *t,
+                                const struct rkv_handler_table *ht, int op, double param,
+                                const uint64_t *ids, const uint8_t *rows, uint64_t from,
+                                uint64_t count)
+{
+    struct rkv_shard *sh = &t->shard;
+    size_t rb = sh->row_bytes;
+    for (uint64_t i = from; i < count; i++) {
+        uint64_t l = rkv_pbook_g2l(&t->pb, ids[i]);
+        assert(l < sh->local_rows);
+        uint8_t *row = sh->data + l * rb, *state = sh->state ? sh->state + l * rb : NULL;
+        rkv_shard_lock(sh, l);
+        memcpy(sh->journal, row, rb);
+        if (state)
+            memcpy(sh->journal + rb, state, rb);
+        atomic_store_explicit(&h->jr_pos, i << 1 | 1, memory_order_release);
+        rkv_handler_run(ht, op, t->meta.dtype, row, state, rows + i * rb, t->meta.row_len, param);
+        rkv_shard_unlock(sh, l);
+        atomic_store_explicit(&h->jr_pos, (i + 1) << 1, memory_order_release);
+    }
+}
+
+/* Under wal_lock, with jr_lsn set: a holder died inside that push (a live
+ * holder clears it before it lets the lock go). Finishes it from its
+ * record. -RKV_ENOTENSOR or -RKV_ENOHANDLER when this server cannot (its
+ * tensor is not mapped here, or its custom op has no handler here yet):
+ * the journal stays for a server that can, and nothing else is applied
+ * meanwhile. A record that no longer reads as the one appended cannot be
+ * finished by anyone: said, and the journal let go (the rows stay as they
+ * are, the push unacknowledged). */
+static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht, char *err,
+                           size_t err_len)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    assert(rkv_live_held(&h->wal_lock, w->mc->owner));
+    uint64_t lsn = atomic_load(&h->jr_lsn), pos = atomic_load(&h->jr_pos);
+    uint64_t lineage = __atomic_load_n(&h->lineage, __ATOMIC_ACQUIRE);
+    uint8_t head[RKV_WAL_REC_BYTES], *body = NULL;
+    char path[512], why[300] = "";
+    int rc = wal_file_use(w, &w->app, RKV_WAL_GEN(lsn), path, sizeof(path), why, sizeof(why));
+    if (rc == 0)
+        rc =
+            rkv_file_pread(w->app.fd, head, sizeof(head), RKV_WAL_OFF(lsn), path, why, sizeof(why));
+    if (rc == 0 && (rkv_get32(head) != RKV_WAL_REC_MAGIC || !wal_here(head, lsn, lineage)))
+        rc = rkv_errf(why, sizeof(why), -RKV_EIO, "log %s: no record at byte %llu", path,
+                      (unsigned long long)RKV_WAL_OFF(lsn));
+    uint32_t tid = rkv_get32(head + 8), client = rkv_get32(head + 12);
+    uint64_t seq = rkv_get64(head + 16), count = rkv_get64(head + 24);
+    uint64_t row_bytes = rkv_get64(head + 32), body_bytes = 0;
+    int op = (int)rkv_get32(head + 48);
+    double param;
+    memcpy(&param, head + 40, 8);
+    struct rkv_tensor *t = rc == 0 ? rkv_tensor_at(w->tensors, tid) : NULL;
+    if (rc == 0 && !(t && t->mapped)) {
+        return rkv_errf(err, err_len, -RKV_ENOTENSOR,
+                        "machine %u: a server died applying a push to tensor id %u, which this "
+                        "server does not hold: left for one that does",
+                        w->machine, tid);
+    }
+    if (rc == 0 && (row_bytes != t->row_bytes || (pos >> 1) > count ||
+                    (client != UINT32_MAX && client >= h->n_clients)))
+        rc = rkv_errf(why, sizeof(why), -RKV_EIO, "log %s: the record at byte %llu does not fit it",
+                      path, (unsigned long long)RKV_WAL_OFF(lsn));
+    if (rc == 0 && (rc = rkv_handler_check(ht, op, t->meta.dtype, t->shard.state != NULL)) < 0)
+        return rkv_errf(err, err_len, rc,
+                        "machine %u: a server died applying a push of op %d to tensor '%s', and "
+                        "this server cannot apply that op (%s) yet: the next push on the machine "
+                        "from a server that can (one that registered its handler) finishes it",
+                        w->machine, op, t->meta.name, rkv_strerror(rc));
+    if (rc == 0) {
+        body_bytes = rkv_wal_record_bytes(count, row_bytes) - RKV_WAL_REC_BYTES;
+        if (!(body = malloc(body_bytes ? body_bytes : 1)))
+            rc = rkv_errf(why, sizeof(why), -RKV_ENOMEM, "no memory for %llu bytes",
+                          (unsigned long long)body_bytes);
+    }
+    if (rc == 0)
+        rc = rkv_file_pread(w->app.fd, body, body_bytes, RKV_WAL_OFF(lsn) + RKV_WAL_REC_BYTES, path,
+                            why, sizeof(why));
+    if (rc == 0 && rkv_crc32c(0, body, body_bytes) != rkv_get32(head + 52))
+        rc = rkv_errf(why, sizeof(why), -RKV_EIO, "log %s: the record at byte %llu fails its CRC",
+                      path, (unsigned long long)RKV_WAL_OFF(lsn));
+    if (rc < 0) {
+        RKV_LOGE(w->port,
+                 "machine %u: a server died applying a push, which cannot be finished: %s; its "
+                 "rows may be applied in part (never acknowledged)",
+                 w->machine, why);
+        goto done;
+    }
+    const uint64_t *ids = (const uint64_t *)(const void *)body;
+    if (rkv_tensor_check_ids(t, w->machine, ids, (size_t)count, why, sizeof(why)) < 0) {
+        RKV_LOGE(w->port, "machine %u: a dead server's push cannot be finished: %s", w->machine,
+                 why);
+        goto done;
+    }
+    struct rkv_mach_client *e = client != UINT32_MAX ? &h->clients[client] : NULL;
+    int marked =
+        e && (e->last_seq >> RKV_SEQ_TAG_SHIFT) == (seq >> RKV_SEQ_TAG_SHIFT) && seq <= e->last_seq;
+    uint64_t from = pos >> 1;
+    if (!marked && (pos & 1)) { /* the row in flight, as it was */
+        uint64_t l = rkv_pbook_g2l(&t->pb, ids[from]);
+        size_t rb = t->row_bytes;
+        rkv_shard_lock(&t->shard, l);
+        memcpy(t->shard.data + l * rb, t->shard.journal, rb);
+        if (t->shard.state)
+            memcpy(t->shard.state + l * rb, t->shard.journal + rb, rb);
+        rkv_shard_unlock(&t->shard, l);
+    }
+    if (!marked)
+        wal_apply_journaled(h, t, ht, op, param, ids, body + count * 8, from, count);
+    if (e && !marked)
+        e->last_seq = seq;
+    RKV_LOGW(w->port,
+             "machine %u: a server died applying a push (tensor '%s', %llu rows, client %u, "
+             "push %llx): %s",
+             w->machine, t->meta.name, (unsigned long long)count, client, (unsigned long long)seq,
+             marked ? "it had ended" : "finished it from its log record");
+done:
+    free(body);
+    atomic_store(&h->jr_lsn, 0);
+    return 0;
+}
+
 /* wal_lock taken over from a holder (tag dead) that died inside a push:
- * the rows of that push may be here in part (never acknowledged), as with
- * a dead server's row lock; what it wrote past the log's end goes; and the
- * locks it held inside this one are freed: client entries (only ever held
- * under wal_lock in durable mode, so none is a live server's) and its row
- * locks (by its tag). */
+ * what it wrote past the log's end goes, and the locks it held inside this
+ * one are freed: client entries (only ever held under wal_lock in durable
+ * mode, so none is a live server's) and its row locks (by its tag). The
+ * push itself, if its record was published, is finished by the apply
+ * journal (wal_finish_torn). */
 static int wal_after_death(struct rkv_wal *w, uint32_t dead, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
-    RKV_LOGE(w->port,
-             "machine %u: a server (tag %u) died inside a push; its rows may be applied in part "
-             "until the machine restarts from its log",
-             w->machine, dead);
+    RKV_LOGE(w->port, "machine %u: a server (tag %u) died inside a push", w->machine, dead);
     for (uint32_t c = 0; c < h->n_clients; c++)
         atomic_store(&h->clients[c].lock, 0);
     for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
@@ -416,6 +568,9 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
     uint32_t dead = rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, mc->owner);
     if (dead && (rc = wal_after_death(w, dead, err, err_len)) < 0)
         goto unlock;
+    /* Before the duplicate check: the dead holder's push may be this one. */
+    if (atomic_load(&h->jr_lsn) && (rc = wal_finish_torn(w, ht, err, err_len)) < 0)
+        goto unlock;
     int dup = tracked && rkv_mach_seq_begin(mc, p->client, p->seq);
     if (!dup) {
         /* Checked before the append: a logged push is one replay applies. */
@@ -425,12 +580,16 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
                      rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
         if (rc == 0)
             rc = wal_append(w, p, t->row_bytes, head, err, err_len);
-        if (rc == 0)
-            rc = rkv_shard_push(&t->shard, t, ht, p->op, p->param, p->ids, (size_t)p->count,
-                                p->rows);
+        if (rc == 0) {
+            /* From here a death leaves the journal for the next holder. */
+            atomic_store(&h->jr_pos, 0);
+            atomic_store(&h->jr_lsn, rkv_get64(head + 56));
+            wal_apply_journaled(h, t, ht, p->op, p->param, p->ids, p->rows, 0, p->count);
+        }
     }
     if (tracked)
         rkv_mach_seq_end(mc, p->client, p->seq, !dup && rc == 0);
+    atomic_store(&h->jr_lsn, 0); /* after the mark: a death between finishes nothing twice */
     *dup_p = dup;
 unlock:
     rkv_live_unlock(&h->wal_lock, &h->wal_holder);
@@ -1405,6 +1564,9 @@ int rkv_wal_recover(struct rkv_wal *w, uint64_t lineage, uint64_t gen,
         int rc = wal_check_chain(w, lineage, gen, err, err_len);
         if (rc < 0)
             return rc;
+        /* The rows are rebuilt from the snapshot and the log: the journal
+         * of a push torn in the memory before says nothing of them. */
+        atomic_store(&w->mc->hdr->jr_lsn, 0);
     }
     for (uint64_t g = start ? RKV_WAL_GEN(start) : gen; g < gen + RKV_WAL_MAX_CHAIN; g++) {
         struct wal_rd rd;

@@ -284,8 +284,9 @@ uint64_t rkv_wal_pending_bytes(const struct rkv_wal *w);
  * reason. */
 int rkv_wal_refuse_orphans(struct rkv_wal *w, char *err, size_t err_len);
 /* A restarted server beside the machine's surviving memory: voids whatever
- * a dead server wrote past the last complete record. */
-int rkv_wal_trim(struct rkv_wal *w, char *err, size_t err_len);
+ * a dead server wrote past the last complete record, and finishes the push
+ * it died applying (the apply journal, wal.c) when ht can. */
+int rkv_wal_trim(struct rkv_wal *w, const struct rkv_handler_table *ht, char *err, size_t err_len);
 
 /* What a recovery did. */
 struct rkv_wal_replay {

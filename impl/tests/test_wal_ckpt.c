@@ -141,6 +141,28 @@ static void test_snapshot_written_over_the_previous(void **state)
     fix_close(&f);
 }
 
+/* A push a dead server was applying, not finished yet (the apply journal
+ * names its record), is in the rows in part: a checkpoint then would keep
+ * that part for good, its record lying before the copy's LSN. It is
+ * refused, saying why, and the next one after the push is finished goes
+ * through. */
+static void test_checkpoint_waits_for_a_torn_push(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    char err[256];
+    assert_int_equal(rkv_snap_commit(&f.sw, 0, err, sizeof(err)), 0);
+    atomic_store(&f.mc.hdr->jr_lsn, RKV_WAL_LSN(1, RKV_WAL_HDR_BYTES));
+    assert_int_equal(rkv_snap_commit(&f.sw, 1, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "died applying a push that is not finished yet"));
+    assert_int_equal(generation_of(f.snap), 1);
+    atomic_store(&f.mc.hdr->jr_lsn, 0);
+    assert_int_equal(rkv_snap_commit(&f.sw, 1, err, sizeof(err)), 0);
+    assert_int_equal(generation_of(f.snap), 2);
+    fix_close(&f);
+}
+
 /* A crash while a snapshot is written over its spare leaves the spare
  * half written (here: junk, longer than a snapshot): the snapshot's name
  * still holds the last whole one, and the next snapshot writes over the
@@ -1526,6 +1548,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_written_over_the_previous),
+        cmocka_unit_test(test_checkpoint_waits_for_a_torn_push),
         cmocka_unit_test(test_snapshot_over_half_written_spare),
         cmocka_unit_test(test_snapshot_spare_written_ahead),
         cmocka_unit_test(test_file_swap_in),
