@@ -298,6 +298,9 @@ void rkv_mach_apply_begin(struct rkv_mach *mc)
 {
     struct rkv_mach_hdr *h = mc->hdr;
     atomic_uint *mine = &h->readers[mc->owner - 1];
+    if (mc->port->ops->proc_self) /* before the flag: whoever sees it sees this */
+        atomic_store_explicit(&h->reader_proc[mc->owner - 1], mc->port->ops->proc_self(mc->port),
+                              memory_order_relaxed);
     for (unsigned spins = 0;;) {
         atomic_store(mine, 1);
         if (!atomic_load(&h->copy_writer))
@@ -317,11 +320,38 @@ void rkv_mach_apply_end(struct rkv_mach *mc)
 void rkv_mach_copy_begin(struct rkv_mach *mc)
 {
     struct rkv_mach_hdr *h = mc->hdr;
+    const struct rkv_port_ops *o = mc->port->ops;
     assert(atomic_load(&h->copy_writer) == 0);
     atomic_store(&h->copy_writer, mc->owner);
-    for (uint32_t i = 0; i < RKV_MACH_SERVERS; i++)
-        for (unsigned spins = 0; atomic_load(&h->readers[i]);)
+    /* A server killed inside a push leaves its flag set: waited for, it
+     * held this copy, and so every live server's next push, until its
+     * restart (if any) cleared it. Once copy_writer is set no reader
+     * enters (apply_begin looks after setting its flag), so a flag still
+     * set by a dead process is that process's, and goes; the push it was
+     * in is the apply journal's (wal.c), and the copy is refused while it
+     * is unfinished. */
+    for (uint32_t i = 0; i < RKV_MACH_SERVERS; i++) {
+        uint64_t next_look = 0;
+        for (unsigned spins = 0; atomic_load(&h->readers[i]);) {
             mach_backoff(mc->port, &spins);
+            if (!o->proc_alive || spins < MACH_SPINS + MACH_YIELDS)
+                continue;
+            uint64_t now = o->now_ns(mc->port);
+            if (next_look == 0) {
+                next_look = now + MACH_LIVE_CHECK_NS;
+            } else if (now >= next_look) {
+                uint64_t p = atomic_load(&h->reader_proc[i]);
+                unsigned one = 1;
+                if (p && !o->proc_alive(mc->port, p) &&
+                    atomic_compare_exchange_strong(&h->readers[i], &one, 0))
+                    RKV_LOGW(mc->port,
+                             "machine segment: server slot %u's process %llu died inside a push; "
+                             "a checkpoint no longer waits for it",
+                             i, (unsigned long long)RKV_PORT_PROC_PID(p));
+                next_look = now + MACH_LIVE_CHECK_NS;
+            }
+        }
+    }
 }
 
 void rkv_mach_copy_end(struct rkv_mach *mc)

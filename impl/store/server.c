@@ -2672,6 +2672,14 @@ static int srv_run(struct rkv_server *s)
             return rc;
         }
     }
+    /* A push a server of the machine died applying, which create could
+     * not finish for want of its custom handler: now it can, before a
+     * checkpoint (refused meanwhile) is asked for. */
+    if (s->wal && s->mach.hdr && atomic_load(&s->mach.hdr->jr_lsn)) {
+        char why[256];
+        if (rkv_wal_trim(s->wal, s->ht, why, sizeof(why)) < 0)
+            RKV_LOGE(s->port, "server %u: %s", s->server_id, why);
+    }
     s->port->ops->mutex_lock(s->mu);
     while (!s->stop)
         s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);

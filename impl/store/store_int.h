@@ -218,6 +218,9 @@ struct rkv_mach_hdr {
     atomic_uint copy_writer;
     uint32_t pad;
     atomic_uint readers[RKV_MACH_SERVERS];
+    /* The process (port proc_self) that last set readers[i]: a copy waits
+     * for a live one only (rkv_mach_copy_begin). */
+    _Atomic uint64_t reader_proc[RKV_MACH_SERVERS];
     _Atomic uint64_t snap_started; /* generation of the last snapshot whose copy began */
     _Atomic uint64_t snap_durable; /* generation of the last snapshot renamed and synced */
     /* The write-ahead log (wal.h). Locks held across I/O record their

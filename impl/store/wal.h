@@ -136,6 +136,16 @@
  * though they were synced and acknowledged. The append itself is a write
  * into the page cache (microseconds for 4 KiB); the fdatasync, the slow
  * part, happens outside the lock, once for every push waiting.
+ *
+ * The apply journal (jr_lsn, jr_pos in the machine segment, and a row per
+ * shard): from just before a record is written until its push is applied
+ * and its sequence marked, jr_lsn names the record and jr_pos the row and
+ * segment being applied, that segment's old content saved in the shard's
+ * journal row. Whoever takes wal_lock next with jr_lsn set (a push, after
+ * taking the lock over from its dead holder, or the dead server's restart)
+ * voids a record that was never published, or puts the saved segment back
+ * and applies the rest from the record, then marks the sequence
+ * (wal.c wal_finish_torn). A checkpoint's copy is refused meanwhile.
  */
 #ifndef RKV_WAL_H
 #define RKV_WAL_H

@@ -4,6 +4,7 @@
  * recovery in bounded memory. */
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +23,7 @@
 #include "port/port.h"
 #include "port/port_file.h"
 #include "rkv.h"
+#include "store/handlers.h"
 #include "store/snapshot.h"
 #include "store/store_int.h"
 #include "store/wal.h"
@@ -160,6 +162,50 @@ static void test_checkpoint_waits_for_a_torn_push(void **state)
     atomic_store(&f.mc.hdr->jr_lsn, 0);
     assert_int_equal(rkv_snap_commit(&f.sw, 1, err, sizeof(err)), 0);
     assert_int_equal(generation_of(f.snap), 2);
+    fix_close(&f);
+}
+
+/* A server killed inside a push (here: a process that entered the apply
+ * lock as server slot 2 and was killed there) left its reader flag set,
+ * and a checkpoint's copy waited on it for ever, holding every live
+ * server's next push behind it. The copy takes a dead process's flag
+ * away. (Without that, alarm ends the test.) */
+static void test_checkpoint_not_held_by_a_dead_reader(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    char err[256];
+    assert_int_equal(rkv_snap_commit(&f.sw, 0, err, sizeof(err)), 0);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rkv_port *port;
+        struct rkv_mach mc;
+        if (rkv_port_posix_create("reader", 0, 1, &port) < 0 ||
+            rkv_mach_attach(port, f.cfg.shm_prefix, 0, 2, 2, &mc, err, sizeof(err)) < 0)
+            _exit(3);
+        rkv_mach_apply_begin(&mc);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(4);
+        for (;;)
+            pause();
+    }
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(atomic_load(&f.mc.hdr->readers[1]), 1);
+    alarm(30);
+    assert_int_equal(rkv_snap_commit(&f.sw, 1, err, sizeof(err)), 0);
+    alarm(0);
+    assert_int_equal(generation_of(f.snap), 2);
+    assert_int_equal(atomic_load(&f.mc.hdr->readers[1]), 0);
+    close(ready[0]);
+    close(ready[1]);
     fix_close(&f);
 }
 
@@ -574,6 +620,103 @@ static void recover_and_compare(struct fix *f, const char *path, const uint8_t *
                      path, i < half ? "data" : "state", i % half,
                      (i % half) / rkv_tensor_at(&f->tensors, 1)->row_bytes);
     }
+}
+
+/* Push n of test_torn_pushes_finished_by_a_live_server: adagrad into
+ * TORN_IDS rows of 2 journal segments each (8 KiB), the last id the first
+ * again (a row twice in one push), client 0's sequence n. */
+#define TORN_ROWS 64u
+#define TORN_LEN 2048u
+#define TORN_IDS 4u
+static void torn_push_args(uint64_t n, uint64_t *ids, float *vals)
+{
+    for (uint32_t k = 0; k < TORN_IDS; k++) {
+        ids[k] = k + 1 < TORN_IDS ? (n * 5 + k * 9) % TORN_ROWS : ids[0];
+        for (uint32_t e = 0; e < TORN_LEN; e++)
+            vals[k * TORN_LEN + e] = 0.001f * (float)((n + k + e) % 17) - 0.008f;
+    }
+}
+
+static void torn_push(struct fix *f, struct rkv_tensor *t, uint64_t n)
+{
+    uint64_t ids[TORN_IDS];
+    static float vals[TORN_IDS * TORN_LEN];
+    char err[256];
+    torn_push_args(n, ids, vals);
+    struct rkv_wal_push p = {.tensor_id = 1,
+                             .client = 0,
+                             .seq = (1ull << RKV_SEQ_TAG_SHIFT) | n,
+                             .op = RKV_OP_ADAGRAD,
+                             .param = 0.5,
+                             .count = TORN_IDS,
+                             .ids = ids,
+                             .rows = (const uint8_t *)vals};
+    int dup = 1;
+    if (rkv_wal_push(&f->w, t, NULL, &p, &dup, err, sizeof(err)) < 0 || dup)
+        _exit(5);
+}
+
+/* Servers of one machine are separate processes over one shared memory:
+ * here a child process (server slot 2) pushes until it is killed, at a
+ * different moment each round, and the parent (slot 1, a live server)
+ * takes the log's lock over as its next push would. Each round the rows
+ * and optimizer state must be exactly every push the machine marked
+ * applied, once, in order: a push the child died in is finished from its
+ * record (the segment in flight put back first), or was never applied.
+ * Before the apply journal a push killed half way was left in part and its
+ * sequence unmarked, and the client's retry applied it again. */
+static void test_torn_pushes_finished_by_a_live_server(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_shape(&f, TORN_ROWS, TORN_LEN, 1);
+    fix_wal(&f);
+    size_t rb = t->row_bytes, bytes = TORN_ROWS * rb;
+    uint8_t *want = calloc(2, bytes);
+    assert_non_null(want);
+    uint64_t applied = 0, ids[TORN_IDS];
+    static float vals[TORN_IDS * TORN_LEN];
+    int torn = 0;
+    for (int round = 0; round < 24; round++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            f.mc.owner = 2;
+            t->shard.owner = 2;
+            for (uint64_t n = applied + 1;; n++)
+                torn_push(&f, t, n);
+        }
+        usleep(1000 + (useconds_t)round * 400);
+        assert_int_equal(kill(pid, SIGKILL), 0);
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFSIGNALED(st));
+        torn += atomic_load(&f.mc.hdr->jr_lsn) != 0;
+        char err[256];
+        if (rkv_wal_trim(&f.w, NULL, err, sizeof(err)) < 0)
+            fail_msg("%s", err);
+        assert_int_equal(atomic_load(&f.mc.hdr->jr_lsn), 0);
+        uint64_t last = f.mc.hdr->clients[0].last_seq & ((1ull << RKV_SEQ_TAG_SHIFT) - 1);
+        assert_true(last >= applied);
+        for (uint64_t n = applied + 1; n <= last; n++) {
+            torn_push_args(n, ids, vals);
+            for (uint32_t k = 0; k < TORN_IDS; k++)
+                rkv_handler_run(NULL, RKV_OP_ADAGRAD, RKV_F32, want + ids[k] * rb,
+                                want + bytes + ids[k] * rb, vals + k * TORN_LEN, TORN_LEN, 0.5);
+        }
+        applied = last;
+        if (memcmp(t->shard.data, want, bytes) != 0 || memcmp(t->shard.state, want + bytes, bytes))
+            fail_msg("round %d: the rows are not pushes 1..%llu each applied once", round,
+                     (unsigned long long)applied);
+    }
+    /* Most of a push's time is its apply: some kills land there. */
+    if (torn == 0)
+        fail_msg("no kill of 24 landed inside a push");
+    print_message("%d of 24 kills inside a push, %llu pushes\n", torn, (unsigned long long)applied);
+    free(want);
+    fix_tensor_free(&f);
+    fix_close(&f);
 }
 
 /* A checkpoint copies the shard chunk by chunk while pushes go on (a whole
@@ -1549,6 +1692,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_snapshot_written_over_the_previous),
         cmocka_unit_test(test_checkpoint_waits_for_a_torn_push),
+        cmocka_unit_test(test_checkpoint_not_held_by_a_dead_reader),
+        cmocka_unit_test(test_torn_pushes_finished_by_a_live_server),
         cmocka_unit_test(test_snapshot_over_half_written_spare),
         cmocka_unit_test(test_snapshot_spare_written_ahead),
         cmocka_unit_test(test_file_swap_in),
