@@ -105,7 +105,7 @@ RKV_API const char *rkv_dtype_name(enum rkv_dtype dt);
 enum rkv_policy {
     RKV_PART_RANGE = 1,    /* contiguous, near-equal ranges per machine */
     RKV_PART_HASH = 2,     /* row % machines (g2l = row / machines) */
-    RKV_PART_EXPLICIT = 3, /* a book: one machine id per row */
+    RKV_PART_EXPLICIT = 3 /* a book: one machine id per row */
 };
 
 enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
@@ -124,7 +124,7 @@ enum rkv_push_op {
     RKV_OP_SGD = 2,     /* row -= param * grad */
     RKV_OP_ADAGRAD = 3, /* state += grad^2; row -= param * grad / (sqrt(state) + 1e-10) */
     RKV_OP_CUSTOM = 16,
-    RKV_OP_MAX = 64,
+    RKV_OP_MAX = 64
 };
 
 /* A custom push handler: apply n_elems elements of `in` to `row` (and `state`,
@@ -394,7 +394,7 @@ enum {
     RKV_VERBS_SET_SL = 2,
     RKV_VERBS_SET_GID_INDEX = 4,
     RKV_VERBS_SET_MTU = 8,
-    RKV_VERBS_SET_SRQ_DEPTH = 16,
+    RKV_VERBS_SET_SRQ_DEPTH = 16
 };
 
 RKV_API void rkv_config_defaults(struct rkv_config *cfg);
@@ -700,7 +700,8 @@ struct rkv_op_stats {
 };
 /* "push", "pull", "barrier", "init", "other"; NULL for another value. */
 RKV_API const char *rkv_stats_op_name(int op);
-/* The lower edge of bucket b in ns (2^b; 0 for b = 0). */
+/* The lower edge of bucket b in ns (2^b; 0 for b = 0; for b past the
+ * last bucket, the last's: it holds every latency above its edge). */
 RKV_API uint64_t rkv_stats_bucket_ns(uint32_t b);
 /* The counters of operation op (enum rkv_stats_op). -RKV_EINVAL for an op
  * out of range. Call from the thread that uses the client. */

@@ -28,6 +28,20 @@ if ! cmp -s "$tmp/header" "$tmp/lib"; then
   exit 1
 fi
 echo "check_exports: $(wc -l <"$tmp/lib") symbols, exactly the functions of $(basename "$hdr")"
+# The header as the users' compilers take it: strict ISO C from C89 (a
+# trailing comma in an enum broke -std=c89 -pedantic-errors, an outside
+# tester) and, where there is one, C++.
+printf '#include "%s"\nint rkv_header_only;\n' "$hdr" >"$tmp/h.c"
+for std in c89 c99 c11; do
+  "$cc" -std=$std -pedantic-errors -Wall -Wextra -Werror -fsyntax-only "$tmp/h.c" ||
+    { echo "$(basename "$hdr") does not compile with -std=$std -pedantic-errors"; exit 1; }
+done
+if command -v c++ >/dev/null 2>&1; then
+  cp "$tmp/h.c" "$tmp/h.cc"
+  c++ -std=c++11 -pedantic-errors -Wall -Wextra -Werror -fsyntax-only "$tmp/h.cc" ||
+    { echo "$(basename "$hdr") does not compile as C++11"; exit 1; }
+fi
+echo "check_exports: $(basename "$hdr") compiles as ISO C89, C99, C11$(command -v c++ >/dev/null 2>&1 && echo ' and C++11')"
 if [ -n "$archive" ]; then
   # nm's failure (an unreadable archive) must not pass as "nothing outside".
   nm -g --defined-only "$archive" >"$tmp/archive"
