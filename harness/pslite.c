@@ -474,11 +474,23 @@ static int psl_my_host(const struct cmd_settings *s, int fd, char *host, size_t 
                        size_t err_len)
 {
     if (*s->val[CMD_NODE_HOST]) {
-        if (strlen(s->val[CMD_NODE_HOST]) >= len || strchr(s->val[CMD_NODE_HOST], ' '))
-            return rkv_errf(err, err_len, -1, "node-host: \"%s\" is not a host name",
-                            s->val[CMD_NODE_HOST]);
-        snprintf(host, len, "%s", s->val[CMD_NODE_HOST]);
-        return 0;
+        const char *name = s->val[CMD_NODE_HOST];
+        if (strlen(name) >= len || strchr(name, ' '))
+            return rkv_errf(err, err_len, -1, "node-host: \"%s\" is not a host name", name);
+        /* Announced as its IPv4 address, as the other ways announce one:
+         * the scheduler groups servers by what they announce, and
+         * "localhost" beside "127.0.0.1" made two machines of one host on
+         * one port, the second's server left waiting for ever (an outside
+         * tester). */
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        int rc = getaddrinfo(name, NULL, &hints, &res);
+        if (rc != 0)
+            return rkv_errf(err, err_len, -1, "node-host: \"%s\" (%s): %s", name,
+                            s->src[CMD_NODE_HOST], gai_strerror(rc));
+        const char *ok = inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr,
+                                   host, (socklen_t)len);
+        freeaddrinfo(res);
+        return ok ? 0 : rkv_errf(err, err_len, -1, "node-host: \"%s\": %s", name, strerror(errno));
     }
     if (*s->val[CMD_INTERFACE]) {
         struct ifaddrs *ifs;

@@ -722,6 +722,21 @@ static void test_pslite_two_machines(void **state)
     assert_int_equal(out_count(" errors=0 "), 4 + 4 * 5);
 }
 
+/* One host spelt two ways (DMLC_NODE_HOST localhost and 127.0.0.1) is one
+ * machine: grouped by name, it made two machines on one port, and the
+ * second one's server never ended. */
+static void test_pslite_one_host_two_spellings(void **state)
+{
+    (void)state;
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "/tmp/rkv-launch-%d", (int)getpid());
+    if (pslite_launch("NODE_HOSTS='127.0.0.1 localhost'", 2, 2, prefix) != 0)
+        fail_msg("ps-lite launch failed:\n%s", out);
+    assert_non_null(strstr(out, "rkv scheduler: 2 servers and 2 workers on 1 machines"));
+    assert_non_null(strstr(out, "made this node server 1, on machine 0 of 1 (127.0.0.1)"));
+    assert_int_equal(out_count("RESULT worker="), 2);
+}
+
 /* DMLC_INTERFACE names the interface whose address a node announces. */
 static void test_pslite_interface(void **state)
 {
@@ -1078,6 +1093,7 @@ int main(void)
         cmocka_unit_test(test_demo_sigint_in_timed_phase),
         cmocka_unit_test(test_pslite_one_machine),
         cmocka_unit_test(test_pslite_two_machines),
+        cmocka_unit_test(test_pslite_one_host_two_spellings),
         cmocka_unit_test(test_pslite_interface),
         cmocka_unit_test(test_pslite_errors),
         cmocka_unit_test(test_pslite_root_uri),
