@@ -377,9 +377,10 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
     if (rc == 0) {
         /* From here a death leaves the journal to the next holder of
          * wal_lock: a record published (wal_end past it) is finished, one
-         * not yet is voided (wal_finish_torn). Set only after the record
-         * is published, a death in between left a logged push that the
-         * retry logged and applied again elsewhere in the order. */
+         * not yet is voided (wal_finish_torn). Set after the publication,
+         * a death between the two left a logged push unmarked: its retry
+         * was logged again, and a replay applied it at the first record's
+         * place in the order, not where it was acknowledged. */
         atomic_store(&h->jr_pos, 0);
         atomic_store(&h->jr_lsn, end);
         rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
@@ -410,12 +411,14 @@ static int wal_here(const uint8_t *rec, uint64_t lsn, uint64_t lineage);
  * saved it). Rolling the machine back to its snapshot would stop every
  * server of the machine. Instead the push's record, published before its
  * first row is touched, says what the push is, and the journal in the
- * machine segment (jr_lsn, jr_pos) says how far it went, with the row in
- * flight's old content in its shard's journal row: whoever takes wal_lock
- * next (a live server's next push, or the dead one's restart) puts that
- * row back, applies the rest from the record and marks the sequence, as
- * if the push had ended. The cost, in durable mode only: a copy of each
- * row before it changes and two stores into one shared line. */
+ * machine segment (jr_lsn, set before the record is written, and jr_pos)
+ * says how far it went, with the old content of the segment of a row in
+ * flight in its shard's journal row: whoever takes wal_lock next (a live
+ * server's next push, or the dead one's restart) puts that segment back,
+ * applies the rest from the record and marks the sequence, as if the push
+ * had ended. The cost, in durable mode only: a copy of each segment (in
+ * cache) before it changes, and two stores into one shared line per
+ * segment (rkv bench durable: within this host's noise). */
 
 /* jr_pos: the row's index in the push, the segment's in the row, and
  * whether that segment's old content is saved (wal_apply_journaled). */
