@@ -107,7 +107,7 @@ struct demo {
     int gate_done;                  /* the last phase released */
     size_t scanned[DEMO_MAX_PROCS]; /* stdout bytes already searched for PHASEDONE */
     double t0_s;                    /* rkv_timed_now_s at the start of run_cluster */
-    char fault_log[1024];
+    char fault_log[RKV_SC_FAULTS_TEXT];
     /* drop / delay / link_down: the children's fault NICs count what they
      * did into one file per node in fault_dir. */
     char fault_dir[64];

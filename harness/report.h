@@ -29,7 +29,7 @@ struct rkv_report {
     int faults_fired;
     int must_complete; /* no crash, no broken connection: every phase must finish */
     uint32_t survivor_errors;
-    char faults[1024];
+    char faults[RKV_SC_FAULTS_TEXT];
     char survivor_error[320];
     /* The workers' counters (their STATS lines, harness/client_stats.h), a
      * JSON array; NULL when none printed any (the twin's workers). */

@@ -13,6 +13,11 @@
 #define RKV_SC_MAX_PHASES 256
 #define RKV_SC_MAX_SHAPE 4
 #define RKV_SC_MAX_FAULTS 32
+/* Room for the report's line of what the faults did: up to ~100
+ * characters a fault ("s16383.255 crashed at 3599.999999 s (machine
+ * lost), restarted at ..."); 1,024 cut a run of 32 off at the 20th, and
+ * its "not every fault fired" pointed at a line that did not say which. */
+#define RKV_SC_FAULTS_TEXT (RKV_SC_MAX_FAULTS * 128 + 256)
 /* What the oracle may keep (each worker's, or the twin's one): its state
  * for every row of every tensor, 8 B per element, 12 B per row per worker
  * that assigns it, ~36 B per row more (harness/oracle.c); the twin holds

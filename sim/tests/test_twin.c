@@ -555,6 +555,42 @@ static void test_settings_reach_the_twin(void **state)
 /* Eight servers each say they stopped: at the default log level three
  * lines show and one counts the other five (at 65,536 nodes it was 16,384
  * lines); at --log-level 2 each shows, and nothing is counted. */
+/* The faults line names every fault a run may have (32, each with its
+ * restart): it was cut at 1,024 characters, after the 20th. */
+static void test_faults_line_whole(void **state)
+{
+    (void)state;
+    char path[64], text[8192];
+    snprintf(path, sizeof(path), "/tmp/rkv-twin-faults-%d.yaml", (int)getpid());
+    int n = snprintf(text, sizeof(text),
+                     "seed: 7\ncluster:\n  machines: 2\n  servers_per_machine: 2\n"
+                     "  workers_per_machine: 1\n  workers: 1\n  durable: true\n"
+                     "  retry_ms: 30000\ntensors:\n  - name: emb\n    dtype: f32\n"
+                     "    rows: 256\n    shape: [2]\nworkload:\n  - name: p\n    tensor: emb\n"
+                     "    push: 1.0\n    push_op: sum\n    ids_per_request: 8\n"
+                     "    keys: remote-only\n    rounds: 3000\nfaults:\n");
+    for (int i = 0; i < 32; i++)
+        n += snprintf(text + n, sizeof(text) - (size_t)n,
+                      "  - kind: crash\n    target: s1.%d\n    at_s: %.3f\n"
+                      "    restart_after_s: 0.001\n",
+                      i % 2, 0.002 + i * 0.004);
+    assert_true(n < (int)sizeof(text));
+    write_file(path, text);
+    char args[128];
+    snprintf(args, sizeof(args), "run %s", path);
+    run_pass(args);
+    unlink(path);
+    const char *line = strstr(out, "\nfaults: ");
+    assert_non_null(line);
+    const char *end = strchr(line + 1, '\n');
+    int crashes = 0;
+    for (const char *p = line + 1; (p = strstr(p, " crashed at ")) && (!end || p < end); p++)
+        crashes++;
+    assert_int_equal(crashes, 32);
+    assert_non_null(
+        strstr(line, "s1.1 crashed at 0.126000 s, restarted at 0.127000 s; 0 surviving"));
+}
+
 static void test_log_lines_folded(void **state)
 {
     (void)state;
@@ -1127,6 +1163,7 @@ int main(void)
         cmocka_unit_test(test_memory_floor),
         cmocka_unit_test(test_memory_floor_in_a_cgroup),
         cmocka_unit_test(test_log_lines_folded),
+        cmocka_unit_test(test_faults_line_whole),
         cmocka_unit_test(test_crash_faults),
         cmocka_unit_test(test_run_ends_with_the_last_ack),
         cmocka_unit_test(test_step_triggered_crash_wakes_only_for_events),

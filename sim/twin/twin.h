@@ -54,7 +54,7 @@ struct rkv_twin_result {
     uint32_t crash_faults, restarted;
     uint32_t restarts_missed; /* servers down at the end whose crash asked for a restart */
     uint64_t broken;
-    char faults[1024];
+    char faults[RKV_SC_FAULTS_TEXT];
     char survivor_error[320]; /* the first survivor's error, as an example */
     char trace_error[320];    /* --trace could not be written (empty: it was, or none) */
 };
