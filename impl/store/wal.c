@@ -512,8 +512,13 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
          * and what it wrote goes (as after a take-over; a lock freed by
          * the dead server's restart is taken without one). */
         int rc = wal_cut(w, err, err_len);
-        if (rc == 0)
+        if (rc == 0) {
             atomic_store(&h->jr_lsn, 0);
+            RKV_LOGW(w->port,
+                     "machine %u: a server died writing a push's log record: voided, nothing of "
+                     "that push was applied (its client's retry applies it)",
+                     w->machine);
+        }
         return rc;
     }
     /* What cannot be read now (no memory, no descriptor, an I/O error)
@@ -623,7 +628,13 @@ done:
 static int wal_after_death(struct rkv_wal *w, uint32_t dead, char *err, size_t err_len)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
-    RKV_LOGE(w->port, "machine %u: a server (tag %u) died inside a push", w->machine, dead);
+    /* A tag is the local server id + 1: named as the launcher names it.
+     * What becomes of its push is said next (wal_finish_torn), or here
+     * when there is none. */
+    RKV_LOGW(w->port, "machine %u: server s%u.%u died holding the log's lock%s", w->machine,
+             w->machine, dead - 1,
+             atomic_load(&h->jr_lsn) ? ", inside a push"
+                                     : ", outside a push's append and apply: nothing to finish");
     for (uint32_t c = 0; c < h->n_clients; c++)
         atomic_store(&h->clients[c].lock, 0);
     for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
