@@ -1096,8 +1096,9 @@ static int cli_again(struct rkv_client *c, struct cli_server *srv, int rc, int s
     if (now >= deadline)
         return rkv_errf(c->err, sizeof(c->err), rc,
                         "%s: server %u still unreachable after retrying for %llu ms (%u "
-                        "attempts): %s",
-                        what, srv->id, (unsigned long long)retry_budget_ms, attempt, c->err);
+                        "attempt%s): %s",
+                        what, srv->id, (unsigned long long)retry_budget_ms, attempt,
+                        attempt == 1 ? "" : "s", c->err);
     /* At most an eighth of the budget: a server back late in it is still
      * redialled with time left for the hello (a 2 s shutdown budget once
      * napped 1 s, and its last redial had 1 ms). */
@@ -1334,8 +1335,8 @@ static int cli_init_retry(struct rkv_client *c, struct cli_server *srv, uint16_t
         if (now >= deadline)
             return rkv_errf(c->err, sizeof(c->err), rc,
                             "init_data: server %u still unreachable after retrying for %u ms (%u "
-                            "attempts): %s",
-                            srv->id, c->cfg.retry_ms, attempt, c->err);
+                            "attempt%s): %s",
+                            srv->id, c->cfg.retry_ms, attempt, attempt == 1 ? "" : "s", c->err);
         cli_nap(c, deadline, &backoff_ms, 1000);
     }
 }
@@ -2032,9 +2033,12 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
         now = po->now_ns(c->port);
         if (now >= deadline)
             return rkv_errf(c->err, sizeof(c->err), rc,
-                            "%s: machine %u still unreachable after retrying for %u ms (%u "
-                            "attempts): %s",
-                            what, m, c->cfg.retry_ms, attempt, c->err);
+                            /* Its server, not the machine: a sibling may serve on
+                             * (an outside tester), but this call's requests are
+                             * pinned to the one it began with. */
+                            "%s: machine %u: the server this call's requests go to is still "
+                            "unreachable after retrying for %u ms (%u attempt%s): %s",
+                            what, m, c->cfg.retry_ms, attempt, attempt == 1 ? "" : "s", c->err);
         cli_nap(c, deadline, &backoff_ms, 1000);
     }
 }
