@@ -2055,11 +2055,11 @@ static void h_double_add(enum rkv_dtype dt, void *row, void *state, const void *
         r[i] = r[i] * 2 + x[i];
 }
 
-/* A server of machine m that registers h_double_add as RKV_OP_CUSTOM (or
- * not) between create and run, as an application does. Exits 3 when
+/* Server `local` of machine m that registers fn as RKV_OP_CUSTOM (unless
+ * NULL) between create and run, as an application does. Exits 3 when
  * create or run fails, after logging why. */
-static pid_t spawn_custom_server(const struct rkv_config *cfg0, uint32_t m, int with_handler,
-                                 const char *log_path)
+static pid_t spawn_handler_server(const struct rkv_config *cfg0, uint32_t m, uint32_t local,
+                                  rkv_handler_fn fn, const char *log_path)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -2074,17 +2074,25 @@ static pid_t spawn_custom_server(const struct rkv_config *cfg0, uint32_t m, int 
     cfg.log_level = 2;
     struct rkv_server *srv;
     char err[256];
-    if (rkv_server_create(&cfg, 0, &srv, err, sizeof(err)) < 0) {
+    if (rkv_server_create(&cfg, local, &srv, err, sizeof(err)) < 0) {
         fprintf(stderr, "create: %s\n", err);
+        fflush(stderr); /* a file now: _exit would drop what is buffered */
         _exit(3);
     }
-    if (with_handler && rkv_server_register_handler(srv, RKV_OP_CUSTOM, h_double_add, NULL) < 0)
+    if (fn && rkv_server_register_handler(srv, RKV_OP_CUSTOM, fn, NULL) < 0)
         _exit(4);
     int rc = rkv_server_run(srv);
     if (rc < 0)
         fprintf(stderr, "run: %s\n", rkv_server_errmsg(srv));
     rkv_server_destroy(srv);
     exit(rc < 0 ? 3 : 0);
+}
+
+/* Server 0 of machine m, with h_double_add registered or not. */
+static pid_t spawn_custom_server(const struct rkv_config *cfg0, uint32_t m, int with_handler,
+                                 const char *log_path)
+{
+    return spawn_handler_server(cfg0, m, 0, with_handler ? h_double_add : NULL, log_path);
 }
 
 static void push_row60(struct rkv_client *cli, int op, float v)
@@ -2124,38 +2132,6 @@ static void h_sum_dies_once(enum rkv_dtype dt, void *row, void *state, const voi
         r[i] += x[i];
 }
 
-/* Server `local` of machine m with h_sum_dies_once as RKV_OP_CUSTOM,
- * registered between create and run. */
-static pid_t spawn_dying_server(const struct rkv_config *cfg0, uint32_t m, uint32_t local,
-                                const char *log_path)
-{
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid != 0) {
-        child_add(pid);
-        return pid;
-    }
-    if (!freopen(log_path, "w", stderr))
-        _exit(4);
-    struct rkv_config cfg = *cfg0;
-    cfg.machine_id = m;
-    cfg.log_level = 2;
-    struct rkv_server *srv;
-    char err[256];
-    if (rkv_server_create(&cfg, local, &srv, err, sizeof(err)) < 0) {
-        fprintf(stderr, "create: %s\n", err);
-        fflush(stderr);
-        _exit(3);
-    }
-    if (rkv_server_register_handler(srv, RKV_OP_CUSTOM, h_sum_dies_once, NULL) < 0)
-        _exit(4);
-    int rc = rkv_server_run(srv);
-    if (rc < 0)
-        fprintf(stderr, "run: %s\n", rkv_server_errmsg(srv));
-    rkv_server_destroy(srv);
-    exit(rc < 0 ? 3 : 0);
-}
-
 struct torn_push {
     struct rkv_client *cli;
     uint64_t ids[5];
@@ -2192,7 +2168,7 @@ static void test_push_torn_mid_row_finished_once(void **state)
     pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
     pid_t s1[2];
     for (uint32_t l = 0; l < 2; l++)
-        s1[l] = spawn_dying_server(&c.cfg, 1, l, logs[l]);
+        s1[l] = spawn_handler_server(&c.cfg, 1, l, h_sum_dies_once, logs[l]);
     struct torn_push p = {.ids = {55, 56, 57, 58, 59}};
     char err[256];
     if (rkv_client_create(&c.cfg, &p.cli, err, sizeof(err)) < 0)
@@ -2216,7 +2192,7 @@ static void test_push_torn_mid_row_finished_once(void **state)
         fail_msg("no server of machine 1 died in the push within 20 s");
     child_forget(s1[dead]);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-    s1[dead] = spawn_dying_server(&c.cfg, 1, (uint32_t)dead, logs[2]);
+    s1[dead] = spawn_handler_server(&c.cfg, 1, (uint32_t)dead, h_sum_dies_once, logs[2]);
     assert_int_equal(pthread_join(thr, NULL), 0);
     if (p.rc != 0)
         fail_msg("the retried push: %s", rkv_client_errmsg(p.cli));
