@@ -2268,6 +2268,7 @@ static int srv_durable_start(struct rkv_server *s, char *err, size_t err_len)
     if (!s->snapw)
         return rkv_errf(err, err_len, -RKV_ENOMEM, "out of memory");
     rkv_snap_writer_init(s->snapw, s->port, &s->mach, &s->cfg, s->server_id);
+    rkv_snap_writer_map(s->snapw); /* the tensors a restart found (snapshot.h) */
     rkv_wal_hook(s->wal, s->snapw);
     int rc = rkv_wal_start(s->wal, s->snapw, err, err_len);
     if (rc < 0) {

@@ -435,6 +435,31 @@ void rkv_snap_writer_init(struct rkv_snap_writer *w, struct rkv_port *port, stru
     snprintf(w->tmp, sizeof(w->tmp), "%s.tmp%u", w->name, server_id);
 }
 
+/* Maps tensor id's segment (published as e) unless it is mapped. */
+static int snap_map(struct rkv_snap_writer *w, uint32_t id, const struct rkv_mach_tensor *e,
+                    char *err, size_t err_len)
+{
+    struct rkv_shard *sh = &w->maps[id];
+    if (sh->hdr)
+        return 0;
+    char name[96];
+    rkv_shard_name(name, sizeof(name), w->prefix, w->machine, id);
+    return rkv_shard_map_local(w->port, name, e->local_rows, (size_t)e->row_bytes,
+                               (int)e->with_state, e->desc.book_len, (int)e->has_local, 0, sh, err,
+                               err_len);
+}
+
+void rkv_snap_writer_map(struct rkv_snap_writer *w)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    char err[256];
+    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++)
+        if (__atomic_load_n(&h->tensors[id].present, __ATOMIC_ACQUIRE) &&
+            snap_map(w, id, &h->tensors[id], err, sizeof(err)) < 0)
+            RKV_LOGW(w->port, "snapshot of machine %u: %s (mapped again at the next one)",
+                     w->machine, err);
+}
+
 /* Lists the machine's published tensors, mapping segments seen the first time. */
 static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint32_t *n_p,
                      char *err, size_t err_len)
@@ -446,15 +471,9 @@ static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint
         if (!__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
             continue;
         struct rkv_shard *sh = &w->maps[id];
-        if (!sh->hdr) {
-            char name[96];
-            rkv_shard_name(name, sizeof(name), w->prefix, w->machine, id);
-            int rc = rkv_shard_map_local(w->port, name, e->local_rows, (size_t)e->row_bytes,
-                                         (int)e->with_state, e->desc.book_len, (int)e->has_local, 0,
-                                         sh, err, err_len);
-            if (rc < 0)
-                return rc;
-        }
+        int rc = snap_map(w, id, e, err, err_len);
+        if (rc < 0)
+            return rc;
         ts[n++] = (struct rkv_snap_tensor){.id = id,
                                            .with_state = e->with_state,
                                            .local_rows = e->local_rows,

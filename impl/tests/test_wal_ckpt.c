@@ -622,6 +622,38 @@ static void recover_and_compare(struct fix *f, const char *path, const uint8_t *
     }
 }
 
+/* A second server of the machine, restarted, maps the shards at its
+ * start: at its shutdown checkpoint the machine's first server may have
+ * stopped and removed their names already, and mapping them only then
+ * failed "cannot map ... (unknown tensor)" (an outside tester). */
+static void test_restarted_writer_maps_at_its_start(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    fix_tensor(&f);
+    char err[256], name[96];
+    struct rkv_mach mc2;
+    if (rkv_mach_attach(f.port, f.cfg.shm_prefix, 0, 2, 2, &mc2, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_snap_writer primed, late;
+    rkv_snap_writer_init(&primed, f.port, &mc2, &f.cfg, 1);
+    rkv_snap_writer_init(&late, f.port, &mc2, &f.cfg, 1);
+    rkv_snap_writer_map(&primed);
+    rkv_shard_name(name, sizeof(name), f.cfg.shm_prefix, 0, 1);
+    rkv_shard_retire(f.port, name); /* the first server stopped */
+    assert_true(rkv_snap_commit(&late, 0, err, sizeof(err)) < 0);
+    assert_non_null(strstr(err, "cannot map"));
+    if (rkv_snap_commit(&primed, 0, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(generation_of(f.snap), 1);
+    rkv_snap_writer_free(&late);
+    rkv_snap_writer_free(&primed);
+    rkv_mach_close(&mc2);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
 /* Push n of test_torn_pushes_finished_by_a_live_server: adagrad into
  * TORN_IDS rows of 2 journal segments each (8 KiB), the last id the first
  * again (a row twice in one push), client 0's sequence n. */
@@ -1694,6 +1726,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_waits_for_a_torn_push),
         cmocka_unit_test(test_checkpoint_not_held_by_a_dead_reader),
         cmocka_unit_test(test_torn_pushes_finished_by_a_live_server),
+        cmocka_unit_test(test_restarted_writer_maps_at_its_start),
         cmocka_unit_test(test_snapshot_over_half_written_spare),
         cmocka_unit_test(test_snapshot_spare_written_ahead),
         cmocka_unit_test(test_file_swap_in),
