@@ -453,7 +453,8 @@ void rkv_snap_writer_map(struct rkv_snap_writer *w)
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
     char err[256];
-    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++)
+    /* A first start attaches to the machine at its first tensor. */
+    for (uint32_t id = 1; h && id <= RKV_MAX_TENSORS; id++)
         if (__atomic_load_n(&h->tensors[id].present, __ATOMIC_ACQUIRE) &&
             snap_map(w, id, &h->tensors[id], err, sizeof(err)) < 0)
             RKV_LOGW(w->port, "snapshot of machine %u: %s (mapped again at the next one)",
