@@ -453,6 +453,16 @@ static uint64_t wal_segs(const struct rkv_tensor *t, int op)
     return (t->meta.row_len + per - 1) / per;
 }
 
+/* Segment seg of a row of op on t: its byte offset in the row, its bytes. */
+static void wal_seg_span(const struct rkv_tensor *t, int op, uint64_t seg, size_t *off, size_t *len)
+{
+    uint64_t per = wal_seg_elems(t, op), e0 = seg * per, n = t->meta.row_len;
+    assert(e0 < n);
+    size_t es = rkv_dtype_size(t->meta.dtype);
+    *off = (size_t)e0 * es;
+    *len = (size_t)(n - e0 < per ? n - e0 : per) * es;
+}
+
 /* Applies a push whose record is in the log, from segment `seg` of row
  * `from` to its end, each segment's old content saved in the shard's
  * journal row before it changes (not for an assign, which applied again
@@ -464,7 +474,7 @@ static void wal_apply_journaled(struct rkv_mach_hdr *h, struct rkv_tensor *t,
 {
     struct rkv_shard *sh = &t->shard;
     size_t rb = sh->row_bytes, es = rkv_dtype_size(t->meta.dtype);
-    uint64_t per = wal_seg_elems(t, op), n_elems = t->meta.row_len;
+    uint64_t segs = wal_segs(t, op), n_elems = t->meta.row_len;
     int save = op != RKV_OP_ASSIGN;
     for (uint64_t i = from; i < count; i++, seg = 0) {
         uint64_t l = rkv_pbook_g2l(&t->pb, ids[i]);
@@ -476,14 +486,15 @@ static void wal_apply_journaled(struct rkv_mach_hdr *h, struct rkv_tensor *t,
             atomic_store_explicit(&h->jr_pos, WAL_JR_POS(i, 0, 0), memory_order_release);
             rkv_handler_run(ht, op, t->meta.dtype, row, state, in, n_elems, param);
         }
-        for (uint64_t e = seg * per; save && e < n_elems; e += per, seg++) {
-            size_t n = (size_t)(n_elems - e < per ? n_elems - e : per), off = (size_t)e * es;
-            memcpy(sh->journal, row + off, n * es);
+        for (; save && seg < segs; seg++) {
+            size_t off, len;
+            wal_seg_span(t, op, seg, &off, &len);
+            memcpy(sh->journal, row + off, len);
             if (state)
-                memcpy(sh->journal + rb, state + off, n * es);
+                memcpy(sh->journal + rb, state + off, len);
             atomic_store_explicit(&h->jr_pos, WAL_JR_POS(i, seg, 1), memory_order_release);
             rkv_handler_run(ht, op, t->meta.dtype, row + off, state ? state + off : NULL, in + off,
-                            n, param);
+                            len / es, param);
             atomic_store_explicit(&h->jr_pos, WAL_JR_POS(i, seg + 1, 0), memory_order_release);
         }
         rkv_shard_unlock(sh, l);
@@ -595,13 +606,12 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
     uint64_t from = WAL_JR_ROW(pos), seg = WAL_JR_SEG(pos);
     if (!marked && (pos & 1)) { /* the segment in flight, as it was */
         uint64_t l = rkv_pbook_g2l(&t->pb, ids[from]);
-        size_t rb = t->row_bytes, es = rkv_dtype_size(t->meta.dtype);
-        uint64_t per = wal_seg_elems(t, op), e0 = seg * per, n_elems = t->meta.row_len;
-        size_t n = (size_t)(n_elems - e0 < per ? n_elems - e0 : per), off = (size_t)e0 * es;
+        size_t rb = t->row_bytes, off, len;
+        wal_seg_span(t, op, seg, &off, &len);
         rkv_shard_lock(&t->shard, l);
-        memcpy(t->shard.data + l * rb + off, t->shard.journal, n * es);
+        memcpy(t->shard.data + l * rb + off, t->shard.journal, len);
         if (t->shard.state)
-            memcpy(t->shard.state + l * rb + off, t->shard.journal + rb, n * es);
+            memcpy(t->shard.state + l * rb + off, t->shard.journal + rb, len);
         rkv_shard_unlock(&t->shard, l);
     }
     if (!marked)
