@@ -117,6 +117,15 @@ static void mach_unlink_stale(struct rkv_port *port, const char *prefix, uint32_
     port->ops->shm_unlink(port, name);
 }
 
+/* Records this process as slot owner's (reader_proc), before it takes any
+ * lock under that tag: a holder that died between taking a lock word and
+ * recording itself is found through it (mach_take_over). */
+static void mach_slot_mine(struct rkv_mach *mc)
+{
+    if (mc->owner >= 1 && mc->owner <= RKV_MACH_SERVERS && mc->port->ops->proc_self)
+        atomic_store(&mc->hdr->reader_proc[mc->owner - 1], mc->port->ops->proc_self(mc->port));
+}
+
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len)
@@ -158,6 +167,7 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
     atomic_thread_fence(memory_order_release);
     h->magic = mach_magic();
     *mc = (struct rkv_mach){.port = port, .hdr = h, .map_bytes = bytes, .owner = owner};
+    mach_slot_mine(mc);
     return 0;
 }
 
@@ -190,6 +200,7 @@ int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine,
     }
     atomic_thread_fence(memory_order_acquire);
     *mc = (struct rkv_mach){.port = port, .hdr = h, .map_bytes = bytes, .owner = owner};
+    mach_slot_mine(mc);
     return 0;
 }
 
@@ -236,12 +247,20 @@ void rkv_spin_unlock(atomic_uint *w)
  * after the word's CAS, cleared before its release), so a dead id there
  * means the dead process holds the word. */
 static uint32_t mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
-                               uint32_t owner, uint64_t self)
+                               const _Atomic uint64_t *slots, uint32_t owner, uint64_t self)
 {
-    uint64_t dead = atomic_load(holder);
+    uint64_t seen = atomic_load(holder), dead = seen;
+    /* No holder recorded: it died between taking the word and recording
+     * itself (a kill there left the lock held for good: a test killing a
+     * pushing process 24 times hung on it). The word's tag names its slot,
+     * whose process is recorded at attach (a live holder in that window
+     * is that live process, and keeps it). */
+    unsigned tag = atomic_load(w);
+    if (!dead && slots && tag >= 1 && tag <= RKV_MACH_SERVERS)
+        dead = atomic_load(&slots[tag - 1]);
     if (dead == 0 || dead == self || port->ops->proc_alive(port, dead))
         return 0;
-    if (!atomic_compare_exchange_strong(holder, &dead, self))
+    if (!atomic_compare_exchange_strong(holder, &seen, self))
         return 0;
     unsigned was = atomic_exchange(w, owner);
     /* The pid: the id packs the process's start time above it, and the
@@ -252,7 +271,7 @@ static uint32_t mach_take_over(struct rkv_port *port, atomic_uint *w, _Atomic ui
 }
 
 uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
-                       uint32_t owner)
+                       const _Atomic uint64_t *slots, uint32_t owner)
 {
     assert(owner != 0);
     const struct rkv_port_ops *o = port->ops;
@@ -272,7 +291,7 @@ uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *
         if (next_look == 0) {
             next_look = now + MACH_LIVE_CHECK_NS;
         } else if (now >= next_look) {
-            uint32_t was = mach_take_over(port, w, holder, owner, self);
+            uint32_t was = mach_take_over(port, w, holder, slots, owner, self);
             if (was)
                 return was;
             next_look = now + MACH_LIVE_CHECK_NS;

@@ -850,7 +850,7 @@ int rkv_snap_commit(struct rkv_snap_writer *w, uint64_t seen_started, char *err,
     int rc = 0;
     if (!w->seqs && !(w->seqs = calloc((size_t)h->n_clients + 1, sizeof(*w->seqs))))
         return rkv_errf(err, err_len, -RKV_ENOMEM, "snapshot: out of memory");
-    rkv_live_lock(w->port, &h->snap_lock, &h->snap_holder, w->mc->owner);
+    rkv_live_lock(w->port, &h->snap_lock, &h->snap_holder, h->reader_proc, w->mc->owner);
     if (atomic_load(&h->snap_durable) > seen_started) {
         w->n_shared++; /* another server's snapshot began after our pushes */
         goto unlock;

@@ -218,8 +218,10 @@ struct rkv_mach_hdr {
     atomic_uint copy_writer;
     uint32_t pad;
     atomic_uint readers[RKV_MACH_SERVERS];
-    /* The process (port proc_self) that last set readers[i]: a copy waits
-     * for a live one only (rkv_mach_copy_begin). */
+    /* The process (port proc_self) of slot i (tag i + 1), set at attach and
+     * when it sets readers[i]: a copy waits for a live reader only
+     * (rkv_mach_copy_begin), and a lock word of tag i + 1 without a
+     * recorded holder is that process's (rkv_live_lock). */
     _Atomic uint64_t reader_proc[RKV_MACH_SERVERS];
     _Atomic uint64_t snap_started; /* generation of the last snapshot whose copy began */
     _Atomic uint64_t snap_durable; /* generation of the last snapshot renamed and synced */
@@ -292,10 +294,11 @@ void rkv_spin_lock(struct rkv_port *port, atomic_uint *w, uint32_t owner);
 void rkv_spin_unlock(atomic_uint *w);
 /* rkv_spin_lock for locks held across I/O: records the holder's process id
  * in *holder and, while waiting, takes the lock over from a holder whose
- * process died (it then logs it). Returns the dead holder's tag after such
- * a take-over (what the lock protected may be half done), else 0. */
+ * process died (it then logs it); slots: the machine's reader_proc, the
+ * process of each tag (NULL: none). Returns the dead holder's tag after
+ * such a take-over (what the lock protected may be half done), else 0. */
 uint32_t rkv_live_lock(struct rkv_port *port, atomic_uint *w, _Atomic uint64_t *holder,
-                       uint32_t owner);
+                       const _Atomic uint64_t *slots, uint32_t owner);
 void rkv_live_unlock(atomic_uint *w, _Atomic uint64_t *holder);
 /* For assertions: the lock word carries owner's tag (this server holds it;
  * the tag names a server, not one of its tasks). */

@@ -280,7 +280,8 @@ int rkv_wal_trim(struct rkv_wal *w, const struct rkv_handler_table *ht, char *er
     /* A sibling that died holding the lock (its row and client locks with
      * it) is cleaned up as a push would: finishing its push under its row
      * lock would spin for ever. */
-    uint32_t dead = rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, w->mc->owner);
+    uint32_t dead =
+        rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, h->reader_proc, w->mc->owner);
     int rc = dead ? wal_after_death(w, dead, err, err_len) : wal_cut(w, err, err_len);
     char why[300];
     /* What this server cannot finish yet (a custom op registered after
@@ -323,7 +324,7 @@ static int wal_hwm_ensure(struct rkv_wal *w, struct rkv_wal_file *f, const char 
     uint64_t hwm = atomic_load(&h->wal_hwm);
     if (RKV_WAL_GEN(hwm) == gen && off + margin <= RKV_WAL_OFF(hwm))
         return 0;
-    rkv_live_lock(w->port, &h->wal_hwm_lock, &h->wal_hwm_holder, w->mc->owner);
+    rkv_live_lock(w->port, &h->wal_hwm_lock, &h->wal_hwm_holder, h->reader_proc, w->mc->owner);
     hwm = atomic_load(&h->wal_hwm);
     int rc = 0;
     if (RKV_WAL_GEN(hwm) != gen || off + margin > RKV_WAL_OFF(hwm)) {
@@ -671,7 +672,7 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
     uint8_t head[RKV_WAL_REC_BYTES];
     wal_encode_head(head, p, t->row_bytes, wal_pad(p->count, t->row_bytes));
     rkv_mach_apply_begin(mc);
-    uint32_t dead = rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, mc->owner);
+    uint32_t dead = rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, h->reader_proc, mc->owner);
     if (dead && (rc = wal_after_death(w, dead, err, err_len)) < 0)
         goto unlock;
     /* Before the duplicate check: the dead holder's push may be this one. */
@@ -739,7 +740,7 @@ int rkv_wal_sync(struct rkv_wal *w, char *err, size_t err_len)
         w->n_shared_syncs++;
         return 0;
     }
-    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
+    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, h->reader_proc, w->mc->owner);
     int rc = 0;
     if (atomic_load(&h->wal_durable) >= target) {
         w->n_shared_syncs++; /* a sync that began after ours was appended */
@@ -932,7 +933,7 @@ static int wal_before_copy(void *user, uint64_t gen, char *err, size_t err_len)
     w->ckpt_new_hwm = w->created_hwm;
     /* Held until the old log is synced: a group commit in between would
      * sync only the new one and count the old one's tail durable. */
-    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
+    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, h->reader_proc, w->mc->owner);
     w->ckpt_sync_locked = 1;
     return 0;
 }
@@ -985,7 +986,7 @@ static int wal_before_swap(void *user, uint64_t gen, char *err, size_t err_len)
     struct rkv_mach_hdr *h = w->mc->hdr;
     char path[512];
     int rc = 0;
-    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, w->mc->owner);
+    rkv_live_lock(w->port, &h->wal_sync_lock, &h->wal_sync_holder, h->reader_proc, w->mc->owner);
     /* Logs switch only in a checkpoint, under snap_lock, which this holds. */
     uint64_t cur = atomic_load(&h->wal_end);
     assert(RKV_WAL_GEN(cur) == gen);

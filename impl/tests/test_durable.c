@@ -1999,7 +1999,7 @@ static void hold_as_server(const struct cluster *c)
         rkv_mach_attach(port, c->cfg.shm_prefix, 1, 1, 7, &mc, err, sizeof(err)) < 0 ||
         rkv_shard_map(port, name, 50, 16, 0, 0, 0, &sh, err, sizeof(err)) < 0)
         _exit(3);
-    rkv_live_lock(port, &mc.hdr->wal_lock, &mc.hdr->wal_holder, 7);
+    rkv_live_lock(port, &mc.hdr->wal_lock, &mc.hdr->wal_holder, NULL, 7);
     atomic_store(&mc.hdr->clients[0].lock, 7);
     atomic_store(&sh.hdr->locks[rkv_mix64(10) % RKV_SHARD_LOCKS], 7);
 }

@@ -49,7 +49,7 @@ static void ll_holder(int argc, char **argv)
 {
     (void)argc, (void)argv;
     struct ll_run *run = sg_actor_self_get_data();
-    rkv_live_lock(run->p0, &run->lk->word, &run->lk->holder, 7);
+    rkv_live_lock(run->p0, &run->lk->word, &run->lk->holder, NULL, 7);
     sg_actor_sleep_for(run->release ? 0.05 : 1000.0);
     rkv_live_unlock(&run->lk->word, &run->lk->holder);
 }
@@ -61,7 +61,7 @@ static void ll_waiter(int argc, char **argv)
     struct ll_result *r = run->r;
     /* A live holder: waited for until it lets go. */
     sg_actor_sleep_for(0.001);
-    r->live_took = rkv_live_lock(run->p1, &run->lk->word, &run->lk->holder, 9);
+    r->live_took = rkv_live_lock(run->p1, &run->lk->word, &run->lk->holder, NULL, 9);
     r->live_at = simgrid_get_clock();
     rkv_live_unlock(&run->lk->word, &run->lk->holder);
     /* A holder whose node crashes while holding it. */
@@ -72,7 +72,7 @@ static void ll_waiter(int argc, char **argv)
     sg_actor_sleep_for(0.001);
     sg_actor_kill(h);
     double t0 = simgrid_get_clock();
-    r->dead_took = rkv_live_lock(run->p1, &run->lk->word, &run->lk->holder, 9);
+    r->dead_took = rkv_live_lock(run->p1, &run->lk->word, &run->lk->holder, NULL, 9);
     r->dead_at = simgrid_get_clock() - t0;
     r->dead_word = atomic_load(&run->lk->word);
     rkv_live_unlock(&run->lk->word, &run->lk->holder);
