@@ -681,6 +681,49 @@ static void srv_corrupt(struct rkv_tensor *t, uint64_t local)
     }
 }
 
+/* A row lock this server waits on is held by sibling server `tag`
+ * (struct rkv_shard holder_dead). A dead sibling's row locks used to be
+ * freed only by its restart: killed and not restarted, it held them for
+ * ever, and every server of the machine that touched one of those rows
+ * hung (in durable mode with the log's lock held, so did the machine's
+ * every push). In durable mode the log's lock orders this with the push
+ * the dead one may have been applying, which is finished first. */
+static int srv_holder_dead(void *arg, unsigned tag)
+{
+    struct rkv_server *s = arg;
+    const struct rkv_port_ops *o = s->port->ops;
+    if (!s->mach.hdr || tag == 0 || tag > RKV_MACH_SERVERS || tag == s->mach.owner ||
+        !o->proc_alive)
+        return 0;
+    uint64_t proc = atomic_load(&s->mach.hdr->reader_proc[tag - 1]);
+    if (!proc || o->proc_alive(s->port, proc))
+        return 0;
+    int n = 0;
+    char err[300];
+    if (s->wal) {
+        n = rkv_wal_reap(s->wal, s->ht, tag, proc, err, sizeof(err));
+        if (n < 0)
+            RKV_LOGW(s->port, "server %u: %s", s->server_id, err);
+    } else {
+        for (uint32_t id = 1; id <= s->n_tensors; id++) {
+            struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
+            /* A restart of the slot (a new process there) frees its own. */
+            if (t && t->mapped && atomic_load(&s->mach.hdr->reader_proc[tag - 1]) == proc) {
+                struct rkv_shard as_dead = t->shard;
+                as_dead.owner = tag;
+                n += (int)rkv_shard_reclaim(&as_dead);
+            }
+        }
+    }
+    if (n > 0)
+        RKV_LOGW(s->port,
+                 "server %u: server s%u.%u (process %llu) died holding %d row lock(s) of machine "
+                 "%u: freed them",
+                 s->server_id, s->cfg.machine_id, tag - 1,
+                 (unsigned long long)RKV_PORT_PROC_PID(proc), n, s->cfg.machine_id);
+    return n > 0;
+}
+
 /* Makes (create=1) or attaches to this machine's segment of tensor t. */
 static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
 {
@@ -705,6 +748,8 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
         return rc;
     t->mapped = 1;
     t->shard.owner = s->local_id + 1;
+    t->shard.holder_dead = srv_holder_dead;
+    t->shard.holder_arg = s;
     if (!create)
         return 0;
     rkv_shard_init_values(&t->shard, t, mach);
@@ -1896,6 +1941,8 @@ static int srv_adopt_one(struct rkv_server *s, uint32_t id, const struct rkv_mac
     }
     t->shard = sh;
     t->shard.owner = s->local_id + 1;
+    t->shard.holder_dead = srv_holder_dead;
+    t->shard.holder_arg = s;
     if (reclaim)
         rkv_shard_reclaim(&t->shard);
     t->mapped = 1;
@@ -2066,10 +2113,16 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
     }
     if (torn && s->cfg.machines[mach].servers == 1)
         return 0;
-    /* The tensors first (and the row locks our predecessor held freed):
-     * the push it died applying is finished in them. */
-    int rc = srv_adopt(s, 1, err, err_len);
-    return rc < 0 ? rc : rkv_wal_trim(s->wal, s->ht, err, err_len);
+    /* The tensors first: the push our predecessor died applying is
+     * finished in them, under the row lock it held on the row it died in
+     * (freed first, a sibling's pull could read that row half applied);
+     * then the rest of its row locks are freed. */
+    int rc = srv_adopt(s, 0, err, err_len);
+    if (rc == 0)
+        rc = rkv_wal_trim(s->wal, s->ht, err, err_len);
+    if (rc == 0)
+        rkv_wal_free_rows(s->wal, s->mach.owner);
+    return rc;
 }
 
 static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const char *path,

@@ -188,16 +188,21 @@ static int shard_records(const struct rkv_shard *sh)
     return sh->track && (sh->owner == 0 || sh->owner >= RKV_CLIENT_NODE_BASE);
 }
 
-void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
+/* Takes row lock i, or (over != 0) takes it from tag `over` as well: the
+ * finisher of a dead server's push takes over the word that server held
+ * on the row it died in, so that no reader sees that row between. */
+static void shard_lock_as(struct rkv_shard *sh, uint32_t i, unsigned over)
 {
-    uint32_t i = shard_lock_index(local_row);
     atomic_uint *w = &sh->hdr->locks[i];
     unsigned tag = sh->owner ? sh->owner : ~0u;
     uint64_t self = shard_records(sh) ? sh->port->ops->proc_self(sh->port) : 0;
     for (unsigned spins = 0, yields = 0;; spins++) {
         unsigned expect = 0;
         if (atomic_compare_exchange_weak_explicit(w, &expect, tag, memory_order_acquire,
-                                                  memory_order_relaxed)) {
+                                                  memory_order_relaxed) ||
+            (over && expect == over &&
+             atomic_compare_exchange_strong_explicit(w, &expect, tag, memory_order_acquire,
+                                                     memory_order_relaxed))) {
             if (self)
                 atomic_store_explicit(&sh->hdr->holders[i], self, memory_order_relaxed);
             return;
@@ -205,11 +210,20 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
         if (spins >= SHARD_SPINS) {
             sh->port->ops->yield(sh->port);
             spins = 0;
+            if (++yields % SHARD_LIVE_CHECK_YIELDS)
+                continue;
             /* A look at the holder reads /proc: rarely, and only once the
-             * holder has had far longer than a row's copy. A server takes a
-             * word over under its own process, then holds it unrecorded as
-             * it holds any other. */
-            if (sh->track && ++yields % SHARD_LIVE_CHECK_YIELDS == 0 &&
+             * holder has had far longer than a row's copy. A server records
+             * no holder (shard_records): whether a sibling server holding
+             * the word died is the server's to say (holder_dead), which
+             * frees that server's words once it is safe to. */
+            unsigned was = atomic_load_explicit(w, memory_order_relaxed);
+            if (sh->holder_dead && was && was != tag && was < RKV_CLIENT_NODE_BASE &&
+                sh->holder_dead(sh->holder_arg, was) > 0)
+                continue;
+            /* A server takes a word over under its own process, then holds
+             * it unrecorded as it holds any other. */
+            if (sh->track &&
                 shard_take_over(sh, i, tag, self ? self : sh->port->ops->proc_self(sh->port))) {
                 if (!self)
                     atomic_store_explicit(&sh->hdr->holders[i], 0, memory_order_relaxed);
@@ -217,6 +231,16 @@ void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
             }
         }
     }
+}
+
+void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
+{
+    shard_lock_as(sh, shard_lock_index(local_row), 0);
+}
+
+void rkv_shard_lock_over(struct rkv_shard *sh, uint64_t local_row, unsigned over)
+{
+    shard_lock_as(sh, shard_lock_index(local_row), over);
 }
 
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)

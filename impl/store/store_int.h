@@ -86,6 +86,12 @@ struct rkv_shard {
     /* Of the segment maker's pid namespace: records its holders, and takes
      * a dead one's lock over (struct rkv_shard_hdr holders). */
     int track;
+    /* A server's (else NULL): asked by a waiter on a row lock that another
+     * server tag of the machine holds, now and then; frees that server's
+     * words (> 0) when its process died and nothing it was applying is
+     * left half done, else 0. */
+    int (*holder_dead)(void *arg, unsigned tag);
+    void *holder_arg;
     uint64_t local_rows;
     size_t row_bytes;
     uint64_t book_len;
@@ -145,6 +151,9 @@ void rkv_shard_unmap(struct rkv_shard *sh);
  * closed one stays closed) for whoever still maps it. No segment: nothing. */
 void rkv_shard_retire(struct rkv_port *port, const char *name);
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row);
+/* The same, taking the word from server tag `over` as well (over != 0):
+ * the finisher of a push a dead server was applying (wal.c). */
+void rkv_shard_lock_over(struct rkv_shard *sh, uint64_t local_row, unsigned over);
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row);
 /* Frees the row locks held under sh->owner's tag (a dead predecessor's). */
 uint32_t rkv_shard_reclaim(struct rkv_shard *sh);
@@ -243,7 +252,10 @@ struct rkv_mach_hdr {
      * pages, so no later sync can vouch for them; every commit fails until
      * the machine restarts from its files. */
     atomic_uint wal_failed;
-    uint32_t pad2;
+    /* The tag of the server applying the push in the journal (jr_lsn):
+     * its row lock on the row it died in is kept for the push's finisher
+     * (wal.c), and freed once that push is finished. */
+    atomic_uint jr_tag;
     /* The apply journal (durable mode, wal.c): the push being applied under
      * wal_lock, so that whoever takes the lock after its holder died
      * finishes that push exactly. jr_lsn: its record's LSN (0: none);

@@ -383,6 +383,7 @@ static int wal_append(struct rkv_wal *w, const struct rkv_wal_push *p, uint64_t 
          * was logged again, and a replay applied it at the first record's
          * place in the order, not where it was acknowledged. */
         atomic_store(&h->jr_pos, 0);
+        atomic_store(&h->jr_tag, w->mc->owner);
         atomic_store(&h->jr_lsn, end);
         rc = rkv_file_pwritev(w->app.fd, bufs, lens, pad ? 4 : 3, RKV_WAL_OFF(end), path, err,
                               err_len);
@@ -467,11 +468,13 @@ static void wal_seg_span(const struct rkv_tensor *t, int op, uint64_t seg, size_
 /* Applies a push whose record is in the log, from segment `seg` of row
  * `from` to its end, each segment's old content saved in the shard's
  * journal row before it changes (not for an assign, which applied again
- * gives the same row), and jr_pos saying where it is. */
+ * gives the same row), and jr_pos saying where it is. over: the tag of
+ * the dead server whose push this finishes (its row lock is taken over),
+ * else 0. */
 static void wal_apply_journaled(struct rkv_mach_hdr *h, struct rkv_tensor *t,
                                 const struct rkv_handler_table *ht, int op, double param,
                                 const uint64_t *ids, const uint8_t *rows, uint64_t from,
-                                uint64_t seg, uint64_t count)
+                                uint64_t seg, uint64_t count, unsigned over)
 {
     struct rkv_shard *sh = &t->shard;
     size_t rb = sh->row_bytes, es = rkv_dtype_size(t->meta.dtype);
@@ -482,7 +485,7 @@ static void wal_apply_journaled(struct rkv_mach_hdr *h, struct rkv_tensor *t,
         assert(l < sh->local_rows);
         uint8_t *row = sh->data + l * rb, *state = sh->state ? sh->state + l * rb : NULL;
         const uint8_t *in = rows + i * rb;
-        rkv_shard_lock(sh, l);
+        rkv_shard_lock_over(sh, l, over);
         if (!save) {
             atomic_store_explicit(&h->jr_pos, WAL_JR_POS(i, 0, 0), memory_order_release);
             rkv_handler_run(ht, op, t->meta.dtype, row, state, in, n_elems, param);
@@ -516,6 +519,7 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
     struct rkv_mach_hdr *h = w->mc->hdr;
     assert(rkv_live_held(&h->wal_lock, w->mc->owner));
     uint64_t lsn = atomic_load(&h->jr_lsn), pos = atomic_load(&h->jr_pos);
+    unsigned tag = atomic_load(&h->jr_tag);
     uint64_t lineage = __atomic_load_n(&h->lineage, __ATOMIC_ACQUIRE);
     uint8_t head[RKV_WAL_REC_BYTES], *body = NULL;
     char path[512], why[300] = "";
@@ -526,6 +530,7 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
         int rc = wal_cut(w, err, err_len);
         if (rc == 0) {
             atomic_store(&h->jr_lsn, 0);
+            rkv_wal_free_rows(w, tag);
             RKV_LOGW(w->port,
                      "machine %u: a server died writing a push's log record: voided, nothing of "
                      "that push was applied (its client's retry applies it)",
@@ -609,14 +614,14 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
         uint64_t l = rkv_pbook_g2l(&t->pb, ids[from]);
         size_t rb = t->row_bytes, off, len;
         wal_seg_span(t, op, seg, &off, &len);
-        rkv_shard_lock(&t->shard, l);
+        rkv_shard_lock_over(&t->shard, l, tag);
         memcpy(t->shard.data + l * rb + off, t->shard.journal, len);
         if (t->shard.state)
             memcpy(t->shard.state + l * rb + off, t->shard.journal + rb, len);
         rkv_shard_unlock(&t->shard, l);
     }
     if (!marked)
-        wal_apply_journaled(h, t, ht, op, param, ids, body + count * 8, from, seg, count);
+        wal_apply_journaled(h, t, ht, op, param, ids, body + count * 8, from, seg, count, tag);
     if (e && !marked)
         e->last_seq = seq;
     RKV_LOGW(w->port,
@@ -627,6 +632,7 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
 done:
     free(body);
     atomic_store(&h->jr_lsn, 0);
+    rkv_wal_free_rows(w, tag);
     return 0;
 }
 
@@ -648,15 +654,59 @@ static int wal_after_death(struct rkv_wal *w, uint32_t dead, char *err, size_t e
                                      : ", outside a push's append and apply: nothing to finish");
     for (uint32_t c = 0; c < h->n_clients; c++)
         atomic_store(&h->clients[c].lock, 0);
+    rkv_wal_free_rows(w, dead);
+    return wal_cut(w, err, err_len);
+}
+
+uint32_t rkv_wal_free_rows(struct rkv_wal *w, uint32_t tag)
+{
+    struct rkv_mach_hdr *h = w->mc->hdr;
+    uint32_t n = 0;
+    /* The word of the row a push died in is its finisher's to take over
+     * (wal_finish_torn): freed now, a pull could read that row half
+     * applied until the finisher locked it. */
+    if (atomic_load(&h->jr_lsn) && atomic_load(&h->jr_tag) == tag)
+        return 0;
     for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
         struct rkv_tensor *t = rkv_tensor_at(w->tensors, id);
         if (t && t->mapped) {
             struct rkv_shard as_dead = t->shard;
-            as_dead.owner = dead;
-            rkv_shard_reclaim(&as_dead);
+            as_dead.owner = tag;
+            n += rkv_shard_reclaim(&as_dead);
         }
     }
-    return wal_cut(w, err, err_len);
+    return n;
+}
+
+int rkv_wal_reap(struct rkv_wal *w, const struct rkv_handler_table *ht, uint32_t tag, uint64_t proc,
+                 char *err, size_t err_len)
+{
+    struct rkv_mach *mc = w->mc;
+    struct rkv_mach_hdr *h = mc->hdr;
+    assert(tag >= 1 && tag <= RKV_MACH_SERVERS && tag != mc->owner);
+    /* Inside a push of our own (its apply waits on the dead server's
+     * row): the log is ours, and so is the journal, if any. */
+    int held = rkv_live_held(&h->wal_lock, mc->owner);
+    int rc = 0;
+    uint32_t freed = 0;
+    if (!held) {
+        rkv_mach_apply_begin(mc);
+        uint32_t dead =
+            rkv_live_lock(w->port, &h->wal_lock, &h->wal_holder, h->reader_proc, mc->owner);
+        if (dead)
+            rc = wal_after_death(w, dead, err, err_len);
+        char why[300];
+        if (rc == 0 && atomic_load(&h->jr_lsn) && wal_finish_torn(w, ht, why, sizeof(why)) < 0)
+            RKV_LOGW(w->port, "%s", why);
+    }
+    /* A restart of the slot (a new process there) frees its own. */
+    if (rc == 0 && atomic_load(&h->reader_proc[tag - 1]) == proc)
+        freed = rkv_wal_free_rows(w, tag);
+    if (!held) {
+        rkv_live_unlock(&h->wal_lock, &h->wal_holder);
+        rkv_mach_apply_end(mc);
+    }
+    return rc < 0 ? rc : (int)freed;
 }
 
 int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
@@ -688,7 +738,7 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
         if (rc == 0)
             rc = wal_append(w, p, t->row_bytes, head, err, err_len);
         if (rc == 0) /* the journal names its record (wal_append) */
-            wal_apply_journaled(h, t, ht, p->op, p->param, p->ids, p->rows, 0, 0, p->count);
+            wal_apply_journaled(h, t, ht, p->op, p->param, p->ids, p->rows, 0, 0, p->count, 0);
     }
     if (tracked)
         rkv_mach_seq_end(mc, p->client, p->seq, !dup && rc == 0);

@@ -298,6 +298,20 @@ int rkv_wal_refuse_orphans(struct rkv_wal *w, char *err, size_t err_len);
  * it died applying (the apply journal, wal.c) when ht can. */
 int rkv_wal_trim(struct rkv_wal *w, const struct rkv_handler_table *ht, char *err, size_t err_len);
 
+/* Frees the row locks server tag `tag` of the machine holds in the tensors
+ * this server maps (the tag's process is dead), except while the push in
+ * the apply journal is that tag's: its row is left to the push's finisher. */
+uint32_t rkv_wal_free_rows(struct rkv_wal *w, uint32_t tag);
+
+/* A row lock waited on is held by sibling server `tag`, whose process
+ * (proc, read from the machine's reader_proc) is dead: takes the log's lock
+ * (unless this server holds it, inside a push), finishes the push the dead
+ * one was applying when ht can, and frees its row locks, unless the slot
+ * has a new process meanwhile (which frees its predecessor's own).
+ * Returns the words freed (the dead holder's log lock aside), or -RKV_E*. */
+int rkv_wal_reap(struct rkv_wal *w, const struct rkv_handler_table *ht, uint32_t tag, uint64_t proc,
+                 char *err, size_t err_len);
+
 /* What a recovery did. */
 struct rkv_wal_replay {
     /* torn: logs whose end is an append a crash interrupted (a record of

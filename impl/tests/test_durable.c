@@ -2220,6 +2220,104 @@ static void test_push_torn_mid_row_finished_once(void **state)
     remove_tree(c.dir);
 }
 
+/* Machine 1 of two servers: one is killed inside a push, holding the
+ * lock of the row it was applying (row 57, half applied), and is not
+ * restarted. Its sibling serves on: a pull of that row through it used to
+ * wait for ever on the dead server's lock, which only a restart freed,
+ * and every later request to the sibling with it (in durable mode the
+ * sibling's next push too, holding the machine's log lock). Now the
+ * sibling frees a dead sibling's row locks, in durable mode once it has
+ * finished the push from its log record. */
+static void run_sibling_dead_in_a_push(int durable)
+{
+    struct cluster c;
+    cluster_config(&c, durable, 0);
+    if (!durable)
+        make_tmpdir(c.dir, sizeof(c.dir)); /* the logs and the marker only */
+    c.machines[1].servers = 2;
+    c.cfg.retry_ms = 1000;
+    c.cfg.timeout_ms = 3000;
+    snprintf(torn_marker, sizeof(torn_marker), "%s/died", c.dir);
+    char logs[2][128];
+    for (int l = 0; l < 2; l++)
+        snprintf(logs[l], sizeof(logs[l]), "%s/s1.%d.log", c.dir, l);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1[2];
+    for (uint32_t l = 0; l < 2; l++)
+        s1[l] = spawn_handler_server(&c.cfg, 1, l, h_sum_dies_once, logs[l]);
+    struct torn_push p = {.ids = {55, 56, 57, 58, 59}};
+    char err[256];
+    if (rkv_client_create(&c.cfg, &p.cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_register_handler(p.cli, RKV_OP_CUSTOM, h_sum_dies_once, NULL), 0);
+    assert_int_equal(rkv_client_init_data(p.cli, &T_F32), 0);
+    for (int i = 0; i < 5 * 4; i++)
+        p.rows[i] = i / 4 == 2 ? 7.0f : 1.0f;
+    pthread_t thr;
+    assert_int_equal(pthread_create(&thr, NULL, torn_push_main, &p), 0);
+    int dead = -1, st = 0;
+    for (int i = 0; i < 2000 && dead < 0; i++) {
+        for (int l = 0; l < 2 && dead < 0; l++)
+            if (waitpid(s1[l], &st, WNOHANG) == s1[l])
+                dead = l;
+        if (dead < 0)
+            usleep(10 * 1000);
+    }
+    if (dead < 0)
+        fail_msg("no server of machine 1 died in the push within 20 s");
+    child_forget(s1[dead]);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    /* The push was pinned to the dead server: its retry gives up. */
+    assert_int_equal(pthread_join(thr, NULL), 0);
+    /* Each pull goes to either server of machine 1: those that reach the
+     * dead one fail after retry_ms; those that reach the live one must
+     * come back (they timed out, every one, before). */
+    int served = 0;
+    for (int k = 0; k < 16 && served < 2; k++) {
+        float got[5 * 4];
+        if (rkv_client_pull(p.cli, "t", p.ids, 5, got) < 0)
+            continue;
+        served++;
+        /* Durable: finished from its record, or by the retry through the
+         * sibling, each row pushed once. Non-durable makes no such promise
+         * for a push its server died in (the retry may apply it again). */
+        for (int i = 0; durable && i < 5 * 4; i++) {
+            float want = p.rows[i];
+            if (got[i] != want) {
+                print_log_lines(logs[1 - dead]);
+                fail_msg("row %d element %d: %g, want %g", 55 + i / 4, i % 4, got[i], want);
+            }
+        }
+    }
+    if (served == 0) {
+        print_log_lines(logs[1 - dead]);
+        fail_msg("no pull of 16 came back from machine 1's live server");
+    }
+    if (!file_contains(logs[1 - dead], "died holding")) {
+        print_log_lines(logs[1 - dead]);
+        fail_msg("the live server did not say it freed the dead one's row locks");
+    }
+    assert_int_equal(kill(s1[1 - dead], SIGKILL), 0);
+    assert_int_equal(wait_exit(s1[1 - dead]), 128 + SIGKILL);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    rkv_client_destroy(p.cli);
+    torn_marker[0] = 0;
+    remove_tree(c.dir);
+}
+
+static void test_sibling_dead_in_a_push(void **state)
+{
+    (void)state;
+    run_sibling_dead_in_a_push(0);
+}
+
+static void test_sibling_dead_in_a_durable_push(void **state)
+{
+    (void)state;
+    run_sibling_dead_in_a_push(1);
+}
+
 static void test_custom_op_replayed_after_restart(void **state)
 {
     (void)state;
@@ -3468,6 +3566,8 @@ int main(void)
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
         cmocka_unit_test_teardown(test_custom_op_replayed_after_restart, reap_children),
         cmocka_unit_test_teardown(test_push_torn_mid_row_finished_once, reap_children),
+        cmocka_unit_test_teardown(test_sibling_dead_in_a_push, reap_children),
+        cmocka_unit_test_teardown(test_sibling_dead_in_a_durable_push, reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
     };

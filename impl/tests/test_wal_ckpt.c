@@ -695,6 +695,116 @@ static void test_lock_of_a_holder_dead_before_recording_itself(void **state)
     fix_close(&f);
 }
 
+/* test_torn_row_kept_from_readers_until_finished: a sum that, in the
+ * child, adds the first half of a row whose input is 7 and dies there. */
+static int torn_row_child;
+
+static void h_sum_dies_half_way(enum rkv_dtype dt, void *row, void *state, const void *in,
+                                size_t n_elems, double param, void *user)
+{
+    (void)dt, (void)state, (void)param, (void)user;
+    float *r = row;
+    const float *x = in;
+    size_t upto = torn_row_child && x[0] == 7.0f ? n_elems / 2 : n_elems;
+    for (size_t i = 0; i < upto; i++)
+        r[i] += x[i];
+    if (upto < n_elems)
+        raise(SIGKILL);
+}
+
+struct torn_reader {
+    struct rkv_shard sh; /* a sibling server's view: tag 3, no holder_dead */
+    uint64_t row;
+    float got[256];
+};
+
+static void *torn_reader_main(void *arg)
+{
+    struct torn_reader *r = arg;
+    rkv_shard_lock(&r->sh, r->row);
+    memcpy(r->got, r->sh.data + r->row * r->sh.row_bytes, sizeof(r->got));
+    rkv_shard_unlock(&r->sh, r->row);
+    return NULL;
+}
+
+/* A server (child, slot 2) dies half way through a row of a custom push,
+ * holding that row's lock; a sibling's pull of the row waits on it. The
+ * finisher (here a trim, as a live server's next push) must take that
+ * lock over and finish the row before anyone reads it: it used to free
+ * the dead server's row locks first, and the waiting pull read the row
+ * half applied (the first 128 elements 7, the rest 0) while the finisher
+ * was still reading the push's record. */
+static void test_torn_row_kept_from_readers_until_finished(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor(&f);
+    fix_wal(&f);
+    struct rkv_handler_table ht = {0};
+    assert_int_equal(rkv_handler_register(&ht, RKV_OP_CUSTOM, h_sum_dies_half_way, NULL), 0);
+    uint64_t ids[3] = {1, 3, 5};
+    static float vals[3 * 256];
+    for (int i = 0; i < 3 * 256; i++)
+        vals[i] = i / 256 == 1 ? 7.0f : 1.0f;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        torn_row_child = 1;
+        f.mc.owner = 2;
+        t->shard.owner = 2;
+        char e[256];
+        struct rkv_wal_push p = {.tensor_id = 1,
+                                 .client = 0,
+                                 .seq = (1ull << RKV_SEQ_TAG_SHIFT) | 1,
+                                 .op = RKV_OP_CUSTOM,
+                                 .count = 3,
+                                 .ids = ids,
+                                 .rows = (const uint8_t *)vals};
+        int dup = 0;
+        (void)rkv_wal_push(&f.w, t, &ht, &p, &dup, e, sizeof(e));
+        _exit(3); /* the handler kills it first */
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    assert_true(atomic_load(&f.mc.hdr->jr_lsn) != 0);
+    int held = -1; /* the dead server's word: row 3's */
+    for (int i = 0; i < (int)RKV_SHARD_LOCKS; i++)
+        if (atomic_load(&t->shard.hdr->locks[i]) == 2)
+            held = i;
+    assert_true(held >= 0);
+    /* A finisher without the handler takes the log's lock over and leaves
+     * the push to a server that has it: the row's word must stay held. */
+    char err[256];
+    alarm(30);
+    if (rkv_wal_trim(&f.w, NULL, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_true(atomic_load(&f.mc.hdr->jr_lsn) != 0);
+    assert_int_equal(atomic_load(&t->shard.hdr->locks[held]), 2);
+    struct torn_reader r = {.sh = t->shard, .row = 3};
+    r.sh.owner = 3;
+    r.sh.holder_dead = NULL;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, torn_reader_main, &r), 0);
+    usleep(50 * 1000);
+    if (rkv_wal_trim(&f.w, &ht, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    alarm(0);
+    assert_int_equal(atomic_load(&f.mc.hdr->jr_lsn), 0);
+    for (int e = 0; e < 256; e++)
+        if (r.got[e] != 7.0f)
+            fail_msg("the pull read row 3 element %d as %g before its push was finished (7)", e,
+                     r.got[e]);
+    for (uint64_t k = 0; k < 3; k++)
+        for (int e = 0; e < 256; e++)
+            assert_true(((float *)(void *)(t->shard.data + ids[k] * t->row_bytes))[e] ==
+                        vals[k * 256 + e]);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
 /* Push n of test_torn_pushes_finished_by_a_live_server: adagrad into
  * TORN_IDS rows of 2 journal segments each (8 KiB), the last id the first
  * again (a row twice in one push), client 0's sequence n. */
@@ -1768,6 +1878,7 @@ int main(void)
         cmocka_unit_test(test_checkpoint_not_held_by_a_dead_reader),
         cmocka_unit_test(test_torn_pushes_finished_by_a_live_server),
         cmocka_unit_test(test_lock_of_a_holder_dead_before_recording_itself),
+        cmocka_unit_test(test_torn_row_kept_from_readers_until_finished),
         cmocka_unit_test(test_restarted_writer_maps_at_its_start),
         cmocka_unit_test(test_snapshot_over_half_written_spare),
         cmocka_unit_test(test_snapshot_spare_written_ahead),
