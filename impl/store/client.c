@@ -1160,6 +1160,44 @@ static struct rkv_tensor *cli_find_name(struct rkv_client *c, const char *name)
     return NULL;
 }
 
+/* A row lock of this client's machine that it waits on is held by server
+ * `tag` of the machine (struct rkv_shard holder_dead). A server killed
+ * holding one, and not restarted, held it for ever, and this co-located
+ * client spun on it for ever. The server's process is read from the
+ * machine's segment, mapped for the look (a cached map would outlive a
+ * restarted machine's segment, whose live servers it would take for
+ * dead). In durable mode the row of a push the dead server was applying
+ * stays locked until a server finishes that push from its log: a client
+ * cannot, and a server's next push or pull on the machine does. */
+static int cli_holder_dead(void *arg, struct rkv_shard *sh, unsigned tag)
+{
+    struct rkv_client *c = arg;
+    const struct rkv_port_ops *o = c->port->ops;
+    uint32_t m = c->cfg.machine_id;
+    if (tag == 0 || tag > c->cfg.machines[m].servers || tag > RKV_MACH_SERVERS || !o->proc_alive)
+        return 0;
+    struct rkv_mach mv;
+    if (rkv_mach_attach(c->port, c->cfg.shm_prefix, m, c->cfg.n_workers, 0, &mv, NULL, 0) < 0)
+        return 0;
+    struct rkv_mach_hdr *h = mv.hdr;
+    uint64_t proc = atomic_load(&h->reader_proc[tag - 1]);
+    uint32_t n = 0;
+    if (proc && !o->proc_alive(c->port, proc) &&
+        !(atomic_load(&h->jr_lsn) && atomic_load(&h->jr_tag) == tag) &&
+        atomic_load(&h->reader_proc[tag - 1]) == proc) { /* not restarted meanwhile */
+        struct rkv_shard as_dead = *sh;
+        as_dead.owner = tag;
+        n = rkv_shard_reclaim(&as_dead);
+    }
+    rkv_mach_close(&mv);
+    if (n)
+        RKV_LOGW(c->port,
+                 "client %u: server s%u.%u (process %llu) died holding %u row lock(s) of machine "
+                 "%u's shared memory: freed them",
+                 c->id, m, tag - 1, (unsigned long long)RKV_PORT_PROC_PID(proc), n, m);
+    return n > 0;
+}
+
 /* Maps this machine's segment so co-located rows bypass the network. */
 static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
 {
@@ -1172,6 +1210,8 @@ static int cli_map_local(struct rkv_client *c, struct rkv_tensor *t)
     if (rc == 0) {
         t->mapped = 1;
         t->shard.owner = RKV_CLIENT_NODE_BASE + c->id; /* never a server's tag */
+        t->shard.holder_dead = cli_holder_dead;
+        t->shard.holder_arg = c;
     }
     return rc;
 }

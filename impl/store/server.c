@@ -688,9 +688,10 @@ static void srv_corrupt(struct rkv_tensor *t, uint64_t local)
  * hung (in durable mode with the log's lock held, so did the machine's
  * every push). In durable mode the log's lock orders this with the push
  * the dead one may have been applying, which is finished first. */
-static int srv_holder_dead(void *arg, unsigned tag)
+static int srv_holder_dead(void *arg, struct rkv_shard *sh, unsigned tag)
 {
     struct rkv_server *s = arg;
+    (void)sh; /* every tensor's words of that server go */
     const struct rkv_port_ops *o = s->port->ops;
     if (!s->mach.hdr || tag == 0 || tag > RKV_MACH_SERVERS || tag == s->mach.owner ||
         !o->proc_alive)

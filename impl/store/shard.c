@@ -219,7 +219,7 @@ static void shard_lock_as(struct rkv_shard *sh, uint32_t i, unsigned over)
              * frees that server's words once it is safe to. */
             unsigned was = atomic_load_explicit(w, memory_order_relaxed);
             if (sh->holder_dead && was && was != tag && was < RKV_CLIENT_NODE_BASE &&
-                sh->holder_dead(sh->holder_arg, was) > 0)
+                sh->holder_dead(sh->holder_arg, sh, was) > 0)
                 continue;
             /* A server takes a word over under its own process, then holds
              * it unrecorded as it holds any other. */

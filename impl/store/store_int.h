@@ -86,11 +86,11 @@ struct rkv_shard {
     /* Of the segment maker's pid namespace: records its holders, and takes
      * a dead one's lock over (struct rkv_shard_hdr holders). */
     int track;
-    /* A server's (else NULL): asked by a waiter on a row lock that another
-     * server tag of the machine holds, now and then; frees that server's
-     * words (> 0) when its process died and nothing it was applying is
-     * left half done, else 0. */
-    int (*holder_dead)(void *arg, unsigned tag);
+    /* The owner's (NULL: none): asked by a waiter on a row lock that a
+     * server tag of the machine (not its own) holds, now and then; frees
+     * that server's words (> 0) when its process died and nothing it was
+     * applying is left half done, else 0. */
+    int (*holder_dead)(void *arg, struct rkv_shard *sh, unsigned tag);
     void *holder_arg;
     uint64_t local_rows;
     size_t row_bytes;

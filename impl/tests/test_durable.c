@@ -2318,6 +2318,110 @@ static void test_sibling_dead_in_a_durable_push(void **state)
     run_sibling_dead_in_a_push(1);
 }
 
+struct colocated_pull {
+    struct rkv_client *cli;
+    uint64_t ids[5];
+    float got[5 * 4];
+    int rc;
+    atomic_int done;
+};
+
+static struct rkv_config colocated_cfg;
+static char colocated_err[256];
+
+static void *colocated_create_main(void *arg)
+{
+    struct colocated_pull *p = arg;
+    p->rc = rkv_client_create(&colocated_cfg, &p->cli, colocated_err, sizeof(colocated_err));
+    return NULL;
+}
+
+static void *colocated_pull_main(void *arg)
+{
+    struct colocated_pull *p = arg;
+    p->rc = rkv_client_pull(p->cli, "t", p->ids, 5, p->got);
+    atomic_store(&p->done, 1);
+    return NULL;
+}
+
+/* Machine 1 of two servers, not durable: one is killed inside a push,
+ * holding the lock of row 57, and is not restarted; the push is not
+ * retried, so no server touches the row again. A worker on machine 1
+ * reads its rows from the shared memory: its pull of row 57 spun on the
+ * dead server's lock for ever. Now it looks up the holder's process in
+ * the machine's segment and frees the dead server's locks. */
+static void test_colocated_client_beside_a_dead_server(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    make_tmpdir(c.dir, sizeof(c.dir)); /* the marker only */
+    c.machines[1].servers = 2;
+    c.cfg.n_workers = 2; /* the pusher and the co-located worker */
+    c.cfg.timeout_ms = 3000;
+    snprintf(torn_marker, sizeof(torn_marker), "%s/died", c.dir);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1[2];
+    for (uint32_t l = 0; l < 2; l++)
+        s1[l] = spawn_handler_server(&c.cfg, 1, l, h_sum_dies_once, "/dev/null");
+    /* Both workers join before either may go on (hello). */
+    colocated_cfg = c.cfg;
+    colocated_cfg.machine_id = 1;
+    static struct colocated_pull p = {.ids = {55, 56, 57, 58, 59}};
+    atomic_store(&p.done, 0);
+    pthread_t thr;
+    assert_int_equal(pthread_create(&thr, NULL, colocated_create_main, &p), 0);
+    struct rkv_config pcfg = c.cfg;
+    pcfg.retry_ms = 0; /* once: the push fails with its server */
+    struct rkv_client *pusher;
+    char err[256];
+    if (rkv_client_create(&pcfg, &pusher, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(pthread_join(thr, NULL), 0);
+    if (p.rc < 0)
+        fail_msg("%s", colocated_err);
+    assert_int_equal(rkv_client_register_handler(pusher, RKV_OP_CUSTOM, h_sum_dies_once, NULL), 0);
+    assert_int_equal(rkv_client_init_data(pusher, &T_F32), 0);
+    uint64_t ids[5] = {55, 56, 57, 58, 59};
+    float rows[5 * 4];
+    for (int i = 0; i < 5 * 4; i++)
+        rows[i] = i / 4 == 2 ? 7.0f : 1.0f;
+    assert_true(rkv_client_push(pusher, "t", ids, 5, rows, RKV_OP_CUSTOM, 0) < 0);
+    int dead = -1, st = 0;
+    for (int i = 0; i < 2000 && dead < 0; i++) {
+        for (int l = 0; l < 2 && dead < 0; l++)
+            if (waitpid(s1[l], &st, WNOHANG) == s1[l])
+                dead = l;
+        if (dead < 0)
+            usleep(10 * 1000);
+    }
+    if (dead < 0)
+        fail_msg("no server of machine 1 died in the push within 20 s");
+    child_forget(s1[dead]);
+    assert_int_equal(pthread_create(&thr, NULL, colocated_pull_main, &p), 0);
+    for (int i = 0; i < 2000 && !atomic_load(&p.done); i++)
+        usleep(10 * 1000);
+    if (!atomic_load(&p.done))
+        fail_msg("the co-located worker's pull did not end in 20 s (spinning on a dead server's "
+                 "row lock?)");
+    assert_int_equal(pthread_join(thr, NULL), 0);
+    if (p.rc != 0)
+        fail_msg("pull: %s", rkv_client_errmsg(p.cli));
+    /* Rows 55 and 56 applied before the server died, 58 and 59 never;
+     * row 57 as the dead server left it (not durable: no promise). */
+    for (int i = 0; i < 5 * 4; i++)
+        if (i / 4 != 2 && p.got[i] != (i < 8 ? 1.0f : 0.0f))
+            fail_msg("row %d element %d: %g", 55 + i / 4, i % 4, p.got[i]);
+    rkv_client_destroy(p.cli);
+    rkv_client_destroy(pusher);
+    assert_int_equal(kill(s1[1 - dead], SIGKILL), 0);
+    assert_int_equal(wait_exit(s1[1 - dead]), 128 + SIGKILL);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    torn_marker[0] = 0;
+    remove_tree(c.dir);
+}
+
 static void test_custom_op_replayed_after_restart(void **state)
 {
     (void)state;
@@ -3568,6 +3672,7 @@ int main(void)
         cmocka_unit_test_teardown(test_push_torn_mid_row_finished_once, reap_children),
         cmocka_unit_test_teardown(test_sibling_dead_in_a_push, reap_children),
         cmocka_unit_test_teardown(test_sibling_dead_in_a_durable_push, reap_children),
+        cmocka_unit_test_teardown(test_colocated_client_beside_a_dead_server, reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
     };
