@@ -2028,10 +2028,52 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
     return rc == -RKV_ETIMEDOUT ? -RKV_EPEERDEAD : rc;
 }
 
+/* Servers of a machine a retry keeps apart (a bit each): beyond, any. */
+#define CLI_RETRY_SPREAD 64u
+
+/* The server of machine m for an attempt of cli_retry: one this retry has
+ * not seen fail (*failed, a bit per local server id), one not known dead
+ * first; once each failed, any again. *local_p: its local id. */
+static struct cli_server *cli_pick_retry(struct rkv_client *c, uint32_t m, uint64_t *failed,
+                                         uint32_t *local_p)
+{
+    uint32_t n = c->cfg.machines[m].servers;
+    if (n == 1 || n > CLI_RETRY_SPREAD) {
+        struct cli_server *srv = cli_pick_any(c, m);
+        *local_p = srv ? srv->id - rkv_cluster_server_id(c->cl, m, 0) : 0;
+        return srv;
+    }
+    uint64_t all = n == 64 ? ~0ull : (1ull << n) - 1;
+    if ((*failed & all) == all)
+        *failed = 0;
+    uint32_t first = rkv_cluster_server_id(c->cl, m, 0);
+    uint32_t k0 = (uint32_t)rkv_rng_below(&c->port->rng, n);
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t k = (k0 + i) % n;
+            if (*failed >> k & 1)
+                continue;
+            struct cli_server *srv = cli_srv(c, first + k);
+            if (!srv)
+                return NULL;
+            if (pass == 0 && cli_srv_dead(c, srv))
+                continue;
+            *local_p = k;
+            return srv;
+        }
+    }
+    assert(0 && "a server not seen failing is left");
+    return NULL;
+}
+
 /* Retries group k's part of a call (machine m's) until it succeeds, fails
  * otherwise than by a dead server, or cfg.retry_ms passed; backoff 10 ms ..
  * 1 s. A push keeps its sequence, so a server that applied it already only
- * acks. */
+ * acks. Each attempt may go to another server of the machine: they serve
+ * the same memory, and in durable mode they share the record of what each
+ * client's pushes applied, and finish a push whose server died in it (the
+ * apply journal, wal.c). Before, the first attempt waited out the whole
+ * budget reconnecting to a server killed for good, its siblings unasked. */
 static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct cli_groups *g,
                      cli_remote_fn fn, uint32_t k, uint64_t seq, const char *what)
 {
@@ -2040,14 +2082,25 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
     uint64_t start = po->now_ns(c->port);
     uint64_t deadline = start + (uint64_t)c->cfg.retry_ms * 1000000ull;
     uint64_t backoff_ms = 10;
+    uint32_t n_srv = c->cfg.machines[m].servers;
+    /* A machine's server that stays unreachable keeps an attempt this long
+     * before the next one asks a sibling (the whole budget when alone). */
+    uint64_t slice_ms = c->cfg.retry_ms / (2ull * n_srv);
+    if (slice_ms < 100)
+        slice_ms = 100;
+    uint64_t failed = 0;
     struct cli_op ro = *o;
     ro.seq = seq == LOST_FRESH ? 0 : seq;
     for (uint32_t attempt = 1;; attempt++) {
         uint64_t now = po->now_ns(c->port);
-        struct cli_server *srv = cli_pick_any(c, m);
+        uint32_t local = 0;
+        struct cli_server *srv = cli_pick_retry(c, m, &failed, &local);
         if (!srv)
             return -RKV_ENOMEM;
-        int rc = cli_revive(c, srv, now < deadline ? (deadline - now) / 1000000ull : 0);
+        uint64_t left_ms = now < deadline ? (deadline - now) / 1000000ull : 0;
+        if (n_srv > 1 && left_ms > slice_ms)
+            left_ms = slice_ms;
+        int rc = cli_revive(c, srv, left_ms);
         struct cli_req *r = NULL;
         if (rc == 0)
             rc = fn(c, &ro, srv, g->order + g->start[k], cli_group_cnt(g, k), &r);
@@ -2067,18 +2120,23 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
         }
         if (rc != -RKV_EPEERDEAD)
             return rc;
+        if (n_srv <= CLI_RETRY_SPREAD)
+            failed |= 1ull << local;
         if (atomic_load(&c->interrupted))
             return rkv_errf(c->err, sizeof(c->err), -RKV_EINTR,
                             "%s: machine %u: interrupted while retrying (%s)", what, m, c->err);
         now = po->now_ns(c->port);
+        if (now >= deadline && n_srv == 1)
+            return rkv_errf(c->err, sizeof(c->err), rc,
+                            "%s: machine %u: its server is still unreachable after retrying for "
+                            "%u ms (%u attempt%s): %s",
+                            what, m, c->cfg.retry_ms, attempt, attempt == 1 ? "" : "s", c->err);
         if (now >= deadline)
             return rkv_errf(c->err, sizeof(c->err), rc,
-                            /* Its server, not the machine: a sibling may serve on
-                             * (an outside tester), but this call's requests are
-                             * pinned to the one it began with. */
-                            "%s: machine %u: the server this call's requests go to is still "
-                            "unreachable after retrying for %u ms (%u attempt%s): %s",
-                            what, m, c->cfg.retry_ms, attempt, attempt == 1 ? "" : "s", c->err);
+                            "%s: machine %u: none of its %u servers answered in %u ms of retries "
+                            "(%u attempt%s; the last, to server %u: %s)",
+                            what, m, n_srv, c->cfg.retry_ms, attempt, attempt == 1 ? "" : "s",
+                            srv->id, c->err);
         cli_nap(c, deadline, &backoff_ms, 1000);
     }
 }

@@ -568,7 +568,7 @@ static void test_faults_line_whole(void **state)
                      "  retry_ms: 30000\ntensors:\n  - name: emb\n    dtype: f32\n"
                      "    rows: 256\n    shape: [2]\nworkload:\n  - name: p\n    tensor: emb\n"
                      "    push: 1.0\n    push_op: sum\n    ids_per_request: 8\n"
-                     "    keys: remote-only\n    rounds: 3000\nfaults:\n");
+                     "    keys: remote-only\n    rounds: 6000\nfaults:\n");
     for (int i = 0; i < 32; i++)
         n += snprintf(text + n, sizeof(text) - (size_t)n,
                       "  - kind: crash\n    target: s1.%d\n    at_s: %.3f\n"
