@@ -314,8 +314,9 @@ struct rkv_config {
     uint64_t durable_log_prewrite;
     /* A client whose request meets a dead server (-RKV_EPEERDEAD) retries it
      * with backoff for this long, reconnecting to the server's address as
-     * server 0 knows it then (a restarted server re-registers); in durable
-     * mode a retried push is applied once. 0 (the default): fail at once,
+     * server 0 knows it then (a restarted server re-registers), or to
+     * another server of its machine; in durable mode a retried push is
+     * applied once. 0 (the default): fail at once,
      * and a server this client lost (its process killed, or it dropped this
      * client: silent past its idle_timeout_ms while stopped, say) stays
      * lost to it: every later call to it fails at once with -RKV_EPEERDEAD,
