@@ -75,6 +75,9 @@ struct cli_server {
     char *own_host;
     uint16_t port;
     int dead;
+    /* The last connection to it failed (the application thread's): a call
+     * goes to a sibling of its machine that is not (cli_pick_any). */
+    int unreachable;
     struct cli_req *reqs; /* its requests not yet released, newest first */
     /* Where this server writes pull replies. A pull sends at most one
      * request per server, so one slot per server serves every tensor. */
@@ -858,6 +861,7 @@ static int cli_ensure(struct rkv_client *c, struct cli_server *srv)
     if (srv->peer)
         return 0;
     int rc = cli_hello(c, srv, c->id, c->cfg.timeout_ms);
+    srv->unreachable = rc == -RKV_EPEERDEAD || rc == -RKV_ETIMEDOUT;
     /* A first hello to a server of this machine after a restart replaced
      * its segments (RKV_SHARD_MOVED): the server answers once they are
      * whole, so map them now (cli_local_follow waits on no one else). */
@@ -1836,16 +1840,28 @@ static int cli_group(struct rkv_client *c, const struct rkv_tensor *t, const uin
     return 0;
 }
 
-/* Spreads a machine's load over its servers, as DGL does. */
+/* Spreads a machine's load over its servers, as DGL does, past those seen
+ * dead or unreachable while a sibling is not: a worker whose call drew a
+ * server killed for good waited out connect_retry_ms reconnecting to it,
+ * call after call, its sibling serving the same memory unasked. */
 static struct cli_server *cli_pick_any(struct rkv_client *c, uint32_t machine)
 {
     assert(machine < c->cfg.n_machines && c->cfg.machines[machine].servers > 0);
     uint32_t first = rkv_cluster_server_id(c->cl, machine, 0);
-    uint32_t k = (uint32_t)rkv_rng_below(&c->port->rng, c->cfg.machines[machine].servers);
+    uint32_t n = c->cfg.machines[machine].servers;
+    uint32_t k = (uint32_t)rkv_rng_below(&c->port->rng, n);
     assert(first + k < c->n_servers);
     struct cli_server *srv = cli_srv(c, first + k);
-    assert(!srv || srv->machine == machine);
-    return srv;
+    if (!srv || n == 1 || !(srv->unreachable || cli_srv_dead(c, srv))) {
+        assert(!srv || srv->machine == machine);
+        return srv;
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        struct cli_server *o = cli_srv(c, first + (k + i) % n);
+        if (!o || (!o->unreachable && !cli_srv_dead(c, o)))
+            return o;
+    }
+    return srv; /* every one is down: the draw, as before */
 }
 
 static struct cli_pin cli_pin_of(uint64_t v)
@@ -2017,6 +2033,7 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
                                                           : c->cfg.connect_retry_ms);
     rc = cli_hello(c, srv, c->id, wait_ms ? wait_ms : 1);
     c->connect_budget_ms = 0;
+    srv->unreachable = rc == -RKV_EPEERDEAD || rc == -RKV_ETIMEDOUT;
     if (rc == 0 && srv->machine == c->cfg.machine_id)
         rc = cli_remap(c, 0);
     if (rc < 0 && srv->peer) {
