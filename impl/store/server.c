@@ -702,7 +702,14 @@ static int srv_holder_dead(void *arg, struct rkv_shard *sh, unsigned tag)
     int n = 0;
     char err[300];
     if (s->wal) {
+        /* As a push holds it (the run thread's torn check too): one apply
+         * of this server at a time (its reader slot is one flag). */
+        int have = o->mutex_held(s->hmu);
+        if (!have)
+            o->mutex_lock(s->hmu);
         n = rkv_wal_reap(s->wal, s->ht, tag, proc, err, sizeof(err));
+        if (!have)
+            o->mutex_unlock(s->hmu);
         if (n < 0)
             RKV_LOGW(s->port, "server %u: %s", s->server_id, err);
     } else {
@@ -2713,6 +2720,34 @@ int rkv_server_run(struct rkv_server *s)
     return rc;
 }
 
+/* How often a durable server beside siblings looks for a push one of them
+ * died applying, holding the log's lock. */
+#define SRV_TORN_CHECK_NS 1000000000ull
+
+/* The next server to take the log's lock finishes such a push (wal.c), and
+ * a server waiting on its row frees it (srv_holder_dead); with no request
+ * for the machine's rows coming to a live server (its workers reading them
+ * from the shared memory only), nobody took it, and those workers waited
+ * on that row for ever: the run thread takes it. */
+static void srv_torn_check(struct rkv_server *s)
+{
+    struct rkv_mach_hdr *h = s->mach.hdr;
+    const struct rkv_port_ops *o = s->port->ops;
+    if (!h || !atomic_load(&h->jr_lsn) || !o->proc_alive)
+        return;
+    unsigned tag = atomic_load(&h->wal_lock);
+    uint64_t holder = atomic_load(&h->wal_holder);
+    if (!holder && tag >= 1 && tag <= RKV_MACH_SERVERS)
+        holder = atomic_load(&h->reader_proc[tag - 1]);
+    if (!tag || !holder || o->proc_alive(s->port, holder))
+        return; /* a live push, or one left for a server that can finish it */
+    char why[300];
+    o->mutex_lock(s->hmu);
+    if (rkv_wal_trim(s->wal, s->ht, why, sizeof(why)) < 0)
+        RKV_LOGE(s->port, "server %u: %s", s->server_id, why);
+    o->mutex_unlock(s->hmu);
+}
+
 /* rkv_server_run, in the one thread that runs it. */
 static int srv_run(struct rkv_server *s)
 {
@@ -2735,9 +2770,16 @@ static int srv_run(struct rkv_server *s)
         if (rkv_wal_trim(s->wal, s->ht, why, sizeof(why)) < 0)
             RKV_LOGE(s->port, "server %u: %s", s->server_id, why);
     }
+    int torn_check = s->wal && s->cfg.machines[s->cfg.machine_id].servers > 1;
     s->port->ops->mutex_lock(s->mu);
-    while (!s->stop)
-        s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);
+    while (!s->stop) {
+        s->port->ops->cond_wait(s->cv, s->mu, torn_check ? SRV_TORN_CHECK_NS : UINT64_MAX);
+        if (torn_check && !s->stop) {
+            s->port->ops->mutex_unlock(s->mu);
+            srv_torn_check(s);
+            s->port->ops->mutex_lock(s->mu);
+        }
+    }
     s->port->ops->mutex_unlock(s->mu);
     /* Linger, as TCP's close does: the replies this server owes (the
      * SHUTDOWN's ack, barrier replies a lossy link still retransmits) must

@@ -2355,12 +2355,12 @@ static void *colocated_pull_main(void *arg)
  * reads its rows from the shared memory: its pull of row 57 spun on the
  * dead server's lock for ever. Now it looks up the holder's process in
  * the machine's segment and frees the dead server's locks. */
-static void test_colocated_client_beside_a_dead_server(void **state)
+static void run_colocated_client_beside_a_dead_server(int durable)
 {
-    (void)state;
     struct cluster c;
-    cluster_config(&c, 0, 0);
-    make_tmpdir(c.dir, sizeof(c.dir)); /* the marker only */
+    cluster_config(&c, durable, 0);
+    if (!durable)
+        make_tmpdir(c.dir, sizeof(c.dir)); /* the marker only */
     c.machines[1].servers = 2;
     c.cfg.n_workers = 2; /* the pusher and the co-located worker */
     c.cfg.timeout_ms = 3000;
@@ -2412,11 +2412,16 @@ static void test_colocated_client_beside_a_dead_server(void **state)
     assert_int_equal(pthread_join(thr, NULL), 0);
     if (p.rc != 0)
         fail_msg("pull: %s", rkv_client_errmsg(p.cli));
-    /* Rows 55 and 56 applied before the server died, 58 and 59 never;
-     * row 57 as the dead server left it (not durable: no promise). */
-    for (int i = 0; i < 5 * 4; i++)
-        if (i / 4 != 2 && p.got[i] != (i < 8 ? 1.0f : 0.0f))
-            fail_msg("row %d element %d: %g", 55 + i / 4, i % 4, p.got[i]);
+    /* Not durable: rows 55 and 56 applied before the server died, 58 and
+     * 59 never, row 57 as the dead server left it (no promise). Durable:
+     * the live sibling finished the push from its log record, though no
+     * request came to it (its run thread looks every second), and the
+     * row it died in stayed locked until then: each row pushed once. */
+    for (int i = 0; i < 5 * 4; i++) {
+        float want = durable ? rows[i] : i < 8 ? 1.0f : 0.0f;
+        if ((durable || i / 4 != 2) && p.got[i] != want)
+            fail_msg("row %d element %d: %g, want %g", 55 + i / 4, i % 4, p.got[i], want);
+    }
     rkv_client_destroy(p.cli);
     rkv_client_destroy(pusher);
     assert_int_equal(kill(s1[1 - dead], SIGKILL), 0);
@@ -2425,6 +2430,18 @@ static void test_colocated_client_beside_a_dead_server(void **state)
     assert_int_equal(wait_exit(s0), 128 + SIGKILL);
     torn_marker[0] = 0;
     remove_tree(c.dir);
+}
+
+static void test_colocated_client_beside_a_dead_server(void **state)
+{
+    (void)state;
+    run_colocated_client_beside_a_dead_server(0);
+}
+
+static void test_colocated_client_beside_a_server_dead_in_a_durable_push(void **state)
+{
+    (void)state;
+    run_colocated_client_beside_a_dead_server(1);
 }
 
 static void test_custom_op_replayed_after_restart(void **state)
@@ -3678,6 +3695,8 @@ int main(void)
         cmocka_unit_test_teardown(test_sibling_dead_in_a_push, reap_children),
         cmocka_unit_test_teardown(test_sibling_dead_in_a_durable_push, reap_children),
         cmocka_unit_test_teardown(test_colocated_client_beside_a_dead_server, reap_children),
+        cmocka_unit_test_teardown(test_colocated_client_beside_a_server_dead_in_a_durable_push,
+                                  reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_server0_machine_lost_under_pushes_durable, reap_children),
     };
