@@ -1,5 +1,6 @@
 /* The verdict of a launcher-started run (verdict.h). */
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "harness/launch.h"
@@ -94,6 +95,35 @@ static int verdict_print(const struct rkv_config *cfg, const struct rkv_scenario
     return passed && !unwritten ? RKV_EXIT_OK : wrong ? RKV_EXIT_CHECK : RKV_EXIT_STORE;
 }
 
+/* How often a worker that stopped on an error looks whether worker 0 has
+ * ended the run (stopped the servers). */
+#define VERDICT_AWAIT_LOOK_MS 200u
+
+/* A worker other than 0 that stopped on a store error: worker 0 judges
+ * the run and then stops the servers; if worker 0 is gone too (the failed
+ * barrier that stopped this one said "client 0 left"), nobody would. Every
+ * survivor exited 0 and the servers ran on for ever, the launcher's job
+ * never ending (an outside tester, launched by rank). So it waits for the
+ * servers to go, as long as worker 0's gathering may take (timeout_ms
+ * each way), then stops them itself and fails. */
+static int verdict_await_worker0(struct rkv_client *cli, const struct rkv_config *cfg, uint32_t me)
+{
+    uint64_t waited = 0, limit = 2ull * cfg->timeout_ms + 1000;
+    size_t n = 0;
+    for (; waited < limit; waited += VERDICT_AWAIT_LOOK_MS) {
+        if (rkv_client_list(cli, NULL, 0, &n) < 0)
+            return RKV_EXIT_OK; /* worker 0 ended the run: its verdict */
+        struct timespec ts = {0, (long)VERDICT_AWAIT_LOOK_MS * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr,
+            "rkv worker %u: worker 0 has not ended the run %llu ms after this worker stopped "
+            "(gone?): no verdict; stopping the servers\n",
+            me, (unsigned long long)limit);
+    (void)rkv_client_shutdown_servers(cli); /* another survivor may have */
+    return RKV_EXIT_STORE;
+}
+
 int rkv_verdict_node(struct rkv_client *cli, const struct rkv_config *cfg,
                      const struct rkv_scenario *sc, const char *text, size_t len, int wl_rc,
                      int code, const struct rkv_verdict_opts *v)
@@ -110,7 +140,7 @@ int rkv_verdict_node(struct rkv_client *cli, const struct rkv_config *cfg,
      * non-zero, which killed worker 0 before its verdict about as often as
      * not (test_launch test_real_mpirun with a corrupted row). */
     if (me != 0)
-        return RKV_EXIT_OK;
+        return wl_rc < 0 ? verdict_await_worker0(cli, cfg, me) : RKV_EXIT_OK;
     struct rkv_report_gathered g;
     int grc =
         rkv_report_gather(cli, sc, (uint64_t)cfg->timeout_ms * 1000000, &g, gerr, sizeof(gerr));

@@ -95,8 +95,9 @@ static void test_slurm_variables(void **state)
 
 /* The 8 ranks of quickstart.yaml by Slurm's variables, each one's output
  * after a "=== rank R" line and followed by "EXIT <its status>". With
- * kill_one, a worker other than worker 0 is killed (SIGKILL) once it
- * finished its first phase. */
+ * kill_one 1, a worker other than worker 0 is killed (SIGKILL) once it
+ * finished its first phase; 2, worker 0. The ranks get 90 s (a rank still
+ * running then is killed: EXIT 137). */
 static int slurm_ranks(const char *env, int kill_one)
 {
     char cmd[4096];
@@ -109,13 +110,22 @@ static int slurm_ranks(const char *env, int kill_one)
              "d=$(mktemp -d); for r in 0 1 2 3 4 5 6 7; do SLURM_PROCID=$r SLURM_NTASKS=8 "
              "RKV_BASE_PORT=%u %s %s node --scenario %s >$d/$r 2>&1 & "
              "echo $! >$d/pid$r; done; "
+             "(sleep 90; for r in 0 1 2 3 4 5 6 7; do kill -9 $(cat $d/pid$r); done) "
+             ">/dev/null 2>&1 & w=$!; "
              "if [ %d = 1 ]; then v=; i=0; while [ -z \"$v\" ] && [ $i -lt 3000 ]; do "
              "for r in 4 5 6 7; do grep -q '^PHASEDONE w=[1-9] p=0' $d/$r && v=$r && break; done; "
              "i=$((i+1)); sleep 0.01; done; [ -n \"$v\" ] && kill -9 $(cat $d/pid$v); fi; "
+             /* Worker 0 keeps its lines for the report (printed at the
+              * end): it is the worker rank not yet past phase 0 when the
+              * three others are. */
+             "if [ %d = 2 ]; then v=; i=0; while [ -z \"$v\" ] && [ $i -lt 3000 ]; do n=0; o=; "
+             "for r in 4 5 6 7; do if grep -q '^PHASEDONE w=[1-9] p=0' $d/$r; then n=$((n+1)); "
+             "else o=$r; fi; done; [ $n = 3 ] && v=$o; i=$((i+1)); sleep 0.01; done; "
+             "[ -n \"$v\" ] && kill -9 $(cat $d/pid$v); fi; "
              "rc=0; for r in 0 1 2 3 4 5 6 7; do wait $(cat $d/pid$r); s=$?; "
              "[ $s = 0 ] || rc=1; echo \"=== rank $r\"; cat $d/$r; echo \"EXIT $s\"; done; "
-             "rm -rf $d; exit $rc",
-             test_port() + 2, env, RKV_BIN, file, kill_one);
+             "kill $w 2>/dev/null; rm -rf $d; exit $rc",
+             test_port() + 2, env, RKV_BIN, file, kill_one, kill_one);
     return sh(cmd);
 }
 
@@ -158,6 +168,27 @@ static void test_slurm_dead_worker(void **state)
         !strstr(v, "verdict: FAIL") || !strstr(v, "INCOMPLETE") || time(NULL) - t0 > 30)
         fail_msg("exit %d, verdict rank's exit %d, %lld s:\n%s", rc, code,
                  (long long)(time(NULL) - t0), out);
+}
+
+/* Worker 0 killed mid-run: it judges the run and stops the servers, so
+ * nobody did. Every surviving worker exited 0 and the servers ran on for
+ * ever (an outside tester, launched by rank; mpirun without its abort,
+ * srun without --kill-on-bad-exit, never ended). Now each survivor waits
+ * for worker 0 as long as its gathering may take, then stops the servers
+ * and fails; no rank prints a verdict, and every rank ends. */
+static void test_slurm_dead_worker0(void **state)
+{
+    (void)state;
+    time_t t0 = time(NULL);
+    int rc = slurm_ranks("RKV_TIMEOUT_MS=3000", 2);
+    /* The first survivor to give up stops the servers; the others then
+     * see them gone, as after worker 0's end. Only worker 0 was killed
+     * (the ranks still running at 90 s are killed too). */
+    int bad = rc == 0 || out_count("verdict: ") != 0 ||
+              out_count("worker 0 has not ended the run") < 1 || out_count("\nEXIT 3") < 1 ||
+              out_count("\nEXIT 137") != 1 || time(NULL) - t0 > 60;
+    if (bad)
+        fail_msg("exit %d, %lld s:\n%s", rc, (long long)(time(NULL) - t0), out);
 }
 
 static void test_real_mpirun(void **state)
@@ -1078,6 +1109,7 @@ int main(void)
         cmocka_unit_test(test_slurm_variables),
         cmocka_unit_test(test_slurm_wrong_value),
         cmocka_unit_test(test_slurm_dead_worker),
+        cmocka_unit_test(test_slurm_dead_worker0),
         cmocka_unit_test(test_real_mpirun),
         cmocka_unit_test(test_free_ports_held),
         cmocka_unit_test(test_launch_run_as_a_function),
