@@ -2307,6 +2307,8 @@ static void run_sibling_dead_in_a_push(int durable)
     assert_int_equal(kill(s0, SIGKILL), 0);
     assert_int_equal(wait_exit(s0), 128 + SIGKILL);
     rkv_client_destroy(p.cli);
+    for (uint32_t m = 0; m < 2; m++) /* killed: nobody else removes them */
+        unlink_machine_shm(&c.cfg, m);
     torn_marker[0] = 0;
     remove_tree(c.dir);
 }
@@ -2428,6 +2430,8 @@ static void run_colocated_client_beside_a_dead_server(int durable)
     assert_int_equal(wait_exit(s1[1 - dead]), 128 + SIGKILL);
     assert_int_equal(kill(s0, SIGKILL), 0);
     assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    for (uint32_t m = 0; m < 2; m++) /* killed: nobody else removes them */
+        unlink_machine_shm(&c.cfg, m);
     torn_marker[0] = 0;
     remove_tree(c.dir);
 }
