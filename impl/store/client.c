@@ -192,6 +192,10 @@ struct rkv_client {
     /* rkv_client_create_observer: holds no worker slot, reads the catalogue
      * only (LIST, META to server 0). */
     int observer;
+    /* Pushes applied in place into this machine's shared memory since the
+     * last barrier (cli_push_local): the next barrier first checks that a
+     * server of the machine still serves them (cli_local_served). */
+    int local_writes;
     /* A push's or pull's requests and lost counts, and the servers
      * cli_abandon_slots drops: grp_cap entries each, grown with the
      * grouping arrays (a call allocates nothing once they are large enough,
@@ -2420,6 +2424,7 @@ static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uin
     for (uint32_t i = 0; i < cnt; i++)
         rkv_shard_push_row(&t->shard, t, c->ht, op, param, ids[pos[i]],
                            rows + (size_t)pos[i] * t->row_bytes);
+    c->local_writes = 1;
 }
 
 /* One push's requests in flight and what its end needs (a retry reads the
@@ -3291,6 +3296,42 @@ int rkv_client_pull_with(struct rkv_client *c, const char *name, const uint64_t 
 
 /* ---- barrier, shutdown ---- */
 
+/* Before a barrier of a worker that pushed into its machine's shared
+ * memory: a barrier says every worker's pushes are visible, and rows in
+ * memory no server of the machine serves any more are not. With every
+ * server of its machine killed, such a worker went on pushing into the
+ * orphaned memory and its barrier succeeded (an outside tester, not
+ * durable): the pushes were lost without a word. Each server's process is
+ * read from the machine's segment (mapped for the look). */
+static int cli_local_served(struct rkv_client *c)
+{
+    const struct rkv_port_ops *o = c->port->ops;
+    uint32_t m = c->cfg.machine_id, n = c->cfg.machines[m].servers;
+    if (!c->local_writes || !o->proc_alive || n > RKV_MACH_SERVERS)
+        return 0;
+    struct rkv_mach mv;
+    if (rkv_mach_attach(c->port, c->cfg.shm_prefix, m, c->cfg.n_workers, 0, &mv, NULL, 0) < 0)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
+                        "barrier: machine %u's shared memory is gone (its servers with it?): the "
+                        "pushes this worker applied there since its last barrier are served by "
+                        "no one",
+                        m);
+    uint32_t alive = 0;
+    for (uint32_t i = 0; i < n && !alive; i++) {
+        uint64_t proc = atomic_load(&mv.hdr->reader_proc[i]);
+        alive = !proc || o->proc_alive(c->port, proc); /* not attached yet: not known dead */
+    }
+    rkv_mach_close(&mv);
+    if (!alive)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
+                        "barrier: every server of machine %u (this worker's) is gone: the pushes "
+                        "this worker applied into its shared memory since its last barrier are "
+                        "served by no one",
+                        m);
+    c->local_writes = 0;
+    return 0;
+}
+
 static int cli_barrier(struct rkv_client *c)
 {
     struct rkv_hdr h = {.type = RKV_MSG_BARRIER};
@@ -3299,6 +3340,8 @@ static int cli_barrier(struct rkv_client *c)
     if (rc < 0)
         return rc;
     cli_settle_pending(c);
+    if ((rc = cli_local_served(c)) < 0)
+        return rc;
     h.count = c->barriers + 1;
     /* A barrier waits for the slowest worker, however slow (an evaluation
      * pass, a checkpoint), as DGL's and ps-lite's do: not timeout_ms. It

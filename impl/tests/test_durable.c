@@ -2448,6 +2448,40 @@ static void test_colocated_client_beside_a_server_dead_in_a_durable_push(void **
     run_colocated_client_beside_a_dead_server(1);
 }
 
+/* Not durable: a worker on machine 1 pushes into its machine's shared
+ * memory directly. With machine 1's only server killed, its pushes went
+ * on landing in memory nobody serves, and its barrier succeeded: the
+ * barrier's promise (every worker's pushes visible) broken without a word
+ * (an outside tester). The barrier now fails, naming the machine. */
+static void test_barrier_fails_over_unserved_local_pushes(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_config lcfg = c.cfg;
+    lcfg.machine_id = 1;
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&lcfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    push_row60(cli, RKV_OP_SUM, 1);
+    assert_int_equal(rkv_client_barrier(cli), 0); /* served */
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    push_row60(cli, RKV_OP_SUM, 1); /* into the shared memory: nobody serves it */
+    int rc = rkv_client_barrier(cli);
+    if (rc != -RKV_EPEERDEAD || !strstr(rkv_client_errmsg(cli), "every server of machine 1"))
+        fail_msg("barrier: %d %s", rc, rkv_client_errmsg(cli));
+    rkv_client_destroy(cli);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    for (uint32_t m = 0; m < 2; m++)
+        unlink_machine_shm(&c.cfg, m);
+}
+
 static void test_custom_op_replayed_after_restart(void **state)
 {
     (void)state;
@@ -3699,6 +3733,7 @@ int main(void)
         cmocka_unit_test_teardown(test_sibling_dead_in_a_push, reap_children),
         cmocka_unit_test_teardown(test_sibling_dead_in_a_durable_push, reap_children),
         cmocka_unit_test_teardown(test_colocated_client_beside_a_dead_server, reap_children),
+        cmocka_unit_test_teardown(test_barrier_fails_over_unserved_local_pushes, reap_children),
         cmocka_unit_test_teardown(test_colocated_client_beside_a_server_dead_in_a_durable_push,
                                   reap_children),
         cmocka_unit_test_teardown(test_server0_crash_under_pushes_durable, reap_children),
