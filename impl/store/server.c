@@ -2124,12 +2124,19 @@ static int srv_resume(struct rkv_server *s, const struct rkv_snap *snap, const c
     /* The tensors first: the push our predecessor died applying is
      * finished in them, under the row lock it held on the row it died in
      * (freed first, a sibling's pull could read that row half applied);
-     * then the rest of its row locks are freed. */
+     * then the rest of its row locks are freed, all of them: this server
+     * serves under the same tag, and a word it may hold then could not be
+     * told from one its predecessor left. A push that cannot be finished
+     * yet (its custom handler is registered after create) leaves its row
+     * readable until rkv_server_run finishes it. */
     int rc = srv_adopt(s, 0, err, err_len);
     if (rc == 0)
         rc = rkv_wal_trim(s->wal, s->ht, err, err_len);
-    if (rc == 0)
-        rkv_wal_free_rows(s->wal, s->mach.owner);
+    for (uint32_t id = 1; rc == 0 && id <= s->n_tensors; id++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
+        if (t && t->mapped)
+            rkv_shard_reclaim(&t->shard);
+    }
     return rc;
 }
 

@@ -519,7 +519,11 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
     struct rkv_mach_hdr *h = w->mc->hdr;
     assert(rkv_live_held(&h->wal_lock, w->mc->owner));
     uint64_t lsn = atomic_load(&h->jr_lsn), pos = atomic_load(&h->jr_pos);
+    /* The dead server's tag, whose row lock is taken over; not when it is
+     * ours (our predecessor's push, whose locks our restart freed before
+     * it served): a word under our tag may be our own live hold then. */
     unsigned tag = atomic_load(&h->jr_tag);
+    unsigned over = tag == w->mc->owner ? 0 : tag;
     uint64_t lineage = __atomic_load_n(&h->lineage, __ATOMIC_ACQUIRE);
     uint8_t head[RKV_WAL_REC_BYTES], *body = NULL;
     char path[512], why[300] = "";
@@ -530,7 +534,8 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
         int rc = wal_cut(w, err, err_len);
         if (rc == 0) {
             atomic_store(&h->jr_lsn, 0);
-            rkv_wal_free_rows(w, tag);
+            if (over)
+                rkv_wal_free_rows(w, over);
             RKV_LOGW(w->port,
                      "machine %u: a server died writing a push's log record: voided, nothing of "
                      "that push was applied (its client's retry applies it)",
@@ -614,14 +619,14 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
         uint64_t l = rkv_pbook_g2l(&t->pb, ids[from]);
         size_t rb = t->row_bytes, off, len;
         wal_seg_span(t, op, seg, &off, &len);
-        rkv_shard_lock_over(&t->shard, l, tag);
+        rkv_shard_lock_over(&t->shard, l, over);
         memcpy(t->shard.data + l * rb + off, t->shard.journal, len);
         if (t->shard.state)
             memcpy(t->shard.state + l * rb + off, t->shard.journal + rb, len);
         rkv_shard_unlock(&t->shard, l);
     }
     if (!marked)
-        wal_apply_journaled(h, t, ht, op, param, ids, body + count * 8, from, seg, count, tag);
+        wal_apply_journaled(h, t, ht, op, param, ids, body + count * 8, from, seg, count, over);
     if (e && !marked)
         e->last_seq = seq;
     RKV_LOGW(w->port,
@@ -632,7 +637,8 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
 done:
     free(body);
     atomic_store(&h->jr_lsn, 0);
-    rkv_wal_free_rows(w, tag);
+    if (over)
+        rkv_wal_free_rows(w, over);
     return 0;
 }
 
@@ -664,8 +670,10 @@ uint32_t rkv_wal_free_rows(struct rkv_wal *w, uint32_t tag)
     uint32_t n = 0;
     /* The word of the row a push died in is its finisher's to take over
      * (wal_finish_torn): freed now, a pull could read that row half
-     * applied until the finisher locked it. */
-    if (atomic_load(&h->jr_lsn) && atomic_load(&h->jr_tag) == tag)
+     * applied until the finisher locked it. Not our predecessor's (a
+     * restart under its tag): its finisher, this server, could not tell
+     * that word from its own, so it goes now, before this one serves. */
+    if (atomic_load(&h->jr_lsn) && atomic_load(&h->jr_tag) == tag && tag != w->mc->owner)
         return 0;
     for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
         struct rkv_tensor *t = rkv_tensor_at(w->tensors, id);

@@ -300,7 +300,8 @@ int rkv_wal_trim(struct rkv_wal *w, const struct rkv_handler_table *ht, char *er
 
 /* Frees the row locks server tag `tag` of the machine holds in the tensors
  * this server maps (the tag's process is dead), except while the push in
- * the apply journal is that tag's: its row is left to the push's finisher. */
+ * the apply journal is another server's under that tag: its row is left
+ * to the push's finisher. */
 uint32_t rkv_wal_free_rows(struct rkv_wal *w, uint32_t tag);
 
 /* A row lock waited on is held by sibling server `tag`, whose process
