@@ -2774,8 +2774,12 @@ static int srv_run(struct rkv_server *s)
      * checkpoint (refused meanwhile) is asked for. */
     if (s->wal && s->mach.hdr && atomic_load(&s->mach.hdr->jr_lsn)) {
         char why[256];
+        /* As a push holds it: the engine task may be serving already, and
+         * a server's reader slot is one flag, one apply at a time. */
+        s->port->ops->mutex_lock(s->hmu);
         if (rkv_wal_trim(s->wal, s->ht, why, sizeof(why)) < 0)
             RKV_LOGE(s->port, "server %u: %s", s->server_id, why);
+        s->port->ops->mutex_unlock(s->hmu);
     }
     int torn_check = s->wal && s->cfg.machines[s->cfg.machine_id].servers > 1;
     s->port->ops->mutex_lock(s->mu);
