@@ -2146,6 +2146,22 @@ static void *torn_push_main(void *arg)
     return NULL;
 }
 
+/* Which of machine 1's two servers died in the push (h_sum_dies_once),
+ * reaped and forgotten; its status in *st. Fails after 20 s. */
+static int wait_one_of_two_dead(const pid_t s1[2], int *st)
+{
+    for (int i = 0; i < 2000; i++) {
+        for (int l = 0; l < 2; l++)
+            if (waitpid(s1[l], st, WNOHANG) == s1[l]) {
+                child_forget(s1[l]);
+                return l;
+            }
+        usleep(10 * 1000);
+    }
+    fail_msg("no server of machine 1 died in the push within 20 s");
+    return -1;
+}
+
 /* Durable mode, machine 1 of two servers: one of them is killed inside a
  * push, with two of its five rows applied and the third half applied.
  * Its sibling keeps the machine's memory, so nothing rolls it back; the
@@ -2180,17 +2196,7 @@ static void test_push_torn_mid_row_finished_once(void **state)
     pthread_t thr;
     assert_int_equal(pthread_create(&thr, NULL, torn_push_main, &p), 0);
     /* One of machine 1's servers dies in the handler. */
-    int dead = -1, st = 0;
-    for (int i = 0; i < 2000 && dead < 0; i++) {
-        for (int l = 0; l < 2 && dead < 0; l++)
-            if (waitpid(s1[l], &st, WNOHANG) == s1[l])
-                dead = l;
-        if (dead < 0)
-            usleep(10 * 1000);
-    }
-    if (dead < 0)
-        fail_msg("no server of machine 1 died in the push within 20 s");
-    child_forget(s1[dead]);
+    int st = 0, dead = wait_one_of_two_dead(s1, &st);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     s1[dead] = spawn_handler_server(&c.cfg, 1, (uint32_t)dead, h_sum_dies_once, logs[2]);
     assert_int_equal(pthread_join(thr, NULL), 0);
@@ -2256,17 +2262,7 @@ static void run_sibling_dead_in_a_push(int durable)
         p.rows[i] = i / 4 == 2 ? 7.0f : 1.0f;
     pthread_t thr;
     assert_int_equal(pthread_create(&thr, NULL, torn_push_main, &p), 0);
-    int dead = -1, st = 0;
-    for (int i = 0; i < 2000 && dead < 0; i++) {
-        for (int l = 0; l < 2 && dead < 0; l++)
-            if (waitpid(s1[l], &st, WNOHANG) == s1[l])
-                dead = l;
-        if (dead < 0)
-            usleep(10 * 1000);
-    }
-    if (dead < 0)
-        fail_msg("no server of machine 1 died in the push within 20 s");
-    child_forget(s1[dead]);
+    int st = 0, dead = wait_one_of_two_dead(s1, &st);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     /* Durable: the push's retry goes to the live sibling (it waited out
      * retry_ms reconnecting to the dead one, and failed), where it is
@@ -2394,17 +2390,7 @@ static void run_colocated_client_beside_a_dead_server(int durable)
     for (int i = 0; i < 5 * 4; i++)
         rows[i] = i / 4 == 2 ? 7.0f : 1.0f;
     assert_true(rkv_client_push(pusher, "t", ids, 5, rows, RKV_OP_CUSTOM, 0) < 0);
-    int dead = -1, st = 0;
-    for (int i = 0; i < 2000 && dead < 0; i++) {
-        for (int l = 0; l < 2 && dead < 0; l++)
-            if (waitpid(s1[l], &st, WNOHANG) == s1[l])
-                dead = l;
-        if (dead < 0)
-            usleep(10 * 1000);
-    }
-    if (dead < 0)
-        fail_msg("no server of machine 1 died in the push within 20 s");
-    child_forget(s1[dead]);
+    int st = 0, dead = wait_one_of_two_dead(s1, &st);
     assert_int_equal(pthread_create(&thr, NULL, colocated_pull_main, &p), 0);
     for (int i = 0; i < 2000 && !atomic_load(&p.done); i++)
         usleep(10 * 1000);
