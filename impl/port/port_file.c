@@ -587,6 +587,19 @@ int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t e
     return 0;
 }
 
+int rkv_file_linked(int fd, const char *path, char *err, size_t err_len)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return rkv_errf(err, err_len, -RKV_EIO, "cannot stat %s: %s", path, strerror(errno));
+    if (st.st_nlink == 0)
+        return rkv_errf(err, err_len, -RKV_EIO,
+                        "%s was deleted while open (its directory removed?): what is written "
+                        "there is lost at the next restart",
+                        path);
+    return 0;
+}
+
 int rkv_file_sync_dir(const char *dir, char *err, size_t err_len)
 {
     if (file_sync_dir(dir) != 0)

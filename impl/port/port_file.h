@@ -84,6 +84,9 @@ void rkv_file_writeback(int fd, uint64_t off, uint64_t len);
  * durability point (no metadata, no cache flush): an fdatasync is. */
 void rkv_file_writeback_wait(int fd, uint64_t off, uint64_t len);
 int rkv_file_truncate(int fd, uint64_t len, const char *path, char *err, size_t err_len);
+/* -RKV_EIO when fd's file has no name left (unlinked, or its directory
+ * removed): data synced there is out of reach of anyone who opens by name. */
+int rkv_file_linked(int fd, const char *path, char *err, size_t err_len);
 int rkv_file_size(int fd, uint64_t *len_p, const char *path, char *err, size_t err_len);
 /* fsync of a directory: a created or removed entry is durable after it. */
 int rkv_file_sync_dir(const char *dir, char *err, size_t err_len);

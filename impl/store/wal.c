@@ -761,8 +761,9 @@ unlock:
 static int wal_failed(const struct rkv_wal *w, char *err, size_t err_len)
 {
     return rkv_errf(err, err_len, -RKV_EIO,
-                    "machine %u: an fdatasync of its log failed earlier; nothing is acknowledged "
-                    "until its servers restart from the log",
+                    "machine %u: a sync of its log failed earlier (or found the log deleted); "
+                    "nothing is acknowledged until its servers restart from the log or a "
+                    "checkpoint is written",
                     w->machine);
 }
 
@@ -783,6 +784,12 @@ static int wal_datasync(struct rkv_wal *w, struct rkv_wal_file *f, const char *p
                         size_t err_len)
 {
     int rc = rkv_file_datasync(f->fd, path, err, err_len);
+    /* A log synced but deleted (its directory removed under a running
+     * server) is not durable: a restart reads the directory, finds nothing,
+     * and every push acknowledged since is gone. Checked after each sync, so
+     * nothing is acknowledged from the first sync that sees it. */
+    if (rc == 0)
+        rc = rkv_file_linked(f->fd, path, err, err_len);
     if (rc < 0)
         wal_fail_at(w->mc->hdr, f->gen);
     return rc;

@@ -1030,6 +1030,33 @@ static void test_failed_sync_healed_only_by_a_later_switch(void **state)
     fix_close(&f);
 }
 
+/* The durable directory removed under a running server: the next sync
+ * fails naming the deletion, and nothing is acknowledged after it (a
+ * restart would read an empty directory: pushes acknowledged into the
+ * unlinked log were lost without a word). */
+static void test_deleted_log_not_acknowledged(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_rows(&f, 64, 0);
+    fix_wal(&f);
+    char err[256];
+    struct pusher p = {.f = &f, .t = t, .rows = 64, .op = RKV_OP_SUM};
+    pusher_one(&p);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), 0);
+    rkv_file_remove_dir(f.dir);
+    pusher_one(&p);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "was deleted while open"));
+    /* Every later sync refuses too, though the last one reached the disk. */
+    pusher_one(&p);
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "found the log deleted"));
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
 /* A copy LSN names a place in the snapshot's own log (or is 0): another
  * log's is refused, naming the tensor and the chunk. */
 static void test_copy_lsn_of_another_log_refused(void **state)
@@ -1894,6 +1921,7 @@ int main(void)
         cmocka_unit_test(test_fuzzy_checkpoint_with_state),
         cmocka_unit_test(test_copy_lsn_of_another_log_refused),
         cmocka_unit_test(test_failed_sync_healed_only_by_a_later_switch),
+        cmocka_unit_test(test_deleted_log_not_acknowledged),
         cmocka_unit_test(test_log_truncated_at_every_byte),
         cmocka_unit_test(test_log_bit_flipped_at_every_byte),
         cmocka_unit_test(test_log_zeroed_blocks),
