@@ -1255,8 +1255,10 @@ class Server:
         stop. The server still answers requests until close() (clients with
         retry_ms in durable mode then redial one restarted in its place,
         where one refused meanwhile would fail)."""
-        if self._srv is not None and self._pid == os.getpid():
-            lib.rkv_server_stop(self._srv)
+        if self._srv is not None:  # a closed one: nothing to stop
+            # A forked child's copy has no threads to stop: it did nothing,
+            # silently, while the parent's server went on serving.
+            lib.rkv_server_stop(self._live())
 
     def _close_at_exit(self):
         """Stops and closes the server as the interpreter exits (_at_exit):
@@ -1274,11 +1276,16 @@ class Server:
                 self.close()
 
     def close(self):
+        if getattr(self, "_srv", None) is not None and self._pid != os.getpid():
+            # A forked child's copy: the server runs in the parent (its
+            # _running came with the fork, and said "server is running"
+            # here); the child only lets go of its handle.
+            self._srv = None
+            return
         if getattr(self, "_running", False):
             _fail(-EINVAL, "server is running: stop() it, or a client's shut_down(), first")
         if getattr(self, "_srv", None) is not None:
-            if self._pid == os.getpid():  # not in a forked child, which lacks its threads
-                lib.rkv_server_destroy(self._srv)
+            lib.rkv_server_destroy(self._srv)
             self._srv = None
 
     def __enter__(self):

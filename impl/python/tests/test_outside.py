@@ -444,6 +444,64 @@ def test_server_refused_in_a_forked_child(tmp_path):
     assert got == bytes([7]), got
 
 
+def test_server_stop_and_close_in_a_forked_child(tmp_path):
+    # Forked while the parent's run() serves: the child's stop() did
+    # nothing, silently, and its close() (and so its __del__) said "server
+    # is running", the parent's flag copied by the fork. stop() now names
+    # the fork; close() lets go of the child's copy and leaves the parent's
+    # server serving.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+    t = threading.Thread(target=s.run, daemon=True)
+    t.start()
+    end = time.monotonic() + 10
+    while not getattr(s, "_running", False) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert s._running
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            s.stop()
+            code = 2  # no error: it did nothing
+        except rkv.Error as e:
+            code = 3 if e.code == -rkv.EINVAL and "forked child" in e.message else 4
+        if code == 3:
+            try:
+                s.close()
+                code = 7
+            except rkv.Error:
+                code = 5
+        os.write(w, bytes([code]))
+        os._exit(0)
+    os.close(w)
+    try:
+        ready = select.select([r], [], [], 10)[0]
+        got = os.read(r, 1) if ready else b""
+    finally:
+        os.close(r)
+        if not got:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    try:
+        assert got == bytes([7]), got
+        # The parent's server still serves a worker.
+        c = rkv.Client(rkv.Config(cluster=path, num_workers=1, timeout_ms=5000))
+        c.init_data("t", (4, 2), "float32")
+        c.push("t", np.arange(4, dtype=np.int64), np.ones((4, 2), np.float32))
+        assert (c.pull("t", np.arange(4, dtype=np.int64)) == 1).all()
+        c.shut_down()
+        c.close()
+    finally:
+        s.stop()
+        t.join(30)
+        s.close()
+
+
 def test_a_secret_file_that_holds_no_secret_is_refused(tmp_path, monkeypatch):
     # A directory (fopen opens one, fread fails) or an empty file was read
     # as an empty secret: the server ran open to anyone, its user having
