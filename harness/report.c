@@ -221,8 +221,9 @@ static int rep_phase_fail_reason(const struct rkv_report *r, int all_finish, con
 {
     for (uint32_t p = 0; p < r->sc->n_phases; p++) {
         if (r->phase[p].errors) {
-            snprintf(buf, len, "phase %s: %llu wrong value%s pulled", r->sc->phases[p].name,
-                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s");
+            snprintf(buf, len, "phase %s: %llu wrong value%s pulled%s%s", r->sc->phases[p].name,
+                     (unsigned long long)r->phase[p].errors, r->phase[p].errors == 1 ? "" : "s",
+                     r->first_error[0] ? "; the first: " : "", r->first_error);
             return 1;
         }
         if (all_finish && r->reported[p] != r->n_workers) {
@@ -238,6 +239,8 @@ static int rep_phase_fail_reason(const struct rkv_report *r, int all_finish, con
  * "FAIL" when a fault did not fire (a second crash of a node). */
 static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t len)
 {
+    if (rep_phase_fail_reason(r, 0, "", buf, len))
+        return; /* a wrong value first: its worker's exit 1 is only its echo */
     if (!r->processes_ok) {
         const char *why = r->node_error[0] ? r->node_error : r->stop_error;
         snprintf(buf, len, "a process failed%s%s", why[0] ? ": " : "", why);
@@ -279,6 +282,10 @@ void rkv_report_fail_reason(const struct rkv_report *r, char *buf, size_t len)
      * that failed on a store error said a bare "FAIL", its cause only on
      * stderr (tcp) or on a line of its own (the twin), and neither reached
      * report.md nor report.json (an outside tester). */
+    /* A wrong value first: the worker that pulled it exits 1, and the
+     * verdict said "a process failed (its error is on stderr)". */
+    if (rep_phase_fail_reason(r, 0, "", buf, len))
+        return;
     char count[96] = "";
     if (r->workers_stopped)
         snprintf(count, sizeof(count), "; %u of %u workers stopped on a store error",

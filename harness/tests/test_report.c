@@ -132,6 +132,29 @@ static void test_report_json_round_trips_names(void **state)
                       "already down cannot crash"))
         fail_msg("no reason given:\n%s", text);
     free(text);
+    /* A wrong value makes its worker exit 1: the verdict said "a process
+     * failed (its error is on stderr)", on both kinds of run. */
+    r.phase[1].errors = 2;
+    snprintf(r.first_error, sizeof(r.first_error), "t row 3 element 0: 5, want 4");
+    r.processes_ok = 0;
+    for (int fault_run = 0; fault_run < 2; fault_run++) {
+        r.fault_run = fault_run;
+        m = open_memstream(&text, &text_len);
+        assert_non_null(m);
+        rkv_report_print(&r, m, "tcp");
+        fclose(m);
+        char want[160];
+        snprintf(want, sizeof(want),
+                 "verdict: FAIL (phase %s: 2 wrong values pulled; the first: t row 3 element 0: "
+                 "5, want 4)",
+                 sc->phases[1].name);
+        if (!strstr(text, want))
+            fail_msg("fault run %d: no wrong value named:\n%s", fault_run, text);
+        free(text);
+    }
+    r.phase[1].errors = 0;
+    r.first_error[0] = 0;
+    r.processes_ok = 1;
     r.fault_run = 0;
     /* the plots take the same names (gnuplot from ci/deps, when present) */
     if (access("/usr/bin/gnuplot", X_OK) == 0) {
