@@ -116,8 +116,9 @@ enum rkv_init { RKV_INIT_ZEROS = 0, RKV_INIT_UNIFORM = 1 };
  * refuses to push a custom op it has not registered (-RKV_ENOHANDLER,
  * nothing applied), since it cannot see the servers' handlers (outside
  * durable mode it applies the op to its own machine's rows itself).
- * SGD's and ADAGRAD's param (the learning rate) must be finite and not
- * negative (-RKV_EINVAL, nothing applied). */
+ * SGD's and ADAGRAD's param (the learning rate) must be finite, not
+ * negative and, on an RKV_F32 tensor, at most FLT_MAX (the f32 ops step
+ * with a float rate) (-RKV_EINVAL, nothing applied). */
 enum rkv_push_op {
     RKV_OP_ASSIGN = 0,
     RKV_OP_SUM = 1,     /* row += grad; integer dtypes wrap around on overflow (two's complement) */

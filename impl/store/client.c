@@ -3,6 +3,7 @@
  * The application thread builds requests and waits; the engine's progress
  * task completes them. The two meet under cli->mu. */
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -2578,11 +2579,16 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
      * on every server, for good; a negative one climbs the gradient (the
      * Python binding and torch.optim refuse it too; a custom op's param is
      * the handler's business). */
-    if (rkv_handler_check_param(op, param) < 0 && !isfinite(param))
+    if (rkv_handler_check_param(op, t->meta.dtype, param) < 0 && !isfinite(param))
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must be finite", name,
                         op == RKV_OP_SGD ? "sgd" : "adagrad", param);
-    if (rkv_handler_check_param(op, param) < 0)
+    if (rkv_handler_check_param(op, t->meta.dtype, param) < 0 && param > 0)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
+                        "push to '%s': %s with learning rate %g; a f32 tensor steps with a f32 "
+                        "rate, and this one is past its largest (%g)",
+                        name, op == RKV_OP_SGD ? "sgd" : "adagrad", param, (double)FLT_MAX);
+    if (rkv_handler_check_param(op, t->meta.dtype, param) < 0)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
                         "push to '%s': %s with learning rate %g; it must not be negative "
                         "(the op applies row -= lr * ...)",

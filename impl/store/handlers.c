@@ -1,5 +1,6 @@
 /* Push handlers: how an incoming row is folded into a stored one. */
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,11 +57,15 @@ int rkv_handler_check(const struct rkv_handler_table *t, int op, enum rkv_dtype 
     }
 }
 
-int rkv_handler_check_param(int op, double param)
+int rkv_handler_check_param(int op, enum rkv_dtype dt, double param)
 {
     if (op != RKV_OP_SGD && op != RKV_OP_ADAGRAD)
         return 0;
-    return isfinite(param) && param >= 0 ? 0 : -RKV_EINVAL;
+    if (!isfinite(param) || param < 0)
+        return -RKV_EINVAL;
+    /* The f32 ops step with (float)param: a rate finite as a double but
+     * past FLT_MAX was inf there, and 0 x inf made the rows NaN. */
+    return dt == RKV_F32 && param > FLT_MAX ? -RKV_EINVAL : 0;
 }
 
 /* ---- sum ---- */

@@ -35,7 +35,7 @@ int rkv_handler_check(const struct rkv_handler_table *t, int op, enum rkv_dtype 
  * sends a push and by a server before it applies or logs one: a server
  * took any lr a PUSH said, and one NaN made every row it named NaN for
  * good. */
-int rkv_handler_check_param(int op, double param);
+int rkv_handler_check_param(int op, enum rkv_dtype dt, double param);
 /* rkv_handler_apply for an op that rkv_handler_check accepted for dt and
  * state: a request's rows are checked once, not once each. */
 void rkv_handler_run(const struct rkv_handler_table *t, int op, enum rkv_dtype dt, void *row,

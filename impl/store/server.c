@@ -1098,11 +1098,11 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
     /* The client refuses such a learning rate before it sends; a peer that
      * does not was obeyed: a NaN made every row it named NaN for good. So
      * it is refused here too, before anything is logged or applied. */
-    if (rc == 0 && rkv_handler_check_param(m->h.op, m->h.param) < 0)
+    if (rc == 0 && rkv_handler_check_param(m->h.op, t->meta.dtype, m->h.param) < 0)
         rc = rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
-                      "tensor '%s': push op %u with learning rate %g; it must be finite and not "
-                      "negative",
-                      t->meta.name, m->h.op, m->h.param);
+                      "tensor '%s': push op %u with learning rate %g; it must be finite, not "
+                      "negative, and fit the tensor's %s",
+                      t->meta.name, m->h.op, m->h.param, rkv_dtype_name(t->meta.dtype));
     const struct srv_conn *c = srv_conn_of(peer);
     struct srv_ack *a = NULL;
     if (rc == 0)

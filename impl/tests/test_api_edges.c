@@ -887,6 +887,10 @@ static void test_wait_through_another_client(void **state)
     /* Nor one that climbs the gradient (torch.optim refuses it too). */
     assert_int_equal(rkv_client_push(a, "t", ids, 2, rows, RKV_OP_SGD, -0.5), -RKV_EINVAL);
     assert_non_null(strstr(rkv_client_errmsg(a), "must not be negative"));
+    /* Nor one past FLT_MAX on a f32 tensor: the op steps with (float)lr,
+     * inf, and 0 x inf made the rows NaN. */
+    assert_int_equal(rkv_client_push(a, "t", ids, 2, rows, RKV_OP_SGD, 1e39), -RKV_EINVAL);
+    assert_non_null(strstr(rkv_client_errmsg(a), "past its largest"));
     pull_ok(b, "t", ids, 2, got);
     assert_memory_equal(got, rows, sizeof(rows));
     assert_int_equal(rkv_client_shutdown_servers(a), 0);

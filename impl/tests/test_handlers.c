@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <float.h>
 #include <stdint.h>
 #include <cmocka.h>
 
@@ -113,11 +114,17 @@ static void test_adagrad_small_gradient(void **state)
 static void test_learning_rate_zero(void **state)
 {
     (void)state;
-    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, 0.0), 0);
-    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, 0.0), 0);
-    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, -0.0), 0);
-    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, -0.0), 0);
-    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, -1e-300), -RKV_EINVAL);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, RKV_F32, 0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, RKV_F32, 0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, RKV_F32, -0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, RKV_F32, -0.0), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, RKV_F32, -1e-300), -RKV_EINVAL);
+    /* Finite as a double, inf as the f32 ops' (float)param: 0 x inf was NaN
+     * in every row pushed. */
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, RKV_F32, 1e39), -RKV_EINVAL);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_ADAGRAD, RKV_F32, 1e39), -RKV_EINVAL);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, RKV_F32, (double)FLT_MAX), 0);
+    assert_int_equal(rkv_handler_check_param(RKV_OP_SGD, RKV_F64, 1e39), 0);
     double d[2] = {3, 4}, ds[2] = {0, 1}, dg[2] = {2, 5};
     assert_int_equal(rkv_handler_apply(NULL, RKV_OP_SGD, RKV_F64, d, NULL, dg, 2, 0.0), 0);
     assert_int_equal(rkv_handler_apply(NULL, RKV_OP_ADAGRAD, RKV_F64, d, ds, dg, 2, 0.0), 0);
