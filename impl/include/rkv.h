@@ -103,8 +103,8 @@ RKV_API const char *rkv_dtype_name(enum rkv_dtype dt);
 
 /* How global row ids map to machines (the partition book). */
 enum rkv_policy {
-    RKV_PART_RANGE = 1,    /* contiguous, near-equal ranges per machine */
-    RKV_PART_HASH = 2,     /* row % machines (g2l = row / machines) */
+    RKV_PART_RANGE = 1,   /* contiguous, near-equal ranges per machine */
+    RKV_PART_HASH = 2,    /* row % machines (g2l = row / machines) */
     RKV_PART_EXPLICIT = 3 /* a book: one machine id per row */
 };
 
@@ -500,14 +500,12 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * rows. A server that holds the name under another id than server 0's (the
  * servers disagree: restarted apart, or a peer with the secret made it
  * first) refuses it: -RKV_EEXIST naming both ids; one that answers with
- * another id anyway: -RKV_EPROTO naming it. A desc the servers could not take is refused before anything is
- * sent (-RKV_EINVAL, nothing created, the connections untouched): an empty
- * or unterminated name, an unknown dtype, policy or init, rows 0 or above
- * 2^40, row_len 0 or above 2^27, RKV_PART_EXPLICIT without a book (or a
- * book with another policy), with
- * more than 2^32-1 rows, or with an entry >= n_machines. So is, with
- * -RKV_ELIMIT naming both sizes, a desc one of whose rows no push could
- * carry to a server, in a cluster of several machines or in durable mode:
+ * another id anyway: -RKV_EPROTO naming it. A desc the servers could not take is refused before
+ * anything is sent (-RKV_EINVAL, nothing created, the connections untouched): an empty or
+ * unterminated name, an unknown dtype, policy or init, rows 0 or above 2^40, row_len 0 or above
+ * 2^27, RKV_PART_EXPLICIT without a book (or a book with another policy), with more than 2^32-1
+ * rows, or with an entry >= n_machines. So is, with -RKV_ELIMIT naming both sizes, a desc one of
+ * whose rows no push could carry to a server, in a cluster of several machines or in durable mode:
  * a push message of one row (the row, its 8-byte id and a 64-byte header)
  * over this client's cfg.max_slot_bytes (a tensor's optimizer state is not
  * pushed; a pull of one row with it, two rows' worth, is refused by that
@@ -527,7 +525,10 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * at most RKV_MAX_TENSORS tensors (-RKV_ELIMIT past them). A server answers
  * once its machine's shard is made and populated, which takes time in
  * proportion to it: each step waits timeout_ms plus 32 ms per MiB of the
- * largest machine's shard. */
+ * largest machine's shard. A shard of 64 MiB or more is made by a task of
+ * the server's own, one at a time, while the server goes on answering
+ * every other request; a second init_data of that tensor meanwhile waits
+ * for the same make. */
 RKV_API int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 RKV_API int rkv_client_meta(struct rkv_client *cli, const char *name,
                             struct rkv_tensor_meta *meta_p);

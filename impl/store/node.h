@@ -46,5 +46,12 @@ int rkv_client_create_observer_on(struct rkv_port *port, struct rkv_nic *nic,
  * (the composition arms it from RKV_TEST_CORRUPT_ROW). UINT64_MAX (what a
  * server starts with) disables it. Call before rkv_server_run. */
 void rkv_server_set_test_corrupt_row(struct rkv_server *srv, uint64_t row);
+/* Tests: tensors whose shard on this server is async_bytes or more are
+ * made by the make task (default SRV_MAKE_ASYNC_BYTES), and with hold set
+ * that task waits before each make until hold is cleared (or the server
+ * stops), so a test can see the server serve meanwhile. */
+void rkv_server_test_make(struct rkv_server *srv, uint64_t async_bytes, int hold);
+/* Tests: how many tensors the make task has begun making. */
+uint64_t rkv_server_test_makes_begun(struct rkv_server *srv);
 
 #endif

@@ -171,10 +171,37 @@ struct rkv_server {
      * holder walked every connection, quadratic in a server's workers when
      * they all left at the end of a run. */
     uint32_t n_shadow;
+    /* The make task (srv_make_main): builds the segments of large tensors
+     * (fallocate and populate cost ~0.5 s a GiB, a uniform fill more), which
+     * on the progress task stopped every other client's requests for as
+     * long (a 12 GiB tensor: 13 s of timeouts, found by an outside tester).
+     * Started with the first such tensor. Jobs, make_cur and make_stop are
+     * under mu; at most SRV_MAX_MAKES jobs. */
+    struct rkv_task *make_task;
+    struct srv_make *make_q, *make_q_tail, *make_cur;
+    _Atomic uint32_t n_make; /* only the progress task adds */
+    int make_stop;
+    _Atomic uint64_t make_async_bytes; /* a shard this large or larger is made there */
+    _Atomic int make_hold;             /* tests: the task waits before each make */
+    _Atomic uint64_t makes_begun;
     /* The process that created it (rkv_port_pid): a forked child's calls
      * are refused (srv_forked). */
     int pid;
     char err[512];
+};
+
+/* A large tensor's segment to make, and the INITs waiting for it (the one
+ * that asked, and any same-description INIT that came meanwhile), each
+ * answered when it is made (in durable mode after the next snapshot). */
+#define SRV_MAX_MAKES 64u
+#define SRV_MAX_MAKE_WAITERS 4096u
+#define SRV_MAKE_ASYNC_BYTES (64ull << 20)
+struct srv_make {
+    struct srv_make *next;
+    struct rkv_tensor *t;
+    int create;
+    struct srv_ack *waiters; /* each keeps its peer (srv_conn.acks_pending) */
+    uint32_t n_waiters;
 };
 
 static struct srv_conn *srv_conn_of(const struct rkv_peer *peer)
@@ -716,7 +743,7 @@ static int srv_holder_dead(void *arg, struct rkv_shard *sh, unsigned tag)
         for (uint32_t id = 1; id <= s->n_tensors; id++) {
             struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
             /* A restart of the slot (a new process there) frees its own. */
-            if (t && t->mapped && atomic_load(&s->mach.hdr->reader_proc[tag - 1]) == proc) {
+            if (rkv_tensor_serving(t) && atomic_load(&s->mach.hdr->reader_proc[tag - 1]) == proc) {
                 struct rkv_shard as_dead = t->shard;
                 as_dead.owner = tag;
                 n += (int)rkv_shard_reclaim(&as_dead);
@@ -732,26 +759,34 @@ static int srv_holder_dead(void *arg, struct rkv_shard *sh, unsigned tag)
     return n > 0;
 }
 
-/* Makes (create=1) or attaches to this machine's segment of tensor t. */
-static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
+/* The machine segment: the machine's first server made it before any
+ * INIT phase reached the others. Progress task. */
+static int srv_map_mach(struct rkv_server *s)
+{
+    if (s->mach.hdr)
+        return 0;
+    return rkv_mach_attach(s->port, s->cfg.shm_prefix, s->cfg.machine_id, s->cfg.n_workers,
+                           s->local_id + 1, &s->mach, s->err, sizeof(s->err));
+}
+
+/* Makes (create=1) or attaches to this machine's segment of tensor t, the
+ * machine segment attached (srv_map_mach). The progress task's, or the make
+ * task's for a tensor nobody else touches yet (t->making): why goes to err,
+ * not s->err. */
+static int srv_map_shard(struct rkv_server *s, struct rkv_tensor *t, int create, char *err,
+                         size_t err_len)
 {
     char name[96];
     uint32_t mach = s->cfg.machine_id;
     rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, mach, t->meta.id);
     int rc;
-    /* The machine's first server made the machine segment before any INIT
-     * phase reached the others. */
-    if (!s->mach.hdr &&
-        (rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
-                              &s->mach, s->err, sizeof(s->err))) < 0)
-        return rc;
     /* A segment left by a crashed earlier run of this cluster is stale;
      * a co-located client that still maps it learns so (RKV_SHARD_MOVED). */
     if (create)
         rkv_shard_retire(s->port, name);
     rc = rkv_shard_map_local(s->port, name, rkv_pbook_local_rows(&t->pb, mach), t->row_bytes,
                              t->meta.with_state, rkv_shard_book_len(&t->meta), t->pb.user_local,
-                             create, &t->shard, s->err, sizeof(s->err));
+                             create, &t->shard, err, err_len);
     if (rc < 0)
         return rc;
     t->mapped = 1;
@@ -776,14 +811,29 @@ static int srv_map(struct rkv_server *s, struct rkv_tensor *t, int create)
  * op 0 at server 0 (assign an id; create machine 0's segment), op 1 at the
  * first server of every other machine (create), op 2 at the rest (attach),
  * op 3 at server 0 (visible to META from now on). */
-static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32_t *id_p)
+#define SRV_INIT_LATER 1 /* srv_init_tensor: the reply waits for *job_p's make */
+
+static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32_t *id_p,
+                           struct srv_make **job_p)
 {
     const struct rkv_wire_tensor *w = &m->u.tensor.t;
     uint32_t op = m->h.op;
     struct rkv_tensor *t = srv_find_name(s, w->name);
+    /* A make that failed (no memory for the segment, say) leaves its
+     * tensor unserved in the table, the make task having no right to take
+     * it out: an INIT of the name tries afresh. */
+    if (t && !atomic_load(&t->making) && t->make_rc < 0) {
+        (void)rkv_tensor_put(&s->tensors, t->meta.id, NULL); /* its chunk exists */
+        rkv_tensor_free(t);
+        free(t);
+        t = NULL;
+    }
     if (op == 3) {
         if (!t || t->meta.id != m->h.tensor_id)
             return rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "commit of unknown tensor");
+        if (atomic_load(&t->making))
+            return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                            "commit of tensor '%s' before its segment is made", t->meta.name);
         t->ready = 1;
         *id_p = t->meta.id;
         return 0;
@@ -812,6 +862,12 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                             "use another name)",
                             w->name, s->server_id, t->meta.id, m->h.tensor_id);
         *id_p = t->meta.id;
+        /* Its make is under way (the same description, a second caller or
+         * a retry): answered with the first, once it is made. */
+        if (atomic_load(&t->making)) {
+            *job_p = NULL; /* srv_make_wait finds it, under mu */
+            return SRV_INIT_LATER;
+        }
         return 0;
     }
     /* A tensor the cluster made before (the INIT says so) that this
@@ -850,10 +906,30 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     int rc = rkv_tensor_from_wire_local(w, m->u.tensor.book, m->u.tensor.local, s->cfg.n_machines,
                                         id, t, s->err, sizeof(s->err));
     if (rc == 0)
-        rc = srv_map(s, t, op != 2);
+        rc = srv_map_mach(s);
+    /* A large segment is made by the make task (srv_make_main): here it
+     * held every other request for as long. */
+    uint64_t bytes = rkv_pbook_local_rows(&t->pb, s->cfg.machine_id) * (uint64_t)t->row_bytes *
+                     (t->meta.with_state ? 2 : 1);
+    struct srv_make *job = NULL;
+    if (rc == 0 && bytes >= atomic_load(&s->make_async_bytes)) {
+        if (atomic_load(&s->n_make) >= SRV_MAX_MAKES) /* only this task adds */
+            rc = rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                          "tensor '%s': %u tensors are being made on this server already", w->name,
+                          SRV_MAX_MAKES);
+        else if (!(job = calloc(1, sizeof(*job))))
+            rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor %u", id);
+    }
+    if (rc == 0 && !job)
+        rc = srv_map_shard(s, t, op != 2, s->err, sizeof(s->err));
+    if (rc == 0 && job) { /* before the table holds it: other tasks walk the table */
+        atomic_store(&t->making, 1);
+        t->make_job = job;
+    }
     if (rc == 0 && rkv_tensor_put(&s->tensors, id, t) < 0)
         rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor %u", id);
     if (rc < 0) {
+        free(job);
         rkv_tensor_free(t);
         free(t);
         return rc;
@@ -861,7 +937,12 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     if (id > s->n_tensors)
         s->n_tensors = id;
     *id_p = id;
-    return 0;
+    if (!job)
+        return 0;
+    job->t = t;
+    job->create = op != 2;
+    *job_p = job;
+    return SRV_INIT_LATER;
 }
 
 /* Durable mode: the reply waits for the durable task's next snapshot.
@@ -910,6 +991,196 @@ static void srv_defer(struct rkv_server *s, struct srv_ack *a, struct rkv_peer *
     s->port->ops->mutex_unlock(s->mu);
 }
 
+/* A new tensor whose make could not be queued: out of the table again. */
+static void srv_make_abandon(struct rkv_server *s, struct srv_make *job)
+{
+    (void)rkv_tensor_put(&s->tensors, job->t->meta.id, NULL);
+    rkv_tensor_free(job->t);
+    free(job->t);
+    free(job);
+}
+
+static void srv_make_main(void *arg);
+
+/* The INIT m waits for the make of tensor id: job, a new one to queue, or
+ * (NULL) the one under way. *a_p is the request's acknowledgement if it
+ * took one (durable mode), else one is made; it is the job's from here
+ * unless the make ended meanwhile. SRV_INIT_LATER: the make task answers;
+ * 0: made meanwhile, answer now; < 0: refused (a new job undone). */
+static int srv_make_wait(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m,
+                         uint32_t id, struct srv_make *job, struct srv_ack **a_p)
+{
+    const struct rkv_port_ops *o = s->port->ops;
+    struct srv_ack *a = *a_p;
+    int rc = 0;
+    if (!a && !(a = malloc(sizeof(*a))))
+        rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for an INIT's reply");
+    if (rc == 0 && job && !s->make_task &&
+        (rc = o->task_start(s->port, "make", srv_make_main, s, &s->make_task)) < 0)
+        rkv_errf(s->err, sizeof(s->err), rc, "cannot start the task that makes tensors");
+    if (rc < 0) {
+        if (job)
+            srv_make_abandon(s, job);
+        if (a != *a_p)
+            free(a);
+        return rc;
+    }
+    *a = (struct srv_ack){
+        .peer = peer, .h = {.type = RKV_MSG_INIT_REPLY, .req_id = m->h.req_id, .tensor_id = id}};
+    o->mutex_lock(s->mu);
+    if (job) {
+        if (s->make_q_tail)
+            s->make_q_tail->next = job;
+        else
+            s->make_q = job;
+        s->make_q_tail = job;
+        atomic_fetch_add(&s->n_make, 1);
+    } else {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
+        assert(t);
+        if (!atomic_load(&t->making)) { /* made (or failed) since we looked */
+            rc = t->make_rc;
+            o->mutex_unlock(s->mu);
+            if (a != *a_p)
+                free(a);
+            if (rc < 0)
+                rkv_errf(s->err, sizeof(s->err), rc,
+                         "tensor '%s': its segment could not be made on server %u (its log says "
+                         "why)",
+                         t->meta.name, s->server_id);
+            return rc;
+        }
+        job = t->make_job;
+        if (job->n_waiters >= SRV_MAX_MAKE_WAITERS) {
+            o->mutex_unlock(s->mu);
+            if (a != *a_p)
+                free(a);
+            return rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                            "tensor '%s': %u INITs wait for its segment already", t->meta.name,
+                            SRV_MAX_MAKE_WAITERS);
+        }
+    }
+    a->next = job->waiters;
+    job->waiters = a;
+    job->n_waiters++;
+    struct srv_conn *c = srv_conn_of(peer);
+    if (c)
+        c->acks_pending++; /* the peer stays until the answer went */
+    o->cond_broadcast(s->cv);
+    o->mutex_unlock(s->mu);
+    *a_p = NULL;
+    return SRV_INIT_LATER;
+}
+
+static void srv_send_ack(struct rkv_server *s, const struct srv_ack *a, int rc, const char *why);
+static void srv_ack_done(struct rkv_server *s, const struct srv_ack *a);
+
+/* Tests (rkv_server_test_make): waits while held, unless the server stops. */
+static void srv_make_held(struct rkv_server *s)
+{
+    const struct rkv_port_ops *o = s->port->ops;
+    for (;;) {
+        o->mutex_lock(s->mu);
+        int stop = s->make_stop;
+        o->mutex_unlock(s->mu);
+        if (stop || !atomic_load(&s->make_hold))
+            return;
+        o->sleep_ns(s->port, 1000000);
+    }
+}
+
+/* The make of job ended with rc: the tensor is served from now (or not,
+ * rc < 0), and its INITs are answered, in durable mode after the next
+ * snapshot, which holds the tensor (it is published in the machine
+ * segment before). */
+static void srv_make_done(struct rkv_server *s, struct srv_make *job, int rc, const char *why)
+{
+    const struct rkv_port_ops *o = s->port->ops;
+    struct rkv_tensor *t = job->t;
+    o->mutex_lock(s->mu);
+    t->make_rc = rc;
+    t->make_job = NULL;
+    atomic_store_explicit(&t->making, 0, memory_order_release);
+    s->make_cur = NULL;
+    atomic_fetch_sub(&s->n_make, 1);
+    struct srv_ack *w = job->waiters;
+    if (rc == 0 && s->durable) {
+        while (w) {
+            struct srv_ack *next = w->next;
+            w->next = NULL;
+            if (s->acks_tail)
+                s->acks_tail->next = w;
+            else
+                s->acks = w;
+            s->acks_tail = w;
+            s->n_acks++;
+            w = next;
+        }
+        o->cond_broadcast(s->cv);
+    }
+    o->mutex_unlock(s->mu);
+    while (w) {
+        struct srv_ack *next = w->next;
+        srv_send_ack(s, w, rc, why);
+        srv_ack_done(s, w);
+        free(w);
+        w = next;
+    }
+    free(job);
+}
+
+/* The make task: one large tensor's segment at a time, off the progress
+ * task; at a stop, what is still queued is refused. */
+static void srv_make_main(void *arg)
+{
+    struct rkv_server *s = arg;
+    const struct rkv_port_ops *o = s->port->ops;
+    char why[RKV_PROTO_TEXT_MAX];
+    o->mutex_lock(s->mu);
+    for (;;) {
+        while (!s->make_q && !s->make_stop)
+            o->cond_wait(s->cv, s->mu, UINT64_MAX);
+        struct srv_make *job = s->make_q;
+        if (!job)
+            break;
+        s->make_q = job->next;
+        if (!s->make_q)
+            s->make_q_tail = NULL;
+        s->make_cur = job;
+        int stop = s->make_stop;
+        o->mutex_unlock(s->mu);
+        int rc;
+        if (stop) {
+            rc = rkv_errf(why, sizeof(why), -RKV_ESHUTDOWN,
+                          "tensor '%s': server %u stopped before its segment was made",
+                          job->t->meta.name, s->server_id);
+        } else {
+            atomic_fetch_add(&s->makes_begun, 1);
+            srv_make_held(s);
+            rc = srv_map_shard(s, job->t, job->create, why, sizeof(why));
+            if (rc < 0)
+                RKV_LOGE(s->port, "server %u: %s", s->server_id, why);
+        }
+        srv_make_done(s, job, rc, why);
+        o->mutex_lock(s->mu);
+    }
+    o->mutex_unlock(s->mu);
+}
+
+/* Before the durable task stops (a make's acknowledgements go there) and
+ * the engine (the answers go through it). */
+static void srv_make_stop(struct rkv_server *s)
+{
+    if (!s->make_task)
+        return;
+    s->port->ops->mutex_lock(s->mu);
+    s->make_stop = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+    s->port->ops->task_join(s->port, s->make_task);
+    s->make_task = NULL;
+}
+
 static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     uint32_t id = 0;
@@ -927,8 +1198,11 @@ static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struc
      * to it can be retried after a restart. The commit (op 3) changes
      * nothing on disk. */
     int rc = m->h.op != 3 ? srv_ack_take(s, &a) : 0;
+    struct srv_make *job = NULL;
     if (rc == 0)
-        rc = srv_init_tensor(s, m, &id);
+        rc = srv_init_tensor(s, m, &id, &job);
+    if (rc == SRV_INIT_LATER && (rc = srv_make_wait(s, peer, m, id, job, &a)) == SRV_INIT_LATER)
+        return; /* the make task answers */
     if (rc == 0 && a)
         return srv_defer(s, a, peer, m, RKV_MSG_INIT_REPLY, id);
     free(a);
@@ -940,7 +1214,7 @@ static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struc
 static void srv_on_meta(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_tensor *t = srv_find_name(s, m->u.name);
-    if (!t || (s->server_id == 0 && !t->ready))
+    if (!t || (s->server_id == 0 && !t->ready) || atomic_load(&t->making) || t->make_rc < 0)
         return srv_status(s, peer, m, 0, -RKV_ENOTENSOR, "no such tensor");
     struct rkv_wire_tensor w;
     struct rkv_tensor_desc d = {.init = t->init, .init_seed = t->init_seed};
@@ -1008,6 +1282,16 @@ static struct rkv_tensor *srv_tensor(struct rkv_server *s, const struct rkv_msg 
                          "unknown tensor id %u (this server holds %u tensor%s; one restarted "
                          "without durable mode holds none made before it)",
                          id, held, held == 1 ? "" : "s");
+        return NULL;
+    }
+    /* Only the make task touches a tensor being made; one whose make
+     * failed has no rows here. Neither can be pushed or pulled: its
+     * init_data has not returned, or failed. */
+    if (atomic_load_explicit(&t->making, memory_order_acquire) || t->make_rc < 0) {
+        *rc_p = rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR,
+                         "tensor '%s' %s on server %u (its init_data %s)", t->meta.name,
+                         t->make_rc < 0 ? "could not be made" : "is still being made", s->server_id,
+                         t->make_rc < 0 ? "failed" : "has not returned");
         return NULL;
     }
     if (m->h.row_bytes != t->row_bytes) {
@@ -1450,7 +1734,7 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
      * client may go on writing rows nobody serves any more. */
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
         struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
-        if (t && t->mapped)
+        if (rkv_tensor_serving(t)) /* one being made is not published yet */
             atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
     }
     s->shut = 1;
@@ -2509,6 +2793,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     s->local_id = local_id;
     s->pid = rkv_port_pid();
     atomic_init(&s->test_corrupt_row, UINT64_MAX);
+    atomic_init(&s->make_async_bytes, SRV_MAKE_ASYNC_BYTES);
     if ((rc = rkv_cluster_of(cfg, &s->cl, &s->own_cl, err, err_len)) < 0)
         goto free_server;
     s->cfg.machines = (struct rkv_machine *)(uintptr_t)s->cl->machines; /* read only */
@@ -2560,6 +2845,7 @@ static int srv_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
     *srv_p = s;
     return 0;
 stop_durable:
+    srv_make_stop(s);
     srv_durable_stop(s);
 close_mach:
     srv_free_tensors(s);
@@ -2620,6 +2906,17 @@ int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rk
 void rkv_server_set_test_corrupt_row(struct rkv_server *s, uint64_t row)
 {
     atomic_store(&s->test_corrupt_row, row);
+}
+
+void rkv_server_test_make(struct rkv_server *s, uint64_t async_bytes, int hold)
+{
+    atomic_store(&s->make_async_bytes, async_bytes);
+    atomic_store(&s->make_hold, hold);
+}
+
+uint64_t rkv_server_test_makes_begun(struct rkv_server *s)
+{
+    return atomic_load(&s->makes_begun);
 }
 
 /* A fork()ed child has the server's memory but not its threads: its
@@ -2868,6 +3165,7 @@ void rkv_server_destroy(struct rkv_server *s)
     while (s->running)
         s->port->ops->cond_wait(s->cv, s->mu, UINT64_MAX);
     s->port->ops->mutex_unlock(s->mu);
+    srv_make_stop(s);    /* it hands acknowledgements to the durable task */
     srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_stop(s->eng);
     srv_free_conns(s);

@@ -111,7 +111,21 @@ struct rkv_tensor {
      * (zero-copy pulls on a NIC that copies at post), made on first use;
      * NULL otherwise (and always in a client). */
     struct rkv_mr *shard_mr;
+    /* A server's tensor whose segment its make task is still building
+     * (a large one: srv_make_main): set by the progress task before the
+     * tensor enters the table, cleared (release) by the make task once
+     * shard, mapped and make_rc are written. Nothing but the make task
+     * touches shard or mapped while it is set (rkv_tensor_serving). */
+    _Atomic int making;
+    int make_rc;    /* that make failed (-RKV_E*): the tensor is not served */
+    void *make_job; /* the server's job making it, under the server's mu */
 };
+
+/* A server's tensor whose rows it serves: mapped, and not being made. */
+static inline int rkv_tensor_serving(struct rkv_tensor *t)
+{
+    return t && !atomic_load_explicit(&t->making, memory_order_acquire) && t->mapped;
+}
 
 /* A node's tensors by id (1..RKV_MAX_TENSORS), in chunks of
  * RKV_TENSOR_CHUNK entries made with their first tensor: a node of a

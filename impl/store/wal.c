@@ -562,7 +562,7 @@ static int wal_finish_torn(struct rkv_wal *w, const struct rkv_handler_table *ht
     double param;
     memcpy(&param, head + 40, 8);
     struct rkv_tensor *t = final == 0 ? rkv_tensor_at(w->tensors, tid) : NULL;
-    if (final == 0 && !(t && t->mapped))
+    if (final == 0 && !rkv_tensor_serving(t))
         return rkv_errf(err, err_len, -RKV_ENOTENSOR,
                         "machine %u: a server died applying a push to tensor id %u, which this "
                         "server does not hold: left for one that does",
@@ -677,7 +677,7 @@ uint32_t rkv_wal_free_rows(struct rkv_wal *w, uint32_t tag)
         return 0;
     for (uint32_t id = 1; w->tensors && id <= RKV_MAX_TENSORS; id++) {
         struct rkv_tensor *t = rkv_tensor_at(w->tensors, id);
-        if (t && t->mapped) {
+        if (rkv_tensor_serving(t)) {
             struct rkv_shard as_dead = t->shard;
             as_dead.owner = tag;
             n += rkv_shard_reclaim(&as_dead);

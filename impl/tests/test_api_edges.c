@@ -29,6 +29,7 @@
 
 #include "proto/proto.h"
 #include "rkv.h"
+#include "store/node.h"
 #include "store/store_int.h"
 
 #define TWO_MACHINES_PORT_LO 30500 /* this binary's range */
@@ -894,6 +895,94 @@ static void test_wait_through_another_client(void **state)
     pull_ok(b, "t", ids, 2, got);
     assert_memory_equal(got, rows, sizeof(rows));
     assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
+struct init_arg {
+    struct rkv_client *cli;
+    const struct rkv_tensor_desc *d;
+    int rc;
+};
+
+static void *init_thread(void *arg)
+{
+    struct init_arg *ia = arg;
+    ia->rc = rkv_client_init_data(ia->cli, ia->d);
+    return NULL;
+}
+
+static void wait_makes_begun(struct rkv_server *srv, uint64_t n)
+{
+    for (int i = 0; i < 20000 && rkv_server_test_makes_begun(srv) < n; i++)
+        usleep(1000);
+    assert_true(rkv_server_test_makes_begun(srv) >= n);
+}
+
+/* A large tensor's segment is made by the server's make task: made on the
+ * progress task (fallocate, populate, fill: ~0.5 s a GiB), it held every
+ * other client's requests to that server as long (an outside tester: a
+ * 12 GiB tensor, 13 s of timeouts). Here every shard counts as large and
+ * the make is held: the server must answer another client meanwhile, a
+ * second init_data of the same tensor waits for the first make, both
+ * return once it is released, and the rows then work. A server stopped
+ * while a make is held must still end, and so must the init_data. */
+static void test_large_tensor_made_while_serving(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 30000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_server *s1 = c.srv[1][0];
+    rkv_server_test_make(s1, 1, 0);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    /* Made by the task, not held. */
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    assert_int_equal(rkv_server_test_makes_begun(s1), 1);
+    uint64_t ids[2] = {3, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    push_ok(a, "t", ids, 2, rows, RKV_OP_ASSIGN);
+    /* Held: the server answers b meanwhile. */
+    rkv_server_test_make(s1, 1, 1);
+    static const struct rkv_tensor_desc big = {
+        .name = "big", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+    struct init_arg ia = {.cli = a, .d = &big}, ib = {.cli = b, .d = &big};
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, init_thread, &ia), 0);
+    wait_makes_begun(s1, 2);
+    for (int i = 0; i < 5; i++) {
+        pull_ok(b, "t", ids, 2, got);
+        assert_memory_equal(got, rows, sizeof(rows));
+    }
+    assert_int_equal(pthread_create(&tb, NULL, init_thread, &ib), 0);
+    usleep(100000); /* b's INIT most likely waits on the make now (either way it must pass) */
+    rkv_server_test_make(s1, 1, 0);
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    assert_int_equal(pthread_join(tb, NULL), 0);
+    if (ia.rc < 0 || ib.rc < 0)
+        fail_msg("init_data: %d %s / %d %s", ia.rc, rkv_client_errmsg(a), ib.rc,
+                 rkv_client_errmsg(b));
+    assert_int_equal(rkv_server_test_makes_begun(s1), 2); /* one make for both */
+    push_ok(b, "big", ids, 2, rows, RKV_OP_SUM);
+    pull_ok(a, "big", ids, 2, got);
+    assert_memory_equal(got, rows, sizeof(rows));
+    /* Stopped while a make is held: the task ends, and so does the call. */
+    rkv_server_test_make(s1, 1, 1);
+    static const struct rkv_tensor_desc big2 = {
+        .name = "big2", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+    struct init_arg ic = {.cli = a, .d = &big2};
+    assert_int_equal(pthread_create(&ta, NULL, init_thread, &ic), 0);
+    wait_makes_begun(s1, 3);
+    rkv_server_stop(s1);
+    pthread_join(c.thr[1][0], NULL);
+    rkv_server_destroy(s1);
+    c.in_process[1] = 0;
+    assert_int_equal(pthread_join(ta, NULL), 0);
+    rkv_server_stop(c.srv[0][0]);
     rkv_client_destroy(b);
     rkv_client_destroy(a);
     cluster_stop(&c);
@@ -3325,6 +3414,7 @@ int main(void)
         cmocka_unit_test(test_barrier_waits_past_timeout),
         cmocka_unit_test(test_interrupted_barrier_says_its_whole_wait),
         cmocka_unit_test(test_wait_through_another_client),
+        cmocka_unit_test(test_large_tensor_made_while_serving),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),

@@ -3008,10 +3008,12 @@ static void test_push_learning_rate_checked(void **state)
     const struct {
         int op;
         double lr;
-    } bad[] = {
-        {RKV_OP_SGD, NAN},  {RKV_OP_SGD, INFINITY}, {RKV_OP_SGD, -0.5}, {RKV_OP_SGD, -INFINITY},
-        /* finite as a double, inf as the f32 op's rate: 1 x inf, every row inf */
-        {RKV_OP_SGD, 1e39}};
+    } bad[] = {{RKV_OP_SGD, NAN},
+               {RKV_OP_SGD, INFINITY},
+               {RKV_OP_SGD, -0.5},
+               {RKV_OP_SGD, -INFINITY},
+               /* finite as a double, inf as the f32 op's rate: 1 x inf, every row inf */
+               {RKV_OP_SGD, 1e39}};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         printf("push op %d with learning rate %g\n", bad[i].op, bad[i].lr);
         logcap_reset(log);
