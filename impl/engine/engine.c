@@ -1357,12 +1357,16 @@ int rkv_engine_connect(struct rkv_engine *e, const char *host, uint16_t port, ui
     return rc;
 }
 
+/* How often a connect still retrying says so. */
+#define ENG_CONNECT_SAY_NS 10000000000ull
+
 int rkv_engine_connect_retry(struct rkv_engine *e, const char *host, uint16_t port,
                              uint32_t timeout_ms, uint32_t retry_ms, const atomic_int *cancel,
                              struct rkv_peer **peer_p)
 {
     struct rkv_port *pt = e->port;
-    uint64_t deadline = pt->ops->now_ns(pt) + (uint64_t)retry_ms * 1000000ull;
+    uint64_t start = pt->ops->now_ns(pt), deadline = start + (uint64_t)retry_ms * 1000000ull;
+    uint64_t next_say = start + ENG_CONNECT_SAY_NS;
     int rc;
     if (cancel && atomic_load(cancel))
         return -RKV_EINTR;
@@ -1370,8 +1374,19 @@ int rkv_engine_connect_retry(struct rkv_engine *e, const char *host, uint16_t po
            rc == -RKV_ETIMEDOUT) {
         if (cancel && atomic_load(cancel))
             return -RKV_EINTR;
-        if (pt->ops->now_ns(pt) >= deadline)
+        uint64_t now = pt->ops->now_ns(pt);
+        if (now >= deadline)
             break;
+        /* A worker started before its servers (or pointed at a wrong
+         * address) said nothing for connect_retry_ms (30 s by default):
+         * every 10 s it says what it waits for. */
+        if (now >= next_say) {
+            RKV_LOGW(pt,
+                     "still connecting to %s:%u (%s); retrying for %llu s more (connect_retry_ms)",
+                     host, port, rkv_engine_connect_strerror(rc),
+                     (unsigned long long)((deadline - now + 999999999ull) / 1000000000ull));
+            next_say = now + ENG_CONNECT_SAY_NS;
+        }
         pt->ops->sleep_ns(pt, ENG_CONNECT_RETRY_NS);
     }
     return rc;

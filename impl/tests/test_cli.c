@@ -869,6 +869,35 @@ static void test_server_port_taken(void **state)
     unlink(yaml);
 }
 
+/* A DGL-style client started before its servers (or pointed at a wrong
+ * port) said nothing for connect_retry_ms, 30 s by default, where the
+ * ps-lite path says what it waits for every 10 s (an outside tester). */
+static void test_client_says_what_it_waits_for(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    unsigned port = ntohs(a.sin_port);
+    close(fd); /* nothing listens there */
+    char ip[64], env[512], want[96];
+    snprintf(ip, sizeof(ip), "/tmp/rkv-cli-ip-%d.txt", (int)getpid());
+    FILE *f = fopen(ip, "w");
+    assert_non_null(f);
+    fprintf(f, "127.0.0.1 %u 1\n", port);
+    fclose(f);
+    snprintf(env, sizeof(env),
+             "env -u OMPI_COMM_WORLD_RANK -u SLURM_PROCID -u PMI_RANK -u RKV_ROLE -u DMLC_ROLE "
+             "DGL_ROLE=client DGL_IP_CONFIG=%s DGL_NUM_CLIENT=1 DGL_NUM_SERVER=1 "
+             "RKV_CONNECT_RETRY_MS=10500",
+             ip);
+    snprintf(want, sizeof(want), "still connecting to 127.0.0.1:%u (connection refused", port);
+    expect_run(env, "node", 3, want);
+    unlink(ip);
+}
+
 static void test_node_errors(void **state)
 {
     (void)state;
@@ -1426,6 +1455,7 @@ int main(void)
         cmocka_unit_test(test_server_and_worker_errors),
         cmocka_unit_test(test_server_port_taken),
         cmocka_unit_test(test_node_errors),
+        cmocka_unit_test(test_client_says_what_it_waits_for),
         cmocka_unit_test(test_bench_verbs_without_a_device),
         cmocka_unit_test(test_scenario_integers),
         cmocka_unit_test(test_calibrate_args_before_measuring),
