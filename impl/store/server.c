@@ -813,21 +813,39 @@ static int srv_map_shard(struct rkv_server *s, struct rkv_tensor *t, int create,
  * op 3 at server 0 (visible to META from now on). */
 #define SRV_INIT_LATER 1 /* srv_init_tensor: the reply waits for *job_p's make */
 
+/* Makes t's segment here (0 or < 0), or, for a large one, hands it to the
+ * make task: SRV_INIT_LATER with the job to queue in *job_p, t marked as
+ * being made before any other task can find it in the table. A large
+ * segment made here held every other request for as long. */
+static int srv_make_start(struct rkv_server *s, struct rkv_tensor *t, int create,
+                          struct srv_make **job_p)
+{
+    uint64_t bytes = rkv_pbook_local_rows(&t->pb, s->cfg.machine_id) * (uint64_t)t->row_bytes *
+                     (t->meta.with_state ? 2 : 1);
+    if (bytes < atomic_load(&s->make_async_bytes))
+        return srv_map_shard(s, t, create, s->err, sizeof(s->err));
+    if (atomic_load(&s->n_make) >= SRV_MAX_MAKES) /* only this task adds */
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
+                        "tensor '%s': %u tensors are being made on server %u already", t->meta.name,
+                        SRV_MAX_MAKES, s->server_id);
+    struct srv_make *job = calloc(1, sizeof(*job));
+    if (!job)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor '%s'",
+                        t->meta.name);
+    job->t = t;
+    job->create = create;
+    t->make_job = job;
+    atomic_store(&t->making, 1);
+    *job_p = job;
+    return SRV_INIT_LATER;
+}
+
 static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32_t *id_p,
                            struct srv_make **job_p)
 {
     const struct rkv_wire_tensor *w = &m->u.tensor.t;
     uint32_t op = m->h.op;
     struct rkv_tensor *t = srv_find_name(s, w->name);
-    /* A make that failed (no memory for the segment, say) leaves its
-     * tensor unserved in the table, the make task having no right to take
-     * it out: an INIT of the name tries afresh. */
-    if (t && !atomic_load(&t->making) && t->make_rc < 0) {
-        (void)rkv_tensor_put(&s->tensors, t->meta.id, NULL); /* its chunk exists */
-        rkv_tensor_free(t);
-        free(t);
-        t = NULL;
-    }
     if (op == 3) {
         if (!t || t->meta.id != m->h.tensor_id)
             return rkv_errf(s->err, sizeof(s->err), -RKV_ENOTENSOR, "commit of unknown tensor");
@@ -868,6 +886,16 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
             *job_p = NULL; /* srv_make_wait finds it, under mu */
             return SRV_INIT_LATER;
         }
+        /* Its make failed (no memory for the segment, say): made again, in
+         * place. A tensor never leaves the table while the server serves:
+         * other tasks walk it without a lock (rkv_wal_reap). */
+        if (t->make_rc < 0) {
+            t->make_rc = 0;
+            int rc = srv_make_start(s, t, op != 2, job_p);
+            if (rc < 0)
+                t->make_rc = rc;
+            return rc;
+        }
         return 0;
     }
     /* A tensor the cluster made before (the INIT says so) that this
@@ -907,29 +935,14 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                                         id, t, s->err, sizeof(s->err));
     if (rc == 0)
         rc = srv_map_mach(s);
-    /* A large segment is made by the make task (srv_make_main): here it
-     * held every other request for as long. */
-    uint64_t bytes = rkv_pbook_local_rows(&t->pb, s->cfg.machine_id) * (uint64_t)t->row_bytes *
-                     (t->meta.with_state ? 2 : 1);
-    struct srv_make *job = NULL;
-    if (rc == 0 && bytes >= atomic_load(&s->make_async_bytes)) {
-        if (atomic_load(&s->n_make) >= SRV_MAX_MAKES) /* only this task adds */
-            rc = rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
-                          "tensor '%s': %u tensors are being made on this server already", w->name,
-                          SRV_MAX_MAKES);
-        else if (!(job = calloc(1, sizeof(*job))))
-            rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor %u", id);
-    }
-    if (rc == 0 && !job)
-        rc = srv_map_shard(s, t, op != 2, s->err, sizeof(s->err));
-    if (rc == 0 && job) { /* before the table holds it: other tasks walk the table */
-        atomic_store(&t->making, 1);
-        t->make_job = job;
-    }
-    if (rc == 0 && rkv_tensor_put(&s->tensors, id, t) < 0)
+    if (rc == 0)
+        rc = srv_make_start(s, t, op != 2, job_p);
+    if (rc >= 0 && rkv_tensor_put(&s->tensors, id, t) < 0) {
+        if (rc == SRV_INIT_LATER)
+            free(*job_p);
         rc = rkv_errf(s->err, sizeof(s->err), -RKV_ENOMEM, "out of memory for tensor %u", id);
+    }
     if (rc < 0) {
-        free(job);
         rkv_tensor_free(t);
         free(t);
         return rc;
@@ -937,12 +950,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
     if (id > s->n_tensors)
         s->n_tensors = id;
     *id_p = id;
-    if (!job)
-        return 0;
-    job->t = t;
-    job->create = op != 2;
-    *job_p = job;
-    return SRV_INIT_LATER;
+    return rc;
 }
 
 /* Durable mode: the reply waits for the durable task's next snapshot.
@@ -991,12 +999,13 @@ static void srv_defer(struct rkv_server *s, struct srv_ack *a, struct rkv_peer *
     s->port->ops->mutex_unlock(s->mu);
 }
 
-/* A new tensor whose make could not be queued: out of the table again. */
-static void srv_make_abandon(struct rkv_server *s, struct srv_make *job)
+/* A make that could not be queued: its tensor stays in the table as one
+ * whose make failed (rc), made again by the next INIT of it. */
+static void srv_make_abandon(struct srv_make *job, int rc)
 {
-    (void)rkv_tensor_put(&s->tensors, job->t->meta.id, NULL);
-    rkv_tensor_free(job->t);
-    free(job->t);
+    job->t->make_rc = rc;
+    job->t->make_job = NULL;
+    atomic_store(&job->t->making, 0);
     free(job);
 }
 
@@ -1020,7 +1029,7 @@ static int srv_make_wait(struct rkv_server *s, struct rkv_peer *peer, const stru
         rkv_errf(s->err, sizeof(s->err), rc, "cannot start the task that makes tensors");
     if (rc < 0) {
         if (job)
-            srv_make_abandon(s, job);
+            srv_make_abandon(job, rc);
         if (a != *a_p)
             free(a);
         return rc;
