@@ -175,10 +175,10 @@ struct rkv_server {
      * (fallocate and populate cost ~0.5 s a GiB, a uniform fill more), which
      * on the progress task stopped every other client's requests for as
      * long (a 12 GiB tensor: 13 s of timeouts, found by an outside tester).
-     * Started with the first such tensor. Jobs, make_cur and make_stop are
-     * under mu; at most SRV_MAX_MAKES jobs. */
+     * Started with the first such tensor. The jobs and make_stop are under
+     * mu; at most SRV_MAX_MAKES jobs. */
     struct rkv_task *make_task;
-    struct srv_make *make_q, *make_q_tail, *make_cur;
+    struct srv_make *make_q, *make_q_tail;
     _Atomic uint32_t n_make; /* only the progress task adds */
     int make_stop;
     _Atomic uint64_t make_async_bytes; /* a shard this large or larger is made there */
@@ -1084,8 +1084,9 @@ static int srv_make_wait(struct rkv_server *s, struct rkv_peer *peer, const stru
 static void srv_send_ack(struct rkv_server *s, const struct srv_ack *a, int rc, const char *why);
 static void srv_ack_done(struct rkv_server *s, const struct srv_ack *a);
 
-/* Tests (rkv_server_test_make): waits while held, unless the server stops. */
-static void srv_make_held(struct rkv_server *s)
+/* 1 when the server stopped (what is queued is refused, not made); waits
+ * first while held (tests: rkv_server_test_make). */
+static int srv_make_held(struct rkv_server *s)
 {
     const struct rkv_port_ops *o = s->port->ops;
     for (;;) {
@@ -1093,7 +1094,7 @@ static void srv_make_held(struct rkv_server *s)
         int stop = s->make_stop;
         o->mutex_unlock(s->mu);
         if (stop || !atomic_load(&s->make_hold))
-            return;
+            return stop;
         o->sleep_ns(s->port, 1000000);
     }
 }
@@ -1110,7 +1111,6 @@ static void srv_make_done(struct rkv_server *s, struct srv_make *job, int rc, co
     t->make_rc = rc;
     t->make_job = NULL;
     atomic_store_explicit(&t->making, 0, memory_order_release);
-    s->make_cur = NULL;
     atomic_fetch_sub(&s->n_make, 1);
     struct srv_ack *w = job->waiters;
     if (rc == 0 && s->durable) {
@@ -1155,17 +1155,14 @@ static void srv_make_main(void *arg)
         s->make_q = job->next;
         if (!s->make_q)
             s->make_q_tail = NULL;
-        s->make_cur = job;
-        int stop = s->make_stop;
         o->mutex_unlock(s->mu);
+        atomic_fetch_add(&s->makes_begun, 1);
         int rc;
-        if (stop) {
+        if (srv_make_held(s)) {
             rc = rkv_errf(why, sizeof(why), -RKV_ESHUTDOWN,
                           "tensor '%s': server %u stopped before its segment was made",
                           job->t->meta.name, s->server_id);
         } else {
-            atomic_fetch_add(&s->makes_begun, 1);
-            srv_make_held(s);
             rc = srv_map_shard(s, job->t, job->create, why, sizeof(why));
             if (rc < 0)
                 RKV_LOGE(s->port, "server %u: %s", s->server_id, why);
