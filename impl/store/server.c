@@ -978,6 +978,19 @@ static int srv_ack_take(struct rkv_server *s, struct srv_ack **a_p)
     return 0;
 }
 
+/* a, last in the durable task's queue (under mu). */
+static void srv_ack_queue(struct rkv_server *s, struct srv_ack *a)
+{
+    RKV_ASSERT_HELD(s->port, s->mu);
+    a->next = NULL;
+    if (s->acks_tail)
+        s->acks_tail->next = a;
+    else
+        s->acks = a;
+    s->acks_tail = a;
+    s->n_acks++;
+}
+
 /* Queues a (from srv_ack_take) to be sent after the next snapshot. */
 static void srv_defer(struct rkv_server *s, struct srv_ack *a, struct rkv_peer *peer,
                       const struct rkv_msg *m, int type, uint32_t tensor_id)
@@ -986,17 +999,26 @@ static void srv_defer(struct rkv_server *s, struct srv_ack *a, struct rkv_peer *
     *a = (struct srv_ack){
         .peer = peer, .h = {.type = (uint8_t)type, .req_id = m->h.req_id, .tensor_id = tensor_id}};
     s->port->ops->mutex_lock(s->mu);
-    if (s->acks_tail)
-        s->acks_tail->next = a;
-    else
-        s->acks = a;
-    s->acks_tail = a;
-    s->n_acks++;
+    srv_ack_queue(s, a);
     struct srv_conn *c = srv_conn_of(peer);
     if (c)
         c->acks_pending++;
     s->port->ops->cond_broadcast(s->cv);
     s->port->ops->mutex_unlock(s->mu);
+}
+
+/* Tells a task of the server that waits on cv to end (*stop, under mu),
+ * and waits for it. */
+static void srv_task_end(struct rkv_server *s, int *stop, struct rkv_task **task)
+{
+    if (!*task)
+        return;
+    s->port->ops->mutex_lock(s->mu);
+    *stop = 1;
+    s->port->ops->cond_broadcast(s->cv);
+    s->port->ops->mutex_unlock(s->mu);
+    s->port->ops->task_join(s->port, *task);
+    *task = NULL;
 }
 
 /* A make that could not be queued: its tensor stays in the table as one
@@ -1116,13 +1138,7 @@ static void srv_make_done(struct rkv_server *s, struct srv_make *job, int rc, co
     if (rc == 0 && s->durable) {
         while (w) {
             struct srv_ack *next = w->next;
-            w->next = NULL;
-            if (s->acks_tail)
-                s->acks_tail->next = w;
-            else
-                s->acks = w;
-            s->acks_tail = w;
-            s->n_acks++;
+            srv_ack_queue(s, w);
             w = next;
         }
         o->cond_broadcast(s->cv);
@@ -1177,14 +1193,7 @@ static void srv_make_main(void *arg)
  * the engine (the answers go through it). */
 static void srv_make_stop(struct rkv_server *s)
 {
-    if (!s->make_task)
-        return;
-    s->port->ops->mutex_lock(s->mu);
-    s->make_stop = 1;
-    s->port->ops->cond_broadcast(s->cv);
-    s->port->ops->mutex_unlock(s->mu);
-    s->port->ops->task_join(s->port, s->make_task);
-    s->make_task = NULL;
+    srv_task_end(s, &s->make_stop, &s->make_task);
 }
 
 static void srv_on_init(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
@@ -2648,12 +2657,7 @@ static void srv_durable_stop(struct rkv_server *s)
 {
     if (!s->dur_task)
         return;
-    s->port->ops->mutex_lock(s->mu);
-    s->dur_stop = 1;
-    s->port->ops->cond_broadcast(s->cv);
-    s->port->ops->mutex_unlock(s->mu);
-    s->port->ops->task_join(s->port, s->dur_task);
-    s->dur_task = NULL;
+    srv_task_end(s, &s->dur_stop, &s->dur_task);
     rkv_wal_stop(s->wal); /* the snapshot writer is ours again */
     const struct rkv_snap_writer *w = s->snapw;
     char why[256];
