@@ -407,29 +407,18 @@ def test_server_run_from_two_threads_refused(tmp_path):
     s.close()
 
 
-def test_server_refused_in_a_forked_child(tmp_path):
-    # A Server made before a fork (multiprocessing's Process(target=s.run))
-    # ran in the child without the threads rkv_server_create started: run()
-    # waited for good while the parent's threads served its connections.
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-    from launch import free_ports, write_cluster
-    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
-    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+def _in_forked_child(fn):
+    """fn() run in a forked child, which leaves at once: its byte (b"" if
+    it did not end within 10 s, when it is killed)."""
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: report how run() ended, then leave at once
+    if pid == 0:
         code = 1
         try:
-            s.run()
-        except rkv.Error as e:
-            code = 7 if e.code == -rkv.EINVAL and "forked child" in e.message else 3
-            try:
-                s.register_pull_handler(rkv.PULL_CUSTOM, lambda *a: None, 0, 1)
-            except rkv.Error as e2:
-                code = code if "forked child" in e2.message else 4
-        os.write(w, bytes([code]))
-        os._exit(0)
+            code = fn()
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(0)
     os.close(w)
     try:
         ready = select.select([r], [], [], 10)[0]
@@ -439,6 +428,33 @@ def test_server_refused_in_a_forked_child(tmp_path):
         if not got:
             os.kill(pid, 9)
         os.waitpid(pid, 0)
+    return got
+
+
+def test_server_refused_in_a_forked_child(tmp_path):
+    # A Server made before a fork (multiprocessing's Process(target=s.run))
+    # ran in the child without the threads rkv_server_create started: run()
+    # waited for good while the parent's threads served its connections.
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    from launch import free_ports, write_cluster
+    path = write_cluster(str(tmp_path / "ip.txt"), free_ports(1), 1, 1)
+    s = rkv.Server(rkv.Config(cluster=path, num_workers=1), server_id=0)
+
+    def child():  # how run() ended
+        try:
+            s.run()
+        except rkv.Error as e:
+            code = 7 if e.code == -rkv.EINVAL and "forked child" in e.message else 3
+            try:
+                s.register_pull_handler(rkv.PULL_CUSTOM, lambda *a: None, 0, 1)
+            except rkv.Error as e2:
+                code = code if "forked child" in e2.message else 4
+            return code
+        return 1
+    try:
+        got = _in_forked_child(child)
+    finally:
         s.close()
     assert got, "Server.run() in a forked child did not return"
     assert got == bytes([7]), got
@@ -461,32 +477,20 @@ def test_server_stop_and_close_in_a_forked_child(tmp_path):
     while not getattr(s, "_running", False) and time.monotonic() < end:
         time.sleep(0.01)
     assert s._running
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+
+    def child():
         try:
             s.stop()
-            code = 2  # no error: it did nothing
+            return 2  # no error: it did nothing
         except rkv.Error as e:
-            code = 3 if e.code == -rkv.EINVAL and "forked child" in e.message else 4
-        if code == 3:
-            try:
-                s.close()
-                code = 7
-            except rkv.Error:
-                code = 5
-        os.write(w, bytes([code]))
-        os._exit(0)
-    os.close(w)
-    try:
-        ready = select.select([r], [], [], 10)[0]
-        got = os.read(r, 1) if ready else b""
-    finally:
-        os.close(r)
-        if not got:
-            os.kill(pid, 9)
-        os.waitpid(pid, 0)
+            if e.code != -rkv.EINVAL or "forked child" not in e.message:
+                return 4
+        try:
+            s.close()
+            return 7
+        except rkv.Error:
+            return 5
+    got = _in_forked_child(child)
     try:
         assert got == bytes([7]), got
         # The parent's server still serves a worker.
