@@ -869,19 +869,25 @@ static void test_server_port_taken(void **state)
     unlink(yaml);
 }
 
+/* A loopback port nobody listens on (bound, read, closed). */
+static unsigned unused_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
 /* A DGL-style client started before its servers (or pointed at a wrong
  * port) said nothing for connect_retry_ms, 30 s by default, where the
  * ps-lite path says what it waits for every 10 s (an outside tester). */
 static void test_client_says_what_it_waits_for(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
-    unsigned port = ntohs(a.sin_port);
-    close(fd); /* nothing listens there */
+    unsigned port = unused_port();
     char ip[64], env[512], want[96];
     snprintf(ip, sizeof(ip), "/tmp/rkv-cli-ip-%d.txt", (int)getpid());
     FILE *f = fopen(ip, "w");
@@ -961,14 +967,8 @@ static void test_bench_verbs_without_a_device(void **state)
 static void test_ls_without_a_store(void **state)
 {
     (void)state;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
-    close(fd); /* a port nobody listens on */
+    unsigned port = unused_port();
     char args[128], want[128];
-    unsigned port = ntohs(a.sin_port);
     snprintf(args, sizeof(args), "ls --base-port %u", port);
     snprintf(want, sizeof(want),
              "rkv ls: cannot connect to server 0 at 127.0.0.1:%u within 2000 ms", port);
