@@ -211,6 +211,13 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
 }
 
 /* f open on log gen (reopened after a checkpoint switched logs). */
+/* wal_failed's value once a log was found deleted: no checkpoint clears
+ * it (gen < it always), only a restart. A checkpoint into a directory made
+ * again under the same name would have healed the log, but that directory
+ * holds no coordination record and no claim: a restart on it was refused,
+ * and another cluster's servers could claim it meanwhile. */
+#define WAL_LOST UINT_MAX
+
 static int wal_file_use(struct rkv_wal *w, struct rkv_wal_file *f, uint64_t gen, char *path,
                         size_t path_len, char *err, size_t err_len)
 {
@@ -219,6 +226,16 @@ static int wal_file_use(struct rkv_wal *w, struct rkv_wal_file *f, uint64_t gen,
         return 0;
     wal_file_close(f);
     int rc = rkv_file_open(path, 0, &f->fd, err, err_len);
+    /* The log a running machine appends to is gone: its directory was
+     * removed (the client read "unknown tensor", the code of a missing
+     * file). */
+    if (rc == -RKV_ENOTENSOR) {
+        atomic_store(&w->mc->hdr->wal_failed, WAL_LOST);
+        rc = rkv_errf(err, err_len, -RKV_EIO,
+                      "log %s is missing (the durable directory removed?): what was "
+                      "acknowledged before is lost at the next restart",
+                      path);
+    }
     if (rc < 0)
         return rc;
     f->gen = gen;
@@ -760,10 +777,14 @@ unlock:
 
 static int wal_failed(const struct rkv_wal *w, char *err, size_t err_len)
 {
+    if (atomic_load(&w->mc->hdr->wal_failed) == WAL_LOST)
+        return rkv_errf(err, err_len, -RKV_EIO,
+                        "machine %u: its log was found deleted (the durable directory %s "
+                        "removed?); nothing is acknowledged until its servers restart",
+                        w->machine, w->dir);
     return rkv_errf(err, err_len, -RKV_EIO,
-                    "machine %u: a sync of its log failed earlier (or found the log deleted); "
-                    "nothing is acknowledged until its servers restart from the log or a "
-                    "checkpoint is written",
+                    "machine %u: a sync of its log failed earlier; nothing is acknowledged "
+                    "until its servers restart from the log or a checkpoint is written",
                     w->machine);
 }
 
@@ -788,8 +809,10 @@ static int wal_datasync(struct rkv_wal *w, struct rkv_wal_file *f, const char *p
      * server) is not durable: a restart reads the directory, finds nothing,
      * and every push acknowledged since is gone. Checked after each sync, so
      * nothing is acknowledged from the first sync that sees it. */
-    if (rc == 0)
-        rc = rkv_file_linked(f->fd, path, err, err_len);
+    if (rc == 0 && (rc = rkv_file_linked(f->fd, path, err, err_len)) < 0) {
+        atomic_store(&w->mc->hdr->wal_failed, WAL_LOST);
+        return rc;
+    }
     if (rc < 0)
         wal_fail_at(w->mc->hdr, f->gen);
     return rc;
@@ -1983,6 +2006,8 @@ void rkv_wal_stop(struct rkv_wal *w)
 
 int rkv_wal_commit(struct rkv_wal *w, int checkpoint, uint64_t seen, char *err, size_t err_len)
 {
+    if (atomic_load(&w->mc->hdr->wal_failed) == WAL_LOST)
+        return wal_failed(w, err, err_len); /* no checkpoint can vouch for it */
     /* After a failed log sync only a snapshot can vouch for the batch. */
     if (checkpoint || atomic_load(&w->mc->hdr->wal_failed))
         return wal_ckpt_ask(w, seen, 1, err, err_len);

@@ -1052,7 +1052,53 @@ static void test_deleted_log_not_acknowledged(void **state)
     /* Every later sync refuses too, though the last one reached the disk. */
     pusher_one(&p);
     assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), -RKV_EIO);
-    assert_non_null(strstr(err, "found the log deleted"));
+    assert_non_null(strstr(err, "its log was found deleted"));
+    /* Nor does a checkpoint heal it, even into the directory made again
+     * (an outside tester): that one holds no coordination record and no
+     * claim, and a restart on it was refused after pushes were
+     * acknowledged there again. */
+    assert_int_equal(mkdir(f.dir, 0700), 0);
+    assert_int_equal(
+        rkv_wal_commit(&f.w, 1, atomic_load(&f.mc.hdr->snap_started), err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "nothing is acknowledged until its servers restart"));
+    pusher_one(&p);
+    assert_int_equal(
+        rkv_wal_commit(&f.w, 0, atomic_load(&f.mc.hdr->snap_started), err, sizeof(err)), -RKV_EIO);
+    fix_tensor_free(&f);
+    fix_close(&f);
+}
+
+/* The directory removed before the first push: the log could not be
+ * opened, and the client read -RKV_ENOTENSOR ("unknown tensor", the code of
+ * a missing file) where the README promises -RKV_EIO (an outside tester). */
+static void test_missing_log_is_an_io_error(void **state)
+{
+    (void)state;
+    struct fix f;
+    fix_open(&f, 0);
+    struct rkv_tensor *t = fix_tensor_rows(&f, 64, 0);
+    fix_wal(&f);
+    /* As a server that has not opened the log yet (the recovery did). */
+    for (struct rkv_wal_file *wf = &f.w.app; wf; wf = wf == &f.w.app ? &f.w.sync : NULL)
+        if (wf->fd >= 0) {
+            close(wf->fd);
+            wf->fd = -1;
+        }
+    rkv_file_remove_dir(f.dir);
+    char err[256];
+    float vals[256] = {1};
+    uint64_t row = 3;
+    struct rkv_wal_push w = {.tensor_id = 1,
+                             .client = 0,
+                             .seq = (1ull << RKV_SEQ_TAG_SHIFT) | 1,
+                             .op = RKV_OP_SUM,
+                             .count = 1,
+                             .ids = &row,
+                             .rows = (const uint8_t *)vals};
+    int dup = 0;
+    assert_int_equal(rkv_wal_push(&f.w, t, NULL, &w, &dup, err, sizeof(err)), -RKV_EIO);
+    assert_non_null(strstr(err, "is missing (the durable directory removed?)"));
+    assert_int_equal(rkv_wal_sync(&f.w, err, sizeof(err)), -RKV_EIO);
     fix_tensor_free(&f);
     fix_close(&f);
 }
@@ -1922,6 +1968,7 @@ int main(void)
         cmocka_unit_test(test_copy_lsn_of_another_log_refused),
         cmocka_unit_test(test_failed_sync_healed_only_by_a_later_switch),
         cmocka_unit_test(test_deleted_log_not_acknowledged),
+        cmocka_unit_test(test_missing_log_is_an_io_error),
         cmocka_unit_test(test_log_truncated_at_every_byte),
         cmocka_unit_test(test_log_bit_flipped_at_every_byte),
         cmocka_unit_test(test_log_zeroed_blocks),
