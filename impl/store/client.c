@@ -2585,8 +2585,8 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
                         op == RKV_OP_SGD ? "sgd" : "adagrad", param);
     if (rkv_handler_check_param(op, t->meta.dtype, param) < 0 && param > 0)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
-                        "push to '%s': %s with learning rate %g; a f32 tensor steps with a f32 "
-                        "rate, and this one is past its largest (%g)",
+                        "push to '%s': %s with learning rate %.9g; a f32 tensor steps with a "
+                        "f32 rate, and this one is past its largest (%.9g)",
                         name, op == RKV_OP_SGD ? "sgd" : "adagrad", param, (double)FLT_MAX);
     if (rkv_handler_check_param(op, t->meta.dtype, param) < 0)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,

@@ -1856,6 +1856,12 @@ class Client:
         if lr < 0 and code in (_OPS["sgd"], _OPS["adagrad"]):
             _fail(-EINVAL, "lr %r: a learning rate must not be negative (op %r applies "
                   "row -= lr * ...)" % (lr, op), ValueError)
+        # The C side refuses it too (rkv.Error): raised here as the other
+        # rates out of range are, a ValueError.
+        if (code in (_OPS["sgd"], _OPS["adagrad"]) and m.dtype == np.float32 and
+                lr > float(np.finfo(np.float32).max)):
+            _fail(-EINVAL, "lr %r: past float32's largest (%r): a float32 tensor's step is taken "
+                  "in float32" % (lr, float(np.finfo(np.float32).max)), ValueError)
         async_ = _bool_arg(async_, "async_")
         ida = _ids_array(ids)
         n = ida.size

@@ -304,6 +304,17 @@ def test_negative_learning_rate_is_refused(client):
     client.push("w", [0], g, op="sgd", lr=0.0)  # a schedule's end: nothing changes
     client.push("w", [0], g, op="sgd", lr=-0.0)
     np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+    # Nor one past float32's largest on a float32 tensor: the step is taken
+    # in float32, inf, and a zero gradient made the rows NaN. A ValueError,
+    # as the other rates out of range (it was a plain rkv.Error).
+    for op in ("sgd", "adagrad"):
+        e = refused(ValueError, client.push, "w", [0], g * 0, op=op, lr=1e39)
+        assert e.code == -rkv.EINVAL and "past float32's largest" in e.message
+    client.push("w", [0], g * 0, op="sgd", lr=float(np.finfo(np.float32).max))
+    np.testing.assert_array_equal(client.pull("w", [0]).numpy(), [[0, 0]])
+    client.init_data("w64", (10, 2), "float64")
+    client.push("w64", [0], np.zeros((1, 2)), op="sgd", lr=1e39)  # fits a float64 step
+    np.testing.assert_array_equal(client.pull("w64", [0]).numpy(), [[0, 0]])
 
 
 def test_out_must_be_an_array(client):
