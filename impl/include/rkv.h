@@ -528,7 +528,11 @@ RKV_API int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv
  * largest machine's shard. A shard of 64 MiB or more is made by a task of
  * the server's own, one at a time, while the server goes on answering
  * every other request; a second init_data of that tensor meanwhile waits
- * for the same make. */
+ * for the same make. That wait does not count the makes of other tensors
+ * queued before it on the same server: an init_data behind several large
+ * ones may end -RKV_ETIMEDOUT while its make is still to come, and the
+ * same desc tried again waits for it. A server stopped while it makes
+ * answers -RKV_ESHUTDOWN (it finishes the make first). */
 RKV_API int rkv_client_init_data(struct rkv_client *cli, const struct rkv_tensor_desc *desc);
 RKV_API int rkv_client_meta(struct rkv_client *cli, const char *name,
                             struct rkv_tensor_meta *meta_p);
