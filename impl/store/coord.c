@@ -12,10 +12,16 @@
 #include "store/snapshot.h"
 #include "util/util.h"
 
-size_t rkv_coord_bytes(uint32_t n_workers, uint32_t n_servers)
+static size_t coord_bytes(uint32_t version, uint32_t n_workers, uint32_t n_servers)
 {
     return RKV_COORD_HDR_BYTES + (size_t)n_workers * RKV_COORD_CLIENT_BYTES +
-           (size_t)n_servers * RKV_COORD_ADDR_BYTES + 4;
+           (size_t)n_servers * RKV_COORD_ADDR_BYTES + (version >= 3 ? RKV_COORD_COMMIT_BYTES : 0) +
+           4;
+}
+
+size_t rkv_coord_bytes(uint32_t n_workers, uint32_t n_servers)
+{
+    return coord_bytes(RKV_COORD_VERSION, n_workers, n_servers);
 }
 
 void rkv_coord_encode(const struct rkv_coord *c, uint64_t wall_ns, uint8_t *out)
@@ -44,6 +50,9 @@ void rkv_coord_encode(const struct rkv_coord *c, uint64_t wall_ns, uint8_t *out)
         memcpy(p, c->addrs[i].host, strnlen(c->addrs[i].host, RKV_COORD_HOST_BYTES - 1));
         p += RKV_COORD_HOST_BYTES;
     }
+    memcpy(p, c->committed, RKV_COORD_COMMIT_BYTES);
+    p[0] &= (uint8_t)~1u; /* no id 0 */
+    p += RKV_COORD_COMMIT_BYTES;
     rkv_put32(p, rkv_crc32c(0, out, (size_t)(p - out)));
     assert((size_t)(p - out) + 4 == len);
 }
@@ -56,14 +65,14 @@ int rkv_coord_decode(const uint8_t *buf, size_t len, const char *path, struct rk
                         path, len);
     uint32_t version = rkv_get32(buf + 8), n_workers = rkv_get32(buf + 12);
     uint32_t n_servers = rkv_get32(buf + 32), ids_given = rkv_get32(buf + 36);
-    if (version != RKV_COORD_VERSION && version != 1)
+    if (version < 1 || version > RKV_COORD_VERSION)
         return rkv_errf(err, err_len, -RKV_EIO, "%s: version %u, this build reads %u", path,
                         version, RKV_COORD_VERSION);
     /* Whole and intact as its own sizes say before anything it says is
      * believed: a bit flipped in its sizes or fingerprint read as another
      * configuration's record, which a first start removes as an earlier
      * run's (and a restart refused as such). */
-    size_t own = rkv_coord_bytes(n_workers, n_servers);
+    size_t own = coord_bytes(version, n_workers, n_servers);
     if (len != own)
         return rkv_errf(err, err_len, -RKV_EIO,
                         "%s: %zu bytes, its header says %zu (torn or corrupted)", path, len, own);
@@ -97,6 +106,15 @@ int rkv_coord_decode(const uint8_t *buf, size_t len, const char *path, struct rk
         c->addrs[i].port = (uint16_t)port;
         memcpy(c->addrs[i].host, p + 8, RKV_COORD_HOST_BYTES);
     }
+    c->has_committed = version >= 3;
+    if (!c->has_committed)
+        return 0;
+    /* Bits past RKV_MAX_TENSORS, or for id 0, name no tensor. */
+    for (uint32_t id = 0; id < RKV_COORD_COMMIT_BYTES * 8u; id++)
+        if ((id == 0 || id > RKV_MAX_TENSORS) && (p[id / 8] >> (id % 8) & 1u))
+            return rkv_errf(err, err_len, -RKV_EIO, "%s: committed tensor id %u is malformed", path,
+                            id);
+    memcpy(c->committed, p, RKV_COORD_COMMIT_BYTES);
     return 0;
 }
 

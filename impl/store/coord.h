@@ -21,8 +21,13 @@
  * Those are rare events (once per run, once per barrier, once per server
  * start), so a synchronous write costs little.
  *
- * File DIR/rkv-coord, little-endian, version 2 (version 1, read too, had
- * zero where the flags are):
+ * and which tensors server 0 committed (INIT's last phase, after every
+ * machine made its shard): a restarted server 0 holds every tensor of its
+ * snapshot, and took them all as committed, so one whose init_data had
+ * failed was listed, and the same init_data tried again was refused.
+ *
+ * File DIR/rkv-coord, little-endian, version 3 (version 2, read too, had no
+ * committed tensors: all are; version 1 also had zero where the flags are):
  *    0 u64 magic "RKVCOORD"   8 u32 version      12 u32 n_workers
  *   16 u64 cluster fingerprint                    24 u64 barriers done
  *   32 u32 n_servers         36 u32 ids handed out (0 or n_workers)
@@ -30,6 +35,8 @@
  *   48 n_workers x { u32 machine, u32 flags (1: it left), u64 nonce }
  *      n_servers x { u32 port (0: not registered), u32 zero,
  *                    RKV_COORD_HOST_BYTES host, NUL-padded }
+ *      version 3: RKV_COORD_COMMIT_BYTES, bit i of byte i / 8 set when
+ *                 tensor id i is committed (ids 1..RKV_MAX_TENSORS)
  *      u32 CRC-32C of every byte before it
  * A file that is short, fails its CRC, or has another magic, version,
  * fingerprint, worker or server count is refused, naming the file and why.
@@ -41,15 +48,17 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
+#include "rkv.h"
 
 #define RKV_COORD_MAGIC 0x44524f4f43564b52ull /* "RKVCOORD" */
-#define RKV_COORD_VERSION 2u
+#define RKV_COORD_VERSION 3u
 #define RKV_COORD_LEFT 1u
 #define RKV_COORD_FILE "rkv-coord"
 #define RKV_COORD_HDR_BYTES 48u
 #define RKV_COORD_CLIENT_BYTES 16u
 #define RKV_COORD_HOST_BYTES (RKV_PROTO_HOST_MAX + 1)
 #define RKV_COORD_ADDR_BYTES (8u + RKV_COORD_HOST_BYTES)
+#define RKV_COORD_COMMIT_BYTES ((RKV_MAX_TENSORS + 8u) / 8u)
 
 struct rkv_coord_client {
     uint32_t machine;
@@ -70,6 +79,10 @@ struct rkv_coord {
     uint64_t barriers_done;
     struct rkv_coord_client *clients; /* n_workers */
     struct rkv_coord_addr *addrs;     /* n_servers */
+    /* Tensor ids committed (bit id); has_committed: the file said (version
+     * 3), else every tensor counts as committed. */
+    uint8_t committed[RKV_COORD_COMMIT_BYTES];
+    int has_committed;
 };
 
 size_t rkv_coord_bytes(uint32_t n_workers, uint32_t n_servers);

@@ -350,6 +350,11 @@ static int srv_coord_save(struct rkv_server *s, char *err, size_t err_len)
         c.addrs[i].port = (uint16_t)s->table[i].port;
         snprintf(c.addrs[i].host, sizeof(c.addrs[i].host), "%s", s->table[i].host);
     }
+    for (uint32_t id = 1; id <= s->n_tensors; id++) {
+        const struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
+        if (t && t->ready)
+            c.committed[id / 8] |= (uint8_t)(1u << (id % 8));
+    }
     rc = rkv_coord_write(s->cfg.durable_dir, &c, err, err_len);
 out:
     free(c.clients);
@@ -427,6 +432,23 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
         }
     }
     s->barriers_done = c.barriers_done;
+    /* Only what was committed before the crash is listed: a tensor whose
+     * init_data failed is in the snapshot too (the servers that made
+     * their shards logged it), and was listed as made, its init_data
+     * refused when tried again. */
+    uint32_t uncommitted = 0;
+    for (uint32_t id = 1; c.has_committed && id <= s->n_tensors; id++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
+        if (t) {
+            t->ready = (c.committed[id / 8] >> (id % 8)) & 1u;
+            uncommitted += !t->ready;
+        }
+    }
+    if (uncommitted)
+        RKV_LOGW(s->port,
+                 "server 0 restarted: %u tensor(s) whose init_data did not complete are not "
+                 "listed; the same init_data completes them",
+                 uncommitted);
     uint64_t fp = s->fp;
     for (uint32_t i = 0; i < c.n_servers; i++) {
         if (!c.addrs[i].port || s->table[i].port)
@@ -852,7 +874,15 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         if (atomic_load(&t->making))
             return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
                             "commit of tensor '%s' before its segment is made", t->meta.name);
+        int was = t->ready;
         t->ready = 1;
+        /* Recorded before it is answered: a restarted server 0 lists what
+         * its record says was committed (srv_coord_load). */
+        int rc = !was && s->server_id == 0 ? srv_coord_save(s, s->err, sizeof(s->err)) : 0;
+        if (rc < 0) {
+            t->ready = 0;
+            return rc;
+        }
         *id_p = t->meta.id;
         return 0;
     }

@@ -2975,12 +2975,17 @@ static void test_coord_client_flags(void **state)
     assert_int_equal(got[0].flags, RKV_COORD_LEFT);
     assert_int_equal(got[1].flags, 0);
     assert_int_equal(got[1].nonce, 12);
+    assert_int_equal(d.has_committed, 1);
+    /* A version 1 record: no committed tensors (every one counts), zero
+     * where the flags are. */
+    len -= RKV_COORD_COMMIT_BYTES;
     uint32_t v = 1, z = 0;
     memcpy(buf + 8, &v, 4);
     memcpy(buf + 48 + 4, &z, 4);
     coord_recrc(buf, len);
     assert_int_equal(rkv_coord_decode(buf, len, "rec", &d, err, sizeof(err)), 0);
     assert_int_equal(got[0].flags, 0);
+    assert_int_equal(d.has_committed, 0);
     v = 2;
     memcpy(buf + 48 + 16 + 4, &v, 4);
     coord_recrc(buf, len);
@@ -3181,6 +3186,60 @@ static void test_join_again_after_server0_restart(void **state)
     remove_tree(c.dir);
     unlink_machine_shm(&c.cfg, 0);
     unlink_machine_shm(&c.cfg, 1);
+}
+
+/* An init_data that failed (a machine's server down) left the tensor in
+ * server 0's snapshot; a restarted server 0 took every tensor of it as
+ * committed: list() showed it, and the same init_data tried again was
+ * refused, "machine 1 does not hold it: its durable directory ... is not
+ * the one it ran on" (an outside tester): only an empty directory got out.
+ * Server 0's coordination record now says which tensors were committed. */
+static void test_failed_init_not_committed_by_a_restart(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.cfg.retry_ms = 4000; /* the client re-joins the restarted server 0 */
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(kill(s1, SIGKILL), 0);
+    assert_int_equal(wait_exit(s1), 128 + SIGKILL);
+    struct rkv_tensor_desc emb = T_F32;
+    snprintf(emb.name, sizeof(emb.name), "emb");
+    assert_true(rkv_client_init_data(cli, &emb) < 0);
+    assert_int_equal(kill(s0, SIGKILL), 0);
+    assert_int_equal(wait_exit(s0), 128 + SIGKILL);
+    unlink_machine_shm(&c.cfg, 0);
+    unlink_machine_shm(&c.cfg, 1);
+    s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    wait_listening(&c.machines[0]);
+    wait_listening(&c.machines[1]);
+    struct rkv_tensor_meta metas[4];
+    size_t n = 0;
+    if (rkv_client_list(cli, metas, 4, &n) < 0)
+        fail_msg("list: %s", rkv_client_errmsg(cli));
+    assert_int_equal(n, 1);
+    assert_string_equal(metas[0].name, "t");
+    if (rkv_client_init_data(cli, &emb) < 0)
+        fail_msg("init_data again: %s", rkv_client_errmsg(cli));
+    uint64_t ids[2] = {3, 70};
+    float rows[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+    assert_int_equal(rkv_client_push(cli, "emb", ids, 2, rows, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_pull(cli, "emb", ids, 2, got), 0);
+    assert_memory_equal(got, rows, sizeof(rows));
+    assert_int_equal(rkv_client_list(cli, metas, 4, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+    remove_tree(c.dir);
 }
 
 enum after_restart { ASK_LIST, ASK_META, ASK_BARRIER, ASK_SHUTDOWN };
@@ -3730,6 +3789,7 @@ int main(void)
         cmocka_unit_test(test_fresh_directory_no_lost_rows_warning),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
+        cmocka_unit_test_teardown(test_failed_init_not_committed_by_a_restart, reap_children),
         cmocka_unit_test_teardown(test_corrupt_coord_record_refused, reap_children),
         cmocka_unit_test_teardown(test_custom_op_replayed_after_restart, reap_children),
         cmocka_unit_test_teardown(test_push_torn_mid_row_finished_once, reap_children),
