@@ -210,7 +210,6 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
     return 0;
 }
 
-/* f open on log gen (reopened after a checkpoint switched logs). */
 /* wal_failed's value once a log was found deleted: no checkpoint clears
  * it (gen < it always), only a restart. A checkpoint into a directory made
  * again under the same name would have healed the log, but that directory
@@ -218,6 +217,7 @@ int rkv_wal_set_copies(struct rkv_wal *w, const struct rkv_snap *s, char *err, s
  * and another cluster's servers could claim it meanwhile. */
 #define WAL_LOST UINT_MAX
 
+/* f open on log gen (reopened after a checkpoint switched logs). */
 static int wal_file_use(struct rkv_wal *w, struct rkv_wal_file *f, uint64_t gen, char *path,
                         size_t path_len, char *err, size_t err_len)
 {
