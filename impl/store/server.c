@@ -1161,16 +1161,17 @@ static void srv_make_done(struct rkv_server *s, struct srv_make *job, int rc, co
     struct rkv_tensor *t = job->t;
     char stopped[RKV_PROTO_TEXT_MAX];
     o->mutex_lock(s->mu);
+    t->make_rc = rc;
     /* Stopped meanwhile (SIGTERM, rkv_server_stop): the segment goes with
      * the server, so the INIT is not answered as made (its init_data
-     * returned 0, and the first pull met a server gone). */
+     * returned 0, and the first pull met a server gone). The tensor itself
+     * is made: served until the server is destroyed, as any other. */
     if (rc == 0 && (s->stop || s->make_stop)) {
         rc = rkv_errf(stopped, sizeof(stopped), -RKV_ESHUTDOWN,
                       "tensor '%s': server %u stopped while its segment was made", t->meta.name,
                       s->server_id);
         why = stopped;
     }
-    t->make_rc = rc;
     t->make_job = NULL;
     atomic_store_explicit(&t->making, 0, memory_order_release);
     atomic_fetch_sub(&s->n_make, 1);
