@@ -638,14 +638,17 @@ RKV_API int rkv_client_pull_len(struct rkv_client *cli, const char *name, int ha
 /* Returns when every client has entered the barrier, however long that
  * takes (timeout_ms does not end it: a warning is logged each timeout_ms
  * it waits; rkv_client_interrupt does). Fails when a client left the
- * cluster or server 0 is gone. */
+ * cluster or server 0 is gone (-RKV_EPEERDEAD), and with -RKV_ESHUTDOWN
+ * when a client asked the servers to exit meanwhile. */
 RKV_API int rkv_client_barrier(struct rkv_client *cli);
 /* Asks every server to exit its run loop (any client may call it), each
  * whatever became of the others. Returns 0 once every server acknowledged;
  * a server that could not be asked (dead, unreachable) or did not answer
  * makes it fail, naming the server(s) in rkv_client_errmsg: such a server
  * may still be running. Afterwards every call of this client that needs a
- * server (this one too) returns -RKV_ESHUTDOWN. */
+ * server (this one too) returns -RKV_ESHUTDOWN. Other clients' calls that
+ * a server holds unanswered (a barrier, an init_data waiting for a large
+ * tensor's make) are answered -RKV_ESHUTDOWN by it before it exits. */
 RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
 /* Interrupts the client's calls, from another thread (a watcher of
  * signals: Ctrl-C in the Python binding; it takes the client's lock, so

@@ -1663,16 +1663,21 @@ static uint32_t srv_barrier_take(struct rkv_server *s)
 }
 
 /* Every client inside the barrier gets the error now. */
+static void srv_fail_barrier_with(struct rkv_server *s, int status, const char *why)
+{
+    uint32_t n = srv_barrier_take(s);
+    for (uint32_t i = 0; i < n; i++) {
+        struct rkv_hdr h = {
+            .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = status};
+        srv_reply(s, s->barrier[i].peer, &h, why);
+    }
+}
+
 static void srv_fail_barrier(struct rkv_server *s, uint32_t gone)
 {
     char why[128];
     snprintf(why, sizeof(why), "client %u left; a barrier needs all %u", gone, s->cfg.n_workers);
-    uint32_t n = srv_barrier_take(s);
-    for (uint32_t i = 0; i < n; i++) {
-        struct rkv_hdr h = {
-            .type = RKV_MSG_ERROR, .req_id = s->barrier[i].req_id, .status = -RKV_EPEERDEAD};
-        srv_reply(s, s->barrier[i].peer, &h, why);
-    }
+    srv_fail_barrier_with(s, -RKV_EPEERDEAD, why);
 }
 
 static void srv_presume_gone(struct rkv_server *s)
@@ -1767,6 +1772,55 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
     }
 }
 
+/* A SHUTDOWN came: the requests this server holds unanswered (clients
+ * inside the barrier, TABLE requests, INITs waiting for a make) are
+ * answered -RKV_ESHUTDOWN now, before the linger, which sends them. Left
+ * to the close, their callers read "connection lost" (-RKV_EPEERDEAD), as
+ * if the server had died (an outside tester). */
+static void srv_shut_waiters(struct rkv_server *s, uint32_t by)
+{
+    const struct rkv_port_ops *o = s->port->ops;
+    char why[RKV_PROTO_TEXT_MAX];
+    snprintf(why, sizeof(why),
+             "server %u is shutting down: the servers were asked to exit (by client %u)",
+             s->server_id, by);
+    if (s->server_id == 0) {
+        srv_fail_barrier_with(s, -RKV_ESHUTDOWN, why);
+        uint32_t n = s->n_table_wait;
+        s->n_table_wait = 0;
+        for (uint32_t i = 0; i < n; i++) {
+            struct rkv_hdr h = {
+                .type = RKV_MSG_ERROR, .req_id = s->table_wait[i].req_id, .status = -RKV_ESHUTDOWN};
+            srv_reply(s, s->table_wait[i].peer, &h, why);
+        }
+    }
+    /* The makes go on (the make task ends them, rkv.h); their waiters are
+     * taken off them under the lock, as srv_make_done takes them. */
+    struct srv_ack *w = NULL;
+    o->mutex_lock(s->mu);
+    for (uint32_t i = 1; i <= s->n_tensors; i++) {
+        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
+        struct srv_make *job = t ? t->make_job : NULL;
+        if (!job)
+            continue;
+        struct srv_ack **tail = &job->waiters;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = w;
+        w = job->waiters;
+        job->waiters = NULL;
+        job->n_waiters = 0;
+    }
+    o->mutex_unlock(s->mu);
+    while (w) {
+        struct srv_ack *next = w->next;
+        srv_send_ack(s, w, -RKV_ESHUTDOWN, why);
+        srv_ack_done(s, w);
+        free(w);
+        w = next;
+    }
+}
+
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     const struct srv_conn *c = srv_conn_of(peer);
@@ -1794,6 +1848,7 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
             atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
     }
     s->shut = 1;
+    srv_shut_waiters(s, c->client_id);
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
     s->stop = 1;

@@ -797,6 +797,41 @@ static void test_barrier_waits_past_timeout(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a worker waiting in a barrier when another worker asked the
+ * servers to exit got -RKV_EPEERDEAD ("connection lost"), as if server 0
+ * had died (an outside tester). Server 0 now answers the clients inside
+ * the barrier -RKV_ESHUTDOWN before it goes. */
+static void test_barrier_waiter_told_of_shutdown(void **state)
+{
+    (void)state;
+    struct cluster c;
+    /* Longer than the test: b's barrier is not sent again (to a server
+     * still lingering, which refused it -RKV_ESHUTDOWN) before the
+     * servers are gone. */
+    cluster_config(&c, 20000);
+    c.cfg.n_workers = 3; /* the third never enters: the barrier waits */
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    pthread_t jt;
+    struct rkv_client *a, *b, *third;
+    assert_int_equal(pthread_create(&jt, NULL, join_thread, &c), 0);
+    join_two(&c, &a, &b);
+    assert_int_equal(pthread_join(jt, (void **)&third), 0);
+    pthread_t t;
+    struct barrier_arg ba = {.cli = b, .rc = 1};
+    assert_int_equal(pthread_create(&t, NULL, barrier_thread, &ba), 0);
+    usleep(300000); /* b is inside */
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    cluster_stop(&c); /* as a server process exits after its run */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    if (ba.rc != -RKV_ESHUTDOWN)
+        fail_msg("the waiting worker's barrier: %d, %s", ba.rc, rkv_client_errmsg(b));
+    assert_non_null(strstr(rkv_client_errmsg(b), "asked to exit"));
+    rkv_client_destroy(third);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+}
+
 static void *interrupt_after_1500ms(void *arg)
 {
     usleep(1500000);
@@ -989,6 +1024,46 @@ static void test_large_tensor_made_while_serving(void **state)
     rkv_server_destroy(s1);
     c.in_process[1] = 0;
     rkv_server_stop(c.srv[0][0]);
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
+/* Regression: an init_data waiting on a large make when another worker
+ * asked the servers to exit waited until the make ended and the server
+ * went, then read "connection lost" (an outside tester). The server now
+ * answers it -RKV_ESHUTDOWN at the SHUTDOWN. */
+static void test_init_waiting_on_make_told_of_shutdown(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 30000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_server *s1 = c.srv[1][0];
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    rkv_server_test_make(s1, 1, 1); /* held until let go below */
+    static const struct rkv_tensor_desc big = {
+        .name = "big", .dtype = RKV_F32, .rows = 100, .row_len = 4, .policy = RKV_PART_RANGE};
+    struct init_arg ia = {.cli = a, .d = &big};
+    pthread_t ta;
+    assert_int_equal(pthread_create(&ta, NULL, init_thread, &ia), 0);
+    wait_makes_begun(s1, 1);
+    assert_int_equal(rkv_client_shutdown_servers(b), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10; /* well inside timeout_ms, with the make still held */
+    int joined = pthread_timedjoin_np(ta, NULL, &until);
+    rkv_server_test_make(s1, 1, 0);
+    if (joined != 0) {
+        pthread_join(ta, NULL);
+        fail_msg("init_data waiting on a make was not answered at the shutdown: %d %s", ia.rc,
+                 rkv_client_errmsg(a));
+    }
+    if (ia.rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(a), "asked to exit"))
+        fail_msg("init_data waiting on a make at a shutdown: %d %s", ia.rc, rkv_client_errmsg(a));
     rkv_client_destroy(b);
     rkv_client_destroy(a);
     cluster_stop(&c);
@@ -3428,6 +3503,7 @@ int main(void)
         cmocka_unit_test(test_interrupted_barrier_says_its_whole_wait),
         cmocka_unit_test(test_wait_through_another_client),
         cmocka_unit_test(test_large_tensor_made_while_serving),
+        cmocka_unit_test(test_init_waiting_on_make_told_of_shutdown),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
@@ -3464,6 +3540,7 @@ int main(void)
         cmocka_unit_test(test_handler_reentry_refused),
         cmocka_unit_test(test_server_handler_reentry_refused),
         cmocka_unit_test(test_barrier_in_flight_server_gone),
+        cmocka_unit_test(test_barrier_waiter_told_of_shutdown),
         cmocka_unit_test(test_server_register_refusal_named),
         cmocka_unit_test(test_ctrl_buf_bytes_must_agree),
         cmocka_unit_test(test_push_slots_are_the_servers_grant),
