@@ -137,6 +137,7 @@ struct rkv_config {
     uint32_t machine_id;
     uint64_t max_slot_bytes;
     uint32_t timeout_ms;
+    uint32_t connect_retry_ms;
     ...;
 };
 

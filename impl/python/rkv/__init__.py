@@ -1012,23 +1012,57 @@ class _Join:
         self.err = _errbuf()
         self.rc = None  # once the call returned
         self.abandoned = False  # its caller was interrupted and nobody took it over
+        self.given_up = 0  # abandonments so far: a grace's timer ends its own only
         self.done = threading.Event()
 
     def run(self):
-        rc = self.create(self.cfg, self.p, self.err, _ERR_LEN)
+        try:
+            rc = self.create(self.cfg, self.p, self.err, _ERR_LEN)
+            with _joins_lock:
+                self.rc = rc
+                if self.abandoned and rc < 0:
+                    _joins.remove(self)
+                keep = self.abandoned and rc >= 0
+            if keep:
+                self.keep_for_grace()
+        finally:  # whatever raised above, its waiter is not left waiting for ever
+            self.done.set()
+
+    def grace_s(self):
+        """How long a made client nobody took over keeps its place: as long
+        as the create would have waited for the others to join."""
+        return (self.cfg.connect_retry_ms + self.cfg.timeout_ms) / 1000.0
+
+    def keep_for_grace(self):
+        """A made client whose caller was interrupted: kept for a create
+        with the same config to take over, then destroyed (it leaves the
+        job, as a killed worker does). It was destroyed at once: the others
+        joining after the Ctrl-C made it, and the same rkv.Client() run
+        again then met ELIMIT ("every one of the n_workers client ids was
+        handed out already"), the job broken until its servers restarted
+        (an outside tester)."""
         with _joins_lock:
-            self.rc = rc
-            if self.abandoned:
-                _joins.remove(self)
-                if rc >= 0:  # nobody took it over: it leaves, as a killed worker's does
-                    lib.rkv_client_destroy(self.p[0])
-        self.done.set()
+            n = self.given_up
+        t = threading.Timer(self.grace_s(), self.expire, (n,))
+        t.daemon = True
+        t.start()
+
+    def expire(self, n):
+        with _joins_lock:
+            if not (self.abandoned and self.given_up == n and self in _joins):
+                return  # taken over meanwhile
+            _joins.remove(self)
+            _joins_expired.add(self.key)
+        lib.rkv_client_destroy(self.p[0])
 
 
 # Creates whose caller a Ctrl-C interrupted while they waited for the other
 # workers: the C call goes on, its HELLO holding a worker's place at server 0.
 _joins = []
 _joins_lock = threading.Lock()
+# Keys of made clients whose grace ended with nobody taking them over: a
+# create of the same key refused ELIMIT says why.
+_joins_expired = set()
 
 
 def _config_key(create, cfg):
@@ -1054,8 +1088,9 @@ def _create_interruptibly(create, cfg):
     for it (one that sent a HELLO of its own took a second place: Ctrl-C,
     then the same rkv.Client() again, as in a notebook, left the last worker
     refused with ELIMIT, and the interrupted client left the job once every
-    place was taken). One that nobody takes over is destroyed when it
-    returns, as a killed worker's connection goes."""
+    place was taken). One made that nobody takes over is kept for as long as
+    the create would have waited (connect_retry_ms + timeout_ms), then
+    destroyed, as a killed worker's connection goes (_Join.keep_for_grace)."""
     key = _config_key(create, cfg)
     with _joins_lock:
         job = next((j for j in _joins if j.key == key), None)
@@ -1073,13 +1108,22 @@ def _create_interruptibly(create, cfg):
             pass
     except BaseException:
         with _joins_lock:
-            if job.rc is None:
+            keep = job.rc is not None and job.rc >= 0  # made just as the interrupt came
+            if job.rc is None or keep:
                 job.abandoned = True
+                job.given_up += 1
                 _joins.append(job)
-            elif job.rc >= 0:  # made just as the interrupt came
-                lib.rkv_client_destroy(job.p[0])
+        if keep:
+            job.keep_for_grace()
         raise
-    return job.rc, job.p[0], ffi.string(job.err).decode(errors="replace")
+    err = ffi.string(job.err).decode(errors="replace")
+    with _joins_lock:
+        expired = job.rc == -ELIMIT and key in _joins_expired
+    if expired:
+        err += (" (this process's rkv.Client() interrupted earlier was given a place, and gave it "
+                "up after %g s with nobody taking it over: that worker left the job; restart the "
+                "servers to start it over)" % job.grace_s())
+    return job.rc, job.p[0], err
 
 
 def _no_copy(obj, kind, other):
@@ -1452,7 +1496,8 @@ class Client:
     """A worker's connection to the store. Blocks until all num-workers clients
     joined (Ctrl-C interrupts the wait in the main thread; the same Client()
     again in this process takes over the interrupted one's place, which is
-    otherwise given up once the others joined). machine_id
+    otherwise given up connect_retry_ms + timeout_ms after the others
+    joined, as if that worker had left). machine_id
     overrides the config's (which machine this trainer runs on: its rows
     there move through shared memory). output: "torch" or "numpy" for what
     pull returns; "auto" is torch when it can be imported.

@@ -346,6 +346,56 @@ def test_ctrl_c_interrupts_a_client_waiting_for_the_others(make_cluster):
         s.stop()
 
 
+def test_client_made_again_after_the_others_joined_takes_the_place(make_cluster):
+    # Ctrl-C in rkv.Client(), the other worker joins (the interrupted call
+    # gets its id in the background), then the same rkv.Client() again: the
+    # made client was destroyed as the others joined, the new one was
+    # refused ELIMIT ("every one of the n_workers client ids was handed out
+    # already"), and the other worker's barrier failed with "client 0 left"
+    # until the servers restarted (an outside tester).
+    import signal
+    cluster = make_cluster(machines=2, servers_per_machine=1, workers=2)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        rkv.Client(cluster.config, machine_id=0)
+    # Another worker (on machine 1: the same config in this process would
+    # take the interrupted place): the interrupted call is made as it joins.
+    other = cluster.client(machine_id=1)
+    time.sleep(0.5)
+    again = cluster.client(machine_id=0)
+    assert sorted([again.client_id, other.client_id]) == [0, 1]
+    again.init_data("x", (4,), "float32")
+    ts = [threading.Thread(target=c.barrier) for c in (again, other)]
+    for b in ts:
+        b.start()
+    for b in ts:
+        b.join(30)
+    assert not any(b.is_alive() for b in ts)
+    other.push("x", [1], np.ones((1,), np.float32), op="assign")
+    assert np.asarray(again.pull("x", [1])).tolist() == [1.0]
+
+
+def test_interrupted_client_nobody_took_over_leaves_after_its_grace(make_cluster):
+    # Not taken over within connect_retry_ms + timeout_ms of being made, the
+    # interrupted client leaves the job, and the same rkv.Client() again is
+    # told why it is refused.
+    import signal
+    cluster = make_cluster(machines=2, servers_per_machine=1, workers=2)
+    short = rkv.Config(cluster=cluster.path, num_workers=2, timeout_ms=1000,
+                       connect_retry_ms=1000, machine_id=0)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        rkv.Client(short)
+    other = cluster.client(machine_id=1)
+    time.sleep(4)  # past the grace of 2 s
+    with pytest.raises(rkv.Error) as e:
+        rkv.Client(short)
+    assert e.value.code == -rkv.ELIMIT and "gave it up after 2 s" in e.value.message, e.value
+    with pytest.raises(rkv.Error) as e:
+        other.barrier()
+    assert "left" in e.value.message, e.value
+
+
 def test_client_made_again_after_ctrl_c_takes_the_interrupted_place(make_cluster):
     # Ctrl-C in rkv.Client() while the other worker had not come, then the
     # same rkv.Client() again (a notebook cell run twice): the interrupted
