@@ -1904,6 +1904,21 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
             return sc_fault_fail(sc, i, RKV_SC_F_AFTER_PHASE, err, err_len,
                                  "after_phase: no phase named \"%s\"", f->after_phase);
         f->after_phase_ix = p;
+        /* Client 0 (w0) times every after_phase crash: one that crashed it
+         * before this phase ends leaves this one waiting for a phase end
+         * that never comes, and the run failed "not every fault fired"
+         * with a hint that did not name it (an outside tester). */
+        for (uint32_t j = 0; j < i; j++) {
+            const struct rkv_sc_fault *g = &sc->faults[j];
+            if (!strcmp(g->kind, "crash") && !strcmp(g->target, "w0") &&
+                (!g->after_phase[0] || g->after_phase_ix < p))
+                return sc_fault_fail(sc, i, RKV_SC_F_AFTER_PHASE, err, err_len,
+                                     "after_phase: client 0 (w0) ends the phases that time "
+                                     "after_phase crashes, and faults[%u] crashes it before "
+                                     "phase \"%s\" ends: this crash could never fire (give it "
+                                     "at_s, or crash w0 later)",
+                                     j, f->after_phase);
+        }
     }
     /* An after_phase crash has no at_s of its own: the message said
      * "at_s" of a fault that gave none. */

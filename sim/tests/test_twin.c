@@ -320,6 +320,9 @@ static void test_platform_checked_before_the_run(void **state)
     /* A plugin ended a passing run with SIGSEGV (plugin:link_energy). */
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg plugin:link_energy"), 2);
     assert_non_null(strstr(out, "SimGrid plugins are not supported in the twin"));
+    /* model-check/replay:1 aborted the run (SIGABRT) with no message. */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg model-check/replay:1"), 2);
+    assert_non_null(strstr(out, "does not run under SimGrid's model checker"));
     unlink("twin-probe.xml");
     unlink("twin-probe.yaml");
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/bandwidth-factor:0"), 2);

@@ -1200,6 +1200,15 @@ static int twin_engine(struct twin *t, const struct rkv_twin_opts *o, const char
                      "killed by crash faults and at the run's end, which plugins do not expect)",
                      o->cfg[i]);
             rc = -RKV_ECONFIG;
+        } else if (!strncmp(o->cfg[i], "model-check/", 12)) {
+            /* model-check/replay:1 passed the probe and aborted the run
+             * with SIGABRT and no word (an outside tester): the twin's
+             * nodes run on SimGrid's simulation, never its model checker. */
+            snprintf(err, err_len,
+                     "--cfg %s: the twin does not run under SimGrid's model checker (its "
+                     "model-check/ items do not apply)",
+                     o->cfg[i]);
+            rc = -RKV_ECONFIG;
         } else if ((argv[argc] = malloc(strlen(o->cfg[i]) + 7)) == NULL) {
             rc = -RKV_ENOMEM;
         } else {
