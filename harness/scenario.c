@@ -1641,10 +1641,20 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
  * above), so it cannot wait without end. */
 #define SC_PARSE_PROBE_CPU_S 20u
 
+/* The most YAML events (scalars, and each mapping's or list's start and
+ * end) a scenario may hold. libfyaml's document takes about 550 bytes a
+ * node: a 2 MB file of one 1,000,000-entry book took 570 MB to load, and
+ * every process of a tcp run loads the file (an outside tester). The
+ * largest list a scenario has use for is an explicit book, a pattern that
+ * repeats over the rows. At this bound a load peaks near 100 MB (a book
+ * in flow style, [0, 1, ...], which the parser holds whole) or 35 MB. */
+#define SC_MAX_EVENTS (1u << 16)
+
 /* What the probe's child tells its parent through a shared page. */
 struct sc_probe_page {
     struct fy_mark at; /* the end of the last event parsed */
     int done;          /* set once the parse returned, whatever it found */
+    int too_big;       /* more than SC_MAX_EVENTS: at is where the bound was passed */
 };
 
 /* libfyaml 0.7 (Debian 12's) crashes on some malformed files: "- ? o:\t:"
@@ -1692,17 +1702,20 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
         /* Events first, each one's end noted; then the document, as the
          * parse here builds it. */
         struct fy_parser *fyp = fy_parser_create(pcfg);
+        uint32_t events = 0;
         if (fyp && fy_parser_set_input_file(fyp, path) == 0) {
             struct fy_event *ev;
-            while ((ev = fy_parser_parse(fyp)) != NULL) {
+            while (!pg->too_big && (ev = fy_parser_parse(fyp)) != NULL) {
                 const struct fy_mark *m = fy_event_end_mark(ev);
                 if (m)
                     pg->at = *m;
                 fy_parser_event_free(fyp, ev);
+                pg->too_big = ++events > SC_MAX_EVENTS;
             }
         }
         fy_parser_destroy(fyp);
-        fy_document_destroy(fy_document_build_from_file(pcfg, path));
+        if (!pg->too_big) /* built only when the parent may build it too */
+            fy_document_destroy(fy_document_build_from_file(pcfg, path));
         pg->done = 1;
         rkv_child_exit(0);
     }
@@ -1710,8 +1723,16 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
     pid_t got;
     while ((got = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
         ;
-    if (got > 0 && !pg->done && WIFSIGNALED(status) &&
-        (WTERMSIG(status) == SIGXCPU || WTERMSIG(status) == SIGKILL)) {
+    if (got > 0 && pg->done && pg->too_big) {
+        snprintf(err, err_len,
+                 "%s:%d:%d: more than %u YAML nodes (scalars, lists and mappings) by here: a "
+                 "scenario is a description, not data (loading this many would take every "
+                 "process of the run hundreds of MB); a book is a pattern that repeats over "
+                 "the rows: give a shorter one",
+                 path, pg->at.line + 1, pg->at.column + 1, SC_MAX_EVENTS);
+        rc = -RKV_ECONFIG;
+    } else if (got > 0 && !pg->done && WIFSIGNALED(status) &&
+               (WTERMSIG(status) == SIGXCPU || WTERMSIG(status) == SIGKILL)) {
         snprintf(err, err_len,
                  "%s:%d:%d: the YAML parser (libfyaml) did not finish within %u s of CPU time "
                  "after here: the file is malformed in a way it cannot handle; check its syntax",

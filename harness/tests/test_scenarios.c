@@ -527,6 +527,43 @@ static void test_too_big_tensor_says_why(void **state)
     unlink(yaml);
 }
 
+/* A 2 MB scenario of one 1,000,000-entry book took 570 MB to load, in
+ * every process of a tcp run (an outside tester): past 65,536 YAML nodes a
+ * file is refused, by file:line:col, before the document is built. */
+static void test_scenario_of_too_many_nodes_refused(void **state)
+{
+    (void)state;
+    static const char head[] =
+        "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+        "tensors:\n"
+        "  - {name: t, rows: 100000, partition: explicit, book: [";
+    static const char tail[] = "0]}\n"
+                               "workload:\n"
+                               "  - {name: p, tensor: t, pull: 1.0, rounds: 1}\n";
+    const uint32_t sizes[2] = {30000, 70000};
+    for (int k = 0; k < 2; k++) {
+        size_t len = sizeof(head) + 2 * (size_t)sizes[k] + sizeof(tail);
+        char *text = malloc(len);
+        assert_non_null(text);
+        char *p = text + sprintf(text, "%s", head);
+        for (uint32_t i = 1; i < sizes[k]; i++)
+            p += sprintf(p, "%u,", i & 1);
+        sprintf(p, "%s", tail);
+        char yaml[64], args[160];
+        tmp_scenario(yaml, sizeof(yaml), k ? "nodes-over" : "nodes-under", text);
+        free(text);
+        snprintf(args, sizeof(args), "run %s --launcher mpirun --dry-run", yaml);
+        int rc = run_rkv("", args);
+        if (k == 0 && rc != 0)
+            fail_msg("a book of %u entries: exit %d:\n%s", sizes[k], rc, out);
+        if (k == 1 &&
+            (rc != 2 || !strstr(out, ":3:") || !strstr(out, "more than 65536 YAML nodes") ||
+             !strstr(out, "a book is a pattern that repeats over the rows")))
+            fail_msg("a book of %u entries: exit %d:\n%s", sizes[k], rc, out);
+        unlink(yaml);
+    }
+}
+
 /* The loader reads a scenario more than once: `rkv run <(...)` read as
  * "empty scenario", and a FIFO without a writer blocked the run (as did one
  * named by local_file). Each is refused by name; timeout ends a hang. */
@@ -728,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_interrupted_traced_tcp_run),
         cmocka_unit_test(test_crash_after_phase_lands_between_phases),
         cmocka_unit_test(test_too_big_tensor_says_why),
+        cmocka_unit_test(test_scenario_of_too_many_nodes_refused),
         cmocka_unit_test(test_pipes_and_fifos_are_refused),
         cmocka_unit_test(test_yaml_directive),
         cmocka_unit_test(test_parse_waits_for_a_busy_host),
