@@ -477,7 +477,21 @@ int rkv_cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv
                           sizeof(line) - 2);
             break;
         }
+        /* A comment starts the line or follows a space: "10.0.0.1#rack-a
+         * 20500 4" was read as 10.0.0.1 with the default port and 1
+         * server, the rest dropped without a word (an outside tester). */
         char *hash = strchr(line, '#');
+        if (hash && hash > line && !isspace((unsigned char)hash[-1])) {
+            char *start = hash;
+            while (start > line && !isspace((unsigned char)start[-1]))
+                start--;
+            int field = (int)strcspn(start, " \t\r\n");
+            rc = rkv_errf(err, err_len, -1,
+                          "%s:%d: '#' inside '%.*s': a comment starts the line or follows a "
+                          "space",
+                          path, ln, field > 80 ? 80 : field, start);
+            break;
+        }
         if (hash)
             *hash = 0;
         /* A file with CR line ends (old Mac editors) is one line here: its

@@ -636,11 +636,14 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
      * the call failed on that server's words ("that client id is held by
      * a live connection"; an outside tester). */
     if (r->expect == RKV_MSG_HELLO_REPLY && r->srv && m->h.sender != r->srv->id) {
-        char why[200];
+        /* Or the servers' cluster file is another one: the same machines
+         * listed in another order read as this (an outside tester). */
+        char why[RKV_PROTO_TEXT_MAX];
         snprintf(why, sizeof(why),
-                 "the server at %s:%u answered as server %u: two machines of the cluster name "
-                 "one address (a host written two ways, on one port?)",
-                 r->srv->host ? r->srv->host : "?", r->srv->port, m->h.sender);
+                 "the server at %s:%u answered as server %u, not %u: two machines of the "
+                 "cluster name one address (a host written two ways?), or the servers' cluster "
+                 "file differs from this client's (machines in another order?)",
+                 r->srv->host ? r->srv->host : "?", r->srv->port, m->h.sender, r->srv->id);
         return cli_req_finish(c, r, -RKV_ECONFIG, why);
     }
     switch (m->h.type) {

@@ -2195,8 +2195,9 @@ static void test_hello_answered_by_another_server(void **state)
     struct rkv_client *cli = client_join(&c);
     int rc = rkv_client_init_data(cli, &T_F32);
     const char *msg = rkv_client_errmsg(cli);
-    if (rc != -RKV_ECONFIG || !strstr(msg, "answered as server 0") ||
-        !strstr(msg, "two machines of the cluster name one address"))
+    if (rc != -RKV_ECONFIG || !strstr(msg, "answered as server 0, not 1") ||
+        !strstr(msg, "two machines of the cluster name one address") ||
+        !strstr(msg, "machines in another order?"))
         fail_msg("rc %d: %s", rc, msg);
     rkv_client_destroy(cli);
     rkv_server_stop(c.srv[0][0]);

@@ -649,6 +649,11 @@ static void test_cluster_file_as_written(void **state)
                     ":1: a carriage return inside the line (CR line ends?)");
     cluster_refused("127.0.0.1 41000\n127.0.0.2,41000\n",
                     ":2: host \"127.0.0.2,41000\": a comma; separate the fields with spaces");
+    /* Read as 127.0.0.1 with the default port and 1 server, in silence. */
+    cluster_refused("127.0.0.1#rack-a 41000 4\n",
+                    ":1: '#' inside '127.0.0.1#rack-a': a comment starts the line or follows a "
+                    "space");
+    cluster_refused("127.0.0.1 41000\n127.0.0.2 41000 2# two\n", ":2: '#' inside '2#'");
 }
 
 /* DMLC_NUM_SERVER (every server, in ps-lite) beside a cluster file that
