@@ -892,6 +892,31 @@ static int cmd_check_total_servers(const struct cmd_settings *s, const struct rk
     return 0;
 }
 
+/* rkv_cfg_check's refusal names the config's fields: the settings among
+ * them not left at their defaults are appended with where each came from.
+ * A ps-lite user's BYTEPS_RDMA_RX_DEPTH=2 was refused as "rx_depth out of
+ * range" without naming the variable (an outside tester). */
+static void cmd_name_sources(const struct cmd_settings *s, char *err, size_t err_len)
+{
+    static const enum cmd_key keys[] = {CMD_TIMEOUT_MS,     CMD_RX_DEPTH,       CMD_CTRL_BUF_BYTES,
+                                        CMD_SLOTS,          CMD_MAX_SLOT_BYTES, CMD_SLOT_MEM_BYTES,
+                                        CMD_IDLE_TIMEOUT_MS};
+    size_t at = strlen(err);
+    int n = 0;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && at + 1 < err_len; i++) {
+        enum cmd_key k = keys[i];
+        if (!strcmp(s->src[k], "default"))
+            continue;
+        int w = snprintf(err + at, err_len - at, "%s%s %s (%s)",
+                         n++ ? ", " : " [given: ", CMD_NAME(k), s->val[k], s->src[k]);
+        if (w < 0 || (size_t)w >= err_len - at)
+            return; /* cut: the refusal itself comes first */
+        at += (size_t)w;
+    }
+    if (n && at + 1 < err_len)
+        snprintf(err + at, err_len - at, "]");
+}
+
 int rkv_cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,
                          size_t err_len)
 {
@@ -1015,8 +1040,10 @@ int rkv_cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, c
         snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "%s", s->val[CMD_SHM_PREFIX]);
     else
         snprintf(cfg->shm_prefix, sizeof(cfg->shm_prefix), "rkv-%u", cfg->machines[0].base_port);
-    if (rkv_cfg_check(cfg, err, err_len) < 0)
+    if (rkv_cfg_check(cfg, err, err_len) < 0) {
+        cmd_name_sources(s, err, err_len);
         goto free_machines;
+    }
     return 0;
 free_machines:
     free(cfg->machines);

@@ -294,8 +294,8 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
         cfg->max_slot_bytes < cfg->ctrl_buf_bytes)
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "config: %s out of range: need rx_depth >= 4, ctrl_buf_bytes >= 256, "
-                        "push_slots >= 2, max_slot_bytes >= ctrl_buf_bytes (got %u, %u, %u, "
-                        "%llu)%s",
+                        "push_slots >= 2, max_slot_bytes >= ctrl_buf_bytes (got rx_depth %u, "
+                        "ctrl_buf_bytes %u, push_slots %u, max_slot_bytes %llu)%s",
                         cfg->rx_depth < 4           ? "rx_depth"
                         : cfg->ctrl_buf_bytes < 256 ? "ctrl_buf_bytes"
                         : cfg->push_slots < 2       ? "push_slots"

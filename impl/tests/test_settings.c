@@ -656,6 +656,31 @@ static void test_cluster_file_as_written(void **state)
     cluster_refused("127.0.0.1 41000\n127.0.0.2 41000 2# two\n", ":2: '#' inside '2#'");
 }
 
+/* The checks across fields named the config's fields only: a ps-lite
+ * user's BYTEPS_RDMA_RX_DEPTH=2 read "rx_depth out of range ... (got 2,
+ * 8192, 64, 1073741824)", its variable unnamed and its numbers unlabelled
+ * (an outside tester). */
+static void test_cross_field_refusal_names_its_sources(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    struct rkv_config cfg;
+    setenv("BYTEPS_RDMA_RX_DEPTH", "2", 1);
+    struct rkv_settings *set = make();
+    int rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    unsetenv("BYTEPS_RDMA_RX_DEPTH");
+    rkv_settings_destroy(set);
+    if (rc != -RKV_ECONFIG || !strstr(err, "got rx_depth 2, ctrl_buf_bytes 8192") ||
+        !strstr(err, "[given: rx-depth 2 (env BYTEPS_RDMA_RX_DEPTH)]"))
+        fail_msg("rc %d: \"%s\"", rc, err);
+    set = make();
+    assert_int_equal(rkv_settings_set(set, "timeout-ms", "0", err, sizeof(err)), 0);
+    rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    rkv_settings_destroy(set);
+    if (rc != -RKV_ECONFIG || !strstr(err, "timeout_ms must be > 0 [given: timeout-ms 0 ("))
+        fail_msg("rc %d: \"%s\"", rc, err);
+}
+
 /* DMLC_NUM_SERVER (every server, in ps-lite) beside a cluster file that
  * says otherwise was ignored. */
 static void test_num_servers_against_cluster_file(void **state)
@@ -765,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_cluster_file_as_written),
         cmocka_unit_test(test_discover_is_0_or_1),
         cmocka_unit_test(test_num_servers_against_cluster_file),
+        cmocka_unit_test(test_cross_field_refusal_names_its_sources),
         cmocka_unit_test(test_num_servers_over_machines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
