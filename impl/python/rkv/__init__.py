@@ -1013,6 +1013,9 @@ class _Join:
         self.rc = None  # once the call returned
         self.abandoned = False  # its caller was interrupted and nobody took it over
         self.given_up = 0  # abandonments so far: a grace's timer ends its own only
+        # A forked child inherits _joins, not the threads behind its clients:
+        # it takes over only its own.
+        self.pid = os.getpid()
         self.done = threading.Event()
 
     def run(self):
@@ -1093,7 +1096,7 @@ def _create_interruptibly(create, cfg):
     destroyed, as a killed worker's connection goes (_Join.keep_for_grace)."""
     key = _config_key(create, cfg)
     with _joins_lock:
-        job = next((j for j in _joins if j.key == key), None)
+        job = next((j for j in _joins if j.key == key and j.pid == os.getpid()), None)
         if job is not None:  # taken over: its client is this call's
             _joins.remove(job)
             job.abandoned = False

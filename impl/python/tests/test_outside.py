@@ -362,6 +362,20 @@ def test_client_made_again_after_the_others_joined_takes_the_place(make_cluster)
     # take the interrupted place): the interrupted call is made as it joins.
     other = cluster.client(machine_id=1)
     time.sleep(0.5)
+    # A forked child does not take over the parent's client (its threads
+    # are the parent's): its own create finds every place taken.
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            rkv.Client(cluster.config, machine_id=0)
+            code = 1
+        except rkv.Error as e:
+            code = 0 if e.code == -rkv.ELIMIT else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     again = cluster.client(machine_id=0)
     assert sorted([again.client_id, other.client_id]) == [0, 1]
     again.init_data("x", (4,), "float32")
