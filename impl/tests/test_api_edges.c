@@ -132,7 +132,8 @@ static void test_config_zeroed_refused(void **state)
     assert_non_null(strstr(err, "shm_prefix is empty"));
     snprintf(z.shm_prefix, sizeof(z.shm_prefix), "rkve-zero");
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
-    assert_non_null(strstr(err, "(got 0, 0, 0, 0); rkv_config_defaults() sets every field"));
+    assert_non_null(strstr(err, "(got rx_depth 0, ctrl_buf_bytes 0, push_slots 0, max_slot_bytes "
+                                "0); rkv_config_defaults() sets every field"));
     struct rkv_config d;
     rkv_config_defaults(&d);
     z.rx_depth = d.rx_depth;
