@@ -1641,20 +1641,20 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
  * above), so it cannot wait without end. */
 #define SC_PARSE_PROBE_CPU_S 20u
 
-/* The most YAML events (scalars, and each mapping's or list's start and
- * end) a scenario may hold. libfyaml's document takes about 550 bytes a
+/* The most YAML nodes (scalars, aliases, lists and mappings) a scenario
+ * may hold. libfyaml's document takes about 550 bytes a
  * node: a 2 MB file of one 1,000,000-entry book took 570 MB to load, and
  * every process of a tcp run loads the file (an outside tester). The
  * largest list a scenario has use for is an explicit book, a pattern that
  * repeats over the rows. At this bound a load peaks near 100 MB (a book
  * in flow style, [0, 1, ...], which the parser holds whole) or 35 MB. */
-#define SC_MAX_EVENTS (1u << 16)
+#define SC_MAX_NODES (1u << 16)
 
 /* What the probe's child tells its parent through a shared page. */
 struct sc_probe_page {
     struct fy_mark at; /* the end of the last event parsed */
     int done;          /* set once the parse returned, whatever it found */
-    int too_big;       /* more than SC_MAX_EVENTS: at is where the bound was passed */
+    int too_big;       /* more than SC_MAX_NODES: at is where the bound was passed */
 };
 
 /* libfyaml 0.7 (Debian 12's) crashes on some malformed files: "- ? o:\t:"
@@ -1709,8 +1709,12 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
                 const struct fy_mark *m = fy_event_end_mark(ev);
                 if (m)
                     pg->at = *m;
+                /* Nodes: a list's or mapping's end, or the document's
+                 * marks, are none (a file of 65,524 nodes was refused). */
+                events += ev->type == FYET_SCALAR || ev->type == FYET_ALIAS ||
+                          ev->type == FYET_MAPPING_START || ev->type == FYET_SEQUENCE_START;
                 fy_parser_event_free(fyp, ev);
-                pg->too_big = ++events > SC_MAX_EVENTS;
+                pg->too_big = events > SC_MAX_NODES;
             }
         }
         fy_parser_destroy(fyp);
@@ -1729,7 +1733,7 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
                  "scenario is a description, not data (loading this many would take every "
                  "process of the run hundreds of MB); a book is a pattern that repeats over "
                  "the rows: give a shorter one",
-                 path, pg->at.line + 1, pg->at.column + 1, SC_MAX_EVENTS);
+                 path, pg->at.line + 1, pg->at.column + 1, SC_MAX_NODES);
         rc = -RKV_ECONFIG;
     } else if (got > 0 && !pg->done && WIFSIGNALED(status) &&
                (WTERMSIG(status) == SIGXCPU || WTERMSIG(status) == SIGKILL)) {

@@ -477,6 +477,10 @@ int rkv_cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv
                           sizeof(line) - 2);
             break;
         }
+        /* A UTF-8 byte order mark (an editor's) before the first line's
+         * text: skipped before the '#' check, which took it for a field. */
+        if (ln == 1 && !memcmp(line, "\xef\xbb\xbf", 3))
+            memmove(line, line + 3, strlen(line + 3) + 1);
         /* A comment starts the line or follows a space: "10.0.0.1#rack-a
          * 20500 4" was read as 10.0.0.1 with the default port and 1
          * server, the rest dropped without a word (an outside tester). */
@@ -506,8 +510,6 @@ int rkv_cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv
         }
         line[strcspn(line, "\r\n")] = 0;
         char *p = line;
-        if (ln == 1 && !memcmp(p, "\xef\xbb\xbf", 3)) /* a UTF-8 byte order mark (an editor's) */
-            p += 3;
         while (isspace((unsigned char)*p))
             p++;
         if (!*p)
@@ -892,29 +894,51 @@ static int cmd_check_total_servers(const struct cmd_settings *s, const struct rk
     return 0;
 }
 
-/* rkv_cfg_check's refusal names the config's fields: the settings among
- * them not left at their defaults are appended with where each came from.
- * A ps-lite user's BYTEPS_RDMA_RX_DEPTH=2 was refused as "rx_depth out of
- * range" without naming the variable (an outside tester). */
+/* Whether msg names field as a word of its own (timeout_ms is not named
+ * by idle_timeout_ms). */
+static int cmd_names_field(const char *msg, const char *field)
+{
+    size_t n = strlen(field);
+    for (const char *at = strstr(msg, field); at; at = strstr(at + 1, field)) {
+        char before = at > msg ? at[-1] : ' ', after = at[n];
+        if (!(isalnum((unsigned char)before) || before == '_') &&
+            !(isalnum((unsigned char)after) || after == '_'))
+            return 1;
+    }
+    return 0;
+}
+
+/* rkv_cfg_check's refusal names the config's fields: the settings it
+ * names that were not left at their defaults are appended, with where each
+ * came from. A ps-lite user's BYTEPS_RDMA_RX_DEPTH=2 was refused as
+ * "rx_depth out of range" without naming the variable (an outside
+ * tester). Only whole items are appended, and only within err. */
 static void cmd_name_sources(const struct cmd_settings *s, char *err, size_t err_len)
 {
-    static const enum cmd_key keys[] = {CMD_TIMEOUT_MS,     CMD_RX_DEPTH,       CMD_CTRL_BUF_BYTES,
-                                        CMD_SLOTS,          CMD_MAX_SLOT_BYTES, CMD_SLOT_MEM_BYTES,
-                                        CMD_IDLE_TIMEOUT_MS};
-    size_t at = strlen(err);
-    int n = 0;
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && at + 1 < err_len; i++) {
-        enum cmd_key k = keys[i];
-        if (!strcmp(s->src[k], "default"))
+    static const struct {
+        enum cmd_key key;
+        const char *field; /* as rkv_cfg_check's messages name it */
+    } fields[] = {{CMD_TIMEOUT_MS, "timeout_ms"},           {CMD_RX_DEPTH, "rx_depth"},
+                  {CMD_CTRL_BUF_BYTES, "ctrl_buf_bytes"},   {CMD_SLOTS, "push_slots"},
+                  {CMD_MAX_SLOT_BYTES, "max_slot_bytes"},   {CMD_SLOT_MEM_BYTES, "slot_mem_bytes"},
+                  {CMD_IDLE_TIMEOUT_MS, "idle_timeout_ms"}, {CMD_MACHINE_ID, "machine id"}};
+    char add[384] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        enum cmd_key k = fields[i].key;
+        if (!strcmp(s->src[k], "default") || !cmd_names_field(err, fields[i].field))
             continue;
-        int w = snprintf(err + at, err_len - at, "%s%s %s (%s)",
-                         n++ ? ", " : " [given: ", CMD_NAME(k), s->val[k], s->src[k]);
-        if (w < 0 || (size_t)w >= err_len - at)
-            return; /* cut: the refusal itself comes first */
+        char item[192];
+        int w = snprintf(item, sizeof(item), "%s%s %s (%s)", at ? ", " : " [given: ", CMD_NAME(k),
+                         s->val[k], s->src[k]);
+        if (w < 0 || (size_t)w >= sizeof(item) || at + (size_t)w + 1 >= sizeof(add))
+            break;
+        memcpy(add + at, item, (size_t)w + 1);
         at += (size_t)w;
     }
-    if (n && at + 1 < err_len)
-        snprintf(err + at, err_len - at, "]");
+    size_t used = strlen(err);
+    if (at && used + at + 2 <= err_len) /* the whole list and its ']', or nothing */
+        snprintf(err + used, err_len - used, "%s]", add);
 }
 
 int rkv_cmd_build_config(const struct cmd_settings *s, struct rkv_config *cfg, char *err,

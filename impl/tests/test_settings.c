@@ -649,6 +649,12 @@ static void test_cluster_file_as_written(void **state)
                     ":1: a carriage return inside the line (CR line ends?)");
     cluster_refused("127.0.0.1 41000\n127.0.0.2,41000\n",
                     ":2: host \"127.0.0.2,41000\": a comma; separate the fields with spaces");
+    /* A byte order mark, then a comment: the '#' check took the mark for
+     * a field (an outside tester). */
+    cluster_builds("\xef\xbb\xbf# machines\n127.0.0.1 41000\n", 1);
+    cluster_builds("\xef\xbb\xbf"
+                   "127.0.0.1 41000 # m0\n",
+                   1);
     /* Read as 127.0.0.1 with the default port and 1 server, in silence. */
     cluster_refused("127.0.0.1#rack-a 41000 4\n",
                     ":1: '#' inside '127.0.0.1#rack-a': a comment starts the line or follows a "
@@ -679,6 +685,26 @@ static void test_cross_field_refusal_names_its_sources(void **state)
     rkv_settings_destroy(set);
     if (rc != -RKV_ECONFIG || !strstr(err, "timeout_ms must be > 0 [given: timeout-ms 0 ("))
         fail_msg("rc %d: \"%s\"", rc, err);
+    /* Only the settings the refusal names: a machine id past the machines
+     * was told "[given: timeout-ms 5000 ...]" (an outside tester). */
+    set = make();
+    assert_int_equal(rkv_settings_set(set, "timeout-ms", "5000", err, sizeof(err)), 0);
+    assert_int_equal(rkv_settings_set(set, "machine-id", "5", err, sizeof(err)), 0);
+    rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
+    rkv_settings_destroy(set);
+    if (rc != -RKV_ECONFIG || strstr(err, "timeout-ms") || !strstr(err, "machine"))
+        fail_msg("rc %d: \"%s\"", rc, err);
+    /* Whole or not at all: a buffer too short for the list ends with the
+     * refusal itself, never half an item. */
+    char small[200];
+    setenv("BYTEPS_RDMA_RX_DEPTH", "2", 1);
+    set = make();
+    rc = rkv_settings_build(set, &cfg, NULL, small, sizeof(small));
+    unsetenv("BYTEPS_RDMA_RX_DEPTH");
+    rkv_settings_destroy(set);
+    assert_int_equal(rc, -RKV_ECONFIG);
+    if (strstr(small, "[given") && !strchr(small, ']'))
+        fail_msg("cut: \"%s\"", small);
 }
 
 /* DMLC_NUM_SERVER (every server, in ps-lite) beside a cluster file that

@@ -1122,6 +1122,8 @@ def _create_interruptibly(create, cfg):
     err = ffi.string(job.err).decode(errors="replace")
     with _joins_lock:
         expired = job.rc == -ELIMIT and key in _joins_expired
+        if job.rc >= 0:  # joined again (restarted servers): an old grace says nothing more
+            _joins_expired.discard(key)
     if expired:
         err += (" (this process's rkv.Client() interrupted earlier was given a place, and gave it "
                 "up after %g s with nobody taking it over: that worker left the job; restart the "
