@@ -648,7 +648,9 @@ RKV_API int rkv_client_barrier(struct rkv_client *cli);
  * may still be running. Afterwards every call of this client that needs a
  * server (this one too) returns -RKV_ESHUTDOWN. Other clients' calls that
  * a server holds unanswered (a barrier, an init_data waiting for a large
- * tensor's make) are answered -RKV_ESHUTDOWN by it before it exits. */
+ * tensor's make) are answered -RKV_ESHUTDOWN by it before it exits. A
+ * server that answers it is exiting already (another client asked it)
+ * counts as asked. */
 RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
 /* Interrupts the client's calls, from another thread (a watcher of
  * signals: Ctrl-C in the Python binding; it takes the client's lock, so

@@ -1030,6 +1030,33 @@ static void test_large_tensor_made_while_serving(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a second worker's shutdown_servers, once the servers were
+ * asked already, failed "could not ask server 1 to exit ... (a server not
+ * asked may still run)" on their answer "server 1 is shutting down" (an
+ * outside tester). A server that says it is exiting was asked. */
+static void test_second_shutdown_is_no_failure(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    /* b has talked to server 0 only: its SHUTDOWN to server 1 goes after
+     * a HELLO, which server 1 answers as shutting down. */
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    /* The servers' runs return; the test keeps them (not destroyed), so
+     * that they answer b's SHUTDOWN as shutting down. */
+    int rc = rkv_client_shutdown_servers(b);
+    if (rc != 0)
+        fail_msg("the second shutdown: %d %s", rc, rkv_client_errmsg(b));
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+    cluster_stop(&c);
+}
+
 /* Regression: an init_data waiting on a large make when another worker
  * asked the servers to exit waited until the make ended and the server
  * went, then read "connection lost" (an outside tester). The server now
@@ -3506,6 +3533,7 @@ int main(void)
         cmocka_unit_test(test_wait_through_another_client),
         cmocka_unit_test(test_large_tensor_made_while_serving),
         cmocka_unit_test(test_init_waiting_on_make_told_of_shutdown),
+        cmocka_unit_test(test_second_shutdown_is_no_failure),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
