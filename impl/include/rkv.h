@@ -263,8 +263,11 @@ struct rkv_config {
      * host need different ones: a second server of a name in use is
      * refused (-RKV_EEXIST, naming the process that holds it). */
     char shm_prefix[32];
-    uint32_t timeout_ms;       /* per request; also connect */
-    uint32_t connect_retry_ms; /* keep retrying connect this long */
+    uint32_t timeout_ms; /* per request; also connect */
+    /* keep retrying connect this long (a server not up yet); a client that
+     * lost server 0 (without retry_ms) tries a server it has not talked to
+     * once, and stops a retry under way. */
+    uint32_t connect_retry_ms;
     /* Bounded (-RKV_ECONFIG past a bound): rx_depth 4..RKV_MAX_RX_DEPTH,
      * ctrl_buf_bytes 256..RKV_MAX_CTRL_BUF_BYTES and their product (the
      * receive buffers of one connection) at most RKV_MAX_RX_BYTES,

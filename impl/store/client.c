@@ -106,6 +106,9 @@ struct cli_refusal {
     char err[256];
 };
 
+#define CLI_CANCEL_INTR 1
+#define CLI_CANCEL_SRV0 2
+
 struct rkv_client {
     /* How long an INIT phase may take (cli_init_wait_ms): the call in
      * progress's, set before its first phase. */
@@ -210,6 +213,10 @@ struct rkv_client {
     atomic_int busy;
     /* rkv_client_interrupt's: waits end at once while set (any thread). */
     atomic_int interrupted;
+    /* What ends a connect's retries (cli_connect): CLI_CANCEL_INTR while
+     * interrupted, CLI_CANCEL_SRV0 once server 0's connection is lost
+     * without retry_ms (it stays lost, and the cluster with it). */
+    atomic_int connect_cancel;
     /* The process that created it (rkv_port_pid): every call compares,
      * and a forked child's are refused (cli_forked). */
     int pid;
@@ -776,6 +783,8 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     assert(cli_srv_sane(c, srv)); /* not cli_owns_srv: this is the engine's thread */
     cli_lock(c);
     srv->dead = 1;
+    if (srv == c->srv0 && !c->cfg.retry_ms)
+        atomic_fetch_or(&c->connect_cancel, CLI_CANCEL_SRV0);
     uint32_t failed = 0;
     for (struct cli_req *r = srv->reqs; r; r = r->snext)
         if (!r->done) {
@@ -997,8 +1006,23 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
         srv->counted = 1;
         cli_unlock(c);
     }
-    int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms, budget_ms,
-                                      &c->interrupted, &srv->peer);
+    /* Server 0 already lost: one attempt (a live server still answers),
+     * no retries; lost while retrying: the retries end. */
+    int srv0_lost = atomic_load(&c->connect_cancel) & CLI_CANCEL_SRV0;
+    int rc = rkv_engine_connect_retry(c->eng, srv->host, srv->port, c->cfg.timeout_ms,
+                                      srv0_lost ? 0 : budget_ms,
+                                      srv0_lost ? &c->interrupted : &c->connect_cancel, &srv->peer);
+    if (srv0_lost && (rc == -RKV_EPEERDEAD || rc == -RKV_ETIMEDOUT))
+        rc = -RKV_EINTR;
+    if (rc == -RKV_EINTR && !atomic_load(&c->interrupted))
+        /* A first contact after the servers stopped (another worker's
+         * shutdown) waited out connect_retry_ms, which is for servers not
+         * up yet, and then said "cannot connect" (an outside tester). */
+        return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
+                        "cannot connect to server %u at %s:%u, and server 0 is gone too (the "
+                        "servers stopped or died: connect_retry_ms waits only for servers not "
+                        "up yet)",
+                        srv->id, srv->host, srv->port);
     if (rc == -RKV_EINTR)
         return rkv_errf(c->err, sizeof(c->err), rc, "connecting to server %u at %s:%u: interrupted",
                         srv->id, srv->host, srv->port);
@@ -4074,6 +4098,10 @@ int rkv_client_interrupt(struct rkv_client *c, int on)
     if (rc < 0)
         return rc;
     atomic_store(&c->interrupted, on != 0);
+    if (on)
+        atomic_fetch_or(&c->connect_cancel, CLI_CANCEL_INTR);
+    else
+        atomic_fetch_and(&c->connect_cancel, ~CLI_CANCEL_INTR);
     if (on) { /* a wait asleep on cv looks again */
         cli_lock(c);
         c->port->ops->cond_broadcast(c->cv);

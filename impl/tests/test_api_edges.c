@@ -1057,6 +1057,41 @@ static void test_second_shutdown_is_no_failure(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a worker's first contact with a server after another worker
+ * stopped the servers retried for connect_retry_ms (which is for servers
+ * not up yet), then said "cannot connect" (an outside tester: 30 s per
+ * call). With server 0's connection lost too (and no retry_ms) it is one
+ * attempt. */
+static void test_first_contact_after_the_servers_stopped(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.connect_retry_ms = 60000;
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    struct rkv_tensor_meta meta;
+    assert_int_equal(rkv_client_meta(b, "t", &meta), 0); /* from server 0 alone */
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    cluster_stop(&c); /* the servers' processes would exit now */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    uint64_t id = 70; /* machine 1's: server 1, never contacted by b */
+    float row[4];
+    int rc = rkv_client_pull(b, "t", &id, 1, row);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (rc != -RKV_EPEERDEAD || !strstr(rkv_client_errmsg(b), "server 0 is gone too") || s > 30)
+        fail_msg("pull after the servers stopped: %d after %.1f s: %s", rc, s,
+                 rkv_client_errmsg(b));
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+}
+
 /* Regression: an init_data waiting on a large make when another worker
  * asked the servers to exit waited until the make ended and the server
  * went, then read "connection lost" (an outside tester). The server now
@@ -3534,6 +3569,7 @@ int main(void)
         cmocka_unit_test(test_large_tensor_made_while_serving),
         cmocka_unit_test(test_init_waiting_on_make_told_of_shutdown),
         cmocka_unit_test(test_second_shutdown_is_no_failure),
+        cmocka_unit_test(test_first_contact_after_the_servers_stopped),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
         cmocka_unit_test(test_failed_push_applies_nothing),
