@@ -1479,6 +1479,17 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
 
 #define SC_MAX_FILE_BYTES (16u << 20)
 
+/* The most YAML nodes (scalars, aliases, lists and mappings) a scenario
+ * may hold. libfyaml's document takes about 550 bytes a
+ * node: a 2 MB file of one 1,000,000-entry book took 570 MB to load, and
+ * every process of a tcp run loads the file (an outside tester). The
+ * largest list a scenario has use for is an explicit book, a pattern that
+ * repeats over the rows. libfyaml scans a flow list ([0, 1, ...]) whole
+ * before it gives the first of its items (a 2 MB line took 412 MB with the
+ * bound below in force), so the file's commas are counted as it is read,
+ * before any parse: past the bound, a flow list would be too. */
+#define SC_MAX_NODES (1u << 16)
+
 /* Length of the well-formed UTF-8 sequence at p (1..4, RFC 3629: no
  * overlongs, no surrogates, nothing above U+10FFFF), or 0. */
 static size_t sc_utf8_len(const unsigned char *p, size_t left)
@@ -1584,6 +1595,7 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
     unsigned char buf[4096 + 4];
     size_t have = 0, total = 0;
     unsigned line = 1, col = 1;
+    uint32_t commas = 0;
     int rc = 0, eof = 0;
     while (rc == 0) {
         if (!eof) {
@@ -1620,6 +1632,15 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
                 rc = -RKV_ECONFIG;
                 break;
             }
+            if (c == ',' && ++commas > SC_MAX_NODES) {
+                snprintf(err, err_len,
+                         "%s:%u:%u: more than %u ',' by here: a scenario holds at most %u YAML "
+                         "nodes, and a flow list this long would take the parser hundreds of MB; "
+                         "a book is a pattern that repeats over the rows: give a shorter one",
+                         path, line, col, SC_MAX_NODES, SC_MAX_NODES);
+                rc = -RKV_ECONFIG;
+                break;
+            }
             line += c == '\n';
             col = c == '\n' ? 1 : col + 1;
             i += k;
@@ -1640,15 +1661,6 @@ static int sc_check_text(const char *path, char *err, size_t err_len)
  * spends CPU without end; its reads are of a regular file (checked
  * above), so it cannot wait without end. */
 #define SC_PARSE_PROBE_CPU_S 20u
-
-/* The most YAML nodes (scalars, aliases, lists and mappings) a scenario
- * may hold. libfyaml's document takes about 550 bytes a
- * node: a 2 MB file of one 1,000,000-entry book took 570 MB to load, and
- * every process of a tcp run loads the file (an outside tester). The
- * largest list a scenario has use for is an explicit book, a pattern that
- * repeats over the rows. At this bound a load peaks near 100 MB (a book
- * in flow style, [0, 1, ...], which the parser holds whole) or 35 MB. */
-#define SC_MAX_NODES (1u << 16)
 
 /* What the probe's child tells its parent through a shared page. */
 struct sc_probe_page {
