@@ -479,7 +479,7 @@ int rkv_cmd_cluster_parse(const char *path, uint32_t default_servers, struct rkv
         }
         /* A UTF-8 byte order mark (an editor's) before the first line's
          * text: skipped before the '#' check, which took it for a field. */
-        if (ln == 1 && !memcmp(line, "\xef\xbb\xbf", 3))
+        if (ln == 1 && len >= 3 && !memcmp(line, "\xef\xbb\xbf", 3))
             memmove(line, line + 3, strlen(line + 3) + 1);
         /* A comment starts the line or follows a space: "10.0.0.1#rack-a
          * 20500 4" was read as 10.0.0.1 with the default port and 1
