@@ -2058,8 +2058,9 @@ static void srv_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *
     struct rkv_server *s = user;
     atomic_fetch_add_explicit(&s->n_msgs, 1, memory_order_relaxed);
     if (s->shut && srv_is_request(m->h.type)) {
-        char why[64];
-        snprintf(why, sizeof(why), "server %u is shutting down", s->server_id);
+        char why[96];
+        snprintf(why, sizeof(why), "server %u is shutting down: the servers were asked to exit",
+                 s->server_id);
         return srv_status(s, peer, m, 0, -RKV_ESHUTDOWN, why);
     }
     switch (m->h.type) {
