@@ -1480,8 +1480,8 @@ static int sc_syntax_error(struct sc_ctx *c, struct fy_diag *diag)
 #define SC_MAX_FILE_BYTES (16u << 20)
 
 /* The most YAML nodes (scalars, aliases, lists and mappings) a scenario
- * may hold. libfyaml's document takes about 550 bytes a
- * node: a 2 MB file of one 1,000,000-entry book took 570 MB to load, and
+ * may hold. libfyaml's document takes about 550 bytes a node: a 2 MB
+ * file of one 1,000,000-entry book took 570 MB to load, and
  * every process of a tcp run loads the file (an outside tester). The
  * largest list a scenario has use for is an explicit book, a pattern that
  * repeats over the rows. libfyaml scans a flow list ([0, 1, ...]) whole
@@ -1714,7 +1714,7 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
         /* Events first, each one's end noted; then the document, as the
          * parse here builds it. */
         struct fy_parser *fyp = fy_parser_create(pcfg);
-        uint32_t events = 0;
+        uint32_t nodes = 0;
         if (fyp && fy_parser_set_input_file(fyp, path) == 0) {
             struct fy_event *ev;
             while (!pg->too_big && (ev = fy_parser_parse(fyp)) != NULL) {
@@ -1723,10 +1723,10 @@ static int sc_parse_probe(const char *path, const struct fy_parse_cfg *pcfg, cha
                     pg->at = *m;
                 /* Nodes: a list's or mapping's end, or the document's
                  * marks, are none (a file of 65,524 nodes was refused). */
-                events += ev->type == FYET_SCALAR || ev->type == FYET_ALIAS ||
-                          ev->type == FYET_MAPPING_START || ev->type == FYET_SEQUENCE_START;
+                nodes += ev->type == FYET_SCALAR || ev->type == FYET_ALIAS ||
+                         ev->type == FYET_MAPPING_START || ev->type == FYET_SEQUENCE_START;
                 fy_parser_event_free(fyp, ev);
-                pg->too_big = events > SC_MAX_NODES;
+                pg->too_big = nodes > SC_MAX_NODES;
             }
         }
         fy_parser_destroy(fyp);

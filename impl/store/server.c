@@ -1151,6 +1151,18 @@ static int srv_make_held(struct rkv_server *s)
     }
 }
 
+/* Answers and frees a list of held requests (s->mu not held). */
+static void srv_answer_all(struct rkv_server *s, struct srv_ack *w, int rc, const char *why)
+{
+    while (w) {
+        struct srv_ack *next = w->next;
+        srv_send_ack(s, w, rc, why);
+        srv_ack_done(s, w);
+        free(w);
+        w = next;
+    }
+}
+
 /* The make of job ended with rc: the tensor is served from now (or not,
  * rc < 0), and its INITs are answered, in durable mode after the next
  * snapshot, which holds the tensor (it is published in the machine
@@ -1185,13 +1197,7 @@ static void srv_make_done(struct rkv_server *s, struct srv_make *job, int rc, co
         o->cond_broadcast(s->cv);
     }
     o->mutex_unlock(s->mu);
-    while (w) {
-        struct srv_ack *next = w->next;
-        srv_send_ack(s, w, rc, why);
-        srv_ack_done(s, w);
-        free(w);
-        w = next;
-    }
+    srv_answer_all(s, w, rc, why);
     free(job);
 }
 
@@ -1812,13 +1818,7 @@ static void srv_shut_waiters(struct rkv_server *s, uint32_t by)
         job->n_waiters = 0;
     }
     o->mutex_unlock(s->mu);
-    while (w) {
-        struct srv_ack *next = w->next;
-        srv_send_ack(s, w, -RKV_ESHUTDOWN, why);
-        srv_ack_done(s, w);
-        free(w);
-        w = next;
-    }
+    srv_answer_all(s, w, -RKV_ESHUTDOWN, why);
 }
 
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
