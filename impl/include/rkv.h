@@ -562,8 +562,9 @@ RKV_API int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *meta
  *    tensor, an id out of range (-RKV_ERANGE), an op out of range, not
  *    registered in this client or not valid for the tensor's dtype or state
  *    (-RKV_ENOHANDLER, -RKV_EDTYPE, -RKV_EINVAL), bad arguments, or
- *    -RKV_ESHUTDOWN: the servers were asked to exit (by this client, or,
- *    for rows of this machine's shard, by any);
+ *    -RKV_ESHUTDOWN: the servers were asked to exit (by this client; or
+ *    by another, once server 0 told this one, or for rows of this
+ *    machine's shard);
  *  - otherwise (a server died, timed out, or refused its part: a server
  *    without a custom handler the client has; or this client ran out of
  *    memory between two machines' parts), some of it: this machine's
@@ -651,9 +652,14 @@ RKV_API int rkv_client_barrier(struct rkv_client *cli);
  * may still be running. Afterwards every call of this client that needs a
  * server (this one too) returns -RKV_ESHUTDOWN. Other clients' calls that
  * a server holds unanswered (a barrier, an init_data waiting for a large
- * tensor's make) are answered -RKV_ESHUTDOWN by it before it exits. A
- * server that answers it is exiting already (another client asked it)
- * counts as asked. */
+ * tensor's make) are answered -RKV_ESHUTDOWN by it before it exits, and
+ * every server tells the other clients it talked to that it exits (a
+ * notice, request id 0): their requests to it, and once server 0 told
+ * them, all their calls that need a server, fail -RKV_ESHUTDOWN naming
+ * the client that asked, not -RKV_EPEERDEAD as for a server that died. A
+ * server that answers it is exiting already (another client asked it, or
+ * said it exits) counts as asked, and so, once server 0 said the servers
+ * were asked, does one that no longer takes connections. */
 RKV_API int rkv_client_shutdown_servers(struct rkv_client *cli);
 /* Interrupts the client's calls, from another thread (a watcher of
  * signals: Ctrl-C in the Python binding; it takes the client's lock, so

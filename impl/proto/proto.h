@@ -37,7 +37,8 @@
  *   PULL_DONE    empty: every row of the PULL_ZC with this req_id landed
  *   RNDV_START   u64 bytes (size of the message the sender wants to write)         (8)
  *   RNDV_REPLY   slot desc (24)
- *   ERROR        up to RKV_PROTO_TEXT_MAX bytes of text
+ *   ERROR        up to RKV_PROTO_TEXT_MAX bytes of text; with req_id 0 and status
+ *                -RKV_ESHUTDOWN, a server's notice that it exits (a client asked)
  *   REGISTER, TABLE_ENTRY  addr: u64 cluster, u32 server_id, u32 port (1..65535),
  *                char host[64] NUL-terminated non-empty                             (80)
  *   LIST_REPLY   count (0..RKV_PROTO_MAX_TENSORS) x entry (112): tensor (104, book_len as in

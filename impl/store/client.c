@@ -88,6 +88,9 @@ struct cli_server {
      * (the only way to be sure it no longer touches the caller's memory):
      * the next request connects again. */
     int redial;
+    /* It said it exits (its shutdown notice, cli_on_stop_notice): its
+     * connection's end is that, not a death. Under cli->mu. */
+    int stopped;
     /* Counters of the requests to this server, kept from the first
      * connection on (counted; a client that talks to a few of a thousand
      * servers keeps a few); per operation, each made with the first request
@@ -154,6 +157,12 @@ struct rkv_client {
      * of this client id and increasing within one. */
     uint64_t next_req;
     int stopping; /* servers were asked to exit: their hang-ups are expected */
+    /* Another client asked the servers to exit: the first shutdown notice's
+     * text (a server's ERROR of request id 0, cli_on_stop_notice), and
+     * whether server 0 sent one (then every call is refused as after this
+     * client's own shutdown). Under mu. */
+    char *stop_text;
+    int told_stop;
     /* Barriers this client completed: the next BARRIER carries it + 1, so
      * that a restarted server 0 tells a retry from the next barrier. */
     uint32_t barriers;
@@ -746,13 +755,41 @@ static void cli_on_reply(struct rkv_client *c, struct cli_req *r, const struct r
     cli_req_finish(c, r, 0, NULL);
 }
 
+/* A server's shutdown notice (server.c srv_tell_shutdown): another client
+ * asked the servers to exit. Only the server of this connection is taken
+ * at its word; server 0's stands for the cluster, whose servers are all
+ * asked. A connect under way ends (as when server 0 is lost). */
+static void cli_on_stop_notice(struct rkv_client *c, struct cli_server *from, const char *text)
+{
+    RKV_ASSERT_HELD(c->port, c->mu);
+    from->stopped = 1;
+    if (!c->stop_text)
+        c->stop_text = strndup(text, RKV_PROTO_TEXT_MAX); /* NULL: the code alone */
+    if (from == c->srv0) {
+        c->told_stop = 1;
+        atomic_fetch_or(&c->connect_cancel, CLI_CANCEL_SRV0);
+    }
+    RKV_LOGI(c->port, "server %u: %s", from->id, text);
+}
+
+/* What a call refused after a shutdown notice says (under mu). */
+static const char *cli_stop_text(const struct rkv_client *c)
+{
+    return c->stop_text ? c->stop_text : "the servers were asked to exit by another client";
+}
+
 static void cli_on_msg(void *user, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     struct rkv_client *c = user;
     cli_lock(c);
     /* The connection's server (NULL: one left behind by a reconnect); set
      * under the lock (cli_connect, cli_revive). */
-    const struct cli_server *from = rkv_peer_user(peer);
+    struct cli_server *from = rkv_peer_user(peer);
+    if (m->h.req_id == 0 && m->h.type == RKV_MSG_ERROR && m->h.status == -RKV_ESHUTDOWN && from) {
+        cli_on_stop_notice(c, from, m->u.error.text);
+        cli_unlock(c);
+        return;
+    }
     struct cli_req *r = cli_req_find(c, m->h.req_id);
     if (r && !r->done && r->srv != from) {
         /* Request ids are one sequence for all servers, so a server can
@@ -786,12 +823,18 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
     if (srv == c->srv0 && !c->cfg.retry_ms)
         atomic_fetch_or(&c->connect_cancel, CLI_CANCEL_SRV0);
     uint32_t failed = 0;
+    char why[RKV_PROTO_TEXT_MAX];
+    if (srv->stopped)
+        snprintf(why, sizeof(why), "server %u exited: %s", srv->id, cli_stop_text(c));
     for (struct cli_req *r = srv->reqs; r; r = r->snext)
         if (!r->done) {
-            cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
+            if (srv->stopped)
+                cli_req_finish(c, r, -RKV_ESHUTDOWN, why);
+            else
+                cli_req_finish(c, r, -RKV_EPEERDEAD, "connection lost");
             failed++;
         }
-    int expected = c->stopping;
+    int expected = c->stopping || srv->stopped;
     cli_unlock(c);
     /* A warning only when it cost a request: an idle connection that ends
      * is also how every other worker sees one worker's
@@ -812,16 +855,28 @@ static void cli_on_peer(void *user, struct rkv_peer *peer, int up)
 
 static int cli_dead(struct rkv_client *c, struct cli_server *srv, const char *what)
 {
-    return rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD, "%s: server %u is gone", what, srv->id);
+    cli_lock(c);
+    int rc = srv->stopped ? rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
+                                     "%s: server %u exited: %s", what, srv->id, cli_stop_text(c))
+                          : rkv_errf(c->err, sizeof(c->err), -RKV_EPEERDEAD,
+                                     "%s: server %u is gone", what, srv->id);
+    cli_unlock(c);
+    return rc;
 }
 
-/* After rkv_client_shutdown_servers nothing serves this client any more. */
+/* After rkv_client_shutdown_servers nothing serves this client any more;
+ * nor after server 0 said another client asked (its shutdown notice). */
 static int cli_check_open(struct rkv_client *c, const char *what)
 {
-    if (!c->stopping)
-        return 0;
-    return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
-                    "%s: the servers were asked to exit (rkv_client_shutdown_servers)", what);
+    if (c->stopping)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
+                        "%s: the servers were asked to exit (rkv_client_shutdown_servers)", what);
+    cli_lock(c);
+    int rc = c->told_stop ? rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN, "%s: %s", what,
+                                     cli_stop_text(c))
+                          : 0;
+    cli_unlock(c);
+    return rc;
 }
 
 static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms);
@@ -1014,6 +1069,17 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
                                       srv0_lost ? &c->interrupted : &c->connect_cancel, &srv->peer);
     if (srv0_lost && (rc == -RKV_EPEERDEAD || rc == -RKV_ETIMEDOUT))
         rc = -RKV_EINTR;
+    cli_lock(c);
+    int told = c->told_stop;
+    cli_unlock(c);
+    if (rc == -RKV_EINTR && !atomic_load(&c->interrupted) && told) {
+        cli_lock(c);
+        rc = rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
+                      "cannot connect to server %u at %s:%u: %s", srv->id, srv->host, srv->port,
+                      cli_stop_text(c));
+        cli_unlock(c);
+        return rc;
+    }
     if (rc == -RKV_EINTR && !atomic_load(&c->interrupted))
         /* A first contact after the servers stopped (another worker's
          * shutdown) waited out connect_retry_ms, which is for servers not
@@ -3479,9 +3545,12 @@ static int cli_shutdown_again(struct rkv_client *c, struct cli_req **reqs, size_
 
 static int cli_shutdown_servers(struct rkv_client *c)
 {
-    int rc = cli_check_open(c, "shutdown");
-    if (rc < 0)
-        return rc;
+    /* Not cli_check_open: after another client's shutdown (its notice)
+     * this one asks whatever that one did not reach. */
+    int rc = 0;
+    if (c->stopping)
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
+                        "shutdown: the servers were asked to exit (rkv_client_shutdown_servers)");
     /* It said every server "could not be asked to exit, and may still run". */
     if (c->observer)
         return rkv_errf(c->err, sizeof(c->err), -RKV_EINVAL,
@@ -3539,6 +3608,11 @@ static int cli_shutdown_servers(struct rkv_client *c)
         if (k < c->n_servers ? !cli_srv_dead(c, srv) || cli_srv_redial(c, srv) : asked[i])
             continue;
         asked[i] = 1;
+        cli_lock(c);
+        int stopped = srv->stopped;
+        cli_unlock(c);
+        if (stopped) /* it said it exits: asked by another client */
+            continue;
         struct rkv_hdr h = {.type = RKV_MSG_SHUTDOWN};
         int src = 0;
         if (cli_srv_dead(c, srv) && !cli_srv_redial(c, srv)) {
@@ -3674,6 +3748,7 @@ static void cli_free_tables(struct rkv_client *c)
     rkv_ptrmap_free(&c->req_by_id); /* also when the client failed to join */
     free(c->refused);
     free(c->forked_err);
+    free(c->stop_text);
     rkv_cluster_destroy(c->own_cl);
     free(c->ht);
     free(c->pt);

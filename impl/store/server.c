@@ -1783,13 +1783,9 @@ static void srv_on_barrier(struct rkv_server *s, struct rkv_peer *peer, const st
  * answered -RKV_ESHUTDOWN now, before the linger, which sends them. Left
  * to the close, their callers read "connection lost" (-RKV_EPEERDEAD), as
  * if the server had died (an outside tester). */
-static void srv_shut_waiters(struct rkv_server *s, uint32_t by)
+static void srv_shut_waiters(struct rkv_server *s, const char *why)
 {
     const struct rkv_port_ops *o = s->port->ops;
-    char why[RKV_PROTO_TEXT_MAX];
-    snprintf(why, sizeof(why),
-             "server %u is shutting down: the servers were asked to exit (by client %u)",
-             s->server_id, by);
     if (s->server_id == 0) {
         srv_fail_barrier_with(s, -RKV_ESHUTDOWN, why);
         uint32_t n = s->n_table_wait;
@@ -1821,6 +1817,35 @@ static void srv_shut_waiters(struct rkv_server *s, uint32_t by)
     srv_answer_all(s, w, -RKV_ESHUTDOWN, why);
 }
 
+/* A SHUTDOWN came: every other connection that said HELLO is told, an
+ * ERROR -RKV_ESHUTDOWN of request id 0 (no request's). Without it a client
+ * could not tell servers that stopped from servers that died: its later
+ * calls read "connection lost" or "server 0 is gone" (-RKV_EPEERDEAD) and
+ * retried a cluster that was asked to exit, and a second worker's
+ * shutdown said servers that did exit "may still run" (an outside
+ * tester). Clients older than the notice drop a reply to no request. Best
+ * effort: one that cannot be sent leaves its client as before. */
+static void srv_tell_shutdown(struct rkv_server *s, const struct rkv_peer *asker, const char *why)
+{
+    const struct rkv_port_ops *o = s->port->ops;
+    struct srv_ack *list = NULL;
+    o->mutex_lock(s->mu);
+    for (struct srv_conn *c = s->conns; c; c = c->next) {
+        if (!c->hello || c->gone || c->peer == asker)
+            continue;
+        struct srv_ack *a = calloc(1, sizeof(*a));
+        if (!a)
+            break;
+        a->peer = c->peer;
+        a->h = (struct rkv_hdr){.type = RKV_MSG_ERROR, .req_id = 0};
+        c->acks_pending++; /* the peer stays until the notice went */
+        a->next = list;
+        list = a;
+    }
+    o->mutex_unlock(s->mu);
+    srv_answer_all(s, list, -RKV_ESHUTDOWN, why);
+}
+
 static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     const struct srv_conn *c = srv_conn_of(peer);
@@ -1848,7 +1873,12 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
             atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
     }
     s->shut = 1;
-    srv_shut_waiters(s, c->client_id);
+    char why[RKV_PROTO_TEXT_MAX];
+    snprintf(why, sizeof(why),
+             "server %u is shutting down: the servers were asked to exit (by client %u)",
+             s->server_id, c->client_id);
+    srv_shut_waiters(s, why);
+    srv_tell_shutdown(s, peer, why);
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
     s->stop = 1;

@@ -1085,9 +1085,48 @@ static void test_first_contact_after_the_servers_stopped(void **state)
     int rc = rkv_client_pull(b, "t", &id, 1, row);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    if (rc != -RKV_EPEERDEAD || !strstr(rkv_client_errmsg(b), "server 0 is gone too") || s > 30)
+    /* Server 0 told b that client 0 asked the servers to exit (its
+     * shutdown notice): -RKV_ESHUTDOWN, not "server 0 is gone too". */
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), "asked to exit (by client 0)") ||
+        s > 30)
         fail_msg("pull after the servers stopped: %d after %.1f s: %s", rc, s,
                  rkv_client_errmsg(b));
+    rkv_client_destroy(b);
+    rkv_client_destroy(a);
+}
+
+/* Regression: after another worker's shutdown, a worker's calls read
+ * "connection lost" or "server N is gone" (-RKV_EPEERDEAD), as if the
+ * servers had died, and its own shutdown said servers that did exit "may
+ * still run" (an outside tester). Each server now tells its clients (a
+ * shutdown notice), and they say who asked. */
+static void test_calls_after_another_clients_shutdown(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    c.cfg.n_workers = 2;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *a, *b;
+    join_two(&c, &a, &b);
+    assert_int_equal(rkv_client_init_data(a, &T_F32), 0);
+    uint64_t remote = 70; /* machine 1's: b talks to server 1 too */
+    float row[4] = {1, 2, 3, 4}, got[4];
+    push_ok(b, "t", &remote, 1, row, RKV_OP_ASSIGN);
+    assert_int_equal(rkv_client_shutdown_servers(a), 0);
+    cluster_stop(&c); /* the servers' processes exit */
+    /* b's connections end after the notices (one connection, in order). */
+    int rc = rkv_client_pull(b, "t", &remote, 1, got);
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), "asked to exit (by client 0)"))
+        fail_msg("pull after a's shutdown: %d %s", rc, rkv_client_errmsg(b));
+    rc = rkv_client_barrier(b);
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), "asked to exit (by client 0)"))
+        fail_msg("barrier after a's shutdown: %d %s", rc, rkv_client_errmsg(b));
+    /* Every server said it exits: asked, nothing to say "may still run" of. */
+    rc = rkv_client_shutdown_servers(b);
+    if (rc != 0)
+        fail_msg("b's shutdown after a's: %d %s", rc, rkv_client_errmsg(b));
     rkv_client_destroy(b);
     rkv_client_destroy(a);
 }
@@ -3569,6 +3608,7 @@ int main(void)
         cmocka_unit_test(test_large_tensor_made_while_serving),
         cmocka_unit_test(test_init_waiting_on_make_told_of_shutdown),
         cmocka_unit_test(test_second_shutdown_is_no_failure),
+        cmocka_unit_test(test_calls_after_another_clients_shutdown),
         cmocka_unit_test(test_first_contact_after_the_servers_stopped),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
