@@ -710,8 +710,11 @@ enum rkv_stats_op {
  * is total_ns / timed. */
 #define RKV_STATS_BUCKETS 40
 struct rkv_op_stats {
-    uint64_t count;    /* calls (per operation) or requests (per server) that ended */
-    uint64_t errors;   /* of them, those that failed (timed out, refused, peer gone) */
+    uint64_t count; /* calls (per operation) or requests (per server) that ended */
+    /* Of them, those that failed (timed out, refused, peer gone). Per
+     * server, a META answered "no such tensor" is no error: init_data
+     * asks one to learn whether its tensor was made before. */
+    uint64_t errors;
     uint64_t rows;     /* rows pushed or pulled (by the successful ones) */
     uint64_t bytes;    /* row bytes pushed or pulled (by the successful ones) */
     uint64_t total_ns; /* latencies summed (of every timed one) */

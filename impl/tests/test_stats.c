@@ -86,6 +86,11 @@ static void test_counts_per_call_and_server(void **state)
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
     assert_int_equal(op_stats(cli, RKV_STATS_INIT).count, 1);
     assert_true(peer_stats(cli, 0, RKV_STATS_INIT).count >= 1);
+    /* init_data asked server 0 whether the tensor was made before: "no
+     * such tensor" is its answer, not a failed request (every passing
+     * run's report showed "errors: 2" under server 0's "other"). */
+    assert_true(peer_stats(cli, 0, RKV_STATS_OTHER).count >= 1);
+    assert_int_equal(peer_stats(cli, 0, RKV_STATS_OTHER).errors, 0);
 
     float rows[10 * 4] = {1};
     uint64_t ids[10] = {0, 1, 2, 3, 4, 60, 61, 62, 63, 64}; /* 5 local, 5 on machine 1 */
