@@ -57,9 +57,13 @@ enum cmd_key {
     CMD_KEY_COUNT_
 };
 
+/* The source of a value rkv_settings_set gave (a program, the Python
+ * binding's rkv.Config), where the CLI's are "flag". */
+#define CMD_SRC_SET "set by name"
+
 struct cmd_settings {
     const char *val[CMD_KEY_COUNT_];
-    const char *src[CMD_KEY_COUNT_]; /* "default", "env NAME", "flag", ... */
+    const char *src[CMD_KEY_COUNT_]; /* "default", "env NAME", "flag", CMD_SRC_SET, ... */
     char srcbuf[CMD_KEY_COUNT_][48];
 };
 

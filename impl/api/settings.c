@@ -85,8 +85,8 @@ static int set_server_local(const struct cmd_settings *s, struct rkv_config *cfg
     /* A machine set here beats a server id from the environment: with
      * DGL_SERVER_ID=3 left in a trainer's environment, machine-id 0 given
      * by the program built machine 1. */
-    int sid_set = !strcmp(s->src[CMD_SERVER_ID], "flag");
-    int mid_set = !strcmp(s->src[CMD_MACHINE_ID], "flag");
+    int sid_set = !strcmp(s->src[CMD_SERVER_ID], CMD_SRC_SET);
+    int mid_set = !strcmp(s->src[CMD_MACHINE_ID], CMD_SRC_SET);
     if (mid_set && !sid_set)
         return 0;
     uint32_t m = 0, local = 0;
@@ -114,6 +114,11 @@ int rkv_settings_build(const struct rkv_settings *set, struct rkv_config *cfg,
     int rc = -RKV_ECONFIG;
     if (rkv_cmd_settings_load(s, (int)set->n_flags, (char **)set->flags, err, err_len) < 0)
         goto free_settings;
+    /* Given by the program, not on a command line: refusals name them so
+     * (rkv.Config(rx_depth=2) read "[given: rx-depth 2 (flag)]"). */
+    for (int k = 0; k < CMD_KEY_COUNT_; k++)
+        if (!strcmp(s->src[k], "flag"))
+            s->src[k] = CMD_SRC_SET;
     /* DMLC_ROLE without a cluster file is ps-lite's launch (`rkv node`,
      * harness/pslite.c): DMLC_PS_ROOT_PORT is the scheduler's port and the
      * scheduler numbers the servers. Nothing here registers with one: a

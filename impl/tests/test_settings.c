@@ -335,7 +335,7 @@ static void test_cluster_file_and_server_id(void **state)
         fail_msg("got \"%s\"", err);
     assert_int_equal(rkv_settings_set(set, "server-id", "5", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
-    if (!strstr(err, "server-id 5 (flag): expected 0..4"))
+    if (!strstr(err, "server-id 5 (set by name): expected 0..4"))
         fail_msg("got \"%s\"", err);
     f = fopen(path, "w");
     assert_non_null(f);
@@ -453,7 +453,7 @@ static void test_unknown_role_refused(void **state)
     }
     assert_int_equal(rkv_settings_set(set, "role", "wroker", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, NULL, err, sizeof(err)), -RKV_ECONFIG);
-    assert_non_null(strstr(err, "\"wroker\" (flag)"));
+    assert_non_null(strstr(err, "\"wroker\" (set by name)"));
     rkv_settings_destroy(set);
 }
 
@@ -683,7 +683,10 @@ static void test_cross_field_refusal_names_its_sources(void **state)
     assert_int_equal(rkv_settings_set(set, "timeout-ms", "0", err, sizeof(err)), 0);
     rc = rkv_settings_build(set, &cfg, NULL, err, sizeof(err));
     rkv_settings_destroy(set);
-    if (rc != -RKV_ECONFIG || !strstr(err, "timeout_ms must be > 0 [given: timeout-ms 0 ("))
+    /* Set by a program (rkv.Config(timeout_ms=0)), not on a command line:
+     * it read "(flag)" (an outside tester). */
+    if (rc != -RKV_ECONFIG || !strstr(err, "timeout_ms must be > 0 [given: timeout-ms 0 (set by "
+                                           "name)]"))
         fail_msg("rc %d: \"%s\"", rc, err);
     /* Only the settings the refusal names: a machine id past the machines
      * was told "[given: timeout-ms 5000 ...]" (an outside tester). */
@@ -752,12 +755,13 @@ static void test_num_servers_over_machines(void **state)
     assert_int_equal(rkv_settings_set(set, "num-servers", "3", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_set(set, "server-id", "5", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
-    if (!strstr(err, "num-servers 3 (flag) over machines 2 (flag): not a whole number of servers "
+    if (!strstr(err, "num-servers 3 (set by name) over machines 2 (set by name): not a whole "
+                     "number of servers "
                      "per machine"))
         fail_msg("got \"%s\"", err);
     assert_int_equal(rkv_settings_set(set, "num-servers", "4", err, sizeof(err)), 0);
     assert_int_equal(rkv_settings_build(set, &cfg, &local, err, sizeof(err)), -RKV_ECONFIG);
-    if (!strstr(err, "server-id 5 (flag): expected 0..3"))
+    if (!strstr(err, "server-id 5 (set by name): expected 0..3"))
         fail_msg("got \"%s\"", err);
     assert_int_equal(rkv_settings_set(set, "server-id", "3", err, sizeof(err)), 0);
     if (rkv_settings_build(set, &cfg, &local, err, sizeof(err)) < 0)
