@@ -252,10 +252,22 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
                               buf, len))
         return;
     if (!r->faults_fired) {
-        snprintf(buf, len,
-                 "not every fault fired, see \"faults:\" above (a node already down cannot "
-                 "crash, a NIC fault needs traffic in its window, a restart needs time before "
-                 "the run ends)");
+        int n = snprintf(buf, len,
+                         "not every fault fired, see \"faults:\" above (a node already down "
+                         "cannot crash, a NIC fault needs traffic in its window, a restart "
+                         "needs time before the run ends)");
+        /* An after_phase crash fires when client 0 ends its phase: workers
+         * stopped by an earlier crash (a barrier fails once a worker or
+         * server 0 is gone for good) never end it, and the hint above did
+         * not say so (an outside tester). */
+        int timed = 0;
+        for (uint32_t i = 0; i < r->sc->n_faults; i++)
+            timed |= r->sc->faults[i].after_phase[0] != 0;
+        if (timed && r->stop_error[0] && n > 0 && (size_t)n < len)
+            snprintf(buf + n, len - (size_t)n,
+                     "; the workers stopped early (%s): a crash after a phase client 0 did not "
+                     "finish never fires",
+                     r->stop_error);
         return;
     }
     if (r->survivor_timeouts) {
