@@ -1087,8 +1087,9 @@ static void test_first_contact_after_the_servers_stopped(void **state)
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     /* Server 0 told b that client 0 asked the servers to exit (its
      * shutdown notice): -RKV_ESHUTDOWN, not "server 0 is gone too". */
-    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), "asked to exit (by client 0)") ||
-        s > 30)
+    char by_a[40];
+    snprintf(by_a, sizeof(by_a), "asked to exit (by client %u)", rkv_client_id(a));
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), by_a) || s > 30)
         fail_msg("pull after the servers stopped: %d after %.1f s: %s", rc, s,
                  rkv_client_errmsg(b));
     rkv_client_destroy(b);
@@ -1117,11 +1118,13 @@ static void test_calls_after_another_clients_shutdown(void **state)
     assert_int_equal(rkv_client_shutdown_servers(a), 0);
     cluster_stop(&c); /* the servers' processes exit */
     /* b's connections end after the notices (one connection, in order). */
+    char by_a[40];
+    snprintf(by_a, sizeof(by_a), "asked to exit (by client %u)", rkv_client_id(a));
     int rc = rkv_client_pull(b, "t", &remote, 1, got);
-    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), "asked to exit (by client 0)"))
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), by_a))
         fail_msg("pull after a's shutdown: %d %s", rc, rkv_client_errmsg(b));
     rc = rkv_client_barrier(b);
-    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), "asked to exit (by client 0)"))
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), by_a))
         fail_msg("barrier after a's shutdown: %d %s", rc, rkv_client_errmsg(b));
     /* Every server said it exits: asked, nothing to say "may still run" of. */
     rc = rkv_client_shutdown_servers(b);

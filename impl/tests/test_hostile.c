@@ -1276,7 +1276,8 @@ struct evil_server {
     /* Nonzero: each PUSH is first answered for the ids around it with an
      * ERROR carrying this text, as if those requests had been ours. */
     const char *forge;
-    uint32_t init_id_off; /* added to the tensor id each INIT_REPLY gives */
+    uint32_t init_id_off;       /* added to the tensor id each INIT_REPLY gives */
+    _Atomic uint64_t last_push; /* the last PUSH's request id (its sequence) */
 };
 
 static void evil_reply(struct evil *e, const struct rkv_msg *m, uint32_t sender)
@@ -1327,6 +1328,8 @@ static void *evil_server_main(void *arg)
             if (rkv_proto_decode(r->buf, r->len, &m, why, sizeof(why)) < 0)
                 continue;
             es->n_rndv += m.h.type == RKV_MSG_RNDV_START;
+            if (m.h.type == RKV_MSG_PUSH)
+                atomic_store(&es->last_push, m.h.req_id);
             if (m.h.type == RKV_MSG_HELLO && es->hello_id)
                 m.u.hello.want_id = es->hello_id;
             if (m.h.type == RKV_MSG_PUSH && es->forge && e->qp && !e->down)
@@ -2985,6 +2988,60 @@ static void test_push_sender_is_the_connection(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Durable mode: a peer that claimed a worker's id at a server other than
+ * 0 (which cannot check it) and pushed once with a sequence of that
+ * worker's tag far ahead made that server take every later push of the
+ * worker for a retry: acknowledged, never applied (an outside tester: 6,441
+ * wrong values in 5 s). Only the id's holder there, or a connection of the
+ * same client (its HELLO's nonce), is deduplicated under the id. The tag
+ * is learnt as a peer on the worker's path would: machine 2's server is
+ * hostile and reads it from a push. */
+static void test_claimed_id_cannot_mark_pushes_applied(void **state)
+{
+    struct env *env = *state;
+    snprintf(env->durable_dir, sizeof(env->durable_dir), "/tmp/rkvh-dur-XXXXXX");
+    assert_non_null(mkdtemp(env->durable_dir));
+    struct cluster c;
+    cluster_start(&c, env, 3, 2);
+    char dir[64];
+    snprintf(dir, sizeof(dir), "%s", env->durable_dir);
+    env->durable_dir[0] = 0;
+    struct evil_server es = {.as_server = 2};
+    evil_open(&es.e, env);
+    struct rkv_nic *n = es.e.nd.nic;
+    if (n->ops->listen(n, c.machines[2].host, c.machines[2].base_port) < 0)
+        fail_msg("the hostile server cannot listen on %s:%u", c.machines[2].host,
+                 c.machines[2].base_port);
+    assert_int_equal(pthread_create(&es.thr, NULL, evil_server_main, &es), 0);
+    cluster_join(&c, env);
+    assert_int_equal(rkv_client_init_data(c.cli, &T_SMALL), 0);
+    float zero[4] = {0}, one[4] = {1, 1, 1, 1}, got[4];
+    uint64_t on2 = 80, on1 = 40; /* machine 2's (hostile), machine 1's */
+    assert_int_equal(rkv_client_push(c.cli, "small", &on2, 1, one, RKV_OP_SUM, 0), 0);
+    const uint64_t tag = atomic_load(&es.last_push) >> RKV_SEQ_TAG_SHIFT;
+    assert_true(tag != 0);
+    assert_int_equal(rkv_client_push(c.cli, "small", &on1, 1, zero, RKV_OP_ASSIGN, 0), 0);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    assert_int_equal(evil_hello(&e, &c, 0, 0x5eed), 0); /* the worker's id, another nonce */
+    evil_sum(&e, on1, (tag << RKV_SEQ_TAG_SHIFT) | ((1ull << RKV_SEQ_TAG_SHIFT) - 1));
+    evil_close(&e);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(rkv_client_push(c.cli, "small", &on1, 1, one, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_pull(c.cli, "small", &on1, 1, got), 0);
+    if (got[0] != 6.0f) /* the hostile 1 and the worker's 5 */
+        fail_msg("row %llu is %g after 1 + 5 sums: the worker's pushes were taken for retries",
+                 (unsigned long long)on1, (double)got[0]);
+    atomic_store(&es.stop, 1);
+    pthread_join(es.thr, NULL);
+    evil_close(&es.e);
+    cluster_stop(&c);
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* The learning rate of an SGD or ADAGRAD push must be finite and not
  * negative (rkv.h). The C client refuses such a push before sending it,
  * but a server took whatever a PUSH said: one PUSH with lr NaN turned the
@@ -3298,6 +3355,7 @@ int main(void)
         HOSTILE_TEST(test_identity),
         HOSTILE_TEST(test_rejoin_while_engine_busy),
         HOSTILE_TEST(test_push_sender_is_the_connection),
+        HOSTILE_TEST(test_claimed_id_cannot_mark_pushes_applied),
         HOSTILE_TEST(test_push_learning_rate_checked),
         HOSTILE_TEST(test_warnings_rate_limited),
         HOSTILE_TEST(test_stray_messages_rate_limited),
