@@ -593,6 +593,33 @@ static void dec_hello(const uint8_t *b, struct rkv_msg *m)
 
 /* Body of a message whose header passed rkv_proto_decode_hdr and whose
  * payload_len matches the n bytes at b. */
+/* The length of the valid UTF-8 sequence at p (at most n bytes) of a
+ * character past C1 (U+00A0 on, no surrogate, at most U+10FFFF); 1 for
+ * any other byte. */
+static uint32_t proto_utf8_len(const unsigned char *p, uint32_t n)
+{
+    uint32_t len, cp;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        len = 2, cp = p[0] & 0x1fu;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        len = 3, cp = p[0] & 0x0fu;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        len = 4, cp = p[0] & 0x07u;
+    else
+        return 1;
+    if (len > n)
+        return 1;
+    for (uint32_t k = 1; k < len; k++) {
+        if ((p[k] & 0xc0) != 0x80)
+            return 1;
+        cp = cp << 6 | (p[k] & 0x3fu);
+    }
+    static const uint32_t least[5] = {0, 0, 0xa0, 0x800, 0x10000}; /* no overlong, no C1 */
+    if (cp < least[len] || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+        return 1;
+    return len;
+}
+
 static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, size_t el)
 {
     switch (m->h.type) {
@@ -632,14 +659,22 @@ static int dec_body(const uint8_t *b, uint64_t n, struct rkv_msg *m, char *err, 
         /* The text goes into logs and error messages as it is: a peer's
          * newline forged a log line of its own and its escape sequence
          * reached the terminal (an outside tester). One line, printable. */
-        for (uint32_t i = 0; i < n; i++) {
+        /* Bytes past 0x7f only as whole, valid UTF-8 of a character past
+         * C1: a lone 0x9b is CSI and 0x85 NEL to a terminal that reads
+         * 8-bit controls, and invalid sequences reached logs as they came
+         * (an outside tester). Each other such byte is a '?'. */
+        for (uint32_t i = 0; i < n;) {
             unsigned char *ch = (unsigned char *)&m->u.error.text[i];
+            uint32_t len = proto_utf8_len(ch, n - i);
+            if (len > 1) {
+                i += len;
+                continue;
+            }
             if (*ch == '\n' || *ch == '\r' || *ch == '\t')
                 *ch = ' ';
-            else if ((*ch < 0x20 && *ch != '\0') || *ch == 0x7f)
+            else if ((*ch < 0x20 && *ch != '\0') || *ch >= 0x7f)
                 *ch = '?';
-            else if (*ch == 0xc2 && i + 1 < n && ch[1] >= 0x80 && ch[1] <= 0x9f)
-                ch[0] = ch[1] = '?'; /* C1 (U+0080..U+009F): NEL, CSI */
+            i++;
         }
         return 0;
     default:

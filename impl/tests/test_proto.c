@@ -483,6 +483,18 @@ static void test_roundtrip_error(void **state)
                             "x\n[0.000001] WARN s1.0: forged\x1b[2J\r\tend\x7f \xc2\x85\xc2\x9b é");
     expect_ok(b, n, &m);
     assert_string_equal(m.u.error.text, "x [0.000001] WARN s1.0: forged?[2J  end? ???? é");
+    /* C1 as single bytes (a terminal reading 8-bit controls takes 0x9b for
+     * CSI), invalid and overlong UTF-8, a surrogate: each such byte a '?';
+     * valid characters past C1 stay (an outside tester). */
+    h = hdr_of(RKV_MSG_ERROR);
+    n = rkv_proto_enc_error(b, 256, &h,
+                            "a\x9b[2Jb\x85"
+                            "c\xff\xc3"
+                            "d\xc0\xaf"
+                            "e\xed\xa0\x80"
+                            "f\xe2\x82\xac\xf0\x9f\x98\x80\xc2\xa0g\xc3");
+    expect_ok(b, n, &m);
+    assert_string_equal(m.u.error.text, "a?[2Jb?c??d??e???f\xe2\x82\xac\xf0\x9f\x98\x80\xc2\xa0g?");
     free(b);
 }
 
