@@ -945,15 +945,23 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
                         "acknowledged)",
                         w->name, s->cfg.machine_id, s->cfg.durable_dir);
     uint32_t id = op == 0 ? s->n_tensors + 1 : m->h.tensor_id;
+    /* op 1 creates the machine's segment: only its first server may. */
+    int role_ok = op == 0   ? s->server_id == 0
+                  : op == 1 ? s->local_id == 0 && s->server_id != 0
+                            : s->local_id != 0;
+    /* Phase 0 at another server is refused as such, whatever that server
+     * holds: it read "the cluster holds 1024 tensors already" after a
+     * phase-1 INIT of id 1024 there (an outside tester). */
+    if (op == 0 && !role_ok)
+        return rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL,
+                        "tensor '%s': INIT phase 0 (the tensor's id) goes to server 0, not "
+                        "server %u",
+                        w->name, s->server_id);
     if (op == 0 && id > RKV_MAX_TENSORS)
         return rkv_errf(s->err, sizeof(s->err), -RKV_ELIMIT,
                         "tensor '%s': the cluster holds %u tensors already, its limit "
                         "(RKV_MAX_TENSORS)",
                         w->name, RKV_MAX_TENSORS);
-    /* op 1 creates the machine's segment: only its first server may. */
-    int role_ok = op == 0   ? s->server_id == 0
-                  : op == 1 ? s->local_id == 0 && s->server_id != 0
-                            : s->local_id != 0;
     const struct rkv_tensor *holder = id <= RKV_MAX_TENSORS ? rkv_tensor_at(&s->tensors, id) : NULL;
     if (holder)
         return rkv_errf(s->err, sizeof(s->err), -RKV_EEXIST,

@@ -2220,6 +2220,48 @@ static void test_claim_passes_to_the_next_claimant(void **state)
     cluster_stop(&c);
 }
 
+static int evil_hello(struct evil *e, const struct cluster *c, uint32_t want, uint64_t nonce);
+
+/* A phase-0 INIT (the tensor's id, server 0's) at another server after a
+ * phase-1 INIT of id 1024 there read "the cluster holds 1024 tensors
+ * already" (an outside tester): it is refused as a phase for server 0. */
+static void test_init_phase0_elsewhere_says_so(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    struct evil e;
+    evil_open(&e, env);
+    evil_connect(&e, &c.machines[1]);
+    assert_int_equal(evil_hello(&e, &c, 0, 1), 0);
+    struct rkv_tensor_meta m = {.dtype = T_SMALL.dtype,
+                                .rows = T_SMALL.rows,
+                                .row_len = T_SMALL.row_len,
+                                .policy = T_SMALL.policy};
+    memcpy(m.name, "late", 5);
+    struct rkv_wire_tensor w;
+    rkv_tensor_to_wire(&m, &T_SMALL, &w);
+    struct rkv_hdr h = {
+        .type = RKV_MSG_INIT, .req_id = 0x77, .tensor_id = RKV_MAX_TENSORS, .op = 1};
+    assert_int_equal(
+        evil_request(&e, rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL), RKV_MSG_INIT_REPLY),
+        0);
+    memcpy(m.name, "next", 5);
+    rkv_tensor_to_wire(&m, &T_SMALL, &w);
+    h.op = 0;
+    h.tensor_id = 0;
+    logcap_reset(&c.srv_node[1].log);
+    assert_int_equal(
+        evil_request(&e, rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL), RKV_MSG_INIT_REPLY),
+        -RKV_EINVAL);
+    assert_true(logcap_count(&c.srv_node[1].log, "goes to server 0, not server 1") >= 1);
+    evil_close(&e);
+    cluster_tensors(&c);
+    check_serving(&c, 1);
+    cluster_stop(&c);
+}
+
 /* A peer that made a name at a server under another id than server 0
  * gives it: the server answered an honest init_data's INIT with its own id,
  * the call passed, and every push and pull of that machine's rows failed
@@ -3381,6 +3423,7 @@ int main(void)
         HOSTILE_TEST(test_claimed_ids_do_not_hold_the_bound),
         HOSTILE_TEST(test_claim_passes_to_the_next_claimant),
         HOSTILE_TEST(test_init_under_another_id),
+        HOSTILE_TEST(test_init_phase0_elsewhere_says_so),
         HOSTILE_TEST(test_init_answered_with_another_id),
         HOSTILE_TEST(test_text_secret),
         HOSTILE_TEST(test_connection_churn),
