@@ -860,7 +860,11 @@ static void eng_trace_send(struct rkv_engine *e, const struct rkv_hdr *h, uint64
     char name[40];
     snprintf(name, sizeof(name), "send %s", rkv_msg_type_name(h->type));
     rkv_trace_span(tr, name, "net", t0, rkv_trace_now_ns(tr), -1, h->count, bytes);
-    rkv_trace_flow(tr, 1, eng_flow_id(h), t0);
+    /* No arrow for a message of no request (a server's shutdown notice,
+     * request id 0, to each of its clients: one id for all, and a client
+     * that left first never ends it). */
+    if (h->req_id)
+        rkv_trace_flow(tr, 1, eng_flow_id(h), t0);
 }
 
 /* The header of an encoded message about to be sent, when tracing. */
@@ -1893,7 +1897,8 @@ static void eng_traced_msg(struct rkv_engine *e, struct rkv_peer *p, const struc
     char name[40];
     snprintf(name, sizeof(name), "recv %s", rkv_msg_type_name(h.type));
     rkv_trace_span(tr, name, "net", t0, rkv_trace_now_ns(tr), h.sender, h.count, h.payload_len);
-    rkv_trace_flow(tr, 0, eng_flow_id(&h), t0);
+    if (h.req_id) /* see eng_trace_send */
+        rkv_trace_flow(tr, 0, eng_flow_id(&h), t0);
 }
 
 /* Internal types are handled here; the rest go to the owner, unlocked. */
