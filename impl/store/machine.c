@@ -117,6 +117,25 @@ static void mach_unlink_stale(struct rkv_port *port, const char *prefix, uint32_
     port->ops->shm_unlink(port, name);
 }
 
+int rkv_mach_shards_present(const struct rkv_mach *mc, const char *prefix, uint32_t machine,
+                            char *missing, size_t missing_len)
+{
+    struct rkv_port *port = mc->port;
+    for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++) {
+        if (!mc->hdr->tensors[t].present)
+            continue;
+        char name[128];
+        rkv_shard_name(name, sizeof(name), prefix, machine, t);
+        void *addr;
+        if (port->ops->shm_map(port, name, sizeof(struct rkv_shard_hdr), 0, &addr) < 0) {
+            snprintf(missing, missing_len, "%s", name);
+            return 0;
+        }
+        port->ops->shm_unmap(port, addr, sizeof(struct rkv_shard_hdr));
+    }
+    return 1;
+}
+
 /* Records this process as slot owner's (reader_proc), before it takes any
  * lock under that tag: a holder that died between taking a lock word and
  * recording itself is found through it (mach_take_over). */

@@ -2611,7 +2611,19 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
     }
     rc = rkv_mach_attach(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, s->local_id + 1,
                          &s->mach, NULL, 0);
-    if (rc == 0 && s->mach.hdr->lineage == snap->lineage)
+    /* The machine segment without a shard it publishes: a server killed
+     * while it removed the machine's memory at a clean stop (the shards go
+     * first). Served as it was, every restart failed "cannot map ...
+     * (unknown tensor)" until the segment was removed by hand (an outside
+     * tester): the machine's memory is lost, and restored below. */
+    char missing[128] = "";
+    if (rc == 0 && s->mach.hdr->lineage == snap->lineage &&
+        !rkv_mach_shards_present(&s->mach, s->cfg.shm_prefix, mach, missing, sizeof(missing)))
+        RKV_LOGW(s->port,
+                 "server %u: machine %u's shared memory is there without its shard %s (a server "
+                 "stopped while it removed it?): restoring the machine from its snapshot",
+                 s->server_id, mach, missing);
+    else if (rc == 0 && s->mach.hdr->lineage == snap->lineage)
         return srv_resume(s, snap, path, err, err_len);
     if (rc == 0)
         rkv_mach_close(&s->mach);

@@ -303,6 +303,10 @@ uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t
 /* -RKV_ENOTENSOR when it does not exist (yet). */
 int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint32_t owner, struct rkv_mach *mc, char *err, size_t err_len);
+/* 1 when every tensor the attached segment mc publishes still has its
+ * shard segment; else 0, with the first missing one's name in missing. */
+int rkv_mach_shards_present(const struct rkv_mach *mc, const char *prefix, uint32_t machine,
+                            char *missing, size_t missing_len);
 /* A restarted server beside live ones: frees every lock word tagged with
  * its owner tag (its dead predecessor's). Returns how many client entries
  * it held: pushes that may have been applied in part. */
