@@ -2143,6 +2143,15 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
         cli_lock(c);
         srv->dead = 1;
         cli_unlock(c);
+    } else if (srv->unreachable) {
+        /* No connection came: still dead. Left as never contacted, each
+         * later call first dialled it for connect_retry_ms (which is for
+         * servers not up yet) before its retries: 35 s a call for a
+         * retry_ms of 5 s, saying "after retrying for 5000 ms" (an outside
+         * tester). Dead, a call goes to its retries at once. */
+        cli_lock(c);
+        srv->dead = 1;
+        cli_unlock(c);
     }
     return rc == -RKV_ETIMEDOUT ? -RKV_EPEERDEAD : rc;
 }

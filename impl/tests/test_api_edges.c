@@ -1057,6 +1057,46 @@ static void test_second_shutdown_is_no_failure(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: with retry_ms, a call to a server that died and stayed down
+ * failed after retry_ms the first time and after connect_retry_ms +
+ * retry_ms every later time, its message saying "after retrying for
+ * retry_ms" (35 s for 5 s, an outside tester): the failed reconnect left
+ * the server looking never contacted, and each later call first dialled it
+ * for connect_retry_ms, which is for servers not up yet. */
+static void test_dead_server_calls_bounded_by_retry_ms(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    c.cfg.retry_ms = 1000;
+    c.cfg.connect_retry_ms = 20000;
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 70; /* machine 1's */
+    float row[4] = {1, 2, 3, 4};
+    push_ok(cli, "t", &id, 1, row, RKV_OP_ASSIGN);
+    rkv_server_stop(c.srv[1][0]); /* it exits and stays down */
+    pthread_join(c.thr[1][0], NULL);
+    rkv_server_destroy(c.srv[1][0]);
+    c.in_process[1] = 0;
+    for (int k = 0; k < 3; k++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int rc = rkv_client_push(cli, "t", &id, 1, row, RKV_OP_SUM, 0);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        /* retry_ms and a timeout at most; connect_retry_ms is 20 s. */
+        if (rc != -RKV_EPEERDEAD || sec > 10)
+            fail_msg("push %d to the dead server: %d after %.1f s: %s", k, rc, sec,
+                     rkv_client_errmsg(cli));
+    }
+    rkv_server_stop(c.srv[0][0]);
+    rkv_client_destroy(cli);
+    cluster_stop(&c);
+}
+
 /* Regression: a worker's first contact with a server after another worker
  * stopped the servers retried for connect_retry_ms (which is for servers
  * not up yet), then said "cannot connect" (an outside tester: 30 s per
@@ -3612,6 +3652,7 @@ int main(void)
         cmocka_unit_test(test_init_waiting_on_make_told_of_shutdown),
         cmocka_unit_test(test_second_shutdown_is_no_failure),
         cmocka_unit_test(test_calls_after_another_clients_shutdown),
+        cmocka_unit_test(test_dead_server_calls_bounded_by_retry_ms),
         cmocka_unit_test(test_first_contact_after_the_servers_stopped),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
