@@ -1904,13 +1904,17 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
         if (rkv_tensor_serving(t)) /* one being made is not published yet */
             atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
     }
+    int first = !s->shut;
     s->shut = 1;
     char why[RKV_PROTO_TEXT_MAX];
     snprintf(why, sizeof(why),
              "server %u is shutting down: the servers were asked to exit (by client %u)",
              s->server_id, c->client_id);
     srv_shut_waiters(s, why);
-    srv_tell_shutdown(s, peer, why);
+    /* Once: a client may repeat its SHUTDOWN (each is acknowledged), and
+     * each copy would have cost a notice per connection. */
+    if (first)
+        srv_tell_shutdown(s, peer, why);
     srv_status(s, peer, m, RKV_MSG_SHUTDOWN_ACK, 0, NULL);
     s->port->ops->mutex_lock(s->mu);
     s->stop = 1;

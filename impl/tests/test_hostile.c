@@ -2807,6 +2807,51 @@ static void test_shutdown_needs_a_client(void **state)
     cluster_free(&c);
 }
 
+/* A SHUTDOWN tells the server's other connections once (a notice, an
+ * ERROR of request id 0): a client that repeats it, each copy
+ * acknowledged, made the server send every connection a notice per copy. */
+static void test_shutdown_notice_once(void **state)
+{
+    struct env *env = *state;
+    struct cluster c;
+    cluster_start(&c, env, 2, 2);
+    cluster_join(&c, env);
+    cluster_tensors(&c);
+    struct evil a, b;
+    evil_open(&b, env);
+    evil_connect(&b, &c.machines[1]);
+    assert_int_equal(evil_hello(&b, &c, 0, 2), 0);
+    evil_open(&a, env);
+    evil_connect(&a, &c.machines[1]);
+    assert_int_equal(evil_hello(&a, &c, 0, 3), 0);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(evil_request(&a, enc_simple(&a, RKV_MSG_SHUTDOWN), RKV_MSG_SHUTDOWN_ACK),
+                         0);
+    for (int waited = 0; waited < 500; waited += 50)
+        evil_pump(&b, 50);
+    uint32_t notices = 0, other = 0;
+    while (b.q_len) {
+        struct rx_msg *r = &b.q[b.q_head];
+        b.q_head = (b.q_head + 1) % EV_QUEUE;
+        b.q_len--;
+        struct rkv_msg m;
+        char why[160];
+        assert_int_equal(rkv_proto_decode(r->buf, r->len, &m, why, sizeof(why)), 0);
+        if (m.h.type == RKV_MSG_ERROR && m.h.req_id == 0 && m.h.status == -RKV_ESHUTDOWN &&
+            strstr(m.u.error.text, "server 1 is shutting down: the servers were asked to exit"))
+            notices++;
+        else if (m.h.type != RKV_MSG_CREDIT)
+            other++;
+    }
+    printf("notices: %u, other messages: %u\n", notices, other);
+    assert_int_equal(notices, 1);
+    assert_int_equal(other, 0);
+    evil_close(&a);
+    evil_close(&b);
+    cluster_halt(&c); /* the client was told too: server 1 counts as asked */
+    cluster_free(&c);
+}
+
 /* Barrier squatting and id theft: two extra connections cannot complete a
  * two-worker barrier, cannot take the ids the workers hold, and a second
  * HELLO on one connection ends it. */
@@ -3435,6 +3480,7 @@ int main(void)
         HOSTILE_TEST(test_peer_that_reads_at_a_crawl_is_kept),
         HOSTILE_TEST(test_descriptor_exhaustion),
         HOSTILE_TEST(test_shutdown_needs_a_client),
+        HOSTILE_TEST(test_shutdown_notice_once),
         HOSTILE_TEST(test_identity),
         HOSTILE_TEST(test_rejoin_while_engine_busy),
         HOSTILE_TEST(test_push_sender_is_the_connection),
