@@ -2222,6 +2222,20 @@ static void test_claim_passes_to_the_next_claimant(void **state)
 
 static int evil_hello(struct evil *e, const struct cluster *c, uint32_t want, uint64_t nonce);
 
+/* Encodes into tx an INIT of phase op for T_SMALL's shape under name and id. */
+static size_t enc_init(struct evil *e, const char *name, uint32_t id, int op)
+{
+    struct rkv_tensor_meta m = {.dtype = T_SMALL.dtype,
+                                .rows = T_SMALL.rows,
+                                .row_len = T_SMALL.row_len,
+                                .policy = T_SMALL.policy};
+    snprintf(m.name, sizeof(m.name), "%s", name);
+    struct rkv_wire_tensor w;
+    rkv_tensor_to_wire(&m, &T_SMALL, &w);
+    struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = 0x77, .tensor_id = id, .op = (uint8_t)op};
+    return rkv_proto_enc_tensor_local(e->tx, &h, &w, NULL, NULL);
+}
+
 /* A phase-0 INIT (the tensor's id, server 0's) at another server after a
  * phase-1 INIT of id 1024 there read "the cluster holds 1024 tensors
  * already" (an outside tester): it is refused as a phase for server 0. */
@@ -2235,26 +2249,10 @@ static void test_init_phase0_elsewhere_says_so(void **state)
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
     assert_int_equal(evil_hello(&e, &c, 0, 1), 0);
-    struct rkv_tensor_meta m = {.dtype = T_SMALL.dtype,
-                                .rows = T_SMALL.rows,
-                                .row_len = T_SMALL.row_len,
-                                .policy = T_SMALL.policy};
-    memcpy(m.name, "late", 5);
-    struct rkv_wire_tensor w;
-    rkv_tensor_to_wire(&m, &T_SMALL, &w);
-    struct rkv_hdr h = {
-        .type = RKV_MSG_INIT, .req_id = 0x77, .tensor_id = RKV_MAX_TENSORS, .op = 1};
-    assert_int_equal(
-        evil_request(&e, rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL), RKV_MSG_INIT_REPLY),
-        0);
-    memcpy(m.name, "next", 5);
-    rkv_tensor_to_wire(&m, &T_SMALL, &w);
-    h.op = 0;
-    h.tensor_id = 0;
+    assert_int_equal(evil_request(&e, enc_init(&e, "late", RKV_MAX_TENSORS, 1), RKV_MSG_INIT_REPLY),
+                     0);
     logcap_reset(&c.srv_node[1].log);
-    assert_int_equal(
-        evil_request(&e, rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL), RKV_MSG_INIT_REPLY),
-        -RKV_EINVAL);
+    assert_int_equal(evil_request(&e, enc_init(&e, "next", 0, 0), RKV_MSG_INIT_REPLY), -RKV_EINVAL);
     assert_true(logcap_count(&c.srv_node[1].log, "goes to server 0, not server 1") >= 1);
     evil_close(&e);
     cluster_tensors(&c);
@@ -2266,8 +2264,6 @@ static void test_init_phase0_elsewhere_says_so(void **state)
  * gives it: the server answered an honest init_data's INIT with its own id,
  * the call passed, and every push and pull of that machine's rows failed
  * "unknown tensor id" (an outside tester). Refused, naming both ids. */
-static int evil_hello(struct evil *e, const struct cluster *c, uint32_t want, uint64_t nonce);
-
 static void test_init_under_another_id(void **state)
 {
     struct env *env = *state;
@@ -2277,20 +2273,12 @@ static void test_init_under_another_id(void **state)
     struct evil e;
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
-    struct rkv_tensor_meta m = {.dtype = T_SMALL.dtype,
-                                .rows = T_SMALL.rows,
-                                .row_len = T_SMALL.row_len,
-                                .policy = T_SMALL.policy};
-    memcpy(m.name, T_SMALL.name, strlen(T_SMALL.name) + 1);
-    struct rkv_wire_tensor w;
-    rkv_tensor_to_wire(&m, &T_SMALL, &w);
-    struct rkv_hdr h = {.type = RKV_MSG_INIT, .req_id = 0x77, .tensor_id = 3, .op = 1};
-    size_t len = rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL);
+    size_t len = enc_init(&e, T_SMALL.name, 3, 1);
     /* Not before a HELLO: a raw INIT before any client joined left a
      * durable server 0 unable to restart (an outside tester). */
     assert_int_equal(evil_request(&e, len, RKV_MSG_INIT_REPLY), -RKV_EINVAL);
     assert_int_equal(evil_hello(&e, &c, 0, 1), 0); /* an id claimed: server 1 cannot check */
-    len = rkv_proto_enc_tensor_local(e.tx, &h, &w, NULL, NULL);
+    len = enc_init(&e, T_SMALL.name, 3, 1);
     assert_int_equal(evil_request(&e, len, RKV_MSG_INIT_REPLY), 0);
     evil_close(&e);
     int rc = rkv_client_init_data(c.cli, &T_SMALL);
