@@ -2451,15 +2451,30 @@ static int srv_wait_restored(struct rkv_server *s, uint64_t lineage, char *err, 
 {
     const struct rkv_port_ops *o = s->port->ops;
     uint64_t deadline = o->now_ns(s->port) + (uint64_t)s->cfg.connect_retry_ms * 1000000ull;
+    char missing[128] = "";
     while (o->now_ns(s->port) < deadline) {
+        missing[0] = 0;
         if (rkv_mach_attach(s->port, s->cfg.shm_prefix, s->cfg.machine_id, s->cfg.n_workers,
                             s->local_id + 1, &s->mach, NULL, 0) == 0) {
-            if (__atomic_load_n(&s->mach.hdr->lineage, __ATOMIC_ACQUIRE) == lineage)
+            /* A segment without a shard it publishes is no machine to
+             * serve: the first server restores that one too (srv_restart).
+             * Served, this server failed "cannot map ... (unknown tensor)"
+             * when it restarted before its first server (an outside
+             * tester). */
+            if (__atomic_load_n(&s->mach.hdr->lineage, __ATOMIC_ACQUIRE) == lineage &&
+                rkv_mach_shards_present(&s->mach, s->cfg.shm_prefix, s->cfg.machine_id, missing,
+                                        sizeof(missing)))
                 return 0;
             rkv_mach_close(&s->mach);
         }
         o->sleep_ns(s->port, 10000000ull);
     }
+    if (missing[0])
+        return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
+                        "server %u: machine %u's shared memory lacks its shard %s, and the "
+                        "machine's first server did not restore it from the snapshot within %u "
+                        "ms (it does when it starts)",
+                        s->server_id, s->cfg.machine_id, missing, s->cfg.connect_retry_ms);
     return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
                     "server %u: the machine's first server did not restore its snapshot within "
                     "%u ms",

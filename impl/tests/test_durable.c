@@ -1091,12 +1091,18 @@ static void run_crash_under_pushes(int lose_memory, uint32_t servers1)
         assert_int_equal(wait_exit(s1[l]), 128 + SIGKILL);
     if (lose_memory == 1)
         unlink_machine_shm(&c.cfg, 1);
-    if (lose_memory == 2) /* only its shards: killed while it removed them at a stop */
+    if (lose_memory >= 2) /* only its shards: killed while it removed them at a stop */
         unlink_machine_shards(&c.cfg, 1);
     usleep(300 * 1000); /* workers meet the dead servers and keep retrying */
     pid_t s1b[2];
-    for (uint32_t l = 0; l < servers1; l++)
+    /* 3: the machine's other server restarts first (it waits for the
+     * first one's restore: it served the segment and failed). */
+    for (uint32_t k = 0; k < servers1; k++) {
+        uint32_t l = lose_memory == 3 ? servers1 - 1 - k : k;
         s1b[l] = spawn_server(&c.cfg, 1, l, log1b[l]);
+        if (lose_memory == 3 && k + 1 < servers1)
+            usleep(500 * 1000);
+    }
     while (read(progress[0], &b, 1) == 1)
         ;
     close(progress[0]);
@@ -1144,6 +1150,12 @@ static void test_machine_shards_lost_segment_left_durable(void **state)
 {
     (void)state;
     run_crash_under_pushes(2, 1);
+}
+
+static void test_machine_shards_lost_sibling_restarts_first_durable(void **state)
+{
+    (void)state;
+    run_crash_under_pushes(3, 2);
 }
 
 static void test_machine_lost_under_pushes_durable(void **state)
@@ -3770,6 +3782,8 @@ int main(void)
         cmocka_unit_test_teardown(test_machine_lost_without_durable_fails_fast, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_segment_left_durable, reap_children),
+        cmocka_unit_test_teardown(test_machine_shards_lost_sibling_restarts_first_durable,
+                                  reap_children),
         cmocka_unit_test_teardown(test_server_crash_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_machine_of_two_servers_lost_durable, reap_children),
         cmocka_unit_test_teardown(test_torn_push_rolled_back, reap_children),
