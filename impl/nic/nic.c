@@ -135,6 +135,22 @@ int rkv_nic_auth_check(const struct rkv_nic *nic, const char *label, const uint8
     return sodium_memcmp(want, mac, sizeof(want)) == 0;
 }
 
+uint64_t rkv_nic_auth_derive64(const char *label, uint64_t v, uint32_t salt)
+{
+    if (sodium_init() < 0)
+        abort();
+    crypto_generichash_state st;
+    uint8_t out[crypto_generichash_BYTES_MIN];
+    crypto_generichash_init(&st, NULL, 0, sizeof(out));
+    crypto_generichash_update(&st, (const unsigned char *)label, strlen(label) + 1);
+    crypto_generichash_update(&st, (const unsigned char *)&v, sizeof(v));
+    crypto_generichash_update(&st, (const unsigned char *)&salt, sizeof(salt));
+    crypto_generichash_final(&st, out, sizeof(out));
+    uint64_t r;
+    memcpy(&r, out, sizeof(r));
+    return r;
+}
+
 void rkv_nic_auth_nonce(uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES])
 {
     if (sodium_init() < 0)

@@ -287,6 +287,9 @@ int rkv_nic_auth_check(const struct rkv_nic *nic, const char *label, const uint8
                        const uint8_t *b, size_t b_len, const uint8_t mac[RKV_NIC_AUTH_MAC_BYTES]);
 /* Unpredictable bytes (the OS's CSPRNG), for nonces. */
 void rkv_nic_auth_nonce(uint8_t nonce[RKV_NIC_AUTH_NONCE_BYTES]);
+/* A one-way 64-bit function of (label, v, salt) (BLAKE2b): shown in place of
+ * a secret v, it reveals neither v nor the value for another salt. */
+uint64_t rkv_nic_auth_derive64(const char *label, uint64_t v, uint32_t salt);
 
 extern const struct rkv_nic_ops rkv_nic_tcp_ops;
 extern const struct rkv_nic_ops rkv_nic_verbs_ops; /* built with RKV_WITH_VERBS */

@@ -1131,8 +1131,18 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
             memcpy(&c->hello_nonce, rnd, sizeof(c->hello_nonce));
         }
     }
+    /* Server 0 checks the nonce itself; another server only compares what
+     * a client's connections show (server.c srv_dedup_id), and gets a
+     * value of its own, derived one way: the nonce went to every server,
+     * and one that was hostile, or read the traffic to it, showed it to
+     * another server as this client's and marked the client's pushes there
+     * as applied (an outside tester). Not in the twin: nobody is hostile
+     * there, and a hash per HELLO is CPU its largest runs would pay. */
+    uint64_t shown = c->hello_nonce;
+    if (srv->id != 0 && !rkv_nic_in_process(c->nic))
+        shown = rkv_nic_auth_derive64("rkv claim", c->hello_nonce, srv->id);
     struct rkv_msg body = {
-        .u.hello = {.machine_id = c->cfg.machine_id, .want_id = want, .nonce = c->hello_nonce}};
+        .u.hello = {.machine_id = c->cfg.machine_id, .want_id = want, .nonce = shown}};
     /* Set by cli_send_simple on success; NULL for GCC's flow analysis at -O3,
      * which cannot see that and warns (-Wmaybe-uninitialized). */
     struct cli_req *r = NULL;
@@ -3820,7 +3830,18 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
         goto destroy_cond;
     if ((rc = rkv_engine_start(c->eng)) < 0)
         goto destroy_engine;
-    c->next_req = ((rkv_rng_next(&port->rng) >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
+    /* The tag of this incarnation's push sequences: from the OS, except
+     * in the twin (a seed repeats its runs). From the port's generator,
+     * seeded by the configuration and a stack address, it repeated from run
+     * to run in tests and gave a peer who claims this client's id at a
+     * server a short list to try (an outside tester). */
+    uint64_t tag_bits = rkv_rng_next(&port->rng);
+    if (!rkv_nic_in_process(nic)) {
+        uint8_t rnd[RKV_NIC_AUTH_NONCE_BYTES];
+        rkv_nic_auth_nonce(rnd);
+        memcpy(&tag_bits, rnd, sizeof(tag_bits));
+    }
+    c->next_req = ((tag_bits >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
     if ((rc = cli_join(c)) < 0) {
         rkv_errf(err, err_len, rc, "%s", c->err);
         goto destroy_engine;

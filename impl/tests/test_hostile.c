@@ -1276,8 +1276,9 @@ struct evil_server {
     /* Nonzero: each PUSH is first answered for the ids around it with an
      * ERROR carrying this text, as if those requests had been ours. */
     const char *forge;
-    uint32_t init_id_off;       /* added to the tensor id each INIT_REPLY gives */
-    _Atomic uint64_t last_push; /* the last PUSH's request id (its sequence) */
+    uint32_t init_id_off;        /* added to the tensor id each INIT_REPLY gives */
+    _Atomic uint64_t last_push;  /* the last PUSH's request id (its sequence) */
+    _Atomic uint64_t last_nonce; /* the last HELLO's nonce */
 };
 
 static void evil_reply(struct evil *e, const struct rkv_msg *m, uint32_t sender)
@@ -1330,6 +1331,8 @@ static void *evil_server_main(void *arg)
             es->n_rndv += m.h.type == RKV_MSG_RNDV_START;
             if (m.h.type == RKV_MSG_PUSH)
                 atomic_store(&es->last_push, m.h.req_id);
+            if (m.h.type == RKV_MSG_HELLO)
+                atomic_store(&es->last_nonce, m.u.hello.nonce);
             if (m.h.type == RKV_MSG_HELLO && es->hello_id)
                 m.u.hello.want_id = es->hello_id;
             if (m.h.type == RKV_MSG_PUSH && es->forge && e->qp && !e->down)
@@ -3069,8 +3072,11 @@ static void test_push_sender_is_the_connection(void **state)
  * worker for a retry: acknowledged, never applied (an outside tester: 6,441
  * wrong values in 5 s). Only the id's holder there, or a connection of the
  * same client (its HELLO's nonce), is deduplicated under the id. The tag
- * is learnt as a peer on the worker's path would: machine 2's server is
- * hostile and reads it from a push. */
+ * and the nonce are learnt as a hostile server would: machine 2's reads
+ * them from the worker's HELLO and a push. The worker shows each server
+ * other than 0 a value of its nonce of that server's own, so the one it
+ * showed machine 2 is no use at machine 1 (the nonce itself, shown to every
+ * server, let the next tester through). */
 static void test_claimed_id_cannot_mark_pushes_applied(void **state)
 {
     struct env *env = *state;
@@ -3099,7 +3105,8 @@ static void test_claimed_id_cannot_mark_pushes_applied(void **state)
     struct evil e;
     evil_open(&e, env);
     evil_connect(&e, &c.machines[1]);
-    assert_int_equal(evil_hello(&e, &c, 0, 0x5eed), 0); /* the worker's id, another nonce */
+    /* The worker's id, and the nonce it showed machine 2. */
+    assert_int_equal(evil_hello(&e, &c, 0, atomic_load(&es.last_nonce)), 0);
     evil_sum(&e, on1, (tag << RKV_SEQ_TAG_SHIFT) | ((1ull << RKV_SEQ_TAG_SHIFT) - 1));
     evil_close(&e);
     for (int i = 0; i < 5; i++)
