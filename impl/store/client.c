@@ -767,8 +767,14 @@ static void cli_on_stop_notice(struct rkv_client *c, struct cli_server *from, co
 {
     RKV_ASSERT_HELD(c->port, c->mu);
     from->stopped = 1;
+    /* The cause alone ("the servers were asked to exit (by client K)"):
+     * the notice's "server N is shutting down: " named, in every later
+     * refusal, whichever server's notice came first. */
+    const char *cause = text, *colon = strstr(text, ": ");
+    if (!strncmp(text, "server ", 7) && colon)
+        cause = colon + 2;
     if (!c->stop_text)
-        c->stop_text = strndup(text, RKV_PROTO_TEXT_MAX); /* NULL: the code alone */
+        c->stop_text = strndup(cause, RKV_PROTO_TEXT_MAX); /* NULL: the code alone */
     if (from == c->srv0) {
         c->told_stop = 1;
         atomic_fetch_or(&c->connect_cancel, CLI_CANCEL_SRV0);

@@ -1161,7 +1161,10 @@ static void test_calls_after_another_clients_shutdown(void **state)
     char by_a[40];
     snprintf(by_a, sizeof(by_a), "asked to exit (by client %u)", rkv_client_id(a));
     int rc = rkv_client_pull(b, "t", &remote, 1, got);
-    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), by_a))
+    /* The cause, not whichever server's notice came first ("server 0 is
+     * shutting down" in a pull from server 1). */
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), by_a) ||
+        strstr(rkv_client_errmsg(b), "shutting down"))
         fail_msg("pull after a's shutdown: %d %s", rc, rkv_client_errmsg(b));
     rc = rkv_client_barrier(b);
     if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(b), by_a))
@@ -1894,6 +1897,35 @@ static void test_observer_refused_at_once(void **state)
     assert_int_equal(rkv_client_shutdown_servers(cli), 0);
     rkv_client_destroy(cli);
     cluster_stop(&c);
+}
+
+/* An observer (it says no HELLO) after a worker's shutdown: its list()
+ * read "server 0 is gone" (-RKV_EPEERDEAD), as if server 0 had died (an
+ * outside tester). It is told, as the workers are. */
+static void test_observer_told_of_shutdown(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 5000);
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_client *cli = client_join(&c), *obs = NULL;
+    char err[256];
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    assert_int_equal(rkv_client_create_observer(&c.cfg, &obs, err, sizeof(err)), 0);
+    struct rkv_tensor_meta metas[4];
+    size_t n = 0;
+    assert_int_equal(rkv_client_list(obs, metas, 4, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    cluster_stop(&c); /* the servers' processes exit */
+    int rc = rkv_client_list(obs, metas, 4, &n);
+    char by[40];
+    snprintf(by, sizeof(by), "asked to exit (by client %u)", rkv_client_id(cli));
+    if (rc != -RKV_ESHUTDOWN || !strstr(rkv_client_errmsg(obs), by))
+        fail_msg("list after the shutdown: %d %s", rc, rkv_client_errmsg(obs));
+    rkv_client_destroy(obs);
+    rkv_client_destroy(cli);
 }
 
 /* The servers of the client's machine stopped (rkv_server_stop) and
@@ -3653,6 +3685,7 @@ int main(void)
         cmocka_unit_test(test_second_shutdown_is_no_failure),
         cmocka_unit_test(test_calls_after_another_clients_shutdown),
         cmocka_unit_test(test_dead_server_calls_bounded_by_retry_ms),
+        cmocka_unit_test(test_observer_told_of_shutdown),
         cmocka_unit_test(test_first_contact_after_the_servers_stopped),
         cmocka_unit_test(test_fewer_workers_than_configured),
         cmocka_unit_test(test_desc_check_agrees_with_decoder),
