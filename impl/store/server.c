@@ -1883,7 +1883,7 @@ static void srv_tell_shutdown(struct rkv_server *s, const struct rkv_peer *asker
         /* Clients: joined ones, and observers (they read the catalogue
          * and say no HELLO: their list() read "server 0 is gone"; an
          * outside tester). Not a server's own connection (REGISTER). */
-        if ((!c->hello && !c->reader) || c->gone || c->peer == asker)
+        if ((!c->hello && !c->reader) || c->gone || c->peer == asker || rkv_peer_dead(c->peer))
             continue;
         struct srv_ack *a = calloc(1, sizeof(*a));
         if (!a)
