@@ -160,9 +160,11 @@ struct rkv_client {
     /* Another client asked the servers to exit: the first shutdown notice's
      * text (a server's ERROR of request id 0, cli_on_stop_notice), and
      * whether server 0 sent one (then every call is refused as after this
-     * client's own shutdown). Under mu. */
+     * client's own shutdown). stop_text under mu; told_stop is read
+     * without it by every call's check (cli_check_open, the data path),
+     * set under it after stop_text. */
     char *stop_text;
-    int told_stop;
+    atomic_int told_stop;
     /* Barriers this client completed: the next BARRIER carries it + 1, so
      * that a restarted server 0 tells a retry from the next barrier. */
     uint32_t barriers;
@@ -776,7 +778,7 @@ static void cli_on_stop_notice(struct rkv_client *c, struct cli_server *from, co
     if (!c->stop_text)
         c->stop_text = strndup(cause, RKV_PROTO_TEXT_MAX); /* NULL: the code alone */
     if (from == c->srv0) {
-        c->told_stop = 1;
+        atomic_store(&c->told_stop, 1);
         atomic_fetch_or(&c->connect_cancel, CLI_CANCEL_SRV0);
     }
     RKV_LOGI(c->port, "server %u: %s", from->id, text);
@@ -881,10 +883,10 @@ static int cli_check_open(struct rkv_client *c, const char *what)
     if (c->stopping)
         return rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
                         "%s: the servers were asked to exit (rkv_client_shutdown_servers)", what);
+    if (!atomic_load(&c->told_stop)) /* no lock: every push and pull checks */
+        return 0;
     cli_lock(c);
-    int rc = c->told_stop ? rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN, "%s: %s", what,
-                                     cli_stop_text(c))
-                          : 0;
+    int rc = rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN, "%s: %s", what, cli_stop_text(c));
     cli_unlock(c);
     return rc;
 }
@@ -1079,10 +1081,7 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
                                       srv0_lost ? &c->interrupted : &c->connect_cancel, &srv->peer);
     if (srv0_lost && (rc == -RKV_EPEERDEAD || rc == -RKV_ETIMEDOUT))
         rc = -RKV_EINTR;
-    cli_lock(c);
-    int told = c->told_stop;
-    cli_unlock(c);
-    if (rc == -RKV_EINTR && !atomic_load(&c->interrupted) && told) {
+    if (rc == -RKV_EINTR && !atomic_load(&c->interrupted) && atomic_load(&c->told_stop)) {
         cli_lock(c);
         rc = rkv_errf(c->err, sizeof(c->err), -RKV_ESHUTDOWN,
                       "cannot connect to server %u at %s:%u: %s", srv->id, srv->host, srv->port,
@@ -1118,6 +1117,20 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
     return 0;
 }
 
+/* 64 bits a peer cannot guess (the OS's), for the HELLO nonce and the
+ * push sequence tag; in the twin the port's generator, whose runs a seed
+ * must repeat. */
+static uint64_t cli_draw64(struct rkv_port *port, struct rkv_nic *nic)
+{
+    if (rkv_nic_in_process(nic))
+        return rkv_rng_next(&port->rng);
+    uint8_t rnd[RKV_NIC_AUTH_NONCE_BYTES];
+    rkv_nic_auth_nonce(rnd);
+    uint64_t v;
+    memcpy(&v, rnd, sizeof(v));
+    return v;
+}
+
 static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want, uint64_t wait_ms)
 {
     int rc = cli_connect(c, srv);
@@ -1128,15 +1141,8 @@ static int cli_hello(struct rkv_client *c, struct cli_server *srv, uint32_t want
      * 0 gives its id to nobody else): from the OS, except in the twin,
      * whose runs a seed must repeat. The port's generator is seeded by the
      * configuration and a stack address, about 30 bits a peer could try. */
-    while (!c->hello_nonce) {
-        if (rkv_nic_in_process(c->nic)) {
-            c->hello_nonce = rkv_rng_next(&c->port->rng);
-        } else {
-            uint8_t rnd[RKV_NIC_AUTH_NONCE_BYTES];
-            rkv_nic_auth_nonce(rnd);
-            memcpy(&c->hello_nonce, rnd, sizeof(c->hello_nonce));
-        }
-    }
+    while (!c->hello_nonce)
+        c->hello_nonce = cli_draw64(c->port, c->nic);
     /* Server 0 checks the nonce itself; another server only compares what
      * a client's connections show (server.c srv_dedup_id), and gets a
      * value of its own, derived one way: the nonce went to every server,
@@ -3841,13 +3847,7 @@ static int cli_create(struct rkv_port *port, struct rkv_nic *nic, const struct r
      * seeded by the configuration and a stack address, it repeated from run
      * to run in tests and gave a peer who claims this client's id at a
      * server a short list to try (an outside tester). */
-    uint64_t tag_bits = rkv_rng_next(&port->rng);
-    if (!rkv_nic_in_process(nic)) {
-        uint8_t rnd[RKV_NIC_AUTH_NONCE_BYTES];
-        rkv_nic_auth_nonce(rnd);
-        memcpy(&tag_bits, rnd, sizeof(tag_bits));
-    }
-    c->next_req = ((tag_bits >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
+    c->next_req = ((cli_draw64(port, nic) >> RKV_SEQ_TAG_SHIFT) | 1) << RKV_SEQ_TAG_SHIFT;
     if ((rc = cli_join(c)) < 0) {
         rkv_errf(err, err_len, rc, "%s", c->err);
         goto destroy_engine;
