@@ -381,27 +381,39 @@ static void srv_coord_note_gone(struct rkv_server *s)
                  (int)s->client_gone - 1, why);
 }
 
-/* A restarted server 0: the ids, barrier count and addresses of the run it
- * rejoins. Clients then re-join under their ids (srv_rejoin); a record
- * written before every id was handed out restores no id. first: this may
- * be the run's first start (no snapshot yet), where no record is normal. */
-static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err_len)
+static void srv_coord_free(struct rkv_coord *c)
 {
-    struct rkv_coord c = {
+    free(c->clients);
+    free(c->addrs);
+    c->clients = NULL;
+    c->addrs = NULL;
+}
+
+/* A restarting server 0's record of the run it rejoins, read and checked
+ * before anything of the restart is made: a refusal after the snapshot's
+ * restore left the machine's memory in /dev/shm. first: this may be the
+ * run's first start (no snapshot yet), where no record is normal;
+ * n_tensors: the snapshot's. *have: a record to srv_coord_apply (then
+ * srv_coord_free); none is 0 with *have 0, or a refusal. */
+static int srv_coord_read(struct rkv_server *s, int first, uint32_t n_tensors, struct rkv_coord *c,
+                          int *have, char *err, size_t err_len)
+{
+    *have = 0;
+    *c = (struct rkv_coord){
         .fingerprint = s->fp, .n_workers = s->cfg.n_workers, .n_servers = s->n_servers};
-    c.clients = calloc(c.n_workers, sizeof(*c.clients));
-    c.addrs = calloc(c.n_servers, sizeof(*c.addrs));
+    c->clients = calloc(c->n_workers, sizeof(*c->clients));
+    c->addrs = calloc(c->n_servers, sizeof(*c->addrs));
     int rc = -RKV_ENOMEM;
-    if (!c.clients || !c.addrs) {
+    if (!c->clients || !c->addrs) {
         rkv_errf(err, err_len, rc, "out of memory");
-        goto out;
+        goto fail;
     }
-    rc = rkv_coord_read(s->cfg.durable_dir, &c, err, err_len);
+    rc = rkv_coord_read(s->cfg.durable_dir, c, err, err_len);
     if (rc == -RKV_ENOTENSOR && first) {
-        rc = 0;
-        goto out;
+        srv_coord_free(c);
+        return 0;
     }
-    if (rc == -RKV_ENOTENSOR && s->n_tensors > 0) {
+    if (rc == -RKV_ENOTENSOR && n_tensors > 0) {
         /* Its tensors were made by clients, whose ids the record held (it
          * is written before any is acknowledged): it was lost, and the
          * clients that live on met "client ids are not handed out yet". */
@@ -410,25 +422,38 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
                       "holds %u tensors, which clients made: the record of their ids is lost "
                       "(removed by hand?); restore it, or start the job over with an empty "
                       "directory",
-                      s->cfg.durable_dir, s->n_tensors);
-        goto out;
+                      s->cfg.durable_dir, n_tensors);
+        goto fail;
     }
     if (rc == -RKV_ENOTENSOR) {
         RKV_LOGW(s->port,
                  "server 0 restarted without a coordination record in %s: no client "
                  "ids were handed out before the crash; clients join afresh",
                  s->cfg.durable_dir);
-        rc = 0;
-        goto out;
+        srv_coord_free(c);
+        return 0;
     }
     if (rc < 0)
-        goto out;
-    s->n_hellos = c.ids_given;
+        goto fail;
+    *have = 1;
+    return 0;
+fail:
+    srv_coord_free(c);
+    return rc;
+}
+
+/* A restarted server 0 takes the ids, barrier count and addresses of the
+ * run it rejoins (srv_coord_read's), its tensors restored. Clients then
+ * re-join under their ids (srv_rejoin); a record written before every id
+ * was handed out restores no id. */
+static void srv_coord_apply(struct rkv_server *s, const struct rkv_coord *c)
+{
+    s->n_hellos = c->ids_given;
     uint64_t now = s->port->ops->now_ns(s->port);
-    for (uint32_t i = 0; i < c.ids_given; i++) {
+    for (uint32_t i = 0; i < c->ids_given; i++) {
         s->hellos[i] = (struct srv_hello){
-            .machine = c.clients[i].machine, .nonce = c.clients[i].nonce, .away_ns = now};
-        if ((c.clients[i].flags & RKV_COORD_LEFT) && !s->client_gone) {
+            .machine = c->clients[i].machine, .nonce = c->clients[i].nonce, .away_ns = now};
+        if ((c->clients[i].flags & RKV_COORD_LEFT) && !s->client_gone) {
             s->client_gone = i + 1;
             RKV_LOGW(s->port,
                      "server 0 restarted: client %u left before; a barrier fails until it "
@@ -436,16 +461,16 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
                      i);
         }
     }
-    s->barriers_done = c.barriers_done;
+    s->barriers_done = c->barriers_done;
     /* Only what was committed before the crash is listed: a tensor whose
      * init_data failed is in the snapshot too (the servers that made
      * their shards logged it), and was listed as made, its init_data
      * refused when tried again. */
     uint32_t uncommitted = 0;
-    for (uint32_t id = 1; c.has_committed && id <= s->n_tensors; id++) {
+    for (uint32_t id = 1; c->has_committed && id <= s->n_tensors; id++) {
         struct rkv_tensor *t = rkv_tensor_at(&s->tensors, id);
         if (t) {
-            t->ready = (c.committed[id / 8] >> (id % 8)) & 1u;
+            t->ready = (c->committed[id / 8] >> (id % 8)) & 1u;
             uncommitted += !t->ready;
         }
     }
@@ -455,23 +480,19 @@ static int srv_coord_load(struct rkv_server *s, int first, char *err, size_t err
                  "listed; the same init_data completes them",
                  uncommitted);
     uint64_t fp = s->fp;
-    for (uint32_t i = 0; i < c.n_servers; i++) {
-        if (!c.addrs[i].port || s->table[i].port)
+    for (uint32_t i = 0; i < c->n_servers; i++) {
+        if (!c->addrs[i].port || s->table[i].port)
             continue; /* the config's addresses stand */
         s->table[i] =
-            (struct rkv_wire_addr){.cluster = fp, .server_id = i, .port = c.addrs[i].port};
-        snprintf(s->table[i].host, sizeof(s->table[i].host), "%s", c.addrs[i].host);
+            (struct rkv_wire_addr){.cluster = fp, .server_id = i, .port = c->addrs[i].port};
+        snprintf(s->table[i].host, sizeof(s->table[i].host), "%s", c->addrs[i].host);
         s->n_registered++;
     }
     RKV_LOGW(s->port,
              "server 0 restarted: %u client ids, %llu completed barriers and %u of %u server "
              "addresses restored from %s/%s; clients re-join under their ids",
-             c.ids_given, (unsigned long long)c.barriers_done, s->n_registered, s->n_servers,
+             c->ids_given, (unsigned long long)c->barriers_done, s->n_registered, s->n_servers,
              s->cfg.durable_dir, RKV_COORD_FILE);
-out:
-    free(c.clients);
-    free(c.addrs);
-    return rc;
 }
 
 /* Server 0: a client re-joins under the id it holds only when that id's
@@ -883,7 +904,7 @@ static int srv_init_tensor(struct rkv_server *s, const struct rkv_msg *m, uint32
         int was = t->ready;
         t->ready = 1;
         /* Recorded before it is answered: a restarted server 0 lists what
-         * its record says was committed (srv_coord_load). */
+         * its record says was committed (srv_coord_apply). */
         int rc = !was && s->server_id == 0 ? srv_coord_save(s, s->err, sizeof(s->err)) : 0;
         if (rc < 0) {
             t->ready = 0;
@@ -2808,19 +2829,27 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
         else
             RKV_LOGI(s->port, "durable mode: no snapshot at %s yet; starting lineage %llx", path,
                      (unsigned long long)lineage);
-        rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
-                             &s->mach, err, err_len);
-        s->mach_made = rc == 0;
         /* Server 0 may have handed out ids before any tensor made a
          * snapshot: a record of this configuration belongs to this
          * directory's run, as with a snapshot; another configuration's is
-         * an earlier run's. */
-        if (rc == 0 && s->server_id == 0 &&
-            (rc = srv_coord_load(s, 1, err, err_len)) == -RKV_ECONFIG) {
+         * an earlier run's. Read before the segment is made. */
+        struct rkv_coord coord;
+        int have = 0;
+        if (s->server_id == 0 &&
+            (rc = srv_coord_read(s, 1, 0, &coord, &have, err, err_len)) == -RKV_ECONFIG) {
             RKV_LOGI(s->port, "durable mode: %s", err);
             rkv_coord_remove(s->cfg.durable_dir);
             rc = 0;
         }
+        if (rc < 0)
+            return rc;
+        rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, lineage, 1,
+                             &s->mach, err, err_len);
+        s->mach_made = rc == 0;
+        if (rc == 0 && have)
+            srv_coord_apply(s, &coord);
+        if (have)
+            srv_coord_free(&coord);
         return rc;
     }
     if (rc < 0)
@@ -2828,17 +2857,26 @@ static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
     char diff[320];
     rkv_fingerprint_diff(s->fp, snap.fingerprint, "this server", "the snapshot's", diff,
                          sizeof(diff));
+    rc = 0;
     if (snap.fingerprint != s->fp)
         rc = rkv_errf(err, err_len, -RKV_ECONFIG,
                       "snapshot %s was written by another cluster configuration, or by a build "
                       "of rkv before 2026-12-05 (another fingerprint; start that directory "
                       "over): %s",
                       path, diff);
-    else
+    /* Server 0's record is checked before the restore makes the machine's
+     * memory: a refusal after it left the segments in /dev/shm. */
+    struct rkv_coord coord;
+    int have = 0;
+    if (rc == 0 && s->server_id == 0)
+        rc = srv_coord_read(s, 0, snap.n_tensors, &coord, &have, err, err_len);
+    if (rc == 0)
         rc = srv_restart(s, &snap, path, err, err_len);
     rkv_snap_free(&snap);
-    if (rc == 0 && s->server_id == 0 && (rc = srv_coord_load(s, 0, err, err_len)) < 0)
-        srv_free_tensors(s);
+    if (rc == 0 && have)
+        srv_coord_apply(s, &coord);
+    if (have)
+        srv_coord_free(&coord);
     return rc;
 }
 

@@ -994,6 +994,20 @@ static void unlink_machine_shards(const struct rkv_config *cfg, uint32_t m)
     }
 }
 
+/* Whether any of machine m's segments (its meta, tensors 1 and 2) is in
+ * /dev/shm. */
+static int machine_shm_present(const struct rkv_config *cfg, uint32_t m)
+{
+    char name[128];
+    snprintf(name, sizeof(name), "/dev/shm/%s-m%u-meta", cfg->shm_prefix, m);
+    int n = access(name, F_OK) == 0;
+    for (uint32_t t = 1; t <= 2; t++) {
+        snprintf(name, sizeof(name), "/dev/shm/%s-m%u-t%u", cfg->shm_prefix, m, t);
+        n += access(name, F_OK) == 0;
+    }
+    return n;
+}
+
 static void unlink_machine_shm(const struct rkv_config *cfg, uint32_t m)
 {
     char name[128];
@@ -2689,8 +2703,12 @@ static void test_corrupt_coord_record_refused(void **state)
     assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_EIO);
     assert_non_null(strstr(err, path));
     assert_non_null(strstr(err, "CRC-32C mismatch"));
+    /* Refused before the snapshot's restore: it left machine 0's memory in
+     * /dev/shm. */
+    int left = machine_shm_present(&c.cfg, 0);
+    unlink_machine_shm(&c.cfg, 0);
     remove_tree(c.dir);
-    unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
+    assert_int_equal(left, 0);
 }
 
 /* stderr, where a server in this process logs, into path until
@@ -2741,7 +2759,9 @@ static void test_lost_files_said(void **state)
     assert_int_equal(rkv_server_create(&cfg, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
     if (!strstr(err, "coordination record") || !strstr(err, "is missing, but its snapshot holds"))
         fail_msg("%s", err);
-    unlink_machine_shm(&c.cfg, 0); /* the refused server restored machine 0's memory */
+    int left = machine_shm_present(&c.cfg, 0); /* refused before the restore */
+    unlink_machine_shm(&c.cfg, 0);
+    assert_int_equal(left, 0);
     /* Machine 1 loses every file of its own: its claim stays. */
     static const char *const gone[] = {"rkv-m1.snap", "rkv-m1.0.wal", "rkv-m1.1.wal",
                                        "rkv-m1.new.wal"};
