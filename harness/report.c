@@ -687,6 +687,21 @@ static void rep_gp_cdf(FILE *f, const struct rkv_report *r, const char *dir, con
         hi_us = r->phase[p].max_us > hi_us ? r->phase[p].max_us : hi_us;
     if (floor_us > 0 && hi_us < 100 * floor_us)
         fprintf(f, "set logscale x 2\nset format x '%%g'\n");
+    uint64_t calls = 0;
+    for (uint32_t p = 0; p < n; p++)
+        for (uint32_t b = 0; b < RKV_WL_HIST; b++)
+            calls += r->phase[p].hist[b];
+    if (!calls) {
+        /* Nothing to draw (every request failed, or none was made): an
+         * empty axis that says so. gnuplot failed "x range is invalid",
+         * and a passing run exited 3 with --plot. */
+        fprintf(
+            f,
+            "unset key\nset xrange [1:1000]\nset label 1 'no call completed: no latencies to draw' "
+            "at graph 0.5,0.5 center\nplot -1 notitle\nunset label 1\n"
+            "unset logscale x\nset xrange [*:*]\nset yrange [*:*]\n");
+        return;
+    }
     fprintf(f, "plot");
     for (uint32_t p = 0; p < n; p++) {
         double lw = n > 1 ? 2.0 + 3.0 * (double)(n - 1 - p) / (double)(n - 1) : 2.5;

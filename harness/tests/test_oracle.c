@@ -91,6 +91,58 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
     fclose(pins);
     assert_string_equal(log, "PIN t=0 r=0 e=0 w=1 p=0 n=2\n");
     free(log);
+
+    /* Another worker process reads the row first in the next epoch (the
+     * read phase): its pin names the epoch of the assigns, as the one
+     * above does, so that the launcher compares the two. It named the
+     * reader's epoch (e=1), and two processes shown different winners
+     * passed on tcp (an outside tester). */
+    log = NULL;
+    pins = open_memstream(&log, &log_len);
+    assert_non_null(pins);
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    rkv_oracle_set_pin_log(o, pins);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 1, a, why, sizeof(why)), 0);
+    rkv_oracle_destroy(o);
+    fclose(pins);
+    assert_string_equal(log, "PIN t=0 r=0 e=0 w=0 p=0 n=2\n");
+    free(log);
+    rkv_scenario_free(sc);
+}
+
+/* Regression: the oracle held inexact rows to 1e-4 x (1 + |want|) on top
+ * of the store's rounding, so an sgd phase with lr 1e-6 (accepted: the
+ * loader takes any lr of 16 ulps or more) passed with every push dropped
+ * (an outside tester's store mutant). One push of row 0; the row read
+ * after the barrier must hold it. */
+static void test_small_sgd_step_is_checked(void **state)
+{
+    (void)state;
+    struct rkv_scenario *sc = load("seed: 3\n"
+                                   "cluster: {machines: 1, servers_per_machine: 1, "
+                                   "workers_per_machine: 1}\n"
+                                   "tensors:\n"
+                                   "  - {name: t, dtype: f64, rows: 1, shape: [4]}\n"
+                                   "workload:\n"
+                                   "  - {name: step, tensor: t, push: 1.0, push_op: sgd, lr: "
+                                   "0.000001, ids_per_request: 1, rounds: 1}\n"
+                                   "  - {name: read, tensor: t, push: 0, rounds: 1}\n");
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    double stepped[4], untouched[4] = {0};
+    for (uint32_t j = 0; j < 4; j++)
+        stepped[j] = -0.000001 * rkv_wl_value(sc, 0, 0, 0, 0, 0, 0, j);
+    char why[512];
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, stepped, why, sizeof(why)), 0);
+    if (rkv_oracle_check_row(o, 0, 0, 0, 0, untouched, why, sizeof(why)) != -1)
+        fail_msg("a row without its sgd push (lr 1e-6) passed the oracle");
+    rkv_oracle_destroy(o);
     rkv_scenario_free(sc);
 }
 
@@ -191,6 +243,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
+        cmocka_unit_test(test_small_sgd_step_is_checked),
         cmocka_unit_test(test_remote_only_draws_only_remote_rows),
         cmocka_unit_test(test_keys_that_do_not_exist_are_named),
     };

@@ -328,6 +328,50 @@ static char *slurp(const char *path)
     return buf;
 }
 
+/* Regression: a run in which no call completed (every request failed
+ * under a fault) has no latencies: gnuplot failed "x range is invalid" and
+ * a passing run exited 3 with --plot. The CDF is an empty axis saying so. */
+static void test_plot_without_latencies(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/gnuplot", X_OK) != 0)
+        skip();
+    char yaml[64], dir[64], err[256], path[128];
+    tmp_scenario(yaml, sizeof(yaml), "plot0",
+                 "cluster: {machines: 1, servers_per_machine: 1, workers_per_machine: 1}\n"
+                 "tensors:\n  - {name: t, rows: 64}\n"
+                 "workload:\n  - {name: one, tensor: t, rounds: 2}\n");
+    snprintf(dir, sizeof(dir), "/tmp/rkv-plot0-%d.d", (int)getpid());
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_wl_phase_stats *st = calloc(1, sizeof(*st));
+    assert_non_null(st);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    rkv_wl_print(m, 0, 0, st); /* the phase ran, and no call completed */
+    fclose(m);
+    struct rkv_report r;
+    char *outs[1] = {buf};
+    assert_int_equal(rkv_report_collect(&r, sc, outs, 1), 0);
+    r.processes_ok = 1;
+    if (rkv_report_plot(&r, dir, "tcp", err, sizeof(err)) < 0)
+        fail_msg("plot: %s", err);
+    snprintf(path, sizeof(path), "%s/plots.gp", dir);
+    char *gp = slurp(path);
+    assert_non_null(strstr(gp, "no call completed"));
+    free(gp);
+    rkv_report_free(&r);
+    rkv_scenario_free(sc);
+    free(st);
+    free(buf);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    unlink(yaml);
+}
+
 /* Plots a person learns from: titles name the scenario, the backend and
  * whether times are simulated; phases with the same latencies stay visible
  * (each its own colour and dash, thinner on top of thicker, markers on
@@ -489,6 +533,7 @@ static void test_plots_not_made_fail_the_run(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plot_without_latencies),
         cmocka_unit_test(test_plot_names_run_and_shows_every_line),
         cmocka_unit_test(test_percentiles_never_above_max),
         cmocka_unit_test(test_report_json_round_trips_names),

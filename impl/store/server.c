@@ -1937,9 +1937,8 @@ static void srv_on_shutdown(struct rkv_server *s, struct rkv_peer *peer, const s
     /* The first one at the warning level: a client may repeat it, and
      * each was a line (an outside tester: 31 lines for 40 copies). */
     rkv_port_log(s->port, s->shut ? RKV_LOG_DEBUG : RKV_LOG_WARN,
-                 "server %u: stopping: SHUTDOWN from client %u (as its connection says: only "
-                 "server 0 checks ids)",
-                 s->server_id, c->client_id);
+                 "server %u: stopping: SHUTDOWN from client %u%s", s->server_id, c->client_id,
+                 s->server_id == 0 ? "" : " (as its connection says: only server 0 checks ids)");
     /* Before the ack: once the asking client hears it, no co-located
      * client may go on writing rows nobody serves any more. */
     for (uint32_t i = 1; i <= s->n_tensors; i++) {
