@@ -1941,20 +1941,25 @@ static int sc_check_fault(const struct rkv_scenario *sc, uint32_t i, char *err, 
             return sc_fault_fail(sc, i, RKV_SC_F_AFTER_PHASE, err, err_len,
                                  "after_phase: no phase named \"%s\"", f->after_phase);
         f->after_phase_ix = p;
-        /* Client 0 (w0) times every after_phase crash: one that crashed it
-         * before this phase ends leaves this one waiting for a phase end
-         * that never comes, and the run failed "not every fault fired"
-         * with a hint that did not name it (an outside tester). */
+        /* Client 0 times every after_phase crash, and which worker is
+         * client 0 is settled only as the workers join (w0 need not be):
+         * a worker crashed before this phase ends may be client 0, and
+         * any worker's crash fails the others' next barrier, so this
+         * crash waited for a phase end that never came and the run failed
+         * "not every fault fired" (outside testers; a rule naming w0 alone
+         * refused files where w0 was not client 0 and passed others). */
         for (uint32_t j = 0; j < i; j++) {
             const struct rkv_sc_fault *g = &sc->faults[j];
-            if (!strcmp(g->kind, "crash") && !strcmp(g->target, "w0") &&
+            if (!strcmp(g->kind, "crash") && g->target[0] == 'w' &&
                 (!g->after_phase[0] || g->after_phase_ix < p))
-                return sc_fault_fail(sc, i, RKV_SC_F_AFTER_PHASE, err, err_len,
-                                     "after_phase: client 0 (w0) ends the phases that time "
-                                     "after_phase crashes, and faults[%u] crashes it before "
-                                     "phase \"%s\" ends: this crash could never fire (give it "
-                                     "at_s, or crash w0 later)",
-                                     j, f->after_phase);
+                return sc_fault_fail(
+                    sc, i, RKV_SC_F_AFTER_PHASE, err, err_len,
+                    "after_phase: faults[%u] crashes worker %s before phase \"%s\" ends; "
+                    "after_phase crashes are timed by client 0, which may be that worker "
+                    "(ids are handed out as workers join), and a worker's crash fails the "
+                    "others' next barrier: this crash could never fire (give it at_s, or "
+                    "crash %s after phase \"%s\" or later)",
+                    j, g->target, f->after_phase, g->target, f->after_phase);
         }
     }
     /* An after_phase crash has no at_s of its own: the message said

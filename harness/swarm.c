@@ -396,17 +396,18 @@ static void sw_normalize_faults(struct rkv_swarm_spec *sp)
             sp->faults[j] = sp->faults[j - 1];
         sp->faults[j] = f;
     }
-    /* Client 0 (w0) ends the phases that time after_phase crashes: one
-     * listed after a crash of w0 that comes before its phase ends could
-     * never fire, and the loader refuses it. */
+    /* Client 0 ends the phases that time after_phase crashes, and any
+     * worker may be client 0 (a worker's crash fails the others' next
+     * barrier anyway): one listed after a worker's crash that comes before
+     * its phase ends could never fire, and the loader refuses it. */
     n = 0;
-    int w0_gone = INT_MAX; /* the phase after which w0 crashed (-1: at a time) */
+    int w_gone = INT_MAX; /* the first phase after which a worker crashed (-1: at a time) */
     for (uint32_t i = 0; i < sp->n_faults; i++) {
         const struct rkv_swarm_fault *f = &sp->faults[i];
-        if (f->kind == RKV_SWF_CRASH && f->after_phase >= 0 && f->after_phase > w0_gone)
+        if (f->kind == RKV_SWF_CRASH && f->after_phase >= 0 && f->after_phase > w_gone)
             continue;
-        if (f->kind == RKV_SWF_CRASH && !f->server && f->local == 0 && w0_gone == INT_MAX)
-            w0_gone = f->after_phase;
+        if (f->kind == RKV_SWF_CRASH && !f->server && f->after_phase < w_gone)
+            w_gone = f->after_phase;
         sp->faults[n++] = *f;
     }
     sp->n_faults = n;

@@ -320,7 +320,11 @@ struct rkv_config {
      * with backoff for this long, reconnecting to the server's address as
      * server 0 knows it then (a restarted server re-registers), or to
      * another server of its machine; in durable mode a retried push is
-     * applied once. 0 (the default): fail at once,
+     * applied once. Outside durable mode nothing records what a machine
+     * applied, so a push other than an assign whose server went after it
+     * was sent (it may have applied it) is not retried: -RKV_EPEERDEAD,
+     * saying it may have been applied (one not yet sent is). 0 (the
+     * default): fail at once,
      * and a server this client lost (its process killed, or it dropped this
      * client: silent past its idle_timeout_ms while stopped, say) stays
      * lost to it: every later call to it fails at once with -RKV_EPEERDEAD,

@@ -2140,6 +2140,32 @@ static void test_register_limit_is_named(void **state)
     cluster_stop(&c);
 }
 
+/* Regression: a wrong secret is refused at once, and the client said
+ * "cannot connect ... within 30000 ms: bad configuration" (an outside
+ * tester): a wait it never did, and no word of the handshake. */
+static void test_wrong_secret_not_said_as_a_wait(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    snprintf(c.cfg.secret, sizeof(c.cfg.secret), "the servers' secret");
+    cluster_start_server(&c, 0);
+    cluster_start_server(&c, 1);
+    struct rkv_config cfg = c.cfg;
+    snprintf(cfg.secret, sizeof(cfg.secret), "another secret");
+    cfg.connect_retry_ms = 30000;
+    cfg.log_level = 0;
+    struct rkv_client *cli = NULL;
+    char err[512];
+    int rc = rkv_client_create(&cfg, &cli, err, sizeof(err));
+    if (rc != -RKV_ECONFIG || strstr(err, "within") ||
+        !strstr(err, "refused this client's handshake"))
+        fail_msg("a wrong secret: %d %s", rc, err);
+    rkv_server_stop(c.srv[0][0]);
+    rkv_server_stop(c.srv[1][0]);
+    cluster_stop(&c);
+}
+
 /* A secret file too long to be read was refused with "(missing,
  * unreadable, a directory or empty: the log says which)": only the log
  * said "longer than 4096 bytes". The returned message says it now. */
@@ -3703,6 +3729,7 @@ int main(void)
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_register_limit_is_named),
         cmocka_unit_test(test_secret_file_too_long_is_named),
+        cmocka_unit_test(test_wrong_secret_not_said_as_a_wait),
         cmocka_unit_test(test_init_waits_for_a_large_shard),
         cmocka_unit_test(test_server_names_a_low_fd_limit),
         cmocka_unit_test(test_idle_connection_loss_is_quiet),

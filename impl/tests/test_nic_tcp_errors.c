@@ -224,6 +224,43 @@ static void test_peers_that_are_not_rkv(void **state)
     nic_close(&p);
 }
 
+/* Regression: connecting again and again to a port of the ephemeral range
+ * with nobody listening, the kernel once gave the socket that very port,
+ * and it connected to itself: its hello read back its own ("does not speak
+ * rkv's handshake"), and the connection left in TIME_WAIT kept the server
+ * that restarted there from listening (an outside tester: 1,146 to 14,961
+ * attempts). Every attempt is a refusal, and the port stays free. */
+static void test_connect_to_itself_is_a_refusal(void **state)
+{
+    (void)state;
+    struct nicp p;
+    nic_open(&p, "c");
+    /* A port the kernel hands out as an ephemeral one, nobody on it. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+    close(fd);
+    /* Even: Linux gives bind(0) odd ports and connect's own even ones
+     * first, so an odd one is never met. */
+    uint16_t port = (uint16_t)(ntohs(a.sin_port) & ~1u);
+    a.sin_port = htons(port);
+    struct rkv_qp *qp = NULL;
+    int rc = -RKV_EPEERDEAD, tries = 0;
+    for (; tries < 60000 && rc == -RKV_EPEERDEAD; tries++)
+        rc = p.nic->ops->connect(p.nic, "127.0.0.1", port, 1000, &qp);
+    if (rc != -RKV_EPEERDEAD)
+        fail_msg("connect %d to 127.0.0.1:%u, where nobody listens: %d", tries, port, rc);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        fail_msg("port %u taken after %d refused connects: %s", port, tries, strerror(errno));
+    close(fd);
+    nic_close(&p);
+}
+
 /* A peer that welcomed us and then reset the connection: posts fail with
  * EPEERDEAD (whether the send itself or the progress task notices first),
  * and the QP reports DISCONNECTED once. */
@@ -547,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_bad_registrations),
         cmocka_unit_test(test_peers_that_are_not_rkv),
+        cmocka_unit_test(test_connect_to_itself_is_a_refusal),
         cmocka_unit_test(test_peer_resets),
         cmocka_unit_test(test_write_into_a_region_deregistered_mid_payload),
         cmocka_unit_test(test_write_into_a_region_registered_anew_mid_payload),

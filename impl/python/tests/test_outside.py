@@ -92,6 +92,9 @@ def test_handle_waited_after_close_says_so(cluster):
     with pytest.raises(rkv.Error) as ei:
         h.wait()
     assert "client is closed" in ei.value.message  # it said "already waited for"
+    # Sent, so maybe applied: it said "dropped", and a caller who pushed
+    # again summed twice (an outside tester).
+    assert "may have applied" in ei.value.message and "dropped" not in ei.value.message
 
 
 def test_explicit_machine_beats_env_server_id(tmp_path, monkeypatch):
