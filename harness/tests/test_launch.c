@@ -48,6 +48,14 @@ static void test_dry_run(void **state)
     snprintf(cmd, sizeof(cmd), "%s run %s/quickstart.yaml --launcher pdsh --dry-run 2>&1", RKV_BIN,
              SCEN_DIR);
     assert_int_equal(sh(cmd), 2);
+    /* A file's faults run only under rkv run: said (it passed without a
+     * word of them, an outside tester). */
+    assert_null(strstr(out, "fault(s) are not run"));
+    snprintf(cmd, sizeof(cmd),
+             "%s run %s/faults-crash-server.yaml --launcher mpirun --dry-run 2>&1", RKV_BIN,
+             SCEN_DIR);
+    assert_int_equal(sh(cmd), 0);
+    assert_non_null(strstr(out, "# the file's 1 fault(s) are not run under mpirun or srun"));
 }
 
 /* Slurm's variables, set by hand: the same code path a real srun takes.
@@ -83,6 +91,15 @@ static void test_slurm_variables(void **state)
     assert_non_null(strstr(json, "\"passed\": true"));
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(sh(cmd), 0);
+    assert_null(strstr(out, "none is run here"));
+    /* A file with a fault: the first rank says it is not run, once. */
+    snprintf(cmd, sizeof(cmd),
+             "for r in 0 1 2 3 4 5 6 7; do SLURM_PROCID=$r SLURM_NTASKS=8 RKV_BASE_PORT=%u "
+             "%s node --scenario %s/faults-crash-server.yaml 2>&1 & done; "
+             "rc=0; for j in $(jobs -p); do wait $j || rc=1; done; exit $rc",
+             test_port() + 5, RKV_BIN, SCEN_DIR);
+    assert_int_equal(sh(cmd), 0);
+    assert_int_equal(out_count("has 1 fault(s); none is run here"), 1);
     snprintf(cmd, sizeof(cmd),
              "SLURM_PROCID=0 SLURM_NTASKS=5 %s node --scenario %s/quickstart.yaml 2>&1", RKV_BIN,
              SCEN_DIR);

@@ -21,17 +21,31 @@
  * seed (a worker's differs by its stack address, for its HELLO nonce)
  * made each run drop other messages: a file's verdict changed from run to
  * run (an outside tester: a 5 % drop on a worker acted on 0, 1 or 2). */
-static int node_faults(const struct cmd_settings *s, struct rkv_nic_fault *f, uint32_t *n_p,
-                       uint64_t *seed_p, char *err, size_t err_len)
+static int node_faults(const struct cmd_settings *s, const char *node, struct rkv_nic_fault *f,
+                       uint32_t *n_p, uint64_t *seed_p, char *err, size_t err_len)
 {
     const char *name = getenv("RKV_FAULT_NODE");
     *n_p = 0;
-    if (!name || !*name || !*s->val[CMD_SCENARIO])
+    if (!*s->val[CMD_SCENARIO])
         return 0;
     struct rkv_scenario *sc;
     int rc = rkv_scenario_load(s->val[CMD_SCENARIO], &sc, err, err_len);
     if (rc < 0)
         return rc;
+    if (!name || !*name) {
+        /* Started by a cluster launcher (mpirun, srun), not `rkv run`:
+         * nothing here crashes, restarts, slows or names the nodes the
+         * faults aim at, and a file with faults passed without a word of
+         * them (an outside tester). Said once, by the first rank. */
+        if (sc->n_faults && node && !strcmp(node, "s0.0"))
+            fprintf(stderr,
+                    "rkv node: %s has %u fault(s); none is run here: faults run under `rkv "
+                    "run` (its own launcher, --backend tcp or verbs, or the twin), not under "
+                    "mpirun or srun, and this run's verdict counts none of them\n",
+                    s->val[CMD_SCENARIO], sc->n_faults);
+        rkv_scenario_free(sc);
+        return 0;
+    }
     uint64_t seed = sc->seed;
     char serr[128];
     if (strcmp(s->src[CMD_SEED], "default") != 0 &&
@@ -82,7 +96,7 @@ int cmd_node_open(const struct cmd_settings *s, const struct rkv_config *cfg, co
     uint32_t n_f;
     uint64_t fault_seed = 0;
     memset(nd, 0, sizeof(*nd));
-    int rc = node_faults(s, f, &n_f, &fault_seed, err, err_len);
+    int rc = node_faults(s, node, f, &n_f, &fault_seed, err, err_len);
     if (rc < 0)
         return rc;
     if ((rc = rkv_node_open(cfg, node, seed, &nd->port, &nd->nic, err, err_len)) < 0)
