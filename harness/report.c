@@ -128,12 +128,15 @@ static void rep_stopped(struct rkv_report *r, const char *line, const char *eol,
         r->workers_stopped++;
     }
     int n = (int)((eol ? (size_t)(eol - line) : strlen(line)) - (size_t)off);
+    /* w= is the worker's client id, which need not be its node's number
+     * (ids are handed out as workers join): "w1 stopped" named w1 where
+     * client 1 was w0 (an outside tester). */
     if (!r->stop_error[0] && strncmp(line + off, "-", (size_t)n) != 0)
         snprintf(r->stop_error, sizeof(r->stop_error),
-                 "w%u stopped before finishing phase \"%s\": %.*s", w, r->sc->phases[p].name, n,
-                 line + off);
+                 "client %u stopped before finishing phase \"%s\": %.*s", w, r->sc->phases[p].name,
+                 n, line + off);
     if (rc == -RKV_ETIMEDOUT && r->survivor_timeouts++ == 0)
-        snprintf(r->timeout_error, sizeof(r->timeout_error), "w%u in phase \"%s\": %.*s", w,
+        snprintf(r->timeout_error, sizeof(r->timeout_error), "client %u in phase \"%s\": %.*s", w,
                  r->sc->phases[p].name, n, line + off);
 }
 
