@@ -1408,6 +1408,19 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
                                    c->f->restart_after_s);
         }
     }
+    /* Crashes that never fired: the verdict said "see faults: above",
+     * where only the ones that fired were (an outside tester). */
+    for (uint32_t i = 0; i < t->sc->n_faults; i++) {
+        const struct rkv_sc_fault *f = &t->sc->faults[i];
+        uint32_t k = 0;
+        while (k < t->n_crashes && t->crashes[k].f != f)
+            k++;
+        if (strcmp(f->kind, "crash") != 0 || k < t->n_crashes)
+            continue;
+        size_t room = fl < sizeof(res->faults) ? sizeof(res->faults) - fl : 0;
+        fl += (size_t)snprintf(res->faults + fl, room, "%scrash %s: did not fire", fl ? "; " : "",
+                               f->target);
+    }
     /* The clock reached the limit: the run's simulated time is that, not
      * the last end of a node (0.000038 s for a run stopped at 0.0005 s,
      * and no time nor trace hash at all when no node had ended). */
