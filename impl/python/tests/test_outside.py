@@ -167,8 +167,10 @@ def _signalled_server(path, prefix, run_code, signo, settle_s=0.0):
                          stderr=subprocess.DEVNULL, env=dict(os.environ))
     assert p.stdout.readline().strip() == b"ready"
     assert [f for f in os.listdir("/dev/shm") if f.startswith(prefix)], "no segment to remove"
-    # 'ready' comes before run() takes SIGTERM: wait until the signal is caught.
-    for _ in range(1000):
+    # 'ready' comes before run() takes SIGTERM: wait until the signal is caught
+    # (up to a minute: 10 s was passed once on a loaded host, and the signal's
+    # default action then left the segments).
+    for _ in range(6000):
         with open("/proc/%d/status" % p.pid) as st:
             cgt = [ln for ln in st if ln.startswith("SigCgt:")]
         if cgt and int(cgt[0].split()[1], 16) & (1 << (signo - 1)):
