@@ -396,7 +396,13 @@ void rkv_fingerprint_diff(uint64_t mine, uint64_t theirs, const char *me, const 
                               "DGL_NUM_CLIENT or DMLC_NUM_WORKER must agree on every node)",
                               n ? "; " : "", me, wm, them, wt);
     if ((mine ^ theirs) & 0x7fffull << FP_PREFIX_SHIFT)
-        n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "%sthe shm prefix differs",
+        /* Only a hash of it travels, so neither value can be quoted: the
+         * two defaults, which a C worker meeting `rkv server` mixes (an
+         * outside tester), are named instead. */
+        n += (size_t)snprintf(buf + n, n < len ? len - n : 0,
+                              "%sthe shm prefix differs (every node needs the same shm_prefix; "
+                              "when none is set, the rkv command line and Python use "
+                              "\"rkv-<machine 0's first port>\", rkv_config_defaults \"rkv\")",
                               n ? "; " : "");
     if ((mine ^ theirs) & FP_DURABLE)
         n += (size_t)snprintf(buf + n, n < len ? len - n : 0,

@@ -220,7 +220,9 @@ static void test_bookkeeping_mistakes(void **state)
     peer_close(&p0);
     peer_open(&p0, c.base);
     expect_error(&p0, enc_hello(&p0, 4, RKV_ID_NONE, rkv_cfg_fingerprint(&other)), 4, -RKV_ECONFIG,
-                 "this server belongs to another cluster: the shm prefix differs");
+                 "this server belongs to another cluster: the shm prefix differs (every node "
+                 "needs the same shm_prefix; when none is set, the rkv command line and Python "
+                 "use \"rkv-<machine 0's first port>\", rkv_config_defaults \"rkv\")");
     peer_close(&p0);
     peer_open(&p0, c.base);
     /* Machine 1's server is not known yet: the TABLE request waits for it;
