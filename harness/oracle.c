@@ -549,6 +549,12 @@ static double or_push_term(struct rkv_oracle *o, uint32_t phase, uint32_t w, uin
     return p->push_op == RKV_OP_SGD ? -p->lr * v : v;
 }
 
+/* The dtype's unit roundoff: half an ulp of 1.0. */
+static double or_eps(const struct or_tensor *ot)
+{
+    return ot->t->desc.dtype == RKV_F32 ? 0x1.0p-24 : 0x1.0p-53;
+}
+
 /* What one of the store's adds to a row may round away, most being the
  * largest |partial sum| + |term| over the row's elements.
  * Each of the store's adds rounds its term and its sum, by up to an ulp
@@ -559,12 +565,6 @@ static double or_push_term(struct rkv_oracle *o, uint32_t phase, uint32_t w, uin
  * partial sums; the store's order differs, hence the margin of 4 ulps per
  * add. A missing or doubled push still shows while adds x 4 ulps stays
  * below lr. */
-/* The dtype's unit roundoff: half an ulp of 1.0. */
-static double or_eps(const struct or_tensor *ot)
-{
-    return ot->t->desc.dtype == RKV_F32 ? 0x1.0p-24 : 0x1.0p-53;
-}
-
 static double or_round_err(const struct or_tensor *ot, double most)
 {
     return 4.0 * or_eps(ot) * (1.0 + most);
@@ -721,6 +721,7 @@ static double or_base(struct rkv_oracle *o, const struct or_tensor *ot, uint32_t
 /* The first phase of phase p's epoch (the phases up to a barrier). */
 static uint32_t or_epoch_first(const struct rkv_scenario *sc, uint32_t p)
 {
+    assert(p < sc->n_phases); /* an assign's phase, never the initial value's */
     while (p > 0 && !sc->phases[p - 1].barrier_after)
         p--;
     return p;
