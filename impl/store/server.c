@@ -326,6 +326,14 @@ static void srv_hello_reply(struct rkv_server *s, struct rkv_peer *peer, uint64_
 
 /* ---- server 0's coordination record (durable mode, coord.h) ---- */
 
+static void srv_coord_free(struct rkv_coord *c)
+{
+    free(c->clients);
+    free(c->addrs);
+    c->clients = NULL;
+    c->addrs = NULL;
+}
+
 /* Server 0 in durable mode: writes what it handed out (ids), completed
  * (barriers) and learned (addresses), before any of it is acknowledged.
  * From the progress task: a rare, small, synchronous write. */
@@ -362,8 +370,7 @@ static int srv_coord_save(struct rkv_server *s, char *err, size_t err_len)
     }
     rc = rkv_coord_write(s->cfg.durable_dir, &c, err, err_len);
 out:
-    free(c.clients);
-    free(c.addrs);
+    srv_coord_free(&c);
     return rc;
 }
 
@@ -379,14 +386,6 @@ static void srv_coord_note_gone(struct rkv_server *s)
     if (srv_coord_save(s, why, sizeof(why)) < 0)
         RKV_LOGE(s->port, "server 0: cannot record that client %d left: %s",
                  (int)s->client_gone - 1, why);
-}
-
-static void srv_coord_free(struct rkv_coord *c)
-{
-    free(c->clients);
-    free(c->addrs);
-    c->clients = NULL;
-    c->addrs = NULL;
 }
 
 /* A restarting server 0's record of the run it rejoins, read and checked
