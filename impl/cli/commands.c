@@ -34,7 +34,8 @@ static int cmd_wants_help(int argc, char **argv)
 }
 
 /* SIGTERM and SIGINT stop a server as a worker's SHUTDOWN does: it stops
- * serving, writes its fault counts and removes its machine's segments.
+ * serving, writes its fault counts and, the last of its machine's servers
+ * to stop, removes the machine's segments.
  * Killed, it left the segments in /dev/shm, and its fault counts were
  * never written, so a run whose fault broke the worker that would have
  * shut it down judged the fault as not fired. (A crash fault is SIGKILL,

@@ -448,8 +448,10 @@ RKV_API int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv
  * which it still answers them (see there). Before returning it lingers
  * until the NIC sent every reply it owes (a lossy link retransmits them) or
  * cfg.timeout_ms passed, as TCP's close does. Then call
- * rkv_server_destroy(): server 0 of a machine removes the machine's shared
- * memory there (a server killed by a signal leaves it behind). One thread
+ * rkv_server_destroy(): the last server of a machine to stop removes the
+ * machine's shared memory there (one stopped beside a sibling that still
+ * serves leaves it to that one; a server killed by a signal leaves it
+ * behind). One thread
  * at a time: a call while another thread is in it is -RKV_EINVAL (said in
  * the server's log). */
 RKV_API int rkv_server_run(struct rkv_server *srv);

@@ -2580,18 +2580,63 @@ static int cli_push_remote(struct rkv_client *c, const struct cli_op *o, struct 
     return cli_submit(c, srv, r, tx, (size_t)len, req_p);
 }
 
-/* Local rows go straight into the shard; remote ones are in flight. */
-static void cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint64_t *ids,
-                           const uint8_t *rows, const uint32_t *pos, uint32_t cnt, int op,
-                           double param)
+/* The deadline of a call's rows in this machine's shared memory: a row
+ * lock is waited for at most timeout_ms, as a server's reply is. */
+static uint64_t cli_local_deadline(const struct rkv_client *c)
+{
+    return c->port->ops->now_ns(c->port) + (uint64_t)c->cfg.timeout_ms * 1000000ull;
+}
+
+/* The error of a row whose lock in this machine's shared memory was not
+ * had within timeout_ms: a live holder that does not let go. Names the
+ * holder as far as the lock word tells. */
+static int cli_row_locked(struct rkv_client *c, const struct rkv_tensor *t, const char *what,
+                          uint64_t gid, const char *done)
+{
+    unsigned tag;
+    uint64_t proc = rkv_shard_holder(&t->shard, rkv_pbook_g2l(&t->pb, gid), &tag);
+    char who[96];
+    if (tag >= RKV_CLIENT_NODE_BASE && tag != ~0u)
+        snprintf(who, sizeof(who), "worker %u", tag - RKV_CLIENT_NODE_BASE);
+    else if (tag > 0 && tag != ~0u)
+        snprintf(who, sizeof(who), "the machine's server of local id %u", tag - 1);
+    else
+        snprintf(who, sizeof(who), "another process");
+    char pid[48] = "";
+    if (proc)
+        snprintf(pid, sizeof(pid), " (process %llu)", (unsigned long long)RKV_PORT_PROC_PID(proc));
+    return rkv_errf(c->err, sizeof(c->err), -RKV_ETIMEDOUT,
+                    "%s: row %llu of tensor '%s' is locked in this machine's shared memory by "
+                    "%s%s, which has not let it go within %u ms (timeout_ms): stopped (SIGSTOP, "
+                    "a debugger, a frozen cgroup) or stuck; %s",
+                    what, (unsigned long long)gid, t->meta.name, who, pid, c->cfg.timeout_ms, done);
+}
+
+/* Local rows go straight into the shard; remote ones are in flight. A row
+ * whose lock is not had within timeout_ms fails the call: the rows before
+ * it are applied, it and those after it are not. */
+static int cli_push_local(struct rkv_client *c, struct rkv_tensor *t, const uint64_t *ids,
+                          const uint8_t *rows, const uint32_t *pos, uint32_t cnt, int op,
+                          double param)
 {
     assert(t->mapped && cnt > 0); /* only this machine's rows, in its shard */
     /* cli_push_send checked the op before anything was sent. */
     assert(rkv_handler_check(c->ht, op, t->meta.dtype, t->shard.state != NULL) == 0);
-    for (uint32_t i = 0; i < cnt; i++)
-        rkv_shard_push_row(&t->shard, t, c->ht, op, param, ids[pos[i]],
-                           rows + (size_t)pos[i] * t->row_bytes);
+    uint64_t deadline = cli_local_deadline(c);
+    for (uint32_t i = 0; i < cnt; i++) {
+        if (rkv_shard_push_row_until(&t->shard, t, c->ht, op, param, ids[pos[i]],
+                                     rows + (size_t)pos[i] * t->row_bytes, deadline) < 0) {
+            char done[200];
+            snprintf(done, sizeof(done),
+                     "of this call's %u rows on this machine, the %u before it (in the call's "
+                     "order) were applied, it and the %u after it were not",
+                     cnt, i, cnt - i - 1);
+            c->local_writes |= i > 0;
+            return cli_row_locked(c, t, "push", ids[pos[i]], done);
+        }
+    }
     c->local_writes = 1;
+    return 0;
 }
 
 /* One push's requests in flight and what its end needs (a retry reads the
@@ -2820,7 +2865,7 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
         return rc;
     }
     if (rc == 0 && t->mapped && lcnt > 0 && !cp->o.via_server)
-        cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[lk], lcnt, op, param);
+        rc = cli_push_local(c, t, ids, rows, cp->g.order + cp->g.start[lk], lcnt, op, param);
     cp->rc = rc;
     cli_pin(c, cp, 1);
     return 0;
@@ -3437,10 +3482,14 @@ static int cli_pull_with(struct rkv_client *c, const char *name, const uint64_t 
         cli_zc_begin(c, &g, &o, n, &call_reg);
     rc = cli_fanout(c, &o, &g, cli_pull_remote, reqs, &nreq, lost);
     if (rc == 0 && t->mapped) {
-        for (uint32_t i = lk < g.n ? g.start[lk] : 0; lk < g.n && i < g.start[lk + 1]; i++) {
+        uint64_t deadline = cli_local_deadline(c);
+        for (uint32_t i = lk < g.n ? g.start[lk] : 0; rc == 0 && lk < g.n && i < g.start[lk + 1];
+             i++) {
             uint32_t p = g.order[i];
             uint8_t *out = (uint8_t *)rows_out + (size_t)p * out_bytes;
-            rkv_pull_row(&t->shard, t, c->pt, handler, param, ids[p], out_len, out);
+            if (rkv_pull_row(&t->shard, t, c->pt, handler, param, ids[p], out_len, out, deadline) <
+                0)
+                rc = cli_row_locked(c, t, "pull", ids[p], "the pull failed");
         }
     }
     rc = cli_finish(c, &o, &g, cli_pull_remote, reqs, nreq, lost, rc, "pull");

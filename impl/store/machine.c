@@ -59,26 +59,62 @@ static uint64_t mach_magic(void)
     return RKV_MACH_MAGIC | ((size ^ size >> 16) & 0xffff) << 48;
 }
 
-/* The maker (port proc_self) of an existing segment `name` of this build,
- * if it still runs (0: none, or it has ended). */
-static uint64_t mach_live_maker(struct rkv_port *port, const char *name)
+/* A process that still runs and serves the existing segment `name` of
+ * this build (*local: that server's local id), or 0: none (no such
+ * segment, or all of its servers stopped or ended). */
+static uint64_t mach_live_server(struct rkv_port *port, const char *name, uint32_t *local)
 {
+    *local = 0;
     if (!port->ops->proc_alive)
         return 0;
     void *addr;
     if (port->ops->shm_map(port, name, sizeof(struct rkv_mach_hdr), 0, &addr) < 0)
         return 0; /* none, or too short to be one of ours */
     const struct rkv_mach_hdr *h = addr;
-    uint64_t maker = h->magic == mach_magic() ? h->maker : 0;
+    uint64_t live = 0;
+    for (uint32_t i = 0; h->magic == mach_magic() && !live && i < RKV_MACH_SERVERS; i++) {
+        uint64_t p = atomic_load(&h->serving[i]);
+        if (p && port->ops->proc_alive(port, p)) {
+            live = p;
+            *local = i;
+        }
+    }
     port->ops->shm_unmap(port, addr, sizeof(struct rkv_mach_hdr));
-    return maker && port->ops->proc_alive(port, maker) ? maker : 0;
+    return live;
 }
 
 uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t machine)
 {
     char name[96];
+    uint32_t local;
     rkv_mach_name(name, sizeof(name), prefix, machine);
-    return mach_live_maker(port, name);
+    return mach_live_server(port, name, &local);
+}
+
+/* Retires the shards that the table of h names, marking each closed first
+ * when close. Ids are handed out in order, and a shard is made before its
+ * entry is published (rkv_mach_publish): a crash in between leaves the
+ * shard one past the last entry. */
+static void mach_retire_shards(struct rkv_port *port, const char *prefix, uint32_t machine,
+                               const struct rkv_mach_hdr *h, uint32_t n_tensors, int close)
+{
+    uint32_t last = n_tensors > 0 ? n_tensors - 1 : 0; /* the caller's, published or not */
+    for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++)
+        if ((h->tensors[t].present || h->tensors[t].desc.name[0]) && t > last)
+            last = t;
+    for (uint32_t t = 1; t <= last + 1 && t <= RKV_MAX_TENSORS; t++) {
+        char shard[128];
+        rkv_shard_name(shard, sizeof(shard), prefix, machine, t);
+        void *addr;
+        if (close && port->ops->shm_map(port, shard, sizeof(struct rkv_shard_hdr), 0, &addr) == 0) {
+            struct rkv_shard_hdr *sh = addr;
+            unsigned was = 0;
+            if ((sh->magic & ~(0xffull << 56)) == RKV_SHARD_MAGIC) /* any build's */
+                atomic_compare_exchange_strong(&sh->closed, &was, RKV_SHARD_CLOSED);
+            port->ops->shm_unmap(port, addr, sizeof(struct rkv_shard_hdr));
+        }
+        rkv_shard_retire(port, shard);
+    }
 }
 
 /* Removes a crashed run's machine segment and the tensor shards its table
@@ -91,27 +127,14 @@ static void mach_unlink_stale(struct rkv_port *port, const char *prefix, uint32_
 {
     void *addr;
     if (port->ops->shm_map(port, name, sizeof(struct rkv_mach_hdr), 0, &addr) == 0) {
-        const struct rkv_mach_hdr *h = addr;
-        if (h->magic == mach_magic()) {
-            /* Ids are handed out in order, and a shard is made before its
-             * entry is published (rkv_mach_publish): a crash in between
-             * leaves the shard one past the last entry. */
-            uint32_t last = 0;
-            for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++)
-                if (h->tensors[t].present || h->tensors[t].desc.name[0])
-                    last = t;
-            /* Retired, not only unlinked: a co-located client of the
-             * crashed run still maps them, and went on writing rows the new
-             * run never reads, its pushes acknowledged, after a barrier
-             * reading what no other worker saw (an outside tester: a
-             * non-durable server killed and restarted). It now learns the
-             * shard moved (RKV_SHARD_MOVED) and follows or fails. */
-            for (uint32_t t = 1; t <= last + 1 && t <= RKV_MAX_TENSORS; t++) {
-                char shard[128];
-                rkv_shard_name(shard, sizeof(shard), prefix, machine, t);
-                rkv_shard_retire(port, shard);
-            }
-        }
+        /* Retired, not only unlinked: a co-located client of the crashed
+         * run still maps them, and went on writing rows the new run never
+         * reads, its pushes acknowledged, after a barrier reading what no
+         * other worker saw (an outside tester: a non-durable server killed
+         * and restarted). It now learns the shard moved (RKV_SHARD_MOVED)
+         * and follows or fails. */
+        if (((const struct rkv_mach_hdr *)addr)->magic == mach_magic())
+            mach_retire_shards(port, prefix, machine, addr, 0, 0);
         port->ops->shm_unmap(port, addr, sizeof(struct rkv_mach_hdr));
     }
     port->ops->shm_unlink(port, name);
@@ -141,8 +164,12 @@ int rkv_mach_shards_present(const struct rkv_mach *mc, const char *prefix, uint3
  * recording itself is found through it (mach_take_over). */
 static void mach_slot_mine(struct rkv_mach *mc)
 {
-    if (mc->owner >= 1 && mc->owner <= RKV_MACH_SERVERS && mc->port->ops->proc_self)
-        atomic_store(&mc->hdr->reader_proc[mc->owner - 1], mc->port->ops->proc_self(mc->port));
+    if (mc->owner >= 1 && mc->owner <= RKV_MACH_SERVERS && mc->port->ops->proc_self) {
+        uint64_t self = mc->port->ops->proc_self(mc->port);
+        atomic_store(&mc->hdr->reader_proc[mc->owner - 1], self);
+        atomic_store(&mc->hdr->serving[mc->owner - 1], self);
+        mc->serving = self;
+    }
 }
 
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
@@ -152,7 +179,24 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
     char name[96];
     rkv_mach_name(name, sizeof(name), prefix, machine);
     /* The README promises the refusal names the process that holds it. */
-    uint64_t maker = mach_live_maker(port, name);
+    uint32_t local;
+    uint64_t maker = mach_live_server(port, name, &local);
+    /* A sibling still serves the memory this server's previous run made
+     * (it stopped or died beside it): made anew, the machine would be two,
+     * the sibling's acknowledged pushes in memory no pull of this one
+     * reads. Durable mode attaches instead (server.c srv_restart). */
+    if (maker && local + 1 != owner)
+        return rkv_errf(
+            err, err_len, -RKV_EEXIST,
+            "machine segment %s is in use: local server %u of machine %u (process %llu%s) "
+            "still serves it, with shm prefix \"%s\"; outside durable mode a "
+            "machine's memory is made anew only once all of its servers stopped: "
+            "stop them too, then start them all (durable mode restarts a server "
+            "beside running ones), or give this cluster another port or shm_prefix "
+            "if that one is another cluster's",
+            name, local, machine, (unsigned long long)RKV_PORT_PROC_PID(maker),
+            port->ops->proc_self && maker == port->ops->proc_self(port) ? ": this process" : "",
+            prefix);
     /* "Another cluster" misleads when the holder is the caller itself (a
      * second server object for the same machine and id in one process). */
     if (maker && port->ops->proc_self && maker == port->ops->proc_self(port))
@@ -181,7 +225,6 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
                         bytes, rkv_strerror(rc));
     struct rkv_mach_hdr *h = addr; /* zero-filled by shm_map */
     h->lineage = lineage;
-    h->maker = port->ops->proc_self ? port->ops->proc_self(port) : 0;
     h->n_clients = n_clients;
     atomic_thread_fence(memory_order_release);
     h->magic = mach_magic();
@@ -223,8 +266,50 @@ int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine,
     return 0;
 }
 
+int rkv_mach_leave(struct rkv_mach *mc)
+{
+    struct rkv_mach_hdr *h = mc->hdr;
+    const struct rkv_port_ops *o = mc->port->ops;
+    assert(h);
+    if (mc->serving) {
+        uint64_t mine = mc->serving;
+        /* Only if still this server's: a restart of it may have taken the
+         * slot over already. */
+        atomic_compare_exchange_strong(&h->serving[mc->owner - 1], &mine, 0);
+        mc->serving = 0;
+    }
+    /* Sequentially consistent, as each leaving server clears its slot
+     * before it reads the others': of two leaving at once, at least the
+     * second sees the first gone. */
+    for (uint32_t i = 0; i < RKV_MACH_SERVERS; i++) {
+        uint64_t p = atomic_load(&h->serving[i]);
+        if (p && (!o->proc_alive || o->proc_alive(mc->port, p)))
+            return 0;
+    }
+    return 1;
+}
+
+void rkv_mach_remove(struct rkv_mach *mc, const char *prefix, uint32_t machine, uint32_t n_tensors,
+                     int close)
+{
+    unsigned was = 0;
+    if (!atomic_compare_exchange_strong(&mc->hdr->removing, &was, 1))
+        return;
+    mach_retire_shards(mc->port, prefix, machine, mc->hdr, n_tensors, close);
+    rkv_mach_unlink(mc->port, prefix, machine); /* last: see server.c srv_restart */
+}
+
 void rkv_mach_close(struct rkv_mach *mc)
 {
+    /* A server that maps it no more does not serve it (a restart's attach
+     * that found it unfit, a create that failed after its attach). Only by
+     * the process that wrote it: a forked child's copy of the mapping
+     * closes on the parent's behalf, which still serves. */
+    const struct rkv_port_ops *o = mc->port ? mc->port->ops : NULL;
+    if (mc->hdr && mc->serving && o->proc_self && o->proc_self(mc->port) == mc->serving) {
+        uint64_t mine = mc->serving;
+        atomic_compare_exchange_strong(&mc->hdr->serving[mc->owner - 1], &mine, 0);
+    }
     if (mc->hdr)
         mc->port->ops->shm_unmap(mc->port, mc->hdr, mc->map_bytes);
     memset(mc, 0, sizeof(*mc));

@@ -59,14 +59,17 @@ int rkv_pull_check(const struct rkv_pull_table *pt, int id, const struct rkv_ten
     return 0;
 }
 
-void rkv_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, const struct rkv_pull_table *pt,
-                  int id, double param, uint64_t gid, uint32_t out_len, uint8_t *out)
+int rkv_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, const struct rkv_pull_table *pt,
+                 int id, double param, uint64_t gid, uint32_t out_len, uint8_t *out,
+                 uint64_t deadline_ns)
 {
     uint64_t l = rkv_pbook_g2l(&t->pb, gid);
     assert(l < sh->local_rows);
     const uint8_t *row = sh->data + l * sh->row_bytes;
     const uint8_t *state = sh->state ? sh->state + l * sh->row_bytes : NULL;
-    rkv_shard_lock(sh, l);
+    int rc = rkv_shard_lock_until(sh, l, deadline_ns);
+    if (rc < 0)
+        return rc;
     switch (id) {
     case RKV_PULL_ROWS:
         memcpy(out, row, sh->row_bytes);
@@ -82,4 +85,5 @@ void rkv_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, const struct
         break;
     }
     rkv_shard_unlock(sh, l);
+    return 0;
 }

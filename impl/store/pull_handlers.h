@@ -34,8 +34,11 @@ int rkv_pull_check(const struct rkv_pull_table *pt, int id, const struct rkv_ten
                    uint32_t *out_len_p, char *err, size_t err_len);
 
 /* Writes handler id's reply for global row gid (on sh's machine) to out,
- * under the row's lock. The caller checked id with rkv_pull_check. */
-void rkv_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, const struct rkv_pull_table *pt,
-                  int id, double param, uint64_t gid, uint32_t out_len, uint8_t *out);
+ * under the row's lock. The caller checked id with rkv_pull_check.
+ * -RKV_ETIMEDOUT (out untouched) when the lock is not had by deadline_ns
+ * (port now_ns; 0: no deadline, never fails). */
+int rkv_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, const struct rkv_pull_table *pt,
+                 int id, double param, uint64_t gid, uint32_t out_len, uint8_t *out,
+                 uint64_t deadline_ns);
 
 #endif

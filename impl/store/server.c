@@ -1597,9 +1597,12 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
                         .row_bytes = (uint32_t)out_bytes};
     rkv_proto_enc_pull_reply(buf, &h);
     uint8_t *out = buf + RKV_PROTO_HDR_BYTES;
-    for (uint32_t i = 0; i < m->h.count; i++)
-        rkv_pull_row(&t->shard, t, s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
-                     out + (size_t)i * out_bytes);
+    for (uint32_t i = 0; i < m->h.count; i++) {
+        int rc = rkv_pull_row(&t->shard, t, s->pt, m->h.op, m->h.param, m->u.pull.ids[i], out_len,
+                              out + (size_t)i * out_bytes, 0);
+        assert(rc == 0); /* no deadline */
+        (void)rc;
+    }
     po->mutex_unlock(s->hmu);
     rkv_port_handler_work(s->port, m->h.count);
     rkv_engine_write(s->eng, peer, tx, len, &m->u.pull.reply_to);
@@ -3112,7 +3115,8 @@ close_mach:
     srv_free_tensors(s);
     /* Nobody else can use a segment this create made: the machine's other
      * servers attach to it only at an INIT, which needs this server to
-     * listen. (Server 0 of a machine owns unlinking it, as in destroy.) */
+     * listen. (Only the server that made it: a failed restart beside
+     * running siblings leaves what they serve.) */
     if (s->mach_made)
         rkv_mach_unlink(port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);
@@ -3389,9 +3393,10 @@ const char *rkv_server_errmsg(const struct rkv_server *s)
  * left alone. The durable task and the engine's threads are the parent's
  * (joining them hung), their connections and log files are the parent's
  * (closing the NIC shut down its sockets; a checkpoint would race the
- * parent's), and the machine's segments are still in use there (server 0's
- * destroy unlinked them and marked its shards closed). The shards and the
- * machine segment are unmapped, never unlinked; the engine, NIC, port, log
+ * parent's), and the machine's segments are still in use there (the
+ * parent still serves them: the last server of the machine to stop
+ * removes them). The shards and the machine segment are unmapped, never
+ * unlinked; the engine, NIC, port, log
  * and locks stay in the child's memory, their descriptors open
  * (close-on-exec) until it execs or exits. */
 static void srv_destroy_forked(struct rkv_server *s)
@@ -3430,28 +3435,22 @@ void rkv_server_destroy(struct rkv_server *s)
     srv_durable_stop(s); /* it sends through the engine */
     rkv_engine_stop(s->eng);
     srv_free_conns(s);
-    for (uint32_t i = 1; i <= s->n_tensors && s->local_id == 0; i++) {
-        struct rkv_tensor *t = rkv_tensor_at(&s->tensors, i);
-        /* A co-located client still maps the shard: it would go on
-         * reading and writing rows nobody will ever see (its pushes
-         * returned 0 after rkv_server_stop and destroy, without a
-         * SHUTDOWN). Closed first, then unlinked. Not in durable mode: a
-         * restarted server restores the machine from its snapshot, the
-         * clients' pushes go through a server, and their pulls map the
-         * new shard: the segment says it moved (rkv_shard_retire), so they
-         * need not have heard of the restart yet (cli_local_follow). */
-        if (t && t->mapped && !s->cfg.durable_dir[0])
-            atomic_store(&t->shard.hdr->closed, RKV_SHARD_CLOSED);
-        if (t) {
-            char name[96];
-            rkv_shard_name(name, sizeof(name), s->cfg.shm_prefix, s->cfg.machine_id, i);
-            rkv_shard_retire(s->port, name);
-        }
-    }
+    /* The last of the machine's servers to stop removes its memory: the
+     * first one's stop removed it under siblings that still served it, and
+     * its restart beside them was refused (an outside tester, a SIGTERM;
+     * its kill -9 and restart worked). A co-located client still maps the
+     * shards: it would go on reading and writing rows nobody will ever see
+     * (its pushes returned 0 after rkv_server_stop and destroy, without a
+     * SHUTDOWN). Closed first, then unlinked. Not in durable mode: a
+     * restarted server restores the machine from its snapshot, the
+     * clients' pushes go through a server, and their pulls map the new
+     * shard: the segment says it moved (rkv_shard_retire), so they need
+     * not have heard of the restart yet (cli_local_follow). */
+    if (s->mach.hdr && rkv_mach_leave(&s->mach))
+        rkv_mach_remove(&s->mach, s->cfg.shm_prefix, s->cfg.machine_id, s->n_tensors,
+                        !s->cfg.durable_dir[0]);
     srv_free_tensors(s); /* their registrations go through the engine */
     rkv_engine_destroy(s->eng);
-    if (s->mach.hdr && s->local_id == 0)
-        rkv_mach_unlink(s->port, s->cfg.shm_prefix, s->cfg.machine_id);
     rkv_mach_close(&s->mach);
     srv_wal_free(s);
     s->port->ops->mutex_destroy(s->hmu);

@@ -13,6 +13,8 @@
 #define SHARD_SPINS 64
 /* Yields between two looks at a lock holder's liveness. */
 #define SHARD_LIVE_CHECK_YIELDS 256u
+/* How long a wait without a deadline goes before it is said. */
+#define SHARD_WAIT_NOTE_NS 10000000000ull
 
 /* The magic with the header's size folded into its free top byte, as the
  * machine segment's: a process of a build whose header is laid out
@@ -188,14 +190,42 @@ static int shard_records(const struct rkv_shard *sh)
     return sh->track && (sh->owner == 0 || sh->owner >= RKV_CLIENT_NODE_BASE);
 }
 
+/* A wait without a deadline (a server's) for a holder that lives and does
+ * not let go: said once, after SHARD_WAIT_NOTE_NS, naming the holder, so
+ * that a server that answers nobody meanwhile says why. */
+static void shard_wait_note(struct rkv_shard *sh, uint32_t i, uint64_t *since, int *said)
+{
+    uint64_t now = sh->port->ops->now_ns(sh->port);
+    if (!*since)
+        *since = now;
+    if (*said || now - *since < SHARD_WAIT_NOTE_NS)
+        return;
+    *said = 1;
+    unsigned tag = atomic_load(&sh->hdr->locks[i]);
+    uint64_t proc = atomic_load(&sh->hdr->holders[i]);
+    RKV_LOGW(sh->port,
+             "shard: waiting %llu s for a row lock (tag %u, process %llu%s) that its live holder "
+             "does not let go: stopped (SIGSTOP, a debugger, a frozen cgroup) or stuck; this "
+             "server applies nothing else meanwhile",
+             (unsigned long long)((now - *since) / 1000000000ull), tag,
+             (unsigned long long)RKV_PORT_PROC_PID(proc), proc ? "" : ": not recorded");
+}
+
 /* Takes row lock i, or (over != 0) takes it from tag `over` as well: the
  * finisher of a dead server's push takes over the word that server held
- * on the row it died in, so that no reader sees that row between. */
-static void shard_lock_as(struct rkv_shard *sh, uint32_t i, unsigned over)
+ * on the row it died in, so that no reader sees that row between. With a
+ * deadline (port now_ns; 0: none), -RKV_ETIMEDOUT once it passed: a live
+ * holder that does not let go (a co-located worker under SIGSTOP or a
+ * debugger) held a co-located worker's push for as long as it was stopped
+ * (an outside tester: 29 s with timeout_ms 3000). A dead one is still
+ * taken over first. */
+static int shard_lock_as(struct rkv_shard *sh, uint32_t i, unsigned over, uint64_t deadline_ns)
 {
     atomic_uint *w = &sh->hdr->locks[i];
     unsigned tag = sh->owner ? sh->owner : ~0u;
     uint64_t self = shard_records(sh) ? sh->port->ops->proc_self(sh->port) : 0;
+    uint64_t since = 0;
+    int said = 0;
     for (unsigned spins = 0, yields = 0;; spins++) {
         unsigned expect = 0;
         if (atomic_compare_exchange_weak_explicit(w, &expect, tag, memory_order_acquire,
@@ -205,12 +235,13 @@ static void shard_lock_as(struct rkv_shard *sh, uint32_t i, unsigned over)
                                                      memory_order_relaxed))) {
             if (self)
                 atomic_store_explicit(&sh->hdr->holders[i], self, memory_order_relaxed);
-            return;
+            return 0;
         }
         if (spins >= SHARD_SPINS) {
             sh->port->ops->yield(sh->port);
             spins = 0;
-            if (++yields % SHARD_LIVE_CHECK_YIELDS)
+            int late = deadline_ns && sh->port->ops->now_ns(sh->port) >= deadline_ns;
+            if (++yields % SHARD_LIVE_CHECK_YIELDS && !late)
                 continue;
             /* A look at the holder reads /proc: rarely, and only once the
              * holder has had far longer than a row's copy. A server records
@@ -227,20 +258,40 @@ static void shard_lock_as(struct rkv_shard *sh, uint32_t i, unsigned over)
                 shard_take_over(sh, i, tag, self ? self : sh->port->ops->proc_self(sh->port))) {
                 if (!self)
                     atomic_store_explicit(&sh->hdr->holders[i], 0, memory_order_relaxed);
-                return;
+                return 0;
             }
+            if (late)
+                return -RKV_ETIMEDOUT;
+            if (!deadline_ns)
+                shard_wait_note(sh, i, &since, &said);
         }
     }
 }
 
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row)
 {
-    shard_lock_as(sh, shard_lock_index(local_row), 0);
+    int rc = shard_lock_as(sh, shard_lock_index(local_row), 0, 0);
+    assert(rc == 0); /* no deadline */
+    (void)rc;
+}
+
+int rkv_shard_lock_until(struct rkv_shard *sh, uint64_t local_row, uint64_t deadline_ns)
+{
+    return shard_lock_as(sh, shard_lock_index(local_row), 0, deadline_ns);
 }
 
 void rkv_shard_lock_over(struct rkv_shard *sh, uint64_t local_row, unsigned over)
 {
-    shard_lock_as(sh, shard_lock_index(local_row), over);
+    int rc = shard_lock_as(sh, shard_lock_index(local_row), over, 0);
+    assert(rc == 0);
+    (void)rc;
+}
+
+uint64_t rkv_shard_holder(const struct rkv_shard *sh, uint64_t local_row, unsigned *tag)
+{
+    uint32_t i = shard_lock_index(local_row);
+    *tag = atomic_load(&sh->hdr->locks[i]);
+    return atomic_load(&sh->hdr->holders[i]);
 }
 
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
@@ -346,17 +397,29 @@ int rkv_shard_push(struct rkv_shard *sh, const struct rkv_tensor *t,
     return 0;
 }
 
-void rkv_shard_push_row(struct rkv_shard *sh, const struct rkv_tensor *t,
-                        const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
-                        const uint8_t *in)
+int rkv_shard_push_row_until(struct rkv_shard *sh, const struct rkv_tensor *t,
+                             const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
+                             const uint8_t *in, uint64_t deadline_ns)
 {
     uint64_t l = rkv_pbook_g2l(&t->pb, gid);
     assert(l < sh->local_rows);
     uint8_t *row = sh->data + l * sh->row_bytes;
     uint8_t *state = sh->state ? sh->state + l * sh->row_bytes : NULL;
-    rkv_shard_lock(sh, l);
+    int rc = rkv_shard_lock_until(sh, l, deadline_ns);
+    if (rc < 0)
+        return rc;
     rkv_handler_run(ht, op, t->meta.dtype, row, state, in, t->meta.row_len, param);
     rkv_shard_unlock(sh, l);
+    return 0;
+}
+
+void rkv_shard_push_row(struct rkv_shard *sh, const struct rkv_tensor *t,
+                        const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
+                        const uint8_t *in)
+{
+    int rc = rkv_shard_push_row_until(sh, t, ht, op, param, gid, in, 0);
+    assert(rc == 0); /* no deadline */
+    (void)rc;
 }
 
 void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64_t gid,

@@ -165,6 +165,12 @@ void rkv_shard_unmap(struct rkv_shard *sh);
  * closed one stays closed) for whoever still maps it. No segment: nothing. */
 void rkv_shard_retire(struct rkv_port *port, const char *name);
 void rkv_shard_lock(struct rkv_shard *sh, uint64_t local_row);
+/* The same, giving up with -RKV_ETIMEDOUT once port now_ns passes
+ * deadline_ns (0: never) while a live holder keeps the word. */
+int rkv_shard_lock_until(struct rkv_shard *sh, uint64_t local_row, uint64_t deadline_ns);
+/* Who holds local_row's lock word: its tag (*tag, 0: free) and, when it
+ * records itself (a co-located client), its process (port proc_self). */
+uint64_t rkv_shard_holder(const struct rkv_shard *sh, uint64_t local_row, unsigned *tag);
 /* The same, taking the word from server tag `over` as well (over != 0):
  * the finisher of a push a dead server was applying (wal.c). */
 void rkv_shard_lock_over(struct rkv_shard *sh, uint64_t local_row, unsigned over);
@@ -186,6 +192,11 @@ int rkv_shard_push(struct rkv_shard *sh, const struct rkv_tensor *t,
 void rkv_shard_push_row(struct rkv_shard *sh, const struct rkv_tensor *t,
                         const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
                         const uint8_t *in);
+/* The same, -RKV_ETIMEDOUT (the row untouched) when its lock is not had
+ * by deadline_ns (rkv_shard_lock_until). */
+int rkv_shard_push_row_until(struct rkv_shard *sh, const struct rkv_tensor *t,
+                             const struct rkv_handler_table *ht, int op, double param, uint64_t gid,
+                             const uint8_t *in, uint64_t deadline_ns);
 void rkv_shard_pull_row(struct rkv_shard *sh, const struct rkv_tensor *t, uint64_t gid,
                         uint8_t *out);
 
@@ -221,12 +232,6 @@ struct rkv_mach_client {
 struct rkv_mach_hdr {
     uint64_t magic;   /* published last */
     uint64_t lineage; /* id of the chain of snapshots this state belongs to (0: not durable) */
-    /* The process that made it (port proc_self; 0: a port that cannot
-     * tell). While it runs, another create of this name is refused: a
-     * second cluster started with the same shm prefix (the same port, by
-     * default) removed the running one's segment before it found the port
-     * taken. */
-    uint64_t maker;
     uint32_t n_clients;
     /* Lock words hold the holder's owner tag (its local server id + 1), so
      * that a server restarting beside live ones frees what its previous
@@ -277,6 +282,18 @@ struct rkv_mach_hdr {
      * old content is in its shard's journal row. The rows before it are
      * applied whole, the rows after it not at all. */
     _Atomic uint64_t jr_lsn, jr_pos;
+    /* The process (port proc_self) of local server i while it serves the
+     * machine: set when it makes or attaches the segment, cleared by its
+     * clean stop (rkv_mach_leave). The last server to leave removes the
+     * machine's memory; the first server's stop removed it under siblings
+     * that still served it (an outside tester: a SIGTERM of it, and its
+     * restart was refused). While one runs, another create of this name is
+     * refused: a second cluster started with the same shm prefix (the same
+     * port, by default) removed the running one's segment before it found
+     * the port taken. */
+    _Atomic uint64_t serving[RKV_MACH_SERVERS];
+    atomic_uint removing; /* 1 once a leaving server began removing it */
+    uint32_t pad2;
     struct rkv_mach_tensor tensors[RKV_MAX_TENSORS + 1]; /* by id */
     struct rkv_mach_client clients[];                    /* n_clients */
 };
@@ -285,20 +302,23 @@ struct rkv_mach {
     struct rkv_port *port;
     struct rkv_mach_hdr *hdr; /* NULL until created or attached */
     size_t map_bytes;
-    uint32_t owner; /* this server's tag in lock words: local id + 1 */
+    uint32_t owner;   /* this server's tag in lock words: local id + 1 */
+    uint64_t serving; /* what this server wrote in hdr->serving (0: nothing) */
 };
 
 void rkv_mach_name(char *buf, size_t len, const char *prefix, uint32_t machine);
 /* Creates the segment afresh. An older one of that name is removed first
- * if its maker has ended (a crashed earlier run); one whose maker still
- * runs is left alone and the create fails with -RKV_EEXIST. */
+ * if its maker and every server that serves it have ended (a crashed
+ * earlier run); one still served is left alone and the create fails with
+ * -RKV_EEXIST. */
 int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint64_t lineage, uint32_t owner, struct rkv_mach *mc, char *err,
                     size_t err_len);
 /* The maker (port proc_self) of machine's segment under prefix while that
- * process runs; 0 when there is no such segment of this build or its maker
- * has ended. A launcher whose own servers are all gone reads a live maker
- * as another cluster's, whose segments are not its to remove. */
+ * process runs, else a server still serving it; 0 when there is no such
+ * segment of this build or all of them have ended. A launcher whose own
+ * servers are all gone reads a live one as another cluster's, whose
+ * segments are not its to remove. */
 uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t machine);
 /* -RKV_ENOTENSOR when it does not exist (yet). */
 int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
@@ -312,6 +332,19 @@ int rkv_mach_shards_present(const struct rkv_mach *mc, const char *prefix, uint3
  * it held: pushes that may have been applied in part. */
 uint32_t rkv_mach_reclaim(struct rkv_mach *mc);
 void rkv_mach_close(struct rkv_mach *mc);
+/* A server's clean stop: it no longer serves the machine. Returns 1 when
+ * no other server of the machine still does (their processes checked):
+ * the caller then removes the machine's memory (rkv_mach_remove). Two
+ * servers leaving at once may both read 1; never both 0. */
+int rkv_mach_leave(struct rkv_mach *mc);
+/* Removes the machine's memory: every shard its table names (and ids up
+ * to n_tensors, the caller's, published or not), marked closed first when
+ * close (co-located clients then fail -RKV_ESHUTDOWN rather than write rows
+ * nobody serves) and replaced otherwise (a restarted server restores
+ * them), then the machine segment. Once per segment: a second caller does
+ * nothing. */
+void rkv_mach_remove(struct rkv_mach *mc, const char *prefix, uint32_t machine, uint32_t n_tensors,
+                     int close);
 void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine);
 /* Calls fn with the name of every shared-memory segment of a machine whose
  * tensors have ids 1..n_tensors: the machine segment, then each shard. What

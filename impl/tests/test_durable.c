@@ -872,6 +872,20 @@ static double e2e_value(uint32_t w, uint32_t i, uint32_t j)
  * LeakSanitizer would report as its own at exit. */
 static int spawn_mid_call;
 static const char *spawn_cut_marker; /* set: the server registers sum_then_cut */
+/* Set: SIGTERM stops the server as the rkv binary's does (rkv_server_stop
+ * from a thread that waits for it, then destroy), not the default kill. */
+static int spawn_graceful;
+
+static void *graceful_main(void *arg)
+{
+    sigset_t set;
+    int sig;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    if (sigwait(&set, &sig) == 0)
+        rkv_server_stop(arg);
+    return NULL;
+}
 
 /* Custom op CUT_OP: a sum, after which the first server to apply one
  * (the one that removes the marker file, user) cuts every socket of its
@@ -913,6 +927,11 @@ static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, uint32_t lo
     cfg.log_level = 2;
     struct rkv_server *srv;
     char err[256];
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    if (spawn_graceful) /* before the server's threads: they inherit it */
+        pthread_sigmask(SIG_BLOCK, &term, NULL);
     if (rkv_server_create(&cfg, local, &srv, err, sizeof(err)) < 0) {
         fprintf(stderr, "server %u.%u: %s\n", m, local, err);
         fflush(stderr); /* a file now: _exit would drop what is buffered */
@@ -921,6 +940,9 @@ static pid_t spawn_server(const struct rkv_config *cfg0, uint32_t m, uint32_t lo
     if (spawn_cut_marker &&
         rkv_server_register_handler(srv, CUT_OP, sum_then_cut, (void *)spawn_cut_marker) < 0)
         _exit(5);
+    pthread_t stopper;
+    if (spawn_graceful && pthread_create(&stopper, NULL, graceful_main, srv) != 0)
+        _exit(6);
     rkv_server_run(srv);
     rkv_server_destroy(srv);
     if (spawn_mid_call)
@@ -1237,6 +1259,119 @@ static void run_crash_under_pushes(int lose_memory, uint32_t servers1)
     assert_true(file_contains(log0, "server 0 durable: 1202 acknowledgements waited"));
     remove_tree(c.dir);
     unlink_machine_shm(&c.cfg, 1); /* in case an assertion above left them */
+}
+
+/* Regression: a SIGTERM (a clean stop) of a machine's first server beside
+ * a sibling that still served the machine removed the machine's memory
+ * under the sibling, and the stopped server's restart was refused ("the
+ * machine's shared memory is gone ... still runs"): an outside tester, where
+ * kill -9 and a restart worked. The last server of a machine to stop
+ * removes its memory; the first one restarts beside the sibling and every
+ * acknowledged push is there (e2e_verify). */
+static void test_first_server_stopped_beside_sibling_durable(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 1);
+    c.machines[1].servers = 2;
+    c.cfg.n_workers = 2;
+    c.cfg.retry_ms = 15000;
+    char log0[128], log10[128], log10b[128], log11[128];
+    snprintf(log0, sizeof(log0), "%s/s0.log", c.dir);
+    snprintf(log10, sizeof(log10), "%s/s1.0.log", c.dir);
+    snprintf(log10b, sizeof(log10b), "%s/s1.0-restarted.log", c.dir);
+    snprintf(log11, sizeof(log11), "%s/s1.1.log", c.dir);
+    spawn_graceful = 1;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, log0);
+    pid_t s10 = spawn_server(&c.cfg, 1, 0, log10);
+    pid_t s11 = spawn_server(&c.cfg, 1, 1, log11);
+    int progress[2];
+    assert_int_equal(pipe(progress), 0);
+    pid_t w[2];
+    for (int k = 0; k < 2; k++) {
+        w[k] = fork();
+        assert_true(w[k] >= 0);
+        if (w[k] > 0)
+            child_add(w[k]);
+        if (w[k] == 0) {
+            close(progress[0]);
+            exit(e2e_worker(&c.cfg, progress[1]));
+        }
+    }
+    close(progress[1]);
+    char b;
+    for (uint32_t n = 0; n < E2E_KILL_AFTER; n++)
+        assert_int_equal(read(progress[0], &b, 1), 1);
+    assert_int_equal(kill(s10, SIGTERM), 0);
+    assert_int_equal(wait_exit(s10), 0);
+    /* Its sibling still serves the machine: nothing of it is removed. */
+    assert_int_equal(machine_shm_present(&c.cfg, 1), 3);
+    pid_t s10b = spawn_server(&c.cfg, 1, 0, log10b);
+    spawn_graceful = 0;
+    while (read(progress[0], &b, 1) == 1)
+        ;
+    close(progress[0]);
+    int w0 = wait_exit(w[0]), w1 = wait_exit(w[1]);
+    int e0 = wait_exit(s0), e10b = wait_exit(s10b), e11 = wait_exit(s11);
+    print_log_lines(log10);
+    print_log_lines(log10b);
+    print_log_lines(log11);
+    assert_int_equal(w0, 0);
+    assert_int_equal(w1, 0);
+    assert_int_equal(e0, 0);
+    assert_int_equal(e10b, 0);
+    assert_int_equal(e11, 0);
+    assert_true(file_contains(log10b, "restarted: serving machine 1's shared memory"));
+    /* The last of the machine's servers to stop removed its memory. */
+    assert_int_equal(machine_shm_present(&c.cfg, 1), 0);
+    assert_int_equal(machine_shm_present(&c.cfg, 0), 0);
+    remove_tree(c.dir);
+}
+
+/* The same outside durable mode, servers in this process: a co-located
+ * worker's pushes went on failing -RKV_ESHUTDOWN once the machine's first
+ * server stopped, though its sibling still served the machine. Now they
+ * go on; the first server's restart beside the sibling is refused (made
+ * anew, the machine would be two), and the sibling's stop removes it. */
+static void test_first_server_stopped_beside_sibling(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.machines[1].servers = 2;
+    c.srv[0] = server_create(&c, 0);
+    struct rkv_config cfg1 = c.cfg;
+    cfg1.machine_id = 1;
+    struct rkv_server *s11, *again;
+    char err[512];
+    if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0 ||
+        rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_client *cli;
+    if (rkv_client_create(&cfg1, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60; /* machine 1's: written in its shared memory */
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    rkv_server_destroy(c.srv[1]);
+    assert_int_equal(machine_shm_present(&c.cfg, 1), 2); /* its meta and tensor 1 */
+    if (rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0) < 0)
+        fail_msg("push beside the machine's running second server: %s", rkv_client_errmsg(cli));
+    assert_true(pull_row60(cli) == 2.0f);
+    int rc = rkv_server_create(&cfg1, 0, &again, err, sizeof(err));
+    if (rc != -RKV_EEXIST || !strstr(err, "local server 1 of machine 1") ||
+        !strstr(err, "still serves it"))
+        fail_msg("restart beside a running sibling outside durable mode: %d %s", rc, err);
+    rkv_server_destroy(s11);
+    assert_int_equal(machine_shm_present(&c.cfg, 1), 0);
+    rc = rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0);
+    if (rc != -RKV_ESHUTDOWN)
+        fail_msg("push into a machine whose servers all stopped: %d %s", rc,
+                 rkv_client_errmsg(cli));
+    rkv_client_destroy(cli);
+    rkv_server_destroy(c.srv[0]);
+    assert_int_equal(machine_shm_present(&c.cfg, 0), 0);
 }
 
 /* Regression: a server killed while it removed its machine's memory at a
@@ -2176,6 +2311,73 @@ static void test_dead_client_row_lock_taken_over(void **state)
     dead_holder_case(0, hold_as_client, "took a row lock (tag 65541) over from process");
 }
 
+/* Regression: a co-located worker stopped (SIGSTOP, a debugger) inside a
+ * push holds its row's lock, alive: another co-located worker's push and
+ * pull of a row under that lock waited as long as it stayed stopped (an
+ * outside tester: 29 s with timeout_ms 3000), its take-over being only for
+ * a dead holder. They now fail -RKV_ETIMEDOUT after timeout_ms, naming the
+ * holder; once the holder is gone its lock is taken over as before. */
+static void test_stopped_row_lock_holder_times_out(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.cfg.timeout_ms = 1000;
+    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
+    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
+    struct rkv_config ccfg = c.cfg;
+    ccfg.machine_id = 1; /* row 60 is in its shared memory */
+    struct rkv_client *cli;
+    char err[256];
+    if (rkv_client_create(&ccfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        hold_as_client(&c);
+        if (write(ready[1], "+", 1) != 1)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    child_add(holder);
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    assert_int_equal(kill(holder, SIGSTOP), 0);
+    alarm(120); /* before the fix both calls waited for as long as it stays stopped */
+    uint64_t ids[2] = {61, 60}; /* local rows 11 and 10: another lock word, then the held one */
+    float rows[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}}, got[2][4];
+    int rc = rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0);
+    char named[160];
+    snprintf(named, sizeof(named),
+             "is locked in this machine's shared memory by worker 5 (process %d)", (int)holder);
+    if (rc != -RKV_ETIMEDOUT || !strstr(rkv_client_errmsg(cli), named) ||
+        !strstr(rkv_client_errmsg(cli), "the 1 before it (in the call's order) were applied"))
+        fail_msg("push of a row a stopped worker holds: %d %s", rc, rkv_client_errmsg(cli));
+    rc = rkv_client_pull(cli, "t", ids, 2, got);
+    if (rc != -RKV_ETIMEDOUT || !strstr(rkv_client_errmsg(cli), named))
+        fail_msg("pull of a row a stopped worker holds: %d %s", rc, rkv_client_errmsg(cli));
+    alarm(0);
+    assert_int_equal(kill(holder, SIGKILL), 0);
+    assert_int_equal(wait_exit(holder), 128 + SIGKILL);
+    /* Its lock is taken over now: row 61 holds the push's first row, row 60
+     * nothing of it. */
+    assert_int_equal(rkv_client_pull(cli, "t", ids, 2, got), 0);
+    assert_true(got[0][0] == 1.0f && got[1][0] == 0.0f);
+    assert_int_equal(rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0), 0);
+    assert_int_equal(rkv_client_pull(cli, "t", ids, 2, got), 0);
+    assert_true(got[0][0] == 2.0f && got[1][0] == 1.0f);
+    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
+    rkv_client_destroy(cli);
+    assert_int_equal(wait_exit(s0), 0);
+    assert_int_equal(wait_exit(s1), 0);
+}
+
 /* ---- a custom op in the log ---- */
 
 /* Not commutative: a replay in another order, or twice, gives another row. */
@@ -2209,6 +2411,11 @@ static pid_t spawn_handler_server(const struct rkv_config *cfg0, uint32_t m, uin
     cfg.log_level = 2;
     struct rkv_server *srv;
     char err[256];
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    if (spawn_graceful) /* before the server's threads: they inherit it */
+        pthread_sigmask(SIG_BLOCK, &term, NULL);
     if (rkv_server_create(&cfg, local, &srv, err, sizeof(err)) < 0) {
         fprintf(stderr, "create: %s\n", err);
         fflush(stderr); /* a file now: _exit would drop what is buffered */
@@ -3886,6 +4093,8 @@ int main(void)
         cmocka_unit_test_teardown(test_durable_mismatch_refused, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_without_durable_fails_fast, reap_children),
         cmocka_unit_test_teardown(test_machine_lost_under_pushes_durable, reap_children),
+        cmocka_unit_test_teardown(test_first_server_stopped_beside_sibling_durable, reap_children),
+        cmocka_unit_test_teardown(test_first_server_stopped_beside_sibling, reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_segment_left_durable, reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_sibling_restarts_first_durable,
                                   reap_children),
@@ -3923,6 +4132,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_checkpoint_then_crash, reap_children),
         cmocka_unit_test_teardown(test_dead_lock_holder_taken_over, reap_children),
         cmocka_unit_test_teardown(test_dead_client_row_lock_taken_over, reap_children),
+        cmocka_unit_test_teardown(test_stopped_row_lock_holder_times_out, reap_children),
         cmocka_unit_test(test_durable_dir_one_cluster_at_a_time),
         cmocka_unit_test_teardown(test_lost_files_said, reap_children),
         cmocka_unit_test_teardown(test_restore_refused_while_a_sibling_serves_removed_memory,
