@@ -263,13 +263,32 @@ int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine,
     atomic_thread_fence(memory_order_acquire);
     *mc = (struct rkv_mach){.port = port, .hdr = h, .map_bytes = bytes, .owner = owner};
     mach_slot_mine(mc);
+    /* A server attaching as the machine's last one removes it: after its
+     * slot is set, so that this or the remover backs off (rkv_mach_remove
+     * looks at the slots after it set removing). */
+    if (mc->serving && atomic_load(&h->removing)) {
+        rkv_mach_close(mc);
+        return rkv_errf(err, err_len, -RKV_ENOTENSOR,
+                        "machine segment %s is being removed (its last server stopped)", name);
+    }
+    return 0;
+}
+
+/* Whether a server other than the caller's slot (cleared) still serves. */
+static int mach_served(const struct rkv_mach *mc)
+{
+    const struct rkv_port_ops *o = mc->port->ops;
+    for (uint32_t i = 0; i < RKV_MACH_SERVERS; i++) {
+        uint64_t p = atomic_load(&mc->hdr->serving[i]);
+        if (p && (!o->proc_alive || o->proc_alive(mc->port, p)))
+            return 1;
+    }
     return 0;
 }
 
 int rkv_mach_leave(struct rkv_mach *mc)
 {
     struct rkv_mach_hdr *h = mc->hdr;
-    const struct rkv_port_ops *o = mc->port->ops;
     assert(h);
     if (mc->serving) {
         uint64_t mine = mc->serving;
@@ -281,12 +300,7 @@ int rkv_mach_leave(struct rkv_mach *mc)
     /* Sequentially consistent, as each leaving server clears its slot
      * before it reads the others': of two leaving at once, at least the
      * second sees the first gone. */
-    for (uint32_t i = 0; i < RKV_MACH_SERVERS; i++) {
-        uint64_t p = atomic_load(&h->serving[i]);
-        if (p && (!o->proc_alive || o->proc_alive(mc->port, p)))
-            return 0;
-    }
-    return 1;
+    return !mach_served(mc);
 }
 
 void rkv_mach_remove(struct rkv_mach *mc, const char *prefix, uint32_t machine, uint32_t n_tensors,
@@ -295,6 +309,13 @@ void rkv_mach_remove(struct rkv_mach *mc, const char *prefix, uint32_t machine, 
     unsigned was = 0;
     if (!atomic_compare_exchange_strong(&mc->hdr->removing, &was, 1))
         return;
+    /* A server that attached since rkv_mach_leave looked (a restart)
+     * serves it: left to that one. Of the two, at least one sees the
+     * other (removing set before this look, its slot before its look). */
+    if (mach_served(mc)) {
+        atomic_store(&mc->hdr->removing, 0);
+        return;
+    }
     mach_retire_shards(mc->port, prefix, machine, mc->hdr, n_tensors, close);
     rkv_mach_unlink(mc->port, prefix, machine); /* last: see server.c srv_restart */
 }

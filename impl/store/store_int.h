@@ -320,7 +320,8 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
  * servers are all gone reads a live one as another cluster's, whose
  * segments are not its to remove. */
 uint64_t rkv_mach_live_maker(struct rkv_port *port, const char *prefix, uint32_t machine);
-/* -RKV_ENOTENSOR when it does not exist (yet). */
+/* -RKV_ENOTENSOR when it does not exist (yet), or a server (owner > 0)
+ * finds it being removed by the machine's last server to stop. */
 int rkv_mach_attach(struct rkv_port *port, const char *prefix, uint32_t machine, uint32_t n_clients,
                     uint32_t owner, struct rkv_mach *mc, char *err, size_t err_len);
 /* 1 when every tensor the attached segment mc publishes still has its
@@ -342,7 +343,8 @@ int rkv_mach_leave(struct rkv_mach *mc);
  * close (co-located clients then fail -RKV_ESHUTDOWN rather than write rows
  * nobody serves) and replaced otherwise (a restarted server restores
  * them), then the machine segment. Once per segment: a second caller does
- * nothing. */
+ * nothing, and neither does one that finds a server attached since its
+ * rkv_mach_leave (a restart: that one's attach, or this, backs off). */
 void rkv_mach_remove(struct rkv_mach *mc, const char *prefix, uint32_t machine, uint32_t n_tensors,
                      int close);
 void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine);

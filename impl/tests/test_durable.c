@@ -1716,6 +1716,48 @@ static void test_machine_segment_of_another_build_refused(void **state)
     port->ops->destroy(port);
 }
 
+/* The machine segment's servers: the last to leave removes it, and a
+ * server attaching while the last one removes it, or just before, makes
+ * one of the two back off, never neither (the machine would be removed
+ * under the one that attached). */
+static void test_machine_removed_by_its_last_server(void **state)
+{
+    (void)state;
+    struct rkv_port *port;
+    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
+    char prefix[32], err[512], path[128];
+    snprintf(prefix, sizeof(prefix), "rkvl%d", (int)getpid());
+    snprintf(path, sizeof(path), "/dev/shm/%s-m3-meta", prefix);
+    struct rkv_mach mc, mc2;
+    assert_int_equal(rkv_mach_create(port, prefix, 3, 2, 77, 1, &mc, err, sizeof(err)), 0);
+    assert_int_equal(rkv_mach_attach(port, prefix, 3, 2, 2, &mc2, err, sizeof(err)), 0);
+    assert_int_equal(rkv_mach_leave(&mc), 0); /* its sibling serves on */
+    rkv_mach_close(&mc);
+    /* The first server made anew beside it: refused, naming it. */
+    struct rkv_mach mc3;
+    assert_int_equal(rkv_mach_create(port, prefix, 3, 2, 77, 1, &mc3, err, sizeof(err)),
+                     -RKV_EEXIST);
+    if (!strstr(err, "local server 1 of machine 3"))
+        fail_msg("%s", err);
+    assert_int_equal(rkv_mach_leave(&mc2), 1);
+    /* A restart attached between the leave and the removal: left to it. */
+    assert_int_equal(rkv_mach_attach(port, prefix, 3, 2, 1, &mc, err, sizeof(err)), 0);
+    rkv_mach_remove(&mc2, prefix, 3, 0, 1);
+    assert_int_equal(access(path, F_OK), 0);
+    rkv_mach_close(&mc2);
+    /* The removal began first: the attach backs off. */
+    assert_int_equal(rkv_mach_leave(&mc), 1);
+    atomic_store(&mc.hdr->removing, 1);
+    assert_int_equal(rkv_mach_attach(port, prefix, 3, 2, 2, &mc2, err, sizeof(err)),
+                     -RKV_ENOTENSOR);
+    assert_non_null(strstr(err, "is being removed"));
+    atomic_store(&mc.hdr->removing, 0);
+    rkv_mach_remove(&mc, prefix, 3, 0, 1);
+    assert_int_equal(access(path, F_OK), -1);
+    rkv_mach_close(&mc);
+    port->ops->destroy(port);
+}
+
 /* ---- the write-ahead log ---- */
 
 /* Servers 0 and 1 in processes, a client here that made tensor "t" and
@@ -4111,6 +4153,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_record_past_end_not_replayed_later, reap_children),
         cmocka_unit_test_teardown(test_wal_empty_log_file_after_records, reap_children),
         cmocka_unit_test(test_machine_segment_of_another_build_refused),
+        cmocka_unit_test(test_machine_removed_by_its_last_server),
         cmocka_unit_test(test_shard_layout_and_reclaim),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
