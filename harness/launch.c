@@ -75,7 +75,8 @@ struct demo {
     struct demo_fault {
         char name[32];
         double at_s;
-        int after_phase; /* phase index, or -1 */
+        int after_phase;     /* phase index, or -1 */
+        char after_name[64]; /* that phase's name, as the file gives it */
         int is_server;
         uint32_t idx;
         int fired;
@@ -239,7 +240,7 @@ static int demo_kill_due(struct demo *d)
             if (f->after_phase >= 0 && d->gate_wr >= 0 && d->gate_done < f->after_phase &&
                 d->client0_phase == f->after_phase)
                 snprintf(d->fault_log + l, sizeof(d->fault_log) - l,
-                         " while client 0 waited after phase %d", f->after_phase + 1);
+                         " while client 0 waited after phase \"%s\"", f->after_name);
             fprintf(stderr, "rkv: fault: %s killed at %.3f s\n", f->name, now);
         }
         d->next_fault++;
@@ -1522,6 +1523,8 @@ static int run_plan_faults(struct demo *d, const struct rkv_scenario *sc, const 
         snprintf(f->name, sizeof(f->name), "%s", sf->target);
         f->at_s = sf->at_s;
         f->after_phase = sf->after_phase[0] ? (int)sf->after_phase_ix : -1;
+        /* The file names phases: "after phase 3" (1-based) matched none. */
+        snprintf(f->after_name, sizeof(f->after_name), "%s", sf->after_phase);
         f->restart_after_s = sf->restart_after_s;
         f->machine_lost = sf->machine_lost;
         if (sscanf(f->name, "s%u.%u", &m, &l) == 2) {
