@@ -92,7 +92,16 @@ static int swarm_seeds(const char *flag, const char *v, uint64_t *first, uint64_
         goto bad;
     return 0;
 bad:
-    fprintf(stderr, "rkv swarm: %s: expected A..B, A.. or A (A <= B), got \"%s\"\n", flag, v);
+    /* --print takes one seed: the ranges read as if it took them. */
+    if (!strcmp(flag, "--print"))
+        fprintf(stderr,
+                "rkv swarm: --print: expected one seed, a whole number in 0..%llu, got \"%s\"\n",
+                (unsigned long long)UINT64_MAX, v);
+    else
+        fprintf(stderr,
+                "rkv swarm: %s: expected A..B, A.. or A (A <= B, whole numbers in 0..%llu), got "
+                "\"%s\"\n",
+                flag, (unsigned long long)UINT64_MAX, v);
     return -1;
 }
 

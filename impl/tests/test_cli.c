@@ -763,7 +763,11 @@ static void test_server_and_worker_errors(void **state)
                "without a barrier between them");
     /* A file for another cluster: its oracle expected pushes from workers
      * that do not exist and said a value was wrong (exit 1). */
-    expect_run("", "swarm --print -1", 2, "rkv swarm: --print: expected A..B");
+    /* --print takes one seed: the message described ranges. */
+    expect_run("", "swarm --print -1", 2,
+               "rkv swarm: --print: expected one seed, a whole number in 0..18446744073709551615, "
+               "got \"-1\"");
+    expect_run("", "swarm --seeds x", 2, "rkv swarm: --seeds: expected A..B, A.. or A");
     expect_run("", "swarm --print 5..9", 2, "rkv swarm: --print: expected one seed");
     expect_run("", "worker --num-workers 1 --scenario " SCEN_DIR "/quickstart.yaml", 2,
                "quickstart.yaml describes 2 machine(s) of 2 server(s) and 4 worker(s), but this "
