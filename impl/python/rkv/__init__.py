@@ -1871,6 +1871,14 @@ class Client:
 
     def _rows(self, m, data, n):
         a = _as_numpy(data, values=True, what="tensor '%s': data" % m.name)
+        if isinstance(data, (list, tuple)) and m.dtype.kind == "i" and a.dtype.kind in "fu":
+            # numpy read [-1, 2**63] as float64 (rounded): refused as "cannot
+            # take float64 data" where the value was out of range. Read one
+            # by one, as past 64 bits (_object_numbers).
+            try:
+                a = np.array(data, dtype=object)
+            except ValueError:
+                pass
         wide = a.ndim >= 2 and int(np.prod(a.shape[1:])) != m.row_len
         if a.dtype == m.dtype and a.flags.c_contiguous and a.flags.aligned and \
                 a.size == n * m.row_len and (a.ndim == 0 or a.shape[0] == n) and not wide:

@@ -195,6 +195,10 @@ def test_python_ints_out_of_range_say_so(client):
     # nor its range.
     client.init_data("i", (10,), "int64")
     client.init_data("f", (10, 2), "float32")
+    # [-1, 2**63], which numpy reads as float64, said "cannot take float64
+    # data" (an outside tester).
+    e = refused(OverflowError, client.push, "i", [1, 2], [-1, 2**63], op="assign")
+    assert "value %d is out of range for int64" % 2**63 in e.message, e.message
     for bad in ([2**64], [-2**63 - 1], np.array([2**64], dtype=object)):
         e = refused(OverflowError, client.push, "i", [1], bad, op="assign")
         assert e.code == -rkv.ERANGE and e.message.startswith("data: tensor 'i'")
