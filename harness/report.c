@@ -131,10 +131,17 @@ static void rep_stopped(struct rkv_report *r, const char *line, const char *eol,
     /* w= is the worker's client id, which need not be its node's number
      * (ids are handed out as workers join): "w1 stopped" named w1 where
      * client 1 was w0 (an outside tester). */
-    if (!r->stop_error[0] && strncmp(line + off, "-", (size_t)n) != 0)
+    /* The first in worker order, unless it is an echo of another's stop:
+     * a worker whose init_data failed shut the servers down, and the
+     * verdict quoted another's "server 0 is shutting down" (an outside
+     * tester), the cause only on stderr. */
+    int echo = r->stop_rc == -RKV_ESHUTDOWN && rc != 0 && rc != -RKV_ESHUTDOWN;
+    if ((!r->stop_error[0] || echo) && strncmp(line + off, "-", (size_t)n) != 0) {
         snprintf(r->stop_error, sizeof(r->stop_error),
                  "client %u stopped before finishing phase \"%s\": %.*s", w, r->sc->phases[p].name,
                  n, line + off);
+        r->stop_rc = rc;
+    }
     if (rc == -RKV_ETIMEDOUT && r->survivor_timeouts++ == 0)
         snprintf(r->timeout_error, sizeof(r->timeout_error), "client %u in phase \"%s\": %.*s", w,
                  r->sc->phases[p].name, n, line + off);

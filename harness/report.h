@@ -41,6 +41,7 @@ struct rkv_report {
      * reported[]. */
     uint32_t workers_stopped;
     char stop_error[400];
+    int stop_rc; /* stop_error's code */
     /* Of them, those whose error was a timeout, and the first one's error:
      * a fault run fails on them (a survivor ends on a named error, never a
      * timeout). */

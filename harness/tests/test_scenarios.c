@@ -782,6 +782,33 @@ static void test_store_error_named_in_every_report(void **state)
     unlink(yaml);
 }
 
+/* The verdict quoted the first stopped worker's error, in worker order:
+ * with 6 workers, one whose init_data failed shut the servers down, and
+ * the twin quoted w0's "server 0 is shutting down" (an outside tester), the
+ * cause on stderr alone. The cause is quoted, not its echo. */
+static void test_cause_quoted_not_its_echo(void **state)
+{
+    (void)state;
+    char yaml[64], args[512];
+    tmp_scenario(yaml, sizeof(yaml), "wide6",
+                 "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 3}\n"
+                 "tensors:\n"
+                 "  - {name: wide, rows: 4, shape: [32768]}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: wide, push: 0.5, ids_per_request: 1, rounds: 2}\n");
+    static const char *const backends[] = {"sim", "tcp"};
+    for (int b = 0; b < 2; b++) {
+        snprintf(args, sizeof(args), "%s run %s --backend %s --max-slot-bytes 65536 2>/dev/null",
+                 RKV_BIN, yaml, backends[b]);
+        int rc = sh(args);
+        const char *v = strstr(out, "verdict: FAIL (");
+        if (rc != 3 || !v || !strstr(v, "init_data 'wide'") ||
+            !strstr(v, "over max_slot_bytes 65536") || !strstr(v, "6 of 6 workers stopped"))
+            fail_msg("%s: exit %d:\n%s", backends[b], rc, out);
+    }
+    unlink(yaml);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -806,6 +833,7 @@ int main(void)
         cmocka_unit_test(test_readme_example_and_reports),
         cmocka_unit_test(test_every_scenario_passes),
         cmocka_unit_test(test_store_error_named_in_every_report),
+        cmocka_unit_test(test_cause_quoted_not_its_echo),
     };
     /* RKV_TEST_FILTER=test_yaml_* (a glob) runs only what it names. */
     const char *filter = getenv("RKV_TEST_FILTER");

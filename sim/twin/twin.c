@@ -1353,6 +1353,7 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
     res->n_workers = t->n_workers;
     res->nodes_ok = 1;
     int named_err = 0; /* res->error names a node's own error */
+    int named_rc = 0;  /* and its code */
     size_t fl = 0;
     for (uint32_t i = 0; i < t->n_nodes; i++) {
         struct twin_node *nd = &t->nodes[i];
@@ -1368,10 +1369,16 @@ static int twin_gather(struct twin *t, struct rkv_twin_result *res)
             snprintf(res->survivor_error, sizeof(res->survivor_error), "%s: %s", nd->name,
                      nd->err[0] ? nd->err : rkv_strerror(nd->rc));
         /* A node that ended on an error of its own is named before one
-         * that did not end: the first is usually why the second waits. */
-        if (bad && (res->nodes_ok || (nd->finished && !named_err))) {
+         * that did not end: the first is usually why the second waits;
+         * and one whose error is not the servers' shutdown before one's
+         * that is: a worker whose init_data failed shut them down, and
+         * the verdict quoted another's "server 0 is shutting down" (an
+         * outside tester). */
+        int echo = named_rc == -RKV_ESHUTDOWN && nd->rc < 0 && nd->rc != -RKV_ESHUTDOWN;
+        if (bad && (res->nodes_ok || (nd->finished && (!named_err || echo)))) {
             res->nodes_ok = 0;
             named_err = nd->finished;
+            named_rc = nd->finished ? nd->rc : 0;
             snprintf(res->error, sizeof(res->error), "%s: %s", nd->name,
                      !nd->finished ? TWIN_UNFINISHED
                      : nd->err[0]  ? nd->err
