@@ -730,15 +730,18 @@ static int sp_log_fold(struct sim_log_fold *f, int level, const char *msg, const
     return 1; /* full: unfolded */
 }
 
+void sim_world_log_line(struct sim_world *w, int level, const char *node, const char *msg)
+{
+    if (w->log_fold && !sp_log_fold(w->log_fold, level, msg, node))
+        return;
+    fprintf(stderr, "[sim %.9f] %s %s: %s\n", simgrid_get_clock(), sp_level_name(level), node, msg);
+}
+
 static void sp_vlog(struct rkv_port *p, int level, const char *fmt, va_list ap)
 {
     char msg[1024];
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    struct sim_world *w = sp_of(p)->w;
-    if (w->log_fold && !sp_log_fold(w->log_fold, level, msg, p->node))
-        return;
-    fprintf(stderr, "[sim %.9f] %s %s: %s\n", simgrid_get_clock(), sp_level_name(level), p->node,
-            msg);
+    sim_world_log_line(sp_of(p)->w, level, p->node, msg);
 }
 
 static void sp_destroy(struct rkv_port *p)

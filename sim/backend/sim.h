@@ -200,6 +200,9 @@ void sim_world_trace_process(struct sim_world *w, uint32_t pid, const char *name
 #define SIM_LOG_FOLD_SHOWN 3
 int sim_log_fold_start(struct sim_world *w);
 void sim_log_fold_end(struct sim_world *w);
+/* One line (no newline) as node's, at level, folded as a port's are; not
+ * filtered by level (the caller's). */
+void sim_world_log_line(struct sim_world *w, int level, const char *node, const char *msg);
 
 int sim_port_create(struct sim_world *w, sg_host_t host, const char *node, int log_level,
                     uint64_t seed, uint32_t machine, uint32_t tid, struct rkv_port **port_p);

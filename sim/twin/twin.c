@@ -121,6 +121,16 @@ struct twin {
     const char *trace_path;      /* --trace, or NULL */
     int sim_started;             /* simgrid_run was called: the clock means something */
     struct sigaction sig_old[3]; /* the stopping signals' handlers before the run */
+    /* The workers' log (what a tcp worker prints on stderr: "rkv: worker N
+     * stopped: ..."), one stream for all of them (twin_lines_open says why
+     * not one each), its lines folded as the nodes' log lines are: 3,049
+     * such lines at 3,072 workers were printed one by one (an outside
+     * tester). Line-buffered: an fprintf makes no simcall, so its line is
+     * whole before another actor writes. */
+    FILE *wlog;
+    char wlog_vbuf[512];
+    char wlog_line[1024];
+    size_t wlog_len;
 };
 
 /* The SimGrid host machine m runs on: "m<m>", or the one host every
@@ -342,6 +352,38 @@ static FILE *twin_lines_open(struct twin_lines *l, char *vbuf, size_t vbuf_len)
     return out;
 }
 
+static void twin_wlog_flush(struct twin *t)
+{
+    if (!t->wlog_len)
+        return;
+    t->wlog_line[t->wlog_len] = 0;
+    sg_actor_t self = sg_actor_self();
+    sim_world_log_line(&t->w, RKV_LOG_WARN, self ? sg_actor_get_name(self) : "twin", t->wlog_line);
+    t->wlog_len = 0;
+}
+
+static ssize_t twin_wlog_write(void *cookie, const char *data, size_t n)
+{
+    struct twin *t = cookie;
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] == '\n' || t->wlog_len + 1 >= sizeof(t->wlog_line))
+            twin_wlog_flush(t);
+        if (data[i] != '\n')
+            t->wlog_line[t->wlog_len++] = data[i];
+    }
+    return (ssize_t)n;
+}
+
+static FILE *twin_wlog(struct twin *t)
+{
+    if (!t->wlog) {
+        cookie_io_functions_t io_fns = {.write = twin_wlog_write};
+        if ((t->wlog = fopencookie(t, "w", io_fns)))
+            setvbuf(t->wlog, t->wlog_vbuf, _IOLBF, sizeof(t->wlog_vbuf));
+    }
+    return t->wlog ? t->wlog : stderr;
+}
+
 static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struct rkv_port *port)
 {
     const struct rkv_scenario *sc = nd->t->sc;
@@ -352,7 +394,7 @@ static void twin_worker_body(struct twin_node *nd, struct rkv_client *cli, struc
     }
     struct twin_worker_io io = {.t = nd->t, .lines = &lines};
     uint32_t id = rkv_client_id(cli);
-    nd->rc = rkv_wl_run_shared(cli, port, sc, id, stderr, nd->t->oracle, twin_on_phase,
+    nd->rc = rkv_wl_run_shared(cli, port, sc, id, twin_wlog(nd->t), nd->t->oracle, twin_on_phase,
                                twin_on_stats, &io, nd->t->hand_over);
     if (nd->rc < 0)
         snprintf(nd->err, sizeof(nd->err), "%s", rkv_client_errmsg(cli));
@@ -1693,6 +1735,11 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     if (sim_world_signo) /* it came with the last events */
         twin_stop(&t, (int)sim_world_signo);
     res->wall_s = sim_world_wall() - w0;
+    if (t.wlog) { /* its last line, then the fold's counts */
+        fclose(t.wlog);
+        twin_wlog_flush(&t);
+        t.wlog = NULL;
+    }
     sim_log_fold_end(&t.w); /* before the report */
     res->events = t.w.events;
     res->hash = t.w.hash;
