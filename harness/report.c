@@ -494,6 +494,15 @@ static json_t *rep_json(const struct rkv_report *r, const char *backend)
                                              (json_int_t)r->workers_stopped, "workers",
                                              (json_int_t)r->n_workers));
     }
+    /* A fault run's "faults:" line, which report.md had and report.json
+     * not (an outside tester). */
+    if (r->fault_run)
+        bad |= json_object_set_new(
+            root, "faults",
+            json_pack("{s:s, s:b, s:I, s:I, s:s}", "fired", r->faults[0] ? r->faults : "",
+                      "all_fired", r->faults_fired, "survivor_errors",
+                      (json_int_t)r->survivor_errors, "survivor_timeouts",
+                      (json_int_t)r->survivor_timeouts, "survivor_error", r->survivor_error));
     /* The clients' own counters: per operation and per server, summed over
      * workers, and each worker's. */
     if (r->stats)

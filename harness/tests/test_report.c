@@ -132,6 +132,21 @@ static void test_report_json_round_trips_names(void **state)
                       "already down cannot crash"))
         fail_msg("no reason given:\n%s", text);
     free(text);
+    /* report.json has the faults line too: report.md alone had it. */
+    snprintf(r.faults, sizeof(r.faults), "s1.0 killed at 0.5 s");
+    r.survivor_errors = 2;
+    assert_int_equal(rkv_report_write(&r, dir, "tcp"), 0);
+    doc = json_load_file(path, 0, &jerr);
+    assert_non_null(doc);
+    json_t *fj = json_object_get(doc, "faults");
+    if (!json_is_object(fj) ||
+        strcmp(json_string_value(json_object_get(fj, "fired")), "s1.0 killed at 0.5 s") != 0 ||
+        !json_is_false(json_object_get(fj, "all_fired")) ||
+        json_integer_value(json_object_get(fj, "survivor_errors")) != 2)
+        fail_msg("report.json's faults: %s", json_dumps(doc, 0));
+    json_decref(doc);
+    r.faults[0] = 0;
+    r.survivor_errors = 0;
     /* A wrong value makes its worker exit 1: the verdict said "a process
      * failed (its error is on stderr)", on both kinds of run. */
     r.phase[1].errors = 2;
