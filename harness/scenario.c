@@ -238,9 +238,17 @@ static int sc_name(struct sc_ctx *c, const char *name, struct fy_node *key, stru
     if (rc < 0)
         return rc;
     const char *s = sc_str(v);
-    if (!*s || strlen(s) >= out_len)
-        return sc_fail(c, v, "%s: expected a name of 1..%zu bytes (UTF-8), got \"%s\"", name,
-                       out_len - 1, s);
+    size_t len = strlen(s);
+    if (!*s || len >= out_len) {
+        /* A long one quoted in part, cut where a character starts: the
+         * error's end cut it mid-character, with no closing quote. */
+        int shown = len > 80 ? 80 : (int)len;
+        while (shown > 0 && ((unsigned char)s[shown] & 0xc0) == 0x80)
+            shown--;
+        return sc_fail(c, v,
+                       "%s: expected a name of 1..%zu bytes (UTF-8), got \"%.*s\"%s (%zu bytes)",
+                       name, out_len - 1, shown, s, shown < (int)len ? "..." : "", len);
+    }
     /* Names are printed in the report's tables and lines: a newline, a
      * control character or a '|' broke report.md and the table on stdout
      * (a tab does not; report.json escapes it). */
