@@ -1258,10 +1258,12 @@ static int sc_local_file(struct sc_ctx *c, struct rkv_sc_tensor *t)
         char *end;
         errno = 0;
         unsigned long long v = strtoull(word, &end, 10);
-        if (end == word || *end || errno || word[0] == '-')
+        /* Decimal digits only: strtoull took "+3" and " 3" as 3, where
+         * the scenario's integers refuse a sign. */
+        if (end == word || *end || errno || word[0] < '0' || word[0] > '9')
             rc = sc_fail_mark(c, t->mark,
                               "tensor \"%s\": local_file %s: entry %llu: expected a "
-                              "non-negative integer, got \"%s\"",
+                              "non-negative decimal integer, got \"%s\"",
                               t->desc.name, t->local_file, (unsigned long long)r, word);
         else if (r == t->desc.rows)
             rc = sc_fail_mark(c, t->mark,
