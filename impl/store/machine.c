@@ -286,6 +286,40 @@ static int mach_served(const struct rkv_mach *mc)
     return 0;
 }
 
+int rkv_mach_check_rejoin(struct rkv_port *port, const char *prefix, uint32_t machine,
+                          uint32_t n_clients, uint32_t local, char *err, size_t err_len)
+{
+    struct rkv_mach mv;
+    if (local >= RKV_MACH_SERVERS ||
+        rkv_mach_attach(port, prefix, machine, n_clients, 0, &mv, NULL, 0) < 0)
+        return 0; /* none (or not ours): the first INIT says */
+    const struct rkv_port_ops *o = port->ops;
+    /* reader_proc is set at a server's attach and never cleared: this
+     * local server attached before, in this segment's life. */
+    int before = atomic_load(&mv.hdr->reader_proc[local]) != 0;
+    uint64_t live = 0;
+    uint32_t who = 0;
+    for (uint32_t i = 0; before && o->proc_alive && !live && i < RKV_MACH_SERVERS; i++) {
+        uint64_t p = atomic_load(&mv.hdr->serving[i]);
+        if (i != local && p && o->proc_alive(port, p)) {
+            live = p;
+            who = i;
+        }
+    }
+    rkv_mach_close(&mv);
+    if (!live)
+        return 0;
+    char name[96];
+    rkv_mach_name(name, sizeof(name), prefix, machine);
+    return rkv_errf(err, err_len, -RKV_EEXIST,
+                    "machine segment %s is in use: local server %u of machine %u (process %llu) "
+                    "still serves it, and local server %u served it before; outside durable "
+                    "mode a server of a machine restarts only with all of them (it would hold "
+                    "none of the machine's tensors): stop them too, then start them all "
+                    "(durable mode restarts a server beside running ones)",
+                    name, who, machine, (unsigned long long)RKV_PORT_PROC_PID(live), local);
+}
+
 int rkv_mach_leave(struct rkv_mach *mc)
 {
     struct rkv_mach_hdr *h = mc->hdr;

@@ -2752,8 +2752,13 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
 static int srv_mach_open(struct rkv_server *s, char *err, size_t err_len)
 {
     uint32_t mach = s->cfg.machine_id;
+    /* Attaches at its first INIT; a restart beside running siblings is
+     * refused, as the first server's is (rkv_mach_create): it held no
+     * tensor, and half the requests the clients sent it failed "unknown
+     * tensor" (an outside tester). */
     if (!s->durable && s->local_id != 0)
-        return 0; /* attaches at its first INIT */
+        return rkv_mach_check_rejoin(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers,
+                                     s->local_id, err, err_len);
     if (!s->durable) {
         int rc = rkv_mach_create(s->port, s->cfg.shm_prefix, mach, s->cfg.n_workers, 0, 1, &s->mach,
                                  err, err_len);

@@ -333,6 +333,12 @@ int rkv_mach_shards_present(const struct rkv_mach *mc, const char *prefix, uint3
  * it held: pushes that may have been applied in part. */
 uint32_t rkv_mach_reclaim(struct rkv_mach *mc);
 void rkv_mach_close(struct rkv_mach *mc);
+/* Outside durable mode, a server other than the machine's first one
+ * restarting beside running siblings (it attached to the machine's
+ * segment before, and another server still serves it): -RKV_EEXIST naming
+ * that one; 0 otherwise (a first start, or no live sibling). */
+int rkv_mach_check_rejoin(struct rkv_port *port, const char *prefix, uint32_t machine,
+                          uint32_t n_clients, uint32_t local, char *err, size_t err_len);
 /* A server's clean stop: it no longer serves the machine. Returns 1 when
  * no other server of the machine still does (their processes checked):
  * the caller then removes the machine's memory (rkv_mach_remove). Two

@@ -1374,6 +1374,47 @@ static void test_first_server_stopped_beside_sibling(void **state)
     assert_int_equal(machine_shm_present(&c.cfg, 0), 0);
 }
 
+/* Regression: outside durable mode, a machine's second server restarted
+ * beside its running first one was accepted, holding none of the
+ * machine's tensors: the clients' requests routed to it failed "unknown
+ * tensor id", and a shutdown could not reach it (an outside tester). It is
+ * refused, as the first server's restart is; a first start of it, before
+ * or after the tensors were made, is not. */
+static void test_second_server_restart_beside_first_refused(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 0, 0);
+    c.machines[1].servers = 2;
+    c.srv[0] = server_create(&c, 0);
+    struct rkv_config cfg1 = c.cfg;
+    cfg1.machine_id = 1;
+    struct rkv_server *s11, *again;
+    char err[512];
+    if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_client *cli;
+    struct client_arg ca = {.cfg = &cfg1};
+    pthread_t ct; /* its init_data waits for the second server to come */
+    assert_int_equal(pthread_create(&ct, NULL, client_create_main, &ca), 0);
+    usleep(100 * 1000);
+    if (rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
+        fail_msg("a first start of the second server: %s", err);
+    pthread_join(ct, NULL);
+    if (!(cli = ca.cli))
+        fail_msg("%s", ca.err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    rkv_server_destroy(s11);
+    int rc = rkv_server_create(&cfg1, 1, &again, err, sizeof(err));
+    if (rc != -RKV_EEXIST || !strstr(err, "local server 0 of machine 1") ||
+        !strstr(err, "local server 1 served it before"))
+        fail_msg("second server restarted beside the first outside durable mode: %d %s", rc, err);
+    rkv_client_destroy(cli);
+    rkv_server_destroy(c.srv[1]);
+    rkv_server_destroy(c.srv[0]);
+    assert_int_equal(machine_shm_present(&c.cfg, 1), 0);
+}
+
 /* Regression: a server killed while it removed its machine's memory at a
  * clean stop (the shards gone, the machine segment left) could not be
  * restarted: it served the segment and failed "cannot map ... (unknown
@@ -4137,6 +4178,7 @@ int main(void)
         cmocka_unit_test_teardown(test_machine_lost_under_pushes_durable, reap_children),
         cmocka_unit_test_teardown(test_first_server_stopped_beside_sibling_durable, reap_children),
         cmocka_unit_test_teardown(test_first_server_stopped_beside_sibling, reap_children),
+        cmocka_unit_test_teardown(test_second_server_restart_beside_first_refused, reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_segment_left_durable, reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_sibling_restarts_first_durable,
                                   reap_children),
