@@ -93,7 +93,10 @@ void rkv_oracle_set_pin_log(struct rkv_oracle *o, FILE *out);
 /* Checks one pulled row. mid_epoch = 1 checks only rows this worker alone
  * writes (or nobody writes) in the epoch and returns 1 when it skipped.
  * Returns 0 on match, -1 on mismatch with a message naming tensor, row,
- * expected, got and who last wrote it. */
+ * expected, got and who last wrote it; 2 on a match the oracle cannot
+ * vouch for: the rounding it allows for the row's sums reaches a quarter
+ * of their steps, so a quarter of its pushes lost or doubled would match
+ * too (an lr too small for that many pushes to one row). */
 int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t tensor, uint64_t row, uint32_t worker,
                          int mid_epoch, const void *got, char *why, size_t why_len);
 

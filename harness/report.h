@@ -12,6 +12,10 @@ struct rkv_report {
     struct rkv_wl_phase_stats *phase; /* merged over workers, n_phases */
     uint32_t *reported;               /* workers that reported each phase */
     char first_error[400];
+    /* Checks the oracle matched but cannot vouch for (oracle.h), and the
+     * first phase that had one. */
+    uint64_t unresolved;
+    uint32_t unresolved_phase;
     uint32_t n_workers;
     double wall_s;
     int processes_ok;

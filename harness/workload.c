@@ -39,7 +39,7 @@ struct wl_node {
  * the full array). Exported whole (wl_export) when handed over. */
 struct wl_stats {
     uint64_t pushes, pulls, bytes;
-    uint64_t checks, skipped, errors;
+    uint64_t checks, skipped, errors, unresolved;
     double wall_s;
     double max_us;
     uint32_t lo, n;
@@ -86,6 +86,7 @@ static void wl_export(const struct wl_stats *w, struct rkv_wl_phase_stats *st)
     st->checks = w->checks;
     st->skipped = w->skipped;
     st->errors = w->errors;
+    st->unresolved = w->unresolved;
     st->wall_s = w->wall_s;
     st->max_us = w->max_us;
     for (uint32_t i = 0; i < w->n; i++)
@@ -190,10 +191,11 @@ static void wl_check(struct wl_node *n, uint32_t ti, const uint64_t *ids, uint32
                                      sizeof(why));
         if (r == 1)
             st->skipped++;
-        else if (r == 0)
+        else if (r == 0 || r == 2)
             st->checks++;
         else
             wl_error(n, st, why);
+        st->unresolved += r == 2;
     }
 }
 
@@ -613,6 +615,9 @@ void rkv_wl_print_as(FILE *out, uint32_t worker, uint32_t phase,
     fprintf(out, "%s\n", first ? "-" : "");
     if (st->errors)
         fprintf(out, "FIRSTERR w=%u p=%u %s\n", worker, phase, st->first_error);
+    if (st->unresolved)
+        fprintf(out, "UNRESOLVED w=%u p=%u n=%llu\n", worker, phase,
+                (unsigned long long)st->unresolved);
     if (st->stopped) { /* one line whatever the error holds */
         fprintf(out, "STOPPED w=%u p=%u rc=%d ", worker, phase, st->stop_rc);
         for (const char *c = st->stop_error[0] ? st->stop_error : "-"; *c; c++)

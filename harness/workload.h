@@ -15,6 +15,7 @@
 struct rkv_wl_phase_stats {
     uint64_t pushes, pulls, bytes;
     uint64_t checks, skipped, errors;
+    uint64_t unresolved; /* of checks, those the oracle cannot vouch for (oracle.h) */
     double wall_s;
     double max_us;
     uint64_t hist[RKV_WL_HIST];

@@ -146,6 +146,41 @@ static void test_small_sgd_step_is_checked(void **state)
     rkv_scenario_free(sc);
 }
 
+/* 1,600 f32 sgd pushes of lr 2e-6 to one row: the rounding the oracle
+ * must allow for outgrows what half of them add up to, and an outside
+ * tester's store that dropped half of them passed in silence. The row's
+ * right value still matches, but the check says it proves little (2). */
+static void test_sgd_steps_below_rounding_are_said(void **state)
+{
+    (void)state;
+    struct rkv_scenario *sc = load("seed: 2\n"
+                                   "cluster: {machines: 2, servers_per_machine: 1, "
+                                   "workers_per_machine: 2}\n"
+                                   "tensors:\n"
+                                   "  - {name: e, dtype: f32, rows: 1, shape: [4]}\n"
+                                   "workload:\n"
+                                   "  - {name: s, tensor: e, push: 1.0, push_op: sgd, lr: 2e-6, "
+                                   "ids_per_request: 1, rounds: 400}\n"
+                                   "  - {name: read, tensor: e, push: 0, rounds: 1}\n");
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    float row[4] = {0};
+    for (uint32_t w = 0; w < 4; w++)
+        for (uint32_t k = 0; k < 400; k++)
+            for (uint32_t j = 0; j < 4; j++)
+                row[j] -= (float)(2e-6 * rkv_wl_value(sc, 0, 0, 0, w, k, 0, j));
+    char why[512];
+    int rc = rkv_oracle_check_row(o, 0, 0, 0, 0, row, why, sizeof(why));
+    if (rc != 2)
+        fail_msg("the right value of 1,600 tiny sgd steps: %d (expected 2) %s", rc,
+                 rc < 0 ? why : "");
+    rkv_oracle_destroy(o);
+    rkv_scenario_free(sc);
+}
+
 /* A book of 99 rows on machine 0 and 1 on machine 1: the rejection
  * sampler found that one remote row in 64 tries about half the time, and
  * then drew a uniform row instead, a local one 99 times in 100. Every id
@@ -244,6 +279,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
         cmocka_unit_test(test_small_sgd_step_is_checked),
+        cmocka_unit_test(test_sgd_steps_below_rounding_are_said),
         cmocka_unit_test(test_remote_only_draws_only_remote_rows),
         cmocka_unit_test(test_keys_that_do_not_exist_are_named),
     };
