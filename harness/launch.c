@@ -85,6 +85,9 @@ struct demo {
         int restarted;
         int machine_lost; /* unlink the machine's shared memory with the kill */
         uint32_t machine;
+        /* Restarted after the servers were shut down: it never heard a
+         * SHUTDOWN, and the launcher had to stop it (demo_wait_servers). */
+        int late;
     } faults[RKV_SC_MAX_FAULTS];
     /* Durable runs: the snapshot directory this run made; its shm prefix
      * and tensor count name the segments a machine loss takes away. */
@@ -98,7 +101,8 @@ struct demo {
     char seed_buf[24];
     uint32_t n_faults, next_fault;
     int client0_phase;
-    int server_failed; /* a server exited on an error while the workers ran */
+    int server_failed;               /* a server exited on an error while the workers ran */
+    uint8_t stopped[DEMO_MAX_PROCS]; /* servers demo_wait_servers had to stop */
     /* Crash faults after a phase: client 0 waits at the phase's end until
      * this launcher has fired them (one byte per such phase on the gate
      * pipe, whose read end every worker inherits), so that the crash lands
@@ -819,6 +823,7 @@ static int demo_wait_servers(struct demo *d, int timeout_s)
         if (d->servers[i] > 0) {
             fprintf(stderr, "%s: server %u did not exit; stopping it\n", d->cmd, i);
             kill(d->servers[i], SIGTERM);
+            d->stopped[i] = 1;
         }
     }
     for (int waited = 0; waited < 20; waited++) {
@@ -1684,8 +1689,22 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
         r.faults_fired = d->nic_faults ? run_fault_stats(d, sc, &broken) : 1;
         uint32_t gone = 0; /* crashed and not restarted */
         for (uint32_t i = 0; i < d->n_faults; i++) {
-            const struct demo_fault *f = &d->faults[i];
-            r.faults_fired &= f->fired && (f->restart_after_s <= 0 || f->restarted);
+            struct demo_fault *f = &d->faults[i];
+            /* A crash that landed as the servers were shutting down was
+             * restarted after the SHUTDOWN: its server waited for peers
+             * that had gone, the launcher stopped it, and the verdict read
+             * "a process failed" with no reason, where another run of the
+             * same file passed or said the fault did not fire (an outside
+             * tester). Its restart came too late: it did not fire. */
+            f->late = f->restarted && d->stopped[f->idx];
+            if (f->late) {
+                size_t l = strlen(d->fault_log);
+                snprintf(d->fault_log + l, sizeof(d->fault_log) - l,
+                         "%s%s's restart came after the servers were shut down (stopped by the "
+                         "launcher)",
+                         l ? "; " : "", f->name);
+            }
+            r.faults_fired &= f->fired && (f->restart_after_s <= 0 || (f->restarted && !f->late));
             gone += f->restart_after_s <= 0;
             /* The verdict said "see faults: above", where only the ones
              * that fired were (an outside tester). */
@@ -1704,7 +1723,15 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
      * gone or a connection broke: then the SHUTDOWN may have had no way
      * to them (the twin stops them too). It was a FAIL without a reason
      * whenever the broken connection was worker 0's. */
-    if (servers_stopped && (!r.fault_run || r.must_complete))
+    /* A late restart's stop is its fault's not firing, said above. */
+    int stopped_other = 0;
+    for (uint32_t i = 0; i < d->n_servers; i++) {
+        int late = 0;
+        for (uint32_t k = 0; k < d->n_faults; k++)
+            late |= d->faults[k].late && d->faults[k].is_server && d->faults[k].idx == i;
+        stopped_other |= d->stopped[i] && !late;
+    }
+    if (servers_stopped && stopped_other && (!r.fault_run || r.must_complete))
         r.processes_ok = 0; /* demo_wait_servers said which */
     *r_p = r;
     return rkv_launch_verdict(r_p);
