@@ -637,6 +637,11 @@ def _handler_id(handler):
     return hid
 
 
+# Below this no process maps code (vm.mmap_min_addr's default): an int
+# under it given as a C handler's address is no function's.
+_MIN_CODE_ADDRESS = 1 << 16
+
+
 def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
     """The shared part of Server/Client.register_pull_handler: reg is the C
     registration function of target; keep holds what the C side points to."""
@@ -658,6 +663,14 @@ def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
     if fn is None:  # unregisters
         cfn, cuser = ffi.NULL, ffi.NULL
     elif isinstance(fn, ffi.CData) or isinstance(fn, (int, np.integer)):
+        if isinstance(fn, (bool, np.bool_)) or \
+                (isinstance(fn, (int, np.integer)) and 0 < int(fn) < _MIN_CODE_ADDRESS):
+            # A bare 5 was taken as an address, and the next pull through
+            # it ended the process with SIGSEGV (an outside tester). No code
+            # lives in the first pages (Linux maps nothing below
+            # vm.mmap_min_addr, 64 KiB by default).
+            _fail(-EINVAL, "pull handler %d: %r is no function's address (a C function's "
+                  "address comes from ctypes or cffi)" % (hid, fn))
         cfn = ffi.cast("rkv_pull_fn", fn)  # C code: a cffi function or its address
         if cfn == ffi.NULL:
             _fail(-EINVAL, "pull handler %d: a NULL function (None unregisters)" % hid)
