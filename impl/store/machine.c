@@ -203,7 +203,8 @@ int rkv_mach_create(struct rkv_port *port, const char *prefix, uint32_t machine,
         return rkv_errf(err, err_len, -RKV_EEXIST,
                         "machine segment %s is in use by a running server (process %llu: this "
                         "process) of machine %u with shm prefix \"%s\": this process already "
-                        "runs that server; destroy it before making another",
+                        "runs that server (or a server of another cluster with the same shm "
+                        "prefix: give each cluster its own); destroy it before making another",
                         name, (unsigned long long)RKV_PORT_PROC_PID(maker), machine, prefix);
     if (maker)
         return rkv_errf(err, err_len, -RKV_EEXIST,
