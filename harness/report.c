@@ -279,9 +279,14 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
          * stopped by an earlier crash (a barrier fails once a worker or
          * server 0 is gone for good) never end it, and the hint above did
          * not say so (an outside tester). */
+        /* Only when such a crash is one that did not fire: a restart that
+         * never came got this hint too (an outside tester). */
         int timed = 0;
-        for (uint32_t i = 0; i < r->sc->n_faults; i++)
-            timed |= r->sc->faults[i].after_phase[0] != 0;
+        for (uint32_t i = 0; i < r->sc->n_faults; i++) {
+            char unfired[96];
+            snprintf(unfired, sizeof(unfired), "crash %s: did not fire", r->sc->faults[i].target);
+            timed |= r->sc->faults[i].after_phase[0] != 0 && strstr(r->faults, unfired);
+        }
         if (timed && r->stop_error[0] && n > 0 && (size_t)n < len)
             snprintf(buf + n, len - (size_t)n,
                      "; the workers stopped early (%s): a crash after a phase client 0 did not "

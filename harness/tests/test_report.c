@@ -195,6 +195,53 @@ static void test_report_json_round_trips_names(void **state)
     unlink(yaml);
 }
 
+/* "A crash after a phase client 0 did not finish never fires" was said of
+ * any fault run that failed on a fault and had such a crash, whatever did
+ * not fire: a restart that never came got it too (an outside tester). */
+static void test_unfired_hint_only_for_an_unfired_phase_crash(void **state)
+{
+    (void)state;
+    char yaml[64], err[256];
+    tmp_scenario(yaml, sizeof(yaml), "hint",
+                 "cluster: {machines: 2, servers_per_machine: 2, workers_per_machine: 1, "
+                 "durable: true, retry_ms: 30000}\n"
+                 "tensors:\n"
+                 "  - {name: e, rows: 64, shape: [4]}\n"
+                 "workload:\n"
+                 "  - {name: a, tensor: e, push: 0.5, rounds: 5}\n"
+                 "  - {name: b, tensor: e, push: 0.5, rounds: 5}\n"
+                 "faults:\n"
+                 "  - {kind: crash, target: s1.0, after_phase: a}\n"
+                 "  - {kind: crash, target: s1.1, at_s: 0.2, restart_after_s: 0.05}\n");
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_report r;
+    char *outs[1] = {"STOPPED w=0 p=1 rc=-4 barrier: client 1 left\n"};
+    assert_int_equal(rkv_report_collect(&r, sc, outs, 1), 0);
+    r.processes_ok = 1;
+    r.fault_run = 1;
+    r.faults_fired = 0;
+    static const char *const lines[2] = {"s1.0 killed at 0.1 s; s1.1 killed at 0.2 s",
+                                         "s1.1 killed at 0.2 s; crash s1.0: did not fire"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(r.faults, sizeof(r.faults), "%s", lines[k]);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&text, &len);
+        assert_non_null(m);
+        rkv_report_print(&r, m, "tcp");
+        fclose(m);
+        if (!strstr(text, "not every fault fired") ||
+            (strstr(text, "never fires") != NULL) != (k == 1))
+            fail_msg("faults \"%s\":\n%s", lines[k], text);
+        free(text);
+    }
+    rkv_report_free(&r);
+    rkv_scenario_free(sc);
+    unlink(yaml);
+}
+
 /* The report's text for outs (one worker) of a fault run or not. */
 static char *print_of(const struct rkv_scenario *sc, char *out, int fault_run, struct rkv_report *r)
 {
@@ -555,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_plot_names_run_and_shows_every_line),
         cmocka_unit_test(test_percentiles_never_above_max),
         cmocka_unit_test(test_report_json_round_trips_names),
+        cmocka_unit_test(test_unfired_hint_only_for_an_unfired_phase_crash),
         cmocka_unit_test(test_report_zero_time_and_timeouts),
         cmocka_unit_test(test_report_compares_pinned_winners),
         cmocka_unit_test(test_plots_not_made_fail_the_run),
