@@ -2327,9 +2327,26 @@ static int cli_retry(struct rkv_client *c, const struct cli_op *o, const struct 
     }
 }
 
+/* Whether local server `local` of this machine stopped cleanly beside
+ * siblings that still serve it (rkv_mach_server_left). */
+static int cli_srv_left(struct rkv_client *c, uint32_t local)
+{
+    struct rkv_mach mv;
+    if (rkv_mach_attach(c->port, c->cfg.shm_prefix, c->cfg.machine_id, c->cfg.n_workers, 0, &mv,
+                        NULL, 0) < 0)
+        return 0;
+    int left = rkv_mach_server_left(&mv, local);
+    rkv_mach_close(&mv);
+    return left;
+}
+
 /* Durable mode with retries: a pull reads this machine's rows from the
  * shard directly, so first every server of the machine seen dying must be
- * back (it may have made the shard anew), within retry_ms. */
+ * back (it may have made the shard anew), within retry_ms; but not one
+ * that stopped cleanly beside siblings that still serve the machine (a
+ * SIGTERM): every pull failed "server N of this machine still gone" for as
+ * long as it stayed down, where a crashed one's restart was waited for (an
+ * outside tester). */
 static int cli_local_fresh(struct rkv_client *c)
 {
     if (!c->cfg.durable_dir[0] || !c->cfg.retry_ms)
@@ -2342,6 +2359,8 @@ static int cli_local_fresh(struct rkv_client *c)
         struct cli_server *srv = cli_srv(c, k);
         if (!srv)
             return -RKV_ENOMEM;
+        if (cli_srv_dead(c, srv) && cli_srv_left(c, k - first))
+            continue;
         for (uint64_t backoff_ms = 10; cli_srv_dead(c, srv);) {
             uint64_t now = po->now_ns(c->port);
             if (now >= deadline)

@@ -321,6 +321,14 @@ int rkv_mach_check_rejoin(struct rkv_port *port, const char *prefix, uint32_t ma
                     name, who, machine, (unsigned long long)RKV_PORT_PROC_PID(live), local);
 }
 
+int rkv_mach_server_left(const struct rkv_mach *mc, uint32_t local)
+{
+    if (local >= RKV_MACH_SERVERS)
+        return 0;
+    return atomic_load(&mc->hdr->reader_proc[local]) != 0 &&
+           atomic_load(&mc->hdr->serving[local]) == 0 && mach_served(mc);
+}
+
 int rkv_mach_leave(struct rkv_mach *mc)
 {
     struct rkv_mach_hdr *h = mc->hdr;

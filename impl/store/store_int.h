@@ -339,6 +339,11 @@ void rkv_mach_close(struct rkv_mach *mc);
  * that one; 0 otherwise (a first start, or no live sibling). */
 int rkv_mach_check_rejoin(struct rkv_port *port, const char *prefix, uint32_t machine,
                           uint32_t n_clients, uint32_t local, char *err, size_t err_len);
+/* Whether local server `local` stopped cleanly (it attached once, its
+ * serving slot is cleared: rkv_mach_leave) while another server still
+ * serves the machine: it left nothing half applied, and the memory it
+ * served is the siblings'. */
+int rkv_mach_server_left(const struct rkv_mach *mc, uint32_t local);
 /* A server's clean stop: it no longer serves the machine. Returns 1 when
  * no other server of the machine still does (their processes checked):
  * the caller then removes the machine's memory (rkv_mach_remove). Two

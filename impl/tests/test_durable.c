@@ -1374,6 +1374,46 @@ static void test_first_server_stopped_beside_sibling(void **state)
     assert_int_equal(machine_shm_present(&c.cfg, 0), 0);
 }
 
+/* Regression: in durable mode with retry_ms, once one server of a machine
+ * stopped cleanly (a SIGTERM) beside a sibling that still served it, every
+ * pull of a worker on that machine waited retry_ms for it and failed
+ * "server 2 of this machine still gone", for as long as it stayed down
+ * (an outside tester). Only a crashed one's restart is waited for. */
+static void test_colocated_pull_beside_a_stopped_sibling_durable(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.machines[1].servers = 2;
+    c.cfg.retry_ms = 3000;
+    c.srv[0] = server_create(&c, 0);
+    struct rkv_config cfg1 = c.cfg;
+    cfg1.machine_id = 1;
+    struct rkv_server *s11;
+    char err[512];
+    if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0 ||
+        rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    struct rkv_client *cli;
+    if (rkv_client_create(&cfg1, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    uint64_t id = 60; /* machine 1's: pulled from its shared memory */
+    float one[4] = {1, 1, 1, 1};
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_true(pull_row60(cli) == 1.0f);
+    rkv_server_destroy(s11);
+    usleep(300 * 1000);                   /* the client sees its connection end */
+    assert_true(pull_row60(cli) == 1.0f); /* it failed after waiting retry_ms */
+    assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
+    assert_true(pull_row60(cli) == 2.0f);
+    rkv_client_destroy(cli);
+    rkv_server_destroy(c.srv[1]);
+    rkv_server_destroy(c.srv[0]);
+    assert_int_equal(machine_shm_present(&c.cfg, 1), 0);
+    remove_tree(c.dir);
+}
+
 /* Regression: outside durable mode, a machine's second server restarted
  * beside its running first one was accepted, holding none of the
  * machine's tensors: the clients' requests routed to it failed "unknown
@@ -4179,6 +4219,8 @@ int main(void)
         cmocka_unit_test_teardown(test_first_server_stopped_beside_sibling_durable, reap_children),
         cmocka_unit_test_teardown(test_first_server_stopped_beside_sibling, reap_children),
         cmocka_unit_test_teardown(test_second_server_restart_beside_first_refused, reap_children),
+        cmocka_unit_test_teardown(test_colocated_pull_beside_a_stopped_sibling_durable,
+                                  reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_segment_left_durable, reap_children),
         cmocka_unit_test_teardown(test_machine_shards_lost_sibling_restarts_first_durable,
                                   reap_children),
