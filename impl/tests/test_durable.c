@@ -1342,7 +1342,7 @@ static void test_first_server_stopped_beside_sibling(void **state)
     c.srv[0] = server_create(&c, 0);
     struct rkv_config cfg1 = c.cfg;
     cfg1.machine_id = 1;
-    struct rkv_server *s11, *again;
+    struct rkv_server *s11 = NULL, *again = NULL;
     char err[512];
     if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0 ||
         rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
@@ -1389,7 +1389,7 @@ static void test_colocated_pull_beside_a_stopped_sibling_durable(void **state)
     c.srv[0] = server_create(&c, 0);
     struct rkv_config cfg1 = c.cfg;
     cfg1.machine_id = 1;
-    struct rkv_server *s11;
+    struct rkv_server *s11 = NULL;
     char err[512];
     if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0 ||
         rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
@@ -1429,7 +1429,7 @@ static void test_second_server_restart_beside_first_refused(void **state)
     c.srv[0] = server_create(&c, 0);
     struct rkv_config cfg1 = c.cfg;
     cfg1.machine_id = 1;
-    struct rkv_server *s11, *again;
+    struct rkv_server *s11 = NULL, *again = NULL;
     char err[512];
     if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0)
         fail_msg("%s", err);
