@@ -2170,8 +2170,18 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
     rc = cli_hello(c, srv, c->id, wait_ms ? wait_ms : 1);
     c->connect_budget_ms = 0;
     srv->unreachable = rc == -RKV_EPEERDEAD || rc == -RKV_ETIMEDOUT;
-    if (rc == 0 && srv->machine == c->cfg.machine_id)
+    int gone = 0;
+    if (rc == 0 && srv->machine == c->cfg.machine_id) {
         rc = cli_remap(c, 0);
+        /* The machine's memory went between the hello and the map: the
+         * server that answered was the machine's last one stopping, which
+         * removes it, and a restart restores it. A server still gone to
+         * the retries: the push was given up with "cannot map ...
+         * (unknown tensor); check /dev/shm" well inside retry_ms (an
+         * outside tester, both servers of a machine SIGTERMed and
+         * restarted). A tensor left unmapped goes through a server. */
+        gone = rc == -RKV_ENOTENSOR;
+    }
     if (rc < 0 && srv->peer) {
         rkv_engine_drop_peer(c->eng, srv->peer);
         cli_lock(c);
@@ -2187,7 +2197,7 @@ static int cli_revive(struct rkv_client *c, struct cli_server *srv, uint64_t rem
         srv->dead = 1;
         cli_unlock(c);
     }
-    return rc == -RKV_ETIMEDOUT ? -RKV_EPEERDEAD : rc;
+    return rc == -RKV_ETIMEDOUT || gone ? -RKV_EPEERDEAD : rc;
 }
 
 /* Servers of a machine a retry keeps apart (a bit each): beyond, any. */
