@@ -1328,6 +1328,26 @@ static void test_first_server_stopped_beside_sibling_durable(void **state)
     remove_tree(c.dir);
 }
 
+/* Server 0 alone on machine 0, machine 1's two servers (local 0 in
+ * c->srv[1], local 1 in *s11) and a client of machine 1 (cfg1) that made
+ * tensor "t", all in this process. */
+static struct rkv_client *two_server_machine(struct cluster *c, struct rkv_config *cfg1,
+                                             struct rkv_server **s11)
+{
+    c->machines[1].servers = 2;
+    c->srv[0] = server_create(c, 0);
+    *cfg1 = c->cfg;
+    cfg1->machine_id = 1;
+    char err[512];
+    struct rkv_client *cli = NULL;
+    if (rkv_server_create(cfg1, 0, &c->srv[1], err, sizeof(err)) < 0 ||
+        rkv_server_create(cfg1, 1, s11, err, sizeof(err)) < 0 ||
+        rkv_client_create(cfg1, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    return cli;
+}
+
 /* The same outside durable mode, servers in this process: a co-located
  * worker's pushes went on failing -RKV_ESHUTDOWN once the machine's first
  * server stopped, though its sibling still served the machine. Now they
@@ -1338,19 +1358,10 @@ static void test_first_server_stopped_beside_sibling(void **state)
     (void)state;
     struct cluster c;
     cluster_config(&c, 0, 0);
-    c.machines[1].servers = 2;
-    c.srv[0] = server_create(&c, 0);
-    struct rkv_config cfg1 = c.cfg;
-    cfg1.machine_id = 1;
+    struct rkv_config cfg1;
     struct rkv_server *s11 = NULL, *again = NULL;
     char err[512];
-    if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0 ||
-        rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    struct rkv_client *cli;
-    if (rkv_client_create(&cfg1, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct rkv_client *cli = two_server_machine(&c, &cfg1, &s11);
     uint64_t id = 60; /* machine 1's: written in its shared memory */
     float one[4] = {1, 1, 1, 1};
     assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
@@ -1384,20 +1395,10 @@ static void test_colocated_pull_beside_a_stopped_sibling_durable(void **state)
     (void)state;
     struct cluster c;
     cluster_config(&c, 1, 0);
-    c.machines[1].servers = 2;
     c.cfg.retry_ms = 3000;
-    c.srv[0] = server_create(&c, 0);
-    struct rkv_config cfg1 = c.cfg;
-    cfg1.machine_id = 1;
+    struct rkv_config cfg1;
     struct rkv_server *s11 = NULL;
-    char err[512];
-    if (rkv_server_create(&cfg1, 0, &c.srv[1], err, sizeof(err)) < 0 ||
-        rkv_server_create(&cfg1, 1, &s11, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    struct rkv_client *cli;
-    if (rkv_client_create(&cfg1, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
+    struct rkv_client *cli = two_server_machine(&c, &cfg1, &s11);
     uint64_t id = 60; /* machine 1's: pulled from its shared memory */
     float one[4] = {1, 1, 1, 1};
     assert_int_equal(rkv_client_push(cli, "t", &id, 1, one, RKV_OP_SUM, 0), 0);
