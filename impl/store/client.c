@@ -3741,9 +3741,9 @@ static int cli_shutdown_servers(struct rkv_client *c)
     c->stopping = 1;
     cli_unlock(c);
     /* Servers seen dying first: a restarting one comes back only while
-     * its machine's first server still holds the machine's memory (a
-     * stopped first server removes it, and a restarted sibling would then
-     * wait for a restore that never comes and outlive the shutdown). */
+     * another server of its machine still holds the machine's memory (the
+     * last one to stop removes it, and a restarted sibling would then wait
+     * for a restore that never comes and outlive the shutdown). */
     for (uint32_t k = 0; k < 2 * c->n_servers; k++) {
         uint32_t i = order[k % c->n_servers];
         /* A server without state yet was never seen dying: the first pass
