@@ -1696,12 +1696,12 @@ static int run_cluster(struct demo *d, const struct rkv_scenario *sc, const char
              * "a process failed" with no reason, where another run of the
              * same file passed or said the fault did not fire (an outside
              * tester). Its restart came too late: it did not fire. */
-            f->late = f->restarted && d->stopped[f->idx];
+            f->late = f->is_server && f->restarted && d->stopped[f->idx];
             if (f->late) {
                 size_t l = strlen(d->fault_log);
                 snprintf(d->fault_log + l, sizeof(d->fault_log) - l,
-                         "%s%s's restart came after the servers were shut down (stopped by the "
-                         "launcher)",
+                         "%s%s, restarted, never heard the servers' SHUTDOWN (its restart came as "
+                         "they stopped?) and was stopped by the launcher",
                          l ? "; " : "", f->name);
             }
             r.faults_fired &= f->fired && (f->restart_after_s <= 0 || (f->restarted && !f->late));
