@@ -2320,6 +2320,29 @@ static void test_wal_checkpoint_then_crash(void **state)
     remove_tree(c.dir);
 }
 
+/* A forked child that takes locks of machine 1 (hold) and then waits,
+ * holding them; returns once it holds them. */
+static pid_t spawn_holder(const struct cluster *c, void (*hold)(const struct cluster *c))
+{
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        hold(c);
+        if (write(ready[1], "+", 1) != 1)
+            _exit(3);
+        for (;;)
+            pause();
+    }
+    child_add(holder);
+    char b;
+    assert_int_equal(read(ready[0], &b, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    return holder;
+}
+
 /* A process that takes locks of machine 1 (hold, in a forked child) and
  * is killed holding them, before anyone reaps it (a zombie holds nothing
  * either): a push of row 60 (machine 1's local row 10) must still go
@@ -2344,22 +2367,7 @@ static void dead_holder_case(int durable, void (*hold)(const struct cluster *c),
     if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t holder = fork();
-    assert_true(holder >= 0);
-    if (holder == 0) {
-        hold(&c);
-        if (write(ready[1], "+", 1) != 1)
-            _exit(3);
-        for (;;)
-            pause();
-    }
-    child_add(holder);
-    char b;
-    assert_int_equal(read(ready[0], &b, 1), 1);
-    close(ready[0]);
-    close(ready[1]);
+    pid_t holder = spawn_holder(&c, hold);
     assert_int_equal(kill(holder, SIGKILL), 0);
     uint64_t id = 60;
     float one[4] = {1, 1, 1, 1};
@@ -2456,22 +2464,7 @@ static void test_stopped_row_lock_holder_times_out(void **state)
     if (rkv_client_create(&ccfg, &cli, err, sizeof(err)) < 0)
         fail_msg("%s", err);
     assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t holder = fork();
-    assert_true(holder >= 0);
-    if (holder == 0) {
-        hold_as_client(&c);
-        if (write(ready[1], "+", 1) != 1)
-            _exit(3);
-        for (;;)
-            pause();
-    }
-    child_add(holder);
-    char b;
-    assert_int_equal(read(ready[0], &b, 1), 1);
-    close(ready[0]);
-    close(ready[1]);
+    pid_t holder = spawn_holder(&c, hold_as_client);
     assert_int_equal(kill(holder, SIGSTOP), 0);
     alarm(120); /* before the fix both calls waited for as long as it stays stopped */
     uint64_t ids[2] = {61, 60}; /* local rows 11 and 10: another lock word, then the held one */
