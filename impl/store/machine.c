@@ -49,14 +49,15 @@ void rkv_mach_unlink(struct rkv_port *port, const char *prefix, uint32_t machine
 }
 
 /* The segment's magic names its header's layout too (bits 48..63: the
- * header's size, folded), so that a server of another build, whose fields
- * sit elsewhere, refuses the segment instead of reading it wrong: a
- * machine's servers restarted one by one across an upgrade would share it
- * otherwise. */
+ * header's size and RKV_MACH_LAYOUT, folded), so that a server of another
+ * build, whose fields sit elsewhere or mean another thing, refuses the
+ * segment instead of reading it wrong: a machine's servers restarted one by
+ * one across an upgrade would share it otherwise. */
 static uint64_t mach_magic(void)
 {
-    uint64_t size = sizeof(struct rkv_mach_hdr);
-    return RKV_MACH_MAGIC | ((size ^ size >> 16) & 0xffff) << 48;
+    uint64_t v = sizeof(struct rkv_mach_hdr) + ((uint64_t)RKV_MACH_LAYOUT << 32);
+    v ^= v >> 32;
+    return RKV_MACH_MAGIC | ((v ^ v >> 16) & 0xffff) << 48;
 }
 
 /* A process that still runs and serves the existing segment `name` of
@@ -99,7 +100,7 @@ static void mach_retire_shards(struct rkv_port *port, const char *prefix, uint32
                                const struct rkv_mach_hdr *h, uint32_t n_tensors, int close)
 {
     uint32_t last = n_tensors > 0 ? n_tensors - 1 : 0; /* the caller's, published or not */
-    for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++)
+    for (uint32_t t = 1, end = rkv_mach_tensor_end(h); t < end; t++)
         if ((h->tensors[t].present || h->tensors[t].desc.name[0]) && t > last)
             last = t;
     for (uint32_t t = 1; t <= last + 1 && t <= RKV_MAX_TENSORS; t++) {
@@ -144,7 +145,7 @@ int rkv_mach_shards_present(const struct rkv_mach *mc, const char *prefix, uint3
                             char *missing, size_t missing_len)
 {
     struct rkv_port *port = mc->port;
-    for (uint32_t t = 1; t <= RKV_MAX_TENSORS; t++) {
+    for (uint32_t t = 1, end = rkv_mach_tensor_end(mc->hdr); t < end; t++) {
         if (!mc->hdr->tensors[t].present)
             continue;
         char name[128];
@@ -597,6 +598,7 @@ void rkv_mach_publish(struct rkv_mach *mc, const struct rkv_tensor *t)
     struct rkv_mach_tensor *e = &mc->hdr->tensors[id];
     struct rkv_tensor_desc d = {.init = t->init, .init_seed = t->init_seed};
     rkv_spin_lock(mc->port, &mc->hdr->table_lock, mc->owner);
+    rkv_mach_tensor_raise(mc->hdr, id);
     rkv_tensor_to_wire(&t->meta, &d, &e->desc);
     e->with_state = (uint32_t)t->meta.with_state;
     e->local_rows = t->shard.local_rows;

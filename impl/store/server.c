@@ -2471,7 +2471,7 @@ static int srv_adopt_one(struct rkv_server *s, uint32_t id, const struct rkv_mac
  * reclaim: frees the row locks our dead predecessor held. */
 static int srv_adopt(struct rkv_server *s, int reclaim, char *err, size_t err_len)
 {
-    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+    for (uint32_t id = 1, end = rkv_mach_tensor_end(s->mach.hdr); id < end; id++) {
         const struct rkv_mach_tensor *e = &s->mach.hdr->tensors[id];
         if (!__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
             continue;

@@ -454,7 +454,7 @@ void rkv_snap_writer_map(struct rkv_snap_writer *w)
     struct rkv_mach_hdr *h = w->mc->hdr;
     char err[256];
     /* A first start attaches to the machine at its first tensor. */
-    for (uint32_t id = 1; h && id <= RKV_MAX_TENSORS; id++)
+    for (uint32_t id = 1, end = h ? rkv_mach_tensor_end(h) : 0; id < end; id++)
         if (__atomic_load_n(&h->tensors[id].present, __ATOMIC_ACQUIRE) &&
             snap_map(w, id, &h->tensors[id], err, sizeof(err)) < 0)
             RKV_LOGW(w->port, "snapshot of machine %u: %s (mapped again at the next one)",
@@ -467,7 +467,7 @@ static int snap_list(struct rkv_snap_writer *w, struct rkv_snap_tensor *ts, uint
 {
     struct rkv_mach_hdr *h = w->mc->hdr;
     uint32_t n = 0;
-    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+    for (uint32_t id = 1, end = rkv_mach_tensor_end(h); id < end; id++) {
         const struct rkv_mach_tensor *e = &h->tensors[id];
         if (!__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
             continue;
@@ -935,6 +935,7 @@ static int snap_restore_tensor(const struct rkv_snap_tensor *t, struct rkv_port 
         memcpy(sh.local, t->local, (size_t)t->book_len * 8);
     rkv_shard_unmap(&sh);
     struct rkv_mach_tensor *e = &mc->hdr->tensors[t->id];
+    rkv_mach_tensor_raise(mc->hdr, t->id);
     e->desc = t->desc;
     e->with_state = t->with_state;
     e->local_rows = t->local_rows;
@@ -985,7 +986,7 @@ int rkv_snap_rollback(const struct rkv_snap *s, struct rkv_port *port, const cha
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "snapshot of machine %u does not match its shared memory", s->machine);
     /* Tensors created after the snapshot: their INIT was never acknowledged. */
-    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+    for (uint32_t id = 1, end = rkv_mach_tensor_end(h); id < end; id++) {
         int kept = 0;
         for (uint32_t i = 0; i < s->n_tensors; i++)
             kept |= s->tensors[i].id == id;

@@ -1904,7 +1904,7 @@ static uint64_t wal_shard_bytes(const struct rkv_wal *w)
 {
     const struct rkv_mach_hdr *h = w->mc->hdr;
     uint64_t total = 0;
-    for (uint32_t id = 1; id <= RKV_MAX_TENSORS; id++) {
+    for (uint32_t id = 1, end = rkv_mach_tensor_end(h); id < end; id++) {
         const struct rkv_mach_tensor *e = &h->tensors[id];
         if (__atomic_load_n(&e->present, __ATOMIC_ACQUIRE))
             total += e->local_rows * e->row_bytes * (e->with_state ? 2 : 1);

@@ -1840,6 +1840,73 @@ static void test_machine_removed_by_its_last_server(void **state)
     port->ops->destroy(port);
 }
 
+/* Makes tensor `id`'s shard (one row) on machine 3 and publishes it in mc's
+ * table; its /dev/shm path goes to path. */
+static void publish_one(struct rkv_port *port, struct rkv_mach *mc, const char *prefix, uint32_t id,
+                        char *path, size_t path_len)
+{
+    char name[96], err[256];
+    rkv_shard_name(name, sizeof(name), prefix, 3, id);
+    snprintf(path, path_len, "/dev/shm%s", name);
+    struct rkv_tensor t = {.meta = {.id = id, .rows = 1, .row_len = 2, .dtype = RKV_F32},
+                           .row_bytes = 8};
+    snprintf(t.meta.name, sizeof(t.meta.name), "t%u", id);
+    if (rkv_shard_map(port, name, 1, 8, 0, 0, 1, &t.shard, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    rkv_mach_publish(mc, &t);
+    rkv_shard_unmap(&t.shard);
+}
+
+/* The walks of a machine's tensor table stop at the highest id ever
+ * written (tensor_top), not at RKV_MAX_TENSORS: each read all 34 pages of
+ * the table. A shard of a high, sparse id must still be found, by the last
+ * server's removal and by the removal of a crashed run's segment. */
+static void test_machine_walks_reach_the_highest_tensor(void **state)
+{
+    (void)state;
+    struct rkv_port *port;
+    assert_int_equal(rkv_port_posix_create("test", 0, 1, &port), 0);
+    char prefix[32], err[512], p1[128], p700[128];
+    snprintf(prefix, sizeof(prefix), "rkvw%d", (int)getpid());
+    struct rkv_mach mc;
+    assert_int_equal(rkv_mach_create(port, prefix, 3, 2, 0, 1, &mc, err, sizeof(err)), 0);
+    publish_one(port, &mc, prefix, 1, p1, sizeof(p1));
+    publish_one(port, &mc, prefix, 700, p700, sizeof(p700));
+    assert_int_equal(atomic_load(&mc.hdr->tensor_top), 700);
+    assert_int_equal(rkv_mach_leave(&mc), 1);
+    rkv_mach_remove(&mc, prefix, 3, 0, 1);
+    rkv_mach_close(&mc);
+    assert_int_equal(access(p1, F_OK), -1);
+    assert_int_equal(access(p700, F_OK), -1);
+    /* A run that crashed after publishing: the next create removes its
+     * segment and both shards. */
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        struct rkv_port *cp;
+        struct rkv_mach cm;
+        char cerr[512];
+        if (rkv_port_posix_create("child", 0, 1, &cp) < 0 ||
+            rkv_mach_create(cp, prefix, 3, 2, 0, 1, &cm, cerr, sizeof(cerr)) < 0)
+            _exit(1);
+        publish_one(cp, &cm, prefix, 1, p1, sizeof(p1));
+        publish_one(cp, &cm, prefix, 700, p700, sizeof(p700));
+        _exit(0); /* no leave, no close: a crash */
+    }
+    int st;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(access(p700, F_OK), 0);
+    assert_int_equal(rkv_mach_create(port, prefix, 3, 2, 0, 1, &mc, err, sizeof(err)), 0);
+    assert_int_equal(access(p1, F_OK), -1);
+    assert_int_equal(access(p700, F_OK), -1);
+    assert_int_equal(atomic_load(&mc.hdr->tensor_top), 0);
+    assert_int_equal(rkv_mach_leave(&mc), 1);
+    rkv_mach_remove(&mc, prefix, 3, 0, 1);
+    rkv_mach_close(&mc);
+    port->ops->destroy(port);
+}
+
 /* ---- the write-ahead log ---- */
 
 /* Servers 0 and 1 in processes, a client here that made tensor "t" and
@@ -4232,6 +4299,7 @@ int main(void)
         cmocka_unit_test_teardown(test_wal_empty_log_file_after_records, reap_children),
         cmocka_unit_test(test_machine_segment_of_another_build_refused),
         cmocka_unit_test(test_machine_removed_by_its_last_server),
+        cmocka_unit_test(test_machine_walks_reach_the_highest_tensor),
         cmocka_unit_test(test_shard_layout_and_reclaim),
         cmocka_unit_test_teardown(test_wal_version1, reap_children),
         cmocka_unit_test_teardown(test_wal_recovery_across_reused_logs, reap_children),
