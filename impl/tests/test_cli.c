@@ -869,6 +869,24 @@ static void test_server_port_taken(void **state)
             port - 1);
     fclose(f);
     expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
+    /* And with a crash fault: those runs were not watched at all (a crash
+     * kills a server on purpose), the workers waited 35-63 s, and the
+     * verdict read "a process failed" without naming the server (an
+     * outside tester). */
+    f = fopen(yaml, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+            "tensors:\n  - {name: t, rows: 100}\n"
+            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
+            "  - {name: q, tensor: t, push: 0.5, rounds: 10}\n"
+            "faults:\n  - {kind: crash, target: w1, after_phase: p}\n"
+            "tcp: {base_port: %u}\n",
+            port - 1);
+    fclose(f);
+    expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
+    if (!strstr(out, "verdict: FAIL (a process failed: server 1 (s1.0) exited with status 3 at "))
+        fail_msg("%s", out);
     close(fd);
     unlink(yaml);
 }
