@@ -271,10 +271,12 @@ static void rep_fault_fail_reason(const struct rkv_report *r, char *buf, size_t 
                               buf, len))
         return;
     if (!r->faults_fired) {
+        /* slow_cpu was missing from the list (an outside tester). */
         int n = snprintf(buf, len,
                          "not every fault fired, see \"faults:\" above (a node already down "
-                         "cannot crash, a NIC fault needs traffic in its window, a restart "
-                         "needs time before the run ends)");
+                         "cannot crash, a NIC fault needs traffic in its window, slow_cpu rows "
+                         "for its server to handle in its window, a restart needs time before "
+                         "the run ends)");
         /* An after_phase crash fires when client 0 ends its phase: workers
          * stopped by an earlier crash (a barrier fails once a worker or
          * server 0 is gone for good) never end it, and the hint above did

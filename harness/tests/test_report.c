@@ -131,6 +131,8 @@ static void test_report_json_round_trips_names(void **state)
     if (!strstr(text, "verdict: FAIL (not every fault fired, see \"faults:\" above (a node "
                       "already down cannot crash"))
         fail_msg("no reason given:\n%s", text);
+    if (!strstr(text, "slow_cpu rows for its server to handle in its window"))
+        fail_msg("slow_cpu not among the reasons:\n%s", text);
     free(text);
     /* report.json has the faults line too: report.md alone had it. */
     snprintf(r.faults, sizeof(r.faults), "s1.0 killed at 0.5 s");
