@@ -2622,23 +2622,13 @@ static uint64_t cli_local_deadline(const struct rkv_client *c)
 static int cli_row_locked(struct rkv_client *c, const struct rkv_tensor *t, const char *what,
                           uint64_t gid, const char *done)
 {
-    unsigned tag;
-    uint64_t proc = rkv_shard_holder(&t->shard, rkv_pbook_g2l(&t->pb, gid), &tag);
-    char who[96];
-    if (tag >= RKV_CLIENT_NODE_BASE && tag != ~0u)
-        snprintf(who, sizeof(who), "worker %u", tag - RKV_CLIENT_NODE_BASE);
-    else if (tag > 0 && tag != ~0u)
-        snprintf(who, sizeof(who), "the machine's server of local id %u", tag - 1);
-    else
-        snprintf(who, sizeof(who), "another process");
-    char pid[48] = "";
-    if (proc)
-        snprintf(pid, sizeof(pid), " (process %llu)", (unsigned long long)RKV_PORT_PROC_PID(proc));
+    char who[128];
+    rkv_shard_holder_name(&t->shard, rkv_pbook_g2l(&t->pb, gid), who, sizeof(who));
     return rkv_errf(c->err, sizeof(c->err), -RKV_ETIMEDOUT,
                     "%s: row %llu of tensor '%s' is locked in this machine's shared memory by "
-                    "%s%s, which has not let it go within %u ms (timeout_ms): stopped (SIGSTOP, "
+                    "%s, which has not let it go within %u ms (timeout_ms): stopped (SIGSTOP, "
                     "a debugger, a frozen cgroup) or stuck; %s",
-                    what, (unsigned long long)gid, t->meta.name, who, pid, c->cfg.timeout_ms, done);
+                    what, (unsigned long long)gid, t->meta.name, who, c->cfg.timeout_ms, done);
 }
 
 /* Local rows go straight into the shard; remote ones are in flight. A row

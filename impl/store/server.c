@@ -1502,6 +1502,31 @@ static uint32_t srv_dedup_id(struct rkv_server *s, const struct srv_conn *c)
     return holder && holder->nonce == c->nonce ? c->client_id : RKV_ID_NONE;
 }
 
+/* Each row lock of a request's rows seen free within half of timeout_ms
+ * (rkv_shard_rows_free), before anything is applied or sent: the server's
+ * own waits have no bound, and a co-located worker stopped holding a lock
+ * (SIGSTOP, a debugger) stalled this server, and every client of it, for
+ * as long as it stayed stopped (an outside tester). A durable push looks
+ * under the log's lock instead (wal.c). */
+static int srv_rows_free(struct rkv_server *s, struct rkv_tensor *t, const uint64_t *ids,
+                         uint32_t n, const char *what)
+{
+    uint32_t wait_ms = s->cfg.timeout_ms / 2;
+    if (!wait_ms || !t->shard.hdr)
+        return 0;
+    uint64_t gid, deadline = s->port->ops->now_ns(s->port) + (uint64_t)wait_ms * 1000000ull;
+    if (rkv_shard_rows_free(&t->shard, t, ids, n, deadline, &gid) == 0)
+        return 0;
+    char who[128];
+    rkv_shard_holder_name(&t->shard, rkv_pbook_g2l(&t->pb, gid), who, sizeof(who));
+    return rkv_errf(s->err, sizeof(s->err), -RKV_ETIMEDOUT,
+                    "tensor '%s': row %llu is locked in machine %u's shared memory by %s, which "
+                    "has not let it go within %u ms (half of timeout_ms): stopped (SIGSTOP, a "
+                    "debugger, a frozen cgroup) or stuck; nothing of this %s was %s",
+                    t->meta.name, (unsigned long long)gid, s->cfg.machine_id, who, wait_ms, what,
+                    strcmp(what, "push") ? "read" : "applied");
+}
+
 static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)
 {
     int rc;
@@ -1517,6 +1542,8 @@ static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struc
                       "tensor '%s': push op %u with learning rate %g; it must be finite, not "
                       "negative, and fit the tensor's %s",
                       t->meta.name, m->h.op, m->h.param, rkv_dtype_name(t->meta.dtype));
+    if (rc == 0 && !s->durable)
+        rc = srv_rows_free(s, t, m->u.push.ids, m->h.count, "push");
     const struct srv_conn *c = srv_conn_of(peer);
     struct srv_ack *a = NULL;
     if (rc == 0)
@@ -1558,6 +1585,8 @@ static void srv_on_pull(struct rkv_server *s, struct rkv_peer *peer, const struc
     if (t)
         rc = rkv_tensor_check_ids(t, s->cfg.machine_id, m->u.pull.ids, m->h.count, s->err,
                                   sizeof(s->err));
+    if (rc == 0)
+        rc = srv_rows_free(s, t, m->u.pull.ids, m->h.count, "pull");
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     /* Checked and run under one hold: the handler checked is the one run. */
@@ -1696,6 +1725,8 @@ static void srv_on_pull_zc(struct rkv_server *s, struct rkv_peer *peer, const st
                                   sizeof(s->err));
     if (rc == 0 && m->h.op != RKV_PULL_ROWS) /* handlers reply by PULL (rkv_client_pull_with) */
         rc = rkv_errf(s->err, sizeof(s->err), -RKV_EINVAL, "PULL_ZC with pull handler %u", m->h.op);
+    if (rc == 0)
+        rc = srv_rows_free(s, t, m->u.pull_zc.ids, m->h.count, "pull");
     if (rc < 0)
         return srv_status(s, peer, m, 0, rc, s->err);
     rc = srv_pull_zc_direct(s, peer, t, m);

@@ -294,6 +294,41 @@ uint64_t rkv_shard_holder(const struct rkv_shard *sh, uint64_t local_row, unsign
     return atomic_load(&sh->hdr->holders[i]);
 }
 
+int rkv_shard_rows_free(struct rkv_shard *sh, const struct rkv_tensor *t, const uint64_t *gids,
+                        size_t n, uint64_t deadline_ns, uint64_t *gid_p)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t l = rkv_pbook_g2l(&t->pb, gids[i]);
+        assert(l < sh->local_rows);
+        uint32_t k = shard_lock_index(l);
+        /* A free word is only read: the common case costs a load of the
+         * line the request takes next anyway. */
+        if (atomic_load_explicit(&sh->hdr->locks[k], memory_order_relaxed) == 0)
+            continue;
+        if (shard_lock_as(sh, k, 0, deadline_ns) < 0) {
+            *gid_p = gids[i];
+            return -RKV_ETIMEDOUT;
+        }
+        rkv_shard_unlock(sh, l);
+    }
+    return 0;
+}
+
+void rkv_shard_holder_name(const struct rkv_shard *sh, uint64_t local_row, char *buf, size_t len)
+{
+    unsigned tag;
+    uint64_t proc = rkv_shard_holder(sh, local_row, &tag);
+    char pid[48] = "";
+    if (proc)
+        snprintf(pid, sizeof(pid), " (process %llu)", (unsigned long long)RKV_PORT_PROC_PID(proc));
+    if (tag >= RKV_CLIENT_NODE_BASE && tag != ~0u)
+        snprintf(buf, len, "worker %u%s", tag - RKV_CLIENT_NODE_BASE, pid);
+    else if (tag > 0 && tag != ~0u)
+        snprintf(buf, len, "the machine's server of local id %u%s", tag - 1, pid);
+    else
+        snprintf(buf, len, "another process%s", pid);
+}
+
 void rkv_shard_unlock(struct rkv_shard *sh, uint64_t local_row)
 {
     uint32_t i = shard_lock_index(local_row);
