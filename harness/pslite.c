@@ -36,6 +36,7 @@
 
 #include "harness/launch.h"
 #include "harness/pslite.h"
+#include "nic/nic_core.h"
 #include "util/util.h"
 
 #define PSL_LINE_MAX 256
@@ -536,9 +537,20 @@ static int psl_connect(const struct psl_cfg *cfg, const char *who, uint64_t dead
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         if (fd < 0)
             return rkv_errf(err, err_len, -1, "socket: %s", strerror(errno));
-        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+        int e = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 ? 0 : errno;
+        if (e == 0 && rkv_nic_self_connected(fd)) {
+            /* No scheduler yet, and the root port in the ephemeral range:
+             * the kernel gave this socket that port and it connected to
+             * itself. It read its own registration back as the scheduler's
+             * answer and waited out its deadline, while holding the port
+             * the scheduler then could not listen on (an outside tester).
+             * A refusal, reset so that nothing lingers in TIME_WAIT. */
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+            e = ECONNREFUSED;
+        }
+        if (e == 0)
             return fd;
-        int e = errno;
         close(fd);
         if (psl_now_ms() >= deadline)
             return rkv_errf(err, err_len, -1,

@@ -845,6 +845,35 @@ static void test_dgl_two_machines(void **state)
     assert_int_equal(out_count(" errors=0 "), 4 + 4 * 5);
 }
 
+/* A node started before its scheduler, with the root port in the
+ * ephemeral range, could be given that very port for its connect and
+ * connect to itself: it read its own registration back as the scheduler's
+ * answer, waited out its deadline ("scheduler: no answer"), and held the
+ * port the scheduler then could not listen on (an outside tester). Made
+ * certain in a network namespace whose ephemeral range is the root port
+ * alone: it is a refusal now, and the port is free once the node gave up. */
+static void test_pslite_node_not_connected_to_itself(void **state)
+{
+    (void)state;
+    if (system("unshare -n true 2>/dev/null") != 0)
+        skip(); /* no network namespaces for this user */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "unshare -n sh -c 'ip link set lo up && echo \"40000 40000\" > "
+             "/proc/sys/net/ipv4/ip_local_port_range && "
+             "DMLC_ROLE=worker DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=40000 "
+             "DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 RKV_CONNECT_RETRY_MS=1000 RKV_TIMEOUT_MS=500 "
+             "%s node; echo rc=$?; "
+             "python3 -c \"import socket; socket.socket().bind((\\\"127.0.0.1\\\", 40000)); "
+             "print(\\\"port free\\\")\"' 2>&1",
+             RKV_BIN);
+    assert_int_equal(sh(cmd), 0);
+    if (!strstr(out, "rkv worker: no scheduler at 127.0.0.1:40000 (DMLC_PS_ROOT_URI:"
+                     "DMLC_PS_ROOT_PORT): Connection refused") ||
+        !strstr(out, "rc=3") || !strstr(out, "port free"))
+        fail_msg("%s", out);
+}
+
 /* What goes wrong in a ps-lite launch is named, and nobody hangs. */
 static void test_pslite_errors(void **state)
 {
@@ -1145,6 +1174,7 @@ int main(void)
         cmocka_unit_test(test_pslite_one_host_two_spellings),
         cmocka_unit_test(test_pslite_interface),
         cmocka_unit_test(test_pslite_errors),
+        cmocka_unit_test(test_pslite_node_not_connected_to_itself),
         cmocka_unit_test(test_pslite_root_uri),
         cmocka_unit_test(test_pslite_scheduler_twice),
         cmocka_unit_test(test_pslite_worker_refused_early),

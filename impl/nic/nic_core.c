@@ -189,6 +189,16 @@ void rkv_nic_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, size_
     snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, serv);
 }
 
+int rkv_nic_self_connected(int fd)
+{
+    struct sockaddr_storage a, b;
+    socklen_t al = sizeof(a), bl = sizeof(b);
+    if (getsockname(fd, (struct sockaddr *)&a, &al) < 0 ||
+        getpeername(fd, (struct sockaddr *)&b, &bl) < 0)
+        return 0;
+    return al == bl && memcmp(&a, &b, al) == 0;
+}
+
 int rkv_nic_ms_until(uint64_t now_ns, uint64_t deadline_ns)
 {
     if (deadline_ns <= now_ns)

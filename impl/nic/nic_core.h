@@ -121,6 +121,11 @@ static inline uint64_t rkv_nic_get64(const uint8_t *p)
 
 /* "host:port" or "[v6host]:port" of a socket address, "?" when unknown. */
 void rkv_nic_addr_name(const struct sockaddr *sa, socklen_t sl, char *buf, size_t len);
+/* Whether connected socket fd is connected to itself: a connect to a port
+ * of the ephemeral range that nobody listens on may be given that very
+ * port as its own (TCP's simultaneous open), and then reads back what it
+ * writes. */
+int rkv_nic_self_connected(int fd);
 /* Whole milliseconds from now_ns until deadline_ns, rounded up, for poll(). */
 int rkv_nic_ms_until(uint64_t now_ns, uint64_t deadline_ns);
 

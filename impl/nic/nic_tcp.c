@@ -1164,16 +1164,6 @@ static int tcp_connect_wait(struct tcp_nic *n, int fd, uint64_t deadline_ns)
 }
 
 /* Whether a connected socket's two ends are one address. */
-static int tcp_self_connected(int fd)
-{
-    struct sockaddr_storage a, b;
-    socklen_t al = sizeof(a), bl = sizeof(b);
-    if (getsockname(fd, (struct sockaddr *)&a, &al) < 0 ||
-        getpeername(fd, (struct sockaddr *)&b, &bl) < 0)
-        return 0;
-    return al == bl && memcmp(&a, &b, al) == 0;
-}
-
 static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_t deadline_ns,
                            int *fd_p)
 {
@@ -1187,7 +1177,7 @@ static int tcp_connect_one(struct tcp_nic *n, const struct addrinfo *ai, uint64_
     int err = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
     if (err == EINPROGRESS)
         err = tcp_connect_wait(n, fd, deadline_ns);
-    if (err == 0 && tcp_self_connected(fd)) {
+    if (err == 0 && rkv_nic_self_connected(fd)) {
         /* A port of the ephemeral range with nobody listening: the kernel
          * gave this socket that very port as its own, and it connected to
          * itself (TCP's simultaneous open). Its hello read back its own
