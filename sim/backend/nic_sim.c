@@ -40,6 +40,7 @@
 #include "sim/backend/heap.h"
 #include "sim/backend/ktimer.h"
 #include "sim/backend/sim.h"
+#include "sim/backend/route_fifo.h"
 #include "sim/backend/sim_int.h"
 #include "util/util.h"
 
@@ -528,8 +529,15 @@ static uint64_t sn_put(struct sim_nic *n, struct sn_msg *m)
         double lat = qp ? qp->route_lat : sg_host_get_route_latency(n->host, dst->host);
         double bw = qp ? qp->route_bw : sg_host_get_route_bandwidth(n->host, dst->host);
         double s = bw > 0 ? (double)m->wire / bw : 0;
-        m->t_due =
-            mid ? sn_mid_due(w, n->machine, dst->machine, m->t_post, lat, s) : m->t_post + lat + s;
+        if (!mid)
+            m->t_due = m->t_post + lat + s;
+        else if (!w->mid_route)
+            m->t_due = sn_mid_due(w, n->machine, dst->machine, m->t_post, lat, s);
+        else if (w->route_fifo || (w->route_fifo = sim_route_fifo_new()) != NULL)
+            m->t_due = sim_route_fifo_due(w->route_fifo, n->host, dst->host, n->machine,
+                                          dst->machine, m->t_post, (double)m->wire);
+        else
+            m->t_due = -1;
         if (m->t_due >= 0) {
             m->timed = 1;
             sn_timed_push(dst, m);

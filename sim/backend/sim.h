@@ -70,6 +70,11 @@ struct sim_world {
      * when its link is free to send the next one and when the last one
      * arrived. */
     uint32_t mid_max_bytes;
+    /* Mid-size messages queue on every link of their route instead
+     * (route_fifo.h): set by the twin where inner links are shared too
+     * (an oversubscribed fat tree, rails, a backbone); made on first use. */
+    int mid_route;
+    struct sim_route_fifo *route_fifo;
     /* The NICs offer a shared receive pool (nic.h srq_setup), as verbs
      * does: set by the twin for payload-less runs, where thousands of
      * connections per node would each hold their own receive buffers. */

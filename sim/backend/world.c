@@ -10,6 +10,7 @@
 
 #include "port/hostmem.h"
 #include "rkv.h"
+#include "sim/backend/route_fifo.h"
 #include "sim/backend/sim.h"
 #include "sim/backend/sim_int.h"
 
@@ -47,6 +48,8 @@ void sim_world_fini(struct sim_world *w)
         w->nic_free(w->nics[i]);
     free(w->nics);
     free(w->mid_tx_free);
+    sim_route_fifo_free(w->route_fifo);
+    w->route_fifo = NULL;
     free(w->mid_rx_free);
     if (w->nic_rx_release)
         w->nic_rx_release(w);

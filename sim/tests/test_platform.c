@@ -27,6 +27,7 @@
 #include <xbt/dynar.h>
 
 #include "harness/tests/rkv_run.h"
+#include "sim/backend/route_fifo.h"
 #include "sim/twin/sim_plat.h"
 #include "sim/twin/twin.h"
 
@@ -196,6 +197,70 @@ static int pf_fattree3(void)
     return pc.bad;
 }
 
+/* The two-level fat tree (32 machines: 2 leaves of 16): a route inside a
+ * leaf pays latency_us, as on the star; one across leaves twice that. Its
+ * links had a quarter each, and a leaf's routes half the star's latency. */
+static int pf_fattree2(void)
+{
+    struct pf_case pc = {0};
+    struct rkv_scenario sc = {.machines = 32, .sim_bandwidth_gbps = GBPS, .sim_latency_us = LAT_US};
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "fattree");
+    pf_load(&sc);
+    double in_leaf = sg_host_get_route_latency(pf_host(0), pf_host(1)) * 1e6;
+    double across = sg_host_get_route_latency(pf_host(0), pf_host(16)) * 1e6;
+    printf("# fattree: m0 -> m1 %.6f us, m0 -> m16 %.6f us\n", in_leaf, across);
+    PF_CHECK(&pc, fabs(in_leaf - LAT_US) < 1e-9, "inside a leaf: %.6f us", in_leaf);
+    PF_CHECK(&pc, fabs(across - 2 * LAT_US) < 1e-9, "across leaves: %.6f us", across);
+    return pc.bad;
+}
+
+/* The same fat tree, with mid-size messages queued on each link of their
+ * route (route_fifo.h), as the twin carries rows on oversubscribed
+ * fabrics: one 4 KiB message takes the route's latency and its time at
+ * line rate; two through one 2:1 uplink leave it one after the other, the
+ * second when max-min would end both (as the 1 MB flows above). */
+static int pf_fattree3_fifo(void)
+{
+    struct pf_case pc = {0};
+    struct rkv_scenario sc = {.machines = 16,
+                              .sim_bandwidth_gbps = GBPS,
+                              .sim_latency_us = LAT_US,
+                              .sim_leaf_machines = 2,
+                              .sim_pod_leaves = 2,
+                              .sim_oversub = 2,
+                              .sim_pod_oversub = 2};
+    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "fattree3");
+    pf_load(&sc);
+    struct sim_route_fifo *f = sim_route_fifo_new();
+    PF_CHECK(&pc, f != NULL, "sim_route_fifo_new");
+    if (!f)
+        return pc.bad;
+    const double bytes = 4096, s_us = bytes / (GBPS * 1e9 / 8) * 1e6;
+    struct {
+        uint32_t src, dst;
+        double at_s, want_us;
+    } m[] = {
+        {0, 1, 0.00, LAT_US + s_us},         /* inside a leaf */
+        {1, 0, 0.00, LAT_US + s_us},         /* the other way: its own halves */
+        {0, 2, 0.01, LAT_US + 1 + s_us},     /* out of the leaf, alone */
+        {0, 2, 0.02, LAT_US + 1 + s_us},     /* two at once through leaf 0's uplink */
+        {1, 3, 0.02, LAT_US + 1 + 2 * s_us}, /* ... the second after the first */
+        {0, 4, 0.03, LAT_US + 2 + s_us},     /* two leaves of pod 0 to pod 1: */
+        {2, 6, 0.03, LAT_US + 2 + 2 * s_us}, /* the pod's uplink queues them */
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        double due = sim_route_fifo_due(f, pf_host(m[i].src), pf_host(m[i].dst), m[i].src, m[i].dst,
+                                        m[i].at_s, bytes);
+        double us = (due - m[i].at_s) * 1e6;
+        printf("# 4 KiB m%u -> m%u at %.2f s: %.6f us (expected %.6f)\n", m[i].src, m[i].dst,
+               m[i].at_s, us, m[i].want_us);
+        PF_CHECK(&pc, fabs(us - m[i].want_us) < 1e-6, "4 KiB m%u -> m%u at %g s: %.6f us", m[i].src,
+                 m[i].dst, m[i].at_s, us);
+    }
+    sim_route_fifo_free(f);
+    return pc.bad;
+}
+
 /* 8 machines with 2 NICs (rails) each, units of 4 machines (2 units); a
  * rail leaf's uplinks carry a quarter of its NICs' bandwidth (4:1). */
 static int pf_rail(void)
@@ -252,6 +317,18 @@ static void test_fattree3_routes_and_oversubscription(void **state)
 {
     (void)state;
     pf_in_child(pf_fattree3);
+}
+
+static void test_fattree_latency_per_switch_as_the_star(void **state)
+{
+    (void)state;
+    pf_in_child(pf_fattree2);
+}
+
+static void test_fattree3_mid_size_messages_queue_on_their_route(void **state)
+{
+    (void)state;
+    pf_in_child(pf_fattree3_fifo);
 }
 
 static void test_rail_routes_and_oversubscription(void **state)
@@ -325,6 +402,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fattree3_routes_and_oversubscription),
+        cmocka_unit_test(test_fattree3_mid_size_messages_queue_on_their_route),
+        cmocka_unit_test(test_fattree_latency_per_switch_as_the_star),
         cmocka_unit_test(test_rail_routes_and_oversubscription),
         cmocka_unit_test(test_scenarios_on_each_fabric),
         cmocka_unit_test(test_describe_counts_one_in_the_singular),

@@ -1563,17 +1563,24 @@ static void twin_sizes(struct twin *t, const struct rkv_scenario *declared)
 
 /* Messages above 1 KiB and up to this size bypass max-min (nic_sim.c,
  * sn_mid_due) where the machines' own links are the only contention: the
- * star and non-blocking fat trees. Elsewhere (a shared backbone, an
- * oversubscribed tree, rails, one loopback host, a platform file) they keep
- * their max-min share; so they do with crash faults (a crashed node's
- * transfers in flight are lost, which the timed path does not model) and
- * with a --cfg for SimGrid's network (its model then carries them). */
+ * star and non-blocking fat trees. Where inner links are shared too (a
+ * backbone, an oversubscribed tree, rails) they queue on every link of
+ * their route instead (*route = 1, route_fifo.h): as max-min flows they
+ * formed one connected set, every row's start and end re-solved all of
+ * them, and a 1,024-node oversubscribed fat tree of 16,384 rows did not
+ * finish in minutes (an outside tester). On one loopback host and with a
+ * platform file they keep their max-min share; so they do with crash
+ * faults (a crashed node's transfers in flight are lost, which the timed
+ * path does not model) and with a --cfg for SimGrid's network (its model
+ * then carries them). */
 #define TWIN_MID_BYTES (16u * 1024)
 
-static uint32_t twin_mid_bytes(const struct rkv_scenario *sc, const struct rkv_twin_opts *o)
+static uint32_t twin_mid_bytes(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
+                               int *route)
 {
     struct sim_plat p;
     sim_plat_defaults(sc, &p);
+    *route = 0;
     if (sc->sim_platform_file[0] || twin_has_crash(sc))
         return 0;
     for (uint32_t i = 0; i < o->n_cfg; i++)
@@ -1582,6 +1589,11 @@ static uint32_t twin_mid_bytes(const struct rkv_scenario *sc, const struct rkv_t
     if (!strcmp(p.topology, "star") || !strcmp(p.topology, "fattree") ||
         (!strcmp(p.topology, "fattree3") && p.oversub == 1 && p.pod_oversub == 1))
         return TWIN_MID_BYTES;
+    if (!strcmp(p.topology, "fattree3") || !strcmp(p.topology, "rail") ||
+        !strcmp(p.topology, "cluster")) {
+        *route = 1;
+        return TWIN_MID_BYTES;
+    }
     return 0;
 }
 
@@ -1668,7 +1680,7 @@ int rkv_twin_run(const struct rkv_scenario *sc, const struct rkv_twin_opts *o,
     t.w.sched_wake_s = sc->sim_wake_us * 1e-6;
     t.w.cpu_share = twin_cpu_share(sc, o);
     t.w.park_ok = !sc->n_faults; /* faults kill actors (twin_faults) */
-    t.w.mid_max_bytes = twin_mid_bytes(sc, o);
+    t.w.mid_max_bytes = twin_mid_bytes(sc, o, &t.w.mid_route);
     /* At the default level, a line every node says alike is said three
      * times and counted (sim.h); asked for more, the user gets each. */
     if (t.log_level <= RKV_LOG_WARN && (rc = sim_log_fold_start(&t.w)) < 0)
