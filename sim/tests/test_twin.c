@@ -331,6 +331,13 @@ static void test_platform_checked_before_the_run(void **state)
     /* SimGrid takes it, and pulls came faster than their bandwidth allows. */
     assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg network/latency-factor:-1"), 2);
     assert_non_null(strstr(out, "network/latency-factor:-1: expected 0 or more"));
+    /* A looser precision ended transfers early: 1,018 GB/s out of 200 GB/s
+     * of links, PASS (an outside tester). */
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg surf/precision:1e-3"), 2);
+    assert_non_null(strstr(out, "--cfg surf/precision:0.001: expected above 0 and at most 1e-09"));
+    assert_int_equal(run("run " SCEN_DIR "/quickstart.yaml --cfg maxmin/precision:1e-3"), 2);
+    assert_non_null(
+        strstr(out, "--cfg maxmin/precision:0.001: expected above 0 and at most 1e-05"));
     /* SimGrid's keys with capitals were "expected KEY:VALUE". */
     run_pass("run " SCEN_DIR "/quickstart.yaml --cfg network/TCP-gamma:4194304");
 }
