@@ -155,7 +155,7 @@ static void wl_error(struct wl_node *n, struct wl_stats *st, const char *why)
 {
     if (st->errors++ == 0) {
         snprintf(st->first_error, sizeof(st->first_error), "%s", why);
-        fprintf(n->log, "rkv: worker %u: %s\n", n->me, why);
+        fprintf(n->log, "rkv: client %u: %s\n", n->me, why);
     }
 }
 
@@ -514,14 +514,14 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
         rkv_oracle_ref(shared);
     } else if ((rc = rkv_oracle_create(sc, &n.oracle)) < 0) {
         /* Said here: the launcher sees only the exit status. */
-        fprintf(log, "rkv: worker %u: cannot make the oracle's state for this scenario: %s\n",
+        fprintf(log, "rkv: client %u: cannot make the oracle's state for this scenario: %s\n",
                 worker, rkv_strerror(rc));
         goto free_win;
     }
     if (pins)
         rkv_oracle_set_pin_log(n.oracle, pins);
     if ((rc = wl_alloc(&n)) < 0) {
-        fprintf(log, "rkv: worker %u: cannot allocate the buffers of the largest request: %s\n",
+        fprintf(log, "rkv: client %u: cannot allocate the buffers of the largest request: %s\n",
                 worker, rkv_strerror(rc));
         goto free_bufs; /* said: the client has no message of it */
     }
@@ -556,7 +556,11 @@ static int wl_run(struct rkv_client *cli, struct rkv_port *port, const struct rk
     }
 out:
     if (rc < 0) {
-        fprintf(log, "rkv: worker %u stopped: %s\n", worker, rkv_client_errmsg(cli));
+        /* "client": the id server 0 handed out, as servers' messages name
+         * it; the node names (w722) number workers in spawn order, and
+         * "worker 723 stopped" beside w722 read as the wrong node (an
+         * outside tester). */
+        fprintf(log, "rkv: client %u stopped: %s\n", worker, rkv_client_errmsg(cli));
         snprintf(stop_why, sizeof(stop_why), "%s", rkv_client_errmsg(cli));
     }
 free_bufs:

@@ -806,13 +806,13 @@ static void test_cause_quoted_not_its_echo(void **state)
             !strstr(v, "over max_slot_bytes 65536") || !strstr(v, "6 of 6 workers stopped"))
             fail_msg("%s: exit %d:\n%s", backends[b], rc, out);
     }
-    /* The twin's workers say "rkv: worker N stopped: ..." as a tcp worker
+    /* The twin's workers say "rkv: client N stopped: ..." as a tcp worker
      * does, folded as the nodes' lines are: 3,049 of them at 3,072 workers
      * were printed one by one. */
     snprintf(args, sizeof(args), "%s run %s --max-slot-bytes 65536 2>&1", RKV_BIN, yaml);
     sh(args);
-    if (out_count("rkv: worker ") != 5 ||
-        !strstr(out, "WARN twin: 2 more lines like \"rkv: worker # stopped: barrier: server #: "
+    if (out_count("rkv: client ") != 5 ||
+        !strstr(out, "WARN twin: 2 more lines like \"rkv: client # stopped: barrier: server #: "
                      "server # is shutting down"))
         fail_msg("the workers' lines:\n%s", out);
     unlink(yaml);

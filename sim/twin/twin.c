@@ -121,7 +121,7 @@ struct twin {
     const char *trace_path;      /* --trace, or NULL */
     int sim_started;             /* simgrid_run was called: the clock means something */
     struct sigaction sig_old[3]; /* the stopping signals' handlers before the run */
-    /* The workers' log (what a tcp worker prints on stderr: "rkv: worker N
+    /* The workers' log (what a tcp worker prints on stderr: "rkv: client N
      * stopped: ..."), one stream for all of them (twin_lines_open says why
      * not one each), its lines folded as the nodes' log lines are: 3,049
      * such lines at 3,072 workers were printed one by one (an outside
