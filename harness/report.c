@@ -391,10 +391,13 @@ void rkv_report_print(const struct rkv_report *r, FILE *out, const char *backend
                 "of wall time); event trace hash %016llx.",
                 r->sim_s, r->wall_s, (unsigned long long)r->sim_events,
                 r->wall_s > 0 ? r->sim_events / r->wall_s : 0.0, (unsigned long long)r->sim_hash);
+        /* It said "the rest the kernel's per message and per byte" of a run
+         * whose CPU was all row_cost_ns (an outside tester). */
         if (r->sim_cpu_s > 0)
             fprintf(out,
-                    "\nCPU charged in the twin: %.3f core-s, %.3f of it node code, the rest the "
-                    "kernel's per message and per byte.",
+                    "\nCPU charged in the twin: %.3f core-s, %.3f of it node code measured, the "
+                    "rest modelled (row_cost_ns per row a handler touches, msg_cost_ns and "
+                    "send_byte_ns/recv_byte_ns per message and byte).",
                     r->sim_cpu_s, r->sim_node_cpu_s);
         if (r->sim_sched_cores)
             fprintf(out, "\nThe cores were per-core run queues: %llu bursts found their core idle.",

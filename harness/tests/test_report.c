@@ -134,6 +134,20 @@ static void test_report_json_round_trips_names(void **state)
     if (!strstr(text, "slow_cpu rows for its server to handle in its window"))
         fail_msg("slow_cpu not among the reasons:\n%s", text);
     free(text);
+    /* The twin's CPU line: all of it row_cost_ns was "the kernel's per
+     * message and per byte". */
+    r.sim_s = 0.001;
+    r.sim_cpu_s = 0.029;
+    m = open_memstream(&text, &text_len);
+    assert_non_null(m);
+    rkv_report_print(&r, m, "sim");
+    fclose(m);
+    if (!strstr(text, "CPU charged in the twin: 0.029 core-s, 0.000 of it node code measured, the "
+                      "rest modelled (row_cost_ns per row a handler touches"))
+        fail_msg("%s", text);
+    free(text);
+    r.sim_s = 0;
+    r.sim_cpu_s = 0;
     /* report.json has the faults line too: report.md alone had it. */
     snprintf(r.faults, sizeof(r.faults), "s1.0 killed at 0.5 s");
     r.survivor_errors = 2;
