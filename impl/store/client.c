@@ -1109,11 +1109,15 @@ static int cli_connect(struct rkv_client *c, struct cli_server *srv)
                         srv->id, srv->host, srv->port, rkv_engine_connect_strerror(rc));
     /* Only a refusal and a timeout are tried again: a wrong secret, said
      * at once, read "within 30000 ms" (an outside tester). */
+    /* Also what an unresolvable host gives (the NIC's resolve): a typo in
+     * a cluster file read "it refused this client's handshake" (an outside
+     * tester). */
     if (rc == -RKV_ECONFIG)
         return rkv_errf(c->err, sizeof(c->err), rc,
-                        "cannot connect to server %u at %s:%u: it refused this client's handshake "
-                        "(not retried: a wrong secret, or a setting of another cluster; the line "
-                        "logged before this says which)",
+                        "cannot connect to server %u at %s:%u (not retried): its host name does "
+                        "not resolve (a typo in the cluster file?), or it refused this client's "
+                        "handshake (a wrong secret, or a setting of another cluster); the line "
+                        "logged before this says which",
                         srv->id, srv->host, srv->port);
     if (rc < 0 && rc != -RKV_EPEERDEAD && rc != -RKV_ETIMEDOUT)
         return rkv_errf(c->err, sizeof(c->err), rc,

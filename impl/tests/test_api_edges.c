@@ -2171,6 +2171,32 @@ static void test_wrong_secret_not_said_as_a_wait(void **state)
 /* A secret file too long to be read was refused with "(missing,
  * unreadable, a directory or empty: the log says which)": only the log
  * said "longer than 4096 bytes". The returned message says it now. */
+/* A host name that does not resolve (a typo in ip_config.txt: 127.0.0.l)
+ * read "it refused this client's handshake (a wrong secret ...)". */
+static void test_unresolvable_host_not_said_as_a_refusal(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 2000);
+    /* The whole cluster's file has it: server 0, on machine 0, starts. */
+    snprintf(c.machines[1].host, sizeof(c.machines[1].host), "127.0.0.l");
+    cluster_start_server(&c, 0);
+    struct rkv_config cfg = c.cfg;
+    cfg.connect_retry_ms = 30000;
+    struct rkv_client *cli = NULL;
+    char err[512];
+    if (rkv_client_create(&cfg, &cli, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    int rc = rkv_client_init_data(cli, &T_F32); /* the first call that needs server 1 */
+    const char *e = rkv_client_errmsg(cli);
+    if (rc != -RKV_ECONFIG || strstr(e, "within") || !strstr(e, "at 127.0.0.l:") ||
+        !strstr(e, "its host name does not resolve"))
+        fail_msg("an unresolvable host: %d %s", rc, e);
+    rkv_client_destroy(cli);
+    rkv_server_stop(c.srv[0][0]);
+    cluster_stop(&c);
+}
+
 static void test_secret_file_too_long_is_named(void **state)
 {
     (void)state;
@@ -3730,6 +3756,7 @@ int main(void)
         cmocka_unit_test(test_client_out_of_descriptors_said),
         cmocka_unit_test(test_tensor_limit_is_named),
         cmocka_unit_test(test_register_limit_is_named),
+        cmocka_unit_test(test_unresolvable_host_not_said_as_a_refusal),
         cmocka_unit_test(test_secret_file_too_long_is_named),
         cmocka_unit_test(test_wrong_secret_not_said_as_a_wait),
         cmocka_unit_test(test_init_waits_for_a_large_shard),
