@@ -91,6 +91,7 @@ enum rkv_pull_op { RKV_PULL_ROWS = 0, RKV_PULL_WITH_STATE = 1, RKV_PULL_CUSTOM =
 #define RKV_NAME_MAX ...
 #define RKV_ERR_MAX_ ...
 #define RKV_OP_MAX ...
+#define RKV_OP_CUSTOM ...
 #define RKV_CLIENT_OBSERVER ...
 
 const char *rkv_strerror(int err);
@@ -118,6 +119,8 @@ struct rkv_tensor_meta {
     int with_state;
     ...;
 };
+typedef void (*rkv_handler_fn)(enum rkv_dtype dt, void *row, void *state, const void *in,
+                               size_t n_elems, double param, void *user);
 typedef void (*rkv_pull_fn)(enum rkv_dtype dt, const void *row, const void *state, size_t row_len,
                             void *out, size_t out_len, double param, void *user);
 /* Pull handlers written in Python (rkv.Server/Client.register_pull_handler):
@@ -153,6 +156,7 @@ void rkv_config_release(struct rkv_config *cfg);
 struct rkv_server;
 int rkv_server_create(const struct rkv_config *cfg, uint32_t local_id, struct rkv_server **srv_p,
                       char *err, size_t err_len);
+int rkv_server_register_handler(struct rkv_server *srv, int op, rkv_handler_fn fn, void *user);
 int rkv_server_register_pull_handler(struct rkv_server *srv, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user);
 int rkv_server_run(struct rkv_server *srv);
@@ -167,6 +171,7 @@ int rkv_client_create(const struct rkv_config *cfg, struct rkv_client **cli_p, c
 int rkv_client_create_observer(const struct rkv_config *cfg, struct rkv_client **cli_p, char *err,
                                size_t err_len);
 uint32_t rkv_client_id(const struct rkv_client *cli);
+int rkv_client_register_handler(struct rkv_client *cli, int op, rkv_handler_fn fn, void *user);
 int rkv_client_register_pull_handler(struct rkv_client *cli, int id, rkv_pull_fn fn,
                                      uint32_t out_mult, uint32_t out_add, void *user);
 int rkv_client_list(struct rkv_client *cli, struct rkv_tensor_meta *metas, size_t cap, size_t *n_p);

@@ -52,13 +52,14 @@ import numpy as np
 from ._rkv import ffi, lib
 
 __all__ = ["Config", "Server", "Client", "PushHandle", "TensorMeta", "Error", "strerror",
-           "PULL_ROWS", "PULL_WITH_STATE", "PULL_CUSTOM", "PULL_MAX"]
+           "PULL_ROWS", "PULL_WITH_STATE", "PULL_CUSTOM", "PULL_MAX", "OP_CUSTOM"]
 
 # Pull handler ids (enum rkv_pull_op): custom ones are PULL_CUSTOM..PULL_MAX-1.
 PULL_ROWS = lib.RKV_PULL_ROWS
 PULL_WITH_STATE = lib.RKV_PULL_WITH_STATE
 PULL_CUSTOM = lib.RKV_PULL_CUSTOM
 PULL_MAX = lib.RKV_OP_MAX
+OP_CUSTOM = lib.RKV_OP_CUSTOM  # push ops: 0..3 built in, OP_CUSTOM..PULL_MAX-1 registered
 _PULL_NAMES = {"rows": PULL_ROWS, "with_state": PULL_WITH_STATE}
 
 # Error codes, as enum rkv_err in rkv.h (an Error's .code is the negation).
@@ -696,6 +697,49 @@ def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
     keep[hid] = py
 
 
+def _register_push(reg, target, op, fn, user):
+    """The shared part of Server/Client.register_handler: a custom push op
+    written in C (its address from ctypes or cffi), or None to unregister.
+    Python push was refused ENOHANDLER with nothing in Python to register
+    one with (an outside tester)."""
+    if isinstance(op, bool) or not isinstance(op, (int, np.integer)):
+        _fail(-EINVAL, "push op %r: expected an int in %d..%d" % (op, OP_CUSTOM, PULL_MAX - 1))
+    op = int(op)
+    if not OP_CUSTOM <= op < PULL_MAX:
+        _fail(-EINVAL, "push op %d: custom ones are %d..%d (0..3 are built in)"
+              % (op, OP_CUSTOM, PULL_MAX - 1))
+    if fn is None:
+        cfn, cuser = ffi.NULL, ffi.NULL
+    elif isinstance(fn, ffi.CData) or isinstance(fn, (int, np.integer)):
+        if isinstance(fn, (bool, np.bool_)) or \
+                (isinstance(fn, (int, np.integer)) and 0 < int(fn) < _MIN_CODE_ADDRESS):
+            _fail(-EINVAL, "push op %d: %r is no function's address (a C function's address "
+                  "comes from ctypes or cffi)" % (op, fn))
+        cfn = ffi.cast("rkv_handler_fn", fn)
+        if cfn == ffi.NULL:
+            _fail(-EINVAL, "push op %d: a NULL function (None unregisters)" % op)
+        cuser = ffi.cast("void *", user or 0)
+    elif callable(fn):
+        _fail(-EINVAL, "push op %d: push handlers are C functions (they run under a row's "
+              "lock, on servers and in co-located clients); pass one's address from ctypes or "
+              "cffi" % op)
+    else:
+        _fail(-EINVAL, "push op %d: expected a C function pointer, its address, or None" % op)
+    rc = reg(target, op, cfn, cuser)
+    if rc < 0:
+        _fail(rc, "push op %d: refused by the store" % op)
+
+
+_PUSH_HANDLER_DOC = """Registers custom push op `op` (OP_CUSTOM..PULL_MAX-1):
+        push(..., op=op) applies fn to each row. fn is a C function of
+        rkv_handler_fn's type (rkv.h: dt, row, state, in, n_elems, param,
+        user), given as a cffi function pointer or its address (ctypes:
+        ctypes.cast(lib.fn, ctypes.c_void_p).value); user is passed to it
+        (an address, or None). Register the same op on every server and on
+        every client that pushes it; None unregisters. Push handlers run
+        under the row's lock: they must be short and must not call rkv."""
+
+
 def _handler_errors(keep, hid):
     py = keep.get(hid)
     return py.errors if py is not None else 0
@@ -1239,6 +1283,11 @@ class Server:
                   "'spawn' start method)" % (self._pid, os.getpid()))
         return self._srv
 
+    def register_handler(self, op, fn, user=None):
+        _register_push(lib.rkv_server_register_handler, self._live(), op, fn, user)
+
+    register_handler.__doc__ = _PUSH_HANDLER_DOC
+
     def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
         _register_pull(lib.rkv_server_register_pull_handler, self._live(), self._pull, hid, fn,
                        out_mult, out_add, user)
@@ -1680,6 +1729,12 @@ class Client:
         """This client's id (0..num_workers-1), or None for an observer."""
         cid = lib.rkv_client_id(self._live())
         return None if cid == lib.RKV_CLIENT_OBSERVER else cid
+
+    def register_handler(self, op, fn, user=None):
+        with self._lock:
+            _register_push(lib.rkv_client_register_handler, self._live(), op, fn, user)
+
+    register_handler.__doc__ = _PUSH_HANDLER_DOC
 
     def register_pull_handler(self, hid, fn, out_mult=1, out_add=0, user=None):
         with self._lock:

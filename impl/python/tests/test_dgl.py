@@ -403,6 +403,62 @@ def test_c_pull_handler(make_cluster, tmp_path):
     np.testing.assert_allclose(got, np.stack([want, want], axis=1), rtol=1e-6)
 
 
+C_PUSH_HANDLER = r"""
+#include <stddef.h>
+/* rkv_handler_fn for f32 rows: row = row * 2 + in * param + *(float *)user. */
+void twice_plus(int dt, void *row, void *state, const void *in, size_t n, double param,
+                void *user)
+{
+    (void)dt, (void)state;
+    float *r = row;
+    const float *x = in;
+    for (size_t j = 0; j < n; j++)
+        r[j] = r[j] * 2 + x[j] * (float)param + (user ? *(const float *)user : 0.0f);
+}
+"""
+
+
+def test_c_push_handler(make_cluster, tmp_path):
+    """A custom push op written in C, registered from Python by address on
+    every server and on the client: push(op=...) was refused ENOHANDLER,
+    with nothing in Python to register one with (an outside tester)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "p.c"
+    src.write_text(C_PUSH_HANDLER)
+    so = tmp_path / "p.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(so), str(src)], check=True)
+    dll = ctypes.CDLL(str(so))
+    addr = ctypes.cast(dll.twice_plus, ctypes.c_void_p).value
+    bias = ctypes.c_float(0.25)
+    user = ctypes.addressof(bias)
+    op = rkv.OP_CUSTOM + 3
+
+    def setup(s):
+        s.register_handler(op, addr, user=user)
+
+    cl = make_cluster(setup=setup)
+    c = cl.client(output="numpy")
+    c.init_data("emb", (100, 3), "float32")
+    ids = [99, 0, 51]  # rows of both machines: local ones applied here, the others by servers
+    c.push("emb", ids, np.ones((3, 3), np.float32))
+    with pytest.raises(rkv.Error) as e:  # not registered in this client yet
+        c.push("emb", ids, np.ones((3, 3), np.float32), op=op)
+    assert e.value.code == -rkv.ENOHANDLER
+    c.register_handler(op, addr, user=user)
+    c.push("emb", ids, np.full((3, 3), 2, np.float32), op=op, lr=0.5)
+    np.testing.assert_allclose(c.pull("emb", ids), np.full((3, 3), 1 * 2 + 2 * 0.5 + 0.25))
+    for bad, why in ((5, "no function's address"), (lambda *a: None, "are C functions"),
+                     ("x", "expected a C function")):
+        with pytest.raises(rkv.Error) as e:
+            c.register_handler(op, bad)
+        assert why in e.value.message
+    with pytest.raises(rkv.Error) as e:
+        c.register_handler(2, addr)
+    assert "custom ones are 16.." in e.value.message
+
+
 def test_book_and_local_index_are_1d(cluster):
     # A 2-D book (or a list of (row, machine) pairs) was flattened and taken
     # for rows in its C order.
