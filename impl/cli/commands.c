@@ -330,12 +330,26 @@ int cmd_config(int argc, char **argv)
                        cfg.backend) > 0;
     else if (strcmp(s.src[CMD_SERVER_ID], "default") != 0)
         bad = rkv_cmd_server_locate(&s, &cfg, &sm, &sl, err, sizeof(err)) < 0;
-    free(cfg.machines);
     if (bad || rkv_timed_workload_load(&s, &wl, err, sizeof(err)) < 0) {
+        free(cfg.machines);
         fprintf(stderr, "rkv config: %s\n", err);
         return RKV_EXIT_USAGE;
     }
     rkv_cmd_settings_dump(&s, stdout);
+    /* The machines as the cluster will use them: a cluster file's line
+     * without a port takes DGL's 30050, and the dump showed only
+     * base-port's 29500 (an outside tester). */
+    const uint32_t show = 16;
+    printf("\nmachines, as the cluster uses them:\n");
+    for (uint32_t m = 0; m < cfg.n_machines && m < show; m++) {
+        const struct rkv_machine *mc = &cfg.machines[m];
+        printf("  machine %u: %s, ports %u..%u (%u server%s)\n", m,
+               mc->host[0] ? mc->host : "(its own address, registered at start)", mc->base_port,
+               mc->base_port + mc->servers - 1, mc->servers, mc->servers == 1 ? "" : "s");
+    }
+    if (cfg.n_machines > show)
+        printf("  ... and %u more\n", cfg.n_machines - show);
+    free(cfg.machines);
     return RKV_EXIT_OK;
 }
 

@@ -636,6 +636,18 @@ static void test_usage(void **state)
     expect_run("", "config --dump --rows", 2, "rkv: flag '--rows' needs a value");
     /* --dump checks the settings as rkv run does (it showed "abc", exit 0) */
     expect_run("", "config --dump", 0, "timeout-ms");
+    /* The machines a cluster file makes, ports included: a line without a
+     * port takes DGL's 30050, and the dump showed base-port's 29500 alone. */
+    char cl[64], dump[128];
+    snprintf(cl, sizeof(cl), "/tmp/rkv-cli-dump-%d.txt", (int)getpid());
+    FILE *cf = fopen(cl, "w");
+    assert_non_null(cf);
+    fprintf(cf, "127.0.0.1\n127.0.0.2 31000\n");
+    fclose(cf);
+    snprintf(dump, sizeof(dump), "config --dump --cluster %s", cl);
+    expect_run("", dump, 0, "  machine 0: 127.0.0.1, ports 30050..30050 (1 server)\n");
+    assert_non_null(strstr(out, "  machine 1: 127.0.0.2, ports 31000..31000 (1 server)\n"));
+    unlink(cl);
     expect_run("RKV_TIMEOUT_MS=abc", "config --dump", 2,
                "rkv config: timeout-ms: expected a non-negative integer, got \"abc\" (env "
                "RKV_TIMEOUT_MS)");
