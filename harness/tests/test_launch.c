@@ -265,7 +265,7 @@ static void test_bad_settings_once(void **state)
     /* an unknown name is said to be one, with the known names (it was
      * "cannot run as processes on this host") */
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend foo",
-                     "rkv run: backend: unknown \"foo\" (known: tcp");
+                     "rkv run: backend: unknown \"foo\" (known: tcp, verbs");
     expect_one_error("run " SCEN_DIR "/quickstart.yaml --backend nosuch", ", sim)");
     /* a known one that cannot run as processes keeps its own message */
     expect_one_error("demo --backend sim", "rkv demo: backend: \"sim\" cannot run as processes");
