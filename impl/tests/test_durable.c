@@ -2562,22 +2562,22 @@ static void test_stopped_row_lock_holder_times_out(void **state)
     assert_int_equal(wait_exit(s1), 0);
 }
 
-/* Durable mode: pushes go through the machine's server, which applied a
- * logged push waiting for each row lock without a bound. A co-located
- * worker stopped (SIGSTOP) holding a row's lock stalled that server, and
- * every push of the machine behind its log lock, for as long as it was
+/* A worker of machine 0 pushes and pulls rows of machine 1 while a
+ * co-located worker of machine 1 is stopped (SIGSTOP) holding the lock of
+ * row 60. Machine 1's server waited for that lock without a bound, and so
+ * stalled, with every client of it, for as long as the holder stayed
  * stopped: the clients' requests timed out naming nobody (an outside
- * tester). The push is now refused before it is logged, naming the
- * holder, and nothing of it is applied. */
-static void test_stopped_row_lock_holder_refused_durable(void **state)
+ * tester; in durable mode behind the machine's log lock, every push of the
+ * machine). Both are refused now after half of timeout_ms, before anything
+ * is applied or logged, naming the holder. */
+static void stopped_holder_refused(int durable)
 {
-    (void)state;
     struct cluster c;
-    cluster_config(&c, 1, 0);
+    cluster_config(&c, durable, 0);
     c.cfg.timeout_ms = 2000;
     pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
     pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
-    struct rkv_client *cli;
+    struct rkv_client *cli; /* machine 0's: rows 50..99 are machine 1's */
     char err[256];
     if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
         fail_msg("%s", err);
@@ -2587,15 +2587,17 @@ static void test_stopped_row_lock_holder_refused_durable(void **state)
     alarm(120); /* before the fix the push waited for as long as the holder stays stopped */
     uint64_t ids[2] = {61, 60}; /* local rows 11 and 10: another lock word, then the held one */
     float rows[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}}, got[2][4];
-    int rc = rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0);
     char named[160];
     snprintf(named, sizeof(named),
-             "row 60 is locked in machine 1's shared memory by worker 5 "
-             "(process %d)",
-             (int)holder);
+             "row 60 is locked in machine 1's shared memory by worker 5 (process %d)", (int)holder);
+    int rc = rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0);
     if (rc != -RKV_ETIMEDOUT || !strstr(rkv_client_errmsg(cli), named) ||
         !strstr(rkv_client_errmsg(cli), "nothing of this push was applied"))
         fail_msg("push of a row a stopped worker holds: %d %s", rc, rkv_client_errmsg(cli));
+    rc = rkv_client_pull(cli, "t", ids, 2, got);
+    if (rc != -RKV_ETIMEDOUT || !strstr(rkv_client_errmsg(cli), named) ||
+        !strstr(rkv_client_errmsg(cli), "nothing of this pull was read"))
+        fail_msg("pull of a row a stopped worker holds: %d %s", rc, rkv_client_errmsg(cli));
     alarm(0);
     assert_int_equal(kill(holder, SIGKILL), 0);
     assert_int_equal(wait_exit(holder), 128 + SIGKILL);
@@ -2611,53 +2613,16 @@ static void test_stopped_row_lock_holder_refused_durable(void **state)
     assert_int_equal(wait_exit(s1), 0);
 }
 
-/* The same outside durable mode, for a worker of another machine: its push
- * and pull are served by machine 1's server, whose row-lock waits had no
- * bound, so a co-located worker stopped holding a lock stalled that server
- * and every client of it. Both are refused now, naming the holder. */
+static void test_stopped_row_lock_holder_refused_durable(void **state)
+{
+    (void)state;
+    stopped_holder_refused(1);
+}
+
 static void test_stopped_row_lock_holder_refused_by_server(void **state)
 {
     (void)state;
-    struct cluster c;
-    cluster_config(&c, 0, 0);
-    c.cfg.timeout_ms = 2000;
-    pid_t s0 = spawn_server(&c.cfg, 0, 0, "/dev/null");
-    pid_t s1 = spawn_server(&c.cfg, 1, 0, "/dev/null");
-    struct rkv_client *cli; /* machine 0's: rows 50..99 are machine 1's */
-    char err[256];
-    if (rkv_client_create(&c.cfg, &cli, err, sizeof(err)) < 0)
-        fail_msg("%s", err);
-    assert_int_equal(rkv_client_init_data(cli, &T_F32), 0);
-    pid_t holder = spawn_holder(&c, hold_as_client);
-    assert_int_equal(kill(holder, SIGSTOP), 0);
-    alarm(120);
-    uint64_t ids[2] = {61, 60};
-    float rows[2][4] = {{1, 1, 1, 1}, {1, 1, 1, 1}}, got[2][4];
-    char named[160];
-    snprintf(named, sizeof(named),
-             "row 60 is locked in machine 1's shared memory by worker 5 "
-             "(process %d)",
-             (int)holder);
-    int rc = rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0);
-    if (rc != -RKV_ETIMEDOUT || !strstr(rkv_client_errmsg(cli), named) ||
-        !strstr(rkv_client_errmsg(cli), "nothing of this push was applied"))
-        fail_msg("push of a row a stopped worker holds: %d %s", rc, rkv_client_errmsg(cli));
-    rc = rkv_client_pull(cli, "t", ids, 2, got);
-    if (rc != -RKV_ETIMEDOUT || !strstr(rkv_client_errmsg(cli), named) ||
-        !strstr(rkv_client_errmsg(cli), "nothing of this pull was read"))
-        fail_msg("pull of a row a stopped worker holds: %d %s", rc, rkv_client_errmsg(cli));
-    alarm(0);
-    assert_int_equal(kill(holder, SIGKILL), 0);
-    assert_int_equal(wait_exit(holder), 128 + SIGKILL);
-    assert_int_equal(rkv_client_pull(cli, "t", ids, 2, got), 0);
-    assert_true(got[0][0] == 0.0f && got[1][0] == 0.0f);
-    assert_int_equal(rkv_client_push(cli, "t", ids, 2, rows, RKV_OP_SUM, 0), 0);
-    assert_int_equal(rkv_client_pull(cli, "t", ids, 2, got), 0);
-    assert_true(got[0][0] == 1.0f && got[1][0] == 1.0f);
-    assert_int_equal(rkv_client_shutdown_servers(cli), 0);
-    rkv_client_destroy(cli);
-    assert_int_equal(wait_exit(s0), 0);
-    assert_int_equal(wait_exit(s1), 0);
+    stopped_holder_refused(0);
 }
 
 /* ---- a custom op in the log ---- */

@@ -161,9 +161,8 @@ static void pf_run_flows(struct pf_case *pc)
 
 /* 16 machines, leaves of 2, pods of 2 leaves (4 pods); a leaf's uplinks
  * carry half its machines' bandwidth (2:1), a pod's half its leaves'. */
-static int pf_fattree3(void)
+static void pf_load_fattree3(void)
 {
-    struct pf_case pc = {0};
     struct rkv_scenario sc = {.machines = 16,
                               .sim_bandwidth_gbps = GBPS,
                               .sim_latency_us = LAT_US,
@@ -173,6 +172,13 @@ static int pf_fattree3(void)
                               .sim_pod_oversub = 2};
     snprintf(sc.sim_platform, sizeof(sc.sim_platform), "fattree3");
     pf_load(&sc);
+}
+
+/* The fat tree above: its routes, and 1 MB flows through its uplinks. */
+static int pf_fattree3(void)
+{
+    struct pf_case pc = {0};
+    pf_load_fattree3();
     /* Same leaf: NIC up, NIC down; then each level adds an uplink each way
      * (0.5 us each: half the switch hop's latency by default). */
     pf_check_route(&pc, 0, 1, "l0_link_0_UP l0_link_1_DOWN", LAT_US);
@@ -222,15 +228,7 @@ static int pf_fattree2(void)
 static int pf_fattree3_fifo(void)
 {
     struct pf_case pc = {0};
-    struct rkv_scenario sc = {.machines = 16,
-                              .sim_bandwidth_gbps = GBPS,
-                              .sim_latency_us = LAT_US,
-                              .sim_leaf_machines = 2,
-                              .sim_pod_leaves = 2,
-                              .sim_oversub = 2,
-                              .sim_pod_oversub = 2};
-    snprintf(sc.sim_platform, sizeof(sc.sim_platform), "fattree3");
-    pf_load(&sc);
+    pf_load_fattree3();
     struct sim_route_fifo *f = sim_route_fifo_new();
     PF_CHECK(&pc, f != NULL, "sim_route_fifo_new");
     if (!f)

@@ -643,6 +643,23 @@ def _handler_id(handler):
 _MIN_CODE_ADDRESS = 1 << 16
 
 
+def _c_function(what, fn, ctype):
+    """fn (a cffi function pointer, or a C function's address as an int)
+    as a `ctype` function pointer for handler `what`."""
+    if isinstance(fn, (bool, np.bool_)) or \
+            (isinstance(fn, (int, np.integer)) and 0 < int(fn) < _MIN_CODE_ADDRESS):
+        # A bare 5 was taken as an address, and the next pull through it
+        # ended the process with SIGSEGV (an outside tester). No code lives
+        # in the first pages (Linux maps nothing below vm.mmap_min_addr, 64
+        # KiB by default).
+        _fail(-EINVAL, "%s: %r is no function's address (a C function's address comes from "
+              "ctypes or cffi)" % (what, fn))
+    cfn = ffi.cast(ctype, fn)
+    if cfn == ffi.NULL:
+        _fail(-EINVAL, "%s: a NULL function (None unregisters)" % what)
+    return cfn
+
+
 def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
     """The shared part of Server/Client.register_pull_handler: reg is the C
     registration function of target; keep holds what the C side points to."""
@@ -664,17 +681,7 @@ def _register_pull(reg, target, keep, hid, fn, out_mult, out_add, user):
     if fn is None:  # unregisters
         cfn, cuser = ffi.NULL, ffi.NULL
     elif isinstance(fn, ffi.CData) or isinstance(fn, (int, np.integer)):
-        if isinstance(fn, (bool, np.bool_)) or \
-                (isinstance(fn, (int, np.integer)) and 0 < int(fn) < _MIN_CODE_ADDRESS):
-            # A bare 5 was taken as an address, and the next pull through
-            # it ended the process with SIGSEGV (an outside tester). No code
-            # lives in the first pages (Linux maps nothing below
-            # vm.mmap_min_addr, 64 KiB by default).
-            _fail(-EINVAL, "pull handler %d: %r is no function's address (a C function's "
-                  "address comes from ctypes or cffi)" % (hid, fn))
-        cfn = ffi.cast("rkv_pull_fn", fn)  # C code: a cffi function or its address
-        if cfn == ffi.NULL:
-            _fail(-EINVAL, "pull handler %d: a NULL function (None unregisters)" % hid)
+        cfn = _c_function("pull handler %d" % hid, fn, "rkv_pull_fn")
         if cfn == ffi.cast("rkv_pull_fn", lib._rkv_py_pull):  # needs a handle as user
             _fail(-EINVAL, "pull handler %d: pass the Python function itself" % hid)
         cuser = ffi.cast("void *", user or 0)
@@ -711,13 +718,7 @@ def _register_push(reg, target, op, fn, user):
     if fn is None:
         cfn, cuser = ffi.NULL, ffi.NULL
     elif isinstance(fn, ffi.CData) or isinstance(fn, (int, np.integer)):
-        if isinstance(fn, (bool, np.bool_)) or \
-                (isinstance(fn, (int, np.integer)) and 0 < int(fn) < _MIN_CODE_ADDRESS):
-            _fail(-EINVAL, "push op %d: %r is no function's address (a C function's address "
-                  "comes from ctypes or cffi)" % (op, fn))
-        cfn = ffi.cast("rkv_handler_fn", fn)
-        if cfn == ffi.NULL:
-            _fail(-EINVAL, "push op %d: a NULL function (None unregisters)" % op)
+        cfn = _c_function("push op %d" % op, fn, "rkv_handler_fn")
         cuser = ffi.cast("void *", user or 0)
     elif callable(fn):
         _fail(-EINVAL, "push op %d: push handlers are C functions (they run under a row's "
