@@ -22,6 +22,13 @@ struct Hop {
 
 } // namespace
 
+/* Routes kept at most: a pair of machines is a map entry and a vector of
+ * a few hops, ~100 bytes, and a cluster of 16,384 machines whose workers
+ * reach every server could name 268 million pairs. Past this the cache is
+ * emptied and routes are looked up again as they come (hops, one per link,
+ * are kept). */
+#define ROUTE_FIFO_MAX_ROUTES (1u << 20)
+
 struct sim_route_fifo {
     std::unordered_map<const simgrid::s4u::Link *, uint32_t> hop_of;
     std::vector<Hop> hops;
@@ -45,6 +52,8 @@ static const std::vector<uint32_t> &route_of(sim_route_fifo *f, sg_host_t src, s
     auto it = f->routes.find(key);
     if (it != f->routes.end())
         return it->second;
+    if (f->routes.size() >= ROUTE_FIFO_MAX_ROUTES)
+        f->routes.clear();
     std::vector<simgrid::s4u::Link *> links;
     double lat = 0;
     src->route_to(dst, links, &lat);
