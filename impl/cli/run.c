@@ -43,6 +43,28 @@ static int run_out_dir_ok(const char *dir, int *made)
     return 0;
 }
 
+/* --trace's file, checked before the run as --out is: a directory was
+ * refused only after the run had started and printed its first line (an
+ * outside tester). The file is opened for append, so nothing is lost. */
+static int run_trace_ok(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "rkv run: --trace %s: is a directory, not a file\n", path);
+        return -1;
+    }
+    int existed = access(path, F_OK) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "rkv run: --trace %s: cannot write it: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    if (!existed)
+        unlink(path);
+    return 0;
+}
+
 int cmd_demo(int argc, char **argv, const char *self)
 {
     for (int i = 0; i < argc; i++) {
@@ -252,6 +274,8 @@ int cmd_run(int argc, char **argv, const char *self)
     if (rkv_launch_settings(sc, &s, n_rest, rest) < 0)
         goto out;
     if (out_dir && run_out_dir_ok(out_dir, &out_made) < 0)
+        goto out;
+    if (trace && run_trace_ok(trace) < 0)
         goto out;
     /* Without --backend, `rkv run` is the twin: no hardware, no ports. */
     if (RKV_WITH_SIM && !strcmp(s.src[CMD_BACKEND], "default"))

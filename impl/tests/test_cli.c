@@ -626,6 +626,13 @@ static void test_usage(void **state)
                "write-ahead log here");
     /* Said as what they are (they were "empty scenario", "unknown flag"). */
     expect_run("", "run /tmp", 2, "rkv run: /tmp: is a directory, not a scenario file");
+    /* --trace checked before the run, as --out: a directory was refused
+     * only after the run had started and printed its first line. */
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --trace /tmp", 2,
+               "rkv run: --trace /tmp: is a directory, not a file");
+    assert_null(strstr(out, "in the twin"));
+    expect_run("", "run " SCEN_DIR "/quickstart.yaml --trace /nonexistent/t.json", 2,
+               "rkv run: --trace /nonexistent/t.json: cannot write it: No such file or directory");
     expect_run("", "run x.yaml --cfg", 2, "rkv run: --cfg needs a value");
     expect_run("", "run x.yaml --out", 2, "rkv run: --out needs a value");
     expect_run("", "worker -h", 0, "usage: rkv worker [--machine-id M]");
