@@ -1425,9 +1425,9 @@ static void test_run_reports(void **state)
         assert_null(strstr(out, "trace: /dev/full"));
     }
     /* One it cannot open is a usage error with the reason, as on tcp (it
-     * exited 3 with "cannot write the trace /tmp"). */
+     * exited 3 with "cannot write the trace /tmp"), said before the run. */
     snprintf(args, sizeof(args), "run %s --trace /tmp", yaml);
-    expect_run("", args, 2, "rkv run: twin: --trace: cannot write /tmp: Is a directory");
+    expect_run("", args, 2, "rkv run: --trace /tmp: is a directory, not a file");
     /* A run refused after its --out was made leaves no empty directory
      * behind (it did); one that existed before stays. */
     snprintf(args, sizeof(args), "run %s --out %s.e --jitter 7", yaml, dir);
