@@ -50,13 +50,13 @@ static int run_trace_ok(const char *path)
 {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "rkv run: --trace %s: is a directory, not a file\n", path);
+        fprintf(stderr, "rkv run: --trace: cannot write %s: %s\n", path, strerror(EISDIR));
         return -1;
     }
     int existed = access(path, F_OK) == 0;
     FILE *f = fopen(path, "a");
     if (!f) {
-        fprintf(stderr, "rkv run: --trace %s: cannot write it: %s\n", path, strerror(errno));
+        fprintf(stderr, "rkv run: --trace: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
     fclose(f);
