@@ -1502,29 +1502,14 @@ static uint32_t srv_dedup_id(struct rkv_server *s, const struct srv_conn *c)
     return holder && holder->nonce == c->nonce ? c->client_id : RKV_ID_NONE;
 }
 
-/* Each row lock of a request's rows seen free within half of timeout_ms
- * (rkv_shard_rows_free), before anything is applied or sent: the server's
- * own waits have no bound, and a co-located worker stopped holding a lock
- * (SIGSTOP, a debugger) stalled this server, and every client of it, for
- * as long as it stayed stopped (an outside tester). A durable push looks
- * under the log's lock instead (wal.c). */
+/* A request's rows checked before anything is applied or sent
+ * (rkv_shard_rows_free); a durable push looks under the log's lock
+ * instead (wal.c). */
 static int srv_rows_free(struct rkv_server *s, struct rkv_tensor *t, const uint64_t *ids,
                          uint32_t n, const char *what)
 {
-    uint32_t wait_ms = s->cfg.timeout_ms / 2;
-    if (!wait_ms || !t->shard.hdr)
-        return 0;
-    uint64_t gid, deadline = s->port->ops->now_ns(s->port) + (uint64_t)wait_ms * 1000000ull;
-    if (rkv_shard_rows_free(&t->shard, t, ids, n, deadline, &gid) == 0)
-        return 0;
-    char who[128];
-    rkv_shard_holder_name(&t->shard, rkv_pbook_g2l(&t->pb, gid), who, sizeof(who));
-    return rkv_errf(s->err, sizeof(s->err), -RKV_ETIMEDOUT,
-                    "tensor '%s': row %llu is locked in machine %u's shared memory by %s, which "
-                    "has not let it go within %u ms (half of timeout_ms): stopped (SIGSTOP, a "
-                    "debugger, a frozen cgroup) or stuck; nothing of this %s was %s",
-                    t->meta.name, (unsigned long long)gid, s->cfg.machine_id, who, wait_ms, what,
-                    strcmp(what, "push") ? "read" : "applied");
+    return rkv_shard_rows_free(&t->shard, t, ids, n, s->cfg.timeout_ms, s->cfg.machine_id, what,
+                               s->err, sizeof(s->err));
 }
 
 static void srv_on_push(struct rkv_server *s, struct rkv_peer *peer, const struct rkv_msg *m)

@@ -295,8 +295,13 @@ uint64_t rkv_shard_holder(const struct rkv_shard *sh, uint64_t local_row, unsign
 }
 
 int rkv_shard_rows_free(struct rkv_shard *sh, const struct rkv_tensor *t, const uint64_t *gids,
-                        size_t n, uint64_t deadline_ns, uint64_t *gid_p)
+                        size_t n, uint32_t timeout_ms, uint32_t machine, const char *what,
+                        char *err, size_t err_len)
 {
+    uint32_t wait_ms = timeout_ms / 2; /* the refusal reaches its client before it gives up */
+    if (!wait_ms)
+        return 0;
+    uint64_t deadline = sh->port->ops->now_ns(sh->port) + (uint64_t)wait_ms * 1000000ull;
     for (size_t i = 0; i < n; i++) {
         uint64_t l = rkv_pbook_g2l(&t->pb, gids[i]);
         assert(l < sh->local_rows);
@@ -305,9 +310,16 @@ int rkv_shard_rows_free(struct rkv_shard *sh, const struct rkv_tensor *t, const 
          * line the request takes next anyway. */
         if (atomic_load_explicit(&sh->hdr->locks[k], memory_order_relaxed) == 0)
             continue;
-        if (shard_lock_as(sh, k, 0, deadline_ns) < 0) {
-            *gid_p = gids[i];
-            return -RKV_ETIMEDOUT;
+        if (shard_lock_as(sh, k, 0, deadline) < 0) {
+            char who[128];
+            rkv_shard_holder_name(sh, l, who, sizeof(who));
+            return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
+                            "tensor '%s': row %llu is locked in machine %u's shared memory by "
+                            "%s, which has not let it go within %u ms (half of timeout_ms): "
+                            "stopped (SIGSTOP, a debugger, a frozen cgroup) or stuck; nothing of "
+                            "this %s was %s",
+                            t->meta.name, (unsigned long long)gids[i], machine, who, wait_ms, what,
+                            strcmp(what, "push") ? "read" : "applied");
         }
         rkv_shard_unlock(sh, l);
     }

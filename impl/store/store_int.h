@@ -171,15 +171,18 @@ int rkv_shard_lock_until(struct rkv_shard *sh, uint64_t local_row, uint64_t dead
 /* Who holds local_row's lock word: its tag (*tag, 0: free) and, when it
  * records itself (a co-located client), its process (port proc_self). */
 uint64_t rkv_shard_holder(const struct rkv_shard *sh, uint64_t local_row, unsigned *tag);
-/* 0 once each row lock of gids (global ids of t, local to sh) has been
- * seen free, or taken and let go, by deadline_ns (port now_ns);
- * -RKV_ETIMEDOUT with *gid_p the row whose live holder did not let go.
- * A server looks before it applies or sends anything: its own waits are
- * unbounded (a row half applied cannot be given back), and a co-located
- * worker stopped holding a lock (SIGSTOP, a debugger) stalled the server
- * for as long as it stayed stopped. A dead holder's lock is taken over. */
+/* 0 once each row lock of gids (global ids of t, local to sh, on machine
+ * `machine`) has been seen free, or taken and let go, within half of
+ * timeout_ms (none: 0); else -RKV_ETIMEDOUT, with err naming the row, its
+ * live holder and that nothing of this `what` ("push", "pull") was done.
+ * A server looks before it applies, logs or sends anything: its own waits
+ * are unbounded (a row half applied cannot be given back), and a
+ * co-located worker stopped holding a lock (SIGSTOP, a debugger) stalled
+ * the server for as long as it stayed stopped. A dead holder's lock is
+ * taken over. */
 int rkv_shard_rows_free(struct rkv_shard *sh, const struct rkv_tensor *t, const uint64_t *gids,
-                        size_t n, uint64_t deadline_ns, uint64_t *gid_p);
+                        size_t n, uint32_t timeout_ms, uint32_t machine, const char *what,
+                        char *err, size_t err_len);
 /* Who holds local_row's lock, as far as its word tells: "worker 3 (process
  * 1234)", "the machine's server of local id 0", "another process". */
 void rkv_shard_holder_name(const struct rkv_shard *sh, uint64_t local_row, char *buf, size_t len);

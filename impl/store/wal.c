@@ -150,7 +150,7 @@ void rkv_wal_init(struct rkv_wal *w, struct rkv_port *port, struct rkv_mach *mc,
     w->checkpoint_bytes = RKV_WAL_CHECKPOINT_BYTES;
     w->prewrite_bytes = cfg->durable_log_prewrite;
     w->hwm_step = RKV_WAL_HWM_STEP;
-    w->lock_wait_ms = cfg->timeout_ms / 2;
+    w->timeout_ms = cfg->timeout_ms;
     snprintf(w->dir, sizeof(w->dir), "%s", cfg->durable_dir);
     w->app.fd = w->sync.fd = -1;
 }
@@ -735,33 +735,6 @@ int rkv_wal_reap(struct rkv_wal *w, const struct rkv_handler_table *ht, uint32_t
     return rc < 0 ? rc : (int)freed;
 }
 
-/* Each row lock of p seen free by a deadline, before p's record is
- * appended: a logged push must be applied whole, so its apply waits for a
- * lock without a bound, and a co-located worker stopped holding one
- * (SIGSTOP, a debugger) stalled this server and every push of the machine
- * behind wal_lock for as long as it stayed stopped; their clients timed
- * out naming nobody (an outside tester). The push is now refused,
- * unapplied, naming the holder. A holder that takes a word again between
- * this look and the apply is waited for there, as before (said after 10
- * s). */
-static int wal_rows_lockable(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_wal_push *p,
-                             char *err, size_t err_len)
-{
-    if (!w->lock_wait_ms)
-        return 0;
-    uint64_t deadline = w->port->ops->now_ns(w->port) + (uint64_t)w->lock_wait_ms * 1000000ull;
-    uint64_t gid;
-    if (rkv_shard_rows_free(&t->shard, t, p->ids, p->count, deadline, &gid) == 0)
-        return 0;
-    char who[128];
-    rkv_shard_holder_name(&t->shard, rkv_pbook_g2l(&t->pb, gid), who, sizeof(who));
-    return rkv_errf(err, err_len, -RKV_ETIMEDOUT,
-                    "tensor '%s': row %llu is locked in machine %u's shared memory by %s, which "
-                    "has not let it go within %u ms (half of timeout_ms): stopped (SIGSTOP, a "
-                    "debugger, a frozen cgroup) or stuck; nothing of this push was applied",
-                    t->meta.name, (unsigned long long)gid, w->machine, who, w->lock_wait_ms);
-}
-
 int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handler_table *ht,
                  const struct rkv_wal_push *p, int *dup_p, char *err, size_t err_len)
 {
@@ -789,7 +762,14 @@ int rkv_wal_push(struct rkv_wal *w, struct rkv_tensor *t, const struct rkv_handl
             rkv_errf(err, err_len, rc, "tensor '%s': push op %d on %s: %s", t->meta.name, p->op,
                      rkv_dtype_name(t->meta.dtype), rkv_strerror(rc));
         if (rc == 0)
-            rc = wal_rows_lockable(w, t, p, err, err_len);
+            /* A logged push must be applied whole, so its apply waits for
+             * each row lock without a bound: a co-located worker stopped
+             * holding one stalled this server and every push of the machine
+             * behind wal_lock (an outside tester). Looked at first, so that
+             * such a push is refused unlogged; a holder that takes the lock
+             * again between this look and the apply is waited for there. */
+            rc = rkv_shard_rows_free(&t->shard, t, p->ids, p->count, w->timeout_ms, w->machine,
+                                     "push", err, err_len);
         if (rc == 0)
             rc = wal_append(w, p, t->row_bytes, head, err, err_len);
         if (rc == 0) /* the journal names its record (wal_append) */

@@ -234,10 +234,9 @@ struct rkv_wal {
     uint64_t checkpoint_bytes;
     uint64_t prewrite_bytes; /* durable_log_prewrite: zeros a fresh log gets */
     uint64_t hwm_step;       /* RKV_WAL_HWM_STEP (tests make it smaller) */
-    /* How long a push waits for a row lock's live holder before it is
-     * refused, unlogged (half the config's timeout_ms: the refusal reaches
-     * its client before the client gives up); 0: no bound. */
-    uint32_t lock_wait_ms;
+    /* The config's: a push waits half of it for a row lock's live holder
+     * before it is refused, unlogged (rkv_shard_rows_free). */
+    uint32_t timeout_ms;
     uint64_t created_hwm;     /* the high-water mark (LSN) of the log made last */
     struct rkv_wal_file app;  /* the push path's */
     struct rkv_wal_file sync; /* the durable task's */
