@@ -824,6 +824,21 @@ static void test_server_and_worker_errors(void **state)
 
 /* A port another program listens on: the server names it and exits 3; a
  * worker with no server to join gives up after connect-retry-ms. */
+/* Two machines of 1 server and 1 worker, one phase "p" (then `more`: more
+ * phases, faults), on tcp ports from base. */
+static void write_taken_yaml(const char *path, const char *more, unsigned base)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
+            "tensors:\n  - {name: t, rows: 100}\n"
+            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
+            "%stcp: {base_port: %u}\n",
+            more, base);
+    fclose(f);
+}
+
 static void test_server_port_taken(void **state)
 {
     (void)state;
@@ -863,46 +878,23 @@ static void test_server_port_taken(void **state)
     port = ntohs(a.sin_port);
     char yaml[64];
     snprintf(yaml, sizeof(yaml), "/tmp/rkv-cli-taken-%d.yaml", (int)getpid());
-    FILE *f = fopen(yaml, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-            "tensors:\n  - {name: t, rows: 100}\n"
-            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
-            "tcp: {base_port: %u}\n",
-            port - 1);
-    fclose(f);
+    write_taken_yaml(yaml, "", port - 1);
     snprintf(args, sizeof(args), "run %s --backend tcp", yaml);
     expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
     /* The same with a NIC fault in the file: servers were not watched in
      * any run with faults, as if a delay killed servers on purpose (the
      * workers waited out their timeouts; an outside tester). */
-    f = fopen(yaml, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-            "tensors:\n  - {name: t, rows: 100}\n"
-            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
-            "faults:\n  - {kind: delay, target: w1, fraction: 0.2, delay_ms: 1}\n"
-            "tcp: {base_port: %u}\n",
-            port - 1);
-    fclose(f);
+    write_taken_yaml(yaml, "faults:\n  - {kind: delay, target: w1, fraction: 0.2, delay_ms: 1}\n",
+                     port - 1);
     expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
     /* And with a crash fault: those runs were not watched at all (a crash
      * kills a server on purpose), the workers waited 35-63 s, and the
      * verdict read "a process failed" without naming the server (an
      * outside tester). */
-    f = fopen(yaml, "w");
-    assert_non_null(f);
-    fprintf(f,
-            "cluster: {machines: 2, servers_per_machine: 1, workers_per_machine: 1}\n"
-            "tensors:\n  - {name: t, rows: 100}\n"
-            "workload:\n  - {name: p, tensor: t, push: 0.5, rounds: 10}\n"
-            "  - {name: q, tensor: t, push: 0.5, rounds: 10}\n"
-            "faults:\n  - {kind: crash, target: w1, after_phase: p}\n"
-            "tcp: {base_port: %u}\n",
-            port - 1);
-    fclose(f);
+    write_taken_yaml(yaml,
+                     "  - {name: q, tensor: t, push: 0.5, rounds: 10}\n"
+                     "faults:\n  - {kind: crash, target: w1, after_phase: p}\n",
+                     port - 1);
     expect_run("", args, 3, "exited with status 3 while the workers ran; stopping them");
     if (!strstr(out, "verdict: FAIL (a process failed: server 1 (s1.0) exited with status 3 at "))
         fail_msg("%s", out);
