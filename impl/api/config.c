@@ -185,6 +185,58 @@ int rkv_cmd_find_setting(const char *name, size_t len)
     return cmd_find_flag(name, len);
 }
 
+/* The settings whose value is a number (rkv_cmd_get_u64 reads each;
+ * discover is 0 or 1). */
+static const enum cmd_key cmd_numbers[] = {CMD_BASE_PORT,
+                                           CMD_MACHINES,
+                                           CMD_SERVERS_PER_MACHINE,
+                                           CMD_NUM_SERVERS,
+                                           CMD_NUM_WORKERS,
+                                           CMD_MACHINE_ID,
+                                           CMD_SERVER_ID,
+                                           CMD_TIMEOUT_MS,
+                                           CMD_CONNECT_RETRY_MS,
+                                           CMD_RX_DEPTH,
+                                           CMD_CTRL_BUF_BYTES,
+                                           CMD_SLOTS,
+                                           CMD_MAX_SLOT_BYTES,
+                                           CMD_SLOT_MEM_BYTES,
+                                           CMD_SEED,
+                                           CMD_LOG_LEVEL,
+                                           CMD_ROWS,
+                                           CMD_VALUE_BYTES,
+                                           CMD_ROUNDS,
+                                           CMD_DURABLE_LOG_PREWRITE,
+                                           CMD_RETRY_MS,
+                                           CMD_ZERO_COPY_BYTES,
+                                           CMD_BUSY_POLL,
+                                           CMD_HELLO_TIMEOUT_MS,
+                                           CMD_IDLE_TIMEOUT_MS,
+                                           CMD_VERBS_TOS,
+                                           CMD_VERBS_SL,
+                                           CMD_VERBS_GID_INDEX,
+                                           CMD_VERBS_MTU,
+                                           CMD_VERBS_SRQ_DEPTH};
+
+int rkv_cmd_check_form(int k, const char *value, char *err, size_t err_len)
+{
+    assert(k >= 0 && k < CMD_KEY_COUNT_);
+    uint64_t x;
+    if (k == CMD_DISCOVER && strcmp(value, "0") && strcmp(value, "1"))
+        return rkv_errf(err, err_len, -RKV_ECONFIG, "discover: expected 0 or 1, got \"%s\"", value);
+    for (size_t i = 0; i < sizeof(cmd_numbers) / sizeof(cmd_numbers[0]); i++) {
+        if (cmd_numbers[i] != (enum cmd_key)k)
+            continue;
+        /* Empty is "unset" only where that is the default (num-servers,
+         * server-id, the verbs knobs). */
+        if ((!*value && !*cmd_opts[k].def) || rkv_parse_u64(value, &x) == 0)
+            return 0;
+        return rkv_errf(err, err_len, -RKV_ECONFIG,
+                        "%s: expected a non-negative integer, got \"%s\"", CMD_NAME(k), value);
+    }
+    return 0;
+}
+
 int rkv_cmd_flag_takes_next(int argc, char **argv, int i)
 {
     const char *a = argv[i];

@@ -76,6 +76,11 @@ void rkv_cmd_settings_dump(const struct cmd_settings *s, FILE *out);
 /* The setting named name[0..len) ("machines", no dashes), or -1. */
 int rkv_cmd_find_setting(const char *name, size_t len);
 
+/* 0 if value has the form setting k takes (a number's is decimal digits),
+ * else -RKV_ECONFIG with a message. Ranges, which may depend on other
+ * settings, are rkv_cmd_build_config's. */
+int rkv_cmd_check_form(int k, const char *value, char *err, size_t err_len);
+
 /* Whether argv[i] is a setting's flag whose value is the next word
  * ("--backend tcp"), for a command line that also takes a positional word:
  * "rkv run --backend tcp FILE" took "tcp" for the scenario file. A next

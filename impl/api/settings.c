@@ -55,12 +55,20 @@ int rkv_settings_set(struct rkv_settings *set, const char *key, const char *valu
     /* The CLI's table says whether the key exists (asked by name: loading
      * the settings would also read the environment, and a conflict there is
      * rkv_settings_build's to report, not an unknown key). */
-    if (rkv_cmd_find_setting(flag + 2, klen) < 0) {
+    int k = rkv_cmd_find_setting(flag + 2, klen);
+    if (k < 0) {
         free(flag);
         return rkv_errf(err, err_len, -RKV_ECONFIG,
                         "setting \"%s\": unknown (rkv config --dump "
                         "lists them)",
                         key);
+    }
+    /* A number's form is checked here, where the program set it: "two"
+     * workers was refused only by the create that built the config. */
+    int rc = rkv_cmd_check_form(k, value, err, err_len);
+    if (rc < 0) {
+        free(flag);
+        return rc;
     }
     for (uint32_t i = 0; i < set->n_flags; i++) {
         if (set_key_len(set->flags[i]) == 2 + klen && memcmp(set->flags[i], flag, 2 + klen) == 0) {

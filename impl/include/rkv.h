@@ -757,8 +757,9 @@ struct rkv_settings;
  * DMLC_NUM_WORKER and DGL_IP_CONFIG, as the CLI reads them). */
 RKV_API int rkv_settings_create(struct rkv_settings **set_p, char *err, size_t err_len);
 /* Sets one setting, overriding the environment as a flag does. key is a flag
- * name, '_' standing for '-' ("rx_depth"); an unknown key is -RKV_ECONFIG.
- * The value is checked by rkv_settings_build. */
+ * name, '_' standing for '-' ("rx_depth"); an unknown key, or a number
+ * setting's value that is not decimal digits, is -RKV_ECONFIG. Ranges and
+ * the rest are checked by rkv_settings_build. */
 RKV_API int rkv_settings_set(struct rkv_settings *set, const char *key, const char *value,
                              char *err, size_t err_len);
 /* Builds the configuration as the CLI does: machines from the cluster file

@@ -272,3 +272,17 @@ def test_a_path_that_is_not_utf8_reaches_the_file(tmp_path):
 def test_strerror_of_any_int():
     assert rkv.strerror(-rkv.ETIMEDOUT) == rkv.strerror(rkv.ETIMEDOUT) == "request timed out"
     assert rkv.strerror(2**40) == rkv.strerror(999)  # cffi raised OverflowError
+
+
+def test_a_number_setting_in_words_is_refused_where_it_is_given():
+    # num_workers="two" was taken, and refused only by the create that
+    # built the config (an outside tester).
+    with pytest.raises(rkv.Error) as e:
+        rkv.Config(num_workers="two")
+    assert e.value.code == -rkv.ECONFIG
+    assert 'num-workers: expected a non-negative integer, got "two"' in e.value.message
+    c = rkv.Config(num_workers=3)
+    with pytest.raises(rkv.Error):
+        c.set("rx_depth", "1.5")
+    assert c.get("rx-depth") is None and c.get("num-workers") == "3"  # nothing kept
+    assert rkv.Config(backend="tcp", discover=1, server_id="").get("server-id") == ""
