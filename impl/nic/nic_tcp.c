@@ -1314,6 +1314,31 @@ static int tcp_connect(struct rkv_nic *nic, const char *host, uint16_t port, uin
     return 0;
 }
 
+/* Why a port can be in use with no server on it: outgoing connections take
+ * their source ports from the ephemeral range, so a base port inside it is
+ * taken now and then by whatever connects out (a tester saw "Address
+ * already in use" with nothing listening). */
+static void tcp_in_use_hint(const struct sockaddr *sa, char *out, size_t out_len)
+{
+    unsigned port = ntohs(sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
+                                                    : ((const struct sockaddr_in *)sa)->sin_port);
+    unsigned lo = 0, hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    int in_range = f && fscanf(f, "%u %u", &lo, &hi) == 2 && port >= lo && port <= hi;
+    if (f)
+        fclose(f);
+    char range[160] = "";
+    if (in_range)
+        snprintf(range, sizeof(range),
+                 "; it lies in this host's ephemeral port range (%u-%u), from which outgoing "
+                 "connections take their source ports: pick one outside it",
+                 lo, hi);
+    snprintf(out, out_len,
+             " (a listener, or a connection that has it as its local port: ss -tanp 'sport = "
+             ":%u' names it)%s",
+             port, range);
+}
+
 static int tcp_listen_one(struct tcp_nic *n, const struct addrinfo *ai, int *fd_p)
 {
     char name[80];
@@ -1327,7 +1352,11 @@ static int tcp_listen_one(struct tcp_nic *n, const struct addrinfo *ai, int *fd_
     /* A restarted server must rebind while its old connections sit in TIME_WAIT. */
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, TCP_LISTEN_BACKLOG) != 0) {
-        RKV_LOGE(n->base.port, "nic tcp: cannot listen at %s: %s", name, strerror(errno));
+        int e = errno;
+        char hint[320] = "";
+        if (e == EADDRINUSE)
+            tcp_in_use_hint(ai->ai_addr, hint, sizeof(hint));
+        RKV_LOGE(n->base.port, "nic tcp: cannot listen at %s: %s%s", name, strerror(e), hint);
         close(fd);
         return -RKV_EIO;
     }

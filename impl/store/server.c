@@ -2979,7 +2979,8 @@ static int srv_serve(struct rkv_server *s, char *err, size_t err_len)
                         s->server_id, mc->host, tcp_port, rkv_strerror(rc),
                         rc == -RKV_ECONFIG
                             ? "does the host name resolve? (the log says why)"
-                            : "is the port in use? (or the address not this machine's)");
+                            : "is the port in use? (by a listener, or as an outgoing connection's "
+                              "source port: the log says; or the address is not this machine's)");
     if ((rc = rkv_engine_start(s->eng)) < 0)
         return rkv_errf(err, err_len, rc, "server %u: cannot start the engine task", s->server_id);
     /* Only a server whose machine the config gives no host announces itself:

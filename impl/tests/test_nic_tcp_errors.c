@@ -283,6 +283,49 @@ static void test_connect_to_itself_is_a_refusal(void **state)
     nic_close(&p);
 }
 
+/* A port held as an outgoing connection's source port, with nothing
+ * listening there: the log said only "Address already in use" (an outside
+ * tester). It now says what can hold a port and that this one lies in the
+ * range outgoing connections draw from. */
+static void test_port_held_by_an_outgoing_connection(void **state)
+{
+    (void)state;
+    uint16_t lport;
+    int lfd = raw_listener(&lport);
+    int cfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(cfd >= 0);
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = htons(lport)};
+    assert_int_equal(connect(cfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t alen = sizeof(a);
+    assert_int_equal(getsockname(cfd, (struct sockaddr *)&a, &alen), 0);
+    unsigned held = ntohs(a.sin_port); /* from the ephemeral range */
+    struct nicp p;
+    nic_open(&p, "h");
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fds[1], STDERR_FILENO) >= 0);
+    int rc = p.nic->ops->listen(p.nic, "127.0.0.1", (uint16_t)held);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(fds[1]);
+    char buf[2048] = "";
+    ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+    close(fds[0]);
+    buf[n > 0 ? n : 0] = 0;
+    assert_int_equal(rc, -RKV_EIO);
+    char want[64];
+    snprintf(want, sizeof(want), "ss -tanp 'sport = :%u'", held);
+    if (!strstr(buf, "Address already in use") || !strstr(buf, want) ||
+        !strstr(buf, "ephemeral port range"))
+        fail_msg("the log does not say what can hold port %u: %s", held, buf);
+    nic_close(&p);
+    close(cfd);
+    close(lfd);
+}
+
 /* A peer that welcomed us and then reset the connection: posts fail with
  * EPEERDEAD (whether the send itself or the progress task notices first),
  * and the QP reports DISCONNECTED once. */
@@ -603,6 +646,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_listen_errors),
+        cmocka_unit_test(test_port_held_by_an_outgoing_connection),
         cmocka_unit_test(test_ipv6),
         cmocka_unit_test(test_bad_registrations),
         cmocka_unit_test(test_peers_that_are_not_rkv),
