@@ -855,9 +855,14 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     }
     char who[160];
     or_describe(o, &cands[n ? n - 1 : 0], who, sizeof(who));
+    /* Digits enough to tell any two values of the dtype apart: %.9g
+     * printed a f64 off in its tenth digit as "expected 173408.2, got
+     * 173408.2" (an outside tester). */
+    int digits = ot->t->desc.dtype == RKV_F32 || ot->t->desc.dtype == RKV_I32 ? 9 : 17;
     snprintf(why, why_len,
-             "tensor \"%s\" row %llu [%u]: expected %.9g, got %.9g (%s%s; %u candidate%s)",
-             ot->t->desc.name, (unsigned long long)row, bad_j, want, or_got(ot->t, got, bad_j), who,
-             mid_epoch ? ", read-your-writes" : "", n, n == 1 ? "" : "s");
+             "tensor \"%s\" row %llu [%u]: expected %.*g, got %.*g (%s%s; %u candidate%s)",
+             ot->t->desc.name, (unsigned long long)row, bad_j, digits, want, digits,
+             or_got(ot->t, got, bad_j), who, mid_epoch ? ", read-your-writes" : "", n,
+             n == 1 ? "" : "s");
     return -1;
 }

@@ -146,6 +146,39 @@ static void test_small_sgd_step_is_checked(void **state)
     rkv_scenario_free(sc);
 }
 
+/* A f64 value off in its twelfth digit (an f32 rate's rounding, say) was
+ * printed "expected 173408.2, got 173408.2" (an outside tester): both are
+ * printed with the digits that tell f64 values apart. */
+static void test_f64_values_printed_apart(void **state)
+{
+    (void)state;
+    struct rkv_scenario *sc = load("seed: 5\n"
+                                   "cluster: {machines: 1, servers_per_machine: 1, "
+                                   "workers_per_machine: 1}\n"
+                                   "tensors:\n"
+                                   "  - {name: w, dtype: f64, rows: 1}\n"
+                                   "workload:\n"
+                                   "  - {name: set, tensor: w, push: 1.0, push_op: assign, "
+                                   "ids_per_request: 1, rounds: 1}\n"
+                                   "  - {name: read, tensor: w, push: 0, rounds: 1}\n");
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    double set = rkv_wl_value(sc, 0, 0, 0, 0, 0, 0, 0), off = set * (1 + 1e-12);
+    assert_true(set >= 1000); /* seed 5's: a 20-bit value, off past its ninth digit */
+    char why[512], want[64], got[64];
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, &set, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, &off, why, sizeof(why)), -1);
+    snprintf(want, sizeof(want), "expected %.17g,", set);
+    snprintf(got, sizeof(got), "got %.17g ", off);
+    if (!strstr(why, want) || !strstr(why, got))
+        fail_msg("\"%s\" does not print \"%s\" and \"%s\"", why, want, got);
+    rkv_oracle_destroy(o);
+    rkv_scenario_free(sc);
+}
+
 /* 1,600 f32 sgd pushes of lr 2e-6 to one row: the rounding the oracle
  * must allow for outgrows what half of them add up to, and an outside
  * tester's store that dropped half of them passed in silence. The row's
@@ -279,6 +312,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
         cmocka_unit_test(test_small_sgd_step_is_checked),
+        cmocka_unit_test(test_f64_values_printed_apart),
         cmocka_unit_test(test_sgd_steps_below_rounding_are_said),
         cmocka_unit_test(test_remote_only_draws_only_remote_rows),
         cmocka_unit_test(test_keys_that_do_not_exist_are_named),
