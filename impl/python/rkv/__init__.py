@@ -508,7 +508,7 @@ def _ids_array(ids):
     elif a.dtype == object:  # Python ints (past int64 too), as a list's are read
         a = _ids_from_list(a)
     if a.dtype.kind not in "iu":
-        _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype)
+        _fail(-EINVAL, "ids: expected integers, got %s" % a.dtype, TypeError)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
         _fail(-ERANGE, "ids: row id %d is negative" % a.min())
     if a.dtype == np.int64 and a.flags.c_contiguous and a.flags.aligned:
@@ -946,10 +946,20 @@ class Config:
             _fail(-EINVAL, "settings %r: expected a dict of settings (a cluster file is "
                   "Config(cluster=%r))" % (settings, settings), TypeError)
         try:
-            settings = dict(settings or {}, **kw)
+            base = dict(settings or {})
         except (TypeError, ValueError) as e:
             _fail(-EINVAL, "settings %r: expected a dict of settings (%s)" % (settings, e),
                   TypeError)
+        # One setting by two spellings ({"num_workers": 3, "num-workers": 5}),
+        # or in the dict and as a keyword: the last one won in silence.
+        seen = {}
+        for k in list(base) + list(kw):
+            n = k.replace("_", "-") if isinstance(k, str) else k
+            if n in seen:
+                _fail(-EINVAL, "setting %r given twice (as %r and %r): give it once"
+                      % (n, seen[n], k), ValueError)
+            seen[n] = k
+        settings = dict(base, **kw)
         for k, v in settings.items():
             self.set(k, v)
 
@@ -1794,10 +1804,10 @@ class Client:
         row's index is the count of earlier rows on its machine.
         init: "zeros", "uniform" (seeded by seed, default 0; floats in
         [-1, 1), integers floor(1000 u) for such a u), or a function
-        (shape, dtype) -> values (dtype as given: a torch dtype stays one, as
-        DGL's init functions take it, and the function is called again with
-        numpy's if it raises TypeError; else numpy's) that this client then
-        assigns to every row when the call creates the tensor (an existing one
+        (shape, dtype) -> values of that shape (dtype as given: a torch dtype
+        stays one, as DGL's init functions take it, and the function is
+        called again with numpy's if it raises TypeError; else numpy's) that
+        this client then assigns to the rows when the call creates the tensor (an existing one
         keeps its rows, as with the others; call it from one client, then
         barrier). A call cut short (Ctrl-C, a timeout) once the tensor was
         made may have filled part of it: the same call again on this client
@@ -1880,14 +1890,32 @@ class Client:
             if _is_torch_dtype(dtype):
                 try:
                     made = fill(shape, dtype)
-                except TypeError:
-                    made = fill(shape, dt)
+                except TypeError as e:
+                    first = e
+                else:
+                    first = None
+                if first is not None:
+                    # The function's own bug raised the first TypeError as
+                    # often as a torch dtype did: said with the retry's, not
+                    # replaced by it (an outside tester).
+                    try:
+                        made = fill(shape, dt)
+                    except Exception as e:
+                        _fail(-EINVAL, "init function: raised TypeError with dtype %s (%s), and "
+                              "%s with numpy's %s (%s)" % (dtype, first, type(e).__name__, dt, e),
+                              TypeError)
             else:
                 made = fill(shape, dt)
+            if made is None:
+                _fail(-EINVAL, "init function: returned None; expected values of shape %s"
+                      % (shape,), TypeError)
             values = _as_numpy(made, values=True, what="init function")
-            if values.size != shape[0] * d.row_len:
-                _fail(-EDTYPE, "init function: %d values for shape %s"
-                      % (values.size, shape))
+            # Its values of any other shape were read in row-major order: a
+            # transposed (3, 4) for shape (4, 3) filled the rows silently,
+            # where a push of the same array is refused (an outside tester).
+            if tuple(values.shape) != shape:
+                _fail(-EDTYPE, "init function: returned values of shape %s for shape %s"
+                      % (tuple(values.shape), shape), ValueError)
             if values.dtype != dt:
                 values = _cast_fit(values, dt, "init function: tensor '%s' holds %s"
                                    % (name, dt))
@@ -1957,8 +1985,12 @@ class Client:
         # An empty push's rows have no elements to count: a (0, 5) for rows
         # of 3 was taken, where (1, 5) is refused.
         if a.size != n * m.row_len or (a.ndim > 0 and a.shape[0] != n and n > 0) or wide:
-            _fail(-EDTYPE, "tensor '%s': %d ids need %d x %s values, got shape %s"
-                  % (m.name, n, n, m.row_shape, a.shape))
+            # A shape error is a ValueError too ("2 x () values" read as
+            # nothing for a tensor of one element a row).
+            need = "%d values (one a row)" % n if not m.row_shape else \
+                "%d x %s values" % (n, m.row_shape)
+            _fail(-EDTYPE, "tensor '%s': %d ids need %s, got shape %s"
+                  % (m.name, n, need, a.shape), ValueError)
         return _c_array(a, m.dtype)
 
     def push(self, name, ids, data, op="sum", lr=None, async_=False):
@@ -1972,9 +2004,12 @@ class Client:
         once every server acknowledged; with async_=True returns a PushHandle at once."""
         m = self._m(name)
         code = _OPS.get(op) if isinstance(op, str) else _int_arg(op, "op", 0, (1 << 31) - 1)
-        if code is None:
-            _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad or a custom op number"
-                  % op)
+        # Op 5 was sent and refused as "handler not registered", where no
+        # registration can make it one (an outside tester).
+        if code is None or (len(_OPS) <= code < OP_CUSTOM) or code >= lib.RKV_OP_MAX:
+            _fail(-EINVAL, "op %r: expected assign, sum, sgd, adagrad (0..%d) or a custom op "
+                  "number %d..%d" % (op, len(_OPS) - 1, OP_CUSTOM, lib.RKV_OP_MAX - 1),
+                  ValueError)
         # lr defaulted to 0.0: op="sgd" without one pushed row -= 0 * grad,
         # nothing, and said nothing; one given to a sum was ignored.
         if lr is None and code in (_OPS["sgd"], _OPS["adagrad"]):

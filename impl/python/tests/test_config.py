@@ -286,3 +286,13 @@ def test_a_number_setting_in_words_is_refused_where_it_is_given():
         c.set("rx_depth", "1.5")
     assert c.get("rx-depth") is None and c.get("num-workers") == "3"  # nothing kept
     assert rkv.Config(backend="tcp", discover=1, server_id="").get("server-id") == ""
+
+
+def test_one_setting_given_twice_is_refused():
+    # {"num_workers": 3, "num-workers": 5} built 5 workers in silence.
+    for args, kw in (({"num_workers": 3, "num-workers": 5}, {}),
+                     ({"num_workers": 3}, {"num_workers": 5})):
+        with pytest.raises(rkv.Error) as e:
+            rkv.Config(args, **kw)
+        assert isinstance(e.value, ValueError) and "'num-workers' given twice" in e.value.message
+    assert rkv.Config({"num_workers": 3}, rx_depth=8).get("num-workers") == "3"

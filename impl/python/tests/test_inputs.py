@@ -587,6 +587,43 @@ def test_init_function_checked_before_the_tensor_exists(client):
     np.testing.assert_array_equal(client.pull("fn0", [3]).numpy(), [[6, 7]])
 
 
+def test_init_function_result_of_another_shape_is_refused(client):
+    # A (3, 4) result for shape (4, 3) was read in row-major order into the
+    # rows, where a push of the same array is refused (an outside tester).
+    for i, made in enumerate((torch.arange(12.).reshape(3, 4), torch.arange(12.),
+                              np.zeros((4, 3, 1), np.float32))):
+        with pytest.raises(rkv.Error) as e:
+            client.init_data("sh%d" % i, (4, 3), "float32", init=lambda shape, dt, m=made: m)
+        assert isinstance(e.value, ValueError) and e.value.code == -rkv.EDTYPE
+        assert "returned values of shape %s for shape (4, 3)" % (tuple(made.shape),) \
+            in e.value.message
+    # None is said as None, not as "1 values".
+    with pytest.raises(rkv.Error) as e:
+        client.init_data("shn", (2, 2), "float32", init=lambda shape, dt: None)
+    assert "returned None" in e.value.message and isinstance(e.value, TypeError)
+    assert not any(n.startswith("sh") for n in client.data_name_list())
+    client.init_data("sh9", (4, 3), "float32",
+                     init=lambda shape, dt: torch.arange(12.).reshape(shape))
+    assert client.pull("sh9", [1]).tolist() == [[3.0, 4.0, 5.0]]
+
+
+def test_init_function_own_type_error_is_said(client):
+    # With a torch dtype, a TypeError is retried with numpy's dtype; one of
+    # the function's own was then replaced by torch's refusal of numpy's.
+    calls = []
+
+    def buggy(shape, dtype):
+        calls.append(dtype)
+        return torch.zeros(shape, dtype=dtype) + None
+    with pytest.raises(rkv.Error) as e:
+        client.init_data("te", (4, 2), torch.float32, init=buggy)
+    assert isinstance(e.value, TypeError)
+    assert "raised TypeError with dtype torch.float32" in e.value.message
+    assert "NoneType" in e.value.message  # the function's own error, named
+    assert calls == [torch.float32, np.dtype("float32")]
+    assert "te" not in client.data_name_list()
+
+
 def test_flags_are_bools(client):
     # async_="no" pushed asynchronously (and returned a handle), reset="no"
     # zeroed the counters: any truthy object was True.
@@ -870,3 +907,23 @@ def test_a_path_given_as_bytes_is_the_path(tmp_path):
     f.write_text("127.0.0.1 7700\n")
     assert rkv.Config(cluster=os.fsencode(str(f))).get("cluster") == str(f)
     assert rkv.Config(cluster=bytearray(os.fsencode(str(f)))).get("cluster") == str(f)
+
+
+def test_argument_errors_are_the_builtin_kinds(client):
+    # Rows of another count were a bare rkv.Error, float ids too; op 5 was
+    # sent and refused as "not registered", which no registration mends
+    # (an outside tester).
+    client.init_data("kd", (10, 4), "float32")
+    e = refused(ValueError, client.push, "kd", [0, 1, 2], np.ones((2, 4), np.float32))
+    assert e.code == -rkv.EDTYPE and "3 ids need 3 x (4,) values, got shape (2, 4)" in e.message
+    e = refused(TypeError, client.pull, "kd", torch.tensor([1.0, 2.0]))
+    assert "ids: expected integers, got float32" in e.message
+    client.init_data("kd1", (10, 1), "float32")
+    e = refused(ValueError, client.push, "kd1", [0, 1], torch.ones(1, 2))
+    assert "2 ids need 2 values (one a row), got shape (1, 2)" in e.message, e.message
+    for op in (4, 5, 15, 64):
+        e = refused(ValueError, client.push, "kd", [0], np.ones((1, 4), np.float32), op=op)
+        assert "custom op number 16..63" in e.message, e.message
+    # A custom number in range still goes to its handler check.
+    e = refused(rkv.Error, client.push, "kd", [0], np.ones((1, 4), np.float32), op=16)
+    assert e.code == -rkv.ENOHANDLER
