@@ -2807,8 +2807,11 @@ static int cli_push_send(struct rkv_client *c, const char *name, const uint64_t 
     int rc = cli_check_call(c, "push", ids, n, rows);
     if (rc < 0 || (rc = cli_tensor(c, name, &t)) < 0)
         return rc;
-    if (op < 0 || op >= RKV_OP_MAX)
-        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER, "push: op %d out of range", op);
+    /* Not "handler not registered" for 4..15: no registration makes one. */
+    if (op < 0 || op >= RKV_OP_MAX || (op > RKV_OP_ADAGRAD && op < RKV_OP_CUSTOM))
+        return rkv_errf(c->err, sizeof(c->err), -RKV_ENOHANDLER,
+                        "push: op %d is no push op (0..3 are built in, custom ones %d..%d)", op,
+                        RKV_OP_CUSTOM, RKV_OP_MAX - 1);
     /* A NaN or infinite learning rate turns every row it touches into NaN
      * on every server, for good; a negative one climbs the gradient (the
      * Python binding and torch.optim refuse it too; a custom op's param is

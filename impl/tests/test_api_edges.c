@@ -1441,6 +1441,7 @@ static void test_failed_push_applies_nothing(void **state)
     assert_int_equal(rkv_client_push(cli, "ti", ids, 4, rows, RKV_OP_SGD, 0.1), -RKV_EDTYPE);
     assert_msg(cli, "sgd needs a floating-point tensor (f32 or f64), and 'ti' holds i32");
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, rows, 5, 0), -RKV_ENOHANDLER);
+    assert_msg(cli, "push: op 5 is no push op (0..3 are built in, custom ones 16..63)");
     uint64_t bad_last[4] = {3, 60, 60, 100};
     assert_int_equal(rkv_client_push(cli, "t", bad_last, 4, rows, RKV_OP_SUM, 0), -RKV_ERANGE);
     assert_int_equal(rkv_client_push(cli, "t", ids, 4, NULL, RKV_OP_SUM, 0), -RKV_EINVAL);
