@@ -22,6 +22,14 @@ struct or_cand {
     uint16_t phase, pos;
 };
 
+/* A sum of pushes: a double for float tensors; for integer ones the
+ * store's own arithmetic, modulo 2^64 (an i32's is the low half), since
+ * their pushes carry the dtype's whole range (rkv_wl_ivalue). */
+union or_num {
+    double d;
+    uint64_t u;
+};
+
 struct or_tensor {
     const struct rkv_sc_tensor *t;
     uint64_t rows;
@@ -29,7 +37,7 @@ struct or_tensor {
     uint32_t *n_cand;      /* rows */
     struct or_cand *cand;  /* rows x ccap */
     uint32_t ccap;         /* W if the tensor is ever assigned (one candidate per writer), else 1 */
-    double *delta;         /* rows x L */
+    union or_num *delta;   /* rows x L: .u for integer tensors, .d for floats */
     uint32_t *writer;      /* rows: who pushes it this epoch */
     int inexact;           /* sums over non-integers: compare with a tolerance */
     double *round_err;     /* rows, inexact only: the store's rounding so far (or_fold) */
@@ -48,7 +56,7 @@ struct or_own {
     uint64_t row;
     uint32_t worker, tensor; /* worker == OR_NONE: empty slot */
     struct or_cand last;     /* phase == OR_NO_PHASE: no assign */
-    uint64_t delta;          /* offset of L doubles in own_pool */
+    uint64_t delta;          /* offset of L numbers in own_pool */
     double round_err;        /* the store's rounding of those sums (or_round_err) */
     uint32_t adds;           /* how many */
     double sig;              /* their largest terms squared, summed (or_tensor.sig) */
@@ -64,7 +72,7 @@ struct rkv_oracle {
     struct or_cand *tmp_last; /* scratch: rows of the largest tensor */
     struct or_own *own;       /* open addressing, own_cap slots */
     uint64_t own_cap, own_len;
-    double *own_pool;
+    union or_num *own_pool;
     uint64_t pool_len, pool_cap;
     FILE *pin_log; /* rkv_oracle_set_pin_log */
 };
@@ -74,8 +82,8 @@ static uint32_t or_machine_of_worker(const struct rkv_scenario *sc, uint32_t w)
     return rkv_scenario_worker_machine(sc, w);
 }
 
-double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
-                    uint32_t worker, uint32_t round, uint32_t pos, uint32_t j)
+static uint64_t wl_hash(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row,
+                        uint32_t phase, uint32_t worker, uint32_t round, uint32_t pos, uint32_t j)
 {
     uint64_t h = rkv_mix64(sc->seed ^
                            rkv_mix64(((uint64_t)tensor << 48) ^ ((uint64_t)phase << 32) ^ worker));
@@ -83,10 +91,28 @@ double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row
     /* The id's position in its request too: duplicates of one id in a
      * request carried the same row, so an assign that kept the first
      * instead of the last passed every seed (a mutant found it). */
-    h = rkv_mix64(h ^ (uint64_t)(pos & 0xffffu) * 0xd6e8feb86659fd93ull);
+    return rkv_mix64(h ^ (uint64_t)(pos & 0xffffu) * 0xd6e8feb86659fd93ull);
+}
+
+double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
+                    uint32_t worker, uint32_t round, uint32_t pos, uint32_t j)
+{
+    uint64_t h = wl_hash(sc, tensor, row, phase, worker, round, pos, j);
     if (sc->phases[phase].push_op == RKV_OP_ASSIGN)
         return (double)(h & 0xfffff); /* 20 bits: exact in every dtype */
-    return (double)(h % 17) - 8.0;    /* small integers: sums stay exact */
+    return (double)(h % 17) - 8.0;    /* small integers: float sums stay exact */
+}
+
+int64_t rkv_wl_ivalue(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
+                      uint32_t worker, uint32_t round, uint32_t pos, uint32_t j)
+{
+    uint64_t h = wl_hash(sc, tensor, row, phase, worker, round, pos, j);
+    if (sc->phases[phase].push_op == RKV_OP_ASSIGN)
+        return (int64_t)(h & 0xfffff);
+    /* The dtype's whole range: sums wrap, as rkv.h promises. With small
+     * values a store that summed i64 rows in doubles (wrong past 2^53)
+     * passed every scenario and swarm seed (an outside tester). */
+    return sc->tensors[tensor].desc.dtype == RKV_I32 ? (int64_t)(int32_t)(uint32_t)h : (int64_t)h;
 }
 
 /* The store's documented uniform init (rkv.h), computed here on its own. */
@@ -439,7 +465,7 @@ static struct or_own *or_own_get(struct rkv_oracle *o, uint32_t worker, uint32_t
         uint64_t cap = o->pool_cap ? o->pool_cap * 2 : 4096;
         while (cap < o->pool_len + L)
             cap *= 2;
-        double *p = realloc(o->own_pool, cap * sizeof(*p));
+        union or_num *p = realloc(o->own_pool, cap * sizeof(*p));
         if (!p)
             return NULL;
         o->own_pool = p;
@@ -451,7 +477,7 @@ static struct or_own *or_own_get(struct rkv_oracle *o, uint32_t worker, uint32_t
     e = &o->own[i];
     *e = (struct or_own){.row = row, .worker = worker, .tensor = tensor, .delta = o->pool_len};
     e->last.phase = OR_NO_PHASE;
-    memset(&o->own_pool[o->pool_len], 0, L * sizeof(double));
+    memset(&o->own_pool[o->pool_len], 0, L * sizeof(*o->own_pool));
     o->pool_len += L;
     o->own_len++;
     return e;
@@ -553,6 +579,11 @@ static double or_push_term(struct rkv_oracle *o, uint32_t phase, uint32_t w, uin
     return p->push_op == RKV_OP_SGD ? -p->lr * v : v;
 }
 
+static int or_is_int(const struct or_tensor *ot)
+{
+    return ot->t->desc.dtype == RKV_I32 || ot->t->desc.dtype == RKV_I64;
+}
+
 /* The dtype's unit roundoff: half an ulp of 1.0. */
 static double or_eps(const struct or_tensor *ot)
 {
@@ -590,9 +621,15 @@ static void or_fold(struct rkv_oracle *o, uint32_t w, uint32_t phase, uint32_t r
                 .worker = w, .round = round, .phase = (uint16_t)phase, .pos = (uint16_t)k};
             continue;
         }
+        if (or_is_int(ot)) {
+            for (uint32_t j = 0; j < ot->L; j++)
+                ot->delta[r * ot->L + j].u +=
+                    (uint64_t)rkv_wl_ivalue(o->sc, p->tensor, r, phase, w, round, k, j);
+            continue;
+        }
         double most = 0, big = 0;
         for (uint32_t j = 0; j < ot->L; j++) {
-            double t = or_push_term(o, phase, w, round, k, r, j), *d = &ot->delta[r * ot->L + j];
+            double t = or_push_term(o, phase, w, round, k, r, j), *d = &ot->delta[r * ot->L + j].d;
             *d += t;
             most = fmax(most, fabs(*d) + fabs(t));
             big = fmax(big, fabs(t));
@@ -628,7 +665,7 @@ void rkv_oracle_epoch_end(struct rkv_oracle *o)
             if (ot->writer[r] == OR_NONE)
                 continue;
             ot->n_cand[r] = 0;
-            memset(&ot->delta[r * ot->L], 0, ot->L * sizeof(double));
+            memset(&ot->delta[r * ot->L], 0, ot->L * sizeof(*ot->delta));
             ot->round_err[r] = 0;
             ot->adds[r] = 0;
             ot->sig[r] = 0;
@@ -686,12 +723,18 @@ int rkv_oracle_own_push(struct rkv_oracle *o, uint32_t worker, uint32_t phase, u
          * that cancel to about 0 were held to 1e-4 after hundreds of f32 sgd
          * adds (rkv swarm, seed 88964). Partial sums here include the rows'
          * delta so far, as the store's running value does. */
+        if (or_is_int(ot)) {
+            for (uint32_t j = 0; j < ot->L; j++)
+                o->own_pool[e->delta + j].u +=
+                    (uint64_t)rkv_wl_ivalue(o->sc, p->tensor, r, phase, worker, round, k, j);
+            continue;
+        }
         double most = 0, big = 0;
         for (uint32_t j = 0; j < ot->L; j++) {
             double t = or_push_term(o, phase, worker, round, k, r, j);
-            double *d = &o->own_pool[e->delta + j];
+            double *d = &o->own_pool[e->delta + j].d;
             *d += t;
-            most = fmax(most, fabs(ot->delta[r * ot->L + j] + *d) + fabs(t));
+            most = fmax(most, fabs(ot->delta[r * ot->L + j].d + *d) + fabs(t));
             big = fmax(big, fabs(t));
         }
         if (ot->inexact) {
@@ -719,6 +762,11 @@ static double or_got(const struct rkv_sc_tensor *t, const void *row, uint32_t j)
     }
 }
 
+static int64_t or_igot(const struct rkv_sc_tensor *t, const void *row, uint32_t j)
+{
+    return t->desc.dtype == RKV_I32 ? ((const int32_t *)row)[j] : ((const int64_t *)row)[j];
+}
+
 static double or_base(struct rkv_oracle *o, const struct or_tensor *ot, uint32_t ti,
                       const struct or_cand *c, uint64_t row, uint32_t j)
 {
@@ -740,10 +788,28 @@ static uint32_t or_epoch_first(const struct rkv_scenario *sc, uint32_t p)
  * mine: this worker's own sums of the epoch (read-your-writes), or NULL. */
 static int or_match(struct rkv_oracle *o, uint32_t ti, const struct or_cand *c, uint64_t row,
                     int own_assign, const struct or_own *mine, const void *got, uint32_t *bad_j,
-                    double *want_p, int *unres_p)
+                    double *want_p, int64_t *iwant_p, int *unres_p)
 {
     const struct or_tensor *ot = &o->t[ti];
-    const double *own = mine ? &o->own_pool[mine->delta] : NULL;
+    const union or_num *own = mine ? &o->own_pool[mine->delta] : NULL;
+    *unres_p = 0;
+    if (or_is_int(ot)) { /* exact, modulo the dtype's range */
+        for (uint32_t j = 0; j < ot->L; j++) {
+            uint64_t w = (uint64_t)(int64_t)or_base(o, ot, ti, c, row, j);
+            if (!own_assign)
+                w += ot->delta[row * ot->L + j].u;
+            if (own)
+                w += own[j].u;
+            int64_t want =
+                ot->t->desc.dtype == RKV_I32 ? (int64_t)(int32_t)(uint32_t)w : (int64_t)w;
+            if (or_igot(ot->t, got, j) != want) {
+                *bad_j = j;
+                *iwant_p = want;
+                return 0;
+            }
+        }
+        return 1;
+    }
     /* This worker's own assign replaced the row: no earlier delta applies. */
     double err = own_assign ? 0 : ot->round_err[row];
     uint32_t adds = own_assign ? 0 : ot->adds[row];
@@ -756,9 +822,9 @@ static int or_match(struct rkv_oracle *o, uint32_t ti, const struct or_cand *c, 
     for (uint32_t j = 0; j < ot->L; j++) {
         double base = or_base(o, ot, ti, c, row, j), want = base;
         if (!own_assign)
-            want += ot->delta[row * ot->L + j];
+            want += ot->delta[row * ot->L + j].d;
         if (own)
-            want += own[j];
+            want += own[j].d;
         if (ot->t->desc.dtype == RKV_F32)
             want = (double)(float)want;
         double g = or_got(ot->t, got, j), diff = fabs(g - want);
@@ -825,11 +891,12 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     }
     uint32_t bad_j = 0;
     double want = 0;
+    int64_t iwant = 0;
     int unres = 0;
     for (uint32_t i = 0; i < n; i++) {
         /* Mixing is rejected per epoch, so an own assign has no own sum. */
         if (!or_match(o, ti, &cands[i], row, own_assign, own_assign ? NULL : mine, got, &bad_j,
-                      &want, &unres))
+                      &want, &iwant, &unres))
             continue;
         /* Concurrent assigns settled on one winner by the barrier: the
          * first read that tells which pins it, and every later read (by
@@ -858,11 +925,18 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
     /* Digits enough to tell any two values of the dtype apart: %.9g
      * printed a f64 off in its tenth digit as "expected 173408.2, got
      * 173408.2" (an outside tester). */
-    int digits = ot->t->desc.dtype == RKV_F32 || ot->t->desc.dtype == RKV_I32 ? 9 : 17;
+    char wants[32], gots[32];
+    if (or_is_int(ot)) {
+        snprintf(wants, sizeof(wants), "%lld", (long long)iwant);
+        snprintf(gots, sizeof(gots), "%lld", (long long)or_igot(ot->t, got, bad_j));
+    } else {
+        int digits = ot->t->desc.dtype == RKV_F32 ? 9 : 17;
+        snprintf(wants, sizeof(wants), "%.*g", digits, want);
+        snprintf(gots, sizeof(gots), "%.*g", digits, or_got(ot->t, got, bad_j));
+    }
     snprintf(why, why_len,
-             "tensor \"%s\" row %llu [%u]: expected %.*g, got %.*g (%s%s; %u candidate%s)",
-             ot->t->desc.name, (unsigned long long)row, bad_j, digits, want, digits,
-             or_got(ot->t, got, bad_j), who, mid_epoch ? ", read-your-writes" : "", n,
-             n == 1 ? "" : "s");
+             "tensor \"%s\" row %llu [%u]: expected %s, got %s (%s%s; %u candidate%s)",
+             ot->t->desc.name, (unsigned long long)row, bad_j, wants, gots, who,
+             mid_epoch ? ", read-your-writes" : "", n, n == 1 ? "" : "s");
     return -1;
 }

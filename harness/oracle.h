@@ -74,6 +74,10 @@ void rkv_wl_gen_free(struct rkv_wl_gen *g);
  * at position pos of its request (duplicate ids carry different rows). */
 double rkv_wl_value(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
                     uint32_t worker, uint32_t round, uint32_t pos, uint32_t j);
+/* The same for an integer tensor: an assign's 20 bits, a sum's values of
+ * the dtype's whole range (sums wrap around). */
+int64_t rkv_wl_ivalue(const struct rkv_scenario *sc, uint32_t tensor, uint64_t row, uint32_t phase,
+                      uint32_t worker, uint32_t round, uint32_t pos, uint32_t j);
 
 /* Starts an epoch at phase `first` (replays every worker's pushes of the
  * epoch to learn who writes which row), and ends it at a barrier (folds the

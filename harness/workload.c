@@ -133,20 +133,25 @@ static size_t wl_row_bytes(const struct rkv_sc_tensor *t)
     return rkv_dtype_size(t->desc.dtype) * t->desc.row_len;
 }
 
-static void wl_store(const struct rkv_sc_tensor *t, uint8_t *row, uint32_t j, double v)
+/* Element j of a pushed row: integers carry their whole range
+ * (rkv_wl_ivalue), floats small exact values (rkv_wl_value). */
+static void wl_store(const struct rkv_scenario *sc, uint32_t phase, uint32_t worker, uint32_t round,
+                     const struct rkv_wl_req *q, uint32_t k, uint8_t *row, uint32_t j)
 {
-    switch (t->desc.dtype) {
+    uint32_t ti = sc->phases[phase].tensor;
+    uint64_t id = q->ids[k];
+    switch (sc->tensors[ti].desc.dtype) {
     case RKV_F32:
-        ((float *)row)[j] = (float)v;
+        ((float *)row)[j] = (float)rkv_wl_value(sc, ti, id, phase, worker, round, k, j);
         break;
     case RKV_F64:
-        ((double *)row)[j] = v;
+        ((double *)row)[j] = rkv_wl_value(sc, ti, id, phase, worker, round, k, j);
         break;
     case RKV_I32:
-        ((int32_t *)row)[j] = (int32_t)v;
+        ((int32_t *)row)[j] = (int32_t)rkv_wl_ivalue(sc, ti, id, phase, worker, round, k, j);
         break;
     case RKV_I64:
-        ((int64_t *)row)[j] = (int64_t)v;
+        ((int64_t *)row)[j] = rkv_wl_ivalue(sc, ti, id, phase, worker, round, k, j);
         break;
     }
 }
@@ -168,8 +173,7 @@ static int wl_push(struct wl_node *n, uint32_t phase, uint32_t round, const stru
     size_t rb = wl_row_bytes(t);
     for (uint32_t k = 0; k < q->n; k++)
         for (uint32_t j = 0; j < t->desc.row_len; j++)
-            wl_store(t, n->rows + k * rb, j,
-                     rkv_wl_value(sc, p->tensor, q->ids[k], phase, n->me, round, k, j));
+            wl_store(sc, phase, n->me, round, q, k, n->rows + k * rb, j);
     int rc = rkv_client_push(n->cli, t->desc.name, q->ids, q->n, n->rows, p->push_op, p->lr);
     if (rc < 0)
         return rc;

@@ -179,6 +179,59 @@ static void test_f64_values_printed_apart(void **state)
     rkv_scenario_free(sc);
 }
 
+/* Integer sums carry the dtype's whole range and wrap: with values of a
+ * few bits a store that summed i64 rows in doubles (wrong past 2^53)
+ * passed every scenario (an outside tester's mutant). Two workers sum
+ * into one i64 and one i32 row; the oracle wants the wrapped sums, exactly,
+ * and says the values as integers. */
+static void test_integer_sums_wrap_exactly(void **state)
+{
+    (void)state;
+    struct rkv_scenario *sc = load("seed: 9\n"
+                                   "cluster: {machines: 1, servers_per_machine: 1, "
+                                   "workers_per_machine: 2}\n"
+                                   "tensors:\n"
+                                   "  - {name: l, dtype: i64, rows: 1}\n"
+                                   "  - {name: i, dtype: i32, rows: 1}\n"
+                                   "workload:\n"
+                                   "  - {name: a, tensor: l, push: 1.0, push_op: sum, "
+                                   "ids_per_request: 1, rounds: 3}\n"
+                                   "  - {name: b, tensor: i, push: 1.0, push_op: sum, "
+                                   "ids_per_request: 1, rounds: 3, barrier_after: true}\n"
+                                   "  - {name: read, tensor: l, push: 0, rounds: 1}\n");
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 1), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 2, 2), 0);
+    uint64_t l = 0;
+    uint32_t i = 0;
+    double in_doubles = 0;
+    int big = 0;
+    for (uint32_t w = 0; w < 2; w++)
+        for (uint32_t r = 0; r < 3; r++) {
+            int64_t v = rkv_wl_ivalue(sc, 0, 0, 0, w, r, 0, 0);
+            big |= v > (1ll << 53) || v < -(1ll << 53);
+            l += (uint64_t)v;
+            in_doubles += (double)v;
+            i += (uint32_t)rkv_wl_ivalue(sc, 1, 0, 1, w, r, 0, 0);
+        }
+    assert_true(big);
+    int64_t want = (int64_t)l, rounded = (int64_t)in_doubles;
+    int32_t want_i = (int32_t)i, wrong_i = want_i ^ 1;
+    char why[512], s[64];
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, &want, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 1, 0, 0, 0, &want_i, why, sizeof(why)), 0);
+    assert_int_equal(rkv_oracle_check_row(o, 1, 0, 0, 0, &wrong_i, why, sizeof(why)), -1);
+    assert_true(rounded != want); /* doubles lost the low bits, as the mutant's did */
+    assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, &rounded, why, sizeof(why)), -1);
+    snprintf(s, sizeof(s), "expected %lld, got %lld ", (long long)want, (long long)rounded);
+    if (!strstr(why, s))
+        fail_msg("\"%s\" does not say \"%s\"", why, s);
+    rkv_oracle_destroy(o);
+    rkv_scenario_free(sc);
+}
+
 /* 1,600 f32 sgd pushes of lr 2e-6 to one row: the rounding the oracle
  * must allow for outgrows what half of them add up to, and an outside
  * tester's store that dropped half of them passed in silence. The row's
@@ -313,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_assign_winner_is_pinned),
         cmocka_unit_test(test_small_sgd_step_is_checked),
         cmocka_unit_test(test_f64_values_printed_apart),
+        cmocka_unit_test(test_integer_sums_wrap_exactly),
         cmocka_unit_test(test_sgd_steps_below_rounding_are_said),
         cmocka_unit_test(test_remote_only_draws_only_remote_rows),
         cmocka_unit_test(test_keys_that_do_not_exist_are_named),
