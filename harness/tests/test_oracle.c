@@ -38,6 +38,18 @@ static struct rkv_scenario *load(const char *text)
     return sc;
 }
 
+/* An oracle of sc past its first epoch (phases 0..last): in the epoch of
+ * phase last + 1, where reads check what the first one pushed. */
+static struct rkv_oracle *after_epoch(const struct rkv_scenario *sc, uint32_t last)
+{
+    struct rkv_oracle *o;
+    assert_int_equal(rkv_oracle_create(sc, &o), 0);
+    assert_int_equal(rkv_oracle_epoch_begin(o, 0, last), 0);
+    rkv_oracle_epoch_end(o);
+    assert_int_equal(rkv_oracle_epoch_begin(o, last + 1, last + 1), 0);
+    return o;
+}
+
 /* Worker w's last assign of row 0 (round 2 of phase 0). */
 static void last_write(const struct rkv_scenario *sc, uint32_t w, float *row)
 {
@@ -49,11 +61,7 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
 {
     (void)state;
     struct rkv_scenario *sc = load(two_writers);
-    struct rkv_oracle *o;
-    assert_int_equal(rkv_oracle_create(sc, &o), 0);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
-    rkv_oracle_epoch_end(o);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    struct rkv_oracle *o = after_epoch(sc, 0);
     float a[4], b[4], mix[4];
     last_write(sc, 0, a);
     last_write(sc, 1, b);
@@ -130,11 +138,7 @@ static void test_small_sgd_step_is_checked(void **state)
                                    "  - {name: step, tensor: t, push: 1.0, push_op: sgd, lr: "
                                    "0.000001, ids_per_request: 1, rounds: 1}\n"
                                    "  - {name: read, tensor: t, push: 0, rounds: 1}\n");
-    struct rkv_oracle *o;
-    assert_int_equal(rkv_oracle_create(sc, &o), 0);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
-    rkv_oracle_epoch_end(o);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    struct rkv_oracle *o = after_epoch(sc, 0);
     double stepped[4], untouched[4] = {0};
     for (uint32_t j = 0; j < 4; j++)
         stepped[j] = -0.000001 * rkv_wl_value(sc, 0, 0, 0, 0, 0, 0, j);
@@ -161,11 +165,7 @@ static void test_f64_values_printed_apart(void **state)
                                    "  - {name: set, tensor: w, push: 1.0, push_op: assign, "
                                    "ids_per_request: 1, rounds: 1}\n"
                                    "  - {name: read, tensor: w, push: 0, rounds: 1}\n");
-    struct rkv_oracle *o;
-    assert_int_equal(rkv_oracle_create(sc, &o), 0);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
-    rkv_oracle_epoch_end(o);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    struct rkv_oracle *o = after_epoch(sc, 0);
     double set = rkv_wl_value(sc, 0, 0, 0, 0, 0, 0, 0), off = set * (1 + 1e-12);
     assert_true(set >= 1000); /* seed 5's: a 20-bit value, off past its ninth digit */
     char why[512], want[64], got[64];
@@ -199,11 +199,7 @@ static void test_integer_sums_wrap_exactly(void **state)
                                    "  - {name: b, tensor: i, push: 1.0, push_op: sum, "
                                    "ids_per_request: 1, rounds: 3, barrier_after: true}\n"
                                    "  - {name: read, tensor: l, push: 0, rounds: 1}\n");
-    struct rkv_oracle *o;
-    assert_int_equal(rkv_oracle_create(sc, &o), 0);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 1), 0);
-    rkv_oracle_epoch_end(o);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 2, 2), 0);
+    struct rkv_oracle *o = after_epoch(sc, 1);
     uint64_t l = 0;
     uint32_t i = 0;
     double in_doubles = 0;
@@ -248,11 +244,7 @@ static void test_sgd_steps_below_rounding_are_said(void **state)
                                    "  - {name: s, tensor: e, push: 1.0, push_op: sgd, lr: 2e-6, "
                                    "ids_per_request: 1, rounds: 400}\n"
                                    "  - {name: read, tensor: e, push: 0, rounds: 1}\n");
-    struct rkv_oracle *o;
-    assert_int_equal(rkv_oracle_create(sc, &o), 0);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 0, 0), 0);
-    rkv_oracle_epoch_end(o);
-    assert_int_equal(rkv_oracle_epoch_begin(o, 1, 1), 0);
+    struct rkv_oracle *o = after_epoch(sc, 0);
     float row[4] = {0};
     for (uint32_t w = 0; w < 4; w++)
         for (uint32_t k = 0; k < 400; k++)
