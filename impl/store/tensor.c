@@ -257,11 +257,18 @@ int rkv_cfg_check(const struct rkv_config *cfg, char *err, size_t err_len)
     if (cfg->n_workers > RKV_MAX_WORKERS)
         return rkv_errf(err, err_len, -RKV_ECONFIG, "config: need 1..%u workers, got %u",
                         RKV_MAX_WORKERS, cfg->n_workers);
-    if (!memchr(cfg->durable_dir, 0, sizeof(cfg->durable_dir)) ||
-        !memchr(cfg->backend, 0, sizeof(cfg->backend)) ||
-        !memchr(cfg->shm_prefix, 0, sizeof(cfg->shm_prefix)))
-        return rkv_errf(err, err_len, -RKV_ECONFIG,
-                        "config: backend, shm_prefix or durable_dir is not terminated");
+    /* Named one by one, as the machines' hosts are. */
+    const struct {
+        const char *name, *field;
+        size_t size;
+    } texts[] = {{"backend", cfg->backend, sizeof(cfg->backend)},
+                 {"shm_prefix", cfg->shm_prefix, sizeof(cfg->shm_prefix)},
+                 {"durable_dir", cfg->durable_dir, sizeof(cfg->durable_dir)}};
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        if (!memchr(texts[i].field, 0, texts[i].size))
+            return rkv_errf(err, err_len, -RKV_ECONFIG,
+                            "config: %s is not terminated (at most %zu characters)", texts[i].name,
+                            texts[i].size - 1);
     /* A config zeroed by hand, or a field forgotten: refused by name, as no
      * field of the struct has a default hidden behind its 0 or "". */
     if (!cfg->backend[0] || !cfg->shm_prefix[0])

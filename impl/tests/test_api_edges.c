@@ -154,7 +154,20 @@ static void test_config_zeroed_refused(void **state)
     z.idle_timeout_ms = 0;
     memset(z.backend, 'x', sizeof(z.backend)); /* no terminator */
     assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
-    assert_non_null(strstr(err, "not terminated"));
+    assert_string_equal(err, "config: backend is not terminated (at most 15 characters)");
+    /* Each text field by its name: all three read "backend, shm_prefix or
+     * durable_dir" (an outside tester). */
+    snprintf(z.backend, sizeof(z.backend), "tcp");
+    char prefix[sizeof(z.shm_prefix)];
+    memcpy(prefix, z.shm_prefix, sizeof(prefix));
+    memset(z.shm_prefix, 'p', sizeof(z.shm_prefix));
+    assert_int_equal(rkv_server_create(&z, 0, &srv, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "config: shm_prefix is not terminated"));
+    memcpy(z.shm_prefix, prefix, sizeof(prefix));
+    memset(z.durable_dir, 'd', sizeof(z.durable_dir));
+    assert_int_equal(rkv_client_create(&z, &cli, err, sizeof(err)), -RKV_ECONFIG);
+    assert_non_null(strstr(err, "config: durable_dir is not terminated"));
+    z.durable_dir[0] = 0;
     /* Regression: a host without its terminator was read past its end
      * (the message showed what followed it). */
     snprintf(z.backend, sizeof(z.backend), "tcp");
