@@ -935,8 +935,11 @@ int rkv_oracle_check_row(struct rkv_oracle *o, uint32_t ti, uint64_t row, uint32
         snprintf(gots, sizeof(gots), "%.*g", digits, or_got(ot->t, got, bad_j));
     }
     snprintf(why, why_len,
-             "tensor \"%s\" row %llu [%u]: expected %s, got %s (%s%s; %u candidate%s)",
-             ot->t->desc.name, (unsigned long long)row, bad_j, wants, gots, who,
+             "tensor \"%s\" row %llu [%u]: expected %s%s, got %s (%s%s; %u candidate%s)",
+             ot->t->desc.name, (unsigned long long)row, bad_j, wants,
+             /* Each candidate was tried: the one printed is the last, not
+              * the one right answer (an outside tester). */
+             n > 1 ? " or another candidate's value" : "", gots, who,
              mid_epoch ? ", read-your-writes" : "", n, n == 1 ? "" : "s");
     return -1;
 }

@@ -17,6 +17,18 @@
 extern char **environ; /* the process environment, handed to gnuplot */
 
 /* One pinned winner of concurrent assigns, as a worker's oracle printed it. */
+/* Whether a wrong value found in phase p is the one to quote: the
+ * headline names the earliest phase with wrong values, and quoted the
+ * first worker's first, which could be another phase's (an outside
+ * tester: "phase p0: 2 wrong values; the first: ... p=1 tensor t0"). */
+static int rep_first_error_takes(struct rkv_report *r, uint32_t p)
+{
+    if (r->first_error_phase1 && r->first_error_phase1 <= p + 1)
+        return 0;
+    r->first_error_phase1 = p + 1;
+    return 1;
+}
+
 struct rep_pin {
     uint64_t row;
     uint32_t tensor, epoch, worker, phase, round; /* tensor UINT32_MAX: empty slot */
@@ -75,7 +87,7 @@ static int rep_check_pins(struct rkv_report *r, char *const *outs, uint32_t n_wo
                     *e = p;
                 } else if (e->worker != p.worker || e->phase != p.phase || e->round != p.round) {
                     r->phase[e->phase].errors++;
-                    if (!r->first_error[0])
+                    if (rep_first_error_takes(r, e->phase))
                         snprintf(r->first_error, sizeof(r->first_error),
                                  "tensor \"%s\" row %llu: worker process %u read the assign of "
                                  "worker %u (phase \"%s\" round %u), worker process %u that of "
@@ -192,9 +204,12 @@ int rkv_report_collect(struct rkv_report *r, const struct rkv_scenario *sc, char
                         r->unresolved_phase = up;
                     r->unresolved += un;
                 }
-            } else if (!strncmp(line, "FIRSTERR ", 9) && !r->first_error[0]) {
+            } else if (!strncmp(line, "FIRSTERR ", 9)) {
+                unsigned fw, fp;
                 size_t n = (eol ? (size_t)(eol - line) : strlen(line)) - 9;
-                snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
+                if (sscanf(line, "FIRSTERR w=%u p=%u", &fw, &fp) == 2 && fp < sc->n_phases &&
+                    rep_first_error_takes(r, fp))
+                    snprintf(r->first_error, sizeof(r->first_error), "%.*s", (int)n, line + 9);
             }
             line = eol ? eol + 1 : NULL;
         }

@@ -12,6 +12,9 @@ struct rkv_report {
     struct rkv_wl_phase_stats *phase; /* merged over workers, n_phases */
     uint32_t *reported;               /* workers that reported each phase */
     char first_error[400];
+    /* The phase whose count first_error belongs to, plus 1 (0: none): the
+     * earliest phase's, whichever worker's output comes first. */
+    uint32_t first_error_phase1;
     /* Checks the oracle matched but cannot vouch for (oracle.h), and the
      * first phase that had one. */
     uint64_t unresolved;

@@ -71,6 +71,9 @@ static void test_concurrent_assign_winner_is_pinned(void **state)
     memcpy(mix, a, sizeof(mix));
     mix[3] = b[3];
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, mix, why, sizeof(why)), -1);
+    /* Each candidate was tried: the value printed is one of two. */
+    assert_non_null(strstr(why, " or another candidate's value, got "));
+    assert_non_null(strstr(why, "; 2 candidates)"));
     /* Worker 1 reads worker 0's write first: that is the winner. */
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 1, 0, a, why, sizeof(why)), 0);
     assert_int_equal(rkv_oracle_check_row(o, 0, 0, 0, 0, a, why, sizeof(why)), 0);

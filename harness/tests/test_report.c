@@ -342,6 +342,58 @@ static void test_report_zero_time_and_timeouts(void **state)
 /* Worker processes on tcp each pin the winner of a contested row in their
  * own oracle; the launcher compares them: two winners of one row fail the
  * run, naming the row and both readings. */
+/* The verdict names the earliest phase with wrong values and quoted the
+ * first worker's first wrong value, which could be a later phase's (an
+ * outside tester: "phase p0: 2 wrong values pulled; the first: w=1 p=1
+ * ..."). Worker 0 found one in phase 1, worker 1 in phase 0: phase 0's is
+ * quoted, beside phase 0's count. */
+static void test_quoted_wrong_value_is_the_named_phases(void **state)
+{
+    (void)state;
+    char yaml[64], err[256];
+    tmp_scenario(yaml, sizeof(yaml), "report", yaml_text);
+    struct rkv_scenario *sc;
+    if (rkv_scenario_load(yaml, &sc, err, sizeof(err)) < 0)
+        fail_msg("%s", err);
+    unlink(yaml);
+    struct rkv_wl_phase_stats *ok = calloc(1, sizeof(*ok)), *bad = calloc(1, sizeof(*bad));
+    assert_true(ok && bad);
+    bad->errors = 2;
+    char *outs[2] = {NULL, NULL};
+    for (uint32_t w = 0; w < 2; w++) {
+        size_t len = 0;
+        FILE *m = open_memstream(&outs[w], &len);
+        assert_non_null(m);
+        snprintf(bad->first_error, sizeof(bad->first_error), "worker %u's wrong value", w);
+        rkv_wl_print(m, w, 0, w == 1 ? bad : ok); /* worker 1: phase 0 */
+        rkv_wl_print(m, w, 1, w == 0 ? bad : ok); /* worker 0: phase 1 */
+        fclose(m);
+    }
+    struct rkv_report r;
+    assert_int_equal(rkv_report_collect(&r, sc, outs, 2), 0);
+    r.processes_ok = 1;
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *m = open_memstream(&text, &text_len);
+    assert_non_null(m);
+    rkv_report_print(&r, m, "sim");
+    fclose(m);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "verdict: FAIL (phase %s: 2 wrong values pulled; the first: w=1 p=0 worker 1's "
+             "wrong value)",
+             sc->phases[0].name);
+    if (!strstr(text, want))
+        fail_msg("no \"%s\" in:\n%s", want, text);
+    free(text);
+    rkv_report_free(&r);
+    free(outs[0]);
+    free(outs[1]);
+    free(ok);
+    free(bad);
+    rkv_scenario_free(sc);
+}
+
 static void test_report_compares_pinned_winners(void **state)
 {
     (void)state;
@@ -621,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_unfired_hint_only_for_an_unfired_phase_crash),
         cmocka_unit_test(test_report_zero_time_and_timeouts),
         cmocka_unit_test(test_report_compares_pinned_winners),
+        cmocka_unit_test(test_quoted_wrong_value_is_the_named_phases),
         cmocka_unit_test(test_plots_not_made_fail_the_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
