@@ -680,15 +680,23 @@ static void srv_on_hello(struct rkv_server *s, struct rkv_peer *peer, const stru
      * server 0 lets each client re-join under its own. */
     char why[RKV_PROTO_TEXT_MAX];
     int rc = srv_coord_save(s, why, sizeof(why));
-    if (rc < 0)
+    if (rc < 0) {
+        /* Nothing recorded, nothing handed out: each of them is refused and
+         * the ids are free for the next join. They stayed taken, so that
+         * after a full disk every later client was told the ids were all
+         * handed out, kept in an rkv-coord that did not exist, until server
+         * 0 restarted (an outside tester). */
         RKV_LOGE(s->port, "server 0: cannot record the client ids: %s", why);
-    for (uint32_t i = 0; i < s->n_hellos; i++) {
-        srv_conn_of(s->hellos[i].peer)->client_id = i;
-        if (rc < 0) {
+        for (uint32_t i = 0; i < s->n_hellos; i++) {
+            srv_conn_of(s->hellos[i].peer)->hello = 0;
             struct rkv_hdr h = {.type = RKV_MSG_ERROR, .req_id = s->hellos[i].req_id, .status = rc};
             srv_reply(s, s->hellos[i].peer, &h, why);
-            continue;
         }
+        s->n_hellos = 0;
+        return;
+    }
+    for (uint32_t i = 0; i < s->n_hellos; i++) {
+        srv_conn_of(s->hellos[i].peer)->client_id = i;
         srv_hello_reply(s, s->hellos[i].peer, s->hellos[i].req_id, i);
     }
     RKV_LOGI(s->port, "all %u clients joined; ids assigned", s->n_hellos);

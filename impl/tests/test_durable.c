@@ -3505,6 +3505,35 @@ static void test_ids_used_up_durable_hint(void **state)
     remove_tree(c.dir);
 }
 
+/* The record of the client ids could not be written (a full disk): the
+ * joining client is refused, and the id is not used up. It was: every
+ * later client was told all ids were handed out "in the directory's
+ * rkv-coord", which did not exist, until server 0 restarted (an outside
+ * tester). A directory where the record's temporary file goes makes the
+ * write fail. */
+static void test_ids_not_used_up_by_a_failed_record(void **state)
+{
+    (void)state;
+    struct cluster c;
+    cluster_config(&c, 1, 0);
+    c.srv[0] = server_create(&c, 0);
+    c.srv[1] = server_create(&c, 1);
+    char tmp[600], err[512];
+    snprintf(tmp, sizeof(tmp), "%s/rkv-coord.tmp", c.dir);
+    assert_int_equal(mkdir(tmp, 0700), 0);
+    struct rkv_client *a = NULL;
+    assert_int_equal(rkv_client_create(&c.cfg, &a, err, sizeof(err)), -RKV_EIO);
+    if (!strstr(err, "rkv-coord.tmp"))
+        fail_msg("%s", err);
+    assert_int_equal(rmdir(tmp), 0);
+    if (rkv_client_create(&c.cfg, &a, err, sizeof(err)) < 0)
+        fail_msg("the id was used up by the join that was not recorded: %s", err);
+    rkv_client_destroy(a);
+    rkv_server_destroy(c.srv[1]);
+    rkv_server_destroy(c.srv[0]);
+    remove_tree(c.dir);
+}
+
 /* A fresh directory, two servers on machine 0, the second one first (a
  * launcher starts them together): server 0 shares the claim server 1
  * made, and that is no sign that the machine ran there before; it warned
@@ -4395,6 +4424,7 @@ int main(void)
                                   reap_children),
         cmocka_unit_test(test_prewrite_on_a_full_disk_leaves_nothing),
         cmocka_unit_test(test_ids_used_up_durable_hint),
+        cmocka_unit_test(test_ids_not_used_up_by_a_failed_record),
         cmocka_unit_test(test_fresh_directory_no_lost_rows_warning),
         cmocka_unit_test_teardown(test_barrier_numbers, reap_children),
         cmocka_unit_test_teardown(test_join_again_after_server0_restart, reap_children),
