@@ -1596,8 +1596,8 @@ struct wal_peek {
 
 /* Reads log g's header and first record (path its name): -RKV_ENOTENSOR
  * when absent. */
-static int wal_peek(uint64_t lineage, uint64_t g, const char *path, struct wal_peek *pk, char *err,
-                    size_t err_len)
+static int wal_peek(uint32_t machine, uint64_t lineage, uint64_t g, const char *path,
+                    struct wal_peek *pk, char *err, size_t err_len)
 {
     struct wal_rd rd;
     memset(pk, 0, sizeof(*pk));
@@ -1622,6 +1622,16 @@ static int wal_peek(uint64_t lineage, uint64_t g, const char *path, struct wal_p
         wal_rd_close(&rd);
         return rc;
     }
+    /* Another machine's log (copied or renamed by hand) is no older run's:
+     * its lineage differs too, and it was reported as one (an outside
+     * tester swapped two machines' logs). */
+    if (p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get32(p + 12) != machine) {
+        rc = WAL_BAD("log %s: holds machine %u, not %u (copied or renamed from another "
+                     "machine's?); refused, nothing changed",
+                     path, rkv_get32(p + 12), machine);
+        wal_rd_close(&rd);
+        return rc;
+    }
     pk->stale = p && rkv_get64(p) == RKV_WAL_MAGIC && rkv_get64(p + 16) != lineage;
     if (p && !pk->stale && rd.size >= at + RKV_WAL_REC_BYTES &&
         wal_here(p + at, RKV_WAL_LSN(g, at), lineage) &&
@@ -1643,7 +1653,7 @@ static int wal_later_records(struct rkv_wal *w, uint64_t lineage, uint64_t gen, 
     for (uint64_t g = gen + 1; g <= gen + RKV_WAL_MAX_CHAIN; g++) {
         struct wal_peek pk;
         wal_path(w, g, path, path_len);
-        int rc = wal_peek(lineage, g, path, &pk, err, err_len);
+        int rc = wal_peek(w->machine, lineage, g, path, &pk, err, err_len);
         if (rc == -RKV_ENOTENSOR)
             return 0;
         if (rc < 0)
@@ -1711,7 +1721,7 @@ static int wal_check_chain(struct rkv_wal *w, uint64_t lineage, uint64_t gen, ch
     uint64_t g = gen, copied = wal_copied_to(w);
     for (; wal_is_listed(&l, g); g++) {
         wal_path(w, g, path, sizeof(path));
-        if ((rc = wal_peek(lineage, g, path, &pk, err, err_len)) == -RKV_ENOTENSOR)
+        if ((rc = wal_peek(w->machine, lineage, g, path, &pk, err, err_len)) == -RKV_ENOTENSOR)
             break; /* gone since the listing */
         if (rc < 0)
             return rc;
@@ -1736,7 +1746,7 @@ static int wal_check_chain(struct rkv_wal *w, uint64_t lineage, uint64_t gen, ch
         if (!wal_is_listed(&l, n))
             continue;
         wal_path(w, n, later, sizeof(later));
-        if ((rc = wal_peek(lineage, n, later, &pk, err, err_len)) == -RKV_ENOTENSOR)
+        if ((rc = wal_peek(w->machine, lineage, n, later, &pk, err, err_len)) == -RKV_ENOTENSOR)
             continue;
         if (rc < 0)
             return rc;

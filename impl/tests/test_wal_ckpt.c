@@ -1847,6 +1847,20 @@ static void test_log_gap_refused(void **state)
     rc = recover_from(&f, f.snap, &r, err, sizeof(err));
     if (rc != -RKV_EIO || !strstr(err, later) || !strstr(err, "header checksum mismatch"))
         fail_msg("a damaged header read as another lineage's: rc %d: %s", rc, err);
+    /* Another machine's log (two machines' logs swapped by hand) is no
+     * older run's either: its lineage differs too, and it was called one. */
+    craft_log(&f, t, gen + 2, LINEAGE + 1, 5, 6, RKV_WAL_LSN(gen + 2, RKV_WAL_HDR_BYTES));
+    fd = open(later, O_RDWR);
+    assert_true(fd >= 0);
+    uint8_t hdr[64];
+    assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+    rkv_put32(hdr + 12, 1);
+    rkv_put32(hdr + 60, rkv_crc32c(0, hdr, 60));
+    assert_int_equal(pwrite(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+    close(fd);
+    rc = recover_from(&f, f.snap, &r, err, sizeof(err));
+    if (rc != -RKV_EIO || !strstr(err, later) || !strstr(err, "holds machine 1, not 0"))
+        fail_msg("machine 1's log read as an older run's: rc %d: %s", rc, err);
     fix_tensor_free(&f);
     fix_close(&f);
 }
