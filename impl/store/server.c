@@ -2752,9 +2752,9 @@ static int srv_restart(struct rkv_server *s, const struct rkv_snap *snap, const 
     rkv_file_format_utc(snap->wall_ns, when, sizeof(when));
     RKV_LOGW(s->port,
              "server %u restarted from snapshot %s (generation %llu, taken %s, %llu ms ago; %u "
-             "tensors, %zu bytes): every push acknowledged before the crash is in it; pushes "
-             "applied but not yet acknowledged when it crashed may be missing, and their clients "
-             "retry them",
+             "tensors, %zu bytes); its logs are replayed next, to every push acknowledged "
+             "before the crash (pushes applied but not yet acknowledged when it crashed may be "
+             "missing, and their clients retry them)",
              s->server_id, path, (unsigned long long)snap->generation, when,
              (unsigned long long)age_ms, snap->n_tensors, snap->file_bytes);
     if ((rc = srv_adopt(s, 0, err, err_len)) < 0)

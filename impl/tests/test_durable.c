@@ -1237,7 +1237,7 @@ static void run_crash_under_pushes(int lose_memory, uint32_t servers1)
         if (lose_memory && l == 0) {
             assert_true(file_contains(log1b[l], "restarted from snapshot"));
             assert_true(
-                file_contains(log1b[l], "every push acknowledged before the crash is in it"));
+                file_contains(log1b[l], "its logs are replayed next, to every push acknowledged"));
         } else {
             /* Killed between two applies, its memory is served as it is;
              * killed in the middle of one (as happens now and then under
