@@ -1807,9 +1807,9 @@ class Client:
         (shape, dtype) -> values of that shape (dtype as given: a torch dtype
         stays one, as DGL's init functions take it, and the function is
         called again with numpy's if it raises TypeError; else numpy's) that
-        this client then assigns to the rows when the call creates the tensor (an existing one
-        keeps its rows, as with the others; call it from one client, then
-        barrier). A call cut short (Ctrl-C, a timeout) once the tensor was
+        this client then assigns to the rows when the call creates the
+        tensor (an existing one keeps its rows, as with the others; call it
+        from one client, then barrier). A call cut short (Ctrl-C, a timeout) once the tensor was
         made may have filled part of it: the same call again on this client
         fills it all; another process cannot tell, so a trainer that died
         mid-fill leaves rows of zeros behind (restart the servers, or assign
