@@ -27,6 +27,18 @@ static void add_ns(struct rkv_wl_phase_stats *st, uint64_t ns)
 
 /* The histogram's bucket edge lies up to 4.4 % above the samples in it:
  * one request of 1000 ns made a p99 of 1.044 us above a max of 1.000. */
+/* What rkv_report_print writes for r as backend's (caller frees). */
+static char *report_text(const struct rkv_report *r, const char *backend)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    assert_non_null(m);
+    rkv_report_print(r, m, backend);
+    fclose(m);
+    return text;
+}
+
 static void test_percentiles_never_above_max(void **state)
 {
     (void)state;
@@ -111,12 +123,7 @@ static void test_report_json_round_trips_names(void **state)
     /* Bounds print as given: 0.001 was "<= 0.0" and 0.000001 ">= 0.000". */
     sc->expect_max_p99_us = 0.001;
     sc->expect_min_gbps = 0.000001;
-    char *text = NULL;
-    size_t text_len = 0;
-    m = open_memstream(&text, &text_len);
-    assert_non_null(m);
-    rkv_report_print(&r, m, "tcp");
-    fclose(m);
+    char *text = report_text(&r, "tcp");
     if (!strstr(text, "us <= 0.001: miss") || !strstr(text, "GB/s >= 1e-06: pass"))
         fail_msg("bounds misprinted:\n%s", text);
     free(text);
@@ -124,10 +131,7 @@ static void test_report_json_round_trips_names(void **state)
      * node restarted too late): the verdict was a bare "FAIL". */
     r.fault_run = 1;
     r.faults_fired = 0;
-    m = open_memstream(&text, &text_len);
-    assert_non_null(m);
-    rkv_report_print(&r, m, "tcp");
-    fclose(m);
+    text = report_text(&r, "tcp");
     if (!strstr(text, "verdict: FAIL (not every fault fired, see \"faults:\" above (a node "
                       "already down cannot crash"))
         fail_msg("no reason given:\n%s", text);
@@ -138,10 +142,7 @@ static void test_report_json_round_trips_names(void **state)
      * message and per byte". */
     r.sim_s = 0.001;
     r.sim_cpu_s = 0.029;
-    m = open_memstream(&text, &text_len);
-    assert_non_null(m);
-    rkv_report_print(&r, m, "sim");
-    fclose(m);
+    text = report_text(&r, "sim");
     if (!strstr(text, "CPU charged in the twin: 0.029 core-s, 0.000 of it node code measured, the "
                       "rest modelled (row_cost_ns per row a handler touches"))
         fail_msg("%s", text);
@@ -170,10 +171,7 @@ static void test_report_json_round_trips_names(void **state)
     r.processes_ok = 0;
     for (int fault_run = 0; fault_run < 2; fault_run++) {
         r.fault_run = fault_run;
-        m = open_memstream(&text, &text_len);
-        assert_non_null(m);
-        rkv_report_print(&r, m, "tcp");
-        fclose(m);
+        text = report_text(&r, "tcp");
         char want[160];
         snprintf(want, sizeof(want),
                  "verdict: FAIL (phase %s: 2 wrong values pulled; the first: t row 3 element 0: "
@@ -242,12 +240,7 @@ static void test_unfired_hint_only_for_an_unfired_phase_crash(void **state)
                                          "s1.1 killed at 0.2 s; crash s1.0: did not fire"};
     for (int k = 0; k < 2; k++) {
         snprintf(r.faults, sizeof(r.faults), "%s", lines[k]);
-        char *text = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&text, &len);
-        assert_non_null(m);
-        rkv_report_print(&r, m, "tcp");
-        fclose(m);
+        char *text = report_text(&r, "tcp");
         if (!strstr(text, "not every fault fired") ||
             (strstr(text, "never fires") != NULL) != (k == 1))
             fail_msg("faults \"%s\":\n%s", lines[k], text);
@@ -266,13 +259,7 @@ static char *print_of(const struct rkv_scenario *sc, char *out, int fault_run, s
     r->processes_ok = 1;
     r->fault_run = fault_run;
     r->faults_fired = 1;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    assert_non_null(m);
-    rkv_report_print(r, m, "sim");
-    fclose(m);
-    return text;
+    return report_text(r, "sim");
 }
 
 /* A phase that moved bytes in no measured time (rows of the worker's own
@@ -372,12 +359,7 @@ static void test_quoted_wrong_value_is_the_named_phases(void **state)
     struct rkv_report r;
     assert_int_equal(rkv_report_collect(&r, sc, outs, 2), 0);
     r.processes_ok = 1;
-    char *text = NULL;
-    size_t text_len = 0;
-    FILE *m = open_memstream(&text, &text_len);
-    assert_non_null(m);
-    rkv_report_print(&r, m, "sim");
-    fclose(m);
+    char *text = report_text(&r, "sim");
     char want[256];
     snprintf(want, sizeof(want),
              "verdict: FAIL (phase %s: 2 wrong values pulled; the first: w=1 p=0 worker 1's "
